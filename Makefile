@@ -1,0 +1,117 @@
+# scalify — hand-written Makefile (STYLE 12).
+#
+#   make demo    install what is missing, build, run the bundled samples
+#   make test    every test; ends with "N passed, N failed"
+#   make deps    install missing Debian packages (apt-get, as root)
+#   make asan / ubsan    the test suite under AddressSanitizer / UBSan
+#   make fuzz    each reader under libFuzzer for FUZZ_SECONDS (default 60)
+#   make bench   benchmarks (measure, never assert timing)
+#   make lint / format / clean / samples
+
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2 -g
+SAN     ?=
+CFLAGS_STRICT = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wstrict-prototypes \
+                -Wmissing-prototypes -Wno-unused-parameter -MMD -MP
+PKGS    = zlib libprotobuf-c
+CFLAGS_ALL = $(CFLAGS_STRICT) $(OPT) $(SAN) -Isrc -I$(BUILD)/gen $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
+LIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
+FUZZ_SECONDS ?= 60
+
+SRC      := $(filter-out src/main.c,$(wildcard src/*.c))
+LIB_OBJ  := $(SRC:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/hlo.pb-c.o
+MAIN_OBJ := $(BUILD)/obj/main.o
+TEST_SRC := $(wildcard tests/unit/*.c)
+TEST_OBJ := $(TEST_SRC:tests/unit/%.c=$(BUILD)/obj/test_%.o)
+PB_GEN   := $(BUILD)/gen/hlo.pb-c.c $(BUILD)/gen/hlo.pb-c.h
+
+.PHONY: all test demo deps asan ubsan fuzz bench lint format clean samples check-deps
+
+all: check-deps $(BUILD)/scalify
+
+# Installs missing packages when root, otherwise fails with what to install.
+deps:
+	@tools/deps.sh
+
+check-deps:
+	@tools/deps.sh
+
+$(BUILD)/gen/hlo.pb-c.c $(BUILD)/gen/hlo.pb-c.h: proto/hlo.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --proto_path=proto --c_out=$(BUILD)/gen proto/hlo.proto
+
+$(BUILD)/obj/hlo.pb-c.o: $(BUILD)/gen/hlo.pb-c.c
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -Wmissing-prototypes -Wshadow,$(CFLAGS_ALL)) -c $< -o $@
+
+$(BUILD)/obj/%.o: src/%.c | $(PB_GEN)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/obj/test_%.o: tests/unit/%.c | $(PB_GEN)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -c $< -o $@
+
+$(BUILD)/scalify: $(LIB_OBJ) $(MAIN_OBJ)
+	$(CC) $(OPT) $(SAN) $^ $(LIBS) -o $@
+
+$(BUILD)/run-tests: $(LIB_OBJ) $(TEST_OBJ)
+	$(CC) $(OPT) $(SAN) $^ $(LIBS) -o $@
+
+$(BUILD)/bench-parse: tests/bench/bench_parse.c $(LIB_OBJ)
+	$(CC) $(CFLAGS_ALL) $^ $(LIBS) -o $@
+
+# The test runner finds its inputs relative to the repository root and runs the
+# scalify binary as users do (SCALIFY names it).
+test: check-deps $(BUILD)/scalify $(BUILD)/run-tests
+	SCALIFY=$(BUILD)/scalify $(BUILD)/run-tests
+
+asan:
+	$(MAKE) test BUILD=build/asan OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+
+ubsan:
+	$(MAKE) test BUILD=build/ubsan OPT="-O1 -g" SAN="-fsanitize=undefined -fno-sanitize-recover=undefined"
+
+# libFuzzer needs clang; installed here when missing (root only).
+FUZZ_TARGETS := text pb
+fuzz: check-deps
+	@command -v clang >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q clang; } || \
+	  { echo "make fuzz needs clang (apt-get install clang)"; exit 1; }
+	$(MAKE) $(FUZZ_TARGETS:%=build/fuzz/fuzz-%) BUILD=build/fuzz CC=clang OPT="-O1 -g" \
+	  SAN="-fsanitize=fuzzer-no-link,address,undefined"
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build/fuzz/corpus-$$t; \
+	  cp tests/fuzz/seeds-$$t/* build/fuzz/corpus-$$t/ 2>/dev/null; \
+	  echo "fuzzing the $$t reader for $(FUZZ_SECONDS)s"; \
+	  build/fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=4096 \
+	    build/fuzz/corpus-$$t || exit 1; \
+	done
+
+build/fuzz/fuzz-%: tests/fuzz/fuzz_%.c $(LIB_OBJ)
+	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer,address,undefined $^ $(LIBS) -o $@
+
+bench: check-deps $(BUILD)/scalify $(BUILD)/bench-parse
+	$(BUILD)/bench-parse
+
+demo: check-deps $(BUILD)/scalify
+	@tools/demo.sh $(BUILD)/scalify
+
+samples:
+	bash samples/gen/run.sh
+
+lint: check-deps
+	@command -v cppcheck >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q cppcheck; } || \
+	  { echo "make lint needs cppcheck (apt-get install cppcheck)"; exit 1; }
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	  --suppress=missingIncludeSystem --inline-suppr -Isrc src tests/unit
+
+format:
+	@command -v clang-format >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q clang-format; } || \
+	  { echo "make format needs clang-format"; exit 1; }
+	clang-format -i src/*.c src/*.h tests/unit/*.c tests/unit/*.h tests/fuzz/*.c tests/bench/*.c
+
+clean:
+	rm -rf build site
+
+-include $(wildcard $(BUILD)/obj/*.d)

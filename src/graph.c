@@ -1,0 +1,611 @@
+#include "graph.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- opcode and attribute tables ---- */
+
+static const char *const op_names[OP_COUNT] = {
+    [OP_UNKNOWN] = "?",
+#define X(id, s) [OP_##id] = s,
+    HLO_OPS(X)
+#undef X
+};
+
+static strmap op_index, key_index;  /* built once, read-only afterwards */
+
+static void build_indexes(void) {
+    if (op_index.cap) return;
+    for (int i = 1; i < OP_COUNT; i++) strmap_put(&op_index, op_names[i], strlen(op_names[i]), (uint32_t)i);
+    for (int i = 0; i < A_RAW; i++) {
+        const char *k = attr_key_name(i);
+        strmap_put(&key_index, k, strlen(k), (uint32_t)i);
+    }
+}
+
+const char *hlo_op_name(int op) { return op >= 0 && op < OP_COUNT ? op_names[op] : "?"; }
+
+int hlo_op_from_name(const char *s, size_t n) {
+    build_indexes();
+    uint32_t v;
+    return strmap_get(&op_index, s, n, &v) ? (int)v : OP_UNKNOWN;
+}
+
+bool hlo_op_is_collective(int op) {
+    switch (op) {
+    case OP_ALL_GATHER: case OP_ALL_GATHER_START: case OP_ALL_REDUCE:
+    case OP_ALL_REDUCE_START: case OP_ALL_TO_ALL: case OP_COLLECTIVE_BROADCAST:
+    case OP_COLLECTIVE_PERMUTE: case OP_COLLECTIVE_PERMUTE_START:
+    case OP_RAGGED_ALL_TO_ALL: case OP_REDUCE_SCATTER:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static const struct {
+    const char *name;
+    attr_kind kind;
+} keys[A_COUNT] = {
+#define X(id, s, k) [A_##id] = {s, k},
+    HLO_ATTRS(X)
+#undef X
+    [A_RAW] = {"?", K_RAW},
+};
+
+const char *attr_key_name(int key) { return key >= 0 && key < A_COUNT ? keys[key].name : "?"; }
+attr_kind attr_key_kind(int key) { return key >= 0 && key < A_COUNT ? keys[key].kind : K_RAW; }
+
+int attr_key_from_name(const char *s, size_t n) {
+    build_indexes();
+    uint32_t v;
+    return strmap_get(&key_index, s, n, &v) ? (int)v : A_RAW;
+}
+
+const char *reducer_name(int r) {
+    static const char *const names[] = {"none", "sum", "prod", "max", "min", "and", "or", "xor"};
+    return r >= 0 && r < (int)ARRAY_LEN(names) ? names[r] : "?";
+}
+
+/* ---- module ---- */
+
+hlo_module *graph_new(void) {
+    hlo_module *m = xcalloc(1, sizeof *m);
+    arena_init(&m->arena);
+    strmap_init(&m->interned);
+    return m;
+}
+
+void graph_free(hlo_module *m) {
+    if (!m) return;
+    strmap_free(&m->interned);
+    arena_free(&m->arena);
+    free(m);
+}
+
+const char *graph_intern(hlo_module *m, const char *s, size_t n) {
+    const char *k = strmap_key(&m->interned, s, n);
+    if (k) return k;
+    char *copy = arena_strndup(&m->arena, s, n);
+    strmap_put(&m->interned, copy, n, 0);
+    return copy;
+}
+
+/* ---- attributes ---- */
+
+const hlo_attr *instr_attr(const hlo_instr *in, int key) {
+    for (uint32_t i = 0; i < in->nattrs; i++)
+        if (in->attrs[i].key == key) return &in->attrs[i];
+    return NULL;
+}
+
+int64_t instr_int(const hlo_instr *in, int key, int64_t dflt) {
+    const hlo_attr *a = instr_attr(in, key);
+    return a ? a->v.i : dflt;
+}
+
+const int64_t *instr_ints(const hlo_instr *in, int key, uint32_t *n) {
+    const hlo_attr *a = instr_attr(in, key);
+    *n = a ? a->n : 0;
+    return a ? a->v.ints : NULL;
+}
+
+const char *instr_str(const hlo_instr *in, int key) {
+    const hlo_attr *a = instr_attr(in, key);
+    return a ? a->v.str : NULL;
+}
+
+int instr_reducer(const hlo_module *m, const hlo_instr *in) {
+    const hlo_attr *a = instr_attr(in, A_TO_APPLY);
+    if (!a || a->v.ints[0] >= m->ncomps) return RED_NONE;
+    return m->comps[a->v.ints[0]].reducer;
+}
+
+static bool attr_is_default(const hlo_instr *in, const hlo_attr *a) {
+    switch (a->kind) {
+    case K_INT:
+        /* parameter(0) and index=0 are meaningful but equal the proto default;
+         * absent means 0 for every integer attribute. */
+        return a->v.i == 0;
+    case K_BOOL:
+        return a->v.i == 0;
+    case K_INTS: case K_IDENTS: case K_KV: case K_INSTRS: case K_SLICES:
+    case K_PADDING: case K_COMPS: case K_LISTS:
+        return a->n == 0;
+    case K_GROUPS:
+        return !a->v.groups->iota && a->v.groups->ngroups == 0;
+    case K_STRING: case K_BACKEND:
+        return a->v.str[0] == 0;
+    default:
+        (void)in;
+        return false;
+    }
+}
+
+static int attr_cmp(const void *x, const void *y) {
+    const hlo_attr *a = x, *b = y;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    return 0;
+}
+
+void graph_finalize_instr(hlo_module *m, hlo_instr *in) {
+    (void)m;
+    uint32_t w = 0;
+    for (uint32_t r = 0; r < in->nattrs; r++)
+        if (!attr_is_default(in, &in->attrs[r])) in->attrs[w++] = in->attrs[r];
+    in->nattrs = (uint16_t)w;
+    /* Insertion sort: stable (raw attributes keep input order) and lists are short. */
+    for (uint32_t i = 1; i < w; i++) {
+        hlo_attr t = in->attrs[i];
+        uint32_t j = i;
+        while (j > 0 && attr_cmp(&in->attrs[j - 1], &t) > 0) {
+            in->attrs[j] = in->attrs[j - 1];
+            j--;
+        }
+        in->attrs[j] = t;
+    }
+}
+
+/* ---- groups ---- */
+
+void groups_expand(const hlo_groups *g, arena *a, hlo_groups *out) {
+    if (!g->iota) {
+        *out = *g;
+        return;
+    }
+    int64_t total = 1;
+    for (uint32_t i = 0; i < g->nreshape; i++) total *= g->reshape[i];
+    memset(out, 0, sizeof *out);
+    if (total <= 0 || g->group_size <= 0 || total % g->group_size) return;
+    /* ids of the reshaped iota, transposed by perm, flattened in row-major order. */
+    uint32_t r = g->nreshape;
+    int64_t *ids = arena_alloc(a, (size_t)total * sizeof *ids);
+    int64_t stride[64], idx[64];
+    if (r > 64) return;
+    for (uint32_t i = r; i-- > 0;) stride[i] = (i + 1 < r) ? stride[i + 1] * g->reshape[i + 1] : 1;
+    memset(idx, 0, sizeof idx);
+    for (int64_t k = 0; k < total; k++) {
+        int64_t src = 0;
+        for (uint32_t d = 0; d < r; d++) {
+            uint32_t pd = g->nperm == r ? (uint32_t)g->perm[d] : d;
+            src += idx[d] * stride[pd];
+        }
+        ids[k] = src;
+        for (uint32_t d = r; d-- > 0;) {
+            uint32_t pd = g->nperm == r ? (uint32_t)g->perm[d] : d;
+            if (++idx[d] < g->reshape[pd]) break;
+            idx[d] = 0;
+        }
+    }
+    out->ngroups = (uint32_t)(total / g->group_size);
+    out->ids = ids;
+    out->start = arena_alloc(a, (out->ngroups + 1) * sizeof *out->start);
+    for (uint32_t i = 0; i <= out->ngroups; i++) out->start[i] = (uint32_t)(i * g->group_size);
+}
+
+/* ---- finalize: reducers, locations, checks ---- */
+
+static int recognise_reducer(const hlo_comp *c) {
+    if (c->nparams != 2 || c->ninstrs != 3) return RED_NONE;
+    const hlo_instr *root = &c->instrs[c->root];
+    if (root->noperands != 2 || root->shape.dtype == DT_TUPLE || root->shape.rank != 0)
+        return RED_NONE;
+    uint32_t a = root->operands[0], b = root->operands[1];
+    if (!((a == c->params[0] && b == c->params[1]) || (a == c->params[1] && b == c->params[0])))
+        return RED_NONE;
+    switch (root->op) {
+    case OP_ADD: return RED_SUM;
+    case OP_MULTIPLY: return RED_PROD;
+    case OP_MAXIMUM: return RED_MAX;
+    case OP_MINIMUM: return RED_MIN;
+    case OP_AND: return root->shape.dtype == DT_PRED ? RED_AND : RED_NONE;
+    case OP_OR: return root->shape.dtype == DT_PRED ? RED_OR : RED_NONE;
+    case OP_XOR: return RED_XOR;
+    default: return RED_NONE;
+    }
+}
+
+static void resolve_location(const hlo_module *m, hlo_meta *md) {
+    md->src_file = NULL;
+    md->src_line = md->src_col = 0;
+    if (md->source_file && md->source_file[0]) {
+        md->src_file = md->source_file;
+        md->src_line = md->source_line;
+        md->src_col = md->source_column;
+        return;
+    }
+    int32_t f = md->stack_frame_id;
+    if (f <= 0 || (uint32_t)f > m->nframes) return;
+    int32_t l = m->frames[f - 1].file_location_id;
+    if (l <= 0 || (uint32_t)l > m->nfile_locs) return;
+    const hlo_file_loc *loc = &m->file_locs[l - 1];
+    if (loc->file_name_id <= 0 || (uint32_t)loc->file_name_id > m->nfile_names) return;
+    md->src_file = m->file_names[loc->file_name_id - 1];
+    md->src_line = loc->line;
+    md->src_col = loc->column;
+}
+
+int graph_finalize(hlo_module *m, diag *d) {
+    int errors = graph_check(m, d);
+    if (errors) return errors;
+    for (uint32_t c = 0; c < m->ncomps; c++) {
+        hlo_comp *comp = &m->comps[c];
+        comp->reducer = (uint8_t)recognise_reducer(comp);
+        for (uint32_t i = 0; i < comp->ninstrs; i++)
+            if (comp->instrs[i].meta) resolve_location(m, comp->instrs[i].meta);
+    }
+    return 0;
+}
+
+static void report(diag *d, int *errors, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void report(diag *d, int *errors, const char *fmt, ...) {
+    (*errors)++;
+    if (!d) return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    diag_plain(d, "%s", msg);
+}
+
+/* Depth-first search for a cycle in the call graph; colour 1 = on stack. */
+static bool call_cycle(const hlo_module *m, uint32_t c, uint8_t *colour, uint32_t *stack) {
+    /* Iterative to survive deep call chains. stack holds (comp, next instr, next attr). */
+    uint32_t sp = 0;
+    stack[sp++] = c;
+    colour[c] = 1;
+    uint32_t *pos = xcalloc(m->ncomps, sizeof *pos);
+    bool cyc = false;
+    while (sp && !cyc) {
+        uint32_t cur = stack[sp - 1];
+        const hlo_comp *comp = &m->comps[cur];
+        bool pushed = false;
+        /* pos[cur] enumerates (instr, attr, element) flattened lazily. */
+        while (!pushed && pos[cur] < comp->ninstrs) {
+            const hlo_instr *in = &comp->instrs[pos[cur]++];
+            for (uint32_t a = 0; a < in->nattrs && !cyc; a++) {
+                const hlo_attr *at = &in->attrs[a];
+                if (at->kind != K_COMP && at->kind != K_COMPS) continue;
+                uint32_t n = at->kind == K_COMP ? 1 : at->n;
+                for (uint32_t k = 0; k < n; k++) {
+                    uint32_t callee = (uint32_t)at->v.ints[k];
+                    if (callee >= m->ncomps) continue;
+                    if (colour[callee] == 1) { cyc = true; break; }
+                    if (colour[callee] == 0) {
+                        /* Revisit this instruction later for its other callees. */
+                        pos[cur]--;
+                        colour[callee] = 1;
+                        stack[sp++] = callee;
+                        pushed = true;
+                        break;
+                    }
+                }
+                if (pushed) break;
+            }
+        }
+        if (!pushed && !cyc) {
+            colour[cur] = 2;
+            sp--;
+        }
+    }
+    free(pos);
+    return cyc;
+}
+
+int graph_check(const hlo_module *m, diag *d) {
+    int errors = 0;
+    char why[256];
+    if (m->ncomps == 0) {
+        report(d, &errors, "module has no computations");
+        return errors;
+    }
+    if (m->entry >= m->ncomps) report(d, &errors, "entry computation index %u out of range", m->entry);
+    for (uint32_t c = 0; c < m->ncomps; c++) {
+        const hlo_comp *comp = &m->comps[c];
+        if (comp->ninstrs == 0) {
+            report(d, &errors, "computation %s has no instructions", comp->name);
+            continue;
+        }
+        if (comp->root >= comp->ninstrs) report(d, &errors, "computation %s: root out of range", comp->name);
+        for (uint32_t k = 0; k < comp->nparams; k++)
+            if (comp->params[k] >= comp->ninstrs || comp->instrs[comp->params[k]].op != OP_PARAMETER)
+                report(d, &errors, "computation %s: parameter %u missing", comp->name, k);
+        for (uint32_t i = 0; i < comp->ninstrs; i++) {
+            const hlo_instr *in = &comp->instrs[i];
+            for (uint32_t o = 0; o < in->noperands; o++)
+                if (in->operands[o] >= i)
+                    report(d, &errors, "%s: operand %u of %s does not precede it", comp->name, o, in->name);
+            if (shape_check(&in->shape, why, sizeof why))
+                report(d, &errors, "%s: %s: %s", comp->name, in->name, why);
+            for (uint32_t a = 0; a < in->nattrs; a++) {
+                const hlo_attr *at = &in->attrs[a];
+                if (at->kind == K_COMP || at->kind == K_COMPS) {
+                    uint32_t n = at->kind == K_COMP ? 1 : at->n;
+                    for (uint32_t k = 0; k < n; k++)
+                        if ((uint64_t)at->v.ints[k] >= m->ncomps)
+                            report(d, &errors, "%s: %s calls a missing computation", comp->name, in->name);
+                }
+                if (at->kind == K_INSTRS)
+                    for (uint32_t k = 0; k < at->n; k++)
+                        if ((uint64_t)at->v.ints[k] >= comp->ninstrs)
+                            report(d, &errors, "%s: %s names a missing instruction", comp->name, in->name);
+            }
+        }
+    }
+    if (errors) return errors;
+    uint8_t *colour = xcalloc(m->ncomps, 1);
+    uint32_t *stack = xcalloc(m->ncomps + 1, sizeof *stack);
+    for (uint32_t c = 0; c < m->ncomps && !errors; c++)
+        if (colour[c] == 0 && call_cycle(m, c, colour, stack))
+            report(d, &errors, "computations call each other in a cycle (through %s)", m->comps[c].name);
+    free(colour);
+    free(stack);
+    return errors;
+}
+
+const hlo_comp *graph_entry(const hlo_module *m) {
+    return m->entry < m->ncomps ? &m->comps[m->entry] : NULL;
+}
+
+uint64_t graph_instr_count(const hlo_module *m) {
+    uint64_t n = 0;
+    for (uint32_t c = 0; c < m->ncomps; c++) n += m->comps[c].ninstrs;
+    return n;
+}
+
+static int64_t header_int(const hlo_module *m, const char *key) {
+    for (uint32_t i = 0; i < m->nattrs; i++)
+        if (m->attrs[i].raw_key && strcmp(m->attrs[i].raw_key, key) == 0)
+            return strtoll(m->attrs[i].v.str, NULL, 10);
+    return 0;
+}
+
+static int64_t sharding_max_device(const hlo_sharding *s) {
+    int64_t best = -1;
+    if (!s) return best;
+    for (uint32_t i = 0; i < s->ndevices; i++)
+        if (s->devices[i] > best) best = s->devices[i];
+    if (s->nreshape) {
+        int64_t t = 1;
+        for (uint32_t i = 0; i < s->nreshape; i++) t *= s->reshape[i];
+        if (t - 1 > best) best = t - 1;
+    }
+    for (uint32_t i = 0; i < s->ntuple; i++) {
+        int64_t b = sharding_max_device(&s->tuple[i]);
+        if (b > best) best = b;
+    }
+    return best;
+}
+
+int64_t graph_num_devices(const hlo_module *m) {
+    int64_t parts = header_int(m, "num_partitions"), reps = header_int(m, "replica_count");
+    if (parts > 0 || reps > 0) return (parts > 0 ? parts : 1) * (reps > 0 ? reps : 1);
+    int64_t best = -1;
+    for (uint32_t c = 0; c < m->ncomps; c++)
+        for (uint32_t i = 0; i < m->comps[c].ninstrs; i++) {
+            const hlo_instr *in = &m->comps[c].instrs[i];
+            for (uint32_t a = 0; a < in->nattrs; a++) {
+                const hlo_attr *at = &in->attrs[a];
+                int64_t b = -1;
+                if (at->kind == K_SHARDING) b = sharding_max_device(at->v.sharding);
+                if (at->kind == K_GROUPS || at->kind == K_LISTS) {
+                    const hlo_groups *g = at->v.groups;
+                    if (g->iota) {
+                        b = 1;
+                        for (uint32_t k = 0; k < g->nreshape; k++) b *= g->reshape[k];
+                        b--;
+                    } else {
+                        for (uint32_t k = 0; k < (g->ngroups ? g->start[g->ngroups] : 0); k++)
+                            if (g->ids[k] > b) b = g->ids[k];
+                    }
+                }
+                if (b > best) best = b;
+            }
+        }
+    return best + 1 > 0 ? best + 1 : 1;
+}
+
+/* ---- equality ---- */
+
+typedef struct eqctx {
+    int flags;
+    strbuf *why;
+    const char *where_c, *where_i;
+} eqctx;
+
+static bool differ(eqctx *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool differ(eqctx *e, const char *fmt, ...) {
+    if (!e->why) return false;
+    if (e->where_c) sb_printf(e->why, "computation %s", e->where_c);
+    if (e->where_i) sb_printf(e->why, ", instruction %s", e->where_i);
+    if (e->where_c) sb_puts(e->why, ": ");
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(e->why, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+static bool str_eq(const char *a, const char *b) {
+    if (!a || !b) return a == b;
+    return a == b || strcmp(a, b) == 0;
+}
+
+static bool ints_eq(const int64_t *a, const int64_t *b, size_t n) {
+    return n == 0 || memcmp(a, b, n * sizeof *a) == 0;
+}
+
+static bool groups_eq(const hlo_groups *a, const hlo_groups *b) {
+    if (a->iota != b->iota) return false;
+    if (a->iota)
+        return a->ngroups == b->ngroups && a->group_size == b->group_size &&
+               a->nreshape == b->nreshape && a->nperm == b->nperm &&
+               ints_eq(a->reshape, b->reshape, a->nreshape) && ints_eq(a->perm, b->perm, a->nperm);
+    if (a->ngroups != b->ngroups) return false;
+    if (a->ngroups == 0) return true;
+    if (memcmp(a->start, b->start, (a->ngroups + 1) * sizeof *a->start)) return false;
+    return ints_eq(a->ids, b->ids, a->start[a->ngroups]);
+}
+
+static bool sharding_eq(const hlo_sharding *a, const hlo_sharding *b) {
+    if (a->type != b->type || a->replicate_last != b->replicate_last) return false;
+    if (a->type == SH_RAW) return str_eq(a->raw, b->raw);
+    if (a->ntile != b->ntile || a->ndevices != b->ndevices || a->nreshape != b->nreshape ||
+        a->nperm != b->nperm || a->nlast != b->nlast || a->ntuple != b->ntuple)
+        return false;
+    if (!ints_eq(a->tile_dims, b->tile_dims, a->ntile) || !ints_eq(a->devices, b->devices, a->ndevices) ||
+        !ints_eq(a->reshape, b->reshape, a->nreshape) || !ints_eq(a->perm, b->perm, a->nperm))
+        return false;
+    if (a->nlast && memcmp(a->last_tile_dims, b->last_tile_dims, a->nlast * sizeof(int))) return false;
+    for (uint32_t i = 0; i < a->ntuple; i++)
+        if (!sharding_eq(&a->tuple[i], &b->tuple[i])) return false;
+    return true;
+}
+
+static bool literal_eq(const hlo_literal *a, const hlo_literal *b, int flags) {
+    if ((a->elided || b->elided) && (flags & GEQ_ELIDED_MATCHES)) return true;
+    if (a->elided != b->elided || a->count != b->count || a->dtype != b->dtype) return false;
+    if (a->raw || b->raw) return str_eq(a->raw, b->raw);
+    if (a->elided) return true;
+    for (int64_t k = 0; k < a->count; k++) {
+        if (a->f) {
+            double x = a->f[k], y = b->f[k];
+            if (!(x == y || (isnan(x) && isnan(y))) || signbit(x) != signbit(y)) return false;
+        } else if (a->i[k] != b->i[k]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool attr_eq(eqctx *e, const hlo_attr *a, const hlo_attr *b) {
+    const char *name = a->key == A_RAW ? a->raw_key : attr_key_name(a->key);
+    if (a->key != b->key || (a->key == A_RAW && !str_eq(a->raw_key, b->raw_key)))
+        return differ(e, "attribute %s vs %s", name, b->key == A_RAW ? b->raw_key : attr_key_name(b->key));
+    bool ok = a->n == b->n;
+    if (ok) switch (a->kind) {
+    case K_INT: case K_BOOL: ok = a->v.i == b->v.i; break;
+    case K_INTS: case K_COMPS: case K_INSTRS: ok = ints_eq(a->v.ints, b->v.ints, a->n); break;
+    case K_COMP: ok = a->v.ints[0] == b->v.ints[0]; break;
+    case K_SLICES: case K_PADDING: ok = ints_eq(a->v.ints, b->v.ints, 3 * (size_t)a->n); break;
+    case K_IDENT: case K_STRING: case K_BACKEND: case K_RAW: ok = str_eq(a->v.str, b->v.str); break;
+    case K_IDENTS:
+        for (uint32_t k = 0; k < a->n && ok; k++) ok = str_eq(a->v.strs[k], b->v.strs[k]);
+        break;
+    case K_KV:
+        for (uint32_t k = 0; k < 2 * a->n && ok; k++) ok = str_eq(a->v.strs[k], b->v.strs[k]);
+        break;
+    case K_GROUPS: case K_LISTS: ok = groups_eq(a->v.groups, b->v.groups); break;
+    case K_SHARDING: ok = sharding_eq(a->v.sharding, b->v.sharding); break;
+    case K_LITERAL: ok = literal_eq(a->v.lit, b->v.lit, e->flags); break;
+    }
+    return ok ? true : differ(e, "attribute %s differs", name);
+}
+
+static bool meta_eq(eqctx *e, const hlo_meta *a, const hlo_meta *b) {
+    static const hlo_meta none;
+    if (!a) a = &none;
+    if (!b) b = &none;
+    if (!str_eq(a->op_type, b->op_type) || !str_eq(a->op_name, b->op_name) ||
+        !str_eq(a->source_file, b->source_file) || !str_eq(a->extra, b->extra))
+        return differ(e, "metadata strings differ");
+    if (a->source_line != b->source_line || a->source_end_line != b->source_end_line ||
+        a->source_column != b->source_column || a->source_end_column != b->source_end_column ||
+        a->stack_frame_id != b->stack_frame_id)
+        return differ(e, "metadata positions differ");
+    return true;
+}
+
+bool graph_equal(const hlo_module *a, const hlo_module *b, int flags, strbuf *why) {
+    eqctx e = {flags, why, NULL, NULL};
+    if (!str_eq(a->name, b->name)) return differ(&e, "module names %s vs %s", a->name, b->name);
+    if (a->ncomps != b->ncomps) return differ(&e, "%u vs %u computations", a->ncomps, b->ncomps);
+    if (a->entry != b->entry) return differ(&e, "entry computations differ");
+    if (!(flags & GEQ_IGNORE_HEADER)) {
+        if (a->nattrs != b->nattrs) return differ(&e, "header attribute counts differ");
+        for (uint32_t i = 0; i < a->nattrs; i++)
+            if (!attr_eq(&e, &a->attrs[i], &b->attrs[i])) return false;
+    }
+    if (a->nfile_names != b->nfile_names || a->nfunction_names != b->nfunction_names ||
+        a->nfile_locs != b->nfile_locs || a->nframes != b->nframes)
+        return differ(&e, "stack frame tables differ in size");
+    for (uint32_t i = 0; i < a->nfile_names; i++)
+        if (!str_eq(a->file_names[i], b->file_names[i])) return differ(&e, "file name %u differs", i + 1);
+    for (uint32_t i = 0; i < a->nfunction_names; i++)
+        if (!str_eq(a->function_names[i], b->function_names[i]))
+            return differ(&e, "function name %u differs", i + 1);
+    if (a->nfile_locs && memcmp(a->file_locs, b->file_locs, a->nfile_locs * sizeof *a->file_locs))
+        return differ(&e, "file locations differ");
+    if (a->nframes && memcmp(a->frames, b->frames, a->nframes * sizeof *a->frames))
+        return differ(&e, "stack frames differ");
+    for (uint32_t c = 0; c < a->ncomps; c++) {
+        const hlo_comp *ca = &a->comps[c], *cb = &b->comps[c];
+        e.where_c = ca->name;
+        e.where_i = NULL;
+        if (!str_eq(ca->name, cb->name)) return differ(&e, "name differs (%s)", cb->name);
+        if (ca->ninstrs != cb->ninstrs) return differ(&e, "%u vs %u instructions", ca->ninstrs, cb->ninstrs);
+        if (ca->root != cb->root) return differ(&e, "roots differ");
+        if (ca->nparams != cb->nparams || ca->is_entry != cb->is_entry)
+            return differ(&e, "parameters or entry flag differ");
+        for (uint32_t i = 0; i < ca->ninstrs; i++) {
+            const hlo_instr *ia = &ca->instrs[i], *ib = &cb->instrs[i];
+            e.where_i = ia->name;
+            if (!str_eq(ia->name, ib->name)) return differ(&e, "name differs (%s)", ib->name);
+            if (ia->op != ib->op || !str_eq(ia->opname, ib->opname))
+                return differ(&e, "opcode %s vs %s", ia->opname, ib->opname);
+            if (!shape_equal(&ia->shape, &ib->shape)) {
+                strbuf sa, sbb;
+                sb_init(&sa);
+                sb_init(&sbb);
+                shape_print(&sa, &ia->shape);
+                shape_print(&sbb, &ib->shape);
+                differ(&e, "shape %s vs %s", sa.s, sbb.s);
+                sb_free(&sa);
+                sb_free(&sbb);
+                return false;
+            }
+            if (ia->noperands != ib->noperands ||
+                (ia->noperands && memcmp(ia->operands, ib->operands, ia->noperands * sizeof *ia->operands)))
+                return differ(&e, "operands differ");
+            if (ia->nattrs != ib->nattrs) {
+                strbuf sa;
+                sb_init(&sa);
+                for (uint32_t k = 0; k < ia->nattrs; k++)
+                    sb_printf(&sa, " %s", ia->attrs[k].key == A_RAW ? ia->attrs[k].raw_key : attr_key_name(ia->attrs[k].key));
+                sb_puts(&sa, " |");
+                for (uint32_t k = 0; k < ib->nattrs; k++)
+                    sb_printf(&sa, " %s", ib->attrs[k].key == A_RAW ? ib->attrs[k].raw_key : attr_key_name(ib->attrs[k].key));
+                differ(&e, "%u vs %u attributes:%s", ia->nattrs, ib->nattrs, sa.s);
+                sb_free(&sa);
+                return false;
+            }
+            for (uint32_t k = 0; k < ia->nattrs; k++)
+                if (!attr_eq(&e, &ia->attrs[k], &ib->attrs[k])) return false;
+            if (!meta_eq(&e, ia->meta, ib->meta)) return false;
+        }
+    }
+    return true;
+}

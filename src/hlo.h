@@ -1,0 +1,40 @@
+/* hlo — reading and writing HLO modules.
+ *
+ * hlo_read_file() takes any HLO file a user has: text or protobuf (a bare
+ * HloModuleProto, an HloProto or an HloSnapshot, told apart by content), each
+ * optionally gzipped. The readers return a finalized module (graph.h) that the
+ * caller frees with graph_free(), or NULL after reporting every problem to the
+ * diag: text errors carry file:line:col, protobuf errors a byte offset and field.
+ *
+ * hlo_print() writes canonical text that hlo_parse_text() reads back to an
+ * identical module (graph_equal with no flags).
+ */
+#ifndef SCALIFY_HLO_H
+#define SCALIFY_HLO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "diag.h"
+#include "graph.h"
+
+/* Nesting deeper than this (tuple shapes, shardings) is refused as bad input. */
+#define HLO_MAX_NESTING 200
+
+hlo_module *hlo_read_file(const char *path, diag *d);
+/* True when buf looks like HLO text rather than protobuf bytes. */
+bool hlo_looks_like_text(const char *buf, size_t n);
+
+/* src must be NUL-terminated at src[n]. path names the input in messages. */
+hlo_module *hlo_parse_text(const char *src, size_t n, const char *path, diag *d);
+hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d);
+
+/* Canonical HLO text of the whole module, appended to b. */
+void hlo_print(strbuf *b, const hlo_module *m);
+/* One instruction's line (without ROOT and indentation), appended to b. */
+void hlo_print_instr(strbuf *b, const hlo_module *m, const hlo_comp *c, const hlo_instr *in);
+/* The text of one attribute value of instruction in (of computation c). */
+void hlo_print_attr_value(strbuf *b, const hlo_module *m, const hlo_comp *c, const hlo_instr *in,
+                          const hlo_attr *a);
+
+#endif

@@ -1,0 +1,1223 @@
+/* hlo_parse — HLO text → graph IR. Recursive descent over hlo_lex; every
+ * grammar function carries its rule. The first error stops the parse (a longjmp
+ * back to hlo_parse_text, which frees everything the parser held). */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hlo.h"
+#include "hlo_lex.h"
+
+typedef struct fixup {
+    uint32_t comp, instr, attr, k;
+    const char *name, *at;
+    size_t n;
+} fixup;
+
+typedef struct parser {
+    lexer lx;
+    diag *d;
+    hlo_module *m;
+    jmp_buf fail;
+    int depth;
+    strbuf str;
+    /* module */
+    hlo_comp *comps;
+    size_t capcomps;
+    strmap comp_index;
+    fixup *cfix;                 /* computation references, resolved at the end */
+    size_t ncfix, capcfix;
+    /* current computation */
+    hlo_instr *ins;
+    size_t nins, capins;
+    strmap instr_index;
+    fixup *ifix;                 /* control-predecessors, resolved per computation */
+    size_t nifix, capifix;
+    /* scratch */
+    uint32_t *ops;
+    size_t capops;
+    hlo_attr *attrs;
+    size_t capattrs;
+    int64_t *ints, *ints2;
+    size_t capints, capints2;
+    uint32_t *starts;
+    size_t capstarts;
+    double *vals;
+    size_t capvals;
+} parser;
+
+static _Noreturn void fail(parser *ps, const char *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static _Noreturn void fail(parser *ps, const char *at, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (!at) at = ps->lx.p;
+    diag_text(ps->d, ps->lx.src, (size_t)(ps->lx.end - ps->lx.src), (size_t)(at - ps->lx.src), "%s", msg);
+    longjmp(ps->fail, 1);
+}
+
+static const char *here(parser *ps) {
+    lex_skip(&ps->lx);
+    return ps->lx.p;
+}
+
+static void expect(parser *ps, char c, const char *what) {
+    if (!lex_accept(&ps->lx, c)) {
+        const char *p = here(ps);
+        if (p >= ps->lx.end) fail(ps, p, "expected '%c' %s, found end of input", c, what);
+        fail(ps, p, "expected '%c' %s", c, what);
+    }
+}
+
+static void name(parser *ps, const char **s, size_t *n, const char *what) {
+    if (!lex_name(&ps->lx, s, n)) fail(ps, here(ps), "expected %s", what);
+}
+
+static int64_t integer(parser *ps, const char *what) {
+    int64_t v;
+    bool overflow;
+    const char *at = here(ps);
+    if (!lex_int(&ps->lx, &v, &overflow))
+        fail(ps, at, overflow ? "%s does not fit in 64 bits" : "expected %s", what);
+    return v;
+}
+
+static bool boolean(parser *ps) {
+    if (lex_accept_word(&ps->lx, "true")) return true;
+    if (lex_accept_word(&ps->lx, "false")) return false;
+    fail(ps, here(ps), "expected true or false");
+}
+
+static void nest(parser *ps) {
+    if (++ps->depth > HLO_MAX_NESTING) fail(ps, here(ps), "nesting deeper than %d levels", HLO_MAX_NESTING);
+}
+
+static int64_t *copy_ints(parser *ps, const int64_t *v, size_t n) {
+    return n ? arena_memdup(&ps->m->arena, v, n * sizeof *v) : NULL;
+}
+
+/* ints -> '{' (int (',' int)*)? '}'   into ps->ints */
+static size_t int_list_scratch(parser *ps) {
+    expect(ps, '{', "to open a list");
+    size_t n = 0;
+    if (lex_accept(&ps->lx, '}')) return 0;
+    do {
+        XGROW(ps->ints, ps->capints, n + 1);
+        ps->ints[n++] = integer(ps, "an integer");
+    } while (lex_accept(&ps->lx, ','));
+    expect(ps, '}', "to close the list");
+    return n;
+}
+
+static int64_t *int_list(parser *ps, uint32_t *n) {
+    size_t k = int_list_scratch(ps);
+    *n = (uint32_t)k;
+    return copy_ints(ps, ps->ints, k);
+}
+
+/* bracket ints -> '[' (int (',' int)*)? ']' */
+static int64_t *bracket_ints(parser *ps, uint32_t *n) {
+    expect(ps, '[', "to open a list");
+    size_t k = 0;
+    if (!lex_accept(&ps->lx, ']')) {
+        do {
+            XGROW(ps->ints, ps->capints, k + 1);
+            ps->ints[k++] = integer(ps, "an integer");
+        } while (lex_accept(&ps->lx, ','));
+        expect(ps, ']', "to close the list");
+    }
+    *n = (uint32_t)k;
+    return copy_ints(ps, ps->ints, k);
+}
+
+/* ---- shapes ---- */
+
+/* layout -> '{' ints? (':' item*)? '}'   item -> T(d,..)(..)* | E(n) | S(n) | other */
+static layout *parse_layout(parser *ps) {
+    hlo_module *m = ps->m;
+    layout *l = arena_alloc(&m->arena, sizeof *l);
+    ps->lx.p++; /* '{' */
+    size_t n = 0;
+    if (!lex_peek(&ps->lx, '}') && !lex_peek(&ps->lx, ':')) {
+        do {
+            XGROW(ps->ints, ps->capints, n + 1);
+            ps->ints[n++] = integer(ps, "a layout dimension");
+        } while (lex_accept(&ps->lx, ','));
+    }
+    l->n = (uint32_t)n;
+    l->minor_to_major = copy_ints(ps, ps->ints, n);
+    if (lex_accept(&ps->lx, ':')) {
+        strbuf extra;
+        sb_init(&extra);
+        while (!lex_peek(&ps->lx, '}')) {
+            const char *at = ps->lx.p;
+            if (at >= ps->lx.end) {
+                sb_free(&extra);
+                fail(ps, at, "unterminated layout");
+            }
+            if (*at == 'T' && at[1] == '(') {
+                ps->lx.p++;
+                while (lex_peek(&ps->lx, '(')) {
+                    ps->lx.p++;
+                    size_t k = 0;
+                    do {
+                        XGROW(ps->ints, ps->capints, k + 1);
+                        if (lex_accept(&ps->lx, '*')) ps->ints[k++] = TILE_COMBINE;
+                        else ps->ints[k++] = integer(ps, "a tile dimension");
+                    } while (lex_accept(&ps->lx, ','));
+                    expect(ps, ')', "to close a tile");
+                    tile *t = arena_alloc(&m->arena, (l->ntiles + 1) * sizeof *t);
+                    if (l->ntiles) memcpy(t, l->tiles, l->ntiles * sizeof *t);
+                    t[l->ntiles].n = (uint32_t)k;
+                    t[l->ntiles].dims = copy_ints(ps, ps->ints, k);
+                    l->tiles = t;
+                    l->ntiles++;
+                }
+            } else if ((*at == 'E' || *at == 'S') && at[1] == '(' ) {
+                ps->lx.p += 2;
+                int64_t v = integer(ps, "a layout number");
+                expect(ps, ')', "after a layout number");
+                if (*at == 'E') l->element_size_bits = v;
+                else l->memory_space = v;
+            } else {
+                /* Other layout items (D(...), L(...), #(...), *(...), SC(...), ...)
+                 * are kept as text: an item name and a balanced group. */
+                const char *s = at;
+                while (ps->lx.p < ps->lx.end && *ps->lx.p != '(' && *ps->lx.p != '}') ps->lx.p++;
+                const char *g;
+                size_t gn;
+                if (!lex_balanced(&ps->lx, &g, &gn)) {
+                    sb_free(&extra);
+                    fail(ps, at, "unreadable layout item");
+                }
+                sb_put(&extra, s, (size_t)(ps->lx.p - s));
+            }
+        }
+        if (extra.len) l->extra = graph_intern(m, extra.s, extra.len);
+        sb_free(&extra);
+    }
+    expect(ps, '}', "to close the layout");
+    return l;
+}
+
+/* shape -> '(' (shape (',' shape)*)? ')' | type '[' (dim (',' dim)*)? ']' layout?
+ * dim -> int | '<=' int | '?' */
+static void parse_shape(parser *ps, shape *s) {
+    hlo_module *m = ps->m;
+    memset(s, 0, sizeof *s);
+    const char *at = here(ps);
+    if (lex_accept(&ps->lx, '(')) {
+        nest(ps);
+        s->dtype = DT_TUPLE;
+        shape *elems = NULL;
+        size_t n = 0, cap = 0;
+        if (!lex_accept(&ps->lx, ')')) {
+            /* Elements are parsed into a heap vector; a failure deeper down longjmps
+             * past this frame, so keep the vector in the arena instead. */
+            do {
+                shape e;
+                parse_shape(ps, &e);
+                if (n == cap) {
+                    size_t nc = cap ? cap * 2 : 4;
+                    shape *ne = arena_alloc(&m->arena, nc * sizeof *ne);
+                    if (n) memcpy(ne, elems, n * sizeof *ne);
+                    elems = ne;
+                    cap = nc;
+                }
+                elems[n++] = e;
+            } while (lex_accept(&ps->lx, ','));
+            expect(ps, ')', "to close the tuple shape");
+        }
+        s->tuple = elems;
+        s->ntuple = (uint32_t)n;
+        ps->depth--;
+        return;
+    }
+    const char *tn;
+    size_t tl;
+    if (!lex_name(&ps->lx, &tn, &tl) || tn != at) fail(ps, at, "expected a shape");
+    int dt = dtype_from_name(tn, tl);
+    if (dt == DT_INVALID) fail(ps, at, "unknown element type '%.*s'", (int)(tl > 40 ? 40 : tl), tn);
+    s->dtype = (uint8_t)dt;
+    if (*ps->lx.p != '[') fail(ps, ps->lx.p, "expected '[' after the element type");
+    ps->lx.p++;
+    size_t n = 0;
+    uint8_t dyn[1024];
+    bool any_dyn = false;
+    if (!lex_accept(&ps->lx, ']')) {
+        do {
+            if (n >= ARRAY_LEN(dyn)) fail(ps, here(ps), "more than %zu dimensions", ARRAY_LEN(dyn));
+            XGROW(ps->ints, ps->capints, n + 1);
+            lex_skip(&ps->lx);
+            if (lex_accept(&ps->lx, '?')) {
+                ps->ints[n] = 0;
+                dyn[n] = DIM_UNBOUNDED;
+                any_dyn = true;
+            } else if (ps->lx.p[0] == '<' && ps->lx.p[1] == '=') {
+                ps->lx.p += 2;
+                ps->ints[n] = integer(ps, "a dimension bound");
+                dyn[n] = DIM_BOUNDED;
+                any_dyn = true;
+            } else {
+                ps->ints[n] = integer(ps, "a dimension");
+                dyn[n] = DIM_STATIC;
+            }
+            n++;
+        } while (lex_accept(&ps->lx, ','));
+        expect(ps, ']', "to close the dimensions");
+    }
+    s->rank = (uint32_t)n;
+    s->dims = copy_ints(ps, ps->ints, n);
+    if (any_dyn) s->dynamic = arena_memdup(&m->arena, dyn, n);
+    if (*ps->lx.p == '{') s->layout = parse_layout(ps);
+    char why[200];
+    if (shape_check(s, why, sizeof why)) fail(ps, at, "invalid shape: %s", why);
+}
+
+/* ---- attribute values ---- */
+
+/* groups -> '{' ('{' ints '}' (',' ...)*)? '}' | '[' G ',' S ']' '<=' '[' ints ']' ('T' '(' ints ')')? */
+static hlo_groups *parse_groups(parser *ps, bool allow_iota) {
+    hlo_module *m = ps->m;
+    hlo_groups *g = arena_alloc(&m->arena, sizeof *g);
+    const char *at = here(ps);
+    if (allow_iota && lex_peek(&ps->lx, '[')) {
+        uint32_t n;
+        int64_t *gs = bracket_ints(ps, &n);
+        if (n != 2) fail(ps, at, "iota replica groups need [groups,size]");
+        if (!(lex_accept(&ps->lx, '<') && *ps->lx.p == '=')) fail(ps, here(ps), "expected '<=' in iota replica groups");
+        ps->lx.p++;
+        g->iota = true;
+        if (gs[0] < 0 || gs[1] < 0 || gs[0] > UINT32_MAX) fail(ps, at, "invalid iota replica group sizes");
+        g->ngroups = (uint32_t)gs[0];
+        g->group_size = gs[1];
+        g->reshape = bracket_ints(ps, &g->nreshape);
+        lex_skip(&ps->lx);
+        if (ps->lx.p[0] == 'T' && ps->lx.p[1] == '(') {
+            ps->lx.p++;
+            expect(ps, '(', "");
+            size_t k = 0;
+            do {
+                XGROW(ps->ints, ps->capints, k + 1);
+                ps->ints[k++] = integer(ps, "a permutation index");
+            } while (lex_accept(&ps->lx, ','));
+            expect(ps, ')', "to close the permutation");
+            g->nperm = (uint32_t)k;
+            g->perm = copy_ints(ps, ps->ints, k);
+        }
+        int64_t total = 1;
+        for (uint32_t i = 0; i < g->nreshape; i++)
+            if (g->reshape[i] < 0 || !mul_ok(total, g->reshape[i], &total)) fail(ps, at, "invalid iota reshape");
+        int64_t want;
+        if (!mul_ok(gs[0], gs[1], &want) || want != total)
+            fail(ps, at, "iota replica groups [%lld,%lld] do not cover %lld devices", (long long)gs[0],
+                 (long long)gs[1], (long long)total);
+        if (g->nperm && g->nperm != g->nreshape) fail(ps, at, "permutation length differs from the reshape");
+        for (uint32_t i = 0; i < g->nperm; i++)
+            if (g->perm[i] < 0 || g->perm[i] >= g->nreshape) fail(ps, at, "invalid permutation");
+        return g;
+    }
+    expect(ps, '{', "to open the groups");
+    size_t ngroups = 0, nids = 0;
+    XGROW(ps->starts, ps->capstarts, 1);
+    ps->starts[0] = 0;
+    if (!lex_accept(&ps->lx, '}')) {
+        do {
+            size_t k = int_list_scratch(ps);
+            XGROW(ps->ints2, ps->capints2, nids + k);
+            memcpy(ps->ints2 + nids, ps->ints, k * sizeof *ps->ints);
+            nids += k;
+            if (nids > UINT32_MAX) fail(ps, at, "too many ids in groups");
+            XGROW(ps->starts, ps->capstarts, ngroups + 2);
+            ps->starts[++ngroups] = (uint32_t)nids;
+        } while (lex_accept(&ps->lx, ','));
+        expect(ps, '}', "to close the groups");
+    }
+    g->ngroups = (uint32_t)ngroups;
+    g->start = arena_memdup(&m->arena, ps->starts, (ngroups + 1) * sizeof *ps->starts);
+    g->ids = copy_ints(ps, ps->ints2, nids);
+    return g;
+}
+
+static int last_tile_type(const char *s, size_t n) {
+    static const char *const names[] = {"replicated", "maximal", "tuple", "other", "manual", "unknown", "unreduced"};
+    for (int i = 0; i < (int)ARRAY_LEN(names); i++)
+        if (strlen(names[i]) == n && memcmp(names[i], s, n) == 0) return i;
+    return -1;
+}
+
+/* sharding -> '{' body '}'
+ * body -> 'replicated' | 'manual' | 'unknown' | 'unreduced' | 'maximal' 'device=' int
+ *       | 'devices=' '[' ints ']' (int (',' int)* | '<=' '[' ints ']' ('T' '(' ints ')')?)
+ *         'last_tile_dim_replicate'? ('last_tile_dims=' '{' word (',' word)* '}')?
+ *       | sharding (',' sharding)*                       (a tuple)
+ * Anything else (Shardy's mesh form, metadata) is kept whole as text. */
+static bool parse_sharding_body(parser *ps, hlo_sharding *s) {
+    hlo_module *m = ps->m;
+    lexer *lx = &ps->lx;
+    if (lex_peek(lx, '{')) {
+        s->type = SH_TUPLE;
+        size_t n = 0, cap = 0;
+        hlo_sharding *el = NULL;
+        do {
+            if (!lex_accept(lx, '{')) return false;
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 4;
+                hlo_sharding *ne = arena_alloc(&m->arena, nc * sizeof *ne);
+                if (n) memcpy(ne, el, n * sizeof *ne);
+                el = ne;
+                cap = nc;
+            }
+            nest(ps);
+            bool ok = parse_sharding_body(ps, &el[n]);
+            ps->depth--;
+            if (!ok || !lex_accept(lx, '}')) return false;
+            n++;
+        } while (lex_accept(lx, ','));
+        s->tuple = el;
+        s->ntuple = (uint32_t)n;
+        return true;
+    }
+    if (lex_accept_word(lx, "replicated")) s->type = SH_REPLICATED;
+    else if (lex_accept_word(lx, "manual")) s->type = SH_MANUAL;
+    else if (lex_accept_word(lx, "unknown")) s->type = SH_UNKNOWN;
+    else if (lex_accept_word(lx, "unreduced")) s->type = SH_UNREDUCED;
+    else if (lex_accept_word(lx, "maximal")) {
+        if (!lex_accept_word(lx, "device") || !lex_accept(lx, '=')) return false;
+        s->type = SH_MAXIMAL;
+        int64_t dev;
+        bool of;
+        if (!lex_int(lx, &dev, &of)) return false;
+        int64_t one = 1;
+        s->tile_dims = copy_ints(ps, &one, 1);
+        s->ntile = 1;
+        s->devices = copy_ints(ps, &dev, 1);
+        s->ndevices = 1;
+    } else if (lex_accept_word(lx, "devices")) {
+        s->type = SH_OTHER;
+        if (!lex_accept(lx, '=') || !lex_peek(lx, '[')) return false;
+        s->tile_dims = bracket_ints(ps, &s->ntile);
+        lex_skip(lx);
+        if (lx->p[0] == '<' && lx->p[1] == '=') {
+            lx->p += 2;
+            if (!lex_peek(lx, '[')) return false;
+            s->reshape = bracket_ints(ps, &s->nreshape);
+            lex_skip(lx);
+            if (lx->p[0] == 'T' && lx->p[1] == '(') {
+                lx->p += 2;
+                size_t k = 0;
+                do {
+                    XGROW(ps->ints, ps->capints, k + 1);
+                    ps->ints[k++] = integer(ps, "a permutation index");
+                } while (lex_accept(lx, ','));
+                if (!lex_accept(lx, ')')) return false;
+                s->nperm = (uint32_t)k;
+                s->perm = copy_ints(ps, ps->ints, k);
+            }
+        } else {
+            size_t k = 0;
+            do {
+                int64_t v;
+                bool of;
+                if (!lex_int(lx, &v, &of)) return false;
+                XGROW(ps->ints, ps->capints, k + 1);
+                ps->ints[k++] = v;
+            } while (lex_accept(lx, ','));
+            s->ndevices = (uint32_t)k;
+            s->devices = copy_ints(ps, ps->ints, k);
+        }
+        if (lex_accept_word(lx, "last_tile_dim_replicate")) s->replicate_last = true;
+        if (lex_accept_word(lx, "last_tile_dims")) {
+            if (!lex_accept(lx, '=') || !lex_accept(lx, '{')) return false;
+            int types[64];
+            size_t k = 0;
+            do {
+                const char *w;
+                size_t wn;
+                if (!lex_name(lx, &w, &wn) || k == ARRAY_LEN(types)) return false;
+                int t = last_tile_type(w, wn);
+                if (t < 0) return false;
+                types[k++] = t;
+            } while (lex_accept(lx, ','));
+            if (!lex_accept(lx, '}')) return false;
+            s->nlast = (uint32_t)k;
+            s->last_tile_dims = arena_memdup(&m->arena, types, k * sizeof *types);
+        }
+    } else {
+        return false;
+    }
+    return true;
+}
+
+static hlo_sharding *parse_sharding(parser *ps) {
+    hlo_module *m = ps->m;
+    const char *at = here(ps);
+    const char *g;
+    size_t gn;
+    /* Take the balanced group first: it bounds the structured parse and is the
+     * text we keep when the form is not one we model. */
+    if (!lex_balanced(&ps->lx, &g, &gn) || *g != '{') fail(ps, at, "expected a sharding {...}");
+    const char *after = ps->lx.p;
+    hlo_sharding *s = arena_alloc(&m->arena, sizeof *s);
+    lexer saved = ps->lx;
+    lexer sub = ps->lx;
+    sub.p = g + 1;
+    sub.end = g + gn - 1;
+    /* sub.end is not NUL-terminated; scanning functions stop at end. */
+    ps->lx = sub;
+    int depth = ps->depth;
+    bool ok = parse_sharding_body(ps, s);
+    if (ok) {
+        lex_skip(&ps->lx);
+        ok = ps->lx.p >= sub.end;
+    }
+    ps->depth = depth;
+    ps->lx = saved;
+    ps->lx.p = after;
+    if (!ok) {
+        memset(s, 0, sizeof *s);
+        s->type = SH_RAW;
+        s->raw = graph_intern(m, g + 1, gn - 2);
+    }
+    return s;
+}
+
+/* kv -> '{' (key '=' (string | raw) (',' ...)*)? '}' */
+static const char **parse_kv(parser *ps, uint32_t *n) {
+    hlo_module *m = ps->m;
+    expect(ps, '{', "to open the attributes");
+    size_t k = 0, cap = 0;
+    const char **v = NULL;
+    if (!lex_accept(&ps->lx, '}')) {
+        do {
+            const char *key, *val;
+            size_t kn, vn;
+            if (lex_peek(&ps->lx, '"')) {
+                if (!lex_string(&ps->lx, &ps->str)) fail(ps, here(ps), "unterminated string");
+                key = graph_intern(m, ps->str.s, ps->str.len);
+            } else {
+                name(ps, &val, &kn, "an attribute name");
+                key = graph_intern(m, val, kn);
+            }
+            expect(ps, '=', "after the attribute name");
+            if (lex_peek(&ps->lx, '"')) {
+                if (!lex_string(&ps->lx, &ps->str)) fail(ps, here(ps), "unterminated string");
+                val = ps->str.s;
+                vn = ps->str.len;
+            } else if (!lex_raw(&ps->lx, &val, &vn)) {
+                fail(ps, here(ps), "unreadable attribute value");
+            }
+            if (k + 2 > cap) {
+                size_t nc = cap ? cap * 2 : 8;
+                const char **nv = arena_alloc(&m->arena, nc * sizeof *nv);
+                if (k) memcpy(nv, v, k * sizeof *nv);
+                v = nv;
+                cap = nc;
+            }
+            v[k++] = key;
+            v[k++] = graph_intern(m, val ? val : "", vn);
+        } while (lex_accept(&ps->lx, ','));
+        expect(ps, '}', "to close the attributes");
+    }
+    *n = (uint32_t)(k / 2);
+    return v;
+}
+
+/* metadata -> '{' (key '=' (string | int))* '}' */
+static hlo_meta *parse_metadata(parser *ps) {
+    hlo_module *m = ps->m;
+    hlo_meta *md = arena_alloc(&m->arena, sizeof *md);
+    expect(ps, '{', "to open metadata");
+    strbuf extra;
+    sb_init(&extra);
+    while (!lex_accept(&ps->lx, '}')) {
+        const char *k;
+        size_t kn;
+        const char *at = here(ps);
+        if (!lex_name(&ps->lx, &k, &kn)) {
+            sb_free(&extra);
+            fail(ps, at, "expected a metadata field or '}'");
+        }
+        if (!lex_accept(&ps->lx, '=')) {
+            sb_free(&extra);
+            fail(ps, here(ps), "expected '=' after metadata field");
+        }
+#define IS(w) (kn == sizeof(w) - 1 && memcmp(k, w, kn) == 0)
+        const char **sfield = IS("op_type") ? &md->op_type : IS("op_name") ? &md->op_name
+                              : IS("source_file") ? &md->source_file : NULL;
+        int32_t *ifield = IS("source_line") ? &md->source_line : IS("source_end_line") ? &md->source_end_line
+                          : IS("source_column") ? &md->source_column
+                          : IS("source_end_column") ? &md->source_end_column
+                          : IS("stack_frame_id") ? &md->stack_frame_id : NULL;
+#undef IS
+        if (sfield) {
+            if (!lex_string(&ps->lx, &ps->str)) {
+                sb_free(&extra);
+                fail(ps, here(ps), "expected a string");
+            }
+            *sfield = graph_intern(m, ps->str.s, ps->str.len);
+        } else if (ifield) {
+            int64_t v;
+            bool of;
+            if (!lex_int(&ps->lx, &v, &of) || v < INT32_MIN || v > INT32_MAX) {
+                sb_free(&extra);
+                fail(ps, here(ps), "expected a 32-bit integer");
+            }
+            *ifield = (int32_t)v;
+        } else {
+            /* Unknown field: kept verbatim, in order. */
+            const char *v;
+            size_t vn;
+            lex_skip(&ps->lx);
+            if (*ps->lx.p == '"') {
+                const char *s0 = ps->lx.p;
+                if (!lex_string(&ps->lx, &ps->str)) {
+                    sb_free(&extra);
+                    fail(ps, s0, "unterminated string");
+                }
+                v = s0;
+                vn = (size_t)(ps->lx.p - s0);
+            } else if (*ps->lx.p == '{') {
+                if (!lex_balanced(&ps->lx, &v, &vn)) {
+                    sb_free(&extra);
+                    fail(ps, here(ps), "unbalanced metadata value");
+                }
+            } else if (!lex_word(&ps->lx, &v, &vn)) {
+                sb_free(&extra);
+                fail(ps, here(ps), "expected a metadata value");
+            }
+            if (extra.len) sb_putc(&extra, ' ');
+            sb_put(&extra, k, kn);
+            sb_putc(&extra, '=');
+            sb_put(&extra, v, vn);
+        }
+    }
+    if (extra.len) md->extra = graph_intern(m, extra.s, extra.len);
+    sb_free(&extra);
+    return md;
+}
+
+/* literal -> '{...}' | value | '{' literal (',' literal)* '}'   (flattened in order) */
+static hlo_literal *parse_literal(parser *ps, const shape *sh) {
+    hlo_module *m = ps->m;
+    lexer *lx = &ps->lx;
+    hlo_literal *lit = arena_alloc(&m->arena, sizeof *lit);
+    lit->dtype = sh->dtype;
+    const char *at = here(ps);
+    if (sh->dtype == DT_TUPLE || dtype_is_complex(sh->dtype) || sh->dtype == DT_TOKEN ||
+        sh->dtype == DT_OPAQUE) {
+        const char *s;
+        size_t n;
+        if (!lex_raw(lx, &s, &n)) fail(ps, at, "unreadable literal");
+        lit->raw = graph_intern(m, s, n);
+        lit->count = shape_elements(sh);
+        return lit;
+    }
+    int64_t want = shape_elements(sh);
+    lit->count = want;
+    if (lx->p[0] == '{' ) {
+        const char *q = lx->p + 1;
+        while (*q == ' ') q++;
+        if (q[0] == '.' && q[1] == '.' && q[2] == '.') {
+            q += 3;
+            while (*q == ' ') q++;
+            if (*q == '}') {
+                lx->p = q + 1;
+                lit->elided = true;
+                return lit;
+            }
+        }
+    }
+    bool is_float = dtype_is_float(sh->dtype), is_pred = sh->dtype == DT_PRED;
+    bool is_unsigned = dtype_is_unsigned(sh->dtype);
+    size_t n = 0;
+    long depth = 0;
+    for (;;) {
+        lex_skip(lx);
+        char c = *lx->p;
+        if (lx->p >= lx->end) fail(ps, at, "unterminated literal");
+        if (c == '{') { depth++; lx->p++; continue; }
+        if (c == '}') {
+            if (depth == 0) fail(ps, lx->p, "unbalanced '}' in literal");
+            depth--;
+            lx->p++;
+            if (depth == 0) break;
+            continue;
+        }
+        if (c == ',') {
+            if (depth == 0) break;
+            lx->p++;
+            continue;
+        }
+        if (c == ')' && depth == 0) break;
+        const char *w;
+        size_t wn;
+        const char *wat = lx->p;
+        if (!lex_word(lx, &w, &wn)) fail(ps, wat, "expected a literal value");
+        if ((int64_t)n >= want) fail(ps, wat, "literal has more than the %lld values its shape holds", (long long)want);
+        char buf[128];
+        if (wn >= sizeof buf) fail(ps, wat, "literal value too long");
+        memcpy(buf, w, wn);
+        buf[wn] = 0;
+        char *endp;
+        if (is_float) {
+            XGROW(ps->vals, ps->capvals, n + 1);
+            double v = sh->dtype == DT_F64 ? strtod(buf, &endp) : (double)strtof(buf, &endp);
+            if (*endp) fail(ps, wat, "invalid %s value '%s'", dtype_name(sh->dtype), buf);
+            ps->vals[n++] = dtype_round(sh->dtype, v);
+        } else {
+            XGROW(ps->ints, ps->capints, n + 1);
+            int64_t v;
+            if (is_pred && strcmp(buf, "true") == 0) v = 1;
+            else if (is_pred && strcmp(buf, "false") == 0) v = 0;
+            else {
+                errno = 0;
+                v = is_unsigned ? (int64_t)strtoull(buf, &endp, 10) : strtoll(buf, &endp, 10);
+                if (*endp || errno) fail(ps, wat, "invalid %s value '%s'", dtype_name(sh->dtype), buf);
+            }
+            ps->ints[n++] = v;
+        }
+        if (depth == 0) break;
+    }
+    if ((int64_t)n != want)
+        fail(ps, at, "literal has %zu values but its shape holds %lld", n, (long long)want);
+    if (is_float) lit->f = arena_memdup(&m->arena, ps->vals, n * sizeof *ps->vals);
+    else lit->i = copy_ints(ps, ps->ints, n);
+    return lit;
+}
+
+/* padding -> (lo '_' hi ('_' interior)?) ('x' ...)* */
+static int64_t *parse_padding(parser *ps, uint32_t *ndims) {
+    const char *w, *at = here(ps);
+    size_t wn;
+    if (!lex_word(&ps->lx, &w, &wn)) fail(ps, at, "expected a padding such as 0_0x1_1");
+    size_t k = 0;
+    const char *p = w, *e = w + wn;
+    while (p < e) {
+        int64_t v[3] = {0, 0, 0};
+        int parts = 0;
+        for (;;) {
+            char *endp;
+            errno = 0;
+            long long x = strtoll(p, &endp, 10);
+            if (endp == p || errno || endp > e) fail(ps, at, "invalid padding '%.*s'", (int)wn, w);
+            if (parts == 3) fail(ps, at, "padding has more than lo_hi_interior");
+            v[parts++] = x;
+            p = endp;
+            if (p < e && *p == '_') { p++; continue; }
+            break;
+        }
+        if (parts < 2) fail(ps, at, "padding needs lo_hi per dimension");
+        XGROW(ps->ints, ps->capints, k + 3);
+        memcpy(ps->ints + k, v, sizeof v);
+        k += 3;
+        if (p < e) {
+            if (*p != 'x') fail(ps, at, "invalid padding '%.*s'", (int)wn, w);
+            p++;
+        }
+    }
+    *ndims = (uint32_t)(k / 3);
+    return copy_ints(ps, ps->ints, k);
+}
+
+/* slices -> '{' ('[' int ':' int (':' int)? ']' (',' ...)*)? '}' */
+static int64_t *parse_slices(parser *ps, uint32_t *ndims) {
+    expect(ps, '{', "to open the slices");
+    size_t k = 0;
+    if (!lex_accept(&ps->lx, '}')) {
+        do {
+            expect(ps, '[', "to open a slice");
+            XGROW(ps->ints, ps->capints, k + 3);
+            ps->ints[k] = integer(ps, "a slice start");
+            expect(ps, ':', "in a slice");
+            ps->ints[k + 1] = integer(ps, "a slice limit");
+            ps->ints[k + 2] = lex_accept(&ps->lx, ':') ? integer(ps, "a slice stride") : 1;
+            expect(ps, ']', "to close a slice");
+            k += 3;
+        } while (lex_accept(&ps->lx, ','));
+        expect(ps, '}', "to close the slices");
+    }
+    *ndims = (uint32_t)(k / 3);
+    return copy_ints(ps, ps->ints, k);
+}
+
+static void add_fixup(parser *ps, fixup **v, size_t *n, size_t *cap, uint32_t attr, uint32_t k,
+                      const char *s, size_t sn, const char *at) {
+    XGROW(*v, *cap, *n + 1);
+    /* The computation being parsed gets index m->ncomps when it is complete. */
+    (*v)[(*n)++] = (fixup){ps->m->ncomps, (uint32_t)ps->nins, attr, k, s, at, sn};
+}
+
+/* A list of names ('{' name (',' name)* '}') or, when single is allowed, one name. */
+static uint32_t parse_refs(parser *ps, uint32_t attr, bool single_ok, bool instrs) {
+    fixup **v = instrs ? &ps->ifix : &ps->cfix;
+    size_t *n = instrs ? &ps->nifix : &ps->ncfix, *cap = instrs ? &ps->capifix : &ps->capcfix;
+    const char *s;
+    size_t sn;
+    if (single_ok && !lex_peek(&ps->lx, '{')) {
+        const char *at = here(ps);
+        name(ps, &s, &sn, "a computation name");
+        add_fixup(ps, v, n, cap, attr, 0, s, sn, at);
+        return 1;
+    }
+    expect(ps, '{', "to open a list of names");
+    uint32_t k = 0;
+    if (lex_accept(&ps->lx, '}')) return 0;
+    do {
+        const char *at = here(ps);
+        name(ps, &s, &sn, instrs ? "an instruction name" : "a computation name");
+        add_fixup(ps, v, n, cap, attr, k++, s, sn, at);
+    } while (lex_accept(&ps->lx, ','));
+    expect(ps, '}', "to close the list of names");
+    return k;
+}
+
+static void parse_attr(parser *ps, hlo_instr *in, size_t *nattrs) {
+    hlo_module *m = ps->m;
+    const char *k, *at = here(ps);
+    size_t kn;
+    name(ps, &k, &kn, "an attribute name");
+    expect(ps, '=', "after the attribute name");
+    if (kn == 8 && memcmp(k, "metadata", 8) == 0) {
+        if (in->meta) fail(ps, at, "metadata given twice");
+        in->meta = parse_metadata(ps);
+        return;
+    }
+    int key = attr_key_from_name(k, kn);
+    for (size_t i = 0; i < *nattrs; i++)
+        if (ps->attrs[i].key == key && (key != A_RAW || (strlen(ps->attrs[i].raw_key) == kn &&
+                                                          memcmp(ps->attrs[i].raw_key, k, kn) == 0)))
+            fail(ps, at, "attribute '%.*s' given twice", (int)kn, k);
+    XGROW(ps->attrs, ps->capattrs, *nattrs + 1);
+    uint32_t ai = (uint32_t)*nattrs;
+    hlo_attr *a = &ps->attrs[ai];
+    memset(a, 0, sizeof *a);
+    a->key = (uint16_t)key;
+    a->kind = (uint16_t)attr_key_kind(key);
+    (*nattrs)++;
+    const char *s;
+    size_t sn;
+    switch (a->kind) {
+    case K_INT: a->v.i = integer(ps, "an integer"); break;
+    case K_BOOL: a->v.i = boolean(ps); break;
+    case K_INTS: a->v.ints = int_list(ps, &a->n); break;
+    case K_IDENT:
+        if (!lex_word(&ps->lx, &s, &sn)) fail(ps, here(ps), "expected a value");
+        a->v.str = graph_intern(m, s, sn);
+        break;
+    case K_IDENTS: {
+        expect(ps, '{', "to open the list");
+        size_t cnt = 0;
+        const char *words[256];
+        if (!lex_accept(&ps->lx, '}')) {
+            do {
+                if (cnt == ARRAY_LEN(words)) fail(ps, here(ps), "list too long");
+                if (!lex_word(&ps->lx, &s, &sn)) fail(ps, here(ps), "expected a word");
+                words[cnt++] = graph_intern(m, s, sn);
+            } while (lex_accept(&ps->lx, ','));
+            expect(ps, '}', "to close the list");
+        }
+        a->n = (uint32_t)cnt;
+        a->v.strs = arena_memdup(&m->arena, words, cnt * sizeof *words);
+        break;
+    }
+    case K_STRING:
+        if (!lex_string(&ps->lx, &ps->str)) fail(ps, here(ps), "expected a quoted string");
+        a->v.str = graph_intern(m, ps->str.s, ps->str.len);
+        break;
+    case K_BACKEND:
+        if (lex_peek(&ps->lx, '"')) {
+            if (!lex_string(&ps->lx, &ps->str)) fail(ps, here(ps), "unterminated string");
+            a->v.str = graph_intern(m, ps->str.s, ps->str.len);
+        } else if (lex_peek(&ps->lx, '{')) {
+            if (!lex_balanced(&ps->lx, &s, &sn)) fail(ps, here(ps), "unbalanced backend_config");
+            a->v.str = graph_intern(m, s, sn);
+        } else {
+            if (!lex_raw(&ps->lx, &s, &sn)) fail(ps, here(ps), "unreadable backend_config");
+            a->v.str = graph_intern(m, s, sn);
+        }
+        break;
+    case K_COMP:
+        a->v.ints = arena_alloc(&m->arena, sizeof(int64_t));
+        parse_refs(ps, ai, true, false);
+        a->n = 0;
+        break;
+    case K_COMPS: case K_INSTRS: {
+        a->n = parse_refs(ps, ai, a->key == A_CALLS, a->kind == K_INSTRS);
+        a->v.ints = arena_alloc(&m->arena, (a->n ? a->n : 1) * sizeof(int64_t));
+        break;
+    }
+    case K_SLICES: a->v.ints = parse_slices(ps, &a->n); break;
+    case K_PADDING: a->v.ints = parse_padding(ps, &a->n); break;
+    case K_GROUPS: a->v.groups = parse_groups(ps, true); break;
+    case K_LISTS: a->v.groups = parse_groups(ps, false); break;
+    case K_SHARDING: a->v.sharding = parse_sharding(ps); break;
+    case K_KV: a->v.strs = parse_kv(ps, &a->n); break;
+    case K_RAW:
+    default:
+        if (!lex_raw(&ps->lx, &s, &sn)) fail(ps, here(ps), "unbalanced brackets in the value of '%.*s'", (int)kn, k);
+        a->raw_key = key == A_RAW ? graph_intern(m, k, kn) : NULL;
+        a->v.str = graph_intern(m, s, sn);
+        break;
+    }
+}
+
+/* instruction -> 'ROOT'? name '=' shape opcode '(' operands ')' (',' attr)* */
+static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
+    hlo_module *m = ps->m;
+    lexer *lx = &ps->lx;
+    XGROW(ps->ins, ps->capins, ps->nins + 1);
+    hlo_instr *in = &ps->ins[ps->nins];
+    memset(in, 0, sizeof *in);
+    const char *at = here(ps);
+    *is_root = lex_accept_word(lx, "ROOT");
+    const char *nm, *nm_at = here(ps);
+    size_t nl;
+    name(ps, &nm, &nl, "an instruction name");
+    int line, col;
+    diag_linecol(lx->src, (size_t)(lx->end - lx->src), (size_t)(at - lx->src), &line, &col);
+    in->line = (uint32_t)line;
+    in->col = (uint32_t)col;
+    in->name = arena_strndup(&m->arena, nm, nl);
+    if (!strmap_put(&ps->instr_index, in->name, nl, (uint32_t)ps->nins))
+        fail(ps, nm_at, "instruction '%.*s' is defined twice", (int)nl, nm);
+    expect(ps, '=', "after the instruction name");
+    parse_shape(ps, &in->shape);
+    const char *op, *op_at = here(ps);
+    size_t opl;
+    if (!lex_name(lx, &op, &opl) || *op_at == '%') fail(ps, op_at, "expected an opcode");
+    in->opname = graph_intern(m, op, opl);
+    in->op = (uint16_t)hlo_op_from_name(op, opl);
+    expect(ps, '(', "after the opcode");
+    size_t nattrs = 0, nops = 0;
+    *param_no = -1;
+    if (in->op == OP_CONSTANT) {
+        XGROW(ps->attrs, ps->capattrs, 1);
+        ps->attrs[0] = (hlo_attr){.key = A_LITERAL, .kind = K_LITERAL, .v.lit = parse_literal(ps, &in->shape)};
+        nattrs = 1;
+        expect(ps, ')', "after the literal");
+    } else if (in->op == OP_PARAMETER) {
+        const char *pat = here(ps);
+        *param_no = integer(ps, "a parameter number");
+        if (*param_no < 0 || *param_no > 1000000) fail(ps, pat, "parameter number out of range");
+        XGROW(ps->attrs, ps->capattrs, 1);
+        ps->attrs[0] = (hlo_attr){.key = A_PARAMETER_NUMBER, .kind = K_INT, .v.i = *param_no};
+        nattrs = 1;
+        expect(ps, ')', "after the parameter number");
+    } else if (!lex_accept(lx, ')')) {
+        do {
+            lex_skip(lx);
+            const char *oat = lx->p;
+            /* An operand may carry its shape: "f32[2]{0} %x" or "(s32[], f32[]) %t". */
+            const char *s;
+            size_t sn;
+            bool has_shape = *oat == '(';
+            if (!has_shape && lex_name(lx, &s, &sn)) {
+                has_shape = *lx->p == '[' && *oat != '%' && dtype_from_name(s, sn) != DT_INVALID;
+                lx->p = oat;
+            }
+            if (has_shape) {
+                shape ignored;
+                parse_shape(ps, &ignored);
+                oat = here(ps);
+            }
+            name(ps, &s, &sn, "an operand name");
+            uint32_t idx;
+            if (!strmap_get(&ps->instr_index, s, sn, &idx) || idx >= ps->nins)
+                fail(ps, oat, "operand '%.*s' is not defined before its use", (int)(sn > 80 ? 80 : sn), s);
+            XGROW(ps->ops, ps->capops, nops + 1);
+            ps->ops[nops++] = idx;
+        } while (lex_accept(lx, ','));
+        expect(ps, ')', "to close the operand list");
+    }
+    while (lex_accept(lx, ',')) parse_attr(ps, in, &nattrs);
+    in->noperands = (uint32_t)nops;
+    in->operands = nops ? arena_memdup(&m->arena, ps->ops, nops * sizeof *ps->ops) : NULL;
+    if (nattrs > UINT16_MAX) fail(ps, at, "too many attributes");
+    in->nattrs = (uint16_t)nattrs;
+    in->attrs = nattrs ? arena_memdup(&m->arena, ps->attrs, nattrs * sizeof *ps->attrs) : NULL;
+    ps->nins++;
+}
+
+/* computation -> 'ENTRY'? name ('(' params ')')? ('->' shape)? (',' attr)* '{' instruction* '}' */
+static void parse_computation(parser *ps, bool *seen_entry) {
+    hlo_module *m = ps->m;
+    lexer *lx = &ps->lx;
+    const char *at = here(ps);
+    bool entry = lex_accept_word(lx, "ENTRY");
+    if (entry && *seen_entry) fail(ps, at, "a second ENTRY computation");
+    *seen_entry |= entry;
+    const char *nm, *nm_at = here(ps);
+    size_t nl;
+    name(ps, &nm, &nl, "a computation name");
+    XGROW(ps->comps, ps->capcomps, m->ncomps + 1);
+    hlo_comp *c = &ps->comps[m->ncomps];
+    memset(c, 0, sizeof *c);
+    c->name = arena_strndup(&m->arena, nm, nl);
+    c->is_entry = entry;
+    int line, col;
+    diag_linecol(lx->src, (size_t)(lx->end - lx->src), (size_t)(at - lx->src), &line, &col);
+    c->line = (uint32_t)line;
+    c->col = (uint32_t)col;
+    if (!strmap_put(&ps->comp_index, c->name, nl, m->ncomps))
+        fail(ps, nm_at, "computation '%.*s' is defined twice", (int)nl, nm);
+    const char *s;
+    size_t sn;
+    if (lex_peek(lx, '(') && !lex_balanced(lx, &s, &sn)) fail(ps, here(ps), "unbalanced parameter list");
+    lex_skip(lx);
+    if (lx->p[0] == '-' && lx->p[1] == '>') {
+        lx->p += 2;
+        shape ignored;
+        parse_shape(ps, &ignored);
+    }
+    while (lex_accept(lx, ',')) {
+        name(ps, &s, &sn, "a computation attribute");
+        expect(ps, '=', "after the attribute name");
+        if (!lex_raw(lx, &s, &sn)) fail(ps, here(ps), "unreadable attribute value");
+    }
+    expect(ps, '{', "to open the computation body");
+    ps->nins = 0;
+    ps->nifix = 0;
+    strmap_free(&ps->instr_index);
+    strmap_init(&ps->instr_index);
+    int64_t root = -1;
+    size_t nparams = 0;
+    uint32_t *params = NULL;
+    size_t capparams = 0;
+    while (!lex_accept(lx, '}')) {
+        if (here(ps) >= lx->end) fail(ps, lx->p, "expected '}' to close computation %s, found end of input", c->name);
+        bool is_root;
+        int64_t pno;
+        const char *iat = here(ps);
+        parse_instruction(ps, &is_root, &pno);
+        if (is_root) {
+            if (root >= 0) fail(ps, iat, "a second ROOT instruction");
+            root = (int64_t)ps->nins - 1;
+        }
+        if (pno >= 0) {
+            if ((size_t)pno >= nparams) {
+                XGROW(params, capparams, (size_t)pno + 1);
+                for (size_t k = nparams; k <= (size_t)pno; k++) params[k] = UINT32_MAX;
+                nparams = (size_t)pno + 1;
+            }
+            if (params[pno] != UINT32_MAX) {
+                free(params);
+                fail(ps, iat, "parameter number %lld is used twice", (long long)pno);
+            }
+            params[pno] = (uint32_t)ps->nins - 1;
+        }
+    }
+    for (size_t k = 0; k < nparams; k++)
+        if (params[k] == UINT32_MAX) {
+            free(params);
+            fail(ps, nm_at, "computation %s has no parameter %zu", c->name, k);
+        }
+    if (ps->nins == 0) {
+        free(params);
+        fail(ps, nm_at, "computation %s has no instructions", c->name);
+    }
+    c->root = root >= 0 ? (uint32_t)root : (uint32_t)ps->nins - 1;
+    c->nparams = (uint32_t)nparams;
+    c->params = nparams ? arena_memdup(&m->arena, params, nparams * sizeof *params) : NULL;
+    free(params);
+    /* control-predecessors may name any instruction of this computation. */
+    for (size_t f = 0; f < ps->nifix; f++) {
+        fixup *fx = &ps->ifix[f];
+        uint32_t idx;
+        if (!strmap_get(&ps->instr_index, fx->name, fx->n, &idx))
+            fail(ps, fx->at, "unknown instruction '%.*s'", (int)(fx->n > 80 ? 80 : fx->n), fx->name);
+        ps->ins[fx->instr].attrs[fx->attr].v.ints[fx->k] = idx;
+    }
+    c->ninstrs = (uint32_t)ps->nins;
+    c->instrs = arena_memdup(&m->arena, ps->ins, ps->nins * sizeof *ps->ins);
+    m->ncomps++;
+}
+
+/* tables -> ('FileNames' (int string)* | 'FunctionNames' (int string)*
+ *          | 'FileLocations' (int '{' (key '=' int)* '}')* | 'StackFrames' (...)*)* */
+static void parse_string_table(parser *ps, const char ***out, uint32_t *count) {
+    hlo_module *m = ps->m;
+    size_t n = 0, cap = 0;
+    const char **v = NULL;
+    for (;;) {
+        lex_skip(&ps->lx);
+        if (*ps->lx.p < '0' || *ps->lx.p > '9') break;
+        const char *at = ps->lx.p;
+        int64_t id = integer(ps, "a table index");
+        if (id != (int64_t)n + 1) fail(ps, at, "table index %lld out of sequence (expected %zu)", (long long)id, n + 1);
+        if (!lex_string(&ps->lx, &ps->str)) fail(ps, here(ps), "expected a quoted string");
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            const char **nv = arena_alloc(&m->arena, nc * sizeof *nv);
+            if (n) memcpy(nv, v, n * sizeof *nv);
+            v = nv;
+            cap = nc;
+        }
+        v[n++] = graph_intern(m, ps->str.s, ps->str.len);
+    }
+    *out = v;
+    *count = (uint32_t)n;
+}
+
+static void parse_record_table(parser *ps, bool frames) {
+    hlo_module *m = ps->m;
+    size_t n = 0, cap = 0;
+    void *v = NULL;
+    size_t elem = frames ? sizeof(hlo_frame) : sizeof(hlo_file_loc);
+    for (;;) {
+        lex_skip(&ps->lx);
+        if (*ps->lx.p < '0' || *ps->lx.p > '9') break;
+        const char *at = ps->lx.p;
+        int64_t id = integer(ps, "a table index");
+        if (id != (int64_t)n + 1) fail(ps, at, "table index %lld out of sequence (expected %zu)", (long long)id, n + 1);
+        expect(ps, '{', "to open a table entry");
+        hlo_file_loc loc = {0};
+        hlo_frame fr = {0};
+        while (!lex_accept(&ps->lx, '}')) {
+            const char *k, *kat = here(ps);
+            size_t kn;
+            name(ps, &k, &kn, "a field name");
+            expect(ps, '=', "after the field name");
+            int64_t val = integer(ps, "an integer");
+            if (val < INT32_MIN || val > INT32_MAX) fail(ps, kat, "value out of range");
+            int32_t x = (int32_t)val;
+#define IS(w) (kn == sizeof(w) - 1 && memcmp(k, w, kn) == 0)
+            if (frames && IS("file_location_id")) fr.file_location_id = x;
+            /* The text printer writes parent ids one higher than the protobuf. */
+            else if (frames && IS("parent_frame_id")) fr.parent_frame_id = x - 1;
+            else if (!frames && IS("file_name_id")) loc.file_name_id = x;
+            else if (!frames && IS("function_name_id")) loc.function_name_id = x;
+            else if (!frames && IS("line")) loc.line = x;
+            else if (!frames && IS("end_line")) loc.end_line = x;
+            else if (!frames && IS("column")) loc.column = x;
+            else if (!frames && IS("end_column")) loc.end_column = x;
+            else fail(ps, kat, "unknown field '%.*s'", (int)kn, k);
+#undef IS
+            lex_accept(&ps->lx, ',');
+        }
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            void *nv = arena_alloc(&m->arena, nc * elem);
+            if (n) memcpy(nv, v, n * elem);
+            v = nv;
+            cap = nc;
+        }
+        memcpy((char *)v + n * elem, frames ? (void *)&fr : (void *)&loc, elem);
+        n++;
+    }
+    if (frames) {
+        m->frames = v;
+        m->nframes = (uint32_t)n;
+    } else {
+        m->file_locs = v;
+        m->nfile_locs = (uint32_t)n;
+    }
+}
+
+/* module -> ('HloModule' name (',' key '=' raw)*)? tables computation* */
+static void parse_module(parser *ps) {
+    hlo_module *m = ps->m;
+    lexer *lx = &ps->lx;
+    m->name = "unnamed";
+    if (lex_accept_word(lx, "HloModule")) {
+        const char *s;
+        size_t sn;
+        name(ps, &s, &sn, "the module name");
+        m->name = graph_intern(m, s, sn);
+        size_t n = 0, cap = 0;
+        hlo_attr *attrs = NULL;
+        while (!lex_skip_inline(lx) && *lx->p == ',') {
+            lx->p++;
+            const char *k, *v;
+            size_t kn, vn;
+            name(ps, &k, &kn, "a module attribute");
+            expect(ps, '=', "after the module attribute name");
+            if (!lex_raw(lx, &v, &vn)) fail(ps, here(ps), "unbalanced brackets in a module attribute");
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 8;
+                hlo_attr *na = arena_alloc(&m->arena, nc * sizeof *na);
+                if (n) memcpy(na, attrs, n * sizeof *na);
+                attrs = na;
+                cap = nc;
+            }
+            attrs[n++] = (hlo_attr){.key = A_RAW, .kind = K_RAW, .raw_key = graph_intern(m, k, kn),
+                                    .v.str = graph_intern(m, v, vn)};
+        }
+        m->attrs = attrs;
+        m->nattrs = (uint32_t)n;
+    }
+    for (;;) {
+        if (lex_accept_word(lx, "FileNames")) parse_string_table(ps, &m->file_names, &m->nfile_names);
+        else if (lex_accept_word(lx, "FunctionNames")) parse_string_table(ps, &m->function_names, &m->nfunction_names);
+        else if (lex_accept_word(lx, "FileLocations")) parse_record_table(ps, false);
+        else if (lex_accept_word(lx, "StackFrames")) parse_record_table(ps, true);
+        else break;
+    }
+    bool seen_entry = false;
+    while (here(ps) < lx->end) parse_computation(ps, &seen_entry);
+    if (m->ncomps == 0) fail(ps, lx->p, "no computations in the input");
+    for (size_t f = 0; f < ps->ncfix; f++) {
+        fixup *fx = &ps->cfix[f];
+        uint32_t idx;
+        if (!strmap_get(&ps->comp_index, fx->name, fx->n, &idx))
+            fail(ps, fx->at, "unknown computation '%.*s'", (int)(fx->n > 80 ? 80 : fx->n), fx->name);
+        ps->comps[fx->comp].instrs[fx->instr].attrs[fx->attr].v.ints[fx->k] = idx;
+    }
+    m->comps = arena_memdup(&m->arena, ps->comps, m->ncomps * sizeof *ps->comps);
+    m->entry = m->ncomps - 1;
+    for (uint32_t c = 0; c < m->ncomps; c++)
+        if (m->comps[c].is_entry) m->entry = c;
+    m->comps[m->entry].is_entry = true;
+    for (uint32_t c = 0; c < m->ncomps; c++)
+        for (uint32_t i = 0; i < m->comps[c].ninstrs; i++) graph_finalize_instr(m, &m->comps[c].instrs[i]);
+}
+
+static void parser_free(parser *ps) {
+    sb_free(&ps->str);
+    free(ps->comps);
+    strmap_free(&ps->comp_index);
+    free(ps->cfix);
+    free(ps->ins);
+    strmap_free(&ps->instr_index);
+    free(ps->ifix);
+    free(ps->ops);
+    free(ps->attrs);
+    free(ps->ints);
+    free(ps->ints2);
+    free(ps->starts);
+    free(ps->vals);
+}
+
+hlo_module *hlo_parse_text(const char *src, size_t n, const char *path, diag *d) {
+    parser *ps = xcalloc(1, sizeof *ps);
+    lex_init(&ps->lx, src, n);
+    ps->d = d;
+    ps->m = graph_new();
+    ps->m->format = "text";
+    ps->m->source_path = graph_intern(ps->m, path ? path : "<input>", strlen(path ? path : "<input>"));
+    hlo_module *m = ps->m;
+    if (memchr(src, 0, n)) {
+        diag_text(d, src, n, (size_t)((const char *)memchr(src, 0, n) - src), "NUL byte in HLO text");
+        graph_free(m);
+        m = NULL;
+    } else if (setjmp(ps->fail) == 0) {
+        parse_module(ps);
+        if (graph_finalize(m, d)) {
+            graph_free(m);
+            m = NULL;
+        }
+    } else {
+        graph_free(m);
+        m = NULL;
+    }
+    parser_free(ps);
+    free(ps);
+    return m;
+}

@@ -1,0 +1,26 @@
+/* io — reading input files (gzip transparently) and writing outputs atomically.
+ *
+ * io_read_file returns a malloc'd buffer (caller frees) with a NUL byte after the
+ * last byte, so text readers may rely on a terminator. Gzip input (magic 1f 8b) is
+ * inflated, concatenated members included. Failures go to the diag.
+ *
+ * io_write_atomic writes to "<path>.tmp.<pid>" and renames it over path, so a
+ * reader never sees a partial output file.
+ */
+#ifndef SCALIFY_IO_H
+#define SCALIFY_IO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "diag.h"
+
+/* Decompressed inputs larger than this are refused (a gzip bomb is bad input). */
+#define IO_MAX_INPUT ((size_t)4 << 30)
+
+char *io_read_file(const char *path, size_t *len, bool *was_gzip, diag *d);
+/* Inflates a gzip buffer; NULL (and a diag) when it is corrupt. Caller frees. */
+char *io_gunzip(const char *data, size_t n, size_t *len, diag *d);
+bool io_write_atomic(const char *path, const void *data, size_t n, diag *d);
+
+#endif

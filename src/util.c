@@ -1,0 +1,272 @@
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static void oom(size_t n) {
+    fprintf(stderr, "scalify: out of memory (allocating %zu bytes)\n", n);
+    abort();
+}
+
+void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) oom(n);
+    return p;
+}
+
+void *xcalloc(size_t n, size_t size) {
+    size_t total;
+    if (__builtin_mul_overflow(n, size, &total)) oom(SIZE_MAX);
+    void *p = calloc(total ? total : 1, 1);
+    if (!p) oom(total);
+    return p;
+}
+
+void *xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) oom(n);
+    return q;
+}
+
+char *xstrdup(const char *s) { return xstrndup(s, strlen(s)); }
+
+char *xstrndup(const char *s, size_t n) {
+    char *p = xmalloc(n + 1);
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+void xgrow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return;
+    size_t c = *cap ? *cap : 8;
+    while (c < need) {
+        if (c > SIZE_MAX / 2) oom(SIZE_MAX);
+        c *= 2;
+    }
+    size_t bytes;
+    if (__builtin_mul_overflow(c, elem, &bytes)) oom(SIZE_MAX);
+    *p = xrealloc(*p, bytes);
+    *cap = c;
+}
+
+/* ---- arena ---- */
+
+struct arena_block {
+    arena_block *next;
+    size_t size;
+    max_align_t data[];
+};
+
+enum { ARENA_BLOCK = 64 * 1024 };
+
+void arena_init(arena *a) { memset(a, 0, sizeof *a); }
+
+void arena_free(arena *a) {
+    for (arena_block *b = a->head, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    arena_init(a);
+}
+
+void *arena_alloc(arena *a, size_t n) {
+    n = (n + 7) & ~(size_t)7;
+    if (n == 0) n = 8;
+    if ((size_t)(a->end - a->cur) < n) {
+        size_t size = n > ARENA_BLOCK / 4 ? n : ARENA_BLOCK;
+        arena_block *b = xmalloc(sizeof(arena_block) + size);
+        a->total += sizeof(arena_block) + size;
+        b->size = size;
+        if (size == n && a->head) {
+            /* A big allocation gets a block of its own behind the current one,
+             * so the current block's free tail is not wasted. */
+            b->next = a->head->next;
+            a->head->next = b;
+            memset(b->data, 0, n);
+            return b->data;
+        }
+        b->next = a->head;
+        a->head = b;
+        a->cur = (char *)b->data;
+        a->end = a->cur + size;
+    }
+    void *p = a->cur;
+    a->cur += n;
+    memset(p, 0, n);
+    return p;
+}
+
+char *arena_strndup(arena *a, const char *s, size_t n) {
+    char *p = arena_alloc(a, n + 1);
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+char *arena_strdup(arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
+
+void *arena_memdup(arena *a, const void *p, size_t n) {
+    void *q = arena_alloc(a, n);
+    if (n) memcpy(q, p, n);
+    return q;
+}
+
+/* ---- strbuf ---- */
+
+void sb_init(strbuf *b) { memset(b, 0, sizeof *b); }
+void sb_free(strbuf *b) { free(b->s); sb_init(b); }
+void sb_reset(strbuf *b) { b->len = 0; if (b->s) b->s[0] = 0; }
+
+static void sb_reserve(strbuf *b, size_t extra) {
+    if (b->len + extra + 1 > b->cap) XGROW(b->s, b->cap, b->len + extra + 1);
+}
+
+void sb_putc(strbuf *b, char c) {
+    sb_reserve(b, 1);
+    b->s[b->len++] = c;
+    b->s[b->len] = 0;
+}
+
+void sb_put(strbuf *b, const char *s, size_t n) {
+    sb_reserve(b, n);
+    if (n) memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = 0;
+}
+
+void sb_puts(strbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+void sb_vprintf(strbuf *b, const char *fmt, va_list ap) {
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0) return;
+    sb_reserve(b, (size_t)n);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+}
+
+void sb_printf(strbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(b, fmt, ap);
+    va_end(ap);
+}
+
+void sb_put_escaped(strbuf *b, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '"': sb_put(b, "\\\"", 2); break;
+        case '\\': sb_put(b, "\\\\", 2); break;
+        case '\n': sb_put(b, "\\n", 2); break;
+        case '\t': sb_put(b, "\\t", 2); break;
+        default:
+            if (c < 0x20 || c == 0x7f) sb_printf(b, "\\x%02x", c);
+            else sb_putc(b, (char)c);
+        }
+    }
+}
+
+char *sb_take(strbuf *b) {
+    char *s = b->s ? b->s : xstrdup("");
+    sb_init(b);
+    return s;
+}
+
+/* ---- hashing (FNV-1a over 8-byte words, then a final mix) ---- */
+
+uint64_t hash_bytes(const void *p, size_t n) {
+    const unsigned char *s = p;
+    uint64_t h = 0xcbf29ce484222325ull ^ n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+        s += 8;
+        n -= 8;
+    }
+    while (n--) h = (h ^ *s++) * 0x100000001b3ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
+
+void strmap_init(strmap *m) { memset(m, 0, sizeof *m); }
+
+void strmap_free(strmap *m) {
+    free(m->keys);
+    free(m->klen);
+    free(m->vals);
+    strmap_init(m);
+}
+
+static size_t strmap_slot(const strmap *m, const char *k, size_t n, bool *found) {
+    size_t mask = m->cap - 1, i = (size_t)hash_bytes(k, n) & mask;
+    for (;;) {
+        if (!m->keys[i]) { *found = false; return i; }
+        if (m->klen[i] == n && memcmp(m->keys[i], k, n) == 0) { *found = true; return i; }
+        i = (i + 1) & mask;
+    }
+}
+
+bool strmap_get(const strmap *m, const char *k, size_t n, uint32_t *val) {
+    if (!m->cap) return false;
+    bool found;
+    size_t i = strmap_slot(m, k, n, &found);
+    if (found) *val = m->vals[i];
+    return found;
+}
+
+const char *strmap_key(const strmap *m, const char *k, size_t n) {
+    if (!m->cap) return NULL;
+    bool found;
+    size_t i = strmap_slot(m, k, n, &found);
+    return found ? m->keys[i] : NULL;
+}
+
+static void strmap_rehash(strmap *m, size_t cap) {
+    strmap old = *m;
+    m->cap = cap;
+    m->len = 0;
+    m->keys = xcalloc(cap, sizeof *m->keys);
+    m->klen = xcalloc(cap, sizeof *m->klen);
+    m->vals = xcalloc(cap, sizeof *m->vals);
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.keys[i]) strmap_put(m, old.keys[i], old.klen[i], old.vals[i]);
+    free(old.keys);
+    free(old.klen);
+    free(old.vals);
+}
+
+bool strmap_put(strmap *m, const char *k, size_t n, uint32_t val) {
+    if ((m->len + 1) * 4 >= m->cap * 3) strmap_rehash(m, m->cap ? m->cap * 2 : 16);
+    bool found;
+    size_t i = strmap_slot(m, k, n, &found);
+    if (!found) {
+        m->keys[i] = k;
+        m->klen[i] = (uint32_t)n;
+        m->len++;
+    }
+    m->vals[i] = val;
+    return !found;
+}
+
+double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+size_t peak_rss_bytes(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (size_t)ru.ru_maxrss * 1024;
+}

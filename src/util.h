@@ -1,0 +1,98 @@
+/* util — allocation, arenas, growable strings, hashing.
+ *
+ * Out of memory is not an error we recover from: every allocation goes through
+ * the x* family, which prints a message and aborts (STYLE 7).
+ *
+ * An arena owns every block it hands out; arena_free() releases them all at
+ * once. Pointers into an arena stay valid until then (blocks never move).
+ *
+ * A strbuf owns its bytes; sb_take() hands them over to the caller (free()).
+ * Its contents are always NUL-terminated.
+ */
+#ifndef SCALIFY_UTIL_H
+#define SCALIFY_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+void *xmalloc(size_t n);               /* never NULL; caller frees */
+void *xcalloc(size_t n, size_t size);  /* zeroed; overflow-checked */
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+/* Grows *p (holding *cap elements of size elem) to at least need elements. */
+void xgrow(void **p, size_t *cap, size_t need, size_t elem);
+#define XGROW(p, cap, need) xgrow((void **)&(p), &(cap), (need), sizeof(*(p)))
+
+/* ---- arena ---- */
+typedef struct arena_block arena_block;
+typedef struct arena {
+    arena_block *head;
+    char *cur, *end;
+    size_t total;  /* bytes requested from malloc, for memory reports */
+} arena;
+
+void arena_init(arena *a);
+void arena_free(arena *a);
+void *arena_alloc(arena *a, size_t n);              /* 8-byte aligned, zeroed */
+char *arena_strndup(arena *a, const char *s, size_t n);
+char *arena_strdup(arena *a, const char *s);
+void *arena_memdup(arena *a, const void *p, size_t n);
+
+/* ---- strbuf ---- */
+typedef struct strbuf {
+    char *s;
+    size_t len, cap;
+} strbuf;
+
+void sb_init(strbuf *b);
+void sb_free(strbuf *b);
+void sb_reset(strbuf *b);                /* len = 0, keeps capacity */
+void sb_putc(strbuf *b, char c);
+void sb_put(strbuf *b, const char *s, size_t n);
+void sb_puts(strbuf *b, const char *s);
+void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sb_vprintf(strbuf *b, const char *fmt, va_list ap);
+/* Appends s as a C/HLO string literal body: \" \\ \n \t and \xNN escapes. */
+void sb_put_escaped(strbuf *b, const char *s, size_t n);
+char *sb_take(strbuf *b);                /* caller frees; b is reset */
+
+/* ---- hashing ---- */
+uint64_t hash_bytes(const void *p, size_t n);
+static inline uint64_t hash_mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdull;
+}
+
+/* String → uint32 map over borrowed keys (the caller keeps keys alive).
+ * Open addressing; iteration order is never exposed. */
+typedef struct strmap {
+    const char **keys;
+    uint32_t *klen;
+    uint32_t *vals;
+    size_t cap, len;
+} strmap;
+
+void strmap_init(strmap *m);
+void strmap_free(strmap *m);
+/* Returns true and sets *val when found. */
+bool strmap_get(const strmap *m, const char *k, size_t n, uint32_t *val);
+/* The stored key equal to k[0..n), or NULL: lets a strmap act as an intern pool. */
+const char *strmap_key(const strmap *m, const char *k, size_t n);
+/* Inserts or overwrites; returns true when the key was new. */
+bool strmap_put(strmap *m, const char *k, size_t n, uint32_t val);
+
+/* Checked 64-bit arithmetic: false on overflow. */
+static inline bool mul_ok(int64_t a, int64_t b, int64_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+/* Milliseconds of wall time since an arbitrary point, and peak RSS in bytes. */
+double now_ms(void);
+size_t peak_rss_bytes(void);
+
+#endif

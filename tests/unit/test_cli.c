@@ -1,0 +1,3 @@
+#include "harness.h"
+void suite_cli(void);
+void suite_cli(void) {}

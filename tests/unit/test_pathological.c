@@ -1,0 +1,3 @@
+#include "harness.h"
+void suite_pathological(void);
+void suite_pathological(void) {}

@@ -1,0 +1,3 @@
+#include "harness.h"
+void suite_roundtrip(void);
+void suite_roundtrip(void) {}

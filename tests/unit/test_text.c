@@ -1,0 +1,3 @@
+#include "harness.h"
+void suite_text(void);
+void suite_text(void) {}
