@@ -1,0 +1,499 @@
+"""Exports the sample corpus: baseline / distributed HLO pairs, relations files,
+tiny-config inputs and outputs, and samples/manifest.json.
+
+Run from the repository root through samples/gen/run.sh (which sets XLA_FLAGS
+before jax is imported and loads this file under its repo-relative name, so
+source paths recorded in HLO metadata are repo-relative).
+
+    export.py [--only SUBSTRING ...] [--no-numerics]
+"""
+import gzip
+import io
+import json
+import os
+import re
+import shutil
+import struct
+import sys
+import types
+
+assert "--xla_force_host_platform_device_count=8" in os.environ.get("XLA_FLAGS", ""), \
+    "run through samples/gen/run.sh (XLA_FLAGS must be set before jax is imported)"
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+GEN = "samples/gen"
+OUT = "samples"
+DUMP = os.path.join(GEN, ".dump")
+GZIP_OVER = 200 * 1024
+
+
+def load(name):
+    """Import samples/gen/<name>.py with a repo-relative code filename."""
+    path = os.path.join(GEN, name + ".py")
+    mod = types.ModuleType(name)
+    mod.__file__ = path
+    sys.modules[name] = mod
+    exec(compile(open(path).read(), path, "exec"), mod.__dict__)
+    return mod
+
+
+M = load("models")
+PL = load("parallel")
+
+ARGS = sys.argv[1:]
+ONLY = [ARGS[i + 1] for i, a in enumerate(ARGS) if a == "--only"]
+NUMERICS = "--no-numerics" not in ARGS
+
+MANIFEST = []
+WRITTEN = set()
+
+
+# ----------------------------------------------------------------------------- files
+
+def write_bytes(rel, data):
+    """Write data under samples/; gzip (deterministically) when large. Returns the
+    path relative to samples/."""
+    if len(data) > GZIP_OVER:
+        buf = io.BytesIO()
+        with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=9, mtime=0) as g:
+            g.write(data)
+        data, rel = buf.getvalue(), rel + ".gz"
+    path = os.path.join(OUT, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    WRITTEN.add(rel)
+    return rel
+
+
+def write_json(rel, obj):
+    path = os.path.join(OUT, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.write("\n")
+    WRITTEN.add(rel)
+    return rel
+
+
+DTYPE_CODE = {"int32": 4, "float16": 10, "float32": 11, "bfloat16": 16, "bool": 1}
+
+
+def stf(tensors):
+    """Scalify tensor file: see samples/README.md."""
+    out = [b"STF1", struct.pack("<I", len(tensors))]
+    for name, a in tensors:
+        a = np.asarray(a)
+        nb = name.encode()
+        out.append(struct.pack("<I", len(nb)) + nb)
+        out.append(struct.pack("<II", DTYPE_CODE[str(a.dtype)], a.ndim))
+        out.append(struct.pack("<%dq" % a.ndim, *a.shape))
+        raw = np.ascontiguousarray(a).tobytes()
+        out.append(struct.pack("<Q", len(raw)) + raw)
+    return b"".join(out)
+
+
+# ----------------------------------------------------------------------------- HLO
+
+def hlo_of_lowered(lowered):
+    text = lowered.as_text(dialect="hlo", debug_info=True)
+    pb = lowered.compiler_ir("hlo").as_serialized_hlo_module_proto()
+    return text, pb
+
+
+def partitioned(lowered, tag):
+    """Compile with a pass dump and return (text, pb) of the module right after
+    the SPMD partitioner (Shardy is the default partitioner in jax 0.10: the
+    spmd-partitioner pipeline dumps 'after_shardy-xla.before_spmd-partitioning'
+    and 'after_spmd-partitioning.before_control-dep-rewriter'; we take the latter)."""
+    d = os.path.join(DUMP, tag)
+    shutil.rmtree(d, ignore_errors=True)
+    lowered.compile(compiler_options={
+        "xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning",
+        "xla_dump_hlo_as_text": True, "xla_dump_hlo_as_proto": True})
+    files = os.listdir(d)
+    txt = [f for f in files if "after_spmd-partitioning" in f and f.endswith(".txt")]
+    pbs = [f for f in files if "after_spmd-partitioning" in f and f.endswith(".hlo.pb")]
+    assert len(txt) == 1 and len(pbs) == 1, files
+    text = open(os.path.join(d, txt[0])).read()
+    pb = open(os.path.join(d, pbs[0]), "rb").read()
+    shutil.rmtree(d, ignore_errors=True)
+    return text, pb
+
+
+def save_hlo(rel_base, text, pb):
+    return {"hlo": write_bytes(rel_base + ".hlo", text.encode()),
+            "pb": write_bytes(rel_base + ".hlo.pb", pb)}
+
+
+def make_mesh(axes):
+    names = tuple(axes)
+    shape = tuple(axes.values())
+    n = int(np.prod(shape))
+    return Mesh(np.array(jax.devices()[:n]).reshape(shape), names)
+
+
+def sds_with(tree, specs, mesh):
+    return jax.tree.map(lambda s, sp: jax.ShapeDtypeStruct(s.shape, s.dtype,
+                                                           sharding=NamedSharding(mesh, sp)),
+                        tree, specs, is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
+
+
+def param_names(args):
+    leaves = jax.tree_util.tree_flatten_with_path(args)[0]
+    names = []
+    for path, _ in leaves:
+        parts = []
+        for k in path:
+            if hasattr(k, "key"):
+                parts.append(str(k.key))
+        names.append(".".join(parts) if parts else None)
+    return names
+
+
+def spec_to_view(spec):
+    if spec is None:
+        return "dup"
+    terms = []
+    for d, a in enumerate(tuple(spec)):
+        if a is None:
+            continue
+        if isinstance(a, tuple):
+            a = a[0] if len(a) == 1 else "(" + ",".join(a) + ")"
+        terms.append(f"shard({d},{a})")
+    return " ".join(terms) if terms else "dup"
+
+
+def relations(mesh_axes, names, in_specs_flat, out_specs_flat, out_names=None):
+    return {
+        "scalify_relations": 1,
+        "mesh": dict(mesh_axes),
+        "device_order": "iota",
+        "inputs": [{"param": i, "name": n, "view": spec_to_view(s)}
+                   for i, (n, s) in enumerate(zip(names, in_specs_flat))],
+        "outputs": [{"output": i, "name": (out_names or ["logits"])[i] if out_names or i == 0 else None,
+                     "view": spec_to_view(s)} for i, s in enumerate(out_specs_flat)],
+    }
+
+
+def flat_specs(specs, n):
+    leaves = jax.tree_util.tree_leaves(specs, is_leaf=lambda x: isinstance(x, P) or x is None)
+    assert len(leaves) == n, (len(leaves), n)
+    return leaves
+
+
+def bug_location(bug_id):
+    tag = f"# BUG({bug_id})"
+    path = os.path.join(GEN, "parallel.py")
+    for i, line in enumerate(open(path), 1):
+        if tag in line:
+            return {"file": path, "line": i}
+    raise KeyError(bug_id)
+
+
+def want(name):
+    return not ONLY or any(o in name for o in ONLY)
+
+
+# ----------------------------------------------------------------------------- numerics
+
+def to_np(a):
+    a = np.asarray(a)
+    return a.astype(np.float32) if a.dtype != np.int32 else a
+
+
+def compare(prog, args, base_out=None):
+    """Run the single-device baseline and the shard_map program on the same
+    concrete inputs; return max |difference| (None if shapes differ)."""
+    if base_out is None:
+        base_out = jax.jit(prog.baseline)(*args)
+    placed = jax.tree.map(lambda a, sp: jax.device_put(a, NamedSharding(prog.mesh, sp)),
+                          tuple(args), tuple(prog.in_specs),
+                          is_leaf=lambda x: isinstance(x, P))
+    dist_out = jax.jit(prog.smap())(*placed)
+    b, d = to_np(base_out), to_np(dist_out)
+    if b.shape != d.shape:
+        return None, base_out
+    return float(np.max(np.abs(b - d))), base_out
+
+
+# ----------------------------------------------------------------------------- pairs
+
+BASELINES = {}   # key -> (files, names)
+
+
+def plain_baseline(key, fn, abstract, concrete=None, rel_dir=None):
+    """Lower the plain single-device function once per key; also write the io file."""
+    if key in BASELINES:
+        return BASELINES[key]
+    lo = jax.jit(fn).lower(*abstract)
+    text, pb = hlo_of_lowered(lo)
+    files = save_hlo(f"{rel_dir}/{key}.baseline", text, pb)
+    names = param_names(tuple(abstract))
+    io_rel = None
+    if concrete is not None:
+        out = jax.jit(fn)(*concrete)
+        flat = jax.tree_util.tree_leaves(tuple(concrete))
+        ts = [(f"in.{i}.{n or 'arg'}", a) for i, (n, a) in enumerate(zip(names, flat))]
+        ts.append(("out.0", out))
+        io_rel = write_bytes(f"{rel_dir}/{key}.io.stf", stf(ts))
+    BASELINES[key] = (files, names, io_rel)
+    return BASELINES[key]
+
+
+def gspmd_specs(cfg, TP, DP):
+    (tok, spec), out = PL.llama_tp_specs(cfg, TP, DP)
+    if cfg.model == "moe":
+        for k in list(spec):
+            if k.endswith("router"):
+                spec[k] = P()
+    return (tok, spec), P(DP, None, None)
+
+
+def export_gspmd(cfg_name, mesh_axes, numerics):
+    cfg = M.Cfg(cfg_name)
+    tag = "x".join(f"{a}{n}" for a, n in mesh_axes.items())
+    name = f"{cfg_name}.gspmd.{tag}"
+    if not want(name):
+        return
+    print("==", name, flush=True)
+    mesh = make_mesh(mesh_axes)
+    DP = "dp" if "dp" in mesh_axes else None
+    in_specs, out_spec = gspmd_specs(cfg, "tp", DP)
+    shard = lambda sp: NamedSharding(mesh, sp)
+    def forward(tokens, params):
+        return M.forward(cfg, params, tokens)
+    fn = jax.jit(forward,
+                 in_shardings=jax.tree.map(shard, in_specs, is_leaf=lambda x: isinstance(x, P)),
+                 out_shardings=shard(out_spec))
+    tokens, params = M.abstract_inputs(cfg)
+    lo = fn.lower(tokens, params)
+    rel_dir = cfg_name
+    base = save_hlo(f"{rel_dir}/{name}.baseline", *hlo_of_lowered(lo))
+    dist = save_hlo(f"{rel_dir}/{name}.dist", *partitioned(lo, name))
+    entry = {"name": name, "kind": "gspmd", "config": cfg_name, "mesh": mesh_axes,
+             "baseline": base, "distributed": dist, "relations": "auto",
+             "expected": "verified"}
+    if numerics:
+        t, ps = M.random_inputs(cfg)
+        b = jax.jit(forward)(t, ps)
+        d = fn(t, ps)
+        entry["numerics"] = {"max_abs_diff": float(np.max(np.abs(to_np(b) - to_np(d))))}
+    MANIFEST.append(entry)
+
+
+def export_smap(name, cfg_name, prog, mesh_axes, abstract, concrete, base_key,
+                bug=None, kinds=None, rel_mesh=None, note=None, in_names=None):
+    if not want(name):
+        return
+    print("==", name, flush=True)
+    rel_dir = cfg_name
+    base_files, names, io_rel = plain_baseline(base_key, prog.baseline, abstract,
+                                               concrete, rel_dir)
+    if in_names:
+        names = in_names
+    dist_abs = sds_with(tuple(abstract), tuple(prog.in_specs), prog.mesh)
+    lo = jax.jit(prog.smap()).lower(*dist_abs)
+    dist = save_hlo(f"{rel_dir}/{name}.dist", *partitioned(lo, name))
+    n = len(names)
+    ins = flat_specs(prog.in_specs, n)
+    outs = [prog.out_specs]
+    rel = relations(rel_mesh or mesh_axes, names, ins, outs)
+    rel_path = write_json(f"{rel_dir}/{name}.relations.json", rel)
+    entry = {"name": name, "kind": "shard_map", "config": cfg_name,
+             "mesh": mesh_axes, "baseline": base_files, "distributed": dist,
+             "relations": rel_path, "expected": "mismatch" if bug else "verified"}
+    if io_rel:
+        entry["io"] = io_rel
+    if bug:
+        entry["bug"] = {"id": bug, "kinds": kinds, "locations": [bug_location(bug)]}
+    if note:
+        entry["note"] = note
+    if concrete is not None and NUMERICS:
+        diff, _ = compare(prog, concrete)
+        entry["numerics"] = {"max_abs_diff": diff}
+        if diff is None:
+            entry["numerics"]["note"] = "distributed output shape differs from the baseline's"
+    MANIFEST.append(entry)
+
+
+def tiny_args(cfg):
+    t, ps = M.abstract_inputs(cfg)
+    ct, cps = M.random_inputs(cfg)
+    return (t, ps), (ct, cps)
+
+
+# ----------------------------------------------------------------------------- corpus
+
+def corpus():
+    # ---- a. GSPMD pairs, tiny configs (numerically checked)
+    for cfg_name in ("tiny", "tiny-moe"):
+        for axes in ({"tp": 2}, {"tp": 4}, {"tp": 8}, {"dp": 2, "tp": 4}):
+            export_gspmd(cfg_name, axes, NUMERICS)
+
+    # ---- b. hand-written shard_map pairs and their bug variants (tiny)
+    tp4 = {"tp": 4}
+    cfg = M.Cfg("tiny")
+    ab, co = tiny_args(cfg)
+    m = make_mesh(tp4)
+    tp_bugs = [
+        (None, None),
+        ("missing-allreduce", ["missing-all-reduce"]),
+        ("embed-missing-allreduce", ["missing-all-reduce"]),
+        ("duplicated-allreduce", ["wrong-reduction"]),
+        ("pmean-allreduce", ["wrong-reduction", "constant-mismatch"]),
+        ("attn-scale-per-shard", ["constant-mismatch"]),
+    ]
+    for bug, kinds in tp_bugs:
+        name = "tiny.megatron_tp.tp4" + (f".bug.{bug}" if bug else "")
+        export_smap(name, "tiny", PL.make_llama_tp(cfg, m, bug), tp4, ab, co, "tiny",
+                    bug, kinds)
+    for bug, kinds in [(None, None), ("sbh-as-bsh", ["layout-mismatch"])]:
+        name = "tiny.megatron_tp_sbh.tp4" + (f".bug.{bug}" if bug else "")
+        export_smap(name, "tiny", PL.make_llama_tp(cfg, m, bug, sbh=True), tp4, ab, co,
+                    "tiny", bug, kinds)
+    # 2-D mesh dp x tp
+    m2 = make_mesh({"dp": 2, "tp": 4})
+    for bug, kinds in [(None, None), ("wrong-mesh-axis", ["wrong-collective-group"])]:
+        name = "tiny.megatron_tp.dp2xtp4" + (f".bug.{bug}" if bug else "")
+        export_smap(name, "tiny", PL.make_llama_tp(cfg, m2, bug, DP="dp"),
+                    {"dp": 2, "tp": 4}, ab, co, "tiny", bug, kinds)
+    # wrong replica groups: the same program on a (dp, tpa, tpb) view of the same
+    # 8 devices; the all-reduce names only tpb -> groups {0,1},{2,3},...
+    m3 = make_mesh({"dp": 2, "tpa": 2, "tpb": 2})
+    prog = PL.make_llama_tp(cfg, m3, "wrong-replica-groups", TP=("tpa", "tpb"), DP="dp")
+    name = "tiny.megatron_tp.dp2xtp4.bug.wrong-replica-groups"
+    if want(name):
+        export_smap(name, "tiny", prog, {"dp": 2, "tp": 4}, ab, co, "tiny",
+                    "wrong-replica-groups", ["wrong-collective-group"],
+                    note="exported on a (dp=2, tpa=2, tpb=2) mesh of the same 8 devices; "
+                         "tp = (tpa, tpb) major to minor, so the relations use dp x tp")
+        # rewrite the relations with the intended 2-D mesh
+        rel = relations({"dp": 2, "tp": 4}, BASELINES["tiny"][1],
+                        flat_specs(PL.llama_tp_specs(cfg, "tp", "dp")[0], len(BASELINES["tiny"][1])),
+                        [PL.llama_tp_specs(cfg, "tp", "dp")[1]])
+        write_json(f"tiny/{name}.relations.json", rel)
+
+    # sequence parallelism
+    for bug, kinds in [(None, None), ("allgather-wrong-dim", ["wrong-shard-dim"]),
+                       ("reducescatter-no-allgather", ["wrong-shard-dim"])]:
+        name = "tiny.megatron_sp.tp4" + (f".bug.{bug}" if bug else "")
+        export_smap(name, "tiny", PL.make_llama_sp(cfg, m, bug), tp4, ab, co, "tiny",
+                    bug, kinds)
+    # Ulysses
+    msp = make_mesh({"sp": 4})
+    for bug, kinds in [(None, None), ("ulysses-batch1-only", ["layout-mismatch"])]:
+        name = "tiny.ulysses.sp4" + (f".bug.{bug}" if bug else "")
+        export_smap(name, "tiny", PL.make_llama_ulysses(cfg, msp, bug), {"sp": 4}, ab, co,
+                    "tiny", bug, kinds)
+    # fp16 all-reduce in a bf16 model
+    cfgb = M.Cfg("tiny-bf16")
+    abb, cob = tiny_args(cfgb)
+    for bug, kinds in [(None, None), ("fp16-allreduce", ["dtype-mismatch"])]:
+        name = "tiny-bf16.megatron_tp.tp4" + (f".bug.{bug}" if bug else "")
+        export_smap(name, "tiny-bf16", PL.make_llama_tp(cfgb, m, bug), tp4, abb, cob,
+                    "tiny-bf16", bug, kinds)
+    # q-norm over the sharded head dimension
+    cfgq = M.Cfg("tiny-qknorm")
+    abq, coq = tiny_args(cfgq)
+    for bug, kinds in [(None, None), ("qnorm-sharded-dim", ["missing-all-reduce"])]:
+        name = "tiny-qknorm.megatron_tp.tp4" + (f".bug.{bug}" if bug else "")
+        export_smap(name, "tiny-qknorm", PL.make_llama_tp(cfgq, m, bug), tp4, abq, coq,
+                    "tiny-qknorm", bug, kinds)
+    # KV-cache decode step
+    L, B, Sc = cfg.layers, cfg.batch, cfg.seq
+    cache_shape = (L, B, Sc, cfg.kv_heads, cfg.head_dim)
+    t1 = jax.ShapeDtypeStruct((B, 1), jnp.int32)
+    cabs = jax.ShapeDtypeStruct(cache_shape, jnp.float32)
+    rng = np.random.default_rng(1)
+    dab = (t1, ab[1], cabs, cabs)
+    dco = (rng.integers(0, cfg.vocab, (B, 1), dtype=np.int32), co[1],
+           rng.standard_normal(cache_shape).astype(np.float32),
+           rng.standard_normal(cache_shape).astype(np.float32))
+    for bug, kinds in [(None, None), ("kv-cache-offset", ["wrong-shard-dim"])]:
+        name = "tiny.decode_tp.tp4" + (f".bug.{bug}" if bug else "")
+        export_smap(name, "tiny", PL.make_decode_tp(cfg, m, bug), tp4, dab, dco,
+                    "tiny-decode", bug, kinds)
+    # GPT-2
+    cfgg = M.Cfg("tiny-gpt2")
+    abg, cog = tiny_args(cfgg)
+    for bug, kinds in [(None, None), ("fused-qkv-layout", ["layout-mismatch"]),
+                       ("posemb-unreduced", ["missing-all-reduce"])]:
+        name = "tiny-gpt2.megatron_tp.tp4" + (f".bug.{bug}" if bug else "")
+        export_smap(name, "tiny-gpt2", PL.make_gpt2_tp(cfgg, m, bug), tp4, abg, cog,
+                    "tiny-gpt2", bug, kinds)
+    # MoE: expert parallelism and the router gradient
+    cfgm = M.Cfg("tiny-moe")
+    abm, com = tiny_args(cfgm)
+    mep = make_mesh({"ep": 4})
+    for bug, kinds in [(None, None), ("expert-order", ["layout-mismatch"])]:
+        name = "tiny-moe.expert_parallel.ep4" + (f".bug.{bug}" if bug else "")
+        export_smap(name, "tiny-moe", PL.make_moe_ep(cfgm, mep, bug), {"ep": 4}, abm, com,
+                    "tiny-moe", bug, kinds)
+    for bug, kinds in [(None, None)]:
+        name = "tiny-moe.megatron_tp.tp4"
+        export_smap(name, "tiny-moe", PL.make_llama_tp(cfgm, m, bug), tp4, abm, com,
+                    "tiny-moe", bug, kinds)
+    rin = PL.router_step_inputs(cfgm)
+    rab = tuple(jax.ShapeDtypeStruct(s, jnp.float32) for _, s in rin)
+    rng = np.random.default_rng(2)
+    rco = tuple((rng.standard_normal(s) / (np.sqrt(s[-2]) if len(s) == 3 else 1)).astype(np.float32)
+                for _, s in rin)
+    for bug, kinds in [(None, None), ("router-unsynced", ["missing-all-reduce"])]:
+        name = "tiny-moe.router_grad_sp.tp4" + (f".bug.{bug}" if bug else "")
+        export_smap(name, "tiny-moe", PL.make_router_step(cfgm, m, bug), tp4, rab, rco,
+                    "tiny-moe-router-step", bug, kinds, in_names=[n for n, _ in rin])
+
+    # ---- c. full-size: GSPMD and hand-written, lowered from shapes only
+    for cfg_name in ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b",
+                     "mixtral-8x7b", "mixtral-8x22b"):
+        meshes = [{"tp": 8}]
+        if cfg_name == "llama3.1-8b":
+            meshes = [{"tp": 2}, {"tp": 4}, {"tp": 8}, {"dp": 2, "tp": 4}]
+        for axes in meshes:
+            export_gspmd(cfg_name, axes, False)
+    full_smap = [
+        ("llama3.1-8b", "megatron_tp", {"tp": 8}, None, None),
+        ("llama3.1-8b", "megatron_tp", {"tp": 8}, "missing-allreduce", ["missing-all-reduce"]),
+        ("llama3.1-8b", "megatron_tp", {"tp": 8}, "fp16-allreduce", ["dtype-mismatch"]),
+        ("llama3.1-8b", "megatron_sp", {"tp": 8}, None, None),
+        ("llama3.1-70b", "megatron_tp", {"tp": 8}, None, None),
+        ("llama3.1-405b", "megatron_tp", {"tp": 8}, None, None),
+        ("mixtral-8x7b", "expert_parallel", {"ep": 8}, None, None),
+        ("mixtral-8x7b", "expert_parallel", {"ep": 8}, "expert-order", ["layout-mismatch"]),
+    ]
+    for cfg_name, kind, axes, bug, kinds in full_smap:
+        cfgf = M.Cfg(cfg_name)
+        meshf = make_mesh(axes)
+        make = {"megatron_tp": PL.make_llama_tp, "megatron_sp": PL.make_llama_sp,
+                "expert_parallel": PL.make_moe_ep}[kind]
+        tag = "x".join(f"{a}{n}" for a, n in axes.items())
+        name = f"{cfg_name}.{kind}.{tag}" + (f".bug.{bug}" if bug else "")
+        export_smap(name, cfg_name, make(cfgf, meshf, bug), axes,
+                    M.abstract_inputs(cfgf), None, cfg_name, bug, kinds)
+
+
+def main():
+    os.makedirs(DUMP, exist_ok=True)
+    corpus()
+    mpath = os.path.join(OUT, "manifest.json")
+    old = []
+    if ONLY and os.path.exists(mpath):
+        old = [e for e in json.load(open(mpath))["pairs"]
+               if e["name"] not in {m["name"] for m in MANIFEST}]
+    pairs = sorted(old + MANIFEST, key=lambda e: e["name"])
+    doc = {"scalify_manifest": 1,
+           "generator": {"jax": jax.__version__, "jaxlib": jax.lib.__version__
+                         if hasattr(jax.lib, "__version__") else jax.__version__,
+                         "script": "samples/gen/run.sh"},
+           "pairs": pairs}
+    write_json("manifest.json", doc)
+    shutil.rmtree(DUMP, ignore_errors=True)
+    print(f"{len(MANIFEST)} pairs written, manifest has {len(pairs)}")
+
+
+main()
