@@ -77,3 +77,14 @@ void diag_plain(diag *d, const char *fmt, ...) {
     sb_putc(&d->out, '\n');
     d->count++;
 }
+
+void diag_pos(diag *d, int line, int col, const char *fmt, ...) {
+    if (line > 0) sb_printf(&d->out, "%s:%d:%d: ", d->file, line, col > 0 ? col : 1);
+    else sb_printf(&d->out, "%s: ", d->file);
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(&d->out, fmt, ap);
+    va_end(ap);
+    sb_putc(&d->out, '\n');
+    d->count++;
+}

@@ -33,6 +33,9 @@ void diag_text(diag *d, const char *src, size_t n, size_t off, const char *fmt, 
 /* Error at byte offset `off` of a binary file, inside field path `field`. */
 void diag_binary(diag *d, size_t off, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Error at a known line and column without the source at hand:
+ * "file:line:col: message" (no snippet). line 0 means no position: "file: message". */
+void diag_pos(diag *d, int line, int col, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Error with no position: "file: message". */
 void diag_plain(diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

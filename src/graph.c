@@ -132,10 +132,12 @@ static bool attr_is_default(const hlo_instr *in, const hlo_attr *a) {
     case K_BOOL:
         return a->v.i == 0;
     case K_INTS: case K_IDENTS: case K_KV: case K_INSTRS: case K_SLICES:
-    case K_PADDING: case K_COMPS: case K_LISTS:
+    case K_PADDING: case K_COMPS:
         return a->n == 0;
+    case K_LISTS:
+        return a->v.groups->ngroups == 0;
     case K_GROUPS:
-        return !a->v.groups->iota && a->v.groups->ngroups == 0;
+        return !a->v.groups->iota && !a->v.groups->mesh && a->v.groups->ngroups == 0;
     case K_STRING: case K_BACKEND:
         return a->v.str[0] == 0;
     default:
@@ -170,35 +172,111 @@ void graph_finalize_instr(hlo_module *m, hlo_instr *in) {
 
 /* ---- groups ---- */
 
-void groups_expand(const hlo_groups *g, arena *a, hlo_groups *out) {
-    if (!g->iota) {
-        *out = *g;
-        return;
-    }
-    int64_t total = 1;
-    for (uint32_t i = 0; i < g->nreshape; i++) total *= g->reshape[i];
-    memset(out, 0, sizeof *out);
-    if (total <= 0 || g->group_size <= 0 || total % g->group_size) return;
-    /* ids of the reshaped iota, transposed by perm, flattened in row-major order. */
-    uint32_t r = g->nreshape;
-    int64_t *ids = arena_alloc(a, (size_t)total * sizeof *ids);
+void iota_tile_ids(const int64_t *reshape, uint32_t nreshape, const int64_t *perm, uint32_t nperm,
+                   int64_t *out) {
+    /* Walk the transposed array in row-major order; element index idx (over the
+     * transposed dims) reads source position sum idx[d] * stride[perm[d]]. */
     int64_t stride[64], idx[64];
+    uint32_t r = nreshape;
     if (r > 64) return;
-    for (uint32_t i = r; i-- > 0;) stride[i] = (i + 1 < r) ? stride[i + 1] * g->reshape[i + 1] : 1;
+    int64_t total = 1;
+    for (uint32_t i = 0; i < r; i++) total *= reshape[i];
+    for (uint32_t i = r; i-- > 0;) stride[i] = (i + 1 < r) ? stride[i + 1] * reshape[i + 1] : 1;
     memset(idx, 0, sizeof idx);
     for (int64_t k = 0; k < total; k++) {
         int64_t src = 0;
-        for (uint32_t d = 0; d < r; d++) {
-            uint32_t pd = g->nperm == r ? (uint32_t)g->perm[d] : d;
-            src += idx[d] * stride[pd];
-        }
-        ids[k] = src;
+        for (uint32_t d = 0; d < r; d++) src += idx[d] * stride[nperm == r ? perm[d] : d];
+        out[k] = src;
         for (uint32_t d = r; d-- > 0;) {
-            uint32_t pd = g->nperm == r ? (uint32_t)g->perm[d] : d;
-            if (++idx[d] < g->reshape[pd]) break;
+            if (++idx[d] < reshape[nperm == r ? perm[d] : d]) break;
             idx[d] = 0;
         }
     }
+}
+
+static int64_t product(const int64_t *v, uint32_t n) {
+    int64_t p = 1;
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i] <= 0 || !mul_ok(p, v[i], &p)) return -1;
+    return p;
+}
+
+/* Mesh form: see graph.h. Every axis has at most one selected reference. */
+static void expand_mesh(const hlo_groups *g, arena *a, hlo_groups *out) {
+    int64_t total = product(g->axis_sizes, g->naxes);
+    if (total <= 0 || total > (1 << 24) || g->naxes > 64) return;
+    int64_t *order = arena_alloc(a, (size_t)total * sizeof *order);
+    if (g->device_ids) {
+        if (g->ndevice_ids != total) return;
+        memcpy(order, g->device_ids, (size_t)total * sizeof *order);
+    } else if (g->dev_reshape) {
+        if (product(g->dev_reshape, g->ndev_reshape) != total) return;
+        iota_tile_ids(g->dev_reshape, g->ndev_reshape, g->dev_perm, g->ndev_perm, order);
+    } else {
+        for (int64_t k = 0; k < total; k++) order[k] = k;
+    }
+    /* Per axis: the selected factor (pre, size) or none, and the size left over. */
+    int64_t pre[64], size[64], rest[64];
+    int sel_pos[64];
+    for (uint32_t i = 0; i < g->naxes; i++) {
+        pre[i] = 1;
+        size[i] = 1;
+        sel_pos[i] = -1;
+    }
+    int64_t gsize = 1;
+    for (uint32_t k = 0; k < g->nsel; k++) {
+        uint32_t ax = g->sel[k].axis;
+        if (ax >= g->naxes || sel_pos[ax] >= 0) return;
+        sel_pos[ax] = (int)k;
+        int64_t n = g->axis_sizes[ax];
+        pre[ax] = g->sel[k].size ? g->sel[k].pre : 1;
+        size[ax] = g->sel[k].size ? g->sel[k].size : n;
+        if (pre[ax] <= 0 || size[ax] <= 0 || n % (pre[ax] * size[ax])) return;
+        gsize *= size[ax];
+    }
+    for (uint32_t i = 0; i < g->naxes; i++) rest[i] = g->axis_sizes[i] / size[i];
+    int64_t *ids = arena_alloc(a, (size_t)total * sizeof *ids);
+    int64_t coord[64];
+    memset(coord, 0, sizeof coord);
+    for (int64_t k = 0; k < total; k++) {
+        /* Position inside the group: row-major over the selected refs in the order
+         * written; group number: row-major over what each axis has left. */
+        int64_t in_group = 0, group = 0;
+        for (uint32_t s = 0; s < g->nsel; s++) {
+            uint32_t ax = g->sel[s].axis;
+            in_group = in_group * size[ax] + (coord[ax] / pre[ax]) % size[ax];
+        }
+        for (uint32_t i = 0; i < g->naxes; i++) {
+            int64_t c = coord[i];
+            int64_t left = sel_pos[i] < 0 ? c : (c % pre[i]) + pre[i] * (c / (pre[i] * size[i]));
+            group = group * rest[i] + left;
+        }
+        ids[group * gsize + in_group] = order[k];
+        for (uint32_t i = g->naxes; i-- > 0;) {
+            if (++coord[i] < g->axis_sizes[i]) break;
+            coord[i] = 0;
+        }
+    }
+    out->ngroups = (uint32_t)(total / gsize);
+    out->ids = ids;
+    out->start = arena_alloc(a, (out->ngroups + 1) * sizeof *out->start);
+    for (uint32_t i = 0; i <= out->ngroups; i++) out->start[i] = (uint32_t)(i * gsize);
+}
+
+void groups_expand(const hlo_groups *g, arena *a, hlo_groups *out) {
+    if (!g->iota && !g->mesh) {
+        *out = *g;
+        return;
+    }
+    memset(out, 0, sizeof *out);
+    if (g->mesh) {
+        expand_mesh(g, a, out);
+        return;
+    }
+    int64_t total = product(g->reshape, g->nreshape);
+    if (total <= 0 || total > (1 << 24) || g->group_size <= 0 || total % g->group_size) return;
+    int64_t *ids = arena_alloc(a, (size_t)total * sizeof *ids);
+    iota_tile_ids(g->reshape, g->nreshape, g->perm, g->nperm, ids);
     out->ngroups = (uint32_t)(total / g->group_size);
     out->ids = ids;
     out->start = arena_alloc(a, (out->ngroups + 1) * sizeof *out->start);
@@ -259,8 +337,10 @@ int graph_finalize(hlo_module *m, diag *d) {
     return 0;
 }
 
-static void report(diag *d, int *errors, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void report(diag *d, int *errors, const char *fmt, ...) {
+/* Reports at a text position when the module came from text (line > 0). */
+static void report_at(diag *d, int *errors, uint32_t line, uint32_t col, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void report_at(diag *d, int *errors, uint32_t line, uint32_t col, const char *fmt, ...) {
     (*errors)++;
     if (!d) return;
     char msg[512];
@@ -268,8 +348,9 @@ static void report(diag *d, int *errors, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    diag_plain(d, "%s", msg);
+    diag_pos(d, (int)line, (int)col, "%s", msg);
 }
+#define report(d, errors, ...) report_at(d, errors, 0, 0, __VA_ARGS__)
 
 /* Depth-first search for a cycle in the call graph; colour 1 = on stack. */
 static bool call_cycle(const hlo_module *m, uint32_t c, uint8_t *colour, uint32_t *stack) {
@@ -323,6 +404,19 @@ int graph_check(const hlo_module *m, diag *d) {
         return errors;
     }
     if (m->entry >= m->ncomps) report(d, &errors, "entry computation index %u out of range", m->entry);
+    for (uint32_t i = 0; i < m->nframes; i++) {
+        const hlo_frame *f = &m->frames[i];
+        if (f->file_location_id < 1 || (uint32_t)f->file_location_id > m->nfile_locs)
+            report(d, &errors, "stack frame %u names missing file location %d", i + 1, f->file_location_id);
+        if (f->parent_frame_id < 0 || (uint32_t)f->parent_frame_id > m->nframes)
+            report(d, &errors, "stack frame %u names missing parent frame %d", i + 1, f->parent_frame_id);
+    }
+    for (uint32_t i = 0; i < m->nfile_locs; i++) {
+        const hlo_file_loc *l = &m->file_locs[i];
+        if (l->file_name_id < 1 || (uint32_t)l->file_name_id > m->nfile_names ||
+            l->function_name_id < 0 || (uint32_t)l->function_name_id > m->nfunction_names)
+            report(d, &errors, "file location %u names a missing file or function", i + 1);
+    }
     for (uint32_t c = 0; c < m->ncomps; c++) {
         const hlo_comp *comp = &m->comps[c];
         if (comp->ninstrs == 0) {
@@ -337,16 +431,16 @@ int graph_check(const hlo_module *m, diag *d) {
             const hlo_instr *in = &comp->instrs[i];
             for (uint32_t o = 0; o < in->noperands; o++)
                 if (in->operands[o] >= i)
-                    report(d, &errors, "%s: operand %u of %s does not precede it", comp->name, o, in->name);
+                    report_at(d, &errors, in->line, in->col, "%s: operand %u of %s does not precede it", comp->name, o, in->name);
             if (shape_check(&in->shape, why, sizeof why))
-                report(d, &errors, "%s: %s: %s", comp->name, in->name, why);
+                report_at(d, &errors, in->line, in->col, "%s: %s: %s", comp->name, in->name, why);
             for (uint32_t a = 0; a < in->nattrs; a++) {
                 const hlo_attr *at = &in->attrs[a];
                 if (at->kind == K_COMP || at->kind == K_COMPS) {
                     uint32_t n = at->kind == K_COMP ? 1 : at->n;
                     for (uint32_t k = 0; k < n; k++)
                         if ((uint64_t)at->v.ints[k] >= m->ncomps)
-                            report(d, &errors, "%s: %s calls a missing computation", comp->name, in->name);
+                            report_at(d, &errors, in->line, in->col, "%s: %s calls a missing computation", comp->name, in->name);
                 }
                 if (at->kind == K_INSTRS)
                     for (uint32_t k = 0; k < at->n; k++)
@@ -360,7 +454,8 @@ int graph_check(const hlo_module *m, diag *d) {
     uint32_t *stack = xcalloc(m->ncomps + 1, sizeof *stack);
     for (uint32_t c = 0; c < m->ncomps && !errors; c++)
         if (colour[c] == 0 && call_cycle(m, c, colour, stack))
-            report(d, &errors, "computations call each other in a cycle (through %s)", m->comps[c].name);
+            report_at(d, &errors, m->comps[c].line, m->comps[c].col,
+                      "computations call each other in a cycle (through %s)", m->comps[c].name);
     free(colour);
     free(stack);
     return errors;
@@ -413,7 +508,9 @@ int64_t graph_num_devices(const hlo_module *m) {
                 if (at->kind == K_SHARDING) b = sharding_max_device(at->v.sharding);
                 if (at->kind == K_GROUPS || at->kind == K_LISTS) {
                     const hlo_groups *g = at->v.groups;
-                    if (g->iota) {
+                    if (g->mesh) {
+                        b = product(g->axis_sizes, g->naxes) - 1;
+                    } else if (g->iota) {
                         b = 1;
                         for (uint32_t k = 0; k < g->nreshape; k++) b *= g->reshape[k];
                         b--;
@@ -459,7 +556,22 @@ static bool ints_eq(const int64_t *a, const int64_t *b, size_t n) {
 }
 
 static bool groups_eq(const hlo_groups *a, const hlo_groups *b) {
-    if (a->iota != b->iota) return false;
+    if (a->iota != b->iota || a->mesh != b->mesh) return false;
+    if (a->mesh) {
+        if (a->naxes != b->naxes || a->nsel != b->nsel || a->ndevice_ids != b->ndevice_ids ||
+            a->ndev_reshape != b->ndev_reshape || a->ndev_perm != b->ndev_perm ||
+            !ints_eq(a->axis_sizes, b->axis_sizes, a->naxes) ||
+            !ints_eq(a->device_ids, b->device_ids, a->ndevice_ids) ||
+            !ints_eq(a->dev_reshape, b->dev_reshape, a->ndev_reshape) ||
+            !ints_eq(a->dev_perm, b->dev_perm, a->ndev_perm))
+            return false;
+        for (uint32_t i = 0; i < a->naxes; i++)
+            if (!str_eq(a->axis_names[i], b->axis_names[i])) return false;
+        for (uint32_t i = 0; i < a->nsel; i++)
+            if (a->sel[i].axis != b->sel[i].axis || a->sel[i].pre != b->sel[i].pre || a->sel[i].size != b->sel[i].size)
+                return false;
+        return true;
+    }
     if (a->iota)
         return a->ngroups == b->ngroups && a->group_size == b->group_size &&
                a->nreshape == b->nreshape && a->nperm == b->nperm &&

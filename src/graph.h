@@ -192,22 +192,46 @@ const char *attr_key_name(int key);
 int attr_key_from_name(const char *s, size_t n);  /* A_RAW when unknown */
 attr_kind attr_key_kind(int key);
 
-/* Replica groups / source-target pairs. List form: ngroups lists, group g is
- * ids[start[g] .. start[g+1]). Iota form ([G,S]<=[reshape]T(perm)): the device
- * ids 0..prod(reshape)-1 reshaped, transposed by perm, and read as G groups of S. */
+/* One selected axis of a mesh-axes replica group: the whole axis (size 0), or
+ * the sub-axis 'name':(pre)size — coordinate (c / pre) % size of that axis. */
+typedef struct mesh_axis_ref {
+    uint32_t axis;
+    int64_t pre, size;
+} mesh_axis_ref;
+
+/* Replica groups / source-target pairs, in one of three forms.
+ * List: ngroups lists, group g is ids[start[g] .. start[g+1]).
+ * Iota ([G,S]<=[reshape]T(perm)): device ids 0..prod(reshape)-1 reshaped,
+ *   transposed by perm, and read as G groups of S.
+ * Mesh (mesh['a'=4,'b'=2], device_ids=(...) {'a'}): the devices laid out on a
+ *   mesh (in device_ids order, default 0..n-1); a group is the devices that agree
+ *   on every coordinate except the selected axes, ordered by those axes. */
 typedef struct hlo_groups {
-    bool iota;
+    bool iota, mesh;
     uint32_t ngroups;
     uint32_t *start;      /* ngroups + 1 entries (list form) */
     int64_t *ids;
     int64_t group_size;   /* iota form */
     int64_t *reshape, *perm;
     uint32_t nreshape, nperm;
+    /* mesh form */
+    uint32_t naxes, nsel, ndevice_ids;
+    const char **axis_names;
+    int64_t *axis_sizes;
+    mesh_axis_ref *sel;
+    int64_t *device_ids;            /* explicit order, or NULL */
+    int64_t *dev_reshape, *dev_perm; /* iota order ([dims]T(perm)), or NULL */
+    uint32_t ndev_reshape, ndev_perm;
 } hlo_groups;
 
-/* Number of groups and their size for either form; expands iota groups into
- * list form (arena-allocated) so callers see one representation. */
+/* Expands iota and mesh groups into list form (arena-allocated) so callers see
+ * one representation; a list is returned as is. An inconsistent description
+ * expands to zero groups. */
 void groups_expand(const hlo_groups *g, arena *a, hlo_groups *out);
+/* The ids 0..prod(reshape)-1 reshaped and transposed by perm (identity when
+ * nperm is 0), flattened row-major into out (prod(reshape) entries). */
+void iota_tile_ids(const int64_t *reshape, uint32_t nreshape, const int64_t *perm, uint32_t nperm,
+                   int64_t *out);
 
 /* OpSharding types, numbered as in the protobuf (HLO.md); SH_RAW is ours:
  * a form we keep as text (Shardy mesh syntax, anything unrecognised). */

@@ -137,6 +137,19 @@ static int64_t *bracket_ints(parser *ps, uint32_t *n) {
     return copy_ints(ps, ps->ints, k);
 }
 
+/* paren ints -> '(' int (',' int)* ')'  (the cursor is on the '(') */
+static int64_t *int_list_paren(parser *ps, uint32_t *n) {
+    expect(ps, '(', "to open a list");
+    size_t k = 0;
+    do {
+        XGROW(ps->ints, ps->capints, k + 1);
+        ps->ints[k++] = integer(ps, "an integer");
+    } while (lex_accept(&ps->lx, ','));
+    expect(ps, ')', "to close the list");
+    *n = (uint32_t)k;
+    return copy_ints(ps, ps->ints, k);
+}
+
 /* ---- shapes ---- */
 
 /* layout -> '{' ints? (':' item*)? '}'   item -> T(d,..)(..)* | E(n) | S(n) | other */
@@ -283,11 +296,103 @@ static void parse_shape(parser *ps, shape *s) {
 
 /* ---- attribute values ---- */
 
-/* groups -> '{' ('{' ints '}' (',' ...)*)? '}' | '[' G ',' S ']' '<=' '[' ints ']' ('T' '(' ints ')')? */
+/* A single-quoted mesh axis name. */
+static const char *axis_name(parser *ps) {
+    lexer *lx = &ps->lx;
+    const char *at = here(ps);
+    if (*lx->p != '\'') fail(ps, at, "expected a quoted axis name");
+    const char *q = memchr(lx->p + 1, '\'', (size_t)(lx->end - lx->p - 1));
+    if (!q) fail(ps, at, "unterminated axis name");
+    const char *nm = graph_intern(ps->m, lx->p + 1, (size_t)(q - lx->p - 1));
+    lx->p = q + 1;
+    return nm;
+}
+
+/* mesh groups -> 'mesh' '[' axis '=' int (',' ...)* ']' (',' 'device_ids' '=' '(' ids ')')?
+ *                '{' ref (',' ref)* '}'
+ * ids -> '[' ints ']' ('T' '(' ints ')')? | int (',' int)*     ref -> axis (':' '(' int ')' int)? */
+static void parse_mesh_groups(parser *ps, hlo_groups *g, const char *at) {
+    hlo_module *m = ps->m;
+    lexer *lx = &ps->lx;
+    g->mesh = true;
+    expect(ps, '[', "after mesh");
+    const char *names[64];
+    int64_t sizes[64];
+    uint32_t n = 0;
+    do {
+        if (n == 64) fail(ps, here(ps), "more than 64 mesh axes");
+        names[n] = axis_name(ps);
+        expect(ps, '=', "after the axis name");
+        sizes[n] = integer(ps, "an axis size");
+        if (sizes[n] <= 0) fail(ps, at, "mesh axis sizes must be positive");
+        n++;
+    } while (lex_accept(lx, ','));
+    expect(ps, ']', "to close the mesh");
+    g->naxes = n;
+    g->axis_names = arena_memdup(&m->arena, names, n * sizeof *names);
+    g->axis_sizes = copy_ints(ps, sizes, n);
+    /* ", device_ids=(...)" belongs to the value, not to the next attribute. */
+    lexer save = *lx;
+    if (lex_accept(lx, ',') && lex_accept_word(lx, "device_ids")) {
+        expect(ps, '=', "after device_ids");
+        expect(ps, '(', "to open device_ids");
+        if (lex_peek(lx, '[')) {
+            g->dev_reshape = bracket_ints(ps, &g->ndev_reshape);
+            lex_skip(lx);
+            if (lx->p[0] == 'T' && lx->p[1] == '(') {
+                lx->p++;
+                g->dev_perm = int_list_paren(ps, &g->ndev_perm);
+            }
+        } else {
+            size_t k = 0;
+            do {
+                XGROW(ps->ints, ps->capints, k + 1);
+                ps->ints[k++] = integer(ps, "a device id");
+            } while (lex_accept(lx, ','));
+            g->ndevice_ids = (uint32_t)k;
+            g->device_ids = copy_ints(ps, ps->ints, k);
+        }
+        expect(ps, ')', "to close device_ids");
+    } else {
+        *lx = save;
+    }
+    expect(ps, '{', "to open the selected mesh axes");
+    mesh_axis_ref refs[64];
+    uint32_t k = 0;
+    if (!lex_accept(lx, '}')) {
+        do {
+            const char *rat = here(ps);
+            if (k == 64) fail(ps, rat, "too many selected axes");
+            const char *nm = axis_name(ps);
+            uint32_t ax = 0;
+            while (ax < n && strcmp(names[ax], nm) != 0) ax++;
+            if (ax == n) fail(ps, rat, "axis '%s' is not in the mesh", nm);
+            refs[k] = (mesh_axis_ref){ax, 0, 0};
+            if (lex_accept(lx, ':')) {
+                expect(ps, '(', "to open a sub-axis");
+                refs[k].pre = integer(ps, "a sub-axis offset");
+                expect(ps, ')', "to close a sub-axis offset");
+                refs[k].size = integer(ps, "a sub-axis size");
+                if (refs[k].pre <= 0 || refs[k].size <= 0) fail(ps, rat, "invalid sub-axis");
+            }
+            k++;
+        } while (lex_accept(lx, ','));
+        expect(ps, '}', "to close the selected mesh axes");
+    }
+    g->nsel = k;
+    g->sel = arena_memdup(&m->arena, refs, k * sizeof *refs);
+}
+
+/* groups -> '{' ('{' ints '}' (',' ...)*)? '}' | '[' G ',' S ']' '<=' '[' ints ']' ('T' '(' ints ')')?
+ *         | mesh groups */
 static hlo_groups *parse_groups(parser *ps, bool allow_iota) {
     hlo_module *m = ps->m;
     hlo_groups *g = arena_alloc(&m->arena, sizeof *g);
     const char *at = here(ps);
+    if (allow_iota && lex_accept_word(&ps->lx, "mesh")) {
+        parse_mesh_groups(ps, g, at);
+        return g;
+    }
     if (allow_iota && lex_peek(&ps->lx, '[')) {
         uint32_t n;
         int64_t *gs = bracket_ints(ps, &n);
@@ -302,15 +407,7 @@ static hlo_groups *parse_groups(parser *ps, bool allow_iota) {
         lex_skip(&ps->lx);
         if (ps->lx.p[0] == 'T' && ps->lx.p[1] == '(') {
             ps->lx.p++;
-            expect(ps, '(', "");
-            size_t k = 0;
-            do {
-                XGROW(ps->ints, ps->capints, k + 1);
-                ps->ints[k++] = integer(ps, "a permutation index");
-            } while (lex_accept(&ps->lx, ','));
-            expect(ps, ')', "to close the permutation");
-            g->nperm = (uint32_t)k;
-            g->perm = copy_ints(ps, ps->ints, k);
+            g->perm = int_list_paren(ps, &g->nperm);
         }
         int64_t total = 1;
         for (uint32_t i = 0; i < g->nreshape; i++)
@@ -863,6 +960,7 @@ static void parse_attr(parser *ps, hlo_instr *in, size_t *nattrs) {
     case K_RAW:
     default:
         if (!lex_raw(&ps->lx, &s, &sn)) fail(ps, here(ps), "unbalanced brackets in the value of '%.*s'", (int)kn, k);
+        if (sn == 0) fail(ps, here(ps), "expected a value for '%.*s'", (int)kn, k);
         a->raw_key = key == A_RAW ? graph_intern(m, k, kn) : NULL;
         a->v.str = graph_intern(m, s, sn);
         break;
@@ -1102,6 +1200,12 @@ static void parse_record_table(parser *ps, bool frames) {
 #undef IS
             lex_accept(&ps->lx, ',');
         }
+        if (frames ? fr.file_location_id < 1 || (uint32_t)fr.file_location_id > m->nfile_locs
+                   : loc.file_name_id < 1 || (uint32_t)loc.file_name_id > m->nfile_names ||
+                         loc.function_name_id < 0 || (uint32_t)loc.function_name_id > m->nfunction_names)
+            fail(ps, at, "table entry %lld names a missing %s", (long long)id,
+                 frames ? "file location" : "file or function name");
+        if (frames && fr.parent_frame_id < 0) fail(ps, at, "stack frame %lld has parent_frame_id 0 (the first id is 1)", (long long)id);
         if (n == cap) {
             size_t nc = cap ? cap * 2 : 16;
             void *nv = arena_alloc(&m->arena, nc * elem);
@@ -1112,6 +1216,9 @@ static void parse_record_table(parser *ps, bool frames) {
         memcpy((char *)v + n * elem, frames ? (void *)&fr : (void *)&loc, elem);
         n++;
     }
+    for (size_t i = 0; frames && i < n; i++)
+        if ((size_t)((hlo_frame *)v)[i].parent_frame_id > n)
+            fail(ps, ps->lx.p, "stack frame %zu names a missing parent frame", i + 1);
     if (frames) {
         m->frames = v;
         m->nframes = (uint32_t)n;

@@ -62,6 +62,34 @@ static void print_literal(strbuf *b, const hlo_literal *l, const shape *s) {
 }
 
 static void print_groups(strbuf *b, const hlo_groups *g) {
+    if (g->mesh) {
+        sb_puts(b, "mesh[");
+        for (uint32_t i = 0; i < g->naxes; i++)
+            sb_printf(b, i ? ",'%s'=%lld" : "'%s'=%lld", g->axis_names[i], (long long)g->axis_sizes[i]);
+        sb_putc(b, ']');
+        if (g->dev_reshape) {
+            sb_puts(b, ", device_ids=([");
+            print_ints(b, g->dev_reshape, g->ndev_reshape);
+            sb_putc(b, ']');
+            if (g->ndev_perm) {
+                sb_puts(b, "T(");
+                print_ints(b, g->dev_perm, g->ndev_perm);
+                sb_putc(b, ')');
+            }
+            sb_putc(b, ')');
+        } else if (g->device_ids) {
+            sb_puts(b, ", device_ids=(");
+            print_ints(b, g->device_ids, g->ndevice_ids);
+            sb_putc(b, ')');
+        }
+        sb_puts(b, " {");
+        for (uint32_t i = 0; i < g->nsel; i++) {
+            sb_printf(b, i ? ",'%s'" : "'%s'", g->axis_names[g->sel[i].axis]);
+            if (g->sel[i].size) sb_printf(b, ":(%lld)%lld", (long long)g->sel[i].pre, (long long)g->sel[i].size);
+        }
+        sb_putc(b, '}');
+        return;
+    }
     if (g->iota) {
         sb_printf(b, "[%u,%lld]<=[", g->ngroups, (long long)g->group_size);
         print_ints(b, g->reshape, g->nreshape);

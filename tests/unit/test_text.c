@@ -1,3 +1,200 @@
+/* Text reader: every printer variant of HLO.md read into the right IR. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "harness.h"
+#include "hlo.h"
+
+static hlo_module *parse(const char *src, diag *d) {
+    diag_init(d, "t.hlo");
+    return hlo_parse_text(src, strlen(src), "t.hlo", d);
+}
+
+static const hlo_instr *find(const hlo_module *m, const char *name) {
+    for (uint32_t c = 0; c < m->ncomps; c++)
+        for (uint32_t i = 0; i < m->comps[c].ninstrs; i++)
+            if (strcmp(m->comps[c].instrs[i].name, name) == 0) return &m->comps[c].instrs[i];
+    return NULL;
+}
+
+static char *attr_text(const hlo_module *m, const char *name, int key) {
+    const hlo_instr *in = find(m, name);
+    strbuf b;
+    sb_init(&b);
+    const hlo_attr *a = in ? instr_attr(in, key) : NULL;
+    if (a) hlo_print_attr_value(&b, m, graph_entry(m), in, a);
+    else sb_puts(&b, "(absent)");
+    return sb_take(&b);
+}
+
+#define CHECK_ATTR(m, name, key, want)               \
+    do {                                             \
+        char *got_ = attr_text(m, name, key);        \
+        CHECK_STR(got_, want);                       \
+        free(got_);                                  \
+    } while (0)
+
+static void expanded(const hlo_module *m, const char *name, int key, const char *want) {
+    const hlo_instr *in = find(m, name);
+    arena a;
+    arena_init(&a);
+    hlo_groups g;
+    groups_expand(instr_attr(in, key)->v.groups, &a, &g);
+    strbuf b;
+    sb_init(&b);
+    for (uint32_t i = 0; i < g.ngroups; i++) {
+        sb_putc(&b, '{');
+        for (uint32_t k = g.start[i]; k < g.start[i + 1]; k++) sb_printf(&b, k > g.start[i] ? ",%lld" : "%lld", (long long)g.ids[k]);
+        sb_putc(&b, '}');
+    }
+    CHECK_STR(b.s ? b.s : "", want);
+    sb_free(&b);
+    arena_free(&a);
+}
+
 void suite_text(void);
-void suite_text(void) {}
+void suite_text(void) {
+    diag d;
+    size_t n;
+    char *src = t_read("tests/cases/variants.hlo", &n);
+    t_case("text-1 variants.hlo parses");
+    CHECK(src != NULL);
+    if (!src) return;
+    diag_init(&d, "variants.hlo");
+    hlo_module *m = hlo_parse_text(src, n, "variants.hlo", &d);
+    CHECK_MSG(m != NULL, "%s", d.out.s ? d.out.s : "");
+    diag_free(&d);
+    free(src);
+    if (!m) return;
+
+    t_case("text-2 module, header, entry");
+    CHECK_STR(m->name, "variants");
+    CHECK_EQ(m->ncomps, 5);
+    CHECK_STR(graph_entry(m)->name, "main.99");
+    CHECK_EQ(graph_num_devices(m), 4);
+    CHECK_EQ(m->nattrs, 5);
+    CHECK_STR(m->attrs[0].raw_key, "is_scheduled");
+
+    t_case("text-3 reducers recognised");
+    CHECK_EQ(m->comps[0].reducer, RED_SUM);
+    CHECK_EQ(m->comps[1].reducer, RED_MAX);
+    CHECK_EQ(m->comps[2].reducer, RED_NONE);
+    CHECK_EQ(instr_reducer(m, find(m, "ar")), RED_SUM);
+    CHECK_EQ(instr_reducer(m, find(m, "red")), RED_MAX);
+
+    t_case("text-4 replica groups in every form");
+    CHECK_ATTR(m, "ar", A_REPLICA_GROUPS, "{{0,1},{2,3}}");
+    CHECK_ATTR(m, "ag", A_REPLICA_GROUPS, "[1,4]<=[4]");
+    CHECK_ATTR(m, "rs", A_REPLICA_GROUPS, "[2,2]<=[2,2]T(1,0)");
+    expanded(m, "ag", A_REPLICA_GROUPS, "{0,1,2,3}");
+    expanded(m, "rs", A_REPLICA_GROUPS, "{0,2}{1,3}");
+    CHECK_ATTR(m, "cp", A_SOURCE_TARGET_PAIRS, "{{0,1},{1,2},{2,3},{3,0}}");
+    CHECK_EQ(instr_int(find(m, "ar"), A_USE_GLOBAL_DEVICE_IDS, 0), 1);
+    CHECK_EQ(instr_int(find(m, "ar"), A_CHANNEL_ID, 0), 1);
+
+    t_case("text-5 shardings");
+    CHECK_ATTR(m, "Arg_0.1", A_SHARDING, "{devices=[1,4]<=[4]}");
+    CHECK_ATTR(m, "Arg_1.2", A_SHARDING, "{replicated}");
+    CHECK_ATTR(m, "init", A_SHARDING, "{{replicated}, {devices=[2,2]<=[4] last_tile_dim_replicate}}");
+    CHECK_ATTR(m, "w.x", A_SHARDING, "{maximal device=0}");
+    CHECK_ATTR(m, "cc", A_SHARDING, "{devices=[2,1,2]0,2,1,3 last_tile_dims={manual}}");
+    const hlo_instr *cc2 = find(m, "cc2");
+    CHECK(cc2 && instr_attr(cc2, A_SHARDING)->v.sharding->type == SH_RAW);
+    CHECK_ATTR(m, "cc2", A_SHARDING, "{mesh['x'=2,'y'=2], [{'y'}, {}]}");
+    const hlo_sharding *ts = instr_attr(find(m, "tup5"), A_SHARDING)->v.sharding;
+    CHECK_EQ(ts->type, SH_TUPLE);
+    CHECK_EQ(ts->ntuple, 6);
+    CHECK_EQ(ts->tuple[5].type, SH_MANUAL);
+
+    t_case("text-6 literals");
+    const hlo_literal *l1 = instr_attr(find(m, "c.1"), A_LITERAL)->v.lit;
+    CHECK_EQ(l1->count, 6);
+    CHECK(l1->f && l1->f[1] == 2.5 && l1->f[2] == -3.0 && l1->f[4] > 1e308 && l1->f[5] != l1->f[5]);
+    CHECK(l1->f && l1->f[3] == (double)1e-05f);
+    CHECK(instr_attr(find(m, "c.0"), A_LITERAL)->v.lit->f[0] < -1e308);
+    CHECK(instr_attr(find(m, "c.4"), A_LITERAL)->v.lit->elided);
+    const hlo_literal *l3 = instr_attr(find(m, "c.3"), A_LITERAL)->v.lit;
+    CHECK((uint64_t)l3->i[0] == 4294967295u);
+    const hlo_literal *l2 = instr_attr(find(m, "c.2"), A_LITERAL)->v.lit;
+    CHECK(l2->i[0] == 1 && l2->i[1] == 0 && l2->i[2] == 1);
+
+    t_case("text-7 shapes and layouts");
+    const hlo_instr *c4 = find(m, "c.4");
+    CHECK(c4->shape.layout && c4->shape.layout->ntiles == 2 && c4->shape.layout->memory_space == 1);
+    const hlo_instr *dyn = find(m, "dyn");
+    CHECK(dyn->shape.dynamic && dyn->shape.dynamic[0] == DIM_BOUNDED && dyn->shape.dynamic[1] == DIM_UNBOUNDED);
+    CHECK_EQ(dyn->op, OP_UNKNOWN);
+    CHECK_STR(dyn->opname, "some-future-op");
+    CHECK_EQ(find(m, "tup5")->noperands, 6);
+    CHECK_EQ(find(m, "tup5")->shape.ntuple, 6);
+
+    t_case("text-8 attributes of many kinds");
+    CHECK_ATTR(m, "sl", A_SLICE, "{[0:128:2]}");
+    CHECK_ATTR(m, "pd2", A_PADDING, "0_0x1_1");
+    CHECK_ATTR(m, "pd", A_PADDING, "3_3");
+    CHECK_ATTR(m, "dot", A_OPERAND_PRECISION, "{highest,highest}");
+    CHECK_ATTR(m, "dot", A_FRONTEND_ATTRIBUTES, "{_xla_compute_type=\"dense\"}");
+    CHECK_ATTR(m, "gather", A_SLICE_SIZES, "{1,16}");
+    CHECK_EQ(instr_int(find(m, "gather"), A_INDICES_ARE_SORTED, 0), 1);
+    CHECK_ATTR(m, "w", A_BACKEND_CONFIG, "{\"known_trip_count\":{\"n\":\"4\"}}");
+    CHECK_ATTR(m, "cc2", A_BACKEND_CONFIG, "\"opaque \\\"string\\\"\"");
+    CHECK_ATTR(m, "cc", A_CUSTOM_CALL_TARGET, "\"Sharding\"");
+    CHECK_ATTR(m, "w", A_CONDITION, "%cond");
+    CHECK_ATTR(m, "w", A_BODY, "%body");
+    CHECK_ATTR(m, "off", A_DYNAMIC_SLICE_SIZES, "{1}");
+    CHECK_ATTR(m, "lt", A_DIRECTION, "LT");
+    /* Unknown attributes are kept verbatim, in order, after the known ones. */
+    const hlo_instr *cc = find(m, "cc");
+    CHECK(cc->nattrs >= 2 && cc->attrs[cc->nattrs - 2].key == A_RAW);
+    CHECK_STR(cc->attrs[cc->nattrs - 2].raw_key, "unknown_attr");
+    CHECK_STR(cc->attrs[cc->nattrs - 2].v.str, "{a={b,\"c}\"}}");
+    CHECK_STR(cc->attrs[cc->nattrs - 1].v.str, "7");
+    /* Defaults are absent: index=0 and the broadcast's empty dimensions. */
+    CHECK(instr_attr(find(m, "i"), A_INDEX) == NULL);
+    CHECK(instr_attr(find(m, "mask"), A_DIMENSIONS) == NULL);
+
+    t_case("text-9 metadata and source locations");
+    const hlo_meta *md = find(m, "ar")->meta;
+    CHECK(md && md->op_name && strcmp(md->op_name, "jit(f)/layers.0/psum") == 0);
+    CHECK(md && md->src_file && strcmp(md->src_file, "/src/layers.py") == 0 && md->src_line == 42);
+    md = find(m, "red")->meta;
+    CHECK(md && md->stack_frame_id == 2 && md->src_file && strcmp(md->src_file, "/src/layers.py") == 0);
+    CHECK(md && md->src_line == 42 && md->src_col == 9);
+    CHECK_EQ(m->nframes, 2);
+    CHECK_EQ(m->frames[1].parent_frame_id, 1);
+    CHECK_EQ(m->frames[0].parent_frame_id, 0);
+    graph_free(m);
+
+    t_case("text-10 no ENTRY, no ROOT: the last ones count");
+    m = parse("c1 {\n p = f32[2] parameter(0)\n ROOT n = f32[2] negate(p)\n}\nc2 {\n a = f32[] parameter(0)\n b = f32[] abs(a)\n}\n", &d);
+    CHECK(m && strcmp(graph_entry(m)->name, "c2") == 0 && graph_entry(m)->root == 1);
+    CHECK(m && strcmp(m->name, "unnamed") == 0);
+    graph_free(m);
+    diag_free(&d);
+
+    t_case("text-11 mesh-axes replica groups");
+    m = parse("HloModule g\nr {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n"
+              "ENTRY e {\n p = f32[4] parameter(0)\n"
+              " x = f32[4] all-reduce(p), channel_id=1, replica_groups=mesh['a'=2,'b'=1,'c'=4], device_ids=([4,2]T(1,0)) {'a'}, use_global_device_ids=true, to_apply=r\n"
+              " y = f32[4] all-reduce(p), channel_id=2, replica_groups=mesh['a'=2,'c'=4] {'c'}, to_apply=r\n"
+              " ROOT z = f32[4] all-reduce(p), channel_id=3, replica_groups=mesh['a'=8] {'a':(2)2}, to_apply=r\n}\n", &d);
+    CHECK_MSG(m != NULL, "%s", d.out.s ? d.out.s : "");
+    if (m) {
+        CHECK_ATTR(m, "x", A_REPLICA_GROUPS, "mesh['a'=2,'b'=1,'c'=4], device_ids=([4,2]T(1,0)) {'a'}");
+        CHECK_EQ(instr_int(find(m, "x"), A_USE_GLOBAL_DEVICE_IDS, 0), 1);
+        /* device order: iota [4,2] transposed = 0,2,4,6,1,3,5,7 on mesh (a,b,c). */
+        expanded(m, "x", A_REPLICA_GROUPS, "{0,1}{2,3}{4,5}{6,7}");
+        expanded(m, "y", A_REPLICA_GROUPS, "{0,1,2,3}{4,5,6,7}");
+        expanded(m, "z", A_REPLICA_GROUPS, "{0,2}{1,3}{4,6}{5,7}");
+        CHECK_EQ(graph_num_devices(m), 8);
+    }
+    graph_free(m);
+    diag_free(&d);
+
+    t_case("text-12 header-less corpus files and comments");
+    m = parse("// RUN: tool %s\n/* block */ f {\n  %param0 = f32[2]{0} parameter(0) // trailing\n  ROOT result = f32[4]{0} all-gather(%param0),\n    replica_groups={{0,1}}, dimensions={0}\n}\n", &d);
+    CHECK(m && m->ncomps == 1 && m->comps[0].instrs[1].op == OP_ALL_GATHER);
+    graph_free(m);
+    diag_free(&d);
+}
