@@ -1,0 +1,14 @@
+/* cli — one entry point per subcommand. Each cli_<name>.c parses that command's
+ * options, calls the modules that do the work, prints diagnostics to stderr and
+ * returns an exit_code (scalify.h). main.c only dispatches to these. */
+#ifndef SCALIFY_CLI_H
+#define SCALIFY_CLI_H
+
+#include "diag.h"
+
+int cli_inspect(int argc, char **argv);
+
+/* Prints the diag's messages to stderr and frees it; returns its error count. */
+int cli_flush_diag(diag *d);
+
+#endif
