@@ -1,0 +1,135 @@
+/* escape — HTML/XML, JSON, slug and base64 encoders (see escape.h). */
+#include "escape.h"
+
+#include <string.h>
+
+/* Length of the valid UTF-8 sequence at s[0..n), or 0 when it is not valid
+ * (overlong forms, surrogates and code points past U+10FFFF are invalid). */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    unsigned cp;
+    if (c >= 0xc2 && c <= 0xdf) len = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef) len = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4) len = 4, cp = c & 0x07;
+    else return 0;
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff))) return 0;
+    if (cp >= 0xd800 && cp <= 0xdfff) return 0;
+    return len;
+}
+
+void esc_html_n(strbuf *b, const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        switch (c) {
+        case '&': sb_puts(b, "&amp;"); i++; continue;
+        case '<': sb_puts(b, "&lt;"); i++; continue;
+        case '>': sb_puts(b, "&gt;"); i++; continue;
+        case '"': sb_puts(b, "&quot;"); i++; continue;
+        case '\'': sb_puts(b, "&#39;"); i++; continue;
+        default: break;
+        }
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+            sb_puts(b, "\xef\xbf\xbd");
+            i++;
+            continue;
+        }
+        size_t len = utf8_len(p + i, n - i);
+        if (len == 0) {
+            sb_puts(b, "\xef\xbf\xbd");
+            i++;
+            continue;
+        }
+        sb_put(b, s + i, len);
+        i += len;
+    }
+}
+
+void esc_html(strbuf *b, const char *s) {
+    if (s) esc_html_n(b, s, strlen(s));
+}
+
+void esc_json(strbuf *b, const char *s) {
+    if (!s) return;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), i = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        switch (c) {
+        case '"': sb_puts(b, "\\\""); i++; continue;
+        case '\\': sb_puts(b, "\\\\"); i++; continue;
+        case '\b': sb_puts(b, "\\b"); i++; continue;
+        case '\f': sb_puts(b, "\\f"); i++; continue;
+        case '\n': sb_puts(b, "\\n"); i++; continue;
+        case '\r': sb_puts(b, "\\r"); i++; continue;
+        case '\t': sb_puts(b, "\\t"); i++; continue;
+        case '<': sb_puts(b, "\\u003c"); i++; continue;
+        case '>': sb_puts(b, "\\u003e"); i++; continue;
+        case '&': sb_puts(b, "\\u0026"); i++; continue;
+        default: break;
+        }
+        if (c < 0x20) {
+            sb_printf(b, "\\u%04x", c);
+            i++;
+            continue;
+        }
+        size_t len = utf8_len(p + i, n - i);
+        if (len == 0) {
+            sb_puts(b, "\\ufffd");
+            i++;
+            continue;
+        }
+        sb_put(b, s + i, len);
+        i += len;
+    }
+}
+
+void esc_json_harden(strbuf *b, const char *json, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char c = json[i];
+        if (c == '<') sb_puts(b, "\\u003c");
+        else if (c == '>') sb_puts(b, "\\u003e");
+        else if (c == '&') sb_puts(b, "\\u0026");
+        else sb_putc(b, c);
+    }
+}
+
+void esc_slug(strbuf *b, const char *s, size_t max) {
+    size_t start = b->len, n = 0;
+    for (const char *p = s ? s : ""; *p && n < max; p++, n++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                  c == '_' || c == '-';
+        if (n == 0 && c == '.') ok = false;
+        sb_putc(b, ok ? c : '-');
+    }
+    if (b->len == start) sb_putc(b, 'x');
+}
+
+void esc_base64(strbuf *b, const void *data, size_t n) {
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *p = data;
+    size_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        unsigned v = (unsigned)p[i] << 16 | (unsigned)p[i + 1] << 8 | p[i + 2];
+        char q[4] = {tab[v >> 18], tab[(v >> 12) & 63], tab[(v >> 6) & 63], tab[v & 63]};
+        sb_put(b, q, 4);
+    }
+    if (n - i == 1) {
+        unsigned v = (unsigned)p[i] << 16;
+        char q[4] = {tab[v >> 18], tab[(v >> 12) & 63], '=', '='};
+        sb_put(b, q, 4);
+    } else if (n - i == 2) {
+        unsigned v = (unsigned)p[i] << 16 | (unsigned)p[i + 1] << 8;
+        char q[4] = {tab[v >> 18], tab[(v >> 12) & 63], tab[(v >> 6) & 63], '='};
+        sb_put(b, q, 4);
+    }
+}

@@ -1,0 +1,12 @@
+/* sha256 — FIPS 180-4 SHA-256 of a buffer (CSP hashes of inline styles and
+ * scripts, digests in reports). No state outlives the call. */
+#ifndef SCALIFY_SHA256_H
+#define SCALIFY_SHA256_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Writes the 32-byte digest of data[0..n) to out. */
+void sha256(const void *data, size_t n, uint8_t out[32]);
+
+#endif
