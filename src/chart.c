@@ -1,0 +1,126 @@
+/* chart — stacked bar rasteriser + libpng encoder (see chart.h). */
+#include "chart.h"
+
+#include <math.h>
+#include <png.h>
+#include <setjmp.h>
+#include <stdlib.h>
+#include <string.h>
+
+const unsigned char chart_phase_rgb[CHART_PHASES][3] = {
+    {0x60, 0xa5, 0xfa},  /* build: blue 400 */
+    {0x34, 0xd3, 0x99},  /* lift: emerald 400 */
+    {0xf5, 0x9e, 0x0b},  /* saturate: amber 500 */
+    {0xa7, 0x8b, 0xfa},  /* check: violet 400 */
+};
+
+typedef struct {
+    unsigned char *px;
+    int w, h;
+} canvas;
+
+static void fill(canvas *c, int x0, int y0, int x1, int y1, const unsigned char rgb[3], unsigned char a) {
+    if (x0 < 0) x0 = 0;
+    if (y0 < 0) y0 = 0;
+    if (x1 > c->w) x1 = c->w;
+    if (y1 > c->h) y1 = c->h;
+    for (int y = y0; y < y1; y++)
+        for (int x = x0; x < x1; x++) {
+            unsigned char *p = c->px + ((size_t)y * c->w + x) * 4;
+            p[0] = rgb[0], p[1] = rgb[1], p[2] = rgb[2], p[3] = a;
+        }
+}
+
+/* A step of 1, 2 or 5 × 10^k giving at most ~6 intervals up to max. */
+static double nice_step(double max) {
+    double raw = max / 5, mag = pow(10, floor(log10(raw))), f = raw / mag;
+    return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
+}
+
+static void png_write_cb(png_structp png, png_bytep data, png_size_t n) {
+    sb_put((strbuf *)png_get_io_ptr(png), (const char *)data, n);
+}
+static void png_flush_cb(png_structp png) { (void)png; }
+
+bool chart_png(strbuf *out, const double (*values)[CHART_PHASES], const bool *hatched, size_t n, chart_axis *axis,
+               diag *d) {
+    double max = 0;
+    for (size_t i = 0; i < n; i++) {
+        double s = 0;
+        for (int p = 0; p < CHART_PHASES; p++) s += values[i][p] > 0 ? values[i][p] : 0;
+        if (s > max) max = s;
+    }
+    memset(axis, 0, sizeof *axis);
+    double step = max > 0 ? nice_step(max) : 1;
+    int k = max > 0 ? (int)ceil(max / step - 1e-9) : 1;
+    if (k < 1) k = 1;
+    while (k + 1 > CHART_MAX_TICKS) step *= 2, k = (int)ceil(max / step - 1e-9);
+    axis->max = step * k;
+    axis->n_ticks = k + 1;
+    for (int i = 0; i <= k; i++) axis->ticks[i] = step * i;
+
+    canvas c = {NULL, CHART_WIDTH_PX, (int)(n ? n : 1) * CHART_ROW_PX};
+    axis->width_px = c.w, axis->height_px = c.h;
+    c.px = xcalloc((size_t)c.w * c.h, 4);  /* transparent */
+    static const unsigned char grid[3] = {0x80, 0x80, 0x80};
+    for (int i = 0; i <= k; i++) {
+        int x = (int)lround((double)i / k * (c.w - 2));
+        fill(&c, x, 0, x + 2, c.h, grid, i == 0 ? 200 : 70);
+    }
+    for (size_t i = 0; i < n; i++) {
+        int y0 = (int)i * CHART_ROW_PX + CHART_ROW_PX / 5, y1 = (int)(i + 1) * CHART_ROW_PX - CHART_ROW_PX / 5;
+        double acc = 0;
+        for (int p = 0; p < CHART_PHASES; p++) {
+            double v = values[i][p] > 0 ? values[i][p] : 0;
+            int x0 = 2 + (int)lround(acc / axis->max * (c.w - 4));
+            acc += v;
+            int x1 = 2 + (int)lround(acc / axis->max * (c.w - 4));
+            if (v > 0 && x1 == x0) x1 = x0 + 1;  /* a phase that took time stays visible */
+            fill(&c, x0, y0, x1, y1, chart_phase_rgb[p], 255);
+        }
+        if (hatched && hatched[i]) {
+            /* Memo hit: a hatched band the width of the plot, so the row reads
+             * "reused" even when its bar is too short to see. */
+            static const unsigned char h[3] = {0x80, 0x80, 0x80};
+            for (int y = y0; y < y1; y++)
+                for (int x = 2; x < c.w; x++)
+                    if (((x + y) % 16) < 3) {
+                        unsigned char *px = c.px + ((size_t)y * c.w + x) * 4;
+                        if (px[3] == 0) px[0] = h[0], px[1] = h[1], px[2] = h[2], px[3] = 90;
+                    }
+        }
+    }
+
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    png_bytep *rows = NULL;
+    size_t start = out->len;
+    if (!png || !info) {
+        diag_plain(d, "libpng: cannot create a writer");
+        png_destroy_write_struct(&png, NULL);
+        free(c.px);
+        return false;
+    }
+    rows = xcalloc((size_t)c.h, sizeof *rows);
+    if (setjmp(png_jmpbuf(png))) {
+        diag_plain(d, "libpng: encoding the chart failed");
+        png_destroy_write_struct(&png, &info);
+        free(rows);
+        free(c.px);
+        out->len = start;
+        if (out->s) out->s[start] = 0;
+        return false;
+    }
+    png_set_write_fn(png, out, png_write_cb, png_flush_cb);
+    png_set_IHDR(png, info, (png_uint_32)c.w, (png_uint_32)c.h, 8, PNG_COLOR_TYPE_RGB_ALPHA, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_set_compression_level(png, 9);
+    png_write_info(png, info);
+    for (int y = 0; y < c.h; y++) rows[y] = c.px + (size_t)y * c.w * 4;
+    png_write_image(png, rows);
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    free(rows);
+    free(c.px);
+    return true;
+}

@@ -1,0 +1,222 @@
+/* dotgraph — trace_finding subgraph → Graphviz → inline SVG (see dotgraph.h). */
+#include "dotgraph.h"
+
+#include <graphviz/cgraph.h>
+#include <graphviz/gvc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "escape.h"
+
+/* Cuts s to at most max bytes on a UTF-8 boundary, adding an ellipsis. */
+static void put_short(strbuf *b, const char *s, size_t max) {
+    size_t n = strlen(s);
+    if (n <= max) {
+        esc_html(b, s);
+        return;
+    }
+    while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80) max--;
+    esc_html_n(b, s, max);
+    sb_puts(b, "\xe2\x80\xa6");
+}
+
+static void set(void *obj, const char *k, const char *v) { agsafeset(obj, (char *)k, (char *)v, ""); }
+
+static void set_html(graph_t *g, void *obj, const char *k, const char *markup) {
+    char *h = agstrdup_html(g, (char *)markup);
+    agsafeset(obj, (char *)k, h, "");
+    agstrfree(g, h);
+}
+
+typedef struct {
+    size_t idx;  /* into f->nodes */
+    int rank;    /* 0 divergence, then hops */
+} pick;
+
+static int cmp_pick(const void *a, const void *b) {
+    const pick *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+static long find_node(const trace_finding *f, const char *id) {
+    for (size_t i = 0; i < f->n_nodes; i++)
+        if (strcmp(f->nodes[i].id, id) == 0) return (long)i;
+    return -1;
+}
+
+bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_note, diag *d) {
+    *cut_note = NULL;
+    size_t n = f->n_nodes;
+    /* Which nodes are drawn: kept[i] = graph node or NULL. Far context folds into
+     * one node per side; the cap drops the farthest first. */
+    pick *order = xcalloc(n + 1, sizeof *order);
+    for (size_t i = 0; i < n; i++) {
+        const trace_node *tn = &f->nodes[i];
+        order[i].idx = i;
+        order[i].rank = tn->role == ROLE_DIVERGENCE ? 0 : 1 + (int)(tn->hops > 1000 ? 1000 : tn->hops);
+    }
+    qsort(order, n, sizeof *order, cmp_pick);
+    bool *draw = xcalloc(n + 1, sizeof *draw);
+    size_t far[2] = {0, 0}, dropped = 0, drawn = 0;
+    if (max_nodes < 4) max_nodes = 4;
+    for (size_t k = 0; k < n; k++) {
+        const trace_node *tn = &f->nodes[order[k].idx];
+        if (tn->role != ROLE_DIVERGENCE && tn->role != ROLE_COLLAPSED && tn->hops > DOTG_MAX_HOPS) {
+            far[tn->side]++;
+            continue;
+        }
+        if (drawn + 2 >= max_nodes) {  /* keep room for the two fold nodes */
+            dropped++;
+            continue;
+        }
+        draw[order[k].idx] = true;
+        drawn++;
+    }
+    free(order);
+
+    GVC_t *gvc = gvContext();
+    graph_t *g = agopen("subgraph", Agdirected, NULL);
+    set(g, "rankdir", "TB");
+    set(g, "bgcolor", "transparent");
+    set(g, "fontname", "Helvetica,Arial,sans-serif");
+    set(g, "fontsize", "11");
+    set(g, "nodesep", "0.3");
+    set(g, "ranksep", "0.4");
+    set(g, "pad", "0.15");
+    set(g, "newrank", "true");
+    graph_t *cl[2];
+    static const char *const cl_name[2] = {"cluster_baseline", "cluster_distributed"};
+    static const char *const cl_label[2] = {"baseline", "distributed"};
+    for (int s = 0; s < 2; s++) {
+        cl[s] = agsubg(g, (char *)cl_name[s], 1);
+        set(cl[s], "label", cl_label[s]);
+        set(cl[s], "class", s ? "cluster side-distributed" : "cluster side-baseline");
+        set(cl[s], "style", "rounded,dashed");
+        set(cl[s], "color", "#9aa4b2");
+        set(cl[s], "fontcolor", "#4b5563");
+        set(cl[s], "fontsize", "12");
+        set(cl[s], "margin", "12");
+    }
+    agattr(g, AGNODE, "shape", "box");
+    agattr(g, AGNODE, "style", "rounded,filled");
+    agattr(g, AGNODE, "fontname", "Helvetica,Arial,sans-serif");
+    agattr(g, AGNODE, "fontsize", "10");
+    agattr(g, AGNODE, "penwidth", "1");
+    agattr(g, AGNODE, "fillcolor", "#ffffff");
+    agattr(g, AGNODE, "color", "#6b7280");
+    agattr(g, AGNODE, "fontcolor", "#111827");
+    agattr(g, AGNODE, "margin", "0.08,0.04");
+    agattr(g, AGEDGE, "color", "#6b7280");
+    agattr(g, AGEDGE, "arrowsize", "0.6");
+    agattr(g, AGEDGE, "fontname", "Helvetica,Arial,sans-serif");
+    agattr(g, AGEDGE, "fontsize", "9");
+
+    Agnode_t **gn = xcalloc(n + 1, sizeof *gn);
+    strbuf b;
+    sb_init(&b);
+    for (size_t i = 0; i < n; i++) {
+        if (!draw[i]) continue;
+        const trace_node *tn = &f->nodes[i];
+        char id[32];
+        snprintf(id, sizeof id, "n%zu", i);
+        gn[i] = agnode(cl[tn->side], id, 1);
+        sb_reset(&b);
+        if (tn->role == ROLE_COLLAPSED) {
+            sb_puts(&b, "<I>");
+            put_short(&b, tn->label, 48);
+            sb_puts(&b, "</I>");
+        } else {
+            if (tn->opcode[0]) {
+                sb_puts(&b, "<B>");
+                put_short(&b, tn->opcode, 32);
+                sb_puts(&b, "</B><BR/>");
+            }
+            put_short(&b, tn->label, 40);
+        }
+        set_html(g, gn[i], "label", b.s);
+        sb_reset(&b);
+        sb_printf(&b, "node role-%s side-%s", trace_role_name(tn->role), trace_side_name(tn->side));
+        set(gn[i], "class", b.s);
+        switch (tn->role) {
+        case ROLE_DIVERGENCE:
+            set(gn[i], "fillcolor", "#fde2e1");
+            set(gn[i], "color", "#c62828");
+            set(gn[i], "penwidth", "2.2");
+            break;
+        case ROLE_CONTEXT: set(gn[i], "fillcolor", "#f3f4f6"); break;
+        case ROLE_COLLAPSED:
+            set(gn[i], "style", "rounded,dashed");
+            set(gn[i], "fontcolor", "#4b5563");
+            break;
+        default: break;
+        }
+    }
+    Agnode_t *fold[2] = {NULL, NULL};
+    for (int s = 0; s < 2; s++) {
+        if (!far[s]) continue;
+        fold[s] = agnode(cl[s], s ? "fold_d" : "fold_b", 1);
+        sb_reset(&b);
+        sb_printf(&b, "<I>%zu more beyond %d hops</I>", far[s], DOTG_MAX_HOPS);
+        set_html(g, fold[s], "label", b.s);
+        set(fold[s], "style", "rounded,dashed");
+        set(fold[s], "fontcolor", "#4b5563");
+        set(fold[s], "class", s ? "node role-collapsed side-distributed" : "node role-collapsed side-baseline");
+    }
+    for (size_t i = 0; i < f->n_edges; i++) {
+        long a = find_node(f, f->edges[i].from), z = find_node(f, f->edges[i].to);
+        if (a < 0 || z < 0) continue;
+        Agnode_t *na = gn[a], *nz = gn[z];
+        /* An edge from folded context comes from the fold node. */
+        if (!na && f->nodes[a].hops > DOTG_MAX_HOPS) na = fold[f->nodes[a].side];
+        if (!na || !nz) continue;
+        Agedge_t *e = agedge(g, na, nz, NULL, 1);
+        set(e, "class", "edge data");
+    }
+    for (size_t i = 0; i < f->n_links; i++) {
+        long a = find_node(f, f->links[i].from), z = find_node(f, f->links[i].to);
+        if (a < 0 || z < 0 || !gn[a] || !gn[z]) continue;
+        Agedge_t *e = agedge(g, gn[a], gn[z], NULL, 1);
+        set(e, "style", "dashed");
+        set(e, "constraint", "false");
+        set(e, "dir", "none");
+        set(e, "color", "#2563eb");
+        set(e, "fontcolor", "#1d4ed8");
+        set(e, "class", "edge link");
+        sb_reset(&b);
+        put_short(&b, f->links[i].view, 32);
+        set_html(g, e, "label", b.s);
+    }
+    free(draw);
+    free(gn);
+
+    bool ok = false;
+    char *data = NULL;
+    unsigned int len = 0;
+    if (gvLayout(gvc, g, "dot") != 0) diag_plain(d, "graphviz: layout failed for finding %s", f->id);
+    else {
+        if (gvRenderData(gvc, g, "svg", &data, &len) != 0 || !data)
+            diag_plain(d, "graphviz: rendering failed for finding %s", f->id);
+        else {
+            const char *svg = memmem(data, len, "<svg", 4);
+            if (!svg) diag_plain(d, "graphviz: no <svg> element in the output for finding %s", f->id);
+            else {
+                sb_put(out, svg, len - (size_t)(svg - data));
+                ok = true;
+            }
+        }
+        if (data) gvFreeRenderData(data);
+        gvFreeLayout(gvc, g);
+    }
+    agclose(g);
+    gvFreeContext(gvc);
+    sb_free(&b);
+    if (ok && dropped) {
+        strbuf note;
+        sb_init(&note);
+        if (dropped) sb_printf(&note, "%zu node%s not drawn (cap of %zu nodes).", dropped, dropped == 1 ? "" : "s", max_nodes);
+        *cut_note = sb_take(&note);
+    }
+    return ok;
+}
