@@ -133,3 +133,13 @@ void esc_base64(strbuf *b, const void *data, size_t n) {
         sb_put(b, q, 4);
     }
 }
+
+void esc_uri(strbuf *b, const char *path) {
+    for (const unsigned char *p = (const unsigned char *)(path ? path : ""); *p; p++) {
+        unsigned char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                  c == '.' || c == '_' || c == '~' || c == '/';
+        if (ok) sb_putc(b, (char)c);
+        else sb_printf(b, "%%%02X", c);
+    }
+}

@@ -15,6 +15,8 @@
  *   esc_slug      a file-name-safe slug: [A-Za-z0-9._-], others → '-', at most
  *                 max bytes, never empty, never starting with '.'.
  *   esc_base64    standard base64 with padding (data: URIs, CSP hashes).
+ *   esc_uri       a relative URI reference from a path: bytes outside
+ *                 [A-Za-z0-9-._~/] are percent-encoded (SARIF artifact URIs).
  *
  * All append to a strbuf owned by the caller.
  */
@@ -31,5 +33,6 @@ void esc_json(strbuf *b, const char *s);
 void esc_json_harden(strbuf *b, const char *json, size_t n);
 void esc_slug(strbuf *b, const char *s, size_t max);
 void esc_base64(strbuf *b, const void *data, size_t n);
+void esc_uri(strbuf *b, const char *path);
 
 #endif
