@@ -12,10 +12,12 @@ static const struct command {
 } commands[] = {
     {"inspect", cli_inspect, "inspect FILE [--print]   summarise an HLO module (text or protobuf, .gz too);\n"
                              "                           --print writes canonical HLO text instead"},
+    {"eval", cli_eval, "eval FILE [--devices N] [--seed S] [--inputs F] [--outputs F]\n"
+                       "                           run a module on N simulated devices (reference interpreter)"},
 };
 
 /* Commands described in DESIGN.md that this build does not have yet. */
-static const char *const planned[] = {"check", "report", "rules", "eval"};
+static const char *const planned[] = {"check", "report", "rules"};
 
 static void usage(FILE *f) {
     fputs("usage: scalify <command> [options]\n\ncommands:\n", f);

@@ -1,0 +1,2273 @@
+/* interp — the reference interpreter; the contract is in interp.h. */
+#include "interp.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ values */
+
+bool interp_dtype_ok(int dt) {
+    switch (dt) {
+    case DT_PRED: case DT_S8: case DT_S16: case DT_S32: case DT_S64:
+    case DT_U8: case DT_U16: case DT_U32: case DT_U64:
+    case DT_F16: case DT_BF16: case DT_F32: case DT_F64:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool isf(int dt) { return dt == DT_F16 || dt == DT_BF16 || dt == DT_F32 || dt == DT_F64; }
+
+interp_val *interp_val_new(int dt, uint32_t rank, const int64_t *dims) {
+    if (!interp_dtype_ok(dt) || rank > INTERP_MAX_RANK) return NULL;
+    int64_t n = 1;
+    for (uint32_t d = 0; d < rank; d++) {
+        if (dims[d] < 0 || !mul_ok(n, dims[d], &n)) return NULL;
+    }
+    if (n > ((int64_t)1 << 40)) return NULL;
+    interp_val *v = xcalloc(1, sizeof *v);
+    v->refs = 1;
+    v->dtype = dt;
+    v->rank = rank;
+    if (rank) memcpy(v->dims, dims, rank * sizeof *dims);
+    v->n = n;
+    if (isf(dt)) v->f = xcalloc((size_t)(n ? n : 1), sizeof *v->f);
+    else v->i = xcalloc((size_t)(n ? n : 1), sizeof *v->i);
+    return v;
+}
+
+interp_val *interp_val_tuple(uint32_t n, interp_val **elems) {
+    interp_val *v = xcalloc(1, sizeof *v);
+    v->refs = 1;
+    v->dtype = DT_TUPLE;
+    v->n = -1;
+    v->nelems = n;
+    v->elems = xcalloc(n ? n : 1, sizeof *v->elems);
+    if (n) memcpy(v->elems, elems, n * sizeof *elems);
+    return v;
+}
+
+interp_val *interp_val_ref(interp_val *v) {
+    if (v) v->refs++;
+    return v;
+}
+
+void interp_val_free(interp_val *v) {
+    if (!v || --v->refs > 0) return;
+    for (uint32_t k = 0; k < v->nelems; k++) interp_val_free(v->elems[k]);
+    free(v->elems);
+    free(v->f);
+    free(v->i);
+    free(v);
+}
+
+/* Integers are kept as int64 wrapped to their width; u64 keeps its bit pattern. */
+static int64_t wrap(int dt, int64_t x) {
+    switch (dt) {
+    case DT_PRED: return x != 0;
+    case DT_S8: return (int8_t)x;
+    case DT_S16: return (int16_t)x;
+    case DT_S32: return (int32_t)x;
+    case DT_U8: return (uint8_t)x;
+    case DT_U16: return (uint16_t)x;
+    case DT_U32: return (uint32_t)x;
+    default: return x;
+    }
+}
+
+static double int_to_double(int dt, int64_t x) { return dt == DT_U64 ? (double)(uint64_t)x : (double)x; }
+
+double interp_val_get(const interp_val *v, int64_t k) { return v->f ? v->f[k] : int_to_double(v->dtype, v->i[k]); }
+
+/* float -> integer as XLA converts: NaN -> 0, truncation toward zero, saturating. */
+static int64_t float_to_int(int dt, double x) {
+    if (x != x) return 0;
+    if (dt == DT_PRED) return x != 0;
+    x = trunc(x);
+    double lo, hi;
+    switch (dt) {
+    case DT_S8: lo = -128; hi = 127; break;
+    case DT_S16: lo = -32768; hi = 32767; break;
+    case DT_S32: lo = -2147483648.0; hi = 2147483647.0; break;
+    case DT_U8: lo = 0; hi = 255; break;
+    case DT_U16: lo = 0; hi = 65535; break;
+    case DT_U32: lo = 0; hi = 4294967295.0; break;
+    case DT_U64:
+        if (x <= 0) return 0;
+        if (x >= 18446744073709551615.0) return (int64_t)UINT64_MAX;
+        return (int64_t)(uint64_t)x;
+    default:
+        if (x <= -9223372036854775808.0) return INT64_MIN;
+        if (x >= 9223372036854775807.0) return INT64_MAX;
+        return (int64_t)x;
+    }
+    return (int64_t)(x < lo ? lo : x > hi ? hi : x);
+}
+
+void interp_val_set(interp_val *v, int64_t k, double x) {
+    if (v->f) v->f[k] = dtype_round(v->dtype, x);
+    else v->i[k] = float_to_int(v->dtype, x);
+}
+
+bool interp_val_matches(const interp_val *v, const shape *s) {
+    if (!v) return false;
+    if (s->dtype == DT_TUPLE) {
+        if (v->dtype != DT_TUPLE || v->nelems != s->ntuple) return false;
+        for (uint32_t k = 0; k < s->ntuple; k++)
+            if (!interp_val_matches(v->elems[k], &s->tuple[k])) return false;
+        return true;
+    }
+    if (v->dtype != s->dtype || v->rank != s->rank) return false;
+    for (uint32_t d = 0; d < s->rank; d++)
+        if (v->dims[d] != s->dims[d]) return false;
+    return true;
+}
+
+void interp_val_print_type(strbuf *b, const interp_val *v) {
+    if (v->dtype == DT_TUPLE) {
+        sb_putc(b, '(');
+        for (uint32_t k = 0; k < v->nelems; k++) {
+            if (k) sb_puts(b, ", ");
+            interp_val_print_type(b, v->elems[k]);
+        }
+        sb_putc(b, ')');
+        return;
+    }
+    sb_printf(b, "%s[", dtype_name(v->dtype));
+    for (uint32_t d = 0; d < v->rank; d++) sb_printf(b, "%s%lld", d ? "," : "", (long long)v->dims[d]);
+    sb_putc(b, ']');
+}
+
+static interp_val *val_like(const interp_val *v, int dt) { return interp_val_new(dt, v->rank, v->dims); }
+
+static interp_val *val_shape(const shape *s) {
+    if (s->dtype == DT_TUPLE) return NULL;
+    return interp_val_new(s->dtype, s->rank, s->dims);
+}
+
+static void strides_of(const int64_t *dims, uint32_t rank, int64_t *st) {
+    int64_t s = 1;
+    for (int d = (int)rank - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= dims[d];
+    }
+}
+
+/* Odometer: advances idx (row-major) over dims. */
+static inline void next_idx(int64_t *idx, const int64_t *dims, uint32_t rank) {
+    for (int d = (int)rank - 1; d >= 0; d--) {
+        if (++idx[d] < dims[d]) return;
+        idx[d] = 0;
+    }
+}
+
+static inline void copy_elem(interp_val *dst, int64_t di, const interp_val *src, int64_t si) {
+    if (dst->f) dst->f[di] = src->f[si];
+    else dst->i[di] = src->i[si];
+}
+
+interp_val *interp_val_slice(const interp_val *v, const int64_t *off, const int64_t *sizes) {
+    interp_val *r = interp_val_new(v->dtype, v->rank, sizes);
+    if (!r) return NULL;
+    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    strides_of(v->dims, v->rank, st);
+    for (int64_t k = 0; k < r->n; k++) {
+        int64_t s = 0;
+        for (uint32_t d = 0; d < v->rank; d++) s += (off[d] + idx[d]) * st[d];
+        copy_elem(r, k, v, s);
+        next_idx(idx, sizes, v->rank);
+    }
+    return r;
+}
+
+/* ------------------------------------------------------------------ random */
+
+void interp_rng_seed(interp_rng *r, uint64_t seed) { r->s = seed; }
+
+uint64_t interp_rng_next(interp_rng *r) {
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void interp_val_fill_random(interp_val *v, interp_rng *r) {
+    if (v->dtype == DT_TUPLE) {
+        for (uint32_t k = 0; k < v->nelems; k++) interp_val_fill_random(v->elems[k], r);
+        return;
+    }
+    for (int64_t k = 0; k < v->n; k++) {
+        uint64_t u = interp_rng_next(r);
+        if (v->f) v->f[k] = dtype_round(v->dtype, (double)(u >> 11) * 0x1p-52 - 1.0);
+        else if (v->dtype == DT_PRED) v->i[k] = (int64_t)(u >> 63);
+        else v->i[k] = (int64_t)(u >> 60);
+    }
+}
+
+/* ------------------------------------------------------------------ sharding */
+
+/* Position of device d in the sharding's tile assignment (row-major over
+ * tile_dims), or -1. */
+static int64_t tile_position(const hlo_sharding *sh, int64_t d) {
+    int64_t total = 1;
+    for (uint32_t k = 0; k < sh->ntile; k++) total *= sh->tile_dims[k];
+    if (total <= 0 || total > (1 << 24)) return -1;
+    if (sh->devices) {
+        for (uint32_t k = 0; k < sh->ndevices; k++)
+            if (sh->devices[k] == d) return k;
+        return -1;
+    }
+    int64_t *ids = xmalloc((size_t)total * sizeof *ids);
+    int64_t rp = 1;
+    for (uint32_t k = 0; k < sh->nreshape; k++) rp *= sh->reshape[k];
+    int64_t pos = -1;
+    if (rp == total) {
+        iota_tile_ids(sh->reshape, sh->nreshape, sh->perm, sh->nperm, ids);
+        for (int64_t k = 0; k < total; k++)
+            if (ids[k] == d) pos = k;
+    }
+    free(ids);
+    return pos;
+}
+
+bool interp_shard_tile(const hlo_sharding *sh, uint32_t rank, const int64_t *dims, int64_t d, int64_t *off,
+                       int64_t *sizes) {
+    for (uint32_t k = 0; k < rank; k++) {
+        off[k] = 0;
+        sizes[k] = dims[k];
+    }
+    if (!sh || sh->type == SH_REPLICATED) return true;
+    if (sh->type == SH_MAXIMAL) return true;
+    if (sh->type != SH_OTHER) return false;
+    uint32_t extra = sh->nlast + (sh->replicate_last ? 1 : 0);
+    if (sh->ntile != rank + extra) return false;
+    int64_t pos = tile_position(sh, d);
+    if (pos < 0) return false;
+    int64_t coord[INTERP_MAX_RANK + 8];
+    if (sh->ntile > INTERP_MAX_RANK + 8) return false;
+    for (int k = (int)sh->ntile - 1; k >= 0; k--) {
+        coord[k] = pos % sh->tile_dims[k];
+        pos /= sh->tile_dims[k];
+    }
+    for (uint32_t k = 0; k < rank; k++) {
+        int64_t t = sh->tile_dims[k];
+        int64_t per = (dims[k] + t - 1) / t;
+        off[k] = coord[k] * per;
+        if (off[k] > dims[k]) off[k] = dims[k];
+        sizes[k] = off[k] + per > dims[k] ? dims[k] - off[k] : per;
+    }
+    return true;
+}
+
+bool interp_shard_global(const hlo_sharding *sh, uint32_t rank, const int64_t *local, int64_t *global) {
+    for (uint32_t k = 0; k < rank; k++) global[k] = local[k];
+    if (!sh || sh->type == SH_REPLICATED || sh->type == SH_MAXIMAL) return true;
+    if (sh->type != SH_OTHER) return false;
+    uint32_t extra = sh->nlast + (sh->replicate_last ? 1 : 0);
+    if (sh->ntile != rank + extra) return false;
+    for (uint32_t k = 0; k < rank; k++) global[k] = local[k] * sh->tile_dims[k];
+    return true;
+}
+
+interp_val *interp_param_input(const hlo_instr *p, interp_val *v, int64_t d) {
+    if (!v || p->shape.dtype == DT_TUPLE || v->dtype != p->shape.dtype) return NULL;
+    if (interp_val_matches(v, &p->shape)) return interp_val_ref(v);
+    const hlo_attr *sa = instr_attr(p, A_SHARDING);
+    const hlo_sharding *sh = sa ? sa->v.sharding : NULL;
+    int64_t global[INTERP_MAX_RANK], off[INTERP_MAX_RANK], sz[INTERP_MAX_RANK];
+    if (!sh || v->rank != p->shape.rank || !interp_shard_global(sh, v->rank, p->shape.dims, global)) return NULL;
+    for (uint32_t k = 0; k < v->rank; k++)
+        if (global[k] != v->dims[k]) return NULL;
+    if (!interp_shard_tile(sh, v->rank, v->dims, d, off, sz)) return NULL;
+    for (uint32_t k = 0; k < v->rank; k++)
+        if (sz[k] != p->shape.dims[k]) return NULL;
+    return interp_val_slice(v, off, sz);
+}
+
+/* ------------------------------------------------------------------ context */
+
+typedef union cell {
+    double f;
+    int64_t i;
+} cell;
+
+typedef struct comp_info {
+    uint32_t *last_use;   /* per instruction: index of its last user (ninstrs: root / kept) */
+    int scalar;           /* 0 unknown, 1 scalar-evaluable, 2 not */
+    cell *scratch;        /* ninstrs cells for scalar evaluation */
+} comp_info;
+
+typedef struct ctx {
+    const hlo_module *m;
+    int64_t R, P, D;
+    int64_t max_iterations, iterations;
+    strbuf *err;
+    int status;
+    comp_info *info;      /* per computation */
+    arena a;              /* expanded groups */
+} ctx;
+
+static void *fail(ctx *x, int status, const hlo_instr *in, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void *fail(ctx *x, int status, const hlo_instr *in, const char *fmt, ...) {
+    if (x->status) return NULL;
+    x->status = status;
+    if (!x->err) return NULL;
+    if (in) {
+        sb_printf(x->err, "%s (%s", in->name, in->opname ? in->opname : hlo_op_name(in->op));
+        if (in->line) sb_printf(x->err, ", line %u", in->line);
+        sb_puts(x->err, "): ");
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vprintf(x->err, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+static const comp_info *info_of(ctx *x, uint32_t ci) {
+    comp_info *f = &x->info[ci];
+    if (f->last_use) return f;
+    const hlo_comp *c = &x->m->comps[ci];
+    f->last_use = xcalloc(c->ninstrs ? c->ninstrs : 1, sizeof *f->last_use);
+    for (uint32_t i = 0; i < c->ninstrs; i++) {
+        f->last_use[i] = i;
+        for (uint32_t k = 0; k < c->instrs[i].noperands; k++) f->last_use[c->instrs[i].operands[k]] = i;
+    }
+    if (c->ninstrs) f->last_use[c->root] = c->ninstrs;
+    return f;
+}
+
+/* ------------------------------------------------------------------ scalar ops */
+
+static bool unary_f(int op, double a, double *r) {
+    switch (op) {
+    case OP_ABS: *r = fabs(a); break;
+    case OP_NEGATE: *r = -a; break;
+    case OP_EXP: *r = exp(a); break;
+    case OP_EXPM1: *r = expm1(a); break;
+    case OP_LOG: *r = log(a); break;
+    case OP_LOG1P: *r = log1p(a); break;
+    case OP_SQRT: *r = sqrt(a); break;
+    case OP_RSQRT: *r = 1.0 / sqrt(a); break;
+    case OP_CBRT: *r = cbrt(a); break;
+    case OP_TANH: *r = tanh(a); break;
+    case OP_LOGISTIC: *r = 1.0 / (1.0 + exp(-a)); break;
+    case OP_SINE: *r = sin(a); break;
+    case OP_COSINE: *r = cos(a); break;
+    case OP_TAN: *r = tan(a); break;
+    case OP_FLOOR: *r = floor(a); break;
+    case OP_CEIL: *r = ceil(a); break;
+    case OP_ROUND_AFZ: *r = round(a); break;
+    case OP_ROUND_EVEN: *r = nearbyint(a); break;
+    case OP_ERF: *r = erf(a); break;
+    case OP_SIGN: *r = a != a ? a : a > 0 ? 1.0 : a < 0 ? -1.0 : a; break;
+    case OP_COPY: *r = a; break;
+    default: return false;
+    }
+    return true;
+}
+
+static bool unary_i(int op, int dt, int64_t a, int64_t *r) {
+    int bits = dtype_bits(dt);
+    uint64_t mask = bits >= 64 ? UINT64_MAX : (((uint64_t)1 << bits) - 1);
+    switch (op) {
+    case OP_ABS: *r = a < 0 ? (int64_t)(0 - (uint64_t)a) : a; break;
+    case OP_NEGATE: *r = (int64_t)(0 - (uint64_t)a); break;
+    case OP_NOT: *r = dt == DT_PRED ? !a : ~a; break;
+    case OP_SIGN: *r = dtype_is_unsigned(dt) ? a != 0 : (a > 0) - (a < 0); break;
+    case OP_POPCNT: *r = __builtin_popcountll((uint64_t)a & mask); break;
+    case OP_CLZ: {
+        uint64_t u = (uint64_t)a & mask;
+        *r = u ? __builtin_clzll(u) - (64 - bits) : bits;
+        break;
+    }
+    case OP_COPY: *r = a; break;
+    default: return false;
+    }
+    *r = wrap(dt, *r);
+    return true;
+}
+
+static bool binary_f(int op, double a, double b, double *r) {
+    switch (op) {
+    case OP_ADD: *r = a + b; break;
+    case OP_SUBTRACT: *r = a - b; break;
+    case OP_MULTIPLY: *r = a * b; break;
+    case OP_DIVIDE: *r = a / b; break;
+    case OP_MAXIMUM: *r = (a != a || b != b) ? NAN : (a > b ? a : b); break;
+    case OP_MINIMUM: *r = (a != a || b != b) ? NAN : (a < b ? a : b); break;
+    case OP_POWER: *r = pow(a, b); break;
+    case OP_REMAINDER: *r = fmod(a, b); break;
+    case OP_ATAN2: *r = atan2(a, b); break;
+    default: return false;
+    }
+    return true;
+}
+
+static int64_t ipow(int64_t a, int64_t b) {
+    if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, base = (uint64_t)a;
+    while (b) {
+        if (b & 1) r *= base;
+        base *= base;
+        b >>= 1;
+    }
+    return (int64_t)r;
+}
+
+static bool binary_i(int op, int dt, int64_t a, int64_t b, int64_t *r) {
+    bool u64 = dt == DT_U64;
+    int bits = dtype_bits(dt);
+    uint64_t mask = bits >= 64 ? UINT64_MAX : (((uint64_t)1 << bits) - 1);
+    switch (op) {
+    case OP_ADD: *r = (int64_t)((uint64_t)a + (uint64_t)b); break;
+    case OP_SUBTRACT: *r = (int64_t)((uint64_t)a - (uint64_t)b); break;
+    case OP_MULTIPLY: *r = (int64_t)((uint64_t)a * (uint64_t)b); break;
+    case OP_DIVIDE:
+        if (b == 0) *r = dtype_is_unsigned(dt) ? -1 : -1;
+        else if (u64) *r = (int64_t)((uint64_t)a / (uint64_t)b);
+        else if (b == -1) *r = (int64_t)(0 - (uint64_t)a);
+        else *r = a / b;
+        break;
+    case OP_REMAINDER:
+        if (b == 0) *r = a;
+        else if (u64) *r = (int64_t)((uint64_t)a % (uint64_t)b);
+        else if (b == -1) *r = 0;
+        else *r = a % b;
+        break;
+    case OP_MAXIMUM: *r = u64 ? ((uint64_t)a > (uint64_t)b ? a : b) : (a > b ? a : b); break;
+    case OP_MINIMUM: *r = u64 ? ((uint64_t)a < (uint64_t)b ? a : b) : (a < b ? a : b); break;
+    case OP_AND: *r = a & b; break;
+    case OP_OR: *r = a | b; break;
+    case OP_XOR: *r = a ^ b; break;
+    case OP_POWER: *r = ipow(a, b); break;
+    case OP_SHIFT_LEFT:
+    case OP_SHIFT_RIGHT_LOGICAL:
+    case OP_SHIFT_RIGHT_ARITHMETIC: {
+        uint64_t ua = (uint64_t)a & mask, ub = (uint64_t)b & mask;
+        int64_t sa = bits >= 64 ? a : (int64_t)(ua << (64 - bits)) >> (64 - bits);
+        if (op == OP_SHIFT_LEFT) *r = ub >= (uint64_t)bits ? 0 : (int64_t)(ua << ub);
+        else if (op == OP_SHIFT_RIGHT_LOGICAL) *r = ub >= (uint64_t)bits ? 0 : (int64_t)(ua >> ub);
+        else *r = ub >= (uint64_t)bits ? (sa < 0 ? -1 : 0) : sa >> ub;
+        break;
+    }
+    default: return false;
+    }
+    *r = wrap(dt, *r);
+    return true;
+}
+
+enum { CMP_EQ, CMP_NE, CMP_LT, CMP_LE, CMP_GT, CMP_GE, CMP_BAD };
+
+static int cmp_dir(const hlo_instr *in) {
+    const char *d = instr_str(in, A_DIRECTION);
+    if (!d) return CMP_BAD;
+    static const char *names[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+    for (int k = 0; k < 6; k++)
+        if (strcmp(d, names[k]) == 0) return k;
+    return CMP_BAD;
+}
+
+static bool cmp_total(const hlo_instr *in) {
+    const char *t = instr_str(in, A_COMPARE_TYPE);
+    return t && strcmp(t, "TOTALORDER") == 0;
+}
+
+/* Total order key of a double (as XLA's TOTALORDER: -NaN < -inf < ... < -0 < +0 < ... < NaN). */
+static int64_t total_key(double a) {
+    int64_t k;
+    memcpy(&k, &a, sizeof k);
+    return k < 0 ? (int64_t)((uint64_t)k ^ INT64_MAX) : k;
+}
+
+static int64_t compare_cell(int dir, bool total, int dt, cell a, cell b) {
+    int c;  /* -1, 0, 1; 2 = unordered */
+    if (isf(dt)) {
+        if (total) {
+            int64_t ka = total_key(a.f), kb = total_key(b.f);
+            c = ka < kb ? -1 : ka > kb;
+        } else if (a.f != a.f || b.f != b.f) c = 2;
+        else c = a.f < b.f ? -1 : a.f > b.f;
+    } else if (dt == DT_U64) {
+        c = (uint64_t)a.i < (uint64_t)b.i ? -1 : (uint64_t)a.i > (uint64_t)b.i;
+    } else {
+        c = a.i < b.i ? -1 : a.i > b.i;
+    }
+    switch (dir) {
+    case CMP_EQ: return c == 0;
+    case CMP_NE: return c != 0;
+    case CMP_LT: return c == -1;
+    case CMP_LE: return c == -1 || c == 0;
+    case CMP_GT: return c == 1;
+    case CMP_GE: return c == 1 || c == 0;
+    default: return 0;
+    }
+}
+
+static cell convert_cell(int from, int to, cell a) {
+    cell r;
+    if (isf(to)) r.f = dtype_round(to, isf(from) ? a.f : int_to_double(from, a.i));
+    else if (isf(from)) r.i = float_to_int(to, a.f);
+    else r.i = wrap(to, a.i);
+    return r;
+}
+
+/* f16 <-> bits (the value is already an f16 value). */
+static uint16_t f16_bits(double x) {
+    uint16_t s = signbit(x) ? 0x8000 : 0;
+    double a = fabs(x);
+    if (a != a) return 0x7e00 | s;
+    if (isinf(a)) return 0x7c00 | s;
+    if (a == 0) return s;
+    int e;
+    double m = frexp(a, &e); /* a = m·2^e, m in [0.5, 1) */
+    int ex = e - 1 + 15;
+    if (ex <= 0) return s | (uint16_t)nearbyint(a / 0x1p-24);
+    return s | (uint16_t)(ex << 10) | (uint16_t)((int)nearbyint((m * 2 - 1) * 1024) & 0x3ff);
+}
+
+static double f16_value(uint16_t b) {
+    int e = (b >> 10) & 0x1f, f = b & 0x3ff;
+    double v = e == 0 ? ldexp(f, -24) : e == 31 ? (f ? NAN : INFINITY) : ldexp(1024 + f, e - 25);
+    return (b & 0x8000) ? -v : v;
+}
+
+static bool bitcast_cell(int from, int to, cell a, cell *r) {
+    int bits = dtype_bits(from);
+    if (bits != dtype_bits(to)) return false;
+    uint64_t u;
+    if (from == DT_F32) {
+        float f = (float)a.f;
+        uint32_t w;
+        memcpy(&w, &f, 4);
+        u = w;
+    } else if (from == DT_F64) memcpy(&u, &a.f, 8);
+    else if (from == DT_BF16) {
+        float f = (float)a.f;
+        uint32_t w;
+        memcpy(&w, &f, 4);
+        u = w >> 16;
+    } else if (from == DT_F16) u = f16_bits(a.f);
+    else u = (uint64_t)a.i & (bits >= 64 ? UINT64_MAX : (((uint64_t)1 << bits) - 1));
+    if (to == DT_F32) {
+        uint32_t w = (uint32_t)u;
+        float f;
+        memcpy(&f, &w, 4);
+        r->f = f;
+    } else if (to == DT_F64) memcpy(&r->f, &u, 8);
+    else if (to == DT_BF16) {
+        uint32_t w = (uint32_t)u << 16;
+        float f;
+        memcpy(&f, &w, 4);
+        r->f = f;
+    } else if (to == DT_F16) r->f = f16_value((uint16_t)u);
+    else {
+        int64_t s = bits >= 64 ? (int64_t)u : (int64_t)(u << (64 - bits)) >> (64 - bits);
+        r->i = wrap(to, s);
+    }
+    return true;
+}
+
+static bool is_unary(int op) {
+    switch (op) {
+    case OP_ABS: case OP_NEGATE: case OP_EXP: case OP_EXPM1: case OP_LOG: case OP_LOG1P:
+    case OP_SQRT: case OP_RSQRT: case OP_CBRT: case OP_TANH: case OP_LOGISTIC: case OP_SINE:
+    case OP_COSINE: case OP_TAN: case OP_FLOOR: case OP_CEIL: case OP_ROUND_AFZ: case OP_ROUND_EVEN:
+    case OP_ERF: case OP_SIGN: case OP_NOT: case OP_POPCNT: case OP_CLZ: case OP_IS_FINITE:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool is_binary(int op) {
+    switch (op) {
+    case OP_ADD: case OP_SUBTRACT: case OP_MULTIPLY: case OP_DIVIDE: case OP_MAXIMUM: case OP_MINIMUM:
+    case OP_POWER: case OP_REMAINDER: case OP_ATAN2: case OP_AND: case OP_OR: case OP_XOR:
+    case OP_SHIFT_LEFT: case OP_SHIFT_RIGHT_LOGICAL: case OP_SHIFT_RIGHT_ARITHMETIC:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* One unary op on one element of type dt giving type rdt. */
+static bool unary_cell(int op, int dt, int rdt, cell a, cell *r) {
+    if (op == OP_IS_FINITE) {
+        r->i = isfinite(a.f) ? 1 : 0;
+        return true;
+    }
+    if (isf(dt)) {
+        if (!unary_f(op, a.f, &r->f)) return false;
+        r->f = dtype_round(rdt, r->f);
+        return true;
+    }
+    return unary_i(op, dt, a.i, &r->i);
+}
+
+static bool binary_cell(int op, int dt, cell a, cell b, cell *r) {
+    if (isf(dt)) {
+        if (!binary_f(op, a.f, b.f, &r->f)) return false;
+        r->f = dtype_round(dt, r->f);
+        return true;
+    }
+    if (dt == DT_PRED) {
+        /* Preds combine as booleans. */
+        switch (op) {
+        case OP_AND: case OP_MINIMUM: case OP_MULTIPLY: r->i = a.i & b.i; return true;
+        case OP_OR: case OP_MAXIMUM: case OP_ADD: r->i = a.i | b.i; return true;
+        case OP_XOR: case OP_SUBTRACT: r->i = a.i ^ b.i; return true;
+        default: return false;
+        }
+    }
+    return binary_i(op, dt, a.i, b.i, &r->i);
+}
+
+static inline cell get_cell(const interp_val *v, int64_t k) {
+    cell c;
+    if (v->f) c.f = v->f[k];
+    else c.i = v->i[k];
+    return c;
+}
+
+static inline void put_cell(interp_val *v, int64_t k, cell c) {
+    if (v->f) v->f[k] = c.f;
+    else v->i[k] = c.i;
+}
+
+/* ------------------------------------------------------------------ scalar computations */
+
+static int eval_comp(ctx *x, uint32_t ci, uint32_t na, const int64_t *devs, interp_val **args, interp_val **out);
+
+static bool scalar_evaluable(const hlo_comp *c) {
+    for (uint32_t i = 0; i < c->ninstrs; i++) {
+        const hlo_instr *in = &c->instrs[i];
+        if (in->op == OP_TUPLE && i == c->root) {
+            for (uint32_t k = 0; k < in->noperands; k++)
+                if (c->instrs[in->operands[k]].shape.dtype == DT_TUPLE) return false;
+            continue;
+        }
+        if (in->shape.dtype == DT_TUPLE || in->shape.rank != 0 || !interp_dtype_ok(in->shape.dtype)) return false;
+        int op = in->op;
+        if (op == OP_PARAMETER || op == OP_CONSTANT || op == OP_COMPARE || op == OP_SELECT || op == OP_CONVERT ||
+            op == OP_CLAMP || op == OP_COPY || op == OP_BROADCAST || op == OP_RESHAPE || is_unary(op) ||
+            is_binary(op))
+            continue;
+        return false;
+    }
+    return true;
+}
+
+/* Calls computation ci on scalar arguments; results go to res (nres cells: one,
+ * or one per root tuple element). dts gives the argument types. */
+static bool scalar_call(ctx *x, uint32_t ci, int64_t dev, const cell *args, uint32_t nargs, cell *res,
+                        uint32_t nres) {
+    const hlo_comp *c = &x->m->comps[ci];
+    comp_info *f = &x->info[ci];
+    if (!f->scalar) {
+        f->scalar = scalar_evaluable(c) ? 1 : 2;
+        if (f->scalar == 1) f->scratch = xcalloc(c->ninstrs ? c->ninstrs : 1, sizeof *f->scratch);
+    }
+    if (nargs != c->nparams) {
+        fail(x, INTERP_ERUN, NULL, "computation %s takes %u parameters, called with %u", c->name, c->nparams, nargs);
+        return false;
+    }
+    if (f->scalar == 2) {
+        /* General path: one-element values on this device. */
+        interp_val **av = xcalloc(nargs ? nargs : 1, sizeof *av);
+        for (uint32_t k = 0; k < nargs; k++) {
+            const hlo_instr *p = &c->instrs[c->params[k]];
+            av[k] = val_shape(&p->shape);
+            if (!av[k] || av[k]->n != 1) {
+                for (uint32_t j = 0; j <= k; j++) interp_val_free(av[j]);
+                free(av);
+                fail(x, INTERP_EUNSUPPORTED, p, "a non-scalar parameter in a scalar computation");
+                return false;
+            }
+            put_cell(av[k], 0, args[k]);
+        }
+        interp_val *o = NULL;
+        int st = eval_comp(x, ci, 1, &dev, av, &o);
+        for (uint32_t k = 0; k < nargs; k++) interp_val_free(av[k]);
+        free(av);
+        if (st) return false;
+        bool ok = true;
+        if (o->dtype == DT_TUPLE) {
+            if (o->nelems != nres) ok = false;
+            for (uint32_t k = 0; ok && k < nres; k++) {
+                if (o->elems[k]->n != 1) ok = false;
+                else res[k] = get_cell(o->elems[k], 0);
+            }
+        } else if (nres == 1 && o->n == 1) res[0] = get_cell(o, 0);
+        else ok = false;
+        interp_val_free(o);
+        if (!ok) fail(x, INTERP_EUNSUPPORTED, &c->instrs[c->root], "computation %s does not return %u scalars", c->name, nres);
+        return ok;
+    }
+    cell *v = f->scratch;
+    for (uint32_t i = 0; i < c->ninstrs; i++) {
+        const hlo_instr *in = &c->instrs[i];
+        int dt = in->shape.dtype;
+        const uint32_t *o = in->operands;
+        switch (in->op) {
+        case OP_PARAMETER: {
+            int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
+            if (k < 0 || k >= nargs) return fail(x, INTERP_ERUN, in, "parameter out of range"), false;
+            v[i] = args[k];
+            break;
+        }
+        case OP_CONSTANT: {
+            const hlo_attr *a = instr_attr(in, A_LITERAL);
+            const hlo_literal *l = a ? a->v.lit : NULL;
+            if (!l || l->elided || l->count < 1 || (!l->f && !l->i))
+                return fail(x, INTERP_EUNSUPPORTED, in, "constant without a value"), false;
+            if (isf(dt)) v[i].f = l->f ? dtype_round(dt, l->f[0]) : (double)l->i[0];
+            else v[i].i = l->i ? wrap(dt, l->i[0]) : float_to_int(dt, l->f[0]);
+            break;
+        }
+        case OP_TUPLE: break;
+        case OP_COMPARE: {
+            int d = cmp_dir(in);
+            if (d == CMP_BAD) return fail(x, INTERP_EUNSUPPORTED, in, "unknown comparison direction"), false;
+            v[i].i = compare_cell(d, cmp_total(in), c->instrs[o[0]].shape.dtype, v[o[0]], v[o[1]]);
+            break;
+        }
+        case OP_SELECT: v[i] = v[o[0]].i ? v[o[1]] : v[o[2]]; break;
+        case OP_CONVERT: v[i] = convert_cell(c->instrs[o[0]].shape.dtype, dt, v[o[0]]); break;
+        case OP_COPY: case OP_BROADCAST: case OP_RESHAPE: v[i] = v[o[0]]; break;
+        case OP_CLAMP: {
+            cell lo = v[o[0]], a = v[o[1]], hi = v[o[2]];
+            cell t;
+            binary_cell(OP_MAXIMUM, dt, a, lo, &t);
+            binary_cell(OP_MINIMUM, dt, t, hi, &v[i]);
+            break;
+        }
+        default:
+            if (is_unary(in->op)) {
+                if (!unary_cell(in->op, c->instrs[o[0]].shape.dtype, dt, v[o[0]], &v[i]))
+                    return fail(x, INTERP_EUNSUPPORTED, in, "not defined for %s", dtype_name(dt)), false;
+            } else if (!binary_cell(in->op, dt, v[o[0]], v[o[1]], &v[i]))
+                return fail(x, INTERP_EUNSUPPORTED, in, "not defined for %s", dtype_name(dt)), false;
+        }
+    }
+    const hlo_instr *root = &c->instrs[c->root];
+    if (root->op == OP_TUPLE) {
+        if (root->noperands != nres) return fail(x, INTERP_ERUN, root, "returns %u values, %u expected", root->noperands, nres), false;
+        for (uint32_t k = 0; k < nres; k++) res[k] = v[root->operands[k]];
+    } else {
+        if (nres != 1) return fail(x, INTERP_ERUN, root, "returns 1 value, %u expected", nres), false;
+        res[0] = v[c->root];
+    }
+    return true;
+}
+
+/* acc := acc ⊕ b elementwise, for a recognised reducer or any scalar
+ * computation. Sum on f32/f64 is accumulated unrounded when exact_sum is set
+ * (the caller rounds at the end). */
+static bool combine(ctx *x, const hlo_instr *in, uint32_t ci, int64_t dev, interp_val *acc, const interp_val *b,
+                    bool exact_sum) {
+    int red = x->m->comps[ci].reducer;
+    int dt = acc->dtype;
+    if (red == RED_SUM && acc->f) {
+        bool round = !(exact_sum && (dt == DT_F32 || dt == DT_F64));
+        for (int64_t k = 0; k < acc->n; k++) {
+            double s = acc->f[k] + b->f[k];
+            acc->f[k] = round ? dtype_round(dt, s) : s;
+        }
+        return true;
+    }
+    int op = red == RED_SUM ? OP_ADD : red == RED_PROD ? OP_MULTIPLY : red == RED_MAX ? OP_MAXIMUM
+           : red == RED_MIN ? OP_MINIMUM : red == RED_AND ? OP_AND : red == RED_OR ? OP_OR
+           : red == RED_XOR ? OP_XOR : 0;
+    if (op) {
+        for (int64_t k = 0; k < acc->n; k++) {
+            cell r;
+            if (!binary_cell(op, dt, get_cell(acc, k), get_cell(b, k), &r))
+                return fail(x, INTERP_EUNSUPPORTED, in, "reduction not defined for %s", dtype_name(dt)), false;
+            put_cell(acc, k, r);
+        }
+        return true;
+    }
+    for (int64_t k = 0; k < acc->n; k++) {
+        cell args[2] = {get_cell(acc, k), get_cell(b, k)}, r;
+        if (!scalar_call(x, ci, dev, args, 2, &r, 1)) return false;
+        put_cell(acc, k, r);
+    }
+    return true;
+}
+
+static void round_all(interp_val *v) {
+    if (v->f && v->dtype != DT_F64)
+        for (int64_t k = 0; k < v->n; k++) v->f[k] = dtype_round(v->dtype, v->f[k]);
+}
+
+static interp_val *val_copy(const interp_val *v) {
+    interp_val *r = val_like(v, v->dtype);
+    if (v->f) memcpy(r->f, v->f, (size_t)v->n * sizeof *v->f);
+    else memcpy(r->i, v->i, (size_t)v->n * sizeof *v->i);
+    return r;
+}
+
+/* ------------------------------------------------------------------ local (per-device) ops */
+
+static int64_t scalar_index(const interp_val *v) { return v->f ? (int64_t)v->f[0] : v->i[0]; }
+
+static interp_val *op_constant(ctx *x, const hlo_instr *in) {
+    const hlo_attr *a = instr_attr(in, A_LITERAL);
+    const hlo_literal *l = a ? a->v.lit : NULL;
+    if (!l || l->elided || l->raw) return fail(x, INTERP_EUNSUPPORTED, in, "constant without values (elided or tuple)");
+    interp_val *r = val_shape(&in->shape);
+    if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
+    if (l->count != r->n && l->count != 1) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "literal has %lld values for %lld elements", (long long)l->count, (long long)r->n);
+    }
+    for (int64_t k = 0; k < r->n; k++) {
+        int64_t s = l->count == 1 ? 0 : k;
+        if (r->f) r->f[k] = dtype_round(r->dtype, l->f ? l->f[s] : (double)l->i[s]);
+        else r->i[k] = l->i ? wrap(r->dtype, l->i[s]) : float_to_int(r->dtype, l->f[s]);
+    }
+    return r;
+}
+
+static interp_val *op_iota(ctx *x, const hlo_instr *in) {
+    interp_val *r = val_shape(&in->shape);
+    if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
+    int64_t d = instr_int(in, A_IOTA_DIMENSION, 0);
+    if (d < 0 || (uint32_t)d >= r->rank) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "iota_dimension out of range");
+    }
+    int64_t idx[INTERP_MAX_RANK] = {0};
+    for (int64_t k = 0; k < r->n; k++) {
+        if (r->f) r->f[k] = dtype_round(r->dtype, (double)idx[d]);
+        else r->i[k] = wrap(r->dtype, idx[d]);
+        next_idx(idx, r->dims, r->rank);
+    }
+    return r;
+}
+
+static interp_val *op_elementwise(ctx *x, const hlo_instr *in, interp_val **ops) {
+    int op = in->op, rdt = in->shape.dtype;
+    interp_val *a = ops[0];
+    interp_val *r = val_shape(&in->shape);
+    if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(rdt));
+    if (op == OP_CONVERT || op == OP_BITCAST_CONVERT) {
+        if (a->n != r->n) {
+            interp_val_free(r);
+            return fail(x, INTERP_EUNSUPPORTED, in, "a bitcast-convert that changes the element count");
+        }
+        for (int64_t k = 0; k < r->n; k++) {
+            cell c = get_cell(a, k), o;
+            if (op == OP_CONVERT) o = convert_cell(a->dtype, rdt, c);
+            else if (!bitcast_cell(a->dtype, rdt, c, &o)) {
+                interp_val_free(r);
+                return fail(x, INTERP_EUNSUPPORTED, in, "bitcast-convert between %s and %s", dtype_name(a->dtype), dtype_name(rdt));
+            }
+            put_cell(r, k, o);
+        }
+        return r;
+    }
+    if (op == OP_COMPARE) {
+        int d = cmp_dir(in);
+        bool total = cmp_total(in);
+        if (d == CMP_BAD) {
+            interp_val_free(r);
+            return fail(x, INTERP_EUNSUPPORTED, in, "unknown comparison direction");
+        }
+        for (int64_t k = 0; k < r->n; k++) r->i[k] = compare_cell(d, total, a->dtype, get_cell(a, k), get_cell(ops[1], k));
+        return r;
+    }
+    if (op == OP_SELECT) {
+        const interp_val *p = ops[0], *t = ops[1], *f = ops[2];
+        for (int64_t k = 0; k < r->n; k++) {
+            bool c = p->i[p->n == 1 ? 0 : k] != 0;
+            copy_elem(r, k, c ? t : f, k);
+        }
+        return r;
+    }
+    if (op == OP_CLAMP) {
+        const interp_val *lo = ops[0], *v = ops[1], *hi = ops[2];
+        for (int64_t k = 0; k < r->n; k++) {
+            cell t, o;
+            binary_cell(OP_MAXIMUM, rdt, get_cell(v, k), get_cell(lo, lo->n == 1 ? 0 : k), &t);
+            binary_cell(OP_MINIMUM, rdt, t, get_cell(hi, hi->n == 1 ? 0 : k), &o);
+            put_cell(r, k, o);
+        }
+        return r;
+    }
+    if (is_unary(op)) {
+        if (r->f && a->f && op != OP_IS_FINITE) {
+            for (int64_t k = 0; k < r->n; k++) {
+                double o;
+                if (!unary_f(op, a->f[k], &o)) {
+                    interp_val_free(r);
+                    return fail(x, INTERP_EUNSUPPORTED, in, "not defined for %s", dtype_name(a->dtype));
+                }
+                r->f[k] = dtype_round(rdt, o);
+            }
+            return r;
+        }
+        for (int64_t k = 0; k < r->n; k++) {
+            cell o;
+            if (!unary_cell(op, a->dtype, rdt, get_cell(a, k), &o)) {
+                interp_val_free(r);
+                return fail(x, INTERP_EUNSUPPORTED, in, "not defined for %s", dtype_name(a->dtype));
+            }
+            put_cell(r, k, o);
+        }
+        return r;
+    }
+    const interp_val *b = ops[1];
+    if (r->f && a->f && b->f && rdt == a->dtype) {
+        for (int64_t k = 0; k < r->n; k++) {
+            double o;
+            if (!binary_f(op, a->f[k], b->f[k], &o)) {
+                interp_val_free(r);
+                return fail(x, INTERP_EUNSUPPORTED, in, "not defined for %s", dtype_name(rdt));
+            }
+            r->f[k] = dtype_round(rdt, o);
+        }
+        return r;
+    }
+    for (int64_t k = 0; k < r->n; k++) {
+        cell o;
+        if (!binary_cell(op, a->dtype, get_cell(a, k), get_cell(b, k), &o)) {
+            interp_val_free(r);
+            return fail(x, INTERP_EUNSUPPORTED, in, "not defined for %s", dtype_name(a->dtype));
+        }
+        put_cell(r, k, o);
+    }
+    return r;
+}
+
+static interp_val *op_broadcast(ctx *x, const hlo_instr *in, const interp_val *a) {
+    interp_val *r = val_shape(&in->shape);
+    if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
+    uint32_t nd;
+    const int64_t *dims = instr_ints(in, A_DIMENSIONS, &nd);
+    if (nd != a->rank) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "dimensions={...} has %u entries for a rank-%u operand", nd, a->rank);
+    }
+    int64_t ast[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    strides_of(a->dims, a->rank, ast);
+    /* Stride of each result dim in the operand (0 for new dims). */
+    int64_t rs[INTERP_MAX_RANK] = {0};
+    for (uint32_t k = 0; k < nd; k++) {
+        if (dims[k] < 0 || (uint32_t)dims[k] >= r->rank) {
+            interp_val_free(r);
+            return fail(x, INTERP_ERUN, in, "broadcast dimension out of range");
+        }
+        rs[dims[k]] = ast[k];
+    }
+    for (int64_t k = 0; k < r->n; k++) {
+        int64_t s = 0;
+        for (uint32_t d = 0; d < r->rank; d++) s += idx[d] * rs[d];
+        copy_elem(r, k, a, s);
+        next_idx(idx, r->dims, r->rank);
+    }
+    return r;
+}
+
+static interp_val *op_reshape(ctx *x, const hlo_instr *in, const interp_val *a) {
+    interp_val *r = val_shape(&in->shape);
+    if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
+    if (r->n != a->n || r->dtype != a->dtype) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "reshape of %lld elements into %lld", (long long)a->n, (long long)r->n);
+    }
+    if (r->f) memcpy(r->f, a->f, (size_t)r->n * sizeof *r->f);
+    else memcpy(r->i, a->i, (size_t)r->n * sizeof *r->i);
+    return r;
+}
+
+static interp_val *op_transpose(ctx *x, const hlo_instr *in, const interp_val *a) {
+    interp_val *r = val_shape(&in->shape);
+    if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
+    uint32_t nd;
+    const int64_t *perm = instr_ints(in, A_DIMENSIONS, &nd);
+    if (nd != a->rank || r->rank != a->rank) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "permutation does not match the rank");
+    }
+    int64_t ast[INTERP_MAX_RANK], rs[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    strides_of(a->dims, a->rank, ast);
+    for (uint32_t d = 0; d < nd; d++) rs[d] = ast[perm[d]];
+    for (int64_t k = 0; k < r->n; k++) {
+        int64_t s = 0;
+        for (uint32_t d = 0; d < r->rank; d++) s += idx[d] * rs[d];
+        copy_elem(r, k, a, s);
+        next_idx(idx, r->dims, r->rank);
+    }
+    return r;
+}
+
+static interp_val *op_reverse(ctx *x, const hlo_instr *in, const interp_val *a) {
+    interp_val *r = val_copy(a);
+    uint32_t nd;
+    const int64_t *dims = instr_ints(in, A_DIMENSIONS, &nd);
+    bool rev[INTERP_MAX_RANK] = {false};
+    for (uint32_t k = 0; k < nd; k++)
+        if (dims[k] >= 0 && (uint32_t)dims[k] < a->rank) rev[dims[k]] = true;
+    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    strides_of(a->dims, a->rank, st);
+    for (int64_t k = 0; k < r->n; k++) {
+        int64_t s = 0;
+        for (uint32_t d = 0; d < a->rank; d++) s += (rev[d] ? a->dims[d] - 1 - idx[d] : idx[d]) * st[d];
+        copy_elem(r, k, a, s);
+        next_idx(idx, a->dims, a->rank);
+    }
+    (void)x;
+    return r;
+}
+
+static interp_val *op_slice(ctx *x, const hlo_instr *in, const interp_val *a) {
+    const hlo_attr *at = instr_attr(in, A_SLICE);
+    interp_val *r = val_shape(&in->shape);
+    if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
+    if (!at || at->n != a->rank) {  /* n counts dimensions */
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "slice={...} does not match the rank");
+    }
+    const int64_t *s = at->v.ints;
+    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    strides_of(a->dims, a->rank, st);
+    for (int64_t k = 0; k < r->n; k++) {
+        int64_t o = 0;
+        for (uint32_t d = 0; d < a->rank; d++) o += (s[3 * d] + idx[d] * (s[3 * d + 2] ? s[3 * d + 2] : 1)) * st[d];
+        copy_elem(r, k, a, o);
+        next_idx(idx, r->dims, r->rank);
+    }
+    return r;
+}
+
+static interp_val *op_dynamic_slice(ctx *x, const hlo_instr *in, interp_val **ops) {
+    const interp_val *a = ops[0];
+    interp_val *r = val_shape(&in->shape);
+    if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
+    if (in->noperands != 1 + a->rank || r->rank != a->rank) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "expects one start index per dimension");
+    }
+    int64_t start[INTERP_MAX_RANK];
+    for (uint32_t d = 0; d < a->rank; d++) {
+        int64_t s = scalar_index(ops[1 + d]), hi = a->dims[d] - r->dims[d];
+        start[d] = s < 0 ? 0 : s > hi ? hi : s;
+    }
+    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    strides_of(a->dims, a->rank, st);
+    for (int64_t k = 0; k < r->n; k++) {
+        int64_t o = 0;
+        for (uint32_t d = 0; d < a->rank; d++) o += (start[d] + idx[d]) * st[d];
+        copy_elem(r, k, a, o);
+        next_idx(idx, r->dims, r->rank);
+    }
+    return r;
+}
+
+static interp_val *op_dynamic_update_slice(ctx *x, const hlo_instr *in, interp_val **ops) {
+    const interp_val *a = ops[0], *u = ops[1];
+    if (in->noperands != 2 + a->rank || u->rank != a->rank)
+        return fail(x, INTERP_ERUN, in, "expects one start index per dimension");
+    interp_val *r = val_copy(a);
+    int64_t start[INTERP_MAX_RANK];
+    for (uint32_t d = 0; d < a->rank; d++) {
+        int64_t s = scalar_index(ops[2 + d]), hi = a->dims[d] - u->dims[d];
+        start[d] = s < 0 ? 0 : s > hi ? hi : s;
+    }
+    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    strides_of(a->dims, a->rank, st);
+    for (int64_t k = 0; k < u->n; k++) {
+        int64_t o = 0;
+        for (uint32_t d = 0; d < a->rank; d++) o += (start[d] + idx[d]) * st[d];
+        copy_elem(r, o, u, k);
+        next_idx(idx, u->dims, u->rank);
+    }
+    return r;
+}
+
+/* Concatenation of vals[0..n) along dimension dim (shapes otherwise equal). */
+static interp_val *concat(interp_val *const *vals, uint32_t n, uint32_t dim) {
+    int64_t dims[INTERP_MAX_RANK];
+    const interp_val *a = vals[0];
+    memcpy(dims, a->dims, a->rank * sizeof *dims);
+    dims[dim] = 0;
+    for (uint32_t k = 0; k < n; k++) dims[dim] += vals[k]->dims[dim];
+    interp_val *r = interp_val_new(a->dtype, a->rank, dims);
+    if (!r) return NULL;
+    int64_t outer = 1, inner = 1;
+    for (uint32_t d = 0; d < dim; d++) outer *= dims[d];
+    for (uint32_t d = dim + 1; d < a->rank; d++) inner *= dims[d];
+    int64_t w = 0;
+    for (int64_t o = 0; o < outer; o++)
+        for (uint32_t k = 0; k < n; k++) {
+            int64_t chunk = vals[k]->dims[dim] * inner;
+            for (int64_t j = 0; j < chunk; j++) copy_elem(r, w++, vals[k], o * chunk + j);
+        }
+    return r;
+}
+
+static interp_val *op_concatenate(ctx *x, const hlo_instr *in, interp_val **ops) {
+    uint32_t nd;
+    const int64_t *dims = instr_ints(in, A_DIMENSIONS, &nd);
+    if (nd != 1 || dims[0] < 0 || (uint32_t)dims[0] >= ops[0]->rank)
+        return fail(x, INTERP_ERUN, in, "needs one dimension");
+    interp_val *r = concat(ops, in->noperands, (uint32_t)dims[0]);
+    if (!r) return fail(x, INTERP_ERUN, in, "cannot concatenate");
+    return r;
+}
+
+static interp_val *op_pad(ctx *x, const hlo_instr *in, interp_val **ops) {
+    const interp_val *a = ops[0], *pv = ops[1];
+    const hlo_attr *at = instr_attr(in, A_PADDING);
+    interp_val *r = val_shape(&in->shape);
+    if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
+    /* padding is absent when every entry is 0 (graph.h drops defaults). */
+    if (at && at->n != a->rank) {  /* n counts dimensions */
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "padding does not match the rank");
+    }
+    for (int64_t k = 0; k < r->n; k++) copy_elem(r, k, pv, 0);
+    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    strides_of(r->dims, r->rank, st);
+    for (int64_t k = 0; k < a->n; k++) {
+        int64_t o = 0;
+        bool in_range = true;
+        for (uint32_t d = 0; d < a->rank; d++) {
+            int64_t lo = at ? at->v.ints[3 * d] : 0, interior = at ? at->v.ints[3 * d + 2] : 0;
+            int64_t p = lo + idx[d] * (interior + 1);
+            if (p < 0 || p >= r->dims[d]) in_range = false;
+            o += p * st[d];
+        }
+        if (in_range) copy_elem(r, o, a, k);
+        next_idx(idx, a->dims, a->rank);
+    }
+    return r;
+}
+
+static bool in_list(int64_t v, const int64_t *l, uint32_t n) {
+    for (uint32_t k = 0; k < n; k++)
+        if (l[k] == v) return true;
+    return false;
+}
+
+static interp_val *op_dot(ctx *x, const hlo_instr *in, const interp_val *l, const interp_val *rr) {
+    uint32_t nlb, nlc, nrb, nrc;
+    const int64_t *lb = instr_ints(in, A_LHS_BATCH_DIMS, &nlb), *lc = instr_ints(in, A_LHS_CONTRACTING_DIMS, &nlc);
+    const int64_t *rb = instr_ints(in, A_RHS_BATCH_DIMS, &nrb), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
+    if (nlb != nrb || nlc != nrc) return fail(x, INTERP_ERUN, in, "batch/contracting dimension counts differ");
+    interp_val *r = val_shape(&in->shape);
+    if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
+    int64_t B = 1, K = 1, M = 1, N = 1;
+    for (uint32_t k = 0; k < nlb; k++) B *= l->dims[lb[k]];
+    for (uint32_t k = 0; k < nlc; k++) {
+        if (l->dims[lc[k]] != rr->dims[rc[k]]) {
+            interp_val_free(r);
+            return fail(x, INTERP_ERUN, in, "contracting dimensions differ in size");
+        }
+        K *= l->dims[lc[k]];
+    }
+    M = K && B ? l->n / (B * K) : 0;
+    N = K && B ? rr->n / (B * K) : 0;
+    if (B * M * N != r->n) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "result shape does not match the operands");
+    }
+    /* Gather both operands into [B][M][K] and [B][K][N] double arrays. */
+    double *A = xmalloc((size_t)(B * M * K + 1) * sizeof *A), *Bm = xmalloc((size_t)(B * K * N + 1) * sizeof *Bm);
+    for (int side = 0; side < 2; side++) {
+        const interp_val *v = side ? rr : l;
+        const int64_t *bd = side ? rb : lb, *cd = side ? rc : lc;
+        int64_t idx[INTERP_MAX_RANK] = {0};
+        for (int64_t e = 0; e < v->n; e++) {
+            int64_t b = 0, c = 0, f = 0;
+            for (uint32_t k = 0; k < nlb; k++) b = b * v->dims[bd[k]] + idx[bd[k]];
+            for (uint32_t k = 0; k < nlc; k++) c = c * v->dims[cd[k]] + idx[cd[k]];
+            for (uint32_t d = 0; d < v->rank; d++)
+                if (!in_list(d, bd, nlb) && !in_list(d, cd, nlc)) f = f * v->dims[d] + idx[d];
+            double val = interp_val_get(v, e);
+            if (side) Bm[(b * K + c) * N + f] = val;
+            else A[(b * M + f) * K + c] = val;
+            next_idx(idx, v->dims, v->rank);
+        }
+    }
+    bool intres = !r->f;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < M; i++) {
+            double *row = r->f ? r->f + (b * M + i) * N : NULL;
+            int64_t *irow = intres ? r->i + (b * M + i) * N : NULL;
+            if (row) memset(row, 0, (size_t)N * sizeof *row);
+            const double *a = A + (b * M + i) * K;
+            for (int64_t k = 0; k < K; k++) {
+                double av = a[k];
+                const double *bk = Bm + (b * K + k) * N;
+                if (row)
+                    for (int64_t j = 0; j < N; j++) row[j] += av * bk[j];
+                else
+                    for (int64_t j = 0; j < N; j++)
+                        irow[j] = (int64_t)((uint64_t)irow[j] + (uint64_t)((int64_t)av * (int64_t)bk[j]));
+            }
+        }
+    free(A);
+    free(Bm);
+    if (intres)
+        for (int64_t k = 0; k < r->n; k++) r->i[k] = wrap(r->dtype, r->i[k]);
+    else round_all(r);
+    return r;
+}
+
+static interp_val *op_reduce(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev) {
+    uint32_t n = in->noperands / 2, nd;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+    if (!ta || n == 0 || n * 2 != in->noperands) return fail(x, INTERP_ERUN, in, "malformed reduce");
+    uint32_t ci = (uint32_t)ta->v.ints[0];
+    const interp_val *a0 = ops[0];
+    bool red[INTERP_MAX_RANK] = {false};
+    for (uint32_t k = 0; k < nd; k++)
+        if (rd[k] >= 0 && (uint32_t)rd[k] < a0->rank) red[rd[k]] = true;
+    int64_t odims[INTERP_MAX_RANK];
+    uint32_t orank = 0;
+    for (uint32_t d = 0; d < a0->rank; d++)
+        if (!red[d]) odims[orank++] = a0->dims[d];
+    interp_val *outs[64];
+    if (n > 64) return fail(x, INTERP_EUNSUPPORTED, in, "more than 64 reduced operands");
+    for (uint32_t k = 0; k < n; k++) {
+        outs[k] = interp_val_new(ops[k]->dtype == ops[n + k]->dtype ? ops[k]->dtype : ops[n + k]->dtype, orank, odims);
+        for (int64_t e = 0; e < outs[k]->n; e++) copy_elem(outs[k], e, ops[n + k], 0);
+    }
+    int64_t ost[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0}, ostd[INTERP_MAX_RANK] = {0};
+    strides_of(odims, orank, ost);
+    for (uint32_t d = 0, j = 0; d < a0->rank; d++)
+        if (!red[d]) ostd[d] = ost[j++];
+    int r = x->m->comps[ci].reducer;
+    int dt = outs[0]->dtype;
+    bool ok = true;
+    if (n == 1 && r == RED_SUM && outs[0]->f && a0->f) {
+        bool exact = dt == DT_F32 || dt == DT_F64;
+        double *acc = outs[0]->f;
+        for (int64_t e = 0; e < a0->n; e++) {
+            int64_t o = 0;
+            for (uint32_t d = 0; d < a0->rank; d++) o += idx[d] * ostd[d];
+            acc[o] += a0->f[e];
+            if (!exact) acc[o] = dtype_round(dt, acc[o]);
+            next_idx(idx, a0->dims, a0->rank);
+        }
+        round_all(outs[0]);
+    } else if (n == 1 && r != RED_NONE && r != RED_SUM) {
+        int op = r == RED_PROD ? OP_MULTIPLY : r == RED_MAX ? OP_MAXIMUM : r == RED_MIN ? OP_MINIMUM
+               : r == RED_AND ? OP_AND : r == RED_OR ? OP_OR : OP_XOR;
+        for (int64_t e = 0; e < a0->n && ok; e++) {
+            int64_t o = 0;
+            for (uint32_t d = 0; d < a0->rank; d++) o += idx[d] * ostd[d];
+            cell c;
+            if (!binary_cell(op, dt, get_cell(outs[0], o), get_cell(a0, e), &c)) {
+                fail(x, INTERP_EUNSUPPORTED, in, "reduction not defined for %s", dtype_name(dt));
+                ok = false;
+            } else put_cell(outs[0], o, c);
+            next_idx(idx, a0->dims, a0->rank);
+        }
+    } else {
+        cell args[128], res[64];
+        for (int64_t e = 0; e < a0->n && ok; e++) {
+            int64_t o = 0;
+            for (uint32_t d = 0; d < a0->rank; d++) o += idx[d] * ostd[d];
+            for (uint32_t k = 0; k < n; k++) {
+                args[k] = get_cell(outs[k], o);
+                args[n + k] = get_cell(ops[k], e);
+            }
+            if (!scalar_call(x, ci, dev, args, 2 * n, res, n)) ok = false;
+            else
+                for (uint32_t k = 0; k < n; k++) put_cell(outs[k], o, res[k]);
+            next_idx(idx, a0->dims, a0->rank);
+        }
+    }
+    if (!ok) {
+        for (uint32_t k = 0; k < n; k++) interp_val_free(outs[k]);
+        return NULL;
+    }
+    if (in->shape.dtype == DT_TUPLE) return interp_val_tuple(n, outs);
+    return outs[0];
+}
+
+/* Index vector k of the start indices at batch position G (dims of the
+ * indices tensor without index_vector_dim). */
+static int64_t index_at(const interp_val *ix, int64_t ivd, const int64_t *g, int64_t k) {
+    int64_t st[INTERP_MAX_RANK];
+    strides_of(ix->dims, ix->rank, st);
+    int64_t o = 0;
+    for (uint32_t d = 0, j = 0; d < ix->rank; d++) {
+        if ((int64_t)d == ivd) o += k * st[d];
+        else o += g[j++] * st[d];
+    }
+    return ix->f ? (int64_t)ix->f[o] : ix->i[o];
+}
+
+static interp_val *op_gather(ctx *x, const hlo_instr *in, const interp_val *a, const interp_val *ix) {
+    uint32_t noff, ncol, nsim, nob, nsb, nss;
+    const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &noff), *col = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &ncol);
+    const int64_t *sim = instr_ints(in, A_START_INDEX_MAP, &nsim), *ss = instr_ints(in, A_SLICE_SIZES, &nss);
+    const int64_t *ob = instr_ints(in, A_OPERAND_BATCHING_DIMS, &nob), *sb = instr_ints(in, A_START_INDICES_BATCHING_DIMS, &nsb);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+    interp_val *r = val_shape(&in->shape);
+    if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
+    if (nss != a->rank || nob != nsb) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "slice_sizes does not match the operand rank");
+    }
+    /* Operand dims that appear in the offset dims of the result, in order. */
+    int64_t odim[INTERP_MAX_RANK];
+    uint32_t no = 0;
+    for (uint32_t d = 0; d < a->rank; d++)
+        if (!in_list(d, col, ncol) && !in_list(d, ob, nob)) odim[no++] = d;
+    if (no != noff) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "offset_dims does not match the slice");
+    }
+    int64_t ast[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    strides_of(a->dims, a->rank, ast);
+    for (int64_t e = 0; e < r->n; e++) {
+        int64_t g[INTERP_MAX_RANK], full[INTERP_MAX_RANK] = {0};
+        uint32_t ng = 0, jo = 0;
+        for (uint32_t d = 0; d < r->rank; d++) {
+            if (in_list(d, off, noff)) full[odim[jo++]] = idx[d];
+            else g[ng++] = idx[d];
+        }
+        int64_t o = 0;
+        for (uint32_t d = 0; d < a->rank; d++) {
+            int64_t start = 0;
+            for (uint32_t k = 0; k < nsim; k++)
+                if (sim[k] == (int64_t)d) {
+                    int64_t s = index_at(ix, ivd, g, k), hi = a->dims[d] - ss[d];
+                    start = s < 0 ? 0 : s > hi ? hi : s;
+                }
+            for (uint32_t k = 0; k < nob; k++)
+                if (ob[k] == (int64_t)d) {
+                    /* The indices tensor's coordinate at its batching dim sb[k]: g skips ivd. */
+                    int64_t pos = sb[k] - (ivd < sb[k] ? 1 : 0);
+                    start = g[pos];
+                }
+            o += (start + full[d]) * ast[d];
+        }
+        copy_elem(r, e, a, o);
+        next_idx(idx, r->dims, r->rank);
+    }
+    return r;
+}
+
+static interp_val *op_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev) {
+    if (in->noperands != 3) return fail(x, INTERP_EUNSUPPORTED, in, "variadic scatter");
+    const interp_val *a = ops[0], *ix = ops[1], *u = ops[2];
+    uint32_t nuw, niw, nsd, nib, nsb;
+    const int64_t *uw = instr_ints(in, A_UPDATE_WINDOW_DIMS, &nuw), *iw = instr_ints(in, A_INSERTED_WINDOW_DIMS, &niw);
+    const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);
+    const int64_t *ib = instr_ints(in, A_INPUT_BATCHING_DIMS, &nib), *sb = instr_ints(in, A_SCATTER_INDICES_BATCHING_DIMS, &nsb);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+    const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+    if (!ta) return fail(x, INTERP_ERUN, in, "scatter without to_apply");
+    uint32_t ci = (uint32_t)ta->v.ints[0];
+    int64_t wdim[INTERP_MAX_RANK], wsize[INTERP_MAX_RANK];
+    uint32_t nw = 0;
+    for (uint32_t d = 0; d < a->rank; d++)
+        if (!in_list(d, iw, niw) && !in_list(d, ib, nib)) wdim[nw++] = d;
+    if (nw != nuw || nib != nsb) return fail(x, INTERP_ERUN, in, "update_window_dims does not match the operand");
+    for (uint32_t k = 0; k < a->rank; k++) wsize[k] = 1;
+    for (uint32_t k = 0; k < nuw; k++) wsize[wdim[k]] = u->dims[uw[k]];
+    interp_val *r = val_copy(a);
+    int64_t ast[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    strides_of(a->dims, a->rank, ast);
+    for (int64_t e = 0; e < u->n; e++) {
+        int64_t g[INTERP_MAX_RANK], full[INTERP_MAX_RANK] = {0};
+        uint32_t ng = 0, jw = 0;
+        for (uint32_t d = 0; d < u->rank; d++) {
+            if (in_list(d, uw, nuw)) full[wdim[jw++]] = idx[d];
+            else g[ng++] = idx[d];
+        }
+        int64_t o = 0;
+        bool ok = true;
+        for (uint32_t d = 0; d < a->rank; d++) {
+            int64_t start = 0;
+            for (uint32_t k = 0; k < nsd; k++)
+                if (sd[k] == (int64_t)d) start = index_at(ix, ivd, g, k);
+            for (uint32_t k = 0; k < nib; k++)
+                if (ib[k] == (int64_t)d) start = g[sb[k] - (ivd < sb[k] ? 1 : 0)];
+            /* XLA skips an update whose whole window does not fit. */
+            if (start < 0 || start > a->dims[d] - wsize[d]) ok = false;
+            o += (start + full[d]) * ast[d];
+        }
+        if (ok) {
+            cell args[2] = {get_cell(r, o), get_cell(u, e)}, res;
+            int red = x->m->comps[ci].reducer;
+            if (red == RED_SUM && r->f) res.f = dtype_round(r->dtype, args[0].f + args[1].f);
+            else if (!scalar_call(x, ci, dev, args, 2, &res, 1)) {
+                interp_val_free(r);
+                return NULL;
+            }
+            put_cell(r, o, res);
+        }
+        next_idx(idx, u->dims, u->rank);
+    }
+    return r;
+}
+
+/* sort: every operand sorted along `dimension` by the comparator; stable merge sort. */
+typedef struct sort_ctx {
+    ctx *x;
+    uint32_t ci, n;
+    int64_t dev;
+    interp_val **ops;
+    int64_t base, stride;
+    bool ok;
+} sort_ctx;
+
+static bool sort_less(sort_ctx *s, int64_t p, int64_t q) {
+    cell args[128], r;
+    for (uint32_t k = 0; k < s->n; k++) {
+        args[2 * k] = get_cell(s->ops[k], s->base + p * s->stride);
+        args[2 * k + 1] = get_cell(s->ops[k], s->base + q * s->stride);
+    }
+    if (!s->ok || !scalar_call(s->x, s->ci, s->dev, args, 2 * s->n, &r, 1)) {
+        s->ok = false;
+        return false;
+    }
+    return r.i != 0;
+}
+
+static void merge_sort(sort_ctx *s, int64_t *v, int64_t *tmp, int64_t n) {
+    if (n < 2) return;
+    int64_t h = n / 2;
+    merge_sort(s, v, tmp, h);
+    merge_sort(s, v + h, tmp, n - h);
+    int64_t i = 0, j = h, k = 0;
+    while (i < h && j < n) tmp[k++] = sort_less(s, v[j], v[i]) ? v[j++] : v[i++];
+    while (i < h) tmp[k++] = v[i++];
+    while (j < n) tmp[k++] = v[j++];
+    memcpy(v, tmp, (size_t)n * sizeof *v);
+}
+
+static interp_val *op_sort(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev) {
+    uint32_t n = in->noperands, nd;
+    const int64_t *dims = instr_ints(in, A_DIMENSIONS, &nd);
+    const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+    if (!ta || n == 0 || n > 64) return fail(x, INTERP_EUNSUPPORTED, in, "malformed sort");
+    const interp_val *a = ops[0];
+    int64_t dim = nd ? dims[0] : 0;
+    if (dim < 0 || (uint32_t)dim >= a->rank) return fail(x, INTERP_ERUN, in, "sort dimension out of range");
+    int64_t st[INTERP_MAX_RANK];
+    strides_of(a->dims, a->rank, st);
+    int64_t len = a->dims[dim];
+    interp_val *outs[64];
+    for (uint32_t k = 0; k < n; k++) outs[k] = val_copy(ops[k]);
+    sort_ctx s = {.x = x, .ci = (uint32_t)ta->v.ints[0], .n = n, .dev = dev, .ops = ops, .stride = st[dim], .ok = true};
+    int64_t *perm = xmalloc((size_t)(len + 1) * sizeof *perm), *tmp = xmalloc((size_t)(len + 1) * sizeof *tmp);
+    int64_t idx[INTERP_MAX_RANK] = {0}, odims[INTERP_MAX_RANK];
+    memcpy(odims, a->dims, a->rank * sizeof *odims);
+    odims[dim] = 1;
+    int64_t lines = len ? a->n / len : 0;
+    for (int64_t l = 0; l < lines && s.ok; l++) {
+        int64_t base = 0;
+        for (uint32_t d = 0; d < a->rank; d++) base += idx[d] * st[d];
+        s.base = base;
+        for (int64_t k = 0; k < len; k++) perm[k] = k;
+        merge_sort(&s, perm, tmp, len);
+        for (uint32_t k = 0; k < n; k++)
+            for (int64_t j = 0; j < len; j++) copy_elem(outs[k], base + j * st[dim], ops[k], base + perm[j] * st[dim]);
+        next_idx(idx, odims, a->rank);
+    }
+    free(perm);
+    free(tmp);
+    if (!s.ok) {
+        for (uint32_t k = 0; k < n; k++) interp_val_free(outs[k]);
+        return NULL;
+    }
+    if (in->shape.dtype == DT_TUPLE) return interp_val_tuple(n, outs);
+    return outs[0];
+}
+
+static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev);
+
+static bool is_identity_custom_call(const char *t) {
+    static const char *names[] = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
+                                  "MoveToDevice", "LayoutConstraint", "annotate_device_placement"};
+    if (!t) return false;
+    if (strncmp(t, "xla.sdy.", 8) == 0) return true;
+    for (size_t k = 0; k < ARRAY_LEN(names); k++)
+        if (strcmp(t, names[k]) == 0) return true;
+    return false;
+}
+
+/* Evaluates a non-collective, non-control-flow instruction on one device. */
+static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev) {
+    switch (in->op) {
+    case OP_CONSTANT: return op_constant(x, in);
+    case OP_IOTA: return op_iota(x, in);
+    case OP_PARTITION_ID:
+    case OP_REPLICA_ID: {
+        interp_val *r = val_shape(&in->shape);
+        if (!r || r->n != 1) {
+            interp_val_free(r);
+            return fail(x, INTERP_EUNSUPPORTED, in, "expects a scalar integer result");
+        }
+        int64_t id = in->op == OP_PARTITION_ID ? dev % x->P : dev / x->P;
+        put_cell(r, 0, convert_cell(DT_S64, r->dtype, (cell){.i = id}));
+        return r;
+    }
+    case OP_BROADCAST: return op_broadcast(x, in, ops[0]);
+    case OP_RESHAPE: return op_reshape(x, in, ops[0]);
+    case OP_BITCAST: {
+        /* Row-major reinterpretation: exact for default layouts (all the
+         * unoptimised dumps we read); a layout-changing bitcast is a transpose
+         * we do not model. */
+        if (ops[0]->dtype != in->shape.dtype)
+            return fail(x, INTERP_EUNSUPPORTED, in, "a bitcast that changes the element type");
+        return op_reshape(x, in, ops[0]);
+    }
+    case OP_TRANSPOSE: return op_transpose(x, in, ops[0]);
+    case OP_REVERSE: return op_reverse(x, in, ops[0]);
+    case OP_SLICE: return op_slice(x, in, ops[0]);
+    case OP_DYNAMIC_SLICE: return op_dynamic_slice(x, in, ops);
+    case OP_DYNAMIC_UPDATE_SLICE: return op_dynamic_update_slice(x, in, ops);
+    case OP_CONCATENATE: return op_concatenate(x, in, ops);
+    case OP_PAD: return op_pad(x, in, ops);
+    case OP_DOT: return op_dot(x, in, ops[0], ops[1]);
+    case OP_REDUCE: return op_reduce(x, in, ops, dev);
+    case OP_REDUCE_WINDOW: return op_reduce_window(x, in, ops, dev);
+    case OP_GATHER: return op_gather(x, in, ops[0], ops[1]);
+    case OP_SCATTER: return op_scatter(x, in, ops, dev);
+    case OP_SORT: return op_sort(x, in, ops, dev);
+    case OP_COPY: case OP_OPT_BARRIER: return interp_val_ref(ops[0]);
+    case OP_REDUCE_PRECISION: {
+        int64_t eb = instr_int(in, A_EXPONENT_BITS, 8), mb = instr_int(in, A_MANTISSA_BITS, 23);
+        int dt = eb == 8 && mb == 7 ? DT_BF16 : eb == 5 && mb == 10 ? DT_F16 : eb == 8 && mb == 23 ? DT_F32 : 0;
+        if (!dt || !ops[0]->f) return fail(x, INTERP_EUNSUPPORTED, in, "reduce-precision to e%lldm%lld", (long long)eb, (long long)mb);
+        interp_val *r = val_copy(ops[0]);
+        for (int64_t k = 0; k < r->n; k++) r->f[k] = dtype_round(dt, r->f[k]);
+        return r;
+    }
+    case OP_TUPLE: {
+        interp_val **el = xcalloc(in->noperands ? in->noperands : 1, sizeof *el);
+        for (uint32_t k = 0; k < in->noperands; k++) el[k] = interp_val_ref(ops[k]);
+        interp_val *t = interp_val_tuple(in->noperands, el);
+        free(el);
+        return t;
+    }
+    case OP_GET_TUPLE_ELEMENT: {
+        int64_t k = instr_int(in, A_INDEX, 0);
+        if (ops[0]->dtype != DT_TUPLE || k < 0 || k >= ops[0]->nelems)
+            return fail(x, INTERP_ERUN, in, "tuple index %lld out of range", (long long)k);
+        return interp_val_ref(ops[0]->elems[k]);
+    }
+    case OP_CUSTOM_CALL: {
+        const char *t = instr_str(in, A_CUSTOM_CALL_TARGET);
+        if (is_identity_custom_call(t) && in->noperands == 1) {
+            if (!interp_val_matches(ops[0], &in->shape))
+                return fail(x, INTERP_EUNSUPPORTED, in,
+                            "custom-call %s changes the shape: a pre-partitioning module (run the partitioned one)", t);
+            return interp_val_ref(ops[0]);
+        }
+        return fail(x, INTERP_EUNSUPPORTED, in, "custom-call target \"%s\"", t ? t : "?");
+    }
+    default:
+        break;
+    }
+    if (is_unary(in->op) || is_binary(in->op) || in->op == OP_CONVERT || in->op == OP_BITCAST_CONVERT ||
+        in->op == OP_COMPARE || in->op == OP_SELECT || in->op == OP_CLAMP)
+        return op_elementwise(x, in, ops);
+    return fail(x, INTERP_EUNSUPPORTED, in, "no interpreter rule for this opcode");
+}
+
+/* window={size=AxB stride=AxB pad=l_hxl_h lhs_dilate=AxB rhs_dilate=AxB} */
+static bool parse_window_field(const char *w, const char *key, int64_t *out, uint32_t rank, int per) {
+    const char *p = w;
+    size_t kl = strlen(key);
+    while ((p = strstr(p, key)) != NULL) {
+        if ((p == w || p[-1] == ' ' || p[-1] == '{') && p[kl] == '=') break;
+        p += kl;
+    }
+    if (!p) return false;
+    p += kl + 1;
+    for (uint32_t d = 0; d < rank; d++)
+        for (int k = 0; k < per; k++) {
+            char *end;
+            out[d * per + k] = strtoll(p, &end, 10);
+            if (end == p) return false;
+            p = end;
+            if (*p == 'x' || *p == '_') p++;
+        }
+    return true;
+}
+
+static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev) {
+    if (in->noperands != 2 || in->shape.dtype == DT_TUPLE) return fail(x, INTERP_EUNSUPPORTED, in, "variadic reduce-window");
+    const interp_val *a = ops[0];
+    const hlo_attr *wa = instr_attr(in, A_WINDOW);
+    const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+    if (!wa || !ta) return fail(x, INTERP_ERUN, in, "reduce-window without window or to_apply");
+    uint32_t R = a->rank;
+    int64_t size[INTERP_MAX_RANK], stride[INTERP_MAX_RANK], pad[2 * INTERP_MAX_RANK], ld[INTERP_MAX_RANK], rd[INTERP_MAX_RANK];
+    if (!parse_window_field(wa->v.str, "size", size, R, 1))
+        return fail(x, INTERP_EUNSUPPORTED, in, "unreadable window %s", wa->v.str);
+    for (uint32_t d = 0; d < R; d++) stride[d] = ld[d] = rd[d] = 1, pad[2 * d] = pad[2 * d + 1] = 0;
+    parse_window_field(wa->v.str, "stride", stride, R, 1);
+    parse_window_field(wa->v.str, "pad", pad, R, 2);
+    parse_window_field(wa->v.str, "lhs_dilate", ld, R, 1);
+    parse_window_field(wa->v.str, "rhs_dilate", rd, R, 1);
+    interp_val *r = val_shape(&in->shape);
+    if (!r || r->rank != R) {
+        interp_val_free(r);
+        return fail(x, INTERP_EUNSUPPORTED, in, "element type or rank");
+    }
+    uint32_t ci = (uint32_t)ta->v.ints[0];
+    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    strides_of(a->dims, R, st);
+    int64_t wn = 1;
+    for (uint32_t d = 0; d < R; d++) wn *= size[d];
+    for (int64_t e = 0; e < r->n; e++) {
+        cell acc = get_cell(ops[1], 0);
+        int64_t w[INTERP_MAX_RANK] = {0};
+        for (int64_t j = 0; j < wn; j++) {
+            int64_t o = 0;
+            bool ok = true;
+            for (uint32_t d = 0; d < R && ok; d++) {
+                int64_t p = idx[d] * stride[d] + w[d] * rd[d] - pad[2 * d];
+                if (p < 0 || p % ld[d]) ok = false;
+                p /= ld[d];
+                if (p >= a->dims[d]) ok = false;
+                o += p * st[d];
+            }
+            if (ok) {
+                cell args[2] = {acc, get_cell(a, o)};
+                if (!scalar_call(x, ci, dev, args, 2, &acc, 1)) {
+                    interp_val_free(r);
+                    return NULL;
+                }
+            }
+            next_idx(w, size, R);
+        }
+        put_cell(r, e, acc);
+        next_idx(idx, r->dims, R);
+    }
+    return r;
+}
+
+/* ------------------------------------------------------------------ collectives */
+
+enum { MODE_CROSS_REPLICA, MODE_CROSS_PARTITION, MODE_CROSS_REPLICA_AND_PARTITION, MODE_FLATTENED_ID };
+
+/* XLA's GetCollectiveOpGroupMode: all-to-all, collective-permute and
+ * collective-broadcast have no use_global_device_ids ("absent", not false). */
+static int group_mode(const hlo_instr *in) {
+    bool channel = instr_attr(in, A_CHANNEL_ID) != NULL;
+    bool global = instr_int(in, A_USE_GLOBAL_DEVICE_IDS, 0) != 0;
+    bool no_global_field = in->op == OP_ALL_TO_ALL || in->op == OP_COLLECTIVE_PERMUTE ||
+                           in->op == OP_COLLECTIVE_BROADCAST;
+    if (!channel) return MODE_CROSS_REPLICA;
+    if (no_global_field) return MODE_CROSS_PARTITION;
+    return global ? MODE_FLATTENED_ID : MODE_CROSS_REPLICA_AND_PARTITION;
+}
+
+/* The groups of device ids (flattened) an instruction's collective runs over.
+ * Caller frees *ids and *start; *ng groups, group g is ids[start[g]..start[g+1]). */
+static bool device_groups(ctx *x, const hlo_instr *in, int64_t **ids_out, uint32_t **start_out, uint32_t *ng_out) {
+    const hlo_attr *ga = instr_attr(in, A_REPLICA_GROUPS);
+    hlo_groups g = {0};
+    if (ga) groups_expand(ga->v.groups, &x->a, &g);
+    if (ga && g.ngroups == 0 && (ga->v.groups->iota || ga->v.groups->mesh)) {
+        fail(x, INTERP_ERUN, in, "replica groups do not expand");
+        return false;
+    }
+    int mode = group_mode(in);
+    int64_t R = x->R, P = x->P;
+    /* Empty groups: one group of every replica (partition in cross-partition mode). */
+    int64_t all_n = mode == MODE_CROSS_PARTITION ? P : mode == MODE_FLATTENED_ID ? x->D : R;
+    uint32_t ngi = g.ngroups ? g.ngroups : 1;
+    int64_t *ids = xmalloc((size_t)(x->D * 2 + 1) * sizeof *ids);
+    uint32_t *start = xmalloc((size_t)(x->D * 2 + 2) * sizeof *start);
+    uint32_t ng = 0, nid = 0;
+    bool ok = true;
+    int64_t cap = x->D * 2;
+    for (uint32_t gi = 0; gi < ngi && ok; gi++) {
+        int64_t gn = g.ngroups ? (int64_t)(g.start[gi + 1] - g.start[gi]) : all_n;
+        const int64_t *gids = g.ngroups ? g.ids + g.start[gi] : NULL;
+        int64_t outer = mode == MODE_CROSS_REPLICA ? P : mode == MODE_CROSS_PARTITION ? R : 1;
+        for (int64_t o = 0; o < outer && ok; o++) {
+            start[ng++] = nid;
+            for (int64_t k = 0; k < gn && ok; k++) {
+                int64_t id = gids ? gids[k] : k;
+                int64_t lim = mode == MODE_CROSS_PARTITION ? P : mode == MODE_FLATTENED_ID ? x->D : R;
+                if (id < 0 || id >= lim) {
+                    fail(x, INTERP_ERUN, in, "replica group id %lld out of range (%lld)", (long long)id, (long long)lim);
+                    ok = false;
+                    break;
+                }
+                int64_t inner = mode == MODE_CROSS_REPLICA_AND_PARTITION ? P : 1;
+                for (int64_t p = 0; p < inner; p++) {
+                    if (nid >= cap) {
+                        fail(x, INTERP_ERUN, in, "replica groups name a device twice");
+                        ok = false;
+                        break;
+                    }
+                    int64_t dv = mode == MODE_CROSS_REPLICA ? id * P + o
+                               : mode == MODE_CROSS_PARTITION ? o * P + id
+                               : mode == MODE_CROSS_REPLICA_AND_PARTITION ? id * P + p : id;
+                    ids[nid++] = dv;
+                }
+            }
+        }
+    }
+    start[ng] = nid;
+    if (!ok) {
+        free(ids);
+        free(start);
+        return false;
+    }
+    *ids_out = ids;
+    *start_out = start;
+    *ng_out = ng;
+    return true;
+}
+
+/* vals[a] for active device a; out[a] gets the result. devs lists the active devices. */
+static bool eval_collective(ctx *x, const hlo_instr *in, uint32_t na, const int64_t *devs, interp_val ***opv,
+                            interp_val **out) {
+    int op = in->op;
+    int64_t *where = xmalloc((size_t)x->D * sizeof *where);   /* device -> active index or -1 */
+    for (int64_t d = 0; d < x->D; d++) where[d] = -1;
+    for (uint32_t a = 0; a < na; a++) where[devs[a]] = a;
+    bool ok = true;
+    if (op == OP_COLLECTIVE_PERMUTE) {
+        const hlo_attr *pa = instr_attr(in, A_SOURCE_TARGET_PAIRS);
+        hlo_groups g = {0};
+        if (pa) groups_expand(pa->v.groups, &x->a, &g);
+        int mode = group_mode(in);
+        int64_t outer = mode == MODE_CROSS_PARTITION ? x->R : x->P;
+        if (in->noperands != 1 || opv[0][0]->dtype == DT_TUPLE) {
+            free(where);
+            fail(x, INTERP_EUNSUPPORTED, in, "collective-permute with several or tuple operands");
+            return false;
+        }
+        for (uint32_t a = 0; a < na; a++) out[a] = NULL;
+        for (uint32_t k = 0; k < g.ngroups && ok; k++) {
+            if (g.start[k + 1] - g.start[k] != 2) {
+                fail(x, INTERP_ERUN, in, "a source_target pair without two ids");
+                ok = false;
+                break;
+            }
+            int64_t s = g.ids[g.start[k]], t = g.ids[g.start[k] + 1];
+            for (int64_t o = 0; o < outer && ok; o++) {
+                int64_t lim = mode == MODE_CROSS_PARTITION ? x->P : x->R;
+                if (s < 0 || t < 0 || s >= lim || t >= lim) {
+                    fail(x, INTERP_ERUN, in, "source_target pair {%lld,%lld} out of range", (long long)s, (long long)t);
+                    ok = false;
+                    break;
+                }
+                int64_t ds = mode == MODE_CROSS_PARTITION ? o * x->P + s : s * x->P + o;
+                int64_t dt = mode == MODE_CROSS_PARTITION ? o * x->P + t : t * x->P + o;
+                if (where[ds] < 0 || where[dt] < 0) {
+                    fail(x, INTERP_ERUN, in, "device %lld or %lld is not on this control path", (long long)ds, (long long)dt);
+                    ok = false;
+                    break;
+                }
+                if (out[where[dt]]) {
+                    fail(x, INTERP_ERUN, in, "device %lld receives twice", (long long)dt);
+                    ok = false;
+                    break;
+                }
+                out[where[dt]] = interp_val_ref(opv[0][where[ds]]);
+            }
+        }
+        for (uint32_t a = 0; a < na && ok; a++)
+            if (!out[a]) out[a] = val_like(opv[0][a], opv[0][a]->dtype);  /* not a target: zeros */
+        free(where);
+        return ok;
+    }
+    int64_t *ids;
+    uint32_t *start, ng;
+    if (!device_groups(x, in, &ids, &start, &ng)) {
+        free(where);
+        return false;
+    }
+    for (uint32_t a = 0; a < na; a++) out[a] = NULL;
+    uint32_t nops = in->noperands;
+    const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+    uint32_t nd;
+    const int64_t *dims = instr_ints(in, A_DIMENSIONS, &nd);
+    int64_t dim = nd ? dims[0] : instr_int(in, A_SPLIT_DIMENSION, -1);
+    for (uint32_t gi = 0; gi < ng && ok; gi++) {
+        uint32_t G = start[gi + 1] - start[gi];
+        const int64_t *mem = ids + start[gi];
+        int64_t am[4096];
+        if (G > ARRAY_LEN(am)) {
+            fail(x, INTERP_EUNSUPPORTED, in, "a group of more than 4096 devices");
+            ok = false;
+            break;
+        }
+        for (uint32_t k = 0; k < G; k++) {
+            if (mem[k] < 0 || mem[k] >= x->D || where[mem[k]] < 0) {
+                fail(x, INTERP_ERUN, in, "device %lld of the group is not on this control path", (long long)mem[k]);
+                ok = false;
+                break;
+            }
+            am[k] = where[mem[k]];
+            if (out[am[k]]) {
+                fail(x, INTERP_ERUN, in, "device %lld is in two groups", (long long)mem[k]);
+                ok = false;
+                break;
+            }
+        }
+        if (!ok) break;
+        /* results[k][j]: member k's result for operand j. */
+        interp_val ***rv = xcalloc(G, sizeof *rv);
+        for (uint32_t k = 0; k < G; k++) rv[k] = xcalloc(nops ? nops : 1, sizeof **rv);
+        for (uint32_t j = 0; j < nops && ok; j++) {
+            if (op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER) {
+                if (!ta) {
+                    fail(x, INTERP_ERUN, in, "no to_apply");
+                    ok = false;
+                    break;
+                }
+                interp_val *acc = val_copy(opv[j][am[0]]);
+                for (uint32_t k = 1; k < G && ok; k++) {
+                    if (opv[j][am[k]]->n != acc->n) {
+                        fail(x, INTERP_ERUN, in, "operands differ in shape across devices");
+                        ok = false;
+                    } else ok = combine(x, in, (uint32_t)ta->v.ints[0], devs[am[0]], acc, opv[j][am[k]], true);
+                }
+                round_all(acc);
+                if (!ok) {
+                    interp_val_free(acc);
+                    break;
+                }
+                if (op == OP_ALL_REDUCE) {
+                    for (uint32_t k = 0; k < G; k++) rv[k][j] = interp_val_ref(acc);
+                } else {
+                    if (dim < 0 || (uint32_t)dim >= acc->rank || acc->dims[dim] % G) {
+                        fail(x, INTERP_ERUN, in, "scatter dimension does not split into %u", G);
+                        ok = false;
+                    }
+                    for (uint32_t k = 0; k < G && ok; k++) {
+                        int64_t off[INTERP_MAX_RANK] = {0}, sz[INTERP_MAX_RANK];
+                        memcpy(sz, acc->dims, acc->rank * sizeof *sz);
+                        sz[dim] /= G;
+                        off[dim] = sz[dim] * k;
+                        rv[k][j] = interp_val_slice(acc, off, sz);
+                    }
+                }
+                interp_val_free(acc);
+            } else if (op == OP_ALL_GATHER) {
+                interp_val *parts[4096];
+                for (uint32_t k = 0; k < G; k++) parts[k] = opv[j][am[k]];
+                if (dim < 0 || (uint32_t)dim >= parts[0]->rank) {
+                    fail(x, INTERP_ERUN, in, "all-gather dimension out of range");
+                    ok = false;
+                    break;
+                }
+                interp_val *c = concat(parts, G, (uint32_t)dim);
+                if (!c) {
+                    fail(x, INTERP_ERUN, in, "cannot concatenate the operands");
+                    ok = false;
+                    break;
+                }
+                for (uint32_t k = 0; k < G; k++) rv[k][j] = interp_val_ref(c);
+                interp_val_free(c);
+            } else if (op == OP_ALL_TO_ALL && dim >= 0) {
+                /* Member k splits its operand into G chunks along dim and sends
+                 * chunk t to member t; member t concatenates what it receives in
+                 * member order. */
+                const interp_val *v0 = opv[j][am[0]];
+                if ((uint32_t)dim >= v0->rank || v0->dims[dim] % G) {
+                    fail(x, INTERP_ERUN, in, "split dimension does not split into %u", G);
+                    ok = false;
+                    break;
+                }
+                for (uint32_t t = 0; t < G; t++) {
+                    interp_val *parts[4096];
+                    for (uint32_t k = 0; k < G; k++) {
+                        const interp_val *v = opv[j][am[k]];
+                        int64_t off[INTERP_MAX_RANK] = {0}, sz[INTERP_MAX_RANK];
+                        memcpy(sz, v->dims, v->rank * sizeof *sz);
+                        sz[dim] /= G;
+                        off[dim] = sz[dim] * t;
+                        parts[k] = interp_val_slice(v, off, sz);
+                    }
+                    rv[t][j] = concat(parts, G, (uint32_t)dim);
+                    for (uint32_t k = 0; k < G; k++) interp_val_free(parts[k]);
+                }
+            } else if (op == OP_ALL_TO_ALL) {
+                /* Tuple form: G operands; member t's element k is member k's operand t. */
+                if (nops != G) {
+                    fail(x, INTERP_ERUN, in, "tuple all-to-all with %u operands in a group of %u", nops, G);
+                    ok = false;
+                    break;
+                }
+                for (uint32_t k = 0; k < G; k++) rv[j][k] = interp_val_ref(opv[j][am[k]]);
+            } else {
+                fail(x, INTERP_EUNSUPPORTED, in, "collective not interpreted");
+                ok = false;
+            }
+        }
+        for (uint32_t k = 0; k < G; k++) {
+            if (ok) {
+                if (in->shape.dtype == DT_TUPLE) out[am[k]] = interp_val_tuple(nops, rv[k]);
+                else {
+                    out[am[k]] = rv[k][0];
+                    for (uint32_t j = 1; j < nops; j++) interp_val_free(rv[k][j]);
+                }
+            } else
+                for (uint32_t j = 0; j < nops; j++) interp_val_free(rv[k][j]);
+            free(rv[k]);
+        }
+        free(rv);
+    }
+    for (uint32_t a = 0; a < na && ok; a++)
+        if (!out[a]) {
+            fail(x, INTERP_ERUN, in, "device %lld is in no replica group", (long long)devs[a]);
+            ok = false;
+        }
+    if (!ok)
+        for (uint32_t a = 0; a < na; a++) {
+            interp_val_free(out[a]);
+            out[a] = NULL;
+        }
+    free(ids);
+    free(start);
+    free(where);
+    return ok;
+}
+
+/* ------------------------------------------------------------------ control flow and the driver */
+
+static uint32_t called(const hlo_instr *in, int key) {
+    const hlo_attr *a = instr_attr(in, key);
+    if (!a || (a->kind == K_COMPS && a->n < 1)) return UINT32_MAX;
+    return (uint32_t)a->v.ints[0];  /* K_COMP keeps its one index in ints[0] with n = 0 */
+}
+
+static bool eval_while(ctx *x, const hlo_instr *in, uint32_t na, const int64_t *devs, interp_val **init, interp_val **out) {
+    uint32_t body = called(in, A_BODY), cond = called(in, A_CONDITION);
+    if (body >= x->m->ncomps || cond >= x->m->ncomps) return fail(x, INTERP_ERUN, in, "while without body or condition"), false;
+    interp_val **state = xcalloc(na, sizeof *state);
+    int64_t *act = xmalloc(na * sizeof *act);
+    uint32_t *slot = xmalloc(na * sizeof *slot);  /* active index -> original index */
+    for (uint32_t a = 0; a < na; a++) {
+        state[a] = interp_val_ref(init[a]);
+        act[a] = devs[a];
+        slot[a] = a;
+        out[a] = NULL;
+    }
+    uint32_t live = na;
+    bool ok = true;
+    interp_val **pv = xcalloc(na, sizeof *pv), **nv = xcalloc(na, sizeof *nv);
+    while (live && ok) {
+        if (++x->iterations > x->max_iterations) {
+            fail(x, INTERP_EBUDGET, in, "more than %lld while iterations", (long long)x->max_iterations);
+            ok = false;
+            break;
+        }
+        if (eval_comp(x, cond, live, act, state, pv)) {
+            ok = false;
+            break;
+        }
+        uint32_t keep = 0;
+        for (uint32_t a = 0; a < live; a++) {
+            bool go = pv[a]->i && pv[a]->i[0];
+            interp_val_free(pv[a]);
+            if (go) {
+                act[keep] = act[a];
+                slot[keep] = slot[a];
+                state[keep++] = state[a];
+            } else out[slot[a]] = state[a];
+        }
+        live = keep;
+        if (!live) break;
+        if (eval_comp(x, body, live, act, state, nv)) {
+            ok = false;
+            break;
+        }
+        for (uint32_t a = 0; a < live; a++) {
+            interp_val_free(state[a]);
+            state[a] = nv[a];
+        }
+    }
+    if (!ok) {
+        for (uint32_t a = 0; a < live; a++) interp_val_free(state[a]);
+        for (uint32_t a = 0; a < na; a++) {
+            interp_val_free(out[a]);
+            out[a] = NULL;
+        }
+    }
+    free(pv);
+    free(nv);
+    free(state);
+    free(act);
+    free(slot);
+    return ok;
+}
+
+static bool eval_conditional(ctx *x, const hlo_instr *in, uint32_t na, const int64_t *devs, interp_val ***opv,
+                             interp_val **out) {
+    uint32_t nb;
+    const int64_t *branches;
+    int64_t tf[2];
+    const hlo_attr *ba = instr_attr(in, A_BRANCH_COMPUTATIONS);
+    if (ba) {
+        branches = ba->v.ints;
+        nb = ba->n;
+    } else {
+        tf[0] = called(in, A_TRUE_COMPUTATION);
+        tf[1] = called(in, A_FALSE_COMPUTATION);
+        branches = tf;
+        nb = 2;
+    }
+    bool pred = ba == NULL;
+    if (nb == 0 || in->noperands != nb + 1) return fail(x, INTERP_ERUN, in, "%u branches for %u operands", nb, in->noperands), false;
+    for (uint32_t b = 0; b < nb; b++)
+        if (branches[b] < 0 || (uint64_t)branches[b] >= x->m->ncomps) return fail(x, INTERP_ERUN, in, "no such branch"), false;
+    int64_t *sub = xmalloc(na * sizeof *sub);
+    uint32_t *slot = xmalloc(na * sizeof *slot);
+    interp_val **args = xcalloc(na, sizeof *args), **res = xcalloc(na, sizeof *res);
+    bool ok = true;
+    for (uint32_t a = 0; a < na; a++) out[a] = NULL;
+    for (uint32_t b = 0; b < nb && ok; b++) {
+        uint32_t ns = 0;
+        for (uint32_t a = 0; a < na; a++) {
+            const interp_val *s = opv[0][a];
+            int64_t v = s->f ? (int64_t)s->f[0] : s->i[0];
+            int64_t pick = pred ? (v ? 0 : 1) : (v < 0 || v >= (int64_t)nb ? (int64_t)nb - 1 : v);
+            if (pick != (int64_t)b) continue;
+            sub[ns] = devs[a];
+            slot[ns] = a;
+            args[ns++] = opv[b + 1][a];
+        }
+        if (!ns) continue;
+        const hlo_comp *bc = &x->m->comps[branches[b]];
+        if (bc->nparams != 1) {
+            fail(x, INTERP_ERUN, in, "branch %s takes %u parameters", bc->name, bc->nparams);
+            ok = false;
+            break;
+        }
+        if (eval_comp(x, (uint32_t)branches[b], ns, sub, args, res)) ok = false;
+        else
+            for (uint32_t k = 0; k < ns; k++) out[slot[k]] = res[k];
+    }
+    if (!ok)
+        for (uint32_t a = 0; a < na; a++) {
+            interp_val_free(out[a]);
+            out[a] = NULL;
+        }
+    free(sub);
+    free(slot);
+    free(args);
+    free(res);
+    return ok;
+}
+
+/* Evaluates computation ci on the na devices devs; args[a·nparams + k] is
+ * parameter k of device a (borrowed). out[a] receives one reference.
+ * Returns 0 or the status. */
+static int eval_comp(ctx *x, uint32_t ci, uint32_t na, const int64_t *devs, interp_val **args, interp_val **out) {
+    const hlo_comp *c = &x->m->comps[ci];
+    const comp_info *f = info_of(x, ci);
+    interp_val **vals = xcalloc((size_t)c->ninstrs * na + 1, sizeof *vals);
+    interp_val ***opv = xcalloc(256, sizeof *opv);
+    uint32_t opcap = 256;
+    interp_val **one = xcalloc(256, sizeof *one);
+    for (uint32_t i = 0; i < c->ninstrs && !x->status; i++) {
+        const hlo_instr *in = &c->instrs[i];
+        interp_val **res = vals + (size_t)i * na;
+        if (in->noperands > opcap) {
+            opcap = in->noperands;
+            opv = xrealloc(opv, opcap * sizeof *opv);
+            one = xrealloc(one, opcap * sizeof *one);
+        }
+        for (uint32_t k = 0; k < in->noperands; k++) opv[k] = vals + (size_t)in->operands[k] * na;
+        switch (in->op) {
+        case OP_PARAMETER: {
+            int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
+            if (k < 0 || k >= c->nparams) {
+                fail(x, INTERP_ERUN, in, "parameter number out of range");
+                break;
+            }
+            for (uint32_t a = 0; a < na; a++) res[a] = interp_val_ref(args[(size_t)a * c->nparams + k]);
+            break;
+        }
+        case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_TO_ALL:
+        case OP_COLLECTIVE_PERMUTE:
+            eval_collective(x, in, na, devs, opv, res);
+            break;
+        case OP_CALL: {
+            uint32_t callee = called(in, A_TO_APPLY);
+            if (callee == UINT32_MAX) callee = called(in, A_CALLS);
+            if (callee >= x->m->ncomps) {
+                fail(x, INTERP_ERUN, in, "call without a computation");
+                break;
+            }
+            uint32_t np = in->noperands;
+            interp_val **cargs = xcalloc((size_t)na * np + 1, sizeof *cargs);
+            for (uint32_t a = 0; a < na; a++)
+                for (uint32_t k = 0; k < np; k++) cargs[(size_t)a * np + k] = opv[k][a];
+            if (x->m->comps[callee].nparams != np) fail(x, INTERP_ERUN, in, "callee takes %u parameters", x->m->comps[callee].nparams);
+            else eval_comp(x, callee, na, devs, cargs, res);
+            free(cargs);
+            break;
+        }
+        case OP_WHILE:
+            if (in->noperands != 1) fail(x, INTERP_ERUN, in, "while takes one operand");
+            else eval_while(x, in, na, devs, opv[0], res);
+            break;
+        case OP_CONDITIONAL:
+            eval_conditional(x, in, na, devs, opv, res);
+            break;
+        default:
+            if (hlo_op_is_collective(in->op) || in->op == OP_SEND || in->op == OP_RECV || in->op == OP_INFEED ||
+                in->op == OP_OUTFEED || in->op == OP_RNG || in->op == OP_RNG_BIT_GENERATOR || in->op == OP_FUSION ||
+                in->op == OP_MAP || in->op == OP_CONVOLUTION) {
+                fail(x, INTERP_EUNSUPPORTED, in, "no interpreter rule for this opcode");
+                break;
+            }
+            for (uint32_t a = 0; a < na && !x->status; a++) {
+                for (uint32_t k = 0; k < in->noperands; k++) one[k] = opv[k][a];
+                res[a] = eval_local(x, in, one, devs[a]);
+            }
+        }
+        if (x->status) break;
+        for (uint32_t a = 0; a < na; a++)
+            if (!res[a] || !interp_val_matches(res[a], &in->shape)) {
+                strbuf t;
+                sb_init(&t);
+                if (res[a]) interp_val_print_type(&t, res[a]);
+                fail(x, INTERP_ERUN, in, "computed %s, the instruction's shape differs", res[a] ? t.s : "nothing");
+                sb_free(&t);
+                break;
+            }
+        if (x->status) break;
+        /* Release operands whose last user this was. */
+        for (uint32_t k = 0; k < in->noperands; k++) {
+            uint32_t o = in->operands[k];
+            if (f->last_use[o] == i && vals[(size_t)o * na]) 
+                for (uint32_t a = 0; a < na; a++) {
+                    interp_val_free(vals[(size_t)o * na + a]);
+                    vals[(size_t)o * na + a] = NULL;
+                }
+        }
+        if (f->last_use[i] == i && i != c->root)  /* unused */
+            for (uint32_t a = 0; a < na; a++) {
+                interp_val_free(res[a]);
+                res[a] = NULL;
+            }
+    }
+    if (!x->status)
+        for (uint32_t a = 0; a < na; a++) out[a] = interp_val_ref(vals[(size_t)c->root * na + a]);
+    for (size_t k = 0; k < (size_t)c->ninstrs * na; k++) interp_val_free(vals[k]);
+    free(vals);
+    free(opv);
+    free(one);
+    return x->status;
+}
+
+static int64_t header_int(const hlo_module *m, const char *key) {
+    for (uint32_t k = 0; k < m->nattrs; k++) {
+        const hlo_attr *a = &m->attrs[k];
+        if (a->raw_key && strcmp(a->raw_key, key) == 0 && a->v.str) return strtoll(a->v.str, NULL, 10);
+    }
+    return 0;
+}
+
+void interp_devices(const hlo_module *m, int64_t *replicas, int64_t *partitions) {
+    int64_t r = header_int(m, "replica_count"), p = header_int(m, "num_partitions");
+    if (r <= 0) r = 1;
+    if (p <= 0) {
+        int64_t d = graph_num_devices(m);
+        p = d % r == 0 && d / r > 0 ? d / r : 1;
+    }
+    *replicas = r;
+    *partitions = p;
+}
+
+static int64_t shape_total(const shape *s) {
+    if (s->dtype == DT_TUPLE) {
+        int64_t t = 0;
+        for (uint32_t k = 0; k < s->ntuple; k++) t += shape_total(&s->tuple[k]);
+        return t;
+    }
+    int64_t n = shape_elements(s);
+    return n < 0 ? 0 : n;
+}
+
+int interp_run(const hlo_module *m, const interp_config *cfg, interp_val **const *args, interp_val **out,
+               strbuf *err) {
+    ctx x = {.m = m, .err = err};
+    interp_devices(m, &x.R, &x.P);
+    if (cfg && cfg->replicas > 0) x.R = cfg->replicas;
+    if (cfg && cfg->partitions > 0) x.P = cfg->partitions;
+    x.D = x.R * x.P;
+    x.max_iterations = cfg && cfg->max_iterations > 0 ? cfg->max_iterations : INTERP_MAX_ITERATIONS;
+    int64_t budget = cfg && cfg->max_elements > 0 ? cfg->max_elements : INTERP_MAX_ELEMENTS;
+    for (int64_t d = 0; d < x.D; d++) out[d] = NULL;
+    if (x.D <= 0 || x.D > 4096) {
+        if (err) sb_printf(err, "%lld devices: between 1 and 4096 are simulated", (long long)x.D);
+        return INTERP_EINPUT;
+    }
+    /* Budget: every instruction's elements on every device. */
+    int64_t total = 0;
+    for (uint32_t c = 0; c < m->ncomps; c++)
+        for (uint32_t i = 0; i < m->comps[c].ninstrs; i++) {
+            const hlo_instr *in = &m->comps[c].instrs[i];
+            int64_t e = shape_total(&in->shape);
+            if (e > budget || total + e > budget) total = budget + 1;
+            else total += e;
+            if (in->shape.rank > INTERP_MAX_RANK) {
+                if (err) sb_printf(err, "%s: rank %u exceeds %d", in->name, in->shape.rank, INTERP_MAX_RANK);
+                return INTERP_EUNSUPPORTED;
+            }
+        }
+    if (total > budget / x.D) {
+        if (err)
+            sb_printf(err, "the module holds more than %lld elements over %lld devices (budget %lld elements)",
+                      (long long)(total > budget ? budget : total * x.D), (long long)x.D, (long long)budget);
+        return INTERP_EBUDGET;
+    }
+    const hlo_comp *entry = graph_entry(m);
+    if (!entry) {
+        if (err) sb_puts(err, "the module has no entry computation");
+        return INTERP_EINPUT;
+    }
+    uint32_t np = entry->nparams;
+    interp_val **flat = xcalloc((size_t)x.D * np + 1, sizeof *flat);
+    for (int64_t d = 0; d < x.D; d++)
+        for (uint32_t k = 0; k < np; k++) {
+            interp_val *v = args[d][k];
+            const hlo_instr *p = &entry->instrs[entry->params[k]];
+            if (!interp_val_matches(v, &p->shape)) {
+                if (err) {
+                    sb_printf(err, "device %lld, parameter %u (%s): expected ", (long long)d, k, p->name);
+                    shape_print(err, &p->shape);
+                    sb_puts(err, ", got ");
+                    if (v) interp_val_print_type(err, v);
+                    else sb_puts(err, "nothing");
+                }
+                free(flat);
+                return INTERP_EINPUT;
+            }
+            flat[(size_t)d * np + k] = v;
+        }
+    arena_init(&x.a);
+    x.info = xcalloc(m->ncomps ? m->ncomps : 1, sizeof *x.info);
+    int64_t *devs = xmalloc((size_t)x.D * sizeof *devs);
+    for (int64_t d = 0; d < x.D; d++) devs[d] = d;
+    int st = eval_comp(&x, (uint32_t)(entry - m->comps), (uint32_t)x.D, devs, flat, out);
+    free(devs);
+    free(flat);
+    for (uint32_t c = 0; c < m->ncomps; c++) {
+        free(x.info[c].last_use);
+        free(x.info[c].scratch);
+    }
+    free(x.info);
+    arena_free(&x.a);
+    return st;
+}

@@ -1,0 +1,146 @@
+/* interp — the reference interpreter (DESIGN §5: witnesses, rule validation,
+ * `scalify eval`). It executes a module of the graph IR on N simulated devices.
+ *
+ * Devices. A module runs on R replicas × P partitions; device d is the
+ * flattened id d = r·P + p (XLA's "flattened id"), so with one replica the
+ * partition id is the device id. `replica-id` / `partition-id` return r / p.
+ * The devices run in lockstep: every instruction is evaluated for every active
+ * device before the next one, so a collective sees every participant's operand.
+ * Control flow may diverge (a while loop that stops earlier on one device, a
+ * conditional taking another branch on another); the devices that take the
+ * same path continue together, and a collective whose group spans devices that
+ * are not on the same path is refused (real hardware would hang there).
+ *
+ * Collectives follow XLA's CollectiveOpGroupMode: no channel_id → cross-replica
+ * (groups list replica ids, one group per partition); channel_id and no
+ * use_global_device_ids on all-to-all / collective-permute → cross-partition
+ * (groups list partition ids, one per replica); on all-reduce / all-gather /
+ * reduce-scatter → cross-replica-and-partition (groups list replica ids, each
+ * with every partition); use_global_device_ids=true → flattened ids. Replica
+ * groups in list, iota and mesh form are accepted (groups_expand); no groups
+ * means one group of every id. Reductions fold the group in group order.
+ *
+ * Numbers. Floating values are held as doubles, computed in double precision
+ * and rounded to the element type after every operation (dtype_round), so f32,
+ * bf16 and f16 arithmetic is emulated op by op. Inside one operation:
+ * `dot` accumulates in double and rounds once; a recognised sum reducer
+ * (`reduce`, `all-reduce`, `reduce-scatter`) on f32/f64 accumulates in double
+ * and rounds once, on bf16/f16 rounds after every addition (as XLA does when it
+ * upcasts each bf16 add); any other to_apply is called on scalars per element.
+ * Integers are int64 wrapped to their width after every op; preds are 0/1.
+ * f8/f4/complex/token element types are refused.
+ *
+ * Custom calls. `Sharding`, `SPMDFullToShardShape`, `SPMDShardToFullShape`,
+ * `xla.sdy.*` sharding markers, `MoveToHost` / `MoveToDevice` and
+ * `LayoutConstraint` are identities when the result shape equals the operand
+ * shape (the partitioned side, where they are markers). A
+ * FullToShard/ShardToFull that changes the shape belongs to a pre-partitioning
+ * module whose manual region cannot run per device here; it is refused.
+ *
+ * Budgets. A module whose instructions hold more than max_elements elements in
+ * total (all computations, every device; default INTERP_MAX_ELEMENTS) is
+ * refused before running; while loops stop with an error after max_iterations
+ * iterations in total.
+ *
+ * Ownership. Values (interp_val) are reference counted: every function that
+ * returns one hands the caller one reference, released by interp_val_free().
+ * Arguments passed to interp_run are borrowed.
+ */
+#ifndef SCALIFY_INTERP_H
+#define SCALIFY_INTERP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "graph.h"
+#include "util.h"
+
+#define INTERP_MAX_ELEMENTS ((int64_t)1 << 27)
+#define INTERP_MAX_ITERATIONS ((int64_t)1 << 20)
+#define INTERP_MAX_RANK 16
+
+/* A tensor on one device, or a tuple of them. Exactly one of f (floating types)
+ * and i (integer and pred types) is set for an array; tuples set elems. */
+typedef struct interp_val {
+    int refs;
+    int dtype;
+    uint32_t rank;
+    int64_t dims[INTERP_MAX_RANK];
+    int64_t n;                    /* element count */
+    double *f;
+    int64_t *i;
+    struct interp_val **elems;    /* DT_TUPLE */
+    uint32_t nelems;
+} interp_val;
+
+/* Status codes of interp_run. */
+enum { INTERP_OK = 0, INTERP_EINPUT = 1, INTERP_EUNSUPPORTED = 2, INTERP_EBUDGET = 3, INTERP_ERUN = 4 };
+
+/* A zero-filled array value; NULL when the element type cannot be represented
+ * (tuple, token, f8, complex) or the rank exceeds INTERP_MAX_RANK. */
+interp_val *interp_val_new(int dt, uint32_t rank, const int64_t *dims);
+/* A tuple owning the n references in elems (they are consumed). */
+interp_val *interp_val_tuple(uint32_t n, interp_val **elems);
+interp_val *interp_val_ref(interp_val *v);   /* returns v with one more reference */
+void interp_val_free(interp_val *v);         /* drops one reference; NULL is fine */
+/* Element k as a double (integers converted). */
+double interp_val_get(const interp_val *v, int64_t k);
+/* Sets element k from a double, rounded/wrapped to the element type. */
+void interp_val_set(interp_val *v, int64_t k, double x);
+/* True when v has the dtype and dims of s (arrays; tuples elementwise). */
+bool interp_val_matches(const interp_val *v, const shape *s);
+/* Appends "f32[2,3]". */
+void interp_val_print_type(strbuf *b, const interp_val *v);
+/* True for element types this interpreter can hold. */
+bool interp_dtype_ok(int dtype);
+
+/* Replicas and partitions of a module: the header's replica_count and
+ * num_partitions when present; else one replica and graph_num_devices()
+ * partitions. */
+void interp_devices(const hlo_module *m, int64_t *replicas, int64_t *partitions);
+
+typedef struct interp_config {
+    int64_t replicas, partitions;  /* 0: from the module (interp_devices) */
+    int64_t max_elements;          /* 0: INTERP_MAX_ELEMENTS */
+    int64_t max_iterations;        /* 0: INTERP_MAX_ITERATIONS */
+} interp_config;
+
+/* Runs the entry computation on every device d = 0..R·P-1 with the borrowed
+ * arguments args[d][k] (parameter k of device d). On INTERP_OK, out[d] holds
+ * device d's result (caller frees each with interp_val_free). Otherwise out is
+ * all NULL and err (may be NULL) says why, naming the instruction. */
+int interp_run(const hlo_module *m, const interp_config *cfg, interp_val **const *args,
+               interp_val **out, strbuf *err);
+
+/* The tile of a global array of shape dims[rank] that device d holds under
+ * sharding sh (replicated, maximal, tiled with or without replicated trailing
+ * dims, iota or explicit device order): offsets and sizes per dimension.
+ * Returns false when the sharding is not one of these forms or d is not in it
+ * (a maximal sharding gives device 0's tile the whole array; others none). */
+bool interp_shard_tile(const hlo_sharding *sh, uint32_t rank, const int64_t *dims, int64_t d,
+                       int64_t *offsets, int64_t *sizes);
+/* The global dims of a local shape under a tiled sharding (local × tile);
+ * false when the sharding is not tiled/replicated. */
+bool interp_shard_global(const hlo_sharding *sh, uint32_t rank, const int64_t *local,
+                         int64_t *global);
+/* The value parameter p of a module run on several devices gets on device d
+ * from the tensor v: v itself when v has p's shape; the tile of v under p's
+ * sharding when v is the global array (p's shape × its tile counts).
+ * NULL when neither. */
+interp_val *interp_param_input(const hlo_instr *p, interp_val *v, int64_t d);
+/* A new value holding v[offsets .. offsets+sizes) (a static slice). */
+interp_val *interp_val_slice(const interp_val *v, const int64_t *offsets, const int64_t *sizes);
+
+/* Deterministic pseudo-random numbers (splitmix64): the same stream on every
+ * machine. */
+typedef struct interp_rng {
+    uint64_t s;
+} interp_rng;
+void interp_rng_seed(interp_rng *r, uint64_t seed);
+uint64_t interp_rng_next(interp_rng *r);
+/* Fills v with the documented random distribution: floats uniform in [-1, 1)
+ * rounded to the element type; signed and unsigned integers uniform in
+ * [0, 16); preds 0 or 1 with equal probability. */
+void interp_val_fill_random(interp_val *v, interp_rng *r);
+
+#endif
