@@ -29,6 +29,18 @@ bool hlo_looks_like_text(const char *buf, size_t n);
 hlo_module *hlo_parse_text(const char *src, size_t n, const char *path, diag *d);
 hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d);
 
+/* The module as a bare HloModuleProto (XLA's field numbers), appended to out.
+ * hlo_parse_pb reads it back to a module graph_equal to m (GEQ_IGNORE_HEADER:
+ * the text header has no protobuf home). IR values that only exist as text
+ * travel in scalify's own field 50000 (proto/hlo.proto). */
+void hlo_write_pb(const hlo_module *m, strbuf *out);
+
+/* Bit patterns of the narrow float types (f16, bf16, the f8 kinds, f4e2m1fn)
+ * as LiteralProto stores them: the exact value of a pattern, and the pattern
+ * nearest to a value (ties to even). */
+double hlo_float_decode(int dt, uint32_t bits);
+uint32_t hlo_float_encode(int dt, double v);
+
 /* Canonical HLO text of the whole module, appended to b. */
 void hlo_print(strbuf *b, const hlo_module *m);
 /* One instruction's line (without ROOT and indentation), appended to b. */
