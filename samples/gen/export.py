@@ -43,6 +43,7 @@ def load(name):
 
 M = load("models")
 PL = load("parallel")
+BUGS = load("bugs").BUGS
 
 ARGS = sys.argv[1:]
 ONLY = [ARGS[i + 1] for i, a in enumerate(ARGS) if a == "--only"]
@@ -70,12 +71,24 @@ def write_bytes(rel, data):
     return rel
 
 
+def dumps(obj, indent=0):
+    """JSON with one line per leaf-level object (small dicts/lists stay inline)."""
+    pad = " " * indent
+    if isinstance(obj, dict) and obj and any(isinstance(v, (dict, list)) and len(json.dumps(v)) > 60
+                                             for v in obj.values()):
+        items = [f'{pad} {json.dumps(k)}: {dumps(v, indent + 1).lstrip()}' for k, v in obj.items()]
+        return pad + "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(obj, list) and obj and len(json.dumps(obj)) > 100:
+        items = [dumps(v, indent + 1) for v in obj]
+        return pad + "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    return pad + json.dumps(obj)
+
+
 def write_json(rel, obj):
     path = os.path.join(OUT, rel)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.write("\n")
+        f.write(dumps(obj) + "\n")
     WRITTEN.add(rel)
     return rel
 
@@ -143,15 +156,15 @@ def sds_with(tree, specs, mesh):
                         tree, specs, is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
 
 
-def param_names(args):
-    leaves = jax.tree_util.tree_flatten_with_path(args)[0]
+def param_names(fn, args):
+    """One name per HLO entry parameter: the argument name for a leaf argument,
+    the dict key for a leaf of a dict argument (HLO parameter order)."""
+    import inspect
+    top = list(inspect.signature(fn).parameters)
     names = []
-    for path, _ in leaves:
-        parts = []
-        for k in path:
-            if hasattr(k, "key"):
-                parts.append(str(k.key))
-        names.append(".".join(parts) if parts else None)
+    for path, _ in jax.tree_util.tree_flatten_with_path(tuple(args))[0]:
+        keys = [str(k.key) for k in path[1:] if hasattr(k, "key")]
+        names.append(".".join(keys) if keys else top[path[0].idx])
     return names
 
 
@@ -175,7 +188,7 @@ def relations(mesh_axes, names, in_specs_flat, out_specs_flat, out_names=None):
         "device_order": "iota",
         "inputs": [{"param": i, "name": n, "view": spec_to_view(s)}
                    for i, (n, s) in enumerate(zip(names, in_specs_flat))],
-        "outputs": [{"output": i, "name": (out_names or ["logits"])[i] if out_names or i == 0 else None,
+        "outputs": [{"output": i, "name": (out_names or ["result"])[i],
                      "view": spec_to_view(s)} for i, s in enumerate(out_specs_flat)],
     }
 
@@ -218,7 +231,8 @@ def compare(prog, args, base_out=None):
     b, d = to_np(base_out), to_np(dist_out)
     if b.shape != d.shape:
         return None, base_out
-    return float(np.max(np.abs(b - d))), base_out
+    diff = float(np.max(np.abs(b - d)))
+    return (diff if np.isfinite(diff) else str(diff)), base_out
 
 
 # ----------------------------------------------------------------------------- pairs
@@ -233,12 +247,12 @@ def plain_baseline(key, fn, abstract, concrete=None, rel_dir=None):
     lo = jax.jit(fn).lower(*abstract)
     text, pb = hlo_of_lowered(lo)
     files = save_hlo(f"{rel_dir}/{key}.baseline", text, pb)
-    names = param_names(tuple(abstract))
+    names = param_names(fn, abstract)
     io_rel = None
     if concrete is not None:
         out = jax.jit(fn)(*concrete)
         flat = jax.tree_util.tree_leaves(tuple(concrete))
-        ts = [(f"in.{i}.{n or 'arg'}", a) for i, (n, a) in enumerate(zip(names, flat))]
+        ts = [(f"in.{i}.{n}", a) for i, (n, a) in enumerate(zip(names, flat))]
         ts.append(("out.0", out))
         io_rel = write_bytes(f"{rel_dir}/{key}.io.stf", stf(ts))
     BASELINES[key] = (files, names, io_rel)
@@ -287,7 +301,8 @@ def export_gspmd(cfg_name, mesh_axes, numerics):
 
 
 def export_smap(name, cfg_name, prog, mesh_axes, abstract, concrete, base_key,
-                bug=None, kinds=None, rel_mesh=None, note=None, in_names=None):
+                bug=None, kinds=None, rel_mesh=None, note=None, in_names=None,
+                out_name="logits", probe=None):
     if not want(name):
         return
     print("==", name, flush=True)
@@ -302,7 +317,7 @@ def export_smap(name, cfg_name, prog, mesh_axes, abstract, concrete, base_key,
     n = len(names)
     ins = flat_specs(prog.in_specs, n)
     outs = [prog.out_specs]
-    rel = relations(rel_mesh or mesh_axes, names, ins, outs)
+    rel = relations(rel_mesh or mesh_axes, names, ins, outs, [out_name])
     rel_path = write_json(f"{rel_dir}/{name}.relations.json", rel)
     entry = {"name": name, "kind": "shard_map", "config": cfg_name,
              "mesh": mesh_axes, "baseline": base_files, "distributed": dist,
@@ -318,7 +333,19 @@ def export_smap(name, cfg_name, prog, mesh_axes, abstract, concrete, base_key,
         entry["numerics"] = {"max_abs_diff": diff}
         if diff is None:
             entry["numerics"]["note"] = "distributed output shape differs from the baseline's"
+        if probe is not None:
+            what, fn = probe
+            pdiff, _ = compare(prog, fn(concrete))
+            entry["numerics"]["probe"] = {"inputs": what, "max_abs_diff": pdiff}
     MANIFEST.append(entry)
+
+
+def scale_out_proj(args):
+    """Large row-parallel partial sums: fine in bf16 (max ~3e38), overflow f16 (65504)."""
+    t, ps = args
+    ps = {k: (v * np.asarray(1e5, v.dtype) if k.endswith((".wo", ".w_down")) else v)
+          for k, v in ps.items()}
+    return (t, ps)
 
 
 def tiny_args(cfg):
@@ -396,7 +423,7 @@ def corpus():
     for bug, kinds in [(None, None), ("fp16-allreduce", ["dtype-mismatch"])]:
         name = "tiny-bf16.megatron_tp.tp4" + (f".bug.{bug}" if bug else "")
         export_smap(name, "tiny-bf16", PL.make_llama_tp(cfgb, m, bug), tp4, abb, cob,
-                    "tiny-bf16", bug, kinds)
+                    "tiny-bf16", bug, kinds, probe=("wo and w_down scaled by 1e5", scale_out_proj))
     # q-norm over the sharded head dimension
     cfgq = M.Cfg("tiny-qknorm")
     abq, coq = tiny_args(cfgq)
@@ -446,7 +473,8 @@ def corpus():
     for bug, kinds in [(None, None), ("router-unsynced", ["missing-all-reduce"])]:
         name = "tiny-moe.router_grad_sp.tp4" + (f".bug.{bug}" if bug else "")
         export_smap(name, "tiny-moe", PL.make_router_step(cfgm, m, bug), tp4, rab, rco,
-                    "tiny-moe-router-step", bug, kinds, in_names=[n for n, _ in rin])
+                    "tiny-moe-router-step", bug, kinds, in_names=[n for n, _ in rin],
+                    out_name="router")
 
     # ---- c. full-size: GSPMD and hand-written, lowered from shapes only
     for cfg_name in ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b",
@@ -477,8 +505,52 @@ def corpus():
                     M.abstract_inputs(cfgf), None, cfg_name, bug, kinds)
 
 
+def write_bugs_md(pairs):
+    by_bug = {}
+    for e in pairs:
+        if "bug" in e:
+            by_bug.setdefault(e["bug"]["id"], []).append(e)
+    n_var = sum(len(v) for v in by_bug.values())
+    out = ["# Reproduced silent bugs", "",
+           "Generated by samples/gen/run.sh from samples/gen/bugs.py and the manifest; do not edit.", "",
+           f"{len(by_bug)} bugs in {n_var} variants. Each variant is a correct hand-written",
+           "per-device program (shard_map) with one realistic mistake, selected by the `bug`",
+           "argument of its `make_*` function in samples/gen/parallel.py; the mistake is on the",
+           "line tagged `# BUG(<id>)`. `max |diff|` is the largest absolute difference between",
+           "the baseline and the variant run by JAX on the seeded inputs of samples/<config>/*.io.stf",
+           "(full-size variants are lowered from shapes only and not run). The correct pairs agree",
+           "to ~1e-6 (f32) or 0.03 (bf16 rounding).", ""]
+    for bid, info in BUGS.items():
+        if bid not in by_bug:
+            continue
+        out += [f"## {bid}: {info['title']}", "",
+                f"- Expected finding kinds: {', '.join('`%s`' % k for k in info['kinds'])}",
+                f"- Mirrors: {info['ref']}",
+                f"- Mistake: {info['what']}", "- Variants:"]
+        for e in by_bug[bid]:
+            loc = e["bug"]["locations"][0]
+            num = e.get("numerics")
+            if num is None:
+                d = "not run (full size)"
+            elif num["max_abs_diff"] is None:
+                d = "output shape differs"
+            else:
+                d = "max |diff| %s" % (num["max_abs_diff"] if isinstance(num["max_abs_diff"], str)
+                                         else "%.3g" % num["max_abs_diff"])
+            if num and "probe" in num:
+                d += "; with %s: %s" % (num["probe"]["inputs"], num["probe"]["max_abs_diff"])
+            out.append(f"  - `{e['name']}` (mesh {e['mesh']}) at `{loc['file']}:{loc['line']}` — {d}")
+        out.append("")
+    path = os.path.join(OUT, "BUGS.md")
+    with open(path, "w") as f:
+        f.write("\n".join(out))
+
+
 def main():
     os.makedirs(DUMP, exist_ok=True)
+    if not ONLY:  # full run: drop stale outputs of earlier runs
+        for name in M.CONFIGS:
+            shutil.rmtree(os.path.join(OUT, name), ignore_errors=True)
     corpus()
     mpath = os.path.join(OUT, "manifest.json")
     old = []
@@ -492,6 +564,7 @@ def main():
                          "script": "samples/gen/run.sh"},
            "pairs": pairs}
     write_json("manifest.json", doc)
+    write_bugs_md(pairs)
     shutil.rmtree(DUMP, ignore_errors=True)
     print(f"{len(MANIFEST)} pairs written, manifest has {len(pairs)}")
 
