@@ -1,0 +1,827 @@
+/* The reference interpreter: unit tests of single ops and collectives on small
+ * hand-written modules, then the cross-check against XLA: every pair of
+ * samples/manifest.json that stores seeded inputs and JAX's output ("io") runs
+ *   - the baseline on 1 device with the stored inputs, compared with out.0;
+ *   - the distributed program on its N devices, each input cut to the device's
+ *     piece by the pair's relations file (shard_map pairs) — the device's
+ *     expected output is the same view of out.0.
+ * GSPMD pairs of a config whose inputs match its shard_map io file (same
+ * parameters) are run too, cut by the baseline's sharding annotations.
+ *
+ * Tolerance by output dtype, |ours - jax| <= atol + rtol·|jax|:
+ *   f32 1e-4 + 1e-4·|x|; bf16 2^-4 + 2^-6·|x| (a few bf16 ulps); f16 1e-2 + 2^-9·|x|.
+ * Bug variants must differ from the baseline's output by what JAX measured
+ * (manifest numerics.max_abs_diff, within the same tolerance), or have a
+ * different output shape when the manifest says so.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "hlo.h"
+#include "interp.h"
+#include "stf.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+static hlo_module *parse(const char *text) {
+    diag d;
+    diag_init(&d, "test");
+    hlo_module *m = hlo_parse_text(text, strlen(text), "test", &d);
+    if (!m) printf("parse error: %s\n", d.out.s);
+    diag_free(&d);
+    return m;
+}
+
+/* Runs text on R×P devices; parameter k of device d is filled by fill(d, k, v)
+ * (NULL: no parameters). Returns the status; out[d] set on success. */
+typedef void (*fill_fn)(int64_t d, uint32_t k, interp_val *v);
+
+static int run(const char *text, int64_t R, int64_t P, fill_fn fill, interp_val **out, strbuf *err) {
+    hlo_module *m = parse(text);
+    if (!m) return -1;
+    const hlo_comp *e = graph_entry(m);
+    int64_t D = R * P;
+    interp_val ***args = calloc((size_t)D, sizeof *args);
+    for (int64_t d = 0; d < D; d++) {
+        args[d] = calloc(e->nparams + 1, sizeof **args);
+        for (uint32_t k = 0; k < e->nparams; k++) {
+            const shape *s = &e->instrs[e->params[k]].shape;
+            args[d][k] = interp_val_new(s->dtype, s->rank, s->dims);
+            if (fill) fill(d, k, args[d][k]);
+        }
+    }
+    interp_config cfg = {.replicas = R, .partitions = P};
+    int st = interp_run(m, &cfg, (interp_val **const *)args, out, err);
+    for (int64_t d = 0; d < D; d++) {
+        for (uint32_t k = 0; k < e->nparams; k++) interp_val_free(args[d][k]);
+        free(args[d]);
+    }
+    free(args);
+    graph_free(m);
+    return st;
+}
+
+/* Runs and checks device d's array result against want[n]. */
+static void expect(const char *name, const char *text, int64_t R, int64_t P, fill_fn fill, int64_t dev,
+                   const double *want, int64_t n) {
+    t_case("%s", name);
+    interp_val *out[64] = {0};
+    strbuf err;
+    sb_init(&err);
+    int st = run(text, R, P, fill, out, &err);
+    if (CHECK_MSG(st == 0, "status %d: %s", st, err.s ? err.s : "")) {
+        interp_val *v = out[dev];
+        if (v->dtype == DT_TUPLE) v = v->elems[0];
+        if (CHECK_MSG(v->n == n, "%lld elements, %lld expected", (long long)v->n, (long long)n))
+            for (int64_t k = 0; k < n; k++)
+                CHECK_MSG(interp_val_get(v, k) == want[k], "element %lld: %.9g != %.9g", (long long)k,
+                          interp_val_get(v, k), want[k]);
+    }
+    for (int64_t d = 0; d < R * P; d++) interp_val_free(out[d]);
+    sb_free(&err);
+}
+
+static void fill_iota(int64_t d, uint32_t k, interp_val *v) {
+    for (int64_t e = 0; e < v->n; e++) interp_val_set(v, e, (double)(100 * d + 10 * k + e));
+}
+
+static void fill_dev(int64_t d, uint32_t k, interp_val *v) {
+    for (int64_t e = 0; e < v->n; e++) interp_val_set(v, e, (double)(10 * d + e));
+}
+
+/* ---------------------------------------------------------------- op tests */
+
+static void test_dot(void) {
+    /* lhs[b,i,k] = 100·0 + 10·0 + e, rhs likewise with 10 added: batch dim 0. */
+    const char *t = "HloModule m\nENTRY e {\n"
+                    "  a = f32[2,2,3] parameter(0)\n  b = f32[2,3,2] parameter(1)\n"
+                    "  ROOT d = f32[2,2,2] dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2}, "
+                    "rhs_batch_dims={0}, rhs_contracting_dims={1}\n}\n";
+    double want[8];
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++) {
+                double s = 0;
+                for (int k = 0; k < 3; k++) s += (double)(b * 6 + i * 3 + k) * (double)(10 + b * 6 + k * 2 + j);
+                want[(b * 2 + i) * 2 + j] = s;
+            }
+    expect("interp dot-1.1 batch dims", t, 1, 1, fill_iota, 0, want, 8);
+    /* Contracting the leading dims of both sides: [3,2]·[3,4] -> [2,4]. */
+    const char *t2 = "HloModule m\nENTRY e {\n"
+                     "  a = f32[3,2] parameter(0)\n  b = f32[3,4] parameter(1)\n"
+                     "  ROOT d = f32[2,4] dot(a, b), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n}\n";
+    double w2[8];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) {
+            double s = 0;
+            for (int k = 0; k < 3; k++) s += (double)(k * 2 + i) * (double)(10 + k * 4 + j);
+            w2[i * 4 + j] = s;
+        }
+    expect("interp dot-1.2 leading contracting dims", t2, 1, 1, fill_iota, 0, w2, 8);
+}
+
+static void test_gather_scatter(void) {
+    const char *t = "HloModule m\nENTRY e {\n"
+                    "  a = f32[4,3] parameter(0)\n"
+                    "  i = s32[3,1] constant({{2},{0},{7}})\n"
+                    "  ROOT g = f32[3,3] gather(a, i), offset_dims={1}, collapsed_slice_dims={0}, "
+                    "start_index_map={0}, index_vector_dim=1, slice_sizes={1,3}\n}\n";
+    /* Row 7 clamps to the last row, 3. */
+    double want[9] = {6, 7, 8, 0, 1, 2, 9, 10, 11};
+    expect("interp gather-1.1 embedding rows, clamped", t, 1, 1, fill_iota, 0, want, 9);
+    const char *t3 = "HloModule m\nadd { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT s = f32[] add(x, y) }\n"
+                     "ENTRY e {\n"
+                     "  z = f32[4] constant({0, 0, 0, 0})\n"
+                     "  i = s32[4,1] constant({{1},{1},{3},{9}})\n"
+                     "  u = f32[4] constant({1, 2, 3, 4})\n"
+                     "  ROOT s = f32[4] scatter(z, i, u), update_window_dims={}, inserted_window_dims={0}, "
+                     "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add\n}\n";
+    /* Index 9 is out of bounds: skipped. */
+    double w3[4] = {0, 3, 0, 3};
+    expect("interp scatter-1.1 add, out-of-bounds skipped", t3, 1, 1, NULL, 0, w3, 4);
+}
+
+static void test_structural(void) {
+    const char *t = "HloModule m\nENTRY e {\n"
+                    "  a = f32[3] parameter(0)\n  z = f32[] constant(-1)\n"
+                    "  ROOT p = f32[6] pad(a, z), padding=-1_2_1\n}\n";
+    /* a = 0,1,2 interior 1: 0,-1,1,-1,2 ; low -1 drops the first: -1,1,-1,2 ; high 2 */
+    double want[6] = {-1, 1, -1, 2, -1, -1};
+    expect("interp pad-1.1 negative low, interior", t, 1, 1, fill_iota, 0, want, 6);
+    const char *t2 = "HloModule m\nENTRY e {\n"
+                     "  a = f32[8] parameter(0)\n  p = u32[] partition-id()\n  c = u32[] constant(2)\n"
+                     "  o = u32[] multiply(p, c)\n"
+                     "  ROOT s = f32[2] dynamic-slice(a, o), dynamic_slice_sizes={2}\n}\n";
+    double w2[2] = {300 + 6, 300 + 7};
+    expect("interp dynamic-slice-1.1 offset from partition-id", t2, 1, 4, fill_iota, 3, w2, 2);
+    const char *t3 = "HloModule m\nlt { a = f32[] parameter(0)\n b = f32[] parameter(1)\n"
+                     " ROOT c = pred[] compare(a, b), direction=LT }\n"
+                     "ENTRY e {\n  a = f32[5] constant({3, 1, 4, 1, 5})\n"
+                     "  ROOT s = f32[5] sort(a), dimensions={0}, to_apply=lt\n}\n";
+    double w3[5] = {1, 1, 3, 4, 5};
+    expect("interp sort-1.1 ascending", t3, 1, 1, NULL, 0, w3, 5);
+    const char *t4 = "HloModule m\nENTRY e {\n"
+                     "  a = f32[2,3] parameter(0)\n"
+                     "  t = f32[3,2] transpose(a), dimensions={1,0}\n"
+                     "  b = f32[3,2,2] broadcast(t), dimensions={0,1}\n"
+                     "  ROOT r = f32[12] reshape(b)\n}\n";
+    double w4[12] = {0, 0, 3, 3, 1, 1, 4, 4, 2, 2, 5, 5};
+    expect("interp transpose-broadcast-reshape-1.1", t4, 1, 1, fill_iota, 0, w4, 12);
+    const char *t5 = "HloModule m\nENTRY e {\n"
+                     "  a = s32[4] constant({-8, 7, 1, -1})\n  s = s32[4] constant({1, 2, 31, 40})\n"
+                     "  l = s32[4] shift-right-logical(a, s)\n  r = s32[4] shift-right-arithmetic(a, s)\n"
+                     "  x = s32[4] shift-left(a, s)\n  y = s32[4] xor(l, r)\n"
+                     "  ROOT o = s32[12] concatenate(l, r, x), dimensions={0}\n}\n";
+    double w5[12] = {2147483644, 1, 0, 0, -4, 1, 0, -1, -16, 28, -2147483648.0, 0};
+    expect("interp shifts-1.1 logical, arithmetic, left, oversized", t5, 1, 1, NULL, 0, w5, 12);
+}
+
+static void test_reduce(void) {
+    /* Non-associative to_apply: a·2 + b, folded left in order. */
+    const char *t = "HloModule m\nf { a = f32[] parameter(0)\n b = f32[] parameter(1)\n two = f32[] constant(2)\n"
+                    " m = f32[] multiply(a, two)\n ROOT s = f32[] add(m, b) }\n"
+                    "ENTRY e {\n  x = f32[2,3] parameter(0)\n  z = f32[] constant(0)\n"
+                    "  ROOT r = f32[2] reduce(x, z), dimensions={1}, to_apply=f\n}\n";
+    double want[2] = {((0 * 2 + 0) * 2 + 1) * 2 + 2, ((0 * 2 + 3) * 2 + 4) * 2 + 5};
+    expect("interp reduce-1.1 non-trivial to_apply, order", t, 1, 1, fill_iota, 0, want, 2);
+    /* Variadic argmax: ties go to the lower index. */
+    const char *t2 = "HloModule m\n"
+                     "amax { av = f32[] parameter(0)\n ai = s32[] parameter(1)\n bv = f32[] parameter(2)\n bi = s32[] parameter(3)\n"
+                     " gt = pred[] compare(av, bv), direction=GT\n eq = pred[] compare(av, bv), direction=EQ\n"
+                     " lt = pred[] compare(ai, bi), direction=LT\n tie = pred[] and(eq, lt)\n keep = pred[] or(gt, tie)\n"
+                     " v = f32[] select(keep, av, bv)\n i = s32[] select(keep, ai, bi)\n ROOT t = (f32[], s32[]) tuple(v, i) }\n"
+                     "ENTRY e {\n  x = f32[5] constant({3, 9, 2, 9, 1})\n  i = s32[5] iota(), iota_dimension=0\n"
+                     "  m = f32[] constant(-inf)\n  z = s32[] constant(0)\n"
+                     "  r = (f32[], s32[]) reduce(x, i, m, z), dimensions={0}, to_apply=amax\n"
+                     "  ROOT g = s32[] get-tuple-element(r), index=1\n}\n";
+    double w2[1] = {1};
+    expect("interp reduce-1.2 variadic argmax", t2, 1, 1, NULL, 0, w2, 1);
+}
+
+static void test_bf16(void) {
+    const char *t = "HloModule m\nENTRY e {\n"
+                    "  a = bf16[3] constant({1, 1, 3})\n  b = bf16[3] constant({0.00390625, 0.01171875, 0.0078125})\n"
+                    "  ROOT s = bf16[3] add(a, b)\n}\n";
+    /* 1 + 2^-8 is a tie -> 1 (even); 1 + 3·2^-8 -> 1 + 2^-6; 3 + 2^-7 -> 3 (ulp 2^-6). */
+    double want[3] = {1, 1.015625, 3};
+    expect("interp bf16-1.1 add rounds to nearest even", t, 1, 1, NULL, 0, want, 3);
+    const char *t2 = "HloModule m\nadd { x = bf16[] parameter(0)\n y = bf16[] parameter(1)\n ROOT s = bf16[] add(x, y) }\n"
+                     "ENTRY e {\n  a = bf16[5] constant({256, 1, 1, 1, 1})\n  z = bf16[] constant(0)\n"
+                     "  ROOT r = bf16[] reduce(a, z), dimensions={0}, to_apply=add\n}\n";
+    /* Every partial sum is rounded: 256 + 1 = 257 ties to 256, forever. */
+    double w2[1] = {256};
+    expect("interp bf16-1.2 reduce rounds every step", t2, 1, 1, NULL, 0, w2, 1);
+    const char *t3 = "HloModule m\nENTRY e {\n  a = f32[2] constant({1.00390625, 70000})\n"
+                     "  b = bf16[2] convert(a)\n  h = f16[2] convert(a)\n  c = f32[2] convert(b)\n  d = f32[2] convert(h)\n"
+                     "  ROOT o = f32[4] concatenate(c, d), dimensions={0}\n}\n";
+    double w3[4] = {1, 70144, 1.00390625, INFINITY};
+    expect("interp bf16-1.3 convert f32 -> bf16/f16", t3, 1, 1, NULL, 0, w3, 4);
+}
+
+static void test_control(void) {
+    const char *t = "HloModule m\n"
+                    "cond { p = (s32[], s32[]) parameter(0)\n i = s32[] get-tuple-element(p), index=0\n"
+                    " n = s32[] constant(10)\n ROOT c = pred[] compare(i, n), direction=LT }\n"
+                    "body { p = (s32[], s32[]) parameter(0)\n i = s32[] get-tuple-element(p), index=0\n"
+                    " s = s32[] get-tuple-element(p), index=1\n one = s32[] constant(1)\n j = s32[] add(i, one)\n"
+                    " t = s32[] add(s, i)\n ROOT r = (s32[], s32[]) tuple(j, t) }\n"
+                    "ENTRY e {\n  z = s32[] constant(0)\n  t = (s32[], s32[]) tuple(z, z)\n"
+                    "  w = (s32[], s32[]) while(t), condition=cond, body=body\n"
+                    "  ROOT s = s32[] get-tuple-element(w), index=1\n}\n";
+    double want[1] = {45};
+    expect("interp while-1.1 sum 0..9", t, 1, 1, NULL, 0, want, 1);
+    /* Branch on partition-id: device 0 negates, the others double. */
+    const char *t2 = "HloModule m\n"
+                     "neg { p = f32[2] parameter(0)\n ROOT n = f32[2] negate(p) }\n"
+                     "dbl { p = f32[2] parameter(0)\n ROOT n = f32[2] add(p, p) }\n"
+                     "ENTRY e {\n  a = f32[2] parameter(0)\n  pid = u32[] partition-id()\n  z = u32[] constant(0)\n"
+                     "  c = pred[] compare(pid, z), direction=EQ\n"
+                     "  ROOT r = f32[2] conditional(c, a, a), true_computation=neg, false_computation=dbl\n}\n";
+    double w0[2] = {0, -1}, w1[2] = {200, 202};
+    expect("interp conditional-1.1 device 0", t2, 1, 2, fill_iota, 0, w0, 2);
+    expect("interp conditional-1.2 device 1", t2, 1, 2, fill_iota, 1, w1, 2);
+    const char *t3 = "HloModule m\nsq { p = f32[2] parameter(0)\n ROOT n = f32[2] multiply(p, p) }\n"
+                     "ENTRY e {\n  a = f32[2] parameter(0)\n  ROOT r = f32[2] call(a), to_apply=sq\n}\n";
+    double w3[2] = {0, 1};
+    expect("interp call-1.1", t3, 1, 1, fill_iota, 0, w3, 2);
+}
+
+/* One all-reduce header, four devices: operand = device id. */
+#define AR_HEAD "HloModule m\nadd { x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT s = f32[] add(x, y) }\n"
+
+static void test_collectives(void) {
+    const char *ar = AR_HEAD "ENTRY e {\n  a = f32[1] parameter(0)\n"
+                             "  ROOT r = f32[1] all-reduce(a), channel_id=1, replica_groups=%s, use_global_device_ids=true, to_apply=add\n}\n";
+    char t[1024];
+    double w;
+    snprintf(t, sizeof t, ar, "{{0,1},{2,3}}");
+    w = 0 + 10 + 0;
+    expect("interp all-reduce-1.1 list groups, device 1", t, 1, 4, fill_dev, 1, &w, 1);
+    w = 20 + 30;
+    expect("interp all-reduce-1.2 list groups, device 3", t, 1, 4, fill_dev, 3, &w, 1);
+    snprintf(t, sizeof t, ar, "[2,2]<=[2,2]T(1,0)");
+    w = 10 + 30;
+    expect("interp all-reduce-1.3 iota groups {0,2},{1,3}", t, 1, 4, fill_dev, 1, &w, 1);
+    snprintf(t, sizeof t, ar, "mesh['a'=2,'b'=2] {'a'}");
+    w = 0 + 20;
+    expect("interp all-reduce-1.4 mesh groups over 'a'", t, 1, 4, fill_dev, 2, &w, 1);
+    snprintf(t, sizeof t, ar, "mesh['a'=2,'b'=2] {'b'}");
+    w = 20 + 30;
+    expect("interp all-reduce-1.5 mesh groups over 'b'", t, 1, 4, fill_dev, 2, &w, 1);
+    /* Modes on 2 replicas × 2 partitions: device d = r·2 + p holds 10·d. */
+    const char *cr = AR_HEAD "ENTRY e {\n  a = f32[1] parameter(0)\n"
+                             "  ROOT r = f32[1] all-reduce(a), replica_groups={{0,1}}, to_apply=add\n}\n";
+    w = 10 + 30;  /* cross-replica: devices 1 and 3 (partition 1) */
+    expect("interp all-reduce-2.1 cross-replica", cr, 2, 2, fill_dev, 1, &w, 1);
+    const char *crp = AR_HEAD "ENTRY e {\n  a = f32[1] parameter(0)\n"
+                              "  ROOT r = f32[1] all-reduce(a), channel_id=3, replica_groups={{0},{1}}, to_apply=add\n}\n";
+    w = 20 + 30;  /* cross-replica-and-partition: replica 1, all partitions */
+    expect("interp all-reduce-2.2 cross-replica-and-partition", crp, 2, 2, fill_dev, 3, &w, 1);
+    const char *a2a = "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n"
+                      "  ROOT r = f32[2] all-to-all(a), channel_id=1, replica_groups={{0,1}}, dimensions={0}\n}\n";
+    double w2[2] = {21, 31};  /* cross-partition: replica 1's devices 2, 3; device 3 gets chunk 1 of each */
+    expect("interp all-to-all-2.3 cross-partition", a2a, 2, 2, fill_dev, 3, w2, 2);
+    /* all-gather, reduce-scatter, all-to-all, collective-permute on 4 partitions. */
+    const char *ag = "HloModule m\nENTRY e {\n  a = f32[1,2] parameter(0)\n"
+                     "  ROOT r = f32[2,2] all-gather(a), channel_id=1, replica_groups={{3,1},{0,2}}, dimensions={0}, use_global_device_ids=true\n}\n";
+    double w3[4] = {30, 31, 10, 11};
+    expect("interp all-gather-1.1 group order", ag, 1, 4, fill_dev, 1, w3, 4);
+    const char *rs = AR_HEAD "ENTRY e {\n  a = f32[4] parameter(0)\n"
+                             "  ROOT r = f32[1] reduce-scatter(a), channel_id=1, replica_groups=[1,4]<=[4], dimensions={0}, use_global_device_ids=true, to_apply=add\n}\n";
+    w = 60 + 4 * 2;
+    expect("interp reduce-scatter-1.1", rs, 1, 4, fill_dev, 2, &w, 1);
+    const char *aa = "HloModule m\nENTRY e {\n  a = f32[4] parameter(0)\n"
+                     "  ROOT r = f32[4] all-to-all(a), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}\n}\n";
+    double w4[4] = {2, 12, 22, 32};
+    expect("interp all-to-all-1.1 split dimension", aa, 1, 4, fill_dev, 2, w4, 4);
+    const char *at = "HloModule m\nENTRY e {\n  a = f32[1] parameter(0)\n  b = f32[1] parameter(1)\n"
+                     "  ROOT r = (f32[1], f32[1]) all-to-all(a, b), replica_groups={{0,1}}\n}\n";
+    t_case("interp all-to-all-1.2 tuple form");
+    {
+        interp_val *out[2] = {0};
+        int st = run(at, 2, 1, fill_iota, out, NULL);
+        /* device 1 receives device 0's operand 1 (10) and its own operand 1 (110). */
+        if (CHECK(st == 0) && CHECK(out[1]->dtype == DT_TUPLE)) {
+            CHECK(interp_val_get(out[1]->elems[0], 0) == 10);
+            CHECK(interp_val_get(out[1]->elems[1], 0) == 110);
+        }
+        interp_val_free(out[0]);
+        interp_val_free(out[1]);
+    }
+    const char *cp = "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n"
+                     "  ROOT r = f32[2] collective-permute(a), channel_id=1, source_target_pairs={{0,1},{1,2},{2,3}}\n}\n";
+    double w5[2] = {10, 11}, w6[2] = {0, 0};
+    expect("interp collective-permute-1.1 target", cp, 1, 4, fill_dev, 2, w5, 2);
+    expect("interp collective-permute-1.2 no source: zeros", cp, 1, 4, fill_dev, 0, w6, 2);
+    /* Refusals. */
+    t_case("interp refuse-1.1 budget");
+    {
+        const char *big = "HloModule m\nENTRY e {\n  z = f32[] constant(0)\n"
+                          "  ROOT b = f32[100000,20000] broadcast(z), dimensions={}\n}\n";
+        interp_val *out[1] = {0};
+        strbuf err;
+        sb_init(&err);
+        CHECK_EQ(run(big, 1, 1, NULL, out, &err), INTERP_EBUDGET);
+        CHECK_CONTAINS(err.s, "budget");
+        sb_free(&err);
+    }
+    t_case("interp refuse-1.2 collective in divergent control flow");
+    {
+        const char *div = AR_HEAD "br { p = f32[1] parameter(0)\n"
+                                  " ROOT r = f32[1] all-reduce(p), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add }\n"
+                                  "id { p = f32[1] parameter(0)\n ROOT c = f32[1] copy(p) }\n"
+                                  "ENTRY e {\n  a = f32[1] parameter(0)\n  pid = u32[] partition-id()\n  z = u32[] constant(0)\n"
+                                  "  c = pred[] compare(pid, z), direction=EQ\n"
+                                  "  ROOT r = f32[1] conditional(c, a, a), true_computation=br, false_computation=id\n}\n";
+        interp_val *out[2] = {0};
+        strbuf err;
+        sb_init(&err);
+        CHECK_EQ(run(div, 1, 2, fill_dev, out, &err), INTERP_ERUN);
+        CHECK_CONTAINS(err.s, "control path");
+        sb_free(&err);
+    }
+}
+
+/* ---------------------------------------------------------------- cross-check with XLA */
+
+typedef struct tol {
+    double atol, rtol;
+} tol;
+
+static tol tol_of(int dt) {
+    if (dt == DT_BF16) return (tol){0.0625, 1.0 / 64};
+    if (dt == DT_F16) return (tol){1e-2, 1.0 / 512};
+    return (tol){1e-4, 1e-4};
+}
+
+/* max_rel is max |ours - jax| over max |jax|: the error relative to the
+ * output's scale (elementwise ratios explode near zero). */
+typedef struct errstat {
+    double max_abs, max_rel, max_ref, worst_excess;  /* worst_excess > 0: out of tolerance */
+} errstat;
+
+static void compare_into(errstat *e, const interp_val *got, const interp_val *want, tol t) {
+    for (int64_t k = 0; k < want->n; k++) {
+        double g = interp_val_get(got, k), w = interp_val_get(want, k), d = fabs(g - w);
+        if (g != g || w != w) d = (g != g && w != w) ? 0 : INFINITY;
+        if (d > e->max_abs) e->max_abs = d;
+        if (fabs(w) > e->max_ref) e->max_ref = fabs(w);
+        e->max_rel = e->max_ref > 0 ? e->max_abs / e->max_ref : e->max_abs;
+        double ex = d - (t.atol + t.rtol * fabs(w));
+        if (ex > e->worst_excess) e->worst_excess = ex;
+    }
+}
+
+/* A view (relations file): "dup" or terms "shard(dim,axis)" / "shard(dim,(a,b))". */
+typedef struct view {
+    int nterms;
+    int dim[INTERP_MAX_RANK];
+    int naxes[INTERP_MAX_RANK];
+    int axis[INTERP_MAX_RANK][4];
+} view;
+
+typedef struct mesh {
+    int n;
+    char names[8][32];
+    int64_t size[8];
+} mesh;
+
+static int mesh_axis(const mesh *m, const char *s, size_t n) {
+    for (int k = 0; k < m->n; k++)
+        if (strlen(m->names[k]) == n && strncmp(m->names[k], s, n) == 0) return k;
+    return -1;
+}
+
+static bool parse_view(const char *s, const mesh *m, view *v) {
+    memset(v, 0, sizeof *v);
+    while (*s == ' ') s++;
+    if (strcmp(s, "dup") == 0) return true;
+    while (*s) {
+        int dim, used;
+        if (sscanf(s, "shard(%d,%n", &dim, &used) != 1 || v->nterms >= INTERP_MAX_RANK) return false;
+        s += used;
+        int t = v->nterms++;
+        v->dim[t] = dim;
+        bool paren = *s == '(';
+        if (paren) s++;
+        for (;;) {
+            size_t n = strcspn(s, ",)");
+            int a = mesh_axis(m, s, n);
+            if (a < 0 || v->naxes[t] >= 4) return false;
+            v->axis[t][v->naxes[t]++] = a;
+            s += n;
+            if (*s == ',' && paren) {
+                s++;
+                continue;
+            }
+            break;
+        }
+        if (paren && *s++ != ')') return false;
+        if (*s++ != ')') return false;
+        while (*s == ' ') s++;
+    }
+    return true;
+}
+
+/* Device d's piece of global g under view v (mesh coordinates row-major, "iota" order). */
+static interp_val *view_local(const interp_val *g, const view *v, const mesh *m, int64_t d) {
+    int64_t coord[8], rem = d;
+    for (int k = m->n - 1; k >= 0; k--) {
+        coord[k] = rem % m->size[k];
+        rem /= m->size[k];
+    }
+    int64_t off[INTERP_MAX_RANK] = {0}, sz[INTERP_MAX_RANK];
+    memcpy(sz, g->dims, g->rank * sizeof *sz);
+    for (int t = 0; t < v->nterms; t++) {
+        int dim = v->dim[t];
+        if (dim < 0 || (uint32_t)dim >= g->rank) return NULL;
+        int64_t shards = 1, idx = 0;
+        for (int a = 0; a < v->naxes[t]; a++) {
+            shards *= m->size[v->axis[t][a]];
+            idx = idx * m->size[v->axis[t][a]] + coord[v->axis[t][a]];
+        }
+        if (g->dims[dim] % shards) return NULL;
+        sz[dim] = g->dims[dim] / shards;
+        off[dim] = idx * sz[dim];
+    }
+    return interp_val_slice(g, off, sz);
+}
+
+/* True when device d is the first holder of its piece (the copy JAX reads back). */
+static bool first_holder(const view *v, const mesh *m, int64_t d) {
+    int64_t coord[8], rem = d;
+    for (int k = m->n - 1; k >= 0; k--) {
+        coord[k] = rem % m->size[k];
+        rem /= m->size[k];
+    }
+    for (int k = 0; k < m->n; k++) {
+        bool bound = false;
+        for (int t = 0; t < v->nterms; t++)
+            for (int a = 0; a < v->naxes[t]; a++)
+                if (v->axis[t][a] == k) bound = true;
+        if (!bound && coord[k] != 0) return false;
+    }
+    return true;
+}
+
+static char *sample_path(const char *rel) {
+    size_t n = strlen(rel) + 16;
+    char *p = malloc(n);
+    snprintf(p, n, "samples/%s", rel);
+    return p;
+}
+
+static hlo_module *read_module(const char *rel) {
+    char *p = sample_path(rel);
+    diag d;
+    diag_init(&d, p);
+    hlo_module *m = hlo_read_file(p, &d);
+    if (!m) printf("  %s: %s\n", p, d.out.s ? d.out.s : "unreadable");
+    diag_free(&d);
+    free(p);
+    return m;
+}
+
+/* Runs m on D devices with args[d][k]; returns outputs (array root or element 0 of a tuple root). */
+static interp_val **run_module(const hlo_module *m, int64_t D, interp_val ***args, strbuf *err) {
+    int64_t R, P;
+    interp_devices(m, &R, &P);
+    interp_config cfg = {.replicas = 1, .partitions = D};
+    interp_val **out = calloc((size_t)D, sizeof *out);
+    if (interp_run(m, &cfg, (interp_val **const *)args, out, err) != INTERP_OK) {
+        free(out);
+        return NULL;
+    }
+    for (int64_t d = 0; d < D; d++)
+        if (out[d]->dtype == DT_TUPLE && out[d]->nelems == 1) {
+            interp_val *e = interp_val_ref(out[d]->elems[0]);
+            interp_val_free(out[d]);
+            out[d] = e;
+        }
+    return out;
+}
+
+static void free_args(interp_val ***args, int64_t D, uint32_t np) {
+    for (int64_t d = 0; d < D; d++) {
+        for (uint32_t k = 0; k < np; k++) interp_val_free(args[d][k]);
+        free(args[d]);
+    }
+    free(args);
+}
+
+static void free_outs(interp_val **out, int64_t D) {
+    if (!out) return;
+    for (int64_t d = 0; d < D; d++) interp_val_free(out[d]);
+    free(out);
+}
+
+/* Baseline: 1 device, stored inputs, compared with out.0. */
+static void check_baseline(const char *name, const char *rel, const stf_file *io) {
+    t_case("interp xla %s baseline", name);
+    hlo_module *m = read_module(rel);
+    if (!CHECK(m != NULL)) return;
+    const hlo_comp *e = graph_entry(m);
+    interp_val ***args = calloc(1, sizeof *args);
+    args[0] = calloc(e->nparams + 1, sizeof **args);
+    bool ok = true;
+    for (uint32_t k = 0; k < e->nparams && ok; k++) {
+        args[0][k] = interp_val_ref(stf_find_input(io, k));
+        ok = CHECK_MSG(args[0][k] && interp_val_matches(args[0][k], &e->instrs[e->params[k]].shape),
+                       "parameter %u: no stored input of its shape", k);
+    }
+    interp_val *want = stf_find(io, "out.0");
+    strbuf err;
+    sb_init(&err);
+    interp_val **out = ok && CHECK(want != NULL) ? run_module(m, 1, args, &err) : NULL;
+    if (ok && want && CHECK_MSG(out != NULL, "%s", err.s ? err.s : "")) {
+        errstat es = {0};
+        if (CHECK_MSG(interp_val_matches(out[0], &(shape){.dtype = (uint8_t)want->dtype, .rank = want->rank, .dims = want->dims}),
+                      "output shape differs from JAX's")) {
+            compare_into(&es, out[0], want, tol_of(want->dtype));
+            CHECK_MSG(es.worst_excess <= 0, "max abs %.3g rel %.3g beyond tolerance", es.max_abs, es.max_rel);
+            printf("  %-52s baseline  max abs %.3g  rel %.3g\n", name, es.max_abs, es.max_rel);
+        }
+    }
+    free_outs(out, 1);
+    free_args(args, 1, e->nparams);
+    sb_free(&err);
+    graph_free(m);
+}
+
+static bool read_mesh(json_t *jm, mesh *ms) {
+    memset(ms, 0, sizeof *ms);
+    const char *key;
+    json_t *val;
+    json_object_foreach(jm, key, val) {
+        if (ms->n >= 8 || !json_is_integer(val)) return false;
+        snprintf(ms->names[ms->n], sizeof ms->names[0], "%s", key);
+        ms->size[ms->n++] = json_integer_value(val);
+    }
+    return ms->n > 0;
+}
+
+/* Distributed program of a shard_map pair, inputs cut by the relations file. */
+static void check_smap(json_t *pair, const stf_file *io) {
+    const char *name = json_string_value(json_object_get(pair, "name"));
+    const char *rel = json_string_value(json_object_get(json_object_get(pair, "distributed"), "hlo"));
+    const char *relf = json_string_value(json_object_get(pair, "relations"));
+    bool bug = json_object_get(pair, "bug") != NULL;
+    json_t *jdiff = json_object_get(json_object_get(pair, "numerics"), "max_abs_diff");
+    t_case("interp xla %s distributed", name);
+    char *rp = sample_path(relf);
+    json_error_t je;
+    json_t *rj = json_load_file(rp, JSON_PRESERVE_ORDER, &je);
+    free(rp);
+    mesh ms;
+    if (!CHECK_MSG(rj && read_mesh(json_object_get(rj, "mesh"), &ms), "relations %s unreadable", relf)) {
+        json_decref(rj);
+        return;
+    }
+    int64_t D = 1;
+    for (int k = 0; k < ms.n; k++) D *= ms.size[k];
+    hlo_module *m = read_module(rel);
+    if (!CHECK(m != NULL)) {
+        json_decref(rj);
+        return;
+    }
+    const hlo_comp *e = graph_entry(m);
+    interp_val ***args = calloc((size_t)D, sizeof *args);
+    for (int64_t d = 0; d < D; d++) args[d] = calloc(e->nparams + 1, sizeof **args);
+    bool ok = true;
+    json_t *ins = json_object_get(rj, "inputs");
+    for (uint32_t k = 0; k < e->nparams && ok; k++) {
+        json_t *ji = json_array_get(ins, k);
+        view v;
+        interp_val *g = stf_find_input(io, k);
+        ok = CHECK_MSG(g && ji && parse_view(json_string_value(json_object_get(ji, "view")), &ms, &v),
+                       "input %u: no stored tensor or unreadable view", k);
+        for (int64_t d = 0; d < D && ok; d++) {
+            args[d][k] = view_local(g, &v, &ms, d);
+            ok = CHECK_MSG(args[d][k] && interp_val_matches(args[d][k], &e->instrs[e->params[k]].shape),
+                           "input %u: the view's piece does not have the parameter's shape", k);
+        }
+    }
+    view ov;
+    json_t *jo = json_object_get(json_array_get(json_object_get(rj, "outputs"), 0), "view");
+    ok = ok && CHECK_MSG(jo && parse_view(json_string_value(jo), &ms, &ov), "output view unreadable");
+    interp_val *want = stf_find(io, "out.0");
+    strbuf err;
+    sb_init(&err);
+    interp_val **out = ok && want ? run_module(m, D, args, &err) : NULL;
+    if (ok && want && CHECK_MSG(out != NULL, "%s", err.s ? err.s : "")) {
+        errstat all = {0}, first = {0};
+        bool shape_ok = true;
+        for (int64_t d = 0; d < D && shape_ok; d++) {
+            interp_val *exp = view_local(want, &ov, &ms, d);
+            shape_ok = exp && out[d]->dtype == exp->dtype && out[d]->n == exp->n && out[d]->rank == exp->rank &&
+                       memcmp(out[d]->dims, exp->dims, exp->rank * sizeof *exp->dims) == 0;
+            if (shape_ok) {
+                compare_into(&all, out[d], exp, tol_of(want->dtype));
+                if (first_holder(&ov, &ms, d)) compare_into(&first, out[d], exp, tol_of(want->dtype));
+            }
+            interp_val_free(exp);
+        }
+        if (!bug) {
+            if (CHECK_MSG(shape_ok, "output shape differs from the view of JAX's output"))
+                CHECK_MSG(all.worst_excess <= 0, "max abs %.3g rel %.3g beyond tolerance", all.max_abs, all.max_rel);
+            printf("  %-52s %lld dev  max abs %.3g  rel %.3g\n", name, (long long)D, all.max_abs, all.max_rel);
+        } else if (json_is_number(jdiff)) {
+            /* JAX measured |dist - baseline| on the copy it reads back. */
+            double jd = json_number_value(jdiff);
+            tol t = tol_of(want->dtype);
+            if (CHECK_MSG(shape_ok, "output shape differs"))
+                CHECK_MSG(fabs(first.max_abs - jd) <= t.atol + t.rtol * jd, "bug variant: max |diff| %.6g, JAX measured %.6g",
+                          first.max_abs, jd);
+            printf("  %-52s %lld dev  bug: max |diff| %.6g (JAX %.6g)\n", name, (long long)D, first.max_abs, jd);
+        } else {
+            CHECK_MSG(!shape_ok, "bug variant: JAX saw a different output shape, we did not");
+            printf("  %-52s %lld dev  bug: output shape differs (as in JAX)\n", name, (long long)D);
+        }
+    }
+    free_outs(out, D);
+    free_args(args, D, e->nparams);
+    sb_free(&err);
+    graph_free(m);
+    json_decref(rj);
+}
+
+/* A GSPMD pair run with the inputs of a shard_map io file of the same config
+ * (same parameters): the baseline on 1 device, then the distributed program on
+ * the mesh's devices, inputs cut by the baseline's parameter shardings, output
+ * compared with its root sharding's tile. */
+static bool check_gspmd(json_t *pair, const stf_file *io) {
+    const char *name = json_string_value(json_object_get(pair, "name"));
+    const char *brel = json_string_value(json_object_get(json_object_get(pair, "baseline"), "hlo"));
+    const char *drel = json_string_value(json_object_get(json_object_get(pair, "distributed"), "hlo"));
+    hlo_module *b = read_module(brel);
+    if (!b) return false;
+    const hlo_comp *be = graph_entry(b);
+    for (uint32_t k = 0; k < be->nparams; k++) {
+        interp_val *g = stf_find_input(io, k);
+        if (!g || !interp_val_matches(g, &be->instrs[be->params[k]].shape)) {
+            graph_free(b);
+            return false;  /* another function: nothing to compare with */
+        }
+    }
+    check_baseline(name, brel, io);
+    t_case("interp xla %s distributed", name);
+    hlo_module *m = read_module(drel);
+    if (!CHECK(m != NULL)) {
+        graph_free(b);
+        return true;
+    }
+    int64_t R, P;
+    interp_devices(m, &R, &P);
+    int64_t D = R * P;
+    const hlo_comp *e = graph_entry(m);
+    interp_val ***args = calloc((size_t)D, sizeof *args);
+    for (int64_t d = 0; d < D; d++) args[d] = calloc(e->nparams + 1, sizeof **args);
+    bool ok = CHECK(e->nparams == be->nparams);
+    for (uint32_t k = 0; k < e->nparams && ok; k++)
+        for (int64_t d = 0; d < D && ok; d++) {
+            args[d][k] = interp_param_input(&e->instrs[e->params[k]], stf_find_input(io, k), d);
+            ok = CHECK_MSG(args[d][k] != NULL, "parameter %u: no tile for device %lld", k, (long long)d);
+        }
+    const hlo_instr *broot = &be->instrs[be->root];
+    const hlo_attr *sa = instr_attr(broot, A_SHARDING);
+    interp_val *want = stf_find(io, "out.0");
+    strbuf err;
+    sb_init(&err);
+    interp_val **out = ok && want ? run_module(m, D, args, &err) : NULL;
+    if (ok && want && CHECK_MSG(out != NULL, "%s", err.s ? err.s : "")) {
+        errstat all = {0};
+        for (int64_t d = 0; d < D; d++) {
+            int64_t off[INTERP_MAX_RANK], sz[INTERP_MAX_RANK];
+            bool tiled = interp_shard_tile(sa ? sa->v.sharding : NULL, want->rank, want->dims, d, off, sz);
+            interp_val *exp = tiled ? interp_val_slice(want, off, sz) : NULL;
+            if (CHECK_MSG(exp && exp->n == out[d]->n, "device %lld: output is not the root sharding's tile", (long long)d))
+                compare_into(&all, out[d], exp, tol_of(want->dtype));
+            interp_val_free(exp);
+        }
+        CHECK_MSG(all.worst_excess <= 0, "max abs %.3g rel %.3g beyond tolerance", all.max_abs, all.max_rel);
+        printf("  %-52s %lld dev  max abs %.3g  rel %.3g\n", name, (long long)D, all.max_abs, all.max_rel);
+    }
+    free_outs(out, D);
+    free_args(args, D, e->nparams);
+    sb_free(&err);
+    graph_free(m);
+    graph_free(b);
+    return true;
+}
+
+static void test_samples(void) {
+    json_error_t je;
+    json_t *man = json_load_file("samples/manifest.json", 0, &je);
+    t_case("interp xla manifest");
+    if (!CHECK_MSG(man != NULL, "samples/manifest.json: %s", je.text)) return;
+    json_t *pairs = json_object_get(man, "pairs");
+    size_t i;
+    json_t *p;
+    /* Baselines with io files, once each. */
+    char done[64][256];
+    int ndone = 0;
+    json_array_foreach(pairs, i, p) {
+        const char *io = json_string_value(json_object_get(p, "io"));
+        const char *brel = json_string_value(json_object_get(json_object_get(p, "baseline"), "hlo"));
+        if (!io || !brel) continue;
+        char *iop = sample_path(io);
+        stf_file f;
+        diag d;
+        diag_init(&d, iop);
+        bool ok = stf_read(iop, &f, &d);
+        diag_free(&d);
+        free(iop);
+        t_case("interp xla %s io", json_string_value(json_object_get(p, "name")));
+        if (!CHECK_MSG(ok, "%s unreadable", io)) continue;
+        bool seen = false;
+        for (int k = 0; k < ndone; k++)
+            if (strcmp(done[k], brel) == 0) seen = true;
+        if (!seen && ndone < 64) {
+            snprintf(done[ndone++], sizeof done[0], "%s", brel);
+            check_baseline(brel, brel, &f);
+        }
+        if (strcmp(json_string_value(json_object_get(p, "kind")), "shard_map") == 0) check_smap(p, &f);
+        stf_free(&f);
+    }
+    /* GSPMD pairs: inputs of the config's first io file, when they fit. */
+    json_array_foreach(pairs, i, p) {
+        const char *kind = json_string_value(json_object_get(p, "kind"));
+        const char *cfg = json_string_value(json_object_get(p, "config"));
+        if (!kind || strcmp(kind, "gspmd") != 0 || !cfg) continue;
+        size_t j;
+        json_t *q;
+        const char *tried[16];
+        int ntried = 0;
+        bool ran = false;
+        json_array_foreach(pairs, j, q) {
+            const char *qc = json_string_value(json_object_get(q, "config"));
+            const char *io = json_string_value(json_object_get(q, "io"));
+            if (ran || !qc || !io || strcmp(qc, cfg) != 0) continue;
+            bool seen = false;
+            for (int k = 0; k < ntried; k++)
+                if (strcmp(tried[k], io) == 0) seen = true;
+            if (seen || ntried == 16) continue;
+            tried[ntried++] = io;
+            char *iop = sample_path(io);
+            stf_file f;
+            diag d;
+            diag_init(&d, iop);
+            bool ok = stf_read(iop, &f, &d);
+            diag_free(&d);
+            free(iop);
+            if (!ok) continue;
+            ran = check_gspmd(p, &f);
+            stf_free(&f);
+        }
+    }
+    json_decref(man);
+}
+
+static void test_stf(void) {
+    t_case("interp stf-1.1 round trip");
+    int64_t dims[2] = {2, 3};
+    interp_val *v[3] = {interp_val_new(DT_BF16, 2, dims), interp_val_new(DT_F16, 2, dims), interp_val_new(DT_S32, 2, dims)};
+    interp_rng r;
+    interp_rng_seed(&r, 7);
+    for (int k = 0; k < 3; k++) interp_val_fill_random(v[k], &r);
+    const char *names[3] = {"a", "b", "c"};
+    strbuf b;
+    sb_init(&b);
+    CHECK(stf_write(&b, names, v, 3));
+    stf_file f;
+    diag d;
+    diag_init(&d, "mem");
+    if (CHECK(stf_parse((const uint8_t *)b.s, b.len, &f, &d)) && CHECK(f.n == 3)) {
+        for (int k = 0; k < 3; k++)
+            for (int64_t e = 0; e < 6; e++) CHECK(interp_val_get(f.vals[k], e) == interp_val_get(v[k], e));
+        stf_free(&f);
+    }
+    /* Every truncation is refused cleanly. */
+    for (size_t n = 0; n + 1 < b.len; n += 3) {
+        stf_file g;
+        if (stf_parse((const uint8_t *)b.s, n, &g, &d)) {
+            CHECK_MSG(false, "truncated at %zu accepted", n);
+            stf_free(&g);
+        }
+    }
+    diag_free(&d);
+    sb_free(&b);
+    for (int k = 0; k < 3; k++) interp_val_free(v[k]);
+}
+
+void suite_interp(void);
+void suite_interp(void) {
+    test_dot();
+    test_gather_scatter();
+    test_structural();
+    test_reduce();
+    test_bf16();
+    test_control();
+    test_collectives();
+    test_stf();
+    test_samples();
+}
