@@ -7,6 +7,7 @@
 #include "diag.h"
 
 int cli_inspect(int argc, char **argv);
+int cli_report(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 
 /* Prints the diag's messages to stderr and frees it; returns its error count. */

@@ -10,7 +10,7 @@
  *
  * Every label reaches Graphviz as an HTML-like label whose text went through
  * esc_html, so trace strings cannot become markup in the SVG. Each picture gets a
- * fresh graph and a fresh context, both freed before returning. Elements carry
+ * fresh graph, freed before returning (the Graphviz context is shared). Elements carry
  * classes (role-divergence, side-baseline, link …) so the page's CSS can restyle
  * them (dark mode); the colours written as attributes are the light theme.
  */

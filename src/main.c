@@ -12,6 +12,7 @@ static const struct command {
 } commands[] = {
     {"inspect", cli_inspect, "inspect FILE [--print]   summarise an HLO module (text or protobuf, .gz too);\n"
                              "                           --print writes canonical HLO text instead"},
+    {"report", cli_report, "report TRACE... -o DIR [--single-file FILE] [--title T]   render traces as an HTML site"},
     {"eval", cli_eval, "eval FILE [--devices N] [--seed S] [--inputs F] [--outputs F]\n"
                        "                           run a module on N simulated devices (reference interpreter)"},
 };

@@ -1,0 +1,1009 @@
+/* report — site renderer: index, pair and finding pages, bundle (see report.h). */
+#include "report.h"
+
+#include <cmark.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "chart.h"
+#include "dotgraph.h"
+#include "escape.h"
+#include "io.h"
+#include "junit.h"
+#include "sarif.h"
+#include "scalify.h"
+#include "sha256.h"
+#include "template.h"
+
+/* ---- the render context ---- */
+
+typedef struct {
+    trace *const *t;
+    size_t n;
+    const report_opts *o;
+    const char *title;
+    bool single;
+    diag *d;
+    bool failed;
+    char *css, *js, *page;
+    size_t page_len;
+    char *kind_html[KIND_COUNT];
+    char **pair_slug;   /* per pair: "01-name" */
+    /* every finding in report order, for prev/next */
+    size_t n_all, cap_all;
+    struct fref { size_t p, f; } *all;
+    /* single-file accumulation */
+    strbuf bundle_body, bundle_css;
+    report_site *site;
+} rctx;
+
+static void add_file(report_site *s, const char *name, strbuf *data) {
+    XGROW(s->files, s->cap, s->n + 1);
+    s->files[s->n].name = xstrdup(name);
+    s->files[s->n].data = *data;
+    sb_init(data);
+    s->n++;
+}
+
+void report_site_free(report_site *s) {
+    for (size_t i = 0; i < s->n; i++) {
+        free(s->files[i].name);
+        sb_free(&s->files[i].data);
+    }
+    free(s->files);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- links: file names in a site, anchors in a bundle ---- */
+
+static void href_index(rctx *c, strbuf *b) { sb_puts(b, c->single ? "#index" : "index.html"); }
+
+static void href_pair(rctx *c, strbuf *b, size_t p) {
+    sb_puts(b, c->single ? "#pair-" : "pair-");
+    sb_puts(b, c->pair_slug[p]);
+    if (!c->single) sb_puts(b, ".html");
+}
+
+static void finding_slug(rctx *c, strbuf *b, size_t p, size_t f) {
+    sb_printf(b, "%02zu-", p + 1);
+    esc_slug(b, c->t[p]->findings[f].id, 24);
+    sb_putc(b, '-');
+    sb_puts(b, trace_kind_name(c->t[p]->findings[f].kind));
+}
+
+static void href_finding(rctx *c, strbuf *b, size_t p, size_t f) {
+    sb_puts(b, c->single ? "#finding-" : "finding-");
+    finding_slug(c, b, p, f);
+    if (!c->single) sb_puts(b, ".html");
+}
+
+/* ---- small formatting helpers (all escape what they print) ---- */
+
+static void put(strbuf *b, const char *s) { esc_html(b, s); }
+
+static void fmt_ms(strbuf *b, double ms) {
+    if (ms >= 10000) sb_printf(b, "%.1f\xe2\x80\xaf s", ms / 1000);
+    else if (ms >= 100) sb_printf(b, "%.0f", ms);
+    else sb_printf(b, "%.2f", ms);
+}
+
+static void fmt_bytes(strbuf *b, int64_t n) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    int i = 0;
+    while (v >= 1024 && i < 4) v /= 1024, i++;
+    if (i == 0) sb_printf(b, "%lld B", (long long)n);
+    else sb_printf(b, "%.1f %s", v, u[i]);
+}
+
+static void fmt_int(strbuf *b, int64_t v) {
+    /* thin-space grouping: 200 000 */
+    char tmp[32];
+    snprintf(tmp, sizeof tmp, "%lld", (long long)(v < 0 ? -v : v));
+    if (v < 0) sb_putc(b, '-');
+    size_t n = strlen(tmp);
+    for (size_t i = 0; i < n; i++) {
+        if (i && (n - i) % 3 == 0) sb_puts(b, "\xe2\x80\xaf");
+        sb_putc(b, tmp[i]);
+    }
+}
+
+static void fmt_num(strbuf *b, double v) {
+    if (isnan(v)) sb_puts(b, "NaN");
+    else if (isinf(v)) sb_puts(b, v > 0 ? "\xe2\x88\x9e" : "\xe2\x88\x92\xe2\x88\x9e");
+    else if (v != 0 && (fabs(v) < 1e-3 || fabs(v) >= 1e6)) sb_printf(b, "%.3e", v);
+    else sb_printf(b, "%.6g", v);
+}
+
+static double seg_total(const trace_segment *s) { return s->t_build + s->t_lift + s->t_saturate + s->t_check; }
+
+static void badge(strbuf *b, trace_verdict v) {
+    sb_printf(b, "<span class=\"badge %s\">%s</span>", trace_verdict_name(v), trace_verdict_name(v));
+}
+
+static void sev_badge(strbuf *b, trace_severity s) {
+    sb_printf(b, "<span class=\"badge sev-%s\">%s</span>", trace_severity_name(s), trace_severity_name(s));
+}
+
+static void mesh_str(strbuf *b, const trace *t) {
+    if (!t->n_mesh) sb_puts(b, "\xe2\x80\x94");
+    for (size_t i = 0; i < t->n_mesh; i++) {
+        if (i) sb_puts(b, " \xc3\x97 ");
+        put(b, t->mesh[i].axis);
+        sb_printf(b, ":%lld", (long long)t->mesh[i].size);
+    }
+}
+
+static void card(strbuf *b, const char *cls, const char *label, const char *value_html) {
+    sb_printf(b, "<div class=\"card %s\"><div class=\"label\">%s</div><div class=\"value\">%s</div></div>\n", cls,
+              label, value_html);
+}
+
+static void crumb_sep(strbuf *b) { sb_puts(b, "<span class=\"sep\">/</span>"); }
+
+/* ---- page assembly: template + CSP ---- */
+
+static void csp_hash(strbuf *b, const char *s, size_t n) {
+    uint8_t h[32];
+    sha256(s, n, h);
+    sb_puts(b, "'sha256-");
+    esc_base64(b, h, 32);
+    sb_putc(b, '\'');
+}
+
+/* Emits one page: a file of its own, or a section of the bundle. `anchor` is
+ * the section id in a bundle; extra_css holds page-specific rules (chart
+ * geometry), so that no element needs a style attribute. */
+static void emit_page(rctx *c, const char *file, const char *anchor, const char *title, const char *crumbs,
+                      const char *keys, strbuf *body, const char *extra_css) {
+    if (c->single) {
+        sb_printf(&c->bundle_body, "<section class=\"page\" id=\"%s\">\n", anchor);
+        sb_put(&c->bundle_body, body->s, body->len);
+        sb_puts(&c->bundle_body, "</section>\n");
+        if (extra_css) sb_puts(&c->bundle_css, extra_css);
+        return;
+    }
+    strbuf style, csp, out, ver;
+    sb_init(&style);
+    sb_init(&csp);
+    sb_init(&out);
+    sb_init(&ver);
+    sb_puts(&style, c->css);
+    if (extra_css) sb_puts(&style, extra_css);
+    sb_puts(&csp, "default-src 'none'; img-src data:; style-src ");
+    csp_hash(&csp, style.s, style.len);
+    sb_puts(&csp, "; script-src ");
+    csp_hash(&csp, c->js, strlen(c->js));
+    sb_puts(&csp, "; base-uri 'none'; form-action 'none'");
+    tpl_vars vs;
+    tpl_vars_init(&vs);
+    tpl_set(&vs, "csp", csp.s);
+    tpl_set(&vs, "version", SCALIFY_VERSION);
+    tpl_set(&vs, "title", title);
+    tpl_set(&vs, "style", style.s);
+    tpl_set(&vs, "crumbs", crumbs);
+    tpl_set(&vs, "keys", keys ? keys : "");
+    tpl_set(&vs, "body", body->s ? body->s : "");
+    sb_printf(&ver, "Generated by scalify %s from %zu trace%s. Self-contained page: no network requests.",
+              SCALIFY_VERSION, c->n, c->n == 1 ? "" : "s");
+    tpl_set(&vs, "footer", ver.s);
+    tpl_set(&vs, "script", c->js);
+    if (!tpl_render(&out, "page.html", c->page, c->page_len, &vs, c->d)) c->failed = true;
+    else add_file(c->site, file, &out);
+    tpl_vars_free(&vs);
+    sb_free(&style);
+    sb_free(&csp);
+    sb_free(&out);
+    sb_free(&ver);
+}
+
+/* ---- index ---- */
+
+static void page_index(rctx *c) {
+    strbuf b, crumbs;
+    sb_init(&b);
+    sb_init(&crumbs);
+    size_t by_v[VERDICT_COUNT] = {0}, findings = 0, segs = 0, memo = 0;
+    int64_t kinds[KIND_COUNT] = {0};
+    double wall = 0;
+    for (size_t p = 0; p < c->n; p++) {
+        const trace *t = c->t[p];
+        by_v[t->verdict]++;
+        findings += t->n_findings;
+        segs += t->n_segments;
+        wall += t->wall_ms;
+        for (size_t i = 0; i < t->n_segments; i++) memo += t->segments[i].memo_hit;
+        for (size_t i = 0; i < t->n_findings; i++) kinds[t->findings[i].kind]++;
+    }
+    sb_puts(&crumbs, "<a href=\"");
+    href_index(c, &crumbs);
+    sb_puts(&crumbs, "\">Report</a>");
+
+    sb_puts(&b, "<h1>");
+    put(&b, c->title);
+    sb_puts(&b, "</h1>\n<p class=\"lede\">");
+    sb_printf(&b, "%zu pair%s checked: distributed programs compared with their single-device baselines.", c->n,
+              c->n == 1 ? "" : "s");
+    sb_puts(&b, "</p>\n<div class=\"cards\">\n");
+    char v[64];
+    snprintf(v, sizeof v, "%zu", c->n);
+    card(&b, "", "Pairs", v);
+    static const char *const vcls[VERDICT_COUNT] = {"ok", "bad", "warn", "err"};
+    static const char *const vlab[VERDICT_COUNT] = {"Verified", "Mismatch", "Unverified", "Error"};
+    for (int i = 0; i < VERDICT_COUNT; i++) {
+        snprintf(v, sizeof v, "%zu", by_v[i]);
+        card(&b, by_v[i] ? vcls[i] : "", vlab[i], v);
+    }
+    snprintf(v, sizeof v, "%zu", findings);
+    card(&b, findings ? "bad" : "", "Findings", v);
+    sb_puts(&b, "</div>\n");
+
+    sb_puts(&b, "<h2 id=\"pairs\">Pairs</h2>\n");
+    sb_puts(&b, "<div class=\"controls\" data-for=\"pairs-table\" hidden>"
+                "<input type=\"search\" placeholder=\"Filter pairs\xe2\x80\xa6\" aria-label=\"Filter pairs\">"
+                "<select aria-label=\"Verdict\"><option value=\"\">All verdicts</option>"
+                "<option value=\"verified\">Verified</option><option value=\"mismatch\">Mismatch</option>"
+                "<option value=\"unverified\">Unverified</option><option value=\"error\">Error</option></select>"
+                "<span class=\"count\"></span><span class=\"muted\">Keys: <kbd>j</kbd>/<kbd>k</kbd> move, "
+                "<kbd>Enter</kbd> opens</span></div>\n");
+    sb_puts(&b, "<div class=\"table-wrap\"><table id=\"pairs-table\" class=\"sortable nav\">\n<thead><tr>"
+                "<th>Pair</th><th>Verdict</th><th>Mesh</th><th class=\"num\">Segments</th>"
+                "<th class=\"num\">Memo hits</th><th class=\"num\">Findings</th><th class=\"num\">Wall ms</th>"
+                "<th class=\"num\">Peak memory</th></tr></thead>\n<tbody>\n");
+    int64_t peak = 0;
+    for (size_t p = 0; p < c->n; p++) {
+        const trace *t = c->t[p];
+        size_t m = 0;
+        for (size_t i = 0; i < t->n_segments; i++) m += t->segments[i].memo_hit;
+        if (t->peak_bytes > peak) peak = t->peak_bytes;
+        sb_printf(&b, "<tr data-verdict=\"%s\"><td class=\"name\"><a href=\"", trace_verdict_name(t->verdict));
+        href_pair(c, &b, p);
+        sb_puts(&b, "\">");
+        put(&b, t->name);
+        sb_printf(&b, "</a></td><td data-v=\"%d\">", (int)t->verdict);
+        badge(&b, t->verdict);
+        sb_puts(&b, "</td><td>");
+        mesh_str(&b, t);
+        sb_printf(&b, "</td><td class=\"num\">%zu</td><td class=\"num\">%zu</td><td class=\"num\">%zu</td>",
+                  t->n_segments, m, t->n_findings);
+        sb_printf(&b, "<td class=\"num\" data-v=\"%.3f\">", t->wall_ms);
+        fmt_ms(&b, t->wall_ms);
+        sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)t->peak_bytes);
+        fmt_bytes(&b, t->peak_bytes);
+        sb_puts(&b, "</td></tr>\n");
+    }
+    sb_printf(&b, "</tbody>\n<tfoot><tr><td>Total: %zu pair%s</td><td></td><td></td><td class=\"num\">%zu</td>"
+                  "<td class=\"num\">%zu</td><td class=\"num\">%zu</td><td class=\"num\">",
+              c->n, c->n == 1 ? "" : "s", segs, memo, findings);
+    fmt_ms(&b, wall);
+    sb_puts(&b, "</td><td class=\"num\">max ");
+    fmt_bytes(&b, peak);
+    sb_puts(&b, "</td></tr></tfoot>\n</table></div>\n");
+
+    sb_puts(&b, "<h2 id=\"kinds\">Findings by kind</h2>\n");
+    if (!findings) sb_puts(&b, "<div class=\"panel empty\">No findings.</div>\n");
+    else {
+        sb_puts(&b, "<div class=\"table-wrap\"><table class=\"sortable\"><thead><tr><th>Kind</th><th>Code</th>"
+                    "<th class=\"num\">Findings</th><th>Pairs</th></tr></thead><tbody>\n");
+        for (int k = 0; k < KIND_COUNT; k++) {
+            if (!kinds[k]) continue;
+            sb_printf(&b, "<tr><td>%s</td><td><code>%s</code></td><td class=\"num\">%lld</td><td>",
+                      trace_kind_title((trace_kind)k), trace_kind_name((trace_kind)k), (long long)kinds[k]);
+            bool first = true;
+            for (size_t p = 0; p < c->n; p++) {
+                const trace *t = c->t[p];
+                for (size_t i = 0; i < t->n_findings; i++) {
+                    if ((int)t->findings[i].kind != k) continue;
+                    if (!first) sb_puts(&b, ", ");
+                    first = false;
+                    sb_puts(&b, "<a href=\"");
+                    href_finding(c, &b, p, i);
+                    sb_puts(&b, "\">");
+                    put(&b, t->name);
+                    sb_puts(&b, " \xc2\xb7 ");
+                    put(&b, t->findings[i].id);
+                    sb_puts(&b, "</a>");
+                }
+            }
+            sb_puts(&b, "</td></tr>\n");
+        }
+        sb_puts(&b, "</tbody></table></div>\n");
+    }
+    sb_puts(&b, "<h2>Other formats</h2>\n<p class=\"muted\">");
+    if (c->single)
+        sb_puts(&b, "This is a single-file bundle. The full report directory also holds <code>summary.json</code>, "
+                    "<code>results.sarif</code> (SARIF 2.1.0) and <code>junit.xml</code>.");
+    else
+        sb_puts(&b, "<a href=\"summary.json\">summary.json</a> \xc2\xb7 <a href=\"results.sarif\">results.sarif</a> "
+                    "(SARIF 2.1.0) \xc2\xb7 <a href=\"junit.xml\">junit.xml</a>");
+    sb_puts(&b, "</p>\n");
+    emit_page(c, "index.html", "index", c->title, crumbs.s, "<kbd>j</kbd> <kbd>k</kbd> rows", &b, NULL);
+    sb_free(&b);
+    sb_free(&crumbs);
+}
+
+/* ---- pair page ---- */
+
+static void module_facts(strbuf *b, const char *label, const trace_module *m) {
+    sb_printf(b, "<div class=\"panel\"><div class=\"side-title\">%s</div><dl class=\"facts\">", label);
+    sb_puts(b, "<dt>File</dt><dd><code>");
+    put(b, m->path);
+    sb_puts(b, "</code></dd><dt>Format</dt><dd>");
+    put(b, m->format);
+    sb_puts(b, "</dd><dt>Module</dt><dd><code>");
+    put(b, m->module);
+    sb_puts(b, "</code></dd><dt>Instructions</dt><dd>");
+    fmt_int(b, m->instructions);
+    sb_puts(b, "</dd><dt>SHA-256</dt><dd><code>");
+    put(b, m->sha256);
+    sb_puts(b, "</code></dd></dl></div>\n");
+}
+
+static void findings_table(rctx *c, strbuf *b, size_t p) {
+    const trace *t = c->t[p];
+    if (!t->n_findings) {
+        sb_puts(b, "<div class=\"panel empty\">No findings.</div>\n");
+        return;
+    }
+    sb_puts(b, "<div class=\"table-wrap\"><table class=\"sortable nav\"><thead><tr><th>ID</th><th>Kind</th>"
+               "<th>Severity</th><th>Segment</th><th>Message</th></tr></thead><tbody>\n");
+    for (size_t i = 0; i < t->n_findings; i++) {
+        const trace_finding *f = &t->findings[i];
+        sb_puts(b, "<tr><td><a href=\"");
+        href_finding(c, b, p, i);
+        sb_puts(b, "\">");
+        put(b, f->id);
+        sb_printf(b, "</a></td><td><span class=\"tag\">%s</span></td><td data-v=\"%d\">", trace_kind_name(f->kind),
+                  (int)f->severity);
+        sev_badge(b, f->severity);
+        sb_puts(b, "</td><td>");
+        put(b, f->segment ? f->segment : "\xe2\x80\x94");
+        sb_puts(b, "</td><td class=\"name\">");
+        put(b, f->message);
+        sb_puts(b, "</td></tr>\n");
+    }
+    sb_puts(b, "</tbody></table></div>\n");
+}
+
+static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
+    const trace *t = c->t[p];
+    size_t n = t->n_segments;
+    if (!n) return;
+    double (*vals)[CHART_PHASES] = xcalloc(n, sizeof *vals);
+    bool *memo = xcalloc(n, sizeof *memo);
+    for (size_t i = 0; i < n; i++) {
+        const trace_segment *s = &t->segments[i];
+        vals[i][0] = s->t_build, vals[i][1] = s->t_lift, vals[i][2] = s->t_saturate, vals[i][3] = s->t_check;
+        memo[i] = s->memo_hit;
+    }
+    strbuf png;
+    sb_init(&png);
+    chart_axis ax;
+    bool ok = chart_png(&png, (const double(*)[CHART_PHASES])vals, memo, n, &ax, c->d);
+    free(vals);
+    free(memo);
+    if (!ok) {
+        c->failed = true;
+        sb_free(&png);
+        return;
+    }
+    char cls[32];
+    snprintf(cls, sizeof cls, "c%02zu", p + 1);
+    sb_printf(css, ".%s .plot img{height:%dpx}", cls, ax.height_px / CHART_SCALE);
+    for (int i = 0; i < ax.n_ticks; i++)
+        sb_printf(css, ".%s .t%d{left:%.3f%%}", cls, i, 100.0 * i / (ax.n_ticks - 1));
+    sb_putc(css, '\n');
+    sb_printf(b, "<figure class=\"panel\"><div class=\"chart %s\"><div class=\"rows\" aria-hidden=\"true\">", cls);
+    for (size_t i = 0; i < n; i++) {
+        sb_puts(b, "<div>");
+        put(b, t->segments[i].name);
+        sb_puts(b, "</div>");
+    }
+    sb_puts(b, "</div><div class=\"plot\"><img alt=\"Stacked bar chart of time per segment and phase; the same "
+               "figures are in the timing table.\" src=\"data:image/png;base64,");
+    esc_base64(b, png.s, png.len);
+    sb_puts(b, "\"><div class=\"ticks\">");
+    for (int i = 0; i < ax.n_ticks; i++) {
+        sb_printf(b, "<span class=\"t%d%s\">", i, i == 0 ? " first" : i == ax.n_ticks - 1 ? " last" : "");
+        fmt_num(b, ax.ticks[i]);
+        sb_puts(b, "</span>");
+    }
+    sb_puts(b, "</div></div><div class=\"axis-title\">milliseconds</div></div>\n<figcaption class=\"legend\">");
+    static const char *const phase[CHART_PHASES] = {"build", "lift", "saturate", "check"};
+    for (int i = 0; i < CHART_PHASES; i++)
+        sb_printf(b, "<span><span class=\"sw ph%d\"></span>%s</span>", i, phase[i]);
+    sb_puts(b, "<span><span class=\"sw hatch\"></span>memo hit (proof reused)</span></figcaption></figure>\n");
+    sb_free(&png);
+}
+
+static void page_pair(rctx *c, size_t p) {
+    const trace *t = c->t[p];
+    strbuf b, crumbs, css, file, anchor;
+    sb_init(&b);
+    sb_init(&crumbs);
+    sb_init(&css);
+    sb_init(&file);
+    sb_init(&anchor);
+    sb_puts(&crumbs, "<a href=\"");
+    href_index(c, &crumbs);
+    sb_puts(&crumbs, "\">Report</a>");
+    crumb_sep(&crumbs);
+    put(&crumbs, t->name);
+
+    size_t memo = 0;
+    for (size_t i = 0; i < t->n_segments; i++) memo += t->segments[i].memo_hit;
+    sb_puts(&b, "<h1>");
+    put(&b, t->name);
+    sb_puts(&b, " ");
+    badge(&b, t->verdict);
+    sb_puts(&b, "</h1>\n<p class=\"lede\">Mesh ");
+    mesh_str(&b, t);
+    sb_puts(&b, " \xc2\xb7 trace <code>");
+    put(&b, t->source);
+    sb_puts(&b, "</code></p>\n");
+    if (t->error) {
+        sb_puts(&b, "<div class=\"note\">");
+        put(&b, t->error);
+        sb_puts(&b, "</div>\n");
+    }
+    sb_puts(&b, "<div class=\"cards\">\n");
+    strbuf v;
+    sb_init(&v);
+    sb_printf(&v, "%zu", t->n_segments);
+    card(&b, "", "Segments", v.s);
+    sb_reset(&v);
+    sb_printf(&v, "%zu <small>of %zu</small>", memo, t->n_segments);
+    card(&b, "", "Memo hits", v.s);
+    sb_reset(&v);
+    sb_printf(&v, "%zu", t->n_findings);
+    card(&b, t->n_findings ? "bad" : "", "Findings", v.s);
+    sb_reset(&v);
+    fmt_ms(&v, t->wall_ms);
+    sb_puts(&v, " <small>ms</small>");
+    card(&b, "", "Wall time", v.s);
+    sb_reset(&v);
+    fmt_ms(&v, t->cpu_ms);
+    sb_puts(&v, " <small>ms</small>");
+    card(&b, "", "CPU time", v.s);
+    sb_reset(&v);
+    fmt_bytes(&v, t->peak_bytes);
+    card(&b, "", "Peak memory", v.s);
+    sb_puts(&b, "</div>\n");
+
+    sb_puts(&b, "<h2 id=\"findings\">Findings</h2>\n");
+    findings_table(c, &b, p);
+
+    sb_puts(&b, "<h2 id=\"segments\">Segments</h2>\n<div class=\"table-wrap\"><table class=\"sortable\">"
+                "<thead><tr><th class=\"num\">#</th><th>Segment</th><th>Verdict</th><th class=\"num\">Baseline</th>"
+                "<th class=\"num\">Distributed</th><th class=\"num\">Build</th><th class=\"num\">Lift</th>"
+                "<th class=\"num\">Saturate</th><th class=\"num\">Check</th><th class=\"num\">Total ms</th>"
+                "<th>Memo</th></tr></thead><tbody>\n");
+    double tot[5] = {0};
+    for (size_t i = 0; i < t->n_segments; i++) {
+        const trace_segment *s = &t->segments[i];
+        double ph[4] = {s->t_build, s->t_lift, s->t_saturate, s->t_check};
+        sb_printf(&b, "<tr%s><td class=\"num\">%zu</td><td class=\"name\">", s->memo_hit ? " class=\"memo\"" : "", i + 1);
+        put(&b, s->name);
+        sb_printf(&b, "</td><td data-v=\"%d\">", (int)s->verdict);
+        badge(&b, s->verdict);
+        sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">%lld\xe2\x80\x93%lld</td>", (long long)s->base_start,
+                  (long long)s->base_start, (long long)s->base_end);
+        sb_printf(&b, "<td class=\"num\" data-v=\"%lld\">%lld\xe2\x80\x93%lld</td>", (long long)s->dist_start,
+                  (long long)s->dist_start, (long long)s->dist_end);
+        for (int k = 0; k < 4; k++) {
+            sb_printf(&b, "<td class=\"num\" data-v=\"%.4f\">", ph[k]);
+            fmt_ms(&b, ph[k]);
+            sb_puts(&b, "</td>");
+            tot[k] += ph[k];
+        }
+        tot[4] += seg_total(s);
+        sb_printf(&b, "<td class=\"num\" data-v=\"%.4f\"><b>", seg_total(s));
+        fmt_ms(&b, seg_total(s));
+        sb_printf(&b, "</b></td><td data-v=\"%d\">", s->memo_hit);
+        if (s->memo_hit) {
+            sb_puts(&b, "<span class=\"badge memo\">\xe2\x86\xba memo");
+            if (s->memo_of) {
+                sb_puts(&b, " of ");
+                put(&b, s->memo_of);
+            }
+            sb_puts(&b, "</span>");
+        }
+        sb_puts(&b, "</td></tr>\n");
+    }
+    sb_printf(&b, "</tbody><tfoot><tr><td></td><td>Total</td><td></td><td></td><td></td>");
+    for (int k = 0; k < 5; k++) {
+        sb_puts(&b, "<td class=\"num\">");
+        fmt_ms(&b, tot[k]);
+        sb_puts(&b, "</td>");
+    }
+    sb_printf(&b, "<td>%zu hit%s</td></tr></tfoot></table></div>\n", memo, memo == 1 ? "" : "s");
+
+    sb_puts(&b, "<h2 id=\"chart\">Time per segment</h2>\n");
+    chart_section(c, &b, &css, p);
+
+    /* e-graph statistics */
+    sb_puts(&b, "<h2 id=\"egraph\">E-graph statistics</h2>\n<div class=\"table-wrap\"><table class=\"sortable\">"
+                "<thead><tr><th>Segment</th><th class=\"num\">E-nodes</th><th class=\"num\">E-classes</th>"
+                "<th class=\"num\">Iterations</th><th>Stop reason</th><th class=\"num\">Rule firings</th>"
+                "<th>Most-fired rules</th></tr></thead><tbody>\n");
+    int64_t en = 0, ec = 0, it = 0, fir = 0;
+    size_t stops[STOP_COUNT] = {0};
+    for (size_t i = 0; i < t->n_segments; i++) {
+        const trace_segment *s = &t->segments[i];
+        en += s->enodes, ec += s->eclasses, it += s->iterations, fir += s->rule_firings;
+        stops[s->stop]++;
+        sb_puts(&b, s->memo_hit ? "<tr class=\"memo\"><td class=\"name\">" : "<tr><td class=\"name\">");
+        put(&b, s->name);
+        sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)s->enodes);
+        fmt_int(&b, s->enodes);
+        sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)s->eclasses);
+        fmt_int(&b, s->eclasses);
+        sb_printf(&b, "</td><td class=\"num\">%lld</td><td><span class=\"tag\">%s</span></td>", (long long)s->iterations,
+                  s->memo_hit ? "memo" : trace_stop_name(s->stop));
+        sb_printf(&b, "<td class=\"num\" data-v=\"%lld\">", (long long)s->rule_firings);
+        fmt_int(&b, s->rule_firings);
+        sb_puts(&b, "</td><td>");
+        for (size_t r = 0; r < s->n_top_rules && r < 3; r++) {
+            if (r) sb_puts(&b, ", ");
+            sb_puts(&b, "<code>");
+            put(&b, s->top_rules[r].rule);
+            sb_puts(&b, "</code>\xc2\xa0");
+            fmt_int(&b, s->top_rules[r].count);
+        }
+        if (!s->n_top_rules) sb_puts(&b, "<span class=\"muted\">\xe2\x80\x94</span>");
+        sb_puts(&b, "</td></tr>\n");
+    }
+    sb_puts(&b, "</tbody><tfoot><tr><td>Total</td><td class=\"num\">");
+    fmt_int(&b, en);
+    sb_puts(&b, "</td><td class=\"num\">");
+    fmt_int(&b, ec);
+    sb_printf(&b, "</td><td class=\"num\">%lld</td><td>", (long long)it);
+    bool first = true;
+    for (int s = 0; s < STOP_COUNT; s++) {
+        if (!stops[s]) continue;
+        sb_printf(&b, "%s%zu %s", first ? "" : ", ", stops[s], trace_stop_name((trace_stop)s));
+        first = false;
+    }
+    sb_puts(&b, "</td><td class=\"num\">");
+    fmt_int(&b, fir);
+    sb_puts(&b, "</td><td></td></tr></tfoot></table></div>\n");
+
+    /* relations */
+    sb_puts(&b, "<h2 id=\"relations\">Relations used</h2>\n");
+    sb_puts(&b, "<p class=\"muted\">How each baseline value relates to its distributed counterpart (views: "
+                "<code>dup</code> replicated, <code>shard(d,axis)</code>, <code>partial(op,axis)</code>)");
+    if (t->relations_file) {
+        sb_puts(&b, "; from <code>");
+        put(&b, t->relations_file);
+        sb_puts(&b, "</code>");
+    } else sb_puts(&b, "; from sharding annotations");
+    sb_puts(&b, ".</p>\n");
+    if (!t->n_relations) sb_puts(&b, "<div class=\"panel empty\">No relations recorded.</div>\n");
+    else {
+        sb_puts(&b, "<div class=\"table-wrap\"><table class=\"sortable\"><thead><tr><th>Value</th><th>View</th>"
+                    "</tr></thead><tbody>\n");
+        for (size_t i = 0; i < t->n_relations; i++) {
+            sb_puts(&b, "<tr><td><code>");
+            put(&b, t->relations[i].key);
+            sb_puts(&b, "</code></td><td><code>");
+            put(&b, t->relations[i].value);
+            sb_puts(&b, "</code></td></tr>\n");
+        }
+        sb_puts(&b, "</tbody></table></div>\n");
+    }
+
+    sb_puts(&b, "<h2 id=\"inputs\">Inputs and digests</h2>\n<div class=\"two\">\n");
+    module_facts(&b, "Baseline", &t->base);
+    module_facts(&b, "Distributed", &t->dist);
+    sb_puts(&b, "</div>\n<div class=\"panel\"><dl class=\"facts\"><dt>Tool</dt><dd>");
+    put(&b, t->tool_name);
+    sb_puts(&b, " ");
+    put(&b, t->tool_version);
+    sb_puts(&b, "</dd><dt>Rules digest</dt><dd><code>");
+    put(&b, t->rules_digest);
+    sb_puts(&b, "</code></dd><dt>Mesh</dt><dd>");
+    mesh_str(&b, t);
+    sb_puts(&b, "</dd></dl></div>\n");
+
+    sb_printf(&anchor, "pair-%s", c->pair_slug[p]);
+    sb_printf(&file, "pair-%s.html", c->pair_slug[p]);
+    strbuf title;
+    sb_init(&title);
+    sb_printf(&title, "%s \xe2\x80\x94 %s", t->name, trace_verdict_name(t->verdict));
+    emit_page(c, file.s, anchor.s, title.s, crumbs.s, t->n_findings ? "<kbd>j</kbd> <kbd>k</kbd> findings" : NULL,
+              &b, css.len ? css.s : NULL);
+    sb_free(&title);
+    sb_free(&v);
+    sb_free(&b);
+    sb_free(&crumbs);
+    sb_free(&css);
+    sb_free(&file);
+    sb_free(&anchor);
+}
+
+/* ---- finding page ---- */
+
+static void site_panel(strbuf *b, const char *label, const trace_site *s) {
+    sb_printf(b, "<div class=\"panel\"><div class=\"side-title\">%s</div>", label);
+    if (!s->present) {
+        sb_puts(b, "<p class=\"muted\">No counterpart located.</p></div>\n");
+        return;
+    }
+    sb_puts(b, "<dl class=\"facts\"><dt>Instruction</dt><dd><code>");
+    put(b, s->instruction);
+    sb_puts(b, "</code></dd><dt>Opcode</dt><dd><code>");
+    put(b, s->opcode);
+    sb_puts(b, "</code></dd>");
+    if (s->op_name) {
+        sb_puts(b, "<dt>op_name</dt><dd><code>");
+        put(b, s->op_name);
+        sb_puts(b, "</code></dd>");
+    }
+    if (s->file) {
+        sb_puts(b, "<dt>Source</dt><dd><code>");
+        put(b, s->file);
+        if (s->line) sb_printf(b, ":%lld", (long long)s->line);
+        if (s->column) sb_printf(b, ":%lld", (long long)s->column);
+        sb_puts(b, "</code></dd>");
+    }
+    sb_puts(b, "</dl><pre class=\"hlo\"><code>");
+    put(b, s->hlo);
+    sb_puts(b, "</code></pre></div>\n");
+}
+
+static void witness_fig(strbuf *b, const char *label, double v) {
+    strbuf x;
+    sb_init(&x);
+    fmt_num(&x, v);
+    card(b, isfinite(v) ? "" : "bad", label, x.s);
+    sb_free(&x);
+}
+
+static const char *kind_html(rctx *c, trace_kind k) {
+    if (c->kind_html[k]) return c->kind_html[k];
+    strbuf rel;
+    sb_init(&rel);
+    sb_printf(&rel, "templates/findings/%s.md", trace_kind_name(k));
+    size_t n = 0;
+    char *md = tpl_load(rel.s, &n, c->d);
+    sb_free(&rel);
+    if (!md) {
+        c->failed = true;
+        return "";
+    }
+    /* Our own Markdown, still rendered in cmark's safe mode (raw HTML dropped). */
+    c->kind_html[k] = cmark_markdown_to_html(md, n, CMARK_OPT_DEFAULT);
+    free(md);
+    return c->kind_html[k];
+}
+
+static void pager(rctx *c, strbuf *b, size_t g) {
+    sb_puts(b, "<nav class=\"pager\" aria-label=\"Findings\">");
+    for (int dir = 0; dir < 2; dir++) {
+        bool has = dir ? g + 1 < c->n_all : g > 0;
+        const char *cls = dir ? "next" : "prev";
+        if (!has) {
+            sb_printf(b, "<span class=\"%s\"><small>%s</small>%s</span>", cls, dir ? "Next" : "Previous",
+                      dir ? "last finding" : "first finding");
+            continue;
+        }
+        struct fref r = c->all[dir ? g + 1 : g - 1];
+        sb_printf(b, "<a class=\"%s\" rel=\"%s\" href=\"", cls, cls);
+        href_finding(c, b, r.p, r.f);
+        sb_printf(b, "\"><small>%s (<kbd>%s</kbd>)</small>", dir ? "Next" : "Previous", dir ? "j" : "k");
+        put(b, c->t[r.p]->name);
+        sb_puts(b, " \xc2\xb7 ");
+        put(b, c->t[r.p]->findings[r.f].id);
+        sb_printf(b, " %s</a>", trace_kind_name(c->t[r.p]->findings[r.f].kind));
+    }
+    sb_puts(b, "</nav>\n");
+}
+
+static void page_finding(rctx *c, size_t g) {
+    size_t p = c->all[g].p, fi = c->all[g].f;
+    const trace *t = c->t[p];
+    const trace_finding *f = &t->findings[fi];
+    strbuf b, crumbs, file, anchor, title;
+    sb_init(&b);
+    sb_init(&crumbs);
+    sb_init(&file);
+    sb_init(&anchor);
+    sb_init(&title);
+    sb_puts(&crumbs, "<a href=\"");
+    href_index(c, &crumbs);
+    sb_puts(&crumbs, "\">Report</a>");
+    crumb_sep(&crumbs);
+    sb_puts(&crumbs, "<a href=\"");
+    href_pair(c, &crumbs, p);
+    sb_puts(&crumbs, "\">");
+    put(&crumbs, t->name);
+    sb_puts(&crumbs, "</a>");
+    crumb_sep(&crumbs);
+    put(&crumbs, f->id);
+
+    sb_puts(&b, "<h1>");
+    put(&b, f->id);
+    sb_printf(&b, " \xc2\xb7 %s ", trace_kind_title(f->kind));
+    sev_badge(&b, f->severity);
+    sb_printf(&b, "</h1>\n<p class=\"lede\"><span class=\"tag\">%s</span> in pair <a href=\"", trace_kind_name(f->kind));
+    href_pair(c, &b, p);
+    sb_puts(&b, "\">");
+    put(&b, t->name);
+    sb_puts(&b, "</a>");
+    if (f->segment) {
+        sb_puts(&b, ", segment <code>");
+        put(&b, f->segment);
+        sb_puts(&b, "</code>");
+    }
+    sb_printf(&b, " \xc2\xb7 finding %zu of %zu</p>\n<p class=\"message\">", g + 1, c->n_all);
+    put(&b, f->message);
+    sb_puts(&b, "</p>\n");
+    if (f->explanation[0]) {
+        sb_puts(&b, "<div class=\"words\">");
+        put(&b, f->explanation);
+        sb_puts(&b, "</div>\n");
+    }
+    sb_puts(&b, "<div class=\"two\">\n");
+    site_panel(&b, "Distributed", &f->dist);
+    site_panel(&b, "Baseline", &f->base);
+    sb_puts(&b, "</div>\n");
+
+    if (f->has_subgraph && f->n_nodes) {
+        sb_puts(&b, "<h2 id=\"subgraph\">Subgraph</h2>\n<figure class=\"graph\">");
+        strbuf svg;
+        sb_init(&svg);
+        char *cut = NULL;
+        if (dotg_svg(&svg, f, DOTG_MAX_NODES, &cut, c->d)) {
+            /* class="graph" on the <svg> lets the CSS restyle it in dark mode */
+            const char *tag = strstr(svg.s, "<svg");
+            sb_put(&b, svg.s, (size_t)(tag - svg.s) + 4);
+            sb_puts(&b, " class=\"graph\" role=\"img\" aria-label=\"Subgraph around the divergence\"");
+            sb_puts(&b, tag + 4);
+        } else {
+            c->failed = true;
+        }
+        sb_puts(&b, "<figcaption class=\"legend\"><span><span class=\"sw div\"></span>divergence</span>"
+                    "<span><span class=\"sw\"></span>operand</span><span><span class=\"sw ctx\"></span>context</span>"
+                    "<span><span class=\"sw link\"></span>relation link (view)</span>"
+                    "<span class=\"muted\">dashed boxes: collapsed context</span></figcaption></figure>\n");
+        if (f->truncated) {
+            sb_puts(&b, "<div class=\"note\">");
+            put(&b, f->truncated);
+            sb_puts(&b, "</div>\n");
+        }
+        if (cut) {
+            sb_puts(&b, "<div class=\"note\">");
+            put(&b, cut);
+            sb_puts(&b, "</div>\n");
+        }
+        free(cut);
+        sb_free(&svg);
+    }
+    if (f->n_snippets) {
+        sb_puts(&b, "<h2 id=\"source\">Source</h2>\n");
+        for (size_t i = 0; i < f->n_snippets; i++) {
+            const trace_snippet *s = &f->snippets[i];
+            sb_puts(&b, "<div class=\"snippet\"><div class=\"file\">");
+            put(&b, s->file);
+            if (s->highlight) sb_printf(&b, ":%lld", (long long)s->highlight);
+            sb_puts(&b, "</div><table>");
+            for (size_t j = 0; j < s->n_lines; j++) {
+                long long ln = (long long)(s->first_line + (int64_t)j);
+                sb_printf(&b, "<tr%s><td class=\"ln\">%lld</td><td>", ln == s->highlight ? " class=\"hl\"" : "", ln);
+                put(&b, s->lines[j]);
+                sb_puts(&b, "</td></tr>");
+            }
+            sb_puts(&b, "</table></div>\n");
+        }
+    }
+    if (f->n_involved) {
+        sb_puts(&b, "<h2 id=\"hlo\">HLO of the involved instructions</h2>\n<pre class=\"hlo\"><code>");
+        for (size_t i = 0; i < f->n_involved; i++) {
+            sb_printf(&b, "<span class=\"side\">%-11s </span>", trace_side_name(f->involved[i].side));
+            put(&b, f->involved[i].hlo);
+            sb_putc(&b, '\n');
+        }
+        sb_puts(&b, "</code></pre>\n");
+    }
+    if (f->has_witness) {
+        sb_puts(&b, "<h2 id=\"witness\">Witness</h2>\n<p class=\"muted\">Both programs run by the interpreter on the "
+                    "same random inputs");
+        sb_printf(&b, " (seed %lld)", (long long)f->inputs_seed);
+        sb_puts(&b, "; differences between the baseline value and the distributed value, reassembled.</p>\n"
+                    "<div class=\"witness\">\n");
+        witness_fig(&b, "Max abs difference", f->max_abs);
+        witness_fig(&b, "Max rel difference", f->max_rel);
+        if (f->at_divergence.present) {
+            witness_fig(&b, "Abs at divergence", f->at_divergence.max_abs);
+            witness_fig(&b, "Rel at divergence", f->at_divergence.max_rel);
+        }
+        if (f->at_outputs.present) {
+            witness_fig(&b, "Abs at outputs", f->at_outputs.max_abs);
+            witness_fig(&b, "Rel at outputs", f->at_outputs.max_rel);
+        }
+        sb_puts(&b, "</div>\n");
+    }
+    sb_puts(&b, "<h2 id=\"about\">About this kind of finding</h2>\n<div class=\"explain\">");
+    sb_puts(&b, kind_html(c, f->kind));
+    sb_puts(&b, "</div>\n");
+    pager(c, &b, g);
+
+    sb_puts(&anchor, "finding-");
+    finding_slug(c, &anchor, p, fi);
+    sb_puts(&file, "finding-");
+    finding_slug(c, &file, p, fi);
+    sb_puts(&file, ".html");
+    sb_printf(&title, "%s %s \xe2\x80\x94 %s", f->id, trace_kind_name(f->kind), t->name);
+    emit_page(c, file.s, anchor.s, title.s, crumbs.s, "<kbd>j</kbd> next <kbd>k</kbd> previous", &b, NULL);
+    sb_free(&b);
+    sb_free(&crumbs);
+    sb_free(&file);
+    sb_free(&anchor);
+    sb_free(&title);
+}
+
+/* ---- summary.json ---- */
+
+void report_summary_json(strbuf *b, trace *const *traces, size_t n) {
+    size_t by_v[VERDICT_COUNT] = {0};
+    int64_t kinds[KIND_COUNT] = {0};
+    size_t findings = 0, segs = 0, memo = 0;
+    for (size_t p = 0; p < n; p++) {
+        by_v[traces[p]->verdict]++;
+        findings += traces[p]->n_findings;
+        segs += traces[p]->n_segments;
+        for (size_t i = 0; i < traces[p]->n_segments; i++) memo += traces[p]->segments[i].memo_hit;
+        for (size_t i = 0; i < traces[p]->n_findings; i++) kinds[traces[p]->findings[i].kind]++;
+    }
+    sb_printf(b, "{\n  \"scalify_summary\": 1,\n  \"tool\": {\"name\": \"scalify\", \"version\": \"%s\"},\n",
+              SCALIFY_VERSION);
+    sb_printf(b, "  \"totals\": {\"pairs\": %zu, \"verified\": %zu, \"mismatch\": %zu, \"unverified\": %zu, "
+                 "\"error\": %zu, \"segments\": %zu, \"memo_hits\": %zu, \"findings\": %zu},\n",
+              n, by_v[0], by_v[1], by_v[2], by_v[3], segs, memo, findings);
+    sb_puts(b, "  \"findings_by_kind\": {");
+    bool first = true;
+    for (int k = 0; k < KIND_COUNT; k++) {
+        if (!kinds[k]) continue;
+        sb_printf(b, "%s\"%s\": %lld", first ? "" : ", ", trace_kind_name((trace_kind)k), (long long)kinds[k]);
+        first = false;
+    }
+    sb_puts(b, "},\n  \"pairs\": [");
+    for (size_t p = 0; p < n; p++) {
+        const trace *t = traces[p];
+        size_t m = 0;
+        for (size_t i = 0; i < t->n_segments; i++) m += t->segments[i].memo_hit;
+        sb_puts(b, p ? ",\n    {" : "\n    {");
+        sb_puts(b, "\"name\": \"");
+        esc_json(b, t->name);
+        sb_printf(b, "\", \"verdict\": \"%s\", \"segments\": %zu, \"memo_hits\": %zu, \"findings\": %zu, ",
+                  trace_verdict_name(t->verdict), t->n_segments, m, t->n_findings);
+        sb_printf(b, "\"wall_ms\": %.3f, \"peak_bytes\": %lld,\n     \"baseline\": {\"path\": \"", t->wall_ms,
+                  (long long)t->peak_bytes);
+        esc_json(b, t->base.path);
+        sb_puts(b, "\", \"sha256\": \"");
+        esc_json(b, t->base.sha256);
+        sb_puts(b, "\"}, \"distributed\": {\"path\": \"");
+        esc_json(b, t->dist.path);
+        sb_puts(b, "\", \"sha256\": \"");
+        esc_json(b, t->dist.sha256);
+        sb_puts(b, "\"},\n     \"finding_ids\": [");
+        for (size_t i = 0; i < t->n_findings; i++) {
+            sb_puts(b, i ? ", \"" : "\"");
+            esc_json(b, t->findings[i].id);
+            sb_printf(b, "\"");
+        }
+        sb_puts(b, "]}");
+    }
+    sb_puts(b, n ? "\n  ]\n}\n" : "]\n}\n");
+}
+
+/* ---- driver ---- */
+
+static bool load_resources(rctx *c) {
+    size_t n;
+    c->css = tpl_load("assets/report.css", &n, c->d);
+    c->js = tpl_load("assets/report.js", &n, c->d);
+    c->page = tpl_load("templates/page.html", &c->page_len, c->d);
+    return c->css && c->js && c->page;
+}
+
+bool report_render(report_site *site, trace *const *traces, size_t n, const report_opts *o, diag *d) {
+    memset(site, 0, sizeof *site);
+    rctx c;
+    memset(&c, 0, sizeof c);
+    c.t = traces, c.n = n, c.o = o, c.d = d, c.site = site;
+    c.title = o && o->title && o->title[0] ? o->title : "scalify report";
+    c.single = o && o->single_file;
+    sb_init(&c.bundle_body);
+    sb_init(&c.bundle_css);
+    bool ok = load_resources(&c);
+    if (ok) {
+        /* Sections in a bundle add their rules to one style block: phase swatches
+         * are shared, chart geometry is per pair (class cNN). */
+        c.pair_slug = xcalloc(n + 1, sizeof *c.pair_slug);
+        for (size_t p = 0; p < n; p++) {
+            strbuf s;
+            sb_init(&s);
+            sb_printf(&s, "%02zu-", p + 1);
+            esc_slug(&s, traces[p]->name, 60);
+            c.pair_slug[p] = sb_take(&s);
+            for (size_t i = 0; i < traces[p]->n_findings; i++) {
+                XGROW(c.all, c.cap_all, c.n_all + 1);
+                c.all[c.n_all++] = (struct fref){p, i};
+            }
+        }
+    }
+    if (ok) {
+        strbuf sw;
+        sb_init(&sw);
+        for (int i = 0; i < CHART_PHASES; i++)
+            sb_printf(&sw, ".sw.ph%d{background:#%02x%02x%02x;border-color:transparent}", i, chart_phase_rgb[i][0],
+                      chart_phase_rgb[i][1], chart_phase_rgb[i][2]);
+        sb_putc(&sw, '\n');
+        char *merged = xmalloc(strlen(c.css) + sw.len + 1);
+        memcpy(merged, c.css, strlen(c.css));
+        memcpy(merged + strlen(c.css), sw.s, sw.len + 1);
+        free(c.css);
+        c.css = merged;
+        sb_free(&sw);
+        page_index(&c);
+        for (size_t p = 0; p < n; p++) page_pair(&c, p);
+        for (size_t g = 0; g < c.n_all; g++) page_finding(&c, g);
+        ok = !c.failed;
+    }
+    if (ok && c.single) {
+        /* One page: every section, one style block (base + all chart rules). */
+        c.single = false;
+        strbuf body = c.bundle_body;
+        sb_init(&c.bundle_body);
+        strbuf crumbs;
+        sb_init(&crumbs);
+        sb_puts(&crumbs, "<a href=\"#index\">Report</a><span class=\"sep\">/</span>single-file bundle");
+        emit_page(&c, "bundle.html", "bundle", c.title, crumbs.s, NULL, &body, c.bundle_css.s);
+        sb_free(&crumbs);
+        sb_free(&body);
+        ok = !c.failed;
+    } else if (ok) {
+        strbuf s;
+        sb_init(&s);
+        report_summary_json(&s, traces, n);
+        add_file(site, "summary.json", &s);
+        sarif_write(&s, traces, n);
+        add_file(site, "results.sarif", &s);
+        junit_write(&s, traces, n);
+        add_file(site, "junit.xml", &s);
+        sb_free(&s);
+    }
+    free(c.css);
+    free(c.js);
+    free(c.page);
+    for (int k = 0; k < KIND_COUNT; k++) free(c.kind_html[k]);
+    for (size_t p = 0; c.pair_slug && p < n; p++) free(c.pair_slug[p]);
+    free(c.pair_slug);
+    free(c.all);
+    sb_free(&c.bundle_body);
+    sb_free(&c.bundle_css);
+    if (!ok) report_site_free(site);
+    return ok;
+}
+
+bool report_write_dir(const report_site *site, const char *dir, diag *d) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        diag_plain(d, "cannot create directory %s: %s", dir, strerror(errno));
+        return false;
+    }
+    strbuf path;
+    sb_init(&path);
+    bool ok = true;
+    for (size_t i = 0; i < site->n && ok; i++) {
+        sb_reset(&path);
+        sb_printf(&path, "%s/%s", dir, site->files[i].name);
+        ok = io_write_atomic(path.s, site->files[i].data.s ? site->files[i].data.s : "", site->files[i].data.len, d);
+    }
+    sb_free(&path);
+    return ok;
+}

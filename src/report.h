@@ -1,0 +1,55 @@
+/* report — the HTML site for one or more traces (DESIGN §9).
+ *
+ * report_render() builds every output in memory as a list of (file name, bytes):
+ * index.html, one pair-NN-<slug>.html per trace, one finding-NN-<id>.html per
+ * finding, summary.json, results.sarif, junit.xml — or, with single_file, one
+ * bundled HTML page holding all of them as sections (links become anchors).
+ * report_write() renders and then writes each file with io_write_atomic (temp
+ * name + rename), so a reader never sees a half-written page; files of an
+ * earlier report that this one does not produce are left alone.
+ *
+ * Every page is self-contained (CSS, JS, SVG, PNG inline; no external request),
+ * readable with JavaScript off, and carries a Content-Security-Policy whose
+ * style-src/script-src are the SHA-256 hashes of this page's one <style> and one
+ * <script> (computed at render time; no 'unsafe-inline'). Output depends only on
+ * the traces and options: no timestamps, no hash-table order.
+ */
+#ifndef SCALIFY_REPORT_H
+#define SCALIFY_REPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "diag.h"
+#include "trace_read.h"
+#include "util.h"
+
+typedef struct {
+    const char *title;  /* page title; NULL: "scalify report" */
+    bool single_file;   /* render one bundled page (named by the caller) */
+} report_opts;
+
+typedef struct {
+    char *name;  /* relative file name, owned */
+    strbuf data;
+} report_file;
+
+typedef struct {
+    report_file *files;
+    size_t n, cap;
+} report_site;
+
+void report_site_free(report_site *s);
+
+/* Renders the site into *site (initialised here; free with report_site_free).
+ * With opts->single_file, site holds exactly one file named "bundle.html".
+ * Returns false (with diags) when a resource is missing or a renderer fails. */
+bool report_render(report_site *site, trace *const *traces, size_t n, const report_opts *opts, diag *d);
+
+/* Writes every file of site under dir (created if missing), each atomically. */
+bool report_write_dir(const report_site *site, const char *dir, diag *d);
+
+/* summary.json for the traces (also part of report_render's output). */
+void report_summary_json(strbuf *out, trace *const *traces, size_t n);
+
+#endif
