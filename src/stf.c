@@ -104,12 +104,13 @@ bool stf_parse(const uint8_t *buf, size_t n, stf_file *f, diag *d) {
         NEED(nl, "name");
         char *name = xstrndup((const char *)buf + p, nl);
         p += nl;
+        f->names[f->n] = name;  /* owned by f from here on; stf_free releases it */
+        f->vals[f->n++] = NULL;
         NEED(8, "dtype");
         uint32_t dt = (uint32_t)le(buf + p, 4), rank = (uint32_t)le(buf + p + 4, 4);
         p += 8;
         if (rank > INTERP_MAX_RANK || !elem_bytes((int)dt)) {
             diag_binary(d, p - 8, name, "unsupported dtype %u or rank %u", dt, rank);
-            free(name);
             stf_free(f);
             return false;
         }
@@ -124,14 +125,12 @@ bool stf_parse(const uint8_t *buf, size_t n, stf_file *f, diag *d) {
             diag_binary(d, p - 8, name, "data size %llu does not match the shape or the file",
                         (unsigned long long)nb);
             interp_val_free(v);
-            free(name);
             stf_free(f);
             return false;
         }
         decode(v, buf + p);
         p += nb;
-        f->names[f->n] = name;
-        f->vals[f->n++] = v;
+        f->vals[f->n - 1] = v;
     }
 #undef NEED
     return true;
