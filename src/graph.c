@@ -396,6 +396,9 @@ static bool call_cycle(const hlo_module *m, uint32_t c, uint8_t *colour, uint32_
     return cyc;
 }
 
+/* Names may be missing in protobuf input; messages must not crash on that. */
+#define NAME(s) ((s) ? (s) : "(unnamed)")
+
 int graph_check(const hlo_module *m, diag *d) {
     int errors = 0;
     char why[256];
@@ -420,32 +423,32 @@ int graph_check(const hlo_module *m, diag *d) {
     for (uint32_t c = 0; c < m->ncomps; c++) {
         const hlo_comp *comp = &m->comps[c];
         if (comp->ninstrs == 0) {
-            report(d, &errors, "computation %s has no instructions", comp->name);
+            report(d, &errors, "computation %s has no instructions", NAME(comp->name));
             continue;
         }
-        if (comp->root >= comp->ninstrs) report(d, &errors, "computation %s: root out of range", comp->name);
+        if (comp->root >= comp->ninstrs) report(d, &errors, "computation %s: root out of range", NAME(comp->name));
         for (uint32_t k = 0; k < comp->nparams; k++)
             if (comp->params[k] >= comp->ninstrs || comp->instrs[comp->params[k]].op != OP_PARAMETER)
-                report(d, &errors, "computation %s: parameter %u missing", comp->name, k);
+                report(d, &errors, "computation %s: parameter %u missing", NAME(comp->name), k);
         for (uint32_t i = 0; i < comp->ninstrs; i++) {
             const hlo_instr *in = &comp->instrs[i];
             for (uint32_t o = 0; o < in->noperands; o++)
                 if (in->operands[o] >= i)
-                    report_at(d, &errors, in->line, in->col, "%s: operand %u of %s does not precede it", comp->name, o, in->name);
+                    report_at(d, &errors, in->line, in->col, "%s: operand %u of %s does not precede it", NAME(comp->name), o, NAME(in->name));
             if (shape_check(&in->shape, why, sizeof why))
-                report_at(d, &errors, in->line, in->col, "%s: %s: %s", comp->name, in->name, why);
+                report_at(d, &errors, in->line, in->col, "%s: %s: %s", NAME(comp->name), NAME(in->name), why);
             for (uint32_t a = 0; a < in->nattrs; a++) {
                 const hlo_attr *at = &in->attrs[a];
                 if (at->kind == K_COMP || at->kind == K_COMPS) {
                     uint32_t n = at->kind == K_COMP ? 1 : at->n;
                     for (uint32_t k = 0; k < n; k++)
                         if ((uint64_t)at->v.ints[k] >= m->ncomps)
-                            report_at(d, &errors, in->line, in->col, "%s: %s calls a missing computation", comp->name, in->name);
+                            report_at(d, &errors, in->line, in->col, "%s: %s calls a missing computation", NAME(comp->name), NAME(in->name));
                 }
                 if (at->kind == K_INSTRS)
                     for (uint32_t k = 0; k < at->n; k++)
                         if ((uint64_t)at->v.ints[k] >= comp->ninstrs)
-                            report(d, &errors, "%s: %s names a missing instruction", comp->name, in->name);
+                            report(d, &errors, "%s: %s names a missing instruction", NAME(comp->name), NAME(in->name));
             }
         }
     }
@@ -455,7 +458,7 @@ int graph_check(const hlo_module *m, diag *d) {
     for (uint32_t c = 0; c < m->ncomps && !errors; c++)
         if (colour[c] == 0 && call_cycle(m, c, colour, stack))
             report_at(d, &errors, m->comps[c].line, m->comps[c].col,
-                      "computations call each other in a cycle (through %s)", m->comps[c].name);
+                      "computations call each other in a cycle (through %s)", NAME(m->comps[c].name));
     free(colour);
     free(stack);
     return errors;

@@ -2,6 +2,17 @@
 
 #include <string.h>
 
+const unsigned char lex_name_chars[256] = {
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1, ['i'] = 1,
+    ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1,
+    ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1, ['I'] = 1,
+    ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1,
+    ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1, ['8'] = 1,
+    ['9'] = 1, ['_'] = 1, ['.'] = 1, ['-'] = 1, ['$'] = 1,
+};
+
 void lex_init(lexer *lx, const char *src, size_t n) {
     lx->src = src;
     lx->p = src;
@@ -30,12 +41,17 @@ static bool skip_comment(lexer *lx) {
     return false;
 }
 
-void lex_skip(lexer *lx) {
+void lex_skip_slow(lexer *lx) {
+    /* Fast path: most calls find a token right away. */
+    const char *p = lx->p;
     for (;;) {
-        while (lx->p < lx->end && (*lx->p == ' ' || *lx->p == '\n' || *lx->p == '\t' || *lx->p == '\r'))
-            lx->p++;
-        if (!skip_comment(lx)) return;
+        while (p < lx->end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+        if (p + 1 >= lx->end || p[0] != '/' || (p[1] != '/' && p[1] != '*')) break;
+        lx->p = p;
+        skip_comment(lx);
+        p = lx->p;
     }
+    lx->p = p;
 }
 
 bool lex_skip_inline(lexer *lx) {
@@ -45,20 +61,6 @@ bool lex_skip_inline(lexer *lx) {
         if (lx->p + 1 < lx->end && lx->p[0] == '/' && lx->p[1] == '/') return true;
         if (!skip_comment(lx)) return lx->p >= lx->end;
     }
-}
-
-bool lex_accept(lexer *lx, char c) {
-    lex_skip(lx);
-    if (lx->p < lx->end && *lx->p == c) {
-        lx->p++;
-        return true;
-    }
-    return false;
-}
-
-bool lex_peek(lexer *lx, char c) {
-    lex_skip(lx);
-    return lx->p < lx->end && *lx->p == c;
 }
 
 bool lex_accept_word(lexer *lx, const char *w) {

@@ -26,16 +26,32 @@ typedef struct lexer {
 } lexer;
 
 void lex_init(lexer *lx, const char *src, size_t n);
-/* Skips spaces, newlines and comments. */
-void lex_skip(lexer *lx);
+/* Skips spaces, newlines and comments. Inline fast path: the cursor byte is
+ * always readable (a NUL or a closing bracket sits at end). */
+void lex_skip_slow(lexer *lx);
+static inline void lex_skip(lexer *lx) {
+    char c = *lx->p;
+    if ((unsigned char)c > ' ' && c != '/') return;
+    lex_skip_slow(lx);
+}
 /* Skips spaces and comments but stops at a newline (returns true there). */
 bool lex_skip_inline(lexer *lx);
 /* After skipping: consumes c when it is next. */
-bool lex_accept(lexer *lx, char c);
+static inline bool lex_accept(lexer *lx, char c) {
+    lex_skip(lx);
+    if (lx->p < lx->end && *lx->p == c) {
+        lx->p++;
+        return true;
+    }
+    return false;
+}
 /* After skipping: true when the next bytes are the word w, not followed by a
  * name character; consumes it. */
 bool lex_accept_word(lexer *lx, const char *w);
-bool lex_peek(lexer *lx, char c);
+static inline bool lex_peek(lexer *lx, char c) {
+    lex_skip(lx);
+    return lx->p < lx->end && *lx->p == c;
+}
 
 /* A name: an optional '%', then [A-Za-z0-9_.\-$]+ not starting with '-'.
  * Sets *s and *n to the name without '%'. */
@@ -56,9 +72,7 @@ bool lex_balanced(lexer *lx, const char **s, size_t *n);
  * dim_labels=b01f_01io->b01f or padding=0_0x1_1). */
 bool lex_word(lexer *lx, const char **s, size_t *n);
 
-static inline bool lex_is_name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '.' || c == '-' || c == '$';
-}
+extern const unsigned char lex_name_chars[256];  /* 1 for [A-Za-z0-9_.\-$] */
+static inline bool lex_is_name_char(char c) { return lex_name_chars[(unsigned char)c]; }
 
 #endif

@@ -37,6 +37,10 @@ typedef struct parser {
     strmap instr_index;
     fixup *ifix;                 /* control-predecessors, resolved per computation */
     size_t nifix, capifix;
+    /* line tracking: positions are asked for in increasing order, so count
+     * newlines incrementally from the last answer (linear overall) */
+    const char *line_at;
+    int line_no;
     /* scratch */
     uint32_t *ops;
     size_t capops;
@@ -61,6 +65,22 @@ static _Noreturn void fail(parser *ps, const char *at, const char *fmt, ...) {
     if (!at) at = ps->lx.p;
     diag_text(ps->d, ps->lx.src, (size_t)(ps->lx.end - ps->lx.src), (size_t)(at - ps->lx.src), "%s", msg);
     longjmp(ps->fail, 1);
+}
+
+/* Line and column of at (at never precedes an earlier query's position). */
+static void position(parser *ps, const char *at, uint32_t *line, uint32_t *col) {
+    if (!ps->line_at || at < ps->line_at) {
+        ps->line_at = ps->lx.src;
+        ps->line_no = 1;
+    }
+    const char *p = ps->line_at, *nl;
+    while ((nl = memchr(p, '\n', (size_t)(at - p))) != NULL) {
+        ps->line_no++;
+        p = nl + 1;
+    }
+    ps->line_at = p;  /* start of at's line */
+    *line = (uint32_t)ps->line_no;
+    *col = (uint32_t)(at - p) + 1;
 }
 
 static const char *here(parser *ps) {
@@ -103,10 +123,41 @@ static int64_t *copy_ints(parser *ps, const int64_t *v, size_t n) {
     return n ? arena_memdup(&ps->m->arena, v, n * sizeof *v) : NULL;
 }
 
+/* Fast path for the common spelling "1,2,3" + close: non-negative decimals,
+ * no spaces, no comments. Returns the position after close, or NULL to let the
+ * general path (with its error messages) handle the text. */
+static const char *scan_ints(parser *ps, const char *p, char close, size_t *count) {
+    size_t n = 0;
+    if (*p == close) {
+        *count = 0;
+        return p + 1;
+    }
+    for (;;) {
+        if (*p < '0' || *p > '9') return NULL;
+        uint64_t v = 0;
+        do {
+            v = v * 10 + (uint64_t)(*p++ - '0');
+            if (v > (uint64_t)INT64_MAX / 10) return NULL;
+        } while (*p >= '0' && *p <= '9');
+        XGROW(ps->ints, ps->capints, n + 1);
+        ps->ints[n++] = (int64_t)v;
+        if (*p == close) {
+            *count = n;
+            return p + 1;
+        }
+        if (*p++ != ',') return NULL;
+    }
+}
+
 /* ints -> '{' (int (',' int)*)? '}'   into ps->ints */
 static size_t int_list_scratch(parser *ps) {
     expect(ps, '{', "to open a list");
     size_t n = 0;
+    const char *q = scan_ints(ps, ps->lx.p, '}', &n);
+    if (q) {
+        ps->lx.p = q;
+        return n;
+    }
     if (lex_accept(&ps->lx, '}')) return 0;
     do {
         XGROW(ps->ints, ps->capints, n + 1);
@@ -158,6 +209,14 @@ static layout *parse_layout(parser *ps) {
     layout *l = arena_alloc(&m->arena, sizeof *l);
     ps->lx.p++; /* '{' */
     size_t n = 0;
+    const char *q = scan_ints(ps, ps->lx.p, '}', &n);
+    if (q) {
+        l->n = (uint32_t)n;
+        l->minor_to_major = copy_ints(ps, ps->ints, n);
+        ps->lx.p = q;
+        return l;
+    }
+    n = 0;
     if (!lex_peek(&ps->lx, '}') && !lex_peek(&ps->lx, ':')) {
         do {
             XGROW(ps->ints, ps->capints, n + 1);
@@ -264,7 +323,11 @@ static void parse_shape(parser *ps, shape *s) {
     size_t n = 0;
     uint8_t dyn[1024];
     bool any_dyn = false;
-    if (!lex_accept(&ps->lx, ']')) {
+    const char *q = scan_ints(ps, ps->lx.p, ']', &n);
+    if (q && n <= ARRAY_LEN(dyn)) {
+        ps->lx.p = q;
+        memset(dyn, DIM_STATIC, n);
+    } else if (n = 0, !lex_accept(&ps->lx, ']')) {
         do {
             if (n >= ARRAY_LEN(dyn)) fail(ps, here(ps), "more than %zu dimensions", ARRAY_LEN(dyn));
             XGROW(ps->ints, ps->capints, n + 1);
@@ -979,10 +1042,7 @@ static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
     const char *nm, *nm_at = here(ps);
     size_t nl;
     name(ps, &nm, &nl, "an instruction name");
-    int line, col;
-    diag_linecol(lx->src, (size_t)(lx->end - lx->src), (size_t)(at - lx->src), &line, &col);
-    in->line = (uint32_t)line;
-    in->col = (uint32_t)col;
+    position(ps, at, &in->line, &in->col);
     in->name = arena_strndup(&m->arena, nm, nl);
     if (!strmap_put(&ps->instr_index, in->name, nl, (uint32_t)ps->nins))
         fail(ps, nm_at, "instruction '%.*s' is defined twice", (int)nl, nm);
@@ -1060,10 +1120,7 @@ static void parse_computation(parser *ps, bool *seen_entry) {
     memset(c, 0, sizeof *c);
     c->name = arena_strndup(&m->arena, nm, nl);
     c->is_entry = entry;
-    int line, col;
-    diag_linecol(lx->src, (size_t)(lx->end - lx->src), (size_t)(at - lx->src), &line, &col);
-    c->line = (uint32_t)line;
-    c->col = (uint32_t)col;
+    position(ps, at, &c->line, &c->col);
     if (!strmap_put(&ps->comp_index, c->name, nl, m->ncomps))
         fail(ps, nm_at, "computation '%.*s' is defined twice", (int)nl, nm);
     const char *s;
@@ -1133,8 +1190,12 @@ static void parse_computation(parser *ps, bool *seen_entry) {
             fail(ps, fx->at, "unknown instruction '%.*s'", (int)(fx->n > 80 ? 80 : fx->n), fx->name);
         ps->ins[fx->instr].attrs[fx->attr].v.ints[fx->k] = idx;
     }
+    /* The instruction vector becomes the computation's array without a copy. */
     c->ninstrs = (uint32_t)ps->nins;
-    c->instrs = arena_memdup(&m->arena, ps->ins, ps->nins * sizeof *ps->ins);
+    c->instrs = xrealloc(ps->ins, ps->nins * sizeof *ps->ins);
+    arena_adopt(&m->arena, c->instrs, ps->nins * sizeof *ps->ins);
+    ps->ins = NULL;
+    ps->capins = 0;
     m->ncomps++;
 }
 
@@ -1308,6 +1369,7 @@ hlo_module *hlo_parse_text(const char *src, size_t n, const char *path, diag *d)
     ps->d = d;
     ps->m = graph_new();
     ps->m->format = "text";
+    strmap_reserve(&ps->m->interned, n / 256);  /* roughly one new string per 256 bytes */
     ps->m->source_path = graph_intern(ps->m, path ? path : "<input>", strlen(path ? path : "<input>"));
     hlo_module *m = ps->m;
     if (memchr(src, 0, n)) {

@@ -35,9 +35,13 @@ const char *dtype_name(int dt) {
 }
 
 int dtype_from_name(const char *s, size_t n) {
-    for (int i = 1; i < DT_COUNT; i++)
-        if (i != DT_TUPLE && strlen(dtypes[i].name) == n && memcmp(dtypes[i].name, s, n) == 0)
+    /* Hot in the parser: filter on length and first letter before comparing. */
+    if (n < 2 || n > 13) return DT_INVALID;
+    for (int i = 1; i < DT_COUNT; i++) {
+        const char *name = dtypes[i].name;
+        if (name[0] == s[0] && name[1] == s[1] && i != DT_TUPLE && strncmp(name, s, n) == 0 && name[n] == 0)
             return i;
+    }
     return DT_INVALID;
 }
 

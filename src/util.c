@@ -65,8 +65,30 @@ enum { ARENA_BLOCK = 64 * 1024 };
 
 void arena_init(arena *a) { memset(a, 0, sizeof *a); }
 
+void arena_adopt(arena *a, void *p, size_t n) {
+    /* An adopted block is a zero-size arena block in front of the data: the data
+     * is owned through a small header allocated here. */
+    arena_block *b = xmalloc(sizeof(arena_block) + sizeof(void *));
+    b->size = 0;
+    memcpy(b->data, &p, sizeof p);
+    a->total += n + sizeof(arena_block) + sizeof(void *);
+    if (a->head) {
+        b->next = a->head->next;
+        a->head->next = b;
+    } else {
+        b->next = NULL;
+        a->head = b;
+        a->cur = a->end = NULL;
+    }
+}
+
 void arena_free(arena *a) {
     for (arena_block *b = a->head, *next; b; b = next) {
+        if (b->size == 0) {
+            void *p;
+            memcpy(&p, b->data, sizeof p);
+            free(p);
+        }
         next = b->next;
         free(b);
     }
@@ -202,17 +224,16 @@ uint64_t hash_bytes(const void *p, size_t n) {
 void strmap_init(strmap *m) { memset(m, 0, sizeof *m); }
 
 void strmap_free(strmap *m) {
-    free(m->keys);
-    free(m->klen);
-    free(m->vals);
+    free(m->slots);
     strmap_init(m);
 }
 
-static size_t strmap_slot(const strmap *m, const char *k, size_t n, bool *found) {
-    size_t mask = m->cap - 1, i = (size_t)hash_bytes(k, n) & mask;
+static size_t strmap_find(const strmap *m, const char *k, size_t n, uint64_t h, bool *found) {
+    size_t mask = m->cap - 1, i = (size_t)h & mask;
     for (;;) {
-        if (!m->keys[i]) { *found = false; return i; }
-        if (m->klen[i] == n && memcmp(m->keys[i], k, n) == 0) { *found = true; return i; }
+        const strmap_slot *s = &m->slots[i];
+        if (!s->key) { *found = false; return i; }
+        if (s->hash == h && s->len == n && memcmp(s->key, k, n) == 0) { *found = true; return i; }
         i = (i + 1) & mask;
     }
 }
@@ -220,42 +241,47 @@ static size_t strmap_slot(const strmap *m, const char *k, size_t n, bool *found)
 bool strmap_get(const strmap *m, const char *k, size_t n, uint32_t *val) {
     if (!m->cap) return false;
     bool found;
-    size_t i = strmap_slot(m, k, n, &found);
-    if (found) *val = m->vals[i];
+    size_t i = strmap_find(m, k, n, hash_bytes(k, n), &found);
+    if (found) *val = m->slots[i].val;
     return found;
 }
 
 const char *strmap_key(const strmap *m, const char *k, size_t n) {
     if (!m->cap) return NULL;
     bool found;
-    size_t i = strmap_slot(m, k, n, &found);
-    return found ? m->keys[i] : NULL;
+    size_t i = strmap_find(m, k, n, hash_bytes(k, n), &found);
+    return found ? m->slots[i].key : NULL;
 }
 
 static void strmap_rehash(strmap *m, size_t cap) {
     strmap old = *m;
     m->cap = cap;
-    m->len = 0;
-    m->keys = xcalloc(cap, sizeof *m->keys);
-    m->klen = xcalloc(cap, sizeof *m->klen);
-    m->vals = xcalloc(cap, sizeof *m->vals);
-    for (size_t i = 0; i < old.cap; i++)
-        if (old.keys[i]) strmap_put(m, old.keys[i], old.klen[i], old.vals[i]);
-    free(old.keys);
-    free(old.klen);
-    free(old.vals);
+    m->slots = xcalloc(cap, sizeof *m->slots);
+    for (size_t i = 0; i < old.cap; i++) {
+        if (!old.slots[i].key) continue;
+        size_t j = (size_t)old.slots[i].hash & (cap - 1);
+        while (m->slots[j].key) j = (j + 1) & (cap - 1);
+        m->slots[j] = old.slots[i];
+    }
+    free(old.slots);
+}
+
+void strmap_reserve(strmap *m, size_t n) {
+    size_t cap = 16;
+    while (cap * 3 < n * 4 + 4) cap *= 2;
+    if (cap > m->cap) strmap_rehash(m, cap);
 }
 
 bool strmap_put(strmap *m, const char *k, size_t n, uint32_t val) {
     if ((m->len + 1) * 4 >= m->cap * 3) strmap_rehash(m, m->cap ? m->cap * 2 : 16);
+    uint64_t h = hash_bytes(k, n);
     bool found;
-    size_t i = strmap_slot(m, k, n, &found);
+    size_t i = strmap_find(m, k, n, h, &found);
     if (!found) {
-        m->keys[i] = k;
-        m->klen[i] = (uint32_t)n;
+        m->slots[i] = (strmap_slot){k, (uint32_t)n, 0, h};
         m->len++;
     }
-    m->vals[i] = val;
+    m->slots[i].val = val;
     return !found;
 }
 

@@ -42,6 +42,9 @@ void *arena_alloc(arena *a, size_t n);              /* 8-byte aligned, zeroed */
 char *arena_strndup(arena *a, const char *s, size_t n);
 char *arena_strdup(arena *a, const char *s);
 void *arena_memdup(arena *a, const void *p, size_t n);
+/* The arena takes ownership of a malloc'd block of n bytes (freed with it):
+ * lets a grown vector become arena data without a copy. */
+void arena_adopt(arena *a, void *p, size_t n);
 
 /* ---- strbuf ---- */
 typedef struct strbuf {
@@ -69,15 +72,22 @@ static inline uint64_t hash_mix(uint64_t h, uint64_t v) {
 }
 
 /* String → uint32 map over borrowed keys (the caller keeps keys alive).
- * Open addressing; iteration order is never exposed. */
+ * Open addressing with the hash kept per slot (probes compare hashes first and
+ * rehashing never rehashes a key). Iteration order is never exposed. */
+typedef struct strmap_slot {
+    const char *key;  /* NULL: empty */
+    uint32_t len, val;
+    uint64_t hash;
+} strmap_slot;
+
 typedef struct strmap {
-    const char **keys;
-    uint32_t *klen;
-    uint32_t *vals;
+    strmap_slot *slots;
     size_t cap, len;
 } strmap;
 
 void strmap_init(strmap *m);
+/* Sizes the table for about n keys up front (saves rehashing). */
+void strmap_reserve(strmap *m, size_t n);
 void strmap_free(strmap *m);
 /* Returns true and sets *val when found. */
 bool strmap_get(const strmap *m, const char *k, size_t n, uint32_t *val);

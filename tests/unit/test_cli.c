@@ -1,3 +1,120 @@
+/* The scalify binary as users run it: exit codes, messages, README examples. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "harness.h"
+#include "util.h"
+
+static char *run(int *status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static char *run(int *status, const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return t_run(cmd, status);
+}
+
+/* Runs every example command in README.md (lines "    $ scalify ..." or "$ scalify"
+ * inside code blocks) whose subcommand this build has (per --help). */
+static void readme_examples(void) {
+    size_t n;
+    char *readme = t_read("README.md", &n);
+    t_case("cli README.md present");
+    if (!CHECK(readme != NULL)) return;
+    int st;
+    char *help = run(&st, "%s --help", t_scalify());
+    int ran = 0;
+    for (char *line = strtok(readme, "\n"); line; line = strtok(NULL, "\n")) {
+        while (*line == ' ') line++;
+        if (strncmp(line, "$ scalify ", 10) != 0) continue;
+        char sub[64] = "";
+        sscanf(line + 10, "%63s", sub);
+        char needle[80];
+        snprintf(needle, sizeof needle, "\n  %s ", sub);
+        if (!strstr(help, needle)) continue;
+        t_case("cli README example: %s", line + 2);
+        char *out = run(&st, "%s %s", t_scalify(), line + 10);
+        CHECK_MSG(st == 0, "exit %d: %.300s", st, out);
+        free(out);
+        ran++;
+    }
+    t_case("cli README examples ran");
+    CHECK(ran > 0);
+    free(help);
+    free(readme);
+}
+
 void suite_cli(void);
-void suite_cli(void) {}
+void suite_cli(void) {
+    const char *bin = t_scalify();
+    int st;
+    char *out;
+
+    t_case("cli-1 --help lists commands and exit codes");
+    out = run(&st, "%s --help", bin);
+    CHECK_EQ(st, 0);
+    CHECK_CONTAINS(out, "inspect FILE");
+    CHECK_CONTAINS(out, "2  usage error or bad input");
+    free(out);
+
+    t_case("cli-2 no arguments / unknown command: usage, exit 2");
+    out = run(&st, "%s", bin);
+    CHECK_EQ(st, 2);
+    free(out);
+    out = run(&st, "%s frobnicate", bin);
+    CHECK_EQ(st, 2);
+    CHECK_CONTAINS(out, "unknown command 'frobnicate'");
+    free(out);
+
+    t_case("cli-3 inspect summary");
+    out = run(&st, "%s inspect tests/cases/variants.hlo", bin);
+    CHECK_EQ(st, 0);
+    CHECK_CONTAINS(out, "module        variants");
+    CHECK_CONTAINS(out, "devices       4");
+    CHECK_CONTAINS(out, "  0 Arg_0.1 f32[8,16]{1,0} sharding={devices=[1,4]<=[4]}");
+    CHECK_CONTAINS(out, "ar = all-reduce mode=flattened-id reduction=sum replica_groups={{0,1},{2,3}}");
+    CHECK_CONTAINS(out, "cp = collective-permute mode=cross-partition source_target_pairs={{0,1},{1,2},{2,3},{3,0}}");
+    free(out);
+
+    t_case("cli-4 inspect --print reads back");
+    out = run(&st, "%s inspect --print tests/cases/variants.hlo > build/cli-print.hlo && %s inspect build/cli-print.hlo", bin, bin);
+    CHECK_EQ(st, 0);
+    CHECK_CONTAINS(out, "module        variants");
+    free(out);
+
+    t_case("cli-5 gzip input");
+    out = run(&st, "gzip -c tests/cases/variants.hlo > build/cli-variants.hlo.gz && %s inspect build/cli-variants.hlo.gz", bin);
+    CHECK_EQ(st, 0);
+    CHECK_CONTAINS(out, "module        variants");
+    free(out);
+
+    t_case("cli-6 missing file: exit 2, names the file");
+    out = run(&st, "%s inspect build/does-not-exist.hlo", bin);
+    CHECK_EQ(st, 2);
+    CHECK_CONTAINS(out, "build/does-not-exist.hlo: cannot open");
+    free(out);
+
+    t_case("cli-7 bad input: file:line:col, the line and a caret, exit 2");
+    out = run(&st, "printf 'ENTRY e {\\n  p = f32[2] parameter(0)\\n  ROOT n = f32[2] negate(q)\\n}\\n' > build/cli-bad.hlo && %s inspect build/cli-bad.hlo", bin);
+    CHECK_EQ(st, 2);
+    CHECK_CONTAINS(out, "build/cli-bad.hlo:3:26: operand 'q' is not defined before its use\n");
+    CHECK_CONTAINS(out, "    ROOT n = f32[2] negate(q)\n");
+    CHECK_CONTAINS(out, "                           ^\n");
+    free(out);
+
+    t_case("cli-8 garbage binary input: clean error, exit 2");
+    out = run(&st, "head -c 3000 /dev/urandom > build/cli-garbage.pb; printf '\\x0a\\x05' | cat - build/cli-garbage.pb > build/cli-garbage2.pb; %s inspect build/cli-garbage2.pb", bin);
+    CHECK_EQ(st, 2);
+    CHECK_CONTAINS(out, "build/cli-garbage2.pb:");
+    free(out);
+
+    t_case("cli-9 unknown option");
+    out = run(&st, "%s inspect --frob tests/cases/variants.hlo", bin);
+    CHECK_EQ(st, 2);
+    free(out);
+
+    readme_examples();
+}
