@@ -31,9 +31,9 @@ static void fill(canvas *c, int x0, int y0, int x1, int y1, const unsigned char 
         }
 }
 
-/* A step of 1, 2 or 5 × 10^k giving at most ~6 intervals up to max. */
+/* A step of 1, 2 or 5 × 10^k giving about 6 intervals up to max. */
 static double nice_step(double max) {
-    double raw = max / 5, mag = pow(10, floor(log10(raw))), f = raw / mag;
+    double raw = max / 6, mag = pow(10, floor(log10(raw))), f = raw / mag;
     return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
 }
 

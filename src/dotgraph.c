@@ -46,6 +46,69 @@ static long find_node(const trace_finding *f, const char *id) {
     return -1;
 }
 
+/* Object IDs in order of creation. cgraph's default ID discipline uses the
+ * address of the interned name as the ID, and subgraphs are kept ordered by ID, so
+ * the two clusters came out in heap-address order: different bytes from one run to
+ * the next. Here a name's ID is 2·(its index in a table), anonymous objects get
+ * odd IDs from a counter: the same graph gives the same SVG. */
+typedef struct {
+    char **names;
+    size_t n, cap;
+    IDTYPE anon;
+} id_state;
+
+static void *id_open(Agraph_t *g, Agdisc_t *disc) {
+    (void)g, (void)disc;
+    id_state *st = xcalloc(1, sizeof *st);
+    st->anon = 1;
+    return st;
+}
+
+static long id_map(void *state, int objtype, char *str, IDTYPE *id, int createflag) {
+    id_state *st = state;
+    (void)objtype;
+    if (!str) {
+        *id = st->anon;
+        st->anon += 2;
+        return 1;
+    }
+    for (size_t i = 0; i < st->n; i++)
+        if (strcmp(st->names[i], str) == 0) {
+            *id = (IDTYPE)(2 * (i + 1));
+            return 1;
+        }
+    if (!createflag) return 0;
+    XGROW(st->names, st->cap, st->n + 1);
+    st->names[st->n++] = xstrdup(str);
+    *id = (IDTYPE)(2 * st->n);
+    return 1;
+}
+
+static long id_alloc(void *state, int objtype, IDTYPE id) {
+    (void)state, (void)objtype, (void)id;
+    return 1;
+}
+
+static void id_free(void *state, int objtype, IDTYPE id) { (void)state, (void)objtype, (void)id; }
+
+static char *id_print(void *state, int objtype, IDTYPE id) {
+    id_state *st = state;
+    (void)objtype;
+    if (id % 2 == 0 && id / 2 >= 1 && id / 2 <= st->n) return st->names[id / 2 - 1];
+    return NULL;
+}
+
+static void id_close(void *state) {
+    id_state *st = state;
+    for (size_t i = 0; i < st->n; i++) free(st->names[i]);
+    free(st->names);
+    free(st);
+}
+
+static void id_register(void *state, int objtype, void *obj) { (void)state, (void)objtype, (void)obj; }
+
+static Agiddisc_t seq_id_disc = {id_open, id_map, id_alloc, id_free, id_print, id_close, id_register};
+
 bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_note, diag *d) {
     *cut_note = NULL;
     size_t n = f->n_nodes;
@@ -81,7 +144,8 @@ bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_
      * freed memory. The context is reachable until exit; graphs are per picture. */
     static GVC_t *gvc;
     if (!gvc) gvc = gvContext();
-    graph_t *g = agopen("subgraph", Agdirected, NULL);
+    Agdisc_t disc = {&AgMemDisc, &seq_id_disc, &AgIoDisc};
+    graph_t *g = agopen("subgraph", Agdirected, &disc);
     set(g, "rankdir", "TB");
     set(g, "bgcolor", "transparent");
     set(g, "fontname", "Helvetica,Arial,sans-serif");
@@ -180,7 +244,8 @@ bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_
     for (size_t i = 0; i < f->n_links; i++) {
         long a = find_node(f, f->links[i].from), z = find_node(f, f->links[i].to);
         if (a < 0 || z < 0 || !gn[a] || !gn[z]) continue;
-        Agedge_t *e = agedge(g, gn[a], gn[z], NULL, 1);
+        /* drawn distributed → baseline: dot then keeps the baseline cluster on the left */
+        Agedge_t *e = agedge(g, gn[z], gn[a], NULL, 1);
         set(e, "style", "dashed");
         set(e, "constraint", "false");
         set(e, "dir", "none");

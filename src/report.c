@@ -486,7 +486,7 @@ static void page_pair(rctx *c, size_t p) {
     for (size_t i = 0; i < t->n_segments; i++) {
         const trace_segment *s = &t->segments[i];
         double ph[4] = {s->t_build, s->t_lift, s->t_saturate, s->t_check};
-        sb_printf(&b, "<tr%s><td class=\"num\">%zu</td><td class=\"name\">", s->memo_hit ? " class=\"memo\"" : "", i + 1);
+        sb_printf(&b, "<tr%s><td class=\"num\">%zu</td><td class=\"seg\">", s->memo_hit ? " class=\"memo\"" : "", i + 1);
         put(&b, s->name);
         sb_printf(&b, "</td><td data-v=\"%d\">", (int)s->verdict);
         badge(&b, s->verdict);
@@ -536,7 +536,7 @@ static void page_pair(rctx *c, size_t p) {
         const trace_segment *s = &t->segments[i];
         en += s->enodes, ec += s->eclasses, it += s->iterations, fir += s->rule_firings;
         stops[s->stop]++;
-        sb_puts(&b, s->memo_hit ? "<tr class=\"memo\"><td class=\"name\">" : "<tr><td class=\"name\">");
+        sb_puts(&b, s->memo_hit ? "<tr class=\"memo\"><td class=\"seg\">" : "<tr><td class=\"seg\">");
         put(&b, s->name);
         sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)s->enodes);
         fmt_int(&b, s->enodes);

@@ -1,0 +1,430 @@
+/* report suite: trace reader, site writer, SARIF/JUnit/summary goldens, escaping,
+ * schemas, determinism, size limits, CSP, and the browser check.
+ *
+ * Goldens live in tests/cases/traces/golden/; regenerate them after an intended
+ * change with   SCALIFY_UPDATE_GOLDEN=1 build/run-tests report
+ * and review the diff. SCALIFY_SKIP_BROWSER=1 skips the (slow) browser check. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "escape.h"
+#include "harness.h"
+#include "jschema.h"
+#include "report.h"
+#include "sha256.h"
+#include "trace_read.h"
+
+#define TRACES "tests/cases/traces"
+static const char *const fixtures[] = {"verified", "mismatch", "unverified", "escaping"};
+#define N_FIX 4
+
+static trace *load(const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, TRACES "/%s.trace.json", name);
+    diag d;
+    diag_init(&d, path);
+    trace *t = trace_read_file(path, &d);
+    CHECK_MSG(t != NULL, "%s: %s", path, d.out.s ? d.out.s : "");
+    diag_free(&d);
+    return t;
+}
+
+static const report_file *find_file(const report_site *s, const char *name) {
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->files[i].name, name) == 0) return &s->files[i];
+    return NULL;
+}
+
+static bool ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static void golden(const report_site *s, const char *file, const char *golden_name) {
+    const report_file *f = find_file(s, file);
+    CHECK_MSG(f != NULL, "no %s in the site", file);
+    if (!f) return;
+    char path[256];
+    snprintf(path, sizeof path, TRACES "/golden/%s", golden_name);
+    if (getenv("SCALIFY_UPDATE_GOLDEN")) {
+        FILE *o = fopen(path, "wb");
+        CHECK_MSG(o != NULL, "cannot write %s", path);
+        if (o) {
+            fwrite(f->data.s, 1, f->data.len, o);
+            fclose(o);
+        }
+        return;
+    }
+    size_t n = 0;
+    char *want = t_read(path, &n);
+    CHECK_MSG(want != NULL, "missing golden %s (SCALIFY_UPDATE_GOLDEN=1 build/run-tests report)", path);
+    if (want) {
+        bool same = n == f->data.len && memcmp(want, f->data.s, n) == 0;
+        CHECK_MSG(same, "%s differs from %s (review, then SCALIFY_UPDATE_GOLDEN=1 build/run-tests report)", file, path);
+    }
+    free(want);
+}
+
+static int validate_file(const char *schema_path, const char *doc, size_t n, strbuf *errs) {
+    json_error_t e;
+    json_t *schema = json_load_file(schema_path, 0, &e);
+    json_t *d = json_loadb(doc, n, 0, &e);
+    if (!schema || !d) {
+        sb_printf(errs, "cannot load %s or the document: %s\n", schema_path, e.text);
+        json_decref(schema);
+        json_decref(d);
+        return 1;
+    }
+    int bad = jschema_validate(schema, d, errs);
+    json_decref(schema);
+    json_decref(d);
+    return bad;
+}
+
+/* Checks the page's CSP hashes against its one <style> and one <script>. */
+static void check_csp(const char *name, const char *html) {
+    const char *st = strstr(html, "<style>"), *se = st ? strstr(st, "</style>") : NULL;
+    const char *sc = strstr(html, "<script>"), *sce = sc ? strstr(sc, "</script>") : NULL;
+    CHECK_MSG(st && se && sc && sce, "%s: no inline style/script", name);
+    if (!(st && se && sc && sce)) return;
+    const char *parts[2][2] = {{st + 7, se}, {sc + 8, sce}};
+    for (int i = 0; i < 2; i++) {
+        uint8_t h[32];
+        sha256(parts[i][0], (size_t)(parts[i][1] - parts[i][0]), h);
+        strbuf want;
+        sb_init(&want);
+        sb_puts(&want, i ? "script-src 'sha256-" : "style-src 'sha256-");
+        esc_base64(&want, h, 32);
+        CHECK_MSG(strstr(html, want.s) != NULL, "%s: CSP lacks %s", name, want.s);
+        sb_free(&want);
+    }
+    const char *second = strstr(sce, "<script");
+    CHECK_MSG(second == NULL, "%s: more than one <script>", name);
+    CHECK_MSG(strstr(html, " style=\"") == NULL, "%s: a style attribute (blocked by the CSP)", name);
+    CHECK_MSG(strstr(html, "default-src 'none'") != NULL, "%s: CSP without default-src 'none'", name);
+    static const char *const external[] = {"src=\"http", "href=\"http", "url(http", "@import", "src=\"//",
+                                           "href=\"//", "xlink:href=\"http"};
+    for (size_t i = 0; i < ARRAY_LEN(external); i++)
+        CHECK_MSG(strstr(html, external[i]) == NULL, "%s: external reference %s", name, external[i]);
+}
+
+static void test_reader(void) {
+    t_case("report-1 fixtures read");
+    for (int i = 0; i < N_FIX; i++) {
+        trace *t = load(fixtures[i]);
+        if (!t) continue;
+        CHECK(t->n_segments > 0);
+        if (i == 0) {
+            CHECK_EQ(t->verdict, VERDICT_VERIFIED);
+            CHECK_EQ(t->n_segments, 6);
+            CHECK_EQ(t->memo_hits, 2);
+            CHECK_STR(t->segments[3].memo_of, "layers.0/attn");
+            CHECK_STR(t->mesh[0].axis, "tp");
+            CHECK_STR(t->relations[1].value, "shard(0,tp)");
+        }
+        if (i == 1) {
+            CHECK_EQ(t->n_findings, 2);
+            CHECK(t->findings[0].has_witness && !t->findings[1].has_witness);
+            CHECK_EQ(t->findings[0].kind, KIND_WRONG_REDUCTION);
+            CHECK_EQ(t->kind_counts[KIND_CONSTANT_MISMATCH], 1);
+            CHECK_EQ(t->findings[0].snippets[0].highlight, 112);
+        }
+        if (i == 2) CHECK_EQ(t->segments[2].stop, STOP_NODE_LIMIT);
+        if (i == 3) CHECK(t->findings[0].max_abs != t->findings[0].max_abs); /* "nan" */
+        trace_free(t);
+    }
+
+    t_case("report-2 bad traces: file: message, exit 2");
+    static const struct {
+        const char *name, *json, *expect;
+    } bad[] = {
+        {"syntax", "{\"scalify_trace\": 1,", "invalid JSON"},
+        {"notrace", "{\"hello\": 1}", "not a scalify trace"},
+        {"version", "{\"scalify_trace\": 2}", "unsupported trace version"},
+        {"missing", "{\"scalify_trace\": 1}", "missing required field \"tool\""},
+        {"enum", NULL, "verdict: expected one of"},
+        {"dangling", NULL, "names no node"},
+    };
+    size_t vn = 0;
+    char *valid = t_read(TRACES "/mismatch.trace.json", &vn);
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        char path[256], cmd[1024];
+        snprintf(path, sizeof path, "build/report-bad-%s.json", bad[i].name);
+        FILE *f = fopen(path, "wb");
+        if (!f) continue;
+        if (bad[i].json) fputs(bad[i].json, f);
+        else if (valid) {
+            strbuf b;
+            sb_init(&b);
+            sb_puts(&b, valid);
+            const char *from = i == 4 ? "\"verdict\": \"mismatch\"" : "\"from\": \"b1\"";
+            const char *to = i == 4 ? "\"verdict\": \"maybe\"" : "\"from\": \"nope\"";
+            char *at = strstr(b.s, from);
+            if (at) {
+                fwrite(b.s, 1, (size_t)(at - b.s), f);
+                fputs(to, f);
+                fputs(at + strlen(from), f);
+            }
+            sb_free(&b);
+        }
+        fclose(f);
+        snprintf(cmd, sizeof cmd, "%s report %s -o build/report-bad-site", t_scalify(), path);
+        int st = 0;
+        char *out = t_run(cmd, &st);
+        t_case("report-2.%zu %s", i + 1, bad[i].name);
+        CHECK_EQ(st, 2);
+        CHECK_CONTAINS(out, path);
+        CHECK_CONTAINS(out, bad[i].expect);
+        free(out);
+    }
+    free(valid);
+    t_case("report-2.9 usage");
+    int st = 0;
+    char *out = t_run("${SCALIFY:-build/scalify} report", &st);
+    CHECK_EQ(st, 2);
+    CHECK_CONTAINS(out, "usage: scalify report");
+    free(out);
+}
+
+static void test_site(void) {
+    trace *ts[N_FIX];
+    for (int i = 0; i < N_FIX; i++) ts[i] = load(fixtures[i]);
+    for (int i = 0; i < N_FIX; i++)
+        if (!ts[i]) return;
+    report_opts o = {"Fixture report", false};
+    report_site s1, s2;
+    diag d;
+    diag_init(&d, "report");
+    t_case("report-3 render");
+    double t0 = now_ms();
+    bool ok = report_render(&s1, ts, N_FIX, &o, &d);
+    double t1 = now_ms();
+    CHECK_MSG(ok, "%s", d.out.s ? d.out.s : "");
+    if (!ok) goto out;
+    printf("report: rendered %zu files from %d traces in %.1f ms\n", s1.n, N_FIX, t1 - t0);
+    CHECK(find_file(&s1, "index.html") != NULL);
+    CHECK(find_file(&s1, "pair-01-tiny.megatron_tp.tp4.html") != NULL);
+    CHECK(find_file(&s1, "finding-02-F1-wrong-reduction.html") != NULL);
+    CHECK_EQ(s1.n, 1 + 4 + 5 + 3);
+
+    t_case("report-4 golden summary.json, junit.xml, results.sarif");
+    golden(&s1, "summary.json", "summary.json");
+    golden(&s1, "junit.xml", "junit.xml");
+    golden(&s1, "results.sarif", "results.sarif");
+
+    t_case("report-5 determinism");
+    ok = report_render(&s2, ts, N_FIX, &o, &d);
+    CHECK(ok);
+    if (ok) {
+        CHECK_EQ(s1.n, s2.n);
+        for (size_t i = 0; i < s1.n && i < s2.n; i++) {
+            bool same = strcmp(s1.files[i].name, s2.files[i].name) == 0 && s1.files[i].data.len == s2.files[i].data.len &&
+                        memcmp(s1.files[i].data.s, s2.files[i].data.s, s1.files[i].data.len) == 0;
+            CHECK_MSG(same, "%s differs between two renders", s1.files[i].name);
+        }
+        report_site_free(&s2);
+    }
+
+    t_case("report-6 SARIF against the SARIF 2.1.0 schema");
+    const report_file *sarif = find_file(&s1, "results.sarif");
+    strbuf errs;
+    sb_init(&errs);
+    int bad = sarif ? validate_file("tests/sarif/sarif-schema-2.1.0.json", sarif->data.s, sarif->data.len, &errs) : 1;
+    CHECK_MSG(bad == 0, "%d violations:\n%s", bad, errs.s ? errs.s : "");
+    sb_reset(&errs);
+    if (sarif) {
+        json_t *j = json_loadb(sarif->data.s, sarif->data.len, 0, NULL);
+        json_t *results = json_object_get(json_array_get(json_object_get(j, "runs"), 0), "results");
+        CHECK_EQ(json_array_size(results), 5);
+        json_t *r0 = json_array_get(results, 0);
+        CHECK_STR(json_string_value(json_object_get(r0, "ruleId")), "wrong-reduction");
+        CHECK(json_array_size(json_object_get(r0, "relatedLocations")) == 2);
+        json_decref(j);
+    }
+    /* Cross-check with Python's jsonschema when it is installed. */
+    int st = 0;
+    char *py = t_run("python3 -c 'import jsonschema' 2>/dev/null && echo yes", &st);
+    if (py && strstr(py, "yes")) {
+        FILE *f = fopen("build/report-test.sarif", "wb");
+        if (f && sarif) fwrite(sarif->data.s, 1, sarif->data.len, f);
+        if (f) fclose(f);
+        char *o2 = t_run("python3 -c 'import json,jsonschema,sys; jsonschema.validate(json.load(open(\"build/report-test.sarif\")),"
+                         " json.load(open(\"tests/sarif/sarif-schema-2.1.0.json\"))); print(\"valid\")'", &st);
+        CHECK_MSG(st == 0 && strstr(o2, "valid"), "python jsonschema: %s", o2);
+        free(o2);
+    } else printf("report: python3 jsonschema not available; SARIF checked with the C validator only\n");
+    free(py);
+
+    t_case("report-7 traces against docs/trace.schema.json");
+    for (int i = 0; i < N_FIX; i++) {
+        char path[256];
+        snprintf(path, sizeof path, TRACES "/%s.trace.json", fixtures[i]);
+        size_t n = 0;
+        char *doc = t_read(path, &n);
+        sb_reset(&errs);
+        bad = doc ? validate_file("docs/trace.schema.json", doc, n, &errs) : 1;
+        CHECK_MSG(bad == 0, "%s: %s", path, errs.s ? errs.s : "");
+        free(doc);
+    }
+    {   /* and the schema rejects what the reader rejects */
+        json_t *schema = json_load_file("docs/trace.schema.json", 0, NULL);
+        json_t *doc = json_load_file(TRACES "/verified.trace.json", 0, NULL);
+        json_object_set_new(doc, "verdict", json_string("maybe"));
+        sb_reset(&errs);
+        CHECK(schema && doc && jschema_validate(schema, doc, &errs) > 0);
+        json_decref(schema);
+        json_decref(doc);
+    }
+
+    t_case("report-8 escaping: no raw trace markup in any output");
+    static const char *const hostile[] = {"<script>alert", "<img src=x", "<b>bold", "<b>not bold", "</title><script>",
+                                          "</pre></code>", "</td><script>", "<u>le&", "<evil>", "<tp>", "</style>)",
+                                          "<collapsed>", "x</text><script>", "--> <!--"};
+    for (size_t i = 0; i < s1.n; i++) {
+        const report_file *f = &s1.files[i];
+        for (size_t h = 0; h < ARRAY_LEN(hostile); h++)
+            CHECK_MSG(strstr(f->data.s, hostile[h]) == NULL, "%s contains raw %s", f->name, hostile[h]);
+        if (ends_with(f->name, ".html")) {
+            size_t scripts = 0;
+            for (const char *p = f->data.s; (p = strcasestr(p, "<script")) != NULL; p++) scripts++;
+            CHECK_MSG(scripts == 1, "%s: %zu <script> tags", f->name, scripts);
+            check_csp(f->name, f->data.s);
+        }
+        if (ends_with(f->name, ".json") || ends_with(f->name, ".sarif")) {
+            json_error_t e;
+            json_t *j = json_loadb(f->data.s, f->data.len, 0, &e);
+            CHECK_MSG(j != NULL, "%s is not JSON: %s", f->name, e.text);
+            json_decref(j);
+            CHECK_MSG(strchr(f->data.s, '<') == NULL, "%s has a raw <", f->name);
+        }
+    }
+    const report_file *ef = find_file(&s1, "finding-04-F1-x--layout-mismatch.html");
+    CHECK(ef != NULL);
+    if (ef) {
+        CHECK_CONTAINS(ef->data.s, "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;");
+        CHECK_CONTAINS(ef->data.s, "<svg");  /* the SVG was drawn, hostile labels and all */
+    }
+    const report_file *ju = find_file(&s1, "junit.xml");
+    if (ju) CHECK_CONTAINS(ju->data.s, "name=\"layer &quot;quoted&quot; &amp; &#39;single&#39;\"");
+
+    t_case("report-9 size limits");
+    for (size_t i = 0; i < s1.n; i++)
+        CHECK_MSG(s1.files[i].data.len < 5u << 20, "%s is %zu bytes", s1.files[i].name, s1.files[i].data.len);
+    {
+        report_opts ob = {"Fixture report", true};
+        report_site sb;
+        ok = report_render(&sb, ts, N_FIX, &ob, &d);
+        CHECK(ok && sb.n == 1);
+        if (ok) {
+            CHECK_MSG(sb.files[0].data.len < 10u << 20, "bundle is %zu bytes", sb.files[0].data.len);
+            check_csp("bundle", sb.files[0].data.s);
+            CHECK_CONTAINS(sb.files[0].data.s, "id=\"finding-02-F1-wrong-reduction\"");
+            CHECK_CONTAINS(sb.files[0].data.s, "href=\"#pair-01-tiny.megatron_tp.tp4\"");
+            CHECK(strstr(sb.files[0].data.s, ".html\"") == NULL);  /* every link is an anchor */
+            report_site_free(&sb);
+        }
+    }
+out:
+    if (ok) report_site_free(&s1);
+    sb_free(&errs);
+    diag_free(&d);
+    for (int i = 0; i < N_FIX; i++) trace_free(ts[i]);
+}
+
+/* A big synthetic trace: many segments, a subgraph past the node cap. */
+static void test_big(void) {
+    t_case("report-10 large trace: node cap, page sizes");
+    json_t *doc = json_load_file(TRACES "/mismatch.trace.json", 0, NULL);
+    CHECK(doc != NULL);
+    if (!doc) return;
+    json_t *segs = json_object_get(doc, "segments");
+    json_t *proto = json_deep_copy(json_array_get(segs, 1));
+    for (int i = 0; i < 400; i++) {
+        json_t *s = json_deep_copy(proto);
+        char name[64];
+        snprintf(name, sizeof name, "layers.%d/block", i + 2);
+        json_object_set_new(s, "name", json_string(name));
+        json_array_append_new(segs, s);
+    }
+    json_decref(proto);
+    json_t *sg = json_object_get(json_array_get(json_object_get(doc, "findings"), 0), "subgraph");
+    json_t *nodes = json_object_get(sg, "nodes"), *edges = json_object_get(sg, "edges");
+    for (int i = 0; i < 300; i++) {
+        char id[32], prev[32];
+        snprintf(id, sizeof id, "x%d", i);
+        snprintf(prev, sizeof prev, i ? "x%d" : "d3", i - 1);
+        json_array_append_new(nodes, json_pack("{s:s,s:s,s:s,s:s,s:s,s:i}", "id", id, "side", "distributed", "label",
+                                               id, "opcode", "add", "role", "context", "hops", 1 + i % 3));
+        json_array_append_new(edges, json_pack("{s:s,s:s}", "from", prev, "to", id));
+    }
+    char *text = json_dumps(doc, 0);
+    json_decref(doc);
+    diag d;
+    diag_init(&d, "big");
+    trace *t = trace_read_buffer(text, strlen(text), "big.json", &d);
+    free(text);
+    CHECK_MSG(t != NULL, "%s", d.out.s ? d.out.s : "");
+    if (t) {
+        report_opts o = {NULL, false};
+        report_site s;
+        double t0 = now_ms();
+        bool ok = report_render(&s, &t, 1, &o, &d);
+        printf("report: large trace (406 segments, 316-node subgraph) rendered in %.1f ms\n", now_ms() - t0);
+        CHECK(ok);
+        if (ok) {
+            for (size_t i = 0; i < s.n; i++)
+                CHECK_MSG(s.files[i].data.len < 5u << 20, "%s is %zu bytes", s.files[i].name, s.files[i].data.len);
+            const report_file *f = find_file(&s, "finding-01-F1-wrong-reduction.html");
+            CHECK(f != NULL);
+            if (f) CHECK_CONTAINS(f->data.s, "not drawn (cap of 40 nodes)");
+            report_site_free(&s);
+        }
+        trace_free(t);
+    }
+    diag_free(&d);
+}
+
+static void test_cli_and_browser(void) {
+    t_case("report-11 CLI: site + bundle, deterministic bytes");
+    char cmd[2048];
+    int st = 0;
+    snprintf(cmd, sizeof cmd,
+             "rm -rf build/report-site-a build/report-site-b && "
+             "%s report " TRACES "/verified.trace.json " TRACES "/mismatch.trace.json " TRACES "/unverified.trace.json "
+             TRACES "/escaping.trace.json -o build/report-site-a --single-file build/report-bundle.html --title 'Fixture report' && "
+             "%s report " TRACES "/verified.trace.json " TRACES "/mismatch.trace.json " TRACES "/unverified.trace.json "
+             TRACES "/escaping.trace.json -o build/report-site-b --title 'Fixture report' && "
+             "diff -r build/report-site-a build/report-site-b && ls build/report-site-a | grep -c tmp",
+             t_scalify(), t_scalify());
+    char *out = t_run(cmd, &st);
+    CHECK_MSG(st == 1 && strncmp(out, "0", 1) == 0, "status %d: %s", st, out);  /* grep -c found no temp file */
+    free(out);
+    size_t n = 0;
+    char *bundle = t_read("build/report-bundle.html", &n);
+    CHECK(bundle && n > 1000 && n < 10u << 20);
+    free(bundle);
+
+    t_case("report-12 browser (headless Chromium)");
+    if (getenv("SCALIFY_SKIP_BROWSER")) {
+        printf("SKIP browser test: SCALIFY_SKIP_BROWSER is set\n");
+        return;
+    }
+    out = t_run("sh tests/browser.sh build/report-site-a build/screenshots && "
+                "mkdir -p build/report-bundle && cp build/report-bundle.html build/report-bundle/bundle.html && "
+                "sh tests/browser.sh build/report-bundle build/screenshots",
+                &st);
+    fputs(out, stdout);
+    CHECK_MSG(st == 0, "browser check failed: %s", out);
+    free(out);
+}
+
+void suite_report(void);
+void suite_report(void) {
+    test_reader();
+    test_site();
+    test_big();
+    test_cli_and_browser();
+}
