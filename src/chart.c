@@ -59,16 +59,18 @@ bool chart_png(strbuf *out, const double (*values)[CHART_PHASES], const bool *ha
     axis->n_ticks = k + 1;
     for (int i = 0; i <= k; i++) axis->ticks[i] = step * i;
 
-    canvas c = {NULL, CHART_WIDTH_PX, (int)(n ? n : 1) * CHART_ROW_PX};
+    int scale = n <= CHART_HIDPI_ROWS ? CHART_SCALE : 1, row = CHART_ROW_PX * scale / CHART_SCALE;
+    canvas c = {NULL, CHART_WIDTH_PX * scale / CHART_SCALE, (int)(n ? n : 1) * row};
+    axis->css_height = c.h / scale;
     axis->width_px = c.w, axis->height_px = c.h;
     c.px = xcalloc((size_t)c.w * c.h, 4);  /* transparent */
     static const unsigned char grid[3] = {0x80, 0x80, 0x80};
     for (int i = 0; i <= k; i++) {
         int x = (int)lround((double)i / k * (c.w - 2));
-        fill(&c, x, 0, x + 2, c.h, grid, i == 0 ? 200 : 70);
+        fill(&c, x, 0, x + scale, c.h, grid, i == 0 ? 200 : 70);
     }
     for (size_t i = 0; i < n; i++) {
-        int y0 = (int)i * CHART_ROW_PX + CHART_ROW_PX / 5, y1 = (int)(i + 1) * CHART_ROW_PX - CHART_ROW_PX / 5;
+        int y0 = (int)i * row + row / 5, y1 = (int)(i + 1) * row - row / 5;
         double acc = 0;
         for (int p = 0; p < CHART_PHASES; p++) {
             double v = values[i][p] > 0 ? values[i][p] : 0;
@@ -84,7 +86,7 @@ bool chart_png(strbuf *out, const double (*values)[CHART_PHASES], const bool *ha
             static const unsigned char h[3] = {0x80, 0x80, 0x80};
             for (int y = y0; y < y1; y++)
                 for (int x = 2; x < c.w; x++)
-                    if (((x + y) % 16) < 3) {
+                    if (((x + y) % (8 * scale)) < (3 * scale + 1) / 2) {
                         unsigned char *px = c.px + ((size_t)y * c.w + x) * 4;
                         if (px[3] == 0) px[0] = h[0], px[1] = h[1], px[2] = h[2], px[3] = 90;
                     }
@@ -114,7 +116,7 @@ bool chart_png(strbuf *out, const double (*values)[CHART_PHASES], const bool *ha
     png_set_write_fn(png, out, png_write_cb, png_flush_cb);
     png_set_IHDR(png, info, (png_uint_32)c.w, (png_uint_32)c.h, 8, PNG_COLOR_TYPE_RGB_ALPHA, PNG_INTERLACE_NONE,
                  PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_set_compression_level(png, 9);
+    png_set_compression_level(png, 6);
     png_write_info(png, info);
     for (int y = 0; y < c.h; y++) rows[y] = c.px + (size_t)y * c.w * 4;
     png_write_image(png, rows);

@@ -20,6 +20,7 @@
 #define CHART_SCALE 2      /* device pixels per CSS pixel (crisp on HiDPI) */
 #define CHART_ROW_PX 48    /* device pixels per row: 24 CSS px */
 #define CHART_WIDTH_PX 1400
+#define CHART_HIDPI_ROWS 80
 #define CHART_MAX_TICKS 12
 
 typedef struct {
@@ -27,6 +28,7 @@ typedef struct {
     int n_ticks;                     /* ticks at 0, step, 2·step … max */
     double ticks[CHART_MAX_TICKS];
     int width_px, height_px;         /* of the PNG */
+    int css_height;                  /* CSS pixels the image must be shown at (rows × 24) */
 } chart_axis;
 
 /* Phase colours (RGB), shared with the HTML legend. */

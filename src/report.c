@@ -393,7 +393,7 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     }
     char cls[32];
     snprintf(cls, sizeof cls, "c%02zu", p + 1);
-    sb_printf(css, ".%s .plot img{height:%dpx}", cls, ax.height_px / CHART_SCALE);
+    sb_printf(css, ".%s .plot img{height:%dpx}", cls, ax.css_height);
     for (int i = 0; i < ax.n_ticks; i++)
         sb_printf(css, ".%s .t%d{left:%.3f%%}", cls, i, 100.0 * i / (ax.n_ticks - 1));
     sb_putc(css, '\n');
