@@ -529,14 +529,25 @@ double hlo_float_decode(int dt, uint32_t bits) {
 uint32_t hlo_float_encode(int dt, double v) {
     int nbits = dt == DT_F16 || dt == DT_BF16 ? 16 : dtype_bits(dt);
     if (nbits <= 0 || nbits > 16) return 0;
-    if (dt == DT_BF16 && !isnan(v)) {
+    if (dt == DT_BF16) {
+        if (isnan(v)) return signbit(v) ? 0xffc0 : 0x7fc0;
         float f = (float)dtype_round(DT_BF16, v);
         uint32_t u;
         memcpy(&u, &f, 4);
         return u >> 16;
     }
-    /* The nearest code, ties to the even code: a search over at most 2^16
-     * codes, which only fixture writing pays for. */
+    if (dt == DT_F16) {
+        uint32_t sign = signbit(v) ? 0x8000 : 0;
+        if (isnan(v)) return sign | 0x7e00;
+        double a = fabs(dtype_round(DT_F16, v));
+        if (isinf(a)) return sign | 0x7c00;
+        if (a < 0x1p-14) return sign | (uint32_t)(a * 0x1p24);  /* subnormal: exact */
+        int e;
+        double f = frexp(a, &e);                                /* a = f * 2^e, f in [0.5, 1) */
+        return sign | (uint32_t)(e + 14) << 10 | (uint32_t)((f * 2 - 1) * 1024);
+    }
+    /* The nearest code of a narrow kind, ties to the even code: a search over
+     * at most 256 codes, which only fixture writing pays for. */
     uint32_t best = 0, ncodes = 1u << nbits;
     double bestd = INFINITY;
     bool found = false;
@@ -1164,9 +1175,6 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
     hlo_instr *in = &c->instrs[i];
     p->nattrs = 0;
     if (!ip->opcode || !*ip->opcode) fail(p, "opcode", "missing opcode");
-    in->name = intern(p, ip->name);
-    if (!strmap_put(&p->names, in->name, strlen(in->name), i))
-        fail(p, "name", "instruction name '%.80s' is used twice in the computation", in->name);
     in->opname = intern(p, ip->opcode);
     in->op = (uint16_t)hlo_op_from_name(in->opname, strlen(in->opname));
     convert_shape(p, ip->shape, &in->shape, "shape");
@@ -1383,10 +1391,14 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
     strmap_init(&p->names);
     XGROW(p->idkeys, p->capidkeys, n);
     for (uint32_t i = 0; i < c->ninstrs; i++) {
-        p->idkeys[i] = cp->instructions[i]->id;
+        const Xla__HloInstructionProto *ip = cp->instructions[i];
+        p->idkeys[i] = ip->id;
         p->instr = i;
         if (!strmap_put(&p->ids, (const char *)&p->idkeys[i], sizeof p->idkeys[i], i))
             fail(p, "id", "instruction id %lld is used twice", (long long)p->idkeys[i]);
+        const char *name = c->instrs[i].name = intern(p, ip->name);
+        if (!strmap_put(&p->names, name, strlen(name), i))
+            fail(p, "name", "instruction name '%.80s' is used twice in the computation", name);
     }
     int64_t maxparam = -1;
     for (uint32_t i = 0; i < c->ninstrs; i++) {
@@ -1529,6 +1541,10 @@ static int finalize(pb *p) {
     return errors;
 }
 
+/* protobuf-c allocates from an arena: one free for the whole message tree. */
+static void *pc_alloc(void *data, size_t n) { return arena_alloc(data, n); }
+static void pc_free(void *data, void *ptr) { (void)data, (void)ptr; }
+
 /* The module, or NULL (freed) after a diagnostic. */
 static hlo_module *convert(pb *p, const Xla__HloModuleProto *mp) {
     if (setjmp(p->fail) == 0) {
@@ -1554,11 +1570,14 @@ hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d
     p->prefix = prefixes[kind];
     hlo_module *m = NULL;
     void *msg = NULL;
+    arena unpacked;
+    arena_init(&unpacked);
+    ProtobufCAllocator alloc = {pc_alloc, pc_free, &unpacked};
     if (n == 0) {
         diag_binary(d, 0, "", "empty input");
     } else if (!walk_message(w, 0, n, containers[kind])) {
         diag_binary(d, w->err_off, w->err_path, "%s (reading it as %s)", w->err, format_names[kind]);
-    } else if (!(msg = protobuf_c_message_unpack(containers[kind], NULL, n, buf))) {
+    } else if (!(msg = protobuf_c_message_unpack(containers[kind], &alloc, n, buf))) {
         diag_binary(d, 0, "", "protobuf-c could not unpack the %s", format_names[kind]);
     } else {
         const Xla__HloModuleProto *mp = NULL;
@@ -1574,8 +1593,8 @@ hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d
             p->m->source_path = graph_intern(p->m, sp, strlen(sp));
             m = convert(p, mp);
         }
-        protobuf_c_message_free_unpacked(msg, NULL);
     }
+    arena_free(&unpacked);
     free(w->comp_off);
     free(w->instr_off);
     free(p->attrs);
