@@ -9,15 +9,29 @@
 
 #include "escape.h"
 
+/* esc_html, and each backslash as U+29F5 (reverse solidus operator, which looks
+ * the same): Graphviz expands \N, \G … in labels into node and graph names even
+ * when the backslash is written as an entity. */
+static void put_label(strbuf *b, const char *s, size_t n) {
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '\\') continue;
+        esc_html_n(b, s + run, i - run);
+        sb_puts(b, "\xe2\xa7\xb5");
+        run = i + 1;
+    }
+    esc_html_n(b, s + run, n - run);
+}
+
 /* Cuts s to at most max bytes on a UTF-8 boundary, adding an ellipsis. */
 static void put_short(strbuf *b, const char *s, size_t max) {
     size_t n = strlen(s);
     if (n <= max) {
-        esc_html(b, s);
+        put_label(b, s, n);
         return;
     }
     while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80) max--;
-    esc_html_n(b, s, max);
+    put_label(b, s, max);
     sb_puts(b, "\xe2\x80\xa6");
 }
 
