@@ -125,6 +125,19 @@ int cli_eval(int argc, char **argv) {
         P = ndev / R;
     }
     int64_t D = R * P;
+    {
+        strbuf err;
+        sb_init(&err);
+        interp_config cfg = {.replicas = R, .partitions = P};
+        int st = interp_check(m, &cfg, &err);
+        if (st != INTERP_OK) {
+            fprintf(stderr, "%s: %s\n", file, err.s ? err.s : "cannot be interpreted");
+            sb_free(&err);
+            graph_free(m);
+            return EXIT_INPUT;
+        }
+        sb_free(&err);
+    }
     const hlo_comp *entry = graph_entry(m);
     uint32_t np = entry->nparams;
     interp_val ***args = xcalloc((size_t)D, sizeof *args);

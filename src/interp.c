@@ -2199,18 +2199,15 @@ static int64_t shape_total(const shape *s) {
     return n < 0 ? 0 : n;
 }
 
-int interp_run(const hlo_module *m, const interp_config *cfg, interp_val **const *args, interp_val **out,
-               strbuf *err) {
-    ctx x = {.m = m, .err = err};
-    interp_devices(m, &x.R, &x.P);
-    if (cfg && cfg->replicas > 0) x.R = cfg->replicas;
-    if (cfg && cfg->partitions > 0) x.P = cfg->partitions;
-    x.D = x.R * x.P;
-    x.max_iterations = cfg && cfg->max_iterations > 0 ? cfg->max_iterations : INTERP_MAX_ITERATIONS;
+int interp_check(const hlo_module *m, const interp_config *cfg, strbuf *err) {
+    int64_t R, P;
+    interp_devices(m, &R, &P);
+    if (cfg && cfg->replicas > 0) R = cfg->replicas;
+    if (cfg && cfg->partitions > 0) P = cfg->partitions;
+    int64_t D = R * P;
     int64_t budget = cfg && cfg->max_elements > 0 ? cfg->max_elements : INTERP_MAX_ELEMENTS;
-    for (int64_t d = 0; d < x.D; d++) out[d] = NULL;
-    if (x.D <= 0 || x.D > 4096) {
-        if (err) sb_printf(err, "%lld devices: between 1 and 4096 are simulated", (long long)x.D);
+    if (D <= 0 || D > 4096) {
+        if (err) sb_printf(err, "%lld devices: between 1 and 4096 are simulated", (long long)D);
         return INTERP_EINPUT;
     }
     /* Budget: every instruction's elements on every device. */
@@ -2226,12 +2223,31 @@ int interp_run(const hlo_module *m, const interp_config *cfg, interp_val **const
                 return INTERP_EUNSUPPORTED;
             }
         }
-    if (total > budget / x.D) {
+    if (total > budget / D) {
         if (err)
             sb_printf(err, "the module holds more than %lld elements over %lld devices (budget %lld elements)",
-                      (long long)(total > budget ? budget : total * x.D), (long long)x.D, (long long)budget);
+                      (long long)(total > budget ? budget : total * D), (long long)D, (long long)budget);
         return INTERP_EBUDGET;
     }
+    if (!graph_entry(m)) {
+        if (err) sb_puts(err, "the module has no entry computation");
+        return INTERP_EINPUT;
+    }
+    return INTERP_OK;
+}
+
+int interp_run(const hlo_module *m, const interp_config *cfg, interp_val **const *args, interp_val **out,
+               strbuf *err) {
+    ctx x = {.m = m, .err = err};
+    interp_devices(m, &x.R, &x.P);
+    if (cfg && cfg->replicas > 0) x.R = cfg->replicas;
+    if (cfg && cfg->partitions > 0) x.P = cfg->partitions;
+    x.D = x.R * x.P;
+    x.max_iterations = cfg && cfg->max_iterations > 0 ? cfg->max_iterations : INTERP_MAX_ITERATIONS;
+    if (x.D > 0 && x.D <= 4096)
+        for (int64_t d = 0; d < x.D; d++) out[d] = NULL;
+    int st0 = interp_check(m, cfg, err);
+    if (st0) return st0;
     const hlo_comp *entry = graph_entry(m);
     if (!entry) {
         if (err) sb_puts(err, "the module has no entry computation");

@@ -105,6 +105,11 @@ typedef struct interp_config {
     int64_t max_iterations;        /* 0: INTERP_MAX_ITERATIONS */
 } interp_config;
 
+/* The checks interp_run makes before running: device count (1..4096),
+ * the element budget, ranks, an entry computation. INTERP_OK or a status with
+ * the reason in err (may be NULL). Call it before building large inputs. */
+int interp_check(const hlo_module *m, const interp_config *cfg, strbuf *err);
+
 /* Runs the entry computation on every device d = 0..R·P-1 with the borrowed
  * arguments args[d][k] (parameter k of device d). On INTERP_OK, out[d] holds
  * device d's result (caller frees each with interp_val_free). Otherwise out is
