@@ -311,3 +311,6 @@ const char *__lsan_default_suppressions(void) {
     return "leak:libgvc.so\nleak:libgvplugin_\nleak:libcgraph.so\nleak:libfontconfig.so\nleak:libpango\n"
            "leak:libglib-2.0.so\nleak:libcairo.so\nleak:libharfbuzz.so\n";
 }
+
+const char *__lsan_default_options(void);
+const char *__lsan_default_options(void) { return "print_suppressions=0"; }
