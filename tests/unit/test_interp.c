@@ -855,8 +855,50 @@ static void test_stf(void) {
     for (int k = 0; k < 3; k++) interp_val_free(v[k]);
 }
 
+static void test_cli_eval(void) {
+    const char *bin = t_scalify();
+    char cmd[1024];
+    int st;
+    t_case("interp eval-1.1 seeded run, 4 devices, deterministic");
+    const char *f = "build/interp-eval.hlo";
+    FILE *o = fopen(f, "w");
+    if (!CHECK(o != NULL)) return;
+    fputs(AR_HEAD "ENTRY e {\n  a = f32[4] parameter(0), sharding={devices=[4]<=[4]}\n"
+                  "  ROOT r = f32[16] all-gather(a), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, "
+                  "use_global_device_ids=true\n}\n",
+          o);
+    fclose(o);
+    snprintf(cmd, sizeof cmd, "%s eval %s --devices 4 --seed 5 --outputs build/interp-eval.stf", bin, f);
+    char *a = t_run(cmd, &st);
+    CHECK_EQ(st, 0);
+    CHECK_CONTAINS(a, "out.0 device 3: f32[16]");
+    char *b = t_run(cmd, &st);
+    CHECK_STR(a, b);
+    /* The global parameter is drawn once and cut into tiles: every device gathers the same array. */
+    char *c0 = strstr(a, "checksum="), *c3 = a ? strstr(a, "device 3") : NULL;
+    CHECK(c0 && c3 && strncmp(c0, strstr(c3, "checksum="), 25) == 0);
+    free(b);
+    free(a);
+    t_case("interp eval-1.2 outputs read back as inputs are refused by name, exit 2");
+    snprintf(cmd, sizeof cmd, "%s eval %s --devices 4 --inputs build/interp-eval.stf", bin, f);
+    a = t_run(cmd, &st);
+    CHECK_EQ(st, 2);
+    CHECK_CONTAINS(a, "no tensor in.0");
+    free(a);
+    t_case("interp eval-1.3 missing file and bad option, exit 2");
+    snprintf(cmd, sizeof cmd, "%s eval build/does-not-exist.hlo", bin);
+    a = t_run(cmd, &st);
+    CHECK_EQ(st, 2);
+    free(a);
+    snprintf(cmd, sizeof cmd, "%s eval %s --devices 0", bin, f);
+    a = t_run(cmd, &st);
+    CHECK_EQ(st, 2);
+    free(a);
+}
+
 void suite_interp(void);
 void suite_interp(void) {
+    test_cli_eval();
     test_dot();
     test_gather_scatter();
     test_structural();
