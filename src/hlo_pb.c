@@ -237,9 +237,8 @@ static bool walk_message(walker *w, size_t start, size_t end, const ProtobufCMes
 
 /* The payload of the first occurrence of field 1 as a length-delimited value,
  * when the message at [p, e) parses shallowly. */
-static bool first_field1(const uint8_t *p, const uint8_t *e, const uint8_t **s, size_t *n, bool *has3) {
+static bool first_field1(const uint8_t *p, const uint8_t *e, const uint8_t **s, size_t *n) {
     bool found = false;
-    *has3 = false;
     while (p < e) {
         uint64_t tag, v;
         size_t k = read_varint(p, e, 5, &tag);
@@ -259,7 +258,6 @@ static bool first_field1(const uint8_t *p, const uint8_t *e, const uint8_t **s, 
                 *s = p;
                 *n = (size_t)v;
             }
-            if ((tag >> 3) == 3) *has3 = true;
             p += v;
         } else {
             return found;
@@ -279,8 +277,7 @@ static bool is_text(const uint8_t *s, size_t n) {
 static bool looks_like_module(const uint8_t *p, const uint8_t *e) {
     const uint8_t *s;
     size_t n;
-    bool has3;
-    if (!first_field1(p, e, &s, &n, &has3)) return true;
+    if (!first_field1(p, e, &s, &n)) return true;
     return is_text(s, n);
 }
 
@@ -291,13 +288,17 @@ static int detect_container(const uint8_t *buf, size_t n) {
         if (looks_like_module(p, e)) return level;
         const uint8_t *s;
         size_t k;
-        bool has3;
-        first_field1(p, e, &s, &k, &has3);
+        first_field1(p, e, &s, &k);
         p = s;
         e = s + k;
     }
     return 2;
 }
+
+static const char *const format_names[] = {"HloModuleProto", "HloProto", "HloSnapshot"};
+static const char *const prefixes[] = {"", "hlo_module.", "hlo.hlo_module."};
+static const ProtobufCMessageDescriptor *const containers[] = {
+    &xla__hlo_module_proto__descriptor, &xla__hlo_proto__descriptor, &xla__hlo_snapshot__descriptor};
 
 /* ---- (3) conversion ---- */
 
@@ -395,6 +396,13 @@ static void attr_ints(pb *p, int key, const int64_t *v, size_t n) {
 
 static void attr_ident(pb *p, int key, const char *s) { add_attr(p, key)->v.str = intern(p, s); }
 
+/* An attribute the IR knows only as text: key=value as the text reader keeps it. */
+static void raw_attr(pb *p, const char *key, const char *value) {
+    hlo_attr *a = add_attr(p, A_RAW);
+    a->raw_key = intern(p, key);
+    a->v.str = intern(p, value);
+}
+
 /* An enum value's name from its descriptor, lowercased with a prefix removed
  * ("ALG_DOT_BF16_BF16_F32" -> "dot_bf16_bf16_f32"); the number when unnamed. */
 static const char *enum_word(pb *p, const ProtobufCEnumDescriptor *ed, int v, const char *strip, bool lower) {
@@ -434,7 +442,8 @@ static void convert_shape(pb *p, const Xla__ShapeProto *sp, shape *s, const char
     for (size_t i = 0; i < sp->n_is_dynamic_dimension; i++) any_dyn |= sp->is_dynamic_dimension[i] != 0;
     if (any_dyn) {
         if (sp->n_is_dynamic_dimension != sp->n_dimensions)
-            fail(p, field, "%zu dynamic-dimension flags for %zu dimensions", sp->n_is_dynamic_dimension, sp->n_dimensions);
+            fail(p, field, "%zu dynamic-dimension flags for %zu dimensions", sp->n_is_dynamic_dimension,
+                 sp->n_dimensions);
         s->dynamic = arena_alloc(&m->arena, s->rank);
         for (uint32_t i = 0; i < s->rank; i++) {
             if (!sp->is_dynamic_dimension[i]) continue;
@@ -522,7 +531,9 @@ double hlo_float_decode(int dt, uint32_t bits) {
     if (f->kind == MF_FNUZ && bits == (1u << (nbits - 1))) return NAN;
     if (f->kind == MF_IEEE && e == emax) return mant ? NAN : sign ? -INFINITY : INFINITY;
     if (f->kind == MF_FN && e == emax && mant == mmax) return NAN;
-    double v = e == 0 ? ldexp(mant, 1 - f->bias - f->mbits) : ldexp((double)((1u << f->mbits) + mant), (int)e - f->bias - f->mbits);
+    /* Subnormal without the implicit leading one. */
+    double v = e == 0 ? ldexp(mant, 1 - f->bias - f->mbits)
+                      : ldexp((double)((1u << f->mbits) + mant), (int)e - f->bias - f->mbits);
     return sign ? -v : v;
 }
 
@@ -827,7 +838,8 @@ static void convert_sharding(pb *p, const Xla__OpSharding *os, hlo_sharding *s) 
             s->last_tile_dims = arena_alloc(&m->arena, s->nlast * sizeof *s->last_tile_dims);
             for (uint32_t i = 0; i < s->nlast; i++) {
                 int t = (int)os->last_tile_dims[i];
-                if (t < SH_REPLICATED || t > SH_UNREDUCED) fail(p, "sharding.last_tile_dims", "invalid subgroup type %d", t);
+                if (t < SH_REPLICATED || t > SH_UNREDUCED)
+                    fail(p, "sharding.last_tile_dims", "invalid subgroup type %d", t);
                 s->last_tile_dims[i] = t;
             }
         }
@@ -1170,6 +1182,138 @@ static hlo_meta *convert_meta(pb *p, const Xla__OpMetadata *md) {
     return h;
 }
 
+/* replica_groups (in whichever of XLA's four forms), source_target_pairs. */
+static void collective_attrs(pb *p, const Xla__HloInstructionProto *ip) {
+    hlo_module *m = p->m;
+    /* The newest form present wins, as in XLA. */
+    const Xla__CollectiveDeviceListProto *cdl = ip->collective_device_list;
+    hlo_groups *g = NULL;
+    if (ip->mesh_axes_replica_group_list)
+        g = mesh_groups(p, ip->mesh_axes_replica_group_list, "mesh_axes_replica_group_list");
+    else if (ip->iota_collective_device_list)
+        g = iota_groups(p, ip->iota_collective_device_list, "iota_collective_device_list");
+    else if (cdl && cdl->iota_replica_group_list)
+        g = iota_groups(p, cdl->iota_replica_group_list, "collective_device_list");
+    else if (cdl)
+        g = list_groups(p, cdl->replica_groups, cdl->n_replica_groups, "collective_device_list");
+    else if (ip->n_replica_groups)
+        g = list_groups(p, ip->replica_groups, ip->n_replica_groups, "replica_groups");
+    if (g) add_attr(p, A_REPLICA_GROUPS)->v.groups = g;
+    size_t n = ip->n_source_target_pairs;
+    if (n) {
+        if (n > UINT32_MAX / 2) fail(p, "source_target_pairs", "too many pairs");
+        g = arena_alloc(&m->arena, sizeof *g);
+        g->ngroups = (uint32_t)n;
+        g->start = arena_alloc(&m->arena, (n + 1) * sizeof *g->start);
+        g->ids = arena_alloc(&m->arena, 2 * n * sizeof *g->ids);
+        for (size_t k = 0; k <= n; k++) g->start[k] = (uint32_t)(2 * k);
+        for (size_t k = 0; k < n; k++) {
+            g->ids[2 * k] = ip->source_target_pairs[k]->source;
+            g->ids[2 * k + 1] = ip->source_target_pairs[k]->target;
+        }
+        add_attr(p, A_SOURCE_TARGET_PAIRS)->v.groups = g;
+    }
+    /* XLA: a non-positive channel id is no channel. */
+    if (ip->channel_id > 0) attr_int(p, A_CHANNEL_ID, ip->channel_id);
+    if (ip->use_global_device_ids) attr_int(p, A_USE_GLOBAL_DEVICE_IDS, 1);
+    if (ip->constrain_layout) attr_int(p, A_CONSTRAIN_LAYOUT, 1);
+}
+
+/* Three numbers per dimension (slices, padding), as K_SLICES / K_PADDING hold them. */
+static int64_t *triples(pb *p, int key, size_t n) {
+    hlo_attr *a = add_attr(p, key);
+    a->n = count32(p, n, attr_key_name(key));
+    return a->v.ints = arena_alloc(&p->m->arena, 3 * n * sizeof *a->v.ints);
+}
+
+/* Dimension lists: dimensions, slices, padding, dot/gather/scatter numbers. */
+static void dimension_attrs(pb *p, const hlo_instr *in, const Xla__HloInstructionProto *ip) {
+    if (in->op == OP_IOTA && ip->n_dimensions) attr_int(p, A_IOTA_DIMENSION, ip->dimensions[0]);
+    else attr_ints(p, A_DIMENSIONS, ip->dimensions, ip->n_dimensions);
+    if (ip->n_slice_dimensions) {
+        int64_t *v = triples(p, A_SLICE, ip->n_slice_dimensions);
+        for (size_t k = 0; k < ip->n_slice_dimensions; k++, v += 3) {
+            const Xla__HloInstructionProto__SliceDimensions *d = ip->slice_dimensions[k];
+            v[0] = d->start, v[1] = d->limit, v[2] = d->stride;
+        }
+    }
+    attr_ints(p, A_DYNAMIC_SLICE_SIZES, ip->dynamic_slice_sizes, ip->n_dynamic_slice_sizes);
+    if (ip->padding_config && ip->padding_config->n_dimensions) {
+        int64_t *v = triples(p, A_PADDING, ip->padding_config->n_dimensions);
+        for (size_t k = 0; k < ip->padding_config->n_dimensions; k++, v += 3) {
+            const Xla__PaddingConfig__PaddingConfigDimension *d = ip->padding_config->dimensions[k];
+            v[0] = d->edge_padding_low, v[1] = d->edge_padding_high, v[2] = d->interior_padding;
+        }
+    }
+    const Xla__DotDimensionNumbers *dd = ip->dot_dimension_numbers;
+    if (!dd && ip->ragged_dot_dimension_numbers) dd = ip->ragged_dot_dimension_numbers->dot_dimension_numbers;
+    if (dd) {
+        attr_ints(p, A_LHS_BATCH_DIMS, dd->lhs_batch_dimensions, dd->n_lhs_batch_dimensions);
+        attr_ints(p, A_LHS_CONTRACTING_DIMS, dd->lhs_contracting_dimensions, dd->n_lhs_contracting_dimensions);
+        attr_ints(p, A_RHS_BATCH_DIMS, dd->rhs_batch_dimensions, dd->n_rhs_batch_dimensions);
+        attr_ints(p, A_RHS_CONTRACTING_DIMS, dd->rhs_contracting_dimensions, dd->n_rhs_contracting_dimensions);
+    }
+    const Xla__GatherDimensionNumbers *gd = ip->gather_dimension_numbers;
+    if (gd) {
+        attr_ints(p, A_OFFSET_DIMS, gd->offset_dims, gd->n_offset_dims);
+        attr_ints(p, A_COLLAPSED_SLICE_DIMS, gd->collapsed_slice_dims, gd->n_collapsed_slice_dims);
+        attr_ints(p, A_START_INDEX_MAP, gd->start_index_map, gd->n_start_index_map);
+        attr_ints(p, A_OPERAND_BATCHING_DIMS, gd->operand_batching_dims, gd->n_operand_batching_dims);
+        attr_ints(p, A_START_INDICES_BATCHING_DIMS, gd->start_indices_batching_dims,
+                  gd->n_start_indices_batching_dims);
+        attr_int(p, A_INDEX_VECTOR_DIM, gd->index_vector_dim);
+    }
+    attr_ints(p, A_SLICE_SIZES, ip->gather_slice_sizes, ip->n_gather_slice_sizes);
+    const Xla__ScatterDimensionNumbers *sd = ip->scatter_dimension_numbers;
+    if (sd) {
+        attr_ints(p, A_UPDATE_WINDOW_DIMS, sd->update_window_dims, sd->n_update_window_dims);
+        attr_ints(p, A_INSERTED_WINDOW_DIMS, sd->inserted_window_dims, sd->n_inserted_window_dims);
+        attr_ints(p, A_SCATTER_DIMS_TO_OPERAND_DIMS, sd->scatter_dims_to_operand_dims,
+                  sd->n_scatter_dims_to_operand_dims);
+        attr_ints(p, A_INPUT_BATCHING_DIMS, sd->input_batching_dims, sd->n_input_batching_dims);
+        attr_ints(p, A_SCATTER_INDICES_BATCHING_DIMS, sd->scatter_indices_batching_dims,
+                  sd->n_scatter_indices_batching_dims);
+        attr_int(p, A_INDEX_VECTOR_DIM, sd->index_vector_dim);
+    }
+    if (ip->window && ip->window->n_dimensions) attr_ident(p, A_WINDOW, window_text(p, ip->window));
+    if (ip->convolution_dimension_numbers)
+        attr_ident(p, A_DIM_LABELS, dim_labels_text(p, ip->convolution_dimension_numbers));
+}
+
+/* Enum-valued attributes, spelled as XLA's printer spells them. */
+static void enum_attrs(pb *p, const hlo_instr *in, const Xla__HloInstructionProto *ip) {
+    hlo_module *m = p->m;
+    const Xla__PrecisionConfig *pc = ip->precision_config;
+    if (pc) {
+        /* operand_precision only when some operand asks for more than DEFAULT. */
+        bool any = false;
+        for (size_t k = 0; k < pc->n_operand_precision; k++) any |= pc->operand_precision[k] != 0;
+        if (any) {
+            hlo_attr *a = add_attr(p, A_OPERAND_PRECISION);
+            a->n = count32(p, pc->n_operand_precision, "precision_config");
+            a->v.strs = arena_alloc(&m->arena, a->n * sizeof *a->v.strs);
+            for (uint32_t k = 0; k < a->n; k++)
+                a->v.strs[k] =
+                    enum_word(p, &xla__precision_config__precision__descriptor, pc->operand_precision[k], NULL, true);
+        }
+        if (pc->algorithm)
+            attr_ident(p, A_ALGORITHM,
+                       enum_word(p, &xla__precision_config__algorithm__descriptor, pc->algorithm, "ALG_", true));
+    }
+    if (in->op == OP_RNG_BIT_GENERATOR)
+        attr_ident(p, A_ALGORITHM, enum_word(p, &xla__random_algorithm__descriptor, ip->rng_algorithm, NULL, true));
+    if (ip->distribution)
+        attr_ident(p, A_DISTRIBUTION,
+                   enum_word(p, &xla__random_distribution__descriptor, ip->distribution, NULL, true));
+    /* API_VERSION_ORIGINAL is XLA's default and has no text. */
+    if (ip->custom_call_api_version > 1)
+        attr_ident(p, A_API_VERSION,
+                   enum_word(p, &xla__custom_call_api_version__descriptor, ip->custom_call_api_version, NULL, false));
+    if (ip->custom_call_schedule)
+        raw_attr(p, "schedule",
+                 enum_word(p, &xla__custom_call_schedule__descriptor, ip->custom_call_schedule, NULL, false));
+}
+
 static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstructionProto *ip) {
     hlo_module *m = p->m;
     hlo_instr *in = &c->instrs[i];
@@ -1185,123 +1329,21 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
     in->operands = in->noperands ? arena_alloc(&m->arena, in->noperands * sizeof *in->operands) : NULL;
     for (uint32_t o = 0; o < in->noperands; o++) {
         uint32_t idx = lookup_instr(p, ip->operand_ids[o], "operand_ids");
-        if (idx >= i)
-            fail(p, "operand_ids", "operand %u (%s) is not defined before its use", o, c->instrs[idx].name);
+        if (idx >= i) fail(p, "operand_ids", "operand %u (%s) is not defined before its use", o, c->instrs[idx].name);
         in->operands[o] = idx;
     }
     const shape *op0 = in->noperands ? &c->instrs[in->operands[0]].shape : NULL;
 
     switch (in->op) {
     case OP_PARAMETER: attr_int(p, A_PARAMETER_NUMBER, ip->parameter_number); break;
-    case OP_CONSTANT: add_attr(p, A_LITERAL)->v.lit = NULL; break; /* filled below */
+    case OP_CONSTANT: add_attr(p, A_LITERAL)->v.lit = NULL; break; /* filled last */
     case OP_GET_TUPLE_ELEMENT: attr_int(p, A_INDEX, ip->tuple_index); break;
     default: break;
     }
-    if (in->op == OP_IOTA && ip->n_dimensions) attr_int(p, A_IOTA_DIMENSION, ip->dimensions[0]);
-    else attr_ints(p, A_DIMENSIONS, ip->dimensions, ip->n_dimensions);
     if (ip->fusion_kind && *ip->fusion_kind) attr_ident(p, A_KIND, ip->fusion_kind);
-    if (ip->channel_id > 0) attr_int(p, A_CHANNEL_ID, ip->channel_id);
-
-    /* Replica groups: the newest form present wins, as in XLA. */
-    if (ip->mesh_axes_replica_group_list)
-        add_attr(p, A_REPLICA_GROUPS)->v.groups = mesh_groups(p, ip->mesh_axes_replica_group_list, "mesh_axes_replica_group_list");
-    else if (ip->iota_collective_device_list)
-        add_attr(p, A_REPLICA_GROUPS)->v.groups = iota_groups(p, ip->iota_collective_device_list, "iota_collective_device_list");
-    else if (ip->collective_device_list && ip->collective_device_list->iota_replica_group_list)
-        add_attr(p, A_REPLICA_GROUPS)->v.groups =
-            iota_groups(p, ip->collective_device_list->iota_replica_group_list, "collective_device_list");
-    else if (ip->collective_device_list)
-        add_attr(p, A_REPLICA_GROUPS)->v.groups = list_groups(p, ip->collective_device_list->replica_groups,
-                                                              ip->collective_device_list->n_replica_groups,
-                                                              "collective_device_list");
-    else if (ip->n_replica_groups)
-        add_attr(p, A_REPLICA_GROUPS)->v.groups = list_groups(p, ip->replica_groups, ip->n_replica_groups, "replica_groups");
-    if (ip->n_source_target_pairs) {
-        hlo_groups *g = arena_alloc(&m->arena, sizeof *g);
-        size_t n = ip->n_source_target_pairs;
-        g->ngroups = count32(p, n, "source_target_pairs");
-        g->start = arena_alloc(&m->arena, (n + 1) * sizeof *g->start);
-        g->ids = arena_alloc(&m->arena, 2 * n * sizeof *g->ids);
-        if (2 * n > UINT32_MAX) fail(p, "source_target_pairs", "too many pairs");
-        for (size_t k = 0; k <= n; k++) g->start[k] = (uint32_t)(2 * k);
-        for (size_t k = 0; k < n; k++) {
-            g->ids[2 * k] = ip->source_target_pairs[k]->source;
-            g->ids[2 * k + 1] = ip->source_target_pairs[k]->target;
-        }
-        add_attr(p, A_SOURCE_TARGET_PAIRS)->v.groups = g;
-    }
-    if (ip->constrain_layout) attr_int(p, A_CONSTRAIN_LAYOUT, 1);
-    if (ip->use_global_device_ids) attr_int(p, A_USE_GLOBAL_DEVICE_IDS, 1);
-    if (ip->n_slice_dimensions) {
-        size_t n = ip->n_slice_dimensions;
-        int64_t *v = arena_alloc(&m->arena, 3 * n * sizeof *v);
-        for (size_t k = 0; k < n; k++) {
-            v[3 * k] = ip->slice_dimensions[k]->start;
-            v[3 * k + 1] = ip->slice_dimensions[k]->limit;
-            v[3 * k + 2] = ip->slice_dimensions[k]->stride;
-        }
-        hlo_attr *a = add_attr(p, A_SLICE);
-        a->n = count32(p, n, "slice_dimensions");
-        a->v.ints = v;
-    }
-    attr_ints(p, A_DYNAMIC_SLICE_SIZES, ip->dynamic_slice_sizes, ip->n_dynamic_slice_sizes);
-    if (ip->padding_config && ip->padding_config->n_dimensions) {
-        size_t n = ip->padding_config->n_dimensions;
-        int64_t *v = arena_alloc(&m->arena, 3 * n * sizeof *v);
-        for (size_t k = 0; k < n; k++) {
-            const Xla__PaddingConfig__PaddingConfigDimension *d = ip->padding_config->dimensions[k];
-            v[3 * k] = d->edge_padding_low;
-            v[3 * k + 1] = d->edge_padding_high;
-            v[3 * k + 2] = d->interior_padding;
-        }
-        hlo_attr *a = add_attr(p, A_PADDING);
-        a->n = count32(p, n, "padding_config");
-        a->v.ints = v;
-    }
-    const Xla__DotDimensionNumbers *dd = ip->dot_dimension_numbers;
-    if (!dd && ip->ragged_dot_dimension_numbers) dd = ip->ragged_dot_dimension_numbers->dot_dimension_numbers;
-    if (dd) {
-        attr_ints(p, A_LHS_BATCH_DIMS, dd->lhs_batch_dimensions, dd->n_lhs_batch_dimensions);
-        attr_ints(p, A_LHS_CONTRACTING_DIMS, dd->lhs_contracting_dimensions, dd->n_lhs_contracting_dimensions);
-        attr_ints(p, A_RHS_BATCH_DIMS, dd->rhs_batch_dimensions, dd->n_rhs_batch_dimensions);
-        attr_ints(p, A_RHS_CONTRACTING_DIMS, dd->rhs_contracting_dimensions, dd->n_rhs_contracting_dimensions);
-    }
-    const Xla__PrecisionConfig *pc = ip->precision_config;
-    if (pc) {
-        /* operand_precision only when some operand asks for more than DEFAULT. */
-        bool any = false;
-        for (size_t k = 0; k < pc->n_operand_precision; k++) any |= pc->operand_precision[k] != 0;
-        if (any) {
-            hlo_attr *a = add_attr(p, A_OPERAND_PRECISION);
-            a->n = count32(p, pc->n_operand_precision, "precision_config");
-            a->v.strs = arena_alloc(&m->arena, a->n * sizeof *a->v.strs);
-            for (uint32_t k = 0; k < a->n; k++)
-                a->v.strs[k] = enum_word(p, &xla__precision_config__precision__descriptor, pc->operand_precision[k], NULL, true);
-        }
-        if (pc->algorithm)
-            attr_ident(p, A_ALGORITHM, enum_word(p, &xla__precision_config__algorithm__descriptor, pc->algorithm, "ALG_", true));
-    }
-    if (in->op == OP_RNG_BIT_GENERATOR)
-        attr_ident(p, A_ALGORITHM, enum_word(p, &xla__random_algorithm__descriptor, ip->rng_algorithm, NULL, true));
-    const Xla__GatherDimensionNumbers *gd = ip->gather_dimension_numbers;
-    if (gd) {
-        attr_ints(p, A_OFFSET_DIMS, gd->offset_dims, gd->n_offset_dims);
-        attr_ints(p, A_COLLAPSED_SLICE_DIMS, gd->collapsed_slice_dims, gd->n_collapsed_slice_dims);
-        attr_ints(p, A_START_INDEX_MAP, gd->start_index_map, gd->n_start_index_map);
-        attr_ints(p, A_OPERAND_BATCHING_DIMS, gd->operand_batching_dims, gd->n_operand_batching_dims);
-        attr_ints(p, A_START_INDICES_BATCHING_DIMS, gd->start_indices_batching_dims, gd->n_start_indices_batching_dims);
-        attr_int(p, A_INDEX_VECTOR_DIM, gd->index_vector_dim);
-    }
-    attr_ints(p, A_SLICE_SIZES, ip->gather_slice_sizes, ip->n_gather_slice_sizes);
-    const Xla__ScatterDimensionNumbers *sd = ip->scatter_dimension_numbers;
-    if (sd) {
-        attr_ints(p, A_UPDATE_WINDOW_DIMS, sd->update_window_dims, sd->n_update_window_dims);
-        attr_ints(p, A_INSERTED_WINDOW_DIMS, sd->inserted_window_dims, sd->n_inserted_window_dims);
-        attr_ints(p, A_SCATTER_DIMS_TO_OPERAND_DIMS, sd->scatter_dims_to_operand_dims, sd->n_scatter_dims_to_operand_dims);
-        attr_ints(p, A_INPUT_BATCHING_DIMS, sd->input_batching_dims, sd->n_input_batching_dims);
-        attr_ints(p, A_SCATTER_INDICES_BATCHING_DIMS, sd->scatter_indices_batching_dims, sd->n_scatter_indices_batching_dims);
-        attr_int(p, A_INDEX_VECTOR_DIM, sd->index_vector_dim);
-    }
+    collective_attrs(p, ip);
+    dimension_attrs(p, in, ip);
+    enum_attrs(p, in, ip);
     if (ip->indices_are_sorted) attr_int(p, A_INDICES_ARE_SORTED, 1);
     if (ip->unique_indices) attr_int(p, A_UNIQUE_INDICES, 1);
     if (ip->comparison_direction && *ip->comparison_direction) attr_ident(p, A_DIRECTION, ip->comparison_direction);
@@ -1315,14 +1357,10 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
     if (ip->largest) attr_int(p, A_LARGEST, 1);
     if (ip->exponent_bits) attr_int(p, A_EXPONENT_BITS, ip->exponent_bits);
     if (ip->mantissa_bits) attr_int(p, A_MANTISSA_BITS, ip->mantissa_bits);
-    if (ip->distribution)
-        attr_ident(p, A_DISTRIBUTION, enum_word(p, &xla__random_distribution__descriptor, ip->distribution, NULL, true));
-    if (ip->window && ip->window->n_dimensions) attr_ident(p, A_WINDOW, window_text(p, ip->window));
-    if (ip->convolution_dimension_numbers) attr_ident(p, A_DIM_LABELS, dim_labels_text(p, ip->convolution_dimension_numbers));
     /* XLA leaves out group counts of 1. */
-    if (ip->feature_group_count != 0 && ip->feature_group_count != 1) attr_int(p, A_FEATURE_GROUP_COUNT, ip->feature_group_count);
-    if (ip->batch_group_count != 0 && ip->batch_group_count != 1) attr_int(p, A_BATCH_GROUP_COUNT, ip->batch_group_count);
-
+    if (ip->feature_group_count > 1 || ip->feature_group_count < 0)
+        attr_int(p, A_FEATURE_GROUP_COUNT, ip->feature_group_count);
+    if (ip->batch_group_count > 1 || ip->batch_group_count < 0) attr_int(p, A_BATCH_GROUP_COUNT, ip->batch_group_count);
     if (ip->n_called_computation_ids) {
         size_t n = ip->n_called_computation_ids;
         int64_t *idx = arena_alloc(&m->arena, n * sizeof *idx);
@@ -1332,9 +1370,6 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
     if (ip->custom_call_target && *ip->custom_call_target)
         add_attr(p, A_CUSTOM_CALL_TARGET)->v.str = intern(p, ip->custom_call_target);
     if (ip->custom_call_has_side_effect) attr_int(p, A_CUSTOM_CALL_HAS_SIDE_EFFECT, 1);
-    /* API_VERSION_ORIGINAL is XLA's default and has no text. */
-    if (ip->custom_call_api_version > 1)
-        attr_ident(p, A_API_VERSION, enum_word(p, &xla__custom_call_api_version__descriptor, ip->custom_call_api_version, NULL, false));
     if (ip->sharding) {
         hlo_sharding *s = arena_alloc(&m->arena, sizeof *s);
         p->depth = 0;
@@ -1344,9 +1379,8 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
     if (ip->n_control_predecessor_ids) {
         hlo_attr *a = add_attr(p, A_CONTROL_PREDECESSORS);
         a->n = count32(p, ip->n_control_predecessor_ids, "control_predecessor_ids");
-        a->v.ints = arena_alloc(&m->arena, a->n * sizeof *a->v.ints);
-        /* Later instructions are resolved once the whole computation is known. */
-        for (uint32_t k = 0; k < a->n; k++) a->v.ints[k] = ip->control_predecessor_ids[k];
+        /* Ids for now: they may name later instructions, resolved by convert_comp. */
+        a->v.ints = copy_i64(p, ip->control_predecessor_ids, a->n);
     }
     if (ip->frontend_attributes && ip->frontend_attributes->n_map) {
         const Xla__FrontendAttributes *fa = ip->frontend_attributes;
@@ -1361,16 +1395,22 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
         qsort(a->v.strs, a->n, 2 * sizeof *a->v.strs, kv_cmp);
     }
     if (ip->backend_config.len)
-        add_attr(p, A_BACKEND_CONFIG)->v.str = graph_intern(m, (const char *)ip->backend_config.data, ip->backend_config.len);
+        add_attr(p, A_BACKEND_CONFIG)->v.str =
+            graph_intern(m, (const char *)ip->backend_config.data, ip->backend_config.len);
+    /* Attributes XLA prints that the IR keeps as raw text. */
+    if (ip->is_host_transfer) raw_attr(p, "is_host_transfer", "true");
+    if (ip->async_execution_thread && *ip->async_execution_thread && strcmp(ip->async_execution_thread, "main")) {
+        sb_reset(&p->sb);
+        sb_printf(&p->sb, "\"%s\"", ip->async_execution_thread);
+        raw_attr(p, "async_execution_thread", p->sb.s);
+    }
     for (size_t k = 0; k < ip->n_scalify_text_attributes; k++) text_attr(p, in, ip->scalify_text_attributes[k]);
     /* The literal last, so a text form from field 50000 can stand in for it. */
-    hlo_attr *lit = NULL;
     for (size_t k = 0; k < p->nattrs; k++)
-        if (p->attrs[k].key == A_LITERAL) lit = &p->attrs[k];
-    if (lit && !lit->v.lit) {
-        p->depth = 0;
-        lit->v.lit = convert_literal(p, ip->literal, &in->shape);
-    }
+        if (p->attrs[k].key == A_LITERAL && !p->attrs[k].v.lit) {
+            p->depth = 0;
+            p->attrs[k].v.lit = convert_literal(p, ip->literal, &in->shape);
+        }
     if (p->nattrs > UINT16_MAX) fail(p, NULL, "too many attributes");
     in->nattrs = (uint16_t)p->nattrs;
     in->attrs = p->nattrs ? arena_memdup(&m->arena, p->attrs, p->nattrs * sizeof *p->attrs) : NULL;
@@ -1406,7 +1446,8 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
         convert_instr(p, c, i, cp->instructions[i]);
         if (c->instrs[i].op == OP_PARAMETER) {
             int64_t k = cp->instructions[i]->parameter_number;
-            if (k < 0 || k >= (int64_t)n) fail(p, "parameter_number", "parameter number %lld out of range", (long long)k);
+            if (k < 0 || k >= (int64_t)n)
+                fail(p, "parameter_number", "parameter number %lld out of range", (long long)k);
             if (k > maxparam) maxparam = k;
         }
     }
@@ -1418,7 +1459,8 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
         if (c->instrs[i].op != OP_PARAMETER) continue;
         int64_t k = cp->instructions[i]->parameter_number;
         p->instr = i;
-        if (c->params[k] != UINT32_MAX) fail(p, "parameter_number", "parameter number %lld is used twice", (long long)k);
+        if (c->params[k] != UINT32_MAX)
+            fail(p, "parameter_number", "parameter number %lld is used twice", (long long)k);
         c->params[k] = i;
     }
     p->instr = UINT32_MAX;
@@ -1437,7 +1479,8 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
     c->root = c->ninstrs - 1;
     uint32_t r;
     if (strmap_get(&p->ids, (const char *)&cp->root_id, sizeof cp->root_id, &r)) c->root = r;
-    else if (cp->root_id != 0) fail(p, "root_id", "root id %lld is not an instruction of %s", (long long)cp->root_id, c->name);
+    else if (cp->root_id != 0)
+        fail(p, "root_id", "root id %lld is not an instruction of %s", (long long)cp->root_id, c->name);
     for (uint32_t i = 0; i < c->ninstrs; i++) graph_finalize_instr(m, &c->instrs[i]);
 }
 
@@ -1455,7 +1498,8 @@ static void convert_frames(pb *p, const Xla__StackFrameIndexProto *sf) {
     m->file_locs = arena_alloc(&m->arena, sf->n_file_locations * sizeof *m->file_locs + 1);
     for (uint32_t i = 0; i < m->nfile_locs; i++) {
         const Xla__StackFrameIndexProto__FileLocation *l = sf->file_locations[i];
-        m->file_locs[i] = (hlo_file_loc){l->file_name_id, l->function_name_id, l->line, l->column, l->end_line, l->end_column};
+        m->file_locs[i] =
+            (hlo_file_loc){l->file_name_id, l->function_name_id, l->line, l->column, l->end_line, l->end_column};
         if (l->file_name_id < 1 || (uint32_t)l->file_name_id > m->nfile_names || l->function_name_id < 0 ||
             (uint32_t)l->function_name_id > m->nfunction_names)
             fail(p, "stack_frame_index.file_locations", "file location %u names a missing file or function", i + 1);
@@ -1516,11 +1560,6 @@ static void convert_module(pb *p, const Xla__HloModuleProto *mp) {
 
 /* ---- entry point ---- */
 
-static const char *const format_names[] = {"HloModuleProto", "HloProto", "HloSnapshot"};
-static const char *const prefixes[] = {"", "hlo_module.", "hlo.hlo_module."};
-static const ProtobufCMessageDescriptor *const containers[] = {
-    &xla__hlo_module_proto__descriptor, &xla__hlo_proto__descriptor, &xla__hlo_snapshot__descriptor};
-
 /* graph_finalize's findings carry no position; re-issue them at the module. */
 static int finalize(pb *p) {
     diag tmp;
@@ -1539,6 +1578,32 @@ static int finalize(pb *p) {
     }
     diag_free(&tmp);
     return errors;
+}
+
+/* Walks the input as container *kind (the guess from detect_container) and,
+ * when that fails, as the other two: a module whose name is not text looks
+ * like a wrapper to the guess. On failure *kind and the walker's error are
+ * the guess's, which describes corrupt input best. */
+static bool walk_as(walker *w, int *kind) {
+    walker first;
+    for (int k = 0; k < 3; k++) {
+        int cand = k == 0 ? *kind : (*kind + k) % 3;
+        w->bad = w->have_module = false;
+        w->cost = w->module_off = 0;
+        w->depth = 0;
+        w->ncomp = w->ninstr = 0;
+        /* Another container counts only when it holds a module: to a wrapper
+         * whose fields we do not declare, any well-formed bytes would do. */
+        if (walk_message(w, 0, w->n, containers[cand]) && (k == 0 || w->have_module)) {
+            *kind = cand;
+            return true;
+        }
+        if (k == 0) first = *w;
+    }
+    memcpy(w->err, first.err, sizeof w->err);
+    memcpy(w->err_path, first.err_path, sizeof w->err_path);
+    w->err_off = first.err_off;
+    return false;
 }
 
 /* protobuf-c allocates from an arena: one free for the whole message tree. */
@@ -1567,15 +1632,15 @@ hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d
     w->n = n;
     w->budget = (uint64_t)n * PB_COST_PER_BYTE + PB_COST_FLOOR;
     int kind = n ? detect_container(buf, n) : 0;
-    p->prefix = prefixes[kind];
     hlo_module *m = NULL;
     void *msg = NULL;
+    p->prefix = "";
     arena unpacked;
     arena_init(&unpacked);
     ProtobufCAllocator alloc = {pc_alloc, pc_free, &unpacked};
     if (n == 0) {
         diag_binary(d, 0, "", "empty input");
-    } else if (!walk_message(w, 0, n, containers[kind])) {
+    } else if (!walk_as(w, &kind)) {
         diag_binary(d, w->err_off, w->err_path, "%s (reading it as %s)", w->err, format_names[kind]);
     } else if (!(msg = protobuf_c_message_unpack(containers[kind], &alloc, n, buf))) {
         diag_binary(d, 0, "", "protobuf-c could not unpack the %s", format_names[kind]);
@@ -1584,8 +1649,10 @@ hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d
         if (kind == 0) mp = msg;
         else if (kind == 1) mp = ((Xla__HloProto *)msg)->hlo_module;
         else if (((Xla__HloSnapshot *)msg)->hlo) mp = ((Xla__HloSnapshot *)msg)->hlo->hlo_module;
+        p->prefix = prefixes[kind];
         if (!mp) {
-            diag_binary(d, 0, kind == 1 ? "hlo_module" : "hlo.hlo_module", "the %s holds no module", format_names[kind]);
+            diag_binary(d, 0, kind == 1 ? "hlo_module" : "hlo.hlo_module", "the %s holds no module",
+                        format_names[kind]);
         } else {
             p->m = graph_new();
             p->m->format = format_names[kind];

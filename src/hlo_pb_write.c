@@ -26,11 +26,13 @@ typedef struct wr {
     strbuf sb;
 } wr;
 
-#define NEW(w, type, init) (init((type *)arena_alloc(&(w)->a, sizeof(type))))
-
-/* The generated initialisers return nothing; wrap them to chain. */
-#define INIT_FN(type, fn) \
-    static type *fn##_new(type *x) { fn##__init(x); return x; }
+/* fn_new(w): a message of that type, initialised, in the writer's arena. */
+#define INIT_FN(type, fn)                                    \
+    static type *fn##_new(wr *w) {                           \
+        type *x = arena_alloc(&w->a, sizeof *x);             \
+        fn##__init(x);                                       \
+        return x;                                            \
+    }
 INIT_FN(Xla__ShapeProto, xla__shape_proto)
 INIT_FN(Xla__LayoutProto, xla__layout_proto)
 INIT_FN(Xla__TileProto, xla__tile_proto)
@@ -83,7 +85,7 @@ static char *dup_text(wr *w, const char *s, size_t n) { return arena_strndup(&w-
 /* ---- shapes and literals ---- */
 
 static Xla__ShapeProto *shape_pb(wr *w, const shape *s) {
-    Xla__ShapeProto *sp = NEW(w, Xla__ShapeProto, xla__shape_proto_new);
+    Xla__ShapeProto *sp = xla__shape_proto_new(w);
     sp->element_type = (Xla__PrimitiveType)s->dtype;
     if (s->dtype == DT_TUPLE) {
         sp->n_tuple_shapes = s->ntuple;
@@ -104,13 +106,13 @@ static Xla__ShapeProto *shape_pb(wr *w, const shape *s) {
     }
     const layout *l = s->layout;
     if (l) {
-        Xla__LayoutProto *lp = sp->layout = NEW(w, Xla__LayoutProto, xla__layout_proto_new);
+        Xla__LayoutProto *lp = sp->layout = xla__layout_proto_new(w);
         lp->n_minor_to_major = l->n;
         lp->minor_to_major = ints(w, l->minor_to_major, l->n);
         lp->n_tiles = l->ntiles;
         lp->tiles = ptrs(w, l->ntiles);
         for (uint32_t t = 0; t < l->ntiles; t++) {
-            Xla__TileProto *tp = lp->tiles[t] = NEW(w, Xla__TileProto, xla__tile_proto_new);
+            Xla__TileProto *tp = lp->tiles[t] = xla__tile_proto_new(w);
             tp->n_dimensions = l->tiles[t].n;
             tp->dimensions = ints(w, l->tiles[t].dims, l->tiles[t].n);
         }
@@ -123,7 +125,7 @@ static Xla__ShapeProto *shape_pb(wr *w, const shape *s) {
 
 /* Array values in the LiteralProto field of their element type. */
 static Xla__LiteralProto *literal_pb(wr *w, const hlo_literal *lit, const shape *s) {
-    Xla__LiteralProto *lp = NEW(w, Xla__LiteralProto, xla__literal_proto_new);
+    Xla__LiteralProto *lp = xla__literal_proto_new(w);
     lp->shape = shape_pb(w, s);
     size_t n = lit->count > 0 ? (size_t)lit->count : 0;
     int dt = lit->dtype;
@@ -252,12 +254,12 @@ static Xla__Window *window_pb(wr *w, const char *text) {
         }
     }
     if (!seen[0] || ndims == 0) return NULL;
-    Xla__Window *wp = NEW(w, Xla__Window, xla__window_new);
+    Xla__Window *wp = xla__window_new(w);
     wp->n_dimensions = ndims;
     wp->dimensions = ptrs(w, ndims);
     bool differs[6] = {true, false, false, false, false, false};
     for (size_t i = 0; i < ndims; i++) {
-        Xla__WindowDimension *wd = wp->dimensions[i] = NEW(w, Xla__WindowDimension, xla__window_dimension_new);
+        Xla__WindowDimension *wd = wp->dimensions[i] = xla__window_dimension_new(w);
         wd->size = vals[0][0][i];
         wd->stride = seen[1] ? vals[1][0][i] : 1;
         wd->padding_low = seen[2] ? vals[2][0][i] : 0;
@@ -306,7 +308,7 @@ static bool parse_labels(const char *s, size_t n, char a, int64_t *ap, char b, i
 static Xla__ConvolutionDimensionNumbers *dim_labels_pb(wr *w, const char *text) {
     const char *us = strchr(text, '_'), *ar = strstr(text, "->");
     if (!us || !ar || ar < us) return NULL;
-    Xla__ConvolutionDimensionNumbers *c = NEW(w, Xla__ConvolutionDimensionNumbers, xla__convolution_dimension_numbers_new);
+    Xla__ConvolutionDimensionNumbers *c = xla__convolution_dimension_numbers_new(w);
     int64_t sp[3][10];
     size_t ns[3];
     if (!parse_labels(text, (size_t)(us - text), 'b', &c->input_batch_dimension, 'f', &c->input_feature_dimension,
@@ -353,7 +355,7 @@ typedef struct texts {
 
 /* Keeps attribute a as text (field 50000) in the form text_attr() reads. */
 static void keep_text(wr *w, texts *t, const hlo_attr *a, const hlo_module *m, const hlo_comp *c, const hlo_instr *in) {
-    Xla__TextAttribute *ta = NEW(w, Xla__TextAttribute, xla__text_attribute_new);
+    Xla__TextAttribute *ta = xla__text_attribute_new(w);
     ta->key = str(a->key == A_RAW ? a->raw_key : attr_key_name(a->key));
     sb_reset(&w->sb);
     switch (a->kind) {
@@ -376,9 +378,9 @@ static void keep_text(wr *w, texts *t, const hlo_attr *a, const hlo_module *m, c
 static Xla__ReplicaGroup **list_pb(wr *w, const hlo_groups *g) {
     Xla__ReplicaGroup **v = ptrs(w, g->ngroups);
     for (uint32_t i = 0; i < g->ngroups; i++) {
-        v[i] = NEW(w, Xla__ReplicaGroup, xla__replica_group_new);
+        v[i] = xla__replica_group_new(w);
         v[i]->n_replica_ids = g->start[i + 1] - g->start[i];
-        v[i]->replica_ids = ints(w, g->ids + g->start[i], v[i]->n_replica_ids);
+        if (v[i]->n_replica_ids) v[i]->replica_ids = ints(w, g->ids + g->start[i], v[i]->n_replica_ids);
     }
     return v;
 }
@@ -386,12 +388,12 @@ static Xla__ReplicaGroup **list_pb(wr *w, const hlo_groups *g) {
 static void groups_pb(wr *w, Xla__HloInstructionProto *ip, const hlo_groups *g) {
     if (g->mesh) {
         Xla__MeshAxesReplicaGroupListProto *mp = ip->mesh_axes_replica_group_list =
-            NEW(w, Xla__MeshAxesReplicaGroupListProto, xla__mesh_axes_replica_group_list_proto_new);
-        Xla__MeshProto *mesh = mp->mesh = NEW(w, Xla__MeshProto, xla__mesh_proto_new);
+            xla__mesh_axes_replica_group_list_proto_new(w);
+        Xla__MeshProto *mesh = mp->mesh = xla__mesh_proto_new(w);
         mesh->n_axes = g->naxes;
         mesh->axes = ptrs(w, g->naxes);
         for (uint32_t i = 0; i < g->naxes; i++) {
-            mesh->axes[i] = NEW(w, Xla__MeshProto__MeshAxis, xla__mesh_proto__mesh_axis_new);
+            mesh->axes[i] = xla__mesh_proto__mesh_axis_new(w);
             mesh->axes[i]->name = str(g->axis_names[i]);
             mesh->axes[i]->size = g->axis_sizes[i];
         }
@@ -400,7 +402,7 @@ static void groups_pb(wr *w, Xla__HloInstructionProto *ip, const hlo_groups *g) 
             mesh->device_ids = ints(w, g->device_ids, g->ndevice_ids);
         } else if (g->dev_reshape) {
             Xla__MeshProto__IotaDeviceOrder *io = mesh->iota_device_ids =
-                NEW(w, Xla__MeshProto__IotaDeviceOrder, xla__mesh_proto__iota_device_order_new);
+                xla__mesh_proto__iota_device_order_new(w);
             io->n_reshape_dims = g->ndev_reshape;
             io->reshape_dims = ints(w, g->dev_reshape, g->ndev_reshape);
             io->n_transpose_perm = g->ndev_perm;
@@ -409,10 +411,10 @@ static void groups_pb(wr *w, Xla__HloInstructionProto *ip, const hlo_groups *g) 
         mp->n_axes = g->nsel;
         mp->axes = ptrs(w, g->nsel);
         for (uint32_t i = 0; i < g->nsel; i++) {
-            Xla__AxisRefProto *ar = mp->axes[i] = NEW(w, Xla__AxisRefProto, xla__axis_ref_proto_new);
+            Xla__AxisRefProto *ar = mp->axes[i] = xla__axis_ref_proto_new(w);
             ar->mesh_axis_index = g->sel[i].axis;
             if (g->sel[i].size) {
-                ar->sub_axis_info = NEW(w, Xla__AxisRefProto__SubAxis, xla__axis_ref_proto__sub_axis_new);
+                ar->sub_axis_info = xla__axis_ref_proto__sub_axis_new(w);
                 ar->sub_axis_info->pre_size = g->sel[i].pre;
                 ar->sub_axis_info->size = g->sel[i].size;
             }
@@ -421,7 +423,7 @@ static void groups_pb(wr *w, Xla__HloInstructionProto *ip, const hlo_groups *g) 
         /* Field 92; XLA's other home, collective_device_list (87), holds the
          * lists of real dumps, so both are exercised. */
         Xla__IotaReplicaGroupListProto *io = ip->iota_collective_device_list =
-            NEW(w, Xla__IotaReplicaGroupListProto, xla__iota_replica_group_list_proto_new);
+            xla__iota_replica_group_list_proto_new(w);
         io->num_replica_groups = g->ngroups;
         io->num_devices_per_group = g->group_size;
         io->n_iota_reshape_dims = g->nreshape;
@@ -435,7 +437,7 @@ static void groups_pb(wr *w, Xla__HloInstructionProto *ip, const hlo_groups *g) 
 }
 
 static Xla__OpSharding *sharding_pb(wr *w, const hlo_sharding *s) {
-    Xla__OpSharding *os = NEW(w, Xla__OpSharding, xla__op_sharding_new);
+    Xla__OpSharding *os = xla__op_sharding_new(w);
     os->type = (Xla__OpSharding__Type)s->type;
     os->n_tile_assignment_dimensions = s->ntile;
     os->tile_assignment_dimensions = ints(w, s->tile_dims, s->ntile);
@@ -463,7 +465,7 @@ static bool sharding_has_raw(const hlo_sharding *s) {
 }
 
 static Xla__OpMetadata *meta_pb(wr *w, const hlo_meta *md) {
-    Xla__OpMetadata *om = NEW(w, Xla__OpMetadata, xla__op_metadata_new);
+    Xla__OpMetadata *om = xla__op_metadata_new(w);
     om->op_type = str(md->op_type);
     om->op_name = str(md->op_name);
     om->source_file = str(md->source_file);
@@ -476,6 +478,29 @@ static Xla__OpMetadata *meta_pb(wr *w, const hlo_meta *md) {
     return om;
 }
 
+/* Dimension-number messages, made on first use. */
+static Xla__DotDimensionNumbers *dot_dn(wr *w, Xla__HloInstructionProto *ip) {
+    if (!ip->dot_dimension_numbers) ip->dot_dimension_numbers = xla__dot_dimension_numbers_new(w);
+    return ip->dot_dimension_numbers;
+}
+
+static Xla__GatherDimensionNumbers *gather_dn(wr *w, Xla__HloInstructionProto *ip) {
+    if (!ip->gather_dimension_numbers)
+        ip->gather_dimension_numbers = xla__gather_dimension_numbers_new(w);
+    return ip->gather_dimension_numbers;
+}
+
+static Xla__ScatterDimensionNumbers *scatter_dn(wr *w, Xla__HloInstructionProto *ip) {
+    if (!ip->scatter_dimension_numbers)
+        ip->scatter_dimension_numbers = xla__scatter_dimension_numbers_new(w);
+    return ip->scatter_dimension_numbers;
+}
+
+static Xla__PrecisionConfig *precision(wr *w, Xla__HloInstructionProto *ip) {
+    if (!ip->precision_config) ip->precision_config = xla__precision_config_new(w);
+    return ip->precision_config;
+}
+
 /* Keys of computation references, in the order called_computation_ids lists
  * them (the reader maps them back by opcode). */
 static const int called_keys[] = {A_BODY, A_CONDITION, A_TRUE_COMPUTATION, A_FALSE_COMPUTATION,
@@ -485,7 +510,7 @@ static const int called_keys[] = {A_BODY, A_CONDITION, A_TRUE_COMPUTATION, A_FAL
 static Xla__HloInstructionProto *instr_pb(wr *w, const hlo_comp *c, uint32_t idx) {
     const hlo_module *m = w->m;
     const hlo_instr *in = &c->instrs[idx];
-    Xla__HloInstructionProto *ip = NEW(w, Xla__HloInstructionProto, xla__hlo_instruction_proto_new);
+    Xla__HloInstructionProto *ip = xla__hlo_instruction_proto_new(w);
     ip->name = str(in->name);
     ip->opcode = str(in->opname);
     ip->shape = shape_pb(w, &in->shape);
@@ -498,11 +523,6 @@ static Xla__HloInstructionProto *instr_pb(wr *w, const hlo_comp *c, uint32_t idx
     const char *dflt_type = in->op == OP_COMPARE ? default_compare_type(op0) : NULL;
 
     texts t = {0};
-    Xla__DotDimensionNumbers *dd = NULL;
-    Xla__GatherDimensionNumbers *gd = NULL;
-    Xla__ScatterDimensionNumbers *sd = NULL;
-    Xla__PrecisionConfig *pc = NULL;
-#define DNUMS(var, type, fn) (var ? var : (var = NEW(w, type, fn)))
 #define SET_INTS(obj, field, a) ((obj)->n_##field = (a)->n, (obj)->field = ints(w, (a)->v.ints, (a)->n))
     for (uint32_t k = 0; k < in->nattrs; k++) {
         const hlo_attr *a = &in->attrs[k];
@@ -535,7 +555,7 @@ static Xla__HloInstructionProto *instr_pb(wr *w, const hlo_comp *c, uint32_t idx
             ip->n_source_target_pairs = g->ngroups;
             ip->source_target_pairs = ptrs(w, g->ngroups);
             for (uint32_t i = 0; i < g->ngroups; i++) {
-                Xla__SourceTarget *st = ip->source_target_pairs[i] = NEW(w, Xla__SourceTarget, xla__source_target_new);
+                Xla__SourceTarget *st = ip->source_target_pairs[i] = xla__source_target_new(w);
                 st->source = g->ids[g->start[i]];
                 st->target = g->ids[g->start[i] + 1];
             }
@@ -548,7 +568,7 @@ static Xla__HloInstructionProto *instr_pb(wr *w, const hlo_comp *c, uint32_t idx
             ip->slice_dimensions = ptrs(w, a->n);
             for (uint32_t i = 0; i < a->n; i++) {
                 Xla__HloInstructionProto__SliceDimensions *sl = ip->slice_dimensions[i] =
-                    NEW(w, Xla__HloInstructionProto__SliceDimensions, xla__hlo_instruction_proto__slice_dimensions_new);
+                    xla__hlo_instruction_proto__slice_dimensions_new(w);
                 sl->start = a->v.ints[3 * i];
                 sl->limit = a->v.ints[3 * i + 1];
                 sl->stride = a->v.ints[3 * i + 2];
@@ -556,22 +576,22 @@ static Xla__HloInstructionProto *instr_pb(wr *w, const hlo_comp *c, uint32_t idx
             break;
         case A_DYNAMIC_SLICE_SIZES: SET_INTS(ip, dynamic_slice_sizes, a); break;
         case A_PADDING: {
-            Xla__PaddingConfig *pcfg = ip->padding_config = NEW(w, Xla__PaddingConfig, xla__padding_config_new);
+            Xla__PaddingConfig *pcfg = ip->padding_config = xla__padding_config_new(w);
             pcfg->n_dimensions = a->n;
             pcfg->dimensions = ptrs(w, a->n);
             for (uint32_t i = 0; i < a->n; i++) {
                 Xla__PaddingConfig__PaddingConfigDimension *d = pcfg->dimensions[i] =
-                    NEW(w, Xla__PaddingConfig__PaddingConfigDimension, xla__padding_config__padding_config_dimension_new);
+                    xla__padding_config__padding_config_dimension_new(w);
                 d->edge_padding_low = a->v.ints[3 * i];
                 d->edge_padding_high = a->v.ints[3 * i + 1];
                 d->interior_padding = a->v.ints[3 * i + 2];
             }
             break;
         }
-        case A_LHS_BATCH_DIMS: SET_INTS(DNUMS(dd, Xla__DotDimensionNumbers, xla__dot_dimension_numbers_new), lhs_batch_dimensions, a); break;
-        case A_LHS_CONTRACTING_DIMS: SET_INTS(DNUMS(dd, Xla__DotDimensionNumbers, xla__dot_dimension_numbers_new), lhs_contracting_dimensions, a); break;
-        case A_RHS_BATCH_DIMS: SET_INTS(DNUMS(dd, Xla__DotDimensionNumbers, xla__dot_dimension_numbers_new), rhs_batch_dimensions, a); break;
-        case A_RHS_CONTRACTING_DIMS: SET_INTS(DNUMS(dd, Xla__DotDimensionNumbers, xla__dot_dimension_numbers_new), rhs_contracting_dimensions, a); break;
+        case A_LHS_BATCH_DIMS: SET_INTS(dot_dn(w, ip), lhs_batch_dimensions, a); break;
+        case A_LHS_CONTRACTING_DIMS: SET_INTS(dot_dn(w, ip), lhs_contracting_dimensions, a); break;
+        case A_RHS_BATCH_DIMS: SET_INTS(dot_dn(w, ip), rhs_batch_dimensions, a); break;
+        case A_RHS_CONTRACTING_DIMS: SET_INTS(dot_dn(w, ip), rhs_contracting_dimensions, a); break;
         case A_OPERAND_PRECISION: {
             int *v = alloc(w, a->n * sizeof *v);
             bool any = false;
@@ -583,9 +603,8 @@ static Xla__HloInstructionProto *instr_pb(wr *w, const hlo_comp *c, uint32_t idx
             /* All-default precisions have no text: the reader would drop them. */
             ok = ok && any;
             if (!ok) break;
-            DNUMS(pc, Xla__PrecisionConfig, xla__precision_config_new);
-            pc->n_operand_precision = a->n;
-            pc->operand_precision = (Xla__PrecisionConfig__Precision *)v;
+            precision(w, ip)->n_operand_precision = a->n;
+            precision(w, ip)->operand_precision = (Xla__PrecisionConfig__Precision *)v;
             break;
         }
         case A_ALGORITHM:
@@ -596,22 +615,22 @@ static Xla__HloInstructionProto *instr_pb(wr *w, const hlo_comp *c, uint32_t idx
             } else {
                 int v = enum_value(&xla__precision_config__algorithm__descriptor, "ALG_", a->v.str, true);
                 ok = v > 0;
-                if (ok) DNUMS(pc, Xla__PrecisionConfig, xla__precision_config_new)->algorithm = (Xla__PrecisionConfig__Algorithm)v;
+                if (ok) precision(w, ip)->algorithm = (Xla__PrecisionConfig__Algorithm)v;
             }
             break;
-        case A_OFFSET_DIMS: SET_INTS(DNUMS(gd, Xla__GatherDimensionNumbers, xla__gather_dimension_numbers_new), offset_dims, a); break;
-        case A_COLLAPSED_SLICE_DIMS: SET_INTS(DNUMS(gd, Xla__GatherDimensionNumbers, xla__gather_dimension_numbers_new), collapsed_slice_dims, a); break;
-        case A_START_INDEX_MAP: SET_INTS(DNUMS(gd, Xla__GatherDimensionNumbers, xla__gather_dimension_numbers_new), start_index_map, a); break;
-        case A_OPERAND_BATCHING_DIMS: SET_INTS(DNUMS(gd, Xla__GatherDimensionNumbers, xla__gather_dimension_numbers_new), operand_batching_dims, a); break;
-        case A_START_INDICES_BATCHING_DIMS: SET_INTS(DNUMS(gd, Xla__GatherDimensionNumbers, xla__gather_dimension_numbers_new), start_indices_batching_dims, a); break;
-        case A_UPDATE_WINDOW_DIMS: SET_INTS(DNUMS(sd, Xla__ScatterDimensionNumbers, xla__scatter_dimension_numbers_new), update_window_dims, a); break;
-        case A_INSERTED_WINDOW_DIMS: SET_INTS(DNUMS(sd, Xla__ScatterDimensionNumbers, xla__scatter_dimension_numbers_new), inserted_window_dims, a); break;
-        case A_SCATTER_DIMS_TO_OPERAND_DIMS: SET_INTS(DNUMS(sd, Xla__ScatterDimensionNumbers, xla__scatter_dimension_numbers_new), scatter_dims_to_operand_dims, a); break;
-        case A_INPUT_BATCHING_DIMS: SET_INTS(DNUMS(sd, Xla__ScatterDimensionNumbers, xla__scatter_dimension_numbers_new), input_batching_dims, a); break;
-        case A_SCATTER_INDICES_BATCHING_DIMS: SET_INTS(DNUMS(sd, Xla__ScatterDimensionNumbers, xla__scatter_dimension_numbers_new), scatter_indices_batching_dims, a); break;
+        case A_OFFSET_DIMS: SET_INTS(gather_dn(w, ip), offset_dims, a); break;
+        case A_COLLAPSED_SLICE_DIMS: SET_INTS(gather_dn(w, ip), collapsed_slice_dims, a); break;
+        case A_START_INDEX_MAP: SET_INTS(gather_dn(w, ip), start_index_map, a); break;
+        case A_OPERAND_BATCHING_DIMS: SET_INTS(gather_dn(w, ip), operand_batching_dims, a); break;
+        case A_START_INDICES_BATCHING_DIMS: SET_INTS(gather_dn(w, ip), start_indices_batching_dims, a); break;
+        case A_UPDATE_WINDOW_DIMS: SET_INTS(scatter_dn(w, ip), update_window_dims, a); break;
+        case A_INSERTED_WINDOW_DIMS: SET_INTS(scatter_dn(w, ip), inserted_window_dims, a); break;
+        case A_SCATTER_DIMS_TO_OPERAND_DIMS: SET_INTS(scatter_dn(w, ip), scatter_dims_to_operand_dims, a); break;
+        case A_INPUT_BATCHING_DIMS: SET_INTS(scatter_dn(w, ip), input_batching_dims, a); break;
+        case A_SCATTER_INDICES_BATCHING_DIMS: SET_INTS(scatter_dn(w, ip), scatter_indices_batching_dims, a); break;
         case A_INDEX_VECTOR_DIM:
-            if (in->op == OP_GATHER) DNUMS(gd, Xla__GatherDimensionNumbers, xla__gather_dimension_numbers_new)->index_vector_dim = a->v.i;
-            else if (in->op == OP_SCATTER) DNUMS(sd, Xla__ScatterDimensionNumbers, xla__scatter_dimension_numbers_new)->index_vector_dim = a->v.i;
+            if (in->op == OP_GATHER) gather_dn(w, ip)->index_vector_dim = a->v.i;
+            else if (in->op == OP_SCATTER) scatter_dn(w, ip)->index_vector_dim = a->v.i;
             else ok = false;
             break;
         case A_SLICE_SIZES: SET_INTS(ip, gather_slice_sizes, a); break;
@@ -656,11 +675,11 @@ static Xla__HloInstructionProto *instr_pb(wr *w, const hlo_comp *c, uint32_t idx
             for (uint32_t i = 0; i < a->n; i++) ip->control_predecessor_ids[i] = w->instr_ids[a->v.ints[i]];
             break;
         case A_FRONTEND_ATTRIBUTES: {
-            Xla__FrontendAttributes *fa = ip->frontend_attributes = NEW(w, Xla__FrontendAttributes, xla__frontend_attributes_new);
+            Xla__FrontendAttributes *fa = ip->frontend_attributes = xla__frontend_attributes_new(w);
             fa->n_map = a->n;
             fa->map = ptrs(w, a->n);
             for (uint32_t i = 0; i < a->n; i++) {
-                fa->map[i] = NEW(w, Xla__FrontendAttributes__MapEntry, xla__frontend_attributes__map_entry_new);
+                fa->map[i] = xla__frontend_attributes__map_entry_new(w);
                 fa->map[i]->key = str(a->v.strs[2 * i]);
                 fa->map[i]->value = str(a->v.strs[2 * i + 1]);
             }
@@ -677,12 +696,7 @@ static Xla__HloInstructionProto *instr_pb(wr *w, const hlo_comp *c, uint32_t idx
         }
         if (!ok) keep_text(w, &t, a, m, c, in);
     }
-#undef DNUMS
 #undef SET_INTS
-    ip->dot_dimension_numbers = dd;
-    ip->gather_dimension_numbers = gd;
-    ip->scatter_dimension_numbers = sd;
-    ip->precision_config = pc;
     /* XLA always writes a comparison type; the reader drops the default one. */
     if (in->op == OP_COMPARE && !instr_attr(in, A_COMPARE_TYPE) && dflt_type) ip->comparison_type = str(dflt_type);
 
@@ -705,7 +719,7 @@ static Xla__HloInstructionProto *instr_pb(wr *w, const hlo_comp *c, uint32_t idx
 }
 
 static Xla__StackFrameIndexProto *frames_pb(wr *w, const hlo_module *m) {
-    Xla__StackFrameIndexProto *sf = NEW(w, Xla__StackFrameIndexProto, xla__stack_frame_index_proto_new);
+    Xla__StackFrameIndexProto *sf = xla__stack_frame_index_proto_new(w);
     sf->n_file_names = m->nfile_names;
     sf->file_names = ptrs(w, m->nfile_names);
     for (uint32_t i = 0; i < m->nfile_names; i++) sf->file_names[i] = str(m->file_names[i]);
@@ -717,7 +731,7 @@ static Xla__StackFrameIndexProto *frames_pb(wr *w, const hlo_module *m) {
     for (uint32_t i = 0; i < m->nfile_locs; i++) {
         const hlo_file_loc *l = &m->file_locs[i];
         Xla__StackFrameIndexProto__FileLocation *fl = sf->file_locations[i] =
-            NEW(w, Xla__StackFrameIndexProto__FileLocation, xla__stack_frame_index_proto__file_location_new);
+            xla__stack_frame_index_proto__file_location_new(w);
         fl->file_name_id = l->file_name_id;
         fl->function_name_id = l->function_name_id;
         fl->line = l->line;
@@ -729,7 +743,7 @@ static Xla__StackFrameIndexProto *frames_pb(wr *w, const hlo_module *m) {
     sf->stack_frames = ptrs(w, m->nframes);
     for (uint32_t i = 0; i < m->nframes; i++) {
         Xla__StackFrameIndexProto__StackFrame *f = sf->stack_frames[i] =
-            NEW(w, Xla__StackFrameIndexProto__StackFrame, xla__stack_frame_index_proto__stack_frame_new);
+            xla__stack_frame_index_proto__stack_frame_new(w);
         f->file_location_id = m->frames[i].file_location_id;
         f->parent_frame_id = m->frames[i].parent_frame_id;
     }
@@ -740,14 +754,14 @@ void hlo_write_pb(const hlo_module *m, strbuf *out) {
     wr w = {.m = m, .next_id = 1};
     arena_init(&w.a);
     sb_init(&w.sb);
-    Xla__HloModuleProto *mp = NEW(&w, Xla__HloModuleProto, xla__hlo_module_proto_new);
+    Xla__HloModuleProto *mp = xla__hlo_module_proto_new(&w);
     mp->name = str(m->name);
     mp->n_computations = m->ncomps;
     mp->computations = ptrs(&w, m->ncomps);
     for (uint32_t ci = 0; ci < m->ncomps; ci++) {
         const hlo_comp *c = &m->comps[ci];
         Xla__HloComputationProto *cp = mp->computations[ci] =
-            NEW(&w, Xla__HloComputationProto, xla__hlo_computation_proto_new);
+            xla__hlo_computation_proto_new(&w);
         cp->name = str(c->name);
         cp->id = ci + 1;
         w.instr_ids = alloc(&w, c->ninstrs * sizeof *w.instr_ids);
