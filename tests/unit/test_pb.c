@@ -3,6 +3,8 @@
  * errors), fields no text fixture reaches, and real JAX dumps against the text
  * dump of the same module. Every failure must be a diagnostic that names the
  * file and a byte offset; every module returned must pass graph_check. */
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -629,29 +631,53 @@ static bool align_computations(const hlo_module *a, hlo_module *b) {
     return ok;
 }
 
-static void sample_pairs(void) {
-    const char *dirs[] = {"samples/tiny", "samples/tiny-bf16", "samples/tiny-gpt2", "samples/tiny-moe",
-                          "samples/tiny-qknorm"};
-    int pairs = 0;
-    for (size_t k = 0; k < ARRAY_LEN(dirs); k++) {
-        char **list = t_list(dirs[k], ".hlo.pb");
-        for (char **f = list; *f; f++) {
-            char text[1024];
-            snprintf(text, sizeof text, "%.*s", (int)(strlen(*f) - 3), *f);
-            if (access(text, R_OK) != 0) continue;
-            t_case("pb-9 %s equals its text dump", *f);
-            hlo_module *a = read_text(text), *b = read_text(*f);
-            if (a && b) {
-                CHECK_MSG(align_computations(a, b), "the two forms name different computations");
-                equal(a, b, GEQ_IGNORE_HEADER | GEQ_ELIDED_MATCHES);
-                pairs++;
-            }
-            graph_free(a);
-            graph_free(b);
-        }
-        t_free_list(list);
+static char **dumps;
+static size_t ndumps, capdumps;
+
+static int collect_dump(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)ftw;
+    size_t n = strlen(path);
+    bool pb = n > 7 && strcmp(path + n - 7, ".hlo.pb") == 0;
+    bool pbgz = n > 10 && strcmp(path + n - 10, ".hlo.pb.gz") == 0;
+    if (flag == FTW_F && (pb || pbgz)) {
+        XGROW(dumps, capdumps, ndumps + 1);
+        dumps[ndumps++] = xstrdup(path);
     }
-    if (pairs == 0) printf("note: no samples/*/*.hlo.pb next to its .hlo; real dumps were not compared\n");
+    return 0;
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Every samples/ protobuf dump with the text dump of the same module beside it
+ * (x.hlo.pb or x.hlo.pb.gz next to x.hlo or x.hlo.gz). */
+static void sample_pairs(void) {
+    dumps = NULL;
+    ndumps = capdumps = 0;
+    nftw("samples", collect_dump, 16, FTW_PHYS);
+    if (ndumps) qsort(dumps, ndumps, sizeof *dumps, by_name);
+    int pairs = 0;
+    for (size_t k = 0; k < ndumps; k++) {
+        char text[1024];
+        size_t stem = strlen(dumps[k]) - (dumps[k][strlen(dumps[k]) - 1] == 'z' ? 6 : 3);
+        snprintf(text, sizeof text, "%.*s", (int)stem, dumps[k]);
+        if (access(text, R_OK) != 0) {
+            snprintf(text, sizeof text, "%.*s.gz", (int)stem, dumps[k]);
+            if (access(text, R_OK) != 0) continue;
+        }
+        t_case("pb-9 %s equals its text dump", dumps[k]);
+        hlo_module *a = read_text(text), *b = read_text(dumps[k]);
+        if (a && b) {
+            CHECK_MSG(align_computations(a, b), "the two forms name different computations");
+            equal(a, b, GEQ_IGNORE_HEADER | GEQ_ELIDED_MATCHES);
+            pairs++;
+        }
+        graph_free(a);
+        graph_free(b);
+    }
+    for (size_t k = 0; k < ndumps; k++) free(dumps[k]);
+    free(dumps);
+    if (pairs == 0) printf("note: no samples/**/*.hlo.pb next to its .hlo; real dumps were not compared\n");
+    else printf("note: %d protobuf dumps compared with their text dumps\n", pairs);
 }
 
 void suite_pb(void);
