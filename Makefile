@@ -53,13 +53,18 @@ $(BUILD)/obj/test_%.o: tests/unit/%.c | $(PB_GEN)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -c $< -o $@
 
-$(BUILD)/scalify: $(LIB_OBJ) $(MAIN_OBJ)
+# Everything but main.c, as an archive: each program links only what it uses.
+$(BUILD)/libscalify.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/scalify: $(MAIN_OBJ) $(BUILD)/libscalify.a
 	$(CC) $(OPT) $(SAN) $^ $(LIBS) -o $@
 
-$(BUILD)/run-tests: $(LIB_OBJ) $(TEST_OBJ)
+$(BUILD)/run-tests: $(TEST_OBJ) $(BUILD)/libscalify.a
 	$(CC) $(OPT) $(SAN) $^ $(LIBS) -o $@
 
-$(BUILD)/bench-parse: tests/bench/bench_parse.c $(LIB_OBJ)
+$(BUILD)/bench-parse: tests/bench/bench_parse.c $(BUILD)/libscalify.a
 	$(CC) $(CFLAGS_ALL) $^ $(LIBS) -o $@
 
 # The test runner finds its inputs relative to the repository root and runs the
@@ -79,7 +84,7 @@ fuzz: check-deps
 	@command -v clang >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q clang; } || \
 	  { echo "make fuzz needs clang (apt-get install clang)"; exit 1; }
 	$(MAKE) $(FUZZ_TARGETS:%=build/fuzz/fuzz-%) BUILD=build/fuzz CC=clang OPT="-O1 -g" \
-	  SAN="-fsanitize=fuzzer-no-link,address,undefined"
+	  SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build/fuzz/corpus-$$t; \
 	  cp tests/fuzz/seeds-$$t/* build/fuzz/corpus-$$t/ 2>/dev/null; \
@@ -88,8 +93,8 @@ fuzz: check-deps
 	    build/fuzz/corpus-$$t || exit 1; \
 	done
 
-build/fuzz/fuzz-%: tests/fuzz/fuzz_%.c $(LIB_OBJ)
-	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer,address,undefined $^ $(LIBS) -o $@
+build/fuzz/fuzz-%: tests/fuzz/fuzz_%.c build/fuzz/libscalify.a
+	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $^ $(LIBS) -o $@
 
 bench: check-deps $(BUILD)/scalify $(BUILD)/bench-parse
 	$(BUILD)/bench-parse

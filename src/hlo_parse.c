@@ -25,6 +25,7 @@ typedef struct parser {
     jmp_buf fail;
     int depth;
     strbuf str;
+    strbuf extra;                /* layout and metadata extras (never nested) */
     /* module */
     hlo_comp *comps;
     size_t capcomps;
@@ -52,6 +53,8 @@ typedef struct parser {
     size_t capstarts;
     double *vals;
     size_t capvals;
+    uint32_t *params;            /* current computation: parameter k's instruction */
+    size_t capparams;
 } parser;
 
 static _Noreturn void fail(parser *ps, const char *at, const char *fmt, ...)
@@ -226,12 +229,11 @@ static layout *parse_layout(parser *ps) {
     l->n = (uint32_t)n;
     l->minor_to_major = copy_ints(ps, ps->ints, n);
     if (lex_accept(&ps->lx, ':')) {
-        strbuf extra;
-        sb_init(&extra);
+        strbuf *extra = &ps->extra;
+        sb_reset(extra);
         while (!lex_peek(&ps->lx, '}')) {
             const char *at = ps->lx.p;
             if (at >= ps->lx.end) {
-                sb_free(&extra);
                 fail(ps, at, "unterminated layout");
             }
             if (*at == 'T' && at[1] == '(') {
@@ -265,15 +267,12 @@ static layout *parse_layout(parser *ps) {
                 while (ps->lx.p < ps->lx.end && *ps->lx.p != '(' && *ps->lx.p != '}') ps->lx.p++;
                 const char *g;
                 size_t gn;
-                if (!lex_balanced(&ps->lx, &g, &gn)) {
-                    sb_free(&extra);
-                    fail(ps, at, "unreadable layout item");
+                if (!lex_balanced(&ps->lx, &g, &gn)) { fail(ps, at, "unreadable layout item");
                 }
-                sb_put(&extra, s, (size_t)(ps->lx.p - s));
+                sb_put(extra, s, (size_t)(ps->lx.p - s));
             }
         }
-        if (extra.len) l->extra = graph_intern(m, extra.s, extra.len);
-        sb_free(&extra);
+        if (extra->len) l->extra = graph_intern(m, extra->s, extra->len);
     }
     expect(ps, '}', "to close the layout");
     return l;
@@ -491,8 +490,8 @@ static hlo_groups *parse_groups(parser *ps, bool allow_iota) {
     if (!lex_accept(&ps->lx, '}')) {
         do {
             size_t k = int_list_scratch(ps);
-            XGROW(ps->ints2, ps->capints2, nids + k);
-            memcpy(ps->ints2 + nids, ps->ints, k * sizeof *ps->ints);
+            XGROW(ps->ints2, ps->capints2, nids + k + 1);
+            if (k) memcpy(ps->ints2 + nids, ps->ints, k * sizeof *ps->ints);
             nids += k;
             if (nids > UINT32_MAX) fail(ps, at, "too many ids in groups");
             XGROW(ps->starts, ps->capstarts, ngroups + 2);
@@ -695,18 +694,16 @@ static hlo_meta *parse_metadata(parser *ps) {
     hlo_module *m = ps->m;
     hlo_meta *md = arena_alloc(&m->arena, sizeof *md);
     expect(ps, '{', "to open metadata");
-    strbuf extra;
-    sb_init(&extra);
+    strbuf *extra = &ps->extra;
+    sb_reset(extra);
     while (!lex_accept(&ps->lx, '}')) {
         const char *k;
         size_t kn;
         const char *at = here(ps);
         if (!lex_name(&ps->lx, &k, &kn)) {
-            sb_free(&extra);
             fail(ps, at, "expected a metadata field or '}'");
         }
         if (!lex_accept(&ps->lx, '=')) {
-            sb_free(&extra);
             fail(ps, here(ps), "expected '=' after metadata field");
         }
 #define IS(w) (kn == sizeof(w) - 1 && memcmp(k, w, kn) == 0)
@@ -719,7 +716,6 @@ static hlo_meta *parse_metadata(parser *ps) {
 #undef IS
         if (sfield) {
             if (!lex_string(&ps->lx, &ps->str)) {
-                sb_free(&extra);
                 fail(ps, here(ps), "expected a string");
             }
             *sfield = graph_intern(m, ps->str.s, ps->str.len);
@@ -727,7 +723,6 @@ static hlo_meta *parse_metadata(parser *ps) {
             int64_t v;
             bool of;
             if (!lex_int(&ps->lx, &v, &of) || v < INT32_MIN || v > INT32_MAX) {
-                sb_free(&extra);
                 fail(ps, here(ps), "expected a 32-bit integer");
             }
             *ifield = (int32_t)v;
@@ -738,29 +733,23 @@ static hlo_meta *parse_metadata(parser *ps) {
             lex_skip(&ps->lx);
             if (*ps->lx.p == '"') {
                 const char *s0 = ps->lx.p;
-                if (!lex_string(&ps->lx, &ps->str)) {
-                    sb_free(&extra);
-                    fail(ps, s0, "unterminated string");
+                if (!lex_string(&ps->lx, &ps->str)) { fail(ps, s0, "unterminated string");
                 }
                 v = s0;
                 vn = (size_t)(ps->lx.p - s0);
             } else if (*ps->lx.p == '{') {
-                if (!lex_balanced(&ps->lx, &v, &vn)) {
-                    sb_free(&extra);
-                    fail(ps, here(ps), "unbalanced metadata value");
+                if (!lex_balanced(&ps->lx, &v, &vn)) { fail(ps, here(ps), "unbalanced metadata value");
                 }
             } else if (!lex_word(&ps->lx, &v, &vn)) {
-                sb_free(&extra);
                 fail(ps, here(ps), "expected a metadata value");
             }
-            if (extra.len) sb_putc(&extra, ' ');
-            sb_put(&extra, k, kn);
-            sb_putc(&extra, '=');
-            sb_put(&extra, v, vn);
+            if (extra->len) sb_putc(extra, ' ');
+            sb_put(extra, k, kn);
+            sb_putc(extra, '=');
+            sb_put(extra, v, vn);
         }
     }
-    if (extra.len) md->extra = graph_intern(m, extra.s, extra.len);
-    sb_free(&extra);
+    if (extra->len) md->extra = graph_intern(m, extra->s, extra->len);
     return md;
 }
 
@@ -1144,8 +1133,6 @@ static void parse_computation(parser *ps, bool *seen_entry) {
     strmap_init(&ps->instr_index);
     int64_t root = -1;
     size_t nparams = 0;
-    uint32_t *params = NULL;
-    size_t capparams = 0;
     while (!lex_accept(lx, '}')) {
         if (here(ps) >= lx->end) fail(ps, lx->p, "expected '}' to close computation %s, found end of input", c->name);
         bool is_root;
@@ -1158,30 +1145,20 @@ static void parse_computation(parser *ps, bool *seen_entry) {
         }
         if (pno >= 0) {
             if ((size_t)pno >= nparams) {
-                XGROW(params, capparams, (size_t)pno + 1);
-                for (size_t k = nparams; k <= (size_t)pno; k++) params[k] = UINT32_MAX;
+                XGROW(ps->params, ps->capparams, (size_t)pno + 1);
+                for (size_t k = nparams; k <= (size_t)pno; k++) ps->params[k] = UINT32_MAX;
                 nparams = (size_t)pno + 1;
             }
-            if (params[pno] != UINT32_MAX) {
-                free(params);
-                fail(ps, iat, "parameter number %lld is used twice", (long long)pno);
-            }
-            params[pno] = (uint32_t)ps->nins - 1;
+            if (ps->params[pno] != UINT32_MAX) fail(ps, iat, "parameter number %lld is used twice", (long long)pno);
+            ps->params[pno] = (uint32_t)ps->nins - 1;
         }
     }
     for (size_t k = 0; k < nparams; k++)
-        if (params[k] == UINT32_MAX) {
-            free(params);
-            fail(ps, nm_at, "computation %s has no parameter %zu", c->name, k);
-        }
-    if (ps->nins == 0) {
-        free(params);
-        fail(ps, nm_at, "computation %s has no instructions", c->name);
-    }
+        if (ps->params[k] == UINT32_MAX) fail(ps, nm_at, "computation %s has no parameter %zu", c->name, k);
+    if (ps->nins == 0) fail(ps, nm_at, "computation %s has no instructions", c->name);
     c->root = root >= 0 ? (uint32_t)root : (uint32_t)ps->nins - 1;
     c->nparams = (uint32_t)nparams;
-    c->params = nparams ? arena_memdup(&m->arena, params, nparams * sizeof *params) : NULL;
-    free(params);
+    c->params = nparams ? arena_memdup(&m->arena, ps->params, nparams * sizeof *ps->params) : NULL;
     /* control-predecessors may name any instruction of this computation. */
     for (size_t f = 0; f < ps->nifix; f++) {
         fixup *fx = &ps->ifix[f];
@@ -1349,6 +1326,7 @@ static void parse_module(parser *ps) {
 
 static void parser_free(parser *ps) {
     sb_free(&ps->str);
+    sb_free(&ps->extra);
     free(ps->comps);
     strmap_free(&ps->comp_index);
     free(ps->cfix);
@@ -1361,6 +1339,7 @@ static void parser_free(parser *ps) {
     free(ps->ints2);
     free(ps->starts);
     free(ps->vals);
+    free(ps->params);
 }
 
 hlo_module *hlo_parse_text(const char *src, size_t n, const char *path, diag *d) {

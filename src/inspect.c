@@ -9,11 +9,14 @@ const char *inspect_channel_mode(const hlo_instr *in) {
     bool channel = instr_int(in, A_CHANNEL_ID, 0) != 0;
     bool global = instr_int(in, A_USE_GLOBAL_DEVICE_IDS, 0) != 0;
     if (!channel) return "cross-replica";
-    if (global) return "flattened-id";
-    /* all-reduce and friends with a channel but no global ids: XLA treats the
-     * groups as partition ids when there is one replica. */
-    return in->op == OP_COLLECTIVE_PERMUTE || in->op == OP_COLLECTIVE_PERMUTE_START ? "cross-partition"
-                                                                                    : "cross-replica-and-partition";
+    /* Ops without a use_global_device_ids field: a channel means partitions. */
+    switch (in->op) {
+    case OP_ALL_TO_ALL: case OP_RAGGED_ALL_TO_ALL: case OP_COLLECTIVE_PERMUTE:
+    case OP_COLLECTIVE_PERMUTE_START: case OP_COLLECTIVE_BROADCAST:
+        return "cross-partition";
+    default:
+        return global ? "flattened-id" : "cross-replica-and-partition";
+    }
 }
 
 typedef struct opcount {

@@ -124,7 +124,7 @@ void *arena_alloc(arena *a, size_t n) {
 
 char *arena_strndup(arena *a, const char *s, size_t n) {
     char *p = arena_alloc(a, n + 1);
-    memcpy(p, s, n);
+    if (n) memcpy(p, s, n);
     p[n] = 0;
     return p;
 }

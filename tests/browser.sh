@@ -40,6 +40,13 @@ for page in "$abs_site"/*.html; do
     # shellcheck disable=SC2086
     timeout 60 "$browser" $flags --enable-logging=stderr --v=0 --virtual-time-budget=2000 \
         --dump-dom "file://$page" >"$out/$name.dom" 2>"$out/$name.log"
+    # On a loaded machine the DOM is sometimes dumped before the deferred script
+    # ran; one retry with more virtual time tells that from a real failure.
+    if ! grep -q 'data-js="ok"' "$out/$name.dom"; then
+        # shellcheck disable=SC2086
+        timeout 60 "$browser" $flags --enable-logging=stderr --v=0 --virtual-time-budget=10000 \
+            --dump-dom "file://$page" >"$out/$name.dom" 2>"$out/$name.log"
+    fi
     # 2. Screenshot (1280 wide, tall enough for most pages).
     # shellcheck disable=SC2086
     timeout 60 "$browser" $flags --window-size=1280,2000 --virtual-time-budget=2000 \
