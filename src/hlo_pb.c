@@ -1580,30 +1580,47 @@ static int finalize(pb *p) {
     return errors;
 }
 
-/* Walks the input as container *kind (the guess from detect_container) and,
- * when that fails, as the other two: a module whose name is not text looks
- * like a wrapper to the guess. On failure *kind and the walker's error are
- * the guess's, which describes corrupt input best. */
+static bool walk_one(walker *w, int kind) {
+    w->bad = w->have_module = false;
+    w->cost = w->module_off = 0;
+    w->depth = 0;
+    w->ncomp = w->ninstr = 0;
+    return walk_message(w, 0, w->n, containers[kind]);
+}
+
+/* Walks the input as container *kind, the guess of detect_container. A guess
+ * of a module is certain (its name is text, a wrapper's first field never
+ * is); a wrapper may also be a module whose name is binary, so then all three
+ * readings are walked and the one whose module holds the most instructions
+ * wins, the guess on ties. On failure the error is the guess's. */
 static bool walk_as(walker *w, int *kind) {
-    walker first;
-    for (int k = 0; k < 3; k++) {
-        int cand = k == 0 ? *kind : (*kind + k) % 3;
-        w->bad = w->have_module = false;
-        w->cost = w->module_off = 0;
-        w->depth = 0;
-        w->ncomp = w->ninstr = 0;
-        /* Another container counts only when it holds a module: to a wrapper
-         * whose fields we do not declare, any well-formed bytes would do. */
-        if (walk_message(w, 0, w->n, containers[cand]) && (k == 0 || w->have_module)) {
-            *kind = cand;
-            return true;
+    int guess = *kind, best = -1;
+    size_t best_instrs = 0, err_off = 0;
+    char err[sizeof w->err] = "", err_path[sizeof w->err_path] = "";
+    for (int k = 0; k < (guess == 0 ? 1 : 3); k++) {
+        int cand = (guess + k) % 3;
+        bool ok = walk_one(w, cand);
+        if (k == 0 && !ok) {
+            err_off = w->err_off;
+            memcpy(err, w->err, sizeof err);
+            memcpy(err_path, w->err_path, sizeof err_path);
         }
-        if (k == 0) first = *w;
+        /* Another reading counts only with a module: to a wrapper whose other
+         * fields we do not declare, any well-formed bytes would do. */
+        if (ok && (k == 0 || w->have_module) && (best < 0 || w->ninstr > best_instrs)) {
+            best = cand;
+            best_instrs = w->ninstr;
+        }
     }
-    memcpy(w->err, first.err, sizeof w->err);
-    memcpy(w->err_path, first.err_path, sizeof w->err_path);
-    w->err_off = first.err_off;
-    return false;
+    if (best < 0) {
+        w->err_off = err_off;
+        memcpy(w->err, err, sizeof err);
+        memcpy(w->err_path, err_path, sizeof err_path);
+        return false;
+    }
+    if (guess != 0) walk_one(w, best); /* its offsets, for conversion messages */
+    *kind = best;
+    return true;
 }
 
 /* protobuf-c allocates from an arena: one free for the whole message tree. */
