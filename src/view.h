@@ -1,0 +1,97 @@
+/* view — how a distributed value relates to its baseline value (DESIGN §5).
+ *
+ * A mesh has named axes, major to minor; device ids are the row-major index of
+ * the device's coordinates ("iota" order), e.g. on {dp:2, tp:4} device = 4*dp+tp.
+ *
+ * A view V says, for every device r, how the local tensor x'(r) is obtained from
+ * the global (baseline) tensor x:
+ *   - shard: dimension d of x is cut into prod(size(axes)) equal contiguous
+ *     blocks; the device whose combined coordinate on dims[d].axes (major first)
+ *     is i holds block i. Mesh axes used by no dimension replicate.
+ *   - partial: x = reduce over the devices of the `partial` axes of x'(r), with
+ *     reduction `red` (RED_SUM, RED_MAX, ...: graph.h) — the value still needs an
+ *     all-reduce. A partial view may also shard dimensions (on other axes).
+ * `dup` (replicated) is the view with no sharded dimension and no partial axes.
+ * Views are plain values (no pointers); VIEW_MAX_RANK / MESH_MAX_AXES bound them.
+ * Layout views (reshape/transpose of the local tensor over atomic factors,
+ * DESIGN §5) are not represented yet: a transfer function that would need one
+ * says so instead of guessing.
+ */
+#ifndef SCALIFY_VIEW_H
+#define SCALIFY_VIEW_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "diag.h"
+#include "graph.h"
+#include "shape.h"
+#include "util.h"
+
+#define MESH_MAX_AXES 8
+#define VIEW_MAX_RANK 16
+
+typedef struct mesh {
+    uint32_t naxes;
+    char names[MESH_MAX_AXES][32];
+    int64_t sizes[MESH_MAX_AXES];
+} mesh;
+
+int64_t mesh_devices(const mesh *m);
+/* Index of the named axis, or -1. */
+int mesh_axis(const mesh *m, const char *name, size_t n);
+/* Coordinate of device `dev` on axis `a`. */
+int64_t mesh_coord(const mesh *m, int64_t dev, int a);
+
+typedef struct view_dim {
+    uint8_t naxes;                   /* 0: not sharded */
+    uint8_t axes[MESH_MAX_AXES];     /* mesh axes, major first */
+} view_dim;
+
+typedef struct view {
+    uint8_t rank;
+    view_dim dims[VIEW_MAX_RANK];
+    uint8_t partial;                 /* bitmask of mesh axes the value is partial over */
+    uint8_t red;                     /* reducer when partial != 0 */
+} view;
+
+/* The replicated view of a rank-r tensor. */
+view view_dup(uint32_t rank);
+bool view_is_dup(const view *v);
+bool view_equal(const view *a, const view *b);
+/* Mesh axes used by the view (sharding or partial) as a bitmask. */
+uint32_t view_axes_used(const view *v);
+/* Number of blocks dimension d is cut into. */
+int64_t view_dim_parts(const view *v, const mesh *m, uint32_t d);
+
+/* "dup", "shard(1,tp)", "shard(0,(dp,tp)) partial(tp,sum)": terms separated by
+ * one space, as in samples/README.md. Appends to b. */
+void view_print(strbuf *b, const view *v, const mesh *m);
+/* Parses a view string for a tensor of the given global shape; checks that every
+ * sharded dimension divides evenly. Returns false with a reason in why. */
+bool view_parse(const char *s, const mesh *m, const shape *global, view *out, char *why, size_t whylen);
+/* The local (per-device) dims of a global shape under v; false when a sharded
+ * dimension does not divide. */
+bool view_local_dims(const view *v, const mesh *m, const shape *global, int64_t *local);
+
+/* A relations file (samples/README.md "Relations files"), read with its views
+ * checked against the baseline's entry parameters and outputs. */
+typedef struct relations {
+    mesh mesh;
+    uint32_t ninputs, noutputs;
+    view *inputs;                    /* by parameter number */
+    char **input_names;              /* may hold NULL */
+    view *outputs;                   /* by output index (tuple element) */
+} relations;
+
+/* Reads path; the views are checked against baseline (its entry parameters and
+ * root). Errors go to d as "file: message" (exit-2 input errors). */
+bool relations_read(const char *path, const hlo_module *baseline, relations *out, diag *d);
+/* Relations from the sharding annotations of a GSPMD/Shardy baseline: the mesh is
+ * inferred from the tile assignments and the device count (one axis per distinct
+ * tiling factor, named axis_0, axis_1, ...), parameter views from their
+ * sharding=, output views from the ROOT's sharding. */
+bool relations_auto(const hlo_module *baseline, int64_t devices, relations *out, diag *d);
+void relations_free(relations *r);
+
+#endif
