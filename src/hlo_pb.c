@@ -302,6 +302,53 @@ static const ProtobufCMessageDescriptor *const containers[] = {
 
 /* ---- (3) conversion ---- */
 
+/* Instruction and computation ids (int64, unique, often huge) -> indexes:
+ * open addressing over a table sized once for all its keys. */
+typedef struct idmap {
+    int64_t *keys;
+    uint32_t *vals;    /* UINT32_MAX: empty slot */
+    size_t mask;
+} idmap;
+
+static void idmap_reset(idmap *m, size_t n) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    if (cap != m->mask + 1 || !m->keys) {
+        free(m->keys);
+        free(m->vals);
+        m->keys = xmalloc(cap * sizeof *m->keys);
+        m->vals = xmalloc(cap * sizeof *m->vals);
+        m->mask = cap - 1;
+    }
+    memset(m->vals, 0xff, cap * sizeof *m->vals);
+}
+
+static size_t idmap_slot(const idmap *m, int64_t id) {
+    size_t i = (size_t)(((uint64_t)id * 0x9e3779b97f4a7c15ull) >> 20) & m->mask;
+    while (m->vals[i] != UINT32_MAX && m->keys[i] != id) i = (i + 1) & m->mask;
+    return i;
+}
+
+/* False when id is already present. */
+static bool idmap_put(idmap *m, int64_t id, uint32_t v) {
+    size_t i = idmap_slot(m, id);
+    if (m->vals[i] != UINT32_MAX) return false;
+    m->keys[i] = id;
+    m->vals[i] = v;
+    return true;
+}
+
+static bool idmap_get(const idmap *m, int64_t id, uint32_t *v) {
+    size_t i = idmap_slot(m, id);
+    *v = m->vals[i];
+    return *v != UINT32_MAX;
+}
+
+static void idmap_free(idmap *m) {
+    free(m->keys);
+    free(m->vals);
+}
+
 typedef struct pb {
     walker w;
     diag *d;
@@ -317,11 +364,8 @@ typedef struct pb {
     strbuf sb;
     int depth;
     /* lookups: computation id -> index; per computation, instruction id -> index */
-    int64_t *comp_ids;
-    strmap comp_index;
-    int64_t *idkeys;
-    size_t capidkeys;
-    strmap ids, names;
+    idmap comp_index, ids;
+    strmap names;
 } pb;
 
 /* Reports at the innermost computation or instruction being converted. */
@@ -1023,14 +1067,14 @@ static const char *dim_labels_text(pb *p, const Xla__ConvolutionDimensionNumbers
 
 static uint32_t lookup_comp(pb *p, int64_t id) {
     uint32_t idx;
-    if (!strmap_get(&p->comp_index, (const char *)&id, sizeof id, &idx))
+    if (!idmap_get(&p->comp_index, id, &idx))
         fail(p, "called_computation_ids", "no computation has id %lld", (long long)id);
     return idx;
 }
 
 static uint32_t lookup_instr(pb *p, int64_t id, const char *field) {
     uint32_t idx;
-    if (!strmap_get(&p->ids, (const char *)&id, sizeof id, &idx))
+    if (!idmap_get(&p->ids, id, &idx))
         fail(p, field, "id %lld is not an instruction of this computation", (long long)id);
     return idx;
 }
@@ -1425,18 +1469,16 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
     if (n == 0) fail(p, "instructions", "computation %s has no instructions", c->name);
     c->ninstrs = count32(p, n, "instructions");
     c->instrs = arena_alloc(&m->arena, n * sizeof *c->instrs);
-    strmap_free(&p->ids);
-    strmap_init(&p->ids);
+    idmap_reset(&p->ids, n);
     strmap_free(&p->names);
     strmap_init(&p->names);
-    XGROW(p->idkeys, p->capidkeys, n);
+    strmap_reserve(&p->names, n);
     for (uint32_t i = 0; i < c->ninstrs; i++) {
         const Xla__HloInstructionProto *ip = cp->instructions[i];
-        p->idkeys[i] = ip->id;
         p->instr = i;
-        if (!strmap_put(&p->ids, (const char *)&p->idkeys[i], sizeof p->idkeys[i], i))
-            fail(p, "id", "instruction id %lld is used twice", (long long)p->idkeys[i]);
-        const char *name = c->instrs[i].name = intern(p, ip->name);
+        if (!idmap_put(&p->ids, ip->id, i)) fail(p, "id", "instruction id %lld is used twice", (long long)ip->id);
+        /* Names are unique, so interning them would only grow the pool. */
+        const char *name = c->instrs[i].name = arena_strdup(&p->m->arena, ip->name ? ip->name : "");
         if (!strmap_put(&p->names, name, strlen(name), i))
             fail(p, "name", "instruction name '%.80s' is used twice in the computation", name);
     }
@@ -1478,7 +1520,7 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
     p->instr = UINT32_MAX;
     c->root = c->ninstrs - 1;
     uint32_t r;
-    if (strmap_get(&p->ids, (const char *)&cp->root_id, sizeof cp->root_id, &r)) c->root = r;
+    if (idmap_get(&p->ids, cp->root_id, &r)) c->root = r;
     else if (cp->root_id != 0)
         fail(p, "root_id", "root id %lld is not an instruction of %s", (long long)cp->root_id, c->name);
     for (uint32_t i = 0; i < c->ninstrs; i++) graph_finalize_instr(m, &c->instrs[i]);
@@ -1528,7 +1570,7 @@ static void convert_module(pb *p, const Xla__HloModuleProto *mp) {
     m->comps = arena_alloc(&m->arena, n * sizeof *m->comps);
     p->instr_base = xmalloc(n * sizeof *p->instr_base);
     /* Computation ids and names are known before any instruction needs them. */
-    p->comp_ids = xmalloc(n * sizeof *p->comp_ids);
+    idmap_reset(&p->comp_index, n);
     strmap_free(&p->names);
     strmap_init(&p->names);
     size_t base = 0;
@@ -1537,9 +1579,7 @@ static void convert_module(pb *p, const Xla__HloModuleProto *mp) {
         p->comp = c;
         p->instr_base[c] = base;
         base += cp->n_instructions;
-        p->comp_ids[c] = cp->id;
-        if (!strmap_put(&p->comp_index, (const char *)&p->comp_ids[c], sizeof p->comp_ids[c], c))
-            fail(p, "id", "computation id %lld is used twice", (long long)p->comp_ids[c]);
+        if (!idmap_put(&p->comp_index, cp->id, c)) fail(p, "id", "computation id %lld is used twice", (long long)cp->id);
         const char *name = m->comps[c].name = intern(p, cp->name);
         if (!strmap_put(&p->names, name, strlen(name), c))
             fail(p, "name", "computation name '%.80s' is used twice", name);
@@ -1550,7 +1590,7 @@ static void convert_module(pb *p, const Xla__HloModuleProto *mp) {
     m->entry = n - 1;
     const char *en = mp->entry_computation_name;
     if (en && *en && strmap_get(&p->names, en, strlen(en), &e)) m->entry = e;
-    else if (strmap_get(&p->comp_index, (const char *)&mp->entry_computation_id, sizeof(int64_t), &e)) m->entry = e;
+    else if (idmap_get(&p->comp_index, mp->entry_computation_id, &e)) m->entry = e;
     convert_frames(p, mp->stack_frame_index);
     /* Computations stay in proto order: XLA's printers do not agree on one
      * (pass dumps list callees by first use, as_text in storage order). */
@@ -1641,9 +1681,7 @@ hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d
     pb *p = xcalloc(1, sizeof *p);
     p->d = d;
     sb_init(&p->sb);
-    strmap_init(&p->ids);
     strmap_init(&p->names);
-    strmap_init(&p->comp_index);
     walker *w = &p->w;
     w->buf = buf;
     w->n = n;
@@ -1682,12 +1720,10 @@ hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d
     free(w->comp_off);
     free(w->instr_off);
     free(p->attrs);
-    free(p->idkeys);
-    free(p->comp_ids);
     free(p->instr_base);
-    strmap_free(&p->comp_index);
+    idmap_free(&p->comp_index);
     sb_free(&p->sb);
-    strmap_free(&p->ids);
+    idmap_free(&p->ids);
     strmap_free(&p->names);
     free(p);
     return m;

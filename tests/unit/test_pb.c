@@ -506,8 +506,17 @@ static void fields(void) {
     lit.f16s.data = half;
     lit.f16s.len = sizeof half;
     c16->literal = &lit;
-    Xla__HloInstructionProto *v[] = {p0, ar, cmp, c16};
-    strbuf b = pack(v, 4);
+    Xla__HloInstructionProto *cx = instr("cx", "constant", DT_C64, 5);
+    Xla__LiteralProto clit = XLA__LITERAL_PROTO__INIT;
+    float parts[] = {1, 2, 3, -4.5f};
+    int64_t two[] = {2};
+    cx->shape->n_dimensions = 1;
+    cx->shape->dimensions = two;
+    clit.n_c64s = 4;
+    clit.c64s = parts;
+    cx->literal = &clit;
+    Xla__HloInstructionProto *v[] = {p0, ar, cmp, c16, cx};
+    strbuf b = pack(v, 5);
     hlo_module *m = parse_ok(&b);
     if (m) {
         const hlo_comp *c = &m->comps[0];
@@ -530,6 +539,9 @@ static void fields(void) {
             CHECK(l->v.lit->f[1] == -2.0);
             CHECK(l->v.lit->f[2] == 0x1p-24);
         }
+        t_case("pb-8 complex literal kept as text, as XLA prints it");
+        l = instr_attr(&c->instrs[4], A_LITERAL);
+        if (CHECK(l != NULL)) CHECK_STR(l->v.lit->raw, "{(1, 2), (3, -4.5)}");
     }
     graph_free(m);
     sb_free(&b);
@@ -537,6 +549,7 @@ static void fields(void) {
     free_instr(ar);
     free_instr(cmp);
     free_instr(c16);
+    free_instr(cx);
 
     t_case("pb-8 narrow float codes");
     CHECK_EQ(hlo_float_encode(DT_BF16, 1.0), 0x3f80);
