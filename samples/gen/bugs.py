@@ -128,4 +128,17 @@ BUGS = {
              "over tp and the replicated router weights diverge across ranks.",
         ref="Megatron-LM issue #599 (SwitchMLP router weights not synchronised within "
             "the tensor-parallel group), fix PR #619."),
+    "rope-no-offset": dict(
+        kinds=["constant-mismatch"],
+        title="RoPE positions of a sequence shard not offset by the rank",
+        what="Ulysses with RoPE applied before the all-to-all: each rank holds tokens "
+             "[r*S/sp, (r+1)*S/sp) but builds its rotary tables from positions 0..S/sp-1 "
+             "(the offset rank*S/sp computed from partition-id is missing).",
+        ref="Generic sequence-parallel mistake (position ids of a sequence shard)."),
+    "bias-before-allreduce": dict(
+        kinds=["wrong-reduction"],
+        title="Row-parallel bias added before the all-reduce",
+        what="GPT-2 attention c_proj: the replicated bias is added to each rank's partial "
+             "product before the psum, so it is counted tp times.",
+        ref="Generic (Megatron RowParallelLinear adds its bias after the reduction for this reason)."),
 }

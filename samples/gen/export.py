@@ -8,6 +8,7 @@ source paths recorded in HLO metadata are repo-relative).
     export.py [--only SUBSTRING ...] [--no-numerics]
 """
 import gzip
+import importlib.metadata
 import io
 import json
 import os
@@ -402,7 +403,7 @@ def corpus():
         # rewrite the relations with the intended 2-D mesh
         rel = relations({"dp": 2, "tp": 4}, BASELINES["tiny"][1],
                         flat_specs(PL.llama_tp_specs(cfg, "tp", "dp")[0], len(BASELINES["tiny"][1])),
-                        [PL.llama_tp_specs(cfg, "tp", "dp")[1]])
+                        [PL.llama_tp_specs(cfg, "tp", "dp")[1]], ["logits"])
         write_json(f"tiny/{name}.relations.json", rel)
 
     # sequence parallelism
@@ -417,6 +418,10 @@ def corpus():
         name = "tiny.ulysses.sp4" + (f".bug.{bug}" if bug else "")
         export_smap(name, "tiny", PL.make_llama_ulysses(cfg, msp, bug), {"sp": 4}, ab, co,
                     "tiny", bug, kinds)
+    for bug, kinds in [(None, None), ("rope-no-offset", ["constant-mismatch"])]:
+        name = "tiny.ulysses_rope_local.sp4" + (f".bug.{bug}" if bug else "")
+        export_smap(name, "tiny", PL.make_llama_ulysses(cfg, msp, bug, rope_local=True),
+                    {"sp": 4}, ab, co, "tiny", bug, kinds)
     # fp16 all-reduce in a bf16 model
     cfgb = M.Cfg("tiny-bf16")
     abb, cob = tiny_args(cfgb)
@@ -449,7 +454,8 @@ def corpus():
     cfgg = M.Cfg("tiny-gpt2")
     abg, cog = tiny_args(cfgg)
     for bug, kinds in [(None, None), ("fused-qkv-layout", ["layout-mismatch"]),
-                       ("posemb-unreduced", ["missing-all-reduce"])]:
+                       ("posemb-unreduced", ["missing-all-reduce"]),
+                       ("bias-before-allreduce", ["wrong-reduction"])]:
         name = "tiny-gpt2.megatron_tp.tp4" + (f".bug.{bug}" if bug else "")
         export_smap(name, "tiny-gpt2", PL.make_gpt2_tp(cfgg, m, bug), tp4, abg, cog,
                     "tiny-gpt2", bug, kinds)
@@ -559,8 +565,8 @@ def main():
                if e["name"] not in {m["name"] for m in MANIFEST}]
     pairs = sorted(old + MANIFEST, key=lambda e: e["name"])
     doc = {"scalify_manifest": 1,
-           "generator": {"jax": jax.__version__, "jaxlib": jax.lib.__version__
-                         if hasattr(jax.lib, "__version__") else jax.__version__,
+           "generator": {"jax": jax.__version__,
+                         "jaxlib": importlib.metadata.version("jaxlib"),
                          "script": "samples/gen/run.sh"},
            "pairs": pairs}
     write_json("manifest.json", doc)

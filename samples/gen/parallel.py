@@ -225,7 +225,9 @@ def make_llama_sp(cfg, mesh, bug=None, TP="tp"):
 # attention core an all-to-all trades the sequence shard for a head shard.
 # --------------------------------------------------------------------------
 
-def make_llama_ulysses(cfg, mesh, bug=None, SP="sp"):
+def make_llama_ulysses(cfg, mesh, bug=None, SP="sp", rope_local=False):
+    """rope_local: apply RoPE before the all-to-all, on the local sequence shard,
+    with positions offset by rank * S/sp (as DeepSpeed-Ulysses integrations do)."""
     sp = axis_size(mesh, SP)
     hd = cfg.head_dim
 
@@ -254,11 +256,21 @@ def make_llama_ulysses(cfg, mesh, bug=None, SP="sp"):
             with jax.named_scope(f"layers.{i}"):
                 with jax.named_scope("attn"):
                     h = M.rms_norm(x, p[pre + "attn_norm"], cfg.eps)
-                    q = seq_to_heads((h @ p[pre + "wq"]).reshape(B, Sl, cfg.heads, hd))
-                    k = seq_to_heads((h @ p[pre + "wk"]).reshape(B, Sl, cfg.kv_heads, hd))
-                    v = seq_to_heads((h @ p[pre + "wv"]).reshape(B, Sl, cfg.kv_heads, hd))
-                    q = M.apply_rope(q, cos, sin)
-                    k = M.apply_rope(k, cos, sin)
+                    q = (h @ p[pre + "wq"]).reshape(B, Sl, cfg.heads, hd)
+                    k = (h @ p[pre + "wk"]).reshape(B, Sl, cfg.kv_heads, hd)
+                    v = (h @ p[pre + "wv"]).reshape(B, Sl, cfg.kv_heads, hd)
+                    if rope_local:
+                        if bug == "rope-no-offset":
+                            start = 0                                   # BUG(rope-no-offset)
+                        else:
+                            start = jax.lax.axis_index(SP) * Sl
+                        lcos, lsin = M.rope_tables(Sl, hd, cfg.rope_theta, offset=start)
+                        q = M.apply_rope(q, lcos, lsin)
+                        k = M.apply_rope(k, lcos, lsin)
+                    q, k, v = seq_to_heads(q), seq_to_heads(k), seq_to_heads(v)
+                    if not rope_local:
+                        q = M.apply_rope(q, cos, sin)
+                        k = M.apply_rope(k, cos, sin)
                     o = heads_to_seq(M.causal_attention(q, k, v, 1.0 / math.sqrt(hd)))
                     x = x + o.reshape(B, Sl, cfg.heads * hd) @ p[pre + "wo"]
                 with jax.named_scope("mlp"):
@@ -418,7 +430,10 @@ def make_gpt2_tp(cfg, mesh, bug=None, TP="tp"):
                     k = (h @ wk + bk).reshape(B, S, nh, hd)
                     v = (h @ wv + bv).reshape(B, S, nh, hd)
                     o = M.causal_attention(q, k, v, 1.0 / math.sqrt(hd)).reshape(B, S, Hl)
-                    x = x + jax.lax.psum(o @ p[pre + "c_proj"], TP) + p[pre + "c_proj_b"]
+                    if bug == "bias-before-allreduce":
+                        x = x + jax.lax.psum(o @ p[pre + "c_proj"] + p[pre + "c_proj_b"], TP)  # BUG(bias-before-allreduce)
+                    else:
+                        x = x + jax.lax.psum(o @ p[pre + "c_proj"], TP) + p[pre + "c_proj_b"]
                 with jax.named_scope("mlp"):
                     h = M.layer_norm(x, p[pre + "ln2"], p[pre + "ln2_b"], cfg.eps)
                     h = jax.nn.gelu(h @ p[pre + "c_fc"] + p[pre + "c_fc_b"], approximate=True)
