@@ -42,6 +42,8 @@ int64_t mesh_devices(const mesh *m);
 int mesh_axis(const mesh *m, const char *name, size_t n);
 /* Coordinate of device `dev` on axis `a`. */
 int64_t mesh_coord(const mesh *m, int64_t dev, int a);
+/* Appends "{dp:2, tp:4}" (major to minor). */
+void mesh_print(strbuf *b, const mesh *m);
 
 typedef struct view_dim {
     uint8_t naxes;                   /* 0: not sharded */
@@ -61,14 +63,25 @@ bool view_is_dup(const view *v);
 bool view_equal(const view *a, const view *b);
 /* Mesh axes used by the view (sharding or partial) as a bitmask. */
 uint32_t view_axes_used(const view *v);
-/* Number of blocks dimension d is cut into. */
+/* Number of blocks dimension d is cut into (1 when d >= rank, -1 when an axis
+ * is not in m). */
 int64_t view_dim_parts(const view *v, const mesh *m, uint32_t d);
+/* Drops mesh axes of size 1 (they cut nothing), so that views which select
+ * the same blocks compare equal with view_equal. */
+void view_normalize(view *v, const mesh *m);
 
 /* "dup", "shard(1,tp)", "shard(0,(dp,tp)) partial(tp,sum)": terms separated by
- * one space, as in samples/README.md. Appends to b. */
+ * one space, as in samples/README.md. Canonical form: shard terms by dimension,
+ * then one partial term (several axes as partial((A,B),sum), mesh order);
+ * "dup" when there is neither. Appends to b. */
 void view_print(strbuf *b, const view *v, const mesh *m);
 /* Parses a view string for a tensor of the given global shape; checks that every
- * sharded dimension divides evenly. Returns false with a reason in why. */
+ * sharded dimension divides evenly. Terms in any order, separated by spaces:
+ * dup | shard(D,AXIS) | shard(D,(A,B)) | partial(AXIS,RED) | partial((A,B),RED),
+ * RED a reducer_name() (sum, max, min, prod, ...); several partial terms must
+ * use one reduction; every mesh axis is used at most once. Returns false with
+ * a reason in why (e.g. "mesh axis tp of size 3 does not divide dimension 1
+ * (64)"); *out is untouched then. */
 bool view_parse(const char *s, const mesh *m, const shape *global, view *out, char *why, size_t whylen);
 /* The local (per-device) dims of a global shape under v; false when a sharded
  * dimension does not divide. */
@@ -85,12 +98,22 @@ typedef struct relations {
 } relations;
 
 /* Reads path; the views are checked against baseline (its entry parameters and
- * root). Errors go to d as "file: message" (exit-2 input errors). */
+ * root): every parameter exactly once, outputs (default dup) one per element of
+ * a tuple ROOT, else one. Errors go to d as "path: message" (d->file is set to
+ * path while reading; exit-2 input errors); on failure *out is freed/zeroed.
+ * On success the caller frees with relations_free. */
 bool relations_read(const char *path, const hlo_module *baseline, relations *out, diag *d);
-/* Relations from the sharding annotations of a GSPMD/Shardy baseline: the mesh is
- * inferred from the tile assignments and the device count (one axis per distinct
- * tiling factor, named axis_0, axis_1, ...), parameter views from their
- * sharding=, output views from the ROOT's sharding. */
+/* Relations from the sharding annotations of a GSPMD/Shardy baseline. The mesh
+ * is the module's Shardy mesh (header frontend attribute xla.sdy.meshes, names
+ * kept) when there is one; otherwise it is inferred from the tile assignments
+ * and the device count (one axis per distinct device stride, named axis_0,
+ * axis_1, ... major first). Parameter views come from their sharding= (or
+ * their xla.sdy.sharding when that is all there is; unannotated parameters
+ * are dup), output views from the ROOT's sharding (tuple element i), else from
+ * the xla.sdy.FuncResultSharding custom-call feeding the ROOT, else dup.
+ * `devices` is the distributed program's device count (<= 0: unknown). A tile
+ * assignment the mesh cannot explain is an error "file: parameter K 'name':
+ * ...". input_names holds the pytree names from op_name metadata. */
 bool relations_auto(const hlo_module *baseline, int64_t devices, relations *out, diag *d);
 void relations_free(relations *r);
 

@@ -1,0 +1,1280 @@
+/* view — meshes, views, relations files and relations from sharding
+ * annotations. The contract is in view.h; this file keeps three parts apart:
+ * views (print/parse), relations_read (JSON) and relations_auto (HLO
+ * shardings, Shardy meshes). */
+#include "view.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Largest mesh we accept (devices); keeps tile assignments and products small. */
+#define MESH_MAX_DEVICES (1 << 20)
+
+/* ---- mesh ---- */
+
+int64_t mesh_devices(const mesh *m) {
+    int64_t p = 1;
+    for (uint32_t a = 0; a < m->naxes && a < MESH_MAX_AXES; a++)
+        if (m->sizes[a] <= 0 || !mul_ok(p, m->sizes[a], &p)) return -1;
+    return p;
+}
+
+int mesh_axis(const mesh *m, const char *name, size_t n) {
+    for (uint32_t a = 0; a < m->naxes && a < MESH_MAX_AXES; a++)
+        if (strlen(m->names[a]) == n && memcmp(m->names[a], name, n) == 0) return (int)a;
+    return -1;
+}
+
+/* Device-id distance between neighbours on axis a (iota order). */
+static int64_t mesh_stride(const mesh *m, int a) {
+    int64_t s = 1;
+    for (uint32_t b = (uint32_t)a + 1; b < m->naxes; b++) s *= m->sizes[b];
+    return s;
+}
+
+int64_t mesh_coord(const mesh *m, int64_t dev, int a) {
+    if (a < 0 || (uint32_t)a >= m->naxes || m->sizes[a] <= 0) return 0;
+    return (dev / mesh_stride(m, a)) % m->sizes[a];
+}
+
+void mesh_print(strbuf *b, const mesh *m) {
+    sb_putc(b, '{');
+    for (uint32_t a = 0; a < m->naxes && a < MESH_MAX_AXES; a++)
+        sb_printf(b, "%s%s:%" PRId64, a ? ", " : "", m->names[a], m->sizes[a]);
+    sb_putc(b, '}');
+}
+
+/* ---- views ---- */
+
+view view_dup(uint32_t rank) {
+    view v;
+    memset(&v, 0, sizeof v);
+    v.rank = (uint8_t)(rank > VIEW_MAX_RANK ? VIEW_MAX_RANK : rank);
+    return v;
+}
+
+bool view_is_dup(const view *v) {
+    if (v->partial) return false;
+    for (uint32_t d = 0; d < v->rank && d < VIEW_MAX_RANK; d++)
+        if (v->dims[d].naxes) return false;
+    return true;
+}
+
+bool view_equal(const view *a, const view *b) {
+    if (a->rank != b->rank || a->partial != b->partial) return false;
+    if (a->partial && a->red != b->red) return false;
+    for (uint32_t d = 0; d < a->rank && d < VIEW_MAX_RANK; d++) {
+        const view_dim *x = &a->dims[d], *y = &b->dims[d];
+        if (x->naxes != y->naxes) return false;
+        for (uint32_t k = 0; k < x->naxes && k < MESH_MAX_AXES; k++)
+            if (x->axes[k] != y->axes[k]) return false;
+    }
+    return true;
+}
+
+uint32_t view_axes_used(const view *v) {
+    uint32_t used = v->partial;
+    for (uint32_t d = 0; d < v->rank && d < VIEW_MAX_RANK; d++)
+        for (uint32_t k = 0; k < v->dims[d].naxes && k < MESH_MAX_AXES; k++) used |= 1u << v->dims[d].axes[k];
+    return used;
+}
+
+int64_t view_dim_parts(const view *v, const mesh *m, uint32_t d) {
+    if (d >= v->rank || d >= VIEW_MAX_RANK) return 1;
+    int64_t p = 1;
+    for (uint32_t k = 0; k < v->dims[d].naxes && k < MESH_MAX_AXES; k++) {
+        uint32_t a = v->dims[d].axes[k];
+        if (a >= m->naxes || m->sizes[a] <= 0 || !mul_ok(p, m->sizes[a], &p)) return -1;
+    }
+    return p;
+}
+
+void view_normalize(view *v, const mesh *m) {
+    for (uint32_t d = 0; d < v->rank && d < VIEW_MAX_RANK; d++) {
+        view_dim *vd = &v->dims[d];
+        uint8_t k2 = 0;
+        for (uint32_t k = 0; k < vd->naxes && k < MESH_MAX_AXES; k++)
+            if (vd->axes[k] >= m->naxes || m->sizes[vd->axes[k]] != 1) vd->axes[k2++] = vd->axes[k];
+        vd->naxes = k2;
+        for (uint32_t k = k2; k < MESH_MAX_AXES; k++) vd->axes[k] = 0;
+    }
+    for (uint32_t a = 0; a < m->naxes; a++)
+        if (m->sizes[a] == 1) v->partial &= (uint8_t)~(1u << a);
+    if (!v->partial) v->red = RED_NONE;
+}
+
+static void put_axis(strbuf *b, const mesh *m, uint32_t a) {
+    if (m && a < m->naxes) sb_puts(b, m->names[a]);
+    else sb_printf(b, "#%u", a);
+}
+
+static void put_axes(strbuf *b, const mesh *m, const uint8_t *axes, uint32_t n) {
+    if (n == 1) {
+        put_axis(b, m, axes[0]);
+        return;
+    }
+    sb_putc(b, '(');
+    for (uint32_t k = 0; k < n; k++) {
+        if (k) sb_putc(b, ',');
+        put_axis(b, m, axes[k]);
+    }
+    sb_putc(b, ')');
+}
+
+void view_print(strbuf *b, const view *v, const mesh *m) {
+    bool any = false;
+    for (uint32_t d = 0; d < v->rank && d < VIEW_MAX_RANK; d++) {
+        const view_dim *vd = &v->dims[d];
+        if (!vd->naxes) continue;
+        sb_printf(b, "%sshard(%u,", any ? " " : "", d);
+        put_axes(b, m, vd->axes, vd->naxes < MESH_MAX_AXES ? vd->naxes : MESH_MAX_AXES);
+        sb_putc(b, ')');
+        any = true;
+    }
+    if (v->partial) {
+        uint8_t axes[MESH_MAX_AXES];
+        uint32_t n = 0;
+        for (uint32_t a = 0; a < MESH_MAX_AXES; a++)
+            if (v->partial & (1u << a)) axes[n++] = (uint8_t)a;
+        sb_printf(b, "%spartial(", any ? " " : "");
+        put_axes(b, m, axes, n);
+        sb_printf(b, ",%s)", reducer_name(v->red));
+        any = true;
+    }
+    if (!any) sb_puts(b, "dup");
+}
+
+/* The parser of view strings. Errors are written into why; `divides` tells the
+ * caller the view was well-formed but a dimension does not divide, so that
+ * relations_read can name the parameter the way users read it. */
+typedef struct vparser {
+    const char *p;
+    const mesh *m;
+    char *why;
+    size_t whylen;
+    bool failed;
+} vparser;
+
+static bool vfail(vparser *vp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool vfail(vparser *vp, const char *fmt, ...) {
+    if (!vp->failed && vp->why && vp->whylen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(vp->why, vp->whylen, fmt, ap);
+        va_end(ap);
+    }
+    vp->failed = true;
+    return false;
+}
+
+static void vskip(vparser *vp) {
+    while (*vp->p == ' ' || *vp->p == '\t') vp->p++;
+}
+
+static bool vaccept(vparser *vp, char c) {
+    vskip(vp);
+    if (*vp->p != c) return false;
+    vp->p++;
+    return true;
+}
+
+static bool vexpect(vparser *vp, char c, const char *where) {
+    if (vaccept(vp, c)) return true;
+    if (*vp->p) return vfail(vp, "expected '%c' %s, found '%c'", c, where, *vp->p);
+    return vfail(vp, "expected '%c' %s, found the end", c, where);
+}
+
+static bool is_name_char(char c) {
+    return isalnum((unsigned char)c) || c == '_' || c == '-' || c == '.';
+}
+
+/* name -> [A-Za-z0-9_.-]+ */
+static bool vname(vparser *vp, const char **s, size_t *n) {
+    vskip(vp);
+    const char *b = vp->p;
+    while (is_name_char(*vp->p)) vp->p++;
+    *s = b;
+    *n = (size_t)(vp->p - b);
+    if (*n == 0) {
+        if (*vp->p) return vfail(vp, "expected a mesh axis name, found '%c'", *vp->p);
+        return vfail(vp, "expected a mesh axis name, found the end");
+    }
+    return true;
+}
+
+/* axes -> name | '(' name (',' name)* ')' ; every axis known and used once. */
+static bool vaxes(vparser *vp, uint32_t *used, uint8_t *axes, uint8_t *naxes) {
+    bool paren = vaccept(vp, '(');
+    *naxes = 0;
+    do {
+        const char *s;
+        size_t n;
+        if (!vname(vp, &s, &n)) return false;
+        int a = mesh_axis(vp->m, s, n);
+        if (a < 0) {
+            char list[256] = "";
+            size_t off = 0;
+            for (uint32_t k = 0; k < vp->m->naxes && off < sizeof list; k++)
+                off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", k ? ", " : "", vp->m->names[k]);
+            return vfail(vp, "unknown mesh axis '%.*s' (the mesh has %s)", (int)(n > 64 ? 64 : n), s,
+                         vp->m->naxes ? list : "no axes");
+        }
+        if (*used & (1u << a)) return vfail(vp, "mesh axis %s is used twice", vp->m->names[a]);
+        *used |= 1u << a;
+        axes[(*naxes)++] = (uint8_t)a;
+    } while (paren && vaccept(vp, ','));
+    if (paren && !vexpect(vp, ')', "to close the axis list")) return false;
+    if (*naxes == 0) return vfail(vp, "empty axis list");
+    return true;
+}
+
+static bool vword(vparser *vp, const char *w) {
+    size_t n = strlen(w);
+    if (strncmp(vp->p, w, n) != 0 || is_name_char(vp->p[n])) return false;
+    vp->p += n;
+    return true;
+}
+
+static int reducer_from_name(const char *s, size_t n) {
+    for (int r = RED_SUM; r <= RED_XOR; r++) {
+        const char *name = reducer_name(r);
+        if (strlen(name) == n && memcmp(name, s, n) == 0) return r;
+    }
+    return RED_NONE;
+}
+
+/* view -> 'dup' | term (' ' term)*
+ * term -> 'shard' '(' int ',' axes ')' | 'partial' '(' axes ',' reducer ')' */
+static bool view_parse_ex(const char *s, const mesh *m, const shape *global, view *out, char *why,
+                          size_t whylen, bool *divides) {
+    vparser vp = {.p = s ? s : "", .m = m, .why = why, .whylen = whylen};
+    if (why && whylen) why[0] = 0;
+    if (divides) *divides = true;
+    if (global->dtype == DT_TUPLE) return vfail(&vp, "a tuple-shaped value cannot have a view");
+    if (global->rank > VIEW_MAX_RANK)
+        return vfail(&vp, "rank %u is more than the %d dimensions a view supports", global->rank, VIEW_MAX_RANK);
+    if (m->naxes > MESH_MAX_AXES) return vfail(&vp, "mesh has too many axes");
+    view v = view_dup(global->rank);
+    uint32_t used = 0;
+    bool dup = false;
+    vskip(&vp);
+    if (!*vp.p) return vfail(&vp, "empty view (write \"dup\" for a replicated value)");
+    while (*vp.p) {
+        const char *term = vp.p;
+        if (vword(&vp, "dup")) {
+            dup = true;
+        } else if (vword(&vp, "shard")) {
+            if (!vexpect(&vp, '(', "after shard")) return false;
+            vskip(&vp);
+            if (!isdigit((unsigned char)*vp.p)) return vfail(&vp, "expected a dimension number after shard(");
+            int64_t d = 0;
+            while (isdigit((unsigned char)*vp.p)) {
+                if (d < 1000000) d = d * 10 + (*vp.p - '0');
+                vp.p++;
+            }
+            if (d >= (int64_t)global->rank)
+                return vfail(&vp, "shard(%" PRId64 ",...): the value has %u dimension%s", d, global->rank,
+                             global->rank == 1 ? "" : "s");
+            if (!vexpect(&vp, ',', "after the dimension number")) return false;
+            view_dim *vd = &v.dims[d];
+            if (vd->naxes) return vfail(&vp, "dimension %" PRId64 " is sharded twice", d);
+            if (!vaxes(&vp, &used, vd->axes, &vd->naxes)) return false;
+            if (!vexpect(&vp, ')', "to close shard(")) return false;
+        } else if (vword(&vp, "partial")) {
+            if (!vexpect(&vp, '(', "after partial")) return false;
+            uint8_t axes[MESH_MAX_AXES], n;
+            if (!vaxes(&vp, &used, axes, &n)) return false;
+            if (!vexpect(&vp, ',', "before the reduction")) return false;
+            const char *r;
+            size_t rn;
+            vskip(&vp);
+            r = vp.p;
+            while (isalpha((unsigned char)*vp.p)) vp.p++;
+            rn = (size_t)(vp.p - r);
+            int red = reducer_from_name(r, rn);
+            if (red == RED_NONE)
+                return vfail(&vp, "unknown reduction '%.*s' (sum, max, min or prod)", (int)(rn > 32 ? 32 : rn), r);
+            if (v.partial && v.red != red)
+                return vfail(&vp, "partial terms with different reductions (%s and %s)", reducer_name(v.red),
+                             reducer_name(red));
+            for (uint32_t k = 0; k < n; k++) v.partial |= (uint8_t)(1u << axes[k]);
+            v.red = (uint8_t)red;
+            if (!vexpect(&vp, ')', "to close partial(")) return false;
+        } else {
+            size_t n = 0;
+            while (term[n] && term[n] != ' ' && n < 40) n++;
+            return vfail(&vp, "unknown term '%.*s' (dup, shard(D,AXIS) or partial(AXIS,sum))", (int)n, term);
+        }
+        size_t before = (size_t)(vp.p - s);
+        vskip(&vp);
+        if (*vp.p && (size_t)(vp.p - s) == before)
+            return vfail(&vp, "terms must be separated by a space, found '%c'", *vp.p);
+    }
+    if (dup && used) return vfail(&vp, "\"dup\" cannot be combined with other terms");
+    for (uint32_t d = 0; d < v.rank; d++) {
+        if (!v.dims[d].naxes) continue;
+        int64_t parts = view_dim_parts(&v, m, d);
+        if (parts <= 0 || global->dims[d] % parts != 0) {
+            if (divides) *divides = false;
+            strbuf b;
+            sb_init(&b);
+            put_axes(&b, m, v.dims[d].axes, v.dims[d].naxes);
+            if (v.dims[d].naxes == 1)
+                vfail(&vp, "mesh axis %s of size %" PRId64 " does not divide dimension %u (%" PRId64 ")", b.s,
+                      parts, d, global->dims[d]);
+            else
+                vfail(&vp, "mesh axes %s of size %" PRId64 " do not divide dimension %u (%" PRId64 ")", b.s, parts,
+                      d, global->dims[d]);
+            sb_free(&b);
+            return false;
+        }
+    }
+    *out = v;
+    return true;
+}
+
+bool view_parse(const char *s, const mesh *m, const shape *global, view *out, char *why, size_t whylen) {
+    return view_parse_ex(s, m, global, out, why, whylen, NULL);
+}
+
+bool view_local_dims(const view *v, const mesh *m, const shape *global, int64_t *local) {
+    if (global->dtype == DT_TUPLE || v->rank != global->rank) return false;
+    for (uint32_t d = 0; d < global->rank; d++) {
+        int64_t parts = view_dim_parts(v, m, d);
+        if (parts <= 0 || global->dims[d] % parts != 0) return false;
+        local[d] = global->dims[d] / parts;
+    }
+    return true;
+}
+
+/* ---- relations: common helpers ---- */
+
+void relations_free(relations *r) {
+    if (!r) return;
+    if (r->input_names)
+        for (uint32_t i = 0; i < r->ninputs; i++) free(r->input_names[i]);
+    free(r->input_names);
+    free(r->inputs);
+    free(r->outputs);
+    memset(r, 0, sizeof *r);
+}
+
+/* The user-facing name of entry parameter k: the pytree path in its op_name
+ * ("params['layers.0.wq']" → "layers.0.wq"), else the op_name, else NULL. */
+static char *param_name(const hlo_comp *c, uint32_t k) {
+    const hlo_instr *in = &c->instrs[c->params[k]];
+    const char *on = in->meta ? in->meta->op_name : NULL;
+    if (!on || !*on) return NULL;
+    const char *q = strstr(on, "['");
+    if (q) {
+        const char *e = strstr(q + 2, "']");
+        if (e && e > q + 2) return xstrndup(q + 2, (size_t)(e - q - 2));
+    }
+    return xstrdup(on);
+}
+
+static const shape *root_shape(const hlo_comp *c) { return &c->instrs[c->root].shape; }
+
+static uint32_t output_count(const hlo_comp *c) {
+    const shape *s = root_shape(c);
+    return s->dtype == DT_TUPLE ? s->ntuple : 1;
+}
+
+static const shape *output_shape(const hlo_comp *c, uint32_t i) {
+    const shape *s = root_shape(c);
+    return s->dtype == DT_TUPLE ? &s->tuple[i] : s;
+}
+
+static void relations_alloc(relations *r, uint32_t nin, uint32_t nout) {
+    r->ninputs = nin;
+    r->noutputs = nout;
+    r->inputs = xcalloc(nin ? nin : 1, sizeof *r->inputs);
+    r->input_names = xcalloc(nin ? nin : 1, sizeof *r->input_names);
+    r->outputs = xcalloc(nout ? nout : 1, sizeof *r->outputs);
+}
+
+/* ---- relations_read ---- */
+
+static const char *json_kind(const json_t *j) {
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+static bool read_mesh(json_t *jm, mesh *out, diag *d) {
+    memset(out, 0, sizeof *out);
+    if (!jm) {
+        diag_plain(d, "missing \"mesh\" (an object of axis name to size, major to minor)");
+        return false;
+    }
+    if (!json_is_object(jm)) {
+        diag_plain(d, "\"mesh\" must be an object of axis name to size, not %s", json_kind(jm));
+        return false;
+    }
+    bool ok = true;
+    int64_t total = 1;
+    /* Insertion order is the file's order: major to minor (samples/README.md). */
+    for (void *it = json_object_iter(jm); it; it = json_object_iter_next(jm, it)) {
+        const char *k = json_object_iter_key(it);
+        json_t *v = json_object_iter_value(it);
+        size_t kn = strlen(k);
+        bool name_ok = kn > 0 && kn < sizeof out->names[0];
+        for (size_t i = 0; i < kn && name_ok; i++) name_ok = is_name_char(k[i]);
+        if (!name_ok) {
+            diag_plain(d, "mesh axis name \"%.40s\" must be 1 to 31 characters of [A-Za-z0-9_.-]", k);
+            ok = false;
+            continue;
+        }
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > MESH_MAX_DEVICES) {
+            if (json_is_integer(v))
+                diag_plain(d, "mesh axis %s has size %" JSON_INTEGER_FORMAT ", expected 1 to %d", k,
+                           json_integer_value(v), MESH_MAX_DEVICES);
+            else diag_plain(d, "mesh axis %s: size must be an integer, not %s", k, json_kind(v));
+            ok = false;
+            continue;
+        }
+        if (out->naxes == MESH_MAX_AXES) {
+            diag_plain(d, "mesh has more than %d axes", MESH_MAX_AXES);
+            return false;
+        }
+        int64_t size = json_integer_value(v);
+        if (!mul_ok(total, size, &total) || total > MESH_MAX_DEVICES) {
+            diag_plain(d, "mesh has more than %d devices", MESH_MAX_DEVICES);
+            return false;
+        }
+        memcpy(out->names[out->naxes], k, kn + 1);
+        out->sizes[out->naxes++] = size;
+    }
+    return ok;
+}
+
+/* "index" field of an inputs/outputs entry: a non-negative integer below n. */
+static bool entry_index(json_t *e, const char *list, size_t pos, const char *key, uint32_t n, const char *what,
+                        uint32_t *out, diag *d) {
+    json_t *j = json_object_get(e, key);
+    if (!j) {
+        diag_plain(d, "%s[%zu]: missing \"%s\"", list, pos, key);
+        return false;
+    }
+    if (!json_is_integer(j)) {
+        diag_plain(d, "%s[%zu]: \"%s\" must be an integer, not %s", list, pos, key, json_kind(j));
+        return false;
+    }
+    json_int_t v = json_integer_value(j);
+    if (v < 0 || (uint64_t)v >= n) {
+        diag_plain(d, "%s[%zu]: %s %" JSON_INTEGER_FORMAT " does not exist (the baseline has %u %s%s)", list, pos,
+                   what, v, n, what, n == 1 ? "" : "s");
+        return false;
+    }
+    *out = (uint32_t)v;
+    return true;
+}
+
+static const char *entry_view(json_t *e, const char *list, size_t pos, diag *d) {
+    json_t *j = json_object_get(e, "view");
+    if (!j) {
+        diag_plain(d, "%s[%zu]: missing \"view\"", list, pos);
+        return NULL;
+    }
+    if (!json_is_string(j)) {
+        diag_plain(d, "%s[%zu]: \"view\" must be a string, not %s", list, pos, json_kind(j));
+        return NULL;
+    }
+    return json_string_value(j);
+}
+
+static const char *entry_name(json_t *e, const char *list, size_t pos, diag *d, bool *ok) {
+    json_t *j = json_object_get(e, "name");
+    if (!j) return NULL;
+    if (!json_is_string(j)) {
+        diag_plain(d, "%s[%zu]: \"name\" must be a string, not %s", list, pos, json_kind(j));
+        *ok = false;
+        return NULL;
+    }
+    return json_string_value(j);
+}
+
+/* Reports a view error for "parameter 6 'layers.0.w_gate'" / "output 0". */
+static void view_error(diag *d, const char *what, uint32_t k, const char *name, const char *viewstr, const char *why,
+                       bool divides) {
+    char label[160];
+    if (name) snprintf(label, sizeof label, "%s %u '%.100s'", what, k, name);
+    else snprintf(label, sizeof label, "%s %u", what, k);
+    if (!divides) diag_plain(d, "%s of %s", why, label);
+    else diag_plain(d, "%s: view \"%.200s\": %s", label, viewstr, why);
+}
+
+static bool read_entries(json_t *root, const char *key, bool inputs, const hlo_comp *c, relations *r, diag *d) {
+    json_t *list = json_object_get(root, key);
+    uint32_t n = inputs ? c->nparams : output_count(c);
+    const char *what = inputs ? "parameter" : "output";
+    if (!list) {
+        if (inputs) {
+            diag_plain(d, "missing \"inputs\" (one entry per baseline parameter)");
+            return false;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            const shape *s = output_shape(c, i);
+            r->outputs[i] = view_dup(s->dtype == DT_TUPLE ? 0 : s->rank);
+        }
+        return true;
+    }
+    if (!json_is_array(list)) {
+        diag_plain(d, "\"%s\" must be an array, not %s", key, json_kind(list));
+        return false;
+    }
+    bool ok = true;
+    size_t len = json_array_size(list);
+    if (!inputs && len != n) {
+        diag_plain(d, "\"outputs\" has %zu entr%s, the baseline's ROOT has %u output%s", len, len == 1 ? "y" : "ies",
+                   n, n == 1 ? "" : "s");
+        return false;
+    }
+    if (inputs && len != n) {
+        /* Still look at the entries: the missing/unknown ones are named below. */
+        ok = false;
+        diag_plain(d, "\"inputs\" has %zu entr%s, the baseline has %u parameter%s", len, len == 1 ? "y" : "ies", n,
+                   n == 1 ? "" : "s");
+    }
+    uint8_t *seen = xcalloc(n ? n : 1, 1);
+    for (size_t pos = 0; pos < len; pos++) {
+        json_t *e = json_array_get(list, pos);
+        if (!json_is_object(e)) {
+            diag_plain(d, "%s[%zu] must be an object, not %s", key, pos, json_kind(e));
+            ok = false;
+            continue;
+        }
+        uint32_t k;
+        if (!entry_index(e, key, pos, inputs ? "param" : "output", n, what, &k, d)) {
+            ok = false;
+            continue;
+        }
+        bool name_ok = true;
+        const char *name = entry_name(e, key, pos, d, &name_ok);
+        const char *vs = entry_view(e, key, pos, d);
+        if (!name_ok || !vs) {
+            ok = false;
+            seen[k] = 1;
+            continue;
+        }
+        if (seen[k]) {
+            diag_plain(d, "%s[%zu]: %s %u is listed twice", key, pos, what, k);
+            ok = false;
+            continue;
+        }
+        seen[k] = 1;
+        const shape *gs = inputs ? &c->instrs[c->params[k]].shape : output_shape(c, k);
+        char why[256];
+        bool divides;
+        view v;
+        if (!view_parse_ex(vs, &r->mesh, gs, &v, why, sizeof why, &divides)) {
+            char *bn = name ? NULL : (inputs ? param_name(c, k) : NULL);
+            view_error(d, what, k, name ? name : bn, vs, why, divides);
+            free(bn);
+            ok = false;
+            continue;
+        }
+        if (inputs) {
+            r->inputs[k] = v;
+            if (name) r->input_names[k] = xstrdup(name);
+        } else {
+            r->outputs[k] = v;
+        }
+    }
+    if (inputs) {
+        strbuf miss;
+        sb_init(&miss);
+        uint32_t nmiss = 0;
+        for (uint32_t k = 0; k < n; k++) {
+            if (seen[k]) continue;
+            if (nmiss < 8) {
+                char *bn = param_name(c, k);
+                sb_printf(&miss, "%s%u", nmiss ? ", " : "", k);
+                if (bn) sb_printf(&miss, " '%.80s'", bn);
+                free(bn);
+            }
+            nmiss++;
+        }
+        if (nmiss) {
+            diag_plain(d, "no view for parameter%s %s%s", nmiss == 1 ? "" : "s", miss.s,
+                       nmiss > 8 ? " and more" : "");
+            ok = false;
+        }
+        sb_free(&miss);
+    }
+    free(seen);
+    return ok;
+}
+
+bool relations_read(const char *path, const hlo_module *baseline, relations *out, diag *d) {
+    memset(out, 0, sizeof *out);
+    const char *saved = d->file;
+    d->file = path;
+    int before = d->count;
+    const hlo_comp *c = baseline ? graph_entry(baseline) : NULL;
+    json_error_t err;
+    json_t *root = NULL;
+    if (!c) {
+        diag_plain(d, "the baseline has no entry computation");
+        goto done;
+    }
+    root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    if (!root) {
+        if (err.line > 0) diag_pos(d, err.line, err.column, "%s", err.text);
+        else diag_plain(d, "%s", err.text);
+        goto done;
+    }
+    if (!json_is_object(root)) {
+        diag_plain(d, "a relations file is a JSON object, not %s", json_kind(root));
+        goto done;
+    }
+    json_t *ver = json_object_get(root, "scalify_relations");
+    if (!ver) {
+        diag_plain(d, "not a relations file: no \"scalify_relations\": 1");
+        goto done;
+    }
+    if (!json_is_integer(ver) || json_integer_value(ver) != 1) {
+        diag_plain(d, "unsupported \"scalify_relations\" version (this scalify reads version 1)");
+        goto done;
+    }
+    json_t *order = json_object_get(root, "device_order");
+    if (order && !(json_is_string(order) && strcmp(json_string_value(order), "iota") == 0)) {
+        diag_plain(d, "\"device_order\" must be \"iota\" (the only order supported)");
+        goto done;
+    }
+    if (!read_mesh(json_object_get(root, "mesh"), &out->mesh, d)) goto done;
+    relations_alloc(out, c->nparams, output_count(c));
+    read_entries(root, "inputs", true, c, out, d);
+    read_entries(root, "outputs", false, c, out, d);
+done:
+    json_decref(root);
+    d->file = saved;
+    if (d->count == before) return true;
+    relations_free(out);
+    return false;
+}
+
+/* ---- relations_auto ---- */
+
+/* A Shardy mesh from the module's frontend attribute xla.sdy.meshes, e.g.
+ * {mesh = #sdy.mesh<["dp"=2, "tp"=4]>}: 1 when found (out filled), 0 when the
+ * module has none, -1 with a message in why when it cannot be used. */
+static int shardy_mesh(const hlo_module *m, mesh *out, char *why, size_t whylen) {
+    memset(out, 0, sizeof *out);
+    const char *txt = NULL;
+    for (uint32_t i = 0; i < m->nattrs && !txt; i++) {
+        const hlo_attr *a = &m->attrs[i];
+        if (a->key == A_RAW && a->raw_key && strcmp(a->raw_key, "frontend_attributes") == 0 && a->v.str)
+            txt = strstr(a->v.str, "xla.sdy.meshes");
+    }
+    if (!txt) return 0;
+    const char *p = strstr(txt, "#sdy.mesh<");
+    if (!p) return 0;
+    p += strlen("#sdy.mesh<");
+    /* Another mesh after this one: which one the shardings use is not modelled. */
+    const char *close = strchr(p, '>');
+    if (close && strstr(close, "#sdy.mesh<")) {
+        snprintf(why, whylen, "the module defines several Shardy meshes (xla.sdy.meshes); only one is supported");
+        return -1;
+    }
+    while (*p == ' ') p++;
+    if (*p != '[') {
+        snprintf(why, whylen, "unreadable Shardy mesh in xla.sdy.meshes");
+        return -1;
+    }
+    p++;
+    for (;;) {
+        while (*p == ' ' || *p == '\\' || *p == ',') p++;
+        if (*p == ']') break;
+        if (*p != '"') {
+            snprintf(why, whylen, "unreadable Shardy mesh in xla.sdy.meshes");
+            return -1;
+        }
+        p++;
+        const char *nb = p;
+        while (*p && *p != '"' && *p != '\\') p++;
+        size_t nn = (size_t)(p - nb);
+        while (*p == '\\' || *p == '"') p++;
+        if (*p != '=' || nn == 0 || nn >= sizeof out->names[0]) {
+            snprintf(why, whylen, "unreadable Shardy mesh axis in xla.sdy.meshes");
+            return -1;
+        }
+        p++;
+        char *end;
+        long long size = strtoll(p, &end, 10);
+        if (end == p || size < 1 || size > MESH_MAX_DEVICES) {
+            snprintf(why, whylen, "unreadable Shardy mesh axis size in xla.sdy.meshes");
+            return -1;
+        }
+        p = end;
+        if (out->naxes == MESH_MAX_AXES) {
+            snprintf(why, whylen, "the Shardy mesh has more than %d axes", MESH_MAX_AXES);
+            return -1;
+        }
+        memcpy(out->names[out->naxes], nb, nn);
+        out->names[out->naxes][nn] = 0;
+        out->sizes[out->naxes++] = size;
+    }
+    p++;
+    while (*p == ' ') p++;
+    if (*p == ',' && strstr(p, "device_ids")) {
+        /* device_ids=[0] with no axes is a maximal mesh; with axes a custom order. */
+        snprintf(why, whylen, "the Shardy mesh has an explicit device order (device_ids); only iota order is supported");
+        return -1;
+    }
+    int64_t total = mesh_devices(out);
+    if (total < 1 || total > MESH_MAX_DEVICES) {
+        snprintf(why, whylen, "the Shardy mesh is too large");
+        return -1;
+    }
+    return out->naxes ? 1 : 0;
+}
+
+/* A tile assignment made explicit: devices in row-major order over dims. */
+typedef struct tiles {
+    uint32_t n;                   /* dims (data dims then subgroup dims) */
+    int64_t dims[VIEW_MAX_RANK + 8];
+    int sub[VIEW_MAX_RANK + 8];   /* -1 for a data dim, else SH_* of the subgroup dim */
+    int64_t *dev;                 /* total entries, caller frees */
+    int64_t total;
+} tiles;
+
+/* Expands a tiled sharding of a rank-`rank` value. */
+static bool tiles_expand(const hlo_sharding *s, uint32_t rank, tiles *t, char *why, size_t whylen) {
+    memset(t, 0, sizeof *t);
+    uint32_t nsub = s->nlast ? s->nlast : (s->replicate_last ? 1 : 0);
+    if (s->ntile != rank + nsub) {
+        snprintf(why, whylen, "its tile assignment has %u dimensions for a rank-%u value", s->ntile, rank);
+        return false;
+    }
+    if (s->ntile > VIEW_MAX_RANK + 8) {
+        snprintf(why, whylen, "its tile assignment has too many dimensions");
+        return false;
+    }
+    t->n = s->ntile;
+    t->total = 1;
+    for (uint32_t i = 0; i < s->ntile; i++) {
+        if (s->tile_dims[i] < 1 || !mul_ok(t->total, s->tile_dims[i], &t->total) || t->total > MESH_MAX_DEVICES) {
+            snprintf(why, whylen, "its tile assignment is empty or too large");
+            return false;
+        }
+        t->dims[i] = s->tile_dims[i];
+        t->sub[i] = i < rank ? -1 : (s->nlast ? s->last_tile_dims[i - rank] : SH_REPLICATED);
+    }
+    t->dev = xmalloc((size_t)t->total * sizeof *t->dev);
+    if (s->devices) {
+        if ((int64_t)s->ndevices != t->total) {
+            snprintf(why, whylen, "its tile assignment lists %u devices for %" PRId64 " tiles", s->ndevices, t->total);
+            return false;
+        }
+        memcpy(t->dev, s->devices, (size_t)t->total * sizeof *t->dev);
+        return true;
+    }
+    int64_t rt = 1;
+    bool ok = s->nreshape > 0 && s->nreshape <= 64 && (s->nperm == 0 || s->nperm == s->nreshape);
+    for (uint32_t i = 0; ok && i < s->nreshape; i++)
+        ok = s->reshape[i] >= 1 && mul_ok(rt, s->reshape[i], &rt) && rt <= MESH_MAX_DEVICES;
+    uint64_t seen = 0;
+    for (uint32_t i = 0; ok && i < s->nperm; i++) {
+        ok = s->perm[i] >= 0 && s->perm[i] < (int64_t)s->nreshape && !(seen & (1ull << s->perm[i]));
+        if (ok) seen |= 1ull << s->perm[i];
+    }
+    if (!ok || rt != t->total) {
+        snprintf(why, whylen, "its iota tile assignment is inconsistent");
+        return false;
+    }
+    iota_tile_ids(s->reshape, s->nreshape, s->perm, s->nperm, t->dev);
+    return true;
+}
+
+/* Device at tile index (j in dim i, 0 elsewhere). */
+static int64_t tile_at(const tiles *t, uint32_t i, int64_t j) {
+    int64_t stride = 1;
+    for (uint32_t k = i + 1; k < t->n; k++) stride *= t->dims[k];
+    return t->dev[j * stride];
+}
+
+/* Which mesh axes each tile dimension walks over: the device step along the
+ * dimension names the minor axis (its stride), then the step after a whole
+ * cycle of it names the next, and so on. Then every tile is checked. */
+static bool tiles_explain(const tiles *t, const mesh *m, view_dim *out, char *why, size_t whylen) {
+    int64_t n = mesh_devices(m);
+    if (t->total != n) {
+        snprintf(why, whylen, "its tile assignment covers %" PRId64 " devices, the mesh has %" PRId64, t->total, n);
+        return false;
+    }
+    if (t->dev[0] != 0) {
+        snprintf(why, whylen, "its first tile is on device %" PRId64 ", not 0 (not in mesh order)", t->dev[0]);
+        return false;
+    }
+    uint32_t used = 0;
+    for (uint32_t i = 0; i < t->n; i++) {
+        out[i].naxes = 0;
+        int64_t step = 1, rest = t->dims[i];
+        uint8_t rev[MESH_MAX_AXES];
+        uint32_t nrev = 0;
+        while (rest > 1) {
+            int64_t diff = tile_at(t, i, step);
+            int a = -1;
+            for (uint32_t b = 0; b < m->naxes; b++)
+                if (m->sizes[b] > 1 && !(used & (1u << b)) && mesh_stride(m, (int)b) == diff) a = (int)b;
+            if (a < 0 || rest % m->sizes[a] != 0) {
+                snprintf(why, whylen,
+                         "its tile dimension %u (size %" PRId64 ") steps by device %" PRId64
+                         ", which is no unused mesh axis",
+                         i, t->dims[i], diff);
+                return false;
+            }
+            used |= 1u << a;
+            rev[nrev++] = (uint8_t)a;
+            rest /= m->sizes[a];
+            step *= m->sizes[a];
+        }
+        for (uint32_t k = 0; k < nrev; k++) out[i].axes[k] = rev[nrev - 1 - k];
+        out[i].naxes = (uint8_t)nrev;
+    }
+    /* Check every tile: device = sum over dims of the dim's combined coordinate
+     * spread over its axes. */
+    int64_t idx[VIEW_MAX_RANK + 8] = {0};
+    for (int64_t k = 0; k < t->total; k++) {
+        int64_t dev = 0;
+        for (uint32_t i = 0; i < t->n; i++) {
+            int64_t j = idx[i];
+            for (uint32_t q = out[i].naxes; q-- > 0;) {
+                int a = out[i].axes[q];
+                dev += (j % m->sizes[a]) * mesh_stride(m, a);
+                j /= m->sizes[a];
+            }
+        }
+        if (dev != t->dev[k]) {
+            snprintf(why, whylen, "tile %" PRId64 " is on device %" PRId64 ", the mesh order puts device %" PRId64 " there",
+                     k, t->dev[k], dev);
+            return false;
+        }
+        for (uint32_t i = t->n; i-- > 0;) {
+            if (++idx[i] < t->dims[i]) break;
+            idx[i] = 0;
+        }
+    }
+    return true;
+}
+
+/* The view of a value of shape s with HLO sharding sh on mesh m. */
+static bool sharding_view(const hlo_sharding *sh, const shape *s, const mesh *m, view *out, char *why, size_t whylen) {
+    if (s->dtype == DT_TUPLE) {
+        snprintf(why, whylen, "tuple-shaped values are not supported");
+        return false;
+    }
+    if (s->rank > VIEW_MAX_RANK) {
+        snprintf(why, whylen, "rank %u is more than a view supports", s->rank);
+        return false;
+    }
+    *out = view_dup(s->rank);
+    switch (sh->type) {
+    case SH_REPLICATED: return true;
+    case SH_OTHER: break;
+    case SH_MAXIMAL:
+        if (mesh_devices(m) == 1) return true;
+        snprintf(why, whylen, "maximal sharding (the whole value on one device) is not a view");
+        return false;
+    case SH_MANUAL: snprintf(why, whylen, "manual sharding is not a view"); return false;
+    case SH_UNREDUCED: snprintf(why, whylen, "fully unreduced sharding is not supported"); return false;
+    case SH_TUPLE: snprintf(why, whylen, "tuple sharding on a non-tuple value"); return false;
+    default: snprintf(why, whylen, "this sharding form is not supported"); return false;
+    }
+    tiles t;
+    if (!tiles_expand(sh, s->rank, &t, why, whylen)) {
+        free(t.dev);
+        return false;
+    }
+    view_dim dims[VIEW_MAX_RANK + 8];
+    bool ok = tiles_explain(&t, m, dims, why, whylen);
+    for (uint32_t i = 0; ok && i < t.n; i++) {
+        if (t.sub[i] < 0) {
+            out->dims[i] = dims[i];
+        } else if (t.sub[i] == SH_UNREDUCED) {
+            for (uint32_t k = 0; k < dims[i].naxes; k++) out->partial |= (uint8_t)(1u << dims[i].axes[k]);
+            if (out->partial) out->red = RED_SUM;
+        } else if (t.sub[i] != SH_REPLICATED) {
+            snprintf(why, whylen, "subgroup type %d (manual) is not a view", t.sub[i]);
+            ok = false;
+        }
+    }
+    free(t.dev);
+    if (ok) {
+        for (uint32_t d = 0; d < s->rank; d++) {
+            int64_t parts = view_dim_parts(out, m, d);
+            if (parts <= 0 || s->dims[d] % parts != 0) {
+                snprintf(why, whylen, "dimension %u (%" PRId64 ") does not divide into %" PRId64 " tiles", d,
+                         s->dims[d], parts);
+                return false;
+            }
+        }
+    }
+    return ok;
+}
+
+/* Shardy's per-value dimension shardings, e.g. #sdy.sharding<@mesh, [{"tp"}, {}]>
+ * or the `which`-th element of #sdy.sharding_per_value<[<@mesh, [...]>, ...]>.
+ * Axes are named; sub-axes ("x":(1)2) are not supported. */
+static bool shardy_view(const char *txt, uint32_t which, const shape *s, const mesh *m, view *out, char *why,
+                        size_t whylen) {
+    const char *p = txt;
+    for (uint32_t k = 0; k <= which; k++) {
+        p = strstr(p, "<@");
+        if (!p) {
+            snprintf(why, whylen, "no Shardy sharding for element %u", which);
+            return false;
+        }
+        p += 2;
+    }
+    p = strchr(p, '[');
+    if (!p) goto bad;
+    p++;
+    if (s->dtype == DT_TUPLE || s->rank > VIEW_MAX_RANK) {
+        snprintf(why, whylen, "tuple-shaped or high-rank values are not supported");
+        return false;
+    }
+    *out = view_dup(s->rank);
+    uint32_t d = 0, used = 0;
+    for (;;) {
+        while (*p == ' ' || *p == ',') p++;
+        if (*p == ']') break;
+        if (*p != '{' || d >= s->rank) goto bad;
+        p++;
+        for (;;) {
+            while (*p == ' ' || *p == ',' || *p == '\\') p++;
+            if (*p == '}') break;
+            if (*p == '?') {
+                p++;
+                continue;
+            }
+            if (*p != '"') goto bad;
+            p++;
+            const char *nb = p;
+            while (*p && *p != '"' && *p != '\\') p++;
+            if (!*p) goto bad;
+            int a = mesh_axis(m, nb, (size_t)(p - nb));
+            if (a < 0) {
+                snprintf(why, whylen, "Shardy sharding names axis '%.*s', which is not in the mesh",
+                         (int)(p - nb > 32 ? 32 : p - nb), nb);
+                return false;
+            }
+            while (*p == '\\' || *p == '"') p++;
+            if (*p == ':') {
+                snprintf(why, whylen, "Shardy sub-axis shardings are not supported");
+                return false;
+            }
+            if ((used & (1u << a)) || out->dims[d].naxes == MESH_MAX_AXES) goto bad;
+            used |= 1u << a;
+            out->dims[d].axes[out->dims[d].naxes++] = (uint8_t)a;
+        }
+        p++;
+        while (*p == '?' || *p == 'p' || isdigit((unsigned char)*p)) p++;
+        d++;
+    }
+    if (d != s->rank) goto bad;
+    p++;
+    const char *close = strchr(p, '>');
+    const char *unred = strstr(p, "unreduced={");
+    if (unred && (!close || unred < close)) {
+        snprintf(why, whylen, "Shardy unreduced axes are not supported");
+        return false;
+    }
+    for (d = 0; d < s->rank; d++) {
+        int64_t parts = view_dim_parts(out, m, d);
+        if (parts <= 0 || s->dims[d] % parts != 0) {
+            snprintf(why, whylen, "dimension %u (%" PRId64 ") does not divide into %" PRId64 " parts", d, s->dims[d],
+                     parts);
+            return false;
+        }
+    }
+    return true;
+bad:
+    snprintf(why, whylen, "unreadable Shardy sharding");
+    return false;
+}
+
+static const char *frontend_attr(const hlo_instr *in, const char *key) {
+    const hlo_attr *a = instr_attr(in, A_FRONTEND_ATTRIBUTES);
+    if (!a) return NULL;
+    for (uint32_t i = 0; i < a->n; i++)
+        if (a->v.strs[2 * i] && strcmp(a->v.strs[2 * i], key) == 0) return a->v.strs[2 * i + 1];
+    return NULL;
+}
+
+static const hlo_sharding *instr_sharding(const hlo_instr *in) {
+    const hlo_attr *a = instr_attr(in, A_SHARDING);
+    return a && a->kind == K_SHARDING ? a->v.sharding : NULL;
+}
+
+/* Derives a mesh (iota order) from the tile assignments: every run of devices
+ * with one stride along a tile dimension marks a boundary (stride, stride ×
+ * run); the sorted boundaries 1 = b0 | b1 | ... | n cut the device ids into axes,
+ * minor to major. */
+typedef struct bounds {
+    int64_t v[64];
+    uint32_t n;
+    bool overflow;
+} bounds;
+
+static void bounds_add(bounds *b, int64_t x) {
+    for (uint32_t i = 0; i < b->n; i++)
+        if (b->v[i] == x) return;
+    if (b->n == 64) {
+        b->overflow = true;
+        return;
+    }
+    b->v[b->n++] = x;
+}
+
+static void bounds_from_tiles(const tiles *t, bounds *b) {
+    for (uint32_t i = 0; i < t->n; i++) {
+        int64_t step = 1;
+        while (step < t->dims[i]) {
+            int64_t left = t->dims[i] / step, s = tile_at(t, i, step) - t->dev[0];
+            if (s <= 0) break;
+            /* the longest run with constant stride s, cut to a divisor of what is left */
+            int64_t r = 1;
+            while (r < left && tile_at(t, i, step * r) - t->dev[0] == r * s) r++;
+            while (r > 1 && left % r) r--;
+            if (r < 2) break; /* no mesh explains it; tiles_explain says why */
+            bounds_add(b, s);
+            bounds_add(b, s * r);
+            step *= r;
+        }
+    }
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void collect_shardings(const hlo_comp *c, const hlo_sharding **v, const shape **shp, uint32_t *n,
+                              uint32_t cap) {
+    *n = 0;
+    for (uint32_t k = 0; k < c->nparams && *n < cap; k++) {
+        const hlo_instr *in = &c->instrs[c->params[k]];
+        const hlo_sharding *s = instr_sharding(in);
+        if (s && s->type == SH_OTHER) {
+            v[*n] = s;
+            shp[(*n)++] = &in->shape;
+        }
+    }
+    const hlo_instr *r = &c->instrs[c->root];
+    const hlo_sharding *s = instr_sharding(r);
+    if (!s) return;
+    if (s->type == SH_OTHER && r->shape.dtype != DT_TUPLE && *n < cap) {
+        v[*n] = s;
+        shp[(*n)++] = &r->shape;
+    }
+    if (s->type == SH_TUPLE && r->shape.dtype == DT_TUPLE)
+        for (uint32_t i = 0; i < s->ntuple && i < r->shape.ntuple && *n < cap; i++)
+            if (s->tuple[i].type == SH_OTHER) {
+                v[*n] = &s->tuple[i];
+                shp[(*n)++] = &r->shape.tuple[i];
+            }
+}
+
+static bool derive_mesh(const hlo_comp *c, int64_t devices, mesh *out, char *why, size_t whylen) {
+    memset(out, 0, sizeof *out);
+    uint32_t cap = c->nparams + 64, n;
+    const hlo_sharding **v = xmalloc(cap * sizeof *v);
+    const shape **shp = xmalloc(cap * sizeof *shp);
+    collect_shardings(c, v, shp, &n, cap);
+    bounds b = {.n = 0};
+    int64_t total = devices;
+    bool ok = true;
+    for (uint32_t i = 0; i < n && ok; i++) {
+        tiles t;
+        if (!tiles_expand(v[i], shp[i]->dtype == DT_TUPLE ? 0 : shp[i]->rank, &t, why, whylen)) {
+            free(t.dev);
+            continue; /* reported when its view is built */
+        }
+        if (total <= 0) total = t.total;
+        if (t.total == total) bounds_from_tiles(&t, &b);
+        free(t.dev);
+    }
+    free(v);
+    free(shp);
+    if (total <= 0) total = 1;
+    bounds_add(&b, 1);
+    bounds_add(&b, total);
+    if (b.overflow) {
+        snprintf(why, whylen, "the tile assignments need too many mesh axes");
+        return false;
+    }
+    qsort(b.v, b.n, sizeof b.v[0], cmp_i64);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i + 1 < b.n; i++) {
+        if (b.v[i + 1] > total) break;
+        if (b.v[i + 1] % b.v[i] != 0) {
+            snprintf(why, whylen,
+                     "the tile assignments do not fit one mesh: device strides %" PRId64 " and %" PRId64
+                     " do not nest",
+                     b.v[i], b.v[i + 1]);
+            return false;
+        }
+        k++;
+    }
+    if (k > MESH_MAX_AXES) {
+        snprintf(why, whylen, "the tile assignments need more than %d mesh axes", MESH_MAX_AXES);
+        return false;
+    }
+    /* b.v[0..k] are the boundaries up to total; axis j (major first) spans
+     * boundaries k-1-j .. k-j. */
+    out->naxes = k;
+    for (uint32_t j = 0; j < k; j++) {
+        snprintf(out->names[j], sizeof out->names[j], "axis_%u", j);
+        out->sizes[j] = b.v[k - j] / b.v[k - j - 1];
+    }
+    if (b.v[k] != total) {
+        snprintf(why, whylen, "the tile assignments do not fit %" PRId64 " devices", total);
+        return false;
+    }
+    return ok;
+}
+
+/* The instruction that carries output i's result sharding when the ROOT has
+ * none: a FuncResultSharding custom-call reached through get-tuple-element /
+ * tuple. Returns the instruction and sets *which to the per-value index. */
+static const hlo_instr *result_sharding_call(const hlo_comp *c, uint32_t i, bool tuple_root) {
+    uint32_t at = c->root;
+    int64_t want = tuple_root ? (int64_t)i : -1;
+    for (int guard = 0; guard < 64; guard++) {
+        const hlo_instr *in = &c->instrs[at];
+        if (in->op == OP_CUSTOM_CALL) {
+            const char *tgt = instr_str(in, A_CUSTOM_CALL_TARGET);
+            if (want < 0 && tgt && strcmp(tgt, "xla.sdy.FuncResultSharding") == 0) return in;
+            return NULL;
+        }
+        if (in->op == OP_TUPLE && want >= 0 && want < (int64_t)in->noperands) {
+            at = in->operands[want];
+            want = -1;
+        } else if (in->op == OP_GET_TUPLE_ELEMENT && in->noperands == 1 && want < 0) {
+            want = instr_int(in, A_INDEX, 0);
+            at = in->operands[0];
+        } else if (in->op == OP_COPY && in->noperands == 1 && want < 0) {
+            at = in->operands[0];
+        } else {
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static bool output_view(const hlo_comp *c, uint32_t i, const mesh *m, view *out, char *why, size_t whylen) {
+    const hlo_instr *r = &c->instrs[c->root];
+    bool tuple_root = r->shape.dtype == DT_TUPLE;
+    const shape *s = output_shape(c, i);
+    const hlo_sharding *sh = instr_sharding(r);
+    if (sh && sh->type != SH_RAW) {
+        if (tuple_root && sh->type == SH_TUPLE) {
+            if (i >= sh->ntuple) {
+                snprintf(why, whylen, "the ROOT's tuple sharding has %u elements", sh->ntuple);
+                return false;
+            }
+            return sharding_view(&sh->tuple[i], s, m, out, why, whylen);
+        }
+        if (!tuple_root || sh->type == SH_REPLICATED) return sharding_view(sh, s, m, out, why, whylen);
+    }
+    const hlo_instr *cc = result_sharding_call(c, i, tuple_root);
+    if (cc) {
+        const hlo_sharding *cs = instr_sharding(cc);
+        if (cs && cs->type != SH_RAW && cs->type != SH_TUPLE) return sharding_view(cs, s, m, out, why, whylen);
+        const char *sdy = frontend_attr(cc, "xla.sdy.sharding");
+        if (sdy) return shardy_view(sdy, 0, s, m, out, why, whylen);
+    }
+    *out = view_dup(s->dtype == DT_TUPLE ? 0 : s->rank);
+    return true;
+}
+
+bool relations_auto(const hlo_module *baseline, int64_t devices, relations *out, diag *d) {
+    memset(out, 0, sizeof *out);
+    const char *file = baseline && baseline->source_path ? baseline->source_path : d->file;
+    const char *saved = d->file;
+    d->file = file;
+    int before = d->count;
+    const hlo_comp *c = baseline ? graph_entry(baseline) : NULL;
+    char why[320];
+    if (!c) {
+        diag_plain(d, "the baseline has no entry computation");
+        goto done;
+    }
+    int sm = shardy_mesh(baseline, &out->mesh, why, sizeof why);
+    if (sm < 0) {
+        diag_plain(d, "%s", why);
+        goto done;
+    }
+    if (sm > 0 && devices > 0 && mesh_devices(&out->mesh) != devices) {
+        strbuf b;
+        sb_init(&b);
+        mesh_print(&b, &out->mesh);
+        diag_plain(d, "the Shardy mesh %s has %" PRId64 " devices, the distributed program runs on %" PRId64, b.s,
+                   mesh_devices(&out->mesh), devices);
+        sb_free(&b);
+        goto done;
+    }
+    if (sm == 0 && !derive_mesh(c, devices, &out->mesh, why, sizeof why)) {
+        diag_plain(d, "cannot infer a mesh from the sharding annotations: %s", why);
+        goto done;
+    }
+    relations_alloc(out, c->nparams, output_count(c));
+    for (uint32_t k = 0; k < c->nparams; k++) {
+        const hlo_instr *in = &c->instrs[c->params[k]];
+        out->input_names[k] = param_name(c, k);
+        const hlo_sharding *sh = instr_sharding(in);
+        const char *sdy = frontend_attr(in, "xla.sdy.sharding");
+        bool ok;
+        if (sh && sh->type != SH_RAW) ok = sharding_view(sh, &in->shape, &out->mesh, &out->inputs[k], why, sizeof why);
+        else if (sdy && sm > 0) ok = shardy_view(sdy, 0, &in->shape, &out->mesh, &out->inputs[k], why, sizeof why);
+        else if (sh) {
+            snprintf(why, sizeof why, "unsupported sharding {%.100s}", sh->raw ? sh->raw : "");
+            ok = false;
+        } else {
+            /* No annotation: JAX annotates every argument it was given a
+             * sharding for; an unannotated one is taken as replicated. */
+            out->inputs[k] = view_dup(in->shape.dtype == DT_TUPLE ? 0 : in->shape.rank);
+            ok = true;
+        }
+        if (!ok) {
+            strbuf b;
+            sb_init(&b);
+            mesh_print(&b, &out->mesh);
+            if (out->input_names[k])
+                diag_plain(d, "parameter %u '%s': sharding cannot be explained by the mesh %s: %s", k,
+                           out->input_names[k], b.s, why);
+            else
+                diag_plain(d, "parameter %u: sharding cannot be explained by the mesh %s: %s", k, b.s, why);
+            sb_free(&b);
+        }
+    }
+    for (uint32_t i = 0; i < out->noutputs; i++) {
+        if (!output_view(c, i, &out->mesh, &out->outputs[i], why, sizeof why)) {
+            strbuf b;
+            sb_init(&b);
+            mesh_print(&b, &out->mesh);
+            diag_plain(d, "output %u: sharding cannot be explained by the mesh %s: %s", i, b.s, why);
+            sb_free(&b);
+        }
+    }
+done:
+    d->file = saved;
+    if (d->count == before) return true;
+    relations_free(out);
+    return false;
+}
