@@ -467,6 +467,23 @@ static void conversion(void) {
     free_instr(odd);
 }
 
+/* Text → IR → protobuf → IR for a module given inline. */
+static void text_round_trip(const char *name, const char *src) {
+    t_case("pb-8 %s", name);
+    diag d;
+    diag_init(&d, name);
+    hlo_module *t = hlo_parse_text(src, strlen(src), name, &d);
+    if (CHECK_MSG(t != NULL, "%s", d.out.s ? d.out.s : "")) {
+        strbuf pb = to_pb(t);
+        hlo_module *r = parse_ok(&pb);
+        if (r) equal(t, r, GEQ_IGNORE_HEADER);
+        graph_free(r);
+        sb_free(&pb);
+    }
+    graph_free(t);
+    diag_free(&d);
+}
+
 /* ---- fields the text fixtures do not reach ---- */
 
 static void fields(void) {
@@ -568,7 +585,6 @@ static void fields(void) {
         }
     CHECK_EQ(bad, 0);
 
-    t_case("pb-8 window, dim_labels and literals of every width");
     const char *src =
         "HloModule conv\n"
         "ENTRY e {\n"
@@ -594,18 +610,53 @@ static void fields(void) {
         "  rbg = (u64[2], u32[4]) rng-bit-generator(seed), algorithm=rng_philox\n"
         "  ROOT t = (f32[1,4,4,2]{3,2,1,0}, f32[1,4,4,2]{3,2,1,0}) tuple(c, w), mystery={a, {b}}\n"
         "}\n";
+    text_round_trip("window, dim_labels and literals of every width", src);
+
+    t_case("pb-8 canonical window and dim_labels travel in XLA's fields");
     diag d;
     diag_init(&d, "conv.hlo");
     hlo_module *t = hlo_parse_text(src, strlen(src), "conv.hlo", &d);
-    if (CHECK_MSG(t != NULL, "%s", d.out.s ? d.out.s : "")) {
+    if (CHECK(t != NULL)) {
         strbuf pb = to_pb(t);
-        hlo_module *r = parse_ok(&pb);
-        if (r) equal(t, r, GEQ_IGNORE_HEADER);
-        graph_free(r);
+        Xla__HloModuleProto *mp =
+            xla__hlo_module_proto__unpack(NULL, pb.len, (const uint8_t *)pb.s);
+        if (CHECK(mp != NULL)) {
+            const Xla__HloInstructionProto *c = mp->computations[0]->instructions[2];
+            CHECK_STR(c->name, "c");
+            CHECK(c->window != NULL && c->window->n_dimensions == 2 && c->window->dimensions[0]->window_reversal);
+            CHECK(c->convolution_dimension_numbers != NULL);
+            /* feature_group_count=1 is XLA's default: it comes back only as text */
+            CHECK(c->n_scalify_text_attributes == 1 &&
+                  strcmp(c->scalify_text_attributes[0]->key, "feature_group_count") == 0);
+            /* stride=1x1 only restates the default: kept as text to come back */
+            CHECK_EQ(mp->computations[0]->instructions[3]->n_scalify_text_attributes, 1);
+            xla__hlo_module_proto__free_unpacked(mp, NULL);
+        }
         sb_free(&pb);
     }
     graph_free(t);
     diag_free(&d);
+}
+
+static void collectives(void) {
+    text_round_trip("mesh and iota groups, subgroup shardings, pairs, compare type",
+        "HloModule mesh\n"
+        "\n"
+        "add {\n"
+        "  x = f32[] parameter(0)\n"
+        "  y = f32[] parameter(1)\n"
+        "  ROOT s = f32[] add(x, y)\n"
+        "}\n"
+        "\n"
+        "ENTRY e {\n"
+        "  p = f32[8]{0} parameter(0), sharding={devices=[2,2,2]<=[2,4]T(1,0) last_tile_dims={manual}}\n"
+        "  ar = f32[8]{0} all-reduce(p), channel_id=1, replica_groups=mesh['a'=2,'b'=4], device_ids=([4,2]T(1,0)) {'b':(1)2}, use_global_device_ids=true, to_apply=add\n"
+        "  ag = f32[16]{0} all-gather(ar), channel_id=2, replica_groups=[4,2]<=[2,4]T(1,0), dimensions={0}\n"
+        "  cp = f32[16]{0} collective-permute(ag), channel_id=3, source_target_pairs={{0,1},{1,0}}\n"
+        "  i = s32[16]{0} iota(), iota_dimension=0\n"
+        "  c = pred[16]{0} compare(i, i), direction=GE, type=TOTALORDER\n"
+        "  ROOT t = (f32[16]{0}, pred[16]{0}) tuple(cp, c)\n"
+        "}\n");
 }
 
 /* ---- real dumps: protobuf and text of the same module ---- */
@@ -701,5 +752,6 @@ void suite_pb(void) {
     wire_errors();
     conversion();
     fields();
+    collectives();
     sample_pairs();
 }
