@@ -1,0 +1,692 @@
+/* view tests: view strings (parse/print/equality/local dims), relations files
+ * (every samples/ relations file, the bad cases under tests/cases/relations/,
+ * pathological JSON) and relations inferred from GSPMD/Shardy annotations
+ * (every gspmd pair of samples/manifest.json, plus hand-made shardings). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "hlo.h"
+#include "view.h"
+
+void suite_view(void);
+
+static mesh mk_mesh(const char *a, int64_t sa, const char *b, int64_t sb) {
+    mesh m;
+    memset(&m, 0, sizeof m);
+    if (a) {
+        snprintf(m.names[m.naxes], sizeof m.names[0], "%s", a);
+        m.sizes[m.naxes++] = sa;
+    }
+    if (b) {
+        snprintf(m.names[m.naxes], sizeof m.names[0], "%s", b);
+        m.sizes[m.naxes++] = sb;
+    }
+    return m;
+}
+
+static shape mk_shape(int64_t *dims, uint32_t rank) {
+    shape s;
+    memset(&s, 0, sizeof s);
+    s.dtype = DT_F32;
+    s.rank = rank;
+    s.dims = dims;
+    return s;
+}
+
+/* print(parse(in)) == want, and parse(print) gives the same view back. */
+static void round_trip(const char *in, const char *want, const mesh *m, const shape *s) {
+    view v, w;
+    char why[256];
+    if (!CHECK_MSG(view_parse(in, m, s, &v, why, sizeof why), "\"%s\": %s", in, why)) return;
+    strbuf b;
+    sb_init(&b);
+    view_print(&b, &v, m);
+    CHECK_STR(b.s, want);
+    CHECK_MSG(view_parse(b.s, m, s, &w, why, sizeof why) && view_equal(&v, &w), "reparse of \"%s\"", b.s);
+    sb_free(&b);
+}
+
+static void parse_fails(const char *in, const char *msg, const mesh *m, const shape *s) {
+    view v;
+    char why[256] = "";
+    CHECK_MSG(!view_parse(in, m, s, &v, why, sizeof why), "\"%s\" parsed", in);
+    CHECK_CONTAINS(why, msg);
+}
+
+static void views(void) {
+    mesh m = mk_mesh("dp", 2, "tp", 4);
+    int64_t d3[] = {8, 64, 128};
+    shape s = mk_shape(d3, 3);
+
+    t_case("view-1.1 round trips");
+    round_trip("dup", "dup", &m, &s);
+    round_trip("shard(1,tp)", "shard(1,tp)", &m, &s);
+    round_trip("shard(2,tp) shard(0,dp)", "shard(0,dp) shard(2,tp)", &m, &s);
+    round_trip("shard(0,(dp,tp))", "shard(0,(dp,tp))", &m, &s);
+    round_trip("shard(0,(tp,dp))", "shard(0,(tp,dp))", &m, &s);
+    round_trip("shard(0,(tp))", "shard(0,tp)", &m, &s);
+    round_trip("partial(tp,sum)", "partial(tp,sum)", &m, &s);
+    round_trip("partial(tp,sum) partial(dp,sum)", "partial((dp,tp),sum)", &m, &s);
+    round_trip("partial((tp,dp),max)", "partial((dp,tp),max)", &m, &s);
+    round_trip("partial(tp,min) shard(0,dp)", "shard(0,dp) partial(tp,min)", &m, &s);
+    round_trip("partial(dp,prod)", "partial(dp,prod)", &m, &s);
+    round_trip("  shard( 1 , tp )   shard(0, dp) ", "shard(0,dp) shard(1,tp)", &m, &s);
+
+    t_case("view-1.2 parse errors");
+    parse_fails("", "empty view", &m, &s);
+    parse_fails("   ", "empty view", &m, &s);
+    parse_fails("shard(3,tp)", "shard(3,...): the value has 3 dimensions", &m, &s);
+    parse_fails("shard(99999999999999999999,tp)", "the value has 3 dimensions", &m, &s);
+    parse_fails("shard(0,xp)", "unknown mesh axis 'xp' (the mesh has dp, tp)", &m, &s);
+    parse_fails("shard(0,tp) shard(1,tp)", "mesh axis tp is used twice", &m, &s);
+    parse_fails("shard(0,tp) partial(tp,sum)", "mesh axis tp is used twice", &m, &s);
+    parse_fails("shard(0,dp) shard(0,tp)", "dimension 0 is sharded twice", &m, &s);
+    parse_fails("dup shard(0,tp)", "\"dup\" cannot be combined", &m, &s);
+    parse_fails("partial(tp,avg)", "unknown reduction 'avg'", &m, &s);
+    parse_fails("partial(tp,sum) partial(dp,max)", "different reductions (sum and max)", &m, &s);
+    parse_fails("shard(0,tp)shard(1,dp)", "terms must be separated by a space", &m, &s);
+    parse_fails("shard(1,tp", "expected ')' to close shard(, found the end", &m, &s);
+    parse_fails("shard(,tp)", "expected a dimension number", &m, &s);
+    parse_fails("shard(0,())", "expected a mesh axis name", &m, &s);
+    parse_fails("replicated", "unknown term 'replicated'", &m, &s);
+    parse_fails("shard(0,dp", "expected ')'", &m, &s);
+    parse_fails("partial(tp)", "expected ',' before the reduction", &m, &s);
+
+    t_case("view-1.3 divisibility");
+    mesh m3 = mk_mesh("tp", 3, NULL, 0);
+    int64_t d2[] = {64, 64};
+    shape s2 = mk_shape(d2, 2);
+    parse_fails("shard(1,tp)", "mesh axis tp of size 3 does not divide dimension 1 (64)", &m3, &s2);
+    int64_t d12[] = {12, 6};
+    shape s12 = mk_shape(d12, 2);
+    parse_fails("shard(1,(dp,tp))", "mesh axes (dp,tp) of size 8 do not divide dimension 1 (6)", &m, &s12);
+    round_trip("shard(0,tp)", "shard(0,tp)", &m, &s12);
+    int64_t dbig[] = {INT64_MAX, 4};
+    shape sbig = mk_shape(dbig, 2);
+    parse_fails("shard(0,tp)", "does not divide dimension 0", &m, &sbig);
+    shape scalar = mk_shape(NULL, 0);
+    round_trip("dup", "dup", &m, &scalar);
+    round_trip("partial(tp,sum)", "partial(tp,sum)", &m, &scalar);
+    parse_fails("shard(0,tp)", "the value has 0 dimensions", &m, &scalar);
+
+    t_case("view-2.1 equality and predicates");
+    view a, b, c;
+    char why[256];
+    CHECK(view_parse("shard(0,dp) shard(2,tp)", &m, &s, &a, why, sizeof why));
+    CHECK(view_parse("shard(2,tp) shard(0,dp)", &m, &s, &b, why, sizeof why));
+    CHECK(view_parse("shard(2,(dp,tp))", &m, &s, &c, why, sizeof why));
+    CHECK(view_equal(&a, &b));
+    CHECK(!view_equal(&a, &c));
+    CHECK(!view_is_dup(&a));
+    view dup3 = view_dup(3);
+    CHECK(view_is_dup(&dup3));
+    CHECK(!view_equal(&dup3, &a));
+    view dup2 = view_dup(2);
+    CHECK(!view_equal(&dup3, &dup2));
+    CHECK_EQ(view_axes_used(&a), 3);
+    CHECK_EQ(view_axes_used(&dup3), 0);
+    CHECK_EQ(view_dim_parts(&a, &m, 0), 2);
+    CHECK_EQ(view_dim_parts(&a, &m, 1), 1);
+    CHECK_EQ(view_dim_parts(&a, &m, 2), 4);
+    CHECK_EQ(view_dim_parts(&c, &m, 2), 8);
+    CHECK_EQ(view_dim_parts(&c, &m, 7), 1);
+    view p1, p2;
+    CHECK(view_parse("partial(tp,sum)", &m, &s, &p1, why, sizeof why));
+    CHECK(view_parse("partial(tp,max)", &m, &s, &p2, why, sizeof why));
+    CHECK(!view_is_dup(&p1));
+    CHECK(!view_equal(&p1, &p2));
+    CHECK_EQ(view_axes_used(&p1), 2);
+    CHECK_EQ(p1.red, RED_SUM);
+
+    t_case("view-2.2 local dims");
+    int64_t loc[3];
+    CHECK(view_local_dims(&a, &m, &s, loc));
+    CHECK(loc[0] == 4 && loc[1] == 64 && loc[2] == 32);
+    CHECK(view_local_dims(&c, &m, &s, loc));
+    CHECK_EQ(loc[2], 16);
+    CHECK(view_local_dims(&dup3, &m, &s, loc));
+    CHECK_EQ(loc[1], 64);
+    int64_t d5[] = {5, 64, 128};
+    shape s5 = mk_shape(d5, 3);
+    CHECK(!view_local_dims(&a, &m, &s5, loc)); /* 5 rows over dp=2 */
+    CHECK(!view_local_dims(&a, &m, &s2, loc)); /* rank differs */
+
+    t_case("view-2.3 mesh helpers");
+    CHECK_EQ(mesh_devices(&m), 8);
+    CHECK_EQ(mesh_axis(&m, "tp", 2), 1);
+    CHECK_EQ(mesh_axis(&m, "dpx", 2), 0);
+    CHECK_EQ(mesh_axis(&m, "xx", 2), -1);
+    CHECK_EQ(mesh_coord(&m, 6, 0), 1);
+    CHECK_EQ(mesh_coord(&m, 6, 1), 2);
+    CHECK_EQ(mesh_coord(&m, 3, 0), 0);
+    strbuf mb;
+    sb_init(&mb);
+    mesh_print(&mb, &m);
+    CHECK_STR(mb.s, "{dp:2, tp:4}");
+    sb_free(&mb);
+
+    t_case("view-2.4 normalize");
+    mesh m1 = mk_mesh("dp", 1, "tp", 4);
+    view n1, n2, n3;
+    CHECK(view_parse("shard(0,(dp,tp))", &m1, &s, &n1, why, sizeof why));
+    CHECK(view_parse("shard(0,tp)", &m1, &s, &n2, why, sizeof why));
+    CHECK(!view_equal(&n1, &n2));
+    view_normalize(&n1, &m1);
+    CHECK(view_equal(&n1, &n2));
+    CHECK(view_parse("partial(dp,sum)", &m1, &s, &n3, why, sizeof why));
+    view_normalize(&n3, &m1);
+    CHECK(view_is_dup(&n3));
+}
+
+/* ---- relations files ---- */
+
+static char *sample_path(const char *rel) {
+    size_t n = strlen("samples/") + strlen(rel) + 1;
+    char *p = malloc(n);
+    snprintf(p, n, "samples/%s", rel);
+    return p;
+}
+
+static bool exists(const char *p) { return access(p, R_OK) == 0; }
+
+/* Every view string of a relations file prints back canonically and reparses. */
+static void reprint_views(const char *rp, const relations *r) {
+    json_error_t je;
+    json_t *j = json_load_file(rp, 0, &je);
+    json_t *ins = json_object_get(j, "inputs");
+    for (size_t i = 0; i < json_array_size(ins); i++) {
+        json_t *e = json_array_get(ins, i);
+        json_int_t k = json_integer_value(json_object_get(e, "param"));
+        if (k < 0 || (uint64_t)k >= r->ninputs) continue;
+        strbuf b;
+        sb_init(&b);
+        view_print(&b, &r->inputs[k], &r->mesh);
+        const char *orig = json_string_value(json_object_get(e, "view"));
+        /* the sample files are written canonically */
+        CHECK_MSG(orig && strcmp(b.s, orig) == 0, "%s param %lld: \"%s\" printed \"%s\"", rp, (long long)k,
+                  orig ? orig : "?", b.s);
+        sb_free(&b);
+    }
+    json_decref(j);
+}
+
+static hlo_module *read_baseline(const char *path, diag *d) {
+    diag_init(d, path);
+    return hlo_read_file(path, d);
+}
+
+static int64_t manifest_devices(json_t *pair) {
+    int64_t n = 1;
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(pair, "mesh"), k, v) n *= json_integer_value(v);
+    return n;
+}
+
+static void sample_relations(json_t *man) {
+    json_t *pairs = json_object_get(man, "pairs");
+    int done = 0, skipped = 0;
+    for (size_t i = 0; i < json_array_size(pairs); i++) {
+        json_t *pair = json_array_get(pairs, i);
+        const char *name = json_string_value(json_object_get(pair, "name"));
+        const char *rel = json_string_value(json_object_get(pair, "relations"));
+        const char *bl = json_string_value(json_object_get(json_object_get(pair, "baseline"), "hlo"));
+        if (!name || !rel || !bl || strcmp(rel, "auto") == 0) continue;
+        t_case("view-3 %s", name);
+        char *rp = sample_path(rel), *bp = sample_path(bl);
+        if (!exists(rp) || !exists(bp)) {
+            printf("  view: %-52s skipped: files missing (samples being regenerated?)\n", name);
+            skipped++;
+            free(rp);
+            free(bp);
+            continue;
+        }
+        diag d;
+        hlo_module *m = read_baseline(bp, &d);
+        if (CHECK_MSG(m, "%s", d.out.s ? d.out.s : "")) {
+            diag rd;
+            diag_init(&rd, "unused");
+            relations r;
+            bool ok = relations_read(rp, m, &r, &rd);
+            CHECK_MSG(ok, "%s", rd.out.s ? rd.out.s : "");
+            if (ok) {
+                const hlo_comp *c = graph_entry(m);
+                CHECK_EQ(r.ninputs, c->nparams);
+                CHECK_EQ(r.noutputs, 1);
+                CHECK_EQ(mesh_devices(&r.mesh), manifest_devices(pair));
+                /* mesh order is the manifest's (major to minor) */
+                const char *k;
+                json_t *v;
+                uint32_t ax = 0;
+                json_object_foreach(json_object_get(pair, "mesh"), k, v) {
+                    CHECK_MSG(ax < r.mesh.naxes && strcmp(r.mesh.names[ax], k) == 0 &&
+                                  r.mesh.sizes[ax] == json_integer_value(v),
+                              "mesh axis %u is not %s", ax, k);
+                    ax++;
+                }
+                for (uint32_t p = 0; p < r.ninputs; p++) {
+                    int64_t loc[VIEW_MAX_RANK];
+                    CHECK(view_local_dims(&r.inputs[p], &r.mesh, &c->instrs[c->params[p]].shape, loc));
+                }
+                reprint_views(rp, &r);
+                relations_free(&r);
+                done++;
+            }
+            diag_free(&rd);
+            graph_free(m);
+        }
+        diag_free(&d);
+        free(rp);
+        free(bp);
+    }
+    printf("  view: %d relations files read against their baselines, %d skipped\n", done, skipped);
+    CHECK_MSG(done > 10, "only %d relations files read (%d skipped)", done, skipped);
+}
+
+/* Each bad case NAME.json under tests/cases/relations/ is read against the tiny
+ * baseline; NAME.expected lists substrings its diagnostics must contain. */
+static void bad_relations(void) {
+    diag d;
+    hlo_module *m = read_baseline("samples/tiny/tiny.baseline.hlo", &d);
+    diag_free(&d);
+    t_case("view-4 tiny baseline");
+    if (!CHECK(m)) return;
+    char **files = t_list("tests/cases/relations", ".json");
+    int n = 0;
+    for (char **f = files; *f; f++, n++) {
+        t_case("view-4 %s", *f);
+        diag rd;
+        diag_init(&rd, "caller.hlo");
+        relations r;
+        CHECK_MSG(!relations_read(*f, m, &r, &rd), "%s was accepted", *f);
+        CHECK(r.inputs == NULL && r.ninputs == 0);
+        CHECK(rd.count > 0);
+        CHECK_STR(rd.file, "caller.hlo");
+        const char *out = rd.out.s ? rd.out.s : "";
+        /* every message names the file */
+        size_t fl = strlen(*f);
+        for (const char *line = out; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line))
+            CHECK_MSG(strncmp(line, *f, fl) == 0 && line[fl] == ':', "message without the path: %.200s", line);
+        char exp[512];
+        snprintf(exp, sizeof exp, "%.*s.expected", (int)(fl - 5), *f);
+        char *want = t_read(exp, NULL);
+        if (CHECK_MSG(want, "%s missing", exp)) {
+            for (char *line = strtok(want, "\n"); line; line = strtok(NULL, "\n"))
+                if (*line) CHECK_CONTAINS(out, line);
+        }
+        free(want);
+        diag_free(&rd);
+    }
+    t_free_list(files);
+    t_case("view-4 count");
+    CHECK(n >= 20);
+
+    /* Pathological JSON: every prefix of a valid file, garbage bytes. None may
+     * crash or be accepted (except the whole file). */
+    t_case("view-5 truncations");
+    size_t len;
+    char *good = t_read("samples/tiny/tiny.megatron_tp.tp4.relations.json", &len);
+    if (CHECK(good)) {
+        char tmp[] = "/tmp/scalify-view-XXXXXX";
+        int fd = mkstemp(tmp);
+        CHECK(fd >= 0);
+        if (fd >= 0) close(fd);
+        int accepted = 0;
+        for (size_t k = 0; k <= len; k += (k < 64 ? 1 : 7)) {
+            FILE *fp = fopen(tmp, "wb");
+            fwrite(good, 1, k, fp);
+            fclose(fp);
+            diag rd;
+            diag_init(&rd, NULL);
+            relations r;
+            if (relations_read(tmp, m, &r, &rd)) {
+                accepted++;
+                relations_free(&r);
+            }
+            diag_free(&rd);
+        }
+        CHECK_EQ(accepted, 0);
+        /* flip bytes into garbage */
+        int flips_ok = 0;
+        for (size_t k = 0; k < len; k += 13) {
+            char saved = good[k];
+            good[k] = (char)(k % 3 == 0 ? '[' : k % 3 == 1 ? '"' : 0x7f);
+            FILE *fp = fopen(tmp, "wb");
+            fwrite(good, 1, len, fp);
+            fclose(fp);
+            good[k] = saved;
+            diag rd;
+            diag_init(&rd, NULL);
+            relations r;
+            if (relations_read(tmp, m, &r, &rd)) {
+                flips_ok++;
+                relations_free(&r);
+            } else {
+                CHECK(rd.count > 0);
+            }
+            diag_free(&rd);
+        }
+        (void)flips_ok;
+        /* deep nesting */
+        FILE *fp = fopen(tmp, "wb");
+        fputs("{\"scalify_relations\": 1, \"mesh\": {\"tp\": 4}, \"inputs\": ", fp);
+        for (int k = 0; k < 100000; k++) fputc('[', fp);
+        fclose(fp);
+        diag rd;
+        diag_init(&rd, NULL);
+        relations r;
+        CHECK(!relations_read(tmp, m, &r, &rd));
+        diag_free(&rd);
+        diag_init(&rd, NULL);
+        CHECK(!relations_read("/nonexistent/x.relations.json", m, &r, &rd));
+        CHECK_CONTAINS(rd.out.s, "/nonexistent/x.relations.json: ");
+        diag_free(&rd);
+        unlink(tmp);
+    }
+    free(good);
+
+    t_case("view-5 outputs default to dup");
+    {
+        char tmp[] = "/tmp/scalify-view-XXXXXX";
+        int fd = mkstemp(tmp);
+        if (fd >= 0) close(fd);
+        json_error_t je;
+        json_t *j = json_load_file("samples/tiny/tiny.megatron_tp.tp4.relations.json", 0, &je);
+        json_object_del(j, "outputs");
+        json_object_del(j, "device_order");
+        json_dump_file(j, tmp, 0);
+        json_decref(j);
+        diag rd;
+        diag_init(&rd, NULL);
+        relations r;
+        bool ok = relations_read(tmp, m, &r, &rd);
+        CHECK_MSG(ok, "%s", rd.out.s ? rd.out.s : "");
+        if (ok) {
+            CHECK_EQ(r.noutputs, 1);
+            CHECK(view_is_dup(&r.outputs[0]));
+            CHECK_EQ(r.outputs[0].rank, 3);
+            CHECK_STR(r.input_names[6], "layers.0.w_gate");
+            relations_free(&r);
+        }
+        diag_free(&rd);
+        unlink(tmp);
+    }
+    graph_free(m);
+}
+
+/* ---- relations_auto ---- */
+
+/* What samples/README.md says GSPMD pairs shard (by parameter name). */
+static const char *expected_gspmd_view(const char *name, const shape *s, bool dp) {
+    const char *leaf = strrchr(name, '.');
+    leaf = leaf ? leaf + 1 : name;
+    bool moe = s->rank == 3;
+    if (strcmp(name, "tokens") == 0) return dp ? "shard(0,dp)" : "dup";
+    if (strcmp(name, "embed") == 0) return "shard(0,tp)";
+    if (strcmp(name, "lm_head") == 0) return "shard(1,tp)";
+    if (strstr(leaf, "norm") || strcmp(leaf, "router") == 0) return "dup";
+    if (strcmp(leaf, "wq") == 0 || strcmp(leaf, "wk") == 0 || strcmp(leaf, "wv") == 0) return "shard(1,tp)";
+    if (strcmp(leaf, "w_gate") == 0 || strcmp(leaf, "w_up") == 0) return moe ? "shard(2,tp)" : "shard(1,tp)";
+    if (strcmp(leaf, "wo") == 0) return "shard(0,tp)";
+    if (strcmp(leaf, "w_down") == 0) return moe ? "shard(1,tp)" : "shard(0,tp)";
+    return NULL;
+}
+
+static void gspmd_pairs(json_t *man) {
+    json_t *pairs = json_object_get(man, "pairs");
+    int done = 0;
+    for (size_t i = 0; i < json_array_size(pairs); i++) {
+        json_t *pair = json_array_get(pairs, i);
+        const char *name = json_string_value(json_object_get(pair, "name"));
+        const char *kind = json_string_value(json_object_get(pair, "kind"));
+        const char *bl = json_string_value(json_object_get(json_object_get(pair, "baseline"), "hlo"));
+        const char *bpb = json_string_value(json_object_get(json_object_get(pair, "baseline"), "pb"));
+        if (!name || !kind || !bl || strcmp(kind, "gspmd") != 0) continue;
+        t_case("view-6 %s", name);
+        char *bp = sample_path(bl);
+        if (!exists(bp)) {
+            printf("  view: %-52s skipped: samples/%s missing\n", name, bl);
+            free(bp);
+            continue;
+        }
+        diag d;
+        hlo_module *m = read_baseline(bp, &d);
+        if (!CHECK_MSG(m, "%s", d.out.s ? d.out.s : "")) {
+            diag_free(&d);
+            free(bp);
+            continue;
+        }
+        int64_t devices = manifest_devices(pair);
+        relations r;
+        diag rd;
+        diag_init(&rd, NULL);
+        bool ok = relations_auto(m, devices, &r, &rd);
+        CHECK_MSG(ok, "%s", rd.out.s ? rd.out.s : "");
+        bool dp = json_object_get(json_object_get(pair, "mesh"), "dp") != NULL;
+        if (ok) {
+            done++;
+            const hlo_comp *c = graph_entry(m);
+            /* the Shardy mesh is the manifest's mesh, names and order */
+            const char *k;
+            json_t *v;
+            uint32_t ax = 0;
+            json_object_foreach(json_object_get(pair, "mesh"), k, v) {
+                CHECK_MSG(ax < r.mesh.naxes && strcmp(r.mesh.names[ax], k) == 0 &&
+                              r.mesh.sizes[ax] == json_integer_value(v),
+                          "mesh axis %u is not %s", ax, k);
+                ax++;
+            }
+            CHECK_EQ(r.mesh.naxes, ax);
+            int named = 0;
+            for (uint32_t p = 0; p < r.ninputs; p++) {
+                const char *pn = r.input_names[p];
+                const shape *s = &c->instrs[c->params[p]].shape;
+                const char *want = pn ? expected_gspmd_view(pn, s, dp) : NULL;
+                if (!CHECK_MSG(want, "parameter %u '%s' has no expected view", p, pn ? pn : "?")) continue;
+                strbuf b;
+                sb_init(&b);
+                view_print(&b, &r.inputs[p], &r.mesh);
+                CHECK_MSG(strcmp(b.s, want) == 0, "parameter %u '%s': %s, expected %s", p, pn, b.s, want);
+                sb_free(&b);
+                named++;
+            }
+            CHECK_EQ(named, c->nparams);
+            CHECK_EQ(r.noutputs, 1);
+            strbuf b;
+            sb_init(&b);
+            view_print(&b, &r.outputs[0], &r.mesh);
+            CHECK_STR(b.s, dp ? "shard(0,dp)" : "dup");
+            sb_free(&b);
+
+            /* The protobuf baseline has no header attributes: the mesh is
+             * derived (axis_0, ...), with the same sizes and the same views. */
+            char *pp = bpb ? sample_path(bpb) : NULL;
+            if (pp && exists(pp)) {
+                diag pd;
+                hlo_module *pm = read_baseline(pp, &pd);
+                if (CHECK_MSG(pm, "%s", pd.out.s ? pd.out.s : "")) {
+                    relations pr;
+                    diag prd;
+                    diag_init(&prd, NULL);
+                    bool pok = relations_auto(pm, devices, &pr, &prd);
+                    CHECK_MSG(pok, "%s", prd.out.s ? prd.out.s : "");
+                    if (pok) {
+                        CHECK_EQ(pr.mesh.naxes, r.mesh.naxes);
+                        for (uint32_t a = 0; a < pr.mesh.naxes && a < r.mesh.naxes; a++)
+                            CHECK_EQ(pr.mesh.sizes[a], r.mesh.sizes[a]);
+                        if (pr.mesh.naxes) CHECK_STR(pr.mesh.names[0], "axis_0");
+                        for (uint32_t p = 0; p < pr.ninputs && p < r.ninputs; p++)
+                            CHECK_MSG(view_equal(&pr.inputs[p], &r.inputs[p]), "pb parameter %u differs", p);
+                        CHECK(pr.noutputs == 1 && view_equal(&pr.outputs[0], &r.outputs[0]));
+                        relations_free(&pr);
+                    }
+                    diag_free(&prd);
+                    graph_free(pm);
+                }
+                diag_free(&pd);
+            }
+            free(pp);
+            relations_free(&r);
+        }
+        diag_free(&rd);
+        graph_free(m);
+        diag_free(&d);
+        free(bp);
+    }
+    printf("  view: %d gspmd baselines explained by their Shardy mesh\n", done);
+    t_case("view-6 count");
+    CHECK_MSG(done >= 4, "only %d gspmd pairs checked", done);
+}
+
+/* relations_auto on small hand-written modules. */
+static bool auto_text(const char *src, int64_t devices, relations *r, diag *rd) {
+    diag d;
+    diag_init(&d, "case.hlo");
+    hlo_module *m = hlo_parse_text(src, strlen(src), "case.hlo", &d);
+    bool ok = false;
+    if (CHECK_MSG(m, "%s", d.out.s ? d.out.s : "")) {
+        diag_init(rd, NULL);
+        ok = relations_auto(m, devices, r, rd);
+        graph_free(m);
+    } else {
+        diag_init(rd, NULL);
+    }
+    diag_free(&d);
+    return ok;
+}
+
+static void auto_view_is(const relations *r, bool input, uint32_t k, const char *want) {
+    strbuf b;
+    sb_init(&b);
+    if (input ? k < r->ninputs : k < r->noutputs) view_print(&b, input ? &r->inputs[k] : &r->outputs[k], &r->mesh);
+    CHECK_MSG(b.s && strcmp(b.s, want) == 0, "%s %u: %s, expected %s", input ? "parameter" : "output", k,
+              b.s ? b.s : "(none)", want);
+    sb_free(&b);
+}
+
+static void auto_cases(void) {
+    relations r;
+    diag rd;
+
+    t_case("view-7.1 derived mesh, explicit device lists, tuple ROOT");
+    const char *m1 =
+        "HloModule m\n\n"
+        "ENTRY e {\n"
+        "  a = f32[8,16]{1,0} parameter(0), sharding={devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}\n"
+        "  b = f32[16,32]{1,0} parameter(1), sharding={devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}\n"
+        "  c = f32[16]{0} parameter(2), sharding={replicated}\n"
+        "  d = f32[8,32]{1,0} parameter(3), sharding={devices=[8,1]<=[8]}\n"
+        "  e = f32[8,32]{1,0} parameter(4)\n"
+        "  x = f32[8,32]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
+        "  ROOT t = (f32[8,32]{1,0}, f32[16]{0}) tuple(x, c), sharding={{devices=[2,4]<=[8]}, {replicated}}\n"
+        "}\n";
+    if (CHECK_MSG(auto_text(m1, 8, &r, &rd), "%s", rd.out.s ? rd.out.s : "")) {
+        CHECK_EQ(r.mesh.naxes, 2);
+        CHECK_STR(r.mesh.names[0], "axis_0");
+        CHECK(r.mesh.sizes[0] == 2 && r.mesh.sizes[1] == 4);
+        auto_view_is(&r, true, 0, "shard(0,axis_0)");
+        auto_view_is(&r, true, 1, "shard(1,axis_1)");
+        auto_view_is(&r, true, 2, "dup");
+        auto_view_is(&r, true, 3, "shard(0,(axis_0,axis_1))");
+        auto_view_is(&r, true, 4, "dup");
+        CHECK_EQ(r.noutputs, 2);
+        auto_view_is(&r, false, 0, "shard(0,axis_0) shard(1,axis_1)");
+        auto_view_is(&r, false, 1, "dup");
+        relations_free(&r);
+    }
+    diag_free(&rd);
+
+    t_case("view-7.2 Shardy mesh, minor axis on the major dim, FuncResultSharding");
+    const char *m2 =
+        "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"x\"=2, \"y\"=2]>}}\n\n"
+        "ENTRY e {\n"
+        "  a = f32[4,4]{1,0} parameter(0), sharding={devices=[2,2]<=[2,2]T(1,0)}\n"
+        "  b = f32[4,4]{1,0} parameter(1), sharding={devices=[4,1]0,2,1,3}\n"
+        "  c = f32[4,4]{1,0} parameter(2), frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, [{\\\"y\\\"}, {}]>\"}\n"
+        "  s = f32[4,4]{1,0} add(a, b)\n"
+        "  r = f32[4,4]{1,0} custom-call(s), custom_call_target=\"xla.sdy.FuncResultSharding\", "
+        "frontend_attributes={xla.sdy.sharding=\"#sdy.sharding_per_value<[<@mesh, [{}, {\\\"x\\\", \\\"y\\\"}]>]>\"}\n"
+        "  t = (f32[4,4]{1,0}) tuple(r)\n"
+        "  ROOT g = f32[4,4]{1,0} get-tuple-element(t), index=0\n"
+        "}\n";
+    if (CHECK_MSG(auto_text(m2, 4, &r, &rd), "%s", rd.out.s ? rd.out.s : "")) {
+        CHECK_STR(r.mesh.names[0], "x");
+        CHECK_STR(r.mesh.names[1], "y");
+        auto_view_is(&r, true, 0, "shard(0,y) shard(1,x)");
+        auto_view_is(&r, true, 1, "shard(0,(y,x))");
+        auto_view_is(&r, true, 2, "shard(0,y)");
+        auto_view_is(&r, false, 0, "shard(1,(x,y))");
+        relations_free(&r);
+    }
+    diag_free(&rd);
+
+    t_case("view-7.3 tile assignment the mesh cannot explain");
+    const char *m3 =
+        "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"tp\"=4]>}}\n\n"
+        "ENTRY e {\n"
+        "  a = f32[8]{0} parameter(0), sharding={devices=[4]0,2,1,3}, metadata={op_name=\"params['w']\"}\n"
+        "  ROOT n = f32[8]{0} negate(a)\n"
+        "}\n";
+    CHECK(!auto_text(m3, 4, &r, &rd));
+    CHECK_CONTAINS(rd.out.s, "case.hlo: parameter 0 'w': sharding cannot be explained by the mesh {tp:4}");
+    diag_free(&rd);
+
+    t_case("view-7.4 wrong device count, maximal, non-dividing tiles");
+    const char *m4 =
+        "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"tp\"=4]>}}\n\n"
+        "ENTRY e {\n"
+        "  a = f32[8]{0} parameter(0), sharding={maximal device=1}\n"
+        "  b = f32[6]{0} parameter(1), sharding={devices=[4]<=[4]}\n"
+        "  c = f32[8]{0} parameter(2), sharding={devices=[2]<=[2]}\n"
+        "  ROOT n = f32[8]{0} negate(a)\n"
+        "}\n";
+    CHECK(!auto_text(m4, 8, &r, &rd));
+    CHECK_CONTAINS(rd.out.s, "the Shardy mesh {tp:4} has 4 devices, the distributed program runs on 8");
+    diag_free(&rd);
+    CHECK(!auto_text(m4, 4, &r, &rd));
+    CHECK_CONTAINS(rd.out.s, "parameter 0: sharding cannot be explained by the mesh {tp:4}: maximal sharding");
+    CHECK_CONTAINS(rd.out.s, "parameter 1: sharding cannot be explained by the mesh {tp:4}: dimension 0 (6)");
+    CHECK_CONTAINS(rd.out.s, "parameter 2: sharding cannot be explained by the mesh {tp:4}: its tile assignment covers 2 devices");
+    diag_free(&rd);
+
+    t_case("view-7.5 derived mesh that does not nest");
+    const char *m5 =
+        "HloModule m\n\n"
+        "ENTRY e {\n"
+        "  a = f32[6]{0} parameter(0), sharding={devices=[3,2]<=[6] last_tile_dim_replicate}\n"
+        "  b = f32[6]{0} parameter(1), sharding={devices=[2,3]<=[6] last_tile_dim_replicate}\n"
+        "  ROOT n = f32[6]{0} add(a, b)\n"
+        "}\n";
+    CHECK(!auto_text(m5, 6, &r, &rd));
+    CHECK_CONTAINS(rd.out.s, "cannot infer a mesh from the sharding annotations");
+    diag_free(&rd);
+
+    t_case("view-7.6 no annotations at all");
+    const char *m6 =
+        "HloModule m\n\nENTRY e {\n  a = f32[6]{0} parameter(0)\n  ROOT n = f32[6]{0} negate(a)\n}\n";
+    if (CHECK_MSG(auto_text(m6, 4, &r, &rd), "%s", rd.out.s ? rd.out.s : "")) {
+        CHECK_EQ(mesh_devices(&r.mesh), 4);
+        auto_view_is(&r, true, 0, "dup");
+        auto_view_is(&r, false, 0, "dup");
+        relations_free(&r);
+    }
+    diag_free(&rd);
+}
+
+void suite_view(void) {
+    views();
+    json_error_t je;
+    json_t *man = json_load_file("samples/manifest.json", 0, &je);
+    t_case("view-3 manifest");
+    if (CHECK_MSG(man, "samples/manifest.json: %s", je.text)) {
+        sample_relations(man);
+        gspmd_pairs(man);
+    }
+    json_decref(man);
+    bad_relations();
+    auto_cases();
+}
