@@ -185,7 +185,7 @@ static bool walk_message(walker *w, size_t start, size_t end, const ProtobufCMes
         if (!k) return wbad(w, tag_off, "field tag is cut off or longer than 5 bytes");
         uint32_t number = (uint32_t)(tag >> 3);
         int wt = (int)(tag & 7);
-        if (number == 0) return wbad(w, tag_off, "field number 0 is not valid");
+        if (number == 0) return wbad(w, tag_off, "invalid tag: field number 0");
         const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(desc, number);
         frame *fr = &w->frames[w->depth];
         fr->name = f ? f->name : NULL;
