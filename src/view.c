@@ -669,27 +669,10 @@ done:
 
 /* ---- relations_auto ---- */
 
-/* A Shardy mesh from the module's frontend attribute xla.sdy.meshes, e.g.
- * {mesh = #sdy.mesh<["dp"=2, "tp"=4]>}: 1 when found (out filled), 0 when the
- * module has none, -1 with a message in why when it cannot be used. */
-static int shardy_mesh(const hlo_module *m, mesh *out, char *why, size_t whylen) {
+/* One #sdy.mesh<[...]> starting after "#sdy.mesh<": 1 with axes, 0 for an
+ * empty (or maximal, device_ids=[k]) mesh, -1 with a reason. */
+static int shardy_mesh_one(const char *p, mesh *out, char *why, size_t whylen) {
     memset(out, 0, sizeof *out);
-    const char *txt = NULL;
-    for (uint32_t i = 0; i < m->nattrs && !txt; i++) {
-        const hlo_attr *a = &m->attrs[i];
-        if (a->key == A_RAW && a->raw_key && strcmp(a->raw_key, "frontend_attributes") == 0 && a->v.str)
-            txt = strstr(a->v.str, "xla.sdy.meshes");
-    }
-    if (!txt) return 0;
-    const char *p = strstr(txt, "#sdy.mesh<");
-    if (!p) return 0;
-    p += strlen("#sdy.mesh<");
-    /* Another mesh after this one: which one the shardings use is not modelled. */
-    const char *close = strchr(p, '>');
-    if (close && strstr(close, "#sdy.mesh<")) {
-        snprintf(why, whylen, "the module defines several Shardy meshes (xla.sdy.meshes); only one is supported");
-        return -1;
-    }
     while (*p == ' ') p++;
     if (*p != '[') {
         snprintf(why, whylen, "unreadable Shardy mesh in xla.sdy.meshes");
@@ -730,9 +713,10 @@ static int shardy_mesh(const hlo_module *m, mesh *out, char *why, size_t whylen)
     }
     p++;
     while (*p == ' ') p++;
-    if (*p == ',' && strstr(p, "device_ids")) {
-        /* device_ids=[0] with no axes is a maximal mesh; with axes a custom order. */
-        snprintf(why, whylen, "the Shardy mesh has an explicit device order (device_ids); only iota order is supported");
+    if (out->naxes == 0) return 0;
+    if (*p == ',') {
+        snprintf(why, whylen,
+                 "the Shardy mesh has an explicit device order (device_ids); only iota order is supported");
         return -1;
     }
     int64_t total = mesh_devices(out);
@@ -740,7 +724,37 @@ static int shardy_mesh(const hlo_module *m, mesh *out, char *why, size_t whylen)
         snprintf(why, whylen, "the Shardy mesh is too large");
         return -1;
     }
-    return out->naxes ? 1 : 0;
+    return 1;
+}
+
+/* The Shardy mesh from the module's frontend attribute xla.sdy.meshes, e.g.
+ * {mesh = #sdy.mesh<["dp"=2, "tp"=4]>}: 1 when found (out filled), 0 when the
+ * module has none (or only empty/maximal ones), -1 with a message in why when
+ * it cannot be used (several meshes with axes, explicit device order). */
+static int shardy_mesh(const hlo_module *m, mesh *out, char *why, size_t whylen) {
+    memset(out, 0, sizeof *out);
+    const char *txt = NULL;
+    for (uint32_t i = 0; i < m->nattrs && !txt; i++) {
+        const hlo_attr *a = &m->attrs[i];
+        if (a->key == A_RAW && a->raw_key && strcmp(a->raw_key, "frontend_attributes") == 0 && a->v.str)
+            txt = strstr(a->v.str, "xla.sdy.meshes");
+    }
+    if (!txt) return 0;
+    int found = 0;
+    for (const char *p = strstr(txt, "#sdy.mesh<"); p; p = strstr(p, "#sdy.mesh<")) {
+        p += strlen("#sdy.mesh<");
+        mesh one;
+        int r = shardy_mesh_one(p, &one, why, whylen);
+        if (r < 0) return -1;
+        if (r == 0) continue;
+        if (found) {
+            snprintf(why, whylen, "the module defines several Shardy meshes (xla.sdy.meshes); only one is supported");
+            return -1;
+        }
+        *out = one;
+        found = 1;
+    }
+    return found;
 }
 
 /* A tile assignment made explicit: devices in row-major order over dims. */
@@ -1198,6 +1212,12 @@ static bool output_view(const hlo_comp *c, uint32_t i, const mesh *m, view *out,
         if (cs && cs->type != SH_RAW && cs->type != SH_TUPLE) return sharding_view(cs, s, m, out, why, whylen);
         const char *sdy = frontend_attr(cc, "xla.sdy.sharding");
         if (sdy) return shardy_view(sdy, 0, s, m, out, why, whylen);
+    }
+    if (sh) {
+        /* an annotation we could not read: saying dup would be a guess */
+        if (sh->type == SH_RAW) snprintf(why, whylen, "unsupported ROOT sharding {%.100s}", sh->raw ? sh->raw : "");
+        else snprintf(why, whylen, "the tuple ROOT has a sharding that is neither a tuple nor replicated");
+        return false;
     }
     *out = view_dup(s->dtype == DT_TUPLE ? 0 : s->rank);
     return true;

@@ -665,7 +665,39 @@ static void auto_cases(void) {
     CHECK_CONTAINS(rd.out.s, "cannot infer a mesh from the sharding annotations");
     diag_free(&rd);
 
-    t_case("view-7.6 no annotations at all");
+    t_case("view-7.6 Shardy meshes: empty ones ignored, device_ids and two meshes refused");
+    const char *body =
+        "\n\nENTRY e {\n"
+        "  a = f32[8]{0} parameter(0), sharding={devices=[4]<=[4]}\n"
+        "  ROOT n = f32[8]{0} negate(a), sharding={devices=[2,2]<=[4] last_tile_dim_replicate}\n"
+        "}\n";
+    char src[1024];
+    snprintf(src, sizeof src, "HloModule m, frontend_attributes={xla.sdy.meshes={empty_mesh = #sdy.mesh<[]>, "
+             "maximal_mesh_0 = #sdy.mesh<[], device_ids=[0]>, mesh = #sdy.mesh<[\"a\"=2, \"b\"=2]>}}%s", body);
+    if (CHECK_MSG(auto_text(src, 4, &r, &rd), "%s", rd.out.s ? rd.out.s : "")) {
+        CHECK(r.mesh.naxes == 2 && strcmp(r.mesh.names[1], "b") == 0);
+        auto_view_is(&r, true, 0, "shard(0,(a,b))");
+        auto_view_is(&r, false, 0, "shard(0,a)");
+        relations_free(&r);
+    }
+    diag_free(&rd);
+    snprintf(src, sizeof src, "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"a\"=4], "
+             "device_ids=[3,2,1,0]>}}%s", body);
+    CHECK(!auto_text(src, 4, &r, &rd));
+    CHECK_CONTAINS(rd.out.s, "case.hlo: the Shardy mesh has an explicit device order");
+    diag_free(&rd);
+    snprintf(src, sizeof src, "HloModule m, frontend_attributes={xla.sdy.meshes={m1 = #sdy.mesh<[\"a\"=4]>, "
+             "m2 = #sdy.mesh<[\"b\"=4]>}}%s", body);
+    CHECK(!auto_text(src, 4, &r, &rd));
+    CHECK_CONTAINS(rd.out.s, "several Shardy meshes");
+    diag_free(&rd);
+    snprintf(src, sizeof src, "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"a\"=4x]>}}%s",
+             body);
+    CHECK(!auto_text(src, 4, &r, &rd));
+    CHECK_CONTAINS(rd.out.s, "unreadable Shardy mesh");
+    diag_free(&rd);
+
+    t_case("view-7.7 no annotations at all");
     const char *m6 =
         "HloModule m\n\nENTRY e {\n  a = f32[6]{0} parameter(0)\n  ROOT n = f32[6]{0} negate(a)\n}\n";
     if (CHECK_MSG(auto_text(m6, 4, &r, &rd), "%s", rd.out.s ? rd.out.s : "")) {
