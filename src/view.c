@@ -1223,6 +1223,60 @@ static bool output_view(const hlo_comp *c, uint32_t i, const mesh *m, view *out,
     return true;
 }
 
+/* Mesh axis names for a derived mesh, taken from the parameters' Shardy
+ * shardings (#sdy.sharding<@mesh, [{"tp"}, {}]>) when those are all that
+ * carries them (a protobuf baseline keeps no header attributes). An axis is
+ * renamed only when every parameter agrees on its name and names stay unique. */
+static void name_derived_axes(const hlo_comp *c, relations *r) {
+    char nm[MESH_MAX_AXES][32];
+    bool conflict[MESH_MAX_AXES];
+    memset(nm, 0, sizeof nm);
+    memset(conflict, 0, sizeof conflict);
+    for (uint32_t k = 0; k < c->nparams; k++) {
+        const hlo_instr *in = &c->instrs[c->params[k]];
+        const char *p = frontend_attr(in, "xla.sdy.sharding");
+        const view *v = &r->inputs[k];
+        if (!p || !(p = strstr(p, "<@")) || !(p = strchr(p, '['))) continue;
+        p++;
+        for (uint32_t d = 0; d < v->rank; d++) {
+            while (*p == ' ' || *p == ',') p++;
+            if (*p != '{') break;
+            p++;
+            uint32_t q = 0;
+            for (;;) {
+                while (*p == ' ' || *p == ',' || *p == '\\' || *p == '?') p++;
+                if (*p != '"') break;
+                const char *nb = ++p;
+                while (*p && *p != '"' && *p != '\\') p++;
+                size_t nn = (size_t)(p - nb);
+                while (*p == '\\' || *p == '"') p++;
+                if (*p == ':') return; /* sub-axes: names do not map one to one */
+                if (q < v->dims[d].naxes && nn > 0 && nn < sizeof nm[0]) {
+                    uint32_t a = v->dims[d].axes[q];
+                    if (!nm[a][0]) {
+                        memcpy(nm[a], nb, nn);
+                        nm[a][nn] = 0;
+                    } else if (strlen(nm[a]) != nn || memcmp(nm[a], nb, nn) != 0) {
+                        conflict[a] = true;
+                    }
+                }
+                q++;
+            }
+            if (*p != '}') break;
+            p++;
+            if (q != v->dims[d].naxes) /* size-1 axes or a mismatch: trust nothing here */
+                for (uint32_t j = 0; j < v->dims[d].naxes; j++) conflict[v->dims[d].axes[j]] = true;
+        }
+    }
+    for (uint32_t a = 0; a < r->mesh.naxes; a++) {
+        if (!nm[a][0] || conflict[a]) continue;
+        bool unique = true;
+        for (uint32_t b = 0; b < r->mesh.naxes; b++)
+            if (b != a && (strcmp(nm[b], nm[a]) == 0 || strcmp(r->mesh.names[b], nm[a]) == 0)) unique = false;
+        if (unique) memcpy(r->mesh.names[a], nm[a], sizeof nm[a]);
+    }
+}
+
 bool relations_auto(const hlo_module *baseline, int64_t devices, relations *out, diag *d) {
     memset(out, 0, sizeof *out);
     const char *file = baseline && baseline->source_path ? baseline->source_path : d->file;
@@ -1283,6 +1337,7 @@ bool relations_auto(const hlo_module *baseline, int64_t devices, relations *out,
             sb_free(&b);
         }
     }
+    if (sm == 0 && d->count == before) name_derived_axes(c, out);
     for (uint32_t i = 0; i < out->noutputs; i++) {
         if (!output_view(c, i, &out->mesh, &out->outputs[i], why, sizeof why)) {
             strbuf b;

@@ -106,8 +106,9 @@ bool relations_read(const char *path, const hlo_module *baseline, relations *out
 /* Relations from the sharding annotations of a GSPMD/Shardy baseline. The mesh
  * is the module's Shardy mesh (header frontend attribute xla.sdy.meshes, names
  * kept) when there is one; otherwise it is inferred from the tile assignments
- * and the device count (one axis per distinct device stride, named axis_0,
- * axis_1, ... major first). Parameter views come from their sharding= (or
+ * and the device count (one axis per distinct device stride, major first),
+ * named from the parameters' xla.sdy.sharding attributes when they agree
+ * (protobuf baselines), else axis_0, axis_1, ... Parameter views come from their sharding= (or
  * their xla.sdy.sharding when that is all there is; unannotated parameters
  * are dup), output views from the ROOT's sharding (tuple element i), else from
  * the xla.sdy.FuncResultSharding custom-call feeding the ROOT, else dup.

@@ -503,7 +503,8 @@ static void gspmd_pairs(json_t *man) {
             sb_free(&b);
 
             /* The protobuf baseline has no header attributes: the mesh is
-             * derived (axis_0, ...), with the same sizes and the same views. */
+             * derived from the tile assignments, with the same sizes, names
+             * and views. */
             char *pp = bpb ? sample_path(bpb) : NULL;
             if (pp && exists(pp)) {
                 diag pd;
@@ -516,9 +517,11 @@ static void gspmd_pairs(json_t *man) {
                     CHECK_MSG(pok, "%s", prd.out.s ? prd.out.s : "");
                     if (pok) {
                         CHECK_EQ(pr.mesh.naxes, r.mesh.naxes);
-                        for (uint32_t a = 0; a < pr.mesh.naxes && a < r.mesh.naxes; a++)
+                        /* names recovered from the parameters' xla.sdy.sharding */
+                        for (uint32_t a = 0; a < pr.mesh.naxes && a < r.mesh.naxes; a++) {
                             CHECK_EQ(pr.mesh.sizes[a], r.mesh.sizes[a]);
-                        if (pr.mesh.naxes) CHECK_STR(pr.mesh.names[0], "axis_0");
+                            CHECK_STR(pr.mesh.names[a], r.mesh.names[a]);
+                        }
                         for (uint32_t p = 0; p < pr.ninputs && p < r.ninputs; p++)
                             CHECK_MSG(view_equal(&pr.inputs[p], &r.inputs[p]), "pb parameter %u differs", p);
                         CHECK(pr.noutputs == 1 && view_equal(&pr.outputs[0], &r.outputs[0]));
@@ -572,29 +575,31 @@ static void auto_cases(void) {
     relations r;
     diag rd;
 
-    t_case("view-7.1 derived mesh, explicit device lists, tuple ROOT");
+    t_case("view-7.1 derived mesh named from xla.sdy.sharding, explicit device lists, tuple ROOT");
     const char *m1 =
         "HloModule m\n\n"
         "ENTRY e {\n"
         "  a = f32[8,16]{1,0} parameter(0), sharding={devices=[2,1,4]0,1,2,3,4,5,6,7 last_tile_dim_replicate}\n"
         "  b = f32[16,32]{1,0} parameter(1), sharding={devices=[1,4,2]<=[2,4]T(1,0) last_tile_dim_replicate}\n"
         "  c = f32[16]{0} parameter(2), sharding={replicated}\n"
-        "  d = f32[8,32]{1,0} parameter(3), sharding={devices=[8,1]<=[8]}\n"
+        "  d = f32[8,32]{1,0} parameter(3), sharding={devices=[8,1]<=[8]}, "
+        "frontend_attributes={xla.sdy.sharding=\"#sdy.sharding<@mesh, [{\\\"x\\\", \\\"y\\\"}, {}]>\"}\n"
         "  e = f32[8,32]{1,0} parameter(4)\n"
         "  x = f32[8,32]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n"
         "  ROOT t = (f32[8,32]{1,0}, f32[16]{0}) tuple(x, c), sharding={{devices=[2,4]<=[8]}, {replicated}}\n"
         "}\n";
     if (CHECK_MSG(auto_text(m1, 8, &r, &rd), "%s", rd.out.s ? rd.out.s : "")) {
         CHECK_EQ(r.mesh.naxes, 2);
-        CHECK_STR(r.mesh.names[0], "axis_0");
+        CHECK_STR(r.mesh.names[0], "x"); /* from parameter 3's xla.sdy.sharding */
+        CHECK_STR(r.mesh.names[1], "y");
         CHECK(r.mesh.sizes[0] == 2 && r.mesh.sizes[1] == 4);
-        auto_view_is(&r, true, 0, "shard(0,axis_0)");
-        auto_view_is(&r, true, 1, "shard(1,axis_1)");
+        auto_view_is(&r, true, 0, "shard(0,x)");
+        auto_view_is(&r, true, 1, "shard(1,y)");
         auto_view_is(&r, true, 2, "dup");
-        auto_view_is(&r, true, 3, "shard(0,(axis_0,axis_1))");
+        auto_view_is(&r, true, 3, "shard(0,(x,y))");
         auto_view_is(&r, true, 4, "dup");
         CHECK_EQ(r.noutputs, 2);
-        auto_view_is(&r, false, 0, "shard(0,axis_0) shard(1,axis_1)");
+        auto_view_is(&r, false, 0, "shard(0,x) shard(1,y)");
         auto_view_is(&r, false, 1, "dup");
         relations_free(&r);
     }
@@ -702,6 +707,7 @@ static void auto_cases(void) {
         "HloModule m\n\nENTRY e {\n  a = f32[6]{0} parameter(0)\n  ROOT n = f32[6]{0} negate(a)\n}\n";
     if (CHECK_MSG(auto_text(m6, 4, &r, &rd), "%s", rd.out.s ? rd.out.s : "")) {
         CHECK_EQ(mesh_devices(&r.mesh), 4);
+        CHECK_STR(r.mesh.names[0], "axis_0");
         auto_view_is(&r, true, 0, "dup");
         auto_view_is(&r, false, 0, "dup");
         relations_free(&r);
