@@ -702,7 +702,29 @@ static void auto_cases(void) {
     CHECK_CONTAINS(rd.out.s, "unreadable Shardy mesh");
     diag_free(&rd);
 
-    t_case("view-7.7 no annotations at all");
+    t_case("view-7.7 subgroup dims: unreduced is partial(sum), manual is refused");
+    const char *m8 =
+        "HloModule m, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<[\"dp\"=2, \"tp\"=2]>}}\n\n"
+        "ENTRY e {\n"
+        "  a = f32[8]{0} parameter(0), sharding={devices=[2,2]<=[4] last_tile_dims={unreduced}}\n"
+        "  b = f32[8]{0} parameter(1), sharding={devices=[1,2,2]<=[2,2]T(1,0) last_tile_dims={replicated, unreduced}}\n"
+        "  ROOT n = f32[8]{0} add(a, b)\n"
+        "}\n";
+    if (CHECK_MSG(auto_text(m8, 4, &r, &rd), "%s", rd.out.s ? rd.out.s : "")) {
+        auto_view_is(&r, true, 0, "shard(0,dp) partial(tp,sum)");
+        auto_view_is(&r, true, 1, "partial(dp,sum)");
+        relations_free(&r);
+    }
+    diag_free(&rd);
+    const char *m9 =
+        "HloModule m\n\nENTRY e {\n"
+        "  a = f32[8]{0} parameter(0), sharding={devices=[2,2]<=[4] last_tile_dims={manual}}\n"
+        "  ROOT n = f32[8]{0} negate(a)\n}\n";
+    CHECK(!auto_text(m9, 4, &r, &rd));
+    CHECK_CONTAINS(rd.out.s, "is not a view");
+    diag_free(&rd);
+
+    t_case("view-7.8 no annotations at all");
     const char *m6 =
         "HloModule m\n\nENTRY e {\n  a = f32[6]{0} parameter(0)\n  ROOT n = f32[6]{0} negate(a)\n}\n";
     if (CHECK_MSG(auto_text(m6, 4, &r, &rd), "%s", rd.out.s ? rd.out.s : "")) {
