@@ -7,6 +7,7 @@
 #include "diag.h"
 
 int cli_inspect(int argc, char **argv);
+int cli_check(int argc, char **argv);
 int cli_report(int argc, char **argv);
 int cli_eval(int argc, char **argv);
 

@@ -12,13 +12,15 @@ static const struct command {
 } commands[] = {
     {"inspect", cli_inspect, "inspect FILE [--print]   summarise an HLO module (text or protobuf, .gz too);\n"
                              "                           --print writes canonical HLO text instead"},
+    {"check", cli_check, "check --baseline B --distributed D [--relations R | --auto-relations] [--source-root DIR] [-o T]\n"
+                         "  check --manifest M --out-dir DIR   verify distributed graphs against their baselines"},
     {"report", cli_report, "report TRACE... -o DIR [--single-file FILE] [--title T]   render traces as an HTML site"},
     {"eval", cli_eval, "eval FILE [--devices N] [--seed S] [--inputs F] [--outputs F]\n"
                        "                           run a module on N simulated devices (reference interpreter)"},
 };
 
 /* Commands described in DESIGN.md that this build does not have yet. */
-static const char *const planned[] = {"check", "report", "rules"};
+static const char *const planned[] = {"rules"};
 
 static void usage(FILE *f) {
     fputs("usage: scalify <command> [options]\n\ncommands:\n", f);

@@ -1,0 +1,459 @@
+#include "check.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "egraph.h"
+#include "hlo.h"
+#include "io.h"
+#include "lift.h"
+#include "scalify.h"
+#include "sha256.h"
+#include "view.h"
+
+const char *verdict_name(int v) {
+    static const char *const names[] = {"verified", "mismatch", "unverified", "error"};
+    return v >= 0 && v <= VERDICT_ERROR ? names[v] : "error";
+}
+
+typedef struct side {
+    const char *path;
+    hlo_module *m;
+    char digest[65];
+    bool text;
+} side;
+
+static bool load(side *s, const char *path, diag *d) {
+    s->path = path;
+    size_t n;
+    bool gz;
+    diag dd;
+    diag_init(&dd, path);
+    char *buf = io_read_file(path, &n, &gz, &dd);
+    if (buf) {
+        uint8_t h[32];
+        sha256(buf, n, h);
+        for (int i = 0; i < 32; i++) snprintf(s->digest + 2 * i, 3, "%02x", h[i]);
+        s->text = hlo_looks_like_text(buf, n);
+        s->m = s->text ? hlo_parse_text(buf, n, path, &dd) : hlo_parse_pb((const uint8_t *)buf, n, path, &dd);
+        free(buf);
+    }
+    if (dd.out.len) sb_put(&d->out, dd.out.s, dd.out.len);
+    d->count += dd.count;
+    diag_free(&dd);
+    return s->m != NULL;
+}
+
+static json_t *site_json(const hlo_module *m, const hlo_comp *c, const hlo_instr *in) {
+    json_t *o = json_object();
+    strbuf b;
+    sb_init(&b);
+    hlo_print_instr(&b, m, c, in);
+    json_object_set_new(o, "instruction", json_string(in->name));
+    json_object_set_new(o, "opcode", json_string(in->opname));
+    json_object_set_new(o, "hlo", json_string(b.s));
+    sb_free(&b);
+    if (in->meta && in->meta->op_name) json_object_set_new(o, "op_name", json_string(in->meta->op_name));
+    if (in->meta && in->meta->src_file) {
+        json_object_set_new(o, "file", json_string(in->meta->src_file));
+        if (in->meta->src_line > 0) json_object_set_new(o, "line", json_integer(in->meta->src_line));
+        if (in->meta->src_col > 0) json_object_set_new(o, "column", json_integer(in->meta->src_col));
+    }
+    return o;
+}
+
+/* op_name without the jit(...)/ prefix GSPMD modules carry. */
+static const char *scope_of(const hlo_instr *in) {
+    if (!in->meta || !in->meta->op_name) return NULL;
+    const char *s = in->meta->op_name;
+    if (strncmp(s, "jit(", 4) == 0) {
+        const char *slash = strchr(s, '/');
+        if (slash) return slash + 1;
+    }
+    return s;
+}
+
+/* The nearest baseline counterpart: same op_name scope and opcode, else same scope. */
+static const hlo_instr *counterpart(const hlo_module *b, const hlo_instr *in, const hlo_comp **bc) {
+    const char *want = scope_of(in);
+    if (!want) return NULL;
+    const hlo_instr *loose = NULL;
+    const hlo_comp *loose_c = NULL;
+    for (uint32_t c = 0; c < b->ncomps; c++)
+        for (uint32_t i = 0; i < b->comps[c].ninstrs; i++) {
+            const hlo_instr *x = &b->comps[c].instrs[i];
+            const char *s = scope_of(x);
+            if (!s || strcmp(s, want) != 0) continue;
+            if (x->op == in->op) {
+                *bc = &b->comps[c];
+                return x;
+            }
+            if (!loose) {
+                loose = x;
+                loose_c = &b->comps[c];
+            }
+        }
+    *bc = loose_c;
+    return loose;
+}
+
+/* Source lines around a site, read only when the file resolves below root. */
+static json_t *snippet(const char *root, const char *file, int line) {
+    if (!root || !file || line <= 0) return NULL;
+    char rroot[PATH_MAX], rfile[PATH_MAX], joined[PATH_MAX * 2];
+    if (!realpath(root, rroot)) return NULL;
+    snprintf(joined, sizeof joined, "%s/%s", root, file);
+    if (!realpath(joined, rfile)) return NULL;
+    size_t rl = strlen(rroot);
+    if (strncmp(rfile, rroot, rl) != 0 || (rfile[rl] != '/' && rfile[rl] != 0)) {
+        fprintf(stderr, "scalify check: %s escapes --source-root %s; not read\n", file, root);
+        return NULL;
+    }
+    FILE *f = fopen(rfile, "r");
+    if (!f) return NULL;
+    json_t *lines = json_array();
+    char buf[4096];
+    int n = 0, first = line - 3 < 1 ? 1 : line - 3;
+    while (fgets(buf, sizeof buf, f) && ++n <= line + 3) {
+        if (n < first) continue;
+        size_t l = strlen(buf);
+        while (l && (buf[l - 1] == '\n' || buf[l - 1] == '\r')) buf[--l] = 0;
+        json_array_append_new(lines, json_stringn(buf, l));
+    }
+    fclose(f);
+    json_t *o = json_object();
+    json_object_set_new(o, "file", json_string(file));
+    json_object_set_new(o, "first_line", json_integer(first));
+    json_object_set_new(o, "lines", lines);
+    json_object_set_new(o, "highlight", json_integer(line));
+    return o;
+}
+
+static void add_node(json_t *nodes, const char *id, const char *which, const hlo_instr *in, const char *role, int hops) {
+    json_t *n = json_object();
+    json_object_set_new(n, "id", json_string(id));
+    json_object_set_new(n, "side", json_string(which));
+    json_object_set_new(n, "label", json_string(in->name));
+    json_object_set_new(n, "opcode", json_string(in->opname));
+    json_object_set_new(n, "role", json_string(role));
+    json_object_set_new(n, "hops", json_integer(hops));
+    json_array_append_new(nodes, n);
+}
+
+static void add_edge(json_t *edges, const char *from, const char *to) {
+    json_t *e = json_object();
+    json_object_set_new(e, "from", json_string(from));
+    json_object_set_new(e, "to", json_string(to));
+    json_array_append_new(edges, e);
+}
+
+/* The divergence and its operands on both sides, one hop of context. */
+static json_t *subgraph(const hlo_comp *dc, const hlo_instr *din, const hlo_comp *bc, const hlo_instr *bin) {
+    json_t *g = json_object(), *nodes = json_array(), *edges = json_array(), *links = json_array();
+    char id[32];
+    add_node(nodes, "d0", "distributed", din, "divergence", 0);
+    for (uint32_t o = 0; o < din->noperands && o < 8; o++) {
+        snprintf(id, sizeof id, "d%u", o + 1);
+        add_node(nodes, id, "distributed", &dc->instrs[din->operands[o]], "operand", 1);
+        add_edge(edges, id, "d0");
+    }
+    if (bin) {
+        add_node(nodes, "b0", "baseline", bin, "operand", 0);
+        for (uint32_t o = 0; o < bin->noperands && o < 8; o++) {
+            snprintf(id, sizeof id, "b%u", o + 1);
+            add_node(nodes, id, "baseline", &bc->instrs[bin->operands[o]], "context", 1);
+            add_edge(edges, id, "b0");
+        }
+        json_t *l = json_object();
+        json_object_set_new(l, "from", json_string("b0"));
+        json_object_set_new(l, "to", json_string("d0"));
+        json_object_set_new(l, "view", json_string("counterpart"));
+        json_array_append_new(links, l);
+    }
+    json_object_set_new(g, "nodes", nodes);
+    json_object_set_new(g, "edges", edges);
+    json_object_set_new(g, "links", links);
+    json_object_set_new(g, "truncated", din->noperands > 8 ? json_string("operands beyond 8 not shown") : json_null());
+    return g;
+}
+
+static json_t *finding_json(const check_opts *o, const hlo_module *B, const hlo_module *D, int idx, const char *kind,
+                            const char *severity, const char *message, const hlo_comp *dc, const hlo_instr *din) {
+    json_t *f = json_object();
+    char id[16];
+    snprintf(id, sizeof id, "F%d", idx);
+    json_object_set_new(f, "id", json_string(id));
+    json_object_set_new(f, "kind", json_string(kind));
+    json_object_set_new(f, "severity", json_string(severity));
+    json_object_set_new(f, "segment", json_string("entry"));
+    json_object_set_new(f, "message", json_string(message));
+    const hlo_comp *bc = NULL;
+    const hlo_instr *bin = counterpart(B, din, &bc);
+    strbuf ex;
+    sb_init(&ex);
+    sb_printf(&ex, "%s (%s) in the distributed program", din->name, din->opname);
+    if (bin) sb_printf(&ex, "; nearest baseline counterpart %s (%s), same op_name scope", bin->name, bin->opname);
+    else sb_puts(&ex, "; no baseline instruction shares its op_name scope");
+    json_object_set_new(f, "explanation", json_string(ex.s));
+    sb_free(&ex);
+    json_object_set_new(f, "distributed", site_json(D, dc, din));
+    json_object_set_new(f, "baseline", bin ? site_json(B, bc, bin) : json_null());
+    json_t *inv = json_array();
+    for (uint32_t k = 0; k < din->noperands && k < 8; k++) {
+        json_t *x = json_object();
+        strbuf b;
+        sb_init(&b);
+        const hlo_instr *op = &dc->instrs[din->operands[k]];
+        hlo_print_instr(&b, D, dc, op);
+        json_object_set_new(x, "side", json_string("distributed"));
+        json_object_set_new(x, "instruction", json_string(op->name));
+        json_object_set_new(x, "hlo", json_string(b.s));
+        sb_free(&b);
+        json_array_append_new(inv, x);
+    }
+    json_object_set_new(f, "involved", inv);
+    json_object_set_new(f, "subgraph", subgraph(dc, din, bc, bin));
+    json_t *snips = json_array();
+    if (din->meta && din->meta->src_file) {
+        json_t *s = snippet(o->source_root, din->meta->src_file, din->meta->src_line);
+        if (s) json_array_append_new(snips, s);
+    }
+    json_object_set_new(f, "snippets", snips);
+    return f;
+}
+
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+static json_t *file_json(const side *s) {
+    json_t *o = json_object();
+    json_object_set_new(o, "path", json_string(s->path));
+    json_object_set_new(o, "format", json_string(s->text ? "hlo-text" : "hlo-proto"));
+    json_object_set_new(o, "module", json_string(s->m->name));
+    json_object_set_new(o, "instructions", json_integer((json_int_t)graph_instr_count(s->m)));
+    json_object_set_new(o, "sha256", json_string(s->digest));
+    return o;
+}
+
+int check_pair(const check_opts *o, json_t **trace, diag *d) {
+    double t0 = now_ms();
+    *trace = NULL;
+    side B = {0}, D = {0};
+    relations rel = {0};
+    int verdict = VERDICT_ERROR;
+    if (!load(&B, o->baseline, d) || !load(&D, o->distributed, d)) goto out;
+    const hlo_comp *be = graph_entry(B.m), *de = graph_entry(D.m);
+    if (be->nparams != de->nparams) {
+        diag_plain(d, "the baseline has %u parameters but the distributed program has %u: parameters must correspond one to one",
+                   be->nparams, de->nparams);
+        goto out;
+    }
+    bool rel_ok = o->relations ? relations_read(o->relations, B.m, &rel, d)
+                               : relations_auto(B.m, graph_num_devices(D.m), &rel, d);
+    if (!rel_ok) goto out;
+    if (rel.ninputs != be->nparams) {
+        diag_plain(d, "the relations name %u inputs for %u parameters", rel.ninputs, be->nparams);
+        goto out;
+    }
+    if (mesh_devices(&rel.mesh) != graph_num_devices(D.m)) {
+        diag_plain(d, "the mesh has %lld devices but the distributed program runs on %lld",
+                   (long long)mesh_devices(&rel.mesh), (long long)graph_num_devices(D.m));
+        goto out;
+    }
+    /* Local parameter shapes must be the views' local shapes. */
+    for (uint32_t k = 0; k < be->nparams; k++) {
+        const hlo_instr *bp = &be->instrs[be->params[k]], *dp = &de->instrs[de->params[k]];
+        int64_t local[VIEW_MAX_RANK];
+        if (bp->shape.dtype == DT_TUPLE || bp->shape.rank > VIEW_MAX_RANK ||
+            !view_local_dims(&rel.inputs[k], &rel.mesh, &bp->shape, local) || dp->shape.rank != bp->shape.rank ||
+            memcmp(local, dp->shape.dims, bp->shape.rank * sizeof *local) != 0 || dp->shape.dtype != bp->shape.dtype) {
+            strbuf a, b;
+            sb_init(&a);
+            sb_init(&b);
+            view_print(&a, &rel.inputs[k], &rel.mesh);
+            shape_print(&b, &dp->shape);
+            diag_plain(d, "parameter %u: the view %s of the baseline's %s does not give the distributed %s", k, a.s,
+                       bp->name, b.s);
+            sb_free(&a);
+            sb_free(&b);
+            goto out;
+        }
+    }
+
+    egraph *g = eg_new();
+    arena a;
+    arena_init(&a);
+    lift_ctx lc;
+    lift_init(&lc, g, &a, B.m, D.m, &rel.mesh);
+    lc.mesh_inferred = o->relations == NULL;
+    double t1 = now_ms();
+    eid *bouts;
+    uint32_t nbouts;
+    lift_baseline(&lc, &bouts, &nbouts);
+    double t2 = now_ms();
+    lval root = lift_distributed(&lc, rel.inputs, rel.ninputs);
+    double t3 = now_ms();
+    eg_rebuild(g);
+
+    json_t *findings = json_array();
+    json_t *counts = json_object();
+    int nf = 0;
+    for (uint32_t i = 0; i < lc.nfindings; i++) {
+        lift_finding *f = &lc.findings[i];
+        json_array_append_new(findings, finding_json(o, B.m, D.m, ++nf, f->kind, "error", f->message, f->comp, f->in));
+        json_t *cnt = json_object_get(counts, f->kind);
+        json_object_set_new(counts, f->kind, json_integer(cnt ? json_integer_value(cnt) + 1 : 1));
+    }
+    /* Outputs: each must be the baseline output's class with the expected view. */
+    strbuf why;
+    sb_init(&why);
+    uint32_t nouts = root.kind == LV_TUPLE ? root.n : 1;
+    bool outputs_ok = nouts == nbouts && nouts == rel.noutputs;
+    if (nouts != nbouts) sb_printf(&why, "the distributed program has %u outputs, the baseline %u", nouts, nbouts);
+    for (uint32_t k = 0; outputs_ok && k < nouts; k++) {
+        const lval *v = root.kind == LV_TUPLE ? &root.elems[k] : &root;
+        if (v->kind != LV_TERM) {
+            sb_printf(&why, "output %u could not be related to the baseline", k);
+            outputs_ok = false;
+        } else if (v->assumed) {
+            sb_printf(&why, "output %u rests on a value that could not be related (assumed)", k);
+            outputs_ok = false;
+        } else if (eg_find(g, v->cls) != eg_find(g, bouts[k])) {
+            sb_printf(&why, "output %u: the lifted term does not meet the baseline output's class", k);
+            outputs_ok = false;
+        } else if (!view_equal(&v->v, &rel.outputs[k])) {
+            strbuf got, exp;
+            sb_init(&got);
+            sb_init(&exp);
+            view_print(&got, &v->v, &rel.mesh);
+            view_print(&exp, &rel.outputs[k], &rel.mesh);
+            sb_printf(&why, "output %u is %s but %s is expected", k, got.s, exp.s);
+            sb_free(&got);
+            sb_free(&exp);
+            outputs_ok = false;
+            const hlo_instr *rin = &de->instrs[de->root];
+            if (!lc.nfindings) {
+                json_array_append_new(findings, finding_json(o, B.m, D.m, ++nf, "wrong-shard-dim", "error", why.s, de, rin));
+                json_object_set_new(counts, "wrong-shard-dim", json_integer(1));
+            }
+        }
+    }
+    if (json_array_size(findings) > 0) {
+        verdict = VERDICT_MISMATCH;
+    } else if (outputs_ok && !lc.first_unsupported && !lc.assumed) {
+        verdict = VERDICT_VERIFIED;
+    } else {
+        /* Undecided: the trace says where and why, as a warning-level finding. */
+        verdict = VERDICT_UNVERIFIED;
+        const hlo_comp *uc = lc.first_unsupported ? lc.first_unsupported_comp : lc.divergence_comp;
+        const hlo_instr *ui = lc.first_unsupported ? lc.first_unsupported : lc.divergence;
+        strbuf msg;
+        sb_init(&msg);
+        if (lc.first_unsupported) sb_printf(&msg, "unverified: %s", lc.unsupported_why);
+        else sb_printf(&msg, "unverified: %s; first divergence at %s, whose operands are related (no rewrite rules are applied yet)",
+                       why.s, ui ? ui->name : "?");
+        if (!ui) {
+            uc = de;
+            ui = &de->instrs[de->root];
+        }
+        json_array_append_new(findings, finding_json(o, B.m, D.m, ++nf, "unsupported-op", "warning", msg.s, uc, ui));
+        json_object_set_new(counts, "unsupported-op", json_integer(1));
+        sb_free(&msg);
+    }
+    double t4 = now_ms();
+
+    json_t *t = json_object();
+    json_object_set_new(t, "scalify_trace", json_integer(1));
+    json_t *tool = json_object();
+    json_object_set_new(tool, "name", json_string("scalify"));
+    json_object_set_new(tool, "version", json_string(SCALIFY_VERSION));
+    /* No rules are applied yet: the digest is of the empty rule set. */
+    uint8_t h[32];
+    char hex[72] = "sha256:";
+    sha256("", 0, h);
+    for (int i = 0; i < 32; i++) snprintf(hex + 7 + 2 * i, 3, "%02x", h[i]);
+    json_object_set_new(tool, "rules_digest", json_string(hex));
+    json_object_set_new(t, "tool", tool);
+
+    json_t *pair = json_object();
+    json_object_set_new(pair, "name", json_string(o->name ? o->name : base_name(o->distributed)));
+    json_object_set_new(pair, "baseline", file_json(&B));
+    json_object_set_new(pair, "distributed", file_json(&D));
+    json_t *mj = json_object();
+    for (uint32_t i = 0; i < rel.mesh.naxes; i++) json_object_set_new(mj, rel.mesh.names[i], json_integer(rel.mesh.sizes[i]));
+    json_object_set_new(pair, "mesh", mj);
+    json_object_set_new(pair, "relations_file", o->relations ? json_string(o->relations) : json_null());
+    json_t *rj = json_object();
+    for (uint32_t k = 0; k < rel.ninputs; k++) {
+        strbuf b;
+        sb_init(&b);
+        view_print(&b, &rel.inputs[k], &rel.mesh);
+        char key[300];
+        const char *nm = rel.input_names && rel.input_names[k] ? rel.input_names[k] : NULL;
+        if (nm) snprintf(key, sizeof key, "%s", nm);
+        else snprintf(key, sizeof key, "parameter %u", k);
+        json_object_set_new(rj, key, json_string(b.s));
+        sb_free(&b);
+    }
+    for (uint32_t k = 0; k < rel.noutputs; k++) {
+        strbuf b;
+        sb_init(&b);
+        view_print(&b, &rel.outputs[k], &rel.mesh);
+        char key[64];
+        snprintf(key, sizeof key, "output %u", k);
+        json_object_set_new(rj, key, json_string(b.s));
+        sb_free(&b);
+    }
+    json_object_set_new(pair, "relations", rj);
+    json_object_set_new(t, "pair", pair);
+    json_object_set_new(t, "verdict", json_string(verdict_name(verdict)));
+
+    eg_stats st = eg_get_stats(g);
+    json_t *sum = json_object();
+    json_object_set_new(sum, "segments", json_integer(1));
+    json_object_set_new(sum, "memo_hits", json_integer(0));
+    json_object_set_new(sum, "wall_ms", json_real(now_ms() - t0));
+    json_object_set_new(sum, "cpu_ms", json_real(now_ms() - t0));
+    json_object_set_new(sum, "peak_bytes", json_integer((json_int_t)peak_rss_bytes()));
+    json_object_set_new(sum, "findings", counts);
+    json_object_set_new(t, "summary", sum);
+
+    json_t *segs = json_array(), *seg = json_object(), *r1 = json_object(), *r2 = json_object(), *tm = json_object();
+    json_object_set_new(seg, "name", json_string("entry"));
+    json_object_set_new(seg, "verdict", json_string(verdict_name(verdict)));
+    json_object_set_new(r1, "start", json_integer(0));
+    json_object_set_new(r1, "end", json_integer((json_int_t)graph_instr_count(B.m)));
+    json_object_set_new(r2, "start", json_integer(0));
+    json_object_set_new(r2, "end", json_integer((json_int_t)graph_instr_count(D.m)));
+    json_object_set_new(seg, "baseline", r1);
+    json_object_set_new(seg, "distributed", r2);
+    json_object_set_new(seg, "enodes", json_integer((json_int_t)st.live_nodes));
+    json_object_set_new(seg, "eclasses", json_integer((json_int_t)st.classes));
+    json_object_set_new(seg, "iterations", json_integer(0));
+    json_object_set_new(seg, "stop_reason", json_string("saturated"));
+    json_object_set_new(seg, "rule_firings", json_integer(0));
+    json_object_set_new(tm, "build", json_real(t2 - t1));
+    json_object_set_new(tm, "lift", json_real(t3 - t2));
+    json_object_set_new(tm, "saturate", json_real(0));
+    json_object_set_new(tm, "check", json_real(t4 - t3));
+    json_object_set_new(seg, "timings_ms", tm);
+    json_object_set_new(seg, "memo_hit", json_false());
+    json_array_append_new(segs, seg);
+    json_object_set_new(t, "segments", segs);
+    json_object_set_new(t, "findings", findings);
+    *trace = t;
+
+    sb_free(&why);
+    lift_done(&lc);
+    arena_free(&a);
+    eg_free(g);
+out:
+    relations_free(&rel);
+    graph_free(B.m);
+    graph_free(D.m);
+    return verdict;
+}

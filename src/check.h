@@ -1,0 +1,41 @@
+/* check — the checker's driver (DESIGN §5, §7, §8): reads a pair, builds the
+ * baseline into one e-graph, lifts the distributed program, decides the verdict,
+ * localises the first divergence and produces the trace (a jansson object the
+ * caller owns and frees with json_decref).
+ *
+ * Verdicts: verified (every output's lifted term is in its baseline output's
+ * class with the expected view, and nothing was assumed), mismatch (a transfer
+ * function met a concrete inconsistency: a finding), unverified (the tool could
+ * not decide; the trace says why and where), error (bad input: *trace NULL,
+ * diagnostics in d).
+ *
+ * What is not built yet, said plainly in every trace it affects: equality
+ * saturation with rules (terms must meet by hash-consing alone), segmentation
+ * and memoisation (one segment, "entry"), layout views (reshapes that move a
+ * sharded dimension inside a merged group), all-to-all and collective-permute,
+ * the vocab-parallel masking pattern, witnesses by execution.
+ */
+#ifndef SCALIFY_CHECK_H
+#define SCALIFY_CHECK_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "diag.h"
+
+enum { VERDICT_VERIFIED = 0, VERDICT_MISMATCH, VERDICT_UNVERIFIED, VERDICT_ERROR };
+const char *verdict_name(int v);
+
+typedef struct check_opts {
+    const char *name;             /* pair name; default: the distributed file's base name */
+    const char *baseline, *distributed;
+    const char *relations;        /* a relations file, or NULL with auto_relations */
+    bool auto_relations;
+    const char *source_root;      /* snippets are read only below it; NULL: none */
+} check_opts;
+
+/* Runs one check. Returns the verdict; *trace gets the trace unless the verdict
+ * is VERDICT_ERROR (then d holds the reasons). */
+int check_pair(const check_opts *o, json_t **trace, diag *d);
+
+#endif

@@ -1,0 +1,162 @@
+/* scalify check --baseline B --distributed D [--relations R | --auto-relations]
+ *               [--source-root DIR] [--name N] [-o trace.json]
+ * scalify check --manifest samples/manifest.json --out-dir DIR [--source-root DIR] */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cli.h"
+#include "io.h"
+#include "scalify.h"
+
+static const char usage_check[] =
+    "usage: scalify check --baseline B --distributed D [--relations R | --auto-relations]\n"
+    "                     [--source-root DIR] [--name N] [-o trace.json]\n"
+    "       scalify check --manifest MANIFEST --out-dir DIR [--source-root DIR]\n";
+
+static bool write_json(const char *path, json_t *j, diag *d) {
+    char *s = json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+    if (!s) return false;
+    strbuf b;
+    sb_init(&b);
+    sb_puts(&b, s);
+    sb_putc(&b, '\n');
+    free(s);
+    bool ok = io_write_atomic(path, b.s, b.len, d);
+    sb_free(&b);
+    return ok;
+}
+
+static int exit_for(int verdict) {
+    return verdict == VERDICT_VERIFIED ? EXIT_VERIFIED : verdict == VERDICT_ERROR ? EXIT_INPUT : EXIT_MISMATCH;
+}
+
+static int run_one(const check_opts *o, const char *out) {
+    diag d;
+    diag_init(&d, "scalify check");
+    json_t *trace = NULL;
+    int v = check_pair(o, &trace, &d);
+    cli_flush_diag(&d);
+    if (v == VERDICT_ERROR) return EXIT_INPUT;
+    diag_init(&d, out ? out : "-");
+    if (out) {
+        if (!write_json(out, trace, &d)) v = VERDICT_ERROR;
+    } else {
+        json_dumpf(trace, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+        putchar('\n');
+    }
+    cli_flush_diag(&d);
+    fprintf(stderr, "%s: %s\n", o->name ? o->name : o->distributed, verdict_name(v));
+    json_decref(trace);
+    return exit_for(v);
+}
+
+/* Batch mode: one trace per manifest pair, plus index.json. */
+static int run_manifest(const char *manifest, const char *out_dir, const char *source_root) {
+    json_error_t err;
+    json_t *m = json_load_file(manifest, 0, &err);
+    if (!m || !json_is_array(json_object_get(m, "pairs"))) {
+        fprintf(stderr, "%s:%d:%d: %s\n", manifest, err.line, err.column, m ? "no \"pairs\" array" : err.text);
+        json_decref(m);
+        return EXIT_INPUT;
+    }
+    mkdir(out_dir, 0777);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", manifest);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else strcpy(dir, ".");
+    json_t *index = json_array(), *pairs = json_object_get(m, "pairs");
+    int worst = EXIT_VERIFIED;
+    bool tty = isatty(2);
+    for (size_t i = 0; i < json_array_size(pairs); i++) {
+        json_t *p = json_array_get(pairs, i);
+        const char *name = json_string_value(json_object_get(p, "name"));
+        const char *b = json_string_value(json_object_get(json_object_get(p, "baseline"), "hlo"));
+        const char *dd = json_string_value(json_object_get(json_object_get(p, "distributed"), "hlo"));
+        const char *r = json_string_value(json_object_get(p, "relations"));
+        if (!name || !b || !dd || !r) {
+            fprintf(stderr, "%s: pair %zu lacks name, baseline.hlo, distributed.hlo or relations\n", manifest, i);
+            worst = EXIT_INPUT;
+            continue;
+        }
+        char bp[4096], dp[4096], rp[4096], out[4096];
+        snprintf(bp, sizeof bp, "%s/%s", dir, b);
+        snprintf(dp, sizeof dp, "%s/%s", dir, dd);
+        snprintf(rp, sizeof rp, "%s/%s", dir, r);
+        snprintf(out, sizeof out, "%s/%s.trace.json", out_dir, name);
+        check_opts o = {.name = name, .baseline = bp, .distributed = dp, .source_root = source_root};
+        if (strcmp(r, "auto") == 0) o.auto_relations = true;
+        else o.relations = rp;
+        if (tty) fprintf(stderr, "[%zu/%zu] %s\n", i + 1, json_array_size(pairs), name);
+        diag d;
+        diag_init(&d, "scalify check");
+        json_t *trace = NULL;
+        int v = check_pair(&o, &trace, &d);
+        cli_flush_diag(&d);
+        json_t *e = json_object();
+        json_object_set_new(e, "name", json_string(name));
+        json_object_set_new(e, "verdict", json_string(verdict_name(v)));
+        json_object_set_new(e, "expected", json_incref(json_object_get(p, "expected")));
+        if (trace) {
+            diag_init(&d, out);
+            write_json(out, trace, &d);
+            cli_flush_diag(&d);
+            json_object_set_new(e, "trace", json_string(strrchr(out, '/') + 1));
+            json_decref(trace);
+        }
+        json_array_append_new(index, e);
+        int code = exit_for(v);
+        if (code > worst) worst = code;
+    }
+    char ip[4096];
+    snprintf(ip, sizeof ip, "%s/index.json", out_dir);
+    diag d;
+    diag_init(&d, ip);
+    json_t *idx = json_object();
+    json_object_set_new(idx, "pairs", index);
+    write_json(ip, idx, &d);
+    cli_flush_diag(&d);
+    json_decref(idx);
+    json_decref(m);
+    return worst;
+}
+
+int cli_check(int argc, char **argv) {
+    check_opts o = {0};
+    const char *out = NULL, *manifest = NULL, *out_dir = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char **slot = !strcmp(a, "--baseline") ? &o.baseline : !strcmp(a, "--distributed") ? &o.distributed
+                            : !strcmp(a, "--relations") ? &o.relations : !strcmp(a, "--source-root") ? &o.source_root
+                            : !strcmp(a, "--name") ? &o.name : !strcmp(a, "-o") ? &out
+                            : !strcmp(a, "--manifest") ? &manifest : !strcmp(a, "--out-dir") ? &out_dir : NULL;
+        if (slot) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "scalify check: %s needs a value\n%s", a, usage_check);
+                return EXIT_INPUT;
+            }
+            *slot = argv[++i];
+        } else if (!strcmp(a, "--auto-relations")) {
+            o.auto_relations = true;
+        } else {
+            fprintf(stderr, "scalify check: unknown argument %s\n%s", a, usage_check);
+            return EXIT_INPUT;
+        }
+    }
+    if (manifest) {
+        if (!out_dir) {
+            fprintf(stderr, "scalify check: --manifest needs --out-dir\n%s", usage_check);
+            return EXIT_INPUT;
+        }
+        return run_manifest(manifest, out_dir, o.source_root);
+    }
+    if (!o.baseline || !o.distributed || (!o.relations == !o.auto_relations)) {
+        fprintf(stderr, "%s", usage_check);
+        return EXIT_INPUT;
+    }
+    return run_one(&o, out);
+}

@@ -1,0 +1,1227 @@
+/* lift — transfer functions, one per opcode family (see lift.h). Each says in a
+ * comment what it relates and when it refuses. */
+#include "lift.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEV_ELEMS 4096
+
+void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const hlo_module *dist, const mesh *m) {
+    memset(c, 0, sizeof *c);
+    c->g = g;
+    c->a = a;
+    c->base = base;
+    c->dist = dist;
+    c->mesh = m;
+    c->ndev = mesh_devices(m);
+    c->digests[0] = xcalloc(base->ncomps, sizeof(uint64_t));
+    c->digests[1] = xcalloc(dist->ncomps, sizeof(uint64_t));
+}
+
+void lift_done(lift_ctx *c) {
+    free(c->findings);
+    free(c->digests[0]);
+    free(c->digests[1]);
+}
+
+static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (c->nfindings == c->capfindings) {
+        size_t cap = c->capfindings;
+        XGROW(c->findings, cap, c->nfindings + 1);
+        c->capfindings = (uint32_t)cap;
+    }
+    c->findings[c->nfindings++] = (lift_finding){kind, comp, in, arena_strdup(c->a, msg)};
+}
+
+static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+    if (c->first_unsupported) return;
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->first_unsupported = in;
+    c->first_unsupported_comp = comp;
+    c->unsupported_why = arena_strdup(c->a, msg);
+}
+
+/* ---- e-node construction shared by both sides ---- */
+
+static uint64_t comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci);
+
+static bool semantic_key(int key) {
+    switch (key) {
+    case A_SHARDING: case A_FRONTEND_ATTRIBUTES: case A_BACKEND_CONFIG: case A_CHANNEL_ID:
+    case A_REPLICA_GROUPS: case A_USE_GLOBAL_DEVICE_IDS: case A_OPERAND_PRECISION: case A_ALGORITHM:
+    case A_CONTROL_PREDECESSORS: case A_API_VERSION: case A_CUSTOM_CALL_HAS_SIDE_EFFECT:
+    case A_INDICES_ARE_SORTED: case A_UNIQUE_INDICES: case A_CONSTRAIN_LAYOUT: case A_PARAMETER_NUMBER:
+        return false;
+    default:
+        return true;
+    }
+}
+
+static uint64_t str_hash(const char *s) { return hash_bytes(s, strlen(s)); }
+
+static uint64_t literal_digest(const hlo_literal *l) {
+    if (l->raw) return str_hash(l->raw);
+    if (l->elided) return 0x5eed;  /* unknown payload: equal only to itself */
+    uint64_t h = hash_mix((uint64_t)l->dtype, (uint64_t)l->count);
+    if (l->f) {
+        for (int64_t k = 0; k < l->count; k++) {
+            double x = l->f[k] == 0 ? 0.0 * (signbit(l->f[k]) ? -1 : 1) : l->f[k];
+            uint64_t bits;
+            memcpy(&bits, &x, 8);
+            h = hash_mix(h, bits);
+        }
+    } else {
+        for (int64_t k = 0; k < l->count; k++) h = hash_mix(h, (uint64_t)l->i[k]);
+    }
+    return h;
+}
+
+/* Attribute blob: (key, n, values...) per semantic attribute, in key order;
+ * strings and computations are digested. */
+static uint32_t encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *in) {
+    int64_t buf[256];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < in->nattrs; i++) {
+        const hlo_attr *a = &in->attrs[i];
+        if (!semantic_key(a->key)) continue;
+        uint32_t need;
+        switch (a->kind) {
+        case K_INTS: case K_COMPS: need = a->n; break;
+        case K_SLICES: case K_PADDING: need = 3 * a->n; break;
+        case K_IDENTS: need = a->n; break;
+        default: need = 1; break;
+        }
+        if (n + 2 + need > ARRAY_LEN(buf)) {
+            /* Too long to spell out: one digest word stands for the rest. */
+            buf[n++] = 9999;
+            buf[n++] = 1;
+            buf[n++] = (int64_t)hash_bytes(in, sizeof *in);
+            break;
+        }
+        buf[n++] = a->key == A_RAW ? (int64_t)(str_hash(a->raw_key) | 1ull << 62) : a->key;
+        buf[n++] = need;
+        switch (a->kind) {
+        case K_INT: case K_BOOL: buf[n++] = a->v.i; break;
+        case K_INTS: memcpy(buf + n, a->v.ints, need * sizeof *buf); n += need; break;
+        case K_SLICES: case K_PADDING: memcpy(buf + n, a->v.ints, need * sizeof *buf); n += need; break;
+        case K_IDENT: case K_STRING: case K_BACKEND: case K_RAW: buf[n++] = (int64_t)str_hash(a->v.str); break;
+        case K_IDENTS:
+            for (uint32_t k = 0; k < a->n; k++) buf[n++] = (int64_t)str_hash(a->v.strs[k]);
+            break;
+        case K_COMP: buf[n++] = (int64_t)comp_digest(c, m, (uint32_t)a->v.ints[0]); break;
+        case K_COMPS:
+            for (uint32_t k = 0; k < a->n; k++) buf[n++] = (int64_t)comp_digest(c, m, (uint32_t)a->v.ints[k]);
+            break;
+        case K_LITERAL: buf[n++] = (int64_t)literal_digest(a->v.lit); break;
+        default: buf[n++] = 0; break;
+        }
+    }
+    return eg_attr(c->g, buf, n);
+}
+
+/* A structural digest of a called computation (reducers, comparators): opcodes,
+ * shapes, operand positions and attributes; names do not count. */
+static uint64_t comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci) {
+    int side = m == c->base ? 0 : 1;
+    if (ci >= m->ncomps) return 0;
+    if (c->digests[side][ci]) return c->digests[side][ci];
+    const hlo_comp *comp = &m->comps[ci];
+    uint64_t h = 0xc0de;
+    if (comp->reducer) {
+        h = hash_mix(h, comp->reducer);
+    } else {
+        for (uint32_t i = 0; i < comp->ninstrs; i++) {
+            const hlo_instr *in = &comp->instrs[i];
+            h = hash_mix(h, in->op);
+            h = hash_mix(h, in->shape.dtype);
+            for (uint32_t d = 0; d < in->shape.rank; d++) h = hash_mix(h, (uint64_t)in->shape.dims[d]);
+            for (uint32_t o = 0; o < in->noperands; o++) h = hash_mix(h, in->operands[o]);
+            h = hash_mix(h, encode_attrs(c, m, in));
+            if (in->op == OP_PARAMETER) h = hash_mix(h, (uint64_t)instr_int(in, A_PARAMETER_NUMBER, 0));
+        }
+        h = hash_mix(h, comp->root);
+    }
+    c->digests[side][ci] = h | 1;
+    return h | 1;
+}
+
+static uint32_t type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
+    return eg_type(c->g, dt, dims, rank);
+}
+
+static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
+                uint8_t origin) {
+    uint32_t attr = encode_attrs(c, m, in);
+    uint32_t t = type_of(c, in->shape.dtype, dims, in->shape.rank);
+    return eg_add(c->g, in->op, attr, t, ch, n, origin);
+}
+
+static eid fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
+    int64_t k = (int64_t)(1000000 + c->fresh++);
+    return eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), type_of(c, dt, dims, rank), NULL, 0, EG_LIFTED);
+}
+
+static bool is_identity_custom_call(const hlo_instr *in) {
+    const char *t = instr_str(in, A_CUSTOM_CALL_TARGET);
+    if (!t || in->noperands != 1) return false;
+    return strcmp(t, "Sharding") == 0 || strcmp(t, "SPMDFullToShardShape") == 0 ||
+           strcmp(t, "SPMDShardToFullShape") == 0 || strncmp(t, "xla.sdy.", 8) == 0;
+}
+
+/* ---- baseline ---- */
+
+typedef struct bval {
+    eid cls;          /* EID_NONE for tuples */
+    eid *elems;
+    uint32_t n;
+} bval;
+
+static bval build_comp(lift_ctx *c, const hlo_comp *comp, const bval *args) {
+    const hlo_module *m = c->base;
+    bval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
+    for (uint32_t i = 0; i < comp->ninstrs; i++) {
+        const hlo_instr *in = &comp->instrs[i];
+        bval *v = &vals[i];
+        v->cls = EID_NONE;
+        if (in->op == OP_PARAMETER) {
+            int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
+            if (args) {
+                *v = args[k];
+            } else {
+                uint32_t t = type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank);
+                v->cls = eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, EG_BASELINE);
+            }
+            continue;
+        }
+        if (in->op == OP_CALL) {
+            const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+            bval *cargs = arena_alloc(c->a, (in->noperands + 1) * sizeof *cargs);
+            for (uint32_t o = 0; o < in->noperands; o++) cargs[o] = vals[in->operands[o]];
+            *v = build_comp(c, &m->comps[ta->v.ints[0]], cargs);
+            continue;
+        }
+        if (in->op == OP_COPY || is_identity_custom_call(in)) {
+            *v = vals[in->operands[0]];
+            continue;
+        }
+        if (in->op == OP_TUPLE) {
+            v->n = in->noperands;
+            v->elems = arena_alloc(c->a, (v->n + 1) * sizeof *v->elems);
+            for (uint32_t o = 0; o < in->noperands; o++) v->elems[o] = vals[in->operands[o]].cls;
+            continue;
+        }
+        if (in->op == OP_GET_TUPLE_ELEMENT) {
+            const bval *t = &vals[in->operands[0]];
+            int64_t k = instr_int(in, A_INDEX, 0);
+            if (t->elems && k < t->n) {
+                v->cls = t->elems[k];
+                continue;
+            }
+        }
+        eid ch[64], *chp = in->noperands <= 64 ? ch : arena_alloc(c->a, in->noperands * sizeof *chp);
+        for (uint32_t o = 0; o < in->noperands; o++) {
+            chp[o] = vals[in->operands[o]].cls;
+            if (chp[o] == EID_NONE) chp[o] = fresh_var(c, DT_TUPLE, NULL, 0);
+        }
+        v->cls = node(c, m, in, chp, in->noperands, in->shape.dims, EG_BASELINE);
+    }
+    return vals[comp->root];
+}
+
+bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
+    bval r = build_comp(c, graph_entry(c->base), NULL);
+    if (r.cls != EID_NONE) {
+        *outs = arena_alloc(c->a, sizeof **outs);
+        (*outs)[0] = r.cls;
+        *nouts = 1;
+    } else {
+        *outs = r.elems;
+        *nouts = r.n;
+    }
+    return true;
+}
+
+/* ---- replica groups → mesh axes ---- */
+
+int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered) {
+    const mesh *ms = c->mesh;
+    const hlo_attr *ga = instr_attr(in, A_REPLICA_GROUPS);
+    arena tmp;
+    arena_init(&tmp);
+    hlo_groups g = {0};
+    if (ga) groups_expand(ga->v.groups, &tmp, &g);
+    int64_t n = c->ndev;
+    /* Group number and position of every device under the instruction. */
+    int64_t *grp = xmalloc((size_t)n * sizeof *grp), *pos = xmalloc((size_t)n * sizeof *pos);
+    bool ok = true;
+    if (g.ngroups == 0) {
+        for (int64_t d = 0; d < n; d++) grp[d] = 0, pos[d] = d;
+    } else {
+        for (int64_t d = 0; d < n; d++) grp[d] = -1;
+        for (uint32_t k = 0; k < g.ngroups && ok; k++)
+            for (uint32_t j = g.start[k]; j < g.start[k + 1]; j++) {
+                int64_t d = g.ids[j];
+                if (d < 0 || d >= n || grp[d] >= 0) { ok = false; break; }
+                grp[d] = k;
+                pos[d] = j - g.start[k];
+            }
+        for (int64_t d = 0; d < n && ok; d++) ok = grp[d] >= 0;
+    }
+    int found = -1;
+    for (uint32_t mask = 0; ok && mask < (1u << ms->naxes) && found < 0; mask++) {
+        /* Devices agree on the axes outside mask ⇔ same group; position is the
+         * row-major index over the mask axes. */
+        bool match = true;
+        for (int64_t d = 0; d < n && match; d++) {
+            int64_t key = 0, p = 0;
+            for (uint32_t a = 0; a < ms->naxes; a++) {
+                int64_t co = mesh_coord(ms, d, (int)a);
+                if (mask >> a & 1) p = p * ms->sizes[a] + co;
+                else key = key * ms->sizes[a] + co;
+            }
+            for (int64_t e = 0; e < d && match; e++) {
+                int64_t key2 = 0;
+                for (uint32_t a = 0; a < ms->naxes; a++)
+                    if (!(mask >> a & 1)) key2 = key2 * ms->sizes[a] + mesh_coord(ms, e, (int)a);
+                if ((key == key2) != (grp[d] == grp[e])) match = false;
+            }
+            if (ordered && pos[d] != p) match = false;
+        }
+        if (match) found = (int)mask;
+    }
+    free(grp);
+    free(pos);
+    arena_free(&tmp);
+    return found;
+}
+
+/* ---- values ---- */
+
+static lval unknown(void) { return (lval){.kind = LV_UNKNOWN}; }
+
+static lval term(eid cls, view v, bool assumed) { return (lval){.kind = LV_TERM, .cls = cls, .v = v, .assumed = assumed}; }
+
+/* Global dims of a local shape under v. */
+static void global_dims(const lift_ctx *c, const view *v, const shape *local, int64_t *out) {
+    for (uint32_t d = 0; d < local->rank; d++) out[d] = local->dims[d] * (d < v->rank ? view_dim_parts(v, c->mesh, d) : 1);
+}
+
+/* An assumed replacement: the view is known, the content is a fresh variable. */
+static lval assume(lift_ctx *c, const hlo_instr *in, view v) {
+    int64_t dims[VIEW_MAX_RANK];
+    global_dims(c, &v, &in->shape, dims);
+    c->assumed++;
+    return term(fresh_var(c, in->shape.dtype, dims, in->shape.rank), v, true);
+}
+
+static bool same_sharding(const view *a, const view *b) {
+    if (a->rank != b->rank) return false;
+    for (uint32_t d = 0; d < a->rank; d++)
+        if (a->dims[d].naxes != b->dims[d].naxes || memcmp(a->dims[d].axes, b->dims[d].axes, a->dims[d].naxes))
+            return false;
+    return true;
+}
+
+static void describe(strbuf *b, const lift_ctx *c, const view *v) { view_print(b, v, c->mesh); }
+
+/* ---- device-dependent scalars: concrete evaluation on every device ---- */
+
+static lval dev_from_literal(lift_ctx *c, const hlo_instr *in) {
+    const hlo_attr *la = instr_attr(in, A_LITERAL);
+    int64_t n = shape_elements(&in->shape);
+    if (!la || la->v.lit->elided || la->v.lit->raw || n < 0 || n > MAX_DEV_ELEMS) return unknown();
+    lval v = {.kind = LV_DEV, .count = (uint32_t)n};
+    v.dev = arena_alloc(c->a, (size_t)(c->ndev * n) * sizeof *v.dev);
+    for (int64_t d = 0; d < c->ndev; d++)
+        for (int64_t k = 0; k < n; k++)
+            v.dev[d * n + k] = la->v.lit->f ? la->v.lit->f[k] : (double)la->v.lit->i[k];
+    return v;
+}
+
+static double dev_at(const lval *v, int64_t d, int64_t k) { return v->dev[d * v->count + (v->count == 1 ? 0 : k)]; }
+
+static double cmp_op(const char *dir, double x, double y) {
+    if (!dir) return 0;
+    if (!strcmp(dir, "EQ")) return x == y;
+    if (!strcmp(dir, "NE")) return x != y;
+    if (!strcmp(dir, "LT")) return x < y;
+    if (!strcmp(dir, "LE")) return x <= y;
+    if (!strcmp(dir, "GT")) return x > y;
+    return x >= y;
+}
+
+/* Evaluates an elementwise or shape op over device values; false when the op is
+ * not one we evaluate. Integer semantics: truncating division, C remainder. */
+static bool dev_eval(lift_ctx *c, const hlo_instr *in, const lval *ops, lval *out) {
+    int64_t n = shape_elements(&in->shape);
+    if (n < 0 || n > MAX_DEV_ELEMS) return false;
+    lval v = {.kind = LV_DEV, .count = (uint32_t)n};
+    v.dev = arena_alloc(c->a, (size_t)(c->ndev * n) * sizeof *v.dev);
+    bool is_int = !dtype_is_float(in->shape.dtype);
+    for (int64_t d = 0; d < c->ndev; d++)
+        for (int64_t k = 0; k < n; k++) {
+            double x = in->noperands > 0 ? dev_at(&ops[0], d, k) : 0, y = in->noperands > 1 ? dev_at(&ops[1], d, k) : 0, r;
+            switch (in->op) {
+            case OP_PARTITION_ID: r = (double)d; break;
+            case OP_REPLICA_ID: r = 0; break;
+            case OP_CONVERT: r = is_int ? trunc(x) : x; break;
+            case OP_ADD: r = x + y; break;
+            case OP_SUBTRACT: r = x - y; break;
+            case OP_MULTIPLY: r = x * y; break;
+            case OP_DIVIDE: r = is_int ? (y == 0 ? -1 : trunc(x / y)) : x / y; break;
+            case OP_REMAINDER: r = y == 0 ? x : fmod(x, y); break;
+            case OP_MAXIMUM: r = x > y ? x : y; break;
+            case OP_MINIMUM: r = x < y ? x : y; break;
+            case OP_NEGATE: r = -x; break;
+            case OP_ABS: r = fabs(x); break;
+            case OP_AND: r = (double)((int64_t)x & (int64_t)y); break;
+            case OP_OR: r = (double)((int64_t)x | (int64_t)y); break;
+            case OP_NOT: r = in->shape.dtype == DT_PRED ? !x : (double)~(int64_t)x; break;
+            case OP_COMPARE: r = cmp_op(instr_str(in, A_DIRECTION), x, y); break;
+            case OP_SELECT: r = x ? y : dev_at(&ops[2], d, k); break;
+            case OP_CLAMP: { double z = dev_at(&ops[2], d, k); r = y < x ? x : y > z ? z : y; break; }
+            case OP_BROADCAST: case OP_RESHAPE: case OP_BITCAST:
+                if (in->op == OP_BROADCAST && ops[0].count != 1) return false;
+                r = ops[0].count == 1 ? x : ops[0].dev[d * ops[0].count + k];
+                if (in->op != OP_BROADCAST && ops[0].count != (uint32_t)n) return false;
+                break;
+            default:
+                return false;
+            }
+            v.dev[d * n + k] = r;
+        }
+    *out = v;
+    return true;
+}
+
+/* dynamic-slice of a device table by device offsets, all one-dimensional. */
+static bool dev_dynamic_slice(lift_ctx *c, const hlo_instr *in, const lval *ops, lval *out) {
+    if (in->shape.rank != 1 || in->noperands != 2 || ops[0].count < 1 || ops[1].count != 1) return false;
+    int64_t size = in->shape.dims[0];
+    lval v = {.kind = LV_DEV, .count = (uint32_t)size};
+    v.dev = arena_alloc(c->a, (size_t)(c->ndev * size) * sizeof *v.dev);
+    for (int64_t d = 0; d < c->ndev; d++) {
+        int64_t o = (int64_t)ops[1].dev[d], lim = (int64_t)ops[0].count - size;
+        if (o < 0) o = 0;
+        if (o > lim) o = lim;
+        for (int64_t k = 0; k < size; k++) v.dev[d * size + k] = ops[0].dev[d * ops[0].count + o + k];
+    }
+    *out = v;
+    return true;
+}
+
+/* A device value that is the same on every device, as a baseline constant term. */
+static bool dev_uniform(const lift_ctx *c, const lval *v) {
+    for (int64_t d = 1; d < c->ndev; d++)
+        if (memcmp(v->dev, v->dev + d * v->count, v->count * sizeof *v->dev)) return false;
+    return true;
+}
+
+static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
+    /* Same e-node as a baseline constant with these values (literal digest). */
+    hlo_literal lit = {.dtype = in->shape.dtype, .count = v->count};
+    double *f = NULL;
+    int64_t *iv = NULL;
+    if (dtype_is_float(in->shape.dtype)) {
+        f = arena_alloc(c->a, v->count * sizeof *f);
+        for (uint32_t k = 0; k < v->count; k++) f[k] = dtype_round(in->shape.dtype, v->dev[k]);
+        lit.f = f;
+    } else {
+        iv = arena_alloc(c->a, v->count * sizeof *iv);
+        for (uint32_t k = 0; k < v->count; k++) iv[k] = (int64_t)v->dev[k];
+        lit.i = iv;
+    }
+    int64_t words[3] = {A_LITERAL, 1, (int64_t)literal_digest(&lit)};
+    uint32_t t = type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank);
+    return eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), t, NULL, 0, EG_LIFTED);
+}
+
+/* ---- transfer functions ---- */
+
+typedef struct lstate {
+    lift_ctx *c;
+    const hlo_comp *comp;
+    const hlo_instr *in;
+    lval *ops;
+    const lval *vals;             /* values of the computation so far */
+} lstate;
+
+/* A broadcast is constant along the dimensions it adds, so it relates to any
+ * sharding of those: re-view operand o (a broadcast) with the dims sharded as
+ * in want. False when o is not a broadcast or a dimension it did not add
+ * would have to change. */
+static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
+    lift_ctx *c = s->c;
+    const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
+    if (b->op != OP_BROADCAST || s->ops[o].kind != LV_TERM) return false;
+    const lval *x = &s->vals[b->operands[0]];
+    if (x->kind != LV_TERM) return false;
+    uint32_t nd;
+    const int64_t *bd = instr_ints(b, A_DIMENSIONS, &nd);
+    view v = s->ops[o].v;
+    for (uint32_t d = 0; d < b->shape.rank; d++) {
+        bool added = true;
+        for (uint32_t k = 0; k < nd; k++) added &= bd[k] != d;
+        if (memcmp(&v.dims[d], &want->dims[d], sizeof v.dims[d]) == 0) continue;
+        if (!added) return false;
+        v.dims[d] = want->dims[d];
+    }
+    int64_t dims[VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < b->shape.rank; d++) dims[d] = b->shape.dims[d] * view_dim_parts(&v, c->mesh, d);
+    s->ops[o] = term(node(c, c->dist, b, &x->cls, 1, dims, EG_LIFTED), v, x->assumed);
+    return true;
+}
+
+static bool is_elementwise(int op) {
+    switch (op) {
+    case OP_ABS: case OP_ADD: case OP_AND: case OP_ATAN2: case OP_CBRT: case OP_CEIL: case OP_CLAMP:
+    case OP_COMPARE: case OP_CONVERT: case OP_COSINE: case OP_DIVIDE: case OP_ERF: case OP_EXP: case OP_EXPM1:
+    case OP_FLOOR: case OP_IS_FINITE: case OP_LOG: case OP_LOG1P: case OP_LOGISTIC: case OP_MAXIMUM:
+    case OP_MINIMUM: case OP_MULTIPLY: case OP_NEGATE: case OP_NOT: case OP_OR: case OP_POWER:
+    case OP_REMAINDER: case OP_ROUND_AFZ: case OP_ROUND_EVEN: case OP_RSQRT: case OP_SELECT:
+    case OP_SHIFT_LEFT: case OP_SHIFT_RIGHT_ARITHMETIC: case OP_SHIFT_RIGHT_LOGICAL: case OP_SIGN:
+    case OP_SINE: case OP_SQRT: case OP_SUBTRACT: case OP_TAN: case OP_TANH: case OP_XOR:
+    case OP_REDUCE_PRECISION:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Whether op distributes over a sum in operand k (so a partial(sum) operand
+ * gives a partial(sum) result). */
+static bool linear_in(const hlo_instr *in, const lval *ops, uint32_t k) {
+    switch (in->op) {
+    case OP_ADD: case OP_SUBTRACT:
+        return true;  /* when every operand is partial alike (checked by the caller) */
+    case OP_NEGATE:
+        return true;
+    case OP_MULTIPLY:
+        return ops[1 - k].kind == LV_TERM && ops[1 - k].v.partial == 0;
+    case OP_DIVIDE:
+        return k == 0 && ops[1].kind == LV_TERM && ops[1].v.partial == 0;
+    case OP_CONVERT: {
+        /* Exact only when widening within floats: bf16/f16 → f32 → f64. */
+        return dtype_is_float(in->shape.dtype) && dtype_bits(in->shape.dtype) >= 32;
+    }
+    default:
+        return false;
+    }
+}
+
+static lval lift_elementwise(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *ops = s->ops;
+    view v = view_dup(in->shape.rank);
+    bool first = true, assumed = false;
+    uint8_t partial = 0, red = 0;
+    /* The sharding every operand must have: the union of the operands'. */
+    view want = view_dup(in->shape.rank);
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        if (ops[o].kind != LV_TERM) return unknown();
+        for (uint32_t d = 0; d < in->shape.rank && d < ops[o].v.rank; d++)
+            if (ops[o].v.dims[d].naxes && !want.dims[d].naxes) want.dims[d] = ops[o].v.dims[d];
+    }
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (!same_sharding(&ops[o].v, &want)) review_broadcast(s, o, &want);
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &ops[o];
+        if (x->kind != LV_TERM) return unknown();
+        assumed |= x->assumed;
+        /* Scalar-broadcast operands are explicit in HLO, so shapes agree and the
+         * shardings must too. */
+        if (first) {
+            v = x->v;
+            v.partial = 0;
+            first = false;
+        } else if (!same_sharding(&v, &x->v)) {
+            /* Not an inconsistency by itself: a replicated operand combined with
+             * blocks of a sharded one stands for its own tiling. That global
+             * term is not the baseline's, so this stays undecided, never a
+             * finding. */
+            unsupported(c, s->comp, in, "%s combines a sharded operand with one that is not sharded alike "
+                        "(operand %u); tiled operands are not related yet", in->name, o);
+            return assume(c, in, want);
+        }
+        if (x->v.partial) {
+            if (partial && (partial != x->v.partial || red != x->v.red)) {
+                finding(c, "missing-all-reduce", s->comp, in, "%s combines values partial over different mesh axes", in->opname);
+                return unknown();
+            }
+            partial = x->v.partial;
+            red = x->v.red;
+        }
+    }
+    if (partial) {
+        /* A partial operand must be one the op is linear in, and for add/subtract
+         * every operand must be partial the same way. */
+        bool ok = red == RED_SUM;
+        for (uint32_t o = 0; o < in->noperands && ok; o++) {
+            if (!ops[o].v.partial) {
+                if (in->op == OP_ADD || in->op == OP_SUBTRACT) ok = false;
+                continue;
+            }
+            ok = linear_in(in, ops, o);
+        }
+        if (!ok) {
+            strbuf why;
+            sb_init(&why);
+            for (uint32_t o = 0; o < in->noperands; o++) {
+                sb_printf(&why, "%soperand %u is ", o ? ", " : "", o);
+                describe(&why, c, &ops[o].v);
+            }
+            bool is_convert = in->op == OP_CONVERT;
+            finding(c, is_convert ? "dtype-mismatch" : "missing-all-reduce", s->comp, in,
+                    is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
+                          : "%s needs complete values but %s: a missing all-reduce",
+                    in->opname, is_convert ? dtype_name(in->shape.dtype) : why.s, why.s);
+            sb_free(&why);
+            view pv = v;
+            pv.partial = 0;
+            return assume(c, in, pv);
+        }
+        v.partial = partial;
+        v.red = red;
+    }
+    int64_t dims[VIEW_MAX_RANK];
+    global_dims(c, &v, &in->shape, dims);
+    eid ch[8];
+    if (in->noperands > 8) return unknown();
+    for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
+    return term(node(c, c->dist, in, ch, in->noperands, dims, EG_LIFTED), v, assumed);
+}
+
+static lval lift_broadcast(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_TERM) return unknown();
+    uint32_t nd;
+    const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nd);
+    view v = view_dup(in->shape.rank);
+    for (uint32_t k = 0; k < nd; k++) v.dims[bd[k]] = x->v.dims[k];
+    v.partial = x->v.partial;
+    v.red = x->v.red;
+    if (v.partial && v.red != RED_SUM) return unknown();
+    int64_t dims[VIEW_MAX_RANK];
+    global_dims(c, &v, &in->shape, dims);
+    return term(node(c, c->dist, in, &x->cls, 1, dims, EG_LIFTED), v, x->assumed);
+}
+
+static lval lift_transpose(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_TERM) return unknown();
+    uint32_t np;
+    const int64_t *perm = instr_ints(in, A_DIMENSIONS, &np);
+    view v = x->v;
+    v.rank = (uint8_t)in->shape.rank;
+    for (uint32_t k = 0; k < np; k++) v.dims[k] = x->v.dims[perm[k]];
+    int64_t dims[VIEW_MAX_RANK];
+    global_dims(c, &v, &in->shape, dims);
+    return term(node(c, c->dist, in, &x->cls, 1, dims, EG_LIFTED), v, x->assumed);
+}
+
+/* reshape: groups of local dims with equal products map onto each other; a
+ * sharded input dimension must be the major dimension of its group, and then
+ * the major output dimension of the group carries the sharding (block sharding
+ * of a product splits its major factor). Anything else needs a layout view. */
+static lval lift_reshape(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_TERM) return unknown();
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    const int64_t *a = src->shape.dims, *b = in->shape.dims;
+    uint32_t ra = src->shape.rank, rb = in->shape.rank;
+    view v = view_dup(rb);
+    v.partial = x->v.partial;
+    v.red = x->v.red;
+    uint32_t i = 0, j = 0;
+    while (i < ra || j < rb) {
+        /* One group: [i, i2) of a and [j, j2) of b with equal products. */
+        uint32_t i2 = i, j2 = j;
+        int64_t pa = 1, pb = 1;
+        if (i2 < ra) pa *= a[i2++];
+        if (j2 < rb) pb *= b[j2++];
+        while (pa != pb) {
+            if (pa < pb && i2 < ra) pa *= a[i2++];
+            else if (j2 < rb) pb *= b[j2++];
+            else break;
+        }
+        if (pa != pb) return unknown();
+        for (uint32_t k = i; k < i2; k++) {
+            if (!x->v.dims[k].naxes) continue;
+            /* The sharded dim must be the major dim of its group; it then maps to
+             * the major dim of the output group (unit dims included: locally
+             * [.., 8] → [.., 1, 8] is heads 4 × 8 → 4 heads sharded). */
+            uint32_t major = i, out = j;
+            if (k != major || out == j2) {
+                unsupported(c, s->comp, in, "reshape %s moves a sharded dimension inside a merged group (needs a layout view)",
+                            in->name);
+                view pv = v;
+                return assume(c, in, pv);
+            }
+            v.dims[out] = x->v.dims[k];
+        }
+        i = i2;
+        j = j2;
+        if (i2 == i && j2 == j && i >= ra && j >= rb) break;
+    }
+    int64_t dims[VIEW_MAX_RANK];
+    global_dims(c, &v, &in->shape, dims);
+    return term(node(c, c->dist, in, &x->cls, 1, dims, EG_LIFTED), v, x->assumed);
+}
+
+/* dot: batch and free dims carry their operand's sharding; contracting dims
+ * sharded alike on both sides make the result partial(sum) over those axes. */
+static lval lift_dot(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *l = &s->ops[0], *r = &s->ops[1];
+    if (l->kind != LV_TERM || r->kind != LV_TERM) return unknown();
+    uint32_t nlb, nlc, nrb, nrc;
+    const int64_t *lb = instr_ints(in, A_LHS_BATCH_DIMS, &nlb), *lc = instr_ints(in, A_LHS_CONTRACTING_DIMS, &nlc);
+    const int64_t *rb = instr_ints(in, A_RHS_BATCH_DIMS, &nrb), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
+    if (nlb != nrb || nlc != nrc) return unknown();
+    if ((l->v.partial && r->v.partial) || ((l->v.partial || r->v.partial) && (l->v.red | r->v.red) != RED_SUM)) {
+        finding(c, "missing-all-reduce", s->comp, in, "dot of two partial values: at least one all-reduce is missing");
+        return unknown();
+    }
+    view v = view_dup(in->shape.rank);
+    uint32_t out = 0;
+    uint8_t partial = l->v.partial | r->v.partial;
+    for (uint32_t k = 0; k < nlb; k++) {
+        if (memcmp(&l->v.dims[lb[k]], &r->v.dims[rb[k]], sizeof(view_dim))) {
+            unsupported(c, s->comp, in, "%s: batch dimension %u is sharded differently on its operands", in->name, k);
+            return unknown();
+        }
+        v.dims[out++] = l->v.dims[lb[k]];
+    }
+    for (uint32_t k = 0; k < nlc; k++) {
+        const view_dim *ld = &l->v.dims[lc[k]], *rd = &r->v.dims[rc[k]];
+        if (ld->naxes != rd->naxes || memcmp(ld->axes, rd->axes, ld->naxes)) {
+            /* Views after reshapes are one reading of the local program; a
+             * contraction they disagree on is undecided, not yet a finding. */
+            unsupported(c, s->comp, in, "%s contracts dimension %lld of lhs with dimension %lld of rhs, which are sharded differently",
+                        in->name, (long long)lc[k], (long long)rc[k]);
+            return unknown();
+        }
+        for (uint32_t a = 0; a < ld->naxes; a++) partial |= (uint8_t)(1u << ld->axes[a]);
+    }
+    for (int side = 0; side < 2; side++) {
+        const lval *x = side ? r : l;
+        const int64_t *bd = side ? rb : lb, *cd = side ? rc : lc;
+        uint32_t rank = c->dist->comps ? s->comp->instrs[in->operands[side]].shape.rank : 0;
+        for (uint32_t d = 0; d < rank; d++) {
+            bool skip = false;
+            for (uint32_t k = 0; k < nlb; k++) skip |= bd[k] == d;
+            for (uint32_t k = 0; k < nlc; k++) skip |= cd[k] == d;
+            if (!skip) v.dims[out++] = x->v.dims[d];
+        }
+    }
+    if (partial & view_axes_used(&(view){.rank = v.rank, .dims = {{0}}})) return unknown();
+    v.partial = partial;
+    v.red = partial ? RED_SUM : 0;
+    int64_t dims[VIEW_MAX_RANK];
+    global_dims(c, &v, &in->shape, dims);
+    eid ch[2] = {l->cls, r->cls};
+    return term(node(c, c->dist, in, ch, 2, dims, EG_LIFTED), v, l->assumed || r->assumed);
+}
+
+/* reduce over sharded dims makes the result partial over those axes, with the
+ * reducer as reduction; init must be the reducer's identity for that to hold. */
+static lval lift_reduce(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->noperands != 2 || s->ops[0].kind != LV_TERM || s->ops[1].kind != LV_TERM) return unknown();
+    const lval *x = &s->ops[0], *init = &s->ops[1];
+    int red = instr_reducer(c->dist, in);
+    if (!red) return unknown();
+    if (x->v.partial && !(x->v.red == red && (red == RED_SUM || red == RED_MAX || red == RED_MIN))) {
+        finding(c, "missing-all-reduce", s->comp, in, "reduce-%s of a value that is still partial (%s) over a mesh axis",
+                reducer_name(red), reducer_name(x->v.red));
+        return unknown();
+    }
+    uint32_t nd;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    view v = view_dup(in->shape.rank);
+    uint8_t partial = x->v.partial;
+    uint32_t out = 0;
+    for (uint32_t d = 0; d < src->shape.rank; d++) {
+        bool reduced = false;
+        for (uint32_t k = 0; k < nd; k++) reduced |= rd[k] == d;
+        if (!reduced) {
+            v.dims[out++] = x->v.dims[d];
+            continue;
+        }
+        for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) partial |= (uint8_t)(1u << x->v.dims[d].axes[a]);
+    }
+    if (partial != x->v.partial && init->v.partial) return unknown();
+    v.partial = partial;
+    v.red = partial ? (uint8_t)red : 0;
+    int64_t dims[VIEW_MAX_RANK];
+    global_dims(c, &v, &in->shape, dims);
+    eid ch[2] = {x->cls, init->cls};
+    return term(node(c, c->dist, in, ch, 2, dims, EG_LIFTED), v, x->assumed || init->assumed);
+}
+
+static void axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
+    bool first = true;
+    for (uint32_t a = 0; a < c->mesh->naxes; a++)
+        if (mask >> a & 1) {
+            sb_printf(b, "%s%s", first ? "" : ",", c->mesh->names[a]);
+            first = false;
+        }
+    if (first) sb_puts(b, "no axis");
+}
+
+/* all-reduce over the mesh axes its groups span: removes `partial` over them;
+ * the reduction must match the operand's. */
+static lval lift_all_reduce(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    int axes = lift_groups_axes(c, in, false);
+    int red = instr_reducer(c->dist, in);
+    if (axes < 0) {
+        if (c->mesh_inferred) {
+            unsupported(c, s->comp, in, "the replica groups of %s match no axis of the mesh inferred from the shardings", in->name);
+            return unknown();
+        }
+        finding(c, "wrong-collective-group", s->comp, in, "the replica groups of %s match no set of mesh axes", in->name);
+        return unknown();
+    }
+    if (x->kind != LV_TERM) {
+        /* The result is the same on every device of a group, whatever it is. */
+        if (x->kind == LV_UNKNOWN) {
+            view v = view_dup(in->shape.rank);
+            return axes == (1 << c->mesh->naxes) - 1 ? assume(c, in, v) : unknown();
+        }
+        return unknown();
+    }
+    strbuf w;
+    sb_init(&w);
+    axes_words(&w, c, (uint32_t)axes);
+    lval result;
+    if ((x->v.partial & axes) != (uint32_t)axes) {
+        /* Summing values that are already complete over an axis multiplies them. */
+        uint32_t extra = (uint32_t)axes & ~x->v.partial;
+        if (red == RED_SUM || red == RED_PROD) {
+            strbuf e;
+            sb_init(&e);
+            axes_words(&e, c, extra);
+            int64_t times = 1;
+            for (uint32_t ax = 0; ax < c->mesh->naxes; ax++)
+                if (extra >> ax & 1) times *= c->mesh->sizes[ax];
+            finding(c, "wrong-reduction", s->comp, in,
+                    "%s sums over %s, but the value is already complete over %s: it is counted %lld times",
+                    in->name, w.s, e.s, (long long)times);
+            sb_free(&e);
+            view v = x->v;
+            v.partial &= (uint8_t)~axes;
+            result = assume(c, in, v);
+            sb_free(&w);
+            return result;
+        }
+    }
+    if (x->v.partial && x->v.red != red) {
+        finding(c, "wrong-reduction", s->comp, in, "%s reduces with %s over %s but the value is partial with %s",
+                in->name, reducer_name(red), w.s, reducer_name(x->v.red));
+        view v = x->v;
+        v.partial &= (uint8_t)~axes;
+        sb_free(&w);
+        return assume(c, in, v);
+    }
+    for (uint32_t d = 0; d < x->v.rank; d++)
+        for (uint32_t a = 0; a < x->v.dims[d].naxes; a++)
+            if (axes >> x->v.dims[d].axes[a] & 1) {
+                finding(c, "wrong-collective-group", s->comp, in, "%s reduces over %s, along which the value is sharded (dimension %u), not partial",
+                        in->name, w.s, d);
+                sb_free(&w);
+                return unknown();
+            }
+    if (in->shape.dtype != s->comp->instrs[in->operands[0]].shape.dtype) {
+        finding(c, "dtype-mismatch", s->comp, in, "%s changes the element type", in->name);
+        sb_free(&w);
+        return unknown();
+    }
+    sb_free(&w);
+    view v = x->v;
+    v.partial &= (uint8_t)~axes;
+    if (!v.partial) v.red = 0;
+    return term(x->cls, v, x->assumed);
+}
+
+/* all-gather along d: d must be sharded with the gathered axes as its minor
+ * axes (block order = group order). */
+static lval lift_all_gather(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_TERM) return unknown();
+    uint32_t nd;
+    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
+    int axes = lift_groups_axes(c, in, true);
+    if (axes < 0 || nd != 1) {
+        if (c->mesh_inferred) {
+            unsupported(c, s->comp, in, "the replica groups of %s match no axis of the mesh inferred from the shardings", in->name);
+            return unknown();
+        }
+        finding(c, "wrong-collective-group", s->comp, in, "the replica groups of %s match no mesh axes (in device order)", in->name);
+        return unknown();
+    }
+    uint32_t d = (uint32_t)dd[0];
+    view v = x->v;
+    view_dim *vd = &v.dims[d];
+    uint32_t k = __builtin_popcount((unsigned)axes);
+    bool ok = vd->naxes >= k;
+    for (uint32_t i = 0; ok && i < k; i++) ok = axes >> vd->axes[vd->naxes - k + i] & 1;
+    if (!ok) {
+        strbuf a, w;
+        sb_init(&a);
+        sb_init(&w);
+        describe(&a, c, &x->v);
+        axes_words(&w, c, (uint32_t)axes);
+        finding(c, "wrong-shard-dim", s->comp, in, "%s gathers dimension %u over %s, but the value is %s", in->name, d, w.s, a.s);
+        sb_free(&a);
+        sb_free(&w);
+        return unknown();
+    }
+    vd->naxes = (uint8_t)(vd->naxes - k);
+    return term(x->cls, v, x->assumed);
+}
+
+/* reduce-scatter: partial over the axes → sharded along d over them. */
+static lval lift_reduce_scatter(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_TERM) return unknown();
+    uint32_t nd;
+    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
+    int axes = lift_groups_axes(c, in, true);
+    int red = instr_reducer(c->dist, in);
+    if (axes < 0 || nd != 1) {
+        if (c->mesh_inferred) {
+            unsupported(c, s->comp, in, "the replica groups of %s match no axis of the mesh inferred from the shardings", in->name);
+            return unknown();
+        }
+        finding(c, "wrong-collective-group", s->comp, in, "the replica groups of %s match no mesh axes (in device order)", in->name);
+        return unknown();
+    }
+    if ((x->v.partial & axes) != (uint32_t)axes || x->v.red != red) {
+        finding(c, x->v.partial ? "wrong-reduction" : "wrong-reduction", s->comp, in,
+                "%s reduces a value that is not partial (%s) over its groups", in->name, reducer_name(red));
+        return unknown();
+    }
+    view v = x->v;
+    v.partial &= (uint8_t)~axes;
+    if (!v.partial) v.red = 0;
+    view_dim *vd = &v.dims[dd[0]];
+    for (uint32_t a = 0; a < c->mesh->naxes; a++)
+        if (axes >> a & 1) vd->axes[vd->naxes++] = (uint8_t)a;
+    return term(x->cls, v, x->assumed);
+}
+
+/* dynamic-slice whose offsets are device tables: offset(r) = coord·size binds
+ * the dimension to the axes; the same offset everywhere is an ordinary slice. */
+static lval lift_dynamic_slice(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_TERM) return unknown();
+    uint32_t rank = in->shape.rank;
+    view v = x->v;
+    bool all_uniform = true;
+    for (uint32_t d = 0; d < rank; d++) {
+        const lval *o = &s->ops[1 + d];
+        if (o->kind != LV_DEV) return unknown();
+        all_uniform &= dev_uniform(c, o);
+    }
+    if (all_uniform) {
+        int64_t dims[VIEW_MAX_RANK];
+        global_dims(c, &v, &in->shape, dims);
+        for (uint32_t d = 0; d < rank; d++)
+            if (x->v.dims[d].naxes && in->shape.dims[d] != s->comp->instrs[in->operands[0]].shape.dims[d]) return unknown();
+        eid ch[VIEW_MAX_RANK + 1];
+        ch[0] = x->cls;
+        for (uint32_t d = 0; d < rank; d++) ch[1 + d] = dev_constant(c, &s->comp->instrs[in->operands[1 + d]], &s->ops[1 + d]);
+        return term(node(c, c->dist, in, ch, rank + 1, dims, EG_LIFTED), v, x->assumed);
+    }
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    for (uint32_t d = 0; d < rank; d++) {
+        const lval *o = &s->ops[1 + d];
+        if (dev_uniform(c, o)) {
+            if (o->dev[0] != 0 || in->shape.dims[d] != src->shape.dims[d]) return unknown();
+            continue;
+        }
+        if (x->v.dims[d].naxes) return unknown();
+        int64_t size = in->shape.dims[d];
+        bool bound = false;
+        /* offset(r) = base + block(r)·size: block r of the window [base, base + parts·size). */
+        for (uint32_t mask = 1; mask < (1u << c->mesh->naxes) && !bound; mask++) {
+            int64_t p = 1;
+            for (uint32_t a = 0; a < c->mesh->naxes; a++)
+                if (mask >> a & 1) p *= c->mesh->sizes[a];
+            bool match = true;
+            int64_t base = (int64_t)o->dev[0];
+            for (int64_t r = 0; r < c->ndev && match; r++) {
+                int64_t idx = 0;
+                for (uint32_t a = 0; a < c->mesh->naxes; a++)
+                    if (mask >> a & 1) idx = idx * c->mesh->sizes[a] + mesh_coord(c->mesh, r, (int)a);
+                match = (int64_t)o->dev[r] == base + idx * size;
+            }
+            match = match && base >= 0 && base + p * size <= src->shape.dims[d];
+            if (match && (base != 0 || p * size != src->shape.dims[d])) {
+                unsupported(c, s->comp, in, "%s slices dimension %u in blocks of a window [%lld, %lld): windows are not related yet",
+                            in->name, d, (long long)base, (long long)(base + p * size));
+                view pv = v;
+                pv.dims[d].naxes = 0;
+                for (uint32_t a = 0; a < c->mesh->naxes; a++)
+                    if (mask >> a & 1) pv.dims[d].axes[pv.dims[d].naxes++] = (uint8_t)a;
+                return assume(c, in, pv);
+            }
+            if (match) {
+                bound = true;
+                v.dims[d].naxes = 0;
+                for (uint32_t a = 0; a < c->mesh->naxes; a++)
+                    if (mask >> a & 1) v.dims[d].axes[v.dims[d].naxes++] = (uint8_t)a;
+            }
+        }
+        if (!bound && c->mesh_inferred) {
+            unsupported(c, s->comp, in, "%s slices at offsets that select no block of the mesh inferred from the shardings", in->name);
+            return unknown();
+        }
+        if (!bound) {
+            strbuf t;
+            sb_init(&t);
+            for (int64_t r = 0; r < c->ndev && r < 8; r++) sb_printf(&t, "%s%lld", r ? ", " : "", (long long)o->dev[r]);
+            finding(c, "wrong-shard-dim", s->comp, in,
+                    "%s slices dimension %u at per-device offsets {%s%s}, which select no mesh-axis block of size %lld",
+                    in->name, d, t.s, c->ndev > 8 ? ", ..." : "", (long long)size);
+            sb_free(&t);
+            return unknown();
+        }
+    }
+    if (v.partial) return unknown();
+    return term(x->cls, v, x->assumed);
+}
+
+/* slice: sharded dimensions must be taken whole (their global slice is whole
+ * too); unsharded ones slice alike. */
+static lval lift_slice(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_TERM) return unknown();
+    const hlo_attr *sa = instr_attr(in, A_SLICE);
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    if (!sa || sa->n != src->shape.rank) return unknown();
+    hlo_instr g = *in;
+    hlo_attr *attrs = arena_memdup(c->a, in->attrs, in->nattrs * sizeof *attrs);
+    int64_t *sl = arena_memdup(c->a, sa->v.ints, 3 * sa->n * sizeof *sl);
+    for (uint32_t d = 0; d < sa->n; d++) {
+        if (!x->v.dims[d].naxes) continue;
+        if (sl[3 * d] != 0 || sl[3 * d + 1] != src->shape.dims[d] || sl[3 * d + 2] != 1) {
+            unsupported(c, s->comp, in, "%s slices a sharded dimension (%u)", in->name, d);
+            return assume(c, in, x->v);
+        }
+        sl[3 * d + 1] = src->shape.dims[d] * view_dim_parts(&x->v, c->mesh, d);
+    }
+    for (uint32_t k = 0; k < in->nattrs; k++)
+        if (attrs[k].key == A_SLICE) attrs[k].v.ints = sl;
+    g.attrs = attrs;
+    int64_t dims[VIEW_MAX_RANK];
+    global_dims(c, &x->v, &in->shape, dims);
+    return term(node(c, c->dist, &g, &x->cls, 1, dims, EG_LIFTED), x->v, x->assumed);
+}
+
+/* concatenate along an unsharded dimension of operands sharded alike. */
+static lval lift_concatenate(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t nd;
+    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
+    if (nd != 1 || in->noperands > 64) return unknown();
+    eid ch[64];
+    bool assumed = false;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (x->kind != LV_TERM || x->v.partial || !same_sharding(&x->v, &s->ops[0].v) || x->v.dims[dd[0]].naxes) {
+            unsupported(c, s->comp, in, "%s concatenates operands that are not sharded alike off the concatenated dimension", in->name);
+            return unknown();
+        }
+        ch[o] = x->cls;
+        assumed |= x->assumed;
+    }
+    view v = s->ops[0].v;
+    int64_t dims[VIEW_MAX_RANK];
+    global_dims(c, &v, &in->shape, dims);
+    return term(node(c, c->dist, in, ch, in->noperands, dims, EG_LIFTED), v, assumed);
+}
+
+static lval lift_instr(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    lval *ops = s->ops;
+    /* Device-dependent values first: partition-id and what is computed from it. */
+    bool any_dev = in->op == OP_PARTITION_ID || in->op == OP_REPLICA_ID, all_dev_or_const = true;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        any_dev |= ops[o].kind == LV_DEV;
+        if (ops[o].kind != LV_DEV) all_dev_or_const = false;
+    }
+    if (any_dev && all_dev_or_const) {
+        lval r;
+        if (in->op == OP_DYNAMIC_SLICE ? dev_dynamic_slice(c, in, ops, &r) : dev_eval(c, in, ops, &r)) return r;
+    }
+    switch (in->op) {
+    case OP_BROADCAST: return lift_broadcast(s);
+    case OP_TRANSPOSE: return lift_transpose(s);
+    case OP_RESHAPE: case OP_BITCAST: return lift_reshape(s);
+    case OP_DOT: return lift_dot(s);
+    case OP_REDUCE: return lift_reduce(s);
+    case OP_ALL_REDUCE: return lift_all_reduce(s);
+    case OP_ALL_GATHER: return lift_all_gather(s);
+    case OP_REDUCE_SCATTER: return lift_reduce_scatter(s);
+    case OP_DYNAMIC_SLICE: return lift_dynamic_slice(s);
+    case OP_SLICE: return lift_slice(s);
+    case OP_CONCATENATE: return lift_concatenate(s);
+    default: break;
+    }
+    if (is_elementwise(in->op)) {
+        /* Device operands that agree everywhere act as constants. */
+        for (uint32_t o = 0; o < in->noperands; o++)
+            if (ops[o].kind == LV_DEV) {
+                if (!dev_uniform(c, &ops[o])) {
+                    unsupported(c, s->comp, in, "%s mixes a device-dependent value (from partition-id) with data; "
+                                                "only offsets and masks of known forms are understood", in->name);
+                    return unknown();
+                }
+                ops[o] = term(dev_constant(c, &s->comp->instrs[in->operands[o]], &ops[o]), view_dup(in->shape.rank), false);
+            }
+        return lift_elementwise(s);
+    }
+    /* Any other op on replicated operands is the same op in the baseline. */
+    bool all_dup = true, assumed = false;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        all_dup &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
+        if (ops[o].kind == LV_TERM) assumed |= ops[o].assumed;
+    }
+    if (all_dup && !hlo_op_is_collective(in->op) && in->op != OP_PARTITION_ID && in->shape.dtype != DT_TUPLE &&
+        in->shape.rank <= VIEW_MAX_RANK) {
+        eid ch[64];
+        if (in->noperands > 64) return unknown();
+        for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
+        return term(node(c, c->dist, in, ch, in->noperands, in->shape.dims, EG_LIFTED), view_dup(in->shape.rank), assumed);
+    }
+    unsupported(c, s->comp, in, "no transfer function relates %s (%s) with these operand views", in->name, in->opname);
+    return unknown();
+}
+
+static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs) {
+    const hlo_module *m = c->dist;
+    lval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
+    for (uint32_t i = 0; i < comp->ninstrs; i++) {
+        const hlo_instr *in = &comp->instrs[i];
+        lval *v = &vals[i];
+        c->lifted++;
+        if (in->op == OP_PARAMETER) {
+            int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
+            if (args) {
+                *v = args[k];
+            } else if (k < ninputs) {
+                const hlo_comp *be = graph_entry(c->base);
+                const hlo_instr *bp = k < be->nparams ? &be->instrs[be->params[k]] : NULL;
+                if (!bp) {
+                    *v = unknown();
+                    continue;
+                }
+                uint32_t t = type_of(c, bp->shape.dtype, bp->shape.dims, bp->shape.rank);
+                *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, EG_DISTRIBUTED), inputs[k], false);
+            } else {
+                *v = unknown();
+            }
+            continue;
+        }
+        if (in->op == OP_CALL) {
+            const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+            lval *cargs = arena_alloc(c->a, (in->noperands + 1) * sizeof *cargs);
+            for (uint32_t o = 0; o < in->noperands; o++) cargs[o] = vals[in->operands[o]];
+            *v = lift_comp(c, &m->comps[ta->v.ints[0]], cargs, NULL, 0);
+            continue;
+        }
+        if (in->op == OP_COPY || in->op == OP_OPT_BARRIER || is_identity_custom_call(in)) {
+            *v = vals[in->operands[0]];
+            continue;
+        }
+        if (in->op == OP_TUPLE) {
+            v->kind = LV_TUPLE;
+            v->n = in->noperands;
+            v->elems = arena_alloc(c->a, (v->n + 1) * sizeof *v->elems);
+            for (uint32_t o = 0; o < in->noperands; o++) v->elems[o] = vals[in->operands[o]];
+            continue;
+        }
+        if (in->op == OP_GET_TUPLE_ELEMENT) {
+            const lval *t = &vals[in->operands[0]];
+            int64_t k = instr_int(in, A_INDEX, 0);
+            *v = t->kind == LV_TUPLE && k < t->n ? t->elems[k] : unknown();
+            continue;
+        }
+        if (in->op == OP_CONSTANT) {
+            /* Constants are both: a baseline-comparable term and concrete values. */
+            int64_t n = shape_elements(&in->shape);
+            if (n >= 0 && n <= 64 && dtype_is_int(in->shape.dtype)) {
+                *v = dev_from_literal(c, in);
+                if (v->kind == LV_DEV) continue;
+            }
+            *v = term(node(c, m, in, NULL, 0, in->shape.dims, EG_LIFTED), view_dup(in->shape.rank), false);
+            continue;
+        }
+        lval ops_stack[8], *ops = in->noperands <= 8 ? ops_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
+        for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
+        lstate s = {c, comp, in, ops, vals};
+        *v = lift_instr(&s);
+        if (getenv("SCALIFY_DEBUG_LIFT") && v->kind == LV_UNKNOWN) {
+            bool fresh_unknown = true;
+            for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;
+            if (fresh_unknown) fprintf(stderr, "lift: %s (%s) unknown\n", in->name, in->opname);
+        }
+        /* The first divergence: a term outside the baseline whose term operands
+         * are all inside it (DESIGN §7). */
+        if (!c->divergence && v->kind == LV_TERM && !v->assumed && !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
+            bool inside = true;
+            for (uint32_t o = 0; o < in->noperands; o++)
+                if (ops[o].kind == LV_TERM && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE)) inside = false;
+            if (inside) {
+                c->divergence = in;
+                c->divergence_comp = comp;
+            }
+        }
+    }
+    return vals[comp->root];
+}
+
+lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
+    return lift_comp(c, graph_entry(c->dist), NULL, inputs, ninputs);
+}

@@ -1,0 +1,84 @@
+/* lift — relation lifting from the distributed program to baseline terms
+ * (DESIGN §5 "Lifting").
+ *
+ * The checker first adds the whole baseline to one e-graph (lift_baseline),
+ * then walks the distributed program in order (lift_distributed). Every
+ * distributed value gets an lval:
+ *   - LV_TERM: a baseline-side term (an e-class) and the view relating it to the
+ *     local value on every device. `assumed` marks a term whose content is a
+ *     fresh variable standing for something the transfer functions could not
+ *     relate (its view is still known): nothing built on it can be verified,
+ *     but view violations downstream are still real findings.
+ *   - LV_DEV: a small device-dependent value (partition-id arithmetic, offset
+ *     tables), evaluated concretely on every device (DESIGN "Device-dependent
+ *     scalars"): dev[d * count + k].
+ *   - LV_TUPLE: elements.
+ *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
+ * `call`s are inlined, copies and sharding custom-calls are identities.
+ *
+ * Transfer functions that meet an inconsistency report a finding (kind,
+ * instruction, words) through the callback context and continue with an
+ * LV_UNKNOWN or assumed value, so one run reports the first divergence and
+ * more. Everything lives in the lift context's arena.
+ */
+#ifndef SCALIFY_LIFT_H
+#define SCALIFY_LIFT_H
+
+#include "egraph.h"
+#include "graph.h"
+#include "view.h"
+
+enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE };
+
+typedef struct lval {
+    uint8_t kind;
+    bool assumed;
+    eid cls;
+    view v;
+    double *dev;
+    uint32_t count;
+    struct lval *elems;
+    uint32_t n;
+} lval;
+
+typedef struct lift_finding {
+    const char *kind;             /* missing-all-reduce, wrong-reduction, ... */
+    const hlo_comp *comp;         /* distributed site */
+    const hlo_instr *in;
+    char *message;                /* one line (arena) */
+} lift_finding;
+
+typedef struct lift_ctx {
+    egraph *g;
+    arena *a;
+    const hlo_module *base, *dist;
+    const mesh *mesh;
+    int64_t ndev;
+    bool mesh_inferred;                   /* from sharding annotations: group mismatches are undecided */
+    lift_finding *findings;
+    uint32_t nfindings, capfindings;
+    const hlo_instr *first_unsupported;   /* first instruction no rule relates */
+    const hlo_comp *first_unsupported_comp;
+    char *unsupported_why;
+    const hlo_instr *divergence;          /* first term that joins no baseline class */
+    const hlo_comp *divergence_comp;      /* while its operands all do */
+    uint64_t fresh;                       /* counter for fresh variables */
+    uint64_t lifted, assumed;             /* instructions lifted; with assumed content */
+    uint64_t *digests[2];                 /* per module, per computation (0: not yet) */
+} lift_ctx;
+
+void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const hlo_module *dist, const mesh *m);
+void lift_done(lift_ctx *c);
+
+/* Adds the baseline's entry computation (calls inlined) to the e-graph; the
+ * outputs (tuple elements of the root, else the root) are returned in *outs. */
+bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts);
+/* Lifts the distributed entry computation with parameter k related to
+ * baseline parameter k by inputs[k]; returns the root's value. */
+lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs);
+
+/* The mesh axes (bitmask) whose device groups are exactly the given replica
+ * groups (order inside a group respected when ordered); -1 when none. */
+int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered);
+
+#endif
