@@ -1,0 +1,145 @@
+/* The checker on the sample corpus (the tiny configs; full-size pairs run in
+ * `make bench`). Acceptance properties asserted for every pair:
+ *   - no false alarm: a correct pair is never "mismatch";
+ *   - no bug verified: a bug variant is never "verified";
+ *   - every trace validates against docs/trace.schema.json.
+ * And the current state, pair by pair, against tests/cases/check/expected.tsv
+ * (verdict and, for mismatches, the first finding kind), so progress and
+ * regressions both show. Mutations of a verified pair must not stay verified. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "harness.h"
+#include "jschema.h"
+
+static char *expected_line(const char *tsv, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = tsv; p && *p;) {
+        const char *e = strchr(p, '\n');
+        if (!e) e = p + strlen(p);
+        if ((size_t)(e - p) > n && strncmp(p, name, n) == 0 && p[n] == '\t') return xstrndup(p + n + 1, (size_t)(e - p - n - 1));
+        p = *e ? e + 1 : e;
+    }
+    return NULL;
+}
+
+static int run(const char *name, const char *b, const char *d, const char *r, json_t **trace) {
+    check_opts o = {.name = name, .baseline = b, .distributed = d};
+    if (r && strcmp(r, "auto") != 0) o.relations = r;
+    else o.auto_relations = true;
+    diag dg;
+    diag_init(&dg, name);
+    int v = check_pair(&o, trace, &dg);
+    if (v == VERDICT_ERROR) printf("check %s: %s", name, dg.out.s ? dg.out.s : "");
+    diag_free(&dg);
+    return v;
+}
+
+static void mutations(void) {
+    const char *base = "samples/tiny-moe/tiny-moe-router-step.baseline.hlo";
+    const char *dist = "samples/tiny-moe/tiny-moe.router_grad_sp.tp4.dist.hlo";
+    const char *rel = "samples/tiny-moe/tiny-moe.router_grad_sp.tp4.relations.json";
+    size_t n;
+    char *src = t_read(dist, &n);
+    if (!src) return;
+    static const struct { const char *what, *from, *to; } muts[] = {
+        {"smaller replica groups", "replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}"},
+        {"reduction max instead of sum", "to_apply=%region_8.9", "to_apply=%region_8.9.max"},
+        {"all-reduce deleted", "all-reduce(%transpose.8), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%region_8.9", "copy(%transpose.8)"},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(muts); k++) {
+        t_case("check mutation: %s", muts[k].what);
+        char *hit = strstr(src, muts[k].from);
+        if (!CHECK_MSG(hit != NULL, "pattern not in %s", dist)) continue;
+        strbuf b;
+        sb_init(&b);
+        sb_put(&b, src, (size_t)(hit - src));
+        sb_puts(&b, muts[k].to);
+        sb_puts(&b, hit + strlen(muts[k].from));
+        if (strstr(muts[k].to, ".max")) {
+            /* A max reducer beside the sum one. */
+            sb_puts(&b, "\n%region_8.9.max {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n"
+                        "  ROOT %m = f32[] maximum(%a, %b)\n}\n");
+        }
+        FILE *f = fopen("build/check-mutant.hlo", "w");
+        fwrite(b.s, 1, b.len, f);
+        fclose(f);
+        sb_free(&b);
+        json_t *trace = NULL;
+        int v = run("mutant", base, "build/check-mutant.hlo", rel, &trace);
+        CHECK_MSG(v != VERDICT_VERIFIED && v != VERDICT_ERROR, "verdict %s", verdict_name(v));
+        json_decref(trace);
+    }
+    free(src);
+}
+
+void suite_check(void);
+void suite_check(void) {
+    json_error_t err;
+    json_t *manifest = json_load_file("samples/manifest.json", 0, &err);
+    json_t *schema = json_load_file("docs/trace.schema.json", 0, &err);
+    char *tsv = t_read("tests/cases/check/expected.tsv", NULL);
+    t_case("check inputs present");
+    if (!CHECK(manifest && schema && tsv)) return;
+    json_t *pairs = json_object_get(manifest, "pairs");
+    int counts[4] = {0};
+    strbuf now;
+    sb_init(&now);
+    for (size_t i = 0; i < json_array_size(pairs); i++) {
+        json_t *p = json_array_get(pairs, i);
+        const char *name = json_string_value(json_object_get(p, "name"));
+        if (strncmp(name, "tiny", 4) != 0) continue;
+        char b[1024], d[1024], r[1024];
+        snprintf(b, sizeof b, "samples/%s", json_string_value(json_object_get(json_object_get(p, "baseline"), "hlo")));
+        snprintf(d, sizeof d, "samples/%s", json_string_value(json_object_get(json_object_get(p, "distributed"), "hlo")));
+        const char *rv = json_string_value(json_object_get(p, "relations"));
+        snprintf(r, sizeof r, "samples/%s", rv);
+        bool bug = strcmp(json_string_value(json_object_get(p, "expected")), "mismatch") == 0;
+        json_t *trace = NULL;
+        int v = run(name, b, d, strcmp(rv, "auto") ? r : NULL, &trace);
+        counts[v]++;
+        t_case("check %s", name);
+        CHECK_MSG(v != VERDICT_ERROR, "bad input");
+        if (bug) CHECK_MSG(v != VERDICT_VERIFIED, "a bug variant was verified");
+        else CHECK_MSG(v != VERDICT_MISMATCH, "false alarm on a correct pair");
+        const char *kind = "";
+        if (trace) {
+            strbuf errs;
+            sb_init(&errs);
+            CHECK_MSG(jschema_validate(schema, trace, &errs) == 0, "trace violates the schema: %s", errs.s ? errs.s : "");
+            sb_free(&errs);
+            json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
+            if (v == VERDICT_MISMATCH && f0) kind = json_string_value(json_object_get(f0, "kind"));
+            if (bug && v == VERDICT_MISMATCH) {
+                /* The finding names one of the kinds the catalogue expects. */
+                json_t *kinds = json_object_get(json_object_get(p, "bug"), "kinds");
+                bool any = false;
+                for (size_t k = 0; k < json_array_size(kinds); k++)
+                    for (size_t f = 0; f < json_array_size(json_object_get(trace, "findings")); f++)
+                        any |= strcmp(json_string_value(json_array_get(kinds, k)),
+                                      json_string_value(json_object_get(json_array_get(json_object_get(trace, "findings"), f), "kind"))) == 0;
+                CHECK_MSG(any, "no finding of the expected kinds");
+            }
+        }
+        char got[128];
+        snprintf(got, sizeof got, "%s%s%s", verdict_name(v), *kind ? " " : "", kind);
+        sb_printf(&now, "%s\t%s\n", name, got);
+        char *want = expected_line(tsv, name);
+        CHECK_MSG(want && strcmp(want, got) == 0, "now \"%s\", tests/cases/check/expected.tsv says \"%s\"", got, want ? want : "(missing)");
+        free(want);
+        json_decref(trace);
+    }
+    printf("note: tiny pairs: %d verified, %d mismatch, %d unverified, %d error\n", counts[0], counts[1], counts[2], counts[3]);
+    if (getenv("SCALIFY_UPDATE_GOLDEN")) {
+        FILE *f = fopen("tests/cases/check/expected.tsv", "w");
+        fputs(now.s ? now.s : "", f);
+        fclose(f);
+    }
+    sb_free(&now);
+    free(tsv);
+    json_decref(manifest);
+    json_decref(schema);
+    mutations();
+}
