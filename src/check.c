@@ -342,9 +342,12 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
             }
         }
     }
+    if (getenv("SCALIFY_DEBUG_LIFT"))
+        fprintf(stderr, "check: outputs %s (%s); divergence %s; resynced %u\n", outputs_ok ? "meet" : "differ", why.s ? why.s : "",
+                lc.divergence ? lc.divergence->name : "none", lc.resynced);
     if (json_array_size(findings) > 0) {
         verdict = VERDICT_MISMATCH;
-    } else if (outputs_ok && !lc.first_unsupported && !lc.assumed) {
+    } else if (outputs_ok && !lc.first_unsupported && !lc.assumed && !lc.resynced) {
         verdict = VERDICT_VERIFIED;
     } else {
         /* Undecided: the trace says where and why, as a warning-level finding. */
@@ -353,7 +356,10 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         const hlo_instr *ui = lc.first_unsupported ? lc.first_unsupported : lc.divergence;
         strbuf msg;
         sb_init(&msg);
-        if (lc.first_unsupported) sb_printf(&msg, "unverified: %s", lc.unsupported_why);
+        if (lc.first_unsupported && outputs_ok && !lc.assumed)
+            sb_printf(&msg, "unverified: every output meets the baseline's, assuming the '%s' region (%s) computes what the "
+                      "baseline's does", lc.resync_scope ? lc.resync_scope : "?", lc.unsupported_why);
+        else if (lc.first_unsupported) sb_printf(&msg, "unverified: %s", lc.unsupported_why);
         else sb_printf(&msg, "unverified: %s; first divergence at %s, whose operands are related (no rewrite rules are applied yet)",
                        why.s, ui ? ui->name : "?");
         if (!ui) {

@@ -23,6 +23,8 @@ void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const h
 }
 
 void lift_done(lift_ctx *c) {
+    strmap_free(&c->scope_index);
+    free(c->scope_cls);
     free(c->findings);
     free(c->digests[0]);
     free(c->digests[1]);
@@ -47,12 +49,13 @@ static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const h
 static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
-    if (c->first_unsupported) return;
     char msg[600];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (getenv("SCALIFY_DEBUG_LIFT")) fprintf(stderr, "lift: unsupported: %s\n", msg);
+    if (c->first_unsupported) return;
     c->first_unsupported = in;
     c->first_unsupported_comp = comp;
     c->unsupported_why = arena_strdup(c->a, msg);
@@ -166,10 +169,24 @@ static uint32_t type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank)
     return eg_type(c->g, dt, dims, rank);
 }
 
+/* reshape(x) to type t, canonical on both sides: reshape∘reshape is one
+ * reshape and a reshape to x's own shape is x (both exact for row-major data). */
+static eid mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
+    for (;;) {
+        eid n = eg_class_first(c->g, x);
+        if (n == EID_NONE || eg_node_op(c->g, n) != OP_RESHAPE) break;
+        uint32_t k;
+        x = eg_node_children(c->g, n, &k)[0];
+    }
+    if (eg_class_type(c->g, x) == t) return eg_find(c->g, x);
+    return eg_add(c->g, OP_RESHAPE, 0, t, &x, 1, origin);
+}
+
 static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
                 uint8_t origin) {
-    uint32_t attr = encode_attrs(c, m, in);
     uint32_t t = type_of(c, in->shape.dtype, dims, in->shape.rank);
+    if (in->op == OP_RESHAPE && n == 1) return mk_reshape(c, ch[0], t, origin);
+    uint32_t attr = encode_attrs(c, m, in);
     return eg_add(c->g, in->op, attr, t, ch, n, origin);
 }
 
@@ -183,6 +200,35 @@ static bool is_identity_custom_call(const hlo_instr *in) {
     if (!t || in->noperands != 1) return false;
     return strcmp(t, "Sharding") == 0 || strcmp(t, "SPMDFullToShardShape") == 0 ||
            strcmp(t, "SPMDShardToFullShape") == 0 || strncmp(t, "xla.sdy.", 8) == 0;
+}
+
+/* The first op_name component after any jit(...)/ prefix ("embed", "layers.3"). */
+static bool scope_top(const hlo_instr *in, const char **s, size_t *n) {
+    if (!in->meta || !in->meta->op_name) return false;
+    const char *p = in->meta->op_name;
+    if (strncmp(p, "jit(", 4) == 0) {
+        const char *slash = strchr(p, '/');
+        if (!slash) return false;
+        p = slash + 1;
+    }
+    const char *e = strchr(p, '/');
+    if (!e || e == p) return false;
+    *s = p;
+    *n = (size_t)(e - p);
+    return true;
+}
+
+static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
+    const char *s;
+    size_t n;
+    if (cls == EID_NONE || !scope_top(in, &s, &n)) return;
+    uint32_t idx;
+    if (!strmap_get(&c->scope_index, s, n, &idx)) {
+        idx = (uint32_t)c->nscopes++;
+        XGROW(c->scope_cls, c->capscopes, c->nscopes);
+        strmap_put(&c->scope_index, arena_strndup(c->a, s, n), n, idx);
+    }
+    c->scope_cls[idx] = cls;
 }
 
 /* ---- baseline ---- */
@@ -215,6 +261,7 @@ static bval build_comp(lift_ctx *c, const hlo_comp *comp, const bval *args) {
             bval *cargs = arena_alloc(c->a, (in->noperands + 1) * sizeof *cargs);
             for (uint32_t o = 0; o < in->noperands; o++) cargs[o] = vals[in->operands[o]];
             *v = build_comp(c, &m->comps[ta->v.ints[0]], cargs);
+            record_scope(c, in, v->cls);
             continue;
         }
         if (in->op == OP_COPY || is_identity_custom_call(in)) {
@@ -241,6 +288,7 @@ static bval build_comp(lift_ctx *c, const hlo_comp *comp, const bval *args) {
             if (chp[o] == EID_NONE) chp[o] = fresh_var(c, DT_TUPLE, NULL, 0);
         }
         v->cls = node(c, m, in, chp, in->noperands, in->shape.dims, EG_BASELINE);
+        record_scope(c, in, v->cls);
     }
     return vals[comp->root];
 }
@@ -471,21 +519,55 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
     lift_ctx *c = s->c;
     const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
     if (b->op != OP_BROADCAST || s->ops[o].kind != LV_TERM) return false;
+    const hlo_instr *src = &s->comp->instrs[b->operands[0]];
     const lval *x = &s->vals[b->operands[0]];
-    if (x->kind != LV_TERM) return false;
+    if (x->kind != LV_TERM || x->v.partial || src->shape.rank > VIEW_MAX_RANK) return false;
     uint32_t nd;
     const int64_t *bd = instr_ints(b, A_DIMENSIONS, &nd);
     view v = s->ops[o].v;
+    /* Operand dims kept: all but unit dims whose output dim must become sharded
+     * (JAX's size-1 broadcasting: constant along them, so they behave as added). */
+    bool keep[VIEW_MAX_RANK];
+    bool dropped = false;
+    for (uint32_t k = 0; k < nd; k++) keep[k] = true;
     for (uint32_t d = 0; d < b->shape.rank; d++) {
-        bool added = true;
-        for (uint32_t k = 0; k < nd; k++) added &= bd[k] != d;
         if (memcmp(&v.dims[d], &want->dims[d], sizeof v.dims[d]) == 0) continue;
-        if (!added) return false;
+        int src_dim = -1;
+        for (uint32_t k = 0; k < nd; k++)
+            if (bd[k] == d) src_dim = (int)k;
+        if (src_dim >= 0) {
+            if (src->shape.dims[src_dim] != 1 || b->shape.dims[d] != 1 || x->v.dims[src_dim].naxes) return false;
+            keep[src_dim] = false;
+            dropped = true;
+        }
         v.dims[d] = want->dims[d];
     }
+    eid operand = x->cls;
+    int64_t newdims[VIEW_MAX_RANK];
+    uint32_t nn = 0;
+    if (dropped) {
+        /* reshape(x) without the unit dims, global shape. */
+        int64_t gd[VIEW_MAX_RANK];
+        uint32_t r = 0;
+        for (uint32_t k = 0; k < nd; k++)
+            if (keep[k]) gd[r++] = src->shape.dims[k] * view_dim_parts(&x->v, c->mesh, k);
+        operand = mk_reshape(c, x->cls, type_of(c, src->shape.dtype, gd, r), EG_LIFTED);
+    }
+    for (uint32_t k = 0; k < nd; k++)
+        if (keep[k]) newdims[nn++] = bd[k];
     int64_t dims[VIEW_MAX_RANK];
     for (uint32_t d = 0; d < b->shape.rank; d++) dims[d] = b->shape.dims[d] * view_dim_parts(&v, c->mesh, d);
-    s->ops[o] = term(node(c, c->dist, b, &x->cls, 1, dims, EG_LIFTED), v, x->assumed);
+    int64_t words[2 + VIEW_MAX_RANK];
+    uint32_t nw = 0;
+    if (nn) {
+        words[nw++] = A_DIMENSIONS;
+        words[nw++] = nn;
+        memcpy(words + nw, newdims, nn * sizeof *newdims);
+        nw += nn;
+    }
+    uint32_t t = type_of(c, b->shape.dtype, dims, b->shape.rank);
+    s->ops[o] = term(eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, &operand, 1, EG_LIFTED), v, x->assumed);
+    s->ops[o].konst = x->konst;
     return true;
 }
 
@@ -816,7 +898,21 @@ static lval lift_all_reduce(lstate *s) {
         /* The result is the same on every device of a group, whatever it is. */
         if (x->kind == LV_UNKNOWN) {
             view v = view_dup(in->shape.rank);
-            return axes == (1 << c->mesh->naxes) - 1 ? assume(c, in, v) : unknown();
+            if (axes != (1 << c->mesh->naxes) - 1) return unknown();
+            /* Replicated now, content unproven: assume it is what the baseline
+             * computes at the end of the same op_name scope (said in the trace). */
+            const char *sc;
+            size_t sn;
+            uint32_t idx;
+            if (scope_top(in, &sc, &sn) && strmap_get(&c->scope_index, sc, sn, &idx)) {
+                eid b = c->scope_cls[idx];
+                uint32_t t = eg_type(c->g, in->shape.dtype, in->shape.dims, in->shape.rank);
+                if (eg_class_type(c->g, b) == t) {
+                    if (!c->resynced++) c->resync_scope = arena_strndup(c->a, sc, sn);
+                    return term(b, v, false);
+                }
+            }
+            return assume(c, in, v);
         }
         return unknown();
     }
@@ -1196,6 +1292,7 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
                 if (v->kind == LV_DEV) continue;
             }
             *v = term(node(c, m, in, NULL, 0, in->shape.dims, EG_LIFTED), view_dup(in->shape.rank), false);
+            v->konst = true;
             continue;
         }
         lval ops_stack[8], *ops = in->noperands <= 8 ? ops_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
@@ -1207,12 +1304,16 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
             for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;
             if (fresh_unknown) fprintf(stderr, "lift: %s (%s) unknown\n", in->name, in->opname);
         }
+        bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
+        for (uint32_t o = 0; o < in->noperands; o++) konst &= ops[o].konst;
+        v->konst = konst;
         /* The first divergence: a term outside the baseline whose term operands
-         * are all inside it (DESIGN §7). */
-        if (!c->divergence && v->kind == LV_TERM && !v->assumed && !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
+         * are all inside it (DESIGN §7); constant-only values are not data. */
+        if (!c->divergence && !konst && v->kind == LV_TERM && !v->assumed && !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
             bool inside = true;
             for (uint32_t o = 0; o < in->noperands; o++)
-                if (ops[o].kind == LV_TERM && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE)) inside = false;
+                if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE))
+                    inside = false;
             if (inside) {
                 c->divergence = in;
                 c->divergence_comp = comp;

@@ -33,6 +33,7 @@ enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE };
 typedef struct lval {
     uint8_t kind;
     bool assumed;
+    bool konst;                   /* computed from constants only (no parameter) */
     eid cls;
     view v;
     double *dev;
@@ -63,6 +64,13 @@ typedef struct lift_ctx {
     const hlo_instr *divergence;          /* first term that joins no baseline class */
     const hlo_comp *divergence_comp;      /* while its operands all do */
     uint64_t fresh;                       /* counter for fresh variables */
+    /* Resynchronisation: the baseline's last value of each op_name scope, so an
+     * unrelated region's replicated result can be assumed equal to it. */
+    strmap scope_index;
+    eid *scope_cls;
+    size_t nscopes, capscopes;
+    uint32_t resynced;                    /* assumptions of that kind made */
+    const char *resync_scope;             /* the first one */
     uint64_t lifted, assumed;             /* instructions lifted; with assumed content */
     uint64_t *digests[2];                 /* per module, per computation (0: not yet) */
 } lift_ctx;
