@@ -10,6 +10,7 @@ int cli_inspect(int argc, char **argv);
 int cli_check(int argc, char **argv);
 int cli_report(int argc, char **argv);
 int cli_eval(int argc, char **argv);
+int cli_rules(int argc, char **argv);
 
 /* Prints the diag's messages to stderr and frees it; returns its error count. */
 int cli_flush_diag(diag *d);

@@ -398,7 +398,7 @@ void em_index_free(em_index *ix) {
 /* Keep in step with rules/README.md "Primitives". */
 enum {
     P_ADD, P_SUB, P_MUL, P_DIV, P_MOD, P_MIN, P_MAX, P_EQ, P_NE, P_LT, P_LE, P_GT, P_GE, P_AND, P_OR, P_NOT,
-    P_LIST, P_LEN, P_NTH, P_RANGE, P_ZEROS, P_SET_NTH, P_TAKE, P_DROP, P_SUM, P_PRODUCT, P_MEMBER,
+    P_LIST, P_LEN, P_NTH, P_RANGE, P_ZEROS, P_SET_NTH, P_TAKE, P_DROP, P_SUM, P_PRODUCT, P_MEMBER, P_INDEX_OF,
     P_COMPOSE, P_INVERSE, P_IS_IDENTITY, P_IS_PERM, P_INCREASING, P_COMPLEMENT, P_SQUEEZE_PERM,
     P_FULL_SLICE, P_SLICE_BOX, P_SLICE_SHIFT, P_SLICE_STARTS, P_SLICE_LIMITS, P_SLICE_STRIDES,
     P_RANK, P_DIMS, P_DIM, P_DTYPE, P_ELEMENTS, P_EXACT_CONVERT, P_IS_FLOAT, P_TYPE, P_COUNT
@@ -418,6 +418,7 @@ static const struct prim {
     [P_RANGE] = {"range", 1, 1, 0}, [P_ZEROS] = {"zeros", 1, 1, 0}, [P_SET_NTH] = {"set-nth", 3, 3, 0},
     [P_TAKE] = {"take", 2, 2, 0}, [P_DROP] = {"drop", 2, 2, 0}, [P_SUM] = {"sum", 1, 1, 0},
     [P_PRODUCT] = {"product", 1, 1, 0}, [P_MEMBER] = {"member", 2, 2, 0},
+    [P_INDEX_OF] = {"index-of", 2, 2, 0},
     [P_COMPOSE] = {"compose", 2, 2, 0}, [P_INVERSE] = {"inverse", 1, 1, 0},
     [P_IS_IDENTITY] = {"is-identity", 1, 1, 0}, [P_IS_PERM] = {"is-perm", 1, 1, 0},
     [P_INCREASING] = {"increasing", 1, 1, 0}, [P_COMPLEMENT] = {"complement", 2, 2, 0},
@@ -506,7 +507,7 @@ static size_t vec_push(em_vec *out, int64_t x) {
 
 static bool class_type_of(egraph *g, const em_prog *p, uint32_t e, const em_subst *s, uint32_t *type) {
     const em_pat *t = &p->pats[e];
-    if (t->kind != EM_VAR || t->var >= s->nvars || s->cls[t->var] == EID_NONE) return false;
+    if (t->kind != EM_VAR || !s || t->var >= s->nvars || s->cls[t->var] == EID_NONE) return false;
     *type = eg_class_type(g, s->cls[t->var]);
     return true;
 }
@@ -515,7 +516,7 @@ static bool eval_call(egraph *g, const em_prog *p, const em_pat *t, const em_sub
                       uint32_t *rlen) {
     int prim = t->op;
     uint32_t na = t->nkids;
-    val a[16];
+    val a[16] = {{0, 0}};
     if (na > 16) return false;
     if (prims[prim].cls) {
         uint32_t type;
@@ -639,6 +640,14 @@ static bool eval_call(egraph *g, const em_prog *p, const em_pat *t, const em_sub
         vec_push(out, in);
         break;
     }
+    case P_INDEX_OF: {
+        if (!scalar(out, a[1], &x)) return false;
+        uint32_t i = 0;
+        while (i < a[0].len && W(a[0], i) != x) i++;
+        if (i == a[0].len) return false;
+        vec_push(out, i);
+        break;
+    }
     case P_COMPOSE: /* r[i] = p[q[i]] */
         for (uint32_t i = 0; i < a[1].len; i++) {
             x = W(a[1], i);
@@ -754,7 +763,7 @@ bool em_eval(egraph *g, const em_prog *p, uint32_t e, const em_subst *s, em_vec 
         for (uint32_t i = 0; i < t->nwords; i++) vec_push(out, p->words[t->words + i]);
         break;
     case EM_VAR:
-        if (t->var >= s->nvars || s->vlen[t->var] == UINT32_MAX) return false;
+        if (!s || t->var >= s->nvars || s->vlen[t->var] == UINT32_MAX) return false;
         for (uint32_t i = 0; i < s->vlen[t->var]; i++) vec_push(out, s->words[s->voff[t->var] + i]);
         break;
     case EM_LIST:

@@ -15,12 +15,10 @@ static const struct command {
     {"check", cli_check, "check --baseline B --distributed D [--relations R | --auto-relations] [--source-root DIR] [-o T]\n"
                          "  check --manifest M --out-dir DIR   verify distributed graphs against their baselines"},
     {"report", cli_report, "report TRACE... -o DIR [--single-file FILE] [--title T]   render traces as an HTML site"},
+    {"rules", cli_rules, "rules check [DIR]         parse and lint every DIR/*.rules (default rules/)"},
     {"eval", cli_eval, "eval FILE [--devices N] [--seed S] [--inputs F] [--outputs F]\n"
                        "                           run a module on N simulated devices (reference interpreter)"},
 };
-
-/* Commands described in DESIGN.md that this build does not have yet. */
-static const char *const planned[] = {"rules"};
 
 static void usage(FILE *f) {
     fputs("usage: scalify <command> [options]\n\ncommands:\n", f);
@@ -51,11 +49,6 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(cmd, commands[i].name) == 0) return commands[i].run(argc - 2, argv + 2);
-    for (size_t i = 0; i < sizeof planned / sizeof planned[0]; i++)
-        if (strcmp(cmd, planned[i]) == 0) {
-            fprintf(stderr, "scalify %s: not in this build yet (see README.md, Status)\n", cmd);
-            return EXIT_INPUT;
-        }
     fprintf(stderr, "scalify: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return EXIT_INPUT;

@@ -1,0 +1,74 @@
+/* scalify rules check [DIR] — parse and lint every DIR/\*.rules (default rules/). */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "rules.h"
+#include "scalify.h"
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int rules_check(const char *dir) {
+    DIR *dh = opendir(dir);
+    if (!dh) {
+        fprintf(stderr, "scalify rules check: cannot open directory %s\n", dir);
+        return EXIT_INPUT;
+    }
+    char **names = NULL;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(dh))) {
+        size_t l = strlen(e->d_name);
+        if (l > 6 && strcmp(e->d_name + l - 6, ".rules") == 0) {
+            names = realloc(names, (n + 1) * sizeof *names);
+            names[n++] = strdup(e->d_name);
+        }
+    }
+    closedir(dh);
+    qsort(names, n, sizeof *names, cmp_name);
+    /* Files load in order into one ruleset: later files may use earlier
+     * declarations (op classes, relations). */
+    rs_ruleset *rs = rs_new();
+    int errors = 0;
+    rs_counts prev = {0};
+    for (size_t i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        diag d;
+        diag_init(&d, path);
+        int errs = rs_load_file(rs, path, &d);
+        rs_counts c = rs_get_counts(rs);
+        if (errs) {
+            cli_flush_diag(&d);
+            errors += errs;
+        } else {
+            diag_free(&d);
+            printf("%s: ok: %u rewrite rules, %u relation rules, %u relations, %u op classes, %u examples\n", path,
+                   c.rewrites - prev.rewrites, c.relation_rules - prev.relation_rules, c.relations - prev.relations,
+                   c.opclasses - prev.opclasses, c.examples - prev.examples);
+        }
+        prev = c;
+        free(names[i]);
+    }
+    free(names);
+    rs_free(rs);
+    if (!n) {
+        fprintf(stderr, "scalify rules check: no .rules files in %s\n", dir);
+        return EXIT_INPUT;
+    }
+    if (errors) {
+        fprintf(stderr, "%d error%s\n", errors, errors == 1 ? "" : "s");
+        return EXIT_INPUT;
+    }
+    return EXIT_VERIFIED;
+}
+
+int cli_rules(int argc, char **argv) {
+    if (argc < 1 || strcmp(argv[0], "check") != 0 || argc > 2) {
+        fputs("usage: scalify rules check [DIR]   parse and lint every DIR/*.rules (default rules/)\n", stderr);
+        return EXIT_INPUT;
+    }
+    return rules_check(argc == 2 ? argv[1] : "rules");
+}
