@@ -1,6 +1,7 @@
 #include "check.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "scalify.h"
 #include "sha256.h"
 #include "view.h"
+#include "witness.h"
 
 const char *verdict_name(int v) {
     static const char *const names[] = {"verified", "mismatch", "unverified", "error"};
@@ -224,6 +226,40 @@ static json_t *finding_json(const check_opts *o, const hlo_module *B, const hlo_
     return f;
 }
 
+static json_t *num(double x) {
+    if (isnan(x)) return json_string("nan");
+    if (isinf(x)) return json_string(x > 0 ? "inf" : "-inf");
+    return json_real(x);
+}
+
+static json_t *witness_json(const witness *w) {
+    json_t *o = json_object(), *at = json_object();
+    json_object_set_new(o, "inputs_seed", json_integer((json_int_t)w->seed));
+    json_object_set_new(o, "max_abs", num(w->max_abs));
+    json_object_set_new(o, "max_rel", num(w->max_rel));
+    json_object_set_new(at, "max_abs", num(w->max_abs));
+    json_object_set_new(at, "max_rel", num(w->max_rel));
+    json_object_set_new(o, "at_outputs", at);
+    return o;
+}
+
+/* A finding kind for a divergence confirmed only by execution, from its opcode. */
+static const char *kind_of_divergence(const hlo_comp *c, const hlo_instr *in) {
+    switch (in->op) {
+    case OP_RESHAPE: case OP_TRANSPOSE: case OP_BITCAST: case OP_CONCATENATE: case OP_SLICE: case OP_DOT:
+        return "layout-mismatch";
+    case OP_CONVERT: return "dtype-mismatch";
+    case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: return "wrong-reduction";
+    default: break;
+    }
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const hlo_instr *x = &c->instrs[in->operands[o]];
+        while (x->op == OP_BROADCAST || x->op == OP_RESHAPE) x = &c->instrs[x->operands[0]];
+        if (x->op == OP_CONSTANT) return "constant-mismatch";
+    }
+    return "layout-mismatch";
+}
+
 static const char *base_name(const char *p) {
     const char *s = strrchr(p, '/');
     return s ? s + 1 : p;
@@ -345,8 +381,31 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     if (getenv("SCALIFY_DEBUG_LIFT"))
         fprintf(stderr, "check: outputs %s (%s); divergence %s; resynced %u\n", outputs_ok ? "meet" : "differ", why.s ? why.s : "",
                 lc.divergence ? lc.divergence->name : "none", lc.resynced);
+    witness w = {0};
+    if (o->witness && !(outputs_ok && !lc.first_unsupported && !lc.assumed && !lc.resynced && !lc.nfindings))
+        witness_run(B.m, D.m, &rel, 1, &w);
     if (json_array_size(findings) > 0) {
         verdict = VERDICT_MISMATCH;
+        if (w.ran) json_object_set_new(json_array_get(findings, 0), "witness", witness_json(&w));
+    } else if (w.ran && w.differs) {
+        /* Undecided by the rules, but the programs compute different outputs. */
+        verdict = VERDICT_MISMATCH;
+        const hlo_comp *uc = lc.divergence ? lc.divergence_comp : lc.first_unsupported_comp;
+        const hlo_instr *ui = lc.divergence ? lc.divergence : lc.first_unsupported;
+        if (!ui) {
+            uc = de;
+            ui = &de->instrs[de->root];
+        }
+        const char *kind = lc.divergence ? kind_of_divergence(uc, ui) : "unsupported-op";
+        strbuf msg;
+        sb_init(&msg);
+        sb_printf(&msg, "the outputs differ from the baseline's by up to %g (confirmed by execution on seeded random inputs); %s %s",
+                  w.max_abs, lc.divergence ? "first divergence at" : "the first instruction not related is", ui->name);
+        json_t *f = finding_json(o, B.m, D.m, ++nf, kind, "error", msg.s, uc, ui);
+        json_object_set_new(f, "witness", witness_json(&w));
+        json_array_append_new(findings, f);
+        json_object_set_new(counts, kind, json_integer(1));
+        sb_free(&msg);
     } else if (outputs_ok && !lc.first_unsupported && !lc.assumed && !lc.resynced) {
         verdict = VERDICT_VERIFIED;
     } else {
@@ -366,7 +425,10 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
             uc = de;
             ui = &de->instrs[de->root];
         }
-        json_array_append_new(findings, finding_json(o, B.m, D.m, ++nf, "unsupported-op", "warning", msg.s, uc, ui));
+        if (w.ran) sb_printf(&msg, "; the outputs agree on seeded random inputs (max abs difference %g)", w.max_abs);
+        json_t *f = finding_json(o, B.m, D.m, ++nf, "unsupported-op", "warning", msg.s, uc, ui);
+        if (w.ran) json_object_set_new(f, "witness", witness_json(&w));
+        json_array_append_new(findings, f);
         json_object_set_new(counts, "unsupported-op", json_integer(1));
         sb_free(&msg);
     }

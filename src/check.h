@@ -13,7 +13,9 @@
  * saturation with rules (terms must meet by hash-consing alone), segmentation
  * and memoisation (one segment, "entry"), layout views (reshapes that move a
  * sharded dimension inside a merged group), all-to-all and collective-permute,
- * the vocab-parallel masking pattern, witnesses by execution.
+ * the vocab-parallel masking pattern. With o->witness, an undecided pair whose
+ * outputs differ on random inputs becomes a mismatch "confirmed by execution"
+ * (the finding kind then comes from the first divergence's opcode).
  */
 #ifndef SCALIFY_CHECK_H
 #define SCALIFY_CHECK_H
@@ -32,6 +34,7 @@ typedef struct check_opts {
     const char *relations;        /* a relations file, or NULL with auto_relations */
     bool auto_relations;
     const char *source_root;      /* snippets are read only below it; NULL: none */
+    bool witness;                 /* execute both programs to confirm or refute (witness.h) */
 } check_opts;
 
 /* Runs one check. Returns the verdict; *trace gets the trace unless the verdict

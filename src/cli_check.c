@@ -14,8 +14,8 @@
 
 static const char usage_check[] =
     "usage: scalify check --baseline B --distributed D [--relations R | --auto-relations]\n"
-    "                     [--source-root DIR] [--name N] [-o trace.json]\n"
-    "       scalify check --manifest MANIFEST --out-dir DIR [--source-root DIR]\n";
+    "                     [--source-root DIR] [--name N] [--witness] [-o trace.json]\n"
+    "       scalify check --manifest MANIFEST --out-dir DIR [--source-root DIR] [--witness]\n";
 
 static bool write_json(const char *path, json_t *j, diag *d) {
     char *s = json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
@@ -55,7 +55,7 @@ static int run_one(const check_opts *o, const char *out) {
 }
 
 /* Batch mode: one trace per manifest pair, plus index.json. */
-static int run_manifest(const char *manifest, const char *out_dir, const char *source_root) {
+static int run_manifest(const char *manifest, const char *out_dir, const char *source_root, bool witness) {
     json_error_t err;
     json_t *m = json_load_file(manifest, 0, &err);
     if (!m || !json_is_array(json_object_get(m, "pairs"))) {
@@ -88,7 +88,7 @@ static int run_manifest(const char *manifest, const char *out_dir, const char *s
         snprintf(dp, sizeof dp, "%s/%s", dir, dd);
         snprintf(rp, sizeof rp, "%s/%s", dir, r);
         snprintf(out, sizeof out, "%s/%s.trace.json", out_dir, name);
-        check_opts o = {.name = name, .baseline = bp, .distributed = dp, .source_root = source_root};
+        check_opts o = {.name = name, .baseline = bp, .distributed = dp, .source_root = source_root, .witness = witness};
         if (strcmp(r, "auto") == 0) o.auto_relations = true;
         else o.relations = rp;
         if (tty) fprintf(stderr, "[%zu/%zu] %s\n", i + 1, json_array_size(pairs), name);
@@ -142,6 +142,8 @@ int cli_check(int argc, char **argv) {
             *slot = argv[++i];
         } else if (!strcmp(a, "--auto-relations")) {
             o.auto_relations = true;
+        } else if (!strcmp(a, "--witness")) {
+            o.witness = true;
         } else {
             fprintf(stderr, "scalify check: unknown argument %s\n%s", a, usage_check);
             return EXIT_INPUT;
@@ -152,7 +154,7 @@ int cli_check(int argc, char **argv) {
             fprintf(stderr, "scalify check: --manifest needs --out-dir\n%s", usage_check);
             return EXIT_INPUT;
         }
-        return run_manifest(manifest, out_dir, o.source_root);
+        return run_manifest(manifest, out_dir, o.source_root, o.witness);
     }
     if (!o.baseline || !o.distributed || (!o.relations == !o.auto_relations)) {
         fprintf(stderr, "%s", usage_check);

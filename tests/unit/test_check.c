@@ -5,7 +5,10 @@
  *   - every trace validates against docs/trace.schema.json.
  * And the current state, pair by pair, against tests/cases/check/expected.tsv
  * (verdict and, for mismatches, the first finding kind), so progress and
- * regressions both show. Mutations of a verified pair must not stay verified. */
+ * regressions both show. Mutations of a verified pair must not stay verified.
+ * Checks run with witnesses: a pair the rules leave undecided becomes a
+ * mismatch when execution shows different outputs; a mismatch found only that
+ * way must carry its witness. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +29,7 @@ static char *expected_line(const char *tsv, const char *name) {
 }
 
 static int run(const char *name, const char *b, const char *d, const char *r, json_t **trace) {
-    check_opts o = {.name = name, .baseline = b, .distributed = d};
+    check_opts o = {.name = name, .baseline = b, .distributed = d, .witness = true};
     if (r && strcmp(r, "auto") != 0) o.relations = r;
     else o.auto_relations = true;
     diag dg;
@@ -112,19 +115,32 @@ void suite_check(void) {
             sb_free(&errs);
             json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
             if (v == VERDICT_MISMATCH && f0) kind = json_string_value(json_object_get(f0, "kind"));
-            if (bug && v == VERDICT_MISMATCH) {
-                /* The finding names one of the kinds the catalogue expects. */
+            json_t *fs = json_object_get(trace, "findings");
+            bool by_rules = false;
+            for (size_t f = 0; f < json_array_size(fs); f++) {
+                const char *msg = json_string_value(json_object_get(json_array_get(fs, f), "message"));
+                const char *sev = json_string_value(json_object_get(json_array_get(fs, f), "severity"));
+                by_rules |= strcmp(sev, "error") == 0 && !strstr(msg, "confirmed by execution");
+            }
+            if (bug && v == VERDICT_MISMATCH && by_rules) {
+                /* A finding from the transfer functions names a kind the catalogue expects. */
                 json_t *kinds = json_object_get(json_object_get(p, "bug"), "kinds");
                 bool any = false;
                 for (size_t k = 0; k < json_array_size(kinds); k++)
-                    for (size_t f = 0; f < json_array_size(json_object_get(trace, "findings")); f++)
+                    for (size_t f = 0; f < json_array_size(fs); f++)
                         any |= strcmp(json_string_value(json_array_get(kinds, k)),
-                                      json_string_value(json_object_get(json_array_get(json_object_get(trace, "findings"), f), "kind"))) == 0;
+                                      json_string_value(json_object_get(json_array_get(fs, f), "kind"))) == 0;
                 CHECK_MSG(any, "no finding of the expected kinds");
+            } else if (v == VERDICT_MISMATCH) {
+                /* Confirmed by execution only: the witness shows a real difference. */
+                json_t *wj = json_object_get(json_array_get(fs, json_array_size(fs) - 1), "witness");
+                json_t *rel = json_object_get(wj, "max_rel");
+                CHECK_MSG(wj && (json_is_string(rel) || json_number_value(rel) > 0.01), "a mismatch by execution needs a witness");
             }
         }
         char got[128];
         snprintf(got, sizeof got, "%s%s%s", verdict_name(v), *kind ? " " : "", kind);
+        /* The first finding says whether rules or execution decided. */
         sb_printf(&now, "%s\t%s\n", name, got);
         char *want = expected_line(tsv, name);
         CHECK_MSG(want && strcmp(want, got) == 0, "now \"%s\", tests/cases/check/expected.tsv says \"%s\"", got, want ? want : "(missing)");

@@ -1,0 +1,147 @@
+#include "witness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interp.h"
+
+/* Offsets of device d's block of a global array of dims under v. */
+static void block_offsets(const view *v, const mesh *m, const int64_t *gdims, uint32_t rank, int64_t d,
+                          int64_t *off, int64_t *size) {
+    for (uint32_t k = 0; k < rank; k++) {
+        int64_t parts = view_dim_parts(v, m, k), idx = 0;
+        for (uint32_t a = 0; a < v->dims[k].naxes; a++) {
+            int ax = v->dims[k].axes[a];
+            idx = idx * m->sizes[ax] + mesh_coord(m, d, ax);
+        }
+        size[k] = gdims[k] / parts;
+        off[k] = idx * size[k];
+    }
+}
+
+/* Tolerance relative to the output's scale (its largest magnitude): summation
+ * order differs between the programs, so errors grow with the values, not per
+ * element. Bugs in the samples differ by the order of the values themselves. */
+static double rel_tolerance(int dt) {
+    switch (dt) {
+    case DT_F64: return 1e-9;
+    case DT_F32: return 1e-3;
+    case DT_BF16: case DT_F16: return 0.1;
+    default: return 0;
+    }
+}
+
+static void compare(witness *w, const interp_val *want, const interp_val *got) {
+    double scale = 0, worst = 0;
+    bool nan_mismatch = false;
+    for (int64_t k = 0; k < want->n; k++) {
+        double a = interp_val_get(want, k);
+        if (!isnan(a) && fabs(a) > scale) scale = fabs(a);
+    }
+    for (int64_t k = 0; k < want->n && k < got->n; k++) {
+        double a = interp_val_get(want, k), b = interp_val_get(got, k);
+        double diff = fabs(a - b);
+        if (isnan(a) != isnan(b)) {
+            diff = INFINITY;
+            nan_mismatch = true;
+        } else if (isnan(a)) {
+            diff = 0;
+        }
+        if (diff > worst) worst = diff;
+        double rel = diff / (scale > 1e-30 ? scale : 1e-30);
+        if (rel > w->max_rel) w->max_rel = rel;
+    }
+    if (worst > w->max_abs) w->max_abs = worst;
+    if (nan_mismatch || want->n != got->n || worst > rel_tolerance(want->dtype) * scale + 1e-6) w->differs = true;
+}
+
+void witness_run(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed, witness *w) {
+    memset(w, 0, sizeof *w);
+    w->seed = seed;
+    const hlo_comp *be = graph_entry(base);
+    int64_t ndev = mesh_devices(&rel->mesh);
+    interp_config cb = {.replicas = 1, .partitions = 1, .max_elements = WITNESS_MAX_ELEMENTS};
+    interp_config cd = {.replicas = 1, .partitions = ndev, .max_elements = WITNESS_MAX_ELEMENTS};
+    strbuf err;
+    sb_init(&err);
+    if (interp_check(base, &cb, &err) != INTERP_OK || interp_check(dist, &cd, &err) != INTERP_OK) {
+        snprintf(w->why, sizeof w->why, "not run: %s", err.s ? err.s : "interpreter refused");
+        sb_free(&err);
+        return;
+    }
+    uint32_t np = be->nparams;
+    interp_val **global = xcalloc(np + 1, sizeof *global);
+    interp_val ***dargs = xcalloc((size_t)ndev, sizeof *dargs);
+    interp_val *bout = NULL, **dout = xcalloc((size_t)ndev, sizeof *dout);
+    interp_rng rng;
+    interp_rng_seed(&rng, seed);
+    bool ok = true;
+    for (uint32_t k = 0; k < np && ok; k++) {
+        const hlo_instr *p = &be->instrs[be->params[k]];
+        global[k] = interp_val_new(p->shape.dtype, p->shape.rank, p->shape.dims);
+        if (!global[k]) {
+            snprintf(w->why, sizeof w->why, "not run: parameter %u has a type the interpreter cannot hold", k);
+            ok = false;
+            break;
+        }
+        interp_val_fill_random(global[k], &rng);
+    }
+    for (int64_t d = 0; d < ndev && ok; d++) {
+        dargs[d] = xcalloc(np + 1, sizeof **dargs);
+        for (uint32_t k = 0; k < np; k++) {
+            int64_t off[INTERP_MAX_RANK], size[INTERP_MAX_RANK];
+            block_offsets(&rel->inputs[k], &rel->mesh, global[k]->dims, global[k]->rank, d, off, size);
+            dargs[d][k] = interp_val_slice(global[k], off, size);
+        }
+    }
+    interp_val **bargs[1] = {global};
+    if (ok && interp_run(base, &cb, (interp_val **const *)bargs, &bout, &err) != INTERP_OK) {
+        snprintf(w->why, sizeof w->why, "not run: baseline: %s", err.s ? err.s : "?");
+        ok = false;
+    }
+    sb_reset(&err);
+    if (ok && interp_run(dist, &cd, (interp_val **const *)dargs, dout, &err) != INTERP_OK) {
+        snprintf(w->why, sizeof w->why, "not run: distributed: %s", err.s ? err.s : "?");
+        ok = false;
+    }
+    if (ok) {
+        w->ran = true;
+        uint32_t nouts = bout->dtype == DT_TUPLE ? bout->nelems : 1;
+        for (uint32_t o = 0; o < nouts; o++) {
+            const interp_val *want = bout->dtype == DT_TUPLE ? bout->elems[o] : bout;
+            for (int64_t d = 0; d < ndev; d++) {
+                const interp_val *got = dout[d]->dtype == DT_TUPLE ? (o < dout[d]->nelems ? dout[d]->elems[o] : NULL) : dout[d];
+                if (!got || got->rank != want->rank || o >= rel->noutputs) {
+                    w->differs = true;
+                    w->max_abs = w->max_rel = INFINITY;
+                    continue;
+                }
+                int64_t off[INTERP_MAX_RANK], size[INTERP_MAX_RANK];
+                block_offsets(&rel->outputs[o], &rel->mesh, want->dims, want->rank, d, off, size);
+                bool same = true;
+                for (uint32_t k = 0; k < want->rank; k++) same &= size[k] == got->dims[k];
+                if (!same) {
+                    w->differs = true;
+                    w->max_abs = w->max_rel = INFINITY;
+                    continue;
+                }
+                interp_val *block = interp_val_slice(want, off, size);
+                compare(w, block, got);
+                interp_val_free(block);
+            }
+        }
+    }
+    interp_val_free(bout);
+    for (int64_t d = 0; d < ndev; d++) {
+        interp_val_free(dout[d]);
+        for (uint32_t k = 0; dargs[d] && k < np; k++) interp_val_free(dargs[d][k]);
+        free(dargs[d]);
+    }
+    for (uint32_t k = 0; k < np; k++) interp_val_free(global[k]);
+    free(global);
+    free(dargs);
+    free(dout);
+    sb_free(&err);
+}

@@ -1,0 +1,37 @@
+/* witness — execution evidence for a checked pair (DESIGN §7, issue "witnesses").
+ *
+ * Runs the baseline on one device and the distributed program on every device
+ * of the mesh (interp.h) with the same seeded random global inputs, each
+ * device's parameter cut from the global one by its input view, and compares
+ * every output with the baseline's through the expected output view. Integer
+ * inputs are drawn in [0, 16) (interp_val_fill_random), which keeps token ids
+ * inside every sample vocabulary.
+ *
+ * A difference beyond the tolerance of the element type, relative to the
+ * output's largest magnitude (f32 1e-3, bf16/f16 0.1, f64 1e-9, integers
+ * exact), or NaN where the baseline has none, confirms a mismatch; agreement is
+ * evidence, never a proof. max_rel is relative to that scale.
+ */
+#ifndef SCALIFY_WITNESS_H
+#define SCALIFY_WITNESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "graph.h"
+#include "view.h"
+
+typedef struct witness {
+    bool ran;                 /* false: not run (budget, unsupported op); why says */
+    bool differs;             /* some output exceeds its tolerance */
+    double max_abs, max_rel;  /* over all outputs and devices */
+    uint64_t seed;
+    char why[256];
+} witness;
+
+/* Element budget for a witness run (both programs, all devices). */
+#define WITNESS_MAX_ELEMENTS ((int64_t)1 << 24)
+
+void witness_run(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed, witness *w);
+
+#endif
