@@ -181,6 +181,13 @@ static json_t *subgraph(const hlo_comp *dc, const hlo_instr *din, const hlo_comp
     return g;
 }
 
+/* The segment an instruction belongs to: its op_name scope, else "entry". */
+static json_t *segment_name(const hlo_instr *in) {
+    const char *s = scope_of(in);
+    const char *e = s ? strchr(s, '/') : NULL;
+    return e ? json_stringn(s, (size_t)(e - s)) : json_string("entry");
+}
+
 static json_t *finding_json(const check_opts *o, const hlo_module *B, const hlo_module *D, int idx, const char *kind,
                             const char *severity, const char *message, const hlo_comp *dc, const hlo_instr *din) {
     json_t *f = json_object();
@@ -189,7 +196,7 @@ static json_t *finding_json(const check_opts *o, const hlo_module *B, const hlo_
     json_object_set_new(f, "id", json_string(id));
     json_object_set_new(f, "kind", json_string(kind));
     json_object_set_new(f, "severity", json_string(severity));
-    json_object_set_new(f, "segment", json_string("entry"));
+    json_object_set_new(f, "segment", segment_name(din));
     json_object_set_new(f, "message", json_string(message));
     const hlo_comp *bc = NULL;
     const hlo_instr *bin = counterpart(B, din, &bc);
@@ -490,27 +497,45 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     json_object_set_new(sum, "findings", counts);
     json_object_set_new(t, "summary", sum);
 
-    json_t *segs = json_array(), *seg = json_object(), *r1 = json_object(), *r2 = json_object(), *tm = json_object();
-    json_object_set_new(seg, "name", json_string("entry"));
-    json_object_set_new(seg, "verdict", json_string(verdict_name(verdict)));
-    json_object_set_new(r1, "start", json_integer(0));
-    json_object_set_new(r1, "end", json_integer((json_int_t)graph_instr_count(B.m)));
-    json_object_set_new(r2, "start", json_integer(0));
-    json_object_set_new(r2, "end", json_integer((json_int_t)graph_instr_count(D.m)));
-    json_object_set_new(seg, "baseline", r1);
-    json_object_set_new(seg, "distributed", r2);
-    json_object_set_new(seg, "enodes", json_integer((json_int_t)st.live_nodes));
-    json_object_set_new(seg, "eclasses", json_integer((json_int_t)st.classes));
-    json_object_set_new(seg, "iterations", json_integer(0));
-    json_object_set_new(seg, "stop_reason", json_string("saturated"));
-    json_object_set_new(seg, "rule_firings", json_integer(0));
-    json_object_set_new(tm, "build", json_real(t2 - t1));
-    json_object_set_new(tm, "lift", json_real(t3 - t2));
-    json_object_set_new(tm, "saturate", json_real(0));
-    json_object_set_new(tm, "check", json_real(t4 - t3));
-    json_object_set_new(seg, "timings_ms", tm);
-    json_object_set_new(seg, "memo_hit", json_false());
-    json_array_append_new(segs, seg);
+    /* One segment per top-level op_name scope; each judged given its inputs. */
+    json_t *segs = json_array();
+    uint32_t nmemo = 0;
+    for (uint32_t i = 0; i < lc.nsegs; i++) {
+        const lift_segment *sg = &lc.segs[i];
+        json_t *seg = json_object(), *r1 = json_object(), *r2 = json_object(), *tm = json_object();
+        bool has_error = false;
+        for (size_t k = 0; k < json_array_size(findings); k++) {
+            json_t *f = json_array_get(findings, k);
+            if (strcmp(json_string_value(json_object_get(f, "severity")), "error") == 0 &&
+                strcmp(json_string_value(json_object_get(f, "segment")), sg->name) == 0)
+                has_error = true;
+        }
+        int sv = has_error || sg->findings ? VERDICT_MISMATCH
+                 : (sg->unsupported || sg->divergent || sg->outside || sg->dstart == sg->dend) ? VERDICT_UNVERIFIED : VERDICT_VERIFIED;
+        json_object_set_new(seg, "name", json_string(sg->name));
+        json_object_set_new(seg, "verdict", json_string(verdict_name(sv)));
+        json_object_set_new(r1, "start", json_integer(sg->bstart));
+        json_object_set_new(r1, "end", json_integer(sg->bend));
+        json_object_set_new(r2, "start", json_integer(sg->dstart));
+        json_object_set_new(r2, "end", json_integer(sg->dend));
+        json_object_set_new(seg, "baseline", r1);
+        json_object_set_new(seg, "distributed", r2);
+        json_object_set_new(seg, "enodes", json_integer(sg->enodes));
+        json_object_set_new(seg, "eclasses", json_integer(sg->enodes));
+        json_object_set_new(seg, "iterations", json_integer(0));
+        json_object_set_new(seg, "stop_reason", json_string("saturated"));
+        json_object_set_new(seg, "rule_firings", json_integer(0));
+        json_object_set_new(tm, "build", json_real(i == 0 ? t2 - t1 : 0));
+        json_object_set_new(tm, "lift", json_real(sg->ms));
+        json_object_set_new(tm, "saturate", json_real(0));
+        json_object_set_new(tm, "check", json_real(i + 1 == lc.nsegs ? t4 - t3 : 0));
+        json_object_set_new(seg, "timings_ms", tm);
+        json_object_set_new(seg, "memo_hit", json_false());
+        json_array_append_new(segs, seg);
+    }
+    json_object_set_new(json_object_get(t, "summary"), "segments", json_integer(lc.nsegs));
+    json_object_set_new(json_object_get(t, "summary"), "memo_hits", json_integer(nmemo));
+    (void)st;
     json_object_set_new(t, "segments", segs);
     json_object_set_new(t, "findings", findings);
     *trace = t;

@@ -23,6 +23,7 @@ void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const h
 }
 
 void lift_done(lift_ctx *c) {
+    free(c->segs);
     strmap_free(&c->scope_index);
     free(c->scope_cls);
     free(c->findings);
@@ -44,6 +45,7 @@ static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const h
         c->capfindings = (uint32_t)cap;
     }
     c->findings[c->nfindings++] = (lift_finding){kind, comp, in, arena_strdup(c->a, msg)};
+    if (c->nsegs) c->segs[c->cur_seg].findings++;
 }
 
 static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
@@ -55,6 +57,7 @@ static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, 
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (getenv("SCALIFY_DEBUG_LIFT")) fprintf(stderr, "lift: unsupported: %s\n", msg);
+    if (c->nsegs) c->segs[c->cur_seg].unsupported++;
     if (c->first_unsupported) return;
     c->first_unsupported = in;
     c->first_unsupported_comp = comp;
@@ -218,6 +221,20 @@ static bool scope_top(const hlo_instr *in, const char **s, size_t *n) {
     return true;
 }
 
+/* The segment of scope s[0..n), created on first sight. */
+static uint32_t segment_of(lift_ctx *c, const char *s, size_t n) {
+    for (uint32_t i = 0; i < c->nsegs; i++)
+        if (strlen(c->segs[i].name) == n && memcmp(c->segs[i].name, s, n) == 0) return i;
+    if (c->nsegs == c->capsegs) {
+        size_t cap = c->capsegs;
+        XGROW(c->segs, cap, c->nsegs + 1);
+        c->capsegs = (uint32_t)cap;
+    }
+    memset(&c->segs[c->nsegs], 0, sizeof c->segs[0]);
+    c->segs[c->nsegs].name = arena_strndup(c->a, s, n);
+    return c->nsegs++;
+}
+
 static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
     const char *s;
     size_t n;
@@ -245,6 +262,15 @@ static bval build_comp(lift_ctx *c, const hlo_comp *comp, const bval *args) {
     for (uint32_t i = 0; i < comp->ninstrs; i++) {
         const hlo_instr *in = &comp->instrs[i];
         bval *v = &vals[i];
+        const char *sc;
+        size_t sn;
+        uint32_t pos = c->built++;
+        if (scope_top(in, &sc, &sn)) {
+            uint32_t si = segment_of(c, sc, sn);  /* may grow segs: index first */
+            lift_segment *g = &c->segs[si];
+            if (g->bstart == g->bend) g->bstart = pos;
+            g->bend = pos + 1;
+        }
         v->cls = EID_NONE;
         if (in->op == OP_PARAMETER) {
             int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
@@ -1242,6 +1268,28 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
         const hlo_instr *in = &comp->instrs[i];
         lval *v = &vals[i];
         c->lifted++;
+        const char *sc;
+        size_t sn;
+        {
+            /* An instruction with an op_name scope picks the segment; others (and
+             * helper bodies without scopes) count to the current one. Positions
+             * are in the flattened (inlined) program. */
+            uint32_t pos = (uint32_t)c->lifted - 1;
+            /* Time and e-nodes since the previous instruction go to its segment. */
+            double t = now_ms();
+            uint32_t nn = eg_node_count(c->g);
+            if (c->nsegs && c->acct_t > 0) {
+                c->segs[c->cur_seg].ms += t - c->acct_t;
+                c->segs[c->cur_seg].enodes += nn - c->acct_nodes;
+            }
+            c->acct_t = t;
+            c->acct_nodes = nn;
+            if (scope_top(in, &sc, &sn)) c->cur_seg = segment_of(c, sc, sn);
+            else if (!c->nsegs) c->cur_seg = segment_of(c, "entry", 5);
+            lift_segment *g = &c->segs[c->cur_seg];
+            if (g->dstart == g->dend) g->dstart = pos;
+            g->dend = pos + 1;
+        }
         if (in->op == OP_PARAMETER) {
             int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
             if (args) {
@@ -1264,7 +1312,9 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
             const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
             lval *cargs = arena_alloc(c->a, (in->noperands + 1) * sizeof *cargs);
             for (uint32_t o = 0; o < in->noperands; o++) cargs[o] = vals[in->operands[o]];
+            c->depth++;
             *v = lift_comp(c, &m->comps[ta->v.ints[0]], cargs, NULL, 0);
+            c->depth--;
             continue;
         }
         if (in->op == OP_COPY || in->op == OP_OPT_BARRIER || is_identity_custom_call(in)) {
@@ -1307,6 +1357,11 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
         bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
         for (uint32_t o = 0; o < in->noperands; o++) konst &= ops[o].konst;
         v->konst = konst;
+        /* A segment is verified only when everything it computes is a baseline
+         * value (or device bookkeeping); count what is not. */
+        if (c->nsegs && !konst &&
+            (v->kind == LV_UNKNOWN || (v->kind == LV_TERM && (v->assumed || !(eg_class_origin(c->g, v->cls) & EG_BASELINE)))))
+            c->segs[c->cur_seg].outside++;
         /* The first divergence: a term outside the baseline whose term operands
          * are all inside it (DESIGN §7); constant-only values are not data. */
         if (!c->divergence && !konst && v->kind == LV_TERM && !v->assumed && !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
@@ -1317,6 +1372,7 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
             if (inside) {
                 c->divergence = in;
                 c->divergence_comp = comp;
+                if (c->nsegs) c->segs[c->cur_seg].divergent++;
             }
         }
     }
@@ -1324,5 +1380,10 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
 }
 
 lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
-    return lift_comp(c, graph_entry(c->dist), NULL, inputs, ninputs);
+    lval r = lift_comp(c, graph_entry(c->dist), NULL, inputs, ninputs);
+    if (c->nsegs && c->acct_t > 0) {
+        c->segs[c->cur_seg].ms += now_ms() - c->acct_t;
+        c->segs[c->cur_seg].enodes += eg_node_count(c->g) - c->acct_nodes;
+    }
+    return r;
 }

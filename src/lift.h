@@ -49,6 +49,18 @@ typedef struct lift_finding {
     char *message;                /* one line (arena) */
 } lift_finding;
 
+/* A segment: the instructions of one top-level op_name scope ("embed",
+ * "layers.3", "lm_head") in the entry computation, in order of appearance on
+ * the distributed side (DESIGN §6). Each is judged on its own, assuming its
+ * inputs relate as lifted (assume-guarantee). */
+typedef struct lift_segment {
+    const char *name;
+    uint32_t dstart, dend;        /* distributed entry instruction range [start, end) */
+    uint32_t bstart, bend;        /* baseline entry range of the same scope (0,0: none) */
+    uint32_t findings, unsupported, divergent, outside, enodes;
+    double ms;
+} lift_segment;
+
 typedef struct lift_ctx {
     egraph *g;
     arena *a;
@@ -73,6 +85,12 @@ typedef struct lift_ctx {
     const char *resync_scope;             /* the first one */
     uint64_t lifted, assumed;             /* instructions lifted; with assumed content */
     uint64_t *digests[2];                 /* per module, per computation (0: not yet) */
+    lift_segment *segs;
+    uint32_t nsegs, capsegs, cur_seg;
+    int depth;                            /* call depth while walking (0: entry) */
+    uint32_t built;                       /* baseline instructions built (flattened positions) */
+    double acct_t;                        /* per-segment accounting: last instruction's start */
+    uint32_t acct_nodes;
 } lift_ctx;
 
 void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const hlo_module *dist, const mesh *m);
