@@ -126,6 +126,15 @@ static int64_t *copy_ints(parser *ps, const int64_t *v, size_t n) {
     return n ? arena_memdup(&ps->m->arena, v, n * sizeof *v) : NULL;
 }
 
+/* int (',' int)* appended to ps->ints from position k; returns the new count. */
+static size_t int_run(parser *ps, size_t k, const char *what) {
+    do {
+        XGROW(ps->ints, ps->capints, k + 1);
+        ps->ints[k++] = integer(ps, what);
+    } while (lex_accept(&ps->lx, ','));
+    return k;
+}
+
 /* Fast path for the common spelling "1,2,3" + close: non-negative decimals,
  * no spaces, no comments. Returns the position after close, or NULL to let the
  * general path (with its error messages) handle the text. */
@@ -162,10 +171,7 @@ static size_t int_list_scratch(parser *ps) {
         return n;
     }
     if (lex_accept(&ps->lx, '}')) return 0;
-    do {
-        XGROW(ps->ints, ps->capints, n + 1);
-        ps->ints[n++] = integer(ps, "an integer");
-    } while (lex_accept(&ps->lx, ','));
+    n = int_run(ps, n, "an integer");
     expect(ps, '}', "to close the list");
     return n;
 }
@@ -181,10 +187,7 @@ static int64_t *bracket_ints(parser *ps, uint32_t *n) {
     expect(ps, '[', "to open a list");
     size_t k = 0;
     if (!lex_accept(&ps->lx, ']')) {
-        do {
-            XGROW(ps->ints, ps->capints, k + 1);
-            ps->ints[k++] = integer(ps, "an integer");
-        } while (lex_accept(&ps->lx, ','));
+        k = int_run(ps, k, "an integer");
         expect(ps, ']', "to close the list");
     }
     *n = (uint32_t)k;
@@ -194,11 +197,7 @@ static int64_t *bracket_ints(parser *ps, uint32_t *n) {
 /* paren ints -> '(' int (',' int)* ')'  (the cursor is on the '(') */
 static int64_t *int_list_paren(parser *ps, uint32_t *n) {
     expect(ps, '(', "to open a list");
-    size_t k = 0;
-    do {
-        XGROW(ps->ints, ps->capints, k + 1);
-        ps->ints[k++] = integer(ps, "an integer");
-    } while (lex_accept(&ps->lx, ','));
+    size_t k = int_run(ps, 0, "an integer");
     expect(ps, ')', "to close the list");
     *n = (uint32_t)k;
     return copy_ints(ps, ps->ints, k);
@@ -221,10 +220,7 @@ static layout *parse_layout(parser *ps) {
     }
     n = 0;
     if (!lex_peek(&ps->lx, '}') && !lex_peek(&ps->lx, ':')) {
-        do {
-            XGROW(ps->ints, ps->capints, n + 1);
-            ps->ints[n++] = integer(ps, "a layout dimension");
-        } while (lex_accept(&ps->lx, ','));
+        n = int_run(ps, n, "a layout dimension");
     }
     l->n = (uint32_t)n;
     l->minor_to_major = copy_ints(ps, ps->ints, n);
@@ -406,11 +402,7 @@ static void parse_mesh_groups(parser *ps, hlo_groups *g, const char *at) {
                 g->dev_perm = int_list_paren(ps, &g->ndev_perm);
             }
         } else {
-            size_t k = 0;
-            do {
-                XGROW(ps->ints, ps->capints, k + 1);
-                ps->ints[k++] = integer(ps, "a device id");
-            } while (lex_accept(lx, ','));
+            size_t k = int_run(ps, 0, "a device id");
             g->ndevice_ids = (uint32_t)k;
             g->device_ids = copy_ints(ps, ps->ints, k);
         }
@@ -571,11 +563,7 @@ static bool parse_sharding_body(parser *ps, hlo_sharding *s) {
             lex_skip(lx);
             if (lx->p[0] == 'T' && lx->p[1] == '(') {
                 lx->p += 2;
-                size_t k = 0;
-                do {
-                    XGROW(ps->ints, ps->capints, k + 1);
-                    ps->ints[k++] = integer(ps, "a permutation index");
-                } while (lex_accept(lx, ','));
+                size_t k = int_run(ps, 0, "a permutation index");
                 if (!lex_accept(lx, ')')) return false;
                 s->nperm = (uint32_t)k;
                 s->perm = copy_ints(ps, ps->ints, k);

@@ -904,22 +904,30 @@ static void axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
     if (first) sb_puts(b, "no axis");
 }
 
+/* The mesh axes a collective's groups span, or -1 after saying why: a finding
+ * on a declared mesh, undecided on a mesh inferred from shardings. */
+static int collective_axes(lstate *s, bool ordered) {
+    lift_ctx *c = s->c;
+    int axes = lift_groups_axes(c, s->in, ordered);
+    if (axes >= 0) return axes;
+    if (c->mesh_inferred)
+        unsupported(c, s->comp, s->in, "the replica groups of %s match no axis of the mesh inferred from the shardings",
+                    s->in->name);
+    else
+        finding(c, "wrong-collective-group", s->comp, s->in, "the replica groups of %s match no set of mesh axes%s",
+                s->in->name, ordered ? " (in device order)" : "");
+    return -1;
+}
+
 /* all-reduce over the mesh axes its groups span: removes `partial` over them;
  * the reduction must match the operand's. */
 static lval lift_all_reduce(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
-    int axes = lift_groups_axes(c, in, false);
+    int axes = collective_axes(s, false);
     int red = instr_reducer(c->dist, in);
-    if (axes < 0) {
-        if (c->mesh_inferred) {
-            unsupported(c, s->comp, in, "the replica groups of %s match no axis of the mesh inferred from the shardings", in->name);
-            return unknown();
-        }
-        finding(c, "wrong-collective-group", s->comp, in, "the replica groups of %s match no set of mesh axes", in->name);
-        return unknown();
-    }
+    if (axes < 0) return unknown();
     if (x->kind != LV_TERM) {
         /* The result is the same on every device of a group, whatever it is. */
         if (x->kind == LV_UNKNOWN) {
@@ -1004,13 +1012,10 @@ static lval lift_all_gather(lstate *s) {
     if (x->kind != LV_TERM) return unknown();
     uint32_t nd;
     const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-    int axes = lift_groups_axes(c, in, true);
-    if (axes < 0 || nd != 1) {
-        if (c->mesh_inferred) {
-            unsupported(c, s->comp, in, "the replica groups of %s match no axis of the mesh inferred from the shardings", in->name);
-            return unknown();
-        }
-        finding(c, "wrong-collective-group", s->comp, in, "the replica groups of %s match no mesh axes (in device order)", in->name);
+    int axes = collective_axes(s, true);
+    if (axes < 0) return unknown();
+    if (nd != 1) {
+        unsupported(c, s->comp, in, "%s has %u dimensions", in->name, nd);
         return unknown();
     }
     uint32_t d = (uint32_t)dd[0];
@@ -1042,14 +1047,11 @@ static lval lift_reduce_scatter(lstate *s) {
     if (x->kind != LV_TERM) return unknown();
     uint32_t nd;
     const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-    int axes = lift_groups_axes(c, in, true);
+    int axes = collective_axes(s, true);
     int red = instr_reducer(c->dist, in);
-    if (axes < 0 || nd != 1) {
-        if (c->mesh_inferred) {
-            unsupported(c, s->comp, in, "the replica groups of %s match no axis of the mesh inferred from the shardings", in->name);
-            return unknown();
-        }
-        finding(c, "wrong-collective-group", s->comp, in, "the replica groups of %s match no mesh axes (in device order)", in->name);
+    if (axes < 0) return unknown();
+    if (nd != 1) {
+        unsupported(c, s->comp, in, "%s has %u dimensions", in->name, nd);
         return unknown();
     }
     if ((x->v.partial & axes) != (uint32_t)axes || x->v.red != red) {
