@@ -86,7 +86,7 @@ const char *rs_stop_name(rs_stop s) {
 
 rs_budget rs_budget_default(void) {
     rs_budget b = {.node_limit = 1000000, .iter_limit = 64, .time_limit_ms = 10000, .ac_class_limit = 16,
-                   .ac_term_limit = 64, .match_limit = 100000};
+                   .ac_term_limit = 15, .match_limit = 100000};
     return b;
 }
 

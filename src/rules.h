@@ -48,7 +48,8 @@ typedef struct rs_budget {
     uint32_t ac_term_limit;  /* (ac) rules skip classes whose term is larger */
     uint64_t match_limit;    /* matches per rule per iteration */
 } rs_budget;
-/* 1e6 nodes, 64 iterations, 10 s, AC limits 16 / 64, 1e5 matches. */
+/* 1e6 nodes, 64 iterations, 10 s, AC limits 16 nodes / 15-node terms (sums of
+ * up to 8 operands are fully reassociated), 1e5 matches per rule. */
 rs_budget rs_budget_default(void);
 
 typedef struct rs_result {
