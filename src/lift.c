@@ -16,8 +16,10 @@ void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const h
     c->a = a;
     c->base = base;
     c->dist = dist;
-    c->mesh = m;
+    c->mesh = c->dist_mesh = m;
     c->ndev = mesh_devices(m);
+    c->cur = dist;
+    c->origin = EG_LIFTED;
     c->digests[0] = xcalloc(base->ncomps, sizeof(uint64_t));
     c->digests[1] = xcalloc(dist->ncomps, sizeof(uint64_t));
 }
@@ -34,6 +36,7 @@ void lift_done(lift_ctx *c) {
 static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+    if (c->baseline_mode) return;  /* one device, every value replicated: nothing to find */
     char msg[600];
     va_list ap;
     va_start(ap, fmt);
@@ -51,6 +54,7 @@ static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const h
 static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+    if (c->baseline_mode) return;  /* the baseline falls back to its own op (lift_comp) */
     char msg[600];
     va_list ap;
     va_start(ap, fmt);
@@ -250,84 +254,33 @@ static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
 
 /* ---- baseline ---- */
 
-typedef struct bval {
-    eid cls;          /* EID_NONE for tuples */
-    eid *elems;
-    uint32_t n;
-} bval;
-
-static bval build_comp(lift_ctx *c, const hlo_comp *comp, const bval *args) {
-    const hlo_module *m = c->base;
-    bval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
-    for (uint32_t i = 0; i < comp->ninstrs; i++) {
-        const hlo_instr *in = &comp->instrs[i];
-        bval *v = &vals[i];
-        const char *sc;
-        size_t sn;
-        uint32_t pos = c->built++;
-        if (scope_top(in, &sc, &sn)) {
-            uint32_t si = segment_of(c, sc, sn);  /* may grow segs: index first */
-            lift_segment *g = &c->segs[si];
-            if (g->bstart == g->bend) g->bstart = pos;
-            g->bend = pos + 1;
-        }
-        v->cls = EID_NONE;
-        if (in->op == OP_PARAMETER) {
-            int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
-            if (args) {
-                *v = args[k];
-            } else {
-                uint32_t t = type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank);
-                v->cls = eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, EG_BASELINE);
-            }
-            continue;
-        }
-        if (in->op == OP_CALL) {
-            const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
-            bval *cargs = arena_alloc(c->a, (in->noperands + 1) * sizeof *cargs);
-            for (uint32_t o = 0; o < in->noperands; o++) cargs[o] = vals[in->operands[o]];
-            *v = build_comp(c, &m->comps[ta->v.ints[0]], cargs);
-            record_scope(c, in, v->cls);
-            continue;
-        }
-        if (in->op == OP_COPY || is_identity_custom_call(in)) {
-            *v = vals[in->operands[0]];
-            continue;
-        }
-        if (in->op == OP_TUPLE) {
-            v->n = in->noperands;
-            v->elems = arena_alloc(c->a, (v->n + 1) * sizeof *v->elems);
-            for (uint32_t o = 0; o < in->noperands; o++) v->elems[o] = vals[in->operands[o]].cls;
-            continue;
-        }
-        if (in->op == OP_GET_TUPLE_ELEMENT) {
-            const bval *t = &vals[in->operands[0]];
-            int64_t k = instr_int(in, A_INDEX, 0);
-            if (t->elems && k < t->n) {
-                v->cls = t->elems[k];
-                continue;
-            }
-        }
-        eid ch[64], *chp = in->noperands <= 64 ? ch : arena_alloc(c->a, in->noperands * sizeof *chp);
-        for (uint32_t o = 0; o < in->noperands; o++) {
-            chp[o] = vals[in->operands[o]].cls;
-            if (chp[o] == EID_NONE) chp[o] = fresh_var(c, DT_TUPLE, NULL, 0);
-        }
-        v->cls = node(c, m, in, chp, in->noperands, in->shape.dims, EG_BASELINE);
-        record_scope(c, in, v->cls);
-    }
-    return vals[comp->root];
-}
+static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs);
 
 bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
-    bval r = build_comp(c, graph_entry(c->base), NULL);
-    if (r.cls != EID_NONE) {
-        *outs = arena_alloc(c->a, sizeof **outs);
-        (*outs)[0] = r.cls;
-        *nouts = 1;
-    } else {
-        *outs = r.elems;
-        *nouts = r.n;
+    /* The baseline goes through the same walk as the distributed program, on one
+     * device with every value replicated, so both sides build their terms (and
+     * canonical forms) with the same code. */
+    static const mesh one_device = {0};
+    const hlo_comp *be = graph_entry(c->base);
+    view *dup = arena_alloc(c->a, (be->nparams + 1) * sizeof *dup);
+    for (uint32_t k = 0; k < be->nparams; k++) dup[k] = view_dup(be->instrs[be->params[k]].shape.rank);
+    c->baseline_mode = true;
+    c->cur = c->base;
+    c->origin = EG_BASELINE;
+    c->mesh = &one_device;
+    c->ndev = 1;
+    lval r = lift_comp(c, be, NULL, dup, be->nparams);
+    c->baseline_mode = false;
+    c->cur = c->dist;
+    c->origin = EG_LIFTED;
+    c->mesh = c->dist_mesh;
+    c->ndev = mesh_devices(c->mesh);
+    uint32_t n = r.kind == LV_TUPLE ? r.n : 1;
+    *outs = arena_alloc(c->a, (n + 1) * sizeof **outs);
+    *nouts = n;
+    for (uint32_t k = 0; k < n; k++) {
+        const lval *x = r.kind == LV_TUPLE ? &r.elems[k] : &r;
+        (*outs)[k] = x->kind == LV_TERM ? x->cls : fresh_var(c, DT_TUPLE, NULL, 0);
     }
     return true;
 }
@@ -524,7 +477,7 @@ static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
     }
     int64_t words[3] = {A_LITERAL, 1, (int64_t)literal_digest(&lit)};
     uint32_t t = type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank);
-    return eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), t, NULL, 0, EG_LIFTED);
+    return eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), t, NULL, 0, c->origin);
 }
 
 /* ---- transfer functions ---- */
@@ -577,7 +530,7 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
         uint32_t r = 0;
         for (uint32_t k = 0; k < nd; k++)
             if (keep[k]) gd[r++] = src->shape.dims[k] * view_dim_parts(&x->v, c->mesh, k);
-        operand = mk_reshape(c, x->cls, type_of(c, src->shape.dtype, gd, r), EG_LIFTED);
+        operand = mk_reshape(c, x->cls, type_of(c, src->shape.dtype, gd, r), c->origin);
     }
     for (uint32_t k = 0; k < nd; k++)
         if (keep[k]) newdims[nn++] = bd[k];
@@ -592,7 +545,7 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
         nw += nn;
     }
     uint32_t t = type_of(c, b->shape.dtype, dims, b->shape.rank);
-    s->ops[o] = term(eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, &operand, 1, EG_LIFTED), v, x->assumed);
+    s->ops[o] = term(eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, &operand, 1, c->origin), v, x->assumed);
     s->ops[o].konst = x->konst;
     return true;
 }
@@ -714,7 +667,7 @@ static lval lift_elementwise(lstate *s) {
     eid ch[8];
     if (in->noperands > 8) return unknown();
     for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
-    return term(node(c, c->dist, in, ch, in->noperands, dims, EG_LIFTED), v, assumed);
+    return term(node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
 }
 
 static lval lift_broadcast(lstate *s) {
@@ -731,7 +684,7 @@ static lval lift_broadcast(lstate *s) {
     if (v.partial && v.red != RED_SUM) return unknown();
     int64_t dims[VIEW_MAX_RANK];
     global_dims(c, &v, &in->shape, dims);
-    return term(node(c, c->dist, in, &x->cls, 1, dims, EG_LIFTED), v, x->assumed);
+    return term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
 }
 
 static lval lift_transpose(lstate *s) {
@@ -746,7 +699,7 @@ static lval lift_transpose(lstate *s) {
     for (uint32_t k = 0; k < np; k++) v.dims[k] = x->v.dims[perm[k]];
     int64_t dims[VIEW_MAX_RANK];
     global_dims(c, &v, &in->shape, dims);
-    return term(node(c, c->dist, in, &x->cls, 1, dims, EG_LIFTED), v, x->assumed);
+    return term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
 }
 
 /* reshape: groups of local dims with equal products map onto each other; a
@@ -797,7 +750,7 @@ static lval lift_reshape(lstate *s) {
     }
     int64_t dims[VIEW_MAX_RANK];
     global_dims(c, &v, &in->shape, dims);
-    return term(node(c, c->dist, in, &x->cls, 1, dims, EG_LIFTED), v, x->assumed);
+    return term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
 }
 
 /* dot: batch and free dims carry their operand's sharding; contracting dims
@@ -839,7 +792,7 @@ static lval lift_dot(lstate *s) {
     for (int side = 0; side < 2; side++) {
         const lval *x = side ? r : l;
         const int64_t *bd = side ? rb : lb, *cd = side ? rc : lc;
-        uint32_t rank = c->dist->comps ? s->comp->instrs[in->operands[side]].shape.rank : 0;
+        uint32_t rank = s->comp->instrs[in->operands[side]].shape.rank;
         for (uint32_t d = 0; d < rank; d++) {
             bool skip = false;
             for (uint32_t k = 0; k < nlb; k++) skip |= bd[k] == d;
@@ -853,7 +806,7 @@ static lval lift_dot(lstate *s) {
     int64_t dims[VIEW_MAX_RANK];
     global_dims(c, &v, &in->shape, dims);
     eid ch[2] = {l->cls, r->cls};
-    return term(node(c, c->dist, in, ch, 2, dims, EG_LIFTED), v, l->assumed || r->assumed);
+    return term(node(c, c->cur, in, ch, 2, dims, c->origin), v, l->assumed || r->assumed);
 }
 
 /* reduce over sharded dims makes the result partial over those axes, with the
@@ -863,7 +816,7 @@ static lval lift_reduce(lstate *s) {
     const hlo_instr *in = s->in;
     if (in->noperands != 2 || s->ops[0].kind != LV_TERM || s->ops[1].kind != LV_TERM) return unknown();
     const lval *x = &s->ops[0], *init = &s->ops[1];
-    int red = instr_reducer(c->dist, in);
+    int red = instr_reducer(c->cur, in);
     if (!red) return unknown();
     if (x->v.partial && !(x->v.red == red && (red == RED_SUM || red == RED_MAX || red == RED_MIN))) {
         finding(c, "missing-all-reduce", s->comp, in, "reduce-%s of a value that is still partial (%s) over a mesh axis",
@@ -891,7 +844,7 @@ static lval lift_reduce(lstate *s) {
     int64_t dims[VIEW_MAX_RANK];
     global_dims(c, &v, &in->shape, dims);
     eid ch[2] = {x->cls, init->cls};
-    return term(node(c, c->dist, in, ch, 2, dims, EG_LIFTED), v, x->assumed || init->assumed);
+    return term(node(c, c->cur, in, ch, 2, dims, c->origin), v, x->assumed || init->assumed);
 }
 
 static void axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
@@ -926,7 +879,7 @@ static lval lift_all_reduce(lstate *s) {
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
     int axes = collective_axes(s, false);
-    int red = instr_reducer(c->dist, in);
+    int red = instr_reducer(c->cur, in);
     if (axes < 0) return unknown();
     if (x->kind != LV_TERM) {
         /* The result is the same on every device of a group, whatever it is. */
@@ -1048,7 +1001,7 @@ static lval lift_reduce_scatter(lstate *s) {
     uint32_t nd;
     const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
     int axes = collective_axes(s, true);
-    int red = instr_reducer(c->dist, in);
+    int red = instr_reducer(c->cur, in);
     if (axes < 0) return unknown();
     if (nd != 1) {
         unsupported(c, s->comp, in, "%s has %u dimensions", in->name, nd);
@@ -1091,7 +1044,7 @@ static lval lift_dynamic_slice(lstate *s) {
         eid ch[VIEW_MAX_RANK + 1];
         ch[0] = x->cls;
         for (uint32_t d = 0; d < rank; d++) ch[1 + d] = dev_constant(c, &s->comp->instrs[in->operands[1 + d]], &s->ops[1 + d]);
-        return term(node(c, c->dist, in, ch, rank + 1, dims, EG_LIFTED), v, x->assumed);
+        return term(node(c, c->cur, in, ch, rank + 1, dims, c->origin), v, x->assumed);
     }
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
     for (uint32_t d = 0; d < rank; d++) {
@@ -1178,7 +1131,7 @@ static lval lift_slice(lstate *s) {
     g.attrs = attrs;
     int64_t dims[VIEW_MAX_RANK];
     global_dims(c, &x->v, &in->shape, dims);
-    return term(node(c, c->dist, &g, &x->cls, 1, dims, EG_LIFTED), x->v, x->assumed);
+    return term(node(c, c->cur, &g, &x->cls, 1, dims, c->origin), x->v, x->assumed);
 }
 
 /* concatenate along an unsharded dimension of operands sharded alike. */
@@ -1202,7 +1155,7 @@ static lval lift_concatenate(lstate *s) {
     view v = s->ops[0].v;
     int64_t dims[VIEW_MAX_RANK];
     global_dims(c, &v, &in->shape, dims);
-    return term(node(c, c->dist, in, ch, in->noperands, dims, EG_LIFTED), v, assumed);
+    return term(node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
 }
 
 static lval lift_instr(lstate *s) {
@@ -1257,22 +1210,53 @@ static lval lift_instr(lstate *s) {
         eid ch[64];
         if (in->noperands > 64) return unknown();
         for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
-        return term(node(c, c->dist, in, ch, in->noperands, in->shape.dims, EG_LIFTED), view_dup(in->shape.rank), assumed);
+        return term(node(c, c->cur, in, ch, in->noperands, in->shape.dims, c->origin), view_dup(in->shape.rank), assumed);
     }
     unsupported(c, s->comp, in, "no transfer function relates %s (%s) with these operand views", in->name, in->opname);
     return unknown();
 }
 
+/* The op itself over its operands' terms, replicated: device values that agree
+ * everywhere become constants, anything else a fresh variable. */
+static lval generic(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    eid stack[16], *ch = in->noperands <= 16 ? stack : arena_alloc(c->a, in->noperands * sizeof *ch);
+    bool assumed = false;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
+        if (x->kind == LV_TERM) {
+            ch[o] = x->cls;
+            assumed |= x->assumed;
+        } else if (x->kind == LV_DEV && dev_uniform(c, x)) {
+            ch[o] = dev_constant(c, xi, x);
+        } else {
+            ch[o] = fresh_var(c, xi->shape.dtype, xi->shape.dims, xi->shape.rank);
+            assumed = true;
+        }
+    }
+    return term(node(c, c->cur, in, ch, in->noperands, in->shape.dims, c->origin), view_dup(in->shape.rank), assumed);
+}
+
 static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs) {
-    const hlo_module *m = c->dist;
+    const hlo_module *m = c->cur;
     lval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
     for (uint32_t i = 0; i < comp->ninstrs; i++) {
         const hlo_instr *in = &comp->instrs[i];
         lval *v = &vals[i];
-        c->lifted++;
+        if (!c->baseline_mode) c->lifted++;
         const char *sc;
         size_t sn;
-        {
+        if (c->baseline_mode) {
+            /* The baseline's range of each scope, in flattened positions. */
+            uint32_t pos = c->built++;
+            if (scope_top(in, &sc, &sn)) {
+                uint32_t si = segment_of(c, sc, sn);  /* may grow segs: index first */
+                if (c->segs[si].bstart == c->segs[si].bend) c->segs[si].bstart = pos;
+                c->segs[si].bend = pos + 1;
+            }
+        } else {
             /* An instruction with an op_name scope picks the segment; others (and
              * helper bodies without scopes) count to the current one. Positions
              * are in the flattened (inlined) program. */
@@ -1297,6 +1281,7 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
             if (args) {
                 *v = args[k];
             } else if (k < ninputs) {
+                /* Parameter k of either side is the baseline's parameter k. */
                 const hlo_comp *be = graph_entry(c->base);
                 const hlo_instr *bp = k < be->nparams ? &be->instrs[be->params[k]] : NULL;
                 if (!bp) {
@@ -1304,7 +1289,8 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
                     continue;
                 }
                 uint32_t t = type_of(c, bp->shape.dtype, bp->shape.dims, bp->shape.rank);
-                *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, EG_DISTRIBUTED), inputs[k], false);
+                uint8_t origin = c->baseline_mode ? EG_BASELINE : EG_DISTRIBUTED;
+                *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, origin), inputs[k], false);
             } else {
                 *v = unknown();
             }
@@ -1317,6 +1303,7 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
             c->depth++;
             *v = lift_comp(c, &m->comps[ta->v.ints[0]], cargs, NULL, 0);
             c->depth--;
+            if (c->baseline_mode && v->kind == LV_TERM) record_scope(c, in, v->cls);
             continue;
         }
         if (in->op == OP_COPY || in->op == OP_OPT_BARRIER || is_identity_custom_call(in)) {
@@ -1343,7 +1330,7 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
                 *v = dev_from_literal(c, in);
                 if (v->kind == LV_DEV) continue;
             }
-            *v = term(node(c, m, in, NULL, 0, in->shape.dims, EG_LIFTED), view_dup(in->shape.rank), false);
+            *v = term(node(c, m, in, NULL, 0, in->shape.dims, c->origin), view_dup(in->shape.rank), false);
             v->konst = true;
             continue;
         }
@@ -1351,6 +1338,13 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
         for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
         lstate s = {c, comp, in, ops, vals};
         *v = lift_instr(&s);
+        if (c->baseline_mode) {
+            /* The baseline is its own reference: what no transfer function
+             * handles is simply its own op over its operands. */
+            if (v->kind == LV_UNKNOWN) *v = generic(&s);
+            if (v->kind == LV_TERM) record_scope(c, in, v->cls);
+            continue;
+        }
         if (getenv("SCALIFY_DEBUG_LIFT") && v->kind == LV_UNKNOWN) {
             bool fresh_unknown = true;
             for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;

@@ -65,7 +65,11 @@ typedef struct lift_ctx {
     egraph *g;
     arena *a;
     const hlo_module *base, *dist;
-    const mesh *mesh;
+    const mesh *mesh;                     /* the mesh of the side being walked */
+    const mesh *dist_mesh;
+    const hlo_module *cur;                /* the module being walked */
+    uint8_t origin;                       /* EG_BASELINE or EG_LIFTED for new nodes */
+    bool baseline_mode;                   /* walking the baseline: one device, all dup */
     int64_t ndev;
     bool mesh_inferred;                   /* from sharding annotations: group mismatches are undecided */
     lift_finding *findings;
