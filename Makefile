@@ -67,6 +67,9 @@ $(BUILD)/run-tests: $(TEST_OBJ) $(BUILD)/libscalify.a
 $(BUILD)/bench-parse: tests/bench/bench_parse.c $(BUILD)/libscalify.a
 	$(CC) $(CFLAGS_ALL) $^ $(LIBS) -o $@
 
+$(BUILD)/bench-egraph: tests/bench/bench_egraph.c $(BUILD)/libscalify.a
+	$(CC) $(CFLAGS_ALL) $^ $(LIBS) -o $@
+
 # The test runner finds its inputs relative to the repository root and runs the
 # scalify binary as users do (SCALIFY names it).
 test: check-deps $(BUILD)/scalify $(BUILD)/run-tests
@@ -96,8 +99,9 @@ fuzz: check-deps
 build/fuzz/fuzz-%: tests/fuzz/fuzz_%.c build/fuzz/libscalify.a
 	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $^ $(LIBS) -o $@
 
-bench: check-deps $(BUILD)/scalify $(BUILD)/bench-parse
+bench: check-deps $(BUILD)/scalify $(BUILD)/bench-parse $(BUILD)/bench-egraph
 	$(BUILD)/bench-parse
+	$(BUILD)/bench-egraph
 
 demo: check-deps $(BUILD)/scalify
 	@tools/demo.sh $(BUILD)/scalify

@@ -35,7 +35,7 @@ struct egraph {
     uint32_t *pool_node, *pool_next;
     size_t npool, cappool;
     /* hash-cons over live nodes */
-    uint32_t *table;
+    uint32_t *table, *ttag; /* ttag: hash bits per slot, compared before the node */
     size_t tcap, tused;
     /* classes whose parents need repair */
     uint32_t *work;
@@ -147,6 +147,7 @@ void eg_free(egraph *g) {
     free(g->pool_node);
     free(g->pool_next);
     free(g->table);
+    free(g->ttag);
     free(g->work);
     blob_free(&g->attrs);
     blob_free(&g->types);
@@ -182,24 +183,37 @@ static bool node_eq(const uint32_t *a, const uint32_t *b) {
     return a[0] == b[0] && memcmp(a + 1, b + 1, (2 + n) * sizeof *a) == 0;
 }
 
+/* The low 32 bits of the hash: a filter before comparing nodes, and the slot
+ * index (low bits) on resize without touching the nodes. */
+static uint32_t hash_tag(uint64_t h) { return (uint32_t)h; }
+
 static void table_resize(egraph *g, size_t cap) {
-    free(g->table);
+    uint32_t *old = g->table, *oldtag = g->ttag;
+    size_t oldcap = g->tcap;
     g->table = xmalloc(cap * sizeof *g->table);
+    g->ttag = xmalloc(cap * sizeof *g->ttag);
     memset(g->table, 0xff, cap * sizeof *g->table);
     g->tcap = cap;
     g->tused = 0;
-    for (uint32_t id = 0; id < g->nnodes; id++) {
-        if (g->dead[id]) continue;
-        size_t i = node_hash(g->words + g->off[id]) & (cap - 1);
+    for (size_t j = 0; j < oldcap; j++) {
+        if (old[j] >= TOMB) continue;
+        size_t i = oldtag[j] & (cap - 1);
         while (g->table[i] != EMPTY) i = (i + 1) & (cap - 1);
-        g->table[i] = id;
+        g->table[i] = old[j];
+        g->ttag[i] = oldtag[j];
         g->tused++;
     }
+    free(old);
+    free(oldtag);
 }
 
-/* Slot holding a node equal to w, or the first free slot (*found tells). */
-static size_t table_find(const egraph *g, const uint32_t *w, bool *found) {
-    size_t mask = g->tcap - 1, i = node_hash(w) & mask, free_slot = SIZE_MAX;
+/* Slot holding a node equal to w, or the first free slot (*found tells); *tag
+ * gets w's hash bits for the caller to store with a new entry. */
+static size_t table_find(const egraph *g, const uint32_t *w, bool *found, uint32_t *tag) {
+    uint64_t h = node_hash(w);
+    uint32_t t = hash_tag(h);
+    size_t mask = g->tcap - 1, i = h & mask, free_slot = SIZE_MAX;
+    *tag = t;
     for (;; i = (i + 1) & mask) {
         uint32_t id = g->table[i];
         if (id == EMPTY) {
@@ -210,7 +224,7 @@ static size_t table_find(const egraph *g, const uint32_t *w, bool *found) {
             if (free_slot == SIZE_MAX) free_slot = i;
             continue;
         }
-        if (node_eq(g->words + g->off[id], w)) {
+        if (g->ttag[i] == t && node_eq(g->words + g->off[id], w)) {
             *found = true;
             return i;
         }
@@ -254,7 +268,8 @@ eid eg_lookup(egraph *g, uint16_t op, uint32_t attr, uint32_t type, const eid *c
     uint32_t stack[64], *w = n + 3 <= 64 ? stack : xmalloc((n + 3) * sizeof *w);
     canon_words(g, w, op, attr, type, ch, n);
     bool found;
-    size_t i = table_find(g, w, &found);
+    uint32_t tag;
+    size_t i = table_find(g, w, &found, &tag);
     eid r = found ? eg_find(g, g->table[i]) : EID_NONE;
     if (w != stack) free(w);
     return r;
@@ -267,7 +282,8 @@ eid eg_add(egraph *g, uint16_t op, uint32_t attr, uint32_t type, const eid *ch, 
     uint32_t *w = g->words + g->nwords;  /* build in place; kept only when new */
     canon_words(g, w, op, attr, type, ch, n);
     bool found;
-    size_t slot = table_find(g, w, &found);
+    uint32_t tag;
+    size_t slot = table_find(g, w, &found, &tag);
     if (found) {
         eid c = eg_find(g, g->table[slot]);
         g->origin[c] |= origin;
@@ -286,6 +302,7 @@ eid eg_add(egraph *g, uint16_t op, uint32_t attr, uint32_t type, const eid *ch, 
     g->origin[id] = origin;
     if (g->table[slot] != TOMB) g->tused++;
     g->table[slot] = id;
+    g->ttag[slot] = tag;
     for (uint32_t i = 0; i < n; i++) add_parent(g, w[3 + i], id);
     g->st.nodes++;
     return id;
@@ -344,7 +361,8 @@ uint64_t eg_rebuild(egraph *g) {
             table_remove(g, p);
             for (uint32_t i = 0; i < n; i++) w[3 + i] = eg_find(g, w[3 + i]);
             bool found;
-            size_t slot = table_find(g, w, &found);
+            uint32_t tag;
+            size_t slot = table_find(g, w, &found, &tag);
             repairs++;
             if (found) {
                 /* p duplicates an existing node: p leaves the hash-cons; classes merge. */
@@ -353,6 +371,7 @@ uint64_t eg_rebuild(egraph *g) {
             } else {
                 if (g->table[slot] != TOMB) g->tused++;
                 g->table[slot] = p;
+                g->ttag[slot] = tag;
             }
         }
     }
@@ -424,7 +443,7 @@ eg_stats eg_get_stats(const egraph *g) {
         s.live_nodes += !g->dead[i];
         s.classes += g->uf[i] == i;
     }
-    s.bytes = g->capwords * 4 + g->capnodes * (7 * 4 + 2) + g->cappool * 8 + g->tcap * 4 +
+    s.bytes = g->capwords * 4 + g->capnodes * (7 * 4 + 2) + g->cappool * 8 + g->tcap * 8 +
               g->attrs.capwords * 8 + g->types.capwords * 8;
     return s;
 }
@@ -443,7 +462,8 @@ int eg_check(egraph *g, strbuf *why) {
                 bad++;
             }
         bool found;
-        size_t slot = table_find(g, w, &found);
+        uint32_t tag;
+        size_t slot = table_find(g, w, &found, &tag);
         if (!found || g->table[slot] != id) {
             if (why) sb_printf(why, "node %u is not in the hash-cons (or duplicates another)\n", id);
             bad++;

@@ -179,7 +179,7 @@ static uint32_t read_datum(reader *r, int depth) {
         rd_error(r, r->pos, "unexpected end of input");
         return UINT32_MAX;
     }
-    if (depth > 200) {
+    if (depth > 2000) {
         rd_error(r, r->pos, "nesting too deep");
         return UINT32_MAX;
     }
@@ -187,7 +187,7 @@ static uint32_t read_datum(reader *r, int depth) {
     char c = r->src[r->pos];
     if (c == '(') {
         r->pos++;
-        uint32_t tmp[256], nt = 0, *items = tmp, capi = 256;
+        uint32_t tmp[16], nt = 0, *items = tmp, capi = 16;
         for (;;) {
             skip_ws(r);
             if (r->pos >= r->n) {
