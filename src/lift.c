@@ -25,6 +25,7 @@ void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const h
 }
 
 void lift_done(lift_ctx *c) {
+    sb_free(&c->assumptions);
     free(c->segs);
     strmap_free(&c->scope_index);
     free(c->scope_cls);
@@ -193,6 +194,14 @@ static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid
                 uint8_t origin) {
     uint32_t t = type_of(c, in->shape.dtype, dims, in->shape.rank);
     if (in->op == OP_RESHAPE && n == 1) return mk_reshape(c, ch[0], t, origin);
+    if (in->op == OP_BROADCAST && n == 1 && eg_class_type(c->g, ch[0]) == t) {
+        /* A broadcast to the same shape along dims 0..r-1 in order is the identity. */
+        uint32_t nd;
+        const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nd);
+        bool ident = nd == in->shape.rank;
+        for (uint32_t k = 0; k < nd && ident; k++) ident = bd[k] == k;
+        if (ident) return eg_find(c->g, ch[0]);
+    }
     uint32_t attr = encode_attrs(c, m, in);
     return eg_add(c->g, in->op, attr, t, ch, n, origin);
 }
@@ -1158,10 +1167,375 @@ static lval lift_concatenate(lstate *s) {
     return term(node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
 }
 
+
+/* ---- index arithmetic: piecewise functions of one integer source ---- */
+
+static void assume_text(lift_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void assume_text(lift_ctx *c, const char *fmt, ...) {
+    char line[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (c->assumptions.s && strstr(c->assumptions.s, line)) return;
+    sb_puts(&c->assumptions, line);
+    sb_putc(&c->assumptions, '\n');
+}
+
+static pw_fn *pw_alloc(lift_ctx *c) { return arena_alloc(c->a, (size_t)c->ndev * sizeof(pw_fn)); }
+
+/* Operand o as per-device functions of the source, with its positions (EID_NONE
+ * for a value that is the same at every position). */
+static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[o];
+    if (x->kind == LV_PW) {
+        *out = x->pw;
+        *pos = x->pos;
+        return true;
+    }
+    if (x->kind == LV_DEV) {
+        pw_fn *f = pw_alloc(c);
+        for (int64_t d = 0; d < c->ndev; d++) {
+            double v0 = x->dev[d * x->count];
+            for (uint32_t k = 1; k < x->count; k++)
+                if (x->dev[d * x->count + k] != v0) return false;
+            pw_const(&f[d], (int64_t)v0);
+        }
+        *out = f;
+        *pos = EID_NONE;
+        return true;
+    }
+    const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
+    if (x->kind == LV_TERM && !x->konst && !x->assumed && view_is_dup(&x->v) &&
+        (dtype_is_int(xi->shape.dtype) || xi->shape.dtype == DT_PRED)) {
+        pw_fn *f = pw_alloc(c);
+        for (int64_t d = 0; d < c->ndev; d++) pw_shift(&f[d], 0);
+        *out = f;
+        *pos = x->cls;
+        return true;
+    }
+    return false;
+}
+
+static bool same_pos(eid *acc, eid p) {
+    if (p == EID_NONE) return true;
+    if (*acc == EID_NONE) {
+        *acc = p;
+        return true;
+    }
+    return *acc == p;
+}
+
+static int pw_op_of(const hlo_instr *in) {
+    switch (in->op) {
+    case OP_ADD: return PW_ADD;
+    case OP_SUBTRACT: return PW_SUB;
+    case OP_MULTIPLY: return PW_MUL;
+    case OP_MINIMUM: return PW_MIN;
+    case OP_MAXIMUM: return PW_MAX_OP;
+    case OP_AND: return PW_AND;
+    case OP_OR: return PW_OR;
+    case OP_XOR: return PW_XOR;
+    case OP_COMPARE: {
+        const char *d = instr_str(in, A_DIRECTION);
+        if (!d) return -1;
+        return !strcmp(d, "EQ") ? PW_EQ : !strcmp(d, "NE") ? PW_NE : !strcmp(d, "LT") ? PW_LT
+             : !strcmp(d, "LE") ? PW_LE : !strcmp(d, "GT") ? PW_GT : PW_GE;
+    }
+    default: return -1;
+    }
+}
+
+/* Positions of a value of shape `dims` built from source positions `pos` by a
+ * reshape (when dims has pos's element count) — canonical like every reshape. */
+static eid pos_reshape(lift_ctx *c, eid pos, const int64_t *dims, uint32_t rank) {
+    if (pos == EID_NONE) return pos;
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, pos));
+    return mk_reshape(c, pos, type_of(c, dt, dims, rank), c->origin);
+}
+
+static eid pos_broadcast(lift_ctx *c, eid pos, const int64_t *bdims, uint32_t nb, const int64_t *dims, uint32_t rank) {
+    if (pos == EID_NONE) return pos;
+    int64_t words[2 + VIEW_MAX_RANK];
+    uint32_t nw = 0;
+    if (nb) {
+        words[nw++] = A_DIMENSIONS;
+        words[nw++] = nb;
+        memcpy(words + nw, bdims, nb * sizeof *bdims);
+        nw += nb;
+    }
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, pos));
+    uint32_t t = type_of(c, dt, dims, rank);
+    bool ident = nb == rank;
+    for (uint32_t k = 0; k < nb && ident; k++) ident = bdims[k] == k;
+    if (ident && eg_class_type(c->g, pos) == t) return pos;  /* same shape, dims in order: identity */
+    return eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, &pos, 1, c->origin);
+}
+
+static bool is_zero_constant(const hlo_comp *comp, const hlo_instr *x) {
+    while (x->op == OP_BROADCAST || x->op == OP_RESHAPE || x->op == OP_CONVERT || x->op == OP_COPY)
+        x = &comp->instrs[x->operands[0]];
+    const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
+    if (!la || la->v.lit->elided || la->v.lit->raw) return false;
+    for (int64_t k = 0; k < la->v.lit->count; k++)
+        if (la->v.lit->f ? la->v.lit->f[k] != 0 : la->v.lit->i[k] != 0) return false;
+    return true;
+}
+
+/* A masked value as a term: every device holds the row for every index value of
+ * the domain. */
+static bool mask_resolves(const lift_ctx *c, const lval *m) {
+    for (int64_t d = 0; d < c->ndev; d++) {
+        int64_t tag;
+        if (!pw_constant_on(&m->pw[d], 0, m->domain, &tag) || tag != TAG_HIT) return false;
+    }
+    return true;
+}
+
+/* gather(table, index) with the index a function of the source: the rows the
+ * devices fetch, per range of index values. */
+static bool pw_gather(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *tab = &s->ops[0];
+    const lval *idx = &s->ops[1];
+    if (tab->kind != LV_TERM || idx->kind != LV_PW || tab->v.partial) return false;
+    const hlo_instr *ti = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]];
+    uint32_t n1, n2, n3, no, nss;
+    const int64_t *coll = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &n1), *sim = instr_ints(in, A_START_INDEX_MAP, &n2);
+    const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &no), *ss = instr_ints(in, A_SLICE_SIZES, &nss);
+    (void)instr_ints(in, A_OPERAND_BATCHING_DIMS, &n3);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+    if (n1 != 1 || coll[0] != 0 || n2 != 1 || sim[0] != 0 || n3 || ti->shape.rank < 1 || nss != ti->shape.rank ||
+        ss[0] != 1 || ivd != (int64_t)ii->shape.rank - 1 || ii->shape.dims[ivd] != 1 || no + ii->shape.rank - 1 != in->shape.rank)
+        return false;
+    for (uint32_t d = 1; d < ti->shape.rank; d++)
+        if (tab->v.dims[d].naxes || ss[d] != ti->shape.dims[d]) return false;
+    int64_t rows = ti->shape.dims[0], parts = view_dim_parts(&tab->v, c->mesh, 0), domain = rows * parts;
+    lval v = {.kind = LV_MASK, .domain = domain, .v = view_dup(in->shape.rank)};
+    v.pw = pw_alloc(c);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t blk = 0;
+        for (uint32_t a = 0; a < tab->v.dims[0].naxes; a++) {
+            int ax = tab->v.dims[0].axes[a];
+            blk = blk * c->mesh->sizes[ax] + mesh_coord(c->mesh, r, ax);
+        }
+        int64_t start = blk * rows;
+        pw_fn *t = &v.pw[r];
+        t->n = 0;
+        const pw_fn *f = &idx->pw[r];
+        for (uint32_t k = 0; k < f->n; k++) {
+            const pw_piece *p = &f->p[k];
+            /* The device reads row start + (a·t + b); it is row t when a = 1, b = -start. */
+            int64_t hlo = p->lo, hhi = p->lo;
+            if (p->a == 1 && p->b == -start) {
+                hlo = p->lo > start ? p->lo : start;
+                hhi = p->hi < start + rows ? p->hi : start + rows;
+                if (hhi < hlo) hhi = hlo;
+            }
+            if (!pw_push(t, p->lo, hlo, 0, TAG_JUNK) || !pw_push(t, hlo, hhi, 0, TAG_HIT) ||
+                !pw_push(t, hhi > p->lo ? hhi : p->lo, p->hi, 0, TAG_JUNK))
+                return false;
+        }
+    }
+    /* The row term: the same gather on the whole table, indexed by the source. */
+    eid ch[2] = {tab->cls, idx->pos};
+    if (idx->pos == EID_NONE) return false;
+    v.hit = node(c, c->cur, in, ch, 2, in->shape.dims, c->origin);
+    /* Output positions: the index positions without the index vector dim,
+     * broadcast over the row (offset) dims. */
+    int64_t bdims[VIEW_MAX_RANK], pdims[VIEW_MAX_RANK];
+    uint32_t nb = 0, np = 0;
+    for (uint32_t d = 0; d < in->shape.rank; d++) {
+        bool is_off = false;
+        for (uint32_t k = 0; k < no; k++) is_off |= off[k] == d;
+        if (!is_off) bdims[nb++] = d;
+    }
+    for (uint32_t d = 0; d < ii->shape.rank; d++)
+        if (d != ivd) pdims[np++] = ii->shape.dims[d];
+    if (nb != np) return false;
+    eid p0 = pos_reshape(c, idx->pos, pdims, np);
+    v.pos = pos_broadcast(c, p0, bdims, nb, in->shape.dims, in->shape.rank);
+    *out = v;
+    return true;
+}
+
+/* The ops index arithmetic goes through. True when handled (*out set). */
+static bool pw_instr(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    bool any_pw = false, any_dev = false, any_src = false, any_mask = false;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        any_pw |= x->kind == LV_PW;
+        any_mask |= x->kind == LV_MASK;
+        /* The baseline analyses index arithmetic on any device value, so that its
+         * gathers resolve; the distributed side only where the value depends on
+         * the device (elsewhere its plain terms are the baseline's). */
+        any_dev |= x->kind == LV_DEV && (c->baseline_mode || !dev_uniform(c, x));
+        any_src |= x->kind == LV_TERM && !x->konst;
+    }
+    if (in->op == OP_GATHER && s->ops[1].kind == LV_PW) return pw_gather(s, out);
+    if (!any_pw && !any_mask && !(any_dev && any_src)) return false;
+    int dt = in->shape.dtype;
+    lval v = {.kind = LV_PW, .v = view_dup(in->shape.rank), .pos = EID_NONE};
+    if (any_mask) {
+        if (in->op == OP_SELECT && s->ops[0].kind == LV_PW) {
+            /* select(pred, masked or zero, masked or zero): tags per range. */
+            const lval *pr = &s->ops[0];
+            lval m = {.kind = LV_MASK, .v = view_dup(in->shape.rank), .pos = pr->pos, .hit = EID_NONE, .domain = 0};
+            m.pw = pw_alloc(c);
+            pw_fn *tags[2];
+            for (int k = 0; k < 2; k++) {
+                const lval *x = &s->ops[1 + k];
+                if (x->kind == LV_MASK) {
+                    if (!same_pos(&m.pos, x->pos) || (m.hit != EID_NONE && m.hit != x->hit)) return false;
+                    m.hit = x->hit;
+                    m.domain = x->domain;
+                    tags[k] = x->pw;
+                } else if (x->kind == LV_TERM) {
+                    tags[k] = pw_alloc(c);
+                    int tag = is_zero_constant(s->comp, &s->comp->instrs[in->operands[1 + k]]) ? TAG_ZERO : TAG_JUNK;
+                    for (int64_t d = 0; d < c->ndev; d++) pw_const(&tags[k][d], tag);
+                } else {
+                    return false;
+                }
+            }
+            for (int64_t d = 0; d < c->ndev; d++)
+                if (!pw_select(&pr->pw[d], &tags[0][d], &tags[1][d], &m.pw[d])) return false;
+            *out = m;
+            return true;
+        }
+        if (in->op == OP_ALL_REDUCE && instr_reducer(c->cur, in) == RED_SUM && s->ops[0].kind == LV_MASK) {
+            /* The sum over every device: exactly one holds the row, the others 0. */
+            const lval *m = &s->ops[0];
+            int axes = lift_groups_axes(c, in, false);
+            if (axes != (1 << c->mesh->naxes) - 1) return false;
+            int64_t lo = 0;
+            while (lo < m->domain) {
+                int64_t hi = m->domain;
+                for (int64_t d = 0; d < c->ndev; d++)
+                    for (uint32_t k = 0; k < m->pw[d].n; k++)
+                        if (m->pw[d].p[k].lo > lo && m->pw[d].p[k].lo < hi) hi = m->pw[d].p[k].lo;
+                int hits = 0;
+                for (int64_t d = 0; d < c->ndev; d++) {
+                    int64_t tag;
+                    if (!pw_constant_on(&m->pw[d], lo, hi, &tag) || tag == TAG_JUNK) return false;
+                    hits += tag == TAG_HIT;
+                }
+                if (hits != 1) return false;
+                lo = hi;
+            }
+            assume_text(c, "index values reaching %s lie in [0, %lld): the rows of its table", in->name, (long long)m->domain);
+            if (getenv("SCALIFY_DEBUG_LIFT")) {
+                strbuf b;
+                sb_init(&b);
+                eg_print_term(&b, c->g, m->hit, 4);
+                fprintf(stderr, "lift: %s is the row %s\n", in->name, b.s);
+                sb_free(&b);
+            }
+            *out = term(m->hit, view_dup(in->shape.rank), false);
+            return true;
+        }
+        return false;
+    }
+    if (in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST || in->op == OP_CONVERT ||
+        in->op == OP_COPY) {
+        if (s->ops[0].kind != LV_PW) return false;
+        if (in->op == OP_CONVERT && !(dtype_is_int(dt) || dt == DT_PRED)) return false;
+        v.pw = s->ops[0].pw;
+        if (in->op == OP_BROADCAST) {
+            uint32_t nb;
+            const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nb);
+            v.pos = pos_broadcast(c, s->ops[0].pos, bd, nb, in->shape.dims, in->shape.rank);
+        } else if (in->op == OP_RESHAPE || in->op == OP_BITCAST) {
+            v.pos = pos_reshape(c, s->ops[0].pos, in->shape.dims, in->shape.rank);
+        } else {
+            v.pos = s->ops[0].pos;
+        }
+        *out = v;
+        return true;
+    }
+    if (in->op == OP_REDUCE && in->noperands == 2 && s->ops[0].kind == LV_PW && s->ops[1].kind == LV_DEV) {
+        /* A reduction over unit dimensions only, from its identity: the value itself. */
+        const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+        uint32_t nd;
+        const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+        for (uint32_t k = 0; k < nd; k++)
+            if (src->shape.dims[rd[k]] != 1) return false;
+        int red = instr_reducer(c->cur, in);
+        double init = s->ops[1].dev[0];
+        bool identity = (red == RED_AND && init == 1) || ((red == RED_OR || red == RED_SUM || red == RED_XOR) && init == 0);
+        if (!identity) return false;
+        v.pw = s->ops[0].pw;
+        v.pos = pos_reshape(c, s->ops[0].pos, in->shape.dims, in->shape.rank);
+        *out = v;
+        return true;
+    }
+    if (!(dtype_is_int(dt) || dt == DT_PRED) || !is_elementwise(in->op)) return false;
+    pw_fn *f[3];
+    eid pos = EID_NONE;
+    if (in->noperands > 3) return false;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        eid p;
+        if (!as_pw(s, o, &f[o], &p) || !same_pos(&pos, p)) return false;
+    }
+    v.pw = pw_alloc(c);
+    v.pos = pos;
+    for (int64_t d = 0; d < c->ndev; d++) {
+        bool ok;
+        switch (in->op) {
+        case OP_SELECT: ok = pw_select(&f[0][d], &f[1][d], &f[2][d], &v.pw[d]); break;
+        case OP_NOT: ok = pw_not(&f[0][d], &v.pw[d]); break;
+        case OP_NEGATE: ok = pw_negate(&f[0][d], &v.pw[d]); break;
+        case OP_CLAMP: {
+            pw_fn t;
+            ok = pw_binary(PW_MAX_OP, &f[1][d], &f[0][d], &t) && pw_binary(PW_MIN, &t, &f[2][d], &v.pw[d]);
+            break;
+        }
+        default: {
+            int op = pw_op_of(in);
+            ok = op >= 0 && in->noperands == 2 && pw_binary(op, &f[0][d], &f[1][d], &v.pw[d]);
+        }
+        }
+        if (!ok) return false;
+    }
+    *out = v;
+    return true;
+}
+
 static lval lift_instr(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     lval *ops = s->ops;
+    lval pwv;
+    if (pw_instr(s, &pwv)) return pwv;
+    /* Index values met by an op that does not take them: a masked row that every
+     * device holds is a term; anything else is not related here. */
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        if (ops[o].kind == LV_MASK && getenv("SCALIFY_DEBUG_LIFT")) {
+            strbuf b;
+            sb_init(&b);
+            eg_print_term(&b, c->g, ops[o].hit, 4);
+            fprintf(stderr, "lift: %s%s takes a masked row %s (resolves: %d)\n", c->baseline_mode ? "baseline " : "", in->name,
+                    b.s, mask_resolves(c, &ops[o]));
+            sb_free(&b);
+        }
+        if (ops[o].kind == LV_MASK && mask_resolves(c, &ops[o])) {
+            assume_text(c, "index values reaching %s lie in [0, %lld): the rows of its table", in->name, (long long)ops[o].domain);
+            ops[o] = term(ops[o].hit, view_dup(s->comp->instrs[in->operands[o]].shape.rank), false);
+        }
+        if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) {
+            if (c->baseline_mode) {
+                ops[o] = term(ops[o].cls, view_dup(s->comp->instrs[in->operands[o]].shape.rank), false);
+                continue;
+            }
+            unsupported(c, s->comp, in, "%s uses index arithmetic (a function of data and the device) in a way not related yet",
+                        in->name);
+            return unknown();
+        }
+    }
     /* Device-dependent values first: partition-id and what is computed from it. */
     bool any_dev = in->op == OP_PARTITION_ID || in->op == OP_REPLICA_ID, all_dev_or_const = true;
     for (uint32_t o = 0; o < in->noperands; o++) {
@@ -1326,7 +1700,7 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
         if (in->op == OP_CONSTANT) {
             /* Constants are both: a baseline-comparable term and concrete values. */
             int64_t n = shape_elements(&in->shape);
-            if (n >= 0 && n <= 64 && dtype_is_int(in->shape.dtype)) {
+            if (n >= 0 && n <= 64 && (dtype_is_int(in->shape.dtype) || in->shape.dtype == DT_PRED)) {
                 *v = dev_from_literal(c, in);
                 if (v->kind == LV_DEV) continue;
             }
@@ -1340,8 +1714,15 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
         *v = lift_instr(&s);
         if (c->baseline_mode) {
             /* The baseline is its own reference: what no transfer function
-             * handles is simply its own op over its operands. */
+             * handles is simply its own op over its operands; index values keep
+             * that plain term beside their analysis for ops that do not take them. */
             if (v->kind == LV_UNKNOWN) *v = generic(&s);
+            if (v->kind == LV_PW || v->kind == LV_MASK) {
+                for (uint32_t o = 0; o < in->noperands; o++)
+                    if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK)
+                        ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
+                v->cls = generic(&s).cls;
+            }
             if (v->kind == LV_TERM) record_scope(c, in, v->cls);
             continue;
         }

@@ -13,6 +13,15 @@
  *     tables), evaluated concretely on every device (DESIGN "Device-dependent
  *     scalars"): dev[d * count + k].
  *   - LV_TUPLE: elements.
+ *   - LV_PW: an integer value that is, per device, a piecewise-affine function
+ *     (pwidx.h) of one integer source term t at the same positions (`pos`, the
+ *     class of t reshaped/broadcast to this value's shape): index arithmetic.
+ *   - LV_MASK: the result of gathering rows of a table with such an index: per
+ *     device and per range of t, the row itself (HIT: the term `hit`), zero, or
+ *     something else (JUNK). A sum over devices with exactly one HIT and zeros
+ *     elsewhere, for every t in [0, domain), is the gathered row: the
+ *     vocab-parallel embedding. Relating it assumes the index source holds
+ *     values in [0, domain); that assumption is recorded.
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
  * `call`s are inlined, copies and sharding custom-calls are identities.
  *
@@ -25,10 +34,14 @@
 #define SCALIFY_LIFT_H
 
 #include "egraph.h"
+#include "pwidx.h"
 #include "graph.h"
 #include "view.h"
 
-enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE };
+enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK };
+
+/* Tags of LV_MASK pieces: what a device holds for index values in a piece. */
+enum { TAG_ZERO = 0, TAG_HIT = 1, TAG_JUNK = 2 };
 
 typedef struct lval {
     uint8_t kind;
@@ -40,6 +53,9 @@ typedef struct lval {
     uint32_t count;
     struct lval *elems;
     uint32_t n;
+    pw_fn *pw;                    /* LV_PW / LV_MASK: one function per device */
+    eid pos, hit;                 /* source positions; LV_MASK: the gathered row */
+    int64_t domain;               /* LV_MASK: valid index values [0, domain) */
 } lval;
 
 typedef struct lift_finding {
@@ -86,6 +102,7 @@ typedef struct lift_ctx {
     eid *scope_cls;
     size_t nscopes, capscopes;
     uint32_t resynced;                    /* assumptions of that kind made */
+    strbuf assumptions;                   /* preconditions relied on, one per line */
     const char *resync_scope;             /* the first one */
     uint64_t lifted, assumed;             /* instructions lifted; with assumed content */
     uint64_t *digests[2];                 /* per module, per computation (0: not yet) */
