@@ -75,11 +75,16 @@ static int run_manifest(const char *manifest, const char *out_dir, const char *s
     for (size_t i = 0; i < json_array_size(pairs); i++) {
         json_t *p = json_array_get(pairs, i);
         const char *name = json_string_value(json_object_get(p, "name"));
-        const char *b = json_string_value(json_object_get(json_object_get(p, "baseline"), "hlo"));
-        const char *dd = json_string_value(json_object_get(json_object_get(p, "distributed"), "hlo"));
+        /* The protobuf form when there is one: text dumps elide large constants
+         * ({...}), which then cannot be compared. */
+        json_t *bj = json_object_get(p, "baseline"), *dj = json_object_get(p, "distributed");
+        const char *b = json_string_value(json_object_get(bj, "pb"));
+        const char *dd = json_string_value(json_object_get(dj, "pb"));
+        if (!b) b = json_string_value(json_object_get(bj, "hlo"));
+        if (!dd) dd = json_string_value(json_object_get(dj, "hlo"));
         const char *r = json_string_value(json_object_get(p, "relations"));
         if (!name || !b || !dd || !r) {
-            fprintf(stderr, "%s: pair %zu lacks name, baseline.hlo, distributed.hlo or relations\n", manifest, i);
+            fprintf(stderr, "%s: pair %zu lacks name, a baseline or distributed file, or relations\n", manifest, i);
             worst = EXIT_INPUT;
             continue;
         }

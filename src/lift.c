@@ -1712,6 +1712,38 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
         for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
         lstate s = {c, comp, in, ops, vals};
         *v = lift_instr(&s);
+        static eid dbg_base = EID_NONE;
+        const char *dbgb = getenv("SCALIFY_DEBUG_BASE");
+        if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
+        const char *dbg = getenv("SCALIFY_DEBUG_TERM");
+        if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+            /* Descend both terms to the first node where they part. */
+            eid x = dbg_base, y = v->cls;
+            for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
+                eid nx = eg_class_first(c->g, x), ny = eg_class_first(c->g, y);
+                uint32_t kx, ky;
+                const eid *cx = eg_node_children(c->g, nx, &kx), *cy = eg_node_children(c->g, ny, &ky);
+                uint32_t ax, ay;
+                eg_attr_words(c->g, eg_node_attr(c->g, nx), &ax);
+                eg_attr_words(c->g, eg_node_attr(c->g, ny), &ay);
+                fprintf(stderr, "diff depth %d: op %d/%d attr %u/%u (len %u/%u) type %u/%u kids %u/%u\n", depth,
+                        eg_node_op(c->g, nx), eg_node_op(c->g, ny), eg_node_attr(c->g, nx), eg_node_attr(c->g, ny), ax, ay,
+                        eg_class_type(c->g, x), eg_class_type(c->g, y), kx, ky);
+                if (kx != ky) break;
+                uint32_t k = 0;
+                while (k < kx && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
+                if (k == kx) break;
+                x = cx[k];
+                y = cy[k];
+            }
+        }
+        if (dbg && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+            strbuf b;
+            sb_init(&b);
+            eg_print_term(&b, c->g, v->cls, 12);
+            fprintf(stderr, "term %s%s = %s\n", c->baseline_mode ? "(baseline) " : "", in->name, b.s);
+            sb_free(&b);
+        }
         if (c->baseline_mode) {
             /* The baseline is its own reference: what no transfer function
              * handles is simply its own op over its operands; index values keep
@@ -1741,12 +1773,19 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
             c->segs[c->cur_seg].outside++;
         /* The first divergence: a term outside the baseline whose term operands
          * are all inside it (DESIGN §7); constant-only values are not data. */
-        if (!c->divergence && !konst && v->kind == LV_TERM && !v->assumed && !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
+        if (!c->divergence && !konst && in->op != OP_BROADCAST && v->kind == LV_TERM && !v->assumed && !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
             bool inside = true;
             for (uint32_t o = 0; o < in->noperands; o++)
                 if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE))
                     inside = false;
             if (inside) {
+                if (getenv("SCALIFY_DEBUG_LIFT")) {
+                    strbuf b;
+                    sb_init(&b);
+                    eg_print_term(&b, c->g, v->cls, 6);
+                    fprintf(stderr, "lift: divergence %s = %s\n", in->name, b.s);
+                    sb_free(&b);
+                }
                 c->divergence = in;
                 c->divergence_comp = comp;
                 if (c->nsegs) c->segs[c->cur_seg].divergent++;
