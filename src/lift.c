@@ -1407,10 +1407,13 @@ static bool pw_instr(lstate *s, lval *out) {
             *out = m;
             return true;
         }
-        if (in->op == OP_ALL_REDUCE && instr_reducer(c->cur, in) == RED_SUM && s->ops[0].kind == LV_MASK) {
-            /* The sum over every device: exactly one holds the row, the others 0. */
+        if ((in->op == OP_ALL_REDUCE || in->op == OP_REDUCE_SCATTER) && instr_reducer(c->cur, in) == RED_SUM &&
+            s->ops[0].kind == LV_MASK) {
+            /* The sum over every device: exactly one holds the row, the others 0.
+             * A reduce-scatter leaves block r of that sum on device r. */
             const lval *m = &s->ops[0];
-            int axes = lift_groups_axes(c, in, false);
+            bool scatter = in->op == OP_REDUCE_SCATTER;
+            int axes = lift_groups_axes(c, in, scatter);
             if (axes != (1 << c->mesh->naxes) - 1) return false;
             int64_t lo = 0;
             while (lo < m->domain) {
@@ -1435,7 +1438,14 @@ static bool pw_instr(lstate *s, lval *out) {
                 fprintf(stderr, "lift: %s is the row %s\n", in->name, b.s);
                 sb_free(&b);
             }
-            *out = term(m->hit, view_dup(in->shape.rank), false);
+            view rv = view_dup(in->shape.rank);
+            if (scatter) {
+                uint32_t nd;
+                const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
+                if (nd != 1) return false;
+                for (uint32_t a = 0; a < c->mesh->naxes; a++) rv.dims[dd[0]].axes[rv.dims[dd[0]].naxes++] = (uint8_t)a;
+            }
+            *out = term(m->hit, rv, false);
             return true;
         }
         return false;
