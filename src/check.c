@@ -538,6 +538,15 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     (void)st;
     json_object_set_new(t, "segments", segs);
     json_object_set_new(t, "findings", findings);
+    if (lc.assumptions.len) {
+        json_t *as = json_array();
+        for (char *line = lc.assumptions.s; line && *line;) {
+            char *nl = strchr(line, '\n');
+            json_array_append_new(as, json_stringn(line, nl ? (size_t)(nl - line) : strlen(line)));
+            line = nl ? nl + 1 : NULL;
+        }
+        json_object_set_new(t, "assumptions", as);
+    }
     *trace = t;
 
     sb_free(&why);

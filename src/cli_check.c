@@ -50,6 +50,9 @@ static int run_one(const check_opts *o, const char *out) {
     }
     cli_flush_diag(&d);
     fprintf(stderr, "%s: %s\n", o->name ? o->name : o->distributed, verdict_name(v));
+    json_t *as = json_object_get(trace, "assumptions");
+    for (size_t i = 0; i < json_array_size(as); i++)
+        fprintf(stderr, "  assuming %s\n", json_string_value(json_array_get(as, i)));
     json_decref(trace);
     return exit_for(v);
 }

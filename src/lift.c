@@ -1430,7 +1430,7 @@ static bool pw_instr(lstate *s, lval *out) {
                 if (hits != 1) return false;
                 lo = hi;
             }
-            assume_text(c, "index values reaching %s lie in [0, %lld): the rows of its table", in->name, (long long)m->domain);
+            assume_text(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)m->domain);
             if (getenv("SCALIFY_DEBUG_LIFT")) {
                 strbuf b;
                 sb_init(&b);
@@ -1533,7 +1533,7 @@ static lval lift_instr(lstate *s) {
             sb_free(&b);
         }
         if (ops[o].kind == LV_MASK && mask_resolves(c, &ops[o])) {
-            assume_text(c, "index values reaching %s lie in [0, %lld): the rows of its table", in->name, (long long)ops[o].domain);
+            assume_text(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)ops[o].domain);
             ops[o] = term(ops[o].hit, view_dup(s->comp->instrs[in->operands[o]].shape.rank), false);
         }
         if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) {

@@ -596,6 +596,17 @@ static void page_pair(rctx *c, size_t p) {
         sb_puts(&b, "</tbody></table></div>\n");
     }
 
+    if (t->n_assumptions) {
+        sb_puts(&b, "<h2 id=\"assumptions\">Assumptions</h2>\n<p class=\"muted\">The verdict holds under these "
+                    "preconditions on the inputs.</p>\n<ul>\n");
+        for (size_t i = 0; i < t->n_assumptions; i++) {
+            sb_puts(&b, "<li>");
+            put(&b, t->assumptions[i]);
+            sb_puts(&b, "</li>\n");
+        }
+        sb_puts(&b, "</ul>\n");
+    }
+
     sb_puts(&b, "<h2 id=\"inputs\">Inputs and digests</h2>\n<div class=\"two\">\n");
     module_facts(&b, "Baseline", &t->base);
     module_facts(&b, "Distributed", &t->dist);

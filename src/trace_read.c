@@ -379,6 +379,13 @@ static void read_root(rd *r, json_t *root) {
         t->tool_version = get_str(r, tool, "tool", "version", true);
         t->rules_digest = get_str(r, tool, "tool", "rules_digest", true);
     }
+    json_t *as = json_object_get(root, "assumptions");
+    if (json_is_array(as)) {
+        t->assumptions = arena_alloc(&t->mem, (json_array_size(as) + 1) * sizeof *t->assumptions);
+        for (size_t i = 0; i < json_array_size(as); i++)
+            if (json_is_string(json_array_get(as, i)))
+                t->assumptions[t->n_assumptions++] = arena_strdup(&t->mem, json_string_value(json_array_get(as, i)));
+    }
     json_t *pair = get_obj(r, root, "(root)", "pair", true);
     if (pair) {
         t->name = get_str(r, pair, "pair", "name", true);

@@ -138,6 +138,8 @@ typedef struct trace {
     size_t n_segments;
     trace_finding *findings;
     size_t n_findings;
+    const char **assumptions;  /* preconditions the verdict relies on */
+    size_t n_assumptions;
 } trace;
 
 /* Reads and validates path; NULL (with messages in d) on any problem. */
