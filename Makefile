@@ -99,9 +99,13 @@ fuzz: check-deps
 build/fuzz/fuzz-%: tests/fuzz/fuzz_%.c build/fuzz/libscalify.a
 	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $^ $(LIBS) -o $@
 
-bench: check-deps $(BUILD)/scalify $(BUILD)/bench-parse $(BUILD)/bench-egraph
+$(BUILD)/bench-check: tests/bench/bench_check.c $(BUILD)/libscalify.a
+	$(CC) $(CFLAGS_ALL) $^ $(LIBS) -o $@
+
+bench: check-deps $(BUILD)/scalify $(BUILD)/bench-parse $(BUILD)/bench-egraph $(BUILD)/bench-check
 	$(BUILD)/bench-parse
 	$(BUILD)/bench-egraph
+	$(BUILD)/bench-check
 
 demo: check-deps $(BUILD)/scalify
 	@tools/demo.sh $(BUILD)/scalify
