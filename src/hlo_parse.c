@@ -26,6 +26,7 @@ typedef struct parser {
     int depth;
     strbuf str;
     strbuf extra;                /* layout and metadata extras (never nested) */
+    const char *last_op_name;    /* the previous metadata op_name (arena) */
     /* module */
     hlo_comp *comps;
     size_t capcomps;
@@ -205,19 +206,30 @@ static int64_t *int_list_paren(parser *ps, uint32_t *n) {
 
 /* ---- shapes ---- */
 
+/* Shapes repeat across a module: identical dims arrays and plain layouts are
+ * stored once (IR arrays are immutable, so sharing is safe). The intern pool
+ * copies into 8-byte-aligned arena memory. */
+static const int64_t *shared_ints(parser *ps, const int64_t *v, size_t n) {
+    if (!n) return NULL;
+    return (const int64_t *)graph_intern(ps->m, (const char *)v, n * sizeof *v);
+}
+
 /* layout -> '{' ints? (':' item*)? '}'   item -> T(d,..)(..)* | E(n) | S(n) | other */
 static layout *parse_layout(parser *ps) {
     hlo_module *m = ps->m;
-    layout *l = arena_alloc(&m->arena, sizeof *l);
     ps->lx.p++; /* '{' */
     size_t n = 0;
     const char *q = scan_ints(ps, ps->lx.p, '}', &n);
     if (q) {
-        l->n = (uint32_t)n;
-        l->minor_to_major = copy_ints(ps, ps->ints, n);
+        /* A plain layout: one shared struct per distinct permutation. */
+        layout plain;
+        memset(&plain, 0, sizeof plain);  /* padding too: the struct is compared as bytes */
+        plain.n = (uint32_t)n;
+        plain.minor_to_major = (int64_t *)shared_ints(ps, ps->ints, n);
         ps->lx.p = q;
-        return l;
+        return (layout *)graph_intern(m, (const char *)&plain, sizeof plain);
     }
+    layout *l = arena_alloc(&m->arena, sizeof *l);
     n = 0;
     if (!lex_peek(&ps->lx, '}') && !lex_peek(&ps->lx, ':')) {
         n = int_run(ps, n, "a layout dimension");
@@ -345,7 +357,7 @@ static void parse_shape(parser *ps, shape *s) {
         expect(ps, ']', "to close the dimensions");
     }
     s->rank = (uint32_t)n;
-    s->dims = copy_ints(ps, ps->ints, n);
+    s->dims = (int64_t *)shared_ints(ps, ps->ints, n);
     if (any_dyn) s->dynamic = arena_memdup(&m->arena, dyn, n);
     if (*ps->lx.p == '{') s->layout = parse_layout(ps);
     char why[200];
@@ -706,7 +718,15 @@ static hlo_meta *parse_metadata(parser *ps) {
             if (!lex_string(&ps->lx, &ps->str)) {
                 fail(ps, here(ps), "expected a string");
             }
-            *sfield = graph_intern(m, ps->str.s, ps->str.len);
+            if (sfield == &md->op_name) {
+                /* op_names are many and mostly distinct: no intern table for them
+                 * (it would cost more than it saves); neighbours often repeat one. */
+                const char *prev = ps->last_op_name;
+                if (prev && strlen(prev) == ps->str.len && memcmp(prev, ps->str.s, ps->str.len) == 0) *sfield = prev;
+                else *sfield = ps->last_op_name = arena_strndup(&m->arena, ps->str.s, ps->str.len);
+            } else {
+                *sfield = graph_intern(m, ps->str.s, ps->str.len);
+            }
         } else if (ifield) {
             int64_t v;
             bool of;
@@ -1336,7 +1356,7 @@ hlo_module *hlo_parse_text(const char *src, size_t n, const char *path, diag *d)
     ps->d = d;
     ps->m = graph_new();
     ps->m->format = "text";
-    strmap_reserve(&ps->m->interned, n / 256);  /* roughly one new string per 256 bytes */
+    strmap_reserve(&ps->m->interned, n / 4096);  /* interned strings repeat: op types, files, keys */
     ps->m->source_path = graph_intern(ps->m, path ? path : "<input>", strlen(path ? path : "<input>"));
     hlo_module *m = ps->m;
     if (memchr(src, 0, n)) {

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "hlo.h"
 #include "io.h"
@@ -82,6 +84,27 @@ static void measure(const char *what, const char *src, size_t n) {
            best_ms, n / 1e6 / (best_ms / 1e3), (double)held / (double)n);
 }
 
+/* Peak RSS of parsing src in a child process, relative to the text size: the
+ * memory a user's `scalify inspect` needs (text buffer + module + parser). */
+static void peak_ratio(const char *what, const char *src, size_t n) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        size_t before = peak_rss_bytes();
+        diag d;
+        diag_init(&d, what);
+        hlo_module *m = hlo_parse_text(src, n, what, &d);
+        size_t after = peak_rss_bytes();
+        printf("peak memory while parsing %s: %.2f × the text (%.0f MB above the %.0f MB already resident)\n", what,
+               (double)(after - before + n) / (double)n, (after - before) / 1e6, before / 1e6);
+        graph_free(m);
+        diag_free(&d);
+        fflush(stdout);
+        _exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+}
+
 int main(void) {
     printf("| input | text MB | instructions | parse ms | MB/s | module bytes / text bytes |\n");
     printf("|---|---|---|---|---|---|\n");
@@ -98,6 +121,7 @@ int main(void) {
     size_t n;
     char *src = synthetic(200u << 20, &n);
     measure("synthetic (JAX-like, with metadata)", src, n);
+    peak_ratio("the synthetic module", src, n);
     free(src);
     printf("\npeak RSS of this process: %.0f MB (includes the 200 MB synthetic text)\n", peak_rss_bytes() / 1e6);
     return 0;
