@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "hlo.h"
 #include "harness.h"
 #include "jschema.h"
 
@@ -87,6 +88,27 @@ void suite_check(void) {
     t_case("check inputs present");
     if (!CHECK(manifest && schema && tsv)) return;
     json_t *pairs = json_object_get(manifest, "pairs");
+    system("rm -rf build/check-traces && mkdir -p build/check-traces");
+
+    /* Every sample of the manifest reads, in both forms. */
+    for (size_t i = 0; i < json_array_size(pairs); i++) {
+        json_t *p = json_array_get(pairs, i);
+        const char *sides[2] = {"baseline", "distributed"}, *forms[2] = {"hlo", "pb"};
+        for (int sd = 0; sd < 2; sd++)
+            for (int f = 0; f < 2; f++) {
+                const char *rel = json_string_value(json_object_get(json_object_get(p, sides[sd]), forms[f]));
+                t_case("check manifest %s %s.%s", json_string_value(json_object_get(p, "name")), sides[sd], forms[f]);
+                if (!CHECK(rel != NULL)) continue;
+                char path[1024];
+                snprintf(path, sizeof path, "samples/%s", rel);
+                diag dg;
+                diag_init(&dg, path);
+                hlo_module *m = hlo_read_file(path, &dg);
+                CHECK_MSG(m != NULL, "%s", dg.out.s ? dg.out.s : "");
+                graph_free(m);
+                diag_free(&dg);
+            }
+    }
     int counts[4] = {0};
     strbuf now;
     sb_init(&now);
@@ -145,9 +167,24 @@ void suite_check(void) {
         char *want = expected_line(tsv, name);
         CHECK_MSG(want && strcmp(want, got) == 0, "now \"%s\", tests/cases/check/expected.tsv says \"%s\"", got, want ? want : "(missing)");
         free(want);
+        if (trace) {
+            /* Kept for the report test below: real traces of the samples. */
+            char path[1024];
+            snprintf(path, sizeof path, "build/check-traces/%s.trace.json", name);
+            json_dump_file(trace, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+        }
         json_decref(trace);
     }
     printf("note: tiny pairs: %d verified, %d mismatch, %d unverified, %d error\n", counts[0], counts[1], counts[2], counts[3]);
+
+    t_case("check traces render as a report");
+    int st;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "rm -rf build/check-site && %s report build/check-traces/*.trace.json -o build/check-site "
+                              "&& ls build/check-site | grep -c html", t_scalify());
+    char *out = t_run(cmd, &st);
+    CHECK_MSG(st == 0 && atoi(out) > 40, "status %d: %.300s", st, out);
+    free(out);
     if (getenv("SCALIFY_UPDATE_GOLDEN")) {
         FILE *f = fopen("tests/cases/check/expected.tsv", "w");
         fputs(now.s ? now.s : "", f);
