@@ -1207,7 +1207,7 @@ static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos) {
         return true;
     }
     const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
-    if (x->kind == LV_TERM && !x->konst && !x->assumed && view_is_dup(&x->v) &&
+    if (x->kind == LV_TERM && !x->assumed && view_is_dup(&x->v) &&
         (dtype_is_int(xi->shape.dtype) || xi->shape.dtype == DT_PRED)) {
         pw_fn *f = pw_alloc(c);
         for (int64_t d = 0; d < c->ndev; d++) pw_shift(&f[d], 0);
@@ -1286,9 +1286,31 @@ static bool is_zero_constant(const hlo_comp *comp, const hlo_instr *x) {
 /* A masked value as a term: every device holds the row for every index value of
  * the domain. */
 static bool mask_resolves(const lift_ctx *c, const lval *m) {
+    if (m->n) return false;  /* a sum of masked parts resolves only under an all-reduce */
     for (int64_t d = 0; d < c->ndev; d++) {
         int64_t tag;
         if (!pw_constant_on(&m->pw[d], 0, m->domain, &tag) || tag != TAG_HIT) return false;
+    }
+    return true;
+}
+
+/* Summed over every device, the mask is the row: for each index value of the
+ * domain exactly one device holds the row and the others zero. */
+static bool mask_sums_to_row(const lift_ctx *c, const lval *m) {
+    int64_t lo = 0;
+    while (lo < m->domain) {
+        int64_t hi = m->domain;
+        for (int64_t d = 0; d < c->ndev; d++)
+            for (uint32_t k = 0; k < m->pw[d].n; k++)
+                if (m->pw[d].p[k].lo > lo && m->pw[d].p[k].lo < hi) hi = m->pw[d].p[k].lo;
+        int hits = 0;
+        for (int64_t d = 0; d < c->ndev; d++) {
+            int64_t tag;
+            if (!pw_constant_on(&m->pw[d], lo, hi, &tag) || tag == TAG_JUNK) return false;
+            hits += tag == TAG_HIT;
+        }
+        if (hits != 1) return false;
+        lo = hi;
     }
     return true;
 }
@@ -1374,13 +1396,27 @@ static bool pw_instr(lstate *s, lval *out) {
          * gathers resolve; the distributed side only where the value depends on
          * the device (elsewhere its plain terms are the baseline's). */
         any_dev |= x->kind == LV_DEV && (c->baseline_mode || !dev_uniform(c, x));
-        any_src |= x->kind == LV_TERM && !x->konst;
+        any_src |= x->kind == LV_TERM;  /* data or iota positions alike */
     }
     if (in->op == OP_GATHER && s->ops[1].kind == LV_PW) return pw_gather(s, out);
     if (!any_pw && !any_mask && !(any_dev && any_src)) return false;
     int dt = in->shape.dtype;
     lval v = {.kind = LV_PW, .v = view_dup(in->shape.rank), .pos = EID_NONE};
     if (any_mask) {
+        if (in->op == OP_ADD && s->ops[0].kind == LV_MASK && s->ops[1].kind == LV_MASK) {
+            /* Kept as a sum of masked parts; an all-reduce resolves each. */
+            lval m = {.kind = LV_MASK, .v = view_dup(in->shape.rank), .pos = EID_NONE};
+            uint32_t n = 0;
+            for (int k = 0; k < 2; k++) n += s->ops[k].n ? s->ops[k].n : 1;
+            m.elems = arena_alloc(c->a, n * sizeof *m.elems);
+            for (int k = 0; k < 2; k++) {
+                const lval *x = &s->ops[k];
+                if (x->n) memcpy(m.elems + m.n, x->elems, x->n * sizeof *x->elems), m.n += x->n;
+                else m.elems[m.n++] = *x;
+            }
+            *out = m;
+            return true;
+        }
         if (in->op == OP_SELECT && s->ops[0].kind == LV_PW) {
             /* select(pred, masked or zero, masked or zero): tags per range. */
             const lval *pr = &s->ops[0];
@@ -1415,26 +1451,24 @@ static bool pw_instr(lstate *s, lval *out) {
             bool scatter = in->op == OP_REDUCE_SCATTER;
             int axes = lift_groups_axes(c, in, scatter);
             if (axes != (1 << c->mesh->naxes) - 1) return false;
-            int64_t lo = 0;
-            while (lo < m->domain) {
-                int64_t hi = m->domain;
-                for (int64_t d = 0; d < c->ndev; d++)
-                    for (uint32_t k = 0; k < m->pw[d].n; k++)
-                        if (m->pw[d].p[k].lo > lo && m->pw[d].p[k].lo < hi) hi = m->pw[d].p[k].lo;
-                int hits = 0;
-                for (int64_t d = 0; d < c->ndev; d++) {
-                    int64_t tag;
-                    if (!pw_constant_on(&m->pw[d], lo, hi, &tag) || tag == TAG_JUNK) return false;
-                    hits += tag == TAG_HIT;
+            /* A sum of masked values (token plus position embedding) sums termwise. */
+            eid sum = EID_NONE;
+            uint32_t nparts = m->n ? m->n : 1;
+            for (uint32_t k = 0; k < nparts; k++) {
+                const lval *part = m->n ? &m->elems[k] : m;
+                if (part->kind != LV_MASK || !mask_sums_to_row(c, part)) return false;
+                assume_text(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)part->domain);
+                if (sum == EID_NONE) {
+                    sum = part->hit;
+                } else {
+                    eid ch[2] = {sum, part->hit};
+                    sum = eg_add(c->g, OP_ADD, 0, type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank), ch, 2, c->origin);
                 }
-                if (hits != 1) return false;
-                lo = hi;
             }
-            assume_text(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)m->domain);
             if (getenv("SCALIFY_DEBUG_LIFT")) {
                 strbuf b;
                 sb_init(&b);
-                eg_print_term(&b, c->g, m->hit, 4);
+                eg_print_term(&b, c->g, sum, 4);
                 fprintf(stderr, "lift: %s is the row %s\n", in->name, b.s);
                 sb_free(&b);
             }
@@ -1445,7 +1479,7 @@ static bool pw_instr(lstate *s, lval *out) {
                 if (nd != 1) return false;
                 for (uint32_t a = 0; a < c->mesh->naxes; a++) rv.dims[dd[0]].axes[rv.dims[dd[0]].naxes++] = (uint8_t)a;
             }
-            *out = term(m->hit, rv, false);
+            *out = term(sum, rv, false);
             return true;
         }
         return false;
