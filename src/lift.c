@@ -1207,7 +1207,7 @@ static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos) {
         return true;
     }
     const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
-    if (x->kind == LV_TERM && !x->assumed && view_is_dup(&x->v) &&
+    if (x->kind == LV_TERM && !x->konst && !x->assumed && view_is_dup(&x->v) &&
         (dtype_is_int(xi->shape.dtype) || xi->shape.dtype == DT_PRED)) {
         pw_fn *f = pw_alloc(c);
         for (int64_t d = 0; d < c->ndev; d++) pw_shift(&f[d], 0);
@@ -1396,7 +1396,9 @@ static bool pw_instr(lstate *s, lval *out) {
          * gathers resolve; the distributed side only where the value depends on
          * the device (elsewhere its plain terms are the baseline's). */
         any_dev |= x->kind == LV_DEV && (c->baseline_mode || !dev_uniform(c, x));
-        any_src |= x->kind == LV_TERM;  /* data or iota positions alike */
+        /* Data only: positions computed from iota meet the baseline's slices, not
+         * its gathers, so they stay plain terms. */
+        any_src |= x->kind == LV_TERM && !x->konst;
     }
     if (in->op == OP_GATHER && s->ops[1].kind == LV_PW) return pw_gather(s, out);
     if (!any_pw && !any_mask && !(any_dev && any_src)) return false;
