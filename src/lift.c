@@ -965,22 +965,30 @@ static lval lift_all_reduce(lstate *s) {
     return term(x->cls, v, x->assumed);
 }
 
+/* The operand, axes (groups in device order) and the one dimension of an
+ * all-gather or reduce-scatter; false (said why) when they do not apply. */
+static bool dim_collective(lstate *s, int *axes, uint32_t *dim) {
+    uint32_t nd;
+    const int64_t *dd = instr_ints(s->in, A_DIMENSIONS, &nd);
+    if (s->ops[0].kind != LV_TERM) return false;
+    if ((*axes = collective_axes(s, true)) < 0) return false;
+    if (nd != 1) {
+        unsupported(s->c, s->comp, s->in, "%s has %u dimensions", s->in->name, nd);
+        return false;
+    }
+    *dim = (uint32_t)dd[0];
+    return true;
+}
+
 /* all-gather along d: d must be sharded with the gathered axes as its minor
  * axes (block order = group order). */
 static lval lift_all_gather(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
-    if (x->kind != LV_TERM) return unknown();
-    uint32_t nd;
-    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-    int axes = collective_axes(s, true);
-    if (axes < 0) return unknown();
-    if (nd != 1) {
-        unsupported(c, s->comp, in, "%s has %u dimensions", in->name, nd);
-        return unknown();
-    }
-    uint32_t d = (uint32_t)dd[0];
+    int axes;
+    uint32_t d;
+    if (!dim_collective(s, &axes, &d)) return unknown();
     view v = x->v;
     view_dim *vd = &v.dims[d];
     uint32_t k = __builtin_popcount((unsigned)axes);
@@ -1006,16 +1014,10 @@ static lval lift_reduce_scatter(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
-    if (x->kind != LV_TERM) return unknown();
-    uint32_t nd;
-    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-    int axes = collective_axes(s, true);
+    int axes;
+    uint32_t dim;
+    if (!dim_collective(s, &axes, &dim)) return unknown();
     int red = instr_reducer(c->cur, in);
-    if (axes < 0) return unknown();
-    if (nd != 1) {
-        unsupported(c, s->comp, in, "%s has %u dimensions", in->name, nd);
-        return unknown();
-    }
     if ((x->v.partial & axes) != (uint32_t)axes || x->v.red != red) {
         finding(c, x->v.partial ? "wrong-reduction" : "wrong-reduction", s->comp, in,
                 "%s reduces a value that is not partial (%s) over its groups", in->name, reducer_name(red));
@@ -1024,7 +1026,7 @@ static lval lift_reduce_scatter(lstate *s) {
     view v = x->v;
     v.partial &= (uint8_t)~axes;
     if (!v.partial) v.red = 0;
-    view_dim *vd = &v.dims[dd[0]];
+    view_dim *vd = &v.dims[dim];
     for (uint32_t a = 0; a < c->mesh->naxes; a++)
         if (axes >> a & 1) vd->axes[vd->naxes++] = (uint8_t)a;
     return term(x->cls, v, x->assumed);
