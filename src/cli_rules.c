@@ -22,8 +22,8 @@ static int rules_check(const char *dir) {
     while ((e = readdir(dh))) {
         size_t l = strlen(e->d_name);
         if (l > 6 && strcmp(e->d_name + l - 6, ".rules") == 0) {
-            names = realloc(names, (n + 1) * sizeof *names);
-            names[n++] = strdup(e->d_name);
+            names = xrealloc(names, (n + 1) * sizeof *names);
+            names[n++] = xstrdup(e->d_name);
         }
     }
     closedir(dh);

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "util.h"
 
 int t_passed, t_failed;
 static char current[256] = "?";
@@ -38,11 +39,11 @@ char *t_read(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
+    char *buf = xmalloc(cap + 1);
     size_t got;
     while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
         n += got;
-        if (n == cap) buf = realloc(buf, (cap *= 2) + 1);
+        if (n == cap) buf = xrealloc(buf, (cap *= 2) + 1);
     }
     fclose(f);
     buf[n] = 0;
@@ -59,11 +60,11 @@ char *t_run(const char *cmd, int *status) {
         return strdup("");
     }
     size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
+    char *buf = xmalloc(cap + 1);
     size_t got;
     while ((got = fread(buf + n, 1, cap - n, p)) > 0) {
         n += got;
-        if (n == cap) buf = realloc(buf, (cap *= 2) + 1);
+        if (n == cap) buf = xrealloc(buf, (cap *= 2) + 1);
     }
     buf[n] = 0;
     int st = pclose(p);
@@ -75,7 +76,7 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 
 char **t_list(const char *dir, const char *suffix) {
     size_t n = 0, cap = 16;
-    char **v = malloc(cap * sizeof *v);
+    char **v = xmalloc(cap * sizeof *v);
     DIR *d = opendir(dir);
     if (d) {
         struct dirent *e;
@@ -83,9 +84,9 @@ char **t_list(const char *dir, const char *suffix) {
         while ((e = readdir(d)) != NULL) {
             size_t l = strlen(e->d_name);
             if (e->d_name[0] == '.' || l < sl || strcmp(e->d_name + l - sl, suffix) != 0) continue;
-            if (n + 2 > cap) v = realloc(v, (cap *= 2) * sizeof *v);
+            if (n + 2 > cap) v = xrealloc(v, (cap *= 2) * sizeof *v);
             size_t pl = strlen(dir) + l + 2;
-            v[n] = malloc(pl);
+            v[n] = xmalloc(pl);
             snprintf(v[n], pl, "%s/%s", dir, e->d_name);
             n++;
         }

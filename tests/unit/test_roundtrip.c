@@ -8,6 +8,7 @@
 
 #include "harness.h"
 #include "hlo.h"
+#include "util.h"
 
 static char **files;
 static size_t nfiles, capfiles;
@@ -21,7 +22,7 @@ static int collect(const char *path, const struct stat *st, int flag, struct FTW
     (void)st;
     (void)ftw;
     if (flag == FTW_F && (ends_with(path, ".hlo") || ends_with(path, ".hlo.gz") || ends_with(path, ".hlo.txt"))) {
-        if (nfiles + 1 >= capfiles) files = realloc(files, (capfiles = capfiles ? capfiles * 2 : 64) * sizeof *files);
+        if (nfiles + 1 >= capfiles) files = xrealloc(files, (capfiles = capfiles ? capfiles * 2 : 64) * sizeof *files);
         files[nfiles++] = strdup(path);
     }
     return 0;
@@ -37,7 +38,7 @@ char **t_hlo_text_files(void) {
     const char *roots[] = {"../shared/corpus", "tests/cases", "samples"};
     for (size_t i = 0; i < ARRAY_LEN(roots); i++) nftw(roots[i], collect, 16, FTW_PHYS);
     if (files) qsort(files, nfiles, sizeof *files, by_name);
-    files = realloc(files, (nfiles + 1) * sizeof *files);
+    files = xrealloc(files, (nfiles + 1) * sizeof *files);
     files[nfiles] = NULL;
     return files;
 }
