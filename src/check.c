@@ -510,7 +510,9 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
                 strcmp(json_string_value(json_object_get(f, "segment")), sg->name) == 0)
                 has_error = true;
         }
-        int sv = has_error || sg->findings ? VERDICT_MISMATCH
+        /* A verified pair proves every segment; otherwise each is judged alone. */
+        int sv = verdict == VERDICT_VERIFIED ? VERDICT_VERIFIED
+                 : has_error || sg->findings ? VERDICT_MISMATCH
                  : (sg->unsupported || sg->divergent || sg->outside || sg->dstart == sg->dend) ? VERDICT_UNVERIFIED : VERDICT_VERIFIED;
         json_object_set_new(seg, "name", json_string(sg->name));
         json_object_set_new(seg, "verdict", json_string(verdict_name(sv)));

@@ -506,12 +506,24 @@ typedef struct lstate {
 static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
     lift_ctx *c = s->c;
     const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
-    if (b->op != OP_BROADCAST || s->ops[o].kind != LV_TERM) return false;
-    const hlo_instr *src = &s->comp->instrs[b->operands[0]];
-    const lval *x = &s->vals[b->operands[0]];
+    if (s->ops[o].kind != LV_TERM) return false;
+    /* Not a broadcast: the operand itself, seen as the identity broadcast (its
+     * unit dims may still stand for a broadcast along a sharded dim). */
+    bool is_bcast = b->op == OP_BROADCAST;
+    const hlo_instr *src = is_bcast ? &s->comp->instrs[b->operands[0]] : b;
+    const lval *x = is_bcast ? &s->vals[b->operands[0]] : &s->ops[o];
     if (x->kind != LV_TERM || x->v.partial || src->shape.rank > VIEW_MAX_RANK) return false;
+    if (!is_bcast && !view_is_dup(&x->v)) return false;
     uint32_t nd;
-    const int64_t *bd = instr_ints(b, A_DIMENSIONS, &nd);
+    int64_t ident[VIEW_MAX_RANK];
+    const int64_t *bd;
+    if (is_bcast) {
+        bd = instr_ints(b, A_DIMENSIONS, &nd);
+    } else {
+        nd = b->shape.rank;
+        for (uint32_t k = 0; k < nd; k++) ident[k] = k;
+        bd = ident;
+    }
     view v = s->ops[o].v;
     /* Operand dims kept: all but unit dims whose output dim must become sharded
      * (JAX's size-1 broadcasting: constant along them, so they behave as added). */
@@ -926,9 +938,20 @@ static lval lift_all_reduce(lstate *s) {
             int64_t times = 1;
             for (uint32_t ax = 0; ax < c->mesh->naxes; ax++)
                 if (extra >> ax & 1) times *= c->mesh->sizes[ax];
-            finding(c, "wrong-reduction", s->comp, in,
-                    "%s sums over %s, but the value is already complete over %s: it is counted %lld times",
-                    in->name, w.s, e.s, (long long)times);
+            if (x->v.partial & ~(uint32_t)axes) {
+                /* Partial over other axes than the groups span: the wrong axis. */
+                strbuf p2;
+                sb_init(&p2);
+                axes_words(&p2, c, x->v.partial & ~(uint32_t)axes);
+                finding(c, "wrong-collective-group", s->comp, in,
+                        "%s reduces over %s, but the value is partial over %s: the all-reduce runs over the wrong mesh axis",
+                        in->name, w.s, p2.s);
+                sb_free(&p2);
+            } else {
+                finding(c, "wrong-reduction", s->comp, in,
+                        "%s sums over %s, but the value is already complete over %s: it is counted %lld times",
+                        in->name, w.s, e.s, (long long)times);
+            }
             sb_free(&e);
             view v = x->v;
             v.partial &= (uint8_t)~axes;
@@ -1188,12 +1211,14 @@ static pw_fn *pw_alloc(lift_ctx *c) { return arena_alloc(c->a, (size_t)c->ndev *
 
 /* Operand o as per-device functions of the source, with its positions (EID_NONE
  * for a value that is the same at every position). */
-static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos) {
+static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos, const view **vw) {
     lift_ctx *c = s->c;
     const lval *x = &s->ops[o];
+    *vw = NULL;  /* NULL: the same at every position, any sharding */
     if (x->kind == LV_PW) {
         *out = x->pw;
         *pos = x->pos;
+        *vw = &x->v;
         return true;
     }
     if (x->kind == LV_DEV) {
@@ -1209,12 +1234,15 @@ static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos) {
         return true;
     }
     const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
-    if (x->kind == LV_TERM && !x->konst && !x->assumed && view_is_dup(&x->v) &&
+    if (x->kind == LV_TERM && !x->konst && !x->assumed && !x->v.partial &&
         (dtype_is_int(xi->shape.dtype) || xi->shape.dtype == DT_PRED)) {
+        /* The source itself, possibly sharded (a batch split over dp): values are
+         * taken position by position, so the sharding travels along. */
         pw_fn *f = pw_alloc(c);
         for (int64_t d = 0; d < c->ndev; d++) pw_shift(&f[d], 0);
         *out = f;
         *pos = x->cls;
+        *vw = &x->v;
         return true;
     }
     return false;
@@ -1249,16 +1277,40 @@ static int pw_op_of(const hlo_instr *in) {
     }
 }
 
-/* Positions of a value of shape `dims` built from source positions `pos` by a
- * reshape (when dims has pos's element count) — canonical like every reshape. */
-static eid pos_reshape(lift_ctx *c, eid pos, const int64_t *dims, uint32_t rank) {
-    if (pos == EID_NONE) return pos;
-    int dt = eg_type_dtype(c->g, eg_class_type(c->g, pos));
-    return mk_reshape(c, pos, type_of(c, dt, dims, rank), c->origin);
+/* Positions after a reshape of a value sharded by *vw: only reshapes that add or
+ * drop trailing unit dims keep a sharding (the common prefix is unchanged). */
+static bool pos_reshape(lift_ctx *c, eid *pos, view *vw, const int64_t *in_dims, uint32_t in_rank, const int64_t *dims,
+                        uint32_t rank) {
+    view out = view_dup(rank);
+    uint32_t common = in_rank < rank ? in_rank : rank;
+    for (uint32_t d = 0; d < in_rank; d++) {
+        if (!vw->dims[d].naxes) continue;
+        if (d >= common || in_dims[d] != dims[d]) return false;
+        for (uint32_t k = 0; k < common; k++)
+            if (in_dims[k] != dims[k]) return false;
+        for (uint32_t k = common; k < in_rank; k++)
+            if (in_dims[k] != 1) return false;
+        for (uint32_t k = common; k < rank; k++)
+            if (dims[k] != 1) return false;
+        out.dims[d] = vw->dims[d];
+    }
+    *vw = out;
+    if (*pos == EID_NONE) return true;
+    int64_t g[VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < rank; d++) g[d] = dims[d] * view_dim_parts(vw, c->mesh, d);
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, *pos));
+    *pos = mk_reshape(c, *pos, type_of(c, dt, g, rank), c->origin);
+    return true;
 }
 
-static eid pos_broadcast(lift_ctx *c, eid pos, const int64_t *bdims, uint32_t nb, const int64_t *dims, uint32_t rank) {
-    if (pos == EID_NONE) return pos;
+static void pos_broadcast(lift_ctx *c, eid *pos, view *vw, const int64_t *bdims, uint32_t nb, const int64_t *dims,
+                          uint32_t rank) {
+    view out = view_dup(rank);
+    for (uint32_t k = 0; k < nb; k++) out.dims[bdims[k]] = vw->dims[k];
+    *vw = out;
+    if (*pos == EID_NONE) return;
+    int64_t g[VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < rank; d++) g[d] = dims[d] * view_dim_parts(vw, c->mesh, d);
     int64_t words[2 + VIEW_MAX_RANK];
     uint32_t nw = 0;
     if (nb) {
@@ -1267,12 +1319,12 @@ static eid pos_broadcast(lift_ctx *c, eid pos, const int64_t *bdims, uint32_t nb
         memcpy(words + nw, bdims, nb * sizeof *bdims);
         nw += nb;
     }
-    int dt = eg_type_dtype(c->g, eg_class_type(c->g, pos));
-    uint32_t t = type_of(c, dt, dims, rank);
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, *pos));
+    uint32_t t = type_of(c, dt, g, rank);
     bool ident = nb == rank;
     for (uint32_t k = 0; k < nb && ident; k++) ident = bdims[k] == k;
-    if (ident && eg_class_type(c->g, pos) == t) return pos;  /* same shape, dims in order: identity */
-    return eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, &pos, 1, c->origin);
+    if (ident && eg_class_type(c->g, *pos) == t) return;  /* same shape, dims in order: identity */
+    *pos = eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, pos, 1, c->origin);
 }
 
 static bool is_zero_constant(const hlo_comp *comp, const hlo_instr *x) {
@@ -1296,25 +1348,36 @@ static bool mask_resolves(const lift_ctx *c, const lval *m) {
     return true;
 }
 
-/* Summed over every device, the mask is the row: for each index value of the
- * domain exactly one device holds the row and the others zero. */
-static bool mask_sums_to_row(const lift_ctx *c, const lval *m) {
+/* Summed over the devices of each group (devices that agree on every mesh axis
+ * outside `axes`), the mask is the row: for each index value of the domain
+ * exactly one device of the group holds the row and the others zero. */
+static bool mask_sums_to_row(const lift_ctx *c, const lval *m, uint32_t axes) {
+    int *hits = xcalloc((size_t)c->ndev, sizeof *hits);
+    bool ok = true;
     int64_t lo = 0;
-    while (lo < m->domain) {
+    while (ok && lo < m->domain) {
         int64_t hi = m->domain;
         for (int64_t d = 0; d < c->ndev; d++)
             for (uint32_t k = 0; k < m->pw[d].n; k++)
                 if (m->pw[d].p[k].lo > lo && m->pw[d].p[k].lo < hi) hi = m->pw[d].p[k].lo;
-        int hits = 0;
-        for (int64_t d = 0; d < c->ndev; d++) {
-            int64_t tag;
-            if (!pw_constant_on(&m->pw[d], lo, hi, &tag) || tag == TAG_JUNK) return false;
-            hits += tag == TAG_HIT;
+        memset(hits, 0, (size_t)c->ndev * sizeof *hits);
+        for (int64_t d = 0; d < c->ndev && ok; d++) {
+            int64_t tag, key = 0;
+            for (uint32_t a = 0; a < c->mesh->naxes; a++)
+                if (!(axes >> a & 1)) key = key * c->mesh->sizes[a] + mesh_coord(c->mesh, d, (int)a);
+            if (!pw_constant_on(&m->pw[d], lo, hi, &tag) || tag == TAG_JUNK) ok = false;
+            else hits[key] += tag == TAG_HIT;
         }
-        if (hits != 1) return false;
+        for (int64_t d = 0; d < c->ndev && ok; d++) {
+            int64_t key = 0;
+            for (uint32_t a = 0; a < c->mesh->naxes; a++)
+                if (!(axes >> a & 1)) key = key * c->mesh->sizes[a] + mesh_coord(c->mesh, d, (int)a);
+            ok = hits[key] == 1;
+        }
         lo = hi;
     }
-    return true;
+    free(hits);
+    return ok;
 }
 
 /* gather(table, index) with the index a function of the source: the rows the
@@ -1363,12 +1426,9 @@ static bool pw_gather(lstate *s, lval *out) {
                 return false;
         }
     }
-    /* The row term: the same gather on the whole table, indexed by the source. */
-    eid ch[2] = {tab->cls, idx->pos};
     if (idx->pos == EID_NONE) return false;
-    v.hit = node(c, c->cur, in, ch, 2, in->shape.dims, c->origin);
     /* Output positions: the index positions without the index vector dim,
-     * broadcast over the row (offset) dims. */
+     * broadcast over the row (offset) dims; the sharding comes along. */
     int64_t bdims[VIEW_MAX_RANK], pdims[VIEW_MAX_RANK];
     uint32_t nb = 0, np = 0;
     for (uint32_t d = 0; d < in->shape.rank; d++) {
@@ -1379,8 +1439,17 @@ static bool pw_gather(lstate *s, lval *out) {
     for (uint32_t d = 0; d < ii->shape.rank; d++)
         if (d != ivd) pdims[np++] = ii->shape.dims[d];
     if (nb != np) return false;
-    eid p0 = pos_reshape(c, idx->pos, pdims, np);
-    v.pos = pos_broadcast(c, p0, bdims, nb, in->shape.dims, in->shape.rank);
+    eid p0 = idx->pos;
+    view pv = idx->v;
+    if (!pos_reshape(c, &p0, &pv, ii->shape.dims, ii->shape.rank, pdims, np)) return false;
+    v.pos = p0;
+    v.v = pv;
+    pos_broadcast(c, &v.pos, &v.v, bdims, nb, in->shape.dims, in->shape.rank);
+    /* The row term: the same gather on the whole table, indexed by the source. */
+    eid ch[2] = {tab->cls, idx->pos};
+    int64_t g[VIEW_MAX_RANK];
+    global_dims(c, &v.v, &in->shape, g);
+    v.hit = node(c, c->cur, in, ch, 2, g, c->origin);
     *out = v;
     return true;
 }
@@ -1424,13 +1493,14 @@ static bool pw_instr(lstate *s, lval *out) {
         if (in->op == OP_SELECT && s->ops[0].kind == LV_PW) {
             /* select(pred, masked or zero, masked or zero): tags per range. */
             const lval *pr = &s->ops[0];
-            lval m = {.kind = LV_MASK, .v = view_dup(in->shape.rank), .pos = pr->pos, .hit = EID_NONE, .domain = 0};
+            lval m = {.kind = LV_MASK, .v = pr->v, .pos = pr->pos, .hit = EID_NONE, .domain = 0};
             m.pw = pw_alloc(c);
             pw_fn *tags[2];
             for (int k = 0; k < 2; k++) {
                 const lval *x = &s->ops[1 + k];
                 if (x->kind == LV_MASK) {
-                    if (!same_pos(&m.pos, x->pos) || (m.hit != EID_NONE && m.hit != x->hit)) return false;
+                    if (!same_pos(&m.pos, x->pos) || (m.hit != EID_NONE && m.hit != x->hit) || !same_sharding(&m.v, &x->v))
+                        return false;
                     m.hit = x->hit;
                     m.domain = x->domain;
                     tags[k] = x->pw;
@@ -1454,19 +1524,20 @@ static bool pw_instr(lstate *s, lval *out) {
             const lval *m = &s->ops[0];
             bool scatter = in->op == OP_REDUCE_SCATTER;
             int axes = lift_groups_axes(c, in, scatter);
-            if (axes != (1 << c->mesh->naxes) - 1) return false;
+            if (axes <= 0 || (view_axes_used(&m->v) & (uint32_t)axes)) return false;
             /* A sum of masked values (token plus position embedding) sums termwise. */
             eid sum = EID_NONE;
             uint32_t nparts = m->n ? m->n : 1;
             for (uint32_t k = 0; k < nparts; k++) {
                 const lval *part = m->n ? &m->elems[k] : m;
-                if (part->kind != LV_MASK || !mask_sums_to_row(c, part)) return false;
+                if (part->kind != LV_MASK || !mask_sums_to_row(c, part, (uint32_t)axes) || !same_sharding(&part->v, &m->v))
+                    return false;
                 assume_text(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)part->domain);
                 if (sum == EID_NONE) {
                     sum = part->hit;
                 } else {
                     eid ch[2] = {sum, part->hit};
-                    sum = eg_add(c->g, OP_ADD, 0, type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank), ch, 2, c->origin);
+                    sum = eg_add(c->g, OP_ADD, 0, eg_class_type(c->g, part->hit), ch, 2, c->origin);
                 }
             }
             if (getenv("SCALIFY_DEBUG_LIFT")) {
@@ -1476,12 +1547,13 @@ static bool pw_instr(lstate *s, lval *out) {
                 fprintf(stderr, "lift: %s is the row %s\n", in->name, b.s);
                 sb_free(&b);
             }
-            view rv = view_dup(in->shape.rank);
+            view rv = m->n ? m->elems[0].v : m->v;
             if (scatter) {
                 uint32_t nd;
                 const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
                 if (nd != 1) return false;
-                for (uint32_t a = 0; a < c->mesh->naxes; a++) rv.dims[dd[0]].axes[rv.dims[dd[0]].naxes++] = (uint8_t)a;
+                for (uint32_t a = 0; a < c->mesh->naxes; a++)
+                    if ((uint32_t)axes >> a & 1) rv.dims[dd[0]].axes[rv.dims[dd[0]].naxes++] = (uint8_t)a;
             }
             *out = term(sum, rv, false);
             return true;
@@ -1492,15 +1564,17 @@ static bool pw_instr(lstate *s, lval *out) {
         in->op == OP_COPY) {
         if (s->ops[0].kind != LV_PW) return false;
         if (in->op == OP_CONVERT && !(dtype_is_int(dt) || dt == DT_PRED)) return false;
+        const hlo_instr *src = &s->comp->instrs[in->operands[0]];
         v.pw = s->ops[0].pw;
+        v.pos = s->ops[0].pos;
+        v.v = s->ops[0].v;
         if (in->op == OP_BROADCAST) {
             uint32_t nb;
             const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nb);
-            v.pos = pos_broadcast(c, s->ops[0].pos, bd, nb, in->shape.dims, in->shape.rank);
+            pos_broadcast(c, &v.pos, &v.v, bd, nb, in->shape.dims, in->shape.rank);
         } else if (in->op == OP_RESHAPE || in->op == OP_BITCAST) {
-            v.pos = pos_reshape(c, s->ops[0].pos, in->shape.dims, in->shape.rank);
-        } else {
-            v.pos = s->ops[0].pos;
+            if (!pos_reshape(c, &v.pos, &v.v, src->shape.dims, src->shape.rank, in->shape.dims, in->shape.rank))
+                return false;
         }
         *out = v;
         return true;
@@ -1517,7 +1591,9 @@ static bool pw_instr(lstate *s, lval *out) {
         bool identity = (red == RED_AND && init == 1) || ((red == RED_OR || red == RED_SUM || red == RED_XOR) && init == 0);
         if (!identity) return false;
         v.pw = s->ops[0].pw;
-        v.pos = pos_reshape(c, s->ops[0].pos, in->shape.dims, in->shape.rank);
+        v.pos = s->ops[0].pos;
+        v.v = s->ops[0].v;
+        if (!pos_reshape(c, &v.pos, &v.v, src->shape.dims, src->shape.rank, in->shape.dims, in->shape.rank)) return false;
         *out = v;
         return true;
     }
@@ -1525,12 +1601,17 @@ static bool pw_instr(lstate *s, lval *out) {
     pw_fn *f[3];
     eid pos = EID_NONE;
     if (in->noperands > 3) return false;
+    const view *common = NULL;
     for (uint32_t o = 0; o < in->noperands; o++) {
         eid p;
-        if (!as_pw(s, o, &f[o], &p) || !same_pos(&pos, p)) return false;
+        const view *vw;
+        if (!as_pw(s, o, &f[o], &p, &vw) || !same_pos(&pos, p)) return false;
+        if (vw && common && !same_sharding(vw, common)) return false;
+        if (vw) common = vw;
     }
     v.pw = pw_alloc(c);
     v.pos = pos;
+    if (common) v.v = *common;
     for (int64_t d = 0; d < c->ndev; d++) {
         bool ok;
         switch (in->op) {
@@ -1572,7 +1653,7 @@ static lval lift_instr(lstate *s) {
         }
         if (ops[o].kind == LV_MASK && mask_resolves(c, &ops[o])) {
             assume_text(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)ops[o].domain);
-            ops[o] = term(ops[o].hit, view_dup(s->comp->instrs[in->operands[o]].shape.rank), false);
+            ops[o] = term(ops[o].hit, ops[o].v, false);
         }
         if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) {
             if (c->baseline_mode) {
