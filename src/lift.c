@@ -1207,18 +1207,40 @@ static void assume_text(lift_ctx *c, const char *fmt, ...) {
     sb_putc(&c->assumptions, '\n');
 }
 
+/* The precondition that source values lie in [0, n) (a gathered table's rows). */
+static void assume_domain(lift_ctx *c, eid src, int64_t n) {
+    assume_text(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)n);
+    if (src == EID_NONE) return;
+    for (uint32_t i = 0; i < c->ndoms; i++)
+        if (c->dom_src[i] == src && c->dom_size[i] == n) return;
+    if (c->ndoms < ARRAY_LEN(c->dom_src)) {
+        c->dom_src[c->ndoms] = src;
+        c->dom_size[c->ndoms++] = n;
+    }
+}
+
+/* The smallest domain assumed for a source, or -1. */
+static int64_t domain_of(const lift_ctx *c, eid src) {
+    int64_t best = -1;
+    for (uint32_t i = 0; i < c->ndoms; i++)
+        if (c->dom_src[i] == src && (best < 0 || c->dom_size[i] < best)) best = c->dom_size[i];
+    return best;
+}
+
 static pw_fn *pw_alloc(lift_ctx *c) { return arena_alloc(c->a, (size_t)c->ndev * sizeof(pw_fn)); }
 
 /* Operand o as per-device functions of the source, with its positions (EID_NONE
  * for a value that is the same at every position). */
-static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos, const view **vw) {
+static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos, const view **vw, eid *src) {
     lift_ctx *c = s->c;
     const lval *x = &s->ops[o];
     *vw = NULL;  /* NULL: the same at every position, any sharding */
+    *src = EID_NONE;
     if (x->kind == LV_PW) {
         *out = x->pw;
         *pos = x->pos;
         *vw = &x->v;
+        *src = x->src;
         return true;
     }
     if (x->kind == LV_DEV) {
@@ -1243,6 +1265,7 @@ static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos, const view **vw)
         *out = f;
         *pos = x->cls;
         *vw = &x->v;
+        *src = x->cls;
         return true;
     }
     return false;
@@ -1365,7 +1388,17 @@ static bool mask_sums_to_row(const lift_ctx *c, const lval *m, uint32_t axes) {
             int64_t tag, key = 0;
             for (uint32_t a = 0; a < c->mesh->naxes; a++)
                 if (!(axes >> a & 1)) key = key * c->mesh->sizes[a] + mesh_coord(c->mesh, d, (int)a);
-            if (!pw_constant_on(&m->pw[d], lo, hi, &tag) || tag == TAG_JUNK) ok = false;
+            if (!pw_constant_on(&m->pw[d], lo, hi, &tag) || tag == TAG_JUNK) {
+                ok = false;
+                if (getenv("SCALIFY_DEBUG_LIFT")) {
+                    fprintf(stderr, "lift: device %lld has no row or zero on [%lld, %lld):", (long long)d, (long long)lo,
+                            (long long)hi);
+                    for (uint32_t k = 0; k < m->pw[d].n; k++)
+                        fprintf(stderr, " [%lld,%lld)=%lldt+%lld", (long long)m->pw[d].p[k].lo, (long long)m->pw[d].p[k].hi,
+                                (long long)m->pw[d].p[k].a, (long long)m->pw[d].p[k].b);
+                    fprintf(stderr, "\n");
+                }
+            }
             else hits[key] += tag == TAG_HIT;
         }
         for (int64_t d = 0; d < c->ndev && ok; d++) {
@@ -1400,7 +1433,7 @@ static bool pw_gather(lstate *s, lval *out) {
     for (uint32_t d = 1; d < ti->shape.rank; d++)
         if (tab->v.dims[d].naxes || ss[d] != ti->shape.dims[d]) return false;
     int64_t rows = ti->shape.dims[0], parts = view_dim_parts(&tab->v, c->mesh, 0), domain = rows * parts;
-    lval v = {.kind = LV_MASK, .domain = domain, .v = view_dup(in->shape.rank)};
+    lval v = {.kind = LV_MASK, .domain = domain, .v = view_dup(in->shape.rank), .src = idx->src};
     v.pw = pw_alloc(c);
     for (int64_t r = 0; r < c->ndev; r++) {
         int64_t blk = 0;
@@ -1420,6 +1453,12 @@ static bool pw_gather(lstate *s, lval *out) {
                 hlo = p->lo > start ? p->lo : start;
                 hhi = p->hi < start + rows ? p->hi : start + rows;
                 if (hhi < hlo) hhi = hlo;
+            } else if (p->a == 0 && p->b >= 0 && p->b < rows && start + p->b >= p->lo &&
+                       (p->hi == PW_POS_INF || start + p->b < p->hi)) {
+                /* A constant row (after clamping) is the right one at the single
+                 * index value equal to it. */
+                hlo = start + p->b;
+                hhi = hlo + 1;
             }
             if (!pw_push(t, p->lo, hlo, 0, TAG_JUNK) || !pw_push(t, hlo, hhi, 0, TAG_HIT) ||
                 !pw_push(t, hhi > p->lo ? hhi : p->lo, p->hi, 0, TAG_JUNK))
@@ -1463,10 +1502,10 @@ static bool pw_instr(lstate *s, lval *out) {
         const lval *x = &s->ops[o];
         any_pw |= x->kind == LV_PW;
         any_mask |= x->kind == LV_MASK;
-        /* The baseline analyses index arithmetic on any device value, so that its
-         * gathers resolve; the distributed side only where the value depends on
-         * the device (elsewhere its plain terms are the baseline's). */
-        any_dev |= x->kind == LV_DEV && (c->baseline_mode || !dev_uniform(c, x));
+        /* Index arithmetic on data and any device value (constants included) is
+         * analysed on both sides alike, so gathers resolve the same way; values
+         * that do not depend on the device keep their plain term as well. */
+        any_dev |= x->kind == LV_DEV;
         /* Data only: positions computed from iota meet the baseline's slices, not
          * its gathers, so they stay plain terms. */
         any_src |= x->kind == LV_TERM && !x->konst;
@@ -1493,7 +1532,7 @@ static bool pw_instr(lstate *s, lval *out) {
         if (in->op == OP_SELECT && s->ops[0].kind == LV_PW) {
             /* select(pred, masked or zero, masked or zero): tags per range. */
             const lval *pr = &s->ops[0];
-            lval m = {.kind = LV_MASK, .v = pr->v, .pos = pr->pos, .hit = EID_NONE, .domain = 0};
+            lval m = {.kind = LV_MASK, .v = pr->v, .pos = pr->pos, .hit = EID_NONE, .domain = 0, .src = pr->src};
             m.pw = pw_alloc(c);
             pw_fn *tags[2];
             for (int k = 0; k < 2; k++) {
@@ -1524,6 +1563,9 @@ static bool pw_instr(lstate *s, lval *out) {
             const lval *m = &s->ops[0];
             bool scatter = in->op == OP_REDUCE_SCATTER;
             int axes = lift_groups_axes(c, in, scatter);
+            if (getenv("SCALIFY_DEBUG_LIFT"))
+                fprintf(stderr, "lift: %s sums masks over axes %d (mask %s, %u parts)\n", in->name, axes,
+                        m->n ? "sum" : "single", m->n);
             if (axes <= 0 || (view_axes_used(&m->v) & (uint32_t)axes)) return false;
             /* A sum of masked values (token plus position embedding) sums termwise. */
             eid sum = EID_NONE;
@@ -1532,7 +1574,7 @@ static bool pw_instr(lstate *s, lval *out) {
                 const lval *part = m->n ? &m->elems[k] : m;
                 if (part->kind != LV_MASK || !mask_sums_to_row(c, part, (uint32_t)axes) || !same_sharding(&part->v, &m->v))
                     return false;
-                assume_text(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)part->domain);
+                assume_domain(c, part->src, part->domain);
                 if (sum == EID_NONE) {
                     sum = part->hit;
                 } else {
@@ -1568,6 +1610,7 @@ static bool pw_instr(lstate *s, lval *out) {
         v.pw = s->ops[0].pw;
         v.pos = s->ops[0].pos;
         v.v = s->ops[0].v;
+        v.src = s->ops[0].src;
         if (in->op == OP_BROADCAST) {
             uint32_t nb;
             const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nb);
@@ -1593,8 +1636,23 @@ static bool pw_instr(lstate *s, lval *out) {
         v.pw = s->ops[0].pw;
         v.pos = s->ops[0].pos;
         v.v = s->ops[0].v;
+        v.src = s->ops[0].src;
         if (!pos_reshape(c, &v.pos, &v.v, src->shape.dims, src->shape.rank, in->shape.dims, in->shape.rank)) return false;
         *out = v;
+        return true;
+    }
+    if (in->op == OP_SELECT && s->ops[0].kind == LV_PW && s->ops[1].kind == LV_TERM && s->ops[2].kind == LV_TERM) {
+        /* A mask that is constant over the assumed source domain picks one side
+         * (take's bounds check after the gather, for valid token ids). */
+        const lval *pr = &s->ops[0];
+        int64_t n = domain_of(c, pr->src), k0 = -1;
+        if (n <= 0) return false;
+        for (int64_t d = 0; d < c->ndev; d++) {
+            int64_t k;
+            if (!pw_constant_on(&pr->pw[d], 0, n, &k) || (k0 >= 0 && k != k0)) return false;
+            k0 = k;
+        }
+        *out = s->ops[k0 ? 1 : 2];
         return true;
     }
     if (!(dtype_is_int(dt) || dt == DT_PRED) || !is_elementwise(in->op)) return false;
@@ -1602,15 +1660,17 @@ static bool pw_instr(lstate *s, lval *out) {
     eid pos = EID_NONE;
     if (in->noperands > 3) return false;
     const view *common = NULL;
+    eid src = EID_NONE;
     for (uint32_t o = 0; o < in->noperands; o++) {
-        eid p;
+        eid p, sr;
         const view *vw;
-        if (!as_pw(s, o, &f[o], &p, &vw) || !same_pos(&pos, p)) return false;
+        if (!as_pw(s, o, &f[o], &p, &vw, &sr) || !same_pos(&pos, p) || !same_pos(&src, sr)) return false;
         if (vw && common && !same_sharding(vw, common)) return false;
         if (vw) common = vw;
     }
     v.pw = pw_alloc(c);
     v.pos = pos;
+    v.src = src;
     if (common) v.v = *common;
     for (int64_t d = 0; d < c->ndev; d++) {
         bool ok;
@@ -1652,12 +1712,13 @@ static lval lift_instr(lstate *s) {
             sb_free(&b);
         }
         if (ops[o].kind == LV_MASK && mask_resolves(c, &ops[o])) {
-            assume_text(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)ops[o].domain);
+            assume_domain(c, ops[o].src, ops[o].domain);
             ops[o] = term(ops[o].hit, ops[o].v, false);
         }
         if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) {
-            if (c->baseline_mode) {
-                ops[o] = term(ops[o].cls, view_dup(s->comp->instrs[in->operands[o]].shape.rank), false);
+            if (ops[o].cls != EID_NONE) {
+                /* Device-independent: its plain term stands in. */
+                ops[o] = term(ops[o].cls, ops[o].v, false);
                 continue;
             }
             unsupported(c, s->comp, in, "%s uses index arithmetic (a function of data and the device) in a way not related yet",
@@ -1873,17 +1934,32 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
             fprintf(stderr, "term %s%s = %s\n", c->baseline_mode ? "(baseline) " : "", in->name, b.s);
             sb_free(&b);
         }
-        if (c->baseline_mode) {
-            /* The baseline is its own reference: what no transfer function
-             * handles is simply its own op over its operands; index values keep
-             * that plain term beside their analysis for ops that do not take them. */
-            if (v->kind == LV_UNKNOWN) *v = generic(&s);
-            if (v->kind == LV_PW || v->kind == LV_MASK) {
+        if (v->kind == LV_PW || v->kind == LV_MASK) {
+            /* Index values keep their plain term beside the analysis when it means
+             * the same on every device (always on the baseline), for ops that do
+             * not take index values. */
+            bool indep = true;
+            for (uint32_t o = 0; o < in->noperands; o++) {
+                if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) indep &= ops[o].cls != EID_NONE;
+                else if (ops[o].kind == LV_DEV) indep &= dev_uniform(c, &ops[o]);
+                else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
+            }
+            v->cls = EID_NONE;
+            if (indep || c->baseline_mode) {
+                lval saved[16];
+                uint32_t ns = in->noperands < 16 ? in->noperands : 16;
+                memcpy(saved, ops, ns * sizeof *ops);
                 for (uint32_t o = 0; o < in->noperands; o++)
                     if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK)
                         ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
                 v->cls = generic(&s).cls;
+                memcpy(ops, saved, ns * sizeof *ops);
             }
+        }
+        if (c->baseline_mode) {
+            /* The baseline is its own reference: what no transfer function
+             * handles is simply its own op over its operands. */
+            if (v->kind == LV_UNKNOWN) *v = generic(&s);
             if (v->kind == LV_TERM) record_scope(c, in, v->cls);
             continue;
         }

@@ -55,6 +55,7 @@ typedef struct lval {
     uint32_t n;
     pw_fn *pw;                    /* LV_PW / LV_MASK: one function per device */
     eid pos, hit;                 /* source positions; LV_MASK: the gathered row */
+    eid src;                      /* LV_PW / LV_MASK: the source term itself (before shaping) */
     int64_t domain;               /* LV_MASK: valid index values [0, domain) */
 } lval;
 
@@ -103,6 +104,9 @@ typedef struct lift_ctx {
     size_t nscopes, capscopes;
     uint32_t resynced;                    /* assumptions of that kind made */
     strbuf assumptions;                   /* preconditions relied on, one per line */
+    eid dom_src[8];                       /* sources assumed within [0, dom_size) */
+    int64_t dom_size[8];
+    uint32_t ndoms;
     const char *resync_scope;             /* the first one */
     uint64_t lifted, assumed;             /* instructions lifted; with assumed content */
     uint64_t *digests[2];                 /* per module, per computation (0: not yet) */
