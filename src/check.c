@@ -77,28 +77,36 @@ static const char *scope_of(const hlo_instr *in) {
     return s;
 }
 
-/* The nearest baseline counterpart: same op_name scope and opcode, else same scope. */
+/* The nearest baseline counterpart: the same source line and opcode (model code
+ * is shared by both programs), else the same op_name scope and opcode, else the
+ * same scope. */
 static const hlo_instr *counterpart(const hlo_module *b, const hlo_instr *in, const hlo_comp **bc) {
     const char *want = scope_of(in);
-    if (!want) return NULL;
-    const hlo_instr *loose = NULL;
-    const hlo_comp *loose_c = NULL;
+    const hlo_meta *dm = in->meta;
+    const hlo_instr *by_scope = NULL, *loose = NULL;
+    const hlo_comp *by_scope_c = NULL, *loose_c = NULL;
     for (uint32_t c = 0; c < b->ncomps; c++)
         for (uint32_t i = 0; i < b->comps[c].ninstrs; i++) {
             const hlo_instr *x = &b->comps[c].instrs[i];
-            const char *s = scope_of(x);
-            if (!s || strcmp(s, want) != 0) continue;
-            if (x->op == in->op) {
+            const hlo_meta *bm = x->meta;
+            if (x->op == in->op && dm && bm && dm->src_file && bm->src_file && dm->src_line == bm->src_line &&
+                dm->src_line > 0 && strcmp(dm->src_file, bm->src_file) == 0) {
                 *bc = &b->comps[c];
                 return x;
+            }
+            const char *s = scope_of(x);
+            if (!want || !s || strcmp(s, want) != 0) continue;
+            if (x->op == in->op && !by_scope) {
+                by_scope = x;
+                by_scope_c = &b->comps[c];
             }
             if (!loose) {
                 loose = x;
                 loose_c = &b->comps[c];
             }
         }
-    *bc = loose_c;
-    return loose;
+    *bc = by_scope ? by_scope_c : loose_c;
+    return by_scope ? by_scope : loose;
 }
 
 /* Source lines around a site, read only when the file resolves below root. */
