@@ -353,11 +353,16 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     json_t *findings = json_array();
     json_t *counts = json_object();
     int nf = 0;
+    /* The same mistake repeats in every layer: the first CHECK_MAX_PER_KIND of a
+     * kind are listed, the summary counts them all. */
+    enum { CHECK_MAX_PER_KIND = 16 };
     for (uint32_t i = 0; i < lc.nfindings; i++) {
         lift_finding *f = &lc.findings[i];
-        json_array_append_new(findings, finding_json(o, B.m, D.m, ++nf, f->kind, "error", f->message, f->comp, f->in));
         json_t *cnt = json_object_get(counts, f->kind);
-        json_object_set_new(counts, f->kind, json_integer(cnt ? json_integer_value(cnt) + 1 : 1));
+        json_int_t seen = cnt ? json_integer_value(cnt) : 0;
+        if (seen < CHECK_MAX_PER_KIND)
+            json_array_append_new(findings, finding_json(o, B.m, D.m, ++nf, f->kind, "error", f->message, f->comp, f->in));
+        json_object_set_new(counts, f->kind, json_integer(seen + 1));
     }
     /* Outputs: each must be the baseline output's class with the expected view. */
     strbuf why;

@@ -676,8 +676,11 @@ static lval lift_elementwise(lstate *s) {
                           : "%s needs complete values but %s: a missing all-reduce",
                     in->opname, is_convert ? dtype_name(in->shape.dtype) : why.s, why.s);
             sb_free(&why);
+            /* Go on past the finding: a convert leaves the value partial (only
+             * rounded wrongly); other ops leave something no longer a sum. */
             view pv = v;
-            pv.partial = 0;
+            pv.partial = is_convert ? partial : 0;
+            pv.red = is_convert ? red : 0;
             return assume(c, in, pv);
         }
         v.partial = partial;
