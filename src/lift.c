@@ -1697,12 +1697,152 @@ static bool pw_instr(lstate *s, lval *out) {
     return true;
 }
 
+
+/* ---- all-to-all and the layouts it leaves (atomic factors) ---- */
+
+/* Back to a plain view when every local dim is exactly the free parts of one
+ * global dim, in order: then the local tensor is a block of the term itself. */
+static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, lval *out) {
+    const lift_layout *L = x->lay;
+    if (L->ndims != L->grank || local->rank != L->grank) return false;
+    view v = view_dup(L->grank);
+    for (uint32_t i = 0; i < L->ndims; i++) {
+        int64_t free_size = L->gdims[i] / (L->bound[i] >= 0 ? L->split[i] : 1);
+        int last_part = -1;
+        int64_t prod = 1;
+        for (uint32_t k = 0; k < L->natoms[i]; k++) {
+            const layout_atom *a = &L->atoms[i][k];
+            if (a->gdim != i || (int)a->part <= last_part) return false;
+            if (L->bound[i] >= 0 && a->part == 0) return false;
+            last_part = a->part;
+            prod *= a->size;
+        }
+        if (prod != free_size || local->dims[i] != free_size) return false;
+        if (L->bound[i] >= 0) {
+            v.dims[i].naxes = L->naxes[i];
+            memcpy(v.dims[i].axes, L->axes[i], L->naxes[i]);
+        }
+    }
+    (void)c;
+    *out = term(x->cls, v, x->assumed);
+    return true;
+}
+
+/* all-to-all(x) dimensions={c}: chunk j of dim c goes to device j. With x's dim
+ * e sharded in blocks over the group's axes and dim c whole, device r ends up
+ * with every block of e (as the major part of dim c) and block r of c. */
+static lval lift_all_to_all(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    uint32_t nd;
+    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
+    if (x->kind != LV_TERM || x->v.partial || nd != 1 || in->noperands != 1) return unknown();
+    int axes = collective_axes(s, true);
+    if (axes < 0) return unknown();
+    uint32_t cd = (uint32_t)dd[0], rank = in->shape.rank;
+    int e = -1;
+    for (uint32_t d = 0; d < rank; d++) {
+        if (!x->v.dims[d].naxes) continue;
+        uint32_t mask = 0;
+        for (uint32_t k = 0; k < x->v.dims[d].naxes; k++) mask |= 1u << x->v.dims[d].axes[k];
+        if (mask != (uint32_t)axes || e >= 0) {
+            unsupported(c, s->comp, in, "%s: operand sharded on axes the all-to-all does not exchange", in->name);
+            return unknown();
+        }
+        e = (int)d;
+    }
+    if (e < 0 || (uint32_t)e == cd) {
+        unsupported(c, s->comp, in, "%s exchanges a dimension that is not sharded over its groups", in->name);
+        return unknown();
+    }
+    int64_t n = view_dim_parts(&x->v, c->mesh, (uint32_t)e);
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    if (src->shape.dims[cd] % n) return unknown();
+    lift_layout *L = arena_alloc(c->a, sizeof *L);
+    L->grank = rank;
+    L->ndims = rank;
+    for (uint32_t d = 0; d < rank; d++) {
+        L->gdims[d] = src->shape.dims[d] * (d == (uint32_t)e ? n : 1);
+        L->split[d] = 1;
+        L->bound[d] = -1;
+    }
+    L->split[e] = n;
+    L->split[cd] = n;
+    L->bound[cd] = 1;
+    L->naxes[cd] = x->v.dims[e].naxes;
+    memcpy(L->axes[cd], x->v.dims[e].axes, x->v.dims[e].naxes);
+    for (uint32_t d = 0; d < rank; d++) {
+        L->natoms[d] = 0;
+        if (d == (uint32_t)e) {
+            if (L->gdims[d] / n > 1) L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)d, 1, L->gdims[d] / n};
+        } else if (d == cd) {
+            L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)e, 0, n};
+            if (L->gdims[d] / n > 1) L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)d, 1, L->gdims[d] / n};
+        } else if (L->gdims[d] > 1) {
+            L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)d, 1, L->gdims[d]};
+        }
+    }
+    return (lval){.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
+}
+
+/* reshape / transpose of a layout: regroup or permute the atoms. */
+static bool layout_op(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    lift_layout *L = arena_memdup(c->a, x->lay, sizeof *x->lay);
+    if (in->op == OP_TRANSPOSE) {
+        uint32_t np;
+        const int64_t *perm = instr_ints(in, A_DIMENSIONS, &np);
+        if (np != L->ndims) return false;
+        lift_layout t = *L;
+        for (uint32_t k = 0; k < np; k++) {
+            t.natoms[k] = L->natoms[perm[k]];
+            memcpy(t.atoms[k], L->atoms[perm[k]], sizeof t.atoms[k]);
+        }
+        *L = t;
+    } else if (in->op == OP_RESHAPE || in->op == OP_BITCAST) {
+        layout_atom flat[LAYOUT_MAX_ATOMS];
+        uint32_t nf = 0;
+        for (uint32_t d = 0; d < L->ndims; d++)
+            for (uint32_t k = 0; k < L->natoms[d]; k++) {
+                if (nf == LAYOUT_MAX_ATOMS) return false;
+                flat[nf++] = L->atoms[d][k];
+            }
+        uint32_t next = 0;
+        if (in->shape.rank > VIEW_MAX_RANK) return false;
+        L->ndims = in->shape.rank;
+        for (uint32_t d = 0; d < in->shape.rank; d++) {
+            int64_t want = in->shape.dims[d], prod = 1;
+            L->natoms[d] = 0;
+            while (prod < want && next < nf) {
+                if (L->natoms[d] == 4) return false;
+                L->atoms[d][L->natoms[d]++] = flat[next];
+                prod *= flat[next++].size;
+            }
+            if (prod != want) return false;  /* an atom would be split */
+        }
+        if (next != nf) return false;
+    } else {
+        return false;
+    }
+    lval v = {.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
+    if (!layout_to_term(c, &v, &in->shape, out)) *out = v;
+    return true;
+}
+
 static lval lift_instr(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     lval *ops = s->ops;
     lval pwv;
     if (pw_instr(s, &pwv)) return pwv;
+    if (in->noperands >= 1 && ops[0].kind == LV_LAYOUT) {
+        if (layout_op(s, &pwv)) return pwv;
+        unsupported(c, s->comp, in, "%s rearranges an all-to-all result in a way not related yet", in->name);
+        return unknown();
+    }
     /* Index values met by an op that does not take them: a masked row that every
      * device holds is a term; anything else is not related here. */
     for (uint32_t o = 0; o < in->noperands; o++) {
@@ -1747,6 +1887,7 @@ static lval lift_instr(lstate *s) {
     case OP_REDUCE: return lift_reduce(s);
     case OP_ALL_REDUCE: return lift_all_reduce(s);
     case OP_ALL_GATHER: return lift_all_gather(s);
+    case OP_ALL_TO_ALL: return lift_all_to_all(s);
     case OP_REDUCE_SCATTER: return lift_reduce_scatter(s);
     case OP_DYNAMIC_SLICE: return lift_dynamic_slice(s);
     case OP_SLICE: return lift_slice(s);

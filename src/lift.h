@@ -38,7 +38,27 @@
 #include "graph.h"
 #include "view.h"
 
-enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK };
+enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT };
+
+/* LV_LAYOUT: a local tensor whose dims are runs of atomic factors of the global
+ * dims (after an all-to-all, before the reshapes that bring it back to a plain
+ * view). Atom k is part `part` (0 major, 1 minor) of global dim `gdim`. */
+#define LAYOUT_MAX_ATOMS 16
+typedef struct layout_atom {
+    uint8_t gdim, part;
+    int64_t size;
+} layout_atom;
+
+typedef struct lift_layout {
+    uint32_t grank;
+    int64_t gdims[VIEW_MAX_RANK];      /* global dims of the term */
+    int64_t split[VIEW_MAX_RANK];      /* size of the major part (1: not split) */
+    int8_t bound[VIEW_MAX_RANK];       /* major part bound to the axes: -1 none */
+    uint8_t axes[VIEW_MAX_RANK][MESH_MAX_AXES], naxes[VIEW_MAX_RANK];
+    uint32_t ndims;                    /* local dims */
+    uint8_t natoms[VIEW_MAX_RANK];     /* atoms per local dim */
+    layout_atom atoms[VIEW_MAX_RANK][4];
+} lift_layout;
 
 /* Tags of LV_MASK pieces: what a device holds for index values in a piece. */
 enum { TAG_ZERO = 0, TAG_HIT = 1, TAG_JUNK = 2 };
@@ -56,6 +76,7 @@ typedef struct lval {
     pw_fn *pw;                    /* LV_PW / LV_MASK: one function per device */
     eid pos, hit;                 /* source positions; LV_MASK: the gathered row */
     eid src;                      /* LV_PW / LV_MASK: the source term itself (before shaping) */
+    lift_layout *lay;             /* LV_LAYOUT */
     int64_t domain;               /* LV_MASK: valid index values [0, domain) */
 } lval;
 
