@@ -1058,6 +1058,39 @@ static lval lift_reduce_scatter(lstate *s) {
     return term(x->cls, v, x->assumed);
 }
 
+/* The mesh axes (bitmask, ≥ 1) whose combined block index r gives every
+ * device's value as base + index·size (values per device: vals[d·count]);
+ * 0 when none. *parts is the number of blocks. */
+static uint32_t block_offsets(const lift_ctx *c, const double *vals, uint32_t count, int64_t size, int64_t *base,
+                              int64_t *parts) {
+    for (uint32_t mask = 1; mask < (1u << c->mesh->naxes); mask++) {
+        int64_t p = 1;
+        for (uint32_t a = 0; a < c->mesh->naxes; a++)
+            if (mask >> a & 1) p *= c->mesh->sizes[a];
+        bool match = true;
+        int64_t b = (int64_t)vals[0];
+        for (int64_t r = 0; r < c->ndev && match; r++) {
+            int64_t idx = 0;
+            for (uint32_t a = 0; a < c->mesh->naxes; a++)
+                if (mask >> a & 1) idx = idx * c->mesh->sizes[a] + mesh_coord(c->mesh, r, (int)a);
+            match = (int64_t)vals[r * count] == b + idx * size;
+        }
+        if (match) {
+            *base = b;
+            *parts = p;
+            return mask;
+        }
+    }
+    return 0;
+}
+
+static view_dim axes_dim(const lift_ctx *c, uint32_t mask) {
+    view_dim vd = {0};
+    for (uint32_t a = 0; a < c->mesh->naxes; a++)
+        if (mask >> a & 1) vd.axes[vd.naxes++] = (uint8_t)a;
+    return vd;
+}
+
 /* dynamic-slice whose offsets are device tables: offset(r) = coord·size binds
  * the dimension to the axes; the same offset everywhere is an ordinary slice. */
 static lval lift_dynamic_slice(lstate *s) {
@@ -1094,34 +1127,18 @@ static lval lift_dynamic_slice(lstate *s) {
         int64_t size = in->shape.dims[d];
         bool bound = false;
         /* offset(r) = base + block(r)·size: block r of the window [base, base + parts·size). */
-        for (uint32_t mask = 1; mask < (1u << c->mesh->naxes) && !bound; mask++) {
-            int64_t p = 1;
-            for (uint32_t a = 0; a < c->mesh->naxes; a++)
-                if (mask >> a & 1) p *= c->mesh->sizes[a];
-            bool match = true;
-            int64_t base = (int64_t)o->dev[0];
-            for (int64_t r = 0; r < c->ndev && match; r++) {
-                int64_t idx = 0;
-                for (uint32_t a = 0; a < c->mesh->naxes; a++)
-                    if (mask >> a & 1) idx = idx * c->mesh->sizes[a] + mesh_coord(c->mesh, r, (int)a);
-                match = (int64_t)o->dev[r] == base + idx * size;
-            }
-            match = match && base >= 0 && base + p * size <= src->shape.dims[d];
-            if (match && (base != 0 || p * size != src->shape.dims[d])) {
+        int64_t base, p;
+        uint32_t mask = block_offsets(c, o->dev, o->count, size, &base, &p);
+        if (mask && base >= 0 && base + p * size <= src->shape.dims[d]) {
+            view pv = v;
+            pv.dims[d] = axes_dim(c, mask);
+            if (base != 0 || p * size != src->shape.dims[d]) {
                 unsupported(c, s->comp, in, "%s slices dimension %u in blocks of a window [%lld, %lld): windows are not related yet",
                             in->name, d, (long long)base, (long long)(base + p * size));
-                view pv = v;
-                pv.dims[d].naxes = 0;
-                for (uint32_t a = 0; a < c->mesh->naxes; a++)
-                    if (mask >> a & 1) pv.dims[d].axes[pv.dims[d].naxes++] = (uint8_t)a;
                 return assume(c, in, pv);
             }
-            if (match) {
-                bound = true;
-                v.dims[d].naxes = 0;
-                for (uint32_t a = 0; a < c->mesh->naxes; a++)
-                    if (mask >> a & 1) v.dims[d].axes[v.dims[d].naxes++] = (uint8_t)a;
-            }
+            bound = true;
+            v = pv;
         }
         if (!bound && c->mesh_inferred) {
             unsupported(c, s->comp, in, "%s slices at offsets that select no block of the mesh inferred from the shardings", in->name);
@@ -1832,11 +1849,49 @@ static bool layout_op(lstate *s, lval *out) {
     return true;
 }
 
+
+/* add(iota, offset(r)) with offset(r) = block(r)·n along the iota's dim of local
+ * length n: block r of the global iota (positions of a sequence shard). */
+static bool iota_block(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->op != OP_ADD || in->noperands != 2) return false;
+    for (int k = 0; k < 2; k++) {
+        const lval *x = &s->ops[k], *o = &s->ops[1 - k];
+        const hlo_instr *xi = &s->comp->instrs[in->operands[k]];
+        while (xi->op == OP_CONVERT) xi = &s->comp->instrs[xi->operands[0]];
+        if (xi->op != OP_IOTA || x->kind != LV_TERM || !view_is_dup(&x->v) || o->kind != LV_DEV || dev_uniform(c, o))
+            continue;
+        for (int64_t d = 0; d < c->ndev; d++)
+            for (uint32_t e = 1; e < o->count; e++)
+                if (o->dev[d * o->count + e] != o->dev[d * o->count]) return false;
+        uint32_t dim = (uint32_t)instr_int(xi, A_IOTA_DIMENSION, 0);
+        int64_t n = in->shape.dims[dim], base, parts;
+        uint32_t mask = block_offsets(c, o->dev, o->count, n, &base, &parts);
+        if (!mask || base != 0) return false;
+        view v = view_dup(in->shape.rank);
+        v.dims[dim] = axes_dim(c, mask);
+        int64_t g[VIEW_MAX_RANK];
+        global_dims(c, &v, &in->shape, g);
+        /* The global iota, converted like the local one when it was. */
+        const hlo_instr *ii = &s->comp->instrs[in->operands[k]];
+        eid t = node(c, c->cur, xi, NULL, 0, g, c->origin);
+        if (ii->op == OP_CONVERT) {
+            uint32_t ty = type_of(c, ii->shape.dtype, g, ii->shape.rank);
+            t = eg_add(c->g, OP_CONVERT, 0, ty, &t, 1, c->origin);
+        }
+        *out = term(t, v, false);
+        return true;
+    }
+    return false;
+}
+
 static lval lift_instr(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     lval *ops = s->ops;
     lval pwv;
+    if (iota_block(s, &pwv)) return pwv;
     if (pw_instr(s, &pwv)) return pwv;
     if (in->noperands >= 1 && ops[0].kind == LV_LAYOUT) {
         if (layout_op(s, &pwv)) return pwv;
