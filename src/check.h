@@ -35,6 +35,7 @@ typedef struct check_opts {
     bool auto_relations;
     const char *source_root;      /* snippets are read only below it; NULL: none */
     bool witness;                 /* execute both programs to confirm or refute (witness.h) */
+    const char *rules_dir;        /* rewrite rules to saturate with when terms do not meet; NULL: none */
 } check_opts;
 
 /* Runs one check. Returns the verdict; *trace gets the trace unless the verdict

@@ -14,8 +14,8 @@
 
 static const char usage_check[] =
     "usage: scalify check --baseline B --distributed D [--relations R | --auto-relations]\n"
-    "                     [--source-root DIR] [--name N] [--witness] [-o trace.json]\n"
-    "       scalify check --manifest MANIFEST --out-dir DIR [--source-root DIR] [--witness]\n";
+    "                     [--source-root DIR] [--rules DIR] [--name N] [--witness] [-o trace.json]\n"
+    "       scalify check --manifest MANIFEST --out-dir DIR [--source-root DIR] [--rules DIR] [--witness]\n";
 
 static bool write_json(const char *path, json_t *j, diag *d) {
     char *s = json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
@@ -58,7 +58,7 @@ static int run_one(const check_opts *o, const char *out) {
 }
 
 /* Batch mode: one trace per manifest pair, plus index.json. */
-static int run_manifest(const char *manifest, const char *out_dir, const char *source_root, bool witness) {
+static int run_manifest(const char *manifest, const char *out_dir, const check_opts *base) {
     json_error_t err;
     json_t *m = json_load_file(manifest, 0, &err);
     if (!m || !json_is_array(json_object_get(m, "pairs"))) {
@@ -96,7 +96,10 @@ static int run_manifest(const char *manifest, const char *out_dir, const char *s
         snprintf(dp, sizeof dp, "%s/%s", dir, dd);
         snprintf(rp, sizeof rp, "%s/%s", dir, r);
         snprintf(out, sizeof out, "%s/%s.trace.json", out_dir, name);
-        check_opts o = {.name = name, .baseline = bp, .distributed = dp, .source_root = source_root, .witness = witness};
+        check_opts o = *base;
+        o.name = name;
+        o.baseline = bp;
+        o.distributed = dp;
         if (strcmp(r, "auto") == 0) o.auto_relations = true;
         else o.relations = rp;
         if (tty) fprintf(stderr, "[%zu/%zu] %s\n", i + 1, json_array_size(pairs), name);
@@ -133,15 +136,38 @@ static int run_manifest(const char *manifest, const char *out_dir, const char *s
     return worst;
 }
 
+/* The rules shipped with scalify: $SCALIFY_RULES, else a rules/ folder beside or
+ * above the binary (build/scalify in a checkout), else none. */
+static const char *default_rules_dir(void) {
+    static char found[4096];
+    const char *env = getenv("SCALIFY_RULES");
+    if (env && *env) return env;
+    char exe[2048];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = 0;
+    for (int up = 0; up < 3; up++) {
+        char *slash = strrchr(exe, '/');
+        if (!slash) break;
+        *slash = 0;
+        snprintf(found, sizeof found, "%s/rules", exe);
+        struct stat st;
+        if (stat(found, &st) == 0 && S_ISDIR(st.st_mode)) return found;
+    }
+    return NULL;
+}
+
 int cli_check(int argc, char **argv) {
     check_opts o = {0};
+    o.rules_dir = default_rules_dir();
     const char *out = NULL, *manifest = NULL, *out_dir = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char **slot = !strcmp(a, "--baseline") ? &o.baseline : !strcmp(a, "--distributed") ? &o.distributed
                             : !strcmp(a, "--relations") ? &o.relations : !strcmp(a, "--source-root") ? &o.source_root
                             : !strcmp(a, "--name") ? &o.name : !strcmp(a, "-o") ? &out
-                            : !strcmp(a, "--manifest") ? &manifest : !strcmp(a, "--out-dir") ? &out_dir : NULL;
+                            : !strcmp(a, "--manifest") ? &manifest : !strcmp(a, "--out-dir") ? &out_dir
+                            : !strcmp(a, "--rules") ? &o.rules_dir : NULL;
         if (slot) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "scalify check: %s needs a value\n%s", a, usage_check);
@@ -162,7 +188,7 @@ int cli_check(int argc, char **argv) {
             fprintf(stderr, "scalify check: --manifest needs --out-dir\n%s", usage_check);
             return EXIT_INPUT;
         }
-        return run_manifest(manifest, out_dir, o.source_root, o.witness);
+        return run_manifest(manifest, out_dir, &o);
     }
     if (!o.baseline || !o.distributed || (!o.relations == !o.auto_relations)) {
         fprintf(stderr, "%s", usage_check);
