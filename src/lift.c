@@ -36,6 +36,9 @@ void lift_done(lift_ctx *c) {
 
 static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
     if (c->baseline_mode) return;  /* one device, every value replicated: nothing to find */
     char msg[600];
@@ -43,6 +46,16 @@ static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const h
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    /* A finding about where a value is sharded (not whether it is partial) needs
+     * an unambiguous view: after a reshape with several true readings it is only
+     * undecided. Such findings are marked with a leading '@' by their callers. */
+    if (msg[0] == '@') {
+        if (c->ambiguous_now) {
+            unsupported(c, comp, in, "%s (with one reading of an ambiguous reshape)", msg + 1);
+            return;
+        }
+        memmove(msg, msg + 1, strlen(msg));
+    }
     if (c->nfindings == c->capfindings) {
         size_t cap = c->capfindings;
         XGROW(c->findings, cap, c->nfindings + 1);
@@ -741,6 +754,7 @@ static lval lift_reshape(lstate *s) {
     view v = view_dup(rb);
     v.partial = x->v.partial;
     v.red = x->v.red;
+    bool amb = x->ambiguous;
     uint32_t i = 0, j = 0;
     while (i < ra || j < rb) {
         /* One group: [i, i2) of a and [j, j2) of b with equal products. */
@@ -760,6 +774,9 @@ static lval lift_reshape(lstate *s) {
              * the major dim of the output group (unit dims included: locally
              * [.., 8] → [.., 1, 8] is heads 4 × 8 → 4 heads sharded). */
             uint32_t major = i, out = j;
+            /* A unit major dim with more dims after it in the group could take
+             * only part of the sharding: one reading among several. */
+            if (out < j2 && b[out] == 1 && out + 1 < j2) amb = true;
             if (k != major || out == j2) {
                 unsupported(c, s->comp, in, "reshape %s moves a sharded dimension inside a merged group (needs a layout view)",
                             in->name);
@@ -774,7 +791,9 @@ static lval lift_reshape(lstate *s) {
     }
     int64_t dims[VIEW_MAX_RANK];
     global_dims(c, &v, &in->shape, dims);
-    return term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
+    lval r = term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
+    r.ambiguous = amb;
+    return r;
 }
 
 /* dot: batch and free dims carry their operand's sharding; contracting dims
@@ -974,7 +993,7 @@ static lval lift_all_reduce(lstate *s) {
     for (uint32_t d = 0; d < x->v.rank; d++)
         for (uint32_t a = 0; a < x->v.dims[d].naxes; a++)
             if (axes >> x->v.dims[d].axes[a] & 1) {
-                finding(c, "wrong-collective-group", s->comp, in, "%s reduces over %s, along which the value is sharded (dimension %u), not partial",
+                finding(c, "wrong-collective-group", s->comp, in, "@%s reduces over %s, along which the value is sharded (dimension %u), not partial",
                         in->name, w.s, d);
                 sb_free(&w);
                 return unknown();
@@ -1026,7 +1045,7 @@ static lval lift_all_gather(lstate *s) {
         sb_init(&w);
         describe(&a, c, &x->v);
         axes_words(&w, c, (uint32_t)axes);
-        finding(c, "wrong-shard-dim", s->comp, in, "%s gathers dimension %u over %s, but the value is %s", in->name, d, w.s, a.s);
+        finding(c, "wrong-shard-dim", s->comp, in, "@%s gathers dimension %u over %s, but the value is %s", in->name, d, w.s, a.s);
         sb_free(&a);
         sb_free(&w);
         return unknown();
@@ -1149,7 +1168,7 @@ static lval lift_dynamic_slice(lstate *s) {
             sb_init(&t);
             for (int64_t r = 0; r < c->ndev && r < 8; r++) sb_printf(&t, "%s%lld", r ? ", " : "", (long long)o->dev[r]);
             finding(c, "wrong-shard-dim", s->comp, in,
-                    "%s slices dimension %u at per-device offsets {%s%s}, which select no mesh-axis block of size %lld",
+                    "@%s slices dimension %u at per-device offsets {%s%s}, which select no mesh-axis block of size %lld",
                     in->name, d, t.s, c->ndev > 8 ? ", ..." : "", (long long)size);
             sb_free(&t);
             return unknown();
@@ -2100,7 +2119,12 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
         lval ops_stack[8], *ops = in->noperands <= 8 ? ops_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
         for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
         lstate s = {c, comp, in, ops, vals};
+        bool amb = false;
+        for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous;
+        c->ambiguous_now = amb;
         *v = lift_instr(&s);
+        c->ambiguous_now = false;
+        v->ambiguous |= amb;
         static eid dbg_base = EID_NONE;
         const char *dbgb = getenv("SCALIFY_DEBUG_BASE");
         if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;

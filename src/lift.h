@@ -67,6 +67,7 @@ typedef struct lval {
     uint8_t kind;
     bool assumed;
     bool konst;                   /* computed from constants only (no parameter) */
+    bool ambiguous;               /* the view is one of several readings of a reshape */
     eid cls;
     view v;
     double *dev;
@@ -110,6 +111,7 @@ typedef struct lift_ctx {
     bool baseline_mode;                   /* walking the baseline: one device, all dup */
     int64_t ndev;
     bool mesh_inferred;                   /* from sharding annotations: group mismatches are undecided */
+    bool ambiguous_now;                   /* an operand's view is one reading among several */
     lift_finding *findings;
     uint32_t nfindings, capfindings;
     const hlo_instr *first_unsupported;   /* first instruction no rule relates */
