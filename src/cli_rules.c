@@ -1,4 +1,5 @@
-/* scalify rules check [DIR] — parse and lint every DIR/\*.rules (default rules/). */
+/* scalify rules check [DIR] — parse and lint every DIR/\*.rules (default rules/).
+ * scalify rules validate [DIR] — check every rewrite rule numerically (rules_validate.h). */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,6 +7,7 @@
 
 #include "cli.h"
 #include "rules.h"
+#include "rules_validate.h"
 #include "scalify.h"
 
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -65,10 +67,33 @@ static int rules_check(const char *dir) {
     return EXIT_VERIFIED;
 }
 
-int cli_rules(int argc, char **argv) {
-    if (argc < 1 || strcmp(argv[0], "check") != 0 || argc > 2) {
-        fputs("usage: scalify rules check [DIR]   parse and lint every DIR/*.rules (default rules/)\n", stderr);
+/* Exit 0: every rewrite rule validated or not validated with a reason;
+ * 1: some rule failed (a counterexample is printed); 2: the rules do not load. */
+static int rules_validate(const char *dir) {
+    diag d;
+    diag_init(&d, "scalify rules validate");
+    rv_report r;
+    if (rv_validate_dir(dir, &r, &d)) {
+        cli_flush_diag(&d);
+        rv_report_free(&r);
         return EXIT_INPUT;
     }
-    return rules_check(argc == 2 ? argv[1] : "rules");
+    diag_free(&d);
+    int rc = rv_print(stdout, &r);
+    rv_report_free(&r);
+    return rc ? EXIT_MISMATCH : EXIT_VERIFIED;
+}
+
+int cli_rules(int argc, char **argv) {
+    bool check = argc >= 1 && strcmp(argv[0], "check") == 0;
+    bool validate = argc >= 1 && strcmp(argv[0], "validate") == 0;
+    if ((!check && !validate) || argc > 2) {
+        fputs("usage: scalify rules check [DIR]      parse and lint every DIR/*.rules (default rules/)\n"
+              "       scalify rules validate [DIR]   run every rewrite rule's examples in the interpreter\n"
+              "                                      (exit 0 all sound, 1 a rule failed, 2 bad input)\n",
+              stderr);
+        return EXIT_INPUT;
+    }
+    const char *dir = argc == 2 ? argv[1] : "rules";
+    return check ? rules_check(dir) : rules_validate(dir);
 }

@@ -15,7 +15,8 @@ static const struct command {
     {"check", cli_check, "check --baseline B --distributed D [--relations R | --auto-relations] [--source-root DIR] [-o T]\n"
                          "  check --manifest M --out-dir DIR   verify distributed graphs against their baselines"},
     {"report", cli_report, "report TRACE... -o DIR [--single-file FILE] [--title T]   render traces as an HTML site"},
-    {"rules", cli_rules, "rules check [DIR]         parse and lint every DIR/*.rules (default rules/)"},
+    {"rules", cli_rules, "rules check [DIR]         parse and lint every DIR/*.rules (default rules/)\n"
+                         "  rules validate [DIR]      run every rewrite rule's examples in the interpreter"},
     {"eval", cli_eval, "eval FILE [--devices N] [--seed S] [--inputs F] [--outputs F]\n"
                        "                           run a module on N simulated devices (reference interpreter)"},
 };
