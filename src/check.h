@@ -4,18 +4,22 @@
  * caller owns and frees with json_decref).
  *
  * Verdicts: verified (every output's lifted term is in its baseline output's
- * class with the expected view, and nothing was assumed), mismatch (a transfer
- * function met a concrete inconsistency: a finding), unverified (the tool could
- * not decide; the trace says why and where), error (bad input: *trace NULL,
- * diagnostics in d).
+ * class with the expected view, assuming nothing beyond the preconditions the
+ * trace lists under "assumptions"), mismatch (a transfer function met a
+ * concrete inconsistency: a finding), unverified (the tool could not decide;
+ * the trace says why and where), error (bad input: *trace NULL, diagnostics
+ * in d).
  *
- * What is not built yet, said plainly in every trace it affects: equality
- * saturation with rules (terms must meet by hash-consing alone), segmentation
- * and memoisation (one segment, "entry"), layout views (reshapes that move a
- * sharded dimension inside a merged group), all-to-all and collective-permute,
- * the vocab-parallel masking pattern. With o->witness, an undecided pair whose
- * outputs differ on random inputs becomes a mismatch "confirmed by execution"
- * (the finding kind then comes from the first divergence's opcode).
+ * Terms meet by hash-consing and the built-in canonical forms; when an output
+ * still has not met its baseline class and o->rules_dir is set, the e-graph is
+ * saturated with the rules there (the trace carries their digest and the
+ * saturation figures). Segments are the top-level op_name scopes; memoisation
+ * of identical segments is not built (memo_hits is always 0). What lift cannot
+ * relate yet (collective-permute, device-dependent values mixed with data,
+ * all-to-all results rearranged in unrelated ways) makes the pair unverified,
+ * said plainly in the trace. With o->witness, an undecided pair whose outputs
+ * differ on random inputs becomes a mismatch "confirmed by execution" (the
+ * finding kind then comes from the first divergence's opcode).
  */
 #ifndef SCALIFY_CHECK_H
 #define SCALIFY_CHECK_H
