@@ -6,6 +6,10 @@
 
 #include "diag.h"
 
+/* Each command's full usage text; main.c prints it for `scalify CMD --help`. */
+extern const char cli_inspect_usage[], cli_check_usage[], cli_report_usage[], cli_eval_usage[],
+    cli_rules_usage[];
+
 int cli_inspect(int argc, char **argv);
 int cli_check(int argc, char **argv);
 int cli_report(int argc, char **argv);

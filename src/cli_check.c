@@ -12,7 +12,7 @@
 #include "io.h"
 #include "scalify.h"
 
-static const char usage_check[] =
+const char cli_check_usage[] =
     "usage: scalify check --baseline B --distributed D [--relations R | --auto-relations]\n"
     "                     [--source-root DIR] [--rules DIR] [--name N] [--witness] [-o trace.json]\n"
     "       scalify check --manifest MANIFEST --out-dir DIR [--source-root DIR] [--rules DIR] [--witness]\n";
@@ -170,7 +170,7 @@ int cli_check(int argc, char **argv) {
                             : !strcmp(a, "--rules") ? &o.rules_dir : NULL;
         if (slot) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "scalify check: %s needs a value\n%s", a, usage_check);
+                fprintf(stderr, "scalify check: %s needs a value\n%s", a, cli_check_usage);
                 return EXIT_INPUT;
             }
             *slot = argv[++i];
@@ -179,19 +179,19 @@ int cli_check(int argc, char **argv) {
         } else if (!strcmp(a, "--witness")) {
             o.witness = true;
         } else {
-            fprintf(stderr, "scalify check: unknown argument %s\n%s", a, usage_check);
+            fprintf(stderr, "scalify check: unknown argument %s\n%s", a, cli_check_usage);
             return EXIT_INPUT;
         }
     }
     if (manifest) {
         if (!out_dir) {
-            fprintf(stderr, "scalify check: --manifest needs --out-dir\n%s", usage_check);
+            fprintf(stderr, "scalify check: --manifest needs --out-dir\n%s", cli_check_usage);
             return EXIT_INPUT;
         }
         return run_manifest(manifest, out_dir, &o);
     }
     if (!o.baseline || !o.distributed || (!o.relations == !o.auto_relations)) {
-        fprintf(stderr, "%s", usage_check);
+        fprintf(stderr, "%s", cli_check_usage);
         return EXIT_INPUT;
     }
     return run_one(&o, out);

@@ -36,7 +36,7 @@
 #include "scalify.h"
 #include "stf.h"
 
-static const char usage_eval[] = "usage: scalify eval FILE [--devices N] [--seed S] [--inputs F] [--outputs F]\n";
+const char cli_eval_usage[] = "usage: scalify eval FILE [--devices N] [--seed S] [--inputs F] [--outputs F]\n";
 
 static uint64_t val_checksum(const interp_val *v) {
     uint64_t h = 1469598103934665603ull;
@@ -94,7 +94,7 @@ int cli_eval(int argc, char **argv) {
         } else if (strcmp(a, "--inputs") == 0 && has) inputs = argv[++i];
         else if (strcmp(a, "--outputs") == 0 && has) outputs = argv[++i];
         else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "scalify eval: unknown option or missing value: %s\n%s", a, usage_eval);
+            fprintf(stderr, "scalify eval: unknown option or missing value: %s\n%s", a, cli_eval_usage);
             return EXIT_INPUT;
         } else if (file) {
             fprintf(stderr, "scalify eval: one FILE only\n");
@@ -102,7 +102,7 @@ int cli_eval(int argc, char **argv) {
         } else file = a;
     }
     if (!file) {
-        fputs(usage_eval, stderr);
+        fputs(cli_eval_usage, stderr);
         return EXIT_INPUT;
     }
     diag d;

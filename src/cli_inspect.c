@@ -14,6 +14,8 @@ int cli_flush_diag(diag *d) {
     return errors;
 }
 
+const char cli_inspect_usage[] = "usage: scalify inspect FILE [--print]\n";
+
 int cli_inspect(int argc, char **argv) {
     const char *file = NULL;
     bool print = false;
@@ -28,7 +30,7 @@ int cli_inspect(int argc, char **argv) {
         } else file = argv[i];
     }
     if (!file) {
-        fprintf(stderr, "usage: scalify inspect FILE [--print]\n");
+        fputs(cli_inspect_usage, stderr);
         return EXIT_INPUT;
     }
     diag d;

@@ -10,9 +10,15 @@
 #include "template.h"
 #include "trace_read.h"
 
+const char cli_report_usage[] =
+    "usage: scalify report TRACE... -o DIR [--single-file FILE] [--title T] [--templates DIR]\n"
+    "  writes DIR/index.html, a page per pair and per finding, summary.json,\n"
+    "  results.sarif and junit.xml; --single-file also bundles every page into FILE.\n"
+    "  --templates (or env SCALIFY_HOME) names the tree holding templates/ and assets/.\n";
+
 static int usage_error(const char *msg) {
     if (msg) fprintf(stderr, "scalify report: %s\n", msg);
-    fputs("usage: scalify report TRACE... -o DIR [--single-file FILE] [--title T] [--templates DIR]\n", stderr);
+    fputs(cli_report_usage, stderr);
     return EXIT_INPUT;
 }
 
@@ -35,13 +41,6 @@ int cli_report(int argc, char **argv) {
         } else if (strcmp(a, "--templates") == 0) {
             if (!has_val) return free(files), usage_error("--templates needs a directory");
             tpl_set_root(argv[++i]);
-        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            free(files);
-            puts("usage: scalify report TRACE... -o DIR [--single-file FILE] [--title T] [--templates DIR]\n"
-                 "  writes DIR/index.html, a page per pair and per finding, summary.json,\n"
-                 "  results.sarif and junit.xml; --single-file also bundles every page into FILE.\n"
-                 "  --templates (or env SCALIFY_HOME) names the tree holding templates/ and assets/.");
-            return EXIT_VERIFIED;
         } else if (a[0] == '-' && a[1]) {
             free(files);
             fprintf(stderr, "scalify report: unknown option %s\n", a);

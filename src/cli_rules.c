@@ -84,14 +84,16 @@ static int rules_validate(const char *dir) {
     return rc ? EXIT_MISMATCH : EXIT_VERIFIED;
 }
 
+const char cli_rules_usage[] =
+    "usage: scalify rules check [DIR]      parse and lint every DIR/*.rules (default rules/)\n"
+    "       scalify rules validate [DIR]   run every rewrite rule's examples in the interpreter\n"
+    "                                      (exit 0 all sound, 1 a rule failed, 2 bad input)\n";
+
 int cli_rules(int argc, char **argv) {
     bool check = argc >= 1 && strcmp(argv[0], "check") == 0;
     bool validate = argc >= 1 && strcmp(argv[0], "validate") == 0;
     if ((!check && !validate) || argc > 2) {
-        fputs("usage: scalify rules check [DIR]      parse and lint every DIR/*.rules (default rules/)\n"
-              "       scalify rules validate [DIR]   run every rewrite rule's examples in the interpreter\n"
-              "                                      (exit 0 all sound, 1 a rule failed, 2 bad input)\n",
-              stderr);
+        fputs(cli_rules_usage, stderr);
         return EXIT_INPUT;
     }
     const char *dir = argc == 2 ? argv[1] : "rules";

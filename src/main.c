@@ -8,23 +8,25 @@
 static const struct command {
     const char *name;
     int (*run)(int argc, char **argv);
-    const char *help;
+    const char *usage; /* full text, for `scalify CMD --help` */
+    const char *help;  /* the summary line(s) of `scalify --help` */
 } commands[] = {
-    {"inspect", cli_inspect, "inspect FILE [--print]   summarise an HLO module (text or protobuf, .gz too);\n"
+    {"inspect", cli_inspect, cli_inspect_usage, "inspect FILE [--print]   summarise an HLO module (text or protobuf, .gz too);\n"
                              "                           --print writes canonical HLO text instead"},
-    {"check", cli_check, "check --baseline B --distributed D [--relations R | --auto-relations] [--source-root DIR] [-o T]\n"
-                         "  check --manifest M --out-dir DIR   verify distributed graphs against their baselines"},
-    {"report", cli_report, "report TRACE... -o DIR [--single-file FILE] [--title T]   render traces as an HTML site"},
-    {"rules", cli_rules, "rules check [DIR]         parse and lint every DIR/*.rules (default rules/)\n"
+    {"check", cli_check, cli_check_usage,
+     "check --baseline B --distributed D [--relations R | --auto-relations] [--witness] [-o T]\n"
+     "  check --manifest M --out-dir DIR   verify distributed graphs against their baselines"},
+    {"report", cli_report, cli_report_usage, "report TRACE... -o DIR [--single-file FILE] [--title T]   render traces as an HTML site"},
+    {"rules", cli_rules, cli_rules_usage, "rules check [DIR]         parse and lint every DIR/*.rules (default rules/)\n"
                          "  rules validate [DIR]      run every rewrite rule's examples in the interpreter"},
-    {"eval", cli_eval, "eval FILE [--devices N] [--seed S] [--inputs F] [--outputs F]\n"
+    {"eval", cli_eval, cli_eval_usage, "eval FILE [--devices N] [--seed S] [--inputs F] [--outputs F]\n"
                        "                           run a module on N simulated devices (reference interpreter)"},
 };
 
 static void usage(FILE *f) {
     fputs("usage: scalify <command> [options]\n\ncommands:\n", f);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) fprintf(f, "  %s\n", commands[i].help);
-    fputs("  --help, --version\n"
+    fputs("  --help, --version (CMD --help: that command's options)\n"
           "\n"
           "exit status:\n"
           "  0  verified (check) / success\n"
@@ -48,8 +50,15 @@ int main(int argc, char **argv) {
         printf("scalify %s\n", SCALIFY_VERSION);
         return EXIT_VERIFIED;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(cmd, commands[i].name) == 0) return commands[i].run(argc - 2, argv + 2);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(cmd, commands[i].name) != 0) continue;
+        for (int k = 2; k < argc; k++)
+            if (strcmp(argv[k], "--help") == 0 || strcmp(argv[k], "-h") == 0) {
+                fputs(commands[i].usage, stdout);
+                return EXIT_VERIFIED;
+            }
+        return commands[i].run(argc - 2, argv + 2);
+    }
     fprintf(stderr, "scalify: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return EXIT_INPUT;

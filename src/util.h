@@ -101,8 +101,10 @@ static inline bool mul_ok(int64_t a, int64_t b, int64_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }
 
-/* Milliseconds of wall time since an arbitrary point, and peak RSS in bytes. */
+/* Milliseconds of wall time since an arbitrary point, milliseconds of CPU time
+ * this process has used, and peak RSS in bytes. */
 double now_ms(void);
+double cpu_ms(void);
 size_t peak_rss_bytes(void);
 
 #endif

@@ -146,5 +146,16 @@ void suite_cli(void) {
     CHECK_CONTAINS(out, "mismatch");
     free(out);
 
+    t_case("cli-12 every command answers --help with its own usage, exit 0");
+    static const char *const cmds[] = {"inspect", "check", "report", "rules", "eval"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "usage: scalify %s", cmds[i]);
+        out = run(&st, "%s %s --help", bin, cmds[i]);
+        CHECK_EQ(st, 0);
+        CHECK_CONTAINS(out, want);
+        free(out);
+    }
+
     readme_examples();
 }
