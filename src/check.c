@@ -336,6 +336,7 @@ static json_t *file_json(const side *s) {
 }
 
 int check_pair(const check_opts *o, json_t **trace, diag *d) {
+    peak_rss_reset(); /* each pair of a batch reports its own peak */
     double t0 = now_ms(), c0 = cpu_ms();
     *trace = NULL;
     side B = {0}, D = {0};

@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <time.h>
 
 static void oom(size_t n) {
@@ -297,8 +300,29 @@ double cpu_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* Linux keeps the resettable high-water mark in /proc/self/status (VmHWM);
+ * elsewhere the process-lifetime peak from getrusage is the best there is. */
 size_t peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb = 0;
+        bool found = false;
+        while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "VmHWM: %llu kB", &kb) == 1;
+        fclose(f);
+        if (found) return (size_t)kb * 1024;
+    }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (size_t)ru.ru_maxrss * 1024;
+}
+
+void peak_rss_reset(void) {
+#ifdef __GLIBC__
+    malloc_trim(0); /* give freed memory back first, so it does not count again */
+#endif
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return;
+    fputs("5", f);
+    fclose(f);
 }

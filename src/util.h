@@ -102,9 +102,12 @@ static inline bool mul_ok(int64_t a, int64_t b, int64_t *out) {
 }
 
 /* Milliseconds of wall time since an arbitrary point, milliseconds of CPU time
- * this process has used, and peak RSS in bytes. */
+ * this process has used, and peak RSS in bytes since the process started or
+ * since the last peak_rss_reset (which only Linux honours; elsewhere the peak
+ * stays the process-lifetime one). */
 double now_ms(void);
 double cpu_ms(void);
 size_t peak_rss_bytes(void);
+void peak_rss_reset(void);
 
 #endif
