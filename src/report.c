@@ -459,7 +459,10 @@ static void page_pair(rctx *c, size_t p) {
     sb_printf(&v, "%zu <small>of %zu</small>", memo, t->n_segments);
     card(&b, "", "Memo hits", v.s);
     sb_reset(&v);
+    int64_t all_findings = 0;
+    for (int k = 0; k < KIND_COUNT; k++) all_findings += t->kind_counts[k];
     sb_printf(&v, "%zu", t->n_findings);
+    if (all_findings > (int64_t)t->n_findings) sb_printf(&v, " <small>of %lld</small>", (long long)all_findings);
     card(&b, t->n_findings ? "bad" : "", "Findings", v.s);
     sb_reset(&v);
     fmt_ms(&v, t->wall_ms);
@@ -475,6 +478,10 @@ static void page_pair(rctx *c, size_t p) {
     sb_puts(&b, "</div>\n");
 
     sb_puts(&b, "<h2 id=\"findings\">Findings</h2>\n");
+    if (all_findings > (int64_t)t->n_findings)
+        sb_printf(&b, "<div class=\"note\">%lld findings in all, %zu listed: the checker keeps the first ones "
+                      "of each kind, as the same mistake repeats (typically once per layer).</div>\n",
+                  (long long)all_findings, t->n_findings);
     findings_table(c, &b, p);
 
     sb_puts(&b, "<h2 id=\"segments\">Segments</h2>\n<div class=\"table-wrap\"><table class=\"sortable\">"

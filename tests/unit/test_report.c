@@ -387,6 +387,37 @@ static void test_big(void) {
     diag_free(&d);
 }
 
+/* A pair whose summary counts more findings than its trace lists says so. */
+static void test_listed_findings(void) {
+    t_case("report-10b findings counted beyond those listed");
+    json_t *doc = json_load_file(TRACES "/mismatch.trace.json", 0, NULL);
+    CHECK(doc != NULL);
+    if (!doc) return;
+    json_object_set_new(json_object_get(json_object_get(doc, "summary"), "findings"), "wrong-reduction", json_integer(40));
+    char *text = json_dumps(doc, 0);
+    json_decref(doc);
+    diag d;
+    diag_init(&d, "listed");
+    trace *t = trace_read_buffer(text, strlen(text), "listed.json", &d);
+    free(text);
+    CHECK_MSG(t != NULL, "%s", d.out.s ? d.out.s : "");
+    report_opts o = {NULL, false};
+    report_site s;
+    if (t && CHECK(report_render(&s, &t, 1, &o, &d))) {
+        const report_file *page = NULL;
+        for (size_t i = 0; i < s.n; i++)
+            if (strncmp(s.files[i].name, "pair-01-", 8) == 0) page = &s.files[i];
+        CHECK(page != NULL);
+        if (page) {
+            CHECK_CONTAINS(page->data.s, "41 findings in all, 2 listed");
+            CHECK_CONTAINS(page->data.s, "2 <small>of 41</small>");
+        }
+        report_site_free(&s);
+    }
+    if (t) trace_free(t);
+    diag_free(&d);
+}
+
 static void test_cli_and_browser(void) {
     t_case("report-11 CLI: site + bundle, deterministic bytes");
     char cmd[2048];
@@ -426,5 +457,6 @@ void suite_report(void) {
     test_reader();
     test_site();
     test_big();
+    test_listed_findings();
     test_cli_and_browser();
 }
