@@ -335,6 +335,18 @@ out:
 }
 
 /* A big synthetic trace: many segments, a subgraph past the node cap. */
+/* Reads an edited trace document (consumed) as the report would; NULL, with
+ * the reason in d, when it does not read. */
+static trace *read_doc(json_t *doc, const char *name, diag *d) {
+    char *text = json_dumps(doc, 0);
+    json_decref(doc);
+    diag_init(d, name);
+    trace *t = trace_read_buffer(text, strlen(text), name, d);
+    free(text);
+    CHECK_MSG(t != NULL, "%s", d->out.s ? d->out.s : "");
+    return t;
+}
+
 static void test_big(void) {
     t_case("report-10 large trace: node cap, page sizes");
     json_t *doc = json_load_file(TRACES "/mismatch.trace.json", 0, NULL);
@@ -360,13 +372,8 @@ static void test_big(void) {
                                                id, "opcode", "add", "role", "context", "hops", 1 + i % 3));
         json_array_append_new(edges, json_pack("{s:s,s:s}", "from", prev, "to", id));
     }
-    char *text = json_dumps(doc, 0);
-    json_decref(doc);
     diag d;
-    diag_init(&d, "big");
-    trace *t = trace_read_buffer(text, strlen(text), "big.json", &d);
-    free(text);
-    CHECK_MSG(t != NULL, "%s", d.out.s ? d.out.s : "");
+    trace *t = read_doc(doc, "big.json", &d);
     if (t) {
         report_opts o = {NULL, false};
         report_site s;
@@ -394,13 +401,8 @@ static void test_listed_findings(void) {
     CHECK(doc != NULL);
     if (!doc) return;
     json_object_set_new(json_object_get(json_object_get(doc, "summary"), "findings"), "wrong-reduction", json_integer(40));
-    char *text = json_dumps(doc, 0);
-    json_decref(doc);
     diag d;
-    diag_init(&d, "listed");
-    trace *t = trace_read_buffer(text, strlen(text), "listed.json", &d);
-    free(text);
-    CHECK_MSG(t != NULL, "%s", d.out.s ? d.out.s : "");
+    trace *t = read_doc(doc, "listed.json", &d);
     report_opts o = {NULL, false};
     report_site s;
     if (t && CHECK(report_render(&s, &t, 1, &o, &d))) {
