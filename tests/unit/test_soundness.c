@@ -1,0 +1,673 @@
+/* soundness — the checker's transfer functions against execution.
+ *
+ * A fixed-seed generator writes small random program pairs as HLO text: a
+ * baseline on one device, a distributed version on a mesh of 2 or 4 devices
+ * ({x:N} or {dp:2, tp:2}) and a relations file. Kinds: elementwise ops on
+ * sharded/duplicated inputs, dot with the contracting dim sharded (+ all-reduce),
+ * dot with a non-contracting dim sharded, reduce over a sharded or unsharded
+ * dim, all-gather undoing a sharding, transpose of a sharded tensor, and ops
+ * applied to partial sums before their all-reduce (linear ones are correct).
+ * Each kind has a correct variant and buggy ones (missing/spurious all-reduce,
+ * wrong reducer, wrong replica groups, wrong gather dim, wrong output view,
+ * operands sharded over different mesh axes, a non-linear op on partial sums);
+ * every bug built here changes values.
+ *
+ * For each pair, check_pair (witness on, rules/) gives the verdict and
+ * witness_run (seed 1, as check_pair uses) gives execution. Asserted:
+ *   1. verified => the witness ran and the outputs agree (soundness);
+ *   2. the witness differs => not verified;
+ *   3. a variant built correct => the witness agrees (tests the generator);
+ *   4. a variant built buggy => the witness differs.
+ * Completeness (every correct pair verified) is not asserted; the summary line
+ * counts it. A failing instance's files stay in the temp dir it names (every
+ * instance's with SCALIFY_SOUNDNESS_KEEP set). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "harness.h"
+#include "hlo.h"
+#include "view.h"
+#include "witness.h"
+
+void suite_soundness(void);
+
+#define SND_INSTANCES 288
+
+/* splitmix64: one stream per instance, so a case name reproduces its pair. */
+typedef struct snd_rng {
+    uint64_t s;
+} snd_rng;
+
+static uint64_t rnext(snd_rng *r) {
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi]. */
+static int rint_in(snd_rng *r, int lo, int hi) { return lo + (int)(rnext(r) % (uint64_t)(hi - lo + 1)); }
+
+typedef struct smesh {
+    int naxes;
+    const char *names[2];
+    int sizes[2];
+    int ndev;
+} smesh;
+
+typedef struct inst {
+    char name[96];
+    strbuf base, dist, rel;
+    bool correct;    /* built to compute the baseline's outputs */
+    bool value_bug;  /* built so that execution must show a difference */
+} inst;
+
+/* Names the instance and records what it was built to be; every bug built
+ * here changes values. */
+static void set_case(inst *t, bool correct, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_case(inst *t, bool correct, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+    t->correct = correct;
+    t->value_bug = !correct;
+}
+
+/* A dim size in 2..8 that `parts` divides. */
+static int dim_for(snd_rng *r, int parts) {
+    if (parts <= 1) return rint_in(r, 2, 8);
+    return parts * rint_in(r, 1, 8 / parts);
+}
+
+static void shp(strbuf *b, const int *dims, int rank) {
+    sb_puts(b, "f32[");
+    for (int k = 0; k < rank; k++) sb_printf(b, "%s%d", k ? "," : "", dims[k]);
+    sb_puts(b, "]");
+}
+
+/* Both reducers, in every module (unused computations are harmless). */
+static void header(strbuf *b, const char *name, int ndev) {
+    if (ndev > 1) sb_printf(b, "HloModule %s, num_partitions=%d\n\n", name, ndev);
+    else sb_printf(b, "HloModule %s\n\n", name);
+    sb_puts(b, "%add {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %s = f32[] add(%a, %b)\n}\n\n");
+    sb_puts(b, "%max {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %m = f32[] maximum(%a, %b)\n}\n\n");
+    sb_puts(b, "ENTRY %main {\n");
+}
+
+static void param(strbuf *b, const char *nm, int k, const int *dims, int rank) {
+    sb_printf(b, "  %%%s = ", nm);
+    shp(b, dims, rank);
+    sb_printf(b, " parameter(%d)\n", k);
+}
+
+/* Replica groups of the devices that differ only in the axes of `mask`, iota
+ * order; `halves` splits every group in two (a wrong grouping). */
+static void groups(strbuf *b, const smesh *m, unsigned mask, bool halves) {
+    int coord[4][2];
+    for (int d = 0; d < m->ndev; d++) {
+        int rest = d;
+        for (int a = m->naxes - 1; a >= 0; a--) {
+            coord[d][a] = rest % m->sizes[a];
+            rest /= m->sizes[a];
+        }
+    }
+    bool used[4] = {false};
+    sb_puts(b, "{");
+    bool first_group = true;
+    for (int d = 0; d < m->ndev; d++) {
+        if (used[d]) continue;
+        int members[4], n = 0;
+        for (int e = 0; e < m->ndev; e++) {
+            bool same = true;
+            for (int a = 0; a < m->naxes; a++)
+                if (!(mask & (1u << a)) && coord[e][a] != coord[d][a]) same = false;
+            if (same) {
+                members[n++] = e;
+                used[e] = true;
+            }
+        }
+        int chunk = halves && n > 1 ? n / 2 : n;
+        for (int s = 0; s < n; s += chunk) {
+            sb_printf(b, "%s{", first_group ? "" : ",");
+            first_group = false;
+            for (int k = s; k < s + chunk; k++) sb_printf(b, "%s%d", k > s ? "," : "", members[k]);
+            sb_puts(b, "}");
+        }
+    }
+    sb_puts(b, "}");
+}
+
+/* A view string from a per-dimension axis assignment (-1: not sharded). */
+static void view_str(char *out, size_t n, const smesh *m, const int *axis_of, int rank) {
+    size_t len = 0;
+    out[0] = 0;
+    for (int d = 0; d < rank; d++)
+        if (axis_of[d] >= 0) len += (size_t)snprintf(out + len, n - len, "%sshard(%d,%s)", len ? " " : "", d, m->names[axis_of[d]]);
+    if (!len) snprintf(out, n, "dup");
+}
+
+/* The relations file: the mesh, one view per parameter, the output's view. */
+static void rel_write(inst *t, const smesh *m, const char *const *inputs, int n, const char *out) {
+    sb_puts(&t->rel, "{\"scalify_relations\": 1, \"mesh\": {");
+    for (int a = 0; a < m->naxes; a++) sb_printf(&t->rel, "%s\"%s\": %d", a ? ", " : "", m->names[a], m->sizes[a]);
+    sb_puts(&t->rel, "}, \"device_order\": \"iota\",\n \"inputs\": [");
+    for (int k = 0; k < n; k++) sb_printf(&t->rel, "%s{\"param\": %d, \"view\": \"%s\"}", k ? ", " : "", k, inputs[k]);
+    sb_printf(&t->rel, "],\n \"outputs\": [{\"output\": 0, \"view\": \"%s\"}]}\n", out);
+}
+
+/* Relations of a one-parameter pair from the axis assignments of x and the output. */
+static void rel_unary(inst *t, const smesh *m, const int *xa, int xrank, const int *oa, int orank) {
+    char xv[96], ov[96];
+    view_str(xv, sizeof xv, m, xa, xrank);
+    view_str(ov, sizeof ov, m, oa, orank);
+    const char *iv[1] = {xv};
+    rel_write(t, m, iv, 1, ov);
+}
+
+/* Relations of a dot(x, w) pair from the axis assignments of x, w and the output. */
+static void rel_dot(inst *t, const smesh *m, const int *xa, const int *wa, const int *oa) {
+    char xv[64], wv[64], ov[64];
+    view_str(xv, sizeof xv, m, xa, 2);
+    view_str(wv, sizeof wv, m, wa, 2);
+    view_str(ov, sizeof ov, m, oa, 2);
+    const char *iv[2] = {xv, wv};
+    rel_write(t, m, iv, 2, ov);
+}
+
+static void local_dims(const smesh *m, const int *g, const int *axis_of, int rank, int *l) {
+    for (int d = 0; d < rank; d++) l[d] = axis_of[d] >= 0 ? g[d] / m->sizes[axis_of[d]] : g[d];
+}
+
+/* Opens the entry of one side of a dot(x, w) pair: parameters x, w (global
+ * dims xg, wg cut by the axis assignments xa, wa on the distributed side) and
+ * %d = dot(x, w) of dims od, the ROOT when root. */
+static void dot_entry(strbuf *b, bool dist, const smesh *m, const int *xg, const int *xa, const int *wg, const int *wa,
+                      const int *od, bool root) {
+    int xl[2], wl[2];
+    local_dims(m, xg, xa, 2, xl);
+    local_dims(m, wg, wa, 2, wl);
+    header(b, dist ? "dist" : "base", dist ? m->ndev : 1);
+    param(b, "x", 0, dist ? xl : xg, 2);
+    param(b, "w", 1, dist ? wl : wg, 2);
+    sb_puts(b, root ? "  ROOT %d = " : "  %d = ");
+    shp(b, od, 2);
+    sb_puts(b, " dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n");
+}
+
+static void pick_mesh(snd_rng *r, smesh *m) {
+    switch (rint_in(r, 0, 2)) {
+    case 0: *m = (smesh){1, {"x", NULL}, {2, 1}, 2}; break;
+    case 1: *m = (smesh){1, {"x", NULL}, {4, 1}, 4}; break;
+    default: *m = (smesh){2, {"dp", "tp"}, {2, 2}, 4}; break;
+    }
+}
+
+/* Appends an all-reduce of %src named %dst with reducer red over the axes of mask. */
+static void all_reduce(strbuf *b, bool root, const char *dst, const char *src, const int *dims, int rank,
+                       const smesh *m, unsigned mask, bool halves, const char *red, int channel) {
+    sb_printf(b, "  %s%%%s = ", root ? "ROOT " : "", dst);
+    shp(b, dims, rank);
+    sb_printf(b, " all-reduce(%%%s), channel_id=%d, replica_groups=", src, channel);
+    groups(b, m, mask, halves);
+    sb_printf(b, ", use_global_device_ids=true, to_apply=%%%s\n", red);
+}
+
+/* The wrong groups for a collective over axis ax: halves of the right ones or,
+ * on the 2-D mesh, the other axis. */
+static unsigned wrong_groups(snd_rng *r, const smesh *m, int ax, bool *halves) {
+    *halves = true;
+    if (m->naxes == 2 && rint_in(r, 0, 1)) {
+        *halves = false;
+        return 1u << (1 - ax);
+    }
+    return 1u << ax;
+}
+
+/* ---------------------------------------------------------------- kinds */
+
+/* out = op(x[, y]); x, y share a view (correct) or, on the 2-D mesh, are
+ * sharded over different axes; or the output's view is claimed wrong. */
+static void gen_eltwise(snd_rng *r, const smesh *m, inst *t) {
+    static const char *ops[] = {"add", "multiply", "exponential"};
+    const char *op = ops[rint_in(r, 0, 2)];
+    bool binary = strcmp(op, "exponential") != 0;
+    int ax_of[2] = {-1, -1};
+    int sd = rint_in(r, -1, 1);  /* sharded dim, -1: dup */
+    int ax = rint_in(r, 0, m->naxes - 1);
+    if (sd >= 0) ax_of[sd] = ax;
+    if (m->naxes == 2 && rint_in(r, 0, 2) == 0) {  /* both dims, one axis each */
+        ax_of[0] = ax;
+        ax_of[1] = 1 - ax;
+        sd = 0;
+    }
+    int g[2], l[2];
+    for (int d = 0; d < 2; d++) g[d] = dim_for(r, ax_of[d] >= 0 ? m->sizes[ax_of[d]] : 1);
+    local_dims(m, g, ax_of, 2, l);
+    int variant = rint_in(r, 0, 2);  /* 0 correct, 1 mismatched axes (binary, 2-D, one sharded dim), 2 wrong output view */
+    if (variant == 1 && !(binary && m->naxes == 2 && sd >= 0 && ax_of[1 - sd] < 0)) variant = 0;
+    int yax[2] = {ax_of[0], ax_of[1]};
+    if (variant == 1) yax[sd] = 1 - ax_of[sd];
+    /* Wrong output view: shard a dup result, or move/drop the sharding. */
+    int oax[2] = {ax_of[0], ax_of[1]};
+    if (variant == 2) {
+        if (sd < 0) oax[rint_in(r, 0, 1)] = rint_in(r, 0, m->naxes - 1);
+        else if (ax_of[0] >= 0 && ax_of[1] >= 0) oax[0] = ax_of[1], oax[1] = ax_of[0];
+        else if (rint_in(r, 0, 1)) oax[sd] = -1;
+        else oax[sd] = -1, oax[1 - sd] = ax_of[sd];
+        if (oax[0] >= 0 && g[0] % m->sizes[oax[0]]) oax[0] = -1;  /* keep the view well-formed */
+        if (oax[1] >= 0 && g[1] % m->sizes[oax[1]]) oax[1] = -1;
+        if (oax[0] == ax_of[0] && oax[1] == ax_of[1]) variant = 0;
+    }
+    set_case(t, variant == 0, "eltwise-%s-%s", op, variant == 0 ? "ok" : variant == 1 ? "bug-axes" : "bug-outview");
+    char xv[64], yv[64], ov[64];
+    view_str(xv, sizeof xv, m, ax_of, 2);
+    view_str(yv, sizeof yv, m, yax, 2);
+    view_str(ov, sizeof ov, m, oax, 2);
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        const int *dims = side ? l : g;
+        header(b, side ? "dist" : "base", side ? m->ndev : 1);
+        param(b, "x", 0, dims, 2);
+        if (binary) param(b, "y", 1, dims, 2);
+        sb_puts(b, "  ROOT %o = ");
+        shp(b, dims, 2);
+        if (binary) sb_printf(b, " %s(%%x, %%y)\n}\n", op);
+        else sb_printf(b, " %s(%%x)\n}\n", op);
+    }
+    const char *iv[2] = {xv, yv};
+    rel_write(t, m, iv, binary ? 2 : 1, ov);
+}
+
+/* dot(x[m,k], w[k,n]) with k sharded on ax: partial sums, all-reduce(sum) over
+ * ax. On the 2-D mesh x's m may be sharded on the other axis too. Optionally an
+ * exponential of the result. Bugs: no all-reduce, max reducer, wrong groups. */
+static void gen_dot_k(snd_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1);
+    int mx = m->naxes == 2 && rint_in(r, 0, 1) ? 1 - ax : -1;
+    int M = dim_for(r, mx >= 0 ? m->sizes[mx] : 1), K = dim_for(r, m->sizes[ax]), N = dim_for(r, 1);
+    int variant = rint_in(r, 0, 3);  /* 0 correct, 1 no all-reduce, 2 max, 3 wrong groups */
+    bool post = rint_in(r, 0, 1);
+    static const char *vn[] = {"ok", "bug-no-allreduce", "bug-max", "bug-groups"};
+    set_case(t, variant == 0, "dot-k-%s%s", vn[variant], post ? "-exp" : "");
+    int xg[2] = {M, K}, wg[2] = {K, N}, og[2] = {M, N};
+    int xa[2] = {mx, ax}, wa[2] = {ax, -1}, oa[2] = {mx, -1};
+    int ol[2];
+    local_dims(m, og, oa, 2, ol);
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        const int *od = side ? ol : og;
+        const char *last = "d";
+        dot_entry(b, side, m, xg, xa, wg, wa, od, false);
+        if (side && variant != 1) {
+            bool halves = false;
+            unsigned mask = variant == 3 ? wrong_groups(r, m, ax, &halves) : 1u << ax;
+            all_reduce(b, false, "ar", "d", od, 2, m, mask, halves, variant == 2 ? "max" : "add", 1);
+            last = "ar";
+        }
+        if (post) {
+            sb_puts(b, "  %e = ");
+            shp(b, od, 2);
+            sb_printf(b, " exponential(%%%s)\n", last);
+            last = "e";
+        }
+        sb_printf(b, "  ROOT %%o = ");
+        shp(b, od, 2);
+        sb_printf(b, " copy(%%%s)\n}\n", last);
+    }
+    rel_dot(t, m, xa, wa, oa);
+}
+
+/* dot(x[m,k], w[k,n]) with m and/or n sharded: no collective. Bugs: a
+ * spurious all-reduce, a wrong output view. */
+static void gen_dot_n(snd_rng *r, const smesh *m, inst *t) {
+    int which = rint_in(r, 0, m->naxes == 2 ? 2 : 1);  /* 0: m sharded, 1: n, 2: both (2-D) */
+    int ax = rint_in(r, 0, m->naxes - 1);
+    int xa[2] = {-1, -1}, wa[2] = {-1, -1}, oa[2] = {-1, -1};
+    if (which == 0 || which == 2) xa[0] = oa[0] = ax;
+    if (which == 1) wa[1] = oa[1] = ax;
+    if (which == 2) wa[1] = oa[1] = 1 - ax;
+    int M = dim_for(r, oa[0] >= 0 ? m->sizes[oa[0]] : 1), K = dim_for(r, 1), N = dim_for(r, oa[1] >= 0 ? m->sizes[oa[1]] : 1);
+    int variant = rint_in(r, 0, 2);  /* 0 correct, 1 spurious all-reduce, 2 wrong output view */
+    int claim[2] = {oa[0], oa[1]};
+    int og[2] = {M, N};
+    if (variant == 2) {
+        if (which == 2) claim[0] = oa[1], claim[1] = oa[0];
+        else if (which == 0) claim[0] = -1, claim[1] = N % m->sizes[ax] ? -1 : ax;
+        else claim[1] = -1, claim[0] = M % m->sizes[ax] ? -1 : ax;
+    }
+    set_case(t, variant == 0, "dot-n%d-%s", which, variant == 0 ? "ok" : variant == 1 ? "bug-spurious-allreduce" : "bug-outview");
+    int xg[2] = {M, K}, wg[2] = {K, N};
+    int ol[2];
+    local_dims(m, og, oa, 2, ol);
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        const int *od = side ? ol : og;
+        dot_entry(b, side, m, xg, xa, wg, wa, od, !(variant == 1 && side));
+        if (variant == 1 && side) {
+            all_reduce(b, true, "ar", "d", od, 2, m, 1u << ax, false, "add", 1);
+        }
+        sb_puts(b, "}\n");
+    }
+    rel_dot(t, m, xa, wa, claim);
+}
+
+/* reduce(x[a,b]) over dim rd with add or max; x sharded on dim sd. Over the
+ * sharded dim an all-reduce with the same reducer completes it; bugs: none, the
+ * other reducer. Over the other dim: no collective; bug: a spurious one. */
+static void gen_reduce(snd_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1);
+    int sd = rint_in(r, 0, 1), rd = rint_in(r, 0, 1);
+    bool mx = rint_in(r, 0, 1);
+    const char *red = mx ? "max" : "add", *other = mx ? "add" : "max";
+    int xa[2] = {-1, -1};
+    xa[sd] = ax;
+    int g[2], l[2];
+    for (int d = 0; d < 2; d++) g[d] = dim_for(r, xa[d] >= 0 ? m->sizes[ax] : 1);
+    local_dims(m, g, xa, 2, l);
+    int og[1] = {g[1 - rd]}, ol[1] = {l[1 - rd]};
+    int oa[1] = {sd == rd ? -1 : ax};
+    int variant = rint_in(r, 0, sd == rd ? 2 : 1);
+    /* sd == rd: 0 ok (all-reduce red), 1 no all-reduce, 2 other reducer.
+     * sd != rd: 0 ok (none), 1 spurious all-reduce red. */
+    bool ar = sd == rd ? variant != 1 : variant == 1;
+    const char *arred = sd == rd && variant == 2 ? other : red;
+    set_case(t, variant == 0, "reduce-%s-%s-%s", red, sd == rd ? "sharded-dim" : "other-dim",
+             variant == 0 ? "ok" : sd == rd ? (variant == 1 ? "bug-no-allreduce" : "bug-reducer") : "bug-spurious-allreduce");
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        header(b, side ? "dist" : "base", side ? m->ndev : 1);
+        param(b, "x", 0, side ? l : g, 2);
+        sb_printf(b, "  %%z = f32[] constant(%s)\n", mx ? "-inf" : "0");
+        const int *od = side ? ol : og;
+        sb_puts(b, side && ar ? "  %r = " : "  ROOT %r = ");
+        shp(b, od, 1);
+        sb_printf(b, " reduce(%%x, %%z), dimensions={%d}, to_apply=%%%s\n", rd, red);
+        if (side && ar) {
+            all_reduce(b, true, "ar", "r", od, 1, m, 1u << ax, false, arred, 1);
+        }
+        sb_puts(b, "}\n");
+    }
+    rel_unary(t, m, xa, 2, oa, 1);
+}
+
+/* all-gather(x) along the sharded dim over its axis gives the whole tensor;
+ * optionally an exponential after. Bugs: the other dim, wrong groups. */
+static void gen_gather(snd_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1);
+    int sd = rint_in(r, 0, 1);
+    int xa[2] = {-1, -1}, oa[2] = {-1, -1};
+    xa[sd] = ax;
+    int g[2], l[2];
+    for (int d = 0; d < 2; d++) g[d] = dim_for(r, xa[d] >= 0 ? m->sizes[ax] : 1);
+    local_dims(m, g, xa, 2, l);
+    int variant = rint_in(r, 0, 2);  /* 0 ok, 1 wrong dim, 2 wrong groups */
+    bool post = rint_in(r, 0, 1);
+    set_case(t, variant == 0, "gather-%s%s", variant == 0 ? "ok" : variant == 1 ? "bug-dim" : "bug-groups",
+             post ? "-exp" : "");
+    bool halves = false;
+    unsigned mask = variant == 2 ? wrong_groups(r, m, ax, &halves) : 1u << ax;
+    int gsize = m->ndev;
+    if (m->naxes == 2) gsize = 2;
+    else if (halves) gsize = m->ndev / 2;
+    if (halves && m->naxes == 2) gsize = 1;
+    int gd = variant == 1 ? 1 - sd : sd;
+    int dl[2] = {l[0], l[1]};
+    dl[gd] *= gsize;
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        header(b, side ? "dist" : "base", side ? m->ndev : 1);
+        param(b, "x", 0, side ? l : g, 2);
+        const int *od = side ? dl : g;
+        const char *last = "x";
+        if (side) {
+            sb_puts(b, "  %ag = ");
+            shp(b, od, 2);
+            sb_puts(b, " all-gather(%x), channel_id=1, replica_groups=");
+            groups(b, m, mask, halves);
+            sb_printf(b, ", dimensions={%d}, use_global_device_ids=true\n", gd);
+            last = "ag";
+        }
+        sb_puts(b, "  ROOT %o = ");
+        shp(b, od, 2);
+        sb_printf(b, " %s(%%%s)\n}\n", post ? "exponential" : "copy", last);
+    }
+    rel_unary(t, m, xa, 2, oa, 2);
+}
+
+/* transpose(x[a,b,c]) by a non-identity permutation, x sharded on one dim (two
+ * on the 2-D mesh). The output view follows the sharded dims through the
+ * permutation; bug: the input's view claimed unpermuted. */
+static void gen_transpose(snd_rng *r, const smesh *m, inst *t) {
+    static const int perms[5][3] = {{0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+    const int *p = perms[rint_in(r, 0, 4)];
+    int xa[3] = {-1, -1, -1};
+    int sd = rint_in(r, 0, 2), ax = rint_in(r, 0, m->naxes - 1);
+    xa[sd] = ax;
+    if (m->naxes == 2 && rint_in(r, 0, 1)) xa[(sd + 1 + rint_in(r, 0, 1)) % 3] = 1 - ax;
+    int g[3], l[3];
+    for (int d = 0; d < 3; d++) g[d] = dim_for(r, xa[d] >= 0 ? m->sizes[xa[d]] : 1);
+    local_dims(m, g, xa, 3, l);
+    int og[3], ol[3], oa[3];
+    for (int i = 0; i < 3; i++) og[i] = g[p[i]], ol[i] = l[p[i]], oa[i] = xa[p[i]];
+    bool moved = false;
+    for (int i = 0; i < 3; i++) moved |= oa[i] != xa[i];
+    int variant = moved ? rint_in(r, 0, 1) : 0;  /* 1: output claimed with the input's view */
+    bool wellformed = true;
+    for (int i = 0; i < 3 && variant; i++) wellformed &= xa[i] < 0 || og[i] % m->sizes[xa[i]] == 0;
+    if (!wellformed) variant = 0;
+    set_case(t, variant == 0, "transpose-%d%d%d-%s", p[0], p[1], p[2], variant ? "bug-unpermuted-view" : "ok");
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        header(b, side ? "dist" : "base", side ? m->ndev : 1);
+        param(b, "x", 0, side ? l : g, 3);
+        sb_puts(b, "  ROOT %o = ");
+        shp(b, side ? ol : og, 3);
+        sb_printf(b, " transpose(%%x), dimensions={%d,%d,%d}\n}\n", p[0], p[1], p[2]);
+    }
+    rel_unary(t, m, xa, 3, variant ? xa : oa, 3);
+}
+
+/* An elementwise op or a reduce applied to the partial sums of dot(x, w) (k
+ * sharded on ax) before the all-reduce(sum). Linear ops commute with the sum
+ * (multiply or divide by a duplicated tensor, negate, reduce-add): correct.
+ * The others do not (add/subtract a duplicated tensor: added once per device;
+ * exponential; reduce-max; divide a duplicated tensor by it): bugs. */
+static void gen_partial(snd_rng *r, const smesh *m, inst *t) {
+    static const struct { const char *name; bool linear; } ops[] = {
+        {"multiply", true},  {"multiply-swapped", true}, {"divide", true},       {"negate", true},
+        {"reduce-add", true}, {"add", false},            {"subtract", false},   {"exponential", false},
+        {"reduce-max", false}, {"divide-swapped", false},
+    };
+    int op = rint_in(r, 0, (int)ARRAY_LEN(ops) - 1);
+    const char *on = ops[op].name;
+    int ax = rint_in(r, 0, m->naxes - 1);
+    int M = dim_for(r, 1), K = dim_for(r, m->sizes[ax]), N = dim_for(r, 1);
+    int rd = rint_in(r, 0, 1);
+    bool is_reduce = strncmp(on, "reduce", 6) == 0;
+    set_case(t, ops[op].linear, "partial-%s%s", on, ops[op].linear ? "-ok" : "-bug");
+    int xg[2] = {M, K}, wg[2] = {K, N}, og[2] = {M, N};
+    int xa[2] = {-1, ax}, wa[2] = {ax, -1};
+    int rg[1] = {og[1 - rd]};
+    bool binary = !is_reduce && strcmp(on, "negate") && strcmp(on, "exponential");
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        dot_entry(b, side, m, xg, xa, wg, wa, og, false);
+        if (binary) param(b, "y", 2, og, 2);
+        const int *od = is_reduce ? rg : og;
+        int orank = is_reduce ? 1 : 2;
+        if (is_reduce) sb_printf(b, "  %%z = f32[] constant(%s)\n", strcmp(on, "reduce-max") ? "0" : "-inf");
+        sb_puts(b, side ? "  %e = " : "  ROOT %e = ");
+        shp(b, od, orank);
+        if (is_reduce) sb_printf(b, " reduce(%%d, %%z), dimensions={%d}, to_apply=%%%s\n", rd, strcmp(on, "reduce-max") ? "add" : "max");
+        else if (!binary) sb_printf(b, " %s(%%d)\n", on);
+        else if (strstr(on, "-swapped")) sb_printf(b, " %.*s(%%y, %%d)\n", (int)(strchr(on, '-') - on), on);
+        else sb_printf(b, " %s(%%d, %%y)\n", on);
+        if (side) all_reduce(b, true, "ar", "e", od, orank, m, 1u << ax, false, "add", 1);
+        sb_puts(b, "}\n");
+    }
+    char xv[64], wv[64];
+    view_str(xv, sizeof xv, m, xa, 2);
+    view_str(wv, sizeof wv, m, wa, 2);
+    const char *iv[3] = {xv, wv, "dup"};
+    rel_write(t, m, iv, binary ? 3 : 2, "dup");
+}
+
+/* Two partial sums (dots with k sharded on ax) combined before one
+ * all-reduce(sum): add/subtract commute with the sum (correct); multiply and
+ * maximum do not (bugs). Also an all-reduce(sum) of a duplicated value (bug:
+ * scaled by the group size). */
+static void gen_partial2(snd_rng *r, const smesh *m, inst *t) {
+    static const char *ops[] = {"add", "subtract", "multiply", "maximum", "dup-allreduce"};
+    int op = rint_in(r, 0, 4);
+    bool correct = op < 2;
+    int ax = rint_in(r, 0, m->naxes - 1);
+    int M = dim_for(r, 1), K = dim_for(r, m->sizes[ax]), K2 = dim_for(r, m->sizes[ax]), N = dim_for(r, 1);
+    set_case(t, correct, "partial2-%s-%s", ops[op], correct ? "ok" : "bug");
+    int og[2] = {M, N};
+    int x1g[2] = {M, K}, w1g[2] = {K, N}, x2g[2] = {M, K2}, w2g[2] = {K2, N};
+    int xa[2] = {-1, ax}, wa[2] = {ax, -1};
+    int x1l[2], w1l[2], x2l[2], w2l[2];
+    local_dims(m, x1g, xa, 2, x1l);
+    local_dims(m, w1g, wa, 2, w1l);
+    local_dims(m, x2g, xa, 2, x2l);
+    local_dims(m, w2g, wa, 2, w2l);
+    char xv[64], wv[64];
+    view_str(xv, sizeof xv, m, xa, 2);
+    view_str(wv, sizeof wv, m, wa, 2);
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        header(b, side ? "dist" : "base", side ? m->ndev : 1);
+        if (op == 4) {
+            param(b, "y", 0, og, 2);
+            sb_puts(b, side ? "  %e = " : "  ROOT %e = ");
+            shp(b, og, 2);
+            sb_puts(b, " exponential(%y)\n");
+        } else {
+            param(b, "x1", 0, side ? x1l : x1g, 2);
+            param(b, "w1", 1, side ? w1l : w1g, 2);
+            param(b, "x2", 2, side ? x2l : x2g, 2);
+            param(b, "w2", 3, side ? w2l : w2g, 2);
+            for (int k = 1; k <= 2; k++) {
+                sb_printf(b, "  %%d%d = ", k);
+                shp(b, og, 2);
+                sb_printf(b, " dot(%%x%d, %%w%d), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n", k, k);
+            }
+            sb_puts(b, side ? "  %e = " : "  ROOT %e = ");
+            shp(b, og, 2);
+            sb_printf(b, " %s(%%d1, %%d2)\n", ops[op]);
+        }
+        if (side) all_reduce(b, true, "ar", "e", og, 2, m, 1u << ax, false, "add", 1);
+        sb_puts(b, "}\n");
+    }
+    const char *iv[4] = {xv, wv, xv, wv};
+    if (op == 4) iv[0] = "dup";
+    rel_write(t, m, iv, op == 4 ? 1 : 4, "dup");
+}
+
+static void (*const gens[])(snd_rng *, const smesh *, inst *) = {gen_eltwise, gen_dot_k, gen_dot_n,
+                                                               gen_reduce,  gen_gather, gen_transpose, gen_partial, gen_partial2};
+
+static bool write_file(const char *path, const strbuf *b) {
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    fwrite(b->s, 1, b->len, f);
+    fclose(f);
+    return true;
+}
+
+void suite_soundness(void) {
+    char dir[] = "/tmp/scalify-soundness-XXXXXX";
+    t_case("soundness temp dir");
+    if (!CHECK(mkdtemp(dir) != NULL)) return;
+    int n = 0, ncorrect = 0, nverified = 0, nmismatch = 0, nunverified = 0, nerror = 0, nunsound = 0, ncorrect_verified = 0;
+    int nbad_instances = 0, nby_execution = 0;
+    bool keep = getenv("SCALIFY_SOUNDNESS_KEEP") != NULL;  /* keep every pair to look at */
+    for (int i = 0; i < SND_INSTANCES; i++) {
+        snd_rng r = {0x50a7d5eedull * (uint64_t)(i + 1)};
+        smesh m;
+        pick_mesh(&r, &m);
+        inst t;
+        memset(&t, 0, sizeof t);
+        sb_init(&t.base);
+        sb_init(&t.dist);
+        sb_init(&t.rel);
+        gens[i % ARRAY_LEN(gens)](&r, &m, &t);
+        char id[160];
+        snprintf(id, sizeof id, "soundness-%03d %s mesh%s%d", i, t.name, m.naxes == 2 ? "2x" : "", m.naxes == 2 ? 2 : m.ndev);
+        t_case("%s", id);
+        char bp[256], dp[256], rp[256];
+        snprintf(bp, sizeof bp, "%s/%03d.base.hlo", dir, i);
+        snprintf(dp, sizeof dp, "%s/%03d.dist.hlo", dir, i);
+        snprintf(rp, sizeof rp, "%s/%03d.relations.json", dir, i);
+        int failed_before = t_failed;
+        bool written = write_file(bp, &t.base) && write_file(dp, &t.dist) && write_file(rp, &t.rel);
+        sb_free(&t.base);
+        sb_free(&t.dist);
+        sb_free(&t.rel);
+        if (!CHECK(written)) continue;
+
+        /* Execution, independent of the verdict. */
+        witness w = {0};
+        diag dg;
+        diag_init(&dg, id);
+        hlo_module *bm = hlo_read_file(bp, &dg), *dm = hlo_read_file(dp, &dg);
+        relations rel;
+        memset(&rel, 0, sizeof rel);
+        bool rel_ok = bm && relations_read(rp, bm, &rel, &dg);
+        CHECK_MSG(bm && dm && rel_ok, "%s", dg.out.s ? dg.out.s : "");
+        if (bm && dm && rel_ok) witness_run(bm, dm, &rel, 1, &w);
+        if (rel_ok) relations_free(&rel);
+        graph_free(bm);
+        graph_free(dm);
+        diag_free(&dg);
+
+        check_opts o = {.name = id, .baseline = bp, .distributed = dp, .relations = rp, .witness = true, .rules_dir = "rules"};
+        json_t *trace = NULL;
+        diag_init(&dg, id);
+        int v = check_pair(&o, &trace, &dg);
+        CHECK_MSG(v != VERDICT_ERROR, "%s", dg.out.s ? dg.out.s : "");
+        diag_free(&dg);
+        if (v == VERDICT_MISMATCH) {
+            const char *msg = json_string_value(json_object_get(json_array_get(json_object_get(trace, "findings"), 0), "message"));
+            nby_execution += msg && strstr(msg, "confirmed by execution") != NULL;
+        }
+        json_decref(trace);
+
+        n++;
+        ncorrect += t.correct;
+        nverified += v == VERDICT_VERIFIED;
+        nmismatch += v == VERDICT_MISMATCH;
+        nunverified += v == VERDICT_UNVERIFIED;
+        nerror += v == VERDICT_ERROR;
+        ncorrect_verified += t.correct && v == VERDICT_VERIFIED;
+        CHECK_MSG(w.ran, "the witness did not run: %s", w.why);
+        /* 1: soundness. */
+        bool sound = v != VERDICT_VERIFIED || (w.ran && !w.differs);
+        nunsound += !sound;
+        CHECK_MSG(sound, "UNSOUND: verified, but execution differs (max abs %g); files in %s", w.max_abs, dir);
+        /* 2: a difference seen by execution is never verified. */
+        if (w.ran && w.differs) CHECK_MSG(v != VERDICT_VERIFIED, "verified although the witness differs");
+        /* 3, 4: the generator built what it says. */
+        if (t.correct) CHECK_MSG(w.ran && !w.differs, "a correct variant differs on execution (max abs %g)", w.max_abs);
+        if (t.value_bug) CHECK_MSG(w.ran && w.differs, "a buggy variant agrees on execution");
+        if (t_failed != failed_before) nbad_instances++;
+        else if (!keep) {
+            unlink(bp);
+            unlink(dp);
+            unlink(rp);
+        }
+    }
+    t_case("soundness summary");
+    CHECK_EQ(n, SND_INSTANCES);
+    CHECK_EQ(nunsound, 0);
+    printf("soundness: %d instances (%d correct, %d buggy), %d verified (%d of the correct), %d mismatch "
+           "(%d found only by execution), %d unverified, %d error, %d unsound\n",
+           n, ncorrect, n - ncorrect, nverified, ncorrect_verified, nmismatch, nby_execution, nunverified, nerror, nunsound);
+    if (nbad_instances || keep) printf("soundness: %d failing instances; pairs kept in %s\n", nbad_instances, dir);
+    else rmdir(dir);
+}
