@@ -79,36 +79,49 @@ static const char *scope_of(const hlo_instr *in) {
     return s;
 }
 
-/* The nearest baseline counterpart: the same source line and opcode (model code
- * is shared by both programs), else the same op_name scope and opcode, else the
- * same scope. */
+/* Whether a baseline shape could be the global form of a distributed local
+ * one: same rank, every global dim a multiple of the local one. */
+static bool shape_fits(const shape *global, const shape *local) {
+    if (global->rank != local->rank) return false;
+    for (uint32_t k = 0; k < global->rank; k++)
+        if (local->dims[k] <= 0 || global->dims[k] % local->dims[k] != 0) return false;
+    return true;
+}
+
+/* The nearest baseline counterpart of a distributed instruction: among those
+ * with its opcode, the one sharing the most of op_name scope (which names the
+ * layer), source line (model code shared by both programs) and a fitting shape
+ * (a scope holds several adds); else any instruction of the same scope. Ties
+ * go to the first in module order. */
 static const hlo_instr *counterpart(const hlo_module *b, const hlo_instr *in, const hlo_comp **bc) {
     const char *want = scope_of(in);
     const hlo_meta *dm = in->meta;
-    const hlo_instr *by_scope = NULL, *loose = NULL;
-    const hlo_comp *by_scope_c = NULL, *loose_c = NULL;
+    const hlo_instr *best = NULL, *loose = NULL;
+    const hlo_comp *best_c = NULL, *loose_c = NULL;
+    int best_score = 0;
     for (uint32_t c = 0; c < b->ncomps; c++)
         for (uint32_t i = 0; i < b->comps[c].ninstrs; i++) {
             const hlo_instr *x = &b->comps[c].instrs[i];
             const hlo_meta *bm = x->meta;
-            if (x->op == in->op && dm && bm && dm->src_file && bm->src_file && dm->src_line == bm->src_line &&
-                dm->src_line > 0 && strcmp(dm->src_file, bm->src_file) == 0) {
-                *bc = &b->comps[c];
-                return x;
-            }
             const char *s = scope_of(x);
-            if (!want || !s || strcmp(s, want) != 0) continue;
-            if (x->op == in->op && !by_scope) {
-                by_scope = x;
-                by_scope_c = &b->comps[c];
-            }
-            if (!loose) {
+            bool same_scope = want && s && strcmp(s, want) == 0;
+            if (same_scope && !loose) {
                 loose = x;
                 loose_c = &b->comps[c];
             }
+            if (x->op != in->op) continue;
+            bool same_line = dm && bm && dm->src_file && bm->src_file && dm->src_line > 0 &&
+                             dm->src_line == bm->src_line && strcmp(dm->src_file, bm->src_file) == 0;
+            if (!same_scope && !same_line) continue;
+            int score = 4 * same_scope + 2 * same_line + shape_fits(&x->shape, &in->shape);
+            if (score > best_score) {
+                best_score = score;
+                best = x;
+                best_c = &b->comps[c];
+            }
         }
-    *bc = by_scope ? by_scope_c : loose_c;
-    return by_scope ? by_scope : loose;
+    *bc = best ? best_c : loose_c;
+    return best ? best : loose;
 }
 
 /* Source lines around a site, read only when the file resolves below root. */
