@@ -1,6 +1,5 @@
 #include "check.h"
 
-#include <dirent.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -290,52 +289,30 @@ static const char *kind_of_divergence(const hlo_comp *c, const hlo_instr *in) {
     return "layout-mismatch";
 }
 
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
 /* sha256 over the .rules files of dir in name order (names and contents). */
 static void rules_digest(const char *dir, uint8_t out[32]) {
     strbuf all;
     sb_init(&all);
-    DIR *dh = dir ? opendir(dir) : NULL;
-    if (dh) {
-        char **names = NULL;
-        size_t n = 0;
-        struct dirent *e;
-        while ((e = readdir(dh))) {
-            size_t l = strlen(e->d_name);
-            if (l > 6 && strcmp(e->d_name + l - 6, ".rules") == 0) {
-                names = xrealloc(names, (n + 1) * sizeof *names);
-                names[n++] = xstrdup(e->d_name);
-            }
-        }
-        closedir(dh);
-        for (size_t i = 0; i + 1 < n; i++)
-            for (size_t j = i + 1; j < n; j++)
-                if (strcmp(names[i], names[j]) > 0) {
-                    char *t = names[i];
-                    names[i] = names[j];
-                    names[j] = t;
-                }
-        for (size_t i = 0; i < n; i++) {
-            char path[4096];
-            snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-            diag d;
-            diag_init(&d, path);
-            size_t len;
-            char *txt = io_read_file(path, &len, NULL, &d);
-            sb_printf(&all, "%s\n", names[i]);
-            if (txt) sb_put(&all, txt, len);
-            free(txt);
-            diag_free(&d);
-            free(names[i]);
-        }
-        free(names);
+    size_t n;
+    char **paths = rs_list_dir(dir, &n);
+    for (size_t i = 0; i < n; i++) {
+        diag d;
+        diag_init(&d, paths[i]);
+        size_t len;
+        char *txt = io_read_file(paths[i], &len, NULL, &d);
+        sb_printf(&all, "%s\n", base_name(paths[i]));
+        if (txt) sb_put(&all, txt, len);
+        free(txt);
+        diag_free(&d);
     }
+    rs_paths_free(paths, n);
     sha256(all.s ? all.s : "", all.len, out);
     sb_free(&all);
-}
-
-static const char *base_name(const char *p) {
-    const char *s = strrchr(p, '/');
-    return s ? s + 1 : p;
 }
 
 static json_t *file_json(const side *s) {

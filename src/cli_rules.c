@@ -1,6 +1,5 @@
 /* scalify rules check [DIR] — parse and lint every DIR/\*.rules (default rules/).
  * scalify rules validate [DIR] — check every rewrite rule numerically (rules_validate.h). */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,34 +9,20 @@
 #include "rules_validate.h"
 #include "scalify.h"
 
-static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 static int rules_check(const char *dir) {
-    DIR *dh = opendir(dir);
-    if (!dh) {
+    size_t n;
+    char **paths = rs_list_dir(dir, &n);
+    if (!paths) {
         fprintf(stderr, "scalify rules check: cannot open directory %s\n", dir);
         return EXIT_INPUT;
     }
-    char **names = NULL;
-    size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(dh))) {
-        size_t l = strlen(e->d_name);
-        if (l > 6 && strcmp(e->d_name + l - 6, ".rules") == 0) {
-            names = xrealloc(names, (n + 1) * sizeof *names);
-            names[n++] = xstrdup(e->d_name);
-        }
-    }
-    closedir(dh);
-    qsort(names, n, sizeof *names, cmp_name);
     /* Files load in order into one ruleset: later files may use earlier
      * declarations (op classes, relations). */
     rs_ruleset *rs = rs_new();
     int errors = 0;
     rs_counts prev = {0};
     for (size_t i = 0; i < n; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        const char *path = paths[i];
         diag d;
         diag_init(&d, path);
         int errs = rs_load_file(rs, path, &d);
@@ -52,9 +37,8 @@ static int rules_check(const char *dir) {
                    c.opclasses - prev.opclasses, c.examples - prev.examples);
         }
         prev = c;
-        free(names[i]);
     }
-    free(names);
+    rs_paths_free(paths, n);
     rs_free(rs);
     if (!n) {
         fprintf(stderr, "scalify rules check: no .rules files in %s\n", dir);

@@ -1001,36 +1001,46 @@ int rs_load_file(rs_ruleset *rs, const char *path, diag *d) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+char **rs_list_dir(const char *dir, size_t *n) {
+    *n = 0;
+    DIR *dh = dir ? opendir(dir) : NULL;
+    if (!dh) return NULL;
+    char **paths = xcalloc(1, sizeof *paths);
+    size_t cap = 1;
+    struct dirent *e;
+    while ((e = readdir(dh))) {
+        size_t l = strlen(e->d_name);
+        if (l > 6 && strcmp(e->d_name + l - 6, ".rules") == 0) {
+            XGROW(paths, cap, *n + 1);
+            strbuf p;
+            sb_init(&p);
+            sb_printf(&p, "%s/%s", dir, e->d_name);
+            paths[(*n)++] = sb_take(&p);
+        }
+    }
+    closedir(dh);
+    qsort(paths, *n, sizeof *paths, cmp_str);
+    return paths;
+}
+
+void rs_paths_free(char **paths, size_t n) {
+    for (size_t i = 0; i < n; i++) free(paths[i]);
+    free(paths);
+}
+
 int rs_load_dir(rs_ruleset *rs, const char *dir, diag *d) {
-    DIR *dh = opendir(dir);
-    if (!dh) {
+    size_t n;
+    char **paths = rs_list_dir(dir, &n);
+    if (!paths) {
         const char *keep = d->file;
         d->file = dir;
         diag_plain(d, "cannot open the rules directory");
         d->file = keep;
         return 1;
     }
-    char **names = NULL;
-    size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(dh))) {
-        size_t l = strlen(e->d_name);
-        if (l > 6 && strcmp(e->d_name + l - 6, ".rules") == 0) {
-            names = xrealloc(names, (n + 1) * sizeof *names);
-            strbuf p;
-            sb_init(&p);
-            sb_printf(&p, "%s/%s", dir, e->d_name);
-            names[n++] = sb_take(&p);
-        }
-    }
-    closedir(dh);
-    qsort(names, n, sizeof *names, cmp_str);
     int errs = 0;
-    for (size_t i = 0; i < n; i++) {
-        errs += rs_load_file(rs, names[i], d);
-        free(names[i]);
-    }
-    free(names);
+    for (size_t i = 0; i < n; i++) errs += rs_load_file(rs, paths[i], d);
+    rs_paths_free(paths, n);
     return errs;
 }
 

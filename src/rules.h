@@ -70,6 +70,11 @@ void rs_free(rs_ruleset *rs);
 int rs_load_text(rs_ruleset *rs, const char *name, const char *src, size_t n, diag *d);
 /* Reads and loads a file; a read error is reported to d. */
 int rs_load_file(rs_ruleset *rs, const char *path, diag *d);
+/* The paths DIR/NAME of the .rules files in dir, in name order (the order
+ * they load in: later files may use earlier declarations); NULL when dir
+ * cannot be opened. *n gets the count; rs_paths_free releases them. */
+char **rs_list_dir(const char *dir, size_t *n);
+void rs_paths_free(char **paths, size_t n);
 /* Loads every DIR/\*.rules in name order, one diag per file is not needed:
  * messages carry the file name. Returns the error count. */
 int rs_load_dir(rs_ruleset *rs, const char *dir, diag *d);

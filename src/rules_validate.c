@@ -1,7 +1,6 @@
 /* rules_validate — see rules_validate.h for the contract. */
 #include "rules_validate.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -552,33 +551,19 @@ done:
 
 /* ---- driver ---- */
 
-static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 int rv_validate_dir(const char *dir, rv_report *out, diag *d) {
     memset(out, 0, sizeof *out);
-    DIR *dh = opendir(dir);
-    if (!dh) {
+    size_t nn;
+    char **paths = rs_list_dir(dir, &nn);
+    if (!paths) {
         diag_plain(d, "cannot open directory %s", dir);
         return 2;
     }
-    char **names = NULL;
-    size_t nn = 0, capn = 0;
-    struct dirent *e;
-    while ((e = readdir(dh))) {
-        size_t l = strlen(e->d_name);
-        if (l > 6 && strcmp(e->d_name + l - 6, ".rules") == 0) {
-            XGROW(names, capn, nn + 1);
-            names[nn++] = xstrdup(e->d_name);
-        }
-    }
-    closedir(dh);
-    qsort(names, nn, sizeof *names, cmp_name);
     src_rule *rules = NULL;
     size_t nr = 0, capr = 0;
     int status = 0;
     for (size_t i = 0; i < nn; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        const char *path = paths[i];
         size_t len;
         char *text = io_read_file(path, &len, NULL, d);
         if (!text) {
@@ -587,9 +572,8 @@ int rv_validate_dir(const char *dir, rv_report *out, diag *d) {
             scan_file(path, text, len, &rules, &nr, &capr);
             free(text);
         }
-        free(names[i]);
     }
-    free(names);
+    rs_paths_free(paths, nn);
     if (!nn) {
         diag_plain(d, "no .rules files in %s", dir);
         status = 2;
