@@ -1046,48 +1046,44 @@ static interp_val *op_slice(ctx *x, const hlo_instr *in, const interp_val *a) {
     return r;
 }
 
+/* The window of big at the scalar start indices starts[0..rank) (clamped, as
+ * XLA does, so that the window fits) has small's dims. Copies the window into
+ * small (into_small), or small into the window. */
+static void window_copy(interp_val *small, interp_val *big, interp_val *const *starts, bool into_small) {
+    int64_t start[INTERP_MAX_RANK];
+    for (uint32_t d = 0; d < big->rank; d++) {
+        int64_t s = scalar_index(starts[d]), hi = big->dims[d] - small->dims[d];
+        start[d] = s < 0 ? 0 : s > hi ? hi : s;
+    }
+    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    strides_of(big->dims, big->rank, st);
+    for (int64_t k = 0; k < small->n; k++) {
+        int64_t o = 0;
+        for (uint32_t d = 0; d < big->rank; d++) o += (start[d] + idx[d]) * st[d];
+        if (into_small) copy_elem(small, k, big, o);
+        else copy_elem(big, o, small, k);
+        next_idx(idx, small->dims, small->rank);
+    }
+}
+
 static interp_val *op_dynamic_slice(ctx *x, const hlo_instr *in, interp_val **ops) {
-    const interp_val *a = ops[0];
+    interp_val *a = ops[0]; /* read only */
     interp_val *r = val_shape(&in->shape);
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
     if (in->noperands != 1 + a->rank || r->rank != a->rank) {
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "expects one start index per dimension");
     }
-    int64_t start[INTERP_MAX_RANK];
-    for (uint32_t d = 0; d < a->rank; d++) {
-        int64_t s = scalar_index(ops[1 + d]), hi = a->dims[d] - r->dims[d];
-        start[d] = s < 0 ? 0 : s > hi ? hi : s;
-    }
-    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
-    strides_of(a->dims, a->rank, st);
-    for (int64_t k = 0; k < r->n; k++) {
-        int64_t o = 0;
-        for (uint32_t d = 0; d < a->rank; d++) o += (start[d] + idx[d]) * st[d];
-        copy_elem(r, k, a, o);
-        next_idx(idx, r->dims, r->rank);
-    }
+    window_copy(r, a, ops + 1, true);
     return r;
 }
 
 static interp_val *op_dynamic_update_slice(ctx *x, const hlo_instr *in, interp_val **ops) {
-    const interp_val *a = ops[0], *u = ops[1];
+    interp_val *a = ops[0], *u = ops[1]; /* read only */
     if (in->noperands != 2 + a->rank || u->rank != a->rank)
         return fail(x, INTERP_ERUN, in, "expects one start index per dimension");
     interp_val *r = val_copy(a);
-    int64_t start[INTERP_MAX_RANK];
-    for (uint32_t d = 0; d < a->rank; d++) {
-        int64_t s = scalar_index(ops[2 + d]), hi = a->dims[d] - u->dims[d];
-        start[d] = s < 0 ? 0 : s > hi ? hi : s;
-    }
-    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
-    strides_of(a->dims, a->rank, st);
-    for (int64_t k = 0; k < u->n; k++) {
-        int64_t o = 0;
-        for (uint32_t d = 0; d < a->rank; d++) o += (start[d] + idx[d]) * st[d];
-        copy_elem(r, o, u, k);
-        next_idx(idx, u->dims, u->rank);
-    }
+    window_copy(u, r, ops + 2, false);
     return r;
 }
 

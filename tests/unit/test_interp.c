@@ -158,6 +158,17 @@ static void test_structural(void) {
                      "  ROOT s = f32[2] dynamic-slice(a, o), dynamic_slice_sizes={2}\n}\n";
     double w2[2] = {300 + 6, 300 + 7};
     expect("interp dynamic-slice-1.1 offset from partition-id", t2, 1, 4, fill_iota, 3, w2, 2);
+    /* Starts past the end clamp so that the window fits (4 -> 3 in f32[5]). */
+    const char *t2b = "HloModule m\nENTRY e {\n"
+                      "  a = f32[5] parameter(0)\n  i = s32[] constant(4)\n"
+                      "  ROOT s = f32[2] dynamic-slice(a, i), dynamic_slice_sizes={2}\n}\n";
+    double w2b[2] = {3, 4};
+    expect("interp dynamic-slice-1.2 start clamped", t2b, 1, 1, fill_iota, 0, w2b, 2);
+    const char *t2c = "HloModule m\nENTRY e {\n"
+                      "  a = f32[5] parameter(0)\n  u = f32[2] constant({9, 8})\n  i = s32[] constant(4)\n"
+                      "  ROOT s = f32[5] dynamic-update-slice(a, u, i)\n}\n";
+    double w2c[5] = {0, 1, 2, 9, 8};
+    expect("interp dynamic-update-slice-1.1 start clamped", t2c, 1, 1, fill_iota, 0, w2c, 5);
     const char *t3 = "HloModule m\nlt { a = f32[] parameter(0)\n b = f32[] parameter(1)\n"
                      " ROOT c = pred[] compare(a, b), direction=LT }\n"
                      "ENTRY e {\n  a = f32[5] constant({3, 1, 4, 1, 5})\n"
