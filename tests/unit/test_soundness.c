@@ -5,12 +5,16 @@
  * ({x:N} or {dp:2, tp:2}) and a relations file. Kinds: elementwise ops on
  * sharded/duplicated inputs, dot with the contracting dim sharded (+ all-reduce),
  * dot with a non-contracting dim sharded, reduce over a sharded or unsharded
- * dim, all-gather undoing a sharding, transpose of a sharded tensor, and ops
- * applied to partial sums before their all-reduce (linear ones are correct).
- * Each kind has a correct variant and buggy ones (missing/spurious all-reduce,
- * wrong reducer, wrong replica groups, wrong gather dim, wrong output view,
- * operands sharded over different mesh axes, a non-linear op on partial sums);
- * every bug built here changes values.
+ * dim, all-gather undoing a sharding, transpose of a sharded tensor, ops
+ * applied to partial sums before their all-reduce (linear ones are correct),
+ * dynamic-slice of a duplicated tensor at partition-id·chunk, reduce-scatter
+ * of a partial dot, all-to-all resharding (+ reshape/transpose), and slice /
+ * concatenate of sharded tensors. Each kind has a correct variant and buggy
+ * ones (missing/spurious all-reduce, wrong reducer, wrong replica groups,
+ * wrong gather dim, wrong output view, operands sharded over different mesh
+ * axes, a non-linear op on partial sums, a wrong slice multiplier or axis, a
+ * missing transpose, a shifted slice range, swapped concatenate operands, a
+ * slice of a sharded dim taken per shard); every bug built here changes values.
  *
  * For each pair, check_pair (witness on, rules/) gives the verdict and
  * witness_run (seed 1, as check_pair uses) gives execution. Asserted:
@@ -35,7 +39,7 @@
 
 void suite_soundness(void);
 
-#define SND_INSTANCES 288
+#define SND_INSTANCES 432
 
 /* splitmix64: one stream per instance, so a case name reproduces its pair. */
 typedef struct snd_rng {
@@ -199,6 +203,16 @@ static void dot_entry(strbuf *b, bool dist, const smesh *m, const int *xg, const
     sb_puts(b, " dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n");
 }
 
+/* Opens the entry of one side (0 baseline, 1 distributed) with parameter x
+ * and, when binary, y: global dims g on the baseline, local l on the other. */
+static strbuf *open_side(inst *t, int side, const smesh *m, const int *g, const int *l, int rank, bool binary) {
+    strbuf *b = side ? &t->dist : &t->base;
+    header(b, side ? "dist" : "base", side ? m->ndev : 1);
+    param(b, "x", 0, side ? l : g, rank);
+    if (binary) param(b, "y", 1, side ? l : g, rank);
+    return b;
+}
+
 static void pick_mesh(snd_rng *r, smesh *m) {
     switch (rint_in(r, 0, 2)) {
     case 0: *m = (smesh){1, {"x", NULL}, {2, 1}, 2}; break;
@@ -269,11 +283,8 @@ static void gen_eltwise(snd_rng *r, const smesh *m, inst *t) {
     view_str(yv, sizeof yv, m, yax, 2);
     view_str(ov, sizeof ov, m, oax, 2);
     for (int side = 0; side < 2; side++) {
-        strbuf *b = side ? &t->dist : &t->base;
+        strbuf *b = open_side(t, side, m, g, l, 2, binary);
         const int *dims = side ? l : g;
-        header(b, side ? "dist" : "base", side ? m->ndev : 1);
-        param(b, "x", 0, dims, 2);
-        if (binary) param(b, "y", 1, dims, 2);
         sb_puts(b, "  ROOT %o = ");
         shp(b, dims, 2);
         if (binary) sb_printf(b, " %s(%%x, %%y)\n}\n", op);
@@ -379,9 +390,7 @@ static void gen_reduce(snd_rng *r, const smesh *m, inst *t) {
     set_case(t, variant == 0, "reduce-%s-%s-%s", red, sd == rd ? "sharded-dim" : "other-dim",
              variant == 0 ? "ok" : sd == rd ? (variant == 1 ? "bug-no-allreduce" : "bug-reducer") : "bug-spurious-allreduce");
     for (int side = 0; side < 2; side++) {
-        strbuf *b = side ? &t->dist : &t->base;
-        header(b, side ? "dist" : "base", side ? m->ndev : 1);
-        param(b, "x", 0, side ? l : g, 2);
+        strbuf *b = open_side(t, side, m, g, l, 2, false);
         sb_printf(b, "  %%z = f32[] constant(%s)\n", mx ? "-inf" : "0");
         const int *od = side ? ol : og;
         sb_puts(b, side && ar ? "  %r = " : "  ROOT %r = ");
@@ -419,9 +428,7 @@ static void gen_gather(snd_rng *r, const smesh *m, inst *t) {
     int dl[2] = {l[0], l[1]};
     dl[gd] *= gsize;
     for (int side = 0; side < 2; side++) {
-        strbuf *b = side ? &t->dist : &t->base;
-        header(b, side ? "dist" : "base", side ? m->ndev : 1);
-        param(b, "x", 0, side ? l : g, 2);
+        strbuf *b = open_side(t, side, m, g, l, 2, false);
         const int *od = side ? dl : g;
         const char *last = "x";
         if (side) {
@@ -462,9 +469,7 @@ static void gen_transpose(snd_rng *r, const smesh *m, inst *t) {
     if (!wellformed) variant = 0;
     set_case(t, variant == 0, "transpose-%d%d%d-%s", p[0], p[1], p[2], variant ? "bug-unpermuted-view" : "ok");
     for (int side = 0; side < 2; side++) {
-        strbuf *b = side ? &t->dist : &t->base;
-        header(b, side ? "dist" : "base", side ? m->ndev : 1);
-        param(b, "x", 0, side ? l : g, 3);
+        strbuf *b = open_side(t, side, m, g, l, 3, false);
         sb_puts(b, "  ROOT %o = ");
         shp(b, side ? ol : og, 3);
         sb_printf(b, " transpose(%%x), dimensions={%d,%d,%d}\n}\n", p[0], p[1], p[2]);
@@ -489,6 +494,7 @@ static void gen_partial(snd_rng *r, const smesh *m, inst *t) {
     int M = dim_for(r, 1), K = dim_for(r, m->sizes[ax]), N = dim_for(r, 1);
     int rd = rint_in(r, 0, 1);
     bool is_reduce = strncmp(on, "reduce", 6) == 0;
+    if (is_reduce) M = N = 8;  /* a max of partial sums then matches the sum's max only by a rare chance */
     set_case(t, ops[op].linear, "partial-%s%s", on, ops[op].linear ? "-ok" : "-bug");
     int xg[2] = {M, K}, wg[2] = {K, N}, og[2] = {M, N};
     int xa[2] = {-1, ax}, wa[2] = {ax, -1};
@@ -569,8 +575,164 @@ static void gen_partial2(snd_rng *r, const smesh *m, inst *t) {
     rel_write(t, m, iv, op == 4 ? 1 : 4, "dup");
 }
 
-static void (*const gens[])(snd_rng *, const smesh *, inst *) = {gen_eltwise, gen_dot_k, gen_dot_n,
-                                                               gen_reduce,  gen_gather, gen_transpose, gen_partial, gen_partial2};
+/* Declares %coord = s32[] this device's coordinate on mesh axis ax, computed
+ * from partition-id (iota order: the last axis varies fastest). */
+static void axis_coord(strbuf *b, const smesh *m, int ax) {
+    sb_puts(b, "  %pid = u32[] partition-id()\n");
+    if (m->naxes == 1) {
+        sb_puts(b, "  %coord = s32[] convert(%pid)\n");
+        return;
+    }
+    sb_printf(b, "  %%p = s32[] convert(%%pid)\n  %%inner = s32[] constant(%d)\n  %%coord = s32[] %s(%%p, %%inner)\n",
+              m->sizes[1], ax == 0 ? "divide" : "remainder");
+}
+
+/* A duplicated x sliced per device by dynamic-slice at offset coord(ax)·chunk
+ * on dim sd (0 on the other): the shard(sd, ax) view of x. Bugs: multiplier
+ * chunk/2, the coordinate of the other axis (2-D mesh). */
+static void gen_dslice(snd_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1);
+    int xa[2] = {-1, -1}, oa[2] = {-1, -1};
+    oa[sd] = ax;
+    int g[2], l[2];
+    for (int d = 0; d < 2; d++) g[d] = dim_for(r, oa[d] >= 0 ? m->sizes[ax] : 1);
+    local_dims(m, g, oa, 2, l);
+    int variant = rint_in(r, 0, m->naxes == 2 ? 2 : 1);  /* 0 ok, 1 half multiplier, 2 other axis */
+    set_case(t, variant == 0, "dslice-%s", variant == 0 ? "ok" : variant == 1 ? "bug-multiplier" : "bug-axis");
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = open_side(t, side, m, g, g, 2, false);
+        if (side) {
+            axis_coord(b, m, variant == 2 ? 1 - ax : ax);
+            sb_printf(b, "  %%c = s32[] constant(%d)\n  %%off = s32[] multiply(%%coord, %%c)\n  %%z = s32[] constant(0)\n",
+                      variant == 1 ? l[sd] / 2 : l[sd]);
+        }
+        sb_puts(b, "  ROOT %o = ");
+        shp(b, side ? l : g, 2);
+        if (side) sb_printf(b, " dynamic-slice(%%x, %s, %s), dynamic_slice_sizes={%d,%d}\n}\n", sd ? "%z" : "%off", sd ? "%off" : "%z", l[0], l[1]);
+        else sb_puts(b, " copy(%x)\n}\n");
+    }
+    rel_unary(t, m, xa, 2, oa, 2);
+}
+
+/* dot(x[m,k], w[k,n]) with k sharded on ax, then reduce-scatter(sum) over ax
+ * on dim d: the shard(d, ax) view of the product. Bugs: max reducer, the
+ * other axis's groups (2-D mesh). */
+static void gen_rscatter(snd_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), d = rint_in(r, 0, 1), n = m->sizes[ax];
+    int M = dim_for(r, d == 0 ? n : 1), K = dim_for(r, n), N = dim_for(r, d == 1 ? n : 1);
+    int variant = rint_in(r, 0, m->naxes == 2 ? 2 : 1);  /* 0 ok, 1 max, 2 other axis */
+    set_case(t, variant == 0, "rscatter-d%d-%s", d, variant == 0 ? "ok" : variant == 1 ? "bug-max" : "bug-groups");
+    int xg[2] = {M, K}, wg[2] = {K, N}, og[2] = {M, N};
+    int xa[2] = {-1, ax}, wa[2] = {ax, -1}, oa[2] = {-1, -1};
+    oa[d] = ax;
+    int ol[2];
+    local_dims(m, og, oa, 2, ol);
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        dot_entry(b, side, m, xg, xa, wg, wa, og, !side);
+        if (side) {
+            sb_puts(b, "  ROOT %o = ");
+            shp(b, ol, 2);
+            sb_puts(b, " reduce-scatter(%d), channel_id=1, replica_groups=");
+            groups(b, m, 1u << (variant == 2 ? 1 - ax : ax), false);
+            sb_printf(b, ", use_global_device_ids=true, dimensions={%d}, to_apply=%%%s\n", d, variant == 1 ? "max" : "add");
+        }
+        sb_puts(b, "}\n");
+    }
+    rel_dot(t, m, xa, wa, oa);
+}
+
+/* x[a,b] sharded on dim e over ax; all-to-all (dimensions={1-e}) over ax,
+ * then reshape, transpose {1,0,2}, reshape: the shard(1-e, ax) view of x.
+ * Bugs: the transpose left out, the other axis's groups (2-D mesh). */
+static void gen_a2a(snd_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), e = rint_in(r, 0, 1), n = m->sizes[ax];
+    int xa[2] = {-1, -1}, oa[2] = {-1, -1};
+    xa[e] = ax;
+    oa[1 - e] = ax;
+    int g[2], l[2], ol[2];
+    for (int d = 0; d < 2; d++) g[d] = n * rint_in(r, 2, 8 / n);  /* blocks of >= 2, so a missing transpose shows */
+    local_dims(m, g, xa, 2, l);
+    local_dims(m, g, oa, 2, ol);
+    int variant = rint_in(r, 0, m->naxes == 2 ? 2 : 1);  /* 0 ok, 1 no transpose, 2 other axis */
+    set_case(t, variant == 0, "a2a-e%d-%s", e, variant == 0 ? "ok" : variant == 1 ? "bug-no-transpose" : "bug-groups");
+    int r3[3] = {l[0], n, l[1] / n}, t3[3];  /* e == 0: [a/n, n, b/n] */
+    if (e == 1) r3[0] = n, r3[1] = l[0] / n, r3[2] = l[1];
+    t3[0] = r3[1], t3[1] = r3[0], t3[2] = r3[2];
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = open_side(t, side, m, g, l, 2, false);
+        const char *last = "x";
+        if (side) {
+            sb_puts(b, "  %a2a = ");
+            shp(b, l, 2);
+            sb_puts(b, " all-to-all(%x), channel_id=1, replica_groups=");
+            groups(b, m, 1u << (variant == 2 ? 1 - ax : ax), false);
+            sb_printf(b, ", dimensions={%d}\n  %%r3 = ", 1 - e);
+            shp(b, r3, 3);
+            sb_puts(b, " reshape(%a2a)\n");
+            last = "r3";
+            if (variant != 1) {
+                sb_puts(b, "  %t3 = ");
+                shp(b, t3, 3);
+                sb_puts(b, " transpose(%r3), dimensions={1,0,2}\n");
+                last = "t3";
+            }
+        }
+        sb_puts(b, "  ROOT %o = ");
+        shp(b, side ? ol : g, 2);
+        sb_printf(b, " %s(%%%s)\n}\n", side ? "reshape" : "copy", last);
+    }
+    rel_unary(t, m, xa, 2, oa, 2);
+}
+
+/* Appends slice={[lo:hi], ...} for a rank-2 slice. */
+static void slice_attr(strbuf *b, const int *lo, const int *hi) {
+    sb_printf(b, " slice(%%x), slice={[%d:%d], [%d:%d]}\n", lo[0], hi[0], lo[1], hi[1]);
+}
+
+/* x sharded on dim sd over ax. A slice of the other dim (its range alike on
+ * both sides) or concatenate(x, y) along it: correct. Bugs: a shifted slice
+ * range, the operands swapped, the first half of the sharded dim taken from
+ * each device's shard (the checker assumes sharded-dim slices). */
+static void gen_slice_concat(snd_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1), od = 1 - sd, n = m->sizes[ax];
+    int xa[2] = {-1, -1};
+    xa[sd] = ax;
+    int g[2], l[2];
+    g[sd] = 2 * n * rint_in(r, 1, 4 / n);
+    g[od] = rint_in(r, 3, 8);
+    local_dims(m, g, xa, 2, l);
+    int variant = rint_in(r, 0, 4);  /* 0 slice ok, 1 slice shifted, 2 concat ok, 3 concat swapped, 4 sharded-dim slice */
+    static const char *vn[] = {"slice-ok", "slice-bug-range", "concat-ok", "concat-bug-swapped", "slice-bug-sharded-dim"};
+    set_case(t, variant == 0 || variant == 2, "%s", vn[variant]);
+    bool concat = variant == 2 || variant == 3;
+    int lo[2] = {0, 0}, hi[2];
+    lo[od] = rint_in(r, 0, g[od] - 2);
+    hi[od] = rint_in(r, lo[od] + 1, g[od] - 1);
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = open_side(t, side, m, g, l, 2, concat);
+        const int *dims = side ? l : g;
+        int od2[2] = {dims[0], dims[1]}, slo[2] = {lo[0], lo[1]}, shi[2] = {hi[0], hi[1]};
+        shi[sd] = dims[sd];
+        if (concat) od2[od] *= 2;
+        else od2[od] = hi[od] - lo[od];
+        if (variant == 4) od2[od] = dims[od], slo[od] = 0, shi[od] = dims[od], shi[sd] = od2[sd] = g[sd] / 2 / (side ? n : 1);
+        if (side && variant == 1) slo[od]++, shi[od]++;
+        sb_puts(b, "  ROOT %o = ");
+        shp(b, od2, 2);
+        if (concat) sb_printf(b, " concatenate(%s), dimensions={%d}\n", side && variant == 3 ? "%y, %x" : "%x, %y", od);
+        else slice_attr(b, slo, shi);
+        sb_puts(b, "}\n");
+    }
+    char xv[64];
+    view_str(xv, sizeof xv, m, xa, 2);
+    const char *iv[2] = {xv, xv};
+    rel_write(t, m, iv, concat ? 2 : 1, xv);
+}
+
+static void (*const gens[])(snd_rng *, const smesh *, inst *) = {gen_eltwise,   gen_dot_k,    gen_dot_n,   gen_reduce,
+                                                               gen_gather,    gen_transpose, gen_partial, gen_partial2,
+                                                               gen_dslice,    gen_rscatter, gen_a2a,     gen_slice_concat};
 
 static bool write_file(const char *path, const strbuf *b) {
     FILE *f = fopen(path, "w");
