@@ -1009,19 +1009,60 @@ bool report_render(report_site *site, trace *const *traces, size_t n, const repo
     return ok;
 }
 
+#define SITE_LIST ".scalify-files"
+
+static bool site_has(const report_site *site, const char *name, size_t len) {
+    for (size_t i = 0; i < site->n; i++)
+        if (strlen(site->files[i].name) == len && memcmp(site->files[i].name, name, len) == 0) return true;
+    return false;
+}
+
+/* Removes the files the previous list names that site does not produce; only
+ * plain names (no '/', not hidden), so a doctored list cannot reach outside. */
+static void remove_stale(const report_site *site, const char *dir, const char *list, size_t len) {
+    strbuf path;
+    sb_init(&path);
+    for (const char *p = list, *end = list + len; p < end;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        if (l && p[0] != '.' && !memchr(p, '/', l) && !site_has(site, p, l)) {
+            sb_reset(&path);
+            sb_printf(&path, "%s/%.*s", dir, (int)l, p);
+            remove(path.s);
+        }
+        p += l + 1;
+    }
+    sb_free(&path);
+}
+
 bool report_write_dir(const report_site *site, const char *dir, diag *d) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         diag_plain(d, "cannot create directory %s: %s", dir, strerror(errno));
         return false;
     }
-    strbuf path;
+    strbuf path, names;
     sb_init(&path);
+    sb_init(&names);
     bool ok = true;
     for (size_t i = 0; i < site->n && ok; i++) {
         sb_reset(&path);
         sb_printf(&path, "%s/%s", dir, site->files[i].name);
         ok = io_write_atomic(path.s, site->files[i].data.s ? site->files[i].data.s : "", site->files[i].data.len, d);
+        sb_printf(&names, "%s\n", site->files[i].name);
+    }
+    if (ok) {
+        sb_reset(&path);
+        sb_printf(&path, "%s/" SITE_LIST, dir);
+        diag quiet;
+        diag_init(&quiet, path.s);
+        size_t len;
+        char *old = io_read_file(path.s, &len, NULL, &quiet);  /* absent on a first report */
+        diag_free(&quiet);
+        ok = io_write_atomic(path.s, names.s ? names.s : "", names.len, d);
+        if (ok && old) remove_stale(site, dir, old, len);
+        free(old);
     }
     sb_free(&path);
+    sb_free(&names);
     return ok;
 }

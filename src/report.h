@@ -5,8 +5,10 @@
  * finding, summary.json, results.sarif, junit.xml — or, with single_file, one
  * bundled HTML page holding all of them as sections (links become anchors).
  * report_write() renders and then writes each file with io_write_atomic (temp
- * name + rename), so a reader never sees a half-written page; files of an
- * earlier report that this one does not produce are left alone.
+ * name + rename), so a reader never sees a half-written page. The names it
+ * wrote are listed in DIR/.scalify-files; files an earlier report listed there
+ * that this one does not produce are removed (a pair dropped from the traces
+ * leaves no stale page); any other file in DIR is left alone.
  *
  * Every page is self-contained (CSS, JS, SVG, PNG inline; no external request),
  * readable with JavaScript off, and carries a Content-Security-Policy whose
@@ -46,7 +48,8 @@ void report_site_free(report_site *s);
  * Returns false (with diags) when a resource is missing or a renderer fails. */
 bool report_render(report_site *site, trace *const *traces, size_t n, const report_opts *opts, diag *d);
 
-/* Writes every file of site under dir (created if missing), each atomically. */
+/* Writes every file of site under dir (created if missing), each atomically,
+ * then removes what the previous report there wrote and this one did not. */
 bool report_write_dir(const report_site *site, const char *dir, diag *d);
 
 /* summary.json for the traces (also part of report_render's output). */

@@ -420,6 +420,27 @@ static void test_listed_findings(void) {
     diag_free(&d);
 }
 
+/* A report written over an earlier one removes the pages only the earlier
+ * one produced and nothing else. */
+static void test_stale_pages(void) {
+    t_case("report-10c re-rendering removes stale pages, keeps other files");
+    char cmd[2048];
+    int st = 0;
+    snprintf(cmd, sizeof cmd,
+             "rm -rf build/report-stale && mkdir -p build/report-stale && echo mine > build/report-stale/notes.txt && "
+             "%s report " TRACES "/verified.trace.json " TRACES "/mismatch.trace.json -o build/report-stale && "
+             "ls build/report-stale | grep -c '^pair-' && ls build/report-stale | grep -c '^finding-' && "
+             "%s report " TRACES "/verified.trace.json -o build/report-stale && "
+             "ls build/report-stale | grep -c '^pair-'; ls build/report-stale | grep -c '^finding-'; "
+             "cat build/report-stale/notes.txt; grep -c . build/report-stale/.scalify-files",
+             t_scalify(), t_scalify());
+    char *out = t_run(cmd, &st);
+    /* 2 pair pages and 2 finding pages, then 1 and 0; notes.txt kept; the list
+     * names the 5 files of the second report. */
+    CHECK_MSG(out && strcmp(out, "2\n2\n1\n0\nmine\n5\n") == 0, "status %d: %s", st, out ? out : "");
+    free(out);
+}
+
 static void test_cli_and_browser(void) {
     t_case("report-11 CLI: site + bundle, deterministic bytes");
     char cmd[2048];
@@ -460,5 +481,6 @@ void suite_report(void) {
     test_site();
     test_big();
     test_listed_findings();
+    test_stale_pages();
     test_cli_and_browser();
 }
