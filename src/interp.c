@@ -170,17 +170,34 @@ static inline void copy_elem(interp_val *dst, int64_t di, const interp_val *src,
     else dst->i[di] = src->i[si];
 }
 
+/* The walk every data-movement op is: element k of the walked value (row-major
+ * over its dims) pairs with element base + sum idx[d] * step[d] of the other.
+ * gather: dst[k] = src[that], walking dst; else dst[that] = src[k], walking src. */
+static void affine_copy(interp_val *dst, const interp_val *src, int64_t base, const int64_t *step, bool gather) {
+    const interp_val *w = gather ? dst : src;
+    int64_t idx[INTERP_MAX_RANK] = {0};
+    for (int64_t k = 0; k < w->n; k++) {
+        int64_t o = base;
+        for (uint32_t d = 0; d < w->rank; d++) o += idx[d] * step[d];
+        if (gather) copy_elem(dst, k, src, o);
+        else copy_elem(dst, o, src, k);
+        next_idx(idx, w->dims, w->rank);
+    }
+}
+
+/* Offset of the element at start in a value of these dims (strides st). */
+static int64_t offset_of(const int64_t *start, const int64_t *st, uint32_t rank) {
+    int64_t o = 0;
+    for (uint32_t d = 0; d < rank; d++) o += start[d] * st[d];
+    return o;
+}
+
 interp_val *interp_val_slice(const interp_val *v, const int64_t *off, const int64_t *sizes) {
     interp_val *r = interp_val_new(v->dtype, v->rank, sizes);
     if (!r) return NULL;
-    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    int64_t st[INTERP_MAX_RANK];
     strides_of(v->dims, v->rank, st);
-    for (int64_t k = 0; k < r->n; k++) {
-        int64_t s = 0;
-        for (uint32_t d = 0; d < v->rank; d++) s += (off[d] + idx[d]) * st[d];
-        copy_elem(r, k, v, s);
-        next_idx(idx, sizes, v->rank);
-    }
+    affine_copy(r, v, offset_of(off, st, v->rank), st, true);
     return r;
 }
 
@@ -954,7 +971,7 @@ static interp_val *op_broadcast(ctx *x, const hlo_instr *in, const interp_val *a
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "dimensions={...} has %u entries for a rank-%u operand", nd, a->rank);
     }
-    int64_t ast[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    int64_t ast[INTERP_MAX_RANK];
     strides_of(a->dims, a->rank, ast);
     /* Stride of each result dim in the operand (0 for new dims). */
     int64_t rs[INTERP_MAX_RANK] = {0};
@@ -965,12 +982,7 @@ static interp_val *op_broadcast(ctx *x, const hlo_instr *in, const interp_val *a
         }
         rs[dims[k]] = ast[k];
     }
-    for (int64_t k = 0; k < r->n; k++) {
-        int64_t s = 0;
-        for (uint32_t d = 0; d < r->rank; d++) s += idx[d] * rs[d];
-        copy_elem(r, k, a, s);
-        next_idx(idx, r->dims, r->rank);
-    }
+    affine_copy(r, a, 0, rs, true);
     return r;
 }
 
@@ -995,15 +1007,10 @@ static interp_val *op_transpose(ctx *x, const hlo_instr *in, const interp_val *a
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "permutation does not match the rank");
     }
-    int64_t ast[INTERP_MAX_RANK], rs[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    int64_t ast[INTERP_MAX_RANK], rs[INTERP_MAX_RANK];
     strides_of(a->dims, a->rank, ast);
     for (uint32_t d = 0; d < nd; d++) rs[d] = ast[perm[d]];
-    for (int64_t k = 0; k < r->n; k++) {
-        int64_t s = 0;
-        for (uint32_t d = 0; d < r->rank; d++) s += idx[d] * rs[d];
-        copy_elem(r, k, a, s);
-        next_idx(idx, r->dims, r->rank);
-    }
+    affine_copy(r, a, 0, rs, true);
     return r;
 }
 
@@ -1014,14 +1021,14 @@ static interp_val *op_reverse(ctx *x, const hlo_instr *in, const interp_val *a) 
     bool rev[INTERP_MAX_RANK] = {false};
     for (uint32_t k = 0; k < nd; k++)
         if (dims[k] >= 0 && (uint32_t)dims[k] < a->rank) rev[dims[k]] = true;
-    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    int64_t st[INTERP_MAX_RANK], base = 0;
     strides_of(a->dims, a->rank, st);
-    for (int64_t k = 0; k < r->n; k++) {
-        int64_t s = 0;
-        for (uint32_t d = 0; d < a->rank; d++) s += (rev[d] ? a->dims[d] - 1 - idx[d] : idx[d]) * st[d];
-        copy_elem(r, k, a, s);
-        next_idx(idx, a->dims, a->rank);
-    }
+    for (uint32_t d = 0; d < a->rank; d++)
+        if (rev[d]) {
+            base += (a->dims[d] - 1) * st[d];
+            st[d] = -st[d];
+        }
+    affine_copy(r, a, base, st, true);
     (void)x;
     return r;
 }
@@ -1034,15 +1041,14 @@ static interp_val *op_slice(ctx *x, const hlo_instr *in, const interp_val *a) {
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "slice={...} does not match the rank");
     }
-    const int64_t *s = at->v.ints;
-    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    const int64_t *s = at->v.ints; /* start, limit, stride per dim */
+    int64_t st[INTERP_MAX_RANK], step[INTERP_MAX_RANK], base = 0;
     strides_of(a->dims, a->rank, st);
-    for (int64_t k = 0; k < r->n; k++) {
-        int64_t o = 0;
-        for (uint32_t d = 0; d < a->rank; d++) o += (s[3 * d] + idx[d] * (s[3 * d + 2] ? s[3 * d + 2] : 1)) * st[d];
-        copy_elem(r, k, a, o);
-        next_idx(idx, r->dims, r->rank);
+    for (uint32_t d = 0; d < a->rank; d++) {
+        base += s[3 * d] * st[d];
+        step[d] = (s[3 * d + 2] ? s[3 * d + 2] : 1) * st[d];
     }
+    affine_copy(r, a, base, step, true);
     return r;
 }
 
@@ -1055,15 +1061,11 @@ static void window_copy(interp_val *small, interp_val *big, interp_val *const *s
         int64_t s = scalar_index(starts[d]), hi = big->dims[d] - small->dims[d];
         start[d] = s < 0 ? 0 : s > hi ? hi : s;
     }
-    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    int64_t st[INTERP_MAX_RANK];
     strides_of(big->dims, big->rank, st);
-    for (int64_t k = 0; k < small->n; k++) {
-        int64_t o = 0;
-        for (uint32_t d = 0; d < big->rank; d++) o += (start[d] + idx[d]) * st[d];
-        if (into_small) copy_elem(small, k, big, o);
-        else copy_elem(big, o, small, k);
-        next_idx(idx, small->dims, small->rank);
-    }
+    int64_t base = offset_of(start, st, big->rank);
+    if (into_small) affine_copy(small, big, base, st, true);
+    else affine_copy(big, small, base, st, false);
 }
 
 static interp_val *op_dynamic_slice(ctx *x, const hlo_instr *in, interp_val **ops) {
