@@ -18,5 +18,8 @@ int cli_rules(int argc, char **argv);
 
 /* Prints the diag's messages to stderr and frees it; returns its error count. */
 int cli_flush_diag(diag *d);
+/* Reads a module in any supported form, printing every diagnostic (warnings
+ * too); NULL when it cannot be read. */
+struct hlo_module *cli_read_module(const char *file);
 
 #endif

@@ -105,15 +105,8 @@ int cli_eval(int argc, char **argv) {
         fputs(cli_eval_usage, stderr);
         return EXIT_INPUT;
     }
-    diag d;
-    diag_init(&d, file);
-    hlo_module *m = hlo_read_file(file, &d);
-    if (!m) {
-        if (d.count == 0) diag_plain(&d, "could not read the module");
-        cli_flush_diag(&d);
-        return EXIT_INPUT;
-    }
-    cli_flush_diag(&d);
+    hlo_module *m = cli_read_module(file);
+    if (!m) return EXIT_INPUT;
     int64_t R, P;
     interp_devices(m, &R, &P);
     if (ndev) {

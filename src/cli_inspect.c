@@ -14,6 +14,15 @@ int cli_flush_diag(diag *d) {
     return errors;
 }
 
+hlo_module *cli_read_module(const char *file) {
+    diag d;
+    diag_init(&d, file);
+    hlo_module *m = hlo_read_file(file, &d);
+    if (!m && d.count == 0) diag_plain(&d, "could not read the module");
+    cli_flush_diag(&d);
+    return m;
+}
+
 const char cli_inspect_usage[] = "usage: scalify inspect FILE [--print]\n";
 
 int cli_inspect(int argc, char **argv) {
@@ -33,15 +42,8 @@ int cli_inspect(int argc, char **argv) {
         fputs(cli_inspect_usage, stderr);
         return EXIT_INPUT;
     }
-    diag d;
-    diag_init(&d, file);
-    hlo_module *m = hlo_read_file(file, &d);
-    if (!m) {
-        if (d.count == 0) diag_plain(&d, "could not read the module");
-        cli_flush_diag(&d);
-        return EXIT_INPUT;
-    }
-    cli_flush_diag(&d);
+    hlo_module *m = cli_read_module(file);
+    if (!m) return EXIT_INPUT;
     strbuf out;
     sb_init(&out);
     if (print) hlo_print(&out, m);
