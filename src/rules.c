@@ -697,18 +697,26 @@ static bool contains_kind(const em_prog *p, uint32_t pat, uint8_t kind) {
     return false;
 }
 
+/* A new rule of this kind for form, with its name and doc read and checked
+ * to be unique; NULL (the rule named "?") when they do not read. */
+static rule *begin_rule(cc *c, uint32_t form, uint8_t kind) {
+    rule *ru = new_rule(c, form, kind);
+    c->ru = ru;
+    if (!name_doc(c, form, &ru->name, &ru->doc)) {
+        ru->name = xstrdup("?");
+        return NULL;
+    }
+    for (uint32_t i = 0; i + 1 < c->rs->nrules; i++)
+        if (strcmp(c->rs->rules[i].name, ru->name) == 0) cc_error(c, K(c, form, 1), "rule %s defined twice", ru->name);
+    return ru;
+}
+
 static void lint_example(cc *c, rule *ru, uint32_t at, uint32_t ex);
 
 /* (rewrite NAME "doc" LHS => RHS (when E)* (ac)? (example T)+) */
 static void form_rewrite(cc *c, uint32_t form) {
-    rule *ru = new_rule(c, form, RK_REWRITE);
-    c->ru = ru;
-    if (!name_doc(c, form, &ru->name, &ru->doc)) {
-        ru->name = xstrdup("?");
-        return;
-    }
-    for (uint32_t i = 0; i + 1 < c->rs->nrules; i++)
-        if (strcmp(c->rs->rules[i].name, ru->name) == 0) cc_error(c, K(c, form, 1), "rule %s defined twice", ru->name);
+    rule *ru = begin_rule(c, form, RK_REWRITE);
+    if (!ru) return;
     sx *x = X(c, form);
     if (x->n < 6 || !(sym_is(c, K(c, form, 4), "=>") || sym_is(c, K(c, form, 4), "<=>"))) {
         cc_error(c, form, "expected (rewrite NAME \"doc\" LHS => RHS options...)");
@@ -857,14 +865,8 @@ static void lint_relation_example(cc *c, rule *ru, uint32_t at, uint32_t ex);
 
 /* (rule NAME "doc" (ATOM...) => (HEAD...) (example ITEM...)+) */
 static void form_rule(cc *c, uint32_t form) {
-    rule *ru = new_rule(c, form, RK_RELATION);
-    c->ru = ru;
-    if (!name_doc(c, form, &ru->name, &ru->doc)) {
-        ru->name = xstrdup("?");
-        return;
-    }
-    for (uint32_t i = 0; i + 1 < c->rs->nrules; i++)
-        if (strcmp(c->rs->rules[i].name, ru->name) == 0) cc_error(c, K(c, form, 1), "rule %s defined twice", ru->name);
+    rule *ru = begin_rule(c, form, RK_RELATION);
+    if (!ru) return;
     sx *x = X(c, form);
     if (x->n < 6 || X(c, K(c, form, 3))->kind != SX_LIST || !sym_is(c, K(c, form, 4), "=>") ||
         X(c, K(c, form, 5))->kind != SX_LIST) {
