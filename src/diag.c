@@ -57,25 +57,28 @@ void diag_text(diag *d, const char *src, size_t n, size_t off, const char *fmt, 
     d->count++;
 }
 
+/* The message after its location prefix: one line, one counted error. */
+static void message(diag *d, const char *fmt, va_list ap) {
+    sb_vprintf(&d->out, fmt, ap);
+    sb_putc(&d->out, '\n');
+    d->count++;
+}
+
 void diag_binary(diag *d, size_t off, const char *field, const char *fmt, ...) {
     sb_printf(&d->out, "%s: byte %zu: ", d->file, off);
     if (field && *field) sb_printf(&d->out, "field %s: ", field);
     va_list ap;
     va_start(ap, fmt);
-    sb_vprintf(&d->out, fmt, ap);
+    message(d, fmt, ap);
     va_end(ap);
-    sb_putc(&d->out, '\n');
-    d->count++;
 }
 
 void diag_plain(diag *d, const char *fmt, ...) {
     sb_printf(&d->out, "%s: ", d->file);
     va_list ap;
     va_start(ap, fmt);
-    sb_vprintf(&d->out, fmt, ap);
+    message(d, fmt, ap);
     va_end(ap);
-    sb_putc(&d->out, '\n');
-    d->count++;
 }
 
 void diag_pos(diag *d, int line, int col, const char *fmt, ...) {
@@ -83,8 +86,6 @@ void diag_pos(diag *d, int line, int col, const char *fmt, ...) {
     else sb_printf(&d->out, "%s: ", d->file);
     va_list ap;
     va_start(ap, fmt);
-    sb_vprintf(&d->out, fmt, ap);
+    message(d, fmt, ap);
     va_end(ap);
-    sb_putc(&d->out, '\n');
-    d->count++;
 }
