@@ -67,11 +67,13 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
         return EXIT_INPUT;
     }
     mkdir(out_dir, 0777);
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", manifest);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    else strcpy(dir, ".");
+    /* Paths in the manifest are relative to its directory. */
+    const char *slash = strrchr(manifest, '/');
+    strbuf dirb;
+    sb_init(&dirb);
+    if (slash) sb_put(&dirb, manifest, (size_t)(slash - manifest));
+    else sb_puts(&dirb, ".");
+    const char *dir = dirb.s;
     json_t *index = json_array(), *pairs = json_object_get(m, "pairs");
     int worst = EXIT_VERIFIED;
     bool tty = isatty(2);
@@ -91,17 +93,18 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
             worst = EXIT_INPUT;
             continue;
         }
-        char bp[4096], dp[4096], rp[4096], out[4096];
-        snprintf(bp, sizeof bp, "%s/%s", dir, b);
-        snprintf(dp, sizeof dp, "%s/%s", dir, dd);
-        snprintf(rp, sizeof rp, "%s/%s", dir, r);
-        snprintf(out, sizeof out, "%s/%s.trace.json", out_dir, name);
+        strbuf bp, dp, rp, out; /* paths of any length: never a truncated name */
+        sb_init(&bp), sb_init(&dp), sb_init(&rp), sb_init(&out);
+        sb_printf(&bp, "%s/%s", dir, b);
+        sb_printf(&dp, "%s/%s", dir, dd);
+        sb_printf(&rp, "%s/%s", dir, r);
+        sb_printf(&out, "%s/%s.trace.json", out_dir, name);
         check_opts o = *base;
         o.name = name;
-        o.baseline = bp;
-        o.distributed = dp;
+        o.baseline = bp.s;
+        o.distributed = dp.s;
         if (strcmp(r, "auto") == 0) o.auto_relations = true;
-        else o.relations = rp;
+        else o.relations = rp.s;
         if (tty) fprintf(stderr, "[%zu/%zu] %s\n", i + 1, json_array_size(pairs), name);
         diag d;
         diag_init(&d, "scalify check");
@@ -113,26 +116,30 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
         json_object_set_new(e, "verdict", json_string(verdict_name(v)));
         json_object_set_new(e, "expected", json_incref(json_object_get(p, "expected")));
         if (trace) {
-            diag_init(&d, out);
-            write_json(out, trace, &d);
+            diag_init(&d, out.s);
+            write_json(out.s, trace, &d);
             cli_flush_diag(&d);
-            json_object_set_new(e, "trace", json_string(strrchr(out, '/') + 1));
+            json_object_set_new(e, "trace", json_string(strrchr(out.s, '/') + 1));
             json_decref(trace);
         }
+        sb_free(&bp), sb_free(&dp), sb_free(&rp), sb_free(&out);
         json_array_append_new(index, e);
         int code = exit_for(v);
         if (code > worst) worst = code;
     }
-    char ip[4096];
-    snprintf(ip, sizeof ip, "%s/index.json", out_dir);
+    strbuf ip;
+    sb_init(&ip);
+    sb_printf(&ip, "%s/index.json", out_dir);
     diag d;
-    diag_init(&d, ip);
+    diag_init(&d, ip.s);
     json_t *idx = json_object();
     json_object_set_new(idx, "pairs", index);
-    write_json(ip, idx, &d);
+    write_json(ip.s, idx, &d);
     cli_flush_diag(&d);
     json_decref(idx);
     json_decref(m);
+    sb_free(&ip);
+    sb_free(&dirb);
     return worst;
 }
 
