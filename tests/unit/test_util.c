@@ -19,7 +19,7 @@ void suite_util(void) {
     t_case("util-2 strmap");
     strmap m;
     strmap_init(&m);
-    char keys[1000][8];
+    char keys[1000][16];
     for (int i = 0; i < 1000; i++) {
         snprintf(keys[i], sizeof keys[i], "k%d", i);
         strmap_put(&m, keys[i], strlen(keys[i]), (uint32_t)i * 3);
