@@ -32,6 +32,7 @@ void lift_done(lift_ctx *c) {
     memo_free(c);
     sb_free(&c->assumptions);
     free(c->segs);
+    free(c->loops);
     strmap_free(&c->scope_index);
     free(c->scope_cls);
     free(c->findings);
@@ -766,6 +767,8 @@ static lval lift_reshape(lstate *s) {
              * the major dim of the output group (unit dims included: locally
              * [.., 8] → [.., 1, 8] is heads 4 × 8 → 4 heads sharded). */
             uint32_t major = i, out = j;
+            /* Unit dims hold no data: a leading unsharded one is not the major. */
+            while (major + 1 < i2 && a[major] == 1 && !x->v.dims[major].naxes) major++;
             /* A unit major dim with more dims after it in the group could take
              * only part of the sharding: one reading among several. */
             if (out < j2 && b[out] == 1 && out + 1 < j2) amb = true;
@@ -1111,9 +1114,16 @@ static lval lift_dynamic_slice(lstate *s) {
     if (x->kind != LV_TERM) return unknown();
     uint32_t rank = in->shape.rank;
     view v = x->v;
-    bool all_uniform = true;
+    /* Offsets the same on every device — constants, or replicated values such
+     * as a loop counter — slice the global tensor at the same place; a sharded
+     * dimension must be taken whole (its offset is then clamped to 0). */
+    bool all_uniform = true, assumed = x->assumed;
     for (uint32_t d = 0; d < rank; d++) {
         const lval *o = &s->ops[1 + d];
+        if (o->kind == LV_TERM && view_is_dup(&o->v)) {
+            assumed |= o->assumed;
+            continue;
+        }
         if (o->kind != LV_DEV) return unknown();
         all_uniform &= dev_uniform(c, o);
     }
@@ -1124,9 +1134,19 @@ static lval lift_dynamic_slice(lstate *s) {
             if (x->v.dims[d].naxes && in->shape.dims[d] != s->comp->instrs[in->operands[0]].shape.dims[d]) return unknown();
         eid ch[VIEW_MAX_RANK + 1];
         ch[0] = x->cls;
-        for (uint32_t d = 0; d < rank; d++) ch[1 + d] = dev_constant(c, &s->comp->instrs[in->operands[1 + d]], &s->ops[1 + d]);
-        return term(node(c, c->cur, in, ch, rank + 1, dims, c->origin), v, x->assumed);
+        for (uint32_t d = 0; d < rank; d++)
+            ch[1 + d] = s->ops[1 + d].kind == LV_TERM ? s->ops[1 + d].cls
+                                                       : dev_constant(c, &s->comp->instrs[in->operands[1 + d]], &s->ops[1 + d]);
+        /* The term slices the global tensor: its sizes are the global ones. */
+        hlo_instr g = *in;
+        hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);
+        for (uint32_t k = 0; k < in->nattrs; k++)
+            if (attrs[k].key == A_DYNAMIC_SLICE_SIZES && attrs[k].n == rank) attrs[k].v.ints = arena_memdup(c->a, dims, rank * sizeof *dims);
+        g.attrs = attrs;
+        return term(node(c, c->cur, &g, ch, rank + 1, dims, c->origin), v, assumed);
     }
+    for (uint32_t d = 0; d < rank; d++)
+        if (s->ops[1 + d].kind != LV_DEV) return unknown();
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
     for (uint32_t d = 0; d < rank; d++) {
         const lval *o = &s->ops[1 + d];
@@ -1400,6 +1420,23 @@ static bool mask_resolves(const lift_ctx *c, const lval *m) {
         if (!pw_constant_on(&m->pw[d], 0, m->domain, &tag) || tag != TAG_HIT) return false;
     }
     return true;
+}
+
+/* An index value (LV_PW) or masked row (LV_MASK) as a plain term, for a use
+ * that does not take index values: a row every device holds (assuming the
+ * domain), or the plain term of a device-independent value. False when it is
+ * neither. */
+static bool index_as_term(lift_ctx *c, lval *x) {
+    if (x->kind == LV_MASK && mask_resolves(c, x)) {
+        assume_domain(c, x->src, x->domain);
+        *x = term(x->hit, x->v, false);
+        return true;
+    }
+    if ((x->kind == LV_PW || x->kind == LV_MASK) && x->cls != EID_NONE) {
+        *x = term(x->cls, x->v, false);
+        return true;
+    }
+    return x->kind != LV_PW && x->kind != LV_MASK;
 }
 
 /* Summed over the devices of each group (devices that agree on every mesh axis
@@ -1920,16 +1957,7 @@ static lval lift_instr(lstate *s) {
                     b.s, mask_resolves(c, &ops[o]));
             sb_free(&b);
         }
-        if (ops[o].kind == LV_MASK && mask_resolves(c, &ops[o])) {
-            assume_domain(c, ops[o].src, ops[o].domain);
-            ops[o] = term(ops[o].hit, ops[o].v, false);
-        }
-        if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) {
-            if (ops[o].cls != EID_NONE) {
-                /* Device-independent: its plain term stands in. */
-                ops[o] = term(ops[o].cls, ops[o].v, false);
-                continue;
-            }
+        if ((ops[o].kind == LV_PW || ops[o].kind == LV_MASK) && !index_as_term(c, &ops[o])) {
             unsupported(c, s->comp, in, "%s uses index arithmetic (a function of data and the device) in a way not related yet",
                         in->name);
             return unknown();
@@ -2064,6 +2092,176 @@ static void account_tree(lift_ctx *c, const hlo_instr *in) {
     if (!ta || ta->v.ints[0] >= c->cur->ncomps) return;
     const hlo_comp *callee = &c->cur->comps[ta->v.ints[0]];
     for (uint32_t i = 0; i < callee->ninstrs; i++) account_tree(c, &callee->instrs[i]);
+}
+
+/* ---- while loops: induction over the carry (DESIGN §6) ----
+ *
+ * The baseline's loop is walked once with a fresh variable x_j for every carry
+ * element: its body gives y_j(x) and its condition p(x); its result element j
+ * is an opaque node while_j(init) (nothing is known of it but its name). The
+ * distributed loop with the same position in walk order is related to it by
+ * induction: each carry element k of its initial value is a baseline initial
+ * element j = pi(k) under a view v_k (device-independent counters: equal
+ * values); entering the body with x_pi(k) under v_k, the body must return
+ * y_pi(k) under v_k, and the condition must be p. Then, iteration by iteration,
+ * the distributed carry is the baseline carry under the views, both loops stop
+ * together, and result element k is while_pi(k)(init) under v_k. */
+typedef struct lift_loop {
+    uint32_t n;                   /* carry elements */
+    lval *init;                   /* baseline initial elements */
+    eid *x;                       /* the variable of each element */
+    lval body;                    /* body over x (LV_TUPLE when understood) */
+    eid cond;                     /* condition over x, EID_NONE when not a term */
+    lval result;                  /* LV_TUPLE of while_j(init) */
+} lift_loop;
+
+static uint32_t called_comp(const hlo_module *m, const hlo_instr *in, int key) {
+    const hlo_attr *a = instr_attr(in, key);
+    return a && a->v.ints && a->v.ints[0] >= 0 && a->v.ints[0] < m->ncomps ? (uint32_t)a->v.ints[0] : SR_NONE;
+}
+
+/* The instruction giving element k of a tuple-valued operand, for shapes. */
+static const hlo_instr *tuple_elem_instr(const hlo_comp *comp, const hlo_instr *t, uint32_t k) {
+    return t->op == OP_TUPLE && k < t->noperands ? &comp->instrs[t->operands[k]] : NULL;
+}
+
+/* Body and condition of a loop over the carry args (one tuple). */
+static void loop_walk(lift_ctx *c, const hlo_instr *in, lval *args, lval *body, lval *cond) {
+    const hlo_module *m = c->cur;
+    uint32_t b = called_comp(m, in, A_BODY), k = called_comp(m, in, A_CONDITION);
+    c->depth++;
+    *body = b != SR_NONE ? lift_comp(c, &m->comps[b], args, NULL, 0) : unknown();
+    *cond = k != SR_NONE ? lift_comp(c, &m->comps[k], args, NULL, 0) : unknown();
+    c->depth--;
+}
+
+static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
+    const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
+    const hlo_instr *ti = in->noperands == 1 ? &comp->instrs[in->operands[0]] : NULL;
+    if (!init || init->kind != LV_TUPLE || in->shape.dtype != DT_TUPLE || in->shape.ntuple != init->n) return unknown();
+    uint32_t n = init->n;
+    XGROW(c->loops, c->caploops, c->nloops + 1);
+    lift_loop *L = &c->loops[c->nloops++];
+    memset(L, 0, sizeof *L);
+    L->n = n;
+    L->init = arena_memdup(c->a, init->elems, (n + 1) * sizeof *init->elems);
+    for (uint32_t j = 0; j < n; j++) index_as_term(c, &L->init[j]);
+    init = &(lval){.kind = LV_TUPLE, .n = n, .elems = L->init};
+    L->x = arena_alloc(c->a, (n + 1) * sizeof *L->x);
+    lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs), arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
+    eid *ch = arena_alloc(c->a, (n + 1) * sizeof *ch);
+    for (uint32_t j = 0; j < n; j++) {
+        const shape *sh = &in->shape.tuple[j];
+        int64_t k = (int64_t)(1000000 + c->fresh++);
+        L->x[j] = eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), type_of(c, sh->dtype, sh->dims, sh->rank), NULL, 0, EG_BASELINE);
+        xs[j] = term(L->x[j], view_dup(sh->rank), false);
+        const lval *e = &init->elems[j];
+        const hlo_instr *ei = tuple_elem_instr(comp, ti, j);
+        ch[j] = e->kind == LV_TERM ? e->cls : e->kind == LV_DEV && ei ? dev_constant(c, ei, e) : xs[j].cls;
+    }
+    lval cv;
+    loop_walk(c, in, &arg, &L->body, &cv);
+    for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->body.n; j++) index_as_term(c, &L->body.elems[j]);
+    index_as_term(c, &cv);
+    L->cond = cv.kind == LV_TERM ? eg_find(c->g, cv.cls) : EID_NONE;
+    lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
+    uint32_t b = called_comp(c->cur, in, A_BODY);
+    for (uint32_t j = 0; j < n; j++) {
+        const shape *sh = &in->shape.tuple[j];
+        int64_t attr[2] = {j, b == SR_NONE ? 0 : (int64_t)comp_digest(c, c->cur, b)};
+        eid r = eg_add(c->g, OP_WHILE, eg_attr(c->g, attr, 2), type_of(c, sh->dtype, sh->dims, sh->rank), ch, n, EG_BASELINE);
+        rs[j] = term(r, view_dup(sh->rank), false);
+    }
+    L->result = (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
+    return L->result;
+}
+
+static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
+    const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
+    if (!init || init->kind != LV_TUPLE || in->shape.dtype != DT_TUPLE || in->shape.ntuple != init->n) {
+        unsupported(c, comp, in, "%s: a while loop whose carry is not a tuple of known values", in->name);
+        return unknown();
+    }
+    if (c->next_loop >= c->nloops) {
+        unsupported(c, comp, in, "%s: the baseline has no while loop left to relate this one to", in->name);
+        return unknown();
+    }
+    lift_loop *L = &c->loops[c->next_loop++];
+    uint32_t n = init->n;
+    uint32_t *pi = arena_alloc(c->a, (n + 1) * sizeof *pi);
+    lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs), arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
+    for (uint32_t k = 0; k < n; k++) {
+        lval ek = init->elems[k];
+        index_as_term(c, &ek);
+        const lval *e = &ek;
+        pi[k] = SR_NONE;
+        for (uint32_t t = 0; t < L->n && pi[k] == SR_NONE; t++) {
+            uint32_t j = (k + t) % L->n;  /* the same position first */
+            const lval *b = &L->init[j];
+            if (e->kind == LV_TERM && !e->assumed && b->kind == LV_TERM && eg_find(c->g, e->cls) == eg_find(c->g, b->cls))
+                pi[k] = j;
+            else if (e->kind == LV_DEV && b->kind == LV_DEV && t == 0 && dev_uniform(c, e) && e->count == b->count &&
+                     memcmp(e->dev, b->dev, e->count * sizeof *e->dev) == 0)
+                pi[k] = j;
+        }
+        if (pi[k] == SR_NONE) {
+            unsupported(c, comp, in, "%s: carry element %u enters the loop as no value the baseline's loop starts from", in->name, k);
+            return unknown();
+        }
+        xs[k] = term(L->x[pi[k]], e->kind == LV_TERM ? e->v : view_dup(in->shape.tuple[k].rank), false);
+    }
+    lval body, cv;
+    loop_walk(c, in, &arg, &body, &cv);
+    const hlo_comp *bc = &c->cur->comps[called_comp(c->cur, in, A_BODY)];
+    bool ok = body.kind == LV_TUPLE && body.n == n && L->body.kind == LV_TUPLE;
+    if (!ok) unsupported(c, comp, in, "%s: the loop body's result is not understood", in->name);
+    index_as_term(c, &cv);
+    for (uint32_t k = 0; ok && k < n; k++) {
+        index_as_term(c, &body.elems[k]);
+        const lval *z = &body.elems[k], *y = &L->body.elems[pi[k]];
+        const hlo_instr *site = tuple_elem_instr(bc, &bc->instrs[bc->root], k);
+        if (!site) site = in;
+        ok = z->kind == LV_TERM && !z->assumed && y->kind == LV_TERM && eg_find(c->g, z->cls) == eg_find(c->g, y->cls);
+        if (!ok && getenv("SCALIFY_DEBUG_LIFT")) {
+            strbuf tz, ty;
+            sb_init(&tz);
+            sb_init(&ty);
+            if (z->kind == LV_TERM) eg_print_term(&tz, c->g, z->cls, 6);
+            if (y->kind == LV_TERM) eg_print_term(&ty, c->g, y->cls, 6);
+            fprintf(stderr, "lift: loop element %u: body gives %s (kind %d), the baseline's %s\n", k, tz.s ? tz.s : "-", z->kind, ty.s ? ty.s : "-");
+            sb_free(&tz);
+            sb_free(&ty);
+        }
+        if (!ok) {
+            if (!c->nfindings)
+                unsupported(c, bc, site, "%s: the loop body does not return carry element %u as the baseline's body does "
+                                         "(induction over the carry fails)", in->name, k);
+        } else if (!view_equal(&z->v, &xs[k].v)) {
+            strbuf got, want;
+            sb_init(&got);
+            sb_init(&want);
+            view_print(&got, &z->v, c->mesh);
+            view_print(&want, &xs[k].v, c->mesh);
+            finding(c, z->v.partial && !xs[k].v.partial ? "missing-all-reduce" : "wrong-shard-dim", bc, site,
+                    "@the body of %s returns carry element %u as %s but it enters as %s: the relation is not kept from one "
+                    "iteration to the next", in->name, k, got.s, want.s);
+            sb_free(&got);
+            sb_free(&want);
+            ok = false;
+        }
+    }
+    if (ok && !(cv.kind == LV_TERM && !cv.assumed && view_is_dup(&cv.v) && L->cond != EID_NONE &&
+                eg_find(c->g, cv.cls) == eg_find(c->g, L->cond))) {
+        unsupported(c, comp, in, "%s: the loop condition is not the baseline's (the loops may not stop together)", in->name);
+        ok = false;
+    }
+    lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
+    for (uint32_t k = 0; k < n; k++) {
+        const shape *sh = &in->shape.tuple[k];
+        rs[k] = ok ? term(L->result.elems[pi[k]].cls, xs[k].v, false)
+                   : term(fresh_var(c, sh->dtype, sh->dims, sh->rank), xs[k].v, true);
+    }
+    return (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
 }
 
 /* ---- segment memo (DESIGN §6) ----
@@ -2361,6 +2559,15 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
             *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, origin), inputs[k], false);
         } else {
             *v = unknown();
+        }
+        return;
+    }
+    if (in->op == OP_WHILE) {
+        *v = c->baseline_mode ? loop_baseline(c, comp, in, vals) : loop_distributed(c, comp, in, vals);
+        if (c->baseline_mode && v->kind == LV_UNKNOWN && in->noperands == 1) {
+            lval op = vals[in->operands[0]];
+            lstate st = {c, comp, in, &op, vals};
+            *v = generic(&st);
         }
         return;
     }

@@ -146,6 +146,8 @@ typedef struct lift_ctx {
     /* Segment memo (DESIGN §6): a distributed run structurally equal to one
      * already lifted cleanly, with inputs related the same way to a baseline run
      * equal to that one's, takes its results from it instead of being lifted. */
+    struct lift_loop *loops;              /* the baseline's while loops, in walk order */
+    size_t nloops, caploops, next_loop;
     bool no_memo;                         /* set before lifting to turn it off */
     lift_memo *memo;
     uint32_t memo_runs, memo_hits;        /* distributed runs considered; taken from the memo */
