@@ -655,7 +655,9 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         sat_left = ran ? 0 : sat_left;
         json_object_set_new(tm, "check", json_real(i + 1 == lc.nsegs ? t4 - t3 - sat_ms : 0));
         json_object_set_new(seg, "timings_ms", tm);
-        json_object_set_new(seg, "memo_hit", json_boolean(sg->runs && sg->memo_hits == sg->runs));
+        bool memo = sg->runs && sg->memo_hits == sg->runs;
+        json_object_set_new(seg, "memo_hit", json_boolean(memo));
+        if (memo && sg->memo_of >= 0) json_object_set_new(seg, "memo_of", json_string(lc.segs[sg->memo_of].name));
         json_array_append_new(segs, seg);
     }
     json_object_set_new(t, "segments", segs);

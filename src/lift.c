@@ -251,6 +251,7 @@ static uint32_t segment_of(lift_ctx *c, const char *s, size_t n) {
     }
     memset(&c->segs[c->nsegs], 0, sizeof c->segs[0]);
     c->segs[c->nsegs].name = arena_strndup(c->a, s, n);
+    c->segs[c->nsegs].memo_of = -1;
     return c->nsegs++;
 }
 
@@ -2750,6 +2751,10 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
                  * that met nothing on the way) counts here too. */
                 c->segs[c->cur_seg].outside += ms->outside[rep];
                 c->noutside += ms->outside[rep];
+                const sr_run *rr = &ms->runs.runs[rep];
+                uint32_t here = c->cur_seg;
+                c->segs[here].memo_of = (int32_t)segment_of(c, rr->scope, rr->nscope);
+                c->cur_seg = here;
             }
         }
         if (!hit) memo_record(c, ms, r, vals, &mk);

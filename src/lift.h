@@ -98,6 +98,7 @@ typedef struct lift_segment {
     uint32_t bstart, bend;        /* baseline entry range of the same scope (0,0: none) */
     uint32_t findings, unsupported, divergent, outside, enodes;
     uint32_t runs, memo_hits;     /* distributed runs (segrun.h) of it; of them taken from the memo */
+    int32_t memo_of;              /* the segment whose lifting was reused by the last hit (-1: none) */
     double ms;
 } lift_segment;
 
