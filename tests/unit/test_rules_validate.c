@@ -17,6 +17,7 @@
 #include "scalify.h"
 #include "shape.h"
 #include "tfcheck.h"
+#include "util.h"
 
 static const rv_rule *find(const rv_report *r, const char *name) {
     for (uint32_t i = 0; i < r->n; i++)
@@ -160,6 +161,28 @@ done:
     rs_free(rs);
 }
 
+/* A family row with a failure: FAIL, the counterexample, exit status 1. */
+static void test_tf_print(void) {
+    t_case("rules-validate-3.2 a failing transfer-function family prints its counterexample");
+    tf_report r;
+    memset(&r, 0, sizeof r);
+    r.fam[1].instances = 3, r.fam[1].failures = 1, r.fam[1].unsound = 1;
+    r.fam[1].counterexample = xstrdup("soundness-001 dot-k-bug-max mesh2 (verdict verified): UNSOUND");
+    r.instances = 3, r.failures = 1, r.unsound = 1;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!CHECK(f != NULL)) return;
+    CHECK_EQ(tf_print(f, &r), 1);
+    fclose(f);
+    CHECK_CONTAINS(buf, "dot-k                                    3        1  FAIL (unsound)\n"
+                        "    counterexample: soundness-001 dot-k-bug-max mesh2 (verdict verified): UNSOUND\n");
+    CHECK_CONTAINS(buf, "3 transfer-function instances in 12 families: 1 failed, 1 unsound");
+    CHECK(strstr(buf, "eltwise") == NULL);  /* families that did not run have no row */
+    free(buf);
+    tf_report_free(&r);
+}
+
 static void test_cli(void) {
     t_case("rules-validate-4.1 scalify rules validate: exit codes and tables");
     int st;
@@ -202,5 +225,6 @@ void suite_rules_validate(void) {
     test_core_rules();
     test_unsound();
     test_generator();
+    test_tf_print();
     test_cli();
 }
