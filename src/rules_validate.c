@@ -734,7 +734,8 @@ int rv_print(FILE *f, const rv_report *r) {
         random += x->random;
         fprintf(f, "%-28s %8u %6u %8u %8u  ", x->name, x->instances, x->random, x->rejected,
                 x->failures + x->random_failures);
-        if (x->status == RV_OK && !x->skipped) fputs("ok\n", f);
+        if (x->status == RV_OK && !x->random) fputs("ok on examples only: no random draw applied\n", f);
+        else if (x->status == RV_OK && !x->skipped) fputs("ok\n", f);
         else if (x->status == RV_OK) fprintf(f, "ok; %u example%s not run: %s\n", x->skipped, x->skipped == 1 ? "" : "s", x->reason ? x->reason : "?");
         else if (x->status == RV_FAIL)
             fprintf(f, "FAIL\n    %s: minimal counterexample (%llu parameter elements): %s\n", x->where,
