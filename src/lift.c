@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "segrun.h"
+
 #define MAX_DEV_ELEMS 4096
 
 void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const hlo_module *dist, const mesh *m) {
@@ -24,7 +26,10 @@ void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const h
     c->digests[1] = xcalloc(dist->ncomps, sizeof(uint64_t));
 }
 
+static void memo_free(lift_ctx *c);
+
 void lift_done(lift_ctx *c) {
+    memo_free(c);
     sb_free(&c->assumptions);
     free(c->segs);
     strmap_free(&c->scope_index);
@@ -75,6 +80,7 @@ static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, 
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (getenv("SCALIFY_DEBUG_LIFT")) fprintf(stderr, "lift: unsupported: %s\n", msg);
+    c->nunsupported++;
     if (c->nsegs) c->segs[c->cur_seg].unsupported++;
     if (c->first_unsupported) return;
     c->first_unsupported = in;
@@ -231,25 +237,11 @@ static bool is_identity_custom_call(const hlo_instr *in) {
            strcmp(t, "SPMDShardToFullShape") == 0 || strncmp(t, "xla.sdy.", 8) == 0;
 }
 
-/* The first op_name component after any jit(...)/ prefix ("embed", "layers.3"). */
-static bool scope_top(const hlo_instr *in, const char **s, size_t *n) {
-    if (!in->meta || !in->meta->op_name) return false;
-    const char *p = in->meta->op_name;
-    if (strncmp(p, "jit(", 4) == 0) {
-        const char *slash = strchr(p, '/');
-        if (!slash) return false;
-        p = slash + 1;
-    }
-    const char *e = strchr(p, '/');
-    if (!e || e == p) return false;
-    *s = p;
-    *n = (size_t)(e - p);
-    return true;
-}
-
 /* The segment of scope s[0..n), created on first sight. */
 static uint32_t segment_of(lift_ctx *c, const char *s, size_t n) {
-    for (uint32_t i = 0; i < c->nsegs; i++)
+    if (c->nsegs && c->cur_seg < c->nsegs && strncmp(c->segs[c->cur_seg].name, s, n) == 0 && c->segs[c->cur_seg].name[n] == 0)
+        return c->cur_seg;
+    for (uint32_t i = c->nsegs; i-- > 0;)
         if (strlen(c->segs[i].name) == n && memcmp(c->segs[i].name, s, n) == 0) return i;
     if (c->nsegs == c->capsegs) {
         size_t cap = c->capsegs;
@@ -264,7 +256,7 @@ static uint32_t segment_of(lift_ctx *c, const char *s, size_t n) {
 static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
     const char *s;
     size_t n;
-    if (cls == EID_NONE || !scope_top(in, &s, &n)) return;
+    if (cls == EID_NONE || !sr_scope_top(in, &s, &n)) return;
     uint32_t idx;
     if (!strmap_get(&c->scope_index, s, n, &idx)) {
         idx = (uint32_t)c->nscopes++;
@@ -934,7 +926,7 @@ static lval lift_all_reduce(lstate *s) {
             const char *sc;
             size_t sn;
             uint32_t idx;
-            if (scope_top(in, &sc, &sn) && strmap_get(&c->scope_index, sc, sn, &idx)) {
+            if (sr_scope_top(in, &sc, &sn) && strmap_get(&c->scope_index, sc, sn, &idx)) {
                 eid b = c->scope_cls[idx];
                 uint32_t t = eg_type(c->g, in->shape.dtype, in->shape.dims, in->shape.rank);
                 if (eg_class_type(c->g, b) == t) {
@@ -1977,7 +1969,9 @@ static lval lift_instr(lstate *s) {
                                                 "only offsets and masks of known forms are understood", in->name);
                     return unknown();
                 }
+                bool k = ops[o].konst;
                 ops[o] = term(dev_constant(c, &s->comp->instrs[in->operands[o]], &ops[o]), view_dup(in->shape.rank), false);
+                ops[o].konst = k;
             }
         return lift_elementwise(s);
     }
@@ -2021,205 +2015,539 @@ static lval generic(lstate *s) {
     return term(node(c, c->cur, in, ch, in->noperands, in->shape.dims, c->origin), view_dup(in->shape.rank), assumed);
 }
 
-static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs) {
-    const hlo_module *m = c->cur;
-    lval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
-    for (uint32_t i = 0; i < comp->ninstrs; i++) {
-        const hlo_instr *in = &comp->instrs[i];
-        lval *v = &vals[i];
-        if (!c->baseline_mode) c->lifted++;
-        const char *sc;
-        size_t sn;
-        if (c->baseline_mode) {
-            /* The baseline's range of each scope, in flattened positions. */
-            uint32_t pos = c->built++;
-            if (scope_top(in, &sc, &sn)) {
-                uint32_t si = segment_of(c, sc, sn);  /* may grow segs: index first */
-                if (c->segs[si].bstart == c->segs[si].bend) c->segs[si].bstart = pos;
-                c->segs[si].bend = pos + 1;
-            }
-        } else {
-            /* An instruction with an op_name scope picks the segment; others (and
-             * helper bodies without scopes) count to the current one. Positions
-             * are in the flattened (inlined) program. */
-            uint32_t pos = (uint32_t)c->lifted - 1;
-            /* Time and e-nodes since the previous instruction go to its segment. */
+/* Position bookkeeping of one instruction about to be lifted: its flattened
+ * position, the ranges of its segment on either side, and the time and
+ * e-nodes since the previous instruction (charged to that one's segment). */
+static void account(lift_ctx *c, const hlo_instr *in) {
+    if (!c->baseline_mode) c->lifted++;
+    const char *sc;
+    size_t sn;
+    if (c->baseline_mode) {
+        /* The baseline's range of each scope, in flattened positions. */
+        uint32_t pos = c->built++;
+        if (sr_scope_top(in, &sc, &sn)) {
+            uint32_t si = segment_of(c, sc, sn);  /* may grow segs: index first */
+            if (c->segs[si].bstart == c->segs[si].bend) c->segs[si].bstart = pos;
+            c->segs[si].bend = pos + 1;
+        }
+    } else {
+        /* An instruction with an op_name scope picks the segment; others (and
+         * helper bodies without scopes) count to the current one. Positions
+         * are in the flattened (inlined) program. */
+        uint32_t pos = (uint32_t)c->lifted - 1;
+        uint32_t seg = c->cur_seg;
+        if (sr_scope_top(in, &sc, &sn)) seg = segment_of(c, sc, sn);
+        else if (!c->nsegs) seg = segment_of(c, "entry", 5);
+        if (seg != c->cur_seg || c->acct_t == 0) {
+            /* Time and e-nodes since the last switch go to the segment left. */
             double t = now_ms();
             uint32_t nn = eg_node_count(c->g);
-            if (c->nsegs && c->acct_t > 0) {
+            if (c->acct_t > 0) {
                 c->segs[c->cur_seg].ms += t - c->acct_t;
                 c->segs[c->cur_seg].enodes += nn - c->acct_nodes;
             }
             c->acct_t = t;
             c->acct_nodes = nn;
-            if (scope_top(in, &sc, &sn)) c->cur_seg = segment_of(c, sc, sn);
-            else if (!c->nsegs) c->cur_seg = segment_of(c, "entry", 5);
-            lift_segment *g = &c->segs[c->cur_seg];
-            if (g->dstart == g->dend) g->dstart = pos;
-            g->dend = pos + 1;
+            c->cur_seg = seg;
         }
-        if (in->op == OP_PARAMETER) {
-            int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
-            if (args) {
-                *v = args[k];
-            } else if (k < ninputs) {
-                /* Parameter k of either side is the baseline's parameter k. */
-                const hlo_comp *be = graph_entry(c->base);
-                const hlo_instr *bp = k < be->nparams ? &be->instrs[be->params[k]] : NULL;
-                if (!bp) {
-                    *v = unknown();
-                    continue;
-                }
-                uint32_t t = type_of(c, bp->shape.dtype, bp->shape.dims, bp->shape.rank);
-                uint8_t origin = c->baseline_mode ? EG_BASELINE : EG_DISTRIBUTED;
-                *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, origin), inputs[k], false);
-            } else {
-                *v = unknown();
-            }
-            continue;
+        lift_segment *g = &c->segs[c->cur_seg];
+        if (g->dstart == g->dend) g->dstart = pos;
+        g->dend = pos + 1;
+    }
+}
+
+/* account() for an instruction skipped by a memo hit and, for a call, for
+ * everything the call would have inlined. */
+static void account_tree(lift_ctx *c, const hlo_instr *in) {
+    account(c, in);
+    const hlo_attr *ta = in->op == OP_CALL ? instr_attr(in, A_TO_APPLY) : NULL;
+    if (!ta || ta->v.ints[0] >= c->cur->ncomps) return;
+    const hlo_comp *callee = &c->cur->comps[ta->v.ints[0]];
+    for (uint32_t i = 0; i < callee->ninstrs; i++) account_tree(c, &callee->instrs[i]);
+}
+
+/* ---- segment memo (DESIGN §6) ----
+ *
+ * Each side has one segment computation: the one split into the most runs
+ * (segrun.h) — the entry of a flat module, the body of a shard_map. The
+ * baseline's is lifted in full; its runs are grouped by structure
+ * (representatives). A distributed run lifted cleanly — no finding, nothing
+ * unsupported, assumed or outside the baseline — whose every input is a
+ * baseline input of the baseline run of its scope, and whose every exported
+ * value is that baseline run's exported value (or an input, or constant-only),
+ * becomes a representative. A later distributed run is a memo hit when it is
+ * structurally equal to a representative, its inputs have the same views and
+ * kinds and are the same inputs of its baseline run, and its baseline run is
+ * structurally equal to the representative's: lifting it would build the same
+ * terms over its inputs, so its exported values are the corresponding baseline
+ * values with the representative's views. Nothing is assumed: a run that is
+ * not a hit is lifted. */
+typedef struct memo_side {
+    const hlo_comp *comp;         /* the segment computation, or NULL */
+    sr_runs runs;
+    lval *vals;                   /* its values (its first walk) */
+    bool walking, walked;
+    /* distributed representatives (ext non-NULL): slot values, the baseline run,
+     * per slot the baseline slot it is (-1: compared as is), per position the
+     * baseline position it is (>= 0), slot s (-2 - s) or itself (-1) */
+    lval **ext;
+    uint32_t *base_run;
+    int32_t **slot_map, **out_map;
+    uint32_t *outside;            /* values outside the baseline it computed (not exported) */
+    uint32_t *rep;                /* baseline: representative of each run (SR_NONE: none) */
+} memo_side;
+
+struct lift_memo {
+    memo_side side[2];            /* 0 baseline, 1 distributed */
+    strmap base_scope;            /* scope -> baseline run + 1, 0 when split over several runs */
+};
+
+static const hlo_comp *segment_comp(const hlo_module *m) {
+    const hlo_comp *best = graph_entry(m);
+    uint32_t most = sr_count(best);
+    for (uint32_t i = 0; i < m->ncomps; i++) {
+        uint32_t n = m->comps[i].reducer ? 0 : sr_count(&m->comps[i]);
+        if (n > most) {
+            most = n;
+            best = &m->comps[i];
         }
-        if (in->op == OP_CALL) {
-            const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
-            lval *cargs = arena_alloc(c->a, (in->noperands + 1) * sizeof *cargs);
-            for (uint32_t o = 0; o < in->noperands; o++) cargs[o] = vals[in->operands[o]];
-            c->depth++;
-            *v = lift_comp(c, &m->comps[ta->v.ints[0]], cargs, NULL, 0);
-            c->depth--;
-            if (c->baseline_mode && v->kind == LV_TERM) record_scope(c, in, v->cls);
-            continue;
-        }
-        if (in->op == OP_COPY || in->op == OP_OPT_BARRIER || is_identity_custom_call(in)) {
-            *v = vals[in->operands[0]];
-            continue;
-        }
-        if (in->op == OP_TUPLE) {
-            v->kind = LV_TUPLE;
-            v->n = in->noperands;
-            v->elems = arena_alloc(c->a, (v->n + 1) * sizeof *v->elems);
-            for (uint32_t o = 0; o < in->noperands; o++) v->elems[o] = vals[in->operands[o]];
-            continue;
-        }
-        if (in->op == OP_GET_TUPLE_ELEMENT) {
-            const lval *t = &vals[in->operands[0]];
-            int64_t k = instr_int(in, A_INDEX, 0);
-            *v = t->kind == LV_TUPLE && k < t->n ? t->elems[k] : unknown();
-            continue;
-        }
-        if (in->op == OP_CONSTANT) {
-            /* Constants are both: a baseline-comparable term and concrete values. */
-            int64_t n = shape_elements(&in->shape);
-            if (n >= 0 && n <= 64 && (dtype_is_int(in->shape.dtype) || in->shape.dtype == DT_PRED)) {
-                *v = dev_from_literal(c, in);
-                if (v->kind == LV_DEV) continue;
-            }
-            *v = term(node(c, m, in, NULL, 0, in->shape.dims, c->origin), view_dup(in->shape.rank), false);
-            v->konst = true;
-            continue;
-        }
-        lval ops_stack[8], *ops = in->noperands <= 8 ? ops_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
-        for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
-        lstate s = {c, comp, in, ops, vals};
-        bool amb = false;
-        for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous;
-        c->ambiguous_now = amb;
-        *v = lift_instr(&s);
-        c->ambiguous_now = false;
-        v->ambiguous |= amb;
-        static eid dbg_base = EID_NONE;
-        const char *dbgb = getenv("SCALIFY_DEBUG_BASE");
-        if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
-        const char *dbg = getenv("SCALIFY_DEBUG_TERM");
-        if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
-            /* Descend both terms to the first node where they part. */
-            eid x = dbg_base, y = v->cls;
-            for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
-                eid nx = eg_class_first(c->g, x), ny = eg_class_first(c->g, y);
-                uint32_t kx, ky;
-                const eid *cx = eg_node_children(c->g, nx, &kx), *cy = eg_node_children(c->g, ny, &ky);
-                uint32_t ax, ay;
-                eg_attr_words(c->g, eg_node_attr(c->g, nx), &ax);
-                eg_attr_words(c->g, eg_node_attr(c->g, ny), &ay);
-                fprintf(stderr, "diff depth %d: op %d/%d attr %u/%u (len %u/%u) type %u/%u kids %u/%u\n", depth,
-                        eg_node_op(c->g, nx), eg_node_op(c->g, ny), eg_node_attr(c->g, nx), eg_node_attr(c->g, ny), ax, ay,
-                        eg_class_type(c->g, x), eg_class_type(c->g, y), kx, ky);
-                if (kx != ky) break;
-                uint32_t k = 0;
-                while (k < kx && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
-                if (k == kx) break;
-                x = cx[k];
-                y = cy[k];
-            }
-        }
-        if (dbg && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
-            strbuf b;
-            sb_init(&b);
-            eg_print_term(&b, c->g, v->cls, 12);
-            fprintf(stderr, "term %s%s = %s\n", c->baseline_mode ? "(baseline) " : "", in->name, b.s);
-            sb_free(&b);
-        }
-        if (v->kind == LV_PW || v->kind == LV_MASK) {
-            /* Index values keep their plain term beside the analysis when it means
-             * the same on every device (always on the baseline), for ops that do
-             * not take index values. */
-            bool indep = true;
-            for (uint32_t o = 0; o < in->noperands; o++) {
-                if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) indep &= ops[o].cls != EID_NONE;
-                else if (ops[o].kind == LV_DEV) indep &= dev_uniform(c, &ops[o]);
-                else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
-            }
-            v->cls = EID_NONE;
-            if (indep || c->baseline_mode) {
-                lval saved[16];
-                uint32_t ns = in->noperands < 16 ? in->noperands : 16;
-                memcpy(saved, ops, ns * sizeof *ops);
-                for (uint32_t o = 0; o < in->noperands; o++)
-                    if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK)
-                        ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
-                v->cls = generic(&s).cls;
-                memcpy(ops, saved, ns * sizeof *ops);
-            }
-        }
-        if (c->baseline_mode) {
-            /* The baseline is its own reference: what no transfer function
-             * handles is simply its own op over its operands. */
-            if (v->kind == LV_UNKNOWN) *v = generic(&s);
-            if (v->kind == LV_TERM) record_scope(c, in, v->cls);
-            continue;
-        }
-        if (getenv("SCALIFY_DEBUG_LIFT") && v->kind == LV_UNKNOWN) {
-            bool fresh_unknown = true;
-            for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;
-            if (fresh_unknown) fprintf(stderr, "lift: %s (%s) unknown\n", in->name, in->opname);
-        }
-        bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
-        for (uint32_t o = 0; o < in->noperands; o++) konst &= ops[o].konst;
-        v->konst = konst;
-        /* A segment is verified only when everything it computes is a baseline
-         * value (or device bookkeeping); count what is not. */
-        if (c->nsegs && !konst &&
-            (v->kind == LV_UNKNOWN || (v->kind == LV_TERM && (v->assumed || !(eg_class_origin(c->g, v->cls) & EG_BASELINE)))))
-            c->segs[c->cur_seg].outside++;
-        /* The first divergence: a term outside the baseline whose term operands
-         * are all inside it (DESIGN §7); constant-only values are not data. */
-        if (!c->divergence && !konst && in->op != OP_BROADCAST && v->kind == LV_TERM && !v->assumed && !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
-            bool inside = true;
-            for (uint32_t o = 0; o < in->noperands; o++)
-                if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE))
-                    inside = false;
-            if (inside) {
-                if (getenv("SCALIFY_DEBUG_LIFT")) {
-                    strbuf b;
-                    sb_init(&b);
-                    eg_print_term(&b, c->g, v->cls, 6);
-                    fprintf(stderr, "lift: divergence %s = %s\n", in->name, b.s);
-                    sb_free(&b);
-                }
-                c->divergence = in;
-                c->divergence_comp = comp;
-                if (c->nsegs) c->segs[c->cur_seg].divergent++;
+    }
+    return most > 1 ? best : NULL;
+}
+
+static void memo_init(lift_ctx *c) {
+    lift_memo *mm = arena_alloc(c->a, sizeof *mm);
+    const hlo_module *mods[2] = {c->base, c->dist};
+    for (int k = 0; k < 2; k++) {
+        memo_side *ms = &mm->side[k];
+        ms->comp = segment_comp(mods[k]);
+        if (!ms->comp) continue;
+        sr_split(mods[k], ms->comp, c->a, &ms->runs);
+        uint32_t n = ms->runs.n + 1;
+        ms->ext = arena_alloc(c->a, n * sizeof *ms->ext);
+        ms->base_run = arena_alloc(c->a, n * sizeof *ms->base_run);
+        ms->slot_map = arena_alloc(c->a, n * sizeof *ms->slot_map);
+        ms->out_map = arena_alloc(c->a, n * sizeof *ms->out_map);
+        ms->outside = arena_alloc(c->a, n * sizeof *ms->outside);
+        ms->rep = arena_alloc(c->a, n * sizeof *ms->rep);
+        for (uint32_t r = 0; r < ms->runs.n; r++) ms->rep[r] = SR_NONE;
+    }
+    strmap_init(&mm->base_scope);
+    const sr_runs *br = &mm->side[0].runs;
+    for (uint32_t r = 0; r < br->n; r++) {
+        uint32_t seen;
+        bool again = strmap_get(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, &seen);
+        strmap_put(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, again ? 0 : r + 1);
+    }
+    c->memo = mm;
+}
+
+static void memo_free(lift_ctx *c) {
+    if (c->memo) strmap_free(&c->memo->base_scope);
+    c->memo = NULL;
+}
+
+/* The memo side of comp when it is walked for the first time as its side's
+ * segment computation; NULL otherwise. */
+static memo_side *memo_enter(lift_ctx *c, const hlo_comp *comp, lval *vals) {
+    if (c->no_memo) return NULL;
+    if (!c->memo) memo_init(c);
+    memo_side *ms = &c->memo->side[c->baseline_mode ? 0 : 1];
+    if (ms->comp != comp || ms->walked || ms->walking) return NULL;
+    ms->walking = true;
+    ms->vals = vals;
+    return ms;
+}
+
+/* Two slot values that any run treats alike: same kind, view, flags, type,
+ * the same kind of first node (canonical forms look at it) and, for values of
+ * constants and device values, the same value. */
+static bool same_input(lift_ctx *c, const lval *a, const lval *b) {
+    if (a->kind != b->kind) return false;
+    if (a->kind == LV_DEV) return a->count == b->count && memcmp(a->dev, b->dev, a->count * c->ndev * sizeof *a->dev) == 0;
+    if (a->kind != LV_TERM) return false;
+    if (a->konst != b->konst || a->assumed != b->assumed || a->ambiguous != b->ambiguous || !view_equal(&a->v, &b->v))
+        return false;
+    if (a->konst) return eg_find(c->g, a->cls) == eg_find(c->g, b->cls);
+    return eg_class_type(c->g, a->cls) == eg_class_type(c->g, b->cls) &&
+           eg_node_op(c->g, eg_class_first(c->g, a->cls)) == eg_node_op(c->g, eg_class_first(c->g, b->cls));
+}
+
+static bool same_inputs(lift_ctx *c, const sr_run *a, const lval *avals, const sr_run *b, const lval *bvals) {
+    for (uint32_t s = 0; s < a->nslots; s++)
+        if (!same_input(c, &avals[a->slots[s]], &bvals[b->slots[s]])) return false;
+    return true;
+}
+
+/* Groups the baseline's runs by structure once it is walked: a run whose
+ * exported values and inputs are all terms or device values gets the first
+ * earlier equal run as representative (else itself). */
+static void memo_group_baseline(lift_ctx *c, memo_side *ms) {
+    for (uint32_t r = 0; r < ms->runs.n; r++) {
+        const sr_run *x = &ms->runs.runs[r];
+        bool ok = true;
+        for (uint32_t p = 0; p < x->i1 - x->i0 && ok; p++)
+            if (x->exported[p]) ok = ms->vals[x->i0 + p].kind == LV_TERM || ms->vals[x->i0 + p].kind == LV_DEV;
+        for (uint32_t s = 0; s < x->nslots && ok; s++)
+            ok = ms->vals[x->slots[s]].kind == LV_TERM || ms->vals[x->slots[s]].kind == LV_DEV;
+        if (!ok) continue;
+        ms->rep[r] = r;
+        for (uint32_t q = 0; q < r; q++) {
+            const sr_run *y = &ms->runs.runs[q];
+            if (ms->rep[q] == q && sr_equal(c->base, ms->comp, y, ms->comp, x) && same_inputs(c, y, ms->vals, x, ms->vals)) {
+                ms->rep[r] = q;
+                break;
             }
         }
     }
+}
+
+static void memo_leave(lift_ctx *c, memo_side *ms) {
+    ms->walking = false;
+    ms->walked = true;
+    if (ms == &c->memo->side[0]) memo_group_baseline(c, ms);
+}
+
+/* The baseline run of a distributed run's scope, or SR_NONE. */
+static uint32_t base_run_of(lift_ctx *c, const sr_run *run) {
+    uint32_t r;
+    const memo_side *bs = &c->memo->side[0];
+    if (!bs->walked || !strmap_get(&c->memo->base_scope, run->scope, run->nscope, &r) || r == 0) return SR_NONE;
+    return bs->rep[r - 1] == SR_NONE ? SR_NONE : r - 1;
+}
+
+typedef struct memo_mark {
+    uint32_t nfindings, nunsupported, noutside, resynced, ndoms;
+    uint64_t assumed;
+    size_t assumptions;
+    const hlo_instr *divergence;
+} memo_mark;
+
+static memo_mark memo_mark_now(const lift_ctx *c) {
+    return (memo_mark){c->nfindings, c->nunsupported, c->noutside, c->resynced, c->ndoms, c->assumed, c->assumptions.len,
+                       c->divergence};
+}
+
+/* Takes distributed run r's exported values from a representative when it is
+ * a hit (see above); returns the representative, else SR_NONE. */
+static uint32_t memo_hit(lift_ctx *c, memo_side *ms, uint32_t r, lval *vals) {
+    if (ms != &c->memo->side[1]) return SR_NONE;
+    const sr_run *run = &ms->runs.runs[r];
+    c->memo_runs++;
+    uint32_t br = base_run_of(c, run);
+    if (br == SR_NONE) return SR_NONE;
+    const memo_side *bs = &c->memo->side[0];
+    const sr_run *brun = &bs->runs.runs[br];
+    for (uint32_t q = 0; q < r; q++) {
+        const sr_run *rr = &ms->runs.runs[q];
+        if (!ms->ext[q] || bs->rep[ms->base_run[q]] != bs->rep[br] || !sr_equal(c->dist, ms->comp, rr, ms->comp, run)) continue;
+        bool ok = true;
+        for (uint32_t s = 0; s < run->nslots && ok; s++) {
+            const lval *now = &vals[run->slots[s]];
+            int32_t t = ms->slot_map[q][s];
+            ok = same_input(c, &ms->ext[q][s], now) &&
+                 (t < 0 || eg_find(c->g, now->cls) == eg_find(c->g, bs->vals[brun->slots[t]].cls));
+        }
+        if (!ok) continue;
+        for (uint32_t p = 0; p < run->i1 - run->i0; p++) {
+            lval *v = &vals[run->i0 + p];
+            if (ms->comp->instrs[run->i0 + p].op == OP_PARAMETER) continue;
+            if (!run->exported[p]) {
+                *v = unknown();
+                continue;
+            }
+            *v = ms->vals[rr->i0 + p];
+            int32_t m = ms->out_map[q][p];
+            if (m >= 0) v->cls = bs->vals[brun->i0 + (uint32_t)m].cls;
+            else if (m <= -2) v->cls = vals[run->slots[-2 - m]].cls;
+        }
+        c->memo_hits++;
+        return q;
+    }
+    return SR_NONE;
+}
+
+/* Why a run did not become a representative, with SCALIFY_DEBUG_MEMO set. */
+static void memo_debug(const memo_side *ms, uint32_t r, const char *why) {
+    static int on = -1;
+    if (on < 0) on = getenv("SCALIFY_DEBUG_MEMO") != NULL;
+    const sr_run *run = &ms->runs.runs[r];
+    if (on) fprintf(stderr, "memo: run %u (%.*s) is no representative: %s\n", r, (int)run->nscope, run->scope, why);
+}
+
+/* After distributed run r was lifted: makes it a representative when it was
+ * clean and its inputs and exported values are its baseline run's. */
+static void memo_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, const memo_mark *before) {
+    if (ms != &c->memo->side[1]) return;
+    memo_mark now = memo_mark_now(c);
+    if (now.nfindings != before->nfindings || now.nunsupported != before->nunsupported ||
+        now.resynced != before->resynced || now.ndoms != before->ndoms || now.assumed != before->assumed ||
+        now.assumptions != before->assumptions || now.divergence != before->divergence) {
+        memo_debug(ms, r, "not clean (findings, unsupported or assumed values)");
+        return;
+    }
+    const sr_run *run = &ms->runs.runs[r];
+    uint32_t br = base_run_of(c, run);
+    if (br == SR_NONE) {
+        memo_debug(ms, r, "no baseline run of that scope to compare with");
+        return;
+    }
+    const memo_side *bs = &c->memo->side[0];
+    const sr_run *brun = &bs->runs.runs[br];
+    int32_t *smap = arena_alloc(c->a, (run->nslots + 1) * sizeof *smap);
+    for (uint32_t s = 0; s < run->nslots; s++) {
+        const lval *x = &vals[run->slots[s]];
+        smap[s] = -1;
+        if (x->kind == LV_DEV || (x->kind == LV_TERM && x->konst)) continue;
+        if (x->kind != LV_TERM || x->assumed) return;
+        for (uint32_t t = 0; t < brun->nslots && smap[s] < 0; t++) {
+            const lval *y = &bs->vals[brun->slots[t]];
+            if (y->kind == LV_TERM && eg_find(c->g, y->cls) == eg_find(c->g, x->cls)) smap[s] = (int32_t)t;
+        }
+        if (smap[s] < 0) {
+            memo_debug(ms, r, "an input is not an input of the baseline run");
+            return;
+        }
+    }
+    uint32_t len = run->i1 - run->i0;
+    int32_t *omap = arena_alloc(c->a, (len + 1) * sizeof *omap);
+    for (uint32_t p = 0; p < len; p++) {
+        const lval *x = &vals[run->i0 + p];
+        omap[p] = -1;
+        if (!run->exported[p] || x->kind == LV_DEV || (x->kind == LV_TERM && x->konst)) continue;
+        if (x->kind != LV_TERM || x->assumed) return;
+        eid want = eg_find(c->g, x->cls);
+        for (uint32_t q = 0; q < brun->i1 - brun->i0 && omap[p] < 0; q++) {
+            const lval *y = &bs->vals[brun->i0 + q];
+            if (brun->exported[q] && y->kind == LV_TERM && eg_find(c->g, y->cls) == want) omap[p] = (int32_t)q;
+        }
+        for (uint32_t s = 0; s < run->nslots && omap[p] < 0; s++)
+            if (vals[run->slots[s]].kind == LV_TERM && eg_find(c->g, vals[run->slots[s]].cls) == want) omap[p] = -2 - (int32_t)s;
+        if (omap[p] == -1) {
+            memo_debug(ms, r, "an exported value is not the baseline run's");
+            return;
+        }
+    }
+    lval *ext = arena_alloc(c->a, (run->nslots + 1) * sizeof *ext);
+    for (uint32_t s = 0; s < run->nslots; s++) ext[s] = vals[run->slots[s]];
+    ms->ext[r] = ext;
+    ms->base_run[r] = br;
+    ms->slot_map[r] = smap;
+    ms->out_map[r] = omap;
+    ms->outside[r] = now.noutside - before->noutside;
+}
+
+/* Lifts instruction i of comp into vals[i]. */
+static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
+                     uint32_t ninputs) {
+    const hlo_module *m = c->cur;
+    const hlo_instr *in = &comp->instrs[i];
+    lval *v = &vals[i];
+    account(c, in);
+    if (in->op == OP_PARAMETER) {
+        int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
+        if (args) {
+            *v = args[k];
+        } else if (k < ninputs) {
+            /* Parameter k of either side is the baseline's parameter k. */
+            const hlo_comp *be = graph_entry(c->base);
+            const hlo_instr *bp = k < be->nparams ? &be->instrs[be->params[k]] : NULL;
+            if (!bp) {
+                *v = unknown();
+                return;
+            }
+            uint32_t t = type_of(c, bp->shape.dtype, bp->shape.dims, bp->shape.rank);
+            uint8_t origin = c->baseline_mode ? EG_BASELINE : EG_DISTRIBUTED;
+            *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, origin), inputs[k], false);
+        } else {
+            *v = unknown();
+        }
+        return;
+    }
+    if (in->op == OP_CALL) {
+        const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+        lval *cargs = arena_alloc(c->a, (in->noperands + 1) * sizeof *cargs);
+        for (uint32_t o = 0; o < in->noperands; o++) cargs[o] = vals[in->operands[o]];
+        c->depth++;
+        *v = lift_comp(c, &m->comps[ta->v.ints[0]], cargs, NULL, 0);
+        c->depth--;
+        if (c->baseline_mode && v->kind == LV_TERM) record_scope(c, in, v->cls);
+        return;
+    }
+    if (in->op == OP_COPY || in->op == OP_OPT_BARRIER || is_identity_custom_call(in)) {
+        *v = vals[in->operands[0]];
+        return;
+    }
+    if (in->op == OP_TUPLE) {
+        v->kind = LV_TUPLE;
+        v->n = in->noperands;
+        v->elems = arena_alloc(c->a, (v->n + 1) * sizeof *v->elems);
+        for (uint32_t o = 0; o < in->noperands; o++) v->elems[o] = vals[in->operands[o]];
+        return;
+    }
+    if (in->op == OP_GET_TUPLE_ELEMENT) {
+        const lval *t = &vals[in->operands[0]];
+        int64_t k = instr_int(in, A_INDEX, 0);
+        *v = t->kind == LV_TUPLE && k < t->n ? t->elems[k] : unknown();
+        return;
+    }
+    if (in->op == OP_CONSTANT) {
+        /* Constants are both: a baseline-comparable term and concrete values. */
+        int64_t n = shape_elements(&in->shape);
+        if (n >= 0 && n <= 64 && (dtype_is_int(in->shape.dtype) || in->shape.dtype == DT_PRED)) {
+            *v = dev_from_literal(c, in);
+            v->konst = true;
+            if (v->kind == LV_DEV) return;
+        }
+        *v = term(node(c, m, in, NULL, 0, in->shape.dims, c->origin), view_dup(in->shape.rank), false);
+        v->konst = true;
+        return;
+    }
+    lval ops_stack[8], *ops = in->noperands <= 8 ? ops_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
+    for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
+    lstate s = {c, comp, in, ops, vals};
+    bool amb = false;
+    for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous;
+    c->ambiguous_now = amb;
+    *v = lift_instr(&s);
+    c->ambiguous_now = false;
+    v->ambiguous |= amb;
+    static eid dbg_base = EID_NONE;
+    static const char *dbgb, *dbg;
+    static bool dbg_read;
+    if (!dbg_read) {
+        dbgb = getenv("SCALIFY_DEBUG_BASE");
+        dbg = getenv("SCALIFY_DEBUG_TERM");
+        dbg_read = true;
+    }
+    if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
+    if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+        /* Descend both terms to the first node where they part. */
+        eid x = dbg_base, y = v->cls;
+        for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
+            eid nx = eg_class_first(c->g, x), ny = eg_class_first(c->g, y);
+            uint32_t kx, ky;
+            const eid *cx = eg_node_children(c->g, nx, &kx), *cy = eg_node_children(c->g, ny, &ky);
+            uint32_t ax, ay;
+            eg_attr_words(c->g, eg_node_attr(c->g, nx), &ax);
+            eg_attr_words(c->g, eg_node_attr(c->g, ny), &ay);
+            fprintf(stderr, "diff depth %d: op %d/%d attr %u/%u (len %u/%u) type %u/%u kids %u/%u\n", depth,
+                    eg_node_op(c->g, nx), eg_node_op(c->g, ny), eg_node_attr(c->g, nx), eg_node_attr(c->g, ny), ax, ay,
+                    eg_class_type(c->g, x), eg_class_type(c->g, y), kx, ky);
+            if (kx != ky) break;
+            uint32_t k = 0;
+            while (k < kx && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
+            if (k == kx) break;
+            x = cx[k];
+            y = cy[k];
+        }
+    }
+    if (dbg && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+        strbuf b;
+        sb_init(&b);
+        eg_print_term(&b, c->g, v->cls, 12);
+        fprintf(stderr, "term %s%s = %s\n", c->baseline_mode ? "(baseline) " : "", in->name, b.s);
+        sb_free(&b);
+    }
+    if (v->kind == LV_PW || v->kind == LV_MASK) {
+        /* Index values keep their plain term beside the analysis when it means
+         * the same on every device (always on the baseline), for ops that do
+         * not take index values. */
+        bool indep = true;
+        for (uint32_t o = 0; o < in->noperands; o++) {
+            if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) indep &= ops[o].cls != EID_NONE;
+            else if (ops[o].kind == LV_DEV) indep &= dev_uniform(c, &ops[o]);
+            else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
+        }
+        v->cls = EID_NONE;
+        if (indep || c->baseline_mode) {
+            lval saved[16];
+            uint32_t ns = in->noperands < 16 ? in->noperands : 16;
+            memcpy(saved, ops, ns * sizeof *ops);
+            for (uint32_t o = 0; o < in->noperands; o++)
+                if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK)
+                    ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
+            v->cls = generic(&s).cls;
+            memcpy(ops, saved, ns * sizeof *ops);
+        }
+    }
+    if (c->baseline_mode) {
+        /* The baseline is its own reference: what no transfer function
+         * handles is simply its own op over its operands. */
+        if (v->kind == LV_UNKNOWN) *v = generic(&s);
+        if (v->kind == LV_TERM) record_scope(c, in, v->cls);
+        return;
+    }
+    if (getenv("SCALIFY_DEBUG_LIFT") && v->kind == LV_UNKNOWN) {
+        bool fresh_unknown = true;
+        for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;
+        if (fresh_unknown) fprintf(stderr, "lift: %s (%s) unknown\n", in->name, in->opname);
+    }
+    bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
+    for (uint32_t o = 0; o < in->noperands; o++) konst &= ops[o].konst;
+    v->konst = konst;
+    /* A segment is verified only when everything it computes is a baseline
+     * value (or device bookkeeping); count what is not. */
+    if (c->nsegs && !konst &&
+        (v->kind == LV_UNKNOWN || (v->kind == LV_TERM && (v->assumed || !(eg_class_origin(c->g, v->cls) & EG_BASELINE))))) {
+        c->segs[c->cur_seg].outside++;
+        c->noutside++;
+    }
+    /* The first divergence: a term outside the baseline whose term operands
+     * are all inside it (DESIGN §7); constant-only values are not data. */
+    if (!c->divergence && !konst && in->op != OP_BROADCAST && v->kind == LV_TERM && !v->assumed && !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
+        bool inside = true;
+        for (uint32_t o = 0; o < in->noperands; o++)
+            if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE))
+                inside = false;
+        if (inside) {
+            if (getenv("SCALIFY_DEBUG_LIFT")) {
+                strbuf b;
+                sb_init(&b);
+                eg_print_term(&b, c->g, v->cls, 6);
+                fprintf(stderr, "lift: divergence %s = %s\n", in->name, b.s);
+                sb_free(&b);
+            }
+            c->divergence = in;
+            c->divergence_comp = comp;
+            if (c->nsegs) c->segs[c->cur_seg].divergent++;
+        }
+    }}
+
+static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs) {
+    lval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
+    memo_side *ms = memo_enter(c, comp, vals);
+    for (uint32_t i = 0; i < comp->ninstrs;) {
+        uint32_t r = ms ? ms->runs.start[i] : SR_NONE;
+        if (r == SR_NONE) {
+            lift_one(c, comp, i++, vals, args, inputs, ninputs);
+            continue;
+        }
+        const sr_run *run = &ms->runs.runs[r];
+        /* Parameters listed inside the run are its inputs: lifted first. */
+        for (uint32_t j = run->i0; j < run->i1; j++)
+            if (comp->instrs[j].op == OP_PARAMETER) lift_one(c, comp, j, vals, args, inputs, ninputs);
+        uint32_t rep = memo_hit(c, ms, r, vals);
+        bool hit = rep != SR_NONE;
+        memo_mark mk = memo_mark_now(c);
+        for (; i < run->i1; i++)
+            if (comp->instrs[i].op != OP_PARAMETER) {
+                if (hit) account_tree(c, &comp->instrs[i]);
+                else lift_one(c, comp, i, vals, args, inputs, ninputs);
+            }
+        if (ms == &c->memo->side[1] && c->nsegs) {
+            c->segs[c->cur_seg].runs++;
+            c->segs[c->cur_seg].memo_hits += hit;
+            if (hit) {
+                /* What the representative computed outside the baseline (terms
+                 * that met nothing on the way) counts here too. */
+                c->segs[c->cur_seg].outside += ms->outside[rep];
+                c->noutside += ms->outside[rep];
+            }
+        }
+        if (!hit) memo_record(c, ms, r, vals, &mk);
+    }
+    if (ms) memo_leave(c, ms);
     return vals[comp->root];
 }
 

@@ -97,8 +97,11 @@ typedef struct lift_segment {
     uint32_t dstart, dend;        /* distributed entry instruction range [start, end) */
     uint32_t bstart, bend;        /* baseline entry range of the same scope (0,0: none) */
     uint32_t findings, unsupported, divergent, outside, enodes;
+    uint32_t runs, memo_hits;     /* distributed runs (segrun.h) of it; of them taken from the memo */
     double ms;
 } lift_segment;
+
+typedef struct lift_memo lift_memo;
 
 typedef struct lift_ctx {
     egraph *g;
@@ -139,6 +142,13 @@ typedef struct lift_ctx {
     uint32_t built;                       /* baseline instructions built (flattened positions) */
     double acct_t;                        /* per-segment accounting: last instruction's start */
     uint32_t acct_nodes;
+    uint32_t nunsupported, noutside;      /* totals of the segment counters */
+    /* Segment memo (DESIGN §6): a distributed run structurally equal to one
+     * already lifted cleanly, with inputs related the same way to a baseline run
+     * equal to that one's, takes its results from it instead of being lifted. */
+    bool no_memo;                         /* set before lifting to turn it off */
+    lift_memo *memo;
+    uint32_t memo_runs, memo_hits;        /* distributed runs considered; taken from the memo */
 } lift_ctx;
 
 void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const hlo_module *dist, const mesh *m);
