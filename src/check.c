@@ -617,6 +617,8 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     /* One segment per top-level op_name scope; each judged given its inputs. */
     json_t *segs = json_array();
     double sat_left = sat_ms;
+    uint32_t *seg_classes = xcalloc(lc.nsegs + 1, sizeof *seg_classes);
+    lift_segment_classes(&lc, seg_classes);
     for (uint32_t i = 0; i < lc.nsegs; i++) {
         const lift_segment *sg = &lc.segs[i];
         json_t *seg = json_object(), *r1 = json_object(), *r2 = json_object(), *tm = json_object();
@@ -640,8 +642,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         json_object_set_new(seg, "baseline", r1);
         json_object_set_new(seg, "distributed", r2);
         json_object_set_new(seg, "enodes", json_integer(sg->enodes));
-        /* Every e-node lift adds opens its own class (unions come later). */
-        json_object_set_new(seg, "eclasses", json_integer(sg->enodes));
+        json_object_set_new(seg, "eclasses", json_integer(seg_classes[i]));
         /* Saturation runs once over the whole e-graph; its figures go to the
          * segments it was run for (those not verified by construction). */
         bool ran = saturated && sv != VERDICT_VERIFIED && (sg->outside || sg->divergent);
@@ -660,6 +661,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         if (memo && sg->memo_of >= 0) json_object_set_new(seg, "memo_of", json_string(lc.segs[sg->memo_of].name));
         json_array_append_new(segs, seg);
     }
+    free(seg_classes);
     json_object_set_new(t, "segments", segs);
     json_object_set_new(t, "findings", findings);
     if (lc.assumptions.len) {

@@ -33,6 +33,7 @@ void lift_done(lift_ctx *c) {
     sb_free(&c->assumptions);
     free(c->segs);
     free(c->loops);
+    free(c->spans);
     strmap_free(&c->scope_index);
     free(c->scope_cls);
     free(c->findings);
@@ -2044,6 +2045,17 @@ static lval generic(lstate *s) {
     return term(node(c, c->cur, in, ch, in->noperands, in->shape.dims, c->origin), view_dup(in->shape.rank), assumed);
 }
 
+/* Time and e-nodes since the last switch go to the current segment; the
+ * nodes it added are remembered as a span (for its class count). */
+static void charge_segment(lift_ctx *c, double t, uint32_t nn) {
+    c->segs[c->cur_seg].ms += t - c->acct_t;
+    c->segs[c->cur_seg].enodes += nn - c->acct_nodes;
+    if (nn > c->acct_nodes) {
+        XGROW(c->spans, c->capspans, c->nspans + 1);
+        c->spans[c->nspans++] = (lift_span){c->cur_seg, c->acct_nodes, nn};
+    }
+}
+
 /* Position bookkeeping of one instruction about to be lifted: its flattened
  * position, the ranges of its segment on either side, and the time and
  * e-nodes since the previous instruction (charged to that one's segment). */
@@ -2071,10 +2083,7 @@ static void account(lift_ctx *c, const hlo_instr *in) {
             /* Time and e-nodes since the last switch go to the segment left. */
             double t = now_ms();
             uint32_t nn = eg_node_count(c->g);
-            if (c->acct_t > 0) {
-                c->segs[c->cur_seg].ms += t - c->acct_t;
-                c->segs[c->cur_seg].enodes += nn - c->acct_nodes;
-            }
+            if (c->acct_t > 0) charge_segment(c, t, nn);
             c->acct_t = t;
             c->acct_nodes = nn;
             c->cur_seg = seg;
@@ -2765,9 +2774,26 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
 
 lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
     lval r = lift_comp(c, graph_entry(c->dist), NULL, inputs, ninputs);
-    if (c->nsegs && c->acct_t > 0) {
-        c->segs[c->cur_seg].ms += now_ms() - c->acct_t;
-        c->segs[c->cur_seg].enodes += eg_node_count(c->g) - c->acct_nodes;
-    }
+    if (c->nsegs && c->acct_t > 0) charge_segment(c, now_ms(), eg_node_count(c->g));
     return r;
+}
+
+void lift_segment_classes(lift_ctx *c, uint32_t *out) {
+    uint32_t n = eg_node_count(c->g);
+    uint32_t *stamp = xcalloc(n + 1, sizeof *stamp);
+    for (uint32_t sg = 0; sg < c->nsegs; sg++) {
+        out[sg] = 0;
+        for (size_t k = 0; k < c->nspans; k++) {
+            const lift_span *sp = &c->spans[k];
+            if (sp->seg != sg) continue;
+            for (uint32_t id = sp->n0; id < sp->n1 && id < n; id++) {
+                eid cls = eg_find(c->g, id);
+                if (stamp[cls] != sg + 1) {
+                    stamp[cls] = sg + 1;
+                    out[sg]++;
+                }
+            }
+        }
+    }
+    free(stamp);
 }

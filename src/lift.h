@@ -104,6 +104,11 @@ typedef struct lift_segment {
 
 typedef struct lift_memo lift_memo;
 
+/* E-nodes [n0, n1) were added while lifting segment seg. */
+typedef struct lift_span {
+    uint32_t seg, n0, n1;
+} lift_span;
+
 typedef struct lift_ctx {
     egraph *g;
     arena *a;
@@ -143,6 +148,8 @@ typedef struct lift_ctx {
     uint32_t built;                       /* baseline instructions built (flattened positions) */
     double acct_t;                        /* per-segment accounting: last instruction's start */
     uint32_t acct_nodes;
+    lift_span *spans;
+    size_t nspans, capspans;
     uint32_t nunsupported, noutside;      /* totals of the segment counters */
     /* Segment memo (DESIGN §6): a distributed run structurally equal to one
      * already lifted cleanly, with inputs related the same way to a baseline run
@@ -163,6 +170,10 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts);
 /* Lifts the distributed entry computation with parameter k related to
  * baseline parameter k by inputs[k]; returns the root's value. */
 lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs);
+
+/* The number of e-classes each segment's e-nodes fall into now (after unions
+ * and rebuilding): out[i] for segment i. */
+void lift_segment_classes(lift_ctx *c, uint32_t *out);
 
 /* The mesh axes (bitmask) whose device groups are exactly the given replica
  * groups (order inside a group respected when ordered); -1 when none. */
