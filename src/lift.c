@@ -2426,14 +2426,15 @@ static uint32_t base_run_of(lift_ctx *c, const sr_run *run) {
 
 typedef struct memo_mark {
     uint32_t nfindings, nunsupported, noutside, resynced, ndoms;
+    size_t next_loop;             /* a run with a loop is not reused: loops pair in walk order */
     uint64_t assumed;
     size_t assumptions;
     const hlo_instr *divergence;
 } memo_mark;
 
 static memo_mark memo_mark_now(const lift_ctx *c) {
-    return (memo_mark){c->nfindings, c->nunsupported, c->noutside, c->resynced, c->ndoms, c->assumed, c->assumptions.len,
-                       c->divergence};
+    return (memo_mark){c->nfindings, c->nunsupported, c->noutside, c->resynced, c->ndoms, c->next_loop, c->assumed,
+                       c->assumptions.len, c->divergence};
 }
 
 /* Takes distributed run r's exported values from a representative when it is
@@ -2489,7 +2490,8 @@ static void memo_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals
     if (ms != &c->memo->side[1]) return;
     memo_mark now = memo_mark_now(c);
     if (now.nfindings != before->nfindings || now.nunsupported != before->nunsupported ||
-        now.resynced != before->resynced || now.ndoms != before->ndoms || now.assumed != before->assumed ||
+        now.resynced != before->resynced || now.ndoms != before->ndoms || now.next_loop != before->next_loop ||
+        now.assumed != before->assumed ||
         now.assumptions != before->assumptions || now.divergence != before->divergence) {
         memo_debug(ms, r, "not clean (findings, unsupported or assumed values)");
         return;
