@@ -55,15 +55,15 @@ static int run(const char *name, const char *b, const char *d, const char *r, bo
     return run_with(name, b, d, r, true, no_memo, trace);
 }
 
-/* Checks a pair with and without the segment memo: the same verdict, findings
- * and segment verdicts (memoisation changes nothing but time). Returns the
- * memo hits. */
-static json_int_t same_without_memo(const char *name, const char *b, const char *d, const char *r, bool witness, int *verdict) {
+/* Memoisation changes nothing but time: the same verdict, findings and
+ * segment verdicts with every layer lifted. */
+/* Checks a pair without the segment memo and compares with the result v,
+ * memo (its trace) of checking it with the memo; returns the memo hits. */
+static json_int_t same_without_memo(const char *name, const char *b, const char *d, const char *r, bool witness, int v,
+                                    json_t *memo) {
     t_case("check %s: the same without the segment memo", name);
-    json_t *memo = NULL, *plain = NULL;
-    int v = run_with(name, b, d, r, witness, false, &memo);
+    json_t *plain = NULL;
     int pv = run_with(name, b, d, r, witness, true, &plain);
-    if (verdict) *verdict = v;
     CHECK_MSG(pv == v, "verdict %s with the memo, %s without", verdict_name(v), verdict_name(pv));
     json_int_t hits = 0;
     if (memo && plain) {
@@ -77,7 +77,6 @@ static json_int_t same_without_memo(const char *name, const char *b, const char 
         hits = json_integer_value(json_object_get(json_object_get(memo, "summary"), "memo_hits"));
         CHECK(json_integer_value(json_object_get(json_object_get(plain, "summary"), "memo_hits")) == 0);
     }
-    json_decref(memo);
     json_decref(plain);
     return hits;
 }
@@ -200,7 +199,7 @@ void suite_check(void) {
                 CHECK_MSG(wj && (json_is_string(rel) || json_number_value(rel) > 0.01), "a mismatch by execution needs a witness");
             }
         }
-        memo_hits += same_without_memo(name, b, d, relf, true, NULL);
+        memo_hits += same_without_memo(name, b, d, relf, true, v, trace);
         char got[128];
         snprintf(got, sizeof got, "%s%s%s", verdict_name(v), *kind ? " " : "", kind);
         /* The first finding says whether rules or execution decided. */
@@ -227,8 +226,10 @@ void suite_check(void) {
         char b[1024], d[1024], r[1024];
         const char *relf;
         pair_paths(p, "pb", b, d, r, &relf);
-        int v;
-        json_int_t h = same_without_memo(name, b, d, relf, false, &v);
+        json_t *trace = NULL;
+        int v = run_with(name, b, d, relf, false, false, &trace);
+        json_int_t h = same_without_memo(name, b, d, relf, false, v, trace);
+        json_decref(trace);
         bool bug = strcmp(json_string_value(json_object_get(p, "expected")), "mismatch") == 0;
         CHECK_MSG(bug ? v != VERDICT_VERIFIED : v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
         printf("note: %s: %s, %lld segments from the memo\n", name, verdict_name(v), (long long)h);
