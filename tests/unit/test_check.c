@@ -55,10 +55,9 @@ static int run(const char *name, const char *b, const char *d, const char *r, bo
     return run_with(name, b, d, r, true, no_memo, trace);
 }
 
-/* Memoisation changes nothing but time: the same verdict, findings and
- * segment verdicts with every layer lifted. */
-/* Checks a pair without the segment memo and compares with the result v,
- * memo (its trace) of checking it with the memo; returns the memo hits. */
+/* Memoisation changes nothing but time: checked again without the segment
+ * memo, a pair has the same verdict, findings and segment verdicts as v and
+ * memo (its result and trace with the memo). Returns the memo hits. */
 static json_int_t same_without_memo(const char *name, const char *b, const char *d, const char *r, bool witness, int v,
                                     json_t *memo) {
     t_case("check %s: the same without the segment memo", name);
