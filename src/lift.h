@@ -67,6 +67,7 @@ typedef struct lval {
     uint8_t kind;
     bool assumed;
     bool konst;                   /* computed from constants only (no parameter) */
+    bool rearranged;              /* only a layout op's rearrangement of baseline values (see divergence) */
     bool ambiguous;               /* the view is one of several readings of a reshape */
     eid cls;
     view v;
@@ -117,8 +118,14 @@ typedef struct lift_ctx {
     const hlo_instr *first_unsupported;   /* first instruction no rule relates */
     const hlo_comp *first_unsupported_comp;
     char *unsupported_why;
+    const hlo_instr *later_unsupported;   /* the first one after a region was resynced */
+    const hlo_comp *later_unsupported_comp;
+    bool later_unsupported_konst;         /* an operand of it is constant-only */
     const hlo_instr *divergence;          /* first term that joins no baseline class */
-    const hlo_comp *divergence_comp;      /* while its operands all do */
+    const hlo_comp *divergence_comp;      /* while its operands all do (or are rearrangements
+                                           * of baseline values: then the layout op that hands
+                                           * one over; an output that is one) */
+    bool divergence_konst, unsupported_konst; /* an operand of that instruction is constant-only */
     uint64_t fresh;                       /* counter for fresh variables */
     /* Resynchronisation: the baseline's last value of each op_name scope, so an
      * unrelated region's replicated result can be assumed equal to it. */
