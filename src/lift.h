@@ -21,7 +21,9 @@
  *     something else (JUNK). A sum over devices with exactly one HIT and zeros
  *     elsewhere, for every t in [0, domain), is the gathered row: the
  *     vocab-parallel embedding. Relating it assumes the index source holds
- *     values in [0, domain); that assumption is recorded.
+ *     values in [0, domain); that assumption is recorded. Met by an op that
+ *     does not take masks, such a mask is that row partial (sum) over the
+ *     axes it sums over, and judged like any partial value.
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
  * `call`s are inlined, copies and sharding custom-calls are identities.
  *
