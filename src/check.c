@@ -351,15 +351,6 @@ static const hlo_instr *elided_ancestor(const hlo_module *m, const hlo_comp *c, 
     return found;
 }
 
-/* The first constant of m whose values the dump left out, or NULL. */
-static const hlo_instr *any_elided(const hlo_module *m) {
-    for (uint32_t c = 0; c < m->ncomps; c++)
-        for (uint32_t i = 0; i < m->comps[c].ninstrs; i++) {
-            if (is_elided_constant(&m->comps[c].instrs[i])) return &m->comps[c].instrs[i];
-        }
-    return NULL;
-}
-
 static const char *base_name(const char *p) {
     const char *s = strrchr(p, '/');
     return s ? s + 1 : p;
@@ -590,11 +581,12 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
             ui = &de->instrs[de->root];
         }
         /* A dump that left a constant's values out ({...}: text dumps do for
-         * large ones) is the reason when the divergence depends on one, or the
-         * baseline has one: such terms never meet, whatever the rules. */
-        const hlo_instr *el = elided_ancestor(D.m, uc, ui);
+         * large ones) is a reason when the divergence or an output depends on
+         * one: terms built on it never meet, whatever the rules. */
+        const hlo_instr *el = elided_ancestor(D.m, uc, ui), *at = ui;
+        if (!el) el = elided_ancestor(D.m, de, at = &de->instrs[de->root]);
         const side *els = el ? &D : &B;
-        if (!el) el = any_elided(B.m);
+        if (!el) el = elided_ancestor(B.m, be, at = &be->instrs[be->root]);
         strbuf msg;
         sb_init(&msg);
         if (el) {
@@ -603,8 +595,9 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
             shape_print(&sh, &el->shape);
             sb_printf(&msg, "unverified: the %s dump %s leaves out the values of %s (%s, printed as {...})", els == &D ? "distributed" : "baseline",
                       els->path, el->name, sh.s);
-            if (els == &D && el != ui)
-                sb_printf(&msg, ", on which %s%s depends", ui == lc.divergence ? "the first divergence " : "", ui->name);
+            if (el != at)
+                sb_printf(&msg, ", on which %s%s depends", at == lc.divergence ? "the first divergence " : at == ui ? "" : "the output ",
+                          at->name);
             sb_printf(&msg, ", so terms built on it cannot be compared with the %s's; the protobuf dump (.pb) carries the values: "
                       "check that instead (%s)", els == &D ? "baseline" : "distributed program",
                       lc.first_unsupported ? lc.unsupported_why : why.s);
