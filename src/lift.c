@@ -1298,8 +1298,9 @@ static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos, const view **vw,
     const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
     if (x->kind == LV_TERM && !x->assumed && !x->v.partial &&
         (dtype_is_int(xi->shape.dtype) || xi->shape.dtype == DT_PRED)) {
-        /* The source itself, possibly sharded (a batch split over dp): values are
-         * taken position by position, so the sharding travels along. */
+        /* The source itself (data, or positions from iota that a device value
+         * offsets), possibly sharded (a batch split over dp): values are taken
+         * position by position, so the sharding travels along. */
         pw_fn *f = pw_alloc(c);
         for (int64_t d = 0; d < c->ndev; d++) pw_shift(&f[d], 0);
         *out = f;
