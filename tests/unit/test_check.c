@@ -46,8 +46,9 @@ static char *expected_line(const char *tsv, const char *name) {
     return NULL;
 }
 
-static int run_rules(const char *name, const char *b, const char *d, const char *r, const char *rules, json_t **trace) {
-    check_opts o = {.name = name, .baseline = b, .distributed = d, .witness = true, .rules_dir = rules};
+/* Checks o with relations r (NULL or "auto": automatic). */
+static int run_opts(check_opts o, const char *r, json_t **trace) {
+    const char *name = o.name;
     if (r && strcmp(r, "auto") != 0) o.relations = r;
     else o.auto_relations = true;
     diag dg;
@@ -58,74 +59,47 @@ static int run_rules(const char *name, const char *b, const char *d, const char 
     return v;
 }
 
-static int run(const char *name, const char *b, const char *d, const char *r, json_t **trace) {
-    return run_rules(name, b, d, r, NULL, trace);
+static int run_with(const char *name, const char *b, const char *d, const char *r, bool witness, bool no_memo, json_t **trace) {
+    return run_opts((check_opts){.name = name, .baseline = b, .distributed = d, .witness = witness, .no_memo = no_memo}, r, trace);
 }
 
-static const char *first_message(json_t *trace) {
-    return json_string_value(json_object_get(json_array_get(json_object_get(trace, "findings"), 0), "message"));
+/* The paths of a manifest pair in one form ("hlo" or "pb"); r gets NULL for
+ * automatic relations. */
+static void pair_paths(json_t *p, const char *form, char b[1024], char d[1024], char r[1024], const char **rel) {
+    snprintf(b, 1024, "samples/%s", json_string_value(json_object_get(json_object_get(p, "baseline"), form)));
+    snprintf(d, 1024, "samples/%s", json_string_value(json_object_get(json_object_get(p, "distributed"), form)));
+    const char *rv = json_string_value(json_object_get(p, "relations"));
+    snprintf(r, 1024, "samples/%s", rv);
+    *rel = strcmp(rv, "auto") ? r : NULL;
 }
 
-/* What an unverified pair says about itself: a constant the text dump left
- * out ({...}) is named with the way out (the protobuf dump), not passed off as
- * a divergence; whether rewrite rules ran is said as it is. */
-static void unverified_wording(void) {
-    const char *base = "samples/tiny/tiny.baseline.hlo", *rel = "samples/tiny/tiny.megatron_tp.tp4.relations.json";
-    const char *dist = "samples/tiny/tiny.megatron_tp.tp4.dist.hlo";
-    const char *lit = "constant({ { 1, 0.0376060307, 0.00141421345, 5.31829573e-05 } })";
-    t_case("check unverified: a constant elided by the text dump");
-    size_t n;
-    char *src = t_read(dist, &n);
-    char *hit = src ? strstr(src, lit) : NULL;
-    if (!CHECK_MSG(hit != NULL, "the rotary frequency constant is not in %s", dist)) {
-        free(src);
-        return;
+static int run(const char *name, const char *b, const char *d, const char *r, bool no_memo, json_t **trace) {
+    return run_with(name, b, d, r, true, no_memo, trace);
+}
+
+/* Memoisation changes nothing but time: checked again without the segment
+ * memo, a pair has the same verdict, findings and segment verdicts as v and
+ * memo (its result and trace with the memo). Returns the memo hits. */
+static json_int_t same_without_memo(const char *name, const char *b, const char *d, const char *r, bool witness, int v,
+                                    json_t *memo) {
+    t_case("check %s: the same without the segment memo", name);
+    json_t *plain = NULL;
+    int pv = run_with(name, b, d, r, witness, true, &plain);
+    CHECK_MSG(pv == v, "verdict %s with the memo, %s without", verdict_name(v), verdict_name(pv));
+    json_int_t hits = 0;
+    if (memo && plain) {
+        CHECK_MSG(json_equal(json_object_get(memo, "findings"), json_object_get(plain, "findings")), "findings differ");
+        json_t *sa = json_object_get(memo, "segments"), *sb = json_object_get(plain, "segments");
+        bool same = json_array_size(sa) == json_array_size(sb);
+        for (size_t k = 0; same && k < json_array_size(sa); k++)
+            same = json_equal(json_object_get(json_array_get(sa, k), "verdict"), json_object_get(json_array_get(sb, k), "verdict")) &&
+                   json_equal(json_object_get(json_array_get(sa, k), "name"), json_object_get(json_array_get(sb, k), "name"));
+        CHECK_MSG(same, "segment verdicts differ");
+        hits = json_integer_value(json_object_get(json_object_get(memo, "summary"), "memo_hits"));
+        CHECK(json_integer_value(json_object_get(json_object_get(plain, "summary"), "memo_hits")) == 0);
     }
-    json_t *trace = NULL;
-    CHECK_EQ(run("whole", base, dist, rel, &trace), VERDICT_VERIFIED);
-    json_decref(trace);
-    FILE *f = fopen("build/check-elided.hlo", "w");
-    fwrite(src, 1, (size_t)(hit - src), f);
-    fputs("constant({...})", f);
-    fputs(hit + strlen(lit), f);
-    fclose(f);
-    free(src);
-    int v = run("elided", base, "build/check-elided.hlo", rel, &trace);
-    CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
-    const char *msg = first_message(trace);
-    CHECK_CONTAINS(msg, "build/check-elided.hlo leaves out the values of constant.51.clone (f32[1,4]");
-    CHECK_CONTAINS(msg, "printed as {...}");
-    CHECK_CONTAINS(msg, "the protobuf dump (.pb) carries the values");
-    CHECK_MSG(msg && !strstr(msg, "whose operands are related"), "%s", msg ? msg : "");
-    json_decref(trace);
-
-    t_case("check unverified: the sample text dump with an elided constant");
-    const char *lb = "samples/llama3.1-8b/llama3.1-8b.baseline.hlo", *ld = "samples/llama3.1-8b/llama3.1-8b.megatron_tp.tp8.dist.hlo";
-    const char *lr = "samples/llama3.1-8b/llama3.1-8b.megatron_tp.tp8.relations.json";
-    char tb[256], td[256], pb[256], pd[256];
-    snprintf(tb, sizeof tb, "%s.gz", lb), snprintf(td, sizeof td, "%s.gz", ld);
-    snprintf(pb, sizeof pb, "%s.pb.gz", lb), snprintf(pd, sizeof pd, "%s.pb.gz", ld);
-    v = run("text", tb, td, lr, &trace);
-    CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
-    CHECK_CONTAINS(first_message(trace), "printed as {...}");
-    CHECK_CONTAINS(first_message(trace), "the protobuf dump (.pb) carries the values");
-    json_decref(trace);
-    v = run("proto", pb, pd, lr, &trace);
-    CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
-    json_decref(trace);
-
-    t_case("check unverified: whether rewrite rules ran");
-    const char *mb = "samples/tiny-moe/tiny-moe.baseline.hlo", *md = "samples/tiny-moe/tiny-moe.expert_parallel.ep4.dist.hlo";
-    const char *mr = "samples/tiny-moe/tiny-moe.expert_parallel.ep4.relations.json";
-    v = run("no rules", mb, md, mr, &trace);
-    CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
-    CHECK_CONTAINS(first_message(trace), "(no rewrite rules were given)");
-    json_decref(trace);
-    v = run_rules("rules", mb, md, mr, "rules", &trace);
-    CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
-    CHECK_CONTAINS(first_message(trace), "still apart after equality saturation with");
-    CHECK_MSG(!strstr(first_message(trace), "no rewrite rules"), "%s", first_message(trace));
-    json_decref(trace);
+    json_decref(plain);
+    return hits;
 }
 
 /* Whether any source location of m (stack-frame tables or direct metadata) is
@@ -238,6 +212,72 @@ static const char *bug_acceptance(json_t *pairs, json_t *p, int v, json_t *trace
     return status;
 }
 
+static const char *first_message(json_t *trace) {
+    return json_string_value(json_object_get(json_array_get(json_object_get(trace, "findings"), 0), "message"));
+}
+
+/* What an unverified pair says about itself: a constant the text dump left
+ * out ({...}) is named with the way out (the protobuf dump), not passed off as
+ * a divergence; whether rewrite rules ran is said as it is. */
+static void unverified_wording(void) {
+    const char *base = "samples/tiny/tiny.baseline.hlo", *rel = "samples/tiny/tiny.megatron_tp.tp4.relations.json";
+    const char *dist = "samples/tiny/tiny.megatron_tp.tp4.dist.hlo";
+    const char *lit = "constant({ { 1, 0.0376060307, 0.00141421345, 5.31829573e-05 } })";
+    t_case("check unverified: a constant elided by the text dump");
+    size_t n;
+    char *src = t_read(dist, &n);
+    char *hit = src ? strstr(src, lit) : NULL;
+    if (!CHECK_MSG(hit != NULL, "the rotary frequency constant is not in %s", dist)) {
+        free(src);
+        return;
+    }
+    json_t *trace = NULL;
+    CHECK_EQ(run("whole", base, dist, rel, false, &trace), VERDICT_VERIFIED);
+    json_decref(trace);
+    FILE *f = fopen("build/check-elided.hlo", "w");
+    fwrite(src, 1, (size_t)(hit - src), f);
+    fputs("constant({...})", f);
+    fputs(hit + strlen(lit), f);
+    fclose(f);
+    free(src);
+    int v = run("elided", base, "build/check-elided.hlo", rel, false, &trace);
+    CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
+    const char *msg = first_message(trace);
+    CHECK_CONTAINS(msg, "build/check-elided.hlo leaves out the values of constant.51.clone (f32[1,4]");
+    CHECK_CONTAINS(msg, "printed as {...}");
+    CHECK_CONTAINS(msg, "the protobuf dump (.pb) carries the values");
+    CHECK_MSG(msg && !strstr(msg, "whose operands are related"), "%s", msg ? msg : "");
+    json_decref(trace);
+
+    t_case("check unverified: the sample text dump with an elided constant");
+    const char *lb = "samples/llama3.1-8b/llama3.1-8b.baseline.hlo", *ld = "samples/llama3.1-8b/llama3.1-8b.megatron_tp.tp8.dist.hlo";
+    const char *lr = "samples/llama3.1-8b/llama3.1-8b.megatron_tp.tp8.relations.json";
+    char tb[256], td[256], pb[256], pd[256];
+    snprintf(tb, sizeof tb, "%s.gz", lb), snprintf(td, sizeof td, "%s.gz", ld);
+    snprintf(pb, sizeof pb, "%s.pb.gz", lb), snprintf(pd, sizeof pd, "%s.pb.gz", ld);
+    v = run("text", tb, td, lr, false, &trace);
+    CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
+    CHECK_CONTAINS(first_message(trace), "printed as {...}");
+    CHECK_CONTAINS(first_message(trace), "the protobuf dump (.pb) carries the values");
+    json_decref(trace);
+    v = run("proto", pb, pd, lr, false, &trace);
+    CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
+    json_decref(trace);
+
+    t_case("check unverified: whether rewrite rules ran");
+    const char *mb = "samples/tiny-moe/tiny-moe.baseline.hlo", *md = "samples/tiny-moe/tiny-moe.expert_parallel.ep4.dist.hlo";
+    const char *mr = "samples/tiny-moe/tiny-moe.expert_parallel.ep4.relations.json";
+    v = run("no rules", mb, md, mr, false, &trace);
+    CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
+    CHECK_CONTAINS(first_message(trace), "(no rewrite rules were given)");
+    json_decref(trace);
+    v = run_opts((check_opts){.name = "rules", .baseline = mb, .distributed = md, .witness = true, .rules_dir = "rules"}, mr, &trace);
+    CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
+    CHECK_CONTAINS(first_message(trace), "still apart after equality saturation with");
+    CHECK_MSG(!strstr(first_message(trace), "no rewrite rules"), "%s", first_message(trace));
+    json_decref(trace);
+}
+
 static void mutations(void) {
     const char *base = "samples/tiny-moe/tiny-moe-router-step.baseline.hlo";
     const char *dist = "samples/tiny-moe/tiny-moe.router_grad_sp.tp4.dist.hlo";
@@ -269,7 +309,7 @@ static void mutations(void) {
         fclose(f);
         sb_free(&b);
         json_t *trace = NULL;
-        int v = run("mutant", base, "build/check-mutant.hlo", rel, &trace);
+        int v = run("mutant", base, "build/check-mutant.hlo", rel, false, &trace);
         CHECK_MSG(v != VERDICT_VERIFIED && v != VERDICT_ERROR, "verdict %s", verdict_name(v));
         json_decref(trace);
     }
@@ -307,6 +347,7 @@ void suite_check(void) {
             }
     }
     int counts[4] = {0};
+    json_int_t memo_hits = 0;
     strbuf now;
     sb_init(&now);
     for (size_t i = 0; i < json_array_size(pairs); i++) {
@@ -315,13 +356,11 @@ void suite_check(void) {
         json_t *bugj = json_object_get(p, "bug");
         if (strncmp(name, "tiny", 4) != 0 && !bugj) continue;
         char b[1024], d[1024], r[1024];
-        snprintf(b, sizeof b, "samples/%s", json_string_value(json_object_get(json_object_get(p, "baseline"), "hlo")));
-        snprintf(d, sizeof d, "samples/%s", json_string_value(json_object_get(json_object_get(p, "distributed"), "hlo")));
-        const char *rv = json_string_value(json_object_get(p, "relations"));
-        snprintf(r, sizeof r, "samples/%s", rv);
+        const char *relf;
+        pair_paths(p, "hlo", b, d, r, &relf);
         bool bug = bugj || strcmp(json_string_value(json_object_get(p, "expected")), "mismatch") == 0;
         json_t *trace = NULL;
-        int v = run(name, b, d, strcmp(rv, "auto") ? r : NULL, &trace);
+        int v = run(name, b, d, relf, false, &trace);
         counts[v]++;
         t_case("check %s", name);
         CHECK_MSG(v != VERDICT_ERROR, "bad input");
@@ -348,6 +387,7 @@ void suite_check(void) {
                 CHECK_MSG(wj && (json_is_string(rel) || json_number_value(rel) > 0.01), "a mismatch by execution needs a witness");
             }
         }
+        memo_hits += same_without_memo(name, b, d, relf, true, v, trace);
         char got[1400];
         snprintf(got, sizeof got, "%s%s%s", verdict_name(v), *kind ? " " : "", kind);
         if (bugj && trace) {
@@ -370,6 +410,27 @@ void suite_check(void) {
     }
     printf("note: tiny pairs and bug variants: %d verified, %d mismatch, %d unverified, %d error\n", counts[0], counts[1], counts[2],
            counts[3]);
+    /* The tiny configs have two layers, the first holding what XLA shares
+     * between layers: too few for a hit. The 8B Megatron pairs (32 layers) show
+     * the memo at work, on the correct program and on both bug variants. */
+    for (size_t i = 0; i < json_array_size(pairs); i++) {
+        json_t *p = json_array_get(pairs, i);
+        const char *name = json_string_value(json_object_get(p, "name"));
+        if (strncmp(name, "llama3.1-8b.megatron_tp.", 24) != 0) continue;
+        char b[1024], d[1024], r[1024];
+        const char *relf;
+        pair_paths(p, "pb", b, d, r, &relf);
+        json_t *trace = NULL;
+        int v = run_with(name, b, d, relf, false, false, &trace);
+        json_int_t h = same_without_memo(name, b, d, relf, false, v, trace);
+        json_decref(trace);
+        bool bug = strcmp(json_string_value(json_object_get(p, "expected")), "mismatch") == 0;
+        CHECK_MSG(bug ? v != VERDICT_VERIFIED : v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
+        printf("note: %s: %s, %lld segments from the memo\n", name, verdict_name(v), (long long)h);
+        memo_hits += h;
+    }
+    t_case("check: the segment memo is used");
+    CHECK_MSG(memo_hits > 0, "no segment was a memo hit");
 
     t_case("check traces render as a report");
     int st;
