@@ -591,11 +591,16 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         strbuf msg;
         sb_init(&msg);
         sb_printf(&msg, "the outputs differ from the baseline's by up to %g (confirmed by execution on seeded random inputs); ", w.max_abs);
-        if (lc.divergence) sb_printf(&msg, "first divergence at %s", ui->name);
+        if (lc.divergence && lc.divergence_layout)
+            sb_printf(&msg, "first divergence at %s: it rearranges baseline values into a layout no baseline value has, "
+                      "and the program computes with them in that layout", ui->name);
+        else if (lc.divergence) sb_printf(&msg, "first divergence at %s", ui->name);
         else if (lc.later_unsupported)
-            sb_printf(&msg, "the first instruction not related after the '%s' region assumed equal to the baseline's is %s "
-                      "(the first overall is %s)", lc.resync_scope ? lc.resync_scope : "?", ui->name, lc.first_unsupported->name);
-        else sb_printf(&msg, "the first instruction not related is %s", ui->name);
+            sb_printf(&msg, "the first instruction not related after the '%s' region assumed equal to the baseline's is %s (%s; "
+                      "the first overall is %s)", lc.resync_scope ? lc.resync_scope : "?", ui->name, lc.later_unsupported_why,
+                      lc.first_unsupported->name);
+        else if (lc.first_unsupported) sb_printf(&msg, "the first instruction not related is %s (%s)", ui->name, lc.unsupported_why);
+        else sb_printf(&msg, "no instruction diverged or was left unrelated before the output %s", ui->name);
         json_t *f = finding_json(o, B.m, D.m, ++nf, kind, "error", msg.s, uc, ui);
         json_object_set_new(f, "witness", witness_json(&w));
         json_array_append_new(findings, f);

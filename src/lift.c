@@ -84,7 +84,11 @@ static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, 
     if (getenv("SCALIFY_DEBUG_LIFT")) fprintf(stderr, "lift: unsupported: %s\n", msg);
     c->nunsupported++;
     if (c->nsegs) c->segs[c->cur_seg].unsupported++;
-    if (c->resynced && !c->later_unsupported) c->later_unsupported = in, c->later_unsupported_comp = comp;
+    if (c->resynced && !c->later_unsupported) {
+        c->later_unsupported = in;
+        c->later_unsupported_comp = comp;
+        c->later_unsupported_why = arena_strdup(c->a, msg);
+    }
     if (c->first_unsupported) return;
     c->first_unsupported = in;
     c->first_unsupported_comp = comp;
@@ -2781,6 +2785,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
                 sb_free(&b);
             }
             c->divergence = via ? via : in;
+            c->divergence_layout = via != NULL;
             c->divergence_comp = comp;
             if (c->nsegs) c->segs[c->cur_seg].divergent++;
         }
@@ -2837,6 +2842,7 @@ lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
         if (o->kind == LV_TERM && o->rearranged) {
             c->divergence = r.kind == LV_TUPLE && root->op == OP_TUPLE ? &e->instrs[root->operands[k]] : root;
             c->divergence_comp = e;
+            c->divergence_layout = true;
         }
     }
     if (c->nsegs && c->acct_t > 0) charge_segment(c, now_ms(), eg_node_count(c->g));

@@ -131,12 +131,14 @@ typedef struct lift_ctx {
     char *unsupported_why;
     const hlo_instr *later_unsupported;   /* the first one after a region was resynced */
     const hlo_comp *later_unsupported_comp;
+    char *later_unsupported_why;
     bool later_unsupported_konst;         /* an operand of it is constant-only */
     const hlo_instr *divergence;          /* first term that joins no baseline class */
     const hlo_comp *divergence_comp;      /* while its operands all do (or are rearrangements
                                            * of baseline values: then the layout op that hands
                                            * one over; an output that is one) */
     bool divergence_konst, unsupported_konst; /* an operand of that instruction is constant-only */
+    bool divergence_layout;               /* it is a layout op handing a rearrangement over */
     uint64_t fresh;                       /* counter for fresh variables */
     /* Resynchronisation: the baseline's last value of each op_name scope, so an
      * unrelated region's replicated result can be assumed equal to it. */
