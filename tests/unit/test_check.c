@@ -440,6 +440,11 @@ void suite_check(void) {
     char *out = t_run(cmd, &st);
     CHECK_MSG(st == 0 && atoi(out) > 40, "status %d: %.300s", st, out);
     free(out);
+    t_case("check report: involved instructions show their source lines");
+    out = t_run("grep -l 'involved instructions' build/check-site/finding-*.html | xargs grep -c '# samples/gen/parallel.py:' "
+                "| grep -vc ':0$'", &st);
+    CHECK_MSG(atoi(out) > 10, "%.300s", out);
+    free(out);
     if (getenv("SCALIFY_UPDATE_GOLDEN")) {
         FILE *f = fopen("tests/cases/check/expected.tsv", "w");
         fputs(now.s ? now.s : "", f);
