@@ -621,6 +621,29 @@ static bool linear_in(const hlo_instr *in, const lval *ops, uint32_t k) {
     }
 }
 
+/* The sum all-reduce over (at least) the axes `partial` that in's value
+ * reaches through layout ops and copies in comp, or NULL. */
+static const hlo_instr *summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, uint8_t partial) {
+    uint32_t at = (uint32_t)(in - comp->instrs);
+    uint8_t *tracked = xcalloc(comp->ninstrs + 1, 1);
+    const hlo_instr *found = NULL;
+    tracked[at] = 1;
+    for (uint32_t j = at + 1; j < comp->ninstrs && !found; j++) {
+        const hlo_instr *y = &comp->instrs[j];
+        bool uses = false;
+        for (uint32_t o = 0; o < y->noperands; o++) uses |= tracked[y->operands[o]];
+        if (!uses) continue;
+        if (y->op == OP_ALL_REDUCE && instr_reducer(c->cur, y) == RED_SUM) {
+            int axes = lift_groups_axes(c, y, false);
+            if (axes > 0 && ((uint32_t)axes & partial) == partial) found = y;
+        } else if (y->op == OP_RESHAPE || y->op == OP_TRANSPOSE || y->op == OP_BITCAST || y->op == OP_COPY) {
+            tracked[j] = 1;
+        }
+    }
+    free(tracked);
+    return found;
+}
+
 static lval lift_elementwise(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -684,16 +707,25 @@ static lval lift_elementwise(lstate *s) {
                 describe(&why, c, &ops[o].v);
             }
             bool is_convert = in->op == OP_CONVERT;
-            finding(c, is_convert ? "dtype-mismatch" : "missing-all-reduce", s->comp, in,
-                    is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
-                          : "%s needs complete values but %s: a missing all-reduce",
-                    in->opname, is_convert ? dtype_name(in->shape.dtype) : why.s, why.s);
+            /* A complete value added to a partial sum that is then summed over
+             * the same axes is counted once per device: the reduction is wrong,
+             * not missing. */
+            const hlo_instr *later = in->op == OP_ADD || in->op == OP_SUBTRACT ? summed_later(c, s->comp, in, partial) : NULL;
+            if (later)
+                finding(c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
+                        "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
+            else
+                finding(c, is_convert ? "dtype-mismatch" : "missing-all-reduce", s->comp, in,
+                        is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
+                              : "%s needs complete values but %s: a missing all-reduce",
+                        in->opname, is_convert ? dtype_name(in->shape.dtype) : why.s, why.s);
             sb_free(&why);
             /* Go on past the finding: a convert leaves the value partial (only
-             * rounded wrongly); other ops leave something no longer a sum. */
+             * rounded wrongly), and so does a sum that is reduced later (its
+             * content is wrong); other ops leave something no longer a sum. */
             view pv = v;
-            pv.partial = is_convert ? partial : 0;
-            pv.red = is_convert ? red : 0;
+            pv.partial = is_convert || later ? partial : 0;
+            pv.red = is_convert || later ? red : 0;
             return assume(c, in, pv);
         }
         v.partial = partial;
