@@ -88,10 +88,12 @@ static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, 
         c->later_unsupported = in;
         c->later_unsupported_comp = comp;
         c->later_unsupported_why = arena_strdup(c->a, msg);
+        c->later_unsupported_konst = c->konst_operand_now;
     }
     if (c->first_unsupported) return;
     c->first_unsupported = in;
     c->first_unsupported_comp = comp;
+    c->unsupported_konst = c->konst_operand_now;
     c->unsupported_why = arena_strdup(c->a, msg);
 }
 
@@ -2700,11 +2702,9 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
     bool amb = false, konst_op = false;
     for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous, konst_op |= ops[o].konst;
     c->ambiguous_now = amb;
-    const hlo_instr *unsupported_before = c->first_unsupported, *later_before = c->later_unsupported;
+    c->konst_operand_now = konst_op;
     *v = lift_instr(&s);
-    if (!unsupported_before && c->first_unsupported) c->unsupported_konst = konst_op;
-    if (!later_before && c->later_unsupported) c->later_unsupported_konst = konst_op;
-    c->ambiguous_now = false;
+    c->ambiguous_now = c->konst_operand_now = false;
     v->ambiguous |= amb;
     static eid dbg_base = EID_NONE;
     static const char *dbgb, *dbg;
