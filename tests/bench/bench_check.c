@@ -186,8 +186,8 @@ int main(int argc, char **argv) {
             const run_result *q = &res[idx[a]];
             long nn;
             scaling_prefix(names[idx[a]], &nn);
-            sb_printf(&wl, "%s%ld: %.0f", a ? ", " : "", nn, q->wall);
-            sb_printf(&cl, "%s%ld: %.0f", a ? ", " : "", nn, q->cpu);
+            sb_printf(&wl, "%s%ld: %.1f", a ? ", " : "", nn, q->wall);
+            sb_printf(&cl, "%s%ld: %.1f", a ? ", " : "", nn, q->cpu);
             if (!vl.s || !strstr(vl.s, verdict_name(q->verdict))) sb_printf(&vl, "%s%s", vl.len ? ", " : "", verdict_name(q->verdict));
             if (q->wall < wmin) wmin = q->wall;
             if (q->wall > wmax) wmax = q->wall;
