@@ -5,9 +5,11 @@
  * memory is its own (wait4's ru_maxrss); wall time is measured around the
  * child, CPU time from its rusage. Every pair runs BENCH_REPEAT times (default
  * 5) and the best wall and CPU times are kept: on a shared machine the minimum
- * is the least disturbed run. Device-count scaling: pairs named PREFIX.tpN
- * (no bug variant) with at least three values of N form a group, reported as
- * max/min of the wall (and CPU) times across N; the target for the
+ * is the least disturbed run. Device-count scaling: pairs named PREFIX.tpN (no
+ * bug variant) with at least three values of N form a group; its members run
+ * BENCH_ROUNDS more times (default 20) in turn, one run each per round, so
+ * every N meets the same machine load, and the group is reported as max/min of
+ * the best wall (and CPU) times across N; the target for the
  * llama-scale.megatron_tp family (tp2 ... tp64) is a ratio within 1.5.
  * Writes build/bench-check.json and tests/bench/RESULTS.md.
  */
@@ -31,20 +33,21 @@ static int run_child(const char *name, const char *b, const char *d, const char 
     diag_init(&dg, name);
     json_t *trace = NULL;
     int v = check_pair(&o, &trace, &dg);
-    json_t *segs = trace ? json_object_get(json_object_get(trace, "summary"), "segments") : NULL;
-    dprintf(fd, "%d %lld\n", v, (long long)(segs ? json_integer_value(segs) : 0));
+    json_t *sum = trace ? json_object_get(trace, "summary") : NULL;
+    json_t *segs = json_object_get(sum, "segments"), *memo = json_object_get(sum, "memo_hits");
+    dprintf(fd, "%d %lld %lld\n", v, (long long)(segs ? json_integer_value(segs) : 0), (long long)(memo ? json_integer_value(memo) : 0));
     return 0;
 }
 
 typedef struct {
     double wall, cpu, peak;
     int verdict;
-    long long segs;
+    long long segs, memo;
 } run_result;
 
-/* Best of `repeat` child runs (minimum wall, minimum CPU, maximum peak). */
+/* `repeat` more child runs into *out (minimum wall, minimum CPU, maximum
+ * peak). Returns -1 on error. */
 static int bench_pair(const char *name, const char *b, const char *d, const char *r, int repeat, run_result *out) {
-    *out = (run_result){.wall = 1e300, .cpu = 1e300, .verdict = VERDICT_ERROR};
     for (int k = 0; k < repeat; k++) {
         int pipefd[2];
         if (pipe(pipefd) != 0) return -1;
@@ -67,10 +70,11 @@ static int bench_pair(const char *name, const char *b, const char *d, const char
         double cpu = (double)ru.ru_utime.tv_sec * 1e3 + ru.ru_utime.tv_usec / 1e3 + (double)ru.ru_stime.tv_sec * 1e3 +
                      ru.ru_stime.tv_usec / 1e3;
         int v = VERDICT_ERROR;
-        long long segs = 0;
-        if (got > 0) sscanf(buf, "%d %lld", &v, &segs);
+        long long segs = 0, memo = 0;
+        if (got > 0) sscanf(buf, "%d %lld %lld", &v, &segs, &memo);
         out->verdict = v;
         out->segs = segs;
+        out->memo = memo;
         if (wall < out->wall) out->wall = wall;
         if (cpu < out->cpu) out->cpu = cpu;
         if (ru.ru_maxrss / 1024.0 > out->peak) out->peak = ru.ru_maxrss / 1024.0;
@@ -106,12 +110,13 @@ int main(int argc, char **argv) {
     sb_printf(&md,
               "# Checker benchmark (make bench)\n\nFull-size and scaling sample pairs (every pair not named tiny*), "
               "one process per run, best of %d runs (BENCH_REPEAT), on this machine.\n\n"
-              "| pair | verdict | segments | wall ms | CPU ms | peak MiB |\n|---|---|---:|---:|---:|---:|\n",
+              "| pair | verdict | segments | memo hits | wall ms | CPU ms | peak MiB |\n|---|---|---:|---:|---:|---:|---:|\n",
               repeat);
     sb_puts(&js, "[\n");
     json_t *pairs = json_object_get(m, "pairs");
     int first = 1;
     const char *names[MAX_PAIRS];
+    static char files[MAX_PAIRS][3][1024];
     run_result res[MAX_PAIRS];
     size_t nres = 0;
     for (size_t i = 0; i < json_array_size(pairs); i++) {
@@ -127,22 +132,25 @@ int main(int argc, char **argv) {
         snprintf(d, sizeof d, "samples/%s", df);
         if (strcmp(rv, "auto") == 0) snprintf(r, sizeof r, "auto");
         else snprintf(r, sizeof r, "samples/%s", rv);
-        run_result rr;
+        run_result rr = {.wall = 1e300, .cpu = 1e300, .verdict = VERDICT_ERROR};
         if (bench_pair(name, b, d, r, repeat, &rr) != 0) return 3;
         if (nres < MAX_PAIRS) {
+            snprintf(files[nres][0], sizeof files[nres][0], "%s", b);
+            snprintf(files[nres][1], sizeof files[nres][1], "%s", d);
+            snprintf(files[nres][2], sizeof files[nres][2], "%s", r);
             names[nres] = name;
             res[nres++] = rr;
         }
-        sb_printf(&md, "| %s | %s | %lld | %.0f | %.0f | %.0f |\n", name, verdict_name(rr.verdict), rr.segs, rr.wall, rr.cpu,
+        sb_printf(&md, "| %s | %s | %lld | %lld | %.0f | %.0f | %.0f |\n", name, verdict_name(rr.verdict), rr.segs, rr.memo, rr.wall, rr.cpu,
                   rr.peak);
-        sb_printf(&js, "%s {\"pair\": \"%s\", \"verdict\": \"%s\", \"segments\": %lld, \"wall_ms\": %.1f, \"cpu_ms\": %.1f, \"peak_mib\": %.1f}",
-                  first ? "" : ",\n", name, verdict_name(rr.verdict), rr.segs, rr.wall, rr.cpu, rr.peak);
+        sb_printf(&js, "%s {\"pair\": \"%s\", \"verdict\": \"%s\", \"segments\": %lld, \"memo_hits\": %lld, \"wall_ms\": %.1f, \"cpu_ms\": %.1f, \"peak_mib\": %.1f}",
+                  first ? "" : ",\n", name, verdict_name(rr.verdict), rr.segs, rr.memo, rr.wall, rr.cpu, rr.peak);
         first = 0;
-        printf("%-45s %-10s %4lld segments %8.0f ms wall %8.0f ms cpu %6.0f MiB\n", name, verdict_name(rr.verdict), rr.segs, rr.wall,
-               rr.cpu, rr.peak);
+        printf("%-45s %-10s %4lld segments %4lld memo %8.0f ms wall %8.0f ms cpu %6.0f MiB\n", name, verdict_name(rr.verdict), rr.segs, rr.memo,
+               rr.wall, rr.cpu, rr.peak);
         fflush(stdout);
     }
-    sb_puts(&md, "\nMemoisation of identical layers is not built yet: the time is the sum over all layers. "
+    sb_puts(&md, "\nMemo hits: segments (layers) taken from an equal layer already related instead of being lifted. "
                  "Verdicts are the checker's current state (see README.md, Status).\n");
     /* Device-count scaling groups, in manifest order of their first member. */
     bool done[MAX_PAIRS] = {false};
@@ -171,10 +179,18 @@ int main(int argc, char **argv) {
                 idx[c] = idx[c - 1];
                 idx[c - 1] = t;
             }
+        const char *rounds_env = getenv("BENCH_ROUNDS");
+        int rounds = rounds_env && atoi(rounds_env) >= 0 ? atoi(rounds_env) : 20;
+        for (int rd = 0; rd < rounds; rd++)
+            for (size_t a = 0; a < cnt; a++) {
+                size_t j = idx[a];
+                if (bench_pair(names[j], files[j][0], files[j][1], files[j][2], 1, &res[j]) != 0) return 3;
+            }
         if (!header) {
-            sb_puts(&md, "\n## Device-count scaling\n\nThe same program at each tensor-parallel degree N (pairs PREFIX.tpN); "
-                         "ratio = slowest / fastest over N. Target for llama-scale.megatron_tp (tp2 ... tp64): within 1.5.\n\n"
-                         "| family | wall ms by N | CPU ms by N | verdicts | wall max/min | CPU max/min |\n|---|---|---|---|---:|---:|\n");
+            sb_printf(&md, "\n## Device-count scaling\n\nThe same program at each tensor-parallel degree N (pairs PREFIX.tpN), best of its runs above and of "
+                         "%d more rounds (BENCH_ROUNDS) that run every N in turn; ratio = slowest / fastest over N. Target for llama-scale.megatron_tp (tp2 ... tp64): within 1.5.\n\n"
+                         "| family | wall ms by N | CPU ms by N | verdicts | wall max/min | CPU max/min |\n|---|---|---|---|---:|---:|\n",
+                      rounds);
             header = true;
         }
         strbuf wl, cl, vl;
