@@ -278,19 +278,17 @@ static void unverified_wording(void) {
     json_decref(trace);
 }
 
-static void mutations(void) {
-    const char *base = "samples/tiny-moe/tiny-moe-router-step.baseline.hlo";
-    const char *dist = "samples/tiny-moe/tiny-moe.router_grad_sp.tp4.dist.hlo";
-    const char *rel = "samples/tiny-moe/tiny-moe.router_grad_sp.tp4.relations.json";
+typedef struct mutation {
+    const char *what, *from, *to;
+} mutation;
+
+/* Each mutation of a correct pair's distributed program (one text
+ * replacement) must not be verified; checked with witnesses. */
+static void mutate(const char *base, const char *dist, const char *rel, const mutation *muts, size_t nmuts) {
     size_t n;
     char *src = t_read(dist, &n);
     if (!src) return;
-    static const struct { const char *what, *from, *to; } muts[] = {
-        {"smaller replica groups", "replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}"},
-        {"reduction max instead of sum", "to_apply=%region_8.9", "to_apply=%region_8.9.max"},
-        {"all-reduce deleted", "all-reduce(%transpose.8), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%region_8.9", "copy(%transpose.8)"},
-    };
-    for (size_t k = 0; k < ARRAY_LEN(muts); k++) {
+    for (size_t k = 0; k < nmuts; k++) {
         t_case("check mutation: %s", muts[k].what);
         char *hit = strstr(src, muts[k].from);
         if (!CHECK_MSG(hit != NULL, "pattern not in %s", dist)) continue;
@@ -314,6 +312,27 @@ static void mutations(void) {
         json_decref(trace);
     }
     free(src);
+}
+
+static void mutations(void) {
+    static const mutation router[] = {
+        {"smaller replica groups", "replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}"},
+        {"reduction max instead of sum", "to_apply=%region_8.9", "to_apply=%region_8.9.max"},
+        {"all-reduce deleted", "all-reduce(%transpose.8), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%region_8.9", "copy(%transpose.8)"},
+    };
+    mutate("samples/tiny-moe/tiny-moe-router-step.baseline.hlo", "samples/tiny-moe/tiny-moe.router_grad_sp.tp4.dist.hlo",
+           "samples/tiny-moe/tiny-moe.router_grad_sp.tp4.relations.json", router, ARRAY_LEN(router));
+    /* Scanned layers: induction must notice a loop that runs a different
+     * number of times, steps through the layers differently, or carries a
+     * value into the wrong slot. */
+    static const mutation scan[] = {
+        {"loop runs once instead of twice", "%constant.76.clone = s32[] constant(2)", "%constant.76.clone = s32[] constant(1)"},
+        {"loop counter steps by 2", "%constant.42.clone = s32[] constant(1)", "%constant.42.clone = s32[] constant(2)"},
+        {"loop condition <= instead of <", "compare(%get-tuple-element.67, %constant.76.clone), direction=LT",
+         "compare(%get-tuple-element.67, %constant.76.clone), direction=LE"},
+    };
+    mutate("samples/tiny-scan/tiny-scan.baseline.hlo", "samples/tiny-scan/tiny-scan.megatron_tp.tp4.dist.hlo",
+           "samples/tiny-scan/tiny-scan.megatron_tp.tp4.relations.json", scan, ARRAY_LEN(scan));
 }
 
 void suite_check(void);
