@@ -2,6 +2,8 @@
  * comment what it relates and when it refuses. */
 #include "lift.h"
 
+#include "interp.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,6 +34,8 @@ void lift_done(lift_ctx *c) {
     free(c->findings);
     free(c->digests[0]);
     free(c->digests[1]);
+    for (size_t k = 0; k < c->capkvals; k++) interp_val_free(c->kvals[k]);
+    free(c->kvals);
 }
 
 static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
@@ -190,9 +194,93 @@ static uint32_t type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank)
     return eg_type(c->g, dt, dims, rank);
 }
 
+/* ---- constant folding: values of constant-only terms (lift.h) ---- */
+
+static interp_val *kval(lift_ctx *c, eid cls) {
+    cls = eg_find(c->g, cls);
+    return cls < c->capkvals ? c->kvals[cls] : NULL;
+}
+
+/* Records v (consumed) as the values of class cls unless they are known. */
+static void kval_set(lift_ctx *c, eid cls, interp_val *v) {
+    cls = eg_find(c->g, cls);
+    if (cls >= c->capkvals) {
+        size_t cap = c->capkvals ? c->capkvals : 1024;
+        while (cap <= cls) cap *= 2;
+        c->kvals = xrealloc(c->kvals, cap * sizeof *c->kvals);
+        memset(c->kvals + c->capkvals, 0, (cap - c->capkvals) * sizeof *c->kvals);
+        c->capkvals = cap;
+    }
+    if (c->kvals[cls]) interp_val_free(v);
+    else c->kvals[cls] = v;
+}
+
+/* The constant term holding v's values: the same e-node as a constant
+ * instruction with those values (literal digest). Consumes v. */
+static eid const_term(lift_ctx *c, interp_val *v, uint8_t origin) {
+    hlo_literal lit = {.dtype = v->dtype, .count = v->n, .f = v->f, .i = v->i};
+    int64_t words[3] = {A_LITERAL, 1, (int64_t)literal_digest(&lit)};
+    eid cls = eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), type_of(c, v->dtype, v->dims, v->rank), NULL, 0, origin);
+    kval_set(c, cls, v);
+    return cls;
+}
+
+/* Whether a term of this many elements (global dims) is folded. */
+static bool fold_size_ok(const int64_t *dims, uint32_t rank) {
+    int64_t n = 1;
+    for (uint32_t d = 0; d < rank; d++)
+        if (!mul_ok(n, dims[d], &n) || n > LIFT_FOLD_MAX) return false;
+    return rank <= VIEW_MAX_RANK;
+}
+
+/* The values of op `in` (attributes as in the term, result dims `dims`) over
+ * children with known values; NULL when some are unknown or the interpreter
+ * does not evaluate the op on its own. */
+static interp_val *fold_values(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n,
+                               const int64_t *dims) {
+    interp_val *ops[8];
+    if (n > ARRAY_LEN(ops) || in->op == OP_IOTA || in->shape.dtype == DT_TUPLE || !fold_size_ok(dims, in->shape.rank))
+        return NULL;
+    for (uint32_t k = 0; k < n; k++)
+        if (!(ops[k] = kval(c, ch[k]))) return NULL;
+    hlo_instr g = *in;
+    g.shape.dims = (int64_t *)dims;
+    g.shape.dynamic = NULL;
+    return interp_eval_instr(m, &g, ops, NULL);
+}
+
+/* Broadcast values of x (dims bd of the result) into result dims `dims`. */
+static interp_val *broadcast_values(const interp_val *x, const int64_t *bd, uint32_t nb, const int64_t *dims, uint32_t rank) {
+    if (!fold_size_ok(dims, rank) || nb != x->rank) return NULL;
+    interp_val *r = interp_val_new(x->dtype, rank, dims);
+    if (!r) return NULL;
+    int64_t idx[VIEW_MAX_RANK] = {0};
+    for (int64_t k = 0; k < r->n; k++) {
+        int64_t src = 0;
+        for (uint32_t j = 0; j < nb; j++) src = src * x->dims[j] + (x->dims[j] == 1 ? 0 : idx[bd[j]]);
+        if (r->f) r->f[k] = x->f[src];
+        else r->i[k] = x->i[src];
+        for (int d = (int)rank - 1; d >= 0 && ++idx[d] == dims[d]; d--) idx[d] = 0;
+    }
+    return r;
+}
+
 /* reshape(x) to type t, canonical on both sides: reshape∘reshape is one
- * reshape and a reshape to x's own shape is x (both exact for row-major data). */
+ * reshape and a reshape to x's own shape is x (both exact for row-major data).
+ * A reshape of known values is the constant of those values. */
 static eid mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
+    const interp_val *xv = kval(c, x);
+    if (xv && eg_class_type(c->g, x) != t && eg_type_dtype(c->g, t) == xv->dtype) {
+        uint32_t rank;
+        const int64_t *dims = eg_type_dims(c->g, t, &rank);
+        interp_val *r = fold_size_ok(dims, rank) ? interp_val_new(xv->dtype, rank, dims) : NULL;
+        if (r && r->n == xv->n) {
+            if (r->f) memcpy(r->f, xv->f, (size_t)r->n * sizeof *r->f);
+            else memcpy(r->i, xv->i, (size_t)r->n * sizeof *r->i);
+            return const_term(c, r, origin);
+        }
+        interp_val_free(r);
+    }
     for (;;) {
         eid n = eg_class_first(c->g, x);
         if (n == EID_NONE || eg_node_op(c->g, n) != OP_RESHAPE) break;
@@ -215,8 +303,16 @@ static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid
         for (uint32_t k = 0; k < nd && ident; k++) ident = bd[k] == k;
         if (ident) return eg_find(c->g, ch[0]);
     }
+    interp_val *fv = n ? fold_values(c, m, in, ch, n, dims) : NULL;
+    if (fv && in->op != OP_BROADCAST) return const_term(c, fv, origin);
     uint32_t attr = encode_attrs(c, m, in);
-    return eg_add(c->g, in->op, attr, t, ch, n, origin);
+    eid cls = eg_add(c->g, in->op, attr, t, ch, n, origin);
+    if (in->op == OP_CONSTANT && n == 0 && !kval(c, cls) && fold_size_ok(dims, in->shape.rank))
+        fv = interp_eval_instr(m, in, NULL, NULL);
+    /* A broadcast keeps its structure (the splat form both sides share); its
+     * values are known all the same. */
+    if (fv) kval_set(c, cls, fv);
+    return cls;
 }
 
 static eid fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
@@ -485,6 +581,12 @@ static bool dev_uniform(const lift_ctx *c, const lval *v) {
 
 static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
     /* Same e-node as a baseline constant with these values (literal digest). */
+    interp_val *x = interp_val_new(in->shape.dtype, in->shape.rank, in->shape.dims);
+    if (x && x->n == v->count) {
+        for (uint32_t k = 0; k < v->count; k++) interp_val_set(x, k, v->dev[k]);
+        return const_term(c, x, c->origin);
+    }
+    interp_val_free(x);
     hlo_literal lit = {.dtype = in->shape.dtype, .count = v->count};
     double *f = NULL;
     int64_t *iv = NULL;
@@ -579,7 +681,11 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
         nw += nn;
     }
     uint32_t t = type_of(c, b->shape.dtype, dims, b->shape.rank);
-    s->ops[o] = term(eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, &operand, 1, c->origin), v, x->assumed);
+    eid bc = eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, &operand, 1, c->origin);
+    const interp_val *xv = kval(c, operand);
+    interp_val *bv = xv && !kval(c, bc) ? broadcast_values(xv, newdims, nn, dims, b->shape.rank) : NULL;
+    if (bv) kval_set(c, bc, bv);
+    s->ops[o] = term(bc, v, x->assumed);
     s->ops[o].konst = x->konst;
     return true;
 }
@@ -739,10 +845,32 @@ static lval lift_transpose(lstate *s) {
     return term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
 }
 
+/* Whether reshape(x) to in's local shape under view v (global dims) is a term
+ * the baseline already has: of two true readings of a reshape, the one the
+ * baseline computes is the useful one. Mirrors mk_reshape without adding. */
+static bool reshape_meets_baseline(lift_ctx *c, eid x, const hlo_instr *in, const view *v) {
+    int64_t dims[VIEW_MAX_RANK];
+    global_dims(c, v, &in->shape, dims);
+    uint32_t t = type_of(c, in->shape.dtype, dims, in->shape.rank);
+    if (kval(c, x)) return false;
+    for (;;) {
+        eid n = eg_class_first(c->g, x);
+        if (n == EID_NONE || eg_node_op(c->g, n) != OP_RESHAPE) break;
+        uint32_t k;
+        x = eg_node_children(c->g, n, &k)[0];
+    }
+    eid r = eg_class_type(c->g, x) == t ? eg_find(c->g, x) : eg_lookup(c->g, OP_RESHAPE, 0, t, &x, 1);
+    return r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE);
+}
+
 /* reshape: groups of local dims with equal products map onto each other; a
- * sharded input dimension must be the major dimension of its group, and then
- * the major output dimension of the group carries the sharding (block sharding
- * of a product splits its major factor). Anything else needs a layout view. */
+ * sharded input dimension must be the major dimension of its group (unit dims
+ * before it aside), and then the major output dimension of the group carries
+ * the sharding (block sharding of a product splits its major factor). When
+ * that is a unit dim followed by others, the first non-unit one may carry it
+ * instead: both readings are true, and the one whose term the baseline
+ * already has is taken (the unit dim by default). Anything else needs a
+ * layout view. */
 static lval lift_reshape(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -754,7 +882,10 @@ static lval lift_reshape(lstate *s) {
     view v = view_dup(rb);
     v.partial = x->v.partial;
     v.red = x->v.red;
-    bool amb = x->ambiguous;
+    /* vb: the other reading, where a sharding that lands on a unit major dim
+     * goes to the first non-unit dim of its group instead. */
+    view vb = v;
+    bool amb = x->ambiguous, two = false;
     uint32_t i = 0, j = 0;
     while (i < ra || j < rb) {
         /* One group: [i, i2) of a and [j, j2) of b with equal products. */
@@ -774,9 +905,17 @@ static lval lift_reshape(lstate *s) {
              * the major dim of the output group (unit dims included: locally
              * [.., 8] → [.., 1, 8] is heads 4 × 8 → 4 heads sharded). */
             uint32_t major = i, out = j;
+            /* Unit dims before it in the group do not move the blocks. */
+            while (major < k && a[major] == 1) major++;
             /* A unit major dim with more dims after it in the group could take
              * only part of the sharding: one reading among several. */
-            if (out < j2 && b[out] == 1 && out + 1 < j2) amb = true;
+            uint32_t outb = out;
+            if (out < j2 && b[out] == 1 && out + 1 < j2) {
+                amb = true;
+                while (outb < j2 && b[outb] == 1) outb++;
+                if (outb < j2) two = true;
+                else outb = out;
+            }
             if (k != major || out == j2) {
                 unsupported(c, s->comp, in, "reshape %s moves a sharded dimension inside a merged group (needs a layout view)",
                             in->name);
@@ -784,12 +923,14 @@ static lval lift_reshape(lstate *s) {
                 return assume(c, in, pv);
             }
             v.dims[out] = x->v.dims[k];
+            vb.dims[outb] = x->v.dims[k];
         }
         i = i2;
         j = j2;
         if (i2 == i && j2 == j && i >= ra && j >= rb) break;
     }
     int64_t dims[VIEW_MAX_RANK];
+    if (two && !reshape_meets_baseline(c, x->cls, in, &v) && reshape_meets_baseline(c, x->cls, in, &vb)) v = vb;
     global_dims(c, &v, &in->shape, dims);
     lval r = term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
     r.ambiguous = amb;

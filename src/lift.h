@@ -25,6 +25,15 @@
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
  * `call`s are inlined, copies and sharding custom-calls are identities.
  *
+ * Constant folding: a term whose operands all have known values (literals,
+ * uniform device values, and what is computed from them) is evaluated with the
+ * interpreter (interp_eval_instr) and replaced by the literal of its values, on
+ * both sides alike, so a baseline that XLA folded (RoPE tables of a decode step)
+ * meets a distributed program that computes the same values. Broadcasts keep
+ * their structure (their values are still known), iota is never folded (its
+ * sharded pieces are related structurally, iota_block), and results above
+ * LIFT_FOLD_MAX elements are left as terms.
+ *
  * Transfer functions that meet an inconsistency report a finding (kind,
  * instruction, words) through the callback context and continue with an
  * LV_UNKNOWN or assumed value, so one run reports the first divergence and
@@ -37,6 +46,8 @@
 #include "pwidx.h"
 #include "graph.h"
 #include "view.h"
+
+#define LIFT_FOLD_MAX 65536
 
 enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT };
 
@@ -139,6 +150,10 @@ typedef struct lift_ctx {
     uint32_t built;                       /* baseline instructions built (flattened positions) */
     double acct_t;                        /* per-segment accounting: last instruction's start */
     uint32_t acct_nodes;
+    /* Constant folding: the values of e-classes whose term is computed from
+     * constants only (indexed by class id; NULL: not known). Owned. */
+    struct interp_val **kvals;
+    size_t capkvals;
 } lift_ctx;
 
 void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const hlo_module *dist, const mesh *m);

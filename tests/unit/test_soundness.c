@@ -9,7 +9,9 @@
  * applied to partial sums before their all-reduce (linear ones are correct),
  * dynamic-slice of a duplicated tensor at partition-id·chunk, reduce-scatter
  * of a partial dot, all-to-all resharding (+ reshape/transpose), and slice /
- * concatenate of sharded tensors. Each kind has a correct variant and buggy
+ * concatenate of sharded tensors, a table the baseline holds folded into a
+ * constant and the distributed side computes from constants, and reshapes
+ * that insert a unit dim before a sharded one. Each kind has a correct variant and buggy
  * ones (missing/spurious all-reduce, wrong reducer, wrong replica groups,
  * wrong gather dim, wrong output view, operands sharded over different mesh
  * axes, a non-linear op on partial sums, a wrong slice multiplier or axis, a
@@ -25,6 +27,7 @@
  * Completeness (every correct pair verified) is not asserted; the summary line
  * counts it. A failing instance's files stay in the temp dir it names (every
  * instance's with SCALIFY_SOUNDNESS_KEEP set). */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +42,7 @@
 
 void suite_soundness(void);
 
-#define SND_INSTANCES 432
+#define SND_INSTANCES 504
 
 /* splitmix64: one stream per instance, so a case name reproduces its pair. */
 typedef struct snd_rng {
@@ -730,9 +733,101 @@ static void gen_slice_concat(snd_rng *r, const smesh *m, inst *t) {
     rel_write(t, m, iv, concat ? 2 : 1, xv);
 }
 
-static void (*const gens[])(snd_rng *, const smesh *, inst *) = {gen_eltwise,   gen_dot_k,    gen_dot_n,   gen_reduce,
-                                                               gen_gather,    gen_transpose, gen_partial, gen_partial2,
-                                                               gen_dslice,    gen_rscatter, gen_a2a,     gen_slice_concat};
+/* x[a,b] (sharded on dim 0 or dup) times a table t[b] broadcast along dim 0.
+ * The baseline holds t as a folded constant f32[1,b] (reshaped); the
+ * distributed side computes it from constants: concatenate(op(c·K), op(c·K))
+ * with op cosine or negate. Bugs: another K, sine for cosine (the values
+ * differ; constant folding must not make them meet). */
+static void gen_fold(snd_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), n = m->sizes[ax];
+    bool sharded = rint_in(r, 0, 2) > 0, cosine = rint_in(r, 0, 1);
+    int xa[2] = {sharded ? ax : -1, -1};
+    int g[2] = {sharded ? n * rint_in(r, 1, 8 / n) : rint_in(r, 2, 8), 2 * rint_in(r, 1, 4)}, l[2];
+    local_dims(m, g, xa, 2, l);
+    int h = g[1] / 2, K = rint_in(r, 1, 8);
+    double c[4];
+    for (int k = 0; k < h; k++) c[k] = rint_in(r, 1, 64) / 64.0;
+    int variant = rint_in(r, 0, cosine ? 2 : 1);  /* 0 ok, 1 other K, 2 sine for cosine */
+    set_case(t, variant == 0, "fold-%s-%s", cosine ? "cos" : "neg", variant == 0 ? "ok" : variant == 1 ? "bug-k" : "bug-sine");
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = open_side(t, side, m, g, l, 2, false);
+        const int *dims = side ? l : g;
+        if (!side) {
+            /* The folded table, as XLA prints it: f32 values, 9 digits. */
+            int kb = variant == 1 ? K + 1 : K;
+            sb_printf(b, "  %%t = f32[1,%d] constant({ {", g[1]);
+            for (int k = 0; k < g[1]; k++) {
+                double v = c[k % h] * kb;
+                v = cosine ? (double)(float)cos(v) : -v;
+                sb_printf(b, "%s%.9g", k ? ", " : "", v);
+            }
+            sb_printf(b, "} })\n  %%tr = f32[%d] reshape(%%t)\n", g[1]);
+        } else {
+            sb_printf(b, "  %%c = f32[%d] constant({", h);
+            for (int k = 0; k < h; k++) sb_printf(b, "%s%.9g", k ? ", " : "", c[k]);
+            sb_printf(b, "})\n  %%k = f32[] constant(%d)\n  %%kb = f32[%d] broadcast(%%k), dimensions={}\n", K, h);
+            sb_printf(b, "  %%m = f32[%d] multiply(%%c, %%kb)\n", h);
+            sb_printf(b, "  %%f = f32[%d] %s(%%m)\n", h, !cosine ? "negate" : variant == 2 ? "sine" : "cosine");
+            sb_printf(b, "  %%tr = f32[%d] concatenate(%%f, %%f), dimensions={0}\n", g[1]);
+        }
+        sb_puts(b, "  %tb = ");
+        shp(b, dims, 2);
+        sb_puts(b, " broadcast(%tr), dimensions={1}\n  ROOT %o = ");
+        shp(b, dims, 2);
+        sb_puts(b, " multiply(%x, %tb)\n}\n");
+    }
+    rel_unary(t, m, xa, 2, xa, 2);
+}
+
+/* x, y[a,b] sharded on dim sd over ax; both reshaped with a unit dim inserted
+ * just before sd ([a,1,b] or [1,a,b]: the sharding may belong to the unit
+ * dim or to the next one, two true readings), subtracted, and either kept
+ * (output shard(sd+1)) or reshaped back (shard(sd)). Bug: the operands
+ * swapped. */
+static void gen_unit_reshape(snd_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1), n = m->sizes[ax];
+    int xa[2] = {-1, -1};
+    xa[sd] = ax;
+    int g[2], l[2];
+    g[sd] = n * rint_in(r, 2, 8 / n);  /* blocks of >= 2: with 1 the local grouping is another one */
+    g[1 - sd] = rint_in(r, 2, 6);
+    local_dims(m, g, xa, 2, l);
+    bool keep3 = rint_in(r, 0, 1);
+    int variant = rint_in(r, 0, 1);  /* 0 ok, 1 operands swapped */
+    set_case(t, variant == 0, "unit-reshape-d%d-%s-%s", sd, keep3 ? "kept" : "back", variant == 0 ? "ok" : "bug-swapped");
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = open_side(t, side, m, g, l, 2, true);
+        const int *dims = side ? l : g;
+        int d3[3], k3 = 0;
+        for (int d = 0; d < 2; d++) {
+            if (d == sd) d3[k3++] = 1;
+            d3[k3++] = dims[d];
+        }
+        const char *nm[2] = {"x", "y"};
+        for (int k = 0; k < 2; k++) {
+            sb_printf(b, "  %%%sr = ", nm[k]);
+            shp(b, d3, 3);
+            sb_printf(b, " reshape(%%%s)\n", nm[k]);
+        }
+        sb_puts(b, "  %s = ");
+        shp(b, d3, 3);
+        sb_puts(b, side && variant == 1 ? " subtract(%yr, %xr)\n" : " subtract(%xr, %yr)\n");
+        sb_puts(b, "  ROOT %o = ");
+        shp(b, keep3 ? d3 : dims, keep3 ? 3 : 2);
+        sb_puts(b, keep3 ? " copy(%s)\n}\n" : " reshape(%s)\n}\n");
+    }
+    int oa[3] = {-1, -1, -1};
+    oa[sd + 1] = ax;
+    char xv[64], ov[64];
+    view_str(xv, sizeof xv, m, xa, 2);
+    view_str(ov, sizeof ov, m, keep3 ? oa : xa, keep3 ? 3 : 2);
+    const char *iv[2] = {xv, xv};
+    rel_write(t, m, iv, 2, ov);
+}
+
+static void (*const gens[])(snd_rng *, const smesh *, inst *) = {
+    gen_eltwise,  gen_dot_k,  gen_dot_n,    gen_reduce, gen_gather,       gen_transpose, gen_partial,
+    gen_partial2, gen_dslice, gen_rscatter, gen_a2a,    gen_slice_concat, gen_fold,      gen_unit_reshape};
 
 static bool write_file(const char *path, const strbuf *b) {
     FILE *f = fopen(path, "w");
