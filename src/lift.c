@@ -1277,6 +1277,12 @@ static lval lift_dynamic_slice(lstate *s) {
         return term(node(c, c->cur, in, ch, rank + 1, dims, c->origin), v, x->assumed);
     }
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    /* Block windows: [lo, hi) of each dim the blocks tile (the whole dim when
+     * not windowed), in global coordinates. */
+    int64_t wlo[VIEW_MAX_RANK], whi[VIEW_MAX_RANK];
+    bool windowed = false;
+    if (rank > VIEW_MAX_RANK) return unknown();
+    for (uint32_t d = 0; d < rank; d++) wlo[d] = 0, whi[d] = src->shape.dims[d] * view_dim_parts(&x->v, c->mesh, d);
     for (uint32_t d = 0; d < rank; d++) {
         const lval *o = &s->ops[1 + d];
         if (dev_uniform(c, o)) {
@@ -1290,15 +1296,12 @@ static lval lift_dynamic_slice(lstate *s) {
         int64_t base, p;
         uint32_t mask = block_offsets(c, o->dev, o->count, size, &base, &p);
         if (mask && base >= 0 && base + p * size <= src->shape.dims[d]) {
-            view pv = v;
-            pv.dims[d] = axes_dim(c, mask);
-            if (base != 0 || p * size != src->shape.dims[d]) {
-                unsupported(c, s->comp, in, "%s slices dimension %u in blocks of a window [%lld, %lld): windows are not related yet",
-                            in->name, d, (long long)base, (long long)(base + p * size));
-                return assume(c, in, pv);
-            }
+            /* Block r of the window [base, base + p·size): block r of a slice. */
+            v.dims[d] = axes_dim(c, mask);
+            wlo[d] = base;
+            whi[d] = base + p * size;
+            windowed |= base != 0 || p * size != src->shape.dims[d];
             bound = true;
-            v = pv;
         }
         if (!bound && c->mesh_inferred) {
             unsupported(c, s->comp, in, "%s slices at offsets that select no block of the mesh inferred from the shardings", in->name);
@@ -1316,6 +1319,18 @@ static lval lift_dynamic_slice(lstate *s) {
         }
     }
     if (v.partial) return unknown();
+    if (windowed) {
+        int64_t words[2 + 3 * VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
+        uint32_t nw = 0;
+        words[nw++] = A_SLICE;
+        words[nw++] = 3 * rank;
+        for (uint32_t d = 0; d < rank; d++) {
+            words[nw++] = wlo[d], words[nw++] = whi[d], words[nw++] = 1;
+            dims[d] = whi[d] - wlo[d];
+        }
+        uint32_t t = type_of(c, in->shape.dtype, dims, rank);
+        return term(eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nw), t, &x->cls, 1, c->origin), v, x->assumed);
+    }
     return term(x->cls, v, x->assumed);
 }
 
@@ -1410,8 +1425,9 @@ static int64_t domain_of(const lift_ctx *c, eid src) {
 static pw_fn *pw_alloc(lift_ctx *c) { return arena_alloc(c->a, (size_t)c->ndev * sizeof(pw_fn)); }
 
 /* Operand o as per-device functions of the source, with its positions (EID_NONE
- * for a value that is the same at every position). */
-static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos, const view **vw, eid *src) {
+ * for a value that is the same at every position). A term computed from
+ * constants only (iota positions) is a source when konst_ok. */
+static bool as_pw(lstate *s, uint32_t o, bool konst_ok, pw_fn **out, eid *pos, const view **vw, eid *src) {
     lift_ctx *c = s->c;
     const lval *x = &s->ops[o];
     *vw = NULL;  /* NULL: the same at every position, any sharding */
@@ -1436,7 +1452,7 @@ static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos, const view **vw,
         return true;
     }
     const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
-    if (x->kind == LV_TERM && !x->konst && !x->assumed && !x->v.partial &&
+    if (x->kind == LV_TERM && (!x->konst || konst_ok) && !x->assumed && !x->v.partial &&
         (dtype_is_int(xi->shape.dtype) || xi->shape.dtype == DT_PRED)) {
         /* The source itself, possibly sharded (a batch split over dp): values are
          * taken position by position, so the sharding travels along. */
@@ -1593,6 +1609,76 @@ static bool mask_sums_to_row(const lift_ctx *c, const lval *m, uint32_t axes) {
     return ok;
 }
 
+/* The non-unit dims of dims[0..rank), in order; their count. */
+static uint32_t nonunit_dims(const int64_t *dims, uint32_t rank, uint32_t *which) {
+    uint32_t n = 0;
+    for (uint32_t d = 0; d < rank; d++)
+        if (dims[d] != 1) which[n++] = d;
+    return n;
+}
+
+/* A row gather (the form pw_gather reads: rows of dim 0, offset dims `off`,
+ * output dims bdims[k] for index dim k) whose index positions `pos` are a 1-D
+ * iota broadcast along one dim and reshaped by unit dims only: position s of
+ * that dim reads row s, so the result is the first n rows of the table,
+ * broadcast — the term the baseline writes as a slice of a positional table.
+ * EID_NONE when pos is not of that form. */
+static eid gather_of_iota(lift_ctx *c, eid tab, eid pos, const int64_t *bdims, const int64_t *off, uint32_t no, int dt,
+                          const int64_t *g, uint32_t rank) {
+    uint32_t prank, srank, tr, k;
+    const int64_t *pd = eg_type_dims(c->g, eg_class_type(c->g, pos), &prank);
+    eid x = pos, n0 = eg_class_first(c->g, x);
+    if (n0 != EID_NONE && eg_node_op(c->g, n0) == OP_RESHAPE) x = eg_node_children(c->g, n0, &k)[0];
+    /* A broadcast of a 1-D iota along dim kd, or the 1-D iota itself (kd 0). */
+    eid bn = eg_class_first(c->g, x);
+    if (bn == EID_NONE || prank < 1) return EID_NONE;
+    bool bc = eg_node_op(c->g, bn) == OP_BROADCAST;
+    eid io = bc ? eg_node_children(c->g, bn, &k)[0] : x;
+    eid in0 = eg_class_first(c->g, io);
+    uint32_t nw = 3, irank;
+    static const int64_t dim0[3] = {A_DIMENSIONS, 1, 0};
+    const int64_t *w = bc ? eg_attr_words(c->g, eg_node_attr(c->g, bn), &nw) : dim0;
+    eg_type_dims(c->g, eg_class_type(c->g, io), &irank);
+    if (in0 == EID_NONE || eg_node_op(c->g, in0) != OP_IOTA || irank != 1 || nw != 3 || w[0] != A_DIMENSIONS)
+        return EID_NONE;
+    const int64_t *sd = eg_type_dims(c->g, eg_class_type(c->g, x), &srank);
+    const int64_t *td = eg_type_dims(c->g, eg_class_type(c->g, tab), &tr);
+    /* The index positions are pd without its last (index vector) dim. */
+    uint32_t su[VIEW_MAX_RANK], pu[VIEW_MAX_RANK];
+    if (srank > VIEW_MAX_RANK || prank > VIEW_MAX_RANK || tr != no + 1) return EID_NONE;
+    uint32_t ns = nonunit_dims(sd, srank, su), np = nonunit_dims(pd, prank - 1, pu);
+    int64_t kd = w[2], n = kd >= 0 && (uint32_t)kd < srank ? sd[kd] : 0;
+    if (ns != np || n < 2 || n > td[0]) return EID_NONE;
+    int q = -1;
+    for (uint32_t j = 0; j < ns; j++) {
+        if (sd[su[j]] != pd[pu[j]]) return EID_NONE;
+        if (su[j] == (uint32_t)kd) q = (int)j;
+    }
+    if (q < 0) return EID_NONE;
+    /* slice(table, [0:n] on dim 0, whole elsewhere), broadcast into the output. */
+    int64_t words[2 + 3 * VIEW_MAX_RANK], sdims[VIEW_MAX_RANK], bw[2 + VIEW_MAX_RANK];
+    uint32_t nwords = 0;
+    words[nwords++] = A_SLICE;
+    words[nwords++] = 3 * tr;
+    for (uint32_t d = 0; d < tr; d++) {
+        sdims[d] = d ? td[d] : n;
+        words[nwords++] = 0, words[nwords++] = sdims[d], words[nwords++] = 1;
+    }
+    bw[0] = A_DIMENSIONS;
+    bw[1] = tr;
+    bw[2] = bdims[pu[q]];
+    for (uint32_t j = 0; j < no; j++) {
+        bw[3 + j] = off[j];
+        if (bw[3 + j] <= bw[2 + j]) return EID_NONE;
+    }
+    eid sl = eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nwords), type_of(c, dt, sdims, tr), &tab, 1, c->origin);
+    uint32_t t = type_of(c, dt, g, rank);
+    bool ident = rank == tr && eg_class_type(c->g, sl) == t;
+    for (uint32_t d = 0; d < tr && ident; d++) ident = bw[2 + d] == d;
+    if (ident) return sl;  /* as node() does: a broadcast to the same shape, dims in order */
+    return eg_add(c->g, OP_BROADCAST, eg_attr(c->g, bw, 2 + tr), t, &sl, 1, c->origin);
+}
+
 /* gather(table, index) with the index a function of the source: the rows the
  * devices fetch, per range of index values. */
 static bool pw_gather(lstate *s, lval *out) {
@@ -1668,16 +1754,60 @@ static bool pw_gather(lstate *s, lval *out) {
     eid ch[2] = {tab->cls, idx->pos};
     int64_t g[VIEW_MAX_RANK];
     global_dims(c, &v.v, &in->shape, g);
-    v.hit = node(c, c->cur, in, ch, 2, g, c->origin);
+    v.hit = gather_of_iota(c, tab->cls, idx->pos, bdims, off, no, in->shape.dtype, g, in->shape.rank);
+    v.in_domain = v.hit != EID_NONE;  /* iota positions: rows [0, n) of the table, nothing to assume */
+    if (v.hit == EID_NONE) v.hit = node(c, c->cur, in, ch, 2, g, c->origin);
     *out = v;
     return true;
+}
+
+/* The term of the row a masked value m (or a sum of them) adds up to over the
+ * devices of each group of `axes` (mask_sums_to_row, part by part: a token
+ * plus a position embedding sums termwise); EID_NONE when some part does not.
+ * Records the domain assumptions relied on. */
+static eid mask_row_sum(lift_ctx *c, const lval *m, uint32_t axes) {
+    eid sum = EID_NONE;
+    uint32_t nparts = m->n ? m->n : 1;
+    for (uint32_t k = 0; k < nparts; k++) {
+        const lval *part = m->n ? &m->elems[k] : m;
+        if (part->kind != LV_MASK || !mask_sums_to_row(c, part, axes) || !same_sharding(&part->v, &m->v)) return EID_NONE;
+    }
+    for (uint32_t k = 0; k < nparts; k++) {
+        const lval *part = m->n ? &m->elems[k] : m;
+        if (!part->in_domain) assume_domain(c, part->src, part->domain);
+        if (sum == EID_NONE) {
+            sum = part->hit;
+        } else {
+            eid ch[2] = {sum, part->hit};
+            sum = eg_add(c->g, OP_ADD, 0, eg_class_type(c->g, part->hit), ch, 2, c->origin);
+        }
+    }
+    return sum;
+}
+
+/* A masked value met by an op that needs plain values: when, for some mesh
+ * axes, each group's devices add up to the row, it is that row partial(sum)
+ * over those axes (what an all-reduce over them completes). */
+static bool mask_as_partial(lift_ctx *c, const lval *m, lval *out) {
+    const view *mv = m->n ? &m->elems[0].v : &m->v;
+    for (uint32_t axes = 1; axes < (1u << c->mesh->naxes); axes++) {
+        if (view_axes_used(mv) & axes) continue;
+        eid sum = mask_row_sum(c, m, axes);
+        if (sum == EID_NONE) continue;
+        view v = *mv;
+        v.partial = (uint8_t)axes;
+        v.red = RED_SUM;
+        *out = term(sum, v, false);
+        return true;
+    }
+    return false;
 }
 
 /* The ops index arithmetic goes through. True when handled (*out set). */
 static bool pw_instr(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
-    bool any_pw = false, any_dev = false, any_src = false, any_mask = false;
+    bool any_pw = false, any_dev = false, any_src = false, any_mask = false, varies = false;
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
         any_pw |= x->kind == LV_PW;
@@ -1686,9 +1816,14 @@ static bool pw_instr(lstate *s, lval *out) {
          * analysed on both sides alike, so gathers resolve the same way; values
          * that do not depend on the device keep their plain term as well. */
         any_dev |= x->kind == LV_DEV;
+        varies |= x->kind == LV_DEV && !dev_uniform(c, x);
+    }
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
         /* Data only: positions computed from iota meet the baseline's slices, not
-         * its gathers, so they stay plain terms. */
-        any_src |= x->kind == LV_TERM && !x->konst;
+         * its gathers, so they stay plain terms, unless they are combined with a
+         * device-dependent value (a positional table sharded by rows). */
+        any_src |= x->kind == LV_TERM && (!x->konst || varies);
     }
     if (in->op == OP_GATHER && s->ops[1].kind == LV_PW) return pw_gather(s, out);
     if (!any_pw && !any_mask && !(any_dev && any_src)) return false;
@@ -1722,6 +1857,7 @@ static bool pw_instr(lstate *s, lval *out) {
                         return false;
                     m.hit = x->hit;
                     m.domain = x->domain;
+                    m.in_domain = x->in_domain;
                     tags[k] = x->pw;
                 } else if (x->kind == LV_TERM) {
                     tags[k] = pw_alloc(c);
@@ -1747,21 +1883,8 @@ static bool pw_instr(lstate *s, lval *out) {
                 fprintf(stderr, "lift: %s sums masks over axes %d (mask %s, %u parts)\n", in->name, axes,
                         m->n ? "sum" : "single", m->n);
             if (axes <= 0 || (view_axes_used(&m->v) & (uint32_t)axes)) return false;
-            /* A sum of masked values (token plus position embedding) sums termwise. */
-            eid sum = EID_NONE;
-            uint32_t nparts = m->n ? m->n : 1;
-            for (uint32_t k = 0; k < nparts; k++) {
-                const lval *part = m->n ? &m->elems[k] : m;
-                if (part->kind != LV_MASK || !mask_sums_to_row(c, part, (uint32_t)axes) || !same_sharding(&part->v, &m->v))
-                    return false;
-                assume_domain(c, part->src, part->domain);
-                if (sum == EID_NONE) {
-                    sum = part->hit;
-                } else {
-                    eid ch[2] = {sum, part->hit};
-                    sum = eg_add(c->g, OP_ADD, 0, eg_class_type(c->g, part->hit), ch, 2, c->origin);
-                }
-            }
+            eid sum = mask_row_sum(c, m, (uint32_t)axes);
+            if (sum == EID_NONE) return false;
             if (getenv("SCALIFY_DEBUG_LIFT")) {
                 strbuf b;
                 sb_init(&b);
@@ -1844,7 +1967,7 @@ static bool pw_instr(lstate *s, lval *out) {
     for (uint32_t o = 0; o < in->noperands; o++) {
         eid p, sr;
         const view *vw;
-        if (!as_pw(s, o, &f[o], &p, &vw, &sr) || !same_pos(&pos, p) || !same_pos(&src, sr)) return false;
+        if (!as_pw(s, o, varies, &f[o], &p, &vw, &sr) || !same_pos(&pos, p) || !same_pos(&src, sr)) return false;
         if (vw && common && !same_sharding(vw, common)) return false;
         if (vw) common = vw;
     }
@@ -2070,8 +2193,12 @@ static lval lift_instr(lstate *s) {
             sb_free(&b);
         }
         if (ops[o].kind == LV_MASK && mask_resolves(c, &ops[o])) {
-            assume_domain(c, ops[o].src, ops[o].domain);
+            if (!ops[o].in_domain) assume_domain(c, ops[o].src, ops[o].domain);
             ops[o] = term(ops[o].hit, ops[o].v, false);
+        }
+        if (ops[o].kind == LV_MASK && !c->baseline_mode && ops[o].cls == EID_NONE) {
+            lval pv;
+            if (mask_as_partial(c, &ops[o], &pv)) ops[o] = pv;
         }
         if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) {
             if (ops[o].cls != EID_NONE) {

@@ -90,6 +90,7 @@ typedef struct lval {
     eid src;                      /* LV_PW / LV_MASK: the source term itself (before shaping) */
     lift_layout *lay;             /* LV_LAYOUT */
     int64_t domain;               /* LV_MASK: valid index values [0, domain) */
+    bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
 } lval;
 
 typedef struct lift_finding {

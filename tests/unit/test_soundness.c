@@ -11,7 +11,8 @@
  * of a partial dot, all-to-all resharding (+ reshape/transpose), and slice /
  * concatenate of sharded tensors, a table the baseline holds folded into a
  * constant and the distributed side computes from constants, and reshapes
- * that insert a unit dim before a sharded one. Each kind has a correct variant and buggy
+ * that insert a unit dim before a sharded one, and a positional table
+ * sharded by rows read at iota positions. Each kind has a correct variant and buggy
  * ones (missing/spurious all-reduce, wrong reducer, wrong replica groups,
  * wrong gather dim, wrong output view, operands sharded over different mesh
  * axes, a non-linear op on partial sums, a wrong slice multiplier or axis, a
@@ -42,7 +43,7 @@
 
 void suite_soundness(void);
 
-#define SND_INSTANCES 504
+#define SND_INSTANCES 540
 
 /* splitmix64: one stream per instance, so a case name reproduces its pair. */
 typedef struct snd_rng {
@@ -591,8 +592,11 @@ static void axis_coord(strbuf *b, const smesh *m, int ax) {
 }
 
 /* A duplicated x sliced per device by dynamic-slice at offset coord(ax)·chunk
- * on dim sd (0 on the other): the shard(sd, ax) view of x. Bugs: multiplier
- * chunk/2, the coordinate of the other axis (2-D mesh). */
+ * on dim sd (0 on the other): the shard(sd, ax) view of x; or, windowed, at
+ * base + coord(ax)·chunk in an x with extra rows/columns around the blocks:
+ * the shard(sd, ax) view of the baseline's slice of that window (a fused
+ * weight split per device). Bugs: multiplier chunk/2, the coordinate of the
+ * other axis (2-D mesh), the window shifted by one. */
 static void gen_dslice(snd_rng *r, const smesh *m, inst *t) {
     int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1);
     int xa[2] = {-1, -1}, oa[2] = {-1, -1};
@@ -600,18 +604,25 @@ static void gen_dslice(snd_rng *r, const smesh *m, inst *t) {
     int g[2], l[2];
     for (int d = 0; d < 2; d++) g[d] = dim_for(r, oa[d] >= 0 ? m->sizes[ax] : 1);
     local_dims(m, g, oa, 2, l);
-    int variant = rint_in(r, 0, m->naxes == 2 ? 2 : 1);  /* 0 ok, 1 half multiplier, 2 other axis */
-    set_case(t, variant == 0, "dslice-%s", variant == 0 ? "ok" : variant == 1 ? "bug-multiplier" : "bug-axis");
+    int variant = rint_in(r, 0, m->naxes == 2 ? 4 : 3);  /* 0 ok, 1 half multiplier, 2 window ok, 3 window shifted, 4 other axis */
+    static const char *vn[] = {"ok", "bug-multiplier", "window-ok", "window-bug-shift", "bug-axis"};
+    set_case(t, variant == 0 || variant == 2, "dslice-%s", vn[variant]);
+    bool window = variant == 2 || variant == 3;
+    int base = window ? rint_in(r, 1, 3) : 0, xg[2] = {g[0], g[1]};
+    if (window) xg[sd] += base + rint_in(r, 0, 2);
     for (int side = 0; side < 2; side++) {
-        strbuf *b = open_side(t, side, m, g, g, 2, false);
+        strbuf *b = open_side(t, side, m, xg, xg, 2, false);
         if (side) {
-            axis_coord(b, m, variant == 2 ? 1 - ax : ax);
-            sb_printf(b, "  %%c = s32[] constant(%d)\n  %%off = s32[] multiply(%%coord, %%c)\n  %%z = s32[] constant(0)\n",
+            axis_coord(b, m, variant == 4 ? 1 - ax : ax);
+            sb_printf(b, "  %%c = s32[] constant(%d)\n  %%off0 = s32[] multiply(%%coord, %%c)\n  %%z = s32[] constant(0)\n",
                       variant == 1 ? l[sd] / 2 : l[sd]);
+            sb_printf(b, "  %%base = s32[] constant(%d)\n  %%off = s32[] add(%%off0, %%base)\n", variant == 3 ? base + 1 : base);
         }
         sb_puts(b, "  ROOT %o = ");
         shp(b, side ? l : g, 2);
         if (side) sb_printf(b, " dynamic-slice(%%x, %s, %s), dynamic_slice_sizes={%d,%d}\n}\n", sd ? "%z" : "%off", sd ? "%off" : "%z", l[0], l[1]);
+        else if (window) sb_printf(b, " slice(%%x), slice={[%d:%d], [%d:%d]}\n}\n", sd ? 0 : base, sd ? g[0] : base + g[0],
+                                   sd ? base : 0, sd ? base + g[1] : g[1]);
         else sb_puts(b, " copy(%x)\n}\n");
     }
     rel_unary(t, m, xa, 2, oa, 2);
@@ -825,9 +836,59 @@ static void gen_unit_reshape(snd_rng *r, const smesh *m, inst *t) {
     rel_write(t, m, iv, 2, ov);
 }
 
+/* A positional table p[R,H] sharded by rows over ax (k rows per device) read
+ * at positions iota[S] (S <= R) the vocab-parallel way: index iota - coord·k,
+ * in range on one device, gathered there and zero elsewhere, all-reduced,
+ * added to x. The baseline slices p[0:S] (p is %tab in the text). Bugs: no all-reduce, the offset
+ * shifted by one, the all-reduce over the other axis (2-D mesh). */
+static void gen_posemb(snd_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), n = m->sizes[ax], k = rint_in(r, 2, 3), R = n * k;
+    int S = rint_in(r, 2, R), H = rint_in(r, 2, 4);
+    int variant = rint_in(r, 0, m->naxes == 2 ? 3 : 2);  /* 0 ok, 1 no all-reduce, 2 offset + 1, 3 other axis */
+    static const char *vn[] = {"ok", "bug-no-allreduce", "bug-offset", "bug-axis"};
+    set_case(t, variant == 0, "posemb-%s", vn[variant]);
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        header(b, side ? "dist" : "base", side ? m->ndev : 1);
+        sb_printf(b, "  %%x = f32[%d,%d] parameter(0)\n  %%tab = f32[%d,%d] parameter(1)\n", S, H, side ? k : R, H);
+        if (!side) {
+            sb_printf(b, "  %%ps = f32[%d,%d] slice(%%tab), slice={[0:%d], [0:%d]}\n", S, H, S, H);
+            sb_printf(b, "  ROOT %%o = f32[%d,%d] add(%%x, %%ps)\n}\n", S, H);
+            continue;
+        }
+        axis_coord(b, m, ax);
+        sb_printf(b, "  %%k = s32[] constant(%d)\n  %%off0 = s32[] multiply(%%coord, %%k)\n", k);
+        sb_printf(b, "  %%one = s32[] constant(%d)\n  %%off = s32[] add(%%off0, %%one)\n", variant == 2 ? 1 : 0);
+        sb_printf(b, "  %%io = s32[%d] iota(), iota_dimension=0\n  %%offb = s32[%d] broadcast(%%off), dimensions={}\n", S, S);
+        sb_printf(b, "  %%idx = s32[%d] subtract(%%io, %%offb)\n  %%z = s32[] constant(0)\n", S);
+        sb_printf(b, "  %%zb = s32[%d] broadcast(%%z), dimensions={}\n  %%kb = s32[%d] broadcast(%%k), dimensions={}\n", S, S);
+        sb_printf(b, "  %%ge = pred[%d] compare(%%idx, %%zb), direction=GE\n", S);
+        sb_printf(b, "  %%lt = pred[%d] compare(%%idx, %%kb), direction=LT\n  %%in = pred[%d] and(%%ge, %%lt)\n", S, S);
+        sb_printf(b, "  %%ci = s32[%d] select(%%in, %%idx, %%zb)\n  %%ci2 = s32[%d,1] reshape(%%ci)\n", S, S);
+        sb_printf(b, "  %%g = f32[%d,%d] gather(%%tab, %%ci2), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, "
+                     "index_vector_dim=1, slice_sizes={1,%d}\n", S, H, H);
+        sb_printf(b, "  %%inb = pred[%d,%d] broadcast(%%in), dimensions={0}\n  %%fz = f32[] constant(0)\n", S, H);
+        sb_printf(b, "  %%fzb = f32[%d,%d] broadcast(%%fz), dimensions={}\n", S, H);
+        sb_printf(b, "  %%msk = f32[%d,%d] select(%%inb, %%g, %%fzb)\n", S, H);
+        const char *sum = "msk";
+        if (variant != 1) {
+            int sdims[2] = {S, H};
+            all_reduce(b, false, "ar", "msk", sdims, 2, m, 1u << (variant == 3 ? 1 - ax : ax), false, "add", 1);
+            sum = "ar";
+        }
+        sb_printf(b, "  ROOT %%o = f32[%d,%d] add(%%x, %%%s)\n}\n", S, H, sum);
+    }
+    char pv[64];
+    int pa[2] = {ax, -1};
+    view_str(pv, sizeof pv, m, pa, 2);
+    const char *iv[2] = {"dup", pv};
+    rel_write(t, m, iv, 2, "dup");
+}
+
 static void (*const gens[])(snd_rng *, const smesh *, inst *) = {
     gen_eltwise,  gen_dot_k,  gen_dot_n,    gen_reduce, gen_gather,       gen_transpose, gen_partial,
-    gen_partial2, gen_dslice, gen_rscatter, gen_a2a,    gen_slice_concat, gen_fold,      gen_unit_reshape};
+    gen_partial2, gen_dslice, gen_rscatter, gen_a2a,    gen_slice_concat, gen_fold,      gen_unit_reshape,
+    gen_posemb};
 
 static bool write_file(const char *path, const strbuf *b) {
     FILE *f = fopen(path, "w");
