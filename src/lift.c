@@ -2196,7 +2196,11 @@ static lval lift_instr(lstate *s) {
             if (!ops[o].in_domain) assume_domain(c, ops[o].src, ops[o].domain);
             ops[o] = term(ops[o].hit, ops[o].v, false);
         }
-        if (ops[o].kind == LV_MASK && !c->baseline_mode && ops[o].cls == EID_NONE) {
+        /* As a partial sum only where that reading decides (arithmetic, layout,
+         * collectives): a select or max of a masked row is not judged here. */
+        bool arith = in->op == OP_ADD || in->op == OP_SUBTRACT || in->op == OP_MULTIPLY || in->op == OP_DIVIDE ||
+                     in->op == OP_NEGATE || in->op == OP_CONVERT;
+        if (ops[o].kind == LV_MASK && !c->baseline_mode && ops[o].cls == EID_NONE && (arith || !is_elementwise(in->op))) {
             lval pv;
             if (mask_as_partial(c, &ops[o], &pv)) ops[o] = pv;
         }
