@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,24 +29,20 @@ typedef struct side {
     bool text;
 } side;
 
+/* Reads one module; errors go to d (named after the file by the caller). */
 static bool load(side *s, const char *path, diag *d) {
     s->path = path;
     size_t n;
     bool gz;
-    diag dd;
-    diag_init(&dd, path);
-    char *buf = io_read_file(path, &n, &gz, &dd);
+    char *buf = io_read_file(path, &n, &gz, d);
     if (buf) {
         uint8_t h[32];
         sha256(buf, n, h);
         for (int i = 0; i < 32; i++) snprintf(s->digest + 2 * i, 3, "%02x", h[i]);
         s->text = hlo_looks_like_text(buf, n);
-        s->m = s->text ? hlo_parse_text(buf, n, path, &dd) : hlo_parse_pb((const uint8_t *)buf, n, path, &dd);
+        s->m = s->text ? hlo_parse_text(buf, n, path, d) : hlo_parse_pb((const uint8_t *)buf, n, path, d);
         free(buf);
     }
-    if (dd.out.len) sb_put(&d->out, dd.out.s, dd.out.len);
-    d->count += dd.count;
-    diag_free(&dd);
     return s->m != NULL;
 }
 
@@ -325,6 +322,40 @@ static json_t *file_json(const side *s) {
     return o;
 }
 
+typedef struct load_job {
+    side *s;
+    const char *path;
+    diag d;
+    bool ok;
+} load_job;
+
+static void *load_job_run(void *p) {
+    load_job *j = p;
+    j->ok = load(j->s, j->path, &j->d);
+    return NULL;
+}
+
+/* Reads both modules, at once on two threads when jobs ≥ 2 (the readers share
+ * no mutable state); diagnostics come out in the same order either way. */
+static bool load_both(const check_opts *o, side *B, side *D, diag *d) {
+    load_job jb = {B, o->baseline, {0}, false}, jd = {D, o->distributed, {0}, false};
+    diag_init(&jb.d, o->baseline);
+    diag_init(&jd.d, o->distributed);
+    pthread_t t;
+    bool threaded = o->jobs >= 2 && pthread_create(&t, NULL, load_job_run, &jd) == 0;
+    load_job_run(&jb);
+    if (threaded) pthread_join(t, NULL);
+    else if (jb.ok) load_job_run(&jd);
+    load_job *js[2] = {&jb, &jd};
+    for (int k = 0; k < (jb.ok ? 2 : 1); k++) {
+        if (js[k]->d.out.len) sb_put(&d->out, js[k]->d.out.s, js[k]->d.out.len);
+        d->count += js[k]->d.count;
+    }
+    diag_free(&jb.d);
+    diag_free(&jd.d);
+    return jb.ok && jd.ok;
+}
+
 int check_pair(const check_opts *o, json_t **trace, diag *d) {
     peak_rss_reset(); /* each pair of a batch reports its own peak */
     double t0 = now_ms(), c0 = cpu_ms();
@@ -332,7 +363,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     side B = {0}, D = {0};
     relations rel = {0};
     int verdict = VERDICT_ERROR;
-    if (!load(&B, o->baseline, d) || !load(&D, o->distributed, d)) goto out;
+    if (!load_both(o, &B, &D, d)) goto out;
     const hlo_comp *be = graph_entry(B.m), *de = graph_entry(D.m);
     if (be->nparams != de->nparams) {
         diag_plain(d, "the baseline has %u parameters but the distributed program has %u: parameters must correspond one to one",
@@ -377,6 +408,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     lift_ctx lc;
     lift_init(&lc, g, &a, B.m, D.m, &rel.mesh);
     lc.mesh_inferred = o->relations == NULL;
+    lc.no_memo = o->no_memo;
     double t1 = now_ms();
     eid *bouts;
     uint32_t nbouts;
@@ -469,8 +501,8 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         }
     }
     if (getenv("SCALIFY_DEBUG_LIFT"))
-        fprintf(stderr, "check: outputs %s (%s); divergence %s; resynced %u\n", outputs_ok ? "meet" : "differ", why.s ? why.s : "",
-                lc.divergence ? lc.divergence->name : "none", lc.resynced);
+        fprintf(stderr, "check: outputs %s (%s); divergence %s; resynced %u; memo %u of %u runs\n", outputs_ok ? "meet" : "differ",
+                why.s ? why.s : "", lc.divergence ? lc.divergence->name : "none", lc.resynced, lc.memo_hits, lc.memo_runs);
     witness w = {0};
     if (o->witness && !(outputs_ok && !lc.first_unsupported && !lc.assumed && !lc.resynced && !lc.nfindings))
         witness_run(B.m, D.m, &rel, 1, &w);
@@ -572,7 +604,10 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
 
     json_t *sum = json_object();
     json_object_set_new(sum, "segments", json_integer(lc.nsegs));
-    json_object_set_new(sum, "memo_hits", json_integer(0)); /* memoisation is not built */
+    /* A segment is a memo hit when all its distributed runs were. */
+    uint32_t seg_hits = 0;
+    for (uint32_t i = 0; i < lc.nsegs; i++) seg_hits += lc.segs[i].runs && lc.segs[i].memo_hits == lc.segs[i].runs;
+    json_object_set_new(sum, "memo_hits", json_integer(seg_hits));
     json_object_set_new(sum, "wall_ms", json_real(now_ms() - t0));
     json_object_set_new(sum, "cpu_ms", json_real(cpu_ms() - c0));
     json_object_set_new(sum, "peak_bytes", json_integer((json_int_t)peak_rss_bytes()));
@@ -582,6 +617,8 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     /* One segment per top-level op_name scope; each judged given its inputs. */
     json_t *segs = json_array();
     double sat_left = sat_ms;
+    uint32_t *seg_classes = xcalloc(lc.nsegs + 1, sizeof *seg_classes);
+    lift_segment_classes(&lc, seg_classes);
     for (uint32_t i = 0; i < lc.nsegs; i++) {
         const lift_segment *sg = &lc.segs[i];
         json_t *seg = json_object(), *r1 = json_object(), *r2 = json_object(), *tm = json_object();
@@ -605,8 +642,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         json_object_set_new(seg, "baseline", r1);
         json_object_set_new(seg, "distributed", r2);
         json_object_set_new(seg, "enodes", json_integer(sg->enodes));
-        /* Every e-node lift adds opens its own class (unions come later). */
-        json_object_set_new(seg, "eclasses", json_integer(sg->enodes));
+        json_object_set_new(seg, "eclasses", json_integer(seg_classes[i]));
         /* Saturation runs once over the whole e-graph; its figures go to the
          * segments it was run for (those not verified by construction). */
         bool ran = saturated && sv != VERDICT_VERIFIED && (sg->outside || sg->divergent);
@@ -620,9 +656,12 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         sat_left = ran ? 0 : sat_left;
         json_object_set_new(tm, "check", json_real(i + 1 == lc.nsegs ? t4 - t3 - sat_ms : 0));
         json_object_set_new(seg, "timings_ms", tm);
-        json_object_set_new(seg, "memo_hit", json_false());
+        bool memo = sg->runs && sg->memo_hits == sg->runs;
+        json_object_set_new(seg, "memo_hit", json_boolean(memo));
+        if (memo && sg->memo_of >= 0) json_object_set_new(seg, "memo_of", json_string(lc.segs[sg->memo_of].name));
         json_array_append_new(segs, seg);
     }
+    free(seg_classes);
     json_object_set_new(t, "segments", segs);
     json_object_set_new(t, "findings", findings);
     if (lc.assumptions.len) {

@@ -39,6 +39,8 @@ typedef struct check_opts {
     bool auto_relations;
     const char *source_root;      /* snippets are read only below it; NULL: none */
     bool witness;                 /* execute both programs to confirm or refute (witness.h) */
+    bool no_memo;                 /* lift every segment (no memo hits): for comparison */
+    int jobs;                     /* threads (≥ 2: both modules are read at once) */
     const char *rules_dir;        /* rewrite rules to saturate with when terms do not meet; NULL: none */
 } check_opts;
 

@@ -14,8 +14,12 @@
 
 const char cli_check_usage[] =
     "usage: scalify check --baseline B --distributed D [--relations R | --auto-relations]\n"
-    "                     [--source-root DIR] [--rules DIR] [--name N] [--witness] [-o trace.json]\n"
-    "       scalify check --manifest MANIFEST --out-dir DIR [--source-root DIR] [--rules DIR] [--witness]\n";
+    "                     [--source-root DIR] [--rules DIR] [--name N] [--witness] [-j N] [--no-memo]\n"
+    "                     [-o trace.json]\n"
+    "       scalify check --manifest MANIFEST --out-dir DIR [--source-root DIR] [--rules DIR] [--witness]\n"
+    "                     [-j N] [--no-memo]\n"
+    "  -j N       threads (default: the number of cores); with 2 or more both programs are read at once\n"
+    "  --no-memo  lift every layer instead of reusing the result of an identical one (for comparison)\n";
 
 static bool write_json(const char *path, json_t *j, diag *d) {
     char *s = json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
@@ -167,6 +171,8 @@ static const char *default_rules_dir(void) {
 int cli_check(int argc, char **argv) {
     check_opts o = {0};
     o.rules_dir = default_rules_dir();
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    o.jobs = ncpu > 0 ? (int)ncpu : 1;
     const char *out = NULL, *manifest = NULL, *out_dir = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -185,6 +191,17 @@ int cli_check(int argc, char **argv) {
             o.auto_relations = true;
         } else if (!strcmp(a, "--witness")) {
             o.witness = true;
+        } else if (!strcmp(a, "--no-memo")) {
+            o.no_memo = true;
+        } else if (!strcmp(a, "-j")) {
+            char *end = NULL;
+            long j = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (!end || *end || j < 1 || j > 1024) {
+                fprintf(stderr, "scalify check: -j needs a thread count from 1 to 1024\n%s", cli_check_usage);
+                return EXIT_INPUT;
+            }
+            o.jobs = (int)j;
+            i++;
         } else {
             fprintf(stderr, "scalify check: unknown argument %s\n%s", a, cli_check_usage);
             return EXIT_INPUT;

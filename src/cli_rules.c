@@ -1,5 +1,6 @@
 /* scalify rules check [DIR] — parse and lint every DIR/\*.rules (default rules/).
- * scalify rules validate [DIR] — check every rewrite rule numerically (rules_validate.h). */
+ * scalify rules validate [DIR] — check every rewrite rule numerically (rules_validate.h) and
+ * property-test every transfer function of the checker with those rules (tfcheck.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "rules.h"
 #include "rules_validate.h"
 #include "scalify.h"
+#include "tfcheck.h"
 
 static int rules_check(const char *dir) {
     size_t n;
@@ -51,8 +53,10 @@ static int rules_check(const char *dir) {
     return EXIT_VERIFIED;
 }
 
-/* Exit 0: every rewrite rule validated or not validated with a reason;
- * 1: some rule failed (a counterexample is printed); 2: the rules do not load. */
+/* Exit 0: every rewrite rule validated or not validated with a reason, and
+ * every transfer-function family (checked with the same rules) passed;
+ * 1: a rule or a family failed (a counterexample is printed); 2: the rules
+ * do not load. */
 static int rules_validate(const char *dir) {
     diag d;
     diag_init(&d, "scalify rules validate");
@@ -62,15 +66,26 @@ static int rules_validate(const char *dir) {
         rv_report_free(&r);
         return EXIT_INPUT;
     }
-    diag_free(&d);
     int rc = rv_print(stdout, &r);
     rv_report_free(&r);
+    tf_report t;
+    if (tf_run(TF_INSTANCES, dir, false, &t, &d)) {
+        cli_flush_diag(&d);
+        return EXIT_INTERNAL;
+    }
+    diag_free(&d);
+    putchar('\n');
+    rc |= tf_print(stdout, &t);
+    if (t.dir) printf("failing pairs kept in %s\n", t.dir);
+    tf_report_free(&t);
     return rc ? EXIT_MISMATCH : EXIT_VERIFIED;
 }
 
 const char cli_rules_usage[] =
     "usage: scalify rules check [DIR]      parse and lint every DIR/*.rules (default rules/)\n"
-    "       scalify rules validate [DIR]   run every rewrite rule's examples in the interpreter\n"
+    "       scalify rules validate [DIR]   run every rewrite rule on its examples and random instances\n"
+    "                                      in the interpreter, and every transfer-function family of\n"
+    "                                      the checker (with those rules) on random program pairs\n"
     "                                      (exit 0 all sound, 1 a rule failed, 2 bad input)\n";
 
 int cli_rules(int argc, char **argv) {

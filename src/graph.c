@@ -1,5 +1,7 @@
 #include "graph.h"
 
+#include <pthread.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,15 +16,19 @@ static const char *const op_names[OP_COUNT] = {
 #undef X
 };
 
-static strmap op_index, key_index;  /* built once, read-only afterwards */
+static strmap op_index, key_index;  /* built once (any thread), read-only afterwards */
 
-static void build_indexes(void) {
-    if (op_index.cap) return;
+static void fill_indexes(void) {
     for (int i = 1; i < OP_COUNT; i++) strmap_put(&op_index, op_names[i], strlen(op_names[i]), (uint32_t)i);
     for (int i = 0; i < A_RAW; i++) {
         const char *k = attr_key_name(i);
         strmap_put(&key_index, k, strlen(k), (uint32_t)i);
     }
+}
+
+static void build_indexes(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, fill_indexes);
 }
 
 const char *hlo_op_name(int op) { return op >= 0 && op < OP_COUNT ? op_names[op] : "?"; }
@@ -638,6 +644,11 @@ static bool attr_eq(eqctx *e, const hlo_attr *a, const hlo_attr *b) {
     case K_LITERAL: ok = literal_eq(a->v.lit, b->v.lit, e->flags); break;
     }
     return ok ? true : differ(e, "attribute %s differs", name);
+}
+
+bool hlo_attr_equal(const hlo_attr *a, const hlo_attr *b) {
+    eqctx e = {0, NULL, NULL, NULL};
+    return attr_eq(&e, a, b);
 }
 
 static bool meta_eq(eqctx *e, const hlo_meta *a, const hlo_meta *b) {

@@ -389,5 +389,7 @@ enum {
     GEQ_IGNORE_POSITIONS = 4,     /* text line/col (always ignored; kept for clarity) */
 };
 bool graph_equal(const hlo_module *a, const hlo_module *b, int flags, strbuf *why);
+/* Equality of two attributes as graph_equal compares them (flags 0). */
+bool hlo_attr_equal(const hlo_attr *a, const hlo_attr *b);
 
 #endif

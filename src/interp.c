@@ -1508,6 +1508,18 @@ static bool is_identity_custom_call(const char *t) {
     return false;
 }
 
+/* The elementwise activations frontends emit as custom calls (the `unary` op
+ * class of rules/00-classes.rules; interp.h): silu(x) = x·logistic(x) and
+ * gelu_tanh(x) = x/2·(1 + tanh(√(2/π)·(x + 0.044715·x³))), in double.
+ * Returns false for any other target. */
+static bool activation_f(const char *t, double a, double *r) {
+    if (!t) return false;
+    if (strcmp(t, "silu") == 0) *r = a / (1.0 + exp(-a));
+    else if (strcmp(t, "gelu_tanh") == 0) *r = 0.5 * a * (1.0 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
+    else return false;
+    return true;
+}
+
 /* Evaluates a non-collective, non-control-flow instruction on one device. */
 static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev) {
     switch (in->op) {
@@ -1576,6 +1588,15 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
                 return fail(x, INTERP_EUNSUPPORTED, in,
                             "custom-call %s changes the shape: a pre-partitioning module (run the partitioned one)", t);
             return interp_val_ref(ops[0]);
+        }
+        double v;
+        if (activation_f(t, 0, &v) && in->noperands == 1 && ops[0]->f && interp_val_matches(ops[0], &in->shape)) {
+            interp_val *r = val_like(ops[0], ops[0]->dtype);
+            for (int64_t k = 0; k < r->n; k++) {
+                activation_f(t, ops[0]->f[k], &v);
+                r->f[k] = dtype_round(r->dtype, v);
+            }
+            return r;
         }
         return fail(x, INTERP_EUNSUPPORTED, in, "custom-call target \"%s\"", t ? t : "?");
     }

@@ -33,7 +33,10 @@
  * Custom calls. `Sharding`, `SPMDFullToShardShape`, `SPMDShardToFullShape`,
  * `xla.sdy.*` sharding markers, `MoveToHost` / `MoveToDevice` and
  * `LayoutConstraint` are identities when the result shape equals the operand
- * shape (the partitioned side, where they are markers). A
+ * shape (the partitioned side, where they are markers). The activations
+ * `silu` (x·logistic(x), jax.nn.silu) and `gelu_tanh` (jax.nn.gelu's tanh
+ * approximation) are elementwise on floating operands: the custom calls the
+ * rules' `unary` op class names, given the meaning the rules assume. A
  * FullToShard/ShardToFull that changes the shape belongs to a pre-partitioning
  * module whose manual region cannot run per device here; it is refused.
  *

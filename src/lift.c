@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "segrun.h"
+
 #define MAX_DEV_ELEMS 4096
 
 void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const hlo_module *dist, const mesh *m) {
@@ -26,9 +28,14 @@ void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const h
     c->digests[1] = xcalloc(dist->ncomps, sizeof(uint64_t));
 }
 
+static void memo_free(lift_ctx *c);
+
 void lift_done(lift_ctx *c) {
+    memo_free(c);
     sb_free(&c->assumptions);
     free(c->segs);
+    free(c->loops);
+    free(c->spans);
     strmap_free(&c->scope_index);
     free(c->scope_cls);
     free(c->findings);
@@ -79,6 +86,7 @@ static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, 
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (getenv("SCALIFY_DEBUG_LIFT")) fprintf(stderr, "lift: unsupported: %s\n", msg);
+    c->nunsupported++;
     if (c->nsegs) c->segs[c->cur_seg].unsupported++;
     if (c->first_unsupported) return;
     c->first_unsupported = in;
@@ -327,25 +335,11 @@ static bool is_identity_custom_call(const hlo_instr *in) {
            strcmp(t, "SPMDShardToFullShape") == 0 || strncmp(t, "xla.sdy.", 8) == 0;
 }
 
-/* The first op_name component after any jit(...)/ prefix ("embed", "layers.3"). */
-static bool scope_top(const hlo_instr *in, const char **s, size_t *n) {
-    if (!in->meta || !in->meta->op_name) return false;
-    const char *p = in->meta->op_name;
-    if (strncmp(p, "jit(", 4) == 0) {
-        const char *slash = strchr(p, '/');
-        if (!slash) return false;
-        p = slash + 1;
-    }
-    const char *e = strchr(p, '/');
-    if (!e || e == p) return false;
-    *s = p;
-    *n = (size_t)(e - p);
-    return true;
-}
-
 /* The segment of scope s[0..n), created on first sight. */
 static uint32_t segment_of(lift_ctx *c, const char *s, size_t n) {
-    for (uint32_t i = 0; i < c->nsegs; i++)
+    if (c->nsegs && c->cur_seg < c->nsegs && strncmp(c->segs[c->cur_seg].name, s, n) == 0 && c->segs[c->cur_seg].name[n] == 0)
+        return c->cur_seg;
+    for (uint32_t i = c->nsegs; i-- > 0;)
         if (strlen(c->segs[i].name) == n && memcmp(c->segs[i].name, s, n) == 0) return i;
     if (c->nsegs == c->capsegs) {
         size_t cap = c->capsegs;
@@ -354,13 +348,14 @@ static uint32_t segment_of(lift_ctx *c, const char *s, size_t n) {
     }
     memset(&c->segs[c->nsegs], 0, sizeof c->segs[0]);
     c->segs[c->nsegs].name = arena_strndup(c->a, s, n);
+    c->segs[c->nsegs].memo_of = -1;
     return c->nsegs++;
 }
 
 static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
     const char *s;
     size_t n;
-    if (cls == EID_NONE || !scope_top(in, &s, &n)) return;
+    if (cls == EID_NONE || !sr_scope_top(in, &s, &n)) return;
     uint32_t idx;
     if (!strmap_get(&c->scope_index, s, n, &idx)) {
         idx = (uint32_t)c->nscopes++;
@@ -905,8 +900,8 @@ static lval lift_reshape(lstate *s) {
              * the major dim of the output group (unit dims included: locally
              * [.., 8] → [.., 1, 8] is heads 4 × 8 → 4 heads sharded). */
             uint32_t major = i, out = j;
-            /* Unit dims before it in the group do not move the blocks. */
-            while (major < k && a[major] == 1) major++;
+            /* Unit dims hold no data: a leading unsharded one is not the major. */
+            while (major + 1 < i2 && a[major] == 1 && !x->v.dims[major].naxes) major++;
             /* A unit major dim with more dims after it in the group could take
              * only part of the sharding: one reading among several. */
             uint32_t outb = out;
@@ -1075,7 +1070,7 @@ static lval lift_all_reduce(lstate *s) {
             const char *sc;
             size_t sn;
             uint32_t idx;
-            if (scope_top(in, &sc, &sn) && strmap_get(&c->scope_index, sc, sn, &idx)) {
+            if (sr_scope_top(in, &sc, &sn) && strmap_get(&c->scope_index, sc, sn, &idx)) {
                 eid b = c->scope_cls[idx];
                 uint32_t t = eg_type(c->g, in->shape.dtype, in->shape.dims, in->shape.rank);
                 if (eg_class_type(c->g, b) == t) {
@@ -1260,9 +1255,16 @@ static lval lift_dynamic_slice(lstate *s) {
     if (x->kind != LV_TERM) return unknown();
     uint32_t rank = in->shape.rank;
     view v = x->v;
-    bool all_uniform = true;
+    /* Offsets the same on every device — constants, or replicated values such
+     * as a loop counter — slice the global tensor at the same place; a sharded
+     * dimension must be taken whole (its offset is then clamped to 0). */
+    bool all_uniform = true, assumed = x->assumed;
     for (uint32_t d = 0; d < rank; d++) {
         const lval *o = &s->ops[1 + d];
+        if (o->kind == LV_TERM && view_is_dup(&o->v)) {
+            assumed |= o->assumed;
+            continue;
+        }
         if (o->kind != LV_DEV) return unknown();
         all_uniform &= dev_uniform(c, o);
     }
@@ -1273,9 +1275,19 @@ static lval lift_dynamic_slice(lstate *s) {
             if (x->v.dims[d].naxes && in->shape.dims[d] != s->comp->instrs[in->operands[0]].shape.dims[d]) return unknown();
         eid ch[VIEW_MAX_RANK + 1];
         ch[0] = x->cls;
-        for (uint32_t d = 0; d < rank; d++) ch[1 + d] = dev_constant(c, &s->comp->instrs[in->operands[1 + d]], &s->ops[1 + d]);
-        return term(node(c, c->cur, in, ch, rank + 1, dims, c->origin), v, x->assumed);
+        for (uint32_t d = 0; d < rank; d++)
+            ch[1 + d] = s->ops[1 + d].kind == LV_TERM ? s->ops[1 + d].cls
+                                                       : dev_constant(c, &s->comp->instrs[in->operands[1 + d]], &s->ops[1 + d]);
+        /* The term slices the global tensor: its sizes are the global ones. */
+        hlo_instr g = *in;
+        hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);
+        for (uint32_t k = 0; k < in->nattrs; k++)
+            if (attrs[k].key == A_DYNAMIC_SLICE_SIZES && attrs[k].n == rank) attrs[k].v.ints = arena_memdup(c->a, dims, rank * sizeof *dims);
+        g.attrs = attrs;
+        return term(node(c, c->cur, &g, ch, rank + 1, dims, c->origin), v, assumed);
     }
+    for (uint32_t d = 0; d < rank; d++)
+        if (s->ops[1 + d].kind != LV_DEV) return unknown();
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
     /* Block windows: [lo, hi) of each dim the blocks tile (the whole dim when
      * not windowed), in global coordinates. */
@@ -1565,6 +1577,23 @@ static bool mask_resolves(const lift_ctx *c, const lval *m) {
         if (!pw_constant_on(&m->pw[d], 0, m->domain, &tag) || tag != TAG_HIT) return false;
     }
     return true;
+}
+
+/* An index value (LV_PW) or masked row (LV_MASK) as a plain term, for a use
+ * that does not take index values: a row every device holds (assuming the
+ * domain), or the plain term of a device-independent value. False when it is
+ * neither. */
+static bool index_as_term(lift_ctx *c, lval *x) {
+    if (x->kind == LV_MASK && mask_resolves(c, x)) {
+        if (!x->in_domain) assume_domain(c, x->src, x->domain);
+        *x = term(x->hit, x->v, false);
+        return true;
+    }
+    if ((x->kind == LV_PW || x->kind == LV_MASK) && x->cls != EID_NONE) {
+        *x = term(x->cls, x->v, false);
+        return true;
+    }
+    return x->kind != LV_PW && x->kind != LV_MASK;
 }
 
 /* Summed over the devices of each group (devices that agree on every mesh axis
@@ -2192,24 +2221,17 @@ static lval lift_instr(lstate *s) {
                     b.s, mask_resolves(c, &ops[o]));
             sb_free(&b);
         }
-        if (ops[o].kind == LV_MASK && mask_resolves(c, &ops[o])) {
-            if (!ops[o].in_domain) assume_domain(c, ops[o].src, ops[o].domain);
-            ops[o] = term(ops[o].hit, ops[o].v, false);
-        }
-        /* As a partial sum only where that reading decides (arithmetic, layout,
-         * collectives): a select or max of a masked row is not judged here. */
+        /* An unreduced masked row as a partial sum, only where that reading
+         * decides (arithmetic, layout, collectives): a select or max of a
+         * masked row is not judged here. */
         bool arith = in->op == OP_ADD || in->op == OP_SUBTRACT || in->op == OP_MULTIPLY || in->op == OP_DIVIDE ||
                      in->op == OP_NEGATE || in->op == OP_CONVERT;
-        if (ops[o].kind == LV_MASK && !c->baseline_mode && ops[o].cls == EID_NONE && (arith || !is_elementwise(in->op))) {
+        if (ops[o].kind == LV_MASK && !c->baseline_mode && ops[o].cls == EID_NONE && !mask_resolves(c, &ops[o]) &&
+            (arith || !is_elementwise(in->op))) {
             lval pv;
             if (mask_as_partial(c, &ops[o], &pv)) ops[o] = pv;
         }
-        if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) {
-            if (ops[o].cls != EID_NONE) {
-                /* Device-independent: its plain term stands in. */
-                ops[o] = term(ops[o].cls, ops[o].v, false);
-                continue;
-            }
+        if ((ops[o].kind == LV_PW || ops[o].kind == LV_MASK) && !index_as_term(c, &ops[o])) {
             unsupported(c, s->comp, in, "%s uses index arithmetic (a function of data and the device) in a way not related yet",
                         in->name);
             return unknown();
@@ -2249,7 +2271,9 @@ static lval lift_instr(lstate *s) {
                                                 "only offsets and masks of known forms are understood", in->name);
                     return unknown();
                 }
+                bool k = ops[o].konst;
                 ops[o] = term(dev_constant(c, &s->comp->instrs[in->operands[o]], &ops[o]), view_dup(in->shape.rank), false);
+                ops[o].konst = k;
             }
         return lift_elementwise(s);
     }
@@ -2293,213 +2317,757 @@ static lval generic(lstate *s) {
     return term(node(c, c->cur, in, ch, in->noperands, in->shape.dims, c->origin), view_dup(in->shape.rank), assumed);
 }
 
-static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs) {
-    const hlo_module *m = c->cur;
-    lval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
-    for (uint32_t i = 0; i < comp->ninstrs; i++) {
-        const hlo_instr *in = &comp->instrs[i];
-        lval *v = &vals[i];
-        if (!c->baseline_mode) c->lifted++;
-        const char *sc;
-        size_t sn;
-        if (c->baseline_mode) {
-            /* The baseline's range of each scope, in flattened positions. */
-            uint32_t pos = c->built++;
-            if (scope_top(in, &sc, &sn)) {
-                uint32_t si = segment_of(c, sc, sn);  /* may grow segs: index first */
-                if (c->segs[si].bstart == c->segs[si].bend) c->segs[si].bstart = pos;
-                c->segs[si].bend = pos + 1;
-            }
-        } else {
-            /* An instruction with an op_name scope picks the segment; others (and
-             * helper bodies without scopes) count to the current one. Positions
-             * are in the flattened (inlined) program. */
-            uint32_t pos = (uint32_t)c->lifted - 1;
-            /* Time and e-nodes since the previous instruction go to its segment. */
+/* Time and e-nodes since the last switch go to the current segment; the
+ * nodes it added are remembered as a span (for its class count). */
+static void charge_segment(lift_ctx *c, double t, uint32_t nn) {
+    c->segs[c->cur_seg].ms += t - c->acct_t;
+    c->segs[c->cur_seg].enodes += nn - c->acct_nodes;
+    if (nn > c->acct_nodes) {
+        XGROW(c->spans, c->capspans, c->nspans + 1);
+        c->spans[c->nspans++] = (lift_span){c->cur_seg, c->acct_nodes, nn};
+    }
+}
+
+/* Position bookkeeping of one instruction about to be lifted: its flattened
+ * position, the ranges of its segment on either side, and the time and
+ * e-nodes since the previous instruction (charged to that one's segment). */
+static void account(lift_ctx *c, const hlo_instr *in) {
+    if (!c->baseline_mode) c->lifted++;
+    const char *sc;
+    size_t sn;
+    if (c->baseline_mode) {
+        /* The baseline's range of each scope, in flattened positions. */
+        uint32_t pos = c->built++;
+        if (sr_scope_top(in, &sc, &sn)) {
+            uint32_t si = segment_of(c, sc, sn);  /* may grow segs: index first */
+            if (c->segs[si].bstart == c->segs[si].bend) c->segs[si].bstart = pos;
+            c->segs[si].bend = pos + 1;
+        }
+    } else {
+        /* An instruction with an op_name scope picks the segment; others (and
+         * helper bodies without scopes) count to the current one. Positions
+         * are in the flattened (inlined) program. */
+        uint32_t pos = (uint32_t)c->lifted - 1;
+        uint32_t seg = c->cur_seg;
+        if (sr_scope_top(in, &sc, &sn)) seg = segment_of(c, sc, sn);
+        else if (!c->nsegs) seg = segment_of(c, "entry", 5);
+        if (seg != c->cur_seg || c->acct_t == 0) {
+            /* Time and e-nodes since the last switch go to the segment left. */
             double t = now_ms();
             uint32_t nn = eg_node_count(c->g);
-            if (c->nsegs && c->acct_t > 0) {
-                c->segs[c->cur_seg].ms += t - c->acct_t;
-                c->segs[c->cur_seg].enodes += nn - c->acct_nodes;
-            }
+            if (c->acct_t > 0) charge_segment(c, t, nn);
             c->acct_t = t;
             c->acct_nodes = nn;
-            if (scope_top(in, &sc, &sn)) c->cur_seg = segment_of(c, sc, sn);
-            else if (!c->nsegs) c->cur_seg = segment_of(c, "entry", 5);
-            lift_segment *g = &c->segs[c->cur_seg];
-            if (g->dstart == g->dend) g->dstart = pos;
-            g->dend = pos + 1;
+            c->cur_seg = seg;
         }
-        if (in->op == OP_PARAMETER) {
-            int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
-            if (args) {
-                *v = args[k];
-            } else if (k < ninputs) {
-                /* Parameter k of either side is the baseline's parameter k. */
-                const hlo_comp *be = graph_entry(c->base);
-                const hlo_instr *bp = k < be->nparams ? &be->instrs[be->params[k]] : NULL;
-                if (!bp) {
-                    *v = unknown();
-                    continue;
-                }
-                uint32_t t = type_of(c, bp->shape.dtype, bp->shape.dims, bp->shape.rank);
-                uint8_t origin = c->baseline_mode ? EG_BASELINE : EG_DISTRIBUTED;
-                *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, origin), inputs[k], false);
-            } else {
-                *v = unknown();
-            }
-            continue;
+        lift_segment *g = &c->segs[c->cur_seg];
+        if (g->dstart == g->dend) g->dstart = pos;
+        g->dend = pos + 1;
+    }
+}
+
+/* account() for an instruction skipped by a memo hit and, for a call, for
+ * everything the call would have inlined. */
+static void account_tree(lift_ctx *c, const hlo_instr *in) {
+    account(c, in);
+    const hlo_attr *ta = in->op == OP_CALL ? instr_attr(in, A_TO_APPLY) : NULL;
+    if (!ta || ta->v.ints[0] >= c->cur->ncomps) return;
+    const hlo_comp *callee = &c->cur->comps[ta->v.ints[0]];
+    for (uint32_t i = 0; i < callee->ninstrs; i++) account_tree(c, &callee->instrs[i]);
+}
+
+/* ---- while loops: induction over the carry (DESIGN §6) ----
+ *
+ * The baseline's loop is walked once with a fresh variable x_j for every carry
+ * element: its body gives y_j(x) and its condition p(x); its result element j
+ * is an opaque node while_j(init) (nothing is known of it but its name). The
+ * distributed loop with the same position in walk order is related to it by
+ * induction: each carry element k of its initial value is a baseline initial
+ * element j = pi(k) under a view v_k (device-independent counters: equal
+ * values); entering the body with x_pi(k) under v_k, the body must return
+ * y_pi(k) under v_k, and the condition must be p. Then, iteration by iteration,
+ * the distributed carry is the baseline carry under the views, both loops stop
+ * together, and result element k is while_pi(k)(init) under v_k. */
+typedef struct lift_loop {
+    uint32_t n;                   /* carry elements */
+    lval *init;                   /* baseline initial elements */
+    eid *x;                       /* the variable of each element */
+    lval body;                    /* body over x (LV_TUPLE when understood) */
+    eid cond;                     /* condition over x, EID_NONE when not a term */
+    lval result;                  /* LV_TUPLE of while_j(init) */
+} lift_loop;
+
+static uint32_t called_comp(const hlo_module *m, const hlo_instr *in, int key) {
+    const hlo_attr *a = instr_attr(in, key);
+    return a && a->v.ints && a->v.ints[0] >= 0 && a->v.ints[0] < m->ncomps ? (uint32_t)a->v.ints[0] : SR_NONE;
+}
+
+/* The instruction giving element k of a tuple-valued operand, for shapes. */
+static const hlo_instr *tuple_elem_instr(const hlo_comp *comp, const hlo_instr *t, uint32_t k) {
+    return t->op == OP_TUPLE && k < t->noperands ? &comp->instrs[t->operands[k]] : NULL;
+}
+
+/* Body and condition of a loop over the carry args (one tuple). */
+static void loop_walk(lift_ctx *c, const hlo_instr *in, lval *args, lval *body, lval *cond) {
+    const hlo_module *m = c->cur;
+    uint32_t b = called_comp(m, in, A_BODY), k = called_comp(m, in, A_CONDITION);
+    c->depth++;
+    *body = b != SR_NONE ? lift_comp(c, &m->comps[b], args, NULL, 0) : unknown();
+    *cond = k != SR_NONE ? lift_comp(c, &m->comps[k], args, NULL, 0) : unknown();
+    c->depth--;
+}
+
+static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
+    const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
+    const hlo_instr *ti = in->noperands == 1 ? &comp->instrs[in->operands[0]] : NULL;
+    if (!init || init->kind != LV_TUPLE || in->shape.dtype != DT_TUPLE || in->shape.ntuple != init->n) return unknown();
+    uint32_t n = init->n;
+    XGROW(c->loops, c->caploops, c->nloops + 1);
+    lift_loop *L = &c->loops[c->nloops++];
+    memset(L, 0, sizeof *L);
+    L->n = n;
+    L->init = arena_memdup(c->a, init->elems, (n + 1) * sizeof *init->elems);
+    for (uint32_t j = 0; j < n; j++) index_as_term(c, &L->init[j]);
+    init = &(lval){.kind = LV_TUPLE, .n = n, .elems = L->init};
+    L->x = arena_alloc(c->a, (n + 1) * sizeof *L->x);
+    lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs), arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
+    eid *ch = arena_alloc(c->a, (n + 1) * sizeof *ch);
+    for (uint32_t j = 0; j < n; j++) {
+        const shape *sh = &in->shape.tuple[j];
+        int64_t k = (int64_t)(1000000 + c->fresh++);
+        L->x[j] = eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), type_of(c, sh->dtype, sh->dims, sh->rank), NULL, 0, EG_BASELINE);
+        xs[j] = term(L->x[j], view_dup(sh->rank), false);
+        const lval *e = &init->elems[j];
+        const hlo_instr *ei = tuple_elem_instr(comp, ti, j);
+        ch[j] = e->kind == LV_TERM ? e->cls : e->kind == LV_DEV && ei ? dev_constant(c, ei, e) : xs[j].cls;
+    }
+    lval cv;
+    loop_walk(c, in, &arg, &L->body, &cv);
+    for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->body.n; j++) index_as_term(c, &L->body.elems[j]);
+    index_as_term(c, &cv);
+    L->cond = cv.kind == LV_TERM ? eg_find(c->g, cv.cls) : EID_NONE;
+    lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
+    uint32_t b = called_comp(c->cur, in, A_BODY);
+    for (uint32_t j = 0; j < n; j++) {
+        const shape *sh = &in->shape.tuple[j];
+        int64_t attr[2] = {j, b == SR_NONE ? 0 : (int64_t)comp_digest(c, c->cur, b)};
+        eid r = eg_add(c->g, OP_WHILE, eg_attr(c->g, attr, 2), type_of(c, sh->dtype, sh->dims, sh->rank), ch, n, EG_BASELINE);
+        rs[j] = term(r, view_dup(sh->rank), false);
+    }
+    L->result = (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
+    return L->result;
+}
+
+static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
+    const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
+    if (!init || init->kind != LV_TUPLE || in->shape.dtype != DT_TUPLE || in->shape.ntuple != init->n) {
+        unsupported(c, comp, in, "%s: a while loop whose carry is not a tuple of known values", in->name);
+        return unknown();
+    }
+    if (c->next_loop >= c->nloops) {
+        unsupported(c, comp, in, "%s: the baseline has no while loop left to relate this one to", in->name);
+        return unknown();
+    }
+    lift_loop *L = &c->loops[c->next_loop++];
+    uint32_t n = init->n;
+    uint32_t *pi = arena_alloc(c->a, (n + 1) * sizeof *pi);
+    lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs), arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
+    for (uint32_t k = 0; k < n; k++) {
+        lval ek = init->elems[k];
+        index_as_term(c, &ek);
+        const lval *e = &ek;
+        pi[k] = SR_NONE;
+        for (uint32_t t = 0; t < L->n && pi[k] == SR_NONE; t++) {
+            uint32_t j = (k + t) % L->n;  /* the same position first */
+            const lval *b = &L->init[j];
+            if (e->kind == LV_TERM && !e->assumed && b->kind == LV_TERM && eg_find(c->g, e->cls) == eg_find(c->g, b->cls))
+                pi[k] = j;
+            else if (e->kind == LV_DEV && b->kind == LV_DEV && t == 0 && dev_uniform(c, e) && e->count == b->count &&
+                     memcmp(e->dev, b->dev, e->count * sizeof *e->dev) == 0)
+                pi[k] = j;
         }
-        if (in->op == OP_CALL) {
-            const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
-            lval *cargs = arena_alloc(c->a, (in->noperands + 1) * sizeof *cargs);
-            for (uint32_t o = 0; o < in->noperands; o++) cargs[o] = vals[in->operands[o]];
-            c->depth++;
-            *v = lift_comp(c, &m->comps[ta->v.ints[0]], cargs, NULL, 0);
-            c->depth--;
-            if (c->baseline_mode && v->kind == LV_TERM) record_scope(c, in, v->cls);
-            continue;
+        if (pi[k] == SR_NONE) {
+            unsupported(c, comp, in, "%s: carry element %u enters the loop as no value the baseline's loop starts from", in->name, k);
+            return unknown();
         }
-        if (in->op == OP_COPY || in->op == OP_OPT_BARRIER || is_identity_custom_call(in)) {
-            *v = vals[in->operands[0]];
-            continue;
+        xs[k] = term(L->x[pi[k]], e->kind == LV_TERM ? e->v : view_dup(in->shape.tuple[k].rank), false);
+    }
+    lval body, cv;
+    loop_walk(c, in, &arg, &body, &cv);
+    const hlo_comp *bc = &c->cur->comps[called_comp(c->cur, in, A_BODY)];
+    bool ok = body.kind == LV_TUPLE && body.n == n && L->body.kind == LV_TUPLE;
+    if (!ok) unsupported(c, comp, in, "%s: the loop body's result is not understood", in->name);
+    index_as_term(c, &cv);
+    for (uint32_t k = 0; ok && k < n; k++) {
+        index_as_term(c, &body.elems[k]);
+        const lval *z = &body.elems[k], *y = &L->body.elems[pi[k]];
+        const hlo_instr *site = tuple_elem_instr(bc, &bc->instrs[bc->root], k);
+        if (!site) site = in;
+        ok = z->kind == LV_TERM && !z->assumed && y->kind == LV_TERM && eg_find(c->g, z->cls) == eg_find(c->g, y->cls);
+        if (!ok && getenv("SCALIFY_DEBUG_LIFT")) {
+            strbuf tz, ty;
+            sb_init(&tz);
+            sb_init(&ty);
+            if (z->kind == LV_TERM) eg_print_term(&tz, c->g, z->cls, 6);
+            if (y->kind == LV_TERM) eg_print_term(&ty, c->g, y->cls, 6);
+            fprintf(stderr, "lift: loop element %u: body gives %s (kind %d), the baseline's %s\n", k, tz.s ? tz.s : "-", z->kind, ty.s ? ty.s : "-");
+            sb_free(&tz);
+            sb_free(&ty);
         }
-        if (in->op == OP_TUPLE) {
-            v->kind = LV_TUPLE;
-            v->n = in->noperands;
-            v->elems = arena_alloc(c->a, (v->n + 1) * sizeof *v->elems);
-            for (uint32_t o = 0; o < in->noperands; o++) v->elems[o] = vals[in->operands[o]];
-            continue;
+        if (!ok) {
+            if (!c->nfindings)
+                unsupported(c, bc, site, "%s: the loop body does not return carry element %u as the baseline's body does "
+                                         "(induction over the carry fails)", in->name, k);
+        } else if (!view_equal(&z->v, &xs[k].v)) {
+            strbuf got, want;
+            sb_init(&got);
+            sb_init(&want);
+            view_print(&got, &z->v, c->mesh);
+            view_print(&want, &xs[k].v, c->mesh);
+            finding(c, z->v.partial && !xs[k].v.partial ? "missing-all-reduce" : "wrong-shard-dim", bc, site,
+                    "@the body of %s returns carry element %u as %s but it enters as %s: the relation is not kept from one "
+                    "iteration to the next", in->name, k, got.s, want.s);
+            sb_free(&got);
+            sb_free(&want);
+            ok = false;
         }
-        if (in->op == OP_GET_TUPLE_ELEMENT) {
-            const lval *t = &vals[in->operands[0]];
-            int64_t k = instr_int(in, A_INDEX, 0);
-            *v = t->kind == LV_TUPLE && k < t->n ? t->elems[k] : unknown();
-            continue;
+    }
+    if (ok && !(cv.kind == LV_TERM && !cv.assumed && view_is_dup(&cv.v) && L->cond != EID_NONE &&
+                eg_find(c->g, cv.cls) == eg_find(c->g, L->cond))) {
+        unsupported(c, comp, in, "%s: the loop condition is not the baseline's (the loops may not stop together)", in->name);
+        ok = false;
+    }
+    lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
+    for (uint32_t k = 0; k < n; k++) {
+        const shape *sh = &in->shape.tuple[k];
+        rs[k] = ok ? term(L->result.elems[pi[k]].cls, xs[k].v, false)
+                   : term(fresh_var(c, sh->dtype, sh->dims, sh->rank), xs[k].v, true);
+    }
+    return (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
+}
+
+/* ---- segment memo (DESIGN §6) ----
+ *
+ * Each side has one segment computation: the one split into the most runs
+ * (segrun.h) — the entry of a flat module, the body of a shard_map. The
+ * baseline's is lifted in full; its runs are grouped by structure
+ * (representatives). A distributed run lifted cleanly — no finding, nothing
+ * unsupported, assumed or outside the baseline — whose every input is a
+ * baseline input of the baseline run of its scope, and whose every exported
+ * value is that baseline run's exported value (or an input, or constant-only),
+ * becomes a representative. A later distributed run is a memo hit when it is
+ * structurally equal to a representative, its inputs have the same views and
+ * kinds and are the same inputs of its baseline run, and its baseline run is
+ * structurally equal to the representative's: lifting it would build the same
+ * terms over its inputs, so its exported values are the corresponding baseline
+ * values with the representative's views. Nothing is assumed: a run that is
+ * not a hit is lifted. */
+typedef struct memo_side {
+    const hlo_comp *comp;         /* the segment computation, or NULL */
+    sr_runs runs;
+    lval *vals;                   /* its values (its first walk) */
+    bool walking, walked;
+    /* distributed representatives (ext non-NULL): slot values, the baseline run,
+     * per slot the baseline slot it is (-1: compared as is), per position the
+     * baseline position it is (>= 0), slot s (-2 - s) or itself (-1) */
+    lval **ext;
+    uint32_t *base_run;
+    int32_t **slot_map, **out_map;
+    uint32_t *outside;            /* values outside the baseline it computed (not exported) */
+    uint32_t *rep;                /* baseline: representative of each run (SR_NONE: none) */
+} memo_side;
+
+struct lift_memo {
+    memo_side side[2];            /* 0 baseline, 1 distributed */
+    strmap base_scope;            /* scope -> baseline run + 1, 0 when split over several runs */
+};
+
+static const hlo_comp *segment_comp(const hlo_module *m) {
+    const hlo_comp *best = graph_entry(m);
+    uint32_t most = sr_count(best);
+    for (uint32_t i = 0; i < m->ncomps; i++) {
+        uint32_t n = m->comps[i].reducer ? 0 : sr_count(&m->comps[i]);
+        if (n > most) {
+            most = n;
+            best = &m->comps[i];
         }
-        if (in->op == OP_CONSTANT) {
-            /* Constants are both: a baseline-comparable term and concrete values. */
-            int64_t n = shape_elements(&in->shape);
-            if (n >= 0 && n <= 64 && (dtype_is_int(in->shape.dtype) || in->shape.dtype == DT_PRED)) {
-                *v = dev_from_literal(c, in);
-                if (v->kind == LV_DEV) continue;
-            }
-            *v = term(node(c, m, in, NULL, 0, in->shape.dims, c->origin), view_dup(in->shape.rank), false);
-            v->konst = true;
-            continue;
-        }
-        lval ops_stack[8], *ops = in->noperands <= 8 ? ops_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
-        for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
-        lstate s = {c, comp, in, ops, vals};
-        bool amb = false;
-        for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous;
-        c->ambiguous_now = amb;
-        *v = lift_instr(&s);
-        c->ambiguous_now = false;
-        v->ambiguous |= amb;
-        static eid dbg_base = EID_NONE;
-        const char *dbgb = getenv("SCALIFY_DEBUG_BASE");
-        if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
-        const char *dbg = getenv("SCALIFY_DEBUG_TERM");
-        if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
-            /* Descend both terms to the first node where they part. */
-            eid x = dbg_base, y = v->cls;
-            for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
-                eid nx = eg_class_first(c->g, x), ny = eg_class_first(c->g, y);
-                uint32_t kx, ky;
-                const eid *cx = eg_node_children(c->g, nx, &kx), *cy = eg_node_children(c->g, ny, &ky);
-                uint32_t ax, ay;
-                eg_attr_words(c->g, eg_node_attr(c->g, nx), &ax);
-                eg_attr_words(c->g, eg_node_attr(c->g, ny), &ay);
-                fprintf(stderr, "diff depth %d: op %d/%d attr %u/%u (len %u/%u) type %u/%u kids %u/%u\n", depth,
-                        eg_node_op(c->g, nx), eg_node_op(c->g, ny), eg_node_attr(c->g, nx), eg_node_attr(c->g, ny), ax, ay,
-                        eg_class_type(c->g, x), eg_class_type(c->g, y), kx, ky);
-                if (kx != ky) break;
-                uint32_t k = 0;
-                while (k < kx && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
-                if (k == kx) break;
-                x = cx[k];
-                y = cy[k];
-            }
-        }
-        if (dbg && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
-            strbuf b;
-            sb_init(&b);
-            eg_print_term(&b, c->g, v->cls, 12);
-            fprintf(stderr, "term %s%s = %s\n", c->baseline_mode ? "(baseline) " : "", in->name, b.s);
-            sb_free(&b);
-        }
-        if (v->kind == LV_PW || v->kind == LV_MASK) {
-            /* Index values keep their plain term beside the analysis when it means
-             * the same on every device (always on the baseline), for ops that do
-             * not take index values. */
-            bool indep = true;
-            for (uint32_t o = 0; o < in->noperands; o++) {
-                if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) indep &= ops[o].cls != EID_NONE;
-                else if (ops[o].kind == LV_DEV) indep &= dev_uniform(c, &ops[o]);
-                else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
-            }
-            v->cls = EID_NONE;
-            if (indep || c->baseline_mode) {
-                lval saved[16];
-                uint32_t ns = in->noperands < 16 ? in->noperands : 16;
-                memcpy(saved, ops, ns * sizeof *ops);
-                for (uint32_t o = 0; o < in->noperands; o++)
-                    if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK)
-                        ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
-                v->cls = generic(&s).cls;
-                memcpy(ops, saved, ns * sizeof *ops);
-            }
-        }
-        if (c->baseline_mode) {
-            /* The baseline is its own reference: what no transfer function
-             * handles is simply its own op over its operands. */
-            if (v->kind == LV_UNKNOWN) *v = generic(&s);
-            if (v->kind == LV_TERM) record_scope(c, in, v->cls);
-            continue;
-        }
-        if (getenv("SCALIFY_DEBUG_LIFT") && v->kind == LV_UNKNOWN) {
-            bool fresh_unknown = true;
-            for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;
-            if (fresh_unknown) fprintf(stderr, "lift: %s (%s) unknown\n", in->name, in->opname);
-        }
-        bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
-        for (uint32_t o = 0; o < in->noperands; o++) konst &= ops[o].konst;
-        v->konst = konst;
-        /* A segment is verified only when everything it computes is a baseline
-         * value (or device bookkeeping); count what is not. */
-        if (c->nsegs && !konst &&
-            (v->kind == LV_UNKNOWN || (v->kind == LV_TERM && (v->assumed || !(eg_class_origin(c->g, v->cls) & EG_BASELINE)))))
-            c->segs[c->cur_seg].outside++;
-        /* The first divergence: a term outside the baseline whose term operands
-         * are all inside it (DESIGN §7); constant-only values are not data. */
-        if (!c->divergence && !konst && in->op != OP_BROADCAST && v->kind == LV_TERM && !v->assumed && !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
-            bool inside = true;
-            for (uint32_t o = 0; o < in->noperands; o++)
-                if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE))
-                    inside = false;
-            if (inside) {
-                if (getenv("SCALIFY_DEBUG_LIFT")) {
-                    strbuf b;
-                    sb_init(&b);
-                    eg_print_term(&b, c->g, v->cls, 6);
-                    fprintf(stderr, "lift: divergence %s = %s\n", in->name, b.s);
-                    sb_free(&b);
-                }
-                c->divergence = in;
-                c->divergence_comp = comp;
-                if (c->nsegs) c->segs[c->cur_seg].divergent++;
+    }
+    return most > 1 ? best : NULL;
+}
+
+static void memo_init(lift_ctx *c) {
+    lift_memo *mm = arena_alloc(c->a, sizeof *mm);
+    const hlo_module *mods[2] = {c->base, c->dist};
+    for (int k = 0; k < 2; k++) {
+        memo_side *ms = &mm->side[k];
+        ms->comp = segment_comp(mods[k]);
+        if (!ms->comp) continue;
+        sr_split(mods[k], ms->comp, c->a, &ms->runs);
+        uint32_t n = ms->runs.n + 1;
+        ms->ext = arena_alloc(c->a, n * sizeof *ms->ext);
+        ms->base_run = arena_alloc(c->a, n * sizeof *ms->base_run);
+        ms->slot_map = arena_alloc(c->a, n * sizeof *ms->slot_map);
+        ms->out_map = arena_alloc(c->a, n * sizeof *ms->out_map);
+        ms->outside = arena_alloc(c->a, n * sizeof *ms->outside);
+        ms->rep = arena_alloc(c->a, n * sizeof *ms->rep);
+        for (uint32_t r = 0; r < ms->runs.n; r++) ms->rep[r] = SR_NONE;
+    }
+    strmap_init(&mm->base_scope);
+    const sr_runs *br = &mm->side[0].runs;
+    for (uint32_t r = 0; r < br->n; r++) {
+        uint32_t seen;
+        bool again = strmap_get(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, &seen);
+        strmap_put(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, again ? 0 : r + 1);
+    }
+    c->memo = mm;
+}
+
+static void memo_free(lift_ctx *c) {
+    if (c->memo) strmap_free(&c->memo->base_scope);
+    c->memo = NULL;
+}
+
+/* The memo side of comp when it is walked for the first time as its side's
+ * segment computation; NULL otherwise. */
+static memo_side *memo_enter(lift_ctx *c, const hlo_comp *comp, lval *vals) {
+    if (c->no_memo) return NULL;
+    if (!c->memo) memo_init(c);
+    memo_side *ms = &c->memo->side[c->baseline_mode ? 0 : 1];
+    if (ms->comp != comp || ms->walked || ms->walking) return NULL;
+    ms->walking = true;
+    ms->vals = vals;
+    return ms;
+}
+
+/* Two slot values that any run treats alike: same kind, view, flags, type,
+ * the same kind of first node (canonical forms look at it) and, for values of
+ * constants and device values, the same value. */
+static bool same_input(lift_ctx *c, const lval *a, const lval *b) {
+    if (a->kind != b->kind) return false;
+    if (a->kind == LV_DEV) return a->count == b->count && memcmp(a->dev, b->dev, a->count * c->ndev * sizeof *a->dev) == 0;
+    if (a->kind != LV_TERM) return false;
+    if (a->konst != b->konst || a->assumed != b->assumed || a->ambiguous != b->ambiguous || !view_equal(&a->v, &b->v))
+        return false;
+    if (a->konst) return eg_find(c->g, a->cls) == eg_find(c->g, b->cls);
+    return eg_class_type(c->g, a->cls) == eg_class_type(c->g, b->cls) &&
+           eg_node_op(c->g, eg_class_first(c->g, a->cls)) == eg_node_op(c->g, eg_class_first(c->g, b->cls));
+}
+
+static bool same_inputs(lift_ctx *c, const sr_run *a, const lval *avals, const sr_run *b, const lval *bvals) {
+    for (uint32_t s = 0; s < a->nslots; s++)
+        if (!same_input(c, &avals[a->slots[s]], &bvals[b->slots[s]])) return false;
+    return true;
+}
+
+/* Groups the baseline's runs by structure once it is walked: a run whose
+ * exported values and inputs are all terms or device values gets the first
+ * earlier equal run as representative (else itself). */
+static void memo_group_baseline(lift_ctx *c, memo_side *ms) {
+    for (uint32_t r = 0; r < ms->runs.n; r++) {
+        const sr_run *x = &ms->runs.runs[r];
+        bool ok = true;
+        for (uint32_t p = 0; p < x->i1 - x->i0 && ok; p++)
+            if (x->exported[p]) ok = ms->vals[x->i0 + p].kind == LV_TERM || ms->vals[x->i0 + p].kind == LV_DEV;
+        for (uint32_t s = 0; s < x->nslots && ok; s++)
+            ok = ms->vals[x->slots[s]].kind == LV_TERM || ms->vals[x->slots[s]].kind == LV_DEV;
+        if (!ok) continue;
+        ms->rep[r] = r;
+        for (uint32_t q = 0; q < r; q++) {
+            const sr_run *y = &ms->runs.runs[q];
+            if (ms->rep[q] == q && sr_equal(c->base, ms->comp, y, ms->comp, x) && same_inputs(c, y, ms->vals, x, ms->vals)) {
+                ms->rep[r] = q;
+                break;
             }
         }
     }
+}
+
+static void memo_leave(lift_ctx *c, memo_side *ms) {
+    ms->walking = false;
+    ms->walked = true;
+    if (ms == &c->memo->side[0]) memo_group_baseline(c, ms);
+}
+
+/* The baseline run of a distributed run's scope, or SR_NONE. */
+static uint32_t base_run_of(lift_ctx *c, const sr_run *run) {
+    uint32_t r;
+    const memo_side *bs = &c->memo->side[0];
+    if (!bs->walked || !strmap_get(&c->memo->base_scope, run->scope, run->nscope, &r) || r == 0) return SR_NONE;
+    return bs->rep[r - 1] == SR_NONE ? SR_NONE : r - 1;
+}
+
+typedef struct memo_mark {
+    uint32_t nfindings, nunsupported, noutside, resynced, ndoms;
+    size_t next_loop;             /* a run with a loop is not reused: loops pair in walk order */
+    uint64_t assumed;
+    size_t assumptions;
+    const hlo_instr *divergence;
+} memo_mark;
+
+static memo_mark memo_mark_now(const lift_ctx *c) {
+    return (memo_mark){c->nfindings, c->nunsupported, c->noutside, c->resynced, c->ndoms, c->next_loop, c->assumed,
+                       c->assumptions.len, c->divergence};
+}
+
+/* Takes distributed run r's exported values from a representative when it is
+ * a hit (see above); returns the representative, else SR_NONE. */
+static uint32_t memo_hit(lift_ctx *c, memo_side *ms, uint32_t r, lval *vals) {
+    if (ms != &c->memo->side[1]) return SR_NONE;
+    const sr_run *run = &ms->runs.runs[r];
+    c->memo_runs++;
+    uint32_t br = base_run_of(c, run);
+    if (br == SR_NONE) return SR_NONE;
+    const memo_side *bs = &c->memo->side[0];
+    const sr_run *brun = &bs->runs.runs[br];
+    for (uint32_t q = 0; q < r; q++) {
+        const sr_run *rr = &ms->runs.runs[q];
+        if (!ms->ext[q] || bs->rep[ms->base_run[q]] != bs->rep[br] || !sr_equal(c->dist, ms->comp, rr, ms->comp, run)) continue;
+        bool ok = true;
+        for (uint32_t s = 0; s < run->nslots && ok; s++) {
+            const lval *now = &vals[run->slots[s]];
+            int32_t t = ms->slot_map[q][s];
+            ok = same_input(c, &ms->ext[q][s], now) &&
+                 (t < 0 || eg_find(c->g, now->cls) == eg_find(c->g, bs->vals[brun->slots[t]].cls));
+        }
+        if (!ok) continue;
+        for (uint32_t p = 0; p < run->i1 - run->i0; p++) {
+            lval *v = &vals[run->i0 + p];
+            if (ms->comp->instrs[run->i0 + p].op == OP_PARAMETER) continue;
+            if (!run->exported[p]) {
+                *v = unknown();
+                continue;
+            }
+            *v = ms->vals[rr->i0 + p];
+            int32_t m = ms->out_map[q][p];
+            if (m >= 0) v->cls = bs->vals[brun->i0 + (uint32_t)m].cls;
+            else if (m <= -2) v->cls = vals[run->slots[-2 - m]].cls;
+        }
+        c->memo_hits++;
+        return q;
+    }
+    return SR_NONE;
+}
+
+/* Why a run did not become a representative, with SCALIFY_DEBUG_MEMO set. */
+static void memo_debug(const memo_side *ms, uint32_t r, const char *why) {
+    static int on = -1;
+    if (on < 0) on = getenv("SCALIFY_DEBUG_MEMO") != NULL;
+    const sr_run *run = &ms->runs.runs[r];
+    if (on) fprintf(stderr, "memo: run %u (%.*s) is no representative: %s\n", r, (int)run->nscope, run->scope, why);
+}
+
+/* After distributed run r was lifted: makes it a representative when it was
+ * clean and its inputs and exported values are its baseline run's. */
+static void memo_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, const memo_mark *before) {
+    if (ms != &c->memo->side[1]) return;
+    memo_mark now = memo_mark_now(c);
+    if (now.nfindings != before->nfindings || now.nunsupported != before->nunsupported ||
+        now.resynced != before->resynced || now.ndoms != before->ndoms || now.next_loop != before->next_loop ||
+        now.assumed != before->assumed ||
+        now.assumptions != before->assumptions || now.divergence != before->divergence) {
+        memo_debug(ms, r, "not clean (findings, unsupported or assumed values)");
+        return;
+    }
+    const sr_run *run = &ms->runs.runs[r];
+    uint32_t br = base_run_of(c, run);
+    if (br == SR_NONE) {
+        memo_debug(ms, r, "no baseline run of that scope to compare with");
+        return;
+    }
+    const memo_side *bs = &c->memo->side[0];
+    const sr_run *brun = &bs->runs.runs[br];
+    int32_t *smap = arena_alloc(c->a, (run->nslots + 1) * sizeof *smap);
+    for (uint32_t s = 0; s < run->nslots; s++) {
+        const lval *x = &vals[run->slots[s]];
+        smap[s] = -1;
+        if (x->kind == LV_DEV || (x->kind == LV_TERM && x->konst)) continue;
+        if (x->kind != LV_TERM || x->assumed) return;
+        for (uint32_t t = 0; t < brun->nslots && smap[s] < 0; t++) {
+            const lval *y = &bs->vals[brun->slots[t]];
+            if (y->kind == LV_TERM && eg_find(c->g, y->cls) == eg_find(c->g, x->cls)) smap[s] = (int32_t)t;
+        }
+        if (smap[s] < 0) {
+            memo_debug(ms, r, "an input is not an input of the baseline run");
+            return;
+        }
+    }
+    uint32_t len = run->i1 - run->i0;
+    int32_t *omap = arena_alloc(c->a, (len + 1) * sizeof *omap);
+    for (uint32_t p = 0; p < len; p++) {
+        const lval *x = &vals[run->i0 + p];
+        omap[p] = -1;
+        if (!run->exported[p] || x->kind == LV_DEV || (x->kind == LV_TERM && x->konst)) continue;
+        if (x->kind != LV_TERM || x->assumed) return;
+        eid want = eg_find(c->g, x->cls);
+        for (uint32_t q = 0; q < brun->i1 - brun->i0 && omap[p] < 0; q++) {
+            const lval *y = &bs->vals[brun->i0 + q];
+            if (brun->exported[q] && y->kind == LV_TERM && eg_find(c->g, y->cls) == want) omap[p] = (int32_t)q;
+        }
+        for (uint32_t s = 0; s < run->nslots && omap[p] < 0; s++)
+            if (vals[run->slots[s]].kind == LV_TERM && eg_find(c->g, vals[run->slots[s]].cls) == want) omap[p] = -2 - (int32_t)s;
+        if (omap[p] == -1) {
+            memo_debug(ms, r, "an exported value is not the baseline run's");
+            return;
+        }
+    }
+    lval *ext = arena_alloc(c->a, (run->nslots + 1) * sizeof *ext);
+    for (uint32_t s = 0; s < run->nslots; s++) ext[s] = vals[run->slots[s]];
+    ms->ext[r] = ext;
+    ms->base_run[r] = br;
+    ms->slot_map[r] = smap;
+    ms->out_map[r] = omap;
+    ms->outside[r] = now.noutside - before->noutside;
+}
+
+/* Lifts instruction i of comp into vals[i]. */
+static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
+                     uint32_t ninputs) {
+    const hlo_module *m = c->cur;
+    const hlo_instr *in = &comp->instrs[i];
+    lval *v = &vals[i];
+    account(c, in);
+    if (in->op == OP_PARAMETER) {
+        int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
+        if (args) {
+            *v = args[k];
+        } else if (k < ninputs) {
+            /* Parameter k of either side is the baseline's parameter k. */
+            const hlo_comp *be = graph_entry(c->base);
+            const hlo_instr *bp = k < be->nparams ? &be->instrs[be->params[k]] : NULL;
+            if (!bp) {
+                *v = unknown();
+                return;
+            }
+            uint32_t t = type_of(c, bp->shape.dtype, bp->shape.dims, bp->shape.rank);
+            uint8_t origin = c->baseline_mode ? EG_BASELINE : EG_DISTRIBUTED;
+            *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, origin), inputs[k], false);
+        } else {
+            *v = unknown();
+        }
+        return;
+    }
+    if (in->op == OP_WHILE) {
+        *v = c->baseline_mode ? loop_baseline(c, comp, in, vals) : loop_distributed(c, comp, in, vals);
+        if (c->baseline_mode && v->kind == LV_UNKNOWN && in->noperands == 1) {
+            lval op = vals[in->operands[0]];
+            lstate st = {c, comp, in, &op, vals};
+            *v = generic(&st);
+        }
+        return;
+    }
+    if (in->op == OP_CALL) {
+        const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+        lval *cargs = arena_alloc(c->a, (in->noperands + 1) * sizeof *cargs);
+        for (uint32_t o = 0; o < in->noperands; o++) cargs[o] = vals[in->operands[o]];
+        c->depth++;
+        *v = lift_comp(c, &m->comps[ta->v.ints[0]], cargs, NULL, 0);
+        c->depth--;
+        if (c->baseline_mode && v->kind == LV_TERM) record_scope(c, in, v->cls);
+        return;
+    }
+    if (in->op == OP_COPY || in->op == OP_OPT_BARRIER || is_identity_custom_call(in)) {
+        *v = vals[in->operands[0]];
+        return;
+    }
+    if (in->op == OP_TUPLE) {
+        v->kind = LV_TUPLE;
+        v->n = in->noperands;
+        v->elems = arena_alloc(c->a, (v->n + 1) * sizeof *v->elems);
+        for (uint32_t o = 0; o < in->noperands; o++) v->elems[o] = vals[in->operands[o]];
+        return;
+    }
+    if (in->op == OP_GET_TUPLE_ELEMENT) {
+        const lval *t = &vals[in->operands[0]];
+        int64_t k = instr_int(in, A_INDEX, 0);
+        *v = t->kind == LV_TUPLE && k < t->n ? t->elems[k] : unknown();
+        return;
+    }
+    if (in->op == OP_CONSTANT) {
+        /* Constants are both: a baseline-comparable term and concrete values. */
+        int64_t n = shape_elements(&in->shape);
+        if (n >= 0 && n <= 64 && (dtype_is_int(in->shape.dtype) || in->shape.dtype == DT_PRED)) {
+            *v = dev_from_literal(c, in);
+            v->konst = true;
+            if (v->kind == LV_DEV) return;
+        }
+        *v = term(node(c, m, in, NULL, 0, in->shape.dims, c->origin), view_dup(in->shape.rank), false);
+        v->konst = true;
+        return;
+    }
+    lval ops_stack[8], *ops = in->noperands <= 8 ? ops_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
+    for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
+    lstate s = {c, comp, in, ops, vals};
+    bool amb = false;
+    for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous;
+    c->ambiguous_now = amb;
+    *v = lift_instr(&s);
+    c->ambiguous_now = false;
+    v->ambiguous |= amb;
+    static eid dbg_base = EID_NONE;
+    static const char *dbgb, *dbg;
+    static bool dbg_read;
+    if (!dbg_read) {
+        dbgb = getenv("SCALIFY_DEBUG_BASE");
+        dbg = getenv("SCALIFY_DEBUG_TERM");
+        dbg_read = true;
+    }
+    if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
+    if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+        /* Descend both terms to the first node where they part. */
+        eid x = dbg_base, y = v->cls;
+        for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
+            eid nx = eg_class_first(c->g, x), ny = eg_class_first(c->g, y);
+            uint32_t kx, ky;
+            const eid *cx = eg_node_children(c->g, nx, &kx), *cy = eg_node_children(c->g, ny, &ky);
+            uint32_t ax, ay;
+            eg_attr_words(c->g, eg_node_attr(c->g, nx), &ax);
+            eg_attr_words(c->g, eg_node_attr(c->g, ny), &ay);
+            fprintf(stderr, "diff depth %d: op %d/%d attr %u/%u (len %u/%u) type %u/%u kids %u/%u\n", depth,
+                    eg_node_op(c->g, nx), eg_node_op(c->g, ny), eg_node_attr(c->g, nx), eg_node_attr(c->g, ny), ax, ay,
+                    eg_class_type(c->g, x), eg_class_type(c->g, y), kx, ky);
+            if (kx != ky) break;
+            uint32_t k = 0;
+            while (k < kx && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
+            if (k == kx) break;
+            x = cx[k];
+            y = cy[k];
+        }
+    }
+    if (dbg && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+        strbuf b;
+        sb_init(&b);
+        eg_print_term(&b, c->g, v->cls, 12);
+        fprintf(stderr, "term %s%s = %s\n", c->baseline_mode ? "(baseline) " : "", in->name, b.s);
+        sb_free(&b);
+    }
+    if (v->kind == LV_PW || v->kind == LV_MASK) {
+        /* Index values keep their plain term beside the analysis when it means
+         * the same on every device (always on the baseline), for ops that do
+         * not take index values. */
+        bool indep = true;
+        for (uint32_t o = 0; o < in->noperands; o++) {
+            if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) indep &= ops[o].cls != EID_NONE;
+            else if (ops[o].kind == LV_DEV) indep &= dev_uniform(c, &ops[o]);
+            else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
+        }
+        v->cls = EID_NONE;
+        if (indep || c->baseline_mode) {
+            lval saved[16];
+            uint32_t ns = in->noperands < 16 ? in->noperands : 16;
+            memcpy(saved, ops, ns * sizeof *ops);
+            for (uint32_t o = 0; o < in->noperands; o++)
+                if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK)
+                    ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
+            v->cls = generic(&s).cls;
+            memcpy(ops, saved, ns * sizeof *ops);
+        }
+    }
+    if (c->baseline_mode) {
+        /* The baseline is its own reference: what no transfer function
+         * handles is simply its own op over its operands. */
+        if (v->kind == LV_UNKNOWN) *v = generic(&s);
+        if (v->kind == LV_TERM) record_scope(c, in, v->cls);
+        return;
+    }
+    if (getenv("SCALIFY_DEBUG_LIFT") && v->kind == LV_UNKNOWN) {
+        bool fresh_unknown = true;
+        for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;
+        if (fresh_unknown) fprintf(stderr, "lift: %s (%s) unknown\n", in->name, in->opname);
+    }
+    bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
+    for (uint32_t o = 0; o < in->noperands; o++) konst &= ops[o].konst;
+    v->konst = konst;
+    /* A segment is verified only when everything it computes is a baseline
+     * value (or device bookkeeping); count what is not. */
+    if (c->nsegs && !konst &&
+        (v->kind == LV_UNKNOWN || (v->kind == LV_TERM && (v->assumed || !(eg_class_origin(c->g, v->cls) & EG_BASELINE))))) {
+        c->segs[c->cur_seg].outside++;
+        c->noutside++;
+    }
+    /* The first divergence: a term outside the baseline whose term operands
+     * are all inside it (DESIGN §7); constant-only values are not data. */
+    if (!c->divergence && !konst && in->op != OP_BROADCAST && v->kind == LV_TERM && !v->assumed && !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
+        bool inside = true;
+        for (uint32_t o = 0; o < in->noperands; o++)
+            if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE))
+                inside = false;
+        if (inside) {
+            if (getenv("SCALIFY_DEBUG_LIFT")) {
+                strbuf b;
+                sb_init(&b);
+                eg_print_term(&b, c->g, v->cls, 6);
+                fprintf(stderr, "lift: divergence %s = %s\n", in->name, b.s);
+                sb_free(&b);
+            }
+            c->divergence = in;
+            c->divergence_comp = comp;
+            if (c->nsegs) c->segs[c->cur_seg].divergent++;
+        }
+    }}
+
+static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs) {
+    lval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
+    memo_side *ms = memo_enter(c, comp, vals);
+    for (uint32_t i = 0; i < comp->ninstrs;) {
+        uint32_t r = ms ? ms->runs.start[i] : SR_NONE;
+        if (r == SR_NONE) {
+            lift_one(c, comp, i++, vals, args, inputs, ninputs);
+            continue;
+        }
+        const sr_run *run = &ms->runs.runs[r];
+        /* Parameters listed inside the run are its inputs: lifted first. */
+        for (uint32_t j = run->i0; j < run->i1; j++)
+            if (comp->instrs[j].op == OP_PARAMETER) lift_one(c, comp, j, vals, args, inputs, ninputs);
+        uint32_t rep = memo_hit(c, ms, r, vals);
+        bool hit = rep != SR_NONE;
+        memo_mark mk = memo_mark_now(c);
+        for (; i < run->i1; i++)
+            if (comp->instrs[i].op != OP_PARAMETER) {
+                if (hit) account_tree(c, &comp->instrs[i]);
+                else lift_one(c, comp, i, vals, args, inputs, ninputs);
+            }
+        if (ms == &c->memo->side[1] && c->nsegs) {
+            c->segs[c->cur_seg].runs++;
+            c->segs[c->cur_seg].memo_hits += hit;
+            if (hit) {
+                /* What the representative computed outside the baseline (terms
+                 * that met nothing on the way) counts here too. */
+                c->segs[c->cur_seg].outside += ms->outside[rep];
+                c->noutside += ms->outside[rep];
+                const sr_run *rr = &ms->runs.runs[rep];
+                uint32_t here = c->cur_seg;
+                c->segs[here].memo_of = (int32_t)segment_of(c, rr->scope, rr->nscope);
+                c->cur_seg = here;
+            }
+        }
+        if (!hit) memo_record(c, ms, r, vals, &mk);
+    }
+    if (ms) memo_leave(c, ms);
     return vals[comp->root];
 }
 
 lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
     lval r = lift_comp(c, graph_entry(c->dist), NULL, inputs, ninputs);
-    if (c->nsegs && c->acct_t > 0) {
-        c->segs[c->cur_seg].ms += now_ms() - c->acct_t;
-        c->segs[c->cur_seg].enodes += eg_node_count(c->g) - c->acct_nodes;
-    }
+    if (c->nsegs && c->acct_t > 0) charge_segment(c, now_ms(), eg_node_count(c->g));
     return r;
+}
+
+void lift_segment_classes(lift_ctx *c, uint32_t *out) {
+    uint32_t n = eg_node_count(c->g);
+    uint32_t *stamp = xcalloc(n + 1, sizeof *stamp);
+    for (uint32_t sg = 0; sg < c->nsegs; sg++) {
+        out[sg] = 0;
+        for (size_t k = 0; k < c->nspans; k++) {
+            const lift_span *sp = &c->spans[k];
+            if (sp->seg != sg) continue;
+            for (uint32_t id = sp->n0; id < sp->n1 && id < n; id++) {
+                eid cls = eg_find(c->g, id);
+                if (stamp[cls] != sg + 1) {
+                    stamp[cls] = sg + 1;
+                    out[sg]++;
+                }
+            }
+        }
+    }
+    free(stamp);
 }

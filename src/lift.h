@@ -109,8 +109,17 @@ typedef struct lift_segment {
     uint32_t dstart, dend;        /* distributed entry instruction range [start, end) */
     uint32_t bstart, bend;        /* baseline entry range of the same scope (0,0: none) */
     uint32_t findings, unsupported, divergent, outside, enodes;
+    uint32_t runs, memo_hits;     /* distributed runs (segrun.h) of it; of them taken from the memo */
+    int32_t memo_of;              /* the segment whose lifting was reused by the last hit (-1: none) */
     double ms;
 } lift_segment;
+
+typedef struct lift_memo lift_memo;
+
+/* E-nodes [n0, n1) were added while lifting segment seg. */
+typedef struct lift_span {
+    uint32_t seg, n0, n1;
+} lift_span;
 
 typedef struct lift_ctx {
     egraph *g;
@@ -151,6 +160,17 @@ typedef struct lift_ctx {
     uint32_t built;                       /* baseline instructions built (flattened positions) */
     double acct_t;                        /* per-segment accounting: last instruction's start */
     uint32_t acct_nodes;
+    lift_span *spans;
+    size_t nspans, capspans;
+    uint32_t nunsupported, noutside;      /* totals of the segment counters */
+    /* Segment memo (DESIGN §6): a distributed run structurally equal to one
+     * already lifted cleanly, with inputs related the same way to a baseline run
+     * equal to that one's, takes its results from it instead of being lifted. */
+    struct lift_loop *loops;              /* the baseline's while loops, in walk order */
+    size_t nloops, caploops, next_loop;
+    bool no_memo;                         /* set before lifting to turn it off */
+    lift_memo *memo;
+    uint32_t memo_runs, memo_hits;        /* distributed runs considered; taken from the memo */
     /* Constant folding: the values of e-classes whose term is computed from
      * constants only (indexed by class id; NULL: not known). Owned. */
     struct interp_val **kvals;
@@ -166,6 +186,10 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts);
 /* Lifts the distributed entry computation with parameter k related to
  * baseline parameter k by inputs[k]; returns the root's value. */
 lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs);
+
+/* The number of e-classes each segment's e-nodes fall into now (after unions
+ * and rebuilding): out[i] for segment i. */
+void lift_segment_classes(lift_ctx *c, uint32_t *out);
 
 /* The mesh axes (bitmask) whose device groups are exactly the given replica
  * groups (order inside a group respected when ordered); -1 when none. */

@@ -98,6 +98,13 @@ void rs_result_free(rs_result *r) {
 
 uint32_t rs_rule_count(const rs_ruleset *rs) { return rs->nrules; }
 const char *rs_rule_name(const rs_ruleset *rs, uint32_t i) { return i < rs->nrules ? rs->rules[i].name : NULL; }
+bool rs_rule_sides(const rs_ruleset *rs, uint32_t i, const struct em_prog **prog, uint32_t *lhs, uint32_t *rhs) {
+    if (i >= rs->nrules || rs->rules[i].kind != RK_REWRITE) return false;
+    *prog = &rs->prog;
+    *lhs = rs->rules[i].lhs;
+    *rhs = rs->rules[i].both ? rs->rules[i].rhs : UINT32_MAX;
+    return true;
+}
 int rs_rule_find(const rs_ruleset *rs, const char *name) {
     for (uint32_t i = 0; i < rs->nrules; i++)
         if (strcmp(rs->rules[i].name, name) == 0) return (int)i;

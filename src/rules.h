@@ -33,6 +33,7 @@
 
 typedef struct rs_ruleset rs_ruleset;
 typedef struct rs_db rs_db;
+struct em_prog;  /* ematch.h */
 
 typedef enum rs_stop {
     RS_SATURATED = 0, RS_NODE_LIMIT, RS_TIME_LIMIT, RS_ITER_LIMIT,
@@ -86,6 +87,10 @@ rs_counts rs_get_counts(const rs_ruleset *rs);
 uint32_t rs_rule_count(const rs_ruleset *rs);
 const char *rs_rule_name(const rs_ruleset *rs, uint32_t i);
 int rs_rule_find(const rs_ruleset *rs, const char *name);  /* -1 when absent */
+/* The compiled sides of rewrite rule i (patterns of *prog, owned by the
+ * ruleset): *lhs, and *rhs when the rule also runs right to left (<=>), else
+ * UINT32_MAX. False for a relation rule or an i out of range. */
+bool rs_rule_sides(const rs_ruleset *rs, uint32_t i, const struct em_prog **prog, uint32_t *lhs, uint32_t *rhs);
 
 /* Parses one term (S-expression, the example syntax of rules/README.md) and
  * adds it to g; returns its class or EID_NONE (reported to d with its position). */

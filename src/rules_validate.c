@@ -10,6 +10,7 @@
 #include "graph.h"
 #include "interp.h"
 #include "io.h"
+#include "rinst.h"
 #include "rules.h"
 #include "util.h"
 
@@ -19,8 +20,8 @@ double rv_tolerance(int dt) {
     switch (dt) {
     case DT_F32: return 1e-5;
     case DT_F64: return 1e-12;
-    case DT_BF16: return 1e-2;
-    case DT_F16: return 2e-3;
+    case DT_BF16: return 0x1p-5;
+    case DT_F16: return 0x1p-8;
     default: return 0;
     }
 }
@@ -471,10 +472,13 @@ done:
     return res;
 }
 
-/* One example: SAME when every different term of the root class ran and
- * agreed (at least one), DIFFER with the counterexample in cex, SKIP with the
- * reason in why. */
-static outcome validate_example(rs_ruleset *rs, const bool *only, const char *text, strbuf *cex, strbuf *why) {
+/* One instance (an example or a random one): SAME when every different term
+ * of the root class ran and agreed (at least one), DIFFER with the
+ * counterexample in cex (also when the rule joined terms of different types:
+ * a shape conflict), SKIP with the reason in why. Values come from seeds
+ * seed0+1 .. seed0+RV_SEEDS; *elements gets the parameters' element count. */
+static outcome validate_example(rs_ruleset *rs, const bool *only, const char *text, uint64_t seed0, strbuf *cex,
+                                strbuf *why, uint64_t *elements) {
     egraph *g = eg_new();
     diag d;
     diag_init(&d, "example");
@@ -495,6 +499,14 @@ static outcome validate_example(rs_ruleset *rs, const bool *only, const char *te
         sb_puts(why, bad);
         goto done;
     }
+    *elements = 0;
+    for (uint32_t k = 0; k < p.n; k++) {
+        uint32_t rank;
+        const int64_t *dims = eg_type_dims(g, p.type[k], &rank);
+        uint64_t e = 1;
+        for (uint32_t i = 0; i < rank; i++) e *= (uint64_t)dims[i];
+        *elements += e;
+    }
     if (!(ml = term_module(g, &left, (uint32_t)li, &p, why))) goto done;
     rs_budget b = rs_budget_default();
     b.node_limit = 20000;
@@ -503,7 +515,11 @@ static outcome validate_example(rs_ruleset *rs, const bool *only, const char *te
     rs_result r;
     memset(&r, 0, sizeof r);
     rs_stop stop = rs_run(rs, g, NULL, &b, only, &r);
-    if (stop == RS_CONFLICT) sb_printf(why, "shape conflict: %s", r.message ? r.message : "");
+    if (stop == RS_CONFLICT) {
+        sb_printf(cex, "%s: the rule joins terms of different types (shape conflict: %s)", text,
+                  r.message ? r.message : "");
+        res = DIFFER;
+    }
     rs_result_free(&r);
     if (stop == RS_CONFLICT) goto done;
     best = extract_smallest(g);
@@ -517,7 +533,7 @@ static outcome validate_example(rs_ruleset *rs, const bool *only, const char *te
         strbuf cwhy;
         sb_init(&cwhy);
         hlo_module *mr = term_module(g, &right, (uint32_t)ri, &p, &cwhy);
-        for (uint64_t s = 1; mr && s <= RV_SEEDS; s++) {
+        for (uint64_t s = seed0 + 1; mr && s <= seed0 + RV_SEEDS; s++) {
             double diff, scale;
             outcome o = run_pair(ml, mr, g, &p, s, &diff, &scale, &cwhy);
             if (o == SKIP) break;
@@ -529,7 +545,7 @@ static outcome validate_example(rs_ruleset *rs, const bool *only, const char *te
                 res = DIFFER;
                 break;
             }
-            if (s == RV_SEEDS) compared++;
+            if (s == seed0 + RV_SEEDS) compared++;
         }
         if (cwhy.len && !why->len) sb_puts(why, cwhy.s);
         sb_free(&cwhy);
@@ -547,6 +563,82 @@ done:
     diag_free(&d);
     eg_free(g);
     return res;
+}
+
+/* ---- random instances and shrinking ---- */
+
+/* The smallest counterexample seen: fewest parameter elements, then shortest text. */
+typedef struct best_cex {
+    bool set;
+    strbuf text;
+    uint64_t elements;
+} best_cex;
+
+static void offer(best_cex *b, const strbuf *cex, uint64_t elements) {
+    if (b->set && (elements > b->elements || (elements == b->elements && cex->len >= b->text.len))) return;
+    sb_reset(&b->text);
+    sb_put(&b->text, cex->s ? cex->s : "", cex->len);
+    b->elements = elements;
+    b->set = true;
+}
+
+/* One random draw of rule k (its left side, or its right side on odd draws
+ * of a <=> rule) under lim: SAME / DIFFER (counterexample offered to best) /
+ * SKIP (the draw did not build, the rule did not fire, or it did not run). */
+static outcome random_instance(rs_ruleset *rs, const bool *only, uint32_t k, const ri_limits *lim, uint64_t draw,
+                               best_cex *best) {
+    const em_prog *prog;
+    uint32_t lhs, rhs;
+    if (!rs_rule_sides(rs, k, &prog, &lhs, &rhs)) return SKIP;
+    interp_rng rng;
+    interp_rng_seed(&rng, hash_bytes(rs_rule_name(rs, k), strlen(rs_rule_name(rs, k))) ^ (draw * 0x9e3779b97f4a7c15ull));
+    strbuf text, cex, why;
+    sb_init(&text);
+    sb_init(&cex);
+    sb_init(&why);
+    uint64_t el = 0;
+    outcome oc = SKIP;
+    if (ri_generate(prog, rhs != UINT32_MAX && (draw & 1) ? rhs : lhs, lim, &rng, &text, &el))
+        oc = validate_example(rs, only, text.s, 1000 * (draw + 1), &cex, &why, &el);
+    if (oc == DIFFER) offer(best, &cex, el);
+    sb_free(&text);
+    sb_free(&cex);
+    sb_free(&why);
+    return oc;
+}
+
+/* RV_RANDOM instances of rule k drawn within RV_MAX_RANK / RV_MAX_DIM; when
+ * any instance failed (an example included), the shrink: draws under growing
+ * limits (root elements dim^rank ascending), RV_SHRINK_DRAWS per level, until
+ * a level shows a failure; the smallest counterexample wins. */
+static void validate_random(rs_ruleset *rs, const bool *only, uint32_t k, rv_rule *o, best_cex *best) {
+    ri_limits lim = {RV_MAX_RANK, RV_MAX_DIM, false};
+    for (uint64_t draw = 0; draw < RV_MAX_DRAWS && o->random < RV_RANDOM; draw++) {
+        outcome oc = random_instance(rs, only, k, &lim, draw, best);
+        o->random += oc != SKIP;
+        o->random_failures += oc == DIFFER;
+        o->rejected += oc == SKIP;
+    }
+    if (!best->set) return;
+    typedef struct level { uint32_t rank, dim, bound; } level;
+    level lv[(RV_MAX_RANK + 1) * RV_MAX_DIM];
+    uint32_t nl = 0;
+    for (uint32_t r = 0; r <= RV_MAX_RANK; r++)
+        for (uint32_t d = 1; d <= RV_MAX_DIM; d++) {
+            uint32_t b = 1;
+            for (uint32_t i = 0; i < r; i++) b *= d;
+            if (r == 0 && d > 1) continue;
+            uint32_t at = nl++;
+            for (; at > 0 && (lv[at - 1].bound > b || (lv[at - 1].bound == b && lv[at - 1].rank > r)); at--) lv[at] = lv[at - 1];
+            lv[at] = (level){r, d, b};
+        }
+    for (uint32_t l = 0; l < nl; l++) {
+        ri_limits sl = {lv[l].rank, lv[l].dim, true};
+        bool failed = false;
+        for (uint64_t draw = 0; draw < RV_SHRINK_DRAWS; draw++)
+            failed |= random_instance(rs, only, k, &sl, 1000000 + 1000 * l + draw, best) == DIFFER;
+        if (failed) break;
+    }
 }
 
 /* ---- driver ---- */
@@ -590,22 +682,33 @@ int rv_validate_dir(const char *dir, rv_report *out, diag *d) {
             o->where = xstrdup(rules[i].where);
             /* a <=> rule may compile to more than one entry of the same name */
             for (uint32_t k = 0; k < nrs; k++) only[k] = strcmp(rs_rule_name(rs, k), rules[i].name) == 0;
-            strbuf why, cex;
+            strbuf why;
             sb_init(&why);
-            sb_init(&cex);
+            best_cex best = {0};
+            sb_init(&best.text);
             for (size_t x = 0; x < rules[i].nex; x++) {
-                outcome oc = validate_example(rs, only, rules[i].ex[x].text, &cex, &why);
+                strbuf cex;
+                sb_init(&cex);
+                uint64_t el = 0;
+                outcome oc = validate_example(rs, only, rules[i].ex[x].text, 0, &cex, &why, &el);
+                if (x == 0) o->example_elements = el;
                 if (oc == SAME) o->instances++;
-                else if (oc == DIFFER) o->instances++, o->failures++;
+                else if (oc == DIFFER) o->instances++, o->failures++, offer(&best, &cex, el);
                 else o->skipped++;
-                if (oc == DIFFER) break; /* one counterexample is enough */
+                sb_free(&cex);
+                if (oc == DIFFER) break; /* one failing example is enough */
             }
-            o->status = o->failures ? RV_FAIL : o->instances ? RV_OK : RV_NOT_VALIDATED;
+            int k = rs_rule_find(rs, rules[i].name);
+            if (k >= 0) validate_random(rs, only, (uint32_t)k, o, &best);
+            if (best.set) {
+                o->counterexample = sb_take(&best.text);
+                o->cex_elements = best.elements;
+            }
+            sb_free(&best.text);
+            o->status = o->failures || o->random_failures ? RV_FAIL : o->instances || o->random ? RV_OK : RV_NOT_VALIDATED;
             if (!rules[i].nex && !why.len) sb_puts(&why, "no examples");
             if (why.len) o->reason = sb_take(&why);
-            if (cex.len) o->counterexample = sb_take(&cex);
             sb_free(&why);
-            sb_free(&cex);
             if (o->status == RV_OK) out->ok++;
             else if (o->status == RV_FAIL) out->failed++;
             else out->not_validated++;
@@ -624,17 +727,23 @@ int rv_validate_dir(const char *dir, rv_report *out, diag *d) {
 }
 
 int rv_print(FILE *f, const rv_report *r) {
-    fprintf(f, "%-32s %9s %8s  %s\n", "rule", "instances", "failures", "result");
+    fprintf(f, "%-28s %8s %6s %8s %8s  %s\n", "rule", "examples", "random", "rejected", "failures", "result");
+    uint32_t random = 0;
     for (uint32_t i = 0; i < r->n; i++) {
         const rv_rule *x = &r->rules[i];
-        fprintf(f, "%-32s %9u %8u  ", x->name, x->instances, x->failures);
-        if (x->status == RV_OK && !x->skipped) fputs("ok\n", f);
+        random += x->random;
+        fprintf(f, "%-28s %8u %6u %8u %8u  ", x->name, x->instances, x->random, x->rejected,
+                x->failures + x->random_failures);
+        if (x->status == RV_OK && !x->random) fputs("ok on examples only: no random draw applied\n", f);
+        else if (x->status == RV_OK && !x->skipped) fputs("ok\n", f);
         else if (x->status == RV_OK) fprintf(f, "ok; %u example%s not run: %s\n", x->skipped, x->skipped == 1 ? "" : "s", x->reason ? x->reason : "?");
-        else if (x->status == RV_FAIL) fprintf(f, "FAIL\n    %s: counterexample: %s\n", x->where, x->counterexample);
+        else if (x->status == RV_FAIL)
+            fprintf(f, "FAIL\n    %s: minimal counterexample (%llu parameter elements): %s\n", x->where,
+                    (unsigned long long)x->cex_elements, x->counterexample ? x->counterexample : "?");
         else fprintf(f, "not validated: %s\n", x->reason ? x->reason : "?");
     }
-    fprintf(f, "%u rewrite rules: %u validated, %u not validated, %u failed (%d seeds each)\n", r->n, r->ok,
-            r->not_validated, r->failed, RV_SEEDS);
+    fprintf(f, "%u rewrite rules: %u validated, %u not validated, %u failed (%u random instances; %d seeds each)\n", r->n,
+            r->ok, r->not_validated, r->failed, random, RV_SEEDS);
     return r->failed ? 1 : 0;
 }
 

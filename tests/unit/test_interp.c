@@ -189,6 +189,16 @@ static void test_structural(void) {
                      "  ROOT o = s32[12] concatenate(l, r, x), dimensions={0}\n}\n";
     double w5[12] = {2147483644, 1, 0, 0, -4, 1, 0, -1, -16, 28, -2147483648.0, 0};
     expect("interp shifts-1.1 logical, arithmetic, left, oversized", t5, 1, 1, NULL, 0, w5, 12);
+    /* The activation custom calls of the rules' unary class, f64 so the
+     * expected values are exact in double. */
+    const char *t6 = "HloModule m\nENTRY e {\n  a = f64[3] constant({0, 1, -2})\n"
+                     "  s = f64[3] custom-call(a), custom_call_target=\"silu\"\n"
+                     "  g = f64[3] custom-call(a), custom_call_target=\"gelu_tanh\"\n"
+                     "  ROOT o = f64[6] concatenate(s, g), dimensions={0}\n}\n";
+    double w6[6] = {0, 1 / (1 + exp(-1.0)), -2 / (1 + exp(2.0)), 0,
+                    0.5 * (1 + tanh(0.7978845608028654 * 1.044715)),
+                    -(1 + tanh(0.7978845608028654 * (-2 - 0.044715 * 8)))};
+    expect("interp custom-call-1.1 silu and gelu_tanh", t6, 1, 1, NULL, 0, w6, 6);
 }
 
 static void test_reduce(void) {
