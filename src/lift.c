@@ -400,14 +400,18 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
 
 /* ---- replica groups → mesh axes ---- */
 
-int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered) {
-    const mesh *ms = c->mesh;
+static int groups_axes_on(const mesh *ms, const hlo_instr *in, bool ordered);
+
+int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered) { return groups_axes_on(c->mesh, in, ordered); }
+
+/* lift_groups_axes on mesh ms. */
+static int groups_axes_on(const mesh *ms, const hlo_instr *in, bool ordered) {
     const hlo_attr *ga = instr_attr(in, A_REPLICA_GROUPS);
     arena tmp;
     arena_init(&tmp);
     hlo_groups g = {0};
     if (ga) groups_expand(ga->v.groups, &tmp, &g);
-    int64_t n = c->ndev;
+    int64_t n = mesh_devices(ms);
     /* Group number and position of every device under the instruction. */
     int64_t *grp = xmalloc((size_t)n * sizeof *grp), *pos = xmalloc((size_t)n * sizeof *pos);
     bool ok = true;
@@ -450,6 +454,76 @@ int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered) {
     free(pos);
     arena_free(&tmp);
     return found;
+}
+
+/* ---- sub-axes: a mesh axis split where replica groups use part of it ---- */
+
+/* Splits axis a of m into (a.0: size/f, a.1: f), a.1 inserted right after a:
+ * device ids are unchanged (row-major). */
+static void split_mesh_axis(mesh *m, uint32_t a, int64_t f) {
+    for (uint32_t k = m->naxes; k > a + 1; k--) {
+        memcpy(m->names[k], m->names[k - 1], sizeof m->names[k]);
+        m->sizes[k] = m->sizes[k - 1];
+    }
+    m->naxes++;
+    m->sizes[a] /= f;
+    m->sizes[a + 1] = f;
+    char base[32];
+    snprintf(base, sizeof base, "%s", m->names[a]);
+    snprintf(m->names[a], sizeof m->names[a], "%.28s.0", base);
+    snprintf(m->names[a + 1], sizeof m->names[a + 1], "%.28s.1", base);
+}
+
+/* The views after that split: a use of axis a becomes (a.0, a.1), the same
+ * blocks (a = a.0·f + a.1); later axes shift by one. */
+static void split_view_axis(view *vs, uint32_t nv, uint32_t a) {
+    for (uint32_t i = 0; i < nv; i++) {
+        view *v = &vs[i];
+        for (uint32_t d = 0; d < v->rank; d++) {
+            view_dim nd = {0};
+            for (uint32_t k = 0; k < v->dims[d].naxes; k++) {
+                uint8_t x = v->dims[d].axes[k];
+                nd.axes[nd.naxes++] = (uint8_t)(x > a ? x + 1 : x);
+                if (x == a) nd.axes[nd.naxes++] = (uint8_t)(a + 1);
+            }
+            v->dims[d] = nd;
+        }
+        uint32_t p = v->partial, lo = p & ((1u << (a + 1)) - 1), hi = p >> (a + 1);
+        v->partial = (uint8_t)(lo | hi << (a + 2) | (p >> a & 1) << (a + 1));
+    }
+}
+
+/* Whether groups must follow device order (gather/scatter/all-to-all blocks);
+ * -1 for ops without mesh-axis groups. */
+static int collective_order(int op) {
+    switch (op) {
+    case OP_ALL_REDUCE: return 0;
+    case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_TO_ALL: return 1;
+    default: return -1;
+    }
+}
+
+bool lift_refine_mesh(relations *rel, const hlo_module *dist) {
+    bool changed = false;
+    for (uint32_t ci = 0; ci < dist->ncomps; ci++)
+        for (uint32_t i = 0; i < dist->comps[ci].ninstrs; i++) {
+            const hlo_instr *in = &dist->comps[ci].instrs[i];
+            int ord = collective_order(in->op);
+            if (ord < 0 || !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(&rel->mesh, in, ord) >= 0) continue;
+            bool done = false;
+            for (uint32_t a = 0; a < rel->mesh.naxes && !done && rel->mesh.naxes < MESH_MAX_AXES; a++)
+                for (int64_t f = 2; f < rel->mesh.sizes[a] && !done; f++) {
+                    mesh t = rel->mesh;
+                    if (t.sizes[a] % f) continue;
+                    split_mesh_axis(&t, a, f);
+                    if (groups_axes_on(&t, in, ord) < 0) continue;
+                    rel->mesh = t;
+                    split_view_axis(rel->inputs, rel->ninputs, a);
+                    split_view_axis(rel->outputs, rel->noutputs, a);
+                    done = changed = true;
+                }
+        }
+    return changed;
 }
 
 /* ---- values ---- */

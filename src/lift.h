@@ -195,4 +195,13 @@ void lift_segment_classes(lift_ctx *c, uint32_t *out);
  * groups (order inside a group respected when ordered); -1 when none. */
 int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered);
 
+/* Refines rel's mesh where a collective of dist has replica groups that match
+ * no set of its axes but would after splitting one axis in two (GSPMD groups
+ * over part of an axis, e.g. pairs of neighbours on tp:8): the axis becomes
+ * NAME.0 and NAME.1 (major, minor; same device ids) and every view of rel
+ * uses both where it used the axis — the same blocks. Meant for meshes
+ * inferred from shardings (a declared mesh is the user's word: groups that
+ * miss its axes are findings). Returns whether it changed anything. */
+bool lift_refine_mesh(relations *rel, const hlo_module *dist);
+
 #endif
