@@ -932,14 +932,59 @@ static bool reshape_meets_baseline(lift_ctx *c, eid x, const hlo_instr *in, cons
     return r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE);
 }
 
+/* A group of a reshape whose sharded input axes land on unit output dims
+ * [out, outb) followed by the non-unit dim outb. */
+typedef struct reshape_group {
+    view_dim axes;
+    uint32_t out, outb;
+} reshape_group;
+
+/* Another true reading of such a group: its axes (major first) spread over the
+ * unit dims and then dim outb in order, each taking a run (possibly empty):
+ * the flattened group still selects the same blocks, since only unit dims
+ * precede a sharded one. One group at a time (the others as in v), the first
+ * whose term the baseline has; false when none. */
+static bool reshape_split_reading(lift_ctx *c, const lval *x, const hlo_instr *in, const view *v, const reshape_group *ag,
+                                  uint32_t nag, view *out) {
+    for (uint32_t gi = 0; gi < nag; gi++) {
+        const reshape_group *g = &ag[gi];
+        const view_dim *sd = &g->axes;
+        uint32_t m = g->outb - g->out + 1, n = sd->naxes, cnt[8] = {0};
+        if (m > ARRAY_LEN(cnt)) continue;
+        /* Every composition of n into m runs, as an odometer over cnt. */
+        for (;;) {
+            uint32_t sum = 0;
+            for (uint32_t q = 0; q < m; q++) sum += cnt[q];
+            if (sum == n) {
+                view w = *v;
+                uint32_t next = 0;
+                for (uint32_t q = 0; q < m; q++) {
+                    view_dim *d = &w.dims[g->out + q];
+                    d->naxes = 0;
+                    for (uint32_t t = 0; t < cnt[q]; t++) d->axes[d->naxes++] = sd->axes[next++];
+                }
+                if (reshape_meets_baseline(c, x->cls, in, &w)) {
+                    *out = w;
+                    return true;
+                }
+            }
+            uint32_t q = 0;
+            while (q < m && ++cnt[q] > n) cnt[q++] = 0;
+            if (q == m) break;
+        }
+    }
+    return false;
+}
+
 /* reshape: groups of local dims with equal products map onto each other; a
  * sharded input dimension must be the major dimension of its group (unit dims
- * before it aside), and then the major output dimension of the group carries
- * the sharding (block sharding of a product splits its major factor). When
- * that is a unit dim followed by others, the first non-unit one may carry it
- * instead: both readings are true, and the one whose term the baseline
- * already has is taken (the unit dim by default). Anything else needs a
- * layout view. */
+ * before it aside, sharded or not), and then the major output dimension of
+ * the group carries the sharding, the axes of several such dims major first
+ * (block sharding of a product splits its major factor). When that is a unit
+ * dim followed by others, the first non-unit one may carry it instead, or the
+ * axes may spread over the unit dims and it: all are true readings, and the
+ * one whose term the baseline already has is taken (the unit dim by
+ * default). Anything else needs a layout view. */
 static lval lift_reshape(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -955,6 +1000,8 @@ static lval lift_reshape(lstate *s) {
      * goes to the first non-unit dim of its group instead. */
     view vb = v;
     bool amb = x->ambiguous, two = false;
+    reshape_group ag[4];
+    uint32_t nag = 0;
     uint32_t i = 0, j = 0;
     while (i < ra || j < rb) {
         /* One group: [i, i2) of a and [j, j2) of b with equal products. */
@@ -968,38 +1015,50 @@ static lval lift_reshape(lstate *s) {
             else break;
         }
         if (pa != pb) return unknown();
+        /* Sharded dims of the group: each must have only unit dims before it
+         * in the group (they hold no data); their axes, major first, then go
+         * to the major dim of the output group (unit dims included: locally
+         * [.., 8] → [.., 1, 8] is heads 4 × 8 → 4 heads sharded). */
+        bool any = false;
         for (uint32_t k = i; k < i2; k++) {
             if (!x->v.dims[k].naxes) continue;
-            /* The sharded dim must be the major dim of its group; it then maps to
-             * the major dim of the output group (unit dims included: locally
-             * [.., 8] → [.., 1, 8] is heads 4 × 8 → 4 heads sharded). */
-            uint32_t major = i, out = j;
-            /* Unit dims hold no data: a leading unsharded one is not the major. */
-            while (major + 1 < i2 && a[major] == 1 && !x->v.dims[major].naxes) major++;
-            /* A unit major dim with more dims after it in the group could take
-             * only part of the sharding: one reading among several. */
-            uint32_t outb = out;
-            if (out < j2 && b[out] == 1 && out + 1 < j2) {
-                amb = true;
-                while (outb < j2 && b[outb] == 1) outb++;
-                if (outb < j2) two = true;
-                else outb = out;
-            }
-            if (k != major || out == j2) {
+            bool units_before = true;
+            for (uint32_t q = i; q < k; q++) units_before &= a[q] == 1;
+            if (!units_before || j == j2 || v.dims[j].naxes + x->v.dims[k].naxes > MESH_MAX_AXES) {
                 unsupported(c, s->comp, in, "reshape %s moves a sharded dimension inside a merged group (needs a layout view)",
                             in->name);
                 view pv = v;
                 return assume(c, in, pv);
             }
-            v.dims[out] = x->v.dims[k];
-            vb.dims[outb] = x->v.dims[k];
+            for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) v.dims[j].axes[v.dims[j].naxes++] = x->v.dims[k].axes[t];
+            any = true;
+        }
+        if (any) {
+            /* A unit major dim with more dims after it in the group could take
+             * only part of the sharding: one reading among several. */
+            uint32_t out = j, outb = j;
+            if (b[out] == 1 && out + 1 < j2) {
+                amb = true;
+                while (outb < j2 && b[outb] == 1) outb++;
+                if (outb < j2) {
+                    two = true;
+                    if (nag < ARRAY_LEN(ag)) ag[nag++] = (reshape_group){v.dims[out], out, outb};
+                } else {
+                    outb = out;
+                }
+            }
+            vb.dims[outb] = v.dims[out];
         }
         i = i2;
         j = j2;
         if (i2 == i && j2 == j && i >= ra && j >= rb) break;
     }
     int64_t dims[VIEW_MAX_RANK];
-    if (two && !reshape_meets_baseline(c, x->cls, in, &v) && reshape_meets_baseline(c, x->cls, in, &vb)) v = vb;
+    if (two && !reshape_meets_baseline(c, x->cls, in, &v)) {
+        view w;
+        if (reshape_meets_baseline(c, x->cls, in, &vb)) v = vb;
+        else if (reshape_split_reading(c, x, in, &v, ag, nag, &w)) v = w;
+    }
     global_dims(c, &v, &in->shape, dims);
     lval r = term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
     r.ambiguous = amb;

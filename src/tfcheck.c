@@ -751,26 +751,31 @@ static void gen_fold(interp_rng *r, const smesh *m, inst *t) {
 /* x, y[a,b] sharded on dim sd over ax; both reshaped with a unit dim inserted
  * just before sd ([a,1,b] or [1,a,b]: the sharding may belong to the unit
  * dim or to the next one, two true readings), subtracted, and either kept
- * (output shard(sd+1)) or reshaped back (shard(sd)). Bug: the operands
- * swapped. */
+ * (output shard(sd+1)) or reshaped back (shard(sd)). On the 2-D mesh, split:
+ * sd sharded over (dp,tp) and the baseline's reshape cuts it into
+ * [2, b/2] — dp on the new dim, tp on the rest (a head split over two axes).
+ * Bug: the operands swapped. */
 static void gen_unit_reshape(interp_rng *r, const smesh *m, inst *t) {
     int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1), n = m->sizes[ax];
+    bool split = m->naxes == 2 && rint_in(r, 0, 1);
     int xa[2] = {-1, -1};
     xa[sd] = ax;
     int g[2], l[2];
-    g[sd] = n * rint_in(r, 2, 8 / n);  /* blocks of >= 2: with 1 the local grouping is another one */
+    g[sd] = split ? 8 : n * rint_in(r, 2, 8 / n);  /* blocks of >= 2: with 1 the local grouping is another one */
     g[1 - sd] = rint_in(r, 2, 6);
     local_dims(m, g, xa, 2, l);
+    if (split) l[sd] = g[sd] / 4;
     bool keep3 = rint_in(r, 0, 1);
     int variant = rint_in(r, 0, 1);  /* 0 ok, 1 operands swapped */
-    set_case(t, variant == 0, "unit-reshape-d%d-%s-%s", sd, keep3 ? "kept" : "back", variant == 0 ? "ok" : "bug-swapped");
+    set_case(t, variant == 0, "unit-reshape-d%d-%s%s-%s", sd, split ? "split-" : "", keep3 ? "kept" : "back",
+             variant == 0 ? "ok" : "bug-swapped");
     for (int side = 0; side < 2; side++) {
         strbuf *b = open_side(t, side, m, g, l, 2, true);
         const int *dims = side ? l : g;
         int d3[3], k3 = 0;
         for (int d = 0; d < 2; d++) {
-            if (d == sd) d3[k3++] = 1;
-            d3[k3++] = dims[d];
+            if (d == sd) d3[k3++] = split && !side ? 2 : 1;
+            d3[k3++] = split && !side && d == sd ? dims[d] / 2 : dims[d];
         }
         const char *nm[2] = {"x", "y"};
         for (int k = 0; k < 2; k++) {
@@ -790,6 +795,11 @@ static void gen_unit_reshape(interp_rng *r, const smesh *m, inst *t) {
     char xv[64], ov[64];
     view_str(xv, sizeof xv, m, xa, 2);
     view_str(ov, sizeof ov, m, keep3 ? oa : xa, keep3 ? 3 : 2);
+    if (split) {
+        snprintf(xv, sizeof xv, "shard(%d,(dp,tp))", sd);
+        if (keep3) snprintf(ov, sizeof ov, "shard(%d,dp) shard(%d,tp)", sd, sd + 1);
+        else snprintf(ov, sizeof ov, "%s", xv);
+    }
     const char *iv[2] = {xv, xv};
     rel_write(t, m, iv, 2, ov);
 }
