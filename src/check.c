@@ -46,6 +46,14 @@ static bool load(side *s, const char *path, diag *d) {
     return s->m != NULL;
 }
 
+/* The source location an instruction's metadata resolves to, when it has one. */
+static void put_location(json_t *o, const hlo_instr *in) {
+    if (!in->meta || !in->meta->src_file) return;
+    json_object_set_new(o, "file", json_string(in->meta->src_file));
+    if (in->meta->src_line > 0) json_object_set_new(o, "line", json_integer(in->meta->src_line));
+    if (in->meta->src_col > 0) json_object_set_new(o, "column", json_integer(in->meta->src_col));
+}
+
 static json_t *site_json(const hlo_module *m, const hlo_comp *c, const hlo_instr *in) {
     json_t *o = json_object();
     strbuf b;
@@ -56,11 +64,7 @@ static json_t *site_json(const hlo_module *m, const hlo_comp *c, const hlo_instr
     json_object_set_new(o, "hlo", json_string(b.s));
     sb_free(&b);
     if (in->meta && in->meta->op_name) json_object_set_new(o, "op_name", json_string(in->meta->op_name));
-    if (in->meta && in->meta->src_file) {
-        json_object_set_new(o, "file", json_string(in->meta->src_file));
-        if (in->meta->src_line > 0) json_object_set_new(o, "line", json_integer(in->meta->src_line));
-        if (in->meta->src_col > 0) json_object_set_new(o, "column", json_integer(in->meta->src_col));
-    }
+    put_location(o, in);
     return o;
 }
 
@@ -238,6 +242,7 @@ static json_t *finding_json(const check_opts *o, const hlo_module *B, const hlo_
         json_object_set_new(x, "side", json_string("distributed"));
         json_object_set_new(x, "instruction", json_string(op->name));
         json_object_set_new(x, "hlo", json_string(b.s));
+        put_location(x, op);
         sb_free(&b);
         json_array_append_new(inv, x);
     }
@@ -269,21 +274,78 @@ static json_t *witness_json(const witness *w) {
     return o;
 }
 
-/* A finding kind for a divergence confirmed only by execution, from its opcode. */
-static const char *kind_of_divergence(const hlo_comp *c, const hlo_instr *in) {
+/* A finding kind for a divergence confirmed only by execution, from what
+ * diverged: its opcode (a collective or slice that places the value, a layout
+ * op, a convert) or, for arithmetic, an operand computed from constants alone
+ * (a scale, a table: the constant differs). */
+static const char *kind_of_divergence(const hlo_instr *in, bool konst_operand) {
     switch (in->op) {
     case OP_RESHAPE: case OP_TRANSPOSE: case OP_BITCAST: case OP_CONCATENATE: case OP_SLICE: case OP_DOT:
         return "layout-mismatch";
     case OP_CONVERT: return "dtype-mismatch";
     case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: return "wrong-reduction";
+    case OP_ALL_GATHER: case OP_ALL_TO_ALL: case OP_DYNAMIC_SLICE: return "wrong-shard-dim";
+    case OP_COLLECTIVE_PERMUTE: return "wrong-collective-group";
     default: break;
     }
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        const hlo_instr *x = &c->instrs[in->operands[o]];
-        while (x->op == OP_BROADCAST || x->op == OP_RESHAPE) x = &c->instrs[x->operands[0]];
-        if (x->op == OP_CONSTANT) return "constant-mismatch";
+    return konst_operand ? "constant-mismatch" : "layout-mismatch";
+}
+
+/* A walk over (computation, instruction) pairs of a module, each visited once. */
+typedef struct walk {
+    const hlo_module *m;
+    uint8_t **seen;               /* per computation, per instruction (lazily) */
+    uint32_t (*stack)[2];
+    size_t n, cap;
+} walk;
+
+static void walk_push(walk *w, uint32_t c, uint32_t i) {
+    if (!w->seen[c]) w->seen[c] = xcalloc(w->m->comps[c].ninstrs + 1, 1);
+    if (w->seen[c][i]) return;
+    w->seen[c][i] = 1;
+    if (w->n == w->cap) w->stack = xrealloc(w->stack, (w->cap = 2 * w->cap + 16) * sizeof *w->stack);
+    w->stack[w->n][0] = c;
+    w->stack[w->n++][1] = i;
+}
+
+static bool is_elided_constant(const hlo_instr *x) {
+    const hlo_attr *lit = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
+    return lit && lit->v.lit->elided;
+}
+
+/* The first constant whose values the dump left out ({...}) that instruction
+ * in of computation c depends on, following calls into their callee's root
+ * and callee parameters back to their call sites' operands; NULL when none.
+ * Such a constant is equal only to itself, so no term built on it can meet
+ * the other program's. */
+static const hlo_instr *elided_ancestor(const hlo_module *m, const hlo_comp *c, const hlo_instr *in) {
+    walk w = {.m = m, .seen = xcalloc(m->ncomps + 1, sizeof *w.seen)};
+    const hlo_instr *found = NULL;
+    walk_push(&w, (uint32_t)(c - m->comps), (uint32_t)(in - c->instrs));
+    while (w.n && !found) {
+        w.n--;
+        uint32_t ci = w.stack[w.n][0], ii = w.stack[w.n][1];
+        const hlo_comp *xc = &m->comps[ci];
+        const hlo_instr *x = &xc->instrs[ii];
+        if (is_elided_constant(x)) found = x;
+        const hlo_attr *callee = x->op == OP_CALL ? instr_attr(x, A_TO_APPLY) : NULL;
+        if (callee && callee->v.ints[0] >= 0 && (uint64_t)callee->v.ints[0] < m->ncomps)
+            walk_push(&w, (uint32_t)callee->v.ints[0], m->comps[callee->v.ints[0]].root);
+        for (uint32_t k = 0; x->op == OP_PARAMETER && k < xc->nparams; k++) {
+            if (xc->params[k] != ii) continue;
+            for (uint32_t cc = 0; cc < m->ncomps; cc++)
+                for (uint32_t j = 0; j < m->comps[cc].ninstrs; j++) {
+                    const hlo_instr *y = &m->comps[cc].instrs[j];
+                    const hlo_attr *ta = y->op == OP_CALL ? instr_attr(y, A_TO_APPLY) : NULL;
+                    if (ta && ta->v.ints[0] == (int64_t)ci && k < y->noperands) walk_push(&w, cc, y->operands[k]);
+                }
+        }
+        for (uint32_t o = 0; o < x->noperands; o++) walk_push(&w, ci, x->operands[o]);
     }
-    return "layout-mismatch";
+    for (uint32_t k = 0; k < m->ncomps; k++) free(w.seen[k]);
+    free(w.seen);
+    free(w.stack);
+    return found;
 }
 
 static const char *base_name(const char *p) {
@@ -513,19 +575,35 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         verdict = VERDICT_MISMATCH;
         if (w.ran) json_object_set_new(json_array_get(findings, 0), "witness", witness_json(&w));
     } else if (w.ran && w.differs) {
-        /* Undecided by the rules, but the programs compute different outputs. */
+        /* Undecided by the rules, but the programs compute different outputs.
+         * Localised to the first divergence, else to the first instruction the
+         * rules could not relate after a region assumed equal to the
+         * baseline's (resynchronised), else the first one overall; the kind
+         * comes from what that instruction is. */
         verdict = VERDICT_MISMATCH;
-        const hlo_comp *uc = lc.divergence ? lc.divergence_comp : lc.first_unsupported_comp;
-        const hlo_instr *ui = lc.divergence ? lc.divergence : lc.first_unsupported;
+        const hlo_comp *uc = lc.divergence ? lc.divergence_comp
+                             : lc.later_unsupported ? lc.later_unsupported_comp : lc.first_unsupported_comp;
+        const hlo_instr *ui = lc.divergence ? lc.divergence : lc.later_unsupported ? lc.later_unsupported : lc.first_unsupported;
+        bool konst_operand = lc.divergence ? lc.divergence_konst
+                             : lc.later_unsupported ? lc.later_unsupported_konst : lc.unsupported_konst;
+        const char *kind = ui ? kind_of_divergence(ui, konst_operand) : "unsupported-op";
         if (!ui) {
             uc = de;
             ui = &de->instrs[de->root];
         }
-        const char *kind = lc.divergence ? kind_of_divergence(uc, ui) : "unsupported-op";
         strbuf msg;
         sb_init(&msg);
-        sb_printf(&msg, "the outputs differ from the baseline's by up to %g (confirmed by execution on seeded random inputs); %s %s",
-                  w.max_abs, lc.divergence ? "first divergence at" : "the first instruction not related is", ui->name);
+        sb_printf(&msg, "the outputs differ from the baseline's by up to %g (confirmed by execution on seeded random inputs); ", w.max_abs);
+        if (lc.divergence && lc.divergence_layout)
+            sb_printf(&msg, "first divergence at %s: it rearranges baseline values into a layout no baseline value has, "
+                      "and the program computes with them in that layout", ui->name);
+        else if (lc.divergence) sb_printf(&msg, "first divergence at %s", ui->name);
+        else if (lc.later_unsupported)
+            sb_printf(&msg, "the first instruction not related after the '%s' region assumed equal to the baseline's is %s (%s; "
+                      "the first overall is %s)", lc.resync_scope ? lc.resync_scope : "?", ui->name, lc.later_unsupported_why,
+                      lc.first_unsupported->name);
+        else if (lc.first_unsupported) sb_printf(&msg, "the first instruction not related is %s (%s)", ui->name, lc.unsupported_why);
+        else sb_printf(&msg, "no instruction diverged or was left unrelated before the output %s", ui->name);
         json_t *f = finding_json(o, B.m, D.m, ++nf, kind, "error", msg.s, uc, ui);
         json_object_set_new(f, "witness", witness_json(&w));
         json_array_append_new(findings, f);
@@ -538,17 +616,43 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         verdict = VERDICT_UNVERIFIED;
         const hlo_comp *uc = lc.first_unsupported ? lc.first_unsupported_comp : lc.divergence_comp;
         const hlo_instr *ui = lc.first_unsupported ? lc.first_unsupported : lc.divergence;
-        strbuf msg;
-        sb_init(&msg);
-        if (lc.first_unsupported && outputs_ok && !lc.assumed)
-            sb_printf(&msg, "unverified: every output meets the baseline's, assuming the '%s' region (%s) computes what the "
-                      "baseline's does", lc.resync_scope ? lc.resync_scope : "?", lc.unsupported_why);
-        else if (lc.first_unsupported) sb_printf(&msg, "unverified: %s", lc.unsupported_why);
-        else sb_printf(&msg, "unverified: %s; first divergence at %s, whose operands are related (no rewrite rules are applied yet)",
-                       why.s, ui ? ui->name : "?");
         if (!ui) {
             uc = de;
             ui = &de->instrs[de->root];
+        }
+        /* A dump that left a constant's values out ({...}: text dumps do for
+         * large ones) is a reason when the divergence or an output depends on
+         * one: terms built on it never meet, whatever the rules. */
+        const hlo_instr *el = elided_ancestor(D.m, uc, ui), *at = ui;
+        if (!el) el = elided_ancestor(D.m, de, at = &de->instrs[de->root]);
+        const side *els = el ? &D : &B;
+        if (!el) el = elided_ancestor(B.m, be, at = &be->instrs[be->root]);
+        strbuf msg;
+        sb_init(&msg);
+        if (el) {
+            strbuf sh;
+            sb_init(&sh);
+            shape_print(&sh, &el->shape);
+            sb_printf(&msg, "unverified: the %s dump %s leaves out the values of %s (%s, printed as {...})", els == &D ? "distributed" : "baseline",
+                      els->path, el->name, sh.s);
+            if (el != at)
+                sb_printf(&msg, ", on which %s%s depends", at == lc.divergence ? "the first divergence " : at == ui ? "" : "the output ",
+                          at->name);
+            sb_printf(&msg, ", so terms built on it cannot be compared with the %s's; the protobuf dump (.pb) carries the values: "
+                      "check that instead (%s)", els == &D ? "baseline" : "distributed program",
+                      lc.first_unsupported ? lc.unsupported_why : why.s);
+            sb_free(&sh);
+        } else if (lc.first_unsupported && outputs_ok && !lc.assumed) {
+            sb_printf(&msg, "unverified: every output meets the baseline's, assuming the '%s' region (%s) computes what the "
+                      "baseline's does", lc.resync_scope ? lc.resync_scope : "?", lc.unsupported_why);
+        } else if (lc.first_unsupported) {
+            sb_printf(&msg, "unverified: %s", lc.unsupported_why);
+        } else {
+            sb_printf(&msg, "unverified: %s; first divergence at %s, whose operands are related", why.s, ui->name);
+            if (saturated)
+                sb_printf(&msg, " (still apart after equality saturation with %u rule%s: %u iteration%s, stopped: %s)", sat.nrules,
+                          sat.nrules == 1 ? "" : "s", sat.iterations, sat.iterations == 1 ? "" : "s", rs_stop_name(sat.stop));
+            else if (!o->rules_dir) sb_puts(&msg, " (no rewrite rules were given)");
         }
         if (w.ran) sb_printf(&msg, "; the outputs agree on seeded random inputs (max abs difference %g)", w.max_abs);
         json_t *f = finding_json(o, B.m, D.m, ++nf, "unsupported-op", "warning", msg.s, uc, ui);

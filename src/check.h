@@ -17,9 +17,13 @@
  * of identical segments is not built (memo_hits is always 0). What lift cannot
  * relate yet (collective-permute, device-dependent values mixed with data,
  * all-to-all results rearranged in unrelated ways) makes the pair unverified,
- * said plainly in the trace. With o->witness, an undecided pair whose outputs
- * differ on random inputs becomes a mismatch "confirmed by execution" (the
- * finding kind then comes from the first divergence's opcode).
+ * said plainly in the trace; so does a constant a text dump left out ({...}),
+ * with a pointer to the protobuf dump. With o->witness, an undecided pair
+ * whose outputs differ on random inputs becomes a mismatch "confirmed by
+ * execution", localised to the first divergence, else to the first
+ * instruction not related (after a region assumed equal to the baseline's,
+ * when there is one); the finding kind comes from that instruction's opcode or
+ * a constant-only operand.
  */
 #ifndef SCALIFY_CHECK_H
 #define SCALIFY_CHECK_H

@@ -88,9 +88,16 @@ static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, 
     if (getenv("SCALIFY_DEBUG_LIFT")) fprintf(stderr, "lift: unsupported: %s\n", msg);
     c->nunsupported++;
     if (c->nsegs) c->segs[c->cur_seg].unsupported++;
+    if (c->resynced && !c->later_unsupported) {
+        c->later_unsupported = in;
+        c->later_unsupported_comp = comp;
+        c->later_unsupported_why = arena_strdup(c->a, msg);
+        c->later_unsupported_konst = c->konst_operand_now;
+    }
     if (c->first_unsupported) return;
     c->first_unsupported = in;
     c->first_unsupported_comp = comp;
+    c->unsupported_konst = c->konst_operand_now;
     c->unsupported_why = arena_strdup(c->a, msg);
 }
 
@@ -796,6 +803,29 @@ static bool linear_in(const hlo_instr *in, const lval *ops, uint32_t k) {
     }
 }
 
+/* The sum all-reduce over (at least) the axes `partial` that in's value
+ * reaches through layout ops and copies in comp, or NULL. */
+static const hlo_instr *summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, uint8_t partial) {
+    uint32_t at = (uint32_t)(in - comp->instrs);
+    uint8_t *tracked = xcalloc(comp->ninstrs + 1, 1);
+    const hlo_instr *found = NULL;
+    tracked[at] = 1;
+    for (uint32_t j = at + 1; j < comp->ninstrs && !found; j++) {
+        const hlo_instr *y = &comp->instrs[j];
+        bool uses = false;
+        for (uint32_t o = 0; o < y->noperands; o++) uses |= tracked[y->operands[o]];
+        if (!uses) continue;
+        if (y->op == OP_ALL_REDUCE && instr_reducer(c->cur, y) == RED_SUM) {
+            int axes = lift_groups_axes(c, y, false);
+            if (axes > 0 && ((uint32_t)axes & partial) == partial) found = y;
+        } else if (y->op == OP_RESHAPE || y->op == OP_TRANSPOSE || y->op == OP_BITCAST || y->op == OP_COPY) {
+            tracked[j] = 1;
+        }
+    }
+    free(tracked);
+    return found;
+}
+
 static lval lift_elementwise(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -859,16 +889,25 @@ static lval lift_elementwise(lstate *s) {
                 describe(&why, c, &ops[o].v);
             }
             bool is_convert = in->op == OP_CONVERT;
-            finding(c, is_convert ? "dtype-mismatch" : "missing-all-reduce", s->comp, in,
-                    is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
-                          : "%s needs complete values but %s: a missing all-reduce",
-                    in->opname, is_convert ? dtype_name(in->shape.dtype) : why.s, why.s);
+            /* A complete value added to a partial sum that is then summed over
+             * the same axes is counted once per device: the reduction is wrong,
+             * not missing. */
+            const hlo_instr *later = in->op == OP_ADD || in->op == OP_SUBTRACT ? summed_later(c, s->comp, in, partial) : NULL;
+            if (later)
+                finding(c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
+                        "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
+            else
+                finding(c, is_convert ? "dtype-mismatch" : "missing-all-reduce", s->comp, in,
+                        is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
+                              : "%s needs complete values but %s: a missing all-reduce",
+                        in->opname, is_convert ? dtype_name(in->shape.dtype) : why.s, why.s);
             sb_free(&why);
             /* Go on past the finding: a convert leaves the value partial (only
-             * rounded wrongly); other ops leave something no longer a sum. */
+             * rounded wrongly), and so does a sum that is reduced later (its
+             * content is wrong); other ops leave something no longer a sum. */
             view pv = v;
-            pv.partial = is_convert ? partial : 0;
-            pv.red = is_convert ? red : 0;
+            pv.partial = is_convert || later ? partial : 0;
+            pv.red = is_convert || later ? red : 0;
             return assume(c, in, pv);
         }
         v.partial = partial;
@@ -1570,9 +1609,8 @@ static int64_t domain_of(const lift_ctx *c, eid src) {
 static pw_fn *pw_alloc(lift_ctx *c) { return arena_alloc(c->a, (size_t)c->ndev * sizeof(pw_fn)); }
 
 /* Operand o as per-device functions of the source, with its positions (EID_NONE
- * for a value that is the same at every position). A term computed from
- * constants only (iota positions) is a source when konst_ok. */
-static bool as_pw(lstate *s, uint32_t o, bool konst_ok, pw_fn **out, eid *pos, const view **vw, eid *src) {
+ * for a value that is the same at every position). */
+static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos, const view **vw, eid *src) {
     lift_ctx *c = s->c;
     const lval *x = &s->ops[o];
     *vw = NULL;  /* NULL: the same at every position, any sharding */
@@ -1597,10 +1635,11 @@ static bool as_pw(lstate *s, uint32_t o, bool konst_ok, pw_fn **out, eid *pos, c
         return true;
     }
     const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
-    if (x->kind == LV_TERM && (!x->konst || konst_ok) && !x->assumed && !x->v.partial &&
+    if (x->kind == LV_TERM && !x->assumed && !x->v.partial &&
         (dtype_is_int(xi->shape.dtype) || xi->shape.dtype == DT_PRED)) {
-        /* The source itself, possibly sharded (a batch split over dp): values are
-         * taken position by position, so the sharding travels along. */
+        /* The source itself (data, or positions from iota that a device value
+         * offsets), possibly sharded (a batch split over dp): values are taken
+         * position by position, so the sharding travels along. */
         pw_fn *f = pw_alloc(c);
         for (int64_t d = 0; d < c->ndev; d++) pw_shift(&f[d], 0);
         *out = f;
@@ -1841,6 +1880,49 @@ static eid gather_of_iota(lift_ctx *c, eid tab, eid pos, const int64_t *bdims, c
     return eg_add(c->g, OP_BROADCAST, eg_attr(c->g, bw, 2 + tr), t, &sl, 1, c->origin);
 }
 
+/* The row a (sum of) masked value(s) stands for when summed over `axes`, in
+ * *sum, recording the index-domain assumption; false when some part does not
+ * sum to its row there. A sum of masked values (token plus position
+ * embedding) sums termwise. */
+static bool mask_sum(lift_ctx *c, const lval *m, uint32_t axes, eid *sum) {
+    if (view_axes_used(&m->v) & axes) return false;
+    uint32_t nparts = m->n ? m->n : 1;
+    for (uint32_t k = 0; k < nparts; k++) {
+        const lval *part = m->n ? &m->elems[k] : m;
+        if (part->kind != LV_MASK || !mask_sums_to_row(c, part, axes) || !same_sharding(&part->v, &m->v)) return false;
+    }
+    *sum = EID_NONE;
+    for (uint32_t k = 0; k < nparts; k++) {
+        const lval *part = m->n ? &m->elems[k] : m;
+        if (!part->in_domain) assume_domain(c, part->src, part->domain);
+        if (*sum == EID_NONE) {
+            *sum = part->hit;
+        } else {
+            eid ch[2] = {*sum, part->hit};
+            *sum = eg_add(c->g, OP_ADD, 0, eg_class_type(c->g, part->hit), ch, 2, c->origin);
+        }
+    }
+    return true;
+}
+
+/* A masked value met by an op that does not take masks, when it sums to its
+ * row over some mesh axes: that row, partial (sum) over them, which is what it
+ * means (each device holds the rows of its slice, zeros elsewhere). The
+ * transfer functions then judge it like any partial value: combined with a
+ * complete one or used non-linearly it is a missing all-reduce. */
+static bool mask_as_partial(lift_ctx *c, const lval *m, lval *out) {
+    for (uint32_t axes = 1; axes < (1u << c->mesh->naxes); axes++) {
+        eid sum;
+        if (!mask_sum(c, m, axes, &sum)) continue;
+        view v = m->n ? m->elems[0].v : m->v;
+        v.partial = (uint8_t)axes;
+        v.red = RED_SUM;
+        *out = term(sum, v, false);
+        return true;
+    }
+    return false;
+}
+
 /* gather(table, index) with the index a function of the source: the rows the
  * devices fetch, per range of index values. */
 static bool pw_gather(lstate *s, lval *out) {
@@ -1923,53 +2005,11 @@ static bool pw_gather(lstate *s, lval *out) {
     return true;
 }
 
-/* The term of the row a masked value m (or a sum of them) adds up to over the
- * devices of each group of `axes` (mask_sums_to_row, part by part: a token
- * plus a position embedding sums termwise); EID_NONE when some part does not.
- * Records the domain assumptions relied on. */
-static eid mask_row_sum(lift_ctx *c, const lval *m, uint32_t axes) {
-    eid sum = EID_NONE;
-    uint32_t nparts = m->n ? m->n : 1;
-    for (uint32_t k = 0; k < nparts; k++) {
-        const lval *part = m->n ? &m->elems[k] : m;
-        if (part->kind != LV_MASK || !mask_sums_to_row(c, part, axes) || !same_sharding(&part->v, &m->v)) return EID_NONE;
-    }
-    for (uint32_t k = 0; k < nparts; k++) {
-        const lval *part = m->n ? &m->elems[k] : m;
-        if (!part->in_domain) assume_domain(c, part->src, part->domain);
-        if (sum == EID_NONE) {
-            sum = part->hit;
-        } else {
-            eid ch[2] = {sum, part->hit};
-            sum = eg_add(c->g, OP_ADD, 0, eg_class_type(c->g, part->hit), ch, 2, c->origin);
-        }
-    }
-    return sum;
-}
-
-/* A masked value met by an op that needs plain values: when, for some mesh
- * axes, each group's devices add up to the row, it is that row partial(sum)
- * over those axes (what an all-reduce over them completes). */
-static bool mask_as_partial(lift_ctx *c, const lval *m, lval *out) {
-    const view *mv = m->n ? &m->elems[0].v : &m->v;
-    for (uint32_t axes = 1; axes < (1u << c->mesh->naxes); axes++) {
-        if (view_axes_used(mv) & axes) continue;
-        eid sum = mask_row_sum(c, m, axes);
-        if (sum == EID_NONE) continue;
-        view v = *mv;
-        v.partial = (uint8_t)axes;
-        v.red = RED_SUM;
-        *out = term(sum, v, false);
-        return true;
-    }
-    return false;
-}
-
 /* The ops index arithmetic goes through. True when handled (*out set). */
 static bool pw_instr(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
-    bool any_pw = false, any_dev = false, any_src = false, any_mask = false, varies = false;
+    bool any_pw = false, any_dev = false, any_src = false, any_ksrc = false, any_mask = false;
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
         any_pw |= x->kind == LV_PW;
@@ -1978,17 +2018,14 @@ static bool pw_instr(lstate *s, lval *out) {
          * analysed on both sides alike, so gathers resolve the same way; values
          * that do not depend on the device keep their plain term as well. */
         any_dev |= x->kind == LV_DEV;
-        varies |= x->kind == LV_DEV && !dev_uniform(c, x);
-    }
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        const lval *x = &s->ops[o];
         /* Data only: positions computed from iota meet the baseline's slices, not
-         * its gathers, so they stay plain terms, unless they are combined with a
-         * device-dependent value (a positional table sharded by rows). */
-        any_src |= x->kind == LV_TERM && (!x->konst || varies);
+         * its gathers, so they stay plain terms, unless a device value offsets
+         * them (a position-parallel lookup). */
+        any_src |= x->kind == LV_TERM && !x->konst;
+        any_ksrc |= x->kind == LV_TERM && x->konst;
     }
     if (in->op == OP_GATHER && s->ops[1].kind == LV_PW) return pw_gather(s, out);
-    if (!any_pw && !any_mask && !(any_dev && any_src)) return false;
+    if (!any_pw && !any_mask && !(any_dev && (any_src || any_ksrc))) return false;
     int dt = in->shape.dtype;
     lval v = {.kind = LV_PW, .v = view_dup(in->shape.rank), .pos = EID_NONE};
     if (any_mask) {
@@ -2044,9 +2081,8 @@ static bool pw_instr(lstate *s, lval *out) {
             if (getenv("SCALIFY_DEBUG_LIFT"))
                 fprintf(stderr, "lift: %s sums masks over axes %d (mask %s, %u parts)\n", in->name, axes,
                         m->n ? "sum" : "single", m->n);
-            if (axes <= 0 || (view_axes_used(&m->v) & (uint32_t)axes)) return false;
-            eid sum = mask_row_sum(c, m, (uint32_t)axes);
-            if (sum == EID_NONE) return false;
+            eid sum;
+            if (axes <= 0 || !mask_sum(c, m, (uint32_t)axes, &sum)) return false;
             if (getenv("SCALIFY_DEBUG_LIFT")) {
                 strbuf b;
                 sb_init(&b);
@@ -2129,7 +2165,7 @@ static bool pw_instr(lstate *s, lval *out) {
     for (uint32_t o = 0; o < in->noperands; o++) {
         eid p, sr;
         const view *vw;
-        if (!as_pw(s, o, varies, &f[o], &p, &vw, &sr) || !same_pos(&pos, p) || !same_pos(&src, sr)) return false;
+        if (!as_pw(s, o, &f[o], &p, &vw, &sr) || !same_pos(&pos, p) || !same_pos(&src, sr)) return false;
         if (vw && common && !same_sharding(vw, common)) return false;
         if (vw) common = vw;
     }
@@ -3030,11 +3066,12 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
     lval ops_stack[8], *ops = in->noperands <= 8 ? ops_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
     for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
     lstate s = {c, comp, in, ops, vals};
-    bool amb = false;
-    for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous;
+    bool amb = false, konst_op = false;
+    for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous, konst_op |= ops[o].konst;
     c->ambiguous_now = amb;
+    c->konst_operand_now = konst_op;
     *v = lift_instr(&s);
-    c->ambiguous_now = false;
+    c->ambiguous_now = c->konst_operand_now = false;
     v->ambiguous |= amb;
     static eid dbg_base = EID_NONE;
     static const char *dbgb, *dbg;
@@ -3118,21 +3155,36 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
         c->noutside++;
     }
     /* The first divergence: a term outside the baseline whose term operands
-     * are all inside it (DESIGN §7); constant-only values are not data. */
-    if (!c->divergence && !konst && in->op != OP_BROADCAST && v->kind == LV_TERM && !v->assumed && !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
+     * are all inside it (DESIGN §7); constant-only values are not data. A
+     * layout op there only rearranges baseline values (a transient layout the
+     * program may undo): the divergence is the first op that computes with
+     * such a rearrangement, blamed on the layout op that hands it over. */
+    if (!c->divergence && !konst && v->kind == LV_TERM && !v->assumed && !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
         bool inside = true;
+        const hlo_instr *via = NULL;
         for (uint32_t o = 0; o < in->noperands; o++)
-            if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE))
-                inside = false;
+            if (vals[in->operands[o]].kind == LV_PW || vals[in->operands[o]].kind == LV_MASK) {
+                inside = false;  /* related by the index analysis, not as a term: no divergence to show */
+            } else if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE)) {
+                if (ops[o].rearranged && !via) via = &comp->instrs[in->operands[o]];
+                else if (!ops[o].rearranged) inside = false;
+            }
+        bool moves = in->op == OP_BROADCAST || in->op == OP_TRANSPOSE || in->op == OP_RESHAPE || in->op == OP_BITCAST;
+        if (inside && moves) {
+            v->rearranged = true;
+            inside = false;
+        }
         if (inside) {
+            c->divergence_konst = konst_op;
             if (getenv("SCALIFY_DEBUG_LIFT")) {
                 strbuf b;
                 sb_init(&b);
                 eg_print_term(&b, c->g, v->cls, 6);
-                fprintf(stderr, "lift: divergence %s = %s\n", in->name, b.s);
+                fprintf(stderr, "lift: divergence %s%s%s = %s\n", via ? via->name : "", via ? ", consumed by " : "", in->name, b.s);
                 sb_free(&b);
             }
-            c->divergence = in;
+            c->divergence = via ? via : in;
+            c->divergence_layout = via != NULL;
             c->divergence_comp = comp;
             if (c->nsegs) c->segs[c->cur_seg].divergent++;
         }
@@ -3181,6 +3233,17 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
 
 lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
     lval r = lift_comp(c, graph_entry(c->dist), NULL, inputs, ninputs);
+    /* An output that is a rearrangement of baseline values diverges where it is made. */
+    const hlo_comp *e = graph_entry(c->dist);
+    const hlo_instr *root = &e->instrs[e->root];
+    for (uint32_t k = 0; !c->divergence && k < (r.kind == LV_TUPLE ? r.n : 1); k++) {
+        const lval *o = r.kind == LV_TUPLE ? &r.elems[k] : &r;
+        if (o->kind == LV_TERM && o->rearranged) {
+            c->divergence = r.kind == LV_TUPLE && root->op == OP_TUPLE ? &e->instrs[root->operands[k]] : root;
+            c->divergence_comp = e;
+            c->divergence_layout = true;
+        }
+    }
     if (c->nsegs && c->acct_t > 0) charge_segment(c, now_ms(), eg_node_count(c->g));
     return r;
 }

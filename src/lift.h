@@ -21,7 +21,9 @@
  *     something else (JUNK). A sum over devices with exactly one HIT and zeros
  *     elsewhere, for every t in [0, domain), is the gathered row: the
  *     vocab-parallel embedding. Relating it assumes the index source holds
- *     values in [0, domain); that assumption is recorded.
+ *     values in [0, domain); that assumption is recorded. Met by an op that
+ *     does not take masks, such a mask is that row partial (sum) over the
+ *     axes it sums over, and judged like any partial value.
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
  * `call`s are inlined, copies and sharding custom-calls are identities.
  *
@@ -78,6 +80,7 @@ typedef struct lval {
     uint8_t kind;
     bool assumed;
     bool konst;                   /* computed from constants only (no parameter) */
+    bool rearranged;              /* only a layout op's rearrangement of baseline values (see divergence) */
     bool ambiguous;               /* the view is one of several readings of a reshape */
     eid cls;
     view v;
@@ -133,13 +136,22 @@ typedef struct lift_ctx {
     int64_t ndev;
     bool mesh_inferred;                   /* from sharding annotations: group mismatches are undecided */
     bool ambiguous_now;                   /* an operand's view is one reading among several */
+    bool konst_operand_now;               /* an operand is computed from constants only */
     lift_finding *findings;
     uint32_t nfindings, capfindings;
     const hlo_instr *first_unsupported;   /* first instruction no rule relates */
     const hlo_comp *first_unsupported_comp;
     char *unsupported_why;
+    const hlo_instr *later_unsupported;   /* the first one after a region was resynced */
+    const hlo_comp *later_unsupported_comp;
+    char *later_unsupported_why;
+    bool later_unsupported_konst;         /* an operand of it is constant-only */
     const hlo_instr *divergence;          /* first term that joins no baseline class */
-    const hlo_comp *divergence_comp;      /* while its operands all do */
+    const hlo_comp *divergence_comp;      /* while its operands all do (or are rearrangements
+                                           * of baseline values: then the layout op that hands
+                                           * one over; an output that is one) */
+    bool divergence_konst, unsupported_konst; /* an operand of that instruction is constant-only */
+    bool divergence_layout;               /* it is a layout op handing a rearrangement over */
     uint64_t fresh;                       /* counter for fresh variables */
     /* Resynchronisation: the baseline's last value of each op_name scope, so an
      * unrelated region's replicated result can be assumed equal to it. */

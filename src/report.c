@@ -823,6 +823,12 @@ static void page_finding(rctx *c, size_t g) {
         for (size_t i = 0; i < f->n_involved; i++) {
             sb_printf(&b, "<span class=\"side\">%-11s </span>", trace_side_name(f->involved[i].side));
             put(&b, f->involved[i].hlo);
+            if (f->involved[i].file) {
+                sb_puts(&b, "<span class=\"side\">  # ");
+                put(&b, f->involved[i].file);
+                if (f->involved[i].line) sb_printf(&b, ":%lld", (long long)f->involved[i].line);
+                sb_puts(&b, "</span>");
+            }
             sb_putc(&b, '\n');
         }
         sb_puts(&b, "</code></pre>\n");

@@ -142,7 +142,8 @@ static void add_run(void *ctx, uint32_t i0, uint32_t i1, const char *s, size_t n
         h = hash_mix(h, r->exported[i - i0]);
     }
     for (uint32_t k = 0; k < nslots; k++) x->slot_of[slots[k]] = 0;
-    r->slots = arena_memdup(x->a, slots, (nslots + 1) * sizeof *slots);
+    r->slots = arena_alloc(x->a, (nslots + 1) * sizeof *slots);
+    if (nslots) memcpy(r->slots, slots, nslots * sizeof *slots);
     r->nslots = nslots;
     r->fp = h;
     free(slots);

@@ -323,6 +323,8 @@ static void read_finding(rd *r, json_t *o, const char *w, trace_finding *f) {
         f->involved[i].side = (trace_side)get_enum(r, e, sw, "side", side_names, 2);
         f->involved[i].instruction = get_str(r, e, sw, "instruction", true);
         f->involved[i].hlo = get_str(r, e, sw, "hlo", true);
+        f->involved[i].file = get_str(r, e, sw, "file", false);
+        f->involved[i].line = get_int(r, e, sw, "line", false, 1);
     }
     json_t *sg = get_obj(r, o, w, "subgraph", false);
     if (sg) {

@@ -78,7 +78,12 @@ typedef struct {
     int64_t line, column;                                      /* 0 when unknown */
 } trace_site;
 
-typedef struct { trace_side side; const char *instruction, *hlo; } trace_involved;
+typedef struct {
+    trace_side side;
+    const char *instruction, *hlo;
+    const char *file;             /* source location of its metadata; NULL, 0 when none */
+    int64_t line;
+} trace_involved;
 
 typedef struct {
     const char *id, *label, *opcode;

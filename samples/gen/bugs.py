@@ -14,6 +14,15 @@ BUGS = {
              "without the psum over tp, so each rank adds only its partial sum.",
         ref="Generic Megatron tensor-parallel mistake (RowParallelLinear with "
             "reduce_results=False and no later reduction)."),
+    "scan-missing-allreduce": dict(
+        kinds=["missing-all-reduce"],
+        title="Missing all-reduce inside a scanned layer body",
+        what="Layers under jax.lax.scan (stacked weights, one HLO while loop): the "
+             "attention output projection `o @ wo` in the loop body is added to the "
+             "carried residual stream without the psum over tp, so every iteration "
+             "(every layer) adds only its rank's partial sum.",
+        ref="Generic Megatron tensor-parallel mistake, in a scanned model (the "
+            "missing-allreduce bug repeated by the loop)."),
     "embed-missing-allreduce": dict(
         kinds=["missing-all-reduce"],
         title="Vocab-parallel embedding without its all-reduce",

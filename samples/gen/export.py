@@ -18,7 +18,7 @@ import struct
 import sys
 import types
 
-assert "--xla_force_host_platform_device_count=8" in os.environ.get("XLA_FLAGS", ""), \
+assert "--xla_force_host_platform_device_count=64" in os.environ.get("XLA_FLAGS", ""), \
     "run through samples/gen/run.sh (XLA_FLAGS must be set before jax is imported)"
 
 import jax
@@ -242,7 +242,8 @@ BASELINES = {}   # key -> (files, names)
 
 
 def plain_baseline(key, fn, abstract, concrete=None, rel_dir=None):
-    """Lower the plain single-device function once per key; also write the io file."""
+    """Lower the plain single-device function once per key; also write the io file
+    (when concrete inputs are given)."""
     if key in BASELINES:
         return BASELINES[key]
     lo = jax.jit(fn).lower(*abstract)
@@ -303,13 +304,15 @@ def export_gspmd(cfg_name, mesh_axes, numerics):
 
 def export_smap(name, cfg_name, prog, mesh_axes, abstract, concrete, base_key,
                 bug=None, kinds=None, rel_mesh=None, note=None, in_names=None,
-                out_name="logits", probe=None):
+                out_name="logits", probe=None, io=True):
+    """io=False: run the numerics on `concrete` but write no io file (inputs too
+    large to commit)."""
     if not want(name):
         return
     print("==", name, flush=True)
     rel_dir = cfg_name
     base_files, names, io_rel = plain_baseline(base_key, prog.baseline, abstract,
-                                               concrete, rel_dir)
+                                               concrete if io else None, rel_dir)
     if in_names:
         names = in_names
     dist_abs = sds_with(tuple(abstract), tuple(prog.in_specs), prog.mesh)
@@ -436,6 +439,13 @@ def corpus():
         name = "tiny-qknorm.megatron_tp.tp4" + (f".bug.{bug}" if bug else "")
         export_smap(name, "tiny-qknorm", PL.make_llama_tp(cfgq, m, bug), tp4, abq, coq,
                     "tiny-qknorm", bug, kinds)
+    # layers under jax.lax.scan: the tiny config, stacked weights, one while loop
+    cfgs = M.Cfg("tiny-scan")
+    abs_, cos_ = tiny_args(cfgs)
+    for bug, kinds in [(None, None), ("scan-missing-allreduce", ["missing-all-reduce"])]:
+        name = "tiny-scan.megatron_tp.tp4" + (f".bug.{bug}" if bug else "")
+        export_smap(name, "tiny-scan", PL.make_llama_tp(cfgs, m, bug), tp4, abs_, cos_,
+                    "tiny-scan", bug, kinds)
     # KV-cache decode step
     L, B, Sc = cfg.layers, cfg.batch, cfg.seq
     cache_shape = (L, B, Sc, cfg.kv_heads, cfg.head_dim)
@@ -509,6 +519,16 @@ def corpus():
         name = f"{cfg_name}.{kind}.{tag}" + (f".bug.{bug}" if bug else "")
         export_smap(name, cfg_name, make(cfgf, meshf, bug), axes,
                     M.abstract_inputs(cfgf), None, cfg_name, bug, kinds)
+
+    # ---- d. device-count scaling: one config, megatron_tp at tp = 2 ... 64 (make bench);
+    # run for the numerics, no io file (the weights are ~50 MB)
+    cfgx = M.Cfg("llama-scale")
+    abx, cox = tiny_args(cfgx)
+    for tp in (2, 4, 8, 16, 32, 64):
+        axes = {"tp": tp}
+        export_smap(f"llama-scale.megatron_tp.tp{tp}", "llama-scale",
+                    PL.make_llama_tp(cfgx, make_mesh(axes)), axes, abx, cox,
+                    "llama-scale", io=False)
 
 
 def write_bugs_md(pairs):

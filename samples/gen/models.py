@@ -55,6 +55,14 @@ CONFIGS = {
                           kv_heads=8, ffn=16384, experts=8, top_k=2,
                           vocab=32768, batch=2, seq=16, dtype="bfloat16",
                           rope_theta=1000000.0, eps=1e-5),
+    # the tiny config with its layers under jax.lax.scan (stacked weights)
+    "tiny-scan": dict(model="llama", layers=2, hidden=64, heads=8, kv_heads=4,
+                      ffn=128, vocab=128, batch=2, seq=8, dtype="float32",
+                      rope_theta=500000.0, eps=1e-5, scan=True),
+    # device-count scaling (tp = 2 ... 64): heads, kv heads, ffn and vocab divide by 64
+    "llama-scale": dict(model="llama", layers=4, hidden=512, heads=64, kv_heads=64,
+                        ffn=1024, vocab=2048, batch=2, seq=16, dtype="float32",
+                        rope_theta=500000.0, eps=1e-5),
 }
 
 
@@ -69,10 +77,30 @@ class Cfg:
             self.qk_norm = False
         if not hasattr(self, "kv_heads"):
             self.kv_heads = self.heads
+        if not hasattr(self, "scan"):
+            self.scan = False
 
 
 def param_shapes(cfg):
-    """Name -> shape of every weight (sorted by name when flattened by JAX)."""
+    """Name -> shape of every weight (sorted by name when flattened by JAX).
+    Scanned configs stack the per-layer weights: `layers.<w>` is [layers, ...]."""
+    if cfg.scan:
+        return stack_layers(cfg, layer_param_shapes(cfg), lambda shp: (cfg.layers,) + shp)
+    return layer_param_shapes(cfg)
+
+
+def stack_layers(cfg, per_layer, stack):
+    """`layers.0.<w>` -> `layers.<w>` (value mapped by `stack`); other layers dropped."""
+    out = {}
+    for k, v in per_layer.items():
+        if not k.startswith("layers."):
+            out[k] = v
+        elif k.startswith("layers.0."):
+            out["layers." + k[len("layers.0."):]] = stack(v)
+    return out
+
+
+def layer_param_shapes(cfg):
     H, F, V, hd = cfg.hidden, cfg.ffn, cfg.vocab, cfg.head_dim
     s = {"embed": (V, H), "final_norm": (H,), "lm_head": (H, V)}
     if cfg.model == "gpt2":
@@ -209,10 +237,13 @@ def moe_dense(x, router, w_gate, w_up, w_down):
 
 # ----------------------------------------------------------------- models
 
-def llama_layer(cfg, p, i, x, cos, sin):
+def llama_layer(cfg, p, i, x, cos, sin, pre=None):
+    """One decoder layer; its weights are p[pre + "wq"], ... (pre defaults to
+    `layers.<i>.`; a scanned body passes pre="layers." and one layer's slices)."""
     B, S, H = x.shape
     hd = cfg.head_dim
-    pre = f"layers.{i}."
+    if pre is None:
+        pre = f"layers.{i}."
     with jax.named_scope("attn"):
         h = rms_norm(x, p[pre + "attn_norm"], cfg.eps)
         q = h @ p[pre + "wq"]
@@ -241,9 +272,19 @@ def llama_forward(cfg, params, tokens):
     with jax.named_scope("embed"):
         x = jnp.take(params["embed"], tokens, axis=0)
     cos, sin = rope_tables(S, cfg.head_dim, cfg.rope_theta)
-    for i in range(cfg.layers):
-        with jax.named_scope(f"layers.{i}"):
-            x = llama_layer(cfg, params, i, x, cos, sin)
+    if cfg.scan:
+        # one scanned body over the stacked weights: an HLO while loop whose carry
+        # holds the counter, the residual stream and the stacked weights
+        stacked = {k: v for k, v in params.items() if k.startswith("layers.")}
+
+        def step(x, lp):
+            return llama_layer(cfg, lp, None, x, cos, sin, pre="layers."), None
+        with jax.named_scope("layers"):
+            x, _ = jax.lax.scan(step, x, stacked)
+    else:
+        for i in range(cfg.layers):
+            with jax.named_scope(f"layers.{i}"):
+                x = llama_layer(cfg, params, i, x, cos, sin)
     with jax.named_scope("final_norm"):
         x = rms_norm(x, params["final_norm"], cfg.eps)
     with jax.named_scope("lm_head"):

@@ -87,19 +87,24 @@ def llama_tp_specs(cfg, TP, DP=None):
         else:
             spec.update({p + "w_gate": P(None, TP), p + "w_up": P(None, TP),
                          p + "w_down": P(TP, None)})
+    if cfg.scan:  # stacked weights: the layer dimension comes first, unsharded
+        spec = M.stack_layers(cfg, spec, lambda sp: P(None, *sp))
     return (P(DP, None), spec), P(DP, None, TP)
 
 
 def make_llama_tp(cfg, mesh, bug=None, TP="tp", DP=None, sbh=False):
     """Megatron TP: column-parallel q/k/v/gate/up, row-parallel o/down with an
     all-reduce, vocab-parallel embedding (all-reduce) and LM head (output stays
-    sharded on the vocabulary)."""
+    sharded on the vocabulary). Scanned configs run the layer under jax.lax.scan
+    over the stacked (per-device) weights."""
     tp = axis_size(mesh, TP)
     nh, nkv, hd = cfg.heads // tp, cfg.kv_heads // tp, cfg.head_dim
 
     def allreduce(y, i, where):
         if bug == "missing-allreduce" and where == "attn" and i == 1:
             return y                                            # BUG(missing-allreduce)
+        if bug == "scan-missing-allreduce" and where == "attn":
+            return y                                            # BUG(scan-missing-allreduce)
         if bug == "wrong-mesh-axis" and where == "attn":
             return jax.lax.psum(y, DP)                          # BUG(wrong-mesh-axis)
         if bug == "wrong-replica-groups" and where == "attn":
@@ -112,6 +117,49 @@ def make_llama_tp(cfg, mesh, bug=None, TP="tp", DP=None, sbh=False):
             return jax.lax.pmean(y, TP)                         # BUG(pmean-allreduce)
         return jax.lax.psum(y, TP)
 
+    def layer(x, p, pre, i, cos, sin):
+        """layer i (None inside a scan), weights p[pre + "wq"], ..."""
+        B, S = x.shape[:2]
+        with jax.named_scope("attn"):
+            h = M.rms_norm(x, p[pre + "attn_norm"], cfg.eps)
+            q = h @ p[pre + "wq"]
+            if cfg.qk_norm:
+                qf = q.astype(jnp.float32)
+                ss = jnp.sum(qf * qf, axis=-1, keepdims=True)
+                if bug == "qnorm-sharded-dim":
+                    var = ss / q.shape[-1]                      # BUG(qnorm-sharded-dim)
+                else:
+                    var = jax.lax.psum(ss, TP) / (cfg.heads * hd)
+                q = (qf * jax.lax.rsqrt(var + cfg.eps)).astype(q.dtype) * p[pre + "q_norm"]
+            q = q.reshape(B, S, nh, hd)
+            k = (h @ p[pre + "wk"]).reshape(B, S, nkv, hd)
+            v = (h @ p[pre + "wv"]).reshape(B, S, nkv, hd)
+            q = M.apply_rope(q, cos, sin)
+            k = M.apply_rope(k, cos, sin)
+            if bug == "attn-scale-per-shard":
+                scale = 1.0 / math.sqrt(p[pre + "wq"].shape[1] // cfg.heads)  # BUG(attn-scale-per-shard)
+            else:
+                scale = 1.0 / math.sqrt(hd)
+            if sbh:
+                o = attention_sbh(q, k, v, scale)               # [S, B, nh, hd]
+                if bug == "sbh-as-bsh":
+                    o = o.reshape(B, S, nh * hd)                # BUG(sbh-as-bsh)
+                else:
+                    o = o.transpose(1, 0, 2, 3).reshape(B, S, nh * hd)
+            else:
+                o = M.causal_attention(q, k, v, scale).reshape(B, S, nh * hd)
+            x = x + allreduce(o @ p[pre + "wo"], i, "attn")
+        with jax.named_scope("mlp"):
+            h = M.rms_norm(x, p[pre + "mlp_norm"], cfg.eps)
+            if cfg.model == "moe":
+                y = M.moe_dense(h.reshape(B * S, -1), p[pre + "router"],
+                                p[pre + "w_gate"], p[pre + "w_up"],
+                                p[pre + "w_down"]).reshape(B, S, -1)
+            else:
+                y = M.swiglu(h, p[pre + "w_gate"], p[pre + "w_up"], p[pre + "w_down"])
+            x = x + allreduce(y, i, "mlp")
+        return x
+
     def body(tokens, p):
         B, S = tokens.shape
         with jax.named_scope("embed"):
@@ -119,47 +167,17 @@ def make_llama_tp(cfg, mesh, bug=None, TP="tp", DP=None, sbh=False):
             if bug != "embed-missing-allreduce":
                 x = jax.lax.psum(x, TP)                         # BUG(embed-missing-allreduce)
         cos, sin = M.rope_tables(S, hd, cfg.rope_theta)
-        for i in range(cfg.layers):
-            pre = f"layers.{i}."
-            with jax.named_scope(f"layers.{i}"):
-                with jax.named_scope("attn"):
-                    h = M.rms_norm(x, p[pre + "attn_norm"], cfg.eps)
-                    q = h @ p[pre + "wq"]
-                    if cfg.qk_norm:
-                        qf = q.astype(jnp.float32)
-                        ss = jnp.sum(qf * qf, axis=-1, keepdims=True)
-                        if bug == "qnorm-sharded-dim":
-                            var = ss / q.shape[-1]              # BUG(qnorm-sharded-dim)
-                        else:
-                            var = jax.lax.psum(ss, TP) / (cfg.heads * hd)
-                        q = (qf * jax.lax.rsqrt(var + cfg.eps)).astype(q.dtype) * p[pre + "q_norm"]
-                    q = q.reshape(B, S, nh, hd)
-                    k = (h @ p[pre + "wk"]).reshape(B, S, nkv, hd)
-                    v = (h @ p[pre + "wv"]).reshape(B, S, nkv, hd)
-                    q = M.apply_rope(q, cos, sin)
-                    k = M.apply_rope(k, cos, sin)
-                    if bug == "attn-scale-per-shard":
-                        scale = 1.0 / math.sqrt(p[pre + "wq"].shape[1] // cfg.heads)  # BUG(attn-scale-per-shard)
-                    else:
-                        scale = 1.0 / math.sqrt(hd)
-                    if sbh:
-                        o = attention_sbh(q, k, v, scale)       # [S, B, nh, hd]
-                        if bug == "sbh-as-bsh":
-                            o = o.reshape(B, S, nh * hd)        # BUG(sbh-as-bsh)
-                        else:
-                            o = o.transpose(1, 0, 2, 3).reshape(B, S, nh * hd)
-                    else:
-                        o = M.causal_attention(q, k, v, scale).reshape(B, S, nh * hd)
-                    x = x + allreduce(o @ p[pre + "wo"], i, "attn")
-                with jax.named_scope("mlp"):
-                    h = M.rms_norm(x, p[pre + "mlp_norm"], cfg.eps)
-                    if cfg.model == "moe":
-                        y = M.moe_dense(h.reshape(B * S, -1), p[pre + "router"],
-                                        p[pre + "w_gate"], p[pre + "w_up"],
-                                        p[pre + "w_down"]).reshape(B, S, -1)
-                    else:
-                        y = M.swiglu(h, p[pre + "w_gate"], p[pre + "w_up"], p[pre + "w_down"])
-                    x = x + allreduce(y, i, "mlp")
+        if cfg.scan:
+            stacked = {k: v for k, v in p.items() if k.startswith("layers.")}
+
+            def step(x, lp):
+                return layer(x, lp, "layers.", None, cos, sin), None
+            with jax.named_scope("layers"):
+                x, _ = jax.lax.scan(step, x, stacked)
+        else:
+            for i in range(cfg.layers):
+                with jax.named_scope(f"layers.{i}"):
+                    x = layer(x, p, f"layers.{i}.", i, cos, sin)
         with jax.named_scope("final_norm"):
             x = M.rms_norm(x, p["final_norm"], cfg.eps)
         with jax.named_scope("lm_head"):

@@ -1,11 +1,20 @@
-/* bench_check — the checker on the full-size sample pairs (make bench).
+/* bench_check — the checker on the full-size and scaling sample pairs
+ * (every pair not named tiny*; make bench).
  *
- * Measures, asserts nothing. Each pair runs in a child process so its peak
+ * Measures, asserts nothing. Each run of a pair is a child process so its peak
  * memory is its own (wait4's ru_maxrss); wall time is measured around the
- * child, CPU time from its rusage. Writes build/bench/check.json and the
- * Markdown table tests/bench/RESULTS.md (verdict, segments, wall, CPU, peak).
+ * child, CPU time from its rusage. Every pair runs BENCH_REPEAT times (default
+ * 5) and the best wall and CPU times are kept: on a shared machine the minimum
+ * is the least disturbed run. Device-count scaling: pairs named PREFIX.tpN (no
+ * bug variant) with at least three values of N form a group; its members run
+ * BENCH_ROUNDS more times (default 20) in turn, one run each per round, so
+ * every N meets the same machine load, and the group is reported as max/min of
+ * the best wall (and CPU) times across N; the target for the
+ * llama-scale.megatron_tp family (tp2 ... tp64) is a ratio within 1.5.
+ * Writes build/bench-check.json and tests/bench/RESULTS.md.
  */
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,42 +33,25 @@ static int run_child(const char *name, const char *b, const char *d, const char 
     diag_init(&dg, name);
     json_t *trace = NULL;
     int v = check_pair(&o, &trace, &dg);
-    json_t *segs = trace ? json_object_get(json_object_get(trace, "summary"), "segments") : NULL;
-    dprintf(fd, "%d %lld\n", v, (long long)(segs ? json_integer_value(segs) : 0));
+    json_t *sum = trace ? json_object_get(trace, "summary") : NULL;
+    json_t *segs = json_object_get(sum, "segments"), *memo = json_object_get(sum, "memo_hits");
+    dprintf(fd, "%d %lld %lld\n", v, (long long)(segs ? json_integer_value(segs) : 0), (long long)(memo ? json_integer_value(memo) : 0));
     return 0;
 }
 
-int main(int argc, char **argv) {
-    const char *manifest = argc > 1 ? argv[1] : "samples/manifest.json";
-    json_error_t err;
-    json_t *m = json_load_file(manifest, 0, &err);
-    if (!m) {
-        fprintf(stderr, "%s: %s\n", manifest, err.text);
-        return 2;
-    }
-    strbuf md, js;
-    sb_init(&md);
-    sb_init(&js);
-    sb_puts(&md, "# Checker benchmark (make bench)\n\nFull-size sample pairs, one process each, on this machine.\n\n"
-                 "| pair | verdict | segments | wall ms | CPU ms | peak MiB |\n|---|---|---:|---:|---:|---:|\n");
-    sb_puts(&js, "[\n");
-    json_t *pairs = json_object_get(m, "pairs");
-    int first = 1;
-    for (size_t i = 0; i < json_array_size(pairs); i++) {
-        json_t *p = json_array_get(pairs, i);
-        const char *name = json_string_value(json_object_get(p, "name"));
-        if (!name || strncmp(name, "tiny", 4) == 0) continue;
-        char b[1024], d[1024], r[1024];
-        json_t *bj = json_object_get(p, "baseline"), *dj = json_object_get(p, "distributed");
-        const char *bf = json_string_value(json_object_get(bj, "pb")), *df = json_string_value(json_object_get(dj, "pb"));
-        const char *rv = json_string_value(json_object_get(p, "relations"));
-        if (!bf || !df || !rv) continue;
-        snprintf(b, sizeof b, "samples/%s", bf);
-        snprintf(d, sizeof d, "samples/%s", df);
-        if (strcmp(rv, "auto") == 0) snprintf(r, sizeof r, "auto");
-        else snprintf(r, sizeof r, "samples/%s", rv);
+typedef struct {
+    double wall, cpu, peak;
+    int verdict;
+    long long segs, memo;
+} run_result;
+
+/* `repeat` more child runs into *out (minimum wall, minimum CPU, maximum
+ * peak). Returns -1 on error. */
+static int bench_pair(const char *name, const char *b, const char *d, const char *r, int repeat, run_result *out) {
+    for (int k = 0; k < repeat; k++) {
         int pipefd[2];
-        if (pipe(pipefd) != 0) return 3;
+        if (pipe(pipefd) != 0) return -1;
+        fflush(stdout);
         double t0 = now_ms();
         pid_t pid = fork();
         if (pid == 0) {
@@ -78,19 +70,154 @@ int main(int argc, char **argv) {
         double cpu = (double)ru.ru_utime.tv_sec * 1e3 + ru.ru_utime.tv_usec / 1e3 + (double)ru.ru_stime.tv_sec * 1e3 +
                      ru.ru_stime.tv_usec / 1e3;
         int v = VERDICT_ERROR;
-        long long segs = 0;
-        if (got > 0) sscanf(buf, "%d %lld", &v, &segs);
-        double peak = ru.ru_maxrss / 1024.0;
-        sb_printf(&md, "| %s | %s | %lld | %.0f | %.0f | %.0f |\n", name, verdict_name(v), segs, wall, cpu, peak);
-        sb_printf(&js, "%s {\"pair\": \"%s\", \"verdict\": \"%s\", \"segments\": %lld, \"wall_ms\": %.1f, \"cpu_ms\": %.1f, \"peak_mib\": %.1f}",
-                  first ? "" : ",\n", name, verdict_name(v), segs, wall, cpu, peak);
+        long long segs = 0, memo = 0;
+        if (got > 0) sscanf(buf, "%d %lld %lld", &v, &segs, &memo);
+        out->verdict = v;
+        out->segs = segs;
+        out->memo = memo;
+        if (wall < out->wall) out->wall = wall;
+        if (cpu < out->cpu) out->cpu = cpu;
+        if (ru.ru_maxrss / 1024.0 > out->peak) out->peak = ru.ru_maxrss / 1024.0;
+    }
+    return 0;
+}
+
+/* "PREFIX.tpN" (N digits, no ".bug."): the length of PREFIX and N, else 0. */
+static size_t scaling_prefix(const char *name, long *n) {
+    if (strstr(name, ".bug.")) return 0;
+    const char *t = strrchr(name, '.');
+    if (!t || strncmp(t, ".tp", 3) != 0 || !t[3]) return 0;
+    char *end;
+    *n = strtol(t + 3, &end, 10);
+    return *end ? 0 : (size_t)(t - name);
+}
+
+#define MAX_PAIRS 256
+
+int main(int argc, char **argv) {
+    const char *manifest = argc > 1 ? argv[1] : "samples/manifest.json";
+    json_error_t err;
+    json_t *m = json_load_file(manifest, 0, &err);
+    if (!m) {
+        fprintf(stderr, "%s: %s\n", manifest, err.text);
+        return 2;
+    }
+    strbuf md, js;
+    sb_init(&md);
+    sb_init(&js);
+    const char *rep_env = getenv("BENCH_REPEAT");
+    int repeat = rep_env && atoi(rep_env) > 0 ? atoi(rep_env) : 5;
+    sb_printf(&md,
+              "# Checker benchmark (make bench)\n\nFull-size and scaling sample pairs (every pair not named tiny*), "
+              "one process per run, best of %d runs (BENCH_REPEAT), on this machine.\n\n"
+              "| pair | verdict | segments | memo hits | wall ms | CPU ms | peak MiB |\n|---|---|---:|---:|---:|---:|---:|\n",
+              repeat);
+    sb_puts(&js, "[\n");
+    json_t *pairs = json_object_get(m, "pairs");
+    int first = 1;
+    const char *names[MAX_PAIRS];
+    static char files[MAX_PAIRS][3][1024];
+    run_result res[MAX_PAIRS];
+    size_t nres = 0;
+    for (size_t i = 0; i < json_array_size(pairs); i++) {
+        json_t *p = json_array_get(pairs, i);
+        const char *name = json_string_value(json_object_get(p, "name"));
+        if (!name || strncmp(name, "tiny", 4) == 0) continue;
+        char b[1024], d[1024], r[1024];
+        json_t *bj = json_object_get(p, "baseline"), *dj = json_object_get(p, "distributed");
+        const char *bf = json_string_value(json_object_get(bj, "pb")), *df = json_string_value(json_object_get(dj, "pb"));
+        const char *rv = json_string_value(json_object_get(p, "relations"));
+        if (!bf || !df || !rv) continue;
+        snprintf(b, sizeof b, "samples/%s", bf);
+        snprintf(d, sizeof d, "samples/%s", df);
+        if (strcmp(rv, "auto") == 0) snprintf(r, sizeof r, "auto");
+        else snprintf(r, sizeof r, "samples/%s", rv);
+        run_result rr = {.wall = 1e300, .cpu = 1e300, .verdict = VERDICT_ERROR};
+        if (bench_pair(name, b, d, r, repeat, &rr) != 0) return 3;
+        if (nres < MAX_PAIRS) {
+            snprintf(files[nres][0], sizeof files[nres][0], "%s", b);
+            snprintf(files[nres][1], sizeof files[nres][1], "%s", d);
+            snprintf(files[nres][2], sizeof files[nres][2], "%s", r);
+            names[nres] = name;
+            res[nres++] = rr;
+        }
+        sb_printf(&md, "| %s | %s | %lld | %lld | %.0f | %.0f | %.0f |\n", name, verdict_name(rr.verdict), rr.segs, rr.memo, rr.wall, rr.cpu,
+                  rr.peak);
+        sb_printf(&js, "%s {\"pair\": \"%s\", \"verdict\": \"%s\", \"segments\": %lld, \"memo_hits\": %lld, \"wall_ms\": %.1f, \"cpu_ms\": %.1f, \"peak_mib\": %.1f}",
+                  first ? "" : ",\n", name, verdict_name(rr.verdict), rr.segs, rr.memo, rr.wall, rr.cpu, rr.peak);
         first = 0;
-        printf("%-45s %-10s %4lld segments %8.0f ms wall %8.0f ms cpu %6.0f MiB\n", name, verdict_name(v), segs, wall, cpu, peak);
+        printf("%-45s %-10s %4lld segments %4lld memo %8.0f ms wall %8.0f ms cpu %6.0f MiB\n", name, verdict_name(rr.verdict), rr.segs, rr.memo,
+               rr.wall, rr.cpu, rr.peak);
         fflush(stdout);
     }
-    sb_puts(&js, "\n]\n");
-    sb_puts(&md, "\nMemoisation of identical layers is not built yet: the time is the sum over all layers. "
+    sb_puts(&md, "\nMemo hits: segments (layers) taken from an equal layer already related instead of being lifted. "
                  "Verdicts are the checker's current state (see README.md, Status).\n");
+    /* Device-count scaling groups, in manifest order of their first member. */
+    bool done[MAX_PAIRS] = {false};
+    bool header = false;
+    for (size_t i = 0; i < nres; i++) {
+        long n0;
+        size_t len = scaling_prefix(names[i], &n0);
+        if (!len || done[i]) continue;
+        size_t idx[MAX_PAIRS], cnt = 0;
+        for (size_t j = i; j < nres; j++) {
+            long nj;
+            if (scaling_prefix(names[j], &nj) == len && strncmp(names[i], names[j], len) == 0) {
+                idx[cnt++] = j;
+                done[j] = true;
+            }
+        }
+        if (cnt < 3) continue;
+        /* members by N */
+        for (size_t a = 1; a < cnt; a++)
+            for (size_t c = a; c > 0; c--) {
+                long x, y;
+                scaling_prefix(names[idx[c - 1]], &x);
+                scaling_prefix(names[idx[c]], &y);
+                if (x <= y) break;
+                size_t t = idx[c];
+                idx[c] = idx[c - 1];
+                idx[c - 1] = t;
+            }
+        const char *rounds_env = getenv("BENCH_ROUNDS");
+        int rounds = rounds_env && atoi(rounds_env) >= 0 ? atoi(rounds_env) : 20;
+        for (int rd = 0; rd < rounds; rd++)
+            for (size_t a = 0; a < cnt; a++) {
+                size_t j = idx[a];
+                if (bench_pair(names[j], files[j][0], files[j][1], files[j][2], 1, &res[j]) != 0) return 3;
+            }
+        if (!header) {
+            sb_printf(&md, "\n## Device-count scaling\n\nThe same program at each tensor-parallel degree N (pairs PREFIX.tpN), best of its runs above and of "
+                         "%d more rounds (BENCH_ROUNDS) that run every N in turn; ratio = slowest / fastest over N. Target for llama-scale.megatron_tp (tp2 ... tp64): within 1.5.\n\n"
+                         "| family | wall ms by N | CPU ms by N | verdicts | wall max/min | CPU max/min |\n|---|---|---|---|---:|---:|\n",
+                      rounds);
+            header = true;
+        }
+        strbuf wl, cl, vl;
+        sb_init(&wl);
+        sb_init(&cl);
+        sb_init(&vl);
+        double wmin = 1e300, wmax = 0, cmin = 1e300, cmax = 0;
+        for (size_t a = 0; a < cnt; a++) {
+            const run_result *q = &res[idx[a]];
+            long nn;
+            scaling_prefix(names[idx[a]], &nn);
+            sb_printf(&wl, "%s%ld: %.1f", a ? ", " : "", nn, q->wall);
+            sb_printf(&cl, "%s%ld: %.1f", a ? ", " : "", nn, q->cpu);
+            if (!vl.s || !strstr(vl.s, verdict_name(q->verdict))) sb_printf(&vl, "%s%s", vl.len ? ", " : "", verdict_name(q->verdict));
+            if (q->wall < wmin) wmin = q->wall;
+            if (q->wall > wmax) wmax = q->wall;
+            if (q->cpu < cmin) cmin = q->cpu;
+            if (q->cpu > cmax) cmax = q->cpu;
+        }
+        double wr = wmin > 0 ? wmax / wmin : 0, cr = cmin > 0 ? cmax / cmin : 0;
+        sb_printf(&md, "| %.*s | %s | %s | %s | %.2f | %.2f |\n", (int)len, names[i], wl.s, cl.s, vl.s, wr, cr);
+        printf("scaling %.*s (N = %s): wall max/min %.2f, CPU max/min %.2f\n", (int)len, names[i], wl.s, wr, cr);
+        sb_free(&wl);
+        sb_free(&cl);
+        sb_free(&vl);
+    }
+    sb_puts(&js, "\n]\n");
     FILE *f = fopen("tests/bench/RESULTS.md", "w");
     if (f) {
         fputs(md.s, f);
