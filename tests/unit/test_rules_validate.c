@@ -204,7 +204,7 @@ static void test_cli(void) {
     CHECK_CONTAINS(out, "transfer-function family         instances failures  result");
     for (uint32_t f = 0; f < TF_FAMILIES; f++) {
         char row[80];
-        snprintf(row, sizeof row, "\n%-32s %9u %8u  ok", tf_family_name(f), TF_INSTANCES / TF_FAMILIES, 0u);
+        snprintf(row, sizeof row, "\n%-32s %9u %8u  ok", tf_family_name(f), (unsigned)(TF_INSTANCES / TF_FAMILIES), 0u);
         CHECK_MSG(strstr(out, row) != NULL, "no passing row for family %s", tf_family_name(f));
     }
     CHECK_CONTAINS(out, "540 transfer-function instances in 15 families: 0 failed, 0 unsound");
