@@ -468,6 +468,9 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     arena a;
     arena_init(&a);
     lift_ctx lc;
+    /* A mesh inferred from shardings is a guess: refine it where groups use part
+     * of an axis. A declared mesh stays as declared (such groups are findings). */
+    if (!o->relations) lift_refine_mesh(&rel, D.m);
     lift_init(&lc, g, &a, B.m, D.m, &rel.mesh);
     lc.mesh_inferred = o->relations == NULL;
     lc.no_memo = o->no_memo;

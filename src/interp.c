@@ -345,6 +345,15 @@ static void *fail(ctx *x, int status, const hlo_instr *in, const char *fmt, ...)
     return NULL;
 }
 
+static void ctx_free(ctx *x) {
+    for (uint32_t c = 0; c < x->m->ncomps; c++) {
+        free(x->info[c].last_use);
+        free(x->info[c].scratch);
+    }
+    free(x->info);
+    arena_free(&x->a);
+}
+
 static const comp_info *info_of(ctx *x, uint32_t ci) {
     comp_info *f = &x->info[ci];
     if (f->last_use) return f;
@@ -2255,6 +2264,40 @@ int interp_check(const hlo_module *m, const interp_config *cfg, strbuf *err) {
     return INTERP_OK;
 }
 
+interp_val *interp_eval_instr(const hlo_module *m, const hlo_instr *in, interp_val **ops, strbuf *err) {
+    /* Device-independent, side-effect-free ops only: the result must not
+     * depend on which device (or run) computes it. */
+    switch (in->op) {
+    case OP_PARTITION_ID: case OP_REPLICA_ID: case OP_RNG: case OP_RNG_BIT_GENERATOR: case OP_RNG_GET_AND_UPDATE_STATE:
+    case OP_CALL: case OP_WHILE: case OP_CONDITIONAL: case OP_CUSTOM_CALL: case OP_PARAMETER: case OP_INFEED:
+    case OP_OUTFEED: case OP_SEND: case OP_SEND_DONE: case OP_RECV: case OP_RECV_DONE: case OP_AFTER_ALL:
+        if (err) sb_printf(err, "%s: not evaluated on its own", in->name);
+        return NULL;
+    default:
+        break;
+    }
+    if (hlo_op_is_collective(in->op) || in->shape.dtype == DT_TUPLE || in->shape.rank > INTERP_MAX_RANK) {
+        if (err) sb_printf(err, "%s: not evaluated on its own", in->name);
+        return NULL;
+    }
+    for (uint32_t k = 0; k < in->noperands; k++)
+        if (!ops[k] || ops[k]->dtype == DT_TUPLE) {
+            if (err) sb_printf(err, "%s: operand %u is not an array", in->name, k);
+            return NULL;
+        }
+    ctx x = {.m = m, .err = err, .R = 1, .P = 1, .D = 1, .max_iterations = INTERP_MAX_ITERATIONS};
+    arena_init(&x.a);
+    x.info = xcalloc(m->ncomps ? m->ncomps : 1, sizeof *x.info);
+    interp_val *r = eval_local(&x, in, ops, 0);
+    if (r && (x.status || !interp_val_matches(r, &in->shape))) {
+        if (!x.status && err) sb_printf(err, "%s: result does not have the instruction's shape", in->name);
+        interp_val_free(r);
+        r = NULL;
+    }
+    ctx_free(&x);
+    return r;
+}
+
 int interp_run(const hlo_module *m, const interp_config *cfg, interp_val **const *args, interp_val **out,
                strbuf *err) {
     ctx x = {.m = m, .err = err};
@@ -2298,11 +2341,6 @@ int interp_run(const hlo_module *m, const interp_config *cfg, interp_val **const
     int st = eval_comp(&x, (uint32_t)(entry - m->comps), (uint32_t)x.D, devs, flat, out);
     free(devs);
     free(flat);
-    for (uint32_t c = 0; c < m->ncomps; c++) {
-        free(x.info[c].last_use);
-        free(x.info[c].scratch);
-    }
-    free(x.info);
-    arena_free(&x.a);
+    ctx_free(&x);
     return st;
 }

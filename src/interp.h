@@ -120,6 +120,13 @@ int interp_check(const hlo_module *m, const interp_config *cfg, strbuf *err);
 int interp_run(const hlo_module *m, const interp_config *cfg, interp_val **const *args,
                interp_val **out, strbuf *err);
 
+/* Evaluates one instruction of m on operand values ops[k] (borrowed), as if on
+ * a single device: constant folding. Refuses (NULL, reason in err when not
+ * NULL) ops whose result is not a function of the operands alone
+ * (partition-id, replica-id, rng, collectives, control flow, calls, custom
+ * calls, parameters, I/O) and tuple results. The result has in's shape;
+ * the caller frees it. */
+interp_val *interp_eval_instr(const hlo_module *m, const hlo_instr *in, interp_val **ops, strbuf *err);
 /* The tile of a global array of shape dims[rank] that device d holds under
  * sharding sh (replicated, maximal, tiled with or without replicated trailing
  * dims, iota or explicit device order): offsets and sizes per dimension.

@@ -2,6 +2,8 @@
  * comment what it relates and when it refuses. */
 #include "lift.h"
 
+#include "interp.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -39,6 +41,8 @@ void lift_done(lift_ctx *c) {
     free(c->findings);
     free(c->digests[0]);
     free(c->digests[1]);
+    for (size_t k = 0; k < c->capkvals; k++) interp_val_free(c->kvals[k]);
+    free(c->kvals);
 }
 
 static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
@@ -205,9 +209,93 @@ static uint32_t type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank)
     return eg_type(c->g, dt, dims, rank);
 }
 
+/* ---- constant folding: values of constant-only terms (lift.h) ---- */
+
+static interp_val *kval(lift_ctx *c, eid cls) {
+    cls = eg_find(c->g, cls);
+    return cls < c->capkvals ? c->kvals[cls] : NULL;
+}
+
+/* Records v (consumed) as the values of class cls unless they are known. */
+static void kval_set(lift_ctx *c, eid cls, interp_val *v) {
+    cls = eg_find(c->g, cls);
+    if (cls >= c->capkvals) {
+        size_t cap = c->capkvals ? c->capkvals : 1024;
+        while (cap <= cls) cap *= 2;
+        c->kvals = xrealloc(c->kvals, cap * sizeof *c->kvals);
+        memset(c->kvals + c->capkvals, 0, (cap - c->capkvals) * sizeof *c->kvals);
+        c->capkvals = cap;
+    }
+    if (c->kvals[cls]) interp_val_free(v);
+    else c->kvals[cls] = v;
+}
+
+/* The constant term holding v's values: the same e-node as a constant
+ * instruction with those values (literal digest). Consumes v. */
+static eid const_term(lift_ctx *c, interp_val *v, uint8_t origin) {
+    hlo_literal lit = {.dtype = v->dtype, .count = v->n, .f = v->f, .i = v->i};
+    int64_t words[3] = {A_LITERAL, 1, (int64_t)literal_digest(&lit)};
+    eid cls = eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), type_of(c, v->dtype, v->dims, v->rank), NULL, 0, origin);
+    kval_set(c, cls, v);
+    return cls;
+}
+
+/* Whether a term of this many elements (global dims) is folded. */
+static bool fold_size_ok(const int64_t *dims, uint32_t rank) {
+    int64_t n = 1;
+    for (uint32_t d = 0; d < rank; d++)
+        if (!mul_ok(n, dims[d], &n) || n > LIFT_FOLD_MAX) return false;
+    return rank <= VIEW_MAX_RANK;
+}
+
+/* The values of op `in` (attributes as in the term, result dims `dims`) over
+ * children with known values; NULL when some are unknown or the interpreter
+ * does not evaluate the op on its own. */
+static interp_val *fold_values(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n,
+                               const int64_t *dims) {
+    interp_val *ops[8];
+    if (n > ARRAY_LEN(ops) || in->op == OP_IOTA || in->shape.dtype == DT_TUPLE || !fold_size_ok(dims, in->shape.rank))
+        return NULL;
+    for (uint32_t k = 0; k < n; k++)
+        if (!(ops[k] = kval(c, ch[k]))) return NULL;
+    hlo_instr g = *in;
+    g.shape.dims = (int64_t *)dims;
+    g.shape.dynamic = NULL;
+    return interp_eval_instr(m, &g, ops, NULL);
+}
+
+/* Broadcast values of x (dims bd of the result) into result dims `dims`. */
+static interp_val *broadcast_values(const interp_val *x, const int64_t *bd, uint32_t nb, const int64_t *dims, uint32_t rank) {
+    if (!fold_size_ok(dims, rank) || nb != x->rank) return NULL;
+    interp_val *r = interp_val_new(x->dtype, rank, dims);
+    if (!r) return NULL;
+    int64_t idx[VIEW_MAX_RANK] = {0};
+    for (int64_t k = 0; k < r->n; k++) {
+        int64_t src = 0;
+        for (uint32_t j = 0; j < nb; j++) src = src * x->dims[j] + (x->dims[j] == 1 ? 0 : idx[bd[j]]);
+        if (r->f) r->f[k] = x->f[src];
+        else r->i[k] = x->i[src];
+        for (int d = (int)rank - 1; d >= 0 && ++idx[d] == dims[d]; d--) idx[d] = 0;
+    }
+    return r;
+}
+
 /* reshape(x) to type t, canonical on both sides: reshape∘reshape is one
- * reshape and a reshape to x's own shape is x (both exact for row-major data). */
+ * reshape and a reshape to x's own shape is x (both exact for row-major data).
+ * A reshape of known values is the constant of those values. */
 static eid mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
+    const interp_val *xv = kval(c, x);
+    if (xv && eg_class_type(c->g, x) != t && eg_type_dtype(c->g, t) == xv->dtype) {
+        uint32_t rank;
+        const int64_t *dims = eg_type_dims(c->g, t, &rank);
+        interp_val *r = fold_size_ok(dims, rank) ? interp_val_new(xv->dtype, rank, dims) : NULL;
+        if (r && r->n == xv->n) {
+            if (r->f) memcpy(r->f, xv->f, (size_t)r->n * sizeof *r->f);
+            else memcpy(r->i, xv->i, (size_t)r->n * sizeof *r->i);
+            return const_term(c, r, origin);
+        }
+        interp_val_free(r);
+    }
     for (;;) {
         eid n = eg_class_first(c->g, x);
         if (n == EID_NONE || eg_node_op(c->g, n) != OP_RESHAPE) break;
@@ -230,8 +318,16 @@ static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid
         for (uint32_t k = 0; k < nd && ident; k++) ident = bd[k] == k;
         if (ident) return eg_find(c->g, ch[0]);
     }
+    interp_val *fv = n ? fold_values(c, m, in, ch, n, dims) : NULL;
+    if (fv && in->op != OP_BROADCAST) return const_term(c, fv, origin);
     uint32_t attr = encode_attrs(c, m, in);
-    return eg_add(c->g, in->op, attr, t, ch, n, origin);
+    eid cls = eg_add(c->g, in->op, attr, t, ch, n, origin);
+    if (in->op == OP_CONSTANT && n == 0 && !kval(c, cls) && fold_size_ok(dims, in->shape.rank))
+        fv = interp_eval_instr(m, in, NULL, NULL);
+    /* A broadcast keeps its structure (the splat form both sides share); its
+     * values are known all the same. */
+    if (fv) kval_set(c, cls, fv);
+    return cls;
 }
 
 static eid fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
@@ -311,14 +407,18 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
 
 /* ---- replica groups → mesh axes ---- */
 
-int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered) {
-    const mesh *ms = c->mesh;
+static int groups_axes_on(const mesh *ms, const hlo_instr *in, bool ordered);
+
+int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered) { return groups_axes_on(c->mesh, in, ordered); }
+
+/* lift_groups_axes on mesh ms. */
+static int groups_axes_on(const mesh *ms, const hlo_instr *in, bool ordered) {
     const hlo_attr *ga = instr_attr(in, A_REPLICA_GROUPS);
     arena tmp;
     arena_init(&tmp);
     hlo_groups g = {0};
     if (ga) groups_expand(ga->v.groups, &tmp, &g);
-    int64_t n = c->ndev;
+    int64_t n = mesh_devices(ms);
     /* Group number and position of every device under the instruction. */
     int64_t *grp = xmalloc((size_t)n * sizeof *grp), *pos = xmalloc((size_t)n * sizeof *pos);
     bool ok = true;
@@ -361,6 +461,76 @@ int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered) {
     free(pos);
     arena_free(&tmp);
     return found;
+}
+
+/* ---- sub-axes: a mesh axis split where replica groups use part of it ---- */
+
+/* Splits axis a of m into (a.0: size/f, a.1: f), a.1 inserted right after a:
+ * device ids are unchanged (row-major). */
+static void split_mesh_axis(mesh *m, uint32_t a, int64_t f) {
+    for (uint32_t k = m->naxes; k > a + 1; k--) {
+        memcpy(m->names[k], m->names[k - 1], sizeof m->names[k]);
+        m->sizes[k] = m->sizes[k - 1];
+    }
+    m->naxes++;
+    m->sizes[a] /= f;
+    m->sizes[a + 1] = f;
+    char base[32];
+    snprintf(base, sizeof base, "%s", m->names[a]);
+    snprintf(m->names[a], sizeof m->names[a], "%.28s.0", base);
+    snprintf(m->names[a + 1], sizeof m->names[a + 1], "%.28s.1", base);
+}
+
+/* The views after that split: a use of axis a becomes (a.0, a.1), the same
+ * blocks (a = a.0·f + a.1); later axes shift by one. */
+static void split_view_axis(view *vs, uint32_t nv, uint32_t a) {
+    for (uint32_t i = 0; i < nv; i++) {
+        view *v = &vs[i];
+        for (uint32_t d = 0; d < v->rank; d++) {
+            view_dim nd = {0};
+            for (uint32_t k = 0; k < v->dims[d].naxes; k++) {
+                uint8_t x = v->dims[d].axes[k];
+                nd.axes[nd.naxes++] = (uint8_t)(x > a ? x + 1 : x);
+                if (x == a) nd.axes[nd.naxes++] = (uint8_t)(a + 1);
+            }
+            v->dims[d] = nd;
+        }
+        uint32_t p = v->partial, lo = p & ((1u << (a + 1)) - 1), hi = p >> (a + 1);
+        v->partial = (uint8_t)(lo | hi << (a + 2) | (p >> a & 1) << (a + 1));
+    }
+}
+
+/* Whether groups must follow device order (gather/scatter/all-to-all blocks);
+ * -1 for ops without mesh-axis groups. */
+static int collective_order(int op) {
+    switch (op) {
+    case OP_ALL_REDUCE: return 0;
+    case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_TO_ALL: return 1;
+    default: return -1;
+    }
+}
+
+bool lift_refine_mesh(relations *rel, const hlo_module *dist) {
+    bool changed = false;
+    for (uint32_t ci = 0; ci < dist->ncomps; ci++)
+        for (uint32_t i = 0; i < dist->comps[ci].ninstrs; i++) {
+            const hlo_instr *in = &dist->comps[ci].instrs[i];
+            int ord = collective_order(in->op);
+            if (ord < 0 || !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(&rel->mesh, in, ord) >= 0) continue;
+            bool done = false;
+            for (uint32_t a = 0; a < rel->mesh.naxes && !done && rel->mesh.naxes < MESH_MAX_AXES; a++)
+                for (int64_t f = 2; f < rel->mesh.sizes[a] && !done; f++) {
+                    mesh t = rel->mesh;
+                    if (t.sizes[a] % f) continue;
+                    split_mesh_axis(&t, a, f);
+                    if (groups_axes_on(&t, in, ord) < 0) continue;
+                    rel->mesh = t;
+                    split_view_axis(rel->inputs, rel->ninputs, a);
+                    split_view_axis(rel->outputs, rel->noutputs, a);
+                    done = changed = true;
+                }
+        }
+    return changed;
 }
 
 /* ---- values ---- */
@@ -487,6 +657,12 @@ static bool dev_uniform(const lift_ctx *c, const lval *v) {
 
 static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
     /* Same e-node as a baseline constant with these values (literal digest). */
+    interp_val *x = interp_val_new(in->shape.dtype, in->shape.rank, in->shape.dims);
+    if (x && x->n == v->count) {
+        for (uint32_t k = 0; k < v->count; k++) interp_val_set(x, k, v->dev[k]);
+        return const_term(c, x, c->origin);
+    }
+    interp_val_free(x);
     hlo_literal lit = {.dtype = in->shape.dtype, .count = v->count};
     double *f = NULL;
     int64_t *iv = NULL;
@@ -581,7 +757,11 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
         nw += nn;
     }
     uint32_t t = type_of(c, b->shape.dtype, dims, b->shape.rank);
-    s->ops[o] = term(eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, &operand, 1, c->origin), v, x->assumed);
+    eid bc = eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, &operand, 1, c->origin);
+    const interp_val *xv = kval(c, operand);
+    interp_val *bv = xv && !kval(c, bc) ? broadcast_values(xv, newdims, nn, dims, b->shape.rank) : NULL;
+    if (bv) kval_set(c, bc, bv);
+    s->ops[o] = term(bc, v, x->assumed);
     s->ops[o].konst = x->konst;
     return true;
 }
@@ -773,10 +953,77 @@ static lval lift_transpose(lstate *s) {
     return term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
 }
 
+/* Whether reshape(x) to in's local shape under view v (global dims) is a term
+ * the baseline already has: of two true readings of a reshape, the one the
+ * baseline computes is the useful one. Mirrors mk_reshape without adding. */
+static bool reshape_meets_baseline(lift_ctx *c, eid x, const hlo_instr *in, const view *v) {
+    int64_t dims[VIEW_MAX_RANK];
+    global_dims(c, v, &in->shape, dims);
+    uint32_t t = type_of(c, in->shape.dtype, dims, in->shape.rank);
+    if (kval(c, x)) return false;
+    for (;;) {
+        eid n = eg_class_first(c->g, x);
+        if (n == EID_NONE || eg_node_op(c->g, n) != OP_RESHAPE) break;
+        uint32_t k;
+        x = eg_node_children(c->g, n, &k)[0];
+    }
+    eid r = eg_class_type(c->g, x) == t ? eg_find(c->g, x) : eg_lookup(c->g, OP_RESHAPE, 0, t, &x, 1);
+    return r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE);
+}
+
+/* A group of a reshape whose sharded input axes land on unit output dims
+ * [out, outb) followed by the non-unit dim outb. */
+typedef struct reshape_group {
+    view_dim axes;
+    uint32_t out, outb;
+} reshape_group;
+
+/* Another true reading of such a group: its axes (major first) spread over the
+ * unit dims and then dim outb in order, each taking a run (possibly empty):
+ * the flattened group still selects the same blocks, since only unit dims
+ * precede a sharded one. One group at a time (the others as in v), the first
+ * whose term the baseline has; false when none. */
+static bool reshape_split_reading(lift_ctx *c, const lval *x, const hlo_instr *in, const view *v, const reshape_group *ag,
+                                  uint32_t nag, view *out) {
+    for (uint32_t gi = 0; gi < nag; gi++) {
+        const reshape_group *g = &ag[gi];
+        const view_dim *sd = &g->axes;
+        uint32_t m = g->outb - g->out + 1, n = sd->naxes, cnt[8] = {0};
+        if (m > ARRAY_LEN(cnt)) continue;
+        /* Every composition of n into m runs, as an odometer over cnt. */
+        for (;;) {
+            uint32_t sum = 0;
+            for (uint32_t q = 0; q < m; q++) sum += cnt[q];
+            if (sum == n) {
+                view w = *v;
+                uint32_t next = 0;
+                for (uint32_t q = 0; q < m; q++) {
+                    view_dim *d = &w.dims[g->out + q];
+                    d->naxes = 0;
+                    for (uint32_t t = 0; t < cnt[q]; t++) d->axes[d->naxes++] = sd->axes[next++];
+                }
+                if (reshape_meets_baseline(c, x->cls, in, &w)) {
+                    *out = w;
+                    return true;
+                }
+            }
+            uint32_t q = 0;
+            while (q < m && ++cnt[q] > n) cnt[q++] = 0;
+            if (q == m) break;
+        }
+    }
+    return false;
+}
+
 /* reshape: groups of local dims with equal products map onto each other; a
- * sharded input dimension must be the major dimension of its group, and then
- * the major output dimension of the group carries the sharding (block sharding
- * of a product splits its major factor). Anything else needs a layout view. */
+ * sharded input dimension must be the major dimension of its group (unit dims
+ * before it aside, sharded or not), and then the major output dimension of
+ * the group carries the sharding, the axes of several such dims major first
+ * (block sharding of a product splits its major factor). When that is a unit
+ * dim followed by others, the first non-unit one may carry it instead, or the
+ * axes may spread over the unit dims and it: all are true readings, and the
+ * one whose term the baseline already has is taken (the unit dim by
+ * default). Anything else needs a layout view. */
 static lval lift_reshape(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -788,7 +1035,12 @@ static lval lift_reshape(lstate *s) {
     view v = view_dup(rb);
     v.partial = x->v.partial;
     v.red = x->v.red;
-    bool amb = x->ambiguous;
+    /* vb: the other reading, where a sharding that lands on a unit major dim
+     * goes to the first non-unit dim of its group instead. */
+    view vb = v;
+    bool amb = x->ambiguous, two = false;
+    reshape_group ag[4];
+    uint32_t nag = 0;
     uint32_t i = 0, j = 0;
     while (i < ra || j < rb) {
         /* One group: [i, i2) of a and [j, j2) of b with equal products. */
@@ -802,30 +1054,50 @@ static lval lift_reshape(lstate *s) {
             else break;
         }
         if (pa != pb) return unknown();
+        /* Sharded dims of the group: each must have only unit dims before it
+         * in the group (they hold no data); their axes, major first, then go
+         * to the major dim of the output group (unit dims included: locally
+         * [.., 8] → [.., 1, 8] is heads 4 × 8 → 4 heads sharded). */
+        bool any = false;
         for (uint32_t k = i; k < i2; k++) {
             if (!x->v.dims[k].naxes) continue;
-            /* The sharded dim must be the major dim of its group; it then maps to
-             * the major dim of the output group (unit dims included: locally
-             * [.., 8] → [.., 1, 8] is heads 4 × 8 → 4 heads sharded). */
-            uint32_t major = i, out = j;
-            /* Unit dims hold no data: a leading unsharded one is not the major. */
-            while (major + 1 < i2 && a[major] == 1 && !x->v.dims[major].naxes) major++;
-            /* A unit major dim with more dims after it in the group could take
-             * only part of the sharding: one reading among several. */
-            if (out < j2 && b[out] == 1 && out + 1 < j2) amb = true;
-            if (k != major || out == j2) {
+            bool units_before = true;
+            for (uint32_t q = i; q < k; q++) units_before &= a[q] == 1;
+            if (!units_before || j == j2 || v.dims[j].naxes + x->v.dims[k].naxes > MESH_MAX_AXES) {
                 unsupported(c, s->comp, in, "reshape %s moves a sharded dimension inside a merged group (needs a layout view)",
                             in->name);
                 view pv = v;
                 return assume(c, in, pv);
             }
-            v.dims[out] = x->v.dims[k];
+            for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) v.dims[j].axes[v.dims[j].naxes++] = x->v.dims[k].axes[t];
+            any = true;
+        }
+        if (any) {
+            /* A unit major dim with more dims after it in the group could take
+             * only part of the sharding: one reading among several. */
+            uint32_t out = j, outb = j;
+            if (b[out] == 1 && out + 1 < j2) {
+                amb = true;
+                while (outb < j2 && b[outb] == 1) outb++;
+                if (outb < j2) {
+                    two = true;
+                    if (nag < ARRAY_LEN(ag)) ag[nag++] = (reshape_group){v.dims[out], out, outb};
+                } else {
+                    outb = out;
+                }
+            }
+            vb.dims[outb] = v.dims[out];
         }
         i = i2;
         j = j2;
         if (i2 == i && j2 == j && i >= ra && j >= rb) break;
     }
     int64_t dims[VIEW_MAX_RANK];
+    if (two && !reshape_meets_baseline(c, x->cls, in, &v)) {
+        view w;
+        if (reshape_meets_baseline(c, x->cls, in, &vb)) v = vb;
+        else if (reshape_split_reading(c, x, in, &v, ag, nag, &w)) v = w;
+    }
     global_dims(c, &v, &in->shape, dims);
     lval r = term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
     r.ambiguous = amb;
@@ -1189,6 +1461,12 @@ static lval lift_dynamic_slice(lstate *s) {
     for (uint32_t d = 0; d < rank; d++)
         if (s->ops[1 + d].kind != LV_DEV) return unknown();
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    /* Block windows: [lo, hi) of each dim the blocks tile (the whole dim when
+     * not windowed), in global coordinates. */
+    int64_t wlo[VIEW_MAX_RANK], whi[VIEW_MAX_RANK];
+    bool windowed = false;
+    if (rank > VIEW_MAX_RANK) return unknown();
+    for (uint32_t d = 0; d < rank; d++) wlo[d] = 0, whi[d] = src->shape.dims[d] * view_dim_parts(&x->v, c->mesh, d);
     for (uint32_t d = 0; d < rank; d++) {
         const lval *o = &s->ops[1 + d];
         if (dev_uniform(c, o)) {
@@ -1202,15 +1480,12 @@ static lval lift_dynamic_slice(lstate *s) {
         int64_t base, p;
         uint32_t mask = block_offsets(c, o->dev, o->count, size, &base, &p);
         if (mask && base >= 0 && base + p * size <= src->shape.dims[d]) {
-            view pv = v;
-            pv.dims[d] = axes_dim(c, mask);
-            if (base != 0 || p * size != src->shape.dims[d]) {
-                unsupported(c, s->comp, in, "%s slices dimension %u in blocks of a window [%lld, %lld): windows are not related yet",
-                            in->name, d, (long long)base, (long long)(base + p * size));
-                return assume(c, in, pv);
-            }
+            /* Block r of the window [base, base + p·size): block r of a slice. */
+            v.dims[d] = axes_dim(c, mask);
+            wlo[d] = base;
+            whi[d] = base + p * size;
+            windowed |= base != 0 || p * size != src->shape.dims[d];
             bound = true;
-            v = pv;
         }
         if (!bound && c->mesh_inferred) {
             unsupported(c, s->comp, in, "%s slices at offsets that select no block of the mesh inferred from the shardings", in->name);
@@ -1228,6 +1503,18 @@ static lval lift_dynamic_slice(lstate *s) {
         }
     }
     if (v.partial) return unknown();
+    if (windowed) {
+        int64_t words[2 + 3 * VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
+        uint32_t nw = 0;
+        words[nw++] = A_SLICE;
+        words[nw++] = 3 * rank;
+        for (uint32_t d = 0; d < rank; d++) {
+            words[nw++] = wlo[d], words[nw++] = whi[d], words[nw++] = 1;
+            dims[d] = whi[d] - wlo[d];
+        }
+        uint32_t t = type_of(c, in->shape.dtype, dims, rank);
+        return term(eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nw), t, &x->cls, 1, c->origin), v, x->assumed);
+    }
     return term(x->cls, v, x->assumed);
 }
 
@@ -1470,7 +1757,7 @@ static bool mask_resolves(const lift_ctx *c, const lval *m) {
  * neither. */
 static bool index_as_term(lift_ctx *c, lval *x) {
     if (x->kind == LV_MASK && mask_resolves(c, x)) {
-        assume_domain(c, x->src, x->domain);
+        if (!x->in_domain) assume_domain(c, x->src, x->domain);
         *x = term(x->hit, x->v, false);
         return true;
     }
@@ -1523,6 +1810,76 @@ static bool mask_sums_to_row(const lift_ctx *c, const lval *m, uint32_t axes) {
     return ok;
 }
 
+/* The non-unit dims of dims[0..rank), in order; their count. */
+static uint32_t nonunit_dims(const int64_t *dims, uint32_t rank, uint32_t *which) {
+    uint32_t n = 0;
+    for (uint32_t d = 0; d < rank; d++)
+        if (dims[d] != 1) which[n++] = d;
+    return n;
+}
+
+/* A row gather (the form pw_gather reads: rows of dim 0, offset dims `off`,
+ * output dims bdims[k] for index dim k) whose index positions `pos` are a 1-D
+ * iota broadcast along one dim and reshaped by unit dims only: position s of
+ * that dim reads row s, so the result is the first n rows of the table,
+ * broadcast — the term the baseline writes as a slice of a positional table.
+ * EID_NONE when pos is not of that form. */
+static eid gather_of_iota(lift_ctx *c, eid tab, eid pos, const int64_t *bdims, const int64_t *off, uint32_t no, int dt,
+                          const int64_t *g, uint32_t rank) {
+    uint32_t prank, srank, tr, k;
+    const int64_t *pd = eg_type_dims(c->g, eg_class_type(c->g, pos), &prank);
+    eid x = pos, n0 = eg_class_first(c->g, x);
+    if (n0 != EID_NONE && eg_node_op(c->g, n0) == OP_RESHAPE) x = eg_node_children(c->g, n0, &k)[0];
+    /* A broadcast of a 1-D iota along dim kd, or the 1-D iota itself (kd 0). */
+    eid bn = eg_class_first(c->g, x);
+    if (bn == EID_NONE || prank < 1) return EID_NONE;
+    bool bc = eg_node_op(c->g, bn) == OP_BROADCAST;
+    eid io = bc ? eg_node_children(c->g, bn, &k)[0] : x;
+    eid in0 = eg_class_first(c->g, io);
+    uint32_t nw = 3, irank;
+    static const int64_t dim0[3] = {A_DIMENSIONS, 1, 0};
+    const int64_t *w = bc ? eg_attr_words(c->g, eg_node_attr(c->g, bn), &nw) : dim0;
+    eg_type_dims(c->g, eg_class_type(c->g, io), &irank);
+    if (in0 == EID_NONE || eg_node_op(c->g, in0) != OP_IOTA || irank != 1 || nw != 3 || w[0] != A_DIMENSIONS)
+        return EID_NONE;
+    const int64_t *sd = eg_type_dims(c->g, eg_class_type(c->g, x), &srank);
+    const int64_t *td = eg_type_dims(c->g, eg_class_type(c->g, tab), &tr);
+    /* The index positions are pd without its last (index vector) dim. */
+    uint32_t su[VIEW_MAX_RANK], pu[VIEW_MAX_RANK];
+    if (srank > VIEW_MAX_RANK || prank > VIEW_MAX_RANK || tr != no + 1) return EID_NONE;
+    uint32_t ns = nonunit_dims(sd, srank, su), np = nonunit_dims(pd, prank - 1, pu);
+    int64_t kd = w[2], n = kd >= 0 && (uint32_t)kd < srank ? sd[kd] : 0;
+    if (ns != np || n < 2 || n > td[0]) return EID_NONE;
+    int q = -1;
+    for (uint32_t j = 0; j < ns; j++) {
+        if (sd[su[j]] != pd[pu[j]]) return EID_NONE;
+        if (su[j] == (uint32_t)kd) q = (int)j;
+    }
+    if (q < 0) return EID_NONE;
+    /* slice(table, [0:n] on dim 0, whole elsewhere), broadcast into the output. */
+    int64_t words[2 + 3 * VIEW_MAX_RANK], sdims[VIEW_MAX_RANK], bw[2 + VIEW_MAX_RANK];
+    uint32_t nwords = 0;
+    words[nwords++] = A_SLICE;
+    words[nwords++] = 3 * tr;
+    for (uint32_t d = 0; d < tr; d++) {
+        sdims[d] = d ? td[d] : n;
+        words[nwords++] = 0, words[nwords++] = sdims[d], words[nwords++] = 1;
+    }
+    bw[0] = A_DIMENSIONS;
+    bw[1] = tr;
+    bw[2] = bdims[pu[q]];
+    for (uint32_t j = 0; j < no; j++) {
+        bw[3 + j] = off[j];
+        if (bw[3 + j] <= bw[2 + j]) return EID_NONE;
+    }
+    eid sl = eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nwords), type_of(c, dt, sdims, tr), &tab, 1, c->origin);
+    uint32_t t = type_of(c, dt, g, rank);
+    bool ident = rank == tr && eg_class_type(c->g, sl) == t;
+    for (uint32_t d = 0; d < tr && ident; d++) ident = bw[2 + d] == d;
+    if (ident) return sl;  /* as node() does: a broadcast to the same shape, dims in order */
+    return eg_add(c->g, OP_BROADCAST, eg_attr(c->g, bw, 2 + tr), t, &sl, 1, c->origin);
+}
+
 /* The row a (sum of) masked value(s) stands for when summed over `axes`, in
  * *sum, recording the index-domain assumption; false when some part does not
  * sum to its row there. A sum of masked values (token plus position
@@ -1537,7 +1894,7 @@ static bool mask_sum(lift_ctx *c, const lval *m, uint32_t axes, eid *sum) {
     *sum = EID_NONE;
     for (uint32_t k = 0; k < nparts; k++) {
         const lval *part = m->n ? &m->elems[k] : m;
-        assume_domain(c, part->src, part->domain);
+        if (!part->in_domain) assume_domain(c, part->src, part->domain);
         if (*sum == EID_NONE) {
             *sum = part->hit;
         } else {
@@ -1641,7 +1998,9 @@ static bool pw_gather(lstate *s, lval *out) {
     eid ch[2] = {tab->cls, idx->pos};
     int64_t g[VIEW_MAX_RANK];
     global_dims(c, &v.v, &in->shape, g);
-    v.hit = node(c, c->cur, in, ch, 2, g, c->origin);
+    v.hit = gather_of_iota(c, tab->cls, idx->pos, bdims, off, no, in->shape.dtype, g, in->shape.rank);
+    v.in_domain = v.hit != EID_NONE;  /* iota positions: rows [0, n) of the table, nothing to assume */
+    if (v.hit == EID_NONE) v.hit = node(c, c->cur, in, ch, 2, g, c->origin);
     *out = v;
     return true;
 }
@@ -1697,6 +2056,7 @@ static bool pw_instr(lstate *s, lval *out) {
                         return false;
                     m.hit = x->hit;
                     m.domain = x->domain;
+                    m.in_domain = x->in_domain;
                     tags[k] = x->pw;
                 } else if (x->kind == LV_TERM) {
                     tags[k] = pw_alloc(c);
@@ -2030,9 +2390,16 @@ static lval lift_instr(lstate *s) {
                     b.s, mask_resolves(c, &ops[o]));
             sb_free(&b);
         }
-        if (ops[o].kind == LV_MASK && ops[o].cls == EID_NONE && !c->baseline_mode && !mask_resolves(c, &ops[o]) &&
-            mask_as_partial(c, &ops[o], &ops[o]))
-            continue;
+        /* An unreduced masked row as a partial sum, only where that reading
+         * decides (arithmetic, layout, collectives): a select or max of a
+         * masked row is not judged here. */
+        bool arith = in->op == OP_ADD || in->op == OP_SUBTRACT || in->op == OP_MULTIPLY || in->op == OP_DIVIDE ||
+                     in->op == OP_NEGATE || in->op == OP_CONVERT;
+        if (ops[o].kind == LV_MASK && !c->baseline_mode && ops[o].cls == EID_NONE && !mask_resolves(c, &ops[o]) &&
+            (arith || !is_elementwise(in->op))) {
+            lval pv;
+            if (mask_as_partial(c, &ops[o], &pv)) ops[o] = pv;
+        }
         if ((ops[o].kind == LV_PW || ops[o].kind == LV_MASK) && !index_as_term(c, &ops[o])) {
             unsupported(c, s->comp, in, "%s uses index arithmetic (a function of data and the device) in a way not related yet",
                         in->name);

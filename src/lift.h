@@ -27,6 +27,15 @@
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
  * `call`s are inlined, copies and sharding custom-calls are identities.
  *
+ * Constant folding: a term whose operands all have known values (literals,
+ * uniform device values, and what is computed from them) is evaluated with the
+ * interpreter (interp_eval_instr) and replaced by the literal of its values, on
+ * both sides alike, so a baseline that XLA folded (RoPE tables of a decode step)
+ * meets a distributed program that computes the same values. Broadcasts keep
+ * their structure (their values are still known), iota is never folded (its
+ * sharded pieces are related structurally, iota_block), and results above
+ * LIFT_FOLD_MAX elements are left as terms.
+ *
  * Transfer functions that meet an inconsistency report a finding (kind,
  * instruction, words) through the callback context and continue with an
  * LV_UNKNOWN or assumed value, so one run reports the first divergence and
@@ -39,6 +48,8 @@
 #include "pwidx.h"
 #include "graph.h"
 #include "view.h"
+
+#define LIFT_FOLD_MAX 65536
 
 enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT };
 
@@ -82,6 +93,7 @@ typedef struct lval {
     eid src;                      /* LV_PW / LV_MASK: the source term itself (before shaping) */
     lift_layout *lay;             /* LV_LAYOUT */
     int64_t domain;               /* LV_MASK: valid index values [0, domain) */
+    bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
 } lval;
 
 typedef struct lift_finding {
@@ -171,6 +183,10 @@ typedef struct lift_ctx {
     bool no_memo;                         /* set before lifting to turn it off */
     lift_memo *memo;
     uint32_t memo_runs, memo_hits;        /* distributed runs considered; taken from the memo */
+    /* Constant folding: the values of e-classes whose term is computed from
+     * constants only (indexed by class id; NULL: not known). Owned. */
+    struct interp_val **kvals;
+    size_t capkvals;
 } lift_ctx;
 
 void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const hlo_module *dist, const mesh *m);
@@ -190,5 +206,14 @@ void lift_segment_classes(lift_ctx *c, uint32_t *out);
 /* The mesh axes (bitmask) whose device groups are exactly the given replica
  * groups (order inside a group respected when ordered); -1 when none. */
 int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered);
+
+/* Refines rel's mesh where a collective of dist has replica groups that match
+ * no set of its axes but would after splitting one axis in two (GSPMD groups
+ * over part of an axis, e.g. pairs of neighbours on tp:8): the axis becomes
+ * NAME.0 and NAME.1 (major, minor; same device ids) and every view of rel
+ * uses both where it used the axis — the same blocks. Meant for meshes
+ * inferred from shardings (a declared mesh is the user's word: groups that
+ * miss its axes are findings). Returns whether it changed anything. */
+bool lift_refine_mesh(relations *rel, const hlo_module *dist);
 
 #endif

@@ -1,6 +1,7 @@
 /* tfcheck — see tfcheck.h for the contract. */
 #include "tfcheck.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -549,8 +550,11 @@ static void axis_coord(strbuf *b, const smesh *m, int ax) {
 }
 
 /* A duplicated x sliced per device by dynamic-slice at offset coord(ax)·chunk
- * on dim sd (0 on the other): the shard(sd, ax) view of x. Bugs: multiplier
- * chunk/2, the coordinate of the other axis (2-D mesh). */
+ * on dim sd (0 on the other): the shard(sd, ax) view of x; or, windowed, at
+ * base + coord(ax)·chunk in an x with extra rows/columns around the blocks:
+ * the shard(sd, ax) view of the baseline's slice of that window (a fused
+ * weight split per device). Bugs: multiplier chunk/2, the coordinate of the
+ * other axis (2-D mesh), the window shifted by one. */
 static void gen_dslice(interp_rng *r, const smesh *m, inst *t) {
     int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1);
     int xa[2] = {-1, -1}, oa[2] = {-1, -1};
@@ -558,18 +562,25 @@ static void gen_dslice(interp_rng *r, const smesh *m, inst *t) {
     int g[2], l[2];
     for (int d = 0; d < 2; d++) g[d] = dim_for(r, oa[d] >= 0 ? m->sizes[ax] : 1);
     local_dims(m, g, oa, 2, l);
-    int variant = rint_in(r, 0, m->naxes == 2 ? 2 : 1);  /* 0 ok, 1 half multiplier, 2 other axis */
-    set_case(t, variant == 0, "dslice-%s", variant == 0 ? "ok" : variant == 1 ? "bug-multiplier" : "bug-axis");
+    int variant = rint_in(r, 0, m->naxes == 2 ? 4 : 3);  /* 0 ok, 1 half multiplier, 2 window ok, 3 window shifted, 4 other axis */
+    static const char *vn[] = {"ok", "bug-multiplier", "window-ok", "window-bug-shift", "bug-axis"};
+    set_case(t, variant == 0 || variant == 2, "dslice-%s", vn[variant]);
+    bool window = variant == 2 || variant == 3;
+    int base = window ? rint_in(r, 1, 3) : 0, xg[2] = {g[0], g[1]};
+    if (window) xg[sd] += base + rint_in(r, 0, 2);
     for (int side = 0; side < 2; side++) {
-        strbuf *b = open_side(t, side, m, g, g, 2, false);
+        strbuf *b = open_side(t, side, m, xg, xg, 2, false);
         if (side) {
-            axis_coord(b, m, variant == 2 ? 1 - ax : ax);
-            sb_printf(b, "  %%c = s32[] constant(%d)\n  %%off = s32[] multiply(%%coord, %%c)\n  %%z = s32[] constant(0)\n",
+            axis_coord(b, m, variant == 4 ? 1 - ax : ax);
+            sb_printf(b, "  %%c = s32[] constant(%d)\n  %%off0 = s32[] multiply(%%coord, %%c)\n  %%z = s32[] constant(0)\n",
                       variant == 1 ? l[sd] / 2 : l[sd]);
+            sb_printf(b, "  %%base = s32[] constant(%d)\n  %%off = s32[] add(%%off0, %%base)\n", variant == 3 ? base + 1 : base);
         }
         sb_puts(b, "  ROOT %o = ");
         shp(b, side ? l : g, 2);
         if (side) sb_printf(b, " dynamic-slice(%%x, %s, %s), dynamic_slice_sizes={%d,%d}\n}\n", sd ? "%z" : "%off", sd ? "%off" : "%z", l[0], l[1]);
+        else if (window) sb_printf(b, " slice(%%x), slice={[%d:%d], [%d:%d]}\n}\n", sd ? 0 : base, sd ? g[0] : base + g[0],
+                                   sd ? base : 0, sd ? base + g[1] : g[1]);
         else sb_puts(b, " copy(%x)\n}\n");
     }
     rel_unary(t, m, xa, 2, oa, 2);
@@ -691,14 +702,167 @@ static void gen_slice_concat(interp_rng *r, const smesh *m, inst *t) {
     rel_write(t, m, iv, concat ? 2 : 1, xv);
 }
 
+/* x[a,b] (sharded on dim 0 or dup) times a table t[b] broadcast along dim 0.
+ * The baseline holds t as a folded constant f32[1,b] (reshaped); the
+ * distributed side computes it from constants: concatenate(op(c·K), op(c·K))
+ * with op cosine or negate. Bugs: another K, sine for cosine (the values
+ * differ; constant folding must not make them meet). */
+static void gen_fold(interp_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), n = m->sizes[ax];
+    bool sharded = rint_in(r, 0, 2) > 0, cosine = rint_in(r, 0, 1);
+    int xa[2] = {sharded ? ax : -1, -1};
+    int g[2] = {sharded ? n * rint_in(r, 1, 8 / n) : rint_in(r, 2, 8), 2 * rint_in(r, 1, 4)}, l[2];
+    local_dims(m, g, xa, 2, l);
+    int h = g[1] / 2, K = rint_in(r, 1, 8);
+    double c[4];
+    for (int k = 0; k < h; k++) c[k] = rint_in(r, 1, 64) / 64.0;
+    int variant = rint_in(r, 0, cosine ? 2 : 1);  /* 0 ok, 1 other K, 2 sine for cosine */
+    set_case(t, variant == 0, "fold-%s-%s", cosine ? "cos" : "neg", variant == 0 ? "ok" : variant == 1 ? "bug-k" : "bug-sine");
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = open_side(t, side, m, g, l, 2, false);
+        const int *dims = side ? l : g;
+        if (!side) {
+            /* The folded table, as XLA prints it: f32 values, 9 digits. */
+            int kb = variant == 1 ? K + 1 : K;
+            sb_printf(b, "  %%t = f32[1,%d] constant({ {", g[1]);
+            for (int k = 0; k < g[1]; k++) {
+                double v = c[k % h] * kb;
+                v = cosine ? (double)(float)cos(v) : -v;
+                sb_printf(b, "%s%.9g", k ? ", " : "", v);
+            }
+            sb_printf(b, "} })\n  %%tr = f32[%d] reshape(%%t)\n", g[1]);
+        } else {
+            sb_printf(b, "  %%c = f32[%d] constant({", h);
+            for (int k = 0; k < h; k++) sb_printf(b, "%s%.9g", k ? ", " : "", c[k]);
+            sb_printf(b, "})\n  %%k = f32[] constant(%d)\n  %%kb = f32[%d] broadcast(%%k), dimensions={}\n", K, h);
+            sb_printf(b, "  %%m = f32[%d] multiply(%%c, %%kb)\n", h);
+            sb_printf(b, "  %%f = f32[%d] %s(%%m)\n", h, !cosine ? "negate" : variant == 2 ? "sine" : "cosine");
+            sb_printf(b, "  %%tr = f32[%d] concatenate(%%f, %%f), dimensions={0}\n", g[1]);
+        }
+        sb_puts(b, "  %tb = ");
+        shp(b, dims, 2);
+        sb_puts(b, " broadcast(%tr), dimensions={1}\n  ROOT %o = ");
+        shp(b, dims, 2);
+        sb_puts(b, " multiply(%x, %tb)\n}\n");
+    }
+    rel_unary(t, m, xa, 2, xa, 2);
+}
+
+/* x, y[a,b] sharded on dim sd over ax; both reshaped with a unit dim inserted
+ * just before sd ([a,1,b] or [1,a,b]: the sharding may belong to the unit
+ * dim or to the next one, two true readings), subtracted, and either kept
+ * (output shard(sd+1)) or reshaped back (shard(sd)). On the 2-D mesh, split:
+ * sd sharded over (dp,tp) and the baseline's reshape cuts it into
+ * [2, b/2] — dp on the new dim, tp on the rest (a head split over two axes).
+ * Bug: the operands swapped. */
+static void gen_unit_reshape(interp_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1), n = m->sizes[ax];
+    bool split = m->naxes == 2 && rint_in(r, 0, 1);
+    int xa[2] = {-1, -1};
+    xa[sd] = ax;
+    int g[2], l[2];
+    g[sd] = split ? 8 : n * rint_in(r, 2, 8 / n);  /* blocks of >= 2: with 1 the local grouping is another one */
+    g[1 - sd] = rint_in(r, 2, 6);
+    local_dims(m, g, xa, 2, l);
+    if (split) l[sd] = g[sd] / 4;
+    bool keep3 = rint_in(r, 0, 1);
+    int variant = rint_in(r, 0, 1);  /* 0 ok, 1 operands swapped */
+    set_case(t, variant == 0, "unit-reshape-d%d-%s%s-%s", sd, split ? "split-" : "", keep3 ? "kept" : "back",
+             variant == 0 ? "ok" : "bug-swapped");
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = open_side(t, side, m, g, l, 2, true);
+        const int *dims = side ? l : g;
+        int d3[3], k3 = 0;
+        for (int d = 0; d < 2; d++) {
+            if (d == sd) d3[k3++] = split && !side ? 2 : 1;
+            d3[k3++] = split && !side && d == sd ? dims[d] / 2 : dims[d];
+        }
+        const char *nm[2] = {"x", "y"};
+        for (int k = 0; k < 2; k++) {
+            sb_printf(b, "  %%%sr = ", nm[k]);
+            shp(b, d3, 3);
+            sb_printf(b, " reshape(%%%s)\n", nm[k]);
+        }
+        sb_puts(b, "  %s = ");
+        shp(b, d3, 3);
+        sb_puts(b, side && variant == 1 ? " subtract(%yr, %xr)\n" : " subtract(%xr, %yr)\n");
+        sb_puts(b, "  ROOT %o = ");
+        shp(b, keep3 ? d3 : dims, keep3 ? 3 : 2);
+        sb_puts(b, keep3 ? " copy(%s)\n}\n" : " reshape(%s)\n}\n");
+    }
+    int oa[3] = {-1, -1, -1};
+    oa[sd + 1] = ax;
+    char xv[64], ov[64];
+    view_str(xv, sizeof xv, m, xa, 2);
+    view_str(ov, sizeof ov, m, keep3 ? oa : xa, keep3 ? 3 : 2);
+    if (split) {
+        snprintf(xv, sizeof xv, "shard(%d,(dp,tp))", sd);
+        if (keep3) snprintf(ov, sizeof ov, "shard(%d,dp) shard(%d,tp)", sd, sd + 1);
+        else snprintf(ov, sizeof ov, "%s", xv);
+    }
+    const char *iv[2] = {xv, xv};
+    rel_write(t, m, iv, 2, ov);
+}
+
+/* A positional table p[R,H] sharded by rows over ax (k rows per device) read
+ * at positions iota[S] (S <= R) the vocab-parallel way: index iota - coord·k,
+ * in range on one device, gathered there and zero elsewhere, all-reduced,
+ * added to x. The baseline slices p[0:S] (p is %tab in the text). Bugs: no all-reduce, the offset
+ * shifted by one, the all-reduce over the other axis (2-D mesh). */
+static void gen_posemb(interp_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), n = m->sizes[ax], k = rint_in(r, 2, 3), R = n * k;
+    int S = rint_in(r, 2, R), H = rint_in(r, 2, 4);
+    int variant = rint_in(r, 0, m->naxes == 2 ? 3 : 2);  /* 0 ok, 1 no all-reduce, 2 offset + 1, 3 other axis */
+    static const char *vn[] = {"ok", "bug-no-allreduce", "bug-offset", "bug-axis"};
+    set_case(t, variant == 0, "posemb-%s", vn[variant]);
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        header(b, side ? "dist" : "base", side ? m->ndev : 1);
+        sb_printf(b, "  %%x = f32[%d,%d] parameter(0)\n  %%tab = f32[%d,%d] parameter(1)\n", S, H, side ? k : R, H);
+        if (!side) {
+            sb_printf(b, "  %%ps = f32[%d,%d] slice(%%tab), slice={[0:%d], [0:%d]}\n", S, H, S, H);
+            sb_printf(b, "  ROOT %%o = f32[%d,%d] add(%%x, %%ps)\n}\n", S, H);
+            continue;
+        }
+        axis_coord(b, m, ax);
+        sb_printf(b, "  %%k = s32[] constant(%d)\n  %%off0 = s32[] multiply(%%coord, %%k)\n", k);
+        sb_printf(b, "  %%one = s32[] constant(%d)\n  %%off = s32[] add(%%off0, %%one)\n", variant == 2 ? 1 : 0);
+        sb_printf(b, "  %%io = s32[%d] iota(), iota_dimension=0\n  %%offb = s32[%d] broadcast(%%off), dimensions={}\n", S, S);
+        sb_printf(b, "  %%idx = s32[%d] subtract(%%io, %%offb)\n  %%z = s32[] constant(0)\n", S);
+        sb_printf(b, "  %%zb = s32[%d] broadcast(%%z), dimensions={}\n  %%kb = s32[%d] broadcast(%%k), dimensions={}\n", S, S);
+        sb_printf(b, "  %%ge = pred[%d] compare(%%idx, %%zb), direction=GE\n", S);
+        sb_printf(b, "  %%lt = pred[%d] compare(%%idx, %%kb), direction=LT\n  %%in = pred[%d] and(%%ge, %%lt)\n", S, S);
+        sb_printf(b, "  %%ci = s32[%d] select(%%in, %%idx, %%zb)\n  %%ci2 = s32[%d,1] reshape(%%ci)\n", S, S);
+        sb_printf(b, "  %%g = f32[%d,%d] gather(%%tab, %%ci2), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, "
+                     "index_vector_dim=1, slice_sizes={1,%d}\n", S, H, H);
+        sb_printf(b, "  %%inb = pred[%d,%d] broadcast(%%in), dimensions={0}\n  %%fz = f32[] constant(0)\n", S, H);
+        sb_printf(b, "  %%fzb = f32[%d,%d] broadcast(%%fz), dimensions={}\n", S, H);
+        sb_printf(b, "  %%msk = f32[%d,%d] select(%%inb, %%g, %%fzb)\n", S, H);
+        const char *sum = "msk";
+        if (variant != 1) {
+            int sdims[2] = {S, H};
+            all_reduce(b, false, "ar", "msk", sdims, 2, m, 1u << (variant == 3 ? 1 - ax : ax), false, "add", 1);
+            sum = "ar";
+        }
+        sb_printf(b, "  ROOT %%o = f32[%d,%d] add(%%x, %%%s)\n}\n", S, H, sum);
+    }
+    char pv[64];
+    int pa[2] = {ax, -1};
+    view_str(pv, sizeof pv, m, pa, 2);
+    const char *iv[2] = {"dup", pv};
+    rel_write(t, m, iv, 2, "dup");
+}
+
 static void (*const gens[TF_FAMILIES])(interp_rng *, const smesh *, inst *) = {
     gen_eltwise, gen_dot_k,   gen_dot_n,    gen_reduce,  gen_gather,  gen_transpose,
-    gen_partial, gen_partial2, gen_dslice, gen_rscatter, gen_a2a, gen_slice_concat};
+    gen_partial, gen_partial2, gen_dslice, gen_rscatter, gen_a2a, gen_slice_concat,
+    gen_fold,    gen_unit_reshape, gen_posemb};
 
 /* In step with gens. */
 static const char *const family_names[TF_FAMILIES] = {
     "eltwise", "dot-k", "dot-n", "reduce", "all-gather", "transpose",
-    "partial-op", "partial-sum2", "dynamic-slice", "reduce-scatter", "all-to-all", "slice-concat"};
+    "partial-op", "partial-sum2", "dynamic-slice", "reduce-scatter", "all-to-all", "slice-concat",
+    "constant-fold", "unit-reshape", "row-table"};
 
 const char *tf_family_name(uint32_t f) { return f < TF_FAMILIES ? family_names[f] : "?"; }
 

@@ -367,6 +367,50 @@ static void test_collectives(void) {
     }
 }
 
+/* interp_eval_instr: one instruction over given operand values (constant
+ * folding in lift), and its refusals. */
+static void test_eval_instr(void) {
+    const char *text = "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+                       "ENTRY e {\n  c = f32[4] constant({0, 0.5, 1, 2})\n  k = f32[] constant(2)\n"
+                       "  kb = f32[4] broadcast(k), dimensions={}\n  m = f32[4] multiply(c, kb)\n"
+                       "  cs = f32[4] cosine(m)\n  z = f32[] constant(0)\n  s = f32[] reduce(m, z), dimensions={0}, to_apply=add\n"
+                       "  p = u32[] partition-id()\n  ROOT t = f32[8] concatenate(cs, cs), dimensions={0}\n}\n";
+    hlo_module *m = parse(text);
+    t_case("interp eval-instr-1.1 fold a chain");
+    if (!CHECK(m != NULL)) return;
+    const hlo_comp *e = graph_entry(m);
+    interp_val *v[16] = {0};
+    for (uint32_t i = 0; i < e->ninstrs && i < 16; i++) {
+        const hlo_instr *in = &e->instrs[i];
+        interp_val *ops[4] = {0};
+        for (uint32_t k = 0; k < in->noperands && k < 4; k++) ops[k] = v[in->operands[k]];
+        strbuf err;
+        sb_init(&err);
+        v[i] = interp_eval_instr(m, in, ops, &err);
+        if (in->op == OP_PARTITION_ID) {
+            t_case("interp eval-instr-1.2 partition-id is refused");
+            CHECK(v[i] == NULL);
+            CHECK_CONTAINS(err.s, "not evaluated on its own");
+        } else {
+            CHECK_MSG(v[i] != NULL, "%s: %s", in->name, err.s ? err.s : "");
+        }
+        sb_free(&err);
+    }
+    const interp_val *t = v[e->root], *s = NULL;
+    for (uint32_t i = 0; i < e->ninstrs; i++)
+        if (e->instrs[i].op == OP_REDUCE) s = v[i];
+    t_case("interp eval-instr-1.3 values");
+    if (CHECK(t && s && t->n == 8)) {
+        CHECK(s->f[0] == 7);
+        for (int k = 0; k < 8; k++) {
+            double want = (double)(float)cos((double)((float[]){0, 1, 2, 4})[k % 4]);
+            CHECK_MSG(t->f[k] == want, "element %d: %.9g, want %.9g", k, t->f[k], want);
+        }
+    }
+    for (uint32_t i = 0; i < e->ninstrs && i < 16; i++) interp_val_free(v[i]);
+    graph_free(m);
+}
+
 /* ---------------------------------------------------------------- cross-check with XLA */
 
 typedef struct tol {
@@ -927,6 +971,7 @@ void suite_interp(void) {
     test_bf16();
     test_control();
     test_collectives();
+    test_eval_instr();
     test_stf();
     test_samples();
 }
