@@ -59,8 +59,11 @@ static int run_opts(check_opts o, const char *r, json_t **trace) {
     return v;
 }
 
+/* As the command line checks a pair: with the rules shipped in rules/. */
 static int run_with(const char *name, const char *b, const char *d, const char *r, bool witness, bool no_memo, json_t **trace) {
-    return run_opts((check_opts){.name = name, .baseline = b, .distributed = d, .witness = witness, .no_memo = no_memo}, r, trace);
+    return run_opts((check_opts){.name = name, .baseline = b, .distributed = d, .witness = witness, .no_memo = no_memo,
+                                 .rules_dir = "rules"},
+                    r, trace);
 }
 
 /* The paths of a manifest pair in one form ("hlo" or "pb"); r gets NULL for
@@ -267,7 +270,7 @@ static void unverified_wording(void) {
     t_case("check unverified: whether rewrite rules ran");
     const char *mb = "samples/tiny-moe/tiny-moe.baseline.hlo", *md = "samples/tiny-moe/tiny-moe.expert_parallel.ep4.dist.hlo";
     const char *mr = "samples/tiny-moe/tiny-moe.expert_parallel.ep4.relations.json";
-    v = run("no rules", mb, md, mr, false, &trace);
+    v = run_opts((check_opts){.name = "no rules", .baseline = mb, .distributed = md, .witness = true}, mr, &trace);
     CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
     CHECK_CONTAINS(first_message(trace), "(no rewrite rules were given)");
     json_decref(trace);
