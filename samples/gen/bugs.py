@@ -125,9 +125,9 @@ BUGS = {
     "expert-order": dict(
         kinds=["layout-mismatch"],
         title="Expert-parallel all-to-all with experts in the wrong order",
-        what="Dispatch rows are arranged for round-robin expert placement (expert "
-             "j*ep + r on rank r) while the expert weights are blocked (rank r owns "
-             "experts r*E/ep ...), so tokens are processed by the wrong experts.",
+        what="Dispatch rows are arranged for round-robin expert placement (expert j*ep + r on "
+             "rank r; with one expert per rank, in reverse) while the expert weights are blocked "
+             "(rank r owns experts r*E/ep ...), so tokens are processed by the wrong experts.",
         ref="Generic expert-parallel mistake (local vs global expert index mapping)."),
     "router-unsynced": dict(
         kinds=["missing-all-reduce"],

@@ -324,8 +324,8 @@ def make_moe_ep(cfg, mesh, bug=None, EP="ep"):
         # row e goes to expert e; tokens not routed to e are sent as zeros
         disp = jnp.where((wts.T > 0)[:, :, None], xt[None], jnp.zeros((), xt.dtype))
         if bug == "expert-order":
-            # experts numbered round-robin (e = j*ep + r) while the weights are blocked
-            disp = disp.reshape(El, ep, Tl, H).transpose(1, 0, 2, 3).reshape(E, Tl, H)  # BUG(expert-order)
+            # experts numbered round-robin (e = j*ep + r) while the weights are blocked; one expert per rank: reversed
+            disp = disp.reshape(El, ep, Tl, H).transpose(1, 0, 2, 3).reshape(E, Tl, H) if El > 1 else disp[::-1]  # BUG(expert-order)
         # dispatch: [E, Tl, H] -> [El, ep*Tl, H] (all tokens for my experts)
         xin = jax.lax.all_to_all(disp, EP, 0, 1, tiled=True)
         g = jnp.einsum("eth,ehf->etf", xin, p[pre + "w_gate"])
