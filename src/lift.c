@@ -43,6 +43,7 @@ void lift_done(lift_ctx *c) {
     free(c->digests[1]);
     for (size_t k = 0; k < c->capkvals; k++) interp_val_free(c->kvals[k]);
     free(c->kvals);
+    strmap_free(&c->folds);
 }
 
 static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
@@ -318,10 +319,25 @@ static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid
         for (uint32_t k = 0; k < nd && ident; k++) ident = bd[k] == k;
         if (ident) return eg_find(c->g, ch[0]);
     }
-    interp_val *fv = n ? fold_values(c, m, in, ch, n, dims) : NULL;
-    if (fv && in->op != OP_BROADCAST) return const_term(c, fv, origin);
     uint32_t attr = encode_attrs(c, m, in);
+    /* A term folded before (the same op over the same classes; layers repeat
+     * their constants) is not evaluated again. */
+    uint32_t key[12];
+    bool keyed = n > 0 && n <= 8;
+    if (keyed) {
+        key[0] = in->op, key[1] = attr, key[2] = t, key[3] = n;
+        for (uint32_t k = 0; k < n; k++) key[4 + k] = eg_find(c->g, ch[k]);
+        uint32_t hit;
+        if (strmap_get(&c->folds, (const char *)key, (4 + n) * sizeof *key, &hit)) return eg_find(c->g, hit);
+    }
+    interp_val *fv = n ? fold_values(c, m, in, ch, n, dims) : NULL;
+    if (fv && in->op != OP_BROADCAST) {
+        eid k = const_term(c, fv, origin);
+        if (keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, k);
+        return k;
+    }
     eid cls = eg_add(c->g, in->op, attr, t, ch, n, origin);
+    if (fv && keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, cls);
     if (in->op == OP_CONSTANT && n == 0 && !kval(c, cls) && fold_size_ok(dims, in->shape.rank))
         fv = interp_eval_instr(m, in, NULL, NULL);
     /* A broadcast keeps its structure (the splat form both sides share); its

@@ -187,6 +187,7 @@ typedef struct lift_ctx {
      * constants only (indexed by class id; NULL: not known). Owned. */
     struct interp_val **kvals;
     size_t capkvals;
+    strmap folds;                         /* (op, attr, type, children) -> the class folded to */
 } lift_ctx;
 
 void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const hlo_module *dist, const mesh *m);
