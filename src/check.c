@@ -34,10 +34,9 @@ static bool load(side *s, const char *path, diag *d) {
     s->path = path;
     size_t n;
     bool gz;
-    char *buf = io_read_file(path, &n, &gz, d);
+    uint8_t h[32];
+    char *buf = io_read_file_sha256(path, &n, &gz, h, d);
     if (buf) {
-        uint8_t h[32];
-        sha256(buf, n, h);
         for (int i = 0; i < 32; i++) snprintf(s->digest + 2 * i, 3, "%02x", h[i]);
         s->text = hlo_looks_like_text(buf, n);
         s->m = s->text ? hlo_parse_text(buf, n, path, d) : hlo_parse_pb((const uint8_t *)buf, n, path, d);

@@ -1,5 +1,7 @@
 #include "io.h"
 
+#include "sha256.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +61,10 @@ fail:
 }
 
 char *io_read_file(const char *path, size_t *len, bool *was_gzip, diag *d) {
+    return io_read_file_sha256(path, len, was_gzip, NULL, d);
+}
+
+char *io_read_file_sha256(const char *path, size_t *len, bool *was_gzip, uint8_t digest[32], diag *d) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         diag_plain(d, "cannot open: %s", strerror(errno));
@@ -85,6 +91,7 @@ char *io_read_file(const char *path, size_t *len, bool *was_gzip, diag *d) {
         return NULL;
     }
     if (!b.s) sb_put(&b, "", 0);
+    if (digest) sha256(b.s, b.len, digest);
     bool gz = b.len >= 2 && (unsigned char)b.s[0] == 0x1f && (unsigned char)b.s[1] == 0x8b;
     if (was_gzip) *was_gzip = gz;
     if (!gz) {

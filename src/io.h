@@ -19,6 +19,9 @@
 #define IO_MAX_INPUT ((size_t)4 << 30)
 
 char *io_read_file(const char *path, size_t *len, bool *was_gzip, diag *d);
+/* io_read_file that also gives the SHA-256 of the file's bytes as stored (before
+ * decompression: what sha256sum prints). */
+char *io_read_file_sha256(const char *path, size_t *len, bool *was_gzip, uint8_t digest[32], diag *d);
 /* Inflates a gzip buffer; NULL (and a diag) when it is corrupt. Caller frees. */
 char *io_gunzip(const char *data, size_t n, size_t *len, diag *d);
 bool io_write_atomic(const char *path, const void *data, size_t n, diag *d);

@@ -11,7 +11,9 @@
  * every N meets the same machine load, and the group is reported as max/min of
  * the best wall (and CPU) times across N; the target for the
  * llama-scale.megatron_tp family (tp2 ... tp64) is a ratio within 1.5.
- * Writes build/bench-check.json and tests/bench/RESULTS.md.
+ * Depth: 405B against 8B (Megatron tp8), and 405B without the memo and
+ * with one reading thread. Writes build/bench-check.json and
+ * tests/bench/RESULTS.md.
  */
 #include <jansson.h>
 #include <stdbool.h>
@@ -25,8 +27,24 @@
 #include "check.h"
 #include "util.h"
 
-static int run_child(const char *name, const char *b, const char *d, const char *r, int fd) {
-    check_opts o = {.name = name, .baseline = b, .distributed = d};
+/* How a pair is checked: as the command line does by default (threads = the
+ * core count, memo on), or with one of them changed. */
+typedef struct {
+    int jobs;
+    bool no_memo;
+} bench_cfg;
+
+static bench_cfg default_cfg(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return (bench_cfg){n > 0 ? (int)n : 1, false};
+}
+
+/* Checks the pair and writes "verdict segments memo_hits check_ms" to fd;
+ * check_ms is the time the segments account for (building, lifting,
+ * saturating, checking), i.e. the wall time without reading the programs and
+ * writing the trace. */
+static int run_child(const char *name, const char *b, const char *d, const char *r, bench_cfg cfg, int fd) {
+    check_opts o = {.name = name, .baseline = b, .distributed = d, .jobs = cfg.jobs, .no_memo = cfg.no_memo};
     if (strcmp(r, "auto") == 0) o.auto_relations = true;
     else o.relations = r;
     diag dg;
@@ -35,19 +53,33 @@ static int run_child(const char *name, const char *b, const char *d, const char 
     int v = check_pair(&o, &trace, &dg);
     json_t *sum = trace ? json_object_get(trace, "summary") : NULL;
     json_t *segs = json_object_get(sum, "segments"), *memo = json_object_get(sum, "memo_hits");
-    dprintf(fd, "%d %lld %lld\n", v, (long long)(segs ? json_integer_value(segs) : 0), (long long)(memo ? json_integer_value(memo) : 0));
+    double check = 0, lift = 0;
+    json_t *sa = trace ? json_object_get(trace, "segments") : NULL;
+    for (size_t i = 0; i < json_array_size(sa); i++) {
+        const char *key;
+        json_t *val;
+        json_object_foreach(json_object_get(json_array_get(sa, i), "timings_ms"), key, val) {
+            check += json_number_value(val);
+            if (strcmp(key, "lift") == 0) lift += json_number_value(val);
+        }
+    }
+    dprintf(fd, "%d %lld %lld %.3f %.3f\n", v, (long long)(segs ? json_integer_value(segs) : 0),
+            (long long)(memo ? json_integer_value(memo) : 0), check, lift);
     return 0;
 }
 
 typedef struct {
-    double wall, cpu, peak;
+    double wall, cpu, peak, check, lift;
     int verdict;
     long long segs, memo;
 } run_result;
 
-/* `repeat` more child runs into *out (minimum wall, minimum CPU, maximum
- * peak). Returns -1 on error. */
-static int bench_pair(const char *name, const char *b, const char *d, const char *r, int repeat, run_result *out) {
+#define NO_RESULT ((run_result){.wall = 1e300, .cpu = 1e300, .check = 1e300, .lift = 1e300, .verdict = VERDICT_ERROR})
+
+/* `repeat` more child runs into *out (minimum wall, CPU and check time,
+ * maximum peak). Returns -1 on error. */
+static int bench_pair_cfg(const char *name, const char *b, const char *d, const char *r, bench_cfg cfg, int repeat,
+                          run_result *out) {
     for (int k = 0; k < repeat; k++) {
         int pipefd[2];
         if (pipe(pipefd) != 0) return -1;
@@ -56,7 +88,7 @@ static int bench_pair(const char *name, const char *b, const char *d, const char
         pid_t pid = fork();
         if (pid == 0) {
             close(pipefd[0]);
-            run_child(name, b, d, r, pipefd[1]);
+            run_child(name, b, d, r, cfg, pipefd[1]);
             _exit(0);
         }
         close(pipefd[1]);
@@ -71,15 +103,29 @@ static int bench_pair(const char *name, const char *b, const char *d, const char
                      ru.ru_stime.tv_usec / 1e3;
         int v = VERDICT_ERROR;
         long long segs = 0, memo = 0;
-        if (got > 0) sscanf(buf, "%d %lld %lld", &v, &segs, &memo);
+        double check = 0, lift = 0;
+        if (got > 0) sscanf(buf, "%d %lld %lld %lf %lf", &v, &segs, &memo, &check, &lift);
         out->verdict = v;
         out->segs = segs;
         out->memo = memo;
+        if (check < out->check) out->check = check;
+        if (lift < out->lift) out->lift = lift;
         if (wall < out->wall) out->wall = wall;
         if (cpu < out->cpu) out->cpu = cpu;
         if (ru.ru_maxrss / 1024.0 > out->peak) out->peak = ru.ru_maxrss / 1024.0;
     }
     return 0;
+}
+
+static int bench_pair(const char *name, const char *b, const char *d, const char *r, int repeat, run_result *out) {
+    return bench_pair_cfg(name, b, d, r, default_cfg(), repeat, out);
+}
+
+/* The index of the pair named name among the first n, or -1. */
+static int find_pair(const char *const *names, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0) return (int)i;
+    return -1;
 }
 
 /* "PREFIX.tpN" (N digits, no ".bug."): the length of PREFIX and N, else 0. */
@@ -110,7 +156,7 @@ int main(int argc, char **argv) {
     sb_printf(&md,
               "# Checker benchmark (make bench)\n\nFull-size and scaling sample pairs (every pair not named tiny*), "
               "one process per run, best of %d runs (BENCH_REPEAT), on this machine.\n\n"
-              "| pair | verdict | segments | memo hits | wall ms | CPU ms | peak MiB |\n|---|---|---:|---:|---:|---:|---:|\n",
+              "| pair | verdict | segments | memo hits | wall ms | check ms | CPU ms | peak MiB |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
               repeat);
     sb_puts(&js, "[\n");
     json_t *pairs = json_object_get(m, "pairs");
@@ -132,7 +178,7 @@ int main(int argc, char **argv) {
         snprintf(d, sizeof d, "samples/%s", df);
         if (strcmp(rv, "auto") == 0) snprintf(r, sizeof r, "auto");
         else snprintf(r, sizeof r, "samples/%s", rv);
-        run_result rr = {.wall = 1e300, .cpu = 1e300, .verdict = VERDICT_ERROR};
+        run_result rr = NO_RESULT;
         if (bench_pair(name, b, d, r, repeat, &rr) != 0) return 3;
         if (nres < MAX_PAIRS) {
             snprintf(files[nres][0], sizeof files[nres][0], "%s", b);
@@ -141,17 +187,47 @@ int main(int argc, char **argv) {
             names[nres] = name;
             res[nres++] = rr;
         }
-        sb_printf(&md, "| %s | %s | %lld | %lld | %.0f | %.0f | %.0f |\n", name, verdict_name(rr.verdict), rr.segs, rr.memo, rr.wall, rr.cpu,
-                  rr.peak);
-        sb_printf(&js, "%s {\"pair\": \"%s\", \"verdict\": \"%s\", \"segments\": %lld, \"memo_hits\": %lld, \"wall_ms\": %.1f, \"cpu_ms\": %.1f, \"peak_mib\": %.1f}",
-                  first ? "" : ",\n", name, verdict_name(rr.verdict), rr.segs, rr.memo, rr.wall, rr.cpu, rr.peak);
+        sb_printf(&md, "| %s | %s | %lld | %lld | %.0f | %.1f | %.0f | %.0f |\n", name, verdict_name(rr.verdict), rr.segs, rr.memo, rr.wall,
+                  rr.check, rr.cpu, rr.peak);
+        sb_printf(&js, "%s {\"pair\": \"%s\", \"verdict\": \"%s\", \"segments\": %lld, \"memo_hits\": %lld, \"wall_ms\": %.1f, \"check_ms\": %.2f, \"cpu_ms\": %.1f, \"peak_mib\": %.1f}",
+                  first ? "" : ",\n", name, verdict_name(rr.verdict), rr.segs, rr.memo, rr.wall, rr.check, rr.cpu, rr.peak);
         first = 0;
         printf("%-45s %-10s %4lld segments %4lld memo %8.0f ms wall %8.0f ms cpu %6.0f MiB\n", name, verdict_name(rr.verdict), rr.segs, rr.memo,
                rr.wall, rr.cpu, rr.peak);
         fflush(stdout);
     }
     sb_puts(&md, "\nMemo hits: segments (layers) taken from an equal layer already related instead of being lifted. "
+                 "Check ms: the time the segments account for (building the baseline's terms, lifting, saturating, "
+                 "checking); the rest of the wall time is reading the two programs and writing the trace. "
                  "Verdicts are the checker's current state (see README.md, Status).\n");
+    /* Depth: the deepest pair against the shallowest of one family. */
+    int d8 = find_pair(names, nres, "llama3.1-8b.megatron_tp.tp8"), d405 = find_pair(names, nres, "llama3.1-405b.megatron_tp.tp8");
+    if (d8 >= 0 && d405 >= 0) {
+        const run_result *a = &res[d8], *z = &res[d405];
+        sb_printf(&md, "\n## Depth\n\nLlama-3.1 405B (126 layers) against 8B (32 layers), Megatron tp8: wall %.0f / %.0f ms = %.2f× "
+                       "(target: at most 3×); check %.1f / %.1f ms = %.2f×, of which lifting the distributed program "
+                       "%.1f / %.1f ms = %.2f×. Reading the programs is linear in their size (the 405B files are about four "
+                       "times the 8B ones), and so is building the baseline's terms (the memo covers the distributed side "
+                       "only); lifting grows with the number of distinct layers.\n",
+                  z->wall, a->wall, z->wall / a->wall, z->check, a->check, a->check > 0 ? z->check / a->check : 0, z->lift, a->lift,
+                  a->lift > 0 ? z->lift / a->lift : 0);
+        /* Without the memo, and reading on one thread. */
+        run_result nm = NO_RESULT, j1 = NO_RESULT;
+        int nrep = repeat < 3 ? repeat : 3;
+        if (bench_pair_cfg(names[d405], files[d405][0], files[d405][1], files[d405][2], (bench_cfg){default_cfg().jobs, true}, nrep,
+                           &nm) != 0 ||
+            bench_pair_cfg(names[d405], files[d405][0], files[d405][1], files[d405][2], (bench_cfg){1, false}, repeat, &j1) != 0)
+            return 3;
+        sb_printf(&md, "\n| %s | verdict | memo hits | wall ms | check ms | CPU ms | peak MiB |\n|---|---|---:|---:|---:|---:|---:|\n", names[d405]);
+        sb_printf(&md, "| default (-j %d) | %s | %lld | %.0f | %.1f | %.0f | %.0f |\n", default_cfg().jobs, verdict_name(z->verdict), z->memo,
+                  z->wall, z->check, z->cpu, z->peak);
+        sb_printf(&md, "| --no-memo (target: within 120 s) | %s | %lld | %.0f | %.1f | %.0f | %.0f |\n", verdict_name(nm.verdict), nm.memo,
+                  nm.wall, nm.check, nm.cpu, nm.peak);
+        sb_printf(&md, "| -j 1 (one thread reads both programs) | %s | %lld | %.0f | %.1f | %.0f | %.0f |\n", verdict_name(j1.verdict), j1.memo,
+                  j1.wall, j1.check, j1.cpu, j1.peak);
+        printf("depth 405B/8B: wall %.2f, check %.2f; 405B --no-memo %.0f ms, -j1 %.0f ms\n", z->wall / a->wall,
+               a->check > 0 ? z->check / a->check : 0, nm.wall, j1.wall);
+    }
     /* Device-count scaling groups, in manifest order of their first member. */
     bool done[MAX_PAIRS] = {false};
     bool header = false;

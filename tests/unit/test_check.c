@@ -34,6 +34,7 @@
 #include "hlo.h"
 #include "harness.h"
 #include "jschema.h"
+#include "sha256.h"
 
 static char *expected_line(const char *tsv, const char *name) {
     size_t n = strlen(name);
@@ -262,6 +263,20 @@ static void unverified_wording(void) {
     json_decref(trace);
     v = run("proto", pb, pd, lr, false, &trace);
     CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
+    /* The digests are of the files as stored (gzipped): what sha256sum prints. */
+    t_case("check: the trace's sha256 of each program is its file's as stored");
+    const char *paths[2] = {pb, pd}, *sidek[2] = {"baseline", "distributed"};
+    for (int k = 0; k < 2; k++) {
+        size_t fn;
+        char *raw = t_read(paths[k], &fn);
+        uint8_t h[32];
+        char hex[65];
+        if (raw) sha256(raw, fn, h);
+        for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h[i]);
+        const char *got = json_string_value(json_object_get(json_object_get(json_object_get(trace, "pair"), sidek[k]), "sha256"));
+        CHECK_MSG(raw && got && strcmp(got, hex) == 0, "%s: trace %s, file %s", paths[k], got ? got : "-", hex);
+        free(raw);
+    }
     json_decref(trace);
 
     t_case("check unverified: whether rewrite rules ran");
