@@ -421,7 +421,7 @@ void eg_print_term(strbuf *b, egraph *g, eid c, int depth) {
         sb_printf(b, "%s%lld", op == EG_OP_PARAM ? "param" : "var", n ? (long long)a[0] : -1LL);
         return;
     }
-    sb_puts(b, op < OP_COUNT ? hlo_op_name(op) : "op?");
+    sb_puts(b, op < OP_COUNT ? hlo_op_name(op) : op == EG_OP_APP ? "layer" : "op?");
     uint32_t n;
     const eid *ch = eg_node_children(g, node, &n);
     if (!n) return;

@@ -33,7 +33,9 @@ typedef uint32_t eid;
 enum { EG_BASELINE = 1, EG_DISTRIBUTED = 2, EG_LIFTED = 4 };
 
 /* Opcodes beyond HLO's, for terms that have no instruction of their own. */
-enum { EG_OP_PARAM = 1000, EG_OP_VAR = 1001 };
+/* EG_OP_APP: output attr[1] of the baseline layer structure attr[0] applied to
+ * its inputs (the children) — a name for a value a memoised layer computes. */
+enum { EG_OP_PARAM = 1000, EG_OP_VAR = 1001, EG_OP_APP = 1002 };
 
 typedef struct egraph egraph;
 

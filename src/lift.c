@@ -391,6 +391,8 @@ static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
 /* ---- baseline ---- */
 
 static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs);
+static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
+                     uint32_t ninputs);
 
 bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
     /* The baseline goes through the same walk as the distributed program, on one
@@ -2517,6 +2519,7 @@ static void charge_segment(lift_ctx *c, double t, uint32_t nn) {
  * position, the ranges of its segment on either side, and the time and
  * e-nodes since the previous instruction (charged to that one's segment). */
 static void account(lift_ctx *c, const hlo_instr *in) {
+    if (c->no_account) return;  /* a memoised baseline layer built later: counted when walked */
     if (!c->baseline_mode) c->lifted++;
     const char *sc;
     size_t sn;
@@ -2734,19 +2737,26 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
 /* ---- segment memo (DESIGN §6) ----
  *
  * Each side has one segment computation: the one split into the most runs
- * (segrun.h) — the entry of a flat module, the body of a shard_map. The
- * baseline's is lifted in full; its runs are grouped by structure
- * (representatives). A distributed run lifted cleanly — no finding, nothing
- * unsupported, assumed or outside the baseline — whose every input is a
- * baseline input of the baseline run of its scope, and whose every exported
- * value is that baseline run's exported value (or an input, or constant-only),
- * becomes a representative. A later distributed run is a memo hit when it is
- * structurally equal to a representative, its inputs have the same views and
- * kinds and are the same inputs of its baseline run, and its baseline run is
- * structurally equal to the representative's: lifting it would build the same
- * terms over its inputs, so its exported values are the corresponding baseline
- * values with the representative's views. Nothing is assumed: a run that is
- * not a hit is lifted. */
+ * (segrun.h) — the entry of a flat module, the body of a shard_map.
+ *
+ * Baseline: a run structurally equal to an earlier representative, with the
+ * same inputs (views, kinds, constants), computes the same function of its
+ * inputs; it is not built but named — each exported value is the e-node
+ * EG_OP_APP(representative, position) over the run's input terms. Should the
+ * distributed side need such a run's inner values (its own run of that scope
+ * is not a memo hit), the run is built after all and every name is merged with
+ * the term it names.
+ *
+ * Distributed: a run lifted cleanly — no finding, nothing unsupported or
+ * assumed — whose every input is a baseline input of the baseline run of its
+ * scope, and whose every exported value is that baseline run's exported value
+ * (or an input, or constant-only), becomes a representative. A later run is a
+ * memo hit when it is structurally equal to a representative, its inputs have
+ * the same views and kinds and are the same inputs of its baseline run, and
+ * its baseline run has the representative's baseline run's structure: lifting
+ * it would build the same terms over its inputs, so its exported values are
+ * the corresponding values of its baseline run with the representative's
+ * views. Nothing is assumed: a run that is not a hit is lifted. */
 typedef struct memo_side {
     const hlo_comp *comp;         /* the segment computation, or NULL */
     sr_runs runs;
@@ -2760,6 +2770,7 @@ typedef struct memo_side {
     int32_t **slot_map, **out_map;
     uint32_t *outside;            /* values outside the baseline it computed (not exported) */
     uint32_t *rep;                /* baseline: representative of each run (SR_NONE: none) */
+    bool *abstract;               /* baseline: built as EG_OP_APP names, not lifted (yet) */
 } memo_side;
 
 struct lift_memo {
@@ -2795,6 +2806,7 @@ static void memo_init(lift_ctx *c) {
         ms->out_map = arena_alloc(c->a, n * sizeof *ms->out_map);
         ms->outside = arena_alloc(c->a, n * sizeof *ms->outside);
         ms->rep = arena_alloc(c->a, n * sizeof *ms->rep);
+        ms->abstract = arena_alloc(c->a, n * sizeof *ms->abstract);
         for (uint32_t r = 0; r < ms->runs.n; r++) ms->rep[r] = SR_NONE;
     }
     strmap_init(&mm->base_scope);
@@ -2844,33 +2856,104 @@ static bool same_inputs(lift_ctx *c, const sr_run *a, const lval *avals, const s
     return true;
 }
 
-/* Groups the baseline's runs by structure once it is walked: a run whose
- * exported values and inputs are all terms or device values gets the first
- * earlier equal run as representative (else itself). */
-static void memo_group_baseline(lift_ctx *c, memo_side *ms) {
-    for (uint32_t r = 0; r < ms->runs.n; r++) {
-        const sr_run *x = &ms->runs.runs[r];
-        bool ok = true;
-        for (uint32_t p = 0; p < x->i1 - x->i0 && ok; p++)
-            if (x->exported[p]) ok = ms->vals[x->i0 + p].kind == LV_TERM || ms->vals[x->i0 + p].kind == LV_DEV;
-        for (uint32_t s = 0; s < x->nslots && ok; s++)
-            ok = ms->vals[x->slots[s]].kind == LV_TERM || ms->vals[x->slots[s]].kind == LV_DEV;
-        if (!ok) continue;
-        ms->rep[r] = r;
-        for (uint32_t q = 0; q < r; q++) {
-            const sr_run *y = &ms->runs.runs[q];
-            if (ms->rep[q] == q && sr_equal(c->base, ms->comp, y, ms->comp, x) && same_inputs(c, y, ms->vals, x, ms->vals)) {
-                ms->rep[r] = q;
-                break;
+/* Why a run did not become a representative, with SCALIFY_DEBUG_MEMO set. */
+static void memo_debug(const memo_side *ms, uint32_t r, const char *why) {
+    static int on = -1;
+    if (on < 0) on = getenv("SCALIFY_DEBUG_MEMO") != NULL;
+    const sr_run *run = &ms->runs.runs[r];
+    if (on) fprintf(stderr, "memo: run %u (%.*s) is no representative: %s\n", r, (int)run->nscope, run->scope, why);
+}
+
+/* Baseline run r, about to be walked: when an earlier representative is
+ * structurally equal and has the same inputs, r computes the same function of
+ * its own inputs, so its exported values are named, not built: EG_OP_APP(q, p)
+ * over r's input terms for a term, the representative's own value for a
+ * constant-only term or a device value. Returns the representative (r is then
+ * abstract), else SR_NONE. */
+static uint32_t memo_base_hit(lift_ctx *c, memo_side *ms, uint32_t r, lval *vals) {
+    const sr_run *x = &ms->runs.runs[r];
+    for (uint32_t q = 0; q < r; q++) {
+        const sr_run *y = &ms->runs.runs[q];
+        if (ms->rep[q] != q || !sr_equal(c->base, ms->comp, y, ms->comp, x) || !same_inputs(c, y, ms->vals, x, vals)) continue;
+        eid *ch = arena_alloc(c->a, (x->nslots + 1) * sizeof *ch);
+        uint32_t nch = 0;
+        for (uint32_t s = 0; s < x->nslots; s++)
+            if (vals[x->slots[s]].kind == LV_TERM) ch[nch++] = eg_find(c->g, vals[x->slots[s]].cls);
+        for (uint32_t p = 0; p < x->i1 - x->i0; p++) {
+            lval *v = &vals[x->i0 + p];
+            if (ms->comp->instrs[x->i0 + p].op == OP_PARAMETER) continue;
+            if (!x->exported[p]) {
+                *v = unknown();
+                continue;
+            }
+            *v = vals[y->i0 + p];
+            if (v->kind == LV_TERM && !v->konst) {
+                int64_t attr[2] = {q, p};
+                v->cls = eg_add(c->g, EG_OP_APP, eg_attr(c->g, attr, 2), eg_class_type(c->g, v->cls), ch, nch, EG_BASELINE);
             }
         }
+        ms->abstract[r] = true;
+        ms->rep[r] = q;
+        return q;
     }
+    return SR_NONE;
+}
+
+/* After baseline run r was lifted: it represents its structure when its inputs
+ * and exported values are all terms (none assumed) or device values and it
+ * walked no loop (loops pair in walk order). */
+static void memo_base_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, size_t nloops_before) {
+    const sr_run *x = &ms->runs.runs[r];
+    if (c->nloops != nloops_before) return;
+    for (uint32_t p = 0; p < x->i1 - x->i0; p++) {
+        const lval *v = &vals[x->i0 + p];
+        if (x->exported[p] && !(v->kind == LV_DEV || (v->kind == LV_TERM && !v->assumed))) {
+            memo_debug(ms, r, "a value it exports is neither a term nor a device value (baseline)");
+            return;
+        }
+    }
+    for (uint32_t s = 0; s < x->nslots; s++) {
+        const lval *v = &vals[x->slots[s]];
+        if (!(v->kind == LV_DEV || (v->kind == LV_TERM && !v->assumed))) return;
+    }
+    ms->rep[r] = r;
+}
+
+/* Builds the abstract baseline runs of a scope for real, before a distributed
+ * run of that scope is lifted (it needs the baseline's inner values), and
+ * merges each named value with the term it names. */
+static void memo_materialise(lift_ctx *c, const char *scope, uint32_t nscope) {
+    memo_side *bs = &c->memo->side[0];
+    bool any = false;
+    for (uint32_t r = 0; r < bs->runs.n; r++) {
+        const sr_run *x = &bs->runs.runs[r];
+        if (!bs->abstract[r] || x->nscope != nscope || memcmp(x->scope, scope, nscope) != 0) continue;
+        bs->abstract[r] = false;
+        uint32_t len = x->i1 - x->i0;
+        lval *named = arena_memdup(c->a, &bs->vals[x->i0], (len + 1) * sizeof *named);
+        bool mode = c->baseline_mode, acct = c->no_account;
+        const hlo_module *cur = c->cur;
+        const mesh *msh = c->mesh;
+        uint8_t origin = c->origin;
+        int64_t ndev = c->ndev;
+        static const mesh one_device = {0};
+        c->baseline_mode = true, c->no_account = true, c->cur = c->base, c->origin = EG_BASELINE, c->mesh = &one_device, c->ndev = 1;
+        for (uint32_t i = x->i0; i < x->i1; i++)
+            if (bs->comp->instrs[i].op != OP_PARAMETER) lift_one(c, bs->comp, i, bs->vals, NULL, NULL, 0);
+        c->baseline_mode = mode, c->no_account = acct, c->cur = cur, c->origin = origin, c->mesh = msh, c->ndev = ndev;
+        for (uint32_t p = 0; p < len; p++) {
+            const lval *n = &named[p], *v = &bs->vals[x->i0 + p];
+            if (x->exported[p] && n->kind == LV_TERM && v->kind == LV_TERM) eg_union(c->g, n->cls, v->cls, NULL);
+        }
+        any = true;
+    }
+    if (any) eg_rebuild(c->g);
 }
 
 static void memo_leave(lift_ctx *c, memo_side *ms) {
+    (void)c;
     ms->walking = false;
     ms->walked = true;
-    if (ms == &c->memo->side[0]) memo_group_baseline(c, ms);
 }
 
 /* The baseline run of a distributed run's scope, or SR_NONE. */
@@ -2931,14 +3014,6 @@ static uint32_t memo_hit(lift_ctx *c, memo_side *ms, uint32_t r, lval *vals) {
         return q;
     }
     return SR_NONE;
-}
-
-/* Why a run did not become a representative, with SCALIFY_DEBUG_MEMO set. */
-static void memo_debug(const memo_side *ms, uint32_t r, const char *why) {
-    static int on = -1;
-    if (on < 0) on = getenv("SCALIFY_DEBUG_MEMO") != NULL;
-    const sr_run *run = &ms->runs.runs[r];
-    if (on) fprintf(stderr, "memo: run %u (%.*s) is no representative: %s\n", r, (int)run->nscope, run->scope, why);
 }
 
 /* After distributed run r was lifted: makes it a representative when it was
@@ -3219,15 +3294,18 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
         /* Parameters listed inside the run are its inputs: lifted first. */
         for (uint32_t j = run->i0; j < run->i1; j++)
             if (comp->instrs[j].op == OP_PARAMETER) lift_one(c, comp, j, vals, args, inputs, ninputs);
-        uint32_t rep = memo_hit(c, ms, r, vals);
+        bool base = ms == &c->memo->side[0];
+        uint32_t rep = base ? memo_base_hit(c, ms, r, vals) : memo_hit(c, ms, r, vals);
         bool hit = rep != SR_NONE;
+        if (!hit && !base) memo_materialise(c, run->scope, run->nscope);
         memo_mark mk = memo_mark_now(c);
+        size_t nloops = c->nloops;
         for (; i < run->i1; i++)
             if (comp->instrs[i].op != OP_PARAMETER) {
                 if (hit) account_tree(c, &comp->instrs[i]);
                 else lift_one(c, comp, i, vals, args, inputs, ninputs);
             }
-        if (ms == &c->memo->side[1] && c->nsegs) {
+        if (!base && c->nsegs) {
             c->segs[c->cur_seg].runs++;
             c->segs[c->cur_seg].memo_hits += hit;
             if (hit) {
@@ -3241,7 +3319,8 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
                 c->cur_seg = here;
             }
         }
-        if (!hit) memo_record(c, ms, r, vals, &mk);
+        if (!hit && base) memo_base_record(c, ms, r, vals, nloops);
+        else if (!hit) memo_record(c, ms, r, vals, &mk);
     }
     if (ms) memo_leave(c, ms);
     return vals[comp->root];

@@ -181,6 +181,7 @@ typedef struct lift_ctx {
     struct lift_loop *loops;              /* the baseline's while loops, in walk order */
     size_t nloops, caploops, next_loop;
     bool no_memo;                         /* set before lifting to turn it off */
+    bool no_account;                      /* building a memoised baseline layer after the fact */
     lift_memo *memo;
     uint32_t memo_runs, memo_hits;        /* distributed runs considered; taken from the memo */
     /* Constant folding: the values of e-classes whose term is computed from
