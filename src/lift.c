@@ -2839,20 +2839,22 @@ static memo_side *memo_enter(lift_ctx *c, const hlo_comp *comp, lval *vals) {
 /* Two slot values that any run treats alike: same kind, view, flags, type,
  * the same kind of first node (canonical forms look at it) and, for values of
  * constants and device values, the same value. */
-static bool same_input(lift_ctx *c, const lval *a, const lval *b) {
+static bool same_input(lift_ctx *c, const lval *a, const lval *b, bool naming) {
     if (a->kind != b->kind) return false;
     if (a->kind == LV_DEV) return a->count == b->count && memcmp(a->dev, b->dev, a->count * c->ndev * sizeof *a->dev) == 0;
     if (a->kind != LV_TERM) return false;
     if (a->konst != b->konst || a->assumed != b->assumed || a->ambiguous != b->ambiguous || !view_equal(&a->v, &b->v))
         return false;
     if (a->konst) return eg_find(c->g, a->cls) == eg_find(c->g, b->cls);
+    /* Naming a baseline layer needs only the same function; reusing a lifting
+     * also needs the same canonical forms, which look at an input's first node. */
     return eg_class_type(c->g, a->cls) == eg_class_type(c->g, b->cls) &&
-           eg_node_op(c->g, eg_class_first(c->g, a->cls)) == eg_node_op(c->g, eg_class_first(c->g, b->cls));
+           (naming || eg_node_op(c->g, eg_class_first(c->g, a->cls)) == eg_node_op(c->g, eg_class_first(c->g, b->cls)));
 }
 
-static bool same_inputs(lift_ctx *c, const sr_run *a, const lval *avals, const sr_run *b, const lval *bvals) {
+static bool same_inputs(lift_ctx *c, const sr_run *a, const lval *avals, const sr_run *b, const lval *bvals, bool naming) {
     for (uint32_t s = 0; s < a->nslots; s++)
-        if (!same_input(c, &avals[a->slots[s]], &bvals[b->slots[s]])) return false;
+        if (!same_input(c, &avals[a->slots[s]], &bvals[b->slots[s]], naming)) return false;
     return true;
 }
 
@@ -2874,7 +2876,7 @@ static uint32_t memo_base_hit(lift_ctx *c, memo_side *ms, uint32_t r, lval *vals
     const sr_run *x = &ms->runs.runs[r];
     for (uint32_t q = 0; q < r; q++) {
         const sr_run *y = &ms->runs.runs[q];
-        if (ms->rep[q] != q || !sr_equal(c->base, ms->comp, y, ms->comp, x) || !same_inputs(c, y, ms->vals, x, vals)) continue;
+        if (ms->rep[q] != q || !sr_equal(c->base, ms->comp, y, ms->comp, x) || !same_inputs(c, y, ms->vals, x, vals, true)) continue;
         eid *ch = arena_alloc(c->a, (x->nslots + 1) * sizeof *ch);
         uint32_t nch = 0;
         for (uint32_t s = 0; s < x->nslots; s++)
@@ -2994,7 +2996,7 @@ static uint32_t memo_hit(lift_ctx *c, memo_side *ms, uint32_t r, lval *vals) {
         for (uint32_t s = 0; s < run->nslots && ok; s++) {
             const lval *now = &vals[run->slots[s]];
             int32_t t = ms->slot_map[q][s];
-            ok = same_input(c, &ms->ext[q][s], now) &&
+            ok = same_input(c, &ms->ext[q][s], now, false) &&
                  (t < 0 || eg_find(c->g, now->cls) == eg_find(c->g, bs->vals[brun->slots[t]].cls));
         }
         if (!ok) continue;
