@@ -2526,8 +2526,9 @@ static void account(lift_ctx *c, const hlo_instr *in) {
     if (c->baseline_mode) {
         /* The baseline's range of each scope, in flattened positions. */
         uint32_t pos = c->built++;
-        if (sr_scope_top(in, &sc, &sn)) {
-            uint32_t si = segment_of(c, sc, sn);  /* may grow segs: index first */
+        if (c->loop_depth ? c->loop_seg < c->nsegs : sr_scope_top(in, &sc, &sn)) {
+            /* a loop body belongs to the loop's segment, whatever its op_names */
+            uint32_t si = c->loop_depth ? c->loop_seg : segment_of(c, sc, sn);  /* may grow segs: index first */
             if (c->segs[si].bstart == c->segs[si].bend) c->segs[si].bstart = pos;
             c->segs[si].bend = pos + 1;
         }
@@ -2537,7 +2538,8 @@ static void account(lift_ctx *c, const hlo_instr *in) {
          * are in the flattened (inlined) program. */
         uint32_t pos = (uint32_t)c->lifted - 1;
         uint32_t seg = c->cur_seg;
-        if (sr_scope_top(in, &sc, &sn)) seg = segment_of(c, sc, sn);
+        if (c->loop_depth && c->nsegs) seg = c->cur_seg;  /* a loop body belongs to the loop's segment */
+        else if (sr_scope_top(in, &sc, &sn)) seg = segment_of(c, sc, sn);
         else if (!c->nsegs) seg = segment_of(c, "entry", 5);
         if (seg != c->cur_seg || c->acct_t == 0) {
             /* Time and e-nodes since the last switch go to the segment left. */
@@ -2599,10 +2601,17 @@ static const hlo_instr *tuple_elem_instr(const hlo_comp *comp, const hlo_instr *
 static void loop_walk(lift_ctx *c, const hlo_instr *in, lval *args, lval *body, lval *cond) {
     const hlo_module *m = c->cur;
     uint32_t b = called_comp(m, in, A_BODY), k = called_comp(m, in, A_CONDITION);
+    const char *sc;
+    size_t sn;
+    uint32_t outer = c->loop_seg;
+    if (c->baseline_mode) c->loop_seg = sr_scope_top(in, &sc, &sn) ? segment_of(c, sc, sn) : UINT32_MAX;
+    c->loop_depth++;
     c->depth++;
     *body = b != SR_NONE ? lift_comp(c, &m->comps[b], args, NULL, 0) : unknown();
     *cond = k != SR_NONE ? lift_comp(c, &m->comps[k], args, NULL, 0) : unknown();
     c->depth--;
+    c->loop_depth--;
+    c->loop_seg = outer;
 }
 
 static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {

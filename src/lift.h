@@ -180,6 +180,8 @@ typedef struct lift_ctx {
      * equal to that one's, takes its results from it instead of being lifted. */
     struct lift_loop *loops;              /* the baseline's while loops, in walk order */
     size_t nloops, caploops, next_loop;
+    int loop_depth;                       /* inside a loop body or condition: no segment switches */
+    uint32_t loop_seg;                    /* baseline: the segment of the loop being walked */
     bool no_memo;                         /* set before lifting to turn it off */
     bool no_account;                      /* building a memoised baseline layer after the fact */
     lift_memo *memo;
