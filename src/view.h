@@ -13,9 +13,11 @@
  *     all-reduce. A partial view may also shard dimensions (on other axes).
  * `dup` (replicated) is the view with no sharded dimension and no partial axes.
  * Views are plain values (no pointers); VIEW_MAX_RANK / MESH_MAX_AXES bound them.
- * Layout views (reshape/transpose of the local tensor over atomic factors,
- * DESIGN §5) are not represented yet: a transfer function that would need one
- * says so instead of guessing.
+ * Layout views (a local tensor whose dims are runs of atomic factors of the
+ * global dims, DESIGN §5) are not views: the lifter keeps them as LV_LAYOUT
+ * values (lift.h) only between an all-to-all and the reshapes/transposes that
+ * make them a plain view again; elsewhere a transfer function that would need
+ * one says so instead of guessing.
  */
 #ifndef SCALIFY_VIEW_H
 #define SCALIFY_VIEW_H
