@@ -149,8 +149,93 @@ static void memo_mutations(void) {
     free(src);
 }
 
+/* Property: the memo changes nothing but time. Edits of a memoised layer's
+ * arithmetic (operands swapped, one binary op for another), for every binary
+ * op of that layer in turn, are checked with and without the memo (with the
+ * rules, as the command line does): the same verdict and findings; an edit
+ * that changes the function is never verified. (Most edits are undecided:
+ * the rules do not commute operands, and the pair is too big for witnesses.) */
+static void memo_property(void) {
+    const char *base = "samples/llama-scale/llama-scale.baseline.hlo";
+    const char *dist = "samples/llama-scale/llama-scale.megatron_tp.tp8.dist.hlo";
+    const char *rel = "samples/llama-scale/llama-scale.megatron_tp.tp8.relations.json";
+    size_t n;
+    char *src = t_read(dist, &n);
+    if (!CHECK(src != NULL)) return;
+    /* Candidate lines: binary arithmetic of layers.2 in the shard_map body. */
+    const char *body = strstr(src, "\n%xla.sdy.inlinable_manual_computation_body");
+    static const struct { const char *op, *other; bool commutes; } ops[] = {
+        {" multiply(", " add(", true}, {" add(", " multiply(", true}, {" subtract(", " add(", false}, {" divide(", " multiply(", false},
+    };
+    int tried = 0, changed = 0, counts[4] = {0};
+    for (const char *line = body; line && *line && tried < 24; line = strchr(line + 1, '\n')) {
+        const char *eol = strchr(line + 1, '\n');
+        if (!eol) break;
+        size_t len = (size_t)(eol - line);
+        char *l = xstrndup(line, len);
+        if (!strstr(l, "op_name=\"layers.2/")) {
+            free(l);
+            continue;
+        }
+        for (size_t k = 0; k < ARRAY_LEN(ops); k++) {
+            char *at = strstr(l, ops[k].op);
+            if (!at) continue;
+            char *open = strchr(at, '('), *comma = open ? strchr(open, ',') : NULL, *close = comma ? strchr(comma, ')') : NULL;
+            if (!close) continue;
+            for (int kind = 0; kind < 2; kind++) {
+                /* kind 0: operands swapped; kind 1: the other op */
+                strbuf b;
+                sb_init(&b);
+                sb_put(&b, src, (size_t)(line - src));
+                if (kind == 0) {
+                    sb_put(&b, l, (size_t)(open + 1 - l));
+                    sb_put(&b, comma + 2, (size_t)(close - comma - 2));
+                    sb_puts(&b, ", ");
+                    sb_put(&b, open + 1, (size_t)(comma - open - 1));
+                    sb_puts(&b, close);
+                } else {
+                    sb_put(&b, l, (size_t)(at - l));
+                    sb_puts(&b, ops[k].other);
+                    sb_puts(&b, at + strlen(ops[k].op));
+                }
+                sb_puts(&b, eol);
+                FILE *f = fopen("build/memo-property.hlo", "w");
+                fwrite(b.s, 1, b.len, f);
+                fclose(f);
+                sb_free(&b);
+                t_case("memo property: %s of %.60s", kind ? "op changed" : "operands swapped", l + 2);
+                check_opts o = {.name = "edit", .baseline = base, .distributed = "build/memo-property.hlo", .relations = rel, .rules_dir = "rules"};
+                json_t *t1 = NULL, *t2 = NULL;
+                diag d;
+                diag_init(&d, "edit");
+                int v1 = check_pair(&o, &t1, &d);
+                o.no_memo = true;
+                int v2 = check_pair(&o, &t2, &d);
+                diag_free(&d);
+                CHECK_MSG(v1 == v2, "verdict %s with the memo, %s without", verdict_name(v1), verdict_name(v2));
+                CHECK_MSG(t1 && t2 && json_equal(json_object_get(t1, "findings"), json_object_get(t2, "findings")), "findings differ");
+                bool semantic = kind == 1 || !ops[k].commutes;
+                if (semantic) CHECK_MSG(v1 != VERDICT_VERIFIED, "an edit that changes the function was verified");
+                changed += semantic;
+                tried++;
+                counts[v1 >= 0 && v1 < 4 ? v1 : VERDICT_ERROR]++;
+                json_decref(t1);
+                json_decref(t2);
+            }
+            break;
+        }
+        free(l);
+    }
+    printf("note: memo property: %d edits of a memoised layer, %d changing the function: %d verified, %d mismatch, %d unverified\n",
+           tried, changed, counts[VERDICT_VERIFIED], counts[VERDICT_MISMATCH], counts[VERDICT_UNVERIFIED]);
+    t_case("memo property: enough edits");
+    CHECK_MSG(tried >= 12 && changed >= 6, "%d edits, %d of them changing the function", tried, changed);
+    free(src);
+}
+
 void suite_segrun(void);
 void suite_segrun(void) {
     runs_of_layers();
     memo_mutations();
+    memo_property();
 }
