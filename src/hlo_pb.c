@@ -176,7 +176,8 @@ static bool walk_message(walker *w, size_t start, size_t end, const ProtobufCMes
         note_offset(&w->instr_off, &w->ninstr, &w->capinstr, start);
     /* Occurrences so far of each repeated field, for the [i] in paths. */
     uint32_t seen[128];
-    memset(seen, 0, sizeof seen);
+    size_t nseen = desc->n_fields < ARRAY_LEN(seen) ? desc->n_fields : ARRAY_LEN(seen);
+    memset(seen, 0, nseen * sizeof *seen);  /* only field indexes below n_fields are counted */
     const uint8_t *p = w->buf + start, *e = w->buf + end;
     while (p < e) {
         size_t tag_off = (size_t)(p - w->buf);
@@ -308,6 +309,7 @@ typedef struct idmap {
     int64_t *keys;
     uint32_t *vals;    /* UINT32_MAX: empty slot */
     size_t mask;
+    unsigned shift;    /* 64 - log2(capacity): Fibonacci hashing keeps the top bits */
 } idmap;
 
 static void idmap_reset(idmap *m, size_t n) {
@@ -319,12 +321,14 @@ static void idmap_reset(idmap *m, size_t n) {
         m->keys = xmalloc(cap * sizeof *m->keys);
         m->vals = xmalloc(cap * sizeof *m->vals);
         m->mask = cap - 1;
+        m->shift = 64;
+        for (size_t c = cap; c > 1; c >>= 1) m->shift--;
     }
     memset(m->vals, 0xff, cap * sizeof *m->vals);
 }
 
 static size_t idmap_slot(const idmap *m, int64_t id) {
-    size_t i = (size_t)(((uint64_t)id * 0x9e3779b97f4a7c15ull) >> 20) & m->mask;
+    size_t i = (size_t)(((uint64_t)id * 0x9e3779b97f4a7c15ull) >> m->shift) & m->mask;
     while (m->vals[i] != UINT32_MAX && m->keys[i] != id) i = (i + 1) & m->mask;
     return i;
 }
