@@ -26,6 +26,9 @@
  *     axes it sums over, and judged like any partial value.
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
  * `call`s are inlined, copies and sharding custom-calls are identities.
+ * `while` loops are related by induction over the carry (lift.c, "while
+ * loops"), and layers equal to one already related are taken from a memo on
+ * both sides (lift.c, "segment memo"; segrun.h; off with no_memo).
  *
  * Constant folding: a term whose operands all have known values (literals,
  * uniform device values, and what is computed from them) is evaluated with the
