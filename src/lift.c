@@ -2691,8 +2691,9 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
     }
     lval body, cv;
     loop_walk(c, in, &arg, &body, &cv);
-    const hlo_comp *bc = &c->cur->comps[called_comp(c->cur, in, A_BODY)];
-    bool ok = body.kind == LV_TUPLE && body.n == n && L->body.kind == LV_TUPLE;
+    uint32_t bi = called_comp(c->cur, in, A_BODY);
+    const hlo_comp *bc = bi != SR_NONE ? &c->cur->comps[bi] : comp;
+    bool ok = bi != SR_NONE && body.kind == LV_TUPLE && body.n == n && L->body.kind == LV_TUPLE;
     if (!ok) unsupported(c, comp, in, "%s: the loop body's result is not understood", in->name);
     index_as_term(c, &cv);
     for (uint32_t k = 0; ok && k < n; k++) {
