@@ -394,25 +394,27 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
 static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                      uint32_t ninputs);
 
+/* Switches the walk to one side: the baseline on one device with every value
+ * replicated, or the distributed program on its mesh. */
+static void walk_side(lift_ctx *c, bool baseline) {
+    static const mesh one_device = {0};
+    c->baseline_mode = baseline;
+    c->cur = baseline ? c->base : c->dist;
+    c->origin = baseline ? EG_BASELINE : EG_LIFTED;
+    c->mesh = baseline ? &one_device : c->dist_mesh;
+    c->ndev = mesh_devices(c->mesh);
+}
+
 bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
     /* The baseline goes through the same walk as the distributed program, on one
      * device with every value replicated, so both sides build their terms (and
      * canonical forms) with the same code. */
-    static const mesh one_device = {0};
     const hlo_comp *be = graph_entry(c->base);
     view *dup = arena_alloc(c->a, (be->nparams + 1) * sizeof *dup);
     for (uint32_t k = 0; k < be->nparams; k++) dup[k] = view_dup(be->instrs[be->params[k]].shape.rank);
-    c->baseline_mode = true;
-    c->cur = c->base;
-    c->origin = EG_BASELINE;
-    c->mesh = &one_device;
-    c->ndev = 1;
+    walk_side(c, true);
     lval r = lift_comp(c, be, NULL, dup, be->nparams);
-    c->baseline_mode = false;
-    c->cur = c->dist;
-    c->origin = EG_LIFTED;
-    c->mesh = c->dist_mesh;
-    c->ndev = mesh_devices(c->mesh);
+    walk_side(c, false);
     uint32_t n = r.kind == LV_TUPLE ? r.n : 1;
     *outs = arena_alloc(c->a, (n + 1) * sizeof **outs);
     *nouts = n;
@@ -2943,16 +2945,13 @@ static void memo_materialise(lift_ctx *c, const char *scope, uint32_t nscope) {
         bs->abstract[r] = false;
         uint32_t len = x->i1 - x->i0;
         lval *named = arena_memdup(c->a, &bs->vals[x->i0], (len + 1) * sizeof *named);
-        bool mode = c->baseline_mode, acct = c->no_account;
-        const hlo_module *cur = c->cur;
-        const mesh *msh = c->mesh;
-        uint8_t origin = c->origin;
-        int64_t ndev = c->ndev;
-        static const mesh one_device = {0};
-        c->baseline_mode = true, c->no_account = true, c->cur = c->base, c->origin = EG_BASELINE, c->mesh = &one_device, c->ndev = 1;
+        /* Called while walking the distributed program: back to it after. */
+        walk_side(c, true);
+        c->no_account = true;
         for (uint32_t i = x->i0; i < x->i1; i++)
             if (bs->comp->instrs[i].op != OP_PARAMETER) lift_one(c, bs->comp, i, bs->vals, NULL, NULL, 0);
-        c->baseline_mode = mode, c->no_account = acct, c->cur = cur, c->origin = origin, c->mesh = msh, c->ndev = ndev;
+        c->no_account = false;
+        walk_side(c, false);
         for (uint32_t p = 0; p < len; p++) {
             const lval *n = &named[p], *v = &bs->vals[x->i0 + p];
             if (x->exported[p] && n->kind == LV_TERM && v->kind == LV_TERM) eg_union(c->g, n->cls, v->cls, NULL);
