@@ -22,6 +22,9 @@ void t_case(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool t_check(bool ok, const char *expr, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 char *t_read(const char *path, size_t *len);  /* NULL when unreadable */
+/* Writes src with its first occurrence of `from` replaced by `to` (then `tail`
+ * appended, when not NULL) to path; false when `from` does not occur. */
+bool t_write_replaced(const char *src, const char *from, const char *to, const char *tail, const char *path);
 /* Runs a shell command, captures stdout+stderr (caller frees) and its exit status. */
 char *t_run(const char *cmd, int *status);
 /* Files in dir whose names end with suffix, sorted; NULL-terminated, caller frees

@@ -35,6 +35,19 @@ bool t_check(bool ok, const char *expr, const char *file, int line, const char *
     return false;
 }
 
+bool t_write_replaced(const char *src, const char *from, const char *to, const char *tail, const char *path) {
+    const char *hit = strstr(src, from);
+    if (!hit) return false;
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    fwrite(src, 1, (size_t)(hit - src), f);
+    fputs(to, f);
+    fputs(hit + strlen(from), f);
+    if (tail) fputs(tail, f);
+    fclose(f);
+    return true;
+}
+
 char *t_read(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

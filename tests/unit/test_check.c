@@ -305,22 +305,12 @@ static void mutate(const char *base, const char *dist, const char *rel, const mu
     if (!src) return;
     for (size_t k = 0; k < nmuts; k++) {
         t_case("check mutation: %s", muts[k].what);
-        char *hit = strstr(src, muts[k].from);
-        if (!CHECK_MSG(hit != NULL, "pattern not in %s", dist)) continue;
-        strbuf b;
-        sb_init(&b);
-        sb_put(&b, src, (size_t)(hit - src));
-        sb_puts(&b, muts[k].to);
-        sb_puts(&b, hit + strlen(muts[k].from));
-        if (strstr(muts[k].to, ".max")) {
-            /* A max reducer beside the sum one. */
-            sb_puts(&b, "\n%region_8.9.max {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n"
-                        "  ROOT %m = f32[] maximum(%a, %b)\n}\n");
-        }
-        FILE *f = fopen("build/check-mutant.hlo", "w");
-        fwrite(b.s, 1, b.len, f);
-        fclose(f);
-        sb_free(&b);
+        /* The max mutation needs a max reducer beside the sum one. */
+        const char *tail = strstr(muts[k].to, ".max") ? "\n%region_8.9.max {\n  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n"
+                                                         "  ROOT %m = f32[] maximum(%a, %b)\n}\n"
+                                                       : NULL;
+        if (!CHECK_MSG(t_write_replaced(src, muts[k].from, muts[k].to, tail, "build/check-mutant.hlo"), "pattern not in %s", dist))
+            continue;
         json_t *trace = NULL;
         int v = run("mutant", base, "build/check-mutant.hlo", rel, false, &trace);
         CHECK_MSG(v != VERDICT_VERIFIED && v != VERDICT_ERROR, "verdict %s", verdict_name(v));

@@ -128,18 +128,8 @@ static void memo_mutations(void) {
     diag_free(&d);
     for (size_t k = 0; src && k < ARRAY_LEN(muts); k++) {
         t_case("memo mutation: %s", muts[k].what);
-        const char *from = ar;  /* layer 2's MLP all-reduce */
-        char *hit = strstr(src, from);
-        if (!CHECK_MSG(hit != NULL, "pattern not in %s", dist)) continue;
-        strbuf b;
-        sb_init(&b);
-        sb_put(&b, src, (size_t)(hit - src));
-        sb_puts(&b, muts[k].to);
-        sb_puts(&b, hit + strlen(from));
-        FILE *f = fopen("build/memo-mutant.hlo", "w");
-        fwrite(b.s, 1, b.len, f);
-        fclose(f);
-        sb_free(&b);
+        /* layer 2's MLP all-reduce */
+        if (!CHECK_MSG(t_write_replaced(src, ar, muts[k].to, NULL, "build/memo-mutant.hlo"), "pattern not in %s", dist)) continue;
         o.distributed = "build/memo-mutant.hlo";
         diag_init(&d, "mutant");
         v = check_pair(&o, &trace, &d);
