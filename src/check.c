@@ -87,12 +87,27 @@ static bool shape_fits(const shape *global, const shape *local) {
     return true;
 }
 
+/* Whether one op_name scope ends the other at a component boundary and has
+ * two components or more: a loop body or called function names its ops
+ * relative to itself ("attn/add" in "layers/while/body/closed_call/attn/add"). */
+static bool scope_tail(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la < lb) {
+        const char *t = a;
+        a = b, b = t;
+        size_t lt = la;
+        la = lb, lb = lt;
+    }
+    return strchr(b, '/') && la > lb && a[la - lb - 1] == '/' && strcmp(a + la - lb, b) == 0;
+}
+
 /* The nearest baseline counterpart of a distributed instruction: among those
  * with its opcode, the one sharing the most of op_name scope (which names the
- * layer), source line (model code shared by both programs) and a fitting shape
- * (a scope holds several adds); else any instruction of the same scope. Ties
- * go to the first in module order. */
-static const hlo_instr *counterpart(const hlo_module *b, const hlo_instr *in, const hlo_comp **bc) {
+ * layer), source line (model code shared by both programs), the end of the
+ * scope (a loop body's relative names) and a fitting shape (a scope holds
+ * several adds); else the first instruction of the same scope. Ties go to the
+ * first in module order. *why says which. */
+static const hlo_instr *counterpart(const hlo_module *b, const hlo_instr *in, const hlo_comp **bc, const char **why) {
     const char *want = scope_of(in);
     const hlo_meta *dm = in->meta;
     const hlo_instr *best = NULL, *loose = NULL;
@@ -111,14 +126,17 @@ static const hlo_instr *counterpart(const hlo_module *b, const hlo_instr *in, co
             if (x->op != in->op) continue;
             bool same_line = dm && bm && dm->src_file && bm->src_file && dm->src_line > 0 &&
                              dm->src_line == bm->src_line && strcmp(dm->src_file, bm->src_file) == 0;
-            if (!same_scope && !same_line) continue;
-            int score = 4 * same_scope + 2 * same_line + shape_fits(&x->shape, &in->shape);
+            bool same_tail = !same_scope && want && s && scope_tail(want, s);
+            if (!same_scope && !same_line && !same_tail) continue;
+            int score = 8 * same_scope + 4 * same_line + 2 * same_tail + shape_fits(&x->shape, &in->shape);
             if (score > best_score) {
                 best_score = score;
                 best = x;
                 best_c = &b->comps[c];
+                *why = same_scope ? "same op_name scope" : same_line ? "same source line" : "same end of op_name scope";
             }
         }
+    if (!best && loose) *why = "the first instruction of its op_name scope";
     *bc = best ? best_c : loose_c;
     return best ? best : loose;
 }
@@ -221,12 +239,13 @@ static json_t *finding_json(const check_opts *o, const hlo_module *B, const hlo_
     json_object_set_new(f, "segment", segment_name(din));
     json_object_set_new(f, "message", json_string(message));
     const hlo_comp *bc = NULL;
-    const hlo_instr *bin = counterpart(B, din, &bc);
+    const char *why = "";
+    const hlo_instr *bin = counterpart(B, din, &bc, &why);
     strbuf ex;
     sb_init(&ex);
     sb_printf(&ex, "%s (%s) in the distributed program", din->name, din->opname);
-    if (bin) sb_printf(&ex, "; nearest baseline counterpart %s (%s), same op_name scope", bin->name, bin->opname);
-    else sb_puts(&ex, "; no baseline instruction shares its op_name scope");
+    if (bin) sb_printf(&ex, "; nearest baseline counterpart %s (%s), %s", bin->name, bin->opname, why);
+    else sb_puts(&ex, "; no baseline instruction shares its op_name scope, source line or opcode and scope ending");
     json_object_set_new(f, "explanation", json_string(ex.s));
     sb_free(&ex);
     json_object_set_new(f, "distributed", site_json(D, dc, din));
