@@ -742,7 +742,8 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
     bool dropped = false;
     for (uint32_t k = 0; k < nd; k++) keep[k] = true;
     for (uint32_t d = 0; d < b->shape.rank; d++) {
-        if (memcmp(&v.dims[d], &want->dims[d], sizeof v.dims[d]) == 0) continue;
+        /* Only the axes in use count (a dim whose axes were dropped may keep stale bytes). */
+        if (v.dims[d].naxes == want->dims[d].naxes && memcmp(v.dims[d].axes, want->dims[d].axes, v.dims[d].naxes) == 0) continue;
         int src_dim = -1;
         for (uint32_t k = 0; k < nd; k++)
             if (bd[k] == d) src_dim = (int)k;
@@ -2218,31 +2219,65 @@ static bool pw_instr(lstate *s, lval *out) {
 
 /* ---- all-to-all and the layouts it leaves (atomic factors) ---- */
 
-/* Back to a plain view when every local dim is exactly the free parts of one
- * global dim, in order: then the local tensor is a block of the term itself. */
+/* Back to a plain view when the local dims, read in order, are the free atoms
+ * of the global term in its row-major order and every bound atom stands just
+ * before the free atoms of one local dim (it is that dim's major part: blocked
+ * sharding). The term is then the global term reshaped so that each local dim,
+ * with the bound atoms before it, is one global dim. Where a bound atom could
+ * go to a local dim of size 1 or to the next one, it goes to the size-1 dim
+ * when its global dim has no free atom (a dim bound whole keeps its own
+ * place); either reading is exact, this one keeps the global dims apart. */
 static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, lval *out) {
     const lift_layout *L = x->lay;
-    if (L->ndims != L->grank || local->rank != L->grank) return false;
-    view v = view_dup(L->grank);
-    for (uint32_t i = 0; i < L->ndims; i++) {
-        int64_t free_size = L->gdims[i] / (L->bound[i] >= 0 ? L->split[i] : 1);
-        int last_part = -1;
-        int64_t prod = 1;
-        for (uint32_t k = 0; k < L->natoms[i]; k++) {
-            const layout_atom *a = &L->atoms[i][k];
-            if (a->gdim != i || (int)a->part <= last_part) return false;
-            if (L->bound[i] >= 0 && a->part == 0) return false;
-            last_part = a->part;
-            prod *= a->size;
+    if (local->rank != L->ndims || L->ndims > VIEW_MAX_RANK || L->grank > VIEW_MAX_RANK) return false;
+    layout_atom ga[2 * VIEW_MAX_RANK];
+    bool gbound[2 * VIEW_MAX_RANK];
+    uint32_t ng = 0;
+    for (uint32_t g = 0; g < L->grank; g++) {
+        if (L->split[g] > 1) {
+            gbound[ng] = L->bound[g] >= 0;
+            ga[ng++] = (layout_atom){(uint8_t)g, 0, L->split[g]};
         }
-        if (prod != free_size || local->dims[i] != free_size) return false;
-        if (L->bound[i] >= 0) {
-            v.dims[i].naxes = L->naxes[i];
-            memcpy(v.dims[i].axes, L->axes[i], L->naxes[i]);
+        int64_t minor = L->gdims[g] / L->split[g];
+        if (minor > 1) {
+            gbound[ng] = false;
+            ga[ng++] = (layout_atom){(uint8_t)g, 1, minor};
         }
     }
-    (void)c;
-    *out = term(x->cls, v, x->assumed);
+    view v = view_dup(L->ndims);
+    int64_t gd[VIEW_MAX_RANK];
+    uint32_t p = 0;
+    for (uint32_t k = 0; k < L->ndims; k++) {
+        int64_t size = 1;
+        int first = -1;
+        while (p < ng && gbound[p]) {
+            if (L->natoms[k] == 0 && first >= 0 && ga[p].gdim != first) break;
+            if (L->natoms[k] == 0 && first < 0) {
+                /* A size-1 local dim takes a bound atom only of a dim bound whole. */
+                bool whole = !(p + 1 < ng && !gbound[p + 1] && ga[p + 1].gdim == ga[p].gdim);
+                if (!whole) break;
+            }
+            first = ga[p].gdim;
+            view_dim *vd = &v.dims[k];
+            if (vd->naxes + L->naxes[ga[p].gdim] > MESH_MAX_AXES) return false;
+            memcpy(vd->axes + vd->naxes, L->axes[ga[p].gdim], L->naxes[ga[p].gdim]);
+            vd->naxes = (uint8_t)(vd->naxes + L->naxes[ga[p].gdim]);
+            size *= ga[p++].size;
+        }
+        int64_t prod = 1;
+        for (uint32_t j = 0; j < L->natoms[k]; j++) {
+            const layout_atom *a = &L->atoms[k][j];
+            if (p >= ng || gbound[p] || ga[p].gdim != a->gdim || ga[p].part != a->part || ga[p].size != a->size) return false;
+            prod *= ga[p++].size;
+        }
+        if (prod != local->dims[k]) return false;
+        gd[k] = size * prod;
+    }
+    if (p != ng) return false;
+    bool same = L->ndims == L->grank;
+    for (uint32_t k = 0; k < L->ndims && same; k++) same = gd[k] == L->gdims[k];
+    eid cls = same ? x->cls : mk_reshape(c, x->cls, type_of(c, local->dtype, gd, L->ndims), c->origin);
+    *out = term(cls, v, x->assumed);
     return true;
 }
 
@@ -2264,6 +2299,8 @@ static lval lift_all_to_all(lstate *s) {
         if (!x->v.dims[d].naxes) continue;
         uint32_t mask = 0;
         for (uint32_t k = 0; k < x->v.dims[d].naxes; k++) mask |= 1u << x->v.dims[d].axes[k];
+        /* Dims sharded on other axes stay bound as they are (not the exchanged one). */
+        if (!(mask & (uint32_t)axes) && d != cd) continue;
         if (mask != (uint32_t)axes || e >= 0) {
             unsupported(c, s->comp, in, "%s: operand sharded on axes the all-to-all does not exchange", in->name);
             return unknown();
@@ -2281,9 +2318,13 @@ static lval lift_all_to_all(lstate *s) {
     L->grank = rank;
     L->ndims = rank;
     for (uint32_t d = 0; d < rank; d++) {
-        L->gdims[d] = src->shape.dims[d] * (d == (uint32_t)e ? n : 1);
-        L->split[d] = 1;
-        L->bound[d] = -1;
+        int64_t parts = view_dim_parts(&x->v, c->mesh, d);
+        if (parts < 1) return unknown();
+        L->gdims[d] = src->shape.dims[d] * parts;
+        L->split[d] = parts;
+        L->bound[d] = parts > 1 && d != (uint32_t)e ? 1 : -1;
+        L->naxes[d] = d != (uint32_t)e ? x->v.dims[d].naxes : 0;
+        memcpy(L->axes[d], x->v.dims[d].axes, L->naxes[d]);
     }
     L->split[e] = n;
     L->split[cd] = n;
@@ -2297,8 +2338,8 @@ static lval lift_all_to_all(lstate *s) {
         } else if (d == cd) {
             L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)e, 0, n};
             if (L->gdims[d] / n > 1) L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)d, 1, L->gdims[d] / n};
-        } else if (L->gdims[d] > 1) {
-            L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)d, 1, L->gdims[d]};
+        } else if (L->gdims[d] / L->split[d] > 1) {
+            L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)d, 1, L->gdims[d] / L->split[d]};
         }
     }
     return (lval){.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
@@ -3176,11 +3217,12 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
     c->ambiguous_now = c->konst_operand_now = false;
     v->ambiguous |= amb;
     static eid dbg_base = EID_NONE;
-    static const char *dbgb, *dbg;
+    static const char *dbgb, *dbg, *dbgv;
     static bool dbg_read;
     if (!dbg_read) {
         dbgb = getenv("SCALIFY_DEBUG_BASE");
         dbg = getenv("SCALIFY_DEBUG_TERM");
+        dbgv = getenv("SCALIFY_DEBUG_VIEWS");
         dbg_read = true;
     }
     if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
@@ -3204,6 +3246,14 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
             x = cx[k];
             y = cy[k];
         }
+    }
+    if (dbgv && !c->baseline_mode) {
+        /* Every distributed value's kind, view and term (lval kinds as in lift.h). */
+        strbuf b;
+        sb_init(&b);
+        if (v->kind == LV_TERM) view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
+        fprintf(stderr, "view %s kind %d: %s\n", in->name, v->kind, b.s ? b.s : "");
+        sb_free(&b);
     }
     if (dbg && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
         strbuf b;
