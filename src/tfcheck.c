@@ -853,16 +853,130 @@ static void gen_posemb(interp_rng *r, const smesh *m, inst *t) {
     rel_write(t, m, iv, 2, "dup");
 }
 
+/* Appends source_target_pairs={...} of a collective-permute along axis ax:
+ * every device sends to the one whose coordinate on ax is `shift` higher
+ * (modulo the axis size when cyclic; otherwise devices past the end send
+ * nothing), the other coordinates alike; `drop` leaves the first pair out. */
+static void perm_pairs(strbuf *b, const smesh *m, int ax, int shift, bool cyclic, bool drop) {
+    sb_puts(b, "source_target_pairs={");
+    bool first = true;
+    int stride = ax == m->naxes - 1 ? 1 : m->sizes[1];
+    for (int d = 0; d < m->ndev; d++) {
+        int c = d / stride % m->sizes[ax], to = c + shift;
+        if (cyclic) to = ((to % m->sizes[ax]) + m->sizes[ax]) % m->sizes[ax];
+        else if (to < 0 || to >= m->sizes[ax]) continue;
+        if (drop) {
+            drop = false;
+            continue;
+        }
+        sb_printf(b, "%s{%d,%d}", first ? "" : ",", d, d + (to - c) * stride);
+        first = false;
+    }
+    sb_puts(b, "}");
+}
+
+/* collective-permute. x[a,b] sharded on dim sd over ax. On an axis of two
+ * devices, GSPMD's slice of a sharded dim resharded over it: the upper (or
+ * lower) half of x along sd, each device its half of that half, from local
+ * slices, a permute between the two, a concatenate and a dynamic-slice at
+ * (1 - coord)·h (RoPE's rotate-half at tp8). On any axis: a cyclic shift of
+ * the blocks and its inverse (x again); x replicated permuted along the axis
+ * in a full cycle (x again). Bugs: the pairs reversed, the offset coord·h,
+ * the inverse shift left out, one pair of the cycle dropped (that device
+ * gets zeros). */
+static void gen_cpermute(interp_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1), n = m->sizes[ax];
+    int form = rint_in(r, 0, n == 2 ? 3 : 1);  /* 0 round trip, 1 replicated cycle, 2 upper half, 3 lower half */
+    int variant = rint_in(r, 0, 1);              /* 0 ok, 1 bug */
+    static const char *sn[] = {"round-trip", "dup-cycle", "upper-half", "lower-half"};
+    static const char *bn[] = {"bug-one-way", "bug-dropped-pair", "bug-pairs", "bug-offset"};
+    const char *bug = form >= 2 && variant && rint_in(r, 0, 1) ? bn[3] : bn[form];
+    set_case(t, variant == 0, "cpermute-%s-%s", sn[form], variant ? bug : "ok");
+    int xa[2] = {-1, -1};
+    if (form != 1) xa[sd] = ax;
+    int g[2], l[2], o[2];
+    g[sd] = form >= 2 ? 4 * rint_in(r, 1, 2) : dim_for(r, n);
+    g[1 - sd] = rint_in(r, 2, 5);
+    local_dims(m, g, xa, 2, l);
+    int h = l[sd] / 2;
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = open_side(t, side, m, g, l, 2, false);
+        const int *dims = side ? l : g;
+        memcpy(o, dims, sizeof o);
+        if (form >= 2) o[sd] = dims[sd] / 2;
+        if (!side) {
+            sb_puts(b, "  ROOT %o = ");
+            shp(b, o, 2);
+            if (form < 2) {
+                sb_puts(b, " copy(%x)\n}\n");
+            } else {
+                int lo[2] = {0, 0}, hi[2] = {g[0], g[1]};
+                lo[sd] = form == 2 ? g[sd] / 2 : 0;
+                hi[sd] = lo[sd] + g[sd] / 2;
+                slice_attr(b, lo, hi);
+                sb_puts(b, "}\n");
+            }
+            continue;
+        }
+        if (form < 2) {
+            /* round trip: shift by k then by -k (bug: only the first); dup-cycle: shift by 1 cyclic (bug: a pair dropped). */
+            int k = rint_in(r, 1, n - 1);
+            sb_puts(b, "  %p1 = ");
+            shp(b, l, 2);
+            sb_puts(b, " collective-permute(%x), channel_id=1, ");
+            perm_pairs(b, m, ax, k, true, form == 1 && variant);
+            sb_puts(b, "\n  ROOT %o = ");
+            shp(b, l, 2);
+            if (form == 1 || variant) {
+                sb_puts(b, " copy(%p1)\n}\n");
+            } else {
+                sb_puts(b, " collective-permute(%p1), channel_id=2, ");
+                perm_pairs(b, m, ax, -k, true, false);
+                sb_puts(b, "\n}\n");
+            }
+            continue;
+        }
+        /* a = upper half of the local block, c = lower; the upper half of x
+         * comes from device 1 (its c goes to device 0), the lower from 0. */
+        int hs[2] = {l[0], l[1]}, alo[2] = {0, 0}, ahi[2] = {l[0], l[1]}, clo[2] = {0, 0}, chi[2] = {l[0], l[1]};
+        hs[sd] = h;
+        alo[sd] = h;
+        chi[sd] = h;
+        sb_puts(b, "  %a = ");
+        shp(b, hs, 2);
+        sb_printf(b, " slice(%%x), slice={[%d:%d], [%d:%d]}\n  %%c = ", alo[0], ahi[0], alo[1], ahi[1]);
+        shp(b, hs, 2);
+        sb_printf(b, " slice(%%x), slice={[%d:%d], [%d:%d]}\n  %%pm = ", clo[0], chi[0], clo[1], chi[1]);
+        shp(b, hs, 2);
+        bool upper = form == 2, bad_pairs = variant && bug == bn[2];
+        sb_printf(b, " collective-permute(%%%s), channel_id=1, ", upper ? "c" : "a");
+        perm_pairs(b, m, ax, upper != bad_pairs ? -1 : 1, false, false);
+        sb_puts(b, "\n  %cat = ");
+        shp(b, l, 2);
+        sb_printf(b, " concatenate(%s), dimensions={%d}\n", upper ? "%a, %pm" : "%pm, %c", sd);
+        axis_coord(b, m, ax);
+        bool bad_off = variant && bug == bn[3];
+        /* offset (1 - coord)·h; the bug: coord·h */
+        sb_printf(b, "  %%hk = s32[] constant(%d)\n  %%one = s32[] constant(1)\n  %%nc = s32[] subtract(%%one, %%coord)\n", h);
+        sb_printf(b, "  %%off = s32[] multiply(%s, %%hk)\n  %%z = s32[] constant(0)\n", bad_off ? "%coord" : "%nc");
+        sb_puts(b, "  ROOT %o = ");
+        shp(b, o, 2);
+        sb_printf(b, " dynamic-slice(%%cat, %s, %s), dynamic_slice_sizes={%d,%d}\n}\n", sd ? "%z" : "%off", sd ? "%off" : "%z",
+                  o[0], o[1]);
+    }
+    rel_unary(t, m, xa, 2, xa, 2);
+}
+
 static void (*const gens[TF_FAMILIES])(interp_rng *, const smesh *, inst *) = {
     gen_eltwise, gen_dot_k,   gen_dot_n,    gen_reduce,  gen_gather,  gen_transpose,
     gen_partial, gen_partial2, gen_dslice, gen_rscatter, gen_a2a, gen_slice_concat,
-    gen_fold,    gen_unit_reshape, gen_posemb};
+    gen_fold,    gen_unit_reshape, gen_posemb, gen_cpermute};
 
 /* In step with gens. */
 static const char *const family_names[TF_FAMILIES] = {
     "eltwise", "dot-k", "dot-n", "reduce", "all-gather", "transpose",
     "partial-op", "partial-sum2", "dynamic-slice", "reduce-scatter", "all-to-all", "slice-concat",
-    "constant-fold", "unit-reshape", "row-table"};
+    "constant-fold", "unit-reshape", "row-table", "collective-permute"};
 
 const char *tf_family_name(uint32_t f) { return f < TF_FAMILIES ? family_names[f] : "?"; }
 
