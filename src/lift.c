@@ -2623,9 +2623,13 @@ static bool win_concatenate(lstate *s, lval *out) {
     memcpy(dims, td0, rank * sizeof *dims);
     dims[cd] = total;
     eid t = nch == 1 ? ch[0] : node(c, c->cur, in, ch, nch, dims, c->origin);
+    /* The pieces began where data first moved between devices, if it did. */
     const lift_win *like = NULL;
-    for (uint32_t o = 0; o < in->noperands && !like; o++)
-        if (s->ops[o].kind == LV_WIN) like = s->ops[o].win;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (s->ops[o].kind == LV_WIN &&
+            (!like || (!(like->from && like->from->op == OP_COLLECTIVE_PERMUTE) && s->ops[o].win->from &&
+                       s->ops[o].win->from->op == OP_COLLECTIVE_PERMUTE)))
+            like = s->ops[o].win;
     lift_win *w = win_new(c, like, cd, in->shape.dims[cd]);
     if (!w->from) w->from = in, w->from_comp = s->comp;
     bool assumed = false;
@@ -2762,8 +2766,9 @@ static lval lift_collective_permute(lstate *s) {
         return unknown();
     }
     const lift_win *w = wv.win;
-    lift_win *nw = win_new(c, w, w->dim, w->len);
-    if (!nw->from) nw->from = in, nw->from_comp = s->comp;
+    lift_win *nw = win_new(c, NULL, w->dim, w->len);
+    nw->from = in;  /* data moved here: the pieces begin again */
+    nw->from_comp = s->comp;
     for (int64_t t = 0; t < c->ndev; t++)
         for (int64_t l = 0; l < w->len; l++) nw->idx[t * w->len + l] = from[t] < 0 ? -1 : w->idx[from[t] * w->len + l];
     wv.win = nw;

@@ -338,6 +338,33 @@ static void mutations(void) {
     };
     mutate("samples/tiny-scan/tiny-scan.baseline.hlo", "samples/tiny-scan/tiny-scan.megatron_tp.tp4.dist.hlo",
            "samples/tiny-scan/tiny-scan.megatron_tp.tp4.relations.json", scan, ARRAY_LEN(scan));
+    /* GSPMD tp8: RoPE's rotate-half of k moves half-head pieces between
+     * neighbours (tp.1) with collective-permutes; any other pairing feeds
+     * some device zeros or another head's values. */
+    static const mutation permute[] = {
+        {"permute pairs reversed", "source_target_pairs={{1,0},{3,2},{5,4},{7,6}}", "source_target_pairs={{0,1},{2,3},{4,5},{6,7}}"},
+        {"permute pair dropped", "source_target_pairs={{1,0},{3,2},{5,4},{7,6}}", "source_target_pairs={{1,0},{3,2},{5,4}}"},
+        {"permute from another kv head", "source_target_pairs={{1,0},{3,2},{5,4},{7,6}}", "source_target_pairs={{3,0},{1,2},{7,4},{5,6}}"},
+        {"permute along the other axis", "source_target_pairs={{1,0},{3,2},{5,4},{7,6}}", "source_target_pairs={{2,0},{4,2},{6,4},{0,6}}"},
+        {"second permute pair dropped", "source_target_pairs={{0,1},{2,3},{4,5},{6,7}}", "source_target_pairs={{0,1},{2,3},{4,5}}"},
+        {"second permute crosses kv heads", "source_target_pairs={{0,1},{2,3},{4,5},{6,7}}", "source_target_pairs={{0,3},{2,1},{4,7},{6,5}}"},
+        {"offset after the permute flipped", "%constant.119 = s32[] constant(-2)", "%constant.119 = s32[] constant(2)"},
+    };
+    mutate("samples/tiny/tiny.gspmd.tp8.baseline.hlo", "samples/tiny/tiny.gspmd.tp8.dist.hlo", "auto", permute,
+           ARRAY_LEN(permute));
+    /* The transfer function is exact per device, not a pattern: pairs added
+     * whose data the dynamic-slice after the permute drops change nothing. */
+    t_case("check tp8: a permute with extra pairs whose data is sliced away still verifies");
+    char *src = t_read("samples/tiny/tiny.gspmd.tp8.dist.hlo", NULL);
+    if (CHECK(src && t_write_replaced(src, "source_target_pairs={{1,0},{3,2},{5,4},{7,6}}",
+                                      "source_target_pairs={{1,0},{0,1},{3,2},{2,3},{5,4},{4,5},{7,6},{6,7}}", NULL,
+                                      "build/check-mutant.hlo"))) {
+        json_t *trace = NULL;
+        int v = run("swap", "samples/tiny/tiny.gspmd.tp8.baseline.hlo", "build/check-mutant.hlo", "auto", false, &trace);
+        CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
+        json_decref(trace);
+    }
+    free(src);
 }
 
 void suite_check(void);
