@@ -2271,8 +2271,10 @@ static bool pw_instr(lstate *s, lval *out) {
  * with the bound atoms before it, is one global dim. Where a bound atom could
  * go to a local dim of size 1 or to the next one, it goes to the size-1 dim
  * when its global dim has no free atom (a dim bound whole keeps its own
- * place); either reading is exact, this one keeps the global dims apart. */
-static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, lval *out) {
+ * place); either reading is exact, this one keeps the global dims apart.
+ * Without `reshaped`, only when the local dims are the global dims (no
+ * reshape of the term). */
+static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool reshaped, lval *out) {
     const lift_layout *L = x->lay;
     if (local->rank != L->ndims || L->ndims > VIEW_MAX_RANK || L->grank > VIEW_MAX_RANK) return false;
     layout_atom ga[2 * VIEW_MAX_RANK];
@@ -2321,6 +2323,7 @@ static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, lval 
     if (p != ng) return false;
     bool same = L->ndims == L->grank;
     for (uint32_t k = 0; k < L->ndims && same; k++) same = gd[k] == L->gdims[k];
+    if (!same && !reshaped) return false;
     eid cls = same ? x->cls : mk_reshape(c, x->cls, type_of(c, local->dtype, gd, L->ndims), c->origin);
     *out = term(cls, v, x->assumed);
     return true;
@@ -2432,7 +2435,7 @@ static bool layout_op(lstate *s, lval *out) {
         return false;
     }
     lval v = {.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
-    if (!layout_to_term(c, &v, &in->shape, out)) *out = v;
+    if (!layout_to_term(c, &v, &in->shape, false, out)) *out = v;
     return true;
 }
 
@@ -2568,6 +2571,7 @@ static bool win_slice(lstate *s, lval *out) {
         else memcpy(tsl + 3 * k, sl + 3 * k, 3 * sizeof *tsl);
     }
     int64_t lo = sl[3 * w->dim], st = sl[3 * w->dim + 2], len = in->shape.dims[w->dim];
+    if (lo < 0 || st < 1 || len < 1 || lo + (len - 1) * st >= w->len) return false;
     lift_win *nw = win_new(c, w, w->dim, len);
     for (int64_t r = 0; r < c->ndev; r++)
         for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = w->idx[r * w->len + lo + l * st];
@@ -2623,6 +2627,9 @@ static bool win_concatenate(lstate *s, lval *out) {
     memcpy(dims, td0, rank * sizeof *dims);
     dims[cd] = total;
     eid t = nch == 1 ? ch[0] : node(c, c->cur, in, ch, nch, dims, c->origin);
+    int64_t sum = 0;
+    for (uint32_t o = 0; o < in->noperands; o++) sum += ws[o].win->len;
+    if (sum != in->shape.dims[cd]) return false;
     /* The pieces began where data first moved between devices, if it did. */
     const lift_win *like = NULL;
     for (uint32_t o = 0; o < in->noperands; o++)
@@ -2670,6 +2677,7 @@ static bool win_dynamic_slice(lstate *s, lval *out) {
     const lval *o = &s->ops[1 + w->dim];
     if (o->kind != LV_DEV || o->count != 1) return false;
     int64_t len = in->shape.dims[w->dim];
+    if (len < 1 || len > w->len) return false;
     lift_win *nw = win_new(c, w, w->dim, len);
     for (int64_t r = 0; r < c->ndev; r++) {
         int64_t st = (int64_t)o->dev[r];
@@ -2755,7 +2763,8 @@ static lval lift_collective_permute(lstate *s) {
     if (d < 0) d = 0;
     lval wv;
     if (x->kind == LV_WIN) wv = *x;
-    else if (!win_of_term(c, x, (uint32_t)d, in->shape.dims[d], &wv)) return unknown();
+    else if (!win_of_term(c, x, (uint32_t)d, s->comp->instrs[in->operands[0]].shape.dims[d], &wv)) return unknown();
+    if (wv.win->len != in->shape.dims[wv.win->dim]) return unknown();
     if (moved & view_axes_used(&wv.v)) {
         strbuf b;
         sb_init(&b);
@@ -2854,11 +2863,16 @@ static lval lift_instr(lstate *s) {
     lval pwv;
     if (iota_block(s, &pwv)) return pwv;
     if (pw_instr(s, &pwv)) return pwv;
-    if (in->noperands >= 1 && ops[0].kind == LV_LAYOUT) {
-        if (layout_op(s, &pwv)) return pwv;
-        unsupported(c, s->comp, in, "%s rearranges an all-to-all result in a way not related yet", in->name);
-        return unknown();
-    }
+    if (in->noperands >= 1 && ops[0].kind == LV_LAYOUT && layout_op(s, &pwv)) return pwv;
+    /* A layout met by any other op: a plain view of the term reshaped, if
+     * there is one (layout ops keep it a layout until the atoms line up with
+     * the global dims: a reading that merges them is taken only here). */
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (ops[o].kind == LV_LAYOUT &&
+            !layout_to_term(c, &ops[o], &s->comp->instrs[in->operands[o]].shape, true, &ops[o])) {
+            unsupported(c, s->comp, in, "%s rearranges an all-to-all result in a way not related yet", in->name);
+            return unknown();
+        }
     if (win_instr(s, &pwv)) return pwv;
     for (uint32_t o = 0; o < in->noperands; o++)
         if (ops[o].kind == LV_WIN) {
