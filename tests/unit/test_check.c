@@ -81,6 +81,18 @@ static int run(const char *name, const char *b, const char *d, const char *r, bo
     return run_with(name, b, d, r, true, no_memo, trace);
 }
 
+/* The verdict on a manifest pair in one form, as the command line gives it
+ * without execution. */
+static int pair_verdict(json_t *p, const char *form) {
+    char b[1024], d[1024], r[1024];
+    const char *relf;
+    pair_paths(p, form, b, d, r, &relf);
+    json_t *trace = NULL;
+    int v = run_with(json_string_value(json_object_get(p, "name")), b, d, relf, false, false, &trace);
+    json_decref(trace);
+    return v;
+}
+
 /* Memoisation changes nothing but time: checked again without the segment
  * memo, a pair has the same verdict, findings and segment verdicts as v and
  * memo (its result and trace with the memo). Returns the memo hits. */
@@ -161,13 +173,7 @@ static const char *twin_unverified(json_t *pairs, json_t *p) {
         json_t *q = json_array_get(pairs, i);
         const char *qn = json_string_value(json_object_get(q, "name"));
         if (strlen(qn) != (size_t)(cut - name) || strncmp(qn, name, (size_t)(cut - name)) != 0) continue;
-        char b[1024], d[1024], r[1024];
-        const char *relf;
-        pair_paths(q, "pb", b, d, r, &relf);
-        json_t *trace = NULL;
-        int v = run_with(qn, b, d, relf, false, false, &trace);
-        json_decref(trace);
-        return v == VERDICT_VERIFIED ? NULL : qn;
+        return pair_verdict(q, "pb") == VERDICT_VERIFIED ? NULL : qn;
     }
     return NULL;
 }
@@ -427,13 +433,10 @@ static void collective_mutations(json_t *pairs) {
         if (strncmp(name, "tiny", 4) != 0 || json_object_get(p, "bug") ||
             strcmp(json_string_value(json_object_get(p, "expected")), "verified") != 0)
             continue;
+        if (pair_verdict(p, "hlo") != VERDICT_VERIFIED) continue; /* nothing to weaken */
         char b[1024], d[1024], r[1024];
         const char *relf;
         pair_paths(p, "hlo", b, d, r, &relf);
-        json_t *trace = NULL;
-        int v0 = run_with(name, b, d, relf, false, false, &trace);
-        json_decref(trace);
-        if (v0 != VERDICT_VERIFIED) continue; /* nothing to weaken */
         diag dg;
         diag_init(&dg, d);
         hlo_module *m = hlo_read_file(d, &dg);
