@@ -1010,6 +1010,22 @@ static bool reshape_meets_baseline(lift_ctx *c, eid x, const hlo_instr *in, cons
     return r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE);
 }
 
+/* The next run of a reshape from dims a to dims b starting at a[i], b[j]:
+ * [i, *i2) and [j, *j2) with equal products (false when the shapes disagree). */
+static bool reshape_run(const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb, uint32_t i, uint32_t j, uint32_t *i2,
+                        uint32_t *j2) {
+    int64_t pa = 1, pb = 1;
+    *i2 = i, *j2 = j;
+    if (*i2 < ra) pa *= a[(*i2)++];
+    if (*j2 < rb) pb *= b[(*j2)++];
+    while (pa != pb) {
+        if (pa < pb && *i2 < ra) pa *= a[(*i2)++];
+        else if (*j2 < rb) pb *= b[(*j2)++];
+        else return false;
+    }
+    return true;
+}
+
 /* A group of a reshape whose sharded input axes land on unit output dims
  * [out, outb) followed by the non-unit dim outb. */
 typedef struct reshape_group {
@@ -1082,17 +1098,8 @@ static lval lift_reshape(lstate *s) {
     uint32_t nag = 0;
     uint32_t i = 0, j = 0;
     while (i < ra || j < rb) {
-        /* One group: [i, i2) of a and [j, j2) of b with equal products. */
-        uint32_t i2 = i, j2 = j;
-        int64_t pa = 1, pb = 1;
-        if (i2 < ra) pa *= a[i2++];
-        if (j2 < rb) pb *= b[j2++];
-        while (pa != pb) {
-            if (pa < pb && i2 < ra) pa *= a[i2++];
-            else if (j2 < rb) pb *= b[j2++];
-            else break;
-        }
-        if (pa != pb) return unknown();
+        uint32_t i2, j2;
+        if (!reshape_run(a, ra, b, rb, i, j, &i2, &j2)) return unknown();
         /* Sharded dims of the group: each must have only unit dims before it
          * in the group (they hold no data); their axes, major first, then go
          * to the major dim of the output group (unit dims included: locally
@@ -2607,9 +2614,63 @@ static const lift_zmask *zmask_dot(lstate *s, const lval *v, uint32_t side, eid 
     return r.full == EID_NONE ? NULL : zmask_new(c, &r);
 }
 
-/* The combine: dot(src, y) with y zero-masked by src > 0, every src dim paired
- * (batch or contracting) with the y dim its mask reads. Then the dot over the
- * unmasked rows is the same value; it replaces v's term. */
+/* Where each element of class x (row-major) comes from in class made, when x
+ * is made rearranged by transposes, reshapes and reverses: flat indices into
+ * made (caller frees); NULL otherwise or when larger than 2^20 elements. */
+static int32_t *rearrangement(lift_ctx *c, eid x, eid made, int depth) {
+    x = eg_find(c->g, x);
+    uint32_t rank;
+    const int64_t *dims = eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+    int64_t n = 1;
+    for (uint32_t d = 0; d < rank; d++) n *= dims[d];
+    if (n > (1 << 20) || rank > VIEW_MAX_RANK || depth > 64) return NULL;
+    if (x == eg_find(c->g, made)) {
+        int32_t *id = xmalloc((size_t)(n + 1) * sizeof *id);
+        for (int64_t i = 0; i < n; i++) id[i] = (int32_t)i;
+        return id;
+    }
+    for (eid nd = eg_class_first(c->g, x); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
+        uint16_t op = eg_node_op(c->g, nd);
+        if (op != OP_TRANSPOSE && op != OP_RESHAPE && op != OP_REVERSE) continue;
+        uint32_t nc, na = 0;
+        const eid *ch = eg_node_children(c->g, nd, &nc);
+        int32_t *from = nc == 1 ? rearrangement(c, ch[0], made, depth + 1) : NULL;
+        if (!from) continue;
+        if (op == OP_RESHAPE) return from;
+        const int64_t *attr = ea_get(c->g, eg_node_attr(c->g, nd), A_DIMENSIONS, &na);
+        uint32_t crank;
+        const int64_t *cd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &crank);
+        /* stride in the operand of each result dim, and where it starts */
+        int64_t cstride[VIEW_MAX_RANK], stride[VIEW_MAX_RANK], start = 0;
+        for (int64_t d = (int64_t)crank - 1, acc = 1; d >= 0; acc *= cd[d], d--) cstride[d] = acc;
+        for (uint32_t q = 0; q < rank; q++) stride[q] = op == OP_TRANSPOSE && q < na ? cstride[attr[q]] : cstride[q];
+        for (uint32_t k = 0; op == OP_REVERSE && k < na; k++) {
+            start += (dims[attr[k]] - 1) * cstride[attr[k]];
+            stride[attr[k]] = -cstride[attr[k]];
+        }
+        int32_t *out = xmalloc((size_t)(n + 1) * sizeof *out);
+        int64_t idx[VIEW_MAX_RANK] = {0}, off = start;
+        for (int64_t i = 0; i < n; i++) {
+            out[i] = from[off];
+            for (int64_t d = (int64_t)rank - 1; d >= 0; d--) {
+                off += stride[d];
+                if (++idx[d] < dims[d]) break;
+                off -= stride[d] * dims[d];
+                idx[d] = 0;
+            }
+        }
+        free(from);
+        return out;
+    }
+    return NULL;
+}
+
+/* The combine: dot(w, y) with y zero-masked by made > 0 and w a rearrangement
+ * of made. When the dot pairs every mask dim of y with a dim of w and w holds,
+ * at every paired position, the very element of made the mask read there, the
+ * dot over the unmasked rows is the same value: it replaces v's term. When it
+ * holds another one, rows were routed by one expert's weight and weighted by
+ * another's: a finding at the op that moved them. */
 static bool zmask_combine(lstate *s, lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -2635,17 +2696,39 @@ static bool zmask_combine(lstate *s, lval *v) {
             if (ok) used |= 1u << wdim[k];
         }
         if (!ok) continue;
-        eid wbase;
-        int8_t wmap[VIEW_MAX_RANK];
-        if (peel_transposes(c, w->cls, &wbase, wmap) != z->rank || memcmp(wmap, wdim, z->rank) != 0) continue;
-        if (wbase != eg_find(c->g, z->src)) {
-            if (z->moved && wbase == eg_find(c->g, z->made))
-                finding(c, "layout-mismatch", s->comp, z->moved,
-                        "%s (%s) rearranges the rows of a dispatch along an expert (mask) dimension, and %s then weights "
+        int32_t *ms = rearrangement(c, z->src, z->made, 0), *ws = ms ? rearrangement(c, w->cls, z->made, 0) : NULL;
+        bool same = ws != NULL;
+        if (same) {
+            /* walk the mask source; the paired w element has w dim wdim[k] = s[k] */
+            uint32_t wr;
+            const int64_t *sd = eg_type_dims(c->g, eg_class_type(c->g, z->src), &(uint32_t){0});
+            const int64_t *wd = eg_type_dims(c->g, eg_class_type(c->g, w->cls), &wr);
+            int64_t wstride[VIEW_MAX_RANK], idx[VIEW_MAX_RANK] = {0}, off = 0, n = 1;
+            for (int64_t d = (int64_t)wr - 1, acc = 1; d >= 0; acc *= wd[d], d--) wstride[d] = acc;
+            for (uint32_t k = 0; k < z->rank; k++) n *= sd[k];
+            for (int64_t i = 0; i < n && same; i++) {
+                same = ms[i] == ws[off];
+                for (int64_t d = (int64_t)z->rank - 1; d >= 0; d--) {
+                    off += wstride[wdim[d]];
+                    if (++idx[d] < sd[d]) break;
+                    off -= wstride[wdim[d]] * sd[d];
+                    idx[d] = 0;
+                }
+            }
+            if (!same) {
+                const hlo_instr *at = z->moved ? z->moved : in;
+                finding(c, "layout-mismatch", s->comp, at,
+                        "%s (%s) rearranges the rows of a dispatch along its expert (mask) dimensions, and %s then weights "
                         "each row by the router weight of an expert it was not routed for: tokens reach the wrong experts",
-                        z->moved->name, z->moved->opname, in->name);
-            continue;
+                        at->name, at->opname, in->name);
+                assume_text(c, "the router leaves some (token, expert) weight zero, as top-k routing with k below the "
+                               "number of experts does (with every weight positive every row is sent and the order of the "
+                               "experts would not matter)");
+            }
         }
+        free(ms);
+        free(ws);
+        if (!same) continue;
         eid ch[2] = {s->vals[in->operands[0]].cls, s->vals[in->operands[1]].cls};
         if (!child_is(c, v->cls, OP_DOT, 2, 0, ch[0]) || !child_is(c, v->cls, OP_DOT, 2, 1, ch[1])) continue;
         ch[side] = z->full;
@@ -2674,6 +2757,77 @@ static bool keeps_zero(int op, uint32_t n, const bool *zero) {
     default:
         return false;
     }
+}
+
+/* Re-points z's source after its value is reshaped from a to b (global
+ * dims) into r: unit dims coming and going only renumber the mask dims; a run
+ * of dims with equal products that holds only mask dims (split or merged
+ * experts) reshapes the source alike, once it is brought to the value's dim
+ * order. A run mixing mask and other dims: false. */
+static bool zmask_reshape(lift_ctx *c, const lift_zmask *z, const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb,
+                          lift_zmask *r) {
+    if (ra > VIEW_MAX_RANK || rb > VIEW_MAX_RANK) return false;
+    int8_t to[VIEW_MAX_RANK];
+    uint32_t j = 0;
+    bool units_only = true;
+    for (uint32_t d = 0; d < ra && units_only; d++) {
+        to[d] = -1;
+        if (a[d] == 1) continue;
+        while (j < rb && b[j] == 1) j++;
+        if (j == rb || b[j] != a[d]) units_only = false;
+        else to[d] = (int8_t)j++;
+    }
+    while (units_only && j < rb && b[j] == 1) j++;
+    if (units_only && j == rb) {
+        for (uint32_t k = 0; k < z->rank; k++)
+            if ((r->dims[k] = to[z->dims[k]]) < 0) return false;
+        return true;
+    }
+    int8_t src_of[VIEW_MAX_RANK];
+    memset(src_of, -1, sizeof src_of);
+    for (uint32_t k = 0; k < z->rank; k++) src_of[z->dims[k]] = (int8_t)k;
+    /* the source in value order */
+    int64_t perm[VIEW_MAX_RANK], sdims[VIEW_MAX_RANK];
+    uint32_t np = 0, srank;
+    const int64_t *sd = eg_type_dims(c->g, eg_class_type(c->g, z->src), &srank);
+    for (uint32_t d = 0; d < ra; d++)
+        if (src_of[d] >= 0) perm[np] = src_of[d], sdims[np] = sd[src_of[d]], np++;
+    if (np != srank) return false;
+    eid aligned = z->src;
+    bool ident = true;
+    for (uint32_t k = 0; k < np; k++) ident &= perm[k] == k;
+    if (!ident) {
+        int64_t words[2 + VIEW_MAX_RANK] = {A_DIMENSIONS, np};
+        memcpy(words + 2, perm, np * sizeof *perm);
+        uint32_t t = type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, z->src)), sdims, np);
+        aligned = eg_add(c->g, OP_TRANSPOSE, eg_attr(c->g, words, 2 + np), t, &z->src, 1, c->origin);
+    }
+    /* runs of equal products: mask-only ones carry over to the source */
+    int64_t ndims[VIEW_MAX_RANK];
+    int8_t nmap[VIEW_MAX_RANK];
+    uint32_t nn = 0, i = 0;
+    j = 0;
+    while (i < ra || j < rb) {
+        uint32_t i2, j2;
+        if (!reshape_run(a, ra, b, rb, i, j, &i2, &j2)) return false;
+        uint32_t masks = 0, others = 0;
+        for (uint32_t d = i; d < i2; d++)
+            if (a[d] != 1 && src_of[d] >= 0) masks++;
+            else if (a[d] != 1) others++;
+        if (masks && others) return false;
+        for (uint32_t q = j; q < j2 && masks; q++)
+            if (b[q] != 1) {
+                if (nn == VIEW_MAX_RANK) return false;
+                ndims[nn] = b[q], nmap[nn++] = (int8_t)q;
+            }
+        i = i2, j = j2;
+    }
+    uint32_t t = type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, z->src)), ndims, nn);
+    eid src = mk_reshape(c, aligned, t, c->origin);
+    int8_t map[VIEW_MAX_RANK];
+    r->rank = (uint8_t)peel_transposes(c, src, &r->src, map);
+    for (uint32_t k = 0; k < r->rank; k++) r->dims[k] = nmap[map[k]];
+    return r->rank == nn;
 }
 
 /* The zero mask of v, the value lift_instr gave s->in, from its operands'
@@ -2708,6 +2862,11 @@ static void zmask_after(lstate *s, lval *v) {
         for (uint32_t k = 0; k < z->rank; k++)
             for (uint32_t q = 0; q < np; q++)
                 if (p[q] == z->dims[k]) r.dims[k] = (int8_t)q;
+        /* Mask dims in another order among themselves: rows move (a later
+         * reshape may merge them in that order). */
+        for (uint32_t k = 0; k < z->rank; k++)
+            for (uint32_t q = 0; q < z->rank; q++)
+                if ((z->dims[k] < z->dims[q]) != (r.dims[k] < r.dims[q])) r.moved = in;
         break;
     }
     case OP_REVERSE: {
@@ -2734,23 +2893,10 @@ static void zmask_after(lstate *s, lval *v) {
         break;
     }
     case OP_RESHAPE: case OP_BITCAST: {
-        /* Only unit dims come and go: the non-unit dims keep their order. */
         uint32_t ra;
         const int64_t *a = eg_type_dims(c->g, eg_class_type(c->g, s->vals[in->operands[0]].cls), &ra);
         const int64_t *b = eg_type_dims(c->g, eg_class_type(c->g, v->cls), &rank);
-        int8_t to[VIEW_MAX_RANK];
-        uint32_t j = 0;
-        for (uint32_t d = 0; d < ra && d < VIEW_MAX_RANK; d++) {
-            to[d] = -1;
-            if (a[d] == 1) continue;
-            while (j < rank && b[j] == 1) j++;
-            if (j == rank || b[j] != a[d]) return;
-            to[d] = (int8_t)j++;
-        }
-        while (j < rank && b[j] == 1) j++;
-        if (j != rank) return;
-        for (uint32_t k = 0; k < z->rank; k++)
-            if ((r.dims[k] = to[z->dims[k]]) < 0) return;
+        if (!zmask_reshape(c, z, a, ra, b, rank, &r)) return;
         if (!z->pred) r.full = mk_reshape(c, z->full, eg_class_type(c->g, v->cls), c->origin);
         v->zm = zmask_new(c, &r);
         return;
@@ -3695,13 +3841,18 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
      * layout op there only rearranges baseline values (a transient layout the
      * program may undo): the divergence is the first op that computes with
      * such a rearrangement, blamed on the layout op that hands it over. */
-    bool mask = v->zm && v->zm->pred;  /* a dispatch mask: bookkeeping, like device values */
-    if (!c->divergence && !konst && !mask && v->kind == LV_TERM && !v->assumed &&
+    /* Values under a zero mask are related by it (their masks, dispatched rows
+     * and what experts make of them are no baseline values): the divergence
+     * is where a mask is lost, an op that takes masked rows and gives a term
+     * outside the baseline. */
+    if (!c->divergence && !konst && !v->zm && v->kind == LV_TERM && !v->assumed &&
         !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
         bool inside = true;
         const hlo_instr *via = NULL;
         for (uint32_t o = 0; o < in->noperands; o++)
-            if (vals[in->operands[o]].kind == LV_PW || vals[in->operands[o]].kind == LV_MASK) {
+            if (vals[in->operands[o]].zm) {
+                continue;
+            } else if (vals[in->operands[o]].kind == LV_PW || vals[in->operands[o]].kind == LV_MASK) {
                 inside = false;  /* related by the index analysis, not as a term: no divergence to show */
             } else if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE)) {
                 if (ops[o].rearranged && !via) via = &comp->instrs[in->operands[o]];
