@@ -15,18 +15,20 @@
  * into a constant and the distributed side computes from constants (constant
  * folding), reshapes that insert a unit dim before a sharded one, and a
  * positional table sharded by rows read at iota positions the vocab-parallel
- * way, and collective-permute (GSPMD's half of a sharded dim resharded
- * through local slices, a permute, a concatenate and a dynamic-slice; a
- * shift of the blocks and back; a full cycle of a replicated value);
- * dynamic-slice also at blocks of a window. Each family has a correct
+ * way; a dense expert dispatch (zero masks through all-to-alls, combined by
+ * the router weights); collective-permute (GSPMD's half of a sharded dim
+ * resharded through local slices, a permute, a concatenate and a
+ * dynamic-slice; a shift of the blocks and back; a full cycle of a
+ * replicated value); dynamic-slice also at blocks of a window. Each family has a correct
  * variant and buggy ones (missing/spurious all-reduce, wrong reducer, wrong
  * replica groups, wrong gather dim, wrong output view, operands sharded over
  * different mesh axes, a non-linear op on partial sums, a wrong slice
  * multiplier or axis, a missing transpose, a shifted slice range, swapped
  * concatenate operands, a slice of a sharded dim taken per shard, a table
- * computed with other constants, an unreduced or shifted row table, permute
- * pairs reversed, a wrong offset after a permute, a shift not undone, a pair
- * of a cycle dropped); every bug
+ * computed with other constants, an unreduced or shifted row table, an
+ * inverted dispatch mask, a combine by other weights, reversed experts,
+ * permute pairs reversed, a wrong offset after a permute, a shift not undone,
+ * a pair of a cycle dropped); every bug
  * built here changes values.
  *
  * Instance i belongs to family i % TF_FAMILIES and draws from its own
@@ -55,8 +57,8 @@
 
 #include "diag.h"
 
-#define TF_FAMILIES 16
-#define TF_INSTANCES 576  /* the default: 36 per family */
+#define TF_FAMILIES 17
+#define TF_INSTANCES 612  /* the default: 36 per family */
 
 /* The name of family f (< TF_FAMILIES): "eltwise", "dot-k", ... */
 const char *tf_family_name(uint32_t f);
