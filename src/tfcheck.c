@@ -614,10 +614,65 @@ static void gen_rscatter(interp_rng *r, const smesh *m, inst *t) {
     rel_dot(t, m, xa, wa, oa);
 }
 
+/* x[A,B] sharded on dim 1 over ax (on the 2-D mesh x[A,B,C], C sharded over
+ * the other axis and kept bound through the exchange), split locally into
+ * [n, A/n, B/n(, C)], all-to-all over ax on dim 0, transpose {1,0,..},
+ * reshaped back and negated: the shard(0, ax) view of -x. The all-to-all's
+ * result is a plain view only of x reshaped (GSPMD's tp8 RoPE tables), read
+ * so where the negate meets it. Bug: the transpose left out. */
+static void gen_a2a_split(interp_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), n = m->sizes[ax];
+    bool bound = m->naxes == 2;
+    int rank = bound ? 3 : 2;
+    int g[3] = {n * rint_in(r, 2, 3), n * rint_in(r, 1, 2), 1}, l[3], ol[3];
+    int xa[3] = {-1, ax, -1}, oa[3] = {ax, -1, -1};
+    if (bound) {
+        g[2] = m->sizes[1 - ax] * rint_in(r, 1, 2);
+        xa[2] = oa[2] = 1 - ax;
+    }
+    local_dims(m, g, xa, rank, l);
+    local_dims(m, g, oa, rank, ol);
+    int variant = rint_in(r, 0, 1);  /* 0 ok, 1 no transpose */
+    set_case(t, variant == 0, "a2a-split%s-%s", bound ? "-bound" : "", variant ? "bug-no-transpose" : "ok");
+    int s4[4] = {n, l[0] / n, l[1], l[2]}, t4[4] = {l[0] / n, n, l[1], l[2]};
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = open_side(t, side, m, g, l, rank, false);
+        const char *last = "x";
+        if (side) {
+            sb_puts(b, "  %s = ");
+            shp(b, s4, rank + 1);
+            sb_puts(b, " reshape(%x)\n  %a = ");
+            shp(b, s4, rank + 1);
+            sb_puts(b, " all-to-all(%s), channel_id=1, replica_groups=");
+            groups(b, m, 1u << ax, false);
+            sb_puts(b, ", dimensions={0}\n");
+            last = "a";
+            if (!variant) {
+                sb_puts(b, "  %t = ");
+                shp(b, t4, rank + 1);
+                sb_printf(b, " transpose(%%a), dimensions={1,0,2%s}\n", bound ? ",3" : "");
+                last = "t";
+            }
+            sb_puts(b, "  %r = ");
+            shp(b, ol, rank);
+            sb_printf(b, " reshape(%%%s)\n", last);
+            last = "r";
+        }
+        sb_puts(b, "  ROOT %o = ");
+        shp(b, side ? ol : g, rank);
+        sb_printf(b, " negate(%%%s)\n}\n", last);
+    }
+    rel_unary(t, m, xa, rank, oa, rank);
+}
+
 /* x[a,b] sharded on dim e over ax; all-to-all (dimensions={1-e}) over ax,
  * then reshape, transpose {1,0,2}, reshape: the shard(1-e, ax) view of x.
  * Bugs: the transpose left out, the other axis's groups (2-D mesh). */
 static void gen_a2a(interp_rng *r, const smesh *m, inst *t) {
+    if (rint_in(r, 0, 2) == 0) {
+        gen_a2a_split(r, m, t);
+        return;
+    }
     int ax = rint_in(r, 0, m->naxes - 1), e = rint_in(r, 0, 1), n = m->sizes[ax];
     int xa[2] = {-1, -1}, oa[2] = {-1, -1};
     xa[e] = ax;

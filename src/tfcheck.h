@@ -10,7 +10,9 @@
  * all-gather undoing a sharding, transpose of a sharded tensor, ops applied to
  * partial sums before their all-reduce (linear ones are correct), two partial
  * sums combined, dynamic-slice of a duplicated tensor at partition-id·chunk,
- * reduce-scatter of a partial dot, all-to-all resharding (+ reshape/transpose),
+ * reduce-scatter of a partial dot, all-to-all resharding (+ reshape/transpose;
+ * also of a locally split dim, read as a view of the term reshaped, with a
+ * dim bound on another axis kept through the exchange),
  * slice / concatenate of sharded tensors, a table the baseline holds folded
  * into a constant and the distributed side computes from constants (constant
  * folding), reshapes that insert a unit dim before a sharded one, and a
