@@ -803,6 +803,30 @@ static void gen_fold(interp_rng *r, const smesh *m, inst *t) {
     rel_unary(t, m, xa, 2, xa, 2);
 }
 
+/* Grouped-query heads on the 2-D mesh: k[B,2,D] (kv heads over dp), q[B,4,D]
+ * (heads over (dp,tp)); k repeated per head pair by broadcast [B,2,2,D] and
+ * reshape [B,4,D], times q. Locally both k's head dim and the repeat dim are
+ * units: the repeat dim is read as sharded over tp (the broadcast the
+ * baseline has) and merged with the kv heads (the reshape the baseline has).
+ * Bug: k's relation over tp instead of dp (each device pairs q with another
+ * kv head). */
+static void gen_gqa_repeat(interp_rng *r, const smesh *m, inst *t) {
+    int B = rint_in(r, 1, 3), D = rint_in(r, 2, 4);
+    int variant = rint_in(r, 0, 1);  /* 0 ok, 1 k over tp */
+    set_case(t, variant == 0, "gqa-repeat-%s", variant ? "bug-k-axis" : "ok");
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        int hk = side ? 1 : 2, hq = side ? 1 : 4, rp = side ? 1 : 2;
+        header(b, side ? "dist" : "base", side ? m->ndev : 1);
+        sb_printf(b, "  %%k = f32[%d,%d,%d] parameter(0)\n  %%q = f32[%d,%d,%d] parameter(1)\n", B, hk, D, B, hq, D);
+        sb_printf(b, "  %%bc = f32[%d,%d,%d,%d] broadcast(%%k), dimensions={0,1,3}\n", B, hk, rp, D);
+        sb_printf(b, "  %%rs = f32[%d,%d,%d] reshape(%%bc)\n", B, hq, D);
+        sb_printf(b, "  ROOT %%o = f32[%d,%d,%d] multiply(%%q, %%rs)\n}\n", B, hq, D);
+    }
+    const char *iv[2] = {variant ? "shard(1,tp)" : "shard(1,dp)", "shard(1,(dp,tp))"};
+    rel_write(t, m, iv, 2, "shard(1,(dp,tp))");
+}
+
 /* x, y[a,b] sharded on dim sd over ax; both reshaped with a unit dim inserted
  * just before sd ([a,1,b] or [1,a,b]: the sharding may belong to the unit
  * dim or to the next one, two true readings), subtracted, and either kept
@@ -811,6 +835,10 @@ static void gen_fold(interp_rng *r, const smesh *m, inst *t) {
  * [2, b/2] — dp on the new dim, tp on the rest (a head split over two axes).
  * Bug: the operands swapped. */
 static void gen_unit_reshape(interp_rng *r, const smesh *m, inst *t) {
+    if (m->naxes == 2 && rint_in(r, 0, 2) == 0) {
+        gen_gqa_repeat(r, m, t);
+        return;
+    }
     int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1), n = m->sizes[ax];
     bool split = m->naxes == 2 && rint_in(r, 0, 1);
     int xa[2] = {-1, -1};

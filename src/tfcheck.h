@@ -15,7 +15,9 @@
  * dim bound on another axis kept through the exchange),
  * slice / concatenate of sharded tensors, a table the baseline holds folded
  * into a constant and the distributed side computes from constants (constant
- * folding), reshapes that insert a unit dim before a sharded one, and a
+ * folding), reshapes that insert a unit dim before a sharded one (and
+ * grouped-query kv heads repeated by a broadcast whose unit dim is sharded),
+ * and a
  * positional table sharded by rows read at iota positions the vocab-parallel
  * way; a dense expert dispatch (zero masks through all-to-alls, combined by
  * the router weights); collective-permute (GSPMD's half of a sharded dim
