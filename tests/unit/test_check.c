@@ -455,7 +455,9 @@ static void try_mutant(const char *what, const char *b, const char *src, const c
  * verifies: each collective deleted (where its result has its operand's
  * shape), its replica groups split in halves (all-reduce) or two members of a
  * group swapped (the others: blocks land elsewhere), an all-to-all over
- * another dimension, a sum made a max. None may be verified. */
+ * another dimension, a sum made a max, a collective-permute's pairs reversed
+ * (unless that is the same set) or its first pair dropped. None may be
+ * verified. */
 static void collective_mutations(json_t *pairs) {
     int nmut = 0, npairs = 0;
     for (size_t i = 0; i < json_array_size(pairs); i++) {
@@ -478,7 +480,7 @@ static void collective_mutations(json_t *pairs) {
             for (uint32_t k = 0; k < comp->ninstrs; k++) {
                 const hlo_instr *in = &comp->instrs[k];
                 if (in->op != OP_ALL_REDUCE && in->op != OP_ALL_GATHER && in->op != OP_ALL_TO_ALL &&
-                    in->op != OP_REDUCE_SCATTER)
+                    in->op != OP_REDUCE_SCATTER && in->op != OP_COLLECTIVE_PERMUTE)
                     continue;
                 char *line = instr_line(src, in->name);
                 if (!line) continue;
@@ -556,6 +558,47 @@ static void collective_mutations(json_t *pairs) {
                         free(to);
                         break;
                     }
+                }
+                /* permute pairs: reversed (unless that is the same set), the first dropped */
+                const hlo_attr *pa = instr_attr(in, A_SOURCE_TARGET_PAIRS);
+                const char *pt = strstr(line, "source_target_pairs={");
+                if (pa && pt) {
+                    pt += strlen("source_target_pairs=");
+                    const char *pe = pt;
+                    int depth = 0;
+                    do depth += *pe == '{' ? 1 : *pe == '}' ? -1 : 0;
+                    while (*++pe && depth > 0);
+                    arena a;
+                    arena_init(&a);
+                    hlo_groups g;
+                    groups_expand(pa->v.groups, &a, &g);
+                    strbuf rev, drop;
+                    sb_init(&rev);
+                    sb_init(&drop);
+                    bool symmetric = true;
+                    for (uint32_t q = 0; q < g.ngroups; q++) {
+                        const int64_t *id = g.ids + g.start[q];
+                        sb_printf(&rev, "%s{%lld,%lld}", q ? "," : "{", (long long)id[1], (long long)id[0]);
+                        if (q) sb_printf(&drop, "%s{%lld,%lld}", q > 1 ? "," : "{", (long long)id[0], (long long)id[1]);
+                        bool back = false;
+                        for (uint32_t u = 0; u < g.ngroups; u++)
+                            back |= g.ids[g.start[u]] == id[1] && g.ids[g.start[u] + 1] == id[0];
+                        symmetric &= back;
+                    }
+                    sb_puts(&rev, "}");
+                    if (g.ngroups < 2) sb_puts(&drop, "{");
+                    sb_puts(&drop, "}");
+                    const char *alt[2] = {symmetric ? NULL : rev.s, drop.s}, *wn[2] = {"reversed", "without its first pair"};
+                    for (int w = 0; w < 2; w++) {
+                        if (!alt[w]) continue;
+                        to = splice(line, pt, (size_t)(pe - pt), alt[w]);
+                        snprintf(what, sizeof what, "%s: %s pairs %s", name, in->name, wn[w]);
+                        try_mutant(what, b, src, line, to, NULL, relf), nmut++;
+                        free(to);
+                    }
+                    sb_free(&rev);
+                    sb_free(&drop);
+                    arena_free(&a);
                 }
                 /* reduction */
                 const char *ta = strstr(line, "to_apply=%");
