@@ -1157,8 +1157,8 @@ static lval lift_reshape(lstate *s) {
             }
             for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) v.dims[j].axes[v.dims[j].naxes++] = x->v.dims[k].axes[t];
             view_dim *to = prev_unit >= 0 && units_before && a[k] == 1 && k + 1 < i2 ? &vc.dims[prev_unit] : &vc.dims[j];
+            if (to->naxes + x->v.dims[k].naxes > MESH_MAX_AXES) to = &vc.dims[j];  /* (axes are distinct: never) */
             if (to != &vc.dims[j]) three = amb = true;
-            if (to->naxes + x->v.dims[k].naxes > MESH_MAX_AXES) return assume(c, in, v);
             for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) to->axes[to->naxes++] = x->v.dims[k].axes[t];
             any = true;
         }
@@ -3459,10 +3459,12 @@ static lval lift_instr(lstate *s) {
             /* Blamed on where the pieces began: that is what no view relates. */
             const lift_win *w = ops[o].win;
             const hlo_instr *at = w->from ? w->from : in;
-            unsupported(c, w->from ? w->from_comp : s->comp, at,
-                        "%s %s dimension %u into per-device pieces that are no plain view when %s uses them", at->name,
-                        at->op == OP_COLLECTIVE_PERMUTE ? "moves" : at->op == OP_SLICE ? "slices a sharded" : "splits",
-                        w->dim, in->name);
+            char what[80];
+            if (at->op == OP_COLLECTIVE_PERMUTE) snprintf(what, sizeof what, "moves pieces of dimension %u between devices", w->dim);
+            else if (at->op == OP_SLICE) snprintf(what, sizeof what, "slices sharded dimension %u", w->dim);
+            else snprintf(what, sizeof what, "concatenates along sharded dimension %u", w->dim);
+            unsupported(c, w->from ? w->from_comp : s->comp, at, "%s %s: the per-device pieces are no plain view where %s uses them",
+                        at->name, what, in->name);
             win_assume(c, &s->comp->instrs[in->operands[o]], &ops[o]);
         }
     /* Index values met by an op that does not take them: a masked row that every
