@@ -2515,10 +2515,14 @@ static lift_win *win_new(lift_ctx *c, const lift_win *like, uint32_t dim, int64_
     return w;
 }
 
+/* Windows hold an index per device and element along their dim: beyond this
+ * many, the ops that would make one are left unrelated (said plainly). */
+#define LIFT_WIN_MAX (1 << 22)
+
 /* x, a term of local length len along dim d, as a window: device r holds
  * elements [block(r)·len, block(r)·len + len) of the term there. */
 static bool win_of_term(lift_ctx *c, const lval *x, uint32_t d, int64_t len, lval *out) {
-    if (x->kind != LV_TERM || x->v.partial || d >= x->v.rank || len < 1) return false;
+    if (x->kind != LV_TERM || x->v.partial || d >= x->v.rank || len < 1 || len > LIFT_WIN_MAX / c->ndev) return false;
     lift_win *w = win_new(c, NULL, d, len);
     for (int64_t r = 0; r < c->ndev; r++) {
         int64_t b = dim_block(c, &x->v.dims[d], r);
@@ -2657,7 +2661,7 @@ static bool win_concatenate(lstate *s, lval *out) {
     eid t = nch == 1 ? ch[0] : node(c, c->cur, in, ch, nch, dims, c->origin);
     int64_t sum = 0;
     for (uint32_t o = 0; o < in->noperands; o++) sum += ws[o].win->len;
-    if (sum != in->shape.dims[cd]) return false;
+    if (sum != in->shape.dims[cd] || sum > LIFT_WIN_MAX / c->ndev) return false;
     /* The pieces began where data first moved between devices, if it did. */
     const lift_win *like = NULL;
     for (uint32_t o = 0; o < in->noperands; o++)
@@ -2791,8 +2795,12 @@ static lval lift_collective_permute(lstate *s) {
     if (d < 0) d = 0;
     lval wv;
     if (x->kind == LV_WIN) wv = *x;
-    else if (!win_of_term(c, x, (uint32_t)d, s->comp->instrs[in->operands[0]].shape.dims[d], &wv)) return unknown();
-    if (wv.win->len != in->shape.dims[wv.win->dim]) return unknown();
+    else if (!win_of_term(c, x, (uint32_t)d, s->comp->instrs[in->operands[0]].shape.dims[d], &wv)) wv.kind = LV_UNKNOWN;
+    if (wv.kind != LV_WIN || wv.win->len != in->shape.dims[wv.win->dim]) {
+        unsupported(c, s->comp, in, "%s: its operand's pieces are too many to follow per device, or its shape disagrees",
+                    in->name);
+        return unknown();
+    }
     if (moved & view_axes_used(&wv.v)) {
         strbuf b;
         sb_init(&b);
