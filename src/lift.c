@@ -2578,8 +2578,12 @@ static bool win_slice(lstate *s, lval *out) {
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
     const hlo_attr *sa = instr_attr(in, A_SLICE);
     lval x = s->ops[0];
-    if (!sa || sa->n != src->shape.rank || src->shape.rank > VIEW_MAX_RANK) return false;
+    if (!sa || sa->n != src->shape.rank || src->shape.rank > VIEW_MAX_RANK || in->shape.rank != sa->n) return false;
     const int64_t *sl = sa->v.ints;
+    for (uint32_t k = 0; k < sa->n; k++)  /* the attribute and the shapes must agree (else not read here) */
+        if (sl[3 * k] < 0 || sl[3 * k + 2] < 1 || sl[3 * k + 1] > src->shape.dims[k] || sl[3 * k + 1] < sl[3 * k] ||
+            (sl[3 * k + 1] - sl[3 * k] + sl[3 * k + 2] - 1) / sl[3 * k + 2] != in->shape.dims[k])
+            return false;
     if (x.kind == LV_TERM) {
         int d = -1;
         for (uint32_t k = 0; k < sa->n; k++)
@@ -2703,9 +2707,12 @@ static bool win_dynamic_slice(lstate *s, lval *out) {
     if (x->kind != LV_WIN) return false;
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
     const lift_win *w = x->win;
-    if (in->noperands != 1 + src->shape.rank) return false;
+    if (in->noperands != 1 + src->shape.rank || in->shape.rank != src->shape.rank) return false;
+    uint32_t ns;
+    const int64_t *sizes = instr_ints(in, A_DYNAMIC_SLICE_SIZES, &ns);
     for (uint32_t k = 0; k < src->shape.rank; k++)
-        if (k != w->dim && in->shape.dims[k] != src->shape.dims[k]) return false;
+        if ((k != w->dim && in->shape.dims[k] != src->shape.dims[k]) || (sizes && (ns != in->shape.rank || sizes[k] != in->shape.dims[k])))
+            return false;
     const lval *o = &s->ops[1 + w->dim];
     if (o->kind != LV_DEV || o->count != 1) return false;
     int64_t len = in->shape.dims[w->dim];
@@ -2733,8 +2740,10 @@ static lval lift_collective_permute(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
-    if (in->noperands != 1 || (x->kind != LV_TERM && x->kind != LV_WIN) || in->shape.rank == 0 ||
-        in->shape.rank > VIEW_MAX_RANK) {
+    bool same_shape = in->noperands == 1 && in->shape.rank == s->comp->instrs[in->operands[0]].shape.rank;
+    for (uint32_t k = 0; same_shape && k < in->shape.rank; k++)
+        same_shape = in->shape.dims[k] == s->comp->instrs[in->operands[0]].shape.dims[k];
+    if (!same_shape || (x->kind != LV_TERM && x->kind != LV_WIN) || in->shape.rank == 0 || in->shape.rank > VIEW_MAX_RANK) {
         unsupported(c, s->comp, in, "no transfer function relates %s (%s) with these operand views", in->name, in->opname);
         return unknown();
     }

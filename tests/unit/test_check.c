@@ -368,6 +368,12 @@ static void mutations(void) {
         {"second permute pair dropped", "source_target_pairs={{0,1},{2,3},{4,5},{6,7}}", "source_target_pairs={{0,1},{2,3},{4,5}}"},
         {"second permute crosses kv heads", "source_target_pairs={{0,1},{2,3},{4,5},{6,7}}", "source_target_pairs={{0,3},{2,1},{4,7},{6,5}}"},
         {"offset after the permute flipped", "%constant.119 = s32[] constant(-2)", "%constant.119 = s32[] constant(2)"},
+        /* Malformed: what the pieces are is not read from attributes that disagree. */
+        {"slice limit past its operand", "slice={[0:2], [0:8], [0:1], [2:4]}", "slice={[0:2], [0:8], [0:1], [2:9]}"},
+        {"dynamic_slice_sizes disagree with the shape", "dynamic_slice_sizes={2,8,1,2}", "dynamic_slice_sizes={2,8,1,7}"},
+        {"permute pair outside the mesh", "source_target_pairs={{1,0},{3,2},{5,4},{7,6}}", "source_target_pairs={{1,0},{3,2},{5,4},{7,16}}"},
+        {"permute source twice", "source_target_pairs={{1,0},{3,2},{5,4},{7,6}}", "source_target_pairs={{1,0},{1,2},{5,4},{7,6}}"},
+        {"permute pair of one id", "source_target_pairs={{1,0},{3,2},{5,4},{7,6}}", "source_target_pairs={{1},{3,2}}"},
     };
     mutate("samples/tiny/tiny.gspmd.tp8.baseline.hlo", "samples/tiny/tiny.gspmd.tp8.dist.hlo", "auto", permute,
            ARRAY_LEN(permute));
