@@ -3209,9 +3209,8 @@ static bool zmask_combine(lstate *s, lval *v) {
                         "%s (%s) rearranges the rows of a dispatch along its expert (mask) dimensions, and %s then weights "
                         "each row by the router weight of an expert it was not routed for: tokens reach the wrong experts",
                         at->name, at->opname, in->name);
-                assume_text(c, "the router leaves some (token, expert) weight zero, as top-k routing with k below the "
-                               "number of experts does (with every weight positive every row is sent and the order of the "
-                               "experts would not matter)");
+                assume_text(c, "the router routes some token to one of the experts whose rows were exchanged and not to "
+                               "the other, as top-k routing with k below the number of experts does for almost every input");
             }
         }
         free(ms);
