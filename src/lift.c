@@ -1,6 +1,7 @@
 /* lift — transfer functions, one per opcode family (see lift.h). Each says in a
  * comment what it relates and when it refuses. */
 #include "lift.h"
+#include "lift_int.h"
 
 #include "eattr.h"
 #include "interp.h"
@@ -47,12 +48,10 @@ void lift_done(lift_ctx *c) {
     strmap_free(&c->folds);
 }
 
-static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
 static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
     if (c->baseline_mode) return;  /* one device, every value replicated: nothing to find */
     char msg[600];
     va_list ap;
@@ -207,13 +206,13 @@ static uint64_t comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci) {
     return h | 1;
 }
 
-static uint32_t type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
+uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
     return eg_type(c->g, dt, dims, rank);
 }
 
 /* ---- constant folding: values of constant-only terms (lift.h) ---- */
 
-static interp_val *kval(lift_ctx *c, eid cls) {
+interp_val *lf_kval(lift_ctx *c, eid cls) {
     cls = eg_find(c->g, cls);
     return cls < c->capkvals ? c->kvals[cls] : NULL;
 }
@@ -237,7 +236,7 @@ static void kval_set(lift_ctx *c, eid cls, interp_val *v) {
 static eid const_term(lift_ctx *c, interp_val *v, uint8_t origin) {
     hlo_literal lit = {.dtype = v->dtype, .count = v->n, .f = v->f, .i = v->i};
     int64_t words[3] = {A_LITERAL, 1, (int64_t)literal_digest(&lit)};
-    eid cls = eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), type_of(c, v->dtype, v->dims, v->rank), NULL, 0, origin);
+    eid cls = eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), lf_type_of(c, v->dtype, v->dims, v->rank), NULL, 0, origin);
     kval_set(c, cls, v);
     return cls;
 }
@@ -259,7 +258,7 @@ static interp_val *fold_values(lift_ctx *c, const hlo_module *m, const hlo_instr
     if (n > ARRAY_LEN(ops) || in->op == OP_IOTA || in->shape.dtype == DT_TUPLE || !fold_size_ok(dims, in->shape.rank))
         return NULL;
     for (uint32_t k = 0; k < n; k++)
-        if (!(ops[k] = kval(c, ch[k]))) return NULL;
+        if (!(ops[k] = lf_kval(c, ch[k]))) return NULL;
     hlo_instr g = *in;
     g.shape.dims = (int64_t *)dims;
     g.shape.dynamic = NULL;
@@ -285,8 +284,8 @@ static interp_val *broadcast_values(const interp_val *x, const int64_t *bd, uint
 /* reshape(x) to type t, canonical on both sides: reshape∘reshape is one
  * reshape and a reshape to x's own shape is x (both exact for row-major data).
  * A reshape of known values is the constant of those values. */
-static eid mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
-    const interp_val *xv = kval(c, x);
+eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
+    const interp_val *xv = lf_kval(c, x);
     if (xv && eg_class_type(c->g, x) != t && eg_type_dtype(c->g, t) == xv->dtype) {
         uint32_t rank;
         const int64_t *dims = eg_type_dims(c->g, t, &rank);
@@ -310,8 +309,8 @@ static eid mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
 
 static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
                 uint8_t origin) {
-    uint32_t t = type_of(c, in->shape.dtype, dims, in->shape.rank);
-    if (in->op == OP_RESHAPE && n == 1) return mk_reshape(c, ch[0], t, origin);
+    uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
+    if (in->op == OP_RESHAPE && n == 1) return lf_mk_reshape(c, ch[0], t, origin);
     if (in->op == OP_BROADCAST && n == 1 && eg_class_type(c->g, ch[0]) == t) {
         /* A broadcast to the same shape along dims 0..r-1 in order is the identity. */
         uint32_t nd;
@@ -339,7 +338,7 @@ static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid
     }
     eid cls = eg_add(c->g, in->op, attr, t, ch, n, origin);
     if (fv && keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, cls);
-    if (in->op == OP_CONSTANT && n == 0 && !kval(c, cls) && fold_size_ok(dims, in->shape.rank))
+    if (in->op == OP_CONSTANT && n == 0 && !lf_kval(c, cls) && fold_size_ok(dims, in->shape.rank))
         fv = interp_eval_instr(m, in, NULL, NULL);
     /* A broadcast keeps its structure (the splat form both sides share); its
      * values are known all the same. */
@@ -349,7 +348,7 @@ static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid
 
 static eid fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
     int64_t k = (int64_t)(1000000 + c->fresh++);
-    return eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), type_of(c, dt, dims, rank), NULL, 0, EG_LIFTED);
+    return eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), lf_type_of(c, dt, dims, rank), NULL, 0, EG_LIFTED);
 }
 
 static bool is_identity_custom_call(const hlo_instr *in) {
@@ -697,19 +696,11 @@ static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
         lit.i = iv;
     }
     int64_t words[3] = {A_LITERAL, 1, (int64_t)literal_digest(&lit)};
-    uint32_t t = type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank);
+    uint32_t t = lf_type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank);
     return eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), t, NULL, 0, c->origin);
 }
 
 /* ---- transfer functions ---- */
-
-typedef struct lstate {
-    lift_ctx *c;
-    const hlo_comp *comp;
-    const hlo_instr *in;
-    lval *ops;
-    const lval *vals;             /* values of the computation so far */
-} lstate;
 
 /* A broadcast is constant along the dimensions it adds, so it relates to any
  * sharding of those: re-view operand o (a broadcast) with the dims sharded as
@@ -764,7 +755,7 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
         uint32_t r = 0;
         for (uint32_t k = 0; k < nd; k++)
             if (keep[k]) gd[r++] = src->shape.dims[k] * view_dim_parts(&x->v, c->mesh, k);
-        operand = mk_reshape(c, x->cls, type_of(c, src->shape.dtype, gd, r), c->origin);
+        operand = lf_mk_reshape(c, x->cls, lf_type_of(c, src->shape.dtype, gd, r), c->origin);
     }
     for (uint32_t k = 0; k < nd; k++)
         if (keep[k]) newdims[nn++] = bd[k];
@@ -778,17 +769,17 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
         memcpy(words + nw, newdims, nn * sizeof *newdims);
         nw += nn;
     }
-    uint32_t t = type_of(c, b->shape.dtype, dims, b->shape.rank);
+    uint32_t t = lf_type_of(c, b->shape.dtype, dims, b->shape.rank);
     eid bc = eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, &operand, 1, c->origin);
-    const interp_val *xv = kval(c, operand);
-    interp_val *bv = xv && !kval(c, bc) ? broadcast_values(xv, newdims, nn, dims, b->shape.rank) : NULL;
+    const interp_val *xv = lf_kval(c, operand);
+    interp_val *bv = xv && !lf_kval(c, bc) ? broadcast_values(xv, newdims, nn, dims, b->shape.rank) : NULL;
     if (bv) kval_set(c, bc, bv);
     s->ops[o] = term(bc, v, x->assumed);
     s->ops[o].konst = x->konst;
     return true;
 }
 
-static bool is_elementwise(int op) {
+bool lf_is_elementwise(int op) {
     switch (op) {
     case OP_ABS: case OP_ADD: case OP_AND: case OP_ATAN2: case OP_CBRT: case OP_CEIL: case OP_CLAMP:
     case OP_COMPARE: case OP_CONVERT: case OP_COSINE: case OP_DIVIDE: case OP_ERF: case OP_EXP: case OP_EXPM1:
@@ -885,7 +876,7 @@ static lval lift_elementwise(lstate *s) {
         }
         if (x->v.partial) {
             if (partial && (partial != x->v.partial || red != x->v.red)) {
-                finding(c, "missing-all-reduce", s->comp, in, "%s combines values partial over different mesh axes", in->opname);
+                lf_finding(c, "missing-all-reduce", s->comp, in, "%s combines values partial over different mesh axes", in->opname);
                 return unknown();
             }
             partial = x->v.partial;
@@ -916,10 +907,10 @@ static lval lift_elementwise(lstate *s) {
              * not missing. */
             const hlo_instr *later = in->op == OP_ADD || in->op == OP_SUBTRACT ? summed_later(c, s->comp, in, partial) : NULL;
             if (later)
-                finding(c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
+                lf_finding(c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
                         "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
             else
-                finding(c, is_convert ? "dtype-mismatch" : "missing-all-reduce", s->comp, in,
+                lf_finding(c, is_convert ? "dtype-mismatch" : "missing-all-reduce", s->comp, in,
                         is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
                               : "%s needs complete values but %s: a missing all-reduce",
                         in->opname, is_convert ? dtype_name(in->shape.dtype) : why.s, why.s);
@@ -954,7 +945,7 @@ static void broadcast_sharded_reading(lift_ctx *c, const hlo_instr *in, const lv
                                       view *v) {
     uint32_t used = view_axes_used(v);
     uint32_t all = (1u << c->mesh->naxes) - 1;
-    if (v->partial || kval(c, x->cls) || (used & all) == all) return;
+    if (v->partial || lf_kval(c, x->cls) || (used & all) == all) return;
     uint32_t attr = 0;
     for (uint32_t d = 0; d < in->shape.rank; d++) {
         bool added = true;
@@ -967,7 +958,7 @@ static void broadcast_sharded_reading(lift_ctx *c, const hlo_instr *in, const lv
             w.dims[d] = axes_dim(c, mask);
             int64_t dims[VIEW_MAX_RANK];
             global_dims(c, &w, &in->shape, dims);
-            eid r = eg_lookup(c->g, OP_BROADCAST, attr, type_of(c, in->shape.dtype, dims, in->shape.rank), &x->cls, 1);
+            eid r = eg_lookup(c->g, OP_BROADCAST, attr, lf_type_of(c, in->shape.dtype, dims, in->shape.rank), &x->cls, 1);
             if (r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE)) {
                 *v = w;
                 return;
@@ -1033,8 +1024,8 @@ static lval lift_transpose(lstate *s) {
 static bool reshape_meets_baseline(lift_ctx *c, eid x, const hlo_instr *in, const view *v) {
     int64_t dims[VIEW_MAX_RANK];
     global_dims(c, v, &in->shape, dims);
-    uint32_t t = type_of(c, in->shape.dtype, dims, in->shape.rank);
-    if (kval(c, x)) return false;
+    uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
+    if (lf_kval(c, x)) return false;
     for (;;) {
         eid n = eg_class_first(c->g, x);
         if (n == EID_NONE || eg_node_op(c->g, n) != OP_RESHAPE) break;
@@ -1047,7 +1038,7 @@ static bool reshape_meets_baseline(lift_ctx *c, eid x, const hlo_instr *in, cons
 
 /* The next run of a reshape from dims a to dims b starting at a[i], b[j]:
  * [i, *i2) and [j, *j2) with equal products (false when the shapes disagree). */
-static bool reshape_run(const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb, uint32_t i, uint32_t j, uint32_t *i2,
+bool lf_reshape_run(const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb, uint32_t i, uint32_t j, uint32_t *i2,
                         uint32_t *j2) {
     int64_t pa = 1, pb = 1;
     *i2 = i, *j2 = j;
@@ -1139,7 +1130,7 @@ static lval lift_reshape(lstate *s) {
     int prev_unit = -1;
     while (i < ra || j < rb) {
         uint32_t i2, j2;
-        if (!reshape_run(a, ra, b, rb, i, j, &i2, &j2)) return unknown();
+        if (!lf_reshape_run(a, ra, b, rb, i, j, &i2, &j2)) return unknown();
         /* Sharded dims of the group: each must have only unit dims before it
          * in the group (they hold no data); their axes, major first, then go
          * to the major dim of the output group (unit dims included: locally
@@ -1210,7 +1201,7 @@ static lval lift_dot(lstate *s) {
     const int64_t *rb = instr_ints(in, A_RHS_BATCH_DIMS, &nrb), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
     if (nlb != nrb || nlc != nrc) return unknown();
     if ((l->v.partial && r->v.partial) || ((l->v.partial || r->v.partial) && (l->v.red | r->v.red) != RED_SUM)) {
-        finding(c, "missing-all-reduce", s->comp, in, "dot of two partial values: at least one all-reduce is missing");
+        lf_finding(c, "missing-all-reduce", s->comp, in, "dot of two partial values: at least one all-reduce is missing");
         return unknown();
     }
     view v = view_dup(in->shape.rank);
@@ -1264,7 +1255,7 @@ static lval lift_reduce(lstate *s) {
     int red = instr_reducer(c->cur, in);
     if (!red) return unknown();
     if (x->v.partial && !(x->v.red == red && (red == RED_SUM || red == RED_MAX || red == RED_MIN))) {
-        finding(c, "missing-all-reduce", s->comp, in, "reduce-%s of a value that is still partial (%s) over a mesh axis",
+        lf_finding(c, "missing-all-reduce", s->comp, in, "reduce-%s of a value that is still partial (%s) over a mesh axis",
                 reducer_name(red), reducer_name(x->v.red));
         return unknown();
     }
@@ -1312,7 +1303,7 @@ static int collective_axes(lstate *s, bool ordered) {
         unsupported(c, s->comp, s->in, "the replica groups of %s match no axis of the mesh inferred from the shardings",
                     s->in->name);
     else
-        finding(c, "wrong-collective-group", s->comp, s->in, "the replica groups of %s match no set of mesh axes%s",
+        lf_finding(c, "wrong-collective-group", s->comp, s->in, "the replica groups of %s match no set of mesh axes%s",
                 s->in->name, ordered ? " (in device order)" : "");
     return -1;
 }
@@ -1367,12 +1358,12 @@ static lval lift_all_reduce(lstate *s) {
                 strbuf p2;
                 sb_init(&p2);
                 axes_words(&p2, c, x->v.partial & ~(uint32_t)axes);
-                finding(c, "wrong-collective-group", s->comp, in,
+                lf_finding(c, "wrong-collective-group", s->comp, in,
                         "%s reduces over %s, but the value is partial over %s: the all-reduce runs over the wrong mesh axis",
                         in->name, w.s, p2.s);
                 sb_free(&p2);
             } else {
-                finding(c, "wrong-reduction", s->comp, in,
+                lf_finding(c, "wrong-reduction", s->comp, in,
                         "%s sums over %s, but the value is already complete over %s: it is counted %lld times",
                         in->name, w.s, e.s, (long long)times);
             }
@@ -1385,7 +1376,7 @@ static lval lift_all_reduce(lstate *s) {
         }
     }
     if (x->v.partial && x->v.red != red) {
-        finding(c, "wrong-reduction", s->comp, in, "%s reduces with %s over %s but the value is partial with %s",
+        lf_finding(c, "wrong-reduction", s->comp, in, "%s reduces with %s over %s but the value is partial with %s",
                 in->name, reducer_name(red), w.s, reducer_name(x->v.red));
         view v = x->v;
         v.partial &= (uint8_t)~axes;
@@ -1395,13 +1386,13 @@ static lval lift_all_reduce(lstate *s) {
     for (uint32_t d = 0; d < x->v.rank; d++)
         for (uint32_t a = 0; a < x->v.dims[d].naxes; a++)
             if (axes >> x->v.dims[d].axes[a] & 1) {
-                finding(c, "wrong-collective-group", s->comp, in, "@%s reduces over %s, along which the value is sharded (dimension %u), not partial",
+                lf_finding(c, "wrong-collective-group", s->comp, in, "@%s reduces over %s, along which the value is sharded (dimension %u), not partial",
                         in->name, w.s, d);
                 sb_free(&w);
                 return unknown();
             }
     if (in->shape.dtype != s->comp->instrs[in->operands[0]].shape.dtype) {
-        finding(c, "dtype-mismatch", s->comp, in, "%s changes the element type", in->name);
+        lf_finding(c, "dtype-mismatch", s->comp, in, "%s changes the element type", in->name);
         sb_free(&w);
         return unknown();
     }
@@ -1447,7 +1438,7 @@ static lval lift_all_gather(lstate *s) {
         sb_init(&w);
         describe(&a, c, &x->v);
         axes_words(&w, c, (uint32_t)axes);
-        finding(c, "wrong-shard-dim", s->comp, in, "@%s gathers dimension %u over %s, but the value is %s", in->name, d, w.s, a.s);
+        lf_finding(c, "wrong-shard-dim", s->comp, in, "@%s gathers dimension %u over %s, but the value is %s", in->name, d, w.s, a.s);
         sb_free(&a);
         sb_free(&w);
         return unknown();
@@ -1466,7 +1457,7 @@ static lval lift_reduce_scatter(lstate *s) {
     if (!dim_collective(s, &axes, &dim)) return unknown();
     int red = instr_reducer(c->cur, in);
     if ((x->v.partial & axes) != (uint32_t)axes || x->v.red != red) {
-        finding(c, x->v.partial ? "wrong-reduction" : "wrong-reduction", s->comp, in,
+        lf_finding(c, x->v.partial ? "wrong-reduction" : "wrong-reduction", s->comp, in,
                 "%s reduces a value that is not partial (%s) over its groups", in->name, reducer_name(red));
         return unknown();
     }
@@ -1589,7 +1580,7 @@ static lval lift_dynamic_slice(lstate *s) {
             strbuf t;
             sb_init(&t);
             for (int64_t r = 0; r < c->ndev && r < 8; r++) sb_printf(&t, "%s%lld", r ? ", " : "", (long long)o->dev[r]);
-            finding(c, "wrong-shard-dim", s->comp, in,
+            lf_finding(c, "wrong-shard-dim", s->comp, in,
                     "@%s slices dimension %u at per-device offsets {%s%s}, which select no mesh-axis block of size %lld",
                     in->name, d, t.s, c->ndev > 8 ? ", ..." : "", (long long)size);
             sb_free(&t);
@@ -1606,7 +1597,7 @@ static lval lift_dynamic_slice(lstate *s) {
             words[nw++] = wlo[d], words[nw++] = whi[d], words[nw++] = 1;
             dims[d] = whi[d] - wlo[d];
         }
-        uint32_t t = type_of(c, in->shape.dtype, dims, rank);
+        uint32_t t = lf_type_of(c, in->shape.dtype, dims, rank);
         return term(eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nw), t, &x->cls, 1, c->origin), v, x->assumed);
     }
     return term(x->cls, v, x->assumed);
@@ -1668,8 +1659,7 @@ static lval lift_concatenate(lstate *s) {
 
 /* ---- index arithmetic: piecewise functions of one integer source ---- */
 
-static void assume_text(lift_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void assume_text(lift_ctx *c, const char *fmt, ...) {
+void lf_assume(lift_ctx *c, const char *fmt, ...) {
     char line[300];
     va_list ap;
     va_start(ap, fmt);
@@ -1682,7 +1672,7 @@ static void assume_text(lift_ctx *c, const char *fmt, ...) {
 
 /* The precondition that source values lie in [0, n) (a gathered table's rows). */
 static void assume_domain(lift_ctx *c, eid src, int64_t n) {
-    assume_text(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)n);
+    lf_assume(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)n);
     if (src == EID_NONE) return;
     for (uint32_t i = 0; i < c->ndoms; i++)
         if (c->dom_src[i] == src && c->dom_size[i] == n) return;
@@ -1796,7 +1786,7 @@ static bool pos_reshape(lift_ctx *c, eid *pos, view *vw, const int64_t *in_dims,
     int64_t g[VIEW_MAX_RANK];
     for (uint32_t d = 0; d < rank; d++) g[d] = dims[d] * view_dim_parts(vw, c->mesh, d);
     int dt = eg_type_dtype(c->g, eg_class_type(c->g, *pos));
-    *pos = mk_reshape(c, *pos, type_of(c, dt, g, rank), c->origin);
+    *pos = lf_mk_reshape(c, *pos, lf_type_of(c, dt, g, rank), c->origin);
     return true;
 }
 
@@ -1817,7 +1807,7 @@ static void pos_broadcast(lift_ctx *c, eid *pos, view *vw, const int64_t *bdims,
         nw += nb;
     }
     int dt = eg_type_dtype(c->g, eg_class_type(c->g, *pos));
-    uint32_t t = type_of(c, dt, g, rank);
+    uint32_t t = lf_type_of(c, dt, g, rank);
     bool ident = nb == rank;
     for (uint32_t k = 0; k < nb && ident; k++) ident = bdims[k] == k;
     if (ident && eg_class_type(c->g, *pos) == t) return;  /* same shape, dims in order: identity */
@@ -1966,8 +1956,8 @@ static eid gather_of_iota(lift_ctx *c, eid tab, eid pos, const int64_t *bdims, c
         bw[3 + j] = off[j];
         if (bw[3 + j] <= bw[2 + j]) return EID_NONE;
     }
-    eid sl = eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nwords), type_of(c, dt, sdims, tr), &tab, 1, c->origin);
-    uint32_t t = type_of(c, dt, g, rank);
+    eid sl = eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nwords), lf_type_of(c, dt, sdims, tr), &tab, 1, c->origin);
+    uint32_t t = lf_type_of(c, dt, g, rank);
     bool ident = rank == tr && eg_class_type(c->g, sl) == t;
     for (uint32_t d = 0; d < tr && ident; d++) ident = bw[2 + d] == d;
     if (ident) return sl;  /* as node() does: a broadcast to the same shape, dims in order */
@@ -2250,7 +2240,7 @@ static bool pw_instr(lstate *s, lval *out) {
         *out = s->ops[k0 ? 1 : 2];
         return true;
     }
-    if (!(dtype_is_int(dt) || dt == DT_PRED) || !is_elementwise(in->op)) return false;
+    if (!(dtype_is_int(dt) || dt == DT_PRED) || !lf_is_elementwise(in->op)) return false;
     pw_fn *f[3];
     eid pos = EID_NONE;
     if (in->noperands > 3) return false;
@@ -2352,7 +2342,7 @@ static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool 
     bool same = L->ndims == L->grank;
     for (uint32_t k = 0; k < L->ndims && same; k++) same = gd[k] == L->gdims[k];
     if (!same && !reshaped) return false;
-    eid cls = same ? x->cls : mk_reshape(c, x->cls, type_of(c, local->dtype, gd, L->ndims), c->origin);
+    eid cls = same ? x->cls : lf_mk_reshape(c, x->cls, lf_type_of(c, local->dtype, gd, L->ndims), c->origin);
     *out = term(cls, v, x->assumed);
     return true;
 }
@@ -2892,564 +2882,13 @@ static bool iota_block(lstate *s, lval *out) {
         const hlo_instr *ii = &s->comp->instrs[in->operands[k]];
         eid t = node(c, c->cur, xi, NULL, 0, g, c->origin);
         if (ii->op == OP_CONVERT) {
-            uint32_t ty = type_of(c, ii->shape.dtype, g, ii->shape.rank);
+            uint32_t ty = lf_type_of(c, ii->shape.dtype, g, ii->shape.rank);
             t = eg_add(c->g, OP_CONVERT, 0, ty, &t, 1, c->origin);
         }
         *out = term(t, v, false);
         return true;
     }
     return false;
-}
-
-/* ---- zero masks (lift.h, lift_zmask): a dense expert dispatch ----
- *
- * Expert parallelism sends every (expert, token) row to the expert's device,
- * the rows the router did not pick as zeros, disp = select(w > 0, x, 0), and
- * combines out = sum_e w[t,e] · f_e(disp)[e,t]. Each f_e works row by row, so
- * where w > 0 its row is f_e(x); where w = 0 the product is 0 whatever the row
- * holds. With w >= 0 the combine is therefore sum_e w[t,e] · f_e(x)[e,t]: the
- * baseline's dense mixture. The mask is followed through the ops that keep
- * rows apart (elementwise ops, dots that do not contract a mask dim, layout
- * changes, collectives, which keep the global term) and dropped anywhere else;
- * a value that is not provably zero off the mask (exp of a masked row) only
- * keeps its agreement on the mask. */
-
-/* Whether every value of class cls is known to be 0 (a splat of a zero too
- * large to fold included). */
-static bool class_is_zero(lift_ctx *c, eid cls) {
-    const interp_val *v = kval(c, cls);
-    for (int guard = 0; !v && guard < 8; guard++) {
-        eid n = eg_class_first(c->g, cls);
-        uint16_t op = n == EID_NONE ? 0 : eg_node_op(c->g, n);
-        if (op != OP_BROADCAST && op != OP_RESHAPE && op != OP_CONVERT) return false;
-        uint32_t k;
-        cls = eg_node_children(c->g, n, &k)[0];
-        v = kval(c, cls);
-    }
-    if (!v) return false;
-    for (int64_t k = 0; k < v->n; k++)
-        if (v->f ? v->f[k] != 0 : v->i[k] != 0) return false;
-    return true;
-}
-
-/* Whether instruction i of comp is >= 0 everywhere: exponentials, squares,
- * absolute values, non-negative constants, and sums, products, quotients,
- * maxima, selections, reductions and layout changes of such. seen: 0 not yet,
- * 1 yes, 2 no, 3 being decided (a cycle cannot happen in a computation). */
-static bool nonneg_instr(const hlo_module *m, const hlo_comp *comp, uint32_t i, uint8_t *seen, int depth) {
-    if (seen[i]) return seen[i] == 1;
-    if (depth > 64) return false;
-    seen[i] = 3;
-    const hlo_instr *x = &comp->instrs[i];
-#define NONNEG(k) (x->noperands > (k) && nonneg_instr(m, comp, x->operands[k], seen, depth + 1))
-    bool ok = false;
-    switch (x->op) {
-    case OP_EXP: case OP_ABS: case OP_SQRT: case OP_RSQRT: case OP_LOGISTIC:
-        ok = true;
-        break;
-    case OP_CONSTANT: {
-        const hlo_attr *la = instr_attr(x, A_LITERAL);
-        ok = la && !la->v.lit->elided && !la->v.lit->raw;
-        for (int64_t k = 0; ok && k < la->v.lit->count; k++) ok = la->v.lit->f ? la->v.lit->f[k] >= 0 : la->v.lit->i[k] >= 0;
-        break;
-    }
-    case OP_MULTIPLY:
-        ok = (x->noperands == 2 && x->operands[0] == x->operands[1]) || (NONNEG(0) && NONNEG(1));
-        break;
-    case OP_ADD: case OP_DIVIDE: case OP_MINIMUM:
-        ok = NONNEG(0) && NONNEG(1);
-        break;
-    case OP_MAXIMUM:
-        ok = NONNEG(0) || NONNEG(1);
-        break;
-    case OP_SELECT:
-        ok = NONNEG(1) && NONNEG(2);
-        break;
-    case OP_BROADCAST: case OP_RESHAPE: case OP_TRANSPOSE: case OP_CONVERT: case OP_COPY: case OP_BITCAST:
-    case OP_SLICE: case OP_REVERSE:
-        ok = NONNEG(0);
-        break;
-    case OP_REDUCE: {
-        int r = instr_reducer(m, x);
-        ok = x->noperands == 2 && (r == RED_SUM || r == RED_PROD || r == RED_MAX || r == RED_MIN) && NONNEG(0) && NONNEG(1);
-        break;
-    }
-    default:
-        break;
-    }
-#undef NONNEG
-    seen[i] = ok ? 1 : 2;
-    return ok;
-}
-
-/* The class under a chain of transposes (*base), and for each dim k of it the
- * dim of cls it lands on (map[k]). Returns base's rank. */
-static uint32_t peel_transposes(lift_ctx *c, eid cls, eid *base, int8_t *map) {
-    uint32_t rank;
-    eg_type_dims(c->g, eg_class_type(c->g, cls), &rank);
-    if (rank > VIEW_MAX_RANK) return 0;
-    for (uint32_t k = 0; k < rank; k++) map[k] = (int8_t)k;
-    for (int guard = 0; guard < 16; guard++) {
-        eid n = eg_class_first(c->g, cls);
-        if (n == EID_NONE || eg_node_op(c->g, n) != OP_TRANSPOSE) break;
-        uint32_t nc, np;
-        const eid *ch = eg_node_children(c->g, n, &nc);
-        const int64_t *p = ea_get(c->g, eg_node_attr(c->g, n), A_DIMENSIONS, &np);
-        if (nc != 1 || np != rank) break;
-        /* transpose dim q is operand dim p[q]: operand dim p[q] lands where q did */
-        int8_t inner[VIEW_MAX_RANK];
-        for (uint32_t q = 0; q < rank; q++) inner[p[q]] = map[q];
-        memcpy(map, inner, rank);
-        cls = ch[0];
-    }
-    *base = eg_find(c->g, cls);
-    return rank;
-}
-
-/* Class cls's node of op with n children, rebuilt over ch (same attributes and
- * type); EID_NONE when cls has no such node. */
-static eid rebuild_over(lift_ctx *c, eid cls, uint16_t op, const eid *ch, uint32_t n) {
-    for (eid nd = eg_class_first(c->g, cls); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
-        uint32_t k;
-        eg_node_children(c->g, nd, &k);
-        if (eg_node_op(c->g, nd) == op && k == n)
-            return eg_add(c->g, op, eg_node_attr(c->g, nd), eg_class_type(c->g, cls), ch, n, c->origin);
-    }
-    return EID_NONE;
-}
-
-/* Operand k's lifted class as the node of class cls (with op and n children)
- * has it: the operand's own class, or EID_NONE when the transfer function
- * re-viewed it. */
-static bool child_is(lift_ctx *c, eid cls, uint16_t op, uint32_t n, uint32_t k, eid want) {
-    for (eid nd = eg_class_first(c->g, cls); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
-        uint32_t m;
-        const eid *ch = eg_node_children(c->g, nd, &m);
-        if (eg_node_op(c->g, nd) == op && m == n) return eg_find(c->g, ch[k]) == eg_find(c->g, want);
-    }
-    return false;
-}
-
-static lift_zmask *zmask_new(lift_ctx *c, const lift_zmask *from) {
-    lift_zmask *z = arena_alloc(c->a, sizeof *z);
-    *z = *from;
-    return z;
-}
-
-/* compare(p, 0) GT or NE (or 0 LT p): the predicate mask of a non-negative p. */
-static const lift_zmask *zmask_compare(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const char *dir = instr_str(in, A_DIRECTION);
-    if (!dir || in->noperands != 2) return NULL;
-    int side;
-    if (strcmp(dir, "GT") == 0 || strcmp(dir, "NE") == 0) side = 0;
-    else if (strcmp(dir, "LT") == 0) side = 1;
-    else return NULL;
-    const lval *p = &s->vals[in->operands[side]], *z = &s->vals[in->operands[1 - side]];
-    if (p->kind != LV_TERM || z->kind != LV_TERM || p->assumed || !class_is_zero(c, z->cls)) {
-        if (!(strcmp(dir, "NE") == 0 && side == 0)) return NULL;
-        /* NE is symmetric: 0 != p */
-        p = &s->vals[in->operands[1]], z = &s->vals[in->operands[0]];
-        side = 1;
-        if (p->kind != LV_TERM || z->kind != LV_TERM || p->assumed || !class_is_zero(c, z->cls)) return NULL;
-    }
-    uint8_t *seen = xcalloc(s->comp->ninstrs + 1, 1);
-    bool nonneg = nonneg_instr(c->cur, s->comp, in->operands[side], seen, 0);
-    free(seen);
-    if (!nonneg) return NULL;
-    lift_zmask z0 = {.pred = true, .full = EID_NONE};
-    int8_t map[VIEW_MAX_RANK];
-    z0.rank = (uint8_t)peel_transposes(c, p->cls, &z0.src, map);
-    z0.made = z0.src;
-    memcpy(z0.dims, map, sizeof map);
-    return z0.rank ? zmask_new(c, &z0) : NULL;
-}
-
-/* The mask of a dot's result: the masked operand's mask dims must be batch or
- * free dims. NULL otherwise. */
-static const lift_zmask *zmask_dot(lstate *s, const lval *v, uint32_t side, eid *full) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lift_zmask *z = s->vals[in->operands[side]].zm;
-    uint32_t nlb, nlc, nrb, nrc;
-    const int64_t *lb = instr_ints(in, A_LHS_BATCH_DIMS, &nlb), *lc = instr_ints(in, A_LHS_CONTRACTING_DIMS, &nlc);
-    const int64_t *rb = instr_ints(in, A_RHS_BATCH_DIMS, &nrb), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
-    const int64_t *bd = side ? rb : lb, *cd = side ? rc : lc;
-    uint32_t nb = side ? nrb : nlb, nc = side ? nrc : nlc;
-    uint32_t lrank = s->comp->instrs[in->operands[0]].shape.rank, rank = s->comp->instrs[in->operands[side]].shape.rank;
-    /* output dim of each operand dim: batch dims first, then lhs free, then rhs free */
-    int8_t out[VIEW_MAX_RANK];
-    uint32_t next = nb + (side ? lrank - nlb - nlc : 0);
-    for (uint32_t d = 0; d < rank && d < VIEW_MAX_RANK; d++) {
-        out[d] = -1;
-        for (uint32_t k = 0; k < nb; k++)
-            if (bd[k] == d) out[d] = (int8_t)k;
-        bool contracted = false;
-        for (uint32_t k = 0; k < nc; k++) contracted |= cd[k] == d;
-        if (out[d] < 0 && !contracted) out[d] = (int8_t)next++;
-    }
-    lift_zmask r = *z;
-    for (uint32_t k = 0; k < z->rank; k++) {
-        if (out[z->dims[k]] < 0) return NULL;
-        r.dims[k] = out[z->dims[k]];
-    }
-    eid ch[2] = {s->vals[in->operands[0]].cls, s->vals[in->operands[1]].cls};
-    if (!child_is(c, v->cls, OP_DOT, 2, side, ch[side]) || !child_is(c, v->cls, OP_DOT, 2, 1 - side, ch[1 - side])) return NULL;
-    ch[side] = z->full;
-    r.full = rebuild_over(c, v->cls, OP_DOT, ch, 2);
-    *full = r.full;
-    return r.full == EID_NONE ? NULL : zmask_new(c, &r);
-}
-
-/* Where each element of class x (row-major) comes from in class made, when x
- * is made rearranged by transposes, reshapes and reverses: flat indices into
- * made (caller frees); NULL otherwise or when larger than 2^20 elements. */
-static int32_t *rearrangement(lift_ctx *c, eid x, eid made, int depth) {
-    x = eg_find(c->g, x);
-    uint32_t rank;
-    const int64_t *dims = eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
-    int64_t n = 1;
-    for (uint32_t d = 0; d < rank; d++) n *= dims[d];
-    if (n > (1 << 20) || rank > VIEW_MAX_RANK || depth > 64) return NULL;
-    if (x == eg_find(c->g, made)) {
-        int32_t *id = xmalloc((size_t)(n + 1) * sizeof *id);
-        for (int64_t i = 0; i < n; i++) id[i] = (int32_t)i;
-        return id;
-    }
-    for (eid nd = eg_class_first(c->g, x); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
-        uint16_t op = eg_node_op(c->g, nd);
-        if (op != OP_TRANSPOSE && op != OP_RESHAPE && op != OP_REVERSE) continue;
-        uint32_t nc, na = 0;
-        const eid *ch = eg_node_children(c->g, nd, &nc);
-        int32_t *from = nc == 1 ? rearrangement(c, ch[0], made, depth + 1) : NULL;
-        if (!from) continue;
-        if (op == OP_RESHAPE) return from;
-        const int64_t *attr = ea_get(c->g, eg_node_attr(c->g, nd), A_DIMENSIONS, &na);
-        uint32_t crank;
-        const int64_t *cd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &crank);
-        /* stride in the operand of each result dim, and where it starts */
-        int64_t cstride[VIEW_MAX_RANK], stride[VIEW_MAX_RANK], start = 0;
-        for (int64_t d = (int64_t)crank - 1, acc = 1; d >= 0; acc *= cd[d], d--) cstride[d] = acc;
-        for (uint32_t q = 0; q < rank; q++) stride[q] = op == OP_TRANSPOSE && q < na ? cstride[attr[q]] : cstride[q];
-        for (uint32_t k = 0; op == OP_REVERSE && k < na; k++) {
-            start += (dims[attr[k]] - 1) * cstride[attr[k]];
-            stride[attr[k]] = -cstride[attr[k]];
-        }
-        int32_t *out = xmalloc((size_t)(n + 1) * sizeof *out);
-        int64_t idx[VIEW_MAX_RANK] = {0}, off = start;
-        for (int64_t i = 0; i < n; i++) {
-            out[i] = from[off];
-            for (int64_t d = (int64_t)rank - 1; d >= 0; d--) {
-                off += stride[d];
-                if (++idx[d] < dims[d]) break;
-                off -= stride[d] * dims[d];
-                idx[d] = 0;
-            }
-        }
-        free(from);
-        return out;
-    }
-    return NULL;
-}
-
-/* The combine: dot(w, y) with y zero-masked by made > 0 and w a rearrangement
- * of made. When the dot pairs every mask dim of y with a dim of w and w holds,
- * at every paired position, the very element of made the mask read there, the
- * dot over the unmasked rows is the same value: it replaces v's term. When it
- * holds another one, rows were routed by one expert's weight and weighted by
- * another's: a finding at the op that moved them. */
-static bool zmask_combine(lstate *s, lval *v) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    for (uint32_t side = 0; side < 2; side++) {
-        const lval *y = &s->vals[in->operands[side]], *w = &s->vals[in->operands[1 - side]];
-        const lift_zmask *z = y->zm;
-        if (!z || z->pred || !z->zero || w->zm || w->kind != LV_TERM) continue;
-        uint32_t nlb, nlc, nrb, nrc;
-        const int64_t *lb = instr_ints(in, A_LHS_BATCH_DIMS, &nlb), *lc = instr_ints(in, A_LHS_CONTRACTING_DIMS, &nlc);
-        const int64_t *rb = instr_ints(in, A_RHS_BATCH_DIMS, &nrb), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
-        const int64_t *yb = side ? rb : lb, *yc = side ? rc : lc, *wb = side ? lb : rb, *wc = side ? lc : rc;
-        /* wdim[k]: the w dim paired with the y dim mask dim k reads */
-        int8_t wdim[VIEW_MAX_RANK];
-        bool ok = s->comp->instrs[in->operands[1 - side]].shape.rank == z->rank;
-        uint32_t used = 0;
-        for (uint32_t k = 0; k < z->rank && ok; k++) {
-            wdim[k] = -1;
-            for (uint32_t q = 0; q < nlb; q++)
-                if (yb[q] == z->dims[k]) wdim[k] = (int8_t)wb[q];
-            for (uint32_t q = 0; q < nlc; q++)
-                if (yc[q] == z->dims[k]) wdim[k] = (int8_t)wc[q];
-            ok = wdim[k] >= 0 && !(used & (1u << wdim[k]));
-            if (ok) used |= 1u << wdim[k];
-        }
-        if (!ok) continue;
-        int32_t *ms = rearrangement(c, z->src, z->made, 0), *ws = ms ? rearrangement(c, w->cls, z->made, 0) : NULL;
-        bool same = ws != NULL;
-        if (same) {
-            /* walk the mask source; the paired w element has w dim wdim[k] = s[k] */
-            uint32_t wr;
-            const int64_t *sd = eg_type_dims(c->g, eg_class_type(c->g, z->src), &(uint32_t){0});
-            const int64_t *wd = eg_type_dims(c->g, eg_class_type(c->g, w->cls), &wr);
-            int64_t wstride[VIEW_MAX_RANK], idx[VIEW_MAX_RANK] = {0}, off = 0, n = 1;
-            for (int64_t d = (int64_t)wr - 1, acc = 1; d >= 0; acc *= wd[d], d--) wstride[d] = acc;
-            for (uint32_t k = 0; k < z->rank; k++) n *= sd[k];
-            for (int64_t i = 0; i < n && same; i++) {
-                same = ms[i] == ws[off];
-                for (int64_t d = (int64_t)z->rank - 1; d >= 0; d--) {
-                    off += wstride[wdim[d]];
-                    if (++idx[d] < sd[d]) break;
-                    off -= wstride[wdim[d]] * sd[d];
-                    idx[d] = 0;
-                }
-            }
-            if (!same) {
-                const hlo_instr *at = z->moved ? z->moved : in;
-                finding(c, "layout-mismatch", s->comp, at,
-                        "%s (%s) rearranges the rows of a dispatch along its expert (mask) dimensions, and %s then weights "
-                        "each row by the router weight of an expert it was not routed for: tokens reach the wrong experts",
-                        at->name, at->opname, in->name);
-                assume_text(c, "the router routes some token to one of the experts whose rows were exchanged and not to "
-                               "the other, as top-k routing with k below the number of experts does for almost every input");
-            }
-        }
-        free(ms);
-        free(ws);
-        if (!same) continue;
-        eid ch[2] = {s->vals[in->operands[0]].cls, s->vals[in->operands[1]].cls};
-        if (!child_is(c, v->cls, OP_DOT, 2, 0, ch[0]) || !child_is(c, v->cls, OP_DOT, 2, 1, ch[1])) continue;
-        ch[side] = z->full;
-        eid r = rebuild_over(c, v->cls, OP_DOT, ch, 2);
-        if (r == EID_NONE) continue;
-        v->cls = r;
-        v->zm = NULL;
-        return true;
-    }
-    return false;
-}
-
-/* Whether op maps zero operands (those flagged) to zero. */
-static bool keeps_zero(int op, uint32_t n, const bool *zero) {
-    switch (op) {
-    case OP_MULTIPLY:
-        return zero[0] || zero[1];
-    case OP_ADD: case OP_SUBTRACT: case OP_MAXIMUM: case OP_MINIMUM:
-        return zero[0] && zero[1];
-    case OP_NEGATE: case OP_CONVERT: case OP_ABS: case OP_SIGN: case OP_SINE: case OP_TAN: case OP_TANH: case OP_SQRT:
-    case OP_CBRT: case OP_EXPM1: case OP_LOG1P: case OP_ERF: case OP_FLOOR: case OP_CEIL: case OP_ROUND_AFZ:
-    case OP_ROUND_EVEN: case OP_REDUCE_PRECISION:
-        return n == 1 && zero[0];
-    case OP_SELECT:
-        return n == 3 && zero[1] && zero[2];
-    default:
-        return false;
-    }
-}
-
-/* Re-points z's source after its value is reshaped from a to b (global
- * dims) into r: unit dims coming and going only renumber the mask dims; a run
- * of dims with equal products that holds only mask dims (split or merged
- * experts) reshapes the source alike, once it is brought to the value's dim
- * order. A run mixing mask and other dims: false. */
-static bool zmask_reshape(lift_ctx *c, const lift_zmask *z, const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb,
-                          lift_zmask *r) {
-    if (ra > VIEW_MAX_RANK || rb > VIEW_MAX_RANK) return false;
-    int8_t to[VIEW_MAX_RANK];
-    uint32_t j = 0;
-    bool units_only = true;
-    for (uint32_t d = 0; d < ra && units_only; d++) {
-        to[d] = -1;
-        if (a[d] == 1) continue;
-        while (j < rb && b[j] == 1) j++;
-        if (j == rb || b[j] != a[d]) units_only = false;
-        else to[d] = (int8_t)j++;
-    }
-    while (units_only && j < rb && b[j] == 1) j++;
-    if (units_only && j == rb) {
-        for (uint32_t k = 0; k < z->rank; k++)
-            if ((r->dims[k] = to[z->dims[k]]) < 0) return false;
-        return true;
-    }
-    int8_t src_of[VIEW_MAX_RANK];
-    memset(src_of, -1, sizeof src_of);
-    for (uint32_t k = 0; k < z->rank; k++) src_of[z->dims[k]] = (int8_t)k;
-    /* the source in value order */
-    int64_t perm[VIEW_MAX_RANK], sdims[VIEW_MAX_RANK];
-    uint32_t np = 0, srank;
-    const int64_t *sd = eg_type_dims(c->g, eg_class_type(c->g, z->src), &srank);
-    for (uint32_t d = 0; d < ra; d++)
-        if (src_of[d] >= 0) perm[np] = src_of[d], sdims[np] = sd[src_of[d]], np++;
-    if (np != srank) return false;
-    eid aligned = z->src;
-    bool ident = true;
-    for (uint32_t k = 0; k < np; k++) ident &= perm[k] == k;
-    if (!ident) {
-        int64_t words[2 + VIEW_MAX_RANK] = {A_DIMENSIONS, np};
-        memcpy(words + 2, perm, np * sizeof *perm);
-        uint32_t t = type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, z->src)), sdims, np);
-        aligned = eg_add(c->g, OP_TRANSPOSE, eg_attr(c->g, words, 2 + np), t, &z->src, 1, c->origin);
-    }
-    /* runs of equal products: mask-only ones carry over to the source */
-    int64_t ndims[VIEW_MAX_RANK];
-    int8_t nmap[VIEW_MAX_RANK];
-    uint32_t nn = 0, i = 0;
-    j = 0;
-    while (i < ra || j < rb) {
-        uint32_t i2, j2;
-        if (!reshape_run(a, ra, b, rb, i, j, &i2, &j2)) return false;
-        uint32_t masks = 0, others = 0;
-        for (uint32_t d = i; d < i2; d++)
-            if (a[d] != 1 && src_of[d] >= 0) masks++;
-            else if (a[d] != 1) others++;
-        if (masks && others) return false;
-        for (uint32_t q = j; q < j2 && masks; q++)
-            if (b[q] != 1) {
-                if (nn == VIEW_MAX_RANK) return false;
-                ndims[nn] = b[q], nmap[nn++] = (int8_t)q;
-            }
-        i = i2, j = j2;
-    }
-    uint32_t t = type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, z->src)), ndims, nn);
-    eid src = mk_reshape(c, aligned, t, c->origin);
-    int8_t map[VIEW_MAX_RANK];
-    r->rank = (uint8_t)peel_transposes(c, src, &r->src, map);
-    for (uint32_t k = 0; k < r->rank; k++) r->dims[k] = nmap[map[k]];
-    return r->rank == nn;
-}
-
-/* The zero mask of v, the value lift_instr gave s->in, from its operands'
- * (and the combine that drops one): lift.h, lift_zmask. */
-static void zmask_after(lstate *s, lval *v) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    v->zm = NULL;
-    if (c->baseline_mode || (v->kind != LV_TERM && v->kind != LV_LAYOUT) || v->assumed || in->noperands > 8) return;
-    if (in->op == OP_COMPARE) {
-        v->zm = zmask_compare(s);
-        return;
-    }
-    const lift_zmask *z = NULL;
-    uint32_t zo = 0;
-    for (uint32_t o = 0; o < in->noperands; o++)
-        if (s->vals[in->operands[o]].zm && !z) z = s->vals[in->operands[o]].zm, zo = o;
-    if (!z) return;
-    /* The same global term (layout changes, collectives, copies): the same claim. */
-    if (eg_find(c->g, s->vals[in->operands[zo]].cls) == eg_find(c->g, v->cls)) {
-        v->zm = z;
-        return;
-    }
-    if (v->kind != LV_TERM) return;
-    uint32_t rank;
-    eg_type_dims(c->g, eg_class_type(c->g, v->cls), &rank);
-    lift_zmask r = *z;
-    switch (in->op) {
-    case OP_TRANSPOSE: {
-        uint32_t np;
-        const int64_t *p = instr_ints(in, A_DIMENSIONS, &np);
-        for (uint32_t k = 0; k < z->rank; k++)
-            for (uint32_t q = 0; q < np; q++)
-                if (p[q] == z->dims[k]) r.dims[k] = (int8_t)q;
-        /* Mask dims in another order among themselves: rows move (a later
-         * reshape may merge them in that order). */
-        for (uint32_t k = 0; k < z->rank; k++)
-            for (uint32_t q = 0; q < z->rank; q++)
-                if ((z->dims[k] < z->dims[q]) != (r.dims[k] < r.dims[q])) r.moved = in;
-        break;
-    }
-    case OP_REVERSE: {
-        /* Reversing a mask dim reverses the mask's source along its dim. */
-        uint32_t nr;
-        const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nr);
-        int64_t sd[VIEW_MAX_RANK];
-        uint32_t ns = 0;
-        for (uint32_t q = 0; q < nr; q++)
-            for (uint32_t k = 0; k < z->rank; k++)
-                if (z->dims[k] == rd[q]) sd[ns++] = k;
-        if (ns) {
-            int64_t words[2 + VIEW_MAX_RANK] = {A_DIMENSIONS, ns};
-            memcpy(words + 2, sd, ns * sizeof *sd);
-            r.src = eg_add(c->g, OP_REVERSE, eg_attr(c->g, words, 2 + ns), eg_class_type(c->g, z->src), &z->src, 1, c->origin);
-            r.moved = in;
-        }
-        break;
-    }
-    case OP_BROADCAST: {
-        uint32_t nb;
-        const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nb);
-        for (uint32_t k = 0; k < z->rank; k++) r.dims[k] = (int8_t)bd[z->dims[k]];
-        break;
-    }
-    case OP_RESHAPE: case OP_BITCAST: {
-        uint32_t ra;
-        const int64_t *a = eg_type_dims(c->g, eg_class_type(c->g, s->vals[in->operands[0]].cls), &ra);
-        const int64_t *b = eg_type_dims(c->g, eg_class_type(c->g, v->cls), &rank);
-        if (!zmask_reshape(c, z, a, ra, b, rank, &r)) return;
-        if (!z->pred) r.full = mk_reshape(c, z->full, eg_class_type(c->g, v->cls), c->origin);
-        v->zm = zmask_new(c, &r);
-        return;
-    }
-    case OP_DOT: {
-        if (zmask_combine(s, v)) return;
-        if (s->vals[in->operands[1 - zo]].zm || z->pred) return;
-        eid full;
-        v->zm = zmask_dot(s, v, zo, &full);
-        return;
-    }
-    default:
-        break;
-    }
-    if (in->op == OP_TRANSPOSE || in->op == OP_BROADCAST || in->op == OP_REVERSE) {
-        if (!z->pred && (r.full = rebuild_over(c, v->cls, in->op, &z->full, 1)) == EID_NONE) return;
-        v->zm = zmask_new(c, &r);
-        return;
-    }
-    if (!is_elementwise(in->op) || in->op == OP_COMPARE) return;
-    /* select(pred mask, x, 0): the dispatch itself. */
-    if (in->op == OP_SELECT && z->pred && zo == 0) {
-        if (s->vals[in->operands[1]].zm || s->vals[in->operands[2]].zm ||
-            !child_is(c, v->cls, OP_SELECT, 3, 0, s->vals[in->operands[0]].cls))
-            return;
-        for (eid nd = eg_class_first(c->g, v->cls); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
-            uint32_t m;
-            const eid *ch = eg_node_children(c->g, nd, &m);
-            if (eg_node_op(c->g, nd) != OP_SELECT || m != 3) continue;
-            if (!class_is_zero(c, ch[2])) return;
-            r.pred = false;
-            r.zero = true;
-            r.full = eg_find(c->g, ch[1]);
-            v->zm = zmask_new(c, &r);
-            return;
-        }
-        return;
-    }
-    /* Elementwise over data masked alike (or unmasked): the op over the rows. */
-    eid ch[8];
-    bool zero[8];
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        const lval *x = &s->vals[in->operands[o]];
-        zero[o] = false;
-        if (!x->zm) {
-            /* the operand as the op's node has it (re-viewed broadcasts) */
-            ch[o] = EID_NONE;
-            continue;
-        }
-        if (x->zm->pred || x->zm->src != z->src || x->zm->rank != z->rank || memcmp(x->zm->dims, z->dims, z->rank) ||
-            !child_is(c, v->cls, in->op, in->noperands, o, x->cls))
-            return;
-        ch[o] = x->zm->full;
-        zero[o] = x->zm->zero;
-    }
-    for (eid nd = eg_class_first(c->g, v->cls); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
-        uint32_t m;
-        const eid *nch = eg_node_children(c->g, nd, &m);
-        if (eg_node_op(c->g, nd) != in->op || m != in->noperands) continue;
-        for (uint32_t o = 0; o < m; o++)
-            if (ch[o] == EID_NONE) ch[o] = nch[o];
-        r.full = rebuild_over(c, v->cls, in->op, ch, m);
-        r.zero = keeps_zero(in->op, m, zero);
-        if (r.full != EID_NONE) v->zm = zmask_new(c, &r);
-        return;
-    }
 }
 
 static lval lift_instr(lstate *s) {
@@ -3500,7 +2939,7 @@ static lval lift_instr(lstate *s) {
         bool arith = in->op == OP_ADD || in->op == OP_SUBTRACT || in->op == OP_MULTIPLY || in->op == OP_DIVIDE ||
                      in->op == OP_NEGATE || in->op == OP_CONVERT;
         if (ops[o].kind == LV_MASK && !c->baseline_mode && ops[o].cls == EID_NONE && !mask_resolves(c, &ops[o]) &&
-            (arith || !is_elementwise(in->op))) {
+            (arith || !lf_is_elementwise(in->op))) {
             lval pv;
             if (mask_as_partial(c, &ops[o], &pv)) ops[o] = pv;
         }
@@ -3536,7 +2975,7 @@ static lval lift_instr(lstate *s) {
     case OP_CONCATENATE: return lift_concatenate(s);
     default: break;
     }
-    if (is_elementwise(in->op)) {
+    if (lf_is_elementwise(in->op)) {
         /* Device operands that agree everywhere act as constants. */
         for (uint32_t o = 0; o < in->noperands; o++)
             if (ops[o].kind == LV_DEV) {
@@ -3719,7 +3158,7 @@ static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     for (uint32_t j = 0; j < n; j++) {
         const shape *sh = &in->shape.tuple[j];
         int64_t k = (int64_t)(1000000 + c->fresh++);
-        L->x[j] = eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), type_of(c, sh->dtype, sh->dims, sh->rank), NULL, 0, EG_BASELINE);
+        L->x[j] = eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), lf_type_of(c, sh->dtype, sh->dims, sh->rank), NULL, 0, EG_BASELINE);
         xs[j] = term(L->x[j], view_dup(sh->rank), false);
         const lval *e = &init->elems[j];
         const hlo_instr *ei = tuple_elem_instr(comp, ti, j);
@@ -3735,7 +3174,7 @@ static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     for (uint32_t j = 0; j < n; j++) {
         const shape *sh = &in->shape.tuple[j];
         int64_t attr[2] = {j, b == SR_NONE ? 0 : (int64_t)comp_digest(c, c->cur, b)};
-        eid r = eg_add(c->g, OP_WHILE, eg_attr(c->g, attr, 2), type_of(c, sh->dtype, sh->dims, sh->rank), ch, n, EG_BASELINE);
+        eid r = eg_add(c->g, OP_WHILE, eg_attr(c->g, attr, 2), lf_type_of(c, sh->dtype, sh->dims, sh->rank), ch, n, EG_BASELINE);
         rs[j] = term(r, view_dup(sh->rank), false);
     }
     L->result = (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
@@ -3809,7 +3248,7 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
             sb_init(&want);
             view_print(&got, &z->v, c->mesh);
             view_print(&want, &xs[k].v, c->mesh);
-            finding(c, z->v.partial && !xs[k].v.partial ? "missing-all-reduce" : "wrong-shard-dim", bc, site,
+            lf_finding(c, z->v.partial && !xs[k].v.partial ? "missing-all-reduce" : "wrong-shard-dim", bc, site,
                     "@the body of %s returns carry element %u as %s but it enters as %s: the relation is not kept from one "
                     "iteration to the next", in->name, k, got.s, want.s);
             sb_free(&got);
@@ -4194,7 +3633,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
                 *v = unknown();
                 return;
             }
-            uint32_t t = type_of(c, bp->shape.dtype, bp->shape.dims, bp->shape.rank);
+            uint32_t t = lf_type_of(c, bp->shape.dtype, bp->shape.dims, bp->shape.rank);
             uint8_t origin = c->baseline_mode ? EG_BASELINE : EG_DISTRIBUTED;
             *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, origin), inputs[k], false);
         } else {
@@ -4258,7 +3697,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
     c->ambiguous_now = amb;
     c->konst_operand_now = konst_op;
     *v = lift_instr(&s);
-    zmask_after(&s, v);
+    lf_zmask_after(&s, v);
     c->ambiguous_now = c->konst_operand_now = false;
     v->ambiguous |= amb;
     static eid dbg_base = EID_NONE;

@@ -128,7 +128,7 @@ typedef struct lval {
  * elsewhere. src is known to be non-negative. A product with src itself that
  * pairs every src dim with its mask dim (the combine, sum_e w[t,e]·y[e,t]) is
  * then the same product with `full`: where src is 0 the product is 0 either
- * way (DESIGN §5, lift.c "zero masks"). Rows rearranged after the mask was made
+ * way (DESIGN §5, lift_zmask.c). Rows rearranged after the mask was made
  * (a reverse of the expert dim) are paired with another expert's weights
  * there: a layout-mismatch finding at the op that moved them. */
 typedef struct lift_zmask {
