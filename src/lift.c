@@ -3,7 +3,6 @@
 #include "lift.h"
 #include "lift_int.h"
 
-#include "eattr.h"
 #include "interp.h"
 
 #include <math.h>
@@ -48,8 +47,6 @@ void lift_done(lift_ctx *c) {
     strmap_free(&c->folds);
 }
 
-static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 
 void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
     if (c->baseline_mode) return;  /* one device, every value replicated: nothing to find */
@@ -63,7 +60,7 @@ void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_i
      * undecided. Such findings are marked with a leading '@' by their callers. */
     if (msg[0] == '@') {
         if (c->ambiguous_now) {
-            unsupported(c, comp, in, "%s (with one reading of an ambiguous reshape)", msg + 1);
+            lf_unsupported(c, comp, in, "%s (with one reading of an ambiguous reshape)", msg + 1);
             return;
         }
         memmove(msg, msg + 1, strlen(msg));
@@ -77,9 +74,7 @@ void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_i
     if (c->nsegs) c->segs[c->cur_seg].findings++;
 }
 
-static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+void lf_unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
     if (c->baseline_mode) return;  /* the baseline falls back to its own op (lift_comp) */
     char msg[600];
     va_list ap;
@@ -307,7 +302,7 @@ eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
     return eg_add(c->g, OP_RESHAPE, 0, t, &x, 1, origin);
 }
 
-static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
+eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
                 uint8_t origin) {
     uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
     if (in->op == OP_RESHAPE && n == 1) return lf_mk_reshape(c, ch[0], t, origin);
@@ -346,7 +341,7 @@ static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid
     return cls;
 }
 
-static eid fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
+eid lf_fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
     int64_t k = (int64_t)(1000000 + c->fresh++);
     return eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), lf_type_of(c, dt, dims, rank), NULL, 0, EG_LIFTED);
 }
@@ -420,7 +415,7 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
     *nouts = n;
     for (uint32_t k = 0; k < n; k++) {
         const lval *x = r.kind == LV_TUPLE ? &r.elems[k] : &r;
-        (*outs)[k] = x->kind == LV_TERM ? x->cls : fresh_var(c, DT_TUPLE, NULL, 0);
+        (*outs)[k] = x->kind == LV_TERM ? x->cls : lf_fresh_var(c, DT_TUPLE, NULL, 0);
     }
     return true;
 }
@@ -555,21 +550,19 @@ bool lift_refine_mesh(relations *rel, const hlo_module *dist) {
 
 /* ---- values ---- */
 
-static lval unknown(void) { return (lval){.kind = LV_UNKNOWN}; }
 
-static lval term(eid cls, view v, bool assumed) { return (lval){.kind = LV_TERM, .cls = cls, .v = v, .assumed = assumed}; }
 
 /* Global dims of a local shape under v. */
-static void global_dims(const lift_ctx *c, const view *v, const shape *local, int64_t *out) {
+void lf_global_dims(const lift_ctx *c, const view *v, const shape *local, int64_t *out) {
     for (uint32_t d = 0; d < local->rank; d++) out[d] = local->dims[d] * (d < v->rank ? view_dim_parts(v, c->mesh, d) : 1);
 }
 
 /* An assumed replacement: the view is known, the content is a fresh variable. */
 static lval assume(lift_ctx *c, const hlo_instr *in, view v) {
     int64_t dims[VIEW_MAX_RANK];
-    global_dims(c, &v, &in->shape, dims);
+    lf_global_dims(c, &v, &in->shape, dims);
     c->assumed++;
-    return term(fresh_var(c, in->shape.dtype, dims, in->shape.rank), v, true);
+    return term(lf_fresh_var(c, in->shape.dtype, dims, in->shape.rank), v, true);
 }
 
 static bool same_sharding(const view *a, const view *b) {
@@ -870,7 +863,7 @@ static lval lift_elementwise(lstate *s) {
              * blocks of a sharded one stands for its own tiling. That global
              * term is not the baseline's, so this stays undecided, never a
              * finding. */
-            unsupported(c, s->comp, in, "%s combines a sharded operand with one that is not sharded alike "
+            lf_unsupported(c, s->comp, in, "%s combines a sharded operand with one that is not sharded alike "
                         "(operand %u); tiled operands are not related yet", in->name, o);
             return assume(c, in, want);
         }
@@ -927,11 +920,11 @@ static lval lift_elementwise(lstate *s) {
         v.red = red;
     }
     int64_t dims[VIEW_MAX_RANK];
-    global_dims(c, &v, &in->shape, dims);
+    lf_global_dims(c, &v, &in->shape, dims);
     eid ch[8];
     if (in->noperands > 8) return unknown();
     for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
-    return term(node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
+    return term(lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
 }
 
 /* A broadcast is constant along the dims it adds, so an added dim of local
@@ -939,7 +932,6 @@ static lval lift_elementwise(lstate *s) {
  * (GSPMD's grouped-query heads at tp8: one kv head repeated, one copy per
  * device). Of those true readings, take one whose term the baseline has
  * (its repeat of the kv heads); v is left alone when none is. */
-static view_dim axes_dim(const lift_ctx *c, uint32_t mask);
 
 static void broadcast_sharded_reading(lift_ctx *c, const hlo_instr *in, const lval *x, const int64_t *bd, uint32_t nd,
                                       view *v) {
@@ -955,9 +947,9 @@ static void broadcast_sharded_reading(lift_ctx *c, const hlo_instr *in, const lv
         for (uint32_t mask = 1; mask <= all; mask++) {
             if (mask & used) continue;
             view w = *v;
-            w.dims[d] = axes_dim(c, mask);
+            w.dims[d] = lf_axes_dim(c, mask);
             int64_t dims[VIEW_MAX_RANK];
-            global_dims(c, &w, &in->shape, dims);
+            lf_global_dims(c, &w, &in->shape, dims);
             eid r = eg_lookup(c->g, OP_BROADCAST, attr, lf_type_of(c, in->shape.dtype, dims, in->shape.rank), &x->cls, 1);
             if (r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE)) {
                 *v = w;
@@ -981,8 +973,8 @@ static lval lift_broadcast(lstate *s) {
     if (v.partial && v.red != RED_SUM) return unknown();
     if (!c->baseline_mode) broadcast_sharded_reading(c, in, x, bd, nd, &v);
     int64_t dims[VIEW_MAX_RANK];
-    global_dims(c, &v, &in->shape, dims);
-    return term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
+    lf_global_dims(c, &v, &in->shape, dims);
+    return term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
 }
 
 /* reverse along dims that are not sharded: the reverse of the global term. */
@@ -995,12 +987,12 @@ static lval lift_reverse(lstate *s) {
     const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
     for (uint32_t k = 0; k < nd; k++)
         if (rd[k] < 0 || rd[k] >= x->v.rank || x->v.dims[rd[k]].naxes) {
-            unsupported(c, s->comp, in, "%s reverses a sharded dimension (the order of its blocks reverses too)", in->name);
+            lf_unsupported(c, s->comp, in, "%s reverses a sharded dimension (the order of its blocks reverses too)", in->name);
             return unknown();
         }
     int64_t dims[VIEW_MAX_RANK];
-    global_dims(c, &x->v, &in->shape, dims);
-    return term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), x->v, x->assumed);
+    lf_global_dims(c, &x->v, &in->shape, dims);
+    return term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), x->v, x->assumed);
 }
 
 static lval lift_transpose(lstate *s) {
@@ -1014,8 +1006,8 @@ static lval lift_transpose(lstate *s) {
     v.rank = (uint8_t)in->shape.rank;
     for (uint32_t k = 0; k < np; k++) v.dims[k] = x->v.dims[perm[k]];
     int64_t dims[VIEW_MAX_RANK];
-    global_dims(c, &v, &in->shape, dims);
-    return term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
+    lf_global_dims(c, &v, &in->shape, dims);
+    return term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
 }
 
 /* Whether reshape(x) to in's local shape under view v (global dims) is a term
@@ -1023,7 +1015,7 @@ static lval lift_transpose(lstate *s) {
  * baseline computes is the useful one. Mirrors mk_reshape without adding. */
 static bool reshape_meets_baseline(lift_ctx *c, eid x, const hlo_instr *in, const view *v) {
     int64_t dims[VIEW_MAX_RANK];
-    global_dims(c, v, &in->shape, dims);
+    lf_global_dims(c, v, &in->shape, dims);
     uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
     if (lf_kval(c, x)) return false;
     for (;;) {
@@ -1141,7 +1133,7 @@ static lval lift_reshape(lstate *s) {
             bool units_before = true;
             for (uint32_t q = i; q < k; q++) units_before &= a[q] == 1;
             if (!units_before || j == j2 || v.dims[j].naxes + x->v.dims[k].naxes > MESH_MAX_AXES) {
-                unsupported(c, s->comp, in, "reshape %s moves a sharded dimension inside a merged group (needs a layout view)",
+                lf_unsupported(c, s->comp, in, "reshape %s moves a sharded dimension inside a merged group (needs a layout view)",
                             in->name);
                 view pv = v;
                 return assume(c, in, pv);
@@ -1183,8 +1175,8 @@ static lval lift_reshape(lstate *s) {
         else if (reshape_split_reading(c, x, in, &v, ag, nag, &w)) v = w;
     }
     if (three && !reshape_meets_baseline(c, x->cls, in, &v) && reshape_meets_baseline(c, x->cls, in, &vc)) v = vc;
-    global_dims(c, &v, &in->shape, dims);
-    lval r = term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
+    lf_global_dims(c, &v, &in->shape, dims);
+    lval r = term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
     r.ambiguous = amb;
     return r;
 }
@@ -1209,7 +1201,7 @@ static lval lift_dot(lstate *s) {
     uint8_t partial = l->v.partial | r->v.partial;
     for (uint32_t k = 0; k < nlb; k++) {
         if (memcmp(&l->v.dims[lb[k]], &r->v.dims[rb[k]], sizeof(view_dim))) {
-            unsupported(c, s->comp, in, "%s: batch dimension %u is sharded differently on its operands", in->name, k);
+            lf_unsupported(c, s->comp, in, "%s: batch dimension %u is sharded differently on its operands", in->name, k);
             return unknown();
         }
         v.dims[out++] = l->v.dims[lb[k]];
@@ -1219,7 +1211,7 @@ static lval lift_dot(lstate *s) {
         if (ld->naxes != rd->naxes || memcmp(ld->axes, rd->axes, ld->naxes)) {
             /* Views after reshapes are one reading of the local program; a
              * contraction they disagree on is undecided, not yet a finding. */
-            unsupported(c, s->comp, in, "%s contracts dimension %lld of lhs with dimension %lld of rhs, which are sharded differently",
+            lf_unsupported(c, s->comp, in, "%s contracts dimension %lld of lhs with dimension %lld of rhs, which are sharded differently",
                         in->name, (long long)lc[k], (long long)rc[k]);
             return unknown();
         }
@@ -1240,9 +1232,9 @@ static lval lift_dot(lstate *s) {
     v.partial = partial;
     v.red = partial ? RED_SUM : 0;
     int64_t dims[VIEW_MAX_RANK];
-    global_dims(c, &v, &in->shape, dims);
+    lf_global_dims(c, &v, &in->shape, dims);
     eid ch[2] = {l->cls, r->cls};
-    return term(node(c, c->cur, in, ch, 2, dims, c->origin), v, l->assumed || r->assumed);
+    return term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, l->assumed || r->assumed);
 }
 
 /* reduce over sharded dims makes the result partial over those axes, with the
@@ -1278,12 +1270,12 @@ static lval lift_reduce(lstate *s) {
     v.partial = partial;
     v.red = partial ? (uint8_t)red : 0;
     int64_t dims[VIEW_MAX_RANK];
-    global_dims(c, &v, &in->shape, dims);
+    lf_global_dims(c, &v, &in->shape, dims);
     eid ch[2] = {x->cls, init->cls};
-    return term(node(c, c->cur, in, ch, 2, dims, c->origin), v, x->assumed || init->assumed);
+    return term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, x->assumed || init->assumed);
 }
 
-static void axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
+void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
     bool first = true;
     for (uint32_t a = 0; a < c->mesh->naxes; a++)
         if (mask >> a & 1) {
@@ -1300,7 +1292,7 @@ static int collective_axes(lstate *s, bool ordered) {
     int axes = lift_groups_axes(c, s->in, ordered);
     if (axes >= 0) return axes;
     if (c->mesh_inferred)
-        unsupported(c, s->comp, s->in, "the replica groups of %s match no axis of the mesh inferred from the shardings",
+        lf_unsupported(c, s->comp, s->in, "the replica groups of %s match no axis of the mesh inferred from the shardings",
                     s->in->name);
     else
         lf_finding(c, "wrong-collective-group", s->comp, s->in, "the replica groups of %s match no set of mesh axes%s",
@@ -1341,7 +1333,7 @@ static lval lift_all_reduce(lstate *s) {
     }
     strbuf w;
     sb_init(&w);
-    axes_words(&w, c, (uint32_t)axes);
+    lf_axes_words(&w, c, (uint32_t)axes);
     lval result;
     if ((x->v.partial & axes) != (uint32_t)axes) {
         /* Summing values that are already complete over an axis multiplies them. */
@@ -1349,7 +1341,7 @@ static lval lift_all_reduce(lstate *s) {
         if (red == RED_SUM || red == RED_PROD) {
             strbuf e;
             sb_init(&e);
-            axes_words(&e, c, extra);
+            lf_axes_words(&e, c, extra);
             int64_t times = 1;
             for (uint32_t ax = 0; ax < c->mesh->naxes; ax++)
                 if (extra >> ax & 1) times *= c->mesh->sizes[ax];
@@ -1357,7 +1349,7 @@ static lval lift_all_reduce(lstate *s) {
                 /* Partial over other axes than the groups span: the wrong axis. */
                 strbuf p2;
                 sb_init(&p2);
-                axes_words(&p2, c, x->v.partial & ~(uint32_t)axes);
+                lf_axes_words(&p2, c, x->v.partial & ~(uint32_t)axes);
                 lf_finding(c, "wrong-collective-group", s->comp, in,
                         "%s reduces over %s, but the value is partial over %s: the all-reduce runs over the wrong mesh axis",
                         in->name, w.s, p2.s);
@@ -1411,7 +1403,7 @@ static bool dim_collective(lstate *s, int *axes, uint32_t *dim) {
     if (s->ops[0].kind != LV_TERM) return false;
     if ((*axes = collective_axes(s, true)) < 0) return false;
     if (nd != 1) {
-        unsupported(s->c, s->comp, s->in, "%s has %u dimensions", s->in->name, nd);
+        lf_unsupported(s->c, s->comp, s->in, "%s has %u dimensions", s->in->name, nd);
         return false;
     }
     *dim = (uint32_t)dd[0];
@@ -1437,7 +1429,7 @@ static lval lift_all_gather(lstate *s) {
         sb_init(&a);
         sb_init(&w);
         describe(&a, c, &x->v);
-        axes_words(&w, c, (uint32_t)axes);
+        lf_axes_words(&w, c, (uint32_t)axes);
         lf_finding(c, "wrong-shard-dim", s->comp, in, "@%s gathers dimension %u over %s, but the value is %s", in->name, d, w.s, a.s);
         sb_free(&a);
         sb_free(&w);
@@ -1473,7 +1465,7 @@ static lval lift_reduce_scatter(lstate *s) {
 /* The mesh axes (bitmask, ≥ 1) whose combined block index r gives every
  * device's value as base + index·size (values per device: vals[d·count]);
  * 0 when none. *parts is the number of blocks. */
-static uint32_t block_offsets(const lift_ctx *c, const double *vals, uint32_t count, int64_t size, int64_t *base,
+uint32_t lf_block_offsets(const lift_ctx *c, const double *vals, uint32_t count, int64_t size, int64_t *base,
                               int64_t *parts) {
     for (uint32_t mask = 1; mask < (1u << c->mesh->naxes); mask++) {
         int64_t p = 1;
@@ -1496,7 +1488,7 @@ static uint32_t block_offsets(const lift_ctx *c, const double *vals, uint32_t co
     return 0;
 }
 
-static view_dim axes_dim(const lift_ctx *c, uint32_t mask) {
+view_dim lf_axes_dim(const lift_ctx *c, uint32_t mask) {
     view_dim vd = {0};
     for (uint32_t a = 0; a < c->mesh->naxes; a++)
         if (mask >> a & 1) vd.axes[vd.naxes++] = (uint8_t)a;
@@ -1527,7 +1519,7 @@ static lval lift_dynamic_slice(lstate *s) {
     }
     if (all_uniform) {
         int64_t dims[VIEW_MAX_RANK];
-        global_dims(c, &v, &in->shape, dims);
+        lf_global_dims(c, &v, &in->shape, dims);
         for (uint32_t d = 0; d < rank; d++)
             if (x->v.dims[d].naxes && in->shape.dims[d] != s->comp->instrs[in->operands[0]].shape.dims[d]) return unknown();
         eid ch[VIEW_MAX_RANK + 1];
@@ -1541,7 +1533,7 @@ static lval lift_dynamic_slice(lstate *s) {
         for (uint32_t k = 0; k < in->nattrs; k++)
             if (attrs[k].key == A_DYNAMIC_SLICE_SIZES && attrs[k].n == rank) attrs[k].v.ints = arena_memdup(c->a, dims, rank * sizeof *dims);
         g.attrs = attrs;
-        return term(node(c, c->cur, &g, ch, rank + 1, dims, c->origin), v, assumed);
+        return term(lf_node(c, c->cur, &g, ch, rank + 1, dims, c->origin), v, assumed);
     }
     for (uint32_t d = 0; d < rank; d++)
         if (s->ops[1 + d].kind != LV_DEV) return unknown();
@@ -1563,17 +1555,17 @@ static lval lift_dynamic_slice(lstate *s) {
         bool bound = false;
         /* offset(r) = base + block(r)·size: block r of the window [base, base + parts·size). */
         int64_t base, p;
-        uint32_t mask = block_offsets(c, o->dev, o->count, size, &base, &p);
+        uint32_t mask = lf_block_offsets(c, o->dev, o->count, size, &base, &p);
         if (mask && base >= 0 && base + p * size <= src->shape.dims[d]) {
             /* Block r of the window [base, base + p·size): block r of a slice. */
-            v.dims[d] = axes_dim(c, mask);
+            v.dims[d] = lf_axes_dim(c, mask);
             wlo[d] = base;
             whi[d] = base + p * size;
             windowed |= base != 0 || p * size != src->shape.dims[d];
             bound = true;
         }
         if (!bound && c->mesh_inferred) {
-            unsupported(c, s->comp, in, "%s slices at offsets that select no block of the mesh inferred from the shardings", in->name);
+            lf_unsupported(c, s->comp, in, "%s slices at offsets that select no block of the mesh inferred from the shardings", in->name);
             return unknown();
         }
         if (!bound) {
@@ -1619,7 +1611,7 @@ static lval lift_slice(lstate *s) {
     for (uint32_t d = 0; d < sa->n; d++) {
         if (!x->v.dims[d].naxes) continue;
         if (sl[3 * d] != 0 || sl[3 * d + 1] != src->shape.dims[d] || sl[3 * d + 2] != 1) {
-            unsupported(c, s->comp, in, "%s slices a sharded dimension (%u)", in->name, d);
+            lf_unsupported(c, s->comp, in, "%s slices a sharded dimension (%u)", in->name, d);
             return assume(c, in, x->v);
         }
         sl[3 * d + 1] = src->shape.dims[d] * view_dim_parts(&x->v, c->mesh, d);
@@ -1628,8 +1620,8 @@ static lval lift_slice(lstate *s) {
         if (attrs[k].key == A_SLICE) attrs[k].v.ints = sl;
     g.attrs = attrs;
     int64_t dims[VIEW_MAX_RANK];
-    global_dims(c, &x->v, &in->shape, dims);
-    return term(node(c, c->cur, &g, &x->cls, 1, dims, c->origin), x->v, x->assumed);
+    lf_global_dims(c, &x->v, &in->shape, dims);
+    return term(lf_node(c, c->cur, &g, &x->cls, 1, dims, c->origin), x->v, x->assumed);
 }
 
 /* concatenate along an unsharded dimension of operands sharded alike. */
@@ -1644,7 +1636,7 @@ static lval lift_concatenate(lstate *s) {
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
         if (x->kind != LV_TERM || x->v.partial || !same_sharding(&x->v, &s->ops[0].v) || x->v.dims[dd[0]].naxes) {
-            unsupported(c, s->comp, in, "%s concatenates operands that are not sharded alike off the concatenated dimension", in->name);
+            lf_unsupported(c, s->comp, in, "%s concatenates operands that are not sharded alike off the concatenated dimension", in->name);
             return unknown();
         }
         ch[o] = x->cls;
@@ -1652,8 +1644,8 @@ static lval lift_concatenate(lstate *s) {
     }
     view v = s->ops[0].v;
     int64_t dims[VIEW_MAX_RANK];
-    global_dims(c, &v, &in->shape, dims);
-    return term(node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
+    lf_global_dims(c, &v, &in->shape, dims);
+    return term(lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
 }
 
 
@@ -1960,7 +1952,7 @@ static eid gather_of_iota(lift_ctx *c, eid tab, eid pos, const int64_t *bdims, c
     uint32_t t = lf_type_of(c, dt, g, rank);
     bool ident = rank == tr && eg_class_type(c->g, sl) == t;
     for (uint32_t d = 0; d < tr && ident; d++) ident = bw[2 + d] == d;
-    if (ident) return sl;  /* as node() does: a broadcast to the same shape, dims in order */
+    if (ident) return sl;  /* as lf_node() does: a broadcast to the same shape, dims in order */
     return eg_add(c->g, OP_BROADCAST, eg_attr(c->g, bw, 2 + tr), t, &sl, 1, c->origin);
 }
 
@@ -2081,10 +2073,10 @@ static bool pw_gather(lstate *s, lval *out) {
     /* The row term: the same gather on the whole table, indexed by the source. */
     eid ch[2] = {tab->cls, idx->pos};
     int64_t g[VIEW_MAX_RANK];
-    global_dims(c, &v.v, &in->shape, g);
+    lf_global_dims(c, &v.v, &in->shape, g);
     v.hit = gather_of_iota(c, tab->cls, idx->pos, bdims, off, no, in->shape.dtype, g, in->shape.rank);
     v.in_domain = v.hit != EID_NONE;  /* iota positions: rows [0, n) of the table, nothing to assume */
-    if (v.hit == EID_NONE) v.hit = node(c, c->cur, in, ch, 2, g, c->origin);
+    if (v.hit == EID_NONE) v.hit = lf_node(c, c->cur, in, ch, 2, g, c->origin);
     *out = v;
     return true;
 }
@@ -2368,13 +2360,13 @@ static lval lift_all_to_all(lstate *s) {
         /* Dims sharded on other axes stay bound as they are (not the exchanged one). */
         if (!(mask & (uint32_t)axes) && d != cd) continue;
         if (mask != (uint32_t)axes || e >= 0) {
-            unsupported(c, s->comp, in, "%s: operand sharded on axes the all-to-all does not exchange", in->name);
+            lf_unsupported(c, s->comp, in, "%s: operand sharded on axes the all-to-all does not exchange", in->name);
             return unknown();
         }
         e = (int)d;
     }
     if (e < 0 || (uint32_t)e == cd) {
-        unsupported(c, s->comp, in, "%s exchanges a dimension that is not sharded over its groups", in->name);
+        lf_unsupported(c, s->comp, in, "%s exchanges a dimension that is not sharded over its groups", in->name);
         return unknown();
     }
     int64_t n = view_dim_parts(&x->v, c->mesh, (uint32_t)e);
@@ -2458,403 +2450,6 @@ static bool layout_op(lstate *s, lval *out) {
 }
 
 
-/* ---- per-device windows (LV_WIN): local slices of sharded dims and
- * collective-permute, until the pieces are blocks of a plain view again ---- */
-
-/* The block device r holds of a dim sharded over vd's axes (major first). */
-static int64_t dim_block(const lift_ctx *c, const view_dim *vd, int64_t r) {
-    int64_t b = 0;
-    for (uint32_t k = 0; k < vd->naxes; k++) b = b * c->mesh->sizes[vd->axes[k]] + mesh_coord(c->mesh, r, vd->axes[k]);
-    return b;
-}
-
-/* The global dims of a term; its rank in *rank. */
-static const int64_t *term_dims(lift_ctx *c, eid cls, uint32_t *rank) {
-    return eg_type_dims(c->g, eg_class_type(c->g, cls), rank);
-}
-
-/* slice(x) with sl = (start, limit, stride) per dim, global coordinates: the
- * same term as a slice instruction of the baseline (folded alike). */
-static eid mk_slice(lift_ctx *c, eid x, const int64_t *sl) {
-    uint32_t rank;
-    const int64_t *xd = term_dims(c, x, &rank);
-    int64_t dims[VIEW_MAX_RANK], words[3 * VIEW_MAX_RANK];
-    bool whole = true;
-    for (uint32_t k = 0; k < rank; k++) {
-        memcpy(words + 3 * k, sl + 3 * k, 3 * sizeof *words);
-        dims[k] = (sl[3 * k + 1] - sl[3 * k] + sl[3 * k + 2] - 1) / sl[3 * k + 2];
-        whole &= sl[3 * k] == 0 && sl[3 * k + 1] == xd[k] && sl[3 * k + 2] == 1;
-    }
-    if (whole) return eg_find(c->g, x);
-    hlo_attr at = {.key = A_SLICE, .kind = K_SLICES, .n = rank, .v.ints = words};
-    hlo_instr g = {.name = "slice", .opname = "slice", .op = OP_SLICE, .nattrs = 1, .noperands = 1, .attrs = &at};
-    g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, x));
-    g.shape.rank = rank;
-    g.shape.dims = dims;
-    return node(c, c->cur, &g, &x, 1, dims, c->origin);
-}
-
-/* A new window along dim, its origin that of `like` (NULL: none yet). */
-static lift_win *win_new(lift_ctx *c, const lift_win *like, uint32_t dim, int64_t len) {
-    lift_win *w = arena_alloc(c->a, sizeof *w);
-    w->dim = dim;
-    w->len = len;
-    w->from = like ? like->from : NULL;
-    w->from_comp = like ? like->from_comp : NULL;
-    w->idx = arena_alloc(c->a, (size_t)(c->ndev * (len ? len : 1)) * sizeof *w->idx);
-    return w;
-}
-
-/* Windows hold an index per device and element along their dim: beyond this
- * many, the ops that would make one are left unrelated (said plainly). */
-#define LIFT_WIN_MAX (1 << 22)
-
-/* x, a term of local length len along dim d, as a window: device r holds
- * elements [block(r)·len, block(r)·len + len) of the term there. */
-static bool win_of_term(lift_ctx *c, const lval *x, uint32_t d, int64_t len, lval *out) {
-    if (x->kind != LV_TERM || x->v.partial || d >= x->v.rank || len < 1 || len > LIFT_WIN_MAX / c->ndev) return false;
-    lift_win *w = win_new(c, NULL, d, len);
-    for (int64_t r = 0; r < c->ndev; r++) {
-        int64_t b = dim_block(c, &x->v.dims[d], r);
-        for (int64_t l = 0; l < len; l++) w->idx[r * len + l] = b * len + l;
-    }
-    *out = *x;
-    out->kind = LV_WIN;
-    out->win = w;
-    out->v.dims[d] = (view_dim){0};
-    return true;
-}
-
-/* A window whose pieces are runs [lo + block(r)·len, + len) over some mesh
- * axes the view does not use (or the same run everywhere) is that slice of
- * the term, sharded over those axes; any other window stays one. */
-static lval win_settle(lift_ctx *c, lval x) {
-    const lift_win *w = x.win;
-    uint32_t rank;
-    const int64_t *td = term_dims(c, x.cls, &rank);
-    double *base = arena_alloc(c->a, (size_t)c->ndev * sizeof *base);
-    bool uniform = true;
-    for (int64_t r = 0; r < c->ndev; r++) {
-        int64_t b = w->idx[r * w->len];
-        if (b < 0) return x;
-        for (int64_t l = 1; l < w->len; l++)
-            if (w->idx[r * w->len + l] != b + l) return x;
-        base[r] = (double)b;
-        uniform &= base[r] == base[0];
-    }
-    int64_t lo = (int64_t)base[0], parts = 1;
-    uint32_t mask = 0;
-    if (!uniform) {
-        mask = block_offsets(c, base, 1, w->len, &lo, &parts);
-        if (!mask || (mask & view_axes_used(&x.v))) return x;
-    }
-    if (lo < 0 || lo + parts * w->len > td[w->dim]) return x;
-    int64_t sl[3 * VIEW_MAX_RANK];
-    for (uint32_t k = 0; k < rank; k++) sl[3 * k] = 0, sl[3 * k + 1] = td[k], sl[3 * k + 2] = 1;
-    sl[3 * w->dim] = lo;
-    sl[3 * w->dim + 1] = lo + parts * w->len;
-    lval out = term(mk_slice(c, x.cls, sl), x.v, x.assumed);
-    out.konst = x.konst;
-    out.ambiguous = x.ambiguous;
-    if (mask) out.v.dims[w->dim] = axes_dim(c, mask);
-    return out;
-}
-
-/* slice of a window along its dim (other dims: unsharded ones slice the term,
- * sharded ones are taken whole), or of a term with one sharded dim sliced. */
-static bool win_slice(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
-    const hlo_attr *sa = instr_attr(in, A_SLICE);
-    lval x = s->ops[0];
-    if (!sa || sa->n != src->shape.rank || src->shape.rank > VIEW_MAX_RANK || in->shape.rank != sa->n) return false;
-    const int64_t *sl = sa->v.ints;
-    for (uint32_t k = 0; k < sa->n; k++)  /* the attribute and the shapes must agree (else not read here) */
-        if (sl[3 * k] < 0 || sl[3 * k + 2] < 1 || sl[3 * k + 1] > src->shape.dims[k] || sl[3 * k + 1] < sl[3 * k] ||
-            (sl[3 * k + 1] - sl[3 * k] + sl[3 * k + 2] - 1) / sl[3 * k + 2] != in->shape.dims[k])
-            return false;
-    if (x.kind == LV_TERM) {
-        int d = -1;
-        for (uint32_t k = 0; k < sa->n; k++)
-            if (x.v.dims[k].naxes && (sl[3 * k] != 0 || sl[3 * k + 1] != src->shape.dims[k] || sl[3 * k + 2] != 1)) {
-                if (d >= 0) return false;
-                d = (int)k;
-            }
-        if (d < 0 || !win_of_term(c, &s->ops[0], (uint32_t)d, src->shape.dims[d], &x)) return false;
-        x.win->from = in;
-        x.win->from_comp = s->comp;
-    }
-    if (x.kind != LV_WIN) return false;
-    const lift_win *w = x.win;
-    uint32_t rank;
-    const int64_t *td = term_dims(c, x.cls, &rank);
-    int64_t tsl[3 * VIEW_MAX_RANK];
-    for (uint32_t k = 0; k < rank; k++) {
-        bool whole = sl[3 * k] == 0 && sl[3 * k + 1] == src->shape.dims[k] && sl[3 * k + 2] == 1;
-        if (x.v.dims[k].naxes && !whole) return false;
-        if (k == w->dim || x.v.dims[k].naxes) tsl[3 * k] = 0, tsl[3 * k + 1] = td[k], tsl[3 * k + 2] = 1;
-        else memcpy(tsl + 3 * k, sl + 3 * k, 3 * sizeof *tsl);
-    }
-    int64_t lo = sl[3 * w->dim], st = sl[3 * w->dim + 2], len = in->shape.dims[w->dim];
-    if (lo < 0 || st < 1 || len < 1 || lo + (len - 1) * st >= w->len) return false;
-    lift_win *nw = win_new(c, w, w->dim, len);
-    for (int64_t r = 0; r < c->ndev; r++)
-        for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = w->idx[r * w->len + lo + l * st];
-    x.cls = mk_slice(c, x.cls, tsl);
-    x.win = nw;
-    *out = win_settle(c, x);
-    return true;
-}
-
-/* concatenate along dim cd where an operand is a window along cd or a term
- * sharded on cd: every operand as a window along cd, the same view elsewhere;
- * the term is the concatenation of the distinct operand terms. */
-static bool win_concatenate(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    uint32_t nd;
-    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-    if (nd != 1 || in->noperands > 64 || in->noperands == 0) return false;
-    uint32_t cd = (uint32_t)dd[0];
-    bool needed = false;
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        const lval *x = &s->ops[o];
-        needed |= x->kind == LV_WIN || (x->kind == LV_TERM && cd < x->v.rank && x->v.dims[cd].naxes);
-    }
-    if (!needed) return false;
-    lval ws[64];
-    eid ch[64];
-    int64_t off[64], total = 0;
-    uint32_t nch = 0, rank = 0;
-    const int64_t *td0 = NULL;
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
-        if (s->ops[o].kind == LV_WIN) ws[o] = s->ops[o];
-        else if (!win_of_term(c, &s->ops[o], cd, xi->shape.dims[cd], &ws[o])) return false;
-        if (ws[o].win->dim != cd || !view_equal(&ws[o].v, &ws[0].v)) return false;
-        eid k = eg_find(c->g, ws[o].cls);
-        uint32_t j = 0;
-        while (j < nch && ch[j] != k) j++;
-        if (j == nch) {
-            uint32_t r;
-            const int64_t *td = term_dims(c, k, &r);
-            if (!td0) td0 = td, rank = r;
-            if (r != rank) return false;
-            for (uint32_t q = 0; q < r; q++)
-                if (q != cd && td[q] != td0[q]) return false;
-            ch[nch] = k;
-            off[nch++] = total;
-            total += td[cd];
-        }
-    }
-    int64_t dims[VIEW_MAX_RANK];
-    if (!td0 || rank > VIEW_MAX_RANK) return false;
-    memcpy(dims, td0, rank * sizeof *dims);
-    dims[cd] = total;
-    eid t = nch == 1 ? ch[0] : node(c, c->cur, in, ch, nch, dims, c->origin);
-    int64_t sum = 0;
-    for (uint32_t o = 0; o < in->noperands; o++) sum += ws[o].win->len;
-    if (sum != in->shape.dims[cd] || sum > LIFT_WIN_MAX / c->ndev) return false;
-    /* The pieces began where data first moved between devices, if it did. */
-    const lift_win *like = NULL;
-    for (uint32_t o = 0; o < in->noperands; o++)
-        if (s->ops[o].kind == LV_WIN &&
-            (!like || (!(like->from && like->from->op == OP_COLLECTIVE_PERMUTE) && s->ops[o].win->from &&
-                       s->ops[o].win->from->op == OP_COLLECTIVE_PERMUTE)))
-            like = s->ops[o].win;
-    lift_win *w = win_new(c, like, cd, in->shape.dims[cd]);
-    if (!w->from) w->from = in, w->from_comp = s->comp;
-    bool assumed = false;
-    for (int64_t r = 0; r < c->ndev; r++) {
-        int64_t at = 0;
-        for (uint32_t o = 0; o < in->noperands; o++) {
-            const lift_win *x = ws[o].win;
-            eid k = eg_find(c->g, ws[o].cls);
-            uint32_t j = 0;
-            while (ch[j] != k) j++;
-            for (int64_t l = 0; l < x->len; l++) {
-                int64_t e = x->idx[r * x->len + l];
-                w->idx[r * w->len + at++] = e < 0 ? -1 : e + off[j];
-            }
-        }
-    }
-    for (uint32_t o = 0; o < in->noperands; o++) assumed |= ws[o].assumed;
-    lval v = ws[0];
-    v.cls = t;
-    v.win = w;
-    v.assumed = assumed;
-    *out = win_settle(c, v);
-    return true;
-}
-
-/* dynamic-slice of a window: per-device offsets (device values, clamped as
- * XLA clamps them) along its dim; every other dim is taken whole. */
-static bool win_dynamic_slice(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    if (x->kind != LV_WIN) return false;
-    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
-    const lift_win *w = x->win;
-    if (in->noperands != 1 + src->shape.rank || in->shape.rank != src->shape.rank) return false;
-    uint32_t ns;
-    const int64_t *sizes = instr_ints(in, A_DYNAMIC_SLICE_SIZES, &ns);
-    for (uint32_t k = 0; k < src->shape.rank; k++)
-        if ((k != w->dim && in->shape.dims[k] != src->shape.dims[k]) || (sizes && (ns != in->shape.rank || sizes[k] != in->shape.dims[k])))
-            return false;
-    const lval *o = &s->ops[1 + w->dim];
-    if (o->kind != LV_DEV || o->count != 1) return false;
-    int64_t len = in->shape.dims[w->dim];
-    if (len < 1 || len > w->len) return false;
-    lift_win *nw = win_new(c, w, w->dim, len);
-    for (int64_t r = 0; r < c->ndev; r++) {
-        int64_t st = (int64_t)o->dev[r];
-        if (st > w->len - len) st = w->len - len;
-        if (st < 0) st = 0;
-        for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = w->idx[r * w->len + st + l];
-    }
-    lval v = *x;
-    v.win = nw;
-    *out = win_settle(c, v);
-    return true;
-}
-
-/* collective-permute: device t receives the operand of the device s paired
- * with it ({s,t} in source_target_pairs, partition ids), or zeros when none.
- * Exact per device as a window along the dim whose blocks move; related only
- * when the devices paired hold the same blocks of every other dim (and the
- * value is not partial). A term whose blocks stay put and that every device
- * receives is unchanged. */
-static lval lift_collective_permute(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    bool same_shape = in->noperands == 1 && in->shape.rank == s->comp->instrs[in->operands[0]].shape.rank;
-    for (uint32_t k = 0; same_shape && k < in->shape.rank; k++)
-        same_shape = in->shape.dims[k] == s->comp->instrs[in->operands[0]].shape.dims[k];
-    if (!same_shape || (x->kind != LV_TERM && x->kind != LV_WIN) || in->shape.rank == 0 || in->shape.rank > VIEW_MAX_RANK) {
-        unsupported(c, s->comp, in, "no transfer function relates %s (%s) with these operand views", in->name, in->opname);
-        return unknown();
-    }
-    if (!instr_attr(in, A_CHANNEL_ID)) {
-        unsupported(c, s->comp, in, "%s has no channel_id: its pairs name replicas, not partitions", in->name);
-        return unknown();
-    }
-    if (x->v.partial) {
-        unsupported(c, s->comp, in, "%s permutes a partial value", in->name);
-        return unknown();
-    }
-    const hlo_attr *pa = instr_attr(in, A_SOURCE_TARGET_PAIRS);
-    arena tmp;
-    arena_init(&tmp);
-    hlo_groups g = {0};
-    if (pa) groups_expand(pa->v.groups, &tmp, &g);
-    int64_t *from = arena_alloc(c->a, (size_t)c->ndev * sizeof *from);
-    bool *sent = arena_alloc(c->a, (size_t)c->ndev * sizeof *sent);
-    for (int64_t r = 0; r < c->ndev; r++) from[r] = -1, sent[r] = false;
-    const char *bad = NULL;
-    for (uint32_t k = 0; k < g.ngroups && !bad; k++) {
-        if (g.start[k + 1] - g.start[k] != 2) {
-            bad = "a pair without two ids";
-            break;
-        }
-        int64_t a = g.ids[g.start[k]], b = g.ids[g.start[k] + 1];
-        if (a < 0 || b < 0 || a >= c->ndev || b >= c->ndev) bad = "a device id outside the mesh";
-        else if (from[b] >= 0 || sent[a]) bad = "a device twice as source or target";
-        else from[b] = a, sent[a] = true;
-    }
-    arena_free(&tmp);
-    if (bad) {
-        unsupported(c, s->comp, in, "the source_target_pairs of %s name %s", in->name, bad);
-        return unknown();
-    }
-    uint32_t moved = 0;
-    bool all = true;
-    for (int64_t t = 0; t < c->ndev; t++) {
-        if (from[t] < 0) {
-            all = false;
-            continue;
-        }
-        for (uint32_t a = 0; a < c->mesh->naxes; a++)
-            if (mesh_coord(c->mesh, from[t], (int)a) != mesh_coord(c->mesh, t, (int)a)) moved |= 1u << a;
-    }
-    int d = x->kind == LV_WIN ? (int)x->win->dim : -1;
-    for (uint32_t k = 0; k < x->v.rank && x->kind == LV_TERM; k++) {
-        uint32_t m = 0;
-        for (uint32_t j = 0; j < x->v.dims[k].naxes; j++) m |= 1u << x->v.dims[k].axes[j];
-        if (!(m & moved)) continue;
-        if (d >= 0) {
-            unsupported(c, s->comp, in, "%s moves blocks of two dimensions at once", in->name);
-            return unknown();
-        }
-        d = (int)k;
-    }
-    if (d < 0 && all) return *x;  /* only replicated axes move: every device gets what it holds */
-    if (d < 0) d = 0;
-    lval wv;
-    if (x->kind == LV_WIN) wv = *x;
-    else if (!win_of_term(c, x, (uint32_t)d, s->comp->instrs[in->operands[0]].shape.dims[d], &wv)) wv.kind = LV_UNKNOWN;
-    if (wv.kind != LV_WIN || wv.win->len != in->shape.dims[wv.win->dim]) {
-        unsupported(c, s->comp, in, "%s: its operand's pieces are too many to follow per device, or its shape disagrees",
-                    in->name);
-        return unknown();
-    }
-    if (moved & view_axes_used(&wv.v)) {
-        strbuf b;
-        sb_init(&b);
-        axes_words(&b, c, moved & view_axes_used(&wv.v));
-        unsupported(c, s->comp, in, "%s moves data between devices that hold different blocks (mesh axes %s) of "
-                    "another dimension", in->name, b.s);
-        sb_free(&b);
-        return unknown();
-    }
-    const lift_win *w = wv.win;
-    lift_win *nw = win_new(c, NULL, w->dim, w->len);
-    nw->from = in;  /* data moved here: the pieces begin again */
-    nw->from_comp = s->comp;
-    for (int64_t t = 0; t < c->ndev; t++)
-        for (int64_t l = 0; l < w->len; l++) nw->idx[t * w->len + l] = from[t] < 0 ? -1 : w->idx[from[t] * w->len + l];
-    wv.win = nw;
-    return win_settle(c, wv);
-}
-
-/* A window no transfer function takes, as a fresh variable (assumed content)
- * sharded along its dim over the mesh axes its pieces vary with: so the ops
- * after it still judge views (as for any unrelated slice). */
-static void win_assume(lift_ctx *c, const hlo_instr *xi, lval *x) {
-    const lift_win *w = x->win;
-    uint32_t mask = 0;
-    int64_t stride = 1;
-    for (int a = (int)c->mesh->naxes - 1; a >= 0; a--) {
-        for (int64_t r = 0; r < c->ndev && !(mask >> a & 1); r++) {
-            int64_t r0 = r - mesh_coord(c->mesh, r, a) * stride;
-            if (memcmp(w->idx + r * w->len, w->idx + r0 * w->len, (size_t)w->len * sizeof *w->idx)) mask |= 1u << a;
-        }
-        stride *= c->mesh->sizes[a];
-    }
-    view v = x->v;
-    v.dims[w->dim] = axes_dim(c, mask & ~view_axes_used(&x->v));
-    int64_t dims[VIEW_MAX_RANK];
-    global_dims(c, &v, &xi->shape, dims);
-    *x = term(fresh_var(c, xi->shape.dtype, dims, xi->shape.rank), v, true);
-}
-
-/* The window transfer functions, in front of the others: true when one
- * applies (*out set, possibly LV_UNKNOWN after saying why). */
-static bool win_instr(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    if (c->baseline_mode || in->noperands == 0) return false;
-    switch (in->op) {
-    case OP_COLLECTIVE_PERMUTE: *out = lift_collective_permute(s); return true;
-    case OP_SLICE: return win_slice(s, out);
-    case OP_CONCATENATE: return win_concatenate(s, out);
-    case OP_DYNAMIC_SLICE: return win_dynamic_slice(s, out);
-    default: return false;
-    }
-}
-
 /* add(iota, offset(r)) with offset(r) = block(r)·n along the iota's dim of local
  * length n: block r of the global iota (positions of a sequence shard). */
 static bool iota_block(lstate *s, lval *out) {
@@ -2872,15 +2467,15 @@ static bool iota_block(lstate *s, lval *out) {
                 if (o->dev[d * o->count + e] != o->dev[d * o->count]) return false;
         uint32_t dim = (uint32_t)instr_int(xi, A_IOTA_DIMENSION, 0);
         int64_t n = in->shape.dims[dim], base, parts;
-        uint32_t mask = block_offsets(c, o->dev, o->count, n, &base, &parts);
+        uint32_t mask = lf_block_offsets(c, o->dev, o->count, n, &base, &parts);
         if (!mask || base != 0) return false;
         view v = view_dup(in->shape.rank);
-        v.dims[dim] = axes_dim(c, mask);
+        v.dims[dim] = lf_axes_dim(c, mask);
         int64_t g[VIEW_MAX_RANK];
-        global_dims(c, &v, &in->shape, g);
+        lf_global_dims(c, &v, &in->shape, g);
         /* The global iota, converted like the local one when it was. */
         const hlo_instr *ii = &s->comp->instrs[in->operands[k]];
-        eid t = node(c, c->cur, xi, NULL, 0, g, c->origin);
+        eid t = lf_node(c, c->cur, xi, NULL, 0, g, c->origin);
         if (ii->op == OP_CONVERT) {
             uint32_t ty = lf_type_of(c, ii->shape.dtype, g, ii->shape.rank);
             t = eg_add(c->g, OP_CONVERT, 0, ty, &t, 1, c->origin);
@@ -2905,10 +2500,10 @@ static lval lift_instr(lstate *s) {
     for (uint32_t o = 0; o < in->noperands; o++)
         if (ops[o].kind == LV_LAYOUT &&
             !layout_to_term(c, &ops[o], &s->comp->instrs[in->operands[o]].shape, true, &ops[o])) {
-            unsupported(c, s->comp, in, "%s rearranges an all-to-all result in a way not related yet", in->name);
+            lf_unsupported(c, s->comp, in, "%s rearranges an all-to-all result in a way not related yet", in->name);
             return unknown();
         }
-    if (win_instr(s, &pwv)) return pwv;
+    if (lf_win_instr(s, &pwv)) return pwv;
     for (uint32_t o = 0; o < in->noperands; o++)
         if (ops[o].kind == LV_WIN) {
             /* Blamed on where the pieces began: that is what no view relates. */
@@ -2918,9 +2513,9 @@ static lval lift_instr(lstate *s) {
             if (at->op == OP_COLLECTIVE_PERMUTE) snprintf(what, sizeof what, "moves pieces of dimension %u between devices", w->dim);
             else if (at->op == OP_SLICE) snprintf(what, sizeof what, "slices sharded dimension %u", w->dim);
             else snprintf(what, sizeof what, "concatenates along sharded dimension %u", w->dim);
-            unsupported(c, w->from ? w->from_comp : s->comp, at, "%s %s: the per-device pieces are no plain view where %s uses them",
+            lf_unsupported(c, w->from ? w->from_comp : s->comp, at, "%s %s: the per-device pieces are no plain view where %s uses them",
                         at->name, what, in->name);
-            win_assume(c, &s->comp->instrs[in->operands[o]], &ops[o]);
+            lf_win_assume(c, &s->comp->instrs[in->operands[o]], &ops[o]);
         }
     /* Index values met by an op that does not take them: a masked row that every
      * device holds is a term; anything else is not related here. */
@@ -2944,7 +2539,7 @@ static lval lift_instr(lstate *s) {
             if (mask_as_partial(c, &ops[o], &pv)) ops[o] = pv;
         }
         if ((ops[o].kind == LV_PW || ops[o].kind == LV_MASK) && !index_as_term(c, &ops[o])) {
-            unsupported(c, s->comp, in, "%s uses index arithmetic (a function of data and the device) in a way not related yet",
+            lf_unsupported(c, s->comp, in, "%s uses index arithmetic (a function of data and the device) in a way not related yet",
                         in->name);
             return unknown();
         }
@@ -2980,7 +2575,7 @@ static lval lift_instr(lstate *s) {
         for (uint32_t o = 0; o < in->noperands; o++)
             if (ops[o].kind == LV_DEV) {
                 if (!dev_uniform(c, &ops[o])) {
-                    unsupported(c, s->comp, in, "%s mixes a device-dependent value (from partition-id) with data; "
+                    lf_unsupported(c, s->comp, in, "%s mixes a device-dependent value (from partition-id) with data; "
                                                 "only offsets and masks of known forms are understood", in->name);
                     return unknown();
                 }
@@ -3001,9 +2596,9 @@ static lval lift_instr(lstate *s) {
         eid ch[64];
         if (in->noperands > 64) return unknown();
         for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
-        return term(node(c, c->cur, in, ch, in->noperands, in->shape.dims, c->origin), view_dup(in->shape.rank), assumed);
+        return term(lf_node(c, c->cur, in, ch, in->noperands, in->shape.dims, c->origin), view_dup(in->shape.rank), assumed);
     }
-    unsupported(c, s->comp, in, "no transfer function relates %s (%s) with these operand views", in->name, in->opname);
+    lf_unsupported(c, s->comp, in, "no transfer function relates %s (%s) with these operand views", in->name, in->opname);
     return unknown();
 }
 
@@ -3023,11 +2618,11 @@ static lval generic(lstate *s) {
         } else if (x->kind == LV_DEV && dev_uniform(c, x)) {
             ch[o] = dev_constant(c, xi, x);
         } else {
-            ch[o] = fresh_var(c, xi->shape.dtype, xi->shape.dims, xi->shape.rank);
+            ch[o] = lf_fresh_var(c, xi->shape.dtype, xi->shape.dims, xi->shape.rank);
             assumed = true;
         }
     }
-    return term(node(c, c->cur, in, ch, in->noperands, in->shape.dims, c->origin), view_dup(in->shape.rank), assumed);
+    return term(lf_node(c, c->cur, in, ch, in->noperands, in->shape.dims, c->origin), view_dup(in->shape.rank), assumed);
 }
 
 /* Time and e-nodes since the last switch go to the current segment; the
@@ -3184,11 +2779,11 @@ static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
 static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
     const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
     if (!init || init->kind != LV_TUPLE || in->shape.dtype != DT_TUPLE || in->shape.ntuple != init->n) {
-        unsupported(c, comp, in, "%s: a while loop whose carry is not a tuple of known values", in->name);
+        lf_unsupported(c, comp, in, "%s: a while loop whose carry is not a tuple of known values", in->name);
         return unknown();
     }
     if (c->next_loop >= c->nloops) {
-        unsupported(c, comp, in, "%s: the baseline has no while loop left to relate this one to", in->name);
+        lf_unsupported(c, comp, in, "%s: the baseline has no while loop left to relate this one to", in->name);
         return unknown();
     }
     lift_loop *L = &c->loops[c->next_loop++];
@@ -3210,7 +2805,7 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
                 pi[k] = j;
         }
         if (pi[k] == SR_NONE) {
-            unsupported(c, comp, in, "%s: carry element %u enters the loop as no value the baseline's loop starts from", in->name, k);
+            lf_unsupported(c, comp, in, "%s: carry element %u enters the loop as no value the baseline's loop starts from", in->name, k);
             return unknown();
         }
         xs[k] = term(L->x[pi[k]], e->kind == LV_TERM ? e->v : view_dup(in->shape.tuple[k].rank), false);
@@ -3220,7 +2815,7 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
     uint32_t bi = called_comp(c->cur, in, A_BODY);
     const hlo_comp *bc = bi != SR_NONE ? &c->cur->comps[bi] : comp;
     bool ok = bi != SR_NONE && body.kind == LV_TUPLE && body.n == n && L->body.kind == LV_TUPLE;
-    if (!ok) unsupported(c, comp, in, "%s: the loop body's result is not understood", in->name);
+    if (!ok) lf_unsupported(c, comp, in, "%s: the loop body's result is not understood", in->name);
     index_as_term(c, &cv);
     for (uint32_t k = 0; ok && k < n; k++) {
         index_as_term(c, &body.elems[k]);
@@ -3240,7 +2835,7 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
         }
         if (!ok) {
             if (!c->nfindings)
-                unsupported(c, bc, site, "%s: the loop body does not return carry element %u as the baseline's body does "
+                lf_unsupported(c, bc, site, "%s: the loop body does not return carry element %u as the baseline's body does "
                                          "(induction over the carry fails)", in->name, k);
         } else if (!view_equal(&z->v, &xs[k].v)) {
             strbuf got, want;
@@ -3258,14 +2853,14 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
     }
     if (ok && !(cv.kind == LV_TERM && !cv.assumed && view_is_dup(&cv.v) && L->cond != EID_NONE &&
                 eg_find(c->g, cv.cls) == eg_find(c->g, L->cond))) {
-        unsupported(c, comp, in, "%s: the loop condition is not the baseline's (the loops may not stop together)", in->name);
+        lf_unsupported(c, comp, in, "%s: the loop condition is not the baseline's (the loops may not stop together)", in->name);
         ok = false;
     }
     lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
     for (uint32_t k = 0; k < n; k++) {
         const shape *sh = &in->shape.tuple[k];
         rs[k] = ok ? term(L->result.elems[pi[k]].cls, xs[k].v, false)
-                   : term(fresh_var(c, sh->dtype, sh->dims, sh->rank), xs[k].v, true);
+                   : term(lf_fresh_var(c, sh->dtype, sh->dims, sh->rank), xs[k].v, true);
     }
     return (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
 }
@@ -3685,7 +3280,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
             v->konst = true;
             if (v->kind == LV_DEV) return;
         }
-        *v = term(node(c, m, in, NULL, 0, in->shape.dims, c->origin), view_dup(in->shape.rank), false);
+        *v = term(lf_node(c, m, in, NULL, 0, in->shape.dims, c->origin), view_dup(in->shape.rank), false);
         v->konst = true;
         return;
     }

@@ -1,5 +1,5 @@
-/* lift_int — what the lifting modules share (lift.c, lift_zmask.c); not for
- * other modules, which use lift.h.
+/* lift_int — what the lifting modules share (lift.c, lift_win.c,
+ * lift_zmask.c); not for other modules, which use lift.h.
  *
  * lstate: the instruction being lifted, its operands' values (ops, which a
  * transfer function may re-view) and the values of its computation so far
@@ -13,6 +13,19 @@
  *   lf_finding        records a finding (kind, site, words); none on the
  *                     baseline
  *   lf_assume         records an assumption the verdict rests on (once)
+ *   lf_node           the e-node of instruction in over children ch, global
+ *                     dims (constants folded, identity broadcasts dropped)
+ *   lf_fresh_var      a fresh variable: content the transfer functions could
+ *                     not relate
+ *   lf_global_dims    the global dims of a local shape under a view
+ *   lf_unsupported    records why an instruction could not be related
+ *   lf_axes_words     "tp" / "dp and tp" for a bitmask of mesh axes
+ *   lf_axes_dim       the view dim sharded over a bitmask of axes, major first
+ *   lf_block_offsets  the axes whose block index gives every device's value as
+ *                     base + index·size (0: none)
+ *   lf_win_instr      per-device windows (lift_win.c): slices, concatenates,
+ *                     dynamic-slices and collective-permutes of them
+ *   lf_win_assume     a window met by an op that does not take windows
  *   lf_zmask_after    the zero mask of a value just lifted (lift_zmask.c)
  */
 #ifndef SCALIFY_LIFT_INT_H
@@ -28,6 +41,11 @@ typedef struct lstate {
     const lval *vals;             /* values of the computation so far */
 } lstate;
 
+static inline lval unknown(void) { return (lval){.kind = LV_UNKNOWN}; }
+static inline lval term(eid cls, view v, bool assumed) {
+    return (lval){.kind = LV_TERM, .cls = cls, .v = v, .assumed = assumed};
+}
+
 uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank);
 struct interp_val *lf_kval(lift_ctx *c, eid cls);
 eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin);
@@ -37,6 +55,18 @@ bool lf_is_elementwise(int op);
 void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 void lf_assume(lift_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void lf_unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
+            uint8_t origin);
+eid lf_fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank);
+void lf_global_dims(const lift_ctx *c, const view *v, const shape *local, int64_t *out);
+void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask);
+view_dim lf_axes_dim(const lift_ctx *c, uint32_t mask);
+uint32_t lf_block_offsets(const lift_ctx *c, const double *vals, uint32_t count, int64_t size, int64_t *base,
+                          int64_t *parts);
+bool lf_win_instr(lstate *s, lval *out);
+void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x);
 void lf_zmask_after(lstate *s, lval *v);
 
 #endif

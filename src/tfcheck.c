@@ -936,7 +936,7 @@ static void gen_posemb(interp_rng *r, const smesh *m, inst *t) {
     rel_write(t, m, iv, 2, "dup");
 }
 
-/* A dense expert dispatch (lift.c, "zero masks") over axis ax of n devices:
+/* A dense expert dispatch (lift_zmask.c) over axis ax of n devices:
  * E = n·El experts, T = n·Tl tokens. The baseline mixes every expert's
  * tanh(x·wg[e]) by w = max(logits + bias, 0); the distributed side sends row (e, t)
  * to expert e's device as x[t] where w[t,e] > 0 and as zeros elsewhere, and

@@ -1,0 +1,407 @@
+/* lift_win — per-device windows (lift.h, LV_WIN): local slices of sharded
+ * dims, concatenations and dynamic-slices of them, and collective-permute,
+ * followed exactly per device until the pieces are the blocks of a plain view
+ * again (GSPMD's rotate-half of RoPE at tp8: a local slice, a permute, a
+ * concatenate, a dynamic-slice).
+ */
+#include "lift.h"
+#include "lift_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The block device r holds of a dim sharded over vd's axes (major first). */
+static int64_t dim_block(const lift_ctx *c, const view_dim *vd, int64_t r) {
+    int64_t b = 0;
+    for (uint32_t k = 0; k < vd->naxes; k++) b = b * c->mesh->sizes[vd->axes[k]] + mesh_coord(c->mesh, r, vd->axes[k]);
+    return b;
+}
+
+/* The global dims of a term; its rank in *rank. */
+static const int64_t *term_dims(lift_ctx *c, eid cls, uint32_t *rank) {
+    return eg_type_dims(c->g, eg_class_type(c->g, cls), rank);
+}
+
+/* slice(x) with sl = (start, limit, stride) per dim, global coordinates: the
+ * same term as a slice instruction of the baseline (folded alike). */
+static eid mk_slice(lift_ctx *c, eid x, const int64_t *sl) {
+    uint32_t rank;
+    const int64_t *xd = term_dims(c, x, &rank);
+    int64_t dims[VIEW_MAX_RANK], words[3 * VIEW_MAX_RANK];
+    bool whole = true;
+    for (uint32_t k = 0; k < rank; k++) {
+        memcpy(words + 3 * k, sl + 3 * k, 3 * sizeof *words);
+        dims[k] = (sl[3 * k + 1] - sl[3 * k] + sl[3 * k + 2] - 1) / sl[3 * k + 2];
+        whole &= sl[3 * k] == 0 && sl[3 * k + 1] == xd[k] && sl[3 * k + 2] == 1;
+    }
+    if (whole) return eg_find(c->g, x);
+    hlo_attr at = {.key = A_SLICE, .kind = K_SLICES, .n = rank, .v.ints = words};
+    hlo_instr g = {.name = "slice", .opname = "slice", .op = OP_SLICE, .nattrs = 1, .noperands = 1, .attrs = &at};
+    g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, x));
+    g.shape.rank = rank;
+    g.shape.dims = dims;
+    return lf_node(c, c->cur, &g, &x, 1, dims, c->origin);
+}
+
+/* A new window along dim, its origin that of `like` (NULL: none yet). */
+static lift_win *win_new(lift_ctx *c, const lift_win *like, uint32_t dim, int64_t len) {
+    lift_win *w = arena_alloc(c->a, sizeof *w);
+    w->dim = dim;
+    w->len = len;
+    w->from = like ? like->from : NULL;
+    w->from_comp = like ? like->from_comp : NULL;
+    w->idx = arena_alloc(c->a, (size_t)(c->ndev * (len ? len : 1)) * sizeof *w->idx);
+    return w;
+}
+
+/* Windows hold an index per device and element along their dim: beyond this
+ * many, the ops that would make one are left unrelated (said plainly). */
+#define LIFT_WIN_MAX (1 << 22)
+
+/* x, a term of local length len along dim d, as a window: device r holds
+ * elements [block(r)·len, block(r)·len + len) of the term there. */
+static bool win_of_term(lift_ctx *c, const lval *x, uint32_t d, int64_t len, lval *out) {
+    if (x->kind != LV_TERM || x->v.partial || d >= x->v.rank || len < 1 || len > LIFT_WIN_MAX / c->ndev) return false;
+    lift_win *w = win_new(c, NULL, d, len);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t b = dim_block(c, &x->v.dims[d], r);
+        for (int64_t l = 0; l < len; l++) w->idx[r * len + l] = b * len + l;
+    }
+    *out = *x;
+    out->kind = LV_WIN;
+    out->win = w;
+    out->v.dims[d] = (view_dim){0};
+    return true;
+}
+
+/* A window whose pieces are runs [lo + block(r)·len, + len) over some mesh
+ * axes the view does not use (or the same run everywhere) is that slice of
+ * the term, sharded over those axes; any other window stays one. */
+static lval win_settle(lift_ctx *c, lval x) {
+    const lift_win *w = x.win;
+    uint32_t rank;
+    const int64_t *td = term_dims(c, x.cls, &rank);
+    double *base = arena_alloc(c->a, (size_t)c->ndev * sizeof *base);
+    bool uniform = true;
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t b = w->idx[r * w->len];
+        if (b < 0) return x;
+        for (int64_t l = 1; l < w->len; l++)
+            if (w->idx[r * w->len + l] != b + l) return x;
+        base[r] = (double)b;
+        uniform &= base[r] == base[0];
+    }
+    int64_t lo = (int64_t)base[0], parts = 1;
+    uint32_t mask = 0;
+    if (!uniform) {
+        mask = lf_block_offsets(c, base, 1, w->len, &lo, &parts);
+        if (!mask || (mask & view_axes_used(&x.v))) return x;
+    }
+    if (lo < 0 || lo + parts * w->len > td[w->dim]) return x;
+    int64_t sl[3 * VIEW_MAX_RANK];
+    for (uint32_t k = 0; k < rank; k++) sl[3 * k] = 0, sl[3 * k + 1] = td[k], sl[3 * k + 2] = 1;
+    sl[3 * w->dim] = lo;
+    sl[3 * w->dim + 1] = lo + parts * w->len;
+    lval out = term(mk_slice(c, x.cls, sl), x.v, x.assumed);
+    out.konst = x.konst;
+    out.ambiguous = x.ambiguous;
+    if (mask) out.v.dims[w->dim] = lf_axes_dim(c, mask);
+    return out;
+}
+
+/* slice of a window along its dim (other dims: unsharded ones slice the term,
+ * sharded ones are taken whole), or of a term with one sharded dim sliced. */
+static bool win_slice(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    const hlo_attr *sa = instr_attr(in, A_SLICE);
+    lval x = s->ops[0];
+    if (!sa || sa->n != src->shape.rank || src->shape.rank > VIEW_MAX_RANK || in->shape.rank != sa->n) return false;
+    const int64_t *sl = sa->v.ints;
+    for (uint32_t k = 0; k < sa->n; k++)  /* the attribute and the shapes must agree (else not read here) */
+        if (sl[3 * k] < 0 || sl[3 * k + 2] < 1 || sl[3 * k + 1] > src->shape.dims[k] || sl[3 * k + 1] < sl[3 * k] ||
+            (sl[3 * k + 1] - sl[3 * k] + sl[3 * k + 2] - 1) / sl[3 * k + 2] != in->shape.dims[k])
+            return false;
+    if (x.kind == LV_TERM) {
+        int d = -1;
+        for (uint32_t k = 0; k < sa->n; k++)
+            if (x.v.dims[k].naxes && (sl[3 * k] != 0 || sl[3 * k + 1] != src->shape.dims[k] || sl[3 * k + 2] != 1)) {
+                if (d >= 0) return false;
+                d = (int)k;
+            }
+        if (d < 0 || !win_of_term(c, &s->ops[0], (uint32_t)d, src->shape.dims[d], &x)) return false;
+        x.win->from = in;
+        x.win->from_comp = s->comp;
+    }
+    if (x.kind != LV_WIN) return false;
+    const lift_win *w = x.win;
+    uint32_t rank;
+    const int64_t *td = term_dims(c, x.cls, &rank);
+    int64_t tsl[3 * VIEW_MAX_RANK];
+    for (uint32_t k = 0; k < rank; k++) {
+        bool whole = sl[3 * k] == 0 && sl[3 * k + 1] == src->shape.dims[k] && sl[3 * k + 2] == 1;
+        if (x.v.dims[k].naxes && !whole) return false;
+        if (k == w->dim || x.v.dims[k].naxes) tsl[3 * k] = 0, tsl[3 * k + 1] = td[k], tsl[3 * k + 2] = 1;
+        else memcpy(tsl + 3 * k, sl + 3 * k, 3 * sizeof *tsl);
+    }
+    int64_t lo = sl[3 * w->dim], st = sl[3 * w->dim + 2], len = in->shape.dims[w->dim];
+    if (lo < 0 || st < 1 || len < 1 || lo + (len - 1) * st >= w->len) return false;
+    lift_win *nw = win_new(c, w, w->dim, len);
+    for (int64_t r = 0; r < c->ndev; r++)
+        for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = w->idx[r * w->len + lo + l * st];
+    x.cls = mk_slice(c, x.cls, tsl);
+    x.win = nw;
+    *out = win_settle(c, x);
+    return true;
+}
+
+/* concatenate along dim cd where an operand is a window along cd or a term
+ * sharded on cd: every operand as a window along cd, the same view elsewhere;
+ * the term is the concatenation of the distinct operand terms. */
+static bool win_concatenate(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t nd;
+    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
+    if (nd != 1 || in->noperands > 64 || in->noperands == 0) return false;
+    uint32_t cd = (uint32_t)dd[0];
+    bool needed = false;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        needed |= x->kind == LV_WIN || (x->kind == LV_TERM && cd < x->v.rank && x->v.dims[cd].naxes);
+    }
+    if (!needed) return false;
+    lval ws[64];
+    eid ch[64];
+    int64_t off[64], total = 0;
+    uint32_t nch = 0, rank = 0;
+    const int64_t *td0 = NULL;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
+        if (s->ops[o].kind == LV_WIN) ws[o] = s->ops[o];
+        else if (!win_of_term(c, &s->ops[o], cd, xi->shape.dims[cd], &ws[o])) return false;
+        if (ws[o].win->dim != cd || !view_equal(&ws[o].v, &ws[0].v)) return false;
+        eid k = eg_find(c->g, ws[o].cls);
+        uint32_t j = 0;
+        while (j < nch && ch[j] != k) j++;
+        if (j == nch) {
+            uint32_t r;
+            const int64_t *td = term_dims(c, k, &r);
+            if (!td0) td0 = td, rank = r;
+            if (r != rank) return false;
+            for (uint32_t q = 0; q < r; q++)
+                if (q != cd && td[q] != td0[q]) return false;
+            ch[nch] = k;
+            off[nch++] = total;
+            total += td[cd];
+        }
+    }
+    int64_t dims[VIEW_MAX_RANK];
+    if (!td0 || rank > VIEW_MAX_RANK) return false;
+    memcpy(dims, td0, rank * sizeof *dims);
+    dims[cd] = total;
+    eid t = nch == 1 ? ch[0] : lf_node(c, c->cur, in, ch, nch, dims, c->origin);
+    int64_t sum = 0;
+    for (uint32_t o = 0; o < in->noperands; o++) sum += ws[o].win->len;
+    if (sum != in->shape.dims[cd] || sum > LIFT_WIN_MAX / c->ndev) return false;
+    /* The pieces began where data first moved between devices, if it did. */
+    const lift_win *like = NULL;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (s->ops[o].kind == LV_WIN &&
+            (!like || (!(like->from && like->from->op == OP_COLLECTIVE_PERMUTE) && s->ops[o].win->from &&
+                       s->ops[o].win->from->op == OP_COLLECTIVE_PERMUTE)))
+            like = s->ops[o].win;
+    lift_win *w = win_new(c, like, cd, in->shape.dims[cd]);
+    if (!w->from) w->from = in, w->from_comp = s->comp;
+    bool assumed = false;
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t at = 0;
+        for (uint32_t o = 0; o < in->noperands; o++) {
+            const lift_win *x = ws[o].win;
+            eid k = eg_find(c->g, ws[o].cls);
+            uint32_t j = 0;
+            while (ch[j] != k) j++;
+            for (int64_t l = 0; l < x->len; l++) {
+                int64_t e = x->idx[r * x->len + l];
+                w->idx[r * w->len + at++] = e < 0 ? -1 : e + off[j];
+            }
+        }
+    }
+    for (uint32_t o = 0; o < in->noperands; o++) assumed |= ws[o].assumed;
+    lval v = ws[0];
+    v.cls = t;
+    v.win = w;
+    v.assumed = assumed;
+    *out = win_settle(c, v);
+    return true;
+}
+
+/* dynamic-slice of a window: per-device offsets (device values, clamped as
+ * XLA clamps them) along its dim; every other dim is taken whole. */
+static bool win_dynamic_slice(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_WIN) return false;
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    const lift_win *w = x->win;
+    if (in->noperands != 1 + src->shape.rank || in->shape.rank != src->shape.rank) return false;
+    uint32_t ns;
+    const int64_t *sizes = instr_ints(in, A_DYNAMIC_SLICE_SIZES, &ns);
+    for (uint32_t k = 0; k < src->shape.rank; k++)
+        if ((k != w->dim && in->shape.dims[k] != src->shape.dims[k]) || (sizes && (ns != in->shape.rank || sizes[k] != in->shape.dims[k])))
+            return false;
+    const lval *o = &s->ops[1 + w->dim];
+    if (o->kind != LV_DEV || o->count != 1) return false;
+    int64_t len = in->shape.dims[w->dim];
+    if (len < 1 || len > w->len) return false;
+    lift_win *nw = win_new(c, w, w->dim, len);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t st = (int64_t)o->dev[r];
+        if (st > w->len - len) st = w->len - len;
+        if (st < 0) st = 0;
+        for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = w->idx[r * w->len + st + l];
+    }
+    lval v = *x;
+    v.win = nw;
+    *out = win_settle(c, v);
+    return true;
+}
+
+/* collective-permute: device t receives the operand of the device s paired
+ * with it ({s,t} in source_target_pairs, partition ids), or zeros when none.
+ * Exact per device as a window along the dim whose blocks move; related only
+ * when the devices paired hold the same blocks of every other dim (and the
+ * value is not partial). A term whose blocks stay put and that every device
+ * receives is unchanged. */
+static lval lift_collective_permute(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    bool same_shape = in->noperands == 1 && in->shape.rank == s->comp->instrs[in->operands[0]].shape.rank;
+    for (uint32_t k = 0; same_shape && k < in->shape.rank; k++)
+        same_shape = in->shape.dims[k] == s->comp->instrs[in->operands[0]].shape.dims[k];
+    if (!same_shape || (x->kind != LV_TERM && x->kind != LV_WIN) || in->shape.rank == 0 || in->shape.rank > VIEW_MAX_RANK) {
+        lf_unsupported(c, s->comp, in, "no transfer function relates %s (%s) with these operand views", in->name, in->opname);
+        return unknown();
+    }
+    if (!instr_attr(in, A_CHANNEL_ID)) {
+        lf_unsupported(c, s->comp, in, "%s has no channel_id: its pairs name replicas, not partitions", in->name);
+        return unknown();
+    }
+    if (x->v.partial) {
+        lf_unsupported(c, s->comp, in, "%s permutes a partial value", in->name);
+        return unknown();
+    }
+    const hlo_attr *pa = instr_attr(in, A_SOURCE_TARGET_PAIRS);
+    arena tmp;
+    arena_init(&tmp);
+    hlo_groups g = {0};
+    if (pa) groups_expand(pa->v.groups, &tmp, &g);
+    int64_t *from = arena_alloc(c->a, (size_t)c->ndev * sizeof *from);
+    bool *sent = arena_alloc(c->a, (size_t)c->ndev * sizeof *sent);
+    for (int64_t r = 0; r < c->ndev; r++) from[r] = -1, sent[r] = false;
+    const char *bad = NULL;
+    for (uint32_t k = 0; k < g.ngroups && !bad; k++) {
+        if (g.start[k + 1] - g.start[k] != 2) {
+            bad = "a pair without two ids";
+            break;
+        }
+        int64_t a = g.ids[g.start[k]], b = g.ids[g.start[k] + 1];
+        if (a < 0 || b < 0 || a >= c->ndev || b >= c->ndev) bad = "a device id outside the mesh";
+        else if (from[b] >= 0 || sent[a]) bad = "a device twice as source or target";
+        else from[b] = a, sent[a] = true;
+    }
+    arena_free(&tmp);
+    if (bad) {
+        lf_unsupported(c, s->comp, in, "the source_target_pairs of %s name %s", in->name, bad);
+        return unknown();
+    }
+    uint32_t moved = 0;
+    bool all = true;
+    for (int64_t t = 0; t < c->ndev; t++) {
+        if (from[t] < 0) {
+            all = false;
+            continue;
+        }
+        for (uint32_t a = 0; a < c->mesh->naxes; a++)
+            if (mesh_coord(c->mesh, from[t], (int)a) != mesh_coord(c->mesh, t, (int)a)) moved |= 1u << a;
+    }
+    int d = x->kind == LV_WIN ? (int)x->win->dim : -1;
+    for (uint32_t k = 0; k < x->v.rank && x->kind == LV_TERM; k++) {
+        uint32_t m = 0;
+        for (uint32_t j = 0; j < x->v.dims[k].naxes; j++) m |= 1u << x->v.dims[k].axes[j];
+        if (!(m & moved)) continue;
+        if (d >= 0) {
+            lf_unsupported(c, s->comp, in, "%s moves blocks of two dimensions at once", in->name);
+            return unknown();
+        }
+        d = (int)k;
+    }
+    if (d < 0 && all) return *x;  /* only replicated axes move: every device gets what it holds */
+    if (d < 0) d = 0;
+    lval wv;
+    if (x->kind == LV_WIN) wv = *x;
+    else if (!win_of_term(c, x, (uint32_t)d, s->comp->instrs[in->operands[0]].shape.dims[d], &wv)) wv.kind = LV_UNKNOWN;
+    if (wv.kind != LV_WIN || wv.win->len != in->shape.dims[wv.win->dim]) {
+        lf_unsupported(c, s->comp, in, "%s: its operand's pieces are too many to follow per device, or its shape disagrees",
+                    in->name);
+        return unknown();
+    }
+    if (moved & view_axes_used(&wv.v)) {
+        strbuf b;
+        sb_init(&b);
+        lf_axes_words(&b, c, moved & view_axes_used(&wv.v));
+        lf_unsupported(c, s->comp, in, "%s moves data between devices that hold different blocks (mesh axes %s) of "
+                    "another dimension", in->name, b.s);
+        sb_free(&b);
+        return unknown();
+    }
+    const lift_win *w = wv.win;
+    lift_win *nw = win_new(c, NULL, w->dim, w->len);
+    nw->from = in;  /* data moved here: the pieces begin again */
+    nw->from_comp = s->comp;
+    for (int64_t t = 0; t < c->ndev; t++)
+        for (int64_t l = 0; l < w->len; l++) nw->idx[t * w->len + l] = from[t] < 0 ? -1 : w->idx[from[t] * w->len + l];
+    wv.win = nw;
+    return win_settle(c, wv);
+}
+
+/* A window no transfer function takes, as a fresh variable (assumed content)
+ * sharded along its dim over the mesh axes its pieces vary with: so the ops
+ * after it still judge views (as for any unrelated slice). */
+void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x) {
+    const lift_win *w = x->win;
+    uint32_t mask = 0;
+    int64_t stride = 1;
+    for (int a = (int)c->mesh->naxes - 1; a >= 0; a--) {
+        for (int64_t r = 0; r < c->ndev && !(mask >> a & 1); r++) {
+            int64_t r0 = r - mesh_coord(c->mesh, r, a) * stride;
+            if (memcmp(w->idx + r * w->len, w->idx + r0 * w->len, (size_t)w->len * sizeof *w->idx)) mask |= 1u << a;
+        }
+        stride *= c->mesh->sizes[a];
+    }
+    view v = x->v;
+    v.dims[w->dim] = lf_axes_dim(c, mask & ~view_axes_used(&x->v));
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &xi->shape, dims);
+    *x = term(lf_fresh_var(c, xi->shape.dtype, dims, xi->shape.rank), v, true);
+}
+
+/* The window transfer functions, in front of the others: true when one
+ * applies (*out set, possibly LV_UNKNOWN after saying why). */
+bool lf_win_instr(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (c->baseline_mode || in->noperands == 0) return false;
+    switch (in->op) {
+    case OP_COLLECTIVE_PERMUTE: *out = lift_collective_permute(s); return true;
+    case OP_SLICE: return win_slice(s, out);
+    case OP_CONCATENATE: return win_concatenate(s, out);
+    case OP_DYNAMIC_SLICE: return win_dynamic_slice(s, out);
+    default: return false;
+    }
+}
+
