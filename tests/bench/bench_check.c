@@ -230,6 +230,17 @@ int main(int argc, char **argv) {
         printf("depth 405B/8B: wall %.2f, check %.2f; 405B --no-memo %.0f ms, -j1 %.0f ms\n", z->wall / a->wall,
                a->check > 0 ? z->check / a->check : 0, nm.wall, j1.wall);
     }
+    /* Depth with the layers under jax.lax.scan: one while loop whatever the depth. */
+    int s8 = find_pair(names, nres, "llama3.1-8b-scan.megatron_tp.tp8"), s405 = find_pair(names, nres, "llama3.1-405b-scan.megatron_tp.tp8");
+    if (s8 >= 0 && s405 >= 0) {
+        const run_result *a = &res[s8], *z = &res[s405];
+        sb_printf(&md, "\nScanned (the layers under jax.lax.scan: one HLO while loop over the stacked weights, the same size at any depth): "
+                       "llama3.1-405b-scan against llama3.1-8b-scan, Megatron tp8: %s / %s, wall %.1f / %.1f ms = %.2f×, "
+                       "check %.2f / %.2f ms, peak %.0f / %.0f MiB.\n",
+                  verdict_name(z->verdict), verdict_name(a->verdict), z->wall, a->wall, a->wall > 0 ? z->wall / a->wall : 0, z->check, a->check,
+                  z->peak, a->peak);
+        printf("depth scanned 405B/8B: wall %.2f\n", a->wall > 0 ? z->wall / a->wall : 0);
+    }
     /* Device-count scaling groups, in manifest order of their first member. */
     bool done[MAX_PAIRS] = {false};
     bool header = false;
