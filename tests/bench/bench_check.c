@@ -28,7 +28,8 @@
 #include "util.h"
 
 /* How a pair is checked: as the command line does by default (threads = the
- * core count, memo on), or with one of them changed. */
+ * core count, memo on, the rewrite rules in rules/), or with one of the first
+ * two changed. */
 typedef struct {
     int jobs;
     bool no_memo;
@@ -44,7 +45,7 @@ static bench_cfg default_cfg(void) {
  * saturating, checking), i.e. the wall time without reading the programs and
  * writing the trace. */
 static int run_child(const char *name, const char *b, const char *d, const char *r, bench_cfg cfg, int fd) {
-    check_opts o = {.name = name, .baseline = b, .distributed = d, .jobs = cfg.jobs, .no_memo = cfg.no_memo};
+    check_opts o = {.name = name, .baseline = b, .distributed = d, .jobs = cfg.jobs, .no_memo = cfg.no_memo, .rules_dir = "rules"};
     if (strcmp(r, "auto") == 0) o.auto_relations = true;
     else o.relations = r;
     diag dg;
