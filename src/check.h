@@ -15,7 +15,8 @@
  * saturated with the rules there (the trace carries their digest and the
  * saturation figures). Segments are the top-level op_name scopes; memoisation
  * of identical segments is not built (memo_hits is always 0). What lift cannot
- * relate yet (collective-permute, device-dependent values mixed with data,
+ * relate yet (a collective-permute's or local slice's per-device pieces that
+ * are never blocks of a view again, device-dependent values mixed with data,
  * all-to-all results rearranged in unrelated ways) makes the pair unverified,
  * said plainly in the trace; so does a constant a text dump left out ({...}),
  * with a pointer to the protobuf dump. With o->witness, an undecided pair

@@ -1,6 +1,7 @@
 /* lift — transfer functions, one per opcode family (see lift.h). Each says in a
  * comment what it relates and when it refuses. */
 #include "lift.h"
+#include "lift_int.h"
 
 #include "eattr.h"
 #include "interp.h"
@@ -47,12 +48,10 @@ void lift_done(lift_ctx *c) {
     strmap_free(&c->folds);
 }
 
-static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
 static void unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-static void finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
     if (c->baseline_mode) return;  /* one device, every value replicated: nothing to find */
     char msg[600];
     va_list ap;
@@ -207,13 +206,13 @@ static uint64_t comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci) {
     return h | 1;
 }
 
-static uint32_t type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
+uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
     return eg_type(c->g, dt, dims, rank);
 }
 
 /* ---- constant folding: values of constant-only terms (lift.h) ---- */
 
-static interp_val *kval(lift_ctx *c, eid cls) {
+interp_val *lf_kval(lift_ctx *c, eid cls) {
     cls = eg_find(c->g, cls);
     return cls < c->capkvals ? c->kvals[cls] : NULL;
 }
@@ -237,7 +236,7 @@ static void kval_set(lift_ctx *c, eid cls, interp_val *v) {
 static eid const_term(lift_ctx *c, interp_val *v, uint8_t origin) {
     hlo_literal lit = {.dtype = v->dtype, .count = v->n, .f = v->f, .i = v->i};
     int64_t words[3] = {A_LITERAL, 1, (int64_t)literal_digest(&lit)};
-    eid cls = eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), type_of(c, v->dtype, v->dims, v->rank), NULL, 0, origin);
+    eid cls = eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), lf_type_of(c, v->dtype, v->dims, v->rank), NULL, 0, origin);
     kval_set(c, cls, v);
     return cls;
 }
@@ -259,7 +258,7 @@ static interp_val *fold_values(lift_ctx *c, const hlo_module *m, const hlo_instr
     if (n > ARRAY_LEN(ops) || in->op == OP_IOTA || in->shape.dtype == DT_TUPLE || !fold_size_ok(dims, in->shape.rank))
         return NULL;
     for (uint32_t k = 0; k < n; k++)
-        if (!(ops[k] = kval(c, ch[k]))) return NULL;
+        if (!(ops[k] = lf_kval(c, ch[k]))) return NULL;
     hlo_instr g = *in;
     g.shape.dims = (int64_t *)dims;
     g.shape.dynamic = NULL;
@@ -285,8 +284,8 @@ static interp_val *broadcast_values(const interp_val *x, const int64_t *bd, uint
 /* reshape(x) to type t, canonical on both sides: reshape∘reshape is one
  * reshape and a reshape to x's own shape is x (both exact for row-major data).
  * A reshape of known values is the constant of those values. */
-static eid mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
-    const interp_val *xv = kval(c, x);
+eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
+    const interp_val *xv = lf_kval(c, x);
     if (xv && eg_class_type(c->g, x) != t && eg_type_dtype(c->g, t) == xv->dtype) {
         uint32_t rank;
         const int64_t *dims = eg_type_dims(c->g, t, &rank);
@@ -310,8 +309,8 @@ static eid mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
 
 static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
                 uint8_t origin) {
-    uint32_t t = type_of(c, in->shape.dtype, dims, in->shape.rank);
-    if (in->op == OP_RESHAPE && n == 1) return mk_reshape(c, ch[0], t, origin);
+    uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
+    if (in->op == OP_RESHAPE && n == 1) return lf_mk_reshape(c, ch[0], t, origin);
     if (in->op == OP_BROADCAST && n == 1 && eg_class_type(c->g, ch[0]) == t) {
         /* A broadcast to the same shape along dims 0..r-1 in order is the identity. */
         uint32_t nd;
@@ -339,7 +338,7 @@ static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid
     }
     eid cls = eg_add(c->g, in->op, attr, t, ch, n, origin);
     if (fv && keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, cls);
-    if (in->op == OP_CONSTANT && n == 0 && !kval(c, cls) && fold_size_ok(dims, in->shape.rank))
+    if (in->op == OP_CONSTANT && n == 0 && !lf_kval(c, cls) && fold_size_ok(dims, in->shape.rank))
         fv = interp_eval_instr(m, in, NULL, NULL);
     /* A broadcast keeps its structure (the splat form both sides share); its
      * values are known all the same. */
@@ -349,7 +348,7 @@ static eid node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid
 
 static eid fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
     int64_t k = (int64_t)(1000000 + c->fresh++);
-    return eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), type_of(c, dt, dims, rank), NULL, 0, EG_LIFTED);
+    return eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), lf_type_of(c, dt, dims, rank), NULL, 0, EG_LIFTED);
 }
 
 static bool is_identity_custom_call(const hlo_instr *in) {
@@ -697,19 +696,11 @@ static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
         lit.i = iv;
     }
     int64_t words[3] = {A_LITERAL, 1, (int64_t)literal_digest(&lit)};
-    uint32_t t = type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank);
+    uint32_t t = lf_type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank);
     return eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), t, NULL, 0, c->origin);
 }
 
 /* ---- transfer functions ---- */
-
-typedef struct lstate {
-    lift_ctx *c;
-    const hlo_comp *comp;
-    const hlo_instr *in;
-    lval *ops;
-    const lval *vals;             /* values of the computation so far */
-} lstate;
 
 /* A broadcast is constant along the dimensions it adds, so it relates to any
  * sharding of those: re-view operand o (a broadcast) with the dims sharded as
@@ -743,7 +734,8 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
     bool dropped = false;
     for (uint32_t k = 0; k < nd; k++) keep[k] = true;
     for (uint32_t d = 0; d < b->shape.rank; d++) {
-        if (memcmp(&v.dims[d], &want->dims[d], sizeof v.dims[d]) == 0) continue;
+        /* Only the axes in use count (a dim whose axes were dropped may keep stale bytes). */
+        if (v.dims[d].naxes == want->dims[d].naxes && memcmp(v.dims[d].axes, want->dims[d].axes, v.dims[d].naxes) == 0) continue;
         int src_dim = -1;
         for (uint32_t k = 0; k < nd; k++)
             if (bd[k] == d) src_dim = (int)k;
@@ -763,7 +755,7 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
         uint32_t r = 0;
         for (uint32_t k = 0; k < nd; k++)
             if (keep[k]) gd[r++] = src->shape.dims[k] * view_dim_parts(&x->v, c->mesh, k);
-        operand = mk_reshape(c, x->cls, type_of(c, src->shape.dtype, gd, r), c->origin);
+        operand = lf_mk_reshape(c, x->cls, lf_type_of(c, src->shape.dtype, gd, r), c->origin);
     }
     for (uint32_t k = 0; k < nd; k++)
         if (keep[k]) newdims[nn++] = bd[k];
@@ -777,17 +769,17 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
         memcpy(words + nw, newdims, nn * sizeof *newdims);
         nw += nn;
     }
-    uint32_t t = type_of(c, b->shape.dtype, dims, b->shape.rank);
+    uint32_t t = lf_type_of(c, b->shape.dtype, dims, b->shape.rank);
     eid bc = eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, &operand, 1, c->origin);
-    const interp_val *xv = kval(c, operand);
-    interp_val *bv = xv && !kval(c, bc) ? broadcast_values(xv, newdims, nn, dims, b->shape.rank) : NULL;
+    const interp_val *xv = lf_kval(c, operand);
+    interp_val *bv = xv && !lf_kval(c, bc) ? broadcast_values(xv, newdims, nn, dims, b->shape.rank) : NULL;
     if (bv) kval_set(c, bc, bv);
     s->ops[o] = term(bc, v, x->assumed);
     s->ops[o].konst = x->konst;
     return true;
 }
 
-static bool is_elementwise(int op) {
+bool lf_is_elementwise(int op) {
     switch (op) {
     case OP_ABS: case OP_ADD: case OP_AND: case OP_ATAN2: case OP_CBRT: case OP_CEIL: case OP_CLAMP:
     case OP_COMPARE: case OP_CONVERT: case OP_COSINE: case OP_DIVIDE: case OP_ERF: case OP_EXP: case OP_EXPM1:
@@ -884,7 +876,7 @@ static lval lift_elementwise(lstate *s) {
         }
         if (x->v.partial) {
             if (partial && (partial != x->v.partial || red != x->v.red)) {
-                finding(c, "missing-all-reduce", s->comp, in, "%s combines values partial over different mesh axes", in->opname);
+                lf_finding(c, "missing-all-reduce", s->comp, in, "%s combines values partial over different mesh axes", in->opname);
                 return unknown();
             }
             partial = x->v.partial;
@@ -915,10 +907,10 @@ static lval lift_elementwise(lstate *s) {
              * not missing. */
             const hlo_instr *later = in->op == OP_ADD || in->op == OP_SUBTRACT ? summed_later(c, s->comp, in, partial) : NULL;
             if (later)
-                finding(c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
+                lf_finding(c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
                         "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
             else
-                finding(c, is_convert ? "dtype-mismatch" : "missing-all-reduce", s->comp, in,
+                lf_finding(c, is_convert ? "dtype-mismatch" : "missing-all-reduce", s->comp, in,
                         is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
                               : "%s needs complete values but %s: a missing all-reduce",
                         in->opname, is_convert ? dtype_name(in->shape.dtype) : why.s, why.s);
@@ -942,6 +934,39 @@ static lval lift_elementwise(lstate *s) {
     return term(node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
 }
 
+/* A broadcast is constant along the dims it adds, so an added dim of local
+ * size 1 may as well be read as sharded over mesh axes the view leaves free
+ * (GSPMD's grouped-query heads at tp8: one kv head repeated, one copy per
+ * device). Of those true readings, take one whose term the baseline has
+ * (its repeat of the kv heads); v is left alone when none is. */
+static view_dim axes_dim(const lift_ctx *c, uint32_t mask);
+
+static void broadcast_sharded_reading(lift_ctx *c, const hlo_instr *in, const lval *x, const int64_t *bd, uint32_t nd,
+                                      view *v) {
+    uint32_t used = view_axes_used(v);
+    uint32_t all = (1u << c->mesh->naxes) - 1;
+    if (v->partial || lf_kval(c, x->cls) || (used & all) == all) return;
+    uint32_t attr = 0;
+    for (uint32_t d = 0; d < in->shape.rank; d++) {
+        bool added = true;
+        for (uint32_t k = 0; k < nd; k++) added &= bd[k] != d;
+        if (!added || in->shape.dims[d] != 1) continue;
+        if (!attr) attr = encode_attrs(c, c->cur, in);
+        for (uint32_t mask = 1; mask <= all; mask++) {
+            if (mask & used) continue;
+            view w = *v;
+            w.dims[d] = axes_dim(c, mask);
+            int64_t dims[VIEW_MAX_RANK];
+            global_dims(c, &w, &in->shape, dims);
+            eid r = eg_lookup(c->g, OP_BROADCAST, attr, lf_type_of(c, in->shape.dtype, dims, in->shape.rank), &x->cls, 1);
+            if (r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE)) {
+                *v = w;
+                return;
+            }
+        }
+    }
+}
+
 static lval lift_broadcast(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -954,6 +979,7 @@ static lval lift_broadcast(lstate *s) {
     v.partial = x->v.partial;
     v.red = x->v.red;
     if (v.partial && v.red != RED_SUM) return unknown();
+    if (!c->baseline_mode) broadcast_sharded_reading(c, in, x, bd, nd, &v);
     int64_t dims[VIEW_MAX_RANK];
     global_dims(c, &v, &in->shape, dims);
     return term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
@@ -998,8 +1024,8 @@ static lval lift_transpose(lstate *s) {
 static bool reshape_meets_baseline(lift_ctx *c, eid x, const hlo_instr *in, const view *v) {
     int64_t dims[VIEW_MAX_RANK];
     global_dims(c, v, &in->shape, dims);
-    uint32_t t = type_of(c, in->shape.dtype, dims, in->shape.rank);
-    if (kval(c, x)) return false;
+    uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
+    if (lf_kval(c, x)) return false;
     for (;;) {
         eid n = eg_class_first(c->g, x);
         if (n == EID_NONE || eg_node_op(c->g, n) != OP_RESHAPE) break;
@@ -1008,6 +1034,22 @@ static bool reshape_meets_baseline(lift_ctx *c, eid x, const hlo_instr *in, cons
     }
     eid r = eg_class_type(c->g, x) == t ? eg_find(c->g, x) : eg_lookup(c->g, OP_RESHAPE, 0, t, &x, 1);
     return r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE);
+}
+
+/* The next run of a reshape from dims a to dims b starting at a[i], b[j]:
+ * [i, *i2) and [j, *j2) with equal products (false when the shapes disagree). */
+bool lf_reshape_run(const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb, uint32_t i, uint32_t j, uint32_t *i2,
+                        uint32_t *j2) {
+    int64_t pa = 1, pb = 1;
+    *i2 = i, *j2 = j;
+    if (*i2 < ra) pa *= a[(*i2)++];
+    if (*j2 < rb) pb *= b[(*j2)++];
+    while (pa != pb) {
+        if (pa < pb && *i2 < ra) pa *= a[(*i2)++];
+        else if (*j2 < rb) pb *= b[(*j2)++];
+        else return false;
+    }
+    return true;
 }
 
 /* A group of a reshape whose sharded input axes land on unit output dims
@@ -1077,22 +1119,18 @@ static lval lift_reshape(lstate *s) {
     /* vb: the other reading, where a sharding that lands on a unit major dim
      * goes to the first non-unit dim of its group instead. */
     view vb = v;
-    bool amb = x->ambiguous, two = false;
+    /* vc: the reading where sharded unit dims leading a group join the
+     * previous group instead when that one is a single unit output dim
+     * ([.., 1, 1, 8] → [.., 1, 8] with both units sharded: the heads merge). */
+    view vc = v;
+    bool amb = x->ambiguous, two = false, three = false;
     reshape_group ag[4];
     uint32_t nag = 0;
     uint32_t i = 0, j = 0;
+    int prev_unit = -1;
     while (i < ra || j < rb) {
-        /* One group: [i, i2) of a and [j, j2) of b with equal products. */
-        uint32_t i2 = i, j2 = j;
-        int64_t pa = 1, pb = 1;
-        if (i2 < ra) pa *= a[i2++];
-        if (j2 < rb) pb *= b[j2++];
-        while (pa != pb) {
-            if (pa < pb && i2 < ra) pa *= a[i2++];
-            else if (j2 < rb) pb *= b[j2++];
-            else break;
-        }
-        if (pa != pb) return unknown();
+        uint32_t i2, j2;
+        if (!lf_reshape_run(a, ra, b, rb, i, j, &i2, &j2)) return unknown();
         /* Sharded dims of the group: each must have only unit dims before it
          * in the group (they hold no data); their axes, major first, then go
          * to the major dim of the output group (unit dims included: locally
@@ -1109,6 +1147,10 @@ static lval lift_reshape(lstate *s) {
                 return assume(c, in, pv);
             }
             for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) v.dims[j].axes[v.dims[j].naxes++] = x->v.dims[k].axes[t];
+            view_dim *to = prev_unit >= 0 && units_before && a[k] == 1 && k + 1 < i2 ? &vc.dims[prev_unit] : &vc.dims[j];
+            if (to->naxes + x->v.dims[k].naxes > MESH_MAX_AXES) to = &vc.dims[j];  /* (axes are distinct: never) */
+            if (to != &vc.dims[j]) three = amb = true;
+            for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) to->axes[to->naxes++] = x->v.dims[k].axes[t];
             any = true;
         }
         if (any) {
@@ -1127,6 +1169,9 @@ static lval lift_reshape(lstate *s) {
             }
             vb.dims[outb] = v.dims[out];
         }
+        int64_t pa = 1;
+        for (uint32_t q = i; q < i2; q++) pa *= a[q];
+        prev_unit = pa == 1 && j2 == j + 1 ? (int)j : -1;
         i = i2;
         j = j2;
         if (i2 == i && j2 == j && i >= ra && j >= rb) break;
@@ -1137,6 +1182,7 @@ static lval lift_reshape(lstate *s) {
         if (reshape_meets_baseline(c, x->cls, in, &vb)) v = vb;
         else if (reshape_split_reading(c, x, in, &v, ag, nag, &w)) v = w;
     }
+    if (three && !reshape_meets_baseline(c, x->cls, in, &v) && reshape_meets_baseline(c, x->cls, in, &vc)) v = vc;
     global_dims(c, &v, &in->shape, dims);
     lval r = term(node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
     r.ambiguous = amb;
@@ -1155,7 +1201,7 @@ static lval lift_dot(lstate *s) {
     const int64_t *rb = instr_ints(in, A_RHS_BATCH_DIMS, &nrb), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
     if (nlb != nrb || nlc != nrc) return unknown();
     if ((l->v.partial && r->v.partial) || ((l->v.partial || r->v.partial) && (l->v.red | r->v.red) != RED_SUM)) {
-        finding(c, "missing-all-reduce", s->comp, in, "dot of two partial values: at least one all-reduce is missing");
+        lf_finding(c, "missing-all-reduce", s->comp, in, "dot of two partial values: at least one all-reduce is missing");
         return unknown();
     }
     view v = view_dup(in->shape.rank);
@@ -1209,7 +1255,7 @@ static lval lift_reduce(lstate *s) {
     int red = instr_reducer(c->cur, in);
     if (!red) return unknown();
     if (x->v.partial && !(x->v.red == red && (red == RED_SUM || red == RED_MAX || red == RED_MIN))) {
-        finding(c, "missing-all-reduce", s->comp, in, "reduce-%s of a value that is still partial (%s) over a mesh axis",
+        lf_finding(c, "missing-all-reduce", s->comp, in, "reduce-%s of a value that is still partial (%s) over a mesh axis",
                 reducer_name(red), reducer_name(x->v.red));
         return unknown();
     }
@@ -1257,7 +1303,7 @@ static int collective_axes(lstate *s, bool ordered) {
         unsupported(c, s->comp, s->in, "the replica groups of %s match no axis of the mesh inferred from the shardings",
                     s->in->name);
     else
-        finding(c, "wrong-collective-group", s->comp, s->in, "the replica groups of %s match no set of mesh axes%s",
+        lf_finding(c, "wrong-collective-group", s->comp, s->in, "the replica groups of %s match no set of mesh axes%s",
                 s->in->name, ordered ? " (in device order)" : "");
     return -1;
 }
@@ -1312,12 +1358,12 @@ static lval lift_all_reduce(lstate *s) {
                 strbuf p2;
                 sb_init(&p2);
                 axes_words(&p2, c, x->v.partial & ~(uint32_t)axes);
-                finding(c, "wrong-collective-group", s->comp, in,
+                lf_finding(c, "wrong-collective-group", s->comp, in,
                         "%s reduces over %s, but the value is partial over %s: the all-reduce runs over the wrong mesh axis",
                         in->name, w.s, p2.s);
                 sb_free(&p2);
             } else {
-                finding(c, "wrong-reduction", s->comp, in,
+                lf_finding(c, "wrong-reduction", s->comp, in,
                         "%s sums over %s, but the value is already complete over %s: it is counted %lld times",
                         in->name, w.s, e.s, (long long)times);
             }
@@ -1330,7 +1376,7 @@ static lval lift_all_reduce(lstate *s) {
         }
     }
     if (x->v.partial && x->v.red != red) {
-        finding(c, "wrong-reduction", s->comp, in, "%s reduces with %s over %s but the value is partial with %s",
+        lf_finding(c, "wrong-reduction", s->comp, in, "%s reduces with %s over %s but the value is partial with %s",
                 in->name, reducer_name(red), w.s, reducer_name(x->v.red));
         view v = x->v;
         v.partial &= (uint8_t)~axes;
@@ -1340,13 +1386,13 @@ static lval lift_all_reduce(lstate *s) {
     for (uint32_t d = 0; d < x->v.rank; d++)
         for (uint32_t a = 0; a < x->v.dims[d].naxes; a++)
             if (axes >> x->v.dims[d].axes[a] & 1) {
-                finding(c, "wrong-collective-group", s->comp, in, "@%s reduces over %s, along which the value is sharded (dimension %u), not partial",
+                lf_finding(c, "wrong-collective-group", s->comp, in, "@%s reduces over %s, along which the value is sharded (dimension %u), not partial",
                         in->name, w.s, d);
                 sb_free(&w);
                 return unknown();
             }
     if (in->shape.dtype != s->comp->instrs[in->operands[0]].shape.dtype) {
-        finding(c, "dtype-mismatch", s->comp, in, "%s changes the element type", in->name);
+        lf_finding(c, "dtype-mismatch", s->comp, in, "%s changes the element type", in->name);
         sb_free(&w);
         return unknown();
     }
@@ -1392,7 +1438,7 @@ static lval lift_all_gather(lstate *s) {
         sb_init(&w);
         describe(&a, c, &x->v);
         axes_words(&w, c, (uint32_t)axes);
-        finding(c, "wrong-shard-dim", s->comp, in, "@%s gathers dimension %u over %s, but the value is %s", in->name, d, w.s, a.s);
+        lf_finding(c, "wrong-shard-dim", s->comp, in, "@%s gathers dimension %u over %s, but the value is %s", in->name, d, w.s, a.s);
         sb_free(&a);
         sb_free(&w);
         return unknown();
@@ -1411,7 +1457,7 @@ static lval lift_reduce_scatter(lstate *s) {
     if (!dim_collective(s, &axes, &dim)) return unknown();
     int red = instr_reducer(c->cur, in);
     if ((x->v.partial & axes) != (uint32_t)axes || x->v.red != red) {
-        finding(c, x->v.partial ? "wrong-reduction" : "wrong-reduction", s->comp, in,
+        lf_finding(c, x->v.partial ? "wrong-reduction" : "wrong-reduction", s->comp, in,
                 "%s reduces a value that is not partial (%s) over its groups", in->name, reducer_name(red));
         return unknown();
     }
@@ -1534,7 +1580,7 @@ static lval lift_dynamic_slice(lstate *s) {
             strbuf t;
             sb_init(&t);
             for (int64_t r = 0; r < c->ndev && r < 8; r++) sb_printf(&t, "%s%lld", r ? ", " : "", (long long)o->dev[r]);
-            finding(c, "wrong-shard-dim", s->comp, in,
+            lf_finding(c, "wrong-shard-dim", s->comp, in,
                     "@%s slices dimension %u at per-device offsets {%s%s}, which select no mesh-axis block of size %lld",
                     in->name, d, t.s, c->ndev > 8 ? ", ..." : "", (long long)size);
             sb_free(&t);
@@ -1551,7 +1597,7 @@ static lval lift_dynamic_slice(lstate *s) {
             words[nw++] = wlo[d], words[nw++] = whi[d], words[nw++] = 1;
             dims[d] = whi[d] - wlo[d];
         }
-        uint32_t t = type_of(c, in->shape.dtype, dims, rank);
+        uint32_t t = lf_type_of(c, in->shape.dtype, dims, rank);
         return term(eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nw), t, &x->cls, 1, c->origin), v, x->assumed);
     }
     return term(x->cls, v, x->assumed);
@@ -1613,8 +1659,7 @@ static lval lift_concatenate(lstate *s) {
 
 /* ---- index arithmetic: piecewise functions of one integer source ---- */
 
-static void assume_text(lift_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void assume_text(lift_ctx *c, const char *fmt, ...) {
+void lf_assume(lift_ctx *c, const char *fmt, ...) {
     char line[300];
     va_list ap;
     va_start(ap, fmt);
@@ -1627,7 +1672,7 @@ static void assume_text(lift_ctx *c, const char *fmt, ...) {
 
 /* The precondition that source values lie in [0, n) (a gathered table's rows). */
 static void assume_domain(lift_ctx *c, eid src, int64_t n) {
-    assume_text(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)n);
+    lf_assume(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)n);
     if (src == EID_NONE) return;
     for (uint32_t i = 0; i < c->ndoms; i++)
         if (c->dom_src[i] == src && c->dom_size[i] == n) return;
@@ -1741,7 +1786,7 @@ static bool pos_reshape(lift_ctx *c, eid *pos, view *vw, const int64_t *in_dims,
     int64_t g[VIEW_MAX_RANK];
     for (uint32_t d = 0; d < rank; d++) g[d] = dims[d] * view_dim_parts(vw, c->mesh, d);
     int dt = eg_type_dtype(c->g, eg_class_type(c->g, *pos));
-    *pos = mk_reshape(c, *pos, type_of(c, dt, g, rank), c->origin);
+    *pos = lf_mk_reshape(c, *pos, lf_type_of(c, dt, g, rank), c->origin);
     return true;
 }
 
@@ -1762,7 +1807,7 @@ static void pos_broadcast(lift_ctx *c, eid *pos, view *vw, const int64_t *bdims,
         nw += nb;
     }
     int dt = eg_type_dtype(c->g, eg_class_type(c->g, *pos));
-    uint32_t t = type_of(c, dt, g, rank);
+    uint32_t t = lf_type_of(c, dt, g, rank);
     bool ident = nb == rank;
     for (uint32_t k = 0; k < nb && ident; k++) ident = bdims[k] == k;
     if (ident && eg_class_type(c->g, *pos) == t) return;  /* same shape, dims in order: identity */
@@ -1911,8 +1956,8 @@ static eid gather_of_iota(lift_ctx *c, eid tab, eid pos, const int64_t *bdims, c
         bw[3 + j] = off[j];
         if (bw[3 + j] <= bw[2 + j]) return EID_NONE;
     }
-    eid sl = eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nwords), type_of(c, dt, sdims, tr), &tab, 1, c->origin);
-    uint32_t t = type_of(c, dt, g, rank);
+    eid sl = eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nwords), lf_type_of(c, dt, sdims, tr), &tab, 1, c->origin);
+    uint32_t t = lf_type_of(c, dt, g, rank);
     bool ident = rank == tr && eg_class_type(c->g, sl) == t;
     for (uint32_t d = 0; d < tr && ident; d++) ident = bw[2 + d] == d;
     if (ident) return sl;  /* as node() does: a broadcast to the same shape, dims in order */
@@ -2195,7 +2240,7 @@ static bool pw_instr(lstate *s, lval *out) {
         *out = s->ops[k0 ? 1 : 2];
         return true;
     }
-    if (!(dtype_is_int(dt) || dt == DT_PRED) || !is_elementwise(in->op)) return false;
+    if (!(dtype_is_int(dt) || dt == DT_PRED) || !lf_is_elementwise(in->op)) return false;
     pw_fn *f[3];
     eid pos = EID_NONE;
     if (in->noperands > 3) return false;
@@ -2237,31 +2282,68 @@ static bool pw_instr(lstate *s, lval *out) {
 
 /* ---- all-to-all and the layouts it leaves (atomic factors) ---- */
 
-/* Back to a plain view when every local dim is exactly the free parts of one
- * global dim, in order: then the local tensor is a block of the term itself. */
-static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, lval *out) {
+/* Back to a plain view when the local dims, read in order, are the free atoms
+ * of the global term in its row-major order and every bound atom stands just
+ * before the free atoms of one local dim (it is that dim's major part: blocked
+ * sharding). The term is then the global term reshaped so that each local dim,
+ * with the bound atoms before it, is one global dim. Where a bound atom could
+ * go to a local dim of size 1 or to the next one, it goes to the size-1 dim
+ * when its global dim has no free atom (a dim bound whole keeps its own
+ * place); either reading is exact, this one keeps the global dims apart.
+ * Without `reshaped`, only when the local dims are the global dims (no
+ * reshape of the term). */
+static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool reshaped, lval *out) {
     const lift_layout *L = x->lay;
-    if (L->ndims != L->grank || local->rank != L->grank) return false;
-    view v = view_dup(L->grank);
-    for (uint32_t i = 0; i < L->ndims; i++) {
-        int64_t free_size = L->gdims[i] / (L->bound[i] >= 0 ? L->split[i] : 1);
-        int last_part = -1;
-        int64_t prod = 1;
-        for (uint32_t k = 0; k < L->natoms[i]; k++) {
-            const layout_atom *a = &L->atoms[i][k];
-            if (a->gdim != i || (int)a->part <= last_part) return false;
-            if (L->bound[i] >= 0 && a->part == 0) return false;
-            last_part = a->part;
-            prod *= a->size;
+    if (local->rank != L->ndims || L->ndims > VIEW_MAX_RANK || L->grank > VIEW_MAX_RANK) return false;
+    layout_atom ga[2 * VIEW_MAX_RANK];
+    bool gbound[2 * VIEW_MAX_RANK];
+    uint32_t ng = 0;
+    for (uint32_t g = 0; g < L->grank; g++) {
+        if (L->split[g] > 1) {
+            gbound[ng] = L->bound[g] >= 0;
+            ga[ng++] = (layout_atom){(uint8_t)g, 0, L->split[g]};
         }
-        if (prod != free_size || local->dims[i] != free_size) return false;
-        if (L->bound[i] >= 0) {
-            v.dims[i].naxes = L->naxes[i];
-            memcpy(v.dims[i].axes, L->axes[i], L->naxes[i]);
+        int64_t minor = L->gdims[g] / L->split[g];
+        if (minor > 1) {
+            gbound[ng] = false;
+            ga[ng++] = (layout_atom){(uint8_t)g, 1, minor};
         }
     }
-    (void)c;
-    *out = term(x->cls, v, x->assumed);
+    view v = view_dup(L->ndims);
+    int64_t gd[VIEW_MAX_RANK];
+    uint32_t p = 0;
+    for (uint32_t k = 0; k < L->ndims; k++) {
+        int64_t size = 1;
+        int first = -1;
+        while (p < ng && gbound[p]) {
+            if (L->natoms[k] == 0 && first >= 0 && ga[p].gdim != first) break;
+            if (L->natoms[k] == 0 && first < 0) {
+                /* A size-1 local dim takes a bound atom only of a dim bound whole. */
+                bool whole = !(p + 1 < ng && !gbound[p + 1] && ga[p + 1].gdim == ga[p].gdim);
+                if (!whole) break;
+            }
+            first = ga[p].gdim;
+            view_dim *vd = &v.dims[k];
+            if (vd->naxes + L->naxes[ga[p].gdim] > MESH_MAX_AXES) return false;
+            memcpy(vd->axes + vd->naxes, L->axes[ga[p].gdim], L->naxes[ga[p].gdim]);
+            vd->naxes = (uint8_t)(vd->naxes + L->naxes[ga[p].gdim]);
+            size *= ga[p++].size;
+        }
+        int64_t prod = 1;
+        for (uint32_t j = 0; j < L->natoms[k]; j++) {
+            const layout_atom *a = &L->atoms[k][j];
+            if (p >= ng || gbound[p] || ga[p].gdim != a->gdim || ga[p].part != a->part || ga[p].size != a->size) return false;
+            prod *= ga[p++].size;
+        }
+        if (prod != local->dims[k]) return false;
+        gd[k] = size * prod;
+    }
+    if (p != ng) return false;
+    bool same = L->ndims == L->grank;
+    for (uint32_t k = 0; k < L->ndims && same; k++) same = gd[k] == L->gdims[k];
+    if (!same && !reshaped) return false;
+    eid cls = same ? x->cls : lf_mk_reshape(c, x->cls, lf_type_of(c, local->dtype, gd, L->ndims), c->origin);
+    *out = term(cls, v, x->assumed);
     return true;
 }
 
@@ -2283,6 +2365,8 @@ static lval lift_all_to_all(lstate *s) {
         if (!x->v.dims[d].naxes) continue;
         uint32_t mask = 0;
         for (uint32_t k = 0; k < x->v.dims[d].naxes; k++) mask |= 1u << x->v.dims[d].axes[k];
+        /* Dims sharded on other axes stay bound as they are (not the exchanged one). */
+        if (!(mask & (uint32_t)axes) && d != cd) continue;
         if (mask != (uint32_t)axes || e >= 0) {
             unsupported(c, s->comp, in, "%s: operand sharded on axes the all-to-all does not exchange", in->name);
             return unknown();
@@ -2300,9 +2384,13 @@ static lval lift_all_to_all(lstate *s) {
     L->grank = rank;
     L->ndims = rank;
     for (uint32_t d = 0; d < rank; d++) {
-        L->gdims[d] = src->shape.dims[d] * (d == (uint32_t)e ? n : 1);
-        L->split[d] = 1;
-        L->bound[d] = -1;
+        int64_t parts = view_dim_parts(&x->v, c->mesh, d);
+        if (parts < 1) return unknown();
+        L->gdims[d] = src->shape.dims[d] * parts;
+        L->split[d] = parts;
+        L->bound[d] = parts > 1 && d != (uint32_t)e ? 1 : -1;
+        L->naxes[d] = d != (uint32_t)e ? x->v.dims[d].naxes : 0;
+        memcpy(L->axes[d], x->v.dims[d].axes, L->naxes[d]);
     }
     L->split[e] = n;
     L->split[cd] = n;
@@ -2316,8 +2404,8 @@ static lval lift_all_to_all(lstate *s) {
         } else if (d == cd) {
             L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)e, 0, n};
             if (L->gdims[d] / n > 1) L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)d, 1, L->gdims[d] / n};
-        } else if (L->gdims[d] > 1) {
-            L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)d, 1, L->gdims[d]};
+        } else if (L->gdims[d] / L->split[d] > 1) {
+            L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)d, 1, L->gdims[d] / L->split[d]};
         }
     }
     return (lval){.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
@@ -2365,10 +2453,407 @@ static bool layout_op(lstate *s, lval *out) {
         return false;
     }
     lval v = {.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
-    if (!layout_to_term(c, &v, &in->shape, out)) *out = v;
+    if (!layout_to_term(c, &v, &in->shape, false, out)) *out = v;
     return true;
 }
 
+
+/* ---- per-device windows (LV_WIN): local slices of sharded dims and
+ * collective-permute, until the pieces are blocks of a plain view again ---- */
+
+/* The block device r holds of a dim sharded over vd's axes (major first). */
+static int64_t dim_block(const lift_ctx *c, const view_dim *vd, int64_t r) {
+    int64_t b = 0;
+    for (uint32_t k = 0; k < vd->naxes; k++) b = b * c->mesh->sizes[vd->axes[k]] + mesh_coord(c->mesh, r, vd->axes[k]);
+    return b;
+}
+
+/* The global dims of a term; its rank in *rank. */
+static const int64_t *term_dims(lift_ctx *c, eid cls, uint32_t *rank) {
+    return eg_type_dims(c->g, eg_class_type(c->g, cls), rank);
+}
+
+/* slice(x) with sl = (start, limit, stride) per dim, global coordinates: the
+ * same term as a slice instruction of the baseline (folded alike). */
+static eid mk_slice(lift_ctx *c, eid x, const int64_t *sl) {
+    uint32_t rank;
+    const int64_t *xd = term_dims(c, x, &rank);
+    int64_t dims[VIEW_MAX_RANK], words[3 * VIEW_MAX_RANK];
+    bool whole = true;
+    for (uint32_t k = 0; k < rank; k++) {
+        memcpy(words + 3 * k, sl + 3 * k, 3 * sizeof *words);
+        dims[k] = (sl[3 * k + 1] - sl[3 * k] + sl[3 * k + 2] - 1) / sl[3 * k + 2];
+        whole &= sl[3 * k] == 0 && sl[3 * k + 1] == xd[k] && sl[3 * k + 2] == 1;
+    }
+    if (whole) return eg_find(c->g, x);
+    hlo_attr at = {.key = A_SLICE, .kind = K_SLICES, .n = rank, .v.ints = words};
+    hlo_instr g = {.name = "slice", .opname = "slice", .op = OP_SLICE, .nattrs = 1, .noperands = 1, .attrs = &at};
+    g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, x));
+    g.shape.rank = rank;
+    g.shape.dims = dims;
+    return node(c, c->cur, &g, &x, 1, dims, c->origin);
+}
+
+/* A new window along dim, its origin that of `like` (NULL: none yet). */
+static lift_win *win_new(lift_ctx *c, const lift_win *like, uint32_t dim, int64_t len) {
+    lift_win *w = arena_alloc(c->a, sizeof *w);
+    w->dim = dim;
+    w->len = len;
+    w->from = like ? like->from : NULL;
+    w->from_comp = like ? like->from_comp : NULL;
+    w->idx = arena_alloc(c->a, (size_t)(c->ndev * (len ? len : 1)) * sizeof *w->idx);
+    return w;
+}
+
+/* Windows hold an index per device and element along their dim: beyond this
+ * many, the ops that would make one are left unrelated (said plainly). */
+#define LIFT_WIN_MAX (1 << 22)
+
+/* x, a term of local length len along dim d, as a window: device r holds
+ * elements [block(r)·len, block(r)·len + len) of the term there. */
+static bool win_of_term(lift_ctx *c, const lval *x, uint32_t d, int64_t len, lval *out) {
+    if (x->kind != LV_TERM || x->v.partial || d >= x->v.rank || len < 1 || len > LIFT_WIN_MAX / c->ndev) return false;
+    lift_win *w = win_new(c, NULL, d, len);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t b = dim_block(c, &x->v.dims[d], r);
+        for (int64_t l = 0; l < len; l++) w->idx[r * len + l] = b * len + l;
+    }
+    *out = *x;
+    out->kind = LV_WIN;
+    out->win = w;
+    out->v.dims[d] = (view_dim){0};
+    return true;
+}
+
+/* A window whose pieces are runs [lo + block(r)·len, + len) over some mesh
+ * axes the view does not use (or the same run everywhere) is that slice of
+ * the term, sharded over those axes; any other window stays one. */
+static lval win_settle(lift_ctx *c, lval x) {
+    const lift_win *w = x.win;
+    uint32_t rank;
+    const int64_t *td = term_dims(c, x.cls, &rank);
+    double *base = arena_alloc(c->a, (size_t)c->ndev * sizeof *base);
+    bool uniform = true;
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t b = w->idx[r * w->len];
+        if (b < 0) return x;
+        for (int64_t l = 1; l < w->len; l++)
+            if (w->idx[r * w->len + l] != b + l) return x;
+        base[r] = (double)b;
+        uniform &= base[r] == base[0];
+    }
+    int64_t lo = (int64_t)base[0], parts = 1;
+    uint32_t mask = 0;
+    if (!uniform) {
+        mask = block_offsets(c, base, 1, w->len, &lo, &parts);
+        if (!mask || (mask & view_axes_used(&x.v))) return x;
+    }
+    if (lo < 0 || lo + parts * w->len > td[w->dim]) return x;
+    int64_t sl[3 * VIEW_MAX_RANK];
+    for (uint32_t k = 0; k < rank; k++) sl[3 * k] = 0, sl[3 * k + 1] = td[k], sl[3 * k + 2] = 1;
+    sl[3 * w->dim] = lo;
+    sl[3 * w->dim + 1] = lo + parts * w->len;
+    lval out = term(mk_slice(c, x.cls, sl), x.v, x.assumed);
+    out.konst = x.konst;
+    out.ambiguous = x.ambiguous;
+    if (mask) out.v.dims[w->dim] = axes_dim(c, mask);
+    return out;
+}
+
+/* slice of a window along its dim (other dims: unsharded ones slice the term,
+ * sharded ones are taken whole), or of a term with one sharded dim sliced. */
+static bool win_slice(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    const hlo_attr *sa = instr_attr(in, A_SLICE);
+    lval x = s->ops[0];
+    if (!sa || sa->n != src->shape.rank || src->shape.rank > VIEW_MAX_RANK || in->shape.rank != sa->n) return false;
+    const int64_t *sl = sa->v.ints;
+    for (uint32_t k = 0; k < sa->n; k++)  /* the attribute and the shapes must agree (else not read here) */
+        if (sl[3 * k] < 0 || sl[3 * k + 2] < 1 || sl[3 * k + 1] > src->shape.dims[k] || sl[3 * k + 1] < sl[3 * k] ||
+            (sl[3 * k + 1] - sl[3 * k] + sl[3 * k + 2] - 1) / sl[3 * k + 2] != in->shape.dims[k])
+            return false;
+    if (x.kind == LV_TERM) {
+        int d = -1;
+        for (uint32_t k = 0; k < sa->n; k++)
+            if (x.v.dims[k].naxes && (sl[3 * k] != 0 || sl[3 * k + 1] != src->shape.dims[k] || sl[3 * k + 2] != 1)) {
+                if (d >= 0) return false;
+                d = (int)k;
+            }
+        if (d < 0 || !win_of_term(c, &s->ops[0], (uint32_t)d, src->shape.dims[d], &x)) return false;
+        x.win->from = in;
+        x.win->from_comp = s->comp;
+    }
+    if (x.kind != LV_WIN) return false;
+    const lift_win *w = x.win;
+    uint32_t rank;
+    const int64_t *td = term_dims(c, x.cls, &rank);
+    int64_t tsl[3 * VIEW_MAX_RANK];
+    for (uint32_t k = 0; k < rank; k++) {
+        bool whole = sl[3 * k] == 0 && sl[3 * k + 1] == src->shape.dims[k] && sl[3 * k + 2] == 1;
+        if (x.v.dims[k].naxes && !whole) return false;
+        if (k == w->dim || x.v.dims[k].naxes) tsl[3 * k] = 0, tsl[3 * k + 1] = td[k], tsl[3 * k + 2] = 1;
+        else memcpy(tsl + 3 * k, sl + 3 * k, 3 * sizeof *tsl);
+    }
+    int64_t lo = sl[3 * w->dim], st = sl[3 * w->dim + 2], len = in->shape.dims[w->dim];
+    if (lo < 0 || st < 1 || len < 1 || lo + (len - 1) * st >= w->len) return false;
+    lift_win *nw = win_new(c, w, w->dim, len);
+    for (int64_t r = 0; r < c->ndev; r++)
+        for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = w->idx[r * w->len + lo + l * st];
+    x.cls = mk_slice(c, x.cls, tsl);
+    x.win = nw;
+    *out = win_settle(c, x);
+    return true;
+}
+
+/* concatenate along dim cd where an operand is a window along cd or a term
+ * sharded on cd: every operand as a window along cd, the same view elsewhere;
+ * the term is the concatenation of the distinct operand terms. */
+static bool win_concatenate(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t nd;
+    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
+    if (nd != 1 || in->noperands > 64 || in->noperands == 0) return false;
+    uint32_t cd = (uint32_t)dd[0];
+    bool needed = false;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        needed |= x->kind == LV_WIN || (x->kind == LV_TERM && cd < x->v.rank && x->v.dims[cd].naxes);
+    }
+    if (!needed) return false;
+    lval ws[64];
+    eid ch[64];
+    int64_t off[64], total = 0;
+    uint32_t nch = 0, rank = 0;
+    const int64_t *td0 = NULL;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
+        if (s->ops[o].kind == LV_WIN) ws[o] = s->ops[o];
+        else if (!win_of_term(c, &s->ops[o], cd, xi->shape.dims[cd], &ws[o])) return false;
+        if (ws[o].win->dim != cd || !view_equal(&ws[o].v, &ws[0].v)) return false;
+        eid k = eg_find(c->g, ws[o].cls);
+        uint32_t j = 0;
+        while (j < nch && ch[j] != k) j++;
+        if (j == nch) {
+            uint32_t r;
+            const int64_t *td = term_dims(c, k, &r);
+            if (!td0) td0 = td, rank = r;
+            if (r != rank) return false;
+            for (uint32_t q = 0; q < r; q++)
+                if (q != cd && td[q] != td0[q]) return false;
+            ch[nch] = k;
+            off[nch++] = total;
+            total += td[cd];
+        }
+    }
+    int64_t dims[VIEW_MAX_RANK];
+    if (!td0 || rank > VIEW_MAX_RANK) return false;
+    memcpy(dims, td0, rank * sizeof *dims);
+    dims[cd] = total;
+    eid t = nch == 1 ? ch[0] : node(c, c->cur, in, ch, nch, dims, c->origin);
+    int64_t sum = 0;
+    for (uint32_t o = 0; o < in->noperands; o++) sum += ws[o].win->len;
+    if (sum != in->shape.dims[cd] || sum > LIFT_WIN_MAX / c->ndev) return false;
+    /* The pieces began where data first moved between devices, if it did. */
+    const lift_win *like = NULL;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (s->ops[o].kind == LV_WIN &&
+            (!like || (!(like->from && like->from->op == OP_COLLECTIVE_PERMUTE) && s->ops[o].win->from &&
+                       s->ops[o].win->from->op == OP_COLLECTIVE_PERMUTE)))
+            like = s->ops[o].win;
+    lift_win *w = win_new(c, like, cd, in->shape.dims[cd]);
+    if (!w->from) w->from = in, w->from_comp = s->comp;
+    bool assumed = false;
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t at = 0;
+        for (uint32_t o = 0; o < in->noperands; o++) {
+            const lift_win *x = ws[o].win;
+            eid k = eg_find(c->g, ws[o].cls);
+            uint32_t j = 0;
+            while (ch[j] != k) j++;
+            for (int64_t l = 0; l < x->len; l++) {
+                int64_t e = x->idx[r * x->len + l];
+                w->idx[r * w->len + at++] = e < 0 ? -1 : e + off[j];
+            }
+        }
+    }
+    for (uint32_t o = 0; o < in->noperands; o++) assumed |= ws[o].assumed;
+    lval v = ws[0];
+    v.cls = t;
+    v.win = w;
+    v.assumed = assumed;
+    *out = win_settle(c, v);
+    return true;
+}
+
+/* dynamic-slice of a window: per-device offsets (device values, clamped as
+ * XLA clamps them) along its dim; every other dim is taken whole. */
+static bool win_dynamic_slice(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_WIN) return false;
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    const lift_win *w = x->win;
+    if (in->noperands != 1 + src->shape.rank || in->shape.rank != src->shape.rank) return false;
+    uint32_t ns;
+    const int64_t *sizes = instr_ints(in, A_DYNAMIC_SLICE_SIZES, &ns);
+    for (uint32_t k = 0; k < src->shape.rank; k++)
+        if ((k != w->dim && in->shape.dims[k] != src->shape.dims[k]) || (sizes && (ns != in->shape.rank || sizes[k] != in->shape.dims[k])))
+            return false;
+    const lval *o = &s->ops[1 + w->dim];
+    if (o->kind != LV_DEV || o->count != 1) return false;
+    int64_t len = in->shape.dims[w->dim];
+    if (len < 1 || len > w->len) return false;
+    lift_win *nw = win_new(c, w, w->dim, len);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t st = (int64_t)o->dev[r];
+        if (st > w->len - len) st = w->len - len;
+        if (st < 0) st = 0;
+        for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = w->idx[r * w->len + st + l];
+    }
+    lval v = *x;
+    v.win = nw;
+    *out = win_settle(c, v);
+    return true;
+}
+
+/* collective-permute: device t receives the operand of the device s paired
+ * with it ({s,t} in source_target_pairs, partition ids), or zeros when none.
+ * Exact per device as a window along the dim whose blocks move; related only
+ * when the devices paired hold the same blocks of every other dim (and the
+ * value is not partial). A term whose blocks stay put and that every device
+ * receives is unchanged. */
+static lval lift_collective_permute(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    bool same_shape = in->noperands == 1 && in->shape.rank == s->comp->instrs[in->operands[0]].shape.rank;
+    for (uint32_t k = 0; same_shape && k < in->shape.rank; k++)
+        same_shape = in->shape.dims[k] == s->comp->instrs[in->operands[0]].shape.dims[k];
+    if (!same_shape || (x->kind != LV_TERM && x->kind != LV_WIN) || in->shape.rank == 0 || in->shape.rank > VIEW_MAX_RANK) {
+        unsupported(c, s->comp, in, "no transfer function relates %s (%s) with these operand views", in->name, in->opname);
+        return unknown();
+    }
+    if (!instr_attr(in, A_CHANNEL_ID)) {
+        unsupported(c, s->comp, in, "%s has no channel_id: its pairs name replicas, not partitions", in->name);
+        return unknown();
+    }
+    if (x->v.partial) {
+        unsupported(c, s->comp, in, "%s permutes a partial value", in->name);
+        return unknown();
+    }
+    const hlo_attr *pa = instr_attr(in, A_SOURCE_TARGET_PAIRS);
+    arena tmp;
+    arena_init(&tmp);
+    hlo_groups g = {0};
+    if (pa) groups_expand(pa->v.groups, &tmp, &g);
+    int64_t *from = arena_alloc(c->a, (size_t)c->ndev * sizeof *from);
+    bool *sent = arena_alloc(c->a, (size_t)c->ndev * sizeof *sent);
+    for (int64_t r = 0; r < c->ndev; r++) from[r] = -1, sent[r] = false;
+    const char *bad = NULL;
+    for (uint32_t k = 0; k < g.ngroups && !bad; k++) {
+        if (g.start[k + 1] - g.start[k] != 2) {
+            bad = "a pair without two ids";
+            break;
+        }
+        int64_t a = g.ids[g.start[k]], b = g.ids[g.start[k] + 1];
+        if (a < 0 || b < 0 || a >= c->ndev || b >= c->ndev) bad = "a device id outside the mesh";
+        else if (from[b] >= 0 || sent[a]) bad = "a device twice as source or target";
+        else from[b] = a, sent[a] = true;
+    }
+    arena_free(&tmp);
+    if (bad) {
+        unsupported(c, s->comp, in, "the source_target_pairs of %s name %s", in->name, bad);
+        return unknown();
+    }
+    uint32_t moved = 0;
+    bool all = true;
+    for (int64_t t = 0; t < c->ndev; t++) {
+        if (from[t] < 0) {
+            all = false;
+            continue;
+        }
+        for (uint32_t a = 0; a < c->mesh->naxes; a++)
+            if (mesh_coord(c->mesh, from[t], (int)a) != mesh_coord(c->mesh, t, (int)a)) moved |= 1u << a;
+    }
+    int d = x->kind == LV_WIN ? (int)x->win->dim : -1;
+    for (uint32_t k = 0; k < x->v.rank && x->kind == LV_TERM; k++) {
+        uint32_t m = 0;
+        for (uint32_t j = 0; j < x->v.dims[k].naxes; j++) m |= 1u << x->v.dims[k].axes[j];
+        if (!(m & moved)) continue;
+        if (d >= 0) {
+            unsupported(c, s->comp, in, "%s moves blocks of two dimensions at once", in->name);
+            return unknown();
+        }
+        d = (int)k;
+    }
+    if (d < 0 && all) return *x;  /* only replicated axes move: every device gets what it holds */
+    if (d < 0) d = 0;
+    lval wv;
+    if (x->kind == LV_WIN) wv = *x;
+    else if (!win_of_term(c, x, (uint32_t)d, s->comp->instrs[in->operands[0]].shape.dims[d], &wv)) wv.kind = LV_UNKNOWN;
+    if (wv.kind != LV_WIN || wv.win->len != in->shape.dims[wv.win->dim]) {
+        unsupported(c, s->comp, in, "%s: its operand's pieces are too many to follow per device, or its shape disagrees",
+                    in->name);
+        return unknown();
+    }
+    if (moved & view_axes_used(&wv.v)) {
+        strbuf b;
+        sb_init(&b);
+        axes_words(&b, c, moved & view_axes_used(&wv.v));
+        unsupported(c, s->comp, in, "%s moves data between devices that hold different blocks (mesh axes %s) of "
+                    "another dimension", in->name, b.s);
+        sb_free(&b);
+        return unknown();
+    }
+    const lift_win *w = wv.win;
+    lift_win *nw = win_new(c, NULL, w->dim, w->len);
+    nw->from = in;  /* data moved here: the pieces begin again */
+    nw->from_comp = s->comp;
+    for (int64_t t = 0; t < c->ndev; t++)
+        for (int64_t l = 0; l < w->len; l++) nw->idx[t * w->len + l] = from[t] < 0 ? -1 : w->idx[from[t] * w->len + l];
+    wv.win = nw;
+    return win_settle(c, wv);
+}
+
+/* A window no transfer function takes, as a fresh variable (assumed content)
+ * sharded along its dim over the mesh axes its pieces vary with: so the ops
+ * after it still judge views (as for any unrelated slice). */
+static void win_assume(lift_ctx *c, const hlo_instr *xi, lval *x) {
+    const lift_win *w = x->win;
+    uint32_t mask = 0;
+    int64_t stride = 1;
+    for (int a = (int)c->mesh->naxes - 1; a >= 0; a--) {
+        for (int64_t r = 0; r < c->ndev && !(mask >> a & 1); r++) {
+            int64_t r0 = r - mesh_coord(c->mesh, r, a) * stride;
+            if (memcmp(w->idx + r * w->len, w->idx + r0 * w->len, (size_t)w->len * sizeof *w->idx)) mask |= 1u << a;
+        }
+        stride *= c->mesh->sizes[a];
+    }
+    view v = x->v;
+    v.dims[w->dim] = axes_dim(c, mask & ~view_axes_used(&x->v));
+    int64_t dims[VIEW_MAX_RANK];
+    global_dims(c, &v, &xi->shape, dims);
+    *x = term(fresh_var(c, xi->shape.dtype, dims, xi->shape.rank), v, true);
+}
+
+/* The window transfer functions, in front of the others: true when one
+ * applies (*out set, possibly LV_UNKNOWN after saying why). */
+static bool win_instr(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (c->baseline_mode || in->noperands == 0) return false;
+    switch (in->op) {
+    case OP_COLLECTIVE_PERMUTE: *out = lift_collective_permute(s); return true;
+    case OP_SLICE: return win_slice(s, out);
+    case OP_CONCATENATE: return win_concatenate(s, out);
+    case OP_DYNAMIC_SLICE: return win_dynamic_slice(s, out);
+    default: return false;
+    }
+}
 
 /* add(iota, offset(r)) with offset(r) = block(r)·n along the iota's dim of local
  * length n: block r of the global iota (positions of a sequence shard). */
@@ -2397,426 +2882,13 @@ static bool iota_block(lstate *s, lval *out) {
         const hlo_instr *ii = &s->comp->instrs[in->operands[k]];
         eid t = node(c, c->cur, xi, NULL, 0, g, c->origin);
         if (ii->op == OP_CONVERT) {
-            uint32_t ty = type_of(c, ii->shape.dtype, g, ii->shape.rank);
+            uint32_t ty = lf_type_of(c, ii->shape.dtype, g, ii->shape.rank);
             t = eg_add(c->g, OP_CONVERT, 0, ty, &t, 1, c->origin);
         }
         *out = term(t, v, false);
         return true;
     }
     return false;
-}
-
-/* ---- zero masks (lift.h, lift_zmask): a dense expert dispatch ----
- *
- * Expert parallelism sends every (expert, token) row to the expert's device,
- * the rows the router did not pick as zeros, disp = select(w > 0, x, 0), and
- * combines out = sum_e w[t,e] · f_e(disp)[e,t]. Each f_e works row by row, so
- * where w > 0 its row is f_e(x); where w = 0 the product is 0 whatever the row
- * holds. With w >= 0 the combine is therefore sum_e w[t,e] · f_e(x)[e,t]: the
- * baseline's dense mixture. The mask is followed through the ops that keep
- * rows apart (elementwise ops, dots that do not contract a mask dim, layout
- * changes, collectives, which keep the global term) and dropped anywhere else;
- * a value that is not provably zero off the mask (exp of a masked row) only
- * keeps its agreement on the mask. */
-
-/* Whether every value of class cls is known to be 0 (a splat of a zero too
- * large to fold included). */
-static bool class_is_zero(lift_ctx *c, eid cls) {
-    const interp_val *v = kval(c, cls);
-    for (int guard = 0; !v && guard < 8; guard++) {
-        eid n = eg_class_first(c->g, cls);
-        uint16_t op = n == EID_NONE ? 0 : eg_node_op(c->g, n);
-        if (op != OP_BROADCAST && op != OP_RESHAPE && op != OP_CONVERT) return false;
-        uint32_t k;
-        cls = eg_node_children(c->g, n, &k)[0];
-        v = kval(c, cls);
-    }
-    if (!v) return false;
-    for (int64_t k = 0; k < v->n; k++)
-        if (v->f ? v->f[k] != 0 : v->i[k] != 0) return false;
-    return true;
-}
-
-/* Whether instruction i of comp is >= 0 everywhere: exponentials, squares,
- * absolute values, non-negative constants, and sums, products, quotients,
- * maxima, selections, reductions and layout changes of such. seen: 0 not yet,
- * 1 yes, 2 no, 3 being decided (a cycle cannot happen in a computation). */
-static bool nonneg_instr(const hlo_module *m, const hlo_comp *comp, uint32_t i, uint8_t *seen, int depth) {
-    if (seen[i]) return seen[i] == 1;
-    if (depth > 64) return false;
-    seen[i] = 3;
-    const hlo_instr *x = &comp->instrs[i];
-#define NONNEG(k) (x->noperands > (k) && nonneg_instr(m, comp, x->operands[k], seen, depth + 1))
-    bool ok = false;
-    switch (x->op) {
-    case OP_EXP: case OP_ABS: case OP_SQRT: case OP_RSQRT: case OP_LOGISTIC:
-        ok = true;
-        break;
-    case OP_CONSTANT: {
-        const hlo_attr *la = instr_attr(x, A_LITERAL);
-        ok = la && !la->v.lit->elided && !la->v.lit->raw;
-        for (int64_t k = 0; ok && k < la->v.lit->count; k++) ok = la->v.lit->f ? la->v.lit->f[k] >= 0 : la->v.lit->i[k] >= 0;
-        break;
-    }
-    case OP_MULTIPLY:
-        ok = (x->noperands == 2 && x->operands[0] == x->operands[1]) || (NONNEG(0) && NONNEG(1));
-        break;
-    case OP_ADD: case OP_DIVIDE: case OP_MINIMUM:
-        ok = NONNEG(0) && NONNEG(1);
-        break;
-    case OP_MAXIMUM:
-        ok = NONNEG(0) || NONNEG(1);
-        break;
-    case OP_SELECT:
-        ok = NONNEG(1) && NONNEG(2);
-        break;
-    case OP_BROADCAST: case OP_RESHAPE: case OP_TRANSPOSE: case OP_CONVERT: case OP_COPY: case OP_BITCAST:
-    case OP_SLICE: case OP_REVERSE:
-        ok = NONNEG(0);
-        break;
-    case OP_REDUCE: {
-        int r = instr_reducer(m, x);
-        ok = x->noperands == 2 && (r == RED_SUM || r == RED_PROD || r == RED_MAX || r == RED_MIN) && NONNEG(0) && NONNEG(1);
-        break;
-    }
-    default:
-        break;
-    }
-#undef NONNEG
-    seen[i] = ok ? 1 : 2;
-    return ok;
-}
-
-/* The class under a chain of transposes (*base), and for each dim k of it the
- * dim of cls it lands on (map[k]). Returns base's rank. */
-static uint32_t peel_transposes(lift_ctx *c, eid cls, eid *base, int8_t *map) {
-    uint32_t rank;
-    eg_type_dims(c->g, eg_class_type(c->g, cls), &rank);
-    if (rank > VIEW_MAX_RANK) return 0;
-    for (uint32_t k = 0; k < rank; k++) map[k] = (int8_t)k;
-    for (int guard = 0; guard < 16; guard++) {
-        eid n = eg_class_first(c->g, cls);
-        if (n == EID_NONE || eg_node_op(c->g, n) != OP_TRANSPOSE) break;
-        uint32_t nc, np;
-        const eid *ch = eg_node_children(c->g, n, &nc);
-        const int64_t *p = ea_get(c->g, eg_node_attr(c->g, n), A_DIMENSIONS, &np);
-        if (nc != 1 || np != rank) break;
-        /* transpose dim q is operand dim p[q]: operand dim p[q] lands where q did */
-        int8_t inner[VIEW_MAX_RANK];
-        for (uint32_t q = 0; q < rank; q++) inner[p[q]] = map[q];
-        memcpy(map, inner, rank);
-        cls = ch[0];
-    }
-    *base = eg_find(c->g, cls);
-    return rank;
-}
-
-/* Class cls's node of op with n children, rebuilt over ch (same attributes and
- * type); EID_NONE when cls has no such node. */
-static eid rebuild_over(lift_ctx *c, eid cls, uint16_t op, const eid *ch, uint32_t n) {
-    for (eid nd = eg_class_first(c->g, cls); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
-        uint32_t k;
-        eg_node_children(c->g, nd, &k);
-        if (eg_node_op(c->g, nd) == op && k == n)
-            return eg_add(c->g, op, eg_node_attr(c->g, nd), eg_class_type(c->g, cls), ch, n, c->origin);
-    }
-    return EID_NONE;
-}
-
-/* Operand k's lifted class as the node of class cls (with op and n children)
- * has it: the operand's own class, or EID_NONE when the transfer function
- * re-viewed it. */
-static bool child_is(lift_ctx *c, eid cls, uint16_t op, uint32_t n, uint32_t k, eid want) {
-    for (eid nd = eg_class_first(c->g, cls); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
-        uint32_t m;
-        const eid *ch = eg_node_children(c->g, nd, &m);
-        if (eg_node_op(c->g, nd) == op && m == n) return eg_find(c->g, ch[k]) == eg_find(c->g, want);
-    }
-    return false;
-}
-
-static lift_zmask *zmask_new(lift_ctx *c, const lift_zmask *from) {
-    lift_zmask *z = arena_alloc(c->a, sizeof *z);
-    *z = *from;
-    return z;
-}
-
-/* compare(p, 0) GT or NE (or 0 LT p): the predicate mask of a non-negative p. */
-static const lift_zmask *zmask_compare(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const char *dir = instr_str(in, A_DIRECTION);
-    if (!dir || in->noperands != 2) return NULL;
-    int side;
-    if (strcmp(dir, "GT") == 0 || strcmp(dir, "NE") == 0) side = 0;
-    else if (strcmp(dir, "LT") == 0) side = 1;
-    else return NULL;
-    const lval *p = &s->vals[in->operands[side]], *z = &s->vals[in->operands[1 - side]];
-    if (p->kind != LV_TERM || z->kind != LV_TERM || p->assumed || !class_is_zero(c, z->cls)) {
-        if (!(strcmp(dir, "NE") == 0 && side == 0)) return NULL;
-        /* NE is symmetric: 0 != p */
-        p = &s->vals[in->operands[1]], z = &s->vals[in->operands[0]];
-        side = 1;
-        if (p->kind != LV_TERM || z->kind != LV_TERM || p->assumed || !class_is_zero(c, z->cls)) return NULL;
-    }
-    uint8_t *seen = xcalloc(s->comp->ninstrs + 1, 1);
-    bool nonneg = nonneg_instr(c->cur, s->comp, in->operands[side], seen, 0);
-    free(seen);
-    if (!nonneg) return NULL;
-    lift_zmask z0 = {.pred = true, .full = EID_NONE};
-    int8_t map[VIEW_MAX_RANK];
-    z0.rank = (uint8_t)peel_transposes(c, p->cls, &z0.src, map);
-    z0.made = z0.src;
-    memcpy(z0.dims, map, sizeof map);
-    return z0.rank ? zmask_new(c, &z0) : NULL;
-}
-
-/* The mask of a dot's result: the masked operand's mask dims must be batch or
- * free dims. NULL otherwise. */
-static const lift_zmask *zmask_dot(lstate *s, const lval *v, uint32_t side, eid *full) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lift_zmask *z = s->vals[in->operands[side]].zm;
-    uint32_t nlb, nlc, nrb, nrc;
-    const int64_t *lb = instr_ints(in, A_LHS_BATCH_DIMS, &nlb), *lc = instr_ints(in, A_LHS_CONTRACTING_DIMS, &nlc);
-    const int64_t *rb = instr_ints(in, A_RHS_BATCH_DIMS, &nrb), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
-    const int64_t *bd = side ? rb : lb, *cd = side ? rc : lc;
-    uint32_t nb = side ? nrb : nlb, nc = side ? nrc : nlc;
-    uint32_t lrank = s->comp->instrs[in->operands[0]].shape.rank, rank = s->comp->instrs[in->operands[side]].shape.rank;
-    /* output dim of each operand dim: batch dims first, then lhs free, then rhs free */
-    int8_t out[VIEW_MAX_RANK];
-    uint32_t next = nb + (side ? lrank - nlb - nlc : 0);
-    for (uint32_t d = 0; d < rank && d < VIEW_MAX_RANK; d++) {
-        out[d] = -1;
-        for (uint32_t k = 0; k < nb; k++)
-            if (bd[k] == d) out[d] = (int8_t)k;
-        bool contracted = false;
-        for (uint32_t k = 0; k < nc; k++) contracted |= cd[k] == d;
-        if (out[d] < 0 && !contracted) out[d] = (int8_t)next++;
-    }
-    lift_zmask r = *z;
-    for (uint32_t k = 0; k < z->rank; k++) {
-        if (out[z->dims[k]] < 0) return NULL;
-        r.dims[k] = out[z->dims[k]];
-    }
-    eid ch[2] = {s->vals[in->operands[0]].cls, s->vals[in->operands[1]].cls};
-    if (!child_is(c, v->cls, OP_DOT, 2, side, ch[side]) || !child_is(c, v->cls, OP_DOT, 2, 1 - side, ch[1 - side])) return NULL;
-    ch[side] = z->full;
-    r.full = rebuild_over(c, v->cls, OP_DOT, ch, 2);
-    *full = r.full;
-    return r.full == EID_NONE ? NULL : zmask_new(c, &r);
-}
-
-/* The combine: dot(src, y) with y zero-masked by src > 0, every src dim paired
- * (batch or contracting) with the y dim its mask reads. Then the dot over the
- * unmasked rows is the same value; it replaces v's term. */
-static bool zmask_combine(lstate *s, lval *v) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    for (uint32_t side = 0; side < 2; side++) {
-        const lval *y = &s->vals[in->operands[side]], *w = &s->vals[in->operands[1 - side]];
-        const lift_zmask *z = y->zm;
-        if (!z || z->pred || !z->zero || w->zm || w->kind != LV_TERM) continue;
-        uint32_t nlb, nlc, nrb, nrc;
-        const int64_t *lb = instr_ints(in, A_LHS_BATCH_DIMS, &nlb), *lc = instr_ints(in, A_LHS_CONTRACTING_DIMS, &nlc);
-        const int64_t *rb = instr_ints(in, A_RHS_BATCH_DIMS, &nrb), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
-        const int64_t *yb = side ? rb : lb, *yc = side ? rc : lc, *wb = side ? lb : rb, *wc = side ? lc : rc;
-        /* wdim[k]: the w dim paired with the y dim mask dim k reads */
-        int8_t wdim[VIEW_MAX_RANK];
-        bool ok = s->comp->instrs[in->operands[1 - side]].shape.rank == z->rank;
-        uint32_t used = 0;
-        for (uint32_t k = 0; k < z->rank && ok; k++) {
-            wdim[k] = -1;
-            for (uint32_t q = 0; q < nlb; q++)
-                if (yb[q] == z->dims[k]) wdim[k] = (int8_t)wb[q];
-            for (uint32_t q = 0; q < nlc; q++)
-                if (yc[q] == z->dims[k]) wdim[k] = (int8_t)wc[q];
-            ok = wdim[k] >= 0 && !(used & (1u << wdim[k]));
-            if (ok) used |= 1u << wdim[k];
-        }
-        if (!ok) continue;
-        eid wbase;
-        int8_t wmap[VIEW_MAX_RANK];
-        if (peel_transposes(c, w->cls, &wbase, wmap) != z->rank || memcmp(wmap, wdim, z->rank) != 0) continue;
-        if (wbase != eg_find(c->g, z->src)) {
-            if (z->moved && wbase == eg_find(c->g, z->made))
-                finding(c, "layout-mismatch", s->comp, z->moved,
-                        "%s (%s) rearranges the rows of a dispatch along an expert (mask) dimension, and %s then weights "
-                        "each row by the router weight of an expert it was not routed for: tokens reach the wrong experts",
-                        z->moved->name, z->moved->opname, in->name);
-            continue;
-        }
-        eid ch[2] = {s->vals[in->operands[0]].cls, s->vals[in->operands[1]].cls};
-        if (!child_is(c, v->cls, OP_DOT, 2, 0, ch[0]) || !child_is(c, v->cls, OP_DOT, 2, 1, ch[1])) continue;
-        ch[side] = z->full;
-        eid r = rebuild_over(c, v->cls, OP_DOT, ch, 2);
-        if (r == EID_NONE) continue;
-        v->cls = r;
-        v->zm = NULL;
-        return true;
-    }
-    return false;
-}
-
-/* Whether op maps zero operands (those flagged) to zero. */
-static bool keeps_zero(int op, uint32_t n, const bool *zero) {
-    switch (op) {
-    case OP_MULTIPLY:
-        return zero[0] || zero[1];
-    case OP_ADD: case OP_SUBTRACT: case OP_MAXIMUM: case OP_MINIMUM:
-        return zero[0] && zero[1];
-    case OP_NEGATE: case OP_CONVERT: case OP_ABS: case OP_SIGN: case OP_SINE: case OP_TAN: case OP_TANH: case OP_SQRT:
-    case OP_CBRT: case OP_EXPM1: case OP_LOG1P: case OP_ERF: case OP_FLOOR: case OP_CEIL: case OP_ROUND_AFZ:
-    case OP_ROUND_EVEN: case OP_REDUCE_PRECISION:
-        return n == 1 && zero[0];
-    case OP_SELECT:
-        return n == 3 && zero[1] && zero[2];
-    default:
-        return false;
-    }
-}
-
-/* The zero mask of v, the value lift_instr gave s->in, from its operands'
- * (and the combine that drops one): lift.h, lift_zmask. */
-static void zmask_after(lstate *s, lval *v) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    v->zm = NULL;
-    if (c->baseline_mode || (v->kind != LV_TERM && v->kind != LV_LAYOUT) || v->assumed || in->noperands > 8) return;
-    if (in->op == OP_COMPARE) {
-        v->zm = zmask_compare(s);
-        return;
-    }
-    const lift_zmask *z = NULL;
-    uint32_t zo = 0;
-    for (uint32_t o = 0; o < in->noperands; o++)
-        if (s->vals[in->operands[o]].zm && !z) z = s->vals[in->operands[o]].zm, zo = o;
-    if (!z) return;
-    /* The same global term (layout changes, collectives, copies): the same claim. */
-    if (eg_find(c->g, s->vals[in->operands[zo]].cls) == eg_find(c->g, v->cls)) {
-        v->zm = z;
-        return;
-    }
-    if (v->kind != LV_TERM) return;
-    uint32_t rank;
-    eg_type_dims(c->g, eg_class_type(c->g, v->cls), &rank);
-    lift_zmask r = *z;
-    switch (in->op) {
-    case OP_TRANSPOSE: {
-        uint32_t np;
-        const int64_t *p = instr_ints(in, A_DIMENSIONS, &np);
-        for (uint32_t k = 0; k < z->rank; k++)
-            for (uint32_t q = 0; q < np; q++)
-                if (p[q] == z->dims[k]) r.dims[k] = (int8_t)q;
-        break;
-    }
-    case OP_REVERSE: {
-        /* Reversing a mask dim reverses the mask's source along its dim. */
-        uint32_t nr;
-        const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nr);
-        int64_t sd[VIEW_MAX_RANK];
-        uint32_t ns = 0;
-        for (uint32_t q = 0; q < nr; q++)
-            for (uint32_t k = 0; k < z->rank; k++)
-                if (z->dims[k] == rd[q]) sd[ns++] = k;
-        if (ns) {
-            int64_t words[2 + VIEW_MAX_RANK] = {A_DIMENSIONS, ns};
-            memcpy(words + 2, sd, ns * sizeof *sd);
-            r.src = eg_add(c->g, OP_REVERSE, eg_attr(c->g, words, 2 + ns), eg_class_type(c->g, z->src), &z->src, 1, c->origin);
-            r.moved = in;
-        }
-        break;
-    }
-    case OP_BROADCAST: {
-        uint32_t nb;
-        const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nb);
-        for (uint32_t k = 0; k < z->rank; k++) r.dims[k] = (int8_t)bd[z->dims[k]];
-        break;
-    }
-    case OP_RESHAPE: case OP_BITCAST: {
-        /* Only unit dims come and go: the non-unit dims keep their order. */
-        uint32_t ra;
-        const int64_t *a = eg_type_dims(c->g, eg_class_type(c->g, s->vals[in->operands[0]].cls), &ra);
-        const int64_t *b = eg_type_dims(c->g, eg_class_type(c->g, v->cls), &rank);
-        int8_t to[VIEW_MAX_RANK];
-        uint32_t j = 0;
-        for (uint32_t d = 0; d < ra && d < VIEW_MAX_RANK; d++) {
-            to[d] = -1;
-            if (a[d] == 1) continue;
-            while (j < rank && b[j] == 1) j++;
-            if (j == rank || b[j] != a[d]) return;
-            to[d] = (int8_t)j++;
-        }
-        while (j < rank && b[j] == 1) j++;
-        if (j != rank) return;
-        for (uint32_t k = 0; k < z->rank; k++)
-            if ((r.dims[k] = to[z->dims[k]]) < 0) return;
-        if (!z->pred) r.full = mk_reshape(c, z->full, eg_class_type(c->g, v->cls), c->origin);
-        v->zm = zmask_new(c, &r);
-        return;
-    }
-    case OP_DOT: {
-        if (zmask_combine(s, v)) return;
-        if (s->vals[in->operands[1 - zo]].zm || z->pred) return;
-        eid full;
-        v->zm = zmask_dot(s, v, zo, &full);
-        return;
-    }
-    default:
-        break;
-    }
-    if (in->op == OP_TRANSPOSE || in->op == OP_BROADCAST || in->op == OP_REVERSE) {
-        if (!z->pred && (r.full = rebuild_over(c, v->cls, in->op, &z->full, 1)) == EID_NONE) return;
-        v->zm = zmask_new(c, &r);
-        return;
-    }
-    if (!is_elementwise(in->op) || in->op == OP_COMPARE) return;
-    /* select(pred mask, x, 0): the dispatch itself. */
-    if (in->op == OP_SELECT && z->pred && zo == 0) {
-        if (s->vals[in->operands[1]].zm || s->vals[in->operands[2]].zm ||
-            !child_is(c, v->cls, OP_SELECT, 3, 0, s->vals[in->operands[0]].cls))
-            return;
-        for (eid nd = eg_class_first(c->g, v->cls); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
-            uint32_t m;
-            const eid *ch = eg_node_children(c->g, nd, &m);
-            if (eg_node_op(c->g, nd) != OP_SELECT || m != 3) continue;
-            if (!class_is_zero(c, ch[2])) return;
-            r.pred = false;
-            r.zero = true;
-            r.full = eg_find(c->g, ch[1]);
-            v->zm = zmask_new(c, &r);
-            return;
-        }
-        return;
-    }
-    /* Elementwise over data masked alike (or unmasked): the op over the rows. */
-    eid ch[8];
-    bool zero[8];
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        const lval *x = &s->vals[in->operands[o]];
-        zero[o] = false;
-        if (!x->zm) {
-            /* the operand as the op's node has it (re-viewed broadcasts) */
-            ch[o] = EID_NONE;
-            continue;
-        }
-        if (x->zm->pred || x->zm->src != z->src || x->zm->rank != z->rank || memcmp(x->zm->dims, z->dims, z->rank) ||
-            !child_is(c, v->cls, in->op, in->noperands, o, x->cls))
-            return;
-        ch[o] = x->zm->full;
-        zero[o] = x->zm->zero;
-    }
-    for (eid nd = eg_class_first(c->g, v->cls); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
-        uint32_t m;
-        const eid *nch = eg_node_children(c->g, nd, &m);
-        if (eg_node_op(c->g, nd) != in->op || m != in->noperands) continue;
-        for (uint32_t o = 0; o < m; o++)
-            if (ch[o] == EID_NONE) ch[o] = nch[o];
-        r.full = rebuild_over(c, v->cls, in->op, ch, m);
-        r.zero = keeps_zero(in->op, m, zero);
-        if (r.full != EID_NONE) v->zm = zmask_new(c, &r);
-        return;
-    }
 }
 
 static lval lift_instr(lstate *s) {
@@ -2826,11 +2898,30 @@ static lval lift_instr(lstate *s) {
     lval pwv;
     if (iota_block(s, &pwv)) return pwv;
     if (pw_instr(s, &pwv)) return pwv;
-    if (in->noperands >= 1 && ops[0].kind == LV_LAYOUT) {
-        if (layout_op(s, &pwv)) return pwv;
-        unsupported(c, s->comp, in, "%s rearranges an all-to-all result in a way not related yet", in->name);
-        return unknown();
-    }
+    if (in->noperands >= 1 && ops[0].kind == LV_LAYOUT && layout_op(s, &pwv)) return pwv;
+    /* A layout met by any other op: a plain view of the term reshaped, if
+     * there is one (layout ops keep it a layout until the atoms line up with
+     * the global dims: a reading that merges them is taken only here). */
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (ops[o].kind == LV_LAYOUT &&
+            !layout_to_term(c, &ops[o], &s->comp->instrs[in->operands[o]].shape, true, &ops[o])) {
+            unsupported(c, s->comp, in, "%s rearranges an all-to-all result in a way not related yet", in->name);
+            return unknown();
+        }
+    if (win_instr(s, &pwv)) return pwv;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (ops[o].kind == LV_WIN) {
+            /* Blamed on where the pieces began: that is what no view relates. */
+            const lift_win *w = ops[o].win;
+            const hlo_instr *at = w->from ? w->from : in;
+            char what[80];
+            if (at->op == OP_COLLECTIVE_PERMUTE) snprintf(what, sizeof what, "moves pieces of dimension %u between devices", w->dim);
+            else if (at->op == OP_SLICE) snprintf(what, sizeof what, "slices sharded dimension %u", w->dim);
+            else snprintf(what, sizeof what, "concatenates along sharded dimension %u", w->dim);
+            unsupported(c, w->from ? w->from_comp : s->comp, at, "%s %s: the per-device pieces are no plain view where %s uses them",
+                        at->name, what, in->name);
+            win_assume(c, &s->comp->instrs[in->operands[o]], &ops[o]);
+        }
     /* Index values met by an op that does not take them: a masked row that every
      * device holds is a term; anything else is not related here. */
     for (uint32_t o = 0; o < in->noperands; o++) {
@@ -2848,7 +2939,7 @@ static lval lift_instr(lstate *s) {
         bool arith = in->op == OP_ADD || in->op == OP_SUBTRACT || in->op == OP_MULTIPLY || in->op == OP_DIVIDE ||
                      in->op == OP_NEGATE || in->op == OP_CONVERT;
         if (ops[o].kind == LV_MASK && !c->baseline_mode && ops[o].cls == EID_NONE && !mask_resolves(c, &ops[o]) &&
-            (arith || !is_elementwise(in->op))) {
+            (arith || !lf_is_elementwise(in->op))) {
             lval pv;
             if (mask_as_partial(c, &ops[o], &pv)) ops[o] = pv;
         }
@@ -2884,7 +2975,7 @@ static lval lift_instr(lstate *s) {
     case OP_CONCATENATE: return lift_concatenate(s);
     default: break;
     }
-    if (is_elementwise(in->op)) {
+    if (lf_is_elementwise(in->op)) {
         /* Device operands that agree everywhere act as constants. */
         for (uint32_t o = 0; o < in->noperands; o++)
             if (ops[o].kind == LV_DEV) {
@@ -3067,7 +3158,7 @@ static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     for (uint32_t j = 0; j < n; j++) {
         const shape *sh = &in->shape.tuple[j];
         int64_t k = (int64_t)(1000000 + c->fresh++);
-        L->x[j] = eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), type_of(c, sh->dtype, sh->dims, sh->rank), NULL, 0, EG_BASELINE);
+        L->x[j] = eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), lf_type_of(c, sh->dtype, sh->dims, sh->rank), NULL, 0, EG_BASELINE);
         xs[j] = term(L->x[j], view_dup(sh->rank), false);
         const lval *e = &init->elems[j];
         const hlo_instr *ei = tuple_elem_instr(comp, ti, j);
@@ -3083,7 +3174,7 @@ static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     for (uint32_t j = 0; j < n; j++) {
         const shape *sh = &in->shape.tuple[j];
         int64_t attr[2] = {j, b == SR_NONE ? 0 : (int64_t)comp_digest(c, c->cur, b)};
-        eid r = eg_add(c->g, OP_WHILE, eg_attr(c->g, attr, 2), type_of(c, sh->dtype, sh->dims, sh->rank), ch, n, EG_BASELINE);
+        eid r = eg_add(c->g, OP_WHILE, eg_attr(c->g, attr, 2), lf_type_of(c, sh->dtype, sh->dims, sh->rank), ch, n, EG_BASELINE);
         rs[j] = term(r, view_dup(sh->rank), false);
     }
     L->result = (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
@@ -3157,7 +3248,7 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
             sb_init(&want);
             view_print(&got, &z->v, c->mesh);
             view_print(&want, &xs[k].v, c->mesh);
-            finding(c, z->v.partial && !xs[k].v.partial ? "missing-all-reduce" : "wrong-shard-dim", bc, site,
+            lf_finding(c, z->v.partial && !xs[k].v.partial ? "missing-all-reduce" : "wrong-shard-dim", bc, site,
                     "@the body of %s returns carry element %u as %s but it enters as %s: the relation is not kept from one "
                     "iteration to the next", in->name, k, got.s, want.s);
             sb_free(&got);
@@ -3542,7 +3633,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
                 *v = unknown();
                 return;
             }
-            uint32_t t = type_of(c, bp->shape.dtype, bp->shape.dims, bp->shape.rank);
+            uint32_t t = lf_type_of(c, bp->shape.dtype, bp->shape.dims, bp->shape.rank);
             uint8_t origin = c->baseline_mode ? EG_BASELINE : EG_DISTRIBUTED;
             *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, origin), inputs[k], false);
         } else {
@@ -3606,15 +3697,16 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
     c->ambiguous_now = amb;
     c->konst_operand_now = konst_op;
     *v = lift_instr(&s);
-    zmask_after(&s, v);
+    lf_zmask_after(&s, v);
     c->ambiguous_now = c->konst_operand_now = false;
     v->ambiguous |= amb;
     static eid dbg_base = EID_NONE;
-    static const char *dbgb, *dbg;
+    static const char *dbgb, *dbg, *dbgv;
     static bool dbg_read;
     if (!dbg_read) {
         dbgb = getenv("SCALIFY_DEBUG_BASE");
         dbg = getenv("SCALIFY_DEBUG_TERM");
+        dbgv = getenv("SCALIFY_DEBUG_VIEWS");
         dbg_read = true;
     }
     if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
@@ -3638,6 +3730,14 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
             x = cx[k];
             y = cy[k];
         }
+    }
+    if (dbgv && !c->baseline_mode) {
+        /* Every distributed value's kind, view and term (lval kinds as in lift.h). */
+        strbuf b;
+        sb_init(&b);
+        if (v->kind == LV_TERM) view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
+        fprintf(stderr, "view %s kind %d: %s\n", in->name, v->kind, b.s ? b.s : "");
+        sb_free(&b);
     }
     if (dbg && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
         strbuf b;
@@ -3695,13 +3795,18 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
      * layout op there only rearranges baseline values (a transient layout the
      * program may undo): the divergence is the first op that computes with
      * such a rearrangement, blamed on the layout op that hands it over. */
-    bool mask = v->zm && v->zm->pred;  /* a dispatch mask: bookkeeping, like device values */
-    if (!c->divergence && !konst && !mask && v->kind == LV_TERM && !v->assumed &&
+    /* Values under a zero mask are related by it (their masks, dispatched rows
+     * and what experts make of them are no baseline values): the divergence
+     * is where a mask is lost, an op that takes masked rows and gives a term
+     * outside the baseline. */
+    if (!c->divergence && !konst && !v->zm && v->kind == LV_TERM && !v->assumed &&
         !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
         bool inside = true;
         const hlo_instr *via = NULL;
         for (uint32_t o = 0; o < in->noperands; o++)
-            if (vals[in->operands[o]].kind == LV_PW || vals[in->operands[o]].kind == LV_MASK) {
+            if (vals[in->operands[o]].zm) {
+                continue;
+            } else if (vals[in->operands[o]].kind == LV_PW || vals[in->operands[o]].kind == LV_MASK) {
                 inside = false;  /* related by the index analysis, not as a term: no divergence to show */
             } else if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE)) {
                 if (ops[o].rearranged && !via) via = &comp->instrs[in->operands[o]];

@@ -24,6 +24,10 @@
  *     values in [0, domain); that assumption is recorded. Met by an op that
  *     does not take masks, such a mask is that row partial (sum) over the
  *     axes it sums over, and judged like any partial value.
+ *   - LV_LAYOUT, LV_WIN: transient per-device arrangements (an all-to-all's
+ *     result; a local slice of a sharded dim or a collective-permute's
+ *     result), below; only layout ops, slices, concatenates, dynamic-slices
+ *     and collective-permutes take them, until they are plain views again.
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
  * `call`s are inlined, copies and sharding custom-calls are identities.
  * `while` loops are related by induction over the carry (lift.c, "while
@@ -54,7 +58,7 @@
 
 #define LIFT_FOLD_MAX 65536
 
-enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT };
+enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT, LV_WIN };
 
 /* LV_LAYOUT: a local tensor whose dims are runs of atomic factors of the global
  * dims (after an all-to-all, before the reshapes that bring it back to a plain
@@ -76,6 +80,21 @@ typedef struct lift_layout {
     layout_atom atoms[VIEW_MAX_RANK][4];
 } lift_layout;
 
+/* LV_WIN: a value whose content along one dim differs per device in a way no
+ * view says (a local slice of a sharded dim, a collective-permute's result):
+ * on every device r, local element l along `dim` is element idx[r·len + l]
+ * of the term along that dim, or zero where that is -1; every other dim is as
+ * the lval's view says (that view leaves `dim` unsharded and is never
+ * partial). Kept only until it is a plain view again (the same element runs
+ * in blocks over mesh axes): then a slice of the term. */
+typedef struct lift_win {
+    uint32_t dim;
+    int64_t len;                       /* local length along dim */
+    int64_t *idx;                      /* ndev × len */
+    const hlo_instr *from;             /* where the pieces began (blamed when they never settle) */
+    const hlo_comp *from_comp;
+} lift_win;
+
 /* Tags of LV_MASK pieces: what a device holds for index values in a piece. */
 enum { TAG_ZERO = 0, TAG_HIT = 1, TAG_JUNK = 2 };
 
@@ -95,6 +114,7 @@ typedef struct lval {
     eid pos, hit;                 /* source positions; LV_MASK: the gathered row */
     eid src;                      /* LV_PW / LV_MASK: the source term itself (before shaping) */
     lift_layout *lay;             /* LV_LAYOUT */
+    lift_win *win;                /* LV_WIN */
     int64_t domain;               /* LV_MASK: valid index values [0, domain) */
     bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
     const struct lift_zmask *zm;  /* LV_TERM / LV_LAYOUT: a zero mask (below), or NULL */
@@ -108,7 +128,7 @@ typedef struct lval {
  * elsewhere. src is known to be non-negative. A product with src itself that
  * pairs every src dim with its mask dim (the combine, sum_e w[t,e]·y[e,t]) is
  * then the same product with `full`: where src is 0 the product is 0 either
- * way (DESIGN §5, lift.c "zero masks"). Rows rearranged after the mask was made
+ * way (DESIGN §5, lift_zmask.c). Rows rearranged after the mask was made
  * (a reverse of the expert dim) are paired with another expert's weights
  * there: a layout-mismatch finding at the op that moved them. */
 typedef struct lift_zmask {

@@ -614,10 +614,65 @@ static void gen_rscatter(interp_rng *r, const smesh *m, inst *t) {
     rel_dot(t, m, xa, wa, oa);
 }
 
+/* x[A,B] sharded on dim 1 over ax (on the 2-D mesh x[A,B,C], C sharded over
+ * the other axis and kept bound through the exchange), split locally into
+ * [n, A/n, B/n(, C)], all-to-all over ax on dim 0, transpose {1,0,..},
+ * reshaped back and negated: the shard(0, ax) view of -x. The all-to-all's
+ * result is a plain view only of x reshaped (GSPMD's tp8 RoPE tables), read
+ * so where the negate meets it. Bug: the transpose left out. */
+static void gen_a2a_split(interp_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), n = m->sizes[ax];
+    bool bound = m->naxes == 2;
+    int rank = bound ? 3 : 2;
+    int g[3] = {n * rint_in(r, 2, 3), n * rint_in(r, 1, 2), 1}, l[3], ol[3];
+    int xa[3] = {-1, ax, -1}, oa[3] = {ax, -1, -1};
+    if (bound) {
+        g[2] = m->sizes[1 - ax] * rint_in(r, 1, 2);
+        xa[2] = oa[2] = 1 - ax;
+    }
+    local_dims(m, g, xa, rank, l);
+    local_dims(m, g, oa, rank, ol);
+    int variant = rint_in(r, 0, 1);  /* 0 ok, 1 no transpose */
+    set_case(t, variant == 0, "a2a-split%s-%s", bound ? "-bound" : "", variant ? "bug-no-transpose" : "ok");
+    int s4[4] = {n, l[0] / n, l[1], l[2]}, t4[4] = {l[0] / n, n, l[1], l[2]};
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = open_side(t, side, m, g, l, rank, false);
+        const char *last = "x";
+        if (side) {
+            sb_puts(b, "  %s = ");
+            shp(b, s4, rank + 1);
+            sb_puts(b, " reshape(%x)\n  %a = ");
+            shp(b, s4, rank + 1);
+            sb_puts(b, " all-to-all(%s), channel_id=1, replica_groups=");
+            groups(b, m, 1u << ax, false);
+            sb_puts(b, ", dimensions={0}\n");
+            last = "a";
+            if (!variant) {
+                sb_puts(b, "  %t = ");
+                shp(b, t4, rank + 1);
+                sb_printf(b, " transpose(%%a), dimensions={1,0,2%s}\n", bound ? ",3" : "");
+                last = "t";
+            }
+            sb_puts(b, "  %r = ");
+            shp(b, ol, rank);
+            sb_printf(b, " reshape(%%%s)\n", last);
+            last = "r";
+        }
+        sb_puts(b, "  ROOT %o = ");
+        shp(b, side ? ol : g, rank);
+        sb_printf(b, " negate(%%%s)\n}\n", last);
+    }
+    rel_unary(t, m, xa, rank, oa, rank);
+}
+
 /* x[a,b] sharded on dim e over ax; all-to-all (dimensions={1-e}) over ax,
  * then reshape, transpose {1,0,2}, reshape: the shard(1-e, ax) view of x.
  * Bugs: the transpose left out, the other axis's groups (2-D mesh). */
 static void gen_a2a(interp_rng *r, const smesh *m, inst *t) {
+    if (rint_in(r, 0, 2) == 0) {
+        gen_a2a_split(r, m, t);
+        return;
+    }
     int ax = rint_in(r, 0, m->naxes - 1), e = rint_in(r, 0, 1), n = m->sizes[ax];
     int xa[2] = {-1, -1}, oa[2] = {-1, -1};
     xa[e] = ax;
@@ -748,6 +803,30 @@ static void gen_fold(interp_rng *r, const smesh *m, inst *t) {
     rel_unary(t, m, xa, 2, xa, 2);
 }
 
+/* Grouped-query heads on the 2-D mesh: k[B,2,D] (kv heads over dp), q[B,4,D]
+ * (heads over (dp,tp)); k repeated per head pair by broadcast [B,2,2,D] and
+ * reshape [B,4,D], times q. Locally both k's head dim and the repeat dim are
+ * units: the repeat dim is read as sharded over tp (the broadcast the
+ * baseline has) and merged with the kv heads (the reshape the baseline has).
+ * Bug: k's relation over tp instead of dp (each device pairs q with another
+ * kv head). */
+static void gen_gqa_repeat(interp_rng *r, const smesh *m, inst *t) {
+    int B = rint_in(r, 1, 3), D = rint_in(r, 2, 4);
+    int variant = rint_in(r, 0, 1);  /* 0 ok, 1 k over tp */
+    set_case(t, variant == 0, "gqa-repeat-%s", variant ? "bug-k-axis" : "ok");
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        int hk = side ? 1 : 2, hq = side ? 1 : 4, rp = side ? 1 : 2;
+        header(b, side ? "dist" : "base", side ? m->ndev : 1);
+        sb_printf(b, "  %%k = f32[%d,%d,%d] parameter(0)\n  %%q = f32[%d,%d,%d] parameter(1)\n", B, hk, D, B, hq, D);
+        sb_printf(b, "  %%bc = f32[%d,%d,%d,%d] broadcast(%%k), dimensions={0,1,3}\n", B, hk, rp, D);
+        sb_printf(b, "  %%rs = f32[%d,%d,%d] reshape(%%bc)\n", B, hq, D);
+        sb_printf(b, "  ROOT %%o = f32[%d,%d,%d] multiply(%%q, %%rs)\n}\n", B, hq, D);
+    }
+    const char *iv[2] = {variant ? "shard(1,tp)" : "shard(1,dp)", "shard(1,(dp,tp))"};
+    rel_write(t, m, iv, 2, "shard(1,(dp,tp))");
+}
+
 /* x, y[a,b] sharded on dim sd over ax; both reshaped with a unit dim inserted
  * just before sd ([a,1,b] or [1,a,b]: the sharding may belong to the unit
  * dim or to the next one, two true readings), subtracted, and either kept
@@ -756,6 +835,10 @@ static void gen_fold(interp_rng *r, const smesh *m, inst *t) {
  * [2, b/2] — dp on the new dim, tp on the rest (a head split over two axes).
  * Bug: the operands swapped. */
 static void gen_unit_reshape(interp_rng *r, const smesh *m, inst *t) {
+    if (m->naxes == 2 && rint_in(r, 0, 2) == 0) {
+        gen_gqa_repeat(r, m, t);
+        return;
+    }
     int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1), n = m->sizes[ax];
     bool split = m->naxes == 2 && rint_in(r, 0, 1);
     int xa[2] = {-1, -1};
@@ -855,18 +938,24 @@ static void gen_posemb(interp_rng *r, const smesh *m, inst *t) {
 
 /* A dense expert dispatch (lift.c, "zero masks") over axis ax of n devices:
  * E = n·El experts, T = n·Tl tokens. The baseline mixes every expert's
- * tanh(x·wg[e]) by w = max(logits, 0); the distributed side sends row (e, t)
+ * tanh(x·wg[e]) by w = max(logits + bias, 0); the distributed side sends row (e, t)
  * to expert e's device as x[t] where w[t,e] > 0 and as zeros elsewhere, and
  * weights the rows that come back by w. Bugs: the mask inverted, the combine
- * weighted by w² (non-negative too, but not the mask's source), the experts reversed before the dispatch, the
- * dispatch all-to-all's transpose missing. */
+ * weighted by w² (non-negative too, but not the mask's source), the experts
+ * reversed or renumbered round-robin before the dispatch, the dispatch
+ * all-to-all's transpose missing; correct too: reversed twice, swapped and
+ * swapped back. */
 static void gen_zmask(interp_rng *r, const smesh *m, inst *t) {
     int ax = rint_in(r, 0, m->naxes - 1), n = m->sizes[ax];
-    int variant = rint_in(r, 0, 1) ? 0 : rint_in(r, 1, 4);  /* 0 ok, 1 mask w < 0, 2 combine by w², 3 experts reversed, 4 no transpose */
-    int El = variant == 4 ? 2 : rint_in(r, 1, 2), Tl = rint_in(r, 1, 3), H = rint_in(r, 2, 4), F = rint_in(r, 2, 4);
+    /* 0 ok, 1 mask w < 0, 2 combine by w², 3 experts reversed, 4 no transpose, 5 experts round-robin,
+     * 6 ok: experts reversed twice, 7 ok: split, swapped and swapped back */
+    int variant = rint_in(r, 0, 1) ? (rint_in(r, 0, 2) ? 0 : rint_in(r, 6, 7)) : rint_in(r, 1, 5);
+    int El = variant == 4 || variant == 5 || variant == 7 ? 2 : rint_in(r, 1, 2), Tl = rint_in(r, 1, 3), H = rint_in(r, 2, 4),
+        F = rint_in(r, 2, 4);
     int E = n * El, T = n * Tl;
-    static const char *const names[] = {"ok", "bug-mask", "bug-combine", "bug-reversed", "bug-no-transpose"};
-    set_case(t, variant == 0, "zmask-%s", names[variant]);
+    static const char *const names[] = {"ok", "bug-mask", "bug-combine", "bug-reversed", "bug-no-transpose", "bug-round-robin",
+                                        "ok-reversed-twice", "ok-swapped-back"};
+    set_case(t, variant == 0 || variant >= 6, "zmask-%s", names[variant]);
     for (int side = 0; side < 2; side++) {
         strbuf *b = side ? &t->dist : &t->base;
         int tk = side ? Tl : T, ex = side ? El : E;
@@ -875,7 +964,13 @@ static void gen_zmask(interp_rng *r, const smesh *m, inst *t) {
         param(b, "lg", 1, (int[]){tk, E}, 2);
         param(b, "wg", 2, (int[]){ex, H, F}, 3);
         sb_printf(b, "  %%z = f32[] constant(0)\n  %%zb = f32[%d,%d] broadcast(%%z), dimensions={}\n", tk, E);
-        sb_printf(b, "  %%w = f32[%d,%d] maximum(%%lg, %%zb)\n", tk, E);
+        /* a bias of +1 on even and -1 on odd experts routes them differently,
+         * so experts exchanged between parities change the values */
+        sb_printf(b, "  %%bias = f32[%d] constant({", E);
+        for (int e = 0; e < E; e++) sb_printf(b, "%s%d", e ? ", " : "", e % 2 ? -1 : 1);
+        sb_printf(b, "})\n  %%bb = f32[%d,%d] broadcast(%%bias), dimensions={1}\n", tk, E);
+        sb_printf(b, "  %%lb = f32[%d,%d] add(%%lg, %%bb)\n", tk, E);
+        sb_printf(b, "  %%w = f32[%d,%d] maximum(%%lb, %%zb)\n", tk, E);
         const char *combine = side && variant == 2 ? "w2" : "w";
         if (side && variant == 2) sb_printf(b, "  %%w2 = f32[%d,%d] multiply(%%w, %%w)\n", tk, E);
         if (!side) {
@@ -890,9 +985,24 @@ static void gen_zmask(interp_rng *r, const smesh *m, inst *t) {
             sb_printf(b, "  %%xb = f32[%d,%d,%d] broadcast(%%x), dimensions={1,2}\n", E, Tl, H);
             sb_printf(b, "  %%z3 = f32[%d,%d,%d] broadcast(%%z), dimensions={}\n", E, Tl, H);
             sb_printf(b, "  %%disp = f32[%d,%d,%d] select(%%mb, %%xb, %%z3)\n", E, Tl, H);
-            if (variant == 3) sb_printf(b, "  %%rev = f32[%d,%d,%d] reverse(%%disp), dimensions={0}\n", E, Tl, H);
-            sb_printf(b, "  %%a1 = f32[%d,%d,%d] all-to-all(%%%s), channel_id=1, replica_groups=", E, Tl, H,
-                      variant == 3 ? "rev" : "disp");
+            const char *sent = "disp";
+            if (variant == 3 || variant == 6) {
+                sb_printf(b, "  %%rev = f32[%d,%d,%d] reverse(%%disp), dimensions={0}\n", E, Tl, H);
+                sent = "rev";
+            }
+            if (variant == 6) {
+                sb_printf(b, "  %%rev2 = f32[%d,%d,%d] reverse(%%rev), dimensions={0}\n", E, Tl, H);
+                sent = "rev2";
+            }
+            if (variant == 5 || variant == 7) {
+                /* experts e = j·n + r: [El, n] swapped to [n, El] (and, when 7, back) */
+                sb_printf(b, "  %%rr1 = f32[%d,%d,%d,%d] reshape(%%disp)\n", El, n, Tl, H);
+                sb_printf(b, "  %%rr2 = f32[%d,%d,%d,%d] transpose(%%rr1), dimensions={1,0,2,3}\n", n, El, Tl, H);
+                if (variant == 7) sb_printf(b, "  %%rr3 = f32[%d,%d,%d,%d] transpose(%%rr2), dimensions={1,0,2,3}\n", El, n, Tl, H);
+                sb_printf(b, "  %%rr = f32[%d,%d,%d] reshape(%%%s)\n", E, Tl, H, variant == 7 ? "rr3" : "rr2");
+                sent = "rr";
+            }
+            sb_printf(b, "  %%a1 = f32[%d,%d,%d] all-to-all(%%%s), channel_id=1, replica_groups=", E, Tl, H, sent);
             groups(b, m, 1u << ax, false);
             sb_printf(b, ", dimensions={0}\n  %%a2 = f32[%d,%d,%d,%d] reshape(%%a1)\n", n, El, Tl, H);
             if (variant != 4) sb_printf(b, "  %%a3 = f32[%d,%d,%d,%d] transpose(%%a2), dimensions={1,0,2,3}\n", El, n, Tl, H);
@@ -915,16 +1025,130 @@ static void gen_zmask(interp_rng *r, const smesh *m, inst *t) {
     rel_write(t, m, iv, 3, v);
 }
 
+/* Appends source_target_pairs={...} of a collective-permute along axis ax:
+ * every device sends to the one whose coordinate on ax is `shift` higher
+ * (modulo the axis size when cyclic; otherwise devices past the end send
+ * nothing), the other coordinates alike; `drop` leaves the first pair out. */
+static void perm_pairs(strbuf *b, const smesh *m, int ax, int shift, bool cyclic, bool drop) {
+    sb_puts(b, "source_target_pairs={");
+    bool first = true;
+    int stride = ax == m->naxes - 1 ? 1 : m->sizes[1];
+    for (int d = 0; d < m->ndev; d++) {
+        int c = d / stride % m->sizes[ax], to = c + shift;
+        if (cyclic) to = ((to % m->sizes[ax]) + m->sizes[ax]) % m->sizes[ax];
+        else if (to < 0 || to >= m->sizes[ax]) continue;
+        if (drop) {
+            drop = false;
+            continue;
+        }
+        sb_printf(b, "%s{%d,%d}", first ? "" : ",", d, d + (to - c) * stride);
+        first = false;
+    }
+    sb_puts(b, "}");
+}
+
+/* collective-permute. x[a,b] sharded on dim sd over ax. On an axis of two
+ * devices, GSPMD's slice of a sharded dim resharded over it: the upper (or
+ * lower) half of x along sd, each device its half of that half, from local
+ * slices, a permute between the two, a concatenate and a dynamic-slice at
+ * (1 - coord)·h (RoPE's rotate-half at tp8). On any axis: a cyclic shift of
+ * the blocks and its inverse (x again); x replicated permuted along the axis
+ * in a full cycle (x again). Bugs: the pairs reversed, the offset coord·h,
+ * the inverse shift left out, one pair of the cycle dropped (that device
+ * gets zeros). */
+static void gen_cpermute(interp_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1), n = m->sizes[ax];
+    int form = rint_in(r, 0, n == 2 ? 3 : 1);  /* 0 round trip, 1 replicated cycle, 2 upper half, 3 lower half */
+    int variant = rint_in(r, 0, 1);              /* 0 ok, 1 bug */
+    static const char *sn[] = {"round-trip", "dup-cycle", "upper-half", "lower-half"};
+    static const char *bn[] = {"bug-one-way", "bug-dropped-pair", "bug-pairs", "bug-offset"};
+    const char *bug = form >= 2 && variant && rint_in(r, 0, 1) ? bn[3] : bn[form];
+    set_case(t, variant == 0, "cpermute-%s-%s", sn[form], variant ? bug : "ok");
+    int xa[2] = {-1, -1};
+    if (form != 1) xa[sd] = ax;
+    int g[2], l[2], o[2];
+    g[sd] = form >= 2 ? 4 * rint_in(r, 1, 2) : dim_for(r, n);
+    g[1 - sd] = rint_in(r, 2, 5);
+    local_dims(m, g, xa, 2, l);
+    int h = l[sd] / 2;
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = open_side(t, side, m, g, l, 2, false);
+        const int *dims = side ? l : g;
+        memcpy(o, dims, sizeof o);
+        if (form >= 2) o[sd] = dims[sd] / 2;
+        if (!side) {
+            sb_puts(b, "  ROOT %o = ");
+            shp(b, o, 2);
+            if (form < 2) {
+                sb_puts(b, " copy(%x)\n}\n");
+            } else {
+                int lo[2] = {0, 0}, hi[2] = {g[0], g[1]};
+                lo[sd] = form == 2 ? g[sd] / 2 : 0;
+                hi[sd] = lo[sd] + g[sd] / 2;
+                slice_attr(b, lo, hi);
+                sb_puts(b, "}\n");
+            }
+            continue;
+        }
+        if (form < 2) {
+            /* round trip: shift by k then by -k (bug: only the first); dup-cycle: shift by 1 cyclic (bug: a pair dropped). */
+            int k = rint_in(r, 1, n - 1);
+            sb_puts(b, "  %p1 = ");
+            shp(b, l, 2);
+            sb_puts(b, " collective-permute(%x), channel_id=1, ");
+            perm_pairs(b, m, ax, k, true, form == 1 && variant);
+            sb_puts(b, "\n  ROOT %o = ");
+            shp(b, l, 2);
+            if (form == 1 || variant) {
+                sb_puts(b, " copy(%p1)\n}\n");
+            } else {
+                sb_puts(b, " collective-permute(%p1), channel_id=2, ");
+                perm_pairs(b, m, ax, -k, true, false);
+                sb_puts(b, "\n}\n");
+            }
+            continue;
+        }
+        /* a = upper half of the local block, c = lower; the upper half of x
+         * comes from device 1 (its c goes to device 0), the lower from 0. */
+        int hs[2] = {l[0], l[1]}, alo[2] = {0, 0}, ahi[2] = {l[0], l[1]}, clo[2] = {0, 0}, chi[2] = {l[0], l[1]};
+        hs[sd] = h;
+        alo[sd] = h;
+        chi[sd] = h;
+        sb_puts(b, "  %a = ");
+        shp(b, hs, 2);
+        sb_printf(b, " slice(%%x), slice={[%d:%d], [%d:%d]}\n  %%c = ", alo[0], ahi[0], alo[1], ahi[1]);
+        shp(b, hs, 2);
+        sb_printf(b, " slice(%%x), slice={[%d:%d], [%d:%d]}\n  %%pm = ", clo[0], chi[0], clo[1], chi[1]);
+        shp(b, hs, 2);
+        bool upper = form == 2, bad_pairs = variant && bug == bn[2];
+        sb_printf(b, " collective-permute(%%%s), channel_id=1, ", upper ? "c" : "a");
+        perm_pairs(b, m, ax, upper != bad_pairs ? -1 : 1, false, false);
+        sb_puts(b, "\n  %cat = ");
+        shp(b, l, 2);
+        sb_printf(b, " concatenate(%s), dimensions={%d}\n", upper ? "%a, %pm" : "%pm, %c", sd);
+        axis_coord(b, m, ax);
+        bool bad_off = variant && bug == bn[3];
+        /* offset (1 - coord)·h; the bug: coord·h */
+        sb_printf(b, "  %%hk = s32[] constant(%d)\n  %%one = s32[] constant(1)\n  %%nc = s32[] subtract(%%one, %%coord)\n", h);
+        sb_printf(b, "  %%off = s32[] multiply(%s, %%hk)\n  %%z = s32[] constant(0)\n", bad_off ? "%coord" : "%nc");
+        sb_puts(b, "  ROOT %o = ");
+        shp(b, o, 2);
+        sb_printf(b, " dynamic-slice(%%cat, %s, %s), dynamic_slice_sizes={%d,%d}\n}\n", sd ? "%z" : "%off", sd ? "%off" : "%z",
+                  o[0], o[1]);
+    }
+    rel_unary(t, m, xa, 2, xa, 2);
+}
+
 static void (*const gens[TF_FAMILIES])(interp_rng *, const smesh *, inst *) = {
     gen_eltwise, gen_dot_k,   gen_dot_n,    gen_reduce,  gen_gather,  gen_transpose,
     gen_partial, gen_partial2, gen_dslice, gen_rscatter, gen_a2a, gen_slice_concat,
-    gen_fold,    gen_unit_reshape, gen_posemb, gen_zmask};
+    gen_fold,    gen_unit_reshape, gen_posemb, gen_zmask, gen_cpermute};
 
 /* In step with gens. */
 static const char *const family_names[TF_FAMILIES] = {
     "eltwise", "dot-k", "dot-n", "reduce", "all-gather", "transpose",
     "partial-op", "partial-sum2", "dynamic-slice", "reduce-scatter", "all-to-all", "slice-concat",
-    "constant-fold", "unit-reshape", "row-table", "zero-mask"};
+    "constant-fold", "unit-reshape", "row-table", "zero-mask", "collective-permute"};
 
 const char *tf_family_name(uint32_t f) { return f < TF_FAMILIES ? family_names[f] : "?"; }
 

@@ -10,20 +10,29 @@
  * all-gather undoing a sharding, transpose of a sharded tensor, ops applied to
  * partial sums before their all-reduce (linear ones are correct), two partial
  * sums combined, dynamic-slice of a duplicated tensor at partition-id·chunk,
- * reduce-scatter of a partial dot, all-to-all resharding (+ reshape/transpose),
+ * reduce-scatter of a partial dot, all-to-all resharding (+ reshape/transpose;
+ * also of a locally split dim, read as a view of the term reshaped, with a
+ * dim bound on another axis kept through the exchange),
  * slice / concatenate of sharded tensors, a table the baseline holds folded
  * into a constant and the distributed side computes from constants (constant
- * folding), reshapes that insert a unit dim before a sharded one, and a
+ * folding), reshapes that insert a unit dim before a sharded one (and
+ * grouped-query kv heads repeated by a broadcast whose unit dim is sharded),
+ * and a
  * positional table sharded by rows read at iota positions the vocab-parallel
  * way; a dense expert dispatch (zero masks through all-to-alls, combined by
- * the router weights); dynamic-slice also at blocks of a window. Each family has a correct
+ * the router weights); collective-permute (GSPMD's half of a sharded dim
+ * resharded through local slices, a permute, a concatenate and a
+ * dynamic-slice; a shift of the blocks and back; a full cycle of a
+ * replicated value); dynamic-slice also at blocks of a window. Each family has a correct
  * variant and buggy ones (missing/spurious all-reduce, wrong reducer, wrong
  * replica groups, wrong gather dim, wrong output view, operands sharded over
  * different mesh axes, a non-linear op on partial sums, a wrong slice
  * multiplier or axis, a missing transpose, a shifted slice range, swapped
  * concatenate operands, a slice of a sharded dim taken per shard, a table
  * computed with other constants, an unreduced or shifted row table, an
- * inverted dispatch mask, a combine by other weights, reversed experts); every bug
+ * inverted dispatch mask, a combine by other weights, reversed experts,
+ * permute pairs reversed, a wrong offset after a permute, a shift not undone,
+ * a pair of a cycle dropped); every bug
  * built here changes values.
  *
  * Instance i belongs to family i % TF_FAMILIES and draws from its own
@@ -52,8 +61,8 @@
 
 #include "diag.h"
 
-#define TF_FAMILIES 16
-#define TF_INSTANCES 576  /* the default: 36 per family */
+#define TF_FAMILIES 17
+#define TF_INSTANCES 612  /* the default: 36 per family */
 
 /* The name of family f (< TF_FAMILIES): "eltwise", "dot-k", ... */
 const char *tf_family_name(uint32_t f);
