@@ -323,3 +323,10 @@ def forward(cfg, params, tokens):
     if cfg.model == "gpt2":
         return gpt2_forward(cfg, params, tokens)
     return llama_forward(cfg, params, tokens)
+
+
+# Full-size configs with their layers under jax.lax.scan (stacked weights, one HLO while
+# loop), like tiny-scan. Added at the end of the file: every sample records the source
+# lines of the code above, so inserting lines there would rewrite the whole corpus.
+CONFIGS["llama3.1-8b-scan"] = dict(CONFIGS["llama3.1-8b"], scan=True)
+CONFIGS["llama3.1-405b-scan"] = dict(CONFIGS["llama3.1-405b"], scan=True)

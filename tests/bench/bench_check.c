@@ -28,7 +28,8 @@
 #include "util.h"
 
 /* How a pair is checked: as the command line does by default (threads = the
- * core count, memo on), or with one of them changed. */
+ * core count, memo on, the rewrite rules in rules/), or with one of the first
+ * two changed. */
 typedef struct {
     int jobs;
     bool no_memo;
@@ -44,7 +45,7 @@ static bench_cfg default_cfg(void) {
  * saturating, checking), i.e. the wall time without reading the programs and
  * writing the trace. */
 static int run_child(const char *name, const char *b, const char *d, const char *r, bench_cfg cfg, int fd) {
-    check_opts o = {.name = name, .baseline = b, .distributed = d, .jobs = cfg.jobs, .no_memo = cfg.no_memo};
+    check_opts o = {.name = name, .baseline = b, .distributed = d, .jobs = cfg.jobs, .no_memo = cfg.no_memo, .rules_dir = "rules"};
     if (strcmp(r, "auto") == 0) o.auto_relations = true;
     else o.relations = r;
     diag dg;
@@ -229,6 +230,17 @@ int main(int argc, char **argv) {
                   j1.wall, j1.check, j1.cpu, j1.peak);
         printf("depth 405B/8B: wall %.2f, check %.2f; 405B --no-memo %.0f ms, -j1 %.0f ms\n", z->wall / a->wall,
                a->check > 0 ? z->check / a->check : 0, nm.wall, j1.wall);
+    }
+    /* Depth with the layers under jax.lax.scan: one while loop whatever the depth. */
+    int s8 = find_pair(names, nres, "llama3.1-8b-scan.megatron_tp.tp8"), s405 = find_pair(names, nres, "llama3.1-405b-scan.megatron_tp.tp8");
+    if (s8 >= 0 && s405 >= 0) {
+        const run_result *a = &res[s8], *z = &res[s405];
+        sb_printf(&md, "\nScanned (the layers under jax.lax.scan: one HLO while loop over the stacked weights, the same size at any depth): "
+                       "llama3.1-405b-scan against llama3.1-8b-scan, Megatron tp8: %s / %s, wall %.1f / %.1f ms = %.2f×, "
+                       "check %.2f / %.2f ms, peak %.0f / %.0f MiB.\n",
+                  verdict_name(z->verdict), verdict_name(a->verdict), z->wall, a->wall, a->wall > 0 ? z->wall / a->wall : 0, z->check, a->check,
+                  z->peak, a->peak);
+        printf("depth scanned 405B/8B: wall %.2f\n", a->wall > 0 ? z->wall / a->wall : 0);
     }
     /* Device-count scaling groups, in manifest order of their first member. */
     bool done[MAX_PAIRS] = {false};
