@@ -1636,34 +1636,25 @@ static bool walk_one(walker *w, int kind) {
  * of a module is certain (its name is text, a wrapper's first field never
  * is); a wrapper may also be a module whose name is binary, so then all three
  * readings are walked and the one whose module holds the most instructions
- * wins, the guess on ties. On failure the error is the guess's. */
+ * wins, the guess on ties. On failure the error is the guess's. The guess is
+ * walked last: it is nearly always the winner, and then w already holds its
+ * offsets (or its error) without a second walk of a large input. */
 static bool walk_as(walker *w, int *kind) {
-    int guess = *kind, best = -1;
-    size_t best_instrs = 0, err_off = 0;
-    char err[sizeof w->err] = "", err_path[sizeof w->err_path] = "";
-    for (int k = 0; k < (guess == 0 ? 1 : 3); k++) {
-        int cand = (guess + k) % 3;
-        bool ok = walk_one(w, cand);
-        if (k == 0 && !ok) {
-            err_off = w->err_off;
-            memcpy(err, w->err, sizeof err);
-            memcpy(err_path, w->err_path, sizeof err_path);
-        }
+    int guess = *kind, nread = guess == 0 ? 1 : 3, best = -1;
+    bool counts[3];
+    size_t instrs[3];
+    for (int k = nread - 1; k >= 0; k--) {
+        bool ok = walk_one(w, (guess + k) % 3);
         /* Another reading counts only with a module: to a wrapper whose other
          * fields we do not declare, any well-formed bytes would do. */
-        if (ok && (k == 0 || w->have_module) && (best < 0 || w->ninstr > best_instrs)) {
-            best = cand;
-            best_instrs = w->ninstr;
-        }
+        counts[k] = ok && (k == 0 || w->have_module);
+        instrs[k] = w->ninstr;
     }
-    if (best < 0) {
-        w->err_off = err_off;
-        memcpy(w->err, err, sizeof err);
-        memcpy(w->err_path, err_path, sizeof err_path);
-        return false;
-    }
-    if (guess != 0) walk_one(w, best); /* its offsets, for conversion messages */
-    *kind = best;
+    for (int k = 0; k < nread; k++)
+        if (counts[k] && (best < 0 || instrs[k] > instrs[best])) best = k;
+    if (best < 0) return false;
+    if (best != 0) walk_one(w, (guess + best) % 3); /* its offsets, for conversion messages */
+    *kind = (guess + best) % 3;
     return true;
 }
 
