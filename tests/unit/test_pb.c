@@ -57,14 +57,46 @@ static bool equal(const hlo_module *a, const hlo_module *b, int flags) {
     return eq;
 }
 
+/* True when the one-pass unpacker and the careful path (walker, protobuf-c)
+ * agree on bytes read as m with diagnostics d: the same module, printed
+ * alike, or the same diagnostics. Prints the first few disagreements. */
+static bool same_as_careful(const char *buf, size_t n, const hlo_module *m, const diag *d) {
+    static int shown;
+    diag cd;
+    diag_init(&cd, "x.pb");
+    hlo_module *c = hlo_parse_pb_careful((const uint8_t *)buf, n, "x.pb", &cd);
+    bool same = (m != NULL) == (c != NULL);
+    if (same && m) {
+        strbuf a, b;
+        sb_init(&a);
+        sb_init(&b);
+        hlo_print(&a, m);
+        hlo_print(&b, c);
+        same = graph_equal(m, c, 0, NULL) && a.len == b.len && memcmp(a.s, b.s, a.len) == 0 &&
+               strcmp(m->format, c->format) == 0;
+        sb_free(&a);
+        sb_free(&b);
+    } else if (same) {
+        same = d->count == cd.count && strcmp(d->out.s ? d->out.s : "", cd.out.s ? cd.out.s : "") == 0;
+    }
+    if (!same && shown++ < 3)
+        printf("  the one-pass unpacker disagrees with protobuf-c on %zu bytes:\n  %s  %s", n,
+               d->out.s ? d->out.s : "(a module)\n", cd.out.s ? cd.out.s : "(a module)\n");
+    graph_free(c);
+    diag_free(&cd);
+    return same;
+}
+
 /* Parses bytes; true when the outcome is clean: a module that passes
- * graph_check, or none and a diagnostic "name: byte N: ...". */
+ * graph_check, or none and a diagnostic "name: byte N: ..."; either way the
+ * careful path must agree. */
 static bool clean(const char *buf, size_t n, bool *parsed, char **msg) {
     diag d;
     diag_init(&d, "x.pb");
     hlo_module *m = hlo_parse_pb((const uint8_t *)buf, n, "x.pb", &d);
     bool ok = m ? graph_check(m, NULL) == 0
                 : d.count > 0 && d.out.s && strncmp(d.out.s, "x.pb: ", 6) == 0 && strstr(d.out.s, "byte ");
+    ok = same_as_careful(buf, n, m, &d) && ok;
     if (parsed) *parsed = m != NULL;
     if (msg) *msg = xstrdup(d.out.s ? d.out.s : "");
     graph_free(m);
