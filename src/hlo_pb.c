@@ -1685,7 +1685,8 @@ typedef struct wire_field {
     uint32_t number;
     int wt;
     const uint8_t *v, *vend;
-    uint64_t value;  /* the varint (wire type 0) */
+    uint64_t value;                     /* the varint (wire type 0) */
+    const ProtobufCFieldDescriptor *f;  /* its field, once looked up */
 } wire_field;
 
 /* A varint of at most max bytes; the byte after it, or NULL when cut off or longer. */
@@ -1693,6 +1694,10 @@ static inline const uint8_t *varint_at(const uint8_t *p, const uint8_t *e, size_
     if (p < e && *p < 0x80) {
         *v = *p;
         return p + 1;
+    }
+    if (e - p >= 2 && p[1] < 0x80) {
+        *v = (uint64_t)(p[0] & 0x7f) | (uint64_t)p[1] << 7;
+        return p + 2;
     }
     size_t k = read_varint(p, e, max, v);
     return k ? p + k : NULL;
@@ -1727,16 +1732,6 @@ static bool next_field(const uint8_t **pp, const uint8_t *e, wire_field *f) {
     }
     *pp = f->vend;
     return true;
-}
-
-/* d->fields is sorted by number and writers emit fields in number order, so
- * a cursor that moves forward finds most fields in a step or two. */
-static const ProtobufCFieldDescriptor *field_at(const ProtobufCMessageDescriptor *d, unsigned *cur, uint32_t number) {
-    unsigned i = *cur;
-    if (i >= d->n_fields || d->fields[i].id > number) i = 0;
-    while (i < d->n_fields && d->fields[i].id < number) i++;
-    *cur = i;
-    return i < d->n_fields && d->fields[i].id == number ? &d->fields[i] : NULL;
 }
 
 /* Bytes per element of a repeated field, as protobuf-c lays arrays out. */
@@ -1814,10 +1809,45 @@ static void store_scalar(ProtobufCType t, void *dst, uint64_t v, const uint8_t *
     }
 }
 
+/* Field number -> field of one message type, by table for the numbers below
+ * FIELD_DIRECT (all of XLA's); scalify's 50000 goes to protobuf-c's search. */
+#define FIELD_DIRECT 128
+#define FIELD_TABLES 64 /* more than hlo.proto has message types */
+typedef struct field_table {
+    const ProtobufCMessageDescriptor *d;
+    uint16_t at[FIELD_DIRECT]; /* 1 + index into d->fields; 0: no such field */
+} field_table;
+
 typedef struct unpacker {
     walker *w;  /* buf, budget and cost; offsets and counts as a walk leaves them */
     arena *a;
+    /* The known fields of the messages being unpacked, outermost first: the
+     * first pass over a message pushes its fields, the second pops them. */
+    wire_field *stack;
+    size_t nstack, capstack;
+    field_table tables[FIELD_TABLES]; /* open addressing by descriptor, filled on first use */
 } unpacker;
+
+/* d's table, or NULL when every slot is taken. */
+static const field_table *table_of(unpacker *u, const ProtobufCMessageDescriptor *d) {
+    size_t i = (size_t)(((uint64_t)(uintptr_t)d * 0x9e3779b97f4a7c15ull) >> 58);
+    for (size_t k = 0; k < FIELD_TABLES; k++, i = (i + 1) % FIELD_TABLES) {
+        field_table *t = &u->tables[i];
+        if (t->d == d) return t;
+        if (t->d) continue;
+        t->d = d;
+        for (unsigned f = 0; f < d->n_fields && f < UINT16_MAX; f++)
+            if (d->fields[f].id < FIELD_DIRECT) t->at[d->fields[f].id] = (uint16_t)(f + 1);
+        return t;
+    }
+    return NULL;
+}
+
+static const ProtobufCFieldDescriptor *field_of(const ProtobufCMessageDescriptor *d, const field_table *t,
+                                                uint32_t number) {
+    if (t && number < FIELD_DIRECT) return t->at[number] ? &d->fields[t->at[number] - 1] : NULL;
+    return protobuf_c_message_descriptor_get_field(d, number);
+}
 
 static bool fast_charge(walker *w, uint64_t bytes) {
     w->cost += bytes;
@@ -1899,11 +1929,12 @@ static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescr
     if (d == &xla__hlo_instruction_proto__descriptor) note_offset(&w->instr_off, &w->ninstr, &w->capinstr, start);
     ProtobufCMessage *m = arena_alloc(u->a, d->sizeof_message);
     d->message_init(m);
+    const field_table *t = table_of(u, d);
+    size_t base = u->nstack;
     wire_field wf;
-    unsigned cur = 0;
     for (const uint8_t *q = p; q < e;) {
         if (!next_field(&q, e, &wf)) return NULL;
-        const ProtobufCFieldDescriptor *f = field_at(d, &cur, wf.number);
+        const ProtobufCFieldDescriptor *f = wf.f = field_of(d, t, wf.number);
         uint64_t len = (uint64_t)(wf.vend - wf.v);
         if (!f) {
             if (!fast_charge(w, len + 48)) return NULL;
@@ -1922,13 +1953,15 @@ static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescr
         }
         if (!fast_charge(w, cost)) return NULL;
         if (repeated) *(size_t *)((char *)m + f->quantifier_offset) += count;
+        XGROW(u->stack, u->capstack, u->nstack + 1);
+        u->stack[u->nstack++] = wf;
     }
-    cur = 0;
-    for (const uint8_t *q = p; q < e;) {
-        next_field(&q, e, &wf);
-        const ProtobufCFieldDescriptor *f = field_at(d, &cur, wf.number);
-        if (f && !unpack_value(u, m, f, &wf, depth)) return NULL;
+    size_t top = u->nstack;
+    for (size_t i = base; i < top; i++) {
+        wf = u->stack[i]; /* a copy: sub-messages may move the stack */
+        if (!unpack_value(u, m, wf.f, &wf, depth)) return NULL;
     }
+    u->nstack = base;
     return m;
 }
 
@@ -1939,15 +1972,22 @@ static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescr
  * dumps they are short: the module they find, if any, is a name read as
  * bytes) and when one of them would win, the careful path takes over. */
 static ProtobufCMessage *unpack_fast(walker *w, int kind, arena *a) {
-    size_t rival = 0;
+    bool rival = false; /* another reading holds a module */
+    size_t rival_instrs = 0;
     for (int k = kind == 0 ? 3 : 1; k < 3; k++)
-        if (walk_one(w, (kind + k) % 3) && w->have_module && w->ninstr + 1 > rival) rival = w->ninstr + 1;
+        if (walk_one(w, (kind + k) % 3) && w->have_module && (!rival || w->ninstr > rival_instrs)) {
+            rival = true;
+            rival_instrs = w->ninstr;
+        }
     walk_reset(w);
-    unpacker u = {w, a};
-    ProtobufCMessage *msg = unpack_message(&u, containers[kind], w->buf, w->buf + w->n, 0);
+    unpacker *u = xcalloc(1, sizeof *u);
+    u->w = w;
+    u->a = a;
+    ProtobufCMessage *msg = unpack_message(u, containers[kind], w->buf, w->buf + w->n, 0);
+    free(u->stack);
+    free(u);
     /* walk_as keeps the guess on ties: a rival must hold more instructions */
-    if (!msg || (rival && rival - 1 > w->ninstr)) return NULL;
-    return msg;
+    return msg && !(rival && rival_instrs > w->ninstr) ? msg : NULL;
 }
 
 /* protobuf-c allocates from an arena: one free for the whole message tree. */
