@@ -1685,8 +1685,7 @@ typedef struct wire_field {
     uint32_t number;
     int wt;
     const uint8_t *v, *vend;
-    uint64_t value;                     /* the varint (wire type 0) */
-    const ProtobufCFieldDescriptor *f;  /* its field, once looked up */
+    uint64_t value;  /* the varint (wire type 0) */
 } wire_field;
 
 /* A varint of at most max bytes; the byte after it, or NULL when cut off or longer. */
@@ -1712,6 +1711,7 @@ static bool next_field(const uint8_t **pp, const uint8_t *e, wire_field *f) {
     f->wt = (int)(tag & 7);
     if (f->number == 0) return false;
     f->v = p;
+    f->value = 0;
     switch (f->wt) {
     case 0:
         if (!(f->vend = varint_at(p, e, 10, &f->value))) return false;
@@ -1821,10 +1821,6 @@ typedef struct field_table {
 typedef struct unpacker {
     walker *w;  /* buf, budget and cost; offsets and counts as a walk leaves them */
     arena *a;
-    /* The known fields of the messages being unpacked, outermost first: the
-     * first pass over a message pushes its fields, the second pops them. */
-    wire_field *stack;
-    size_t nstack, capstack;
     field_table tables[FIELD_TABLES]; /* open addressing by descriptor, filled on first use */
 } unpacker;
 
@@ -1857,47 +1853,42 @@ static bool fast_charge(walker *w, uint64_t bytes) {
 static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p,
                                         const uint8_t *e, int depth);
 
-/* The value of field f at wf into message m (pass 2 of unpack_message). */
-static bool unpack_value(unpacker *u, ProtobufCMessage *m, const ProtobufCFieldDescriptor *f, const wire_field *wf,
+/* The capacity of a repeated field's array holding n elements: none for
+ * none, else the least power of two that holds max(n, 4). Arrays grow by
+ * doubling, so the capacity follows from n and needs no storage; protobuf-c
+ * sizes them exactly, which no reader of the tree can tell. */
+static size_t array_cap(size_t n) {
+    size_t c = n ? 4 : 0;
+    while (c < n) c *= 2;
+    return c;
+}
+
+/* arr (holding n elements of size bytes), or a copy in a, with room for add more. */
+static char *array_room(arena *a, char *arr, size_t n, size_t add, size_t size) {
+    if (add == 1 && n && (n < 4 || (n & (n - 1)))) return arr; /* not full */
+    if (n + add <= array_cap(n)) return arr;
+    char *grown = arena_alloc(a, array_cap(n + add) * size);
+    if (n) memcpy(grown, arr, n * size);
+    return grown;
+}
+
+/* One value of field f, at wf on the wire, into member. */
+static bool unpack_value(unpacker *u, const ProtobufCFieldDescriptor *f, char *member, const wire_field *wf,
                          int depth) {
-    char *member = (char *)m + f->offset;
-    ProtobufCType t = f->type;
-    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
-        size_t *n = (size_t *)((char *)m + f->quantifier_offset);
-        char **arr = (char **)member;
-        size_t size = elt_size(t);
-        bool packed = wf->wt == 2 && wire_type_of(t) != 2;
-        if (packed && wf->v == wf->vend) return true;
-        if (!*arr) {
-            /* pass 1 counted the elements into *n */
-            *arr = arena_alloc(u->a, *n * size);
-            *n = 0;
-        }
-        if (!packed) {
-            member = *arr + (*n)++ * size;
-        } else {
-            for (const uint8_t *q = wf->v; q < wf->vend;) {
-                uint64_t v = 0;
-                const uint8_t *qend = q + (wire_type_of(t) == 5 ? 4 : 8);
-                if (wire_type_of(t) == 0) qend = varint_at(q, wf->vend, 10, &v);
-                store_scalar(t, *arr + (*n)++ * size, v, q, qend);
-                q = qend;
-            }
-            return true;
-        }
-    }
-    switch (t) {
+    size_t len = (size_t)(wf->vend - wf->v);
+    switch (f->type) {
     case PROTOBUF_C_TYPE_STRING: {
-        size_t len = (size_t)(wf->vend - wf->v);
+        if (!fast_charge(u->w, (uint64_t)len + 1)) return false;
         char *s = arena_alloc(u->a, len + 1);
         memcpy(s, wf->v, len);
         *(char **)member = s;
         return true;
     }
     case PROTOBUF_C_TYPE_BYTES: {
+        if (!fast_charge(u->w, (uint64_t)len + 1)) return false;
         ProtobufCBinaryData *bd = (ProtobufCBinaryData *)member;
-        bd->len = (size_t)(wf->vend - wf->v);
-        bd->data = bd->len ? arena_memdup(u->a, wf->v, bd->len) : NULL;
+        bd->len = len;
+        bd->data = len ? arena_memdup(u->a, wf->v, len) : NULL;
         return true;
     }
     case PROTOBUF_C_TYPE_MESSAGE: {
@@ -1906,16 +1897,29 @@ static bool unpack_value(unpacker *u, ProtobufCMessage *m, const ProtobufCFieldD
         return (*sub = unpack_message(u, f->descriptor, wf->v, wf->vend, depth + 1)) != NULL;
     }
     default:
-        store_scalar(t, member, wf->value, wf->v, wf->vend);
+        store_scalar(f->type, member, wf->value, wf->v, wf->vend);
         return true;
     }
 }
 
+/* The packed run of field f at wf, count elements, appended to array *arr holding *n. */
+static void unpack_packed(unpacker *u, const ProtobufCFieldDescriptor *f, char **arr, size_t *n, size_t count,
+                          const wire_field *wf) {
+    size_t size = elt_size(f->type);
+    int wt = wire_type_of(f->type);
+    *arr = array_room(u->a, *arr, *n, count, size);
+    for (const uint8_t *q = wf->v; q < wf->vend;) {
+        uint64_t v = 0;
+        const uint8_t *qend = wt == 0 ? varint_at(q, wf->vend, 10, &v) : q + (wt == 5 ? 4 : 8);
+        store_scalar(f->type, *arr + (*n)++ * size, v, q, qend);
+        q = qend;
+    }
+}
+
 /* The message of type d at [p, e), nested depth deep; NULL when the careful
- * path must decide. Two passes over this level's fields: the first checks
- * them and counts repeated elements (into the n_ members, as protobuf-c
- * does), the second sizes each array once and fills it, recursing into
- * sub-messages; payload bytes are copied once. */
+ * path must decide. Each field is checked, charged and stored as it comes:
+ * repeated fields append (packed runs counted first), sub-messages recurse,
+ * payload bytes are copied once. */
 static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p,
                                         const uint8_t *e, int depth) {
     walker *w = u->w;
@@ -1930,38 +1934,33 @@ static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescr
     ProtobufCMessage *m = arena_alloc(u->a, d->sizeof_message);
     d->message_init(m);
     const field_table *t = table_of(u, d);
-    size_t base = u->nstack;
-    wire_field wf;
     for (const uint8_t *q = p; q < e;) {
+        wire_field wf;
         if (!next_field(&q, e, &wf)) return NULL;
-        const ProtobufCFieldDescriptor *f = wf.f = field_of(d, t, wf.number);
-        uint64_t len = (uint64_t)(wf.vend - wf.v);
+        const ProtobufCFieldDescriptor *f = field_of(d, t, wf.number);
         if (!f) {
-            if (!fast_charge(w, len + 48)) return NULL;
+            if (!fast_charge(w, (uint64_t)(wf.vend - wf.v) + 48)) return NULL;
             continue;
         }
         int want = wire_type_of(f->type);
         bool repeated = f->label == PROTOBUF_C_LABEL_REPEATED;
         if (wf.wt != want && !(repeated && wf.wt == 2 && want != 2)) return NULL;
-        uint64_t cost = repeated ? 8 : 0;
-        size_t count = 1;
-        if (wf.wt == 2 && want != 2) {
-            if (!packed_count(f->type, wf.v, wf.vend, &count)) return NULL;
-            cost += (uint64_t)count * 8;
-        } else if (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES) {
-            cost += len + 1;
+        char *member = (char *)m + f->offset;
+        if (repeated) {
+            size_t *n = (size_t *)((char *)m + f->quantifier_offset), count;
+            char **arr = (char **)member;
+            if (wf.wt == 2 && want != 2) {
+                if (!packed_count(f->type, wf.v, wf.vend, &count) || !fast_charge(w, 8 + (uint64_t)count * 8))
+                    return NULL;
+                if (count) unpack_packed(u, f, arr, n, count, &wf);
+                continue;
+            }
+            if (!fast_charge(w, 8)) return NULL;
+            *arr = array_room(u->a, *arr, *n, 1, elt_size(f->type));
+            member = *arr + (*n)++ * elt_size(f->type);
         }
-        if (!fast_charge(w, cost)) return NULL;
-        if (repeated) *(size_t *)((char *)m + f->quantifier_offset) += count;
-        XGROW(u->stack, u->capstack, u->nstack + 1);
-        u->stack[u->nstack++] = wf;
+        if (!unpack_value(u, f, member, &wf, depth)) return NULL;
     }
-    size_t top = u->nstack;
-    for (size_t i = base; i < top; i++) {
-        wf = u->stack[i]; /* a copy: sub-messages may move the stack */
-        if (!unpack_value(u, m, wf.f, &wf, depth)) return NULL;
-    }
-    u->nstack = base;
     return m;
 }
 
@@ -1984,7 +1983,6 @@ static ProtobufCMessage *unpack_fast(walker *w, int kind, arena *a) {
     u->w = w;
     u->a = a;
     ProtobufCMessage *msg = unpack_message(u, containers[kind], w->buf, w->buf + w->n, 0);
-    free(u->stack);
     free(u);
     /* walk_as keeps the guess on ties: a rival must hold more instructions */
     return msg && !(rival && rival_instrs > w->ninstr) ? msg : NULL;
