@@ -1671,7 +1671,8 @@ static bool walk_as(walker *w, int *kind) {
 
 /* The common case in one pass: the bytes are checked and unpacked together
  * into the message tree protobuf_c_message_unpack would build (in the same
- * arena), charging the walker's memory estimate and noting the walker's
+ * arena; unknown fields, which nothing here reads, are skipped rather than
+ * kept), charging the walker's memory estimate and noting the walker's
  * offsets. It only answers yes or no. Whatever it is unsure of — every wire
  * error, a singular message field given twice (protobuf-c merges those), a
  * packed bool other than 0 or 1 (protobuf-c refuses it), the nesting or
