@@ -1675,8 +1675,8 @@ static bool walk_as(walker *w, int *kind) {
  * kept), charging the walker's memory estimate and noting the walker's
  * offsets. It only answers yes or no. Whatever it is unsure of — every wire
  * error, a singular message field given twice (protobuf-c merges those), a
- * packed bool other than 0 or 1 (protobuf-c refuses it), the nesting or
- * memory limit — sends the input down the walker + protobuf-c path, which
+ * packed bool other than 0 or 1 (protobuf-c versions differ on those), the
+ * nesting or memory limit — sends the input down the walker + protobuf-c path, which
  * reports exactly. So what it accepts, both of those accept, with the same
  * result; the pb tests check that on hostile bytes. */
 
@@ -1749,7 +1749,8 @@ static size_t elt_size(ProtobufCType t) {
 }
 
 /* Elements of the packed run [p, e) of a field of type t, checked as
- * walk_packed and protobuf-c check them; false when either would refuse it. */
+ * walk_packed and protobuf-c check them; false when either would refuse it
+ * (or, for bools, when protobuf-c versions would not agree). */
 static bool packed_count(ProtobufCType t, const uint8_t *p, const uint8_t *e, size_t *count) {
     int wt = wire_type_of(t);
     size_t len = (size_t)(e - p);
@@ -1759,7 +1760,7 @@ static bool packed_count(ProtobufCType t, const uint8_t *p, const uint8_t *e, si
         return len % size == 0;
     }
     if (t == PROTOBUF_C_TYPE_BOOL) {
-        /* protobuf-c takes one byte per bool and refuses any other than 0 and 1 */
+        /* protobuf-c takes one byte per bool; newer versions refuse any but 0 and 1 */
         for (const uint8_t *q = p; q < e; q++)
             if (*q > 1) return false;
         *count = len;

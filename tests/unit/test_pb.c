@@ -361,6 +361,79 @@ static void wire_errors(void) {
     free(many);
 }
 
+/* ---- wire forms the one-pass unpacker leaves to protobuf-c, or must read as it does ---- */
+
+/* A module "m" with one computation "c" holding one parameter "p" of shape
+ * f32 plus the given ShapeProto fields. */
+static strbuf module_with_shape(const char *shape_fields, size_t n) {
+    strbuf sh, instr, comp, mod;
+    sb_init(&sh);
+    sb_put(&sh, "\x10\x0b", 2); /* element_type F32 */
+    sb_put(&sh, shape_fields, n);
+    sb_init(&instr);
+    sb_put(&instr, "\x0a\x01p\x12\x09parameter", 14);
+    strbuf s = wrap(sh.s, sh.len);
+    s.s[0] = 0x1a; /* instruction.shape */
+    sb_put(&instr, s.s, s.len);
+    sb_put(&instr, "\x98\x02\x01", 3); /* id 1 */
+    sb_init(&comp);
+    sb_put(&comp, "\x0a\x01" "c" "\x28\x01", 5);
+    strbuf i = wrap(instr.s, instr.len);
+    i.s[0] = 0x12; /* computation.instructions */
+    sb_put(&comp, i.s, i.len);
+    sb_init(&mod);
+    sb_put(&mod, "\x0a\x01m", 3);
+    strbuf c = wrap(comp.s, comp.len);
+    c.s[0] = 0x1a; /* module.computations */
+    sb_put(&mod, c.s, c.len);
+    sb_free(&sh);
+    sb_free(&s);
+    sb_free(&instr);
+    sb_free(&i);
+    sb_free(&comp);
+    sb_free(&c);
+    return mod;
+}
+
+static hlo_module *parse_ok(const strbuf *b);
+
+static void one_pass_edges(void) {
+    t_case("pb-9 a repeated field given packed, unpacked and packed again");
+    strbuf b = module_with_shape("\x1a\x02\x02\x03\x18\x04\x1a\x01\x05", 9);
+    bool parsed;
+    char *msg;
+    CHECK(clean(b.s, b.len, &parsed, &msg));
+    if (CHECK_MSG(parsed, "%s", msg)) {
+        hlo_module *m = parse_ok(&b);
+        if (m) CHECK_EQ(m->comps[0].instrs[0].shape.rank, 4);
+        graph_free(m);
+    }
+    free(msg);
+    sb_free(&b);
+
+    t_case("pb-9 a message field given twice is merged as protobuf-c merges it");
+    b = module_with_shape("\x2a\x02\x0a\x00\x1a\x01\x04\x2a\x03\x0a\x01\x00", 12);
+    CHECK(clean(b.s, b.len, &parsed, &msg));
+    free(msg);
+    sb_free(&b);
+
+    t_case("pb-9 a packed bool other than 0 or 1 reads as protobuf-c reads it");
+    b = module_with_shape("\x1a\x01\x04\x32\x01\x02", 6);
+    CHECK(clean(b.s, b.len, &parsed, &msg));
+    free(msg);
+    sb_free(&b);
+
+    t_case("pb-9 unknown fields of every wire type are skipped");
+    /* field 127 as varint, 64-bit, length-delimited and 32-bit; field 200 as varint */
+    b = module_with_shape("\x1a\x01\x04\xf8\x07\x2a\xf9\x07\x01\x02\x03\x04\x05\x06\x07\x08"
+                          "\xfa\x07\x02\x01\x02\xfd\x07\x01\x02\x03\x04\xc0\x0c\x01",
+                          30);
+    CHECK(clean(b.s, b.len, &parsed, &msg));
+    CHECK_MSG(parsed, "%s", msg);
+    free(msg);
+    sb_free(&b);
+}
+
 /* ---- conversion errors carry the instruction's offset and field ---- */
 
 static Xla__HloInstructionProto *instr(const char *name, const char *op, int dt, int64_t id) {
@@ -782,6 +855,7 @@ void suite_pb(void) {
     containers();
     hostile();
     wire_errors();
+    one_pass_edges();
     conversion();
     fields();
     collectives();
