@@ -415,6 +415,26 @@ static void *load_job_run(void *p) {
     return NULL;
 }
 
+/* The rules that fired in a saturation run, most first (at most 10; the
+ * trace's top_rules). */
+static json_t *most_fired(const rs_ruleset *rs, const rs_result *sat) {
+    json_t *top = json_array();
+    bool *taken = xcalloc(sat->nrules + 1, sizeof *taken);
+    for (int n = 0; n < 10; n++) {
+        uint32_t best = UINT32_MAX;
+        for (uint32_t r = 0; r < sat->nrules; r++)
+            if (!taken[r] && sat->fired[r] && (best == UINT32_MAX || sat->fired[r] > sat->fired[best])) best = r;
+        if (best == UINT32_MAX) break;
+        taken[best] = true;
+        json_t *e = json_object();
+        json_object_set_new(e, "rule", json_string(rs_rule_name(rs, best)));
+        json_object_set_new(e, "count", json_integer((json_int_t)sat->fired[best]));
+        json_array_append_new(top, e);
+    }
+    free(taken);
+    return top;
+}
+
 /* Reads both modules, at once on two threads when jobs ≥ 2 (the readers share
  * no mutable state); diagnostics come out in the same order either way. */
 static bool load_both(const check_opts *o, side *B, side *D, diag *d) {
@@ -503,6 +523,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     /* Equality saturation with the rules when an output's term has not met its
      * baseline class by construction: rewrites may join them. */
     rs_result sat = {0};
+    json_t *top_rules = NULL;
     bool saturated = false;
     double sat_ms = 0;
     if (o->rules_dir && !lc.nfindings) {
@@ -523,6 +544,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
                 rs_db *db = rs_db_new(rs);
                 double ts = now_ms();
                 rs_run(rs, g, db, &b, NULL, &sat);
+                top_rules = most_fired(rs, &sat);
                 rs_db_free(db);
                 eg_rebuild(g);
                 sat_ms = now_ms() - ts;
@@ -769,11 +791,13 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         json_object_set_new(seg, "enodes", json_integer(sg->enodes));
         json_object_set_new(seg, "eclasses", json_integer(seg_classes[i]));
         /* Saturation runs once over the whole e-graph; its figures go to the
-         * segments it was run for (those not verified by construction). */
-        bool ran = saturated && sv != VERDICT_VERIFIED && (sg->outside || sg->divergent);
+         * segments it was run for: those whose terms did not all meet the
+         * baseline's by construction (verified in the end or not). */
+        bool ran = saturated && (sg->outside || sg->divergent);
         json_object_set_new(seg, "iterations", json_integer(ran ? sat.iterations : 0));
         json_object_set_new(seg, "stop_reason", json_string(ran ? rs_stop_name(sat.stop) : "saturated"));
         json_object_set_new(seg, "rule_firings", json_integer(ran ? (json_int_t)sat.unions : 0));
+        if (ran && top_rules && json_array_size(top_rules)) json_object_set(seg, "top_rules", top_rules);
         json_object_set_new(tm, "build", json_real(i == 0 ? t2 - t1 : 0));
         json_object_set_new(tm, "lift", json_real(sg->ms));
         /* Its time is counted once, on the first of them, so timings add up. */
@@ -802,6 +826,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
 
     sb_free(&why);
     rs_result_free(&sat);
+    json_decref(top_rules);
     lift_done(&lc);
     arena_free(&a);
     eg_free(g);

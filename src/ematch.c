@@ -892,6 +892,16 @@ uint32_t em_infer_type(egraph *g, uint16_t op, uint32_t attr, const uint32_t *ct
         }
         return settle(g, name, eg_type(g, dt0, dims, r0), declared, why);
     }
+    case OP_REVERSE: {
+        if (n != 1) return fail(why, name, "takes one operand");
+        v = ea_get(g, attr, A_DIMENSIONS, &cnt);
+        uint64_t seen = 0;
+        for (uint32_t i = 0; i < cnt; i++) {
+            if (v[i] < 0 || v[i] >= r0 || r0 > 64 || (seen >> v[i] & 1)) return fail(why, name, "dimensions are not distinct dims");
+            seen |= 1ull << v[i];
+        }
+        return settle(g, name, ct[0], declared, why);
+    }
     case OP_RESHAPE: {
         if (n != 1) return fail(why, name, "takes one operand");
         if (!declared) return fail(why, name, "the result type must be given (:type)");

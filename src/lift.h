@@ -97,7 +97,28 @@ typedef struct lval {
     lift_layout *lay;             /* LV_LAYOUT */
     int64_t domain;               /* LV_MASK: valid index values [0, domain) */
     bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
+    const struct lift_zmask *zm;  /* LV_TERM / LV_LAYOUT: a zero mask (below), or NULL */
 } lval;
+
+/* A zero mask (a dense expert dispatch: every (expert, token) row is sent, the
+ * rows not routed to the expert as zeros): a claim about the value's global
+ * term. `pred`: the value is src(i) > 0, where i takes src's dim k from the
+ * value's dim dims[k] (broadcast along the other dims). Otherwise the value
+ * equals the term `full` wherever src(i) > 0, and with `zero` it is 0
+ * elsewhere. src is known to be non-negative. A product with src itself that
+ * pairs every src dim with its mask dim (the combine, sum_e w[t,e]·y[e,t]) is
+ * then the same product with `full`: where src is 0 the product is 0 either
+ * way (DESIGN §5, lift.c "zero masks"). Rows rearranged after the mask was made
+ * (a reverse of the expert dim) are paired with another expert's weights
+ * there: a layout-mismatch finding at the op that moved them. */
+typedef struct lift_zmask {
+    eid src, full;
+    eid made;                     /* src when the mask was made (before `moved`) */
+    const hlo_instr *moved;       /* the last op that rearranged the mask's rows, or NULL */
+    bool pred, zero;
+    uint8_t rank;                 /* src's rank */
+    int8_t dims[VIEW_MAX_RANK];
+} lift_zmask;
 
 typedef struct lift_finding {
     const char *kind;             /* missing-all-reduce, wrong-reduction, ... */

@@ -541,7 +541,11 @@ static void page_pair(rctx *c, size_t p) {
     size_t stops[STOP_COUNT] = {0};
     for (size_t i = 0; i < t->n_segments; i++) {
         const trace_segment *s = &t->segments[i];
-        en += s->enodes, ec += s->eclasses, it += s->iterations, fir += s->rule_firings;
+        /* one saturation run over the whole e-graph: each segment it ran for
+         * shows its figures, the total shows them once */
+        en += s->enodes, ec += s->eclasses;
+        it = s->iterations > it ? s->iterations : it;
+        fir = s->rule_firings > fir ? s->rule_firings : fir;
         stops[s->stop]++;
         sb_puts(&b, s->memo_hit ? "<tr class=\"memo\"><td class=\"seg\">" : "<tr><td class=\"seg\">");
         put(&b, s->name);
@@ -578,6 +582,9 @@ static void page_pair(rctx *c, size_t p) {
     sb_puts(&b, "</td><td class=\"num\">");
     fmt_int(&b, fir);
     sb_puts(&b, "</td><td></td></tr></tfoot></table></div>\n");
+    if (fir)
+        sb_puts(&b, "<p class=\"muted\">Equality saturation runs once over the whole e-graph: its iterations and rule "
+                    "firings appear on every segment whose terms needed it, and once in the total.</p>\n");
 
     /* relations */
     sb_puts(&b, "<h2 id=\"relations\">Relations used</h2>\n");

@@ -301,6 +301,28 @@ static bool gen_transpose(gen *g, const em_pat *t, const rtype *ty) {
     return emit_list(g, t, OP_TRANSPOSE, &c, &a, "dimensions", w, r, ty);
 }
 
+/* (reverse x :dimensions D): D as the pattern fixes it, else distinct dims
+ * drawn in increasing order (of the pattern's list length, when it gives one). */
+static bool gen_reverse(gen *g, const em_pat *t, const rtype *ty) {
+    aspec a;
+    if (!one_operand(g, t, A_DIMENSIONS, &a)) return false;
+    uint32_t r = ty->rank, n = 0, seen = 0;
+    int64_t w[MAX_RANK];
+    if (a.fixed) {
+        if (a.n > r) return false;
+        for (uint32_t i = 0; i < a.n; i++) {
+            if (a.w[i] < 0 || a.w[i] >= (int64_t)r || (seen >> a.w[i] & 1)) return false;
+            seen |= 1u << a.w[i];
+            w[n++] = a.w[i];
+        }
+    } else {
+        for (uint32_t d = 0; d < r; d++)
+            if (chance(g, 2)) w[n++] = d;
+        if (a.len >= 0 && (uint32_t)a.len != n) return false;
+    }
+    return emit_list(g, t, OP_REVERSE, ty, &a, "dimensions", w, n, ty);
+}
+
 static bool gen_reshape(gen *g, const em_pat *t, const rtype *ty) {
     aspec a;
     if (!one_operand(g, t, A_COUNT, &a)) return false;
@@ -542,6 +564,7 @@ static bool gen_term(gen *g, uint32_t pat, const rtype *ty) {
     switch (t->op) {
     case OP_CONVERT: return gen_convert(g, t, ty);
     case OP_TRANSPOSE: return gen_transpose(g, t, ty);
+    case OP_REVERSE: return gen_reverse(g, t, ty);
     case OP_RESHAPE: return gen_reshape(g, t, ty);
     case OP_BROADCAST: return gen_broadcast(g, t, ty);
     case OP_CONCATENATE: return gen_concatenate(g, t, ty);

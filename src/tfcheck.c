@@ -853,16 +853,105 @@ static void gen_posemb(interp_rng *r, const smesh *m, inst *t) {
     rel_write(t, m, iv, 2, "dup");
 }
 
+/* A dense expert dispatch (lift.c, "zero masks") over axis ax of n devices:
+ * E = n·El experts, T = n·Tl tokens. The baseline mixes every expert's
+ * tanh(x·wg[e]) by w = max(logits + bias, 0); the distributed side sends row (e, t)
+ * to expert e's device as x[t] where w[t,e] > 0 and as zeros elsewhere, and
+ * weights the rows that come back by w. Bugs: the mask inverted, the combine
+ * weighted by w² (non-negative too, but not the mask's source), the experts
+ * reversed or renumbered round-robin before the dispatch, the dispatch
+ * all-to-all's transpose missing; correct too: reversed twice, swapped and
+ * swapped back. */
+static void gen_zmask(interp_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), n = m->sizes[ax];
+    /* 0 ok, 1 mask w < 0, 2 combine by w², 3 experts reversed, 4 no transpose, 5 experts round-robin,
+     * 6 ok: experts reversed twice, 7 ok: split, swapped and swapped back */
+    int variant = rint_in(r, 0, 1) ? (rint_in(r, 0, 2) ? 0 : rint_in(r, 6, 7)) : rint_in(r, 1, 5);
+    int El = variant == 4 || variant == 5 || variant == 7 ? 2 : rint_in(r, 1, 2), Tl = rint_in(r, 1, 3), H = rint_in(r, 2, 4),
+        F = rint_in(r, 2, 4);
+    int E = n * El, T = n * Tl;
+    static const char *const names[] = {"ok", "bug-mask", "bug-combine", "bug-reversed", "bug-no-transpose", "bug-round-robin",
+                                        "ok-reversed-twice", "ok-swapped-back"};
+    set_case(t, variant == 0 || variant >= 6, "zmask-%s", names[variant]);
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        int tk = side ? Tl : T, ex = side ? El : E;
+        header(b, side ? "dist" : "base", side ? m->ndev : 1);
+        param(b, "x", 0, (int[]){tk, H}, 2);
+        param(b, "lg", 1, (int[]){tk, E}, 2);
+        param(b, "wg", 2, (int[]){ex, H, F}, 3);
+        sb_printf(b, "  %%z = f32[] constant(0)\n  %%zb = f32[%d,%d] broadcast(%%z), dimensions={}\n", tk, E);
+        /* a bias of +1 on even and -1 on odd experts routes them differently,
+         * so experts exchanged between parities change the values */
+        sb_printf(b, "  %%bias = f32[%d] constant({", E);
+        for (int e = 0; e < E; e++) sb_printf(b, "%s%d", e ? ", " : "", e % 2 ? -1 : 1);
+        sb_printf(b, "})\n  %%bb = f32[%d,%d] broadcast(%%bias), dimensions={1}\n", tk, E);
+        sb_printf(b, "  %%lb = f32[%d,%d] add(%%lg, %%bb)\n", tk, E);
+        sb_printf(b, "  %%w = f32[%d,%d] maximum(%%lb, %%zb)\n", tk, E);
+        const char *combine = side && variant == 2 ? "w2" : "w";
+        if (side && variant == 2) sb_printf(b, "  %%w2 = f32[%d,%d] multiply(%%w, %%w)\n", tk, E);
+        if (!side) {
+            sb_printf(b, "  %%d = f32[%d,%d,%d] dot(%%wg, %%x), lhs_contracting_dims={1}, rhs_contracting_dims={1}\n", E, F, T);
+            sb_printf(b, "  %%y = f32[%d,%d,%d] transpose(%%d), dimensions={0,2,1}\n", E, T, F);
+            sb_printf(b, "  %%yb = f32[%d,%d,%d] tanh(%%y)\n", E, T, F);
+        } else {
+            sb_printf(b, "  %%wt = f32[%d,%d] transpose(%%w), dimensions={1,0}\n", E, Tl);
+            sb_printf(b, "  %%zt = f32[%d,%d] broadcast(%%z), dimensions={}\n", E, Tl);
+            sb_printf(b, "  %%m = pred[%d,%d] compare(%%wt, %%zt), direction=%s\n", E, Tl, variant == 1 ? "LT" : "GT");
+            sb_printf(b, "  %%mb = pred[%d,%d,%d] broadcast(%%m), dimensions={0,1}\n", E, Tl, H);
+            sb_printf(b, "  %%xb = f32[%d,%d,%d] broadcast(%%x), dimensions={1,2}\n", E, Tl, H);
+            sb_printf(b, "  %%z3 = f32[%d,%d,%d] broadcast(%%z), dimensions={}\n", E, Tl, H);
+            sb_printf(b, "  %%disp = f32[%d,%d,%d] select(%%mb, %%xb, %%z3)\n", E, Tl, H);
+            const char *sent = "disp";
+            if (variant == 3 || variant == 6) {
+                sb_printf(b, "  %%rev = f32[%d,%d,%d] reverse(%%disp), dimensions={0}\n", E, Tl, H);
+                sent = "rev";
+            }
+            if (variant == 6) {
+                sb_printf(b, "  %%rev2 = f32[%d,%d,%d] reverse(%%rev), dimensions={0}\n", E, Tl, H);
+                sent = "rev2";
+            }
+            if (variant == 5 || variant == 7) {
+                /* experts e = j·n + r: [El, n] swapped to [n, El] (and, when 7, back) */
+                sb_printf(b, "  %%rr1 = f32[%d,%d,%d,%d] reshape(%%disp)\n", El, n, Tl, H);
+                sb_printf(b, "  %%rr2 = f32[%d,%d,%d,%d] transpose(%%rr1), dimensions={1,0,2,3}\n", n, El, Tl, H);
+                if (variant == 7) sb_printf(b, "  %%rr3 = f32[%d,%d,%d,%d] transpose(%%rr2), dimensions={1,0,2,3}\n", El, n, Tl, H);
+                sb_printf(b, "  %%rr = f32[%d,%d,%d] reshape(%%%s)\n", E, Tl, H, variant == 7 ? "rr3" : "rr2");
+                sent = "rr";
+            }
+            sb_printf(b, "  %%a1 = f32[%d,%d,%d] all-to-all(%%%s), channel_id=1, replica_groups=", E, Tl, H, sent);
+            groups(b, m, 1u << ax, false);
+            sb_printf(b, ", dimensions={0}\n  %%a2 = f32[%d,%d,%d,%d] reshape(%%a1)\n", n, El, Tl, H);
+            if (variant != 4) sb_printf(b, "  %%a3 = f32[%d,%d,%d,%d] transpose(%%a2), dimensions={1,0,2,3}\n", El, n, Tl, H);
+            sb_printf(b, "  %%xin = f32[%d,%d,%d] reshape(%%%s)\n", El, T, H, variant == 4 ? "a2" : "a3");
+            sb_printf(b, "  %%g = f32[%d,%d,%d] dot(%%xin, %%wg), lhs_batch_dims={0}, lhs_contracting_dims={2}, "
+                      "rhs_batch_dims={0}, rhs_contracting_dims={1}\n", El, T, F);
+            sb_printf(b, "  %%h = f32[%d,%d,%d] tanh(%%g)\n", El, T, F);
+            sb_printf(b, "  %%b1 = f32[%d,%d,%d] all-to-all(%%h), channel_id=2, replica_groups=", El, T, F);
+            groups(b, m, 1u << ax, false);
+            sb_printf(b, ", dimensions={1}\n  %%b2 = f32[%d,%d,%d,%d] reshape(%%b1)\n", El, n, Tl, F);
+            sb_printf(b, "  %%b3 = f32[%d,%d,%d,%d] transpose(%%b2), dimensions={1,0,2,3}\n", n, El, Tl, F);
+            sb_printf(b, "  %%yb = f32[%d,%d,%d] reshape(%%b3)\n", E, Tl, F);
+        }
+        sb_printf(b, "  ROOT %%o = f32[%d,%d] dot(%%%s, %%yb), lhs_batch_dims={0}, lhs_contracting_dims={1}, "
+                  "rhs_batch_dims={1}, rhs_contracting_dims={0}\n}\n", tk, F, combine);
+    }
+    char v[32];
+    snprintf(v, sizeof v, "shard(0,%s)", m->names[ax]);
+    const char *iv[3] = {v, v, v};
+    rel_write(t, m, iv, 3, v);
+}
+
 static void (*const gens[TF_FAMILIES])(interp_rng *, const smesh *, inst *) = {
     gen_eltwise, gen_dot_k,   gen_dot_n,    gen_reduce,  gen_gather,  gen_transpose,
     gen_partial, gen_partial2, gen_dslice, gen_rscatter, gen_a2a, gen_slice_concat,
-    gen_fold,    gen_unit_reshape, gen_posemb};
+    gen_fold,    gen_unit_reshape, gen_posemb, gen_zmask};
 
 /* In step with gens. */
 static const char *const family_names[TF_FAMILIES] = {
     "eltwise", "dot-k", "dot-n", "reduce", "all-gather", "transpose",
     "partial-op", "partial-sum2", "dynamic-slice", "reduce-scatter", "all-to-all", "slice-concat",
-    "constant-fold", "unit-reshape", "row-table"};
+    "constant-fold", "unit-reshape", "row-table", "zero-mask"};
 
 const char *tf_family_name(uint32_t f) { return f < TF_FAMILIES ? family_names[f] : "?"; }
 

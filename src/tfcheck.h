@@ -15,13 +15,15 @@
  * into a constant and the distributed side computes from constants (constant
  * folding), reshapes that insert a unit dim before a sharded one, and a
  * positional table sharded by rows read at iota positions the vocab-parallel
- * way; dynamic-slice also at blocks of a window. Each family has a correct
+ * way; a dense expert dispatch (zero masks through all-to-alls, combined by
+ * the router weights); dynamic-slice also at blocks of a window. Each family has a correct
  * variant and buggy ones (missing/spurious all-reduce, wrong reducer, wrong
  * replica groups, wrong gather dim, wrong output view, operands sharded over
  * different mesh axes, a non-linear op on partial sums, a wrong slice
  * multiplier or axis, a missing transpose, a shifted slice range, swapped
  * concatenate operands, a slice of a sharded dim taken per shard, a table
- * computed with other constants, an unreduced or shifted row table); every bug
+ * computed with other constants, an unreduced or shifted row table, an
+ * inverted dispatch mask, a combine by other weights, reversed experts); every bug
  * built here changes values.
  *
  * Instance i belongs to family i % TF_FAMILIES and draws from its own
@@ -50,8 +52,8 @@
 
 #include "diag.h"
 
-#define TF_FAMILIES 15
-#define TF_INSTANCES 540  /* the default: 36 per family */
+#define TF_FAMILIES 16
+#define TF_INSTANCES 576  /* the default: 36 per family */
 
 /* The name of family f (< TF_FAMILIES): "eltwise", "dot-k", ... */
 const char *tf_family_name(uint32_t f);
