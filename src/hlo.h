@@ -28,6 +28,10 @@ bool hlo_looks_like_text(const char *buf, size_t n);
 /* src must be NUL-terminated at src[n]. path names the input in messages. */
 hlo_module *hlo_parse_text(const char *src, size_t n, const char *path, diag *d);
 hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d);
+/* hlo_parse_pb without its one-pass unpacker: always the wire walker, then
+ * protobuf-c. The same module or the same diagnostics, only slower; the
+ * tests hold the fast path to it. */
+hlo_module *hlo_parse_pb_careful(const uint8_t *buf, size_t n, const char *path, diag *d);
 
 /* The module as a bare HloModuleProto (XLA's field numbers), appended to out.
  * hlo_parse_pb reads it back to a module graph_equal to m (GEQ_IGNORE_HEADER:

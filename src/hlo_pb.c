@@ -1,14 +1,18 @@
 /* hlo_pb — HLO protobuf (HloModuleProto, HloProto or HloSnapshot) → graph IR.
  *
- * Three stages. (1) A wire-format walker checks the whole input against the
- * generated descriptors before protobuf-c sees it: every tag, varint, length
- * and packed run must be valid, nesting is bounded and the memory protobuf-c
- * would allocate is estimated and capped, so hostile bytes end in a diagnostic
- * ("byte N: field a.b[3].c: ...") rather than a crash, a stack overflow or a
- * huge allocation. (2) protobuf-c unpacks. (3) The messages are converted into
- * the IR exactly as hlo_parse_text() builds it for the printed form of the same
- * module: instructions in proto order, ids mapped to indexes, attributes in
- * their text spelling, defaults that XLA's printer leaves out left out here too.
+ * Two ways to the message tree, one conversion. The fast way, a one-pass
+ * unpacker, checks and unpacks together for input it is sure of, and hands
+ * anything else to the careful way. The careful way: (1) a wire-format walker
+ * checks the whole input against the generated descriptors before protobuf-c
+ * sees it: every tag, varint, length and packed run must be valid, nesting is
+ * bounded and the memory protobuf-c would allocate is estimated and capped,
+ * so hostile bytes end in a diagnostic ("byte N: field a.b[3].c: ...") rather
+ * than a crash, a stack overflow or a huge allocation; (2) protobuf-c
+ * unpacks. Both ways build the same tree (tests/unit/test_pb.c holds them to
+ * it). (3) The messages are converted into the IR exactly as hlo_parse_text()
+ * builds it for the printed form of the same module: instructions in proto
+ * order, ids mapped to indexes, attributes in their text spelling, defaults
+ * that XLA's printer leaves out left out here too.
  *
  * Invariant: every failure is reported through diag_binary with a byte offset
  * and a field path (conversion errors name the computation or instruction that
@@ -1624,11 +1628,16 @@ static int finalize(pb *p) {
     return errors;
 }
 
-static bool walk_one(walker *w, int kind) {
+/* Forgets a previous walk's counts and offsets. */
+static void walk_reset(walker *w) {
     w->bad = w->have_module = false;
     w->cost = w->module_off = 0;
     w->depth = 0;
     w->ncomp = w->ninstr = 0;
+}
+
+static bool walk_one(walker *w, int kind) {
+    walk_reset(w);
     return walk_message(w, 0, w->n, containers[kind]);
 }
 
@@ -1636,35 +1645,349 @@ static bool walk_one(walker *w, int kind) {
  * of a module is certain (its name is text, a wrapper's first field never
  * is); a wrapper may also be a module whose name is binary, so then all three
  * readings are walked and the one whose module holds the most instructions
- * wins, the guess on ties. On failure the error is the guess's. */
+ * wins, the guess on ties. On failure the error is the guess's. The guess is
+ * walked last: it is nearly always the winner, and then w already holds its
+ * offsets (or its error) without a second walk of a large input. */
 static bool walk_as(walker *w, int *kind) {
-    int guess = *kind, best = -1;
-    size_t best_instrs = 0, err_off = 0;
-    char err[sizeof w->err] = "", err_path[sizeof w->err_path] = "";
-    for (int k = 0; k < (guess == 0 ? 1 : 3); k++) {
-        int cand = (guess + k) % 3;
-        bool ok = walk_one(w, cand);
-        if (k == 0 && !ok) {
-            err_off = w->err_off;
-            memcpy(err, w->err, sizeof err);
-            memcpy(err_path, w->err_path, sizeof err_path);
-        }
+    int guess = *kind, nread = guess == 0 ? 1 : 3, best = -1;
+    bool counts[3];
+    size_t instrs[3];
+    for (int k = nread - 1; k >= 0; k--) {
+        bool ok = walk_one(w, (guess + k) % 3);
         /* Another reading counts only with a module: to a wrapper whose other
          * fields we do not declare, any well-formed bytes would do. */
-        if (ok && (k == 0 || w->have_module) && (best < 0 || w->ninstr > best_instrs)) {
-            best = cand;
-            best_instrs = w->ninstr;
-        }
+        counts[k] = ok && (k == 0 || w->have_module);
+        instrs[k] = w->ninstr;
     }
-    if (best < 0) {
-        w->err_off = err_off;
-        memcpy(w->err, err, sizeof err);
-        memcpy(w->err_path, err_path, sizeof err_path);
+    for (int k = 0; k < nread; k++)
+        if (counts[k] && (best < 0 || instrs[k] > instrs[best])) best = k;
+    if (best < 0) return false;
+    if (best != 0) walk_one(w, (guess + best) % 3); /* its offsets, for conversion messages */
+    *kind = (guess + best) % 3;
+    return true;
+}
+
+/* ---- (1+2) the one-pass unpacker ---- */
+
+/* The common case in one pass: the bytes are checked and unpacked together
+ * into the message tree protobuf_c_message_unpack would build (in the same
+ * arena; unknown fields, which nothing here reads, are skipped rather than
+ * kept), charging the walker's memory estimate and noting the walker's
+ * offsets. It only answers yes or no. Whatever it is unsure of — every wire
+ * error, a singular message field given twice (protobuf-c merges those), a
+ * packed bool other than 0 or 1 (protobuf-c versions differ on those), the
+ * nesting or memory limit — sends the input down the walker + protobuf-c path, which
+ * reports exactly. So what it accepts, both of those accept, with the same
+ * result; the pb tests check that on hostile bytes. */
+
+/* One field as it sits on the wire: [v, vend) is the varint, the fixed-size
+ * value or the payload of a length-delimited one. */
+typedef struct wire_field {
+    uint32_t number;
+    int wt;
+    const uint8_t *v, *vend;
+    uint64_t value;  /* the varint (wire type 0) */
+} wire_field;
+
+/* A varint of at most max bytes; the byte after it, or NULL when cut off or longer. */
+static inline const uint8_t *varint_at(const uint8_t *p, const uint8_t *e, size_t max, uint64_t *v) {
+    if (p < e && *p < 0x80) {
+        *v = *p;
+        return p + 1;
+    }
+    if (e - p >= 2 && p[1] < 0x80) {
+        *v = (uint64_t)(p[0] & 0x7f) | (uint64_t)p[1] << 7;
+        return p + 2;
+    }
+    size_t k = read_varint(p, e, max, v);
+    return k ? p + k : NULL;
+}
+
+/* The field at *pp (before e), checked as walk_message checks it; advances *pp. */
+static bool next_field(const uint8_t **pp, const uint8_t *e, wire_field *f) {
+    uint64_t tag, len;
+    const uint8_t *p = varint_at(*pp, e, 5, &tag);
+    if (!p) return false;
+    f->number = (uint32_t)(tag >> 3);
+    f->wt = (int)(tag & 7);
+    if (f->number == 0) return false;
+    f->v = p;
+    f->value = 0;
+    switch (f->wt) {
+    case 0:
+        if (!(f->vend = varint_at(p, e, 10, &f->value))) return false;
+        break;
+    case 1: case 5: {
+        size_t size = f->wt == 1 ? 8 : 4;
+        if ((size_t)(e - p) < size) return false;
+        f->vend = p + size;
+        break;
+    }
+    case 2:
+        if (!(p = varint_at(p, e, 5, &len)) || len > (uint64_t)(e - p)) return false;
+        f->v = p;
+        f->vend = p + len;
+        break;
+    default:
         return false;
     }
-    if (guess != 0) walk_one(w, best); /* its offsets, for conversion messages */
-    *kind = best;
+    *pp = f->vend;
     return true;
+}
+
+/* Bytes per element of a repeated field, as protobuf-c lays arrays out. */
+static size_t elt_size(ProtobufCType t) {
+    switch (t) {
+    case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
+    case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64: case PROTOBUF_C_TYPE_DOUBLE: return 8;
+    case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
+    case PROTOBUF_C_TYPE_STRING: return sizeof(char *);
+    case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
+    case PROTOBUF_C_TYPE_MESSAGE: return sizeof(void *);
+    default: return 4;
+    }
+}
+
+/* Elements of the packed run [p, e) of a field of type t, checked as
+ * walk_packed and protobuf-c check them; false when either would refuse it
+ * (or, for bools, when protobuf-c versions would not agree). */
+static bool packed_count(ProtobufCType t, const uint8_t *p, const uint8_t *e, size_t *count) {
+    int wt = wire_type_of(t);
+    size_t len = (size_t)(e - p);
+    if (wt == 1 || wt == 5) {
+        size_t size = wt == 5 ? 4 : 8;
+        *count = len / size;
+        return len % size == 0;
+    }
+    if (t == PROTOBUF_C_TYPE_BOOL) {
+        /* protobuf-c takes one byte per bool; newer versions refuse any but 0 and 1 */
+        for (const uint8_t *q = p; q < e; q++)
+            if (*q > 1) return false;
+        *count = len;
+        return true;
+    }
+    size_t c = 0;
+    for (const uint8_t *q = p; q < e; c++) {
+        uint64_t v;
+        if (!(q = varint_at(q, e, 10, &v))) return false;
+    }
+    *count = c;
+    return true;
+}
+
+/* Stores one scalar of type t, read from the wire as protobuf-c reads it,
+ * at dst. v is the varint's value (wire type 0), [q, qend) its bytes. */
+static void store_scalar(ProtobufCType t, void *dst, uint64_t v, const uint8_t *q, const uint8_t *qend) {
+    switch (t) {
+    case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_UINT32: case PROTOBUF_C_TYPE_ENUM: {
+        uint32_t u = (uint32_t)v;
+        memcpy(dst, &u, 4);
+        return;
+    }
+    case PROTOBUF_C_TYPE_SINT32: {
+        uint32_t u = (uint32_t)v;
+        int32_t s = (int32_t)(u >> 1) ^ -(int32_t)(u & 1);
+        memcpy(dst, &s, 4);
+        return;
+    }
+    case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_UINT64:
+        memcpy(dst, &v, 8);
+        return;
+    case PROTOBUF_C_TYPE_SINT64: {
+        int64_t s = (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+        memcpy(dst, &s, 8);
+        return;
+    }
+    case PROTOBUF_C_TYPE_BOOL: {
+        /* Any payload bit set, even one a 64-bit value would drop. */
+        protobuf_c_boolean b = 0;
+        for (const uint8_t *r = q; r < qend; r++) b |= (*r & 0x7f) != 0;
+        *(protobuf_c_boolean *)dst = b;
+        return;
+    }
+    default: /* fixed-size: little-endian on the wire and in memory */
+        memcpy(dst, q, (size_t)(qend - q));
+        return;
+    }
+}
+
+/* Field number -> field of one message type, by table for the numbers below
+ * FIELD_DIRECT (all of XLA's); scalify's 50000 goes to protobuf-c's search. */
+#define FIELD_DIRECT 128
+#define FIELD_TABLES 64 /* more than hlo.proto has message types */
+typedef struct field_table {
+    const ProtobufCMessageDescriptor *d;
+    uint16_t at[FIELD_DIRECT]; /* 1 + index into d->fields; 0: no such field */
+} field_table;
+
+typedef struct unpacker {
+    walker *w;  /* buf, budget and cost; offsets and counts as a walk leaves them */
+    arena *a;
+    field_table tables[FIELD_TABLES]; /* open addressing by descriptor, filled on first use */
+} unpacker;
+
+/* d's table, or NULL when every slot is taken. */
+static const field_table *table_of(unpacker *u, const ProtobufCMessageDescriptor *d) {
+    size_t i = (size_t)(((uint64_t)(uintptr_t)d * 0x9e3779b97f4a7c15ull) >> 58);
+    for (size_t k = 0; k < FIELD_TABLES; k++, i = (i + 1) % FIELD_TABLES) {
+        field_table *t = &u->tables[i];
+        if (t->d == d) return t;
+        if (t->d) continue;
+        t->d = d;
+        for (unsigned f = 0; f < d->n_fields && f < UINT16_MAX; f++)
+            if (d->fields[f].id < FIELD_DIRECT) t->at[d->fields[f].id] = (uint16_t)(f + 1);
+        return t;
+    }
+    return NULL;
+}
+
+static const ProtobufCFieldDescriptor *field_of(const ProtobufCMessageDescriptor *d, const field_table *t,
+                                                uint32_t number) {
+    if (t && number < FIELD_DIRECT) return t->at[number] ? &d->fields[t->at[number] - 1] : NULL;
+    return protobuf_c_message_descriptor_get_field(d, number);
+}
+
+static bool fast_charge(walker *w, uint64_t bytes) {
+    w->cost += bytes;
+    return w->cost <= w->budget;
+}
+
+static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p,
+                                        const uint8_t *e, int depth);
+
+/* The capacity of a repeated field's array holding n elements: none for
+ * none, else the least power of two that holds max(n, 4). Arrays grow by
+ * doubling, so the capacity follows from n and needs no storage; protobuf-c
+ * sizes them exactly, which no reader of the tree can tell. */
+static size_t array_cap(size_t n) {
+    size_t c = n ? 4 : 0;
+    while (c < n) c *= 2;
+    return c;
+}
+
+/* arr (holding n elements of size bytes), or a copy in a, with room for add more. */
+static char *array_room(arena *a, char *arr, size_t n, size_t add, size_t size) {
+    if (add == 1 && n && (n < 4 || (n & (n - 1)))) return arr; /* not full */
+    if (n + add <= array_cap(n)) return arr;
+    char *grown = arena_alloc(a, array_cap(n + add) * size);
+    if (n) memcpy(grown, arr, n * size);
+    return grown;
+}
+
+/* One value of field f, at wf on the wire, into member. */
+static bool unpack_value(unpacker *u, const ProtobufCFieldDescriptor *f, char *member, const wire_field *wf,
+                         int depth) {
+    size_t len = (size_t)(wf->vend - wf->v);
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_STRING: {
+        if (!fast_charge(u->w, (uint64_t)len + 1)) return false;
+        char *s = arena_alloc(u->a, len + 1);
+        memcpy(s, wf->v, len);
+        *(char **)member = s;
+        return true;
+    }
+    case PROTOBUF_C_TYPE_BYTES: {
+        if (!fast_charge(u->w, (uint64_t)len + 1)) return false;
+        ProtobufCBinaryData *bd = (ProtobufCBinaryData *)member;
+        bd->len = len;
+        bd->data = len ? arena_memdup(u->a, wf->v, len) : NULL;
+        return true;
+    }
+    case PROTOBUF_C_TYPE_MESSAGE: {
+        ProtobufCMessage **sub = (ProtobufCMessage **)member;
+        if (*sub) return false; /* a second one: protobuf-c merges them */
+        return (*sub = unpack_message(u, f->descriptor, wf->v, wf->vend, depth + 1)) != NULL;
+    }
+    default:
+        store_scalar(f->type, member, wf->value, wf->v, wf->vend);
+        return true;
+    }
+}
+
+/* The packed run of field f at wf, count elements, appended to array *arr holding *n. */
+static void unpack_packed(unpacker *u, const ProtobufCFieldDescriptor *f, char **arr, size_t *n, size_t count,
+                          const wire_field *wf) {
+    size_t size = elt_size(f->type);
+    int wt = wire_type_of(f->type);
+    *arr = array_room(u->a, *arr, *n, count, size);
+    for (const uint8_t *q = wf->v; q < wf->vend;) {
+        uint64_t v = 0;
+        const uint8_t *qend = wt == 0 ? varint_at(q, wf->vend, 10, &v) : q + (wt == 5 ? 4 : 8);
+        store_scalar(f->type, *arr + (*n)++ * size, v, q, qend);
+        q = qend;
+    }
+}
+
+/* The message of type d at [p, e), nested depth deep; NULL when the careful
+ * path must decide. Each field is checked, charged and stored as it comes:
+ * repeated fields append (packed runs counted first), sub-messages recurse,
+ * payload bytes are copied once. */
+static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p,
+                                        const uint8_t *e, int depth) {
+    walker *w = u->w;
+    size_t start = (size_t)(p - w->buf);
+    if (depth > PB_MAX_DEPTH || !fast_charge(w, d->sizeof_message)) return NULL;
+    if (d == &xla__hlo_module_proto__descriptor && !w->have_module) {
+        w->have_module = true;
+        w->module_off = start;
+    }
+    if (d == &xla__hlo_computation_proto__descriptor) note_offset(&w->comp_off, &w->ncomp, &w->capcomp, start);
+    if (d == &xla__hlo_instruction_proto__descriptor) note_offset(&w->instr_off, &w->ninstr, &w->capinstr, start);
+    ProtobufCMessage *m = arena_alloc(u->a, d->sizeof_message);
+    d->message_init(m);
+    const field_table *t = table_of(u, d);
+    for (const uint8_t *q = p; q < e;) {
+        wire_field wf;
+        if (!next_field(&q, e, &wf)) return NULL;
+        const ProtobufCFieldDescriptor *f = field_of(d, t, wf.number);
+        if (!f) {
+            if (!fast_charge(w, (uint64_t)(wf.vend - wf.v) + 48)) return NULL;
+            continue;
+        }
+        int want = wire_type_of(f->type);
+        bool repeated = f->label == PROTOBUF_C_LABEL_REPEATED;
+        if (wf.wt != want && !(repeated && wf.wt == 2 && want != 2)) return NULL;
+        char *member = (char *)m + f->offset;
+        if (repeated) {
+            size_t *n = (size_t *)((char *)m + f->quantifier_offset), count;
+            char **arr = (char **)member;
+            if (wf.wt == 2 && want != 2) {
+                if (!packed_count(f->type, wf.v, wf.vend, &count) || !fast_charge(w, 8 + (uint64_t)count * 8))
+                    return NULL;
+                if (count) unpack_packed(u, f, arr, n, count, &wf);
+                continue;
+            }
+            if (!fast_charge(w, 8)) return NULL;
+            *arr = array_room(u->a, *arr, *n, 1, elt_size(f->type));
+            member = *arr + (*n)++ * elt_size(f->type);
+        }
+        if (!unpack_value(u, f, member, &wf, depth)) return NULL;
+    }
+    return m;
+}
+
+/* The input unpacked as container kind (detect_container's guess) into a,
+ * with w holding what walk_as would leave there; NULL when walk_as and
+ * protobuf-c must decide. For a wrapper, walk_as also reads the input as
+ * the other two containers; those readings are walked here too (for real
+ * dumps they are short: the module they find, if any, is a name read as
+ * bytes) and when one of them would win, the careful path takes over. */
+static ProtobufCMessage *unpack_fast(walker *w, int kind, arena *a) {
+    bool rival = false; /* another reading holds a module */
+    size_t rival_instrs = 0;
+    for (int k = kind == 0 ? 3 : 1; k < 3; k++)
+        if (walk_one(w, (kind + k) % 3) && w->have_module && (!rival || w->ninstr > rival_instrs)) {
+            rival = true;
+            rival_instrs = w->ninstr;
+        }
+    walk_reset(w);
+    unpacker *u = xcalloc(1, sizeof *u);
+    u->w = w;
+    u->a = a;
+    ProtobufCMessage *msg = unpack_message(u, containers[kind], w->buf, w->buf + w->n, 0);
+    free(u);
+    /* walk_as keeps the guess on ties: a rival must hold more instructions */
+    return msg && !(rival && rival_instrs > w->ninstr) ? msg : NULL;
 }
 
 /* protobuf-c allocates from an arena: one free for the whole message tree. */
@@ -1681,7 +2004,7 @@ static hlo_module *convert(pb *p, const Xla__HloModuleProto *mp) {
     return NULL;
 }
 
-hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d) {
+static hlo_module *parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d, bool one_pass) {
     pb *p = xcalloc(1, sizeof *p);
     p->d = d;
     sb_init(&p->sb);
@@ -1699,11 +2022,15 @@ hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d
     ProtobufCAllocator alloc = {pc_alloc, pc_free, &unpacked};
     if (n == 0) {
         diag_binary(d, 0, "", "empty input");
-    } else if (!walk_as(w, &kind)) {
-        diag_binary(d, w->err_off, w->err_path, "%s (reading it as %s)", w->err, format_names[kind]);
-    } else if (!(msg = protobuf_c_message_unpack(containers[kind], &alloc, n, buf))) {
-        diag_binary(d, 0, "", "protobuf-c could not unpack the %s", format_names[kind]);
-    } else {
+    } else if (!(one_pass && (msg = unpack_fast(w, kind, &unpacked)))) {
+        /* The careful path, which says exactly what is wrong. */
+        arena_free(&unpacked);
+        if (!walk_as(w, &kind))
+            diag_binary(d, w->err_off, w->err_path, "%s (reading it as %s)", w->err, format_names[kind]);
+        else if (!(msg = protobuf_c_message_unpack(containers[kind], &alloc, n, buf)))
+            diag_binary(d, 0, "", "protobuf-c could not unpack the %s", format_names[kind]);
+    }
+    if (msg) {
         const Xla__HloModuleProto *mp = NULL;
         if (kind == 0) mp = msg;
         else if (kind == 1) mp = ((Xla__HloProto *)msg)->hlo_module;
@@ -1731,4 +2058,12 @@ hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d
     strmap_free(&p->names);
     free(p);
     return m;
+}
+
+hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d) {
+    return parse_pb(buf, n, path, d, true);
+}
+
+hlo_module *hlo_parse_pb_careful(const uint8_t *buf, size_t n, const char *path, diag *d) {
+    return parse_pb(buf, n, path, d, false);
 }

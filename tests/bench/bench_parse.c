@@ -1,10 +1,13 @@
-/* bench_parse — HLO text parsing throughput and peak memory (make bench).
+/* bench_parse — HLO text and protobuf parsing throughput and peak memory (make bench).
  *
  * Measures, asserts nothing. Inputs: the largest text sample under samples/
  * (decompressed), and a synthetic module of about 200 MB shaped like a JAX dump
- * (layers of dots, elementwise ops and collectives, each with metadata).
+ * (layers of dots, elementwise ops and collectives, each with metadata); for
+ * protobuf, the largest protobuf sample and the synthetic module written as
+ * protobuf, each read by hlo_parse_pb and by its careful path alone
+ * (hlo_parse_pb_careful: the walker, then protobuf-c).
  * Reports MB/s (parse only, file already in memory) and the memory the parsed
- * module holds (arena + pools) relative to the text size; peak RSS is printed too.
+ * module holds (arena + pools) relative to the input size; peak RSS is printed too.
  */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
@@ -18,18 +21,39 @@
 #include "hlo.h"
 #include "io.h"
 
-static char best[4096];
-static off_t best_size;
+static char best[4096], best_pb[4096];
+static off_t best_size, best_pb_size;
+
+static bool ends_with(const char *s, size_t n, const char *suffix) {
+    size_t k = strlen(suffix);
+    return n > k && strcmp(s + n - k, suffix) == 0;
+}
 
 static int pick(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)ftw;
     size_t n = strlen(path);
-    bool text = (n > 4 && strcmp(path + n - 4, ".hlo") == 0) || (n > 7 && strcmp(path + n - 7, ".hlo.gz") == 0);
+    bool text = ends_with(path, n, ".hlo") || ends_with(path, n, ".hlo.gz");
+    bool pb = ends_with(path, n, ".hlo.pb") || ends_with(path, n, ".hlo.pb.gz");
     if (flag == FTW_F && text && st->st_size > best_size) {
         best_size = st->st_size;
         snprintf(best, sizeof best, "%s", path);
     }
+    if (flag == FTW_F && pb && st->st_size > best_pb_size) {
+        best_pb_size = st->st_size;
+        snprintf(best_pb, sizeof best_pb, "%s", path);
+    }
     return 0;
+}
+
+typedef hlo_module *(*parse_fn)(const char *src, size_t n, const char *path, diag *d);
+static hlo_module *parse_text(const char *src, size_t n, const char *path, diag *d) {
+    return hlo_parse_text(src, n, path, d);
+}
+static hlo_module *parse_pb(const char *src, size_t n, const char *path, diag *d) {
+    return hlo_parse_pb((const uint8_t *)src, n, path, d);
+}
+static hlo_module *parse_pb_careful(const char *src, size_t n, const char *path, diag *d) {
+    return hlo_parse_pb_careful((const uint8_t *)src, n, path, d);
 }
 
 static char *synthetic(size_t target, size_t *len) {
@@ -58,7 +82,7 @@ static char *synthetic(size_t target, size_t *len) {
     return sb_take(&b);
 }
 
-static void measure(const char *what, const char *src, size_t n) {
+static void measure(const char *what, parse_fn parse, const char *src, size_t n) {
     /* Warm-up parse, then the timed ones; the best of three is reported. */
     double best_ms = 1e30;
     size_t held = 0;
@@ -67,7 +91,7 @@ static void measure(const char *what, const char *src, size_t n) {
         diag d;
         diag_init(&d, what);
         double t0 = now_ms();
-        hlo_module *m = hlo_parse_text(src, n, what, &d);
+        hlo_module *m = parse(src, n, what, &d);
         double t = now_ms() - t0;
         if (!m) {
             printf("%s: parse failed:\n%s", what, d.out.s);
@@ -87,6 +111,7 @@ static void measure(const char *what, const char *src, size_t n) {
 /* Peak RSS of parsing src in a child process, relative to the text size: the
  * memory a user's `scalify inspect` needs (text buffer + module + parser). */
 static void peak_ratio(const char *what, const char *src, size_t n) {
+    fflush(stdout); /* or the child prints the table again */
     pid_t pid = fork();
     if (pid == 0) {
         size_t before = peak_rss_bytes();
@@ -105,8 +130,40 @@ static void peak_ratio(const char *what, const char *src, size_t n) {
     waitpid(pid, &st, 0);
 }
 
+/* The largest protobuf sample, and the synthetic module as protobuf, each
+ * through both protobuf paths. */
+static void measure_pb(const char *synthetic_text, size_t n) {
+    char what[4200];
+    if (best_pb[0]) {
+        diag d;
+        diag_init(&d, best_pb);
+        size_t len;
+        char *buf = io_read_file(best_pb, &len, NULL, &d);
+        if (buf) {
+            measure(best_pb, parse_pb, buf, len);
+            snprintf(what, sizeof what, "%s (careful path)", best_pb);
+            measure(what, parse_pb_careful, buf, len);
+        }
+        free(buf);
+        diag_free(&d);
+    }
+    diag d;
+    diag_init(&d, "synthetic");
+    hlo_module *m = hlo_parse_text(synthetic_text, n, "synthetic", &d);
+    if (m) {
+        strbuf pb;
+        sb_init(&pb);
+        hlo_write_pb(m, &pb);
+        graph_free(m);
+        measure("synthetic as protobuf", parse_pb, pb.s, pb.len);
+        measure("synthetic as protobuf (careful path)", parse_pb_careful, pb.s, pb.len);
+        sb_free(&pb);
+    }
+    diag_free(&d);
+}
+
 int main(void) {
-    printf("| input | text MB | instructions | parse ms | MB/s | module bytes / text bytes |\n");
+    printf("| input | input MB | instructions | parse ms | MB/s | module bytes / input bytes |\n");
     printf("|---|---|---|---|---|---|\n");
     nftw("samples", pick, 16, FTW_PHYS);
     if (best[0]) {
@@ -114,13 +171,14 @@ int main(void) {
         diag_init(&d, best);
         size_t n;
         char *src = io_read_file(best, &n, NULL, &d);
-        if (src) measure(best, src, n);
+        if (src) measure(best, parse_text, src, n);
         free(src);
         diag_free(&d);
     }
     size_t n;
     char *src = synthetic(200u << 20, &n);
-    measure("synthetic (JAX-like, with metadata)", src, n);
+    measure("synthetic (JAX-like, with metadata)", parse_text, src, n);
+    measure_pb(src, n);
     peak_ratio("the synthetic module", src, n);
     free(src);
     printf("\npeak RSS of this process: %.0f MB (includes the 200 MB synthetic text)\n", peak_rss_bytes() / 1e6);

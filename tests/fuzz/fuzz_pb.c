@@ -1,6 +1,7 @@
 /* libFuzzer target for the HLO protobuf reader (make fuzz). Every input must
  * give a valid module or a diagnostic with a byte offset; a module must survive
- * the writer and read back equal. Sanitizers catch the rest. */
+ * the writer and read back equal; the careful path (walker, protobuf-c) must
+ * give the same module or the same diagnostic. Sanitizers catch the rest. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     diag d;
     diag_init(&d, "fuzz.pb");
     hlo_module *m = hlo_parse_pb(data, size, "fuzz.pb", &d);
+    diag cd;
+    diag_init(&cd, "fuzz.pb");
+    hlo_module *c = hlo_parse_pb_careful(data, size, "fuzz.pb", &cd);
+    if ((m != NULL) != (c != NULL)) abort();
+    if (m && (!graph_equal(m, c, 0, NULL) || strcmp(m->format, c->format) != 0)) abort();
+    if (!m && (d.count != cd.count || strcmp(d.out.s ? d.out.s : "", cd.out.s ? cd.out.s : "") != 0)) abort();
+    graph_free(c);
+    diag_free(&cd);
     if (m) {
         if (graph_check(m, NULL) != 0) abort();
         strbuf b;

@@ -57,14 +57,46 @@ static bool equal(const hlo_module *a, const hlo_module *b, int flags) {
     return eq;
 }
 
+/* True when the one-pass unpacker and the careful path (walker, protobuf-c)
+ * agree on bytes read as m with diagnostics d: the same module, printed
+ * alike, or the same diagnostics. Prints the first few disagreements. */
+static bool same_as_careful(const char *buf, size_t n, const hlo_module *m, const diag *d) {
+    static int shown;
+    diag cd;
+    diag_init(&cd, "x.pb");
+    hlo_module *c = hlo_parse_pb_careful((const uint8_t *)buf, n, "x.pb", &cd);
+    bool same = (m != NULL) == (c != NULL);
+    if (same && m) {
+        strbuf a, b;
+        sb_init(&a);
+        sb_init(&b);
+        hlo_print(&a, m);
+        hlo_print(&b, c);
+        same = graph_equal(m, c, 0, NULL) && a.len == b.len && memcmp(a.s, b.s, a.len) == 0 &&
+               strcmp(m->format, c->format) == 0;
+        sb_free(&a);
+        sb_free(&b);
+    } else if (same) {
+        same = d->count == cd.count && strcmp(d->out.s ? d->out.s : "", cd.out.s ? cd.out.s : "") == 0;
+    }
+    if (!same && shown++ < 3)
+        printf("  the one-pass unpacker disagrees with protobuf-c on %zu bytes:\n  %s  %s", n,
+               d->out.s ? d->out.s : "(a module)\n", cd.out.s ? cd.out.s : "(a module)\n");
+    graph_free(c);
+    diag_free(&cd);
+    return same;
+}
+
 /* Parses bytes; true when the outcome is clean: a module that passes
- * graph_check, or none and a diagnostic "name: byte N: ...". */
+ * graph_check, or none and a diagnostic "name: byte N: ..."; either way the
+ * careful path must agree. */
 static bool clean(const char *buf, size_t n, bool *parsed, char **msg) {
     diag d;
     diag_init(&d, "x.pb");
     hlo_module *m = hlo_parse_pb((const uint8_t *)buf, n, "x.pb", &d);
     bool ok = m ? graph_check(m, NULL) == 0
                 : d.count > 0 && d.out.s && strncmp(d.out.s, "x.pb: ", 6) == 0 && strstr(d.out.s, "byte ");
+    ok = same_as_careful(buf, n, m, &d) && ok;
     if (parsed) *parsed = m != NULL;
     if (msg) *msg = xstrdup(d.out.s ? d.out.s : "");
     graph_free(m);
@@ -327,6 +359,79 @@ static void wire_errors(void) {
     CHECK_CONTAINS(msg, "MiB of memory");
     free(msg);
     free(many);
+}
+
+/* ---- wire forms the one-pass unpacker leaves to protobuf-c, or must read as it does ---- */
+
+/* A module "m" with one computation "c" holding one parameter "p" of shape
+ * f32 plus the given ShapeProto fields. */
+static strbuf module_with_shape(const char *shape_fields, size_t n) {
+    strbuf sh, instr, comp, mod;
+    sb_init(&sh);
+    sb_put(&sh, "\x10\x0b", 2); /* element_type F32 */
+    sb_put(&sh, shape_fields, n);
+    sb_init(&instr);
+    sb_put(&instr, "\x0a\x01p\x12\x09parameter", 14);
+    strbuf s = wrap(sh.s, sh.len);
+    s.s[0] = 0x1a; /* instruction.shape */
+    sb_put(&instr, s.s, s.len);
+    sb_put(&instr, "\x98\x02\x01", 3); /* id 1 */
+    sb_init(&comp);
+    sb_put(&comp, "\x0a\x01" "c" "\x28\x01", 5);
+    strbuf i = wrap(instr.s, instr.len);
+    i.s[0] = 0x12; /* computation.instructions */
+    sb_put(&comp, i.s, i.len);
+    sb_init(&mod);
+    sb_put(&mod, "\x0a\x01m", 3);
+    strbuf c = wrap(comp.s, comp.len);
+    c.s[0] = 0x1a; /* module.computations */
+    sb_put(&mod, c.s, c.len);
+    sb_free(&sh);
+    sb_free(&s);
+    sb_free(&instr);
+    sb_free(&i);
+    sb_free(&comp);
+    sb_free(&c);
+    return mod;
+}
+
+static hlo_module *parse_ok(const strbuf *b);
+
+static void one_pass_edges(void) {
+    t_case("pb-9 a repeated field given packed, unpacked and packed again");
+    strbuf b = module_with_shape("\x1a\x02\x02\x03\x18\x04\x1a\x01\x05", 9);
+    bool parsed;
+    char *msg;
+    CHECK(clean(b.s, b.len, &parsed, &msg));
+    if (CHECK_MSG(parsed, "%s", msg)) {
+        hlo_module *m = parse_ok(&b);
+        if (m) CHECK_EQ(m->comps[0].instrs[0].shape.rank, 4);
+        graph_free(m);
+    }
+    free(msg);
+    sb_free(&b);
+
+    t_case("pb-9 a message field given twice is merged as protobuf-c merges it");
+    b = module_with_shape("\x2a\x02\x0a\x00\x1a\x01\x04\x2a\x03\x0a\x01\x00", 12);
+    CHECK(clean(b.s, b.len, &parsed, &msg));
+    free(msg);
+    sb_free(&b);
+
+    t_case("pb-9 a packed bool other than 0 or 1 reads as protobuf-c reads it");
+    b = module_with_shape("\x1a\x01\x04\x32\x01\x02", 6);
+    CHECK(clean(b.s, b.len, &parsed, &msg));
+    free(msg);
+    sb_free(&b);
+
+    t_case("pb-9 unknown fields of every wire type are skipped");
+    /* field 127 as varint, 64-bit, length-delimited and 32-bit; field 200 as varint */
+    b = module_with_shape("\x1a\x01\x04\xf8\x07\x2a\xf9\x07\x01\x02\x03\x04\x05\x06\x07\x08"
+                          "\xfa\x07\x02\x01\x02\xfd\x07\x01\x02\x03\x04\xc0\x0c\x01",
+                          30);
+    CHECK(clean(b.s, b.len, &parsed, &msg));
+    CHECK_MSG(parsed, "%s", msg);
+    free(msg);
+    sb_free(&b);
 }
 
 /* ---- conversion errors carry the instruction's offset and field ---- */
@@ -750,6 +855,7 @@ void suite_pb(void) {
     containers();
     hostile();
     wire_errors();
+    one_pass_edges();
     conversion();
     fields();
     collectives();
