@@ -207,6 +207,9 @@ int cli_check(int argc, char **argv) {
             return EXIT_INPUT;
         }
     }
+    if (!o.rules_dir)
+        fprintf(stderr, "scalify check: warning: no rules/ folder beside the binary and none given (--rules DIR or "
+                        "SCALIFY_RULES): checking without rewrite rules, so pairs that need them stay unverified\n");
     if (manifest) {
         if (!out_dir) {
             fprintf(stderr, "scalify check: --manifest needs --out-dir\n%s", cli_check_usage);

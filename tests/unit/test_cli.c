@@ -55,6 +55,27 @@ void suite_cli(void) {
     int st;
     char *out;
 
+    t_case("cli check warns when it finds no rules");
+    {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd,
+                 "d=$(mktemp -d) && mkdir -p $d/a/b/c && cp %s $d/a/b/c/scalify && "
+                 "env -u SCALIFY_RULES $d/a/b/c/scalify check --baseline samples/tiny/tiny.baseline.hlo "
+                 "--distributed samples/tiny/tiny.megatron_tp.tp4.dist.hlo "
+                 "--relations samples/tiny/tiny.megatron_tp.tp4.relations.json -o $d/t.json; rc=$?; rm -rf $d; exit $rc",
+                 bin);
+        out = t_run(cmd, &st);
+        CHECK_EQ(st, 0);
+        CHECK_CONTAINS(out, "warning: no rules/ folder beside the binary");
+        free(out);
+        snprintf(cmd, sizeof cmd, "%s check --baseline samples/tiny/tiny.baseline.hlo --distributed "
+                 "samples/tiny/tiny.megatron_tp.tp4.dist.hlo --relations samples/tiny/tiny.megatron_tp.tp4.relations.json "
+                 "-o build/cli-rules.json", bin);
+        out = t_run(cmd, &st);
+        CHECK_MSG(!strstr(out, "warning: no rules"), "%s", out);
+        free(out);
+    }
+
     t_case("cli-1 --help lists commands and exit codes");
     out = run(&st, "%s --help", bin);
     CHECK_EQ(st, 0);
