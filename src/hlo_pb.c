@@ -9,8 +9,10 @@
  * so hostile bytes end in a diagnostic ("byte N: field a.b[3].c: ...") rather
  * than a crash, a stack overflow or a huge allocation; (2) protobuf-c
  * unpacks. Both ways build the same tree (tests/unit/test_pb.c holds them to
- * it). (3) The messages are converted into the IR exactly as hlo_parse_text()
- * builds it for the printed form of the same module: instructions in proto
+ * it), except that the fast way leaves instructions on the wire until
+ * conversion asks for them. (3) The messages are converted into the IR
+ * exactly as hlo_parse_text() builds it for the printed form of the same
+ * module: instructions in proto
  * order, ids mapped to indexes, attributes in their text spelling, defaults
  * that XLA's printer leaves out left out here too.
  *
@@ -357,8 +359,11 @@ static void idmap_free(idmap *m) {
     free(m->vals);
 }
 
+typedef struct unpacker unpacker;
+
 typedef struct pb {
     walker w;
+    unpacker *u;               /* the one-pass unpacker that built the tree, or NULL */
     diag *d;
     hlo_module *m;
     jmp_buf fail;
@@ -367,6 +372,8 @@ typedef struct pb {
     uint32_t comp, instr;      /* indexes; UINT32_MAX when outside */
     size_t *instr_base;        /* per proto computation: w.instr_off index of its first instruction */
     /* per-instruction scratch */
+    int64_t *pnum;             /* per instruction of the computation: its parameter_number */
+    size_t cappnum;
     hlo_attr *attrs;
     size_t nattrs, capattrs;
     strbuf sb;
@@ -1468,6 +1475,10 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
     in->attrs = p->nattrs ? arena_memdup(&m->arena, p->attrs, p->nattrs * sizeof *p->attrs) : NULL;
 }
 
+static void instr_key(pb *p, uint32_t c, const Xla__HloComputationProto *cp, uint32_t i, int64_t *id,
+                      const char **name, size_t *len);
+static const Xla__HloInstructionProto *instr_get(pb *p, uint32_t c, const Xla__HloComputationProto *cp, uint32_t i);
+
 static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp) {
     hlo_module *m = p->m;
     hlo_comp *c = &m->comps[ci];
@@ -1482,20 +1493,26 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
     strmap_init(&p->names);
     strmap_reserve(&p->names, n);
     for (uint32_t i = 0; i < c->ninstrs; i++) {
-        const Xla__HloInstructionProto *ip = cp->instructions[i];
+        int64_t id;
+        const char *s;
+        size_t len;
         p->instr = i;
-        if (!idmap_put(&p->ids, ip->id, i)) fail(p, "id", "instruction id %lld is used twice", (long long)ip->id);
+        instr_key(p, ci, cp, i, &id, &s, &len);
+        if (!idmap_put(&p->ids, id, i)) fail(p, "id", "instruction id %lld is used twice", (long long)id);
         /* Names are unique, so interning them would only grow the pool. */
-        const char *name = c->instrs[i].name = arena_strdup(&p->m->arena, ip->name ? ip->name : "");
-        if (!strmap_put(&p->names, name, strlen(name), i))
+        const char *name = c->instrs[i].name = arena_strndup(&p->m->arena, s, len);
+        if (!strmap_put(&p->names, name, len, i))
             fail(p, "name", "instruction name '%.80s' is used twice in the computation", name);
     }
     int64_t maxparam = -1;
+    XGROW(p->pnum, p->cappnum, n);
     for (uint32_t i = 0; i < c->ninstrs; i++) {
         p->instr = i;
-        convert_instr(p, c, i, cp->instructions[i]);
+        const Xla__HloInstructionProto *ip = instr_get(p, ci, cp, i);
+        convert_instr(p, c, i, ip);
+        p->pnum[i] = ip->parameter_number;
         if (c->instrs[i].op == OP_PARAMETER) {
-            int64_t k = cp->instructions[i]->parameter_number;
+            int64_t k = ip->parameter_number;
             if (k < 0 || k >= (int64_t)n)
                 fail(p, "parameter_number", "parameter number %lld out of range", (long long)k);
             if (k > maxparam) maxparam = k;
@@ -1507,7 +1524,7 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
     for (uint32_t k = 0; k < c->nparams; k++) c->params[k] = UINT32_MAX;
     for (uint32_t i = 0; i < c->ninstrs; i++) {
         if (c->instrs[i].op != OP_PARAMETER) continue;
-        int64_t k = cp->instructions[i]->parameter_number;
+        int64_t k = p->pnum[i];
         p->instr = i;
         if (c->params[k] != UINT32_MAX)
             fail(p, "parameter_number", "parameter number %lld is used twice", (long long)k);
@@ -1678,7 +1695,10 @@ static bool walk_as(walker *w, int *kind) {
  * packed bool other than 0 or 1 (protobuf-c versions differ on those), the
  * nesting or memory limit — sends the input down the walker + protobuf-c path, which
  * reports exactly. So what it accepts, both of those accept, with the same
- * result; the pb tests check that on hostile bytes. */
+ * result; the pb tests check that on hostile bytes. Instructions, most of a
+ * large module's tree, are checked (check_message) but not kept: conversion
+ * reads their ids and names off the wire and unpacks each one, when it gets
+ * to it, into scratch memory the next one reuses (instr_key, instr_get). */
 
 /* One field as it sits on the wire: [v, vend) is the varint, the fixed-size
  * value or the payload of a length-delimited one. */
@@ -1820,11 +1840,19 @@ typedef struct field_table {
     uint16_t at[FIELD_DIRECT]; /* 1 + index into d->fields; 0: no such field */
 } field_table;
 
-typedef struct unpacker {
+struct unpacker {
     walker *w;  /* buf, budget and cost; offsets and counts as a walk leaves them */
-    arena *a;
+    arena *a;   /* where messages go: the tree's arena, or scratch while replaying */
     field_table tables[FIELD_TABLES]; /* open addressing by descriptor, filled on first use */
-} unpacker;
+    /* Instructions are checked in the one pass but unpacked later, one
+     * computation at a time, into scratch that each computation reuses: the
+     * tree of a large module is mostly instructions, and building all of
+     * them at once costs more in fresh memory than unpacking twice costs in
+     * time. instr_end[g] ends the payload that w->instr_off[g] starts. */
+    bool replay;       /* unpacking checked instructions: no charges, no offsets */
+    size_t *instr_end, ninstr_end, capinstr_end;
+    arena scratch;
+};
 
 /* d's table, or NULL when every slot is taken. */
 static const field_table *table_of(unpacker *u, const ProtobufCMessageDescriptor *d) {
@@ -1847,13 +1875,28 @@ static const ProtobufCFieldDescriptor *field_of(const ProtobufCMessageDescriptor
     return protobuf_c_message_descriptor_get_field(d, number);
 }
 
-static bool fast_charge(walker *w, uint64_t bytes) {
-    w->cost += bytes;
-    return w->cost <= w->budget;
+static bool fast_charge(unpacker *u, uint64_t bytes) {
+    if (u->replay) return true; /* charged when checked */
+    u->w->cost += bytes;
+    return u->w->cost <= u->w->budget;
+}
+
+/* The offsets walk_message notes for a message of type d starting at start. */
+static void note_message(unpacker *u, const ProtobufCMessageDescriptor *d, size_t start) {
+    walker *w = u->w;
+    if (u->replay) return;
+    if (d == &xla__hlo_module_proto__descriptor && !w->have_module) {
+        w->have_module = true;
+        w->module_off = start;
+    }
+    if (d == &xla__hlo_computation_proto__descriptor) note_offset(&w->comp_off, &w->ncomp, &w->capcomp, start);
+    if (d == &xla__hlo_instruction_proto__descriptor) note_offset(&w->instr_off, &w->ninstr, &w->capinstr, start);
 }
 
 static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p,
                                         const uint8_t *e, int depth);
+static bool check_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *e,
+                          int depth);
 
 /* The capacity of a repeated field's array holding n elements: none for
  * none, else the least power of two that holds max(n, 4). Arrays grow by
@@ -1880,14 +1923,14 @@ static bool unpack_value(unpacker *u, const ProtobufCFieldDescriptor *f, char *m
     size_t len = (size_t)(wf->vend - wf->v);
     switch (f->type) {
     case PROTOBUF_C_TYPE_STRING: {
-        if (!fast_charge(u->w, (uint64_t)len + 1)) return false;
+        if (!fast_charge(u, (uint64_t)len + 1)) return false;
         char *s = arena_alloc(u->a, len + 1);
         memcpy(s, wf->v, len);
         *(char **)member = s;
         return true;
     }
     case PROTOBUF_C_TYPE_BYTES: {
-        if (!fast_charge(u->w, (uint64_t)len + 1)) return false;
+        if (!fast_charge(u, (uint64_t)len + 1)) return false;
         ProtobufCBinaryData *bd = (ProtobufCBinaryData *)member;
         bd->len = len;
         bd->data = len ? arena_memdup(u->a, wf->v, len) : NULL;
@@ -1918,21 +1961,57 @@ static void unpack_packed(unpacker *u, const ProtobufCFieldDescriptor *f, char *
     }
 }
 
+/* The message of type d at [p, e), nested depth deep, checked, charged and
+ * noted exactly as unpack_message would unpack it, but not stored; false when
+ * unpack_message would give up. A singular message field met twice is what
+ * the tree would tell unpack_message; here a bit per field index does. */
+static bool check_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *e,
+                          int depth) {
+    if (depth > PB_MAX_DEPTH || !fast_charge(u, d->sizeof_message)) return false;
+    note_message(u, d, (size_t)(p - u->w->buf));
+    const field_table *t = table_of(u, d);
+    uint64_t had[4] = {0};
+    for (const uint8_t *q = p; q < e;) {
+        wire_field wf;
+        if (!next_field(&q, e, &wf)) return false;
+        const ProtobufCFieldDescriptor *f = field_of(d, t, wf.number);
+        uint64_t len = (uint64_t)(wf.vend - wf.v);
+        if (!f) {
+            if (!fast_charge(u, len + 48)) return false;
+            continue;
+        }
+        int want = wire_type_of(f->type);
+        bool repeated = f->label == PROTOBUF_C_LABEL_REPEATED;
+        if (wf.wt != want && !(repeated && wf.wt == 2 && want != 2)) return false;
+        if (repeated && wf.wt == 2 && want != 2) {
+            size_t count;
+            if (!packed_count(f->type, wf.v, wf.vend, &count) || !fast_charge(u, 8 + (uint64_t)count * 8))
+                return false;
+            continue;
+        }
+        if (repeated && !fast_charge(u, 8)) return false;
+        if (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES) {
+            if (!fast_charge(u, len + 1)) return false;
+        } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+            if (!repeated) {
+                size_t fi = (size_t)(f - d->fields);
+                if (fi >= 64 * ARRAY_LEN(had) || (had[fi / 64] >> (fi % 64) & 1)) return false;
+                had[fi / 64] |= (uint64_t)1 << (fi % 64);
+            }
+            if (!check_message(u, f->descriptor, wf.v, wf.vend, depth + 1)) return false;
+        }
+    }
+    return true;
+}
+
 /* The message of type d at [p, e), nested depth deep; NULL when the careful
  * path must decide. Each field is checked, charged and stored as it comes:
  * repeated fields append (packed runs counted first), sub-messages recurse,
  * payload bytes are copied once. */
 static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p,
                                         const uint8_t *e, int depth) {
-    walker *w = u->w;
-    size_t start = (size_t)(p - w->buf);
-    if (depth > PB_MAX_DEPTH || !fast_charge(w, d->sizeof_message)) return NULL;
-    if (d == &xla__hlo_module_proto__descriptor && !w->have_module) {
-        w->have_module = true;
-        w->module_off = start;
-    }
-    if (d == &xla__hlo_computation_proto__descriptor) note_offset(&w->comp_off, &w->ncomp, &w->capcomp, start);
-    if (d == &xla__hlo_instruction_proto__descriptor) note_offset(&w->instr_off, &w->ninstr, &w->capinstr, start);
+    if (depth > PB_MAX_DEPTH || !fast_charge(u, d->sizeof_message)) return NULL;
+    note_message(u, d, (size_t)(p - u->w->buf));
     ProtobufCMessage *m = arena_alloc(u->a, d->sizeof_message);
     d->message_init(m);
     const field_table *t = table_of(u, d);
@@ -1941,7 +2020,7 @@ static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescr
         if (!next_field(&q, e, &wf)) return NULL;
         const ProtobufCFieldDescriptor *f = field_of(d, t, wf.number);
         if (!f) {
-            if (!fast_charge(w, (uint64_t)(wf.vend - wf.v) + 48)) return NULL;
+            if (!fast_charge(u, (uint64_t)(wf.vend - wf.v) + 48)) return NULL;
             continue;
         }
         int want = wire_type_of(f->type);
@@ -1952,12 +2031,19 @@ static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescr
             size_t *n = (size_t *)((char *)m + f->quantifier_offset), count;
             char **arr = (char **)member;
             if (wf.wt == 2 && want != 2) {
-                if (!packed_count(f->type, wf.v, wf.vend, &count) || !fast_charge(w, 8 + (uint64_t)count * 8))
+                if (!packed_count(f->type, wf.v, wf.vend, &count) || !fast_charge(u, 8 + (uint64_t)count * 8))
                     return NULL;
                 if (count) unpack_packed(u, f, arr, n, count, &wf);
                 continue;
             }
-            if (!fast_charge(w, 8)) return NULL;
+            if (!fast_charge(u, 8)) return NULL;
+            if (f->descriptor == &xla__hlo_instruction_proto__descriptor && !u->replay) {
+                /* Checked now, unpacked by unpack_instructions; the array stays NULL. */
+                if (!check_message(u, f->descriptor, wf.v, wf.vend, depth + 1)) return NULL;
+                note_offset(&u->instr_end, &u->ninstr_end, &u->capinstr_end, (size_t)(wf.vend - u->w->buf));
+                (*n)++;
+                continue;
+            }
             *arr = array_room(u->a, *arr, *n, 1, elt_size(f->type));
             member = *arr + (*n)++ * elt_size(f->type);
         }
@@ -1972,7 +2058,8 @@ static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescr
  * the other two containers; those readings are walked here too (for real
  * dumps they are short: the module they find, if any, is a name read as
  * bytes) and when one of them would win, the careful path takes over. */
-static ProtobufCMessage *unpack_fast(walker *w, int kind, arena *a) {
+static ProtobufCMessage *unpack_fast(unpacker *u, int kind) {
+    walker *w = u->w;
     bool rival = false; /* another reading holds a module */
     size_t rival_instrs = 0;
     for (int k = kind == 0 ? 3 : 1; k < 3; k++)
@@ -1981,18 +2068,79 @@ static ProtobufCMessage *unpack_fast(walker *w, int kind, arena *a) {
             rival_instrs = w->ninstr;
         }
     walk_reset(w);
-    unpacker *u = xcalloc(1, sizeof *u);
-    u->w = w;
-    u->a = a;
     ProtobufCMessage *msg = unpack_message(u, containers[kind], w->buf, w->buf + w->n, 0);
-    free(u);
     /* walk_as keeps the guess on ties: a rival must hold more instructions */
     return msg && !(rival && rival_instrs > w->ninstr) ? msg : NULL;
+}
+
+/* Instruction i of computation c (as its index among the module's
+ * instructions) when the tree left it out: [*p0, *p1) on the wire. */
+static size_t lazy_instr(pb *p, uint32_t c, uint32_t i, const uint8_t **p0, const uint8_t **p1) {
+    size_t g = p->instr_base[c] + i;
+    if (g >= p->u->ninstr_end || g >= p->w.ninstr)
+        fail(p, NULL, "internal error: instruction %zu was not checked", g);
+    *p0 = p->w.buf + p->w.instr_off[g];
+    *p1 = p->w.buf + p->u->instr_end[g];
+    return g;
+}
+
+/* Instruction i's id and name (up to its first NUL, as a C string would
+ * end; not NUL-terminated): from the tree, or read straight off checked
+ * wire bytes where the last of a repeated singular field wins, as when
+ * unpacking. */
+static void instr_key(pb *p, uint32_t c, const Xla__HloComputationProto *cp, uint32_t i, int64_t *id,
+                      const char **name, size_t *len) {
+    if (!p->u) {
+        const Xla__HloInstructionProto *ip = cp->instructions[i];
+        *id = ip->id;
+        *name = ip->name ? ip->name : "";
+        *len = strlen(*name);
+        return;
+    }
+    const uint8_t *q, *e;
+    lazy_instr(p, c, i, &q, &e);
+    *id = 0;
+    *name = "";
+    *len = 0;
+    while (q < e) {
+        wire_field wf;
+        if (!next_field(&q, e, &wf)) fail(p, NULL, "internal error: a checked instruction does not read back");
+        if (wf.number == 1 && wf.wt == 2) {
+            const void *nul = memchr(wf.v, 0, (size_t)(wf.vend - wf.v));
+            *name = (const char *)wf.v;
+            *len = (size_t)((nul ? (const uint8_t *)nul : wf.vend) - wf.v);
+        } else if (wf.number == 35 && wf.wt == 0) {
+            *id = (int64_t)wf.value;
+        }
+    }
+}
+
+/* Instruction i, valid until the next call: from the tree, or unpacked from
+ * checked wire bytes into the scratch arena, which each instruction reuses. */
+static const Xla__HloInstructionProto *instr_get(pb *p, uint32_t c, const Xla__HloComputationProto *cp,
+                                                 uint32_t i) {
+    if (!p->u) return cp->instructions[i];
+    unpacker *u = p->u;
+    const uint8_t *q, *e;
+    lazy_instr(p, c, i, &q, &e);
+    arena_reset(&u->scratch);
+    u->a = &u->scratch;
+    u->replay = true;
+    ProtobufCMessage *ip = unpack_message(u, &xla__hlo_instruction_proto__descriptor, q, e, 0);
+    if (!ip) fail(p, NULL, "internal error: a checked instruction did not unpack");
+    return (const Xla__HloInstructionProto *)ip;
 }
 
 /* protobuf-c allocates from an arena: one free for the whole message tree. */
 static void *pc_alloc(void *data, size_t n) { return arena_alloc(data, n); }
 static void pc_free(void *data, void *ptr) { (void)data, (void)ptr; }
+
+static void unpacker_free(unpacker *u) {
+    if (!u) return;
+    arena_free(&u->scratch);
+    free(u->instr_end);
+    free(u);
+}
 
 /* The module, or NULL (freed) after a diagnostic. */
 static hlo_module *convert(pb *p, const Xla__HloModuleProto *mp) {
@@ -2022,9 +2170,18 @@ static hlo_module *parse_pb(const uint8_t *buf, size_t n, const char *path, diag
     ProtobufCAllocator alloc = {pc_alloc, pc_free, &unpacked};
     if (n == 0) {
         diag_binary(d, 0, "", "empty input");
-    } else if (!(one_pass && (msg = unpack_fast(w, kind, &unpacked)))) {
+    } else if (one_pass) {
+        p->u = xcalloc(1, sizeof *p->u);
+        p->u->w = w;
+        p->u->a = &unpacked;
+        arena_init(&p->u->scratch);
+        msg = unpack_fast(p->u, kind);
+    }
+    if (n && !msg) {
         /* The careful path, which says exactly what is wrong. */
         arena_free(&unpacked);
+        unpacker_free(p->u);
+        p->u = NULL;
         if (!walk_as(w, &kind))
             diag_binary(d, w->err_off, w->err_path, "%s (reading it as %s)", w->err, format_names[kind]);
         else if (!(msg = protobuf_c_message_unpack(containers[kind], &alloc, n, buf)))
@@ -2048,9 +2205,11 @@ static hlo_module *parse_pb(const uint8_t *buf, size_t n, const char *path, diag
         }
     }
     arena_free(&unpacked);
+    unpacker_free(p->u);
     free(w->comp_off);
     free(w->instr_off);
     free(p->attrs);
+    free(p->pnum);
     free(p->instr_base);
     idmap_free(&p->comp_index);
     sb_free(&p->sb);

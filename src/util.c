@@ -98,6 +98,21 @@ void arena_free(arena *a) {
     arena_init(a);
 }
 
+void arena_reset(arena *a) {
+    if (!a->head) return;
+    if (a->head->next || a->head->size == 0) {
+        size_t size = a->total;
+        arena_free(a);
+        arena_block *b = xmalloc(sizeof(arena_block) + size);
+        b->next = NULL;
+        b->size = size;
+        a->head = b;
+        a->total = sizeof(arena_block) + size;
+    }
+    a->cur = (char *)a->head->data;
+    a->end = a->cur + a->head->size;
+}
+
 void *arena_alloc(arena *a, size_t n) {
     n = (n + 7) & ~(size_t)7;
     if (n == 0) n = 8;

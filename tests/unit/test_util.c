@@ -39,6 +39,13 @@ void suite_util(void) {
     big[(1 << 20) - 1] = 1;
     CHECK_STR(small, "hello");
     CHECK(((uintptr_t)arena_alloc(&a, 3) & 7) == 0);
+    /* reset: one block holds a second round as large as the first, zeroed */
+    arena_reset(&a);
+    size_t total = a.total;
+    char *again = arena_alloc(&a, 1 << 20);
+    CHECK(again[0] == 0 && again[(1 << 20) - 1] == 0);
+    CHECK(arena_alloc(&a, 100) != NULL);
+    CHECK_EQ(a.total, total);
     arena_free(&a);
 
     t_case("util-4 diag caret");
