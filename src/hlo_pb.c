@@ -1724,7 +1724,7 @@ static inline const uint8_t *varint_at(const uint8_t *p, const uint8_t *e, size_
 }
 
 /* The field at *pp (before e), checked as walk_message checks it; advances *pp. */
-static bool next_field(const uint8_t **pp, const uint8_t *e, wire_field *f) {
+static inline __attribute__((always_inline)) bool next_field(const uint8_t **pp, const uint8_t *e, wire_field *f) {
     uint64_t tag, len;
     const uint8_t *p = varint_at(*pp, e, 5, &tag);
     if (!p) return false;
