@@ -3423,6 +3423,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
             }
             c->divergence = via ? via : in;
             c->divergence_layout = via != NULL;
+            c->divergence_resynced = c->resynced > 0;
             c->divergence_comp = comp;
             if (c->nsegs) c->segs[c->cur_seg].divergent++;
         }

@@ -196,6 +196,7 @@ typedef struct lift_ctx {
                                            * one over; an output that is one) */
     bool divergence_konst, unsupported_konst; /* an operand of that instruction is constant-only */
     bool divergence_layout;               /* it is a layout op handing a rearrangement over */
+    bool divergence_resynced;             /* found after a region assumed equal to the baseline's */
     uint64_t fresh;                       /* counter for fresh variables */
     /* Resynchronisation: the baseline's last value of each op_name scope, so an
      * unrelated region's replicated result can be assumed equal to it. */
