@@ -288,7 +288,7 @@ static bool zmask_combine(lstate *s, lval *v) {
                 if (yb[q] == z->dims[k]) wdim[k] = (int8_t)wb[q];
             for (uint32_t q = 0; q < nlc; q++)
                 if (yc[q] == z->dims[k]) wdim[k] = (int8_t)wc[q];
-            ok = wdim[k] >= 0 && !(used & (1u << wdim[k]));
+            ok = wdim[k] >= 0 && wdim[k] < (int8_t)z->rank && !(used & (1u << wdim[k]));
             if (ok) used |= 1u << wdim[k];
         }
         if (!ok) continue;
