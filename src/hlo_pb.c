@@ -1844,10 +1844,11 @@ struct unpacker {
     walker *w;  /* buf, budget and cost; offsets and counts as a walk leaves them */
     arena *a;   /* where messages go: the tree's arena, or scratch while replaying */
     field_table tables[FIELD_TABLES]; /* open addressing by descriptor, filled on first use */
-    /* Instructions are checked in the one pass but unpacked later, one
-     * computation at a time, into scratch that each computation reuses: the
-     * tree of a large module is mostly instructions, and building all of
-     * them at once costs more in fresh memory than unpacking twice costs in
+    /* Instructions are checked in the one pass but unpacked later, one at a
+     * time as conversion reaches them, into scratch that each reuses: the
+     * tree of a large module is mostly instructions (one computation may
+     * hold most of them), and building all of them at once costs more in
+     * fresh memory (page faults) than reading their bytes twice costs in
      * time. instr_end[g] ends the payload that w->instr_off[g] starts. */
     bool replay;       /* unpacking checked instructions: no charges, no offsets */
     size_t *instr_end, ninstr_end, capinstr_end;
@@ -2038,7 +2039,7 @@ static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescr
             }
             if (!fast_charge(u, 8)) return NULL;
             if (f->descriptor == &xla__hlo_instruction_proto__descriptor && !u->replay) {
-                /* Checked now, unpacked by unpack_instructions; the array stays NULL. */
+                /* Checked now, unpacked by instr_get; the array stays NULL. */
                 if (!check_message(u, f->descriptor, wf.v, wf.vend, depth + 1)) return NULL;
                 note_offset(&u->instr_end, &u->ninstr_end, &u->capinstr_end, (size_t)(wf.vend - u->w->buf));
                 (*n)++;
@@ -2075,13 +2076,12 @@ static ProtobufCMessage *unpack_fast(unpacker *u, int kind) {
 
 /* Instruction i of computation c (as its index among the module's
  * instructions) when the tree left it out: [*p0, *p1) on the wire. */
-static size_t lazy_instr(pb *p, uint32_t c, uint32_t i, const uint8_t **p0, const uint8_t **p1) {
+static void lazy_instr(pb *p, uint32_t c, uint32_t i, const uint8_t **p0, const uint8_t **p1) {
     size_t g = p->instr_base[c] + i;
     if (g >= p->u->ninstr_end || g >= p->w.ninstr)
         fail(p, NULL, "internal error: instruction %zu was not checked", g);
     *p0 = p->w.buf + p->w.instr_off[g];
     *p1 = p->w.buf + p->u->instr_end[g];
-    return g;
 }
 
 /* Instruction i's id and name (up to its first NUL, as a C string would
