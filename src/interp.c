@@ -1119,13 +1119,23 @@ static void window_copy(interp_val *small, interp_val *big, interp_val *const *s
     else affine_copy(big, small, base, st, false);
 }
 
+/* Whether a window of small's dims fits in big, with one scalar start index
+ * per dim (starts) and the same element type. */
+static bool window_fits(const interp_val *small, const interp_val *big, interp_val *const *starts) {
+    if (small->dtype == DT_TUPLE || big->dtype == DT_TUPLE || small->rank != big->rank || small->dtype != big->dtype)
+        return false;
+    for (uint32_t d = 0; d < big->rank; d++)
+        if (small->dims[d] > big->dims[d] || starts[d]->dtype == DT_TUPLE || starts[d]->n != 1) return false;
+    return true;
+}
+
 static interp_val *op_dynamic_slice(ctx *x, const hlo_instr *in, interp_val **ops) {
     interp_val *a = ops[0]; /* read only */
     interp_val *r = val_shape(&in->shape);
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
-    if (in->noperands != 1 + a->rank || r->rank != a->rank) {
+    if (in->noperands != 1 + a->rank || !window_fits(r, a, ops + 1)) {
         interp_val_free(r);
-        return fail(x, INTERP_ERUN, in, "expects one start index per dimension");
+        return fail(x, INTERP_ERUN, in, "expects one scalar start index per dimension and a window inside the operand");
     }
     window_copy(r, a, ops + 1, true);
     return r;
@@ -1133,8 +1143,8 @@ static interp_val *op_dynamic_slice(ctx *x, const hlo_instr *in, interp_val **op
 
 static interp_val *op_dynamic_update_slice(ctx *x, const hlo_instr *in, interp_val **ops) {
     interp_val *a = ops[0], *u = ops[1]; /* read only */
-    if (in->noperands != 2 + a->rank || u->rank != a->rank)
-        return fail(x, INTERP_ERUN, in, "expects one start index per dimension");
+    if (in->noperands != 2 + a->rank || !window_fits(u, a, ops + 2) || !has_dims(a, in->shape.dims, in->shape.rank))
+        return fail(x, INTERP_ERUN, in, "expects one scalar start index per dimension and an update inside the operand");
     interp_val *r = val_copy(a);
     window_copy(u, r, ops + 2, false);
     return r;

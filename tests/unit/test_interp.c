@@ -986,6 +986,12 @@ static void test_malformed(void) {
                               "index_vector_dim=1, slice_sizes={1,4}\n",
          "batch dim"},
         {"reshape count", "  a = f32[2,3] parameter(0)\n  ROOT r = f32[0,3] reshape(a)\n", "reshape of 6 elements into 0"},
+        {"dynamic-slice window", "  a = f32[4] parameter(0)\n  i = s32[] parameter(1)\n"
+                                 "  ROOT r = f32[6] dynamic-slice(a, i), dynamic_slice_sizes={6}\n",
+         "window inside the operand"},
+        {"dynamic-update-slice update", "  a = f32[4] parameter(0)\n  u = f32[5] parameter(1)\n  i = s32[] parameter(2)\n"
+                                        "  ROOT r = f32[4] dynamic-update-slice(a, u, i)\n",
+         "update inside the operand"},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         t_case("interp malformed: %s", cases[k].what);
