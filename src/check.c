@@ -621,11 +621,14 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
          * baseline's (resynchronised), else the first one overall; the kind
          * comes from what that instruction is. */
         verdict = VERDICT_MISMATCH;
-        const hlo_comp *uc = lc.divergence ? lc.divergence_comp
-                             : lc.later_unsupported ? lc.later_unsupported_comp : lc.first_unsupported_comp;
-        const hlo_instr *ui = lc.divergence ? lc.divergence : lc.later_unsupported ? lc.later_unsupported : lc.first_unsupported;
-        bool konst_operand = lc.divergence ? lc.divergence_konst
-                             : lc.later_unsupported ? lc.later_unsupported_konst : lc.unsupported_konst;
+        /* A divergence after a region assumed equal may be that assumption's
+         * doing: the instruction that forced it comes first then. */
+        const hlo_instr *div = lc.divergence && !(lc.divergence_resynced && lc.first_unsupported) ? lc.divergence : NULL;
+        const hlo_comp *uc = div ? lc.divergence_comp
+                             : lc.later_unsupported && !lc.divergence ? lc.later_unsupported_comp : lc.first_unsupported_comp;
+        const hlo_instr *ui = div ? div : lc.later_unsupported && !lc.divergence ? lc.later_unsupported : lc.first_unsupported;
+        bool konst_operand = div ? lc.divergence_konst
+                             : lc.later_unsupported && !lc.divergence ? lc.later_unsupported_konst : lc.unsupported_konst;
         const char *kind = ui ? kind_of_divergence(ui, konst_operand) : "unsupported-op";
         if (!ui) {
             uc = de;
@@ -634,10 +637,14 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         strbuf msg;
         sb_init(&msg);
         sb_printf(&msg, "the outputs differ from the baseline's by up to %g (confirmed by execution on seeded random inputs); ", w.max_abs);
-        if (lc.divergence && lc.divergence_layout)
+        if (div && lc.divergence_layout)
             sb_printf(&msg, "first divergence at %s: it rearranges baseline values into a layout no baseline value has, "
                       "and the program computes with them in that layout", ui->name);
-        else if (lc.divergence) sb_printf(&msg, "first divergence at %s", ui->name);
+        else if (div) sb_printf(&msg, "first divergence at %s", ui->name);
+        else if (lc.divergence)
+            sb_printf(&msg, "the first instruction not related is %s (%s); the first divergence, %s, comes after the '%s' "
+                      "region assumed equal to the baseline's", ui->name, lc.unsupported_why, lc.divergence->name,
+                      lc.resync_scope ? lc.resync_scope : "?");
         else if (lc.later_unsupported)
             sb_printf(&msg, "the first instruction not related after the '%s' region assumed equal to the baseline's is %s (%s; "
                       "the first overall is %s)", lc.resync_scope ? lc.resync_scope : "?", ui->name, lc.later_unsupported_why,

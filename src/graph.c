@@ -405,6 +405,46 @@ static bool call_cycle(const hlo_module *m, uint32_t c, uint8_t *colour, uint32_
 /* Names may be missing in protobuf input; messages must not crash on that. */
 #define NAME(s) ((s) ? (s) : "(unnamed)")
 
+/* The first dimension number of in (dimensions, dot dimension numbers)
+ * outside the operand (or, for a broadcast, result) rank it indexes, with its
+ * attribute; false when every one is in range. Transfer functions and the
+ * interpreter index arrays by these numbers. */
+static bool dim_out_of_range(const hlo_comp *comp, const hlo_instr *in, const char **key, int64_t *bad) {
+    static const int dot_keys[4] = {A_LHS_BATCH_DIMS, A_LHS_CONTRACTING_DIMS, A_RHS_BATCH_DIMS, A_RHS_CONTRACTING_DIMS};
+    int dkeys[4];
+    uint32_t nkeys = 0, ranks[4];
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (in->operands[o] >= (uint32_t)(in - comp->instrs)) return false; /* reported as such */
+    switch (in->op) {
+    case OP_TRANSPOSE: case OP_REVERSE: case OP_REDUCE: case OP_CONCATENATE: case OP_ALL_GATHER: case OP_ALL_TO_ALL:
+    case OP_REDUCE_SCATTER:
+        if (!in->noperands || comp->instrs[in->operands[0]].shape.dtype == DT_TUPLE) return false;
+        dkeys[0] = A_DIMENSIONS, ranks[0] = comp->instrs[in->operands[0]].shape.rank, nkeys = 1;
+        break;
+    case OP_BROADCAST:
+        dkeys[0] = A_DIMENSIONS, ranks[0] = in->shape.rank, nkeys = 1;
+        break;
+    case OP_DOT:
+        if (in->noperands != 2) return false;
+        for (uint32_t k = 0; k < 4; k++) dkeys[k] = dot_keys[k], ranks[k] = comp->instrs[in->operands[k / 2]].shape.rank;
+        nkeys = 4;
+        break;
+    default:
+        return false;
+    }
+    for (uint32_t k = 0; k < nkeys; k++) {
+        uint32_t n;
+        const int64_t *v = instr_ints(in, dkeys[k], &n);
+        for (uint32_t i = 0; i < n; i++)
+            if (v[i] < 0 || v[i] >= (int64_t)ranks[k]) {
+                *key = attr_key_name(dkeys[k]);
+                *bad = v[i];
+                return true;
+            }
+    }
+    return false;
+}
+
 int graph_check(const hlo_module *m, diag *d) {
     int errors = 0;
     char why[256];
@@ -443,6 +483,11 @@ int graph_check(const hlo_module *m, diag *d) {
                     report_at(d, &errors, in->line, in->col, "%s: operand %u of %s does not precede it", NAME(comp->name), o, NAME(in->name));
             if (shape_check(&in->shape, why, sizeof why))
                 report_at(d, &errors, in->line, in->col, "%s: %s: %s", NAME(comp->name), NAME(in->name), why);
+            const char *key;
+            int64_t bad;
+            if (dim_out_of_range(comp, in, &key, &bad))
+                report_at(d, &errors, in->line, in->col, "%s: %s: %s names dimension %lld, out of range", NAME(comp->name),
+                          NAME(in->name), key, (long long)bad);
             for (uint32_t a = 0; a < in->nattrs; a++) {
                 const hlo_attr *at = &in->attrs[a];
                 if (at->kind == K_COMP || at->kind == K_COMPS) {

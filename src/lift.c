@@ -205,6 +205,17 @@ uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
     return eg_type(c->g, dt, dims, rank);
 }
 
+/* The attribute blob holding one list attribute (absent when empty: the
+ * default), as eattr.h spells it; n ≤ VIEW_MAX_RANK (lists of dims). */
+uint32_t lf_list_attr(lift_ctx *c, int key, const int64_t *v, uint32_t n) {
+    int64_t words[2 + VIEW_MAX_RANK];
+    if (!n) return 0; /* the empty blob */
+    if (n > VIEW_MAX_RANK) abort(); /* callers pass dims of views */
+    words[0] = key, words[1] = n;
+    memcpy(words + 2, v, n * sizeof *v);
+    return eg_attr(c->g, words, 2 + n);
+}
+
 /* ---- constant folding: values of constant-only terms (lift.h) ---- */
 
 interp_val *lf_kval(lift_ctx *c, eid cls) {
@@ -565,7 +576,7 @@ static lval assume(lift_ctx *c, const hlo_instr *in, view v) {
     return term(lf_fresh_var(c, in->shape.dtype, dims, in->shape.rank), v, true);
 }
 
-static bool same_sharding(const view *a, const view *b) {
+bool lf_same_sharding(const view *a, const view *b) {
     if (a->rank != b->rank) return false;
     for (uint32_t d = 0; d < a->rank; d++)
         if (a->dims[d].naxes != b->dims[d].naxes || memcmp(a->dims[d].axes, b->dims[d].axes, a->dims[d].naxes))
@@ -754,16 +765,8 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
         if (keep[k]) newdims[nn++] = bd[k];
     int64_t dims[VIEW_MAX_RANK];
     for (uint32_t d = 0; d < b->shape.rank; d++) dims[d] = b->shape.dims[d] * view_dim_parts(&v, c->mesh, d);
-    int64_t words[2 + VIEW_MAX_RANK];
-    uint32_t nw = 0;
-    if (nn) {
-        words[nw++] = A_DIMENSIONS;
-        words[nw++] = nn;
-        memcpy(words + nw, newdims, nn * sizeof *newdims);
-        nw += nn;
-    }
     uint32_t t = lf_type_of(c, b->shape.dtype, dims, b->shape.rank);
-    eid bc = eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, &operand, 1, c->origin);
+    eid bc = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, newdims, nn), t, &operand, 1, c->origin);
     const interp_val *xv = lf_kval(c, operand);
     interp_val *bv = xv && !lf_kval(c, bc) ? broadcast_values(xv, newdims, nn, dims, b->shape.rank) : NULL;
     if (bv) kval_set(c, bc, bv);
@@ -847,7 +850,7 @@ static lval lift_elementwise(lstate *s) {
             if (ops[o].v.dims[d].naxes && !want.dims[d].naxes) want.dims[d] = ops[o].v.dims[d];
     }
     for (uint32_t o = 0; o < in->noperands; o++)
-        if (!same_sharding(&ops[o].v, &want)) review_broadcast(s, o, &want);
+        if (!lf_same_sharding(&ops[o].v, &want)) review_broadcast(s, o, &want);
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &ops[o];
         if (x->kind != LV_TERM) return unknown();
@@ -858,7 +861,7 @@ static lval lift_elementwise(lstate *s) {
             v = x->v;
             v.partial = 0;
             first = false;
-        } else if (!same_sharding(&v, &x->v)) {
+        } else if (!lf_same_sharding(&v, &x->v)) {
             /* Not an inconsistency by itself: a replicated operand combined with
              * blocks of a sharded one stands for its own tiling. That global
              * term is not the baseline's, so this stays undecided, never a
@@ -1635,7 +1638,7 @@ static lval lift_concatenate(lstate *s) {
     bool assumed = false;
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
-        if (x->kind != LV_TERM || x->v.partial || !same_sharding(&x->v, &s->ops[0].v) || x->v.dims[dd[0]].naxes) {
+        if (x->kind != LV_TERM || x->v.partial || !lf_same_sharding(&x->v, &s->ops[0].v) || x->v.dims[dd[0]].naxes) {
             lf_unsupported(c, s->comp, in, "%s concatenates operands that are not sharded alike off the concatenated dimension", in->name);
             return unknown();
         }
@@ -1649,8 +1652,7 @@ static lval lift_concatenate(lstate *s) {
 }
 
 
-/* ---- index arithmetic: piecewise functions of one integer source ---- */
-
+/* Records an assumption the verdict rests on, once (lift.h "assumptions"). */
 void lf_assume(lift_ctx *c, const char *fmt, ...) {
     char line[300];
     va_list ap;
@@ -1661,616 +1663,6 @@ void lf_assume(lift_ctx *c, const char *fmt, ...) {
     sb_puts(&c->assumptions, line);
     sb_putc(&c->assumptions, '\n');
 }
-
-/* The precondition that source values lie in [0, n) (a gathered table's rows). */
-static void assume_domain(lift_ctx *c, eid src, int64_t n) {
-    lf_assume(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)n);
-    if (src == EID_NONE) return;
-    for (uint32_t i = 0; i < c->ndoms; i++)
-        if (c->dom_src[i] == src && c->dom_size[i] == n) return;
-    if (c->ndoms < ARRAY_LEN(c->dom_src)) {
-        c->dom_src[c->ndoms] = src;
-        c->dom_size[c->ndoms++] = n;
-    }
-}
-
-/* The smallest domain assumed for a source, or -1. */
-static int64_t domain_of(const lift_ctx *c, eid src) {
-    int64_t best = -1;
-    for (uint32_t i = 0; i < c->ndoms; i++)
-        if (c->dom_src[i] == src && (best < 0 || c->dom_size[i] < best)) best = c->dom_size[i];
-    return best;
-}
-
-static pw_fn *pw_alloc(lift_ctx *c) { return arena_alloc(c->a, (size_t)c->ndev * sizeof(pw_fn)); }
-
-/* Operand o as per-device functions of the source, with its positions (EID_NONE
- * for a value that is the same at every position). */
-static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos, const view **vw, eid *src) {
-    lift_ctx *c = s->c;
-    const lval *x = &s->ops[o];
-    *vw = NULL;  /* NULL: the same at every position, any sharding */
-    *src = EID_NONE;
-    if (x->kind == LV_PW) {
-        *out = x->pw;
-        *pos = x->pos;
-        *vw = &x->v;
-        *src = x->src;
-        return true;
-    }
-    if (x->kind == LV_DEV) {
-        pw_fn *f = pw_alloc(c);
-        for (int64_t d = 0; d < c->ndev; d++) {
-            double v0 = x->dev[d * x->count];
-            for (uint32_t k = 1; k < x->count; k++)
-                if (x->dev[d * x->count + k] != v0) return false;
-            pw_const(&f[d], (int64_t)v0);
-        }
-        *out = f;
-        *pos = EID_NONE;
-        return true;
-    }
-    const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
-    if (x->kind == LV_TERM && !x->assumed && !x->v.partial &&
-        (dtype_is_int(xi->shape.dtype) || xi->shape.dtype == DT_PRED)) {
-        /* The source itself (data, or positions from iota that a device value
-         * offsets), possibly sharded (a batch split over dp): values are taken
-         * position by position, so the sharding travels along. */
-        pw_fn *f = pw_alloc(c);
-        for (int64_t d = 0; d < c->ndev; d++) pw_shift(&f[d], 0);
-        *out = f;
-        *pos = x->cls;
-        *vw = &x->v;
-        *src = x->cls;
-        return true;
-    }
-    return false;
-}
-
-static bool same_pos(eid *acc, eid p) {
-    if (p == EID_NONE) return true;
-    if (*acc == EID_NONE) {
-        *acc = p;
-        return true;
-    }
-    return *acc == p;
-}
-
-static int pw_op_of(const hlo_instr *in) {
-    switch (in->op) {
-    case OP_ADD: return PW_ADD;
-    case OP_SUBTRACT: return PW_SUB;
-    case OP_MULTIPLY: return PW_MUL;
-    case OP_MINIMUM: return PW_MIN;
-    case OP_MAXIMUM: return PW_MAX_OP;
-    case OP_AND: return PW_AND;
-    case OP_OR: return PW_OR;
-    case OP_XOR: return PW_XOR;
-    case OP_COMPARE: {
-        const char *d = instr_str(in, A_DIRECTION);
-        if (!d) return -1;
-        return !strcmp(d, "EQ") ? PW_EQ : !strcmp(d, "NE") ? PW_NE : !strcmp(d, "LT") ? PW_LT
-             : !strcmp(d, "LE") ? PW_LE : !strcmp(d, "GT") ? PW_GT : PW_GE;
-    }
-    default: return -1;
-    }
-}
-
-/* Positions after a reshape of a value sharded by *vw: only reshapes that add or
- * drop trailing unit dims keep a sharding (the common prefix is unchanged). */
-static bool pos_reshape(lift_ctx *c, eid *pos, view *vw, const int64_t *in_dims, uint32_t in_rank, const int64_t *dims,
-                        uint32_t rank) {
-    view out = view_dup(rank);
-    uint32_t common = in_rank < rank ? in_rank : rank;
-    for (uint32_t d = 0; d < in_rank; d++) {
-        if (!vw->dims[d].naxes) continue;
-        if (d >= common || in_dims[d] != dims[d]) return false;
-        for (uint32_t k = 0; k < common; k++)
-            if (in_dims[k] != dims[k]) return false;
-        for (uint32_t k = common; k < in_rank; k++)
-            if (in_dims[k] != 1) return false;
-        for (uint32_t k = common; k < rank; k++)
-            if (dims[k] != 1) return false;
-        out.dims[d] = vw->dims[d];
-    }
-    *vw = out;
-    if (*pos == EID_NONE) return true;
-    int64_t g[VIEW_MAX_RANK];
-    for (uint32_t d = 0; d < rank; d++) g[d] = dims[d] * view_dim_parts(vw, c->mesh, d);
-    int dt = eg_type_dtype(c->g, eg_class_type(c->g, *pos));
-    *pos = lf_mk_reshape(c, *pos, lf_type_of(c, dt, g, rank), c->origin);
-    return true;
-}
-
-static void pos_broadcast(lift_ctx *c, eid *pos, view *vw, const int64_t *bdims, uint32_t nb, const int64_t *dims,
-                          uint32_t rank) {
-    view out = view_dup(rank);
-    for (uint32_t k = 0; k < nb; k++) out.dims[bdims[k]] = vw->dims[k];
-    *vw = out;
-    if (*pos == EID_NONE) return;
-    int64_t g[VIEW_MAX_RANK];
-    for (uint32_t d = 0; d < rank; d++) g[d] = dims[d] * view_dim_parts(vw, c->mesh, d);
-    int64_t words[2 + VIEW_MAX_RANK];
-    uint32_t nw = 0;
-    if (nb) {
-        words[nw++] = A_DIMENSIONS;
-        words[nw++] = nb;
-        memcpy(words + nw, bdims, nb * sizeof *bdims);
-        nw += nb;
-    }
-    int dt = eg_type_dtype(c->g, eg_class_type(c->g, *pos));
-    uint32_t t = lf_type_of(c, dt, g, rank);
-    bool ident = nb == rank;
-    for (uint32_t k = 0; k < nb && ident; k++) ident = bdims[k] == k;
-    if (ident && eg_class_type(c->g, *pos) == t) return;  /* same shape, dims in order: identity */
-    *pos = eg_add(c->g, OP_BROADCAST, eg_attr(c->g, words, nw), t, pos, 1, c->origin);
-}
-
-static bool is_zero_constant(const hlo_comp *comp, const hlo_instr *x) {
-    while (x->op == OP_BROADCAST || x->op == OP_RESHAPE || x->op == OP_CONVERT || x->op == OP_COPY)
-        x = &comp->instrs[x->operands[0]];
-    const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
-    if (!la || la->v.lit->elided || la->v.lit->raw) return false;
-    for (int64_t k = 0; k < la->v.lit->count; k++)
-        if (la->v.lit->f ? la->v.lit->f[k] != 0 : la->v.lit->i[k] != 0) return false;
-    return true;
-}
-
-/* A masked value as a term: every device holds the row for every index value of
- * the domain. */
-static bool mask_resolves(const lift_ctx *c, const lval *m) {
-    if (m->n) return false;  /* a sum of masked parts resolves only under an all-reduce */
-    for (int64_t d = 0; d < c->ndev; d++) {
-        int64_t tag;
-        if (!pw_constant_on(&m->pw[d], 0, m->domain, &tag) || tag != TAG_HIT) return false;
-    }
-    return true;
-}
-
-/* An index value (LV_PW) or masked row (LV_MASK) as a plain term, for a use
- * that does not take index values: a row every device holds (assuming the
- * domain), or the plain term of a device-independent value. False when it is
- * neither. */
-static bool index_as_term(lift_ctx *c, lval *x) {
-    if (x->kind == LV_MASK && mask_resolves(c, x)) {
-        if (!x->in_domain) assume_domain(c, x->src, x->domain);
-        *x = term(x->hit, x->v, false);
-        return true;
-    }
-    if ((x->kind == LV_PW || x->kind == LV_MASK) && x->cls != EID_NONE) {
-        *x = term(x->cls, x->v, false);
-        return true;
-    }
-    return x->kind != LV_PW && x->kind != LV_MASK;
-}
-
-/* Summed over the devices of each group (devices that agree on every mesh axis
- * outside `axes`), the mask is the row: for each index value of the domain
- * exactly one device of the group holds the row and the others zero. */
-static bool mask_sums_to_row(const lift_ctx *c, const lval *m, uint32_t axes) {
-    int *hits = xcalloc((size_t)c->ndev, sizeof *hits);
-    bool ok = true;
-    int64_t lo = 0;
-    while (ok && lo < m->domain) {
-        int64_t hi = m->domain;
-        for (int64_t d = 0; d < c->ndev; d++)
-            for (uint32_t k = 0; k < m->pw[d].n; k++)
-                if (m->pw[d].p[k].lo > lo && m->pw[d].p[k].lo < hi) hi = m->pw[d].p[k].lo;
-        memset(hits, 0, (size_t)c->ndev * sizeof *hits);
-        for (int64_t d = 0; d < c->ndev && ok; d++) {
-            int64_t tag, key = 0;
-            for (uint32_t a = 0; a < c->mesh->naxes; a++)
-                if (!(axes >> a & 1)) key = key * c->mesh->sizes[a] + mesh_coord(c->mesh, d, (int)a);
-            if (!pw_constant_on(&m->pw[d], lo, hi, &tag) || tag == TAG_JUNK) {
-                ok = false;
-                if (getenv("SCALIFY_DEBUG_LIFT")) {
-                    fprintf(stderr, "lift: device %lld has no row or zero on [%lld, %lld):", (long long)d, (long long)lo,
-                            (long long)hi);
-                    for (uint32_t k = 0; k < m->pw[d].n; k++)
-                        fprintf(stderr, " [%lld,%lld)=%lldt+%lld", (long long)m->pw[d].p[k].lo, (long long)m->pw[d].p[k].hi,
-                                (long long)m->pw[d].p[k].a, (long long)m->pw[d].p[k].b);
-                    fprintf(stderr, "\n");
-                }
-            }
-            else hits[key] += tag == TAG_HIT;
-        }
-        for (int64_t d = 0; d < c->ndev && ok; d++) {
-            int64_t key = 0;
-            for (uint32_t a = 0; a < c->mesh->naxes; a++)
-                if (!(axes >> a & 1)) key = key * c->mesh->sizes[a] + mesh_coord(c->mesh, d, (int)a);
-            ok = hits[key] == 1;
-        }
-        lo = hi;
-    }
-    free(hits);
-    return ok;
-}
-
-/* The non-unit dims of dims[0..rank), in order; their count. */
-static uint32_t nonunit_dims(const int64_t *dims, uint32_t rank, uint32_t *which) {
-    uint32_t n = 0;
-    for (uint32_t d = 0; d < rank; d++)
-        if (dims[d] != 1) which[n++] = d;
-    return n;
-}
-
-/* A row gather (the form pw_gather reads: rows of dim 0, offset dims `off`,
- * output dims bdims[k] for index dim k) whose index positions `pos` are a 1-D
- * iota broadcast along one dim and reshaped by unit dims only: position s of
- * that dim reads row s, so the result is the first n rows of the table,
- * broadcast — the term the baseline writes as a slice of a positional table.
- * EID_NONE when pos is not of that form. */
-static eid gather_of_iota(lift_ctx *c, eid tab, eid pos, const int64_t *bdims, const int64_t *off, uint32_t no, int dt,
-                          const int64_t *g, uint32_t rank) {
-    uint32_t prank, srank, tr, k;
-    const int64_t *pd = eg_type_dims(c->g, eg_class_type(c->g, pos), &prank);
-    eid x = pos, n0 = eg_class_first(c->g, x);
-    if (n0 != EID_NONE && eg_node_op(c->g, n0) == OP_RESHAPE) x = eg_node_children(c->g, n0, &k)[0];
-    /* A broadcast of a 1-D iota along dim kd, or the 1-D iota itself (kd 0). */
-    eid bn = eg_class_first(c->g, x);
-    if (bn == EID_NONE || prank < 1) return EID_NONE;
-    bool bc = eg_node_op(c->g, bn) == OP_BROADCAST;
-    eid io = bc ? eg_node_children(c->g, bn, &k)[0] : x;
-    eid in0 = eg_class_first(c->g, io);
-    uint32_t nw = 3, irank;
-    static const int64_t dim0[3] = {A_DIMENSIONS, 1, 0};
-    const int64_t *w = bc ? eg_attr_words(c->g, eg_node_attr(c->g, bn), &nw) : dim0;
-    eg_type_dims(c->g, eg_class_type(c->g, io), &irank);
-    if (in0 == EID_NONE || eg_node_op(c->g, in0) != OP_IOTA || irank != 1 || nw != 3 || w[0] != A_DIMENSIONS)
-        return EID_NONE;
-    const int64_t *sd = eg_type_dims(c->g, eg_class_type(c->g, x), &srank);
-    const int64_t *td = eg_type_dims(c->g, eg_class_type(c->g, tab), &tr);
-    /* The index positions are pd without its last (index vector) dim. */
-    uint32_t su[VIEW_MAX_RANK], pu[VIEW_MAX_RANK];
-    if (srank > VIEW_MAX_RANK || prank > VIEW_MAX_RANK || tr != no + 1) return EID_NONE;
-    uint32_t ns = nonunit_dims(sd, srank, su), np = nonunit_dims(pd, prank - 1, pu);
-    int64_t kd = w[2], n = kd >= 0 && (uint32_t)kd < srank ? sd[kd] : 0;
-    if (ns != np || n < 2 || n > td[0]) return EID_NONE;
-    int q = -1;
-    for (uint32_t j = 0; j < ns; j++) {
-        if (sd[su[j]] != pd[pu[j]]) return EID_NONE;
-        if (su[j] == (uint32_t)kd) q = (int)j;
-    }
-    if (q < 0) return EID_NONE;
-    /* slice(table, [0:n] on dim 0, whole elsewhere), broadcast into the output. */
-    int64_t words[2 + 3 * VIEW_MAX_RANK], sdims[VIEW_MAX_RANK], bw[2 + VIEW_MAX_RANK];
-    uint32_t nwords = 0;
-    words[nwords++] = A_SLICE;
-    words[nwords++] = 3 * tr;
-    for (uint32_t d = 0; d < tr; d++) {
-        sdims[d] = d ? td[d] : n;
-        words[nwords++] = 0, words[nwords++] = sdims[d], words[nwords++] = 1;
-    }
-    bw[0] = A_DIMENSIONS;
-    bw[1] = tr;
-    bw[2] = bdims[pu[q]];
-    for (uint32_t j = 0; j < no; j++) {
-        bw[3 + j] = off[j];
-        if (bw[3 + j] <= bw[2 + j]) return EID_NONE;
-    }
-    eid sl = eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nwords), lf_type_of(c, dt, sdims, tr), &tab, 1, c->origin);
-    uint32_t t = lf_type_of(c, dt, g, rank);
-    bool ident = rank == tr && eg_class_type(c->g, sl) == t;
-    for (uint32_t d = 0; d < tr && ident; d++) ident = bw[2 + d] == d;
-    if (ident) return sl;  /* as lf_node() does: a broadcast to the same shape, dims in order */
-    return eg_add(c->g, OP_BROADCAST, eg_attr(c->g, bw, 2 + tr), t, &sl, 1, c->origin);
-}
-
-/* The row a (sum of) masked value(s) stands for when summed over `axes`, in
- * *sum, recording the index-domain assumption; false when some part does not
- * sum to its row there. A sum of masked values (token plus position
- * embedding) sums termwise. */
-static bool mask_sum(lift_ctx *c, const lval *m, uint32_t axes, eid *sum) {
-    if (view_axes_used(&m->v) & axes) return false;
-    uint32_t nparts = m->n ? m->n : 1;
-    for (uint32_t k = 0; k < nparts; k++) {
-        const lval *part = m->n ? &m->elems[k] : m;
-        if (part->kind != LV_MASK || !mask_sums_to_row(c, part, axes) || !same_sharding(&part->v, &m->v)) return false;
-    }
-    *sum = EID_NONE;
-    for (uint32_t k = 0; k < nparts; k++) {
-        const lval *part = m->n ? &m->elems[k] : m;
-        if (!part->in_domain) assume_domain(c, part->src, part->domain);
-        if (*sum == EID_NONE) {
-            *sum = part->hit;
-        } else {
-            eid ch[2] = {*sum, part->hit};
-            *sum = eg_add(c->g, OP_ADD, 0, eg_class_type(c->g, part->hit), ch, 2, c->origin);
-        }
-    }
-    return true;
-}
-
-/* A masked value met by an op that does not take masks, when it sums to its
- * row over some mesh axes: that row, partial (sum) over them, which is what it
- * means (each device holds the rows of its slice, zeros elsewhere). The
- * transfer functions then judge it like any partial value: combined with a
- * complete one or used non-linearly it is a missing all-reduce. */
-static bool mask_as_partial(lift_ctx *c, const lval *m, lval *out) {
-    for (uint32_t axes = 1; axes < (1u << c->mesh->naxes); axes++) {
-        eid sum;
-        if (!mask_sum(c, m, axes, &sum)) continue;
-        view v = m->n ? m->elems[0].v : m->v;
-        v.partial = (uint8_t)axes;
-        v.red = RED_SUM;
-        *out = term(sum, v, false);
-        return true;
-    }
-    return false;
-}
-
-/* gather(table, index) with the index a function of the source: the rows the
- * devices fetch, per range of index values. */
-static bool pw_gather(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *tab = &s->ops[0];
-    const lval *idx = &s->ops[1];
-    if (tab->kind != LV_TERM || idx->kind != LV_PW || tab->v.partial) return false;
-    const hlo_instr *ti = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]];
-    uint32_t n1, n2, n3, no, nss;
-    const int64_t *coll = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &n1), *sim = instr_ints(in, A_START_INDEX_MAP, &n2);
-    const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &no), *ss = instr_ints(in, A_SLICE_SIZES, &nss);
-    (void)instr_ints(in, A_OPERAND_BATCHING_DIMS, &n3);
-    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
-    if (n1 != 1 || coll[0] != 0 || n2 != 1 || sim[0] != 0 || n3 || ti->shape.rank < 1 || nss != ti->shape.rank ||
-        ss[0] != 1 || ivd != (int64_t)ii->shape.rank - 1 || ii->shape.dims[ivd] != 1 || no + ii->shape.rank - 1 != in->shape.rank)
-        return false;
-    for (uint32_t d = 1; d < ti->shape.rank; d++)
-        if (tab->v.dims[d].naxes || ss[d] != ti->shape.dims[d]) return false;
-    int64_t rows = ti->shape.dims[0], parts = view_dim_parts(&tab->v, c->mesh, 0), domain = rows * parts;
-    lval v = {.kind = LV_MASK, .domain = domain, .v = view_dup(in->shape.rank), .src = idx->src};
-    v.pw = pw_alloc(c);
-    for (int64_t r = 0; r < c->ndev; r++) {
-        int64_t blk = 0;
-        for (uint32_t a = 0; a < tab->v.dims[0].naxes; a++) {
-            int ax = tab->v.dims[0].axes[a];
-            blk = blk * c->mesh->sizes[ax] + mesh_coord(c->mesh, r, ax);
-        }
-        int64_t start = blk * rows;
-        pw_fn *t = &v.pw[r];
-        t->n = 0;
-        const pw_fn *f = &idx->pw[r];
-        for (uint32_t k = 0; k < f->n; k++) {
-            const pw_piece *p = &f->p[k];
-            /* The device reads row start + (a·t + b); it is row t when a = 1, b = -start. */
-            int64_t hlo = p->lo, hhi = p->lo;
-            if (p->a == 1 && p->b == -start) {
-                hlo = p->lo > start ? p->lo : start;
-                hhi = p->hi < start + rows ? p->hi : start + rows;
-                if (hhi < hlo) hhi = hlo;
-            } else if (p->a == 0 && p->b >= 0 && p->b < rows && start + p->b >= p->lo &&
-                       (p->hi == PW_POS_INF || start + p->b < p->hi)) {
-                /* A constant row (after clamping) is the right one at the single
-                 * index value equal to it. */
-                hlo = start + p->b;
-                hhi = hlo + 1;
-            }
-            if (!pw_push(t, p->lo, hlo, 0, TAG_JUNK) || !pw_push(t, hlo, hhi, 0, TAG_HIT) ||
-                !pw_push(t, hhi > p->lo ? hhi : p->lo, p->hi, 0, TAG_JUNK))
-                return false;
-        }
-    }
-    if (idx->pos == EID_NONE) return false;
-    /* Output positions: the index positions without the index vector dim,
-     * broadcast over the row (offset) dims; the sharding comes along. */
-    int64_t bdims[VIEW_MAX_RANK], pdims[VIEW_MAX_RANK];
-    uint32_t nb = 0, np = 0;
-    for (uint32_t d = 0; d < in->shape.rank; d++) {
-        bool is_off = false;
-        for (uint32_t k = 0; k < no; k++) is_off |= off[k] == d;
-        if (!is_off) bdims[nb++] = d;
-    }
-    for (uint32_t d = 0; d < ii->shape.rank; d++)
-        if (d != ivd) pdims[np++] = ii->shape.dims[d];
-    if (nb != np) return false;
-    eid p0 = idx->pos;
-    view pv = idx->v;
-    if (!pos_reshape(c, &p0, &pv, ii->shape.dims, ii->shape.rank, pdims, np)) return false;
-    v.pos = p0;
-    v.v = pv;
-    pos_broadcast(c, &v.pos, &v.v, bdims, nb, in->shape.dims, in->shape.rank);
-    /* The row term: the same gather on the whole table, indexed by the source. */
-    eid ch[2] = {tab->cls, idx->pos};
-    int64_t g[VIEW_MAX_RANK];
-    lf_global_dims(c, &v.v, &in->shape, g);
-    v.hit = gather_of_iota(c, tab->cls, idx->pos, bdims, off, no, in->shape.dtype, g, in->shape.rank);
-    v.in_domain = v.hit != EID_NONE;  /* iota positions: rows [0, n) of the table, nothing to assume */
-    if (v.hit == EID_NONE) v.hit = lf_node(c, c->cur, in, ch, 2, g, c->origin);
-    *out = v;
-    return true;
-}
-
-/* The ops index arithmetic goes through. True when handled (*out set). */
-static bool pw_instr(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    bool any_pw = false, any_dev = false, any_src = false, any_ksrc = false, any_mask = false;
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        const lval *x = &s->ops[o];
-        any_pw |= x->kind == LV_PW;
-        any_mask |= x->kind == LV_MASK;
-        /* Index arithmetic on data and any device value (constants included) is
-         * analysed on both sides alike, so gathers resolve the same way; values
-         * that do not depend on the device keep their plain term as well. */
-        any_dev |= x->kind == LV_DEV;
-        /* Data only: positions computed from iota meet the baseline's slices, not
-         * its gathers, so they stay plain terms, unless a device value offsets
-         * them (a position-parallel lookup). */
-        any_src |= x->kind == LV_TERM && !x->konst;
-        any_ksrc |= x->kind == LV_TERM && x->konst;
-    }
-    if (in->op == OP_GATHER && s->ops[1].kind == LV_PW) return pw_gather(s, out);
-    if (!any_pw && !any_mask && !(any_dev && (any_src || any_ksrc))) return false;
-    int dt = in->shape.dtype;
-    lval v = {.kind = LV_PW, .v = view_dup(in->shape.rank), .pos = EID_NONE};
-    if (any_mask) {
-        if (in->op == OP_ADD && s->ops[0].kind == LV_MASK && s->ops[1].kind == LV_MASK) {
-            /* Kept as a sum of masked parts; an all-reduce resolves each. */
-            lval m = {.kind = LV_MASK, .v = view_dup(in->shape.rank), .pos = EID_NONE};
-            uint32_t n = 0;
-            for (int k = 0; k < 2; k++) n += s->ops[k].n ? s->ops[k].n : 1;
-            m.elems = arena_alloc(c->a, n * sizeof *m.elems);
-            for (int k = 0; k < 2; k++) {
-                const lval *x = &s->ops[k];
-                if (x->n) memcpy(m.elems + m.n, x->elems, x->n * sizeof *x->elems), m.n += x->n;
-                else m.elems[m.n++] = *x;
-            }
-            *out = m;
-            return true;
-        }
-        if (in->op == OP_SELECT && s->ops[0].kind == LV_PW) {
-            /* select(pred, masked or zero, masked or zero): tags per range. */
-            const lval *pr = &s->ops[0];
-            lval m = {.kind = LV_MASK, .v = pr->v, .pos = pr->pos, .hit = EID_NONE, .domain = 0, .src = pr->src};
-            m.pw = pw_alloc(c);
-            pw_fn *tags[2];
-            for (int k = 0; k < 2; k++) {
-                const lval *x = &s->ops[1 + k];
-                if (x->kind == LV_MASK) {
-                    if (!same_pos(&m.pos, x->pos) || (m.hit != EID_NONE && m.hit != x->hit) || !same_sharding(&m.v, &x->v))
-                        return false;
-                    m.hit = x->hit;
-                    m.domain = x->domain;
-                    m.in_domain = x->in_domain;
-                    tags[k] = x->pw;
-                } else if (x->kind == LV_TERM) {
-                    tags[k] = pw_alloc(c);
-                    int tag = is_zero_constant(s->comp, &s->comp->instrs[in->operands[1 + k]]) ? TAG_ZERO : TAG_JUNK;
-                    for (int64_t d = 0; d < c->ndev; d++) pw_const(&tags[k][d], tag);
-                } else {
-                    return false;
-                }
-            }
-            for (int64_t d = 0; d < c->ndev; d++)
-                if (!pw_select(&pr->pw[d], &tags[0][d], &tags[1][d], &m.pw[d])) return false;
-            *out = m;
-            return true;
-        }
-        if ((in->op == OP_ALL_REDUCE || in->op == OP_REDUCE_SCATTER) && instr_reducer(c->cur, in) == RED_SUM &&
-            s->ops[0].kind == LV_MASK) {
-            /* The sum over every device: exactly one holds the row, the others 0.
-             * A reduce-scatter leaves block r of that sum on device r. */
-            const lval *m = &s->ops[0];
-            bool scatter = in->op == OP_REDUCE_SCATTER;
-            int axes = lift_groups_axes(c, in, scatter);
-            if (getenv("SCALIFY_DEBUG_LIFT"))
-                fprintf(stderr, "lift: %s sums masks over axes %d (mask %s, %u parts)\n", in->name, axes,
-                        m->n ? "sum" : "single", m->n);
-            eid sum;
-            if (axes <= 0 || !mask_sum(c, m, (uint32_t)axes, &sum)) return false;
-            if (getenv("SCALIFY_DEBUG_LIFT")) {
-                strbuf b;
-                sb_init(&b);
-                eg_print_term(&b, c->g, sum, 4);
-                fprintf(stderr, "lift: %s is the row %s\n", in->name, b.s);
-                sb_free(&b);
-            }
-            view rv = m->n ? m->elems[0].v : m->v;
-            if (scatter) {
-                uint32_t nd;
-                const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-                if (nd != 1) return false;
-                for (uint32_t a = 0; a < c->mesh->naxes; a++)
-                    if ((uint32_t)axes >> a & 1) rv.dims[dd[0]].axes[rv.dims[dd[0]].naxes++] = (uint8_t)a;
-            }
-            *out = term(sum, rv, false);
-            return true;
-        }
-        return false;
-    }
-    if (in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST || in->op == OP_CONVERT ||
-        in->op == OP_COPY) {
-        if (s->ops[0].kind != LV_PW) return false;
-        if (in->op == OP_CONVERT && !(dtype_is_int(dt) || dt == DT_PRED)) return false;
-        const hlo_instr *src = &s->comp->instrs[in->operands[0]];
-        v.pw = s->ops[0].pw;
-        v.pos = s->ops[0].pos;
-        v.v = s->ops[0].v;
-        v.src = s->ops[0].src;
-        if (in->op == OP_BROADCAST) {
-            uint32_t nb;
-            const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nb);
-            pos_broadcast(c, &v.pos, &v.v, bd, nb, in->shape.dims, in->shape.rank);
-        } else if (in->op == OP_RESHAPE || in->op == OP_BITCAST) {
-            if (!pos_reshape(c, &v.pos, &v.v, src->shape.dims, src->shape.rank, in->shape.dims, in->shape.rank))
-                return false;
-        }
-        *out = v;
-        return true;
-    }
-    if (in->op == OP_REDUCE && in->noperands == 2 && s->ops[0].kind == LV_PW && s->ops[1].kind == LV_DEV) {
-        /* A reduction over unit dimensions only, from its identity: the value itself. */
-        const hlo_instr *src = &s->comp->instrs[in->operands[0]];
-        uint32_t nd;
-        const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
-        for (uint32_t k = 0; k < nd; k++)
-            if (src->shape.dims[rd[k]] != 1) return false;
-        int red = instr_reducer(c->cur, in);
-        double init = s->ops[1].dev[0];
-        bool identity = (red == RED_AND && init == 1) || ((red == RED_OR || red == RED_SUM || red == RED_XOR) && init == 0);
-        if (!identity) return false;
-        v.pw = s->ops[0].pw;
-        v.pos = s->ops[0].pos;
-        v.v = s->ops[0].v;
-        v.src = s->ops[0].src;
-        if (!pos_reshape(c, &v.pos, &v.v, src->shape.dims, src->shape.rank, in->shape.dims, in->shape.rank)) return false;
-        *out = v;
-        return true;
-    }
-    if (in->op == OP_SELECT && s->ops[0].kind == LV_PW && s->ops[1].kind == LV_TERM && s->ops[2].kind == LV_TERM) {
-        /* A mask that is constant over the assumed source domain picks one side
-         * (take's bounds check after the gather, for valid token ids). */
-        const lval *pr = &s->ops[0];
-        int64_t n = domain_of(c, pr->src), k0 = -1;
-        if (n <= 0) return false;
-        for (int64_t d = 0; d < c->ndev; d++) {
-            int64_t k;
-            if (!pw_constant_on(&pr->pw[d], 0, n, &k) || (k0 >= 0 && k != k0)) return false;
-            k0 = k;
-        }
-        *out = s->ops[k0 ? 1 : 2];
-        return true;
-    }
-    if (!(dtype_is_int(dt) || dt == DT_PRED) || !lf_is_elementwise(in->op)) return false;
-    pw_fn *f[3];
-    eid pos = EID_NONE;
-    if (in->noperands > 3) return false;
-    const view *common = NULL;
-    eid src = EID_NONE;
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        eid p, sr;
-        const view *vw;
-        if (!as_pw(s, o, &f[o], &p, &vw, &sr) || !same_pos(&pos, p) || !same_pos(&src, sr)) return false;
-        if (vw && common && !same_sharding(vw, common)) return false;
-        if (vw) common = vw;
-    }
-    v.pw = pw_alloc(c);
-    v.pos = pos;
-    v.src = src;
-    if (common) v.v = *common;
-    for (int64_t d = 0; d < c->ndev; d++) {
-        bool ok;
-        switch (in->op) {
-        case OP_SELECT: ok = pw_select(&f[0][d], &f[1][d], &f[2][d], &v.pw[d]); break;
-        case OP_NOT: ok = pw_not(&f[0][d], &v.pw[d]); break;
-        case OP_NEGATE: ok = pw_negate(&f[0][d], &v.pw[d]); break;
-        case OP_CLAMP: {
-            pw_fn t;
-            ok = pw_binary(PW_MAX_OP, &f[1][d], &f[0][d], &t) && pw_binary(PW_MIN, &t, &f[2][d], &v.pw[d]);
-            break;
-        }
-        default: {
-            int op = pw_op_of(in);
-            ok = op >= 0 && in->noperands == 2 && pw_binary(op, &f[0][d], &f[1][d], &v.pw[d]);
-        }
-        }
-        if (!ok) return false;
-    }
-    *out = v;
-    return true;
-}
-
 
 /* ---- all-to-all and the layouts it leaves (atomic factors) ---- */
 
@@ -2492,7 +1884,7 @@ static lval lift_instr(lstate *s) {
     lval *ops = s->ops;
     lval pwv;
     if (iota_block(s, &pwv)) return pwv;
-    if (pw_instr(s, &pwv)) return pwv;
+    if (lf_pw_instr(s, &pwv)) return pwv;
     if (in->noperands >= 1 && ops[0].kind == LV_LAYOUT && layout_op(s, &pwv)) return pwv;
     /* A layout met by any other op: a plain view of the term reshaped, if
      * there is one (layout ops keep it a layout until the atoms line up with
@@ -2525,7 +1917,7 @@ static lval lift_instr(lstate *s) {
             sb_init(&b);
             eg_print_term(&b, c->g, ops[o].hit, 4);
             fprintf(stderr, "lift: %s%s takes a masked row %s (resolves: %d)\n", c->baseline_mode ? "baseline " : "", in->name,
-                    b.s, mask_resolves(c, &ops[o]));
+                    b.s, lf_mask_resolves(c, &ops[o]));
             sb_free(&b);
         }
         /* An unreduced masked row as a partial sum, only where that reading
@@ -2533,12 +1925,12 @@ static lval lift_instr(lstate *s) {
          * masked row is not judged here. */
         bool arith = in->op == OP_ADD || in->op == OP_SUBTRACT || in->op == OP_MULTIPLY || in->op == OP_DIVIDE ||
                      in->op == OP_NEGATE || in->op == OP_CONVERT;
-        if (ops[o].kind == LV_MASK && !c->baseline_mode && ops[o].cls == EID_NONE && !mask_resolves(c, &ops[o]) &&
+        if (ops[o].kind == LV_MASK && !c->baseline_mode && ops[o].cls == EID_NONE && !lf_mask_resolves(c, &ops[o]) &&
             (arith || !lf_is_elementwise(in->op))) {
             lval pv;
-            if (mask_as_partial(c, &ops[o], &pv)) ops[o] = pv;
+            if (lf_mask_as_partial(c, &ops[o], &pv)) ops[o] = pv;
         }
-        if ((ops[o].kind == LV_PW || ops[o].kind == LV_MASK) && !index_as_term(c, &ops[o])) {
+        if ((ops[o].kind == LV_PW || ops[o].kind == LV_MASK) && !lf_index_as_term(c, &ops[o])) {
             lf_unsupported(c, s->comp, in, "%s uses index arithmetic (a function of data and the device) in a way not related yet",
                         in->name);
             return unknown();
@@ -2745,7 +2137,7 @@ static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     memset(L, 0, sizeof *L);
     L->n = n;
     L->init = arena_memdup(c->a, init->elems, (n + 1) * sizeof *init->elems);
-    for (uint32_t j = 0; j < n; j++) index_as_term(c, &L->init[j]);
+    for (uint32_t j = 0; j < n; j++) lf_index_as_term(c, &L->init[j]);
     init = &(lval){.kind = LV_TUPLE, .n = n, .elems = L->init};
     L->x = arena_alloc(c->a, (n + 1) * sizeof *L->x);
     lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs), arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
@@ -2761,8 +2153,8 @@ static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     }
     lval cv;
     loop_walk(c, in, &arg, &L->body, &cv);
-    for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->body.n; j++) index_as_term(c, &L->body.elems[j]);
-    index_as_term(c, &cv);
+    for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->body.n; j++) lf_index_as_term(c, &L->body.elems[j]);
+    lf_index_as_term(c, &cv);
     L->cond = cv.kind == LV_TERM ? eg_find(c->g, cv.cls) : EID_NONE;
     lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
     uint32_t b = called_comp(c->cur, in, A_BODY);
@@ -2792,7 +2184,7 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
     lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs), arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
     for (uint32_t k = 0; k < n; k++) {
         lval ek = init->elems[k];
-        index_as_term(c, &ek);
+        lf_index_as_term(c, &ek);
         const lval *e = &ek;
         pi[k] = SR_NONE;
         for (uint32_t t = 0; t < L->n && pi[k] == SR_NONE; t++) {
@@ -2816,9 +2208,9 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
     const hlo_comp *bc = bi != SR_NONE ? &c->cur->comps[bi] : comp;
     bool ok = bi != SR_NONE && body.kind == LV_TUPLE && body.n == n && L->body.kind == LV_TUPLE;
     if (!ok) lf_unsupported(c, comp, in, "%s: the loop body's result is not understood", in->name);
-    index_as_term(c, &cv);
+    lf_index_as_term(c, &cv);
     for (uint32_t k = 0; ok && k < n; k++) {
-        index_as_term(c, &body.elems[k]);
+        lf_index_as_term(c, &body.elems[k]);
         const lval *z = &body.elems[k], *y = &L->body.elems[pi[k]];
         const hlo_instr *site = tuple_elem_instr(bc, &bc->instrs[bc->root], k);
         if (!site) site = in;
@@ -3423,6 +2815,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
             }
             c->divergence = via ? via : in;
             c->divergence_layout = via != NULL;
+            c->divergence_resynced = c->resynced > 0;
             c->divergence_comp = comp;
             if (c->nsegs) c->segs[c->cur_seg].divergent++;
         }

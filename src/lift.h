@@ -1,5 +1,7 @@
 /* lift — relation lifting from the distributed program to baseline terms
- * (DESIGN §5 "Lifting").
+ * (DESIGN §5 "Lifting"). The code: lift.c (the walk, transfer functions,
+ * while loops, segment memo), lift_index.c (LV_PW / LV_MASK), lift_win.c
+ * (LV_WIN), lift_zmask.c (zero masks); lift_int.h is what they share.
  *
  * The checker first adds the whole baseline to one e-graph (lift_baseline),
  * then walks the distributed program in order (lift_distributed). Every
@@ -196,6 +198,7 @@ typedef struct lift_ctx {
                                            * one over; an output that is one) */
     bool divergence_konst, unsupported_konst; /* an operand of that instruction is constant-only */
     bool divergence_layout;               /* it is a layout op handing a rearrangement over */
+    bool divergence_resynced;             /* found after a region assumed equal to the baseline's */
     uint64_t fresh;                       /* counter for fresh variables */
     /* Resynchronisation: the baseline's last value of each op_name scope, so an
      * unrelated region's replicated result can be assumed equal to it. */

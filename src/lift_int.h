@@ -1,10 +1,11 @@
-/* lift_int — what the lifting modules share (lift.c, lift_win.c,
- * lift_zmask.c); not for other modules, which use lift.h.
+/* lift_int — what the lifting modules share (lift.c, lift_index.c,
+ * lift_win.c, lift_zmask.c); not for other modules, which use lift.h.
  *
  * lstate: the instruction being lifted, its operands' values (ops, which a
  * transfer function may re-view) and the values of its computation so far
  * (vals, as lifted). The helpers work on the lift context's e-graph and arena:
  *   lf_type_of        the e-graph type of (dtype, dims)
+ *   lf_list_attr      the attribute blob of one list attribute (dims, ...)
  *   lf_kval           the known values of a constant-only class, or NULL
  *   lf_mk_reshape     reshape(x) to type t, reshape chains collapsed and
  *                     constants folded
@@ -23,6 +24,13 @@
  *   lf_axes_dim       the view dim sharded over a bitmask of axes, major first
  *   lf_block_offsets  the axes whose block index gives every device's value as
  *                     base + index·size (0: none)
+ *   lf_same_sharding  whether two views shard every dim alike
+ *   lf_pw_instr       index arithmetic (lift_index.c): an op over LV_PW /
+ *                     LV_MASK values, or false
+ *   lf_index_as_term  an index value that means the same on every device, as
+ *                     its plain term (false otherwise)
+ *   lf_mask_resolves  whether a gathered row is held, whole, on every device
+ *   lf_mask_as_partial a gathered row as a partial sum over the axes it sums
  *   lf_win_instr      per-device windows (lift_win.c): slices, concatenates,
  *                     dynamic-slices and collective-permutes of them
  *   lf_win_assume     a window met by an op that does not take windows
@@ -47,6 +55,7 @@ static inline lval term(eid cls, view v, bool assumed) {
 }
 
 uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank);
+uint32_t lf_list_attr(lift_ctx *c, int key, const int64_t *v, uint32_t n);
 struct interp_val *lf_kval(lift_ctx *c, eid cls);
 eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin);
 bool lf_reshape_run(const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb, uint32_t i, uint32_t j, uint32_t *i2,
@@ -65,6 +74,11 @@ void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask);
 view_dim lf_axes_dim(const lift_ctx *c, uint32_t mask);
 uint32_t lf_block_offsets(const lift_ctx *c, const double *vals, uint32_t count, int64_t size, int64_t *base,
                           int64_t *parts);
+bool lf_same_sharding(const view *a, const view *b);
+bool lf_pw_instr(lstate *s, lval *out);
+bool lf_index_as_term(lift_ctx *c, lval *x);
+bool lf_mask_resolves(const lift_ctx *c, const lval *m);
+bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out);
 bool lf_win_instr(lstate *s, lval *out);
 void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x);
 void lf_zmask_after(lstate *s, lval *v);

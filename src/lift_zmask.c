@@ -288,7 +288,7 @@ static bool zmask_combine(lstate *s, lval *v) {
                 if (yb[q] == z->dims[k]) wdim[k] = (int8_t)wb[q];
             for (uint32_t q = 0; q < nlc; q++)
                 if (yc[q] == z->dims[k]) wdim[k] = (int8_t)wc[q];
-            ok = wdim[k] >= 0 && !(used & (1u << wdim[k]));
+            ok = wdim[k] >= 0 && wdim[k] < (int8_t)z->rank && !(used & (1u << wdim[k]));
             if (ok) used |= 1u << wdim[k];
         }
         if (!ok) continue;
@@ -392,10 +392,8 @@ static bool zmask_reshape(lift_ctx *c, const lift_zmask *z, const int64_t *a, ui
     bool ident = true;
     for (uint32_t k = 0; k < np; k++) ident &= perm[k] == k;
     if (!ident) {
-        int64_t words[2 + VIEW_MAX_RANK] = {A_DIMENSIONS, np};
-        memcpy(words + 2, perm, np * sizeof *perm);
         uint32_t t = lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, z->src)), sdims, np);
-        aligned = eg_add(c->g, OP_TRANSPOSE, eg_attr(c->g, words, 2 + np), t, &z->src, 1, c->origin);
+        aligned = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, np), t, &z->src, 1, c->origin);
     }
     /* runs of equal products: mask-only ones carry over to the source */
     int64_t ndims[VIEW_MAX_RANK];
@@ -474,9 +472,8 @@ void lf_zmask_after(lstate *s, lval *v) {
             for (uint32_t k = 0; k < z->rank; k++)
                 if (z->dims[k] == rd[q]) sd[ns++] = k;
         if (ns) {
-            int64_t words[2 + VIEW_MAX_RANK] = {A_DIMENSIONS, ns};
-            memcpy(words + 2, sd, ns * sizeof *sd);
-            r.src = eg_add(c->g, OP_REVERSE, eg_attr(c->g, words, 2 + ns), eg_class_type(c->g, z->src), &z->src, 1, c->origin);
+            r.src = eg_add(c->g, OP_REVERSE, lf_list_attr(c, A_DIMENSIONS, sd, ns), eg_class_type(c->g, z->src), &z->src, 1,
+                           c->origin);
             r.moved = in;
         }
         break;

@@ -321,6 +321,29 @@ static void unverified_wording(void) {
     json_decref(trace);
 }
 
+/* A wrong collective-permute makes the rules assume the layer's values and
+ * resynchronise; the divergence after that region is the assumption's doing,
+ * so the finding names the permute, the first instruction not related. */
+static void resynced_localisation(void) {
+    t_case("check localisation: a wrong permute, not the divergence after the assumed region");
+    char *text = t_read("samples/tiny/tiny.gspmd.tp8.dist.hlo", NULL);
+    const char *from = "source_target_pairs={{1,0},{3,2},{5,4},{7,6}}, metadata={op_name=\"jit(forward)/layers.0";
+    const char *to = "source_target_pairs={{0,1},{2,3},{4,5},{6,7}}, metadata={op_name=\"jit(forward)/layers.0";
+    if (!CHECK(text && t_write_replaced(text, from, to, NULL, "build/check-mutant.hlo"))) {
+        free(text);
+        return;
+    }
+    free(text);
+    json_t *trace = NULL;
+    int v = run("permute", "samples/tiny/tiny.gspmd.tp8.baseline.hlo", "build/check-mutant.hlo", "auto", false, &trace);
+    CHECK_MSG(v == VERDICT_MISMATCH, "verdict %s", verdict_name(v));
+    json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
+    const char *site = json_string_value(json_object_get(json_object_get(f0, "distributed"), "instruction"));
+    CHECK_MSG(site && strcmp(site, "collective-permute") == 0, "finding at %s", site ? site : "(none)");
+    CHECK_CONTAINS(first_message(trace), "comes after the 'layers.0' region assumed equal");
+    json_decref(trace);
+}
+
 typedef struct mutation {
     const char *what, *from, *to;
 } mutation;
@@ -789,5 +812,6 @@ void suite_check(void) {
     json_decref(manifest);
     json_decref(schema);
     mutations();
+    resynced_localisation();
     unverified_wording();
 }

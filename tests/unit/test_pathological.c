@@ -86,6 +86,16 @@ void suite_pathological(void) {
                  "b {\n p = f32[] parameter(0)\n ROOT c = f32[] call(p), to_apply=a\n}\n"
                  "ENTRY e {\n p = f32[] parameter(0)\n ROOT c = f32[] call(p), to_apply=a\n}\n",
                  "cycle");
+    expect_error("dot dimension out of range",
+                 "ENTRY e {\n x = f32[4,3] parameter(0)\n w = f32[3,4] parameter(1)\n"
+                 " ROOT d = f32[4,4] dot(x, w), lhs_contracting_dims={9}, rhs_contracting_dims={0}\n}\n",
+                 "lhs_contracting_dims names dimension 9, out of range");
+    expect_error("transpose dimension out of range",
+                 "ENTRY e {\n x = f32[4,3] parameter(0)\n ROOT t = f32[3,4] transpose(x), dimensions={1,2}\n}\n",
+                 "dimensions names dimension 2, out of range");
+    expect_error("broadcast dimension negative",
+                 "ENTRY e {\n x = f32[4] parameter(0)\n ROOT b = f32[4,3] broadcast(x), dimensions={-1}\n}\n",
+                 "dimensions names dimension -1, out of range");
     expect_error("self call", "ENTRY e {\n p = f32[] parameter(0)\n ROOT c = f32[] call(p), to_apply=e\n}\n", "cycle");
     expect_error("unknown computation", "ENTRY e {\n p = f32[] parameter(0)\n ROOT c = f32[] call(p), to_apply=nope\n}\n",
                  "p.hlo:3:35: unknown computation 'nope'");
