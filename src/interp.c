@@ -1960,7 +1960,9 @@ static bool eval_collective(ctx *x, const hlo_instr *in, uint32_t na, const int6
                 break;
             }
             am[k] = where[mem[k]];
-            if (out[am[k]]) {
+            bool twice = false;
+            for (uint32_t q = 0; q < k && !twice; q++) twice = am[q] == am[k];
+            if (out[am[k]] || twice) {
                 fail(x, INTERP_ERUN, in, "device %lld is in two groups", (long long)mem[k]);
                 ok = false;
                 break;

@@ -993,6 +993,20 @@ static void test_malformed(void) {
                                         "  ROOT r = f32[4] dynamic-update-slice(a, u, i)\n",
          "update inside the operand"},
     };
+    t_case("interp malformed: a device twice in one replica group");
+    {
+        const char *text = "HloModule m, num_partitions=4\n\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                           "  ROOT s = f32[] add(a, b)\n}\n\nENTRY e {\n  p = f32[2] parameter(0)\n"
+                           "  ROOT r = f32[2] all-reduce(p), channel_id=1, replica_groups={{0,1},{3,3}}, "
+                           "use_global_device_ids=true, to_apply=add\n}\n";
+        interp_val *out[4] = {0};
+        strbuf err;
+        sb_init(&err);
+        CHECK_EQ(run(text, 1, 4, NULL, out, &err), INTERP_ERUN);
+        CHECK_CONTAINS(err.s, "is in two groups");
+        sb_free(&err);
+        for (int d = 0; d < 4; d++) interp_val_free(out[d]);
+    }
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         t_case("interp malformed: %s", cases[k].what);
         char text[1024];
