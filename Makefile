@@ -4,7 +4,7 @@
 #   make test    every test; ends with "N passed, N failed"
 #   make deps    install missing Debian packages (apt-get, as root)
 #   make asan / ubsan    the test suite under AddressSanitizer / UBSan
-#   make fuzz    each reader under libFuzzer for FUZZ_SECONDS (default 60)
+#   make fuzz    each reader and the checker under libFuzzer for FUZZ_SECONDS (default 60)
 #   make bench   benchmarks (measure, never assert timing)
 #   make lint / format / clean / samples
 
@@ -82,7 +82,7 @@ ubsan:
 	$(MAKE) test BUILD=build/ubsan OPT="-O1 -g" SAN="-fsanitize=undefined -fno-sanitize-recover=undefined"
 
 # libFuzzer needs clang; installed here when missing (root only).
-FUZZ_TARGETS := text pb
+FUZZ_TARGETS := text pb check
 fuzz: check-deps
 	@command -v clang >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -q clang; } || \
 	  { echo "make fuzz needs clang (apt-get install clang)"; exit 1; }
@@ -91,7 +91,7 @@ fuzz: check-deps
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p build/fuzz/corpus-$$t; \
 	  cp tests/fuzz/seeds-$$t/* build/fuzz/corpus-$$t/ 2>/dev/null; \
-	  echo "fuzzing the $$t reader for $(FUZZ_SECONDS)s"; \
+	  echo "fuzzing $$t for $(FUZZ_SECONDS)s"; \
 	  build/fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=4096 \
 	    build/fuzz/corpus-$$t || exit 1; \
 	done

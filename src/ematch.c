@@ -1001,7 +1001,7 @@ static uint32_t eval_type(egraph *g, const em_prog *p, uint32_t e, const em_subs
     em_vec v = {0};
     size_t o;
     uint32_t l;
-    t = em_eval(g, p, e, s, &v, &o, &l) ? type_from_words(g, v.w + o, l) : 0;
+    t = em_eval(g, p, e, s, &v, &o, &l) ? type_from_words(g, v.w ? v.w + o : NULL, l) : 0;
     free(v.w);
     return t;
 }
@@ -1075,7 +1075,7 @@ eid em_build(egraph *g, const em_prog *p, uint32_t pat, const em_subst *s, uint3
                 uint32_t l;
                 v.n = 0;
                 ok = em_eval(g, p, p->attrs[t->attrs + i].val, s, &v, &o, &l);
-                if (ok) ea_put(&b, p->attrs[t->attrs + i].key, v.w + o, l);
+                if (ok) ea_put(&b, p->attrs[t->attrs + i].key, l ? v.w + o : NULL, l);
             }
             free(v.w);
             if (ok) attr = ea_intern(&b, g);

@@ -849,8 +849,9 @@ static interp_val *op_constant(ctx *x, const hlo_instr *in) {
     interp_val *r = val_shape(&in->shape);
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
     if (l->count != r->n && l->count != 1) {
+        int64_t n = r->n;
         interp_val_free(r);
-        return fail(x, INTERP_ERUN, in, "literal has %lld values for %lld elements", (long long)l->count, (long long)r->n);
+        return fail(x, INTERP_ERUN, in, "literal has %lld values for %lld elements", (long long)l->count, (long long)n);
     }
     for (int64_t k = 0; k < r->n; k++) {
         int64_t s = l->count == 1 ? 0 : k;
@@ -877,11 +878,40 @@ static interp_val *op_iota(ctx *x, const hlo_instr *in) {
     return r;
 }
 
+/* Whether v has dims (rank) — the shape an instruction declares for it. */
+static bool has_dims(const interp_val *v, const int64_t *dims, uint32_t rank) {
+    return v->dtype != DT_TUPLE && v->rank == rank && (rank == 0 || memcmp(v->dims, dims, rank * sizeof *dims) == 0);
+}
+
+/* The operands of an elementwise op agree with its result's dims (a pred or
+ * bounds may be scalars) and its data operands share one element type: a
+ * malformed program is an error, never a read past a value. */
+static const char *elementwise_mismatch(const hlo_instr *in, interp_val **ops, const interp_val *r) {
+    int data_dt = -1;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const interp_val *v = ops[o];
+        bool pred = in->op == OP_SELECT && o == 0;
+        bool scalar_ok = pred || (in->op == OP_CLAMP && o != 1);
+        if (!has_dims(v, r->dims, r->rank) && !(scalar_ok && v->dtype != DT_TUPLE && v->n == 1))
+            return "an operand's dims differ from the result's";
+        if (pred && v->dtype != DT_PRED) return "the predicate is not pred";
+        if (pred || in->op == OP_CONVERT || in->op == OP_BITCAST_CONVERT) continue;
+        if (data_dt >= 0 && v->dtype != data_dt) return "operands of different element types";
+        data_dt = v->dtype;
+    }
+    return NULL;
+}
+
 static interp_val *op_elementwise(ctx *x, const hlo_instr *in, interp_val **ops) {
     int op = in->op, rdt = in->shape.dtype;
     interp_val *a = ops[0];
     interp_val *r = val_shape(&in->shape);
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(rdt));
+    const char *bad = op == OP_BITCAST_CONVERT ? NULL : elementwise_mismatch(in, ops, r);
+    if (bad) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "%s", bad);
+    }
     if (op == OP_CONVERT || op == OP_BITCAST_CONVERT) {
         if (a->n != r->n) {
             interp_val_free(r);
@@ -985,9 +1015,9 @@ static interp_val *op_broadcast(ctx *x, const hlo_instr *in, const interp_val *a
     /* Stride of each result dim in the operand (0 for new dims). */
     int64_t rs[INTERP_MAX_RANK] = {0};
     for (uint32_t k = 0; k < nd; k++) {
-        if (dims[k] < 0 || (uint32_t)dims[k] >= r->rank) {
+        if (dims[k] < 0 || (uint32_t)dims[k] >= r->rank || r->dims[dims[k]] != a->dims[k]) {
             interp_val_free(r);
-            return fail(x, INTERP_ERUN, in, "broadcast dimension out of range");
+            return fail(x, INTERP_ERUN, in, "broadcast dimension out of range or of another size");
         }
         rs[dims[k]] = ast[k];
     }
@@ -999,8 +1029,9 @@ static interp_val *op_reshape(ctx *x, const hlo_instr *in, const interp_val *a) 
     interp_val *r = val_shape(&in->shape);
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
     if (r->n != a->n || r->dtype != a->dtype) {
+        int64_t n = r->n;
         interp_val_free(r);
-        return fail(x, INTERP_ERUN, in, "reshape of %lld elements into %lld", (long long)a->n, (long long)r->n);
+        return fail(x, INTERP_ERUN, in, "reshape of %lld elements into %lld", (long long)a->n, (long long)n);
     }
     if (r->f) memcpy(r->f, a->f, (size_t)r->n * sizeof *r->f);
     else memcpy(r->i, a->i, (size_t)r->n * sizeof *r->i);
@@ -1012,9 +1043,11 @@ static interp_val *op_transpose(ctx *x, const hlo_instr *in, const interp_val *a
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
     uint32_t nd;
     const int64_t *perm = instr_ints(in, A_DIMENSIONS, &nd);
-    if (nd != a->rank || r->rank != a->rank) {
+    bool ok = nd == a->rank && r->rank == a->rank;
+    for (uint32_t d = 0; d < nd && ok; d++) ok = perm[d] >= 0 && perm[d] < (int64_t)a->rank && r->dims[d] == a->dims[perm[d]];
+    if (!ok) {
         interp_val_free(r);
-        return fail(x, INTERP_ERUN, in, "permutation does not match the rank");
+        return fail(x, INTERP_ERUN, in, "permutation does not match the operand's dims");
     }
     int64_t ast[INTERP_MAX_RANK], rs[INTERP_MAX_RANK];
     strides_of(a->dims, a->rank, ast);
@@ -1051,6 +1084,15 @@ static interp_val *op_slice(ctx *x, const hlo_instr *in, const interp_val *a) {
         return fail(x, INTERP_ERUN, in, "slice={...} does not match the rank");
     }
     const int64_t *s = at->v.ints; /* start, limit, stride per dim */
+    bool ok = r->rank == a->rank;
+    for (uint32_t d = 0; d < a->rank && ok; d++) {
+        int64_t lo = s[3 * d], hi = s[3 * d + 1], by = s[3 * d + 2] ? s[3 * d + 2] : 1;
+        ok = lo >= 0 && lo <= hi && hi <= a->dims[d] && by > 0 && r->dims[d] == (hi - lo + by - 1) / by;
+    }
+    if (!ok) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "slice={...} is outside the operand or disagrees with the result's dims");
+    }
     int64_t st[INTERP_MAX_RANK], step[INTERP_MAX_RANK], base = 0;
     strides_of(a->dims, a->rank, st);
     for (uint32_t d = 0; d < a->rank; d++) {
@@ -1077,13 +1119,23 @@ static void window_copy(interp_val *small, interp_val *big, interp_val *const *s
     else affine_copy(big, small, base, st, false);
 }
 
+/* Whether a window of small's dims fits in big, with one scalar start index
+ * per dim (starts) and the same element type. */
+static bool window_fits(const interp_val *small, const interp_val *big, interp_val *const *starts) {
+    if (small->dtype == DT_TUPLE || big->dtype == DT_TUPLE || small->rank != big->rank || small->dtype != big->dtype)
+        return false;
+    for (uint32_t d = 0; d < big->rank; d++)
+        if (small->dims[d] > big->dims[d] || starts[d]->dtype == DT_TUPLE || starts[d]->n != 1) return false;
+    return true;
+}
+
 static interp_val *op_dynamic_slice(ctx *x, const hlo_instr *in, interp_val **ops) {
     interp_val *a = ops[0]; /* read only */
     interp_val *r = val_shape(&in->shape);
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
-    if (in->noperands != 1 + a->rank || r->rank != a->rank) {
+    if (in->noperands != 1 + a->rank || !window_fits(r, a, ops + 1)) {
         interp_val_free(r);
-        return fail(x, INTERP_ERUN, in, "expects one start index per dimension");
+        return fail(x, INTERP_ERUN, in, "expects one scalar start index per dimension and a window inside the operand");
     }
     window_copy(r, a, ops + 1, true);
     return r;
@@ -1091,8 +1143,8 @@ static interp_val *op_dynamic_slice(ctx *x, const hlo_instr *in, interp_val **op
 
 static interp_val *op_dynamic_update_slice(ctx *x, const hlo_instr *in, interp_val **ops) {
     interp_val *a = ops[0], *u = ops[1]; /* read only */
-    if (in->noperands != 2 + a->rank || u->rank != a->rank)
-        return fail(x, INTERP_ERUN, in, "expects one start index per dimension");
+    if (in->noperands != 2 + a->rank || !window_fits(u, a, ops + 2) || !has_dims(a, in->shape.dims, in->shape.rank))
+        return fail(x, INTERP_ERUN, in, "expects one scalar start index per dimension and an update inside the operand");
     interp_val *r = val_copy(a);
     window_copy(u, r, ops + 2, false);
     return r;
@@ -1170,6 +1222,30 @@ static interp_val *op_dot(ctx *x, const hlo_instr *in, const interp_val *l, cons
     if (nlb != nrb || nlc != nrc) return fail(x, INTERP_ERUN, in, "batch/contracting dimension counts differ");
     interp_val *r = val_shape(&in->shape);
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
+    /* The result is the batch dims, then lhs free, then rhs free dims; every
+     * number names a distinct dim of its operand. */
+    int64_t want[2 * INTERP_MAX_RANK];
+    uint32_t nw = 0;
+    uint64_t used[2] = {0, 0};
+    bool ok = true;
+    for (uint32_t k = 0; k < nlb && ok; k++) {
+        ok = l->dims[lb[k]] == rr->dims[rb[k]] && !(used[0] >> lb[k] & 1) && !(used[1] >> rb[k] & 1);
+        used[0] |= 1ull << lb[k], used[1] |= 1ull << rb[k];
+        want[nw++] = l->dims[lb[k]];
+    }
+    for (uint32_t k = 0; k < nlc && ok; k++) {
+        ok = !(used[0] >> lc[k] & 1) && !(used[1] >> rc[k] & 1);
+        used[0] |= 1ull << lc[k], used[1] |= 1ull << rc[k];
+    }
+    for (int side = 0; side < 2 && ok; side++) {
+        const interp_val *v = side ? rr : l;
+        for (uint32_t d = 0; d < v->rank; d++)
+            if (!(used[side] >> d & 1) && nw < 2 * INTERP_MAX_RANK) want[nw++] = v->dims[d];
+    }
+    if (!ok || nw != r->rank || (nw && memcmp(want, r->dims, nw * sizeof *want))) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "result shape does not match the operands");
+    }
     int64_t B = 1, K = 1, M = 1, N = 1;
     for (uint32_t k = 0; k < nlb; k++) B *= l->dims[lb[k]];
     for (uint32_t k = 0; k < nlc; k++) {
@@ -1315,6 +1391,43 @@ static int64_t index_at(const interp_val *ix, int64_t ivd, const int64_t *g, int
     return ix->f ? (int64_t)ix->f[o] : ix->i[o];
 }
 
+/* Where a gather's attributes and shapes disagree (XLA's shape rules: the
+ * result's batch dims are the indices' dims without index_vector_dim, its
+ * offset dims the slice sizes of the operand dims left, every number in
+ * range), or NULL. odim: the operand dims of the offset dims, in order. */
+static const char *gather_mismatch(const hlo_instr *in, const interp_val *a, const interp_val *ix, const interp_val *r,
+                                   const int64_t *odim) {
+    uint32_t noff, ncol, nsim, nob, nsb, nss;
+    const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &noff), *col = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &ncol);
+    const int64_t *sim = instr_ints(in, A_START_INDEX_MAP, &nsim), *ss = instr_ints(in, A_SLICE_SIZES, &nss);
+    const int64_t *ob = instr_ints(in, A_OPERAND_BATCHING_DIMS, &nob), *sb = instr_ints(in, A_START_INDICES_BATCHING_DIMS, &nsb);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+    if (ix->dtype == DT_TUPLE || ivd < 0 || ivd > (int64_t)ix->rank) return "index_vector_dim out of range";
+    if ((ivd < (int64_t)ix->rank ? ix->dims[ivd] : 1) != (int64_t)nsim) return "start_index_map does not match the index vectors";
+    for (uint32_t d = 0; d < a->rank; d++)
+        if (ss[d] < 0 || ss[d] > a->dims[d]) return "a slice size exceeds the operand";
+    for (uint32_t k = 0; k < nsim; k++)
+        if (sim[k] < 0 || sim[k] >= (int64_t)a->rank) return "start_index_map out of range";
+    for (uint32_t k = 0; k < ncol; k++)
+        if (col[k] < 0 || col[k] >= (int64_t)a->rank) return "collapsed_slice_dims out of range";
+    for (uint32_t k = 0; k < nob; k++)
+        if (ob[k] < 0 || ob[k] >= (int64_t)a->rank || sb[k] < 0 || sb[k] >= (int64_t)ix->rank || sb[k] == ivd)
+            return "batching dims out of range";
+    uint32_t nix = ivd < (int64_t)ix->rank ? ix->rank - 1 : ix->rank, jo = 0, jb = 0;
+    if (r->rank != noff + nix) return "the result's rank is not the batch dims plus the offset dims";
+    for (uint32_t d = 0; d < r->rank; d++) {
+        bool is_off = false;
+        for (uint32_t k = 0; k < noff; k++) is_off |= off[k] == (int64_t)d;
+        if (is_off) {
+            if (r->dims[d] != ss[odim[jo++]]) return "an offset dim differs from its slice size";
+            continue;
+        }
+        if ((int64_t)jb == ivd) jb++;
+        if (jb >= ix->rank || r->dims[d] != ix->dims[jb++]) return "a batch dim differs from the indices'";
+    }
+    return jo == noff ? NULL : "offset_dims out of order or out of range";
+}
+
 static interp_val *op_gather(ctx *x, const hlo_instr *in, const interp_val *a, const interp_val *ix) {
     uint32_t noff, ncol, nsim, nob, nsb, nss;
     const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &noff), *col = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &ncol);
@@ -1335,6 +1448,11 @@ static interp_val *op_gather(ctx *x, const hlo_instr *in, const interp_val *a, c
     if (no != noff) {
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "offset_dims does not match the slice");
+    }
+    const char *bad = gather_mismatch(in, a, ix, r, odim);
+    if (bad) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "%s", bad);
     }
     int64_t ast[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
     strides_of(a->dims, a->rank, ast);
@@ -1842,7 +1960,9 @@ static bool eval_collective(ctx *x, const hlo_instr *in, uint32_t na, const int6
                 break;
             }
             am[k] = where[mem[k]];
-            if (out[am[k]]) {
+            bool twice = false;
+            for (uint32_t q = 0; q < k && !twice; q++) twice = am[q] == am[k];
+            if (out[am[k]] || twice) {
                 fail(x, INTERP_ERUN, in, "device %lld is in two groups", (long long)mem[k]);
                 ok = false;
                 break;

@@ -1,12 +1,12 @@
 """Exports the sample corpus: baseline / distributed HLO pairs, relations files,
 tiny-config inputs and outputs, and samples/manifest.json.
 
-Run from the repository root through samples/gen/run.sh (which sets XLA_FLAGS
-before jax is imported and loads this file under its repo-relative name, so
-source paths recorded in HLO metadata are repo-relative).
+Run from the repository root through samples/gen/run.sh (which sets XLA_FLAGS before jax
+is imported and loads this file under its repo-relative name, so HLO source paths are relative).
 
     export.py [--only SUBSTRING ...] [--no-numerics]
 """
+import functools
 import gzip
 import importlib.metadata
 import io
@@ -530,13 +530,13 @@ def corpus():
                     PL.make_llama_tp(cfgx, make_mesh(axes)), axes, abx, cox,
                     "llama-scale", io=False)
 
-    # ---- e. more full-size pairs from shapes only: Mixtral-8x22B expert parallel, and
-    # Llama-3.1 8B and 405B with their layers under jax.lax.scan (the *-scan configs)
-    for cfg_name, kind, make, axes in (("mixtral-8x22b", "expert_parallel", PL.make_moe_ep, {"ep": 8}),
-                                       ("llama3.1-8b-scan", "megatron_tp", PL.make_llama_tp, {"tp": 8}),
-                                       ("llama3.1-405b-scan", "megatron_tp", PL.make_llama_tp, {"tp": 8})):
-        cfgf, tag = M.Cfg(cfg_name), "x".join(f"{a}{n}" for a, n in axes.items())
-        export_smap(f"{cfg_name}.{kind}.{tag}", cfg_name, make(cfgf, make_mesh(axes)), axes,
+    # ---- e. full size from shapes (8x22B EP, 8B/405B scanned). HLO records module ids and this call's span: add pairs last, keep span
+    for cfg_name, kind, make, axes, bug, kinds in (("mixtral-8x22b", "expert_parallel", PL.make_moe_ep, {"ep": 8}, None, None),
+                                                   ("llama3.1-8b-scan", "megatron_tp", PL.make_llama_tp, {"tp": 8}, None, None),
+                                                   ("llama3.1-405b-scan", "megatron_tp", PL.make_llama_tp, {"tp": 8}, None, None),
+                                                   ("mixtral-8x22b", "expert_parallel", PL.make_moe_ep, {"ep": 8}, "expert-order", ["layout-mismatch"])):
+        cfgf, tag, export = M.Cfg(cfg_name), "x".join(f"{a}{n}" for a, n in axes.items()), functools.partial(export_smap, bug=bug, kinds=kinds)
+        export(f"{cfg_name}.{kind}.{tag}" + (f".bug.{bug}" if bug else ""), cfg_name, make(cfgf, make_mesh(axes), bug), axes,
                     M.abstract_inputs(cfgf), None, cfg_name)
 
 

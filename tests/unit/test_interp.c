@@ -961,9 +961,70 @@ static void test_cli_eval(void) {
     free(a);
 }
 
+/* Programs whose declared shapes disagree with their operands (a mutated
+ * dump): an error from the interpreter, never a read past a value. */
+static void test_malformed(void) {
+    static const struct {
+        const char *what, *body, *needle;
+    } cases[] = {
+        {"elementwise dims", "  a = f32[4] parameter(0)\n  b = f32[3] parameter(1)\n  ROOT r = f32[4] add(a, b)\n",
+         "dims differ"},
+        {"elementwise types", "  a = f32[4] parameter(0)\n  b = s32[4] parameter(1)\n  ROOT r = f32[4] add(a, b)\n",
+         "element types"},
+        {"broadcast size", "  a = f32[5] parameter(0)\n  ROOT r = f32[4,3] broadcast(a), dimensions={0}\n", "another size"},
+        {"transpose dims", "  a = f32[4,3] parameter(0)\n  ROOT r = f32[4,3] transpose(a), dimensions={1,0}\n", "permutation"},
+        {"slice bounds", "  a = f32[4] parameter(0)\n  ROOT r = f32[6] slice(a), slice={[0:6]}\n", "outside the operand"},
+        {"dot result", "  a = f32[2,3] parameter(0)\n  b = f32[3,5] parameter(1)\n"
+                       "  ROOT r = f32[5,2] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n",
+         "result shape"},
+        {"dot batch sizes", "  a = f32[2,3] parameter(0)\n  b = f32[4,3] parameter(1)\n"
+                            "  ROOT r = f32[2] dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={1}, rhs_batch_dims={0}, "
+                            "rhs_contracting_dims={1}\n",
+         "result shape"},
+        {"gather batch dims", "  t = f32[8,4] parameter(0)\n  i = s32[3,1] parameter(1)\n"
+                              "  ROOT r = f32[5,4] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, "
+                              "index_vector_dim=1, slice_sizes={1,4}\n",
+         "batch dim"},
+        {"reshape count", "  a = f32[2,3] parameter(0)\n  ROOT r = f32[0,3] reshape(a)\n", "reshape of 6 elements into 0"},
+        {"dynamic-slice window", "  a = f32[4] parameter(0)\n  i = s32[] parameter(1)\n"
+                                 "  ROOT r = f32[6] dynamic-slice(a, i), dynamic_slice_sizes={6}\n",
+         "window inside the operand"},
+        {"dynamic-update-slice update", "  a = f32[4] parameter(0)\n  u = f32[5] parameter(1)\n  i = s32[] parameter(2)\n"
+                                        "  ROOT r = f32[4] dynamic-update-slice(a, u, i)\n",
+         "update inside the operand"},
+    };
+    t_case("interp malformed: a device twice in one replica group");
+    {
+        const char *text = "HloModule m, num_partitions=4\n\nadd {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                           "  ROOT s = f32[] add(a, b)\n}\n\nENTRY e {\n  p = f32[2] parameter(0)\n"
+                           "  ROOT r = f32[2] all-reduce(p), channel_id=1, replica_groups={{0,1},{3,3}}, "
+                           "use_global_device_ids=true, to_apply=add\n}\n";
+        interp_val *out[4] = {0};
+        strbuf err;
+        sb_init(&err);
+        CHECK_EQ(run(text, 1, 4, NULL, out, &err), INTERP_ERUN);
+        CHECK_CONTAINS(err.s, "is in two groups");
+        sb_free(&err);
+        for (int d = 0; d < 4; d++) interp_val_free(out[d]);
+    }
+    for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
+        t_case("interp malformed: %s", cases[k].what);
+        char text[1024];
+        snprintf(text, sizeof text, "HloModule m\n\nENTRY e {\n%s}\n", cases[k].body);
+        interp_val *out[1] = {0};
+        strbuf err;
+        sb_init(&err);
+        CHECK_EQ(run(text, 1, 1, NULL, out, &err), INTERP_ERUN);
+        CHECK_CONTAINS(err.s, cases[k].needle);
+        sb_free(&err);
+        interp_val_free(out[0]);
+    }
+}
+
 void suite_interp(void);
 void suite_interp(void) {
     test_cli_eval();
+    test_malformed();
     test_dot();
     test_gather_scatter();
     test_structural();
