@@ -103,7 +103,10 @@ static uint32_t peel_transposes(lift_ctx *c, eid cls, eid *base, int8_t *map) {
         uint32_t nc, np;
         const eid *ch = eg_node_children(c->g, n, &nc);
         const int64_t *p = ea_get(c->g, eg_node_attr(c->g, n), A_DIMENSIONS, &np);
-        if (nc != 1 || np != rank) break;
+        uint32_t seen = 0;
+        for (uint32_t q = 0; q < np && nc == 1 && np == rank; q++)
+            seen |= p[q] >= 0 && p[q] < (int64_t)rank ? 1u << p[q] : 0;
+        if (nc != 1 || np != rank || seen != (rank == 32 ? ~0u : (1u << rank) - 1)) break; /* not a permutation */
         /* transpose dim q is operand dim p[q]: operand dim p[q] lands where q did */
         int8_t inner[VIEW_MAX_RANK];
         for (uint32_t q = 0; q < rank; q++) inner[p[q]] = map[q];
@@ -126,9 +129,8 @@ static eid rebuild_over(lift_ctx *c, eid cls, uint16_t op, const eid *ch, uint32
     return EID_NONE;
 }
 
-/* Operand k's lifted class as the node of class cls (with op and n children)
- * has it: the operand's own class, or EID_NONE when the transfer function
- * re-viewed it. */
+/* Whether child k of class cls's node of op (with n children) is want: the
+ * operand's own class, not one the transfer function re-viewed. */
 static bool child_is(lift_ctx *c, eid cls, uint16_t op, uint32_t n, uint32_t k, eid want) {
     for (eid nd = eg_class_first(c->g, cls); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
         uint32_t m;
@@ -176,7 +178,7 @@ static const lift_zmask *zmask_compare(lstate *s) {
 
 /* The mask of a dot's result: the masked operand's mask dims must be batch or
  * free dims. NULL otherwise. */
-static const lift_zmask *zmask_dot(lstate *s, const lval *v, uint32_t side, eid *full) {
+static const lift_zmask *zmask_dot(lstate *s, const lval *v, uint32_t side) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lift_zmask *z = s->vals[in->operands[side]].zm;
@@ -206,7 +208,6 @@ static const lift_zmask *zmask_dot(lstate *s, const lval *v, uint32_t side, eid 
     if (!child_is(c, v->cls, OP_DOT, 2, side, ch[side]) || !child_is(c, v->cls, OP_DOT, 2, 1 - side, ch[1 - side])) return NULL;
     ch[side] = z->full;
     r.full = rebuild_over(c, v->cls, OP_DOT, ch, 2);
-    *full = r.full;
     return r.full == EID_NONE ? NULL : zmask_new(c, &r);
 }
 
@@ -496,8 +497,7 @@ void lf_zmask_after(lstate *s, lval *v) {
     case OP_DOT: {
         if (zmask_combine(s, v)) return;
         if (s->vals[in->operands[1 - zo]].zm || z->pred) return;
-        eid full;
-        v->zm = zmask_dot(s, v, zo, &full);
+        v->zm = zmask_dot(s, v, zo);
         return;
     }
     default:
