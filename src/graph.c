@@ -445,6 +445,18 @@ static bool dim_out_of_range(const hlo_comp *comp, const hlo_instr *in, const ch
     return false;
 }
 
+/* A transpose names every operand dim once (in range: dim_out_of_range). */
+static bool transpose_is_permutation(const hlo_comp *comp, const hlo_instr *in) {
+    if (in->noperands != 1 || in->operands[0] >= (uint32_t)(in - comp->instrs)) return true; /* reported as such */
+    uint32_t n, rank = comp->instrs[in->operands[0]].shape.rank;
+    const int64_t *p = instr_ints(in, A_DIMENSIONS, &n);
+    if (n != rank) return false;
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < i; j++)
+            if (p[i] == p[j]) return false;
+    return true;
+}
+
 int graph_check(const hlo_module *m, diag *d) {
     int errors = 0;
     char why[256];
@@ -488,6 +500,9 @@ int graph_check(const hlo_module *m, diag *d) {
             if (dim_out_of_range(comp, in, &key, &bad))
                 report_at(d, &errors, in->line, in->col, "%s: %s: %s names dimension %lld, out of range", NAME(comp->name),
                           NAME(in->name), key, (long long)bad);
+            else if (in->op == OP_TRANSPOSE && !transpose_is_permutation(comp, in))
+                report_at(d, &errors, in->line, in->col, "%s: %s: dimensions is not a permutation of the operand's dims",
+                          NAME(comp->name), NAME(in->name));
             for (uint32_t a = 0; a < in->nattrs; a++) {
                 const hlo_attr *at = &in->attrs[a];
                 if (at->kind == K_COMP || at->kind == K_COMPS) {

@@ -93,6 +93,9 @@ void suite_pathological(void) {
     expect_error("transpose dimension out of range",
                  "ENTRY e {\n x = f32[4,3] parameter(0)\n ROOT t = f32[3,4] transpose(x), dimensions={1,2}\n}\n",
                  "dimensions names dimension 2, out of range");
+    expect_error("transpose not a permutation",
+                 "ENTRY e {\n x = f32[4,4] parameter(0)\n ROOT t = f32[4,4] transpose(x), dimensions={1,1}\n}\n",
+                 "dimensions is not a permutation");
     expect_error("broadcast dimension negative",
                  "ENTRY e {\n x = f32[4] parameter(0)\n ROOT b = f32[4,3] broadcast(x), dimensions={-1}\n}\n",
                  "dimensions names dimension -1, out of range");
