@@ -899,6 +899,7 @@ static const char *elementwise_mismatch(const hlo_instr *in, interp_val **ops, c
         if (data_dt >= 0 && v->dtype != data_dt) return "operands of different element types";
         data_dt = v->dtype;
     }
+    if (in->op == OP_SELECT && data_dt >= 0 && data_dt != r->dtype) return "the result's element type differs from the operands'";
     return NULL;
 }
 
@@ -1006,9 +1007,10 @@ static interp_val *op_broadcast(ctx *x, const hlo_instr *in, const interp_val *a
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
     uint32_t nd;
     const int64_t *dims = instr_ints(in, A_DIMENSIONS, &nd);
-    if (nd != a->rank) {
+    if (nd != a->rank || a->dtype != r->dtype) {
         interp_val_free(r);
-        return fail(x, INTERP_ERUN, in, "dimensions={...} has %u entries for a rank-%u operand", nd, a->rank);
+        return fail(x, INTERP_ERUN, in, "dimensions={...} has %u entries for a rank-%u operand, or the element type changes", nd,
+                    a->rank);
     }
     int64_t ast[INTERP_MAX_RANK];
     strides_of(a->dims, a->rank, ast);
@@ -1043,7 +1045,7 @@ static interp_val *op_transpose(ctx *x, const hlo_instr *in, const interp_val *a
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
     uint32_t nd;
     const int64_t *perm = instr_ints(in, A_DIMENSIONS, &nd);
-    bool ok = nd == a->rank && r->rank == a->rank;
+    bool ok = nd == a->rank && r->rank == a->rank && r->dtype == a->dtype;
     for (uint32_t d = 0; d < nd && ok; d++) ok = perm[d] >= 0 && perm[d] < (int64_t)a->rank && r->dims[d] == a->dims[perm[d]];
     if (!ok) {
         interp_val_free(r);
@@ -1084,7 +1086,7 @@ static interp_val *op_slice(ctx *x, const hlo_instr *in, const interp_val *a) {
         return fail(x, INTERP_ERUN, in, "slice={...} does not match the rank");
     }
     const int64_t *s = at->v.ints; /* start, limit, stride per dim */
-    bool ok = r->rank == a->rank;
+    bool ok = r->rank == a->rank && r->dtype == a->dtype;
     for (uint32_t d = 0; d < a->rank && ok; d++) {
         int64_t lo = s[3 * d], hi = s[3 * d + 1], by = s[3 * d + 2] ? s[3 * d + 2] : 1;
         ok = lo >= 0 && lo <= hi && hi <= a->dims[d] && by > 0 && r->dims[d] == (hi - lo + by - 1) / by;
@@ -1154,6 +1156,13 @@ static interp_val *op_dynamic_update_slice(ctx *x, const hlo_instr *in, interp_v
 static interp_val *concat(interp_val *const *vals, uint32_t n, uint32_t dim) {
     int64_t dims[INTERP_MAX_RANK];
     const interp_val *a = vals[0];
+    /* every part has a's type and dims, but along dim */
+    for (uint32_t k = 0; k < n; k++) {
+        const interp_val *v = vals[k];
+        if (v->dtype != a->dtype || v->dtype == DT_TUPLE || v->rank != a->rank || dim >= a->rank) return NULL;
+        for (uint32_t d = 0; d < a->rank; d++)
+            if (d != dim && v->dims[d] != a->dims[d]) return NULL;
+    }
     memcpy(dims, a->dims, a->rank * sizeof *dims);
     dims[dim] = 0;
     for (uint32_t k = 0; k < n; k++) dims[dim] += vals[k]->dims[dim];
@@ -1178,6 +1187,10 @@ static interp_val *op_concatenate(ctx *x, const hlo_instr *in, interp_val **ops)
         return fail(x, INTERP_ERUN, in, "needs one dimension");
     interp_val *r = concat(ops, in->noperands, (uint32_t)dims[0]);
     if (!r) return fail(x, INTERP_ERUN, in, "cannot concatenate");
+    if (r->dtype != in->shape.dtype || !has_dims(r, in->shape.dims, in->shape.rank)) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "the operands concatenate to another shape than the result's");
+    }
     return r;
 }
 
@@ -1187,9 +1200,9 @@ static interp_val *op_pad(ctx *x, const hlo_instr *in, interp_val **ops) {
     interp_val *r = val_shape(&in->shape);
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
     /* padding is absent when every entry is 0 (graph.h drops defaults). */
-    if (at && at->n != a->rank) {  /* n counts dimensions */
-        interp_val_free(r);
-        return fail(x, INTERP_ERUN, in, "padding does not match the rank");
+    if ((at && at->n != a->rank) || a->dtype != r->dtype || pv->dtype != r->dtype || pv->n < 1 || a->rank != r->rank) {
+        interp_val_free(r); /* padding's n counts dimensions */
+        return fail(x, INTERP_ERUN, in, "padding does not match the rank, or the element types differ");
     }
     for (int64_t k = 0; k < r->n; k++) copy_elem(r, k, pv, 0);
     int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
@@ -1402,6 +1415,7 @@ static const char *gather_mismatch(const hlo_instr *in, const interp_val *a, con
     const int64_t *sim = instr_ints(in, A_START_INDEX_MAP, &nsim), *ss = instr_ints(in, A_SLICE_SIZES, &nss);
     const int64_t *ob = instr_ints(in, A_OPERAND_BATCHING_DIMS, &nob), *sb = instr_ints(in, A_START_INDICES_BATCHING_DIMS, &nsb);
     int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+    if (a->dtype != r->dtype) return "the result's element type differs from the operand's";
     if (ix->dtype == DT_TUPLE || ivd < 0 || ivd > (int64_t)ix->rank) return "index_vector_dim out of range";
     if ((ivd < (int64_t)ix->rank ? ix->dims[ivd] : 1) != (int64_t)nsim) return "start_index_map does not match the index vectors";
     for (uint32_t d = 0; d < a->rank; d++)

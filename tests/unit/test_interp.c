@@ -986,6 +986,15 @@ static void test_malformed(void) {
                               "index_vector_dim=1, slice_sizes={1,4}\n",
          "batch dim"},
         {"reshape count", "  a = f32[2,3] parameter(0)\n  ROOT r = f32[0,3] reshape(a)\n", "reshape of 6 elements into 0"},
+        {"concatenate dims", "  a = f32[2,3] parameter(0)\n  b = f32[2,4] parameter(1)\n"
+                             "  ROOT r = f32[4,3] concatenate(a, b), dimensions={0}\n",
+         "cannot concatenate"},
+        {"pad value type", "  a = f32[2] parameter(0)\n  v = s32[] parameter(1)\n  ROOT r = f32[4] pad(a, v), padding=1_1\n",
+         "element types differ"},
+        {"select result type", "  p = pred[2] parameter(0)\n  a = s32[2] parameter(1)\n  b = s32[2] parameter(2)\n"
+                               "  ROOT r = f32[2] select(p, a, b)\n",
+         "element type differs"},
+        {"broadcast type", "  a = s32[2] parameter(0)\n  ROOT r = f32[2,3] broadcast(a), dimensions={0}\n", "element type changes"},
         {"dynamic-slice window", "  a = f32[4] parameter(0)\n  i = s32[] parameter(1)\n"
                                  "  ROOT r = f32[6] dynamic-slice(a, i), dynamic_slice_sizes={6}\n",
          "window inside the operand"},
