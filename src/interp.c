@@ -900,6 +900,7 @@ static const char *elementwise_mismatch(const hlo_instr *in, interp_val **ops, c
         data_dt = v->dtype;
     }
     if (in->op == OP_SELECT && data_dt >= 0 && data_dt != r->dtype) return "the result's element type differs from the operands'";
+    if (in->op == OP_COMPARE && r->dtype != DT_PRED) return "a comparison whose result is not pred";
     return NULL;
 }
 

@@ -994,6 +994,8 @@ static void test_malformed(void) {
         {"select result type", "  p = pred[2] parameter(0)\n  a = s32[2] parameter(1)\n  b = s32[2] parameter(2)\n"
                                "  ROOT r = f32[2] select(p, a, b)\n",
          "element type differs"},
+        {"compare result", "  a = f32[2] parameter(0)\n  b = f32[2] parameter(1)\n  ROOT r = f32[2] compare(a, b), direction=LT\n",
+         "result is not pred"},
         {"broadcast type", "  a = s32[2] parameter(0)\n  ROOT r = f32[2,3] broadcast(a), dimensions={0}\n", "element type changes"},
         {"dynamic-slice window", "  a = f32[4] parameter(0)\n  i = s32[] parameter(1)\n"
                                  "  ROOT r = f32[6] dynamic-slice(a, i), dynamic_slice_sizes={6}\n",
