@@ -1334,8 +1334,16 @@ static interp_val *op_reduce(ctx *x, const hlo_instr *in, interp_val **ops, int6
         if (!red[d]) odims[orank++] = a0->dims[d];
     interp_val *outs[64];
     if (n > 64) return fail(x, INTERP_EUNSUPPORTED, in, "more than 64 reduced operands");
+    /* every input has the first's dims, every init is one element */
+    for (uint32_t k = 0; k < n; k++)
+        if (!has_dims(ops[k], a0->dims, a0->rank) || ops[n + k]->dtype == DT_TUPLE || ops[n + k]->n != 1)
+            return fail(x, INTERP_ERUN, in, "reduce inputs of different dims, or an init that is not one value");
     for (uint32_t k = 0; k < n; k++) {
         outs[k] = interp_val_new(ops[k]->dtype == ops[n + k]->dtype ? ops[k]->dtype : ops[n + k]->dtype, orank, odims);
+        if (!outs[k]) {
+            for (uint32_t q = 0; q < k; q++) interp_val_free(outs[q]);
+            return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(ops[n + k]->dtype));
+        }
         for (int64_t e = 0; e < outs[k]->n; e++) copy_elem(outs[k], e, ops[n + k], 0);
     }
     int64_t ost[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0}, ostd[INTERP_MAX_RANK] = {0};

@@ -996,6 +996,9 @@ static void test_malformed(void) {
          "element type differs"},
         {"compare result", "  a = f32[2] parameter(0)\n  b = f32[2] parameter(1)\n  ROOT r = f32[2] compare(a, b), direction=LT\n",
          "result is not pred"},
+        {"reduce init", "  a = f32[4,2] parameter(0)\n  i = f32[2] parameter(1)\n"
+                        "  ROOT r = f32[2] reduce(a, i), dimensions={0}, to_apply=add\n",
+         "not one value"},
         {"broadcast type", "  a = s32[2] parameter(0)\n  ROOT r = f32[2,3] broadcast(a), dimensions={0}\n", "element type changes"},
         {"dynamic-slice window", "  a = f32[4] parameter(0)\n  i = s32[] parameter(1)\n"
                                  "  ROOT r = f32[6] dynamic-slice(a, i), dynamic_slice_sizes={6}\n",
@@ -1021,7 +1024,7 @@ static void test_malformed(void) {
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         t_case("interp malformed: %s", cases[k].what);
         char text[1024];
-        snprintf(text, sizeof text, "HloModule m\n\nENTRY e {\n%s}\n", cases[k].body);
+        snprintf(text, sizeof text, "HloModule m\n\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n\nENTRY e {\n%s}\n", cases[k].body);
         interp_val *out[1] = {0};
         strbuf err;
         sb_init(&err);
