@@ -356,29 +356,14 @@ static bool keeps_zero(int op, uint32_t n, const bool *zero) {
 }
 
 /* Re-points z's source after its value is reshaped from a to b (global
- * dims) into r: unit dims coming and going only renumber the mask dims; a run
- * of dims with equal products that holds only mask dims (split or merged
- * experts) reshapes the source alike, once it is brought to the value's dim
- * order. A run mixing mask and other dims: false. */
+ * dims) into r: the source, brought to the value's dim order, is reshaped
+ * alike run by run (runs of dims with equal products): a run of mask dims
+ * keeps its non-unit output dims (split or merged experts; only renumbered
+ * when just unit dims come and go), a run of other dims none. A run mixing
+ * mask and other dims: false. */
 static bool zmask_reshape(lift_ctx *c, const lift_zmask *z, const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb,
                           lift_zmask *r) {
     if (ra > VIEW_MAX_RANK || rb > VIEW_MAX_RANK) return false;
-    int8_t to[VIEW_MAX_RANK];
-    uint32_t j = 0;
-    bool units_only = true;
-    for (uint32_t d = 0; d < ra && units_only; d++) {
-        to[d] = -1;
-        if (a[d] == 1) continue;
-        while (j < rb && b[j] == 1) j++;
-        if (j == rb || b[j] != a[d]) units_only = false;
-        else to[d] = (int8_t)j++;
-    }
-    while (units_only && j < rb && b[j] == 1) j++;
-    if (units_only && j == rb) {
-        for (uint32_t k = 0; k < z->rank; k++)
-            if ((r->dims[k] = to[z->dims[k]]) < 0) return false;
-        return true;
-    }
     int8_t src_of[VIEW_MAX_RANK];
     memset(src_of, -1, sizeof src_of);
     for (uint32_t k = 0; k < z->rank; k++) src_of[z->dims[k]] = (int8_t)k;
@@ -399,8 +384,7 @@ static bool zmask_reshape(lift_ctx *c, const lift_zmask *z, const int64_t *a, ui
     /* runs of equal products: mask-only ones carry over to the source */
     int64_t ndims[VIEW_MAX_RANK];
     int8_t nmap[VIEW_MAX_RANK];
-    uint32_t nn = 0, i = 0;
-    j = 0;
+    uint32_t nn = 0, i = 0, j = 0;
     while (i < ra || j < rb) {
         uint32_t i2, j2;
         if (!lf_reshape_run(a, ra, b, rb, i, j, &i2, &j2)) return false;
