@@ -65,6 +65,17 @@ static int run(const char *text, int64_t R, int64_t P, fill_fn fill, interp_val 
     return st;
 }
 
+/* Runs text on R×P devices and expects an interpreter error saying needle. */
+static void expect_run_error(const char *text, int64_t R, int64_t P, fill_fn fill, const char *needle) {
+    interp_val *out[8] = {0};
+    strbuf err;
+    sb_init(&err);
+    CHECK_EQ(run(text, R, P, fill, out, &err), INTERP_ERUN);
+    CHECK_CONTAINS(err.s, needle);
+    sb_free(&err);
+    for (int d = 0; d < 8; d++) interp_val_free(out[d]);
+}
+
 /* Runs and checks device d's array result against want[n]. */
 static void expect(const char *name, const char *text, int64_t R, int64_t P, fill_fn fill, int64_t dev,
                    const double *want, int64_t n) {
@@ -358,12 +369,7 @@ static void test_collectives(void) {
                                   "ENTRY e {\n  a = f32[1] parameter(0)\n  pid = u32[] partition-id()\n  z = u32[] constant(0)\n"
                                   "  c = pred[] compare(pid, z), direction=EQ\n"
                                   "  ROOT r = f32[1] conditional(c, a, a), true_computation=br, false_computation=id\n}\n";
-        interp_val *out[2] = {0};
-        strbuf err;
-        sb_init(&err);
-        CHECK_EQ(run(div, 1, 2, fill_dev, out, &err), INTERP_ERUN);
-        CHECK_CONTAINS(err.s, "control path");
-        sb_free(&err);
+        expect_run_error(div, 1, 2, fill_dev, "control path");
     }
 }
 
@@ -1013,25 +1019,16 @@ static void test_malformed(void) {
                            "  ROOT s = f32[] add(a, b)\n}\n\nENTRY e {\n  p = f32[2] parameter(0)\n"
                            "  ROOT r = f32[2] all-reduce(p), channel_id=1, replica_groups={{0,1},{3,3}}, "
                            "use_global_device_ids=true, to_apply=add\n}\n";
-        interp_val *out[4] = {0};
-        strbuf err;
-        sb_init(&err);
-        CHECK_EQ(run(text, 1, 4, NULL, out, &err), INTERP_ERUN);
-        CHECK_CONTAINS(err.s, "is in two groups");
-        sb_free(&err);
-        for (int d = 0; d < 4; d++) interp_val_free(out[d]);
+        expect_run_error(text, 1, 4, NULL, "is in two groups");
     }
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         t_case("interp malformed: %s", cases[k].what);
         char text[1024];
-        snprintf(text, sizeof text, "HloModule m\n\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n\nENTRY e {\n%s}\n", cases[k].body);
-        interp_val *out[1] = {0};
-        strbuf err;
-        sb_init(&err);
-        CHECK_EQ(run(text, 1, 1, NULL, out, &err), INTERP_ERUN);
-        CHECK_CONTAINS(err.s, cases[k].needle);
-        sb_free(&err);
-        interp_val_free(out[0]);
+        snprintf(text, sizeof text,
+                 "HloModule m\n\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n\n"
+                 "ENTRY e {\n%s}\n",
+                 cases[k].body);
+        expect_run_error(text, 1, 1, NULL, cases[k].needle);
     }
 }
 
