@@ -623,12 +623,11 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         verdict = VERDICT_MISMATCH;
         /* A divergence after a region assumed equal may be that assumption's
          * doing: the instruction that forced it comes first then. */
-        const hlo_instr *div = lc.divergence && !(lc.divergence_resynced && lc.first_unsupported) ? lc.divergence : NULL;
-        const hlo_comp *uc = div ? lc.divergence_comp
-                             : lc.later_unsupported && !lc.divergence ? lc.later_unsupported_comp : lc.first_unsupported_comp;
-        const hlo_instr *ui = div ? div : lc.later_unsupported && !lc.divergence ? lc.later_unsupported : lc.first_unsupported;
-        bool konst_operand = div ? lc.divergence_konst
-                             : lc.later_unsupported && !lc.divergence ? lc.later_unsupported_konst : lc.unsupported_konst;
+        bool div = lc.divergence && !(lc.divergence_resynced && lc.first_unsupported);
+        bool later = !lc.divergence && lc.later_unsupported;
+        const hlo_comp *uc = div ? lc.divergence_comp : later ? lc.later_unsupported_comp : lc.first_unsupported_comp;
+        const hlo_instr *ui = div ? lc.divergence : later ? lc.later_unsupported : lc.first_unsupported;
+        bool konst_operand = div ? lc.divergence_konst : later ? lc.later_unsupported_konst : lc.unsupported_konst;
         const char *kind = ui ? kind_of_divergence(ui, konst_operand) : "unsupported-op";
         if (!ui) {
             uc = de;
@@ -645,7 +644,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
             sb_printf(&msg, "the first instruction not related is %s (%s); the first divergence, %s, comes after the '%s' "
                       "region assumed equal to the baseline's", ui->name, lc.unsupported_why, lc.divergence->name,
                       lc.resync_scope ? lc.resync_scope : "?");
-        else if (lc.later_unsupported)
+        else if (later)
             sb_printf(&msg, "the first instruction not related after the '%s' region assumed equal to the baseline's is %s (%s; "
                       "the first overall is %s)", lc.resync_scope ? lc.resync_scope : "?", ui->name, lc.later_unsupported_why,
                       lc.first_unsupported->name);
