@@ -1,6 +1,7 @@
 /* chart — the per-segment timing chart: horizontal stacked bars (one row per
  * segment, one colour per phase: build, lift, saturate, check) drawn with our own
- * rasteriser into an RGBA buffer and encoded as PNG with libpng, in memory.
+ * rasteriser into a buffer of palette indices (a handful of colours, nothing
+ * blended) and encoded as a palette PNG with libpng, in memory.
  *
  * The PNG holds no text: the report writes segment names, tick labels and the
  * legend in HTML next to it, using the geometry returned in chart_axis (rows of

@@ -5,11 +5,13 @@
  * change with   SCALIFY_UPDATE_GOLDEN=1 build/run-tests report
  * and review the diff. SCALIFY_SKIP_BROWSER=1 skips the (slow) browser check. */
 #include <jansson.h>
+#include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "chart.h"
 #include "escape.h"
 #include "harness.h"
 #include "jschema.h"
@@ -475,8 +477,64 @@ static void test_cli_and_browser(void) {
     free(out);
 }
 
+/* The timing chart decoded as a browser would: its size is what the axis
+ * says; each phase's bar has the phase's colour over its share of the width
+ * (the axis maximum at the right edge); beyond the bar the row is clear, or
+ * hatched (translucent gray) for a memo hit; the axis line is at the left. */
+static void test_chart(void) {
+    const double vals[3][CHART_PHASES] = {{2, 1, 0, 0}, {0, 2, 0, 2}, {0.01, 0.02, 0, 0}};
+    const bool memo[3] = {false, false, true};
+    strbuf png;
+    sb_init(&png);
+    chart_axis ax;
+    diag d;
+    diag_init(&d, "chart");
+    CHECK(chart_png(&png, vals, memo, 3, &ax, &d));
+    diag_free(&d);
+    CHECK(ax.max >= 4 && ax.max < 5 && ax.n_ticks >= 2 && ax.ticks[ax.n_ticks - 1] == ax.max);
+    png_image img;
+    memset(&img, 0, sizeof img);
+    img.version = PNG_IMAGE_VERSION;
+    CHECK(png_image_begin_read_from_memory(&img, png.s, png.len));
+    img.format = PNG_FORMAT_RGBA;
+    unsigned char *px = xmalloc(PNG_IMAGE_SIZE(img));
+    CHECK(png_image_finish_read(&img, NULL, px, 0, NULL));
+    CHECK_EQ((long long)img.width, (long long)ax.width_px);
+    CHECK_EQ((long long)img.height, (long long)ax.height_px);
+    CHECK_EQ((long long)img.height, 3LL * CHART_ROW_PX);
+    int row = CHART_ROW_PX, w = (int)img.width;
+#define PX(x, y) (px + ((size_t)(y) * (size_t)w + (size_t)(x)) * 4)
+    /* x at fraction f of the plot (as chart.c maps values), in row r's middle */
+    int mid[3] = {row / 2, row + row / 2, 2 * row + row / 2};
+#define AT(f, r) PX(2 + (int)((f) * (w - 4)), mid[r])
+    const double m = ax.max;
+    unsigned char *p = AT(1.0 / m, 0); /* inside build (0..2) */
+    CHECK(p[0] == chart_phase_rgb[0][0] && p[1] == chart_phase_rgb[0][1] && p[2] == chart_phase_rgb[0][2] && p[3] == 255);
+    p = AT(2.5 / m, 0); /* inside lift (2..3) */
+    CHECK(p[0] == chart_phase_rgb[1][0] && p[1] == chart_phase_rgb[1][1] && p[3] == 255);
+    p = AT(3.0 / m, 1); /* row 1: lift 0..2, check 2..4 */
+    CHECK(p[0] == chart_phase_rgb[3][0] && p[1] == chart_phase_rgb[3][1] && p[2] == chart_phase_rgb[3][2]);
+    /* Past row 0's bar: clear between grid lines, never hatched (no memo
+     * hit); row 2, a memo hit, is hatched there. */
+    int clear = 0, stray = 0, hatch = 0;
+    for (int x = (int)(3.2 / m * (w - 4)) + 2; x < w - 4; x++) {
+        unsigned char *q = PX(x, mid[0]);
+        clear += q[3] == 0;
+        stray += q[3] == 90;
+        q = PX(x, mid[2]);
+        hatch += q[3] == 90 && q[0] == 0x80;
+    }
+    CHECK_MSG(clear > 0 && hatch > 0 && stray == 0, "clear %d, hatched %d, stray %d pixels", clear, hatch, stray);
+    CHECK(PX(0, mid[1])[3] == 200); /* the axis line */
+#undef AT
+#undef PX
+    free(px);
+    sb_free(&png);
+}
+
 void suite_report(void);
 void suite_report(void) {
+    test_chart();
     test_reader();
     test_site();
     test_big();
