@@ -158,8 +158,26 @@ static int attr_cmp(const void *x, const void *y) {
     return 0;
 }
 
+/* The scope of an instruction's op_name (hlo_instr.scope). */
+static void set_scope(hlo_instr *in) {
+    in->scope = NULL;
+    in->nscope = 0;
+    const char *p = in->meta ? in->meta->op_name : NULL;
+    if (!p) return;
+    if (strncmp(p, "jit(", 4) == 0) {
+        const char *slash = strchr(p, '/');
+        if (!slash) return;
+        p = slash + 1;
+    }
+    const char *e = strchr(p, '/');
+    if (!e || e == p) return;
+    in->scope = p;
+    in->nscope = (uint32_t)(e - p);
+}
+
 void graph_finalize_instr(hlo_module *m, hlo_instr *in) {
     (void)m;
+    set_scope(in);
     uint32_t w = 0;
     for (uint32_t r = 0; r < in->nattrs; r++)
         if (!attr_is_default(in, &in->attrs[r])) in->attrs[w++] = in->attrs[r];

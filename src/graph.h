@@ -303,6 +303,11 @@ typedef struct hlo_instr {
     hlo_attr *attrs;
     hlo_meta *meta;               /* NULL when none */
     uint32_t line, col;           /* position in a text input; 0 otherwise */
+    /* The first component of meta->op_name after any jit(...)/ prefix
+     * ("layers.3"), not NUL-terminated; nscope 0 when none. Set by
+     * graph_finalize_instr (segments and the memo look it up per instruction). */
+    const char *scope;
+    uint32_t nscope;
 } hlo_instr;
 
 /* Reducer kinds recognised from to_apply computations. */

@@ -6,21 +6,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+/* The size a gzip file says it inflates to (its last member's ISIZE, modulo
+ * 2^32): a first guess for the output buffer, bounded by what deflate can
+ * reach (about 1032:1) and by IO_MAX_INPUT. */
+static size_t inflated_hint(const char *data, size_t n) {
+    const unsigned char *t = (const unsigned char *)data + n - 4;
+    size_t isize = n >= 18 ? ((size_t)t[0] | (size_t)t[1] << 8 | (size_t)t[2] << 16 | (size_t)t[3] << 24) : 0;
+    size_t most = n > IO_MAX_INPUT / 1032 ? IO_MAX_INPUT : n * 1032;
+    return (isize < most ? isize : most) + 1;
+}
+
 char *io_gunzip(const char *data, size_t n, size_t *len, diag *d) {
-    strbuf out;
-    sb_init(&out);
     z_stream z;
     memset(&z, 0, sizeof z);
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
         diag_plain(d, "cannot initialise zlib");
         return NULL;
     }
+    /* Inflates straight into the result, grown when the hint was short. */
+    size_t cap = inflated_hint(data, n), used = 0;
+    char *out = xmalloc(cap);
     z.next_in = (Bytef *)data;
     size_t left = n;
-    char chunk[1 << 16];
     int rc = Z_OK;
     for (;;) {
         if (z.avail_in == 0 && left) {
@@ -28,11 +39,14 @@ char *io_gunzip(const char *data, size_t n, size_t *len, diag *d) {
             z.avail_in = take;
             left -= take;
         }
-        z.next_out = (Bytef *)chunk;
-        z.avail_out = sizeof chunk;
+        if (used + 1 >= cap) XGROW(out, cap, used + (1 << 16));
+        size_t room = cap - used - 1;
+        z.next_out = (Bytef *)out + used;
+        z.avail_out = room > (1u << 30) ? (1u << 30) : (uInt)room;
+        uInt before = z.avail_out;
         rc = inflate(&z, Z_NO_FLUSH);
-        sb_put(&out, chunk, sizeof chunk - z.avail_out);
-        if (out.len > IO_MAX_INPUT) {
+        used += before - z.avail_out;
+        if (used > IO_MAX_INPUT) {
             diag_plain(d, "gzip input inflates to more than %zu bytes", IO_MAX_INPUT);
             goto fail;
         }
@@ -49,14 +63,14 @@ char *io_gunzip(const char *data, size_t n, size_t *len, diag *d) {
         if (rc != Z_OK && rc != Z_BUF_ERROR) goto corrupt;
     }
     inflateEnd(&z);
-    *len = out.len;
-    if (!out.s) sb_put(&out, "", 0);
-    return sb_take(&out);
+    out[used] = 0;
+    *len = used;
+    return out;
 corrupt:
     diag_binary(d, (size_t)z.total_in, "", "corrupt gzip data (%s)", z.msg ? z.msg : "inflate failed");
 fail:
     inflateEnd(&z);
-    sb_free(&out);
+    free(out);
     return NULL;
 }
 
@@ -72,10 +86,17 @@ char *io_read_file_sha256(const char *path, size_t *len, bool *was_gzip, uint8_t
     }
     strbuf b;
     sb_init(&b);
-    char chunk[1 << 16];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        sb_put(&b, chunk, got);
+    /* Read straight into the result, sized by the file when it has a size. */
+    struct stat st;
+    size_t room = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size <= IO_MAX_INPUT
+                      ? (size_t)st.st_size + 1 : (1 << 16);
+    for (;;) {
+        if (b.cap < b.len + 2) XGROW(b.s, b.cap, b.len + room + 1);
+        size_t got = fread(b.s + b.len, 1, b.cap - b.len - 1, f);
+        b.len += got;
+        b.s[b.len] = 0;
+        if (got == 0) break;
+        room = 1 << 16;
         if (b.len > IO_MAX_INPUT) {
             diag_plain(d, "file is larger than %zu bytes", IO_MAX_INPUT);
             fclose(f);

@@ -4,17 +4,9 @@
 #include <string.h>
 
 bool sr_scope_top(const hlo_instr *in, const char **s, size_t *n) {
-    if (!in->meta || !in->meta->op_name) return false;
-    const char *p = in->meta->op_name;
-    if (strncmp(p, "jit(", 4) == 0) {
-        const char *slash = strchr(p, '/');
-        if (!slash) return false;
-        p = slash + 1;
-    }
-    const char *e = strchr(p, '/');
-    if (!e || e == p) return false;
-    *s = p;
-    *n = (size_t)(e - p);
+    if (!in->nscope) return false;
+    *s = in->scope;
+    *n = in->nscope;
     return true;
 }
 

@@ -44,7 +44,8 @@ typedef struct sr_runs {
     uint32_t *start;              /* per instruction: run starting there, else SR_NONE */
 } sr_runs;
 
-/* The first op_name component after any jit(...)/ prefix; false when none. */
+/* The first op_name component after any jit(...)/ prefix (hlo_instr.scope, set
+ * when the module was finalised); false when none. */
 bool sr_scope_top(const hlo_instr *in, const char **s, size_t *n);
 
 /* The number of runs of comp (cheap: no allocation). */
