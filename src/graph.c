@@ -99,6 +99,11 @@ const char *graph_intern(hlo_module *m, const char *s, size_t n) {
     return copy;
 }
 
+const char *graph_copy_repeat(hlo_module *m, const char *s, size_t n, const char **last) {
+    if (*last && strncmp(*last, s, n) == 0 && (*last)[n] == 0) return *last;
+    return *last = arena_strndup(&m->arena, s, n);
+}
+
 /* ---- attributes ---- */
 
 const hlo_attr *instr_attr(const hlo_instr *in, int key) {

@@ -359,6 +359,10 @@ hlo_module *graph_new(void);
 void graph_free(hlo_module *m);
 /* Interns s[0..n) in the module: equal strings share one pointer. */
 const char *graph_intern(hlo_module *m, const char *s, size_t n);
+/* For strings that are many and mostly distinct but often repeat the previous
+ * one (op_names: an intern table would cost more than it saves): *last when
+ * it equals s[0..n), else a copy in the module, which becomes *last. */
+const char *graph_copy_repeat(hlo_module *m, const char *s, size_t n, const char **last);
 
 /* Sorts attributes canonically and drops default-valued ones (see top). */
 void graph_finalize_instr(hlo_module *m, hlo_instr *in);

@@ -719,11 +719,7 @@ static hlo_meta *parse_metadata(parser *ps) {
                 fail(ps, here(ps), "expected a string");
             }
             if (sfield == &md->op_name) {
-                /* op_names are many and mostly distinct: no intern table for them
-                 * (it would cost more than it saves); neighbours often repeat one. */
-                const char *prev = ps->last_op_name;
-                if (prev && strlen(prev) == ps->str.len && memcmp(prev, ps->str.s, ps->str.len) == 0) *sfield = prev;
-                else *sfield = ps->last_op_name = arena_strndup(&m->arena, ps->str.s, ps->str.len);
+                *sfield = graph_copy_repeat(m, ps->str.s, ps->str.len, &ps->last_op_name);
             } else {
                 *sfield = graph_intern(m, ps->str.s, ps->str.len);
             }

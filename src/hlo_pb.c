@@ -381,6 +381,7 @@ typedef struct pb {
     /* lookups: computation id -> index; per computation, instruction id -> index */
     idmap comp_index, ids;
     strmap names;
+    const char *last_op_name;  /* the previous metadata op_name (module arena) */
 } pb;
 
 /* Reports at the innermost computation or instruction being converted. */
@@ -1211,7 +1212,7 @@ static hlo_meta *convert_meta(pb *p, const Xla__OpMetadata *md) {
     if (!any) return NULL;
     hlo_meta *h = arena_alloc(&p->m->arena, sizeof *h);
     h->op_type = S(op_type) ? intern(p, md->op_type) : NULL;
-    h->op_name = S(op_name) ? intern(p, md->op_name) : NULL;
+    h->op_name = S(op_name) ? graph_copy_repeat(p->m, md->op_name, strlen(md->op_name), &p->last_op_name) : NULL;
     h->source_file = S(source_file) ? intern(p, md->source_file) : NULL;
     h->source_line = md->source_line;
     h->source_end_line = md->source_end_line;
@@ -1840,6 +1841,15 @@ typedef struct field_table {
     uint16_t at[FIELD_DIRECT]; /* 1 + index into d->fields; 0: no such field */
 } field_table;
 
+/* A checked instruction left on the wire: its id and name (up to the first
+ * NUL, as a C string would end; the last of a repeated singular field wins,
+ * as when unpacking), noted while checking, and the end of its payload. */
+typedef struct lazy_key {
+    int64_t id;
+    size_t name, nname;  /* offset in the input, length */
+    size_t end;
+} lazy_key;
+
 struct unpacker {
     walker *w;  /* buf, budget and cost; offsets and counts as a walk leaves them */
     arena *a;   /* where messages go: the tree's arena, or scratch while replaying */
@@ -1849,9 +1859,11 @@ struct unpacker {
      * tree of a large module is mostly instructions (one computation may
      * hold most of them), and building all of them at once costs more in
      * fresh memory (page faults) than reading their bytes twice costs in
-     * time. instr_end[g] ends the payload that w->instr_off[g] starts. */
+     * time. keys[g] holds what conversion looks up first (id, name) and
+     * where the payload that w->instr_off[g] starts ends. */
     bool replay;       /* unpacking checked instructions: no charges, no offsets */
-    size_t *instr_end, ninstr_end, capinstr_end;
+    lazy_key *keys;
+    size_t nkeys, capkeys;
     arena scratch;
 };
 
@@ -1897,7 +1909,7 @@ static void note_message(unpacker *u, const ProtobufCMessageDescriptor *d, size_
 static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p,
                                         const uint8_t *e, int depth);
 static bool check_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *e,
-                          int depth);
+                          int depth, lazy_key *key);
 
 /* The capacity of a repeated field's array holding n elements: none for
  * none, else the least power of two that holds max(n, 4). Arrays grow by
@@ -1965,9 +1977,10 @@ static void unpack_packed(unpacker *u, const ProtobufCFieldDescriptor *f, char *
 /* The message of type d at [p, e), nested depth deep, checked, charged and
  * noted exactly as unpack_message would unpack it, but not stored; false when
  * unpack_message would give up. A singular message field met twice is what
- * the tree would tell unpack_message; here a bit per field index does. */
+ * the tree would tell unpack_message; here a bit per field index does. For an
+ * instruction, key (when not NULL) receives its id and name. */
 static bool check_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *e,
-                          int depth) {
+                          int depth, lazy_key *key) {
     if (depth > PB_MAX_DEPTH || !fast_charge(u, d->sizeof_message)) return false;
     note_message(u, d, (size_t)(p - u->w->buf));
     const field_table *t = table_of(u, d);
@@ -1977,6 +1990,13 @@ static bool check_message(unpacker *u, const ProtobufCMessageDescriptor *d, cons
         if (!next_field(&q, e, &wf)) return false;
         const ProtobufCFieldDescriptor *f = field_of(d, t, wf.number);
         uint64_t len = (uint64_t)(wf.vend - wf.v);
+        if (key && wf.number == 1 && wf.wt == 2) {
+            const void *nul = memchr(wf.v, 0, (size_t)len);
+            key->name = (size_t)(wf.v - u->w->buf);
+            key->nname = (size_t)((nul ? (const uint8_t *)nul : wf.vend) - wf.v);
+        } else if (key && wf.number == 35 && wf.wt == 0) {
+            key->id = (int64_t)wf.value;
+        }
         if (!f) {
             if (!fast_charge(u, len + 48)) return false;
             continue;
@@ -1999,7 +2019,7 @@ static bool check_message(unpacker *u, const ProtobufCMessageDescriptor *d, cons
                 if (fi >= 64 * ARRAY_LEN(had) || (had[fi / 64] >> (fi % 64) & 1)) return false;
                 had[fi / 64] |= (uint64_t)1 << (fi % 64);
             }
-            if (!check_message(u, f->descriptor, wf.v, wf.vend, depth + 1)) return false;
+            if (!check_message(u, f->descriptor, wf.v, wf.vend, depth + 1, NULL)) return false;
         }
     }
     return true;
@@ -2040,8 +2060,10 @@ static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescr
             if (!fast_charge(u, 8)) return NULL;
             if (f->descriptor == &xla__hlo_instruction_proto__descriptor && !u->replay) {
                 /* Checked now, unpacked by instr_get; the array stays NULL. */
-                if (!check_message(u, f->descriptor, wf.v, wf.vend, depth + 1)) return NULL;
-                note_offset(&u->instr_end, &u->ninstr_end, &u->capinstr_end, (size_t)(wf.vend - u->w->buf));
+                lazy_key k = {0, 0, 0, (size_t)(wf.vend - u->w->buf)};
+                if (!check_message(u, f->descriptor, wf.v, wf.vend, depth + 1, &k)) return NULL;
+                XGROW(u->keys, u->capkeys, u->nkeys + 1);
+                u->keys[u->nkeys++] = k;
                 (*n)++;
                 continue;
             }
@@ -2074,20 +2096,19 @@ static ProtobufCMessage *unpack_fast(unpacker *u, int kind) {
     return msg && !(rival && rival_instrs > w->ninstr) ? msg : NULL;
 }
 
-/* Instruction i of computation c (as its index among the module's
- * instructions) when the tree left it out: [*p0, *p1) on the wire. */
-static void lazy_instr(pb *p, uint32_t c, uint32_t i, const uint8_t **p0, const uint8_t **p1) {
+/* The key of instruction i of computation c (as its index among the module's
+ * instructions) when the tree left it out; [*p0, *p1) its bytes on the wire. */
+static const lazy_key *lazy_instr(pb *p, uint32_t c, uint32_t i, const uint8_t **p0, const uint8_t **p1) {
     size_t g = p->instr_base[c] + i;
-    if (g >= p->u->ninstr_end || g >= p->w.ninstr)
+    if (g >= p->u->nkeys || g >= p->w.ninstr)
         fail(p, NULL, "internal error: instruction %zu was not checked", g);
     *p0 = p->w.buf + p->w.instr_off[g];
-    *p1 = p->w.buf + p->u->instr_end[g];
+    *p1 = p->w.buf + p->u->keys[g].end;
+    return &p->u->keys[g];
 }
 
 /* Instruction i's id and name (up to its first NUL, as a C string would
- * end; not NUL-terminated): from the tree, or read straight off checked
- * wire bytes where the last of a repeated singular field wins, as when
- * unpacking. */
+ * end; not NUL-terminated): from the tree, or as checking noted them. */
 static void instr_key(pb *p, uint32_t c, const Xla__HloComputationProto *cp, uint32_t i, int64_t *id,
                       const char **name, size_t *len) {
     if (!p->u) {
@@ -2098,21 +2119,10 @@ static void instr_key(pb *p, uint32_t c, const Xla__HloComputationProto *cp, uin
         return;
     }
     const uint8_t *q, *e;
-    lazy_instr(p, c, i, &q, &e);
-    *id = 0;
-    *name = "";
-    *len = 0;
-    while (q < e) {
-        wire_field wf;
-        if (!next_field(&q, e, &wf)) fail(p, NULL, "internal error: a checked instruction does not read back");
-        if (wf.number == 1 && wf.wt == 2) {
-            const void *nul = memchr(wf.v, 0, (size_t)(wf.vend - wf.v));
-            *name = (const char *)wf.v;
-            *len = (size_t)((nul ? (const uint8_t *)nul : wf.vend) - wf.v);
-        } else if (wf.number == 35 && wf.wt == 0) {
-            *id = (int64_t)wf.value;
-        }
-    }
+    const lazy_key *k = lazy_instr(p, c, i, &q, &e);
+    *id = k->id;
+    *name = (const char *)p->w.buf + k->name;
+    *len = k->nname;
 }
 
 /* Instruction i, valid until the next call: from the tree, or unpacked from
@@ -2138,7 +2148,7 @@ static void pc_free(void *data, void *ptr) { (void)data, (void)ptr; }
 static void unpacker_free(unpacker *u) {
     if (!u) return;
     arena_free(&u->scratch);
-    free(u->instr_end);
+    free(u->keys);
     free(u);
 }
 
