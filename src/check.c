@@ -435,6 +435,70 @@ static json_t *most_fired(const rs_ruleset *rs, const rs_result *sat) {
     return top;
 }
 
+/* Equality saturation of a pair's e-graph (DESIGN §5, §6), run by the memo
+ * while lifting, for the segment it wants a representative of, and after
+ * lifting when an output is still apart from the baseline's. The rules load
+ * on first use (a warning when they do not); each run's figures are kept for
+ * the segment it ran for. */
+typedef struct sat_run {
+    uint32_t seg;                 /* UINT32_MAX: the run after lifting */
+    uint32_t iterations;
+    rs_stop stop;
+    uint64_t unions;
+    double ms;
+    json_t *top;                  /* the rules that fired most */
+} sat_run;
+
+typedef struct saturator {
+    const char *rules_dir;        /* NULL: no rules, no saturation */
+    diag *d;
+    rs_ruleset *rs;
+    bool failed;                  /* the rules did not load */
+    rs_result last;               /* the latest run's result */
+    sat_run *runs;
+    size_t nruns, capruns;
+} saturator;
+
+static bool saturate(saturator *s, egraph *g, uint32_t seg) {
+    if (!s->rules_dir || s->failed) return false;
+    if (!s->rs) {
+        diag rd;
+        diag_init(&rd, s->rules_dir);
+        s->rs = rs_new();
+        if (rs_load_dir(s->rs, s->rules_dir, &rd) != 0) {
+            diag_plain(s->d, "warning: rules in %s do not load; checking without them", s->rules_dir);
+            rs_free(s->rs);
+            s->rs = NULL;
+            s->failed = true;
+        }
+        diag_free(&rd);
+        if (s->failed) return false;
+    }
+    rs_budget b = rs_budget_default();
+    b.node_limit = 4 * (uint64_t)eg_node_count(g) + 100000;
+    b.time_limit_ms = 5000;
+    rs_db *db = rs_db_new(s->rs);
+    double ts = now_ms();
+    rs_result_free(&s->last);
+    memset(&s->last, 0, sizeof s->last);
+    rs_run(s->rs, g, db, &b, NULL, &s->last);
+    rs_db_free(db);
+    eg_rebuild(g);
+    XGROW(s->runs, s->capruns, s->nruns + 1);
+    s->runs[s->nruns++] = (sat_run){seg, s->last.iterations, s->last.stop, s->last.unions, now_ms() - ts,
+                                    most_fired(s->rs, &s->last)};
+    return true;
+}
+
+static bool lift_saturate(lift_ctx *c, void *arg) { return saturate(arg, c->g, c->cur_seg); }
+
+static void saturator_free(saturator *s) {
+    for (size_t i = 0; i < s->nruns; i++) json_decref(s->runs[i].top);
+    free(s->runs);
+    rs_result_free(&s->last);
+    rs_free(s->rs);
+}
+
 /* Reads both modules, at once on two threads when jobs ≥ 2 (the readers share
  * no mutable state); diagnostics come out in the same order either way. */
 static bool load_both(const check_opts *o, side *B, side *D, diag *d) {
@@ -512,6 +576,9 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     lift_init(&lc, g, &a, B.m, D.m, &rel.mesh);
     lc.mesh_inferred = o->relations == NULL;
     lc.no_memo = o->no_memo;
+    saturator sr = {.rules_dir = o->rules_dir, .d = d};
+    lc.saturate = lift_saturate;
+    lc.saturate_arg = &sr;
     double t1 = now_ms();
     eid *bouts;
     uint32_t nbouts;
@@ -522,40 +589,21 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     eg_rebuild(g);
     /* Equality saturation with the rules when an output's term has not met its
      * baseline class by construction: rewrites may join them. */
-    rs_result sat = {0};
-    json_t *top_rules = NULL;
     bool saturated = false;
     double sat_ms = 0;
-    if (o->rules_dir && !lc.nfindings) {
+    if (!lc.nfindings) {
         uint32_t nouts0 = root.kind == LV_TUPLE ? root.n : 1;
         bool apart = false;
         for (uint32_t k = 0; k < nouts0 && k < nbouts; k++) {
             const lval *v = root.kind == LV_TUPLE ? &root.elems[k] : &root;
             apart |= v->kind == LV_TERM && !v->assumed && eg_find(g, v->cls) != eg_find(g, bouts[k]);
         }
-        if (apart) {
-            diag rd;
-            diag_init(&rd, o->rules_dir);
-            rs_ruleset *rs = rs_new();
-            if (rs_load_dir(rs, o->rules_dir, &rd) == 0) {
-                rs_budget b = rs_budget_default();
-                b.node_limit = 4 * (uint64_t)eg_node_count(g) + 100000;
-                b.time_limit_ms = 5000;
-                rs_db *db = rs_db_new(rs);
-                double ts = now_ms();
-                rs_run(rs, g, db, &b, NULL, &sat);
-                top_rules = most_fired(rs, &sat);
-                rs_db_free(db);
-                eg_rebuild(g);
-                sat_ms = now_ms() - ts;
-                saturated = true;
-            } else {
-                diag_plain(d, "warning: rules in %s do not load; checking without them", o->rules_dir);
-            }
-            rs_free(rs);
-            diag_free(&rd);
+        if (apart && saturate(&sr, g, UINT32_MAX)) {
+            saturated = true;
+            sat_ms = sr.runs[sr.nruns - 1].ms;
         }
     }
+    const rs_result sat = sr.last;
 
     json_t *findings = json_array();
     json_t *counts = json_object();
@@ -770,6 +818,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     /* One segment per top-level op_name scope; each judged given its inputs. */
     json_t *segs = json_array();
     double sat_left = sat_ms;
+    const sat_run *final_run = saturated ? &sr.runs[sr.nruns - 1] : NULL;
     uint32_t *seg_classes = xcalloc(lc.nsegs + 1, sizeof *seg_classes);
     lift_segment_classes(&lc, seg_classes);
     for (uint32_t i = 0; i < lc.nsegs; i++) {
@@ -796,18 +845,31 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         json_object_set_new(seg, "distributed", r2);
         json_object_set_new(seg, "enodes", json_integer(sg->enodes));
         json_object_set_new(seg, "eclasses", json_integer(seg_classes[i]));
-        /* Saturation runs once over the whole e-graph; its figures go to the
-         * segments it was run for: those whose terms did not all meet the
-         * baseline's by construction (verified in the end or not). */
-        bool ran = saturated && (sg->outside || sg->divergent);
-        json_object_set_new(seg, "iterations", json_integer(ran ? sat.iterations : 0));
-        json_object_set_new(seg, "stop_reason", json_string(ran ? rs_stop_name(sat.stop) : "saturated"));
-        json_object_set_new(seg, "rule_firings", json_integer(ran ? (json_int_t)sat.unions : 0));
-        if (ran && top_rules && json_array_size(top_rules)) json_object_set(seg, "top_rules", top_rules);
+        /* Saturation runs over the whole e-graph: while lifting for the segment
+         * the memo wanted a representative of, after lifting for the segments
+         * whose terms did not all meet the baseline's by construction (verified
+         * in the end or not). A segment shows the runs it was the reason for;
+         * the time of the run after lifting is counted once, on the first. */
+        bool ran = final_run && (sg->outside || sg->divergent);
+        uint32_t iters = ran ? final_run->iterations : 0;
+        uint64_t fired = ran ? final_run->unions : 0;
+        const sat_run *last = ran ? final_run : NULL;
+        double own_ms = 0;
+        for (size_t k = 0; k < sr.nruns; k++)
+            if (sr.runs[k].seg == i) {
+                iters += sr.runs[k].iterations;
+                fired += sr.runs[k].unions;
+                own_ms += sr.runs[k].ms;
+                if (!ran) last = &sr.runs[k];
+            }
+        json_object_set_new(seg, "iterations", json_integer(iters));
+        json_object_set_new(seg, "stop_reason", json_string(last ? rs_stop_name(last->stop) : "saturated"));
+        json_object_set_new(seg, "rule_firings", json_integer((json_int_t)fired));
+        if (last && last->top && json_array_size(last->top)) json_object_set(seg, "top_rules", last->top);
         json_object_set_new(tm, "build", json_real(i == 0 ? t2 - t1 : 0));
         json_object_set_new(tm, "lift", json_real(sg->ms));
         /* Its time is counted once, on the first of them, so timings add up. */
-        json_object_set_new(tm, "saturate", json_real(ran ? sat_left : 0));
+        json_object_set_new(tm, "saturate", json_real(own_ms + (ran ? sat_left : 0)));
         sat_left = ran ? 0 : sat_left;
         json_object_set_new(tm, "check", json_real(i + 1 == lc.nsegs ? t4 - t3 - sat_ms : 0));
         json_object_set_new(seg, "timings_ms", tm);
@@ -831,8 +893,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     *trace = t;
 
     sb_free(&why);
-    rs_result_free(&sat);
-    json_decref(top_rules);
+    saturator_free(&sr);
     lift_done(&lc);
     arena_free(&a);
     eg_free(g);

@@ -237,6 +237,19 @@ static void kval_set(lift_ctx *c, eid cls, interp_val *v) {
     else c->kvals[cls] = v;
 }
 
+/* After unions outside lifting (saturation): values recorded under a class
+ * that is no longer canonical move to its canonical class. */
+static void kvals_after_unions(lift_ctx *c) {
+    for (size_t k = 0; k < c->capkvals; k++) {
+        if (!c->kvals[k]) continue;
+        eid r = eg_find(c->g, (eid)k);
+        if (r == k) continue;
+        interp_val *v = c->kvals[k];
+        c->kvals[k] = NULL;
+        kval_set(c, r, v);
+    }
+}
+
 /* The constant term holding v's values: the same e-node as a constant
  * instruction with those values (literal digest). Consumes v. */
 static eid const_term(lift_ctx *c, interp_val *v, uint8_t origin) {
@@ -2292,6 +2305,7 @@ typedef struct memo_side {
     uint32_t *base_run;
     int32_t **slot_map, **out_map;
     uint32_t *outside;            /* values outside the baseline it computed (not exported) */
+    bool *sat_failed;             /* saturating after it did not make it a representative */
     uint32_t *rep;                /* baseline: representative of each run (SR_NONE: none) */
     bool *abstract;               /* baseline: built as EG_OP_APP names, not lifted (yet) */
 } memo_side;
@@ -2328,6 +2342,7 @@ static void memo_init(lift_ctx *c) {
         ms->slot_map = arena_alloc(c->a, n * sizeof *ms->slot_map);
         ms->out_map = arena_alloc(c->a, n * sizeof *ms->out_map);
         ms->outside = arena_alloc(c->a, n * sizeof *ms->outside);
+        ms->sat_failed = arena_alloc(c->a, n * sizeof *ms->sat_failed);
         ms->rep = arena_alloc(c->a, n * sizeof *ms->rep);
         ms->abstract = arena_alloc(c->a, n * sizeof *ms->abstract);
         for (uint32_t r = 0; r < ms->runs.n; r++) ms->rep[r] = SR_NONE;
@@ -2429,7 +2444,10 @@ static uint32_t memo_base_hit(lift_ctx *c, memo_side *ms, uint32_t r, lval *vals
  * walked no loop (loops pair in walk order). */
 static void memo_base_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, size_t nloops_before) {
     const sr_run *x = &ms->runs.runs[r];
-    if (c->nloops != nloops_before) return;
+    if (c->nloops != nloops_before) {
+        memo_debug(ms, r, "it walks a loop (baseline)");
+        return;
+    }
     for (uint32_t p = 0; p < x->i1 - x->i0; p++) {
         const lval *v = &vals[x->i0 + p];
         if (x->exported[p] && !(v->kind == LV_DEV || (v->kind == LV_TERM && !v->assumed))) {
@@ -2538,23 +2556,32 @@ static uint32_t memo_hit(lift_ctx *c, memo_side *ms, uint32_t r, lval *vals) {
     return SR_NONE;
 }
 
+/* Why a distributed run did or did not become a representative. */
+typedef enum memo_why {
+    MEMO_RECORDED,
+    MEMO_APART,    /* clean, but a term of it meets no baseline class (yet) */
+    MEMO_NEVER,    /* a finding, something unsupported or assumed, no baseline run */
+} memo_why;
+
 /* After distributed run r was lifted: makes it a representative when it was
  * clean and its inputs and exported values are its baseline run's. */
-static void memo_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, const memo_mark *before) {
-    if (ms != &c->memo->side[1]) return;
+static memo_why memo_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, const memo_mark *before) {
     memo_mark now = memo_mark_now(c);
     if (now.nfindings != before->nfindings || now.nunsupported != before->nunsupported ||
         now.resynced != before->resynced || now.ndoms != before->ndoms || now.next_loop != before->next_loop ||
-        now.assumed != before->assumed ||
-        now.assumptions != before->assumptions || now.divergence != before->divergence) {
+        now.assumed != before->assumed || now.assumptions != before->assumptions) {
         memo_debug(ms, r, "not clean (findings, unsupported or assumed values)");
-        return;
+        return MEMO_NEVER;
     }
     const sr_run *run = &ms->runs.runs[r];
     uint32_t br = base_run_of(c, run);
     if (br == SR_NONE) {
         memo_debug(ms, r, "no baseline run of that scope to compare with");
-        return;
+        return MEMO_NEVER;
+    }
+    if (now.divergence != before->divergence) {
+        memo_debug(ms, r, "a term of it meets no baseline class (the first divergence)");
+        return MEMO_APART;
     }
     const memo_side *bs = &c->memo->side[0];
     const sr_run *brun = &bs->runs.runs[br];
@@ -2563,14 +2590,14 @@ static void memo_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals
         const lval *x = &vals[run->slots[s]];
         smap[s] = -1;
         if (x->kind == LV_DEV || (x->kind == LV_TERM && x->konst)) continue;
-        if (x->kind != LV_TERM || x->assumed) return;
+        if (x->kind != LV_TERM || x->assumed) return MEMO_NEVER;
         for (uint32_t t = 0; t < brun->nslots && smap[s] < 0; t++) {
             const lval *y = &bs->vals[brun->slots[t]];
             if (y->kind == LV_TERM && eg_find(c->g, y->cls) == eg_find(c->g, x->cls)) smap[s] = (int32_t)t;
         }
         if (smap[s] < 0) {
             memo_debug(ms, r, "an input is not an input of the baseline run");
-            return;
+            return MEMO_APART;
         }
     }
     uint32_t len = run->i1 - run->i0;
@@ -2579,7 +2606,7 @@ static void memo_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals
         const lval *x = &vals[run->i0 + p];
         omap[p] = -1;
         if (!run->exported[p] || x->kind == LV_DEV || (x->kind == LV_TERM && x->konst)) continue;
-        if (x->kind != LV_TERM || x->assumed) return;
+        if (x->kind != LV_TERM || x->assumed) return MEMO_NEVER;
         eid want = eg_find(c->g, x->cls);
         for (uint32_t q = 0; q < brun->i1 - brun->i0 && omap[p] < 0; q++) {
             const lval *y = &bs->vals[brun->i0 + q];
@@ -2589,7 +2616,7 @@ static void memo_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals
             if (vals[run->slots[s]].kind == LV_TERM && eg_find(c->g, vals[run->slots[s]].cls) == want) omap[p] = -2 - (int32_t)s;
         if (omap[p] == -1) {
             memo_debug(ms, r, "an exported value is not the baseline run's");
-            return;
+            return MEMO_APART;
         }
     }
     lval *ext = arena_alloc(c->a, (run->nslots + 1) * sizeof *ext);
@@ -2599,6 +2626,59 @@ static void memo_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals
     ms->slot_map[r] = smap;
     ms->out_map[r] = omap;
     ms->outside[r] = now.noutside - before->noutside;
+    return MEMO_RECORDED;
+}
+
+/* Whether a later run of the segment computation has run r's structure (by
+ * fingerprint): only then is r worth making a representative at some cost. */
+static bool memo_reusable(const memo_side *ms, uint32_t r) {
+    const sr_run *x = &ms->runs.runs[r];
+    for (uint32_t q = r + 1; q < ms->runs.n; q++) {
+        const sr_run *y = &ms->runs.runs[q];
+        if (y->fp == x->fp && y->i1 - y->i0 == x->i1 - x->i0 && y->nslots == x->nslots) return true;
+    }
+    return false;
+}
+
+/* Distributed run r was lifted cleanly, but some of its terms meet the
+ * baseline's only through rewrites (an expert-parallel layer's combine, say):
+ * when later runs could reuse it, the checker saturates the e-graph now
+ * (c->saturate), and if r's inputs and exported values are then its baseline
+ * run's it becomes a representative, as if they had met by construction. The
+ * first divergence, if r recorded it, is then no divergence (the run computes
+ * its baseline run's values) and what r counted outside the baseline is taken
+ * back: its segment is judged by what it exports, like a memo hit of it.
+ * Saturation that does not help is not tried again for runs equal to r, and
+ * at most MEMO_SAT_FAILS times in all. */
+#define MEMO_SAT_FAILS 2
+static void memo_record_saturated(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, memo_mark *before) {
+    if (!c->saturate || c->memo_sat_fails >= MEMO_SAT_FAILS || !memo_reusable(ms, r)) return;
+    const sr_run *run = &ms->runs.runs[r];
+    for (uint32_t q = 0; q < r; q++)
+        if (ms->sat_failed[q] && sr_equal(c->dist, ms->comp, &ms->runs.runs[q], ms->comp, run)) return;
+    /* The lifting so far is charged to the segment; saturation's time and
+     * e-nodes are the checker's to report, not lifting's. */
+    if (c->acct_t > 0) charge_segment(c, now_ms(), eg_node_count(c->g));
+    bool ran = c->saturate(c, c->saturate_arg);
+    kvals_after_unions(c);
+    c->acct_t = now_ms();
+    c->acct_nodes = eg_node_count(c->g);
+    if (!ran) return;
+    /* Judge r again with the divergence it recorded set aside. */
+    const hlo_instr *div = c->divergence;
+    bool own = div != before->divergence;
+    if (own) c->divergence = before->divergence;
+    if (memo_record(c, ms, r, vals, before) != MEMO_RECORDED) {
+        if (own) c->divergence = div;
+        ms->sat_failed[r] = true;
+        c->memo_sat_fails++;
+        return;
+    }
+    if (own && c->nsegs) c->segs[c->cur_seg].divergent--;
+    uint32_t out = c->noutside - before->noutside;
+    c->segs[c->cur_seg].outside -= out;
+    c->noutside -= out;
+    ms->outside[r] = 0;
 }
 
 /* Lifts instruction i of comp into vals[i]. */
@@ -2860,7 +2940,7 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
             }
         }
         if (!hit && base) memo_base_record(c, ms, r, vals, nloops);
-        else if (!hit) memo_record(c, ms, r, vals, &mk);
+        else if (!hit && memo_record(c, ms, r, vals, &mk) == MEMO_APART) memo_record_saturated(c, ms, r, vals, &mk);
     }
     if (ms) memo_leave(c, ms);
     return vals[comp->root];

@@ -233,6 +233,13 @@ typedef struct lift_ctx {
     bool no_account;                      /* building a memoised baseline layer after the fact */
     lift_memo *memo;
     uint32_t memo_runs, memo_hits;        /* distributed runs considered; taken from the memo */
+    /* Set before lifting (NULL: never): equality saturation of the e-graph as
+     * it stands, which the memo asks for when a clean run's terms meet the
+     * baseline's only through rewrites (DESIGN §6); false when it did not run.
+     * c->cur_seg is the segment it is run for. */
+    bool (*saturate)(struct lift_ctx *c, void *arg);
+    void *saturate_arg;
+    uint32_t memo_sat_fails;              /* saturations that made no representative */
     /* Constant folding: the values of e-classes whose term is computed from
      * constants only (indexed by class id; NULL: not known). Owned. */
     struct interp_val **kvals;
