@@ -1,10 +1,15 @@
 /* scalify check --baseline B --distributed D [--relations R | --auto-relations]
  *               [--source-root DIR] [--name N] [-o trace.json]
  * scalify check --manifest samples/manifest.json --out-dir DIR [--source-root DIR] */
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -18,7 +23,8 @@ const char cli_check_usage[] =
     "                     [-o trace.json]\n"
     "       scalify check --manifest MANIFEST --out-dir DIR [--source-root DIR] [--rules DIR] [--witness]\n"
     "                     [-j N] [--no-memo]\n"
-    "  -j N       threads (default: the number of cores); with 2 or more both programs are read at once\n"
+    "  -j N       parallelism (default: the number of cores): a batch checks up to N pairs at once, each in\n"
+    "             its own process; a single pair reads its two programs on two threads when N >= 2\n"
     "  --no-memo  lift every layer instead of reusing the result of an identical one (for comparison)\n";
 
 static bool write_json(const char *path, json_t *j, diag *d) {
@@ -61,7 +67,177 @@ static int run_one(const check_opts *o, const char *out) {
     return exit_for(v);
 }
 
-/* Batch mode: one trace per manifest pair, plus index.json. */
+/* ---- batch mode: one trace per manifest pair, plus index.json ---- */
+
+typedef struct batch_pair {
+    const char *name;
+    json_t *expected;
+    check_opts o;
+    strbuf b, d, r, out;          /* paths of any length: never a truncated name */
+    int verdict;
+    bool wrote;                   /* its trace was written */
+    strbuf msgs;                  /* what checking it printed */
+    bool finished;
+} batch_pair;
+
+/* Checks one pair and writes its trace; sets p->verdict, p->wrote and
+ * p->msgs (the checker's and the writer's messages). */
+static void batch_check(batch_pair *p) {
+    diag d;
+    diag_init(&d, "scalify check");
+    json_t *trace = NULL;
+    p->verdict = check_pair(&p->o, &trace, &d);
+    sb_put(&p->msgs, d.out.s ? d.out.s : "", d.out.len);
+    diag_free(&d);
+    if (trace) {
+        diag_init(&d, p->out.s);
+        p->wrote = write_json(p->out.s, trace, &d);
+        sb_put(&p->msgs, d.out.s ? d.out.s : "", d.out.len);
+        diag_free(&d);
+        json_decref(trace);
+    }
+}
+
+/* A pair being checked by a child process: it writes "verdict wrote\n" and its
+ * messages to the pipe fd, then exits. */
+typedef struct batch_worker {
+    pid_t pid;
+    int fd;
+    size_t pair;
+    strbuf got;
+} batch_worker;
+
+static bool batch_start(batch_worker *w, batch_pair *p, size_t k, const batch_worker *all, int nall) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return false;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return false;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        for (int i = 0; i < nall; i++)
+            if (all[i].pid > 0) close(all[i].fd);
+        p->o.jobs = 1; /* the pairs share the cores */
+        batch_check(p);
+        strbuf b;
+        sb_init(&b);
+        sb_printf(&b, "%d %d\n", p->verdict, p->wrote);
+        sb_put(&b, p->msgs.s ? p->msgs.s : "", p->msgs.len);
+        for (size_t at = 0; at < b.len;) {
+            ssize_t n = write(fds[1], b.s + at, b.len - at);
+            if (n <= 0 && errno != EINTR) break;
+            if (n > 0) at += (size_t)n;
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    w->pid = pid;
+    w->fd = fds[0];
+    w->pair = k;
+    sb_init(&w->got);
+    return true;
+}
+
+/* The worker's pipe is at its end: reaps it and records the pair's result. */
+static void batch_finish(batch_worker *w, batch_pair *p) {
+    close(w->fd);
+    int st = 0;
+    while (waitpid(w->pid, &st, 0) < 0 && errno == EINTR) {}
+    int v = VERDICT_ERROR, wrote = 0, used = 0;
+    bool ok = w->got.s && sscanf(w->got.s, "%d %d\n%n", &v, &wrote, &used) == 2 && used > 0 && WIFEXITED(st) &&
+              WEXITSTATUS(st) == 0;
+    if (ok) {
+        p->verdict = v;
+        p->wrote = wrote;
+        sb_put(&p->msgs, w->got.s + used, w->got.len - (size_t)used);
+    } else {
+        p->verdict = VERDICT_ERROR;
+        p->wrote = false;
+        if (WIFSIGNALED(st))
+            sb_printf(&p->msgs, "%s: checking stopped by signal %d; no trace\n", p->name, WTERMSIG(st));
+        else
+            sb_printf(&p->msgs, "%s: checking ended without a result; no trace\n", p->name);
+    }
+    sb_free(&w->got);
+    w->pid = 0;
+}
+
+/* A batch: its pairs, how many have finished and how many have had their
+ * messages printed (in manifest order, whatever order they finish in). */
+typedef struct batch {
+    batch_pair *ps;
+    size_t n, done, printed;
+} batch;
+
+/* Pair k has finished: progress on a terminal, messages in manifest order. */
+static void batch_report(batch *bt, size_t k) {
+    bt->ps[k].finished = true;
+    bt->done++;
+    if (isatty(2)) fprintf(stderr, "[%zu/%zu] %s\n", bt->done, bt->n, bt->ps[k].name);
+    for (; bt->printed < bt->n && bt->ps[bt->printed].finished; bt->printed++)
+        if (bt->ps[bt->printed].msgs.len) fputs(bt->ps[bt->printed].msgs.s, stderr);
+}
+
+/* Checks every pair, up to `jobs` at once, each in a child process (one
+ * failing cannot take the others down); the results and messages come back
+ * through pipes. With one job, or when a process cannot be made, a pair is
+ * checked here. */
+#define BATCH_MAX_WORKERS 64
+static void batch_run(batch *bt, int jobs) {
+    size_t n = bt->n;
+    int nw = jobs < 2 || n < 2 ? 0 : (size_t)jobs < n ? jobs : (int)n;
+    if (nw > BATCH_MAX_WORKERS) nw = BATCH_MAX_WORKERS;
+    batch_worker *ws = xcalloc((size_t)nw + 1, sizeof *ws);
+    batch_pair *ps = bt->ps;
+    size_t next = 0;
+    for (;;) {
+        int active = 0;
+        for (int i = 0; i < nw; i++) {
+            if (!ws[i].pid && next < n && batch_start(&ws[i], &ps[next], next, ws, nw)) next++;
+            active += ws[i].pid > 0;
+        }
+        if (!active) {
+            if (next == n) break;
+            batch_check(&ps[next]); /* no child process: here */
+            batch_report(bt, next++);
+            continue;
+        }
+        struct pollfd pf[BATCH_MAX_WORKERS];
+        int map[BATCH_MAX_WORKERS], np = 0;
+        for (int i = 0; i < nw; i++)
+            if (ws[i].pid > 0) pf[np] = (struct pollfd){.fd = ws[i].fd, .events = POLLIN}, map[np++] = i;
+        if (poll(pf, (nfds_t)np, -1) < 0) {
+            if (errno == EINTR) continue;
+            /* Cannot wait for them: stop them; their pairs end as errors. */
+            for (int k = 0; k < np; k++) {
+                kill(ws[map[k]].pid, SIGKILL);
+                batch_finish(&ws[map[k]], &ps[ws[map[k]].pair]);
+                batch_report(bt, ws[map[k]].pair);
+            }
+            nw = 0;
+            continue;
+        }
+        for (int k = 0; k < np; k++) {
+            if (!(pf[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            batch_worker *w = &ws[map[k]];
+            char buf[4096];
+            ssize_t got = read(w->fd, buf, sizeof buf);
+            if (got > 0) {
+                sb_put(&w->got, buf, (size_t)got);
+            } else if (got == 0 || errno != EINTR) {
+                size_t pair = w->pair;
+                batch_finish(w, &ps[pair]);
+                batch_report(bt, pair);
+            }
+        }
+    }
+    free(ws);
+}
+
 static int run_manifest(const char *manifest, const char *out_dir, const check_opts *base) {
     json_error_t err;
     json_t *m = json_load_file(manifest, 0, &err);
@@ -78,10 +254,11 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
     if (slash) sb_put(&dirb, manifest, (size_t)(slash - manifest));
     else sb_puts(&dirb, ".");
     const char *dir = dirb.s;
-    json_t *index = json_array(), *pairs = json_object_get(m, "pairs");
+    json_t *pairs = json_object_get(m, "pairs");
+    size_t total = json_array_size(pairs), n = 0;
+    batch_pair *ps = xcalloc(total + 1, sizeof *ps);
     int worst = EXIT_VERIFIED;
-    bool tty = isatty(2);
-    for (size_t i = 0; i < json_array_size(pairs); i++) {
+    for (size_t i = 0; i < total; i++) {
         json_t *p = json_array_get(pairs, i);
         const char *name = json_string_value(json_object_get(p, "name"));
         /* The protobuf form when there is one: text dumps elide large constants
@@ -97,40 +274,38 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
             worst = EXIT_INPUT;
             continue;
         }
-        strbuf bp, dp, rp, out; /* paths of any length: never a truncated name */
-        sb_init(&bp), sb_init(&dp), sb_init(&rp), sb_init(&out);
-        sb_printf(&bp, "%s/%s", dir, b);
-        sb_printf(&dp, "%s/%s", dir, dd);
-        sb_printf(&rp, "%s/%s", dir, r);
-        sb_printf(&out, "%s/%s.trace.json", out_dir, name);
-        check_opts o = *base;
-        o.name = name;
-        o.baseline = bp.s;
-        o.distributed = dp.s;
-        if (strcmp(r, "auto") == 0) o.auto_relations = true;
-        else o.relations = rp.s;
-        if (tty) fprintf(stderr, "[%zu/%zu] %s\n", i + 1, json_array_size(pairs), name);
-        diag d;
-        diag_init(&d, "scalify check");
-        json_t *trace = NULL;
-        int v = check_pair(&o, &trace, &d);
-        cli_flush_diag(&d);
-        json_t *e = json_object();
-        json_object_set_new(e, "name", json_string(name));
-        json_object_set_new(e, "verdict", json_string(verdict_name(v)));
-        json_object_set_new(e, "expected", json_incref(json_object_get(p, "expected")));
-        if (trace) {
-            diag_init(&d, out.s);
-            write_json(out.s, trace, &d);
-            cli_flush_diag(&d);
-            json_object_set_new(e, "trace", json_string(strrchr(out.s, '/') + 1));
-            json_decref(trace);
-        }
-        sb_free(&bp), sb_free(&dp), sb_free(&rp), sb_free(&out);
-        json_array_append_new(index, e);
-        int code = exit_for(v);
-        if (code > worst) worst = code;
+        batch_pair *q = &ps[n++];
+        q->name = name;
+        q->verdict = VERDICT_ERROR; /* until it is checked */
+        q->expected = json_object_get(p, "expected");
+        sb_init(&q->b), sb_init(&q->d), sb_init(&q->r), sb_init(&q->out), sb_init(&q->msgs);
+        sb_printf(&q->b, "%s/%s", dir, b);
+        sb_printf(&q->d, "%s/%s", dir, dd);
+        sb_printf(&q->r, "%s/%s", dir, r);
+        sb_printf(&q->out, "%s/%s.trace.json", out_dir, name);
+        q->o = *base;
+        q->o.name = name;
+        q->o.baseline = q->b.s;
+        q->o.distributed = q->d.s;
+        if (strcmp(r, "auto") == 0) q->o.auto_relations = true;
+        else q->o.relations = q->r.s;
     }
+    batch bt = {ps, n, 0, 0};
+    batch_run(&bt, base->jobs);
+    json_t *index = json_array();
+    for (size_t i = 0; i < n; i++) {
+        batch_pair *q = &ps[i];
+        json_t *e = json_object();
+        json_object_set_new(e, "name", json_string(q->name));
+        json_object_set_new(e, "verdict", json_string(verdict_name(q->verdict)));
+        json_object_set_new(e, "expected", json_incref(q->expected));
+        if (q->wrote) json_object_set_new(e, "trace", json_string(strrchr(q->out.s, '/') + 1));
+        json_array_append_new(index, e);
+        int code = exit_for(q->verdict);
+        if (code > worst) worst = code;
+        sb_free(&q->b), sb_free(&q->d), sb_free(&q->r), sb_free(&q->out), sb_free(&q->msgs);
+    }
+    free(ps);
     strbuf ip;
     sb_init(&ip);
     sb_printf(&ip, "%s/index.json", out_dir);

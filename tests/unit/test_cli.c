@@ -167,6 +167,50 @@ void suite_cli(void) {
     CHECK_CONTAINS(out, "mismatch");
     free(out);
 
+    t_case("cli-13 check --manifest: pairs checked at once give what one at a time gives");
+    {
+        free(run(&st, "mkdir -p build/cli-batch"));
+        FILE *f = fopen("build/cli-batch/garbage.hlo", "w");
+        if (CHECK(f)) {
+            fputs("this is not an HLO module\n", f);
+            fclose(f);
+        }
+        f = fopen("build/cli-batch/manifest.json", "w");
+        if (CHECK(f)) {
+            fputs("{\"pairs\": [\n"
+                  " {\"name\": \"ok\", \"expected\": \"verified\", \"baseline\": {\"hlo\": \"../../samples/tiny/tiny.baseline.hlo\"},"
+                  "  \"distributed\": {\"hlo\": \"../../samples/tiny/tiny.megatron_tp.tp4.dist.hlo\"},"
+                  "  \"relations\": \"../../samples/tiny/tiny.megatron_tp.tp4.relations.json\"},\n"
+                  " {\"name\": \"bad-input\", \"expected\": \"verified\", \"baseline\": {\"hlo\": \"../../samples/tiny/tiny.baseline.hlo\"},"
+                  "  \"distributed\": {\"hlo\": \"garbage.hlo\"}, \"relations\": \"../../samples/tiny/tiny.megatron_tp.tp4.relations.json\"},\n"
+                  " {\"name\": \"bug\", \"expected\": \"mismatch\", \"baseline\": {\"hlo\": \"../../samples/tiny/tiny.baseline.hlo\"},"
+                  "  \"distributed\": {\"hlo\": \"../../samples/tiny/tiny.megatron_tp.tp4.bug.missing-allreduce.dist.hlo\"},"
+                  "  \"relations\": \"../../samples/tiny/tiny.megatron_tp.tp4.bug.missing-allreduce.relations.json\"}\n]}\n",
+                  f);
+            fclose(f);
+        }
+        char *outs[2], *idx[2];
+        for (int k = 0; k < 2; k++) {
+            outs[k] = run(&st, "rm -rf build/cli-batch/out%d && %s check -j %d --manifest build/cli-batch/manifest.json "
+                               "--out-dir build/cli-batch/out%d", k, bin, k ? 3 : 1, k);
+            CHECK_MSG(st == 2, "-j %d: exit %d (a bad input in the batch)", k ? 3 : 1, st);
+            char path[64];
+            snprintf(path, sizeof path, "build/cli-batch/out%d/index.json", k);
+            idx[k] = t_read(path, NULL);
+        }
+        CHECK_STR(outs[0], outs[1]);
+        CHECK(idx[0] && idx[1] && strcmp(idx[0], idx[1]) == 0);
+        CHECK_CONTAINS(outs[1], "build/cli-batch/garbage.hlo:1:6: expected");
+        if (idx[1]) {
+            CHECK_CONTAINS(idx[1], "\"name\": \"ok\",\n   \"verdict\": \"verified\"");
+            CHECK_CONTAINS(idx[1], "\"name\": \"bad-input\",\n   \"verdict\": \"error\"");
+            CHECK_CONTAINS(idx[1], "\"name\": \"bug\",\n   \"verdict\": \"mismatch\"");
+        }
+        CHECK(t_read("build/cli-batch/out1/ok.trace.json", NULL) != NULL);
+        CHECK(t_read("build/cli-batch/out1/bad-input.trace.json", NULL) == NULL);
+        for (int k = 0; k < 2; k++) free(outs[k]), free(idx[k]);
+    }
+
     t_case("cli-12 every command answers --help with its own usage, exit 0");
     static const char *const cmds[] = {"inspect", "check", "report", "rules", "eval"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
