@@ -164,7 +164,7 @@ static int attr_cmp(const void *x, const void *y) {
 }
 
 /* The scope of an instruction's op_name (hlo_instr.scope). */
-static void set_scope(hlo_instr *in) {
+static void set_scope(hlo_module *m, hlo_instr *in) {
     in->scope = NULL;
     in->nscope = 0;
     const char *p = in->meta ? in->meta->op_name : NULL;
@@ -176,13 +176,14 @@ static void set_scope(hlo_instr *in) {
     }
     const char *e = strchr(p, '/');
     if (!e || e == p) return;
-    in->scope = p;
-    in->nscope = (uint32_t)(e - p);
+    uint32_t n = (uint32_t)(e - p);
+    if (n == m->last_nscope && memcmp(p, m->last_scope, n) == 0) p = m->last_scope;
+    in->scope = m->last_scope = p;
+    in->nscope = m->last_nscope = n;
 }
 
 void graph_finalize_instr(hlo_module *m, hlo_instr *in) {
-    (void)m;
-    set_scope(in);
+    set_scope(m, in);
     uint32_t w = 0;
     for (uint32_t r = 0; r < in->nattrs; r++)
         if (!attr_is_default(in, &in->attrs[r])) in->attrs[w++] = in->attrs[r];

@@ -305,7 +305,9 @@ typedef struct hlo_instr {
     uint32_t line, col;           /* position in a text input; 0 otherwise */
     /* The first component of meta->op_name after any jit(...)/ prefix
      * ("layers.3"), not NUL-terminated; nscope 0 when none. Set by
-     * graph_finalize_instr (segments and the memo look it up per instruction). */
+     * graph_finalize_instr (segments and the memo look it up per instruction);
+     * instructions finalised one after another with the same scope share the
+     * pointer, so equal pointers are a quick yes (unequal ones prove nothing). */
     const char *scope;
     uint32_t nscope;
 } hlo_instr;
@@ -339,6 +341,8 @@ typedef struct hlo_frame {
 typedef struct hlo_module {
     arena arena;
     strmap interned;              /* string pool; keys live in the arena */
+    const char *last_scope;       /* graph_finalize_instr: the previous scope */
+    uint32_t last_nscope;
     const char *name;
     const char *source_path;      /* file it was read from */
     const char *format;           /* "text", "HloModuleProto", "HloProto", "HloSnapshot" */

@@ -379,10 +379,13 @@ static bool is_identity_custom_call(const hlo_instr *in) {
 
 /* The segment of scope s[0..n), created on first sight. */
 static uint32_t segment_of(lift_ctx *c, const char *s, size_t n) {
+    /* Neighbours share their scope's pointer (hlo_instr.scope). */
+    if (s == c->last_scope && c->last_scope_seg < c->nsegs) return c->last_scope_seg;
+    c->last_scope = s;
     if (c->nsegs && c->cur_seg < c->nsegs && strncmp(c->segs[c->cur_seg].name, s, n) == 0 && c->segs[c->cur_seg].name[n] == 0)
-        return c->cur_seg;
+        return c->last_scope_seg = c->cur_seg;
     for (uint32_t i = c->nsegs; i-- > 0;)
-        if (strlen(c->segs[i].name) == n && memcmp(c->segs[i].name, s, n) == 0) return i;
+        if (strlen(c->segs[i].name) == n && memcmp(c->segs[i].name, s, n) == 0) return c->last_scope_seg = i;
     if (c->nsegs == c->capsegs) {
         size_t cap = c->capsegs;
         XGROW(c->segs, cap, c->nsegs + 1);
@@ -391,7 +394,7 @@ static uint32_t segment_of(lift_ctx *c, const char *s, size_t n) {
     memset(&c->segs[c->nsegs], 0, sizeof c->segs[0]);
     c->segs[c->nsegs].name = arena_strndup(c->a, s, n);
     c->segs[c->nsegs].memo_of = -1;
-    return c->nsegs++;
+    return c->last_scope_seg = c->nsegs++;
 }
 
 static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {

@@ -22,7 +22,7 @@ static uint32_t each_run(const hlo_comp *comp, run_fn visit, void *ctx) {
         const char *s = NULL;
         size_t n = 0;
         bool scoped = in && in->op != OP_PARAMETER && sr_scope_top(in, &s, &n);
-        bool ends = !in || (scoped && (i0 == SR_NONE || n != ncur || memcmp(s, cur, n) != 0));
+        bool ends = !in || (scoped && (i0 == SR_NONE || (s != cur && (n != ncur || memcmp(s, cur, n) != 0))));
         if (ends && i0 != SR_NONE) {
             if (visit) visit(ctx, i0, i, cur, ncur);
             count++;
