@@ -147,13 +147,13 @@ static void batch_finish(batch_worker *w, batch_pair *p) {
     close(w->fd);
     int st = 0;
     while (waitpid(w->pid, &st, 0) < 0 && errno == EINTR) {}
-    int v = VERDICT_ERROR, wrote = 0, used = 0;
-    bool ok = w->got.s && sscanf(w->got.s, "%d %d\n%n", &v, &wrote, &used) == 2 && used > 0 && WIFEXITED(st) &&
-              WEXITSTATUS(st) == 0;
+    int v = VERDICT_ERROR, wrote = 0;
+    const char *nl = w->got.s ? memchr(w->got.s, '\n', w->got.len) : NULL;
+    bool ok = nl && sscanf(w->got.s, "%d %d", &v, &wrote) == 2 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
     if (ok) {
         p->verdict = v;
         p->wrote = wrote;
-        sb_put(&p->msgs, w->got.s + used, w->got.len - (size_t)used);
+        sb_put(&p->msgs, nl + 1, w->got.len - (size_t)(nl + 1 - w->got.s));
     } else {
         p->verdict = VERDICT_ERROR;
         p->wrote = false;
