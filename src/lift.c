@@ -2652,10 +2652,14 @@ static bool memo_reusable(const memo_side *ms, uint32_t r) {
  * its baseline run's values) and what r counted outside the baseline is taken
  * back: its segment is judged by what it exports, like a memo hit of it.
  * Saturation that does not help is not tried again for runs equal to r, and
- * at most MEMO_SAT_FAILS times in all. */
+ * at most MEMO_SAT_FAILS times in all; nor is it run more than MEMO_SAT_RUNS
+ * times (each is over the whole e-graph, so a program whose every layer
+ * needed its own would cost quadratically: its later layers are lifted). */
 #define MEMO_SAT_FAILS 2
+#define MEMO_SAT_RUNS 8
 static void memo_record_saturated(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, memo_mark *before) {
-    if (!c->saturate || c->memo_sat_fails >= MEMO_SAT_FAILS || !memo_reusable(ms, r)) return;
+    if (!c->saturate || c->memo_sat_fails >= MEMO_SAT_FAILS || c->memo_sat_runs >= MEMO_SAT_RUNS || !memo_reusable(ms, r))
+        return;
     const sr_run *run = &ms->runs.runs[r];
     for (uint32_t q = 0; q < r; q++)
         if (ms->sat_failed[q] && sr_equal(c->dist, ms->comp, &ms->runs.runs[q], ms->comp, run)) return;
@@ -2663,6 +2667,7 @@ static void memo_record_saturated(lift_ctx *c, memo_side *ms, uint32_t r, const 
      * e-nodes are the checker's to report, not lifting's. */
     if (c->acct_t > 0) charge_segment(c, now_ms(), eg_node_count(c->g));
     bool ran = c->saturate(c, c->saturate_arg);
+    c->memo_sat_runs += ran;
     kvals_after_unions(c);
     c->acct_t = now_ms();
     c->acct_nodes = eg_node_count(c->g);

@@ -241,7 +241,7 @@ typedef struct lift_ctx {
      * c->cur_seg is the segment it is run for. */
     bool (*saturate)(struct lift_ctx *c, void *arg);
     void *saturate_arg;
-    uint32_t memo_sat_fails;              /* saturations that made no representative */
+    uint32_t memo_sat_runs, memo_sat_fails; /* saturations run; of them, those that made no representative */
     /* Constant folding: the values of e-classes whose term is computed from
      * constants only (indexed by class id; NULL: not known). Owned. */
     struct interp_val **kvals;
