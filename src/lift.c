@@ -2567,8 +2567,11 @@ typedef enum memo_why {
 } memo_why;
 
 /* After distributed run r was lifted: makes it a representative when it was
- * clean and its inputs and exported values are its baseline run's. */
-static memo_why memo_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, const memo_mark *before) {
+ * clean and its inputs and exported values are its baseline run's. A first
+ * divergence recorded in r makes it apart, unless the e-graph was saturated
+ * since (the divergent term may have met the baseline's then). */
+static memo_why memo_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, const memo_mark *before,
+                            bool saturated) {
     memo_mark now = memo_mark_now(c);
     if (now.nfindings != before->nfindings || now.nunsupported != before->nunsupported ||
         now.resynced != before->resynced || now.ndoms != before->ndoms || now.next_loop != before->next_loop ||
@@ -2582,7 +2585,7 @@ static memo_why memo_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *
         memo_debug(ms, r, "no baseline run of that scope to compare with");
         return MEMO_NEVER;
     }
-    if (now.divergence != before->divergence) {
+    if (now.divergence != before->divergence && !saturated) {
         memo_debug(ms, r, "a term of it meets no baseline class (the first divergence)");
         return MEMO_APART;
     }
@@ -2648,16 +2651,15 @@ static bool memo_reusable(const memo_side *ms, uint32_t r) {
  * when later runs could reuse it, the checker saturates the e-graph now
  * (c->saturate), and if r's inputs and exported values are then its baseline
  * run's it becomes a representative, as if they had met by construction. The
- * first divergence, if r recorded it, is then no divergence (the run computes
- * its baseline run's values) and what r counted outside the baseline is taken
- * back: its segment is judged by what it exports, like a memo hit of it.
- * Saturation that does not help is not tried again for runs equal to r, and
+ * first divergence and what r counted outside the baseline stay as lifting
+ * left them, and its hits count the same: findings and segment verdicts are
+ * those of checking without the memo. Saturation that does not help is not tried again for runs equal to r, and
  * at most MEMO_SAT_FAILS times in all; nor is it run more than MEMO_SAT_RUNS
  * times (each is over the whole e-graph, so a program whose every layer
  * needed its own would cost quadratically: its later layers are lifted). */
 #define MEMO_SAT_FAILS 2
 #define MEMO_SAT_RUNS 8
-static void memo_record_saturated(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, memo_mark *before) {
+static void memo_record_saturated(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, const memo_mark *before) {
     if (!c->saturate || c->memo_sat_fails >= MEMO_SAT_FAILS || c->memo_sat_runs >= MEMO_SAT_RUNS || !memo_reusable(ms, r))
         return;
     const sr_run *run = &ms->runs.runs[r];
@@ -2671,22 +2673,10 @@ static void memo_record_saturated(lift_ctx *c, memo_side *ms, uint32_t r, const 
     kvals_after_unions(c);
     c->acct_t = now_ms();
     c->acct_nodes = eg_node_count(c->g);
-    if (!ran) return;
-    /* Judge r again with the divergence it recorded set aside. */
-    const hlo_instr *div = c->divergence;
-    bool own = div != before->divergence;
-    if (own) c->divergence = before->divergence;
-    if (memo_record(c, ms, r, vals, before) != MEMO_RECORDED) {
-        if (own) c->divergence = div;
+    if (ran && memo_record(c, ms, r, vals, before, true) != MEMO_RECORDED) {
         ms->sat_failed[r] = true;
         c->memo_sat_fails++;
-        return;
     }
-    if (own && c->nsegs) c->segs[c->cur_seg].divergent--;
-    uint32_t out = c->noutside - before->noutside;
-    c->segs[c->cur_seg].outside -= out;
-    c->noutside -= out;
-    ms->outside[r] = 0;
 }
 
 /* Lifts instruction i of comp into vals[i]. */
@@ -2948,7 +2938,7 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
             }
         }
         if (!hit && base) memo_base_record(c, ms, r, vals, nloops);
-        else if (!hit && memo_record(c, ms, r, vals, &mk) == MEMO_APART) memo_record_saturated(c, ms, r, vals, &mk);
+        else if (!hit && memo_record(c, ms, r, vals, &mk, false) == MEMO_APART) memo_record_saturated(c, ms, r, vals, &mk);
     }
     if (ms) memo_leave(c, ms);
     return vals[comp->root];
