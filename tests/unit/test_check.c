@@ -483,6 +483,8 @@ static void memo_mutation(void) {
         json_t *trace = NULL;
         int v = ok ? run_with("mutant", b, "build/check-mutant.hlo.pb", r, false, false, &trace) : VERDICT_ERROR;
         CHECK_MSG(v != VERDICT_VERIFIED && v != VERDICT_ERROR, "verdict %s", verdict_name(v));
+        json_int_t hits = same_without_memo("mutant", b, "build/check-mutant.hlo.pb", r, false, v, trace);
+        CHECK_MSG(hits >= 8, "%lld layers from the memo before the mutated one", (long long)hits);
         json_decref(trace);
     }
     graph_free(m);
