@@ -413,6 +413,7 @@ static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
 /* ---- baseline ---- */
 
 static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs);
+static void charge_build(lift_ctx *c, uint32_t next);
 static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                      uint32_t ninputs);
 
@@ -436,6 +437,7 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
     for (uint32_t k = 0; k < be->nparams; k++) dup[k] = view_dup(be->instrs[be->params[k]].shape.rank);
     walk_side(c, true);
     lval r = lift_comp(c, be, NULL, dup, be->nparams);
+    charge_build(c, UINT32_MAX);
     walk_side(c, false);
     uint32_t n = r.kind == LV_TUPLE ? r.n : 1;
     *outs = arena_alloc(c->a, (n + 1) * sizeof **outs);
@@ -2044,6 +2046,15 @@ static void charge_segment(lift_ctx *c, double t, uint32_t nn) {
     }
 }
 
+/* Building the baseline: the time since the last switch goes to the segment
+ * left; `next` is the one entered (UINT32_MAX: none, the walk is over). */
+static void charge_build(lift_ctx *c, uint32_t next) {
+    double t = now_ms();
+    if (c->bacct_t > 0 && c->bacct_seg < c->nsegs) c->segs[c->bacct_seg].build_ms += t - c->bacct_t;
+    c->bacct_t = t;
+    c->bacct_seg = next;
+}
+
 /* Position bookkeeping of one instruction about to be lifted: its flattened
  * position, the ranges of its segment on either side, and the time and
  * e-nodes since the previous instruction (charged to that one's segment). */
@@ -2060,6 +2071,9 @@ static void account(lift_ctx *c, const hlo_instr *in) {
             uint32_t si = c->loop_depth ? c->loop_seg : segment_of(c, sc, sn);  /* may grow segs: index first */
             if (c->segs[si].bstart == c->segs[si].bend) c->segs[si].bstart = pos;
             c->segs[si].bend = pos + 1;
+            /* Time since the last switch goes to the segment left (instructions
+             * without a scope count to the current one). */
+            if (si != c->bacct_seg || c->bacct_t == 0) charge_build(c, si);
         }
     } else {
         /* An instruction with an op_name scope picks the segment; others (and

@@ -160,7 +160,8 @@ typedef struct lift_segment {
     uint32_t findings, unsupported, divergent, outside, enodes;
     uint32_t runs, memo_hits;     /* distributed runs (segrun.h) of it; of them taken from the memo */
     int32_t memo_of;              /* the segment whose lifting was reused by the last hit (-1: none) */
-    double ms;
+    double ms;                    /* lifting its distributed instructions */
+    double build_ms;              /* building (or naming, for a memo hit) its baseline instructions */
 } lift_segment;
 
 typedef struct lift_memo lift_memo;
@@ -221,6 +222,8 @@ typedef struct lift_ctx {
     uint32_t built;                       /* baseline instructions built (flattened positions) */
     double acct_t;                        /* per-segment accounting: last instruction's start */
     uint32_t acct_nodes;
+    double bacct_t;                       /* the same for building the baseline: the last switch */
+    uint32_t bacct_seg;
     lift_span *spans;
     size_t nspans, capspans;
     uint32_t nunsupported, noutside;      /* totals of the segment counters */
