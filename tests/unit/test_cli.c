@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "util.h"
@@ -206,8 +207,8 @@ void suite_cli(void) {
             CHECK_CONTAINS(idx[1], "\"name\": \"bad-input\",\n   \"verdict\": \"error\"");
             CHECK_CONTAINS(idx[1], "\"name\": \"bug\",\n   \"verdict\": \"mismatch\"");
         }
-        CHECK(t_read("build/cli-batch/out1/ok.trace.json", NULL) != NULL);
-        CHECK(t_read("build/cli-batch/out1/bad-input.trace.json", NULL) == NULL);
+        CHECK(access("build/cli-batch/out1/ok.trace.json", F_OK) == 0);
+        CHECK(access("build/cli-batch/out1/bad-input.trace.json", F_OK) != 0);
         for (int k = 0; k < 2; k++) free(outs[k]), free(idx[k]);
     }
 
