@@ -11,7 +11,8 @@
  * every N meets the same machine load, and the group is reported as max/min of
  * the best wall (and CPU) times across N; the target for the
  * llama-scale.megatron_tp family (tp2 ... tp64) is a ratio within 1.5.
- * Depth: 405B against 8B (Megatron tp8), and 405B without the memo and
+ * Depth: 405B against 8B (Megatron tp8), also in BENCH_ROUNDS rounds that run
+ * the two in turn (both meet the same load), and 405B without the memo and
  * with one reading thread. Writes build/bench-check.json and
  * tests/bench/RESULTS.md.
  */
@@ -152,8 +153,9 @@ int main(int argc, char **argv) {
     strbuf md, js;
     sb_init(&md);
     sb_init(&js);
-    const char *rep_env = getenv("BENCH_REPEAT");
+    const char *rep_env = getenv("BENCH_REPEAT"), *rounds_env = getenv("BENCH_ROUNDS");
     int repeat = rep_env && atoi(rep_env) > 0 ? atoi(rep_env) : 5;
+    int rounds = rounds_env && atoi(rounds_env) >= 0 ? atoi(rounds_env) : 20;
     sb_printf(&md,
               "# Checker benchmark (make bench)\n\nFull-size and scaling sample pairs (every pair not named tiny*), "
               "one process per run, best of %d runs (BENCH_REPEAT), on this machine.\n\n"
@@ -204,6 +206,13 @@ int main(int argc, char **argv) {
     /* Depth: the deepest pair against the shallowest of one family. */
     int d8 = find_pair(names, nres, "llama3.1-8b.megatron_tp.tp8"), d405 = find_pair(names, nres, "llama3.1-405b.megatron_tp.tp8");
     if (d8 >= 0 && d405 >= 0) {
+        /* As for the scaling groups: more rounds that run the two in turn, so
+         * that both meet the same machine load. */
+        for (int rd = 0; rd < rounds; rd++)
+            for (int k = 0; k < 2; k++) {
+                int j = k ? d405 : d8;
+                if (bench_pair(names[j], files[j][0], files[j][1], files[j][2], 1, &res[j]) != 0) return 3;
+            }
         const run_result *a = &res[d8], *z = &res[d405];
         /* Without the memo, and reading on one thread. */
         run_result nm = NO_RESULT, j1 = NO_RESULT;
@@ -213,12 +222,13 @@ int main(int argc, char **argv) {
             bench_pair_cfg(names[d405], files[d405][0], files[d405][1], files[d405][2], (bench_cfg){1, false}, repeat, &j1) != 0)
             return 3;
         long long extra = z->segs - a->segs;
-        sb_printf(&md, "\n## Depth\n\nLlama-3.1 405B (126 layers) against 8B (32 layers), Megatron tp8: wall %.0f / %.0f ms = %.2f× "
+        sb_printf(&md, "\n## Depth\n\nLlama-3.1 405B (126 layers) against 8B (32 layers), Megatron tp8, best of the runs above and of "
+                       "%d more rounds (BENCH_ROUNDS) that run the two in turn: wall %.0f / %.0f ms = %.2f× "
                        "(target: at most 3×); check %.1f / %.1f ms = %.2f×, of which lifting the distributed program "
                        "%.1f / %.1f ms = %.2f×. Reading the programs is linear in their size (the 405B files are about four "
                        "times the 8B ones). A memoised layer still costs its structural comparison and bookkeeping on "
                        "both sides: %.2f ms per extra layer here, against %.2f ms per layer without the memo.\n",
-                  z->wall, a->wall, z->wall / a->wall, z->check, a->check, a->check > 0 ? z->check / a->check : 0, z->lift, a->lift,
+                  rounds, z->wall, a->wall, z->wall / a->wall, z->check, a->check, a->check > 0 ? z->check / a->check : 0, z->lift, a->lift,
                   a->lift > 0 ? z->lift / a->lift : 0, extra > 0 ? (z->check - a->check) / (double)extra : 0,
                   z->segs > 0 ? nm.check / (double)z->segs : 0);
         sb_printf(&md, "\n| %s | verdict | memo hits | wall ms | check ms | CPU ms | peak MiB |\n|---|---|---:|---:|---:|---:|---:|\n", names[d405]);
@@ -269,8 +279,6 @@ int main(int argc, char **argv) {
                 idx[c] = idx[c - 1];
                 idx[c - 1] = t;
             }
-        const char *rounds_env = getenv("BENCH_ROUNDS");
-        int rounds = rounds_env && atoi(rounds_env) >= 0 ? atoi(rounds_env) : 20;
         for (int rd = 0; rd < rounds; rd++)
             for (size_t a = 0; a < cnt; a++) {
                 size_t j = idx[a];
