@@ -528,6 +528,11 @@ static void page_pair(rctx *c, size_t p) {
         sb_puts(&b, "</td>");
     }
     sb_printf(&b, "<td>%zu hit%s</td></tr></tfoot></table></div>\n", memo, memo == 1 ? "" : "s");
+    if (t->n_segments)
+        sb_puts(&b, "<div class=\"note\">Build: making the segment's baseline terms; lift: relating its distributed "
+                    "instructions; saturate: the rewrite runs it was the reason for. The first segment also holds what "
+                    "belongs to none (splitting both programs into layers for the memo, the parameters). Reading the "
+                    "programs and writing the trace are not counted here.</div>\n");
 
     sb_puts(&b, "<h2 id=\"chart\">Time per segment</h2>\n");
     chart_section(c, &b, &css, p);
