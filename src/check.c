@@ -810,6 +810,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     for (uint32_t i = 0; i < lc.nsegs; i++) seg_hits += lc.segs[i].runs && lc.segs[i].memo_hits == lc.segs[i].runs;
     json_object_set_new(sum, "memo_hits", json_integer(seg_hits));
     json_object_set_new(sum, "wall_ms", json_real(now_ms() - t0));
+    json_object_set_new(sum, "threads", json_integer(o->jobs >= 2 ? 2 : 1)); /* that read the two programs */
     json_object_set_new(sum, "cpu_ms", json_real(cpu_ms() - c0));
     json_object_set_new(sum, "peak_bytes", json_integer((json_int_t)peak_rss_bytes()));
     json_object_set_new(sum, "findings", counts);

@@ -24,7 +24,8 @@ const char cli_check_usage[] =
     "       scalify check --manifest MANIFEST --out-dir DIR [--source-root DIR] [--rules DIR] [--witness]\n"
     "                     [-j N] [--no-memo]\n"
     "  -j N       parallelism (default: the number of cores): a batch checks up to N pairs at once, each in\n"
-    "             its own process; a single pair reads its two programs on two threads when N >= 2\n"
+    "             its own process (its times then include the others' load: -j 1 for timings); a single\n"
+    "             pair reads its two programs on two threads when N >= 2\n"
     "  --no-memo  lift every layer instead of reusing the result of an identical one (for comparison)\n";
 
 static bool write_json(const char *path, json_t *j, diag *d) {

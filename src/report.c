@@ -442,6 +442,8 @@ static void page_pair(rctx *c, size_t p) {
     badge(&b, t->verdict);
     sb_puts(&b, "</h1>\n<p class=\"lede\">Mesh ");
     mesh_str(&b, t);
+    /* A pair of a batch checked beside others reads its programs on one thread. */
+    if (t->threads) sb_printf(&b, " \xc2\xb7 programs read on %lld thread%s", (long long)t->threads, t->threads == 1 ? "" : "s");
     sb_puts(&b, " \xc2\xb7 trace <code>");
     put(&b, t->source);
     sb_puts(&b, "</code></p>\n");

@@ -431,6 +431,7 @@ static void read_root(rd *r, json_t *root) {
         t->memo_hits = get_int(r, sum, "summary", "memo_hits", true, 0);
         t->wall_ms = get_num(r, sum, "summary", "wall_ms", false);
         t->cpu_ms = get_num(r, sum, "summary", "cpu_ms", false);
+        t->threads = get_int(r, sum, "summary", "threads", false, 1);
         t->peak_bytes = get_int(r, sum, "summary", "peak_bytes", true, 0);
         json_t *kinds = get_obj(r, sum, "summary", "findings", true);
         const char *k;
