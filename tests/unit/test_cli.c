@@ -208,6 +208,15 @@ void suite_cli(void) {
             CHECK_CONTAINS(idx[1], "\"name\": \"bug\",\n   \"verdict\": \"mismatch\"");
         }
         CHECK(access("build/cli-batch/out1/ok.trace.json", F_OK) == 0);
+        /* A pair of a batch reads on one thread; alone with -j 2, on two: the trace says which. */
+        char *t1 = t_read("build/cli-batch/out1/ok.trace.json", NULL);
+        CHECK(t1 && strstr(t1, "\"threads\": 1"));
+        free(t1);
+        free(run(&st, "%s check -j 2 --baseline samples/tiny/tiny.baseline.hlo --distributed samples/tiny/tiny.megatron_tp.tp4.dist.hlo "
+                      "--relations samples/tiny/tiny.megatron_tp.tp4.relations.json -o build/cli-batch/alone.json", bin));
+        t1 = t_read("build/cli-batch/alone.json", NULL);
+        CHECK(st == 0 && t1 && strstr(t1, "\"threads\": 2"));
+        free(t1);
         CHECK(access("build/cli-batch/out1/bad-input.trace.json", F_OK) != 0);
         for (int k = 0; k < 2; k++) free(outs[k]), free(idx[k]);
     }
