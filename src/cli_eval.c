@@ -166,8 +166,9 @@ int cli_eval(int argc, char **argv) {
             int64_t global[INTERP_MAX_RANK];
             const hlo_attr *sa = instr_attr(p, A_SHARDING);
             if (D == 1 || !sa || p->shape.rank > INTERP_MAX_RANK ||
-                !interp_shard_global(sa->v.sharding, p->shape.rank, p->shape.dims, global))
-                memcpy(global, p->shape.dims, p->shape.rank * sizeof *global);
+                !interp_shard_global(sa->v.sharding, p->shape.rank, p->shape.dims, global)) {
+                if (p->shape.rank) memcpy(global, p->shape.dims, p->shape.rank * sizeof *global); /* NULL for a scalar */
+            }
             src = interp_val_new(p->shape.dtype, p->shape.rank, global);
             if (!src) {
                 fprintf(stderr, "scalify eval: parameter %u (%s) is too large\n", k, p->name);

@@ -1508,6 +1508,47 @@ static interp_val *op_gather(ctx *x, const hlo_instr *in, const interp_val *a, c
     return r;
 }
 
+/* Where a scatter's attributes and shapes disagree (XLA's shape rules: the
+ * updates' window dims are the operand dims left after inserted and batching
+ * dims, no larger than them; its other dims are the indices' dims without
+ * index_vector_dim; the result is the operand's shape; every number in
+ * range), or NULL. wdim: the operand dims of the window dims, in order. */
+static const char *scatter_mismatch(const hlo_instr *in, const interp_val *a, const interp_val *ix, const interp_val *u,
+                                    const int64_t *wdim) {
+    uint32_t nuw, niw, nsd, nib, nsb;
+    const int64_t *uw = instr_ints(in, A_UPDATE_WINDOW_DIMS, &nuw), *iw = instr_ints(in, A_INSERTED_WINDOW_DIMS, &niw);
+    const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);
+    const int64_t *ib = instr_ints(in, A_INPUT_BATCHING_DIMS, &nib), *sb = instr_ints(in, A_SCATTER_INDICES_BATCHING_DIMS, &nsb);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+    if (a->dtype == DT_TUPLE || u->dtype != a->dtype) return "the updates' element type differs from the operand's";
+    if (in->shape.dtype != a->dtype || in->shape.rank != a->rank ||
+        (a->rank && memcmp(in->shape.dims, a->dims, a->rank * sizeof *a->dims) != 0))
+        return "the result's shape is not the operand's";
+    if (ix->dtype == DT_TUPLE || ivd < 0 || ivd > (int64_t)ix->rank) return "index_vector_dim out of range";
+    if ((ivd < (int64_t)ix->rank ? ix->dims[ivd] : 1) != (int64_t)nsd)
+        return "scatter_dims_to_operand_dims does not match the index vectors";
+    for (uint32_t k = 0; k < nsd; k++)
+        if (sd[k] < 0 || sd[k] >= (int64_t)a->rank) return "scatter_dims_to_operand_dims out of range";
+    for (uint32_t k = 0; k < niw; k++)
+        if (iw[k] < 0 || iw[k] >= (int64_t)a->rank) return "inserted_window_dims out of range";
+    for (uint32_t k = 0; k < nib; k++)
+        if (ib[k] < 0 || ib[k] >= (int64_t)a->rank || sb[k] < 0 || sb[k] >= (int64_t)ix->rank || sb[k] == ivd)
+            return "batching dims out of range";
+    for (uint32_t k = 0; k < nuw; k++)
+        if (uw[k] < 0 || uw[k] >= (int64_t)u->rank || (k && uw[k] <= uw[k - 1])) return "update_window_dims out of range or order";
+    uint32_t nix = ivd < (int64_t)ix->rank ? ix->rank - 1 : ix->rank, jw = 0, jb = 0;
+    if (u->rank != nuw + nix) return "the updates' rank is not the indices' batch dims plus the window dims";
+    for (uint32_t d = 0; d < u->rank; d++) {
+        if (in_list(d, uw, nuw)) {
+            if (jw >= nuw || u->dims[d] > a->dims[wdim[jw++]]) return "an update window exceeds the operand";
+            continue;
+        }
+        if ((int64_t)jb == ivd) jb++;
+        if (jb >= ix->rank || u->dims[d] != ix->dims[jb++]) return "a scatter dim of the updates differs from the indices'";
+    }
+    return NULL;
+}
+
 static interp_val *op_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev) {
     if (in->noperands != 3) return fail(x, INTERP_EUNSUPPORTED, in, "variadic scatter");
     const interp_val *a = ops[0], *ix = ops[1], *u = ops[2];
@@ -1524,6 +1565,8 @@ static interp_val *op_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int
     for (uint32_t d = 0; d < a->rank; d++)
         if (!in_list(d, iw, niw) && !in_list(d, ib, nib)) wdim[nw++] = d;
     if (nw != nuw || nib != nsb) return fail(x, INTERP_ERUN, in, "update_window_dims does not match the operand");
+    const char *bad = scatter_mismatch(in, a, ix, u, wdim);
+    if (bad) return fail(x, INTERP_ERUN, in, "%s", bad);
     for (uint32_t k = 0; k < a->rank; k++) wsize[k] = 1;
     for (uint32_t k = 0; k < nuw; k++) wsize[wdim[k]] = u->dims[uw[k]];
     interp_val *r = val_copy(a);
@@ -1606,6 +1649,9 @@ static interp_val *op_sort(ctx *x, const hlo_instr *in, interp_val **ops, int64_
     const interp_val *a = ops[0];
     int64_t dim = nd ? dims[0] : 0;
     if (dim < 0 || (uint32_t)dim >= a->rank) return fail(x, INTERP_ERUN, in, "sort dimension out of range");
+    for (uint32_t k = 1; k < n; k++)
+        if (ops[k]->dtype == DT_TUPLE || ops[k]->rank != a->rank || memcmp(ops[k]->dims, a->dims, a->rank * sizeof *a->dims) != 0)
+            return fail(x, INTERP_ERUN, in, "sort operand %u's shape differs from operand 0's", k);
     int64_t st[INTERP_MAX_RANK];
     strides_of(a->dims, a->rank, st);
     int64_t len = a->dims[dim];
@@ -1790,6 +1836,20 @@ static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **op
     if (!r || r->rank != R) {
         interp_val_free(r);
         return fail(x, INTERP_EUNSUPPORTED, in, "element type or rank");
+    }
+    if (ops[1]->dtype != a->dtype || ops[1]->n != 1 || r->dtype != a->dtype) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "the init is not one value of the operand's element type, or the result's type differs");
+    }
+    /* XLA's shape rule: per dim, (dilated padded input - dilated window) / stride + 1. */
+    for (uint32_t d = 0; d < R; d++) {
+        int64_t din = (a->dims[d] ? (a->dims[d] - 1) * ld[d] + 1 : 0) + pad[2 * d] + pad[2 * d + 1];
+        int64_t dwin = (size[d] - 1) * rd[d] + 1;
+        if (size[d] < 1 || stride[d] < 1 || ld[d] < 1 || rd[d] < 1 ||
+            r->dims[d] != (din >= dwin ? (din - dwin) / stride[d] + 1 : 0)) {
+            interp_val_free(r);
+            return fail(x, INTERP_ERUN, in, "the window does not give the result's dims (dim %u)", d);
+        }
     }
     uint32_t ci = (uint32_t)ta->v.ints[0];
     int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};

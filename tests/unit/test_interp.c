@@ -1012,6 +1012,27 @@ static void test_malformed(void) {
         {"dynamic-update-slice update", "  a = f32[4] parameter(0)\n  u = f32[5] parameter(1)\n  i = s32[] parameter(2)\n"
                                         "  ROOT r = f32[4] dynamic-update-slice(a, u, i)\n",
          "update inside the operand"},
+#define SCATTER(up, uwd, sdims) \
+    "  o = f32[4,3] parameter(0)\n  i = s32[2,1] parameter(1)\n  u = f32[" up "] parameter(2)\n" \
+    "  ROOT r = f32[4,3] scatter(o, i, u), update_window_dims={" uwd "}, inserted_window_dims={0}, " \
+    "scatter_dims_to_operand_dims={" sdims "}, index_vector_dim=1, to_apply=add\n"
+        {"scatter more updates than indices", SCATTER("50,3", "1", "0"), "differs from the indices'"},
+        {"scatter window dim out of range", SCATTER("2,3", "7", "0"), "update_window_dims out of range"},
+        {"scatter index vector", SCATTER("2,3", "1", "0,1,0,1"), "does not match the index vectors"},
+        {"scatter window larger than the operand", SCATTER("2,5", "1", "0"), "exceeds the operand"},
+#undef SCATTER
+        {"reduce-window larger than the operand", "  a = f32[4] parameter(0)\n  z = f32[] constant(0)\n"
+                                                  "  ROOT r = f32[2] reduce-window(a, z), window={size=9}, to_apply=add\n",
+         "does not give the result's dims"},
+        {"reduce-window dilation 0", "  a = f32[4] parameter(0)\n  z = f32[] constant(0)\n"
+                                     "  ROOT r = f32[3] reduce-window(a, z), window={size=2 lhs_dilate=0}, to_apply=add\n",
+         "does not give the result's dims"},
+        {"reduce-window init", "  a = f32[4] parameter(0)\n  z = f32[2] parameter(1)\n"
+                               "  ROOT r = f32[3] reduce-window(a, z), window={size=2}, to_apply=add\n",
+         "not one value"},
+        {"sort operand shapes", "  k = f32[4] parameter(0)\n  v = f32[2] parameter(1)\n"
+                                "  ROOT r = (f32[4], f32[2]) sort(k, v), dimensions={0}, to_apply=lt\n",
+         "shape differs"},
     };
     t_case("interp malformed: a device twice in one replica group");
     {
@@ -1026,6 +1047,8 @@ static void test_malformed(void) {
         char text[1024];
         snprintf(text, sizeof text,
                  "HloModule m\n\nadd {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n  ROOT s = f32[] add(x, y)\n}\n\n"
+                 "lt {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  c = f32[] parameter(2)\n  d = f32[] parameter(3)\n"
+                 "  ROOT l = pred[] compare(a, b), direction=LT\n}\n\n"
                  "ENTRY e {\n%s}\n",
                  cases[k].body);
         expect_run_error(text, 1, 1, NULL, cases[k].needle);
