@@ -1413,6 +1413,31 @@ static int64_t index_at(const interp_val *ix, int64_t ivd, const int64_t *g, int
     return ix->f ? (int64_t)ix->f[o] : ix->i[o];
 }
 
+/* The index side gather and scatter share (XLA's shape rules): index vectors
+ * (along index_vector_dim, or one number each when that is the indices'
+ * rank) as long as the map into operand dims (start_index_map,
+ * scatter_dims_to_operand_dims), and every operand or indices dim named by
+ * the map, the dropped dims (collapsed_slice_dims, inserted_window_dims) and
+ * the batching pairs in range. NULL when they hold. */
+static const char *index_side_mismatch(bool scatter, const interp_val *a, const interp_val *ix, int64_t ivd,
+                                       const int64_t *map, uint32_t nmap, const int64_t *dropped, uint32_t ndropped,
+                                       const int64_t *ob, const int64_t *sb, uint32_t nb) {
+    static const char *const why[2][3] = {
+        {"start_index_map does not match the index vectors", "start_index_map out of range", "collapsed_slice_dims out of range"},
+        {"scatter_dims_to_operand_dims does not match the index vectors", "scatter_dims_to_operand_dims out of range",
+         "inserted_window_dims out of range"}};
+    if (ix->dtype == DT_TUPLE || ivd < 0 || ivd > (int64_t)ix->rank) return "index_vector_dim out of range";
+    if ((ivd < (int64_t)ix->rank ? ix->dims[ivd] : 1) != (int64_t)nmap) return why[scatter][0];
+    for (uint32_t k = 0; k < nmap; k++)
+        if (map[k] < 0 || map[k] >= (int64_t)a->rank) return why[scatter][1];
+    for (uint32_t k = 0; k < ndropped; k++)
+        if (dropped[k] < 0 || dropped[k] >= (int64_t)a->rank) return why[scatter][2];
+    for (uint32_t k = 0; k < nb; k++)
+        if (ob[k] < 0 || ob[k] >= (int64_t)a->rank || sb[k] < 0 || sb[k] >= (int64_t)ix->rank || sb[k] == ivd)
+            return "batching dims out of range";
+    return NULL;
+}
+
 /* Where a gather's attributes and shapes disagree (XLA's shape rules: the
  * result's batch dims are the indices' dims without index_vector_dim, its
  * offset dims the slice sizes of the operand dims left, every number in
@@ -1425,17 +1450,10 @@ static const char *gather_mismatch(const hlo_instr *in, const interp_val *a, con
     const int64_t *ob = instr_ints(in, A_OPERAND_BATCHING_DIMS, &nob), *sb = instr_ints(in, A_START_INDICES_BATCHING_DIMS, &nsb);
     int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
     if (a->dtype != r->dtype) return "the result's element type differs from the operand's";
-    if (ix->dtype == DT_TUPLE || ivd < 0 || ivd > (int64_t)ix->rank) return "index_vector_dim out of range";
-    if ((ivd < (int64_t)ix->rank ? ix->dims[ivd] : 1) != (int64_t)nsim) return "start_index_map does not match the index vectors";
+    const char *side = index_side_mismatch(false, a, ix, ivd, sim, nsim, col, ncol, ob, sb, nob);
+    if (side) return side;
     for (uint32_t d = 0; d < a->rank; d++)
         if (ss[d] < 0 || ss[d] > a->dims[d]) return "a slice size exceeds the operand";
-    for (uint32_t k = 0; k < nsim; k++)
-        if (sim[k] < 0 || sim[k] >= (int64_t)a->rank) return "start_index_map out of range";
-    for (uint32_t k = 0; k < ncol; k++)
-        if (col[k] < 0 || col[k] >= (int64_t)a->rank) return "collapsed_slice_dims out of range";
-    for (uint32_t k = 0; k < nob; k++)
-        if (ob[k] < 0 || ob[k] >= (int64_t)a->rank || sb[k] < 0 || sb[k] >= (int64_t)ix->rank || sb[k] == ivd)
-            return "batching dims out of range";
     uint32_t nix = ivd < (int64_t)ix->rank ? ix->rank - 1 : ix->rank, jo = 0, jb = 0;
     if (r->rank != noff + nix) return "the result's rank is not the batch dims plus the offset dims";
     for (uint32_t d = 0; d < r->rank; d++) {
@@ -1524,16 +1542,8 @@ static const char *scatter_mismatch(const hlo_instr *in, const interp_val *a, co
     if (in->shape.dtype != a->dtype || in->shape.rank != a->rank ||
         (a->rank && memcmp(in->shape.dims, a->dims, a->rank * sizeof *a->dims) != 0))
         return "the result's shape is not the operand's";
-    if (ix->dtype == DT_TUPLE || ivd < 0 || ivd > (int64_t)ix->rank) return "index_vector_dim out of range";
-    if ((ivd < (int64_t)ix->rank ? ix->dims[ivd] : 1) != (int64_t)nsd)
-        return "scatter_dims_to_operand_dims does not match the index vectors";
-    for (uint32_t k = 0; k < nsd; k++)
-        if (sd[k] < 0 || sd[k] >= (int64_t)a->rank) return "scatter_dims_to_operand_dims out of range";
-    for (uint32_t k = 0; k < niw; k++)
-        if (iw[k] < 0 || iw[k] >= (int64_t)a->rank) return "inserted_window_dims out of range";
-    for (uint32_t k = 0; k < nib; k++)
-        if (ib[k] < 0 || ib[k] >= (int64_t)a->rank || sb[k] < 0 || sb[k] >= (int64_t)ix->rank || sb[k] == ivd)
-            return "batching dims out of range";
+    const char *side = index_side_mismatch(true, a, ix, ivd, sd, nsd, iw, niw, ib, sb, nib);
+    if (side) return side;
     for (uint32_t k = 0; k < nuw; k++)
         if (uw[k] < 0 || uw[k] >= (int64_t)u->rank || (k && uw[k] <= uw[k - 1])) return "update_window_dims out of range or order";
     uint32_t nix = ivd < (int64_t)ix->rank ? ix->rank - 1 : ix->rank, jw = 0, jb = 0;
