@@ -1205,6 +1205,15 @@ static interp_val *op_pad(ctx *x, const hlo_instr *in, interp_val **ops) {
         interp_val_free(r); /* padding's n counts dimensions */
         return fail(x, INTERP_ERUN, in, "padding does not match the rank, or the element types differ");
     }
+    /* XLA's shape rule: low + high + n + (n - 1) · interior, interior ≥ 0. */
+    for (uint32_t d = 0; d < a->rank; d++) {
+        int64_t lo = at ? at->v.ints[3 * d] : 0, hi = at ? at->v.ints[3 * d + 1] : 0, interior = at ? at->v.ints[3 * d + 2] : 0;
+        int64_t n = a->dims[d];
+        if (interior < 0 || r->dims[d] != lo + hi + n + (n ? n - 1 : 0) * interior) {
+            interp_val_free(r);
+            return fail(x, INTERP_ERUN, in, "padding does not give the result's dims (dim %u)", d);
+        }
+    }
     for (int64_t k = 0; k < r->n; k++) copy_elem(r, k, pv, 0);
     int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
     strides_of(r->dims, r->rank, st);

@@ -1030,6 +1030,10 @@ static void test_malformed(void) {
         {"reduce-window init", "  a = f32[4] parameter(0)\n  z = f32[2] parameter(1)\n"
                                "  ROOT r = f32[3] reduce-window(a, z), window={size=2}, to_apply=add\n",
          "not one value"},
+        {"pad interior", "  a = f32[4] parameter(0)\n  z = f32[] constant(0)\n  ROOT r = f32[1] pad(a, z), padding=0_0_-1\n",
+         "does not give the result's dims"},
+        {"pad result", "  a = f32[4] parameter(0)\n  z = f32[] constant(0)\n  ROOT r = f32[9] pad(a, z), padding=1_1\n",
+         "does not give the result's dims"},
         {"sort operand shapes", "  k = f32[4] parameter(0)\n  v = f32[2] parameter(1)\n"
                                 "  ROOT r = (f32[4], f32[2]) sort(k, v), dimensions={0}, to_apply=lt\n",
          "shape differs"},
