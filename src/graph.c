@@ -429,17 +429,41 @@ static bool call_cycle(const hlo_module *m, uint32_t c, uint8_t *colour, uint32_
 /* Names may be missing in protobuf input; messages must not crash on that. */
 #define NAME(s) ((s) ? (s) : "(unnamed)")
 
-/* The first dimension number of in (dimensions, dot dimension numbers)
- * outside the operand (or, for a broadcast, result) rank it indexes, with its
- * attribute; false when every one is in range. Transfer functions and the
- * interpreter index arrays by these numbers. */
+/* The first dimension number of in (dimensions, dot, gather and scatter
+ * dimension numbers) outside the operand (or, for a broadcast, result) rank it
+ * indexes, with its attribute; false when every one is in range. Transfer
+ * functions and the interpreter index arrays by these numbers. */
 static bool dim_out_of_range(const hlo_comp *comp, const hlo_instr *in, const char **key, int64_t *bad) {
     static const int dot_keys[4] = {A_LHS_BATCH_DIMS, A_LHS_CONTRACTING_DIMS, A_RHS_BATCH_DIMS, A_RHS_CONTRACTING_DIMS};
-    int dkeys[4];
-    uint32_t nkeys = 0, ranks[4];
+    int dkeys[5];
+    uint32_t nkeys = 0, ranks[5];
     for (uint32_t o = 0; o < in->noperands; o++)
         if (in->operands[o] >= (uint32_t)(in - comp->instrs)) return false; /* reported as such */
+#define RANK(o) comp->instrs[in->operands[o]].shape.rank
     switch (in->op) {
+    case OP_GATHER: case OP_SCATTER: {
+        /* gather(operand, indices); scatter(operands..., indices, updates...) */
+        bool g = in->op == OP_GATHER;
+        uint32_t k = g ? 1 : (in->noperands - 1) / 2;
+        if (in->noperands < 2 || (!g && in->noperands % 2 == 0)) return false;
+        for (uint32_t o = 0; o < in->noperands; o++)
+            if (comp->instrs[in->operands[o]].shape.dtype == DT_TUPLE) return false;
+        uint32_t ro = RANK(0), ri = RANK(k);
+        int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+        if (ivd < 0 || ivd > (int64_t)ri) { /* the indices' rank itself: one number per index */
+            *key = attr_key_name(A_INDEX_VECTOR_DIM);
+            *bad = ivd;
+            return true;
+        }
+        int gk[5] = {A_OFFSET_DIMS, A_COLLAPSED_SLICE_DIMS, A_START_INDEX_MAP, A_OPERAND_BATCHING_DIMS,
+                     A_START_INDICES_BATCHING_DIMS};
+        int sk[5] = {A_UPDATE_WINDOW_DIMS, A_INSERTED_WINDOW_DIMS, A_SCATTER_DIMS_TO_OPERAND_DIMS, A_INPUT_BATCHING_DIMS,
+                     A_SCATTER_INDICES_BATCHING_DIMS};
+        uint32_t rk[5] = {g ? in->shape.rank : RANK(k + 1), ro, ro, ro, ri};
+        for (uint32_t j = 0; j < 5; j++) dkeys[j] = g ? gk[j] : sk[j], ranks[j] = rk[j];
+        nkeys = 5;
+        break;
+    }
     case OP_TRANSPOSE: case OP_REVERSE: case OP_REDUCE: case OP_CONCATENATE: case OP_ALL_GATHER: case OP_ALL_TO_ALL:
     case OP_REDUCE_SCATTER:
         if (!in->noperands || comp->instrs[in->operands[0]].shape.dtype == DT_TUPLE) return false;
@@ -450,12 +474,13 @@ static bool dim_out_of_range(const hlo_comp *comp, const hlo_instr *in, const ch
         break;
     case OP_DOT:
         if (in->noperands != 2) return false;
-        for (uint32_t k = 0; k < 4; k++) dkeys[k] = dot_keys[k], ranks[k] = comp->instrs[in->operands[k / 2]].shape.rank;
+        for (uint32_t k = 0; k < 4; k++) dkeys[k] = dot_keys[k], ranks[k] = RANK(k / 2);
         nkeys = 4;
         break;
     default:
         return false;
     }
+#undef RANK
     for (uint32_t k = 0; k < nkeys; k++) {
         uint32_t n;
         const int64_t *v = instr_ints(in, dkeys[k], &n);

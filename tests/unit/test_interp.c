@@ -1017,7 +1017,11 @@ static void test_malformed(void) {
     "  ROOT r = f32[4,3] scatter(o, i, u), update_window_dims={" uwd "}, inserted_window_dims={0}, " \
     "scatter_dims_to_operand_dims={" sdims "}, index_vector_dim=1, to_apply=add\n"
         {"scatter more updates than indices", SCATTER("50,3", "1", "0"), "differs from the indices'"},
-        {"scatter window dim out of range", SCATTER("2,3", "7", "0"), "update_window_dims out of range"},
+        {"scatter window dims out of order",
+         "  o = f32[4,3] parameter(0)\n  i = s32[2,1] parameter(1)\n  u = f32[2,4,3] parameter(2)\n"
+         "  ROOT r = f32[4,3] scatter(o, i, u), update_window_dims={2,1}, inserted_window_dims={}, "
+         "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add\n",
+         "update_window_dims out of range or order"},
         {"scatter index vector", SCATTER("2,3", "1", "0,1,0,1"), "does not match the index vectors"},
         {"scatter window larger than the operand", SCATTER("2,5", "1", "0"), "exceeds the operand"},
 #undef SCATTER

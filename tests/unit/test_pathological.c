@@ -99,6 +99,22 @@ void suite_pathological(void) {
     expect_error("broadcast dimension negative",
                  "ENTRY e {\n x = f32[4] parameter(0)\n ROOT b = f32[4,3] broadcast(x), dimensions={-1}\n}\n",
                  "dimensions names dimension -1, out of range");
+    expect_error("scatter window dimension out of range",
+                 "add {\n x = f32[] parameter(0)\n y = f32[] parameter(1)\n ROOT s = f32[] add(x, y)\n}\n"
+                 "ENTRY e {\n o = f32[4,3] parameter(0)\n i = s32[2,1] parameter(1)\n u = f32[2,3] parameter(2)\n"
+                 " ROOT r = f32[4,3] scatter(o, i, u), update_window_dims={7}, inserted_window_dims={0}, "
+                 "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add\n}\n",
+                 "p.hlo:10:2: e: r: update_window_dims names dimension 7, out of range");
+    expect_error("gather index_vector_dim out of range",
+                 "ENTRY e {\n t = f32[8,4] parameter(0)\n i = s32[3,1] parameter(1)\n"
+                 " ROOT r = f32[3,4] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, "
+                 "index_vector_dim=5, slice_sizes={1,4}\n}\n",
+                 "index_vector_dim names dimension 5, out of range");
+    expect_error("gather start_index_map out of range",
+                 "ENTRY e {\n t = f32[8,4] parameter(0)\n i = s32[3,1] parameter(1)\n"
+                 " ROOT r = f32[3,4] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={2}, "
+                 "index_vector_dim=1, slice_sizes={1,4}\n}\n",
+                 "start_index_map names dimension 2, out of range");
     expect_error("self call", "ENTRY e {\n p = f32[] parameter(0)\n ROOT c = f32[] call(p), to_apply=e\n}\n", "cycle");
     expect_error("unknown computation", "ENTRY e {\n p = f32[] parameter(0)\n ROOT c = f32[] call(p), to_apply=nope\n}\n",
                  "p.hlo:3:35: unknown computation 'nope'");
