@@ -552,7 +552,8 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         int64_t local[VIEW_MAX_RANK];
         if (bp->shape.dtype == DT_TUPLE || bp->shape.rank > VIEW_MAX_RANK ||
             !view_local_dims(&rel.inputs[k], &rel.mesh, &bp->shape, local) || dp->shape.rank != bp->shape.rank ||
-            memcmp(local, dp->shape.dims, bp->shape.rank * sizeof *local) != 0 || dp->shape.dtype != bp->shape.dtype) {
+            (bp->shape.rank && memcmp(local, dp->shape.dims, bp->shape.rank * sizeof *local) != 0) ||
+            dp->shape.dtype != bp->shape.dtype) {
             strbuf a, b;
             sb_init(&a);
             sb_init(&b);

@@ -441,6 +441,23 @@ static void mutations(void) {
            "samples/tiny-moe/tiny-moe.expert_parallel.ep4.relations.json", ep, ARRAY_LEN(ep));
 }
 
+/* A program with a scalar parameter (a predicate, a step count): its dims are
+ * no array at all, which comparing parameter shapes passed to memcmp (UBSan
+ * caught it). Checked against itself, with execution: verified. */
+static void scalar_parameter(void) {
+    t_case("check: a scalar parameter");
+    static const char text[] = "HloModule m\n\nENTRY e {\n  s = f32[] parameter(0)\n  a = f32[4] parameter(1)\n"
+                               "  b = f32[4] broadcast(s), dimensions={}\n  ROOT r = f32[4] multiply(a, b)\n}\n";
+    FILE *f = fopen("build/check-scalar.hlo", "w");
+    if (!CHECK(f)) return;
+    fputs(text, f);
+    fclose(f);
+    json_t *trace = NULL;
+    int v = run_with("scalar", "build/check-scalar.hlo", "build/check-scalar.hlo", "auto", true, false, &trace);
+    CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
+    json_decref(trace);
+}
+
 /* The segment memo on expert-parallel layers (their terms meet the baseline's
  * only through rewrites, so saturation while lifting makes the first one a
  * representative) must not carry a later layer that differs: in the
@@ -871,6 +888,7 @@ void suite_check(void) {
     json_decref(schema);
     mutations();
     memo_mutation();
+    scalar_parameter();
     resynced_localisation();
     unverified_wording();
 }
