@@ -550,7 +550,18 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     for (uint32_t k = 0; k < be->nparams; k++) {
         const hlo_instr *bp = &be->instrs[be->params[k]], *dp = &de->instrs[de->params[k]];
         int64_t local[VIEW_MAX_RANK];
-        if (bp->shape.dtype == DT_TUPLE || bp->shape.rank > VIEW_MAX_RANK ||
+        /* Relations describe arrays of bounded rank: limits of ours, said as such. */
+        if (bp->shape.dtype == DT_TUPLE) {
+            diag_plain(d, "parameter %u (%s) is a tuple; relations describe array parameters (JAX exports flatten "
+                          "tuples into separate parameters)", k, bp->name);
+            goto out;
+        }
+        if (bp->shape.rank > VIEW_MAX_RANK) {
+            diag_plain(d, "parameter %u (%s) has rank %u; relations describe arrays of rank at most %d", k, bp->name,
+                       bp->shape.rank, VIEW_MAX_RANK);
+            goto out;
+        }
+        if (
             !view_local_dims(&rel.inputs[k], &rel.mesh, &bp->shape, local) || dp->shape.rank != bp->shape.rank ||
             (bp->shape.rank && memcmp(local, dp->shape.dims, bp->shape.rank * sizeof *local) != 0) ||
             dp->shape.dtype != bp->shape.dtype) {

@@ -155,6 +155,26 @@ void suite_cli(void) {
     CHECK_EQ(st, 2);
     free(out);
 
+    /* Limits of ours, said as such: a tuple parameter, a rank above the views'. */
+    {
+        static const char *const mods[2][2] = {
+            {"build/cli-tuple.hlo", "HloModule m\n\nENTRY e {\n  t = (f32[2], f32[3]) parameter(0)\n"
+                                    "  ROOT r = f32[2] get-tuple-element(t), index=0\n}\n"},
+            {"build/cli-rank.hlo", "HloModule m\n\nENTRY e {\n  a = f32[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,2] parameter(0)\n"
+                                   "  ROOT r = f32[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,2] negate(a)\n}\n"}};
+        static const char *const want[2] = {"parameter 0 (t) is a tuple", "parameter 0 (a) has rank 18"};
+        for (int k = 0; k < 2; k++) {
+            FILE *f = fopen(mods[k][0], "w");
+            if (!CHECK(f)) continue;
+            fputs(mods[k][1], f);
+            fclose(f);
+            out = run(&st, "%s check --baseline %s --distributed %s --auto-relations", bin, mods[k][0], mods[k][0]);
+            CHECK_EQ(st, 2);
+            CHECK_CONTAINS(out, want[k]);
+            free(out);
+        }
+    }
+
     t_case("cli-11 check: a verdict is the exit code");
     out = run(&st, "%s check --baseline samples/tiny-moe/tiny-moe-router-step.baseline.hlo --distributed "
                    "samples/tiny-moe/tiny-moe.router_grad_sp.tp4.dist.hlo --relations samples/tiny-moe/tiny-moe.router_grad_sp.tp4.relations.json "
