@@ -33,6 +33,11 @@ static void fill(canvas *c, int x0, int y0, int x1, int y1, unsigned char colour
     for (int y = y0; y < y1; y++) memset(c->px + (size_t)y * c->w + x0, colour, (size_t)(x1 - x0));
 }
 
+/* A phase's time as drawn: negative, non-finite or absurd (over 10^12 ms,
+ * some 30 years) values from a hand-edited trace become 0 or the cap, so
+ * sums and pixel positions stay finite. */
+static double drawn(double v) { return v > 0 ? (v < 1e12 ? v : 1e12) : 0; }
+
 /* A step of 1, 2 or 5 × 10^k giving about 6 intervals up to max. */
 static double nice_step(double max) {
     double raw = max / 6, mag = pow(10, floor(log10(raw))), f = raw / mag;
@@ -49,7 +54,7 @@ bool chart_png(strbuf *out, const double (*values)[CHART_PHASES], const bool *ha
     double max = 0;
     for (size_t i = 0; i < n; i++) {
         double s = 0;
-        for (int p = 0; p < CHART_PHASES; p++) s += values[i][p] > 0 ? values[i][p] : 0;
+        for (int p = 0; p < CHART_PHASES; p++) s += drawn(values[i][p]);
         if (s > max) max = s;
     }
     memset(axis, 0, sizeof *axis);
@@ -74,7 +79,7 @@ bool chart_png(strbuf *out, const double (*values)[CHART_PHASES], const bool *ha
         int y0 = (int)i * row + row / 5, y1 = (int)(i + 1) * row - row / 5;
         double acc = 0;
         for (int p = 0; p < CHART_PHASES; p++) {
-            double v = values[i][p] > 0 ? values[i][p] : 0;
+            double v = drawn(values[i][p]);
             int x0 = 2 + (int)lround(acc / axis->max * (c.w - 4));
             acc += v;
             int x1 = 2 + (int)lround(acc / axis->max * (c.w - 4));

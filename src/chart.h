@@ -35,7 +35,8 @@ typedef struct {
 /* Phase colours (RGB), shared with the HTML legend. */
 extern const unsigned char chart_phase_rgb[CHART_PHASES][3];
 
-/* values[i][p] is row i's time in phase p (ms, negative treated as 0);
+/* values[i][p] is row i's time in phase p (ms, negative or not finite treated
+ * as 0, more than 10^12 as 10^12);
  * hatched[i] marks memo hits. Appends the PNG bytes to png; false + diag on a
  * libpng failure. */
 bool chart_png(strbuf *png, const double (*values)[CHART_PHASES], const bool *hatched, size_t n, chart_axis *axis,
