@@ -275,6 +275,15 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
             worst = EXIT_INPUT;
             continue;
         }
+        /* The name names the trace file: one file name, one pair. */
+        size_t same = 0;
+        while (same < n && strcmp(ps[same].name, name) != 0) same++;
+        if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") || same < n) {
+            fprintf(stderr, "%s: pair %zu: the name \"%s\" %s\n", manifest, i, name,
+                    same < n ? "is another pair's too (names name the trace files)" : "cannot name a trace file");
+            worst = EXIT_INPUT;
+            continue;
+        }
         batch_pair *q = &ps[n++];
         q->name = name;
         q->verdict = VERDICT_ERROR; /* until it is checked */

@@ -241,6 +241,30 @@ void suite_cli(void) {
         for (int k = 0; k < 2; k++) free(outs[k]), free(idx[k]);
     }
 
+    t_case("cli-14 check --manifest: a pair name used twice, or that cannot name a file, is refused");
+    {
+        FILE *f = fopen("build/cli-batch/dup.json", "w");
+        if (CHECK(f)) {
+            const char *pair = "{\"name\": \"%s\", \"baseline\": {\"hlo\": \"../../samples/tiny/tiny.baseline.hlo\"}, "
+                               "\"distributed\": {\"hlo\": \"../../samples/tiny/tiny.megatron_tp.tp4.dist.hlo\"}, "
+                               "\"relations\": \"../../samples/tiny/tiny.megatron_tp.tp4.relations.json\"}";
+            fputs("{\"pairs\": [", f);
+            fprintf(f, pair, "same");
+            fputs(",", f);
+            fprintf(f, pair, "same");
+            fputs(",", f);
+            fprintf(f, pair, "a/b");
+            fputs("]}\n", f);
+            fclose(f);
+        }
+        out = run(&st, "rm -rf build/cli-batch/dupout && %s check --manifest build/cli-batch/dup.json --out-dir build/cli-batch/dupout", bin);
+        CHECK_EQ(st, 2);
+        CHECK_CONTAINS(out, "pair 1: the name \"same\" is another pair's too");
+        CHECK_CONTAINS(out, "pair 2: the name \"a/b\" cannot name a trace file");
+        free(out);
+        CHECK(access("build/cli-batch/dupout/same.trace.json", F_OK) == 0);
+    }
+
     t_case("cli-12 every command answers --help with its own usage, exit 0");
     static const char *const cmds[] = {"inspect", "check", "report", "rules", "eval"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
