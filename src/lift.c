@@ -874,7 +874,10 @@ static lval lift_elementwise(lstate *s) {
         if (x->kind != LV_TERM) return unknown();
         assumed |= x->assumed;
         /* Scalar-broadcast operands are explicit in HLO, so shapes agree and the
-         * shardings must too. */
+         * shardings must too, except for the scalars select and clamp may take
+         * (a predicate, bounds): a whole scalar on every device stands for its
+         * broadcast, however the others are cut. */
+        if (x->v.rank == 0 && in->shape.rank > 0 && !x->v.partial && (in->op == OP_SELECT || in->op == OP_CLAMP)) continue;
         if (first) {
             v = x->v;
             v.partial = 0;

@@ -458,6 +458,38 @@ static void scalar_parameter(void) {
     json_decref(trace);
 }
 
+/* select and clamp may take a scalar (a predicate, bounds) beside sharded
+ * operands: the scalar, whole on every device, stands for its broadcast. A
+ * sharded select with a scalar predicate is verified; with its branches
+ * swapped it is a mismatch (by execution). */
+static void scalar_select(void) {
+    static const char base[] = "HloModule m\n\nENTRY e {\n  p = pred[] parameter(0)\n  a = f32[8] parameter(1)\n"
+                               "  b = f32[8] negate(a)\n  ROOT r = f32[8] select(p, a, b)\n}\n";
+    static const char rel[] = "{\"scalify_relations\": 1, \"mesh\": {\"tp\": 2}, \"inputs\": [{\"param\": 0, \"view\": \"dup\"}, "
+                              "{\"param\": 1, \"view\": \"shard(0,tp)\"}], \"outputs\": [{\"output\": 0, \"view\": \"shard(0,tp)\"}]}\n";
+    static const char *const dist[2] = {"select(p, a, b)", "select(p, b, a)"};
+    const char *files[3] = {"build/check-ssel.base.hlo", "build/check-ssel.rel.json", "build/check-ssel.dist.hlo"};
+    const char *texts[2] = {base, rel};
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(files[k], "w");
+        if (!CHECK(f)) return;
+        fputs(texts[k], f);
+        fclose(f);
+    }
+    for (int k = 0; k < 2; k++) {
+        t_case("check: a sharded select with a scalar predicate%s", k ? ", branches swapped" : "");
+        FILE *f = fopen(files[2], "w");
+        if (!CHECK(f)) return;
+        fprintf(f, "HloModule m, num_partitions=2\n\nENTRY e {\n  p = pred[] parameter(0)\n  a = f32[4] parameter(1)\n"
+                   "  b = f32[4] negate(a)\n  ROOT r = f32[4] %s\n}\n", dist[k]);
+        fclose(f);
+        json_t *trace = NULL;
+        int v = run_with("ssel", files[0], files[2], files[1], true, false, &trace);
+        CHECK_MSG(v == (k ? VERDICT_MISMATCH : VERDICT_VERIFIED), "verdict %s", verdict_name(v));
+        json_decref(trace);
+    }
+}
+
 /* The segment memo on expert-parallel layers (their terms meet the baseline's
  * only through rewrites, so saturation while lifting makes the first one a
  * representative) must not carry a later layer that differs: in the
@@ -889,6 +921,7 @@ void suite_check(void) {
     mutations();
     memo_mutation();
     scalar_parameter();
+    scalar_select();
     resynced_localisation();
     unverified_wording();
 }
