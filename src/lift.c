@@ -29,10 +29,8 @@ void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const h
     c->digests[1] = xcalloc(dist->ncomps, sizeof(uint64_t));
 }
 
-static void memo_free(lift_ctx *c);
-
 void lift_done(lift_ctx *c) {
-    memo_free(c);
+    lf_memo_free(c);
     sb_free(&c->assumptions);
     free(c->segs);
     free(c->loops);
@@ -239,7 +237,7 @@ static void kval_set(lift_ctx *c, eid cls, interp_val *v) {
 
 /* After unions outside lifting (saturation): values recorded under a class
  * that is no longer canonical move to its canonical class. */
-static void kvals_after_unions(lift_ctx *c) {
+void lf_kvals_after_unions(lift_ctx *c) {
     for (size_t k = 0; k < c->capkvals; k++) {
         if (!c->kvals[k]) continue;
         eid r = eg_find(c->g, (eid)k);
@@ -378,7 +376,7 @@ static bool is_identity_custom_call(const hlo_instr *in) {
 }
 
 /* The segment of scope s[0..n), created on first sight. */
-static uint32_t segment_of(lift_ctx *c, const char *s, size_t n) {
+uint32_t lf_segment_of(lift_ctx *c, const char *s, size_t n) {
     /* Neighbours share their scope's pointer (hlo_instr.scope). */
     if (s == c->last_scope && c->last_scope_seg < c->nsegs) return c->last_scope_seg;
     c->last_scope = s;
@@ -414,12 +412,10 @@ static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
 
 static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs);
 static void charge_build(lift_ctx *c, uint32_t next);
-static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
-                     uint32_t ninputs);
 
 /* Switches the walk to one side: the baseline on one device with every value
  * replicated, or the distributed program on its mesh. */
-static void walk_side(lift_ctx *c, bool baseline) {
+void lf_walk_side(lift_ctx *c, bool baseline) {
     static const mesh one_device = {0};
     c->baseline_mode = baseline;
     c->cur = baseline ? c->base : c->dist;
@@ -435,10 +431,10 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
     const hlo_comp *be = graph_entry(c->base);
     view *dup = arena_alloc(c->a, (be->nparams + 1) * sizeof *dup);
     for (uint32_t k = 0; k < be->nparams; k++) dup[k] = view_dup(be->instrs[be->params[k]].shape.rank);
-    walk_side(c, true);
+    lf_walk_side(c, true);
     lval r = lift_comp(c, be, NULL, dup, be->nparams);
     charge_build(c, UINT32_MAX);
-    walk_side(c, false);
+    lf_walk_side(c, false);
     uint32_t n = r.kind == LV_TUPLE ? r.n : 1;
     *outs = arena_alloc(c->a, (n + 1) * sizeof **outs);
     *nouts = n;
@@ -2040,7 +2036,7 @@ static lval generic(lstate *s) {
 
 /* Time and e-nodes since the last switch go to the current segment; the
  * nodes it added are remembered as a span (for its class count). */
-static void charge_segment(lift_ctx *c, double t, uint32_t nn) {
+void lf_charge_segment(lift_ctx *c, double t, uint32_t nn) {
     c->segs[c->cur_seg].ms += t - c->acct_t;
     c->segs[c->cur_seg].enodes += nn - c->acct_nodes;
     if (nn > c->acct_nodes) {
@@ -2071,7 +2067,7 @@ static void account(lift_ctx *c, const hlo_instr *in) {
         uint32_t pos = c->built++;
         if (c->loop_depth ? c->loop_seg < c->nsegs : sr_scope_top(in, &sc, &sn)) {
             /* a loop body belongs to the loop's segment, whatever its op_names */
-            uint32_t si = c->loop_depth ? c->loop_seg : segment_of(c, sc, sn);  /* may grow segs: index first */
+            uint32_t si = c->loop_depth ? c->loop_seg : lf_segment_of(c, sc, sn);  /* may grow segs: index first */
             if (c->segs[si].bstart == c->segs[si].bend) c->segs[si].bstart = pos;
             c->segs[si].bend = pos + 1;
             /* Time since the last switch goes to the segment left (instructions
@@ -2085,13 +2081,13 @@ static void account(lift_ctx *c, const hlo_instr *in) {
         uint32_t pos = (uint32_t)c->lifted - 1;
         uint32_t seg = c->cur_seg;
         if (c->loop_depth && c->nsegs) seg = c->cur_seg;  /* a loop body belongs to the loop's segment */
-        else if (sr_scope_top(in, &sc, &sn)) seg = segment_of(c, sc, sn);
-        else if (!c->nsegs) seg = segment_of(c, "entry", 5);
+        else if (sr_scope_top(in, &sc, &sn)) seg = lf_segment_of(c, sc, sn);
+        else if (!c->nsegs) seg = lf_segment_of(c, "entry", 5);
         if (seg != c->cur_seg || c->acct_t == 0) {
             /* Time and e-nodes since the last switch go to the segment left. */
             double t = now_ms();
             uint32_t nn = eg_node_count(c->g);
-            if (c->acct_t > 0) charge_segment(c, t, nn);
+            if (c->acct_t > 0) lf_charge_segment(c, t, nn);
             c->acct_t = t;
             c->acct_nodes = nn;
             c->cur_seg = seg;
@@ -2104,12 +2100,12 @@ static void account(lift_ctx *c, const hlo_instr *in) {
 
 /* account() for an instruction skipped by a memo hit and, for a call, for
  * everything the call would have inlined. */
-static void account_tree(lift_ctx *c, const hlo_instr *in) {
+void lf_account_tree(lift_ctx *c, const hlo_instr *in) {
     account(c, in);
     const hlo_attr *ta = in->op == OP_CALL ? instr_attr(in, A_TO_APPLY) : NULL;
     if (!ta || ta->v.ints[0] >= c->cur->ncomps) return;
     const hlo_comp *callee = &c->cur->comps[ta->v.ints[0]];
-    for (uint32_t i = 0; i < callee->ninstrs; i++) account_tree(c, &callee->instrs[i]);
+    for (uint32_t i = 0; i < callee->ninstrs; i++) lf_account_tree(c, &callee->instrs[i]);
 }
 
 /* ---- while loops: induction over the carry (DESIGN §6) ----
@@ -2150,7 +2146,7 @@ static void loop_walk(lift_ctx *c, const hlo_instr *in, lval *args, lval *body, 
     const char *sc;
     size_t sn;
     uint32_t outer = c->loop_seg;
-    if (c->baseline_mode) c->loop_seg = sr_scope_top(in, &sc, &sn) ? segment_of(c, sc, sn) : UINT32_MAX;
+    if (c->baseline_mode) c->loop_seg = sr_scope_top(in, &sc, &sn) ? lf_segment_of(c, sc, sn) : UINT32_MAX;
     c->loop_depth++;
     c->depth++;
     *body = b != SR_NONE ? lift_comp(c, &m->comps[b], args, NULL, 0) : unknown();
@@ -2290,414 +2286,8 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
     return (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
 }
 
-/* ---- segment memo (DESIGN §6) ----
- *
- * Each side has one segment computation: the one split into the most runs
- * (segrun.h) — the entry of a flat module, the body of a shard_map.
- *
- * Baseline: a run structurally equal to an earlier representative, with the
- * same inputs (views, kinds, constants), computes the same function of its
- * inputs; it is not built but named — each exported value is the e-node
- * EG_OP_APP(representative, position) over the run's input terms. Should the
- * distributed side need such a run's inner values (its own run of that scope
- * is not a memo hit), the run is built after all and every name is merged with
- * the term it names.
- *
- * Distributed: a run lifted cleanly — no finding, nothing unsupported or
- * assumed — whose every input is a baseline input of the baseline run of its
- * scope, and whose every exported value is that baseline run's exported value
- * (or an input, or constant-only), becomes a representative. A later run is a
- * memo hit when it is structurally equal to a representative, its inputs have
- * the same views and kinds and are the same inputs of its baseline run, and
- * its baseline run has the representative's baseline run's structure: lifting
- * it would build the same terms over its inputs, so its exported values are
- * the corresponding values of its baseline run with the representative's
- * views. Nothing is assumed: a run that is not a hit is lifted. */
-typedef struct memo_side {
-    const hlo_comp *comp;         /* the segment computation, or NULL */
-    sr_runs runs;
-    lval *vals;                   /* its values (its first walk) */
-    bool walking, walked;
-    /* distributed representatives (ext non-NULL): slot values, the baseline run,
-     * per slot the baseline slot it is (-1: compared as is), per position the
-     * baseline position it is (>= 0), slot s (-2 - s) or itself (-1) */
-    lval **ext;
-    uint32_t *base_run;
-    int32_t **slot_map, **out_map;
-    uint32_t *outside;            /* values outside the baseline it computed (not exported) */
-    bool *sat_failed;             /* saturating after it did not make it a representative */
-    uint32_t *rep;                /* baseline: representative of each run (SR_NONE: none) */
-    bool *abstract;               /* baseline: built as EG_OP_APP names, not lifted (yet) */
-} memo_side;
-
-struct lift_memo {
-    memo_side side[2];            /* 0 baseline, 1 distributed */
-    strmap base_scope;            /* scope -> baseline run + 1, 0 when split over several runs */
-};
-
-static const hlo_comp *segment_comp(const hlo_module *m) {
-    const hlo_comp *best = graph_entry(m);
-    uint32_t most = sr_count(best);
-    for (uint32_t i = 0; i < m->ncomps; i++) {
-        uint32_t n = m->comps[i].reducer ? 0 : sr_count(&m->comps[i]);
-        if (n > most) {
-            most = n;
-            best = &m->comps[i];
-        }
-    }
-    return most > 1 ? best : NULL;
-}
-
-static void memo_init(lift_ctx *c) {
-    lift_memo *mm = arena_alloc(c->a, sizeof *mm);
-    const hlo_module *mods[2] = {c->base, c->dist};
-    for (int k = 0; k < 2; k++) {
-        memo_side *ms = &mm->side[k];
-        ms->comp = segment_comp(mods[k]);
-        if (!ms->comp) continue;
-        sr_split(mods[k], ms->comp, c->a, &ms->runs);
-        uint32_t n = ms->runs.n + 1;
-        ms->ext = arena_alloc(c->a, n * sizeof *ms->ext);
-        ms->base_run = arena_alloc(c->a, n * sizeof *ms->base_run);
-        ms->slot_map = arena_alloc(c->a, n * sizeof *ms->slot_map);
-        ms->out_map = arena_alloc(c->a, n * sizeof *ms->out_map);
-        ms->outside = arena_alloc(c->a, n * sizeof *ms->outside);
-        ms->sat_failed = arena_alloc(c->a, n * sizeof *ms->sat_failed);
-        ms->rep = arena_alloc(c->a, n * sizeof *ms->rep);
-        ms->abstract = arena_alloc(c->a, n * sizeof *ms->abstract);
-        for (uint32_t r = 0; r < ms->runs.n; r++) ms->rep[r] = SR_NONE;
-    }
-    strmap_init(&mm->base_scope);
-    const sr_runs *br = &mm->side[0].runs;
-    for (uint32_t r = 0; r < br->n; r++) {
-        uint32_t seen;
-        bool again = strmap_get(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, &seen);
-        strmap_put(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, again ? 0 : r + 1);
-    }
-    c->memo = mm;
-}
-
-static void memo_free(lift_ctx *c) {
-    if (c->memo) strmap_free(&c->memo->base_scope);
-    c->memo = NULL;
-}
-
-/* The memo side of comp when it is walked for the first time as its side's
- * segment computation; NULL otherwise. */
-static memo_side *memo_enter(lift_ctx *c, const hlo_comp *comp, lval *vals) {
-    if (c->no_memo) return NULL;
-    if (!c->memo) memo_init(c);
-    memo_side *ms = &c->memo->side[c->baseline_mode ? 0 : 1];
-    if (ms->comp != comp || ms->walked || ms->walking) return NULL;
-    ms->walking = true;
-    ms->vals = vals;
-    return ms;
-}
-
-/* Two slot values that any run treats alike: same kind, view, flags, type,
- * the same kind of first node (canonical forms look at it) and, for values of
- * constants and device values, the same value. */
-static bool same_input(lift_ctx *c, const lval *a, const lval *b, bool naming) {
-    if (a->kind != b->kind) return false;
-    if (a->kind == LV_DEV) return a->count == b->count && memcmp(a->dev, b->dev, a->count * c->ndev * sizeof *a->dev) == 0;
-    if (a->kind != LV_TERM) return false;
-    if (a->konst != b->konst || a->assumed != b->assumed || a->ambiguous != b->ambiguous || !view_equal(&a->v, &b->v))
-        return false;
-    if (a->konst) return eg_find(c->g, a->cls) == eg_find(c->g, b->cls);
-    /* Naming a baseline layer needs only the same function; reusing a lifting
-     * also needs the same canonical forms, which look at an input's first node. */
-    return eg_class_type(c->g, a->cls) == eg_class_type(c->g, b->cls) &&
-           (naming || eg_node_op(c->g, eg_class_first(c->g, a->cls)) == eg_node_op(c->g, eg_class_first(c->g, b->cls)));
-}
-
-static bool same_inputs(lift_ctx *c, const sr_run *a, const lval *avals, const sr_run *b, const lval *bvals, bool naming) {
-    for (uint32_t s = 0; s < a->nslots; s++)
-        if (!same_input(c, &avals[a->slots[s]], &bvals[b->slots[s]], naming)) return false;
-    return true;
-}
-
-/* Why a run did not become a representative, with SCALIFY_DEBUG_MEMO set. */
-static void memo_debug(const memo_side *ms, uint32_t r, const char *why) {
-    static int on = -1;
-    if (on < 0) on = getenv("SCALIFY_DEBUG_MEMO") != NULL;
-    const sr_run *run = &ms->runs.runs[r];
-    if (on) fprintf(stderr, "memo: run %u (%.*s) is no representative: %s\n", r, (int)run->nscope, run->scope, why);
-}
-
-/* Baseline run r, about to be walked: when an earlier representative is
- * structurally equal and has the same inputs, r computes the same function of
- * its own inputs, so its exported values are named, not built: EG_OP_APP(q, p)
- * over r's input terms for a term, the representative's own value for a
- * constant-only term or a device value. Returns the representative (r is then
- * abstract), else SR_NONE. */
-static uint32_t memo_base_hit(lift_ctx *c, memo_side *ms, uint32_t r, lval *vals) {
-    const sr_run *x = &ms->runs.runs[r];
-    for (uint32_t q = 0; q < r; q++) {
-        const sr_run *y = &ms->runs.runs[q];
-        if (ms->rep[q] != q || !sr_equal(c->base, ms->comp, y, ms->comp, x) || !same_inputs(c, y, ms->vals, x, vals, true)) continue;
-        eid *ch = arena_alloc(c->a, (x->nslots + 1) * sizeof *ch);
-        uint32_t nch = 0;
-        for (uint32_t s = 0; s < x->nslots; s++)
-            if (vals[x->slots[s]].kind == LV_TERM) ch[nch++] = eg_find(c->g, vals[x->slots[s]].cls);
-        for (uint32_t p = 0; p < x->i1 - x->i0; p++) {
-            lval *v = &vals[x->i0 + p];
-            if (ms->comp->instrs[x->i0 + p].op == OP_PARAMETER) continue;
-            if (!x->exported[p]) {
-                *v = unknown();
-                continue;
-            }
-            *v = vals[y->i0 + p];
-            if (v->kind == LV_TERM && !v->konst) {
-                int64_t attr[2] = {q, p};
-                v->cls = eg_add(c->g, EG_OP_APP, eg_attr(c->g, attr, 2), eg_class_type(c->g, v->cls), ch, nch, EG_BASELINE);
-            }
-        }
-        ms->abstract[r] = true;
-        ms->rep[r] = q;
-        return q;
-    }
-    return SR_NONE;
-}
-
-/* After baseline run r was lifted: it represents its structure when its inputs
- * and exported values are all terms (none assumed) or device values and it
- * walked no loop (loops pair in walk order). */
-static void memo_base_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, size_t nloops_before) {
-    const sr_run *x = &ms->runs.runs[r];
-    if (c->nloops != nloops_before) {
-        memo_debug(ms, r, "it walks a loop (baseline)");
-        return;
-    }
-    for (uint32_t p = 0; p < x->i1 - x->i0; p++) {
-        const lval *v = &vals[x->i0 + p];
-        if (x->exported[p] && !(v->kind == LV_DEV || (v->kind == LV_TERM && !v->assumed))) {
-            memo_debug(ms, r, "a value it exports is neither a term nor a device value (baseline)");
-            return;
-        }
-    }
-    for (uint32_t s = 0; s < x->nslots; s++) {
-        const lval *v = &vals[x->slots[s]];
-        if (!(v->kind == LV_DEV || (v->kind == LV_TERM && !v->assumed))) return;
-    }
-    ms->rep[r] = r;
-}
-
-/* Builds the abstract baseline runs of a scope for real, before a distributed
- * run of that scope is lifted (it needs the baseline's inner values), and
- * merges each named value with the term it names. */
-static void memo_materialise(lift_ctx *c, const char *scope, uint32_t nscope) {
-    memo_side *bs = &c->memo->side[0];
-    bool any = false;
-    for (uint32_t r = 0; r < bs->runs.n; r++) {
-        const sr_run *x = &bs->runs.runs[r];
-        if (!bs->abstract[r] || x->nscope != nscope || memcmp(x->scope, scope, nscope) != 0) continue;
-        bs->abstract[r] = false;
-        uint32_t len = x->i1 - x->i0;
-        lval *named = arena_memdup(c->a, &bs->vals[x->i0], (len + 1) * sizeof *named);
-        /* Called while walking the distributed program: back to it after. */
-        walk_side(c, true);
-        c->no_account = true;
-        for (uint32_t i = x->i0; i < x->i1; i++)
-            if (bs->comp->instrs[i].op != OP_PARAMETER) lift_one(c, bs->comp, i, bs->vals, NULL, NULL, 0);
-        c->no_account = false;
-        walk_side(c, false);
-        for (uint32_t p = 0; p < len; p++) {
-            const lval *n = &named[p], *v = &bs->vals[x->i0 + p];
-            if (x->exported[p] && n->kind == LV_TERM && v->kind == LV_TERM) eg_union(c->g, n->cls, v->cls, NULL);
-        }
-        any = true;
-    }
-    if (any) eg_rebuild(c->g);
-}
-
-static void memo_leave(lift_ctx *c, memo_side *ms) {
-    (void)c;
-    ms->walking = false;
-    ms->walked = true;
-}
-
-/* The baseline run of a distributed run's scope, or SR_NONE. */
-static uint32_t base_run_of(lift_ctx *c, const sr_run *run) {
-    uint32_t r;
-    const memo_side *bs = &c->memo->side[0];
-    if (!bs->walked || !strmap_get(&c->memo->base_scope, run->scope, run->nscope, &r) || r == 0) return SR_NONE;
-    return bs->rep[r - 1] == SR_NONE ? SR_NONE : r - 1;
-}
-
-typedef struct memo_mark {
-    uint32_t nfindings, nunsupported, noutside, resynced, ndoms;
-    size_t next_loop;             /* a run with a loop is not reused: loops pair in walk order */
-    uint64_t assumed;
-    size_t assumptions;
-    const hlo_instr *divergence;
-} memo_mark;
-
-static memo_mark memo_mark_now(const lift_ctx *c) {
-    return (memo_mark){c->nfindings, c->nunsupported, c->noutside, c->resynced, c->ndoms, c->next_loop, c->assumed,
-                       c->assumptions.len, c->divergence};
-}
-
-/* Takes distributed run r's exported values from a representative when it is
- * a hit (see above); returns the representative, else SR_NONE. */
-static uint32_t memo_hit(lift_ctx *c, memo_side *ms, uint32_t r, lval *vals) {
-    if (ms != &c->memo->side[1]) return SR_NONE;
-    const sr_run *run = &ms->runs.runs[r];
-    c->memo_runs++;
-    uint32_t br = base_run_of(c, run);
-    if (br == SR_NONE) return SR_NONE;
-    const memo_side *bs = &c->memo->side[0];
-    const sr_run *brun = &bs->runs.runs[br];
-    for (uint32_t q = 0; q < r; q++) {
-        const sr_run *rr = &ms->runs.runs[q];
-        if (!ms->ext[q] || bs->rep[ms->base_run[q]] != bs->rep[br] || !sr_equal(c->dist, ms->comp, rr, ms->comp, run)) continue;
-        bool ok = true;
-        for (uint32_t s = 0; s < run->nslots && ok; s++) {
-            const lval *now = &vals[run->slots[s]];
-            int32_t t = ms->slot_map[q][s];
-            ok = same_input(c, &ms->ext[q][s], now, false) &&
-                 (t < 0 || eg_find(c->g, now->cls) == eg_find(c->g, bs->vals[brun->slots[t]].cls));
-        }
-        if (!ok) continue;
-        for (uint32_t p = 0; p < run->i1 - run->i0; p++) {
-            lval *v = &vals[run->i0 + p];
-            if (ms->comp->instrs[run->i0 + p].op == OP_PARAMETER) continue;
-            if (!run->exported[p]) {
-                *v = unknown();
-                continue;
-            }
-            *v = ms->vals[rr->i0 + p];
-            int32_t m = ms->out_map[q][p];
-            if (m >= 0) v->cls = bs->vals[brun->i0 + (uint32_t)m].cls;
-            else if (m <= -2) v->cls = vals[run->slots[-2 - m]].cls;
-        }
-        c->memo_hits++;
-        return q;
-    }
-    return SR_NONE;
-}
-
-/* Why a distributed run did or did not become a representative. */
-typedef enum memo_why {
-    MEMO_RECORDED,
-    MEMO_APART,    /* clean, but a term of it meets no baseline class (yet) */
-    MEMO_NEVER,    /* a finding, something unsupported or assumed, no baseline run */
-} memo_why;
-
-/* After distributed run r was lifted: makes it a representative when it was
- * clean and its inputs and exported values are its baseline run's. A first
- * divergence recorded in r makes it apart, unless the e-graph was saturated
- * since (the divergent term may have met the baseline's then). */
-static memo_why memo_record(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, const memo_mark *before,
-                            bool saturated) {
-    memo_mark now = memo_mark_now(c);
-    if (now.nfindings != before->nfindings || now.nunsupported != before->nunsupported ||
-        now.resynced != before->resynced || now.ndoms != before->ndoms || now.next_loop != before->next_loop ||
-        now.assumed != before->assumed || now.assumptions != before->assumptions) {
-        memo_debug(ms, r, "not clean (findings, unsupported or assumed values)");
-        return MEMO_NEVER;
-    }
-    const sr_run *run = &ms->runs.runs[r];
-    uint32_t br = base_run_of(c, run);
-    if (br == SR_NONE) {
-        memo_debug(ms, r, "no baseline run of that scope to compare with");
-        return MEMO_NEVER;
-    }
-    if (now.divergence != before->divergence && !saturated) {
-        memo_debug(ms, r, "a term of it meets no baseline class (the first divergence)");
-        return MEMO_APART;
-    }
-    const memo_side *bs = &c->memo->side[0];
-    const sr_run *brun = &bs->runs.runs[br];
-    int32_t *smap = arena_alloc(c->a, (run->nslots + 1) * sizeof *smap);
-    for (uint32_t s = 0; s < run->nslots; s++) {
-        const lval *x = &vals[run->slots[s]];
-        smap[s] = -1;
-        if (x->kind == LV_DEV || (x->kind == LV_TERM && x->konst)) continue;
-        if (x->kind != LV_TERM || x->assumed) return MEMO_NEVER;
-        for (uint32_t t = 0; t < brun->nslots && smap[s] < 0; t++) {
-            const lval *y = &bs->vals[brun->slots[t]];
-            if (y->kind == LV_TERM && eg_find(c->g, y->cls) == eg_find(c->g, x->cls)) smap[s] = (int32_t)t;
-        }
-        if (smap[s] < 0) {
-            memo_debug(ms, r, "an input is not an input of the baseline run");
-            return MEMO_APART;
-        }
-    }
-    uint32_t len = run->i1 - run->i0;
-    int32_t *omap = arena_alloc(c->a, (len + 1) * sizeof *omap);
-    for (uint32_t p = 0; p < len; p++) {
-        const lval *x = &vals[run->i0 + p];
-        omap[p] = -1;
-        if (!run->exported[p] || x->kind == LV_DEV || (x->kind == LV_TERM && x->konst)) continue;
-        if (x->kind != LV_TERM || x->assumed) return MEMO_NEVER;
-        eid want = eg_find(c->g, x->cls);
-        for (uint32_t q = 0; q < brun->i1 - brun->i0 && omap[p] < 0; q++) {
-            const lval *y = &bs->vals[brun->i0 + q];
-            if (brun->exported[q] && y->kind == LV_TERM && eg_find(c->g, y->cls) == want) omap[p] = (int32_t)q;
-        }
-        for (uint32_t s = 0; s < run->nslots && omap[p] < 0; s++)
-            if (vals[run->slots[s]].kind == LV_TERM && eg_find(c->g, vals[run->slots[s]].cls) == want) omap[p] = -2 - (int32_t)s;
-        if (omap[p] == -1) {
-            memo_debug(ms, r, "an exported value is not the baseline run's");
-            return MEMO_APART;
-        }
-    }
-    lval *ext = arena_alloc(c->a, (run->nslots + 1) * sizeof *ext);
-    for (uint32_t s = 0; s < run->nslots; s++) ext[s] = vals[run->slots[s]];
-    ms->ext[r] = ext;
-    ms->base_run[r] = br;
-    ms->slot_map[r] = smap;
-    ms->out_map[r] = omap;
-    ms->outside[r] = now.noutside - before->noutside;
-    return MEMO_RECORDED;
-}
-
-/* Whether a later run of the segment computation has run r's structure (by
- * fingerprint): only then is r worth making a representative at some cost. */
-static bool memo_reusable(const memo_side *ms, uint32_t r) {
-    const sr_run *x = &ms->runs.runs[r];
-    for (uint32_t q = r + 1; q < ms->runs.n; q++) {
-        const sr_run *y = &ms->runs.runs[q];
-        if (y->fp == x->fp && y->i1 - y->i0 == x->i1 - x->i0 && y->nslots == x->nslots) return true;
-    }
-    return false;
-}
-
-/* Distributed run r was lifted cleanly, but some of its terms meet the
- * baseline's only through rewrites (an expert-parallel layer's combine, say):
- * when later runs could reuse it, the checker saturates the e-graph now
- * (c->saturate), and if r's inputs and exported values are then its baseline
- * run's it becomes a representative, as if they had met by construction. The
- * first divergence and what r counted outside the baseline stay as lifting
- * left them, and its hits count the same: findings and segment verdicts are
- * those of checking without the memo. Saturation that does not help is not tried again for runs equal to r, and
- * at most MEMO_SAT_FAILS times in all; nor is it run more than MEMO_SAT_RUNS
- * times (each is over the whole e-graph, so a program whose every layer
- * needed its own would cost quadratically: its later layers are lifted). */
-#define MEMO_SAT_FAILS 2
-#define MEMO_SAT_RUNS 8
-static void memo_record_saturated(lift_ctx *c, memo_side *ms, uint32_t r, const lval *vals, const memo_mark *before) {
-    if (!c->saturate || c->memo_sat_fails >= MEMO_SAT_FAILS || c->memo_sat_runs >= MEMO_SAT_RUNS || !memo_reusable(ms, r))
-        return;
-    const sr_run *run = &ms->runs.runs[r];
-    for (uint32_t q = 0; q < r; q++)
-        if (ms->sat_failed[q] && sr_equal(c->dist, ms->comp, &ms->runs.runs[q], ms->comp, run)) return;
-    /* The lifting so far is charged to the segment; saturation's time and
-     * e-nodes are the checker's to report, not lifting's. */
-    if (c->acct_t > 0) charge_segment(c, now_ms(), eg_node_count(c->g));
-    bool ran = c->saturate(c, c->saturate_arg);
-    c->memo_sat_runs += ran;
-    kvals_after_unions(c);
-    c->acct_t = now_ms();
-    c->acct_nodes = eg_node_count(c->g);
-    if (ran && memo_record(c, ms, r, vals, before, true) != MEMO_RECORDED) {
-        ms->sat_failed[r] = true;
-        c->memo_sat_fails++;
-    }
-}
-
 /* Lifts instruction i of comp into vals[i]. */
-static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
+void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                      uint32_t ninputs) {
     const hlo_module *m = c->cur;
     const hlo_instr *in = &comp->instrs[i];
@@ -2918,46 +2508,13 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
 
 static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs) {
     lval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
-    memo_side *ms = memo_enter(c, comp, vals);
+    lf_memo_side *ms = lf_memo_enter(c, comp, vals);
     for (uint32_t i = 0; i < comp->ninstrs;) {
-        uint32_t r = ms ? ms->runs.start[i] : SR_NONE;
-        if (r == SR_NONE) {
-            lift_one(c, comp, i++, vals, args, inputs, ninputs);
-            continue;
-        }
-        const sr_run *run = &ms->runs.runs[r];
-        /* Parameters listed inside the run are its inputs: lifted first. */
-        for (uint32_t j = run->i0; j < run->i1; j++)
-            if (comp->instrs[j].op == OP_PARAMETER) lift_one(c, comp, j, vals, args, inputs, ninputs);
-        bool base = ms == &c->memo->side[0];
-        uint32_t rep = base ? memo_base_hit(c, ms, r, vals) : memo_hit(c, ms, r, vals);
-        bool hit = rep != SR_NONE;
-        if (!hit && !base) memo_materialise(c, run->scope, run->nscope);
-        memo_mark mk = memo_mark_now(c);
-        size_t nloops = c->nloops;
-        for (; i < run->i1; i++)
-            if (comp->instrs[i].op != OP_PARAMETER) {
-                if (hit) account_tree(c, &comp->instrs[i]);
-                else lift_one(c, comp, i, vals, args, inputs, ninputs);
-            }
-        if (!base && c->nsegs) {
-            c->segs[c->cur_seg].runs++;
-            c->segs[c->cur_seg].memo_hits += hit;
-            if (hit) {
-                /* What the representative computed outside the baseline (terms
-                 * that met nothing on the way) counts here too. */
-                c->segs[c->cur_seg].outside += ms->outside[rep];
-                c->noutside += ms->outside[rep];
-                const sr_run *rr = &ms->runs.runs[rep];
-                uint32_t here = c->cur_seg;
-                c->segs[here].memo_of = (int32_t)segment_of(c, rr->scope, rr->nscope);
-                c->cur_seg = here;
-            }
-        }
-        if (!hit && base) memo_base_record(c, ms, r, vals, nloops);
-        else if (!hit && memo_record(c, ms, r, vals, &mk, false) == MEMO_APART) memo_record_saturated(c, ms, r, vals, &mk);
+        uint32_t r = ms ? lf_memo_run_at(ms, i) : SR_NONE;
+        if (r == SR_NONE) lf_lift_one(c, comp, i++, vals, args, inputs, ninputs);
+        else i = lf_memo_lift_run(c, ms, r, comp, vals, args, inputs, ninputs);
     }
-    if (ms) memo_leave(c, ms);
+    if (ms) lf_memo_leave(c, ms);
     return vals[comp->root];
 }
 
@@ -2974,7 +2531,7 @@ lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
             c->divergence_layout = true;
         }
     }
-    if (c->nsegs && c->acct_t > 0) charge_segment(c, now_ms(), eg_node_count(c->g));
+    if (c->nsegs && c->acct_t > 0) lf_charge_segment(c, now_ms(), eg_node_count(c->g));
     return r;
 }
 

@@ -1,7 +1,8 @@
 /* lift — relation lifting from the distributed program to baseline terms
  * (DESIGN §5 "Lifting"). The code: lift.c (the walk, transfer functions,
- * while loops, segment memo), lift_index.c (LV_PW / LV_MASK), lift_win.c
- * (LV_WIN), lift_zmask.c (zero masks); lift_int.h is what they share.
+ * while loops), lift_memo.c (the segment memo), lift_index.c (LV_PW /
+ * LV_MASK), lift_win.c (LV_WIN), lift_zmask.c (zero masks); lift_int.h is
+ * what they share.
  *
  * The checker first adds the whole baseline to one e-graph (lift_baseline),
  * then walks the distributed program in order (lift_distributed). Every

@@ -1,5 +1,6 @@
 /* lift_int — what the lifting modules share (lift.c, lift_index.c,
- * lift_win.c, lift_zmask.c); not for other modules, which use lift.h.
+ * lift_win.c, lift_zmask.c, lift_memo.c); not for other modules, which use
+ * lift.h.
  *
  * lstate: the instruction being lifted, its operands' values (ops, which a
  * transfer function may re-view) and the values of its computation so far
@@ -35,6 +36,22 @@
  *                     dynamic-slices and collective-permutes of them
  *   lf_win_assume     a window met by an op that does not take windows
  *   lf_zmask_after    the zero mask of a value just lifted (lift_zmask.c)
+ *
+ * The walk (lift.c), for the memo (lift_memo.c):
+ *   lf_lift_one       lifts instruction i of comp into vals[i]
+ *   lf_walk_side      switches the walk to the baseline or the distributed side
+ *   lf_segment_of     the segment of an op_name scope, made on first sight
+ *   lf_account_tree   the bookkeeping of an instruction not lifted (a memo
+ *                     hit), and of all a call would have inlined
+ *   lf_charge_segment the time and e-nodes since the last switch, to the
+ *                     current segment
+ *   lf_kvals_after_unions  constant values follow classes merged outside
+ *                     lifting (saturation)
+ * The memo (lift_memo.c): lf_memo_enter gives the memo side of comp when it is
+ * walked for the first time as its side's segment computation (NULL
+ * otherwise); lf_memo_run_at the run starting at instruction i (SR_NONE:
+ * none); lf_memo_lift_run lifts a run or takes it from the memo and returns
+ * the instruction after it; lf_memo_leave ends the walk; lf_memo_free frees.
  */
 #ifndef SCALIFY_LIFT_INT_H
 #define SCALIFY_LIFT_INT_H
@@ -50,6 +67,7 @@ typedef struct lstate {
 } lstate;
 
 static inline lval unknown(void) { return (lval){.kind = LV_UNKNOWN}; }
+typedef struct lf_memo_side lf_memo_side;
 static inline lval term(eid cls, view v, bool assumed) {
     return (lval){.kind = LV_TERM, .cls = cls, .v = v, .assumed = assumed};
 }
@@ -82,5 +100,20 @@ bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out);
 bool lf_win_instr(lstate *s, lval *out);
 void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x);
 void lf_zmask_after(lstate *s, lval *v);
+
+void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
+                 uint32_t ninputs);
+void lf_walk_side(lift_ctx *c, bool baseline);
+uint32_t lf_segment_of(lift_ctx *c, const char *s, size_t n);
+void lf_account_tree(lift_ctx *c, const hlo_instr *in);
+void lf_charge_segment(lift_ctx *c, double t, uint32_t nn);
+void lf_kvals_after_unions(lift_ctx *c);
+
+lf_memo_side *lf_memo_enter(lift_ctx *c, const hlo_comp *comp, lval *vals);
+uint32_t lf_memo_run_at(const lf_memo_side *ms, uint32_t i);
+uint32_t lf_memo_lift_run(lift_ctx *c, lf_memo_side *ms, uint32_t r, const hlo_comp *comp, lval *vals, const lval *args,
+                          const view *inputs, uint32_t ninputs);
+void lf_memo_leave(lift_ctx *c, lf_memo_side *ms);
+void lf_memo_free(lift_ctx *c);
 
 #endif
