@@ -27,7 +27,9 @@
  * Distributed: a run lifted cleanly — no finding, nothing unsupported or
  * assumed — whose every input is a baseline input of the baseline run of its
  * scope, and whose every exported value is that baseline run's exported value
- * (or an input, or constant-only), becomes a representative. A later run is a
+ * (or an input, or constant-only), becomes a representative — by
+ * construction, or once the e-graph is saturated right after it when that is
+ * what it takes and later runs could reuse it (memo_record_saturated). A later run is a
  * memo hit when it is structurally equal to a representative, its inputs have
  * the same views and kinds and are the same inputs of its baseline run, and
  * its baseline run has the representative's baseline run's structure: lifting
