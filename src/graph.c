@@ -202,6 +202,77 @@ void graph_finalize_instr(hlo_module *m, hlo_instr *in) {
 
 /* ---- groups ---- */
 
+int graph_group_mode(const hlo_instr *in) {
+    bool channel = instr_attr(in, A_CHANNEL_ID) != NULL;
+    bool global = instr_int(in, A_USE_GLOBAL_DEVICE_IDS, 0) != 0;
+    bool no_global_field = in->op == OP_ALL_TO_ALL || in->op == OP_COLLECTIVE_PERMUTE ||
+                           in->op == OP_COLLECTIVE_BROADCAST; /* "absent", not false */
+    if (!channel) return GROUPS_CROSS_REPLICA;
+    if (no_global_field) return GROUPS_CROSS_PARTITION;
+    return global ? GROUPS_FLATTENED_ID : GROUPS_CROSS_REPLICA_AND_PARTITION;
+}
+
+bool graph_device_groups(const hlo_instr *in, int64_t R, int64_t P, int64_t **ids_out, uint32_t **start_out,
+                         uint32_t *ng_out, char *why, size_t nwhy) {
+    const hlo_attr *ga = instr_attr(in, A_REPLICA_GROUPS);
+    arena a;
+    arena_init(&a);
+    hlo_groups g = {0};
+    if (ga) groups_expand(ga->v.groups, &a, &g);
+    if (ga && g.ngroups == 0 && (ga->v.groups->iota || ga->v.groups->mesh)) {
+        snprintf(why, nwhy, "replica groups do not expand");
+        arena_free(&a);
+        return false;
+    }
+    int mode = graph_group_mode(in);
+    int64_t D = R * P;
+    /* Empty groups: one group of every replica (partition in cross-partition mode). */
+    int64_t lim = mode == GROUPS_CROSS_PARTITION ? P : mode == GROUPS_FLATTENED_ID ? D : R;
+    uint32_t ngi = g.ngroups ? g.ngroups : 1;
+    int64_t *ids = xmalloc((size_t)(D * 2 + 1) * sizeof *ids);
+    uint32_t *start = xmalloc((size_t)(D * 2 + 2) * sizeof *start);
+    uint32_t ng = 0, nid = 0;
+    bool ok = true;
+    int64_t outer = mode == GROUPS_CROSS_REPLICA ? P : mode == GROUPS_CROSS_PARTITION ? R : 1;
+    int64_t inner = mode == GROUPS_CROSS_REPLICA_AND_PARTITION ? P : 1;
+    for (uint32_t gi = 0; gi < ngi && ok; gi++) {
+        int64_t gn = g.ngroups ? (int64_t)(g.start[gi + 1] - g.start[gi]) : lim;
+        const int64_t *gids = g.ngroups ? g.ids + g.start[gi] : NULL;
+        for (int64_t o = 0; o < outer && ok; o++) {
+            start[ng++] = nid;
+            for (int64_t k = 0; k < gn && ok; k++) {
+                int64_t id = gids ? gids[k] : k;
+                if (id < 0 || id >= lim) {
+                    snprintf(why, nwhy, "replica group id %lld out of range (%lld)", (long long)id, (long long)lim);
+                    ok = false;
+                    break;
+                }
+                for (int64_t p = 0; p < inner; p++) {
+                    if (nid >= D * 2) {
+                        snprintf(why, nwhy, "replica groups name a device twice");
+                        ok = false;
+                        break;
+                    }
+                    ids[nid++] = mode == GROUPS_CROSS_REPLICA ? id * P + o
+                                 : mode == GROUPS_CROSS_PARTITION ? o * P + id
+                                 : mode == GROUPS_CROSS_REPLICA_AND_PARTITION ? id * P + p : id;
+                }
+            }
+        }
+    }
+    start[ng] = nid;
+    arena_free(&a);
+    if (!ok) {
+        free(ids);
+        free(start);
+        return false;
+    }
+    *ids_out = ids;
+    *start_out = start;
+    *ng_out = ng;
+    return true;
+}
+
 void iota_tile_ids(const int64_t *reshape, uint32_t nreshape, const int64_t *perm, uint32_t nperm,
                    int64_t *out) {
     /* Walk the transposed array in row-major order; element index idx (over the
@@ -426,6 +497,17 @@ static bool call_cycle(const hlo_module *m, uint32_t c, uint8_t *colour, uint32_
     return cyc;
 }
 
+/* A dynamic-slice's sizes are its result's dims (XLA infers the one from the
+ * other; a dump that disagrees is not a program). */
+static bool slice_sizes_are_shape(const hlo_instr *in) {
+    uint32_t n;
+    const int64_t *v = instr_ints(in, A_DYNAMIC_SLICE_SIZES, &n);
+    if (in->shape.dtype == DT_TUPLE || n != in->shape.rank) return false;
+    for (uint32_t k = 0; k < n; k++)
+        if (v[k] != in->shape.dims[k]) return false;
+    return true;
+}
+
 /* Names may be missing in protobuf input; messages must not crash on that. */
 #define NAME(s) ((s) ? (s) : "(unnamed)")
 
@@ -552,6 +634,9 @@ int graph_check(const hlo_module *m, diag *d) {
             else if (in->op == OP_TRANSPOSE && !transpose_is_permutation(comp, in))
                 report_at(d, &errors, in->line, in->col, "%s: %s: dimensions is not a permutation of the operand's dims",
                           NAME(comp->name), NAME(in->name));
+            else if (in->op == OP_DYNAMIC_SLICE && !slice_sizes_are_shape(in))
+                report_at(d, &errors, in->line, in->col, "%s: %s: dynamic_slice_sizes differ from the result's dims",
+                          NAME(comp->name), NAME(in->name));
             for (uint32_t a = 0; a < in->nattrs; a++) {
                 const hlo_attr *at = &in->attrs[a];
                 if (at->kind == K_COMP || at->kind == K_COMPS) {
@@ -611,6 +696,11 @@ static int64_t sharding_max_device(const hlo_sharding *s) {
         if (b > best) best = b;
     }
     return best;
+}
+
+int64_t graph_num_replicas(const hlo_module *m) {
+    int64_t reps = header_int(m, "replica_count");
+    return reps > 0 ? reps : 1;
 }
 
 int64_t graph_num_devices(const hlo_module *m) {

@@ -228,6 +228,7 @@ typedef struct hlo_groups {
  * one representation; a list is returned as is. An inconsistent description
  * expands to zero groups. */
 void groups_expand(const hlo_groups *g, arena *a, hlo_groups *out);
+
 /* The ids 0..prod(reshape)-1 reshaped and transposed by perm (identity when
  * nperm is 0), flattened row-major into out (prod(reshape) entries). */
 void iota_tile_ids(const int64_t *reshape, uint32_t nreshape, const int64_t *perm, uint32_t nperm,
@@ -390,6 +391,25 @@ const hlo_comp *graph_entry(const hlo_module *m);
 /* Devices the module runs on: num_partitions × replica_count from the header
  * when present, else 1 + the largest device id in shardings and replica groups. */
 int64_t graph_num_devices(const hlo_module *m);
+/* Replicas the module runs on: replica_count from the header, else 1. */
+int64_t graph_num_replicas(const hlo_module *m);
+
+/* How a collective's replica groups name devices (XLA's GetCollectiveOpGroupMode):
+ * replica ids (no channel_id), partition ids (a channel_id on all-to-all,
+ * collective-permute, collective-broadcast, which have no
+ * use_global_device_ids), replica ids each spanning every partition (a
+ * channel_id without use_global_device_ids) or global device ids. */
+typedef enum group_mode {
+    GROUPS_CROSS_REPLICA, GROUPS_CROSS_PARTITION, GROUPS_CROSS_REPLICA_AND_PARTITION, GROUPS_FLATTENED_ID
+} group_mode;
+int graph_group_mode(const hlo_instr *in);
+/* The device groups a collective runs over on R replicas × P partitions, as
+ * global device ids (replica · P + partition; empty groups: every replica, or
+ * partition in cross-partition mode): *ng groups, group g is
+ * ids[start[g] .. start[g+1]) (caller frees ids and start). False, with why,
+ * for an id out of range, a device named twice or groups that do not expand. */
+bool graph_device_groups(const hlo_instr *in, int64_t R, int64_t P, int64_t **ids, uint32_t **start, uint32_t *ng,
+                         char *why, size_t nwhy);
 /* Total instruction count over all computations. */
 uint64_t graph_instr_count(const hlo_module *m);
 

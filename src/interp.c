@@ -1905,78 +1905,14 @@ static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **op
 
 /* ------------------------------------------------------------------ collectives */
 
-enum { MODE_CROSS_REPLICA, MODE_CROSS_PARTITION, MODE_CROSS_REPLICA_AND_PARTITION, MODE_FLATTENED_ID };
-
-/* XLA's GetCollectiveOpGroupMode: all-to-all, collective-permute and
- * collective-broadcast have no use_global_device_ids ("absent", not false). */
-static int group_mode(const hlo_instr *in) {
-    bool channel = instr_attr(in, A_CHANNEL_ID) != NULL;
-    bool global = instr_int(in, A_USE_GLOBAL_DEVICE_IDS, 0) != 0;
-    bool no_global_field = in->op == OP_ALL_TO_ALL || in->op == OP_COLLECTIVE_PERMUTE ||
-                           in->op == OP_COLLECTIVE_BROADCAST;
-    if (!channel) return MODE_CROSS_REPLICA;
-    if (no_global_field) return MODE_CROSS_PARTITION;
-    return global ? MODE_FLATTENED_ID : MODE_CROSS_REPLICA_AND_PARTITION;
-}
-
-/* The groups of device ids (flattened) an instruction's collective runs over.
- * Caller frees *ids and *start; *ng groups, group g is ids[start[g]..start[g+1]). */
+/* The device groups of a collective on this run's replicas and partitions
+ * (graph_device_groups); false after failing with why. */
 static bool device_groups(ctx *x, const hlo_instr *in, int64_t **ids_out, uint32_t **start_out, uint32_t *ng_out) {
-    const hlo_attr *ga = instr_attr(in, A_REPLICA_GROUPS);
-    hlo_groups g = {0};
-    if (ga) groups_expand(ga->v.groups, &x->a, &g);
-    if (ga && g.ngroups == 0 && (ga->v.groups->iota || ga->v.groups->mesh)) {
-        fail(x, INTERP_ERUN, in, "replica groups do not expand");
+    char why[160];
+    if (!graph_device_groups(in, x->R, x->P, ids_out, start_out, ng_out, why, sizeof why)) {
+        fail(x, INTERP_ERUN, in, "%s", why);
         return false;
     }
-    int mode = group_mode(in);
-    int64_t R = x->R, P = x->P;
-    /* Empty groups: one group of every replica (partition in cross-partition mode). */
-    int64_t all_n = mode == MODE_CROSS_PARTITION ? P : mode == MODE_FLATTENED_ID ? x->D : R;
-    uint32_t ngi = g.ngroups ? g.ngroups : 1;
-    int64_t *ids = xmalloc((size_t)(x->D * 2 + 1) * sizeof *ids);
-    uint32_t *start = xmalloc((size_t)(x->D * 2 + 2) * sizeof *start);
-    uint32_t ng = 0, nid = 0;
-    bool ok = true;
-    int64_t cap = x->D * 2;
-    for (uint32_t gi = 0; gi < ngi && ok; gi++) {
-        int64_t gn = g.ngroups ? (int64_t)(g.start[gi + 1] - g.start[gi]) : all_n;
-        const int64_t *gids = g.ngroups ? g.ids + g.start[gi] : NULL;
-        int64_t outer = mode == MODE_CROSS_REPLICA ? P : mode == MODE_CROSS_PARTITION ? R : 1;
-        for (int64_t o = 0; o < outer && ok; o++) {
-            start[ng++] = nid;
-            for (int64_t k = 0; k < gn && ok; k++) {
-                int64_t id = gids ? gids[k] : k;
-                int64_t lim = mode == MODE_CROSS_PARTITION ? P : mode == MODE_FLATTENED_ID ? x->D : R;
-                if (id < 0 || id >= lim) {
-                    fail(x, INTERP_ERUN, in, "replica group id %lld out of range (%lld)", (long long)id, (long long)lim);
-                    ok = false;
-                    break;
-                }
-                int64_t inner = mode == MODE_CROSS_REPLICA_AND_PARTITION ? P : 1;
-                for (int64_t p = 0; p < inner; p++) {
-                    if (nid >= cap) {
-                        fail(x, INTERP_ERUN, in, "replica groups name a device twice");
-                        ok = false;
-                        break;
-                    }
-                    int64_t dv = mode == MODE_CROSS_REPLICA ? id * P + o
-                               : mode == MODE_CROSS_PARTITION ? o * P + id
-                               : mode == MODE_CROSS_REPLICA_AND_PARTITION ? id * P + p : id;
-                    ids[nid++] = dv;
-                }
-            }
-        }
-    }
-    start[ng] = nid;
-    if (!ok) {
-        free(ids);
-        free(start);
-        return false;
-    }
-    *ids_out = ids;
-    *start_out = start;
-    *ng_out = ng;
     return true;
 }
 
@@ -1992,8 +1928,8 @@ static bool eval_collective(ctx *x, const hlo_instr *in, uint32_t na, const int6
         const hlo_attr *pa = instr_attr(in, A_SOURCE_TARGET_PAIRS);
         hlo_groups g = {0};
         if (pa) groups_expand(pa->v.groups, &x->a, &g);
-        int mode = group_mode(in);
-        int64_t outer = mode == MODE_CROSS_PARTITION ? x->R : x->P;
+        int mode = graph_group_mode(in);
+        int64_t outer = mode == GROUPS_CROSS_PARTITION ? x->R : x->P;
         if (in->noperands != 1 || opv[0][0]->dtype == DT_TUPLE) {
             free(where);
             fail(x, INTERP_EUNSUPPORTED, in, "collective-permute with several or tuple operands");
@@ -2008,14 +1944,14 @@ static bool eval_collective(ctx *x, const hlo_instr *in, uint32_t na, const int6
             }
             int64_t s = g.ids[g.start[k]], t = g.ids[g.start[k] + 1];
             for (int64_t o = 0; o < outer && ok; o++) {
-                int64_t lim = mode == MODE_CROSS_PARTITION ? x->P : x->R;
+                int64_t lim = mode == GROUPS_CROSS_PARTITION ? x->P : x->R;
                 if (s < 0 || t < 0 || s >= lim || t >= lim) {
                     fail(x, INTERP_ERUN, in, "source_target pair {%lld,%lld} out of range", (long long)s, (long long)t);
                     ok = false;
                     break;
                 }
-                int64_t ds = mode == MODE_CROSS_PARTITION ? o * x->P + s : s * x->P + o;
-                int64_t dt = mode == MODE_CROSS_PARTITION ? o * x->P + t : t * x->P + o;
+                int64_t ds = mode == GROUPS_CROSS_PARTITION ? o * x->P + s : s * x->P + o;
+                int64_t dt = mode == GROUPS_CROSS_PARTITION ? o * x->P + t : t * x->P + o;
                 if (where[ds] < 0 || where[dt] < 0) {
                     fail(x, INTERP_ERUN, in, "device %lld or %lld is not on this control path", (long long)ds, (long long)dt);
                     ok = false;

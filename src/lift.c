@@ -447,34 +447,33 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
 
 /* ---- replica groups → mesh axes ---- */
 
-static int groups_axes_on(const mesh *ms, const hlo_instr *in, bool ordered);
+static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in, bool ordered);
 
-int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered) { return groups_axes_on(c->mesh, in, ordered); }
+int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered) {
+    return groups_axes_on(c->mesh, graph_num_replicas(c->dist), in, ordered);
+}
 
-/* lift_groups_axes on mesh ms. */
-static int groups_axes_on(const mesh *ms, const hlo_instr *in, bool ordered) {
-    const hlo_attr *ga = instr_attr(in, A_REPLICA_GROUPS);
-    arena tmp;
-    arena_init(&tmp);
-    hlo_groups g = {0};
-    if (ga) groups_expand(ga->v.groups, &tmp, &g);
-    int64_t n = mesh_devices(ms);
+/* lift_groups_axes on mesh ms, whose devices are the program's replicas ×
+ * partitions (global device ids, in mesh order): the groups are read as XLA
+ * reads them for the instruction's group mode (graph_device_groups). */
+static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in, bool ordered) {
+    int64_t n = mesh_devices(ms), *ids = NULL;
+    uint32_t *start = NULL, ng = 0;
+    char why[160];
     /* Group number and position of every device under the instruction. */
     int64_t *grp = xmalloc((size_t)n * sizeof *grp), *pos = xmalloc((size_t)n * sizeof *pos);
-    bool ok = true;
-    if (g.ngroups == 0) {
-        for (int64_t d = 0; d < n; d++) grp[d] = 0, pos[d] = d;
-    } else {
-        for (int64_t d = 0; d < n; d++) grp[d] = -1;
-        for (uint32_t k = 0; k < g.ngroups && ok; k++)
-            for (uint32_t j = g.start[k]; j < g.start[k + 1]; j++) {
-                int64_t d = g.ids[j];
-                if (d < 0 || d >= n || grp[d] >= 0) { ok = false; break; }
-                grp[d] = k;
-                pos[d] = j - g.start[k];
-            }
-        for (int64_t d = 0; d < n && ok; d++) ok = grp[d] >= 0;
-    }
+    bool ok = replicas > 0 && n % replicas == 0 && graph_device_groups(in, replicas, n / replicas, &ids, &start, &ng, why, sizeof why);
+    for (int64_t d = 0; d < n; d++) grp[d] = -1;
+    for (uint32_t k = 0; k < ng && ok; k++)
+        for (uint32_t j = start[k]; j < start[k + 1]; j++) {
+            int64_t d = ids[j];
+            if (d < 0 || d >= n || grp[d] >= 0) { ok = false; break; }
+            grp[d] = k;
+            pos[d] = j - start[k];
+        }
+    for (int64_t d = 0; d < n && ok; d++) ok = grp[d] >= 0;
+    free(ids);
+    free(start);
     int found = -1;
     for (uint32_t mask = 0; ok && mask < (1u << ms->naxes) && found < 0; mask++) {
         /* Devices agree on the axes outside mask ⇔ same group; position is the
@@ -499,7 +498,6 @@ static int groups_axes_on(const mesh *ms, const hlo_instr *in, bool ordered) {
     }
     free(grp);
     free(pos);
-    arena_free(&tmp);
     return found;
 }
 
@@ -552,18 +550,19 @@ static int collective_order(int op) {
 
 bool lift_refine_mesh(relations *rel, const hlo_module *dist) {
     bool changed = false;
+    int64_t replicas = graph_num_replicas(dist);
     for (uint32_t ci = 0; ci < dist->ncomps; ci++)
         for (uint32_t i = 0; i < dist->comps[ci].ninstrs; i++) {
             const hlo_instr *in = &dist->comps[ci].instrs[i];
             int ord = collective_order(in->op);
-            if (ord < 0 || !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(&rel->mesh, in, ord) >= 0) continue;
+            if (ord < 0 || !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(&rel->mesh, replicas, in, ord) >= 0) continue;
             bool done = false;
             for (uint32_t a = 0; a < rel->mesh.naxes && !done && rel->mesh.naxes < MESH_MAX_AXES; a++)
                 for (int64_t f = 2; f < rel->mesh.sizes[a] && !done; f++) {
                     mesh t = rel->mesh;
                     if (t.sizes[a] % f) continue;
                     split_mesh_axis(&t, a, f);
-                    if (groups_axes_on(&t, in, ord) < 0) continue;
+                    if (groups_axes_on(&t, replicas, in, ord) < 0) continue;
                     rel->mesh = t;
                     split_view_axis(rel->inputs, rel->ninputs, a);
                     split_view_axis(rel->outputs, rel->noutputs, a);

@@ -115,6 +115,10 @@ void suite_pathological(void) {
                  " ROOT r = f32[3,4] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={2}, "
                  "index_vector_dim=1, slice_sizes={1,4}\n}\n",
                  "start_index_map names dimension 2, out of range");
+    expect_error("dynamic_slice_sizes disagree with the shape",  /* was a checker mutation test; now refused on reading */
+                 "ENTRY e {\n a = f32[8,4] parameter(0)\n i = s32[] parameter(1)\n"
+                 " ROOT r = f32[2,4] dynamic-slice(a, i, i), dynamic_slice_sizes={2,7}\n}\n",
+                 "p.hlo:4:2: e: r: dynamic_slice_sizes differ from the result's dims");
     expect_error("self call", "ENTRY e {\n p = f32[] parameter(0)\n ROOT c = f32[] call(p), to_apply=e\n}\n", "cycle");
     expect_error("unknown computation", "ENTRY e {\n p = f32[] parameter(0)\n ROOT c = f32[] call(p), to_apply=nope\n}\n",
                  "p.hlo:3:35: unknown computation 'nope'");
