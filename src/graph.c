@@ -243,7 +243,7 @@ bool graph_device_groups(const hlo_instr *in, int64_t R, int64_t P, int64_t **id
             for (int64_t k = 0; k < gn && ok; k++) {
                 int64_t id = gids ? gids[k] : k;
                 if (id < 0 || id >= lim) {
-                    snprintf(why, nwhy, "replica group id %lld out of range (%lld)", (long long)id, (long long)lim);
+                    snprintf(why, nwhy, "id %lld is not one of the %lld there are", (long long)id, (long long)lim);
                     ok = false;
                     break;
                 }

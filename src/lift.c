@@ -1310,6 +1310,20 @@ static int collective_axes(lstate *s, bool ordered) {
     lift_ctx *c = s->c;
     int axes = lift_groups_axes(c, s->in, ordered);
     if (axes >= 0) return axes;
+    /* Groups that name no devices at all, as XLA reads them for the group mode. */
+    int64_t R = graph_num_replicas(c->dist), D = mesh_devices(c->mesh), *ids = NULL;
+    uint32_t *start = NULL, ng = 0;
+    char why[160];
+    if (D % R == 0 && !graph_device_groups(s->in, R, D / R, &ids, &start, &ng, why, sizeof why)) {
+        static const char *const named[] = {"replicas (no channel_id)", "partitions", "replicas, each across every partition "
+                                            "(a channel_id without use_global_device_ids)", "devices"};
+        lf_finding(c, "wrong-collective-group", s->comp, s->in, "the replica groups of %s name %s: %s (%lld replica%s, %lld "
+                   "partition%s)", s->in->name, named[graph_group_mode(s->in)], why, (long long)R, R == 1 ? "" : "s",
+                   (long long)(D / R), D / R == 1 ? "" : "s");
+        return -1;
+    }
+    free(ids);
+    free(start);
     if (c->mesh_inferred)
         lf_unsupported(c, s->comp, s->in, "the replica groups of %s match no axis of the mesh inferred from the shardings",
                     s->in->name);
