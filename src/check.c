@@ -601,8 +601,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     eg_rebuild(g);
     /* Equality saturation with the rules when an output's term has not met its
      * baseline class by construction: rewrites may join them. */
-    bool saturated = false;
-    double sat_ms = 0;
+    const sat_run *final_run = NULL; /* the run after lifting, if any */
     if (!lc.nfindings) {
         uint32_t nouts0 = root.kind == LV_TUPLE ? root.n : 1;
         bool apart = false;
@@ -610,12 +609,9 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
             const lval *v = root.kind == LV_TUPLE ? &root.elems[k] : &root;
             apart |= v->kind == LV_TERM && !v->assumed && eg_find(g, v->cls) != eg_find(g, bouts[k]);
         }
-        if (apart && saturate(&sr, g, UINT32_MAX)) {
-            saturated = true;
-            sat_ms = sr.runs[sr.nruns - 1].ms;
-        }
+        if (apart && saturate(&sr, g, UINT32_MAX)) final_run = &sr.runs[sr.nruns - 1];
     }
-    const rs_result sat = sr.last;
+    double sat_ms = final_run ? final_run->ms : 0;
 
     json_t *findings = json_array();
     json_t *counts = json_object();
@@ -755,9 +751,10 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
             sb_printf(&msg, "unverified: %s", lc.unsupported_why);
         } else {
             sb_printf(&msg, "unverified: %s; first divergence at %s, whose operands are related", why.s, ui->name);
-            if (saturated)
-                sb_printf(&msg, " (still apart after equality saturation with %u rule%s: %u iteration%s, stopped: %s)", sat.nrules,
-                          sat.nrules == 1 ? "" : "s", sat.iterations, sat.iterations == 1 ? "" : "s", rs_stop_name(sat.stop));
+            if (final_run) /* sr.last is that run's result */
+                sb_printf(&msg, " (still apart after equality saturation with %u rule%s: %u iteration%s, stopped: %s)",
+                          sr.last.nrules, sr.last.nrules == 1 ? "" : "s", final_run->iterations,
+                          final_run->iterations == 1 ? "" : "s", rs_stop_name(final_run->stop));
             else if (!o->rules_dir) sb_puts(&msg, " (no rewrite rules were given)");
         }
         if (w.ran) sb_printf(&msg, "; the outputs agree on seeded random inputs (max abs difference %g)", w.max_abs);
@@ -836,7 +833,6 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
      * the build times add up. */
     double build_rest = t2 - t1;
     for (uint32_t i = 0; i < lc.nsegs; i++) build_rest -= lc.segs[i].build_ms;
-    const sat_run *final_run = saturated ? &sr.runs[sr.nruns - 1] : NULL;
     uint32_t *seg_classes = xcalloc(lc.nsegs + 1, sizeof *seg_classes);
     lift_segment_classes(&lc, seg_classes);
     for (uint32_t i = 0; i < lc.nsegs; i++) {

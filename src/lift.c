@@ -447,22 +447,26 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
 
 /* ---- replica groups → mesh axes ---- */
 
-static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in, bool ordered);
+static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in, bool ordered, char *why, size_t nwhy);
 
 int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered) {
-    return groups_axes_on(c->mesh, graph_num_replicas(c->dist), in, ordered);
+    char why[160];
+    int axes = groups_axes_on(c->mesh, graph_num_replicas(c->dist), in, ordered, why, sizeof why);
+    return axes >= 0 ? axes : -1;
 }
 
 /* lift_groups_axes on mesh ms, whose devices are the program's replicas ×
  * partitions (global device ids, in mesh order): the groups are read as XLA
- * reads them for the instruction's group mode (graph_device_groups). */
-static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in, bool ordered) {
+ * reads them for the instruction's group mode (graph_device_groups). -2, with
+ * why, when they name no devices at all for that mode. */
+static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in, bool ordered, char *why, size_t nwhy) {
     int64_t n = mesh_devices(ms), *ids = NULL;
     uint32_t *start = NULL, ng = 0;
-    char why[160];
+    if (replicas < 1 || n % replicas) return -1;
+    if (!graph_device_groups(in, replicas, n / replicas, &ids, &start, &ng, why, nwhy)) return -2;
     /* Group number and position of every device under the instruction. */
     int64_t *grp = xmalloc((size_t)n * sizeof *grp), *pos = xmalloc((size_t)n * sizeof *pos);
-    bool ok = replicas > 0 && n % replicas == 0 && graph_device_groups(in, replicas, n / replicas, &ids, &start, &ng, why, sizeof why);
+    bool ok = true;
     for (int64_t d = 0; d < n; d++) grp[d] = -1;
     for (uint32_t k = 0; k < ng && ok; k++)
         for (uint32_t j = start[k]; j < start[k + 1]; j++) {
@@ -551,18 +555,20 @@ static int collective_order(int op) {
 bool lift_refine_mesh(relations *rel, const hlo_module *dist) {
     bool changed = false;
     int64_t replicas = graph_num_replicas(dist);
+    char why[160];
     for (uint32_t ci = 0; ci < dist->ncomps; ci++)
         for (uint32_t i = 0; i < dist->comps[ci].ninstrs; i++) {
             const hlo_instr *in = &dist->comps[ci].instrs[i];
             int ord = collective_order(in->op);
-            if (ord < 0 || !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(&rel->mesh, replicas, in, ord) >= 0) continue;
+            if (ord < 0 || !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(&rel->mesh, replicas, in, ord, why, sizeof why) >= 0)
+                continue;
             bool done = false;
             for (uint32_t a = 0; a < rel->mesh.naxes && !done && rel->mesh.naxes < MESH_MAX_AXES; a++)
                 for (int64_t f = 2; f < rel->mesh.sizes[a] && !done; f++) {
                     mesh t = rel->mesh;
                     if (t.sizes[a] % f) continue;
                     split_mesh_axis(&t, a, f);
-                    if (groups_axes_on(&t, replicas, in, ord) < 0) continue;
+                    if (groups_axes_on(&t, replicas, in, ord, why, sizeof why) < 0) continue;
                     rel->mesh = t;
                     split_view_axis(rel->inputs, rel->ninputs, a);
                     split_view_axis(rel->outputs, rel->noutputs, a);
@@ -1308,13 +1314,12 @@ void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
  * on a declared mesh, undecided on a mesh inferred from shardings. */
 static int collective_axes(lstate *s, bool ordered) {
     lift_ctx *c = s->c;
-    int axes = lift_groups_axes(c, s->in, ordered);
-    if (axes >= 0) return axes;
-    /* Groups that name no devices at all, as XLA reads them for the group mode. */
-    int64_t R = graph_num_replicas(c->dist), D = mesh_devices(c->mesh), *ids = NULL;
-    uint32_t *start = NULL, ng = 0;
+    int64_t R = graph_num_replicas(c->dist), D = mesh_devices(c->mesh);
     char why[160];
-    if (D % R == 0 && !graph_device_groups(s->in, R, D / R, &ids, &start, &ng, why, sizeof why)) {
+    int axes = groups_axes_on(c->mesh, R, s->in, ordered, why, sizeof why);
+    if (axes >= 0) return axes;
+    if (axes == -2) {
+        /* Groups that name no devices at all, as XLA reads them for the group mode. */
         static const char *const named[] = {"replicas (no channel_id)", "partitions", "replicas, each across every partition "
                                             "(a channel_id without use_global_device_ids)", "devices"};
         lf_finding(c, "wrong-collective-group", s->comp, s->in, "the replica groups of %s name %s: %s (%lld replica%s, %lld "
@@ -1322,8 +1327,6 @@ static int collective_axes(lstate *s, bool ordered) {
                    (long long)(D / R), D / R == 1 ? "" : "s");
         return -1;
     }
-    free(ids);
-    free(start);
     if (c->mesh_inferred)
         lf_unsupported(c, s->comp, s->in, "the replica groups of %s match no axis of the mesh inferred from the shardings",
                     s->in->name);
