@@ -33,7 +33,8 @@ typedef struct arena_block arena_block;
 typedef struct arena {
     arena_block *head;
     char *cur, *end;
-    size_t total;  /* bytes requested from malloc, for memory reports */
+    char *zero;    /* [zero, end) of the current block is known zero */
+    size_t total;  /* bytes of its blocks, for memory reports */
 } arena;
 
 void arena_init(arena *a);
