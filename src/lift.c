@@ -1320,8 +1320,8 @@ static int collective_axes(lstate *s, bool ordered) {
     if (axes >= 0) return axes;
     if (axes == -2) {
         /* Groups that name no devices at all, as XLA reads them for the group mode. */
-        static const char *const named[] = {"replicas (no channel_id)", "partitions", "replicas, each across every partition "
-                                            "(a channel_id without use_global_device_ids)", "devices"};
+        static const char *const named[] = {"replicas (no channel_id)", "partitions", ("replicas, each across every partition "
+                                            "(a channel_id without use_global_device_ids)"), "devices"};
         lf_finding(c, "wrong-collective-group", s->comp, s->in, "the replica groups of %s name %s: %s (%lld replica%s, %lld "
                    "partition%s)", s->in->name, named[graph_group_mode(s->in)], why, (long long)R, R == 1 ? "" : "s",
                    (long long)(D / R), D / R == 1 ? "" : "s");

@@ -6,7 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Writes the 32-byte digest of data[0..n) to out. */
+/* Writes the 32-byte digest of data[0..n) to out: with the x86 SHA
+ * extensions when the processor has them, else in portable C. */
 void sha256(const void *data, size_t n, uint8_t out[32]);
+/* The same digest, always in portable C (tests compare the two). */
+void sha256_portable(const void *data, size_t n, uint8_t out[32]);
 
 #endif
