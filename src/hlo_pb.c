@@ -382,11 +382,17 @@ typedef struct pb {
     idmap comp_index, ids;
     strmap names;
     const char *last_op_name;  /* the previous metadata op_name (module arena) */
+    bool retry;                /* one pass failed: the careful path will say why */
 } pb;
 
-/* Reports at the innermost computation or instruction being converted. */
+/* Reports at the innermost computation or instruction being converted; in the
+ * one pass, says nothing but leaves it to the careful path (see unpacker). */
 static _Noreturn void fail(pb *p, const char *field, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static _Noreturn void fail(pb *p, const char *field, const char *fmt, ...) {
+    if (p->u) {
+        p->retry = true;
+        longjmp(p->fail, 1);
+    }
     char msg[512], path[600];
     va_list ap;
     va_start(ap, fmt);
@@ -1697,9 +1703,11 @@ static bool walk_as(walker *w, int *kind) {
  * nesting or memory limit — sends the input down the walker + protobuf-c path, which
  * reports exactly. So what it accepts, both of those accept, with the same
  * result; the pb tests check that on hostile bytes. Instructions, most of a
- * large module's tree, are checked (check_message) but not kept: conversion
- * reads their ids and names off the wire and unpacks each one, when it gets
- * to it, into scratch memory the next one reuses (instr_key, instr_get). */
+ * large module's tree, are only framed in that pass (scan_instr): conversion
+ * takes their ids and names as it noted them and checks and unpacks each
+ * one, when it gets to it, into scratch memory the next one reuses
+ * (instr_key, instr_get); if one does not unpack, or conversion fails, the
+ * input goes down the careful path after all, which says what is wrong. */
 
 /* One field as it sits on the wire: [v, vend) is the varint, the fixed-size
  * value or the payload of a length-delimited one. */
@@ -1841,27 +1849,33 @@ typedef struct field_table {
     uint16_t at[FIELD_DIRECT]; /* 1 + index into d->fields; 0: no such field */
 } field_table;
 
-/* A checked instruction left on the wire: its id and name (up to the first
- * NUL, as a C string would end; the last of a repeated singular field wins,
- * as when unpacking), noted while checking, and the end of its payload. */
+/* An instruction left on the wire: its id and name (up to the first NUL, as
+ * a C string would end; the last of a repeated singular field wins, as when
+ * unpacking), read off its top-level fields in the one pass, the end of its
+ * payload and how deep it is nested. */
 typedef struct lazy_key {
     int64_t id;
     size_t name, nname;  /* offset in the input, length */
     size_t end;
+    int depth;
 } lazy_key;
 
 struct unpacker {
     walker *w;  /* buf, budget and cost; offsets and counts as a walk leaves them */
     arena *a;   /* where messages go: the tree's arena, or scratch while replaying */
     field_table tables[FIELD_TABLES]; /* open addressing by descriptor, filled on first use */
-    /* Instructions are checked in the one pass but unpacked later, one at a
-     * time as conversion reaches them, into scratch that each reuses: the
-     * tree of a large module is mostly instructions (one computation may
-     * hold most of them), and building all of them at once costs more in
-     * fresh memory (page faults) than reading their bytes twice costs in
-     * time. keys[g] holds what conversion looks up first (id, name) and
-     * where the payload that w->instr_off[g] starts ends. */
-    bool replay;       /* unpacking checked instructions: no charges, no offsets */
+    /* Instructions are framed in the one pass but checked and unpacked
+     * later, one at a time as conversion reaches them, into scratch that
+     * each reuses: the tree of a large module is mostly instructions (one
+     * computation may hold most of them), and building all of them at once
+     * costs more in fresh memory (page faults) than reading their top-level
+     * fields twice costs in time. keys[g] holds what conversion looks up
+     * first (id, name) and where the payload that w->instr_off[g] starts
+     * ends. Should an instruction then not unpack, or conversion fail, the
+     * careful path reads the input again and says what is wrong: a later
+     * instruction's wire error must win over an earlier one's meaning, as
+     * it does there. */
+    bool replay;       /* unpacking a noted instruction: its offset is noted already */
     lazy_key *keys;
     size_t nkeys, capkeys;
     arena scratch;
@@ -1889,7 +1903,6 @@ static const ProtobufCFieldDescriptor *field_of(const ProtobufCMessageDescriptor
 }
 
 static bool fast_charge(unpacker *u, uint64_t bytes) {
-    if (u->replay) return true; /* charged when checked */
     u->w->cost += bytes;
     return u->w->cost <= u->w->budget;
 }
@@ -1908,8 +1921,6 @@ static void note_message(unpacker *u, const ProtobufCMessageDescriptor *d, size_
 
 static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p,
                                         const uint8_t *e, int depth);
-static bool check_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *e,
-                          int depth, lazy_key *key);
 
 /* The capacity of a repeated field's array holding n elements: none for
  * none, else the least power of two that holds max(n, 4). Arrays grow by
@@ -1974,52 +1985,22 @@ static void unpack_packed(unpacker *u, const ProtobufCFieldDescriptor *f, char *
     }
 }
 
-/* The message of type d at [p, e), nested depth deep, checked, charged and
- * noted exactly as unpack_message would unpack it, but not stored; false when
- * unpack_message would give up. A singular message field met twice is what
- * the tree would tell unpack_message; here a bit per field index does. For an
- * instruction, key (when not NULL) receives its id and name. */
-static bool check_message(unpacker *u, const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *e,
-                          int depth, lazy_key *key) {
-    if (depth > PB_MAX_DEPTH || !fast_charge(u, d->sizeof_message)) return false;
-    note_message(u, d, (size_t)(p - u->w->buf));
-    const field_table *t = table_of(u, d);
-    uint64_t had[4] = {0};
+/* The instruction at [p, e), nested depth deep, noted and its key read off
+ * its top-level fields; false when those do not frame. Nothing inside them is
+ * looked at: replaying it (instr_get) checks and charges the rest. */
+static bool scan_instr(unpacker *u, const uint8_t *p, const uint8_t *e, int depth, lazy_key *key) {
+    const uint8_t *buf = u->w->buf;
+    note_message(u, &xla__hlo_instruction_proto__descriptor, (size_t)(p - buf));
+    *key = (lazy_key){.end = (size_t)(e - buf), .depth = depth};
     for (const uint8_t *q = p; q < e;) {
         wire_field wf;
         if (!next_field(&q, e, &wf)) return false;
-        const ProtobufCFieldDescriptor *f = field_of(d, t, wf.number);
-        uint64_t len = (uint64_t)(wf.vend - wf.v);
-        if (key && wf.number == 1 && wf.wt == 2) {
-            const void *nul = memchr(wf.v, 0, (size_t)len);
-            key->name = (size_t)(wf.v - u->w->buf);
+        if (wf.number == 1 && wf.wt == 2) {
+            const void *nul = memchr(wf.v, 0, (size_t)(wf.vend - wf.v));
+            key->name = (size_t)(wf.v - buf);
             key->nname = (size_t)((nul ? (const uint8_t *)nul : wf.vend) - wf.v);
-        } else if (key && wf.number == 35 && wf.wt == 0) {
+        } else if (wf.number == 35 && wf.wt == 0) {
             key->id = (int64_t)wf.value;
-        }
-        if (!f) {
-            if (!fast_charge(u, len + 48)) return false;
-            continue;
-        }
-        int want = wire_type_of(f->type);
-        bool repeated = f->label == PROTOBUF_C_LABEL_REPEATED;
-        if (wf.wt != want && !(repeated && wf.wt == 2 && want != 2)) return false;
-        if (repeated && wf.wt == 2 && want != 2) {
-            size_t count;
-            if (!packed_count(f->type, wf.v, wf.vend, &count) || !fast_charge(u, 8 + (uint64_t)count * 8))
-                return false;
-            continue;
-        }
-        if (repeated && !fast_charge(u, 8)) return false;
-        if (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES) {
-            if (!fast_charge(u, len + 1)) return false;
-        } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
-            if (!repeated) {
-                size_t fi = (size_t)(f - d->fields);
-                if (fi >= 64 * ARRAY_LEN(had) || (had[fi / 64] >> (fi % 64) & 1)) return false;
-                had[fi / 64] |= (uint64_t)1 << (fi % 64);
-            }
-            if (!check_message(u, f->descriptor, wf.v, wf.vend, depth + 1, NULL)) return false;
         }
     }
     return true;
@@ -2059,9 +2040,9 @@ static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescr
             }
             if (!fast_charge(u, 8)) return NULL;
             if (f->descriptor == &xla__hlo_instruction_proto__descriptor && !u->replay) {
-                /* Checked now, unpacked by instr_get; the array stays NULL. */
-                lazy_key k = {0, 0, 0, (size_t)(wf.vend - u->w->buf)};
-                if (!check_message(u, f->descriptor, wf.v, wf.vend, depth + 1, &k)) return NULL;
+                /* Framed now, unpacked by instr_get; the array stays NULL. */
+                lazy_key k;
+                if (!scan_instr(u, wf.v, wf.vend, depth + 1, &k)) return NULL;
                 XGROW(u->keys, u->capkeys, u->nkeys + 1);
                 u->keys[u->nkeys++] = k;
                 (*n)++;
@@ -2100,15 +2081,14 @@ static ProtobufCMessage *unpack_fast(unpacker *u, int kind) {
  * instructions) when the tree left it out; [*p0, *p1) its bytes on the wire. */
 static const lazy_key *lazy_instr(pb *p, uint32_t c, uint32_t i, const uint8_t **p0, const uint8_t **p1) {
     size_t g = p->instr_base[c] + i;
-    if (g >= p->u->nkeys || g >= p->w.ninstr)
-        fail(p, NULL, "internal error: instruction %zu was not checked", g);
+    if (g >= p->u->nkeys || g >= p->w.ninstr) fail(p, NULL, "internal error: instruction %zu was not noted", g);
     *p0 = p->w.buf + p->w.instr_off[g];
     *p1 = p->w.buf + p->u->keys[g].end;
     return &p->u->keys[g];
 }
 
 /* Instruction i's id and name (up to its first NUL, as a C string would
- * end; not NUL-terminated): from the tree, or as checking noted them. */
+ * end; not NUL-terminated): from the tree, or as the one pass noted them. */
 static void instr_key(pb *p, uint32_t c, const Xla__HloComputationProto *cp, uint32_t i, int64_t *id,
                       const char **name, size_t *len) {
     if (!p->u) {
@@ -2125,19 +2105,20 @@ static void instr_key(pb *p, uint32_t c, const Xla__HloComputationProto *cp, uin
     *len = k->nname;
 }
 
-/* Instruction i, valid until the next call: from the tree, or unpacked from
- * checked wire bytes into the scratch arena, which each instruction reuses. */
+/* Instruction i, valid until the next call: from the tree, or checked and
+ * unpacked from its wire bytes into the scratch arena, which each
+ * instruction reuses (when they do not unpack, the careful path decides). */
 static const Xla__HloInstructionProto *instr_get(pb *p, uint32_t c, const Xla__HloComputationProto *cp,
                                                  uint32_t i) {
     if (!p->u) return cp->instructions[i];
     unpacker *u = p->u;
     const uint8_t *q, *e;
-    lazy_instr(p, c, i, &q, &e);
     arena_reset(&u->scratch);
     u->a = &u->scratch;
     u->replay = true;
-    ProtobufCMessage *ip = unpack_message(u, &xla__hlo_instruction_proto__descriptor, q, e, 0);
-    if (!ip) fail(p, NULL, "internal error: a checked instruction did not unpack");
+    const lazy_key *k = lazy_instr(p, c, i, &q, &e);
+    ProtobufCMessage *ip = unpack_message(u, &xla__hlo_instruction_proto__descriptor, q, e, k->depth);
+    if (!ip) fail(p, NULL, "the instruction does not unpack");
     return (const Xla__HloInstructionProto *)ip;
 }
 
@@ -2225,8 +2206,9 @@ static hlo_module *parse_pb(const uint8_t *buf, size_t n, const char *path, diag
     sb_free(&p->sb);
     idmap_free(&p->ids);
     strmap_free(&p->names);
+    bool retry = p->retry;
     free(p);
-    return m;
+    return retry ? parse_pb(buf, n, path, d, false) : m;
 }
 
 hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d) {
