@@ -198,6 +198,8 @@ void *arena_alloc(arena *a, size_t n) {
     return p;
 }
 
+size_t arena_used(const arena *a) { return a->total - (size_t)(a->end - a->cur); }
+
 char *arena_strndup(arena *a, const char *s, size_t n) {
     char *p = arena_alloc(a, n + 1);
     if (n) memcpy(p, s, n);

@@ -44,6 +44,10 @@ void arena_free(arena *a);
  * size touches no fresh memory the second time. Pointers into a die. */
 void arena_reset(arena *a);
 void *arena_alloc(arena *a, size_t n);              /* 8-byte aligned, zeroed */
+/* Bytes of a's blocks up to its latest allocation: total without the unused
+ * tail of the current block (a large arena's last block is mapped, and its
+ * untouched pages cost no memory). */
+size_t arena_used(const arena *a);
 char *arena_strndup(arena *a, const char *s, size_t n);
 char *arena_strdup(arena *a, const char *s);
 void *arena_memdup(arena *a, const void *p, size_t n);

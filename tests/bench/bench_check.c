@@ -12,7 +12,8 @@
  * the best wall (and CPU) times across N; the target for the
  * llama-scale.megatron_tp family (tp2 ... tp64) is a ratio within 1.5.
  * Depth: 405B against 8B (Megatron tp8), also in BENCH_ROUNDS rounds that run
- * the two in turn (both meet the same load), and 405B without the memo and
+ * the two in turn (both meet the same load; the median of the rounds' paired
+ * ratios is reported beside the ratio of minima), and 405B without the memo and
  * with one reading thread. Writes build/bench-check.json and
  * tests/bench/RESULTS.md.
  */
@@ -72,6 +73,7 @@ static int run_child(const char *name, const char *b, const char *d, const char 
 
 typedef struct {
     double wall, cpu, peak, check, lift;
+    double last_wall; /* of the latest run */
     int verdict;
     long long segs, memo;
 } run_result;
@@ -113,6 +115,7 @@ static int bench_pair_cfg(const char *name, const char *b, const char *d, const 
         if (check < out->check) out->check = check;
         if (lift < out->lift) out->lift = lift;
         if (wall < out->wall) out->wall = wall;
+        out->last_wall = wall;
         if (cpu < out->cpu) out->cpu = cpu;
         if (ru.ru_maxrss / 1024.0 > out->peak) out->peak = ru.ru_maxrss / 1024.0;
     }
@@ -121,6 +124,18 @@ static int bench_pair_cfg(const char *name, const char *b, const char *d, const 
 
 static int bench_pair(const char *name, const char *b, const char *d, const char *r, int repeat, run_result *out) {
     return bench_pair_cfg(name, b, d, r, default_cfg(), repeat, out);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (sorts v). */
+static double median(double *v, size_t n) {
+    if (!n) return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* The index of the pair named name among the first n, or -1. */
@@ -207,12 +222,25 @@ int main(int argc, char **argv) {
     int d8 = find_pair(names, nres, "llama3.1-8b.megatron_tp.tp8"), d405 = find_pair(names, nres, "llama3.1-405b.megatron_tp.tp8");
     if (d8 >= 0 && d405 >= 0) {
         /* As for the scaling groups: more rounds that run the two in turn, so
-         * that both meet the same machine load. */
-        for (int rd = 0; rd < rounds; rd++)
+         * that both meet the same machine load; each round's two walls also
+         * give a paired ratio, whose median is steadier than a ratio of
+         * minima on a shared machine. */
+        double *ratios = xcalloc((size_t)rounds + 1, sizeof *ratios), *w8 = xcalloc((size_t)rounds + 1, sizeof *w8),
+               *w405 = xcalloc((size_t)rounds + 1, sizeof *w405);
+        for (int rd = 0; rd < rounds; rd++) {
             for (int k = 0; k < 2; k++) {
                 int j = k ? d405 : d8;
                 if (bench_pair(names[j], files[j][0], files[j][1], files[j][2], 1, &res[j]) != 0) return 3;
             }
+            w8[rd] = res[d8].last_wall;
+            w405[rd] = res[d405].last_wall;
+            ratios[rd] = w405[rd] / w8[rd];
+        }
+        double med_ratio = median(ratios, (size_t)rounds), med8 = median(w8, (size_t)rounds),
+               med405 = median(w405, (size_t)rounds);
+        free(ratios);
+        free(w8);
+        free(w405);
         const run_result *a = &res[d8], *z = &res[d405];
         /* Without the memo, and reading on one thread. */
         run_result nm = NO_RESULT, j1 = NO_RESULT;
@@ -224,11 +252,12 @@ int main(int argc, char **argv) {
         long long extra = z->segs - a->segs;
         sb_printf(&md, "\n## Depth\n\nLlama-3.1 405B (126 layers) against 8B (32 layers), Megatron tp8, best of the runs above and of "
                        "%d more rounds (BENCH_ROUNDS) that run the two in turn: wall %.0f / %.0f ms = %.2f× "
-                       "(target: at most 3×); check %.1f / %.1f ms = %.2f×, of which lifting the distributed program "
+                       "(target: at most 3×); over those rounds, median wall %.0f / %.0f ms and median ratio of the "
+                       "two runs of a round %.2f×; check %.1f / %.1f ms = %.2f×, of which lifting the distributed program "
                        "%.1f / %.1f ms = %.2f×. Reading the programs is linear in their size (the 405B files are about four "
                        "times the 8B ones). A memoised layer still costs its structural comparison and bookkeeping on "
                        "both sides: %.2f ms per extra layer here, against %.2f ms per layer without the memo.\n",
-                  rounds, z->wall, a->wall, z->wall / a->wall, z->check, a->check, a->check > 0 ? z->check / a->check : 0, z->lift, a->lift,
+                  rounds, z->wall, a->wall, z->wall / a->wall, med405, med8, med_ratio, z->check, a->check, a->check > 0 ? z->check / a->check : 0, z->lift, a->lift,
                   a->lift > 0 ? z->lift / a->lift : 0, extra > 0 ? (z->check - a->check) / (double)extra : 0,
                   z->segs > 0 ? nm.check / (double)z->segs : 0);
         sb_printf(&md, "\n| %s | verdict | memo hits | wall ms | check ms | CPU ms | peak MiB |\n|---|---|---:|---:|---:|---:|---:|\n", names[d405]);
@@ -238,7 +267,8 @@ int main(int argc, char **argv) {
                   nm.wall, nm.check, nm.cpu, nm.peak);
         sb_printf(&md, "| -j 1 (one thread reads both programs) | %s | %lld | %.0f | %.1f | %.0f | %.0f |\n", verdict_name(j1.verdict), j1.memo,
                   j1.wall, j1.check, j1.cpu, j1.peak);
-        printf("depth 405B/8B: wall %.2f, check %.2f; 405B --no-memo %.0f ms, -j1 %.0f ms\n", z->wall / a->wall,
+        printf("depth 405B/8B: wall %.2f (median of paired rounds %.2f), check %.2f; 405B --no-memo %.0f ms, -j1 %.0f ms\n",
+               z->wall / a->wall, med_ratio,
                a->check > 0 ? z->check / a->check : 0, nm.wall, j1.wall);
     }
     /* Depth with the layers under jax.lax.scan: one while loop whatever the depth. */

@@ -99,7 +99,7 @@ static void measure(const char *what, parse_fn parse, const char *src, size_t n)
             return;
         }
         if (t < best_ms) best_ms = t;
-        held = m->arena.total + m->interned.cap * sizeof(strmap_slot);
+        held = arena_used(&m->arena) + m->interned.cap * sizeof(strmap_slot);
         instrs = graph_instr_count(m);
         graph_free(m);
         diag_free(&d);
