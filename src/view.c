@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io.h"
+
 /* Largest mesh we accept (devices); keeps tile assignments and products small. */
 #define MESH_MAX_DEVICES (1 << 20)
 
@@ -631,7 +633,14 @@ bool relations_read(const char *path, const hlo_module *baseline, relations *out
         diag_plain(d, "the baseline has no entry computation");
         goto done;
     }
-    root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    /* Read whole, then parsed: jansson's own file reader takes a byte at a
+     * time, which on a 405B model's relations is most of the time here. */
+    size_t len;
+    bool gz;
+    char *text = io_read_file(path, &len, &gz, d);
+    if (!text) goto done;
+    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    free(text);
     if (!root) {
         if (err.line > 0) diag_pos(d, err.line, err.column, "%s", err.text);
         else diag_plain(d, "%s", err.text);
