@@ -334,7 +334,11 @@ const char *strmap_key(const strmap *m, const char *k, size_t n) {
 static void strmap_rehash(strmap *m, size_t cap) {
     strmap old = *m;
     m->cap = cap;
-    m->slots = xcalloc(cap, sizeof *m->slots);
+    /* Cleared by writing, not calloc'd: a fresh mapping read before it is
+     * written (lookups probe empty slots) costs a second fault per page, and
+     * with another thread running, a TLB flush on each. */
+    m->slots = xmalloc(cap * sizeof *m->slots);
+    memset(m->slots, 0, cap * sizeof *m->slots);
     for (size_t i = 0; i < old.cap; i++) {
         if (!old.slots[i].key) continue;
         size_t j = (size_t)old.slots[i].hash & (cap - 1);
