@@ -523,7 +523,18 @@ static void page_pair(rctx *c, size_t p) {
         }
         sb_puts(&b, "</td></tr>\n");
     }
-    sb_printf(&b, "</tbody><tfoot><tr><td></td><td>Total</td><td></td><td></td><td></td>");
+    sb_puts(&b, "</tbody><tfoot>");
+    if (t->setup_ms > 0) {
+        /* Building that belongs to no segment: a row of its own, in the total. */
+        sb_puts(&b, "<tr><td></td><td>Setup (no segment)</td><td></td><td></td><td></td><td class=\"num\">");
+        fmt_ms(&b, t->setup_ms);
+        sb_puts(&b, "</td><td></td><td></td><td></td><td class=\"num\">");
+        fmt_ms(&b, t->setup_ms);
+        sb_puts(&b, "</td><td></td></tr>");
+        tot[0] += t->setup_ms;
+        tot[4] += t->setup_ms;
+    }
+    sb_printf(&b, "<tr><td></td><td>Total</td><td></td><td></td><td></td>");
     for (int k = 0; k < 5; k++) {
         sb_puts(&b, "<td class=\"num\">");
         fmt_ms(&b, tot[k]);
@@ -531,10 +542,12 @@ static void page_pair(rctx *c, size_t p) {
     }
     sb_printf(&b, "<td>%zu hit%s</td></tr></tfoot></table></div>\n", memo, memo == 1 ? "" : "s");
     if (t->n_segments)
-        sb_puts(&b, "<div class=\"note\">Build: making the segment's baseline terms; lift: relating its distributed "
-                    "instructions; saturate: the rewrite runs it was the reason for. The first segment also holds what "
-                    "belongs to none (splitting both programs into layers for the memo, the parameters). Reading the "
-                    "programs and writing the trace are not counted here.</div>\n");
+        sb_printf(&b, "<div class=\"note\">Build: making the segment's baseline terms; lift: relating its distributed "
+                      "instructions; saturate: the rewrite runs it was the reason for.%s Reading the programs and "
+                      "writing the trace are not counted here.</div>\n",
+                  t->setup_ms > 0 ? " Setup: building that belongs to no segment (splitting both programs into "
+                                    "layers for the memo, the parameters)."
+                                  : "");
 
     sb_puts(&b, "<h2 id=\"chart\">Time per segment</h2>\n");
     chart_section(c, &b, &css, p);

@@ -106,8 +106,8 @@ static double num_of(rd *r, json_t *v, const char *w, bool nonfinite) {
     return 0;
 }
 
-static double get_num(rd *r, json_t *obj, const char *where, const char *key, bool nonfinite) {
-    json_t *v = field(r, obj, where, key, true);
+static double get_num(rd *r, json_t *obj, const char *where, const char *key, bool required, bool nonfinite) {
+    json_t *v = field(r, obj, where, key, required);
     if (!v) return 0;
     char w[PATH_N];
     at(w, "%s.%s", where, key);
@@ -218,10 +218,10 @@ static void read_segment(rd *r, json_t *o, const char *w, trace_segment *s) {
     if (t) {
         char tw[PATH_N];
         at(tw, "%s.timings_ms", w);
-        s->t_build = get_num(r, t, tw, "build", false);
-        s->t_lift = get_num(r, t, tw, "lift", false);
-        s->t_saturate = get_num(r, t, tw, "saturate", false);
-        s->t_check = get_num(r, t, tw, "check", false);
+        s->t_build = get_num(r, t, tw, "build", true, false);
+        s->t_lift = get_num(r, t, tw, "lift", true, false);
+        s->t_saturate = get_num(r, t, tw, "saturate", true, false);
+        s->t_check = get_num(r, t, tw, "check", true, false);
     }
     json_t *top = get_arr(r, o, w, "top_rules", false);
     s->top_rules = arr_alloc(r, top, sizeof *s->top_rules, &s->n_top_rules);
@@ -255,8 +255,8 @@ static void read_diff(rd *r, json_t *wit, const char *where, const char *key, tr
     char w[PATH_N];
     at(w, "%s.%s", where, key);
     df->present = true;
-    df->max_abs = get_num(r, o, w, "max_abs", true);
-    df->max_rel = get_num(r, o, w, "max_rel", true);
+    df->max_abs = get_num(r, o, w, "max_abs", true, true);
+    df->max_rel = get_num(r, o, w, "max_rel", true, true);
 }
 
 static void read_subgraph(rd *r, json_t *sg, const char *where, trace_finding *f) {
@@ -353,8 +353,8 @@ static void read_finding(rd *r, json_t *o, const char *w, trace_finding *f) {
         at(sw, "%s.witness", w);
         f->has_witness = true;
         f->inputs_seed = get_int(r, wit, sw, "inputs_seed", true, 0);
-        f->max_abs = get_num(r, wit, sw, "max_abs", true);
-        f->max_rel = get_num(r, wit, sw, "max_rel", true);
+        f->max_abs = get_num(r, wit, sw, "max_abs", true, true);
+        f->max_rel = get_num(r, wit, sw, "max_rel", true, true);
         read_diff(r, wit, sw, "at_divergence", &f->at_divergence);
         read_diff(r, wit, sw, "at_outputs", &f->at_outputs);
     }
@@ -429,8 +429,9 @@ static void read_root(rd *r, json_t *root) {
     if (sum) {
         t->n_segments_summary = get_int(r, sum, "summary", "segments", true, 0);
         t->memo_hits = get_int(r, sum, "summary", "memo_hits", true, 0);
-        t->wall_ms = get_num(r, sum, "summary", "wall_ms", false);
-        t->cpu_ms = get_num(r, sum, "summary", "cpu_ms", false);
+        t->wall_ms = get_num(r, sum, "summary", "wall_ms", true, false);
+        t->setup_ms = get_num(r, sum, "summary", "setup_ms", false, false);
+        t->cpu_ms = get_num(r, sum, "summary", "cpu_ms", true, false);
         t->threads = get_int(r, sum, "summary", "threads", false, 1);
         t->peak_bytes = get_int(r, sum, "summary", "peak_bytes", true, 0);
         json_t *kinds = get_obj(r, sum, "summary", "findings", true);

@@ -138,6 +138,7 @@ typedef struct trace {
     const char *error;  /* may be NULL */
     int64_t n_segments_summary, memo_hits, peak_bytes;
     double wall_ms, cpu_ms;
+    double setup_ms;                 /* building outside any segment (0 when not said) */
     int64_t threads;                 /* that read the two programs; 0: not said */
     int64_t kind_counts[KIND_COUNT];  /* summary.findings */
     trace_segment *segments;

@@ -56,7 +56,7 @@ static int run_child(const char *name, const char *b, const char *d, const char 
     int v = check_pair(&o, &trace, &dg);
     json_t *sum = trace ? json_object_get(trace, "summary") : NULL;
     json_t *segs = json_object_get(sum, "segments"), *memo = json_object_get(sum, "memo_hits");
-    double check = 0, lift = 0;
+    double check = json_number_value(json_object_get(sum, "setup_ms")), lift = 0;
     json_t *sa = trace ? json_object_get(trace, "segments") : NULL;
     for (size_t i = 0; i < json_array_size(sa); i++) {
         const char *key;

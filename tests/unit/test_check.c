@@ -859,6 +859,17 @@ void suite_check(void) {
             sb_init(&errs);
             CHECK_MSG(jschema_validate(schema, trace, &errs) == 0, "trace violates the schema: %s", errs.s ? errs.s : "");
             sb_free(&errs);
+            /* The segments' timings and the setup add up to the checking time,
+             * a part of the wall time (reading and writing are the rest). */
+            json_t *sum = json_object_get(trace, "summary"), *ss = json_object_get(trace, "segments");
+            double parts = json_number_value(json_object_get(sum, "setup_ms"));
+            for (size_t k = 0; k < json_array_size(ss); k++) {
+                const char *key;
+                json_t *val;
+                json_object_foreach(json_object_get(json_array_get(ss, k), "timings_ms"), key, val) parts += json_number_value(val);
+            }
+            CHECK_MSG(json_is_number(json_object_get(sum, "setup_ms")) && parts <= json_number_value(json_object_get(sum, "wall_ms")),
+                      "setup and segment timings %.3f ms, wall %.3f ms", parts, json_number_value(json_object_get(sum, "wall_ms")));
             json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
             if (v == VERDICT_MISMATCH && f0) kind = json_string_value(json_object_get(f0, "kind"));
             json_t *fs = json_object_get(trace, "findings");

@@ -127,6 +127,7 @@ static void test_reader(void) {
             CHECK_STR(t->segments[3].memo_of, "layers.0/attn");
             CHECK_STR(t->mesh[0].axis, "tp");
             CHECK_STR(t->relations[1].value, "shard(0,tp)");
+            CHECK(t->setup_ms == 1.25);
         }
         if (i == 1) {
             CHECK_EQ(t->n_findings, 2);
@@ -212,6 +213,11 @@ static void test_site(void) {
     CHECK(find_file(&s1, "pair-01-tiny.megatron_tp.tp4.html") != NULL);
     CHECK(find_file(&s1, "finding-02-F1-wrong-reduction.html") != NULL);
     CHECK_EQ(s1.n, 1 + 4 + 5 + 3);
+    /* Building outside any segment has a row of its own when the trace says it. */
+    const report_file *pv = find_file(&s1, "pair-01-tiny.megatron_tp.tp4.html");
+    CHECK(pv && strstr(pv->data.s, "<td>Setup (no segment)</td><td></td><td></td><td></td><td class=\"num\">1.25"));
+    const report_file *pm = find_file(&s1, "pair-02-tiny.megatron_tp.tp4.bug.pmean-allreduce.html");
+    CHECK(pm && !strstr(pm->data.s, "Setup (no segment)"));
 
     t_case("report-4 golden summary.json, junit.xml, results.sarif");
     golden(&s1, "summary.json", "summary.json");
