@@ -758,6 +758,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
             else if (!o->rules_dir) sb_puts(&msg, " (no rewrite rules were given)");
         }
         if (w.ran) sb_printf(&msg, "; the outputs agree on seeded random inputs (max abs difference %g)", w.max_abs);
+        else if (o->witness && w.why[0]) sb_printf(&msg, "; witness %s", w.why); /* why execution could not decide */
         json_t *f = finding_json(o, B.m, D.m, ++nf, "unsupported-op", "warning", msg.s, uc, ui);
         if (w.ran) json_object_set_new(f, "witness", witness_json(&w));
         json_array_append_new(findings, f);

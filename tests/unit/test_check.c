@@ -572,6 +572,52 @@ static void memo_mutation(void) {
     graph_free(m);
 }
 
+/* The segment memo on a dense model: in the 4-layer llama-scale pair (tp2)
+ * layers.2 is taken from layers.1. Changes to layers.2 alone that keep its
+ * shape of ops — an add given another operand, a slice of the other half, a
+ * concatenation of swapped halves — must stop it being taken from the memo:
+ * never verified, and the trace points at layers.2, with the memo as without
+ * it (the witness's element budget is too small for this model, so the rules
+ * alone decide). */
+static void memo_dense_mutations(void) {
+    const char *b = "samples/llama-scale/llama-scale.baseline.hlo",
+               *d = "samples/llama-scale/llama-scale.megatron_tp.tp2.dist.hlo",
+               *r = "samples/llama-scale/llama-scale.megatron_tp.tp2.relations.json";
+    t_case("check memo (dense): layers.2 of llama-scale tp2 comes from the memo");
+    json_t *trace = NULL;
+    int v = run_with("llama-scale", b, d, r, false, false, &trace);
+    CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
+    json_t *segs = json_object_get(trace, "segments");
+    bool hit2 = false;
+    for (size_t k = 0; k < json_array_size(segs); k++) {
+        json_t *sg = json_array_get(segs, k);
+        hit2 |= strcmp(json_string_value(json_object_get(sg, "name")), "layers.2") == 0 &&
+                json_is_true(json_object_get(sg, "memo_hit"));
+    }
+    CHECK(hit2);
+    json_decref(trace);
+    static const char *const edits[][3] = {
+        {"an add given another operand", "add(%div.76, %broadcast.19)", "add(%div.76, %broadcast.18)"},
+        {"a slice of the other half", "slice(%reshape.41), slice={[0:2], [0:16], [0:32], [4:8]}",
+         "slice(%reshape.41), slice={[0:2], [0:16], [0:32], [0:4]}"},
+        {"swapped halves", "concatenate(%neg.34, %slice.41)", "concatenate(%slice.41, %neg.34)"},
+    };
+    size_t n;
+    char *text = t_read(d, &n);
+    for (size_t e = 0; e < ARRAY_LEN(edits); e++) {
+        t_case("check memo (dense): layers.2 of llama-scale tp2 with %s", edits[e][0]);
+        if (!CHECK(text && t_write_replaced(text, edits[e][1], edits[e][2], NULL, "build/check-mutant.hlo"))) continue;
+        trace = NULL;
+        v = run_with("mutant", b, "build/check-mutant.hlo", r, false, false, &trace);
+        CHECK_MSG(v != VERDICT_VERIFIED && v != VERDICT_ERROR, "verdict %s", verdict_name(v));
+        json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
+        CHECK_STR(json_string_value(json_object_get(f0, "segment")), "layers.2");
+        same_without_memo("mutant", b, "build/check-mutant.hlo", r, false, v, trace);
+        json_decref(trace);
+    }
+    free(text);
+}
+
 /* The text of one instruction's line in src (from its "%name = " to the end
  * of the line), copied; NULL when absent. */
 static char *instr_line(const char *src, const char *name) {
@@ -964,6 +1010,7 @@ void suite_check(void) {
     json_decref(schema);
     mutations();
     memo_mutation();
+    memo_dense_mutations();
     scalar_parameter();
     scalar_select();
     group_modes();
