@@ -546,7 +546,8 @@ static void page_pair(rctx *c, size_t p) {
                       "instructions; saturate: the rewrite runs it was the reason for.%s Reading the programs and "
                       "writing the trace are not counted here.</div>\n",
                   t->setup_ms > 0 ? " Setup: building that belongs to no segment (splitting both programs into "
-                                    "layers for the memo, the parameters)."
+                                    "layers for the memo, the baseline's parameters); the distributed program's "
+                                    "parameters count to the first segment's lift."
                                   : "");
 
     sb_puts(&b, "<h2 id=\"chart\">Time per segment</h2>\n");
