@@ -822,8 +822,8 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     json_object_set_new(sum, "wall_ms", json_real(now_ms() - t0));
     json_object_set_new(sum, "threads", json_integer(o->jobs >= 2 ? 2 : 1)); /* that read the two programs */
     /* Building the baseline outside any segment's instructions: splitting both
-     * programs into runs for the memo, the parameters. With the segments'
-     * timings it adds up to the checking time. */
+     * programs into runs for the memo, the baseline's parameters. With the
+     * segments' timings it adds up to the checking time. */
     double setup_ms = t2 - t1;
     for (uint32_t i = 0; i < lc.nsegs; i++) setup_ms -= lc.segs[i].build_ms;
     json_object_set_new(sum, "setup_ms", json_real(setup_ms > 0 ? setup_ms : 0));
