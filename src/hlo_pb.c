@@ -309,40 +309,61 @@ static const ProtobufCMessageDescriptor *const containers[] = {
 
 /* ---- (3) conversion ---- */
 
-/* Instruction and computation ids (int64, unique, often huge) -> indexes:
- * open addressing over a table sized once for all its keys. */
+/* Instruction and computation ids (int64, unique, often huge) -> indexes.
+ * XLA numbers instructions in order, so a computation's ids usually fill a
+ * range little wider than their count: then a direct table indexed by id - lo
+ * (lookups of nearby ids touch nearby memory); else open addressing over a
+ * table sized once for all its keys. */
 typedef struct idmap {
     int64_t *keys;
     uint32_t *vals;    /* UINT32_MAX: empty slot */
-    size_t mask;
+    size_t mask;       /* hashed: capacity - 1; direct: the range's width - 1 */
     unsigned shift;    /* 64 - log2(capacity): Fibonacci hashing keeps the top bits */
+    bool direct;
+    int64_t lo;        /* direct: the smallest id */
+    size_t cap;        /* entries allocated in vals (and keys) */
 } idmap;
 
-static void idmap_reset(idmap *m, size_t n) {
+/* Room for n ids in [lo, hi] (lo > hi: not known). */
+static void idmap_reset(idmap *m, size_t n, int64_t lo, int64_t hi) {
+    uint64_t width = lo <= hi ? (uint64_t)hi - (uint64_t)lo : UINT64_MAX;
+    m->direct = width < 4 * (uint64_t)n + 64;
     size_t cap = 16;
-    while (cap < 2 * n) cap *= 2;
-    if (cap != m->mask + 1 || !m->keys) {
-        free(m->keys);
-        free(m->vals);
-        m->keys = xmalloc(cap * sizeof *m->keys);
-        m->vals = xmalloc(cap * sizeof *m->vals);
+    if (m->direct) {
+        cap = (size_t)width + 1;
+        m->lo = lo;
+        m->mask = cap - 1;
+    } else {
+        while (cap < 2 * n) cap *= 2;
         m->mask = cap - 1;
         m->shift = 64;
         for (size_t c = cap; c > 1; c >>= 1) m->shift--;
     }
+    if (cap > m->cap) {
+        free(m->keys);
+        free(m->vals);
+        m->keys = xmalloc(cap * sizeof *m->keys);
+        m->vals = xmalloc(cap * sizeof *m->vals);
+        m->cap = cap;
+    }
     memset(m->vals, 0xff, cap * sizeof *m->vals);
 }
 
+/* id's slot, or SIZE_MAX when it is outside a direct table's range. */
 static size_t idmap_slot(const idmap *m, int64_t id) {
+    if (m->direct) {
+        uint64_t k = (uint64_t)id - (uint64_t)m->lo;
+        return id >= m->lo && k <= m->mask ? (size_t)k : SIZE_MAX;
+    }
     size_t i = (size_t)(((uint64_t)id * 0x9e3779b97f4a7c15ull) >> m->shift) & m->mask;
     while (m->vals[i] != UINT32_MAX && m->keys[i] != id) i = (i + 1) & m->mask;
     return i;
 }
 
-/* False when id is already present. */
+/* False when id is already present (or outside the range given). */
 static bool idmap_put(idmap *m, int64_t id, uint32_t v) {
     size_t i = idmap_slot(m, id);
-    if (m->vals[i] != UINT32_MAX) return false;
+    if (i == SIZE_MAX || m->vals[i] != UINT32_MAX) return false;
     m->keys[i] = id;
     m->vals[i] = v;
     return true;
@@ -350,7 +371,7 @@ static bool idmap_put(idmap *m, int64_t id, uint32_t v) {
 
 static bool idmap_get(const idmap *m, int64_t id, uint32_t *v) {
     size_t i = idmap_slot(m, id);
-    *v = m->vals[i];
+    *v = i == SIZE_MAX ? UINT32_MAX : m->vals[i];
     return *v != UINT32_MAX;
 }
 
@@ -1495,7 +1516,17 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
     if (n == 0) fail(p, "instructions", "computation %s has no instructions", c->name);
     c->ninstrs = count32(p, n, "instructions");
     c->instrs = arena_alloc(&m->arena, n * sizeof *c->instrs);
-    idmap_reset(&p->ids, n);
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (uint32_t i = 0; i < c->ninstrs; i++) {
+        int64_t id;
+        const char *s;
+        size_t len;
+        p->instr = i;
+        instr_key(p, ci, cp, i, &id, &s, &len);
+        lo = id < lo ? id : lo;
+        hi = id > hi ? id : hi;
+    }
+    idmap_reset(&p->ids, n, lo, hi);
     strmap_free(&p->names);
     strmap_init(&p->names);
     strmap_reserve(&p->names, n);
@@ -1602,7 +1633,7 @@ static void convert_module(pb *p, const Xla__HloModuleProto *mp) {
     m->comps = arena_alloc(&m->arena, n * sizeof *m->comps);
     p->instr_base = xmalloc(n * sizeof *p->instr_base);
     /* Computation ids and names are known before any instruction needs them. */
-    idmap_reset(&p->comp_index, n);
+    idmap_reset(&p->comp_index, n, 1, 0);
     strmap_free(&p->names);
     strmap_init(&p->names);
     size_t base = 0;
