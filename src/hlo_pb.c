@@ -1516,34 +1516,31 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
     if (n == 0) fail(p, "instructions", "computation %s has no instructions", c->name);
     c->ninstrs = count32(p, n, "instructions");
     c->instrs = arena_alloc(&m->arena, n * sizeof *c->instrs);
+    /* Ids (in pnum for now) and names first: the ids' range sizes the map. */
+    XGROW(p->pnum, p->cappnum, n);
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (uint32_t i = 0; i < c->ninstrs; i++) {
-        int64_t id;
         const char *s;
         size_t len;
         p->instr = i;
-        instr_key(p, ci, cp, i, &id, &s, &len);
-        lo = id < lo ? id : lo;
-        hi = id > hi ? id : hi;
+        instr_key(p, ci, cp, i, &p->pnum[i], &s, &len);
+        lo = p->pnum[i] < lo ? p->pnum[i] : lo;
+        hi = p->pnum[i] > hi ? p->pnum[i] : hi;
+        /* Names are unique, so interning them would only grow the pool. */
+        c->instrs[i].name = arena_strndup(&p->m->arena, s, len);
     }
     idmap_reset(&p->ids, n, lo, hi);
     strmap_free(&p->names);
     strmap_init(&p->names);
     strmap_reserve(&p->names, n);
     for (uint32_t i = 0; i < c->ninstrs; i++) {
-        int64_t id;
-        const char *s;
-        size_t len;
+        const char *name = c->instrs[i].name;
         p->instr = i;
-        instr_key(p, ci, cp, i, &id, &s, &len);
-        if (!idmap_put(&p->ids, id, i)) fail(p, "id", "instruction id %lld is used twice", (long long)id);
-        /* Names are unique, so interning them would only grow the pool. */
-        const char *name = c->instrs[i].name = arena_strndup(&p->m->arena, s, len);
-        if (!strmap_put(&p->names, name, len, i))
+        if (!idmap_put(&p->ids, p->pnum[i], i)) fail(p, "id", "instruction id %lld is used twice", (long long)p->pnum[i]);
+        if (!strmap_put(&p->names, name, strlen(name), i))
             fail(p, "name", "instruction name '%.80s' is used twice in the computation", name);
     }
     int64_t maxparam = -1;
-    XGROW(p->pnum, p->cappnum, n);
     for (uint32_t i = 0; i < c->ninstrs; i++) {
         p->instr = i;
         const Xla__HloInstructionProto *ip = instr_get(p, ci, cp, i);
