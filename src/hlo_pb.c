@@ -395,6 +395,9 @@ typedef struct pb {
     /* per-instruction scratch */
     int64_t *pnum;             /* per instruction of the computation: its parameter_number */
     size_t cappnum;
+    uint32_t *params;          /* the computation's parameter instructions, in order */
+    size_t nparams, capparams;
+    bool control;              /* some instruction of the computation has control predecessors */
     hlo_attr *attrs;
     size_t nattrs, capattrs;
     strbuf sb;
@@ -1465,6 +1468,7 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
     }
     if (ip->n_control_predecessor_ids) {
         hlo_attr *a = add_attr(p, A_CONTROL_PREDECESSORS);
+        p->control = true;
         a->n = count32(p, ip->n_control_predecessor_ids, "control_predecessor_ids");
         /* Ids for now: they may name later instructions, resolved by convert_comp. */
         a->v.ints = copy_i64(p, ip->control_predecessor_ids, a->n);
@@ -1541,6 +1545,8 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
             fail(p, "name", "instruction name '%.80s' is used twice in the computation", name);
     }
     int64_t maxparam = -1;
+    p->nparams = 0;
+    p->control = false;
     for (uint32_t i = 0; i < c->ninstrs; i++) {
         p->instr = i;
         const Xla__HloInstructionProto *ip = instr_get(p, ci, cp, i);
@@ -1551,14 +1557,16 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
             if (k < 0 || k >= (int64_t)n)
                 fail(p, "parameter_number", "parameter number %lld out of range", (long long)k);
             if (k > maxparam) maxparam = k;
+            XGROW(p->params, p->capparams, p->nparams + 1);
+            p->params[p->nparams++] = i;
         }
     }
     /* Parameters 0..max, each exactly once. */
     c->nparams = (uint32_t)(maxparam + 1);
     c->params = c->nparams ? arena_alloc(&m->arena, c->nparams * sizeof *c->params) : NULL;
     for (uint32_t k = 0; k < c->nparams; k++) c->params[k] = UINT32_MAX;
-    for (uint32_t i = 0; i < c->ninstrs; i++) {
-        if (c->instrs[i].op != OP_PARAMETER) continue;
+    for (size_t j = 0; j < p->nparams; j++) {
+        uint32_t i = p->params[j];
         int64_t k = p->pnum[i];
         p->instr = i;
         if (c->params[k] != UINT32_MAX)
@@ -1569,7 +1577,7 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
     for (uint32_t k = 0; k < c->nparams; k++)
         if (c->params[k] == UINT32_MAX) fail(p, NULL, "computation %s has no parameter %u", c->name, k);
     /* control-predecessors may name any instruction of the computation. */
-    for (uint32_t i = 0; i < c->ninstrs; i++) {
+    for (uint32_t i = 0; p->control && i < c->ninstrs; i++) {
         hlo_instr *in = &c->instrs[i];
         p->instr = i;
         for (uint32_t a = 0; a < in->nattrs; a++)
@@ -2229,6 +2237,7 @@ static hlo_module *parse_pb(const uint8_t *buf, size_t n, const char *path, diag
     free(w->instr_off);
     free(p->attrs);
     free(p->pnum);
+    free(p->params);
     free(p->instr_base);
     idmap_free(&p->comp_index);
     sb_free(&p->sb);
