@@ -743,6 +743,22 @@ static void fields(void) {
     diag_free(&d);
 }
 
+static void order(void) {
+    /* Parameters out of order and a control predecessor defined after the
+     * instruction naming it: conversion resolves both once the computation's
+     * instructions are all known. */
+    text_round_trip("parameters out of order, a control predecessor named before it is defined",
+        "HloModule ctrl\n"
+        "\n"
+        "ENTRY e {\n"
+        "  q = f32[4]{0} parameter(1)\n"
+        "  p = f32[4]{0} parameter(0)\n"
+        "  a = f32[4]{0} add(p, q), control-predecessors={m}\n"
+        "  m = f32[4]{0} multiply(p, q)\n"
+        "  ROOT r = f32[4]{0} subtract(a, m)\n"
+        "}\n");
+}
+
 static void collectives(void) {
     text_round_trip("mesh and iota groups, subgroup shardings, pairs, compare type",
         "HloModule mesh\n"
@@ -859,5 +875,6 @@ void suite_pb(void) {
     conversion();
     fields();
     collectives();
+    order();
     sample_pairs();
 }
