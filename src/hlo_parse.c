@@ -1352,6 +1352,7 @@ hlo_module *hlo_parse_text(const char *src, size_t n, const char *path, diag *d)
     ps->d = d;
     ps->m = graph_new();
     ps->m->format = "text";
+    arena_expect(&ps->m->arena, n * 2);          /* a module takes about 1.9 times its text */
     strmap_reserve(&ps->m->interned, n / 4096);  /* interned strings repeat: op types, files, keys */
     ps->m->source_path = graph_intern(ps->m, path ? path : "<input>", strlen(path ? path : "<input>"));
     hlo_module *m = ps->m;

@@ -2225,6 +2225,7 @@ static hlo_module *parse_pb(const uint8_t *buf, size_t n, const char *path, diag
                         format_names[kind]);
         } else {
             p->m = graph_new();
+            arena_expect(&p->m->arena, n / 2 * 7); /* a module takes about 3.2 times its protobuf bytes */
             p->m->format = format_names[kind];
             const char *sp = path ? path : "<input>";
             p->m->source_path = graph_intern(p->m, sp, strlen(sp));

@@ -147,19 +147,24 @@ void arena_free(arena *a) {
     arena_init(a);
 }
 
+/* a, empty, gets one block of size bytes. */
+static void first_block(arena *a, size_t size) {
+    bool fresh;
+    arena_block *b = block_new(size, &fresh);
+    b->next = NULL;
+    a->head = b;
+    a->total = sizeof(arena_block) + b->size;
+    a->cur = (char *)b->data;
+    a->end = a->cur + b->size;
+    a->zero = fresh ? a->cur : a->end;
+}
+
 void arena_reset(arena *a) {
     if (!a->head) return;
     if (a->head->next || a->head->size == 0) {
         size_t size = a->total;
         arena_free(a);
-        bool fresh;
-        arena_block *b = block_new(size, &fresh);
-        b->next = NULL;
-        a->head = b;
-        a->total = sizeof(arena_block) + b->size;
-        a->cur = (char *)b->data;
-        a->end = a->cur + b->size;
-        a->zero = fresh ? a->cur : a->end;
+        first_block(a, size);
         return;
     }
     a->cur = (char *)a->head->data;
@@ -196,6 +201,11 @@ void *arena_alloc(arena *a, size_t n) {
     a->cur += n;
     if ((char *)p < a->zero) memset(p, 0, n);
     return p;
+}
+
+void arena_expect(arena *a, size_t n) {
+    /* Beyond 32 HUGE (64 MB) the blocks arena_alloc grows are large anyway. */
+    if (!a->head && n >= ARENA_BLOCK) first_block(a, n < 32 * (size_t)HUGE ? n : 32 * (size_t)HUGE);
 }
 
 size_t arena_used(const arena *a) { return a->total - (size_t)(a->end - a->cur); }

@@ -44,6 +44,10 @@ void arena_free(arena *a);
  * size touches no fresh memory the second time. Pointers into a die. */
 void arena_reset(arena *a);
 void *arena_alloc(arena *a, size_t n);              /* 8-byte aligned, zeroed */
+/* A hint that a, still empty, will hold about n bytes: its first block is made
+ * that large (a mapped one from 2 MB on, at most 64 MB) instead of growing to
+ * it from small ones. */
+void arena_expect(arena *a, size_t n);
 /* Bytes of a's blocks up to its latest allocation: total without the unused
  * tail of the current block (a large arena's last block is mapped, and its
  * untouched pages cost no memory). */

@@ -72,6 +72,22 @@ void suite_util(void) {
     arena_free(&a);
     CHECK(a.head == NULL && a.total == 0);
 
+    t_case("util-3.15 arena_expect: one first block as large as announced");
+    arena_expect(&a, (size_t)10 << 20);
+    size_t first = a.total;
+    CHECK(first >= (size_t)10 << 20);
+    bool zero = true;
+    for (int i = 0; i < 100000; i++) {
+        unsigned char *q = arena_alloc(&a, 96);
+        zero &= q[0] == 0 && q[95] == 0;
+        q[0] = q[95] = 1;
+    }
+    CHECK(zero);
+    CHECK_EQ(a.total, first); /* 9.6 MB fit in the first block */
+    arena_expect(&a, (size_t)20 << 20); /* not empty: no effect */
+    CHECK_EQ(a.total, first);
+    arena_free(&a);
+
     t_case("util-3.2 sha256: FIPS 180-4 examples, and the portable and hardware paths agree");
     {
         static const struct {
@@ -92,11 +108,11 @@ void suite_util(void) {
                 CHECK_STR(hex, known[k].hex);
             }
         /* a million 'a's, and every length around the block and padding edges */
-        size_t big = 1000000;
-        unsigned char *buf = malloc(big);
-        memset(buf, 'a', big);
+        size_t million = 1000000;
+        unsigned char *buf = malloc(million);
+        memset(buf, 'a', million);
         uint8_t h1[32], h2[32];
-        sha256(buf, big, h1);
+        sha256(buf, million, h1);
         char hex[65];
         for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", h1[i]);
         CHECK_STR(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
