@@ -59,6 +59,24 @@ void xgrow(void **p, size_t *cap, size_t need, size_t elem) {
 
 /* ---- arena ---- */
 
+/* The transparent huge page size on x86-64 (and the alignment that lets a
+ * region use them). */
+enum { HUGE = 2 * 1024 * 1024 };
+
+void *xmalloc_large(size_t n) {
+#ifdef MADV_HUGEPAGE
+    if (n >= HUGE && n <= SIZE_MAX - HUGE) {
+        size_t len = (n + HUGE - 1) / HUGE * HUGE; /* a multiple of the alignment, as C11 asks */
+        void *p = aligned_alloc(HUGE, len);
+        if (p) {
+            madvise(p, len, MADV_HUGEPAGE); /* advice: without it, small pages */
+            return p;
+        }
+    }
+#endif
+    return xmalloc(n);
+}
+
 struct arena_block {
     arena_block *next;
     size_t size;   /* usable bytes; 0 for an adopted block */
@@ -73,7 +91,6 @@ enum { ARENA_BLOCK = 64 * 1024 };
  * fault per 2 MB instead of one per 4 KB, which on a virtual machine is a
  * good part of the time spent filling it. Fresh mappings read as zero, so
  * what is handed out from them needs no memset. */
-enum { HUGE = 2 * 1024 * 1024 };
 
 /* A block with size usable bytes; *fresh tells whether they are known zero. */
 static arena_block *block_new(size_t size, bool *fresh) {

@@ -22,6 +22,10 @@
 void *xmalloc(size_t n);               /* never NULL; caller frees */
 void *xcalloc(size_t n, size_t size);  /* zeroed; overflow-checked */
 void *xrealloc(void *p, size_t n);
+/* xmalloc for a large buffer filled once (an inflated input): from 2 MB on it
+ * is aligned and offered for transparent huge pages, so filling it costs a
+ * page fault per 2 MB, not per 4 KB. free() releases it, xrealloc grows it. */
+void *xmalloc_large(size_t n);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 /* Grows *p (holding *cap elements of size elem) to at least need elements. */
