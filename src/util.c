@@ -57,8 +57,6 @@ void xgrow(void **p, size_t *cap, size_t need, size_t elem) {
     *cap = c;
 }
 
-/* ---- arena ---- */
-
 /* The transparent huge page size on x86-64 (and the alignment that lets a
  * region use them). */
 enum { HUGE = 2 * 1024 * 1024 };
@@ -77,6 +75,8 @@ void *xmalloc_large(size_t n) {
     return xmalloc(n);
 }
 
+/* ---- arena ---- */
+
 struct arena_block {
     arena_block *next;
     size_t size;   /* usable bytes; 0 for an adopted block */
@@ -85,14 +85,14 @@ struct arena_block {
 };
 
 enum { ARENA_BLOCK = 64 * 1024 };
-/* Blocks of at least HUGE bytes are mapped on their own, aligned to and in
+
+/* A block with size usable bytes; *fresh tells whether they are known zero.
+ * Blocks of at least HUGE bytes are mapped on their own, aligned to and in
  * multiples of HUGE, and offered to the kernel for transparent huge pages:
  * a large arena (a parsed module, a lifting context) then costs one page
  * fault per 2 MB instead of one per 4 KB, which on a virtual machine is a
  * good part of the time spent filling it. Fresh mappings read as zero, so
  * what is handed out from them needs no memset. */
-
-/* A block with size usable bytes; *fresh tells whether they are known zero. */
 static arena_block *block_new(size_t size, bool *fresh) {
     *fresh = false;
 #if defined(MAP_ANONYMOUS) && defined(MADV_HUGEPAGE)
