@@ -581,13 +581,6 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     egraph *g = eg_new();
     arena a;
     arena_init(&a);
-    /* Lifting takes about 288 bytes per instruction of the two programs (the
-     * values of each computation walked, the memo's runs). */
-    size_t ninstrs = 0;
-    const hlo_module *both[2] = {B.m, D.m};
-    for (int k = 0; k < 2; k++)
-        for (uint32_t c = 0; c < both[k]->ncomps; c++) ninstrs += both[k]->comps[c].ninstrs;
-    arena_expect(&a, ninstrs * 288);
     lift_ctx lc;
     /* A mesh inferred from shardings is a guess: refine it where groups use part
      * of an axis. A declared mesh stays as declared (such groups are findings). */

@@ -393,7 +393,7 @@ typedef struct pb {
     uint32_t comp, instr;      /* indexes; UINT32_MAX when outside */
     size_t *instr_base;        /* per proto computation: w.instr_off index of its first instruction */
     /* per-instruction scratch */
-    int64_t *pnum;             /* per instruction of the computation: its parameter_number */
+    int64_t *pnum;             /* per instruction of the computation: its id while the ids are read, then its parameter_number */
     size_t cappnum;
     uint32_t *params;          /* the computation's parameter instructions, in order */
     size_t nparams, capparams;

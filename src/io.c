@@ -90,10 +90,8 @@ char *io_read_file_sha256(const char *path, size_t *len, bool *was_gzip, uint8_t
     struct stat st;
     size_t room = fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size <= IO_MAX_INPUT
                       ? (size_t)st.st_size + 1 : (1 << 16);
-    if (room > (1 << 16)) {
-        b.s = xmalloc_large(room + 1);
-        b.cap = room + 1;
-    }
+    b.s = xmalloc_large(room + 1);
+    b.cap = room + 1;
     for (;;) {
         if (b.cap < b.len + 2) XGROW(b.s, b.cap, b.len + room + 1);
         size_t got = fread(b.s + b.len, 1, b.cap - b.len - 1, f);

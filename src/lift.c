@@ -27,6 +27,9 @@ void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const h
     c->origin = EG_LIFTED;
     c->digests[0] = xcalloc(base->ncomps, sizeof(uint64_t));
     c->digests[1] = xcalloc(dist->ncomps, sizeof(uint64_t));
+    /* Lifting takes about 288 bytes per instruction of the two programs (the
+     * values of each computation walked, the memo's runs). */
+    arena_expect(a, (size_t)(graph_instr_count(base) + graph_instr_count(dist)) * 288);
 }
 
 void lift_done(lift_ctx *c) {
