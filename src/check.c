@@ -684,7 +684,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         const hlo_comp *uc = div ? lc.divergence_comp : later ? lc.later_unsupported_comp : lc.first_unsupported_comp;
         const hlo_instr *ui = div ? lc.divergence : later ? lc.later_unsupported : lc.first_unsupported;
         bool konst_operand = div ? lc.divergence_konst : later ? lc.later_unsupported_konst : lc.unsupported_konst;
-        const char *kind = ui ? kind_of_divergence(ui, konst_operand) : "unsupported-op";
+        const char *kind = div && lc.divergence_kind ? lc.divergence_kind : ui ? kind_of_divergence(ui, konst_operand) : "unsupported-op";
         if (!ui) {
             uc = de;
             ui = &de->instrs[de->root];
@@ -695,6 +695,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         if (div && lc.divergence_layout)
             sb_printf(&msg, "first divergence at %s: it rearranges baseline values into a layout no baseline value has, "
                       "and the program computes with them in that layout", ui->name);
+        else if (div && lc.divergence_note) sb_printf(&msg, "first divergence at %s: %s", ui->name, lc.divergence_note);
         else if (div) sb_printf(&msg, "first divergence at %s", ui->name);
         else if (lc.divergence)
             sb_printf(&msg, "the first instruction not related is %s (%s); the first divergence, %s, comes after the '%s' "

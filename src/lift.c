@@ -46,6 +46,8 @@ void lift_done(lift_ctx *c) {
     for (size_t k = 0; k < c->capkvals; k++) interp_val_free(c->kvals[k]);
     free(c->kvals);
     strmap_free(&c->folds);
+    strmap_free(&c->base_factors);
+    free(c->base_factor);
 }
 
 
@@ -253,7 +255,7 @@ void lf_kvals_after_unions(lift_ctx *c) {
 
 /* The constant term holding v's values: the same e-node as a constant
  * instruction with those values (literal digest). Consumes v. */
-static eid const_term(lift_ctx *c, interp_val *v, uint8_t origin) {
+eid lf_const_term(lift_ctx *c, interp_val *v, uint8_t origin) {
     hlo_literal lit = {.dtype = v->dtype, .count = v->n, .f = v->f, .i = v->i};
     int64_t words[3] = {A_LITERAL, 1, (int64_t)literal_digest(&lit)};
     eid cls = eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), lf_type_of(c, v->dtype, v->dims, v->rank), NULL, 0, origin);
@@ -313,7 +315,7 @@ eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
         if (r && r->n == xv->n) {
             if (r->f) memcpy(r->f, xv->f, (size_t)r->n * sizeof *r->f);
             else memcpy(r->i, xv->i, (size_t)r->n * sizeof *r->i);
-            return const_term(c, r, origin);
+            return lf_const_term(c, r, origin);
         }
         interp_val_free(r);
     }
@@ -352,7 +354,7 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
     }
     interp_val *fv = n ? fold_values(c, m, in, ch, n, dims) : NULL;
     if (fv && in->op != OP_BROADCAST) {
-        eid k = const_term(c, fv, origin);
+        eid k = lf_const_term(c, fv, origin);
         if (keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, k);
         return k;
     }
@@ -401,9 +403,10 @@ uint32_t lf_segment_of(lift_ctx *c, const char *s, size_t n) {
 static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
     const char *s;
     size_t n;
-    if (cls == EID_NONE || !sr_scope_top(in, &s, &n)) return;
+    if (!sr_scope_top(in, &s, &n)) return;
     uint32_t idx;
     if (!strmap_get(&c->scope_index, s, n, &idx)) {
+        if (cls == EID_NONE) return;
         idx = (uint32_t)c->nscopes++;
         XGROW(c->scope_cls, c->capscopes, c->nscopes);
         strmap_put(&c->scope_index, arena_strndup(c->a, s, n), n, idx);
@@ -436,6 +439,7 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
     for (uint32_t k = 0; k < be->nparams; k++) dup[k] = view_dup(be->instrs[be->params[k]].shape.rank);
     lf_walk_side(c, true);
     lval r = lift_comp(c, be, NULL, dup, be->nparams);
+    lf_unscale(c, &r);
     charge_build(c, UINT32_MAX);
     lf_walk_side(c, false);
     uint32_t n = r.kind == LV_TUPLE ? r.n : 1;
@@ -706,7 +710,7 @@ static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
     interp_val *x = interp_val_new(in->shape.dtype, in->shape.rank, in->shape.dims);
     if (x && x->n == v->count) {
         for (uint32_t k = 0; k < v->count; k++) interp_val_set(x, k, v->dev[k]);
-        return const_term(c, x, c->origin);
+        return lf_const_term(c, x, c->origin);
     }
     interp_val_free(x);
     hlo_literal lit = {.dtype = in->shape.dtype, .count = v->count};
@@ -1361,7 +1365,7 @@ static lval lift_all_reduce(lstate *s) {
             if (sr_scope_top(in, &sc, &sn) && strmap_get(&c->scope_index, sc, sn, &idx)) {
                 eid b = c->scope_cls[idx];
                 uint32_t t = eg_type(c->g, in->shape.dtype, in->shape.dims, in->shape.rank);
-                if (eg_class_type(c->g, b) == t) {
+                if (b != EID_NONE && eg_class_type(c->g, b) == t) {
                     if (!c->resynced++) c->resync_scope = arena_strndup(c->a, sc, sn);
                     return term(b, v, false);
                 }
@@ -2333,6 +2337,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         return;
     }
     if (in->op == OP_WHILE) {
+        for (uint32_t o = 0; o < in->noperands; o++) lf_unscale(c, &vals[in->operands[o]]);
         *v = c->baseline_mode ? loop_baseline(c, comp, in, vals) : loop_distributed(c, comp, in, vals);
         if (c->baseline_mode && v->kind == LV_UNKNOWN && in->noperands == 1) {
             lval op = vals[in->operands[0]];
@@ -2348,7 +2353,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         c->depth++;
         *v = lift_comp(c, &m->comps[ta->v.ints[0]], cargs, NULL, 0);
         c->depth--;
-        if (c->baseline_mode && v->kind == LV_TERM) record_scope(c, in, v->cls);
+        if (c->baseline_mode && v->kind == LV_TERM) record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
         return;
     }
     if (in->op == OP_COPY || in->op == OP_OPT_BARRIER || is_identity_custom_call(in)) {
@@ -2359,7 +2364,11 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         v->kind = LV_TUPLE;
         v->n = in->noperands;
         v->elems = arena_alloc(c->a, (v->n + 1) * sizeof *v->elems);
-        for (uint32_t o = 0; o < in->noperands; o++) v->elems[o] = vals[in->operands[o]];
+        for (uint32_t o = 0; o < in->noperands; o++) {
+            /* Tuples hold plain terms: loops, outputs and the memo read them. */
+            v->elems[o] = vals[in->operands[o]];
+            lf_unscale(c, &v->elems[o]);
+        }
         return;
     }
     if (in->op == OP_GET_TUPLE_ELEMENT) {
@@ -2387,8 +2396,15 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous, konst_op |= ops[o].konst;
     c->ambiguous_now = amb;
     c->konst_operand_now = konst_op;
-    *v = lift_instr(&s);
+    double factor = 1;
+    if (!lf_scale_take(&s, v)) {
+        factor = lf_scale_plan(&s);
+        *v = lift_instr(&s);
+        if (c->baseline_mode && v->kind == LV_UNKNOWN && factor != 1) *v = generic(&s);
+        lf_scale_apply(&s, v, factor);
+    }
     lf_zmask_after(&s, v);
+    lf_scale_track(&s, v);
     c->ambiguous_now = c->konst_operand_now = false;
     v->ambiguous |= amb;
     static eid dbg_base = EID_NONE;
@@ -2463,7 +2479,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         /* The baseline is its own reference: what no transfer function
          * handles is simply its own op over its operands. */
         if (v->kind == LV_UNKNOWN) *v = generic(&s);
-        if (v->kind == LV_TERM) record_scope(c, in, v->cls);
+        if (v->kind == LV_TERM) record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
         return;
     }
     if (getenv("SCALIFY_DEBUG_LIFT") && v->kind == LV_UNKNOWN) {
@@ -2501,7 +2517,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
                 inside = false;  /* related by the index analysis, not as a term: no divergence to show */
             } else if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE)) {
                 if (ops[o].rearranged && !via) via = &comp->instrs[in->operands[o]];
-                else if (!ops[o].rearranged) inside = false;
+                else if (!ops[o].rearranged && !ops[o].rescaled) inside = false;
             }
         bool moves = in->op == OP_BROADCAST || in->op == OP_TRANSPOSE || in->op == OP_RESHAPE || in->op == OP_BITCAST;
         if (inside && moves) {
@@ -2510,6 +2526,8 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         }
         if (inside) {
             c->divergence_konst = konst_op;
+            for (uint32_t o = 0; o < in->noperands && !via; o++)
+                if (ops[o].rescaled && lf_factor_divergence(c, &ops[o], &vals[in->operands[o]], &via)) break;
             if (getenv("SCALIFY_DEBUG_LIFT")) {
                 strbuf b;
                 sb_init(&b);
@@ -2518,7 +2536,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
                 sb_free(&b);
             }
             c->divergence = via ? via : in;
-            c->divergence_layout = via != NULL;
+            c->divergence_layout = via != NULL && !c->divergence_kind;
             c->divergence_resynced = c->resynced > 0;
             c->divergence_comp = comp;
             if (c->nsegs) c->segs[c->cur_seg].divergent++;
@@ -2539,6 +2557,7 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
 
 lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
     lval r = lift_comp(c, graph_entry(c->dist), NULL, inputs, ninputs);
+    lf_unscale(c, &r);
     /* An output that is a rearrangement of baseline values diverges where it is made. */
     const hlo_comp *e = graph_entry(c->dist);
     const hlo_instr *root = &e->instrs[e->root];

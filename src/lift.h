@@ -1,6 +1,6 @@
 /* lift — relation lifting from the distributed program to baseline terms
  * (DESIGN §5 "Lifting"). The code: lift.c (the walk, transfer functions,
- * while loops), lift_memo.c (the segment memo), lift_index.c (LV_PW /
+ * while loops), lift_memo.c (the segment memo), lift_scale.c (constant factors), lift_index.c (LV_PW /
  * LV_MASK), lift_win.c (LV_WIN), lift_zmask.c (zero masks); lift_int.h is
  * what they share.
  *
@@ -32,6 +32,10 @@
  *     result), below; only layout ops, slices, concatenates, dynamic-slices
  *     and collective-permutes take them, until they are plain views again.
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
+ * A value that is a constant times a term carries the constant beside it
+ * (`scale`) through the ops linear in it, and both sides put it back into the
+ * term at the same places (lift_scale.c): a pmean's 1/n meets a local mean's
+ * n/B as the baseline's 1/B.
  * `call`s are inlined, copies and sharding custom-calls are identities.
  * `while` loops are related by induction over the carry (lift.c, "while
  * loops"), and layers equal to one already related are taken from a memo on
@@ -121,6 +125,11 @@ typedef struct lval {
     int64_t domain;               /* LV_MASK: valid index values [0, domain) */
     bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
     const struct lift_zmask *zm;  /* LV_TERM / LV_LAYOUT: a zero mask (below), or NULL */
+    double scale;                 /* LV_TERM / LV_LAYOUT / LV_WIN: the value is this constant
+                                   * times what the term and view say (0: 1; lift_scale.c) */
+    bool rescaled;                /* a baseline term times a constant factor put back into it */
+    const hlo_instr *factor_at;   /* distributed: the last op that changed the factor */
+    const hlo_instr *summed_at;   /* distributed: the last sum collective upstream */
 } lval;
 
 /* A zero mask (a dense expert dispatch: every (expert, token) row is sent, the
@@ -200,6 +209,11 @@ typedef struct lift_ctx {
                                            * one over; an output that is one) */
     bool divergence_konst, unsupported_konst; /* an operand of that instruction is constant-only */
     bool divergence_layout;               /* it is a layout op handing a rearrangement over */
+    const char *divergence_kind;          /* a kind the divergence suggests (a factor: lift_scale.c), or NULL */
+    char *divergence_note;                /* words on it (arena), or NULL */
+    strmap base_factors;                  /* baseline term class -> index in base_factor */
+    double *base_factor;                  /* the factor the baseline put back into that term */
+    size_t nbase_factors, capbase_factors;
     bool divergence_resynced;             /* found after a region assumed equal to the baseline's */
     uint64_t fresh;                       /* counter for fresh variables */
     /* Resynchronisation: the baseline's last value of each op_name scope, so an

@@ -36,6 +36,8 @@
  *                     dynamic-slices and collective-permutes of them
  *   lf_win_assume     a window met by an op that does not take windows
  *   lf_zmask_after    the zero mask of a value just lifted (lift_zmask.c)
+ *   lf_const_term     the constant term of known values
+ *   lf_scale_*        constant factors carried beside terms (lift_scale.c)
  *
  * The walk (lift.c), for the memo (lift_memo.c):
  *   lf_lift_one       lifts instruction i of comp into vals[i]
@@ -100,6 +102,24 @@ bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out);
 bool lf_win_instr(lstate *s, lval *out);
 void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x);
 void lf_zmask_after(lstate *s, lval *v);
+eid lf_const_term(lift_ctx *c, struct interp_val *v, uint8_t origin);
+/* Constant factors (lift_scale.c): lf_scale_of the factor of x (1 when none);
+ * lf_scale_take relates multiply/divide by a uniform constant as a factor on
+ * the other operand (false: not that case); lf_scale_plan takes the operands'
+ * factors out when the op is linear in them and returns the result's (else
+ * puts them back into the terms and returns 1); lf_scale_apply gives the
+ * result that factor; lf_unscale puts x's factor back into its term. */
+double lf_scale_of(const lval *x);
+bool lf_scale_take(lstate *s, lval *out);
+double lf_scale_plan(lstate *s);
+void lf_scale_apply(lstate *s, lval *v, double f);
+void lf_unscale(lift_ctx *c, lval *x);
+/* lf_scale_track notes where v's factor came from (for blame);
+ * lf_factor_divergence: x (put back from the value `was`) meets no baseline
+ * class; when the baseline put another factor into the same term, says so
+ * (c->divergence_kind, _note) and gives the op to blame in *at. */
+void lf_scale_track(lstate *s, lval *v);
+bool lf_factor_divergence(lift_ctx *c, const lval *x, const lval *was, const hlo_instr **at);
 
 void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                  uint32_t ninputs);

@@ -124,7 +124,8 @@ static bool same_input(lift_ctx *c, const lval *a, const lval *b, bool naming) {
     if (a->kind != b->kind) return false;
     if (a->kind == LV_DEV) return a->count == b->count && memcmp(a->dev, b->dev, a->count * c->ndev * sizeof *a->dev) == 0;
     if (a->kind != LV_TERM) return false;
-    if (a->konst != b->konst || a->assumed != b->assumed || a->ambiguous != b->ambiguous || !view_equal(&a->v, &b->v))
+    if (a->konst != b->konst || a->assumed != b->assumed || a->ambiguous != b->ambiguous || !view_equal(&a->v, &b->v) ||
+        lf_scale_of(a) != lf_scale_of(b))
         return false;
     if (a->konst) return eg_find(c->g, a->cls) == eg_find(c->g, b->cls);
     /* Naming a baseline layer needs only the same function; reusing a lifting
@@ -339,7 +340,8 @@ static memo_why memo_record(lift_ctx *c, lf_memo_side *ms, uint32_t r, const lva
         if (x->kind != LV_TERM || x->assumed) return MEMO_NEVER;
         for (uint32_t t = 0; t < brun->nslots && smap[s] < 0; t++) {
             const lval *y = &bs->vals[brun->slots[t]];
-            if (y->kind == LV_TERM && eg_find(c->g, y->cls) == eg_find(c->g, x->cls)) smap[s] = (int32_t)t;
+            if (y->kind == LV_TERM && eg_find(c->g, y->cls) == eg_find(c->g, x->cls) && lf_scale_of(y) == lf_scale_of(x))
+                smap[s] = (int32_t)t;
         }
         if (smap[s] < 0) {
             memo_debug(ms, r, "an input is not an input of the baseline run");
@@ -356,10 +358,13 @@ static memo_why memo_record(lift_ctx *c, lf_memo_side *ms, uint32_t r, const lva
         eid want = eg_find(c->g, x->cls);
         for (uint32_t q = 0; q < brun->i1 - brun->i0 && omap[p] < 0; q++) {
             const lval *y = &bs->vals[brun->i0 + q];
-            if (brun->exported[q] && y->kind == LV_TERM && eg_find(c->g, y->cls) == want) omap[p] = (int32_t)q;
+            if (brun->exported[q] && y->kind == LV_TERM && eg_find(c->g, y->cls) == want && lf_scale_of(y) == lf_scale_of(x))
+                omap[p] = (int32_t)q;
         }
         for (uint32_t s = 0; s < run->nslots && omap[p] < 0; s++)
-            if (vals[run->slots[s]].kind == LV_TERM && eg_find(c->g, vals[run->slots[s]].cls) == want) omap[p] = -2 - (int32_t)s;
+            if (vals[run->slots[s]].kind == LV_TERM && eg_find(c->g, vals[run->slots[s]].cls) == want &&
+                lf_scale_of(&vals[run->slots[s]]) == lf_scale_of(x))
+                omap[p] = -2 - (int32_t)s;
         if (omap[p] == -1) {
             memo_debug(ms, r, "an exported value is not the baseline run's");
             return MEMO_APART;

@@ -1,0 +1,242 @@
+/* lift_scale — constant factors carried beside terms (lift.h, lval.scale).
+ *
+ * A training step averages: a local mean's gradient carries 1/(local batch),
+ * the baseline's 1/(global batch), and the pmean that follows divides by the
+ * device count. The three constants sit at different places of the two
+ * programs (inside the cotangent, after the all-reduce), so the terms never
+ * meet by hash-consing, and rules that move float constants through dots
+ * would have to compute with them. Here the walk keeps a value that is a
+ * constant times a term as (term, factor) and multiplies the factor through
+ * the ops that are linear in it; where an op is not, the factor is put back
+ * into the term as multiply(term, broadcast(constant)). Both programs are
+ * walked by the same code (the baseline on one device), so both put factors
+ * back at the same places with the same constants, and the pmean's 1/n meets
+ * the local mean's n/B exactly as the baseline's 1/B.
+ *
+ * Over the reals every step is an identity (s·x + s·y = s·(x + y), dot is
+ * bilinear, a sum over devices of s·x is s times the sum, a selection of
+ * elements commutes with scaling), as the rewrite rules are. Max and min
+ * commute with a positive factor only; a partial max or min value never
+ * carries a negative one. Integer values never carry a factor (integer
+ * division is no scaling).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "interp.h"
+#include "lift_int.h"
+
+double lf_scale_of(const lval *x) { return x->scale == 0 ? 1 : x->scale; }
+
+static bool carries(const lval *x) { return x->kind == LV_TERM || x->kind == LV_LAYOUT || x->kind == LV_WIN; }
+
+/* The value every element of a constant-only float operand holds, when they
+ * all hold the same finite non-zero one. */
+static bool uniform_value(lift_ctx *c, const lval *x, double *out) {
+    /* Known values are those of constant-only classes (x->konst is not kept on
+     * the baseline side). */
+    if (x->kind != LV_TERM || x->cls == EID_NONE || lf_scale_of(x) != 1) return false;
+    const interp_val *v = lf_kval(c, x->cls);
+    if (!v || !v->f || v->n < 1) return false;
+    for (int64_t k = 1; k < v->n; k++)
+        if (v->f[k] != v->f[0]) return false;
+    if (!isfinite(v->f[0]) || v->f[0] == 0) return false;
+    *out = v->f[0];
+    return true;
+}
+
+void lf_unscale(lift_ctx *c, lval *x) {
+    double s = lf_scale_of(x);
+    if (s == 1 || !carries(x) || x->cls == EID_NONE) {
+        x->scale = 0;
+        return;
+    }
+    uint32_t t = eg_class_type(c->g, x->cls);
+    int dt = eg_type_dtype(c->g, t);
+    interp_val *k = interp_val_new(dt, 0, NULL);
+    k->f[0] = s;
+    eid ch[2] = {x->cls, lf_const_term(c, k, c->origin)};
+    ch[1] = eg_add(c->g, OP_BROADCAST, 0, t, &ch[1], 1, c->origin);
+    bool inside = (eg_class_origin(c->g, x->cls) & EG_BASELINE) != 0;
+    if (c->baseline_mode) {
+        /* Remembered for blame: where the distributed program puts another
+         * factor into the same term, the ratio says what differs. */
+        eid key = eg_find(c->g, x->cls);
+        uint32_t idx;
+        if (!strmap_get(&c->base_factors, (const char *)&key, sizeof key, &idx)) {
+            idx = (uint32_t)c->nbase_factors++;
+            XGROW(c->base_factor, c->capbase_factors, c->nbase_factors);
+            strmap_put(&c->base_factors, arena_memdup(c->a, &key, sizeof key), sizeof key, idx);
+        }
+        c->base_factor[idx] = s;
+    }
+    x->cls = eg_add(c->g, OP_MULTIPLY, 0, t, ch, 2, c->origin);
+    x->scale = 0;
+    /* Baseline data up to a constant factor: where such a value first meets
+     * no baseline class, the factor is what differs (the divergence). */
+    x->rescaled = inside;
+}
+
+/* Whether x may carry factor s: a partial max or min only a positive one. */
+static bool scale_fits(const lval *x, double s) { return s > 0 || !x->v.partial || x->v.red == RED_SUM; }
+
+bool lf_scale_take(lstate *s, lval *out) {
+    const hlo_instr *in = s->in;
+    if ((in->op != OP_MULTIPLY && in->op != OP_DIVIDE) || in->noperands != 2 || !dtype_is_float(in->shape.dtype))
+        return false;
+    double k;
+    for (uint32_t o = 0; o < 2; o++) {
+        const lval *x = &s->ops[o];
+        if (in->op == OP_DIVIDE && o == 1) break;
+        if (x->kind != LV_TERM || x->konst || x->zm || x->cls == EID_NONE || lf_kval(s->c, x->cls) ||
+            !uniform_value(s->c, &s->ops[1 - o], &k))
+            continue;
+        double f = lf_scale_of(x) * (in->op == OP_DIVIDE ? 1 / k : k);
+        if (!isfinite(f) || f == 0 || !scale_fits(x, f)) return false;
+        *out = *x;
+        out->scale = f == 1 ? 0 : f;
+        out->rescaled = false;
+        out->factor_at = in;
+        return true;
+    }
+    return false;
+}
+
+/* The result factor of op `in` when its operands' factors are taken out
+ * (0: they cannot be; the operands are then unscaled). */
+static double result_factor(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *ops = s->ops;
+    uint32_t n = in->noperands;
+    if (n == 0 || !dtype_is_float(in->shape.dtype) || in->shape.dtype == DT_TUPLE) return 0;
+    for (uint32_t o = 0; o < n; o++)
+        if (ops[o].zm) return 0;
+    double s0 = lf_scale_of(&ops[0]);
+    switch (in->op) {
+    case OP_TRANSPOSE: case OP_RESHAPE: case OP_BITCAST: case OP_BROADCAST: case OP_REVERSE: case OP_SLICE:
+    case OP_DYNAMIC_SLICE: case OP_ALL_GATHER: case OP_ALL_TO_ALL: case OP_COLLECTIVE_PERMUTE:
+        return n == 1 || in->op == OP_DYNAMIC_SLICE ? s0 : 0;
+    case OP_CONVERT:
+        return dtype_is_float(s->comp->instrs[in->operands[0]].shape.dtype) ? s0 : 0;
+    case OP_NEGATE:
+        return scale_fits(&ops[0], -s0) ? -s0 : 0;
+    case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: {
+        if (n != 1) return 0;
+        int red = instr_reducer(c->cur, in);
+        return red == RED_SUM || ((red == RED_MAX || red == RED_MIN) && s0 > 0) ? s0 : 0;
+    }
+    case OP_REDUCE: {
+        /* One operand and its init: a sum from 0, a max or min from ±inf or 0. */
+        double init;
+        if (n != 2) return 0;
+        const interp_val *iv = ops[1].kind == LV_TERM ? lf_kval(c, ops[1].cls) : NULL;
+        if (!iv || !iv->f || iv->n != 1) return 0;
+        init = iv->f[0];
+        int red = instr_reducer(c->cur, in);
+        if (red == RED_SUM) return init == 0 ? s0 : 0;
+        if ((red == RED_MAX || red == RED_MIN) && s0 > 0) return init == 0 || isinf(init) ? s0 : 0;
+        return 0;
+    }
+    case OP_PAD: {
+        const interp_val *pv = ops[1].kind == LV_TERM ? lf_kval(c, ops[1].cls) : NULL;
+        return n == 2 && pv && pv->f && pv->n == 1 && pv->f[0] == 0 ? s0 : 0;
+    }
+    case OP_DOT: case OP_MULTIPLY:
+        return n == 2 ? s0 * lf_scale_of(&ops[1]) : 0;
+    case OP_DIVIDE:
+        return n == 2 ? s0 / lf_scale_of(&ops[1]) : 0;
+    case OP_SELECT:
+        return n == 3 && lf_scale_of(&ops[1]) == lf_scale_of(&ops[2]) ? lf_scale_of(&ops[1]) : 0;
+    case OP_MAXIMUM: case OP_MINIMUM:
+        if (s0 <= 0) return 0;
+        /* fall through */
+    case OP_ADD: case OP_SUBTRACT: case OP_CONCATENATE:
+        for (uint32_t o = 1; o < n; o++)
+            if (lf_scale_of(&ops[o]) != s0) return 0;
+        return s0;
+    default:
+        return 0;
+    }
+}
+
+double lf_scale_plan(lstate *s) {
+    bool any = false;
+    for (uint32_t o = 0; o < s->in->noperands; o++) any |= lf_scale_of(&s->ops[o]) != 1;
+    if (!any) return 1;
+    double f = result_factor(s);
+    bool ok = f != 0 && isfinite(f);
+    for (uint32_t o = 0; o < s->in->noperands; o++) {
+        if (ok && !scale_fits(&s->ops[o], f)) ok = false;
+    }
+    for (uint32_t o = 0; o < s->in->noperands; o++) {
+        if (ok) s->ops[o].scale = 0;
+        else lf_unscale(s->c, &s->ops[o]);
+    }
+    return ok ? f : 1;
+}
+
+void lf_scale_apply(lstate *s, lval *v, double f) {
+    if (f == 1) return;
+    if (!carries(v) || v->cls == EID_NONE) {
+        /* Only value kinds carry a factor; what came out as something else
+         * (an index analysis, a tuple) cannot say it: unrelated. */
+        if (v->kind != LV_UNKNOWN) {
+            lf_unsupported(s->c, s->comp, s->in, "%s takes values that are a constant times a baseline value in a way "
+                           "not related yet", s->in->name);
+            *v = (lval){.kind = LV_UNKNOWN};
+        }
+        return;
+    }
+    v->scale = f;
+    v->zm = NULL; /* a zero mask speaks of the term without the factor */
+}
+
+void lf_scale_track(lstate *s, lval *v) {
+    const hlo_instr *in = s->in;
+    if (s->c->baseline_mode || !carries(v)) return;
+    bool summed = (in->op == OP_ALL_REDUCE || in->op == OP_REDUCE_SCATTER) && instr_reducer(s->c->cur, in) == RED_SUM;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (!v->summed_at && !summed) v->summed_at = x->summed_at;
+        if (!v->factor_at && lf_scale_of(v) != 1) v->factor_at = x->factor_at;
+    }
+    if (summed) v->summed_at = in;
+}
+
+bool lf_factor_divergence(lift_ctx *c, const lval *x, const lval *was, const hlo_instr **at) {
+    eid key = eg_find(c->g, was->cls);
+    uint32_t idx;
+    if (!x->rescaled) return false;
+    /* The baseline's own factor for the term: one it put back, else 1 when
+     * the term itself is a baseline value. */
+    double sb = strmap_get(&c->base_factors, (const char *)&key, sizeof key, &idx) ? c->base_factor[idx] : 1;
+    double sd = lf_scale_of(was), r = sd / sb;
+    if (!isfinite(r) || r == 1) return false;
+    const mesh *m = c->mesh;
+    const char *how = NULL;
+    strbuf ax;
+    sb_init(&ax);
+    for (uint32_t mask = 1; mask < 1u << m->naxes && !how; mask++) {
+        double n = 1;
+        for (uint32_t a = 0; a < m->naxes; a++)
+            if (mask >> a & 1) n *= (double)m->sizes[a];
+        if (n <= 1) continue;
+        if (fabs(r - n) <= 1e-9 * n) how = "a sum over %s where the baseline has a mean (psum for pmean), or a missing normalisation";
+        else if (fabs(1 / r - n) <= 1e-9 * n) how = "a mean over %s where the baseline has a sum (pmean for psum), or a normalisation too many";
+        if (how) lf_axes_words(&ax, c, mask);
+    }
+    strbuf w;
+    sb_init(&w);
+    sb_printf(&w, "it is the baseline's value times %.6g where the baseline has %.6g (%.6g times as large)", sd, sb, r);
+    if (how) {
+        sb_puts(&w, ": ");
+        sb_printf(&w, how, ax.s);
+    }
+    c->divergence_kind = how ? "wrong-reduction" : "constant-mismatch";
+    c->divergence_note = arena_strndup(c->a, w.s, w.len);
+    *at = how && was->summed_at ? was->summed_at : was->factor_at;
+    sb_free(&w);
+    sb_free(&ax);
+    return *at != NULL;
+}
