@@ -703,7 +703,9 @@ int64_t graph_num_replicas(const hlo_module *m) {
     return reps > 0 ? reps : 1;
 }
 
-int64_t graph_num_devices(const hlo_module *m) {
+/* The device count the module states (header, else the largest device id a
+ * sharding or replica group names, plus one); 0 when nothing states one. */
+static int64_t stated_devices(const hlo_module *m) {
     int64_t parts = header_int(m, "num_partitions"), reps = header_int(m, "replica_count");
     if (parts > 0 || reps > 0) return (parts > 0 ? parts : 1) * (reps > 0 ? reps : 1);
     int64_t best = -1;
@@ -730,8 +732,15 @@ int64_t graph_num_devices(const hlo_module *m) {
                 if (b > best) best = b;
             }
         }
-    return best + 1 > 0 ? best + 1 : 1;
+    return best + 1 > 0 ? best + 1 : 0;
 }
+
+int64_t graph_num_devices(const hlo_module *m) {
+    int64_t n = stated_devices(m);
+    return n > 0 ? n : 1;
+}
+
+bool graph_devices_stated(const hlo_module *m) { return stated_devices(m) > 0; }
 
 /* ---- equality ---- */
 

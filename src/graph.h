@@ -391,6 +391,9 @@ const hlo_comp *graph_entry(const hlo_module *m);
 /* Devices the module runs on: num_partitions × replica_count from the header
  * when present, else 1 + the largest device id in shardings and replica groups. */
 int64_t graph_num_devices(const hlo_module *m);
+/* Whether the module states its device count at all (a protobuf module has no
+ * header; one without shardings or collectives says nothing). */
+bool graph_devices_stated(const hlo_module *m);
 /* Replicas the module runs on: replica_count from the header, else 1. */
 int64_t graph_num_replicas(const hlo_module *m);
 

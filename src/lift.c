@@ -910,14 +910,33 @@ static lval lift_elementwise(lstate *s) {
     }
     if (partial) {
         /* A partial operand must be one the op is linear in, and for add/subtract
-         * every operand must be partial the same way. */
-        bool ok = red == RED_SUM;
+         * every operand must be partial the same way. A max of partial maxima
+         * (or of one and a value the same on every device it is partial over)
+         * is the partial max of the maxima, and so for min. */
+        bool idem = (red == RED_MAX && in->op == OP_MAXIMUM) || (red == RED_MIN && in->op == OP_MINIMUM);
+        bool ok = red == RED_SUM || idem;
         for (uint32_t o = 0; o < in->noperands && ok; o++) {
             if (!ops[o].v.partial) {
                 if (in->op == OP_ADD || in->op == OP_SUBTRACT) ok = false;
+                if (idem) ok = !(view_axes_used(&ops[o].v) & partial);
                 continue;
             }
-            ok = linear_in(in, ops, o);
+            ok = idem || linear_in(in, ops, o);
+        }
+        if (!ok && red != RED_SUM) {
+            /* Partial maxima combined otherwise (online softmax: a running max
+             * and sums rescaled by exp of its change) are not related yet; a
+             * program may well be right to, so this decides nothing. */
+            strbuf why;
+            sb_init(&why);
+            for (uint32_t o = 0; o < in->noperands; o++) {
+                sb_printf(&why, "%soperand %u is ", o ? ", " : "", o);
+                describe(&why, c, &ops[o].v);
+            }
+            lf_unsupported(c, s->comp, in, "%s computes with a partial %s before it is reduced (%s); such uses (an online "
+                           "softmax's running max) are not related yet", in->name, reducer_name(red), why.s);
+            sb_free(&why);
+            return unknown();
         }
         if (!ok) {
             strbuf why;

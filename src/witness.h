@@ -7,10 +7,15 @@
  * inputs are drawn in [0, 16) (interp_val_fill_random), which keeps token ids
  * inside every sample vocabulary.
  *
- * A difference beyond the tolerance of the element type, relative to the
- * output's largest magnitude (f32 1e-3, bf16/f16 0.1, f64 1e-9, integers
- * exact), or NaN where the baseline has none, confirms a mismatch; agreement is
- * evidence, never a proof. max_rel is relative to that scale.
+ * Two runs: inputs in [-1, 1) drawn from seed, then (when the first shows no
+ * difference) inputs of seed + 1 scaled by 1/64, so what is negligible beside
+ * values of one (an epsilon, a missing normalisation) shows. A difference
+ * beyond the tolerance of the element type, relative to the output's largest
+ * magnitude (f32 1e-3, bf16/f16 0.1, f64 1e-9, integers exact), or NaN where
+ * the baseline has none, confirms a mismatch (`differs`); within the tight one
+ * (f32 1e-5, bf16/f16 2e-2, f64 1e-12) in both runs the outputs agree as
+ * rounding explains (`agrees`); between the two, execution decides nothing.
+ * Agreement is evidence, never a proof. max_rel is relative to that scale.
  */
 #ifndef SCALIFY_WITNESS_H
 #define SCALIFY_WITNESS_H
@@ -24,6 +29,9 @@
 typedef struct witness {
     bool ran;                 /* false: not run (budget, unsupported op); why says */
     bool differs;             /* some output exceeds its tolerance */
+    bool agrees;              /* every output within rounding in every run (neither: undecided) */
+    bool over_tight;          /* some output beyond rounding */
+    int runs;                 /* runs made (inputs of seed, then small inputs of seed + 1) */
     double max_abs, max_rel;  /* over all outputs and devices */
     uint64_t seed;
     char why[256];
