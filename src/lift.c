@@ -861,6 +861,44 @@ static const hlo_instr *summed_later(lift_ctx *c, const hlo_comp *comp, const hl
     return found;
 }
 
+/* A partial operand that a sum collective left partial (its replica groups
+ * span only part of the axes the value is partial over): the finding belongs
+ * to that collective, whose groups are wrong, rather than to the op that
+ * needs the value complete. Returns whether it was reported. */
+static bool short_reduction(lstate *s, const char *why) {
+    for (uint32_t o = 0; o < s->in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (!x->short_at || !x->v.partial) continue;
+        strbuf ax;
+        sb_init(&ax);
+        lf_axes_words(&ax, s->c, x->v.partial);
+        lf_finding(s->c, "wrong-collective-group", x->short_comp, x->short_at,
+                   "%s sums over too few devices: the value stays partial over %s, and %s needs it complete (%s)",
+                   x->short_at->name, ax.s, s->in->name, why);
+        sb_free(&ax);
+        return true;
+    }
+    return false;
+}
+
+/* Notes, after v was lifted, which sum collective left it partial. */
+static void track_short(lstate *s, lval *v) {
+    const hlo_instr *in = s->in;
+    if (v->kind != LV_TERM || !v->v.partial) return;
+    if ((in->op == OP_ALL_REDUCE || in->op == OP_REDUCE_SCATTER) && instr_reducer(s->c->cur, in) == RED_SUM &&
+        in->noperands >= 1 && s->ops[0].kind == LV_TERM && s->ops[0].v.partial != v->v.partial) {
+        v->short_at = in;
+        v->short_comp = s->comp;
+        return;
+    }
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (s->ops[o].short_at && s->ops[o].v.partial == v->v.partial) {
+            v->short_at = s->ops[o].short_at;
+            v->short_comp = s->ops[o].short_comp;
+            return;
+        }
+}
+
 static lval lift_elementwise(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -953,6 +991,8 @@ static lval lift_elementwise(lstate *s) {
             if (later)
                 lf_finding(c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
                         "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
+            else if (!is_convert && short_reduction(s, why.s))
+                ;
             else
                 lf_finding(c, is_convert ? "dtype-mismatch" : "missing-all-reduce", s->comp, in,
                         is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
@@ -1244,7 +1284,8 @@ static lval lift_dot(lstate *s) {
     const int64_t *rb = instr_ints(in, A_RHS_BATCH_DIMS, &nrb), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
     if (nlb != nrb || nlc != nrc) return unknown();
     if ((l->v.partial && r->v.partial) || ((l->v.partial || r->v.partial) && (l->v.red | r->v.red) != RED_SUM)) {
-        lf_finding(c, "missing-all-reduce", s->comp, in, "dot of two partial values: at least one all-reduce is missing");
+        if (!short_reduction(s, "a dot of two partial values"))
+            lf_finding(c, "missing-all-reduce", s->comp, in, "dot of two partial values: at least one all-reduce is missing");
         return unknown();
     }
     view v = view_dup(in->shape.rank);
@@ -2424,6 +2465,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     }
     lf_zmask_after(&s, v);
     lf_scale_track(&s, v);
+    if (!c->baseline_mode) track_short(&s, v);
     c->ambiguous_now = c->konst_operand_now = false;
     v->ambiguous |= amb;
     static eid dbg_base = EID_NONE;

@@ -130,6 +130,9 @@ typedef struct lval {
     bool rescaled;                /* a baseline term times a constant factor put back into it */
     const hlo_instr *factor_at;   /* distributed: the last op that changed the factor */
     const hlo_instr *summed_at;   /* distributed: the last sum collective upstream */
+    const hlo_instr *short_at;    /* distributed: a sum collective after which the value stayed
+                                   * partial (over the axes it still is), or NULL */
+    const hlo_comp *short_comp;
 } lval;
 
 /* A zero mask (a dense expert dispatch: every (expert, token) row is sent, the

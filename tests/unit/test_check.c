@@ -876,9 +876,34 @@ static void contradicted_by_execution(void) {
     json_decref(trace);
 }
 
+/* Replica groups changed to part of the axis ({{0,1},{2,3}} for all four
+ * devices) in a GSPMD pair, whose mesh is inferred (and refined into tp.0 x
+ * tp.1 to explain such groups): the finding is the collective's groups, at
+ * that all-reduce, not a missing all-reduce where the value is used. */
+static void changed_replica_groups(void) {
+    const char *b = "samples/tiny/tiny.gspmd.tp4.baseline.hlo", *d = "samples/tiny/tiny.gspmd.tp4.dist.hlo";
+    t_case("check tiny.gspmd.tp4 with an all-reduce over {{0,1},{2,3}}");
+    char *text = t_read(d, NULL);
+    const char *from = "all-reduce(%dot.5), channel_id=3, replica_groups=mesh['axis_0'=1,'axis_1'=1,'axis_2'=4] {'axis_2'}";
+    const char *to = "all-reduce(%dot.5), channel_id=3, replica_groups={{0,1},{2,3}}";
+    if (!CHECK(text && t_write_replaced(text, from, to, NULL, "build/check-groups.hlo"))) {
+        free(text);
+        return;
+    }
+    free(text);
+    json_t *trace = NULL;
+    int v = run_with("groups", b, "build/check-groups.hlo", "auto", false, false, &trace);
+    CHECK_MSG(v == VERDICT_MISMATCH, "verdict %s", verdict_name(v));
+    json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
+    CHECK_STR(json_string_value(json_object_get(f0, "kind")), "wrong-collective-group");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(f0, "distributed"), "instruction")), "all-reduce.1");
+    json_decref(trace);
+}
+
 void suite_check(void);
 void suite_check(void) {
     contradicted_by_execution();
+    changed_replica_groups();
     json_error_t err;
     json_t *manifest = json_load_file("samples/manifest.json", 0, &err);
     json_t *schema = json_load_file("docs/trace.schema.json", 0, &err);
