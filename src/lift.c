@@ -1600,6 +1600,28 @@ view_dim lf_axes_dim(const lift_ctx *c, uint32_t mask) {
 
 /* dynamic-slice whose offsets are device tables: offset(r) = coord·size binds
  * the dimension to the axes; the same offset everywhere is an ordinary slice. */
+/* Whether offset(r) = base + block(r)·size where block(r) is the major or the
+ * minor part of one mesh axis's coordinate split in two (k consecutive or
+ * strided ranks share a block). */
+static bool part_axis_blocks(const lift_ctx *c, const double *vals, uint32_t count, int64_t size) {
+    for (uint32_t a = 0; a < c->mesh->naxes; a++) {
+        int64_t n = c->mesh->sizes[a];
+        for (int64_t k = 2; k < n; k++) {
+            if (n % k) continue;
+            for (int minor = 0; minor < 2; minor++) {
+                bool match = true;
+                int64_t b = (int64_t)vals[0];
+                for (int64_t r = 0; r < c->ndev && match; r++) {
+                    int64_t x = mesh_coord(c->mesh, r, (int)a), idx = minor ? x % (n / k) : x / k;
+                    match = (int64_t)vals[r * count] == b + idx * size;
+                }
+                if (match) return true;
+            }
+        }
+    }
+    return false;
+}
+
 static lval lift_dynamic_slice(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1669,6 +1691,15 @@ static lval lift_dynamic_slice(lstate *s) {
         }
         if (!bound && c->mesh_inferred) {
             lf_unsupported(c, s->comp, in, "%s slices at offsets that select no block of the mesh inferred from the shardings", in->name);
+            return unknown();
+        }
+        if (!bound && part_axis_blocks(c, o->dev, o->count, size)) {
+            /* Several devices take the same block (tensor parallelism over more
+             * ranks than kv heads): a view over part of a mesh axis, which the
+             * views cannot say yet. Right or wrong, it is not decided here. */
+            lf_unsupported(c, s->comp, in, "%s slices dimension %u in blocks that several devices share (a block per group of "
+                           "ranks along a mesh axis, as when tensor parallelism exceeds the kv heads); views over part of "
+                           "an axis are not related yet", in->name, d);
             return unknown();
         }
         if (!bound) {
