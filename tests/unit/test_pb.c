@@ -15,6 +15,7 @@
 #include "harness.h"
 #include "hlo.h"
 #include "hlo.pb-c.h"
+#include "view.h"
 
 char **t_hlo_text_files(void);  /* test_roundtrip.c */
 
@@ -997,6 +998,70 @@ static void jax012_pairs(void) {
     CHECK(elided >= 8);
 }
 
+/* The relations --auto-relations derives from one form of a GSPMD pair, as
+ * text: the mesh, then every input and output view (or the error). */
+static char *auto_relations(const char *stem, const char *ext) {
+    char bp[256], dp[256];
+    snprintf(bp, sizeof bp, "tests/cases/jax012/%s.baseline.%s", stem, ext);
+    snprintf(dp, sizeof dp, "tests/cases/jax012/%s.dist.%s", stem, ext);
+    hlo_module *b = read_text(bp), *dm = read_text(dp);
+    strbuf out;
+    sb_init(&out);
+    if (b && dm) {
+        diag d;
+        diag_init(&d, bp);
+        relations r;
+        if (relations_auto(b, graph_num_devices(dm), &r, &d)) {
+            mesh_print(&out, &r.mesh);
+            for (uint32_t i = 0; i < r.ninputs; i++) {
+                sb_puts(&out, " | ");
+                view_print(&out, &r.inputs[i], &r.mesh);
+            }
+            sb_puts(&out, " ->");
+            for (uint32_t i = 0; i < r.noutputs; i++) {
+                sb_puts(&out, " | ");
+                view_print(&out, &r.outputs[i], &r.mesh);
+            }
+            relations_free(&r);
+        } else {
+            sb_printf(&out, "error: %s", d.out.s ? d.out.s : "");
+        }
+        diag_free(&d);
+    }
+    graph_free(b);
+    graph_free(dm);
+    return sb_take(&out);
+}
+
+/* Meshes with a size-1 axis: the protobuf baseline carries the Shardy mesh in
+ * HloModuleProto.frontend_attributes and the partitioned module its partition
+ * count in device_assignment, so both forms give one mesh, size-1 axes kept. */
+static void jax012_meshes(void) {
+    static const struct { const char *stem, *mesh; } pairs[] = {
+        {"mesh_d4m1", "{data:4, model:1}"},
+        {"mesh_b1m4", "{batch:1, model:4}"},
+        {"gspmd_adamw", "{data:2, model:4}"},
+        {"gspmd_scan", "{data:2, model:4}"},
+    };
+    for (size_t k = 0; k < sizeof pairs / sizeof *pairs; k++) {
+        t_case("pb-11 %s: both forms give the mesh %s and the same relations", pairs[k].stem, pairs[k].mesh);
+        char *t = auto_relations(pairs[k].stem, "hlo"), *p = auto_relations(pairs[k].stem, "hlo.pb");
+        CHECK_STR(p, t);
+        CHECK_MSG(strncmp(t, pairs[k].mesh, strlen(pairs[k].mesh)) == 0, "%s", t);
+        free(t);
+        free(p);
+    }
+    t_case("pb-11 the partitioned protobuf module says how many partitions it has");
+    hlo_module *a = read_text("tests/cases/jax012/mesh_d4m1.dist.hlo"),
+               *b = read_text("tests/cases/jax012/mesh_d4m1.dist.hlo.pb");
+    if (a && b) {
+        CHECK_EQ(graph_num_devices(a), 4);
+        CHECK_EQ(graph_num_devices(b), 4);
+    }
+    graph_free(a);
+    graph_free(b);
+}
+
 void suite_pb(void);
 void suite_pb(void) {
     round_trips();
@@ -1010,4 +1075,5 @@ void suite_pb(void) {
     order();
     sample_pairs();
     jax012_pairs();
+    jax012_meshes();
 }
