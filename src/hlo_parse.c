@@ -1023,7 +1023,67 @@ static void parse_attr(parser *ps, hlo_instr *in, size_t *nattrs) {
     }
 }
 
-/* instruction -> 'ROOT'? name '=' shape opcode '(' operands ')' (',' attr)* */
+/* The tuple indices after a name: ('#' digits)*, as in "call#0" (none: 0). */
+static size_t tuple_suffix(const char *p) {
+    const char *q = p;
+    while (q[0] == '#' && q[1] >= '0' && q[1] <= '9') {
+        q++;
+        while (*q >= '0' && *q <= '9') q++;
+    }
+    return (size_t)(q - p);
+}
+
+/* tuple_ref -> operand_name ('#' int)+
+ * XLA's printer elides a get-tuple-element of a tuple-shaped value and writes
+ * its users' operand as "%t#N" (element N of %t). Each distinct reference
+ * becomes one get-tuple-element named "t#N", placed before its first user (the
+ * instruction being read, which moves up one slot), so the IR and everything
+ * downstream see the element as the protobuf form has it. Returns its index. */
+static uint32_t tuple_ref(parser *ps, uint32_t idx, const char *s, const char *oat) {
+    hlo_module *m = ps->m;
+    lexer *lx = &ps->lx;
+    while (lx->p[0] == '#') {
+        const char *iat = lx->p + 1;
+        if (*iat < '0' || *iat > '9') fail(ps, iat, "expected a tuple index after '#'");
+        int64_t k = 0;
+        const char *q = iat;
+        while (*q >= '0' && *q <= '9' && k <= 1000000) k = k * 10 + (*q++ - '0');
+        if (k > 1000000) fail(ps, iat, "tuple index out of range");
+        lx->p = q;
+        size_t kn = (size_t)(q - s);
+        uint32_t have;
+        if (strmap_get(&ps->instr_index, s, kn, &have) && have < ps->nins) {
+            idx = have;
+            continue;
+        }
+        const shape *t = &ps->ins[idx].shape;
+        if (t->dtype != DT_TUPLE)
+            fail(ps, oat, "'%.*s' is not a tuple: it has no element %lld", (int)(iat - 1 - s), s, (long long)k);
+        if ((uint64_t)k >= t->ntuple)
+            fail(ps, iat, "tuple index %lld out of range: '%.*s' has %u elements", (long long)k,
+                 (int)(iat - 1 - s), s, t->ntuple);
+        XGROW(ps->ins, ps->capins, ps->nins + 2);
+        ps->ins[ps->nins + 1] = ps->ins[ps->nins];
+        hlo_instr *g = &ps->ins[ps->nins];
+        memset(g, 0, sizeof *g);
+        g->name = arena_strndup(&m->arena, s, kn);
+        g->opname = graph_intern(m, "get-tuple-element", strlen("get-tuple-element"));
+        g->op = OP_GET_TUPLE_ELEMENT;
+        g->shape = t->tuple[k];
+        g->noperands = 1;
+        g->operands = arena_memdup(&m->arena, &idx, sizeof idx);
+        g->nattrs = 1;
+        g->attrs = arena_alloc(&m->arena, sizeof *g->attrs);
+        g->attrs[0] = (hlo_attr){.key = A_INDEX, .kind = K_INT, .v.i = k};
+        position(ps, oat, &g->line, &g->col);
+        strmap_put(&ps->instr_index, g->name, kn, (uint32_t)ps->nins);
+        idx = (uint32_t)ps->nins++;
+    }
+    return idx;
+}
+
+/* instruction -> 'ROOT'? name ('#' int)* '=' shape opcode '(' operands ')' (',' attr)*
+ * (a "#N" suffix names an element that hlo_print wrote out; see tuple_ref) */
 static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
     hlo_module *m = ps->m;
     lexer *lx = &ps->lx;
@@ -1035,9 +1095,15 @@ static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
     const char *nm, *nm_at = here(ps);
     size_t nl;
     name(ps, &nm, &nl, "an instruction name");
+    if (nm + nl == lx->p) {
+        size_t sfx = tuple_suffix(lx->p);
+        lx->p += sfx;
+        nl += sfx;
+    }
     position(ps, at, &in->line, &in->col);
     in->name = arena_strndup(&m->arena, nm, nl);
-    if (!strmap_put(&ps->instr_index, in->name, nl, (uint32_t)ps->nins))
+    uint32_t seen;
+    if (strmap_get(&ps->instr_index, in->name, nl, &seen) && seen < ps->nins)
         fail(ps, nm_at, "instruction '%.*s' is defined twice", (int)nl, nm);
     expect(ps, '=', "after the instruction name");
     parse_shape(ps, &in->shape);
@@ -1083,11 +1149,17 @@ static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
             uint32_t idx;
             if (!strmap_get(&ps->instr_index, s, sn, &idx) || idx >= ps->nins)
                 fail(ps, oat, "operand '%.*s' is not defined before its use", (int)(sn > 80 ? 80 : sn), s);
+            if (*lx->p == '#' && s + sn == lx->p) {
+                idx = tuple_ref(ps, idx, s, oat);
+                in = &ps->ins[ps->nins];
+            }
             XGROW(ps->ops, ps->capops, nops + 1);
             ps->ops[nops++] = idx;
         } while (lex_accept(lx, ','));
         expect(ps, ')', "to close the operand list");
     }
+    if (!strmap_put(&ps->instr_index, in->name, strlen(in->name), (uint32_t)ps->nins))
+        fail(ps, nm_at, "instruction '%s' is defined twice", in->name);
     while (lex_accept(lx, ',')) parse_attr(ps, in, &nattrs);
     in->noperands = (uint32_t)nops;
     in->operands = nops ? arena_memdup(&m->arena, ps->ops, nops * sizeof *ps->ops) : NULL;

@@ -1628,6 +1628,85 @@ static void convert_frames(pb *p, const Xla__StackFrameIndexProto *sf) {
     }
 }
 
+/* True when s is one balanced {...} group (quotes respected): XLA prints such
+ * a frontend attribute value bare, any other quoted. */
+static bool is_braced(const char *s) {
+    if (*s != '{') return false;
+    int depth = 0;
+    bool str = false;
+    for (const char *q = s; *q; q++) {
+        if (str) {
+            if (*q == '\\' && q[1]) q++;
+            else if (*q == '"') str = false;
+        } else if (*q == '"') {
+            str = true;
+        } else if (*q == '{' && ++depth > HLO_MAX_NESTING) {
+            return false;
+        } else if (*q == '}' && --depth == 0) {
+            return q[1] == 0;
+        }
+    }
+    return false;
+}
+
+/* The module's frontend attributes as the header attribute the text form
+ * has: frontend_attributes={key=value,...}, keys sorted, a value bare when
+ * it is a braced group, else quoted with C escapes. */
+static void module_frontend_attributes(pb *p, const Xla__FrontendAttributes *fa) {
+    hlo_module *m = p->m;
+    uint32_t n = count32(p, fa->n_map, "frontend_attributes");
+    const char **kv = xmalloc(2 * (size_t)n * sizeof *kv);
+    for (uint32_t k = 0; k < n; k++) {
+        kv[2 * k] = fa->map[k]->key ? fa->map[k]->key : "";
+        kv[2 * k + 1] = fa->map[k]->value ? fa->map[k]->value : "";
+    }
+    qsort(kv, n, 2 * sizeof *kv, kv_cmp);
+    sb_reset(&p->sb);
+    sb_putc(&p->sb, '{');
+    for (uint32_t k = 0; k < n; k++) {
+        const char *v = kv[2 * k + 1];
+        sb_printf(&p->sb, "%s%s=", k ? "," : "", kv[2 * k]);
+        if (is_braced(v)) {
+            sb_puts(&p->sb, v);
+            continue;
+        }
+        sb_putc(&p->sb, '"');
+        for (const unsigned char *q = (const unsigned char *)v; *q; q++) {
+            if (*q == '"' || *q == '\\') sb_printf(&p->sb, "\\%c", *q);
+            else if (*q == '\n') sb_puts(&p->sb, "\\n");
+            else if (*q < 0x20 || *q == 0x7f) sb_printf(&p->sb, "\\%03o", *q);
+            else sb_putc(&p->sb, (char)*q);
+        }
+        sb_putc(&p->sb, '"');
+    }
+    sb_putc(&p->sb, '}');
+    free(kv);
+    m->attrs[m->nattrs++] = (hlo_attr){.key = A_RAW, .kind = K_RAW, .raw_key = intern(p, "frontend_attributes"),
+                                       .v.str = graph_intern(m, p->sb.s, p->sb.len)};
+}
+
+/* The header attributes the protobuf can tell: the device assignment's
+ * counts (num_partitions, replica_count when not 1) and the frontend
+ * attributes, as the text header spells them. */
+static void module_header(pb *p, const Xla__HloModuleProto *mp) {
+    hlo_module *m = p->m;
+    m->attrs = arena_alloc(&m->arena, 3 * sizeof *m->attrs);
+    const Xla__DeviceAssignmentProto *da = mp->device_assignment;
+    if (da && da->computation_count > 0) {
+        static const char *const keys[] = {"num_partitions", "replica_count"};
+        int32_t v[] = {da->computation_count, da->replica_count};
+        for (int k = 0; k < 2; k++) {
+            if (k == 1 && v[k] <= 1) continue;
+            sb_reset(&p->sb);
+            sb_printf(&p->sb, "%d", (int)v[k]);
+            m->attrs[m->nattrs++] = (hlo_attr){.key = A_RAW, .kind = K_RAW, .raw_key = intern(p, keys[k]),
+                                               .v.str = graph_intern(m, p->sb.s, p->sb.len)};
+        }
+    }
+    if (mp->frontend_attributes && mp->frontend_attributes->n_map)
+        module_frontend_attributes(p, mp->frontend_attributes);
+}
+
 static void convert_module(pb *p, const Xla__HloModuleProto *mp) {
     hlo_module *m = p->m;
     p->comp = UINT32_MAX;
@@ -1660,6 +1739,7 @@ static void convert_module(pb *p, const Xla__HloModuleProto *mp) {
     if (en && *en && strmap_get(&p->names, en, strlen(en), &e)) m->entry = e;
     else if (idmap_get(&p->comp_index, mp->entry_computation_id, &e)) m->entry = e;
     convert_frames(p, mp->stack_frame_index);
+    module_header(p, mp);
     /* Computations stay in proto order: XLA's printers do not agree on one
      * (pass dumps list callees by first use, as_text in storage order). */
     for (uint32_t c = 0; c < n; c++) convert_comp(p, c, mp->computations[c]);

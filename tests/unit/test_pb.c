@@ -15,6 +15,7 @@
 #include "harness.h"
 #include "hlo.h"
 #include "hlo.pb-c.h"
+#include "view.h"
 
 char **t_hlo_text_files(void);  /* test_roundtrip.c */
 
@@ -865,6 +866,202 @@ static void sample_pairs(void) {
     else printf("note: %d protobuf dumps compared with their text dumps\n", pairs);
 }
 
+/* ---- jax 0.12 dumps: elided get-tuple-elements ---- */
+
+/* The value instruction i of c stands for: its name, or for a
+ * get-tuple-element "KEY(tuple)#N" (what a text dump writes when it elides
+ * the instruction). memo[i] caches the answer (caller frees). */
+static const char *value_key(const hlo_comp *c, uint32_t i, char **memo) {
+    if (memo[i]) return memo[i];
+    const hlo_instr *in = &c->instrs[i];
+    strbuf b;
+    sb_init(&b);
+    if (in->op == OP_GET_TUPLE_ELEMENT && in->noperands == 1)
+        sb_printf(&b, "%s#%lld", value_key(c, in->operands[0], memo), (long long)instr_int(in, A_INDEX, 0));
+    else
+        sb_puts(&b, in->name);
+    return memo[i] = sb_take(&b);
+}
+
+static bool same_meta(const hlo_meta *a, const hlo_meta *b) {
+    static const hlo_meta none;
+    if (!a) a = &none;
+    if (!b) b = &none;
+    return !strcmp(a->op_name ? a->op_name : "", b->op_name ? b->op_name : "") &&
+           !strcmp(a->op_type ? a->op_type : "", b->op_type ? b->op_type : "") &&
+           !strcmp(a->source_file ? a->source_file : "", b->source_file ? b->source_file : "") &&
+           a->source_line == b->source_line && a->source_column == b->source_column &&
+           a->stack_frame_id == b->stack_frame_id;
+}
+
+/* Computation c of text module a against the same computation of protobuf
+ * module b, value by value: every instruction that is not a get-tuple-element
+ * has a namesake with the same opcode, shape, operand values, attributes and
+ * metadata; both read the same set of tuple elements, with the same shapes;
+ * the roots are the same value. The text may elide get-tuple-elements (then
+ * named "t#N", without metadata), so those are matched by value, not name. */
+static bool same_values(const hlo_comp *ca, const hlo_comp *cb, strbuf *why) {
+    char **ka = xcalloc(ca->ninstrs + 1, sizeof *ka), **kb = xcalloc(cb->ninstrs + 1, sizeof *kb);
+    strmap byname, elems, seen;
+    strmap_init(&byname);
+    strmap_init(&elems);
+    strmap_init(&seen);
+    bool ok = true;
+    uint32_t na = 0, nb = 0;
+    for (uint32_t i = 0; i < cb->ninstrs; i++) {
+        const char *k = value_key(cb, i, kb);
+        if (cb->instrs[i].op == OP_GET_TUPLE_ELEMENT) strmap_put(&elems, k, strlen(k), i);
+        else {
+            strmap_put(&byname, k, strlen(k), i);
+            nb++;
+        }
+    }
+    size_t eb = elems.len;
+    for (uint32_t i = 0; i < ca->ninstrs && ok; i++) {
+        const hlo_instr *ia = &ca->instrs[i];
+        const char *k = value_key(ca, i, ka);
+        uint32_t j;
+        bool gte = ia->op == OP_GET_TUPLE_ELEMENT;
+        if (!strmap_get(gte ? &elems : &byname, k, strlen(k), &j)) {
+            sb_printf(why, "%s: %s has no counterpart", ca->name, k);
+            ok = false;
+            break;
+        }
+        const hlo_instr *ib = &cb->instrs[j];
+        if (gte) {
+            strmap_put(&seen, k, strlen(k), i);
+            ok = shape_equal(&ia->shape, &ib->shape) && (strchr(ia->name, '#') || same_meta(ia->meta, ib->meta));
+            if (!ok) sb_printf(why, "%s: element %s differs in shape or metadata", ca->name, k);
+            continue;
+        }
+        na++;
+        ok = ia->op == ib->op && !strcmp(ia->opname, ib->opname) && shape_equal(&ia->shape, &ib->shape) &&
+             ia->noperands == ib->noperands && ia->nattrs == ib->nattrs && same_meta(ia->meta, ib->meta);
+        for (uint32_t o = 0; ok && o < ia->noperands; o++)
+            ok = !strcmp(value_key(ca, ia->operands[o], ka), value_key(cb, ib->operands[o], kb));
+        for (uint32_t t = 0; ok && t < ia->nattrs; t++)
+            ok = ia->attrs[t].kind == K_INSTRS ? ia->attrs[t].n == ib->attrs[t].n
+                                               : hlo_attr_equal(&ia->attrs[t], &ib->attrs[t]);
+        if (!ok) sb_printf(why, "%s: %s differs (opcode, shape, operands, attributes or metadata)", ca->name, k);
+    }
+    /* the same elements (a text dump reads each once), the same roots */
+    if (ok && (na != nb || seen.len != eb)) {
+        sb_printf(why, "%s: %u/%u instructions and %zu/%zu tuple elements", ca->name, na, nb, seen.len, eb);
+        ok = false;
+    }
+    if (ok && strcmp(value_key(ca, ca->root, ka), value_key(cb, cb->root, kb))) {
+        sb_printf(why, "%s: roots differ", ca->name);
+        ok = false;
+    }
+    for (uint32_t i = 0; i < ca->ninstrs; i++) free(ka[i]);
+    for (uint32_t i = 0; i < cb->ninstrs; i++) free(kb[i]);
+    free(ka);
+    free(kb);
+    strmap_free(&byname);
+    strmap_free(&elems);
+    strmap_free(&seen);
+    return ok;
+}
+
+/* tests/cases/jax012: each module's text and protobuf dumps (jax 0.12 writes
+ * "%t#N" in pass dumps) read to the same instructions, operands, shapes,
+ * attributes (shardings included) and metadata, and to the same mesh. */
+static void jax012_pairs(void) {
+    static const char *const stems[] = {
+        "gspmd_adamw.baseline", "gspmd_adamw.dist", "gspmd_scan.baseline", "gspmd_scan.dist",
+        "mesh_b1m4.baseline", "mesh_b1m4.dist", "mesh_d4m1.baseline", "mesh_d4m1.dist",
+        "smap_sgd.baseline", "smap_sgd.dist", "smap_sgd_x4.dist",
+    };
+    int elided = 0;
+    for (size_t k = 0; k < sizeof stems / sizeof *stems; k++) {
+        char tp[256], pp[256];
+        snprintf(tp, sizeof tp, "tests/cases/jax012/%s.hlo", stems[k]);
+        snprintf(pp, sizeof pp, "tests/cases/jax012/%s.hlo.pb", stems[k]);
+        t_case("pb-10 jax 0.12 %s: text and protobuf read alike", stems[k]);
+        hlo_module *a = read_text(tp), *b = read_text(pp);
+        if (a && b && CHECK_MSG(align_computations(a, b), "the two forms name different computations")) {
+            CHECK_EQ(a->entry, b->entry);
+            CHECK(a->nframes == b->nframes && a->nfile_locs == b->nfile_locs);
+            for (uint32_t c = 0; c < a->ncomps; c++) {
+                strbuf why;
+                sb_init(&why);
+                CHECK_MSG(same_values(&a->comps[c], &b->comps[c], &why), "%s", why.s ? why.s : "");
+                sb_free(&why);
+                for (uint32_t i = 0; i < a->comps[c].ninstrs; i++)
+                    elided += strchr(a->comps[c].instrs[i].name, '#') != NULL;
+            }
+        }
+        graph_free(a);
+        graph_free(b);
+    }
+    t_case("pb-10 the jax 0.12 text dumps elide get-tuple-elements");
+    CHECK(elided >= 8);
+}
+
+/* The relations --auto-relations derives from one form of a GSPMD pair, as
+ * text: the mesh, then every input and output view (or the error). */
+static char *auto_relations(const char *stem, const char *ext) {
+    char bp[256], dp[256];
+    snprintf(bp, sizeof bp, "tests/cases/jax012/%s.baseline.%s", stem, ext);
+    snprintf(dp, sizeof dp, "tests/cases/jax012/%s.dist.%s", stem, ext);
+    hlo_module *b = read_text(bp), *dm = read_text(dp);
+    strbuf out;
+    sb_init(&out);
+    if (b && dm) {
+        diag d;
+        diag_init(&d, bp);
+        relations r;
+        if (relations_auto(b, graph_num_devices(dm), &r, &d)) {
+            mesh_print(&out, &r.mesh);
+            for (uint32_t i = 0; i < r.ninputs; i++) {
+                sb_puts(&out, " | ");
+                view_print(&out, &r.inputs[i], &r.mesh);
+            }
+            sb_puts(&out, " ->");
+            for (uint32_t i = 0; i < r.noutputs; i++) {
+                sb_puts(&out, " | ");
+                view_print(&out, &r.outputs[i], &r.mesh);
+            }
+            relations_free(&r);
+        } else {
+            sb_printf(&out, "error: %s", d.out.s ? d.out.s : "");
+        }
+        diag_free(&d);
+    }
+    graph_free(b);
+    graph_free(dm);
+    return sb_take(&out);
+}
+
+/* Meshes with a size-1 axis: the protobuf baseline carries the Shardy mesh in
+ * HloModuleProto.frontend_attributes and the partitioned module its partition
+ * count in device_assignment, so both forms give one mesh, size-1 axes kept. */
+static void jax012_meshes(void) {
+    static const struct { const char *stem, *mesh; } pairs[] = {
+        {"mesh_d4m1", "{data:4, model:1}"},
+        {"mesh_b1m4", "{batch:1, model:4}"},
+        {"gspmd_adamw", "{data:2, model:4}"},
+        {"gspmd_scan", "{data:2, model:4}"},
+    };
+    for (size_t k = 0; k < sizeof pairs / sizeof *pairs; k++) {
+        t_case("pb-11 %s: both forms give the mesh %s and the same relations", pairs[k].stem, pairs[k].mesh);
+        char *t = auto_relations(pairs[k].stem, "hlo"), *p = auto_relations(pairs[k].stem, "hlo.pb");
+        CHECK_STR(p, t);
+        CHECK_MSG(strncmp(t, pairs[k].mesh, strlen(pairs[k].mesh)) == 0, "%s", t);
+        free(t);
+        free(p);
+    }
+    t_case("pb-11 the partitioned protobuf module says how many partitions it has");
+    hlo_module *a = read_text("tests/cases/jax012/mesh_d4m1.dist.hlo"),
+               *b = read_text("tests/cases/jax012/mesh_d4m1.dist.hlo.pb");
+    if (a && b) {
+        CHECK_EQ(graph_num_devices(a), 4);
+        CHECK_EQ(graph_num_devices(b), 4);
+    }
+    graph_free(a);
+    graph_free(b);
+}
+
 void suite_pb(void);
 void suite_pb(void) {
     round_trips();
@@ -877,4 +1074,6 @@ void suite_pb(void) {
     collectives();
     order();
     sample_pairs();
+    jax012_pairs();
+    jax012_meshes();
 }

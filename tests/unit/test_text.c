@@ -53,6 +53,96 @@ static void expanded(const hlo_module *m, const char *name, int key, const char 
     arena_free(&a);
 }
 
+/* The reason a parse failed, or "(parsed)". */
+static char *refused(const char *src) {
+    diag d;
+    hlo_module *m = parse(src, &d);
+    char *r = xstrdup(m ? "(parsed)" : d.out.s ? d.out.s : "");
+    graph_free(m);
+    diag_free(&d);
+    return r;
+}
+
+/* "%t#N" (current XLA pass dumps): element N of tuple-shaped %t, read as an
+ * implicit get-tuple-element named "t#N" placed before its first user. */
+static void tuple_refs(void) {
+    diag d;
+    t_case("text-13 %%t#N reads as get-tuple-element N of %%t");
+    const char *src = "HloModule h\nENTRY e {\n"
+                      "  %p = (s32[], (f32[2]{0}, pred[])) parameter(0)\n"
+                      "  %c = s32[] constant(1)\n"
+                      "  %a = s32[] add(%p#0, %c)\n"
+                      "  %b = s32[] multiply(%p#0, %p#0)\n"
+                      "  %n = f32[2]{0} negate(%p#1#0)\n"
+                      "  ROOT %t = (s32[], s32[], f32[2]{0}) tuple(%a, %b, %n)\n}\n";
+    hlo_module *m = parse(src, &d);
+    CHECK_MSG(m != NULL, "%s", d.out.s ? d.out.s : "");
+    if (m) {
+        const hlo_comp *c = graph_entry(m);
+        CHECK_EQ(c->ninstrs, 9);
+        const hlo_instr *g0 = find(m, "p#0"), *g1 = find(m, "p#1"), *g10 = find(m, "p#1#0");
+        CHECK(g0 && g1 && g10);
+        if (g0 && g1 && g10) {
+            CHECK_EQ(g0->op, OP_GET_TUPLE_ELEMENT);
+            CHECK_STR(g0->opname, "get-tuple-element");
+            CHECK_EQ(instr_int(g0, A_INDEX, 0), 0); /* index 0 is the default, not stored */
+            CHECK_EQ(g0->shape.dtype, DT_S32);
+            CHECK(g0->noperands == 1 && g0->operands[0] == 0);
+            /* before its first user, after the instructions already read */
+            CHECK(&c->instrs[2] == g0 && strcmp(c->instrs[3].name, "a") == 0);
+            CHECK(g0->line == 5 && g0->col == 18);
+            CHECK_EQ(instr_int(g10, A_INDEX, 0), 0);
+            CHECK_EQ(g10->shape.dtype, DT_F32);
+            CHECK(g10->noperands == 1 && &c->instrs[g10->operands[0]] == g1);
+            CHECK(g1->shape.dtype == DT_TUPLE && instr_int(g1, A_INDEX, -1) == 1);
+        }
+        const hlo_instr *b = find(m, "b");
+        CHECK(b && b->noperands == 2 && b->operands[0] == 2 && b->operands[1] == 2);
+        CHECK_EQ(c->root, 8);
+        CHECK_EQ(graph_check(m, NULL), 0);
+
+        t_case("text-14 the printed form names the elements and reads back alike");
+        strbuf a, b2;
+        sb_init(&a);
+        sb_init(&b2);
+        hlo_print(&a, m);
+        CHECK(strstr(a.s, "%p#1#0 = f32[2]{0} get-tuple-element(%p#1), index=0") != NULL);
+        hlo_module *r = parse(a.s, &d);
+        CHECK_MSG(r != NULL, "%s", d.out.s ? d.out.s : "");
+        if (r) {
+            strbuf why;
+            sb_init(&why);
+            CHECK_MSG(graph_equal(m, r, 0, &why), "%s", why.s ? why.s : "");
+            hlo_print(&b2, r);
+            CHECK_STR(a.s, b2.s);
+            sb_free(&why);
+        }
+        graph_free(r);
+        sb_free(&a);
+        sb_free(&b2);
+    }
+    graph_free(m);
+    diag_free(&d);
+
+    t_case("text-15 bad tuple references are refused with a position");
+    const char *head = "HloModule h\nENTRY e {\n  %p = (s32[], f32[]) parameter(0)\n  %x = s32[] parameter(1)\n";
+    struct { const char *body, *want; } bad[] = {
+        {"  ROOT %a = s32[] negate(%x#0)\n}\n", "t.hlo:5:26: 'x' is not a tuple: it has no element 0"},
+        {"  ROOT %a = s32[] negate(%p#2)\n}\n", "t.hlo:5:29: tuple index 2 out of range: 'p' has 2 elements"},
+        {"  ROOT %a = s32[] negate(%p#)\n}\n", "t.hlo:5:29: expected a tuple index after '#'"},
+        {"  ROOT %a = s32[] negate(%p#99999999999)\n}\n", "t.hlo:5:29: tuple index out of range"},
+        {"  %a = s32[] negate(%p#0)\n  %p#0 = s32[] constant(0)\n}\n", "t.hlo:6:3: instruction 'p#0' is defined twice"},
+        {"  ROOT %p#0 = s32[] get-tuple-element(%p#0), index=0\n}\n", "t.hlo:5:8: instruction 'p#0' is defined twice"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        char src2[512];
+        snprintf(src2, sizeof src2, "%s%s", head, bad[k].body);
+        char *why = refused(src2);
+        CHECK_MSG(strncmp(why, bad[k].want, strlen(bad[k].want)) == 0, "case %zu: %s", k, why);
+        free(why);
+    }
+}
+
 void suite_text(void);
 void suite_text(void) {
     diag d;
@@ -197,4 +287,6 @@ void suite_text(void) {
     CHECK(m && m->ncomps == 1 && m->comps[0].instrs[1].op == OP_ALL_GATHER);
     graph_free(m);
     diag_free(&d);
+
+    tuple_refs();
 }
