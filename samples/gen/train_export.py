@@ -180,6 +180,19 @@ def corpus():
     dp2d = make_mesh({"dcn": 2, "dp": 4})
     pairs("mlp.dp_sgd", "dcn2xdp4", lambda bug: T.make_dp_sgd(dp2d, bug, DP=("dcn", "dp")),
           [(None, None), ("dp2d-pmean-one-axis", ["wrong-collective-group"])])
+    pairs("mlp.dp_adam", "dp4", lambda bug: T.make_dp_adam(dp4, bug),
+          [(None, None), ("adam-psum-grads", ["wrong-reduction"])])
+    pairs("mlp.dp_sgd_global", "dp4", lambda bug: T.make_dp_sgd_global(dp4, bug),
+          [(None, None), ("global-local-count", ["constant-mismatch", "wrong-reduction"])])
+    dp2tp4 = make_mesh({"dp": 2, "tp": 4})
+    pairs("mlp.dp_tp", "dp2xtp4", lambda bug: T.make_dp_tp_mlp(dp2tp4, bug),
+          [(None, None), ("tp-pmean-wrong-axis", ["wrong-collective-group", "missing-all-reduce"]),
+           ("tp-bare-psum", ["wrong-reduction"])])
+    pairs("mlp.fsdp", "dp4", lambda bug: T.make_fsdp(dp4, bug),
+          [(None, None), ("fsdp-gather-wrong-dim", ["wrong-shard-dim", "layout-mismatch"]),
+           ("fsdp-scatter-no-mean", ["wrong-reduction", "constant-mismatch"])])
+    pairs("mlp.grad_accum", "dp4", lambda bug: T.make_grad_accum(dp4, bug),
+          [(None, None), ("accum-wrong-count", ["constant-mismatch"])])
 
 
 def main():
