@@ -330,3 +330,255 @@ def make_grad_accum(mesh, bug=None, DP="dp"):
     out_specs = (replicated(params), P())
     return Program("mlp.grad_accum", mesh, step, in_specs, out_specs, sgd_baseline,
                    (params, x, y))
+
+
+def sgd_baseline_for(loss_fn, lr=LR):
+    def step(params, *data):
+        loss, g = jax.value_and_grad(loss_fn)(params, *data)
+        return sgd(params, g, lr), loss
+    return step
+
+
+# --------------------------------------------------------------------------
+# 7. Pipeline: stacked layers w [n,H,H], b [n,H], layer i on stage i of pp;
+#    each stage hands its activation to the next with ppermute; the last
+#    stage's output is broadcast with reduce_from_pp (psum forward, identity
+#    backward). The backward runs through the transposed ppermute.
+# --------------------------------------------------------------------------
+
+def pp_layer(w, b, h):
+    return jnp.tanh(h @ w + b)
+
+
+def pp_mse(p, x, y):
+    h = x
+    for i in range(p["w"].shape[0]):
+        with jax.named_scope(f"stage{i}"):
+            h = pp_layer(p["w"][i], p["b"][i], h)
+    with jax.named_scope("loss"):
+        return jnp.mean(jnp.sum((h - y) ** 2, axis=-1))
+
+
+def make_pipeline(mesh, bug=None, PP="pp"):
+    n = mesh.shape[PP]
+    _, reduce_from_pp = tp_ops(PP)
+
+    def local_loss(p, x, y):
+        r = jax.lax.axis_index(PP)
+        h = x
+        for s in range(n):
+            with jax.named_scope(f"stage{s}"):
+                h = pp_layer(p["w"][0], p["b"][0], h)
+            if s < n - 1:
+                if bug == "pp-permute-direction":
+                    h = jax.lax.ppermute(h, PP, perm=[(i + 1, i) for i in range(n - 1)])  # BUG(pp-permute-direction)
+                else:
+                    h = jax.lax.ppermute(h, PP, perm=[(i, i + 1) for i in range(n - 1)])
+        with jax.named_scope("broadcast_last_stage"):
+            h = reduce_from_pp(jnp.where(r == n - 1, h, jnp.zeros_like(h)))
+        with jax.named_scope("loss"):
+            return jnp.mean(jnp.sum((h - y) ** 2, axis=-1))
+
+    def step(params, x, y):
+        loss, g = jax.value_and_grad(local_loss)(params, x, y)
+        return sgd(params, g), loss
+
+    rng = np.random.default_rng(7)
+    params = {"w": rand(rng, (n, H, H), 1.5 / np.sqrt(H)), "b": rand(rng, (n, H), 0.1)}
+    x, y = rand(rng, (B, H)), rand(rng, (B, H), 0.5)
+    pspec = {"w": P(PP), "b": P(PP)}
+    return Program("mlp.pipeline", mesh, step, (pspec, P(), P()), (pspec, P()),
+                   sgd_baseline_for(pp_mse), (params, x, y))
+
+
+# --------------------------------------------------------------------------
+# 8. Ring attention (forward): causal attention with the sequence sharded on
+#    cp; K/V blocks travel around the ring with ppermute (device i sends to
+#    i+1), an online softmax keeps a running max and a running sum, both
+#    rescaled when the max grows. Baseline: plain softmax attention.
+# --------------------------------------------------------------------------
+
+RB, RS, RH, RD = 2, 16, 2, 8     # batch, sequence, heads, head dim
+
+
+def causal_attention(q, k, v):
+    with jax.named_scope("attn"):
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
+        S = q.shape[1]
+        mask = jnp.tril(jnp.ones((S, S), dtype=bool))
+        s = jnp.where(mask[None, None], s, jnp.float32(-1e30))
+        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, axis=-1), v)
+
+
+def make_ring_attention(mesh, bug=None, CP="cp"):
+    n = mesh.shape[CP]
+
+    def ring(q, k, v):
+        r = jax.lax.axis_index(CP)
+        Sl = q.shape[1]
+        qpos = r * Sl + jnp.arange(Sl)
+        m = jnp.full(q.shape[:1] + (q.shape[2], Sl), -1e30, jnp.float32)
+        l = jnp.zeros_like(m)
+        acc = jnp.zeros(q.shape[:1] + (q.shape[2], Sl, q.shape[3]), jnp.float32)
+        if bug == "ring-permute-direction":
+            perm = [(i, (i - 1) % n) for i in range(n)]     # BUG(ring-permute-direction)
+        else:
+            perm = [(i, (i + 1) % n) for i in range(n)]
+        for t in range(n):
+            with jax.named_scope(f"ring_step{t}"):
+                src = (r - t) % n                           # the block held at step t
+                kpos = src * Sl + jnp.arange(Sl)
+                s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
+                s = jnp.where((kpos[None, :] <= qpos[:, None])[None, None], s, jnp.float32(-1e30))
+                m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+                corr = jnp.exp(m - m_new)
+                p = jnp.exp(s - m_new[..., None])
+                if bug == "ring-no-rescale":
+                    l = l + jnp.sum(p, axis=-1)             # BUG(ring-no-rescale)
+                else:
+                    l = l * corr + jnp.sum(p, axis=-1)
+                acc = acc * corr[..., None] + jnp.einsum("bhqk,bkhd->bhqd", p, v)
+                m = m_new
+            if t < n - 1:
+                with jax.named_scope("ring_pass"):
+                    k = jax.lax.ppermute(k, CP, perm)
+                    v = jax.lax.ppermute(v, CP, perm)
+        with jax.named_scope("normalise"):
+            return jnp.transpose(acc / l[..., None], (0, 2, 1, 3))
+
+    rng = np.random.default_rng(8)
+    args = tuple(rand(rng, (RB, RS, RH, RD), 1.5) for _ in range(3))
+    spec = P(None, CP)
+    return Program("attn.ring", mesh, ring, (spec, spec, spec), spec, causal_attention,
+                   args, outputs=("out",))
+
+
+# --------------------------------------------------------------------------
+# 9. A tiny transformer LM training step: embedding by token id (jnp.take),
+#    RMSNorm, causal attention, MLP, integer-label cross-entropy
+#    (take_along_axis), padding mask tokens != 0; the loss is the sum of the
+#    token losses over the number of real tokens.
+#    dp: the token count is psum'd (an integer all-reduce), gradients psum'd.
+#    dp x tp: heads and MLP over tp (copy_to_tp / reduce_from_tp).
+# --------------------------------------------------------------------------
+
+LV, LH, LNH, LF, LS = 64, 32, 4, 64, 8     # vocab, hidden, heads, ffn, sequence
+LM_LR = 5.0
+
+
+def rms_norm(x, w, eps=1e-6):
+    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def lm_nll(p, tokens, labels, ops=None):
+    """Sum of the token losses and the number of real tokens (int32)."""
+    copy_to, reduce_from = ops or (lambda t: t, lambda t: t)
+    nh = p["wq"].shape[1] // (LH // LNH)
+    hd = LH // LNH
+    Bl, S = tokens.shape
+    with jax.named_scope("embed"):
+        x = jnp.take(p["embed"], tokens, axis=0)
+    with jax.named_scope("attn"):
+        h = copy_to(rms_norm(x, p["attn_norm"]))
+        q = (h @ p["wq"]).reshape(Bl, S, nh, hd)
+        k = (h @ p["wk"]).reshape(Bl, S, nh, hd)
+        v = (h @ p["wv"]).reshape(Bl, S, nh, hd)
+        o = causal_attention(q, k, v).reshape(Bl, S, nh * hd)
+        x = x + reduce_from(o @ p["wo"])
+    with jax.named_scope("mlp"):
+        h = copy_to(rms_norm(x, p["mlp_norm"]))
+        x = x + reduce_from(jax.nn.silu(h @ p["w_up"]) @ p["w_down"])
+    with jax.named_scope("lm_head"):
+        logits = rms_norm(x, p["final_norm"]) @ p["lm_head"]
+    with jax.named_scope("loss"):
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        ll = jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
+        mask = tokens != 0
+        return -jnp.sum(jnp.where(mask, ll, 0.0)), jnp.sum(mask.astype(jnp.int32))
+
+
+def lm_loss(p, tokens, labels):
+    nll, count = lm_nll(p, tokens, labels)
+    return nll / count.astype(jnp.float32)
+
+
+def lm_data(seed):
+    rng = np.random.default_rng(seed)
+    params = {"embed": rand(rng, (LV, LH)), "attn_norm": 1 + rand(rng, (LH,), 0.1),
+              "wq": rand(rng, (LH, LH), 1 / np.sqrt(LH)), "wk": rand(rng, (LH, LH), 1 / np.sqrt(LH)),
+              "wv": rand(rng, (LH, LH), 1 / np.sqrt(LH)), "wo": rand(rng, (LH, LH), 1 / np.sqrt(LH)),
+              "mlp_norm": 1 + rand(rng, (LH,), 0.1), "w_up": rand(rng, (LH, LF), 1 / np.sqrt(LH)),
+              "w_down": rand(rng, (LF, LH), 1 / np.sqrt(LF)), "final_norm": 1 + rand(rng, (LH,), 0.1),
+              "lm_head": rand(rng, (LH, LV), 1 / np.sqrt(LH))}
+    tokens = rng.integers(1, LV, (B, LS)).astype(np.int32)
+    lengths = np.array([8, 8, 7, 6, 4, 3, 2, 1])                # uneven over the dp shards
+    tokens[np.arange(LS)[None, :] >= lengths[:, None]] = 0      # right padding
+    labels = rng.integers(1, LV, (B, LS)).astype(np.int32)
+    return params, tokens, labels
+
+
+def make_lm(mesh, bug=None, DP="dp", TP=None):
+    ops = tp_ops(TP) if TP else None
+
+    def step(params, tokens, labels):
+        local_ops = ops
+        if bug == "lm-tp-no-copy-grad":
+            local_ops = (lambda t: t, ops[1])               # BUG(lm-tp-no-copy-grad)
+        _, local_count = lm_nll(params, tokens, labels, local_ops)
+        with jax.named_scope("token_count"):
+            if bug == "lm-local-token-count":
+                count = local_count                         # BUG(lm-local-token-count)
+            else:
+                count = jax.lax.psum(local_count, DP)
+
+        def loss_fn(p):
+            nll, _ = lm_nll(p, tokens, labels, local_ops)
+            return nll / count.astype(jnp.float32)
+        loss, g = jax.value_and_grad(loss_fn)(params)
+        with jax.named_scope("grad_sync"):
+            if bug == "lm-local-token-count":
+                g, loss = jax.lax.pmean((g, loss), DP)
+            else:
+                g, loss = jax.lax.psum((g, loss), DP)
+        return sgd(params, g, LM_LR), loss
+
+    params, tokens, labels = lm_data(9)
+    pspec = {k: P() for k in params}
+    if TP:
+        pspec.update({"wq": P(None, TP), "wk": P(None, TP), "wv": P(None, TP),
+                      "wo": P(TP, None), "w_up": P(None, TP), "w_down": P(TP, None)})
+    family = "lm.dp_tp" if TP else "lm.dp"
+    return Program(family, mesh, step, (pspec, P(DP), P(DP)), (pspec, P()),
+                   sgd_baseline_for(lm_loss, LM_LR), (params, tokens, labels))
+
+
+# --------------------------------------------------------------------------
+# 10. Per-example clipped gradients (the first half of a DP-SGD step) of a
+#     linear model: every output is per example, so the distributed program has
+#     no collective at all.
+# --------------------------------------------------------------------------
+
+CLIP = 1.0
+
+
+def clipped_per_example(params, x, y):
+    def loss_one(p, xi, yi):
+        with jax.named_scope("loss"):
+            return jnp.sum((xi @ p["w"] + p["b"] - yi) ** 2)
+    loss, g = jax.vmap(jax.value_and_grad(loss_one), in_axes=(None, 0, 0))(params, x, y)
+    with jax.named_scope("clip"):
+        norm = jnp.sqrt(sum(jnp.sum(t.reshape(t.shape[0], -1) ** 2, axis=1)
+                            for t in jax.tree.leaves(g)))
+        scale = jnp.minimum(1.0, CLIP / (norm + 1e-6))
+        g = jax.tree.map(lambda t: t * scale.reshape((-1,) + (1,) * (t.ndim - 1)), g)
+    return g, loss
+
+
+def make_per_example(mesh, DP="dp"):
+    rng = np.random.default_rng(10)
+    params = {"w": rand(rng, (H, O), 1 / np.sqrt(H)), "b": rand(rng, (O,), 0.1)}
+    x, y = rand(rng, (B, H)), rand(rng, (B, O))
+    gspec = {"w": P(DP), "b": P(DP)}
+    return Program("linear.per_example_clip", mesh, clipped_per_example,
+                   (replicated(params), P(DP), P(DP)), (gspec, P(DP)), clipped_per_example,
+                   (params, x, y), outputs=("grads", "loss"))

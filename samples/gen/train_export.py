@@ -146,7 +146,7 @@ def export_pair(name, prog, bug=None, kinds=None, note=None, rel_mesh=None):
     outs = out_names(prog, ab)
     out_specs = leaf_specs(prog.out_specs, jax.eval_shape(prog.baseline, *ab))
     mesh_axes = rel_mesh or dict(prog.mesh.shape)
-    rel = relations(mesh_axes, in_names(prog.baseline, ab), specs, out_specs, outs)
+    rel = relations(mesh_axes, in_names(prog.fn, ab), specs, out_specs, outs)
     rel_path = write_json(f"{name}.relations.json", rel)
     entry = {"name": name, "kind": "shard_map", "config": key, "mesh": dict(prog.mesh.shape),
              "baseline": BASELINES[key], "distributed": dist, "relations": rel_path,
@@ -193,12 +193,26 @@ def corpus():
            ("fsdp-scatter-no-mean", ["wrong-reduction", "constant-mismatch"])])
     pairs("mlp.grad_accum", "dp4", lambda bug: T.make_grad_accum(dp4, bug),
           [(None, None), ("accum-wrong-count", ["constant-mismatch"])])
+    pp2 = make_mesh({"pp": 2})
+    pairs("mlp.pipeline", "pp2", lambda bug: T.make_pipeline(pp2, bug),
+          [(None, None), ("pp-permute-direction", ["wrong-collective-group", "wrong-shard-dim"])])
+    cp4 = make_mesh({"cp": 4})
+    pairs("attn.ring", "cp4", lambda bug: T.make_ring_attention(cp4, bug),
+          [(None, None), ("ring-permute-direction", ["wrong-collective-group", "wrong-shard-dim"]),
+           ("ring-no-rescale", ["constant-mismatch", "wrong-reduction"])])
+    pairs("lm.dp", "dp4", lambda bug: T.make_lm(dp4, bug),
+          [(None, None), ("lm-local-token-count", ["missing-all-reduce", "constant-mismatch"])])
+    pairs("lm.dp_tp", "dp2xtp4", lambda bug: T.make_lm(dp2tp4, bug, TP="tp"),
+          [(None, None), ("lm-tp-no-copy-grad", ["missing-all-reduce"])])
+    pairs("linear.per_example_clip", "dp4", lambda bug: T.make_per_example(dp4), [(None, None)])
 
 
 def main():
     os.makedirs(DUMP, exist_ok=True)
-    if not ONLY:  # full run: drop stale outputs of earlier runs
-        shutil.rmtree(OUT, ignore_errors=True)
+    if not ONLY and os.path.isdir(OUT):  # full run: drop stale outputs (all but README.md)
+        for f in os.listdir(OUT):
+            if f != "README.md":
+                os.remove(os.path.join(OUT, f))
     corpus()
     mpath = os.path.join(OUT, "manifest.json")
     old = []
