@@ -183,7 +183,7 @@ def main():
     entries, libs = [], {"jax": jax.__version__, "jaxlib": version("jaxlib")}
     families = [f for f in FAMILIES if os.path.exists(os.path.join(GEN, f + ".py"))]
     for fam in families:
-        mod = load(fam, {"Prog": Prog, "version": version})
+        mod = load(fam, {"Prog": Prog, "version": version, "mesh_of": mesh_of})
         short = fam[len("wild_"):]
         if not ONLY:
             shutil.rmtree(os.path.join(OUT, short), ignore_errors=True)
