@@ -1,0 +1,209 @@
+"""Exports samples/wild/: GSPMD pairs of models built with maintained libraries
+(Flax Linen, Flax NNX, keras-hub, Equinox), forward passes and training steps,
+sharded by each library's own partitioning machinery.
+
+Run from the repository root through samples/gen/run_wild.sh (it sets XLA_FLAGS before
+jax is imported and loads this file under its repo-relative name).
+
+    wild.py [--only SUBSTRING ...] [--no-numerics]
+
+A family module (wild_<family>.py) defines PROGRAMS, a list of Prog: a name, the
+library and its version, the mesh, inputs(), and make(mesh) -> (fn, in_shardings,
+out_shardings, context). The pair is jax.jit(fn, in_shardings, out_shardings) lowered
+on the mesh; the numerics run the same make() on a mesh of the same axis names, each
+of size 1 (one device), against the sharded program on the same inputs.
+"""
+import contextlib
+import gzip
+import importlib.metadata
+import io
+import json
+import os
+import shutil
+import sys
+import types
+
+assert "--xla_force_host_platform_device_count=8" in os.environ.get("XLA_FLAGS", ""), \
+    "run through samples/gen/run_wild.sh (XLA_FLAGS must be set before jax is imported)"
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh
+
+jax.config.update("jax_enable_compilation_cache", False)
+
+GEN = "samples/gen"
+OUT = "samples/wild"
+DUMP = os.path.join(GEN, ".dump-wild")
+GZIP_OVER = 200 * 1024
+FAMILIES = ("wild_linen", "wild_nnx", "wild_keras", "wild_eqx")
+
+ARGS = sys.argv[1:]
+ONLY = [ARGS[i + 1] for i, a in enumerate(ARGS) if a == "--only"]
+NUMERICS = "--no-numerics" not in ARGS
+
+
+def load(name, shared=None):
+    """Import samples/gen/<name>.py under its repo-relative file name; `shared`
+    names are put in its globals first."""
+    path = os.path.join(GEN, name + ".py")
+    mod = types.ModuleType(name)
+    mod.__file__ = path
+    mod.__dict__.update(shared or {})
+    sys.modules[name] = mod
+    exec(compile(open(path).read(), path, "exec"), mod.__dict__)
+    return mod
+
+
+class Prog:
+    """One exported program. make(mesh) returns (fn, in_shardings, out_shardings,
+    context): context() is entered around lowering and running (mesh, axis rules)."""
+
+    def __init__(self, name, library, mesh, inputs, make, note=None):
+        self.name, self.library, self.mesh_axes = name, library, dict(mesh)
+        self.inputs, self.make, self.note = inputs, make, note
+
+
+def version(dist):
+    return importlib.metadata.version(dist)
+
+
+def mesh_of(axes, unit=False):
+    """Mesh over the first N CPU devices (iota order); unit=True: every axis size 1."""
+    shape = tuple(1 if unit else n for n in axes.values())
+    devs = np.array(jax.devices()[:int(np.prod(shape))]).reshape(shape)
+    return Mesh(devs, tuple(axes), axis_types=(AxisType.Auto,) * len(shape))
+
+
+# ----------------------------------------------------------------------------- files
+
+def put(rel, data):
+    """Write bytes under samples/wild/, gzipped without name or mtime when large;
+    returns the path relative to samples/wild/."""
+    if len(data) > GZIP_OVER:
+        buf = io.BytesIO()
+        with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=9, mtime=0) as g:
+            g.write(data)
+        data, rel = buf.getvalue(), rel + ".gz"
+    path = os.path.join(OUT, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    return rel
+
+
+def put_pair(rel_base, text, pb):
+    return {"hlo": put(rel_base + ".hlo", text.encode()), "pb": put(rel_base + ".hlo.pb", pb)}
+
+
+def after_partitioner(lowered, tag):
+    """(text, HloProto bytes) of the module right after the spmd-partitioning pass."""
+    d = os.path.join(DUMP, tag)
+    shutil.rmtree(d, ignore_errors=True)
+    lowered.compile(compiler_options={
+        "xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning",
+        "xla_dump_hlo_as_text": True, "xla_dump_hlo_as_proto": True})
+    picked = {}
+    for f in os.listdir(d):
+        if "after_spmd-partitioning" in f:
+            for ext in (".txt", ".hlo.pb"):
+                if f.endswith(ext):
+                    assert ext not in picked, os.listdir(d)
+                    picked[ext] = os.path.join(d, f)
+    assert len(picked) == 2, os.listdir(d)
+    with open(picked[".txt"]) as f:
+        text = f.read()
+    with open(picked[".hlo.pb"], "rb") as f:
+        pb = f.read()
+    shutil.rmtree(d, ignore_errors=True)
+    return text, pb
+
+
+# ----------------------------------------------------------------------------- numerics
+
+def place(tree, shardings):
+    return jax.tree.map(lambda a, s: jax.device_put(a, s), tree, shardings)
+
+
+def max_abs_diff(a, b):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    if len(la) != len(lb):
+        return None
+    worst = 0.0
+    for x, y in zip(la, lb):
+        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        if x.shape != y.shape:
+            return None
+        if x.size:
+            worst = max(worst, float(np.max(np.abs(x - y))))
+    return worst if np.isfinite(worst) else str(worst)
+
+
+def run(prog, mesh, args):
+    fn, ins, outs, ctx = prog.make(mesh)
+    with ctx():
+        jf = jax.jit(fn, in_shardings=ins, out_shardings=outs)
+        return jax.device_get(jf(*place(args, ins)))
+
+
+# ----------------------------------------------------------------------------- export
+
+def export(prog, family):
+    print("==", prog.name, flush=True)
+    mesh = mesh_of(prog.mesh_axes)
+    args = prog.inputs()
+    fn, ins, outs, ctx = prog.make(mesh)
+    with ctx():
+        lo = jax.jit(fn, in_shardings=ins, out_shardings=outs).lower(*place(args, ins))
+        base_text = lo.as_text(dialect="hlo", debug_info=True)
+        base_pb = lo.compiler_ir("hlo").as_serialized_hlo_module_proto()
+        dist_text, dist_pb = after_partitioner(lo, prog.name)
+    rel = f"{family}/{prog.name}"
+    lib, ver = prog.library
+    entry = {"name": prog.name, "kind": "gspmd", "config": family, "mesh": prog.mesh_axes,
+             "library": {"name": lib, "version": ver},
+             "baseline": put_pair(rel + ".baseline", base_text, base_pb),
+             "distributed": put_pair(rel + ".dist", dist_text, dist_pb),
+             "relations": "auto", "expected": "verified"}
+    if prog.note:
+        entry["note"] = prog.note
+    if NUMERICS:
+        ref = run(prog, mesh_of(prog.mesh_axes, unit=True), args)
+        got = run(prog, mesh, args)
+        entry["numerics"] = {"max_abs_diff": max_abs_diff(ref, got)}
+    return entry
+
+
+def want(name):
+    return not ONLY or any(o in name for o in ONLY)
+
+
+def main():
+    os.makedirs(DUMP, exist_ok=True)
+    entries, libs = [], {"jax": jax.__version__, "jaxlib": version("jaxlib")}
+    families = [f for f in FAMILIES if os.path.exists(os.path.join(GEN, f + ".py"))]
+    for fam in families:
+        mod = load(fam, {"Prog": Prog, "version": version, "mesh_of": mesh_of})
+        short = fam[len("wild_"):]
+        if not ONLY:
+            shutil.rmtree(os.path.join(OUT, short), ignore_errors=True)
+        for prog in mod.PROGRAMS:
+            if want(prog.name):
+                entries.append(export(prog, short))
+            libs[prog.library[0]] = prog.library[1]
+    mpath = os.path.join(OUT, "manifest.json")
+    old = []
+    if ONLY and os.path.exists(mpath):
+        done = {e["name"] for e in entries}
+        old = [e for e in json.load(open(mpath))["pairs"] if e["name"] not in done]
+    doc = {"scalify_manifest": 1,
+           "generator": dict(libs, script="samples/gen/run_wild.sh"),
+           "pairs": sorted(old + entries, key=lambda e: e["name"])}
+    with open(mpath, "w") as f:
+        f.write(json.dumps(doc, indent=1) + "\n")
+    shutil.rmtree(DUMP, ignore_errors=True)
+    print(f"{len(entries)} pairs written, manifest has {len(doc['pairs'])}")
+
+
+if __name__ == "__main__":
+    main()
