@@ -699,6 +699,29 @@ static bool dev_dynamic_slice(lift_ctx *c, const hlo_instr *in, const lval *ops,
 }
 
 /* A device value that is the same on every device, as a baseline constant term. */
+/* Whether a device value holds one number everywhere (every element, every
+ * device). */
+static bool dev_splat(const lval *v) {
+    for (uint32_t k = 0; k < v->count; k++)
+        if (v->dev[k] != v->dev[0]) return false;
+    return true;
+}
+
+static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v);
+
+/* A splat device value as the constant of the global shape under view w: the
+ * same number everywhere is every tile of it. */
+static lval splat_term(lift_ctx *c, const hlo_instr *in, const lval *v, const view *w) {
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, w, &in->shape, dims);
+    interp_val *x = fold_size_ok(dims, in->shape.rank) ? interp_val_new(in->shape.dtype, in->shape.rank, dims) : NULL;
+    if (!x) return term(lf_fresh_var(c, in->shape.dtype, dims, in->shape.rank), *w, true);
+    for (int64_t k = 0; k < x->n; k++) interp_val_set(x, k, v->dev[0]);
+    lval r = term(lf_const_term(c, x, c->origin), *w, false);
+    r.konst = true;
+    return r;
+}
+
 static bool dev_uniform(const lift_ctx *c, const lval *v) {
     for (int64_t d = 1; d < c->ndev; d++)
         if (memcmp(v->dev, v->dev + d * v->count, v->count * sizeof *v->dev)) return false;
@@ -2009,12 +2032,99 @@ static bool iota_block(lstate *s, lval *out) {
     return false;
 }
 
+static bool member(const int64_t *v, uint32_t n, int64_t x) {
+    for (uint32_t k = 0; k < n; k++)
+        if (v[k] == x) return true;
+    return false;
+}
+
+/* gather(table, indices) where the table is sharded only along dims it keeps
+ * whole (offset dims of full slice size) and the indices only along their
+ * batch dims: every device gathers its rows of its tile, which is the global
+ * gather viewed with those shardings on the matching output dims (an
+ * embedding under FSDP: tokens gathered, the hidden dim sharded). */
+static bool gather_views(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *t = &s->ops[0], *ix = &s->ops[1];
+    if (in->noperands != 2 || t->kind != LV_TERM || ix->kind != LV_TERM || t->v.partial || ix->v.partial ||
+        view_is_dup(&t->v) + view_is_dup(&ix->v) == 2 || in->shape.rank > VIEW_MAX_RANK)
+        return false;
+    uint32_t noff, ncol, nmap, nob, nss;
+    const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &noff), *col = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &ncol);
+    const int64_t *map = instr_ints(in, A_START_INDEX_MAP, &nmap);
+    (void)instr_ints(in, A_OPERAND_BATCHING_DIMS, &nob);
+    const int64_t *ss = instr_ints(in, A_SLICE_SIZES, &nss);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+    const hlo_instr *ti = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]];
+    if (nob || nss != ti->shape.rank || ti->shape.rank > VIEW_MAX_RANK) return false;
+    view v = view_dup(in->shape.rank);
+    /* Table dims: the k-th kept one (neither collapsed nor batching) is output dim off[k]. */
+    uint32_t k = 0;
+    int64_t sizes[VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < ti->shape.rank; d++) {
+        sizes[d] = ss[d];
+        bool kept = !member(col, ncol, d);
+        if (t->v.dims[d].naxes) {
+            if (!kept || member(map, nmap, d) || ss[d] != ti->shape.dims[d] || k >= noff) return false;
+            v.dims[off[k]] = t->v.dims[d];
+            sizes[d] = ss[d] * view_dim_parts(&t->v, c->mesh, d);
+        }
+        if (kept) k++;
+    }
+    /* Index dims but the index vector dim are the output's other dims, in order. */
+    uint32_t o = 0;
+    for (uint32_t d = 0; d < ii->shape.rank; d++) {
+        if ((int64_t)d == ivd) {
+            if (ix->v.dims[d].naxes) return false;
+            continue;
+        }
+        while (o < in->shape.rank && member(off, noff, o)) o++;
+        if (o >= in->shape.rank) return false;
+        if (ix->v.dims[d].naxes) {
+            if (v.dims[o].naxes) return false;
+            v.dims[o] = ix->v.dims[d];
+        }
+        o++;
+    }
+    if (view_axes_used(&t->v) & view_axes_used(&ix->v)) return false;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, dims);
+    hlo_instr g = *in;
+    hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);
+    for (uint32_t a = 0; a < in->nattrs; a++)
+        if (attrs[a].key == A_SLICE_SIZES && attrs[a].n == nss) attrs[a].v.ints = arena_memdup(c->a, sizes, nss * sizeof *sizes);
+    g.attrs = attrs;
+    eid ch[2] = {t->cls, ix->cls};
+    *out = term(lf_node(c, c->cur, &g, ch, 2, dims, c->origin), v, t->assumed || ix->assumed);
+    return true;
+}
+
+/* An all-gather of index values that are the same function of their source
+ * on every device (token ids wrapped into range, before a gather) gathers the
+ * source: the same index value, with the dimension freed. */
+static bool gather_index_values(lstate *s, lval *out) {
+    lval x = s->ops[0];
+    if (s->in->op != OP_ALL_GATHER || s->in->noperands != 1 || x.kind != LV_PW || !x.pw) return false;
+    for (int64_t d = 1; d < s->c->ndev; d++)
+        if (x.pw[d].n != x.pw[0].n || memcmp(x.pw[d].p, x.pw[0].p, x.pw[0].n * sizeof *x.pw[0].p) != 0) return false;
+    s->ops[0] = term(x.pos, x.v, false);
+    lval g = lift_all_gather(s);
+    s->ops[0] = x;
+    if (g.kind != LV_TERM) return false;
+    *out = x;
+    out->v = g.v;
+    if (x.cls != EID_NONE) out->cls = x.cls;
+    return true;
+}
+
 static lval lift_instr(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     lval *ops = s->ops;
     lval pwv;
     if (iota_block(s, &pwv)) return pwv;
+    if (gather_index_values(s, &pwv)) return pwv;
     if (lf_pw_instr(s, &pwv)) return pwv;
     if (in->noperands >= 1 && ops[0].kind == LV_LAYOUT && layout_op(s, &pwv)) return pwv;
     /* A layout met by any other op: a plain view of the term reshaped, if
@@ -2091,6 +2201,11 @@ static lval lift_instr(lstate *s) {
     case OP_DYNAMIC_SLICE: return lift_dynamic_slice(s);
     case OP_SLICE: return lift_slice(s);
     case OP_CONCATENATE: return lift_concatenate(s);
+    case OP_GATHER: {
+        lval g;
+        if (gather_views(s, &g)) return g;
+        break;
+    }
     default: break;
     }
     if (lf_is_elementwise(in->op)) {
@@ -2545,10 +2660,10 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         fprintf(stderr, "term %s%s = %s\n", c->baseline_mode ? "(baseline) " : "", in->name, b.s);
         sb_free(&b);
     }
-    if (v->kind == LV_PW || v->kind == LV_MASK) {
+    if ((v->kind == LV_PW || v->kind == LV_MASK) && !hlo_op_is_collective(in->op)) {
         /* Index values keep their plain term beside the analysis when it means
          * the same on every device (always on the baseline), for ops that do
-         * not take index values. */
+         * not take index values (a collective that moves them keeps theirs). */
         bool indep = true;
         for (uint32_t o = 0; o < in->noperands; o++) {
             if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) indep &= ops[o].cls != EID_NONE;
@@ -2556,6 +2671,31 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
         }
         v->cls = EID_NONE;
+        /* Elementwise index arithmetic on sharded data (token ids wrapped into
+         * range, a padding mask) is the same function on every device: its
+         * plain term is the op over the operands' terms, under their view. */
+        bool plain = !indep && !c->baseline_mode && lf_is_elementwise(in->op) && in->noperands <= 8;
+        for (uint32_t o = 0; o < in->noperands && plain; o++) {
+            const lval *x = &ops[o];
+            if (x->kind == LV_PW || x->kind == LV_MASK) plain = x->cls != EID_NONE;
+            else if (x->kind == LV_DEV) plain = dev_uniform(c, x) && (view_is_dup(&v->v) || dev_splat(x));
+            else plain = x->kind == LV_TERM;
+            if (plain && x->kind != LV_DEV) plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v));
+        }
+        if (plain) {
+            lval saved[8];
+            memcpy(saved, ops, in->noperands * sizeof *ops);
+            for (uint32_t o = 0; o < in->noperands; o++) {
+                if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) ops[o] = term(ops[o].cls, ops[o].v, false);
+                else if (ops[o].kind == LV_DEV)
+                    ops[o] = view_is_dup(&v->v) ? term(dev_constant(c, &comp->instrs[in->operands[o]], &ops[o]),
+                                                       view_dup(in->shape.rank), false)
+                                                : splat_term(c, &comp->instrs[in->operands[o]], &ops[o], &v->v);
+            }
+            lval t = lift_elementwise(&s);
+            if (t.kind == LV_TERM && !t.assumed && lf_same_sharding(&t.v, &v->v)) v->cls = t.cls;
+            memcpy(ops, saved, in->noperands * sizeof *ops);
+        }
         if (indep || c->baseline_mode) {
             lval saved[16];
             uint32_t ns = in->noperands < 16 ? in->noperands : 16;

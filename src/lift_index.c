@@ -135,9 +135,12 @@ static bool pos_reshape(lift_ctx *c, eid *pos, view *vw, const int64_t *in_dims,
 }
 
 static void pos_broadcast(lift_ctx *c, eid *pos, view *vw, const int64_t *bdims, uint32_t nb, const int64_t *dims,
-                          uint32_t rank) {
+                          uint32_t rank, const view *added) {
     view out = view_dup(rank);
     for (uint32_t k = 0; k < nb; k++) out.dims[bdims[k]] = vw->dims[k];
+    /* Added dims may be sharded too (a gather's rows of a table sharded along them). */
+    for (uint32_t d = 0; added && d < rank; d++)
+        if (added->dims[d].naxes) out.dims[d] = added->dims[d];
     *vw = out;
     if (*pos == EID_NONE) return;
     int64_t g[VIEW_MAX_RANK];
@@ -360,8 +363,17 @@ static bool pw_gather(lstate *s, lval *out) {
     if (n1 != 1 || coll[0] != 0 || n2 != 1 || sim[0] != 0 || n3 || ti->shape.rank < 1 || nss != ti->shape.rank ||
         ss[0] != 1 || ivd != (int64_t)ii->shape.rank - 1 || ii->shape.dims[ivd] != 1 || no + ii->shape.rank - 1 != in->shape.rank)
         return false;
-    for (uint32_t d = 1; d < ti->shape.rank; d++)
-        if (tab->v.dims[d].naxes || ss[d] != ti->shape.dims[d]) return false;
+    /* Row dims are taken whole; those the table is sharded along are the
+     * matching offset dims of the result, sharded alike (an FSDP embedding). */
+    view offv = view_dup(in->shape.rank);
+    int64_t gss[VIEW_MAX_RANK];
+    if (ti->shape.rank > VIEW_MAX_RANK || no != ti->shape.rank - 1) return false;
+    gss[0] = ss[0];
+    for (uint32_t d = 1; d < ti->shape.rank; d++) {
+        if (ss[d] != ti->shape.dims[d]) return false;
+        offv.dims[off[d - 1]] = tab->v.dims[d];
+        gss[d] = ss[d] * view_dim_parts(&tab->v, c->mesh, d);
+    }
     int64_t rows = ti->shape.dims[0], parts = view_dim_parts(&tab->v, c->mesh, 0), domain = rows * parts;
     lval v = {.kind = LV_MASK, .domain = domain, .v = view_dup(in->shape.rank), .src = idx->src};
     v.pw = pw_alloc(c);
@@ -413,15 +425,37 @@ static bool pw_gather(lstate *s, lval *out) {
     if (!pos_reshape(c, &p0, &pv, ii->shape.dims, ii->shape.rank, pdims, np)) return false;
     v.pos = p0;
     v.v = pv;
-    pos_broadcast(c, &v.pos, &v.v, bdims, nb, in->shape.dims, in->shape.rank);
+    pos_broadcast(c, &v.pos, &v.v, bdims, nb, in->shape.dims, in->shape.rank, &offv);
     /* The row term: the same gather on the whole table, indexed by the source. */
     eid ch[2] = {tab->cls, idx->pos};
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &v.v, &in->shape, g);
     v.hit = gather_of_iota(c, tab->cls, idx->pos, bdims, off, no, in->shape.dtype, g, in->shape.rank);
     v.in_domain = v.hit != EID_NONE;  /* iota positions: rows [0, n) of the table, nothing to assume */
-    if (v.hit == EID_NONE) v.hit = lf_node(c, c->cur, in, ch, 2, g, c->origin);
+    if (v.hit == EID_NONE) {
+        hlo_instr gi = *in;
+        hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);
+        for (uint32_t a = 0; a < in->nattrs; a++)
+            if (attrs[a].key == A_SLICE_SIZES && attrs[a].n == nss) attrs[a].v.ints = arena_memdup(c->a, gss, nss * sizeof *gss);
+        gi.attrs = attrs;
+        v.hit = lf_node(c, c->cur, &gi, ch, 2, g, c->origin);
+    }
     *out = v;
+    return true;
+}
+
+/* select(p, x, y) where p is, on every device, true for every value of its
+ * source in the domain already assumed for it (a take's bounds check): x. The
+ * assumption is in the trace; nothing new is assumed here. */
+static bool select_in_domain(lstate *s, lval *out) {
+    const lval *p = &s->ops[0];
+    int k = s->ops[1].kind;
+    if (s->c->baseline_mode || p->kind != LV_PW || !p->pw || (k != LV_TERM && k != LV_LAYOUT && k != LV_WIN)) return false;
+    int64_t n = domain_of(s->c, p->src), val;
+    if (n <= 0) return false;
+    for (int64_t d = 0; d < s->c->ndev; d++)
+        if (!pw_constant_on(&p->pw[d], 0, n, &val) || val != 1) return false;
+    *out = s->ops[1];
     return true;
 }
 
@@ -445,6 +479,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
         any_ksrc |= x->kind == LV_TERM && x->konst;
     }
     if (in->op == OP_GATHER && s->ops[1].kind == LV_PW) return pw_gather(s, out);
+    if (in->op == OP_SELECT && select_in_domain(s, out)) return true;
     if (!any_pw && !any_mask && !(any_dev && (any_src || any_ksrc))) return false;
     int dt = in->shape.dtype;
     lval v = {.kind = LV_PW, .v = view_dup(in->shape.rank), .pos = EID_NONE};
@@ -535,7 +570,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
         if (in->op == OP_BROADCAST) {
             uint32_t nb;
             const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nb);
-            pos_broadcast(c, &v.pos, &v.v, bd, nb, in->shape.dims, in->shape.rank);
+            pos_broadcast(c, &v.pos, &v.v, bd, nb, in->shape.dims, in->shape.rank, NULL);
         } else if (in->op == OP_RESHAPE || in->op == OP_BITCAST) {
             if (!pos_reshape(c, &v.pos, &v.v, src->shape.dims, src->shape.rank, in->shape.dims, in->shape.rank))
                 return false;

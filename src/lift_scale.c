@@ -102,6 +102,28 @@ bool lf_scale_take(lstate *s, lval *out) {
     return false;
 }
 
+/* Whether x is all zeros: zero times any factor is zero, so it takes the
+ * others' factor. */
+static bool zeros(lift_ctx *c, const lval *x) {
+    const interp_val *v = x->kind == LV_TERM && lf_scale_of(x) == 1 && x->cls != EID_NONE ? lf_kval(c, x->cls) : NULL;
+    if (!v || !v->f) return false;
+    for (int64_t k = 0; k < v->n; k++)
+        if (v->f[k] != 0) return false;
+    return true;
+}
+
+/* The factor every operand of ops[0..n) has, zeros aside (0: none common). */
+static double common_factor(lift_ctx *c, const lval *ops, uint32_t n) {
+    double f = 0;
+    for (uint32_t o = 0; o < n; o++) {
+        if (zeros(c, &ops[o])) continue;
+        double g = lf_scale_of(&ops[o]);
+        if (f != 0 && g != f) return 0;
+        f = g;
+    }
+    return f;
+}
+
 /* The result factor of op `in` when its operands' factors are taken out
  * (0: they cannot be; the operands are then unscaled). */
 static double result_factor(lstate *s) {
@@ -147,14 +169,13 @@ static double result_factor(lstate *s) {
     case OP_DIVIDE:
         return n == 2 ? s0 / lf_scale_of(&ops[1]) : 0;
     case OP_SELECT:
-        return n == 3 && lf_scale_of(&ops[1]) == lf_scale_of(&ops[2]) ? lf_scale_of(&ops[1]) : 0;
-    case OP_MAXIMUM: case OP_MINIMUM:
-        if (s0 <= 0) return 0;
-        /* fall through */
+        return n == 3 ? common_factor(c, ops + 1, 2) : 0;
+    case OP_MAXIMUM: case OP_MINIMUM: {
+        double f = common_factor(c, ops, n);
+        return f > 0 ? f : 0;
+    }
     case OP_ADD: case OP_SUBTRACT: case OP_CONCATENATE:
-        for (uint32_t o = 1; o < n; o++)
-            if (lf_scale_of(&ops[o]) != s0) return 0;
-        return s0;
+        return common_factor(c, ops, n);
     default:
         return 0;
     }

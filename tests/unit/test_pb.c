@@ -833,6 +833,7 @@ static int collect_dump(const char *path, const struct stat *st, int flag, struc
 }
 
 static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static bool same_values(const hlo_comp *ca, const hlo_comp *cb, strbuf *why);
 
 /* Every samples/ protobuf dump with the text dump of the same module beside it
  * (x.hlo.pb or x.hlo.pb.gz next to x.hlo or x.hlo.gz). */
@@ -854,7 +855,18 @@ static void sample_pairs(void) {
         hlo_module *a = read_text(text), *b = read_text(dumps[k]);
         if (a && b) {
             CHECK_MSG(align_computations(a, b), "the two forms name different computations");
-            equal(a, b, GEQ_IGNORE_HEADER | GEQ_ELIDED_MATCHES);
+            /* A jax 0.12 text dump elides get-tuple-elements ("t#N"): then the
+             * two forms are compared value by value. */
+            bool elides = false;
+            for (uint32_t c = 0; c < a->ncomps; c++)
+                for (uint32_t i = 0; i < a->comps[c].ninstrs && !elides; i++) elides = strchr(a->comps[c].instrs[i].name, '#');
+            if (!elides) equal(a, b, GEQ_IGNORE_HEADER | GEQ_ELIDED_MATCHES);
+            for (uint32_t c = 0; elides && c < a->ncomps && c < b->ncomps; c++) {
+                strbuf why;
+                sb_init(&why);
+                CHECK_MSG(same_values(&a->comps[c], &b->comps[c], &why), "%s", why.s ? why.s : "");
+                sb_free(&why);
+            }
             pairs++;
         }
         graph_free(a);
