@@ -582,3 +582,60 @@ def make_per_example(mesh, DP="dp"):
     return Program("linear.per_example_clip", mesh, clipped_per_example,
                    (replicated(params), P(DP), P(DP)), (gspec, P(DP)), clipped_per_example,
                    (params, x, y), outputs=("grads", "loss"))
+
+
+# --------------------------------------------------------------------------
+# 11. Data-parallel SGD whose gradient all-reduce names its device groups
+#     explicitly (axis_index_groups: explicit replica_groups lists in the HLO).
+# --------------------------------------------------------------------------
+
+def make_dp_sgd_groups(mesh, bug=None, DP="dp"):
+    n = mesh.shape[DP]
+
+    def step(params, x, y):
+        loss, g = jax.value_and_grad(mse)(params, x, y)
+        with jax.named_scope("grad_sync"):
+            if bug == "dp-pmean-subgroups":
+                groups = [list(range(0, n // 2)), list(range(n // 2, n))]   # BUG(dp-pmean-subgroups)
+            else:
+                groups = [list(range(n))]
+            g = jax.lax.pmean(g, DP, axis_index_groups=groups)
+            loss = jax.lax.pmean(loss, DP)
+        return sgd(params, g), loss
+
+    params, x, y = mlp_data(11)
+    in_specs = (replicated(params), P(DP), P(DP))
+    out_specs = (replicated(params), P())
+    return Program("mlp.dp_sgd_groups", mesh, step, in_specs, out_specs, sgd_baseline,
+                   (params, x, y))
+
+
+# --------------------------------------------------------------------------
+# 12. Gradient accumulation with a python loop over the microbatches (no while
+#     loop in the HLO), then pmean.
+# --------------------------------------------------------------------------
+
+def make_grad_accum_unrolled(mesh, bug=None, DP="dp"):
+    def step(params, x, y):
+        mb = x.shape[0] // MICRO
+        gsum, lsum = None, 0.0
+        for i in range(MICRO):
+            with jax.named_scope(f"micro{i}"):
+                loss, g = jax.value_and_grad(mse)(params, x[i * mb:(i + 1) * mb], y[i * mb:(i + 1) * mb])
+            gsum = g if gsum is None else jax.tree.map(jnp.add, gsum, g)
+            lsum = lsum + loss
+        with jax.named_scope("accumulate"):
+            if bug == "accum-unrolled-no-divide":
+                g = gsum                                    # BUG(accum-unrolled-no-divide)
+            else:
+                g = jax.tree.map(lambda t: t / MICRO, gsum)
+        with jax.named_scope("grad_sync"):
+            g = jax.lax.pmean(g, DP)
+            loss = jax.lax.pmean(lsum / MICRO, DP)
+        return sgd(params, g), loss
+
+    params, x, y = mlp_data(12, batch=2 * B)
+    in_specs = (replicated(params), P(DP), P(DP))
+    out_specs = (replicated(params), P())
+    return Program("mlp.grad_accum_unrolled", mesh, step, in_specs, out_specs, sgd_baseline,
+                   (params, x, y))
