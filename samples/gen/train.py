@@ -303,6 +303,21 @@ def make_fsdp(mesh, bug=None, DP="dp"):
 MICRO = 2
 
 
+def accum_sync(params, g, lsum, DP):
+    """pmean of the accumulated gradient and mean loss, then the SGD update."""
+    with jax.named_scope("grad_sync"):
+        g = jax.lax.pmean(g, DP)
+        loss = jax.lax.pmean(lsum / MICRO, DP)
+    return sgd(params, g), loss
+
+
+def accum_program(family, mesh, step, seed, DP):
+    params, x, y = mlp_data(seed, batch=2 * B)
+    in_specs = (replicated(params), P(DP), P(DP))
+    out_specs = (replicated(params), P())
+    return Program(family, mesh, step, in_specs, out_specs, sgd_baseline, (params, x, y))
+
+
 def make_grad_accum(mesh, bug=None, DP="dp"):
     def step(params, x, y):
         xs = x.reshape((MICRO, -1) + x.shape[1:])
@@ -320,16 +335,9 @@ def make_grad_accum(mesh, bug=None, DP="dp"):
                 g = jax.tree.map(lambda t: t / x.shape[0], gsum)   # BUG(accum-wrong-count)
             else:
                 g = jax.tree.map(lambda t: t / MICRO, gsum)
-        with jax.named_scope("grad_sync"):
-            g = jax.lax.pmean(g, DP)
-            loss = jax.lax.pmean(lsum / MICRO, DP)
-        return sgd(params, g), loss
+        return accum_sync(params, g, lsum, DP)
 
-    params, x, y = mlp_data(6, batch=2 * B)
-    in_specs = (replicated(params), P(DP), P(DP))
-    out_specs = (replicated(params), P())
-    return Program("mlp.grad_accum", mesh, step, in_specs, out_specs, sgd_baseline,
-                   (params, x, y))
+    return accum_program("mlp.grad_accum", mesh, step, 6, DP)
 
 
 def sgd_baseline_for(loss_fn, lr=LR):
@@ -629,13 +637,6 @@ def make_grad_accum_unrolled(mesh, bug=None, DP="dp"):
                 g = gsum                                    # BUG(accum-unrolled-no-divide)
             else:
                 g = jax.tree.map(lambda t: t / MICRO, gsum)
-        with jax.named_scope("grad_sync"):
-            g = jax.lax.pmean(g, DP)
-            loss = jax.lax.pmean(lsum / MICRO, DP)
-        return sgd(params, g), loss
+        return accum_sync(params, g, lsum, DP)
 
-    params, x, y = mlp_data(12, batch=2 * B)
-    in_specs = (replicated(params), P(DP), P(DP))
-    out_specs = (replicated(params), P())
-    return Program("mlp.grad_accum_unrolled", mesh, step, in_specs, out_specs, sgd_baseline,
-                   (params, x, y))
+    return accum_program("mlp.grad_accum_unrolled", mesh, step, 12, DP)
