@@ -303,6 +303,21 @@ def make_fsdp(mesh, bug=None, DP="dp"):
 MICRO = 2
 
 
+def accum_sync(params, g, lsum, DP):
+    """pmean of the accumulated gradient and mean loss, then the SGD update."""
+    with jax.named_scope("grad_sync"):
+        g = jax.lax.pmean(g, DP)
+        loss = jax.lax.pmean(lsum / MICRO, DP)
+    return sgd(params, g), loss
+
+
+def accum_program(family, mesh, step, seed, DP):
+    params, x, y = mlp_data(seed, batch=2 * B)
+    in_specs = (replicated(params), P(DP), P(DP))
+    out_specs = (replicated(params), P())
+    return Program(family, mesh, step, in_specs, out_specs, sgd_baseline, (params, x, y))
+
+
 def make_grad_accum(mesh, bug=None, DP="dp"):
     def step(params, x, y):
         xs = x.reshape((MICRO, -1) + x.shape[1:])
@@ -320,16 +335,9 @@ def make_grad_accum(mesh, bug=None, DP="dp"):
                 g = jax.tree.map(lambda t: t / x.shape[0], gsum)   # BUG(accum-wrong-count)
             else:
                 g = jax.tree.map(lambda t: t / MICRO, gsum)
-        with jax.named_scope("grad_sync"):
-            g = jax.lax.pmean(g, DP)
-            loss = jax.lax.pmean(lsum / MICRO, DP)
-        return sgd(params, g), loss
+        return accum_sync(params, g, lsum, DP)
 
-    params, x, y = mlp_data(6, batch=2 * B)
-    in_specs = (replicated(params), P(DP), P(DP))
-    out_specs = (replicated(params), P())
-    return Program("mlp.grad_accum", mesh, step, in_specs, out_specs, sgd_baseline,
-                   (params, x, y))
+    return accum_program("mlp.grad_accum", mesh, step, 6, DP)
 
 
 def sgd_baseline_for(loss_fn, lr=LR):
@@ -582,3 +590,53 @@ def make_per_example(mesh, DP="dp"):
     return Program("linear.per_example_clip", mesh, clipped_per_example,
                    (replicated(params), P(DP), P(DP)), (gspec, P(DP)), clipped_per_example,
                    (params, x, y), outputs=("grads", "loss"))
+
+
+# --------------------------------------------------------------------------
+# 11. Data-parallel SGD whose gradient all-reduce names its device groups
+#     explicitly (axis_index_groups: explicit replica_groups lists in the HLO).
+# --------------------------------------------------------------------------
+
+def make_dp_sgd_groups(mesh, bug=None, DP="dp"):
+    n = mesh.shape[DP]
+
+    def step(params, x, y):
+        loss, g = jax.value_and_grad(mse)(params, x, y)
+        with jax.named_scope("grad_sync"):
+            if bug == "dp-pmean-subgroups":
+                groups = [list(range(0, n // 2)), list(range(n // 2, n))]   # BUG(dp-pmean-subgroups)
+            else:
+                groups = [list(range(n))]
+            g = jax.lax.pmean(g, DP, axis_index_groups=groups)
+            loss = jax.lax.pmean(loss, DP)
+        return sgd(params, g), loss
+
+    params, x, y = mlp_data(11)
+    in_specs = (replicated(params), P(DP), P(DP))
+    out_specs = (replicated(params), P())
+    return Program("mlp.dp_sgd_groups", mesh, step, in_specs, out_specs, sgd_baseline,
+                   (params, x, y))
+
+
+# --------------------------------------------------------------------------
+# 12. Gradient accumulation with a python loop over the microbatches (no while
+#     loop in the HLO), then pmean.
+# --------------------------------------------------------------------------
+
+def make_grad_accum_unrolled(mesh, bug=None, DP="dp"):
+    def step(params, x, y):
+        mb = x.shape[0] // MICRO
+        gsum, lsum = None, 0.0
+        for i in range(MICRO):
+            with jax.named_scope(f"micro{i}"):
+                loss, g = jax.value_and_grad(mse)(params, x[i * mb:(i + 1) * mb], y[i * mb:(i + 1) * mb])
+            gsum = g if gsum is None else jax.tree.map(jnp.add, gsum, g)
+            lsum = lsum + loss
+        with jax.named_scope("accumulate"):
+            if bug == "accum-unrolled-no-divide":
+                g = gsum                                    # BUG(accum-unrolled-no-divide)
+            else:
+                g = jax.tree.map(lambda t: t / MICRO, gsum)
+        return accum_sync(params, g, lsum, DP)
+
+    return accum_program("mlp.grad_accum_unrolled", mesh, step, 12, DP)

@@ -179,7 +179,7 @@ def corpus():
            ("dp-missing-pmean", ["missing-all-reduce"])])
     dp2d = make_mesh({"dcn": 2, "dp": 4})
     pairs("mlp.dp_sgd", "dcn2xdp4", lambda bug: T.make_dp_sgd(dp2d, bug, DP=("dcn", "dp")),
-          [(None, None), ("dp2d-pmean-one-axis", ["wrong-collective-group"])])
+          [(None, None), ("dp2d-pmean-one-axis", ["wrong-collective-group", "missing-all-reduce"])])
     pairs("mlp.dp_adam", "dp4", lambda bug: T.make_dp_adam(dp4, bug),
           [(None, None), ("adam-psum-grads", ["wrong-reduction"])])
     pairs("mlp.dp_sgd_global", "dp4", lambda bug: T.make_dp_sgd_global(dp4, bug),
@@ -205,6 +205,10 @@ def corpus():
     pairs("lm.dp_tp", "dp2xtp4", lambda bug: T.make_lm(dp2tp4, bug, TP="tp"),
           [(None, None), ("lm-tp-no-copy-grad", ["missing-all-reduce"])])
     pairs("linear.per_example_clip", "dp4", lambda bug: T.make_per_example(dp4), [(None, None)])
+    pairs("mlp.dp_sgd_groups", "dp4", lambda bug: T.make_dp_sgd_groups(dp4, bug),
+          [(None, None), ("dp-pmean-subgroups", ["wrong-collective-group"])])
+    pairs("mlp.grad_accum_unrolled", "dp4", lambda bug: T.make_grad_accum_unrolled(dp4, bug),
+          [(None, None), ("accum-unrolled-no-divide", ["constant-mismatch"])])
 
 
 def main():
