@@ -522,6 +522,34 @@ static int last_tile_type(const char *s, size_t n) {
  *         'last_tile_dim_replicate'? ('last_tile_dims=' '{' word (',' word)* '}')?
  *       | sharding (',' sharding)*                       (a tuple)
  * Anything else (Shardy's mesh form, metadata) is kept whole as text. */
+static bool parse_sharding_body(parser *ps, hlo_sharding *s);
+
+/* The sharding in the balanced group g[0..gn) ('{' ... '}'), into s; a form
+ * we do not model (Shardy's mesh[...] forms, anything unrecognised) is kept
+ * as its text (SH_RAW), so a tuple keeps its structure around such an
+ * element, as the protobuf reader gives it. */
+static void sharding_group(parser *ps, const char *g, size_t gn, hlo_sharding *s) {
+    lexer saved = ps->lx;
+    lexer sub = ps->lx;
+    sub.p = g + 1;
+    sub.end = g + gn - 1;
+    /* sub.end is not NUL-terminated; scanning functions stop at end. */
+    ps->lx = sub;
+    int depth = ps->depth;
+    bool ok = parse_sharding_body(ps, s);
+    if (ok) {
+        lex_skip(&ps->lx);
+        ok = ps->lx.p >= sub.end;
+    }
+    ps->depth = depth;
+    ps->lx = saved;
+    if (!ok) {
+        memset(s, 0, sizeof *s);
+        s->type = SH_RAW;
+        s->raw = graph_intern(ps->m, g + 1, gn - 2);
+    }
+}
+
 static bool parse_sharding_body(parser *ps, hlo_sharding *s) {
     hlo_module *m = ps->m;
     lexer *lx = &ps->lx;
@@ -530,7 +558,9 @@ static bool parse_sharding_body(parser *ps, hlo_sharding *s) {
         size_t n = 0, cap = 0;
         hlo_sharding *el = NULL;
         do {
-            if (!lex_accept(lx, '{')) return false;
+            const char *g;
+            size_t gn;
+            if (!lex_peek(lx, '{') || !lex_balanced(lx, &g, &gn) || g + gn > lx->end) return false;
             if (n == cap) {
                 size_t nc = cap ? cap * 2 : 4;
                 hlo_sharding *ne = arena_alloc(&m->arena, nc * sizeof *ne);
@@ -539,9 +569,10 @@ static bool parse_sharding_body(parser *ps, hlo_sharding *s) {
                 cap = nc;
             }
             nest(ps);
-            bool ok = parse_sharding_body(ps, &el[n]);
+            const char *after = lx->p;
+            sharding_group(ps, g, gn, &el[n]);
+            lx->p = after;
             ps->depth--;
-            if (!ok || !lex_accept(lx, '}')) return false;
             n++;
         } while (lex_accept(lx, ','));
         s->tuple = el;
@@ -625,26 +656,8 @@ static hlo_sharding *parse_sharding(parser *ps) {
     if (!lex_balanced(&ps->lx, &g, &gn) || *g != '{') fail(ps, at, "expected a sharding {...}");
     const char *after = ps->lx.p;
     hlo_sharding *s = arena_alloc(&m->arena, sizeof *s);
-    lexer saved = ps->lx;
-    lexer sub = ps->lx;
-    sub.p = g + 1;
-    sub.end = g + gn - 1;
-    /* sub.end is not NUL-terminated; scanning functions stop at end. */
-    ps->lx = sub;
-    int depth = ps->depth;
-    bool ok = parse_sharding_body(ps, s);
-    if (ok) {
-        lex_skip(&ps->lx);
-        ok = ps->lx.p >= sub.end;
-    }
-    ps->depth = depth;
-    ps->lx = saved;
+    sharding_group(ps, g, gn, s);
     ps->lx.p = after;
-    if (!ok) {
-        memset(s, 0, sizeof *s);
-        s->type = SH_RAW;
-        s->raw = graph_intern(m, g + 1, gn - 2);
-    }
     return s;
 }
 
@@ -1169,7 +1182,22 @@ static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
     ps->nins++;
 }
 
-/* computation -> 'ENTRY'? name ('(' params ')')? ('->' shape)? (',' attr)* '{' instruction* '}' */
+/* (',' name '=' value)*: attributes of a computation, read and not kept (the
+ * IR has no home for them; execution_thread="name" after the closing brace
+ * marks a computation run off the main thread). */
+static void computation_attrs(parser *ps) {
+    lexer *lx = &ps->lx;
+    const char *s;
+    size_t sn;
+    while (lex_accept(lx, ',')) {
+        name(ps, &s, &sn, "a computation attribute");
+        expect(ps, '=', "after the attribute name");
+        if (!lex_raw(lx, &s, &sn)) fail(ps, here(ps), "unreadable attribute value");
+    }
+}
+
+/* computation -> 'ENTRY'? name ('(' params ')')? ('->' shape)? (',' attr)*
+ *                '{' instruction* '}' (',' attr)* */
 static void parse_computation(parser *ps, bool *seen_entry) {
     hlo_module *m = ps->m;
     lexer *lx = &ps->lx;
@@ -1197,11 +1225,7 @@ static void parse_computation(parser *ps, bool *seen_entry) {
         shape ignored;
         parse_shape(ps, &ignored);
     }
-    while (lex_accept(lx, ',')) {
-        name(ps, &s, &sn, "a computation attribute");
-        expect(ps, '=', "after the attribute name");
-        if (!lex_raw(lx, &s, &sn)) fail(ps, here(ps), "unreadable attribute value");
-    }
+    computation_attrs(ps);
     expect(ps, '{', "to open the computation body");
     ps->nins = 0;
     ps->nifix = 0;
@@ -1229,6 +1253,7 @@ static void parse_computation(parser *ps, bool *seen_entry) {
             ps->params[pno] = (uint32_t)ps->nins - 1;
         }
     }
+    computation_attrs(ps);
     for (size_t k = 0; k < nparams; k++)
         if (ps->params[k] == UINT32_MAX) fail(ps, nm_at, "computation %s has no parameter %zu", c->name, k);
     if (ps->nins == 0) fail(ps, nm_at, "computation %s has no instructions", c->name);
@@ -1416,6 +1441,34 @@ static void parser_free(parser *ps) {
     free(ps->starts);
     free(ps->vals);
     free(ps->params);
+}
+
+hlo_sharding *hlo_sharding_from_text(hlo_module *m, const char *s, size_t n) {
+    hlo_sharding *out = arena_alloc(&m->arena, sizeof *out);
+    char *src = xmalloc(n + 3);
+    src[0] = '{';
+    memcpy(src + 1, s, n);
+    src[n + 1] = '}';
+    src[n + 2] = 0;
+    parser *ps = xcalloc(1, sizeof *ps);
+    diag quiet;
+    diag_init(&quiet, "");
+    lex_init(&ps->lx, src, n + 2);
+    ps->d = &quiet;
+    ps->m = m;
+    if (memchr(s, 0, n) == NULL && setjmp(ps->fail) == 0) {
+        hlo_sharding *r = parse_sharding(ps);
+        if (here(ps) >= ps->lx.end) out = r;
+        else out->type = SH_RAW;
+    } else {
+        out->type = SH_RAW;
+    }
+    if (out->type == SH_RAW && !out->raw) out->raw = graph_intern(m, s, n);
+    parser_free(ps);
+    free(ps);
+    diag_free(&quiet);
+    free(src);
+    return out;
 }
 
 hlo_module *hlo_parse_text(const char *src, size_t n, const char *path, diag *d) {
