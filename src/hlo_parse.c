@@ -1075,6 +1075,7 @@ static uint32_t tuple_ref(parser *ps, uint32_t idx, const char *s, const char *o
         if ((uint64_t)k >= t->ntuple)
             fail(ps, iat, "tuple index %lld out of range: '%.*s' has %u elements", (long long)k,
                  (int)(iat - 1 - s), s, t->ntuple);
+        shape el = t->tuple[k]; /* before ps->ins moves */
         XGROW(ps->ins, ps->capins, ps->nins + 2);
         ps->ins[ps->nins + 1] = ps->ins[ps->nins];
         hlo_instr *g = &ps->ins[ps->nins];
@@ -1082,7 +1083,7 @@ static uint32_t tuple_ref(parser *ps, uint32_t idx, const char *s, const char *o
         g->name = arena_strndup(&m->arena, s, kn);
         g->opname = graph_intern(m, "get-tuple-element", strlen("get-tuple-element"));
         g->op = OP_GET_TUPLE_ELEMENT;
-        g->shape = t->tuple[k];
+        g->shape = el;
         g->noperands = 1;
         g->operands = arena_memdup(&m->arena, &idx, sizeof idx);
         g->nattrs = 1;
