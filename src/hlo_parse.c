@@ -914,6 +914,16 @@ static int64_t *parse_slices(parser *ps, uint32_t *ndims) {
     return copy_ints(ps, ps->ints, k);
 }
 
+/* The tuple indices after a name: ('#' digits)*, as in "call#0" (none: 0). */
+static size_t tuple_suffix(const char *p) {
+    const char *q = p;
+    while (q[0] == '#' && q[1] >= '0' && q[1] <= '9') {
+        q++;
+        while (*q >= '0' && *q <= '9') q++;
+    }
+    return (size_t)(q - p);
+}
+
 static void add_fixup(parser *ps, fixup **v, size_t *n, size_t *cap, uint32_t attr, uint32_t k,
                       const char *s, size_t sn, const char *at) {
     XGROW(*v, *cap, *n + 1);
@@ -939,6 +949,11 @@ static uint32_t parse_refs(parser *ps, uint32_t attr, bool single_ok, bool instr
     do {
         const char *at = here(ps);
         name(ps, &s, &sn, instrs ? "an instruction name" : "a computation name");
+        if (instrs && s + sn == ps->lx.p) { /* an element read as %t#N elsewhere */
+            size_t sfx = tuple_suffix(ps->lx.p);
+            ps->lx.p += sfx;
+            sn += sfx;
+        }
         add_fixup(ps, v, n, cap, attr, k++, s, sn, at);
     } while (lex_accept(&ps->lx, ','));
     expect(ps, '}', "to close the list of names");
@@ -1036,15 +1051,6 @@ static void parse_attr(parser *ps, hlo_instr *in, size_t *nattrs) {
     }
 }
 
-/* The tuple indices after a name: ('#' digits)*, as in "call#0" (none: 0). */
-static size_t tuple_suffix(const char *p) {
-    const char *q = p;
-    while (q[0] == '#' && q[1] >= '0' && q[1] <= '9') {
-        q++;
-        while (*q >= '0' && *q <= '9') q++;
-    }
-    return (size_t)(q - p);
-}
 
 /* tuple_ref -> operand_name ('#' int)+
  * XLA's printer elides a get-tuple-element of a tuple-shaped value and writes

@@ -133,6 +133,7 @@ static void tuple_refs(void) {
         {"  ROOT %a = s32[] negate(%p#99999999999)\n}\n", "t.hlo:5:29: tuple index out of range"},
         {"  %a = s32[] negate(%p#0)\n  %p#0 = s32[] constant(0)\n}\n", "t.hlo:6:3: instruction 'p#0' is defined twice"},
         {"  ROOT %p#0 = s32[] get-tuple-element(%p#0), index=0\n}\n", "t.hlo:5:8: instruction 'p#0' is defined twice"},
+        {"  ROOT %a = s32[] negate(%x), control-predecessors={%p#1}\n}\n", "t.hlo:5:53: unknown instruction 'p#1'"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         char src2[512];
@@ -149,6 +150,25 @@ static const char *raw_attr(const hlo_module *m, const char *name, const char *k
     for (uint32_t k = 0; in && k < in->nattrs; k++)
         if (in->attrs[k].key == A_RAW && strcmp(in->attrs[k].raw_key, key) == 0) return in->attrs[k].v.str;
     return NULL;
+}
+
+/* A control predecessor may be an element the text names as %t#N. */
+static void tuple_ref_control(void) {
+    t_case("text-20 control-predecessors name elements, before or after their first use");
+    diag d;
+    hlo_module *m = parse("HloModule h\nENTRY e {\n  %p = (f32[], f32[]) parameter(0)\n"
+                          "  %a = f32[] negate(%p#0), control-predecessors={%p#1}\n"
+                          "  ROOT %b = f32[] negate(%p#1), control-predecessors={%p#0}\n}\n", &d);
+    CHECK_MSG(m != NULL, "%s", d.out.s ? d.out.s : "");
+    if (m) {
+        uint32_t n;
+        const int64_t *ca = instr_ints(find(m, "a"), A_CONTROL_PREDECESSORS, &n);
+        CHECK(n == 1 && ca && &graph_entry(m)->instrs[ca[0]] == find(m, "p#1"));
+        const int64_t *cb = instr_ints(find(m, "b"), A_CONTROL_PREDECESSORS, &n);
+        CHECK(n == 1 && cb && &graph_entry(m)->instrs[cb[0]] == find(m, "p#0"));
+    }
+    graph_free(m);
+    diag_free(&d);
 }
 
 /* tests/cases/current_xla.hlo: what the current printer writes. */
@@ -331,5 +351,6 @@ void suite_text(void) {
     diag_free(&d);
 
     tuple_refs();
+    tuple_ref_control();
     current_xla();
 }
