@@ -1123,6 +1123,17 @@ static void jax012_pairs(void) {
         hlo_module *a = read_text(tp), *b = read_text(pp);
         if (a && b && CHECK_MSG(align_computations(a, b), "the two forms name different computations")) {
             CHECK_EQ(a->entry, b->entry);
+            CHECK_EQ(graph_num_devices(a), graph_num_devices(b));
+            /* the header attributes the protobuf carries read as the text has them */
+            static const char *const keys[] = {"frontend_attributes", "num_partitions"};
+            for (int h = 0; h < 2; h++) {
+                const char *va = NULL, *vb = NULL;
+                for (uint32_t i = 0; i < a->nattrs; i++)
+                    if (!strcmp(a->attrs[i].raw_key, keys[h])) va = a->attrs[i].v.str;
+                for (uint32_t i = 0; i < b->nattrs; i++)
+                    if (!strcmp(b->attrs[i].raw_key, keys[h])) vb = b->attrs[i].v.str;
+                CHECK_STR(vb ? vb : "(none)", va ? va : "(none)");
+            }
             CHECK(a->nframes == b->nframes && a->nfile_locs == b->nfile_locs);
             for (uint32_t c = 0; c < a->ncomps; c++) {
                 strbuf why;
