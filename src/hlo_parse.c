@@ -1051,7 +1051,6 @@ static void parse_attr(parser *ps, hlo_instr *in, size_t *nattrs) {
     }
 }
 
-
 /* tuple_ref -> operand_name ('#' int)+
  * XLA's printer elides a get-tuple-element of a tuple-shaped value and writes
  * its users' operand as "%t#N" (element N of %t). Each distinct reference
