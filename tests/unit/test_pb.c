@@ -1110,7 +1110,7 @@ static bool same_values(const hlo_comp *ca, const hlo_comp *cb, strbuf *why) {
  * attributes (shardings included) and metadata, and to the same mesh. */
 static void jax012_pairs(void) {
     static const char *const stems[] = {
-        "gspmd_adamw.baseline", "gspmd_adamw.dist", "gspmd_scan.baseline", "gspmd_scan.dist",
+        "gspmd_adamw.baseline", "gspmd_adamw.dist", "gspmd_scan.baseline", "gspmd_scan.dist", "gspmd_scan_prop.baseline", "gspmd_scan_prop.dist",
         "mesh_b1m4.baseline", "mesh_b1m4.dist", "mesh_d4m1.baseline", "mesh_d4m1.dist",
         "smap_sgd.baseline", "smap_sgd.dist", "smap_sgd_x4.dist",
     };
