@@ -1542,6 +1542,14 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
         const char *dflt = op0 ? default_compare_type(op0->dtype) : NULL;
         if (!dflt || strcmp(dflt, ip->comparison_type) != 0) attr_ident(p, A_COMPARE_TYPE, ip->comparison_type);
     }
+    if (ip->comparison_order && *ip->comparison_order) {
+        /* Newer XLA says TOTAL or PARTIAL here (beside or instead of
+         * type=TOTALORDER) and prints order= when it is not the default for
+         * the operand type: PARTIAL for floating types, TOTAL for others. */
+        bool fl = op0 && (dtype_is_float(op0->dtype) || dtype_is_complex(op0->dtype));
+        if (!op0 || strcmp(fl ? "PARTIAL" : "TOTAL", ip->comparison_order) != 0)
+            raw_attr(p, "order", ip->comparison_order);
+    }
     if (ip->is_stable) attr_int(p, A_IS_STABLE, 1);
     if (ip->k) attr_int(p, A_K, ip->k);
     if (ip->largest) attr_int(p, A_LARGEST, 1);

@@ -1008,6 +1008,49 @@ static void named_shardings(void) {
     free_axis_refs(all2, 2);
 }
 
+/* order= (HloInstructionProto.comparison_order 102) reads as the text has
+ * it: written only when not the operand type's default. */
+static void comparison_order(void) {
+    Xla__HloInstructionProto *pf = instr("pf", "parameter", DT_F32, 1), *pi = instr("pi", "parameter", DT_S32, 2);
+    pi->parameter_number = 1;
+    Xla__HloInstructionProto *cf = instr("cf", "compare", DT_PRED, 3), *cp = instr("cp", "compare", DT_PRED, 4),
+                             *ci = instr("ci", "compare", DT_PRED, 5), *cj = instr("cj", "compare", DT_PRED, 6);
+    int64_t ff[] = {1, 1}, ii[] = {2, 2};
+    Xla__HloInstructionProto *cmp[] = {cf, cp, ci, cj};
+    const char *orders[] = {"TOTAL", "PARTIAL", "TOTAL", "PARTIAL"};
+    for (int k = 0; k < 4; k++) {
+        cmp[k]->n_operand_ids = 2;
+        cmp[k]->operand_ids = k < 2 ? ff : ii;
+        cmp[k]->comparison_direction = "LT";
+        cmp[k]->comparison_order = (char *)orders[k];
+    }
+    Xla__HloInstructionProto *v[] = {pf, pi, cf, cp, ci, cj};
+    strbuf b = pack(v, 6);
+    hlo_module *m = parse_ok(&b);
+    diag d;
+    diag_init(&d, "o.hlo");
+    const char *text = "HloModule hand\nENTRY main {\n  pf = f32[] parameter(0)\n  pi = s32[] parameter(1)\n"
+                       "  cf = pred[] compare(pf, pf), direction=LT, order=TOTAL\n"
+                       "  cp = pred[] compare(pf, pf), direction=LT\n"
+                       "  ci = pred[] compare(pi, pi), direction=LT\n"
+                       "  ROOT cj = pred[] compare(pi, pi), direction=LT, order=PARTIAL\n}\n";
+    hlo_module *t = hlo_parse_text(text, strlen(text), "o.hlo", &d);
+    t_case("pb-13 compare order= where it is not the operand type's default");
+    if (CHECK(m && t)) {
+        for (int k = 2; k < 6; k++) {
+            const hlo_instr *a = &m->comps[0].instrs[k], *ta = &t->comps[0].instrs[k];
+            CHECK_MSG(a->nattrs == ta->nattrs, "%s: %u vs %u attributes", a->name, a->nattrs, ta->nattrs);
+            for (uint32_t j = 0; j < a->nattrs && a->nattrs == ta->nattrs; j++)
+                CHECK_MSG(hlo_attr_equal(&a->attrs[j], &ta->attrs[j]), "%s: attribute %u", a->name, j);
+        }
+    }
+    graph_free(m);
+    graph_free(t);
+    diag_free(&d);
+    sb_free(&b);
+    for (int k = 0; k < 6; k++) free_instr(v[k]);
+}
+
 /* ---- jax 0.12 dumps: elided get-tuple-elements ---- */
 
 /* The value instruction i of c stands for: its name, or for a
@@ -1228,6 +1271,7 @@ void suite_pb(void) {
     order();
     sample_pairs();
     named_shardings();
+    comparison_order();
     jax012_pairs();
     jax012_meshes();
 }
