@@ -793,6 +793,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
             sb_printf(&msg, "unverified: %s", lc.unsupported_why);
         } else {
             sb_printf(&msg, "unverified: %s; first divergence at %s, whose operands are related", why.s, ui->name);
+            if (ui == lc.divergence && lc.divergence_note) sb_printf(&msg, " (%s)", lc.divergence_note);
             if (final_run) /* sr.last is that run's result */
                 sb_printf(&msg, " (still apart after equality saturation with %u rule%s: %u iteration%s, stopped: %s)",
                           sr.last.nrules, sr.last.nrules == 1 ? "" : "s", final_run->iterations,

@@ -329,6 +329,29 @@ eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
     return eg_add(c->g, OP_RESHAPE, 0, t, &x, 1, origin);
 }
 
+/* Whether reduce `in` over children ch (operand, init) reduces only dims of
+ * size 1 from an init that is its reducer's identity (0 for sum, ±inf for
+ * max/min, 1 for a product, true/false for and/or): then it is its operand
+ * reshaped, on both sides alike (XLA sums a batch in one reduce or in two,
+ * with a unit dim between). */
+static bool unit_reduce(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch) {
+    uint32_t nd, rank;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &rank);
+    for (uint32_t k = 0; k < nd; k++)
+        if (rd[k] < 0 || (uint32_t)rd[k] >= rank || xd[rd[k]] != 1) return false;
+    const interp_val *iv = lf_kval(c, ch[1]);
+    if (!iv || iv->n != 1 || eg_type_dtype(c->g, eg_class_type(c->g, ch[0])) != in->shape.dtype) return false;
+    double z = interp_val_get(iv, 0);
+    switch (instr_reducer(m, in)) {
+    case RED_SUM: case RED_OR: return z == 0;
+    case RED_PROD: case RED_AND: return z == 1;
+    case RED_MAX: return isinf(z) && z < 0;
+    case RED_MIN: return isinf(z) && z > 0;
+    default: return false;
+    }
+}
+
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
                 uint8_t origin) {
     uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
@@ -341,6 +364,7 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
         for (uint32_t k = 0; k < nd && ident; k++) ident = bd[k] == k;
         if (ident) return eg_find(c->g, ch[0]);
     }
+    if (in->op == OP_REDUCE && n == 2 && unit_reduce(c, m, in, ch)) return lf_mk_reshape(c, ch[0], t, origin);
     uint32_t attr = encode_attrs(c, m, in);
     /* A term folded before (the same op over the same classes; layers repeat
      * their constants) is not evaluated again. */
@@ -2834,6 +2858,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             /* Tuples hold plain terms: loops, outputs and the memo read them. */
             v->elems[o] = vals[in->operands[o]];
             lf_unscale(c, &v->elems[o]);
+            if (v->elems[o].kind == LV_PW && v->elems[o].cls != EID_NONE) lf_index_as_term(c, &v->elems[o]);
         }
         return;
     }
