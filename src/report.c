@@ -7,7 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "chart.h"
 #include "dotgraph.h"
@@ -1044,6 +1048,7 @@ bool report_render(report_site *site, trace *const *traces, size_t n, const repo
 }
 
 #define SITE_LIST ".scalify-files"
+#define SITE_STAGE ".scalify-new-"  /* + 6 random characters: a report being written */
 
 static bool site_has(const report_site *site, const char *name, size_t len) {
     for (size_t i = 0; i < site->n; i++)
@@ -1069,22 +1074,60 @@ static void remove_stale(const report_site *site, const char *dir, const char *l
     sb_free(&path);
 }
 
+/* Removes a staging folder and what it may hold: the site's files, the list,
+ * and any temporary file a failed write left. */
+static void remove_stage(const char *stage) {
+    DIR *dp = opendir(stage);
+    strbuf path;
+    sb_init(&path);
+    for (struct dirent *e; dp && (e = readdir(dp));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        sb_reset(&path);
+        sb_printf(&path, "%s/%s", stage, e->d_name);
+        unlink(path.s);
+    }
+    if (dp) closedir(dp);
+    rmdir(stage);
+    sb_free(&path);
+}
+
 bool report_write_dir(const report_site *site, const char *dir, diag *d) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         diag_plain(d, "cannot create directory %s: %s", dir, strerror(errno));
         return false;
     }
-    strbuf path, names;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        diag_plain(d, "cannot write into %s: %s", dir, strerror(errno));
+        return false;
+    }
+    /* 1. The whole new site, list included, goes to a private staging folder
+     *    in dir (same file system: renames from it are atomic). A failure here
+     *    (a full disk) leaves dir as it was. */
+    strbuf stage, path, names;
+    sb_init(&stage);
     sb_init(&path);
     sb_init(&names);
-    bool ok = true;
+    sb_printf(&stage, "%s/" SITE_STAGE "XXXXXX", dir);
+    bool staged = mkdtemp(stage.s) != NULL, ok = staged;
+    if (!ok) diag_plain(d, "cannot write into %s: %s", dir, strerror(errno));
     for (size_t i = 0; i < site->n && ok; i++) {
         sb_reset(&path);
-        sb_printf(&path, "%s/%s", dir, site->files[i].name);
+        sb_printf(&path, "%s/%s", stage.s, site->files[i].name);
         ok = io_write_atomic(path.s, site->files[i].data.s ? site->files[i].data.s : "", site->files[i].data.len, d);
         sb_printf(&names, "%s\n", site->files[i].name);
     }
     if (ok) {
+        sb_reset(&path);
+        sb_printf(&path, "%s/" SITE_LIST, stage.s);
+        ok = io_write_atomic(path.s, names.s ? names.s : "", names.len, d);
+    }
+    /* 2. Swapped in under a lock on dir, so that two reports into one folder
+     *    never interleave: pages first, index.html last (a reader following
+     *    links never meets a missing page), then the list, then what only the
+     *    previous report had. */
+    if (ok) {
+        while (flock(dfd, LOCK_EX) != 0 && errno == EINTR) {}
         sb_reset(&path);
         sb_printf(&path, "%s/" SITE_LIST, dir);
         diag quiet;
@@ -1092,10 +1135,31 @@ bool report_write_dir(const report_site *site, const char *dir, diag *d) {
         size_t len;
         char *old = io_read_file(path.s, &len, NULL, &quiet);  /* absent on a first report */
         diag_free(&quiet);
-        ok = io_write_atomic(path.s, names.s ? names.s : "", names.len, d);
+        const char **order = xcalloc(site->n + 2, sizeof *order);
+        size_t m = 0;
+        const char *index = NULL;
+        for (size_t i = 0; i < site->n; i++) {
+            if (!strcmp(site->files[i].name, "index.html")) index = site->files[i].name;
+            else order[m++] = site->files[i].name;
+        }
+        if (index) order[m++] = index;
+        order[m++] = SITE_LIST;
+        for (size_t i = 0; i < m && ok; i++) {
+            sb_reset(&path);
+            sb_printf(&path, "%s/%s", stage.s, order[i]);
+            if (renameat(AT_FDCWD, path.s, dfd, order[i]) != 0) {
+                diag_plain(d, "cannot move %s into %s: %s", order[i], dir, strerror(errno));
+                ok = false;
+            }
+        }
+        free(order);
         if (ok && old) remove_stale(site, dir, old, len);
         free(old);
+        flock(dfd, LOCK_UN);
     }
+    if (staged) remove_stage(stage.s);
+    close(dfd);
+    sb_free(&stage);
     sb_free(&path);
     sb_free(&names);
     return ok;
