@@ -27,7 +27,13 @@ const char cli_check_usage[] =
     "  -j N       parallelism (default: the number of cores): a batch checks up to N pairs at once, each in\n"
     "             its own process (its times then include the others' load: -j 1 for timings); a single\n"
     "             pair reads its two programs on two threads when N >= 2\n"
-    "  --no-memo  lift every layer instead of reusing the result of an identical one (for comparison)\n";
+    "  --no-memo  lift every layer instead of reusing the result of an identical one (for comparison)\n"
+    "  -o FILE    a regular file is replaced only once complete (a temporary file beside it, renamed);\n"
+    "             a symlink is followed to the file it names; a character device or FIFO is written\n"
+    "             through; anything else is refused. Without -o the trace goes to stdout.\n"
+    "  a batch exits 2 when --out-dir is not a directory, a pair name cannot name a file, or a trace\n"
+    "  or index.json could not be written (that pair is \"error\" in index.json); killing the batch\n"
+    "  kills its workers.\n";
 
 static bool write_json(const char *path, json_t *j, diag *d) {
     char *s = json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);

@@ -377,17 +377,23 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     const trace *t = c->t[p];
     size_t n = t->n_segments;
     if (!n) return;
-    double (*vals)[CHART_PHASES] = xcalloc(n, sizeof *vals);
-    bool *memo = xcalloc(n, sizeof *memo);
+    /* Past CHART_MAX_ROWS segments a bar sums `per` consecutive ones (a
+     * memo-hit bar: all of them hits), so the image stays a size a PNG and a
+     * browser take; the timing table keeps every segment. */
+    size_t per = (n + CHART_MAX_ROWS - 1) / CHART_MAX_ROWS, rows = (n + per - 1) / per;
+    double (*vals)[CHART_PHASES] = xcalloc(rows, sizeof *vals);
+    bool *memo = xcalloc(rows, sizeof *memo);
+    for (size_t r = 0; r < rows; r++) memo[r] = true;
     for (size_t i = 0; i < n; i++) {
         const trace_segment *s = &t->segments[i];
-        vals[i][0] = s->t_build, vals[i][1] = s->t_lift, vals[i][2] = s->t_saturate, vals[i][3] = s->t_check;
-        memo[i] = s->memo_hit;
+        double *v = vals[i / per];
+        v[0] += s->t_build, v[1] += s->t_lift, v[2] += s->t_saturate, v[3] += s->t_check;
+        memo[i / per] &= s->memo_hit;
     }
     strbuf png;
     sb_init(&png);
     chart_axis ax;
-    bool ok = chart_png(&png, (const double(*)[CHART_PHASES])vals, memo, n, &ax, c->d);
+    bool ok = chart_png(&png, (const double(*)[CHART_PHASES])vals, memo, rows, &ax, c->d);
     free(vals);
     free(memo);
     if (!ok) {
@@ -402,9 +408,14 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
         sb_printf(css, ".%s .t%d{left:%.3f%%}", cls, i, 100.0 * i / (ax.n_ticks - 1));
     sb_putc(css, '\n');
     sb_printf(b, "<figure class=\"panel\"><div class=\"chart %s\"><div class=\"rows\" aria-hidden=\"true\">", cls);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t r = 0; r < rows; r++) {
         sb_puts(b, "<div>");
-        put(b, t->segments[i].name);
+        put(b, t->segments[r * per].name);
+        size_t last = (r + 1) * per < n ? (r + 1) * per - 1 : n - 1;
+        if (last > r * per) {
+            sb_puts(b, " \xe2\x80\xa6 ");
+            put(b, t->segments[last].name);
+        }
         sb_puts(b, "</div>");
     }
     sb_puts(b, "</div><div class=\"plot\"><img alt=\"Stacked bar chart of time per segment and phase; the same "
@@ -420,7 +431,9 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     static const char *const phase[CHART_PHASES] = {"build", "lift", "saturate", "check"};
     for (int i = 0; i < CHART_PHASES; i++)
         sb_printf(b, "<span><span class=\"sw ph%d\"></span>%s</span>", i, phase[i]);
-    sb_puts(b, "<span><span class=\"sw hatch\"></span>memo hit (proof reused)</span></figcaption></figure>\n");
+    sb_puts(b, "<span><span class=\"sw hatch\"></span>memo hit (proof reused)</span>");
+    if (per > 1) sb_printf(b, "<span>each bar sums %zu consecutive segments (%zu in all)</span>", per, n);
+    sb_puts(b, "</figcaption></figure>\n");
     sb_free(&png);
 }
 

@@ -81,7 +81,7 @@ void suite_cli(void) {
     out = run(&st, "%s --help", bin);
     CHECK_EQ(st, 0);
     CHECK_CONTAINS(out, "inspect FILE");
-    CHECK_CONTAINS(out, "2  usage error or bad input");
+    CHECK_CONTAINS(out, "2  usage error, bad input, or an output that could not be written");
     free(out);
 
     t_case("cli-2 no arguments / unknown command: usage, exit 2");
