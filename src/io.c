@@ -193,7 +193,28 @@ static bool write_replace(const char *path, const void *data, size_t n, mode_t m
     return ok;
 }
 
+/* The descriptor path names when it is one of this process's open files
+ * (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N); else -1. */
+static int own_fd(const char *path) {
+    if (!strcmp(path, "/dev/stdout")) return 1;
+    if (!strcmp(path, "/dev/stderr")) return 2;
+    const char *num = !strncmp(path, "/dev/fd/", 8) ? path + 8 : !strncmp(path, "/proc/self/fd/", 14) ? path + 14 : NULL;
+    if (!num || *num < '0' || *num > '9') return -1;
+    char *end;
+    long fd = strtol(num, &end, 10);
+    return *end || fd > 1 << 20 || fcntl((int)fd, F_GETFD) < 0 ? -1 : (int)fd;
+}
+
 bool io_write_atomic(const char *path, const void *data, size_t n, diag *d) {
+    /* An open descriptor is written as it is (a file opened with >> keeps its
+     * contents, a pipe its reader), never reopened or replaced. */
+    int own = own_fd(path);
+    if (own >= 0) {
+        fflush(NULL);
+        if (write_all(own, data, n)) return true;
+        diag_plain(d, "cannot write %s: %s", path, strerror(errno));
+        return false;
+    }
     struct stat st;
     if (stat(path, &st) == 0) {
         if (S_ISREG(st.st_mode)) {
@@ -203,7 +224,7 @@ bool io_write_atomic(const char *path, const void *data, size_t n, diag *d) {
                 diag_plain(d, "cannot write %s: %s", path, strerror(errno));
                 return false;
             }
-            bool ok = write_replace(real, data, n, st.st_mode & 07777, d);
+            bool ok = write_replace(real, data, n, st.st_mode & 0777, d);
             free(real);
             return ok;
         }

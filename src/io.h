@@ -11,6 +11,9 @@
  *     replaced file keeps its permission bits, a new one gets 0666 & ~umask.
  *   - a symlink: followed; its target (a regular file, or a missing name that
  *     the chain ends at) is what gets written or created; the link stays.
+ *   - /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N naming an open
+ *     descriptor: written to that descriptor as it is (a file opened for
+ *     appending keeps its contents); stdio is flushed first.
  *   - a character device or FIFO (/dev/stdout, /dev/null, a terminal, a named
  *     pipe): written through directly, as a shell redirection would; it is
  *     never replaced by a file.

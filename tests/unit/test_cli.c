@@ -142,6 +142,14 @@ static void output_failures(const char *bin) {
     free(out);
     CHECK(is_kind(OUT "/link", S_IFLNK) && is_kind(OUT "/dangling", S_IFLNK) && is_kind(OUT "/target", S_IFREG));
 
+    t_case("cli-18b -o /dev/fd/1: the open descriptor, as it is");
+    /* /dev/fd/1, not /dev/stdout: a build that renames a temporary file over
+     * the name must fail here without replacing the machine's /dev/stdout. */
+    out = run(&st, "echo first > " OUT "/log && %s check " PAIR_ARGS " -o /dev/fd/1 >> " OUT "/log 2>/dev/null && "
+                   "head -1 " OUT "/log && grep -c '\"scalify_trace\"' " OUT "/log", bin);
+    CHECK_MSG(st == 0 && strcmp(out, "first\n1\n") == 0, "exit %d: %s", st, out);
+    free(out);
+
     t_case("cli-19 -o: no predictable temporary name to plant a link at");
     /* exec keeps the shell's pid, so $$ is the pid scalify runs as: the name
      * a "PATH.tmp.PID" scheme would open. */
