@@ -1104,6 +1104,29 @@ static void remove_stage(const char *stage) {
     sb_free(&path);
 }
 
+static void lock_dir(int fd) {
+    while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {}
+}
+
+/* Removes the staging folders of reports that died before they finished:
+ * each live report holds a lock on its own folder. Called with dir locked,
+ * when no report is between making its folder and locking it. */
+static void remove_abandoned(const char *dir) {
+    DIR *dp = opendir(dir);
+    strbuf path;
+    sb_init(&path);
+    for (struct dirent *e; dp && (e = readdir(dp));) {
+        if (strncmp(e->d_name, SITE_STAGE, strlen(SITE_STAGE)) != 0) continue;
+        sb_reset(&path);
+        sb_printf(&path, "%s/%s", dir, e->d_name);
+        int fd = open(path.s, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) remove_stage(path.s);
+        if (fd >= 0) close(fd);
+    }
+    if (dp) closedir(dp);
+    sb_free(&path);
+}
+
 bool report_write_dir(const report_site *site, const char *dir, diag *d) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         diag_plain(d, "cannot create directory %s: %s", dir, strerror(errno));
@@ -1122,8 +1145,12 @@ bool report_write_dir(const report_site *site, const char *dir, diag *d) {
     sb_init(&path);
     sb_init(&names);
     sb_printf(&stage, "%s/" SITE_STAGE "XXXXXX", dir);
+    lock_dir(dfd);
     bool staged = mkdtemp(stage.s) != NULL, ok = staged;
     if (!ok) diag_plain(d, "cannot write into %s: %s", dir, strerror(errno));
+    int sfd = staged ? open(stage.s, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (sfd >= 0) lock_dir(sfd); /* ours: not abandoned */
+    flock(dfd, LOCK_UN);
     for (size_t i = 0; i < site->n && ok; i++) {
         sb_reset(&path);
         sb_printf(&path, "%s/%s", stage.s, site->files[i].name);
@@ -1140,7 +1167,7 @@ bool report_write_dir(const report_site *site, const char *dir, diag *d) {
      *    links never meets a missing page), then the list, then what only the
      *    previous report had. */
     if (ok) {
-        while (flock(dfd, LOCK_EX) != 0 && errno == EINTR) {}
+        lock_dir(dfd);
         sb_reset(&path);
         sb_printf(&path, "%s/" SITE_LIST, dir);
         diag quiet;
@@ -1168,9 +1195,11 @@ bool report_write_dir(const report_site *site, const char *dir, diag *d) {
         free(order);
         if (ok && old) remove_stale(site, dir, old, len);
         free(old);
+        remove_abandoned(dir);
         flock(dfd, LOCK_UN);
     }
     if (staged) remove_stage(stage.s);
+    if (sfd >= 0) close(sfd);
     close(dfd);
     sb_free(&stage);
     sb_free(&path);

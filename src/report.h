@@ -11,8 +11,9 @@
  * first and index.html last, so a reader never meets a half-written page or a
  * link to a missing one, and a failed write (a full disk) leaves the previous
  * site whole. Files an earlier report listed that this one does not produce
- * are then removed (a pair dropped from the traces leaves no stale page); any
- * other file in DIR is left alone.
+ * are then removed (a pair dropped from the traces leaves no stale page), as
+ * are the staging folders of reports that died (each live report holds a lock
+ * on its own); any other file in DIR is left alone.
  *
  * Every page is self-contained (CSS, JS, SVG, PNG inline; no external request),
  * readable with JavaScript off, and carries a Content-Security-Policy whose

@@ -693,6 +693,16 @@ static void test_report_full_disk(void) {
     CHECK_MSG(st == 0 && strcmp(out, "mine\n") == 0, "index.html replaced: %s", out);
     free(out);
     check_site_whole("build/report-full", "notes.txt");
+
+    t_case("report-15b a dead report's staging folder is removed by the next one");
+    out = t_run("mkdir -p build/report-full/.scalify-new-DEADxx && echo x > build/report-full/.scalify-new-DEADxx/index.html", &st);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s report " TRACES "/mismatch.trace.json -o build/report-full", t_scalify());
+    out = t_run(cmd, &st);
+    CHECK_MSG(st == 0, "exit %d: %s", st, out);
+    free(out);
+    CHECK(access("build/report-full/.scalify-new-DEADxx", F_OK) != 0);
+    check_site_whole("build/report-full", "notes.txt");
 }
 
 /* Runs cmd through sh without waiting; its pid. */
@@ -707,7 +717,7 @@ static pid_t spawn(const char *cmd) {
 
 /* Two reports into one folder at once: one waits for the other, and the
  * folder ends up one whole site. The test holds the folder's lock while both
- * start, so they are sure to overlap: neither may touch the folder before
+ * start, so they are sure to overlap: neither may change the folder before
  * the lock is free. */
 static void test_report_concurrent(void) {
     t_case("report-16 two reports into one folder at once");
@@ -722,16 +732,22 @@ static void test_report_concurrent(void) {
     snprintf(b, sizeof b, "exec %s report " TRACES "/unverified.trace.json " TRACES "/escaping.trace.json " TRACES
              "/verified.trace.json -o %s >build/report-conc.b 2>&1", t_scalify(), dir);
     pid_t pa = spawn(a), pb = spawn(b);
-    /* Until both have staged their site (or ended, as a report that ignores
-     * the lock would), at most 10 s. */
+    /* Until both wait for the lock (in /proc/locks) or have ended, as reports
+     * that ignore the lock would; at most 10 s. */
     int exited = 0, sa = -1, sb = -1;
     for (int i = 0; i < 1000; i++) {
         if (sa < 0 && waitpid(pa, &sa, WNOHANG) == pa) exited++;
         if (sb < 0 && waitpid(pb, &sb, WNOHANG) == pb) exited++;
-        char *out = t_run("ls -A build/report-conc/.scalify-new-*/.scalify-files 2>/dev/null | wc -l", &st);
-        int staged = atoi(out);
-        free(out);
-        if (exited == 2 || staged + exited >= 2) break;
+        int waiting = 0;
+        FILE *lf = fopen("/proc/locks", "r");
+        char line[256];
+        while (lf && fgets(line, sizeof line, lf)) {
+            int pid = 0;
+            const char *arrow = strstr(line, "->");
+            if (arrow && sscanf(arrow + 2, " FLOCK %*s %*s %d", &pid) == 1 && (pid == pa || pid == pb)) waiting++;
+        }
+        if (lf) fclose(lf);
+        if (exited == 2 || waiting + exited >= 2) break;
         usleep(10000);
     }
     CHECK_MSG(access("build/report-conc/index.html", F_OK) != 0, "a report wrote into the folder while it was locked");
