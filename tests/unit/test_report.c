@@ -617,7 +617,10 @@ static void test_bidi(void) {
     json_t *f = json_array_get(json_object_get(doc, "findings"), 0);
     json_object_set_new(f, "segment", json_string(evil));
     json_object_set_new(f, "message", json_string(evil));
+    json_object_set_new(f, "explanation", json_string(evil));
     json_t *dist = json_object_get(f, "distributed");
+    json_object_set_new(dist, "hlo", json_string(evil));
+    json_object_set_new(dist, "file", json_string(evil));
     json_object_set_new(dist, "op_name", json_string(evil));
     json_object_set_new(dist, "instruction", json_string(evil));
     json_t *node = json_array_get(json_object_get(json_object_get(f, "subgraph"), "nodes"), 0);
