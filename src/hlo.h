@@ -28,6 +28,10 @@ bool hlo_looks_like_text(const char *buf, size_t n);
 /* src must be NUL-terminated at src[n]. path names the input in messages. */
 hlo_module *hlo_parse_text(const char *src, size_t n, const char *path, diag *d);
 hlo_module *hlo_parse_pb(const uint8_t *buf, size_t n, const char *path, diag *d);
+/* The sharding whose text (between "sharding={" and its "}") is s[0..n), read
+ * as the text reader reads it, allocated in m's arena: forms it does not model
+ * are SH_RAW (whole, or per tuple element). Never fails. */
+hlo_sharding *hlo_sharding_from_text(hlo_module *m, const char *s, size_t n);
 /* hlo_parse_pb without its one-pass unpacker: always the wire walker, then
  * protobuf-c. The same module or the same diagnostics, only slower; the
  * tests hold the fast path to it. */

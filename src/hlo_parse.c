@@ -522,6 +522,34 @@ static int last_tile_type(const char *s, size_t n) {
  *         'last_tile_dim_replicate'? ('last_tile_dims=' '{' word (',' word)* '}')?
  *       | sharding (',' sharding)*                       (a tuple)
  * Anything else (Shardy's mesh form, metadata) is kept whole as text. */
+static bool parse_sharding_body(parser *ps, hlo_sharding *s);
+
+/* The sharding in the balanced group g[0..gn) ('{' ... '}'), into s; a form
+ * we do not model (Shardy's mesh[...] forms, anything unrecognised) is kept
+ * as its text (SH_RAW), so a tuple keeps its structure around such an
+ * element, as the protobuf reader gives it. */
+static void sharding_group(parser *ps, const char *g, size_t gn, hlo_sharding *s) {
+    lexer saved = ps->lx;
+    lexer sub = ps->lx;
+    sub.p = g + 1;
+    sub.end = g + gn - 1;
+    /* sub.end is not NUL-terminated; scanning functions stop at end. */
+    ps->lx = sub;
+    int depth = ps->depth;
+    bool ok = parse_sharding_body(ps, s);
+    if (ok) {
+        lex_skip(&ps->lx);
+        ok = ps->lx.p >= sub.end;
+    }
+    ps->depth = depth;
+    ps->lx = saved;
+    if (!ok) {
+        memset(s, 0, sizeof *s);
+        s->type = SH_RAW;
+        s->raw = graph_intern(ps->m, g + 1, gn - 2);
+    }
+}
+
 static bool parse_sharding_body(parser *ps, hlo_sharding *s) {
     hlo_module *m = ps->m;
     lexer *lx = &ps->lx;
@@ -530,7 +558,9 @@ static bool parse_sharding_body(parser *ps, hlo_sharding *s) {
         size_t n = 0, cap = 0;
         hlo_sharding *el = NULL;
         do {
-            if (!lex_accept(lx, '{')) return false;
+            const char *g;
+            size_t gn;
+            if (!lex_peek(lx, '{') || !lex_balanced(lx, &g, &gn) || g + gn > lx->end) return false;
             if (n == cap) {
                 size_t nc = cap ? cap * 2 : 4;
                 hlo_sharding *ne = arena_alloc(&m->arena, nc * sizeof *ne);
@@ -539,9 +569,10 @@ static bool parse_sharding_body(parser *ps, hlo_sharding *s) {
                 cap = nc;
             }
             nest(ps);
-            bool ok = parse_sharding_body(ps, &el[n]);
+            const char *after = lx->p;
+            sharding_group(ps, g, gn, &el[n]);
+            lx->p = after;
             ps->depth--;
-            if (!ok || !lex_accept(lx, '}')) return false;
             n++;
         } while (lex_accept(lx, ','));
         s->tuple = el;
@@ -625,26 +656,8 @@ static hlo_sharding *parse_sharding(parser *ps) {
     if (!lex_balanced(&ps->lx, &g, &gn) || *g != '{') fail(ps, at, "expected a sharding {...}");
     const char *after = ps->lx.p;
     hlo_sharding *s = arena_alloc(&m->arena, sizeof *s);
-    lexer saved = ps->lx;
-    lexer sub = ps->lx;
-    sub.p = g + 1;
-    sub.end = g + gn - 1;
-    /* sub.end is not NUL-terminated; scanning functions stop at end. */
-    ps->lx = sub;
-    int depth = ps->depth;
-    bool ok = parse_sharding_body(ps, s);
-    if (ok) {
-        lex_skip(&ps->lx);
-        ok = ps->lx.p >= sub.end;
-    }
-    ps->depth = depth;
-    ps->lx = saved;
+    sharding_group(ps, g, gn, s);
     ps->lx.p = after;
-    if (!ok) {
-        memset(s, 0, sizeof *s);
-        s->type = SH_RAW;
-        s->raw = graph_intern(m, g + 1, gn - 2);
-    }
     return s;
 }
 
@@ -901,6 +914,16 @@ static int64_t *parse_slices(parser *ps, uint32_t *ndims) {
     return copy_ints(ps, ps->ints, k);
 }
 
+/* The tuple indices after a name: ('#' digits)*, as in "call#0" (none: 0). */
+static size_t tuple_suffix(const char *p) {
+    const char *q = p;
+    while (q[0] == '#' && q[1] >= '0' && q[1] <= '9') {
+        q++;
+        while (*q >= '0' && *q <= '9') q++;
+    }
+    return (size_t)(q - p);
+}
+
 static void add_fixup(parser *ps, fixup **v, size_t *n, size_t *cap, uint32_t attr, uint32_t k,
                       const char *s, size_t sn, const char *at) {
     XGROW(*v, *cap, *n + 1);
@@ -926,6 +949,11 @@ static uint32_t parse_refs(parser *ps, uint32_t attr, bool single_ok, bool instr
     do {
         const char *at = here(ps);
         name(ps, &s, &sn, instrs ? "an instruction name" : "a computation name");
+        if (instrs && s + sn == ps->lx.p) { /* an element read as %t#N elsewhere */
+            size_t sfx = tuple_suffix(ps->lx.p);
+            ps->lx.p += sfx;
+            sn += sfx;
+        }
         add_fixup(ps, v, n, cap, attr, k++, s, sn, at);
     } while (lex_accept(&ps->lx, ','));
     expect(ps, '}', "to close the list of names");
@@ -1023,16 +1051,6 @@ static void parse_attr(parser *ps, hlo_instr *in, size_t *nattrs) {
     }
 }
 
-/* The tuple indices after a name: ('#' digits)*, as in "call#0" (none: 0). */
-static size_t tuple_suffix(const char *p) {
-    const char *q = p;
-    while (q[0] == '#' && q[1] >= '0' && q[1] <= '9') {
-        q++;
-        while (*q >= '0' && *q <= '9') q++;
-    }
-    return (size_t)(q - p);
-}
-
 /* tuple_ref -> operand_name ('#' int)+
  * XLA's printer elides a get-tuple-element of a tuple-shaped value and writes
  * its users' operand as "%t#N" (element N of %t). Each distinct reference
@@ -1062,6 +1080,7 @@ static uint32_t tuple_ref(parser *ps, uint32_t idx, const char *s, const char *o
         if ((uint64_t)k >= t->ntuple)
             fail(ps, iat, "tuple index %lld out of range: '%.*s' has %u elements", (long long)k,
                  (int)(iat - 1 - s), s, t->ntuple);
+        shape el = t->tuple[k]; /* before ps->ins moves */
         XGROW(ps->ins, ps->capins, ps->nins + 2);
         ps->ins[ps->nins + 1] = ps->ins[ps->nins];
         hlo_instr *g = &ps->ins[ps->nins];
@@ -1069,7 +1088,7 @@ static uint32_t tuple_ref(parser *ps, uint32_t idx, const char *s, const char *o
         g->name = arena_strndup(&m->arena, s, kn);
         g->opname = graph_intern(m, "get-tuple-element", strlen("get-tuple-element"));
         g->op = OP_GET_TUPLE_ELEMENT;
-        g->shape = t->tuple[k];
+        g->shape = el;
         g->noperands = 1;
         g->operands = arena_memdup(&m->arena, &idx, sizeof idx);
         g->nattrs = 1;
@@ -1169,7 +1188,22 @@ static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
     ps->nins++;
 }
 
-/* computation -> 'ENTRY'? name ('(' params ')')? ('->' shape)? (',' attr)* '{' instruction* '}' */
+/* (',' name '=' value)*: attributes of a computation, read and not kept (the
+ * IR has no home for them; execution_thread="name" after the closing brace
+ * marks a computation run off the main thread). */
+static void computation_attrs(parser *ps) {
+    lexer *lx = &ps->lx;
+    const char *s;
+    size_t sn;
+    while (lex_accept(lx, ',')) {
+        name(ps, &s, &sn, "a computation attribute");
+        expect(ps, '=', "after the attribute name");
+        if (!lex_raw(lx, &s, &sn)) fail(ps, here(ps), "unreadable attribute value");
+    }
+}
+
+/* computation -> 'ENTRY'? name ('(' params ')')? ('->' shape)? (',' attr)*
+ *                '{' instruction* '}' (',' attr)* */
 static void parse_computation(parser *ps, bool *seen_entry) {
     hlo_module *m = ps->m;
     lexer *lx = &ps->lx;
@@ -1197,11 +1231,7 @@ static void parse_computation(parser *ps, bool *seen_entry) {
         shape ignored;
         parse_shape(ps, &ignored);
     }
-    while (lex_accept(lx, ',')) {
-        name(ps, &s, &sn, "a computation attribute");
-        expect(ps, '=', "after the attribute name");
-        if (!lex_raw(lx, &s, &sn)) fail(ps, here(ps), "unreadable attribute value");
-    }
+    computation_attrs(ps);
     expect(ps, '{', "to open the computation body");
     ps->nins = 0;
     ps->nifix = 0;
@@ -1229,6 +1259,7 @@ static void parse_computation(parser *ps, bool *seen_entry) {
             ps->params[pno] = (uint32_t)ps->nins - 1;
         }
     }
+    computation_attrs(ps);
     for (size_t k = 0; k < nparams; k++)
         if (ps->params[k] == UINT32_MAX) fail(ps, nm_at, "computation %s has no parameter %zu", c->name, k);
     if (ps->nins == 0) fail(ps, nm_at, "computation %s has no instructions", c->name);
@@ -1416,6 +1447,34 @@ static void parser_free(parser *ps) {
     free(ps->starts);
     free(ps->vals);
     free(ps->params);
+}
+
+hlo_sharding *hlo_sharding_from_text(hlo_module *m, const char *s, size_t n) {
+    hlo_sharding *out = arena_alloc(&m->arena, sizeof *out);
+    char *src = xmalloc(n + 3);
+    src[0] = '{';
+    memcpy(src + 1, s, n);
+    src[n + 1] = '}';
+    src[n + 2] = 0;
+    parser *ps = xcalloc(1, sizeof *ps);
+    diag quiet;
+    diag_init(&quiet, "");
+    lex_init(&ps->lx, src, n + 2);
+    ps->d = &quiet;
+    ps->m = m;
+    if (memchr(s, 0, n) == NULL && setjmp(ps->fail) == 0) {
+        hlo_sharding *r = parse_sharding(ps);
+        if (here(ps) >= ps->lx.end) out = r;
+        else out->type = SH_RAW;
+    } else {
+        out->type = SH_RAW;
+    }
+    if (out->type == SH_RAW && !out->raw) out->raw = graph_intern(m, s, n);
+    parser_free(ps);
+    free(ps);
+    diag_free(&quiet);
+    free(src);
+    return out;
 }
 
 hlo_module *hlo_parse_text(const char *src, size_t n, const char *path, diag *d) {

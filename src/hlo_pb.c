@@ -882,9 +882,111 @@ static bool is_identity(const int32_t *perm, size_t n) {
     return true;
 }
 
+/* One mesh axis (or a sub-axis of it) as the text writes it: 'x' or 'x':(2)4. */
+static void axis_ref_text(pb *p, const Xla__MeshProto *mesh, const Xla__AxisRefProto *ar, strbuf *b) {
+    if (ar->mesh_axis_index < 0 || (size_t)ar->mesh_axis_index >= mesh->n_axes)
+        fail(p, "sharding.named_sharding", "axis %lld is not in the mesh", (long long)ar->mesh_axis_index);
+    const char *nm = mesh->axes[ar->mesh_axis_index]->name;
+    sb_printf(b, "'%s'", nm ? nm : "");
+    if (ar->sub_axis_info)
+        sb_printf(b, ":(%lld)%lld", (long long)ar->sub_axis_info->pre_size, (long long)ar->sub_axis_info->size);
+}
+
+/* {'a', 'b':(2)2} */
+static void axis_set_text(pb *p, const Xla__MeshProto *mesh, Xla__AxisRefProto *const *v, size_t n, strbuf *b) {
+    sb_putc(b, '{');
+    for (size_t i = 0; i < n; i++) {
+        if (i) sb_puts(b, ", ");
+        axis_ref_text(p, mesh, v[i], b);
+    }
+    sb_putc(b, '}');
+}
+
+/* True when the axes are every axis of the mesh, whole. */
+static bool whole_mesh(const Xla__MeshProto *mesh, Xla__AxisRefProto *const *v, size_t n) {
+    if (n != mesh->n_axes) return false;
+    for (size_t i = 0; i < n; i++)
+        if (v[i]->sub_axis_info || v[i]->mesh_axis_index != (int64_t)i) return false;
+    return true;
+}
+
+/* A sharding by mesh axes (OpSharding.named_sharding), kept as the text the
+ * printer writes between the braces, e.g. mesh['x'=2,'y'=4], [{'x'}, {}]:
+ * the IR keeps Shardy's text form raw, so both forms of a module agree and
+ * nothing reads such a sharding as replicated. */
+static const char *named_sharding_text(pb *p, const Xla__NamedShardingProto *ns) {
+    static const Xla__MeshProto none = XLA__MESH_PROTO__INIT;
+    const Xla__MeshProto *mesh = ns->mesh ? ns->mesh : &none;
+    strbuf *b = &p->sb;
+    sb_reset(b);
+    if (mesh->n_axes == 0 && mesh->n_device_ids == 1) {
+        sb_printf(b, "maximal_mesh[device_id=%lld]", (long long)mesh->device_ids[0]);
+        return graph_intern(p->m, b->s, b->len);
+    }
+    sb_puts(b, "mesh[");
+    for (size_t i = 0; i < mesh->n_axes; i++)
+        sb_printf(b, "%s'%s'=%lld", i ? "," : "", mesh->axes[i]->name ? mesh->axes[i]->name : "",
+                  (long long)mesh->axes[i]->size);
+    sb_putc(b, ']');
+    const Xla__MeshProto__IotaDeviceOrder *io = mesh->iota_device_ids;
+    if (mesh->n_device_ids) {
+        sb_puts(b, ", device_ids=(");
+        for (size_t i = 0; i < mesh->n_device_ids; i++) sb_printf(b, "%s%lld", i ? "," : "", (long long)mesh->device_ids[i]);
+        sb_putc(b, ')');
+    } else if (io && !is_identity(io->transpose_perm, io->n_transpose_perm)) {
+        sb_puts(b, ", device_ids=([");
+        for (size_t i = 0; i < io->n_reshape_dims; i++) sb_printf(b, "%s%lld", i ? "," : "", (long long)io->reshape_dims[i]);
+        sb_puts(b, "]T(");
+        for (size_t i = 0; i < io->n_transpose_perm; i++) sb_printf(b, "%s%d", i ? "," : "", (int)io->transpose_perm[i]);
+        sb_puts(b, "))");
+    }
+    bool dims = ns->n_dim_shardings > 0;
+    if (dims) {
+        sb_puts(b, ", [");
+        for (size_t d = 0; d < ns->n_dim_shardings; d++) {
+            const Xla__NamedShardingProto__DimensionSharding *ds = ns->dim_shardings[d];
+            if (d) sb_puts(b, ", ");
+            sb_putc(b, '{');
+            for (size_t i = 0; i < ds->n_axes; i++) {
+                if (i) sb_puts(b, ", ");
+                axis_ref_text(p, mesh, ds->axes[i], b);
+            }
+            if (!ds->is_closed) sb_puts(b, ds->n_axes ? ", ?" : "?");
+            sb_putc(b, '}');
+        }
+        sb_putc(b, ']');
+    }
+    if (!dims && !ns->n_replicated_axes && !ns->n_unreduced_axes && !ns->n_manual_axes) sb_puts(b, ", replicated");
+    if (ns->n_replicated_axes) {
+        sb_puts(b, ", replicated=");
+        axis_set_text(p, mesh, ns->replicated_axes, ns->n_replicated_axes, b);
+    }
+    static const char *const ops[] = {"", "max", "min"};
+    int op = (int)ns->reduction_op;
+    if (op < 0 || op > 2) fail(p, "sharding.named_sharding.reduction_op", "unknown reduction %d", op);
+    if (ns->n_unreduced_axes && !dims && !op && whole_mesh(mesh, ns->unreduced_axes, ns->n_unreduced_axes)) {
+        sb_puts(b, ", unreduced");
+    } else if (ns->n_unreduced_axes) {
+        sb_printf(b, ", unreduced=%s", ops[op]);
+        axis_set_text(p, mesh, ns->unreduced_axes, ns->n_unreduced_axes, b);
+    }
+    if (ns->n_manual_axes && !dims && whole_mesh(mesh, ns->manual_axes, ns->n_manual_axes)) {
+        sb_puts(b, ", manual");
+    } else if (ns->n_manual_axes) {
+        sb_puts(b, ", manual=");
+        axis_set_text(p, mesh, ns->manual_axes, ns->n_manual_axes, b);
+    }
+    return graph_intern(p->m, b->s, b->len);
+}
+
 static void convert_sharding(pb *p, const Xla__OpSharding *os, hlo_sharding *s) {
     hlo_module *m = p->m;
     memset(s, 0, sizeof *s);
+    if (os->named_sharding) {
+        s->type = SH_RAW;
+        s->raw = named_sharding_text(p, os->named_sharding);
+        return;
+    }
     int type = (int)os->type;
     s->type = type;
     switch (type) {
@@ -1207,9 +1309,7 @@ static void text_attr(pb *p, const hlo_instr *in, const Xla__TextAttribute *ta) 
         break;
     }
     case K_SHARDING:
-        a->v.sharding = arena_alloc(&m->arena, sizeof *a->v.sharding);
-        a->v.sharding->type = SH_RAW;
-        a->v.sharding->raw = intern(p, v);
+        a->v.sharding = hlo_sharding_from_text(m, v, strlen(v));
         break;
     case K_LITERAL:
         a->v.lit = arena_alloc(&m->arena, sizeof *a->v.lit);
@@ -1441,6 +1541,14 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
         /* XLA prints type= only when it differs from the operand type's default. */
         const char *dflt = op0 ? default_compare_type(op0->dtype) : NULL;
         if (!dflt || strcmp(dflt, ip->comparison_type) != 0) attr_ident(p, A_COMPARE_TYPE, ip->comparison_type);
+    }
+    if (ip->comparison_order && *ip->comparison_order) {
+        /* Newer XLA says TOTAL or PARTIAL here (beside or instead of
+         * type=TOTALORDER) and prints order= when it is not the default for
+         * the operand type: PARTIAL for floating types, TOTAL for others. */
+        bool fl = op0 && (dtype_is_float(op0->dtype) || dtype_is_complex(op0->dtype));
+        if (!op0 || strcmp(fl ? "PARTIAL" : "TOTAL", ip->comparison_order) != 0)
+            raw_attr(p, "order", ip->comparison_order);
     }
     if (ip->is_stable) attr_int(p, A_IS_STABLE, 1);
     if (ip->k) attr_int(p, A_K, ip->k);

@@ -360,7 +360,18 @@ static void keep_text(wr *w, texts *t, const hlo_attr *a, const hlo_module *m, c
     sb_reset(&w->sb);
     switch (a->kind) {
     case K_STRING: case K_BACKEND: case K_RAW: case K_IDENT: sb_puts(&w->sb, a->v.str); break;
-    case K_SHARDING: sb_puts(&w->sb, a->v.sharding->raw ? a->v.sharding->raw : ""); break;
+    case K_SHARDING:
+        if (a->v.sharding->type == SH_RAW) {
+            sb_puts(&w->sb, a->v.sharding->raw ? a->v.sharding->raw : "");
+        } else { /* a tuple with text elements: its whole text, without the outer braces */
+            hlo_print_attr_value(&w->sb, m, c, in, a);
+            if (w->sb.len >= 2) {
+                memmove(w->sb.s, w->sb.s + 1, w->sb.len - 2);
+                w->sb.len -= 2;
+                w->sb.s[w->sb.len] = 0;
+            }
+        }
+        break;
     case K_LITERAL: sb_puts(&w->sb, a->v.lit->raw ? a->v.lit->raw : "{...}"); break;
     default: hlo_print_attr_value(&w->sb, m, c, in, a); break;
     }

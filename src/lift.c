@@ -1289,6 +1289,26 @@ static lval lift_reshape(lstate *s) {
         else if (reshape_split_reading(c, x, in, &v, ag, nag, &w)) v = w;
     }
     if (three && !reshape_meets_baseline(c, x->cls, in, &v) && reshape_meets_baseline(c, x->cls, in, &vc)) v = vc;
+    /* A sharding on a unit output dim may as well sit on a neighbouring unit
+     * dim (only unit dims between: the row-major order is the same, a
+     * transpose of unit dims written as a reshape): the reading the baseline
+     * has, when it has one. */
+    for (uint32_t jj = 0; jj < rb && !reshape_meets_baseline(c, x->cls, in, &v); jj++) {
+        if (!v.dims[jj].naxes || b[jj] != 1) continue;
+        for (int dir = -1; dir <= 1; dir += 2)
+            for (int64_t t = (int64_t)jj + dir; t >= 0 && t < (int64_t)rb && b[t] == 1; t += dir) {
+                if (v.dims[t].naxes) break;
+                view w = v;
+                w.dims[t] = v.dims[jj];
+                memset(&w.dims[jj], 0, sizeof w.dims[jj]);
+                if (reshape_meets_baseline(c, x->cls, in, &w)) {
+                    v = w;
+                    amb = true;
+                    goto moved;
+                }
+            }
+    }
+moved:
     lf_global_dims(c, &v, &in->shape, dims);
     lval r = term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
     r.ambiguous = amb;
@@ -1297,6 +1317,47 @@ static lval lift_reshape(lstate *s) {
 
 /* dot: batch and free dims carry their operand's sharding; contracting dims
  * sharded alike on both sides make the result partial(sum) over those axes. */
+/* Operand `side` of s re-read with the sharding `want` on its dim `to`,
+ * taken from another dim whose local size is 1, as is `to`'s, with only dims
+ * of global size 1 between them: the same local data is then the term
+ * reshaped (moving a dim past size-1 dims keeps the row-major order). A
+ * reshape that only moves size-1 local dims has several readings; the one a
+ * consumer needs is taken here. Returns whether it was. */
+static bool unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_dim *want) {
+    lval *x = &s->ops[side];
+    const shape *ls = &s->comp->instrs[s->in->operands[side]].shape;
+    if (x->kind != LV_TERM || x->v.dims[to].naxes || ls->rank > VIEW_MAX_RANK || ls->dims[to] != 1) return false;
+    uint32_t rank;
+    const int64_t *g = eg_type_dims(s->c->g, eg_class_type(s->c->g, x->cls), &rank);
+    if (rank != ls->rank) return false;
+    for (uint32_t from = 0; from < rank; from++) {
+        if (from == to || ls->dims[from] != 1 || memcmp(&x->v.dims[from], want, sizeof *want)) continue;
+        bool between = true;
+        for (uint32_t d = (from < to ? from : to) + 1; d < (from < to ? to : from); d++) between &= g[d] == 1;
+        if (!between) continue;
+        int64_t nd[VIEW_MAX_RANK];
+        memcpy(nd, g, rank * sizeof *nd);
+        nd[to] = g[from];
+        nd[from] = 1;
+        x->cls = lf_mk_reshape(s->c, x->cls, lf_type_of(s->c, ls->dtype, nd, rank), s->c->origin);
+        x->v.dims[to] = *want;
+        memset(&x->v.dims[from], 0, sizeof x->v.dims[from]);
+        return true;
+    }
+    return false;
+}
+
+/* Paired dims (batch or contracting) of a dot sharded alike, where re-reading
+ * size-1 dims makes them so. */
+static void dot_align(lstate *s, const int64_t *ld, const int64_t *rd, uint32_t n) {
+    for (uint32_t k = 0; k < n; k++) {
+        view_dim a = s->ops[0].v.dims[ld[k]], b = s->ops[1].v.dims[rd[k]];
+        if (!memcmp(&a, &b, sizeof a)) continue;
+        if (!b.naxes && a.naxes) unit_dim_reread(s, 1, (uint32_t)rd[k], &a);
+        else if (!a.naxes && b.naxes) unit_dim_reread(s, 0, (uint32_t)ld[k], &b);
+    }
+}
+
 static lval lift_dot(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1306,6 +1367,8 @@ static lval lift_dot(lstate *s) {
     const int64_t *lb = instr_ints(in, A_LHS_BATCH_DIMS, &nlb), *lc = instr_ints(in, A_LHS_CONTRACTING_DIMS, &nlc);
     const int64_t *rb = instr_ints(in, A_RHS_BATCH_DIMS, &nrb), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
     if (nlb != nrb || nlc != nrc) return unknown();
+    dot_align(s, lb, rb, nlb);
+    dot_align(s, lc, rc, nlc);
     if ((l->v.partial && r->v.partial) || ((l->v.partial || r->v.partial) && (l->v.red | r->v.red) != RED_SUM)) {
         if (!short_reduction(s, "a dot of two partial values"))
             lf_finding(c, "missing-all-reduce", s->comp, in, "dot of two partial values: at least one all-reduce is missing");

@@ -5,6 +5,7 @@
  * when every index value of the domain finds its row on exactly one device.
  */
 #include "lift.h"
+#include "eattr.h"
 #include "lift_int.h"
 
 #include "interp.h"
@@ -151,6 +152,37 @@ static void pos_broadcast(lift_ctx *c, eid *pos, view *vw, const int64_t *bdims,
     for (uint32_t k = 0; k < nb && ident; k++) ident = bdims[k] == k;
     if (ident && eg_class_type(c->g, *pos) == t) return;  /* same shape, dims in order: identity */
     *pos = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bdims, nb), t, pos, 1, c->origin);
+}
+
+/* Positions pos (under view *pv) broadcast along every dim that `want`
+ * shards and *pv does not: the value is constant along those dims, so it
+ * reads as sharded alike; pos becomes the same broadcast to the global shape
+ * of that reading. Returns whether *pv now shards as want does. */
+static bool pos_reshard(lift_ctx *c, eid *pos, view *pv, const view *want) {
+    if (*pos == EID_NONE || pv->partial || want->rank != pv->rank) return false;
+    eid n = eg_class_first(c->g, *pos);
+    if (n == EID_NONE || eg_node_op(c->g, n) != OP_BROADCAST) return false;
+    uint32_t nb, rank, k;
+    const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, n), A_DIMENSIONS, &nb);
+    uint32_t t = eg_class_type(c->g, *pos);
+    const int64_t *g = eg_type_dims(c->g, t, &rank);
+    if (rank != pv->rank || rank > VIEW_MAX_RANK) return false;
+    view w = *pv;
+    int64_t nd[VIEW_MAX_RANK];
+    memcpy(nd, g, rank * sizeof *nd);
+    for (uint32_t d = 0; d < rank; d++) {
+        if (!memcmp(&w.dims[d], &want->dims[d], sizeof w.dims[d])) continue;
+        bool added = !w.dims[d].naxes;
+        for (uint32_t q = 0; q < nb && added; q++) added = bd[q] != d;
+        if (!added) return false;
+        w.dims[d] = want->dims[d];
+        nd[d] = g[d] * view_dim_parts(&w, c->mesh, d);
+    }
+    eid src = eg_node_children(c->g, n, &k)[0];
+    *pos = eg_add(c->g, OP_BROADCAST, eg_node_attr(c->g, n), lf_type_of(c, eg_type_dtype(c->g, t), nd, rank), &src, 1,
+                  c->origin);
+    *pv = w;
+    return true;
 }
 
 static bool is_zero_constant(const hlo_comp *comp, const hlo_instr *x) {
@@ -507,6 +539,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
             for (int k = 0; k < 2; k++) {
                 const lval *x = &s->ops[1 + k];
                 if (x->kind == LV_MASK) {
+                    if (!lf_same_sharding(&m.v, &x->v)) pos_reshard(c, &m.pos, &m.v, &x->v);
                     if (!same_pos(&m.pos, x->pos) || (m.hit != EID_NONE && m.hit != x->hit) || !lf_same_sharding(&m.v, &x->v))
                         return false;
                     m.hit = x->hit;

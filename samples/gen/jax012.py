@@ -15,6 +15,7 @@ Programs (all small):
   gspmd_adamw   jit train step of a 2-layer MLP with optax.adamw and named
                 shardings on a {data:2, model:4} mesh
   gspmd_scan    jit of a lax.scan over 3 stacked layers on {data:2, model:4}
+  gspmd_scan_prop  the same with the output sharding left to the partitioner
   mesh_d4m1     the MLP forward on a mesh with a size-1 axis {data:4, model:1}
   mesh_b1m4     the same on {batch:1, model:4}
 """
@@ -175,10 +176,14 @@ def gspmd_scan():
         h, _ = jax.lax.scan(layer, x, ws)
         return h
 
-    lo = jax.jit(f, out_shardings=NamedSharding(m, P("data"))).lower(
-        sds((3, 16, 16), m, P(None, None, "model")),
-                          sds((8, 16), m, P("data")))
+    args = (sds((3, 16, 16), m, P(None, None, "model")), sds((8, 16), m, P("data")))
+    lo = jax.jit(f, out_shardings=NamedSharding(m, P("data"))).lower(*args)
     save("gspmd_scan", lowered_hlo(lo), partitioned(lo, "gspmd_scan"))
+    # The same without out_shardings: the partitioner keeps the result sharded
+    # over both axes (allow_spmd_sharding_propagation_to_output), and the
+    # baseline says nothing about the output's sharding.
+    lo = jax.jit(f).lower(*args)
+    save("gspmd_scan_prop", lowered_hlo(lo), partitioned(lo, "gspmd_scan_prop"))
 
 
 def mesh_size1(name, shape, names, xspec, wspec):

@@ -878,6 +878,191 @@ static void sample_pairs(void) {
     else printf("note: %d protobuf dumps compared with their text dumps\n", pairs);
 }
 
+/* ---- shardings by mesh axes (OpSharding.named_sharding) ---- */
+
+static Xla__AxisRefProto *axis_ref(int64_t axis, int64_t pre, int64_t size) {
+    Xla__AxisRefProto *a = xcalloc(1, sizeof *a);
+    xla__axis_ref_proto__init(a);
+    a->mesh_axis_index = axis;
+    if (size) {
+        a->sub_axis_info = xcalloc(1, sizeof *a->sub_axis_info);
+        xla__axis_ref_proto__sub_axis__init(a->sub_axis_info);
+        a->sub_axis_info->pre_size = pre;
+        a->sub_axis_info->size = size;
+    }
+    return a;
+}
+
+static void free_axis_refs(Xla__AxisRefProto **v, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(v[i]->sub_axis_info);
+        free(v[i]);
+    }
+}
+
+/* The text reader and the protobuf reader give the same (raw) sharding, never
+ * a replicated one: a named sharding says nothing in OpSharding.type. */
+static void named_shardings(void) {
+    Xla__MeshProto__MeshAxis ax[4];
+    Xla__MeshProto__MeshAxis *axp[4];
+    const char *names[] = {"a", "b", "c", "d"};
+    int64_t sizes[] = {2, 4, 3, 8};
+    for (int i = 0; i < 4; i++) {
+        xla__mesh_proto__mesh_axis__init(&ax[i]);
+        ax[i].name = (char *)names[i];
+        ax[i].size = sizes[i];
+        axp[i] = &ax[i];
+    }
+    Xla__MeshProto mesh4 = XLA__MESH_PROTO__INIT, mesh2 = XLA__MESH_PROTO__INIT, one = XLA__MESH_PROTO__INIT;
+    mesh4.n_axes = 4;
+    mesh4.axes = axp;
+    mesh2.n_axes = 2;
+    mesh2.axes = axp;
+    int64_t five[] = {5};
+    one.n_device_ids = 1;
+    one.device_ids = five;
+    /* [{'a'}, {'c', 'b'}] */
+    Xla__AxisRefProto *d0[] = {axis_ref(0, 0, 0)}, *d1[] = {axis_ref(2, 0, 0), axis_ref(1, 0, 0)};
+    Xla__NamedShardingProto__DimensionSharding ds[2];
+    Xla__NamedShardingProto__DimensionSharding *dsp[] = {&ds[0], &ds[1]};
+    for (int i = 0; i < 2; i++) {
+        xla__named_sharding_proto__dimension_sharding__init(&ds[i]);
+        ds[i].is_closed = true;
+    }
+    ds[0].n_axes = 1;
+    ds[0].axes = d0;
+    ds[1].n_axes = 2;
+    ds[1].axes = d1;
+    /* [{'b':(2)2}, {'d':(4)2, 'c', ?}], replicated={'a'}, unreduced=max{'d':(2)2} */
+    Xla__AxisRefProto *e0[] = {axis_ref(1, 2, 2)}, *e1[] = {axis_ref(3, 4, 2), axis_ref(2, 0, 0)};
+    Xla__AxisRefProto *rep[] = {axis_ref(0, 0, 0)}, *unr[] = {axis_ref(3, 2, 2)}, *all2[] = {axis_ref(0, 0, 0),
+                                                                                           axis_ref(1, 0, 0)};
+    Xla__NamedShardingProto__DimensionSharding es[2];
+    Xla__NamedShardingProto__DimensionSharding *esp[] = {&es[0], &es[1]};
+    for (int i = 0; i < 2; i++) xla__named_sharding_proto__dimension_sharding__init(&es[i]);
+    es[0].is_closed = true;
+    es[0].n_axes = 1;
+    es[0].axes = e0;
+    es[1].n_axes = 2;
+    es[1].axes = e1;
+    Xla__NamedShardingProto ns[5];
+    for (int i = 0; i < 5; i++) xla__named_sharding_proto__init(&ns[i]);
+    ns[0].mesh = &mesh4;
+    ns[0].n_dim_shardings = 2;
+    ns[0].dim_shardings = dsp;
+    ns[1].mesh = &mesh4;
+    ns[1].n_dim_shardings = 2;
+    ns[1].dim_shardings = esp;
+    ns[1].n_replicated_axes = 1;
+    ns[1].replicated_axes = rep;
+    ns[1].n_unreduced_axes = 1;
+    ns[1].unreduced_axes = unr;
+    ns[1].reduction_op = XLA__NAMED_SHARDING_PROTO__REDUCTION_OP_PROTO__MAX;
+    ns[2].mesh = &mesh2;
+    ns[3].mesh = &one;
+    ns[4].mesh = &mesh2;
+    ns[4].n_manual_axes = 2;
+    ns[4].manual_axes = all2;
+    const char *want[] = {
+        "{mesh['a'=2,'b'=4,'c'=3,'d'=8], [{'a'}, {'c', 'b'}]}",
+        "{mesh['a'=2,'b'=4,'c'=3,'d'=8], [{'b':(2)2}, {'d':(4)2, 'c', ?}], replicated={'a'}, unreduced=max{'d':(2)2}}",
+        "{mesh['a'=2,'b'=4], replicated}",
+        "{maximal_mesh[device_id=5]}",
+        "{mesh['a'=2,'b'=4], manual}",
+    };
+    Xla__OpSharding os[5];
+    Xla__HloInstructionProto *v[5];
+    char nm[5][4];
+    for (int i = 0; i < 5; i++) {
+        xla__op_sharding__init(&os[i]);
+        os[i].named_sharding = &ns[i];
+        snprintf(nm[i], sizeof nm[i], "p%d", i);
+        v[i] = instr(nm[i], "parameter", DT_F32, 20 + i);
+        v[i]->parameter_number = i;
+        v[i]->sharding = &os[i];
+    }
+    strbuf b = pack(v, 5);
+    hlo_module *m = parse_ok(&b);
+    strbuf text;
+    sb_init(&text);
+    sb_puts(&text, "HloModule hand\nENTRY main {\n");
+    for (int i = 0; i < 5; i++) sb_printf(&text, "  p%d = f32[] parameter(%d), sharding=%s\n", i, i, want[i]);
+    sb_puts(&text, "}\n");
+    diag d;
+    diag_init(&d, "hand.hlo");
+    hlo_module *t = hlo_parse_text(text.s, text.len, "hand.hlo", &d);
+    CHECK_MSG(t != NULL, "%s", d.out.s ? d.out.s : "");
+    for (int i = 0; m && t && i < 5; i++) {
+        t_case("pb-12 named sharding %s", want[i]);
+        const hlo_instr *in = &m->comps[0].instrs[i];
+        const hlo_attr *a = instr_attr(in, A_SHARDING), *ta = instr_attr(&t->comps[0].instrs[i], A_SHARDING);
+        if (!CHECK(a && ta)) continue;
+        CHECK_EQ(a->v.sharding->type, SH_RAW);
+        strbuf got;
+        sb_init(&got);
+        hlo_print_attr_value(&got, m, &m->comps[0], in, a);
+        CHECK_STR(got.s, want[i]);
+        CHECK(hlo_attr_equal(a, ta));
+        sb_free(&got);
+    }
+    graph_free(m);
+    graph_free(t);
+    diag_free(&d);
+    sb_free(&text);
+    sb_free(&b);
+    for (int i = 0; i < 5; i++) free_instr(v[i]);
+    free_axis_refs(d0, 1);
+    free_axis_refs(d1, 2);
+    free_axis_refs(e0, 1);
+    free_axis_refs(e1, 2);
+    free_axis_refs(rep, 1);
+    free_axis_refs(unr, 1);
+    free_axis_refs(all2, 2);
+}
+
+/* order= (HloInstructionProto.comparison_order 102) reads as the text has
+ * it: written only when not the operand type's default. */
+static void comparison_order(void) {
+    Xla__HloInstructionProto *pf = instr("pf", "parameter", DT_F32, 1), *pi = instr("pi", "parameter", DT_S32, 2);
+    pi->parameter_number = 1;
+    Xla__HloInstructionProto *cf = instr("cf", "compare", DT_PRED, 3), *cp = instr("cp", "compare", DT_PRED, 4),
+                             *ci = instr("ci", "compare", DT_PRED, 5), *cj = instr("cj", "compare", DT_PRED, 6);
+    int64_t ff[] = {1, 1}, ii[] = {2, 2};
+    Xla__HloInstructionProto *cmp[] = {cf, cp, ci, cj};
+    const char *orders[] = {"TOTAL", "PARTIAL", "TOTAL", "PARTIAL"};
+    for (int k = 0; k < 4; k++) {
+        cmp[k]->n_operand_ids = 2;
+        cmp[k]->operand_ids = k < 2 ? ff : ii;
+        cmp[k]->comparison_direction = "LT";
+        cmp[k]->comparison_order = (char *)orders[k];
+    }
+    Xla__HloInstructionProto *v[] = {pf, pi, cf, cp, ci, cj};
+    strbuf b = pack(v, 6);
+    hlo_module *m = parse_ok(&b);
+    diag d;
+    diag_init(&d, "o.hlo");
+    const char *text = "HloModule hand\nENTRY main {\n  pf = f32[] parameter(0)\n  pi = s32[] parameter(1)\n"
+                       "  cf = pred[] compare(pf, pf), direction=LT, order=TOTAL\n"
+                       "  cp = pred[] compare(pf, pf), direction=LT\n"
+                       "  ci = pred[] compare(pi, pi), direction=LT\n"
+                       "  ROOT cj = pred[] compare(pi, pi), direction=LT, order=PARTIAL\n}\n";
+    hlo_module *t = hlo_parse_text(text, strlen(text), "o.hlo", &d);
+    t_case("pb-13 compare order= where it is not the operand type's default");
+    if (CHECK(m && t)) {
+        for (int k = 2; k < 6; k++) {
+            const hlo_instr *a = &m->comps[0].instrs[k], *ta = &t->comps[0].instrs[k];
+            CHECK_MSG(a->nattrs == ta->nattrs, "%s: %u vs %u attributes", a->name, a->nattrs, ta->nattrs);
+            for (uint32_t j = 0; j < a->nattrs && a->nattrs == ta->nattrs; j++)
+                CHECK_MSG(hlo_attr_equal(&a->attrs[j], &ta->attrs[j]), "%s: attribute %u", a->name, j);
+        }
+    }
+    graph_free(m);
+    graph_free(t);
+    diag_free(&d);
+    sb_free(&b);
+    for (int k = 0; k < 6; k++) free_instr(v[k]);
+}
+
 /* ---- jax 0.12 dumps: elided get-tuple-elements ---- */
 
 /* The value instruction i of c stands for: its name, or for a
@@ -980,7 +1165,7 @@ static bool same_values(const hlo_comp *ca, const hlo_comp *cb, strbuf *why) {
  * attributes (shardings included) and metadata, and to the same mesh. */
 static void jax012_pairs(void) {
     static const char *const stems[] = {
-        "gspmd_adamw.baseline", "gspmd_adamw.dist", "gspmd_scan.baseline", "gspmd_scan.dist",
+        "gspmd_adamw.baseline", "gspmd_adamw.dist", "gspmd_scan.baseline", "gspmd_scan.dist", "gspmd_scan_prop.baseline", "gspmd_scan_prop.dist",
         "mesh_b1m4.baseline", "mesh_b1m4.dist", "mesh_d4m1.baseline", "mesh_d4m1.dist",
         "smap_sgd.baseline", "smap_sgd.dist", "smap_sgd_x4.dist",
     };
@@ -993,6 +1178,17 @@ static void jax012_pairs(void) {
         hlo_module *a = read_text(tp), *b = read_text(pp);
         if (a && b && CHECK_MSG(align_computations(a, b), "the two forms name different computations")) {
             CHECK_EQ(a->entry, b->entry);
+            CHECK_EQ(graph_num_devices(a), graph_num_devices(b));
+            /* the header attributes the protobuf carries read as the text has them */
+            static const char *const keys[] = {"frontend_attributes", "num_partitions"};
+            for (int h = 0; h < 2; h++) {
+                const char *va = NULL, *vb = NULL;
+                for (uint32_t i = 0; i < a->nattrs; i++)
+                    if (!strcmp(a->attrs[i].raw_key, keys[h])) va = a->attrs[i].v.str;
+                for (uint32_t i = 0; i < b->nattrs; i++)
+                    if (!strcmp(b->attrs[i].raw_key, keys[h])) vb = b->attrs[i].v.str;
+                CHECK_STR(vb ? vb : "(none)", va ? va : "(none)");
+            }
             CHECK(a->nframes == b->nframes && a->nfile_locs == b->nfile_locs);
             for (uint32_t c = 0; c < a->ncomps; c++) {
                 strbuf why;
@@ -1086,6 +1282,8 @@ void suite_pb(void) {
     collectives();
     order();
     sample_pairs();
+    named_shardings();
+    comparison_order();
     jax012_pairs();
     jax012_meshes();
 }

@@ -133,6 +133,7 @@ static void tuple_refs(void) {
         {"  ROOT %a = s32[] negate(%p#99999999999)\n}\n", "t.hlo:5:29: tuple index out of range"},
         {"  %a = s32[] negate(%p#0)\n  %p#0 = s32[] constant(0)\n}\n", "t.hlo:6:3: instruction 'p#0' is defined twice"},
         {"  ROOT %p#0 = s32[] get-tuple-element(%p#0), index=0\n}\n", "t.hlo:5:8: instruction 'p#0' is defined twice"},
+        {"  ROOT %a = s32[] negate(%x), control-predecessors={%p#1}\n}\n", "t.hlo:5:53: unknown instruction 'p#1'"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         char src2[512];
@@ -141,6 +142,67 @@ static void tuple_refs(void) {
         CHECK_MSG(strncmp(why, bad[k].want, strlen(bad[k].want)) == 0, "case %zu: %s", k, why);
         free(why);
     }
+}
+
+/* The raw text of unknown attribute key of instruction name, or NULL. */
+static const char *raw_attr(const hlo_module *m, const char *name, const char *key) {
+    const hlo_instr *in = find(m, name);
+    for (uint32_t k = 0; in && k < in->nattrs; k++)
+        if (in->attrs[k].key == A_RAW && strcmp(in->attrs[k].raw_key, key) == 0) return in->attrs[k].v.str;
+    return NULL;
+}
+
+/* A control predecessor may be an element the text names as %t#N. */
+static void tuple_ref_control(void) {
+    t_case("text-20 control-predecessors name elements, before or after their first use");
+    diag d;
+    hlo_module *m = parse("HloModule h\nENTRY e {\n  %p = (f32[], f32[]) parameter(0)\n"
+                          "  %a = f32[] negate(%p#0), control-predecessors={%p#1}\n"
+                          "  ROOT %b = f32[] negate(%p#1), control-predecessors={%p#0}\n}\n", &d);
+    CHECK_MSG(m != NULL, "%s", d.out.s ? d.out.s : "");
+    if (m) {
+        uint32_t n;
+        const int64_t *ca = instr_ints(find(m, "a"), A_CONTROL_PREDECESSORS, &n);
+        CHECK(n == 1 && ca && &graph_entry(m)->instrs[ca[0]] == find(m, "p#1"));
+        const int64_t *cb = instr_ints(find(m, "b"), A_CONTROL_PREDECESSORS, &n);
+        CHECK(n == 1 && cb && &graph_entry(m)->instrs[cb[0]] == find(m, "p#0"));
+    }
+    graph_free(m);
+    diag_free(&d);
+}
+
+/* tests/cases/current_xla.hlo: what the current printer writes. */
+static void current_xla(void) {
+    diag d;
+    diag_init(&d, "current_xla.hlo");
+    t_case("text-16 current_xla.hlo parses");
+    hlo_module *m = hlo_read_file("tests/cases/current_xla.hlo", &d);
+    CHECK_MSG(m != NULL, "%s", d.out.s ? d.out.s : "");
+    diag_free(&d);
+    if (!m) return;
+    t_case("text-17 elements of a while parameter and nested tuples");
+    const hlo_instr *t1 = find(m, "t#1"), *n = find(m, "p0#1#0"), *l0 = find(m, "loop#0");
+    CHECK(t1 && t1->op == OP_GET_TUPLE_ELEMENT && t1->shape.dtype == DT_S32);
+    CHECK(n && n->op == OP_GET_TUPLE_ELEMENT && n->shape.dtype == DT_F32 && find(m, "p0#1"));
+    const hlo_instr *mul = find(m, "m");
+    CHECK(l0 && mul && mul->noperands == 2 && mul->operands[0] == mul->operands[1]);
+    CHECK(find(m, "c#1") && find(m, "c#0") == NULL);
+    CHECK_EQ(m->comps[0].reducer, RED_SUM); /* execution_thread after the brace is read past */
+    t_case("text-18 shardings by mesh axes stay text, never replicated");
+    CHECK_ATTR(m, "p1", A_SHARDING,
+               "{mesh['a'=2,'b'=4], device_ids=([4,2]T(1,0)), [{'b':(2)2}, {'a', ?}], replicated={'b':(1)2}, "
+               "unreduced=max{}, metadata={{op_name=\"foo\"}}}");
+    const hlo_sharding *ps = instr_attr(find(m, "p0"), A_SHARDING)->v.sharding;
+    CHECK(ps->type == SH_TUPLE && ps->ntuple == 2 && ps->tuple[0].type == SH_RAW && ps->tuple[1].type == SH_TUPLE);
+    CHECK(ps->tuple[1].ntuple == 2 && ps->tuple[1].tuple[1].type == SH_RAW);
+    CHECK_EQ(instr_attr(find(m, "g"), A_SHARDING)->v.sharding->type, SH_RAW);
+    t_case("text-19 new attributes kept as text");
+    const char *ra = raw_attr(m, "v", "result_accuracy"), *og = raw_attr(m, "r", "origin");
+    CHECK_STR(ra ? ra : "", "{tolerance={atol=0,rtol=0,ulps=1}}");
+    CHECK_STR(og ? og : "", "{({\"w\"}, {\"i\"})}");
+    CHECK(raw_attr(m, "ar", "statistics") != NULL);
+    CHECK_ATTR(m, "ar", A_FRONTEND_ATTRIBUTES, "{attr_c=\"{type=\\\"s64\\\"}\", attr_d=\"a=\\\"b/c\\\"\"}");
+    graph_free(m);
 }
 
 void suite_text(void);
@@ -289,4 +351,6 @@ void suite_text(void) {
     diag_free(&d);
 
     tuple_refs();
+    tuple_ref_control();
+    current_xla();
 }
