@@ -51,6 +51,10 @@ static void png_flush_cb(png_structp png) { (void)png; }
 
 bool chart_png(strbuf *out, const double (*values)[CHART_PHASES], const bool *hatched, size_t n, chart_axis *axis,
                diag *d) {
+    if (n > CHART_MAX_ROWS) {
+        diag_plain(d, "chart: %zu rows, more than %d", n, CHART_MAX_ROWS);
+        return false;
+    }
     double max = 0;
     for (size_t i = 0; i < n; i++) {
         double s = 0;

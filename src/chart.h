@@ -23,6 +23,10 @@
 #define CHART_WIDTH_PX 1400
 #define CHART_HIDPI_ROWS 80
 #define CHART_MAX_TICKS 12
+/* Rows a chart may have: CHART_MAX_ROWS x 24 device pixels stays far below
+ * libpng's default height limit (10^6 rows) and what browsers decode; callers
+ * with more segments sum consecutive ones into a row. */
+#define CHART_MAX_ROWS 500
 
 typedef struct {
     double max;                      /* value at the right edge (ms) */
@@ -38,7 +42,7 @@ extern const unsigned char chart_phase_rgb[CHART_PHASES][3];
 /* values[i][p] is row i's time in phase p (ms, negative or not finite treated
  * as 0, more than 10^12 as 10^12);
  * hatched[i] marks memo hits. Appends the PNG bytes to png; false + diag on a
- * libpng failure. */
+ * libpng failure or more than CHART_MAX_ROWS rows. */
 bool chart_png(strbuf *png, const double (*values)[CHART_PHASES], const bool *hatched, size_t n, chart_axis *axis,
                diag *d);
 

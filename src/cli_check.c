@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,7 +27,13 @@ const char cli_check_usage[] =
     "  -j N       parallelism (default: the number of cores): a batch checks up to N pairs at once, each in\n"
     "             its own process (its times then include the others' load: -j 1 for timings); a single\n"
     "             pair reads its two programs on two threads when N >= 2\n"
-    "  --no-memo  lift every layer instead of reusing the result of an identical one (for comparison)\n";
+    "  --no-memo  lift every layer instead of reusing the result of an identical one (for comparison)\n"
+    "  -o FILE    a regular file is replaced only once complete (a temporary file beside it, renamed);\n"
+    "             a symlink is followed to the file it names; a character device or FIFO is written\n"
+    "             through; anything else is refused. Without -o the trace goes to stdout.\n"
+    "  a batch exits 2 when --out-dir is not a directory, a pair name cannot name a file, or a trace\n"
+    "  or index.json could not be written (that pair is \"error\" in index.json); killing the batch\n"
+    "  kills its workers.\n";
 
 static bool write_json(const char *path, json_t *j, diag *d) {
     char *s = json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
@@ -112,6 +119,7 @@ static bool batch_start(batch_worker *w, batch_pair *p, size_t k, const batch_wo
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return false;
     fflush(NULL);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         close(fds[0]);
@@ -119,6 +127,9 @@ static bool batch_start(batch_worker *w, batch_pair *p, size_t k, const batch_wo
         return false;
     }
     if (pid == 0) {
+        /* A worker dies with the batch: killed (or crashed), the parent must
+         * not leave workers writing traces nobody will index. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(EXIT_INTERNAL);
         close(fds[0]);
         for (int i = 0; i < nall; i++)
             if (all[i].pid > 0) close(all[i].fd);
@@ -239,6 +250,8 @@ static void batch_run(batch *bt, int jobs) {
     free(ws);
 }
 
+#define TRACE_SUFFIX ".trace.json"
+
 static int run_manifest(const char *manifest, const char *out_dir, const check_opts *base) {
     json_error_t err;
     json_t *m = json_load_file(manifest, 0, &err);
@@ -247,7 +260,21 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
         json_decref(m);
         return EXIT_INPUT;
     }
-    mkdir(out_dir, 0777);
+    /* The folder must be there (or be made) before any pair is checked: a
+     * batch that cannot write its traces says so up front. */
+    struct stat ost;
+    int merr = mkdir(out_dir, 0777) == 0 ? 0 : errno;
+    const char *why = merr && merr != EEXIST    ? strerror(merr)
+                      : stat(out_dir, &ost) != 0 ? strerror(errno)
+                      : !S_ISDIR(ost.st_mode)    ? "not a directory"
+                                                 : NULL;
+    if (why) {
+        fprintf(stderr, "scalify check: --out-dir %s: %s\n", out_dir, why);
+        json_decref(m);
+        return EXIT_INPUT;
+    }
+    long name_max = pathconf(out_dir, _PC_NAME_MAX);
+    if (name_max <= 0) name_max = 255;
     /* Paths in the manifest are relative to its directory. */
     const char *slash = strrchr(manifest, '/');
     strbuf dirb;
@@ -278,9 +305,12 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
         /* The name names the trace file: one file name, one pair. */
         size_t same = 0;
         while (same < n && strcmp(ps[same].name, name) != 0) same++;
-        if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") || same < n) {
+        bool too_long = strlen(name) + strlen(TRACE_SUFFIX) > (size_t)name_max;
+        if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") || same < n || too_long) {
             fprintf(stderr, "%s: pair %zu: the name \"%s\" %s\n", manifest, i, name,
-                    same < n ? "is another pair's too (names name the trace files)" : "cannot name a trace file");
+                    same < n   ? "is another pair's too (names name the trace files)"
+                    : too_long ? "is too long to name a trace file"
+                               : "cannot name a trace file");
             worst = EXIT_INPUT;
             continue;
         }
@@ -292,7 +322,7 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
         sb_printf(&q->b, "%s/%s", dir, b);
         sb_printf(&q->d, "%s/%s", dir, dd);
         sb_printf(&q->r, "%s/%s", dir, r);
-        sb_printf(&q->out, "%s/%s.trace.json", out_dir, name);
+        sb_printf(&q->out, "%s/%s" TRACE_SUFFIX, out_dir, name);
         q->o = *base;
         q->o.name = name;
         q->o.baseline = q->b.s;
@@ -307,6 +337,9 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
         batch_pair *q = &ps[i];
         json_t *e = json_object();
         json_object_set_new(e, "name", json_string(q->name));
+        /* A pair checked but whose trace is missing was not checked as far as
+         * anyone reading the traces can tell: an error, never its verdict. */
+        if (!q->wrote) q->verdict = VERDICT_ERROR;
         json_object_set_new(e, "verdict", json_string(verdict_name(q->verdict)));
         json_object_set_new(e, "expected", json_incref(q->expected));
         if (q->wrote) json_object_set_new(e, "trace", json_string(strrchr(q->out.s, '/') + 1));
@@ -323,7 +356,7 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
     diag_init(&d, ip.s);
     json_t *idx = json_object();
     json_object_set_new(idx, "pairs", index);
-    write_json(ip.s, idx, &d);
+    if (!write_json(ip.s, idx, &d) && worst < EXIT_INPUT) worst = EXIT_INPUT;
     cli_flush_diag(&d);
     json_decref(idx);
     json_decref(m);

@@ -14,7 +14,11 @@ const char cli_report_usage[] =
     "usage: scalify report TRACE... -o DIR [--single-file FILE] [--title T] [--templates DIR]\n"
     "  writes DIR/index.html, a page per pair and per finding, summary.json,\n"
     "  results.sarif and junit.xml; --single-file also bundles every page into FILE.\n"
-    "  --templates (or env SCALIFY_HOME) names the tree holding templates/ and assets/.\n";
+    "  --templates (or env SCALIFY_HOME) names the tree holding templates/ and assets/.\n"
+    "  The site is written to DIR/.scalify-new-XXXXXX first and moved into DIR, under a lock on DIR,\n"
+    "  only once complete: a failed write (exit 2) leaves the previous site as it was.\n"
+    "  FILE is written as check's -o writes (regular file replaced once complete, symlink followed,\n"
+    "  character device or FIFO written through).\n";
 
 static int usage_error(const char *msg) {
     if (msg) fprintf(stderr, "scalify report: %s\n", msg);

@@ -4,9 +4,11 @@
 #include <string.h>
 
 /* Length of the valid UTF-8 sequence at s[0..n), or 0 when it is not valid
- * (overlong forms, surrogates and code points past U+10FFFF are invalid). */
-static size_t utf8_len(const unsigned char *s, size_t n) {
+ * (overlong forms, surrogates and code points past U+10FFFF are invalid);
+ * *out gets its code point. */
+static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *out) {
     unsigned c = s[0];
+    *out = c;
     if (c < 0x80) return 1;
     size_t len;
     unsigned cp;
@@ -21,8 +23,25 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
     }
     if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff))) return 0;
     if (cp >= 0xd800 && cp <= 0xdfff) return 0;
+    *out = cp;
     return len;
 }
+
+bool esc_dangerous(uint32_t cp) {
+    if (cp == '\t' || cp == '\n' || cp == '\r') return false;
+    return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f)    /* C0, DEL, C1 */
+           || cp == 0x061c                            /* Arabic letter mark */
+           || cp == 0x200e || cp == 0x200f            /* LRM, RLM */
+           || (cp >= 0x202a && cp <= 0x202e)          /* LRE RLE PDF LRO RLO */
+           || (cp >= 0x2066 && cp <= 0x2069)          /* LRI RLI FSI PDI */
+           || cp == 0x2028 || cp == 0x2029;           /* line, paragraph separator */
+}
+
+/* The visible stand-in for a dangerous code point in markup: "[U+202E]". */
+static void mark(strbuf *b, uint32_t cp) { sb_printf(b, "[U+%04X]", (unsigned)cp); }
+
+/* A JSON escape for a dangerous code point (all lie in the BMP). */
+static void json_u(strbuf *b, uint32_t cp) { sb_printf(b, "\\u%04x", (unsigned)cp); }
 
 void esc_html_n(strbuf *b, const char *s, size_t n) {
     const unsigned char *p = (const unsigned char *)s;
@@ -37,18 +56,15 @@ void esc_html_n(strbuf *b, const char *s, size_t n) {
         case '\'': sb_puts(b, "&#39;"); i++; continue;
         default: break;
         }
-        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-            sb_puts(b, "\xef\xbf\xbd");
-            i++;
-            continue;
-        }
-        size_t len = utf8_len(p + i, n - i);
+        uint32_t cp;
+        size_t len = utf8_decode(p + i, n - i, &cp);
         if (len == 0) {
             sb_puts(b, "\xef\xbf\xbd");
             i++;
             continue;
         }
-        sb_put(b, s + i, len);
+        if (esc_dangerous(cp)) mark(b, cp);
+        else sb_put(b, s + i, len);
         i += len;
     }
 }
@@ -76,29 +92,37 @@ void esc_json(strbuf *b, const char *s) {
         case '&': sb_puts(b, "\\u0026"); i++; continue;
         default: break;
         }
-        if (c < 0x20) {
-            sb_printf(b, "\\u%04x", c);
-            i++;
-            continue;
-        }
-        size_t len = utf8_len(p + i, n - i);
+        uint32_t cp;
+        size_t len = utf8_decode(p + i, n - i, &cp);
         if (len == 0) {
             sb_puts(b, "\\ufffd");
             i++;
             continue;
         }
-        sb_put(b, s + i, len);
+        if (esc_dangerous(cp)) json_u(b, cp);
+        else sb_put(b, s + i, len);
         i += len;
     }
 }
 
 void esc_json_harden(strbuf *b, const char *json, size_t n) {
-    for (size_t i = 0; i < n; i++) {
+    const unsigned char *p = (const unsigned char *)json;
+    for (size_t i = 0; i < n;) {
         char c = json[i];
         if (c == '<') sb_puts(b, "\\u003c");
         else if (c == '>') sb_puts(b, "\\u003e");
         else if (c == '&') sb_puts(b, "\\u0026");
-        else sb_putc(b, c);
+        else {
+            /* Raw bytes past ASCII occur only inside strings: a dangerous
+             * code point there becomes its escape. */
+            uint32_t cp;
+            size_t len = utf8_decode(p + i, n - i, &cp);
+            if (len > 1 && esc_dangerous(cp)) json_u(b, cp);
+            else sb_put(b, json + i, len ? len : 1);
+            i += len ? len : 1;
+            continue;
+        }
+        i++;
     }
 }
 

@@ -2,16 +2,25 @@
  * (STYLE 3). Every string that came from a trace reaches an output through one
  * of these; raw appends are for markup we wrote ourselves.
  *
+ *   esc_dangerous the one judge of which code points never reach an output raw:
+ *                 C0 controls but \t \n \r, DEL, C1 controls, and the invisible
+ *                 characters that reorder or break displayed text (bidi
+ *                 embeddings, overrides and isolates U+202A-U+202E and
+ *                 U+2066-U+2069, marks U+200E U+200F U+061C, separators
+ *                 U+2028 U+2029), with which a trace string (an op_name) could
+ *                 make a finding read differently from what it is.
  *   esc_html      text and attribute values in HTML and XML/SVG: & < > " ' are
- *                 written as entities; NUL and other C0 controls except \t \n \r
- *                 (not allowed in XML 1.0) become U+FFFD; invalid UTF-8 bytes
- *                 become U+FFFD, so the output is always well-formed UTF-8.
+ *                 written as entities; a dangerous code point is shown as the
+ *                 visible text "[U+202E]"; invalid UTF-8 bytes become U+FFFD, so
+ *                 the output is always well-formed UTF-8 (and XML 1.0).
  *   esc_json      a JSON string body (no quotes): \" \\ \b \f \n \r \t, other
- *                 controls as \u00XX, and < > & as \u003c \u003e \u0026 so the
- *                 JSON is also safe inside an HTML <script> or a viewer that
- *                 renders strings as markup. Invalid UTF-8 becomes \ufffd.
- *   esc_json_harden  rewrites < > & in an already-serialised JSON text (they can
- *                 only occur inside strings) the same way; for jansson output.
+ *                 dangerous code points as \uXXXX, and < > & as \u003c \u003e
+ *                 \u0026 so the JSON is also safe inside an HTML <script> or a
+ *                 viewer that renders strings as markup. Invalid UTF-8 becomes
+ *                 \ufffd.
+ *   esc_json_harden  rewrites < > & and dangerous code points in an already-
+ *                 serialised JSON text (they can only occur inside strings) the
+ *                 same way; for jansson output.
  *   esc_slug      a file-name-safe slug: [A-Za-z0-9._-], others → '-', at most
  *                 max bytes, never empty, never starting with '.'.
  *   esc_base64    standard base64 with padding (data: URIs, CSP hashes).
@@ -23,10 +32,13 @@
 #ifndef SCALIFY_ESCAPE_H
 #define SCALIFY_ESCAPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "util.h"
 
+bool esc_dangerous(uint32_t cp);
 void esc_html(strbuf *b, const char *s);
 void esc_html_n(strbuf *b, const char *s, size_t n);
 void esc_json(strbuf *b, const char *s);

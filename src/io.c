@@ -3,6 +3,7 @@
 #include "sha256.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,23 +127,133 @@ char *io_read_file_sha256(const char *path, size_t *len, bool *was_gzip, uint8_t
     return out;
 }
 
-bool io_write_atomic(const char *path, const void *data, size_t n, diag *d) {
+/* Writes all n bytes to fd, retrying short writes; false with errno set. */
+static bool write_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return false;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* The path a dangling symlink chain at path ends at (caller frees); NULL when
+ * the chain is too long or unreadable. */
+static char *dangling_target(const char *path) {
+    char *cur = xstrdup(path);
+    for (int hops = 0; hops < 40; hops++) {
+        struct stat st;
+        if (lstat(cur, &st) != 0) return cur; /* the chain ends at a missing name */
+        if (!S_ISLNK(st.st_mode)) break;      /* appeared meanwhile: not dangling */
+        char buf[4096];
+        ssize_t k = readlink(cur, buf, sizeof buf - 1);
+        if (k <= 0) break;
+        buf[k] = 0;
+        strbuf next;
+        sb_init(&next);
+        const char *slash = strrchr(cur, '/');
+        if (buf[0] != '/' && slash) sb_put(&next, cur, (size_t)(slash - cur + 1));
+        sb_puts(&next, buf);
+        free(cur);
+        cur = sb_take(&next);
+    }
+    free(cur);
+    return NULL;
+}
+
+/* Writes a new regular file at path: a temporary file made with O_EXCL under
+ * an unpredictable name in path's folder, renamed over path once complete.
+ * mode: the permission bits it gets. */
+static bool write_replace(const char *path, const void *data, size_t n, mode_t mode, diag *d) {
     strbuf tmp;
     sb_init(&tmp);
-    sb_printf(&tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp.s, "wb");
-    if (!f) {
-        diag_plain(d, "cannot write %s: %s", tmp.s, strerror(errno));
+    const char *slash = strrchr(path, '/');
+    if (slash) sb_put(&tmp, path, (size_t)(slash - path + 1));
+    sb_puts(&tmp, ".scalify-XXXXXX");
+    int fd = mkostemp(tmp.s, O_CLOEXEC);
+    if (fd < 0) {
+        diag_plain(d, "cannot write %s: %s", path, strerror(errno));
         sb_free(&tmp);
         return false;
     }
-    bool ok = fwrite(data, 1, n, f) == n;
-    ok = (fclose(f) == 0) && ok;
-    if (ok && rename(tmp.s, path) != 0) ok = false;
+    bool ok = fchmod(fd, mode) == 0 && write_all(fd, data, n);
+    int err = errno;
+    if (close(fd) != 0 && ok) ok = false, err = errno;
+    if (ok && rename(tmp.s, path) != 0) ok = false, err = errno;
     if (!ok) {
-        diag_plain(d, "cannot write %s: %s", path, strerror(errno));
-        remove(tmp.s);
+        diag_plain(d, "cannot write %s: %s", path, strerror(err));
+        unlink(tmp.s);
     }
     sb_free(&tmp);
+    return ok;
+}
+
+/* The descriptor path names when it is one of this process's open files
+ * (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N); else -1. */
+static int own_fd(const char *path) {
+    if (!strcmp(path, "/dev/stdout")) return 1;
+    if (!strcmp(path, "/dev/stderr")) return 2;
+    const char *num = !strncmp(path, "/dev/fd/", 8) ? path + 8 : !strncmp(path, "/proc/self/fd/", 14) ? path + 14 : NULL;
+    if (!num || *num < '0' || *num > '9') return -1;
+    char *end;
+    long fd = strtol(num, &end, 10);
+    return *end || fd > 1 << 20 || fcntl((int)fd, F_GETFD) < 0 ? -1 : (int)fd;
+}
+
+bool io_write_atomic(const char *path, const void *data, size_t n, diag *d) {
+    /* An open descriptor is written as it is (a file opened with >> keeps its
+     * contents, a pipe its reader), never reopened or replaced. */
+    int own = own_fd(path);
+    if (own >= 0) {
+        fflush(NULL);
+        if (write_all(own, data, n)) return true;
+        diag_plain(d, "cannot write %s: %s", path, strerror(errno));
+        return false;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISREG(st.st_mode)) {
+            /* Through a symlink: replace the file it names, keep the link. */
+            char *real = realpath(path, NULL);
+            if (!real) {
+                diag_plain(d, "cannot write %s: %s", path, strerror(errno));
+                return false;
+            }
+            bool ok = write_replace(real, data, n, st.st_mode & 0777, d);
+            free(real);
+            return ok;
+        }
+        if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
+            /* A terminal, /dev/null, /dev/stdout, a named pipe: written through
+             * as a shell redirection would, never replaced by a file. */
+            int fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+            bool ok = fd >= 0 && write_all(fd, data, n);
+            int err = errno;
+            if (fd >= 0 && close(fd) != 0 && ok) ok = false, err = errno;
+            if (!ok) diag_plain(d, "cannot write %s: %s", path, strerror(err));
+            return ok;
+        }
+        diag_plain(d, "cannot write %s: %s", path,
+                   S_ISDIR(st.st_mode) ? "it is a directory" : "not a regular file, character device or FIFO");
+        return false;
+    }
+    if (errno != ENOENT) {
+        diag_plain(d, "cannot write %s: %s", path, strerror(errno));
+        return false;
+    }
+    mode_t mask = umask(0);
+    umask(mask);
+    char *target = dangling_target(path);
+    if (!target) {
+        diag_plain(d, "cannot write %s: %s", path, strerror(ELOOP));
+        return false;
+    }
+    bool ok = write_replace(target, data, n, 0666 & ~mask, d);
+    free(target);
     return ok;
 }

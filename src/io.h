@@ -4,8 +4,22 @@
  * last byte, so text readers may rely on a terminator. Gzip input (magic 1f 8b) is
  * inflated, concatenated members included. Failures go to the diag.
  *
- * io_write_atomic writes to "<path>.tmp.<pid>" and renames it over path, so a
- * reader never sees a partial output file.
+ * io_write_atomic never leaves a partial or stale output behind a success:
+ *   - path absent or a regular file: the bytes go to a temporary file created
+ *     with O_EXCL under an unpredictable name (mkstemp) in path's folder, which
+ *     is renamed over path only once every byte is written and closed; a
+ *     replaced file keeps its permission bits, a new one gets 0666 & ~umask.
+ *   - a symlink: followed; its target (a regular file, or a missing name that
+ *     the chain ends at) is what gets written or created; the link stays.
+ *   - /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N naming an open
+ *     descriptor: written to that descriptor as it is (a file opened for
+ *     appending keeps its contents); stdio is flushed first.
+ *   - a character device or FIFO (/dev/stdout, /dev/null, a terminal, a named
+ *     pipe): written through directly, as a shell redirection would; it is
+ *     never replaced by a file.
+ *   - anything else (a directory, a block device, a socket): refused.
+ * Any failed write, close or rename is an error (false plus a diag naming
+ * path and the cause); the temporary file is then removed.
  */
 #ifndef SCALIFY_IO_H
 #define SCALIFY_IO_H

@@ -329,6 +329,29 @@ eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
     return eg_add(c->g, OP_RESHAPE, 0, t, &x, 1, origin);
 }
 
+/* Whether reduce `in` over children ch (operand, init) reduces only dims of
+ * size 1 from an init that is its reducer's identity (0 for sum, ±inf for
+ * max/min, 1 for a product, true/false for and/or): then it is its operand
+ * reshaped, on both sides alike (XLA sums a batch in one reduce or in two,
+ * with a unit dim between). */
+static bool unit_reduce(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch) {
+    uint32_t nd, rank;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &rank);
+    for (uint32_t k = 0; k < nd; k++)
+        if (rd[k] < 0 || (uint32_t)rd[k] >= rank || xd[rd[k]] != 1) return false;
+    const interp_val *iv = lf_kval(c, ch[1]);
+    if (!iv || iv->n != 1 || eg_type_dtype(c->g, eg_class_type(c->g, ch[0])) != in->shape.dtype) return false;
+    double z = interp_val_get(iv, 0);
+    switch (instr_reducer(m, in)) {
+    case RED_SUM: case RED_OR: return z == 0;
+    case RED_PROD: case RED_AND: return z == 1;
+    case RED_MAX: return isinf(z) && z < 0;
+    case RED_MIN: return isinf(z) && z > 0;
+    default: return false;
+    }
+}
+
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
                 uint8_t origin) {
     uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
@@ -341,6 +364,7 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
         for (uint32_t k = 0; k < nd && ident; k++) ident = bd[k] == k;
         if (ident) return eg_find(c->g, ch[0]);
     }
+    if (in->op == OP_REDUCE && n == 2 && unit_reduce(c, m, in, ch)) return lf_mk_reshape(c, ch[0], t, origin);
     uint32_t attr = encode_attrs(c, m, in);
     /* A term folded before (the same op over the same classes; layers repeat
      * their constants) is not evaluated again. */
@@ -1601,6 +1625,48 @@ static bool dim_collective(lstate *s, int *axes, uint32_t *dim) {
 
 /* all-gather along d: d must be sharded with the gathered axes as its minor
  * axes (block order = group order). */
+/* all-gather along dim d over `axes` of a value every device of a group holds
+ * alike (not sharded along d, the axes unused by its view): the group's
+ * copies side by side, the same on every device — concatenate(x, ..., x), or
+ * for known values those values tiled. (GSPMD gathers a constant it
+ * computed whole on every device; a program may tile a replicated value.) */
+static lval gather_copies(lstate *s, uint32_t d, int axes) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[0];
+    const hlo_instr *in = s->in;
+    int64_t n = 1;
+    for (uint32_t a = 0; a < c->mesh->naxes; a++)
+        if (axes >> a & 1) n *= c->mesh->sizes[a];
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, &in->shape, dims);
+    uint32_t rank = in->shape.rank, xr;
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &xr);
+    if (xr != rank || rank > VIEW_MAX_RANK || n < 1) return unknown();
+    uint32_t t = lf_type_of(c, in->shape.dtype, dims, rank);
+    const interp_val *kv = lf_kval(c, x->cls);
+    if (kv && fold_size_ok(dims, rank)) {
+        interp_val *r = interp_val_new(kv->dtype, rank, dims);
+        if (r) {
+            int64_t idx[VIEW_MAX_RANK] = {0};
+            for (int64_t e = 0; e < r->n; e++) {
+                int64_t src = 0;
+                for (uint32_t q = 0; q < rank; q++) src = src * xd[q] + (q == d ? idx[q] % xd[q] : idx[q]);
+                interp_val_set(r, e, interp_val_get(kv, src));
+                for (int q = (int)rank - 1; q >= 0 && ++idx[q] == dims[q]; q--) idx[q] = 0;
+            }
+            lval out = term(lf_const_term(c, r, c->origin), x->v, x->assumed);
+            out.konst = x->konst;
+            return out;
+        }
+    }
+    if (n > 64) return unknown();
+    eid ch[64];
+    for (int64_t q = 0; q < n; q++) ch[q] = x->cls;
+    int64_t dd = d;
+    return term(eg_add(c->g, OP_CONCATENATE, lf_list_attr(c, A_DIMENSIONS, &dd, 1), t, ch, (uint32_t)n, c->origin), x->v,
+                x->assumed);
+}
+
 static lval lift_all_gather(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1611,6 +1677,7 @@ static lval lift_all_gather(lstate *s) {
     view v = x->v;
     view_dim *vd = &v.dims[d];
     uint32_t k = __builtin_popcount((unsigned)axes);
+    if (!vd->naxes && !(view_axes_used(&x->v) & (uint32_t)axes) && !x->v.partial) return gather_copies(s, d, axes);
     bool ok = vd->naxes >= k;
     for (uint32_t i = 0; ok && i < k; i++) ok = axes >> vd->axes[vd->naxes - k + i] & 1;
     if (!ok) {
@@ -2106,28 +2173,49 @@ static bool member(const int64_t *v, uint32_t n, int64_t x) {
  * batch dims: every device gathers its rows of its tile, which is the global
  * gather viewed with those shardings on the matching output dims (an
  * embedding under FSDP: tokens gathered, the hidden dim sharded). */
+/* Operand o as a term when it is a device value the same on every device
+ * (a constant index): the constant, replicated. */
+static void uniform_dev_as_term(lstate *s, uint32_t o) {
+    lval *x = &s->ops[o];
+    if (x->kind != LV_DEV || !dev_uniform(s->c, x)) return;
+    const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
+    *x = term(dev_constant(s->c, xi, x), view_dup(xi->shape.rank), false);
+    x->konst = true;
+}
+
 static bool gather_views(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
+    if (in->noperands == 2) uniform_dev_as_term(s, 1);
     const lval *t = &s->ops[0], *ix = &s->ops[1];
     if (in->noperands != 2 || t->kind != LV_TERM || ix->kind != LV_TERM || t->v.partial || ix->v.partial ||
         view_is_dup(&t->v) + view_is_dup(&ix->v) == 2 || in->shape.rank > VIEW_MAX_RANK)
         return false;
-    uint32_t noff, ncol, nmap, nob, nss;
+    uint32_t noff, ncol, nmap, nob, nsb, nss;
     const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &noff), *col = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &ncol);
     const int64_t *map = instr_ints(in, A_START_INDEX_MAP, &nmap);
-    (void)instr_ints(in, A_OPERAND_BATCHING_DIMS, &nob);
+    const int64_t *ob = instr_ints(in, A_OPERAND_BATCHING_DIMS, &nob);
+    const int64_t *sb = instr_ints(in, A_START_INDICES_BATCHING_DIMS, &nsb);
     const int64_t *ss = instr_ints(in, A_SLICE_SIZES, &nss);
     int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
     const hlo_instr *ti = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]];
-    if (nob || nss != ti->shape.rank || ti->shape.rank > VIEW_MAX_RANK) return false;
+    if (nob != nsb || nss != ti->shape.rank || ti->shape.rank > VIEW_MAX_RANK || ii->shape.rank > VIEW_MAX_RANK) return false;
     view v = view_dup(in->shape.rank);
+    /* Batching dims (take_along_axis): the table's and the indices' sharded
+     * alike; the result takes the indices' (below). Their axes are shared. */
+    uint32_t shared = 0;
+    for (uint32_t q = 0; q < nob; q++) {
+        const view_dim *a = &t->v.dims[ob[q]], *b = &ix->v.dims[sb[q]];
+        if (memcmp(a, b, sizeof *a)) return false;
+        for (uint32_t x = 0; x < a->naxes; x++) shared |= 1u << a->axes[x];
+    }
     /* Table dims: the k-th kept one (neither collapsed nor batching) is output dim off[k]. */
     uint32_t k = 0;
     int64_t sizes[VIEW_MAX_RANK];
     for (uint32_t d = 0; d < ti->shape.rank; d++) {
         sizes[d] = ss[d];
-        bool kept = !member(col, ncol, d);
+        bool kept = !member(col, ncol, d) && !member(ob, nob, d);
+        if (member(ob, nob, d)) continue;
         if (t->v.dims[d].naxes) {
             if (!kept || member(map, nmap, d) || ss[d] != ti->shape.dims[d] || k >= noff) return false;
             v.dims[off[k]] = t->v.dims[d];
@@ -2150,7 +2238,7 @@ static bool gather_views(lstate *s, lval *out) {
         }
         o++;
     }
-    if (view_axes_used(&t->v) & view_axes_used(&ix->v)) return false;
+    if (view_axes_used(&t->v) & view_axes_used(&ix->v) & ~shared) return false;
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
     hlo_instr g = *in;
@@ -2181,11 +2269,139 @@ static bool gather_index_values(lstate *s, lval *out) {
     return true;
 }
 
+/* A splat constant (broadcast of a scalar) re-viewed under w: the same
+ * broadcast to the global shape of that view. */
+static bool splat_review(lstate *s, uint32_t o, const view *w) {
+    lval *x = &s->ops[o];
+    const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
+    if (x->kind != LV_TERM || x->v.partial || w->rank != xi->shape.rank) return false;
+    const interp_val *kv = lf_kval(s->c, x->cls);
+    if (kv && (xi->op != OP_BROADCAST || s->comp->instrs[xi->operands[0]].shape.rank != 0)) {
+        /* a folded constant holding one number: that number at the global shape */
+        for (int64_t k = 1; k < kv->n; k++)
+            if (interp_val_get(kv, k) != interp_val_get(kv, 0)) return false;
+        int64_t dims[VIEW_MAX_RANK];
+        lf_global_dims(s->c, w, &xi->shape, dims);
+        interp_val *g = fold_size_ok(dims, xi->shape.rank) && kv->n ? interp_val_new(kv->dtype, xi->shape.rank, dims) : NULL;
+        if (!g) return false;
+        for (int64_t k = 0; k < g->n; k++) interp_val_set(g, k, interp_val_get(kv, 0));
+        *x = term(lf_const_term(s->c, g, s->c->origin), *w, false);
+        x->konst = true;
+        return true;
+    }
+    if (xi->op != OP_BROADCAST || xi->noperands != 1 || s->comp->instrs[xi->operands[0]].shape.rank != 0) return false;
+    const lval *k = &s->vals[xi->operands[0]];
+    eid scalar;
+    if (k->kind == LV_TERM && lf_kval(s->c, k->cls)) scalar = k->cls;
+    else if (k->kind == LV_DEV && dev_uniform(s->c, k)) scalar = dev_constant(s->c, &s->comp->instrs[xi->operands[0]], k);
+    else return false;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(s->c, w, &xi->shape, dims);
+    bool konst = x->konst;
+    *x = term(lf_node(s->c, s->c->cur, xi, &scalar, 1, dims, s->c->origin), *w, false);
+    x->konst = konst;
+    return true;
+}
+
+/* scatter(operand, indices, updates) with a sum or any reducer, two readings:
+ * - aligned: every device scatters into its own block (the operand sharded
+ *   only along batching dims and whole windows, the indices and updates
+ *   alike along the matching dims): the global scatter under the operand's
+ *   view;
+ * - partial: the operand is zero and replicated, the indices and updates
+ *   sharded alike along their scatter dims (each device adds its rows, an
+ *   embedding's gradient under data parallelism) and the reducer a sum: the
+ *   global scatter-add, partial (sum) over those axes.
+ * Splat constants take whatever view the others need. */
+static bool scatter_views(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->noperands != 3 || in->shape.dtype == DT_TUPLE || in->shape.rank > VIEW_MAX_RANK) return false;
+    for (uint32_t o = 0; o < 3; o++) {
+        uniform_dev_as_term(s, o);
+        if (s->ops[o].kind != LV_TERM) return false;
+    }
+    const hlo_instr *oi = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]],
+                    *ui = &s->comp->instrs[in->operands[2]];
+    uint32_t nuw, niw, nib, nsb;
+    const int64_t *uw = instr_ints(in, A_UPDATE_WINDOW_DIMS, &nuw), *iw = instr_ints(in, A_INSERTED_WINDOW_DIMS, &niw);
+    const int64_t *ib = instr_ints(in, A_INPUT_BATCHING_DIMS, &nib), *sb = instr_ints(in, A_SCATTER_INDICES_BATCHING_DIMS, &nsb);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+    uint32_t ro = oi->shape.rank, ri = ii->shape.rank, ru = ui->shape.rank;
+    if (ro > VIEW_MAX_RANK || ri > VIEW_MAX_RANK || ru > VIEW_MAX_RANK || nib != nsb) return false;
+    /* udim_of_idx[d]: the update dim of index dim d (not the index vector dim);
+     * udim_of_op[d]: the update dim of operand window dim d, or -1. */
+    int64_t udim_of_idx[VIEW_MAX_RANK], udim_of_op[VIEW_MAX_RANK];
+    uint32_t u = 0, w = 0;
+    for (uint32_t d = 0; d < ri; d++) {
+        udim_of_idx[d] = -1;
+        if ((int64_t)d == ivd) continue;
+        while (u < ru && member(uw, nuw, u)) u++;
+        if (u >= ru) return false;
+        udim_of_idx[d] = u++;
+    }
+    for (uint32_t d = 0; d < ro; d++) {
+        udim_of_op[d] = -1;
+        if (member(iw, niw, d) || member(ib, nib, d)) continue;
+        if (w >= nuw) return false;
+        udim_of_op[d] = uw[w++];
+    }
+    /* The views the three must have, from the sharded ones. */
+    view vo = view_dup(ro), vi = view_dup(ri), vu = view_dup(ru);
+    const lval *o = &s->ops[0], *x = &s->ops[1], *y = &s->ops[2];
+    if (o->v.partial || x->v.partial || y->v.partial) return false;
+    bool zero_operand = false;
+    const interp_val *ov = lf_kval(c, o->cls);
+    if (ov) {
+        zero_operand = true;
+        for (int64_t k = 0; k < ov->n && zero_operand; k++) zero_operand = interp_val_get(ov, k) == 0;
+    }
+    uint8_t partial = 0;
+    for (uint32_t d = 0; d < ri; d++) {
+        const view_dim *xd = &x->v.dims[d];
+        if (!xd->naxes) continue;
+        if ((int64_t)d == ivd || udim_of_idx[d] < 0) return false;
+        vi.dims[d] = *xd;
+        vu.dims[udim_of_idx[d]] = *xd;
+        int64_t k = -1;
+        for (uint32_t q = 0; q < nsb; q++)
+            if (sb[q] == d) k = ib[q];
+        if (k >= 0) vo.dims[k] = *xd;
+        else for (uint32_t a = 0; a < xd->naxes; a++) partial |= (uint8_t)(1u << xd->axes[a]);
+    }
+    for (uint32_t d = 0; d < ro; d++) {
+        const view_dim *od = &o->v.dims[d];
+        if (!od->naxes) continue;
+        if (udim_of_op[d] >= 0) {
+            /* a window dim: whole windows of the local block */
+            if (ui->shape.dims[udim_of_op[d]] != oi->shape.dims[d]) return false;
+            vo.dims[d] = *od;
+            vu.dims[udim_of_op[d]] = *od;
+        } else if (memcmp(&vo.dims[d], od, sizeof *od)) {
+            return false;
+        }
+    }
+    if (partial && (!zero_operand || instr_reducer(c->cur, in) != RED_SUM || (partial & view_axes_used(&vo)))) return false;
+    const view *want[3] = {&vo, &vi, &vu};
+    for (uint32_t k = 0; k < 3; k++)
+        if (!view_equal(&s->ops[k].v, want[k]) && !splat_review(s, k, want[k])) return false;
+    view v = vo;
+    v.partial = partial;
+    v.red = partial ? RED_SUM : 0;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, dims);
+    eid ch[3] = {s->ops[0].cls, s->ops[1].cls, s->ops[2].cls};
+    *out = term(lf_node(c, c->cur, in, ch, 3, dims, c->origin), v, o->assumed || x->assumed || y->assumed);
+    return true;
+}
+
 static lval lift_instr(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     lval *ops = s->ops;
     lval pwv;
+    /* select(p, x, x) is x, whatever p is (GSPMD writes such selects). */
+    if (in->op == OP_SELECT && in->noperands == 3 && in->operands[1] == in->operands[2]) return ops[1];
     if (iota_block(s, &pwv)) return pwv;
     if (gather_index_values(s, &pwv)) return pwv;
     if (lf_pw_instr(s, &pwv)) return pwv;
@@ -2267,6 +2483,11 @@ static lval lift_instr(lstate *s) {
     case OP_GATHER: {
         lval g;
         if (gather_views(s, &g)) return g;
+        break;
+    }
+    case OP_SCATTER: {
+        lval g;
+        if (scatter_views(s, &g)) return g;
         break;
     }
     default: break;
@@ -2637,6 +2858,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             /* Tuples hold plain terms: loops, outputs and the memo read them. */
             v->elems[o] = vals[in->operands[o]];
             lf_unscale(c, &v->elems[o]);
+            if (v->elems[o].kind == LV_PW && v->elems[o].cls != EID_NONE) lf_index_as_term(c, &v->elems[o]);
         }
         return;
     }

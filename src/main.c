@@ -1,6 +1,14 @@
-/* main — dispatch to the subcommands (STYLE 3); each lives in cli_<name>.c. */
+/* main — dispatch to the subcommands (STYLE 3); each lives in cli_<name>.c.
+ * It also owns the two process-wide rules about exit codes: an abort (a failed
+ * internal invariant) ends with 3, not with a signal, and any output to stdout
+ * that did not reach its destination (a full disk, a closed pipe) turns the
+ * command's exit code into 2 at least: an output that was lost never exits 0. */
+#include <errno.h>
+#include <stdbool.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "scalify.h"
@@ -31,12 +39,34 @@ static void usage(FILE *f) {
           "exit status:\n"
           "  0  verified (check) / success\n"
           "  1  mismatch or unverified (check)\n"
-          "  2  usage error or bad input\n"
+          "  2  usage error, bad input, or an output that could not be written\n"
           "  3  internal error\n",
           f);
 }
 
-int main(int argc, char **argv) {
+/* An abort() is an internal error: say so and exit 3, as documented. Only
+ * async-signal-safe calls here. */
+static void on_abort(int sig) {
+    (void)sig;
+    static const char msg[] = "scalify: internal error (aborted)\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    _exit(EXIT_INTERNAL);
+}
+
+/* Flushes and closes stdout; an output that did not get written makes rc at
+ * least EXIT_INPUT. A stdout that was closed from the start and never written
+ * to is not an error. */
+static int finish_stdout(int rc) {
+    bool ok = fflush(stdout) == 0 && !ferror(stdout);
+    int err = errno;
+    if (fclose(stdout) != 0 && ok && errno != EBADF) ok = false, err = errno;
+    if (ok) return rc;
+    fprintf(stderr, "scalify: cannot write standard output: %s\n", strerror(err));
+    return rc > EXIT_INPUT ? rc : EXIT_INPUT;
+}
+
+static int run(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return EXIT_INPUT;
@@ -62,4 +92,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "scalify: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return EXIT_INPUT;
+}
+
+int main(int argc, char **argv) {
+    signal(SIGABRT, on_abort);
+    return finish_stdout(run(argc, argv));
 }

@@ -7,7 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "chart.h"
 #include "dotgraph.h"
@@ -373,17 +377,23 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     const trace *t = c->t[p];
     size_t n = t->n_segments;
     if (!n) return;
-    double (*vals)[CHART_PHASES] = xcalloc(n, sizeof *vals);
-    bool *memo = xcalloc(n, sizeof *memo);
+    /* Past CHART_MAX_ROWS segments a bar sums `per` consecutive ones (a
+     * memo-hit bar: all of them hits), so the image stays a size a PNG and a
+     * browser take; the timing table keeps every segment. */
+    size_t per = (n + CHART_MAX_ROWS - 1) / CHART_MAX_ROWS, rows = (n + per - 1) / per;
+    double (*vals)[CHART_PHASES] = xcalloc(rows, sizeof *vals);
+    bool *memo = xcalloc(rows, sizeof *memo);
+    for (size_t r = 0; r < rows; r++) memo[r] = true;
     for (size_t i = 0; i < n; i++) {
         const trace_segment *s = &t->segments[i];
-        vals[i][0] = s->t_build, vals[i][1] = s->t_lift, vals[i][2] = s->t_saturate, vals[i][3] = s->t_check;
-        memo[i] = s->memo_hit;
+        double *v = vals[i / per];
+        v[0] += s->t_build, v[1] += s->t_lift, v[2] += s->t_saturate, v[3] += s->t_check;
+        memo[i / per] &= s->memo_hit;
     }
     strbuf png;
     sb_init(&png);
     chart_axis ax;
-    bool ok = chart_png(&png, (const double(*)[CHART_PHASES])vals, memo, n, &ax, c->d);
+    bool ok = chart_png(&png, (const double(*)[CHART_PHASES])vals, memo, rows, &ax, c->d);
     free(vals);
     free(memo);
     if (!ok) {
@@ -398,9 +408,14 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
         sb_printf(css, ".%s .t%d{left:%.3f%%}", cls, i, 100.0 * i / (ax.n_ticks - 1));
     sb_putc(css, '\n');
     sb_printf(b, "<figure class=\"panel\"><div class=\"chart %s\"><div class=\"rows\" aria-hidden=\"true\">", cls);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t r = 0; r < rows; r++) {
         sb_puts(b, "<div>");
-        put(b, t->segments[i].name);
+        put(b, t->segments[r * per].name);
+        size_t last = (r + 1) * per < n ? (r + 1) * per - 1 : n - 1;
+        if (last > r * per) {
+            sb_puts(b, " \xe2\x80\xa6 ");
+            put(b, t->segments[last].name);
+        }
         sb_puts(b, "</div>");
     }
     sb_puts(b, "</div><div class=\"plot\"><img alt=\"Stacked bar chart of time per segment and phase; the same "
@@ -416,7 +431,9 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     static const char *const phase[CHART_PHASES] = {"build", "lift", "saturate", "check"};
     for (int i = 0; i < CHART_PHASES; i++)
         sb_printf(b, "<span><span class=\"sw ph%d\"></span>%s</span>", i, phase[i]);
-    sb_puts(b, "<span><span class=\"sw hatch\"></span>memo hit (proof reused)</span></figcaption></figure>\n");
+    sb_puts(b, "<span><span class=\"sw hatch\"></span>memo hit (proof reused)</span>");
+    if (per > 1) sb_printf(b, "<span>each bar sums %zu consecutive segments (%zu in all)</span>", per, n);
+    sb_puts(b, "</figcaption></figure>\n");
     sb_free(&png);
 }
 
@@ -1044,6 +1061,7 @@ bool report_render(report_site *site, trace *const *traces, size_t n, const repo
 }
 
 #define SITE_LIST ".scalify-files"
+#define SITE_STAGE ".scalify-new-"  /* + 6 random characters: a report being written */
 
 static bool site_has(const report_site *site, const char *name, size_t len) {
     for (size_t i = 0; i < site->n; i++)
@@ -1069,22 +1087,87 @@ static void remove_stale(const report_site *site, const char *dir, const char *l
     sb_free(&path);
 }
 
+/* Removes a staging folder and what it may hold: the site's files, the list,
+ * and any temporary file a failed write left. */
+static void remove_stage(const char *stage) {
+    DIR *dp = opendir(stage);
+    strbuf path;
+    sb_init(&path);
+    for (struct dirent *e; dp && (e = readdir(dp));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        sb_reset(&path);
+        sb_printf(&path, "%s/%s", stage, e->d_name);
+        unlink(path.s);
+    }
+    if (dp) closedir(dp);
+    rmdir(stage);
+    sb_free(&path);
+}
+
+static void lock_dir(int fd) {
+    while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {}
+}
+
+/* Removes the staging folders of reports that died before they finished:
+ * each live report holds a lock on its own folder. Called with dir locked,
+ * when no report is between making its folder and locking it. */
+static void remove_abandoned(const char *dir) {
+    DIR *dp = opendir(dir);
+    strbuf path;
+    sb_init(&path);
+    for (struct dirent *e; dp && (e = readdir(dp));) {
+        if (strncmp(e->d_name, SITE_STAGE, strlen(SITE_STAGE)) != 0) continue;
+        sb_reset(&path);
+        sb_printf(&path, "%s/%s", dir, e->d_name);
+        int fd = open(path.s, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) remove_stage(path.s);
+        if (fd >= 0) close(fd);
+    }
+    if (dp) closedir(dp);
+    sb_free(&path);
+}
+
 bool report_write_dir(const report_site *site, const char *dir, diag *d) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         diag_plain(d, "cannot create directory %s: %s", dir, strerror(errno));
         return false;
     }
-    strbuf path, names;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        diag_plain(d, "cannot write into %s: %s", dir, strerror(errno));
+        return false;
+    }
+    /* 1. The whole new site, list included, goes to a private staging folder
+     *    in dir (same file system: renames from it are atomic). A failure here
+     *    (a full disk) leaves dir as it was. */
+    strbuf stage, path, names;
+    sb_init(&stage);
     sb_init(&path);
     sb_init(&names);
-    bool ok = true;
+    sb_printf(&stage, "%s/" SITE_STAGE "XXXXXX", dir);
+    lock_dir(dfd);
+    bool staged = mkdtemp(stage.s) != NULL, ok = staged;
+    if (!ok) diag_plain(d, "cannot write into %s: %s", dir, strerror(errno));
+    int sfd = staged ? open(stage.s, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (sfd >= 0) lock_dir(sfd); /* ours: not abandoned */
+    flock(dfd, LOCK_UN);
     for (size_t i = 0; i < site->n && ok; i++) {
         sb_reset(&path);
-        sb_printf(&path, "%s/%s", dir, site->files[i].name);
+        sb_printf(&path, "%s/%s", stage.s, site->files[i].name);
         ok = io_write_atomic(path.s, site->files[i].data.s ? site->files[i].data.s : "", site->files[i].data.len, d);
         sb_printf(&names, "%s\n", site->files[i].name);
     }
     if (ok) {
+        sb_reset(&path);
+        sb_printf(&path, "%s/" SITE_LIST, stage.s);
+        ok = io_write_atomic(path.s, names.s ? names.s : "", names.len, d);
+    }
+    /* 2. Swapped in under a lock on dir, so that two reports into one folder
+     *    never interleave: pages first, index.html last (a reader following
+     *    links never meets a missing page), then the list, then what only the
+     *    previous report had. */
+    if (ok) {
+        lock_dir(dfd);
         sb_reset(&path);
         sb_printf(&path, "%s/" SITE_LIST, dir);
         diag quiet;
@@ -1092,10 +1175,33 @@ bool report_write_dir(const report_site *site, const char *dir, diag *d) {
         size_t len;
         char *old = io_read_file(path.s, &len, NULL, &quiet);  /* absent on a first report */
         diag_free(&quiet);
-        ok = io_write_atomic(path.s, names.s ? names.s : "", names.len, d);
+        const char **order = xcalloc(site->n + 2, sizeof *order);
+        size_t m = 0;
+        const char *index = NULL;
+        for (size_t i = 0; i < site->n; i++) {
+            if (!strcmp(site->files[i].name, "index.html")) index = site->files[i].name;
+            else order[m++] = site->files[i].name;
+        }
+        if (index) order[m++] = index;
+        order[m++] = SITE_LIST;
+        for (size_t i = 0; i < m && ok; i++) {
+            sb_reset(&path);
+            sb_printf(&path, "%s/%s", stage.s, order[i]);
+            if (renameat(AT_FDCWD, path.s, dfd, order[i]) != 0) {
+                diag_plain(d, "cannot move %s into %s: %s", order[i], dir, strerror(errno));
+                ok = false;
+            }
+        }
+        free(order);
         if (ok && old) remove_stale(site, dir, old, len);
         free(old);
+        remove_abandoned(dir);
+        flock(dfd, LOCK_UN);
     }
+    if (staged) remove_stage(stage.s);
+    if (sfd >= 0) close(sfd);
+    close(dfd);
+    sb_free(&stage);
     sb_free(&path);
     sb_free(&names);
     return ok;

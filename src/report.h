@@ -4,11 +4,16 @@
  * index.html, one pair-NN-<slug>.html per trace, one finding-NN-<id>.html per
  * finding, summary.json, results.sarif, junit.xml — or, with single_file, one
  * bundled HTML page holding all of them as sections (links become anchors).
- * report_write() renders and then writes each file with io_write_atomic (temp
- * name + rename), so a reader never sees a half-written page. The names it
- * wrote are listed in DIR/.scalify-files; files an earlier report listed there
- * that this one does not produce are removed (a pair dropped from the traces
- * leaves no stale page); any other file in DIR is left alone.
+ * report_write_dir() first writes the whole site, with its list of names
+ * (.scalify-files), into a private staging folder DIR/.scalify-new-XXXXXX;
+ * only when every file is there does it move them into DIR, under an
+ * exclusive flock on DIR (two reports into one folder take turns), pages
+ * first and index.html last, so a reader never meets a half-written page or a
+ * link to a missing one, and a failed write (a full disk) leaves the previous
+ * site whole. Files an earlier report listed that this one does not produce
+ * are then removed (a pair dropped from the traces leaves no stale page), as
+ * are the staging folders of reports that died (each live report holds a lock
+ * on its own); any other file in DIR is left alone.
  *
  * Every page is self-contained (CSS, JS, SVG, PNG inline; no external request),
  * readable with JavaScript off, and carries a Content-Security-Policy whose
@@ -48,8 +53,9 @@ void report_site_free(report_site *s);
  * Returns false (with diags) when a resource is missing or a renderer fails. */
 bool report_render(report_site *site, trace *const *traces, size_t n, const report_opts *opts, diag *d);
 
-/* Writes every file of site under dir (created if missing), each atomically,
- * then removes what the previous report there wrote and this one did not. */
+/* Writes every file of site under dir (created if missing) as described
+ * above; false (and diags) when any could not be written, dir then unchanged
+ * unless moving a staged file into it failed. */
 bool report_write_dir(const report_site *site, const char *dir, diag *d);
 
 /* summary.json for the traces (also part of report_render's output). */

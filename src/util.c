@@ -9,10 +9,15 @@
 #include <malloc.h>
 #endif
 #include <time.h>
+#include <unistd.h>
 
+#include "scalify.h"
+
+/* Out of memory is an internal error (exit 3, STYLE 5), not a crash: _exit,
+ * since flushing stdio or running atexit handlers could need memory too. */
 static void oom(size_t n) {
     fprintf(stderr, "scalify: out of memory (allocating %zu bytes)\n", n);
-    abort();
+    _exit(EXIT_INTERNAL);
 }
 
 void *xmalloc(size_t n) {

@@ -1,7 +1,7 @@
 /* util — allocation, arenas, growable strings, hashing.
  *
  * Out of memory is not an error we recover from: every allocation goes through
- * the x* family, which prints a message and aborts (STYLE 7).
+ * the x* family, which prints "out of memory" and exits 3 (STYLE 5, 7).
  *
  * An arena owns every block it hands out; arena_free() releases them all at
  * once. Pointers into an arena stay valid until then (blocks never move).

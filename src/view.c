@@ -363,6 +363,7 @@ void relations_free(relations *r) {
     free(r->input_names);
     free(r->inputs);
     free(r->outputs);
+    free(r->output_free);
     memset(r, 0, sizeof *r);
 }
 
@@ -398,6 +399,7 @@ static void relations_alloc(relations *r, uint32_t nin, uint32_t nout) {
     r->inputs = xcalloc(nin ? nin : 1, sizeof *r->inputs);
     r->input_names = xcalloc(nin ? nin : 1, sizeof *r->input_names);
     r->outputs = xcalloc(nout ? nout : 1, sizeof *r->outputs);
+    r->output_free = xcalloc(nout ? nout : 1, sizeof *r->output_free);
 }
 
 /* ---- relations_read ---- */
@@ -1200,7 +1202,8 @@ static const hlo_instr *result_sharding_call(const hlo_comp *c, uint32_t i, bool
     return NULL;
 }
 
-static bool output_view(const hlo_comp *c, uint32_t i, const mesh *m, view *out, char *why, size_t whylen) {
+static bool output_view(const hlo_comp *c, uint32_t i, const mesh *m, view *out, bool *free_out, char *why,
+                        size_t whylen) {
     const hlo_instr *r = &c->instrs[c->root];
     bool tuple_root = r->shape.dtype == DT_TUPLE;
     const shape *s = output_shape(c, i);
@@ -1228,7 +1231,10 @@ static bool output_view(const hlo_comp *c, uint32_t i, const mesh *m, view *out,
         else snprintf(why, whylen, "the tuple ROOT has a sharding that is neither a tuple nor replicated");
         return false;
     }
+    /* No annotation: the partitioner chose the result's sharding (jit without
+     * out_shardings); replicated is only the default. */
     *out = view_dup(s->dtype == DT_TUPLE ? 0 : s->rank);
+    *free_out = true;
     return true;
 }
 
@@ -1348,7 +1354,7 @@ bool relations_auto(const hlo_module *baseline, int64_t devices, relations *out,
     }
     if (sm == 0 && d->count == before) name_derived_axes(c, out);
     for (uint32_t i = 0; i < out->noutputs; i++) {
-        if (!output_view(c, i, &out->mesh, &out->outputs[i], why, sizeof why)) {
+        if (!output_view(c, i, &out->mesh, &out->outputs[i], &out->output_free[i], why, sizeof why)) {
             strbuf b;
             sb_init(&b);
             mesh_print(&b, &out->mesh);

@@ -97,6 +97,8 @@ typedef struct relations {
     view *inputs;                    /* by parameter number */
     char **input_names;              /* may hold NULL */
     view *outputs;                   /* by output index (tuple element) */
+    bool *output_free;               /* an output no annotation constrains (GSPMD, no out_shardings):
+                                      * any complete view the program leaves it in is the answer */
 } relations;
 
 /* Reads path; the views are checked against baseline (its entry parameters and

@@ -915,9 +915,45 @@ static void shared_blocks(void) {
     json_decref(trace);
 }
 
+/* The jax 0.12 cases (tests/cases/jax012, samples/gen/jax012.py): every
+ * correct pair, in both forms, is never a mismatch — among them a GSPMD scan
+ * whose jit has no out_shardings (the partitioner leaves the result sharded:
+ * that is the relation, not a wrong-shard-dim) — and the shard_map SGD step
+ * with pmean'd gradients is verified; smap_sgd_x4 (pmean of gradients jax 0.12
+ * has already summed: 4x the update) is a mismatch. */
+static void jax012_cases(void) {
+    static const struct {
+        const char *base, *dist, *rel;
+        int verdict; /* -1: anything but a mismatch */
+    } cases[] = {
+        {"gspmd_adamw", "gspmd_adamw", NULL, -1},
+        {"gspmd_scan", "gspmd_scan", NULL, VERDICT_VERIFIED},
+        {"gspmd_scan_prop", "gspmd_scan_prop", NULL, VERDICT_VERIFIED},
+        {"mesh_b1m4", "mesh_b1m4", NULL, VERDICT_VERIFIED},
+        {"mesh_d4m1", "mesh_d4m1", NULL, VERDICT_VERIFIED},
+        {"smap_sgd", "smap_sgd", "smap_sgd", VERDICT_VERIFIED},
+        {"smap_sgd", "smap_sgd_x4", "smap_sgd_x4", VERDICT_MISMATCH},
+    };
+    const char *forms[2] = {"hlo", "hlo.pb"};
+    for (size_t k = 0; k < ARRAY_LEN(cases); k++)
+        for (int f = 0; f < 2; f++) {
+            char b[256], d[256], r[256];
+            snprintf(b, sizeof b, "tests/cases/jax012/%s.baseline.%s", cases[k].base, forms[f]);
+            snprintf(d, sizeof d, "tests/cases/jax012/%s.dist.%s", cases[k].dist, forms[f]);
+            snprintf(r, sizeof r, "tests/cases/jax012/%s.relations.json", cases[k].rel ? cases[k].rel : "");
+            t_case("check jax012 %s (%s)", cases[k].dist, forms[f]);
+            json_t *trace = NULL;
+            int v = run_with(cases[k].dist, b, d, cases[k].rel ? r : "auto", false, false, &trace);
+            if (cases[k].verdict < 0) CHECK_MSG(v != VERDICT_MISMATCH && v != VERDICT_ERROR, "verdict %s", verdict_name(v));
+            else CHECK_MSG(v == cases[k].verdict, "verdict %s", verdict_name(v));
+            json_decref(trace);
+        }
+}
+
 void suite_check(void);
 void suite_check(void) {
     contradicted_by_execution();
+    jax012_cases();
     shared_blocks();
     changed_replica_groups();
     json_error_t err;

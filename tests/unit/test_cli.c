@@ -1,8 +1,14 @@
 /* The scalify binary as users run it: exit codes, messages, README examples. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -50,6 +56,225 @@ static void readme_examples(void) {
     free(readme);
 }
 
+
+#define PAIR_ARGS                                                                                  \
+    "--baseline samples/tiny/tiny.baseline.hlo --distributed samples/tiny/tiny.megatron_tp.tp4.dist.hlo " \
+    "--relations samples/tiny/tiny.megatron_tp.tp4.relations.json"
+#define OUT "build/cli-out"
+
+static bool is_kind(const char *path, mode_t kind) {
+    struct stat st;
+    return lstat(path, &st) == 0 && (st.st_mode & S_IFMT) == kind;
+}
+
+/* Children of pid, from /proc; at most max, how many in *n. */
+static int children_of(pid_t pid, pid_t *out, int max) {
+    int n = 0;
+    DIR *dp = opendir("/proc");
+    for (struct dirent *e; dp && (e = readdir(dp)) && n < max;) {
+        pid_t p = (pid_t)atoi(e->d_name);
+        if (p <= 0) continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[got] = 0;
+        const char *rp = strrchr(buf, ')'); /* the name may hold spaces */
+        int ppid = 0;
+        char state;
+        if (rp && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 && ppid == pid) out[n++] = p;
+    }
+    if (dp) closedir(dp);
+    return n;
+}
+
+/* Outputs never lie: a lost output is an error, and -o never replaces what is
+ * not a regular file. */
+static void output_failures(const char *bin) {
+    int st;
+    char *out;
+    free(run(&st, "rm -rf " OUT " && mkdir -p " OUT));
+
+    t_case("cli-15 stdout that cannot be written: exit 2");
+    out = run(&st, "%s check " PAIR_ARGS " > /dev/full", bin);
+    CHECK_MSG(st == 2, "check > /dev/full: exit %d", st);
+    CHECK_CONTAINS(out, "cannot write standard output: No space left on device");
+    free(out);
+    out = run(&st, "%s inspect samples/tiny/tiny.baseline.hlo --print > /dev/full", bin);
+    CHECK_MSG(st == 2, "inspect --print > /dev/full: exit %d", st);
+    free(out);
+    out = run(&st, "%s --help > /dev/full", bin);
+    CHECK_MSG(st == 2, "--help > /dev/full: exit %d", st);
+    free(out);
+    out = run(&st, "%s --version >&-", bin); /* stdout closed: what --version writes is lost */
+    CHECK_MSG(st == 2, "--version with stdout closed: exit %d", st);
+    free(out);
+
+    t_case("cli-16 -o a character device: written through, never replaced");
+    /* Devices of our own (the machine's /dev/full must not be put at risk). */
+    free(run(&st, "mknod " OUT "/full c 1 7 && mknod " OUT "/null c 1 3"));
+    if (st != 0) {
+        printf("SKIP cli-16: mknod is not permitted here\n");
+    } else {
+        out = run(&st, "%s check " PAIR_ARGS " -o " OUT "/full", bin);
+        CHECK_MSG(st == 2, "-o full: exit %d", st);
+        CHECK_CONTAINS(out, "No space left on device");
+        free(out);
+        CHECK(is_kind(OUT "/full", S_IFCHR));
+        free(run(&st, "%s check " PAIR_ARGS " -o " OUT "/null", bin));
+        CHECK_EQ(st, 0);
+        CHECK(is_kind(OUT "/null", S_IFCHR));
+    }
+
+    t_case("cli-17 -o a FIFO: written through to its reader");
+    out = run(&st, "mkfifo " OUT "/fifo && (timeout 10 cat " OUT "/fifo > " OUT "/from-fifo 2>/dev/null &) && %s check " PAIR_ARGS
+                   " -o " OUT "/fifo && sleep 0.2 && grep -c '\"scalify_trace\"' " OUT "/from-fifo", bin);
+    CHECK_MSG(st == 0 && strstr(out, "\n1\n"), "exit %d: %s", st, out);
+    free(out);
+    CHECK(is_kind(OUT "/fifo", S_IFIFO));
+
+    t_case("cli-18 -o a symlink: its target is replaced, the link stays");
+    out = run(&st, "echo old > " OUT "/target && ln -s target " OUT "/link && ln -s nowhere " OUT "/dangling && "
+                   "%s check " PAIR_ARGS " -o " OUT "/link && %s check " PAIR_ARGS " -o " OUT "/dangling && "
+                   "grep -c '\"scalify_trace\"' " OUT "/target " OUT "/nowhere", bin, bin);
+    CHECK_MSG(st == 0 && strstr(out, OUT "/target:1") && strstr(out, OUT "/nowhere:1"), "exit %d: %s", st, out);
+    free(out);
+    CHECK(is_kind(OUT "/link", S_IFLNK) && is_kind(OUT "/dangling", S_IFLNK) && is_kind(OUT "/target", S_IFREG));
+
+    t_case("cli-18b -o /dev/fd/1: the open descriptor, as it is");
+    /* /dev/fd/1, not /dev/stdout: a build that renames a temporary file over
+     * the name must fail here without replacing the machine's /dev/stdout. */
+    out = run(&st, "echo first > " OUT "/log && %s check " PAIR_ARGS " -o /dev/fd/1 >> " OUT "/log 2>/dev/null && "
+                   "head -1 " OUT "/log && grep -c '\"scalify_trace\"' " OUT "/log", bin);
+    CHECK_MSG(st == 0 && strcmp(out, "first\n1\n") == 0, "exit %d: %s", st, out);
+    free(out);
+
+    t_case("cli-19 -o: no predictable temporary name to plant a link at");
+    /* exec keeps the shell's pid, so $$ is the pid scalify runs as: the name
+     * a "PATH.tmp.PID" scheme would open. */
+    out = run(&st, "cd " OUT " && sh -c 'ln -s victim t.json.tmp.$$ && exec %s%s check --baseline "
+                   "../../samples/tiny/tiny.baseline.hlo --distributed ../../samples/tiny/tiny.megatron_tp.tp4.dist.hlo "
+                   "--relations ../../samples/tiny/tiny.megatron_tp.tp4.relations.json -o t.json'",
+              bin[0] == '/' ? "" : "../../", bin);
+    CHECK_MSG(st == 0, "exit %d: %s", st, out);
+    free(out);
+    CHECK(access(OUT "/victim", F_OK) != 0);
+    CHECK(is_kind(OUT "/t.json", S_IFREG)); /* lstat: not a link to the victim */
+
+    t_case("cli-20 check --manifest: traces that cannot be written are errors");
+    FILE *f = fopen(OUT "/m.json", "w");
+    if (CHECK(f)) {
+        fprintf(f, "{\"pairs\": [{\"name\": \"ok\", \"expected\": \"verified\", \"baseline\": {\"hlo\": "
+                   "\"../../samples/tiny/tiny.baseline.hlo\"}, \"distributed\": {\"hlo\": "
+                   "\"../../samples/tiny/tiny.megatron_tp.tp4.dist.hlo\"}, \"relations\": "
+                   "\"../../samples/tiny/tiny.megatron_tp.tp4.relations.json\"}]}\n");
+        fclose(f);
+    }
+    out = run(&st, "%s check --manifest " OUT "/m.json --out-dir " OUT "/m.json/sub", bin);
+    CHECK_MSG(st == 2, "out-dir under a file: exit %d", st);
+    CHECK_CONTAINS(out, "--out-dir " OUT "/m.json/sub: Not a directory");
+    free(out);
+    out = run(&st, "%s check --manifest " OUT "/m.json --out-dir " OUT "/full", bin);
+    CHECK_MSG(st == 2, "out-dir a device: exit %d", st);
+    free(out);
+    /* 1 block of 512 bytes: index.json fits, a trace (some 4 KB) does not. */
+    out = run(&st, "(trap '' XFSZ; ulimit -f 1; exec %s check --manifest " OUT "/m.json --out-dir " OUT "/small)", bin);
+    CHECK_MSG(st == 2, "trace not written: exit %d: %s", st, out);
+    free(out);
+    char *idx = t_read(OUT "/small/index.json", NULL);
+    CHECK_MSG(idx && !strstr(idx, "\"verdict\": \"verified\"") && !strstr(idx, "\"trace\"") && strstr(idx, "\"verdict\": \"error\""),
+              "%s", idx ? idx : "(no index.json)");
+    free(idx);
+    f = fopen(OUT "/long.json", "w");
+    if (CHECK(f)) {
+        fputs("{\"pairs\": [{\"name\": \"", f);
+        for (int i = 0; i < 300; i++) fputc('n', f);
+        fputs("\", \"baseline\": {\"hlo\": \"x\"}, \"distributed\": {\"hlo\": \"y\"}, \"relations\": \"z\"}]}\n", f);
+        fclose(f);
+    }
+    out = run(&st, "%s check --manifest " OUT "/long.json --out-dir " OUT "/long", bin);
+    CHECK_MSG(st == 2, "a 300-byte name: exit %d", st);
+    CHECK_CONTAINS(out, "is too long to name a trace file");
+    free(out);
+    idx = t_read(OUT "/long/index.json", NULL);
+    CHECK(idx && !strstr(idx, "nnnn"));
+    free(idx);
+
+    t_case("cli-21 check --manifest -j 2: killing the batch kills its workers");
+    /* The traces are FIFOs nobody reads: a worker blocks writing its trace
+     * until it is killed. Orphans are reparented to this process (a child
+     * subreaper), so their end can be seen. */
+    f = fopen(OUT "/slow.json", "w");
+    if (CHECK(f)) {
+        fputs("{\"pairs\": [", f);
+        for (int k = 0; k < 2; k++)
+            fprintf(f, "%s{\"name\": \"p%d\", \"baseline\": {\"hlo\": \"../../samples/tiny/tiny.baseline.hlo\"}, "
+                       "\"distributed\": {\"hlo\": \"../../samples/tiny/tiny.megatron_tp.tp4.dist.hlo\"}, "
+                       "\"relations\": \"../../samples/tiny/tiny.megatron_tp.tp4.relations.json\"}",
+                    k ? ", " : "", k);
+        fputs("]}\n", f);
+        fclose(f);
+    }
+    free(run(&st, "mkdir -p " OUT "/slow && mkfifo " OUT "/slow/p0.trace.json " OUT "/slow/p1.trace.json"));
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    pid_t batch = fork();
+    if (batch == 0) {
+        int nul = open("/dev/null", O_WRONLY);
+        if (nul >= 0) dup2(nul, 1), dup2(nul, 2);
+        execl(bin, bin, "check", "-j", "2", "--manifest", OUT "/slow.json", "--out-dir", OUT "/slow", (char *)NULL);
+        _exit(127);
+    }
+    pid_t workers[8];
+    int nw = 0;
+    for (int i = 0; i < 1000 && nw < 2; i++) { /* both started, at most 10 s */
+        usleep(10000);
+        nw = children_of(batch, workers, 8);
+    }
+    usleep(300000); /* let them reach their traces */
+    CHECK_EQ(nw, 2);
+    kill(batch, SIGKILL);
+    waitpid(batch, &st, 0);
+    for (int k = 0; k < nw; k++) {
+        int ws = 0;
+        pid_t got = 0;
+        for (int i = 0; i < 300 && got == 0; i++) { /* at most 3 s */
+            got = waitpid(workers[k], &ws, WNOHANG);
+            if (got == 0) usleep(10000);
+        }
+        CHECK_MSG(got == workers[k] && WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL,
+                  "worker %d: %s", (int)workers[k], got == 0 ? "still running 3 s after the batch was killed" : "did not die by SIGKILL");
+        if (got == 0) {
+            kill(workers[k], SIGKILL);
+            waitpid(workers[k], &ws, 0);
+        }
+    }
+    prctl(PR_SET_CHILD_SUBREAPER, 0);
+    CHECK(is_kind(OUT "/slow/p0.trace.json", S_IFIFO) && is_kind(OUT "/slow/p1.trace.json", S_IFIFO));
+
+    t_case("cli-22 out of memory: exit 3 with a message");
+#if defined(__SANITIZE_ADDRESS__)
+    printf("SKIP cli-22: AddressSanitizer reserves more address space than the limit allows\n");
+#else
+    /* A gzip file whose trailer claims a large size: the inflated buffer is
+     * sized from it (at most 1032 times the file), past a 256 MB limit. */
+    f = fopen(OUT "/claims.gz", "wb");
+    if (CHECK(f)) {
+        static const unsigned char head[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
+        fwrite(head, 1, sizeof head, f);
+        for (int i = 0; i < 400000; i++) fputc(i * 7 & 0xff, f);
+        static const unsigned char tail[8] = {0, 0, 0, 0, 0xff, 0xff, 0xff, 0xf0};
+        fwrite(tail, 1, sizeof tail, f);
+        fclose(f);
+    }
+    out = run(&st, "(ulimit -v 262144; exec %s inspect " OUT "/claims.gz)", bin);
+    CHECK_MSG(st == 3, "exit %d: %s", st, out);
+    CHECK_CONTAINS(out, "out of memory");
+    free(out);
+#endif
+}
+
 void suite_cli(void);
 void suite_cli(void) {
     const char *bin = t_scalify();
@@ -81,7 +306,7 @@ void suite_cli(void) {
     out = run(&st, "%s --help", bin);
     CHECK_EQ(st, 0);
     CHECK_CONTAINS(out, "inspect FILE");
-    CHECK_CONTAINS(out, "2  usage error or bad input");
+    CHECK_CONTAINS(out, "2  usage error, bad input, or an output that could not be written");
     free(out);
 
     t_case("cli-2 no arguments / unknown command: usage, exit 2");
@@ -276,5 +501,6 @@ void suite_cli(void) {
         free(out);
     }
 
+    output_failures(bin);
     readme_examples();
 }

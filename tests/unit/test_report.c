@@ -4,6 +4,7 @@
  * Goldens live in tests/cases/traces/golden/; regenerate them after an intended
  * change with   SCALIFY_UPDATE_GOLDEN=1 build/run-tests report
  * and review the diff. SCALIFY_SKIP_BROWSER=1 skips the (slow) browser check. */
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <png.h>
@@ -11,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "chart.h"
 #include "escape.h"
@@ -356,6 +360,20 @@ static trace *read_doc(json_t *doc, const char *name, diag *d) {
     return t;
 }
 
+/* Reads doc (consumed) and renders it alone into *s, saying how long that
+ * took; the trace (caller frees), or NULL when it does not read. */
+static trace *render_doc(json_t *doc, const char *name, const char *what, report_site *s, bool *ok, diag *d) {
+    trace *t = read_doc(doc, name, d);
+    *ok = false;
+    if (!t) return NULL;
+    report_opts o = {NULL, false};
+    double t0 = now_ms();
+    *ok = report_render(s, &t, 1, &o, d);
+    printf("report: %s rendered in %.1f ms\n", what, now_ms() - t0);
+    CHECK_MSG(*ok, "%s", d->out.s ? d->out.s : "");
+    return t;
+}
+
 static void test_big(void) {
     t_case("report-10 large trace: node cap, page sizes");
     json_t *doc = json_load_file(TRACES "/mismatch.trace.json", 0, NULL);
@@ -382,14 +400,10 @@ static void test_big(void) {
         json_array_append_new(edges, json_pack("{s:s,s:s}", "from", prev, "to", id));
     }
     diag d;
-    trace *t = read_doc(doc, "big.json", &d);
+    report_site s;
+    bool ok;
+    trace *t = render_doc(doc, "big.json", "large trace (406 segments, 316-node subgraph)", &s, &ok, &d);
     if (t) {
-        report_opts o = {NULL, false};
-        report_site s;
-        double t0 = now_ms();
-        bool ok = report_render(&s, &t, 1, &o, &d);
-        printf("report: large trace (406 segments, 316-node subgraph) rendered in %.1f ms\n", now_ms() - t0);
-        CHECK(ok);
         if (ok) {
             for (size_t i = 0; i < s.n; i++)
                 CHECK_MSG(s.files[i].data.len < 5u << 20, "%s is %zu bytes", s.files[i].name, s.files[i].data.len);
@@ -547,6 +561,214 @@ static void test_chart(void) {
     sb_free(&png);
 }
 
+
+/* A 50,000-segment trace renders: the chart sums consecutive segments into at
+ * most CHART_MAX_ROWS bars (a PNG of 50,000 rows of 24 pixels is past
+ * libpng's height limit), the timing table keeps them all. */
+static void test_huge_chart(void) {
+    t_case("report-13 a 50,000-segment trace renders");
+    json_t *doc = json_load_file(TRACES "/mismatch.trace.json", 0, NULL);
+    if (!CHECK(doc != NULL)) return;
+    json_t *segs = json_object_get(doc, "segments");
+    json_t *proto = json_deep_copy(json_array_get(segs, 1));
+    json_array_clear(segs);
+    for (int i = 0; i < 50000; i++) {
+        json_t *s = json_deep_copy(proto);
+        char name[64];
+        snprintf(name, sizeof name, "layers.%d/block", i);
+        json_object_set_new(s, "name", json_string(name));
+        json_array_append_new(segs, s);
+    }
+    json_decref(proto);
+    diag d;
+    report_site s;
+    bool ok;
+    trace *t = render_doc(doc, "huge.json", "50,000-segment trace", &s, &ok, &d);
+    if (t) {
+        if (ok) {
+            const report_file *page = NULL;
+            for (size_t i = 0; i < s.n; i++)
+                if (strncmp(s.files[i].name, "pair-01-", 8) == 0) page = &s.files[i];
+            if (CHECK(page != NULL)) {
+                CHECK_CONTAINS(page->data.s, "each bar sums 100 consecutive segments (50000 in all)");
+                CHECK_CONTAINS(page->data.s, "layers.0/block \xe2\x80\xa6 layers.99/block");
+                CHECK_CONTAINS(page->data.s, "layers.49999/block");  /* in the table */
+                CHECK_CONTAINS(page->data.s, "img{height:12000px}"); /* 500 bars of 24 CSS px */
+            }
+            report_site_free(&s);
+        }
+        trace_free(t);
+    }
+    diag_free(&d);
+}
+
+/* Bidi controls and C1 controls in trace strings (an op_name, a segment, a
+ * message, the pair name) reach no output raw: HTML, SVG and JUnit show them
+ * as "[U+202E]", summary.json and SARIF as \u202e escapes. */
+static void test_bidi(void) {
+    t_case("report-14 bidi and control characters from a trace are escaped everywhere");
+    json_t *doc = json_load_file(TRACES "/mismatch.trace.json", 0, NULL);
+    if (!CHECK(doc != NULL)) return;
+    /* U+202E RLO, U+2066 LRI, U+200F RLM, U+0085 NEL (C1) */
+    const char *evil = "attn\xe2\x80\xae" "dedoc\xe2\x81\xa6x\xe2\x80\x8f\xc2\x85";
+    json_object_set_new(json_array_get(json_object_get(doc, "segments"), 0), "name", json_string(evil));
+    json_t *pair = json_object_get(doc, "pair");
+    if (json_is_object(pair)) json_object_set_new(pair, "name", json_string(evil));
+    json_t *f = json_array_get(json_object_get(doc, "findings"), 0);
+    json_object_set_new(f, "segment", json_string(evil));
+    json_object_set_new(f, "message", json_string(evil));
+    json_object_set_new(f, "explanation", json_string(evil));
+    json_t *dist = json_object_get(f, "distributed");
+    json_object_set_new(dist, "hlo", json_string(evil));
+    json_object_set_new(dist, "file", json_string(evil));
+    json_object_set_new(dist, "op_name", json_string(evil));
+    json_object_set_new(dist, "instruction", json_string(evil));
+    json_t *node = json_array_get(json_object_get(json_object_get(f, "subgraph"), "nodes"), 0);
+    json_object_set_new(node, "label", json_string(evil));
+    diag d;
+    trace *t = read_doc(doc, "bidi.json", &d);
+    if (!t) return diag_free(&d);
+    report_opts o = {NULL, false};
+    report_site s;
+    if (CHECK(report_render(&s, &t, 1, &o, &d))) {
+        static const char *const raw[] = {"\xe2\x80\xae", "\xe2\x81\xa6", "\xe2\x80\x8f", "\xc2\x85"};
+        for (size_t i = 0; i < s.n; i++)
+            for (size_t k = 0; k < 4; k++)
+                CHECK_MSG(!memmem(s.files[i].data.s, s.files[i].data.len, raw[k], strlen(raw[k])),
+                          "%s holds a raw control (%zu)", s.files[i].name, k);
+        const report_file *idx = find_file(&s, "index.html"), *sum = find_file(&s, "summary.json"),
+                          *sarif = find_file(&s, "results.sarif"), *junit = find_file(&s, "junit.xml");
+        const report_file *fp = NULL;
+        for (size_t i = 0; i < s.n; i++)
+            if (strncmp(s.files[i].name, "finding-01-", 11) == 0) fp = &s.files[i];
+        if (CHECK(idx && sum && sarif && junit && fp)) {
+            CHECK_CONTAINS(idx->data.s, "attn[U+202E]dedoc[U+2066]x[U+200F][U+0085]");
+            CHECK_CONTAINS(fp->data.s, "attn[U+202E]dedoc");
+            CHECK_CONTAINS(junit->data.s, "attn[U+202E]dedoc[U+2066]x[U+200F][U+0085]");
+            CHECK_CONTAINS(sum->data.s, "attn\\u202ededoc\\u2066x\\u200f\\u0085");
+            CHECK_CONTAINS(sarif->data.s, "attn\\u202ededoc\\u2066x\\u200f\\u0085");
+        }
+        report_site_free(&s);
+    }
+    trace_free(t);
+    diag_free(&d);
+    t_case("report-14b esc_dangerous is the one judge");
+    CHECK(esc_dangerous(0x202e) && esc_dangerous(0x2066) && esc_dangerous(0x2069) && esc_dangerous(0x200e));
+    CHECK(esc_dangerous(0x85) && esc_dangerous(0x1b) && esc_dangerous(0x7f) && esc_dangerous(0x202a));
+    CHECK(!esc_dangerous('\n') && !esc_dangerous('a') && !esc_dangerous(0xe9) && !esc_dangerous(0x200d));
+}
+
+/* Every link of every page in dir names a file that is there, and the files
+ * (but the foreign one) are exactly those .scalify-files lists. */
+static void check_site_whole(const char *dir, const char *foreign) {
+    char cmd[1024];
+    int st = 0;
+    snprintf(cmd, sizeof cmd,
+             "cd %s && bad=0; for f in *.html; do for l in $(grep -o 'href=\"[^\"#]*\\.html' \"$f\" | cut -d'\"' -f2 "
+             "| sort -u); do [ -f \"$l\" ] || { echo \"$f links to missing $l\"; bad=1; }; done; done; "
+             "ls | grep -v '^%s$' > ../.ls-$$; sort .scalify-files | diff - ../.ls-$$ || bad=1; rm -f ../.ls-$$; "
+             "ls -A | grep '^.scalify-new' && bad=1; exit $bad",
+             dir, foreign);
+    char *out = t_run(cmd, &st);
+    CHECK_MSG(st == 0, "%s: %s", dir, out);
+    free(out);
+}
+
+/* A report that cannot write every file (here: a file size limit, as a full
+ * disk would) exits 2 and leaves the previous site as it was. */
+static void test_report_full_disk(void) {
+    t_case("report-15 a failed write leaves the previous site whole");
+    char cmd[2048];
+    int st = 0;
+    snprintf(cmd, sizeof cmd,
+             "rm -rf build/report-full && mkdir -p build/report-full && echo mine > build/report-full/notes.txt && "
+             "%s report " TRACES "/verified.trace.json -o build/report-full && cp build/report-full/index.html "
+             "build/report-full.index && "
+             /* 72 blocks of 512 bytes: index.html (about 22 KB) fits, a finding page (40 KB) does not */
+             "(trap '' XFSZ; ulimit -f 72; exec %s report " TRACES "/verified.trace.json " TRACES "/mismatch.trace.json "
+             TRACES "/unverified.trace.json " TRACES "/escaping.trace.json -o build/report-full)",
+             t_scalify(), t_scalify());
+    char *out = t_run(cmd, &st);
+    CHECK_MSG(st == 2, "exit %d: %s", st, out);
+    CHECK_CONTAINS(out, "File too large");
+    free(out);
+    out = t_run("cmp build/report-full/index.html build/report-full.index && cat build/report-full/notes.txt", &st);
+    CHECK_MSG(st == 0 && strcmp(out, "mine\n") == 0, "index.html replaced: %s", out);
+    free(out);
+    check_site_whole("build/report-full", "notes.txt");
+
+    t_case("report-15b a dead report's staging folder is removed by the next one");
+    out = t_run("mkdir -p build/report-full/.scalify-new-DEADxx && echo x > build/report-full/.scalify-new-DEADxx/index.html", &st);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s report " TRACES "/mismatch.trace.json -o build/report-full", t_scalify());
+    out = t_run(cmd, &st);
+    CHECK_MSG(st == 0, "exit %d: %s", st, out);
+    free(out);
+    CHECK(access("build/report-full/.scalify-new-DEADxx", F_OK) != 0);
+    check_site_whole("build/report-full", "notes.txt");
+}
+
+/* Runs cmd through sh without waiting; its pid. */
+static pid_t spawn(const char *cmd) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Two reports into one folder at once: one waits for the other, and the
+ * folder ends up one whole site. The test holds the folder's lock while both
+ * start, so they are sure to overlap: neither may change the folder before
+ * the lock is free. */
+static void test_report_concurrent(void) {
+    t_case("report-16 two reports into one folder at once");
+    const char *dir = "build/report-conc";
+    int st = 0;
+    free(t_run("rm -rf build/report-conc && mkdir -p build/report-conc && echo mine > build/report-conc/notes.txt", &st));
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (!CHECK(dfd >= 0 && flock(dfd, LOCK_EX) == 0)) return;
+    char a[1024], b[1024];
+    snprintf(a, sizeof a, "exec %s report " TRACES "/verified.trace.json " TRACES "/mismatch.trace.json -o %s "
+             ">build/report-conc.a 2>&1", t_scalify(), dir);
+    snprintf(b, sizeof b, "exec %s report " TRACES "/unverified.trace.json " TRACES "/escaping.trace.json " TRACES
+             "/verified.trace.json -o %s >build/report-conc.b 2>&1", t_scalify(), dir);
+    pid_t pa = spawn(a), pb = spawn(b);
+    /* Until both wait for the lock (in /proc/locks) or have ended, as reports
+     * that ignore the lock would; at most 10 s. */
+    int exited = 0, sa = -1, sb = -1;
+    for (int i = 0; i < 1000; i++) {
+        if (sa < 0 && waitpid(pa, &sa, WNOHANG) == pa) exited++;
+        if (sb < 0 && waitpid(pb, &sb, WNOHANG) == pb) exited++;
+        int waiting = 0;
+        FILE *lf = fopen("/proc/locks", "r");
+        char line[256];
+        while (lf && fgets(line, sizeof line, lf)) {
+            int pid = 0;
+            const char *arrow = strstr(line, "->");
+            if (arrow && sscanf(arrow + 2, " FLOCK %*s %*s %d", &pid) == 1 && (pid == pa || pid == pb)) waiting++;
+        }
+        if (lf) fclose(lf);
+        if (exited == 2 || waiting + exited >= 2) break;
+        usleep(10000);
+    }
+    CHECK_MSG(access("build/report-conc/index.html", F_OK) != 0, "a report wrote into the folder while it was locked");
+    flock(dfd, LOCK_UN);
+    close(dfd);
+    if (sa < 0) waitpid(pa, &sa, 0);
+    if (sb < 0) waitpid(pb, &sb, 0);
+    CHECK(WIFEXITED(sa) && WEXITSTATUS(sa) == 0 && WIFEXITED(sb) && WEXITSTATUS(sb) == 0);
+    check_site_whole(dir, "notes.txt");
+    /* And unhindered, a few rounds of the race itself. */
+    for (int r = 0; r < 5; r++) {
+        pa = spawn(a), pb = spawn(b);
+        waitpid(pa, &sa, 0), waitpid(pb, &sb, 0);
+        CHECK(WIFEXITED(sa) && WEXITSTATUS(sa) == 0 && WIFEXITED(sb) && WEXITSTATUS(sb) == 0);
+        check_site_whole(dir, "notes.txt");
+    }
+}
+
 void suite_report(void);
 void suite_report(void) {
     test_chart();
@@ -555,5 +777,9 @@ void suite_report(void) {
     test_big();
     test_listed_findings();
     test_stale_pages();
+    test_huge_chart();
+    test_bidi();
+    test_report_full_disk();
+    test_report_concurrent();
     test_cli_and_browser();
 }
