@@ -847,7 +847,8 @@ static bool tiles_explain(const tiles *t, const mesh *m, view_dim *out, char *wh
     }
     uint32_t used = 0;
     for (uint32_t i = 0; i < t->n; i++) {
-        out[i].naxes = 0;
+        /* Whole: views are compared bytewise, unused axes included. */
+        memset(&out[i], 0, sizeof out[i]);
         int64_t step = 1, rest = t->dims[i];
         uint8_t rev[MESH_MAX_AXES];
         uint32_t nrev = 0;

@@ -1,0 +1,278 @@
+/* The checker on the corpora next to samples/manifest.json: samples/train (the
+ * shard_map training steps, correct pairs and bug variants) and samples/wild
+ * (GSPMD programs as Flax and keras-hub models partition them; all correct).
+ * Every pair the manifests list, in both forms (text and protobuf), is checked
+ * as `scalify check --witness --rules rules` would, and asserted:
+ *   - never an error (both forms read and relate as far as they do);
+ *   - a correct pair is never a mismatch (no false alarm, in either form);
+ *   - a bug variant is a mismatch (in either form);
+ *   - one verdict per program: both forms give the same verdict and the same
+ *     first finding (kind and distributed instruction);
+ *   - a mismatch the rules decided (an error finding not "confirmed by
+ *     execution") is not contradicted by execution: the witness differs by
+ *     more than rounding (max_rel > 1e-5), but for dtype-mismatch findings,
+ *     which inputs of magnitude one need not show.
+ * And the state, pair by pair, against tests/cases/check/expected-corpus.tsv
+ * (its header says what a line holds and how to rewrite it), so that a change
+ * of verdict is a one-line diff of that file. The notes printed at the end
+ * (verified counts, and why each correct pair that is not verified is not) are
+ * what README.md's status quotes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "harness.h"
+#include "util.h"
+
+#define CORPUS_EXPECTED "tests/cases/check/expected-corpus.tsv"
+
+/* One pair's check in one form: the verdict and its trace (NULL on error). */
+typedef struct corpus_run {
+    int verdict;
+    json_t *trace;
+} corpus_run;
+
+/* Checks pair p of the manifest in folder dir in form ("hlo" or "pb"). */
+static corpus_run corpus_check(const char *dir, json_t *p, const char *form) {
+    char b[1024], d[1024], r[1024];
+    const char *name = json_string_value(json_object_get(p, "name"));
+    const char *rel = json_string_value(json_object_get(p, "relations"));
+    snprintf(b, sizeof b, "%s/%s", dir, json_string_value(json_object_get(json_object_get(p, "baseline"), form)));
+    snprintf(d, sizeof d, "%s/%s", dir, json_string_value(json_object_get(json_object_get(p, "distributed"), form)));
+    snprintf(r, sizeof r, "%s/%s", dir, rel ? rel : "");
+    check_opts o = {.name = name, .baseline = b, .distributed = d, .witness = true, .rules_dir = "rules"};
+    if (rel && strcmp(rel, "auto") != 0) o.relations = r;
+    else o.auto_relations = true;
+    diag dg;
+    diag_init(&dg, name);
+    corpus_run run = {0};
+    run.verdict = check_pair(&o, &run.trace, &dg);
+    if (run.verdict == VERDICT_ERROR) printf("check %s (%s): %s", name, form, dg.out.s ? dg.out.s : "");
+    diag_free(&dg);
+    return run;
+}
+
+static json_t *first_finding(const corpus_run *run) {
+    return json_array_get(json_object_get(run->trace, "findings"), 0);
+}
+
+static const char *str_or(json_t *j, const char *key, const char *dflt) {
+    const char *s = json_string_value(json_object_get(j, key));
+    return s ? s : dflt;
+}
+
+/* Whether some error finding was decided by the rules (its message does not
+ * say execution confirmed it). */
+static bool decided_by_rules(const corpus_run *run) {
+    json_t *fs = json_object_get(run->trace, "findings");
+    for (size_t k = 0; k < json_array_size(fs); k++) {
+        json_t *f = json_array_get(fs, k);
+        if (strcmp(str_or(f, "severity", ""), "error") == 0 && !strstr(str_or(f, "message", ""), "confirmed by execution"))
+            return true;
+    }
+    return false;
+}
+
+/* Whether a source site (a finding's distributed side or an instruction it
+ * names as involved) is at one of the bug's locations. */
+static bool site_at_bug(json_t *site, json_t *locs) {
+    const char *file = json_string_value(json_object_get(site, "file"));
+    for (size_t k = 0; file && k < json_array_size(locs); k++) {
+        json_t *loc = json_array_get(locs, k);
+        if (strcmp(file, str_or(loc, "file", "")) == 0 &&
+            json_integer_value(json_object_get(site, "line")) == json_integer_value(json_object_get(loc, "line")))
+            return true;
+    }
+    return false;
+}
+
+/* The bug columns of a variant's line: whether a finding sits at one of the
+ * manifest's bug lines, and whether one has a kind the manifest lists. */
+static void bug_columns(const corpus_run *run, json_t *bug, strbuf *line) {
+    json_t *fs = json_object_get(run->trace, "findings"), *locs = json_object_get(bug, "locations");
+    json_t *kinds = json_object_get(bug, "kinds");
+    bool hit = false, kind = false;
+    for (size_t k = 0; k < json_array_size(fs); k++) {
+        json_t *f = json_array_get(fs, k), *inv = json_object_get(f, "involved");
+        hit |= site_at_bug(json_object_get(f, "distributed"), locs);
+        for (size_t i = 0; i < json_array_size(inv); i++) hit |= site_at_bug(json_array_get(inv, i), locs);
+        for (size_t i = 0; i < json_array_size(kinds); i++)
+            kind |= strcmp(str_or(f, "kind", ""), json_string_value(json_array_get(kinds, i))) == 0;
+    }
+    json_t *loc = json_array_get(locs, 0);
+    sb_printf(line, "\tline %s %s:%lld\t%s", hit ? "hit" : "missed", str_or(loc, "file", "?"),
+              (long long)json_integer_value(json_object_get(loc, "line")), kind ? "kind listed" : "kind not listed");
+}
+
+/* The expected-corpus.tsv line of a pair (without its name): verdict and first
+ * finding kind; for a mismatch who decided it; for a bug variant the bug
+ * columns. */
+static void expected_columns(const corpus_run *run, json_t *bug, strbuf *line) {
+    json_t *f0 = first_finding(run);
+    sb_puts(line, verdict_name(run->verdict));
+    if (f0) sb_printf(line, " %s", str_or(f0, "kind", "?"));
+    if (run->verdict == VERDICT_MISMATCH) sb_puts(line, decided_by_rules(run) ? "\tby rules" : "\tby execution");
+    if (bug && run->trace) bug_columns(run, bug, line);
+}
+
+/* A rule-decided mismatch is not contradicted by execution: the finding that
+ * carries the witness shows more than rounding. */
+static void witness_disagrees(const corpus_run *run, const char *form) {
+    json_t *fs = json_object_get(run->trace, "findings"), *w = NULL, *wf = NULL;
+    for (size_t k = 0; !w && k < json_array_size(fs); k++) w = json_object_get(wf = json_array_get(fs, k), "witness");
+    if (!CHECK_MSG(w != NULL, "%s: a rule-decided mismatch without a witness", form)) return;
+    if (strcmp(str_or(wf, "kind", ""), "dtype-mismatch") == 0) return;
+    json_t *rel = json_object_get(w, "max_rel");
+    bool differs = json_is_string(rel) ? strcmp(json_string_value(rel), "inf") == 0 : json_number_value(rel) > 1e-5;
+    CHECK_MSG(differs, "%s: a rule-decided %s finding whose execution agrees (max_rel %g)", form, str_or(wf, "kind", "?"),
+              json_number_value(rel));
+}
+
+/* The tsv's line for key (its columns after the name), or NULL; caller frees. */
+static char *tsv_lookup(const char *tsv, const char *key) {
+    size_t n = strlen(key);
+    for (const char *p = tsv; p && *p;) {
+        const char *e = strchr(p, '\n');
+        if (!e) e = p + strlen(p);
+        if (*p != '#' && (size_t)(e - p) > n && p[n] == '\t' && strncmp(p, key, n) == 0) return xstrndup(p + n + 1, (size_t)(e - p - n - 1));
+        p = *e ? e + 1 : e;
+    }
+    return NULL;
+}
+
+/* Counts for the summary notes of one corpus. */
+typedef struct corpus_counts {
+    int correct, verified[2], bugs, mismatch[2], by_rules;
+} corpus_counts;
+
+static const char *const corpus_forms[2] = {"hlo", "pb"};
+
+/* Checks one pair in both forms; appends its expected line to now (checked
+ * against tsv unless updating) and its reason to reasons when a correct pair is
+ * not verified. */
+static void corpus_pair(const char *dir, const char *corpus, json_t *p, const char *tsv, bool update, strbuf *now,
+                        strbuf *reasons, corpus_counts *c) {
+    const char *name = str_or(p, "name", "?");
+    json_t *bug = json_object_get(p, "bug");
+    bool is_bug = bug || strcmp(str_or(p, "expected", ""), "mismatch") == 0;
+    corpus_run runs[2];
+    t_case("corpus %s/%s", corpus, name);
+    for (int f = 0; f < 2; f++) {
+        corpus_run *r = &runs[f];
+        *r = corpus_check(dir, p, corpus_forms[f]);
+        CHECK_MSG(r->verdict != VERDICT_ERROR, "%s: bad input", corpus_forms[f]);
+        if (is_bug) {
+            CHECK_MSG(r->verdict == VERDICT_MISMATCH, "%s: bug variant %s", corpus_forms[f], verdict_name(r->verdict));
+            c->mismatch[f] += r->verdict == VERDICT_MISMATCH;
+        } else {
+            CHECK_MSG(r->verdict != VERDICT_MISMATCH, "%s: false alarm on a correct pair: %s", corpus_forms[f],
+                      str_or(first_finding(r), "message", ""));
+            c->verified[f] += r->verdict == VERDICT_VERIFIED;
+        }
+        if (r->verdict == VERDICT_MISMATCH && decided_by_rules(r)) witness_disagrees(r, corpus_forms[f]);
+    }
+    c->correct += !is_bug;
+    c->bugs += is_bug;
+    c->by_rules += is_bug && runs[1].verdict == VERDICT_MISMATCH && decided_by_rules(&runs[1]);
+    /* One verdict per program: the two forms of a dump are one program. */
+    json_t *ft = first_finding(&runs[0]), *fp = first_finding(&runs[1]);
+    const char *kt = str_or(ft, "kind", "-"), *kp = str_or(fp, "kind", "-");
+    const char *it = str_or(json_object_get(ft, "distributed"), "instruction", "-");
+    const char *ip = str_or(json_object_get(fp, "distributed"), "instruction", "-");
+    CHECK_MSG(runs[0].verdict == runs[1].verdict && strcmp(kt, kp) == 0 && strcmp(it, ip) == 0,
+              "text: %s %s at %s; protobuf: %s %s at %s", verdict_name(runs[0].verdict), kt, it, verdict_name(runs[1].verdict), kp,
+              ip);
+    if (!is_bug && runs[1].verdict != VERDICT_VERIFIED)
+        sb_printf(reasons, "note:   %s/%s: %s\n", corpus, name, str_or(fp, "message", "(no finding)"));
+    /* The expected line: the protobuf form's (the text form's agrees, above). */
+    strbuf got;
+    sb_init(&got);
+    expected_columns(&runs[1], bug, &got);
+    char key[512];
+    snprintf(key, sizeof key, "%s/%s", corpus, name);
+    sb_printf(now, "%s\t%s\n", key, got.s);
+    char *want = tsv_lookup(tsv, key);
+    bool same = want && strcmp(want, got.s) == 0;
+    if (update && !same) printf("note: %s: now \"%s\", was \"%s\"\n", key, got.s, want ? want : "(no line)");
+    else if (!update)
+        CHECK_MSG(same, "%s says \"%s\", now \"%s\" (a deliberate change: SCALIFY_UPDATE_EXPECTED=1)", CORPUS_EXPECTED,
+                  want ? want : "(no line)", got.s);
+    free(want);
+    sb_free(&got);
+    for (int f = 0; f < 2; f++) json_decref(runs[f].trace);
+}
+
+/* Every line of tsv names a pair some manifest still lists (now holds this
+ * run's lines). */
+static void no_stale_lines(const char *tsv, const char *now) {
+    t_case("corpus %s: no line for a pair no manifest lists", CORPUS_EXPECTED);
+    for (const char *p = tsv; p && *p;) {
+        const char *e = strchr(p, '\n');
+        if (!e) e = p + strlen(p);
+        const char *tab = memchr(p, '\t', (size_t)(e - p));
+        if (*p != '#' && tab) {
+            char *key = xstrndup(p, (size_t)(tab - p));
+            char *line = tsv_lookup(now, key);
+            CHECK_MSG(line != NULL, "%s: no manifest lists it", key);
+            free(line);
+            free(key);
+        }
+        p = *e ? e + 1 : e;
+    }
+}
+
+/* Rewrites the expected file: its comment header as it is, then now. */
+static void rewrite_expected(const char *tsv, const char *now) {
+    FILE *f = fopen(CORPUS_EXPECTED, "w");
+    if (!CHECK_MSG(f != NULL, "cannot write %s", CORPUS_EXPECTED)) return;
+    for (const char *p = tsv; p && *p == '#';) {
+        const char *e = strchr(p, '\n');
+        if (!e) e = p + strlen(p);
+        fwrite(p, 1, (size_t)(e - p), f);
+        fputc('\n', f);
+        p = *e ? e + 1 : e;
+    }
+    fputs(now, f);
+    fclose(f);
+    printf("note: rewrote %s\n", CORPUS_EXPECTED);
+}
+
+void suite_corpus(void);
+void suite_corpus(void) {
+    static const char *const corpora[] = {"train", "wild"};
+    bool update = getenv("SCALIFY_UPDATE_EXPECTED") != NULL;
+    char *tsv = t_read(CORPUS_EXPECTED, NULL);
+    t_case("corpus %s present", CORPUS_EXPECTED);
+    if (!update && !CHECK(tsv != NULL)) return;
+    strbuf now, reasons;
+    sb_init(&now);
+    for (size_t k = 0; k < ARRAY_LEN(corpora); k++) {
+        char dir[256], path[512];
+        snprintf(dir, sizeof dir, "samples/%s", corpora[k]);
+        snprintf(path, sizeof path, "%s/manifest.json", dir);
+        json_error_t err;
+        json_t *manifest = json_load_file(path, 0, &err);
+        json_t *pairs = json_object_get(manifest, "pairs");
+        t_case("corpus %s", path);
+        if (!CHECK_MSG(json_array_size(pairs) > 0, "%s: %s", path, manifest ? "no pairs" : err.text)) {
+            json_decref(manifest);
+            continue;
+        }
+        corpus_counts c = {0};
+        sb_init(&reasons);
+        for (size_t i = 0; i < json_array_size(pairs); i++) corpus_pair(dir, corpora[k], json_array_get(pairs, i), tsv, update, &now, &reasons, &c);
+        printf("note: %s: correct pairs verified %d of %d (text), %d of %d (protobuf)\n", corpora[k], c.verified[0], c.correct,
+               c.verified[1], c.correct);
+        if (c.bugs)
+            printf("note: %s: bug variants mismatch %d of %d (text), %d of %d (protobuf); by rules %d of %d\n", corpora[k],
+                   c.mismatch[0], c.bugs, c.mismatch[1], c.bugs, c.by_rules, c.bugs);
+        if (reasons.s) printf("note: %s: correct pairs not verified (protobuf form), first finding:\n%s", corpora[k], reasons.s);
+        sb_free(&reasons);
+        json_decref(manifest);
+    }
+    if (update) rewrite_expected(tsv, now.s ? now.s : "");
+    else no_stale_lines(tsv, now.s);
+    sb_free(&now);
+    free(tsv);
+}
