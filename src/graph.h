@@ -28,6 +28,14 @@
 #include "shape.h"
 #include "util.h"
 
+/* Limits graph_check enforces, so that every later stage may rely on them:
+ * devices a module runs on (header, tile assignments, replica groups), dims
+ * of an iota device order ([reshape]T(perm)), and how deep computations call
+ * each other (every walk over called computations recurses once per level). */
+#define GRAPH_MAX_DEVICES (1 << 24)
+#define GRAPH_MAX_IOTA_RANK 64
+#define GRAPH_MAX_CALL_DEPTH 200
+
 /* ---- opcodes (XLA's text spellings); OP_UNKNOWN keeps the spelling ---- */
 #define HLO_OPS(X) \
     X(ABS, "abs") X(ADD, "add") X(ADD_DEPENDENCY, "add-dependency") \
@@ -374,9 +382,15 @@ void graph_finalize_instr(hlo_module *m, hlo_instr *in);
 /* Resolves locations and reducers, then runs graph_check; returns the number of
  * problems found (each reported to d), 0 when the module is valid. */
 int graph_finalize(hlo_module *m, diag *d);
-/* Invariants: operands precede users, called computations exist and do not
- * form a cycle, shapes valid, roots and parameters consistent. Returns the number
- * of violations, each reported to d (may be NULL). */
+/* Invariants: operands precede users, called computations exist, do not
+ * form a cycle and nest at most GRAPH_MAX_CALL_DEPTH deep, shapes valid, roots
+ * and parameters consistent; per opcode (one table in graph.c, after XLA's
+ * opcode arities and verifier): the operand count, the computations it must
+ * name and their parameter counts; dimension numbers in range; iota and mesh
+ * device orders are permutations; tile assignments list each device once and
+ * fit the module's device count. Returns the number of violations, each
+ * reported to d (may be NULL). A module that passes may be walked by every
+ * later stage without further structural checks. */
 int graph_check(const hlo_module *m, diag *d);
 
 const hlo_attr *instr_attr(const hlo_instr *in, int key);

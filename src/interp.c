@@ -322,6 +322,7 @@ typedef struct ctx {
     const hlo_module *m;
     int64_t R, P, D;
     int64_t max_iterations, iterations;
+    int64_t max_steps, steps;  /* element steps: see interp.h, Budgets */
     strbuf *err;
     int status;
     comp_info *info;      /* per computation */
@@ -2256,6 +2257,20 @@ static bool eval_conditional(ctx *x, const hlo_instr *in, uint32_t na, const int
 /* Evaluates computation ci on the na devices devs; args[a·nparams + k] is
  * parameter k of device a (borrowed). out[a] receives one reference.
  * Returns 0 or the status. */
+static int64_t shape_total(const shape *s);
+
+/* Charges one instruction to the step budget: its result's and its operands'
+ * elements on every device running it. False (status set) once spent. */
+static bool charge_steps(ctx *x, const hlo_comp *c, const hlo_instr *in, uint32_t na) {
+    int64_t e = shape_total(&in->shape) + 1;
+    for (uint32_t k = 0; k < in->noperands; k++) e += shape_total(&c->instrs[in->operands[k]].shape);
+    x->steps += e * (int64_t)na;  /* e <= ~2^28 (element budget) and na <= 4096: no overflow */
+    if (x->steps <= x->max_steps) return true;
+    fail(x, INTERP_EBUDGET, in, "did not finish within the step budget of %lld element steps (a loop that does not end?)",
+         (long long)x->max_steps);
+    return false;
+}
+
 static int eval_comp(ctx *x, uint32_t ci, uint32_t na, const int64_t *devs, interp_val **args, interp_val **out) {
     const hlo_comp *c = &x->m->comps[ci];
     const comp_info *f = info_of(x, ci);
@@ -2272,6 +2287,7 @@ static int eval_comp(ctx *x, uint32_t ci, uint32_t na, const int64_t *devs, inte
             one = xrealloc(one, opcap * sizeof *one);
         }
         for (uint32_t k = 0; k < in->noperands; k++) opv[k] = vals + (size_t)in->operands[k] * na;
+        if (!charge_steps(x, c, in, na)) break;
         switch (in->op) {
         case OP_PARAMETER: {
             int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
@@ -2443,7 +2459,7 @@ interp_val *interp_eval_instr(const hlo_module *m, const hlo_instr *in, interp_v
             if (err) sb_printf(err, "%s: operand %u is not an array", in->name, k);
             return NULL;
         }
-    ctx x = {.m = m, .err = err, .R = 1, .P = 1, .D = 1, .max_iterations = INTERP_MAX_ITERATIONS};
+    ctx x = {.m = m, .err = err, .R = 1, .P = 1, .D = 1, .max_iterations = INTERP_MAX_ITERATIONS, .max_steps = INTERP_MAX_STEPS};
     arena_init(&x.a);
     x.info = xcalloc(m->ncomps ? m->ncomps : 1, sizeof *x.info);
     interp_val *r = eval_local(&x, in, ops, 0);
@@ -2464,6 +2480,7 @@ int interp_run(const hlo_module *m, const interp_config *cfg, interp_val **const
     if (cfg && cfg->partitions > 0) x.P = cfg->partitions;
     x.D = x.R * x.P;
     x.max_iterations = cfg && cfg->max_iterations > 0 ? cfg->max_iterations : INTERP_MAX_ITERATIONS;
+    x.max_steps = cfg && cfg->max_steps > 0 ? cfg->max_steps : INTERP_MAX_STEPS;
     if (x.D > 0 && x.D <= 4096)
         for (int64_t d = 0; d < x.D; d++) out[d] = NULL;
     int st0 = interp_check(m, cfg, err);

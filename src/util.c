@@ -9,11 +9,21 @@
 #include <malloc.h>
 #endif
 #include <time.h>
+#include <unistd.h>
 
-static void oom(size_t n) {
-    fprintf(stderr, "scalify: out of memory (allocating %zu bytes)\n", n);
-    abort();
+void xfatal(const char *fmt, ...) {
+    fflush(stdout);
+    fputs("scalify: internal error: ", stderr);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    _exit(3);
 }
+
+static void oom(size_t n) { xfatal("out of memory (allocating %zu bytes)", n); }
 
 void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
