@@ -249,6 +249,10 @@ static void table_remove(egraph *g, uint32_t node) {
 }
 
 static void add_parent(egraph *g, eid cls, uint32_t node) {
+    /* One entry per (class, parent): a node naming a class many times (a
+     * concatenate of 65,536 copies) would otherwise make rebuilding quadratic.
+     * Entries of the node being added are the latest of every class it names. */
+    if (g->par_tail[cls] != EMPTY && g->pool_node[g->par_tail[cls]] == node) return;
     if (g->npool == g->cappool) {
         size_t c = g->cappool ? g->cappool * 2 : 1024;
         g->pool_node = xrealloc(g->pool_node, c * sizeof *g->pool_node);

@@ -929,8 +929,9 @@ int graph_check(const hlo_module *m, diag *d) {
     int64_t parts = header_int(m, "num_partitions"), reps = header_int(m, "replica_count");
     if (parts < 0 || parts > GRAPH_MAX_DEVICES || reps < 0 || reps > GRAPH_MAX_DEVICES ||
         (parts ? parts : 1) * (reps ? reps : 1) > GRAPH_MAX_DEVICES) {
-        report(d, &errors, "num_partitions %lld x replica_count %lld: more than %d devices", (long long)parts,
-               (long long)reps, GRAPH_MAX_DEVICES);
+        /* Only text has a header; it is read before the first computation. */
+        report_at(d, &errors, 1, 1, "num_partitions %lld x replica_count %lld: more than %d devices", (long long)parts,
+                  (long long)reps, GRAPH_MAX_DEVICES);
         return errors;
     }
     int64_t ndev = graph_num_devices(m);

@@ -1669,8 +1669,8 @@ static lval lift_concatenate(lstate *s) {
     const hlo_instr *in = s->in;
     uint32_t nd;
     const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-    if (nd != 1 || in->noperands > 64) return unknown();
-    eid ch[64];
+    if (nd != 1) return unknown();
+    eid stack[64], *ch = in->noperands <= 64 ? stack : arena_alloc(c->a, in->noperands * sizeof *ch);
     bool assumed = false;
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
@@ -2021,8 +2021,7 @@ static lval lift_instr(lstate *s) {
     }
     if (all_dup && !hlo_op_is_collective(in->op) && in->op != OP_PARTITION_ID && in->shape.dtype != DT_TUPLE &&
         in->shape.rank <= VIEW_MAX_RANK) {
-        eid ch[64];
-        if (in->noperands > 64) return unknown();
+        eid stack[64], *ch = in->noperands <= 64 ? stack : arena_alloc(c->a, in->noperands * sizeof *ch);
         for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
         return term(lf_node(c, c->cur, in, ch, in->noperands, in->shape.dims, c->origin), view_dup(in->shape.rank), assumed);
     }
