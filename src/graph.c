@@ -426,8 +426,12 @@ static void resolve_location(const hlo_module *m, hlo_meta *md) {
     md->src_col = loc->column;
 }
 
-int graph_finalize(hlo_module *m, diag *d) {
-    int errors = graph_check(m, d);
+static int check_at(const hlo_module *m, diag *d, graph_where_fn where, void *ctx);
+
+int graph_finalize(hlo_module *m, diag *d) { return graph_finalize_at(m, d, NULL, NULL); }
+
+int graph_finalize_at(hlo_module *m, diag *d, graph_where_fn where, void *ctx) {
+    int errors = check_at(m, d, where, ctx);
     if (errors) return errors;
     for (uint32_t c = 0; c < m->ncomps; c++) {
         hlo_comp *comp = &m->comps[c];
@@ -438,18 +442,35 @@ int graph_finalize(hlo_module *m, diag *d) {
     return 0;
 }
 
-/* Reports at a text position when the module came from text (line > 0). */
-static void report_at(diag *d, int *errors, uint32_t line, uint32_t col, const char *fmt, ...)
+/* Where graph_check's findings go: the diag, and for binary input the
+ * reader's map from the computation and instruction being checked (cur_*,
+ * UINT32_MAX outside one) to a byte offset and field. */
+typedef struct checker {
+    diag *d;
+    graph_where_fn where;
+    void *ctx;
+    uint32_t cur_comp, cur_instr;
+} checker;
+
+/* Reports at a text position when the module came from text (line > 0), else
+ * where the reader says the current computation or instruction is. */
+static void report_at(checker *k, int *errors, uint32_t line, uint32_t col, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-static void report_at(diag *d, int *errors, uint32_t line, uint32_t col, const char *fmt, ...) {
+static void report_at(checker *k, int *errors, uint32_t line, uint32_t col, const char *fmt, ...) {
     (*errors)++;
-    if (!d) return;
+    if (!k->d) return;
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    diag_pos(d, (int)line, (int)col, "%s", msg);
+    if (line == 0 && k->where) {
+        char field[128] = "";
+        size_t off = k->where(k->ctx, k->cur_comp, k->cur_instr, field, sizeof field);
+        diag_binary(k->d, off, field, "%s", msg);
+    } else {
+        diag_pos(k->d, (int)line, (int)col, "%s", msg);
+    }
 }
 #define report(d, errors, ...) report_at(d, errors, 0, 0, __VA_ARGS__)
 
@@ -903,7 +924,10 @@ static bool transpose_is_permutation(const hlo_comp *comp, const hlo_instr *in) 
 
 static int64_t header_int(const hlo_module *m, const char *key);
 
-int graph_check(const hlo_module *m, diag *d) {
+int graph_check(const hlo_module *m, diag *dg) { return check_at(m, dg, NULL, NULL); }
+
+static int check_at(const hlo_module *m, diag *dg, graph_where_fn where, void *ctx) {
+    checker ck = {dg, where, ctx, UINT32_MAX, UINT32_MAX}, *d = &ck;
     int errors = 0;
     char why[256];
     if (m->ncomps == 0) {
@@ -938,6 +962,8 @@ int graph_check(const hlo_module *m, diag *d) {
     if (ndev > GRAPH_MAX_DEVICES) ndev = GRAPH_MAX_DEVICES;
     for (uint32_t c = 0; c < m->ncomps; c++) {
         const hlo_comp *comp = &m->comps[c];
+        ck.cur_comp = c;
+        ck.cur_instr = UINT32_MAX;
         if (comp->ninstrs == 0) {
             report(d, &errors, "computation %s has no instructions", NAME(comp->name));
             continue;
@@ -948,6 +974,7 @@ int graph_check(const hlo_module *m, diag *d) {
                 report(d, &errors, "computation %s: parameter %u missing", NAME(comp->name), k);
         for (uint32_t i = 0; i < comp->ninstrs; i++) {
             const hlo_instr *in = &comp->instrs[i];
+            ck.cur_instr = i;
             for (uint32_t o = 0; o < in->noperands; o++)
                 if (in->operands[o] >= i)
                     report_at(d, &errors, in->line, in->col, "%s: operand %u of %s does not precede it", NAME(comp->name), o, NAME(in->name));
@@ -991,11 +1018,12 @@ int graph_check(const hlo_module *m, diag *d) {
         }
     }
     if (errors) return errors;
+    ck.cur_instr = UINT32_MAX;
     uint8_t *colour = xcalloc(m->ncomps, 1);
     uint32_t *stack = xcalloc(m->ncomps + 1, sizeof *stack);
     uint32_t *depth = xcalloc(m->ncomps, sizeof *depth);
     for (uint32_t c = 0; c < m->ncomps && !errors; c++)
-        if (colour[c] == 0 && call_cycle(m, c, colour, stack, depth))
+        if (colour[c] == 0 && call_cycle(m, c, colour, stack, depth) && (ck.cur_comp = c, true))
             report_at(d, &errors, m->comps[c].line, m->comps[c].col,
                       "computations call each other in a cycle (through %s)", NAME(m->comps[c].name));
     /* Every later walk over called computations recurses once per level
@@ -1003,7 +1031,7 @@ int graph_check(const hlo_module *m, diag *d) {
      * Reported at the shallowest computation over the limit, whose calls start
      * the chain that is too deep. */
     for (uint32_t c = 0; c < m->ncomps && !errors; c++)
-        if (depth[c] == GRAPH_MAX_CALL_DEPTH + 1)
+        if (depth[c] == GRAPH_MAX_CALL_DEPTH + 1 && (ck.cur_comp = c, true))
             report_at(d, &errors, m->comps[c].line, m->comps[c].col,
                       "computation %s starts a chain of calls %u levels deep: more than the limit of %d",
                       NAME(m->comps[c].name), depth[c], GRAPH_MAX_CALL_DEPTH);

@@ -382,6 +382,13 @@ void graph_finalize_instr(hlo_module *m, hlo_instr *in);
 /* Resolves locations and reducers, then runs graph_check; returns the number of
  * problems found (each reported to d), 0 when the module is valid. */
 int graph_finalize(hlo_module *m, diag *d);
+/* For binary input: where a problem of instruction instr of computation comp
+ * is (either UINT32_MAX when the problem is the computation's or the
+ * module's): returns its byte offset and writes its field path to field. */
+typedef size_t (*graph_where_fn)(void *ctx, uint32_t comp, uint32_t instr, char *field, size_t nfield);
+/* graph_finalize reporting problems of a module without text positions
+ * through diag_binary at where's offsets. */
+int graph_finalize_at(hlo_module *m, diag *d, graph_where_fn where, void *ctx);
 /* Invariants: operands precede users, called computations exist, do not
  * form a cycle and nest at most GRAPH_MAX_CALL_DEPTH deep, shapes valid, roots
  * and parameters consistent; per opcode (one table in graph.c, after XLA's

@@ -383,6 +383,30 @@ static void gzip_bomb(void) {
     free(zeros);
 }
 
+
+/* The same wrong arity in a protobuf: reported at the instruction's bytes. */
+static void pb_position(void) {
+    t_case("pathological add with one operand in a protobuf");
+    hlo_module *m = parse_valid("ENTRY e {\n p = f32[4] parameter(0)\n ROOT a = f32[4] add(p, p)\n}\n");
+    if (!m) return;
+    m->comps[0].instrs[1].noperands = 1;
+    strbuf b;
+    sb_init(&b);
+    hlo_write_pb(m, &b);
+    graph_free(m);
+    diag d;
+    diag_init(&d, "p.pb");
+    m = hlo_parse_pb((const uint8_t *)b.s, b.len, "p.pb", &d);
+    CHECK(m == NULL);
+    unsigned long off = 0;
+    CHECK_MSG(d.out.s && sscanf(d.out.s, "p.pb: byte %lu: field computations[0].instructions[1]: ", &off) == 1 && off > 0,
+              "%s", d.out.s ? d.out.s : "");
+    CHECK_CONTAINS(d.out.s, "e: a: add takes 2 operands, not 1");
+    graph_free(m);
+    diag_free(&d);
+    sb_free(&b);
+}
+
 void suite_pathological(void);
 void suite_pathological(void) {
     truncations("tests/cases/variants.hlo");
@@ -511,5 +535,6 @@ void suite_pathological(void) {
     free(line);
 
     structure();
+    pb_position();
     gzip_bomb();
 }
