@@ -305,7 +305,7 @@ static int64_t product(const int64_t *v, uint32_t n) {
 /* Mesh form: see graph.h. Every axis has at most one selected reference. */
 static void expand_mesh(const hlo_groups *g, arena *a, hlo_groups *out) {
     int64_t total = product(g->axis_sizes, g->naxes);
-    if (total <= 0 || total > (1 << 24) || g->naxes > 64) return;
+    if (total <= 0 || total > GRAPH_MAX_DEVICES || g->naxes > 64) return;
     int64_t *order = arena_alloc(a, (size_t)total * sizeof *order);
     if (g->device_ids) {
         if (g->ndevice_ids != total) return;
@@ -375,7 +375,7 @@ void groups_expand(const hlo_groups *g, arena *a, hlo_groups *out) {
         return;
     }
     int64_t total = product(g->reshape, g->nreshape);
-    if (total <= 0 || total > (1 << 24) || g->group_size <= 0 || total % g->group_size) return;
+    if (total <= 0 || total > GRAPH_MAX_DEVICES || g->group_size <= 0 || total % g->group_size) return;
     int64_t *ids = arena_alloc(a, (size_t)total * sizeof *ids);
     iota_tile_ids(g->reshape, g->nreshape, g->perm, g->nperm, ids);
     out->ngroups = (uint32_t)(total / g->group_size);
@@ -729,6 +729,11 @@ static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_in
     default:
         break;
     }
+    if (in->op == OP_IOTA && in->shape.dtype != DT_TUPLE && in->shape.rank > 0) {
+        int64_t k = instr_int(in, A_IOTA_DIMENSION, 0);
+        if (k < 0 || k >= (int64_t)in->shape.rank)
+            return snprintf(why, nwhy, "iota_dimension %lld of a rank-%u result", (long long)k, in->shape.rank), false;
+    }
     if (in->op == OP_GET_TUPLE_ELEMENT) {
         int64_t k = instr_int(in, A_INDEX, 0);
         if (s0->dtype != DT_TUPLE || k < 0 || k >= (int64_t)s0->ntuple)
@@ -786,7 +791,15 @@ static bool groups_ok(const hlo_groups *g, char *why, size_t nwhy) {
             if (g->sel[k].axis >= g->naxes) return snprintf(why, nwhy, "mesh group names a missing axis"), false;
         return true;
     }
-    if (g->iota) {
+    if (!g->iota) {
+        for (uint32_t k = 0; k < g->ngroups; k++)
+            for (uint32_t j = g->start[k]; j < g->start[k + 1]; j++)
+                if (g->ids[j] < 0 || g->ids[j] >= GRAPH_MAX_DEVICES)
+                    return snprintf(why, nwhy, "device %lld is not one of the %d a module may name", (long long)g->ids[j],
+                                    GRAPH_MAX_DEVICES), false;
+        return true;
+    }
+    {
         int64_t total = iota_order_size(g->reshape, g->nreshape, g->perm, g->nperm);
         if (total <= 0 || g->group_size <= 0 || total % g->group_size)
             return snprintf(why, nwhy, "iota replica groups are not a permutation of their devices in groups of %lld",
@@ -881,7 +894,7 @@ static bool dim_out_of_range(const hlo_comp *comp, const hlo_instr *in, const ch
         break;
     }
     case OP_TRANSPOSE: case OP_REVERSE: case OP_REDUCE: case OP_CONCATENATE: case OP_ALL_GATHER: case OP_ALL_TO_ALL:
-    case OP_REDUCE_SCATTER:
+    case OP_REDUCE_SCATTER: case OP_SORT:
         if (!in->noperands || comp->instrs[in->operands[0]].shape.dtype == DT_TUPLE) return false;
         dkeys[0] = A_DIMENSIONS, ranks[0] = comp->instrs[in->operands[0]].shape.rank, nkeys = 1;
         break;

@@ -32,7 +32,7 @@
  * devices a module runs on (header, tile assignments, replica groups), dims
  * of an iota device order ([reshape]T(perm)), and how deep computations call
  * each other (every walk over called computations recurses once per level). */
-#define GRAPH_MAX_DEVICES (1 << 24)
+#define GRAPH_MAX_DEVICES (1 << 20)
 #define GRAPH_MAX_IOTA_RANK 64
 #define GRAPH_MAX_CALL_DEPTH 200
 

@@ -232,7 +232,7 @@ void interp_val_fill_random(interp_val *v, interp_rng *r) {
 static int64_t tile_position(const hlo_sharding *sh, int64_t d) {
     int64_t total = 1;
     for (uint32_t k = 0; k < sh->ntile; k++) total *= sh->tile_dims[k];
-    if (total <= 0 || total > (1 << 24)) return -1;
+    if (total <= 0 || total > GRAPH_MAX_DEVICES) return -1;
     if (sh->devices) {
         for (uint32_t k = 0; k < sh->ndevices; k++)
             if (sh->devices[k] == d) return k;
@@ -866,7 +866,7 @@ static interp_val *op_iota(ctx *x, const hlo_instr *in) {
     interp_val *r = val_shape(&in->shape);
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
     int64_t d = instr_int(in, A_IOTA_DIMENSION, 0);
-    if (d < 0 || (uint32_t)d >= r->rank) {
+    if (d < 0 || d >= (int64_t)r->rank) {
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "iota_dimension out of range");
     }
@@ -1019,7 +1019,7 @@ static interp_val *op_broadcast(ctx *x, const hlo_instr *in, const interp_val *a
     /* Stride of each result dim in the operand (0 for new dims). */
     int64_t rs[INTERP_MAX_RANK] = {0};
     for (uint32_t k = 0; k < nd; k++) {
-        if (dims[k] < 0 || (uint32_t)dims[k] >= r->rank || r->dims[dims[k]] != a->dims[k]) {
+        if (dims[k] < 0 || dims[k] >= (int64_t)r->rank || r->dims[dims[k]] != a->dims[k]) {
             interp_val_free(r);
             return fail(x, INTERP_ERUN, in, "broadcast dimension out of range or of another size");
         }
@@ -1185,7 +1185,7 @@ static interp_val *concat(interp_val *const *vals, uint32_t n, uint32_t dim) {
 static interp_val *op_concatenate(ctx *x, const hlo_instr *in, interp_val **ops) {
     uint32_t nd;
     const int64_t *dims = instr_ints(in, A_DIMENSIONS, &nd);
-    if (nd != 1 || dims[0] < 0 || (uint32_t)dims[0] >= ops[0]->rank)
+    if (nd != 1 || dims[0] < 0 || dims[0] >= (int64_t)ops[0]->rank)
         return fail(x, INTERP_ERUN, in, "needs one dimension");
     interp_val *r = concat(ops, in->noperands, (uint32_t)dims[0]);
     if (!r) return fail(x, INTERP_ERUN, in, "cannot concatenate");
@@ -1668,7 +1668,7 @@ static interp_val *op_sort(ctx *x, const hlo_instr *in, interp_val **ops, int64_
     if (!ta || n == 0 || n > 64) return fail(x, INTERP_EUNSUPPORTED, in, "malformed sort");
     const interp_val *a = ops[0];
     int64_t dim = nd ? dims[0] : 0;
-    if (dim < 0 || (uint32_t)dim >= a->rank) return fail(x, INTERP_ERUN, in, "sort dimension out of range");
+    if (dim < 0 || dim >= (int64_t)a->rank) return fail(x, INTERP_ERUN, in, "sort dimension out of range");
     for (uint32_t k = 1; k < n; k++)
         if (ops[k]->dtype == DT_TUPLE || ops[k]->rank != a->rank || memcmp(ops[k]->dims, a->dims, a->rank * sizeof *a->dims) != 0)
             return fail(x, INTERP_ERUN, in, "sort operand %u's shape differs from operand 0's", k);
@@ -2033,7 +2033,7 @@ static bool eval_collective(ctx *x, const hlo_instr *in, uint32_t na, const int6
                 if (op == OP_ALL_REDUCE) {
                     for (uint32_t k = 0; k < G; k++) rv[k][j] = interp_val_ref(acc);
                 } else {
-                    if (dim < 0 || (uint32_t)dim >= acc->rank || acc->dims[dim] % G) {
+                    if (dim < 0 || dim >= (int64_t)acc->rank || acc->dims[dim] % G) {
                         fail(x, INTERP_ERUN, in, "scatter dimension does not split into %u", G);
                         ok = false;
                     }

@@ -198,6 +198,12 @@ static void structure(void) {
                  "ENTRY e {\n a = f32[8,4] parameter(0)\n i = s32[] parameter(1)\n"
                  " ROOT r = f32[2,4] dynamic-slice(a, i), dynamic_slice_sizes={2,4}\n}\n",
                  "dynamic-slice of a rank-2 operand takes 3 operands, not 2");
+    expect_error("sort dimension 2^32",
+                 "c {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT l = pred[] compare(a, b), direction=LT\n}\n"
+                 "ENTRY e {\n x = f32[4] parameter(0)\n ROOT s = f32[4] sort(x), dimensions={4294967296}, to_apply=c\n}\n",
+                 "dimensions names dimension 4294967296, out of range");
+    expect_error("iota dimension beyond the rank", "ENTRY e {\n ROOT i = s32[4] iota(), iota_dimension=1\n}\n",
+                 "iota_dimension 1 of a rank-1 result");
     expect_error("get-tuple-element beyond the tuple",
                  "ENTRY e {\n p = (f32[], f32[]) parameter(0)\n ROOT g = f32[] get-tuple-element(p), index=2\n}\n",
                  "get-tuple-element index 2 of a shorter tuple");
@@ -239,6 +245,10 @@ static void structure(void) {
                "replica_groups=mesh['a'=4,'b'=2], device_ids=([2,4]T(1,0)) {'a'}, to_apply=r\n}\n");
     expect_valid("mesh device order, transposed", s);
     free(s);
+    s = repeat("", sum_comp, 1,
+               "ENTRY e {\n p = f32[4] parameter(0)\n ROOT x = f32[4] all-reduce(p), replica_groups={{0,1073741824}}, to_apply=r\n}\n");
+    expect_error("replica group naming device 2^30", s, "device 1073741824 is not one of the 1048576 a module may name");
+    free(s);
     expect_error("tile assignment of 2^31-1 devices on 2",
                  "HloModule m, num_partitions=2\nENTRY e {\n"
                  " ROOT p = f32[4,4] parameter(0), sharding={devices=[1,2147483647]<=[2147483647]}\n}\n",
@@ -248,7 +258,7 @@ static void structure(void) {
                  "tile assignment names a device twice");
     expect_error("header with 2^40 devices",
                  "HloModule m, num_partitions=1099511627776\nENTRY e {\n ROOT p = f32[4] parameter(0)\n}\n",
-                 "more than 16777216 devices");
+                 "more than 1048576 devices");
     expect_error("stack frame with parent INT_MIN",
                  "FileNames\n1 \"a.py\"\nFunctionNames\n1 \"f\"\nFileLocations\n1 {file_name_id=1 function_name_id=1 line=1}\n"
                  "StackFrames\n1 {file_location_id=1 parent_frame_id=-2147483648}\n"
