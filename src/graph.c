@@ -689,9 +689,13 @@ static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_in
         if (n % 2 == 0) return snprintf(why, nwhy, "%s takes operands, indices and as many updates, not %u operands", name, n), false;
         break;
     case AR_DSLICE: case AR_DUSLICE: {
+        /* One scalar index per dimension, or (XLA's older form, which its
+         * shape inference still accepts) one index vector of rank entries. */
         uint32_t fixed = r->form == AR_DSLICE ? 1 : 2;
         uint32_t rank = s0->dtype == DT_TUPLE ? 0 : s0->rank;
-        if (n != fixed + rank)
+        const shape *iv = n == fixed + 1 ? &comp->instrs[in->operands[fixed]].shape : NULL;
+        bool vector = iv && iv->dtype != DT_TUPLE && iv->rank == 1 && iv->dims[0] == (int64_t)rank;
+        if (n != fixed + rank && !vector)
             return snprintf(why, nwhy, "%s of a rank-%u operand takes %u operands, not %u", name, rank, fixed + rank, n), false;
         break;
     }

@@ -1540,8 +1540,8 @@ static lval lift_dynamic_slice(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
-    if (x->kind != LV_TERM) return unknown();
     uint32_t rank = in->shape.rank;
+    if (x->kind != LV_TERM || in->noperands != 1 + rank) return unknown(); /* not the index-vector form */
     view v = x->v;
     /* Offsets the same on every device — constants, or replicated values such
      * as a loop counter — slice the global tensor at the same place; a sharded

@@ -225,6 +225,9 @@ static void structure(void) {
     expect_valid("empty tuple, operand-less custom-call and after-all",
                  "ENTRY e {\n t = () tuple()\n c = f32[2] custom-call(), custom_call_target=\"foo\"\n a = token[] after-all()\n"
                  " ROOT r = (f32[2], token[]) tuple(c, a)\n}\n");
+    expect_valid("dynamic-slice with an index vector (XLA's older form)",
+                 "ENTRY e {\n a = f32[8,4] parameter(0)\n i = s32[2] parameter(1)\n"
+                 " ROOT r = f32[2,4] dynamic-slice(a, i), dynamic_slice_sizes={2,4}\n}\n");
     expect_valid("conditional with true and false computations",
                  "b {\n ROOT p = f32[] parameter(0)\n}\nENTRY e {\n i = pred[] parameter(0)\n x = f32[] parameter(1)\n"
                  " ROOT c = f32[] conditional(i, x, x), true_computation=b, false_computation=b\n}\n");
