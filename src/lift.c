@@ -211,7 +211,7 @@ uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
 uint32_t lf_list_attr(lift_ctx *c, int key, const int64_t *v, uint32_t n) {
     int64_t words[2 + VIEW_MAX_RANK];
     if (!n) return 0; /* the empty blob */
-    if (n > VIEW_MAX_RANK) abort(); /* callers pass dims of views */
+    if (n > VIEW_MAX_RANK) xfatal("lift: a type of rank %u, views hold at most %d", n, VIEW_MAX_RANK); /* callers pass dims of views */
     words[0] = key, words[1] = n;
     memcpy(words + 2, v, n * sizeof *v);
     return eg_attr(c->g, words, 2 + n);

@@ -268,6 +268,23 @@ static void structure(void) {
                  "ENTRY e {\n ROOT p = f32[] parameter(0)\n}\n",
                  "parent_frame_id below 1");
 
+    t_case("pathological eval of a global input of 2^37 elements");
+    FILE *gf = fopen("build/path-global.hlo", "w");
+    if (gf) {
+        fputs("HloModule m, num_partitions=4096\nENTRY e {\n p = f32[8192,4096] parameter(0), sharding={devices=[4096,1]<=[4096]}\n"
+              " ROOT n = f32[8192,4096] negate(p)\n}\n", gf);
+        fclose(gf);
+    }
+    strbuf cmd;
+    sb_init(&cmd);
+    sb_printf(&cmd, "%s eval build/path-global.hlo --devices 2", t_scalify());
+    int status;
+    char *said = t_run(cmd.s, &status);
+    CHECK_EQ(status, 2);
+    CHECK_CONTAINS(said, "parameter 0 (p) is too large (its global form holds more than 134217728 elements)");
+    free(said);
+    sb_free(&cmd);
+
     /* Depth: 200 levels of calls work everywhere, 201 are refused by name. */
     t_case("pathological 200 nested calls evaluate");
     s = call_chain(GRAPH_MAX_CALL_DEPTH - 1); /* and the entry */
