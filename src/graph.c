@@ -982,13 +982,14 @@ static int check_at(const hlo_module *m, diag *dg, graph_where_fn where, void *c
         ck.cur_comp = c;
         ck.cur_instr = UINT32_MAX;
         if (comp->ninstrs == 0) {
-            report(d, &errors, "computation %s has no instructions", NAME(comp->name));
+            report_at(d, &errors, comp->line, comp->col, "computation %s has no instructions", NAME(comp->name));
             continue;
         }
-        if (comp->root >= comp->ninstrs) report(d, &errors, "computation %s: root out of range", NAME(comp->name));
+        if (comp->root >= comp->ninstrs)
+            report_at(d, &errors, comp->line, comp->col, "computation %s: root out of range", NAME(comp->name));
         for (uint32_t k = 0; k < comp->nparams; k++)
             if (comp->params[k] >= comp->ninstrs || comp->instrs[comp->params[k]].op != OP_PARAMETER)
-                report(d, &errors, "computation %s: parameter %u missing", NAME(comp->name), k);
+                report_at(d, &errors, comp->line, comp->col, "computation %s: parameter %u missing", NAME(comp->name), k);
         for (uint32_t i = 0; i < comp->ninstrs; i++) {
             const hlo_instr *in = &comp->instrs[i];
             ck.cur_instr = i;
@@ -1030,7 +1031,8 @@ static int check_at(const hlo_module *m, diag *dg, graph_where_fn where, void *c
                 if (at->kind == K_INSTRS)
                     for (uint32_t k = 0; k < at->n; k++)
                         if ((uint64_t)at->v.ints[k] >= comp->ninstrs)
-                            report(d, &errors, "%s: %s names a missing instruction", NAME(comp->name), NAME(in->name));
+                            report_at(d, &errors, in->line, in->col, "%s: %s names a missing instruction", NAME(comp->name),
+                                      NAME(in->name));
             }
         }
     }
