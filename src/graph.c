@@ -641,6 +641,13 @@ static const op_rule op_rules[OP_COUNT] = {
 #undef UNARY
 #undef BINARY
 
+bool graph_op_operands(int op, int *min, int *max) {
+    if (op < 0 || op >= OP_COUNT || !op_rules[op].listed) return false;
+    *min = op_rules[op].min;
+    *max = op_rules[op].max;
+    return true;
+}
+
 /* The computation attribute key names (k-th element), or NULL when absent. */
 static const hlo_comp *callee(const hlo_module *m, const hlo_instr *in, int key, uint32_t k) {
     const hlo_attr *a = instr_attr(in, key);

@@ -400,6 +400,11 @@ int graph_finalize_at(hlo_module *m, diag *d, graph_where_fn where, void *ctx);
  * later stage without further structural checks. */
 int graph_check(const hlo_module *m, diag *d);
 
+/* The operand count graph_check allows op (max -1: no upper bound; further
+ * forms, such as reduce's even count, are checked too); false for an opcode
+ * the table does not list. */
+bool graph_op_operands(int op, int *min, int *max);
+
 const hlo_attr *instr_attr(const hlo_instr *in, int key);
 /* Integer attribute or dflt; list attribute (NULL and *n = 0 when absent). */
 int64_t instr_int(const hlo_instr *in, int key, int64_t dflt);

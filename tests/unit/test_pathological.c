@@ -212,6 +212,24 @@ static void structure(void) {
                  " ROOT c = f32[] conditional(i, x), branch_computations={b, b}\n}\n",
                  "conditional with 2 branches takes 3 operands, not 2");
 
+    t_case("pathological every opcode has an operand rule");
+    int lo, hi, unlisted = 0;
+    for (int op = 1; op < OP_COUNT; op++)
+        if (!graph_op_operands(op, &lo, &hi)) {
+            unlisted++;
+            printf("note: %s has no operand rule\n", hlo_op_name(op));
+        }
+    CHECK_EQ(unlisted, 0);
+    /* Spot checks against XLA's opcode table (hlo_opcode.h arities). */
+    static const struct { int op, lo, hi; } xla[] = {
+        {OP_ABS, 1, 1}, {OP_ADD, 2, 2}, {OP_SELECT, 3, 3}, {OP_CLAMP, 3, 3}, {OP_BATCH_NORM_GRAD, 5, 5},
+        {OP_RAGGED_ALL_TO_ALL, 6, 6}, {OP_TUPLE, 0, -1}, {OP_AFTER_ALL, 0, -1}, {OP_CUSTOM_CALL, 0, -1},
+        {OP_ALL_REDUCE, 1, -1}, {OP_SORT, 1, -1}, {OP_REDUCE, 2, -1}, {OP_SCATTER, 3, -1}, {OP_WHILE, 1, 1},
+        {OP_OUTFEED, 2, 2}, {OP_IOTA, 0, 0}, {OP_CALL, 0, -1}, {OP_CONDITIONAL, 2, -1}};
+    for (size_t k = 0; k < ARRAY_LEN(xla); k++)
+        CHECK_MSG(graph_op_operands(xla[k].op, &lo, &hi) && lo == xla[k].lo && hi == xla[k].hi, "%s: %d..%d",
+                  hlo_op_name(xla[k].op), lo, hi);
+
     /* What XLA accepts must stay accepted: variadic forms. */
     expect_valid("all-reduce with several operands",
                  "HloModule m, num_partitions=2\nr {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n"
