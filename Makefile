@@ -4,7 +4,8 @@
 #   make test    every test; ends with "N passed, N failed"
 #   make deps    install missing Debian packages (apt-get, as root)
 #   make asan / ubsan    the test suite under AddressSanitizer / UBSan
-#   make fuzz    each reader and the checker under libFuzzer for FUZZ_SECONDS (default 60)
+#   make fuzz    each reader and the checker under libFuzzer for FUZZ_SECONDS (default 60),
+#                then structural mutations of the sample texts (make fuzz-mutate)
 #   make bench   benchmarks (measure, never assert timing)
 #   make lint / format / clean / samples
 
@@ -26,7 +27,7 @@ TEST_SRC := $(wildcard tests/unit/*.c)
 TEST_OBJ := $(TEST_SRC:tests/unit/%.c=$(BUILD)/obj/test_%.o)
 PB_GEN   := $(BUILD)/gen/hlo.pb-c.c $(BUILD)/gen/hlo.pb-c.h
 
-.PHONY: all test demo deps asan ubsan fuzz bench lint format clean samples check-deps
+.PHONY: all test demo deps asan ubsan fuzz fuzz-mutate bench lint format clean samples check-deps
 
 all: check-deps $(BUILD)/scalify
 
@@ -92,9 +93,21 @@ fuzz: check-deps
 	  mkdir -p build/fuzz/corpus-$$t; \
 	  cp tests/fuzz/seeds-$$t/* build/fuzz/corpus-$$t/ 2>/dev/null; \
 	  echo "fuzzing $$t for $(FUZZ_SECONDS)s"; \
-	  build/fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=4096 \
+	  dict=tests/fuzz/$$t.dict; [ -f $$dict ] || dict=tests/fuzz/text.dict; \
+	  build/fuzz/fuzz-$$t -dict=$$dict -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=4096 \
 	    build/fuzz/corpus-$$t || exit 1; \
 	done
+	$(MAKE) fuzz-mutate
+
+# Structural mutations of the sample texts (tests/fuzz/mutate.c), ASan and
+# UBSan on; any C compiler. A crash leaves its input in build/asan/mutant.hlo.
+fuzz-mutate:
+	$(MAKE) build/asan/mutate BUILD=build/asan OPT="-O1 -g" \
+	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	build/asan/mutate -o build/asan/mutant.hlo -t $(FUZZ_SECONDS) -n 0 $(wildcard samples/*/*.hlo tests/fuzz/seeds-text/*.hlo)
+
+$(BUILD)/mutate: tests/fuzz/mutate.c $(BUILD)/libscalify.a
+	$(CC) $(CFLAGS_ALL) $^ $(LIBS) -o $@
 
 build/fuzz/fuzz-%: tests/fuzz/fuzz_%.c build/fuzz/libscalify.a
 	$(CC) $(CFLAGS_ALL) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $^ $(LIBS) -o $@

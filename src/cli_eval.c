@@ -169,9 +169,15 @@ int cli_eval(int argc, char **argv) {
                 !interp_shard_global(sa->v.sharding, p->shape.rank, p->shape.dims, global)) {
                 if (p->shape.rank) memcpy(global, p->shape.dims, p->shape.rank * sizeof *global); /* NULL for a scalar */
             }
-            src = interp_val_new(p->shape.dtype, p->shape.rank, global);
+            /* The global input is the local shape times the tile assignment:
+             * within the element budget before it is allocated. */
+            int64_t elems = 1;
+            for (uint32_t d = 0; d < p->shape.rank && elems >= 0; d++)
+                if (!mul_ok(elems, global[d], &elems) || elems > INTERP_MAX_ELEMENTS) elems = -1;
+            src = elems < 0 ? NULL : interp_val_new(p->shape.dtype, p->shape.rank, global);
             if (!src) {
-                fprintf(stderr, "scalify eval: parameter %u (%s) is too large\n", k, p->name);
+                fprintf(stderr, "scalify eval: parameter %u (%s) is too large (its global form holds more than %lld elements)\n",
+                        k, p->name, (long long)INTERP_MAX_ELEMENTS);
                 rc = EXIT_INPUT;
                 break;
             }

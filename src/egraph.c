@@ -22,7 +22,9 @@ typedef struct blobs {
 } blobs;
 
 struct egraph {
-    /* nodes: words[off[id]] = op | nchild << 16, then attr, type, children */
+    /* nodes: words[off[id]] = op | nchild << 16, then attr, type, children;
+     * nchild >= NODE_WIDE is written NODE_WIDE << 16 and held in a fourth
+     * header word (node_n), so no child count is too large. */
     uint32_t *words;
     size_t nwords, capwords;
     uint32_t *off, *next_in_class;
@@ -173,14 +175,20 @@ eid eg_find(egraph *g, eid c) {
     return r;
 }
 
+/* Node layout helpers (see struct egraph): child count, header words, children. */
+#define NODE_WIDE 0xffffu
+static inline uint32_t node_n(const uint32_t *w) { return w[0] >> 16 == NODE_WIDE ? w[3] : w[0] >> 16; }
+static inline uint32_t node_hdr(uint32_t n) { return n >= NODE_WIDE ? 4 : 3; }
+static inline uint32_t *node_kids(uint32_t *w) { return w + node_hdr(node_n(w)); }
+
 static uint64_t node_hash(const uint32_t *w) {
-    uint32_t n = w[0] >> 16;
-    return hash_bytes(w, (3 + n) * sizeof *w);
+    uint32_t n = node_n(w);
+    return hash_bytes(w, (node_hdr(n) + n) * sizeof *w);
 }
 
 static bool node_eq(const uint32_t *a, const uint32_t *b) {
-    uint32_t n = a[0] >> 16;
-    return a[0] == b[0] && memcmp(a + 1, b + 1, (2 + n) * sizeof *a) == 0;
+    uint32_t n = node_n(a);
+    return a[0] == b[0] && n == node_n(b) && memcmp(a + 1, b + 1, (node_hdr(n) - 1 + n) * sizeof *a) == 0;
 }
 
 /* The low 32 bits of the hash: a filter before comparing nodes, and the slot
@@ -241,6 +249,10 @@ static void table_remove(egraph *g, uint32_t node) {
 }
 
 static void add_parent(egraph *g, eid cls, uint32_t node) {
+    /* One entry per (class, parent): a node naming a class many times (a
+     * concatenate of 65,536 copies) would otherwise make rebuilding quadratic.
+     * Entries of the node being added are the latest of every class it names. */
+    if (g->par_tail[cls] != EMPTY && g->pool_node[g->par_tail[cls]] == node) return;
     if (g->npool == g->cappool) {
         size_t c = g->cappool ? g->cappool * 2 : 1024;
         g->pool_node = xrealloc(g->pool_node, c * sizeof *g->pool_node);
@@ -255,17 +267,19 @@ static void add_parent(egraph *g, eid cls, uint32_t node) {
     g->par_tail[cls] = e;
 }
 
-/* Canonical node words for a lookup, in a scratch buffer of 3 + n words. */
+/* Canonical node words for a lookup, in a scratch buffer of node_hdr(n) + n words. */
 static void canon_words(egraph *g, uint32_t *w, uint16_t op, uint32_t attr, uint32_t type, const eid *ch, uint32_t n) {
-    w[0] = (uint32_t)op | n << 16;
+    w[0] = (uint32_t)op | (n >= NODE_WIDE ? NODE_WIDE : n) << 16;
     w[1] = attr;
     w[2] = type;
-    for (uint32_t i = 0; i < n; i++) w[3 + i] = eg_find(g, ch[i]);
+    if (n >= NODE_WIDE) w[3] = n;
+    uint32_t *k = w + node_hdr(n);
+    for (uint32_t i = 0; i < n; i++) k[i] = eg_find(g, ch[i]);
 }
 
 eid eg_lookup(egraph *g, uint16_t op, uint32_t attr, uint32_t type, const eid *ch, uint32_t n) {
-    if (!g->tcap || n > 0xffff) return EID_NONE;
-    uint32_t stack[64], *w = n + 3 <= 64 ? stack : xmalloc((n + 3) * sizeof *w);
+    if (!g->tcap) return EID_NONE;
+    uint32_t stack[64], *w = n + 4 <= 64 ? stack : xmalloc(((size_t)n + 4) * sizeof *w);
     canon_words(g, w, op, attr, type, ch, n);
     bool found;
     uint32_t tag;
@@ -276,9 +290,9 @@ eid eg_lookup(egraph *g, uint16_t op, uint32_t attr, uint32_t type, const eid *c
 }
 
 eid eg_add(egraph *g, uint16_t op, uint32_t attr, uint32_t type, const eid *ch, uint32_t n, uint8_t origin) {
-    if (n > 0xffff) abort();
     if ((g->tused + 1) * 10 >= g->tcap * 7) table_resize(g, g->tcap ? g->tcap * 2 : 1024);
-    XGROW(g->words, g->capwords, g->nwords + 3 + n);
+    if (g->nwords + 4 + (size_t)n > UINT32_MAX) xfatal("e-graph: more than 2^32 node words (node offsets are 32 bits)");
+    XGROW(g->words, g->capwords, g->nwords + 4 + n);
     uint32_t *w = g->words + g->nwords;  /* build in place; kept only when new */
     canon_words(g, w, op, attr, type, ch, n);
     bool found;
@@ -292,7 +306,7 @@ eid eg_add(egraph *g, uint16_t op, uint32_t attr, uint32_t type, const eid *ch, 
     if (g->nnodes == g->capnodes) grow_nodes(g);
     uint32_t id = (uint32_t)g->nnodes++;
     g->off[id] = (uint32_t)g->nwords;
-    g->nwords += 3 + n;
+    g->nwords += node_hdr(n) + n;
     g->next_in_class[id] = EMPTY;
     g->dead[id] = 0;
     g->uf[id] = id;
@@ -303,7 +317,8 @@ eid eg_add(egraph *g, uint16_t op, uint32_t attr, uint32_t type, const eid *ch, 
     if (g->table[slot] != TOMB) g->tused++;
     g->table[slot] = id;
     g->ttag[slot] = tag;
-    for (uint32_t i = 0; i < n; i++) add_parent(g, w[3 + i], id);
+    const uint32_t *kids = node_kids(w);
+    for (uint32_t i = 0; i < n; i++) add_parent(g, kids[i], id);
     g->st.nodes++;
     return id;
 }
@@ -354,12 +369,12 @@ uint64_t eg_rebuild(egraph *g) {
             uint32_t p = g->pool_node[e];
             if (g->dead[p]) continue;
             uint32_t *w = g->words + g->off[p];
-            uint32_t n = w[0] >> 16;
+            uint32_t n = node_n(w), *kids = node_kids(w);
             bool stale = false;
-            for (uint32_t i = 0; i < n && !stale; i++) stale = eg_find(g, w[3 + i]) != w[3 + i];
+            for (uint32_t i = 0; i < n && !stale; i++) stale = eg_find(g, kids[i]) != kids[i];
             if (!stale) continue;
             table_remove(g, p);
-            for (uint32_t i = 0; i < n; i++) w[3 + i] = eg_find(g, w[3 + i]);
+            for (uint32_t i = 0; i < n; i++) kids[i] = eg_find(g, kids[i]);
             bool found;
             uint32_t tag;
             size_t slot = table_find(g, w, &found, &tag);
@@ -403,9 +418,9 @@ uint16_t eg_node_op(const egraph *g, eid node) { return (uint16_t)(g->words[g->o
 uint32_t eg_node_attr(const egraph *g, eid node) { return g->words[g->off[node] + 1]; }
 
 const eid *eg_node_children(const egraph *g, eid node, uint32_t *n) {
-    const uint32_t *w = g->words + g->off[node];
-    *n = w[0] >> 16;
-    return w + 3;
+    uint32_t *w = g->words + g->off[node];
+    *n = node_n(w);
+    return node_kids(w);
 }
 
 void eg_print_term(strbuf *b, egraph *g, eid c, int depth) {
@@ -454,10 +469,11 @@ int eg_check(egraph *g, strbuf *why) {
     for (size_t i = 0; i < g->tcap; i++) live_in_table += g->table[i] < TOMB;
     for (uint32_t id = 0; id < g->nnodes; id++) {
         if (g->dead[id]) continue;
-        const uint32_t *w = g->words + g->off[id];
-        uint32_t n = w[0] >> 16;
+        uint32_t *w = g->words + g->off[id];
+        uint32_t n = node_n(w);
+        const uint32_t *kids = node_kids(w);
         for (uint32_t i = 0; i < n; i++)
-            if (eg_find(g, w[3 + i]) != w[3 + i]) {
+            if (eg_find(g, kids[i]) != kids[i]) {
                 if (why) sb_printf(why, "node %u has a non-canonical child\n", id);
                 bad++;
             }

@@ -321,7 +321,7 @@ static int64_t product(const int64_t *v, uint32_t n) {
 /* Mesh form: see graph.h. Every axis has at most one selected reference. */
 static void expand_mesh(const hlo_groups *g, arena *a, hlo_groups *out) {
     int64_t total = product(g->axis_sizes, g->naxes);
-    if (total <= 0 || total > (1 << 24) || g->naxes > 64) return;
+    if (total <= 0 || total > GRAPH_MAX_DEVICES || g->naxes > 64) return;
     int64_t *order = arena_alloc(a, (size_t)total * sizeof *order);
     if (g->device_ids) {
         if (g->ndevice_ids != total) return;
@@ -391,7 +391,7 @@ void groups_expand(const hlo_groups *g, arena *a, hlo_groups *out) {
         return;
     }
     int64_t total = product(g->reshape, g->nreshape);
-    if (total <= 0 || total > (1 << 24) || g->group_size <= 0 || total % g->group_size) return;
+    if (total <= 0 || total > GRAPH_MAX_DEVICES || g->group_size <= 0 || total % g->group_size) return;
     int64_t *ids = arena_alloc(a, (size_t)total * sizeof *ids);
     iota_tile_ids(g->reshape, g->nreshape, g->perm, g->nperm, ids);
     out->ngroups = (uint32_t)(total / g->group_size);
@@ -442,8 +442,12 @@ static void resolve_location(const hlo_module *m, hlo_meta *md) {
     md->src_col = loc->column;
 }
 
-int graph_finalize(hlo_module *m, diag *d) {
-    int errors = graph_check(m, d);
+static int check_at(const hlo_module *m, diag *d, graph_where_fn where, void *ctx);
+
+int graph_finalize(hlo_module *m, diag *d) { return graph_finalize_at(m, d, NULL, NULL); }
+
+int graph_finalize_at(hlo_module *m, diag *d, graph_where_fn where, void *ctx) {
+    int errors = check_at(m, d, where, ctx);
     if (errors) return errors;
     for (uint32_t c = 0; c < m->ncomps; c++) {
         hlo_comp *comp = &m->comps[c];
@@ -454,23 +458,41 @@ int graph_finalize(hlo_module *m, diag *d) {
     return 0;
 }
 
-/* Reports at a text position when the module came from text (line > 0). */
-static void report_at(diag *d, int *errors, uint32_t line, uint32_t col, const char *fmt, ...)
+/* Where graph_check's findings go: the diag, and for binary input the
+ * reader's map from the computation and instruction being checked (cur_*,
+ * UINT32_MAX outside one) to a byte offset and field. */
+typedef struct checker {
+    diag *d;
+    graph_where_fn where;
+    void *ctx;
+    uint32_t cur_comp, cur_instr;
+} checker;
+
+/* Reports at a text position when the module came from text (line > 0), else
+ * where the reader says the current computation or instruction is. */
+static void report_at(checker *k, int *errors, uint32_t line, uint32_t col, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-static void report_at(diag *d, int *errors, uint32_t line, uint32_t col, const char *fmt, ...) {
+static void report_at(checker *k, int *errors, uint32_t line, uint32_t col, const char *fmt, ...) {
     (*errors)++;
-    if (!d) return;
+    if (!k->d) return;
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    diag_pos(d, (int)line, (int)col, "%s", msg);
+    if (line == 0 && k->where) {
+        char field[128] = "";
+        size_t off = k->where(k->ctx, k->cur_comp, k->cur_instr, field, sizeof field);
+        diag_binary(k->d, off, field, "%s", msg);
+    } else {
+        diag_pos(k->d, (int)line, (int)col, "%s", msg);
+    }
 }
 #define report(d, errors, ...) report_at(d, errors, 0, 0, __VA_ARGS__)
 
-/* Depth-first search for a cycle in the call graph; colour 1 = on stack. */
-static bool call_cycle(const hlo_module *m, uint32_t c, uint8_t *colour, uint32_t *stack) {
+/* Depth-first search for a cycle in the call graph; colour 1 = on stack. On
+ * the way back it sets depth[c]: 1 + the deepest chain of calls below c. */
+static bool call_cycle(const hlo_module *m, uint32_t c, uint8_t *colour, uint32_t *stack, uint32_t *depth) {
     /* Iterative to survive deep call chains. stack holds (comp, next instr, next attr). */
     uint32_t sp = 0;
     stack[sp++] = c;
@@ -507,10 +529,348 @@ static bool call_cycle(const hlo_module *m, uint32_t c, uint8_t *colour, uint32_
         if (!pushed && !cyc) {
             colour[cur] = 2;
             sp--;
+            /* Every callee is finished now (no cycle): cur's depth is one more than theirs. */
+            uint32_t d = 0;
+            for (uint32_t i = 0; i < comp->ninstrs; i++) {
+                const hlo_instr *in = &comp->instrs[i];
+                for (uint32_t a = 0; a < in->nattrs; a++) {
+                    const hlo_attr *at = &in->attrs[a];
+                    if (at->kind != K_COMP && at->kind != K_COMPS) continue;
+                    uint32_t n = at->kind == K_COMP ? 1 : at->n;
+                    for (uint32_t k = 0; k < n; k++)
+                        if ((uint64_t)at->v.ints[k] < m->ncomps && depth[at->v.ints[k]] > d) d = depth[at->v.ints[k]];
+                }
+            }
+            depth[cur] = d + 1;
         }
     }
     free(pos);
     return cyc;
+}
+
+/* Names may be missing in protobuf input; messages must not crash on that. */
+#define NAME(s) ((s) ? (s) : "(unnamed)")
+
+/* ---- per-opcode structure: the one table every later stage relies on ---- */
+
+/* Operand-count forms beyond a plain [min, max] range. */
+enum {
+    AR_PLAIN = 0,
+    AR_EVEN,     /* reduce, reduce-window: k inputs then k initial values */
+    AR_ODD,      /* scatter: k operands, the indices, k updates */
+    AR_DSLICE,   /* dynamic-slice: the operand, one scalar index per dimension */
+    AR_DUSLICE,  /* dynamic-update-slice: operand, update, one index per dimension */
+    AR_BRANCHES, /* conditional: the selector, one operand per branch */
+};
+
+/* Computations an opcode must name, and how many parameters each takes. */
+enum {
+    NEED_NONE = 0,
+    NEED_TO_APPLY_N,   /* to_apply taking one parameter per operand (call, map) */
+    NEED_TO_APPLY_2,   /* to_apply taking two scalars (all-reduce, reduce-scatter) */
+    NEED_REDUCER,      /* to_apply taking 2k parameters for k inputs (reduce, reduce-window) */
+    NEED_SORT,         /* to_apply taking two parameters per operand (the comparator) */
+    NEED_SCATTER,      /* to_apply taking 2k parameters for k operands */
+    NEED_WHILE,        /* condition and body, one parameter each */
+    NEED_BRANCHES,     /* true/false computations or branch_computations, one parameter each */
+    NEED_SELECT_SCATTER, /* select and scatter, two parameters each */
+    NEED_CALLS,        /* calls: the fused or wrapped computation, one parameter per operand */
+};
+
+typedef struct op_rule {
+    int16_t min, max;  /* operand count; max -1: no upper bound */
+    uint8_t form;      /* AR_* */
+    uint8_t need;      /* NEED_* */
+    bool listed;       /* false: an opcode added to HLO_OPS without a rule here */
+} op_rule;
+
+#define VAR (-1)
+#define R(lo, hi, form, need) {lo, hi, form, need, true}
+#define NULLARY R(0, 0, 0, 0)
+#define UNARY R(1, 1, 0, 0)
+#define BINARY R(2, 2, 0, 0)
+/* Operand counts as XLA's opcode table and verifier define them (variadic ops
+ * with the least their shape inference accepts). Opcodes not listed
+ * (OP_UNKNOWN) are kept as read: nothing downstream interprets them. */
+static const op_rule op_rules[OP_COUNT] = {
+    [OP_UNKNOWN] = R(0, VAR, 0, 0),
+    /* nullary */
+    [OP_CONSTANT] = NULLARY, [OP_IOTA] = NULLARY, [OP_PARAMETER] = NULLARY,
+    [OP_PARTITION_ID] = NULLARY, [OP_REPLICA_ID] = NULLARY,
+    [OP_RNG_GET_AND_UPDATE_STATE] = NULLARY,
+    /* unary */
+    [OP_ABS] = UNARY, [OP_BITCAST] = UNARY, [OP_BITCAST_CONVERT] = UNARY,
+    [OP_BROADCAST] = UNARY, [OP_CBRT] = UNARY, [OP_CEIL] = UNARY,
+    [OP_CHOLESKY] = UNARY, [OP_CLZ] = UNARY, [OP_CONVERT] = UNARY,
+    [OP_COPY] = UNARY, [OP_COPY_START] = UNARY, [OP_COPY_DONE] = UNARY,
+    [OP_COSINE] = UNARY, [OP_DOMAIN] = UNARY, [OP_ERF] = UNARY,
+    [OP_EXP] = UNARY, [OP_EXPM1] = UNARY, [OP_FFT] = UNARY,
+    [OP_FLOOR] = UNARY, [OP_GET_DIMENSION_SIZE] = UNARY,
+    [OP_GET_TUPLE_ELEMENT] = UNARY, [OP_IMAG] = UNARY, [OP_INFEED] = UNARY,
+    [OP_IS_FINITE] = UNARY, [OP_LOG] = UNARY, [OP_LOG1P] = UNARY,
+    [OP_LOGISTIC] = UNARY, [OP_NEGATE] = UNARY, [OP_NOT] = UNARY,
+    [OP_OPT_BARRIER] = UNARY, [OP_POPCNT] = UNARY, [OP_REAL] = UNARY,
+    [OP_RECV] = UNARY, [OP_RECV_DONE] = UNARY, [OP_REDUCE_PRECISION] = UNARY,
+    [OP_RESHAPE] = UNARY, [OP_REVERSE] = UNARY, [OP_RNG_BIT_GENERATOR] = UNARY,
+    [OP_ROUND_AFZ] = UNARY, [OP_ROUND_EVEN] = UNARY, [OP_RSQRT] = UNARY,
+    [OP_SEND_DONE] = UNARY, [OP_SIGN] = UNARY, [OP_SINE] = UNARY,
+    [OP_SLICE] = UNARY, [OP_SQRT] = UNARY, [OP_TAN] = UNARY,
+    [OP_TANH] = UNARY, [OP_TOPK] = UNARY, [OP_TRANSPOSE] = UNARY,
+    [OP_ALL_GATHER_DONE] = UNARY, [OP_ALL_REDUCE_DONE] = UNARY,
+    [OP_COLLECTIVE_PERMUTE_DONE] = UNARY, [OP_ASYNC_DONE] = UNARY,
+    [OP_WHILE] = R(1, 1, 0, NEED_WHILE),
+    /* binary */
+    [OP_ADD] = BINARY, [OP_ADD_DEPENDENCY] = BINARY, [OP_AND] = BINARY,
+    [OP_ATAN2] = BINARY, [OP_COMPARE] = BINARY, [OP_COMPLEX] = BINARY,
+    [OP_DIVIDE] = BINARY, [OP_DOT] = BINARY, [OP_GATHER] = BINARY,
+    [OP_MAXIMUM] = BINARY, [OP_MINIMUM] = BINARY, [OP_MULTIPLY] = BINARY,
+    [OP_OR] = BINARY, [OP_OUTFEED] = BINARY, [OP_PAD] = BINARY,
+    [OP_POWER] = BINARY, [OP_REMAINDER] = BINARY, [OP_RNG] = BINARY,
+    [OP_SEND] = BINARY, [OP_SET_DIMENSION_SIZE] = BINARY, [OP_SHIFT_LEFT] = BINARY,
+    [OP_SHIFT_RIGHT_ARITHMETIC] = BINARY, [OP_SHIFT_RIGHT_LOGICAL] = BINARY,
+    [OP_STOCHASTIC_CONVERT] = BINARY, [OP_SUBTRACT] = BINARY,
+    [OP_TRIANGULAR_SOLVE] = BINARY, [OP_XOR] = BINARY, [OP_CONVOLUTION] = BINARY,
+    /* fixed, larger */
+    [OP_CLAMP] = R(3, 3, 0, 0), [OP_SELECT] = R(3, 3, 0, 0), [OP_RAGGED_DOT] = R(3, 3, 0, 0),
+    [OP_SELECT_AND_SCATTER] = R(3, 3, 0, NEED_SELECT_SCATTER), [OP_BATCH_NORM_TRAINING] = R(3, 3, 0, 0),
+    [OP_BATCH_NORM_GRAD] = R(5, 5, 0, 0), [OP_BATCH_NORM_INFERENCE] = R(5, 5, 0, 0),
+    [OP_RAGGED_ALL_TO_ALL] = R(6, 6, 0, 0),
+    /* variadic */
+    [OP_AFTER_ALL] = R(0, VAR, 0, 0), [OP_TUPLE] = R(0, VAR, 0, 0), [OP_CUSTOM_CALL] = R(0, VAR, 0, 0),
+    [OP_ASYNC_START] = R(0, VAR, 0, NEED_CALLS), [OP_ASYNC_UPDATE] = R(1, VAR, 0, 0),
+    [OP_FUSION] = R(0, VAR, 0, NEED_CALLS), [OP_CALL] = R(0, VAR, 0, NEED_TO_APPLY_N),
+    [OP_MAP] = R(1, VAR, 0, NEED_TO_APPLY_N),
+    [OP_ALL_GATHER] = R(1, VAR, 0, 0), [OP_ALL_GATHER_START] = R(1, VAR, 0, 0),
+    [OP_ALL_REDUCE] = R(1, VAR, 0, NEED_TO_APPLY_2), [OP_ALL_REDUCE_START] = R(1, VAR, 0, NEED_TO_APPLY_2),
+    [OP_REDUCE_SCATTER] = R(1, VAR, 0, NEED_TO_APPLY_2), [OP_ALL_TO_ALL] = R(1, VAR, 0, 0),
+    [OP_COLLECTIVE_BROADCAST] = R(1, VAR, 0, 0), [OP_COLLECTIVE_PERMUTE] = R(1, VAR, 0, 0),
+    [OP_COLLECTIVE_PERMUTE_START] = R(1, VAR, 0, 0), [OP_CONCATENATE] = R(1, VAR, 0, 0),
+    [OP_DYNAMIC_RESHAPE] = R(1, VAR, 0, 0), [OP_SORT] = R(1, VAR, 0, NEED_SORT),
+    [OP_REDUCE] = R(2, VAR, AR_EVEN, NEED_REDUCER), [OP_REDUCE_WINDOW] = R(2, VAR, AR_EVEN, NEED_REDUCER),
+    [OP_SCATTER] = R(3, VAR, AR_ODD, NEED_SCATTER),
+    [OP_DYNAMIC_SLICE] = R(1, VAR, AR_DSLICE, 0), [OP_DYNAMIC_UPDATE_SLICE] = R(2, VAR, AR_DUSLICE, 0),
+    [OP_CONDITIONAL] = R(2, VAR, AR_BRANCHES, NEED_BRANCHES),
+};
+#undef VAR
+#undef R
+#undef NULLARY
+#undef UNARY
+#undef BINARY
+
+bool graph_op_operands(int op, int *min, int *max) {
+    if (op < 0 || op >= OP_COUNT || !op_rules[op].listed) return false;
+    *min = op_rules[op].min;
+    *max = op_rules[op].max;
+    return true;
+}
+
+/* The computation attribute key names (k-th element), or NULL when absent. */
+static const hlo_comp *callee(const hlo_module *m, const hlo_instr *in, int key, uint32_t k) {
+    const hlo_attr *a = instr_attr(in, key);
+    if (!a || (a->kind == K_COMPS && k >= a->n) || (a->kind == K_COMP && k > 0)) return NULL;
+    if (a->kind != K_COMP && a->kind != K_COMPS) return NULL;
+    int64_t c = a->v.ints[k];
+    return c >= 0 && (uint64_t)c < m->ncomps ? &m->comps[c] : NULL;
+}
+
+/* The callee named by key, which must take want parameters; false with why. */
+static bool need_comp(const hlo_module *m, const hlo_instr *in, int key, uint32_t k, uint32_t want, char *why,
+                      size_t nwhy) {
+    const hlo_comp *c = callee(m, in, key, k);
+    if (!c) {
+        snprintf(why, nwhy, "%s needs %s", hlo_op_name(in->op), attr_key_name(key));
+        return false;
+    }
+    if (c->nparams != want) {
+        snprintf(why, nwhy, "%s=%s takes %u parameters where %s passes %u", attr_key_name(key), NAME(c->name),
+                 c->nparams, hlo_op_name(in->op), want);
+        return false;
+    }
+    return true;
+}
+
+/* Operand count, required computations and their parameter counts (op_rules),
+ * and a get-tuple-element's index; false with why. */
+static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_instr *in, char *why, size_t nwhy) {
+    if (in->op >= OP_COUNT || !op_rules[in->op].listed) return true;
+    const op_rule *r = &op_rules[in->op];
+    uint32_t n = in->noperands;
+    const char *name = hlo_op_name(in->op);
+    if (n < (uint32_t)r->min || (r->max >= 0 && n > (uint32_t)r->max)) {
+        if (r->max == r->min) snprintf(why, nwhy, "%s takes %d operand%s, not %u", name, r->min, r->min == 1 ? "" : "s", n);
+        else if (r->max < 0) snprintf(why, nwhy, "%s takes at least %d operand%s, not %u", name, r->min, r->min == 1 ? "" : "s", n);
+        else snprintf(why, nwhy, "%s takes %d to %d operands, not %u", name, r->min, r->max, n);
+        return false;
+    }
+    /* Operands are known to precede the instruction (checked first). */
+    const shape *s0 = n ? &comp->instrs[in->operands[0]].shape : NULL;
+    switch (r->form) {
+    case AR_EVEN:
+        if (n % 2) return snprintf(why, nwhy, "%s takes inputs and as many initial values, not %u operands", name, n), false;
+        break;
+    case AR_ODD:
+        if (n % 2 == 0) return snprintf(why, nwhy, "%s takes operands, indices and as many updates, not %u operands", name, n), false;
+        break;
+    case AR_DSLICE: case AR_DUSLICE: {
+        /* One scalar index per dimension, or (XLA's older form, which its
+         * shape inference still accepts) one index vector of rank entries. */
+        uint32_t fixed = r->form == AR_DSLICE ? 1 : 2;
+        uint32_t rank = s0->dtype == DT_TUPLE ? 0 : s0->rank;
+        const shape *iv = n == fixed + 1 ? &comp->instrs[in->operands[fixed]].shape : NULL;
+        bool vector = iv && iv->dtype != DT_TUPLE && iv->rank == 1 && iv->dims[0] == (int64_t)rank;
+        if (n != fixed + rank && !vector)
+            return snprintf(why, nwhy, "%s of a rank-%u operand takes %u operands, not %u", name, rank, fixed + rank, n), false;
+        break;
+    }
+    default:
+        break;
+    }
+    switch (r->need) {
+    case NEED_TO_APPLY_N:
+        return need_comp(m, in, A_TO_APPLY, 0, n, why, nwhy);
+    case NEED_TO_APPLY_2:
+        return need_comp(m, in, A_TO_APPLY, 0, 2, why, nwhy);
+    case NEED_REDUCER: case NEED_SCATTER:
+        return need_comp(m, in, A_TO_APPLY, 0, r->need == NEED_REDUCER ? n : n - 1, why, nwhy);
+    case NEED_SORT:
+        return need_comp(m, in, A_TO_APPLY, 0, 2 * n, why, nwhy);
+    case NEED_WHILE:
+        return need_comp(m, in, A_CONDITION, 0, 1, why, nwhy) && need_comp(m, in, A_BODY, 0, 1, why, nwhy);
+    case NEED_SELECT_SCATTER:
+        return need_comp(m, in, A_SELECT, 0, 2, why, nwhy) && need_comp(m, in, A_SCATTER, 0, 2, why, nwhy);
+    case NEED_CALLS:
+        return need_comp(m, in, A_CALLS, 0, n, why, nwhy);
+    case NEED_BRANCHES: {
+        const hlo_attr *b = instr_attr(in, A_BRANCH_COMPUTATIONS);
+        if (!b) {
+            if (n != 3) return snprintf(why, nwhy, "%s with true/false computations takes 3 operands, not %u", name, n), false;
+            return need_comp(m, in, A_TRUE_COMPUTATION, 0, 1, why, nwhy) &&
+                   need_comp(m, in, A_FALSE_COMPUTATION, 0, 1, why, nwhy);
+        }
+        if (n != b->n + 1)
+            return snprintf(why, nwhy, "%s with %u branches takes %u operands, not %u", name, b->n, b->n + 1, n), false;
+        for (uint32_t k = 0; k < b->n; k++)
+            if (!need_comp(m, in, A_BRANCH_COMPUTATIONS, k, 1, why, nwhy)) return false;
+        return true;
+    }
+    default:
+        break;
+    }
+    if (in->op == OP_IOTA && in->shape.dtype != DT_TUPLE && in->shape.rank > 0) {
+        int64_t k = instr_int(in, A_IOTA_DIMENSION, 0);
+        if (k < 0 || k >= (int64_t)in->shape.rank)
+            return snprintf(why, nwhy, "iota_dimension %lld of a rank-%u result", (long long)k, in->shape.rank), false;
+    }
+    if (in->op == OP_GET_TUPLE_ELEMENT) {
+        int64_t k = instr_int(in, A_INDEX, 0);
+        if (s0->dtype != DT_TUPLE || k < 0 || k >= (int64_t)s0->ntuple)
+            return snprintf(why, nwhy, "get-tuple-element index %lld of a %s", (long long)k,
+                            s0->dtype == DT_TUPLE ? "shorter tuple" : "non-tuple"), false;
+    }
+    return true;
+}
+
+/* ---- device numbering: permutations, iota shapes, tile assignments ---- */
+
+/* perm (n entries) names each of 0..rank-1 once; n == 0 is the identity. */
+static bool is_permutation(const int64_t *perm, uint32_t n, uint32_t rank) {
+    if (n == 0) return true;
+    if (n != rank || n > GRAPH_MAX_IOTA_RANK) return false;
+    uint64_t seen = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (perm[i] < 0 || perm[i] >= (int64_t)n || (seen >> perm[i] & 1)) return false;
+        seen |= (uint64_t)1 << perm[i];
+    }
+    return true;
+}
+
+/* An iota order [reshape]T(perm): at most GRAPH_MAX_IOTA_RANK dims, a product
+ * of at most GRAPH_MAX_DEVICES, perm a permutation. Its product, or -1. */
+static int64_t iota_order_size(const int64_t *reshape, uint32_t nreshape, const int64_t *perm, uint32_t nperm) {
+    if (nreshape > GRAPH_MAX_IOTA_RANK || !is_permutation(perm, nperm, nreshape)) return -1;
+    int64_t p = product(reshape, nreshape);
+    return p > GRAPH_MAX_DEVICES ? -1 : p;
+}
+
+/* ids (n entries) are 0..n-1, each once. */
+static bool ids_are_permutation(const int64_t *ids, uint32_t n) {
+    uint8_t *seen = xcalloc(n ? n : 1, 1);
+    bool ok = true;
+    for (uint32_t i = 0; i < n && ok; i++) {
+        if (ids[i] < 0 || ids[i] >= (int64_t)n || seen[ids[i]]) ok = false;
+        else seen[ids[i]] = 1;
+    }
+    free(seen);
+    return ok;
+}
+
+/* Replica groups in iota or mesh form describe devices consistently. */
+static bool groups_ok(const hlo_groups *g, char *why, size_t nwhy) {
+    if (g->mesh) {
+        int64_t total = g->naxes <= GRAPH_MAX_IOTA_RANK ? product(g->axis_sizes, g->naxes) : -1;
+        if (total <= 0 || total > GRAPH_MAX_DEVICES)
+            return snprintf(why, nwhy, "mesh of %u axes holds no devices or more than %d", g->naxes, GRAPH_MAX_DEVICES), false;
+        if (g->device_ids && (g->ndevice_ids != total || !ids_are_permutation(g->device_ids, g->ndevice_ids)))
+            return snprintf(why, nwhy, "mesh device_ids are not a permutation of the %lld devices", (long long)total), false;
+        if (g->dev_reshape && iota_order_size(g->dev_reshape, g->ndev_reshape, g->dev_perm, g->ndev_perm) != total)
+            return snprintf(why, nwhy, "mesh device_ids order is not a permutation of the %lld devices", (long long)total), false;
+        for (uint32_t k = 0; k < g->nsel; k++)
+            if (g->sel[k].axis >= g->naxes) return snprintf(why, nwhy, "mesh group names a missing axis"), false;
+        return true;
+    }
+    if (!g->iota) {
+        for (uint32_t k = 0; k < g->ngroups; k++)
+            for (uint32_t j = g->start[k]; j < g->start[k + 1]; j++)
+                if (g->ids[j] < 0 || g->ids[j] >= GRAPH_MAX_DEVICES)
+                    return snprintf(why, nwhy, "device %lld is not one of the %d a module may name", (long long)g->ids[j],
+                                    GRAPH_MAX_DEVICES), false;
+        return true;
+    }
+    {
+        int64_t total = iota_order_size(g->reshape, g->nreshape, g->perm, g->nperm);
+        if (total <= 0 || g->group_size <= 0 || total % g->group_size)
+            return snprintf(why, nwhy, "iota replica groups are not a permutation of their devices in groups of %lld",
+                            (long long)g->group_size), false;
+    }
+    return true;
+}
+
+/* A tile assignment: its shape's product is the number of devices it lists,
+ * at most the module's D, and it lists each of them once. Maximal shardings
+ * name one device below D. Tuple shardings are checked element by element;
+ * their nesting is bounded by the readers (HLO_MAX_NESTING). */
+static bool sharding_ok(const hlo_sharding *s, int64_t D, char *why, size_t nwhy) {
+    if (s->type == SH_TUPLE) {
+        for (uint32_t k = 0; k < s->ntuple; k++)
+            if (!sharding_ok(&s->tuple[k], D, why, nwhy)) return false;
+        return true;
+    }
+    if (s->type == SH_MAXIMAL) {
+        for (uint32_t k = 0; k < s->ndevices; k++)
+            if (s->devices[k] < 0 || s->devices[k] >= D)
+                return snprintf(why, nwhy, "maximal sharding names device %lld of %lld", (long long)s->devices[k], (long long)D), false;
+        return true;
+    }
+    if (s->ntile == 0) return true;
+    int64_t total = s->ntile <= GRAPH_MAX_IOTA_RANK ? product(s->tile_dims, s->ntile) : -1;
+    if (total <= 0 || total > D)
+        return snprintf(why, nwhy, "tile assignment of %u dims holds more devices than the %lld there are (or none)", s->ntile,
+                        (long long)D), false;
+    if (s->devices) {
+        if (s->ndevices != total)
+            return snprintf(why, nwhy, "tile assignment lists %u devices for %lld tiles", s->ndevices, (long long)total), false;
+        uint8_t *seen = xcalloc((size_t)D, 1);
+        bool ok = true;
+        for (uint32_t k = 0; k < s->ndevices && ok; k++) {
+            if (s->devices[k] < 0 || s->devices[k] >= D || seen[s->devices[k]]) ok = false;
+            else seen[s->devices[k]] = 1;
+        }
+        free(seen);
+        if (!ok) return snprintf(why, nwhy, "tile assignment names a device twice or one of more than %lld", (long long)D), false;
+    } else if (s->nreshape && iota_order_size(s->reshape, s->nreshape, s->perm, s->nperm) != total) {
+        return snprintf(why, nwhy, "tile assignment order is not a permutation of its %lld devices", (long long)total), false;
+    }
+    return true;
 }
 
 /* A dynamic-slice's sizes are its result's dims (XLA infers the one from the
@@ -524,8 +884,6 @@ static bool slice_sizes_are_shape(const hlo_instr *in) {
     return true;
 }
 
-/* Names may be missing in protobuf input; messages must not crash on that. */
-#define NAME(s) ((s) ? (s) : "(unnamed)")
 
 /* The first dimension number of in (dimensions, dot, gather and scatter
  * dimension numbers) outside the operand (or, for a broadcast, result) rank it
@@ -563,7 +921,7 @@ static bool dim_out_of_range(const hlo_comp *comp, const hlo_instr *in, const ch
         break;
     }
     case OP_TRANSPOSE: case OP_REVERSE: case OP_REDUCE: case OP_CONCATENATE: case OP_ALL_GATHER: case OP_ALL_TO_ALL:
-    case OP_REDUCE_SCATTER:
+    case OP_REDUCE_SCATTER: case OP_SORT:
         if (!in->noperands || comp->instrs[in->operands[0]].shape.dtype == DT_TUPLE) return false;
         dkeys[0] = A_DIMENSIONS, ranks[0] = comp->instrs[in->operands[0]].shape.rank, nkeys = 1;
         break;
@@ -604,7 +962,12 @@ static bool transpose_is_permutation(const hlo_comp *comp, const hlo_instr *in) 
     return true;
 }
 
-int graph_check(const hlo_module *m, diag *d) {
+static int64_t header_int(const hlo_module *m, const char *key);
+
+int graph_check(const hlo_module *m, diag *dg) { return check_at(m, dg, NULL, NULL); }
+
+static int check_at(const hlo_module *m, diag *dg, graph_where_fn where, void *ctx) {
+    checker ck = {dg, where, ctx, UINT32_MAX, UINT32_MAX}, *d = &ck;
     int errors = 0;
     char why[256];
     if (m->ncomps == 0) {
@@ -625,23 +988,45 @@ int graph_check(const hlo_module *m, diag *d) {
             l->function_name_id < 0 || (uint32_t)l->function_name_id > m->nfunction_names)
             report(d, &errors, "file location %u names a missing file or function", i + 1);
     }
+    /* Devices: the header's count, else 1 + the largest id the module names;
+     * tile assignments must fit in it (the interpreter allocates by them). */
+    int64_t parts = header_int(m, "num_partitions"), reps = header_int(m, "replica_count");
+    if (parts < 0 || parts > GRAPH_MAX_DEVICES || reps < 0 || reps > GRAPH_MAX_DEVICES ||
+        (parts ? parts : 1) * (reps ? reps : 1) > GRAPH_MAX_DEVICES) {
+        /* Only text has a header; it is read before the first computation. */
+        report_at(d, &errors, 1, 1, "num_partitions %lld x replica_count %lld: more than %d devices", (long long)parts,
+                  (long long)reps, GRAPH_MAX_DEVICES);
+        return errors;
+    }
+    int64_t ndev = graph_num_devices(m);
+    if (ndev > GRAPH_MAX_DEVICES) ndev = GRAPH_MAX_DEVICES;
     for (uint32_t c = 0; c < m->ncomps; c++) {
         const hlo_comp *comp = &m->comps[c];
+        ck.cur_comp = c;
+        ck.cur_instr = UINT32_MAX;
         if (comp->ninstrs == 0) {
-            report(d, &errors, "computation %s has no instructions", NAME(comp->name));
+            report_at(d, &errors, comp->line, comp->col, "computation %s has no instructions", NAME(comp->name));
             continue;
         }
-        if (comp->root >= comp->ninstrs) report(d, &errors, "computation %s: root out of range", NAME(comp->name));
+        if (comp->root >= comp->ninstrs)
+            report_at(d, &errors, comp->line, comp->col, "computation %s: root out of range", NAME(comp->name));
         for (uint32_t k = 0; k < comp->nparams; k++)
             if (comp->params[k] >= comp->ninstrs || comp->instrs[comp->params[k]].op != OP_PARAMETER)
-                report(d, &errors, "computation %s: parameter %u missing", NAME(comp->name), k);
+                report_at(d, &errors, comp->line, comp->col, "computation %s: parameter %u missing", NAME(comp->name), k);
         for (uint32_t i = 0; i < comp->ninstrs; i++) {
             const hlo_instr *in = &comp->instrs[i];
+            ck.cur_instr = i;
             for (uint32_t o = 0; o < in->noperands; o++)
                 if (in->operands[o] >= i)
                     report_at(d, &errors, in->line, in->col, "%s: operand %u of %s does not precede it", NAME(comp->name), o, NAME(in->name));
             if (shape_check(&in->shape, why, sizeof why))
                 report_at(d, &errors, in->line, in->col, "%s: %s: %s", NAME(comp->name), NAME(in->name), why);
+            bool ops_precede = true;
+            for (uint32_t o = 0; o < in->noperands; o++) ops_precede &= in->operands[o] < i;
+            if (ops_precede && !structure_ok(m, comp, in, why, sizeof why)) {
+                report_at(d, &errors, in->line, in->col, "%s: %s: %s", NAME(comp->name), NAME(in->name), why);
+                continue;
+            }
             const char *key;
             int64_t bad;
             if (dim_out_of_range(comp, in, &key, &bad))
@@ -661,20 +1046,38 @@ int graph_check(const hlo_module *m, diag *d) {
                         if ((uint64_t)at->v.ints[k] >= m->ncomps)
                             report_at(d, &errors, in->line, in->col, "%s: %s calls a missing computation", NAME(comp->name), NAME(in->name));
                 }
+                if ((at->kind == K_GROUPS || at->kind == K_LISTS) && !groups_ok(at->v.groups, why, sizeof why))
+                    report_at(d, &errors, in->line, in->col, "%s: %s: %s: %s", NAME(comp->name), NAME(in->name),
+                              attr_key_name(at->key), why);
+                if (at->kind == K_SHARDING && !sharding_ok(at->v.sharding, ndev, why, sizeof why))
+                    report_at(d, &errors, in->line, in->col, "%s: %s: sharding: %s", NAME(comp->name), NAME(in->name), why);
                 if (at->kind == K_INSTRS)
                     for (uint32_t k = 0; k < at->n; k++)
                         if ((uint64_t)at->v.ints[k] >= comp->ninstrs)
-                            report(d, &errors, "%s: %s names a missing instruction", NAME(comp->name), NAME(in->name));
+                            report_at(d, &errors, in->line, in->col, "%s: %s names a missing instruction", NAME(comp->name),
+                                      NAME(in->name));
             }
         }
     }
     if (errors) return errors;
+    ck.cur_instr = UINT32_MAX;
     uint8_t *colour = xcalloc(m->ncomps, 1);
     uint32_t *stack = xcalloc(m->ncomps + 1, sizeof *stack);
+    uint32_t *depth = xcalloc(m->ncomps, sizeof *depth);
     for (uint32_t c = 0; c < m->ncomps && !errors; c++)
-        if (colour[c] == 0 && call_cycle(m, c, colour, stack))
+        if (colour[c] == 0 && call_cycle(m, c, colour, stack, depth) && (ck.cur_comp = c, true))
             report_at(d, &errors, m->comps[c].line, m->comps[c].col,
                       "computations call each other in a cycle (through %s)", NAME(m->comps[c].name));
+    /* Every later walk over called computations recurses once per level
+     * (lifting, the interpreter, printers): the depth budget bounds them all.
+     * Reported at the shallowest computation over the limit, whose calls start
+     * the chain that is too deep. */
+    for (uint32_t c = 0; c < m->ncomps && !errors; c++)
+        if (depth[c] == GRAPH_MAX_CALL_DEPTH + 1 && (ck.cur_comp = c, true))
+            report_at(d, &errors, m->comps[c].line, m->comps[c].col,
+                      "computation %s starts a chain of calls %u levels deep: more than the limit of %d",
+                      NAME(m->comps[c].name), depth[c], GRAPH_MAX_CALL_DEPTH);
+    free(depth);
     free(colour);
     free(stack);
     return errors;
@@ -703,8 +1106,7 @@ static int64_t sharding_max_device(const hlo_sharding *s) {
     for (uint32_t i = 0; i < s->ndevices; i++)
         if (s->devices[i] > best) best = s->devices[i];
     if (s->nreshape) {
-        int64_t t = 1;
-        for (uint32_t i = 0; i < s->nreshape; i++) t *= s->reshape[i];
+        int64_t t = product(s->reshape, s->nreshape);  /* -1 on overflow: graph_check refuses those */
         if (t - 1 > best) best = t - 1;
     }
     for (uint32_t i = 0; i < s->ntuple; i++) {

@@ -28,6 +28,14 @@
 #include "shape.h"
 #include "util.h"
 
+/* Limits graph_check enforces, so that every later stage may rely on them:
+ * devices a module runs on (header, tile assignments, replica groups), dims
+ * of an iota device order ([reshape]T(perm)), and how deep computations call
+ * each other (every walk over called computations recurses once per level). */
+#define GRAPH_MAX_DEVICES (1 << 20)
+#define GRAPH_MAX_IOTA_RANK 64
+#define GRAPH_MAX_CALL_DEPTH 200
+
 /* ---- opcodes (XLA's text spellings); OP_UNKNOWN keeps the spelling ---- */
 #define HLO_OPS(X) \
     X(ABS, "abs") X(ADD, "add") X(ADD_DEPENDENCY, "add-dependency") \
@@ -374,10 +382,28 @@ void graph_finalize_instr(hlo_module *m, hlo_instr *in);
 /* Resolves locations and reducers, then runs graph_check; returns the number of
  * problems found (each reported to d), 0 when the module is valid. */
 int graph_finalize(hlo_module *m, diag *d);
-/* Invariants: operands precede users, called computations exist and do not
- * form a cycle, shapes valid, roots and parameters consistent. Returns the number
- * of violations, each reported to d (may be NULL). */
+/* For binary input: where a problem of instruction instr of computation comp
+ * is (either UINT32_MAX when the problem is the computation's or the
+ * module's): returns its byte offset and writes its field path to field. */
+typedef size_t (*graph_where_fn)(void *ctx, uint32_t comp, uint32_t instr, char *field, size_t nfield);
+/* graph_finalize reporting problems of a module without text positions
+ * through diag_binary at where's offsets. */
+int graph_finalize_at(hlo_module *m, diag *d, graph_where_fn where, void *ctx);
+/* Invariants: operands precede users, called computations exist, do not
+ * form a cycle and nest at most GRAPH_MAX_CALL_DEPTH deep, shapes valid, roots
+ * and parameters consistent; per opcode (one table in graph.c, after XLA's
+ * opcode arities and verifier): the operand count, the computations it must
+ * name and their parameter counts; dimension numbers in range; iota and mesh
+ * device orders are permutations; tile assignments list each device once and
+ * fit the module's device count. Returns the number of violations, each
+ * reported to d (may be NULL). A module that passes may be walked by every
+ * later stage without further structural checks. */
 int graph_check(const hlo_module *m, diag *d);
+
+/* The operand count graph_check allows op (max -1: no upper bound; further
+ * forms, such as reduce's even count, are checked too); false for an opcode
+ * the table does not list. */
+bool graph_op_operands(int op, int *min, int *max);
 
 const hlo_attr *instr_attr(const hlo_instr *in, int key);
 /* Integer attribute or dflt; list attribute (NULL and *n = 0 when absent). */

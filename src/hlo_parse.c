@@ -1334,7 +1334,7 @@ static void parse_record_table(parser *ps, bool frames) {
 #define IS(w) (kn == sizeof(w) - 1 && memcmp(k, w, kn) == 0)
             if (frames && IS("file_location_id")) fr.file_location_id = x;
             /* The text printer writes parent ids one higher than the protobuf. */
-            else if (frames && IS("parent_frame_id")) fr.parent_frame_id = x - 1;
+            else if (frames && IS("parent_frame_id")) fr.parent_frame_id = x < 1 ? -1 : x - 1;
             else if (!frames && IS("file_name_id")) loc.file_name_id = x;
             else if (!frames && IS("function_name_id")) loc.function_name_id = x;
             else if (!frames && IS("line")) loc.line = x;
@@ -1350,7 +1350,7 @@ static void parse_record_table(parser *ps, bool frames) {
                          loc.function_name_id < 0 || (uint32_t)loc.function_name_id > m->nfunction_names)
             fail(ps, at, "table entry %lld names a missing %s", (long long)id,
                  frames ? "file location" : "file or function name");
-        if (frames && fr.parent_frame_id < 0) fail(ps, at, "stack frame %lld has parent_frame_id 0 (the first id is 1)", (long long)id);
+        if (frames && fr.parent_frame_id < 0) fail(ps, at, "stack frame %lld has parent_frame_id below 1 (the first id is 1)", (long long)id);
         if (n == cap) {
             size_t nc = cap ? cap * 2 : 16;
             void *nv = arena_alloc(&m->arena, nc * elem);

@@ -1856,25 +1856,22 @@ static void convert_module(pb *p, const Xla__HloModuleProto *mp) {
 
 /* ---- entry point ---- */
 
-/* graph_finalize's findings carry no position; re-issue them at the module. */
-static int finalize(pb *p) {
-    diag tmp;
-    diag_init(&tmp, "");
-    int errors = graph_finalize(p->m, &tmp);
-    const char *s = tmp.out.s;
-    while (errors && s && *s) {
-        const char *nl = strchr(s, '\n');
-        size_t len = nl ? (size_t)(nl - s) : strlen(s);
-        if (len >= 2 && s[0] == ':' && s[1] == ' ') {
-            s += 2;
-            len -= 2;
-        }
-        diag_binary(p->d, p->w.module_off, p->prefix[0] ? "hlo_module" : "", "%.*s", (int)len, s);
-        s += len + (nl ? 1 : 0);
-    }
-    diag_free(&tmp);
-    return errors;
+/* graph_finalize's findings, at the offset of the instruction or computation
+ * message they are about (the module's when neither). */
+static size_t where_in_pb(void *ctx, uint32_t comp, uint32_t instr, char *field, size_t nfield) {
+    pb *p = ctx;
+    size_t off = p->w.module_off;
+    int k = snprintf(field, nfield, "%s", p->prefix[0] ? "hlo_module" : "");
+    if (comp == UINT32_MAX || comp >= p->w.ncomp) return off;
+    size_t g = instr == UINT32_MAX || !p->instr_base ? SIZE_MAX : p->instr_base[comp] + instr;
+    snprintf(field + k, nfield - (size_t)k, "%scomputations[%u]", k ? "." : "", comp);
+    if (g >= p->w.ninstr) return p->w.comp_off[comp];
+    k = (int)strlen(field);
+    snprintf(field + k, nfield - (size_t)k, ".instructions[%u]", instr);
+    return p->w.instr_off[g];
 }
+
+static int finalize(pb *p) { return graph_finalize_at(p->m, p->d, where_in_pb, p); }
 
 /* Forgets a previous walk's counts and offsets. */
 static void walk_reset(walker *w) {

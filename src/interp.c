@@ -232,7 +232,7 @@ void interp_val_fill_random(interp_val *v, interp_rng *r) {
 static int64_t tile_position(const hlo_sharding *sh, int64_t d) {
     int64_t total = 1;
     for (uint32_t k = 0; k < sh->ntile; k++) total *= sh->tile_dims[k];
-    if (total <= 0 || total > (1 << 24)) return -1;
+    if (total <= 0 || total > GRAPH_MAX_DEVICES) return -1;
     if (sh->devices) {
         for (uint32_t k = 0; k < sh->ndevices; k++)
             if (sh->devices[k] == d) return k;
@@ -322,6 +322,7 @@ typedef struct ctx {
     const hlo_module *m;
     int64_t R, P, D;
     int64_t max_iterations, iterations;
+    int64_t max_steps, steps;  /* element steps: see interp.h, Budgets */
     strbuf *err;
     int status;
     comp_info *info;      /* per computation */
@@ -865,7 +866,7 @@ static interp_val *op_iota(ctx *x, const hlo_instr *in) {
     interp_val *r = val_shape(&in->shape);
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
     int64_t d = instr_int(in, A_IOTA_DIMENSION, 0);
-    if (d < 0 || (uint32_t)d >= r->rank) {
+    if (d < 0 || d >= (int64_t)r->rank) {
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "iota_dimension out of range");
     }
@@ -1018,7 +1019,7 @@ static interp_val *op_broadcast(ctx *x, const hlo_instr *in, const interp_val *a
     /* Stride of each result dim in the operand (0 for new dims). */
     int64_t rs[INTERP_MAX_RANK] = {0};
     for (uint32_t k = 0; k < nd; k++) {
-        if (dims[k] < 0 || (uint32_t)dims[k] >= r->rank || r->dims[dims[k]] != a->dims[k]) {
+        if (dims[k] < 0 || dims[k] >= (int64_t)r->rank || r->dims[dims[k]] != a->dims[k]) {
             interp_val_free(r);
             return fail(x, INTERP_ERUN, in, "broadcast dimension out of range or of another size");
         }
@@ -1184,7 +1185,7 @@ static interp_val *concat(interp_val *const *vals, uint32_t n, uint32_t dim) {
 static interp_val *op_concatenate(ctx *x, const hlo_instr *in, interp_val **ops) {
     uint32_t nd;
     const int64_t *dims = instr_ints(in, A_DIMENSIONS, &nd);
-    if (nd != 1 || dims[0] < 0 || (uint32_t)dims[0] >= ops[0]->rank)
+    if (nd != 1 || dims[0] < 0 || dims[0] >= (int64_t)ops[0]->rank)
         return fail(x, INTERP_ERUN, in, "needs one dimension");
     interp_val *r = concat(ops, in->noperands, (uint32_t)dims[0]);
     if (!r) return fail(x, INTERP_ERUN, in, "cannot concatenate");
@@ -1667,7 +1668,7 @@ static interp_val *op_sort(ctx *x, const hlo_instr *in, interp_val **ops, int64_
     if (!ta || n == 0 || n > 64) return fail(x, INTERP_EUNSUPPORTED, in, "malformed sort");
     const interp_val *a = ops[0];
     int64_t dim = nd ? dims[0] : 0;
-    if (dim < 0 || (uint32_t)dim >= a->rank) return fail(x, INTERP_ERUN, in, "sort dimension out of range");
+    if (dim < 0 || dim >= (int64_t)a->rank) return fail(x, INTERP_ERUN, in, "sort dimension out of range");
     for (uint32_t k = 1; k < n; k++)
         if (ops[k]->dtype == DT_TUPLE || ops[k]->rank != a->rank || memcmp(ops[k]->dims, a->dims, a->rank * sizeof *a->dims) != 0)
             return fail(x, INTERP_ERUN, in, "sort operand %u's shape differs from operand 0's", k);
@@ -2032,7 +2033,7 @@ static bool eval_collective(ctx *x, const hlo_instr *in, uint32_t na, const int6
                 if (op == OP_ALL_REDUCE) {
                     for (uint32_t k = 0; k < G; k++) rv[k][j] = interp_val_ref(acc);
                 } else {
-                    if (dim < 0 || (uint32_t)dim >= acc->rank || acc->dims[dim] % G) {
+                    if (dim < 0 || dim >= (int64_t)acc->rank || acc->dims[dim] % G) {
                         fail(x, INTERP_ERUN, in, "scatter dimension does not split into %u", G);
                         ok = false;
                     }
@@ -2256,6 +2257,20 @@ static bool eval_conditional(ctx *x, const hlo_instr *in, uint32_t na, const int
 /* Evaluates computation ci on the na devices devs; args[a·nparams + k] is
  * parameter k of device a (borrowed). out[a] receives one reference.
  * Returns 0 or the status. */
+static int64_t shape_total(const shape *s);
+
+/* Charges one instruction to the step budget: its result's and its operands'
+ * elements on every device running it. False (status set) once spent. */
+static bool charge_steps(ctx *x, const hlo_comp *c, const hlo_instr *in, uint32_t na) {
+    int64_t e = shape_total(&in->shape) + 1;
+    for (uint32_t k = 0; k < in->noperands; k++) e += shape_total(&c->instrs[in->operands[k]].shape);
+    x->steps += e * (int64_t)na;  /* e <= ~2^28 (element budget) and na <= 4096: no overflow */
+    if (x->steps <= x->max_steps) return true;
+    fail(x, INTERP_EBUDGET, in, "did not finish within the step budget of %lld element steps (a loop that does not end?)",
+         (long long)x->max_steps);
+    return false;
+}
+
 static int eval_comp(ctx *x, uint32_t ci, uint32_t na, const int64_t *devs, interp_val **args, interp_val **out) {
     const hlo_comp *c = &x->m->comps[ci];
     const comp_info *f = info_of(x, ci);
@@ -2272,6 +2287,7 @@ static int eval_comp(ctx *x, uint32_t ci, uint32_t na, const int64_t *devs, inte
             one = xrealloc(one, opcap * sizeof *one);
         }
         for (uint32_t k = 0; k < in->noperands; k++) opv[k] = vals + (size_t)in->operands[k] * na;
+        if (!charge_steps(x, c, in, na)) break;
         switch (in->op) {
         case OP_PARAMETER: {
             int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
@@ -2443,7 +2459,7 @@ interp_val *interp_eval_instr(const hlo_module *m, const hlo_instr *in, interp_v
             if (err) sb_printf(err, "%s: operand %u is not an array", in->name, k);
             return NULL;
         }
-    ctx x = {.m = m, .err = err, .R = 1, .P = 1, .D = 1, .max_iterations = INTERP_MAX_ITERATIONS};
+    ctx x = {.m = m, .err = err, .R = 1, .P = 1, .D = 1, .max_iterations = INTERP_MAX_ITERATIONS, .max_steps = INTERP_MAX_STEPS};
     arena_init(&x.a);
     x.info = xcalloc(m->ncomps ? m->ncomps : 1, sizeof *x.info);
     interp_val *r = eval_local(&x, in, ops, 0);
@@ -2464,6 +2480,7 @@ int interp_run(const hlo_module *m, const interp_config *cfg, interp_val **const
     if (cfg && cfg->partitions > 0) x.P = cfg->partitions;
     x.D = x.R * x.P;
     x.max_iterations = cfg && cfg->max_iterations > 0 ? cfg->max_iterations : INTERP_MAX_ITERATIONS;
+    x.max_steps = cfg && cfg->max_steps > 0 ? cfg->max_steps : INTERP_MAX_STEPS;
     if (x.D > 0 && x.D <= 4096)
         for (int64_t d = 0; d < x.D; d++) out[d] = NULL;
     int st0 = interp_check(m, cfg, err);

@@ -43,7 +43,11 @@
  * Budgets. A module whose instructions hold more than max_elements elements in
  * total (all computations, every device; default INTERP_MAX_ELEMENTS) is
  * refused before running; while loops stop with an error after max_iterations
- * iterations in total.
+ * iterations in total; and a run stops (INTERP_EBUDGET) once it has taken
+ * max_steps element steps — every instruction evaluated costs its result's and
+ * its operands' elements on each device — so a loop whose counter never
+ * reaches its bound ends in seconds whatever its body holds. Calls nest at most
+ * GRAPH_MAX_CALL_DEPTH deep (graph_check), which bounds the recursion.
  *
  * Ownership. Values (interp_val) are reference counted: every function that
  * returns one hands the caller one reference, released by interp_val_free().
@@ -60,6 +64,7 @@
 
 #define INTERP_MAX_ELEMENTS ((int64_t)1 << 27)
 #define INTERP_MAX_ITERATIONS ((int64_t)1 << 20)
+#define INTERP_MAX_STEPS ((int64_t)1 << 32)  /* about a minute of work */
 #define INTERP_MAX_RANK 16
 
 /* A tensor on one device, or a tuple of them. Exactly one of f (floating types)
@@ -106,6 +111,7 @@ typedef struct interp_config {
     int64_t replicas, partitions;  /* 0: from the module (interp_devices) */
     int64_t max_elements;          /* 0: INTERP_MAX_ELEMENTS */
     int64_t max_iterations;        /* 0: INTERP_MAX_ITERATIONS */
+    int64_t max_steps;             /* 0: INTERP_MAX_STEPS */
 } interp_config;
 
 /* The checks interp_run makes before running: device count (1..4096),

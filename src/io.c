@@ -14,11 +14,16 @@
 /* The size a gzip file says it inflates to (its last member's ISIZE, modulo
  * 2^32): a first guess for the output buffer, bounded by what deflate can
  * reach (about 1032:1) and by IO_MAX_INPUT. */
-static size_t inflated_hint(const char *data, size_t n) {
+static size_t inflated_hint(const char *data, size_t n, size_t limit) {
     const unsigned char *t = (const unsigned char *)data + n - 4;
     size_t isize = n >= 18 ? ((size_t)t[0] | (size_t)t[1] << 8 | (size_t)t[2] << 16 | (size_t)t[3] << 24) : 0;
-    size_t most = n > IO_MAX_INPUT / 1032 ? IO_MAX_INPUT : n * 1032;
+    size_t most = n > limit / 1032 ? limit : n * 1032;
     return (isize < most ? isize : most) + 1;
+}
+
+size_t io_inflate_limit(size_t n) {
+    size_t lim = n > IO_MAX_INPUT / IO_MAX_INFLATE_RATIO ? IO_MAX_INPUT : n * IO_MAX_INFLATE_RATIO;
+    return lim < IO_INFLATE_FREE ? IO_INFLATE_FREE : lim;
 }
 
 char *io_gunzip(const char *data, size_t n, size_t *len, diag *d) {
@@ -28,8 +33,11 @@ char *io_gunzip(const char *data, size_t n, size_t *len, diag *d) {
         diag_plain(d, "cannot initialise zlib");
         return NULL;
     }
-    /* Inflates straight into the result, grown when the hint was short. */
-    size_t cap = inflated_hint(data, n), used = 0;
+    /* Inflates straight into the result, grown when the hint was short, never
+     * beyond the budget (+ 1 for the NUL): a gzip bomb is refused at the
+     * budget, not after filling memory. */
+    size_t limit = io_inflate_limit(n);
+    size_t cap = inflated_hint(data, n, limit), used = 0;
     char *out = xmalloc_large(cap);
     z.next_in = (Bytef *)data;
     size_t left = n;
@@ -40,15 +48,22 @@ char *io_gunzip(const char *data, size_t n, size_t *len, diag *d) {
             z.avail_in = take;
             left -= take;
         }
-        if (used + 1 >= cap) XGROW(out, cap, used + (1 << 16));
+        if (used + 1 >= cap) {
+            size_t want = cap * 2 > limit + 2 ? limit + 2 : cap * 2;
+            if (want < used + 2) want = used + 2;
+            out = xrealloc(out, want);
+            cap = want;
+        }
         size_t room = cap - used - 1;
         z.next_out = (Bytef *)out + used;
         z.avail_out = room > (1u << 30) ? (1u << 30) : (uInt)room;
         uInt before = z.avail_out;
         rc = inflate(&z, Z_NO_FLUSH);
         used += before - z.avail_out;
-        if (used > IO_MAX_INPUT) {
-            diag_plain(d, "gzip input inflates to more than %zu bytes", IO_MAX_INPUT);
+        if (used > limit) {
+            if (limit == IO_MAX_INPUT) diag_plain(d, "gzip input inflates to more than %zu bytes (the input limit)", limit);
+            else diag_plain(d, "gzip input inflates to more than %zu bytes (%zu times its compressed size): refused as a "
+                               "likely gzip bomb", limit, IO_MAX_INFLATE_RATIO);
             goto fail;
         }
         if (rc == Z_STREAM_END) {

@@ -29,8 +29,16 @@
 
 #include "diag.h"
 
-/* Decompressed inputs larger than this are refused (a gzip bomb is bad input). */
+/* Inputs larger than this are refused, read as is or inflated. */
 #define IO_MAX_INPUT ((size_t)4 << 30)
+/* Memory budget of inflating n gzip bytes (io_inflate_limit): at most
+ * IO_MAX_INFLATE_RATIO times n — HLO text and protobuf deflate about 14:1,
+ * gzip bombs near deflate's ceiling of about 1032:1 — but always
+ * IO_INFLATE_FREE, and never more than IO_MAX_INPUT. Beyond it the input is
+ * refused before more memory is taken. */
+#define IO_MAX_INFLATE_RATIO ((size_t)100)
+#define IO_INFLATE_FREE ((size_t)64 << 20)
+size_t io_inflate_limit(size_t n);
 
 char *io_read_file(const char *path, size_t *len, bool *was_gzip, diag *d);
 /* io_read_file that also gives the SHA-256 of the file's bytes as stored (before

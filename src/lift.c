@@ -213,7 +213,7 @@ uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
 uint32_t lf_list_attr(lift_ctx *c, int key, const int64_t *v, uint32_t n) {
     int64_t words[2 + VIEW_MAX_RANK];
     if (!n) return 0; /* the empty blob */
-    if (n > VIEW_MAX_RANK) abort(); /* callers pass dims of views */
+    if (n > VIEW_MAX_RANK) xfatal("lift: a type of rank %u, views hold at most %d", n, VIEW_MAX_RANK); /* callers pass dims of views */
     words[0] = key, words[1] = n;
     memcpy(words + 2, v, n * sizeof *v);
     return eg_attr(c->g, words, 2 + n);
@@ -1870,8 +1870,8 @@ static lval lift_dynamic_slice(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
-    if (x->kind != LV_TERM) return unknown();
     uint32_t rank = in->shape.rank;
+    if (x->kind != LV_TERM || in->noperands != 1 + rank) return unknown(); /* not the index-vector form */
     view v = x->v;
     /* Offsets the same on every device — constants, or replicated values such
      * as a loop counter — slice the global tensor at the same place; a sharded
@@ -2008,8 +2008,8 @@ static lval lift_concatenate(lstate *s) {
     const hlo_instr *in = s->in;
     uint32_t nd;
     const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-    if (nd != 1 || in->noperands > 64) return unknown();
-    eid ch[64];
+    if (nd != 1) return unknown();
+    eid stack[64], *ch = in->noperands <= 64 ? stack : arena_alloc(c->a, in->noperands * sizeof *ch);
     bool assumed = false;
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
@@ -2606,8 +2606,7 @@ static lval lift_instr(lstate *s) {
     }
     if (all_dup && !hlo_op_is_collective(in->op) && in->op != OP_PARTITION_ID && in->shape.dtype != DT_TUPLE &&
         in->shape.rank <= VIEW_MAX_RANK) {
-        eid ch[64];
-        if (in->noperands > 64) return unknown();
+        eid stack[64], *ch = in->noperands <= 64 ? stack : arena_alloc(c->a, in->noperands * sizeof *ch);
         for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
         return term(lf_node(c, c->cur, in, ch, in->noperands, in->shape.dims, c->origin), view_dup(in->shape.rank), assumed);
     }

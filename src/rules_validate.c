@@ -438,7 +438,7 @@ static outcome compare(const interp_val *a, const interp_val *b, double *diff, d
 /* Runs both modules on seed's random inputs. */
 static outcome run_pair(const hlo_module *l, const hlo_module *r, egraph *g, const params *p, uint64_t seed,
                         double *diff, double *scale, strbuf *why) {
-    interp_config cfg = {1, 1, 0, 0};
+    interp_config cfg = {.replicas = 1, .partitions = 1};
     interp_val *args[64] = {0};
     interp_rng rng;
     interp_rng_seed(&rng, seed);

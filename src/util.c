@@ -13,12 +13,21 @@
 
 #include "scalify.h"
 
-/* Out of memory is an internal error (exit 3, STYLE 5), not a crash: _exit,
- * since flushing stdio or running atexit handlers could need memory too. */
-static void oom(size_t n) {
-    fprintf(stderr, "scalify: out of memory (allocating %zu bytes)\n", n);
+/* Internal errors (out of memory among them) exit 3 (STYLE 5), not a crash:
+ * _exit, since flushing stdio or running atexit handlers could need memory. */
+void xfatal(const char *fmt, ...) {
+    fflush(stdout);
+    fputs("scalify: internal error: ", stderr);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
     _exit(EXIT_INTERNAL);
 }
+
+static void oom(size_t n) { xfatal("out of memory (allocating %zu bytes)", n); }
 
 void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);

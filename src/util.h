@@ -19,6 +19,10 @@
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Internal errors (STYLE 7, exit status 3): prints "scalify: internal error:
+ * message" and ends the process with status 3, never abort(). Out of memory
+ * in the x*alloc family ends here. */
+void xfatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 void *xmalloc(size_t n);               /* never NULL; caller frees */
 void *xcalloc(size_t n, size_t size);  /* zeroed; overflow-checked */
 void *xrealloc(void *p, size_t n);

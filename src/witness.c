@@ -67,8 +67,8 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
                      double input_scale, witness *w) {
     const hlo_comp *be = graph_entry(base);
     int64_t ndev = mesh_devices(&rel->mesh);
-    interp_config cb = {.replicas = 1, .partitions = 1, .max_elements = WITNESS_MAX_ELEMENTS};
-    interp_config cd = {.replicas = 1, .partitions = ndev, .max_elements = WITNESS_MAX_ELEMENTS};
+    interp_config cb = {.replicas = 1, .partitions = 1, .max_elements = WITNESS_MAX_ELEMENTS, .max_steps = WITNESS_MAX_STEPS};
+    interp_config cd = {.replicas = 1, .partitions = ndev, .max_elements = WITNESS_MAX_ELEMENTS, .max_steps = WITNESS_MAX_STEPS};
     strbuf err;
     sb_init(&err);
     if (interp_check(base, &cb, &err) != INTERP_OK || interp_check(dist, &cd, &err) != INTERP_OK) {
@@ -103,13 +103,17 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
         }
     }
     interp_val **bargs[1] = {global};
-    if (ok && interp_run(base, &cb, (interp_val **const *)bargs, &bout, &err) != INTERP_OK) {
-        snprintf(w->why, sizeof w->why, "not run: baseline: %s", err.s ? err.s : "?");
+    /* A run that started but ran out of steps or loop iterations "did not finish". */
+    int st;
+    if (ok && (st = interp_run(base, &cb, (interp_val **const *)bargs, &bout, &err)) != INTERP_OK) {
+        snprintf(w->why, sizeof w->why, "%s: baseline: %s", st == INTERP_EBUDGET ? "did not finish" : "not run",
+                 err.s ? err.s : "?");
         ok = false;
     }
     sb_reset(&err);
-    if (ok && interp_run(dist, &cd, (interp_val **const *)dargs, dout, &err) != INTERP_OK) {
-        snprintf(w->why, sizeof w->why, "not run: distributed: %s", err.s ? err.s : "?");
+    if (ok && (st = interp_run(dist, &cd, (interp_val **const *)dargs, dout, &err)) != INTERP_OK) {
+        snprintf(w->why, sizeof w->why, "%s: distributed: %s", st == INTERP_EBUDGET ? "did not finish" : "not run",
+                 err.s ? err.s : "?");
         ok = false;
     }
     if (ok) {

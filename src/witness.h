@@ -42,6 +42,10 @@ typedef struct witness {
  * admits the 4-layer llama-scale samples (hidden 512, tp up to 8; about 0.8 s
  * and 220 MB), not the full-size ones. */
 #define WITNESS_MAX_ELEMENTS ((int64_t)1 << 26)
+/* Step budget of each witness run (interp.h): 16 passes over the element
+ * budget, a few seconds; a loop that does not end stops there and the witness
+ * "did not finish". */
+#define WITNESS_MAX_STEPS ((int64_t)1 << 30)
 
 void witness_run(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed, witness *w);
 

@@ -594,7 +594,7 @@ static void text_round_trip(const char *name, const char *src) {
 
 static void fields(void) {
     Xla__HloInstructionProto *p0 = instr("p0", "parameter", DT_F32, 1);
-    Xla__HloInstructionProto *ar = instr("ar", "all-reduce", DT_F32, 2);
+    Xla__HloInstructionProto *ar = instr("ar", "all-gather", DT_F32, 2); /* all-reduce would need a reducer */
     Xla__HloInstructionProto *cmp = instr("cmp", "compare", DT_PRED, 3);
     Xla__HloInstructionProto *c16 = instr("c16", "constant", DT_F16, 4);
     int64_t op[] = {1}, ops2[] = {1, 1}, reshape[] = {2, 4};
