@@ -163,7 +163,18 @@ static int attr_cmp(const void *x, const void *y) {
     return 0;
 }
 
-/* The scope of an instruction's op_name (hlo_instr.scope). */
+/* Whether op_name component [p, e) names a layer: a stem, then '_' or '.',
+ * then a number ("layers.3", "layer_0", "layers_12", "transformer_layer_2"). */
+static bool layer_component(const char *p, const char *e) {
+    const char *d = e;
+    while (d > p && d[-1] >= '0' && d[-1] <= '9') d--;
+    return d < e && d - p >= 2 && (d[-1] == '_' || d[-1] == '.');
+}
+
+/* The scope of an instruction's op_name (hlo_instr.scope): its path up to the
+ * first component that names a layer ("LM/layer_0", "transpose(jvp(LM))/
+ * layer_0" for that layer's backward pass, "decoder/layers_3"), else its first
+ * component ("embed", "layers.3"), after a leading "jit(...)/". */
 static void set_scope(hlo_module *m, hlo_instr *in) {
     in->scope = NULL;
     in->nscope = 0;
@@ -176,6 +187,11 @@ static void set_scope(hlo_module *m, hlo_instr *in) {
     }
     const char *e = strchr(p, '/');
     if (!e || e == p) return;
+    for (const char *q = p, *qe = e; qe; q = qe + 1, qe = strchr(q, '/'))
+        if (layer_component(q, qe)) {
+            e = qe;
+            break;
+        }
     uint32_t n = (uint32_t)(e - p);
     if (n == m->last_nscope && memcmp(p, m->last_scope, n) == 0) p = m->last_scope;
     in->scope = m->last_scope = p;

@@ -946,6 +946,97 @@ static void track_short(lstate *s, lval *v) {
         }
 }
 
+/* The global term of value i of comp (constant-only, the same on every
+ * device) read under view w: every device holding the same block stands for
+ * that block tiled, which is the same computation at the global shape when
+ * the value is constant along the dims w shards — a causal mask built from
+ * iota, broadcast along the batch and the heads. Rebuilt op by op through
+ * broadcasts (the sharded dims added there, or carried from the operand),
+ * elementwise ops, reshapes that keep a sharded dim as its own group, iotas
+ * along other dims and splat constants; EID_NONE otherwise. */
+static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, const view *w, int depth) {
+    const hlo_instr *in = &comp->instrs[i];
+    const lval *x = &vals[i];
+    if (depth > 32 || in->shape.rank != w->rank || in->shape.rank > VIEW_MAX_RANK || w->partial) return EID_NONE;
+    if (x->kind == LV_TERM && (!x->konst || !view_is_dup(&x->v))) return EID_NONE;
+    if (view_is_dup(w)) return x->kind == LV_TERM ? x->cls : x->kind == LV_DEV && dev_uniform(c, x) ? dev_constant(c, in, x) : EID_NONE;
+    if (x->kind != LV_TERM && x->kind != LV_DEV) return EID_NONE;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, w, &in->shape, dims);
+    eid ch[8];
+    if (in->op == OP_BROADCAST && in->noperands == 1) {
+        uint32_t nd;
+        const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nd);
+        const hlo_instr *xi = &comp->instrs[in->operands[0]];
+        if (nd != xi->shape.rank) return EID_NONE;
+        view u = view_dup(nd);
+        for (uint32_t k = 0; k < nd; k++) u.dims[k] = w->dims[bd[k]];
+        if ((ch[0] = konst_at(c, comp, vals, in->operands[0], &u, depth + 1)) == EID_NONE) return EID_NONE;
+        return lf_node(c, c->cur, in, ch, 1, dims, c->origin);
+    }
+    if (in->op == OP_IOTA) {
+        if (w->dims[instr_int(in, A_IOTA_DIMENSION, 0)].naxes) return EID_NONE;
+        return lf_node(c, c->cur, in, NULL, 0, dims, c->origin);
+    }
+    if (in->op == OP_RESHAPE && in->noperands == 1) {
+        /* each sharded output dim the only non-unit dim of its group, fed by
+         * one input dim of the same size */
+        const hlo_instr *xi = &comp->instrs[in->operands[0]];
+        const int64_t *a = xi->shape.dims, *b = in->shape.dims;
+        uint32_t ra = xi->shape.rank, rb = in->shape.rank, p = 0, q = 0;
+        view u = view_dup(ra);
+        while (p < ra || q < rb) {
+            uint32_t p2, q2;
+            if (!lf_reshape_run(a, ra, b, rb, p, q, &p2, &q2)) return EID_NONE;
+            for (uint32_t d = q; d < q2; d++) {
+                if (!w->dims[d].naxes) continue;
+                int src = -1, nonunit = 0;
+                for (uint32_t e = q; e < q2; e++) nonunit += b[e] != 1;
+                for (uint32_t k = p; k < p2; k++)
+                    if (a[k] != 1) src = src < 0 && a[k] == b[d] ? (int)k : -2;
+                if (nonunit != 1 || src < 0) return EID_NONE;
+                u.dims[src] = w->dims[d];
+            }
+            if (p2 == p && q2 == q) break;
+            p = p2, q = q2;
+        }
+        if ((ch[0] = konst_at(c, comp, vals, in->operands[0], &u, depth + 1)) == EID_NONE) return EID_NONE;
+        return lf_node(c, c->cur, in, ch, 1, dims, c->origin);
+    }
+    if (lf_is_elementwise(in->op) && in->noperands <= 8) {
+        for (uint32_t o = 0; o < in->noperands; o++) {
+            const hlo_instr *xi = &comp->instrs[in->operands[o]];
+            view scalar = view_dup(0);
+            if ((ch[o] = konst_at(c, comp, vals, in->operands[o], xi->shape.rank ? w : &scalar, depth + 1)) == EID_NONE)
+                return EID_NONE;
+        }
+        return lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin);
+    }
+    /* a constant of one number: that number at the global shape */
+    const interp_val *kv = x->kind == LV_TERM ? lf_kval(c, x->cls) : NULL;
+    if (!kv || !kv->n || !fold_size_ok(dims, in->shape.rank)) return EID_NONE;
+    for (int64_t k = 1; k < kv->n; k++)
+        if (interp_val_get(kv, k) != interp_val_get(kv, 0)) return EID_NONE;
+    interp_val *g = interp_val_new(kv->dtype, in->shape.rank, dims);
+    if (!g) return EID_NONE;
+    for (int64_t k = 0; k < g->n; k++) interp_val_set(g, k, interp_val_get(kv, 0));
+    return lf_const_term(c, g, c->origin);
+}
+
+/* Operand o, constant-only and replicated, read under want (konst_at). */
+static bool konst_review(lstate *s, uint32_t o, const view *want) {
+    lval *x = &s->ops[o];
+    if (x->kind != LV_TERM || !x->konst || !view_is_dup(&x->v) || x->v.rank != want->rank) return false;
+    view w = *want;
+    w.partial = 0;
+    w.red = 0;
+    eid g = konst_at(s->c, s->comp, s->vals, s->in->operands[o], &w, 0);
+    if (g == EID_NONE) return false;
+    *x = term(g, w, false);
+    x->konst = true;
+    return true;
+}
+
 static lval lift_elementwise(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -961,7 +1052,7 @@ static lval lift_elementwise(lstate *s) {
             if (ops[o].v.dims[d].naxes && !want.dims[d].naxes) want.dims[d] = ops[o].v.dims[d];
     }
     for (uint32_t o = 0; o < in->noperands; o++)
-        if (!lf_same_sharding(&ops[o].v, &want)) review_broadcast(s, o, &want);
+        if (!lf_same_sharding(&ops[o].v, &want) && !review_broadcast(s, o, &want)) konst_review(s, o, &want);
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &ops[o];
         if (x->kind != LV_TERM) return unknown();
