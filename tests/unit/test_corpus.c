@@ -135,7 +135,8 @@ static char *tsv_lookup(const char *tsv, const char *key) {
     for (const char *p = tsv; p && *p;) {
         const char *e = strchr(p, '\n');
         if (!e) e = p + strlen(p);
-        if (*p != '#' && (size_t)(e - p) > n && p[n] == '\t' && strncmp(p, key, n) == 0) return xstrndup(p + n + 1, (size_t)(e - p - n - 1));
+        if (*p != '#' && (size_t)(e - p) > n && p[n] == '\t' && strncmp(p, key, n) == 0)
+            return xstrndup(p + n + 1, (size_t)(e - p - n - 1));
         p = *e ? e + 1 : e;
     }
     return NULL;
@@ -225,7 +226,8 @@ static void no_stale_lines(const char *tsv, const char *now) {
 /* Rewrites the expected file: its comment header as it is, then now. */
 static void rewrite_expected(const char *tsv, const char *now) {
     FILE *f = fopen(CORPUS_EXPECTED, "w");
-    if (!CHECK_MSG(f != NULL, "cannot write %s", CORPUS_EXPECTED)) return;
+    CHECK_MSG(f != NULL, "cannot write %s", CORPUS_EXPECTED);
+    if (!f) return;
     for (const char *p = tsv; p && *p == '#';) {
         const char *e = strchr(p, '\n');
         if (!e) e = p + strlen(p);
@@ -261,7 +263,8 @@ void suite_corpus(void) {
         }
         corpus_counts c = {0};
         sb_init(&reasons);
-        for (size_t i = 0; i < json_array_size(pairs); i++) corpus_pair(dir, corpora[k], json_array_get(pairs, i), tsv, update, &now, &reasons, &c);
+        for (size_t i = 0; i < json_array_size(pairs); i++)
+            corpus_pair(dir, corpora[k], json_array_get(pairs, i), tsv, update, &now, &reasons, &c);
         printf("note: %s: correct pairs verified %d of %d (text), %d of %d (protobuf)\n", corpora[k], c.verified[0], c.correct,
                c.verified[1], c.correct);
         if (c.bugs)
