@@ -2394,6 +2394,36 @@ static bool splat_review(lstate *s, uint32_t o, const view *w) {
     return true;
 }
 
+/* Scatter s's indices (operand 1) are x - off(r), x the same on every
+ * device, off(r) = block(r)·size with size the operand's local length along
+ * operand dim k: the indices become x's term, and *dim the axes of the
+ * blocks. */
+static bool block_offset_indices(lstate *s, uint32_t k, view_dim *dim) {
+    lift_ctx *c = s->c;
+    const hlo_instr *ii = &s->comp->instrs[s->in->operands[1]];
+    if (ii->op != OP_SUBTRACT || ii->noperands != 2) return false;
+    lval x = s->vals[ii->operands[0]];
+    const lval *off = &s->vals[ii->operands[1]];
+    if (off->kind != LV_DEV || off->count < 1 || dev_uniform(c, off)) return false;
+    if ((x.kind == LV_PW || x.kind == LV_MASK) && !lf_index_as_term(c, &x)) return false;
+    if (x.kind != LV_TERM || !view_is_dup(&x.v)) return false;
+    double *per = arena_alloc(c->a, (size_t)c->ndev * sizeof *per);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        per[r] = off->dev[r * off->count];
+        for (uint32_t e = 1; e < off->count; e++)
+            if (off->dev[r * off->count + e] != per[r]) return false;
+    }
+    int64_t base, parts;
+    uint32_t mask = lf_block_offsets(c, per, 1, s->comp->instrs[s->in->operands[0]].shape.dims[k], &base, &parts);
+    if (!mask || base != 0) return false;
+    /* the offset's operand, reshaped to the indices' shape */
+    uint32_t t = lf_type_of(c, ii->shape.dtype, ii->shape.dims, ii->shape.rank);
+    if (eg_class_type(c->g, x.cls) != t) return false;
+    *dim = lf_axes_dim(c, mask);
+    s->ops[1] = term(x.cls, view_dup(ii->shape.rank), x.assumed);
+    return true;
+}
+
 /* scatter(operand, indices, updates) with a sum or any reducer, two readings:
  * - aligned: every device scatters into its own block (the operand sharded
  *   only along batching dims and whole windows, the indices and updates
@@ -2408,6 +2438,11 @@ static bool scatter_views(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     if (in->noperands != 3 || in->shape.dtype == DT_TUPLE || in->shape.rank > VIEW_MAX_RANK) return false;
+    uint32_t nsd;
+    const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);
+    view_dim bdim = {0};
+    bool blocked = nsd == 1 && sd[0] >= 0 && sd[0] < (int64_t)s->comp->instrs[in->operands[0]].shape.rank &&
+                   block_offset_indices(s, (uint32_t)sd[0], &bdim);
     for (uint32_t o = 0; o < 3; o++) {
         uniform_dev_as_term(s, o);
         if (s->ops[o].kind != LV_TERM) return false;
@@ -2439,6 +2474,15 @@ static bool scatter_views(lstate *s, lval *out) {
     }
     /* The views the three must have, from the sharded ones. */
     view vo = view_dup(ro), vi = view_dup(ri), vu = view_dup(ru);
+    /* Indices offset per device by its block of the operand along the one
+     * scatter dim (GSPMD's vocab-parallel scatter: index - r·size): every
+     * device adds the rows that fall in its block and drops the others (a
+     * scatter skips indices out of bounds), which is the global scatter with
+     * that dim sharded; the indices are the offset's operand. */
+    if (blocked) {
+        if (s->ops[0].v.dims[sd[0]].naxes) return false;
+        vo.dims[sd[0]] = bdim;
+    }
     const lval *o = &s->ops[0], *x = &s->ops[1], *y = &s->ops[2];
     if (o->v.partial || x->v.partial || y->v.partial) return false;
     bool zero_operand = false;
@@ -2520,6 +2564,9 @@ static lval lift_instr(lstate *s) {
                         at->name, what, in->name);
             lf_win_assume(c, &s->comp->instrs[in->operands[o]], &ops[o]);
         }
+    /* A scatter whose indices are offset per device by its block (before they
+     * are read as plain index values). */
+    if (in->op == OP_SCATTER && in->noperands == 3 && s->ops[1].kind == LV_PW && scatter_views(s, &pwv)) return pwv;
     /* Index values met by an op that does not take them: a masked row that every
      * device holds is a term; anything else is not related here. */
     for (uint32_t o = 0; o < in->noperands; o++) {
