@@ -1532,9 +1532,12 @@ static lval lift_dot(lstate *s) {
 
 /* reduce over sharded dims makes the result partial over those axes, with the
  * reducer as reduction; init must be the reducer's identity for that to hold. */
+static void uniform_dev_as_term(lstate *s, uint32_t o);
+
 static lval lift_reduce(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
+    if (in->noperands == 2) uniform_dev_as_term(s, 1); /* an integer init (a token count from 0) */
     if (in->noperands != 2 || s->ops[0].kind != LV_TERM || s->ops[1].kind != LV_TERM) return unknown();
     const lval *x = &s->ops[0], *init = &s->ops[1];
     int red = instr_reducer(c->cur, in);
@@ -3088,7 +3091,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
          * not take index values (a collective that moves them keeps theirs). */
         bool indep = true;
         for (uint32_t o = 0; o < in->noperands; o++) {
-            if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) indep &= ops[o].cls != EID_NONE;
+            if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) indep &= ops[o].cls != EID_NONE && view_is_dup(&ops[o].v);
             else if (ops[o].kind == LV_DEV) indep &= dev_uniform(c, &ops[o]);
             else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
         }
@@ -3096,13 +3099,14 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         /* Elementwise index arithmetic on sharded data (token ids wrapped into
          * range, a padding mask) is the same function on every device: its
          * plain term is the op over the operands' terms, under their view. */
-        bool plain = !indep && !c->baseline_mode && lf_is_elementwise(in->op) && in->noperands <= 8;
+        bool shaping = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST;
+        bool plain = !indep && !c->baseline_mode && (lf_is_elementwise(in->op) || shaping) && in->noperands <= 8;
         for (uint32_t o = 0; o < in->noperands && plain; o++) {
             const lval *x = &ops[o];
             if (x->kind == LV_PW || x->kind == LV_MASK) plain = x->cls != EID_NONE;
             else if (x->kind == LV_DEV) plain = dev_uniform(c, x) && (view_is_dup(&v->v) || dev_splat(x));
             else plain = x->kind == LV_TERM;
-            if (plain && x->kind != LV_DEV) plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v));
+            if (plain && x->kind != LV_DEV && !shaping) plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v));
         }
         if (plain) {
             lval saved[8];
@@ -3114,7 +3118,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
                                                        view_dup(in->shape.rank), false)
                                                 : splat_term(c, &comp->instrs[in->operands[o]], &ops[o], &v->v);
             }
-            lval t = lift_elementwise(&s);
+            lval t = in->op == OP_BROADCAST ? lift_broadcast(&s) : shaping ? lift_reshape(&s) : lift_elementwise(&s);
             if (t.kind == LV_TERM && !t.assumed && lf_same_sharding(&t.v, &v->v)) v->cls = t.cls;
             memcpy(ops, saved, in->noperands * sizeof *ops);
         }
