@@ -3099,12 +3099,13 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         /* Elementwise index arithmetic on sharded data (token ids wrapped into
          * range, a padding mask) is the same function on every device: its
          * plain term is the op over the operands' terms, under their view. */
-        bool shaping = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST;
+        bool shaping = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST || in->op == OP_REDUCE;
         bool plain = !indep && !c->baseline_mode && (lf_is_elementwise(in->op) || shaping) && in->noperands <= 8;
         for (uint32_t o = 0; o < in->noperands && plain; o++) {
             const lval *x = &ops[o];
             if (x->kind == LV_PW || x->kind == LV_MASK) plain = x->cls != EID_NONE;
-            else if (x->kind == LV_DEV) plain = dev_uniform(c, x) && (view_is_dup(&v->v) || dev_splat(x));
+            else if (x->kind == LV_DEV)
+                plain = dev_uniform(c, x) && (view_is_dup(&v->v) || dev_splat(x) || comp->instrs[in->operands[o]].shape.rank == 0);
             else plain = x->kind == LV_TERM;
             if (plain && x->kind != LV_DEV && !shaping) plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v));
         }
@@ -3113,12 +3114,17 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             memcpy(saved, ops, in->noperands * sizeof *ops);
             for (uint32_t o = 0; o < in->noperands; o++) {
                 if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) ops[o] = term(ops[o].cls, ops[o].v, false);
-                else if (ops[o].kind == LV_DEV)
-                    ops[o] = view_is_dup(&v->v) ? term(dev_constant(c, &comp->instrs[in->operands[o]], &ops[o]),
-                                                       view_dup(in->shape.rank), false)
-                                                : splat_term(c, &comp->instrs[in->operands[o]], &ops[o], &v->v);
+                else if (ops[o].kind == LV_DEV) {
+                    const hlo_instr *xi = &comp->instrs[in->operands[o]];
+                    ops[o] = view_is_dup(&v->v) || xi->shape.rank == 0
+                                 ? term(dev_constant(c, xi, &ops[o]), view_dup(xi->shape.rank), false)
+                                 : splat_term(c, xi, &ops[o], &v->v);
+                }
             }
-            lval t = in->op == OP_BROADCAST ? lift_broadcast(&s) : shaping ? lift_reshape(&s) : lift_elementwise(&s);
+            lval t = in->op == OP_BROADCAST ? lift_broadcast(&s)
+                     : in->op == OP_REDUCE  ? lift_reduce(&s)
+                     : shaping              ? lift_reshape(&s)
+                                            : lift_elementwise(&s);
             if (t.kind == LV_TERM && !t.assumed && lf_same_sharding(&t.v, &v->v)) v->cls = t.cls;
             memcpy(ops, saved, in->noperands * sizeof *ops);
         }
