@@ -1139,16 +1139,88 @@ static void gen_cpermute(interp_rng *r, const smesh *m, inst *t) {
     rel_unary(t, m, xa, 2, xa, 2);
 }
 
+/* A mean over a sharded contraction (a data-parallel gradient): the
+ * baseline scales dot(x, w) by 1/K, K the contracted length; the distributed
+ * program contracts its K/n rows (a partial sum), scales and all-reduces:
+ * by n/K then 1/n (local mean, then pmean), by n/K on x before the dot, or by
+ * 1/K before the sum (global normalisation) are correct; n/K without the
+ * 1/n (psum for pmean) or 1/K then 1/n again are bugs. Half the instances end
+ * in tanh, so the factor must be put back into the term before it. K and n
+ * are powers of two (the factors are exact). */
+static void gen_scaled(interp_rng *r, const smesh *m, inst *t) {
+    static const struct { const char *name; bool ok; } v[] = {
+        {"local-mean-pmean", true}, {"prescaled-pmean", true}, {"global-psum", true},
+        {"bug-psum", false}, {"bug-double-mean", false},
+    };
+    int k = rint_in(r, 0, (int)ARRAY_LEN(v) - 1);
+    int ax = rint_in(r, 0, m->naxes - 1), n = m->sizes[ax];
+    int M = dim_for(r, 1), N = dim_for(r, 1), K = n << rint_in(r, 0, 2);
+    bool nonlin = rint_in(r, 0, 1);
+    set_case(t, v[k].ok, "scaled-%s%s", v[k].name, nonlin ? "-tanh" : "");
+    int xg[2] = {M, K}, wg[2] = {K, N}, og[2] = {M, N};
+    int xa[2] = {-1, ax}, wa[2] = {ax, -1};
+    double local = (double)n / K, global = 1.0 / K, mean = 1.0 / n;
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        bool pre = side && k == 1;
+        if (pre) {
+            /* x scaled before the dot */
+            int xl[2], wl[2];
+            local_dims(m, xg, xa, 2, xl);
+            local_dims(m, wg, wa, 2, wl);
+            header(b, "dist", m->ndev);
+            param(b, "x", 0, xl, 2);
+            param(b, "w", 1, wl, 2);
+            sb_printf(b, "  %%c = f32[] constant(%.9g)\n  %%cb = ", local);
+            shp(b, xl, 2);
+            sb_puts(b, " broadcast(%c), dimensions={}\n  %xs = ");
+            shp(b, xl, 2);
+            sb_puts(b, " multiply(%x, %cb)\n  %d = ");
+            shp(b, og, 2);
+            sb_puts(b, " dot(%xs, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n");
+        } else {
+            dot_entry(b, side, m, xg, xa, wg, wa, og, false);
+        }
+        double f = !side || k == 2 || k == 4 ? global : pre ? 1 : local;
+        sb_printf(b, "  %%f = f32[] constant(%.9g)\n  %%fb = ", f);
+        shp(b, og, 2);
+        sb_puts(b, " broadcast(%f), dimensions={}\n  %s = ");
+        shp(b, og, 2);
+        sb_puts(b, " multiply(%d, %fb)\n");
+        const char *last = "s";
+        if (side) {
+            all_reduce(b, false, "ar", "s", og, 2, m, 1u << ax, false, "add", 1);
+            last = "ar";
+            if (k == 0 || k == 1 || k == 4) {
+                sb_printf(b, "  %%g = f32[] constant(%.9g)\n  %%gb = ", mean);
+                shp(b, og, 2);
+                sb_puts(b, " broadcast(%g), dimensions={}\n  %p = ");
+                shp(b, og, 2);
+                sb_puts(b, " multiply(%ar, %gb)\n");
+                last = "p";
+            }
+        }
+        sb_puts(b, "  ROOT %out = ");
+        shp(b, og, 2);
+        sb_printf(b, " %s(%%%s)\n}\n", nonlin ? "tanh" : "copy", last);
+    }
+    char xv[64], wv[64];
+    view_str(xv, sizeof xv, m, xa, 2);
+    view_str(wv, sizeof wv, m, wa, 2);
+    const char *iv[2] = {xv, wv};
+    rel_write(t, m, iv, 2, "dup");
+}
+
 static void (*const gens[TF_FAMILIES])(interp_rng *, const smesh *, inst *) = {
     gen_eltwise, gen_dot_k,   gen_dot_n,    gen_reduce,  gen_gather,  gen_transpose,
     gen_partial, gen_partial2, gen_dslice, gen_rscatter, gen_a2a, gen_slice_concat,
-    gen_fold,    gen_unit_reshape, gen_posemb, gen_zmask, gen_cpermute};
+    gen_fold,    gen_unit_reshape, gen_posemb, gen_zmask, gen_cpermute, gen_scaled};
 
 /* In step with gens. */
 static const char *const family_names[TF_FAMILIES] = {
     "eltwise", "dot-k", "dot-n", "reduce", "all-gather", "transpose",
     "partial-op", "partial-sum2", "dynamic-slice", "reduce-scatter", "all-to-all", "slice-concat",
-    "constant-fold", "unit-reshape", "row-table", "zero-mask", "collective-permute"};
+    "constant-fold", "unit-reshape", "row-table", "zero-mask", "collective-permute", "scaled-mean"};
 
 const char *tf_family_name(uint32_t f) { return f < TF_FAMILIES ? family_names[f] : "?"; }
 
@@ -1230,6 +1302,7 @@ static void run_instance(uint32_t i, const char *dir, const char *rules_dir, boo
     else if (v == VERDICT_ERROR) sb_printf(&why, "verdict error: %s", err.s ? err.s : "");
     else if (!w.ran) sb_printf(&why, "the witness did not run: %s", w.why);
     else if (t.correct && w.differs) sb_printf(&why, "built correct, but execution differs (max abs %g)", w.max_abs);
+    else if (t.correct && v == VERDICT_MISMATCH) sb_puts(&why, "FALSE ALARM: built correct, reported a mismatch");
     else if (t.value_bug && !w.differs) sb_puts(&why, "built buggy, but execution agrees");
     sb_free(&err);
     if (why.len) {
