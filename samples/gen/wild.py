@@ -1,6 +1,7 @@
 """Exports samples/wild/: GSPMD pairs of models built with maintained libraries
-(Flax Linen, Flax NNX, keras-hub, Equinox), forward passes and training steps,
-sharded by each library's own partitioning machinery.
+(Flax Linen, Flax NNX, keras-hub, Equinox, MaxText), forward passes and training
+steps, sharded by each library's own partitioning machinery (PyTorch/XLA pairs come
+from wild_torchxla.py).
 
 Run from the repository root through samples/gen/run_wild.sh (it sets XLA_FLAGS before
 jax is imported and loads this file under its repo-relative name).
@@ -13,11 +14,7 @@ out_shardings, context). The pair is jax.jit(fn, in_shardings, out_shardings) lo
 on the mesh; the numerics run the same make() on a mesh of the same axis names, each
 of size 1 (one device), against the sharded program on the same inputs.
 """
-import contextlib
-import gzip
 import importlib.metadata
-import io
-import json
 import os
 import shutil
 import sys
@@ -31,12 +28,15 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 
 jax.config.update("jax_enable_compilation_cache", False)
+# Library frames in HLO metadata: "flax/linen/attention.py", not the virtualenv's path.
+jax.config.update("jax_hlo_source_file_canonicalization_regex", r"^.*/site-packages/")
 
 GEN = "samples/gen"
-OUT = "samples/wild"
 DUMP = os.path.join(GEN, ".dump-wild")
-GZIP_OVER = 200 * 1024
-FAMILIES = ("wild_linen", "wild_nnx", "wild_keras", "wild_eqx")
+# WILD_FAMILIES=a,b exports only those families (run_wild.sh runs maxtext in its own
+# virtualenv); the manifest keeps the other families' pairs.
+FAMILIES = tuple("wild_" + f for f in os.environ.get(
+    "WILD_FAMILIES", "linen,nnx,keras,eqx,maxtext").split(","))
 
 ARGS = sys.argv[1:]
 ONLY = [ARGS[i + 1] for i, a in enumerate(ARGS) if a == "--only"]
@@ -53,6 +53,9 @@ def load(name, shared=None):
     sys.modules[name] = mod
     exec(compile(open(path).read(), path, "exec"), mod.__dict__)
     return mod
+
+
+F = load("wild_files")
 
 
 class Prog:
@@ -77,25 +80,6 @@ def mesh_of(axes, unit=False):
 
 # ----------------------------------------------------------------------------- files
 
-def put(rel, data):
-    """Write bytes under samples/wild/, gzipped without name or mtime when large;
-    returns the path relative to samples/wild/."""
-    if len(data) > GZIP_OVER:
-        buf = io.BytesIO()
-        with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=9, mtime=0) as g:
-            g.write(data)
-        data, rel = buf.getvalue(), rel + ".gz"
-    path = os.path.join(OUT, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data)
-    return rel
-
-
-def put_pair(rel_base, text, pb):
-    return {"hlo": put(rel_base + ".hlo", text.encode()), "pb": put(rel_base + ".hlo.pb", pb)}
-
-
 def after_partitioner(lowered, tag):
     """(text, HloProto bytes) of the module right after the spmd-partitioning pass."""
     d = os.path.join(DUMP, tag)
@@ -103,20 +87,9 @@ def after_partitioner(lowered, tag):
     lowered.compile(compiler_options={
         "xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning",
         "xla_dump_hlo_as_text": True, "xla_dump_hlo_as_proto": True})
-    picked = {}
-    for f in os.listdir(d):
-        if "after_spmd-partitioning" in f:
-            for ext in (".txt", ".hlo.pb"):
-                if f.endswith(ext):
-                    assert ext not in picked, os.listdir(d)
-                    picked[ext] = os.path.join(d, f)
-    assert len(picked) == 2, os.listdir(d)
-    with open(picked[".txt"]) as f:
-        text = f.read()
-    with open(picked[".hlo.pb"], "rb") as f:
-        pb = f.read()
+    out = F.from_dump(d, "after_spmd-partitioning")
     shutil.rmtree(d, ignore_errors=True)
-    return text, pb
+    return out
 
 
 # ----------------------------------------------------------------------------- numerics
@@ -131,7 +104,8 @@ def max_abs_diff(a, b):
         return None
     worst = 0.0
     for x, y in zip(la, lb):
-        x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        x, y = (np.asarray(jax.random.key_data(v) if jax.dtypes.issubdtype(v.dtype, jax.dtypes.prng_key)
+                           else v, np.float64) for v in (x, y))
         if x.shape != y.shape:
             return None
         if x.size:
@@ -162,8 +136,8 @@ def export(prog, family):
     lib, ver = prog.library
     entry = {"name": prog.name, "kind": "gspmd", "config": family, "mesh": prog.mesh_axes,
              "library": {"name": lib, "version": ver},
-             "baseline": put_pair(rel + ".baseline", base_text, base_pb),
-             "distributed": put_pair(rel + ".dist", dist_text, dist_pb),
+             "baseline": F.put_pair(rel + ".baseline", base_text, base_pb),
+             "distributed": F.put_pair(rel + ".dist", dist_text, dist_pb),
              "relations": "auto", "expected": "verified"}
     if prog.note:
         entry["note"] = prog.note
@@ -180,29 +154,19 @@ def want(name):
 
 def main():
     os.makedirs(DUMP, exist_ok=True)
-    entries, libs = [], {"jax": jax.__version__, "jaxlib": version("jaxlib")}
-    families = [f for f in FAMILIES if os.path.exists(os.path.join(GEN, f + ".py"))]
-    for fam in families:
+    entries, done = [], set()
+    for fam in FAMILIES:
         mod = load(fam, {"Prog": Prog, "version": version, "mesh_of": mesh_of})
         short = fam[len("wild_"):]
+        done.add(short)
         if not ONLY:
-            shutil.rmtree(os.path.join(OUT, short), ignore_errors=True)
+            shutil.rmtree(os.path.join(F.OUT, short), ignore_errors=True)
         for prog in mod.PROGRAMS:
             if want(prog.name):
                 entries.append(export(prog, short))
-            libs[prog.library[0]] = prog.library[1]
-    mpath = os.path.join(OUT, "manifest.json")
-    old = []
-    if ONLY and os.path.exists(mpath):
-        done = {e["name"] for e in entries}
-        old = [e for e in json.load(open(mpath))["pairs"] if e["name"] not in done]
-    doc = {"scalify_manifest": 1,
-           "generator": dict(libs, script="samples/gen/run_wild.sh"),
-           "pairs": sorted(old + entries, key=lambda e: e["name"])}
-    with open(mpath, "w") as f:
-        f.write(json.dumps(doc, indent=1) + "\n")
+    n = F.write_manifest(entries, done, ONLY, {"jax": jax.__version__, "jaxlib": version("jaxlib")})
     shutil.rmtree(DUMP, ignore_errors=True)
-    print(f"{len(entries)} pairs written, manifest has {len(doc['pairs'])}")
+    print(f"{len(entries)} pairs written, manifest has {n}")
 
 
 if __name__ == "__main__":
