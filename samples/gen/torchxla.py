@@ -1,6 +1,7 @@
 """Exports samples/torchxla/: GSPMD pairs written by PyTorch/XLA (torch_xla SPMD on
 8 CPU devices), a 2-layer MLP forward pass and an SGD training step, sharded with
-torch_xla.distributed.spmd.mark_sharding on a Mesh(data=2, model=4).
+torch_xla.distributed.spmd.mark_sharding on a Mesh(data=2, model=4); the training
+step also on Mesh(data=8) and on Mesh(model=8).
 
 Run from the repository root through samples/gen/run_torchxla.sh (it sets PJRT_DEVICE,
 CPU_NUM_DEVICES and XLA_FLAGS, with the dump directory, before torch_xla is imported).
@@ -34,7 +35,6 @@ import torch_xla.runtime as xr
 
 OUT = "samples/torchxla"
 GZIP_OVER = 200 * 1024
-MESH = {"data": 2, "model": 4}
 D_IN, HIDDEN, D_OUT, BATCH, LR = 16, 64, 8, 8, 0.1
 
 
@@ -65,13 +65,16 @@ def init(seed):
 
 def shard_megatron(model, x, target, mesh):
     """Data parallel over 'data', Megatron tensor parallel over 'model': fc1 split by
-    output features (column parallel), fc2 by input features (row parallel)."""
-    xs.mark_sharding(model.fc1.weight, mesh, ("model", None))
-    xs.mark_sharding(model.fc1.bias, mesh, ("model",))
-    xs.mark_sharding(model.fc2.weight, mesh, (None, "model"))
-    xs.mark_sharding(x, mesh, ("data", None))
+    output features (column parallel), fc2 by input features (row parallel). An axis
+    the mesh lacks leaves that dimension whole (a tensor with none: replicated)."""
+    def mark(t, *spec):
+        xs.mark_sharding(t, mesh, tuple(a if a in mesh.axis_names else None for a in spec))
+    mark(model.fc1.weight, "model", None)
+    mark(model.fc1.bias, "model")
+    mark(model.fc2.weight, None, "model")
+    mark(x, "data", None)
     if target is not None:
-        xs.mark_sharding(target, mesh, ("data", None))
+        mark(target, "data", None)
 
 
 def fwd(model, x, target):
@@ -90,9 +93,13 @@ def train(model, x, target):
 
 
 PROGRAMS = [
-    # name, step function, uses target
-    ("mlp.fwd.dpxtp.data2xmodel4", fwd, False),
-    ("mlp.train.dpxtp.data2xmodel4", train, True),
+    # name, step function, uses target, mesh (axis -> size, major to minor)
+    ("mlp.fwd.dpxtp.data2xmodel4", fwd, False, {"data": 2, "model": 4}),
+    ("mlp.train.dpxtp.data2xmodel4", train, True, {"data": 2, "model": 4}),
+    # the training step with one kind of parallelism each: every output replicated
+    # (dp), every parameter output sharded (tp)
+    ("mlp.train.dp.data8", train, True, {"data": 8}),
+    ("mlp.train.tp.model8", train, True, {"model": 8}),
 ]
 
 
@@ -142,8 +149,9 @@ def max_abs_diff(ref, got):
     return worst if np.isfinite(worst) else str(worst)
 
 
-def export(name, step, uses_target, mesh):
+def export(name, step, uses_target, axes):
     print("==", name, flush=True)
+    mesh = xs.Mesh(np.arange(8), tuple(axes.values()), tuple(axes))
     model, x, target = init(0)
     ref_model, ref_x, ref_target = init(0)
     ref = [t.detach() for t in step(ref_model, ref_x, ref_target)]
@@ -161,7 +169,7 @@ def export(name, step, uses_target, mesh):
     got = [t.cpu() for t in outs]
 
     rel = f"mlp/{name}"
-    return {"name": name, "kind": "gspmd", "config": "mlp", "mesh": dict(MESH),
+    return {"name": name, "kind": "gspmd", "config": "mlp", "mesh": dict(axes),
             "library": {"name": "torch-xla", "version": version("torch-xla")},
             "baseline": put_pair(rel + ".baseline", base_text, base_pb),
             "distributed": put_pair(rel + ".dist", dist_text, dist_pb),
@@ -174,9 +182,8 @@ def export(name, step, uses_target, mesh):
 def main():
     xr.use_spmd()
     assert xr.global_runtime_device_count() == 8, xr.global_runtime_device_count()
-    mesh = xs.Mesh(np.arange(8), tuple(MESH.values()), tuple(MESH))
     shutil.rmtree(os.path.join(OUT, "mlp"), ignore_errors=True)
-    pairs = [export(name, step, uses_target, mesh) for name, step, uses_target in PROGRAMS]
+    pairs = [export(*prog) for prog in PROGRAMS]
     doc = {"scalify_manifest": 1,
            "generator": {"torch": torch.__version__, "torch-xla": version("torch-xla"),
                          "script": "samples/gen/run_torchxla.sh"},
