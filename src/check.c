@@ -672,8 +672,15 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         fprintf(stderr, "check: outputs %s (%s); divergence %s; resynced %u; memo %u of %u runs\n", outputs_ok ? "meet" : "differ",
                 why.s ? why.s : "", lc.divergence ? lc.divergence->name : "none", lc.resynced, lc.memo_hits, lc.memo_runs);
     witness w = {0};
-    if (o->witness && !(outputs_ok && !lc.first_unsupported && !lc.assumed && !lc.resynced && !lc.nfindings))
+    if (o->witness && !(outputs_ok && !lc.first_unsupported && !lc.assumed && !lc.resynced && !lc.nfindings)) {
+        /* Unconstrained outputs are compared through the view the program
+         * leaves them in, where the lifting found one. */
+        for (uint32_t k = 0; rel.output_free && k < rel.noutputs && k < (root.kind == LV_TUPLE ? root.n : 1); k++) {
+            const lval *v = root.kind == LV_TUPLE ? &root.elems[k] : &root;
+            if (rel.output_free[k] && v->kind == LV_TERM && !v->v.partial && !v->assumed && !v->ambiguous) rel.outputs[k] = v->v;
+        }
         witness_run(B.m, D.m, &rel, 1, &w);
+    }
     /* A precision finding (dtype-mismatch) is about rounding and range, which
      * random inputs of magnitude one need not show; every other kind changes
      * values. */

@@ -1553,6 +1553,15 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
     if (ip->is_stable) attr_int(p, A_IS_STABLE, 1);
     if (ip->k) attr_int(p, A_K, ip->k);
     if (ip->largest) attr_int(p, A_LARGEST, 1);
+    if (ip->epsilon != 0 || ip->feature_index != 0) {
+        /* batch normalization: kept as text, as the text reader keeps them
+         * (XLA prints a float with six significant digits) */
+        char t[64];
+        snprintf(t, sizeof t, "%g", (double)ip->epsilon);
+        raw_attr(p, "epsilon", t);
+        snprintf(t, sizeof t, "%lld", (long long)ip->feature_index);
+        raw_attr(p, "feature_index", t);
+    }
     if (ip->exponent_bits) attr_int(p, A_EXPONENT_BITS, ip->exponent_bits);
     if (ip->mantissa_bits) attr_int(p, A_MANTISSA_BITS, ip->mantissa_bits);
     /* XLA leaves out group counts of 1. */

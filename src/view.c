@@ -715,8 +715,25 @@ static int shardy_mesh_one(const char *p, mesh *out, char *why, size_t whylen) {
         }
         p = end;
         if (out->naxes == MESH_MAX_AXES) {
-            snprintf(why, whylen, "the Shardy mesh has more than %d axes", MESH_MAX_AXES);
-            return -1;
+            /* Full: a unit axis (this one or one kept) makes room. */
+            int u = size == 1 ? -2 : -1;
+            for (uint32_t a = 0; a < out->naxes && u == -1; a++)
+                if (out->sizes[a] == 1) u = (int)a;
+            if (u == -1 || out->nunit == ARRAY_LEN(out->unit)) {
+                snprintf(why, whylen, "the Shardy mesh has more than %d axes of size above 1", MESH_MAX_AXES);
+                return -1;
+            }
+            if (u == -2) {
+                memcpy(out->unit[out->nunit], nb, nn);
+                out->unit[out->nunit++][nn] = 0;
+                continue;
+            }
+            memcpy(out->unit[out->nunit++], out->names[u], sizeof out->names[u]);
+            for (uint32_t a = (uint32_t)u; a + 1 < out->naxes; a++) {
+                memcpy(out->names[a], out->names[a + 1], sizeof out->names[a]);
+                out->sizes[a] = out->sizes[a + 1];
+            }
+            out->naxes--;
         }
         memcpy(out->names[out->naxes], nb, nn);
         out->names[out->naxes][nn] = 0;
@@ -994,6 +1011,17 @@ static bool shardy_view(const char *txt, uint32_t which, const shape *s, const m
             while (*p && *p != '"' && *p != '\\') p++;
             if (!*p) goto bad;
             int a = mesh_axis(m, nb, (size_t)(p - nb));
+            bool unit = false;
+            for (uint32_t k = 0; a < 0 && k < m->nunit && !unit; k++)
+                unit = strlen(m->unit[k]) == (size_t)(p - nb) && memcmp(m->unit[k], nb, (size_t)(p - nb)) == 0;
+            if (unit) {
+                while (*p == '\\' || *p == '"') p++;
+                if (*p == ':') {
+                    snprintf(why, whylen, "Shardy sub-axis shardings are not supported");
+                    return false;
+                }
+                continue;
+            }
             if (a < 0) {
                 snprintf(why, whylen, "Shardy sharding names axis '%.*s', which is not in the mesh",
                          (int)(p - nb > 32 ? 32 : p - nb), nb);

@@ -37,6 +37,11 @@ typedef struct mesh {
     uint32_t naxes;
     char names[MESH_MAX_AXES][32];
     int64_t sizes[MESH_MAX_AXES];
+    /* Axes of size 1 left out of a Shardy mesh with more than MESH_MAX_AXES
+     * axes (MaxText names a dozen, most of size 1): they split nothing, so a
+     * sharding that names one is unsharded along it. */
+    uint32_t nunit;
+    char unit[MESH_MAX_AXES * 2][32];
 } mesh;
 
 int64_t mesh_devices(const mesh *m);

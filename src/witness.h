@@ -32,6 +32,7 @@ typedef struct witness {
     bool agrees;              /* every output within rounding in every run (neither: undecided) */
     bool over_tight;          /* some output beyond rounding */
     int runs;                 /* runs made (inputs of seed, then small inputs of seed + 1) */
+    uint32_t skipped;         /* output blocks not compared (unconstrained outputs whose sharding is unknown) */
     double max_abs, max_rel;  /* over all outputs and devices */
     uint64_t seed;
     char why[256];

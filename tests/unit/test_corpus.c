@@ -242,7 +242,7 @@ static void rewrite_expected(const char *tsv, const char *now) {
 
 void suite_corpus(void);
 void suite_corpus(void) {
-    static const char *const corpora[] = {"train", "wild"};
+    static const char *const corpora[] = {"train", "wild", "torchxla"};
     bool update = getenv("SCALIFY_UPDATE_EXPECTED") != NULL;
     char *tsv = t_read(CORPUS_EXPECTED, NULL);
     t_case("corpus %s present", CORPUS_EXPECTED);
