@@ -5,8 +5,8 @@ parameter order as the baseline), in/out PartitionSpecs, the mesh, the plain
 single-device baseline step (same math on global arrays) and seeded concrete
 inputs. A step is forward, loss, jax.grad and an optimizer update; its outputs
 are the updated parameters (and optimizer state) and the loss. `bug` selects one
-realistic mistake; every mistake is on a line tagged `# BUG(<id>)` so the
-exporter can record its file:line.
+realistic mistake, tagged `# BUG(<id>)`; `# BUG-SITE(<id>)` tags the line that
+consumes what a mistake emitting no HLO of its own leaves wrong (samples/train/README.md).
 
 New programs go at the end of this file: the exported HLO records the source
 lines of every operation.
@@ -64,7 +64,7 @@ def mse(p, x, y):
 
 def sgd(p, g, lr=LR):
     with jax.named_scope("optimizer"):
-        return jax.tree.map(lambda w, d: w - lr * d, p, g)
+        return jax.tree.map(lambda w, d: w - lr * d, p, g)  # BUG-SITE(dp-missing-pmean)
 
 
 def mlp_data(seed, batch=B):
@@ -306,7 +306,7 @@ MICRO = 2
 def accum_sync(params, g, lsum, DP):
     """pmean of the accumulated gradient and mean loss, then the SGD update."""
     with jax.named_scope("grad_sync"):
-        g = jax.lax.pmean(g, DP)
+        g = jax.lax.pmean(g, DP)  # BUG-SITE(accum-unrolled-no-divide)
         loss = jax.lax.pmean(lsum / MICRO, DP)
     return sgd(params, g), loss
 
@@ -449,8 +449,8 @@ def make_ring_attention(mesh, bug=None, CP="cp"):
                 m = m_new
             if t < n - 1:
                 with jax.named_scope("ring_pass"):
-                    k = jax.lax.ppermute(k, CP, perm)
-                    v = jax.lax.ppermute(v, CP, perm)
+                    k = jax.lax.ppermute(k, CP, perm)  # BUG-SITE(ring-permute-direction)
+                    v = jax.lax.ppermute(v, CP, perm)  # BUG-SITE(ring-permute-direction)
         with jax.named_scope("normalise"):
             return jnp.transpose(acc / l[..., None], (0, 2, 1, 3))
 
@@ -475,7 +475,7 @@ LM_LR = 5.0
 
 
 def rms_norm(x, w, eps=1e-6):
-    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * w
+    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * w  # BUG-SITE(lm-tp-no-copy-grad)
 
 
 def lm_nll(p, tokens, labels, ops=None):
@@ -541,11 +541,11 @@ def make_lm(mesh, bug=None, DP="dp", TP=None):
 
         def loss_fn(p):
             nll, _ = lm_nll(p, tokens, labels, local_ops)
-            return nll / count.astype(jnp.float32)
+            return nll / count.astype(jnp.float32)  # BUG-SITE(lm-local-token-count)
         loss, g = jax.value_and_grad(loss_fn)(params)
         with jax.named_scope("grad_sync"):
             if bug == "lm-local-token-count":
-                g, loss = jax.lax.pmean((g, loss), DP)
+                g, loss = jax.lax.pmean((g, loss), DP)  # BUG(lm-local-token-count)
             else:
                 g, loss = jax.lax.psum((g, loss), DP)
         return sgd(params, g, LM_LR), loss
@@ -607,7 +607,7 @@ def make_dp_sgd_groups(mesh, bug=None, DP="dp"):
                 groups = [list(range(0, n // 2)), list(range(n // 2, n))]   # BUG(dp-pmean-subgroups)
             else:
                 groups = [list(range(n))]
-            g = jax.lax.pmean(g, DP, axis_index_groups=groups)
+            g = jax.lax.pmean(g, DP, axis_index_groups=groups)  # BUG-SITE(dp-pmean-subgroups)
             loss = jax.lax.pmean(loss, DP)
         return sgd(params, g), loss
 

@@ -14,6 +14,7 @@ import importlib.metadata
 import io
 import json
 import os
+import re
 import shutil
 import struct
 import sys
@@ -93,13 +94,55 @@ def in_names(fn, args):
     return names
 
 
-def bug_location(bug_id):
-    tag = f"# BUG({bug_id})"
+def carried_lines(text):
+    """The (file, line) pairs an HLO text carries as the source of some
+    instruction: the innermost frame of its stack_frame_id (or its
+    source_file/source_line), as a checker resolves it."""
+    section, names, locs, frames = None, {}, {}, {}
+    for raw in text.splitlines():
+        s = raw.strip()
+        if s in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            section = s
+            continue
+        m = re.match(r"(\d+) (.*)$", s) if section and s else None
+        if not m:
+            section = None
+        elif section == "FileNames":
+            names[int(m[1])] = json.loads(m[2])
+        elif section in ("FileLocations", "StackFrames"):
+            kv = dict(f.split("=", 1) for f in m[2].strip("{}").split())
+            if section == "FileLocations":
+                locs[int(m[1])] = (names[int(kv["file_name_id"])], int(kv["line"]))
+            else:
+                frames[int(m[1])] = locs[int(kv["file_location_id"])]
+    out = set()
+    for m in re.finditer(r'source_file="([^"]*)" source_line=(\d+)', text):
+        out.add((m[1], int(m[2])))
+    for m in re.finditer(r'stack_frame_id=(\d+)', text):
+        if int(m[1]) in frames:
+            out.add(frames[int(m[1])])
+    return out
+
+
+def bug_locations(bug_id, dist_text):
+    """The manifest's bug.locations: every line tagged `# BUG(<id>)` that the
+    distributed dump carries, and every line tagged `# BUG-SITE(<id>)` (which it
+    must carry). A BUG line the dump does not carry (a mistake that emits no
+    HLO, e.g. a collective left out) needs a BUG-SITE line: where the value it
+    leaves wrong is consumed."""
     path = os.path.join(GEN, "train.py")
+    carried = carried_lines(dist_text)
+    bug, site = [], []
     for i, line in enumerate(open(path), 1):
-        if tag in line:
-            return {"file": path, "line": i}
-    raise KeyError(bug_id)
+        for m in re.finditer(r"# BUG(-SITE)?\(([^)]*)\)", line):
+            if bug_id in [t.strip() for t in m[2].split(",")]:
+                (site if m[1] else bug).append(i)
+    assert bug or site, f"no # BUG({bug_id}) tag in {path}"
+    missing = [i for i in site if (path, i) not in carried]
+    assert not missing, f"{bug_id}: BUG-SITE lines {missing} carried by no instruction of the dump"
+    lines = sorted(set(site) | {i for i in bug if (path, i) in carried})
+    assert lines, f"{bug_id}: BUG lines {bug} carried by no instruction of the dump; tag a BUG-SITE"
+    return [{"file": path, "line": i} for i in lines]
 
 
 def place(prog, args):
@@ -142,7 +185,8 @@ def export_pair(name, prog, bug=None, kinds=None, note=None, rel_mesh=None):
         tree, [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(prog.mesh, s))
                for a, s in zip(leaves, specs)])
     lo = jax.jit(prog.smap()).lower(*dist_abs)
-    dist = save_hlo(f"{name}.dist", *partitioned(lo, name))
+    dist_text, dist_pb = partitioned(lo, name)
+    dist = save_hlo(f"{name}.dist", dist_text, dist_pb)
     outs = out_names(prog, ab)
     out_specs = leaf_specs(prog.out_specs, jax.eval_shape(prog.baseline, *ab))
     mesh_axes = rel_mesh or dict(prog.mesh.shape)
@@ -152,7 +196,7 @@ def export_pair(name, prog, bug=None, kinds=None, note=None, rel_mesh=None):
              "baseline": BASELINES[key], "distributed": dist, "relations": rel_path,
              "expected": "mismatch" if bug else "verified"}
     if bug:
-        entry["bug"] = {"id": bug, "kinds": kinds, "locations": [bug_location(bug)]}
+        entry["bug"] = {"id": bug, "kinds": kinds, "locations": bug_locations(bug, dist_text)}
     if note:
         entry["note"] = note
     if NUMERICS:
