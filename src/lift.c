@@ -1734,8 +1734,10 @@ static lval gather_copies(lstate *s, uint32_t d, int axes) {
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &x->v, &in->shape, dims);
     uint32_t rank = in->shape.rank, xr;
-    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &xr);
+    int64_t xd[VIEW_MAX_RANK];
+    const int64_t *td = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &xr);
     if (xr != rank || rank > VIEW_MAX_RANK || n < 1) return unknown();
+    memcpy(xd, td, rank * sizeof *xd); /* (adding a type moves the type store) */
     uint32_t t = lf_type_of(c, in->shape.dtype, dims, rank);
     const interp_val *kv = lf_kval(c, x->cls);
     if (kv && fold_size_ok(dims, rank)) {

@@ -470,9 +470,15 @@ void lf_zmask_after(lstate *s, lval *v) {
         break;
     }
     case OP_RESHAPE: case OP_BITCAST: {
+        /* Copies: adding a type (zmask_reshape may) moves the e-graph's type store. */
         uint32_t ra;
-        const int64_t *a = eg_type_dims(c->g, eg_class_type(c->g, s->vals[in->operands[0]].cls), &ra);
-        const int64_t *b = eg_type_dims(c->g, eg_class_type(c->g, v->cls), &rank);
+        int64_t a[VIEW_MAX_RANK], b[VIEW_MAX_RANK];
+        const int64_t *ta = eg_type_dims(c->g, eg_class_type(c->g, s->vals[in->operands[0]].cls), &ra);
+        if (ra > VIEW_MAX_RANK) return;
+        memcpy(a, ta, ra * sizeof *a);
+        const int64_t *tb = eg_type_dims(c->g, eg_class_type(c->g, v->cls), &rank);
+        if (rank > VIEW_MAX_RANK) return;
+        memcpy(b, tb, rank * sizeof *b);
         if (!zmask_reshape(c, z, a, ra, b, rank, &r)) return;
         if (!z->pred) r.full = lf_mk_reshape(c, z->full, eg_class_type(c->g, v->cls), c->origin);
         v->zm = zmask_new(c, &r);
