@@ -375,6 +375,132 @@ static void test_collectives(void) {
 
 /* interp_eval_instr: one instruction over given operand values (constant
  * folding in lift), and its refusals. */
+/* ---------------------------------------------------------------- topk and total-order sorts */
+
+/* Runs text (no parameters) on one device, from its text form and, when pb,
+ * from its protobuf form too, and checks element 0 and element 1 of the tuple
+ * result against v0[n0] and v1[n1]. Values compare bit-exactly on the sign of
+ * zeros, NaN equal to NaN. */
+static void check_elems(const char *what, const interp_val *v, const double *want, int64_t n) {
+    if (!CHECK_MSG(v && v->n == n, "%s: %lld elements, %lld expected", what, v ? (long long)v->n : -1LL, (long long)n)) return;
+    for (int64_t k = 0; k < n; k++) {
+        double g = interp_val_get(v, k), w = want[k];
+        bool same = (g != g && w != w) || (g == w && signbit(g) == signbit(w));
+        CHECK_MSG(same, "%s element %lld: %.9g != %.9g", what, (long long)k, g, w);
+    }
+}
+
+static void expect_pair(const char *name, const char *text, const double *v0, int64_t n0, const double *v1, int64_t n1) {
+    hlo_module *m = parse(text);
+    strbuf pb;
+    sb_init(&pb);
+    if (m) hlo_write_pb(m, &pb);
+    for (int form = 0; form < 2 && m; form++) {
+        t_case("%s (%s)", name, form ? "protobuf" : "text");
+        hlo_module *mm = m;
+        if (form) {
+            diag d;
+            diag_init(&d, "test.pb");
+            mm = hlo_parse_pb((const uint8_t *)pb.s, pb.len, "test.pb", &d);
+            diag_free(&d);
+            if (!CHECK(mm != NULL)) break;
+        }
+        interp_val *out[1] = {0};
+        strbuf err;
+        sb_init(&err);
+        interp_config cfg = {.replicas = 1, .partitions = 1};
+        int st = interp_run(mm, &cfg, (interp_val **const *)(interp_val **[]){NULL}, out, &err);
+        if (CHECK_MSG(st == 0, "status %d: %s", st, err.s ? err.s : "") &&
+            CHECK_MSG(out[0]->dtype == DT_TUPLE && out[0]->nelems >= 2, "result is not a pair")) {
+            check_elems("values", out[0]->elems[0], v0, n0);
+            check_elems("indices", out[0]->elems[1], v1, n1);
+        }
+        interp_val_free(out[0]);
+        sb_free(&err);
+        if (form) graph_free(mm);
+    }
+    sb_free(&pb);
+    graph_free(m);
+}
+
+/* XLA's topk: a stable sort of the last dimension by the total order, the k
+ * first kept; equal values keep the lower index first, +NaN above +inf, +0
+ * above -0 (largest=true), the mirror image for largest=false. */
+static void test_topk(void) {
+    static const struct {
+        const char *name, *type, *input, *attrs;
+        double vals[10];
+        double idx[10];
+        int n;
+    } cases[] = {
+        {"ties keep the lower index", "f32[5]", "{3, 1, 3, 2, 3}", "k=3, largest=true", {3, 3, 3}, {0, 2, 4}, 3},
+        {"largest=false", "f32[5]", "{3, 1, 3, 1, 2}", "k=2, largest=false", {1, 1}, {1, 3}, 2},
+        {"largest by default (text form)", "f32[4]", "{1, 4, 2, 4}", "k=2", {4, 4}, {1, 3}, 2},
+        {"k = n orders -0 below +0", "f32[5]", "{0.5, -1, 2, -0, 0}", "k=5, largest=true", {2, 0.5, 0, -0.0, -1}, {2, 0, 4, 3, 1}, 5},
+        {"k = n smallest first", "f32[5]", "{0.5, -1, 2, -0, 0}", "k=5, largest=false", {-1, -0.0, 0, 0.5, 2}, {1, 3, 4, 0, 2}, 5},
+        {"NaN ranks above inf", "f32[5]", "{1, nan, inf, -inf, nan}", "k=3, largest=true", {NAN, NAN, INFINITY}, {1, 4, 2}, 3},
+        {"NaN ranks last for smallest", "f32[5]", "{1, nan, inf, -inf, nan}", "k=4, largest=false",
+         {-INFINITY, 1, INFINITY, NAN}, {3, 0, 2, 1}, 4},
+        {"per row of a batch", "f32[2,3]", "{{1, 2, 3}, {6, 5, 4}}", "k=2, largest=true", {3, 2, 6, 5}, {2, 1, 0, 1}, 4},
+        {"integers", "s32[6]", "{-5, 7, 7, 0, -5, 9}", "k=4, largest=false", {-5, -5, 0, 7}, {0, 4, 3, 1}, 4},
+        {"bf16 ties after rounding", "bf16[3]", "{1, 1.001, 0.5}", "k=2, largest=true", {1, 1}, {0, 1}, 2},
+        {"k = 0", "f32[3]", "{1, 2, 3}", "k=0, largest=true", {0}, {0}, 0},
+    };
+    for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
+        char text[1024], vt[64], it[64], name[160];
+        /* Result types: the input's with the last dimension k. */
+        const char *close = strrchr(cases[c].type, ']');
+        const char *lastdim = close;
+        while (lastdim > cases[c].type && lastdim[-1] != ',' && lastdim[-1] != '[') lastdim--;
+        int64_t k = (int64_t)strtoll(strstr(cases[c].attrs, "k=") + 2, NULL, 10);
+        snprintf(vt, sizeof vt, "%.*s%lld]", (int)(lastdim - cases[c].type), cases[c].type, (long long)k);
+        snprintf(it, sizeof it, "s32%.*s%lld]", (int)(lastdim - strchr(cases[c].type, '[')), strchr(cases[c].type, '['), (long long)k);
+        snprintf(text, sizeof text,
+                 "HloModule m\n\nENTRY e {\n  x = %s constant(%s)\n  ROOT t = (%s, %s) topk(x), %s\n}\n",
+                 cases[c].type, cases[c].input, vt, it, cases[c].attrs);
+        snprintf(name, sizeof name, "interp topk-1.%zu %s", c + 1, cases[c].name);
+        expect_pair(name, text, cases[c].vals, cases[c].n, cases[c].idx, cases[c].n);
+    }
+    /* The older custom call: its comparator orders the values (and, with four
+     * parameters, may look at the indices). */
+    const char *cc = "HloModule m\n\ngt {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                     "  ROOT c = pred[] compare(a, b), direction=GT\n}\n\n"
+                     "gt4 {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  i = s32[] parameter(2)\n"
+                     "  j = s32[] parameter(3)\n  ROOT c = pred[] compare(i, j), direction=GT\n}\n\n"
+                     "ENTRY e {\n  x = f32[5] constant({3, 1, 3, 2, 3})\n"
+                     "  ROOT t = (f32[2], s32[2]) custom-call(x), custom_call_target=\"%s\", to_apply=%s\n}\n";
+    char text[1024];
+    snprintf(text, sizeof text, cc, "TopK", "gt");
+    expect_pair("interp topk-2.1 custom-call TopK, value comparator", text, (double[]){3, 3}, 2, (double[]){0, 2}, 2);
+    snprintf(text, sizeof text, cc, "TopK", "gt4");
+    expect_pair("interp topk-2.2 custom-call TopK, index comparator", text, (double[]){3, 2}, 2, (double[]){4, 3}, 2);
+    /* Malformed: k beyond the dimension, a result that is not the pair. */
+    t_case("interp topk-3.1 k beyond the last dimension");
+    expect_run_error("HloModule m\nENTRY e {\n  x = f32[3] parameter(0)\n  ROOT t = (f32[4], s32[4]) topk(x), k=4, largest=true\n}\n",
+                     1, 1, NULL, "outside 0..3");
+    t_case("interp topk-3.2 indices not s32");
+    expect_run_error("HloModule m\nENTRY e {\n  x = f32[3] parameter(0)\n  ROOT t = (f32[2], s64[2]) topk(x), k=2, largest=true\n}\n",
+                     1, 1, NULL, "s32 indices");
+    /* A sort whose comparator compares by the total order (newer XLA's
+     * order=TOTAL, older type=TOTALORDER): -inf < -0 < +0 < 1 < NaN. */
+    const char *srt = "HloModule m\n\nlt {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  i = s32[] parameter(2)\n"
+                      "  j = s32[] parameter(3)\n  ROOT c = pred[] compare(a, b), direction=LT, %s\n}\n\n"
+                      "ENTRY e {\n  x = f32[5] constant({nan, 1, 0, -0, -inf})\n  i = s32[5] iota(), iota_dimension=0\n"
+                      "  ROOT s = (f32[5], s32[5]) sort(x, i), dimensions={0}, is_stable=true, to_apply=lt\n}\n";
+    snprintf(text, sizeof text, srt, "order=TOTAL");
+    expect_pair("interp sort-total-1.1 order=TOTAL", text, (double[]){-INFINITY, -0.0, 0, 1, NAN}, 5, (double[]){4, 3, 2, 1, 0}, 5);
+    snprintf(text, sizeof text, srt, "type=TOTALORDER");
+    expect_pair("interp sort-total-1.2 type=TOTALORDER", text, (double[]){-INFINITY, -0.0, 0, 1, NAN}, 5, (double[]){4, 3, 2, 1, 0}, 5);
+    /* The partial order: -0 and +0 tie (stable: input order kept). NaN is
+     * unordered, so where it lands is the merge's business: not checked. */
+    const char *srt2 = "HloModule m\n\nlt {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  i = s32[] parameter(2)\n"
+                       "  j = s32[] parameter(3)\n  ROOT c = pred[] compare(a, b), direction=LT\n}\n\n"
+                       "ENTRY e {\n  x = f32[4] constant({1, 0, -0, -inf})\n  i = s32[4] iota(), iota_dimension=0\n"
+                       "  ROOT s = (f32[4], s32[4]) sort(x, i), dimensions={0}, is_stable=true, to_apply=lt\n}\n";
+    expect_pair("interp sort-total-1.3 partial order keeps equal zeros stable", srt2, (double[]){-INFINITY, 0, -0.0, 1}, 4,
+                (double[]){3, 1, 2, 0}, 4);
+}
+
 static void test_eval_instr(void) {
     const char *text = "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
                        "ENTRY e {\n  c = f32[4] constant({0, 0.5, 1, 2})\n  k = f32[] constant(2)\n"
@@ -1075,6 +1201,7 @@ void suite_interp(void) {
     test_control();
     test_collectives();
     test_eval_instr();
+    test_topk();
     test_stf();
     test_samples();
 }
