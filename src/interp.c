@@ -305,6 +305,31 @@ interp_val *interp_param_input(const hlo_instr *p, interp_val *v, int64_t d) {
     return interp_val_slice(v, off, sz);
 }
 
+interp_val *interp_param_random(const hlo_instr *p, uint32_t k, int64_t ndev, uint64_t seed, strbuf *why) {
+    if (p->shape.dtype == DT_TUPLE || !interp_dtype_ok(p->shape.dtype) || p->shape.rank > INTERP_MAX_RANK) {
+        if (why) sb_puts(why, "has a type the interpreter does not hold");
+        return NULL;
+    }
+    int64_t global[INTERP_MAX_RANK];
+    const hlo_attr *sa = instr_attr(p, A_SHARDING);
+    if (ndev == 1 || !sa || !interp_shard_global(sa->v.sharding, p->shape.rank, p->shape.dims, global))
+        if (p->shape.rank) memcpy(global, p->shape.dims, p->shape.rank * sizeof *global); /* NULL for a scalar */
+    /* The global input is the local shape times the tile assignment: within
+     * the element budget before it is allocated. */
+    int64_t elems = 1;
+    for (uint32_t d = 0; d < p->shape.rank && elems >= 0; d++)
+        if (!mul_ok(elems, global[d], &elems) || elems > INTERP_MAX_ELEMENTS) elems = -1;
+    interp_val *v = elems < 0 ? NULL : interp_val_new(p->shape.dtype, p->shape.rank, global);
+    if (!v) {
+        if (why) sb_printf(why, "is too large (its global form holds more than %lld elements)", (long long)INTERP_MAX_ELEMENTS);
+        return NULL;
+    }
+    interp_rng r;
+    interp_rng_seed(&r, seed ^ (0x9e3779b97f4a7c15ull * (k + 1)));
+    interp_val_fill_random(v, &r);
+    return v;
+}
+
 /* ------------------------------------------------------------------ context */
 
 typedef union cell {

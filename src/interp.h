@@ -164,4 +164,14 @@ uint64_t interp_rng_next(interp_rng *r);
  * [0, 16); preds 0 or 1 with equal probability. */
 void interp_val_fill_random(interp_val *v, interp_rng *r);
 
+/* The seeded input of parameter k (`scalify eval` without --inputs): a
+ * splitmix64 stream seeded with seed ^ (0x9e3779b97f4a7c15 · (k + 1)) fills,
+ * by interp_val_fill_random, the parameter's global array when the module runs
+ * on ndev > 1 devices and p has a tiled sharding (so replicated parameters
+ * agree across devices and shards are pieces of one array; cut it with
+ * interp_param_input), else p's own shape. NULL, with the reason in why (may
+ * be NULL), when the type cannot be held or the array would exceed
+ * INTERP_MAX_ELEMENTS. The caller frees the result. */
+interp_val *interp_param_random(const hlo_instr *p, uint32_t k, int64_t ndev, uint64_t seed, strbuf *why);
+
 #endif

@@ -14,6 +14,7 @@
  * (manifest numerics.max_abs_diff, within the same tolerance), or have a
  * different output shape when the manifest says so.
  */
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -680,10 +681,13 @@ static bool first_holder(const view *v, const mesh *m, int64_t d) {
     return true;
 }
 
+/* The corpus folder being read (a manifest's paths are relative to it). */
+static const char *corpus_dir = "samples";
+
 static char *sample_path(const char *rel) {
-    size_t n = strlen(rel) + 16;
+    size_t n = strlen(rel) + strlen(corpus_dir) + 2;
     char *p = malloc(n);
-    snprintf(p, n, "samples/%s", rel);
+    snprintf(p, n, "%s/%s", corpus_dir, rel);
     return p;
 }
 
@@ -952,11 +956,14 @@ static bool check_gspmd(json_t *pair, const stf_file *io) {
     return true;
 }
 
-static void test_samples(void) {
+static void test_samples(const char *dir) {
     json_error_t je;
-    json_t *man = json_load_file("samples/manifest.json", 0, &je);
-    t_case("interp xla manifest");
-    if (!CHECK_MSG(man != NULL, "samples/manifest.json: %s", je.text)) return;
+    corpus_dir = dir;
+    char mp[256];
+    snprintf(mp, sizeof mp, "%s/manifest.json", dir);
+    json_t *man = json_load_file(mp, 0, &je);
+    t_case("interp xla manifest %s", mp);
+    if (!CHECK_MSG(man != NULL, "%s: %s", mp, je.text)) return;
     json_t *pairs = json_object_get(man, "pairs");
     size_t i;
     json_t *p;
@@ -1018,6 +1025,190 @@ static void test_samples(void) {
         }
     }
     json_decref(man);
+}
+
+/* Opcode names (custom calls as "custom-call:TARGET"), a small sorted set. */
+typedef struct opset {
+    char **v;
+    size_t n, cap;
+} opset;
+
+static void opset_add(opset *s, const char *name) {
+    size_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(s->v[mid], name);
+        if (c == 0) return;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    XGROW(s->v, s->cap, s->n + 1);
+    memmove(s->v + lo + 1, s->v + lo, (s->n - lo) * sizeof *s->v);
+    s->v[lo] = strdup(name);
+    s->n++;
+}
+
+static bool opset_has(const opset *s, const char *name) {
+    for (size_t k = 0; k < s->n; k++)
+        if (strcmp(s->v[k], name) == 0) return true;
+    return false;
+}
+
+static void opset_free(opset *s) {
+    for (size_t k = 0; k < s->n; k++) free(s->v[k]);
+    free(s->v);
+}
+
+static void module_ops(const hlo_module *m, opset *s) {
+    for (uint32_t c = 0; c < m->ncomps; c++)
+        for (uint32_t i = 0; i < m->comps[c].ninstrs; i++) {
+            const hlo_instr *in = &m->comps[c].instrs[i];
+            char name[160];
+            const char *t = in->op == OP_CUSTOM_CALL ? instr_str(in, A_CUSTOM_CALL_TARGET) : NULL;
+            snprintf(name, sizeof name, "%s%s%s", hlo_op_name(in->op), t ? ":" : "", t ? t : "");
+            opset_add(s, name);
+        }
+}
+
+/* Runs m as `scalify eval --seed 1` does; INTERP_OK or the status, why in err. */
+static int eval_seeded(const hlo_module *m, strbuf *err) {
+    int64_t R, P;
+    interp_devices(m, &R, &P);
+    interp_config cfg = {.replicas = R, .partitions = P};
+    int st = interp_check(m, &cfg, err);
+    if (st != INTERP_OK) return st;
+    int64_t D = R * P;
+    const hlo_comp *e = graph_entry(m);
+    interp_val ***args = calloc((size_t)D, sizeof *args);
+    for (int64_t d = 0; d < D; d++) args[d] = calloc(e->nparams + 1, sizeof **args);
+    for (uint32_t k = 0; k < e->nparams && st == INTERP_OK; k++) {
+        const hlo_instr *p = &e->instrs[e->params[k]];
+        interp_val *g = interp_param_random(p, k, D, 1, err);
+        for (int64_t d = 0; d < D && g && st == INTERP_OK; d++)
+            if (!(args[d][k] = interp_param_input(p, g, d))) st = INTERP_EINPUT;
+        if (!g) st = INTERP_EINPUT;
+        interp_val_free(g);
+    }
+    interp_val **out = calloc((size_t)D, sizeof *out);
+    if (st == INTERP_OK) st = interp_run(m, &cfg, (interp_val **const *)args, out, err);
+    free_outs(out, D);
+    free_args(args, D, e->nparams);
+    return st;
+}
+
+typedef struct corpus_tally {
+    opset ran, refused, seen;
+    int nran, nsame, nbudget, nmissing;
+} corpus_tally;
+
+/* Reads and runs one module file. With prev (the text form of the same
+ * program), a module whose IR equals it on the same devices counts as run
+ * (the interpreter sees the same thing); *keep, when given, receives the
+ * module instead of its being freed. */
+static void eval_file(const char *path, hlo_module **prev, hlo_module **keep, corpus_tally *t) {
+    if (opset_has(&t->seen, path)) return;
+    opset_add(&t->seen, path);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        printf("  %-60s skipped: missing\n", path);
+        t->nmissing++;
+        return;
+    }
+    fclose(fp);
+    t_case("interp corpus-eval %s", path);
+    diag d;
+    diag_init(&d, path);
+    hlo_module *m = hlo_read_file(path, &d);
+    CHECK_MSG(m != NULL, "unreadable: %s", d.out.s ? d.out.s : "");
+    diag_free(&d);
+    if (!m) return;
+    int64_t R, P, R2 = 0, P2 = 0;
+    interp_devices(m, &R, &P);
+    if (prev && *prev) interp_devices(*prev, &R2, &P2);
+    if (prev && *prev && R == R2 && P == P2 && graph_equal(m, *prev, GEQ_IGNORE_HEADER, NULL)) {
+        t->nsame++;
+        graph_free(m);
+        return;
+    }
+    strbuf err;
+    sb_init(&err);
+    int st = eval_seeded(m, &err);
+    if (st == INTERP_EBUDGET && err.s && strstr(err.s, "the module holds more than")) {
+        t->nbudget++;
+        module_ops(m, &t->refused);
+    } else if (CHECK_MSG(st == INTERP_OK, "status %d: %s", st, err.s ? err.s : "")) {
+        t->nran++;
+        module_ops(m, &t->ran);
+    }
+    sb_free(&err);
+    if (keep) *keep = m;
+    else graph_free(m);
+}
+
+/* Every module of every corpus (baselines and distributed programs, text and
+ * protobuf forms) and the hand-written tests/cases/interp/ *.hlo run under
+ * the interpreter with seeded inputs (as `scalify eval --seed 1`), or are
+ * refused before running for the element budget (the full-size models:
+ * their weights alone exceed it). A refused module must hold no opcode or
+ * custom-call target that no module that ran holds, so the refusal hides no
+ * missing rule. */
+static void test_corpus_eval(const char *const *dirs, size_t ndirs) {
+    corpus_tally t = {0};
+    double t0 = now_ms();
+    for (size_t c = 0; c < ndirs; c++) {
+        char mp[256];
+        snprintf(mp, sizeof mp, "%s/manifest.json", dirs[c]);
+        json_error_t je;
+        json_t *man = json_load_file(mp, 0, &je);
+        t_case("interp corpus-eval %s", mp);
+        if (!CHECK_MSG(man != NULL, "%s: %s", mp, je.text)) continue;
+        size_t i;
+        json_t *p;
+        json_array_foreach(json_object_get(man, "pairs"), i, p) {
+            static const char *sides[] = {"baseline", "distributed"}, *forms[] = {"hlo", "pb"};
+            for (int sd = 0; sd < 2; sd++) {
+                hlo_module *text_form = NULL;
+                for (int f = 0; f < 2; f++) {
+                    const char *rel = json_string_value(json_object_get(json_object_get(p, sides[sd]), forms[f]));
+                    if (!rel) continue;
+                    char path[512];
+                    snprintf(path, sizeof path, "%s/%s", dirs[c], rel);
+                    eval_file(path, f == 1 ? &text_form : NULL, f == 0 ? &text_form : NULL, &t);
+                }
+                graph_free(text_form);
+            }
+        }
+        json_decref(man);
+    }
+    DIR *dir = opendir("tests/cases/interp");
+    t_case("interp corpus-eval tests/cases/interp");
+    if (CHECK(dir != NULL)) {
+        struct dirent *de;
+        char *names[64];
+        size_t n = 0;
+        while ((de = readdir(dir)) != NULL && n < ARRAY_LEN(names)) {
+            size_t l = strlen(de->d_name);
+            if (l > 4 && strcmp(de->d_name + l - 4, ".hlo") == 0) names[n++] = strdup(de->d_name);
+        }
+        closedir(dir);
+        CHECK(n > 0);
+        for (size_t k = 0; k < n; k++) {
+            char path[512];
+            snprintf(path, sizeof path, "tests/cases/interp/%s", names[k]);
+            eval_file(path, NULL, NULL, &t);
+            free(names[k]);
+        }
+    }
+    t_case("interp corpus-eval: refused modules hold only ops that ran elsewhere");
+    for (size_t k = 0; k < t.refused.n; k++) CHECK_MSG(opset_has(&t.ran, t.refused.v[k]), "%s never ran", t.refused.v[k]);
+    CHECK(t.nran > 0);
+    printf("  corpus eval: %d modules ran, %d protobuf forms equal to their text form, %d refused over the element "
+           "budget, %d missing; %zu distinct ops ran (%.1f s)\n  ",
+           t.nran, t.nsame, t.nbudget, t.nmissing, t.ran.n, (now_ms() - t0) / 1e3);
+    for (size_t k = 0; k < t.ran.n; k++) printf("%s%s", t.ran.v[k], k + 1 < t.ran.n ? " " : "\n");
+    opset_free(&t.ran);
+    opset_free(&t.refused);
+    opset_free(&t.seen);
 }
 
 static void test_stf(void) {
@@ -1203,5 +1394,9 @@ void suite_interp(void) {
     test_eval_instr();
     test_topk();
     test_stf();
-    test_samples();
+    /* Every corpus: JAX's outputs where stored, then every module runs. */
+    static const char *corpora[] = {"samples", "samples/train", "samples/wild"};
+    for (size_t k = 0; k < ARRAY_LEN(corpora); k++) test_samples(corpora[k]);
+    test_corpus_eval(corpora, ARRAY_LEN(corpora));
+    corpus_dir = "samples";
 }
