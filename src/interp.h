@@ -30,6 +30,15 @@
  * Integers are int64 wrapped to their width after every op; preds are 0/1.
  * f8/f4/complex/token element types are refused.
  *
+ * Orders. `compare` with `type=TOTALORDER` or `order=TOTAL` uses XLA's total
+ * order (-NaN < -inf < … < -0 < +0 < … < +inf < +NaN). `sort` is a stable
+ * merge sort whatever is_stable says (one of the results XLA allows when
+ * false). `topk` sorts its last dimension stably by that total order,
+ * descending for largest=true, and keeps the first k with their s32 indices
+ * (XLA's decomposition): ties keep the lower index first; a (positive) NaN
+ * ranks first for largest, last otherwise. The custom call `TopK` (older frontends)
+ * sorts the same way with its comparator.
+ *
  * Custom calls. `Sharding`, `SPMDFullToShardShape`, `SPMDShardToFullShape`,
  * `xla.sdy.*` sharding markers, `MoveToHost` / `MoveToDevice` and
  * `LayoutConstraint` are identities when the result shape equals the operand
