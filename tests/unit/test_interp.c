@@ -378,19 +378,20 @@ static void test_collectives(void) {
  * folding in lift), and its refusals. */
 /* ---------------------------------------------------------------- topk and total-order sorts */
 
-/* Runs text (no parameters) on one device, from its text form and, when pb,
- * from its protobuf form too, and checks element 0 and element 1 of the tuple
- * result against v0[n0] and v1[n1]. Values compare bit-exactly on the sign of
- * zeros, NaN equal to NaN. */
+/* v against want[n]: equal values with the same sign (so -0 is not +0), NaN
+ * matching a NaN of the same sign. */
 static void check_elems(const char *what, const interp_val *v, const double *want, int64_t n) {
     if (!CHECK_MSG(v && v->n == n, "%s: %lld elements, %lld expected", what, v ? (long long)v->n : -1LL, (long long)n)) return;
     for (int64_t k = 0; k < n; k++) {
         double g = interp_val_get(v, k), w = want[k];
-        bool same = (g != g && w != w) || (g == w && signbit(g) == signbit(w));
+        bool same = ((g != g && w != w) || g == w) && signbit(g) == signbit(w);
         CHECK_MSG(same, "%s element %lld: %.9g != %.9g", what, (long long)k, g, w);
     }
 }
 
+/* Runs text (no parameters) on one device, from its text form and from its
+ * protobuf form, and checks elements 0 and 1 of the tuple result against
+ * v0[n0] and v1[n1] (check_elems). */
 static void expect_pair(const char *name, const char *text, const double *v0, int64_t n0, const double *v1, int64_t n1) {
     hlo_module *m = parse(text);
     strbuf pb;
@@ -500,6 +501,61 @@ static void test_topk(void) {
                        "  ROOT s = (f32[4], s32[4]) sort(x, i), dimensions={0}, is_stable=true, to_apply=lt\n}\n";
     expect_pair("interp sort-total-1.3 partial order keeps equal zeros stable", srt2, (double[]){-INFINITY, 0, -0.0, 1}, 4,
                 (double[]){3, 1, 2, 0}, 4);
+}
+
+/* jax.lax.top_k as XLA's CPU backend computed it (tests/cases/interp/jax-topk.*,
+ * samples/gen/topk_case.py): ties, NaNs of both signs, infinities, signed
+ * zeros, s32, bf16, another axis; every output must match bit for bit (NaN
+ * matching NaN of the same sign), in text and protobuf form. */
+static void test_jax_topk(void) {
+    stf_file io;
+    diag d;
+    diag_init(&d, "tests/cases/interp/jax-topk.io.stf");
+    bool ok = stf_read("tests/cases/interp/jax-topk.io.stf", &io, &d);
+    diag_free(&d);
+    t_case("interp topk-jax io");
+    if (!CHECK(ok)) return;
+    static const char *files[] = {"tests/cases/interp/jax-topk.hlo", "tests/cases/interp/jax-topk.hlo.pb"};
+    for (size_t f = 0; f < ARRAY_LEN(files); f++) {
+        t_case("interp topk-jax %s", files[f]);
+        diag_init(&d, files[f]);
+        hlo_module *m = hlo_read_file(files[f], &d);
+        diag_free(&d);
+        if (!CHECK(m != NULL)) continue;
+        const hlo_comp *e = graph_entry(m);
+        interp_val **args = calloc(e->nparams + 1, sizeof *args);
+        bool have = true;
+        for (uint32_t k = 0; k < e->nparams; k++)
+            have &= CHECK_MSG((args[k] = interp_val_ref(stf_find_input(&io, k))) != NULL, "no in.%u", k);
+        interp_val *out[1] = {0};
+        strbuf err;
+        sb_init(&err);
+        interp_config cfg = {.replicas = 1, .partitions = 1};
+        int st = have ? interp_run(m, &cfg, (interp_val **const *)&args, out, &err) : -1;
+        if (CHECK_MSG(st == INTERP_OK, "status %d: %s", st, err.s ? err.s : "") && CHECK(out[0]->dtype == DT_TUPLE)) {
+            int compared = 0;
+            for (uint32_t k = 0; k < out[0]->nelems; k++) {
+                char name[32];
+                snprintf(name, sizeof name, "out.%u", k);
+                interp_val *want = stf_find(&io, name);
+                if (!CHECK_MSG(want != NULL, "no %s", name)) continue;
+                interp_val *got = out[0]->elems[k];
+                CHECK_MSG(got->dtype == want->dtype, "%s: element type differs", name);
+                if (want->f) check_elems(name, got, want->f, want->n);
+                else if (CHECK_MSG(got->n == want->n, "%s: element count differs", name))
+                    for (int64_t i = 0; i < want->n; i++)
+                        CHECK_MSG(interp_val_get(got, i) == interp_val_get(want, i), "%s element %lld", name, (long long)i);
+                compared++;
+            }
+            CHECK_EQ(compared, 12);
+        }
+        interp_val_free(out[0]);
+        for (uint32_t k = 0; k < e->nparams; k++) interp_val_free(args[k]);
+        free(args);
+        sb_free(&err);
+        graph_free(m);
+    }
+    stf_free(&io);
 }
 
 static void test_eval_instr(void) {
@@ -1393,6 +1449,7 @@ void suite_interp(void) {
     test_collectives();
     test_eval_instr();
     test_topk();
+    test_jax_topk();
     test_stf();
     /* Every corpus: JAX's outputs where stored, then every module runs. */
     static const char *corpora[] = {"samples", "samples/train", "samples/wild"};
