@@ -1765,9 +1765,16 @@ static interp_val *op_topk(ctx *x, const hlo_instr *in, interp_val *a, int64_t k
     interp_val *iota = NULL;
     uint32_t n = 1;
     if (ci != UINT32_MAX) {
-        n = x->m->comps[ci].nparams / 2;
-        if (n < 1 || n > 2 || x->m->comps[ci].nparams != 2 * n)
-            return fail(x, INTERP_EUNSUPPORTED, in, "a TopK comparator of %u parameters", x->m->comps[ci].nparams);
+        const hlo_comp *cc = &x->m->comps[ci];
+        n = cc->nparams / 2;
+        if (n < 1 || n > 2 || cc->nparams != 2 * n)
+            return fail(x, INTERP_EUNSUPPORTED, in, "a TopK comparator of %u parameters", cc->nparams);
+        for (uint32_t p = 0; p < cc->nparams; p++) {
+            const shape *ps = &cc->instrs[cc->params[p]].shape;
+            if (ps->rank != 0 || ps->dtype != (p < 2 ? a->dtype : DT_S32))
+                return fail(x, INTERP_ERUN, in, "TopK comparator parameter %u is not a scalar %s", p,
+                            dtype_name(p < 2 ? a->dtype : DT_S32));
+        }
         iota = val_like(a, DT_S32);
         for (int64_t e = 0; e < iota->n; e++) iota->i[e] = e % len;
     }

@@ -483,6 +483,11 @@ static void test_topk(void) {
     t_case("interp topk-3.2 indices not s32");
     expect_run_error("HloModule m\nENTRY e {\n  x = f32[3] parameter(0)\n  ROOT t = (f32[2], s64[2]) topk(x), k=2, largest=true\n}\n",
                      1, 1, NULL, "s32 indices");
+    t_case("interp topk-3.3 TopK comparator of another element type");
+    expect_run_error("HloModule m\n\ngt {\n  a = s32[] parameter(0)\n  b = s32[] parameter(1)\n"
+                     "  ROOT c = pred[] compare(a, b), direction=GT\n}\n\nENTRY e {\n  x = f32[3] parameter(0)\n"
+                     "  ROOT t = (f32[2], s32[2]) custom-call(x), custom_call_target=\"TopK\", to_apply=gt\n}\n",
+                     1, 1, NULL, "is not a scalar f32");
     /* A sort whose comparator compares by the total order (newer XLA's
      * order=TOTAL, older type=TOTALORDER): -inf < -0 < +0 < 1 < NaN. */
     const char *srt = "HloModule m\n\nlt {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  i = s32[] parameter(2)\n"
