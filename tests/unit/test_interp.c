@@ -463,6 +463,26 @@ static void test_topk(void) {
         snprintf(name, sizeof name, "interp topk-1.%zu %s", c + 1, cases[c].name);
         expect_pair(name, text, cases[c].vals, cases[c].n, cases[c].idx, cases[c].n);
     }
+    /* largest survives printing: absent in the IR means false, absent in
+     * the text true (XLA's parser), so the printer always writes it. */
+    for (int lg = 0; lg < 2; lg++) {
+        t_case("interp topk-1.12 largest=%s prints and reads back", lg ? "true" : "false");
+        char text[256];
+        snprintf(text, sizeof text, "HloModule m\nENTRY e {\n  x = f32[3] parameter(0)\n"
+                 "  ROOT t = (f32[1], s32[1]) topk(x), k=1, largest=%s\n}\n", lg ? "true" : "false");
+        hlo_module *a = parse(text);
+        strbuf pr;
+        sb_init(&pr);
+        if (a) hlo_print(&pr, a);
+        hlo_module *b = a ? parse(pr.s) : NULL;
+        if (CHECK(a && b)) {
+            CHECK_EQ(instr_int(&graph_entry(b)->instrs[graph_entry(b)->root], A_LARGEST, 0), lg);
+            CHECK(graph_equal(a, b, GEQ_IGNORE_HEADER, NULL));
+        }
+        sb_free(&pr);
+        graph_free(a);
+        graph_free(b);
+    }
     /* The older custom call: its comparator orders the values (and, with four
      * parameters, may look at the indices). */
     const char *cc = "HloModule m\n\ngt {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
