@@ -158,32 +158,16 @@ int cli_eval(int argc, char **argv) {
                 break;
             }
         } else {
-            if (p->shape.dtype == DT_TUPLE || !interp_dtype_ok(p->shape.dtype)) {
-                fprintf(stderr, "scalify eval: parameter %u (%s) has a type the interpreter does not hold\n", k, p->name);
-                rc = EXIT_INPUT;
-                break;
-            }
-            int64_t global[INTERP_MAX_RANK];
-            const hlo_attr *sa = instr_attr(p, A_SHARDING);
-            if (D == 1 || !sa || p->shape.rank > INTERP_MAX_RANK ||
-                !interp_shard_global(sa->v.sharding, p->shape.rank, p->shape.dims, global)) {
-                if (p->shape.rank) memcpy(global, p->shape.dims, p->shape.rank * sizeof *global); /* NULL for a scalar */
-            }
-            /* The global input is the local shape times the tile assignment:
-             * within the element budget before it is allocated. */
-            int64_t elems = 1;
-            for (uint32_t d = 0; d < p->shape.rank && elems >= 0; d++)
-                if (!mul_ok(elems, global[d], &elems) || elems > INTERP_MAX_ELEMENTS) elems = -1;
-            src = elems < 0 ? NULL : interp_val_new(p->shape.dtype, p->shape.rank, global);
+            strbuf why;
+            sb_init(&why);
+            src = interp_param_random(p, k, D, (uint64_t)seed, &why);
             if (!src) {
-                fprintf(stderr, "scalify eval: parameter %u (%s) is too large (its global form holds more than %lld elements)\n",
-                        k, p->name, (long long)INTERP_MAX_ELEMENTS);
+                fprintf(stderr, "scalify eval: parameter %u (%s) %s\n", k, p->name, why.s ? why.s : "cannot be drawn");
+                sb_free(&why);
                 rc = EXIT_INPUT;
                 break;
             }
-            interp_rng r;
-            interp_rng_seed(&r, (uint64_t)seed ^ (0x9e3779b97f4a7c15ull * (k + 1)));
-            interp_val_fill_random(src, &r);
+            sb_free(&why);
         }
         for (int64_t dv = 0; dv < D && rc == EXIT_VERIFIED; dv++) {
             args[dv][k] = interp_param_input(p, src, dv);

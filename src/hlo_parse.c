@@ -1180,6 +1180,16 @@ static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
     if (!strmap_put(&ps->instr_index, in->name, strlen(in->name), (uint32_t)ps->nins))
         fail(ps, nm_at, "instruction '%s' is defined twice", in->name);
     while (lex_accept(lx, ',')) parse_attr(ps, in, &nattrs);
+    if (in->op == OP_TOPK) {
+        /* XLA's parser defaults topk's largest to true (its printer always
+         * writes it); in the IR absence means false, as in the protobuf. */
+        bool said = false;
+        for (size_t i = 0; i < nattrs; i++) said |= ps->attrs[i].key == A_LARGEST;
+        if (!said) {
+            XGROW(ps->attrs, ps->capattrs, nattrs + 1);
+            ps->attrs[nattrs++] = (hlo_attr){.key = A_LARGEST, .kind = K_BOOL, .v.i = 1};
+        }
+    }
     in->noperands = (uint32_t)nops;
     in->operands = nops ? arena_memdup(&m->arena, ps->ops, nops * sizeof *ps->ops) : NULL;
     if (nattrs > UINT16_MAX) fail(ps, at, "too many attributes");

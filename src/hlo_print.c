@@ -236,6 +236,7 @@ static bool required(int op, int key) {
     switch (key) {
     case A_INDEX: return op == OP_GET_TUPLE_ELEMENT;
     case A_IOTA_DIMENSION: return op == OP_IOTA;
+    case A_K: case A_LARGEST: return op == OP_TOPK; /* absent largest would read as true */
     case A_DIMENSIONS:
         return op == OP_BROADCAST || op == OP_TRANSPOSE || op == OP_REDUCE || op == OP_REVERSE ||
                op == OP_CONCATENATE;
@@ -282,7 +283,7 @@ void hlo_print_instr(strbuf *b, const hlo_module *m, const hlo_comp *c, const hl
             hlo_print_attr_value(b, m, c, in, a);
         } else {
             attr_kind k = attr_key_kind(key);
-            sb_puts(b, k == K_INTS ? "{}" : k == K_GROUPS ? "{}" : "0");
+            sb_puts(b, k == K_INTS ? "{}" : k == K_GROUPS ? "{}" : k == K_BOOL ? "false" : "0");
         }
     }
     for (; j < in->nattrs; j++) {

@@ -305,6 +305,31 @@ interp_val *interp_param_input(const hlo_instr *p, interp_val *v, int64_t d) {
     return interp_val_slice(v, off, sz);
 }
 
+interp_val *interp_param_random(const hlo_instr *p, uint32_t k, int64_t ndev, uint64_t seed, strbuf *why) {
+    if (p->shape.dtype == DT_TUPLE || !interp_dtype_ok(p->shape.dtype) || p->shape.rank > INTERP_MAX_RANK) {
+        if (why) sb_puts(why, "has a type the interpreter does not hold");
+        return NULL;
+    }
+    int64_t global[INTERP_MAX_RANK];
+    const hlo_attr *sa = instr_attr(p, A_SHARDING);
+    if (ndev == 1 || !sa || !interp_shard_global(sa->v.sharding, p->shape.rank, p->shape.dims, global))
+        if (p->shape.rank) memcpy(global, p->shape.dims, p->shape.rank * sizeof *global); /* NULL for a scalar */
+    /* The global input is the local shape times the tile assignment: within
+     * the element budget before it is allocated. */
+    int64_t elems = 1;
+    for (uint32_t d = 0; d < p->shape.rank && elems >= 0; d++)
+        if (!mul_ok(elems, global[d], &elems) || elems > INTERP_MAX_ELEMENTS) elems = -1;
+    interp_val *v = elems < 0 ? NULL : interp_val_new(p->shape.dtype, p->shape.rank, global);
+    if (!v) {
+        if (why) sb_printf(why, "is too large (its global form holds more than %lld elements)", (long long)INTERP_MAX_ELEMENTS);
+        return NULL;
+    }
+    interp_rng r;
+    interp_rng_seed(&r, seed ^ (0x9e3779b97f4a7c15ull * (k + 1)));
+    interp_val_fill_random(v, &r);
+    return v;
+}
+
 /* ------------------------------------------------------------------ context */
 
 typedef union cell {
@@ -499,9 +524,16 @@ static int cmp_dir(const hlo_instr *in) {
     return CMP_BAD;
 }
 
+/* A total-order compare: `type=TOTALORDER`, or newer XLA's `order=TOTAL`
+ * (kept as a raw attribute; see hlo_pb.c). */
 static bool cmp_total(const hlo_instr *in) {
     const char *t = instr_str(in, A_COMPARE_TYPE);
-    return t && strcmp(t, "TOTALORDER") == 0;
+    if (t && strcmp(t, "TOTALORDER") == 0) return true;
+    for (uint32_t k = 0; k < in->nattrs; k++) {
+        const hlo_attr *a = &in->attrs[k];
+        if (a->key == A_RAW && a->raw_key && strcmp(a->raw_key, "order") == 0) return a->v.str && strcmp(a->v.str, "TOTAL") == 0;
+    }
+    return false;
 }
 
 /* Total order key of a double (as XLA's TOTALORDER: -NaN < -inf < ... < -0 < +0 < ... < NaN). */
@@ -511,19 +543,22 @@ static int64_t total_key(double a) {
     return k < 0 ? (int64_t)((uint64_t)k ^ INT64_MAX) : k;
 }
 
-static int64_t compare_cell(int dir, bool total, int dt, cell a, cell b) {
-    int c;  /* -1, 0, 1; 2 = unordered */
+/* a against b as -1, 0, 1, or 2 when unordered (a NaN under the partial order). */
+static int order3(bool total, int dt, cell a, cell b) {
     if (isf(dt)) {
         if (total) {
             int64_t ka = total_key(a.f), kb = total_key(b.f);
-            c = ka < kb ? -1 : ka > kb;
-        } else if (a.f != a.f || b.f != b.f) c = 2;
-        else c = a.f < b.f ? -1 : a.f > b.f;
-    } else if (dt == DT_U64) {
-        c = (uint64_t)a.i < (uint64_t)b.i ? -1 : (uint64_t)a.i > (uint64_t)b.i;
-    } else {
-        c = a.i < b.i ? -1 : a.i > b.i;
+            return ka < kb ? -1 : ka > kb;
+        }
+        if (a.f != a.f || b.f != b.f) return 2;
+        return a.f < b.f ? -1 : a.f > b.f;
     }
+    if (dt == DT_U64) return (uint64_t)a.i < (uint64_t)b.i ? -1 : (uint64_t)a.i > (uint64_t)b.i;
+    return a.i < b.i ? -1 : a.i > b.i;
+}
+
+static int64_t compare_cell(int dir, bool total, int dt, cell a, cell b) {
+    int c = order3(total, dt, a, b);
     switch (dir) {
     case CMP_EQ: return c == 0;
     case CMP_NE: return c != 0;
@@ -1626,18 +1661,26 @@ static interp_val *op_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int
     return r;
 }
 
-/* sort: every operand sorted along `dimension` by the comparator; stable merge sort. */
+/* sort: every operand sorted along `dimension` by the comparator; stable merge
+ * sort. The order is the comparator computation ci, or (ci == UINT32_MAX) the
+ * total order of operand 0 itself, descending when `descending` (topk). */
 typedef struct sort_ctx {
     ctx *x;
     uint32_t ci, n;
     int64_t dev;
     interp_val **ops;
     int64_t base, stride;
+    bool descending;
     bool ok;
 } sort_ctx;
 
 static bool sort_less(sort_ctx *s, int64_t p, int64_t q) {
     cell args[128], r;
+    if (s->ci == UINT32_MAX) {
+        const interp_val *a = s->ops[0];
+        int c = order3(true, a->dtype, get_cell(a, s->base + p * s->stride), get_cell(a, s->base + q * s->stride));
+        return s->descending ? c > 0 : c < 0;
+    }
     for (uint32_t k = 0; k < s->n; k++) {
         args[2 * k] = get_cell(s->ops[k], s->base + p * s->stride);
         args[2 * k + 1] = get_cell(s->ops[k], s->base + q * s->stride);
@@ -1703,6 +1746,68 @@ static interp_val *op_sort(ctx *x, const hlo_instr *in, interp_val **ops, int64_
     return outs[0];
 }
 
+/* topk: along the last dimension, the k first elements of a stable sort by the
+ * total order (descending when largest), and their indices as s32 — XLA's
+ * decomposition (a stable sort of (x, iota) comparing x by GtTotalOrder or
+ * LtTotalOrder, then a slice): equal values keep the lower index first, +NaN
+ * ranks above +inf (and -NaN below -inf), +0 above -0. The custom call "TopK"
+ * sorts the same way with its to_apply comparator instead (2 parameters: x
+ * only; 4: x then the index). */
+static interp_val *op_topk(ctx *x, const hlo_instr *in, interp_val *a, int64_t k, bool largest, uint32_t ci,
+                           int64_t dev) {
+    if (a->dtype == DT_TUPLE || a->rank == 0) return fail(x, INTERP_ERUN, in, "topk of a scalar or a tuple");
+    uint32_t last = a->rank - 1;
+    int64_t len = a->dims[last];
+    if (k < 0 || k > len) return fail(x, INTERP_ERUN, in, "k=%lld outside 0..%lld", (long long)k, (long long)len);
+    int64_t dims[INTERP_MAX_RANK];
+    memcpy(dims, a->dims, a->rank * sizeof *dims);
+    dims[last] = k;
+    interp_val *iota = NULL;
+    uint32_t n = 1;
+    if (ci != UINT32_MAX) {
+        const hlo_comp *cc = &x->m->comps[ci];
+        n = cc->nparams / 2;
+        if (n < 1 || n > 2 || cc->nparams != 2 * n)
+            return fail(x, INTERP_EUNSUPPORTED, in, "a TopK comparator of %u parameters", cc->nparams);
+        for (uint32_t p = 0; p < cc->nparams; p++) {
+            const shape *ps = &cc->instrs[cc->params[p]].shape;
+            if (ps->rank != 0 || ps->dtype != (p < 2 ? a->dtype : DT_S32))
+                return fail(x, INTERP_ERUN, in, "TopK comparator parameter %u is not a scalar %s", p,
+                            dtype_name(p < 2 ? a->dtype : DT_S32));
+        }
+        iota = val_like(a, DT_S32);
+        for (int64_t e = 0; e < iota->n; e++) iota->i[e] = e % len;
+    }
+    interp_val *el[2] = {interp_val_new(a->dtype, a->rank, dims), interp_val_new(DT_S32, a->rank, dims)};
+    interp_val *t = interp_val_tuple(2, el);
+    if (!interp_val_matches(t, &in->shape)) {
+        interp_val_free(t);
+        interp_val_free(iota);
+        return fail(x, INTERP_ERUN, in, "the result is not (values, s32 indices) with k=%lld in the last dimension", (long long)k);
+    }
+    interp_val *sops[2] = {a, iota};
+    sort_ctx s = {.x = x, .ci = ci, .n = n, .dev = dev, .ops = sops, .stride = 1, .descending = largest, .ok = true};
+    int64_t *perm = xmalloc((size_t)(len + 1) * sizeof *perm), *tmp = xmalloc((size_t)(len + 1) * sizeof *tmp);
+    int64_t lines = len ? a->n / len : 0;
+    for (int64_t l = 0; l < lines && s.ok; l++) {
+        s.base = l * len;
+        for (int64_t j = 0; j < len; j++) perm[j] = j;
+        merge_sort(&s, perm, tmp, len);
+        for (int64_t j = 0; j < k; j++) {
+            copy_elem(el[0], l * k + j, a, s.base + perm[j]);
+            el[1]->i[l * k + j] = perm[j];
+        }
+    }
+    free(perm);
+    free(tmp);
+    interp_val_free(iota);
+    if (!s.ok) {
+        interp_val_free(t);
+        return NULL;
+    }
+    return t;
+}
+
 static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev);
 
 static bool is_identity_custom_call(const char *t) {
@@ -1766,6 +1871,8 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
     case OP_GATHER: return op_gather(x, in, ops[0], ops[1]);
     case OP_SCATTER: return op_scatter(x, in, ops, dev);
     case OP_SORT: return op_sort(x, in, ops, dev);
+    case OP_TOPK:
+        return op_topk(x, in, ops[0], instr_int(in, A_K, 0), instr_int(in, A_LARGEST, 0) != 0, UINT32_MAX, dev);
     case OP_COPY: case OP_OPT_BARRIER: return interp_val_ref(ops[0]);
     case OP_REDUCE_PRECISION: {
         int64_t eb = instr_int(in, A_EXPONENT_BITS, 8), mb = instr_int(in, A_MANTISSA_BITS, 23);
@@ -1796,6 +1903,13 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
                             "custom-call %s changes the shape: a pre-partitioning module (run the partitioned one)", t);
             return interp_val_ref(ops[0]);
         }
+        /* The protobuf cannot tell a custom call's to_apply from its
+         * called_computations: the comparator is either, alone. */
+        const hlo_attr *cmp = instr_attr(in, A_TO_APPLY), *cc = instr_attr(in, A_CALLED_COMPUTATIONS);
+        if (!cmp && cc && cc->n == 1) cmp = cc;
+        if (t && strcmp(t, "TopK") == 0 && in->noperands == 1 && cmp && in->shape.dtype == DT_TUPLE &&
+            in->shape.ntuple == 2 && in->shape.tuple[0].rank == ops[0]->rank && ops[0]->rank > 0)
+            return op_topk(x, in, ops[0], in->shape.tuple[0].dims[ops[0]->rank - 1], true, (uint32_t)cmp->v.ints[0], dev);
         double v;
         if (activation_f(t, 0, &v) && in->noperands == 1 && ops[0]->f && interp_val_matches(ops[0], &in->shape)) {
             interp_val *r = val_like(ops[0], ops[0]->dtype);

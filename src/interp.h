@@ -30,6 +30,15 @@
  * Integers are int64 wrapped to their width after every op; preds are 0/1.
  * f8/f4/complex/token element types are refused.
  *
+ * Orders. `compare` with `type=TOTALORDER` or `order=TOTAL` uses XLA's total
+ * order (-NaN < -inf < … < -0 < +0 < … < +inf < +NaN). `sort` is a stable
+ * merge sort whatever is_stable says (one of the results XLA allows when
+ * false). `topk` sorts its last dimension stably by that total order,
+ * descending for largest=true, and keeps the first k with their s32 indices
+ * (XLA's decomposition): ties keep the lower index first; a (positive) NaN
+ * ranks first for largest, last otherwise. The custom call `TopK` (older frontends)
+ * sorts the same way with its comparator.
+ *
  * Custom calls. `Sharding`, `SPMDFullToShardShape`, `SPMDShardToFullShape`,
  * `xla.sdy.*` sharding markers, `MoveToHost` / `MoveToDevice` and
  * `LayoutConstraint` are identities when the result shape equals the operand
@@ -163,5 +172,15 @@ uint64_t interp_rng_next(interp_rng *r);
  * rounded to the element type; signed and unsigned integers uniform in
  * [0, 16); preds 0 or 1 with equal probability. */
 void interp_val_fill_random(interp_val *v, interp_rng *r);
+
+/* The seeded input of parameter k (`scalify eval` without --inputs): a
+ * splitmix64 stream seeded with seed ^ (0x9e3779b97f4a7c15 · (k + 1)) fills,
+ * by interp_val_fill_random, the parameter's global array when the module runs
+ * on ndev > 1 devices and p has a tiled sharding (so replicated parameters
+ * agree across devices and shards are pieces of one array; cut it with
+ * interp_param_input), else p's own shape. NULL, with the reason in why (may
+ * be NULL), when the type cannot be held or the array would exceed
+ * INTERP_MAX_ELEMENTS. The caller frees the result. */
+interp_val *interp_param_random(const hlo_instr *p, uint32_t k, int64_t ndev, uint64_t seed, strbuf *why);
 
 #endif

@@ -14,6 +14,7 @@
  * (manifest numerics.max_abs_diff, within the same tolerance), or have a
  * different output shape when the manifest says so.
  */
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -375,6 +376,213 @@ static void test_collectives(void) {
 
 /* interp_eval_instr: one instruction over given operand values (constant
  * folding in lift), and its refusals. */
+/* ---------------------------------------------------------------- topk and total-order sorts */
+
+/* v against want[n]: equal values with the same sign (so -0 is not +0), NaN
+ * matching a NaN of the same sign. */
+static void check_elems(const char *what, const interp_val *v, const double *want, int64_t n) {
+    if (!CHECK_MSG(v && v->n == n, "%s: %lld elements, %lld expected", what, v ? (long long)v->n : -1LL, (long long)n)) return;
+    for (int64_t k = 0; k < n; k++) {
+        double g = interp_val_get(v, k), w = want[k];
+        bool same = ((g != g && w != w) || g == w) && signbit(g) == signbit(w);
+        CHECK_MSG(same, "%s element %lld: %.9g != %.9g", what, (long long)k, g, w);
+    }
+}
+
+/* Runs text (no parameters) on one device, from its text form and from its
+ * protobuf form, and checks elements 0 and 1 of the tuple result against
+ * v0[n0] and v1[n1] (check_elems). */
+static void expect_pair(const char *name, const char *text, const double *v0, int64_t n0, const double *v1, int64_t n1) {
+    hlo_module *m = parse(text);
+    strbuf pb;
+    sb_init(&pb);
+    if (m) hlo_write_pb(m, &pb);
+    for (int form = 0; form < 2 && m; form++) {
+        t_case("%s (%s)", name, form ? "protobuf" : "text");
+        hlo_module *mm = m;
+        if (form) {
+            diag d;
+            diag_init(&d, "test.pb");
+            mm = hlo_parse_pb((const uint8_t *)pb.s, pb.len, "test.pb", &d);
+            diag_free(&d);
+            if (!CHECK(mm != NULL)) break;
+        }
+        interp_val *out[1] = {0};
+        strbuf err;
+        sb_init(&err);
+        interp_config cfg = {.replicas = 1, .partitions = 1};
+        int st = interp_run(mm, &cfg, (interp_val **const *)(interp_val **[]){NULL}, out, &err);
+        if (CHECK_MSG(st == 0, "status %d: %s", st, err.s ? err.s : "") &&
+            CHECK_MSG(out[0]->dtype == DT_TUPLE && out[0]->nelems >= 2, "result is not a pair")) {
+            check_elems("values", out[0]->elems[0], v0, n0);
+            check_elems("indices", out[0]->elems[1], v1, n1);
+        }
+        interp_val_free(out[0]);
+        sb_free(&err);
+        if (form) graph_free(mm);
+    }
+    sb_free(&pb);
+    graph_free(m);
+}
+
+/* XLA's topk: a stable sort of the last dimension by the total order, the k
+ * first kept; equal values keep the lower index first, +NaN above +inf, +0
+ * above -0 (largest=true), the mirror image for largest=false. */
+static void test_topk(void) {
+    static const struct {
+        const char *name, *type, *input, *attrs;
+        double vals[10];
+        double idx[10];
+        int n;
+    } cases[] = {
+        {"ties keep the lower index", "f32[5]", "{3, 1, 3, 2, 3}", "k=3, largest=true", {3, 3, 3}, {0, 2, 4}, 3},
+        {"largest=false", "f32[5]", "{3, 1, 3, 1, 2}", "k=2, largest=false", {1, 1}, {1, 3}, 2},
+        {"largest by default (text form)", "f32[4]", "{1, 4, 2, 4}", "k=2", {4, 4}, {1, 3}, 2},
+        {"k = n orders -0 below +0", "f32[5]", "{0.5, -1, 2, -0, 0}", "k=5, largest=true", {2, 0.5, 0, -0.0, -1}, {2, 0, 4, 3, 1}, 5},
+        {"k = n smallest first", "f32[5]", "{0.5, -1, 2, -0, 0}", "k=5, largest=false", {-1, -0.0, 0, 0.5, 2}, {1, 3, 4, 0, 2}, 5},
+        {"NaN ranks above inf", "f32[5]", "{1, nan, inf, -inf, nan}", "k=3, largest=true", {NAN, NAN, INFINITY}, {1, 4, 2}, 3},
+        {"NaN ranks last for smallest", "f32[5]", "{1, nan, inf, -inf, nan}", "k=4, largest=false",
+         {-INFINITY, 1, INFINITY, NAN}, {3, 0, 2, 1}, 4},
+        {"per row of a batch", "f32[2,3]", "{{1, 2, 3}, {6, 5, 4}}", "k=2, largest=true", {3, 2, 6, 5}, {2, 1, 0, 1}, 4},
+        {"integers", "s32[6]", "{-5, 7, 7, 0, -5, 9}", "k=4, largest=false", {-5, -5, 0, 7}, {0, 4, 3, 1}, 4},
+        {"bf16 ties after rounding", "bf16[3]", "{1, 1.001, 0.5}", "k=2, largest=true", {1, 1}, {0, 1}, 2},
+        {"k = 0", "f32[3]", "{1, 2, 3}", "k=0, largest=true", {0}, {0}, 0},
+    };
+    for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
+        char text[1024], vt[64], it[64], name[160];
+        /* Result types: the input's with the last dimension k. */
+        const char *close = strrchr(cases[c].type, ']');
+        const char *lastdim = close;
+        while (lastdim > cases[c].type && lastdim[-1] != ',' && lastdim[-1] != '[') lastdim--;
+        int64_t k = (int64_t)strtoll(strstr(cases[c].attrs, "k=") + 2, NULL, 10);
+        snprintf(vt, sizeof vt, "%.*s%lld]", (int)(lastdim - cases[c].type), cases[c].type, (long long)k);
+        snprintf(it, sizeof it, "s32%.*s%lld]", (int)(lastdim - strchr(cases[c].type, '[')), strchr(cases[c].type, '['), (long long)k);
+        snprintf(text, sizeof text,
+                 "HloModule m\n\nENTRY e {\n  x = %s constant(%s)\n  ROOT t = (%s, %s) topk(x), %s\n}\n",
+                 cases[c].type, cases[c].input, vt, it, cases[c].attrs);
+        snprintf(name, sizeof name, "interp topk-1.%zu %s", c + 1, cases[c].name);
+        expect_pair(name, text, cases[c].vals, cases[c].n, cases[c].idx, cases[c].n);
+    }
+    /* largest survives printing: absent in the IR means false, absent in
+     * the text true (XLA's parser), so the printer always writes it. */
+    for (int lg = 0; lg < 2; lg++) {
+        t_case("interp topk-1.12 largest=%s prints and reads back", lg ? "true" : "false");
+        char text[256];
+        snprintf(text, sizeof text, "HloModule m\nENTRY e {\n  x = f32[3] parameter(0)\n"
+                 "  ROOT t = (f32[1], s32[1]) topk(x), k=1, largest=%s\n}\n", lg ? "true" : "false");
+        hlo_module *a = parse(text);
+        strbuf pr;
+        sb_init(&pr);
+        if (a) hlo_print(&pr, a);
+        hlo_module *b = a ? parse(pr.s) : NULL;
+        if (CHECK(a && b)) {
+            CHECK_EQ(instr_int(&graph_entry(b)->instrs[graph_entry(b)->root], A_LARGEST, 0), lg);
+            CHECK(graph_equal(a, b, GEQ_IGNORE_HEADER, NULL));
+        }
+        sb_free(&pr);
+        graph_free(a);
+        graph_free(b);
+    }
+    /* The older custom call: its comparator orders the values (and, with four
+     * parameters, may look at the indices). */
+    const char *cc = "HloModule m\n\ngt {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n"
+                     "  ROOT c = pred[] compare(a, b), direction=GT\n}\n\n"
+                     "gt4 {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  i = s32[] parameter(2)\n"
+                     "  j = s32[] parameter(3)\n  ROOT c = pred[] compare(i, j), direction=GT\n}\n\n"
+                     "ENTRY e {\n  x = f32[5] constant({3, 1, 3, 2, 3})\n"
+                     "  ROOT t = (f32[2], s32[2]) custom-call(x), custom_call_target=\"%s\", to_apply=%s\n}\n";
+    char text[1024];
+    snprintf(text, sizeof text, cc, "TopK", "gt");
+    expect_pair("interp topk-2.1 custom-call TopK, value comparator", text, (double[]){3, 3}, 2, (double[]){0, 2}, 2);
+    snprintf(text, sizeof text, cc, "TopK", "gt4");
+    expect_pair("interp topk-2.2 custom-call TopK, index comparator", text, (double[]){3, 2}, 2, (double[]){4, 3}, 2);
+    /* Malformed: k beyond the dimension, a result that is not the pair. */
+    t_case("interp topk-3.1 k beyond the last dimension");
+    expect_run_error("HloModule m\nENTRY e {\n  x = f32[3] parameter(0)\n  ROOT t = (f32[4], s32[4]) topk(x), k=4, largest=true\n}\n",
+                     1, 1, NULL, "outside 0..3");
+    t_case("interp topk-3.2 indices not s32");
+    expect_run_error("HloModule m\nENTRY e {\n  x = f32[3] parameter(0)\n  ROOT t = (f32[2], s64[2]) topk(x), k=2, largest=true\n}\n",
+                     1, 1, NULL, "s32 indices");
+    t_case("interp topk-3.3 TopK comparator of another element type");
+    expect_run_error("HloModule m\n\ngt {\n  a = s32[] parameter(0)\n  b = s32[] parameter(1)\n"
+                     "  ROOT c = pred[] compare(a, b), direction=GT\n}\n\nENTRY e {\n  x = f32[3] parameter(0)\n"
+                     "  ROOT t = (f32[2], s32[2]) custom-call(x), custom_call_target=\"TopK\", to_apply=gt\n}\n",
+                     1, 1, NULL, "is not a scalar f32");
+    /* A sort whose comparator compares by the total order (newer XLA's
+     * order=TOTAL, older type=TOTALORDER): -inf < -0 < +0 < 1 < NaN. */
+    const char *srt = "HloModule m\n\nlt {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  i = s32[] parameter(2)\n"
+                      "  j = s32[] parameter(3)\n  ROOT c = pred[] compare(a, b), direction=LT, %s\n}\n\n"
+                      "ENTRY e {\n  x = f32[5] constant({nan, 1, 0, -0, -inf})\n  i = s32[5] iota(), iota_dimension=0\n"
+                      "  ROOT s = (f32[5], s32[5]) sort(x, i), dimensions={0}, is_stable=true, to_apply=lt\n}\n";
+    snprintf(text, sizeof text, srt, "order=TOTAL");
+    expect_pair("interp sort-total-1.1 order=TOTAL", text, (double[]){-INFINITY, -0.0, 0, 1, NAN}, 5, (double[]){4, 3, 2, 1, 0}, 5);
+    snprintf(text, sizeof text, srt, "type=TOTALORDER");
+    expect_pair("interp sort-total-1.2 type=TOTALORDER", text, (double[]){-INFINITY, -0.0, 0, 1, NAN}, 5, (double[]){4, 3, 2, 1, 0}, 5);
+    /* The partial order: -0 and +0 tie (stable: input order kept). NaN is
+     * unordered, so where it lands is the merge's business: not checked. */
+    const char *srt2 = "HloModule m\n\nlt {\n  a = f32[] parameter(0)\n  b = f32[] parameter(1)\n  i = s32[] parameter(2)\n"
+                       "  j = s32[] parameter(3)\n  ROOT c = pred[] compare(a, b), direction=LT\n}\n\n"
+                       "ENTRY e {\n  x = f32[4] constant({1, 0, -0, -inf})\n  i = s32[4] iota(), iota_dimension=0\n"
+                       "  ROOT s = (f32[4], s32[4]) sort(x, i), dimensions={0}, is_stable=true, to_apply=lt\n}\n";
+    expect_pair("interp sort-total-1.3 partial order keeps equal zeros stable", srt2, (double[]){-INFINITY, 0, -0.0, 1}, 4,
+                (double[]){3, 1, 2, 0}, 4);
+}
+
+/* jax.lax.top_k as XLA's CPU backend computed it (tests/cases/interp/jax-topk.*,
+ * samples/gen/topk_case.py): ties, NaNs of both signs, infinities, signed
+ * zeros, s32, bf16, another axis; every output must match bit for bit (NaN
+ * matching NaN of the same sign), in text and protobuf form. */
+static void test_jax_topk(void) {
+    stf_file io;
+    diag d;
+    diag_init(&d, "tests/cases/interp/jax-topk.io.stf");
+    bool ok = stf_read("tests/cases/interp/jax-topk.io.stf", &io, &d);
+    diag_free(&d);
+    t_case("interp topk-jax io");
+    if (!CHECK(ok)) return;
+    static const char *files[] = {"tests/cases/interp/jax-topk.hlo", "tests/cases/interp/jax-topk.hlo.pb"};
+    for (size_t f = 0; f < ARRAY_LEN(files); f++) {
+        t_case("interp topk-jax %s", files[f]);
+        diag_init(&d, files[f]);
+        hlo_module *m = hlo_read_file(files[f], &d);
+        diag_free(&d);
+        if (!CHECK(m != NULL)) continue;
+        const hlo_comp *e = graph_entry(m);
+        interp_val **args = calloc(e->nparams + 1, sizeof *args);
+        bool have = true;
+        for (uint32_t k = 0; k < e->nparams; k++)
+            have &= CHECK_MSG((args[k] = interp_val_ref(stf_find_input(&io, k))) != NULL, "no in.%u", k);
+        interp_val *out[1] = {0};
+        strbuf err;
+        sb_init(&err);
+        interp_config cfg = {.replicas = 1, .partitions = 1};
+        int st = have ? interp_run(m, &cfg, (interp_val **const *)&args, out, &err) : -1;
+        if (CHECK_MSG(st == INTERP_OK, "status %d: %s", st, err.s ? err.s : "") && CHECK(out[0]->dtype == DT_TUPLE)) {
+            int compared = 0;
+            for (uint32_t k = 0; k < out[0]->nelems; k++) {
+                char name[32];
+                snprintf(name, sizeof name, "out.%u", k);
+                interp_val *want = stf_find(&io, name);
+                if (!CHECK_MSG(want != NULL, "no %s", name)) continue;
+                interp_val *got = out[0]->elems[k];
+                CHECK_MSG(got->dtype == want->dtype, "%s: element type differs", name);
+                if (want->f) check_elems(name, got, want->f, want->n);
+                else if (CHECK_MSG(got->n == want->n, "%s: element count differs", name))
+                    for (int64_t i = 0; i < want->n; i++)
+                        CHECK_MSG(interp_val_get(got, i) == interp_val_get(want, i), "%s element %lld", name, (long long)i);
+                compared++;
+            }
+            CHECK_EQ(compared, 12);
+        }
+        interp_val_free(out[0]);
+        for (uint32_t k = 0; k < e->nparams; k++) interp_val_free(args[k]);
+        free(args);
+        sb_free(&err);
+        graph_free(m);
+    }
+    stf_free(&io);
+}
+
 static void test_eval_instr(void) {
     const char *text = "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
                        "ENTRY e {\n  c = f32[4] constant({0, 0.5, 1, 2})\n  k = f32[] constant(2)\n"
@@ -554,10 +762,13 @@ static bool first_holder(const view *v, const mesh *m, int64_t d) {
     return true;
 }
 
+/* The corpus folder being read (a manifest's paths are relative to it). */
+static const char *corpus_dir = "samples";
+
 static char *sample_path(const char *rel) {
-    size_t n = strlen(rel) + 16;
+    size_t n = strlen(rel) + strlen(corpus_dir) + 2;
     char *p = malloc(n);
-    snprintf(p, n, "samples/%s", rel);
+    snprintf(p, n, "%s/%s", corpus_dir, rel);
     return p;
 }
 
@@ -826,11 +1037,14 @@ static bool check_gspmd(json_t *pair, const stf_file *io) {
     return true;
 }
 
-static void test_samples(void) {
+static void test_samples(const char *dir) {
     json_error_t je;
-    json_t *man = json_load_file("samples/manifest.json", 0, &je);
-    t_case("interp xla manifest");
-    if (!CHECK_MSG(man != NULL, "samples/manifest.json: %s", je.text)) return;
+    corpus_dir = dir;
+    char mp[256];
+    snprintf(mp, sizeof mp, "%s/manifest.json", dir);
+    json_t *man = json_load_file(mp, 0, &je);
+    t_case("interp xla manifest %s", mp);
+    if (!CHECK_MSG(man != NULL, "%s: %s", mp, je.text)) return;
     json_t *pairs = json_object_get(man, "pairs");
     size_t i;
     json_t *p;
@@ -892,6 +1106,190 @@ static void test_samples(void) {
         }
     }
     json_decref(man);
+}
+
+/* Opcode names (custom calls as "custom-call:TARGET"), a small sorted set. */
+typedef struct opset {
+    char **v;
+    size_t n, cap;
+} opset;
+
+static void opset_add(opset *s, const char *name) {
+    size_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(s->v[mid], name);
+        if (c == 0) return;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    XGROW(s->v, s->cap, s->n + 1);
+    memmove(s->v + lo + 1, s->v + lo, (s->n - lo) * sizeof *s->v);
+    s->v[lo] = strdup(name);
+    s->n++;
+}
+
+static bool opset_has(const opset *s, const char *name) {
+    for (size_t k = 0; k < s->n; k++)
+        if (strcmp(s->v[k], name) == 0) return true;
+    return false;
+}
+
+static void opset_free(opset *s) {
+    for (size_t k = 0; k < s->n; k++) free(s->v[k]);
+    free(s->v);
+}
+
+static void module_ops(const hlo_module *m, opset *s) {
+    for (uint32_t c = 0; c < m->ncomps; c++)
+        for (uint32_t i = 0; i < m->comps[c].ninstrs; i++) {
+            const hlo_instr *in = &m->comps[c].instrs[i];
+            char name[160];
+            const char *t = in->op == OP_CUSTOM_CALL ? instr_str(in, A_CUSTOM_CALL_TARGET) : NULL;
+            snprintf(name, sizeof name, "%s%s%s", hlo_op_name(in->op), t ? ":" : "", t ? t : "");
+            opset_add(s, name);
+        }
+}
+
+/* Runs m as `scalify eval --seed 1` does; INTERP_OK or the status, why in err. */
+static int eval_seeded(const hlo_module *m, strbuf *err) {
+    int64_t R, P;
+    interp_devices(m, &R, &P);
+    interp_config cfg = {.replicas = R, .partitions = P};
+    int st = interp_check(m, &cfg, err);
+    if (st != INTERP_OK) return st;
+    int64_t D = R * P;
+    const hlo_comp *e = graph_entry(m);
+    interp_val ***args = calloc((size_t)D, sizeof *args);
+    for (int64_t d = 0; d < D; d++) args[d] = calloc(e->nparams + 1, sizeof **args);
+    for (uint32_t k = 0; k < e->nparams && st == INTERP_OK; k++) {
+        const hlo_instr *p = &e->instrs[e->params[k]];
+        interp_val *g = interp_param_random(p, k, D, 1, err);
+        for (int64_t d = 0; d < D && g && st == INTERP_OK; d++)
+            if (!(args[d][k] = interp_param_input(p, g, d))) st = INTERP_EINPUT;
+        if (!g) st = INTERP_EINPUT;
+        interp_val_free(g);
+    }
+    interp_val **out = calloc((size_t)D, sizeof *out);
+    if (st == INTERP_OK) st = interp_run(m, &cfg, (interp_val **const *)args, out, err);
+    free_outs(out, D);
+    free_args(args, D, e->nparams);
+    return st;
+}
+
+typedef struct corpus_tally {
+    opset ran, refused, seen;
+    int nran, nsame, nbudget, nmissing;
+} corpus_tally;
+
+/* Reads and runs one module file. With prev (the text form of the same
+ * program), a module whose IR equals it on the same devices counts as run
+ * (the interpreter sees the same thing); *keep, when given, receives the
+ * module instead of its being freed. */
+static void eval_file(const char *path, hlo_module **prev, hlo_module **keep, corpus_tally *t) {
+    if (opset_has(&t->seen, path)) return;
+    opset_add(&t->seen, path);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        printf("  %-60s skipped: missing\n", path);
+        t->nmissing++;
+        return;
+    }
+    fclose(fp);
+    t_case("interp corpus-eval %s", path);
+    diag d;
+    diag_init(&d, path);
+    hlo_module *m = hlo_read_file(path, &d);
+    CHECK_MSG(m != NULL, "unreadable: %s", d.out.s ? d.out.s : "");
+    diag_free(&d);
+    if (!m) return;
+    int64_t R, P, R2 = 0, P2 = 0;
+    interp_devices(m, &R, &P);
+    if (prev && *prev) interp_devices(*prev, &R2, &P2);
+    if (prev && *prev && R == R2 && P == P2 && graph_equal(m, *prev, GEQ_IGNORE_HEADER, NULL)) {
+        t->nsame++;
+        graph_free(m);
+        return;
+    }
+    strbuf err;
+    sb_init(&err);
+    int st = eval_seeded(m, &err);
+    if (st == INTERP_EBUDGET && err.s && strstr(err.s, "the module holds more than")) {
+        t->nbudget++;
+        module_ops(m, &t->refused);
+    } else if (CHECK_MSG(st == INTERP_OK, "status %d: %s", st, err.s ? err.s : "")) {
+        t->nran++;
+        module_ops(m, &t->ran);
+    }
+    sb_free(&err);
+    if (keep) *keep = m;
+    else graph_free(m);
+}
+
+/* Every module of every corpus (baselines and distributed programs, text and
+ * protobuf forms) and the hand-written tests/cases/interp/ *.hlo run under
+ * the interpreter with seeded inputs (as `scalify eval --seed 1`), or are
+ * refused before running for the element budget (the full-size models:
+ * their weights alone exceed it). A refused module must hold no opcode or
+ * custom-call target that no module that ran holds, so the refusal hides no
+ * missing rule. */
+static void test_corpus_eval(const char *const *dirs, size_t ndirs) {
+    corpus_tally t = {0};
+    double t0 = now_ms();
+    for (size_t c = 0; c < ndirs; c++) {
+        char mp[256];
+        snprintf(mp, sizeof mp, "%s/manifest.json", dirs[c]);
+        json_error_t je;
+        json_t *man = json_load_file(mp, 0, &je);
+        t_case("interp corpus-eval %s", mp);
+        if (!CHECK_MSG(man != NULL, "%s: %s", mp, je.text)) continue;
+        size_t i;
+        json_t *p;
+        json_array_foreach(json_object_get(man, "pairs"), i, p) {
+            static const char *sides[] = {"baseline", "distributed"}, *forms[] = {"hlo", "pb"};
+            for (int sd = 0; sd < 2; sd++) {
+                hlo_module *text_form = NULL;
+                for (int f = 0; f < 2; f++) {
+                    const char *rel = json_string_value(json_object_get(json_object_get(p, sides[sd]), forms[f]));
+                    if (!rel) continue;
+                    char path[512];
+                    snprintf(path, sizeof path, "%s/%s", dirs[c], rel);
+                    eval_file(path, f == 1 ? &text_form : NULL, f == 0 ? &text_form : NULL, &t);
+                }
+                graph_free(text_form);
+            }
+        }
+        json_decref(man);
+    }
+    DIR *dir = opendir("tests/cases/interp");
+    t_case("interp corpus-eval tests/cases/interp");
+    if (CHECK(dir != NULL)) {
+        struct dirent *de;
+        char *names[64];
+        size_t n = 0;
+        while ((de = readdir(dir)) != NULL && n < ARRAY_LEN(names)) {
+            size_t l = strlen(de->d_name);
+            if (l > 4 && strcmp(de->d_name + l - 4, ".hlo") == 0) names[n++] = strdup(de->d_name);
+        }
+        closedir(dir);
+        CHECK(n > 0);
+        for (size_t k = 0; k < n; k++) {
+            char path[512];
+            snprintf(path, sizeof path, "tests/cases/interp/%s", names[k]);
+            eval_file(path, NULL, NULL, &t);
+            free(names[k]);
+        }
+    }
+    t_case("interp corpus-eval: refused modules hold only ops that ran elsewhere");
+    for (size_t k = 0; k < t.refused.n; k++) CHECK_MSG(opset_has(&t.ran, t.refused.v[k]), "%s never ran", t.refused.v[k]);
+    CHECK(t.nran > 0);
+    printf("  corpus eval: %d modules ran, %d protobuf forms equal to their text form, %d refused over the element "
+           "budget, %d missing; %zu distinct ops ran (%.1f s)\n  ",
+           t.nran, t.nsame, t.nbudget, t.nmissing, t.ran.n, (now_ms() - t0) / 1e3);
+    for (size_t k = 0; k < t.ran.n; k++) printf("%s%s", t.ran.v[k], k + 1 < t.ran.n ? " " : "\n");
+    opset_free(&t.ran);
+    opset_free(&t.refused);
+    opset_free(&t.seen);
 }
 
 static void test_stf(void) {
@@ -1075,6 +1473,12 @@ void suite_interp(void) {
     test_control();
     test_collectives();
     test_eval_instr();
+    test_topk();
+    test_jax_topk();
     test_stf();
-    test_samples();
+    /* Every corpus: JAX's outputs where stored, then every module runs. */
+    static const char *corpora[] = {"samples", "samples/train", "samples/wild"};
+    for (size_t k = 0; k < ARRAY_LEN(corpora); k++) test_samples(corpora[k]);
+    test_corpus_eval(corpora, ARRAY_LEN(corpora));
+    corpus_dir = "samples";
 }
