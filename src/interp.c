@@ -1753,6 +1753,81 @@ static interp_val *op_sort(ctx *x, const hlo_instr *in, interp_val **ops, int64_
  * ranks above +inf (and -NaN below -inf), +0 above -0. The custom call "TopK"
  * sorts the same way with its to_apply comparator instead (2 parameters: x
  * only; 4: x then the index). */
+/* A raw attribute's text (the readers keep batch normalization's epsilon and
+ * feature_index so), or NULL. */
+static const char *raw_attr_text(const hlo_instr *in, const char *key) {
+    for (uint32_t k = 0; k < in->nattrs; k++)
+        if (in->attrs[k].key == A_RAW && in->attrs[k].raw_key && !strcmp(in->attrs[k].raw_key, key)) return in->attrs[k].v.str;
+    return NULL;
+}
+
+/* batch-norm-training(x, scale, offset): per feature f (dim feature_index),
+ * mean and biased variance over every other dim; the result is the tuple
+ * (scale·(x - mean)/sqrt(var + epsilon) + offset, mean, var), as XLA's
+ * BatchNormExpander computes it. */
+static interp_val *op_batch_norm_training(ctx *x, const hlo_instr *in, interp_val **ops) {
+    const char *et = raw_attr_text(in, "epsilon"), *ft = raw_attr_text(in, "feature_index");
+    interp_val *v = ops[0], *sc = ops[1], *of = ops[2];
+    int64_t fi = ft ? strtoll(ft, NULL, 10) : -1;
+    double eps = et ? strtod(et, NULL) : -1;
+    if (!et || !ft || fi < 0 || (uint32_t)fi >= v->rank || !v->f || !sc->f || !of->f || sc->n != v->dims[fi] ||
+        of->n != v->dims[fi] || eps < 0)
+        return fail(x, INTERP_ERUN, in, "batch-norm-training needs float operands, epsilon and a feature_index in range");
+    int64_t nf = v->dims[fi], inner = 1;
+    for (uint32_t d = (uint32_t)fi + 1; d < v->rank; d++) inner *= v->dims[d];
+    int64_t per = nf ? v->n / nf : 0;
+    interp_val *mean = interp_val_new(v->dtype, 1, &nf), *var = interp_val_new(v->dtype, 1, &nf), *out = val_copy(v);
+    for (int64_t f = 0; f < nf; f++) {
+        double s = 0, q = 0;
+        for (int64_t e = 0; e < v->n; e++)
+            if (e / inner % nf == f) s += v->f[e];
+        double mu = per ? s / (double)per : 0;
+        for (int64_t e = 0; e < v->n; e++)
+            if (e / inner % nf == f) q += (v->f[e] - mu) * (v->f[e] - mu);
+        double va = per ? q / (double)per : 0;
+        mean->f[f] = dtype_round(v->dtype, mu);
+        var->f[f] = dtype_round(v->dtype, va);
+        double r = 1 / sqrt(va + eps);
+        for (int64_t e = 0; e < v->n; e++)
+            if (e / inner % nf == f) out->f[e] = dtype_round(v->dtype, (v->f[e] - mu) * r * sc->f[f] + of->f[f]);
+    }
+    interp_val *el[3] = {out, mean, var};
+    return interp_val_tuple(3, el);
+}
+
+/* batch-norm-grad(x, scale, mean, var, dy): per feature, with c = x - mean,
+ * r = 1/sqrt(var + epsilon) and N elements per feature, the tuple
+ * (scale·r/N·(N·dy - Σdy - c·Σ(dy·c)/(var + epsilon)), Σ(dy·c)·r, Σdy), as
+ * XLA's BatchNormExpander computes it. */
+static interp_val *op_batch_norm_grad(ctx *x, const hlo_instr *in, interp_val **ops) {
+    const char *et = raw_attr_text(in, "epsilon"), *ft = raw_attr_text(in, "feature_index");
+    interp_val *v = ops[0], *sc = ops[1], *mn = ops[2], *vr = ops[3], *dy = ops[4];
+    int64_t fi = ft ? strtoll(ft, NULL, 10) : -1;
+    double eps = et ? strtod(et, NULL) : -1;
+    if (!et || !ft || fi < 0 || (uint32_t)fi >= v->rank || !v->f || !sc->f || !mn->f || !vr->f || !dy->f ||
+        dy->n != v->n || sc->n != v->dims[fi] || mn->n != sc->n || vr->n != sc->n || eps < 0)
+        return fail(x, INTERP_ERUN, in, "batch-norm-grad needs float operands, epsilon and a feature_index in range");
+    int64_t nf = v->dims[fi], inner = 1;
+    for (uint32_t d = (uint32_t)fi + 1; d < v->rank; d++) inner *= v->dims[d];
+    double n = nf ? (double)(v->n / nf) : 0;
+    interp_val *gx = val_copy(v), *gs = interp_val_new(v->dtype, 1, &nf), *go = interp_val_new(v->dtype, 1, &nf);
+    for (int64_t f = 0; f < nf; f++) {
+        double sdy = 0, sdyc = 0;
+        for (int64_t e = 0; e < v->n; e++)
+            if (e / inner % nf == f) sdy += dy->f[e], sdyc += dy->f[e] * (v->f[e] - mn->f[f]);
+        double ve = vr->f[f] + eps, r = 1 / sqrt(ve);
+        for (int64_t e = 0; e < v->n; e++)
+            if (e / inner % nf == f) {
+                double c = v->f[e] - mn->f[f];
+                gx->f[e] = dtype_round(v->dtype, sc->f[f] * r / (n ? n : 1) * (n * dy->f[e] - sdy - c * sdyc / ve));
+            }
+        gs->f[f] = dtype_round(v->dtype, sdyc * r);
+        go->f[f] = dtype_round(v->dtype, sdy);
+    }
+    interp_val *el[3] = {gx, gs, go};
+    return interp_val_tuple(3, el);
+}
+
 static interp_val *op_topk(ctx *x, const hlo_instr *in, interp_val *a, int64_t k, bool largest, uint32_t ci,
                            int64_t dev) {
     if (a->dtype == DT_TUPLE || a->rank == 0) return fail(x, INTERP_ERUN, in, "topk of a scalar or a tuple");
@@ -1871,6 +1946,8 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
     case OP_GATHER: return op_gather(x, in, ops[0], ops[1]);
     case OP_SCATTER: return op_scatter(x, in, ops, dev);
     case OP_SORT: return op_sort(x, in, ops, dev);
+    case OP_BATCH_NORM_TRAINING: return op_batch_norm_training(x, in, ops);
+    case OP_BATCH_NORM_GRAD: return op_batch_norm_grad(x, in, ops);
     case OP_TOPK:
         return op_topk(x, in, ops[0], instr_int(in, A_K, 0), instr_int(in, A_LARGEST, 0) != 0, UINT32_MAX, dev);
     case OP_COPY: case OP_OPT_BARRIER: return interp_val_ref(ops[0]);

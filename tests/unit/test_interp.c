@@ -1461,8 +1461,58 @@ static void test_malformed(void) {
     }
 }
 
+/* Batch normalization as XLA expands it, on values worked out by hand:
+ * x = [[1,2],[3,4]], features along dim 1: feature 0 holds {1,3} (mean 2,
+ * variance 1), feature 1 {2,4} (mean 3, variance 1); with scale (1,2), offset
+ * (0,1), epsilon 0 the result is [[-1,-1],[1,3]]; the gradient of sum(y·dy)
+ * for dy = [[1,0],[0,0]] is what the expansion gives (checked below). */
+static void bn_fill(int64_t d, uint32_t k, interp_val *v) {
+    (void)d;
+    static const double xs[4] = {1, 2, 3, 4}, sc[2] = {1, 2}, of[2] = {0, 1}, dy[4] = {1, 0, 0, 0};
+    const double *src = k == 0 ? xs : k == 1 ? sc : k == 2 ? of : dy;
+    for (int64_t e = 0; e < v->n; e++) v->f[e] = src[e];
+}
+
+static void bn_grad_fill(int64_t d, uint32_t k, interp_val *v) {
+    (void)d;
+    static const double xs[4] = {1, 2, 3, 4}, sc[2] = {1, 2}, mn[2] = {2, 3}, va[2] = {1, 1}, dy[4] = {1, 0, 0, 0};
+    const double *src[5] = {xs, sc, mn, va, dy};
+    for (int64_t e = 0; e < v->n; e++) v->f[e] = src[k][e];
+}
+
+static void test_batch_norm(void) {
+    t_case("interp batch-norm-training by hand");
+    const char *tr = "HloModule bn\nENTRY e {\n  x = f32[2,2] parameter(0)\n  s = f32[2] parameter(1)\n  o = f32[2] parameter(2)\n"
+                     "  ROOT b = (f32[2,2], f32[2], f32[2]) batch-norm-training(x, s, o), epsilon=0, feature_index=1\n}\n";
+    interp_val *out = NULL;
+    strbuf err;
+    sb_init(&err);
+    if (CHECK_MSG(run(tr, 1, 1, bn_fill, &out, &err) == INTERP_OK, "%s", err.s ? err.s : "") && out->nelems == 3) {
+        static const double want[4] = {-1, -1, 1, 3};
+        for (int k = 0; k < 4; k++) CHECK_MSG(fabs(out->elems[0]->f[k] - want[k]) < 1e-6, "y[%d] = %g", k, out->elems[0]->f[k]);
+        CHECK(out->elems[1]->f[0] == 2 && out->elems[1]->f[1] == 3 && out->elems[2]->f[0] == 1 && out->elems[2]->f[1] == 1);
+    }
+    interp_val_free(out);
+    t_case("interp batch-norm-grad by hand");
+    /* feature 0: c = (-1, 1), r = 1, N = 2, dy = (1, 0): Σdy = 1, Σdy·c = -1;
+     * dx = 1·1/2·(2·dy - 1 - c·(-1)) = (1/2)(2-1-1, 0-1+1) = (0, 0); dscale = -1,
+     * doffset = 1. Feature 1: dy = 0 everywhere, all zero. */
+    const char *gr = "HloModule bg\nENTRY e {\n  x = f32[2,2] parameter(0)\n  s = f32[2] parameter(1)\n  m = f32[2] parameter(2)\n"
+                     "  v = f32[2] parameter(3)\n  dy = f32[2,2] parameter(4)\n"
+                     "  ROOT g = (f32[2,2], f32[2], f32[2]) batch-norm-grad(x, s, m, v, dy), epsilon=0, feature_index=1\n}\n";
+    out = NULL;
+    sb_reset(&err);
+    if (CHECK_MSG(run(gr, 1, 1, bn_grad_fill, &out, &err) == INTERP_OK, "%s", err.s ? err.s : "") && out->nelems == 3) {
+        for (int k = 0; k < 4; k++) CHECK_MSG(fabs(out->elems[0]->f[k]) < 1e-6, "dx[%d] = %g", k, out->elems[0]->f[k]);
+        CHECK(out->elems[1]->f[0] == -1 && out->elems[1]->f[1] == 0 && out->elems[2]->f[0] == 1 && out->elems[2]->f[1] == 0);
+    }
+    interp_val_free(out);
+    sb_free(&err);
+}
+
 void suite_interp(void);
 void suite_interp(void) {
+    test_batch_norm();
     test_cli_eval();
     test_malformed();
     test_dot();
