@@ -6,7 +6,8 @@
 #   make asan / ubsan    the test suite under AddressSanitizer / UBSan
 #   make fuzz    each reader and the checker under libFuzzer for FUZZ_SECONDS (default 60),
 #                then structural mutations of the sample texts (make fuzz-mutate)
-#   make bench   benchmarks (measure, never assert timing)
+#   make bench   benchmarks (measure, never assert timing); the checker on the full-size
+#                pairs of samples/manifest.json, then the 405B training step of samples/bigtrain
 #   make lint / format / clean / samples
 
 CC      ?= cc
@@ -118,7 +119,7 @@ $(BUILD)/bench-check: tests/bench/bench_check.c $(BUILD)/libscalify.a
 bench: check-deps $(BUILD)/scalify $(BUILD)/bench-parse $(BUILD)/bench-egraph $(BUILD)/bench-check
 	$(BUILD)/bench-parse
 	$(BUILD)/bench-egraph
-	$(BUILD)/bench-check
+	$(BUILD)/bench-check samples/manifest.json samples/bigtrain/manifest.json
 
 demo: check-deps $(BUILD)/scalify
 	@tools/demo.sh $(BUILD)/scalify

@@ -14,8 +14,11 @@
  * Depth: 405B against 8B (Megatron tp8), also in BENCH_ROUNDS rounds that run
  * the two in turn (both meet the same load; the median of the rounds' paired
  * ratios is reported beside the ratio of minima), and 405B without the memo and
- * with one reading thread. Writes build/bench-check.json and
- * tests/bench/RESULTS.md.
+ * with one reading thread. Full-size training step: every pair of
+ * samples/bigtrain/manifest.json (argv[2]; files relative to its folder), best
+ * of BENCH_BIG_REPEAT runs (default 3; 0 skips them), with both programs'
+ * instruction counts and the first finding's message as the verdict's reason.
+ * Writes build/bench-check.json and tests/bench/RESULTS.md.
  */
 #include <jansson.h>
 #include <stdbool.h>
@@ -23,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,7 +62,10 @@ static int run_child(const char *name, const char *b, const char *d, const char 
     json_t *segs = json_object_get(sum, "segments"), *memo = json_object_get(sum, "memo_hits");
     double check = json_number_value(json_object_get(sum, "setup_ms")), lift = 0;
     json_t *sa = trace ? json_object_get(trace, "segments") : NULL;
+    long long segs_ok = 0;
     for (size_t i = 0; i < json_array_size(sa); i++) {
+        const char *sv = json_string_value(json_object_get(json_array_get(sa, i), "verdict"));
+        segs_ok += sv && strcmp(sv, "verified") == 0;
         const char *key;
         json_t *val;
         json_object_foreach(json_object_get(json_array_get(sa, i), "timings_ms"), key, val) {
@@ -66,8 +73,15 @@ static int run_child(const char *name, const char *b, const char *d, const char 
             if (strcmp(key, "lift") == 0) lift += json_number_value(val);
         }
     }
-    dprintf(fd, "%d %lld %lld %.3f %.3f\n", v, (long long)(segs ? json_integer_value(segs) : 0),
-            (long long)(memo ? json_integer_value(memo) : 0), check, lift);
+    json_t *pj = trace ? json_object_get(trace, "pair") : NULL;
+    json_t *f0 = trace ? json_array_get(json_object_get(trace, "findings"), 0) : NULL;
+    const char *why = trace ? json_string_value(json_object_get(f0, "message")) : dg.out.s;
+    const char *where = json_string_value(json_object_get(json_object_get(f0, "distributed"), "op_name"));
+    dprintf(fd, "%d %lld %lld %.3f %.3f %lld %lld %lld\n%s%s%s\n", v, (long long)(segs ? json_integer_value(segs) : 0),
+            (long long)(memo ? json_integer_value(memo) : 0), check, lift,
+            (long long)json_integer_value(json_object_get(json_object_get(pj, "baseline"), "instructions")),
+            (long long)json_integer_value(json_object_get(json_object_get(pj, "distributed"), "instructions")), segs_ok, why ? why : "",
+            where ? " at " : "", where ? where : "");
     return 0;
 }
 
@@ -76,6 +90,9 @@ typedef struct {
     double last_wall; /* of the latest run */
     int verdict;
     long long segs, memo;
+    long long instr_b, instr_d; /* instructions of the baseline and distributed programs */
+    long long segs_ok;          /* segments verified */
+    char why[512];              /* the first finding's message and where, or "" */
 } run_result;
 
 #define NO_RESULT ((run_result){.wall = 1e300, .cpu = 1e300, .check = 1e300, .lift = 1e300, .verdict = VERDICT_ERROR})
@@ -96,8 +113,10 @@ static int bench_pair_cfg(const char *name, const char *b, const char *d, const 
             _exit(0);
         }
         close(pipefd[1]);
-        char buf[64] = "";
-        ssize_t got = read(pipefd[0], buf, sizeof buf - 1);
+        char buf[1024] = "";
+        size_t got = 0;
+        for (ssize_t n; got < sizeof buf - 1 && (n = read(pipefd[0], buf + got, sizeof buf - 1 - got)) > 0;) got += (size_t)n;
+        buf[got] = 0;
         close(pipefd[0]);
         int status;
         struct rusage ru;
@@ -106,9 +125,14 @@ static int bench_pair_cfg(const char *name, const char *b, const char *d, const 
         double cpu = (double)ru.ru_utime.tv_sec * 1e3 + ru.ru_utime.tv_usec / 1e3 + (double)ru.ru_stime.tv_sec * 1e3 +
                      ru.ru_stime.tv_usec / 1e3;
         int v = VERDICT_ERROR;
-        long long segs = 0, memo = 0;
+        long long segs = 0, memo = 0, ib = 0, id = 0, ok = 0;
         double check = 0, lift = 0;
-        if (got > 0) sscanf(buf, "%d %lld %lld %lf %lf", &v, &segs, &memo, &check, &lift);
+        if (got > 0) sscanf(buf, "%d %lld %lld %lf %lf %lld %lld %lld", &v, &segs, &memo, &check, &lift, &ib, &id, &ok);
+        const char *nl = strchr(buf, '\n');
+        snprintf(out->why, sizeof out->why, "%.*s", nl ? (int)strcspn(nl + 1, "\n") : 0, nl ? nl + 1 : "");
+        out->instr_b = ib;
+        out->instr_d = id;
+        out->segs_ok = ok;
         out->verdict = v;
         out->segs = segs;
         out->memo = memo;
@@ -157,6 +181,81 @@ static size_t scaling_prefix(const char *name, long *n) {
 
 #define MAX_PAIRS 256
 
+/* A manifest entry's baseline, distributed and relations paths (protobuf
+ * dumps, relative to dir; r is "auto" or a file). Returns false when one is
+ * missing. */
+static bool pair_files(json_t *p, const char *dir, char b[1024], char d[1024], char r[1024]) {
+    const char *bf = json_string_value(json_object_get(json_object_get(p, "baseline"), "pb"));
+    const char *df = json_string_value(json_object_get(json_object_get(p, "distributed"), "pb"));
+    const char *rv = json_string_value(json_object_get(p, "relations"));
+    if (!bf || !df || !rv) return false;
+    snprintf(b, 1024, "%s/%s", dir, bf);
+    snprintf(d, 1024, "%s/%s", dir, df);
+    if (strcmp(rv, "auto") == 0) snprintf(r, 1024, "auto");
+    else snprintf(r, 1024, "%s/%s", dir, rv);
+    return true;
+}
+
+static double file_mib(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (double)st.st_size / (1024.0 * 1024.0) : 0;
+}
+
+/* The full-size training steps (every pair of the manifest at path, files
+ * relative to its folder): each pair is timed `repeat` times like the others
+ * and reported with its instruction counts and the checker's reason. */
+static void bench_big(const char *path, int repeat, strbuf *md, strbuf *js, int *first) {
+    json_error_t err;
+    json_t *m = json_load_file(path, 0, &err);
+    if (!m) {
+        fprintf(stderr, "%s: %s (full-size training step skipped)\n", path, err.text);
+        return;
+    }
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    sb_printf(md, "\n## Full-size training step\n\nThe pairs of %s (samples/gen/run_bigtrain.sh: a Flax Linen Llama-3.1-405B-shaped "
+                  "training step, forward, loss, gradient and optax AdamW update, FSDP × TP on 64 devices, every layer "
+                  "unrolled), best of %d runs (BENCH_BIG_REPEAT), one process per run, default configuration "
+                  "(-j %d). Instructions: of the baseline / distributed program; files: their gzipped protobuf dumps.\n\n"
+                  "| pair | verdict | instructions | files MiB | segments (verified) | memo hits | wall ms | check ms | CPU ms | peak MiB |\n"
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+              path, repeat, default_cfg().jobs);
+    json_t *pairs = json_object_get(m, "pairs");
+    strbuf why;
+    sb_init(&why);
+    for (size_t i = 0; i < json_array_size(pairs); i++) {
+        json_t *p = json_array_get(pairs, i);
+        const char *name = json_string_value(json_object_get(p, "name"));
+        const char *expected = json_string_value(json_object_get(p, "expected"));
+        char b[1024], d[1024], r[1024];
+        if (!name || !pair_files(p, dir, b, d, r)) continue;
+        run_result rr = NO_RESULT;
+        if (bench_pair(name, b, d, r, repeat, &rr) != 0) break;
+        sb_printf(md, "| %s | %s | %lld / %lld | %.1f / %.1f | %lld (%lld) | %lld | %.0f | %.1f | %.0f | %.0f |\n", name,
+                  verdict_name(rr.verdict), rr.instr_b, rr.instr_d, file_mib(b), file_mib(d), rr.segs, rr.segs_ok, rr.memo, rr.wall, rr.check, rr.cpu, rr.peak);
+        /* the message starts with the verdict when it is the reason for it */
+        const char *vn = verdict_name(rr.verdict), *reason = rr.why;
+        size_t vl = strlen(vn);
+        if (strncmp(reason, vn, vl) == 0 && strncmp(reason + vl, ": ", 2) == 0) reason += vl + 2;
+        sb_printf(&why, "\n%s: expected %s, the checker says %s%s%s.\n", name, expected ? expected : "?", vn, reason[0] ? ": " : "",
+                  reason);
+        sb_printf(js, "%s {\"pair\": \"%s\", \"verdict\": \"%s\", \"instructions\": [%lld, %lld], \"segments\": %lld, \"segments_verified\": %lld, \"memo_hits\": %lld, "
+                      "\"wall_ms\": %.1f, \"check_ms\": %.2f, \"cpu_ms\": %.1f, \"peak_mib\": %.1f}",
+                  *first ? "" : ",\n", name, verdict_name(rr.verdict), rr.instr_b, rr.instr_d, rr.segs, rr.segs_ok, rr.memo, rr.wall, rr.check,
+                  rr.cpu, rr.peak);
+        printf("%-45s %-10s %lld/%lld instructions %8.0f ms wall %8.0f ms cpu %6.0f MiB %s\n", name, verdict_name(rr.verdict), rr.instr_b,
+               rr.instr_d, rr.wall, rr.cpu, rr.peak, rr.why);
+        *first = 0;
+        fflush(stdout);
+    }
+    if (why.s) sb_puts(md, why.s);
+    sb_free(&why);
+    json_decref(m);
+}
+
 int main(int argc, char **argv) {
     const char *manifest = argc > 1 ? argv[1] : "samples/manifest.json";
     json_error_t err;
@@ -188,14 +287,7 @@ int main(int argc, char **argv) {
         const char *name = json_string_value(json_object_get(p, "name"));
         if (!name || strncmp(name, "tiny", 4) == 0) continue;
         char b[1024], d[1024], r[1024];
-        json_t *bj = json_object_get(p, "baseline"), *dj = json_object_get(p, "distributed");
-        const char *bf = json_string_value(json_object_get(bj, "pb")), *df = json_string_value(json_object_get(dj, "pb"));
-        const char *rv = json_string_value(json_object_get(p, "relations"));
-        if (!bf || !df || !rv) continue;
-        snprintf(b, sizeof b, "samples/%s", bf);
-        snprintf(d, sizeof d, "samples/%s", df);
-        if (strcmp(rv, "auto") == 0) snprintf(r, sizeof r, "auto");
-        else snprintf(r, sizeof r, "samples/%s", rv);
+        if (!pair_files(p, "samples", b, d, r)) continue;
         run_result rr = NO_RESULT;
         if (bench_pair(name, b, d, r, repeat, &rr) != 0) return 3;
         if (nres < MAX_PAIRS) {
@@ -347,6 +439,9 @@ int main(int argc, char **argv) {
         sb_free(&cl);
         sb_free(&vl);
     }
+    const char *big_env = getenv("BENCH_BIG_REPEAT");
+    int big_repeat = big_env && atoi(big_env) >= 0 ? atoi(big_env) : 3;
+    if (big_repeat > 0) bench_big(argc > 2 ? argv[2] : "samples/bigtrain/manifest.json", big_repeat, &md, &js, &first);
     sb_puts(&js, "\n]\n");
     FILE *f = fopen("tests/bench/RESULTS.md", "w");
     if (f) {
