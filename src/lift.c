@@ -2347,16 +2347,25 @@ static bool gather_views(lstate *s, lval *out) {
     return true;
 }
 
-/* An all-gather of index values that are the same function of their source
- * on every device (token ids wrapped into range, before a gather) gathers the
- * source: the same index value, with the dimension freed. */
+/* An all-gather (or a resharding collective-permute) of index values that
+ * are the same function of their source on every device (token ids wrapped
+ * into range, before a gather) moves the source: the same index value, under
+ * the collective's result view. */
 static bool gather_index_values(lstate *s, lval *out) {
     lval x = s->ops[0];
-    if (s->in->op != OP_ALL_GATHER || s->in->noperands != 1 || x.kind != LV_PW || !x.pw) return false;
+    bool permute = s->in->op == OP_COLLECTIVE_PERMUTE;
+    if ((s->in->op != OP_ALL_GATHER && !permute) || s->in->noperands != 1 || x.kind != LV_PW || !x.pw ||
+        x.pos == EID_NONE)
+        return false;
     for (int64_t d = 1; d < s->c->ndev; d++)
         if (x.pw[d].n != x.pw[0].n || memcmp(x.pw[d].p, x.pw[0].p, x.pw[0].n * sizeof *x.pw[0].p) != 0) return false;
+    /* The positions move as data would (a permute that reshards them, GSPMD
+     * moving token ids from one mesh axis to another, must leave a plain view
+     * of the same positions). */
     s->ops[0] = term(x.pos, x.v, false);
-    lval g = lift_all_gather(s);
+    lval g = unknown();
+    if (!permute) g = lift_all_gather(s);
+    else if (!lf_win_instr(s, &g) || g.kind != LV_TERM || eg_find(s->c->g, g.cls) != eg_find(s->c->g, x.pos)) g = unknown();
     s->ops[0] = x;
     if (g.kind != LV_TERM) return false;
     *out = x;
