@@ -252,7 +252,8 @@ char *arena_strdup(arena *a, const char *s) { return arena_strndup(a, s, strlen(
 
 void *arena_memdup(arena *a, const void *p, size_t n) {
     void *q = arena_alloc(a, n);
-    if (n) memcpy(q, p, n);
+    if (n && p) memcpy(q, p, n);
+    else if (n) memset(q, 0, n);
     return q;
 }
 

@@ -62,6 +62,8 @@ void arena_expect(arena *a, size_t n);
 size_t arena_used(const arena *a);
 char *arena_strndup(arena *a, const char *s, size_t n);
 char *arena_strdup(arena *a, const char *s);
+/* A copy of n bytes of p in the arena (zeros when p is NULL: an empty array
+ * copied with room for one more). */
 void *arena_memdup(arena *a, const void *p, size_t n);
 /* The arena takes ownership of a malloc'd block of n bytes (freed with it):
  * lets a grown vector become arena data without a copy. */

@@ -950,8 +950,21 @@ static void jax012_cases(void) {
         }
 }
 
+/* A dynamic-slice of a scalar has no attributes at all (no indices, no
+ * sizes): lifting copies its attribute list with room for one more, from
+ * NULL (UBSan under make asan; found by the mutation fuzzer). */
+static void scalar_dynamic_slice(void) {
+    t_case("check a dynamic-slice of a scalar (no attributes)");
+    json_t *trace = NULL;
+    int v = run_with("scalar-ds", "tests/cases/scalar-dynamic-slice.hlo", "tests/cases/scalar-dynamic-slice.hlo", "auto", false,
+                     false, &trace);
+    CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
+    json_decref(trace);
+}
+
 void suite_check(void);
 void suite_check(void) {
+    scalar_dynamic_slice();
     contradicted_by_execution();
     jax012_cases();
     shared_blocks();
