@@ -3202,7 +3202,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         if (inside) {
             c->divergence_konst = konst_op;
             for (uint32_t o = 0; o < in->noperands && !via; o++)
-                if (ops[o].rescaled && lf_factor_divergence(c, &ops[o], &vals[in->operands[o]], &via)) break;
+                if (ops[o].rescaled && lf_factor_divergence(c, comp, &ops[o], &vals[in->operands[o]], &via)) break;
             if (getenv("SCALIFY_DEBUG_LIFT")) {
                 strbuf b;
                 sb_init(&b);

@@ -119,7 +119,7 @@ void lf_unscale(lift_ctx *c, lval *x);
  * class; when the baseline put another factor into the same term, says so
  * (c->divergence_kind, _note) and gives the op to blame in *at. */
 void lf_scale_track(lstate *s, lval *v);
-bool lf_factor_divergence(lift_ctx *c, const lval *x, const lval *was, const hlo_instr **at);
+bool lf_factor_divergence(lift_ctx *c, const hlo_comp *comp, const lval *x, const lval *was, const hlo_instr **at);
 
 void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                  uint32_t ninputs);

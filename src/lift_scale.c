@@ -225,7 +225,7 @@ void lf_scale_track(lstate *s, lval *v) {
     if (summed) v->summed_at = in;
 }
 
-bool lf_factor_divergence(lift_ctx *c, const lval *x, const lval *was, const hlo_instr **at) {
+bool lf_factor_divergence(lift_ctx *c, const hlo_comp *comp, const lval *x, const lval *was, const hlo_instr **at) {
     eid key = eg_find(c->g, was->cls);
     uint32_t idx;
     if (!x->rescaled) return false;
@@ -257,7 +257,11 @@ bool lf_factor_divergence(lift_ctx *c, const lval *x, const lval *was, const hlo
     c->divergence_kind = how ? "wrong-reduction" : "constant-mismatch";
     c->divergence_note = arena_strndup(c->a, w.s, w.len);
     *at = how && was->summed_at ? was->summed_at : was->factor_at;
+    /* Blame is given within the computation of the divergence (its site is
+     * printed from that computation); an op elsewhere (a called one) is not. */
+    if (*at && (*at < comp->instrs || *at >= comp->instrs + comp->ninstrs)) *at = NULL;
     sb_free(&w);
     sb_free(&ax);
+    if (!*at) c->divergence_kind = NULL, c->divergence_note = NULL;
     return *at != NULL;
 }

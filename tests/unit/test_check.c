@@ -962,9 +962,24 @@ static void scalar_dynamic_slice(void) {
     json_decref(trace);
 }
 
+/* A mutant of the ring-attention baseline (tests/cases/mutants, from the
+ * mutation fuzzer) whose constant-factor divergence was blamed on an op in a
+ * called computation while its site was printed from the caller's
+ * (heap-buffer-overflow under make asan): blame stays in the divergence's
+ * computation. */
+static void factor_blame_in_call(void) {
+    t_case("check a mutant whose factor divergence lies in a call");
+    json_t *trace = NULL;
+    int v = run_with("factor-blame", "samples/train/attn.ring.baseline.hlo", "tests/cases/mutants/factor-blame-in-call.hlo",
+                     "auto", true, false, &trace);
+    CHECK_MSG(v != VERDICT_ERROR && trace, "verdict %s", verdict_name(v));
+    json_decref(trace);
+}
+
 void suite_check(void);
 void suite_check(void) {
     scalar_dynamic_slice();
+    factor_blame_in_call();
     contradicted_by_execution();
     jax012_cases();
     shared_blocks();
