@@ -2270,13 +2270,14 @@ static bool member(const int64_t *v, uint32_t n, int64_t x) {
  * gather viewed with those shardings on the matching output dims (an
  * embedding under FSDP: tokens gathered, the hidden dim sharded). */
 /* Operand o as a term when it is a device value the same on every device
- * (a constant index): the constant, replicated. */
+ * (a constant index, a count): that constant, replicated. */
 static void uniform_dev_as_term(lstate *s, uint32_t o) {
     lval *x = &s->ops[o];
     if (x->kind != LV_DEV || !dev_uniform(s->c, x)) return;
     const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
+    bool konst = x->konst;
     *x = term(dev_constant(s->c, xi, x), view_dup(xi->shape.rank), false);
-    x->konst = true;
+    x->konst = konst;
 }
 
 static bool gather_views(lstate *s, lval *out) {
@@ -2653,9 +2654,7 @@ static lval lift_instr(lstate *s) {
                                                 "only offsets and masks of known forms are understood", in->name);
                     return unknown();
                 }
-                bool k = ops[o].konst;
-                ops[o] = term(dev_constant(c, &s->comp->instrs[in->operands[o]], &ops[o]), view_dup(in->shape.rank), false);
-                ops[o].konst = k;
+                uniform_dev_as_term(s, o);
             }
         return lift_elementwise(s);
     }

@@ -476,18 +476,26 @@ static bool pw_gather(lstate *s, lval *out) {
     return true;
 }
 
-/* select(p, x, y) where p is, on every device, true for every value of its
- * source in the domain already assumed for it (a take's bounds check): x. The
- * assumption is in the trace; nothing new is assumed here. */
+/* select(p, x, y) where p is, on every device, constant over the domain
+ * already assumed for its source (a take's bounds check after the gather,
+ * valid token ids): the side it picks, whatever kind of value (a term, or
+ * rows still in an all-to-all's layout or per-device windows). Nothing new
+ * is assumed here. */
 static bool select_in_domain(lstate *s, lval *out) {
     const lval *p = &s->ops[0];
-    int k = s->ops[1].kind;
-    if (s->c->baseline_mode || p->kind != LV_PW || !p->pw || (k != LV_TERM && k != LV_LAYOUT && k != LV_WIN)) return false;
-    int64_t n = domain_of(s->c, p->src), val;
+    if (s->in->noperands != 3 || p->kind != LV_PW || !p->pw) return false;
+    for (uint32_t o = 1; o < 3; o++) {
+        int k = s->ops[o].kind;
+        if (k != LV_TERM && k != LV_LAYOUT && k != LV_WIN) return false;
+    }
+    int64_t n = domain_of(s->c, p->src), k0 = -1;
     if (n <= 0) return false;
-    for (int64_t d = 0; d < s->c->ndev; d++)
-        if (!pw_constant_on(&p->pw[d], 0, n, &val) || val != 1) return false;
-    *out = s->ops[1];
+    for (int64_t d = 0; d < s->c->ndev; d++) {
+        int64_t k;
+        if (!pw_constant_on(&p->pw[d], 0, n, &k) || (k0 >= 0 && k != k0)) return false;
+        k0 = k;
+    }
+    *out = s->ops[k0 ? 1 : 2];
     return true;
 }
 
@@ -628,20 +636,6 @@ bool lf_pw_instr(lstate *s, lval *out) {
         v.src = s->ops[0].src;
         if (!pos_reshape(c, &v.pos, &v.v, src->shape.dims, src->shape.rank, in->shape.dims, in->shape.rank)) return false;
         *out = v;
-        return true;
-    }
-    if (in->op == OP_SELECT && s->ops[0].kind == LV_PW && s->ops[1].kind == LV_TERM && s->ops[2].kind == LV_TERM) {
-        /* A mask that is constant over the assumed source domain picks one side
-         * (take's bounds check after the gather, for valid token ids). */
-        const lval *pr = &s->ops[0];
-        int64_t n = domain_of(c, pr->src), k0 = -1;
-        if (n <= 0) return false;
-        for (int64_t d = 0; d < c->ndev; d++) {
-            int64_t k;
-            if (!pw_constant_on(&pr->pw[d], 0, n, &k) || (k0 >= 0 && k != k0)) return false;
-            k0 = k;
-        }
-        *out = s->ops[k0 ? 1 : 2];
         return true;
     }
     if (!(dtype_is_int(dt) || dt == DT_PRED) || !lf_is_elementwise(in->op)) return false;
