@@ -135,7 +135,7 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
                 if (!same && rel->output_free && rel->output_free[o]) {
                     /* An output no annotation constrains, left in a sharding
                      * the checker could not name: not compared (said why). */
-                    snprintf(w->why, sizeof w->why, "output %u (sharding chosen by the partitioner) not compared", o);
+                    snprintf(w->why, sizeof w->why, "output %u: its sharding was chosen by the partitioner and could not be named", o);
                     w->skipped++;
                     continue;
                 }
