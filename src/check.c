@@ -732,7 +732,9 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         const hlo_comp *uc = div ? lc.divergence_comp : later ? lc.later_unsupported_comp : lc.first_unsupported_comp;
         const hlo_instr *ui = div ? lc.divergence : later ? lc.later_unsupported : lc.first_unsupported;
         bool konst_operand = div ? lc.divergence_konst : later ? lc.later_unsupported_konst : lc.unsupported_konst;
-        const char *kind = div && lc.divergence_kind ? lc.divergence_kind : ui ? kind_of_divergence(ui, konst_operand) : "unsupported-op";
+        const char *kind = div && lc.divergence_kind ? lc.divergence_kind
+                           : !div && !later && lc.unsupported_kind ? lc.unsupported_kind
+                           : ui ? kind_of_divergence(ui, konst_operand) : "unsupported-op";
         if (!ui) {
             uc = de;
             ui = &de->instrs[de->root];

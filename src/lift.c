@@ -77,13 +77,11 @@ void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_i
     if (c->nsegs) c->segs[c->cur_seg].findings++;
 }
 
-void lf_unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+static void unsupported_v(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *suspect, const char *fmt,
+                          va_list ap) {
     if (c->baseline_mode) return;  /* the baseline falls back to its own op (lift_comp) */
     char msg[600];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     if (getenv("SCALIFY_DEBUG_LIFT")) fprintf(stderr, "lift: unsupported: %s\n", msg);
     c->nunsupported++;
     if (c->nsegs) c->segs[c->cur_seg].unsupported++;
@@ -98,6 +96,21 @@ void lf_unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, cons
     c->first_unsupported_comp = comp;
     c->unsupported_konst = c->konst_operand_now;
     c->unsupported_why = arena_strdup(c->a, msg);
+    c->unsupported_kind = suspect;
+}
+
+void lf_unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    unsupported_v(c, comp, in, NULL, fmt, ap);
+    va_end(ap);
+}
+
+void lf_unsupported_suspect(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    unsupported_v(c, comp, in, kind, fmt, ap);
+    va_end(ap);
 }
 
 /* ---- e-node construction shared by both sides ---- */
@@ -636,6 +649,18 @@ bool lf_same_sharding(const view *a, const view *b) {
 
 static void describe(strbuf *b, const lift_ctx *c, const view *v) { view_print(b, v, c->mesh); }
 
+/* "operand 0 is shard(1,tp), operand 1 is an index value, ..." */
+static void describe_operands(strbuf *b, const lift_ctx *c, const lval *ops, uint32_t n) {
+    static const char *const kinds[] = {[LV_UNKNOWN] = "not related", [LV_DEV] = "a device-dependent value",
+                                        [LV_TUPLE] = "a tuple", [LV_PW] = "an index value", [LV_MASK] = "a mask",
+                                        [LV_LAYOUT] = "a rearranged value", [LV_WIN] = "a per-device window"};
+    for (uint32_t o = 0; o < n; o++) {
+        sb_printf(b, "%soperand %u is ", o ? ", " : "", o);
+        if (ops[o].kind == LV_TERM) describe(b, c, &ops[o].v);
+        else sb_puts(b, ops[o].kind < sizeof kinds / sizeof *kinds && kinds[ops[o].kind] ? kinds[ops[o].kind] : "?");
+    }
+}
+
 /* ---- device-dependent scalars: concrete evaluation on every device ---- */
 
 static lval dev_from_literal(lift_ctx *c, const hlo_instr *in) {
@@ -1105,10 +1130,7 @@ static lval lift_elementwise(lstate *s) {
              * program may well be right to, so this decides nothing. */
             strbuf why;
             sb_init(&why);
-            for (uint32_t o = 0; o < in->noperands; o++) {
-                sb_printf(&why, "%soperand %u is ", o ? ", " : "", o);
-                describe(&why, c, &ops[o].v);
-            }
+            describe_operands(&why, c, ops, in->noperands);
             lf_unsupported(c, s->comp, in, "%s computes with a partial %s before it is reduced (%s); such uses (an online "
                            "softmax's running max) are not related yet", in->name, reducer_name(red), why.s);
             sb_free(&why);
@@ -1117,10 +1139,7 @@ static lval lift_elementwise(lstate *s) {
         if (!ok) {
             strbuf why;
             sb_init(&why);
-            for (uint32_t o = 0; o < in->noperands; o++) {
-                sb_printf(&why, "%soperand %u is ", o ? ", " : "", o);
-                describe(&why, c, &ops[o].v);
-            }
+            describe_operands(&why, c, ops, in->noperands);
             bool is_convert = in->op == OP_CONVERT;
             /* A complete value added to a partial sum that is then summed over
              * the same axes is counted once per device: the reduction is wrong,
@@ -1199,7 +1218,16 @@ static lval lift_broadcast(lstate *s) {
     for (uint32_t k = 0; k < nd; k++) v.dims[bd[k]] = x->v.dims[k];
     v.partial = x->v.partial;
     v.red = x->v.red;
-    if (v.partial && v.red != RED_SUM) return unknown();
+    if (v.partial && v.red != RED_SUM) {
+        strbuf why;
+        sb_init(&why);
+        describe(&why, c, &x->v);
+        lf_unsupported_suspect(c, "missing-all-reduce", s->comp, in, "%s broadcasts a partial %s before it is reduced (%s); "
+                               "such uses (an online softmax's running max) are not related yet", in->name,
+                               reducer_name(v.red), why.s);
+        sb_free(&why);
+        return unknown();
+    }
     if (!c->baseline_mode) broadcast_sharded_reading(c, in, x, bd, nd, &v);
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
@@ -1962,7 +1990,19 @@ static lval lift_dynamic_slice(lstate *s) {
             return unknown();
         }
     }
-    if (v.partial) return unknown();
+    if (v.partial) {
+        /* Each device keeps its own block of a sum not yet reduced: a
+         * reduce-scatter without the reduction, unless the other devices'
+         * summands vanish in that block (which nothing here shows). */
+        strbuf why;
+        sb_init(&why);
+        describe(&why, c, &x->v);
+        lf_unsupported_suspect(c, "missing-all-reduce", s->comp, in, "%s takes each device's own block of a value that is "
+                               "still a partial sum (%s): a reduce-scatter without its reduction unless the other devices' "
+                               "summands vanish there", in->name, why.s);
+        sb_free(&why);
+        return unknown();
+    }
     if (windowed) {
         int64_t words[2 + 3 * VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
         uint32_t nw = 0;
@@ -2697,6 +2737,19 @@ static lval generic(lstate *s) {
     return term(lf_node(c, c->cur, in, ch, in->noperands, in->shape.dims, c->origin), view_dup(in->shape.rank), assumed);
 }
 
+/* An instruction left unknown without a word although every operand is
+ * related: said here, so that the first unrelated instruction is named. */
+static void unrelated(lstate *s) {
+    for (uint32_t o = 0; o < s->in->noperands; o++)
+        if (s->ops[o].kind == LV_UNKNOWN) return;  /* said where that operand was lifted */
+    strbuf why;
+    sb_init(&why);
+    describe_operands(&why, s->c, s->ops, s->in->noperands);
+    lf_unsupported(s->c, s->comp, s->in, "no transfer function relates %s (%s) with these operand views (%s)", s->in->name,
+                   s->in->opname, why.s);
+    sb_free(&why);
+}
+
 /* Time and e-nodes since the last switch go to the current segment; the
  * nodes it added are remembered as a span (for its class count). */
 void lf_charge_segment(lift_ctx *c, double t, uint32_t nn) {
@@ -3040,7 +3093,9 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     double factor = 1;
     if (!lf_scale_take(&s, v)) {
         factor = lf_scale_plan(&s);
+        uint32_t nu = c->nunsupported, nf = c->nfindings;
         *v = lift_instr(&s);
+        if (!c->baseline_mode && v->kind == LV_UNKNOWN && c->nunsupported == nu && c->nfindings == nf) unrelated(&s);
         if (c->baseline_mode && v->kind == LV_UNKNOWN && factor != 1) *v = generic(&s);
         lf_scale_apply(&s, v, factor);
     }

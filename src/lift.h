@@ -202,6 +202,7 @@ typedef struct lift_ctx {
     const hlo_instr *first_unsupported;   /* first instruction no rule relates */
     const hlo_comp *first_unsupported_comp;
     char *unsupported_why;
+    const char *unsupported_kind;         /* the bug kind it suggests should execution differ, or NULL */
     const hlo_instr *later_unsupported;   /* the first one after a region was resynced */
     const hlo_comp *later_unsupported_comp;
     char *later_unsupported_why;

@@ -86,6 +86,10 @@ void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_i
 void lf_assume(lift_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void lf_unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* lf_unsupported, naming the bug kind this undecided use would be if execution
+ * shows the programs differ (the kind of an execution-confirmed finding). */
+void lf_unsupported_suspect(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
             uint8_t origin);
 eid lf_fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank);

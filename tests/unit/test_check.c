@@ -915,6 +915,43 @@ static void shared_blocks(void) {
     json_decref(trace);
 }
 
+/* Values still partial used as if reduced (tests/cases/unreduced, made by
+ * hand): a dynamic-slice taking each device's block of a partial sum (a
+ * reduce-scatter without its reduction) and a broadcast of a partial max. The
+ * rules cannot rule out that the other devices' summands vanish, so without
+ * execution each is unverified with its reason; with execution the programs
+ * differ and the kind is the one the reason suggests, at that instruction.
+ * The same program reduced first (dist-ok) is verified. */
+static void unreduced_uses(void) {
+    static const struct {
+        const char *dist, *at, *why;
+    } cases[] = {
+        {"dist", "mine", "still a partial sum"},
+        {"dist-max", "mb", "broadcasts a partial max"},
+    };
+    const char *b = "tests/cases/unreduced/base.hlo", *r = "tests/cases/unreduced/relations.json";
+    for (size_t k = 0; k < ARRAY_LEN(cases); k++)
+        for (int w = 0; w < 2; w++) {
+            char d[128];
+            snprintf(d, sizeof d, "tests/cases/unreduced/%s.hlo", cases[k].dist);
+            t_case("check unreduced %s (%s)", cases[k].dist, w ? "witness" : "rules only");
+            json_t *trace = NULL;
+            int v = run_with(cases[k].dist, b, d, r, w, false, &trace);
+            json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
+            const char *msg = json_string_value(json_object_get(f0, "message"));
+            CHECK_MSG(v == (w ? VERDICT_MISMATCH : VERDICT_UNVERIFIED), "verdict %s", verdict_name(v));
+            CHECK_STR(json_string_value(json_object_get(f0, "kind")), w ? "missing-all-reduce" : "unsupported-op");
+            CHECK_STR(json_string_value(json_object_get(json_object_get(f0, "distributed"), "instruction")), cases[k].at);
+            CHECK_MSG(msg && strstr(msg, cases[k].why), "%s", msg ? msg : "(none)");
+            json_decref(trace);
+        }
+    t_case("check unreduced dist-ok (reduced before use)");
+    json_t *trace = NULL;
+    int v = run_with("dist-ok", b, "tests/cases/unreduced/dist-ok.hlo", r, true, false, &trace);
+    CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
+    json_decref(trace);
+}
+
 /* The jax 0.12 cases (tests/cases/jax012, samples/gen/jax012.py): every
  * correct pair, in both forms, is never a mismatch — among them a GSPMD scan
  * whose jit has no out_shardings (the partitioner leaves the result sharded:
@@ -983,6 +1020,7 @@ void suite_check(void) {
     contradicted_by_execution();
     jax012_cases();
     shared_blocks();
+    unreduced_uses();
     changed_replica_groups();
     json_error_t err;
     json_t *manifest = json_load_file("samples/manifest.json", 0, &err);
