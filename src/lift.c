@@ -1791,6 +1791,52 @@ static lval gather_copies(lstate *s, uint32_t d, int axes) {
                 x->assumed);
 }
 
+/* all-gather along dim d (not sharded) of a value whose dim e is sharded over
+ * exactly the gathered axes (major first): every device ends up with the same
+ * tensor, dim d holding the blocks of e as its major part — a rearrangement of
+ * the global value (a layout), which reshapes and transposes may bring back
+ * (jax's untiled all_gather then moveaxis), and which is wrong only if used
+ * so. */
+static bool gather_layout(lstate *s, uint32_t d, int axes, lval *out) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[0];
+    const hlo_instr *src = &s->comp->instrs[s->in->operands[0]];
+    uint32_t rank = src->shape.rank;
+    int e = -1;
+    for (uint32_t q = 0; q < rank; q++) {
+        const view_dim *vq = &x->v.dims[q];
+        uint32_t mask = 0;
+        bool ascending = true;
+        for (uint32_t k = 0; k < vq->naxes; k++) {
+            mask |= 1u << vq->axes[k];
+            ascending &= k == 0 || vq->axes[k] > vq->axes[k - 1];
+        }
+        if (!(mask & (uint32_t)axes)) continue;
+        if (mask != (uint32_t)axes || !ascending || e >= 0) return false;
+        e = (int)q;
+    }
+    if (e < 0 || rank > VIEW_MAX_RANK) return false;
+    int64_t n = view_dim_parts(&x->v, c->mesh, (uint32_t)e);
+    lift_layout *L = arena_alloc(c->a, sizeof *L);
+    memset(L, 0, sizeof *L);
+    L->grank = L->ndims = rank;
+    for (uint32_t q = 0; q < rank; q++) {
+        int64_t parts = view_dim_parts(&x->v, c->mesh, q);
+        if (parts < 1) return false;
+        L->gdims[q] = src->shape.dims[q] * parts;
+        L->split[q] = parts;
+        L->bound[q] = parts > 1 && q != (uint32_t)e ? 1 : -1;
+        L->naxes[q] = q != (uint32_t)e ? x->v.dims[q].naxes : 0;
+        memcpy(L->axes[q], x->v.dims[q].axes, L->naxes[q]);
+        if (q == d) L->atoms[q][L->natoms[q]++] = (layout_atom){(uint8_t)e, 0, n};
+        if (L->gdims[q] / parts > 1) L->atoms[q][L->natoms[q]++] = (layout_atom){(uint8_t)q, 1, L->gdims[q] / parts};
+    }
+    L->from = s->in;
+    L->from_comp = s->comp;
+    *out = (lval){.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
+    return true;
+}
+
 static lval lift_all_gather(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1804,6 +1850,10 @@ static lval lift_all_gather(lstate *s) {
     if (!vd->naxes && !(view_axes_used(&x->v) & (uint32_t)axes) && !x->v.partial) return gather_copies(s, d, axes);
     bool ok = vd->naxes >= k;
     for (uint32_t i = 0; ok && i < k; i++) ok = axes >> vd->axes[vd->naxes - k + i] & 1;
+    if (!ok && !vd->naxes && !x->v.partial) {
+        lval r;
+        if (gather_layout(s, d, axes, &r)) return r;
+    }
     if (!ok) {
         strbuf a, w;
         sb_init(&a);
@@ -2212,6 +2262,8 @@ static lval lift_all_to_all(lstate *s) {
             L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)d, 1, L->gdims[d] / L->split[d]};
         }
     }
+    L->from = in;
+    L->from_comp = s->comp;
     return (lval){.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
 }
 
@@ -2602,7 +2654,10 @@ static lval lift_instr(lstate *s) {
     for (uint32_t o = 0; o < in->noperands; o++)
         if (ops[o].kind == LV_LAYOUT &&
             !layout_to_term(c, &ops[o], &s->comp->instrs[in->operands[o]].shape, true, &ops[o])) {
-            lf_unsupported(c, s->comp, in, "%s rearranges an all-to-all result in a way not related yet", in->name);
+            const lift_layout *L = ops[o].lay;
+            lf_unsupported_suspect(c, "wrong-shard-dim", L->from_comp, L->from, "%s rearranges the blocks of its operand "
+                                   "(they are the major part of another dimension), and %s uses the result in a way not "
+                                   "related yet", L->from->name, in->name);
             return unknown();
         }
     if (lf_win_instr(s, &pwv)) return pwv;

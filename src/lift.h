@@ -68,8 +68,8 @@
 enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT, LV_WIN };
 
 /* LV_LAYOUT: a local tensor whose dims are runs of atomic factors of the global
- * dims (after an all-to-all, before the reshapes that bring it back to a plain
- * view). Atom k is part `part` (0 major, 1 minor) of global dim `gdim`. */
+ * dims (after an all-to-all, or an all-gather along a dim other than the
+ * sharded one, before the reshapes that bring it back to a plain view). Atom k is part `part` (0 major, 1 minor) of global dim `gdim`. */
 #define LAYOUT_MAX_ATOMS 16
 typedef struct layout_atom {
     uint8_t gdim, part;
@@ -85,6 +85,8 @@ typedef struct lift_layout {
     uint32_t ndims;                    /* local dims */
     uint8_t natoms[VIEW_MAX_RANK];     /* atoms per local dim */
     layout_atom atoms[VIEW_MAX_RANK][4];
+    const hlo_instr *from;             /* the collective that rearranged the value */
+    const hlo_comp *from_comp;
 } lift_layout;
 
 /* LV_WIN: a value whose content along one dim differs per device in a way no

@@ -915,41 +915,61 @@ static void shared_blocks(void) {
     json_decref(trace);
 }
 
+/* A use the rules cannot decide (tests/cases/DIR/DIST.hlo against base.hlo):
+ * unverified without execution, its reason naming WHY at instruction AT; with
+ * execution a mismatch of KIND there (the kind the reason suggests). */
+static void check_undecided(const char *dir, const char *dist, const char *at, const char *why, const char *kind) {
+    char b[128], d[128], r[128];
+    snprintf(b, sizeof b, "tests/cases/%s/base.hlo", dir);
+    snprintf(d, sizeof d, "tests/cases/%s/%s.hlo", dir, dist);
+    snprintf(r, sizeof r, "tests/cases/%s/relations.json", dir);
+    for (int w = 0; w < 2; w++) {
+        t_case("check %s %s (%s)", dir, dist, w ? "witness" : "rules only");
+        json_t *trace = NULL;
+        int v = run_with(dist, b, d, r, w, false, &trace);
+        json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
+        const char *msg = json_string_value(json_object_get(f0, "message"));
+        CHECK_MSG(v == (w ? VERDICT_MISMATCH : VERDICT_UNVERIFIED), "verdict %s", verdict_name(v));
+        CHECK_STR(json_string_value(json_object_get(f0, "kind")), w ? kind : "unsupported-op");
+        CHECK_STR(json_string_value(json_object_get(json_object_get(f0, "distributed"), "instruction")), at);
+        CHECK_MSG(msg && strstr(msg, why), "%s", msg ? msg : "(none)");
+        json_decref(trace);
+    }
+}
+
+/* tests/cases/DIR/DIST.hlo against base.hlo is verified, with execution. */
+static void check_verified(const char *dir, const char *dist) {
+    char b[128], d[128], r[128];
+    snprintf(b, sizeof b, "tests/cases/%s/base.hlo", dir);
+    snprintf(d, sizeof d, "tests/cases/%s/%s.hlo", dir, dist);
+    snprintf(r, sizeof r, "tests/cases/%s/relations.json", dir);
+    t_case("check %s %s", dir, dist);
+    json_t *trace = NULL;
+    int v = run_with(dist, b, d, r, true, false, &trace);
+    CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
+    json_decref(trace);
+}
+
 /* Values still partial used as if reduced (tests/cases/unreduced, made by
  * hand): a dynamic-slice taking each device's block of a partial sum (a
  * reduce-scatter without its reduction) and a broadcast of a partial max. The
- * rules cannot rule out that the other devices' summands vanish, so without
- * execution each is unverified with its reason; with execution the programs
- * differ and the kind is the one the reason suggests, at that instruction.
- * The same program reduced first (dist-ok) is verified. */
+ * rules cannot rule out that the other devices' summands vanish, so each is
+ * undecided without execution. The program reduced first is verified. */
 static void unreduced_uses(void) {
-    static const struct {
-        const char *dist, *at, *why;
-    } cases[] = {
-        {"dist", "mine", "still a partial sum"},
-        {"dist-max", "mb", "broadcasts a partial max"},
-    };
-    const char *b = "tests/cases/unreduced/base.hlo", *r = "tests/cases/unreduced/relations.json";
-    for (size_t k = 0; k < ARRAY_LEN(cases); k++)
-        for (int w = 0; w < 2; w++) {
-            char d[128];
-            snprintf(d, sizeof d, "tests/cases/unreduced/%s.hlo", cases[k].dist);
-            t_case("check unreduced %s (%s)", cases[k].dist, w ? "witness" : "rules only");
-            json_t *trace = NULL;
-            int v = run_with(cases[k].dist, b, d, r, w, false, &trace);
-            json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
-            const char *msg = json_string_value(json_object_get(f0, "message"));
-            CHECK_MSG(v == (w ? VERDICT_MISMATCH : VERDICT_UNVERIFIED), "verdict %s", verdict_name(v));
-            CHECK_STR(json_string_value(json_object_get(f0, "kind")), w ? "missing-all-reduce" : "unsupported-op");
-            CHECK_STR(json_string_value(json_object_get(json_object_get(f0, "distributed"), "instruction")), cases[k].at);
-            CHECK_MSG(msg && strstr(msg, cases[k].why), "%s", msg ? msg : "(none)");
-            json_decref(trace);
-        }
-    t_case("check unreduced dist-ok (reduced before use)");
-    json_t *trace = NULL;
-    int v = run_with("dist-ok", b, "tests/cases/unreduced/dist-ok.hlo", r, true, false, &trace);
-    CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
-    json_decref(trace);
+    check_undecided("unreduced", "dist", "mine", "still a partial sum", "missing-all-reduce");
+    check_undecided("unreduced", "dist-max", "mb", "broadcasts a partial max", "missing-all-reduce");
+    check_verified("unreduced", "dist-ok");
+}
+
+/* An all-gather along a dim other than the sharded one (tests/cases/
+ * gather-layout, by hand) rearranges the blocks: jax's untiled all_gather
+ * (a new unit dim) then a transpose and reshape bring them back — verified,
+ * never a wrong-shard-dim finding; a reshape that leaves them rearranged is
+ * undecided by the rules and a wrong-shard-dim at the all-gather when
+ * execution shows the difference. */
+static void gather_layouts(void) {
+    check_verified("gather-layout", "dist-ok");
+    check_undecided("gather-layout", "dist-bad", "g", "rearranges the blocks of its operand", "wrong-shard-dim");
 }
 
 /* The jax 0.12 cases (tests/cases/jax012, samples/gen/jax012.py): every
@@ -1021,6 +1041,7 @@ void suite_check(void) {
     jax012_cases();
     shared_blocks();
     unreduced_uses();
+    gather_layouts();
     changed_replica_groups();
     json_error_t err;
     json_t *manifest = json_load_file("samples/manifest.json", 0, &err);
