@@ -2030,12 +2030,16 @@ static lval lift_dynamic_slice(lstate *s) {
             return unknown();
         }
         if (!bound) {
+            /* Which device holds which piece matters only to later uses:
+             * followed exactly as a window where it can be, else undecided. */
+            lval w;
+            if (lf_win_dynamic_slice_term(s, d, &w)) return w;
             strbuf t;
             sb_init(&t);
             for (int64_t r = 0; r < c->ndev && r < 8; r++) sb_printf(&t, "%s%lld", r ? ", " : "", (long long)o->dev[r]);
-            lf_finding(c, "wrong-shard-dim", s->comp, in,
-                    "@%s slices dimension %u at per-device offsets {%s%s}, which select no mesh-axis block of size %lld",
-                    in->name, d, t.s, c->ndev > 8 ? ", ..." : "", (long long)size);
+            lf_unsupported_suspect(c, "wrong-shard-dim", s->comp, in,
+                                   "%s slices dimension %u at per-device offsets {%s%s}, which select no mesh-axis block of "
+                                   "size %lld", in->name, d, t.s, c->ndev > 8 ? ", ..." : "", (long long)size);
             sb_free(&t);
             return unknown();
         }
@@ -2669,6 +2673,8 @@ static lval lift_instr(lstate *s) {
             char what[80];
             if (at->op == OP_COLLECTIVE_PERMUTE) snprintf(what, sizeof what, "moves pieces of dimension %u between devices", w->dim);
             else if (at->op == OP_SLICE) snprintf(what, sizeof what, "slices sharded dimension %u", w->dim);
+            else if (at->op == OP_DYNAMIC_SLICE)
+                snprintf(what, sizeof what, "slices dimension %u at per-device offsets that are no blocks of a mesh axis", w->dim);
             else snprintf(what, sizeof what, "concatenates along sharded dimension %u", w->dim);
             lf_unsupported(c, w->from ? w->from_comp : s->comp, at, "%s %s: the per-device pieces are no plain view where %s uses them",
                         at->name, what, in->name);

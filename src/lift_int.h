@@ -34,6 +34,8 @@
  *   lf_mask_as_partial a gathered row as a partial sum over the axes it sums
  *   lf_win_instr      per-device windows (lift_win.c): slices, concatenates,
  *                     dynamic-slices and collective-permutes of them
+ *   lf_win_dynamic_slice_term  a term sliced at per-device offsets that are
+ *                     no view's blocks, as a window
  *   lf_win_assume     a window met by an op that does not take windows
  *   lf_zmask_after    the zero mask of a value just lifted (lift_zmask.c)
  *   lf_const_term     the constant term of known values
@@ -104,6 +106,7 @@ bool lf_index_as_term(lift_ctx *c, lval *x);
 bool lf_mask_resolves(const lift_ctx *c, const lval *m);
 bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out);
 bool lf_win_instr(lstate *s, lval *out);
+bool lf_win_dynamic_slice_term(lstate *s, uint32_t d, lval *out);
 void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x);
 void lf_zmask_after(lstate *s, lval *v);
 eid lf_const_term(lift_ctx *c, struct interp_val *v, uint8_t origin);

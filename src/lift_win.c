@@ -270,6 +270,41 @@ static bool win_dynamic_slice(lstate *s, lval *out) {
     return true;
 }
 
+/* dynamic-slice of a term along its unsharded dim d at per-device offsets
+ * that select no block of a view (every other dim taken whole): each device's
+ * piece, exactly, as a window from here — a rotation of the blocks, say, is
+ * right when what follows does not care which device holds which (a sum over
+ * the devices) and wrong otherwise, which only later uses can tell. */
+bool lf_win_dynamic_slice_term(lstate *s, uint32_t d, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    if (x->kind != LV_TERM || x->v.partial || d >= x->v.rank || x->v.dims[d].naxes || in->noperands != 1 + src->shape.rank)
+        return false;
+    for (uint32_t k = 0; k < src->shape.rank; k++) {
+        const lval *o = &s->ops[1 + k];
+        if (k == d ? o->kind != LV_DEV || o->count != 1 : in->shape.dims[k] != src->shape.dims[k]) return false;
+    }
+    int64_t len = in->shape.dims[d], full = src->shape.dims[d];
+    if (len < 1 || len > full || len > LIFT_WIN_MAX / c->ndev) return false;
+    const lval *o = &s->ops[1 + d];
+    lift_win *w = win_new(c, NULL, d, len);
+    w->from = in;
+    w->from_comp = s->comp;
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t st = (int64_t)o->dev[r];
+        if (st > full - len) st = full - len;  /* clamped as XLA clamps */
+        if (st < 0) st = 0;
+        for (int64_t l = 0; l < len; l++) w->idx[r * len + l] = st + l;
+    }
+    lval v = *x;
+    v.kind = LV_WIN;
+    v.win = w;
+    *out = win_settle(c, v);
+    return true;
+}
+
 /* collective-permute: device t receives the operand of the device s paired
  * with it ({s,t} in source_target_pairs, partition ids), or zeros when none.
  * Exact per device as a window along the dim whose blocks move; related only

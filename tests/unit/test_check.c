@@ -972,6 +972,25 @@ static void gather_layouts(void) {
     check_undecided("gather-layout", "dist-bad", "g", "rearranges the blocks of its operand", "wrong-shard-dim");
 }
 
+/* A dynamic-slice at per-device offsets that are no view's blocks
+ * (tests/cases/rotated-slice, by hand): device r sums rows 2r+2.. of a
+ * replicated x, the blocks rotated by one, then an all-reduce — right, since
+ * the sum does not care which device holds which block. Followed as a window
+ * and left undecided by the rules (never a wrong-shard-dim finding, which it
+ * was); the same slice with blocks 0 and 2 read twice and 1 and 3 never is a
+ * wrong-shard-dim at the slice once execution shows it. */
+static void rotated_slices(void) {
+    for (int w = 0; w < 2; w++) {
+        t_case("check rotated-slice dist-rotated (%s)", w ? "witness" : "rules only");
+        json_t *trace = NULL;
+        int v = run_with("rotated", "tests/cases/rotated-slice/base.hlo", "tests/cases/rotated-slice/dist-rotated.hlo",
+                         "tests/cases/rotated-slice/relations.json", w, false, &trace);
+        CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
+        json_decref(trace);
+    }
+    check_undecided("rotated-slice", "dist-bad", "mine", "no blocks of a mesh axis", "wrong-shard-dim");
+}
+
 /* The jax 0.12 cases (tests/cases/jax012, samples/gen/jax012.py): every
  * correct pair, in both forms, is never a mismatch — among them a GSPMD scan
  * whose jit has no out_shardings (the partitioner leaves the result sharded:
@@ -1042,6 +1061,7 @@ void suite_check(void) {
     shared_blocks();
     unreduced_uses();
     gather_layouts();
+    rotated_slices();
     changed_replica_groups();
     json_error_t err;
     json_t *manifest = json_load_file("samples/manifest.json", 0, &err);
