@@ -1464,10 +1464,15 @@ static bool unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_di
 
 /* Paired dims (batch or contracting) of a dot sharded alike, where re-reading
  * size-1 dims makes them so. */
+/* Whether two view dims are sharded alike (bytes past naxes mean nothing). */
+static bool same_dim(const view_dim *a, const view_dim *b) {
+    return a->naxes == b->naxes && memcmp(a->axes, b->axes, a->naxes) == 0;
+}
+
 static void dot_align(lstate *s, const int64_t *ld, const int64_t *rd, uint32_t n) {
     for (uint32_t k = 0; k < n; k++) {
         view_dim a = s->ops[0].v.dims[ld[k]], b = s->ops[1].v.dims[rd[k]];
-        if (!memcmp(&a, &b, sizeof a)) continue;
+        if (same_dim(&a, &b)) continue;
         if (!b.naxes && a.naxes) unit_dim_reread(s, 1, (uint32_t)rd[k], &a);
         else if (!a.naxes && b.naxes) unit_dim_reread(s, 0, (uint32_t)ld[k], &b);
     }
@@ -1493,7 +1498,7 @@ static lval lift_dot(lstate *s) {
     uint32_t out = 0;
     uint8_t partial = l->v.partial | r->v.partial;
     for (uint32_t k = 0; k < nlb; k++) {
-        if (memcmp(&l->v.dims[lb[k]], &r->v.dims[rb[k]], sizeof(view_dim))) {
+        if (!same_dim(&l->v.dims[lb[k]], &r->v.dims[rb[k]])) {
             lf_unsupported(c, s->comp, in, "%s: batch dimension %u is sharded differently on its operands", in->name, k);
             return unknown();
         }
