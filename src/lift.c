@@ -1876,6 +1876,41 @@ static bool part_axis_blocks(const lift_ctx *c, const double *vals, uint32_t cou
     return false;
 }
 
+/* dynamic-update-slice(x, u, offsets) with offsets the same on every device
+ * (constants, replicated values such as a loop counter): where u is viewed as
+ * x is and covers every dim x is sharded along whole (the offset there is
+ * clamped to 0, locally and globally), each device writes its block of u into
+ * its block of x at the same place: the global update, under x's view (a scan
+ * stacking per-layer values into a buffer). Which positions take u does not
+ * depend on the device, so a partial pair (the same axes and reduction) stays
+ * partial. */
+static lval lift_dynamic_update_slice(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0], *u = &s->ops[1];
+    uint32_t rank = in->shape.rank;
+    if (x->kind != LV_TERM || u->kind != LV_TERM || in->noperands != 2 + rank || rank > VIEW_MAX_RANK ||
+        x->v.rank != rank || u->v.rank != rank || x->v.partial != u->v.partial || (x->v.partial && x->v.red != u->v.red) ||
+        !lf_same_sharding(&x->v, &u->v))
+        return unknown();
+    const hlo_instr *ui = &s->comp->instrs[in->operands[1]];
+    for (uint32_t d = 0; d < rank; d++)
+        if (x->v.dims[d].naxes && ui->shape.dims[d] != in->shape.dims[d]) return unknown();
+    eid ch[VIEW_MAX_RANK + 2];
+    ch[0] = x->cls;
+    ch[1] = u->cls;
+    bool assumed = x->assumed || u->assumed;
+    for (uint32_t d = 0; d < rank; d++) {
+        const lval *o = &s->ops[2 + d];
+        if (o->kind == LV_TERM && view_is_dup(&o->v)) ch[2 + d] = o->cls, assumed |= o->assumed;
+        else if (o->kind == LV_DEV && dev_uniform(c, o)) ch[2 + d] = dev_constant(c, &s->comp->instrs[in->operands[2 + d]], o);
+        else return unknown();
+    }
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, &in->shape, dims);
+    return term(lf_node(c, c->cur, in, ch, rank + 2, dims, c->origin), x->v, assumed);
+}
+
 static lval lift_dynamic_slice(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -2636,6 +2671,11 @@ static lval lift_instr(lstate *s) {
     case OP_ALL_TO_ALL: return lift_all_to_all(s);
     case OP_REDUCE_SCATTER: return lift_reduce_scatter(s);
     case OP_DYNAMIC_SLICE: return lift_dynamic_slice(s);
+    case OP_DYNAMIC_UPDATE_SLICE: {
+        lval r = lift_dynamic_update_slice(s);
+        if (r.kind != LV_UNKNOWN) return r;
+        break;
+    }
     case OP_SLICE: return lift_slice(s);
     case OP_CONCATENATE: return lift_concatenate(s);
     case OP_GATHER: {
