@@ -2827,10 +2827,16 @@ void lf_account_tree(lift_ctx *c, const hlo_instr *in) {
  * values); entering the body with x_pi(k) under v_k, the body must return
  * y_pi(k) under v_k, and the condition must be p. Then, iteration by iteration,
  * the distributed carry is the baseline carry under the views, both loops stop
- * together, and result element k is while_pi(k)(init) under v_k. */
+ * together, and result element k is while_pi(k)(init) under v_k. Carries are
+ * paired by their initial values, not by position (the partitioner reorders
+ * them); a constant one (a zero-filled buffer, a zero sum) under the view that
+ * gives it the baseline element's shape (konst_carry); baseline carries the
+ * body returns unchanged from the same initial value are one variable
+ * (loop_invariants). */
 typedef struct lift_loop {
     uint32_t n;                   /* carry elements */
     lval *init;                   /* baseline initial elements */
+    const shape *shapes;          /* baseline carry element shapes */
     eid *x;                       /* the variable of each element */
     lval body;                    /* body over x (LV_TUPLE when understood) */
     eid cond;                     /* condition over x, EID_NONE when not a term */
@@ -2864,6 +2870,31 @@ static void loop_walk(lift_ctx *c, const hlo_instr *in, lval *args, lval *body, 
     c->loop_seg = outer;
 }
 
+/* Carries the body returns unchanged keep their initial value in every
+ * iteration; two of them that start from the same value are equal in every
+ * iteration, so their variables are merged. A distributed loop that carries
+ * that value once (or in other places) then meets the baseline's body
+ * whichever of them its carry is related to. */
+static void loop_invariants(lift_ctx *c, const lift_loop *L) {
+    bool any = false;
+    for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->n && j < L->body.n; j++) {
+        const lval *y = &L->body.elems[j], *e = &L->init[j];
+        if (y->kind != LV_TERM || e->kind != LV_TERM || eg_find(c->g, y->cls) != eg_find(c->g, L->x[j])) continue;
+        for (uint32_t i = 0; i < j; i++) {
+            const lval *yi = &L->body.elems[i], *ei = &L->init[i];
+            if (yi->kind == LV_TERM && ei->kind == LV_TERM && eg_find(c->g, yi->cls) == eg_find(c->g, L->x[i]) &&
+                eg_find(c->g, ei->cls) == eg_find(c->g, e->cls) && eg_find(c->g, L->x[i]) != eg_find(c->g, L->x[j])) {
+                eg_union(c->g, L->x[i], L->x[j], NULL);
+                any = true;
+                break;
+            }
+        }
+    }
+    if (!any) return;
+    eg_rebuild(c->g);
+    lf_kvals_after_unions(c);
+}
+
 static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
     const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
     const hlo_instr *ti = in->noperands == 1 ? &comp->instrs[in->operands[0]] : NULL;
@@ -2873,6 +2904,7 @@ static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     lift_loop *L = &c->loops[c->nloops++];
     memset(L, 0, sizeof *L);
     L->n = n;
+    L->shapes = in->shape.tuple;
     L->init = arena_memdup(c->a, init->elems, (n + 1) * sizeof *init->elems);
     for (uint32_t j = 0; j < n; j++) lf_index_as_term(c, &L->init[j]);
     init = &(lval){.kind = LV_TUPLE, .n = n, .elems = L->init};
@@ -2893,6 +2925,7 @@ static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->body.n; j++) lf_index_as_term(c, &L->body.elems[j]);
     lf_index_as_term(c, &cv);
     L->cond = cv.kind == LV_TERM ? eg_find(c->g, cv.cls) : EID_NONE;
+    loop_invariants(c, L);
     lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
     uint32_t b = called_comp(c->cur, in, A_BODY);
     for (uint32_t j = 0; j < n; j++) {
@@ -2903,6 +2936,58 @@ static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     }
     L->result = (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
     return L->result;
+}
+
+/* The view that cuts each dim of the global shape g into the local shape l
+ * in blocks over the one mesh axis of that ratio; false when a ratio is no
+ * axis's size or more than one axis has it (the reading would be a guess). */
+static bool blocks_view(const lift_ctx *c, const shape *l, const shape *g, view *w) {
+    if (l->rank != g->rank || l->rank > VIEW_MAX_RANK) return false;
+    *w = view_dup(l->rank);
+    uint32_t used = 0;
+    for (uint32_t d = 0; d < l->rank; d++) {
+        if (g->dims[d] == l->dims[d]) continue;
+        if (l->dims[d] <= 0 || g->dims[d] % l->dims[d]) return false;
+        int64_t r = g->dims[d] / l->dims[d];
+        int axis = -1;
+        for (uint32_t a = 0; a < c->mesh->naxes; a++) {
+            if (c->mesh->sizes[a] != r) continue;
+            if (axis >= 0) return false;
+            axis = (int)a;
+        }
+        if (axis < 0 || used >> axis & 1) return false;
+        used |= 1u << axis;
+        w->dims[d] = lf_axes_dim(c, 1u << axis);
+    }
+    return true;
+}
+
+/* A carry entering as a constant the same on every device (a zero-filled
+ * buffer the loop writes its per-iteration results into, a zero accumulator)
+ * that no baseline element starts from as it is: read under the blocked view
+ * that makes its local shape the shape of a baseline element, that constant is
+ * a global constant (konst_at); related to the first element not taken yet
+ * that starts from it (ties paired in order). Whether this reading is the one
+ * the body keeps is decided by the induction. */
+static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t ei, const lift_loop *L, const bool *taken,
+                        uint32_t *pj, view *pw) {
+    const hlo_instr *e = &comp->instrs[ei];
+    const lval *x = &vals[ei];
+    if (x->kind != LV_TERM || !x->konst || x->assumed || !view_is_dup(&x->v)) return false;
+    for (uint32_t j = 0; j < L->n; j++) {
+        const shape *bs = &L->shapes[j];
+        view w;
+        if (taken[j] || L->init[j].kind != LV_TERM || bs->dtype != e->shape.dtype || !blocks_view(c, &e->shape, bs, &w) ||
+            view_is_dup(&w))
+            continue;
+        eid g = konst_at(c, comp, vals, ei, &w, 0);
+        if (g != EID_NONE && eg_find(c->g, g) == eg_find(c->g, L->init[j].cls)) {
+            *pj = j;
+            *pw = w;
+            return true;
+        }
+    }
+    return false;
 }
 
 static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
@@ -2918,10 +3003,14 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
     lift_loop *L = &c->loops[c->next_loop++];
     uint32_t n = init->n;
     uint32_t *pi = arena_alloc(c->a, (n + 1) * sizeof *pi);
+    const hlo_instr *ti = &comp->instrs[in->operands[0]];
+    bool *guessed = arena_alloc(c->a, n + 1), *taken = arena_alloc(c->a, L->n + 1);
     lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs), arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
     for (uint32_t k = 0; k < n; k++) {
         lval ek = init->elems[k];
         lf_index_as_term(c, &ek);
+        /* an all-to-all result still a layout: its plain view, reshaping the term */
+        if (ek.kind == LV_LAYOUT && !layout_to_term(c, &init->elems[k], &in->shape.tuple[k], true, &ek)) ek = unknown();
         const lval *e = &ek;
         pi[k] = SR_NONE;
         for (uint32_t t = 0; t < L->n && pi[k] == SR_NONE; t++) {
@@ -2932,6 +3021,24 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
             else if (e->kind == LV_DEV && b->kind == LV_DEV && t == 0 && dev_uniform(c, e) && e->count == b->count &&
                      memcmp(e->dev, b->dev, e->count * sizeof *e->dev) == 0)
                 pi[k] = j;
+        }
+        view w;
+        if (pi[k] == SR_NONE && ti->op == OP_TUPLE && k < ti->noperands &&
+            konst_carry(c, comp, vals, ti->operands[k], L, taken, &pi[k], &w)) {
+            guessed[k] = taken[pi[k]] = true;
+            xs[k] = term(L->x[pi[k]], w, false);
+            continue;
+        }
+        if (pi[k] == SR_NONE && getenv("SCALIFY_DEBUG_LIFT")) {
+            strbuf tz;
+            sb_init(&tz);
+            if (e->kind == LV_TERM) eg_print_term(&tz, c->g, e->cls, 6);
+            fprintf(stderr, "lift: loop carry %u enters as %s (kind %d, assumed %d); baseline element %u: ", k, tz.s ? tz.s : "-", e->kind, e->assumed, k);
+            sb_free(&tz);
+            sb_init(&tz);
+            if (k < L->n && L->init[k].kind == LV_TERM) eg_print_term(&tz, c->g, L->init[k].cls, 6);
+            fprintf(stderr, "%s\n", tz.s ? tz.s : "-");
+            sb_free(&tz);
         }
         if (pi[k] == SR_NONE) {
             lf_unsupported(c, comp, in, "%s: carry element %u enters the loop as no value the baseline's loop starts from", in->name, k);
@@ -2966,6 +3073,12 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
             if (!c->nfindings)
                 lf_unsupported(c, bc, site, "%s: the loop body does not return carry element %u as the baseline's body does "
                                          "(induction over the carry fails)", in->name, k);
+        } else if (!view_equal(&z->v, &xs[k].v) && guessed[k]) {
+            /* the constant was read under a view of our choosing: another
+             * reading of it might be the one the body keeps */
+            lf_unsupported(c, bc, site, "%s: the body returns carry element %u under another view than the one its constant "
+                                        "initial value was read under", in->name, k);
+            ok = false;
         } else if (!view_equal(&z->v, &xs[k].v)) {
             strbuf got, want;
             sb_init(&got);
