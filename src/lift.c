@@ -2938,6 +2938,50 @@ static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     return L->result;
 }
 
+/* A scalar integer constant's value. */
+static bool int_constant(const hlo_instr *x, int64_t *out) {
+    const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
+    if (!la || la->v.lit->elided || la->v.lit->raw || !la->v.lit->i || la->v.lit->count != 1 || x->shape.rank != 0 ||
+        !dtype_is_int(x->shape.dtype))
+        return false;
+    *out = la->v.lit->i[0];
+    return true;
+}
+
+/* Whether x is element k of comp's parameter (a tuple). */
+static bool carry_elem(const hlo_comp *comp, const hlo_instr *x, uint32_t *k) {
+    if (x->op != OP_GET_TUPLE_ELEMENT || x->noperands != 1 || comp->instrs[x->operands[0]].op != OP_PARAMETER) return false;
+    *k = (uint32_t)instr_int(x, A_INDEX, 0);
+    return true;
+}
+
+/* The trip count of a counted loop (a scan): carry element k starts at a
+ * constant c0, the body adds a positive constant s to it, and the condition is
+ * element k < n for a constant n. Read from the program text only; false for
+ * any other loop. */
+static bool loop_trips(const hlo_module *m, const hlo_comp *comp, const hlo_instr *in, int64_t *trips) {
+    uint32_t bi = called_comp(m, in, A_BODY), ci = called_comp(m, in, A_CONDITION);
+    if (bi == SR_NONE || ci == SR_NONE || in->noperands != 1) return false;
+    const hlo_comp *body = &m->comps[bi], *cond = &m->comps[ci];
+    const hlo_instr *ti = &comp->instrs[in->operands[0]], *cr = &cond->instrs[cond->root], *br = &body->instrs[body->root];
+    const char *dir = cr->op == OP_COMPARE ? instr_str(cr, A_DIRECTION) : NULL;
+    uint32_t k, kb;
+    int64_t c0, n, st;
+    if (!dir || strcmp(dir, "LT") || cr->noperands != 2 || !carry_elem(cond, &cond->instrs[cr->operands[0]], &k) ||
+        !int_constant(&cond->instrs[cr->operands[1]], &n) || ti->op != OP_TUPLE || k >= ti->noperands ||
+        !int_constant(&comp->instrs[ti->operands[k]], &c0) || br->op != OP_TUPLE || k >= br->noperands)
+        return false;
+    const hlo_instr *step = &body->instrs[br->operands[k]];
+    if (step->op != OP_ADD || step->noperands != 2) return false;
+    for (int o = 0; o < 2; o++)
+        if (carry_elem(body, &body->instrs[step->operands[o]], &kb) && kb == k &&
+            int_constant(&body->instrs[step->operands[1 - o]], &st) && st > 0 && st < INT32_MAX && n < INT32_MAX && c0 > -INT32_MAX) {
+            *trips = n > c0 ? (n - c0 + st - 1) / st : 0;
+            return true;
+        }
+    return false;
+}
+
 /* The view that cuts each dim of the global shape g into the local shape l
  * in blocks over the one mesh axis of that ratio; false when a ratio is no
  * axis's size or more than one axis has it (the reading would be a guess). */
@@ -2997,7 +3041,13 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
         return unknown();
     }
     if (c->next_loop >= c->nloops) {
-        lf_unsupported(c, comp, in, "%s: the baseline has no while loop left to relate this one to", in->name);
+        int64_t trips;
+        if (!c->nloops && loop_trips(c->cur, comp, in, &trips))
+            lf_unsupported(c, comp, in, "%s: a loop of %lld iterations where the baseline has no loop: relating a loop to the "
+                                        "computation the baseline does in one piece (a reduction split into chunks, such as "
+                                        "gradient accumulation over microbatches) is not supported yet", in->name, (long long)trips);
+        else
+            lf_unsupported(c, comp, in, "%s: the baseline has no while loop left to relate this one to", in->name);
         return unknown();
     }
     lift_loop *L = &c->loops[c->next_loop++];

@@ -984,7 +984,8 @@ static void factor_blame_in_call(void) {
  * are read under the view that shards them like the baseline's, the table's
  * copies are equal in every iteration: verified. Each wrong variant is not
  * verified, and execution finds it; a mesh where the zeros' view would be a
- * guess ({dp:2, mp:2}) stays unverified. */
+ * guess ({dp:2, mp:2}) stays unverified, and so does the loop against a
+ * baseline that unrolls it. */
 static void loop_induction(void) {
     static const struct {
         const char *dist, *what;
@@ -996,6 +997,7 @@ static void loop_induction(void) {
         {"dist-one-trip", "one iteration instead of two", VERDICT_MISMATCH},
         {"dist-dus-next-slot", "the buffer written one slot on", VERDICT_MISMATCH},
         {"dist-tab-differs", "the second table starts from other values", VERDICT_MISMATCH},
+        {"dist-wrong-divisor", "the sum divided by 4, not by the 2 iterations", VERDICT_MISMATCH},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++)
         for (int witness = 0; witness < 2; witness++) {
@@ -1014,6 +1016,15 @@ static void loop_induction(void) {
     int v = run_with("mesh2x2", "tests/cases/loops/base.hlo", "tests/cases/loops/dist-mesh2x2.hlo",
                      "tests/cases/loops/relations-mesh2x2.json", true, false, &trace);
     CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
+    json_decref(trace);
+    /* The same loop against a baseline that unrolls it: nothing to relate the
+     * loop to, said with its trip count. */
+    t_case("check loops: a counted loop the baseline unrolls");
+    trace = NULL;
+    v = run_with("unrolled", "tests/cases/loops/base-unrolled.hlo", "tests/cases/loops/dist.hlo", "tests/cases/loops/relations.json",
+                 true, false, &trace);
+    CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
+    CHECK_CONTAINS(first_message(trace), "a loop of 2 iterations where the baseline has no loop");
     json_decref(trace);
 }
 
