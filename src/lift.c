@@ -2832,7 +2832,8 @@ void lf_account_tree(lift_ctx *c, const hlo_instr *in) {
  * them); a constant one (a zero-filled buffer, a zero sum) under the view that
  * gives it the baseline element's shape (konst_carry); baseline carries the
  * body returns unchanged from the same initial value are one variable
- * (loop_invariants). */
+ * (loop_invariants). A distributed carry with no counterpart is ignored when
+ * only its own update reads it (carry_feeds, result_read). */
 typedef struct lift_loop {
     uint32_t n;                   /* carry elements */
     lval *init;                   /* baseline initial elements */
@@ -2938,6 +2939,40 @@ static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     return L->result;
 }
 
+/* Whether element k of while loop w's result is read after it (any use of
+ * the whole tuple but a get-tuple-element of another element counts). */
+static bool result_read(const hlo_comp *comp, const hlo_instr *w, uint32_t k) {
+    uint32_t wi = (uint32_t)(w - comp->instrs);
+    for (uint32_t i = wi + 1; i < comp->ninstrs; i++) {
+        const hlo_instr *u = &comp->instrs[i];
+        for (uint32_t o = 0; o < u->noperands; o++)
+            if (u->operands[o] == wi && (u->op != OP_GET_TUPLE_ELEMENT || instr_int(u, A_INDEX, 0) == k)) return true;
+    }
+    return comp->root == wi;
+}
+
+/* Whether carry element k reaches the root of a loop body or condition
+ * comp other than through its own result element `own` (UINT32_MAX: the
+ * root itself, a condition). Instructions are in dependency order; a use of
+ * the whole carry other than a get-tuple-element counts as reading k. */
+static bool carry_feeds(const hlo_comp *comp, uint32_t k, uint32_t own) {
+    bool *dep = xcalloc(comp->ninstrs + 1, sizeof *dep);
+    for (uint32_t i = 0; i < comp->ninstrs; i++) {
+        const hlo_instr *x = &comp->instrs[i];
+        for (uint32_t o = 0; o < x->noperands && !dep[i]; o++) {
+            const hlo_instr *y = &comp->instrs[x->operands[o]];
+            dep[i] = dep[x->operands[o]] || (y->op == OP_PARAMETER && (x->op != OP_GET_TUPLE_ELEMENT || instr_int(x, A_INDEX, 0) == k));
+        }
+    }
+    const hlo_instr *r = &comp->instrs[comp->root];
+    bool feeds = false;
+    if (own == UINT32_MAX || r->op != OP_TUPLE) feeds = dep[comp->root];
+    else
+        for (uint32_t j = 0; j < r->noperands; j++) feeds |= j != own && dep[r->operands[j]];
+    free(dep);
+    return feeds;
+}
+
 /* A scalar integer constant's value. */
 static bool int_constant(const hlo_instr *x, int64_t *out) {
     const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
@@ -3017,7 +3052,7 @@ static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uin
                         uint32_t *pj, view *pw) {
     const hlo_instr *e = &comp->instrs[ei];
     const lval *x = &vals[ei];
-    if (x->kind != LV_TERM || !x->konst || x->assumed || !view_is_dup(&x->v)) return false;
+    if (x->kind != LV_TERM || !x->konst || x->assumed || !view_is_dup(&x->v) || lf_scale_of(x) != 1) return false;
     for (uint32_t j = 0; j < L->n; j++) {
         const shape *bs = &L->shapes[j];
         view w;
@@ -3091,8 +3126,19 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
             sb_free(&tz);
         }
         if (pi[k] == SR_NONE) {
-            lf_unsupported(c, comp, in, "%s: carry element %u enters the loop as no value the baseline's loop starts from", in->name, k);
-            return unknown();
+            /* A carry the baseline's loop has no counterpart of (an extra
+             * counter, a copy) may be ignored where nothing reads it but its
+             * own update: not the other carries, the condition, or the code
+             * after the loop. It is then unknown (no view is made up for it). */
+            uint32_t bi = called_comp(c->cur, in, A_BODY), ci = called_comp(c->cur, in, A_CONDITION);
+            if (bi == SR_NONE || ci == SR_NONE || carry_feeds(&c->cur->comps[bi], k, k) ||
+                carry_feeds(&c->cur->comps[ci], k, UINT32_MAX) || result_read(comp, in, k)) {
+                lf_unsupported(c, comp, in, "%s: carry element %u enters the loop as no value the baseline's loop starts from",
+                               in->name, k);
+                return unknown();
+            }
+            xs[k] = unknown();
+            continue;
         }
         xs[k] = term(L->x[pi[k]], e->kind == LV_TERM ? e->v : view_dup(in->shape.tuple[k].rank), false);
     }
@@ -3104,6 +3150,7 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
     if (!ok) lf_unsupported(c, comp, in, "%s: the loop body's result is not understood", in->name);
     lf_index_as_term(c, &cv);
     for (uint32_t k = 0; ok && k < n; k++) {
+        if (pi[k] == SR_NONE) continue;
         lf_index_as_term(c, &body.elems[k]);
         const lval *z = &body.elems[k], *y = &L->body.elems[pi[k]];
         const hlo_instr *site = tuple_elem_instr(bc, &bc->instrs[bc->root], k);
@@ -3151,8 +3198,9 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
     lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
     for (uint32_t k = 0; k < n; k++) {
         const shape *sh = &in->shape.tuple[k];
-        rs[k] = ok ? term(L->result.elems[pi[k]].cls, xs[k].v, false)
-                   : term(lf_fresh_var(c, sh->dtype, sh->dims, sh->rank), xs[k].v, true);
+        rs[k] = pi[k] == SR_NONE ? unknown()
+                : ok ? term(L->result.elems[pi[k]].cls, xs[k].v, false)
+                     : term(lf_fresh_var(c, sh->dtype, sh->dims, sh->rank), xs[k].v, true);
     }
     return (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
 }

@@ -982,7 +982,8 @@ static void factor_blame_in_call(void) {
  * (dynamic-update-slice at the counter), accumulates into a zero sum, and
  * carries one table twice, using the copies the other way round. The zeros
  * are read under the view that shards them like the baseline's, the table's
- * copies are equal in every iteration: verified. Each wrong variant is not
+ * copies are equal in every iteration: verified, also with an extra counter
+ * only its own update reads. Each wrong variant is not
  * verified, and execution finds it; a mesh where the zeros' view would be a
  * guess ({dp:2, mp:2}) stays unverified, and so does the loop against a
  * baseline that unrolls it. */
@@ -998,6 +999,8 @@ static void loop_induction(void) {
         {"dist-dus-next-slot", "the buffer written one slot on", VERDICT_MISMATCH},
         {"dist-tab-differs", "the second table starts from other values", VERDICT_MISMATCH},
         {"dist-wrong-divisor", "the sum divided by 4, not by the 2 iterations", VERDICT_MISMATCH},
+        {"dist-extra-carry", "an extra counter nothing reads", VERDICT_VERIFIED},
+        {"dist-extra-carry-used", "an extra counter added to the output", VERDICT_MISMATCH},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++)
         for (int witness = 0; witness < 2; witness++) {
