@@ -2833,7 +2833,11 @@ void lf_account_tree(lift_ctx *c, const hlo_instr *in) {
  * gives it the baseline element's shape (konst_carry); baseline carries the
  * body returns unchanged from the same initial value are one variable
  * (loop_invariants). A distributed carry with no counterpart is ignored when
- * only its own update reads it (carry_feeds, result_read). */
+ * only its own update reads it (carry_feeds, result_read). A zero carry may
+ * also be a partial sum of zeros (a gradient summed from per-device partial
+ * sums, all-reduced after the loop): read so when a sum follows the loop
+ * (summed_after), and the other reading is tried when the one taken fails
+ * in the body (loop_try, the first walk undone by loop_mark). */
 typedef struct lift_loop {
     uint32_t n;                   /* carry elements */
     lval *init;                   /* baseline initial elements */
@@ -2973,6 +2977,55 @@ static bool carry_feeds(const hlo_comp *comp, uint32_t k, uint32_t own) {
     return feeds;
 }
 
+/* Whether instruction i of comp is all zeros: a zero constant, or a
+ * broadcast of one (through copies). */
+static bool zero_value(const hlo_comp *comp, uint32_t i) {
+    const hlo_instr *x = &comp->instrs[i];
+    while ((x->op == OP_COPY || x->op == OP_BROADCAST) && x->noperands == 1) x = &comp->instrs[x->operands[0]];
+    const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
+    if (!la || la->v.lit->elided || la->v.lit->raw || la->v.lit->count < 1) return false;
+    for (int64_t k = 0; k < la->v.lit->count; k++)
+        if (la->v.lit->f ? la->v.lit->f[k] != 0 : la->v.lit->i ? la->v.lit->i[k] != 0 : true) return false;
+    return true;
+}
+
+/* The mesh axes (bitmask) over which element k of while loop w's result is
+ * summed right after the loop: its one reader, through copies, converts,
+ * layout ops and scalings by a constant, is an all-reduce or reduce-scatter
+ * that sums over them; 0 otherwise. */
+static uint32_t summed_after(lift_ctx *c, const hlo_comp *comp, const hlo_instr *w, uint32_t k) {
+    uint32_t cur = (uint32_t)(w - comp->instrs);
+    bool elem = false;
+    for (int depth = 0; depth < 16; depth++) {
+        uint32_t user = SR_NONE, nusers = 0;
+        for (uint32_t i = cur + 1; i < comp->ninstrs; i++) {
+            const hlo_instr *u = &comp->instrs[i];
+            for (uint32_t o = 0; o < u->noperands; o++)
+                if (u->operands[o] == cur && (elem || u->op != OP_GET_TUPLE_ELEMENT || instr_int(u, A_INDEX, 0) == k))
+                    user = i, nusers++;
+        }
+        if (nusers != 1) return 0;
+        const hlo_instr *u = &comp->instrs[user];
+        if (!elem) {
+            if (u->op != OP_GET_TUPLE_ELEMENT) return 0;
+            elem = true;
+        } else if ((u->op == OP_ALL_REDUCE || u->op == OP_REDUCE_SCATTER) && u->noperands == 1) {
+            int axes = instr_reducer(c->cur, u) == RED_SUM ? lift_groups_axes(c, u, false) : -1;
+            return axes > 0 ? (uint32_t)axes : 0;
+        } else if (u->op == OP_MULTIPLY || u->op == OP_DIVIDE) {
+            uint32_t other = u->operands[0] == cur ? 1 : 0;
+            const hlo_instr *f = u->noperands == 2 ? &comp->instrs[u->operands[other]] : NULL;
+            while (f && f->op == OP_BROADCAST && f->noperands == 1) f = &comp->instrs[f->operands[0]];
+            if (!f || f->op != OP_CONSTANT || (u->op == OP_DIVIDE && other == 0)) return 0;
+        } else if (u->op != OP_COPY && u->op != OP_CONVERT && u->op != OP_RESHAPE && u->op != OP_TRANSPOSE &&
+                   u->op != OP_BITCAST) {
+            return 0;
+        }
+        cur = user;
+    }
+    return 0;
+}
+
 /* A scalar integer constant's value. */
 static bool int_constant(const hlo_instr *x, int64_t *out) {
     const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
@@ -3069,6 +3122,139 @@ static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uin
     return false;
 }
 
+/* What walking a loop body may leave in the context: a walk under one
+ * reading of the carry that is then undone goes back to it. (E-nodes it
+ * added stay: they are true terms.) */
+typedef struct loop_mark {
+    uint32_t nfindings, nunsupported, noutside, resynced, ndoms, seg_findings, seg_unsupported, seg_divergent, seg_outside;
+    size_t next_loop, assumptions;
+    uint64_t lifted, assumed;
+    const hlo_instr *first_unsupported, *later_unsupported, *divergence;
+    const hlo_comp *first_unsupported_comp, *later_unsupported_comp, *divergence_comp;
+    char *unsupported_why, *later_unsupported_why, *divergence_note;
+    bool unsupported_konst, later_unsupported_konst, divergence_konst, divergence_layout, divergence_resynced;
+    const char *divergence_kind, *resync_scope;
+} loop_mark;
+
+static loop_mark loop_mark_take(const lift_ctx *c) {
+    const lift_segment *sg = c->nsegs ? &c->segs[c->cur_seg] : NULL;
+    return (loop_mark){c->nfindings, c->nunsupported, c->noutside, c->resynced, c->ndoms, sg ? sg->findings : 0,
+                       sg ? sg->unsupported : 0, sg ? sg->divergent : 0, sg ? sg->outside : 0, c->next_loop,
+                       c->assumptions.len, c->lifted, c->assumed, c->first_unsupported, c->later_unsupported,
+                       c->divergence, c->first_unsupported_comp, c->later_unsupported_comp, c->divergence_comp,
+                       c->unsupported_why, c->later_unsupported_why, c->divergence_note, c->unsupported_konst,
+                       c->later_unsupported_konst, c->divergence_konst, c->divergence_layout, c->divergence_resynced,
+                       c->divergence_kind, c->resync_scope};
+}
+
+static void loop_mark_undo(lift_ctx *c, const loop_mark *m) {
+    c->nfindings = m->nfindings;
+    c->nunsupported = m->nunsupported;
+    c->noutside = m->noutside;
+    c->resynced = m->resynced;
+    c->ndoms = m->ndoms;
+    if (c->nsegs) {
+        lift_segment *sg = &c->segs[c->cur_seg];
+        sg->findings = m->seg_findings;
+        sg->unsupported = m->seg_unsupported;
+        sg->divergent = m->seg_divergent;
+        sg->outside = m->seg_outside;
+    }
+    c->next_loop = m->next_loop;
+    if (c->assumptions.s && m->assumptions < c->assumptions.len) {
+        c->assumptions.len = m->assumptions;
+        c->assumptions.s[m->assumptions] = 0;
+    }
+    c->lifted = m->lifted;
+    c->assumed = m->assumed;
+    c->first_unsupported = m->first_unsupported;
+    c->later_unsupported = m->later_unsupported;
+    c->divergence = m->divergence;
+    c->first_unsupported_comp = m->first_unsupported_comp;
+    c->later_unsupported_comp = m->later_unsupported_comp;
+    c->divergence_comp = m->divergence_comp;
+    c->unsupported_why = m->unsupported_why;
+    c->later_unsupported_why = m->later_unsupported_why;
+    c->divergence_note = m->divergence_note;
+    c->unsupported_konst = m->unsupported_konst;
+    c->later_unsupported_konst = m->later_unsupported_konst;
+    c->divergence_konst = m->divergence_konst;
+    c->divergence_layout = m->divergence_layout;
+    c->divergence_resynced = m->divergence_resynced;
+    c->divergence_kind = m->divergence_kind;
+    c->resync_scope = m->resync_scope;
+}
+
+/* Walks the body and condition with the carry xs (each related to baseline
+ * carry pi[k] under its view) and checks the induction step: the body returns
+ * every carry as the baseline's body does, under the view it entered with,
+ * and the condition is the baseline's. failed[k]: carry k is not kept; only
+ * the first failure is said. `loose`: carries whose view is one reading of a
+ * constant, where another view is no finding. */
+static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lift_loop *L, const uint32_t *pi,
+                     lval *xs, const bool *loose, bool *failed) {
+    uint32_t n = in->shape.ntuple;
+    lval body, cv, arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
+    memset(failed, 0, n + 1);
+    loop_walk(c, in, &arg, &body, &cv);
+    uint32_t bi = called_comp(c->cur, in, A_BODY);
+    const hlo_comp *bc = bi != SR_NONE ? &c->cur->comps[bi] : comp;
+    if (bi == SR_NONE || body.kind != LV_TUPLE || body.n != n || L->body.kind != LV_TUPLE) {
+        lf_unsupported(c, comp, in, "%s: the loop body's result is not understood", in->name);
+        return false;
+    }
+    lf_index_as_term(c, &cv);
+    bool ok = true;
+    for (uint32_t k = 0; k < n; k++) {
+        if (pi[k] == SR_NONE) continue;
+        lf_index_as_term(c, &body.elems[k]);
+        const lval *z = &body.elems[k], *y = &L->body.elems[pi[k]];
+        const hlo_instr *site = tuple_elem_instr(bc, &bc->instrs[bc->root], k);
+        if (!site) site = in;
+        bool same = z->kind == LV_TERM && !z->assumed && y->kind == LV_TERM && eg_find(c->g, z->cls) == eg_find(c->g, y->cls);
+        failed[k] = !same || !view_equal(&z->v, &xs[k].v);
+        if (!failed[k] || !ok) continue;
+        ok = false;
+        if (!same) {
+            if (getenv("SCALIFY_DEBUG_LIFT")) {
+                strbuf tz, ty;
+                sb_init(&tz);
+                sb_init(&ty);
+                if (z->kind == LV_TERM) eg_print_term(&tz, c->g, z->cls, 6);
+                if (y->kind == LV_TERM) eg_print_term(&ty, c->g, y->cls, 6);
+                fprintf(stderr, "lift: loop element %u: body gives %s (kind %d), the baseline's %s\n", k, tz.s ? tz.s : "-",
+                        z->kind, ty.s ? ty.s : "-");
+                sb_free(&tz);
+                sb_free(&ty);
+            }
+            if (!c->nfindings)
+                lf_unsupported(c, bc, site, "%s: the loop body does not return carry element %u as the baseline's body does "
+                                            "(induction over the carry fails)", in->name, k);
+        } else if (loose[k]) {
+            /* the constant was read under one of its views: another reading
+             * of it might be the one the body keeps */
+            lf_unsupported(c, bc, site, "%s: the body returns carry element %u under another view than the one its constant "
+                                        "initial value was read under", in->name, k);
+        } else {
+            strbuf got, want;
+            sb_init(&got);
+            sb_init(&want);
+            view_print(&got, &z->v, c->mesh);
+            view_print(&want, &xs[k].v, c->mesh);
+            lf_finding(c, z->v.partial && !xs[k].v.partial ? "missing-all-reduce" : "wrong-shard-dim", bc, site,
+                       "@the body of %s returns carry element %u as %s but it enters as %s: the relation is not kept from one "
+                       "iteration to the next", in->name, k, got.s, want.s);
+            sb_free(&got);
+            sb_free(&want);
+        }
+    }
+    if (ok && !(cv.kind == LV_TERM && !cv.assumed && view_is_dup(&cv.v) && L->cond != EID_NONE &&
+                eg_find(c->g, cv.cls) == eg_find(c->g, L->cond))) {
+        lf_unsupported(c, comp, in, "%s: the loop condition is not the baseline's (the loops may not stop together)", in->name);
+        ok = false;
+    }
+    return ok;
+}
 static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
     const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
     if (!init || init->kind != LV_TUPLE || in->shape.dtype != DT_TUPLE || in->shape.ntuple != init->n) {
@@ -3090,7 +3276,7 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
     uint32_t *pi = arena_alloc(c->a, (n + 1) * sizeof *pi);
     const hlo_instr *ti = &comp->instrs[in->operands[0]];
     bool *guessed = arena_alloc(c->a, n + 1), *taken = arena_alloc(c->a, L->n + 1);
-    lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs), arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
+    lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs);
     for (uint32_t k = 0; k < n; k++) {
         lval ek = init->elems[k];
         lf_index_as_term(c, &ek);
@@ -3142,58 +3328,50 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
         }
         xs[k] = term(L->x[pi[k]], e->kind == LV_TERM ? e->v : view_dup(in->shape.tuple[k].rank), false);
     }
-    lval body, cv;
-    loop_walk(c, in, &arg, &body, &cv);
-    uint32_t bi = called_comp(c->cur, in, A_BODY);
-    const hlo_comp *bc = bi != SR_NONE ? &c->cur->comps[bi] : comp;
-    bool ok = bi != SR_NONE && body.kind == LV_TUPLE && body.n == n && L->body.kind == LV_TUPLE;
-    if (!ok) lf_unsupported(c, comp, in, "%s: the loop body's result is not understood", in->name);
-    lf_index_as_term(c, &cv);
-    for (uint32_t k = 0; ok && k < n; k++) {
-        if (pi[k] == SR_NONE) continue;
-        lf_index_as_term(c, &body.elems[k]);
-        const lval *z = &body.elems[k], *y = &L->body.elems[pi[k]];
-        const hlo_instr *site = tuple_elem_instr(bc, &bc->instrs[bc->root], k);
-        if (!site) site = in;
-        ok = z->kind == LV_TERM && !z->assumed && y->kind == LV_TERM && eg_find(c->g, z->cls) == eg_find(c->g, y->cls);
-        if (!ok && getenv("SCALIFY_DEBUG_LIFT")) {
-            strbuf tz, ty;
-            sb_init(&tz);
-            sb_init(&ty);
-            if (z->kind == LV_TERM) eg_print_term(&tz, c->g, z->cls, 6);
-            if (y->kind == LV_TERM) eg_print_term(&ty, c->g, y->cls, 6);
-            fprintf(stderr, "lift: loop element %u: body gives %s (kind %d), the baseline's %s\n", k, tz.s ? tz.s : "-", z->kind, ty.s ? ty.s : "-");
-            sb_free(&tz);
-            sb_free(&ty);
-        }
-        if (!ok) {
-            if (!c->nfindings)
-                lf_unsupported(c, bc, site, "%s: the loop body does not return carry element %u as the baseline's body does "
-                                         "(induction over the carry fails)", in->name, k);
-        } else if (!view_equal(&z->v, &xs[k].v) && guessed[k]) {
-            /* the constant was read under a view of our choosing: another
-             * reading of it might be the one the body keeps */
-            lf_unsupported(c, bc, site, "%s: the body returns carry element %u under another view than the one its constant "
-                                        "initial value was read under", in->name, k);
-            ok = false;
-        } else if (!view_equal(&z->v, &xs[k].v)) {
-            strbuf got, want;
-            sb_init(&got);
-            sb_init(&want);
-            view_print(&got, &z->v, c->mesh);
-            view_print(&want, &xs[k].v, c->mesh);
-            lf_finding(c, z->v.partial && !xs[k].v.partial ? "missing-all-reduce" : "wrong-shard-dim", bc, site,
-                    "@the body of %s returns carry element %u as %s but it enters as %s: the relation is not kept from one "
-                    "iteration to the next", in->name, k, got.s, want.s);
-            sb_free(&got);
-            sb_free(&want);
-            ok = false;
-        }
+    for (uint32_t k = 0; k < n && ti->op == OP_TUPLE && k < ti->noperands; k++) guessed[k] |= vals[ti->operands[k]].konst;
+    /* A zero carry summed over mesh axes right after the loop (a gradient
+     * accumulated from per-device partial sums, all-reduced once): zeros are a
+     * partial sum of zeros, so it enters partial over those axes; the body
+     * must keep it so (else unverified: another reading might be kept). */
+    for (uint32_t k = 0; k < n && ti->op == OP_TUPLE && k < ti->noperands; k++) {
+        if (pi[k] == SR_NONE || xs[k].kind != LV_TERM || xs[k].v.partial || !vals[ti->operands[k]].konst ||
+            !zero_value(comp, ti->operands[k]))
+            continue;
+        uint32_t p = summed_after(c, comp, in, k);
+        if (!p || (p & view_axes_used(&xs[k].v)) || p > 0xff) continue;
+        xs[k].v.partial = (uint8_t)p;
+        xs[k].v.red = RED_SUM;
+        guessed[k] = true;
     }
-    if (ok && !(cv.kind == LV_TERM && !cv.assumed && view_is_dup(&cv.v) && L->cond != EID_NONE &&
-                eg_find(c->g, cv.cls) == eg_find(c->g, L->cond))) {
-        lf_unsupported(c, comp, in, "%s: the loop condition is not the baseline's (the loops may not stop together)", in->name);
-        ok = false;
+    /* A zero carry may be a partial sum of zeros or not; where the reading
+     * taken fails, the other is tried (the first walk undone). */
+    bool *failed = arena_alloc(c->a, n + 1);
+    loop_mark m0 = loop_mark_take(c);
+    bool ok = loop_try(c, comp, in, L, pi, xs, guessed, failed);
+    if (!ok && ti->op == OP_TUPLE) {
+        lval *alt = arena_memdup(c->a, xs, (n + 1) * sizeof *xs);
+        bool *altg = arena_memdup(c->a, guessed, n + 1), flip = false;
+        for (uint32_t k = 0; k < n && k < ti->noperands; k++) {
+            if (!failed[k] || alt[k].kind != LV_TERM || !vals[ti->operands[k]].konst || !zero_value(comp, ti->operands[k]))
+                continue;
+            uint32_t p = alt[k].v.partial ? 0 : summed_after(c, comp, in, k);
+            if (!alt[k].v.partial && !p) p = ((1u << c->mesh->naxes) - 1) & ~view_axes_used(&alt[k].v);
+            if (!alt[k].v.partial && (!p || p > 0xff)) continue;
+            alt[k].v.partial = (uint8_t)p;
+            alt[k].v.red = p ? RED_SUM : 0;
+            altg[k] = flip = true;
+        }
+        if (flip) {
+            loop_mark_undo(c, &m0);
+            ok = loop_try(c, comp, in, L, pi, alt, altg, failed);
+            if (ok) {
+                xs = alt;
+            } else {
+                /* neither reading holds: the first one's reasons stand */
+                loop_mark_undo(c, &m0);
+                ok = loop_try(c, comp, in, L, pi, xs, guessed, failed);
+            }
+        }
     }
     lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
     for (uint32_t k = 0; k < n; k++) {

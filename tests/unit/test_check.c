@@ -1031,8 +1031,39 @@ static void loop_induction(void) {
     json_decref(trace);
 }
 
+/* A gradient summed over microbatches from per-device partial sums and
+ * all-reduced once after the loop (tests/cases/loops/pacc-*, dp:2): the zero
+ * accumulator enters the loop as a partial sum of zeros, read so from the
+ * all-reduce after the loop or, where a linear step stands between (the
+ * double variant), because the replicated reading fails in the body. Never a
+ * missing-all-reduce inside the body. Leaving the all-reduce out is a
+ * mismatch by the rules; starting from ones is found by execution. */
+static void loop_partial_sum(void) {
+    static const struct {
+        const char *base, *dist, *what;
+        int rules, executed;
+    } cases[] = {
+        {"pacc-base", "pacc-dist", "all-reduced after the loop", VERDICT_VERIFIED, VERDICT_VERIFIED},
+        {"pacc-base-double", "pacc-dist-double", "doubled, then all-reduced", VERDICT_VERIFIED, VERDICT_VERIFIED},
+        {"pacc-base", "pacc-dist-no-sum", "never all-reduced", VERDICT_MISMATCH, VERDICT_MISMATCH},
+        {"pacc-base", "pacc-dist-init-one", "the sum starts from ones", VERDICT_UNVERIFIED, VERDICT_MISMATCH},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(cases); k++)
+        for (int witness = 0; witness < 2; witness++) {
+            char b[256], d[256];
+            snprintf(b, sizeof b, "tests/cases/loops/%s.hlo", cases[k].base);
+            snprintf(d, sizeof d, "tests/cases/loops/%s.hlo", cases[k].dist);
+            t_case("check loops: a partial sum carried, %s (%s)", cases[k].what, witness ? "with execution" : "rules only");
+            json_t *trace = NULL;
+            int v = run_with(cases[k].dist, b, d, "tests/cases/loops/relations-pacc.json", witness, false, &trace);
+            CHECK_MSG(v == (witness ? cases[k].executed : cases[k].rules), "verdict %s", verdict_name(v));
+            json_decref(trace);
+        }
+}
+
 void suite_check(void);
 void suite_check(void) {
+    loop_partial_sum();
     loop_induction();
     scalar_dynamic_slice();
     factor_blame_in_call();
