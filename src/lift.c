@@ -3070,28 +3070,57 @@ static bool loop_trips(const hlo_module *m, const hlo_comp *comp, const hlo_inst
     return false;
 }
 
+/* The mesh axes of a view dim (bitmask) and the number of blocks they cut. */
+static uint32_t dim_axes(const lift_ctx *c, const view_dim *vd, int64_t *parts) {
+    uint32_t mask = 0;
+    *parts = 1;
+    for (uint32_t a = 0; a < vd->naxes; a++) mask |= 1u << vd->axes[a], *parts *= c->mesh->sizes[vd->axes[a]];
+    return mask;
+}
+
 /* The view that cuts each dim of the global shape g into the local shape l
- * in blocks over the one mesh axis of that ratio; false when a ratio is no
- * axis's size or more than one axis has it (the reading would be a guess). */
-static bool blocks_view(const lift_ctx *c, const shape *l, const shape *g, view *w) {
+ * in blocks: over the one group of axes of that ratio among `groups` (the
+ * sharded dims of the loop's other initial values: how this program shards),
+ * else over the one mesh axis of that ratio; false when there is no such
+ * group or several (the reading would be a guess). */
+static bool blocks_view(const lift_ctx *c, const shape *l, const shape *g, const view_dim *groups, uint32_t ngroups, view *w) {
     if (l->rank != g->rank || l->rank > VIEW_MAX_RANK) return false;
     *w = view_dup(l->rank);
     uint32_t used = 0;
     for (uint32_t d = 0; d < l->rank; d++) {
         if (g->dims[d] == l->dims[d]) continue;
         if (l->dims[d] <= 0 || g->dims[d] % l->dims[d]) return false;
-        int64_t r = g->dims[d] / l->dims[d];
-        int axis = -1;
-        for (uint32_t a = 0; a < c->mesh->naxes; a++) {
-            if (c->mesh->sizes[a] != r) continue;
-            if (axis >= 0) return false;
-            axis = (int)a;
-        }
-        if (axis < 0 || used >> axis & 1) return false;
-        used |= 1u << axis;
-        w->dims[d] = lf_axes_dim(c, 1u << axis);
+        int64_t r = g->dims[d] / l->dims[d], parts;
+        int found = -1, nfound = 0;
+        for (uint32_t k = 0; k < ngroups; k++)
+            if (dim_axes(c, &groups[k], &parts) && parts == r) found = (int)k, nfound++;
+        view_dim vd = nfound == 1 ? groups[found] : (view_dim){0};
+        for (uint32_t a = 0; !nfound && a < c->mesh->naxes; a++)
+            if (c->mesh->sizes[a] == r) vd = lf_axes_dim(c, 1u << a), nfound += vd.naxes > 0 ? 1 : 0;
+        uint32_t mask = dim_axes(c, &vd, &parts);
+        if (nfound != 1 || !mask || (used & mask)) return false;
+        used |= mask;
+        w->dims[d] = vd;
     }
     return true;
+}
+
+/* The distinct sharded dims of the views of a loop's initial values. */
+static uint32_t init_groups(const lval *init, uint32_t n, view_dim *out, uint32_t cap) {
+    uint32_t ng = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        const lval *e = &init[k];
+        if (e->kind != LV_TERM || e->konst) continue;
+        for (uint32_t d = 0; d < e->v.rank; d++) {
+            const view_dim *vd = &e->v.dims[d];
+            bool seen = !vd->naxes;
+            for (uint32_t q = 0; q < ng && !seen; q++) seen = same_dim(&out[q], vd);
+            if (seen || ng == cap) continue;
+            out[ng] = (view_dim){.naxes = vd->naxes};
+            memcpy(out[ng++].axes, vd->axes, vd->naxes);
+        }
+    }
+    return ng;
 }
 
 /* A carry entering as a constant the same on every device (a zero-filled
@@ -3102,14 +3131,14 @@ static bool blocks_view(const lift_ctx *c, const shape *l, const shape *g, view 
  * that starts from it (ties paired in order). Whether this reading is the one
  * the body keeps is decided by the induction. */
 static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t ei, const lift_loop *L, const bool *taken,
-                        uint32_t *pj, view *pw) {
+                        const view_dim *groups, uint32_t ngroups, uint32_t *pj, view *pw) {
     const hlo_instr *e = &comp->instrs[ei];
     const lval *x = &vals[ei];
     if (x->kind != LV_TERM || !x->konst || x->assumed || !view_is_dup(&x->v) || lf_scale_of(x) != 1) return false;
     for (uint32_t j = 0; j < L->n; j++) {
         const shape *bs = &L->shapes[j];
         view w;
-        if (taken[j] || L->init[j].kind != LV_TERM || bs->dtype != e->shape.dtype || !blocks_view(c, &e->shape, bs, &w) ||
+        if (taken[j] || L->init[j].kind != LV_TERM || bs->dtype != e->shape.dtype || !blocks_view(c, &e->shape, bs, groups, ngroups, &w) ||
             view_is_dup(&w))
             continue;
         eid g = konst_at(c, comp, vals, ei, &w, 0);
@@ -3277,6 +3306,8 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
     const hlo_instr *ti = &comp->instrs[in->operands[0]];
     bool *guessed = arena_alloc(c->a, n + 1), *taken = arena_alloc(c->a, L->n + 1);
     lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs);
+    view_dim groups[32];
+    uint32_t ngroups = init_groups(init->elems, n, groups, 32);
     for (uint32_t k = 0; k < n; k++) {
         lval ek = init->elems[k];
         lf_index_as_term(c, &ek);
@@ -3295,7 +3326,7 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
         }
         view w;
         if (pi[k] == SR_NONE && ti->op == OP_TUPLE && k < ti->noperands &&
-            konst_carry(c, comp, vals, ti->operands[k], L, taken, &pi[k], &w)) {
+            konst_carry(c, comp, vals, ti->operands[k], L, taken, groups, ngroups, &pi[k], &w)) {
             guessed[k] = taken[pi[k]] = true;
             xs[k] = term(L->x[pi[k]], w, false);
             continue;
