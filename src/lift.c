@@ -2965,7 +2965,8 @@ static bool carry_feeds(const hlo_comp *comp, uint32_t k, uint32_t own) {
         const hlo_instr *x = &comp->instrs[i];
         for (uint32_t o = 0; o < x->noperands && !dep[i]; o++) {
             const hlo_instr *y = &comp->instrs[x->operands[o]];
-            dep[i] = dep[x->operands[o]] || (y->op == OP_PARAMETER && (x->op != OP_GET_TUPLE_ELEMENT || instr_int(x, A_INDEX, 0) == k));
+            bool reads_k = y->op == OP_PARAMETER && (x->op != OP_GET_TUPLE_ELEMENT || instr_int(x, A_INDEX, 0) == k);
+            dep[i] = dep[x->operands[o]] || reads_k;
         }
     }
     const hlo_instr *r = &comp->instrs[comp->root];
@@ -2983,9 +2984,10 @@ static bool zero_value(const hlo_comp *comp, uint32_t i) {
     const hlo_instr *x = &comp->instrs[i];
     while ((x->op == OP_COPY || x->op == OP_BROADCAST) && x->noperands == 1) x = &comp->instrs[x->operands[0]];
     const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
-    if (!la || la->v.lit->elided || la->v.lit->raw || la->v.lit->count < 1) return false;
-    for (int64_t k = 0; k < la->v.lit->count; k++)
-        if (la->v.lit->f ? la->v.lit->f[k] != 0 : la->v.lit->i ? la->v.lit->i[k] != 0 : true) return false;
+    const hlo_literal *lit = la ? la->v.lit : NULL;
+    if (!lit || lit->elided || lit->raw || lit->count < 1 || (!lit->f && !lit->i)) return false;
+    for (int64_t k = 0; k < lit->count; k++)
+        if (lit->f ? lit->f[k] != 0 : lit->i[k] != 0) return false;
     return true;
 }
 
@@ -3063,7 +3065,8 @@ static bool loop_trips(const hlo_module *m, const hlo_comp *comp, const hlo_inst
     if (step->op != OP_ADD || step->noperands != 2) return false;
     for (int o = 0; o < 2; o++)
         if (carry_elem(body, &body->instrs[step->operands[o]], &kb) && kb == k &&
-            int_constant(&body->instrs[step->operands[1 - o]], &st) && st > 0 && st < INT32_MAX && n < INT32_MAX && c0 > -INT32_MAX) {
+            int_constant(&body->instrs[step->operands[1 - o]], &st) && st > 0 && st < INT32_MAX && n < INT32_MAX &&
+            c0 > -INT32_MAX) {
             *trips = n > c0 ? (n - c0 + st - 1) / st : 0;
             return true;
         }
@@ -3138,8 +3141,8 @@ static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uin
     for (uint32_t j = 0; j < L->n; j++) {
         const shape *bs = &L->shapes[j];
         view w;
-        if (taken[j] || L->init[j].kind != LV_TERM || bs->dtype != e->shape.dtype || !blocks_view(c, &e->shape, bs, groups, ngroups, &w) ||
-            view_is_dup(&w))
+        if (taken[j] || L->init[j].kind != LV_TERM || bs->dtype != e->shape.dtype ||
+            !blocks_view(c, &e->shape, bs, groups, ngroups, &w) || view_is_dup(&w))
             continue;
         eid g = konst_at(c, comp, vals, ei, &w, 0);
         if (g != EID_NONE && eg_find(c->g, g) == eg_find(c->g, L->init[j].cls)) {
@@ -3295,7 +3298,8 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
         if (!c->nloops && loop_trips(c->cur, comp, in, &trips))
             lf_unsupported(c, comp, in, "%s: a loop of %lld iterations where the baseline has no loop: relating a loop to the "
                                         "computation the baseline does in one piece (a reduction split into chunks, such as "
-                                        "gradient accumulation over microbatches) is not supported yet", in->name, (long long)trips);
+                                        "gradient accumulation over microbatches) is not supported yet",
+                           in->name, (long long)trips);
         else
             lf_unsupported(c, comp, in, "%s: the baseline has no while loop left to relate this one to", in->name);
         return unknown();
@@ -3335,7 +3339,8 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
             strbuf tz;
             sb_init(&tz);
             if (e->kind == LV_TERM) eg_print_term(&tz, c->g, e->cls, 6);
-            fprintf(stderr, "lift: loop carry %u enters as %s (kind %d, assumed %d); baseline element %u: ", k, tz.s ? tz.s : "-", e->kind, e->assumed, k);
+            fprintf(stderr, "lift: loop carry %u enters as %s (kind %d, assumed %d); baseline element %u: ", k,
+                    tz.s ? tz.s : "-", e->kind, e->assumed, k);
             sb_free(&tz);
             sb_init(&tz);
             if (k < L->n && L->init[k].kind == LV_TERM) eg_print_term(&tz, c->g, L->init[k].cls, 6);
