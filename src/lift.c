@@ -3412,7 +3412,8 @@ static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr 
     lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
     for (uint32_t k = 0; k < n; k++) {
         const shape *sh = &in->shape.tuple[k];
-        rs[k] = pi[k] == SR_NONE ? unknown()
+        /* a constant's view was a reading the failed induction did not confirm */
+        rs[k] = pi[k] == SR_NONE || (!ok && guessed[k]) ? unknown()
                 : ok ? term(L->result.elems[pi[k]].cls, xs[k].v, false)
                      : term(lf_fresh_var(c, sh->dtype, sh->dims, sh->rank), xs[k].v, true);
     }
