@@ -555,8 +555,44 @@ static void axis_coord(strbuf *b, const smesh *m, int ax) {
  * the shard(sd, ax) view of the baseline's slice of that window (a fused
  * weight split per device). Bugs: multiplier chunk/2, the coordinate of the
  * other axis (2-D mesh), the window shifted by one. */
+/* dynamic-update-slice(x, y, offsets) with x and y sharded alike along dim
+ * sd over ax, y whole along it, and a constant offset along the other dim:
+ * x's view of the baseline's update (a scan stacking values into a buffer).
+ * Bug: the distributed offset one further. */
+static void gen_dus(interp_rng *r, const smesh *m, inst *t, int ax, int sd) {
+    int od = 1 - sd, xa[2] = {-1, -1};
+    xa[sd] = ax;
+    int g[2], yg[2], l[2], yl[2];
+    g[sd] = dim_for(r, m->sizes[ax]);
+    g[od] = rint_in(r, 3, 8);
+    yg[sd] = g[sd];
+    yg[od] = rint_in(r, 1, g[od] - 1);
+    int at = rint_in(r, 0, g[od] - yg[od] - 1);  /* room for one more: the bug moves the values */
+    bool bug = rint_in(r, 0, 1);
+    set_case(t, !bug, "dus-%s", bug ? "bug-offset" : "ok");
+    local_dims(m, g, xa, 2, l);
+    local_dims(m, yg, xa, 2, yl);
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        header(b, side ? "dist" : "base", side ? m->ndev : 1);
+        param(b, "x", 0, side ? l : g, 2);
+        param(b, "y", 1, side ? yl : yg, 2);
+        sb_printf(b, "  %%z = s32[] constant(0)\n  %%at = s32[] constant(%d)\n  ROOT %%o = ", at + (side && bug));
+        shp(b, side ? l : g, 2);
+        sb_printf(b, " dynamic-update-slice(%%x, %%y, %s, %s)\n}\n", sd ? "%at" : "%z", sd ? "%z" : "%at");
+    }
+    char xv[64];
+    view_str(xv, sizeof xv, m, xa, 2);
+    const char *iv[2] = {xv, xv};
+    rel_write(t, m, iv, 2, xv);
+}
+
 static void gen_dslice(interp_rng *r, const smesh *m, inst *t) {
     int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1);
+    if (rint_in(r, 0, 3) == 0) {
+        gen_dus(r, m, t, ax, sd);
+        return;
+    }
     int xa[2] = {-1, -1}, oa[2] = {-1, -1};
     oa[sd] = ax;
     int g[2], l[2];

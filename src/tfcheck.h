@@ -23,7 +23,8 @@
  * the router weights); collective-permute (GSPMD's half of a sharded dim
  * resharded through local slices, a permute, a concatenate and a
  * dynamic-slice; a shift of the blocks and back; a full cycle of a
- * replicated value); dynamic-slice also at blocks of a window. Each family has a correct
+ * replicated value); dynamic-slice also at blocks of a window, and
+ * dynamic-update-slice of values sharded alike. Each family has a correct
  * variant and buggy ones (missing/spurious all-reduce, wrong reducer, wrong
  * replica groups, wrong gather dim, wrong output view, operands sharded over
  * different mesh axes, a non-linear op on partial sums, a wrong slice
@@ -32,7 +33,7 @@
  * computed with other constants, an unreduced or shifted row table, an
  * inverted dispatch mask, a combine by other weights, reversed experts,
  * permute pairs reversed, a wrong offset after a permute, a shift not undone,
- * a pair of a cycle dropped); every bug
+ * a pair of a cycle dropped, an update written one place further); every bug
  * built here changes values.
  *
  * Instance i belongs to family i % TF_FAMILIES and draws from its own

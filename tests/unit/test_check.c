@@ -1052,8 +1052,96 @@ static void factor_blame_in_call(void) {
     json_decref(trace);
 }
 
+/* While loops by induction (tests/cases/loops, made by hand): a scan over two
+ * layers whose distributed loop (dp:2, the batch sharded) carries its
+ * elements in another order, fills a zero buffer with the per-layer inputs
+ * (dynamic-update-slice at the counter), accumulates into a zero sum, and
+ * carries one table twice, using the copies the other way round. The zeros
+ * are read under the view that shards them like the baseline's, the table's
+ * copies are equal in every iteration: verified, also with an extra counter
+ * only its own update reads. Each wrong variant is not
+ * verified, and execution finds it. On {dp:2, mp:2} two axes have the
+ * zeros' ratio: the one the loop's other initial values are sharded over
+ * (the batch, over dp) is taken. The loop against a baseline that unrolls it
+ * is unverified. */
+static void loop_induction(void) {
+    static const struct {
+        const char *dist, *what;
+        int want;
+    } cases[] = {
+        {"dist", "carries reordered, zeros sharded, a table twice", VERDICT_VERIFIED},
+        {"dist-acc-init-one", "the sum starts from ones", VERDICT_MISMATCH},
+        {"dist-acc-no-step", "the sum never adds", VERDICT_MISMATCH},
+        {"dist-one-trip", "one iteration instead of two", VERDICT_MISMATCH},
+        {"dist-dus-next-slot", "the buffer written one slot on", VERDICT_MISMATCH},
+        {"dist-tab-differs", "the second table starts from other values", VERDICT_MISMATCH},
+        {"dist-wrong-divisor", "the sum divided by 4, not by the 2 iterations", VERDICT_MISMATCH},
+        {"dist-extra-carry", "an extra counter nothing reads", VERDICT_VERIFIED},
+        {"dist-extra-carry-used", "an extra counter added to the output", VERDICT_MISMATCH},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(cases); k++)
+        for (int witness = 0; witness < 2; witness++) {
+            char d[256];
+            snprintf(d, sizeof d, "tests/cases/loops/%s.hlo", cases[k].dist);
+            t_case("check loops: %s (%s)", cases[k].what, witness ? "with execution" : "rules only");
+            json_t *trace = NULL;
+            int v = run_with(cases[k].dist, "tests/cases/loops/base.hlo", d, "tests/cases/loops/relations.json", witness, false,
+                             &trace);
+            int want = cases[k].want == VERDICT_MISMATCH && !witness ? VERDICT_UNVERIFIED : cases[k].want;
+            CHECK_MSG(v == want, "verdict %s", verdict_name(v));
+            json_decref(trace);
+        }
+    t_case("check loops: zeros on a mesh of two axes of one size, read as the batch is sharded");
+    json_t *trace = NULL;
+    int v = run_with("mesh2x2", "tests/cases/loops/base.hlo", "tests/cases/loops/dist-mesh2x2.hlo",
+                     "tests/cases/loops/relations-mesh2x2.json", true, false, &trace);
+    CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
+    json_decref(trace);
+    /* The same loop against a baseline that unrolls it: nothing to relate the
+     * loop to, said with its trip count. */
+    t_case("check loops: a counted loop the baseline unrolls");
+    trace = NULL;
+    v = run_with("unrolled", "tests/cases/loops/base-unrolled.hlo", "tests/cases/loops/dist.hlo", "tests/cases/loops/relations.json",
+                 true, false, &trace);
+    CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
+    CHECK_CONTAINS(first_message(trace), "a loop of 2 iterations where the baseline has no loop");
+    json_decref(trace);
+}
+
+/* A gradient summed over microbatches from per-device partial sums and
+ * all-reduced once after the loop (tests/cases/loops/pacc-*, dp:2): the zero
+ * accumulator enters the loop as a partial sum of zeros, read so from the
+ * all-reduce after the loop or, where a linear step stands between (the
+ * double variant), because the replicated reading fails in the body. Never a
+ * missing-all-reduce inside the body. Leaving the all-reduce out is a
+ * mismatch by the rules; starting from ones is found by execution. */
+static void loop_partial_sum(void) {
+    static const struct {
+        const char *base, *dist, *what;
+        int rules, executed;
+    } cases[] = {
+        {"pacc-base", "pacc-dist", "all-reduced after the loop", VERDICT_VERIFIED, VERDICT_VERIFIED},
+        {"pacc-base-double", "pacc-dist-double", "doubled, then all-reduced", VERDICT_VERIFIED, VERDICT_VERIFIED},
+        {"pacc-base", "pacc-dist-no-sum", "never all-reduced", VERDICT_MISMATCH, VERDICT_MISMATCH},
+        {"pacc-base", "pacc-dist-init-one", "the sum starts from ones", VERDICT_UNVERIFIED, VERDICT_MISMATCH},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(cases); k++)
+        for (int witness = 0; witness < 2; witness++) {
+            char b[256], d[256];
+            snprintf(b, sizeof b, "tests/cases/loops/%s.hlo", cases[k].base);
+            snprintf(d, sizeof d, "tests/cases/loops/%s.hlo", cases[k].dist);
+            t_case("check loops: a partial sum carried, %s (%s)", cases[k].what, witness ? "with execution" : "rules only");
+            json_t *trace = NULL;
+            int v = run_with(cases[k].dist, b, d, "tests/cases/loops/relations-pacc.json", witness, false, &trace);
+            CHECK_MSG(v == (witness ? cases[k].executed : cases[k].rules), "verdict %s", verdict_name(v));
+            json_decref(trace);
+        }
+}
+
 void suite_check(void);
 void suite_check(void) {
+    loop_partial_sum();
+    loop_induction();
     scalar_dynamic_slice();
     factor_blame_in_call();
     contradicted_by_execution();
