@@ -61,6 +61,13 @@ void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_i
     /* A finding about where a value is sharded (not whether it is partial) needs
      * an unambiguous view: after a reshape with several true readings it is only
      * undecided. Such findings are marked with a leading '@' by their callers. */
+    /* Nor is a finding about a value that is partial only under one reading
+     * of a reshape (a sharding the reading put on a unit dim, then summed). */
+    if (c->amb_partial_now) {
+        lf_unsupported(c, comp, in, "%s (with a partial sum that one reading of an ambiguous reshape gives)",
+                       msg + (msg[0] == '@'));
+        return;
+    }
     if (msg[0] == '@') {
         if (c->ambiguous_now) {
             lf_unsupported(c, comp, in, "%s (with one reading of an ambiguous reshape)", msg + 1);
@@ -1568,7 +1575,12 @@ static lval lift_reduce(lstate *s) {
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
     eid ch[2] = {x->cls, init->cls};
-    return term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, x->assumed || init->assumed);
+    lval r = term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, x->assumed || init->assumed);
+    /* Summing a sharded dim of local size 1 of an ambiguous reshape's result:
+     * another reading puts that sharding on a dim kept, and is not partial. */
+    for (uint32_t k = 0; k < nd && x->ambiguous; k++)
+        if (rd[k] >= 0 && rd[k] < src->shape.rank && src->shape.dims[rd[k]] == 1 && x->v.dims[rd[k]].naxes) r.amb_partial = true;
+    return r;
 }
 
 void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
@@ -3034,8 +3046,11 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
     lstate s = {c, comp, in, ops, vals};
     bool amb = false, konst_op = false;
-    for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous, konst_op |= ops[o].konst;
+    bool amb_partial = false;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        amb |= ops[o].ambiguous, konst_op |= ops[o].konst, amb_partial |= ops[o].amb_partial && ops[o].v.partial;
     c->ambiguous_now = amb;
+    c->amb_partial_now = amb_partial;
     c->konst_operand_now = konst_op;
     double factor = 1;
     if (!lf_scale_take(&s, v)) {
@@ -3047,8 +3062,9 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     lf_zmask_after(&s, v);
     lf_scale_track(&s, v);
     if (!c->baseline_mode) track_short(&s, v);
-    c->ambiguous_now = c->konst_operand_now = false;
+    c->ambiguous_now = c->konst_operand_now = c->amb_partial_now = false;
     v->ambiguous |= amb;
+    v->amb_partial = (v->amb_partial || amb_partial) && v->kind == LV_TERM && v->v.partial;
     static eid dbg_base = EID_NONE;
     static const char *dbgb, *dbg, *dbgv;
     static bool dbg_read;

@@ -111,6 +111,7 @@ typedef struct lval {
     bool konst;                   /* computed from constants only (no parameter) */
     bool rearranged;              /* only a layout op's rearrangement of baseline values (see divergence) */
     bool ambiguous;               /* the view is one of several readings of a reshape */
+    bool amb_partial;             /* partial only under that reading (a unit dim's sharding summed) */
     eid cls;
     view v;
     double *dev;
@@ -196,6 +197,7 @@ typedef struct lift_ctx {
     int64_t ndev;
     bool mesh_inferred;                   /* from sharding annotations: group mismatches are undecided */
     bool ambiguous_now;                   /* an operand's view is one reading among several */
+    bool amb_partial_now;                 /* an operand is partial only under such a reading */
     bool konst_operand_now;               /* an operand is computed from constants only */
     lift_finding *findings;
     uint32_t nfindings, capfindings;
