@@ -2392,8 +2392,31 @@ static bool gather_index_values(lstate *s, lval *out) {
 static bool splat_review(lstate *s, uint32_t o, const view *w) {
     lval *x = &s->ops[o];
     const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
-    if (x->kind != LV_TERM || x->v.partial || w->rank != xi->shape.rank) return false;
+    if (x->kind != LV_TERM || x->v.partial || w->rank != xi->shape.rank || lf_scale_of(x) != 1) return false;
     const interp_val *kv = lf_kval(s->c, x->cls);
+    /* A class that holds a broadcast of a scalar, whatever op gave it here
+     * (select(p, z, z) of a zero table): that broadcast, which is the form
+     * both sides share (a folded literal would not meet it). */
+    for (eid n = eg_class_first(s->c->g, x->cls); n != EID_NONE; n = eg_class_next(s->c->g, n)) {
+        uint32_t nk, rk;
+        const eid *ch = eg_node_children(s->c->g, n, &nk);
+        if (eg_node_op(s->c->g, n) != OP_BROADCAST || nk != 1) continue;
+        eg_type_dims(s->c->g, eg_class_type(s->c->g, ch[0]), &rk);
+        if (rk) continue;
+        int64_t dims[VIEW_MAX_RANK];
+        lf_global_dims(s->c, w, &xi->shape, dims);
+        bool konst = x->konst;
+        eid b = eg_add(s->c->g, OP_BROADCAST, eg_node_attr(s->c->g, n), lf_type_of(s->c, xi->shape.dtype, dims, xi->shape.rank),
+                       ch, 1, s->c->origin);
+        if (kv && kv->n && !lf_kval(s->c, b) && fold_size_ok(dims, xi->shape.rank)) {
+            interp_val *g = interp_val_new(kv->dtype, xi->shape.rank, dims);
+            for (int64_t k = 0; g && k < g->n; k++) interp_val_set(g, k, interp_val_get(kv, 0));
+            if (g) kval_set(s->c, b, g);
+        }
+        *x = term(b, *w, false);
+        x->konst = konst;
+        return true;
+    }
     if (kv && (xi->op != OP_BROADCAST || s->comp->instrs[xi->operands[0]].shape.rank != 0)) {
         /* a folded constant holding one number: that number at the global shape */
         for (int64_t k = 1; k < kv->n; k++)
@@ -2421,10 +2444,11 @@ static bool splat_review(lstate *s, uint32_t o, const view *w) {
     return true;
 }
 
-/* Scatter s's indices (operand 1) are x - off(r), x the same on every
- * device, off(r) = block(r)·size with size the operand's local length along
- * operand dim k: the indices become x's term, and *dim the axes of the
- * blocks. */
+/* Scatter s's indices (operand 1) are x - off(r), x the same function of
+ * data on every device under a plain view (a batch split over dp travels
+ * along), off(r) = block(r)·size with size the operand's local length along
+ * operand dim k: the indices become x's term under x's view, and *dim the
+ * axes of the blocks. */
 static bool block_offset_indices(lstate *s, uint32_t k, view_dim *dim) {
     lift_ctx *c = s->c;
     const hlo_instr *ii = &s->comp->instrs[s->in->operands[1]];
@@ -2433,7 +2457,7 @@ static bool block_offset_indices(lstate *s, uint32_t k, view_dim *dim) {
     const lval *off = &s->vals[ii->operands[1]];
     if (off->kind != LV_DEV || off->count < 1 || dev_uniform(c, off)) return false;
     if ((x.kind == LV_PW || x.kind == LV_MASK) && !lf_index_as_term(c, &x)) return false;
-    if (x.kind != LV_TERM || !view_is_dup(&x.v)) return false;
+    if (x.kind != LV_TERM || x.v.partial || x.v.rank != ii->shape.rank) return false;
     double *per = arena_alloc(c->a, (size_t)c->ndev * sizeof *per);
     for (int64_t r = 0; r < c->ndev; r++) {
         per[r] = off->dev[r * off->count];
@@ -2444,10 +2468,11 @@ static bool block_offset_indices(lstate *s, uint32_t k, view_dim *dim) {
     uint32_t mask = lf_block_offsets(c, per, 1, s->comp->instrs[s->in->operands[0]].shape.dims[k], &base, &parts);
     if (!mask || base != 0) return false;
     /* the offset's operand, reshaped to the indices' shape */
-    uint32_t t = lf_type_of(c, ii->shape.dtype, ii->shape.dims, ii->shape.rank);
-    if (eg_class_type(c->g, x.cls) != t) return false;
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, &x.v, &ii->shape, g);
+    if (eg_class_type(c->g, x.cls) != lf_type_of(c, ii->shape.dtype, g, ii->shape.rank)) return false;
     *dim = lf_axes_dim(c, mask);
-    s->ops[1] = term(x.cls, view_dup(ii->shape.rank), x.assumed);
+    s->ops[1] = term(x.cls, x.v, x.assumed);
     return true;
 }
 
@@ -2496,7 +2521,7 @@ static bool scatter_views(lstate *s, lval *out) {
     for (uint32_t d = 0; d < ro; d++) {
         udim_of_op[d] = -1;
         if (member(iw, niw, d) || member(ib, nib, d)) continue;
-        if (w >= nuw) return false;
+        if (w >= nuw || uw[w] < 0 || uw[w] >= ru) return false;
         udim_of_op[d] = uw[w++];
     }
     /* The views the three must have, from the sharded ones. */
@@ -2505,9 +2530,14 @@ static bool scatter_views(lstate *s, lval *out) {
      * scatter dim (GSPMD's vocab-parallel scatter: index - r·size): every
      * device adds the rows that fall in its block and drops the others (a
      * scatter skips indices out of bounds), which is the global scatter with
-     * that dim sharded; the indices are the offset's operand. */
+     * that dim sharded; the indices are the source's term. */
     if (blocked) {
-        if (s->ops[0].v.dims[sd[0]].naxes) return false;
+        /* A window of one element along the blocked dim: a wider one could
+         * straddle two blocks, dropped by both devices but not globally. */
+        int64_t wd = udim_of_op[sd[0]];
+        if (s->ops[0].v.dims[sd[0]].naxes || member(ib, nib, sd[0]) ||
+            (!member(iw, niw, sd[0]) && (wd < 0 || ui->shape.dims[wd] != 1)))
+            return false;
         vo.dims[sd[0]] = bdim;
     }
     const lval *o = &s->ops[0], *x = &s->ops[1], *y = &s->ops[2];
@@ -2533,16 +2563,24 @@ static bool scatter_views(lstate *s, lval *out) {
     }
     for (uint32_t d = 0; d < ro; d++) {
         const view_dim *od = &o->v.dims[d];
-        if (!od->naxes) continue;
         if (udim_of_op[d] >= 0) {
-            /* a window dim: whole windows of the local block */
-            if (ui->shape.dims[udim_of_op[d]] != oi->shape.dims[d]) return false;
-            vo.dims[d] = *od;
-            vu.dims[udim_of_op[d]] = *od;
-        } else if (memcmp(&vo.dims[d], od, sizeof *od)) {
+            /* a window dim sharded in the operand or the updates: whole
+             * windows of the local block (the window starts at 0 or is
+             * dropped alike on both sides) */
+            const view_dim *wd = od->naxes ? od : &y->v.dims[udim_of_op[d]];
+            if (!wd->naxes) continue;
+            if (ui->shape.dims[udim_of_op[d]] != oi->shape.dims[d] || (vo.dims[d].naxes && memcmp(&vo.dims[d], wd, sizeof *wd)))
+                return false;
+            vo.dims[d] = *wd;
+            vu.dims[udim_of_op[d]] = *wd;
+        } else if (od->naxes && memcmp(&vo.dims[d], od, sizeof *od)) {
             return false;
         }
     }
+    /* every mesh axis bound once */
+    uint32_t nbound = 0;
+    for (uint32_t d = 0; d < ro; d++) nbound += vo.dims[d].naxes;
+    if (nbound != (uint32_t)__builtin_popcount(view_axes_used(&vo))) return false;
     if (partial && (!zero_operand || instr_reducer(c->cur, in) != RED_SUM || (partial & view_axes_used(&vo)))) return false;
     const view *want[3] = {&vo, &vi, &vu};
     for (uint32_t k = 0; k < 3; k++)
