@@ -3041,7 +3041,10 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         lval *cargs = arena_alloc(c->a, (in->noperands + 1) * sizeof *cargs);
         for (uint32_t o = 0; o < in->noperands; o++) cargs[o] = vals[in->operands[o]];
         c->depth++;
-        *v = lift_comp(c, &m->comps[ta->v.ints[0]], cargs, NULL, 0);
+        const hlo_comp *outer = c->call_comp;
+        c->call_comp = &m->comps[ta->v.ints[0]];
+        *v = lift_comp(c, c->call_comp, cargs, NULL, 0);
+        c->call_comp = outer;
         c->depth--;
         if (c->baseline_mode && v->kind == LV_TERM) record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
         return;
@@ -3054,10 +3057,14 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         v->kind = LV_TUPLE;
         v->n = in->noperands;
         v->elems = arena_alloc(c->a, (v->n + 1) * sizeof *v->elems);
+        /* Tuples hold plain terms: loops, outputs and the memo read them. A
+         * call's result keeps its factors for the get-tuple-elements that
+         * read it (a jit(_where) returning (value, mask) is no place where
+         * the flat distributed program would put them back). */
+        bool keep = comp == c->call_comp && i == comp->root;
         for (uint32_t o = 0; o < in->noperands; o++) {
-            /* Tuples hold plain terms: loops, outputs and the memo read them. */
             v->elems[o] = vals[in->operands[o]];
-            lf_unscale(c, &v->elems[o]);
+            if (!keep) lf_unscale(c, &v->elems[o]);
             if (v->elems[o].kind == LV_PW && v->elems[o].cls != EID_NONE) lf_index_as_term(c, &v->elems[o]);
         }
         return;

@@ -239,6 +239,7 @@ typedef struct lift_ctx {
     const char *last_scope;               /* segment_of's last question (a scope pointer) */
     uint32_t last_scope_seg;              /* and its answer */
     int depth;                            /* call depth while walking (0: entry) */
+    const hlo_comp *call_comp;            /* the computation a call is lifting: its root tuple keeps factors */
     uint32_t built;                       /* baseline instructions built (flattened positions) */
     double acct_t;                        /* per-segment accounting: last instruction's start */
     uint32_t acct_nodes;
