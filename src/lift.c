@@ -2446,30 +2446,43 @@ static bool splat_review(lstate *s, uint32_t o, const view *w) {
     return true;
 }
 
-/* Scatter s's indices (operand 1) are x - off(r), x the same function of
- * data on every device under a plain view (a batch split over dp travels
- * along), off(r) = block(r)·size with size the operand's local length along
- * operand dim k: the indices become x's term under x's view, and *dim the
- * axes of the blocks. */
+/* Scatter s's indices (operand 1) are x - off(r) with off(r) =
+ * block(r)·size, size the operand's local length along operand dim k, and
+ * x the same function of data on every device under a plain view (a batch
+ * split over dp travels along): either the indices are subtract(x, off)
+ * (x's own term: wrapping of negative ids inside it is fine), or their
+ * index values are, on every device, exactly t - off(r) for the source t at
+ * their positions (a subtract before reshapes). The indices become x's term
+ * under x's view, and *dim the axes of the blocks. */
 static bool block_offset_indices(lstate *s, uint32_t k, view_dim *dim) {
     lift_ctx *c = s->c;
     const hlo_instr *ii = &s->comp->instrs[s->in->operands[1]];
-    if (ii->op != OP_SUBTRACT || ii->noperands != 2) return false;
-    lval x = s->vals[ii->operands[0]];
-    const lval *off = &s->vals[ii->operands[1]];
-    if (off->kind != LV_DEV || off->count < 1 || dev_uniform(c, off)) return false;
-    if ((x.kind == LV_PW || x.kind == LV_MASK) && !lf_index_as_term(c, &x)) return false;
-    if (x.kind != LV_TERM || x.v.partial || x.v.rank != ii->shape.rank) return false;
     double *per = arena_alloc(c->a, (size_t)c->ndev * sizeof *per);
-    for (int64_t r = 0; r < c->ndev; r++) {
-        per[r] = off->dev[r * off->count];
-        for (uint32_t e = 1; e < off->count; e++)
-            if (off->dev[r * off->count + e] != per[r]) return false;
+    lval x = {0};
+    const lval *off = ii->op == OP_SUBTRACT && ii->noperands == 2 ? &s->vals[ii->operands[1]] : NULL;
+    if (off && off->kind == LV_DEV && off->count >= 1 && !dev_uniform(c, off)) {
+        x = s->vals[ii->operands[0]];
+        if ((x.kind == LV_PW || x.kind == LV_MASK) && !lf_index_as_term(c, &x)) return false;
+        for (int64_t r = 0; r < c->ndev; r++) {
+            per[r] = off->dev[r * off->count];
+            for (uint32_t e = 1; e < off->count; e++)
+                if (off->dev[r * off->count + e] != per[r]) return false;
+        }
+    } else {
+        const lval *p = &s->ops[1];
+        if (p->kind != LV_PW || !p->pw || p->pos == EID_NONE) return false;
+        for (int64_t r = 0; r < c->ndev; r++) {
+            const pw_fn *f = &p->pw[r];
+            if (f->n != 1 || f->p[0].lo != PW_NEG_INF || f->p[0].hi != PW_POS_INF || f->p[0].a != 1) return false;
+            per[r] = -(double)f->p[0].b;
+        }
+        x = term(p->pos, p->v, false);
     }
+    if (x.kind != LV_TERM || x.v.partial || x.v.rank != ii->shape.rank) return false;
     int64_t base, parts;
     uint32_t mask = lf_block_offsets(c, per, 1, s->comp->instrs[s->in->operands[0]].shape.dims[k], &base, &parts);
     if (!mask || base != 0) return false;
-    /* the offset's operand, reshaped to the indices' shape */
+    /* x at the indices' shape */
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &x.v, &ii->shape, g);
     if (eg_class_type(c->g, x.cls) != lf_type_of(c, ii->shape.dtype, g, ii->shape.rank)) return false;
