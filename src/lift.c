@@ -713,6 +713,40 @@ static bool dev_eval(lift_ctx *c, const hlo_instr *in, const lval *ops, lval *ou
     return true;
 }
 
+/* Device values rearranged: a broadcast of a vector (its elements along the
+ * result dims the broadcast names) and a concatenate (the index vector
+ * [off(r), 0] of a multi-dim scatter's offsets). */
+static bool dev_layout(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *ops, lval *out) {
+    int64_t n = shape_elements(&in->shape);
+    uint32_t rank = in->shape.rank, nd;
+    if (n < 1 || n > MAX_DEV_ELEMS || rank > VIEW_MAX_RANK || in->noperands < 1) return false;
+    const int64_t *dl = instr_ints(in, A_DIMENSIONS, &nd);
+    if (in->op == OP_BROADCAST ? in->noperands != 1 || ops[0].count < 2 : in->op != OP_CONCATENATE || nd != 1 || dl[0] >= rank)
+        return false;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const shape *os = &comp->instrs[in->operands[o]].shape;
+        if (ops[o].kind != LV_DEV || os->rank > VIEW_MAX_RANK || (int64_t)ops[o].count != shape_elements(os) ||
+            (in->op == OP_BROADCAST && nd != os->rank))
+            return false;
+    }
+    lval v = {.kind = LV_DEV, .count = (uint32_t)n};
+    v.dev = arena_alloc(c->a, (size_t)(c->ndev * n) * sizeof *v.dev);
+    for (int64_t k = 0; k < n; k++) {
+        int64_t at[VIEW_MAX_RANK], rest = k;
+        for (uint32_t d = rank; d-- > 0;) at[d] = rest % in->shape.dims[d], rest /= in->shape.dims[d];
+        uint32_t o = 0;
+        if (in->op == OP_CONCATENATE)
+            while (o + 1 < in->noperands && at[dl[0]] >= comp->instrs[in->operands[o]].shape.dims[dl[0]])
+                at[dl[0]] -= comp->instrs[in->operands[o++]].shape.dims[dl[0]];
+        const shape *os = &comp->instrs[in->operands[o]].shape;
+        int64_t src = 0;
+        for (uint32_t d = 0; d < os->rank; d++) src = src * os->dims[d] + at[in->op == OP_BROADCAST ? dl[d] : d];
+        for (int64_t r = 0; r < c->ndev; r++) v.dev[r * n + k] = ops[o].dev[r * ops[o].count + src];
+    }
+    *out = v;
+    return true;
+}
+
 /* dynamic-slice of a device table by device offsets, all one-dimensional. */
 static bool dev_dynamic_slice(lift_ctx *c, const hlo_instr *in, const lval *ops, lval *out) {
     if (in->shape.rank != 1 || in->noperands != 2 || ops[0].count < 1 || ops[1].count != 1) return false;
@@ -2446,31 +2480,60 @@ static bool splat_review(lstate *s, uint32_t o, const view *w) {
     return true;
 }
 
-/* Scatter s's indices (operand 1) are x - off(r) with off(r) =
- * block(r)·size, size the operand's local length along operand dim k, and
- * x the same function of data on every device under a plain view (a batch
- * split over dp travels along): either the indices are subtract(x, off)
- * (x's own term: wrapping of negative ids inside it is fine), or their
- * index values are, on every device, exactly t - off(r) for the source t at
- * their positions (a subtract before reshapes). The indices become x's term
- * under x's view, and *dim the axes of the blocks. */
-static bool block_offset_indices(lstate *s, uint32_t k, view_dim *dim) {
+/* Whether s's value is used only as the indices of scatters (and is not
+ * the computation's result). */
+static bool only_scatter_indices(const lstate *s) {
+    uint32_t i = (uint32_t)(s->in - s->comp->instrs), uses = 0;
+    if (i == s->comp->root) return false;
+    for (uint32_t j = i + 1; j < s->comp->ninstrs; j++) {
+        const hlo_instr *u = &s->comp->instrs[j];
+        for (uint32_t o = 0; o < u->noperands; o++) {
+            if (u->operands[o] != i) continue;
+            if (u->op != OP_SCATTER || o != 1 || u->noperands != 3) return false;
+            uses++;
+        }
+    }
+    return uses > 0;
+}
+
+/* Scatter s's indices (operand 1) are x - off(r), x the same function of
+ * data on every device under a plain view (a batch split over dp travels
+ * along) and off(r) = block(r)·size in one component of the index vector
+ * (0 in the others), size the operand's local length along the operand dim
+ * *bk that component indexes: either the indices are subtract(x, off) (x's
+ * own term: wrapping of negative ids inside it is fine), or, with one
+ * component, their index values are on every device exactly t - off(r) for
+ * the source t at their positions (a subtract before reshapes). The indices
+ * become x's term under x's view, and *dim the axes of the blocks. */
+static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
     lift_ctx *c = s->c;
-    const hlo_instr *ii = &s->comp->instrs[s->in->operands[1]];
-    double *per = arena_alloc(c->a, (size_t)c->ndev * sizeof *per);
+    const hlo_instr *in = s->in, *ii = &s->comp->instrs[in->operands[1]];
+    uint32_t nsd;
+    const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0), n = shape_elements(&ii->shape);
+    if (!nsd || ivd < 0 || ivd > ii->shape.rank || (ivd == ii->shape.rank ? nsd != 1 : ii->shape.dims[ivd] != nsd)) return false;
+    int64_t stride = 1;
+    for (uint32_t d = (uint32_t)ivd + 1; d < ii->shape.rank; d++) stride *= ii->shape.dims[d];
+    /* per[r·nsd + j]: device r's offset in component j */
+    double *per = arena_alloc(c->a, (size_t)c->ndev * nsd * sizeof *per);
     lval x = {0};
     const lval *off = ii->op == OP_SUBTRACT && ii->noperands == 2 ? &s->vals[ii->operands[1]] : NULL;
-    if (off && off->kind == LV_DEV && off->count >= 1 && !dev_uniform(c, off)) {
+    if (off && off->kind == LV_DEV && n > 0 && (int64_t)off->count == n && !dev_uniform(c, off)) {
         x = s->vals[ii->operands[0]];
         if ((x.kind == LV_PW || x.kind == LV_MASK) && !lf_index_as_term(c, &x)) return false;
+        bool *seen = arena_alloc(c->a, nsd * sizeof *seen);
         for (int64_t r = 0; r < c->ndev; r++) {
-            per[r] = off->dev[r * off->count];
-            for (uint32_t e = 1; e < off->count; e++)
-                if (off->dev[r * off->count + e] != per[r]) return false;
+            memset(seen, 0, nsd * sizeof *seen);
+            for (uint32_t e = 0; e < off->count; e++) {
+                uint32_t j = (uint32_t)((e / stride) % nsd);
+                double v = off->dev[r * off->count + e];
+                if (!seen[j]) per[r * nsd + j] = v, seen[j] = true;
+                else if (per[r * nsd + j] != v) return false;
+            }
         }
     } else {
         const lval *p = &s->ops[1];
-        if (p->kind != LV_PW || !p->pw || p->pos == EID_NONE) return false;
+        if (nsd != 1 || p->kind != LV_PW || !p->pw || p->pos == EID_NONE) return false;
         for (int64_t r = 0; r < c->ndev; r++) {
             const pw_fn *f = &p->pw[r];
             if (f->n != 1 || f->p[0].lo != PW_NEG_INF || f->p[0].hi != PW_POS_INF || f->p[0].a != 1) return false;
@@ -2479,13 +2542,27 @@ static bool block_offset_indices(lstate *s, uint32_t k, view_dim *dim) {
         x = term(p->pos, p->v, false);
     }
     if (x.kind != LV_TERM || x.v.partial || x.v.rank != ii->shape.rank) return false;
+    /* one component offset per device, the others 0 everywhere */
+    int64_t j0 = -1;
+    for (uint32_t j = 0; j < nsd; j++) {
+        bool zero = true;
+        for (int64_t r = 0; r < c->ndev; r++) zero &= per[r * nsd + j] == 0;
+        if (zero) continue;
+        if (j0 >= 0) return false;
+        j0 = j;
+    }
+    const hlo_instr *oi = &s->comp->instrs[in->operands[0]];
+    if (j0 < 0 || sd[j0] < 0 || sd[j0] >= oi->shape.rank) return false;
+    double *pj = arena_alloc(c->a, (size_t)c->ndev * sizeof *pj);
+    for (int64_t r = 0; r < c->ndev; r++) pj[r] = per[r * nsd + j0];
     int64_t base, parts;
-    uint32_t mask = lf_block_offsets(c, per, 1, s->comp->instrs[s->in->operands[0]].shape.dims[k], &base, &parts);
+    uint32_t mask = lf_block_offsets(c, pj, 1, oi->shape.dims[sd[j0]], &base, &parts);
     if (!mask || base != 0) return false;
     /* x at the indices' shape */
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &x.v, &ii->shape, g);
     if (eg_class_type(c->g, x.cls) != lf_type_of(c, ii->shape.dtype, g, ii->shape.rank)) return false;
+    *bk = sd[j0];
     *dim = lf_axes_dim(c, mask);
     s->ops[1] = term(x.cls, x.v, x.assumed);
     return true;
@@ -2505,11 +2582,9 @@ static bool scatter_views(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     if (in->noperands != 3 || in->shape.dtype == DT_TUPLE || in->shape.rank > VIEW_MAX_RANK) return false;
-    uint32_t nsd;
-    const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);
     view_dim bdim = {0};
-    bool blocked = nsd == 1 && sd[0] >= 0 && sd[0] < (int64_t)s->comp->instrs[in->operands[0]].shape.rank &&
-                   block_offset_indices(s, (uint32_t)sd[0], &bdim);
+    int64_t bk = -1;
+    bool blocked = block_offset_indices(s, &bk, &bdim);
     for (uint32_t o = 0; o < 3; o++) {
         uniform_dev_as_term(s, o);
         if (s->ops[o].kind != LV_TERM) return false;
@@ -2549,11 +2624,10 @@ static bool scatter_views(lstate *s, lval *out) {
     if (blocked) {
         /* A window of one element along the blocked dim: a wider one could
          * straddle two blocks, dropped by both devices but not globally. */
-        int64_t wd = udim_of_op[sd[0]];
-        if (s->ops[0].v.dims[sd[0]].naxes || member(ib, nib, sd[0]) ||
-            (!member(iw, niw, sd[0]) && (wd < 0 || ui->shape.dims[wd] != 1)))
+        int64_t wd = udim_of_op[bk];
+        if (s->ops[0].v.dims[bk].naxes || member(ib, nib, bk) || (!member(iw, niw, bk) && (wd < 0 || ui->shape.dims[wd] != 1)))
             return false;
-        vo.dims[sd[0]] = bdim;
+        vo.dims[bk] = bdim;
     }
     const lval *o = &s->ops[0], *x = &s->ops[1], *y = &s->ops[2];
     if (o->v.partial || x->v.partial || y->v.partial) return false;
@@ -2682,7 +2756,9 @@ static lval lift_instr(lstate *s) {
     }
     if (any_dev && all_dev_or_const) {
         lval r;
-        if (in->op == OP_DYNAMIC_SLICE ? dev_dynamic_slice(c, in, ops, &r) : dev_eval(c, in, ops, &r)) return r;
+        if (in->op == OP_DYNAMIC_SLICE ? dev_dynamic_slice(c, in, ops, &r)
+                                       : dev_layout(c, s->comp, in, ops, &r) || dev_eval(c, in, ops, &r))
+            return r;
     }
     switch (in->op) {
     case OP_BROADCAST: return lift_broadcast(s);
@@ -2715,6 +2791,10 @@ static lval lift_instr(lstate *s) {
         for (uint32_t o = 0; o < in->noperands; o++)
             if (ops[o].kind == LV_DEV) {
                 if (!dev_uniform(c, &ops[o])) {
+                    /* Offsets that differ per component of an index vector
+                     * are read by the scatters that take them (which say
+                     * so when they cannot). */
+                    if (in->op == OP_SUBTRACT && only_scatter_indices(s)) return unknown();
                     lf_unsupported(c, s->comp, in, "%s mixes a device-dependent value (from partition-id) with data; "
                                                 "only offsets and masks of known forms are understood", in->name);
                     return unknown();

@@ -919,10 +919,12 @@ static void shared_blocks(void) {
  * embedding's gradient with the table split over tp by rows and the batch
  * over dp (indices offset by each device's first row, rows out of the block
  * dropped, partial over dp until the all-reduce), take_along_axis's gradient
- * (batching dims split over dp), and the table split by columns with the
- * updates split alike. Each correct pair is verified; each variant that
- * changes values (a wrong offset or offset axis, another combiner, the
- * all-reduce dropped or over tp, other rows) is found; a window two rows
+ * (batching dims split over dp), an element scatter whose index vectors
+ * (row, column) are offset by [first row, 0], and the table split by
+ * columns with the updates split alike. Each correct pair is verified;
+ * each variant that changes values (a wrong offset, offset axis or offset
+ * component, another combiner, the all-reduce dropped or over tp, other
+ * rows) is found; a window two rows
  * wide along the split dim (a window across two blocks is dropped by both
  * devices, not globally) is never verified, with replicated indices too. */
 static void scatter_cases(void) {
@@ -949,6 +951,11 @@ static void scatter_cases(void) {
          "%i0 = s32[4,2,1] reshape(%ids)\n  %one = s32[] constant(1)\n  %ones = s32[4,2,1] broadcast(%one), dimensions={}\n"
          "  %i = s32[4,2,1] add(%i0, %ones)",
          NULL, VERDICT_MISMATCH},
+        {"element pairs", "pair", "pair", "pair", NULL, NULL, NULL, VERDICT_VERIFIED},
+        {"element pairs, both components offset", "pair", "pair", "pair", "{0, 0, 8, 0, 0, 0, 8, 0}", "{0, 8, 8, 0, 0, 8, 8, 0}",
+         NULL, VERDICT_MISMATCH},
+        {"element pairs, the column offset", "pair", "pair", "pair", "{0, 0, 8, 0, 0, 0, 8, 0}", "{0, 0, 0, 8, 0, 0, 0, 8}", NULL,
+         VERDICT_MISMATCH},
         {"window across blocks", "window", "window", "embed", NULL, NULL, NULL, -1},
         {"window across blocks, replicated indices", "window", "window-dup", "dup", NULL, NULL, NULL, -1},
     };
