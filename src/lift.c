@@ -2623,9 +2623,13 @@ static bool scatter_views(lstate *s, lval *out) {
      * that dim sharded; the indices are the source's term. */
     if (blocked) {
         /* A window of one element along the blocked dim: a wider one could
-         * straddle two blocks, dropped by both devices but not globally. */
+         * straddle two blocks, dropped by both devices but not globally. The
+         * operand is a splat or already split in those blocks (a table
+         * updated in place). */
         int64_t wd = udim_of_op[bk];
-        if (s->ops[0].v.dims[bk].naxes || member(ib, nib, bk) || (!member(iw, niw, bk) && (wd < 0 || ui->shape.dims[wd] != 1)))
+        const view_dim *od = &s->ops[0].v.dims[bk];
+        if ((od->naxes && memcmp(od, &bdim, sizeof bdim)) || member(ib, nib, bk) ||
+            (!member(iw, niw, bk) && (wd < 0 || ui->shape.dims[wd] != 1)))
             return false;
         vo.dims[bk] = bdim;
     }
@@ -2652,6 +2656,7 @@ static bool scatter_views(lstate *s, lval *out) {
     }
     for (uint32_t d = 0; d < ro; d++) {
         const view_dim *od = &o->v.dims[d];
+        if (blocked && d == bk) continue;  /* taken above */
         if (udim_of_op[d] >= 0) {
             /* a window dim sharded in the operand or the updates: whole
              * windows of the local block (the window starts at 0 or is

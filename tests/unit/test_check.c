@@ -920,11 +920,11 @@ static void shared_blocks(void) {
  * over dp (indices offset by each device's first row, rows out of the block
  * dropped, partial over dp until the all-reduce), take_along_axis's gradient
  * (batching dims split over dp), an element scatter whose index vectors
- * (row, column) are offset by [first row, 0], and the table split by
- * columns with the updates split alike. Each correct pair is verified;
+ * (row, column) are offset by [first row, 0], a row-split table updated in
+ * place, and the table split by columns with the updates split alike. Each correct pair is verified;
  * each variant that changes values (a wrong offset, offset axis or offset
- * component, another combiner, the all-reduce dropped or over tp, other
- * rows) is found; a window two rows
+ * component, blocks swapped, another combiner, the all-reduce dropped or
+ * over tp, other rows) is found; a window two rows
  * wide along the split dim (a window across two blocks is dropped by both
  * devices, not globally) is never verified, with replicated indices too. */
 static void scatter_cases(void) {
@@ -955,6 +955,9 @@ static void scatter_cases(void) {
         {"element pairs, both components offset", "pair", "pair", "pair", "{0, 0, 8, 0, 0, 0, 8, 0}", "{0, 8, 8, 0, 0, 8, 8, 0}",
          NULL, VERDICT_MISMATCH},
         {"element pairs, the column offset", "pair", "pair", "pair", "{0, 0, 8, 0, 0, 0, 8, 0}", "{0, 0, 0, 8, 0, 0, 0, 8}", NULL,
+         VERDICT_MISMATCH},
+        {"a table updated in place", "update", "update", "update", NULL, NULL, NULL, VERDICT_VERIFIED},
+        {"a table updated in place, blocks swapped", "update", "update", "update", "{0, 4, 8, 12}", "{0, 4, 12, 8}", NULL,
          VERDICT_MISMATCH},
         {"window across blocks", "window", "window", "embed", NULL, NULL, NULL, -1},
         {"window across blocks, replicated indices", "window", "window-dup", "dup", NULL, NULL, NULL, -1},
