@@ -2575,8 +2575,9 @@ static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
  *   view;
  * - partial: the operand is zero and replicated, the indices and updates
  *   sharded alike along their scatter dims (each device adds its rows, an
- *   embedding's gradient under data parallelism) and the reducer a sum: the
- *   global scatter-add, partial (sum) over those axes.
+ *   embedding's gradient under data parallelism) or the updates partial
+ *   sums, and the reducer a sum: the global scatter-add, partial (sum) over
+ *   those axes.
  * Splat constants take whatever view the others need. */
 static bool scatter_views(lstate *s, lval *out) {
     lift_ctx *c = s->c;
@@ -2634,7 +2635,7 @@ static bool scatter_views(lstate *s, lval *out) {
         vo.dims[bk] = bdim;
     }
     const lval *o = &s->ops[0], *x = &s->ops[1], *y = &s->ops[2];
-    if (o->v.partial || x->v.partial || y->v.partial) return false;
+    if (o->v.partial || x->v.partial || (y->v.partial && y->v.red != RED_SUM)) return false;
     bool zero_operand = false;
     const interp_val *ov = lf_kval(c, o->cls);
     if (ov) {
@@ -2675,6 +2676,11 @@ static bool scatter_views(lstate *s, lval *out) {
     uint32_t nbound = 0;
     for (uint32_t d = 0; d < ro; d++) nbound += vo.dims[d].naxes;
     if (nbound != (uint32_t)__builtin_popcount(view_axes_used(&vo))) return false;
+    /* Updates that are partial sums: a scatter-add into zeros is linear in
+     * them, so the result is partial over the same axes. */
+    vu.partial = y->v.partial;
+    vu.red = y->v.partial ? RED_SUM : 0;
+    partial |= y->v.partial;
     if (partial && (!zero_operand || instr_reducer(c->cur, in) != RED_SUM || (partial & view_axes_used(&vo)))) return false;
     const view *want[3] = {&vo, &vi, &vu};
     for (uint32_t k = 0; k < 3; k++)

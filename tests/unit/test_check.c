@@ -921,10 +921,12 @@ static void shared_blocks(void) {
  * dropped, partial over dp until the all-reduce), take_along_axis's gradient
  * (batching dims split over dp), an element scatter whose index vectors
  * (row, column) are offset by [first row, 0], a row-split table updated in
- * place, and the table split by columns with the updates split alike. Each correct pair is verified;
+ * place, the table split by columns with the updates split alike, and
+ * updates that are partial sums (a dot over a split contraction) scattered
+ * into zeros before the all-reduce. Each correct pair is verified;
  * each variant that changes values (a wrong offset, offset axis or offset
  * component, blocks swapped, another combiner, the all-reduce dropped or
- * over tp, other rows) is found; a window two rows
+ * over tp, other rows, partial sums scattered into ones) is found; a window two rows
  * wide along the split dim (a window across two blocks is dropped by both
  * devices, not globally) is never verified, with replicated indices too. */
 static void scatter_cases(void) {
@@ -958,6 +960,12 @@ static void scatter_cases(void) {
          VERDICT_MISMATCH},
         {"a table updated in place", "update", "update", "update", NULL, NULL, NULL, VERDICT_VERIFIED},
         {"a table updated in place, blocks swapped", "update", "update", "update", "{0, 4, 8, 12}", "{0, 4, 12, 8}", NULL,
+         VERDICT_MISMATCH},
+        {"partial updates", "psum", "psum", "psum", NULL, NULL, NULL, VERDICT_VERIFIED},
+        {"partial updates into ones", "psum", "psum", "psum", "%z = f32[] constant(0)", "%z = f32[] constant(1)", NULL,
+         VERDICT_MISMATCH},
+        {"partial updates, no all-reduce", "psum", "psum", "psum",
+         "all-reduce(%g), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add", "copy(%g)", NULL,
          VERDICT_MISMATCH},
         {"window across blocks", "window", "window", "embed", NULL, NULL, NULL, -1},
         {"window across blocks, replicated indices", "window", "window-dup", "dup", NULL, NULL, NULL, -1},
