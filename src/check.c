@@ -668,6 +668,12 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
             }
         }
     }
+    if (!outputs_ok && !lc.first_unsupported && !lc.divergence && lc.silent) {
+        /* Nothing said why: the first instruction left unknown is the reason. */
+        lc.first_unsupported = lc.silent;
+        lc.first_unsupported_comp = lc.silent_comp;
+        lc.unsupported_why = lc.silent_why;
+    }
     if (getenv("SCALIFY_DEBUG_LIFT"))
         fprintf(stderr, "check: outputs %s (%s); divergence %s; resynced %u; memo %u of %u runs\n", outputs_ok ? "meet" : "differ",
                 why.s ? why.s : "", lc.divergence ? lc.divergence->name : "none", lc.resynced, lc.memo_hits, lc.memo_runs);

@@ -61,6 +61,13 @@ void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_i
     /* A finding about where a value is sharded (not whether it is partial) needs
      * an unambiguous view: after a reshape with several true readings it is only
      * undecided. Such findings are marked with a leading '@' by their callers. */
+    /* Nor is a finding about a value that is partial only under one reading
+     * of a reshape (a sharding the reading put on a unit dim, then summed). */
+    if (c->amb_partial_now) {
+        lf_unsupported(c, comp, in, "%s (with a partial sum that one reading of an ambiguous reshape gives)",
+                       msg + (msg[0] == '@'));
+        return;
+    }
     if (msg[0] == '@') {
         if (c->ambiguous_now) {
             lf_unsupported(c, comp, in, "%s (with one reading of an ambiguous reshape)", msg + 1);
@@ -727,6 +734,40 @@ static bool dev_eval(lift_ctx *c, const hlo_instr *in, const lval *ops, lval *ou
             }
             v.dev[d * n + k] = r;
         }
+    *out = v;
+    return true;
+}
+
+/* Device values rearranged: a broadcast of a vector (its elements along the
+ * result dims the broadcast names) and a concatenate (the index vector
+ * [off(r), 0] of a multi-dim scatter's offsets). */
+static bool dev_layout(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *ops, lval *out) {
+    int64_t n = shape_elements(&in->shape);
+    uint32_t rank = in->shape.rank, nd;
+    if (n < 1 || n > MAX_DEV_ELEMS || rank > VIEW_MAX_RANK || in->noperands < 1) return false;
+    const int64_t *dl = instr_ints(in, A_DIMENSIONS, &nd);
+    if (in->op == OP_BROADCAST ? in->noperands != 1 || ops[0].count < 2 : in->op != OP_CONCATENATE || nd != 1 || dl[0] >= rank)
+        return false;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const shape *os = &comp->instrs[in->operands[o]].shape;
+        if (ops[o].kind != LV_DEV || os->rank > VIEW_MAX_RANK || (int64_t)ops[o].count != shape_elements(os) ||
+            (in->op == OP_BROADCAST && nd != os->rank))
+            return false;
+    }
+    lval v = {.kind = LV_DEV, .count = (uint32_t)n};
+    v.dev = arena_alloc(c->a, (size_t)(c->ndev * n) * sizeof *v.dev);
+    for (int64_t k = 0; k < n; k++) {
+        int64_t at[VIEW_MAX_RANK], rest = k;
+        for (uint32_t d = rank; d-- > 0;) at[d] = rest % in->shape.dims[d], rest /= in->shape.dims[d];
+        uint32_t o = 0;
+        if (in->op == OP_CONCATENATE)
+            while (o + 1 < in->noperands && at[dl[0]] >= comp->instrs[in->operands[o]].shape.dims[dl[0]])
+                at[dl[0]] -= comp->instrs[in->operands[o++]].shape.dims[dl[0]];
+        const shape *os = &comp->instrs[in->operands[o]].shape;
+        int64_t src = 0;
+        for (uint32_t d = 0; d < os->rank; d++) src = src * os->dims[d] + at[in->op == OP_BROADCAST ? dl[d] : d];
+        for (int64_t r = 0; r < c->ndev; r++) v.dev[r * n + k] = ops[o].dev[r * ops[o].count + src];
+    }
     *out = v;
     return true;
 }
@@ -1570,7 +1611,9 @@ static void uniform_dev_as_term(lstate *s, uint32_t o);
 static lval lift_reduce(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
-    if (in->noperands == 2) uniform_dev_as_term(s, 1); /* an integer init (a token count from 0) */
+    /* an integer init (a token count from 0); a device value the same on
+     * every device (a bounds check of constant indices) is a constant */
+    for (uint32_t o = 0; o < in->noperands; o++) uniform_dev_as_term(s, o);
     if (in->noperands != 2 || s->ops[0].kind != LV_TERM || s->ops[1].kind != LV_TERM) return unknown();
     const lval *x = &s->ops[0], *init = &s->ops[1];
     int red = instr_reducer(c->cur, in);
@@ -1601,7 +1644,12 @@ static lval lift_reduce(lstate *s) {
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
     eid ch[2] = {x->cls, init->cls};
-    return term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, x->assumed || init->assumed);
+    lval r = term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, x->assumed || init->assumed);
+    /* Summing a sharded dim of local size 1 of an ambiguous reshape's result:
+     * another reading puts that sharding on a dim kept, and is not partial. */
+    for (uint32_t k = 0; k < nd && x->ambiguous; k++)
+        if (rd[k] >= 0 && rd[k] < src->shape.rank && src->shape.dims[rd[k]] == 1 && x->v.dims[rd[k]].naxes) r.amb_partial = true;
+    return r;
 }
 
 void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
@@ -2516,8 +2564,31 @@ static bool gather_index_values(lstate *s, lval *out) {
 static bool splat_review(lstate *s, uint32_t o, const view *w) {
     lval *x = &s->ops[o];
     const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
-    if (x->kind != LV_TERM || x->v.partial || w->rank != xi->shape.rank) return false;
+    if (x->kind != LV_TERM || x->v.partial || w->rank != xi->shape.rank || lf_scale_of(x) != 1) return false;
     const interp_val *kv = lf_kval(s->c, x->cls);
+    /* A class that holds a broadcast of a scalar, whatever op gave it here
+     * (select(p, z, z) of a zero table): that broadcast, which is the form
+     * both sides share (a folded literal would not meet it). */
+    for (eid n = eg_class_first(s->c->g, x->cls); n != EID_NONE; n = eg_class_next(s->c->g, n)) {
+        uint32_t nk, rk;
+        const eid *ch = eg_node_children(s->c->g, n, &nk);
+        if (eg_node_op(s->c->g, n) != OP_BROADCAST || nk != 1) continue;
+        eg_type_dims(s->c->g, eg_class_type(s->c->g, ch[0]), &rk);
+        if (rk) continue;
+        int64_t dims[VIEW_MAX_RANK];
+        lf_global_dims(s->c, w, &xi->shape, dims);
+        bool konst = x->konst;
+        eid b = eg_add(s->c->g, OP_BROADCAST, eg_node_attr(s->c->g, n), lf_type_of(s->c, xi->shape.dtype, dims, xi->shape.rank),
+                       ch, 1, s->c->origin);
+        if (kv && kv->n && !lf_kval(s->c, b) && fold_size_ok(dims, xi->shape.rank)) {
+            interp_val *g = interp_val_new(kv->dtype, xi->shape.rank, dims);
+            for (int64_t k = 0; g && k < g->n; k++) interp_val_set(g, k, interp_val_get(kv, 0));
+            if (g) kval_set(s->c, b, g);
+        }
+        *x = term(b, *w, false);
+        x->konst = konst;
+        return true;
+    }
     if (kv && (xi->op != OP_BROADCAST || s->comp->instrs[xi->operands[0]].shape.rank != 0)) {
         /* a folded constant holding one number: that number at the global shape */
         for (int64_t k = 1; k < kv->n; k++)
@@ -2545,33 +2616,91 @@ static bool splat_review(lstate *s, uint32_t o, const view *w) {
     return true;
 }
 
-/* Scatter s's indices (operand 1) are x - off(r), x the same on every
- * device, off(r) = block(r)·size with size the operand's local length along
- * operand dim k: the indices become x's term, and *dim the axes of the
- * blocks. */
-static bool block_offset_indices(lstate *s, uint32_t k, view_dim *dim) {
-    lift_ctx *c = s->c;
-    const hlo_instr *ii = &s->comp->instrs[s->in->operands[1]];
-    if (ii->op != OP_SUBTRACT || ii->noperands != 2) return false;
-    lval x = s->vals[ii->operands[0]];
-    const lval *off = &s->vals[ii->operands[1]];
-    if (off->kind != LV_DEV || off->count < 1 || dev_uniform(c, off)) return false;
-    if ((x.kind == LV_PW || x.kind == LV_MASK) && !lf_index_as_term(c, &x)) return false;
-    if (x.kind != LV_TERM || !view_is_dup(&x.v)) return false;
-    double *per = arena_alloc(c->a, (size_t)c->ndev * sizeof *per);
-    for (int64_t r = 0; r < c->ndev; r++) {
-        per[r] = off->dev[r * off->count];
-        for (uint32_t e = 1; e < off->count; e++)
-            if (off->dev[r * off->count + e] != per[r]) return false;
+/* Whether s's value is used only as the indices of scatters (and is not
+ * the computation's result). */
+static bool only_scatter_indices(const lstate *s) {
+    uint32_t i = (uint32_t)(s->in - s->comp->instrs), uses = 0;
+    if (i == s->comp->root) return false;
+    for (uint32_t j = i + 1; j < s->comp->ninstrs; j++) {
+        const hlo_instr *u = &s->comp->instrs[j];
+        for (uint32_t o = 0; o < u->noperands; o++) {
+            if (u->operands[o] != i) continue;
+            if (u->op != OP_SCATTER || o != 1 || u->noperands != 3) return false;
+            uses++;
+        }
     }
+    return uses > 0;
+}
+
+/* Scatter s's indices (operand 1) are x - off(r), x the same function of
+ * data on every device under a plain view (a batch split over dp travels
+ * along) and off(r) = block(r)·size in one component of the index vector
+ * (0 in the others), size the operand's local length along the operand dim
+ * *bk that component indexes: either the indices are subtract(x, off) (x's
+ * own term: wrapping of negative ids inside it is fine), or, with one
+ * component, their index values are on every device exactly t - off(r) for
+ * the source t at their positions (a subtract before reshapes). The indices
+ * become x's term under x's view, and *dim the axes of the blocks. */
+static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in, *ii = &s->comp->instrs[in->operands[1]];
+    uint32_t nsd;
+    const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0), n = shape_elements(&ii->shape);
+    if (!nsd || ivd < 0 || ivd > ii->shape.rank || (ivd == ii->shape.rank ? nsd != 1 : ii->shape.dims[ivd] != nsd)) return false;
+    int64_t stride = 1;
+    for (uint32_t d = (uint32_t)ivd + 1; d < ii->shape.rank; d++) stride *= ii->shape.dims[d];
+    /* per[r·nsd + j]: device r's offset in component j */
+    double *per = arena_alloc(c->a, (size_t)c->ndev * nsd * sizeof *per);
+    lval x = {0};
+    const lval *off = ii->op == OP_SUBTRACT && ii->noperands == 2 ? &s->vals[ii->operands[1]] : NULL;
+    if (off && off->kind == LV_DEV && n > 0 && (int64_t)off->count == n && !dev_uniform(c, off)) {
+        x = s->vals[ii->operands[0]];
+        if ((x.kind == LV_PW || x.kind == LV_MASK) && !lf_index_as_term(c, &x)) return false;
+        bool *seen = arena_alloc(c->a, nsd * sizeof *seen);
+        for (int64_t r = 0; r < c->ndev; r++) {
+            memset(seen, 0, nsd * sizeof *seen);
+            for (uint32_t e = 0; e < off->count; e++) {
+                uint32_t j = (uint32_t)((e / stride) % nsd);
+                double v = off->dev[r * off->count + e];
+                if (!seen[j]) per[r * nsd + j] = v, seen[j] = true;
+                else if (per[r * nsd + j] != v) return false;
+            }
+        }
+    } else {
+        const lval *p = &s->ops[1];
+        if (nsd != 1 || p->kind != LV_PW || !p->pw || p->pos == EID_NONE) return false;
+        for (int64_t r = 0; r < c->ndev; r++) {
+            const pw_fn *f = &p->pw[r];
+            if (f->n != 1 || f->p[0].lo != PW_NEG_INF || f->p[0].hi != PW_POS_INF || f->p[0].a != 1) return false;
+            per[r] = -(double)f->p[0].b;
+        }
+        x = term(p->pos, p->v, false);
+    }
+    if (x.kind != LV_TERM || x.v.partial || x.v.rank != ii->shape.rank) return false;
+    /* one component offset per device, the others 0 everywhere */
+    int64_t j0 = -1;
+    for (uint32_t j = 0; j < nsd; j++) {
+        bool zero = true;
+        for (int64_t r = 0; r < c->ndev; r++) zero &= per[r * nsd + j] == 0;
+        if (zero) continue;
+        if (j0 >= 0) return false;
+        j0 = j;
+    }
+    const hlo_instr *oi = &s->comp->instrs[in->operands[0]];
+    if (j0 < 0 || sd[j0] < 0 || sd[j0] >= oi->shape.rank) return false;
+    double *pj = arena_alloc(c->a, (size_t)c->ndev * sizeof *pj);
+    for (int64_t r = 0; r < c->ndev; r++) pj[r] = per[r * nsd + j0];
     int64_t base, parts;
-    uint32_t mask = lf_block_offsets(c, per, 1, s->comp->instrs[s->in->operands[0]].shape.dims[k], &base, &parts);
+    uint32_t mask = lf_block_offsets(c, pj, 1, oi->shape.dims[sd[j0]], &base, &parts);
     if (!mask || base != 0) return false;
-    /* the offset's operand, reshaped to the indices' shape */
-    uint32_t t = lf_type_of(c, ii->shape.dtype, ii->shape.dims, ii->shape.rank);
-    if (eg_class_type(c->g, x.cls) != t) return false;
+    /* x at the indices' shape */
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, &x.v, &ii->shape, g);
+    if (eg_class_type(c->g, x.cls) != lf_type_of(c, ii->shape.dtype, g, ii->shape.rank)) return false;
+    *bk = sd[j0];
     *dim = lf_axes_dim(c, mask);
-    s->ops[1] = term(x.cls, view_dup(ii->shape.rank), x.assumed);
+    s->ops[1] = term(x.cls, x.v, x.assumed);
     return true;
 }
 
@@ -2582,18 +2711,17 @@ static bool block_offset_indices(lstate *s, uint32_t k, view_dim *dim) {
  *   view;
  * - partial: the operand is zero and replicated, the indices and updates
  *   sharded alike along their scatter dims (each device adds its rows, an
- *   embedding's gradient under data parallelism) and the reducer a sum: the
- *   global scatter-add, partial (sum) over those axes.
+ *   embedding's gradient under data parallelism) or the updates partial
+ *   sums, and the reducer a sum: the global scatter-add, partial (sum) over
+ *   those axes.
  * Splat constants take whatever view the others need. */
 static bool scatter_views(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     if (in->noperands != 3 || in->shape.dtype == DT_TUPLE || in->shape.rank > VIEW_MAX_RANK) return false;
-    uint32_t nsd;
-    const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);
     view_dim bdim = {0};
-    bool blocked = nsd == 1 && sd[0] >= 0 && sd[0] < (int64_t)s->comp->instrs[in->operands[0]].shape.rank &&
-                   block_offset_indices(s, (uint32_t)sd[0], &bdim);
+    int64_t bk = -1;
+    bool blocked = block_offset_indices(s, &bk, &bdim);
     for (uint32_t o = 0; o < 3; o++) {
         uniform_dev_as_term(s, o);
         if (s->ops[o].kind != LV_TERM) return false;
@@ -2620,7 +2748,7 @@ static bool scatter_views(lstate *s, lval *out) {
     for (uint32_t d = 0; d < ro; d++) {
         udim_of_op[d] = -1;
         if (member(iw, niw, d) || member(ib, nib, d)) continue;
-        if (w >= nuw) return false;
+        if (w >= nuw || uw[w] < 0 || uw[w] >= ru) return false;
         udim_of_op[d] = uw[w++];
     }
     /* The views the three must have, from the sharded ones. */
@@ -2629,13 +2757,21 @@ static bool scatter_views(lstate *s, lval *out) {
      * scatter dim (GSPMD's vocab-parallel scatter: index - r·size): every
      * device adds the rows that fall in its block and drops the others (a
      * scatter skips indices out of bounds), which is the global scatter with
-     * that dim sharded; the indices are the offset's operand. */
+     * that dim sharded; the indices are the source's term. */
     if (blocked) {
-        if (s->ops[0].v.dims[sd[0]].naxes) return false;
-        vo.dims[sd[0]] = bdim;
+        /* A window of one element along the blocked dim: a wider one could
+         * straddle two blocks, dropped by both devices but not globally. The
+         * operand is a splat or already split in those blocks (a table
+         * updated in place). */
+        int64_t wd = udim_of_op[bk];
+        const view_dim *od = &s->ops[0].v.dims[bk];
+        if ((od->naxes && memcmp(od, &bdim, sizeof bdim)) || member(ib, nib, bk) ||
+            (!member(iw, niw, bk) && (wd < 0 || ui->shape.dims[wd] != 1)))
+            return false;
+        vo.dims[bk] = bdim;
     }
     const lval *o = &s->ops[0], *x = &s->ops[1], *y = &s->ops[2];
-    if (o->v.partial || x->v.partial || y->v.partial) return false;
+    if (o->v.partial || x->v.partial || (y->v.partial && y->v.red != RED_SUM)) return false;
     bool zero_operand = false;
     const interp_val *ov = lf_kval(c, o->cls);
     if (ov) {
@@ -2657,16 +2793,30 @@ static bool scatter_views(lstate *s, lval *out) {
     }
     for (uint32_t d = 0; d < ro; d++) {
         const view_dim *od = &o->v.dims[d];
-        if (!od->naxes) continue;
+        if (blocked && d == bk) continue;  /* taken above */
         if (udim_of_op[d] >= 0) {
-            /* a window dim: whole windows of the local block */
-            if (ui->shape.dims[udim_of_op[d]] != oi->shape.dims[d]) return false;
-            vo.dims[d] = *od;
-            vu.dims[udim_of_op[d]] = *od;
-        } else if (memcmp(&vo.dims[d], od, sizeof *od)) {
+            /* a window dim sharded in the operand or the updates: whole
+             * windows of the local block (the window starts at 0 or is
+             * dropped alike on both sides) */
+            const view_dim *wd = od->naxes ? od : &y->v.dims[udim_of_op[d]];
+            if (!wd->naxes) continue;
+            if (ui->shape.dims[udim_of_op[d]] != oi->shape.dims[d] || (vo.dims[d].naxes && memcmp(&vo.dims[d], wd, sizeof *wd)))
+                return false;
+            vo.dims[d] = *wd;
+            vu.dims[udim_of_op[d]] = *wd;
+        } else if (od->naxes && memcmp(&vo.dims[d], od, sizeof *od)) {
             return false;
         }
     }
+    /* every mesh axis bound once */
+    uint32_t nbound = 0;
+    for (uint32_t d = 0; d < ro; d++) nbound += vo.dims[d].naxes;
+    if (nbound != (uint32_t)__builtin_popcount(view_axes_used(&vo))) return false;
+    /* Updates that are partial sums: a scatter-add into zeros is linear in
+     * them, so the result is partial over the same axes. */
+    vu.partial = y->v.partial;
+    vu.red = y->v.partial ? RED_SUM : 0;
+    partial |= y->v.partial;
     if (partial && (!zero_operand || instr_reducer(c->cur, in) != RED_SUM || (partial & view_axes_used(&vo)))) return false;
     const view *want[3] = {&vo, &vi, &vu};
     for (uint32_t k = 0; k < 3; k++)
@@ -2758,7 +2908,9 @@ static lval lift_instr(lstate *s) {
     }
     if (any_dev && all_dev_or_const) {
         lval r;
-        if (in->op == OP_DYNAMIC_SLICE ? dev_dynamic_slice(c, in, ops, &r) : dev_eval(c, in, ops, &r)) return r;
+        if (in->op == OP_DYNAMIC_SLICE ? dev_dynamic_slice(c, in, ops, &r)
+                                       : dev_layout(c, s->comp, in, ops, &r) || dev_eval(c, in, ops, &r))
+            return r;
     }
     switch (in->op) {
     case OP_BROADCAST: return lift_broadcast(s);
@@ -2796,6 +2948,10 @@ static lval lift_instr(lstate *s) {
         for (uint32_t o = 0; o < in->noperands; o++)
             if (ops[o].kind == LV_DEV) {
                 if (!dev_uniform(c, &ops[o])) {
+                    /* Offsets that differ per component of an index vector
+                     * are read by the scatters that take them (which say
+                     * so when they cannot). */
+                    if (in->op == OP_SUBTRACT && only_scatter_indices(s)) return unknown();
                     lf_unsupported(c, s->comp, in, "%s mixes a device-dependent value (from partition-id) with data; "
                                                 "only offsets and masks of known forms are understood", in->name);
                     return unknown();
@@ -2844,15 +3000,22 @@ static lval generic(lstate *s) {
 }
 
 /* An instruction left unknown without a word although every operand is
- * related: said here, so that the first unrelated instruction is named. */
+ * related: remembered (the first), so that when an output is left unrelated
+ * and nothing else says why, check names it. Not a reason by itself: what no
+ * output depends on decides nothing. */
 static void unrelated(lstate *s) {
+    lift_ctx *c = s->c;
+    if (c->silent) return;
     for (uint32_t o = 0; o < s->in->noperands; o++)
         if (s->ops[o].kind == LV_UNKNOWN) return;  /* said where that operand was lifted */
     strbuf why;
     sb_init(&why);
-    describe_operands(&why, s->c, s->ops, s->in->noperands);
-    lf_unsupported(s->c, s->comp, s->in, "no transfer function relates %s (%s) with these operand views (%s)", s->in->name,
-                   s->in->opname, why.s);
+    sb_printf(&why, "no transfer function relates %s (%s) with these operand views (", s->in->name, s->in->opname);
+    describe_operands(&why, c, s->ops, s->in->noperands);
+    sb_puts(&why, ")");
+    c->silent = s->in;
+    c->silent_comp = s->comp;
+    c->silent_why = arena_strdup(c->a, why.s);
     sb_free(&why);
 }
 
@@ -3576,7 +3739,10 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         lval *cargs = arena_alloc(c->a, (in->noperands + 1) * sizeof *cargs);
         for (uint32_t o = 0; o < in->noperands; o++) cargs[o] = vals[in->operands[o]];
         c->depth++;
-        *v = lift_comp(c, &m->comps[ta->v.ints[0]], cargs, NULL, 0);
+        const hlo_comp *outer = c->call_comp;
+        c->call_comp = &m->comps[ta->v.ints[0]];
+        *v = lift_comp(c, c->call_comp, cargs, NULL, 0);
+        c->call_comp = outer;
         c->depth--;
         if (c->baseline_mode && v->kind == LV_TERM) record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
         return;
@@ -3589,10 +3755,14 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         v->kind = LV_TUPLE;
         v->n = in->noperands;
         v->elems = arena_alloc(c->a, (v->n + 1) * sizeof *v->elems);
+        /* Tuples hold plain terms: loops, outputs and the memo read them. A
+         * call's result keeps its factors for the get-tuple-elements that
+         * read it (a jit(_where) returning (value, mask) is no place where
+         * the flat distributed program would put them back). */
+        bool keep = comp == c->call_comp && i == comp->root;
         for (uint32_t o = 0; o < in->noperands; o++) {
-            /* Tuples hold plain terms: loops, outputs and the memo read them. */
             v->elems[o] = vals[in->operands[o]];
-            lf_unscale(c, &v->elems[o]);
+            if (!keep) lf_unscale(c, &v->elems[o]);
             if (v->elems[o].kind == LV_PW && v->elems[o].cls != EID_NONE) lf_index_as_term(c, &v->elems[o]);
         }
         return;
@@ -3619,8 +3789,11 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
     lstate s = {c, comp, in, ops, vals};
     bool amb = false, konst_op = false;
-    for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous, konst_op |= ops[o].konst;
+    bool amb_partial = false;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        amb |= ops[o].ambiguous, konst_op |= ops[o].konst, amb_partial |= ops[o].amb_partial && ops[o].v.partial;
     c->ambiguous_now = amb;
+    c->amb_partial_now = amb_partial;
     c->konst_operand_now = konst_op;
     double factor = 1;
     if (!lf_scale_take(&s, v)) {
@@ -3634,8 +3807,9 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     lf_zmask_after(&s, v);
     lf_scale_track(&s, v);
     if (!c->baseline_mode) track_short(&s, v);
-    c->ambiguous_now = c->konst_operand_now = false;
+    c->ambiguous_now = c->konst_operand_now = c->amb_partial_now = false;
     v->ambiguous |= amb;
+    v->amb_partial = (v->amb_partial || amb_partial) && v->kind == LV_TERM && v->v.partial;
     static eid dbg_base = EID_NONE;
     static const char *dbgb, *dbg, *dbgv;
     static bool dbg_read;

@@ -113,6 +113,7 @@ typedef struct lval {
     bool konst;                   /* computed from constants only (no parameter) */
     bool rearranged;              /* only a layout op's rearrangement of baseline values (see divergence) */
     bool ambiguous;               /* the view is one of several readings of a reshape */
+    bool amb_partial;             /* partial only under that reading (a unit dim's sharding summed) */
     eid cls;
     view v;
     double *dev;
@@ -198,6 +199,7 @@ typedef struct lift_ctx {
     int64_t ndev;
     bool mesh_inferred;                   /* from sharding annotations: group mismatches are undecided */
     bool ambiguous_now;                   /* an operand's view is one reading among several */
+    bool amb_partial_now;                 /* an operand is partial only under such a reading */
     bool konst_operand_now;               /* an operand is computed from constants only */
     lift_finding *findings;
     uint32_t nfindings, capfindings;
@@ -205,6 +207,9 @@ typedef struct lift_ctx {
     const hlo_comp *first_unsupported_comp;
     char *unsupported_why;
     const char *unsupported_kind;         /* the bug kind it suggests should execution differ, or NULL */
+    const hlo_instr *silent;              /* first instruction left unknown without a reason although */
+    const hlo_comp *silent_comp;          /* its operands were related (named only when an output */
+    char *silent_why;                     /* is unrelated and nothing else says why) */
     const hlo_instr *later_unsupported;   /* the first one after a region was resynced */
     const hlo_comp *later_unsupported_comp;
     char *later_unsupported_why;
@@ -240,6 +245,7 @@ typedef struct lift_ctx {
     const char *last_scope;               /* segment_of's last question (a scope pointer) */
     uint32_t last_scope_seg;              /* and its answer */
     int depth;                            /* call depth while walking (0: entry) */
+    const hlo_comp *call_comp;            /* the computation a call is lifting: its root tuple keeps factors */
     uint32_t built;                       /* baseline instructions built (flattened positions) */
     double acct_t;                        /* per-segment accounting: last instruction's start */
     uint32_t acct_nodes;

@@ -46,6 +46,11 @@ static bool uniform_value(lift_ctx *c, const lval *x, double *out) {
 }
 
 void lf_unscale(lift_ctx *c, lval *x) {
+    if (x->kind == LV_TUPLE) {
+        /* a call's result: the factors of its elements */
+        for (uint32_t k = 0; k < x->n; k++) lf_unscale(c, &x->elems[k]);
+        return;
+    }
     double s = lf_scale_of(x);
     if (s == 1 || !carries(x) || x->cls == EID_NONE) {
         x->scale = 0;
@@ -86,9 +91,15 @@ bool lf_scale_take(lstate *s, lval *out) {
         return false;
     double k;
     for (uint32_t o = 0; o < 2; o++) {
-        const lval *x = &s->ops[o];
         if (in->op == OP_DIVIDE && o == 1) break;
-        if (x->kind != LV_TERM || x->konst || x->zm || x->cls == EID_NONE || lf_kval(s->c, x->cls) ||
+        /* A gathered row every device holds is its term here as at any other
+         * use (the baseline's rows stay masks until used; the distributed
+         * side's became terms at their all-reduce): both take the factor. */
+        lval row = s->ops[o];
+        if (row.kind == LV_MASK && lf_mask_resolves(s->c, &row) && uniform_value(s->c, &s->ops[1 - o], &k))
+            lf_index_as_term(s->c, &row);
+        const lval *x = &row;
+        if (!carries(x) || x->konst || x->zm || x->cls == EID_NONE || lf_kval(s->c, x->cls) ||
             !uniform_value(s->c, &s->ops[1 - o], &k))
             continue;
         double f = lf_scale_of(x) * (in->op == OP_DIVIDE ? 1 / k : k);

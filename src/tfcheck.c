@@ -135,15 +135,18 @@ static void rel_unary(inst *t, const smesh *m, const int *xa, int xrank, const i
     rel_write(t, m, iv, 1, ov);
 }
 
-/* Relations of a dot(x, w) pair from the axis assignments of x, w and the output. */
-static void rel_dot(inst *t, const smesh *m, const int *xa, const int *wa, const int *oa) {
+/* Relations of a two-parameter pair from the axis assignments of x, w and the output. */
+static void rel_binary(inst *t, const smesh *m, const int *xa, int xrank, const int *wa, int wrank, const int *oa, int orank) {
     char xv[64], wv[64], ov[64];
-    view_str(xv, sizeof xv, m, xa, 2);
-    view_str(wv, sizeof wv, m, wa, 2);
-    view_str(ov, sizeof ov, m, oa, 2);
+    view_str(xv, sizeof xv, m, xa, xrank);
+    view_str(wv, sizeof wv, m, wa, wrank);
+    view_str(ov, sizeof ov, m, oa, orank);
     const char *iv[2] = {xv, wv};
     rel_write(t, m, iv, 2, ov);
 }
+
+/* Relations of a dot(x, w) pair. */
+static void rel_dot(inst *t, const smesh *m, const int *xa, const int *wa, const int *oa) { rel_binary(t, m, xa, 2, wa, 2, oa, 2); }
 
 static void local_dims(const smesh *m, const int *g, const int *axis_of, int rank, int *l) {
     for (int d = 0; d < rank; d++) l[d] = axis_of[d] >= 0 ? g[d] / m->sizes[axis_of[d]] : g[d];
@@ -1247,16 +1250,67 @@ static void gen_scaled(interp_rng *r, const smesh *m, inst *t) {
     rel_write(t, m, iv, 2, "dup");
 }
 
+/* A scatter-add of rows into a table of V = 16 rows (every generated index
+ * is a row) split over axis av by rows, k per device, the vocab-parallel way:
+ * the indices offset by coord(av)·k, rows outside the device's block
+ * dropped; on the 2-D mesh the tokens split over the other axis and the
+ * blocks all-reduced over it. Or split by columns: the updates split alike.
+ * Bugs: the offset shifted by one, a max combiner, no all-reduce or one over
+ * the table's axis (2-D mesh), the columns summed over their axis. */
+static void gen_scatter(interp_rng *r, const smesh *m, inst *t) {
+    int av = rint_in(r, 0, m->naxes - 1), n = m->sizes[av], k = 16 / n, V = 16;
+    int ab = m->naxes == 2 ? 1 - av : -1, nb = ab >= 0 ? m->sizes[ab] : 1;
+    int T = nb * rint_in(r, 2, 4), E = n * rint_in(r, 1, 2);
+    /* 0 ok, 1 offset + 1, 2 max, 3 no all-reduce, 4 all-reduce over av, 5 columns ok, 6 columns summed */
+    static const int one_d[] = {0, 1, 2, 5, 6};
+    int variant = ab >= 0 ? rint_in(r, 0, 6) : one_d[rint_in(r, 0, 4)];
+    static const char *vn[] = {"ok", "bug-offset", "bug-max", "bug-no-allreduce", "bug-axis", "cols-ok", "cols-bug-summed"};
+    bool cols = variant >= 5;
+    set_case(t, variant == 0 || variant == 5, "scatter-%s", vn[variant]);
+    int Tl = cols ? T : T / nb, rows = cols ? V : k, El = cols ? E / n : E;
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        header(b, side ? "dist" : "base", side ? m->ndev : 1);
+        int tl = side ? Tl : T, rl = side ? rows : V, el = side ? El : E;
+        sb_printf(b, "  %%ids = s32[%d] parameter(0)\n  %%upd = f32[%d,%d] parameter(1)\n", tl, tl, el);
+        sb_printf(b, "  %%z = f32[] constant(0)\n  %%zeros = f32[%d,%d] broadcast(%%z), dimensions={}\n", rl, el);
+        const char *ix = "ids";
+        if (side && !cols) {
+            axis_coord(b, m, av);
+            sb_printf(b, "  %%k = s32[] constant(%d)\n  %%off0 = s32[] multiply(%%coord, %%k)\n", k);
+            sb_printf(b, "  %%sh = s32[] constant(%d)\n  %%off = s32[] add(%%off0, %%sh)\n", variant == 1 ? 1 : 0);
+            sb_printf(b, "  %%offb = s32[%d] broadcast(%%off), dimensions={}\n  %%li = s32[%d] subtract(%%ids, %%offb)\n", tl, tl);
+            ix = "li";
+        }
+        sb_printf(b, "  %%i2 = s32[%d,1] reshape(%%%s)\n", tl, ix);
+        bool last = !side || (cols ? variant == 5 : ab < 0);
+        sb_printf(b, "  %s%%g = f32[%d,%d] scatter(%%zeros, %%i2, %%upd), update_window_dims={1}, inserted_window_dims={0}, "
+                     "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%%%s\n",
+                  last ? "ROOT " : "", rl, el, side && variant == 2 ? "max" : "add");
+        if (!last) {
+            int od[2] = {rl, el};
+            if (variant == 3) {
+                sb_printf(b, "  ROOT %%o = f32[%d,%d] copy(%%g)\n", rl, el);
+            } else {
+                all_reduce(b, true, "o", "g", od, 2, m, 1u << (variant == 4 || variant == 6 ? av : ab), false, "add", 1);
+            }
+        }
+        sb_puts(b, "}\n");
+    }
+    int ia[1] = {cols ? -1 : ab}, ua[2] = {cols ? -1 : ab, cols ? av : -1}, oa[2] = {cols ? -1 : av, cols ? av : -1};
+    rel_binary(t, m, ia, 1, ua, 2, oa, 2);
+}
+
 static void (*const gens[TF_FAMILIES])(interp_rng *, const smesh *, inst *) = {
     gen_eltwise, gen_dot_k,   gen_dot_n,    gen_reduce,  gen_gather,  gen_transpose,
     gen_partial, gen_partial2, gen_dslice, gen_rscatter, gen_a2a, gen_slice_concat,
-    gen_fold,    gen_unit_reshape, gen_posemb, gen_zmask, gen_cpermute, gen_scaled};
+    gen_fold,    gen_unit_reshape, gen_posemb, gen_zmask, gen_cpermute, gen_scaled, gen_scatter};
 
 /* In step with gens. */
 static const char *const family_names[TF_FAMILIES] = {
     "eltwise", "dot-k", "dot-n", "reduce", "all-gather", "transpose",
     "partial-op", "partial-sum2", "dynamic-slice", "reduce-scatter", "all-to-all", "slice-concat",
-    "constant-fold", "unit-reshape", "row-table", "zero-mask", "collective-permute", "scaled-mean"};
+    "constant-fold", "unit-reshape", "row-table", "zero-mask", "collective-permute", "scaled-mean", "scatter-add"};
 
 const char *tf_family_name(uint32_t f) { return f < TF_FAMILIES ? family_names[f] : "?"; }
 

@@ -24,7 +24,10 @@
  * resharded through local slices, a permute, a concatenate and a
  * dynamic-slice; a shift of the blocks and back; a full cycle of a
  * replicated value); dynamic-slice also at blocks of a window, and
- * dynamic-update-slice of values sharded alike. Each family has a correct
+ * dynamic-update-slice of values sharded alike; a scatter-add into a table
+ * split by rows (indices offset per device, rows out of the block dropped,
+ * tokens split over the other axis and all-reduced) or by columns. Each
+ * family has a correct
  * variant and buggy ones (missing/spurious all-reduce, wrong reducer, wrong
  * replica groups, wrong gather dim, wrong output view, operands sharded over
  * different mesh axes, a non-linear op on partial sums, a wrong slice
@@ -33,7 +36,9 @@
  * computed with other constants, an unreduced or shifted row table, an
  * inverted dispatch mask, a combine by other weights, reversed experts,
  * permute pairs reversed, a wrong offset after a permute, a shift not undone,
- * a pair of a cycle dropped, an update written one place further); every bug
+ * a pair of a cycle dropped, an update written one place further, a
+ * scatter's offset shifted or combiner max, its blocks not or wrongly
+ * all-reduced); every bug
  * built here changes values.
  *
  * Instance i belongs to family i % TF_FAMILIES and draws from its own
@@ -62,8 +67,8 @@
 
 #include "diag.h"
 
-#define TF_FAMILIES 18
-#define TF_INSTANCES 648  /* the default: 36 per family */
+#define TF_FAMILIES 19
+#define TF_INSTANCES 684  /* the default: 36 per family */
 
 /* The name of family f (< TF_FAMILIES): "eltwise", "dot-k", ... */
 const char *tf_family_name(uint32_t f);

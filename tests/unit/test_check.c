@@ -937,6 +937,82 @@ static void check_undecided(const char *dir, const char *dist, const char *at, c
     }
 }
 
+/* Scatter-adds of sharded programs (tests/cases/scatter, made by hand): an
+ * embedding's gradient with the table split over tp by rows and the batch
+ * over dp (indices offset by each device's first row, rows out of the block
+ * dropped, partial over dp until the all-reduce), take_along_axis's gradient
+ * (batching dims split over dp), an element scatter whose index vectors
+ * (row, column) are offset by [first row, 0], a row-split table updated in
+ * place, the table split by columns with the updates split alike, and
+ * updates that are partial sums (a dot over a split contraction) scattered
+ * into zeros before the all-reduce. Each correct pair is verified;
+ * each variant that changes values (a wrong offset, offset axis or offset
+ * component, blocks swapped, another combiner, the all-reduce dropped or
+ * over tp, other rows, partial sums scattered into ones) is found; a window two rows
+ * wide along the split dim (a window across two blocks is dropped by both
+ * devices, not globally) is never verified, with replicated indices too. */
+static void scatter_cases(void) {
+    static const char max_comp[] = "\n%max (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n"
+                                   "  %b = f32[] parameter(1)\n  ROOT %m = f32[] maximum(%a, %b)\n}\n";
+    static const struct {
+        const char *what, *base, *dist, *rel, *from, *to, *tail;
+        int verdict; /* -1: anything but verified */
+    } cases[] = {
+        {"embed", "embed", "embed", "embed", NULL, NULL, NULL, VERDICT_VERIFIED},
+        {"embed, offsets of half a block", "embed", "embed", "embed", "{0, 8, 0, 8}", "{0, 4, 0, 4}", NULL, VERDICT_MISMATCH},
+        {"embed, offsets along dp", "embed", "embed", "embed", "{0, 8, 0, 8}", "{0, 0, 8, 8}", NULL, VERDICT_MISMATCH},
+        {"embed, max combiner", "embed", "embed", "embed", "index_vector_dim=2, to_apply=%add", "index_vector_dim=2, to_apply=%max",
+         max_comp, VERDICT_MISMATCH},
+        {"embed, no all-reduce", "embed", "embed", "embed",
+         "all-reduce(%s), channel_id=1, replica_groups={{0,2},{1,3}}, use_global_device_ids=true, to_apply=%add", "copy(%s)", NULL,
+         VERDICT_MISMATCH},
+        {"embed, all-reduce over tp", "embed", "embed", "embed", "replica_groups={{0,2},{1,3}}", "replica_groups={{0,1},{2,3}}",
+         NULL, VERDICT_MISMATCH},
+        {"take_along_axis", "along", "along", "along", NULL, NULL, NULL, VERDICT_VERIFIED},
+        {"take_along_axis, one offset wrong", "along", "along", "along", "{0, 8, 0, 8}", "{0, 8, 0, 4}", NULL, VERDICT_MISMATCH},
+        {"columns", "embed", "fsdp", "fsdp", NULL, NULL, NULL, VERDICT_VERIFIED},
+        {"columns, other rows", "embed", "fsdp", "fsdp", "%i = s32[4,2,1] reshape(%ids)",
+         "%i0 = s32[4,2,1] reshape(%ids)\n  %one = s32[] constant(1)\n  %ones = s32[4,2,1] broadcast(%one), dimensions={}\n"
+         "  %i = s32[4,2,1] add(%i0, %ones)",
+         NULL, VERDICT_MISMATCH},
+        {"element pairs", "pair", "pair", "pair", NULL, NULL, NULL, VERDICT_VERIFIED},
+        {"element pairs, both components offset", "pair", "pair", "pair", "{0, 0, 8, 0, 0, 0, 8, 0}", "{0, 8, 8, 0, 0, 8, 8, 0}",
+         NULL, VERDICT_MISMATCH},
+        {"element pairs, the column offset", "pair", "pair", "pair", "{0, 0, 8, 0, 0, 0, 8, 0}", "{0, 0, 0, 8, 0, 0, 0, 8}", NULL,
+         VERDICT_MISMATCH},
+        {"a table updated in place", "update", "update", "update", NULL, NULL, NULL, VERDICT_VERIFIED},
+        {"a table updated in place, blocks swapped", "update", "update", "update", "{0, 4, 8, 12}", "{0, 4, 12, 8}", NULL,
+         VERDICT_MISMATCH},
+        {"partial updates", "psum", "psum", "psum", NULL, NULL, NULL, VERDICT_VERIFIED},
+        {"partial updates into ones", "psum", "psum", "psum", "%z = f32[] constant(0)", "%z = f32[] constant(1)", NULL,
+         VERDICT_MISMATCH},
+        {"partial updates, no all-reduce", "psum", "psum", "psum",
+         "all-reduce(%g), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add", "copy(%g)", NULL,
+         VERDICT_MISMATCH},
+        {"window across blocks", "window", "window", "embed", NULL, NULL, NULL, -1},
+        {"window across blocks, replicated indices", "window", "window-dup", "dup", NULL, NULL, NULL, -1},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
+        char b[256], d[256], r[256];
+        snprintf(b, sizeof b, "tests/cases/scatter/%s.base.hlo", cases[k].base);
+        snprintf(d, sizeof d, "tests/cases/scatter/%s.dist.hlo", cases[k].dist);
+        snprintf(r, sizeof r, "tests/cases/scatter/%s.relations.json", cases[k].rel);
+        t_case("check scatter: %s", cases[k].what);
+        if (cases[k].from) {
+            char *text = t_read(d, NULL);
+            snprintf(d, sizeof d, "build/check-scatter-%zu.hlo", k);
+            bool ok = text && t_write_replaced(text, cases[k].from, cases[k].to, cases[k].tail, d);
+            free(text);
+            if (!CHECK_MSG(ok, "no \"%s\" in the %s program", cases[k].from, cases[k].dist)) continue;
+        }
+        json_t *trace = NULL;
+        int v = run_with(cases[k].what, b, d, r, true, false, &trace);
+        if (cases[k].verdict < 0) CHECK_MSG(v != VERDICT_VERIFIED && v != VERDICT_ERROR, "verdict %s", verdict_name(v));
+        else CHECK_MSG(v == cases[k].verdict, "verdict %s", verdict_name(v));
+        json_decref(trace);
+    }
+}
+
 /* tests/cases/DIR/DIST.hlo against base.hlo is verified, with execution. */
 static void check_verified(const char *dir, const char *dist) {
     char b[128], d[128], r[128];
@@ -1150,6 +1226,7 @@ void suite_check(void) {
     unreduced_uses();
     gather_layouts();
     rotated_slices();
+    scatter_cases();
     changed_replica_groups();
     json_error_t err;
     json_t *manifest = json_load_file("samples/manifest.json", 0, &err);
