@@ -573,6 +573,34 @@ static void split_view_axis(view *vs, uint32_t nv, uint32_t a) {
     }
 }
 
+/* Moves unit axis a (size 1: it splits nothing) of m to its unit names, to
+ * make room for a split: a view that names it is unsharded along it and not
+ * partial over it (a sum over one device is the value); later axes shift
+ * down by one. False when the unit names are full. */
+static bool drop_unit_axis(mesh *m, view *vs, uint32_t nv, view *ws, uint32_t nw, uint32_t a) {
+    if (m->sizes[a] != 1 || m->nunit == ARRAY_LEN(m->unit)) return false;
+    memcpy(m->unit[m->nunit++], m->names[a], sizeof m->names[a]);
+    for (uint32_t k = a; k + 1 < m->naxes; k++) {
+        memcpy(m->names[k], m->names[k + 1], sizeof m->names[k]);
+        m->sizes[k] = m->sizes[k + 1];
+    }
+    m->naxes--;
+    for (uint32_t i = 0; i < nv + nw; i++) {
+        view *v = i < nv ? &vs[i] : &ws[i - nv];
+        for (uint32_t d = 0; d < v->rank; d++) {
+            view_dim nd = {0};
+            for (uint32_t k = 0; k < v->dims[d].naxes; k++) {
+                uint8_t x = v->dims[d].axes[k];
+                if (x != a) nd.axes[nd.naxes++] = (uint8_t)(x > a ? x - 1 : x);
+            }
+            v->dims[d] = nd;
+        }
+        uint32_t p = v->partial;
+        v->partial = (uint8_t)((p & ((1u << a) - 1)) | (p >> (a + 1)) << a);
+    }
+    return true;
+}
+
 /* Whether groups must follow device order (gather/scatter/all-to-all blocks);
  * -1 for ops without mesh-axis groups. */
 static int collective_order(int op) {
@@ -594,6 +622,9 @@ bool lift_refine_mesh(relations *rel, const hlo_module *dist) {
             if (ord < 0 || !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(&rel->mesh, replicas, in, ord, why, sizeof why) >= 0)
                 continue;
             bool done = false;
+            /* A full mesh makes room by dropping an axis of size 1. */
+            for (uint32_t a = rel->mesh.naxes; a-- > 0 && rel->mesh.naxes == MESH_MAX_AXES;)
+                if (drop_unit_axis(&rel->mesh, rel->inputs, rel->ninputs, rel->outputs, rel->noutputs, a)) changed = true;
             for (uint32_t a = 0; a < rel->mesh.naxes && !done && rel->mesh.naxes < MESH_MAX_AXES; a++)
                 for (int64_t f = 2; f < rel->mesh.sizes[a] && !done; f++) {
                     mesh t = rel->mesh;
@@ -1924,8 +1955,28 @@ static lval lift_dynamic_slice(lstate *s) {
             if (o->dev[0] != 0 || in->shape.dims[d] != src->shape.dims[d]) return unknown();
             continue;
         }
-        if (x->v.dims[d].naxes) return unknown();
         int64_t size = in->shape.dims[d];
+        if (x->v.dims[d].naxes) {
+            /* A sharded dim cut again into blocks over further axes: block j of
+             * the device's block i is block i·p + j over both (major first). */
+            int64_t p = src->shape.dims[d] / size, *b = arena_alloc(c->a, (size_t)c->ndev * sizeof *b);
+            bool ok = size >= 1 && p * size == src->shape.dims[d];
+            for (int64_t r = 0; r < c->ndev && ok; r++) {
+                double off = o->dev[r * o->count];
+                ok = off >= 0 && fmod(off, (double)size) == 0;
+                b[r] = ok ? (int64_t)off / size : 0;
+            }
+            view_dim extra;
+            ok = ok && lf_axes_of_blocks(c, b, p, &extra) && v.dims[d].naxes + extra.naxes <= MESH_MAX_AXES;
+            for (uint32_t k = 0; ok && k < extra.naxes; k++) ok = !((view_axes_used(&v) | x->v.partial) >> extra.axes[k] & 1);
+            if (!ok) {
+                lf_unsupported(c, s->comp, in, "%s slices sharded dimension %u at per-device offsets that cut its blocks "
+                               "into no blocks of further mesh axes", in->name, d);
+                return unknown();
+            }
+            for (uint32_t k = 0; k < extra.naxes; k++) v.dims[d].axes[v.dims[d].naxes++] = extra.axes[k];
+            continue;
+        }
         bool bound = false;
         /* offset(r) = base + block(r)·size: block r of the window [base, base + parts·size). */
         int64_t base, p;
@@ -2348,30 +2399,61 @@ static bool gather_views(lstate *s, lval *out) {
     return true;
 }
 
-/* An all-gather (or a resharding collective-permute) of index values that
- * are the same function of their source on every device (token ids wrapped
- * into range, before a gather) moves the source: the same index value, under
- * the collective's result view. */
+/* Whether devices d and e hold the same index function. */
+static bool same_pw(const pw_fn *f, const pw_fn *g) {
+    return f->n == g->n && memcmp(f->p, g->p, f->n * sizeof *f->p) == 0;
+}
+
+/* An all-gather or a collective-permute of index values (per device, a
+ * function of the source at positions pos under view v) moves the positions
+ * as data and the functions with them. Device t of an all-gather concatenates
+ * the windows of its group: one function of the gathered positions when every
+ * device of the group holds the same function (token ids wrapped into range;
+ * bounds that vary only along other axes). Device t of a permute holds what
+ * its source s held: s's function of the positions under the view the permute
+ * leaves them in (GSPMD moving token ids from one mesh axis to another). */
 static bool gather_index_values(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
     lval x = s->ops[0];
     bool permute = s->in->op == OP_COLLECTIVE_PERMUTE;
     if ((s->in->op != OP_ALL_GATHER && !permute) || s->in->noperands != 1 || x.kind != LV_PW || !x.pw ||
         x.pos == EID_NONE)
         return false;
-    for (int64_t d = 1; d < s->c->ndev; d++)
-        if (x.pw[d].n != x.pw[0].n || memcmp(x.pw[d].p, x.pw[0].p, x.pw[0].n * sizeof *x.pw[0].p) != 0) return false;
-    /* The positions move as data would (a permute that reshards them, GSPMD
-     * moving token ids from one mesh axis to another, must leave a plain view
-     * of the same positions). */
+    if (permute) {
+        const char *bad;
+        const int64_t *from = lf_permute_sources(c, s->in, &bad);
+        view pv;
+        if (!from || !lf_permute_view(c, &x.v, from, &pv)) return false;
+        pw_fn *f = arena_alloc(c->a, (size_t)c->ndev * sizeof *f);
+        for (int64_t t = 0; t < c->ndev; t++) f[t] = x.pw[from[t]];
+        *out = x;
+        out->v = pv;
+        out->pw = f;
+        return true;
+    }
+    int axes = lift_groups_axes(c, s->in, true);
+    if (axes < 0) return false;
+    for (int64_t d = 0; d < c->ndev; d++) {
+        int64_t d0 = d, stride = 1;  /* d with its coordinates on the gathered axes zeroed */
+        for (int a = (int)c->mesh->naxes - 1; a >= 0; a--) {
+            if (axes >> a & 1) d0 -= mesh_coord(c->mesh, d, a) * stride;
+            stride *= c->mesh->sizes[a];
+        }
+        if (!same_pw(&x.pw[d], &x.pw[d0])) return false;
+    }
     s->ops[0] = term(x.pos, x.v, false);
-    lval g = unknown();
-    if (!permute) g = lift_all_gather(s);
-    else if (!lf_win_instr(s, &g) || g.kind != LV_TERM || eg_find(s->c->g, g.cls) != eg_find(s->c->g, x.pos)) g = unknown();
+    lval g = lift_all_gather(s);
+    lval k = unknown();
+    if (g.kind == LV_TERM && x.cls != EID_NONE) {
+        s->ops[0] = term(x.cls, x.v, false);
+        k = lift_all_gather(s);
+    }
     s->ops[0] = x;
     if (g.kind != LV_TERM) return false;
     *out = x;
     out->v = g.v;
-    if (x.cls != EID_NONE) out->cls = x.cls;
+    out->pos = g.cls;
+    out->cls = k.kind == LV_TERM && view_equal(&k.v, &g.v) ? k.cls : EID_NONE;
     return true;
 }
 

@@ -1,0 +1,177 @@
+/* collective-permute and all-gather of views and index values, on small
+ * hand-written pairs (tests/cases/permute):
+ *   - view: a dim sharded over a, cut again by a dynamic-slice over (b, c),
+ *     permuted so that every device holds the blocks of the order (b, c, a)
+ *     (a transpose of mesh positions, as GSPMD reshards between mesh axes);
+ *   - idx: token ids sharded over a, shifted by a per-device offset along b,
+ *     permuted from axis a to axis b, shifted back by the offset of the device
+ *     they came from, all-gathered over b, and gathered from a table;
+ *   - gather: the same shift all-gathered over a (the functions vary only
+ *     along b, so each group holds one function), shifted back, gathered.
+ * Each correct pair is verified; each variant with a wrong pairs list, offset
+ * or group is never verified, and is found where the rules can prove it (a
+ * wrong pairs direction leaves the output in another view) or where execution
+ * shows it (with witnesses). And the mesh refinement that splits an axis for
+ * such groups makes room in a full mesh by dropping an axis of size 1. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "harness.h"
+#include "hlo.h"
+#include "lift.h"
+
+#define DIR "tests/cases/permute/"
+
+typedef struct variant {
+    const char *what, *from, *to;  /* from == NULL: the pair as written */
+    bool witness;
+    int verdict;
+    const char *kind;              /* the first finding's kind, or NULL for any */
+} variant;
+
+static const char *first_kind(json_t *trace) {
+    json_t *f = json_array_get(json_object_get(trace, "findings"), 0);
+    return f ? json_string_value(json_object_get(f, "kind")) : NULL;
+}
+
+static void run_variants(const char *name, const char *base, const char *dist, const char *rel, const variant *vs, size_t n) {
+    char *src = t_read(dist, NULL);
+    if (!CHECK_MSG(src, "cannot read %s", dist)) return;
+    char path[256];
+    snprintf(path, sizeof path, "build/permute-%s.dist.hlo", name);
+    for (size_t k = 0; k < n; k++) {
+        const variant *v = &vs[k];
+        t_case("permute %s: %s", name, v->what);
+        if (!CHECK_MSG(t_write_replaced(src, v->from ? v->from : "HloModule", v->to ? v->to : "HloModule", NULL, path),
+                       "\"%s\" not in %s", v->from, dist))
+            continue;
+        check_opts o = {.name = name, .baseline = base, .distributed = path, .relations = rel, .witness = v->witness,
+                        .rules_dir = "rules"};
+        diag dg;
+        diag_init(&dg, name);
+        json_t *trace = NULL;
+        int got = check_pair(&o, &trace, &dg);
+        CHECK_MSG(got == v->verdict, "verdict %s, expected %s (%s)", verdict_name(got), verdict_name(v->verdict),
+                  dg.out.s ? dg.out.s : "");
+        CHECK(got != VERDICT_VERIFIED || v->verdict == VERDICT_VERIFIED);
+        if (v->kind) {
+            const char *kind = first_kind(trace);
+            CHECK_MSG(kind && strcmp(kind, v->kind) == 0, "first finding %s, expected %s", kind ? kind : "(none)", v->kind);
+        }
+        json_decref(trace);
+        diag_free(&dg);
+    }
+    free(src);
+}
+
+static void views(void) {
+    static const char pairs[] = "source_target_pairs={{0,0},{1,4},{2,1},{3,5},{4,2},{5,6},{6,3},{7,7}}";
+    static const variant vs[] = {
+        {"blocks of (b, c, a) after the permute", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"pairs in the other direction: (c, a, b)", pairs,
+         "source_target_pairs={{0,0},{1,2},{2,4},{3,6},{4,1},{5,3},{6,5},{7,7}}", false, VERDICT_MISMATCH, "wrong-shard-dim"},
+        {"pairs swapping b and c instead: (a, c, b)", pairs,
+         "source_target_pairs={{0,0},{1,2},{2,1},{3,3},{4,4},{5,6},{6,5},{7,7}}", false, VERDICT_MISMATCH, "wrong-shard-dim"},
+        {"a pair dropped: device 7 receives zeros", pairs,
+         "source_target_pairs={{0,0},{1,4},{2,1},{3,5},{4,2},{5,6},{6,3}}", false, VERDICT_UNVERIFIED, NULL},
+        {"a pair dropped, executed", pairs, "source_target_pairs={{0,0},{1,4},{2,1},{3,5},{4,2},{5,6},{6,3}}", true,
+         VERDICT_MISMATCH, NULL},
+        {"offsets of (c, b): the blocks end up as (b, a, c)", "{0, 2, 4, 6, 0, 2, 4, 6}", "{0, 4, 2, 6, 0, 4, 2, 6}", false,
+         VERDICT_MISMATCH, "wrong-shard-dim"},
+        {"offsets selecting one block twice", "{0, 2, 4, 6, 0, 2, 4, 6}", "{0, 2, 4, 6, 0, 2, 4, 4}", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"offsets selecting one block twice, executed", "{0, 2, 4, 6, 0, 2, 4, 6}", "{0, 2, 4, 6, 0, 2, 4, 4}", true,
+         VERDICT_MISMATCH, NULL},
+    };
+    run_variants("view", DIR "view.base.hlo", DIR "view.dist.hlo", DIR "view.relations.json", vs, ARRAY_LEN(vs));
+}
+
+static void index_permute(void) {
+    static const char pairs[] = "source_target_pairs={{0,0},{1,2},{2,1},{3,3}}";
+    static const variant vs[] = {
+        {"token ids moved from axis a to axis b with their offsets", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"pairs that keep every device's ids", pairs, "source_target_pairs={{0,0},{1,1},{2,2},{3,3}}", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"pairs that keep every device's ids, executed", pairs, "source_target_pairs={{0,0},{1,1},{2,2},{3,3}}", true,
+         VERDICT_MISMATCH, NULL},
+        {"pairs along b instead", pairs, "source_target_pairs={{0,1},{1,0},{2,3},{3,2}}", false, VERDICT_UNVERIFIED, NULL},
+        {"pairs along b instead, executed", pairs, "source_target_pairs={{0,1},{1,0},{2,3},{3,2}}", true, VERDICT_MISMATCH,
+         NULL},
+        {"shifted back by the receiver's own offset", "offa = s32[4] constant({0, 0, 8, 8})",
+         "offa = s32[4] constant({0, 8, 0, 8})", true, VERDICT_MISMATCH, NULL},
+        {"gathered over a, where the ids now lie along b", "replica_groups={{0,1},{2,3}}", "replica_groups={{0,2},{1,3}}",
+         false, VERDICT_MISMATCH, "wrong-shard-dim"},
+    };
+    run_variants("idx", DIR "idx.base.hlo", DIR "idx.dist.hlo", DIR "idx.relations.json", vs, ARRAY_LEN(vs));
+}
+
+static void index_gather(void) {
+    static const variant vs[] = {
+        {"ids shifted along b, gathered over a", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"gathered over b, where the shift varies", "replica_groups={{0,2},{1,3}}", "replica_groups={{0,1},{2,3}}", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"gathered over b, executed", "replica_groups={{0,2},{1,3}}", "replica_groups={{0,1},{2,3}}", true, VERDICT_MISMATCH,
+         NULL},
+        {"shifted back by another axis's offset", "obs8 = s32[8] broadcast(ob0)", "obs8 = s32[8] broadcast(oa0)", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"shifted back by another axis's offset, executed", "obs8 = s32[8] broadcast(ob0)", "obs8 = s32[8] broadcast(oa0)",
+         true, VERDICT_MISMATCH, NULL},
+    };
+    run_variants("gather", DIR "idx.base.hlo", DIR "gather.dist.hlo", DIR "idx.relations.json", vs, ARRAY_LEN(vs));
+}
+
+/* A Shardy mesh of MESH_MAX_AXES axes, most of size 1 (MaxText names a
+ * dozen), and groups over the major half of its axis y: the refinement drops
+ * an axis of size 1 (a view naming it is unsharded along it and not partial
+ * over it) to split y. */
+static void full_mesh(void) {
+    t_case("permute mesh: a full mesh drops an axis of size 1 to split another");
+    static const char dist[] =
+        "HloModule dist, num_partitions=8\n\nENTRY %main {\n  %x = f32[2,4]{1,0} parameter(0)\n"
+        "  ROOT %g = f32[4,4]{1,0} all-gather(%x), channel_id=1, replica_groups=[4,2]<=[2,2,2]T(0,2,1), dimensions={0}, "
+        "use_global_device_ids=true\n}\n";
+    diag d;
+    diag_init(&d, "dist.hlo");
+    hlo_module *dm = hlo_parse_text(dist, strlen(dist), "dist.hlo", &d);
+    relations r = {0};
+    static const char *const names[MESH_MAX_AXES] = {"u0", "u1", "x", "u2", "u3", "u4", "u5", "y"};
+    r.mesh.naxes = MESH_MAX_AXES;
+    for (uint32_t a = 0; a < MESH_MAX_AXES; a++) {
+        snprintf(r.mesh.names[a], sizeof r.mesh.names[a], "%s", names[a]);
+        r.mesh.sizes[a] = a == 2 ? 2 : a == 7 ? 4 : 1;
+    }
+    r.ninputs = 1;
+    r.inputs = xcalloc(1, sizeof *r.inputs);
+    r.inputs[0] = view_dup(2);
+    r.inputs[0].dims[0] = (view_dim){.naxes = 2, .axes = {1, 2}};  /* (u1, x) */
+    r.inputs[0].dims[1] = (view_dim){.naxes = 1, .axes = {7}};     /* y */
+    r.inputs[0].partial = 1u << 3 | 1u << 6, r.inputs[0].red = RED_SUM;
+    if (CHECK_MSG(dm, "%s", d.out.s ? d.out.s : "")) {
+        CHECK(lift_refine_mesh(&r, dm));
+        CHECK_EQ(r.mesh.naxes, MESH_MAX_AXES);
+        CHECK_EQ(r.mesh.nunit, 1);
+        CHECK_STR(r.mesh.unit[0], "u5");
+        CHECK_STR(r.mesh.names[6], "y.0");
+        CHECK_STR(r.mesh.names[7], "y.1");
+        CHECK_EQ(mesh_devices(&r.mesh), 8);
+        strbuf b;
+        sb_init(&b);
+        view_print(&b, &r.inputs[0], &r.mesh);
+        CHECK_STR(b.s, "shard(0,(u1,x)) shard(1,(y.0,y.1)) partial(u2,sum)");
+        sb_free(&b);
+    }
+    relations_free(&r);
+    diag_free(&d);
+    graph_free(dm);
+}
+
+void suite_permute(void);
+void suite_permute(void) {
+    views();
+    index_permute();
+    index_gather();
+    full_mesh();
+}
