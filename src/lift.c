@@ -3231,10 +3231,16 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             memcpy(ops, saved, ns * sizeof *ops);
         }
     }
+    /* Constant-only on both sides alike: transfer functions that treat such
+     * values apart (constant factors are not taken on them) must treat the
+     * baseline's the same way. */
+    bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
+    for (uint32_t o = 0; o < in->noperands; o++) konst &= ops[o].konst;
     if (c->baseline_mode) {
         /* The baseline is its own reference: what no transfer function
          * handles is simply its own op over its operands. */
         if (v->kind == LV_UNKNOWN) *v = generic(&s);
+        v->konst = konst;
         if (v->kind == LV_TERM) record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
         return;
     }
@@ -3243,8 +3249,6 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;
         if (fresh_unknown) fprintf(stderr, "lift: %s (%s) unknown\n", in->name, in->opname);
     }
-    bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
-    for (uint32_t o = 0; o < in->noperands; o++) konst &= ops[o].konst;
     v->konst = konst;
     /* A segment is verified only when everything it computes is a baseline
      * value (or device bookkeeping); count what is not. */

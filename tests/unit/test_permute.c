@@ -123,6 +123,20 @@ static void index_gather(void) {
     run_variants("gather", DIR "idx.base.hlo", DIR "gather.dist.hlo", DIR "idx.relations.json", vs, ARRAY_LEN(vs));
 }
 
+/* What the keras-hub layout-map pair met after its permutes: RoPE's inverse
+ * frequencies, iota times 2 over 8, computed alike on both sides. Constant
+ * factors are taken on neither side's constant-only values (they were taken
+ * on the baseline's, which was not marked constant-only, and not on the
+ * distributed program's: the terms never met). */
+static void konst_factor(void) {
+    static const variant vs[] = {
+        {"iota·2/8 on both sides", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"iota·2/4 on the devices", "constant(8)", "constant(4)", false, VERDICT_UNVERIFIED, NULL},
+        {"iota·2/4 on the devices, executed", "constant(8)", "constant(4)", true, VERDICT_MISMATCH, NULL},
+    };
+    run_variants("konst", DIR "konst.base.hlo", DIR "konst.dist.hlo", DIR "konst.relations.json", vs, ARRAY_LEN(vs));
+}
+
 /* A Shardy mesh of MESH_MAX_AXES axes, most of size 1 (MaxText names a
  * dozen), and groups over the major half of its axis y: the refinement drops
  * an axis of size 1 (a view naming it is unsharded along it and not partial
@@ -173,5 +187,6 @@ void suite_permute(void) {
     views();
     index_permute();
     index_gather();
+    konst_factor();
     full_mesh();
 }
