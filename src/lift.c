@@ -61,6 +61,13 @@ void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_i
     /* A finding about where a value is sharded (not whether it is partial) needs
      * an unambiguous view: after a reshape with several true readings it is only
      * undecided. Such findings are marked with a leading '@' by their callers. */
+    /* A value partial only in one reading of an ambiguous reshape (another
+     * leaves it sharded) decides no finding about its use. */
+    if (c->partial_unsure_now) {
+        lf_unsupported(c, comp, in, "%s (with an operand partial in one reading of an ambiguous reshape only)",
+                       msg + (msg[0] == '@'));
+        return;
+    }
     if (msg[0] == '@') {
         if (c->ambiguous_now) {
             lf_unsupported(c, comp, in, "%s (with one reading of an ambiguous reshape)", msg + 1);
@@ -1584,6 +1591,7 @@ static lval lift_reduce(lstate *s) {
     view v = view_dup(in->shape.rank);
     uint8_t partial = x->v.partial;
     uint32_t out = 0;
+    bool unsure = false;  /* a reduced sharded unit dim of an ambiguous reading */
     for (uint32_t d = 0; d < src->shape.rank; d++) {
         bool reduced = false;
         for (uint32_t k = 0; k < nd; k++) reduced |= rd[k] == d;
@@ -1592,6 +1600,7 @@ static lval lift_reduce(lstate *s) {
             continue;
         }
         for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) partial |= (uint8_t)(1u << x->v.dims[d].axes[a]);
+        unsure |= x->ambiguous && x->v.dims[d].naxes && src->shape.dims[d] == 1;
     }
     if (partial != x->v.partial && init->v.partial) return unknown();
     v.partial = partial;
@@ -1599,7 +1608,9 @@ static lval lift_reduce(lstate *s) {
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
     eid ch[2] = {x->cls, init->cls};
-    return term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, x->assumed || init->assumed);
+    lval r = term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, x->assumed || init->assumed);
+    r.partial_unsure = unsure || (x->partial_unsure && x->v.partial);
+    return r;
 }
 
 void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
@@ -3118,6 +3129,8 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     bool amb = false, konst_op = false;
     for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous, konst_op |= ops[o].konst;
     c->ambiguous_now = amb;
+    c->partial_unsure_now = false;
+    for (uint32_t o = 0; o < in->noperands; o++) c->partial_unsure_now |= ops[o].partial_unsure;
     c->konst_operand_now = konst_op;
     double factor = 1;
     if (!lf_scale_take(&s, v)) {
@@ -3129,8 +3142,9 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     lf_zmask_after(&s, v);
     lf_scale_track(&s, v);
     if (!c->baseline_mode) track_short(&s, v);
-    c->ambiguous_now = c->konst_operand_now = false;
+    c->ambiguous_now = c->konst_operand_now = c->partial_unsure_now = false;
     v->ambiguous |= amb;
+    for (uint32_t o = 0; o < in->noperands && v->kind == LV_TERM && v->v.partial; o++) v->partial_unsure |= ops[o].partial_unsure;
     static eid dbg_base = EID_NONE;
     static const char *dbgb, *dbg, *dbgv;
     static bool dbg_read;

@@ -111,6 +111,9 @@ typedef struct lval {
     bool konst;                   /* computed from constants only (no parameter) */
     bool rearranged;              /* only a layout op's rearrangement of baseline values (see divergence) */
     bool ambiguous;               /* the view is one of several readings of a reshape */
+    bool partial_unsure;          /* its partial axes come from reducing a unit dim that carries
+                                   * them in only one reading of an ambiguous reshape (another
+                                   * reading leaves the value sharded, not partial) */
     eid cls;
     view v;
     double *dev;
@@ -196,6 +199,7 @@ typedef struct lift_ctx {
     int64_t ndev;
     bool mesh_inferred;                   /* from sharding annotations: group mismatches are undecided */
     bool ambiguous_now;                   /* an operand's view is one reading among several */
+    bool partial_unsure_now;              /* an operand is partial only in one such reading */
     bool konst_operand_now;               /* an operand is computed from constants only */
     lift_finding *findings;
     uint32_t nfindings, capfindings;

@@ -137,6 +137,19 @@ static void konst_factor(void) {
     run_variants("konst", DIR "konst.base.hlo", DIR "konst.dist.hlo", DIR "konst.relations.json", vs, ARRAY_LEN(vs));
 }
 
+/* What the keras-hub layout-map training step met next: a vector sharded
+ * over a, reshaped to [1,1,n] and reduced over the unit dims, then squared.
+ * One reading of the reshape shards the unit dim (the reduce then makes the
+ * value partial), the other the last dim (the reduce changes nothing): a
+ * missing all-reduce is no finding then, only undecided. */
+static void unit_reduce(void) {
+    static const variant vs[] = {
+        {"a reduce over unit dims of one reading", NULL, NULL, false, VERDICT_UNVERIFIED, "unsupported-op"},
+        {"a reduce over unit dims of one reading, executed", NULL, NULL, true, VERDICT_UNVERIFIED, "unsupported-op"},
+    };
+    run_variants("unit", DIR "unit.base.hlo", DIR "unit.dist.hlo", DIR "unit.relations.json", vs, ARRAY_LEN(vs));
+}
+
 /* A Shardy mesh of MESH_MAX_AXES axes, most of size 1 (MaxText names a
  * dozen), and groups over the major half of its axis y: the refinement drops
  * an axis of size 1 (a view naming it is unsharded along it and not partial
@@ -188,5 +201,6 @@ void suite_permute(void) {
     index_permute();
     index_gather();
     konst_factor();
+    unit_reduce();
     full_mesh();
 }
