@@ -618,16 +618,57 @@ static int collective_order(int op) {
     }
 }
 
+/* Whether a collective-permute's pairs (partition ids, one replica) move
+ * whole mesh coordinates: every axis a of a source is one axis of its target
+ * of the same size (mesh positions transposed, as GSPMD reshards between
+ * axes). Pairs that name no such map are left to the lifting to judge. */
+static bool permute_on(const mesh *m, const hlo_instr *in) {
+    const hlo_attr *pa = instr_attr(in, A_SOURCE_TARGET_PAIRS);
+    int64_t n = mesh_devices(m);
+    if (!pa || !instr_attr(in, A_CHANNEL_ID)) return true;
+    arena tmp;
+    arena_init(&tmp);
+    hlo_groups g = {0};
+    groups_expand(pa->v.groups, &tmp, &g);
+    int64_t *from = xmalloc((size_t)n * sizeof *from);
+    bool ok = true, named = true;
+    for (int64_t t = 0; t < n; t++) from[t] = -1;
+    for (uint32_t k = 0; k < g.ngroups && named; k++) {
+        named = g.start[k + 1] - g.start[k] == 2;
+        int64_t a = named ? g.ids[g.start[k]] : -1, b = named ? g.ids[g.start[k] + 1] : -1;
+        named = named && a >= 0 && b >= 0 && a < n && b < n;
+        if (named) from[b] = a;
+    }
+    for (uint32_t a = 0; a < m->naxes && ok && named; a++) {
+        bool found = false;
+        for (uint32_t b = 0; b < m->naxes && !found; b++) {
+            found = m->sizes[b] == m->sizes[a];
+            for (int64_t t = 0; t < n && found; t++)
+                found = from[t] < 0 || mesh_coord(m, from[t], (int)a) == mesh_coord(m, t, (int)b);
+        }
+        ok = found;
+    }
+    free(from);
+    arena_free(&tmp);
+    return ok || !named;
+}
+
+/* Whether collective in's groups (or pairs) map onto mesh axes of m; true
+ * for other ops. */
+static bool maps_on(const mesh *m, int64_t replicas, const hlo_instr *in) {
+    char why[160];
+    int ord = collective_order(in->op);
+    if (ord >= 0) return !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(m, replicas, in, ord, why, sizeof why) >= 0;
+    return in->op != OP_COLLECTIVE_PERMUTE || replicas != 1 || permute_on(m, in);
+}
+
 bool lift_refine_mesh(relations *rel, const hlo_module *dist) {
     bool changed = false;
     int64_t replicas = graph_num_replicas(dist);
-    char why[160];
     for (uint32_t ci = 0; ci < dist->ncomps; ci++)
         for (uint32_t i = 0; i < dist->comps[ci].ninstrs; i++) {
             const hlo_instr *in = &dist->comps[ci].instrs[i];
-            int ord = collective_order(in->op);
-            if (ord < 0 || !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(&rel->mesh, replicas, in, ord, why, sizeof why) >= 0)
-                continue;
+            if (maps_on(&rel->mesh, replicas, in)) continue;
             bool done = false;
             /* A full mesh makes room by dropping an axis of size 1. */
             for (uint32_t a = rel->mesh.naxes; a-- > 0 && rel->mesh.naxes == MESH_MAX_AXES;)
@@ -637,7 +678,7 @@ bool lift_refine_mesh(relations *rel, const hlo_module *dist) {
                     mesh t = rel->mesh;
                     if (t.sizes[a] % f) continue;
                     split_mesh_axis(&t, a, f);
-                    if (groups_axes_on(&t, replicas, in, ord, why, sizeof why) < 0) continue;
+                    if (!maps_on(&t, replicas, in)) continue;
                     rel->mesh = t;
                     split_view_axis(rel->inputs, rel->ninputs, a);
                     split_view_axis(rel->outputs, rel->noutputs, a);
@@ -2415,6 +2456,107 @@ static bool same_pw(const pw_fn *f, const pw_fn *g) {
     return f->n == g->n && memcmp(f->p, g->p, f->n * sizeof *f->p) == 0;
 }
 
+/* Whether every group of collective in (all-gather, all-to-all) holds one
+ * function: devices that differ only on its axes hold the same. A
+ * collective-permute passes (it moves the functions with the values). */
+static bool pw_uniform_over(lift_ctx *c, const pw_fn *pw, const hlo_instr *in) {
+    if (in->op == OP_COLLECTIVE_PERMUTE) return true;
+    int axes = lift_groups_axes(c, in, true);
+    if (axes < 0) return false;
+    for (int64_t d = 0; d < c->ndev; d++) {
+        int64_t d0 = d, stride = 1;  /* d with its coordinates on the group's axes zeroed */
+        for (int a = (int)c->mesh->naxes - 1; a >= 0; a--) {
+            if (axes >> a & 1) d0 -= mesh_coord(c->mesh, d, a) * stride;
+            stride *= c->mesh->sizes[a];
+        }
+        if (!same_pw(&pw[d], &pw[d0])) return false;
+    }
+    return true;
+}
+
+static lval lift_instr(lstate *s);
+
+/* A mask whose rows and positions are carried as layouts, met by an op that
+ * does not rearrange: both as plain views (merging atoms, as for any layout
+ * such an op meets), when they agree. */
+static bool settle_mask(lift_ctx *c, const shape *local, lval *m) {
+    lval t[2];
+    for (int k = 0; k < 2; k++) {
+        shape sh = *local;  /* the positions keep their own element type */
+        sh.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, m->carry[k].cls));
+        if (m->carry[k].kind != LV_LAYOUT || !layout_to_term(c, &m->carry[k], &sh, true, &t[k]) || t[k].kind != LV_TERM ||
+            t[k].assumed || eg_type_dtype(c->g, eg_class_type(c->g, t[k].cls)) != sh.dtype)
+            return false;
+    }
+    if (!view_equal(&t[0].v, &t[1].v) || t[0].v.partial) return false;
+    m->carry = NULL;
+    m->v = t[0].v;
+    m->hit = t[0].cls;
+    m->pos = t[1].cls;
+    return true;
+}
+
+/* A masked row (LV_MASK: per device, a function of the index value at each
+ * position says whether the element is the row, zero or junk) is elementwise
+ * in its rows and its positions: an op that only moves elements — a layout
+ * op, or a collective whose groups hold one function — moves both alike,
+ * and the functions stay. GSPMD gathers embedding rows with junk on the
+ * devices that do not hold them and moves them by an all-to-all before it
+ * masks the junk. Between an all-to-all and the ops that make its result a
+ * plain view, rows and positions are carried as layouts. */
+static bool move_mask(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->noperands != 1) return false;
+    lval x = s->ops[0];
+    bool collective = in->op == OP_ALL_TO_ALL || in->op == OP_ALL_GATHER || in->op == OP_COLLECTIVE_PERMUTE;
+    bool rearranges = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_TRANSPOSE || in->op == OP_COPY;
+    if (c->baseline_mode || (!collective && !rearranges) || in->noperands != 1 || x.kind != LV_MASK || x.n || !x.pw ||
+        (!x.carry && (x.hit == EID_NONE || x.pos == EID_NONE)) || (!x.carry && lf_mask_resolves(c, &x)))
+        return false;
+    pw_fn *pw = x.pw;
+    if (in->op == OP_COLLECTIVE_PERMUTE) {
+        const char *bad;
+        const int64_t *from = lf_permute_sources(c, in, &bad);
+        if (!from) return false;
+        pw = arena_alloc(c->a, (size_t)c->ndev * sizeof *pw);
+        for (int64_t t = 0; t < c->ndev; t++) {
+            if (from[t] < 0) return false;
+            pw[t] = x.pw[from[t]];
+        }
+    } else if (collective && !pw_uniform_over(c, x.pw, in)) {
+        return false;
+    }
+    lval moved[2];
+    for (int k = 0; k < 2; k++) {
+        /* The op as it would move a value of the carrier's element type. */
+        s->ops[0] = x.carry ? x.carry[k] : term(k ? x.pos : x.hit, x.v, false);
+        hlo_instr g = *in;
+        g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, s->ops[0].cls));
+        s->in = &g;
+        moved[k] = lift_instr(s);
+        s->in = in;
+        if ((moved[k].kind == LV_TERM || moved[k].kind == LV_LAYOUT) &&
+            eg_type_dtype(c->g, eg_class_type(c->g, moved[k].cls)) != g.shape.dtype)
+            moved[k].kind = LV_UNKNOWN;
+    }
+    s->ops[0] = x;
+    if (moved[0].kind != moved[1].kind || (moved[0].kind != LV_TERM && moved[0].kind != LV_LAYOUT)) return false;
+    *out = x;
+    out->pw = pw;
+    out->cls = EID_NONE;
+    if (moved[0].kind == LV_TERM) {
+        if (!view_equal(&moved[0].v, &moved[1].v) || moved[0].v.partial || moved[0].assumed || moved[1].assumed) return false;
+        out->carry = NULL;
+        out->v = moved[0].v;
+        out->hit = moved[0].cls;
+        out->pos = moved[1].cls;
+        return true;
+    }
+    out->carry = arena_memdup(c->a, moved, sizeof moved);
+    return true;
+}
+
 /* An all-gather or a collective-permute of index values (per device, a
  * function of the source at positions pos under view v) moves the positions
  * as data and the functions with them. Device t of an all-gather concatenates
@@ -2425,6 +2567,7 @@ static bool same_pw(const pw_fn *f, const pw_fn *g) {
  * leaves them in (GSPMD moving token ids from one mesh axis to another). */
 static bool gather_index_values(lstate *s, lval *out) {
     lift_ctx *c = s->c;
+    if (s->in->noperands != 1) return false;
     lval x = s->ops[0];
     bool permute = s->in->op == OP_COLLECTIVE_PERMUTE;
     if ((s->in->op != OP_ALL_GATHER && !permute) || s->in->noperands != 1 || x.kind != LV_PW || !x.pw ||
@@ -2442,16 +2585,7 @@ static bool gather_index_values(lstate *s, lval *out) {
         out->pw = f;
         return true;
     }
-    int axes = lift_groups_axes(c, s->in, true);
-    if (axes < 0) return false;
-    for (int64_t d = 0; d < c->ndev; d++) {
-        int64_t d0 = d, stride = 1;  /* d with its coordinates on the gathered axes zeroed */
-        for (int a = (int)c->mesh->naxes - 1; a >= 0; a--) {
-            if (axes >> a & 1) d0 -= mesh_coord(c->mesh, d, a) * stride;
-            stride *= c->mesh->sizes[a];
-        }
-        if (!same_pw(&x.pw[d], &x.pw[d0])) return false;
-    }
+    if (!pw_uniform_over(c, x.pw, s->in)) return false;
     s->ops[0] = term(x.pos, x.v, false);
     lval g = lift_all_gather(s);
     lval k = unknown();
@@ -2647,6 +2781,13 @@ static lval lift_instr(lstate *s) {
     if (in->op == OP_SELECT && in->noperands == 3 && in->operands[1] == in->operands[2]) return ops[1];
     if (iota_block(s, &pwv)) return pwv;
     if (gather_index_values(s, &pwv)) return pwv;
+    if (move_mask(s, &pwv)) return pwv;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (ops[o].kind == LV_MASK && ops[o].carry && !settle_mask(c, &s->comp->instrs[in->operands[o]].shape, &ops[o])) {
+            lf_unsupported(c, s->comp, in, "%s takes masked rows an all-to-all rearranged before they are a plain view "
+                           "again", in->name);
+            return unknown();
+        }
     if (lf_pw_instr(s, &pwv)) return pwv;
     if (in->noperands >= 1 && ops[0].kind == LV_LAYOUT && layout_op(s, &pwv)) return pwv;
     /* A layout met by any other op: a plain view of the term reshaped, if

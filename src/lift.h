@@ -125,6 +125,9 @@ typedef struct lval {
     eid src;                      /* LV_PW / LV_MASK: the source term itself (before shaping) */
     lift_layout *lay;             /* LV_LAYOUT */
     lift_win *win;                /* LV_WIN */
+    struct lval *carry;           /* LV_MASK whose rows and positions are being rearranged (an
+                                   * all-to-all's layout): carry[0] the rows (for hit), carry[1]
+                                   * the positions (for pos), moved alike; v, hit, pos unused */
     int64_t domain;               /* LV_MASK: valid index values [0, domain) */
     bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
     const struct lift_zmask *zm;  /* LV_TERM / LV_LAYOUT: a zero mask (below), or NULL */

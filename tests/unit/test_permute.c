@@ -123,6 +123,36 @@ static void index_gather(void) {
     run_variants("gather", DIR "idx.base.hlo", DIR "gather.dist.hlo", DIR "idx.relations.json", vs, ARRAY_LEN(vs));
 }
 
+/* Embedding rows gathered from a vocab-sharded table with junk where a
+ * device does not hold the row, moved by an all-to-all (batch gathered, the
+ * embedding split over d) before the all-gathered mask zeroes the junk and
+ * an all-reduce over t sums the rows: MaxText on data x tensor. */
+static void mask_moved(void) {
+    static const char a2a[] = "a2a = f32[2,2,2] all-to-all(gs), channel_id=1, replica_groups={{0,2},{1,3}}";
+    static const char mask[] = "outall = pred[4] all-gather(outside), channel_id=2, replica_groups={{0,2},{1,3}}";
+    static const variant vs[] = {
+        {"rows and their mask moved alike", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"the all-to-all over t, where the rows differ", a2a,
+         "a2a = f32[2,2,2] all-to-all(gs), channel_id=1, replica_groups={{0,1},{2,3}}", false, VERDICT_UNVERIFIED, NULL},
+        {"the all-to-all over t, executed", a2a, "a2a = f32[2,2,2] all-to-all(gs), channel_id=1, replica_groups={{0,1},{2,3}}",
+         true, VERDICT_MISMATCH, NULL},
+        {"the mask gathered over t", mask, "outall = pred[4] all-gather(outside), channel_id=2, replica_groups={{0,1},{2,3}}",
+         false, VERDICT_UNVERIFIED, NULL},
+        {"the mask gathered over t, executed", mask,
+         "outall = pred[4] all-gather(outside), channel_id=2, replica_groups={{0,1},{2,3}}", true, VERDICT_MISMATCH, NULL},
+        {"rows in the order the all-to-all left them", "dimensions={1,0,2}", "dimensions={0,1,2}", false, VERDICT_UNVERIFIED,
+         NULL},
+        {"the rows summed over d", "channel_id=3, replica_groups={{0,1},{2,3}}", "channel_id=3, replica_groups={{0,2},{1,3}}",
+         false, VERDICT_MISMATCH, "wrong-collective-group"},
+        {"offsets of another axis", "offs = s32[4] constant({0, 4, 0, 4})", "offs = s32[4] constant({0, 0, 4, 4})", true,
+         VERDICT_MISMATCH, NULL},
+        {"the junk kept, the rows zeroed", "select(outb, fzs, rows)", "select(outb, rows, fzs)", false, VERDICT_UNVERIFIED,
+         NULL},
+        {"the junk kept, executed", "select(outb, fzs, rows)", "select(outb, rows, fzs)", true, VERDICT_MISMATCH, NULL},
+    };
+    run_variants("mask", DIR "mask.base.hlo", DIR "mask.dist.hlo", DIR "mask.relations.json", vs, ARRAY_LEN(vs));
+}
+
 /* What the keras-hub layout-map pair met after its permutes: RoPE's inverse
  * frequencies, iota times 2 over 8, computed alike on both sides. Constant
  * factors are taken on neither side's constant-only values (they were taken
@@ -196,11 +226,53 @@ static void full_mesh(void) {
 }
 
 void suite_permute(void);
+/* A permute that swaps d with the major half of t (MaxText's token ids
+ * moving from data to tensor) splits t on a mesh inferred from shardings; a
+ * ring shift along t (halo exchange) moves no whole coordinates on any
+ * split, and splits nothing. */
+static void permute_split(void) {
+    static const char *const pairs[2] = {"{{0,0},{1,1},{2,4},{3,5},{4,2},{5,3},{6,6},{7,7}}",
+                                         "{{0,1},{1,2},{2,3},{3,0},{4,5},{5,6},{6,7},{7,4}}"};
+    for (int k = 0; k < 2; k++) {
+        t_case("permute mesh: %s", k ? "a ring shift splits no axis" : "a permute swapping d and half of t splits t");
+        char dist[512];
+        snprintf(dist, sizeof dist,
+                 "HloModule dist, num_partitions=8\n\nENTRY %%main {\n  %%x = f32[2,4]{1,0} parameter(0)\n"
+                 "  ROOT %%p = f32[2,4]{1,0} collective-permute(%%x), channel_id=1, source_target_pairs=%s\n}\n",
+                 pairs[k]);
+        diag d;
+        diag_init(&d, "dist.hlo");
+        hlo_module *dm = hlo_parse_text(dist, strlen(dist), "dist.hlo", &d);
+        relations r = {0};
+        r.mesh.naxes = 2;
+        snprintf(r.mesh.names[0], sizeof r.mesh.names[0], "d");
+        snprintf(r.mesh.names[1], sizeof r.mesh.names[1], "t");
+        r.mesh.sizes[0] = 2, r.mesh.sizes[1] = 4;
+        r.ninputs = 1;
+        r.inputs = xcalloc(1, sizeof *r.inputs);
+        r.inputs[0] = view_dup(2);
+        r.inputs[0].dims[0] = (view_dim){.naxes = 1, .axes = {0}};
+        if (CHECK_MSG(dm, "%s", d.out.s ? d.out.s : "")) {
+            CHECK_EQ(lift_refine_mesh(&r, dm), k == 0);
+            CHECK_EQ(r.mesh.naxes, k ? 2 : 3);
+            if (k == 0) {
+                CHECK_STR(r.mesh.names[1], "t.0");
+                CHECK_STR(r.mesh.names[2], "t.1");
+            }
+        }
+        relations_free(&r);
+        diag_free(&d);
+        graph_free(dm);
+    }
+}
+
 void suite_permute(void) {
     views();
     index_permute();
     index_gather();
+    mask_moved();
     konst_factor();
     unit_reduce();
     full_mesh();
+    permute_split();
 }
