@@ -85,7 +85,12 @@ bool lf_scale_take(lstate *s, lval *out) {
         return false;
     double k;
     for (uint32_t o = 0; o < 2; o++) {
-        const lval *x = &s->ops[o];
+        /* A masked row every device holds (always so on the baseline) is its
+         * term here as for any op that does not take masks: both sides take
+         * the factor alike. */
+        lval t = s->ops[o];
+        if ((t.kind == LV_MASK || t.kind == LV_PW) && !lf_index_as_term(s->c, &t)) continue;
+        const lval *x = &t;
         if (in->op == OP_DIVIDE && o == 1) break;
         if (x->kind != LV_TERM || x->konst || x->zm || x->cls == EID_NONE || lf_kval(s->c, x->cls) ||
             !uniform_value(s->c, &s->ops[1 - o], &k))

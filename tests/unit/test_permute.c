@@ -153,6 +153,20 @@ static void mask_moved(void) {
     run_variants("mask", DIR "mask.base.hlo", DIR "mask.dist.hlo", DIR "mask.relations.json", vs, ARRAY_LEN(vs));
 }
 
+/* What keras-hub Gemma on a layout map met: embedding rows scaled by a
+ * constant. The baseline's gather is a masked row every device holds, the
+ * distributed one a term after its all-reduce: both take the factor alike. */
+static void mask_factor(void) {
+    static const variant vs[] = {
+        {"rows times 8, squared", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"rows times 4 on the devices", "eight = f32[] constant(8)", "eight = f32[] constant(4)", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"rows times 4 on the devices, executed", "eight = f32[] constant(8)", "eight = f32[] constant(4)", true,
+         VERDICT_MISMATCH, NULL},
+    };
+    run_variants("scaled", DIR "scaled.base.hlo", DIR "scaled.dist.hlo", DIR "mask.relations.json", vs, ARRAY_LEN(vs));
+}
+
 /* What the keras-hub layout-map pair met after its permutes: RoPE's inverse
  * frequencies, iota times 2 over 8, computed alike on both sides. Constant
  * factors are taken on neither side's constant-only values (they were taken
@@ -271,6 +285,7 @@ void suite_permute(void) {
     index_permute();
     index_gather();
     mask_moved();
+    mask_factor();
     konst_factor();
     unit_reduce();
     full_mesh();
