@@ -1871,6 +1871,7 @@ static lval lift_all_gather(lstate *s) {
         return unknown();
     }
     vd->naxes = (uint8_t)(vd->naxes - k);
+    memset(vd->axes + vd->naxes, 0, sizeof vd->axes - vd->naxes);  /* views compare bytewise */
     return term(x->cls, v, x->assumed);
 }
 
@@ -2159,7 +2160,7 @@ void lf_assume(lift_ctx *c, const char *fmt, ...) {
  * place); either reading is exact, this one keeps the global dims apart.
  * Without `reshaped`, only when the local dims are the global dims (no
  * reshape of the term). */
-static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool reshaped, lval *out) {
+static bool layout_reading(lift_ctx *c, const lval *x, const shape *local, bool reshaped, bool units_take, lval *out) {
     const lift_layout *L = x->lay;
     if (local->rank != L->ndims || L->ndims > VIEW_MAX_RANK || L->grank > VIEW_MAX_RANK) return false;
     layout_atom ga[2 * VIEW_MAX_RANK];
@@ -2182,7 +2183,7 @@ static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool 
     for (uint32_t k = 0; k < L->ndims; k++) {
         int64_t size = 1;
         int first = -1;
-        while (p < ng && gbound[p]) {
+        while (p < ng && gbound[p] && (units_take || L->natoms[k] != 0)) {
             if (L->natoms[k] == 0 && first >= 0 && ga[p].gdim != first) break;
             if (L->natoms[k] == 0 && first < 0) {
                 /* A size-1 local dim takes a bound atom only of a dim bound whole. */
@@ -2212,6 +2213,28 @@ static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool 
     eid cls = same ? x->cls : lf_mk_reshape(c, x->cls, lf_type_of(c, local->dtype, gd, L->ndims), c->origin);
     *out = term(cls, v, x->assumed);
     return true;
+}
+
+/* The layout as a plain view. A bound atom of a dim bound whole may go to a
+ * size-1 local dim before it or be the major part of the next local dim:
+ * both readings are exact; the size-1 dim takes it (keeping global dims
+ * apart) unless only the other reading's term is one the baseline has (an
+ * all-to-all that regroups heads: [1, 2·4] back to one dim of 8). */
+static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool reshaped, lval *out) {
+    lval a, b;
+    bool ok = layout_reading(c, x, local, reshaped, true, &a);
+    if (ok && (eg_class_origin(c->g, a.cls) & EG_BASELINE)) {
+        *out = a;
+        return true;
+    }
+    if (reshaped && layout_reading(c, x, local, reshaped, false, &b) && (eg_class_origin(c->g, b.cls) & EG_BASELINE) &&
+        (!ok || !view_equal(&a.v, &b.v))) {
+        *out = b;
+        out->ambiguous = true;
+        return true;
+    }
+    if (ok) *out = a;
+    return ok;
 }
 
 /* all-to-all(x) dimensions={c}: chunk j of dim c goes to device j. With x's dim

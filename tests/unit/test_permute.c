@@ -167,6 +167,27 @@ static void mask_factor(void) {
     run_variants("scaled", DIR "scaled.base.hlo", DIR "scaled.dist.hlo", DIR "mask.relations.json", vs, ARRAY_LEN(vs));
 }
 
+/* What the keras-hub Llama training step on a layout map met next: an
+ * all-to-all that regroups heads ([1, 2, 4] with the 2 bound back to one
+ * dim of 8) read as the baseline's own term; and an all-gather followed by
+ * a dot whose batch dims are sharded alike (the gathered dim kept no trace
+ * of the axes it freed). */
+static void regroup(void) {
+    static const variant vs[] = {
+        {"heads regrouped after an all-to-all", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"heads transposed the other way", "dimensions={0,2,1,3}", "dimensions={0,2,3,1}", false, VERDICT_UNVERIFIED, NULL},
+        {"heads transposed the other way, executed", "dimensions={0,2,1,3}", "dimensions={0,2,3,1}", true, VERDICT_MISMATCH,
+         NULL},
+    };
+    run_variants("regroup", DIR "regroup.base.hlo", DIR "regroup.dist.hlo", DIR "regroup.relations.json", vs, ARRAY_LEN(vs));
+    static const variant ws[] = {
+        {"a dot after an all-gather over the minor axis", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"the all-gather over the major axis", "replica_groups={{0,1},{2,3}}", "replica_groups={{0,2},{1,3}}", false,
+         VERDICT_MISMATCH, "wrong-shard-dim"},
+    };
+    run_variants("stale", DIR "stale.base.hlo", DIR "stale.dist.hlo", DIR "stale.relations.json", ws, ARRAY_LEN(ws));
+}
+
 /* What the keras-hub layout-map pair met after its permutes: RoPE's inverse
  * frequencies, iota times 2 over 8, computed alike on both sides. Constant
  * factors are taken on neither side's constant-only values (they were taken
@@ -288,6 +309,7 @@ void suite_permute(void) {
     mask_factor();
     konst_factor();
     unit_reduce();
+    regroup();
     full_mesh();
     permute_split();
 }
