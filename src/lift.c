@@ -2034,6 +2034,12 @@ static lval lift_dynamic_slice(lstate *s) {
         /* offset(r) = base + block(r)·size: block r of the window [base, base + parts·size). */
         int64_t base, p;
         uint32_t mask = lf_block_offsets(c, o->dev, o->count, size, &base, &p);
+        if (mask & (view_axes_used(&v) | x->v.partial)) {
+            /* Blocks of two dims chosen by one axis: a diagonal, no view. */
+            lf_unsupported(c, s->comp, in, "%s slices dimension %u by a mesh axis another dimension is sharded over",
+                           in->name, d);
+            return unknown();
+        }
         if (mask && base >= 0 && base + p * size <= src->shape.dims[d]) {
             /* Block r of the window [base, base + p·size): block r of a slice. */
             v.dims[d] = lf_axes_dim(c, mask);

@@ -188,6 +188,17 @@ static void regroup(void) {
     run_variants("stale", DIR "stale.base.hlo", DIR "stale.dist.hlo", DIR "stale.relations.json", ws, ARRAY_LEN(ws));
 }
 
+/* A dynamic-slice that cuts dim 1 by the axis dim 0 is sharded over keeps a
+ * diagonal of blocks, which no view says (an axis used twice): undecided by
+ * the rules, a mismatch by execution, located at the slice. */
+static void diagonal(void) {
+    static const variant vs[] = {
+        {"a diagonal of blocks", NULL, NULL, false, VERDICT_UNVERIFIED, "unsupported-op"},
+        {"a diagonal of blocks, executed", NULL, NULL, true, VERDICT_MISMATCH, NULL},
+    };
+    run_variants("diag", DIR "diag.base.hlo", DIR "diag.dist.hlo", DIR "diag.relations.json", vs, ARRAY_LEN(vs));
+}
+
 /* What the keras-hub layout-map pair met after its permutes: RoPE's inverse
  * frequencies, iota times 2 over 8, computed alike on both sides. Constant
  * factors are taken on neither side's constant-only values (they were taken
@@ -310,6 +321,7 @@ void suite_permute(void) {
     konst_factor();
     unit_reduce();
     regroup();
+    diagonal();
     full_mesh();
     permute_split();
 }
