@@ -61,10 +61,10 @@ void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_i
     /* A finding about where a value is sharded (not whether it is partial) needs
      * an unambiguous view: after a reshape with several true readings it is only
      * undecided. Such findings are marked with a leading '@' by their callers. */
-    /* Nor is a finding about a value that is partial only under one reading
-     * of a reshape (a sharding the reading put on a unit dim, then summed). */
-    if (c->amb_partial_now) {
-        lf_unsupported(c, comp, in, "%s (with a partial sum that one reading of an ambiguous reshape gives)",
+    /* A value partial only in one reading of an ambiguous reshape (another
+     * leaves it sharded) decides no finding about its use. */
+    if (c->partial_unsure_now) {
+        lf_unsupported(c, comp, in, "%s (with an operand partial in one reading of an ambiguous reshape only)",
                        msg + (msg[0] == '@'));
         return;
     }
@@ -593,6 +593,34 @@ static void split_view_axis(view *vs, uint32_t nv, uint32_t a) {
     }
 }
 
+/* Moves unit axis a (size 1: it splits nothing) of m to its unit names, to
+ * make room for a split: a view that names it is unsharded along it and not
+ * partial over it (a sum over one device is the value); later axes shift
+ * down by one. False when the unit names are full. */
+static bool drop_unit_axis(mesh *m, view *vs, uint32_t nv, view *ws, uint32_t nw, uint32_t a) {
+    if (m->sizes[a] != 1 || m->nunit == ARRAY_LEN(m->unit)) return false;
+    memcpy(m->unit[m->nunit++], m->names[a], sizeof m->names[a]);
+    for (uint32_t k = a; k + 1 < m->naxes; k++) {
+        memcpy(m->names[k], m->names[k + 1], sizeof m->names[k]);
+        m->sizes[k] = m->sizes[k + 1];
+    }
+    m->naxes--;
+    for (uint32_t i = 0; i < nv + nw; i++) {
+        view *v = i < nv ? &vs[i] : &ws[i - nv];
+        for (uint32_t d = 0; d < v->rank; d++) {
+            view_dim nd = {0};
+            for (uint32_t k = 0; k < v->dims[d].naxes; k++) {
+                uint8_t x = v->dims[d].axes[k];
+                if (x != a) nd.axes[nd.naxes++] = (uint8_t)(x > a ? x - 1 : x);
+            }
+            v->dims[d] = nd;
+        }
+        uint32_t p = v->partial;
+        v->partial = (uint8_t)((p & ((1u << a) - 1)) | (p >> (a + 1)) << a);
+    }
+    return true;
+}
+
 /* Whether groups must follow device order (gather/scatter/all-to-all blocks);
  * -1 for ops without mesh-axis groups. */
 static int collective_order(int op) {
@@ -603,23 +631,67 @@ static int collective_order(int op) {
     }
 }
 
+/* Whether a collective-permute's pairs (partition ids, one replica) move
+ * whole mesh coordinates: every axis a of a source is one axis of its target
+ * of the same size (mesh positions transposed, as GSPMD reshards between
+ * axes). Pairs that name no such map are left to the lifting to judge. */
+static bool permute_on(const mesh *m, const hlo_instr *in) {
+    const hlo_attr *pa = instr_attr(in, A_SOURCE_TARGET_PAIRS);
+    int64_t n = mesh_devices(m);
+    if (!pa || !instr_attr(in, A_CHANNEL_ID)) return true;
+    arena tmp;
+    arena_init(&tmp);
+    hlo_groups g = {0};
+    groups_expand(pa->v.groups, &tmp, &g);
+    int64_t *from = xmalloc((size_t)n * sizeof *from);
+    bool ok = true, named = true;
+    for (int64_t t = 0; t < n; t++) from[t] = -1;
+    for (uint32_t k = 0; k < g.ngroups && named; k++) {
+        named = g.start[k + 1] - g.start[k] == 2;
+        int64_t a = named ? g.ids[g.start[k]] : -1, b = named ? g.ids[g.start[k] + 1] : -1;
+        named = named && a >= 0 && b >= 0 && a < n && b < n;
+        if (named) from[b] = a;
+    }
+    for (uint32_t a = 0; a < m->naxes && ok && named; a++) {
+        bool found = false;
+        for (uint32_t b = 0; b < m->naxes && !found; b++) {
+            found = m->sizes[b] == m->sizes[a];
+            for (int64_t t = 0; t < n && found; t++)
+                found = from[t] < 0 || mesh_coord(m, from[t], (int)a) == mesh_coord(m, t, (int)b);
+        }
+        ok = found;
+    }
+    free(from);
+    arena_free(&tmp);
+    return ok || !named;
+}
+
+/* Whether collective in's groups (or pairs) map onto mesh axes of m; true
+ * for other ops. */
+static bool maps_on(const mesh *m, int64_t replicas, const hlo_instr *in) {
+    char why[160];
+    int ord = collective_order(in->op);
+    if (ord >= 0) return !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(m, replicas, in, ord, why, sizeof why) >= 0;
+    return in->op != OP_COLLECTIVE_PERMUTE || replicas != 1 || permute_on(m, in);
+}
+
 bool lift_refine_mesh(relations *rel, const hlo_module *dist) {
     bool changed = false;
     int64_t replicas = graph_num_replicas(dist);
-    char why[160];
     for (uint32_t ci = 0; ci < dist->ncomps; ci++)
         for (uint32_t i = 0; i < dist->comps[ci].ninstrs; i++) {
             const hlo_instr *in = &dist->comps[ci].instrs[i];
-            int ord = collective_order(in->op);
-            if (ord < 0 || !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(&rel->mesh, replicas, in, ord, why, sizeof why) >= 0)
-                continue;
+            if (maps_on(&rel->mesh, replicas, in)) continue;
             bool done = false;
+            /* A full mesh makes room by dropping an axis of size 1. */
+            for (uint32_t a = rel->mesh.naxes; a-- > 0 && rel->mesh.naxes == MESH_MAX_AXES;)
+                if (drop_unit_axis(&rel->mesh, rel->inputs, rel->ninputs, rel->outputs, rel->noutputs, a)) changed = true;
             for (uint32_t a = 0; a < rel->mesh.naxes && !done && rel->mesh.naxes < MESH_MAX_AXES; a++)
                 for (int64_t f = 2; f < rel->mesh.sizes[a] && !done; f++) {
                     mesh t = rel->mesh;
                     if (t.sizes[a] % f) continue;
                     split_mesh_axis(&t, a, f);
-                    if (groups_axes_on(&t, replicas, in, ord, why, sizeof why) < 0) continue;
+                    if (!maps_on(&t, replicas, in)) continue;
                     rel->mesh = t;
                     split_view_axis(rel->inputs, rel->ninputs, a);
                     split_view_axis(rel->outputs, rel->noutputs, a);
@@ -1629,6 +1701,7 @@ static lval lift_reduce(lstate *s) {
     view v = view_dup(in->shape.rank);
     uint8_t partial = x->v.partial;
     uint32_t out = 0;
+    bool unsure = false;  /* a reduced sharded unit dim of an ambiguous reading */
     for (uint32_t d = 0; d < src->shape.rank; d++) {
         bool reduced = false;
         for (uint32_t k = 0; k < nd; k++) reduced |= rd[k] == d;
@@ -1637,6 +1710,7 @@ static lval lift_reduce(lstate *s) {
             continue;
         }
         for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) partial |= (uint8_t)(1u << x->v.dims[d].axes[a]);
+        unsure |= x->ambiguous && x->v.dims[d].naxes && src->shape.dims[d] == 1;
     }
     if (partial != x->v.partial && init->v.partial) return unknown();
     v.partial = partial;
@@ -1645,10 +1719,7 @@ static lval lift_reduce(lstate *s) {
     lf_global_dims(c, &v, &in->shape, dims);
     eid ch[2] = {x->cls, init->cls};
     lval r = term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, x->assumed || init->assumed);
-    /* Summing a sharded dim of local size 1 of an ambiguous reshape's result:
-     * another reading puts that sharding on a dim kept, and is not partial. */
-    for (uint32_t k = 0; k < nd && x->ambiguous; k++)
-        if (rd[k] >= 0 && rd[k] < src->shape.rank && src->shape.dims[rd[k]] == 1 && x->v.dims[rd[k]].naxes) r.amb_partial = true;
+    r.partial_unsure = unsure || (x->partial_unsure && x->v.partial);
     return r;
 }
 
@@ -1919,6 +1990,7 @@ static lval lift_all_gather(lstate *s) {
         return unknown();
     }
     vd->naxes = (uint8_t)(vd->naxes - k);
+    memset(vd->axes + vd->naxes, 0, sizeof vd->axes - vd->naxes);  /* views compare bytewise */
     return term(x->cls, v, x->assumed);
 }
 
@@ -2037,6 +2109,20 @@ static lval lift_dynamic_update_slice(lstate *s) {
     return term(lf_node(c, c->cur, in, ch, rank + 2, dims, c->origin), x->v, assumed);
 }
 
+/* A dynamic-slice in which each device keeps its own block of a sum not yet
+ * reduced: a reduce-scatter without the reduction, unless the other devices'
+ * summands vanish in that block (which nothing here shows). */
+static lval unreduced_blocks(lstate *s) {
+    strbuf why;
+    sb_init(&why);
+    describe(&why, s->c, &s->ops[0].v);
+    lf_unsupported_suspect(s->c, "missing-all-reduce", s->comp, s->in, "%s takes each device's own block of a value that is "
+                           "still a partial sum (%s): a reduce-scatter without its reduction unless the other devices' "
+                           "summands vanish there", s->in->name, why.s);
+    sb_free(&why);
+    return unknown();
+}
+
 static lval lift_dynamic_slice(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -2090,12 +2176,39 @@ static lval lift_dynamic_slice(lstate *s) {
             if (o->dev[0] != 0 || in->shape.dims[d] != src->shape.dims[d]) return unknown();
             continue;
         }
-        if (x->v.dims[d].naxes) return unknown();
         int64_t size = in->shape.dims[d];
+        if (x->v.dims[d].naxes) {
+            /* A sharded dim cut again into blocks over further axes: block j of
+             * the device's block i is block i·p + j over both (major first). */
+            int64_t p = src->shape.dims[d] / size, *b = arena_alloc(c->a, (size_t)c->ndev * sizeof *b);
+            bool ok = size >= 1 && p * size == src->shape.dims[d];
+            for (int64_t r = 0; r < c->ndev && ok; r++) {
+                double off = o->dev[r * o->count];
+                ok = off >= 0 && fmod(off, (double)size) == 0;
+                b[r] = ok ? (int64_t)off / size : 0;
+            }
+            view_dim extra;
+            ok = ok && lf_axes_of_blocks(c, b, p, &extra) && v.dims[d].naxes + extra.naxes <= MESH_MAX_AXES;
+            for (uint32_t k = 0; ok && k < extra.naxes; k++) ok = !((view_axes_used(&v) | x->v.partial) >> extra.axes[k] & 1);
+            if (!ok) {
+                lf_unsupported(c, s->comp, in, "%s slices sharded dimension %u at per-device offsets that cut its blocks "
+                               "into no blocks of further mesh axes", in->name, d);
+                return unknown();
+            }
+            for (uint32_t k = 0; k < extra.naxes; k++) v.dims[d].axes[v.dims[d].naxes++] = extra.axes[k];
+            continue;
+        }
         bool bound = false;
         /* offset(r) = base + block(r)·size: block r of the window [base, base + parts·size). */
         int64_t base, p;
         uint32_t mask = lf_block_offsets(c, o->dev, o->count, size, &base, &p);
+        if (mask & x->v.partial) return unreduced_blocks(s);
+        if (mask & view_axes_used(&v)) {
+            /* Blocks of two dims chosen by one axis: a diagonal, no view. */
+            lf_unsupported(c, s->comp, in, "%s slices dimension %u by a mesh axis another dimension is sharded over",
+                           in->name, d);
+            return unknown();
+        }
         if (mask && base >= 0 && base + p * size <= src->shape.dims[d]) {
             /* Block r of the window [base, base + p·size): block r of a slice. */
             v.dims[d] = lf_axes_dim(c, mask);
@@ -2132,19 +2245,7 @@ static lval lift_dynamic_slice(lstate *s) {
             return unknown();
         }
     }
-    if (v.partial) {
-        /* Each device keeps its own block of a sum not yet reduced: a
-         * reduce-scatter without the reduction, unless the other devices'
-         * summands vanish in that block (which nothing here shows). */
-        strbuf why;
-        sb_init(&why);
-        describe(&why, c, &x->v);
-        lf_unsupported_suspect(c, "missing-all-reduce", s->comp, in, "%s takes each device's own block of a value that is "
-                               "still a partial sum (%s): a reduce-scatter without its reduction unless the other devices' "
-                               "summands vanish there", in->name, why.s);
-        sb_free(&why);
-        return unknown();
-    }
+    if (v.partial) return unreduced_blocks(s);
     if (windowed) {
         int64_t words[2 + 3 * VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
         uint32_t nw = 0;
@@ -2238,7 +2339,7 @@ void lf_assume(lift_ctx *c, const char *fmt, ...) {
  * place); either reading is exact, this one keeps the global dims apart.
  * Without `reshaped`, only when the local dims are the global dims (no
  * reshape of the term). */
-static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool reshaped, lval *out) {
+static bool layout_reading(lift_ctx *c, const lval *x, const shape *local, bool reshaped, bool units_take, lval *out) {
     const lift_layout *L = x->lay;
     if (local->rank != L->ndims || L->ndims > VIEW_MAX_RANK || L->grank > VIEW_MAX_RANK) return false;
     layout_atom ga[2 * VIEW_MAX_RANK];
@@ -2261,7 +2362,7 @@ static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool 
     for (uint32_t k = 0; k < L->ndims; k++) {
         int64_t size = 1;
         int first = -1;
-        while (p < ng && gbound[p]) {
+        while (p < ng && gbound[p] && (units_take || L->natoms[k] != 0)) {
             if (L->natoms[k] == 0 && first >= 0 && ga[p].gdim != first) break;
             if (L->natoms[k] == 0 && first < 0) {
                 /* A size-1 local dim takes a bound atom only of a dim bound whole. */
@@ -2291,6 +2392,28 @@ static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool 
     eid cls = same ? x->cls : lf_mk_reshape(c, x->cls, lf_type_of(c, local->dtype, gd, L->ndims), c->origin);
     *out = term(cls, v, x->assumed);
     return true;
+}
+
+/* The layout as a plain view. A bound atom of a dim bound whole may go to a
+ * size-1 local dim before it or be the major part of the next local dim:
+ * both readings are exact; the size-1 dim takes it (keeping global dims
+ * apart) unless only the other reading's term is one the baseline has (an
+ * all-to-all that regroups heads: [1, 2·4] back to one dim of 8). */
+static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool reshaped, lval *out) {
+    lval a, b;
+    bool ok = layout_reading(c, x, local, reshaped, true, &a);
+    if (ok && (eg_class_origin(c->g, a.cls) & EG_BASELINE)) {
+        *out = a;
+        return true;
+    }
+    if (reshaped && layout_reading(c, x, local, reshaped, false, &b) && (eg_class_origin(c->g, b.cls) & EG_BASELINE) &&
+        (!ok || !view_equal(&a.v, &b.v))) {
+        *out = b;
+        out->ambiguous = true;
+        return true;
+    }
+    if (ok) *out = a;
+    return ok;
 }
 
 /* all-to-all(x) dimensions={c}: chunk j of dim c goes to device j. With x's dim
@@ -2532,30 +2655,154 @@ static bool gather_views(lstate *s, lval *out) {
     return true;
 }
 
-/* An all-gather (or a resharding collective-permute) of index values that
- * are the same function of their source on every device (token ids wrapped
- * into range, before a gather) moves the source: the same index value, under
- * the collective's result view. */
+/* Whether devices d and e hold the same index function. */
+static bool same_pw(const pw_fn *f, const pw_fn *g) {
+    return f->n == g->n && memcmp(f->p, g->p, f->n * sizeof *f->p) == 0;
+}
+
+/* Whether every group of collective in (all-gather, all-to-all) holds one
+ * function: devices that differ only on its axes hold the same. A
+ * collective-permute passes (it moves the functions with the values). */
+static bool pw_uniform_over(lift_ctx *c, const pw_fn *pw, const hlo_instr *in) {
+    if (in->op == OP_COLLECTIVE_PERMUTE) return true;
+    int axes = lift_groups_axes(c, in, true);
+    if (axes < 0) return false;
+    for (int64_t d = 0; d < c->ndev; d++) {
+        int64_t d0 = d, stride = 1;  /* d with its coordinates on the group's axes zeroed */
+        for (int a = (int)c->mesh->naxes - 1; a >= 0; a--) {
+            if (axes >> a & 1) d0 -= mesh_coord(c->mesh, d, a) * stride;
+            stride *= c->mesh->sizes[a];
+        }
+        if (!same_pw(&pw[d], &pw[d0])) return false;
+    }
+    return true;
+}
+
+static lval lift_instr(lstate *s);
+
+/* A mask whose rows and positions are carried as layouts, met by an op that
+ * does not rearrange: both as plain views (merging atoms, as for any layout
+ * such an op meets), when they agree. */
+static bool settle_mask(lift_ctx *c, const shape *local, lval *m) {
+    lval t[2];
+    for (int k = 0; k < 2; k++) {
+        shape sh = *local;  /* the positions keep their own element type */
+        sh.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, m->carry[k].cls));
+        if (m->carry[k].kind != LV_LAYOUT || !layout_to_term(c, &m->carry[k], &sh, true, &t[k]) || t[k].kind != LV_TERM ||
+            t[k].assumed || eg_type_dtype(c->g, eg_class_type(c->g, t[k].cls)) != sh.dtype)
+            return false;
+    }
+    if (!view_equal(&t[0].v, &t[1].v) || t[0].v.partial) return false;
+    m->carry = NULL;
+    m->v = t[0].v;
+    m->hit = t[0].cls;
+    m->pos = t[1].cls;
+    return true;
+}
+
+/* A masked row (LV_MASK: per device, a function of the index value at each
+ * position says whether the element is the row, zero or junk) is elementwise
+ * in its rows and its positions: an op that only moves elements — a layout
+ * op, or a collective whose groups hold one function — moves both alike,
+ * and the functions stay. GSPMD gathers embedding rows with junk on the
+ * devices that do not hold them and moves them by an all-to-all before it
+ * masks the junk. Between an all-to-all and the ops that make its result a
+ * plain view, rows and positions are carried as layouts. */
+static bool move_mask(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->noperands != 1) return false;
+    lval x = s->ops[0];
+    bool collective = in->op == OP_ALL_TO_ALL || in->op == OP_ALL_GATHER || in->op == OP_COLLECTIVE_PERMUTE;
+    bool rearranges = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_TRANSPOSE || in->op == OP_COPY;
+    if (c->baseline_mode || (!collective && !rearranges) || in->noperands != 1 || x.kind != LV_MASK || x.n || !x.pw ||
+        (!x.carry && (x.hit == EID_NONE || x.pos == EID_NONE)) || (!x.carry && lf_mask_resolves(c, &x)))
+        return false;
+    pw_fn *pw = x.pw;
+    if (in->op == OP_COLLECTIVE_PERMUTE) {
+        const char *bad;
+        const int64_t *from = lf_permute_sources(c, in, &bad);
+        if (!from) return false;
+        pw = arena_alloc(c->a, (size_t)c->ndev * sizeof *pw);
+        for (int64_t t = 0; t < c->ndev; t++) {
+            if (from[t] < 0) return false;
+            pw[t] = x.pw[from[t]];
+        }
+    } else if (collective && !pw_uniform_over(c, x.pw, in)) {
+        return false;
+    }
+    lval moved[2];
+    for (int k = 0; k < 2; k++) {
+        /* The op as it would move a value of the carrier's element type. */
+        s->ops[0] = x.carry ? x.carry[k] : term(k ? x.pos : x.hit, x.v, false);
+        hlo_instr g = *in;
+        g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, s->ops[0].cls));
+        s->in = &g;
+        moved[k] = lift_instr(s);
+        s->in = in;
+        if ((moved[k].kind == LV_TERM || moved[k].kind == LV_LAYOUT) &&
+            eg_type_dtype(c->g, eg_class_type(c->g, moved[k].cls)) != g.shape.dtype)
+            moved[k].kind = LV_UNKNOWN;
+    }
+    s->ops[0] = x;
+    if (moved[0].kind != moved[1].kind || (moved[0].kind != LV_TERM && moved[0].kind != LV_LAYOUT)) return false;
+    *out = x;
+    out->pw = pw;
+    out->cls = EID_NONE;
+    if (moved[0].kind == LV_TERM) {
+        if (!view_equal(&moved[0].v, &moved[1].v) || moved[0].v.partial || moved[0].assumed || moved[1].assumed) return false;
+        out->carry = NULL;
+        out->v = moved[0].v;
+        out->hit = moved[0].cls;
+        out->pos = moved[1].cls;
+        return true;
+    }
+    out->carry = arena_memdup(c->a, moved, sizeof moved);
+    return true;
+}
+
+/* An all-gather or a collective-permute of index values (per device, a
+ * function of the source at positions pos under view v) moves the positions
+ * as data and the functions with them. Device t of an all-gather concatenates
+ * the windows of its group: one function of the gathered positions when every
+ * device of the group holds the same function (token ids wrapped into range;
+ * bounds that vary only along other axes). Device t of a permute holds what
+ * its source s held: s's function of the positions under the view the permute
+ * leaves them in (GSPMD moving token ids from one mesh axis to another). */
 static bool gather_index_values(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    if (s->in->noperands != 1) return false;
     lval x = s->ops[0];
     bool permute = s->in->op == OP_COLLECTIVE_PERMUTE;
     if ((s->in->op != OP_ALL_GATHER && !permute) || s->in->noperands != 1 || x.kind != LV_PW || !x.pw ||
         x.pos == EID_NONE)
         return false;
-    for (int64_t d = 1; d < s->c->ndev; d++)
-        if (x.pw[d].n != x.pw[0].n || memcmp(x.pw[d].p, x.pw[0].p, x.pw[0].n * sizeof *x.pw[0].p) != 0) return false;
-    /* The positions move as data would (a permute that reshards them, GSPMD
-     * moving token ids from one mesh axis to another, must leave a plain view
-     * of the same positions). */
+    if (permute) {
+        const char *bad;
+        const int64_t *from = lf_permute_sources(c, s->in, &bad);
+        view pv;
+        if (!from || !lf_permute_view(c, &x.v, from, &pv)) return false;
+        pw_fn *f = arena_alloc(c->a, (size_t)c->ndev * sizeof *f);
+        for (int64_t t = 0; t < c->ndev; t++) f[t] = x.pw[from[t]];
+        *out = x;
+        out->v = pv;
+        out->pw = f;
+        return true;
+    }
+    if (!pw_uniform_over(c, x.pw, s->in)) return false;
     s->ops[0] = term(x.pos, x.v, false);
-    lval g = unknown();
-    if (!permute) g = lift_all_gather(s);
-    else if (!lf_win_instr(s, &g) || g.kind != LV_TERM || eg_find(s->c->g, g.cls) != eg_find(s->c->g, x.pos)) g = unknown();
+    lval g = lift_all_gather(s);
+    lval k = unknown();
+    if (g.kind == LV_TERM && x.cls != EID_NONE) {
+        s->ops[0] = term(x.cls, x.v, false);
+        k = lift_all_gather(s);
+    }
     s->ops[0] = x;
     if (g.kind != LV_TERM) return false;
     *out = x;
     out->v = g.v;
-    if (x.cls != EID_NONE) out->cls = x.cls;
+    out->pos = g.cls;
+    out->cls = k.kind == LV_TERM && view_equal(&k.v, &g.v) ? k.cls : EID_NONE;
     return true;
 }
 
@@ -2840,6 +3087,13 @@ static lval lift_instr(lstate *s) {
     if (in->op == OP_SELECT && in->noperands == 3 && in->operands[1] == in->operands[2]) return ops[1];
     if (iota_block(s, &pwv)) return pwv;
     if (gather_index_values(s, &pwv)) return pwv;
+    if (move_mask(s, &pwv)) return pwv;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (ops[o].kind == LV_MASK && ops[o].carry && !settle_mask(c, &s->comp->instrs[in->operands[o]].shape, &ops[o])) {
+            lf_unsupported(c, s->comp, in, "%s takes masked rows an all-to-all rearranged before they are a plain view "
+                           "again", in->name);
+            return unknown();
+        }
     if (lf_pw_instr(s, &pwv)) return pwv;
     if (in->noperands >= 1 && ops[0].kind == LV_LAYOUT && layout_op(s, &pwv)) return pwv;
     /* A layout met by any other op: a plain view of the term reshaped, if
@@ -3789,11 +4043,10 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
     lstate s = {c, comp, in, ops, vals};
     bool amb = false, konst_op = false;
-    bool amb_partial = false;
-    for (uint32_t o = 0; o < in->noperands; o++)
-        amb |= ops[o].ambiguous, konst_op |= ops[o].konst, amb_partial |= ops[o].amb_partial && ops[o].v.partial;
+    for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous, konst_op |= ops[o].konst;
     c->ambiguous_now = amb;
-    c->amb_partial_now = amb_partial;
+    c->partial_unsure_now = false;
+    for (uint32_t o = 0; o < in->noperands; o++) c->partial_unsure_now |= ops[o].partial_unsure;
     c->konst_operand_now = konst_op;
     double factor = 1;
     if (!lf_scale_take(&s, v)) {
@@ -3807,9 +4060,9 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     lf_zmask_after(&s, v);
     lf_scale_track(&s, v);
     if (!c->baseline_mode) track_short(&s, v);
-    c->ambiguous_now = c->konst_operand_now = c->amb_partial_now = false;
+    c->ambiguous_now = c->konst_operand_now = c->partial_unsure_now = false;
     v->ambiguous |= amb;
-    v->amb_partial = (v->amb_partial || amb_partial) && v->kind == LV_TERM && v->v.partial;
+    for (uint32_t o = 0; o < in->noperands && v->kind == LV_TERM && v->v.partial; o++) v->partial_unsure |= ops[o].partial_unsure;
     static eid dbg_base = EID_NONE;
     static const char *dbgb, *dbg, *dbgv;
     static bool dbg_read;
@@ -3910,10 +4163,16 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             memcpy(ops, saved, ns * sizeof *ops);
         }
     }
+    /* Constant-only on both sides alike: transfer functions that treat such
+     * values apart (constant factors are not taken on them) must treat the
+     * baseline's the same way. */
+    bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
+    for (uint32_t o = 0; o < in->noperands; o++) konst &= ops[o].konst;
     if (c->baseline_mode) {
         /* The baseline is its own reference: what no transfer function
          * handles is simply its own op over its operands. */
         if (v->kind == LV_UNKNOWN) *v = generic(&s);
+        v->konst = konst;
         if (v->kind == LV_TERM) record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
         return;
     }
@@ -3922,8 +4181,6 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;
         if (fresh_unknown) fprintf(stderr, "lift: %s (%s) unknown\n", in->name, in->opname);
     }
-    bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
-    for (uint32_t o = 0; o < in->noperands; o++) konst &= ops[o].konst;
     v->konst = konst;
     /* A segment is verified only when everything it computes is a baseline
      * value (or device bookkeeping); count what is not. */

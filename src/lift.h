@@ -113,7 +113,9 @@ typedef struct lval {
     bool konst;                   /* computed from constants only (no parameter) */
     bool rearranged;              /* only a layout op's rearrangement of baseline values (see divergence) */
     bool ambiguous;               /* the view is one of several readings of a reshape */
-    bool amb_partial;             /* partial only under that reading (a unit dim's sharding summed) */
+    bool partial_unsure;          /* its partial axes come from reducing a unit dim that carries
+                                   * them in only one reading of an ambiguous reshape (another
+                                   * reading leaves the value sharded, not partial) */
     eid cls;
     view v;
     double *dev;
@@ -125,6 +127,9 @@ typedef struct lval {
     eid src;                      /* LV_PW / LV_MASK: the source term itself (before shaping) */
     lift_layout *lay;             /* LV_LAYOUT */
     lift_win *win;                /* LV_WIN */
+    struct lval *carry;           /* LV_MASK whose rows and positions are being rearranged (an
+                                   * all-to-all's layout): carry[0] the rows (for hit), carry[1]
+                                   * the positions (for pos), moved alike; v, hit, pos unused */
     int64_t domain;               /* LV_MASK: valid index values [0, domain) */
     bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
     const struct lift_zmask *zm;  /* LV_TERM / LV_LAYOUT: a zero mask (below), or NULL */
@@ -199,7 +204,7 @@ typedef struct lift_ctx {
     int64_t ndev;
     bool mesh_inferred;                   /* from sharding annotations: group mismatches are undecided */
     bool ambiguous_now;                   /* an operand's view is one reading among several */
-    bool amb_partial_now;                 /* an operand is partial only under such a reading */
+    bool partial_unsure_now;              /* an operand is partial only in one such reading */
     bool konst_operand_now;               /* an operand is computed from constants only */
     lift_finding *findings;
     uint32_t nfindings, capfindings;

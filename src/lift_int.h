@@ -37,6 +37,13 @@
  *   lf_win_dynamic_slice_term  a term sliced at per-device offsets that are
  *                     no view's blocks, as a window
  *   lf_win_assume     a window met by an op that does not take windows
+ *   lf_permute_sources the source device of every device under a
+ *                     collective-permute's pairs (-1: none), or NULL and why
+ *   lf_axes_of_blocks the mesh axes, major first in any order, whose combined
+ *                     coordinate is a given block number on every device
+ *   lf_permute_view   the view a collective-permute leaves a value of view v
+ *                     in, when every device receives blocks that some view
+ *                     gives it (false otherwise)
  *   lf_zmask_after    the zero mask of a value just lifted (lift_zmask.c)
  *   lf_const_term     the constant term of known values
  *   lf_scale_*        constant factors carried beside terms (lift_scale.c)
@@ -108,6 +115,9 @@ bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out);
 bool lf_win_instr(lstate *s, lval *out);
 bool lf_win_dynamic_slice_term(lstate *s, uint32_t d, lval *out);
 void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x);
+int64_t *lf_permute_sources(lift_ctx *c, const hlo_instr *in, const char **bad);
+bool lf_axes_of_blocks(const lift_ctx *c, const int64_t *b, int64_t parts, view_dim *out);
+bool lf_permute_view(const lift_ctx *c, const view *v, const int64_t *from, view *out);
 void lf_zmask_after(lstate *s, lval *v);
 eid lf_const_term(lift_ctx *c, struct interp_val *v, uint8_t origin);
 /* Constant factors (lift_scale.c): lf_scale_of the factor of x (1 when none);

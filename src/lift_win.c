@@ -305,12 +305,102 @@ bool lf_win_dynamic_slice_term(lstate *s, uint32_t d, lval *out) {
     return true;
 }
 
+/* The source of every device under a collective-permute's pairs ({s,t}:
+ * device t receives the operand of device s; -1 where no pair targets t), or
+ * NULL with *bad saying why the pairs name no such map. Arena-allocated. */
+int64_t *lf_permute_sources(lift_ctx *c, const hlo_instr *in, const char **bad) {
+    *bad = NULL;
+    if (!instr_attr(in, A_CHANNEL_ID)) {
+        *bad = "replicas, not partitions (no channel_id)";
+        return NULL;
+    }
+    const hlo_attr *pa = instr_attr(in, A_SOURCE_TARGET_PAIRS);
+    arena tmp;
+    arena_init(&tmp);
+    hlo_groups g = {0};
+    if (pa) groups_expand(pa->v.groups, &tmp, &g);
+    int64_t *from = arena_alloc(c->a, (size_t)c->ndev * sizeof *from);
+    bool *sent = arena_alloc(c->a, (size_t)c->ndev * sizeof *sent);
+    for (int64_t r = 0; r < c->ndev; r++) from[r] = -1, sent[r] = false;
+    for (uint32_t k = 0; k < g.ngroups && !*bad; k++) {
+        if (g.start[k + 1] - g.start[k] != 2) {
+            *bad = "a pair without two ids";
+            break;
+        }
+        int64_t a = g.ids[g.start[k]], b = g.ids[g.start[k] + 1];
+        if (a < 0 || b < 0 || a >= c->ndev || b >= c->ndev) *bad = "a device id outside the mesh";
+        else if (from[b] >= 0 || sent[a]) *bad = "a device twice as source or target";
+        else from[b] = a, sent[a] = true;
+    }
+    arena_free(&tmp);
+    return *bad ? NULL : from;
+}
+
+bool lf_axes_of_blocks(const lift_ctx *c, const int64_t *b, int64_t parts, view_dim *out) {
+    const mesh *m = c->mesh;
+    int64_t stride[MESH_MAX_AXES], step = 1;  /* step: device id distance of one coordinate */
+    uint8_t order[MESH_MAX_AXES];
+    uint32_t n = 0;
+    if (b[0] != 0) return false;
+    for (int a = (int)m->naxes - 1; a >= 0; a--) {
+        stride[a] = m->sizes[a] > 1 ? b[step] : 0;
+        if (stride[a] < 0) return false;
+        if (stride[a] > 0) order[n++] = (uint8_t)a;
+        step *= m->sizes[a];
+    }
+    /* Major first: strides descending, each the product of the sizes below. */
+    for (uint32_t i = 1; i < n; i++)
+        for (uint32_t j = i; j > 0 && stride[order[j]] > stride[order[j - 1]]; j--) {
+            uint8_t t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    int64_t want = 1;
+    for (uint32_t i = n; i-- > 0;) {
+        if (stride[order[i]] != want) return false;
+        want *= m->sizes[order[i]];
+    }
+    if (want != parts) return false;
+    for (int64_t t = 0; t < c->ndev; t++) {
+        int64_t e = 0;
+        for (uint32_t i = 0; i < n; i++) e += mesh_coord(m, t, order[i]) * stride[order[i]];
+        if (e != b[t]) return false;
+    }
+    *out = (view_dim){.naxes = (uint8_t)n};
+    memcpy(out->axes, order, n);
+    return true;
+}
+
+bool lf_permute_view(const lift_ctx *c, const view *v, const int64_t *from, view *out) {
+    if (v->partial) return false;
+    for (int64_t t = 0; t < c->ndev; t++)
+        if (from[t] < 0) return false;
+    view w = *v;
+    uint32_t used = 0;
+    int64_t *b = xmalloc((size_t)c->ndev * sizeof *b);
+    bool ok = true;
+    for (uint32_t d = 0; d < v->rank && ok; d++) {
+        if (!v->dims[d].naxes) continue;
+        for (int64_t t = 0; t < c->ndev; t++) b[t] = dim_block(c, &v->dims[d], from[t]);
+        ok = lf_axes_of_blocks(c, b, view_dim_parts(v, c->mesh, d), &w.dims[d]);
+        for (uint32_t k = 0; ok && k < w.dims[d].naxes; k++) {
+            ok = !(used >> w.dims[d].axes[k] & 1);
+            used |= 1u << w.dims[d].axes[k];
+        }
+    }
+    free(b);
+    if (ok) *out = w;
+    return ok;
+}
+
 /* collective-permute: device t receives the operand of the device s paired
  * with it ({s,t} in source_target_pairs, partition ids), or zeros when none.
- * Exact per device as a window along the dim whose blocks move; related only
- * when the devices paired hold the same blocks of every other dim (and the
- * value is not partial). A term whose blocks stay put and that every device
- * receives is unchanged. */
+ * When every device receives and the pairs carry each dim's blocks to the
+ * blocks of another arrangement of mesh axes (a resharding: a transpose of
+ * mesh positions), the same term under that view. Otherwise exact per device
+ * as a window along the dim whose blocks move; related only when the devices
+ * paired hold the same blocks of every other dim (and the value is not
+ * partial). */
 static lval lift_collective_permute(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -322,37 +412,21 @@ static lval lift_collective_permute(lstate *s) {
         lf_unsupported(c, s->comp, in, "no transfer function relates %s (%s) with these operand views", in->name, in->opname);
         return unknown();
     }
-    if (!instr_attr(in, A_CHANNEL_ID)) {
-        lf_unsupported(c, s->comp, in, "%s has no channel_id: its pairs name replicas, not partitions", in->name);
+    const char *bad;
+    int64_t *from = lf_permute_sources(c, in, &bad);
+    if (!from) {
+        lf_unsupported(c, s->comp, in, "the source_target_pairs of %s name %s", in->name, bad);
         return unknown();
     }
     if (x->v.partial) {
         lf_unsupported(c, s->comp, in, "%s permutes a partial value", in->name);
         return unknown();
     }
-    const hlo_attr *pa = instr_attr(in, A_SOURCE_TARGET_PAIRS);
-    arena tmp;
-    arena_init(&tmp);
-    hlo_groups g = {0};
-    if (pa) groups_expand(pa->v.groups, &tmp, &g);
-    int64_t *from = arena_alloc(c->a, (size_t)c->ndev * sizeof *from);
-    bool *sent = arena_alloc(c->a, (size_t)c->ndev * sizeof *sent);
-    for (int64_t r = 0; r < c->ndev; r++) from[r] = -1, sent[r] = false;
-    const char *bad = NULL;
-    for (uint32_t k = 0; k < g.ngroups && !bad; k++) {
-        if (g.start[k + 1] - g.start[k] != 2) {
-            bad = "a pair without two ids";
-            break;
-        }
-        int64_t a = g.ids[g.start[k]], b = g.ids[g.start[k] + 1];
-        if (a < 0 || b < 0 || a >= c->ndev || b >= c->ndev) bad = "a device id outside the mesh";
-        else if (from[b] >= 0 || sent[a]) bad = "a device twice as source or target";
-        else from[b] = a, sent[a] = true;
-    }
-    arena_free(&tmp);
-    if (bad) {
-        lf_unsupported(c, s->comp, in, "the source_target_pairs of %s name %s", in->name, bad);
-        return unknown();
+    view pv;
+    if (x->kind == LV_TERM && lf_permute_view(c, &x->v, from, &pv)) {
+        lval r = *x;
+        r.v = pv;
+        return r;
     }
     uint32_t moved = 0;
     bool all = true;
