@@ -1,0 +1,244 @@
+/* report_ci suite: the report's outputs as CI, tickets and dashboards read
+ * them, over every bundled sample (checked here as `make demo` checks them)
+ * and the fixtures of tests/cases/traces:
+ *   - junit.xml: a pair's suite fails exactly when `scalify check` exits
+ *     non-zero on it, and every finding lands in a testcase of its suite. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "escape.h"
+#include "harness.h"
+#include "report.h"
+#include "trace_read.h"
+
+#define SAMPLE_TRACES "build/report-ci-traces"
+
+typedef struct {
+    trace **t;
+    size_t n;
+} trace_set;
+
+static void set_free(trace_set *s) {
+    for (size_t i = 0; i < s->n; i++) trace_free(s->t[i]);
+    free(s->t);
+    memset(s, 0, sizeof *s);
+}
+
+static void set_add(trace_set *s, const char *path) {
+    diag d;
+    diag_init(&d, path);
+    trace *t = trace_read_file(path, &d);
+    CHECK_MSG(t != NULL, "%s: %s", path, d.out.s ? d.out.s : "");
+    diag_free(&d);
+    if (!t) return;
+    s->t = realloc(s->t, (s->n + 1) * sizeof *s->t);
+    s->t[s->n++] = t;
+}
+
+/* Every sample pair of samples/manifest.json, checked as make demo checks
+ * them, then the fixtures; in name order, so failures read the same. */
+static trace_set all_traces(void) {
+    trace_set s = {0};
+    t_case("report_ci samples checked");
+    int st = 0;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "rm -rf " SAMPLE_TRACES " && %s check --manifest samples/manifest.json --out-dir " SAMPLE_TRACES
+             " --source-root . --witness >/dev/null 2>&1; echo $?",
+             t_scalify());
+    char *out = t_run(cmd, &st);
+    int rc = out ? atoi(out) : -1;
+    CHECK_MSG(rc == 0 || rc == 1, "check --manifest exited %d", rc);
+    free(out);
+    char **files = t_list(SAMPLE_TRACES, ".trace.json");
+    size_t n = 0;
+    for (size_t i = 0; files && files[i]; i++, n++) {
+        set_add(&s, files[i]);
+    }
+    t_free_list(files);
+    CHECK_MSG(n >= 60, "%zu sample traces", n);
+    static const char *const fix[] = {"verified", "mismatch", "unverified", "escaping"};
+    for (size_t i = 0; i < ARRAY_LEN(fix); i++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/cases/traces/%s.trace.json", fix[i]);
+        set_add(&s, path);
+    }
+    return s;
+}
+
+static bool render(report_site *site, trace *const *t, size_t n) {
+    report_opts o = {"CI report", false};
+    diag d;
+    diag_init(&d, "report");
+    bool ok = report_render(site, t, n, &o, &d);
+    CHECK_MSG(ok, "%s", d.out.s ? d.out.s : "");
+    diag_free(&d);
+    return ok;
+}
+
+static const report_file *find_file(const report_site *s, const char *name) {
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->files[i].name, name) == 0) return &s->files[i];
+    return NULL;
+}
+
+/* The integer attribute `name` of the element starting at el. */
+static long attr_int(const char *el, const char *end, const char *name) {
+    char key[64];
+    snprintf(key, sizeof key, " %s=\"", name);
+    const char *p = strstr(el, key);
+    return p && p < end ? strtol(p + strlen(key), NULL, 10) : -1;
+}
+
+static void test_junit_faithful(const trace_set *s) {
+    report_site site;
+    if (!render(&site, s->t, s->n)) return;
+    const report_file *j = find_file(&site, "junit.xml");
+    t_case("report_ci junit.xml present");
+    if (!CHECK(j != NULL)) goto out;
+    CHECK(strstr(j->data.s, "<skipped") == NULL);
+    size_t failing = 0, fail_findings = 0;
+    const char *next = j->data.s;
+    for (size_t p = 0; p < s->n; p++) {
+        const trace *t = s->t[p];
+        t_case("report_ci junit %s (%s): the suite fails exactly when check exits non-zero", t->name,
+               trace_verdict_name(t->verdict));
+        strbuf key;
+        sb_init(&key);
+        sb_puts(&key, "<testsuite name=\"");
+        esc_html(&key, t->name);
+        sb_puts(&key, "\" ");
+        /* suites in trace order (a fixture may share a sample's name) */
+        const char *a = strstr(next, "<testsuite "), *e = a ? strstr(a, "</testsuite>") : NULL;
+        CHECK_MSG(a && strncmp(a, key.s, key.len) == 0, "suite %zu is not this pair's", p);
+        sb_free(&key);
+        if (e) next = e;
+        if (!CHECK_MSG(a && e, "no testsuite")) continue;
+        const char *head_end = strchr(a, '>');
+        long f = attr_int(a, head_end, "failures"), er = attr_int(a, head_end, "errors");
+        long tests = attr_int(a, head_end, "tests");
+        /* the counts in the head are those of the body */
+        size_t nf = 0, ne = 0, nc = 0;
+        for (const char *q = a; (q = strstr(q, "<failure ")) && q < e; q++) nf++;
+        for (const char *q = a; (q = strstr(q, "<error ")) && q < e; q++) ne++;
+        for (const char *q = a; (q = strstr(q, "<testcase ")) && q < e; q++) nc++;
+        CHECK_MSG(f == (long)nf && er == (long)ne && tests == (long)nc, "head says %ld/%ld/%ld, body has %zu/%zu/%zu", tests,
+                  f, er, nc, nf, ne);
+        bool exit_nonzero = t->verdict != VERDICT_VERIFIED;
+        CHECK_MSG((f + er > 0) == exit_nonzero, "failures %ld errors %ld for a %s pair", f, er, trace_verdict_name(t->verdict));
+        CHECK_MSG((er > 0) == (t->verdict == VERDICT_ERROR), "errors %ld for a %s pair", er, trace_verdict_name(t->verdict));
+        failing += exit_nonzero;
+        t_case("report_ci junit %s: every finding lands in a testcase", t->name);
+        for (size_t i = 0; i < t->n_findings; i++) {
+            strbuf id;
+            sb_init(&id);
+            esc_html(&id, t->findings[i].id);
+            sb_printf(&id, " [%s, ", trace_kind_name(t->findings[i].kind));
+            const char *q = strstr(a, id.s);
+            sb_free(&id);
+            CHECK_MSG(q && q < e, "%s (segment %s) is in no testcase", t->findings[i].id,
+                      t->findings[i].segment ? t->findings[i].segment : "none");
+            /* inside a failing case of a failing pair */
+            if (q && q < e && exit_nonzero) {
+                const char *open = NULL;
+                for (const char *r = a; (r = strstr(r, "<testcase ")) && r < q; r++) open = r;
+                bool in_fail = open && (strstr(open, "<failure ") ? strstr(open, "<failure ") < q : false);
+                bool in_err = open && (strstr(open, "<error ") ? strstr(open, "<error ") < q : false);
+                CHECK_MSG(in_fail || in_err, "%s is in a passing testcase of a failing pair", t->findings[i].id);
+                fail_findings++;
+            }
+        }
+    }
+    printf("report_ci: junit.xml over %zu traces: %zu failing suites, %zu findings in failing testcases\n", s->n, failing,
+           fail_findings);
+out:
+    report_site_free(&site);
+}
+
+/* The mismatch fixture changed by `edit`, read back. */
+static trace *variant(void (*edit)(json_t *)) {
+    json_error_t e;
+    json_t *j = json_load_file("tests/cases/traces/mismatch.trace.json", 0, &e);
+    if (!CHECK_MSG(j != NULL, "%s", e.text)) return NULL;
+    edit(j);
+    char *txt = json_dumps(j, JSON_PRESERVE_ORDER);
+    json_decref(j);
+    diag d;
+    diag_init(&d, "variant");
+    trace *t = trace_read_buffer(txt, strlen(txt), "variant", &d);
+    CHECK_MSG(t != NULL, "%s", d.out.s ? d.out.s : "");
+    diag_free(&d);
+    free(txt);
+    return t;
+}
+
+/* Findings of no segment, or of a segment the trace does not list. */
+static void no_segment(json_t *j) {
+    json_t *fs = json_object_get(j, "findings");
+    json_object_del(json_array_get(fs, 0), "segment");
+    json_object_set_new(json_array_get(fs, 1), "segment", json_string("entry"));
+    /* and the segments they would have failed in pass */
+    json_t *ss = json_object_get(j, "segments");
+    for (size_t i = 0; i < json_array_size(ss); i++)
+        json_object_set_new(json_array_get(ss, i), "verdict", json_string("verified"));
+}
+
+/* An input check refused: no segments, no findings. */
+static void refused(json_t *j) {
+    json_object_set_new(j, "verdict", json_string("error"));
+    json_object_set_new(j, "error", json_string("b.hlo:3:1: expected an instruction"));
+    json_object_set_new(j, "segments", json_array());
+    json_object_set_new(j, "findings", json_array());
+    json_object_set_new(json_object_get(j, "summary"), "findings", json_object());
+}
+
+/* Unverified with every segment verified and no finding: the verdict alone. */
+static void bare_unverified(json_t *j) {
+    json_object_set_new(j, "verdict", json_string("unverified"));
+    json_object_set_new(j, "findings", json_array());
+    json_object_set_new(json_object_get(j, "summary"), "findings", json_object());
+    json_t *ss = json_object_get(j, "segments");
+    for (size_t i = 0; i < json_array_size(ss); i++)
+        json_object_set_new(json_array_get(ss, i), "verdict", json_string("verified"));
+}
+
+static void test_junit_edges(void) {
+    struct {
+        const char *name;
+        void (*edit)(json_t *);
+        const char *want[4];
+    } cases[] = {
+        {"findings of no segment", no_segment,
+         {"name=\"(pair)\" time=\"0.0000\">\n      <failure type=\"wrong-reduction\"",
+          "name=\"entry\" time=\"0.0000\">\n      <failure type=\"constant-mismatch\"", "failures=\"2\" errors=\"0\""}},
+        {"an input error", refused,
+         {"tests=\"1\" failures=\"0\" errors=\"1\"", "name=\"(pair)\"",
+          "<error type=\"error\" message=\"error: b.hlo:3:1: expected an instruction\""}},
+        {"unverified, no finding", bare_unverified,
+         {"failures=\"1\" errors=\"0\"",
+          "name=\"(pair)\" time=\"0.0000\">\n      <failure type=\"unverified\" message=\"unverified: the pair&#39;s "
+          "outputs were not shown equal"}},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        t_case("report_ci junit: %s", cases[i].name);
+        trace *t = variant(cases[i].edit);
+        if (!t) continue;
+        report_site site;
+        if (render(&site, &t, 1)) {
+            const report_file *j = find_file(&site, "junit.xml");
+            for (int k = 0; j && k < 4 && cases[i].want[k]; k++) CHECK_CONTAINS(j->data.s, cases[i].want[k]);
+            report_site_free(&site);
+        }
+        trace_free(t);
+    }
+}
+
+void suite_report_ci(void);
+void suite_report_ci(void) {
+    trace_set s = all_traces();
+    test_junit_faithful(&s);
+    test_junit_edges();
+    set_free(&s);
+}
