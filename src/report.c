@@ -18,6 +18,7 @@
 #include "escape.h"
 #include "io.h"
 #include "junit.h"
+#include "report_names.h"
 #include "sarif.h"
 #include "scalify.h"
 #include "sha256.h"
@@ -36,7 +37,7 @@ typedef struct {
     char *css, *js, *page;
     size_t page_len;
     char *kind_html[KIND_COUNT];
-    char **pair_slug;   /* per pair: "01-name" */
+    rnames names;       /* page names (report_names.h) */
     /* every finding in report order, for prev/next */
     size_t n_all, cap_all;
     struct fref { size_t p, f; } *all;
@@ -68,16 +69,11 @@ static void href_index(rctx *c, strbuf *b) { sb_puts(b, c->single ? "#index" : "
 
 static void href_pair(rctx *c, strbuf *b, size_t p) {
     sb_puts(b, c->single ? "#pair-" : "pair-");
-    sb_puts(b, c->pair_slug[p]);
+    sb_puts(b, c->names.pair[p]);
     if (!c->single) sb_puts(b, ".html");
 }
 
-static void finding_slug(rctx *c, strbuf *b, size_t p, size_t f) {
-    sb_printf(b, "%02zu-", p + 1);
-    esc_slug(b, c->t[p]->findings[f].id, 24);
-    sb_putc(b, '-');
-    sb_puts(b, trace_kind_name(c->t[p]->findings[f].kind));
-}
+static void finding_slug(rctx *c, strbuf *b, size_t p, size_t f) { sb_puts(b, c->names.finding[p][f]); }
 
 static void href_finding(rctx *c, strbuf *b, size_t p, size_t f) {
     sb_puts(b, c->single ? "#finding-" : "finding-");
@@ -672,8 +668,8 @@ static void page_pair(rctx *c, size_t p) {
     mesh_str(&b, t);
     sb_puts(&b, "</dd></dl></div>\n");
 
-    sb_printf(&anchor, "pair-%s", c->pair_slug[p]);
-    sb_printf(&file, "pair-%s.html", c->pair_slug[p]);
+    sb_printf(&anchor, "pair-%s", c->names.pair[p]);
+    sb_printf(&file, "pair-%s.html", c->names.pair[p]);
     strbuf title;
     sb_init(&title);
     sb_printf(&title, "%s \xe2\x80\x94 %s", t->name, trace_verdict_name(t->verdict));
@@ -993,13 +989,8 @@ bool report_render(report_site *site, trace *const *traces, size_t n, const repo
     if (ok) {
         /* Sections in a bundle add their rules to one style block: phase swatches
          * are shared, chart geometry is per pair (class cNN). */
-        c.pair_slug = xcalloc(n + 1, sizeof *c.pair_slug);
+        rn_build(&c.names, traces, n);
         for (size_t p = 0; p < n; p++) {
-            strbuf s;
-            sb_init(&s);
-            sb_printf(&s, "%02zu-", p + 1);
-            esc_slug(&s, traces[p]->name, 60);
-            c.pair_slug[p] = sb_take(&s);
             for (size_t i = 0; i < traces[p]->n_findings; i++) {
                 XGROW(c.all, c.cap_all, c.n_all + 1);
                 c.all[c.n_all++] = (struct fref){p, i};
@@ -1041,7 +1032,7 @@ bool report_render(report_site *site, trace *const *traces, size_t n, const repo
         sb_init(&s);
         report_summary_json(&s, traces, n);
         add_file(site, "summary.json", &s);
-        sarif_write(&s, traces, n);
+        sarif_write(&s, traces, n, &c.names);
         add_file(site, "results.sarif", &s);
         junit_write(&s, traces, n);
         add_file(site, "junit.xml", &s);
@@ -1051,8 +1042,7 @@ bool report_render(report_site *site, trace *const *traces, size_t n, const repo
     free(c.js);
     free(c.page);
     for (int k = 0; k < KIND_COUNT; k++) free(c.kind_html[k]);
-    for (size_t p = 0; c.pair_slug && p < n; p++) free(c.pair_slug[p]);
-    free(c.pair_slug);
+    if (c.names.pair) rn_free(&c.names);
     free(c.all);
     sb_free(&c.bundle_body);
     sb_free(&c.bundle_css);

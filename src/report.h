@@ -1,9 +1,10 @@
 /* report — the HTML site for one or more traces (DESIGN §9).
  *
  * report_render() builds every output in memory as a list of (file name, bytes):
- * index.html, one pair-NN-<slug>.html per trace, one finding-NN-<id>.html per
- * finding, summary.json, results.sarif, junit.xml — or, with single_file, one
- * bundled HTML page holding all of them as sections (links become anchors).
+ * index.html, one pair-<name>.html per trace, one finding-<kind>-<hash>.html per
+ * finding (names that do not depend on the other traces: report_names.h),
+ * summary.json, results.sarif, junit.xml — or, with single_file, one bundled
+ * HTML page holding all of them as sections (links become anchors).
  * report_write_dir() first writes the whole site, with its list of names
  * (.scalify-files), into a private staging folder DIR/.scalify-new-XXXXXX;
  * only when every file is there does it move them into DIR, under an

@@ -69,7 +69,7 @@ static json_t *logical(const trace *t, const trace_module *m, const trace_site *
 
 static const char *level(trace_severity s) { return s == SEV_ERROR ? "error" : s == SEV_WARNING ? "warning" : "note"; }
 
-void sarif_write(strbuf *out, trace *const *traces, size_t n) {
+void sarif_write(strbuf *out, trace *const *traces, size_t n, const rnames *names) {
     json_t *root = json_object();
     json_object_set_new(root, "$schema", json_string("https://json.schemastore.org/sarif-2.1.0.json"));
     json_object_set_new(root, "version", json_string("2.1.0"));
@@ -150,6 +150,14 @@ void sarif_write(strbuf *out, trace *const *traces, size_t n) {
             json_object_set_new(hl, "physicalLocation", json_pack("{s:o}", "artifactLocation", uri(t->dist.path)));
             json_object_set_new(hl, "message", text("distributed HLO module"));
             json_array_append_new(rel, hl);
+            strbuf page;
+            sb_init(&page);
+            sb_printf(&page, "finding-%s.html", names->finding[p][i]);
+            json_t *pl = json_object();
+            json_object_set_new(pl, "id", json_integer(3));
+            json_object_set_new(pl, "physicalLocation", json_pack("{s:o}", "artifactLocation", uri(page.s)));
+            json_object_set_new(pl, "message", text("the finding's page in the scalify report beside this file"));
+            json_array_append_new(rel, pl);
             json_object_set_new(r, "relatedLocations", rel);
             strbuf fp;
             sb_init(&fp);
@@ -159,6 +167,8 @@ void sarif_write(strbuf *out, trace *const *traces, size_t n) {
             json_t *props = json_object();
             json_object_set_new(props, "pair", str(t->name));
             json_object_set_new(props, "findingId", str(f->id));
+            json_object_set_new(props, "reportPage", str(page.s));
+            sb_free(&page);
             if (f->segment) json_object_set_new(props, "segment", str(f->segment));
             json_object_set_new(props, "explanation", str(f->explanation));
             json_object_set_new(r, "properties", props);

@@ -12,9 +12,12 @@
 
 #include <stddef.h>
 
+#include "report_names.h"
 #include "trace_read.h"
 #include "util.h"
 
-void sarif_write(strbuf *out, trace *const *traces, size_t n);
+/* names: the report's page names; each result links its finding's page
+ * (relative URI) as a related location and property "reportPage". */
+void sarif_write(strbuf *out, trace *const *traces, size_t n, const rnames *names);
 
 #endif

@@ -2,7 +2,9 @@
  * them, over every bundled sample (checked here as `make demo` checks them)
  * and the fixtures of tests/cases/traces:
  *   - junit.xml: a pair's suite fails exactly when `scalify check` exits
- *     non-zero on it, and every finding lands in a testcase of its suite. */
+ *     non-zero on it, and every finding lands in a testcase of its suite;
+ *   - page names: the same finding or pair has the same page in any report
+ *     that holds its trace, whatever the other traces; SARIF links the page. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,10 +237,77 @@ static void test_junit_edges(void) {
     }
 }
 
+/* (pair, finding id) → reportPage of every SARIF result, as "pair\tid\tpage\n". */
+static void sarif_pages(const report_site *site, strbuf *out) {
+    const report_file *f = find_file(site, "results.sarif");
+    if (!CHECK(f != NULL)) return;
+    json_t *j = json_loadb(f->data.s, f->data.len, 0, NULL);
+    json_t *rs = json_object_get(json_array_get(json_object_get(j, "runs"), 0), "results");
+    for (size_t i = 0; i < json_array_size(rs); i++) {
+        json_t *pr = json_object_get(json_array_get(rs, i), "properties");
+        sb_printf(out, "%s\t%s\t%s\n", json_string_value(json_object_get(pr, "pair")),
+                  json_string_value(json_object_get(pr, "findingId")), json_string_value(json_object_get(pr, "reportPage")));
+    }
+    json_decref(j);
+}
+
+/* Page names do not depend on the other traces of a report: every second
+ * sample alone, the samples in reverse, and all traces give each common
+ * finding and pair the same page; SARIF links each result to its page. */
+static void test_stable_names(const trace_set *s) {
+    size_t ns = 0;  /* the samples: unique names, before the fixtures */
+    while (ns < s->n && strncmp(s->t[ns]->source, SAMPLE_TRACES, strlen(SAMPLE_TRACES)) == 0) ns++;
+    trace **sub = calloc(ns + 1, sizeof *sub), **rev = calloc(ns + 1, sizeof *rev);
+    size_t nsub = 0;
+    for (size_t i = 1; i < ns; i += 2) sub[nsub++] = s->t[i];
+    for (size_t i = 0; i < ns; i++) rev[i] = s->t[ns - 1 - i];
+    report_site full, part, back;
+    bool ok = render(&full, s->t, s->n), okp = render(&part, sub, nsub), okb = render(&back, rev, ns);
+    if (ok && okp && okb) {
+        t_case("report_ci page names: a finding's page is named the same in any report holding its trace");
+        strbuf pf, pp, pb;
+        sb_init(&pf), sb_init(&pp), sb_init(&pb);
+        sarif_pages(&full, &pf), sarif_pages(&part, &pp), sarif_pages(&back, &pb);
+        size_t common = 0;
+        for (const char *l = pp.s; l && *l; l = strchr(l, '\n') + 1) {
+            size_t len = (size_t)(strchr(l, '\n') - l);
+            char *line = strndup(l, len);
+            CHECK_MSG(strstr(pf.s, line) != NULL, "%s: not so in the full report", line);
+            CHECK_MSG(strstr(pb.s, line) != NULL, "%s: not so with the samples in reverse", line);
+            const char *page = strrchr(line, '\t') + 1;
+            CHECK_MSG(find_file(&part, page) && find_file(&full, page), "%s: no such page", line);
+            common++;
+            free(line);
+        }
+        CHECK_MSG(common >= 20, "%zu findings in common", common);
+        printf("report_ci: %zu findings of %zu traces named alike in reports of %zu, %zu and %zu traces\n", common, nsub,
+               nsub, ns, s->n);
+        t_case("report_ci page names: one page per finding, one per pair, relative links");
+        size_t pages = 0, findings = 0;
+        for (size_t i = 0; i < full.n; i++) pages += strncmp(full.files[i].name, "finding-", 8) == 0;
+        for (size_t i = 0; i < s->n; i++) findings += s->t[i]->n_findings;
+        CHECK_MSG(pages == findings, "%zu finding pages for %zu findings", pages, findings);
+        size_t pair_pages = 0;
+        for (size_t i = 0; i < full.n; i++) pair_pages += strncmp(full.files[i].name, "pair-", 5) == 0;
+        CHECK_MSG(pair_pages == s->n, "%zu pair pages for %zu traces", pair_pages, s->n);
+        for (size_t i = 0; i < part.n; i++)
+            if (strncmp(part.files[i].name, "pair-", 5) == 0)
+                CHECK_MSG(find_file(&full, part.files[i].name) != NULL, "%s: not in the full report", part.files[i].name);
+        CHECK(strstr(pf.s, "\tfinding-") != NULL && strstr(pf.s, "://") == NULL);
+        sb_free(&pf), sb_free(&pp), sb_free(&pb);
+    }
+    if (ok) report_site_free(&full);
+    if (okp) report_site_free(&part);
+    if (okb) report_site_free(&back);
+    free(sub);
+    free(rev);
+}
+
 void suite_report_ci(void);
 void suite_report_ci(void) {
     trace_set s = all_traces();
     test_junit_faithful(&s);
     test_junit_edges();
+    test_stable_names(&s);
     set_free(&s);
 }
