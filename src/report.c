@@ -37,6 +37,7 @@ typedef struct {
     char *css, *js, *page;
     size_t page_len;
     char *kind_html[KIND_COUNT];
+    char *kind_md[KIND_COUNT];  /* templates/findings/<kind>.md */
     rnames names;       /* page names (report_names.h) */
     /* every finding in report order, for prev/next */
     size_t n_all, cap_all;
@@ -736,7 +737,7 @@ static const char *kind_html(rctx *c, trace_kind k) {
     }
     /* Our own Markdown, still rendered in cmark's safe mode (raw HTML dropped). */
     c->kind_html[k] = cmark_markdown_to_html(md, n, CMARK_OPT_DEFAULT);
-    free(md);
+    c->kind_md[k] = md;
     return c->kind_html[k];
 }
 
@@ -1032,16 +1033,18 @@ bool report_render(report_site *site, trace *const *traces, size_t n, const repo
         sb_init(&s);
         report_summary_json(&s, traces, n);
         add_file(site, "summary.json", &s);
-        sarif_write(&s, traces, n, &c.names);
+        for (int k = 0; k < KIND_COUNT; k++) kind_html(&c, (trace_kind)k);
+        sarif_write(&s, traces, n, &c.names, (const char *const *)c.kind_md);
         add_file(site, "results.sarif", &s);
         junit_write(&s, traces, n);
         add_file(site, "junit.xml", &s);
         sb_free(&s);
+        ok = !c.failed;
     }
     free(c.css);
     free(c.js);
     free(c.page);
-    for (int k = 0; k < KIND_COUNT; k++) free(c.kind_html[k]);
+    for (int k = 0; k < KIND_COUNT; k++) free(c.kind_html[k]), free(c.kind_md[k]);
     if (c.names.pair) rn_free(&c.names);
     free(c.all);
     sb_free(&c.bundle_body);

@@ -4,7 +4,9 @@
  *   - junit.xml: a pair's suite fails exactly when `scalify check` exits
  *     non-zero on it, and every finding lands in a testcase of its suite;
  *   - page names: the same finding or pair has the same page in any report
- *     that holds its trace, whatever the other traces; SARIF links the page. */
+ *     that holds its trace, whatever the other traces; SARIF links the page;
+ *   - results.sarif as code scanning documents it: text locations with a
+ *     startLine, fingerprints that survive a re-export, rules with help. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 
 #include "escape.h"
 #include "harness.h"
+#include "jschema.h"
 #include "report.h"
 #include "trace_read.h"
 
@@ -164,7 +167,7 @@ static trace *variant(void (*edit)(json_t *)) {
     json_error_t e;
     json_t *j = json_load_file("tests/cases/traces/mismatch.trace.json", 0, &e);
     if (!CHECK_MSG(j != NULL, "%s", e.text)) return NULL;
-    edit(j);
+    if (edit) edit(j);
     char *txt = json_dumps(j, JSON_PRESERVE_ORDER);
     json_decref(j);
     diag d;
@@ -303,11 +306,241 @@ static void test_stable_names(const trace_set *s) {
     free(rev);
 }
 
+static json_t *sarif_of(const report_site *site) {
+    const report_file *f = find_file(site, "results.sarif");
+    return f ? json_loadb(f->data.s, f->data.len, 0, NULL) : NULL;
+}
+
+static const char *jstr(json_t *o, const char *path) {
+    /* path: keys separated by '.', numbers index arrays */
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *k = strtok(buf, "."); k && o; k = strtok(NULL, "."))
+        o = json_is_array(o) ? json_array_get(o, (size_t)atoi(k)) : json_object_get(o, k);
+    return json_string_value(o);
+}
+
+static json_int_t jint(json_t *o, const char *path) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *k = strtok(buf, "."); k && o; k = strtok(NULL, "."))
+        o = json_is_array(o) ? json_array_get(o, (size_t)atoi(k)) : json_object_get(o, k);
+    return json_integer_value(o);
+}
+
+/* Lines of a text file; -1 when it is missing, compressed or binary. */
+static long text_lines(const char *path) {
+    size_t n = 0;
+    char *b = t_read(path, &n);
+    if (!b) return -1;
+    long lines = memchr(b, 0, n) || (n >= 2 && (unsigned char)b[0] == 0x1f && (unsigned char)b[1] == 0x8b) ? -1 : 1;
+    for (size_t i = 0; lines > 0 && i < n; i++) lines += b[i] == '\n';
+    free(b);
+    return lines;
+}
+
+/* results.sarif as GitHub code scanning documents it, on every sample: a
+ * text location with a startLine in a text file for every result (the
+ * source line when the trace has one), fingerprints unique and free of
+ * instruction names, rules with help and a fullDescription of their own. */
+static void test_sarif_scanning(const trace_set *s) {
+    report_site site;
+    if (!render(&site, s->t, s->n)) return;
+    json_t *j = sarif_of(&site);
+    t_case("report_ci sarif: valid against the SARIF 2.1.0 schema");
+    json_error_t e;
+    json_t *schema = json_load_file("tests/sarif/sarif-schema-2.1.0.json", 0, &e);
+    if (CHECK(j && schema)) {
+        strbuf errs;
+        sb_init(&errs);
+        int bad = jschema_validate(schema, j, &errs);
+        CHECK_MSG(bad == 0, "%d violations:\n%.2000s", bad, errs.s ? errs.s : "");
+        sb_free(&errs);
+    }
+    json_decref(schema);
+    json_t *run = json_array_get(json_object_get(j, "runs"), 0);
+    json_t *rules = json_object_get(json_object_get(json_object_get(run, "tool"), "driver"), "rules");
+    t_case("report_ci sarif: rules carry help from templates/findings and a fullDescription of their own");
+    CHECK_EQ(json_array_size(rules), KIND_COUNT);
+    for (size_t k = 0; k < json_array_size(rules); k++) {
+        json_t *r = json_array_get(rules, k);
+        char path[256];
+        snprintf(path, sizeof path, "templates/findings/%s.md", jstr(r, "id"));
+        char *md = t_read(path, NULL);
+        const char *help = jstr(r, "help.markdown"), *full = jstr(r, "fullDescription.text"),
+                   *shrt = jstr(r, "shortDescription.text");
+        CHECK_MSG(md && help && strcmp(md, help) == 0, "%s: help.markdown is not %s", jstr(r, "id"), path);
+        CHECK_MSG(jstr(r, "help.text") && strlen(jstr(r, "help.text")) > 100, "%s: no help.text", jstr(r, "id"));
+        CHECK_MSG(full && shrt && strcmp(full, shrt) != 0 && strlen(full) > strlen(shrt), "%s: fullDescription %s",
+                  jstr(r, "id"), full ? full : "(none)");
+        free(md);
+    }
+    json_t *results = json_object_get(run, "results");
+    size_t findings = 0;
+    for (size_t p = 0; p < s->n; p++) findings += s->t[p]->n_findings;
+    t_case("report_ci sarif: one result per listed finding");
+    CHECK_EQ(json_array_size(results), findings);
+    size_t at_source = 0, at_hlo = 0, other = 0, r = 0;
+    strbuf seen;
+    sb_init(&seen);
+    for (size_t p = 0; p < s->n; p++) {
+        const trace *t = s->t[p];
+        bool sample = strncmp(t->source, SAMPLE_TRACES, strlen(SAMPLE_TRACES)) == 0;
+        for (size_t i = 0; i < t->n_findings; i++, r++) {
+            const trace_finding *f = &t->findings[i];
+            json_t *res = json_array_get(results, r);
+            t_case("report_ci sarif %s %s: a text location with a startLine", t->name, f->id);
+            CHECK_STR(jstr(res, "properties.findingId"), f->id);
+            json_t *pl = json_object_get(json_array_get(json_object_get(res, "locations"), 0), "physicalLocation");
+            const char *uri = jstr(pl, "artifactLocation.uri");
+            json_int_t line = jint(pl, "region.startLine");
+            if (!CHECK_MSG(uri && line >= 1, "uri %s line %lld", uri ? uri : "(none)", (long long)line)) continue;
+            size_t ul = strlen(uri);
+            CHECK_MSG(!(ul > 3 && strcmp(uri + ul - 3, ".pb") == 0) && !(ul > 3 && strcmp(uri + ul - 3, ".gz") == 0),
+                      "%s is not a text file", uri);
+            if (f->dist.file && f->dist.line > 0) {
+                strbuf u;
+                sb_init(&u);
+                esc_uri(&u, f->dist.file);
+                CHECK_MSG(strcmp(uri, u.s) == 0 && line == f->dist.line, "%s:%lld, not the source line %s:%lld", uri,
+                          (long long)line, f->dist.file, (long long)f->dist.line);
+                sb_free(&u);
+                at_source++;
+            } else if (strstr(uri, ".hlo") && ul > 4 && strcmp(uri + ul - 4, ".hlo") == 0) {
+                /* the line that defines the instruction */
+                size_t n = 0;
+                char *b = t_read(uri, &n);
+                const char *l = b;
+                for (json_int_t k = 1; l && k < line; k++) l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL;
+                strbuf def;
+                sb_init(&def);
+                sb_printf(&def, "%s = ", f->dist.instruction);
+                const char *nl = l ? strchr(l, '\n') : NULL;
+                const char *hit = l ? strstr(l, def.s) : NULL;
+                CHECK_MSG(hit && (!nl || hit < nl), "%s:%lld does not define %s", uri, (long long)line, f->dist.instruction);
+                sb_free(&def);
+                free(b);
+                at_hlo++;
+            } else other++;
+            if (sample) {
+                long lines = text_lines(uri);
+                CHECK_MSG(lines >= line, "%s: %ld lines, location at %lld", uri, lines, (long long)line);
+            }
+            t_case("report_ci sarif %s %s: fingerprints from what survives re-export", t->name, f->id);
+            const char *fp = jstr(res, "partialFingerprints.scalifyFinding/v2");
+            if (!CHECK(fp && strlen(fp) == 32)) continue;
+            CHECK_MSG(!strstr(fp, f->dist.instruction), "fingerprint %s names the instruction", fp);
+            CHECK_MSG(!(seen.s && strstr(seen.s, fp)), "fingerprint %s repeats", fp);
+            sb_printf(&seen, "%s\n", fp);
+        }
+    }
+    sb_free(&seen);
+    printf("report_ci: SARIF over %zu traces: %zu results at the source line, %zu in HLO text, %zu elsewhere\n", s->n,
+           at_source, at_hlo, other);
+    json_decref(j);
+    report_site_free(&site);
+}
+
+/* A re-export renumbers XLA's instruction names; the fingerprint and the
+ * page stay. A different op_name, source line or mesh changes them. */
+static void rename_instructions(json_t *j) {
+    json_t *f = json_array_get(json_object_get(j, "findings"), 0);
+    json_object_set_new(json_object_get(f, "distributed"), "instruction", json_string("div.9999"));
+    json_object_set_new(json_object_get(f, "distributed"), "hlo", json_string("%div.9999 = f32[8]{0} divide(%a.1, %b.2)"));
+    json_object_set_new(f, "id", json_string("F7"));
+}
+static void move_line(json_t *j) {
+    json_t *f = json_array_get(json_object_get(j, "findings"), 0);
+    json_object_set_new(json_object_get(f, "distributed"), "line", json_integer(113));
+}
+static void other_mesh(json_t *j) {
+    json_object_set_new(json_object_get(j, "pair"), "mesh", json_pack("{s:i}", "model", 4));
+}
+
+static void result_keys(trace *t, char fp[64], char page[128]) {
+    fp[0] = page[0] = 0;
+    report_site site;
+    if (!t || !render(&site, &t, 1)) return;
+    json_t *j = sarif_of(&site);
+    json_t *res = json_array_get(json_object_get(json_array_get(json_object_get(j, "runs"), 0), "results"), 0);
+    snprintf(fp, 64, "%s", jstr(res, "partialFingerprints.scalifyFinding/v2") ? jstr(res, "partialFingerprints.scalifyFinding/v2") : "");
+    snprintf(page, 128, "%s", jstr(res, "properties.reportPage") ? jstr(res, "properties.reportPage") : "");
+    json_decref(j);
+    report_site_free(&site);
+}
+
+/* No source line and no HLO text: the pair's source file, else the trace. */
+static void no_line_no_text(json_t *j) {
+    json_t *d = json_object_get(json_array_get(json_object_get(j, "findings"), 0), "distributed");
+    json_object_del(d, "file"), json_object_del(d, "line"), json_object_del(d, "column");
+    json_object_set_new(json_object_get(json_object_get(j, "pair"), "distributed"), "path",
+                        json_string("build/no-such-dir/x.dist.hlo.pb"));
+}
+static void no_source_at_all(json_t *j) {
+    no_line_no_text(j);
+    json_t *fs = json_object_get(j, "findings");
+    for (size_t i = 0; i < json_array_size(fs); i++) {
+        json_t *f = json_array_get(fs, i);
+        json_object_del(json_object_get(f, "distributed"), "file");
+        json_object_set_new(f, "baseline", json_null());
+        json_object_set_new(f, "involved", json_array());
+    }
+}
+
+static void test_sarif_fallbacks(void) {
+    struct {
+        const char *what;
+        void (*edit)(json_t *);
+        const char *uri;
+    } cases[] = {{"no source line, no HLO text: the pair's source file", no_line_no_text, "samples/gen/parallel.py"},
+                 {"no source file known: the trace", no_source_at_all, "variant"}};
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        t_case("report_ci sarif location: %s", cases[i].what);
+        trace *t = variant(cases[i].edit);
+        report_site site;
+        if (t && render(&site, &t, 1)) {
+            json_t *j = sarif_of(&site);
+            json_t *pl = json_object_get(json_array_get(json_object_get(j, "runs"), 0), "results");
+            pl = json_object_get(json_array_get(json_object_get(json_array_get(pl, 0), "locations"), 0), "physicalLocation");
+            CHECK_STR(jstr(pl, "artifactLocation.uri"), cases[i].uri);
+            CHECK(jint(pl, "region.startLine") >= 1);
+            json_decref(j);
+            report_site_free(&site);
+        }
+        trace_free(t);
+    }
+}
+
+static void test_fingerprint_reexport(void) {
+    char fp0[64], pg0[128], fp[64], pg[128];
+    trace *t = variant(NULL);
+    result_keys(t, fp0, pg0);
+    trace_free(t);
+    struct {
+        const char *what;
+        void (*edit)(json_t *);
+        bool same;
+    } cases[] = {{"instruction renumbered, id changed", rename_instructions, true},
+                 {"source line moved", move_line, false},
+                 {"another mesh axis", other_mesh, false}};
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        t_case("report_ci fingerprint and page: %s", cases[i].what);
+        t = variant(cases[i].edit);
+        result_keys(t, fp, pg);
+        trace_free(t);
+        CHECK_MSG(fp0[0] && fp[0] && (strcmp(fp0, fp) == 0) == cases[i].same, "%s vs %s", fp0, fp);
+        CHECK_MSG(pg0[0] && pg[0] && (strcmp(pg0, pg) == 0) == cases[i].same, "%s vs %s", pg0, pg);
+    }
+}
+
 void suite_report_ci(void);
 void suite_report_ci(void) {
     trace_set s = all_traces();
     test_junit_faithful(&s);
     test_junit_edges();
     test_stable_names(&s);
+    test_sarif_scanning(&s);
+    test_fingerprint_reexport();
+    test_sarif_fallbacks();
     set_free(&s);
 }
