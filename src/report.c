@@ -122,6 +122,30 @@ static void fmt_num(strbuf *b, double v) {
 
 static double seg_total(const trace_segment *s) { return s->t_build + s->t_lift + s->t_saturate + s->t_check; }
 
+/* Findings counted (summary.findings: every one) and listed (the trace's
+ * findings array: at most the first 16 of each kind), per kind; a count
+ * never below what is listed. */
+typedef struct {
+    int64_t total, listed;
+    int64_t kind_total[KIND_COUNT], kind_listed[KIND_COUNT];
+} fcount;
+
+static void fc_add(fcount *fc, const trace *t) {
+    int64_t listed[KIND_COUNT] = {0};
+    for (size_t i = 0; i < t->n_findings; i++) listed[t->findings[i].kind]++;
+    for (int k = 0; k < KIND_COUNT; k++) {
+        int64_t all = t->kind_counts[k] > listed[k] ? t->kind_counts[k] : listed[k];
+        fc->kind_total[k] += all, fc->kind_listed[k] += listed[k];
+        fc->total += all, fc->listed += listed[k];
+    }
+}
+
+/* "188", or "188 (84 listed)" when fewer are listed than counted. */
+static void fmt_count(strbuf *b, int64_t total, int64_t listed) {
+    sb_printf(b, "%lld", (long long)total);
+    if (listed < total) sb_printf(b, " <small>(%lld listed)</small>", (long long)listed);
+}
+
 static void badge(strbuf *b, trace_verdict v) {
     sb_printf(b, "<span class=\"badge %s\">%s</span>", trace_verdict_name(v), trace_verdict_name(v));
 }
@@ -208,18 +232,18 @@ static void page_index(rctx *c) {
     strbuf b, crumbs;
     sb_init(&b);
     sb_init(&crumbs);
-    size_t by_v[VERDICT_COUNT] = {0}, findings = 0, segs = 0, memo = 0;
-    int64_t kinds[KIND_COUNT] = {0};
+    size_t by_v[VERDICT_COUNT] = {0}, segs = 0, memo = 0;
+    fcount fc = {0};
     double wall = 0;
     for (size_t p = 0; p < c->n; p++) {
         const trace *t = c->t[p];
         by_v[t->verdict]++;
-        findings += t->n_findings;
+        fc_add(&fc, t);
         segs += t->n_segments;
         wall += t->wall_ms;
         for (size_t i = 0; i < t->n_segments; i++) memo += t->segments[i].memo_hit;
-        for (size_t i = 0; i < t->n_findings; i++) kinds[t->findings[i].kind]++;
     }
+    int64_t findings = fc.total;
     sb_puts(&crumbs, "<a href=\"");
     href_index(c, &crumbs);
     sb_puts(&crumbs, "\">Report</a>");
@@ -239,9 +263,16 @@ static void page_index(rctx *c) {
         snprintf(v, sizeof v, "%zu", by_v[i]);
         card(&b, by_v[i] ? vcls[i] : "", vlab[i], v);
     }
-    snprintf(v, sizeof v, "%zu", findings);
-    card(&b, findings ? "bad" : "", "Findings", v);
+    strbuf fv;
+    sb_init(&fv);
+    fmt_count(&fv, fc.total, fc.listed);
+    card(&b, findings ? "bad" : "", "Findings", fv.s);
+    sb_free(&fv);
     sb_puts(&b, "</div>\n");
+    if (fc.listed < fc.total)
+        sb_printf(&b, "<div class=\"note\">%lld findings in all, %lld listed: the checker keeps the first ones of "
+                      "each kind in a pair, as the same mistake repeats (typically once per layer).</div>\n",
+                  (long long)fc.total, (long long)fc.listed);
 
     sb_puts(&b, "<h2 id=\"pairs\">Pairs</h2>\n");
     sb_puts(&b, "<div class=\"controls\" data-for=\"pairs-table\" hidden>"
@@ -269,8 +300,12 @@ static void page_index(rctx *c) {
         badge(&b, t->verdict);
         sb_puts(&b, "</td><td>");
         mesh_str(&b, t);
-        sb_printf(&b, "</td><td class=\"num\">%zu</td><td class=\"num\">%zu</td><td class=\"num\">%zu</td>",
-                  t->n_segments, m, t->n_findings);
+        fcount pc = {0};
+        fc_add(&pc, t);
+        sb_printf(&b, "</td><td class=\"num\">%zu</td><td class=\"num\">%zu</td><td class=\"num\" data-v=\"%lld\">",
+                  t->n_segments, m, (long long)pc.total);
+        fmt_count(&b, pc.total, pc.listed);
+        sb_puts(&b, "</td>");
         sb_printf(&b, "<td class=\"num\" data-v=\"%.3f\">", t->wall_ms);
         fmt_ms(&b, t->wall_ms);
         sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)t->peak_bytes);
@@ -278,8 +313,10 @@ static void page_index(rctx *c) {
         sb_puts(&b, "</td></tr>\n");
     }
     sb_printf(&b, "</tbody>\n<tfoot><tr><td>Total: %zu pair%s</td><td></td><td></td><td class=\"num\">%zu</td>"
-                  "<td class=\"num\">%zu</td><td class=\"num\">%zu</td><td class=\"num\">",
-              c->n, c->n == 1 ? "" : "s", segs, memo, findings);
+                  "<td class=\"num\">%zu</td><td class=\"num\">",
+              c->n, c->n == 1 ? "" : "s", segs, memo);
+    fmt_count(&b, fc.total, fc.listed);
+    sb_puts(&b, "</td><td class=\"num\">");
     fmt_ms(&b, wall);
     sb_puts(&b, "</td><td class=\"num\">max ");
     fmt_bytes(&b, peak);
@@ -291,9 +328,11 @@ static void page_index(rctx *c) {
         sb_puts(&b, "<div class=\"table-wrap\"><table class=\"sortable\"><thead><tr><th>Kind</th><th>Code</th>"
                     "<th class=\"num\">Findings</th><th>Pairs</th></tr></thead><tbody>\n");
         for (int k = 0; k < KIND_COUNT; k++) {
-            if (!kinds[k]) continue;
-            sb_printf(&b, "<tr><td>%s</td><td><code>%s</code></td><td class=\"num\">%lld</td><td>",
-                      trace_kind_title((trace_kind)k), trace_kind_name((trace_kind)k), (long long)kinds[k]);
+            if (!fc.kind_total[k]) continue;
+            sb_printf(&b, "<tr><td>%s</td><td><code>%s</code></td><td class=\"num\" data-v=\"%lld\">",
+                      trace_kind_title((trace_kind)k), trace_kind_name((trace_kind)k), (long long)fc.kind_total[k]);
+            fmt_count(&b, fc.kind_total[k], fc.kind_listed[k]);
+            sb_puts(&b, "</td><td>");
             bool first = true;
             for (size_t p = 0; p < c->n; p++) {
                 const trace *t = c->t[p];
@@ -475,10 +514,10 @@ static void page_pair(rctx *c, size_t p) {
     sb_printf(&v, "%zu <small>of %zu</small>", memo, t->n_segments);
     card(&b, "", "Memo hits", v.s);
     sb_reset(&v);
-    int64_t all_findings = 0;
-    for (int k = 0; k < KIND_COUNT; k++) all_findings += t->kind_counts[k];
-    sb_printf(&v, "%zu", t->n_findings);
-    if (all_findings > (int64_t)t->n_findings) sb_printf(&v, " <small>of %lld</small>", (long long)all_findings);
+    fcount pc = {0};
+    fc_add(&pc, t);
+    int64_t all_findings = pc.total;
+    fmt_count(&v, pc.total, pc.listed);
     card(&b, t->n_findings ? "bad" : "", "Findings", v.s);
     sb_reset(&v);
     fmt_ms(&v, t->wall_ms);
@@ -494,10 +533,18 @@ static void page_pair(rctx *c, size_t p) {
     sb_puts(&b, "</div>\n");
 
     sb_puts(&b, "<h2 id=\"findings\">Findings</h2>\n");
-    if (all_findings > (int64_t)t->n_findings)
+    if (all_findings > (int64_t)t->n_findings) {
         sb_printf(&b, "<div class=\"note\">%lld findings in all, %zu listed: the checker keeps the first ones "
-                      "of each kind, as the same mistake repeats (typically once per layer).</div>\n",
+                      "of each kind, as the same mistake repeats (typically once per layer).",
                   (long long)all_findings, t->n_findings);
+        for (int k = 0, first = 1; k < KIND_COUNT; k++) {
+            if (pc.kind_total[k] == pc.kind_listed[k]) continue;
+            sb_printf(&b, "%s<code>%s</code> %lld, %lld listed", first ? " " : "; ", trace_kind_name((trace_kind)k),
+                      (long long)pc.kind_total[k], (long long)pc.kind_listed[k]);
+            first = 0;
+        }
+        sb_puts(&b, ".</div>\n");
+    }
     findings_table(c, &b, p);
 
     sb_puts(&b, "<h2 id=\"segments\">Segments</h2>\n<div class=\"table-wrap\"><table class=\"sortable\">"
@@ -799,7 +846,15 @@ static void page_finding(rctx *c, size_t g) {
         put(&b, f->segment);
         sb_puts(&b, "</code>");
     }
-    sb_printf(&b, " \xc2\xb7 finding %zu of %zu</p>\n<p class=\"message\">", g + 1, c->n_all);
+    sb_printf(&b, " \xc2\xb7 finding %zu of %zu listed", g + 1, c->n_all);
+    fcount all = {0}, pc = {0};
+    for (size_t q = 0; q < c->n; q++) fc_add(&all, c->t[q]);
+    fc_add(&pc, t);
+    if (all.total > all.listed) sb_printf(&b, " (%lld in all)", (long long)all.total);
+    if (pc.kind_total[f->kind] > pc.kind_listed[f->kind])
+        sb_printf(&b, "; one of %lld %s findings in this pair, %lld listed", (long long)pc.kind_total[f->kind],
+                  trace_kind_name(f->kind), (long long)pc.kind_listed[f->kind]);
+    sb_puts(&b, "</p>\n<p class=\"message\">");
     put(&b, f->message);
     sb_puts(&b, "</p>\n");
     if (f->explanation[0]) {
@@ -914,41 +969,53 @@ static void page_finding(rctx *c, size_t g) {
 
 /* ---- summary.json ---- */
 
+static void kinds_json(strbuf *b, const int64_t *k) {
+    sb_putc(b, '{');
+    bool first = true;
+    for (int i = 0; i < KIND_COUNT; i++) {
+        if (!k[i]) continue;
+        sb_printf(b, "%s\"%s\": %lld", first ? "" : ", ", trace_kind_name((trace_kind)i), (long long)k[i]);
+        first = false;
+    }
+    sb_putc(b, '}');
+}
+
 void report_summary_json(strbuf *b, trace *const *traces, size_t n) {
     size_t by_v[VERDICT_COUNT] = {0};
-    int64_t kinds[KIND_COUNT] = {0};
-    size_t findings = 0, segs = 0, memo = 0;
+    fcount fc = {0};
+    size_t segs = 0, memo = 0;
     for (size_t p = 0; p < n; p++) {
         by_v[traces[p]->verdict]++;
-        findings += traces[p]->n_findings;
+        fc_add(&fc, traces[p]);
         segs += traces[p]->n_segments;
         for (size_t i = 0; i < traces[p]->n_segments; i++) memo += traces[p]->segments[i].memo_hit;
-        for (size_t i = 0; i < traces[p]->n_findings; i++) kinds[traces[p]->findings[i].kind]++;
     }
     sb_printf(b, "{\n  \"scalify_summary\": 1,\n  \"tool\": {\"name\": \"scalify\", \"version\": \"%s\"},\n",
               SCALIFY_VERSION);
     sb_printf(b, "  \"totals\": {\"pairs\": %zu, \"verified\": %zu, \"mismatch\": %zu, \"unverified\": %zu, "
-                 "\"error\": %zu, \"segments\": %zu, \"memo_hits\": %zu, \"findings\": %zu},\n",
-              n, by_v[0], by_v[1], by_v[2], by_v[3], segs, memo, findings);
-    sb_puts(b, "  \"findings_by_kind\": {");
-    bool first = true;
-    for (int k = 0; k < KIND_COUNT; k++) {
-        if (!kinds[k]) continue;
-        sb_printf(b, "%s\"%s\": %lld", first ? "" : ", ", trace_kind_name((trace_kind)k), (long long)kinds[k]);
-        first = false;
-    }
-    sb_puts(b, "},\n  \"pairs\": [");
+                 "\"error\": %zu, \"segments\": %zu, \"memo_hits\": %zu, \"findings\": %lld, \"findings_listed\": %lld},\n",
+              n, by_v[0], by_v[1], by_v[2], by_v[3], segs, memo, (long long)fc.total, (long long)fc.listed);
+    sb_puts(b, "  \"findings_by_kind\": ");
+    kinds_json(b, fc.kind_total);
+    sb_puts(b, ",\n  \"findings_listed_by_kind\": ");
+    kinds_json(b, fc.kind_listed);
+    sb_puts(b, ",\n  \"pairs\": [");
     for (size_t p = 0; p < n; p++) {
         const trace *t = traces[p];
         size_t m = 0;
         for (size_t i = 0; i < t->n_segments; i++) m += t->segments[i].memo_hit;
+        fcount pc = {0};
+        fc_add(&pc, t);
         sb_puts(b, p ? ",\n    {" : "\n    {");
         sb_puts(b, "\"name\": \"");
         esc_json(b, t->name);
-        sb_printf(b, "\", \"verdict\": \"%s\", \"segments\": %zu, \"memo_hits\": %zu, \"findings\": %zu, ",
-                  trace_verdict_name(t->verdict), t->n_segments, m, t->n_findings);
-        sb_printf(b, "\"wall_ms\": %.3f, \"peak_bytes\": %lld,\n     \"baseline\": {\"path\": \"", t->wall_ms,
+        sb_printf(b, "\", \"verdict\": \"%s\", \"segments\": %zu, \"memo_hits\": %zu, \"findings\": %lld, "
+                     "\"findings_listed\": %zu, ",
+                  trace_verdict_name(t->verdict), t->n_segments, m, (long long)pc.total, t->n_findings);
+        sb_printf(b, "\"wall_ms\": %.3f, \"peak_bytes\": %lld,\n     \"findings_by_kind\": ", t->wall_ms,
                   (long long)t->peak_bytes);
+        kinds_json(b, pc.kind_total);
+        sb_puts(b, ",\n     \"baseline\": {\"path\": \"");
         esc_json(b, t->base.path);
         sb_puts(b, "\", \"sha256\": \"");
         esc_json(b, t->base.sha256);

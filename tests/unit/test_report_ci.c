@@ -6,7 +6,9 @@
  *   - page names: the same finding or pair has the same page in any report
  *     that holds its trace, whatever the other traces; SARIF links the page;
  *   - results.sarif as code scanning documents it: text locations with a
- *     startLine, fingerprints that survive a re-export, rules with help. */
+ *     startLine, fingerprints that survive a re-export, rules with help;
+ *   - counts: summary.json and the pages count every finding, and say how
+ *     many are listed where fewer are. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -533,6 +535,90 @@ static void test_fingerprint_reexport(void) {
     }
 }
 
+/* Counts: summary.json and every page that shows a count give the trace's
+ * counts (all findings), and the number listed where it is smaller. */
+static void test_counts(const trace_set *s) {
+    report_site site;
+    if (!render(&site, s->t, s->n)) return;
+    long long total = 0, listed = 0, kind_total[KIND_COUNT] = {0};
+    for (size_t p = 0; p < s->n; p++) {
+        listed += (long long)s->t[p]->n_findings;
+        for (int k = 0; k < KIND_COUNT; k++) total += s->t[p]->kind_counts[k], kind_total[k] += s->t[p]->kind_counts[k];
+    }
+    t_case("report_ci counts: summary.json totals count every finding (%lld, %lld listed)", total, listed);
+    const report_file *sum = find_file(&site, "summary.json");
+    json_t *j = sum ? json_loadb(sum->data.s, sum->data.len, 0, NULL) : NULL;
+    if (CHECK(j != NULL)) {
+        CHECK_EQ(jint(j, "totals.findings"), total);
+        CHECK_EQ(jint(j, "totals.findings_listed"), listed);
+        for (int k = 0; k < KIND_COUNT; k++) {
+            json_t *v = json_object_get(json_object_get(j, "findings_by_kind"), trace_kind_name((trace_kind)k));
+            CHECK_MSG(json_integer_value(v) == kind_total[k], "%s: %lld, the traces count %lld",
+                      trace_kind_name((trace_kind)k), (long long)json_integer_value(v), kind_total[k]);
+        }
+        json_t *pairs = json_object_get(j, "pairs");
+        for (size_t p = 0; p < s->n; p++) {
+            long long pt = 0;
+            for (int k = 0; k < KIND_COUNT; k++) pt += s->t[p]->kind_counts[k];
+            json_t *pj = json_array_get(pairs, p);
+            CHECK_MSG(json_integer_value(json_object_get(pj, "findings")) == pt &&
+                          json_integer_value(json_object_get(pj, "findings_listed")) == (long long)s->t[p]->n_findings,
+                      "%s: findings %lld listed %lld", s->t[p]->name, (long long)json_integer_value(json_object_get(pj, "findings")),
+                      (long long)json_integer_value(json_object_get(pj, "findings_listed")));
+        }
+    }
+    json_decref(j);
+    CHECK_MSG(total > listed, "the samples list all %lld findings: nothing to test", total);
+    char want[128];
+    t_case("report_ci counts: index.html shows %lld findings, %lld listed", total, listed);
+    const report_file *idx = find_file(&site, "index.html");
+    snprintf(want, sizeof want, "%lld <small>(%lld listed)</small>", total, listed);
+    if (CHECK(idx)) CHECK_CONTAINS(idx->data.s, want);
+    size_t pages = 0;
+    for (size_t p = 0; p < s->n; p++) {
+        const trace *t = s->t[p];
+        long long pt = 0, kl[KIND_COUNT] = {0};
+        for (size_t i = 0; i < t->n_findings; i++) kl[t->findings[i].kind]++;
+        for (int k = 0; k < KIND_COUNT; k++) pt += t->kind_counts[k];
+        if (pt == (long long)t->n_findings) continue;
+        t_case("report_ci counts: %s shows %lld findings, %zu listed, on its pages", t->name, pt, t->n_findings);
+        snprintf(want, sizeof want, "<td class=\"num\" data-v=\"%lld\">%lld <small>(%zu listed)</small></td>", pt, pt,
+                 t->n_findings);
+        CHECK_CONTAINS(idx->data.s, want);
+        /* the pair page: the card */
+        for (size_t i = 0; i < site.n; i++) {
+            const char *d = site.files[i].data.s;
+            bool mine = strncmp(site.files[i].name, "pair-", 5) == 0 && strstr(d, "<title>") &&
+                        strstr(d, t->name) && strstr(d, t->source);
+            if (!mine) continue;
+            snprintf(want, sizeof want, "%lld <small>(%zu listed)</small>", pt, t->n_findings);
+            CHECK_CONTAINS(d, want);
+            pages++;
+        }
+        /* each finding page whose kind is counted beyond those listed */
+        for (size_t i = 0; i < t->n_findings; i++) {
+            trace_kind k = t->findings[i].kind;
+            if (t->kind_counts[k] == kl[k]) continue;
+            for (size_t q = 0; q < site.n; q++) {
+                const char *d = site.files[q].data.s;
+                if (strncmp(site.files[q].name, "finding-", 8) != 0 || !strstr(d, t->name)) continue;
+                strbuf id;
+                sb_init(&id);
+                sb_printf(&id, "<h1>%s \xc2\xb7 ", t->findings[i].id);
+                bool mine = strstr(d, id.s) && strstr(d, t->findings[i].message);
+                sb_free(&id);
+                if (!mine) continue;
+                snprintf(want, sizeof want, "one of %lld %s findings in this pair, %lld listed", (long long)t->kind_counts[k],
+                         trace_kind_name(k), kl[k]);
+                CHECK_CONTAINS(d, want);
+                pages++;
+            }
+        }
+    }
+    printf("report_ci: counts checked on summary.json, index.html and %zu pair and finding pages\n", pages);
+    report_site_free(&site);
+}
+
 void suite_report_ci(void);
 void suite_report_ci(void) {
     trace_set s = all_traces();
@@ -542,5 +628,6 @@ void suite_report_ci(void) {
     test_sarif_scanning(&s);
     test_fingerprint_reexport();
     test_sarif_fallbacks();
+    test_counts(&s);
     set_free(&s);
 }
