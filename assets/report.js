@@ -56,9 +56,19 @@
     box.hidden = false;
     apply();
   });
-  var sel = -1;
-  function rowsOf() {
-    var t = document.querySelector("table.nav");
+  /* The page the keys act on: the document, or in a single-file bundle the
+   * section at the top of the window. */
+  function scope() {
+    var secs = document.querySelectorAll("section.page"), cur = document;
+    for (var i = 0; i < secs.length; i++) {
+      if (i && secs[i].getBoundingClientRect().top > 80) break;
+      cur = secs[i];
+    }
+    return cur;
+  }
+  var sel = -1, selScope = null;
+  function rowsOf(sc) {
+    var t = sc.querySelector("table.nav");
     return t ? Array.prototype.filter.call(t.tBodies[0].rows, function (r) { return !r.hidden; }) : [];
   }
   document.addEventListener("keydown", function (e) {
@@ -67,9 +77,15 @@
     if (tag === "INPUT" || tag === "SELECT" || tag === "TEXTAREA") return;
     var k = e.key;
     if (k !== "j" && k !== "k" && k !== "Enter") return;
-    var link = document.querySelector(k === "j" ? "a[rel~=next]" : "a[rel~=prev]");
+    var sc = scope();
+    var link = sc.querySelector(k === "j" ? "a[rel~=next]" : "a[rel~=prev]");
     if (k !== "Enter" && link) { link.click(); e.preventDefault(); return; }
-    var rows = rowsOf();
+    if (sc !== selScope) {
+      if (selScope) Array.prototype.forEach.call(selScope.querySelectorAll("tr.sel"), function (r) { r.classList.remove("sel"); });
+      sel = -1;
+      selScope = sc;
+    }
+    var rows = rowsOf(sc);
     if (!rows.length) return;
     if (k === "Enter") {
       if (sel >= 0 && rows[sel]) { var a = rows[sel].querySelector("a"); if (a) a.click(); }

@@ -180,6 +180,41 @@ static void csp_hash(strbuf *b, const char *s, size_t n) {
     sb_putc(b, '\'');
 }
 
+/* Whether a fragment names a page of the bundle (its section), not an
+ * element within a page. */
+static bool is_section_ref(const char *v, size_t n) {
+    return (n == 5 && memcmp(v, "index", 5) == 0) || (n > 5 && memcmp(v, "pair-", 5) == 0) ||
+           (n > 8 && memcmp(v, "finding-", 8) == 0);
+}
+
+/* Copies a page body into the bundle with its element ids scoped to its
+ * section: id="x" becomes id="<anchor>:x" (a page's headings and Graphviz's
+ * node1/graph0 repeat across pages), and so do the references to them
+ * (href="#x", data-for="x"); links to other pages (#pair-…, #finding-…,
+ * #index) stay. A colon (valid in XML names, as SVG ids need) never occurs
+ * in an anchor, so scoped ids cannot meet one.
+ * Attribute values are escaped text: a quote ends them. */
+static void bundle_scoped(strbuf *out, const char *anchor, const char *body, size_t n) {
+    static const char *const attrs[] = {" id=\"", " data-for=\"", " href=\"#"};
+    const char *p = body, *end = body + n;
+    while (p < end) {
+        const char *best = NULL;
+        size_t which = 0;
+        for (size_t i = 0; i < ARRAY_LEN(attrs); i++) {
+            const char *q = memmem(p, (size_t)(end - p), attrs[i], strlen(attrs[i]));
+            if (q && (!best || q < best)) best = q, which = i;
+        }
+        if (!best) break;
+        const char *v = best + strlen(attrs[which]), *close = memchr(v, '"', (size_t)(end - v));
+        if (!close) break;
+        sb_put(out, p, (size_t)(v - p));
+        if (!(which == 2 && is_section_ref(v, (size_t)(close - v)))) sb_printf(out, "%s:", anchor);
+        sb_put(out, v, (size_t)(close - v));
+        p = close;
+    }
+    sb_put(out, p, (size_t)(end - p));
+}
+
 /* Emits one page: a file of its own, or a section of the bundle. `anchor` is
  * the section id in a bundle; extra_css holds page-specific rules (chart
  * geometry), so that no element needs a style attribute. */
@@ -187,7 +222,7 @@ static void emit_page(rctx *c, const char *file, const char *anchor, const char 
                       const char *keys, strbuf *body, const char *extra_css) {
     if (c->single) {
         sb_printf(&c->bundle_body, "<section class=\"page\" id=\"%s\">\n", anchor);
-        sb_put(&c->bundle_body, body->s, body->len);
+        bundle_scoped(&c->bundle_body, anchor, body->s ? body->s : "", body->len);
         sb_puts(&c->bundle_body, "</section>\n");
         if (extra_css) sb_puts(&c->bundle_css, extra_css);
         return;

@@ -8,7 +8,9 @@
  *   - results.sarif as code scanning documents it: text locations with a
  *     startLine, fingerprints that survive a re-export, rules with help;
  *   - counts: summary.json and the pages count every finding, and say how
- *     many are listed where fewer are. */
+ *     many are listed where fewer are;
+ *   - the single-file bundle: unique ids, references that resolve, valid
+ *     for the Nu Html Checker (tests/vnu.sh, when Java is present). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "jschema.h"
 #include "report.h"
 #include "trace_read.h"
+#include "util.h"
 
 #define SAMPLE_TRACES "build/report-ci-traces"
 
@@ -26,6 +29,8 @@ typedef struct {
     trace **t;
     size_t n;
 } trace_set;
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static void set_free(trace_set *s) {
     for (size_t i = 0; i < s->n; i++) trace_free(s->t[i]);
@@ -619,6 +624,82 @@ static void test_counts(const trace_set *s) {
     report_site_free(&site);
 }
 
+/* The id="…" values of html and whether `v` (n bytes) is one of them. */
+static bool has_id(const char *html, const char *v, size_t n) {
+    strbuf k;
+    sb_init(&k);
+    sb_puts(&k, " id=\"");
+    sb_put(&k, v, n);
+    sb_putc(&k, '"');
+    bool yes = strstr(html, k.s) != NULL;
+    sb_free(&k);
+    return yes;
+}
+
+/* The single-file bundle: every id once (sections stack pages whose headings
+ * and Graphviz ids repeat), every in-document reference resolves, and the
+ * Nu Html Checker finds no error (when Java is present). */
+static void test_bundle(const trace_set *s) {
+    /* the pairs that fail (the pages with subgraphs), and the fixtures */
+    trace **sub = calloc(s->n + 1, sizeof *sub);
+    size_t n = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->t[i]->verdict != VERDICT_VERIFIED || strncmp(s->t[i]->source, SAMPLE_TRACES, strlen(SAMPLE_TRACES)) != 0)
+            sub[n++] = s->t[i];
+    report_opts o = {"CI bundle", true};
+    report_site site;
+    diag d;
+    diag_init(&d, "bundle");
+    bool ok = report_render(&site, sub, n, &o, &d);
+    t_case("report_ci bundle of %zu traces renders", n);
+    CHECK_MSG(ok && site.n == 1, "%s", d.out.s ? d.out.s : "");
+    diag_free(&d);
+    free(sub);
+    if (!ok) return;
+    const char *html = site.files[0].data.s;
+    t_case("report_ci bundle: every id once");
+    size_t ids = 0, dups = 0, refs = 0, dangling = 0;
+    /* ids sorted, then neighbours compared */
+    char **v = NULL;
+    size_t cap = 0;
+    for (const char *p = html; (p = strstr(p, " id=\"")); p++) {
+        const char *a = p + 5, *e = strchr(a, '"');
+        XGROW(v, cap, ids + 1);
+        v[ids++] = strndup(a, (size_t)(e - a));
+    }
+    qsort(v, ids, sizeof *v, cmp_str);
+    for (size_t i = 1; i < ids; i++)
+        if (strcmp(v[i], v[i - 1]) == 0) {
+            if (dups++ < 5) CHECK_MSG(false, "id \"%s\" repeats", v[i]);
+        }
+    for (size_t i = 0; i < ids; i++) free(v[i]);
+    free(v);
+    CHECK_MSG(dups == 0, "%zu repeated ids among %zu", dups, ids);
+    t_case("report_ci bundle: every in-document link and data-for names an id");
+    static const char *const ref[] = {"href=\"#", "data-for=\""};
+    for (size_t r = 0; r < ARRAY_LEN(ref); r++)
+        for (const char *p = html; (p = strstr(p, ref[r])); p++) {
+            const char *a = p + strlen(ref[r]), *e = strchr(a, '"');
+            refs++;
+            if (!has_id(html, a, (size_t)(e - a)) && dangling++ < 5)
+                CHECK_MSG(false, "%.*s names no element", (int)(e - a), a);
+        }
+    CHECK_MSG(dangling == 0, "%zu of %zu references dangle", dangling, refs);
+    printf("report_ci: bundle of %zu traces: %zu ids, %zu in-document references\n", n, ids, refs);
+    t_case("report_ci bundle and pages: Nu Html Checker");
+    FILE *f = fopen("build/report-ci-bundle.html", "wb");
+    if (CHECK(f != NULL)) {
+        fwrite(html, 1, site.files[0].data.len, f);
+        fclose(f);
+        int st = 0;
+        char *out = t_run("sh tests/vnu.sh build/report-ci-bundle.html 2>&1", &st);
+        printf("report_ci: %s", out ? out : "");
+        CHECK_MSG(st == 0, "%s", out ? out : "");
+        free(out);
+    }
+    report_site_free(&site);
+}
+
 void suite_report_ci(void);
 void suite_report_ci(void) {
     trace_set s = all_traces();
@@ -629,5 +710,6 @@ void suite_report_ci(void) {
     test_fingerprint_reexport();
     test_sarif_fallbacks();
     test_counts(&s);
+    test_bundle(&s);
     set_free(&s);
 }
