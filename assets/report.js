@@ -97,5 +97,23 @@
     rows[sel].scrollIntoView({ block: "nearest" });
     e.preventDefault();
   });
+  Array.prototype.forEach.call(document.querySelectorAll(".cmd button.copy"), function (b) {
+    var code = b.parentNode.querySelector("code");
+    if (!code) return;
+    b.hidden = false;
+    b.addEventListener("click", function () {
+      var text = code.textContent, done = function () { b.textContent = "Copied"; };
+      if (navigator.clipboard && navigator.clipboard.writeText) {
+        navigator.clipboard.writeText(text).then(done, function () { b.textContent = "Select and copy"; });
+        return;
+      }
+      var r = document.createRange();
+      r.selectNodeContents(code);
+      var s = window.getSelection();
+      s.removeAllRanges();
+      s.addRange(r);
+      b.textContent = "Selected: press Ctrl+C";
+    });
+  });
   doc.setAttribute("data-js", "ok");
 })();

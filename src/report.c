@@ -170,6 +170,61 @@ static void card(strbuf *b, const char *cls, const char *label, const char *valu
 
 static void crumb_sep(strbuf *b) { sb_puts(b, "<span class=\"sep\">/</span>"); }
 
+/* ---- the command that checks a pair again ---- */
+
+/* One argument as a POSIX shell reads it back: bare when it is plain, else
+ * in single quotes ('\'' for a quote). */
+static void shell_arg(strbuf *b, const char *a) {
+    bool plain = *a != 0;
+    for (const char *p = a; *p && plain; p++)
+        plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("_./:=@%+,-", *p);
+    if (plain) {
+        sb_puts(b, a);
+        return;
+    }
+    sb_putc(b, '\'');
+    for (const char *p = a; *p; p++) {
+        if (*p == '\'') sb_puts(b, "'\\''");
+        else sb_putc(b, *p);
+    }
+    sb_putc(b, '\'');
+}
+
+/* The pair's check command as text (unescaped); false when the trace does not
+ * record it and it was rebuilt from the paths (options then unknown). */
+static bool check_command(strbuf *b, const trace *t) {
+    if (t->n_command) {
+        for (size_t i = 0; i < t->n_command; i++) {
+            if (i) sb_putc(b, ' ');
+            shell_arg(b, t->command[i]);
+        }
+        return true;
+    }
+    const char *args[] = {"scalify", "check", "--baseline", t->base.path, "--distributed", t->dist.path,
+                          t->relations_file ? "--relations" : "--auto-relations", t->relations_file, "--name", t->name};
+    for (size_t i = 0; i < ARRAY_LEN(args); i++) {
+        if (!args[i]) continue;
+        if (i) sb_putc(b, ' ');
+        shell_arg(b, args[i]);
+    }
+    return false;
+}
+
+/* A "Reproduce" section: the command and a copy button (shown by the script). */
+static void reproduce(strbuf *b, const trace *t) {
+    strbuf cmd;
+    sb_init(&cmd);
+    bool exact = check_command(&cmd, t);
+    sb_puts(b, "<h2 id=\"reproduce\">Reproduce</h2>\n<p class=\"muted\">");
+    sb_puts(b, exact ? "The command that checked this pair, run from the folder it ran in (paths are relative to it):"
+                     : "Rebuilt from the trace's paths (this trace does not record its command, so options such as "
+                       "<code>--witness</code> or <code>--source-root</code> may be missing):");
+    sb_puts(b, "</p>\n<div class=\"cmd\"><pre><code>");
+    put(b, cmd.s);
+    sb_puts(b, "</code></pre><button type=\"button\" class=\"copy\" hidden>Copy</button></div>\n");
+    sb_free(&cmd);
+}
+
 /* ---- page assembly: template + CSP ---- */
 
 static void csp_hash(strbuf *b, const char *s, size_t n) {
@@ -738,6 +793,7 @@ static void page_pair(rctx *c, size_t p) {
         sb_puts(&b, "</ul>\n");
     }
 
+    reproduce(&b, t);
     sb_puts(&b, "<h2 id=\"inputs\">Inputs and digests</h2>\n<div class=\"two\">\n");
     module_facts(&b, "Baseline", &t->base);
     module_facts(&b, "Distributed", &t->dist);
@@ -983,6 +1039,7 @@ static void page_finding(rctx *c, size_t g) {
         }
         sb_puts(&b, "</div>\n");
     }
+    reproduce(&b, t);
     sb_puts(&b, "<h2 id=\"about\">About this kind of finding</h2>\n<div class=\"explain\">");
     sb_puts(&b, kind_html(c, f->kind));
     sb_puts(&b, "</div>\n");

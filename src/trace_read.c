@@ -394,6 +394,14 @@ static void read_root(rd *r, json_t *root) {
         read_module(r, pair, "baseline", &t->base);
         read_module(r, pair, "distributed", &t->dist);
         t->relations_file = get_str(r, pair, "pair", "relations_file", false);
+        /* optional; a reader of older traces reconstructs what it can */
+        json_t *cmd = json_object_get(pair, "command");
+        if (json_is_array(cmd)) {
+            t->command = arena_alloc(&t->mem, (json_array_size(cmd) + 1) * sizeof *t->command);
+            for (size_t i = 0; i < json_array_size(cmd); i++)
+                if (json_is_string(json_array_get(cmd, i)))
+                    t->command[t->n_command++] = arena_strdup(&t->mem, json_string_value(json_array_get(cmd, i)));
+        }
         json_t *mesh = get_obj(r, pair, "pair", "mesh", true);
         if (mesh) {
             t->n_mesh = json_object_size(mesh);

@@ -132,6 +132,8 @@ typedef struct trace {
     trace_axis *mesh;
     size_t n_mesh;
     const char *relations_file;  /* may be NULL */
+    const char **command;        /* pair.command: check's arguments; n_command 0 when not recorded */
+    size_t n_command;
     trace_kv *relations;
     size_t n_relations;
     trace_verdict verdict;

@@ -10,7 +10,9 @@
  *   - counts: summary.json and the pages count every finding, and say how
  *     many are listed where fewer are;
  *   - the single-file bundle: unique ids, references that resolve, valid
- *     for the Nu Html Checker (tests/vnu.sh, when Java is present). */
+ *     for the Nu Html Checker (tests/vnu.sh, when Java is present);
+ *   - reproduce: pair and finding pages show the check command, which run
+ *     again gives the same verdict and findings. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,7 @@
 #include "harness.h"
 #include "jschema.h"
 #include "report.h"
+#include "report_names.h"
 #include "trace_read.h"
 #include "util.h"
 
@@ -700,6 +703,82 @@ static void test_bundle(const trace_set *s) {
     report_site_free(&site);
 }
 
+/* The text of the first <div class="cmd"><pre><code>…</code> of html, with
+ * the entities esc_html writes undone; NULL when there is none. */
+static char *page_command(const char *html) {
+    const char *a = strstr(html, "<div class=\"cmd\"><pre><code>"), *e = a ? strstr(a, "</code>") : NULL;
+    if (!e) return NULL;
+    a += strlen("<div class=\"cmd\"><pre><code>");
+    static const char *const ent[][2] = {{"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&#39;", "'"}};
+    strbuf b;
+    sb_init(&b);
+    for (const char *p = a; p < e;) {
+        size_t k = 0;
+        while (k < ARRAY_LEN(ent) && strncmp(p, ent[k][0], strlen(ent[k][0])) != 0) k++;
+        if (k < ARRAY_LEN(ent)) sb_puts(&b, ent[k][1]), p += strlen(ent[k][0]);
+        else sb_putc(&b, *p++);
+    }
+    return sb_take(&b);
+}
+
+/* Every pair and finding page shows the command that checked its pair; run
+ * as shown (for the pairs that fail), it gives the same verdict and the
+ * same findings. A trace that does not record its command says so. */
+static void test_reproduce(const trace_set *s) {
+    report_site site;
+    if (!render(&site, s->t, s->n)) return;
+    rnames names;
+    rn_build(&names, s->t, s->n);
+    size_t pages = 0, rerun = 0;
+    for (size_t p = 0; p < s->n; p++) {
+        const trace *t = s->t[p];
+        bool sample = strncmp(t->source, SAMPLE_TRACES, strlen(SAMPLE_TRACES)) == 0;
+        t_case("report_ci reproduce %s: the command on its pair and finding pages", t->name);
+        char file[512];
+        snprintf(file, sizeof file, "pair-%s.html", names.pair[p]);
+        const report_file *pf = find_file(&site, file);
+        if (!CHECK_MSG(pf != NULL, "no %s", file)) continue;
+        char *cmd = page_command(pf->data.s);
+        if (!CHECK_MSG(cmd != NULL, "%s: no command", file)) continue;
+        CHECK_MSG(strncmp(cmd, "scalify check --baseline ", 25) == 0, "%s", cmd);
+        CHECK_MSG(!sample || t->n_command, "a sample trace without its command");
+        if (!t->n_command) CHECK_CONTAINS(pf->data.s, "this trace does not record its command");
+        pages++;
+        for (size_t i = 0; i < t->n_findings; i++) {
+            snprintf(file, sizeof file, "finding-%s.html", names.finding[p][i]);
+            const report_file *ff = find_file(&site, file);
+            char *fc = ff ? page_command(ff->data.s) : NULL;
+            CHECK_MSG(fc && strcmp(fc, cmd) == 0, "%s: %s", file, fc ? fc : "no command");
+            free(fc);
+            pages++;
+        }
+        if (sample && t->verdict != VERDICT_VERIFIED) {
+            t_case("report_ci reproduce %s: the command gives the verdict and findings again", t->name);
+            strbuf sh;
+            sb_init(&sh);
+            sb_printf(&sh, "%s%s -o build/report-ci-rerun.json >/dev/null 2>&1; echo $?", t_scalify(), cmd + strlen("scalify"));
+            int st = 0;
+            char *out = t_run(sh.s, &st);
+            int rc = out ? atoi(out) : -1;
+            free(out);
+            sb_free(&sh);
+            CHECK_MSG(rc == (t->verdict == VERDICT_ERROR ? 2 : 1), "exit %d for a %s pair", rc, trace_verdict_name(t->verdict));
+            json_t *a = json_load_file(t->source, 0, NULL), *b = json_load_file("build/report-ci-rerun.json", 0, NULL);
+            CHECK_MSG(a && b && json_equal(json_object_get(a, "findings"), json_object_get(b, "findings")),
+                      "the findings differ");
+            CHECK_MSG(a && b && json_equal(json_object_get(a, "pair"), json_object_get(b, "pair")), "the pair differs");
+            json_decref(a);
+            json_decref(b);
+            rerun++;
+        }
+        free(cmd);
+    }
+    printf("report_ci: the check command on %zu pages; %zu failing pairs checked again from it, same findings\n", pages,
+           rerun);
+    rn_free(&names);
+    report_site_free(&site);
+}
+
 void suite_report_ci(void);
 void suite_report_ci(void) {
     trace_set s = all_traces();
@@ -711,5 +790,6 @@ void suite_report_ci(void) {
     test_sarif_fallbacks();
     test_counts(&s);
     test_bundle(&s);
+    test_reproduce(&s);
     set_free(&s);
 }
