@@ -360,6 +360,14 @@ static void read_finding(rd *r, json_t *o, const char *w, trace_finding *f) {
     }
 }
 
+/* The strings of an optional array (others skipped), copied into the arena. */
+static void str_array(trace *t, json_t *a, const char ***out, size_t *n) {
+    if (!json_is_array(a)) return;
+    *out = arena_alloc(&t->mem, (json_array_size(a) + 1) * sizeof **out);
+    for (size_t i = 0; i < json_array_size(a); i++)
+        if (json_is_string(json_array_get(a, i))) (*out)[(*n)++] = arena_strdup(&t->mem, json_string_value(json_array_get(a, i)));
+}
+
 static void read_root(rd *r, json_t *root) {
     trace *t = r->t;
     if (!json_is_object(root)) {
@@ -381,13 +389,7 @@ static void read_root(rd *r, json_t *root) {
         t->tool_version = get_str(r, tool, "tool", "version", true);
         t->rules_digest = get_str(r, tool, "tool", "rules_digest", true);
     }
-    json_t *as = json_object_get(root, "assumptions");
-    if (json_is_array(as)) {
-        t->assumptions = arena_alloc(&t->mem, (json_array_size(as) + 1) * sizeof *t->assumptions);
-        for (size_t i = 0; i < json_array_size(as); i++)
-            if (json_is_string(json_array_get(as, i)))
-                t->assumptions[t->n_assumptions++] = arena_strdup(&t->mem, json_string_value(json_array_get(as, i)));
-    }
+    str_array(t, json_object_get(root, "assumptions"), &t->assumptions, &t->n_assumptions);
     json_t *pair = get_obj(r, root, "(root)", "pair", true);
     if (pair) {
         t->name = get_str(r, pair, "pair", "name", true);
@@ -395,13 +397,7 @@ static void read_root(rd *r, json_t *root) {
         read_module(r, pair, "distributed", &t->dist);
         t->relations_file = get_str(r, pair, "pair", "relations_file", false);
         /* optional; a reader of older traces reconstructs what it can */
-        json_t *cmd = json_object_get(pair, "command");
-        if (json_is_array(cmd)) {
-            t->command = arena_alloc(&t->mem, (json_array_size(cmd) + 1) * sizeof *t->command);
-            for (size_t i = 0; i < json_array_size(cmd); i++)
-                if (json_is_string(json_array_get(cmd, i)))
-                    t->command[t->n_command++] = arena_strdup(&t->mem, json_string_value(json_array_get(cmd, i)));
-        }
+        str_array(t, json_object_get(pair, "command"), &t->command, &t->n_command);
         json_t *mesh = get_obj(r, pair, "pair", "mesh", true);
         if (mesh) {
             t->n_mesh = json_object_size(mesh);
