@@ -18,6 +18,7 @@
 #include "escape.h"
 #include "io.h"
 #include "junit.h"
+#include "report_compare.h"
 #include "report_names.h"
 #include "sarif.h"
 #include "scalify.h"
@@ -39,6 +40,7 @@ typedef struct {
     char *kind_html[KIND_COUNT];
     char *kind_md[KIND_COUNT];  /* templates/findings/<kind>.md */
     rnames names;       /* page names (report_names.h) */
+    rc_diff *cmp;       /* --compare: this report against an earlier one; NULL: none */
     /* every finding in report order, for prev/next */
     size_t n_all, cap_all;
     struct fref { size_t p, f; } *all;
@@ -238,7 +240,8 @@ static void csp_hash(strbuf *b, const char *s, size_t n) {
 /* Whether a fragment names a page of the bundle (its section), not an
  * element within a page. */
 static bool is_section_ref(const char *v, size_t n) {
-    return (n == 5 && memcmp(v, "index", 5) == 0) || (n > 5 && memcmp(v, "pair-", 5) == 0) ||
+    return (n == 5 && memcmp(v, "index", 5) == 0) || (n == 7 && memcmp(v, "compare", 7) == 0) ||
+           (n > 5 && memcmp(v, "pair-", 5) == 0) ||
            (n > 8 && memcmp(v, "finding-", 8) == 0);
 }
 
@@ -246,7 +249,7 @@ static bool is_section_ref(const char *v, size_t n) {
  * section: id="x" becomes id="<anchor>:x" (a page's headings and Graphviz's
  * node1/graph0 repeat across pages), and so do the references to them
  * (href="#x", data-for="x"); links to other pages (#pair-…, #finding-…,
- * #index) stay. A colon (valid in XML names, as SVG ids need) never occurs
+ * #index, #compare) stay. A colon (valid in XML names, as SVG ids need) never occurs
  * in an anchor, so scoped ids cannot meet one.
  * Attribute values are escaped text: a quote ends them. */
 static void bundle_scoped(strbuf *out, const char *anchor, const char *body, size_t n) {
@@ -364,6 +367,15 @@ static void page_index(rctx *c) {
                       "each kind in a pair, as the same mistake repeats (typically once per layer).</div>\n",
                   (long long)fc.total, (long long)fc.listed);
 
+    if (c->cmp) {
+        sb_puts(&b, "<div class=\"note\">Compared with <code>");
+        put(&b, c->cmp->label);
+        sb_printf(&b, "</code>: %zu new, %zu fixed and %zu unchanged findings; %zu verdict%s changed. <a href=\"",
+                  c->cmp->tot_new, c->cmp->tot_fixed, c->cmp->tot_unchanged, c->cmp->verdicts_changed,
+                  c->cmp->verdicts_changed == 1 ? "" : "s");
+        sb_puts(&b, c->single ? "#compare" : "compare.html");
+        sb_puts(&b, "\">The comparison</a>.</div>\n");
+    }
     sb_puts(&b, "<h2 id=\"pairs\">Pairs</h2>\n");
     sb_puts(&b, "<div class=\"controls\" data-for=\"pairs-table\" hidden>"
                 "<input type=\"search\" placeholder=\"Filter pairs\xe2\x80\xa6\" aria-label=\"Filter pairs\">"
@@ -1059,6 +1071,121 @@ static void page_finding(rctx *c, size_t g) {
     sb_free(&title);
 }
 
+/* ---- compare page ---- */
+
+static void fmt_delta(strbuf *b, double old, double now) {
+    if (old <= 0) {
+        sb_puts(b, "\xe2\x80\x94");
+        return;
+    }
+    double d = 100.0 * (now - old) / old;
+    sb_printf(b, "%s%.0f\xe2\x80\xaf%%", d > 0 ? "+" : d < 0 ? "\xe2\x88\x92" : "\xc2\xb1", d < 0 ? -d : d);
+}
+
+static void page_compare(rctx *c) {
+    const rc_diff *r = c->cmp;
+    strbuf b, crumbs, v;
+    sb_init(&b), sb_init(&crumbs), sb_init(&v);
+    sb_puts(&crumbs, "<a href=\"");
+    href_index(c, &crumbs);
+    sb_puts(&crumbs, "\">Report</a>");
+    crumb_sep(&crumbs);
+    sb_puts(&crumbs, "comparison");
+    sb_puts(&b, "<h1>Compared with an earlier report</h1>\n<p class=\"lede\">This report against <code>");
+    put(&b, r->label);
+    sb_puts(&b, "</code>: pairs matched by name, findings by their identity (kind, segment, op_name, source line, "
+                "mesh axes), whatever their ids.</p>\n");
+    if (!r->has_keys)
+        sb_puts(&b, "<div class=\"note\">The earlier summary.json does not list its findings' identities (an older "
+                    "scalify): verdicts, finding totals and times are compared, findings are not matched.</div>\n");
+    sb_puts(&b, "<div class=\"cards\">\n");
+    const struct { const char *label, *cls; size_t n; } cards[] = {
+        {"New findings", "bad", r->tot_new},       {"Fixed findings", "ok", r->tot_fixed},
+        {"Unchanged", "", r->tot_unchanged},        {"Verdicts changed", "warn", r->verdicts_changed},
+        {"New pairs", "", r->pairs_new},            {"Pairs gone", "", r->pairs_gone}};
+    for (size_t i = 0; i < ARRAY_LEN(cards); i++) {
+        sb_reset(&v);
+        sb_printf(&v, "%zu", cards[i].n);
+        card(&b, cards[i].n ? cards[i].cls : "", cards[i].label, v.s);
+    }
+    sb_puts(&b, "</div>\n<h2 id=\"pairs\">Pairs</h2>\n<div class=\"table-wrap\"><table class=\"sortable\"><thead><tr>"
+                "<th>Pair</th><th>Verdict before \xe2\x86\x92 now</th><th class=\"num\">Findings before \xe2\x86\x92 now</th>"
+                "<th class=\"num\">New</th><th class=\"num\">Fixed</th><th class=\"num\">Wall ms before \xe2\x86\x92 now</th>"
+                "<th class=\"num\">Change</th></tr></thead><tbody>\n");
+    for (size_t i = 0; i < r->n; i++) {
+        const rc_pair *rp = &r->pairs[i];
+        sb_puts(&b, "<tr><td class=\"name\">");
+        if (rp->status != RC_GONE_PAIR) {
+            sb_puts(&b, "<a href=\"");
+            href_pair(c, &b, rp->p);
+            sb_puts(&b, "\">");
+            put(&b, rp->name);
+            sb_puts(&b, "</a>");
+        } else put(&b, rp->name);
+        if (rp->status == RC_NEW_PAIR) sb_puts(&b, " <span class=\"tag\">new pair</span>");
+        if (rp->status == RC_GONE_PAIR) sb_puts(&b, " <span class=\"tag\">gone</span>");
+        sb_puts(&b, "</td><td>");
+        put(&b, rp->old_verdict ? rp->old_verdict : "\xe2\x80\x94");
+        sb_puts(&b, " \xe2\x86\x92 ");
+        if (rp->status == RC_GONE_PAIR) sb_puts(&b, "\xe2\x80\x94");
+        else badge(&b, c->t[rp->p]->verdict);
+        sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">%lld \xe2\x86\x92 %lld</td><td class=\"num\">%zu</td>"
+                      "<td class=\"num\">%zu</td><td class=\"num\" data-v=\"%.3f\">",
+                  rp->new_total, rp->old_total, rp->new_total, rp->n_new, rp->n_fixed, rp->new_wall);
+        if (rp->status != RC_NEW_PAIR) fmt_ms(&b, rp->old_wall);
+        else sb_puts(&b, "\xe2\x80\x94");
+        sb_puts(&b, " \xe2\x86\x92 ");
+        if (rp->status != RC_GONE_PAIR) fmt_ms(&b, rp->new_wall);
+        else sb_puts(&b, "\xe2\x80\x94");
+        sb_puts(&b, "</td><td class=\"num\">");
+        if (rp->status == RC_BOTH) fmt_delta(&b, rp->old_wall, rp->new_wall);
+        sb_puts(&b, "</td></tr>\n");
+    }
+    sb_puts(&b, "</tbody></table></div>\n<p class=\"muted\">Wall times are as each check measured them; a change "
+                "of a few milliseconds, or on a loaded machine, is noise.</p>\n");
+    sb_printf(&b, "<h2 id=\"new\">New findings (%zu)</h2>\n", r->tot_new);
+    if (!r->tot_new) sb_puts(&b, "<div class=\"panel empty\">None.</div>\n");
+    else sb_puts(&b, "<ul>\n");
+    for (size_t i = 0; i < r->n; i++)
+        for (size_t k = 0; k < r->pairs[i].n_new; k++) {
+            size_t p = r->pairs[i].p, f = r->pairs[i].new_f[k];
+            sb_puts(&b, "<li><a href=\"");
+            href_finding(c, &b, p, f);
+            sb_puts(&b, "\">");
+            put(&b, c->t[p]->name);
+            sb_puts(&b, " \xc2\xb7 ");
+            put(&b, c->t[p]->findings[f].id);
+            sb_printf(&b, " %s</a>: ", trace_kind_name(c->t[p]->findings[f].kind));
+            put(&b, c->t[p]->findings[f].message);
+            sb_puts(&b, "</li>\n");
+        }
+    if (r->tot_new) sb_puts(&b, "</ul>\n");
+    sb_printf(&b, "<h2 id=\"fixed\">Fixed findings (%zu)</h2>\n", r->tot_fixed);
+    if (!r->tot_fixed) sb_puts(&b, "<div class=\"panel empty\">None.</div>\n");
+    else sb_puts(&b, "<ul>\n");
+    for (size_t i = 0; i < r->n; i++)
+        for (size_t k = 0; k < r->pairs[i].n_fixed; k++) {
+            const rc_old_finding *f = &r->pairs[i].fixed[k];
+            sb_puts(&b, "<li>");
+            put(&b, r->pairs[i].name);
+            sb_puts(&b, " \xc2\xb7 ");
+            put(&b, f->id ? f->id : "?");
+            sb_puts(&b, " ");
+            put(&b, f->kind ? f->kind : "");
+            sb_puts(&b, ": ");
+            put(&b, f->message ? f->message : "");
+            if (f->page) {
+                sb_puts(&b, " <span class=\"muted\">(was <code>");
+                put(&b, f->page);
+                sb_puts(&b, "</code>)</span>");
+            }
+            sb_puts(&b, "</li>\n");
+        }
+    if (r->tot_fixed) sb_puts(&b, "</ul>\n");
+    emit_page(c, "compare.html", "compare", "Comparison", crumbs.s, NULL, &b, NULL);
+    sb_free(&b), sb_free(&crumbs), sb_free(&v);
+}
+
 /* ---- summary.json ---- */
 
 static void kinds_json(strbuf *b, const int64_t *k) {
@@ -1073,6 +1200,8 @@ static void kinds_json(strbuf *b, const int64_t *k) {
 }
 
 void report_summary_json(strbuf *b, trace *const *traces, size_t n) {
+    rnames names;
+    rn_build(&names, traces, n);
     size_t by_v[VERDICT_COUNT] = {0};
     fcount fc = {0};
     size_t segs = 0, memo = 0;
@@ -1121,9 +1250,22 @@ void report_summary_json(strbuf *b, trace *const *traces, size_t n) {
             esc_json(b, t->findings[i].id);
             sb_printf(b, "\"");
         }
+        /* per listed finding: its identity key (report_names.h) and page, what
+         * --compare matches runs by */
+        sb_puts(b, "],\n     \"finding_details\": [");
+        for (size_t i = 0; i < t->n_findings; i++) {
+            const trace_finding *f = &t->findings[i];
+            sb_puts(b, i ? ",\n       {\"id\": \"" : "\n       {\"id\": \"");
+            esc_json(b, f->id);
+            sb_printf(b, "\", \"kind\": \"%s\", \"key\": \"%s\", \"page\": \"finding-%s.html\", \"message\": \"",
+                      trace_kind_name(f->kind), names.key[p][i], names.finding[p][i]);
+            esc_json(b, f->message);
+            sb_puts(b, "\"}");
+        }
         sb_puts(b, "]}");
     }
     sb_puts(b, n ? "\n  ]\n}\n" : "]\n}\n");
+    rn_free(&names);
 }
 
 /* ---- driver ---- */
@@ -1170,7 +1312,17 @@ bool report_render(report_site *site, trace *const *traces, size_t n, const repo
         free(c.css);
         c.css = merged;
         sb_free(&sw);
+        if (o && o->compare_text) {
+            c.cmp = xcalloc(1, sizeof *c.cmp);
+            if (!rc_build(c.cmp, o->compare_text, o->compare_len, o->compare_label ? o->compare_label : "(old)", traces,
+                          n, &c.names, d)) {
+                free(c.cmp);
+                c.cmp = NULL;
+                c.failed = true;
+            }
+        }
         page_index(&c);
+        if (c.cmp) page_compare(&c);
         for (size_t p = 0; p < n; p++) page_pair(&c, p);
         for (size_t g = 0; g < c.n_all; g++) page_finding(&c, g);
         ok = !c.failed;
@@ -1197,6 +1349,10 @@ bool report_render(report_site *site, trace *const *traces, size_t n, const repo
         add_file(site, "results.sarif", &s);
         junit_write(&s, traces, n);
         add_file(site, "junit.xml", &s);
+        if (c.cmp) {
+            rc_json(&s, c.cmp, traces, &c.names);
+            add_file(site, "compare.json", &s);
+        }
         sb_free(&s);
         ok = !c.failed;
     }
@@ -1204,6 +1360,7 @@ bool report_render(report_site *site, trace *const *traces, size_t n, const repo
     free(c.js);
     free(c.page);
     for (int k = 0; k < KIND_COUNT; k++) free(c.kind_html[k]), free(c.kind_md[k]);
+    if (c.cmp) rc_free(c.cmp), free(c.cmp);
     if (c.names.pair) rn_free(&c.names);
     free(c.all);
     sb_free(&c.bundle_body);

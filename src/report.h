@@ -35,6 +35,11 @@
 typedef struct {
     const char *title;  /* page title; NULL: "scalify report" */
     bool single_file;   /* render one bundled page (named by the caller) */
+    /* --compare: an earlier report's summary.json (borrowed text) and what it
+     * was read from; NULL: no comparison. Adds compare.html and compare.json
+     * (report_compare.h). */
+    const char *compare_text, *compare_label;
+    size_t compare_len;
 } report_opts;
 
 typedef struct {

@@ -202,7 +202,7 @@ static void test_site(void) {
     for (int i = 0; i < N_FIX; i++) ts[i] = load(fixtures[i]);
     for (int i = 0; i < N_FIX; i++)
         if (!ts[i]) return;
-    report_opts o = {"Fixture report", false};
+    report_opts o = {.title = "Fixture report", .single_file = false};
     report_site s1, s2;
     diag d;
     diag_init(&d, "report");
@@ -327,7 +327,7 @@ static void test_site(void) {
     for (size_t i = 0; i < s1.n; i++)
         CHECK_MSG(s1.files[i].data.len < 5u << 20, "%s is %zu bytes", s1.files[i].name, s1.files[i].data.len);
     {
-        report_opts ob = {"Fixture report", true};
+        report_opts ob = {.title = "Fixture report", .single_file = true};
         report_site sb;
         ok = report_render(&sb, ts, N_FIX, &ob, &d);
         CHECK(ok && sb.n == 1);
@@ -366,7 +366,7 @@ static trace *render_doc(json_t *doc, const char *name, const char *what, report
     trace *t = read_doc(doc, name, d);
     *ok = false;
     if (!t) return NULL;
-    report_opts o = {NULL, false};
+    report_opts o = {.title = NULL, .single_file = false};
     double t0 = now_ms();
     *ok = report_render(s, &t, 1, &o, d);
     printf("report: %s rendered in %.1f ms\n", what, now_ms() - t0);
@@ -428,7 +428,7 @@ static void test_listed_findings(void) {
     json_object_set_new(json_object_get(json_object_get(doc, "summary"), "findings"), "wrong-reduction", json_integer(40));
     diag d;
     trace *t = read_doc(doc, "listed.json", &d);
-    report_opts o = {NULL, false};
+    report_opts o = {.title = NULL, .single_file = false};
     report_site s;
     if (t && CHECK(report_render(&s, &t, 1, &o, &d))) {
         const report_file *page = NULL;
@@ -630,7 +630,7 @@ static void test_bidi(void) {
     diag d;
     trace *t = read_doc(doc, "bidi.json", &d);
     if (!t) return diag_free(&d);
-    report_opts o = {NULL, false};
+    report_opts o = {.title = NULL, .single_file = false};
     report_site s;
     if (CHECK(report_render(&s, &t, 1, &o, &d))) {
         static const char *const raw[] = {"\xe2\x80\xae", "\xe2\x81\xa6", "\xe2\x80\x8f", "\xc2\x85"};

@@ -12,7 +12,8 @@
  *   - the single-file bundle: unique ids, references that resolve, valid
  *     for the Nu Html Checker (tests/vnu.sh, when Java is present);
  *   - reproduce: pair and finding pages show the check command, which run
- *     again gives the same verdict and findings. */
+ *     again gives the same verdict and findings;
+ *   - --compare: new, fixed and unchanged findings matched by identity. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,7 +85,7 @@ static trace_set all_traces(void) {
 }
 
 static bool render(report_site *site, trace *const *t, size_t n) {
-    report_opts o = {"CI report", false};
+    report_opts o = {.title = "CI report", .single_file = false};
     diag d;
     diag_init(&d, "report");
     bool ok = report_render(site, t, n, &o, &d);
@@ -649,7 +650,7 @@ static void test_bundle(const trace_set *s) {
     for (size_t i = 0; i < s->n; i++)
         if (s->t[i]->verdict != VERDICT_VERIFIED || strncmp(s->t[i]->source, SAMPLE_TRACES, strlen(SAMPLE_TRACES)) != 0)
             sub[n++] = s->t[i];
-    report_opts o = {"CI bundle", true};
+    report_opts o = {.title = "CI bundle", .single_file = true};
     report_site site;
     diag d;
     diag_init(&d, "bundle");
@@ -779,6 +780,82 @@ static void test_reproduce(const trace_set *s) {
     report_site_free(&site);
 }
 
+/* The later run of the mismatch fixture: F1 renumbered (same identity), F2
+ * gone, a new finding; the verdict unchanged. */
+static void later_run(json_t *j) {
+    rename_instructions(j);
+    json_t *fs = json_object_get(j, "findings");
+    json_t *f2 = json_deep_copy(json_array_get(fs, 1));
+    json_object_set_new(f2, "id", json_string("F9"));
+    json_object_set_new(f2, "kind", json_string("missing-all-reduce"));
+    json_object_set_new(json_object_get(f2, "distributed"), "op_name", json_string("layers.1/mlp/add"));
+    json_array_remove(fs, 1);
+    json_array_append_new(fs, f2);
+    json_t *counts = json_object_get(json_object_get(j, "summary"), "findings");
+    json_object_del(counts, "constant-mismatch");
+    json_object_set_new(counts, "missing-all-reduce", json_integer(1));
+}
+
+/* --compare: the same traces compare all unchanged; a later run marks the
+ * finding that appeared, the one that went and the one renumbered; pairs
+ * that came and went are named. */
+static void test_compare(const trace_set *s) {
+    size_t ns = 0;
+    while (ns < s->n && strncmp(s->t[ns]->source, SAMPLE_TRACES, strlen(SAMPLE_TRACES)) == 0) ns++;
+    report_site before, now;
+    t_case("report_ci compare: a report against itself");
+    if (!render(&before, s->t, ns)) return;
+    const report_file *sum = find_file(&before, "summary.json");
+    report_opts o = {.title = "CI", .compare_text = sum->data.s, .compare_len = sum->data.len, .compare_label = "before"};
+    diag d;
+    diag_init(&d, "compare");
+    if (CHECK(report_render(&now, s->t, ns, &o, &d))) {
+        const report_file *cj = find_file(&now, "compare.json");
+        json_t *j = cj ? json_loadb(cj->data.s, cj->data.len, 0, NULL) : NULL;
+        size_t listed = 0;
+        for (size_t i = 0; i < ns; i++) listed += s->t[i]->n_findings;
+        CHECK(j && jint(j, "totals.new") == 0 && jint(j, "totals.fixed") == 0 && jint(j, "totals.unchanged") == (json_int_t)listed &&
+              jint(j, "totals.verdicts_changed") == 0);
+        CHECK(find_file(&now, "compare.html") != NULL);
+        json_decref(j);
+        report_site_free(&now);
+    }
+    report_site_free(&before);
+    t_case("report_ci compare: new, fixed and unchanged findings, pairs new and gone");
+    trace *old_t[3] = {variant(NULL), s->t[0], s->t[1]};
+    trace *new_t[3] = {variant(later_run), s->t[1], s->t[2]};
+    if (old_t[0] && new_t[0] && render(&before, old_t, 3)) {
+        sum = find_file(&before, "summary.json");
+        o.compare_text = sum->data.s, o.compare_len = sum->data.len;
+        if (CHECK(report_render(&now, new_t, 3, &o, &d))) {
+            const report_file *cj = find_file(&now, "compare.json"), *ch = find_file(&now, "compare.html");
+            json_t *j = cj ? json_loadb(cj->data.s, cj->data.len, 0, NULL) : NULL;
+            CHECK_MSG(j && jint(j, "totals.new") == 1 && jint(j, "totals.fixed") == 1 && jint(j, "totals.unchanged") == 1 &&
+                          jint(j, "totals.pairs_new") == 1 && jint(j, "totals.pairs_gone") == 1,
+                      "%.600s", cj ? cj->data.s : "");
+            CHECK_STR(jstr(j, "pairs.0.findings.fixed.0.id"), "F2");
+            CHECK_STR(jstr(j, "pairs.0.status"), "both");
+            CHECK_STR(jstr(j, "pairs.2.status"), "new");
+            CHECK_STR(jstr(j, "pairs.3.status"), "gone");
+            const char *page = jstr(j, "pairs.0.findings.new_pages.0");
+            CHECK(page && find_file(&now, page) != NULL && ch && strstr(ch->data.s, page));
+            if (ch) CHECK_CONTAINS(ch->data.s, "constant 4 (%constant.52.clone");  /* the fixed one, by its message */
+            const report_file *idx = find_file(&now, "index.html");
+            if (idx) CHECK_CONTAINS(idx->data.s, "1 new, 1 fixed and 1 unchanged findings");
+            json_decref(j);
+            report_site_free(&now);
+        }
+        report_site_free(&before);
+    }
+    trace_free(old_t[0]);
+    trace_free(new_t[0]);
+    t_case("report_ci compare: what is not a summary.json is refused");
+    o.compare_text = "{\"pairs\": []}", o.compare_len = strlen(o.compare_text);
+    CHECK(!report_render(&now, s->t, 1, &o, &d));
+    CHECK_CONTAINS(d.out.s, "not a scalify summary.json");
+    diag_free(&d);
+}
+
 void suite_report_ci(void);
 void suite_report_ci(void) {
     trace_set s = all_traces();
@@ -791,5 +868,6 @@ void suite_report_ci(void) {
     test_counts(&s);
     test_bundle(&s);
     test_reproduce(&s);
+    test_compare(&s);
     set_free(&s);
 }
