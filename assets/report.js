@@ -45,7 +45,8 @@
       var rows = table.tBodies[0].rows;
       for (var i = 0; i < rows.length; i++) {
         var r = rows[i];
-        var ok = (!q || r.textContent.toLowerCase().indexOf(q) >= 0) && (!v || r.getAttribute("data-verdict") === v);
+        var hay = (r.textContent + " " + (r.getAttribute("data-search") || "")).toLowerCase();
+        var ok = (!q || hay.indexOf(q) >= 0) && (!v || r.getAttribute("data-verdict") === v);
         r.hidden = !ok;
         if (ok) shown++;
       }

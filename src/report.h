@@ -20,7 +20,12 @@
  * readable with JavaScript off, and carries a Content-Security-Policy whose
  * style-src/script-src are the SHA-256 hashes of this page's one <style> and one
  * <script> (computed at render time; no 'unsafe-inline'). Output depends only on
- * the traces and options: no timestamps, no hash-table order.
+ * the traces (their files' digests and times, $SOURCE_DATE_EPOCH in place of
+ * the times when set), the options and the files the traces name (HLO text
+ * for SARIF locations): no clock, no hash-table order. Every page's footer
+ * says what made it, from how many traces, when they were written and their
+ * digest as a set; the index lists every trace file with its digest;
+ * summary.json carries the digest as traces_sha256.
  */
 #ifndef SCALIFY_REPORT_H
 #define SCALIFY_REPORT_H

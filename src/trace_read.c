@@ -1,6 +1,8 @@
 /* trace_read — jansson → struct trace, checking as it copies (see trace_read.h). */
 #include "trace_read.h"
 
+#include <sys/stat.h>
+
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -493,10 +495,16 @@ trace *trace_read_buffer(const char *buf, size_t n, const char *name, diag *d) {
 
 trace *trace_read_file(const char *path, diag *d) {
     size_t n;
-    char *buf = io_read_file(path, &n, NULL, d);
+    uint8_t h[32];
+    char *buf = io_read_file_sha256(path, &n, NULL, h, d);
     if (!buf) return NULL;
     trace *t = trace_read_buffer(buf, n, path, d);
     free(buf);
+    if (t) {
+        for (int i = 0; i < 32; i++) snprintf(t->source_sha256 + 2 * i, 3, "%02x", h[i]);
+        struct stat st;
+        if (stat(path, &st) == 0) t->source_mtime = (int64_t)st.st_mtime;
+    }
     return t;
 }
 

@@ -126,6 +126,8 @@ typedef struct {
 typedef struct trace {
     arena mem;
     const char *source;  /* path it was read from */
+    char source_sha256[65];  /* of the file's bytes as stored (trace_read_file); "" from a buffer */
+    int64_t source_mtime;    /* its modification time (s since the epoch); 0 from a buffer */
     const char *tool_name, *tool_version, *rules_digest;
     const char *name;
     trace_module base, dist;
