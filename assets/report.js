@@ -5,6 +5,7 @@
   var doc = document.documentElement;
   window.addEventListener("error", function (e) { doc.setAttribute("data-js-error", String(e.message)); });
   function key(td) {
+    if (!td) return { s: "" };  /* a folded run's row has one cell */
     var v = td.getAttribute("data-v");
     if (v !== null && v !== "" && !isNaN(+v)) return { n: +v };
     return { s: (v !== null ? v : td.textContent).trim().toLowerCase() };

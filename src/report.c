@@ -718,6 +718,117 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     sb_free(&png);
 }
 
+/* The heads of the segments and e-graph tables (folded runs repeat them). */
+static const char seg_head[] =
+    "<thead><tr><th class=\"num\">#</th><th>Segment</th><th>Verdict</th><th class=\"num\">Baseline</th>"
+    "<th class=\"num\">Distributed</th><th class=\"num\">Build</th><th class=\"num\">Lift</th>"
+    "<th class=\"num\">Saturate</th><th class=\"num\">Check</th><th class=\"num\">Total ms</th>"
+    "<th>Memo</th></tr></thead>";
+static const char eg_head[] =
+    "<thead><tr><th>Segment</th><th class=\"num\">E-nodes</th><th class=\"num\">E-classes</th>"
+    "<th class=\"num\">Iterations</th><th>Stop reason</th><th class=\"num\">Rule firings</th>"
+    "<th>Most-fired rules</th></tr></thead>";
+
+/* Runs of consecutive memo hits at least this long fold into one row (a
+ * 126-layer model otherwise lists 120 near-empty rows per table). */
+#define FOLD_MIN 3
+
+/* The end of the run of consecutive memo hits starting at i (i itself when
+ * segment i is not one). */
+static size_t memo_run(const trace *t, size_t i) {
+    size_t j = i;
+    while (j < t->n_segments && t->segments[j].memo_hit) j++;
+    return j;
+}
+
+/* A row folding segments [i, j) into a <details> (readable without script)
+ * holding a table of their own rows, under the same head. */
+static void fold_open(strbuf *b, const trace *t, size_t i, size_t j, int cols, const char *head) {
+    double ms = 0;
+    for (size_t k = i; k < j; k++) ms += seg_total(&t->segments[k]);
+    sb_printf(b, "<tr class=\"fold\"><td colspan=\"%d\"><details><summary>%zu consecutive memo hits: ", cols, j - i);
+    put(b, t->segments[i].name);
+    sb_puts(b, " \xe2\x80\xa6 ");
+    put(b, t->segments[j - 1].name);
+    sb_puts(b, " (");
+    fmt_ms(b, ms);
+    sb_puts(b, " ms in all)</summary><table>");
+    sb_puts(b, head);
+    sb_puts(b, "<tbody>\n");
+}
+
+static void fold_close(strbuf *b) { sb_puts(b, "</tbody></table></details></td></tr>\n"); }
+
+/* One row of the segments table; adds its phases to tot (build, lift,
+ * saturate, check, total). */
+static void seg_time_row(strbuf *b, const trace *t, size_t i, double tot[5]) {
+    const trace_segment *s = &t->segments[i];
+    double ph[4] = {s->t_build, s->t_lift, s->t_saturate, s->t_check};
+    sb_printf(b, "<tr%s><td class=\"num\">%zu</td><td class=\"seg\">", s->memo_hit ? " class=\"memo\"" : "", i + 1);
+    put(b, s->name);
+    sb_printf(b, "</td><td data-v=\"%d\">", (int)s->verdict);
+    badge(b, s->verdict);
+    sb_printf(b, "</td><td class=\"num\" data-v=\"%lld\">%lld\xe2\x80\x93%lld</td>", (long long)s->base_start,
+              (long long)s->base_start, (long long)s->base_end);
+    sb_printf(b, "<td class=\"num\" data-v=\"%lld\">%lld\xe2\x80\x93%lld</td>", (long long)s->dist_start,
+              (long long)s->dist_start, (long long)s->dist_end);
+    for (int k = 0; k < 4; k++) {
+        sb_printf(b, "<td class=\"num\" data-v=\"%.4f\">", ph[k]);
+        fmt_ms(b, ph[k]);
+        sb_puts(b, "</td>");
+        tot[k] += ph[k];
+    }
+    tot[4] += seg_total(s);
+    sb_printf(b, "<td class=\"num\" data-v=\"%.4f\"><b>", seg_total(s));
+    fmt_ms(b, seg_total(s));
+    sb_printf(b, "</b></td><td data-v=\"%d\">", s->memo_hit);
+    if (s->memo_hit) {
+        sb_puts(b, "<span class=\"badge memo\">\xe2\x86\xba memo");
+        if (s->memo_of) {
+            sb_puts(b, " of ");
+            put(b, s->memo_of);
+        }
+        sb_puts(b, "</span>");
+    }
+    sb_puts(b, "</td></tr>\n");
+}
+
+typedef struct {
+    int64_t en, ec, it, fir;
+    size_t stops[STOP_COUNT];
+} egraph_sums;
+
+/* One row of the e-graph table; adds to the totals. Saturation runs once
+ * over the whole e-graph: each segment it ran for shows its figures, the
+ * total shows them once (the largest). */
+static void egraph_row(strbuf *b, const trace *t, size_t i, egraph_sums *m) {
+    const trace_segment *s = &t->segments[i];
+    m->en += s->enodes, m->ec += s->eclasses;
+    m->it = s->iterations > m->it ? s->iterations : m->it;
+    m->fir = s->rule_firings > m->fir ? s->rule_firings : m->fir;
+    m->stops[s->stop]++;
+    sb_puts(b, s->memo_hit ? "<tr class=\"memo\"><td class=\"seg\">" : "<tr><td class=\"seg\">");
+    put(b, s->name);
+    sb_printf(b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)s->enodes);
+    fmt_int(b, s->enodes);
+    sb_printf(b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)s->eclasses);
+    fmt_int(b, s->eclasses);
+    sb_printf(b, "</td><td class=\"num\">%lld</td><td><span class=\"tag\">%s</span></td>", (long long)s->iterations,
+              s->memo_hit ? "memo" : trace_stop_name(s->stop));
+    sb_printf(b, "<td class=\"num\" data-v=\"%lld\">", (long long)s->rule_firings);
+    fmt_int(b, s->rule_firings);
+    sb_puts(b, "</td><td>");
+    for (size_t r = 0; r < s->n_top_rules && r < 3; r++) {
+        if (r) sb_puts(b, ", ");
+        sb_puts(b, "<code>");
+        put(b, s->top_rules[r].rule);
+        sb_puts(b, "</code>\xc2\xa0");
+        fmt_int(b, s->top_rules[r].count);
+    }
+    if (!s->n_top_rules) sb_puts(b, "<span class=\"muted\">\xe2\x80\x94</span>");
+    sb_puts(b, "</td></tr>\n");
+}
+
 static void page_pair(rctx *c, size_t p) {
     const trace *t = c->t[p];
     strbuf b, crumbs, css, file, anchor;
@@ -792,42 +903,19 @@ static void page_pair(rctx *c, size_t p) {
     }
     findings_table(c, &b, p);
 
-    sb_puts(&b, "<h2 id=\"segments\">Segments</h2>\n<div class=\"table-wrap\"><table class=\"sortable\">"
-                "<thead><tr><th class=\"num\">#</th><th>Segment</th><th>Verdict</th><th class=\"num\">Baseline</th>"
-                "<th class=\"num\">Distributed</th><th class=\"num\">Build</th><th class=\"num\">Lift</th>"
-                "<th class=\"num\">Saturate</th><th class=\"num\">Check</th><th class=\"num\">Total ms</th>"
-                "<th>Memo</th></tr></thead><tbody>\n");
+    sb_puts(&b, "<h2 id=\"segments\">Segments</h2>\n<div class=\"table-wrap\"><table class=\"sortable\">");
+    sb_puts(&b, seg_head);
+    sb_puts(&b, "<tbody>\n");
     double tot[5] = {0};
-    for (size_t i = 0; i < t->n_segments; i++) {
-        const trace_segment *s = &t->segments[i];
-        double ph[4] = {s->t_build, s->t_lift, s->t_saturate, s->t_check};
-        sb_printf(&b, "<tr%s><td class=\"num\">%zu</td><td class=\"seg\">", s->memo_hit ? " class=\"memo\"" : "", i + 1);
-        put(&b, s->name);
-        sb_printf(&b, "</td><td data-v=\"%d\">", (int)s->verdict);
-        badge(&b, s->verdict);
-        sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">%lld\xe2\x80\x93%lld</td>", (long long)s->base_start,
-                  (long long)s->base_start, (long long)s->base_end);
-        sb_printf(&b, "<td class=\"num\" data-v=\"%lld\">%lld\xe2\x80\x93%lld</td>", (long long)s->dist_start,
-                  (long long)s->dist_start, (long long)s->dist_end);
-        for (int k = 0; k < 4; k++) {
-            sb_printf(&b, "<td class=\"num\" data-v=\"%.4f\">", ph[k]);
-            fmt_ms(&b, ph[k]);
-            sb_puts(&b, "</td>");
-            tot[k] += ph[k];
+    for (size_t i = 0, j; i < t->n_segments; i = j) {
+        j = memo_run(t, i);
+        if (j - i < FOLD_MIN) {
+            seg_time_row(&b, t, i, tot), j = i + 1;
+            continue;
         }
-        tot[4] += seg_total(s);
-        sb_printf(&b, "<td class=\"num\" data-v=\"%.4f\"><b>", seg_total(s));
-        fmt_ms(&b, seg_total(s));
-        sb_printf(&b, "</b></td><td data-v=\"%d\">", s->memo_hit);
-        if (s->memo_hit) {
-            sb_puts(&b, "<span class=\"badge memo\">\xe2\x86\xba memo");
-            if (s->memo_of) {
-                sb_puts(&b, " of ");
-                put(&b, s->memo_of);
-            }
-            sb_puts(&b, "</span>");
-        }
-        sb_puts(&b, "</td></tr>\n");
+        fold_open(&b, t, i, j, 11, seg_head);
+        for (size_t k = i; k < j; k++) seg_time_row(&b, t, k, tot);
+        fold_close(&b);
     }
     sb_puts(&b, "</tbody><tfoot>");
     if (t->setup_ms > 0) {
@@ -860,41 +948,22 @@ static void page_pair(rctx *c, size_t p) {
     chart_section(c, &b, &css, p);
 
     /* e-graph statistics */
-    sb_puts(&b, "<h2 id=\"egraph\">E-graph statistics</h2>\n<div class=\"table-wrap\"><table class=\"sortable\">"
-                "<thead><tr><th>Segment</th><th class=\"num\">E-nodes</th><th class=\"num\">E-classes</th>"
-                "<th class=\"num\">Iterations</th><th>Stop reason</th><th class=\"num\">Rule firings</th>"
-                "<th>Most-fired rules</th></tr></thead><tbody>\n");
-    int64_t en = 0, ec = 0, it = 0, fir = 0;
-    size_t stops[STOP_COUNT] = {0};
-    for (size_t i = 0; i < t->n_segments; i++) {
-        const trace_segment *s = &t->segments[i];
-        /* one saturation run over the whole e-graph: each segment it ran for
-         * shows its figures, the total shows them once */
-        en += s->enodes, ec += s->eclasses;
-        it = s->iterations > it ? s->iterations : it;
-        fir = s->rule_firings > fir ? s->rule_firings : fir;
-        stops[s->stop]++;
-        sb_puts(&b, s->memo_hit ? "<tr class=\"memo\"><td class=\"seg\">" : "<tr><td class=\"seg\">");
-        put(&b, s->name);
-        sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)s->enodes);
-        fmt_int(&b, s->enodes);
-        sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)s->eclasses);
-        fmt_int(&b, s->eclasses);
-        sb_printf(&b, "</td><td class=\"num\">%lld</td><td><span class=\"tag\">%s</span></td>", (long long)s->iterations,
-                  s->memo_hit ? "memo" : trace_stop_name(s->stop));
-        sb_printf(&b, "<td class=\"num\" data-v=\"%lld\">", (long long)s->rule_firings);
-        fmt_int(&b, s->rule_firings);
-        sb_puts(&b, "</td><td>");
-        for (size_t r = 0; r < s->n_top_rules && r < 3; r++) {
-            if (r) sb_puts(&b, ", ");
-            sb_puts(&b, "<code>");
-            put(&b, s->top_rules[r].rule);
-            sb_puts(&b, "</code>\xc2\xa0");
-            fmt_int(&b, s->top_rules[r].count);
+    sb_puts(&b, "<h2 id=\"egraph\">E-graph statistics</h2>\n<div class=\"table-wrap\"><table class=\"sortable\">");
+    sb_puts(&b, eg_head);
+    sb_puts(&b, "<tbody>\n");
+    egraph_sums sum = {0};
+    for (size_t i = 0, j; i < t->n_segments; i = j) {
+        j = memo_run(t, i);
+        if (j - i < FOLD_MIN) {
+            egraph_row(&b, t, i, &sum), j = i + 1;
+            continue;
         }
-        if (!s->n_top_rules) sb_puts(&b, "<span class=\"muted\">\xe2\x80\x94</span>");
-        sb_puts(&b, "</td></tr>\n");
+        fold_open(&b, t, i, j, 7, eg_head);
+        for (size_t k = i; k < j; k++) egraph_row(&b, t, k, &sum);
+        fold_close(&b);
     }
+    int64_t en = sum.en, ec = sum.ec, it = sum.it, fir = sum.fir;
+    size_t *stops = sum.stops;
     sb_puts(&b, "</tbody><tfoot><tr><td>Total</td><td class=\"num\">");
     fmt_int(&b, en);
     sb_puts(&b, "</td><td class=\"num\">");

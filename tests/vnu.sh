@@ -8,6 +8,7 @@
 # installing it there from npm (package vnu-jar) when npm is present. Without
 # Java, or without the jar and npm, prints SKIP and exits 0.
 set -u
+for f in "$@"; do [ -f "$f" ] || { echo "vnu: no file $f"; exit 1; }; done
 command -v java >/dev/null 2>&1 || { echo "SKIP vnu: no java"; exit 0; }
 jar=${VNU_JAR:-build/vnu/node_modules/vnu-jar/build/dist/vnu.jar}
 if [ ! -f "$jar" ] && [ -z "${VNU_JAR:-}" ] && command -v npm >/dev/null 2>&1; then

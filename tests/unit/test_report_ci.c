@@ -924,6 +924,51 @@ out:
     report_site_free(&site);
 }
 
+/* A pair page folds each run of 3 or more consecutive memo hits into one
+ * row of each table (a <details> holding their rows): every segment is
+ * still on the page, the table shows a row per run. */
+static void test_fold(const trace_set *s) {
+    report_site site;
+    if (!render(&site, s->t, s->n)) return;
+    rnames names;
+    rn_build(&names, s->t, s->n);
+    size_t folded_pairs = 0;
+    for (size_t p = 0; p < s->n; p++) {
+        const trace *t = s->t[p];
+        size_t runs = 0, in_runs = 0;
+        for (size_t i = 0; i < t->n_segments;) {
+            size_t j = i;
+            while (j < t->n_segments && t->segments[j].memo_hit) j++;
+            if (j - i >= 3) runs++, in_runs += j - i;
+            i = j > i ? j : i + 1;
+        }
+        char file[512];
+        snprintf(file, sizeof file, "pair-%s.html", names.pair[p]);
+        const report_file *f = find_file(&site, file);
+        if (!f) continue;
+        size_t folds = 0;
+        for (const char *q = f->data.s; (q = strstr(q, "<tr class=\"fold\">")); q++) folds++;
+        if (!runs && !folds) continue;
+        t_case("report_ci fold %s: %zu runs of memo hits (%zu segments) folded in both tables", t->name, runs, in_runs);
+        CHECK_EQ(folds, 2 * runs);
+        for (size_t i = 0; i < t->n_segments; i++) {
+            strbuf k;
+            sb_init(&k);
+            sb_puts(&k, "<td class=\"seg\">");
+            esc_html(&k, t->segments[i].name);
+            sb_puts(&k, "</td>");
+            CHECK_MSG(strstr(f->data.s, k.s) != NULL, "segment %s is not on the page", t->segments[i].name);
+            sb_free(&k);
+        }
+        folded_pairs++;
+    }
+    t_case("report_ci fold: some sample folds");
+    CHECK_MSG(folded_pairs >= 5, "%zu pairs fold", folded_pairs);
+    printf("report_ci: %zu pair pages fold their runs of memo hits\n", folded_pairs);
+    rn_free(&names);
+    report_site_free(&site);
+}
+
 void suite_report_ci(void);
 void suite_report_ci(void) {
     trace_set s = all_traces();
@@ -938,5 +983,6 @@ void suite_report_ci(void) {
     test_reproduce(&s);
     test_compare(&s);
     test_search_and_stamp(&s);
+    test_fold(&s);
     set_free(&s);
 }
