@@ -1198,7 +1198,7 @@ static void page_finding(rctx *c, size_t g) {
         }
         sb_puts(&b, "<figcaption class=\"legend\"><span><span class=\"sw div\"></span>divergence</span>"
                     "<span><span class=\"sw\"></span>operand</span><span><span class=\"sw ctx\"></span>context</span>"
-                    "<span><span class=\"sw link\"></span>relation link (view)</span>"
+                    "<span><span class=\"sw link\"></span>relation link (its view in blue in the distributed node)</span>"
                     "<span class=\"muted\">dashed boxes: collapsed context</span></figcaption></figure>\n");
         if (f->truncated) {
             sb_puts(&b, "<div class=\"note\">");

@@ -969,6 +969,116 @@ static void test_fold(const trace_set *s) {
     report_site_free(&site);
 }
 
+typedef struct { double x0, y0, x1, y1; } box;
+
+/* The bounding box of the numbers in an SVG path's d or a polygon's points
+ * (pairs x,y) from p to the closing quote. */
+static box coords_box(const char *p) {
+    box b = {1e30, 1e30, -1e30, -1e30};
+    const char *end = strchr(p, '"');
+    int k = 0;
+    while (p < end) {
+        if ((*p >= '0' && *p <= '9') || *p == '-' || *p == '.') {
+            char *q;
+            double v = strtod(p, &q);
+            if (q == p) {
+                p++;
+                continue;
+            }
+            if (k % 2 == 0) b.x0 = v < b.x0 ? v : b.x0, b.x1 = v > b.x1 ? v : b.x1;
+            else b.y0 = v < b.y0 ? v : b.y0, b.y1 = v > b.y1 ? v : b.y1;
+            k++;
+            p = q;
+        } else p++;
+    }
+    return b;
+}
+
+static double attr_num(const char *el, const char *name) {
+    char k[32];
+    snprintf(k, sizeof k, " %s=\"", name);
+    const char *p = strstr(el, k);
+    return p ? strtod(p + strlen(k), NULL) : 0;
+}
+
+/* Texts of the edges of one SVG (labels) that overlap a node's box (text width estimated
+ * at 0.6 em a character, generous); returns how many. */
+static size_t label_overlaps(const char *svg, const char *end, size_t *labels) {
+    box nodes[256];
+    size_t nn = 0, bad = 0;
+    for (const char *g = svg; (g = strstr(g, "class=\"node ")) && g < end && nn < 256; g++) {
+        const char *sh = strstr(g, " d=\""), *pl = strstr(g, " points=\""), *ge = strstr(g, "</g>");
+        const char *c = sh && (!pl || sh < pl) ? sh + 4 : pl ? pl + 9 : NULL;
+        if (c && c < ge) nodes[nn++] = coords_box(c);
+    }
+    for (const char *g = svg; (g = strstr(g, "class=\"edge ")) && g < end; g++) {
+        const char *tx = strstr(g, "<text "), *ge = strstr(g, "</g>");
+        if (!tx || tx > ge) continue;
+        const char *gt = strchr(tx, '>'), *te = strstr(gt, "</text>");
+        double fs = attr_num(tx, "font-size"), x = attr_num(tx, "x"), y = attr_num(tx, "y");
+        double w = (double)(te - gt - 1) * fs * 0.6;
+        if (strstr(tx, "text-anchor=\"middle\"") && strstr(tx, "text-anchor=\"middle\"") < gt) x -= w / 2;
+        box l = {x, y - fs, x + w, y + fs * 0.25};
+        (*labels)++;
+        for (size_t i = 0; i < nn; i++)
+            if (l.x0 < nodes[i].x1 && nodes[i].x0 < l.x1 && l.y0 < nodes[i].y1 && nodes[i].y0 < l.y1) bad++;
+    }
+    return bad;
+}
+
+/* Subgraphs show why: a node whose instruction's HLO the finding holds shows
+ * its type (a dtype mismatch shows both element types), every relation's
+ * view is written (in the distributed node it reaches), and no edge's text
+ * is drawn over a node. */
+static void test_subgraphs(const trace_set *s) {
+    report_site site;
+    if (!render(&site, s->t, s->n)) return;
+    rnames names;
+    rn_build(&names, s->t, s->n);
+    size_t pictures = 0, labels = 0, typed = 0, views = 0;
+    for (size_t p = 0; p < s->n; p++)
+        for (size_t i = 0; i < s->t[p]->n_findings; i++) {
+            const trace_finding *f = &s->t[p]->findings[i];
+            char file[512];
+            snprintf(file, sizeof file, "finding-%s.html", names.finding[p][i]);
+            const report_file *pf = find_file(&site, file);
+            const char *svg = pf ? strstr(pf->data.s, "<svg") : NULL, *end = svg ? strstr(svg, "</svg>") : NULL;
+            if (!svg || !end) continue;
+            pictures++;
+            t_case("report_ci subgraph %s %s: labels clear of nodes", s->t[p]->name, f->id);
+            size_t bad = label_overlaps(svg, end, &labels);
+            CHECK_MSG(bad == 0, "%zu edge labels over a node", bad);
+            for (size_t k = 0; k < f->n_links; k++) {
+                strbuf v;
+                sb_init(&v);
+                sb_putc(&v, '>');
+                esc_html(&v, f->links[k].view);
+                sb_puts(&v, "</text>");
+                bool drawn = memmem(svg, (size_t)(end - svg), v.s, v.len) != NULL;
+                sb_free(&v);
+                /* a link to a node the cap left out is not drawn */
+                if (drawn) views++;
+            }
+            if (f->kind != KIND_DTYPE_MISMATCH || !f->base.present) continue;
+            t_case("report_ci subgraph %s %s: both element types shown", s->t[p]->name, f->id);
+            const trace_site *st[2] = {&f->dist, &f->base};
+            for (int k = 0; k < 2; k++) {
+                const char *eq = strstr(st[k]->hlo, " = "), *sp = eq ? strpbrk(eq + 3, "{ ") : NULL;
+                if (!CHECK(eq && sp)) continue;
+                char ty[96];
+                snprintf(ty, sizeof ty, ">%.*s</text>", (int)(sp - eq - 3), eq + 3);
+                CHECK_MSG(memmem(svg, (size_t)(end - svg), ty, strlen(ty)) != NULL, "%s not drawn", ty);
+            }
+            typed++;
+        }
+    t_case("report_ci subgraphs drawn");
+    CHECK_MSG(pictures >= 30 && views >= 30 && typed >= 10, "%zu pictures, %zu views, %zu typed", pictures, views, typed);
+    printf("report_ci: %zu subgraphs (%zu edge labels, none over a node), %zu relation views written, %zu dtype "
+           "mismatches show both types\n", pictures, labels, views, typed);
+    rn_free(&names);
+    report_site_free(&site);
+}
+
 void suite_report_ci(void);
 void suite_report_ci(void) {
     trace_set s = all_traces();
@@ -984,5 +1094,6 @@ void suite_report_ci(void) {
     test_compare(&s);
     test_search_and_stamp(&s);
     test_fold(&s);
+    test_subgraphs(&s);
     set_free(&s);
 }
