@@ -15,7 +15,9 @@
  *     again gives the same verdict and findings;
  *   - --compare: new, fixed and unchanged findings matched by identity;
  *   - search and stamp: rows findable by kind, file and op_name; every page
- *     says what made it, from what and when. */
+ *     says what made it, from what and when;
+ *   - pair pages fold runs of memo hits; subgraphs show types and views,
+ *     no text over a node; axe-core finds no violation (tests/axe.sh). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1079,6 +1081,41 @@ static void test_subgraphs(const trace_set *s) {
     report_site_free(&site);
 }
 
+/* axe-core finds no accessibility violation on the index, a pair page with
+ * the UNVERIFIED badge and a finding page (tests/axe.sh, when Chromium is
+ * present and axe-core installs). */
+static void test_axe(const trace_set *s) {
+    report_site site;
+    if (!render(&site, s->t, s->n)) return;
+    t_case("report_ci axe-core on the index, a pair and a finding page");
+    system("rm -rf build/report-ci-axe && mkdir -p build/report-ci-axe");
+    const char *want[3] = {"index.html", "pair-tiny-moe.expert_parallel.ep4.html", NULL};
+    for (size_t i = 0; i < site.n && !want[2]; i++)
+        if (strncmp(site.files[i].name, "finding-wrong-reduction-", 24) == 0) want[2] = site.files[i].name;
+    strbuf cmd;
+    sb_init(&cmd);
+    sb_puts(&cmd, "sh tests/axe.sh");
+    for (int k = 0; k < 3; k++) {
+        const report_file *f = want[k] ? find_file(&site, want[k]) : NULL;
+        if (!CHECK_MSG(f != NULL, "no page %s", want[k] ? want[k] : "finding")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "build/report-ci-axe/%s", f->name);
+        FILE *o = fopen(path, "wb");
+        if (!CHECK(o != NULL)) continue;
+        fwrite(f->data.s, 1, f->data.len, o);
+        fclose(o);
+        sb_printf(&cmd, " %s", path);
+    }
+    sb_puts(&cmd, " 2>&1");
+    int st = 0;
+    char *out = t_run(cmd.s, &st);
+    printf("report_ci: %s", out ? out : "");
+    CHECK_MSG(st == 0, "%s", out ? out : "");
+    free(out);
+    sb_free(&cmd);
+    report_site_free(&site);
+}
+
 void suite_report_ci(void);
 void suite_report_ci(void) {
     trace_set s = all_traces();
@@ -1095,5 +1132,6 @@ void suite_report_ci(void) {
     test_search_and_stamp(&s);
     test_fold(&s);
     test_subgraphs(&s);
+    test_axe(&s);
     set_free(&s);
 }
