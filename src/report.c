@@ -1125,6 +1125,56 @@ static void pager(rctx *c, strbuf *b, size_t g) {
     sb_puts(b, "</nav>\n");
 }
 
+/* Whether the finding's subgraph or sites hold an instruction named n
+ * (len bytes). */
+static bool in_picture(const trace_finding *f, const char *n, size_t len) {
+    const char *names[2] = {f->dist.instruction, f->base.present ? f->base.instruction : NULL};
+    for (int i = 0; i < 2; i++)
+        if (names[i] && strlen(names[i]) == len && memcmp(names[i], n, len) == 0) return true;
+    for (size_t i = 0; i < f->n_nodes; i++)
+        if (strlen(f->nodes[i].label) == len && memcmp(f->nodes[i].label, n, len) == 0) return true;
+    return false;
+}
+
+/* A note naming the instructions the message names (name.N, %name.N) that
+ * the subgraph the trace records does not hold, so a reader does not look
+ * for them in the picture. */
+static void unshown_names(strbuf *b, const trace_finding *f) {
+    strbuf miss;
+    sb_init(&miss);
+    size_t n = 0;
+    for (const char *p = f->message; *p;) {
+        bool start = p == f->message || !(p[-1] == '_' || p[-1] == '.' || p[-1] == '-' || (p[-1] >= 'a' && p[-1] <= 'z') ||
+                                          (p[-1] >= 'A' && p[-1] <= 'Z') || (p[-1] >= '0' && p[-1] <= '9'));
+        const char *q = p + (*p == '%');
+        if (!start || !((*q >= 'a' && *q <= 'z') || *q == '_')) {
+            p++;
+            continue;
+        }
+        const char *e = q;
+        while ((*e >= 'a' && *e <= 'z') || (*e >= 'A' && *e <= 'Z') || (*e >= '0' && *e <= '9') || *e == '_' || *e == '-' ||
+               (*e == '.' && e[1] >= '0' && e[1] <= '9') || (*e == '.' && strncmp(e, ".clone", 6) == 0))
+            e++;
+        const char *dot = memchr(q, '.', (size_t)(e - q));
+        if (dot && dot[1] >= '0' && dot[1] <= '9' && !in_picture(f, q, (size_t)(e - q)) &&
+            !(miss.s && memmem(miss.s, miss.len, q, (size_t)(e - q)))) {
+            if (n++) sb_puts(&miss, ", ");
+            sb_puts(&miss, "<code>");
+            strbuf nm;
+            sb_init(&nm);
+            sb_put(&nm, q, (size_t)(e - q));
+            esc_html(&miss, nm.s);
+            sb_free(&nm);
+            sb_puts(&miss, "</code>");
+        }
+        p = e > p ? e : p + 1;
+    }
+    if (n)
+        sb_printf(b, "<div class=\"note\">Named in the message but not in the subgraph the trace records: %s.</div>\n",
+                  miss.s);
+    sb_free(&miss);
+}
+
 static void page_finding(rctx *c, size_t g) {
     size_t p = c->all[g].p, fi = c->all[g].f;
     const trace *t = c->t[p];
@@ -1200,6 +1250,7 @@ static void page_finding(rctx *c, size_t g) {
                     "<span><span class=\"sw\"></span>operand</span><span><span class=\"sw ctx\"></span>context</span>"
                     "<span><span class=\"sw link\"></span>relation link (its view in blue in the distributed node)</span>"
                     "<span class=\"muted\">dashed boxes: collapsed context</span></figcaption></figure>\n");
+        unshown_names(&b, f);
         if (f->truncated) {
             sb_puts(&b, "<div class=\"note\">");
             put(&b, f->truncated);
