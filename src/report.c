@@ -654,22 +654,48 @@ static void findings_table(rctx *c, strbuf *b, size_t p) {
     sb_puts(b, "</tbody></table></div>\n");
 }
 
+/* Runs of consecutive memo hits at least this long fold into one row (a
+ * 126-layer model otherwise lists 120 near-empty rows per table). */
+#define FOLD_MIN 3
+
+/* The end of the run of consecutive memo hits starting at i (i itself when
+ * segment i is not one). */
+static size_t memo_run(const trace *t, size_t i) {
+    size_t j = i;
+    while (j < t->n_segments && t->segments[j].memo_hit) j++;
+    return j;
+}
+
 static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     const trace *t = c->t[p];
     size_t n = t->n_segments;
     if (!n) return;
-    /* Past CHART_MAX_ROWS segments a bar sums `per` consecutive ones (a
-     * memo-hit bar: all of them hits), so the image stays a size a PNG and a
-     * browser take; the timing table keeps every segment. */
-    size_t per = (n + CHART_MAX_ROWS - 1) / CHART_MAX_ROWS, rows = (n + per - 1) / per;
+    /* A run of FOLD_MIN or more memo hits is one bar, as in the tables; past
+     * CHART_MAX_ROWS such rows a bar sums `per` consecutive ones (a memo-hit
+     * bar: all of them hits), so the image stays a size a PNG and a browser
+     * take; the timing table keeps every segment. */
+    size_t *grp = xcalloc(n + 1, sizeof *grp), ng = 0;  /* first segment of each group */
+    for (size_t i = 0, j; i < n; i = j) {
+        j = memo_run(t, i);
+        if (j - i < FOLD_MIN) j = i + 1;
+        grp[ng++] = i;
+    }
+    bool folded = ng < n;
+    size_t per = (ng + CHART_MAX_ROWS - 1) / CHART_MAX_ROWS, rows = (ng + per - 1) / per;
+    size_t *first = xcalloc(rows + 1, sizeof *first);  /* first segment of each bar; first[rows] = n */
+    for (size_t r = 0; r < rows; r++) first[r] = grp[r * per];
+    first[rows] = n;
+    free(grp);
     double (*vals)[CHART_PHASES] = xcalloc(rows, sizeof *vals);
     bool *memo = xcalloc(rows, sizeof *memo);
-    for (size_t r = 0; r < rows; r++) memo[r] = true;
-    for (size_t i = 0; i < n; i++) {
-        const trace_segment *s = &t->segments[i];
-        double *v = vals[i / per];
-        v[0] += s->t_build, v[1] += s->t_lift, v[2] += s->t_saturate, v[3] += s->t_check;
-        memo[i / per] &= s->memo_hit;
+    for (size_t r = 0; r < rows; r++) {
+        memo[r] = true;
+        for (size_t i = first[r]; i < first[r + 1]; i++) {
+            const trace_segment *s = &t->segments[i];
+            double *v = vals[r];
+            v[0] += s->t_build, v[1] += s->t_lift, v[2] += s->t_saturate, v[3] += s->t_check;
+            memo[r] &= s->memo_hit;
+        }
     }
     strbuf png;
     sb_init(&png);
@@ -680,6 +706,7 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     if (!ok) {
         c->failed = true;
         sb_free(&png);
+        free(first);
         return;
     }
     char cls[32];
@@ -691,9 +718,9 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     sb_printf(b, "<figure class=\"panel\"><div class=\"chart %s\"><div class=\"rows\" aria-hidden=\"true\">", cls);
     for (size_t r = 0; r < rows; r++) {
         sb_puts(b, "<div>");
-        put(b, t->segments[r * per].name);
-        size_t last = (r + 1) * per < n ? (r + 1) * per - 1 : n - 1;
-        if (last > r * per) {
+        put(b, t->segments[first[r]].name);
+        size_t last = first[r + 1] - 1;
+        if (last > first[r]) {
             sb_puts(b, " \xe2\x80\xa6 ");
             put(b, t->segments[last].name);
         }
@@ -713,9 +740,13 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     for (int i = 0; i < CHART_PHASES; i++)
         sb_printf(b, "<span><span class=\"sw ph%d\"></span>%s</span>", i, phase[i]);
     sb_puts(b, "<span><span class=\"sw hatch\"></span>memo hit (proof reused)</span>");
-    if (per > 1) sb_printf(b, "<span>each bar sums %zu consecutive segments (%zu in all)</span>", per, n);
+    if (folded) sb_printf(b, "<span>a run of %d or more memo hits is one bar</span>", FOLD_MIN);
+    if (per > 1)
+        sb_printf(b, "<span>each bar sums %zu consecutive %s (%zu in all)</span>", per,
+                  folded ? "rows of the table" : "segments", n);
     sb_puts(b, "</figcaption></figure>\n");
     sb_free(&png);
+    free(first);
 }
 
 /* The heads of the segments and e-graph tables (folded runs repeat them). */
@@ -728,18 +759,6 @@ static const char eg_head[] =
     "<thead><tr><th>Segment</th><th class=\"num\">E-nodes</th><th class=\"num\">E-classes</th>"
     "<th class=\"num\">Iterations</th><th>Stop reason</th><th class=\"num\">Rule firings</th>"
     "<th>Most-fired rules</th></tr></thead>";
-
-/* Runs of consecutive memo hits at least this long fold into one row (a
- * 126-layer model otherwise lists 120 near-empty rows per table). */
-#define FOLD_MIN 3
-
-/* The end of the run of consecutive memo hits starting at i (i itself when
- * segment i is not one). */
-static size_t memo_run(const trace *t, size_t i) {
-    size_t j = i;
-    while (j < t->n_segments && t->segments[j].memo_hit) j++;
-    return j;
-}
 
 /* A row folding segments [i, j) into a <details> (readable without script)
  * holding a table of their own rows, under the same head. */

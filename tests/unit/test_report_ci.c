@@ -953,6 +953,12 @@ static void test_fold(const trace_set *s) {
         if (!runs && !folds) continue;
         t_case("report_ci fold %s: %zu runs of memo hits (%zu segments) folded in both tables", t->name, runs, in_runs);
         CHECK_EQ(folds, 2 * runs);
+        if (runs) CHECK_CONTAINS(f->data.s, "a run of 3 or more memo hits is one bar");
+        /* the chart: one row label per bar, a run's label spans it */
+        size_t bars = 0;
+        const char *rows = strstr(f->data.s, "<div class=\"rows\""), *re = rows ? strstr(rows, "</div></div>") : NULL;
+        for (const char *q = rows ? rows + 5 : NULL; q && (q = strstr(q, "<div>")) && q < re; q++) bars++;
+        CHECK_MSG(bars == t->n_segments - in_runs + runs, "%zu bars for %zu segments in %zu runs", bars, t->n_segments, runs);
         for (size_t i = 0; i < t->n_segments; i++) {
             strbuf k;
             sb_init(&k);
