@@ -134,13 +134,11 @@ typedef struct {
 } fcount;
 
 static void fc_add(fcount *fc, const trace *t) {
-    int64_t listed[KIND_COUNT] = {0};
-    for (size_t i = 0; i < t->n_findings; i++) listed[t->findings[i].kind]++;
-    for (int k = 0; k < KIND_COUNT; k++) {
-        int64_t all = t->kind_counts[k] > listed[k] ? t->kind_counts[k] : listed[k];
-        fc->kind_total[k] += all, fc->kind_listed[k] += listed[k];
-        fc->total += all, fc->listed += listed[k];
-    }
+    int64_t all[KIND_COUNT];
+    fc->total += trace_count_findings(t, all);
+    fc->listed += (int64_t)t->n_findings;
+    for (int k = 0; k < KIND_COUNT; k++) fc->kind_total[k] += all[k];
+    for (size_t i = 0; i < t->n_findings; i++) fc->kind_listed[t->findings[i].kind]++;
 }
 
 /* "188", or "188 (84 listed)" when fewer are listed than counted. */

@@ -9,13 +9,6 @@
 
 static const char *jstr(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
 
-static long long total_of(const trace *t) {
-    long long n = 0, listed[KIND_COUNT] = {0};
-    for (size_t i = 0; i < t->n_findings; i++) listed[t->findings[i].kind]++;
-    for (int k = 0; k < KIND_COUNT; k++) n += t->kind_counts[k] > listed[k] ? t->kind_counts[k] : listed[k];
-    return n;
-}
-
 static json_t *old_pair(json_t *pairs, const char *name, bool *used) {
     for (size_t i = 0; i < json_array_size(pairs); i++) {
         const char *nm = jstr(json_array_get(pairs, i), "name");
@@ -77,7 +70,7 @@ bool rc_build(rc_diff *r, const char *text, size_t len, const char *label, trace
         rp->name = t[p]->name;
         rp->p = p;
         rp->new_wall = t[p]->wall_ms;
-        rp->new_total = total_of(t[p]);
+        rp->new_total = trace_count_findings(t[p], NULL);
         if (!op) {
             rp->status = RC_NEW_PAIR;
             r->pairs_new++;

@@ -383,6 +383,12 @@ void sarif_write(strbuf *out, trace *const *traces, size_t n, const rnames *name
     tc_free(&cache);
     json_object_set_new(run, "results", results);
     json_object_set_new(run, "columnKind", json_string("unicodeCodePoints"));
+    /* results are the listed findings; the traces count more where a kind
+     * repeats (summary.findings), as summary.json says too */
+    long long total = 0, listed = 0;
+    for (size_t p = 0; p < n; p++) total += trace_count_findings(traces[p], NULL), listed += (long long)traces[p]->n_findings;
+    json_object_set_new(run, "properties", json_pack("{s:I,s:I}", "findings", (json_int_t)total, "findingsListed",
+                                                     (json_int_t)listed));
     json_t *runs = json_array();
     json_array_append_new(runs, run);
     json_object_set_new(root, "runs", runs);

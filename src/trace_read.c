@@ -508,6 +508,17 @@ trace *trace_read_file(const char *path, diag *d) {
     return t;
 }
 
+int64_t trace_count_findings(const trace *t, int64_t kinds[KIND_COUNT]) {
+    int64_t listed[KIND_COUNT] = {0}, sum = 0;
+    for (size_t i = 0; i < t->n_findings; i++) listed[t->findings[i].kind]++;
+    for (int k = 0; k < KIND_COUNT; k++) {
+        int64_t all = t->kind_counts[k] > listed[k] ? t->kind_counts[k] : listed[k];
+        if (kinds) kinds[k] = all;
+        sum += all;
+    }
+    return sum;
+}
+
 void trace_free(trace *t) {
     if (!t) return;
     arena_free(&t->mem);

@@ -159,4 +159,9 @@ trace *trace_read_file(const char *path, diag *d);
 trace *trace_read_buffer(const char *buf, size_t n, const char *name, diag *d);
 void trace_free(trace *t);
 
+/* Findings the trace counts: per kind summary.findings, never fewer than the
+ * findings array lists of that kind (an older or hand-made trace). Fills
+ * kinds (may be NULL) and returns their sum. */
+int64_t trace_count_findings(const trace *t, int64_t kinds[KIND_COUNT]);
+
 #endif

@@ -581,6 +581,12 @@ static void test_counts(const trace_set *s) {
         }
     }
     json_decref(j);
+    const report_file *sf = find_file(&site, "results.sarif");
+    j = sf ? json_loadb(sf->data.s, sf->data.len, 0, NULL) : NULL;
+    CHECK_MSG(jint(j, "runs.0.properties.findings") == total && jint(j, "runs.0.properties.findingsListed") == listed,
+              "results.sarif run properties: %lld, %lld listed", (long long)jint(j, "runs.0.properties.findings"),
+              (long long)jint(j, "runs.0.properties.findingsListed"));
+    json_decref(j);
     CHECK_MSG(total > listed, "the samples list all %lld findings: nothing to test", total);
     char want[128];
     t_case("report_ci counts: index.html shows %lld findings, %lld listed", total, listed);
