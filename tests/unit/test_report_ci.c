@@ -681,7 +681,7 @@ static void test_bundle(const trace_set *s) {
         XGROW(v, cap, ids + 1);
         v[ids++] = strndup(a, (size_t)(e - a));
     }
-    qsort(v, ids, sizeof *v, cmp_str);
+    if (ids) qsort(v, ids, sizeof *v, cmp_str);
     for (size_t i = 1; i < ids; i++)
         if (strcmp(v[i], v[i - 1]) == 0) {
             if (dups++ < 5) CHECK_MSG(false, "id \"%s\" repeats", v[i]);
