@@ -5,6 +5,7 @@
   var doc = document.documentElement;
   window.addEventListener("error", function (e) { doc.setAttribute("data-js-error", String(e.message)); });
   function key(td) {
+    if (!td) return { s: "" };  /* a folded run's row has one cell */
     var v = td.getAttribute("data-v");
     if (v !== null && v !== "" && !isNaN(+v)) return { n: +v };
     return { s: (v !== null ? v : td.textContent).trim().toLowerCase() };
@@ -45,7 +46,8 @@
       var rows = table.tBodies[0].rows;
       for (var i = 0; i < rows.length; i++) {
         var r = rows[i];
-        var ok = (!q || r.textContent.toLowerCase().indexOf(q) >= 0) && (!v || r.getAttribute("data-verdict") === v);
+        var hay = (r.textContent + " " + (r.getAttribute("data-search") || "")).toLowerCase();
+        var ok = (!q || hay.indexOf(q) >= 0) && (!v || r.getAttribute("data-verdict") === v);
         r.hidden = !ok;
         if (ok) shown++;
       }
@@ -56,9 +58,19 @@
     box.hidden = false;
     apply();
   });
-  var sel = -1;
-  function rowsOf() {
-    var t = document.querySelector("table.nav");
+  /* The page the keys act on: the document, or in a single-file bundle the
+   * section at the top of the window. */
+  function scope() {
+    var secs = document.querySelectorAll("section.page"), cur = document;
+    for (var i = 0; i < secs.length; i++) {
+      if (i && secs[i].getBoundingClientRect().top > 80) break;
+      cur = secs[i];
+    }
+    return cur;
+  }
+  var sel = -1, selScope = null;
+  function rowsOf(sc) {
+    var t = sc.querySelector("table.nav");
     return t ? Array.prototype.filter.call(t.tBodies[0].rows, function (r) { return !r.hidden; }) : [];
   }
   document.addEventListener("keydown", function (e) {
@@ -67,9 +79,15 @@
     if (tag === "INPUT" || tag === "SELECT" || tag === "TEXTAREA") return;
     var k = e.key;
     if (k !== "j" && k !== "k" && k !== "Enter") return;
-    var link = document.querySelector(k === "j" ? "a[rel~=next]" : "a[rel~=prev]");
+    var sc = scope();
+    var link = sc.querySelector(k === "j" ? "a[rel~=next]" : "a[rel~=prev]");
     if (k !== "Enter" && link) { link.click(); e.preventDefault(); return; }
-    var rows = rowsOf();
+    if (sc !== selScope) {
+      if (selScope) Array.prototype.forEach.call(selScope.querySelectorAll("tr.sel"), function (r) { r.classList.remove("sel"); });
+      sel = -1;
+      selScope = sc;
+    }
+    var rows = rowsOf(sc);
     if (!rows.length) return;
     if (k === "Enter") {
       if (sel >= 0 && rows[sel]) { var a = rows[sel].querySelector("a"); if (a) a.click(); }
@@ -80,6 +98,24 @@
     rows[sel].classList.add("sel");
     rows[sel].scrollIntoView({ block: "nearest" });
     e.preventDefault();
+  });
+  Array.prototype.forEach.call(document.querySelectorAll(".cmd button.copy"), function (b) {
+    var code = b.parentNode.querySelector("code");
+    if (!code) return;
+    b.hidden = false;
+    b.addEventListener("click", function () {
+      var text = code.textContent, done = function () { b.textContent = "Copied"; };
+      if (navigator.clipboard && navigator.clipboard.writeText) {
+        navigator.clipboard.writeText(text).then(done, function () { b.textContent = "Select and copy"; });
+        return;
+      }
+      var r = document.createRange();
+      r.selectNodeContents(code);
+      var s = window.getSelection();
+      s.removeAllRanges();
+      s.addRange(r);
+      b.textContent = "Selected: press Ctrl+C";
+    });
   });
   doc.setAttribute("data-js", "ok");
 })();

@@ -91,10 +91,13 @@ bool chart_png(strbuf *out, const double (*values)[CHART_PHASES], const bool *ha
             fill(&c, x0, y0, x1, y1, (unsigned char)(PX_PHASE0 + p));
         }
         if (hatched && hatched[i]) {
-            /* Memo hit: a hatched band the width of the plot, so the row reads
-             * "reused" even when its bar is too short to see. */
+            /* Memo hit: a short hatched tab right after its bar, so the row
+             * reads "reused" even when the bar is too short to see, without
+             * looking like a long bar itself. */
+            int from = 2 + (int)lround(acc / axis->max * (c.w - 4)), to = from + CHART_MEMO_TAB_PX * scale;
+            if (to > c.w) to = c.w;
             for (int y = y0; y < y1; y++)
-                for (int x = 2; x < c.w; x++)
+                for (int x = from; x < to; x++)
                     if (((x + y) % (8 * scale)) < (3 * scale + 1) / 2) {
                         unsigned char *px = c.px + (size_t)y * c.w + x;
                         if (*px == PX_CLEAR) *px = PX_HATCH;

@@ -6,7 +6,8 @@
  * The PNG holds no text: the report writes segment names, tick labels and the
  * legend in HTML next to it, using the geometry returned in chart_axis (rows of
  * CHART_ROW_PX device pixels, CHART_SCALE device pixels per CSS pixel, ticks at
- * fractions of the width). Memo-hit rows are hatched. Same input, same bytes.
+ * fractions of the width). A memo-hit row has a short hatched tab after its
+ * bar (CHART_MEMO_TAB_PX wide). Same input, same bytes.
  */
 #ifndef SCALIFY_CHART_H
 #define SCALIFY_CHART_H
@@ -20,6 +21,7 @@
 #define CHART_PHASES 4
 #define CHART_SCALE 2      /* device pixels per CSS pixel (crisp on HiDPI) */
 #define CHART_ROW_PX 48    /* device pixels per row: 24 CSS px */
+#define CHART_MEMO_TAB_PX 16  /* CSS pixels of the hatched tab that marks a memo hit */
 #define CHART_WIDTH_PX 1400
 #define CHART_HIDPI_ROWS 80
 #define CHART_MAX_TICKS 12

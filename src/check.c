@@ -520,6 +520,24 @@ static bool load_both(const check_opts *o, side *B, side *D, diag *d) {
     return jb.ok && jd.ok;
 }
 
+/* The command line that checks this pair again as it was checked (the same
+ * options that shape the trace; -j and -o do not), paths as given. The
+ * default rules (found beside the binary) are left to the default: the
+ * trace's rules_digest says which rules were in force. */
+static json_t *command_json(const check_opts *o) {
+    json_t *c = json_array();
+    const char *fixed[] = {"scalify", "check", "--baseline", o->baseline, "--distributed", o->distributed};
+    for (size_t i = 0; i < ARRAY_LEN(fixed); i++) json_array_append_new(c, json_string(fixed[i]));
+    const char *opt[][2] = {{"--relations", o->relations}, {"--source-root", o->source_root},
+                            {"--rules", o->rules_given ? o->rules_dir : NULL}, {"--name", o->name}};
+    for (size_t i = 0; i < ARRAY_LEN(opt); i++)
+        if (opt[i][1]) json_array_append_new(c, json_string(opt[i][0])), json_array_append_new(c, json_string(opt[i][1]));
+    if (!o->relations) json_array_append_new(c, json_string("--auto-relations"));
+    if (o->witness) json_array_append_new(c, json_string("--witness"));
+    if (o->no_memo) json_array_append_new(c, json_string("--no-memo"));
+    return c;
+}
+
 int check_pair(const check_opts *o, json_t **trace, diag *d) {
     peak_rss_reset(); /* each pair of a batch reports its own peak */
     double t0 = now_ms(), c0 = cpu_ms();
@@ -852,6 +870,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     for (uint32_t i = 0; i < rel.mesh.naxes; i++) json_object_set_new(mj, rel.mesh.names[i], json_integer(rel.mesh.sizes[i]));
     json_object_set_new(pair, "mesh", mj);
     json_object_set_new(pair, "relations_file", o->relations ? json_string(o->relations) : json_null());
+    json_object_set_new(pair, "command", command_json(o));
     json_t *rj = json_object();
     for (uint32_t k = 0; k < rel.ninputs; k++) {
         strbuf b;

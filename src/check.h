@@ -47,6 +47,7 @@ typedef struct check_opts {
     bool no_memo;                 /* lift every segment (no memo hits): for comparison */
     int jobs;                     /* threads (≥ 2: both modules are read at once) */
     const char *rules_dir;        /* rewrite rules to saturate with when terms do not meet; NULL: none */
+    bool rules_given;             /* rules_dir came from --rules (the trace's command repeats it) */
 } check_opts;
 
 /* Runs one check. Returns the verdict; *trace gets the trace unless the verdict

@@ -405,6 +405,7 @@ int cli_check(int argc, char **argv) {
                 return EXIT_INPUT;
             }
             *slot = argv[++i];
+            o.rules_given |= slot == &o.rules_dir;
         } else if (!strcmp(a, "--auto-relations")) {
             o.auto_relations = true;
         } else if (!strcmp(a, "--witness")) {

@@ -1,20 +1,25 @@
-/* scalify report TRACE... -o DIR [--single-file FILE] [--title T] [--templates DIR] */
+/* scalify report TRACE... -o DIR [--single-file FILE] [--title T] [--templates DIR] [--compare OLD] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "io.h"
 #include "report.h"
+#include "report_compare.h"
 #include "scalify.h"
 #include "template.h"
 #include "trace_read.h"
 
 const char cli_report_usage[] =
-    "usage: scalify report TRACE... -o DIR [--single-file FILE] [--title T] [--templates DIR]\n"
+    "usage: scalify report TRACE... -o DIR [--single-file FILE] [--title T] [--templates DIR] [--compare OLD]\n"
     "  writes DIR/index.html, a page per pair and per finding, summary.json,\n"
     "  results.sarif and junit.xml; --single-file also bundles every page into FILE.\n"
     "  --templates (or env SCALIFY_HOME) names the tree holding templates/ and assets/.\n"
+    "  --compare OLD: an earlier report (its folder, or its summary.json): compare.html and compare.json\n"
+    "  mark each finding new, fixed or unchanged (matched by identity, not id) and each pair's verdict\n"
+    "  and time before and now.\n"
     "  The site is written to DIR/.scalify-new-XXXXXX first and moved into DIR, under a lock on DIR,\n"
     "  only once complete: a failed write (exit 2) leaves the previous site as it was.\n"
     "  FILE is written as check's -o writes (regular file replaced once complete, symlink followed,\n"
@@ -27,7 +32,7 @@ static int usage_error(const char *msg) {
 }
 
 int cli_report(int argc, char **argv) {
-    const char *out = NULL, *single = NULL, *title = NULL;
+    const char *out = NULL, *single = NULL, *title = NULL, *compare = NULL;
     const char **files = calloc((size_t)argc + 1, sizeof *files);
     size_t nf = 0;
     for (int i = 0; i < argc; i++) {
@@ -42,6 +47,9 @@ int cli_report(int argc, char **argv) {
         } else if (strcmp(a, "--title") == 0) {
             if (!has_val) return free(files), usage_error("--title needs a value");
             title = argv[++i];
+        } else if (strcmp(a, "--compare") == 0) {
+            if (!has_val) return free(files), usage_error("--compare needs an earlier report's folder or summary.json");
+            compare = argv[++i];
         } else if (strcmp(a, "--templates") == 0) {
             if (!has_val) return free(files), usage_error("--templates needs a directory");
             tpl_set_root(argv[++i]);
@@ -66,6 +74,24 @@ int cli_report(int argc, char **argv) {
         }
         cli_flush_diag(&d);
     }
+    /* the earlier report: its summary.json, checked before anything renders */
+    char *old = NULL;
+    size_t old_len = 0;
+    strbuf old_path;
+    sb_init(&old_path);
+    if (compare) {
+        struct stat st;
+        sb_puts(&old_path, compare);
+        if (stat(compare, &st) == 0 && S_ISDIR(st.st_mode)) sb_puts(&old_path, "/summary.json");
+        diag d;
+        diag_init(&d, old_path.s);
+        old = io_read_file(old_path.s, &old_len, NULL, &d);
+        rc_diff probe;
+        if (old && rc_build(&probe, old, old_len, old_path.s, NULL, 0, NULL, &d)) rc_free(&probe);
+        else bad++;
+        if (!old && !d.count) diag_plain(&d, "cannot read %s", old_path.s);
+        cli_flush_diag(&d);
+    }
     int rc = EXIT_VERIFIED;
     if (bad) rc = EXIT_INPUT;
     for (int pass = 0; rc == EXIT_VERIFIED && pass < 2; pass++) {
@@ -73,7 +99,8 @@ int cli_report(int argc, char **argv) {
         if (pass == 1 && !single) continue;
         diag d;
         diag_init(&d, pass ? single : out);
-        report_opts o = {title, pass == 1};
+        report_opts o = {.title = title, .single_file = pass == 1, .compare_text = old, .compare_len = old_len,
+                         .compare_label = compare};
         report_site site;
         if (!report_render(&site, traces, nf, &o, &d)) rc = EXIT_INTERNAL;
         else if (pass == 0 && !report_write_dir(&site, out, &d)) rc = EXIT_INPUT;
@@ -82,6 +109,8 @@ int cli_report(int argc, char **argv) {
         report_site_free(&site);
         cli_flush_diag(&d);
     }
+    free(old);
+    sb_free(&old_path);
     for (size_t i = 0; i < nf; i++) trace_free(traces[i]);
     free(traces);
     free(files);

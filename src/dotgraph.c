@@ -123,6 +123,32 @@ static void id_register(void *state, int objtype, void *obj) { (void)state, (voi
 
 static Agiddisc_t seq_id_disc = {id_open, id_map, id_alloc, id_free, id_print, id_close, id_register};
 
+/* The type of an HLO instruction line "%name = f16[2,16]{1,0} op(…)" without
+ * its layout ("f16[2,16]"); 0 when the line is not of that form or is a
+ * tuple. */
+static size_t hlo_type(const char *hlo, const char **ty) {
+    const char *eq = hlo ? strstr(hlo, " = ") : NULL;
+    if (!eq) return 0;
+    const char *p = eq + 3, *e = p;
+    if (*p == '(') return 0;
+    while (*e && *e != ' ' && *e != '{') e++;
+    *ty = p;
+    return (size_t)(e - p);
+}
+
+/* A node's type, when the finding holds its instruction's HLO text (its
+ * sites and involved instructions); 0 when unknown. */
+static size_t node_type(const trace_finding *f, const trace_node *tn, const char **ty) {
+    const trace_site *sites[2] = {&f->base, &f->dist};
+    const trace_site *st = sites[tn->side == SIDE_DISTRIBUTED];
+    if (st->present && st->instruction && strcmp(st->instruction, tn->label) == 0) return hlo_type(st->hlo, ty);
+    for (size_t k = 0; k < f->n_involved; k++)
+        if (f->involved[k].side == tn->side && f->involved[k].instruction &&
+            strcmp(f->involved[k].instruction, tn->label) == 0)
+            return hlo_type(f->involved[k].hlo, ty);
+    return 0;
+}
+
 bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_note, diag *d) {
     *cut_note = NULL;
     size_t n = f->n_nodes;
@@ -164,7 +190,7 @@ bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_
     set(g, "bgcolor", "transparent");
     set(g, "fontname", "Helvetica,Arial,sans-serif");
     set(g, "fontsize", "11");
-    set(g, "nodesep", "0.3");
+    set(g, "nodesep", "0.45");
     set(g, "ranksep", "0.4");
     set(g, "pad", "0.15");
     graph_t *cl[2];
@@ -215,6 +241,22 @@ bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_
                 sb_puts(&b, "</B><BR/>");
             }
             put_short(&b, tn->label, 40);
+            const char *ty = NULL;
+            size_t tyn = node_type(f, tn, &ty);
+            if (tyn) {
+                char tbuf[64];
+                snprintf(tbuf, sizeof tbuf, "%.*s", (int)(tyn < 48 ? tyn : 48), ty);
+                sb_puts(&b, "<BR/><FONT POINT-SIZE=\"9\">");
+                put_short(&b, tbuf, 40);
+                sb_puts(&b, "</FONT>");
+            }
+            /* the views relating this distributed value to baseline ones */
+            for (size_t k = 0; tn->side == SIDE_DISTRIBUTED && k < f->n_links; k++) {
+                if (strcmp(f->links[k].to, tn->id) != 0 || !f->links[k].view) continue;
+                sb_puts(&b, "<BR/><FONT POINT-SIZE=\"9\" COLOR=\"#1d4ed8\">");
+                put_short(&b, f->links[k].view, 32);
+                sb_puts(&b, "</FONT>");
+            }
         }
         set_html(g, gn[i], "label", b.s);
         sb_reset(&b);
@@ -266,9 +308,9 @@ bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_
         set(e, "color", "#2563eb");
         set(e, "fontcolor", "#1d4ed8");
         set(e, "class", "edge link");
-        sb_reset(&b);
-        put_short(&b, f->links[i].view, 32);
-        set_html(g, e, "xlabel", b.s);
+        /* The view is written in the distributed node (above), not beside
+         * the link: dot's xlabels land on nodes when the clusters are close,
+         * and labels on links across clusters crash Graphviz 2.43. */
     }
     free(draw);
     free(gn);

@@ -2,8 +2,10 @@
  * Graphviz (cgraph + gvc).
  *
  * Baseline and distributed nodes sit in two clusters side by side; data edges
- * are solid, relation links (baseline ↔ distributed, labelled with the view)
- * dashed; the divergence is highlighted. Context further than DOTG_MAX_HOPS from
+ * are solid, relation links (baseline ↔ distributed) dashed, their views
+ * written in the distributed node they reach; a node whose HLO the finding
+ * holds (its sites, its involved instructions) shows its type (f16[2,16]);
+ * the divergence is highlighted. Context further than DOTG_MAX_HOPS from
  * the divergence is folded into one "N more" node per side, and at most
  * max_nodes nodes are drawn (divergence first, then by distance) — when the cap
  * cuts, *cut_note says so (caller frees, NULL when nothing was cut).

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "chart.h"
@@ -18,6 +19,8 @@
 #include "escape.h"
 #include "io.h"
 #include "junit.h"
+#include "report_compare.h"
+#include "report_names.h"
 #include "sarif.h"
 #include "scalify.h"
 #include "sha256.h"
@@ -36,7 +39,9 @@ typedef struct {
     char *css, *js, *page;
     size_t page_len;
     char *kind_html[KIND_COUNT];
-    char **pair_slug;   /* per pair: "01-name" */
+    char *kind_md[KIND_COUNT];  /* templates/findings/<kind>.md */
+    rnames names;       /* page names (report_names.h) */
+    rc_diff *cmp;       /* --compare: this report against an earlier one; NULL: none */
     /* every finding in report order, for prev/next */
     size_t n_all, cap_all;
     struct fref { size_t p, f; } *all;
@@ -68,16 +73,11 @@ static void href_index(rctx *c, strbuf *b) { sb_puts(b, c->single ? "#index" : "
 
 static void href_pair(rctx *c, strbuf *b, size_t p) {
     sb_puts(b, c->single ? "#pair-" : "pair-");
-    sb_puts(b, c->pair_slug[p]);
+    sb_puts(b, c->names.pair[p]);
     if (!c->single) sb_puts(b, ".html");
 }
 
-static void finding_slug(rctx *c, strbuf *b, size_t p, size_t f) {
-    sb_printf(b, "%02zu-", p + 1);
-    esc_slug(b, c->t[p]->findings[f].id, 24);
-    sb_putc(b, '-');
-    sb_puts(b, trace_kind_name(c->t[p]->findings[f].kind));
-}
+static void finding_slug(rctx *c, strbuf *b, size_t p, size_t f) { sb_puts(b, c->names.finding[p][f]); }
 
 static void href_finding(rctx *c, strbuf *b, size_t p, size_t f) {
     sb_puts(b, c->single ? "#finding-" : "finding-");
@@ -125,6 +125,28 @@ static void fmt_num(strbuf *b, double v) {
 
 static double seg_total(const trace_segment *s) { return s->t_build + s->t_lift + s->t_saturate + s->t_check; }
 
+/* Findings counted (summary.findings: every one) and listed (the trace's
+ * findings array: at most the first 16 of each kind), per kind; a count
+ * never below what is listed. */
+typedef struct {
+    int64_t total, listed;
+    int64_t kind_total[KIND_COUNT], kind_listed[KIND_COUNT];
+} fcount;
+
+static void fc_add(fcount *fc, const trace *t) {
+    int64_t all[KIND_COUNT];
+    fc->total += trace_count_findings(t, all);
+    fc->listed += (int64_t)t->n_findings;
+    for (int k = 0; k < KIND_COUNT; k++) fc->kind_total[k] += all[k];
+    for (size_t i = 0; i < t->n_findings; i++) fc->kind_listed[t->findings[i].kind]++;
+}
+
+/* "188", or "188 (84 listed)" when fewer are listed than counted. */
+static void fmt_count(strbuf *b, int64_t total, int64_t listed) {
+    sb_printf(b, "%lld", (long long)total);
+    if (listed < total) sb_printf(b, " <small>(%lld listed)</small>", (long long)listed);
+}
+
 static void badge(strbuf *b, trace_verdict v) {
     sb_printf(b, "<span class=\"badge %s\">%s</span>", trace_verdict_name(v), trace_verdict_name(v));
 }
@@ -149,6 +171,116 @@ static void card(strbuf *b, const char *cls, const char *label, const char *valu
 
 static void crumb_sep(strbuf *b) { sb_puts(b, "<span class=\"sep\">/</span>"); }
 
+/* ---- the command that checks a pair again ---- */
+
+/* One argument as a POSIX shell reads it back: bare when it is plain, else
+ * in single quotes ('\'' for a quote). */
+static void shell_arg(strbuf *b, const char *a) {
+    bool plain = *a != 0;
+    for (const char *p = a; *p && plain; p++)
+        plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("_./:=@%+,-", *p);
+    if (plain) {
+        sb_puts(b, a);
+        return;
+    }
+    sb_putc(b, '\'');
+    for (const char *p = a; *p; p++) {
+        if (*p == '\'') sb_puts(b, "'\\''");
+        else sb_putc(b, *p);
+    }
+    sb_putc(b, '\'');
+}
+
+/* The pair's check command as text (unescaped); false when the trace does not
+ * record it and it was rebuilt from the paths (options then unknown). */
+static bool check_command(strbuf *b, const trace *t) {
+    if (t->n_command) {
+        for (size_t i = 0; i < t->n_command; i++) {
+            if (i) sb_putc(b, ' ');
+            shell_arg(b, t->command[i]);
+        }
+        return true;
+    }
+    const char *args[] = {"scalify", "check", "--baseline", t->base.path, "--distributed", t->dist.path,
+                          t->relations_file ? "--relations" : "--auto-relations", t->relations_file, "--name", t->name};
+    for (size_t i = 0; i < ARRAY_LEN(args); i++) {
+        if (!args[i]) continue;
+        if (i) sb_putc(b, ' ');
+        shell_arg(b, args[i]);
+    }
+    return false;
+}
+
+/* A "Reproduce" section: the command and a copy button (shown by the script). */
+static void reproduce(strbuf *b, const trace *t) {
+    strbuf cmd;
+    sb_init(&cmd);
+    bool exact = check_command(&cmd, t);
+    sb_puts(b, "<h2 id=\"reproduce\">Reproduce</h2>\n<p class=\"muted\">");
+    sb_puts(b, exact ? "The command that checked this pair, run from the folder it ran in (paths are relative to it):"
+                     : "Rebuilt from the trace's paths (this trace does not record its command, so options such as "
+                       "<code>--witness</code> or <code>--source-root</code> may be missing):");
+    sb_puts(b, "</p>\n<div class=\"cmd\"><pre><code>");
+    put(b, cmd.s);
+    sb_puts(b, "</code></pre><button type=\"button\" class=\"copy\" hidden>Copy</button></div>\n");
+    sb_free(&cmd);
+}
+
+/* ---- where the report comes from ---- */
+
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The digest of the traces as a set: SHA-256 over their files' digests,
+ * sorted (argument order does not matter); "" when one was not read from a
+ * file. */
+static void traces_digest(char out[72], trace *const *t, size_t n) {
+    out[0] = 0;
+    char **v = xcalloc(n + 1, sizeof *v);
+    bool all = true;
+    for (size_t i = 0; i < n; i++) v[i] = t[i]->source_sha256, all &= t[i]->source_sha256[0] != 0;
+    if (all && n) {
+        qsort(v, n, sizeof *v, cmp_cstr);
+        strbuf b;
+        sb_init(&b);
+        for (size_t i = 0; i < n; i++) sb_puts(&b, v[i]);
+        uint8_t h[32];
+        sha256(b.s, b.len, h);
+        strcpy(out, "sha256:");
+        for (int i = 0; i < 32; i++) snprintf(out + 7 + 2 * i, 3, "%02x", h[i]);
+        sb_free(&b);
+    }
+    free(v);
+}
+
+/* When the checks were made: $SOURCE_DATE_EPOCH when set (reproducible
+ * builds), else the newest trace file's modification time; 0: unknown. */
+static int64_t checked_at(trace *const *t, size_t n) {
+    const char *e = getenv("SOURCE_DATE_EPOCH");
+    if (e && *e) return strtoll(e, NULL, 10);
+    int64_t m = 0;
+    for (size_t i = 0; i < n; i++) m = t[i]->source_mtime > m ? t[i]->source_mtime : m;
+    return m;
+}
+
+static void fmt_utc(strbuf *b, int64_t when) {
+    time_t tt = (time_t)when;
+    struct tm tm;
+    char buf[64];
+    if (gmtime_r(&tt, &tm) && strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm)) sb_puts(b, buf);
+}
+
+/* " checked up to <time>, traces sha256:<12 hex>…" (plain text, for the footer). */
+static void stamp(strbuf *b, trace *const *t, size_t n) {
+    int64_t when = checked_at(t, n);
+    if (when > 0) {
+        sb_puts(b, ", checked up to ");
+        fmt_utc(b, when);
+    }
+    char dg[72];
+    traces_digest(dg, t, n);
+    if (dg[0]) sb_printf(b, " (traces %.19s\xe2\x80\xa6)", dg);
+}
+
 /* ---- page assembly: template + CSP ---- */
 
 static void csp_hash(strbuf *b, const char *s, size_t n) {
@@ -159,6 +291,42 @@ static void csp_hash(strbuf *b, const char *s, size_t n) {
     sb_putc(b, '\'');
 }
 
+/* Whether a fragment names a page of the bundle (its section), not an
+ * element within a page. */
+static bool is_section_ref(const char *v, size_t n) {
+    return (n == 5 && memcmp(v, "index", 5) == 0) || (n == 7 && memcmp(v, "compare", 7) == 0) ||
+           (n > 5 && memcmp(v, "pair-", 5) == 0) ||
+           (n > 8 && memcmp(v, "finding-", 8) == 0);
+}
+
+/* Copies a page body into the bundle with its element ids scoped to its
+ * section: id="x" becomes id="<anchor>:x" (a page's headings and Graphviz's
+ * node1/graph0 repeat across pages), and so do the references to them
+ * (href="#x", data-for="x"); links to other pages (#pair-…, #finding-…,
+ * #index, #compare) stay. A colon (valid in XML names, as SVG ids need) never occurs
+ * in an anchor, so scoped ids cannot meet one.
+ * Attribute values are escaped text: a quote ends them. */
+static void bundle_scoped(strbuf *out, const char *anchor, const char *body, size_t n) {
+    static const char *const attrs[] = {" id=\"", " data-for=\"", " href=\"#"};
+    const char *p = body, *end = body + n;
+    while (p < end) {
+        const char *best = NULL;
+        size_t which = 0;
+        for (size_t i = 0; i < ARRAY_LEN(attrs); i++) {
+            const char *q = memmem(p, (size_t)(end - p), attrs[i], strlen(attrs[i]));
+            if (q && (!best || q < best)) best = q, which = i;
+        }
+        if (!best) break;
+        const char *v = best + strlen(attrs[which]), *close = memchr(v, '"', (size_t)(end - v));
+        if (!close) break;
+        sb_put(out, p, (size_t)(v - p));
+        if (!(which == 2 && is_section_ref(v, (size_t)(close - v)))) sb_printf(out, "%s:", anchor);
+        sb_put(out, v, (size_t)(close - v));
+        p = close;
+    }
+    sb_put(out, p, (size_t)(end - p));
+}
+
 /* Emits one page: a file of its own, or a section of the bundle. `anchor` is
  * the section id in a bundle; extra_css holds page-specific rules (chart
  * geometry), so that no element needs a style attribute. */
@@ -166,7 +334,7 @@ static void emit_page(rctx *c, const char *file, const char *anchor, const char 
                       const char *keys, strbuf *body, const char *extra_css) {
     if (c->single) {
         sb_printf(&c->bundle_body, "<section class=\"page\" id=\"%s\">\n", anchor);
-        sb_put(&c->bundle_body, body->s, body->len);
+        bundle_scoped(&c->bundle_body, anchor, body->s ? body->s : "", body->len);
         sb_puts(&c->bundle_body, "</section>\n");
         if (extra_css) sb_puts(&c->bundle_css, extra_css);
         return;
@@ -192,8 +360,9 @@ static void emit_page(rctx *c, const char *file, const char *anchor, const char 
     tpl_set(&vs, "crumbs", crumbs);
     tpl_set(&vs, "keys", keys ? keys : "");
     tpl_set(&vs, "body", body->s ? body->s : "");
-    sb_printf(&ver, "Generated by scalify %s from %zu trace%s. Self-contained page: no network requests.",
-              SCALIFY_VERSION, c->n, c->n == 1 ? "" : "s");
+    sb_printf(&ver, "Generated by scalify %s from %zu trace%s", SCALIFY_VERSION, c->n, c->n == 1 ? "" : "s");
+    stamp(&ver, c->t, c->n);
+    sb_puts(&ver, ". Self-contained page: no network requests.");
     tpl_set(&vs, "footer", ver.s);
     tpl_set(&vs, "script", c->js);
     if (!tpl_render(&out, "page.html", c->page, c->page_len, &vs, c->d)) c->failed = true;
@@ -207,22 +376,104 @@ static void emit_page(rctx *c, const char *file, const char *anchor, const char 
 
 /* ---- index ---- */
 
+/* What a finding can be found by besides its row's text: kind, the source
+ * files and op_names of its sites and involved instructions. */
+static void finding_terms(strbuf *b, const trace_finding *f) {
+    const trace_site *sites[2] = {&f->dist, &f->base};
+    sb_printf(b, " %s", trace_kind_name(f->kind));
+    for (int i = 0; i < 2; i++) {
+        if (!sites[i]->present) continue;
+        if (sites[i]->file) sb_putc(b, ' '), put(b, sites[i]->file);
+        if (sites[i]->op_name) sb_putc(b, ' '), put(b, sites[i]->op_name);
+    }
+    for (size_t k = 0; k < f->n_involved; k++)
+        if (f->involved[k].file) sb_putc(b, ' '), put(b, f->involved[k].file);
+}
+
+/* Every listed finding, filterable by pair, kind, file and op_name. */
+static void all_findings_table(rctx *c, strbuf *b) {
+    if (!c->n_all) return;
+    sb_puts(b, "<h2 id=\"findings\">Findings</h2>\n<div class=\"controls\" data-for=\"findings-table\" hidden>"
+               "<input type=\"search\" placeholder=\"Filter by kind, file, op_name, pair\xe2\x80\xa6\" "
+               "aria-label=\"Filter findings\"><span class=\"count\"></span></div>\n"
+               "<div class=\"table-wrap\"><table id=\"findings-table\" class=\"sortable\"><thead><tr><th>Finding</th>"
+               "<th>Kind</th><th>Source</th><th>op_name</th><th>Message</th></tr></thead><tbody>\n");
+    for (size_t g = 0; g < c->n_all; g++) {
+        size_t p = c->all[g].p, i = c->all[g].f;
+        const trace_finding *f = &c->t[p]->findings[i];
+        sb_puts(b, "<tr data-search=\"");
+        finding_terms(b, f);
+        sb_puts(b, "\"><td class=\"name\"><a href=\"");
+        href_finding(c, b, p, i);
+        sb_puts(b, "\">");
+        put(b, c->t[p]->name);
+        sb_puts(b, " \xc2\xb7 ");
+        put(b, f->id);
+        sb_printf(b, "</a></td><td><span class=\"tag\">%s</span></td><td><code>", trace_kind_name(f->kind));
+        if (f->dist.file) {
+            put(b, f->dist.file);
+            if (f->dist.line > 0) sb_printf(b, ":%lld", (long long)f->dist.line);
+        }
+        sb_puts(b, "</code></td><td><code>");
+        if (f->dist.op_name) put(b, f->dist.op_name);
+        sb_puts(b, "</code></td><td>");
+        put(b, f->message);
+        sb_puts(b, "</td></tr>\n");
+    }
+    sb_puts(b, "</tbody></table></div>\n");
+}
+
+/* What the report was made from: every trace file with its digest, time and
+ * checker, folded (it is long and rarely read). */
+static void provenance(rctx *c, strbuf *b) {
+    char dg[72];
+    traces_digest(dg, c->t, c->n);
+    sb_printf(b, "<h2 id=\"provenance\">Made from</h2>\n<p class=\"muted\">scalify %s rendered %zu trace%s",
+              SCALIFY_VERSION, c->n, c->n == 1 ? "" : "s");
+    if (dg[0]) sb_printf(b, " (their digest, as a set: <code>%s</code>)", dg);
+    int64_t when = checked_at(c->t, c->n);
+    if (when > 0) {
+        sb_puts(b, "; the newest was written ");
+        fmt_utc(b, when);
+    }
+    sb_puts(b, ". Each pair page lists the digests of the programs it compared.</p>\n<details><summary>Traces</summary>"
+               "<div class=\"table-wrap\"><table><thead><tr><th>Trace</th><th>SHA-256</th><th>Written</th>"
+               "<th>Checker</th><th>Rules</th></tr></thead><tbody>\n");
+    for (size_t p = 0; p < c->n; p++) {
+        const trace *t = c->t[p];
+        sb_puts(b, "<tr><td><code>");
+        put(b, t->source);
+        sb_puts(b, "</code></td><td><code>");
+        put(b, t->source_sha256[0] ? t->source_sha256 : "\xe2\x80\x94");
+        sb_puts(b, "</code></td><td>");
+        if (t->source_mtime > 0) fmt_utc(b, t->source_mtime);
+        sb_puts(b, "</td><td>");
+        put(b, t->tool_name);
+        sb_putc(b, ' ');
+        put(b, t->tool_version);
+        sb_puts(b, "</td><td><code>");
+        put(b, t->rules_digest);
+        sb_puts(b, "</code></td></tr>\n");
+    }
+    sb_puts(b, "</tbody></table></div></details>\n");
+}
+
 static void page_index(rctx *c) {
     strbuf b, crumbs;
     sb_init(&b);
     sb_init(&crumbs);
-    size_t by_v[VERDICT_COUNT] = {0}, findings = 0, segs = 0, memo = 0;
-    int64_t kinds[KIND_COUNT] = {0};
+    size_t by_v[VERDICT_COUNT] = {0}, segs = 0, memo = 0;
+    fcount fc = {0};
     double wall = 0;
     for (size_t p = 0; p < c->n; p++) {
         const trace *t = c->t[p];
         by_v[t->verdict]++;
-        findings += t->n_findings;
+        fc_add(&fc, t);
         segs += t->n_segments;
         wall += t->wall_ms;
         for (size_t i = 0; i < t->n_segments; i++) memo += t->segments[i].memo_hit;
-        for (size_t i = 0; i < t->n_findings; i++) kinds[t->findings[i].kind]++;
     }
+    int64_t findings = fc.total;
     sb_puts(&crumbs, "<a href=\"");
     href_index(c, &crumbs);
     sb_puts(&crumbs, "\">Report</a>");
@@ -242,13 +493,29 @@ static void page_index(rctx *c) {
         snprintf(v, sizeof v, "%zu", by_v[i]);
         card(&b, by_v[i] ? vcls[i] : "", vlab[i], v);
     }
-    snprintf(v, sizeof v, "%zu", findings);
-    card(&b, findings ? "bad" : "", "Findings", v);
+    strbuf fv;
+    sb_init(&fv);
+    fmt_count(&fv, fc.total, fc.listed);
+    card(&b, findings ? "bad" : "", "Findings", fv.s);
+    sb_free(&fv);
     sb_puts(&b, "</div>\n");
+    if (fc.listed < fc.total)
+        sb_printf(&b, "<div class=\"note\">%lld findings in all, %lld listed: the checker keeps the first ones of "
+                      "each kind in a pair, as the same mistake repeats (typically once per layer).</div>\n",
+                  (long long)fc.total, (long long)fc.listed);
 
+    if (c->cmp) {
+        sb_puts(&b, "<div class=\"note\">Compared with <code>");
+        put(&b, c->cmp->label);
+        sb_printf(&b, "</code>: %zu new, %zu fixed and %zu unchanged findings; %zu verdict%s changed. <a href=\"",
+                  c->cmp->tot_new, c->cmp->tot_fixed, c->cmp->tot_unchanged, c->cmp->verdicts_changed,
+                  c->cmp->verdicts_changed == 1 ? "" : "s");
+        sb_puts(&b, c->single ? "#compare" : "compare.html");
+        sb_puts(&b, "\">The comparison</a>.</div>\n");
+    }
     sb_puts(&b, "<h2 id=\"pairs\">Pairs</h2>\n");
     sb_puts(&b, "<div class=\"controls\" data-for=\"pairs-table\" hidden>"
-                "<input type=\"search\" placeholder=\"Filter pairs\xe2\x80\xa6\" aria-label=\"Filter pairs\">"
+                "<input type=\"search\" placeholder=\"Filter by pair, kind, file, op_name\xe2\x80\xa6\" aria-label=\"Filter pairs\">"
                 "<select aria-label=\"Verdict\"><option value=\"\">All verdicts</option>"
                 "<option value=\"verified\">Verified</option><option value=\"mismatch\">Mismatch</option>"
                 "<option value=\"unverified\">Unverified</option><option value=\"error\">Error</option></select>"
@@ -264,7 +531,9 @@ static void page_index(rctx *c) {
         size_t m = 0;
         for (size_t i = 0; i < t->n_segments; i++) m += t->segments[i].memo_hit;
         if (t->peak_bytes > peak) peak = t->peak_bytes;
-        sb_printf(&b, "<tr data-verdict=\"%s\"><td class=\"name\"><a href=\"", trace_verdict_name(t->verdict));
+        sb_printf(&b, "<tr data-verdict=\"%s\" data-search=\"", trace_verdict_name(t->verdict));
+        for (size_t i = 0; i < t->n_findings; i++) finding_terms(&b, &t->findings[i]);
+        sb_puts(&b, "\"><td class=\"name\"><a href=\"");
         href_pair(c, &b, p);
         sb_puts(&b, "\">");
         put(&b, t->name);
@@ -272,8 +541,12 @@ static void page_index(rctx *c) {
         badge(&b, t->verdict);
         sb_puts(&b, "</td><td>");
         mesh_str(&b, t);
-        sb_printf(&b, "</td><td class=\"num\">%zu</td><td class=\"num\">%zu</td><td class=\"num\">%zu</td>",
-                  t->n_segments, m, t->n_findings);
+        fcount pc = {0};
+        fc_add(&pc, t);
+        sb_printf(&b, "</td><td class=\"num\">%zu</td><td class=\"num\">%zu</td><td class=\"num\" data-v=\"%lld\">",
+                  t->n_segments, m, (long long)pc.total);
+        fmt_count(&b, pc.total, pc.listed);
+        sb_puts(&b, "</td>");
         sb_printf(&b, "<td class=\"num\" data-v=\"%.3f\">", t->wall_ms);
         fmt_ms(&b, t->wall_ms);
         sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)t->peak_bytes);
@@ -281,8 +554,10 @@ static void page_index(rctx *c) {
         sb_puts(&b, "</td></tr>\n");
     }
     sb_printf(&b, "</tbody>\n<tfoot><tr><td>Total: %zu pair%s</td><td></td><td></td><td class=\"num\">%zu</td>"
-                  "<td class=\"num\">%zu</td><td class=\"num\">%zu</td><td class=\"num\">",
-              c->n, c->n == 1 ? "" : "s", segs, memo, findings);
+                  "<td class=\"num\">%zu</td><td class=\"num\">",
+              c->n, c->n == 1 ? "" : "s", segs, memo);
+    fmt_count(&b, fc.total, fc.listed);
+    sb_puts(&b, "</td><td class=\"num\">");
     fmt_ms(&b, wall);
     sb_puts(&b, "</td><td class=\"num\">max ");
     fmt_bytes(&b, peak);
@@ -294,9 +569,11 @@ static void page_index(rctx *c) {
         sb_puts(&b, "<div class=\"table-wrap\"><table class=\"sortable\"><thead><tr><th>Kind</th><th>Code</th>"
                     "<th class=\"num\">Findings</th><th>Pairs</th></tr></thead><tbody>\n");
         for (int k = 0; k < KIND_COUNT; k++) {
-            if (!kinds[k]) continue;
-            sb_printf(&b, "<tr><td>%s</td><td><code>%s</code></td><td class=\"num\">%lld</td><td>",
-                      trace_kind_title((trace_kind)k), trace_kind_name((trace_kind)k), (long long)kinds[k]);
+            if (!fc.kind_total[k]) continue;
+            sb_printf(&b, "<tr><td>%s</td><td><code>%s</code></td><td class=\"num\" data-v=\"%lld\">",
+                      trace_kind_title((trace_kind)k), trace_kind_name((trace_kind)k), (long long)fc.kind_total[k]);
+            fmt_count(&b, fc.kind_total[k], fc.kind_listed[k]);
+            sb_puts(&b, "</td><td>");
             bool first = true;
             for (size_t p = 0; p < c->n; p++) {
                 const trace *t = c->t[p];
@@ -317,6 +594,8 @@ static void page_index(rctx *c) {
         }
         sb_puts(&b, "</tbody></table></div>\n");
     }
+    all_findings_table(c, &b);
+    provenance(c, &b);
     sb_puts(&b, "<h2>Other formats</h2>\n<p class=\"muted\">");
     if (c->single)
         sb_puts(&b, "This is a single-file bundle. The full report directory also holds <code>summary.json</code>, "
@@ -373,22 +652,48 @@ static void findings_table(rctx *c, strbuf *b, size_t p) {
     sb_puts(b, "</tbody></table></div>\n");
 }
 
+/* Runs of consecutive memo hits at least this long fold into one row (a
+ * 126-layer model otherwise lists 120 near-empty rows per table). */
+#define FOLD_MIN 3
+
+/* The end of the run of consecutive memo hits starting at i (i itself when
+ * segment i is not one). */
+static size_t memo_run(const trace *t, size_t i) {
+    size_t j = i;
+    while (j < t->n_segments && t->segments[j].memo_hit) j++;
+    return j;
+}
+
 static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     const trace *t = c->t[p];
     size_t n = t->n_segments;
     if (!n) return;
-    /* Past CHART_MAX_ROWS segments a bar sums `per` consecutive ones (a
-     * memo-hit bar: all of them hits), so the image stays a size a PNG and a
-     * browser take; the timing table keeps every segment. */
-    size_t per = (n + CHART_MAX_ROWS - 1) / CHART_MAX_ROWS, rows = (n + per - 1) / per;
+    /* A run of FOLD_MIN or more memo hits is one bar, as in the tables; past
+     * CHART_MAX_ROWS such rows a bar sums `per` consecutive ones (a memo-hit
+     * bar: all of them hits), so the image stays a size a PNG and a browser
+     * take; the timing table keeps every segment. */
+    size_t *grp = xcalloc(n + 1, sizeof *grp), ng = 0;  /* first segment of each group */
+    for (size_t i = 0, j; i < n; i = j) {
+        j = memo_run(t, i);
+        if (j - i < FOLD_MIN) j = i + 1;
+        grp[ng++] = i;
+    }
+    bool folded = ng < n;
+    size_t per = (ng + CHART_MAX_ROWS - 1) / CHART_MAX_ROWS, rows = (ng + per - 1) / per;
+    size_t *first = xcalloc(rows + 1, sizeof *first);  /* first segment of each bar; first[rows] = n */
+    for (size_t r = 0; r < rows; r++) first[r] = grp[r * per];
+    first[rows] = n;
+    free(grp);
     double (*vals)[CHART_PHASES] = xcalloc(rows, sizeof *vals);
     bool *memo = xcalloc(rows, sizeof *memo);
-    for (size_t r = 0; r < rows; r++) memo[r] = true;
-    for (size_t i = 0; i < n; i++) {
-        const trace_segment *s = &t->segments[i];
-        double *v = vals[i / per];
-        v[0] += s->t_build, v[1] += s->t_lift, v[2] += s->t_saturate, v[3] += s->t_check;
-        memo[i / per] &= s->memo_hit;
+    for (size_t r = 0; r < rows; r++) {
+        memo[r] = true;
+        for (size_t i = first[r]; i < first[r + 1]; i++) {
+            const trace_segment *s = &t->segments[i];
+            double *v = vals[r];
+            v[0] += s->t_build, v[1] += s->t_lift, v[2] += s->t_saturate, v[3] += s->t_check;
+            memo[r] &= s->memo_hit;
+        }
     }
     strbuf png;
     sb_init(&png);
@@ -399,6 +704,7 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     if (!ok) {
         c->failed = true;
         sb_free(&png);
+        free(first);
         return;
     }
     char cls[32];
@@ -410,9 +716,9 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     sb_printf(b, "<figure class=\"panel\"><div class=\"chart %s\"><div class=\"rows\" aria-hidden=\"true\">", cls);
     for (size_t r = 0; r < rows; r++) {
         sb_puts(b, "<div>");
-        put(b, t->segments[r * per].name);
-        size_t last = (r + 1) * per < n ? (r + 1) * per - 1 : n - 1;
-        if (last > r * per) {
+        put(b, t->segments[first[r]].name);
+        size_t last = first[r + 1] - 1;
+        if (last > first[r]) {
             sb_puts(b, " \xe2\x80\xa6 ");
             put(b, t->segments[last].name);
         }
@@ -432,9 +738,112 @@ static void chart_section(rctx *c, strbuf *b, strbuf *css, size_t p) {
     for (int i = 0; i < CHART_PHASES; i++)
         sb_printf(b, "<span><span class=\"sw ph%d\"></span>%s</span>", i, phase[i]);
     sb_puts(b, "<span><span class=\"sw hatch\"></span>memo hit (proof reused)</span>");
-    if (per > 1) sb_printf(b, "<span>each bar sums %zu consecutive segments (%zu in all)</span>", per, n);
+    if (folded) sb_printf(b, "<span>a run of %d or more memo hits is one bar</span>", FOLD_MIN);
+    if (per > 1)
+        sb_printf(b, "<span>each bar sums %zu consecutive %s (%zu in all)</span>", per,
+                  folded ? "rows of the table" : "segments", n);
     sb_puts(b, "</figcaption></figure>\n");
     sb_free(&png);
+    free(first);
+}
+
+/* The heads of the segments and e-graph tables (folded runs repeat them). */
+static const char seg_head[] =
+    "<thead><tr><th class=\"num\">#</th><th>Segment</th><th>Verdict</th><th class=\"num\">Baseline</th>"
+    "<th class=\"num\">Distributed</th><th class=\"num\">Build</th><th class=\"num\">Lift</th>"
+    "<th class=\"num\">Saturate</th><th class=\"num\">Check</th><th class=\"num\">Total ms</th>"
+    "<th>Memo</th></tr></thead>";
+static const char eg_head[] =
+    "<thead><tr><th>Segment</th><th class=\"num\">E-nodes</th><th class=\"num\">E-classes</th>"
+    "<th class=\"num\">Iterations</th><th>Stop reason</th><th class=\"num\">Rule firings</th>"
+    "<th>Most-fired rules</th></tr></thead>";
+
+/* A row folding segments [i, j) into a <details> (readable without script)
+ * holding a table of their own rows, under the same head. */
+static void fold_open(strbuf *b, const trace *t, size_t i, size_t j, int cols, const char *head) {
+    double ms = 0;
+    for (size_t k = i; k < j; k++) ms += seg_total(&t->segments[k]);
+    sb_printf(b, "<tr class=\"fold\"><td colspan=\"%d\"><details><summary>%zu consecutive memo hits: ", cols, j - i);
+    put(b, t->segments[i].name);
+    sb_puts(b, " \xe2\x80\xa6 ");
+    put(b, t->segments[j - 1].name);
+    sb_puts(b, " (");
+    fmt_ms(b, ms);
+    sb_puts(b, " ms in all)</summary><table>");
+    sb_puts(b, head);
+    sb_puts(b, "<tbody>\n");
+}
+
+static void fold_close(strbuf *b) { sb_puts(b, "</tbody></table></details></td></tr>\n"); }
+
+/* One row of the segments table; adds its phases to tot (build, lift,
+ * saturate, check, total). */
+static void seg_time_row(strbuf *b, const trace *t, size_t i, double tot[5]) {
+    const trace_segment *s = &t->segments[i];
+    double ph[4] = {s->t_build, s->t_lift, s->t_saturate, s->t_check};
+    sb_printf(b, "<tr%s><td class=\"num\">%zu</td><td class=\"seg\">", s->memo_hit ? " class=\"memo\"" : "", i + 1);
+    put(b, s->name);
+    sb_printf(b, "</td><td data-v=\"%d\">", (int)s->verdict);
+    badge(b, s->verdict);
+    sb_printf(b, "</td><td class=\"num\" data-v=\"%lld\">%lld\xe2\x80\x93%lld</td>", (long long)s->base_start,
+              (long long)s->base_start, (long long)s->base_end);
+    sb_printf(b, "<td class=\"num\" data-v=\"%lld\">%lld\xe2\x80\x93%lld</td>", (long long)s->dist_start,
+              (long long)s->dist_start, (long long)s->dist_end);
+    for (int k = 0; k < 4; k++) {
+        sb_printf(b, "<td class=\"num\" data-v=\"%.4f\">", ph[k]);
+        fmt_ms(b, ph[k]);
+        sb_puts(b, "</td>");
+        tot[k] += ph[k];
+    }
+    tot[4] += seg_total(s);
+    sb_printf(b, "<td class=\"num\" data-v=\"%.4f\"><b>", seg_total(s));
+    fmt_ms(b, seg_total(s));
+    sb_printf(b, "</b></td><td data-v=\"%d\">", s->memo_hit);
+    if (s->memo_hit) {
+        sb_puts(b, "<span class=\"badge memo\">\xe2\x86\xba memo");
+        if (s->memo_of) {
+            sb_puts(b, " of ");
+            put(b, s->memo_of);
+        }
+        sb_puts(b, "</span>");
+    }
+    sb_puts(b, "</td></tr>\n");
+}
+
+typedef struct {
+    int64_t en, ec, it, fir;
+    size_t stops[STOP_COUNT];
+} egraph_sums;
+
+/* One row of the e-graph table; adds to the totals. Saturation runs once
+ * over the whole e-graph: each segment it ran for shows its figures, the
+ * total shows them once (the largest). */
+static void egraph_row(strbuf *b, const trace *t, size_t i, egraph_sums *m) {
+    const trace_segment *s = &t->segments[i];
+    m->en += s->enodes, m->ec += s->eclasses;
+    m->it = s->iterations > m->it ? s->iterations : m->it;
+    m->fir = s->rule_firings > m->fir ? s->rule_firings : m->fir;
+    m->stops[s->stop]++;
+    sb_puts(b, s->memo_hit ? "<tr class=\"memo\"><td class=\"seg\">" : "<tr><td class=\"seg\">");
+    put(b, s->name);
+    sb_printf(b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)s->enodes);
+    fmt_int(b, s->enodes);
+    sb_printf(b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)s->eclasses);
+    fmt_int(b, s->eclasses);
+    sb_printf(b, "</td><td class=\"num\">%lld</td><td><span class=\"tag\">%s</span></td>", (long long)s->iterations,
+              s->memo_hit ? "memo" : trace_stop_name(s->stop));
+    sb_printf(b, "<td class=\"num\" data-v=\"%lld\">", (long long)s->rule_firings);
+    fmt_int(b, s->rule_firings);
+    sb_puts(b, "</td><td>");
+    for (size_t r = 0; r < s->n_top_rules && r < 3; r++) {
+        if (r) sb_puts(b, ", ");
+        sb_puts(b, "<code>");
+        put(b, s->top_rules[r].rule);
+        sb_puts(b, "</code>\xc2\xa0");
+        fmt_int(b, s->top_rules[r].count);
+    }
+    if (!s->n_top_rules) sb_puts(b, "<span class=\"muted\">\xe2\x80\x94</span>");
+    sb_puts(b, "</td></tr>\n");
 }
 
 static void page_pair(rctx *c, size_t p) {
@@ -478,10 +887,10 @@ static void page_pair(rctx *c, size_t p) {
     sb_printf(&v, "%zu <small>of %zu</small>", memo, t->n_segments);
     card(&b, "", "Memo hits", v.s);
     sb_reset(&v);
-    int64_t all_findings = 0;
-    for (int k = 0; k < KIND_COUNT; k++) all_findings += t->kind_counts[k];
-    sb_printf(&v, "%zu", t->n_findings);
-    if (all_findings > (int64_t)t->n_findings) sb_printf(&v, " <small>of %lld</small>", (long long)all_findings);
+    fcount pc = {0};
+    fc_add(&pc, t);
+    int64_t all_findings = pc.total;
+    fmt_count(&v, pc.total, pc.listed);
     card(&b, t->n_findings ? "bad" : "", "Findings", v.s);
     sb_reset(&v);
     fmt_ms(&v, t->wall_ms);
@@ -497,48 +906,33 @@ static void page_pair(rctx *c, size_t p) {
     sb_puts(&b, "</div>\n");
 
     sb_puts(&b, "<h2 id=\"findings\">Findings</h2>\n");
-    if (all_findings > (int64_t)t->n_findings)
+    if (all_findings > (int64_t)t->n_findings) {
         sb_printf(&b, "<div class=\"note\">%lld findings in all, %zu listed: the checker keeps the first ones "
-                      "of each kind, as the same mistake repeats (typically once per layer).</div>\n",
+                      "of each kind, as the same mistake repeats (typically once per layer).",
                   (long long)all_findings, t->n_findings);
+        for (int k = 0, first = 1; k < KIND_COUNT; k++) {
+            if (pc.kind_total[k] == pc.kind_listed[k]) continue;
+            sb_printf(&b, "%s<code>%s</code> %lld, %lld listed", first ? " " : "; ", trace_kind_name((trace_kind)k),
+                      (long long)pc.kind_total[k], (long long)pc.kind_listed[k]);
+            first = 0;
+        }
+        sb_puts(&b, ".</div>\n");
+    }
     findings_table(c, &b, p);
 
-    sb_puts(&b, "<h2 id=\"segments\">Segments</h2>\n<div class=\"table-wrap\"><table class=\"sortable\">"
-                "<thead><tr><th class=\"num\">#</th><th>Segment</th><th>Verdict</th><th class=\"num\">Baseline</th>"
-                "<th class=\"num\">Distributed</th><th class=\"num\">Build</th><th class=\"num\">Lift</th>"
-                "<th class=\"num\">Saturate</th><th class=\"num\">Check</th><th class=\"num\">Total ms</th>"
-                "<th>Memo</th></tr></thead><tbody>\n");
+    sb_puts(&b, "<h2 id=\"segments\">Segments</h2>\n<div class=\"table-wrap\"><table class=\"sortable\">");
+    sb_puts(&b, seg_head);
+    sb_puts(&b, "<tbody>\n");
     double tot[5] = {0};
-    for (size_t i = 0; i < t->n_segments; i++) {
-        const trace_segment *s = &t->segments[i];
-        double ph[4] = {s->t_build, s->t_lift, s->t_saturate, s->t_check};
-        sb_printf(&b, "<tr%s><td class=\"num\">%zu</td><td class=\"seg\">", s->memo_hit ? " class=\"memo\"" : "", i + 1);
-        put(&b, s->name);
-        sb_printf(&b, "</td><td data-v=\"%d\">", (int)s->verdict);
-        badge(&b, s->verdict);
-        sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">%lld\xe2\x80\x93%lld</td>", (long long)s->base_start,
-                  (long long)s->base_start, (long long)s->base_end);
-        sb_printf(&b, "<td class=\"num\" data-v=\"%lld\">%lld\xe2\x80\x93%lld</td>", (long long)s->dist_start,
-                  (long long)s->dist_start, (long long)s->dist_end);
-        for (int k = 0; k < 4; k++) {
-            sb_printf(&b, "<td class=\"num\" data-v=\"%.4f\">", ph[k]);
-            fmt_ms(&b, ph[k]);
-            sb_puts(&b, "</td>");
-            tot[k] += ph[k];
+    for (size_t i = 0, j; i < t->n_segments; i = j) {
+        j = memo_run(t, i);
+        if (j - i < FOLD_MIN) {
+            seg_time_row(&b, t, i, tot), j = i + 1;
+            continue;
         }
-        tot[4] += seg_total(s);
-        sb_printf(&b, "<td class=\"num\" data-v=\"%.4f\"><b>", seg_total(s));
-        fmt_ms(&b, seg_total(s));
-        sb_printf(&b, "</b></td><td data-v=\"%d\">", s->memo_hit);
-        if (s->memo_hit) {
-            sb_puts(&b, "<span class=\"badge memo\">\xe2\x86\xba memo");
-            if (s->memo_of) {
-                sb_puts(&b, " of ");
-                put(&b, s->memo_of);
-            }
-            sb_puts(&b, "</span>");
-        }
-        sb_puts(&b, "</td></tr>\n");
+        fold_open(&b, t, i, j, 11, seg_head);
+        for (size_t k = i; k < j; k++) seg_time_row(&b, t, k, tot);
+        fold_close(&b);
     }
     sb_puts(&b, "</tbody><tfoot>");
     if (t->setup_ms > 0) {
@@ -571,41 +965,22 @@ static void page_pair(rctx *c, size_t p) {
     chart_section(c, &b, &css, p);
 
     /* e-graph statistics */
-    sb_puts(&b, "<h2 id=\"egraph\">E-graph statistics</h2>\n<div class=\"table-wrap\"><table class=\"sortable\">"
-                "<thead><tr><th>Segment</th><th class=\"num\">E-nodes</th><th class=\"num\">E-classes</th>"
-                "<th class=\"num\">Iterations</th><th>Stop reason</th><th class=\"num\">Rule firings</th>"
-                "<th>Most-fired rules</th></tr></thead><tbody>\n");
-    int64_t en = 0, ec = 0, it = 0, fir = 0;
-    size_t stops[STOP_COUNT] = {0};
-    for (size_t i = 0; i < t->n_segments; i++) {
-        const trace_segment *s = &t->segments[i];
-        /* one saturation run over the whole e-graph: each segment it ran for
-         * shows its figures, the total shows them once */
-        en += s->enodes, ec += s->eclasses;
-        it = s->iterations > it ? s->iterations : it;
-        fir = s->rule_firings > fir ? s->rule_firings : fir;
-        stops[s->stop]++;
-        sb_puts(&b, s->memo_hit ? "<tr class=\"memo\"><td class=\"seg\">" : "<tr><td class=\"seg\">");
-        put(&b, s->name);
-        sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)s->enodes);
-        fmt_int(&b, s->enodes);
-        sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">", (long long)s->eclasses);
-        fmt_int(&b, s->eclasses);
-        sb_printf(&b, "</td><td class=\"num\">%lld</td><td><span class=\"tag\">%s</span></td>", (long long)s->iterations,
-                  s->memo_hit ? "memo" : trace_stop_name(s->stop));
-        sb_printf(&b, "<td class=\"num\" data-v=\"%lld\">", (long long)s->rule_firings);
-        fmt_int(&b, s->rule_firings);
-        sb_puts(&b, "</td><td>");
-        for (size_t r = 0; r < s->n_top_rules && r < 3; r++) {
-            if (r) sb_puts(&b, ", ");
-            sb_puts(&b, "<code>");
-            put(&b, s->top_rules[r].rule);
-            sb_puts(&b, "</code>\xc2\xa0");
-            fmt_int(&b, s->top_rules[r].count);
+    sb_puts(&b, "<h2 id=\"egraph\">E-graph statistics</h2>\n<div class=\"table-wrap\"><table class=\"sortable\">");
+    sb_puts(&b, eg_head);
+    sb_puts(&b, "<tbody>\n");
+    egraph_sums sum = {0};
+    for (size_t i = 0, j; i < t->n_segments; i = j) {
+        j = memo_run(t, i);
+        if (j - i < FOLD_MIN) {
+            egraph_row(&b, t, i, &sum), j = i + 1;
+            continue;
         }
-        if (!s->n_top_rules) sb_puts(&b, "<span class=\"muted\">\xe2\x80\x94</span>");
-        sb_puts(&b, "</td></tr>\n");
+        fold_open(&b, t, i, j, 7, eg_head);
+        for (size_t k = i; k < j; k++) egraph_row(&b, t, k, &sum);
+        fold_close(&b);
     }
+    int64_t en = sum.en, ec = sum.ec, it = sum.it, fir = sum.fir;
+    size_t *stops = sum.stops;
     sb_puts(&b, "</tbody><tfoot><tr><td>Total</td><td class=\"num\">");
     fmt_int(&b, en);
     sb_puts(&b, "</td><td class=\"num\">");
@@ -659,6 +1034,7 @@ static void page_pair(rctx *c, size_t p) {
         sb_puts(&b, "</ul>\n");
     }
 
+    reproduce(&b, t);
     sb_puts(&b, "<h2 id=\"inputs\">Inputs and digests</h2>\n<div class=\"two\">\n");
     module_facts(&b, "Baseline", &t->base);
     module_facts(&b, "Distributed", &t->dist);
@@ -672,8 +1048,8 @@ static void page_pair(rctx *c, size_t p) {
     mesh_str(&b, t);
     sb_puts(&b, "</dd></dl></div>\n");
 
-    sb_printf(&anchor, "pair-%s", c->pair_slug[p]);
-    sb_printf(&file, "pair-%s.html", c->pair_slug[p]);
+    sb_printf(&anchor, "pair-%s", c->names.pair[p]);
+    sb_printf(&file, "pair-%s.html", c->names.pair[p]);
     strbuf title;
     sb_init(&title);
     sb_printf(&title, "%s \xe2\x80\x94 %s", t->name, trace_verdict_name(t->verdict));
@@ -740,7 +1116,7 @@ static const char *kind_html(rctx *c, trace_kind k) {
     }
     /* Our own Markdown, still rendered in cmark's safe mode (raw HTML dropped). */
     c->kind_html[k] = cmark_markdown_to_html(md, n, CMARK_OPT_DEFAULT);
-    free(md);
+    c->kind_md[k] = md;
     return c->kind_html[k];
 }
 
@@ -764,6 +1140,56 @@ static void pager(rctx *c, strbuf *b, size_t g) {
         sb_printf(b, " %s</a>", trace_kind_name(c->t[r.p]->findings[r.f].kind));
     }
     sb_puts(b, "</nav>\n");
+}
+
+/* Whether the finding's subgraph or sites hold an instruction named n
+ * (len bytes). */
+static bool in_picture(const trace_finding *f, const char *n, size_t len) {
+    const char *names[2] = {f->dist.instruction, f->base.present ? f->base.instruction : NULL};
+    for (int i = 0; i < 2; i++)
+        if (names[i] && strlen(names[i]) == len && memcmp(names[i], n, len) == 0) return true;
+    for (size_t i = 0; i < f->n_nodes; i++)
+        if (strlen(f->nodes[i].label) == len && memcmp(f->nodes[i].label, n, len) == 0) return true;
+    return false;
+}
+
+/* A note naming the instructions the message names (name.N, %name.N) that
+ * the subgraph the trace records does not hold, so a reader does not look
+ * for them in the picture. */
+static void unshown_names(strbuf *b, const trace_finding *f) {
+    strbuf miss;
+    sb_init(&miss);
+    size_t n = 0;
+    for (const char *p = f->message; *p;) {
+        bool start = p == f->message || !(p[-1] == '_' || p[-1] == '.' || p[-1] == '-' || (p[-1] >= 'a' && p[-1] <= 'z') ||
+                                          (p[-1] >= 'A' && p[-1] <= 'Z') || (p[-1] >= '0' && p[-1] <= '9'));
+        const char *q = p + (*p == '%');
+        if (!start || !((*q >= 'a' && *q <= 'z') || *q == '_')) {
+            p++;
+            continue;
+        }
+        const char *e = q;
+        while ((*e >= 'a' && *e <= 'z') || (*e >= 'A' && *e <= 'Z') || (*e >= '0' && *e <= '9') || *e == '_' || *e == '-' ||
+               (*e == '.' && e[1] >= '0' && e[1] <= '9') || (*e == '.' && strncmp(e, ".clone", 6) == 0))
+            e++;
+        const char *dot = memchr(q, '.', (size_t)(e - q));
+        if (dot && dot[1] >= '0' && dot[1] <= '9' && !in_picture(f, q, (size_t)(e - q)) &&
+            !(miss.s && memmem(miss.s, miss.len, q, (size_t)(e - q)))) {
+            if (n++) sb_puts(&miss, ", ");
+            sb_puts(&miss, "<code>");
+            strbuf nm;
+            sb_init(&nm);
+            sb_put(&nm, q, (size_t)(e - q));
+            esc_html(&miss, nm.s);
+            sb_free(&nm);
+            sb_puts(&miss, "</code>");
+        }
+        p = e > p ? e : p + 1;
+    }
+    if (n)
+        sb_printf(b, "<div class=\"note\">Named in the message but not in the subgraph the trace records: %s.</div>\n",
+                  miss.s);
+    sb_free(&miss);
 }
 
 static void page_finding(rctx *c, size_t g) {
@@ -802,7 +1228,15 @@ static void page_finding(rctx *c, size_t g) {
         put(&b, f->segment);
         sb_puts(&b, "</code>");
     }
-    sb_printf(&b, " \xc2\xb7 finding %zu of %zu</p>\n<p class=\"message\">", g + 1, c->n_all);
+    sb_printf(&b, " \xc2\xb7 finding %zu of %zu listed", g + 1, c->n_all);
+    fcount all = {0}, pc = {0};
+    for (size_t q = 0; q < c->n; q++) fc_add(&all, c->t[q]);
+    fc_add(&pc, t);
+    if (all.total > all.listed) sb_printf(&b, " (%lld in all)", (long long)all.total);
+    if (pc.kind_total[f->kind] > pc.kind_listed[f->kind])
+        sb_printf(&b, "; one of %lld %s findings in this pair, %lld listed", (long long)pc.kind_total[f->kind],
+                  trace_kind_name(f->kind), (long long)pc.kind_listed[f->kind]);
+    sb_puts(&b, "</p>\n<p class=\"message\">");
     put(&b, f->message);
     sb_puts(&b, "</p>\n");
     if (f->explanation[0]) {
@@ -831,8 +1265,9 @@ static void page_finding(rctx *c, size_t g) {
         }
         sb_puts(&b, "<figcaption class=\"legend\"><span><span class=\"sw div\"></span>divergence</span>"
                     "<span><span class=\"sw\"></span>operand</span><span><span class=\"sw ctx\"></span>context</span>"
-                    "<span><span class=\"sw link\"></span>relation link (view)</span>"
+                    "<span><span class=\"sw link\"></span>relation link (its view in blue in the distributed node)</span>"
                     "<span class=\"muted\">dashed boxes: collapsed context</span></figcaption></figure>\n");
+        unshown_names(&b, f);
         if (f->truncated) {
             sb_puts(&b, "<div class=\"note\">");
             put(&b, f->truncated);
@@ -896,6 +1331,7 @@ static void page_finding(rctx *c, size_t g) {
         }
         sb_puts(&b, "</div>\n");
     }
+    reproduce(&b, t);
     sb_puts(&b, "<h2 id=\"about\">About this kind of finding</h2>\n<div class=\"explain\">");
     sb_puts(&b, kind_html(c, f->kind));
     sb_puts(&b, "</div>\n");
@@ -915,43 +1351,176 @@ static void page_finding(rctx *c, size_t g) {
     sb_free(&title);
 }
 
+/* ---- compare page ---- */
+
+static void fmt_delta(strbuf *b, double old, double now) {
+    if (old <= 0) {
+        sb_puts(b, "\xe2\x80\x94");
+        return;
+    }
+    double d = 100.0 * (now - old) / old;
+    sb_printf(b, "%s%.0f\xe2\x80\xaf%%", d > 0 ? "+" : d < 0 ? "\xe2\x88\x92" : "\xc2\xb1", d < 0 ? -d : d);
+}
+
+static void page_compare(rctx *c) {
+    const rc_diff *r = c->cmp;
+    strbuf b, crumbs, v;
+    sb_init(&b), sb_init(&crumbs), sb_init(&v);
+    sb_puts(&crumbs, "<a href=\"");
+    href_index(c, &crumbs);
+    sb_puts(&crumbs, "\">Report</a>");
+    crumb_sep(&crumbs);
+    sb_puts(&crumbs, "comparison");
+    sb_puts(&b, "<h1>Compared with an earlier report</h1>\n<p class=\"lede\">This report against <code>");
+    put(&b, r->label);
+    sb_puts(&b, "</code>: pairs matched by name, findings by their identity (kind, segment, op_name, source line, "
+                "mesh axes), whatever their ids.</p>\n");
+    if (!r->has_keys)
+        sb_puts(&b, "<div class=\"note\">The earlier summary.json does not list its findings' identities (an older "
+                    "scalify): verdicts, finding totals and times are compared, findings are not matched.</div>\n");
+    sb_puts(&b, "<div class=\"cards\">\n");
+    const struct { const char *label, *cls; size_t n; } cards[] = {
+        {"New findings", "bad", r->tot_new},       {"Fixed findings", "ok", r->tot_fixed},
+        {"Unchanged", "", r->tot_unchanged},        {"Verdicts changed", "warn", r->verdicts_changed},
+        {"New pairs", "", r->pairs_new},            {"Pairs gone", "", r->pairs_gone}};
+    for (size_t i = 0; i < ARRAY_LEN(cards); i++) {
+        sb_reset(&v);
+        sb_printf(&v, "%zu", cards[i].n);
+        card(&b, cards[i].n ? cards[i].cls : "", cards[i].label, v.s);
+    }
+    sb_puts(&b, "</div>\n<h2 id=\"pairs\">Pairs</h2>\n<div class=\"table-wrap\"><table class=\"sortable\"><thead><tr>"
+                "<th>Pair</th><th>Verdict before \xe2\x86\x92 now</th><th class=\"num\">Findings before \xe2\x86\x92 now</th>"
+                "<th class=\"num\">New</th><th class=\"num\">Fixed</th><th class=\"num\">Wall ms before \xe2\x86\x92 now</th>"
+                "<th class=\"num\">Change</th></tr></thead><tbody>\n");
+    for (size_t i = 0; i < r->n; i++) {
+        const rc_pair *rp = &r->pairs[i];
+        sb_puts(&b, "<tr><td class=\"name\">");
+        if (rp->status != RC_GONE_PAIR) {
+            sb_puts(&b, "<a href=\"");
+            href_pair(c, &b, rp->p);
+            sb_puts(&b, "\">");
+            put(&b, rp->name);
+            sb_puts(&b, "</a>");
+        } else put(&b, rp->name);
+        if (rp->status == RC_NEW_PAIR) sb_puts(&b, " <span class=\"tag\">new pair</span>");
+        if (rp->status == RC_GONE_PAIR) sb_puts(&b, " <span class=\"tag\">gone</span>");
+        sb_puts(&b, "</td><td>");
+        put(&b, rp->old_verdict ? rp->old_verdict : "\xe2\x80\x94");
+        sb_puts(&b, " \xe2\x86\x92 ");
+        if (rp->status == RC_GONE_PAIR) sb_puts(&b, "\xe2\x80\x94");
+        else badge(&b, c->t[rp->p]->verdict);
+        sb_printf(&b, "</td><td class=\"num\" data-v=\"%lld\">%lld \xe2\x86\x92 %lld</td><td class=\"num\">%zu</td>"
+                      "<td class=\"num\">%zu</td><td class=\"num\" data-v=\"%.3f\">",
+                  rp->new_total, rp->old_total, rp->new_total, rp->n_new, rp->n_fixed, rp->new_wall);
+        if (rp->status != RC_NEW_PAIR) fmt_ms(&b, rp->old_wall);
+        else sb_puts(&b, "\xe2\x80\x94");
+        sb_puts(&b, " \xe2\x86\x92 ");
+        if (rp->status != RC_GONE_PAIR) fmt_ms(&b, rp->new_wall);
+        else sb_puts(&b, "\xe2\x80\x94");
+        sb_puts(&b, "</td><td class=\"num\">");
+        if (rp->status == RC_BOTH) fmt_delta(&b, rp->old_wall, rp->new_wall);
+        sb_puts(&b, "</td></tr>\n");
+    }
+    sb_puts(&b, "</tbody></table></div>\n<p class=\"muted\">Wall times are as each check measured them; a change "
+                "of a few milliseconds, or on a loaded machine, is noise.</p>\n");
+    sb_printf(&b, "<h2 id=\"new\">New findings (%zu)</h2>\n", r->tot_new);
+    if (!r->tot_new) sb_puts(&b, "<div class=\"panel empty\">None.</div>\n");
+    else sb_puts(&b, "<ul>\n");
+    for (size_t i = 0; i < r->n; i++)
+        for (size_t k = 0; k < r->pairs[i].n_new; k++) {
+            size_t p = r->pairs[i].p, f = r->pairs[i].new_f[k];
+            sb_puts(&b, "<li><a href=\"");
+            href_finding(c, &b, p, f);
+            sb_puts(&b, "\">");
+            put(&b, c->t[p]->name);
+            sb_puts(&b, " \xc2\xb7 ");
+            put(&b, c->t[p]->findings[f].id);
+            sb_printf(&b, " %s</a>: ", trace_kind_name(c->t[p]->findings[f].kind));
+            put(&b, c->t[p]->findings[f].message);
+            sb_puts(&b, "</li>\n");
+        }
+    if (r->tot_new) sb_puts(&b, "</ul>\n");
+    sb_printf(&b, "<h2 id=\"fixed\">Fixed findings (%zu)</h2>\n", r->tot_fixed);
+    if (!r->tot_fixed) sb_puts(&b, "<div class=\"panel empty\">None.</div>\n");
+    else sb_puts(&b, "<ul>\n");
+    for (size_t i = 0; i < r->n; i++)
+        for (size_t k = 0; k < r->pairs[i].n_fixed; k++) {
+            const rc_old_finding *f = &r->pairs[i].fixed[k];
+            sb_puts(&b, "<li>");
+            put(&b, r->pairs[i].name);
+            sb_puts(&b, " \xc2\xb7 ");
+            put(&b, f->id ? f->id : "?");
+            sb_puts(&b, " ");
+            put(&b, f->kind ? f->kind : "");
+            sb_puts(&b, ": ");
+            put(&b, f->message ? f->message : "");
+            if (f->page) {
+                sb_puts(&b, " <span class=\"muted\">(was <code>");
+                put(&b, f->page);
+                sb_puts(&b, "</code>)</span>");
+            }
+            sb_puts(&b, "</li>\n");
+        }
+    if (r->tot_fixed) sb_puts(&b, "</ul>\n");
+    emit_page(c, "compare.html", "compare", "Comparison", crumbs.s, NULL, &b, NULL);
+    sb_free(&b), sb_free(&crumbs), sb_free(&v);
+}
+
 /* ---- summary.json ---- */
 
-void report_summary_json(strbuf *b, trace *const *traces, size_t n) {
-    size_t by_v[VERDICT_COUNT] = {0};
-    int64_t kinds[KIND_COUNT] = {0};
-    size_t findings = 0, segs = 0, memo = 0;
-    for (size_t p = 0; p < n; p++) {
-        by_v[traces[p]->verdict]++;
-        findings += traces[p]->n_findings;
-        segs += traces[p]->n_segments;
-        for (size_t i = 0; i < traces[p]->n_segments; i++) memo += traces[p]->segments[i].memo_hit;
-        for (size_t i = 0; i < traces[p]->n_findings; i++) kinds[traces[p]->findings[i].kind]++;
-    }
-    sb_printf(b, "{\n  \"scalify_summary\": 1,\n  \"tool\": {\"name\": \"scalify\", \"version\": \"%s\"},\n",
-              SCALIFY_VERSION);
-    sb_printf(b, "  \"totals\": {\"pairs\": %zu, \"verified\": %zu, \"mismatch\": %zu, \"unverified\": %zu, "
-                 "\"error\": %zu, \"segments\": %zu, \"memo_hits\": %zu, \"findings\": %zu},\n",
-              n, by_v[0], by_v[1], by_v[2], by_v[3], segs, memo, findings);
-    sb_puts(b, "  \"findings_by_kind\": {");
+static void kinds_json(strbuf *b, const int64_t *k) {
+    sb_putc(b, '{');
     bool first = true;
-    for (int k = 0; k < KIND_COUNT; k++) {
-        if (!kinds[k]) continue;
-        sb_printf(b, "%s\"%s\": %lld", first ? "" : ", ", trace_kind_name((trace_kind)k), (long long)kinds[k]);
+    for (int i = 0; i < KIND_COUNT; i++) {
+        if (!k[i]) continue;
+        sb_printf(b, "%s\"%s\": %lld", first ? "" : ", ", trace_kind_name((trace_kind)i), (long long)k[i]);
         first = false;
     }
-    sb_puts(b, "},\n  \"pairs\": [");
+    sb_putc(b, '}');
+}
+
+void report_summary_json(strbuf *b, trace *const *traces, size_t n) {
+    rnames names;
+    rn_build(&names, traces, n);
+    size_t by_v[VERDICT_COUNT] = {0};
+    fcount fc = {0};
+    size_t segs = 0, memo = 0;
+    for (size_t p = 0; p < n; p++) {
+        by_v[traces[p]->verdict]++;
+        fc_add(&fc, traces[p]);
+        segs += traces[p]->n_segments;
+        for (size_t i = 0; i < traces[p]->n_segments; i++) memo += traces[p]->segments[i].memo_hit;
+    }
+    char dg[72];
+    traces_digest(dg, traces, n);
+    sb_printf(b, "{\n  \"scalify_summary\": 1,\n  \"tool\": {\"name\": \"scalify\", \"version\": \"%s\"},\n",
+              SCALIFY_VERSION);
+    /* what it was made from: the traces' files, as a set (report.h) */
+    if (dg[0]) sb_printf(b, "  \"traces_sha256\": \"%s\",\n", dg);
+    sb_printf(b, "  \"totals\": {\"pairs\": %zu, \"verified\": %zu, \"mismatch\": %zu, \"unverified\": %zu, "
+                 "\"error\": %zu, \"segments\": %zu, \"memo_hits\": %zu, \"findings\": %lld, \"findings_listed\": %lld},\n",
+              n, by_v[0], by_v[1], by_v[2], by_v[3], segs, memo, (long long)fc.total, (long long)fc.listed);
+    sb_puts(b, "  \"findings_by_kind\": ");
+    kinds_json(b, fc.kind_total);
+    sb_puts(b, ",\n  \"findings_listed_by_kind\": ");
+    kinds_json(b, fc.kind_listed);
+    sb_puts(b, ",\n  \"pairs\": [");
     for (size_t p = 0; p < n; p++) {
         const trace *t = traces[p];
         size_t m = 0;
         for (size_t i = 0; i < t->n_segments; i++) m += t->segments[i].memo_hit;
+        fcount pc = {0};
+        fc_add(&pc, t);
         sb_puts(b, p ? ",\n    {" : "\n    {");
         sb_puts(b, "\"name\": \"");
         esc_json(b, t->name);
-        sb_printf(b, "\", \"verdict\": \"%s\", \"segments\": %zu, \"memo_hits\": %zu, \"findings\": %zu, ",
-                  trace_verdict_name(t->verdict), t->n_segments, m, t->n_findings);
-        sb_printf(b, "\"wall_ms\": %.3f, \"peak_bytes\": %lld,\n     \"baseline\": {\"path\": \"", t->wall_ms,
+        sb_printf(b, "\", \"verdict\": \"%s\", \"segments\": %zu, \"memo_hits\": %zu, \"findings\": %lld, "
+                     "\"findings_listed\": %zu, ",
+                  trace_verdict_name(t->verdict), t->n_segments, m, (long long)pc.total, t->n_findings);
+        sb_printf(b, "\"wall_ms\": %.3f, \"peak_bytes\": %lld,\n     \"findings_by_kind\": ", t->wall_ms,
                   (long long)t->peak_bytes);
+        kinds_json(b, pc.kind_total);
+        sb_puts(b, ",\n     \"baseline\": {\"path\": \"");
         esc_json(b, t->base.path);
         sb_puts(b, "\", \"sha256\": \"");
         esc_json(b, t->base.sha256);
@@ -965,9 +1534,22 @@ void report_summary_json(strbuf *b, trace *const *traces, size_t n) {
             esc_json(b, t->findings[i].id);
             sb_printf(b, "\"");
         }
+        /* per listed finding: its identity key (report_names.h) and page, what
+         * --compare matches runs by */
+        sb_puts(b, "],\n     \"finding_details\": [");
+        for (size_t i = 0; i < t->n_findings; i++) {
+            const trace_finding *f = &t->findings[i];
+            sb_puts(b, i ? ",\n       {\"id\": \"" : "\n       {\"id\": \"");
+            esc_json(b, f->id);
+            sb_printf(b, "\", \"kind\": \"%s\", \"key\": \"%s\", \"page\": \"finding-%s.html\", \"message\": \"",
+                      trace_kind_name(f->kind), names.key[p][i], names.finding[p][i]);
+            esc_json(b, f->message);
+            sb_puts(b, "\"}");
+        }
         sb_puts(b, "]}");
     }
     sb_puts(b, n ? "\n  ]\n}\n" : "]\n}\n");
+    rn_free(&names);
 }
 
 /* ---- driver ---- */
@@ -993,13 +1575,8 @@ bool report_render(report_site *site, trace *const *traces, size_t n, const repo
     if (ok) {
         /* Sections in a bundle add their rules to one style block: phase swatches
          * are shared, chart geometry is per pair (class cNN). */
-        c.pair_slug = xcalloc(n + 1, sizeof *c.pair_slug);
+        rn_build(&c.names, traces, n);
         for (size_t p = 0; p < n; p++) {
-            strbuf s;
-            sb_init(&s);
-            sb_printf(&s, "%02zu-", p + 1);
-            esc_slug(&s, traces[p]->name, 60);
-            c.pair_slug[p] = sb_take(&s);
             for (size_t i = 0; i < traces[p]->n_findings; i++) {
                 XGROW(c.all, c.cap_all, c.n_all + 1);
                 c.all[c.n_all++] = (struct fref){p, i};
@@ -1019,7 +1596,17 @@ bool report_render(report_site *site, trace *const *traces, size_t n, const repo
         free(c.css);
         c.css = merged;
         sb_free(&sw);
+        if (o && o->compare_text) {
+            c.cmp = xcalloc(1, sizeof *c.cmp);
+            if (!rc_build(c.cmp, o->compare_text, o->compare_len, o->compare_label ? o->compare_label : "(old)", traces,
+                          n, &c.names, d)) {
+                free(c.cmp);
+                c.cmp = NULL;
+                c.failed = true;
+            }
+        }
         page_index(&c);
+        if (c.cmp) page_compare(&c);
         for (size_t p = 0; p < n; p++) page_pair(&c, p);
         for (size_t g = 0; g < c.n_all; g++) page_finding(&c, g);
         ok = !c.failed;
@@ -1041,18 +1628,24 @@ bool report_render(report_site *site, trace *const *traces, size_t n, const repo
         sb_init(&s);
         report_summary_json(&s, traces, n);
         add_file(site, "summary.json", &s);
-        sarif_write(&s, traces, n);
+        for (int k = 0; k < KIND_COUNT; k++) kind_html(&c, (trace_kind)k);
+        sarif_write(&s, traces, n, &c.names, (const char *const *)c.kind_md);
         add_file(site, "results.sarif", &s);
         junit_write(&s, traces, n);
         add_file(site, "junit.xml", &s);
+        if (c.cmp) {
+            rc_json(&s, c.cmp, traces, &c.names);
+            add_file(site, "compare.json", &s);
+        }
         sb_free(&s);
+        ok = !c.failed;
     }
     free(c.css);
     free(c.js);
     free(c.page);
-    for (int k = 0; k < KIND_COUNT; k++) free(c.kind_html[k]);
-    for (size_t p = 0; c.pair_slug && p < n; p++) free(c.pair_slug[p]);
-    free(c.pair_slug);
+    for (int k = 0; k < KIND_COUNT; k++) free(c.kind_html[k]), free(c.kind_md[k]);
+    if (c.cmp) rc_free(c.cmp), free(c.cmp);
+    if (c.names.pair) rn_free(&c.names);
     free(c.all);
     sb_free(&c.bundle_body);
     sb_free(&c.bundle_css);

@@ -1,9 +1,10 @@
 /* report — the HTML site for one or more traces (DESIGN §9).
  *
  * report_render() builds every output in memory as a list of (file name, bytes):
- * index.html, one pair-NN-<slug>.html per trace, one finding-NN-<id>.html per
- * finding, summary.json, results.sarif, junit.xml — or, with single_file, one
- * bundled HTML page holding all of them as sections (links become anchors).
+ * index.html, one pair-<name>.html per trace, one finding-<kind>-<hash>.html per
+ * finding (names that do not depend on the other traces: report_names.h),
+ * summary.json, results.sarif, junit.xml — or, with single_file, one bundled
+ * HTML page holding all of them as sections (links become anchors).
  * report_write_dir() first writes the whole site, with its list of names
  * (.scalify-files), into a private staging folder DIR/.scalify-new-XXXXXX;
  * only when every file is there does it move them into DIR, under an
@@ -19,7 +20,12 @@
  * readable with JavaScript off, and carries a Content-Security-Policy whose
  * style-src/script-src are the SHA-256 hashes of this page's one <style> and one
  * <script> (computed at render time; no 'unsafe-inline'). Output depends only on
- * the traces and options: no timestamps, no hash-table order.
+ * the traces (their files' digests and times, $SOURCE_DATE_EPOCH in place of
+ * the times when set), the options and the files the traces name (HLO text
+ * for SARIF locations): no clock, no hash-table order. Every page's footer
+ * says what made it, from how many traces, when they were written and their
+ * digest as a set; the index lists every trace file with its digest;
+ * summary.json carries the digest as traces_sha256.
  */
 #ifndef SCALIFY_REPORT_H
 #define SCALIFY_REPORT_H
@@ -34,6 +40,11 @@
 typedef struct {
     const char *title;  /* page title; NULL: "scalify report" */
     bool single_file;   /* render one bundled page (named by the caller) */
+    /* --compare: an earlier report's summary.json (borrowed text) and what it
+     * was read from; NULL: no comparison. Adds compare.html and compare.json
+     * (report_compare.h). */
+    const char *compare_text, *compare_label;
+    size_t compare_len;
 } report_opts;
 
 typedef struct {

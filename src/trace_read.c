@@ -1,6 +1,8 @@
 /* trace_read — jansson → struct trace, checking as it copies (see trace_read.h). */
 #include "trace_read.h"
 
+#include <sys/stat.h>
+
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -360,6 +362,14 @@ static void read_finding(rd *r, json_t *o, const char *w, trace_finding *f) {
     }
 }
 
+/* The strings of an optional array (others skipped), copied into the arena. */
+static void str_array(trace *t, json_t *a, const char ***out, size_t *n) {
+    if (!json_is_array(a)) return;
+    *out = arena_alloc(&t->mem, (json_array_size(a) + 1) * sizeof **out);
+    for (size_t i = 0; i < json_array_size(a); i++)
+        if (json_is_string(json_array_get(a, i))) (*out)[(*n)++] = arena_strdup(&t->mem, json_string_value(json_array_get(a, i)));
+}
+
 static void read_root(rd *r, json_t *root) {
     trace *t = r->t;
     if (!json_is_object(root)) {
@@ -381,19 +391,15 @@ static void read_root(rd *r, json_t *root) {
         t->tool_version = get_str(r, tool, "tool", "version", true);
         t->rules_digest = get_str(r, tool, "tool", "rules_digest", true);
     }
-    json_t *as = json_object_get(root, "assumptions");
-    if (json_is_array(as)) {
-        t->assumptions = arena_alloc(&t->mem, (json_array_size(as) + 1) * sizeof *t->assumptions);
-        for (size_t i = 0; i < json_array_size(as); i++)
-            if (json_is_string(json_array_get(as, i)))
-                t->assumptions[t->n_assumptions++] = arena_strdup(&t->mem, json_string_value(json_array_get(as, i)));
-    }
+    str_array(t, json_object_get(root, "assumptions"), &t->assumptions, &t->n_assumptions);
     json_t *pair = get_obj(r, root, "(root)", "pair", true);
     if (pair) {
         t->name = get_str(r, pair, "pair", "name", true);
         read_module(r, pair, "baseline", &t->base);
         read_module(r, pair, "distributed", &t->dist);
         t->relations_file = get_str(r, pair, "pair", "relations_file", false);
+        /* optional; a reader of older traces reconstructs what it can */
+        str_array(t, json_object_get(pair, "command"), &t->command, &t->n_command);
         json_t *mesh = get_obj(r, pair, "pair", "mesh", true);
         if (mesh) {
             t->n_mesh = json_object_size(mesh);
@@ -489,11 +495,28 @@ trace *trace_read_buffer(const char *buf, size_t n, const char *name, diag *d) {
 
 trace *trace_read_file(const char *path, diag *d) {
     size_t n;
-    char *buf = io_read_file(path, &n, NULL, d);
+    uint8_t h[32];
+    char *buf = io_read_file_sha256(path, &n, NULL, h, d);
     if (!buf) return NULL;
     trace *t = trace_read_buffer(buf, n, path, d);
     free(buf);
+    if (t) {
+        for (int i = 0; i < 32; i++) snprintf(t->source_sha256 + 2 * i, 3, "%02x", h[i]);
+        struct stat st;
+        if (stat(path, &st) == 0) t->source_mtime = (int64_t)st.st_mtime;
+    }
     return t;
+}
+
+int64_t trace_count_findings(const trace *t, int64_t kinds[KIND_COUNT]) {
+    int64_t listed[KIND_COUNT] = {0}, sum = 0;
+    for (size_t i = 0; i < t->n_findings; i++) listed[t->findings[i].kind]++;
+    for (int k = 0; k < KIND_COUNT; k++) {
+        int64_t all = t->kind_counts[k] > listed[k] ? t->kind_counts[k] : listed[k];
+        if (kinds) kinds[k] = all;
+        sum += all;
+    }
+    return sum;
 }
 
 void trace_free(trace *t) {

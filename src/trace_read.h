@@ -126,12 +126,16 @@ typedef struct {
 typedef struct trace {
     arena mem;
     const char *source;  /* path it was read from */
+    char source_sha256[65];  /* of the file's bytes as stored (trace_read_file); "" from a buffer */
+    int64_t source_mtime;    /* its modification time (s since the epoch); 0 from a buffer */
     const char *tool_name, *tool_version, *rules_digest;
     const char *name;
     trace_module base, dist;
     trace_axis *mesh;
     size_t n_mesh;
     const char *relations_file;  /* may be NULL */
+    const char **command;        /* pair.command: check's arguments; n_command 0 when not recorded */
+    size_t n_command;
     trace_kv *relations;
     size_t n_relations;
     trace_verdict verdict;
@@ -154,5 +158,10 @@ trace *trace_read_file(const char *path, diag *d);
 /* Same, from a buffer; `name` is only used for the source field. */
 trace *trace_read_buffer(const char *buf, size_t n, const char *name, diag *d);
 void trace_free(trace *t);
+
+/* Findings the trace counts: per kind summary.findings, never fewer than the
+ * findings array lists of that kind (an older or hand-made trace). Fills
+ * kinds (may be NULL) and returns their sum. */
+int64_t trace_count_findings(const trace *t, int64_t kinds[KIND_COUNT]);
 
 #endif
