@@ -48,6 +48,7 @@ void lift_done(lift_ctx *c) {
     strmap_free(&c->folds);
     strmap_free(&c->base_factors);
     free(c->base_factor);
+    free(c->diffs);
 }
 
 
@@ -2978,6 +2979,8 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     }
     if (in->op == OP_WHILE) {
         for (uint32_t o = 0; o < in->noperands; o++) lf_unscale(c, &vals[in->operands[o]]);
+        /* A proved difference (lift_scale.c) is not carried through a loop. */
+        for (uint32_t o = 0; o < in->noperands; o++) lf_scale_forget(&vals[in->operands[o]]);
         *v = c->baseline_mode ? loop_baseline(c, comp, in, vals) : loop_distributed(c, comp, in, vals);
         if (c->baseline_mode && v->kind == LV_UNKNOWN && in->noperands == 1) {
             lval op = vals[in->operands[0]];
@@ -3043,8 +3046,10 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         *v = lift_instr(&s);
         if (c->baseline_mode && v->kind == LV_UNKNOWN && factor != 1) *v = generic(&s);
         lf_scale_apply(&s, v, factor);
+        lf_scale_differ(&s, v, factor, lift_instr);
     }
     lf_zmask_after(&s, v);
+    if (v->zm) v->diff = 0; /* a zero mask's claim is about the term alone */
     lf_scale_track(&s, v);
     if (!c->baseline_mode) track_short(&s, v);
     c->ambiguous_now = c->konst_operand_now = false;

@@ -976,8 +976,55 @@ static void factor_blame_in_call(void) {
     json_decref(trace);
 }
 
+/* Constant factors that differ (tests/cases/factors, by hand; mesh dp:4, a
+ * data-parallel SGD step on a batch sharded over dp): a factor the
+ * distributed program puts into a term where the baseline puts another is
+ * a proved difference when only ops that keep it follow to an output, a
+ * rule-decided mismatch (without execution) at the op that made it. Where
+ * the factor cancels (a scale-invariant g/sqrt(g·g); a product that undoes
+ * it) or differs only by the rounding of float constants (1/6 · 1/4 against
+ * the f32 of 1/24), never a mismatch, with or without execution. */
+static void factor_differences(void) {
+    static const struct {
+        const char *base, *dist, *rel;
+        int verdict;      /* -1: anything but a mismatch */
+        const char *kind, *site;
+    } cases[] = {
+        {"base", "dist-pmean", "relations", VERDICT_VERIFIED, NULL, NULL},
+        {"base", "dist-psum", "relations", VERDICT_MISMATCH, "wrong-reduction", "g"},
+        {"base", "dist-const", "relations", VERDICT_MISMATCH, "constant-mismatch", "d"},
+        {"base-sign", "dist-sign", "relations", -1, NULL, NULL},
+        {"base-cancel", "dist-cancel", "relations", -1, NULL, NULL},
+        {"base-round", "dist-round", "relations-round", -1, NULL, NULL},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(cases); k++)
+        for (int w = 0; w < 2; w++) {
+            char b[256], d[256], r[256];
+            snprintf(b, sizeof b, "tests/cases/factors/%s.hlo", cases[k].base);
+            snprintf(d, sizeof d, "tests/cases/factors/%s.hlo", cases[k].dist);
+            snprintf(r, sizeof r, "tests/cases/factors/%s.json", cases[k].rel);
+            t_case("check factors %s%s", cases[k].dist, w ? " (with execution)" : "");
+            json_t *trace = NULL;
+            int v = run_with(cases[k].dist, b, d, r, w, false, &trace);
+            if (cases[k].verdict < 0) CHECK_MSG(v != VERDICT_MISMATCH && v != VERDICT_ERROR, "verdict %s", verdict_name(v));
+            else CHECK_MSG(v == cases[k].verdict, "verdict %s", verdict_name(v));
+            json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
+            if (cases[k].kind && f0) {
+                const char *kind = json_string_value(json_object_get(f0, "kind"));
+                const char *at = json_string_value(json_object_get(json_object_get(f0, "distributed"), "instruction"));
+                const char *msg = json_string_value(json_object_get(f0, "message"));
+                CHECK_MSG(kind && strcmp(kind, cases[k].kind) == 0, "kind %s", kind ? kind : "(none)");
+                CHECK_MSG(at && strcmp(at, cases[k].site) == 0, "at %s", at ? at : "(none)");
+                CHECK_MSG(msg && !strstr(msg, "confirmed by execution") && strstr(msg, "output 0 is not the baseline's"), "%s",
+                          msg ? msg : "(none)");
+            }
+            json_decref(trace);
+        }
+}
+
 void suite_check(void);
 void suite_check(void) {
+    factor_differences();
     scalar_dynamic_slice();
     factor_blame_in_call();
     contradicted_by_execution();
