@@ -383,6 +383,13 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
         if (keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, k);
         return k;
     }
+    if ((in->op == OP_ADD || in->op == OP_MULTIPLY) && n == 2 && attr == 0) {
+        /* a+b and a·b are b+a and b·a exactly (in floating point too): the
+         * term in the other order, where there is one, is this one (the
+         * rules' commutativity skips large terms). */
+        eid sw[2] = {ch[1], ch[0]}, hit = eg_lookup(c->g, in->op, attr, t, sw, 2);
+        if (hit != EID_NONE) return eg_find(c->g, hit);
+    }
     eid cls = eg_add(c->g, in->op, attr, t, ch, n, origin);
     if (fv && keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, cls);
     if (in->op == OP_CONSTANT && n == 0 && !lf_kval(c, cls) && fold_size_ok(dims, in->shape.rank))
