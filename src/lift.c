@@ -2580,7 +2580,8 @@ static lval lift_instr(lstate *s) {
             const lift_win *w = ops[o].win;
             const hlo_instr *at = w->from ? w->from : in;
             char what[80];
-            if (at->op == OP_COLLECTIVE_PERMUTE) snprintf(what, sizeof what, "moves pieces of dimension %u between devices", w->dim);
+            if (w->summed) snprintf(what, sizeof what, "slices sharded rows whose per-device sums do not cover every row once");
+            else if (at->op == OP_COLLECTIVE_PERMUTE) snprintf(what, sizeof what, "moves pieces of dimension %u between devices", w->dim);
             else if (at->op == OP_SLICE) snprintf(what, sizeof what, "slices sharded dimension %u", w->dim);
             else snprintf(what, sizeof what, "concatenates along sharded dimension %u", w->dim);
             lf_unsupported(c, w->from ? w->from_comp : s->comp, at, "%s %s: the per-device pieces are no plain view where %s uses them",

@@ -100,6 +100,14 @@ typedef struct lift_win {
     int64_t *idx;                      /* ndev × len */
     const hlo_instr *from;             /* where the pieces began (blamed when they never settle) */
     const hlo_comp *from_comp;
+    /* Summed (lift_win.c, row-wise computation): the value is no window but
+     * device r's sum of g(i) over the rows i = idx[r·len + l], where the sum
+     * of g over all `total` rows is the term; g is named by key (the operands
+     * and dims of the sum that made it). */
+    bool summed;
+    int64_t total;
+    eid key[2];
+    uint32_t key_dims;
 } lift_win;
 
 /* Tags of LV_MASK pieces: what a device holds for index values in a piece. */

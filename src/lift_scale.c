@@ -140,7 +140,7 @@ bool lf_scale_take(lstate *s, lval *out) {
     for (uint32_t o = 0; o < 2; o++) {
         const lval *x = &s->ops[o];
         if (in->op == OP_DIVIDE && o == 1) break;
-        if (x->kind != LV_TERM || x->konst || x->zm || x->cls == EID_NONE || lf_kval(s->c, x->cls) ||
+        if ((x->kind != LV_TERM && x->kind != LV_WIN) || x->konst || x->zm || x->cls == EID_NONE || lf_kval(s->c, x->cls) ||
             !uniform_value(s->c, &s->ops[1 - o], &k))
             continue;
         double f = lf_scale_of(x) * (in->op == OP_DIVIDE ? 1 / k : k);
