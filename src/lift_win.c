@@ -449,7 +449,10 @@ static bool rows_elementwise(lstate *s, lval *out) {
     for (uint32_t o = 0; o < n; o++) {
         const lval *y = &s->ops[o];
         if (y->kind == LV_WIN) {
-            if (y->win->summed || y->win->dim != w->dim || !same_rows(c, y->win, w) || !view_equal(&y->v, &x->v) || y->zm)
+            uint32_t yr;
+            const int64_t *yd = term_dims(c, y->cls, &yr);
+            if (y->win->summed || y->win->dim != w->dim || !same_rows(c, y->win, w) || !view_equal(&y->v, &x->v) || y->zm ||
+                yr != rank || memcmp(yd, td, rank * sizeof *td) != 0)
                 return false;
             ch[o] = y->cls;
             assumed |= y->assumed;
