@@ -336,7 +336,7 @@ bool lf_factor_divergence(lift_ctx *c, const hlo_comp *comp, const lval *x, cons
 }
 
 /* Whether op `in` is injective in each operand, the others fixed: an
- * elementwise add, subtract, negation or float conversion (over the reals),
+ * elementwise add, subtract, negation or float conversion to a type as wide,
  * a layout op that keeps every element. Such an op keeps a proved difference
  * at some element (the values it gives differ there too); any other op (a
  * reduction, a product with data, a nonlinear function: a factor may cancel
@@ -348,9 +348,12 @@ static bool keeps_difference(const lstate *s) {
         return in->noperands == 2;
     case OP_NEGATE: case OP_RESHAPE: case OP_BITCAST: case OP_TRANSPOSE: case OP_BROADCAST: case OP_REVERSE:
         return in->noperands == 1;
-    case OP_CONVERT:
-        return in->noperands == 1 && dtype_is_float(in->shape.dtype) &&
-               dtype_is_float(s->comp->instrs[in->operands[0]].shape.dtype);
+    case OP_CONVERT: {
+        /* Not to a narrower float: rounding could hide a small difference. */
+        int from = s->comp->instrs[in->operands[0]].shape.dtype;
+        return in->noperands == 1 && dtype_is_float(in->shape.dtype) && dtype_is_float(from) &&
+               dtype_bits(in->shape.dtype) >= dtype_bits(from);
+    }
     default:
         return false;
     }
