@@ -140,7 +140,7 @@ bool lf_scale_take(lstate *s, lval *out) {
     for (uint32_t o = 0; o < 2; o++) {
         const lval *x = &s->ops[o];
         if (in->op == OP_DIVIDE && o == 1) break;
-        if ((x->kind != LV_TERM && x->kind != LV_WIN) || x->konst || x->zm || x->cls == EID_NONE || lf_kval(s->c, x->cls) ||
+        if ((x->kind != LV_TERM && x->kind != LV_WIN) || x->konst || x->cls == EID_NONE || lf_kval(s->c, x->cls) ||
             !uniform_value(s->c, &s->ops[1 - o], &k))
             continue;
         double f = lf_scale_of(x) * (in->op == OP_DIVIDE ? 1 / k : k);
@@ -184,8 +184,6 @@ static double result_factor(lstate *s) {
     const lval *ops = s->ops;
     uint32_t n = in->noperands;
     if (n == 0 || !dtype_is_float(in->shape.dtype) || in->shape.dtype == DT_TUPLE) return 0;
-    for (uint32_t o = 0; o < n; o++)
-        if (ops[o].zm) return 0;
     double s0 = lf_scale_of(&ops[0]);
     switch (in->op) {
     case OP_TRANSPOSE: case OP_RESHAPE: case OP_BITCAST: case OP_BROADCAST: case OP_REVERSE: case OP_SLICE:

@@ -1000,6 +1000,11 @@ static void factor_differences(void) {
          * one it ends the proof (rounding could hide a small one). */
         {"base-f64", "dist-psum-f64", "relations", VERDICT_MISMATCH, "wrong-reduction", "g"},
         {"base-bf16", "dist-psum-bf16", "relations", -2, NULL, NULL},
+        /* A relu's backward (a select on a compare the distributed side
+         * reads as a zero mask) carries the factor as the baseline does;
+         * a factor twice the baseline's there is found. */
+        {"base-relu", "dist-relu", "relations-relu", VERDICT_VERIFIED, NULL, NULL},
+        {"base-relu", "dist-relu-wrong", "relations-relu", VERDICT_MISMATCH, "wrong-reduction", "g"},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++)
         for (int w = 0; w < 2; w++) {
