@@ -538,6 +538,39 @@ static json_t *command_json(const check_opts *o) {
     return c;
 }
 
+/* Outputs the lifting proved different from the baseline's (lift_scale.c):
+ * a factor put back where the baseline puts another into the same term, and
+ * from there only ops that keep a difference, to a value whose other term
+ * (the one it would be with the baseline's factor) is the baseline output's
+ * class while its own is not. One finding per proved difference, at the op
+ * that made the factor. */
+static void proved_differences(const check_opts *o, const side *B, const side *D, lift_ctx *lc, const relations *rel,
+                               const lval *root, const eid *bouts, uint32_t nbouts, json_t *findings, json_t *counts, int *nf) {
+    uint32_t nouts = root->kind == LV_TUPLE ? root->n : 1;
+    bool *told = xcalloc(lc->ndiffs + 1, sizeof *told);
+    for (uint32_t k = 0; k < nouts && k < nbouts && k < rel->noutputs; k++) {
+        const lval *v = root->kind == LV_TUPLE ? &root->elems[k] : root;
+        if (!v->diff || v->kind != LV_TERM || v->assumed || v->ambiguous || told[v->diff]) continue;
+        if (eg_find(lc->g, v->corr) != eg_find(lc->g, bouts[k]) || eg_find(lc->g, v->cls) == eg_find(lc->g, bouts[k]))
+            continue;
+        /* Compared through the view the output must have (or, unconstrained,
+         * any plain one): a device's piece is then that view of the term. */
+        if (!view_equal(&v->v, &rel->outputs[k]) && !(rel->output_free && rel->output_free[k] && !v->v.partial)) continue;
+        const lift_finding *d = &lc->diffs[v->diff - 1];
+        told[v->diff] = true;
+        strbuf msg;
+        sb_init(&msg);
+        sb_printf(&msg, "output %u is not the baseline's: where %s makes the factor, %s; every op from there to the output "
+                  "keeps the difference (only additions, negations, conversions and layout ops follow), so the output "
+                  "differs from the baseline's wherever that value is non-zero", k, d->in->name, d->message);
+        json_array_append_new(findings, finding_json(o, B->m, D->m, ++*nf, d->kind, "error", msg.s, d->comp, d->in));
+        json_t *cnt = json_object_get(counts, d->kind);
+        json_object_set_new(counts, d->kind, json_integer((cnt ? json_integer_value(cnt) : 0) + 1));
+        sb_free(&msg);
+    }
+    free(told);
+}
+
 int check_pair(const check_opts *o, json_t **trace, diag *d) {
     peak_rss_reset(); /* each pair of a batch reports its own peak */
     double t0 = now_ms(), c0 = cpu_ms();
@@ -692,6 +725,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         lc.first_unsupported_comp = lc.silent_comp;
         lc.unsupported_why = lc.silent_why;
     }
+    proved_differences(o, &B, &D, &lc, &rel, &root, bouts, nbouts, findings, counts, &nf);
     if (getenv("SCALIFY_DEBUG_LIFT"))
         fprintf(stderr, "check: outputs %s (%s); divergence %s; resynced %u; memo %u of %u runs\n", outputs_ok ? "meet" : "differ",
                 why.s ? why.s : "", lc.divergence ? lc.divergence->name : "none", lc.resynced, lc.memo_hits, lc.memo_runs);

@@ -48,6 +48,7 @@ void lift_done(lift_ctx *c) {
     strmap_free(&c->folds);
     strmap_free(&c->base_factors);
     free(c->base_factor);
+    free(c->diffs);
 }
 
 
@@ -401,6 +402,13 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
         eid k = lf_const_term(c, fv, origin);
         if (keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, k);
         return k;
+    }
+    if ((in->op == OP_ADD || in->op == OP_MULTIPLY) && n == 2 && attr == 0) {
+        /* a+b and a·b are b+a and b·a exactly (in floating point too): the
+         * term in the other order, where there is one, is this one (the
+         * rules' commutativity skips large terms). */
+        eid sw[2] = {ch[1], ch[0]}, hit = eg_lookup(c->g, in->op, attr, t, sw, 2);
+        if (hit != EID_NONE) return eg_find(c->g, hit);
     }
     eid cls = eg_add(c->g, in->op, attr, t, ch, n, origin);
     if (fv && keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, cls);
@@ -3115,7 +3123,8 @@ static lval lift_instr(lstate *s) {
             const lift_win *w = ops[o].win;
             const hlo_instr *at = w->from ? w->from : in;
             char what[80];
-            if (at->op == OP_COLLECTIVE_PERMUTE) snprintf(what, sizeof what, "moves pieces of dimension %u between devices", w->dim);
+            if (w->summed) snprintf(what, sizeof what, "slices sharded rows whose per-device sums do not cover every row once");
+            else if (at->op == OP_COLLECTIVE_PERMUTE) snprintf(what, sizeof what, "moves pieces of dimension %u between devices", w->dim);
             else if (at->op == OP_SLICE) snprintf(what, sizeof what, "slices sharded dimension %u", w->dim);
             else if (at->op == OP_DYNAMIC_SLICE)
                 snprintf(what, sizeof what, "slices dimension %u at per-device offsets that are no blocks of a mesh axis", w->dim);
@@ -3980,6 +3989,8 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     }
     if (in->op == OP_WHILE) {
         for (uint32_t o = 0; o < in->noperands; o++) lf_unscale(c, &vals[in->operands[o]]);
+        /* A proved difference (lift_scale.c) is not carried through a loop. */
+        for (uint32_t o = 0; o < in->noperands; o++) lf_scale_forget(&vals[in->operands[o]]);
         *v = c->baseline_mode ? loop_baseline(c, comp, in, vals) : loop_distributed(c, comp, in, vals);
         if (c->baseline_mode && v->kind == LV_UNKNOWN && in->noperands == 1) {
             lval op = vals[in->operands[0]];
@@ -4056,8 +4067,10 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         if (!c->baseline_mode && v->kind == LV_UNKNOWN && c->nunsupported == nu && c->nfindings == nf) unrelated(&s);
         if (c->baseline_mode && v->kind == LV_UNKNOWN && factor != 1) *v = generic(&s);
         lf_scale_apply(&s, v, factor);
+        lf_scale_differ(&s, v, factor, lift_instr);
     }
     lf_zmask_after(&s, v);
+    if (v->zm) v->diff = 0; /* a zero mask's claim is about the term alone */
     lf_scale_track(&s, v);
     if (!c->baseline_mode) track_short(&s, v);
     c->ambiguous_now = c->konst_operand_now = c->partial_unsure_now = false;

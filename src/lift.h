@@ -102,6 +102,14 @@ typedef struct lift_win {
     int64_t *idx;                      /* ndev × len */
     const hlo_instr *from;             /* where the pieces began (blamed when they never settle) */
     const hlo_comp *from_comp;
+    /* Summed (lift_win.c, row-wise computation): the value is no window but
+     * device r's sum of g(i) over the rows i = idx[r·len + l], where the sum
+     * of g over all `total` rows is the term; g is named by key (the operands
+     * and dims of the sum that made it). */
+    bool summed;
+    int64_t total;
+    eid key[2];
+    uint32_t key_dims;
 } lift_win;
 
 /* Tags of LV_MASK pieces: what a device holds for index values in a piece. */
@@ -136,6 +144,10 @@ typedef struct lval {
     double scale;                 /* LV_TERM / LV_LAYOUT / LV_WIN: the value is this constant
                                    * times what the term and view say (0: 1; lift_scale.c) */
     bool rescaled;                /* a baseline term times a constant factor put back into it */
+    uint32_t diff;                /* distributed: 1 + index in lift_ctx.diffs of a proved difference
+                                   * (0: none): the value differs from the term `corr` wherever the
+                                   * term its factor was put into is non-zero (lift_scale.c) */
+    eid corr;                     /* with diff: the term it would be with the baseline's factor */
     const hlo_instr *factor_at;   /* distributed: the last op that changed the factor */
     const hlo_instr *summed_at;   /* distributed: the last sum collective upstream */
     const hlo_instr *short_at;    /* distributed: a sum collective after which the value stayed
@@ -230,6 +242,9 @@ typedef struct lift_ctx {
     strmap base_factors;                  /* baseline term class -> index in base_factor */
     double *base_factor;                  /* the factor the baseline put back into that term */
     size_t nbase_factors, capbase_factors;
+    lift_finding *diffs;                  /* factors that differ, put back where a difference is
+                                           * proved (lval.diff): kind, op to blame, words */
+    uint32_t ndiffs, capdiffs;
     bool divergence_resynced;             /* found after a region assumed equal to the baseline's */
     uint64_t fresh;                       /* counter for fresh variables */
     /* Resynchronisation: the baseline's last value of each op_name scope, so an

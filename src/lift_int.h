@@ -131,6 +131,11 @@ bool lf_scale_take(lstate *s, lval *out);
 double lf_scale_plan(lstate *s);
 void lf_scale_apply(lstate *s, lval *v, double f);
 void lf_unscale(lift_ctx *c, lval *x);
+/* lf_scale_differ: v just lifted (with result factor `factor`) keeps an
+ * operand's proved difference (lval.diff) when the op provably does, relift
+ * lifting the op again over the operand's other term; else v has none. */
+void lf_scale_differ(lstate *s, lval *v, double factor, lval (*relift)(lstate *));
+void lf_scale_forget(lval *x); /* x and its tuple elements keep no proved difference */
 /* lf_scale_track notes where v's factor came from (for blame);
  * lf_factor_divergence: x (put back from the value `was`) meets no baseline
  * class; when the baseline put another factor into the same term, says so

@@ -44,6 +44,60 @@ static bool uniform_value(lift_ctx *c, const lval *x, double *out) {
     return true;
 }
 
+/* multiply(x, broadcast(s)) of x's type: a factor put back into a term. */
+static eid times(lift_ctx *c, eid x, double s) {
+    uint32_t t = eg_class_type(c->g, x);
+    interp_val *k = interp_val_new(eg_type_dtype(c->g, t), 0, NULL);
+    k->f[0] = s;
+    eid ch[2] = {x, lf_const_term(c, k, c->origin)};
+    ch[1] = eg_add(c->g, OP_BROADCAST, 0, t, &ch[1], 1, c->origin);
+    return eg_add(c->g, OP_MULTIPLY, 0, t, ch, 2, c->origin);
+}
+
+/* The factor the baseline put back into term class x (1: none; the term is
+ * then the baseline's own value where it has it). */
+static double base_factor(lift_ctx *c, eid x) {
+    eid key = eg_find(c->g, x);
+    uint32_t idx;
+    return strmap_get(&c->base_factors, (const char *)&key, sizeof key, &idx) ? c->base_factor[idx] : 1;
+}
+
+static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, const char **kind, char **note,
+                         const hlo_instr **at);
+static bool factors_differ(lift_ctx *c, eid x, double r);
+
+/* x (distributed, factor sd, its term a baseline value) is put back where
+ * the baseline puts sb into the same term T: x is sd·T, the baseline's
+ * sb·T, and with sd ≠ sb they differ wherever T is non-zero. Recorded as a
+ * proved difference (lval.diff, corr = sb·T); the ops after it keep it only
+ * where they provably do (lf_scale_differ). */
+static void mark_differ(lift_ctx *c, lval *x, double sd) {
+    double sb = base_factor(c, x->cls);
+    /* Known values (a constant, zeros) are no data that could differ. */
+    if (x->kind != LV_TERM || x->assumed || x->zm || x->konst || lf_kval(c, x->cls) || !factors_differ(c, x->cls, sd / sb) ||
+        (x->v.partial && x->v.red != RED_SUM && sb < 0))
+        return;
+    lift_finding d = {0};
+    char *note;
+    factor_words(c, x, sd, sb, &d.kind, &note, &d.in);
+    if (!d.in) return;
+    /* The computation holding the op to blame (its site is printed from it). */
+    for (uint32_t k = 0; k < c->dist->ncomps && !d.comp; k++) {
+        const hlo_comp *e = &c->dist->comps[k];
+        if (d.in >= e->instrs && d.in < e->instrs + e->ninstrs) d.comp = e;
+    }
+    if (!d.comp) return;
+    d.message = note;
+    if (c->ndiffs == c->capdiffs) {
+        size_t cap = c->capdiffs;
+        XGROW(c->diffs, cap, c->ndiffs + 1);
+        c->capdiffs = (uint32_t)cap;
+    }
+    c->diffs[c->ndiffs++] = d;
+    x->diff = c->ndiffs;
+    x->corr = sb == 1 ? x->cls : times(c, x->cls, sb);
+}
+
 void lf_unscale(lift_ctx *c, lval *x) {
     if (x->kind == LV_TUPLE) {
         /* a call's result: the factors of its elements */
@@ -55,12 +109,6 @@ void lf_unscale(lift_ctx *c, lval *x) {
         x->scale = 0;
         return;
     }
-    uint32_t t = eg_class_type(c->g, x->cls);
-    int dt = eg_type_dtype(c->g, t);
-    interp_val *k = interp_val_new(dt, 0, NULL);
-    k->f[0] = s;
-    eid ch[2] = {x->cls, lf_const_term(c, k, c->origin)};
-    ch[1] = eg_add(c->g, OP_BROADCAST, 0, t, &ch[1], 1, c->origin);
     bool inside = (eg_class_origin(c->g, x->cls) & EG_BASELINE) != 0;
     if (c->baseline_mode) {
         /* Remembered for blame: where the distributed program puts another
@@ -73,8 +121,12 @@ void lf_unscale(lift_ctx *c, lval *x) {
             strmap_put(&c->base_factors, arena_memdup(c->a, &key, sizeof key), sizeof key, idx);
         }
         c->base_factor[idx] = s;
+    } else if (x->diff) {
+        x->corr = times(c, x->corr, s); /* both sides of a proved difference scale alike */
+    } else if (inside) {
+        mark_differ(c, x, s);
     }
-    x->cls = eg_add(c->g, OP_MULTIPLY, 0, t, ch, 2, c->origin);
+    x->cls = times(c, x->cls, s);
     x->scale = 0;
     /* Baseline data up to a constant factor: where such a value first meets
      * no baseline class, the factor is what differs (the divergence). */
@@ -98,7 +150,7 @@ bool lf_scale_take(lstate *s, lval *out) {
         if (row.kind == LV_MASK && lf_mask_resolves(s->c, &row) && uniform_value(s->c, &s->ops[1 - o], &k))
             lf_index_as_term(s->c, &row);
         const lval *x = &row;
-        if (!carries(x) || x->konst || x->zm || x->cls == EID_NONE || lf_kval(s->c, x->cls) ||
+        if (!carries(x) || x->konst || x->cls == EID_NONE || lf_kval(s->c, x->cls) ||
             !uniform_value(s->c, &s->ops[1 - o], &k))
             continue;
         double f = lf_scale_of(x) * (in->op == OP_DIVIDE ? 1 / k : k);
@@ -142,8 +194,6 @@ static double result_factor(lstate *s) {
     const lval *ops = s->ops;
     uint32_t n = in->noperands;
     if (n == 0 || !dtype_is_float(in->shape.dtype) || in->shape.dtype == DT_TUPLE) return 0;
-    for (uint32_t o = 0; o < n; o++)
-        if (ops[o].zm) return 0;
     double s0 = lf_scale_of(&ops[0]);
     switch (in->op) {
     case OP_TRANSPOSE: case OP_RESHAPE: case OP_BITCAST: case OP_BROADCAST: case OP_REVERSE: case OP_SLICE:
@@ -235,15 +285,23 @@ void lf_scale_track(lstate *s, lval *v) {
     if (summed) v->summed_at = in;
 }
 
-bool lf_factor_divergence(lift_ctx *c, const hlo_comp *comp, const lval *x, const lval *was, const hlo_instr **at) {
-    eid key = eg_find(c->g, was->cls);
-    uint32_t idx;
-    if (!x->rescaled) return false;
-    /* The baseline's own factor for the term: one it put back, else 1 when
-     * the term itself is a baseline value. */
-    double sb = strmap_get(&c->base_factors, (const char *)&key, sizeof key, &idx) ? c->base_factor[idx] : 1;
-    double sd = lf_scale_of(was), r = sd / sb;
-    if (!isfinite(r) || r == 1) return false;
+/* Whether ratio r of two factors of the term x is a difference in exact
+ * arithmetic and not the rounding of the constants it comes from: both
+ * programs compute their factors from float constants (1/3 as f32, or
+ * bf16, is not 1/3), so ratios within the dtype's rounding of a few
+ * constants decide nothing. The factors the bugs make (mesh-axis sizes,
+ * microbatch counts) are far beyond that. */
+static bool factors_differ(lift_ctx *c, eid x, double r) {
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, x));
+    double tol = dt == DT_F32 || dt == DT_F64 ? 1e-4 : 0.05;
+    return isfinite(r) && r != 0 && fabs(r - 1) > tol;
+}
+
+/* What factor sd where the baseline has sb says (a finding kind and words)
+ * and the op to blame (NULL: none known). */
+static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, const char **kind, char **note,
+                         const hlo_instr **at) {
+    double r = sd / sb;
     const mesh *m = c->mesh;
     const char *how = NULL;
     strbuf ax;
@@ -264,14 +322,98 @@ bool lf_factor_divergence(lift_ctx *c, const hlo_comp *comp, const lval *x, cons
         sb_puts(&w, ": ");
         sb_printf(&w, how, ax.s);
     }
-    c->divergence_kind = how ? "wrong-reduction" : "constant-mismatch";
-    c->divergence_note = arena_strndup(c->a, w.s, w.len);
+    *kind = how ? "wrong-reduction" : "constant-mismatch";
+    *note = arena_strndup(c->a, w.s, w.len);
     *at = how && was->summed_at ? was->summed_at : was->factor_at;
+    sb_free(&w);
+    sb_free(&ax);
+}
+
+bool lf_factor_divergence(lift_ctx *c, const hlo_comp *comp, const lval *x, const lval *was, const hlo_instr **at) {
+    if (!x->rescaled) return false;
+    /* The baseline's own factor for the term: one it put back, else 1 when
+     * the term itself is a baseline value. */
+    double sb = base_factor(c, was->cls), sd = lf_scale_of(was), r = sd / sb;
+    if (!isfinite(r) || r == 1) return false;
+    factor_words(c, was, sd, sb, &c->divergence_kind, &c->divergence_note, at);
     /* Blame is given within the computation of the divergence (its site is
      * printed from that computation); an op elsewhere (a called one) is not. */
     if (*at && (*at < comp->instrs || *at >= comp->instrs + comp->ninstrs)) *at = NULL;
-    sb_free(&w);
-    sb_free(&ax);
     if (!*at) c->divergence_kind = NULL, c->divergence_note = NULL;
     return *at != NULL;
+}
+
+/* Whether op `in` is injective in each operand, the others fixed: an
+ * elementwise add, subtract, negation or float conversion to a type as wide,
+ * a layout op that keeps every element. Such an op keeps a proved difference
+ * at some element (the values it gives differ there too); any other op (a
+ * reduction, a product with data, a nonlinear function: a factor may cancel
+ * there, as in m/sqrt(v)) ends it. */
+static bool keeps_difference(const lstate *s) {
+    const hlo_instr *in = s->in;
+    switch (in->op) {
+    case OP_ADD: case OP_SUBTRACT:
+        return in->noperands == 2;
+    case OP_NEGATE: case OP_RESHAPE: case OP_BITCAST: case OP_TRANSPOSE: case OP_BROADCAST: case OP_REVERSE:
+        return in->noperands == 1;
+    case OP_CONVERT: {
+        /* Not to a narrower float: rounding could hide a small difference. */
+        int from = s->comp->instrs[in->operands[0]].shape.dtype;
+        return in->noperands == 1 && dtype_is_float(in->shape.dtype) && dtype_is_float(from) &&
+               dtype_bits(in->shape.dtype) >= dtype_bits(from);
+    }
+    default:
+        return false;
+    }
+}
+
+void lf_scale_differ(lstate *s, lval *v, double factor, lval (*relift)(lstate *)) {
+    lift_ctx *c = s->c;
+    uint32_t o1 = UINT32_MAX, nmarked = 0;
+    for (uint32_t o = 0; o < s->in->noperands; o++)
+        if (s->ops[o].diff) o1 = o, nmarked++;
+    uint32_t got = 0;
+    eid corr = EID_NONE;
+    lval *x = nmarked == 1 ? &s->ops[o1] : NULL;
+    if (x && !c->baseline_mode && x->kind == LV_TERM && v->kind == LV_TERM && v->cls != EID_NONE && !v->assumed) {
+        if (eg_find(c->g, v->cls) == eg_find(c->g, x->cls) && lf_scale_of(v) == lf_scale_of(x)) {
+            /* The op is the identity on the global value (a collective that
+             * only changes the view, a full slice): the difference stays. */
+            got = x->diff, corr = x->corr;
+        } else if (keeps_difference(s)) {
+            /* The same op over the other term: the value it would be. */
+            lval keep = *x;
+            uint32_t nf = c->nfindings, nu = c->nunsupported;
+            /* What that lifting reports is no part of the program's: kept
+             * aside and restored. */
+            const hlo_instr *fu = c->first_unsupported, *lu = c->later_unsupported;
+            const hlo_comp *fuc = c->first_unsupported_comp, *luc = c->later_unsupported_comp;
+            char *fw = c->unsupported_why, *lw = c->later_unsupported_why;
+            bool fk = c->unsupported_konst, lk = c->later_unsupported_konst;
+            lift_segment seg = c->nsegs ? c->segs[c->cur_seg] : (lift_segment){0};
+            x->cls = x->corr;
+            x->diff = 0;
+            lval w = relift(s);
+            lf_scale_apply(s, &w, factor);
+            *x = keep;
+            bool clean = nf == c->nfindings && nu == c->nunsupported;
+            if (!clean) {
+                c->nfindings = nf, c->nunsupported = nu;
+                c->first_unsupported = fu, c->first_unsupported_comp = fuc, c->unsupported_why = fw, c->unsupported_konst = fk;
+                c->later_unsupported = lu, c->later_unsupported_comp = luc, c->later_unsupported_why = lw;
+                c->later_unsupported_konst = lk;
+                if (c->nsegs) c->segs[c->cur_seg] = seg;
+            }
+            if (clean && w.kind == LV_TERM && w.cls != EID_NONE && !w.assumed && !w.zm && view_equal(&w.v, &v->v) &&
+                lf_scale_of(&w) == lf_scale_of(v))
+                got = keep.diff, corr = w.cls;
+        }
+    }
+    v->diff = got;
+    v->corr = corr;
+}
+
+void lf_scale_forget(lval *x) {
+    x->diff = 0;
+    for (uint32_t k = 0; x->kind == LV_TUPLE && k < x->n; k++) lf_scale_forget(&x->elems[k]);
 }

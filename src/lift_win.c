@@ -4,6 +4,7 @@
  * again (GSPMD's rotate-half of RoPE at tp8: a local slice, a permute, a
  * concatenate, a dynamic-slice).
  */
+#include "interp.h"
 #include "lift.h"
 #include "lift_int.h"
 
@@ -135,7 +136,7 @@ static bool win_slice(lstate *s, lval *out) {
         x.win->from = in;
         x.win->from_comp = s->comp;
     }
-    if (x.kind != LV_WIN) return false;
+    if (x.kind != LV_WIN || x.win->summed) return false;
     const lift_win *w = x.win;
     uint32_t rank;
     const int64_t *td = term_dims(c, x.cls, &rank);
@@ -170,6 +171,7 @@ static bool win_concatenate(lstate *s, lval *out) {
     bool needed = false;
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
+        if (x->kind == LV_WIN && x->win->summed) return false;
         needed |= x->kind == LV_WIN || (x->kind == LV_TERM && cd < x->v.rank && x->v.dims[cd].naxes);
     }
     if (!needed) return false;
@@ -244,7 +246,7 @@ static bool win_dynamic_slice(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
-    if (x->kind != LV_WIN) return false;
+    if (x->kind != LV_WIN || x->win->summed) return false;
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
     const lift_win *w = x->win;
     if (in->noperands != 1 + src->shape.rank || in->shape.rank != src->shape.rank) return false;
@@ -408,7 +410,8 @@ static lval lift_collective_permute(lstate *s) {
     bool same_shape = in->noperands == 1 && in->shape.rank == s->comp->instrs[in->operands[0]].shape.rank;
     for (uint32_t k = 0; same_shape && k < in->shape.rank; k++)
         same_shape = in->shape.dims[k] == s->comp->instrs[in->operands[0]].shape.dims[k];
-    if (!same_shape || (x->kind != LV_TERM && x->kind != LV_WIN) || in->shape.rank == 0 || in->shape.rank > VIEW_MAX_RANK) {
+    if (!same_shape || (x->kind != LV_TERM && x->kind != LV_WIN) || (x->kind == LV_WIN && x->win->summed) ||
+        in->shape.rank == 0 || in->shape.rank > VIEW_MAX_RANK) {
         lf_unsupported(c, s->comp, in, "no transfer function relates %s (%s) with these operand views", in->name, in->opname);
         return unknown();
     }
@@ -478,11 +481,235 @@ static lval lift_collective_permute(lstate *s) {
     return win_settle(c, wv);
 }
 
-/* A window no transfer function takes, as a fresh variable (assumed content)
- * sharded along its dim over the mesh axes its pieces vary with: so the ops
- * after it still judge views (as for any unrelated slice). */
-void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x) {
+/* ---- Row-wise computation on windows ----
+ * Microbatches of a batch-sharded array (gradient accumulation, unrolled):
+ * a local slice of a sharded dim is a window over the term (device r holds
+ * its rows idx[r·len + l]). An op that computes row by row computes, on
+ * those rows, the same rows of the op over the whole term: an elementwise op
+ * whose other operands are windows with the same rows or replicated values
+ * broadcast along the rows (then the same broadcast at the term's extent),
+ * a dot that keeps the rows (the other operand replicated), a reduce over
+ * other dims. The result is a window of the op's term, the same rows. A sum
+ * over the rows (a reduce, a dot contracting both operands' rows) is a
+ * summed window: device r holds Σ_l g(idx[r·len + l]), where g(i) is row i's
+ * share and Σ_i g(i) over all rows is the term. Summed windows of the same g
+ * (the same operands and dims summed) add up, their rows joined; when the
+ * devices that differ hold every row exactly once, the value is a partial
+ * sum of the term over the mesh axes they differ along. Rows a permute left
+ * empty (idx -1: zeros) are not computed with here. */
+
+static bool win_full(const lift_ctx *c, const lift_win *w) {
+    if (w->summed) return false;
+    for (int64_t k = 0; k < c->ndev * w->len; k++)
+        if (w->idx[k] < 0) return false;
+    return true;
+}
+
+static bool same_rows(const lift_ctx *c, const lift_win *a, const lift_win *b) {
+    return a->len == b->len && memcmp(a->idx, b->idx, (size_t)(c->ndev * a->len) * sizeof *a->idx) == 0;
+}
+
+/* Operand o of s, a replicated value broadcast along local dim d (the
+ * window's) from a replicated operand: the same broadcast at extent `ext`
+ * along d, in *out. */
+static bool bcast_along(lstate *s, uint32_t o, uint32_t d, int64_t ext, eid *out) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[o];
+    const hlo_instr *bi = &s->comp->instrs[s->in->operands[o]];
+    if (x->kind != LV_TERM || !view_is_dup(&x->v) || x->zm || bi->op != OP_BROADCAST || bi->noperands != 1 ||
+        bi->shape.rank > VIEW_MAX_RANK || d >= bi->shape.rank)
+        return false;
+    uint32_t nd;
+    const int64_t *bd = instr_ints(bi, A_DIMENSIONS, &nd);
+    for (uint32_t k = 0; k < nd; k++)
+        if (bd[k] == d) return false;
+    const lval *src = &s->vals[bi->operands[0]];
+    if (src->kind != LV_TERM || !view_is_dup(&src->v) || lf_scale_of(src) != 1) return false;
+    /* The operand is that broadcast (no factor put into it since). */
+    if (eg_find(c->g, lf_node(c, c->cur, bi, &src->cls, 1, bi->shape.dims, c->origin)) != eg_find(c->g, x->cls)) return false;
+    int64_t dims[VIEW_MAX_RANK];
+    memcpy(dims, bi->shape.dims, bi->shape.rank * sizeof *dims);
+    dims[d] = ext;
+    *out = lf_node(c, c->cur, bi, &src->cls, 1, dims, c->origin);
+    return true;
+}
+
+/* The local dims of `in` with dim d at extent ext (d ≥ rank: none). */
+static void dims_at(const hlo_instr *in, uint32_t d, int64_t ext, int64_t *dims) {
+    memcpy(dims, in->shape.dims, in->shape.rank * sizeof *dims);
+    if (d < in->shape.rank) dims[d] = ext;
+}
+
+static bool rows_elementwise(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t n = in->noperands, w0 = n;
+    if (n > 8 || in->shape.rank > VIEW_MAX_RANK) return false;
+    for (uint32_t o = 0; o < n && w0 == n; o++)
+        if (s->ops[o].kind == LV_WIN) w0 = o;
+    if (w0 == n) return false;
+    const lval *x = &s->ops[w0];
     const lift_win *w = x->win;
+    uint32_t rank;
+    const int64_t *td = term_dims(c, x->cls, &rank);
+    if (!win_full(c, w) || !view_is_dup(&x->v) || rank != in->shape.rank || w->dim >= rank) return false;
+    eid ch[8];
+    bool assumed = false;
+    for (uint32_t o = 0; o < n; o++) {
+        const lval *y = &s->ops[o];
+        if (y->kind == LV_WIN) {
+            uint32_t yr;
+            const int64_t *yd = term_dims(c, y->cls, &yr);
+            if (y->win->summed || y->win->dim != w->dim || !same_rows(c, y->win, w) || !view_equal(&y->v, &x->v) || y->zm ||
+                yr != rank || memcmp(yd, td, rank * sizeof *td) != 0)
+                return false;
+            ch[o] = y->cls;
+            assumed |= y->assumed;
+        } else if (!bcast_along(s, o, w->dim, td[w->dim], &ch[o])) {
+            return false;
+        }
+    }
+    int64_t dims[VIEW_MAX_RANK];
+    dims_at(in, w->dim, td[w->dim], dims);
+    *out = *x;
+    out->cls = lf_node(c, c->cur, in, ch, n, dims, c->origin);
+    out->assumed = assumed;
+    out->konst = false;
+    out->zm = NULL;
+    return true;
+}
+
+/* A summed window of term t (the sum over all rows), rows as w's. */
+static lval summed_of(lift_ctx *c, const lval *like, const lift_win *w, eid t, int64_t total, eid k0, eid k1,
+                      uint32_t kd, uint32_t rank) {
+    lift_win *nw = win_new(c, w, 0, w->len);
+    memcpy(nw->idx, w->idx, (size_t)(c->ndev * w->len) * sizeof *nw->idx);
+    nw->summed = true;
+    nw->total = total;
+    nw->key[0] = eg_find(c->g, k0);
+    nw->key[1] = k1 == EID_NONE ? EID_NONE : eg_find(c->g, k1);
+    nw->key_dims = kd;
+    lval v = *like;
+    v.kind = LV_WIN;
+    v.win = nw;
+    v.cls = t;
+    v.v = view_dup(rank);
+    v.konst = false;
+    v.zm = NULL;
+    return v;
+}
+
+/* The result of `in` over children ch (global dims `dims`) as a window
+ * with x's rows along result dim d, every other dim replicated. */
+static lval rows_at(lstate *s, const lval *x, uint32_t d, const eid *ch, uint32_t n, const int64_t *dims) {
+    lift_ctx *c = s->c;
+    lift_win *nw = win_new(c, x->win, d, x->win->len);
+    memcpy(nw->idx, x->win->idx, (size_t)(c->ndev * nw->len) * sizeof *nw->idx);
+    lval out = *x;
+    out.win = nw;
+    out.v = view_dup(s->in->shape.rank);
+    out.cls = lf_node(c, c->cur, s->in, ch, n, dims, c->origin);
+    return out;
+}
+
+/* Whether operand 1 of a reduce is its sum's 0. */
+static bool zero_init(lstate *s) {
+    const interp_val *iv = s->ops[1].kind == LV_TERM ? lf_kval(s->c, s->ops[1].cls) : NULL;
+    return iv && iv->f && iv->n == 1 && iv->f[0] == 0;
+}
+
+static bool rows_dot(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *a = &s->ops[0], *b = &s->ops[1];
+    uint32_t nlb, nlc, nrb, nrc;
+    const int64_t *lc = instr_ints(in, A_LHS_CONTRACTING_DIMS, &nlc), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
+    instr_ints(in, A_LHS_BATCH_DIMS, &nlb);
+    instr_ints(in, A_RHS_BATCH_DIMS, &nrb);
+    if (in->noperands != 2 || nlb || nrb || nlc != nrc || in->shape.rank > VIEW_MAX_RANK) return false;
+    const hlo_instr *ai = &s->comp->instrs[in->operands[0]], *bi = &s->comp->instrs[in->operands[1]];
+    eid ch[2] = {a->cls, b->cls};
+    if (a->kind == LV_WIN && b->kind == LV_WIN) {
+        /* Both operands' rows contracted with each other: a sum over rows. */
+        const lift_win *w = a->win;
+        if (!win_full(c, w) || !win_full(c, b->win) || !same_rows(c, w, b->win) || !view_is_dup(&a->v) ||
+            !view_is_dup(&b->v))
+            return false;
+        uint32_t k = 0;
+        while (k < nlc && !(lc[k] == w->dim && rc[k] == b->win->dim)) k++;
+        if (k == nlc) return false;
+        uint32_t ra, rb;
+        const int64_t *ta = term_dims(c, a->cls, &ra), *tb = term_dims(c, b->cls, &rb);
+        if (ta[w->dim] != tb[b->win->dim]) return false;
+        (void)ai, (void)bi;
+        eid t = lf_node(c, c->cur, in, ch, 2, in->shape.dims, c->origin);
+        *out = summed_of(c, a, w, t, ta[w->dim], a->cls, b->cls, 1u << 31 | w->dim << 8 | b->win->dim, in->shape.rank);
+        out->assumed = a->assumed || b->assumed;
+        return true;
+    }
+    /* One operand's rows kept (not contracted), the other replicated. */
+    uint32_t side = a->kind == LV_WIN ? 0 : 1;
+    const lval *x = side ? b : a, *y = side ? a : b;
+    const hlo_instr *xi = side ? bi : ai;
+    const int64_t *xc = side ? rc : lc;
+    if (x->kind != LV_WIN || y->kind != LV_TERM || !view_is_dup(&y->v) || y->zm || !win_full(c, x->win) ||
+        !view_is_dup(&x->v))
+        return false;
+    uint32_t d = x->win->dim, pos = 0;
+    for (uint32_t k = 0; k < nlc; k++)
+        if (xc[k] == d) return false;
+    /* Result dims: lhs free dims in order, then rhs free dims. */
+    if (side) pos = ai->shape.rank - nlc;
+    for (uint32_t k = 0; k < d; k++) {
+        bool contracted = false;
+        for (uint32_t q = 0; q < nlc; q++) contracted |= xc[q] == k;
+        pos += !contracted;
+    }
+    uint32_t rank;
+    const int64_t *td = term_dims(c, x->cls, &rank);
+    if (pos >= in->shape.rank || xi->shape.rank != rank) return false;
+    int64_t dims[VIEW_MAX_RANK];
+    dims_at(in, pos, td[d], dims);
+    *out = rows_at(s, x, pos, ch, 2, dims);
+    out->assumed = a->assumed || b->assumed;
+    return true;
+}
+
+/* reduce (a sum from 0) of a window: over other dims a window of the
+ * reduced term; over its rows too, a summed window. */
+static bool rows_reduce(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (in->noperands != 2 || x->kind != LV_WIN || !win_full(c, x->win) || !view_is_dup(&x->v) ||
+        instr_reducer(c->cur, in) != RED_SUM || in->shape.rank > VIEW_MAX_RANK)
+        return false;
+    if (!zero_init(s)) return false;
+    uint32_t nd, rank;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    const int64_t *td = term_dims(c, x->cls, &rank);
+    uint32_t d = x->win->dim, below = 0, mask = 0;
+    bool rows = false;
+    for (uint32_t k = 0; k < nd; k++) {
+        if (rd[k] < 0 || rd[k] >= 32) return false;
+        mask |= 1u << rd[k];
+        rows |= rd[k] == d;
+        below += rd[k] < d;
+    }
+    eid ch[2] = {x->cls, s->ops[1].cls};
+    if (rows) {
+        eid t = lf_node(c, c->cur, in, ch, 2, in->shape.dims, c->origin);
+        *out = summed_of(c, x, x->win, t, td[d], x->cls, EID_NONE, mask, in->shape.rank);
+        return true;
+    }
+    int64_t dims[VIEW_MAX_RANK];
+    dims_at(in, d - below, td[d], dims);
+    *out = rows_at(s, x, d - below, ch, 2, dims);
+    return true;
+}
+
+/* The mesh axes along which a window's rows differ. */
+static uint32_t win_axes(const lift_ctx *c, const lift_win *w) {
     uint32_t mask = 0;
     int64_t stride = 1;
     for (int a = (int)c->mesh->naxes - 1; a >= 0; a--) {
@@ -492,8 +719,136 @@ void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x) {
         }
         stride *= c->mesh->sizes[a];
     }
+    return mask;
+}
+
+/* A summed window whose devices that differ hold every row exactly once: a
+ * partial sum of its term over the axes they differ along. */
+static lval summed_settle(lift_ctx *c, lval x) {
+    const lift_win *w = x.win;
+    uint32_t mask = win_axes(c, w);
+    if (w->total < 1 || w->total > LIFT_WIN_MAX) return x;
+    uint8_t *seen = calloc((size_t)w->total, 1);
+    bool once = true;
+    int64_t count = 0;
+    /* Devices along the other axes hold the same rows: the group of device
+     * 0 (every other coordinate 0) says it for all. */
+    for (int64_t r = 0; r < c->ndev && once; r++) {
+        bool in_group = true;
+        for (uint32_t a = 0; a < c->mesh->naxes; a++)
+            if (!(mask >> a & 1) && mesh_coord(c->mesh, r, (int)a) != 0) in_group = false;
+        for (int64_t l = 0; in_group && l < w->len && once; l++) {
+            int64_t e = w->idx[r * w->len + l];
+            once = e >= 0 && e < w->total && !seen[e];
+            if (once) seen[e] = 1, count++;
+        }
+    }
+    free(seen);
+    if (!once || count != w->total) return x;
+    lval out = x;
+    out.kind = LV_TERM;
+    out.win = NULL;
+    if (mask) out.v.partial = (uint8_t)mask, out.v.red = RED_SUM;
+    return out;
+}
+
+/* A summed window through a reshape (a reduce of unit dims is one), or two
+ * of the same g added. */
+static bool summed_instr(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_WIN || !x->win->summed || in->shape.rank > VIEW_MAX_RANK) return false;
+    if ((in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_TRANSPOSE) && in->noperands == 1 &&
+        in->shape.dtype == s->comp->instrs[in->operands[0]].shape.dtype) {
+        *out = *x;
+        out->cls = lf_node(c, c->cur, in, &x->cls, 1, in->shape.dims, c->origin);
+        out->v = view_dup(in->shape.rank);
+        return true;
+    }
+    if (in->op == OP_REDUCE && in->noperands == 2 && instr_reducer(c->cur, in) == RED_SUM) {
+        const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+        uint32_t nd;
+        const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+        for (uint32_t k = 0; k < nd; k++)
+            if (rd[k] < 0 || rd[k] >= src->shape.rank || src->shape.dims[rd[k]] != 1) return false;
+        if (!zero_init(s)) return false;
+        eid ch[2] = {x->cls, s->ops[1].cls};
+        *out = *x;
+        out->cls = lf_node(c, c->cur, in, ch, 2, in->shape.dims, c->origin);
+        out->v = view_dup(in->shape.rank);
+        return true;
+    }
+    const lval *y = &s->ops[1];
+    if (in->op != OP_ADD || in->noperands != 2 || y->kind != LV_WIN || !y->win->summed) return false;
+    const lift_win *a = x->win, *b = y->win;
+    if (a->total != b->total || a->key[0] != b->key[0] || a->key[1] != b->key[1] || a->key_dims != b->key_dims ||
+        eg_find(c->g, x->cls) != eg_find(c->g, y->cls) || !view_equal(&x->v, &y->v) ||
+        a->len + b->len > LIFT_WIN_MAX / c->ndev)
+        return false;
+    lift_win *nw = win_new(c, a, 0, a->len + b->len);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        memcpy(nw->idx + r * nw->len, a->idx + r * a->len, (size_t)a->len * sizeof *nw->idx);
+        memcpy(nw->idx + r * nw->len + a->len, b->idx + r * b->len, (size_t)b->len * sizeof *nw->idx);
+    }
+    nw->summed = true;
+    nw->total = a->total;
+    memcpy(nw->key, a->key, sizeof nw->key);
+    nw->key_dims = a->key_dims;
+    *out = *x;
+    out->win = nw;
+    out->assumed = x->assumed || y->assumed;
+    *out = summed_settle(c, *out);
+    return true;
+}
+
+/* transpose of a window: its rows move to the dim they land in. */
+static bool rows_transpose(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    uint32_t np, rank;
+    const int64_t *perm = instr_ints(in, A_DIMENSIONS, &np);
+    if (in->noperands != 1 || x->kind != LV_WIN || !win_full(c, x->win) || !view_is_dup(&x->v) ||
+        np != in->shape.rank || in->shape.rank > VIEW_MAX_RANK)
+        return false;
+    const int64_t *td = term_dims(c, x->cls, &rank);
+    uint32_t j = 0;
+    while (j < np && perm[j] != x->win->dim) j++;
+    if (j == np || rank != np) return false;
+    int64_t dims[VIEW_MAX_RANK];
+    dims_at(in, j, td[x->win->dim], dims);
+    *out = rows_at(s, x, j, &x->cls, 1, dims);
+    return true;
+}
+
+/* The row-wise transfer functions (above); false when none applies. */
+static bool win_rows(lstate *s, lval *out) {
+    bool any = false;
+    for (uint32_t o = 0; o < s->in->noperands; o++) any |= s->ops[o].kind == LV_WIN;
+    if (!any) return false;
+    if (summed_instr(s, out)) return true;
+    switch (s->in->op) {
+    case OP_DOT: return rows_dot(s, out);
+    case OP_REDUCE: return rows_reduce(s, out);
+    case OP_TRANSPOSE: return rows_transpose(s, out);
+    default: return lf_is_elementwise(s->in->op) && rows_elementwise(s, out);
+    }
+}
+
+/* A window no transfer function takes, as a fresh variable (assumed content)
+ * sharded along its dim over the mesh axes its pieces vary with: so the ops
+ * after it still judge views (as for any unrelated slice). */
+void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x) {
+    const lift_win *w = x->win;
+    uint32_t mask = win_axes(c, w);
     view v = x->v;
-    v.dims[w->dim] = lf_axes_dim(c, mask & ~view_axes_used(&x->v));
+    if (w->summed) {
+        /* A device's share of a sum: partial over the axes the shares differ along. */
+        if (mask) v.partial = (uint8_t)mask, v.red = RED_SUM;
+    } else {
+        v.dims[w->dim] = lf_axes_dim(c, mask & ~view_axes_used(&x->v));
+    }
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &xi->shape, dims);
     *x = term(lf_fresh_var(c, xi->shape.dtype, dims, xi->shape.rank), v, true);
@@ -510,7 +865,7 @@ bool lf_win_instr(lstate *s, lval *out) {
     case OP_SLICE: return win_slice(s, out);
     case OP_CONCATENATE: return win_concatenate(s, out);
     case OP_DYNAMIC_SLICE: return win_dynamic_slice(s, out);
-    default: return false;
+    default: return win_rows(s, out);
     }
 }
 
