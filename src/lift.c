@@ -1805,6 +1805,27 @@ static lval lift_all_reduce(lstate *s) {
     if ((x->v.partial & axes) != (uint32_t)axes) {
         /* Summing values that are already complete over an axis multiplies them. */
         uint32_t extra = (uint32_t)axes & ~x->v.partial;
+        bool sharded = false;
+        for (uint32_t d = 0; d < x->v.rank; d++)
+            for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) sharded |= axes >> x->v.dims[d].axes[a] & 1;
+        if (red == RED_SUM && !sharded && dtype_is_float(in->shape.dtype) && in->shape.dtype == s->comp->instrs[in->operands[0]].shape.dtype &&
+            (!x->v.partial || x->v.red == RED_SUM)) {
+            /* n copies summed: n times the value, a constant factor (lift_scale.c)
+             * that a division may take back (a pmean of a value every device
+             * already holds, over one axis of several) or that reaches an
+             * output, where it is blamed on this sum. */
+            int64_t times = 1;
+            for (uint32_t ax = 0; ax < c->mesh->naxes; ax++)
+                if (extra >> ax & 1) times *= c->mesh->sizes[ax];
+            view v = x->v;
+            v.partial &= (uint8_t)~axes;
+            if (!v.partial) v.red = 0;
+            result = term(x->cls, v, x->assumed);
+            result.scale = (double)times;
+            result.factor_at = in;
+            sb_free(&w);
+            return result;
+        }
         if (red == RED_SUM || red == RED_PROD) {
             strbuf e;
             sb_init(&e);

@@ -269,7 +269,7 @@ void lf_scale_apply(lstate *s, lval *v, double f) {
         }
         return;
     }
-    v->scale = f;
+    v->scale = f * lf_scale_of(v); /* times a factor the op itself made (a sum of copies) */
     v->zm = NULL; /* a zero mask speaks of the term without the factor */
 }
 

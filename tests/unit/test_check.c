@@ -1067,6 +1067,31 @@ static void rotated_slices(void) {
     check_undecided("rotated-slice", "dist-bad", "mine", "per-device", "wrong-shard-dim");
 }
 
+/* A pmean of a value every device of the group already holds whole
+ * (tests/cases/pmean-dup, by hand): the all-reduce sums n copies, n times the
+ * value, and the division by n takes that back — verified, on one axis and
+ * over tp for a value sharded over dp (it was a wrong-reduction, "counted n
+ * times", without execution). The bare psum keeps the factor to the output:
+ * a wrong-reduction at the all-reduce that the rules prove. */
+static void pmean_of_replicated(void) {
+    check_verified("pmean-dup", "dist");
+    t_case("check pmean-dup dist-2axes (pmean over tp of a dp-sharded value)");
+    json_t *trace = NULL;
+    int v = run_with("2axes", "tests/cases/pmean-dup/base.hlo", "tests/cases/pmean-dup/dist-2axes.hlo",
+                     "tests/cases/pmean-dup/relations-2axes.json", true, false, &trace);
+    CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
+    json_decref(trace);
+    t_case("check pmean-dup dist-bare (psum of a replicated value, rules only)");
+    trace = NULL;
+    v = run_with("bare", "tests/cases/pmean-dup/base.hlo", "tests/cases/pmean-dup/dist-bare.hlo",
+                 "tests/cases/pmean-dup/relations.json", false, false, &trace);
+    json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
+    CHECK_MSG(v == VERDICT_MISMATCH, "verdict %s", verdict_name(v));
+    CHECK_STR(json_string_value(json_object_get(f0, "kind")), "wrong-reduction");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(f0, "distributed"), "instruction")), "s");
+    json_decref(trace);
+}
+
 /* The jax 0.12 cases (tests/cases/jax012, samples/gen/jax012.py): every
  * correct pair, in both forms, is never a mismatch — among them a GSPMD scan
  * whose jit has no out_shardings (the partitioner leaves the result sharded:
@@ -1339,6 +1364,7 @@ void suite_check(void) {
     unreduced_uses();
     gather_layouts();
     rotated_slices();
+    pmean_of_replicated();
     scatter_cases();
     changed_replica_groups();
     microbatch_rows();
