@@ -1037,6 +1037,61 @@ static bool konst_review(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
+static bool unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_dim *want);
+
+/* Operands whose shardings differ only in which size-1 local dim carries an
+ * axis (readings of a reshape, unit_dim_reread) re-read to agree with one
+ * operand, the anchor. Every reading is true; the one taken is the first
+ * whose op over the re-read terms is a baseline class, else the one agreeing
+ * with the first operand the baseline has, else with the first sharded one. */
+static void elementwise_align_units(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t n = in->noperands;
+    if (n < 2 || n > 8 || in->shape.rank > VIEW_MAX_RANK) return;
+    lval saved[8];
+    memcpy(saved, s->ops, n * sizeof *saved);
+    int fallback = -1;
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t a = 0; a < n && fallback < 0; a++)
+            if (saved[a].kind == LV_TERM && !view_is_dup(&saved[a].v) &&
+                (pass || (eg_class_origin(c->g, saved[a].cls) & EG_BASELINE)))
+                fallback = (int)a;
+    if (fallback < 0) return;
+    int take = -1;
+    for (uint32_t a = 0; a < n && take < 0; a++) {
+        if (saved[a].kind != LV_TERM || view_is_dup(&saved[a].v)) continue;
+        memcpy(s->ops, saved, n * sizeof *saved);
+        bool moved = false, alike = true;
+        for (uint32_t o = 0; o < n; o++) {
+            if (o == a || s->ops[o].kind != LV_TERM || s->ops[o].v.rank != saved[a].v.rank) continue;
+            for (uint32_t d = 0; d < saved[a].v.rank; d++)
+                if (saved[a].v.dims[d].naxes && !s->ops[o].v.dims[d].naxes)
+                    moved |= unit_dim_reread(s, o, d, &saved[a].v.dims[d]);
+            alike &= lf_same_sharding(&s->ops[o].v, &saved[a].v);
+        }
+        if (!moved || !alike) continue;
+        eid ch[8];
+        for (uint32_t o = 0; o < n; o++) ch[o] = s->ops[o].kind == LV_TERM ? s->ops[o].cls : EID_NONE;
+        int64_t dims[VIEW_MAX_RANK];
+        lf_global_dims(c, &saved[a].v, &in->shape, dims);
+        eid r = EID_NONE;
+        bool all = true;
+        for (uint32_t o = 0; o < n; o++) all &= ch[o] != EID_NONE;
+        if (all)
+            r = eg_lookup(c->g, in->op, encode_attrs(c, c->cur, in), lf_type_of(c, in->shape.dtype, dims, in->shape.rank), ch, n);
+        if (r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE)) take = (int)a;
+    }
+    if (take >= 0) return;
+    memcpy(s->ops, saved, n * sizeof *saved);
+    const view *w = &saved[fallback].v;
+    for (uint32_t o = 0; o < n; o++) {
+        if ((int)o == fallback || s->ops[o].kind != LV_TERM || s->ops[o].v.rank != w->rank) continue;
+        for (uint32_t d = 0; d < w->rank; d++)
+            if (w->dims[d].naxes && !s->ops[o].v.dims[d].naxes) unit_dim_reread(s, o, d, &w->dims[d]);
+    }
+}
+
 static lval lift_elementwise(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1044,6 +1099,7 @@ static lval lift_elementwise(lstate *s) {
     view v = view_dup(in->shape.rank);
     bool first = true, assumed = false;
     uint8_t partial = 0, red = 0;
+    elementwise_align_units(s);
     /* The sharding every operand must have: the union of the operands'. */
     view want = view_dup(in->shape.rank);
     for (uint32_t o = 0; o < in->noperands; o++) {
@@ -1432,12 +1488,15 @@ moved:
 
 /* dot: batch and free dims carry their operand's sharding; contracting dims
  * sharded alike on both sides make the result partial(sum) over those axes. */
-/* Operand `side` of s re-read with the sharding `want` on its dim `to`,
- * taken from another dim whose local size is 1, as is `to`'s, with only dims
- * of global size 1 between them: the same local data is then the term
- * reshaped (moving a dim past size-1 dims keeps the row-major order). A
- * reshape that only moves size-1 local dims has several readings; the one a
- * consumer needs is taken here. Returns whether it was. */
+/* Operand `side` of s re-read with the sharding `want` on its dim `to`, of
+ * local size 1, taken from another dim `from` with only dims of global size
+ * 1 between them: the same local data is then the term reshaped (moving a
+ * dim past size-1 dims keeps the row-major order). `from` has local size 1
+ * too, or lies after `to`: its block sharding selects its major factor,
+ * which becomes dim `to` ([1, P·L] → [P, L], block r of the one is row r of
+ * the other). A reshape that only moves size-1 local dims, or splits a unit
+ * dim off a sharded one, has several readings; the one a consumer needs is
+ * taken here. Returns whether it was. */
 static bool unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_dim *want) {
     lval *x = &s->ops[side];
     const shape *ls = &s->comp->instrs[s->in->operands[side]].shape;
@@ -1446,14 +1505,14 @@ static bool unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_di
     const int64_t *g = eg_type_dims(s->c->g, eg_class_type(s->c->g, x->cls), &rank);
     if (rank != ls->rank) return false;
     for (uint32_t from = 0; from < rank; from++) {
-        if (from == to || ls->dims[from] != 1 || memcmp(&x->v.dims[from], want, sizeof *want)) continue;
-        bool between = true;
+        if (from == to || (ls->dims[from] != 1 && from < to) || memcmp(&x->v.dims[from], want, sizeof *want)) continue;
+        bool between = g[to] == 1 && g[from] % ls->dims[from] == 0;
         for (uint32_t d = (from < to ? from : to) + 1; d < (from < to ? to : from); d++) between &= g[d] == 1;
         if (!between) continue;
         int64_t nd[VIEW_MAX_RANK];
         memcpy(nd, g, rank * sizeof *nd);
-        nd[to] = g[from];
-        nd[from] = 1;
+        nd[to] = g[from] / ls->dims[from];
+        nd[from] = ls->dims[from];
         x->cls = lf_mk_reshape(s->c, x->cls, lf_type_of(s->c, ls->dtype, nd, rank), s->c->origin);
         x->v.dims[to] = *want;
         memset(&x->v.dims[from], 0, sizeof x->v.dims[from]);
@@ -3149,6 +3208,12 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             memcpy(ops, saved, ns * sizeof *ops);
         }
     }
+    /* From the operands' own values: a transfer function may have replaced
+     * its copies (index values turned into terms) without that flag. Kept on
+     * both sides, as the constant factors that depend on it are. */
+    bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
+    for (uint32_t o = 0; o < in->noperands; o++) konst &= vals[in->operands[o]].konst;
+    v->konst = konst;
     if (c->baseline_mode) {
         /* The baseline is its own reference: what no transfer function
          * handles is simply its own op over its operands. */
@@ -3161,9 +3226,6 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;
         if (fresh_unknown) fprintf(stderr, "lift: %s (%s) unknown\n", in->name, in->opname);
     }
-    bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
-    for (uint32_t o = 0; o < in->noperands; o++) konst &= ops[o].konst;
-    v->konst = konst;
     /* A segment is verified only when everything it computes is a baseline
      * value (or device bookkeeping); count what is not. */
     if (c->nsegs && !konst &&
