@@ -85,7 +85,13 @@ bool lf_scale_take(lstate *s, lval *out) {
         return false;
     double k;
     for (uint32_t o = 0; o < 2; o++) {
-        const lval *x = &s->ops[o];
+        /* A gathered row every device holds whole is the term the op would
+         * read it as: a factor taken here is taken on both sides alike (the
+         * baseline's row is such a mask where the program's is a term). */
+        lval row = s->ops[o];
+        if (row.kind == LV_MASK && lf_mask_resolves(s->c, &row) && uniform_value(s->c, &s->ops[1 - o], &k))
+            lf_index_as_term(s->c, &row);
+        const lval *x = &row;
         if (in->op == OP_DIVIDE && o == 1) break;
         if (x->kind != LV_TERM || x->konst || x->zm || x->cls == EID_NONE || lf_kval(s->c, x->cls) ||
             !uniform_value(s->c, &s->ops[1 - o], &k))
