@@ -786,6 +786,38 @@ static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
 
 /* ---- transfer functions ---- */
 
+/* topk along the last dim: each row's k largest (or smallest) and their
+ * positions in the row. Rows are independent, so a view that leaves the last
+ * dim whole (and is never partial) holds rows of the global result, values
+ * and positions alike. A tuple of the two elements of the one topk node. */
+static lval lift_topk(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    const shape *xs = &s->comp->instrs[in->operands[0]].shape;
+    if (in->noperands != 1 || x->kind != LV_TERM || in->shape.dtype != DT_TUPLE || in->shape.ntuple != 2 || !xs->rank ||
+        xs->rank > VIEW_MAX_RANK)
+        return unknown();
+    if (x->v.partial || x->v.dims[xs->rank - 1].naxes) {
+        lf_unsupported(c, s->comp, in, "%s takes the top values of rows that are %s", in->name,
+                    x->v.partial ? "partial" : "sharded along");
+        return unknown();
+    }
+    eid node = lf_node(c, c->cur, in, &x->cls, 1, NULL, c->origin);
+    lval t = {.kind = LV_TUPLE, .n = 2};
+    t.elems = arena_alloc(c->a, 3 * sizeof *t.elems);
+    for (uint32_t j = 0; j < 2; j++) {
+        const shape *es = &in->shape.tuple[j];
+        int64_t dims[VIEW_MAX_RANK], words[3] = {A_INDEX, 1, j};
+        if (es->rank != xs->rank) return unknown();
+        lf_global_dims(c, &x->v, es, dims);
+        eid e = eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, 3), lf_type_of(c, es->dtype, dims, es->rank), &node, 1,
+                       c->origin);
+        t.elems[j] = term(e, x->v, x->assumed);
+    }
+    return t;
+}
+
 /* A broadcast is constant along the dimensions it adds, so it relates to any
  * sharding of those: re-view operand o (a broadcast) with the dims sharded as
  * in want. False when o is not a broadcast or a dimension it did not add
@@ -1426,6 +1458,19 @@ static lval lift_reshape(lstate *s) {
             if (!x->v.dims[k].naxes) continue;
             bool units_before = true;
             for (uint32_t q = i; q < k; q++) units_before &= a[q] == 1;
+            if (j == j2 && j > 0 && b[j - 1] == 1 && v.dims[j - 1].naxes + x->v.dims[k].naxes <= MESH_MAX_AXES &&
+                vb.dims[j - 1].naxes == v.dims[j - 1].naxes && vc.dims[j - 1].naxes == v.dims[j - 1].naxes) {
+                /* Trailing unit dims with no output dim of their own (their
+                 * product is 1): they join the unit output dim before them,
+                 * whose global size is then the product of their blocks. */
+                for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) {
+                    uint8_t ax = x->v.dims[k].axes[t];
+                    v.dims[j - 1].axes[v.dims[j - 1].naxes++] = ax;
+                    vb.dims[j - 1].axes[vb.dims[j - 1].naxes++] = ax;
+                    vc.dims[j - 1].axes[vc.dims[j - 1].naxes++] = ax;
+                }
+                continue;
+            }
             if (!units_before || j == j2 || v.dims[j].naxes + x->v.dims[k].naxes > MESH_MAX_AXES) {
                 lf_unsupported(c, s->comp, in, "reshape %s moves a sharded dimension inside a merged group (needs a layout view)",
                             in->name);
@@ -2985,6 +3030,7 @@ static lval lift_instr(lstate *s) {
     case OP_DYNAMIC_SLICE: return lift_dynamic_slice(s);
     case OP_SLICE: return lift_slice(s);
     case OP_CONCATENATE: return lift_concatenate(s);
+    case OP_TOPK: return lift_topk(s);
     case OP_GATHER: {
         lval g;
         if (gather_views(s, &g)) return g;
