@@ -355,14 +355,21 @@ eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
  * max/min, 1 for a product, true/false for and/or): then it is its operand
  * reshaped, on both sides alike (XLA sums a batch in one reduce or in two,
  * with a unit dim between). */
+static bool reducer_identity(lift_ctx *c, const hlo_module *m, const hlo_instr *in, eid init);
+
 static bool unit_reduce(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch) {
     uint32_t nd, rank;
     const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
     const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &rank);
     for (uint32_t k = 0; k < nd; k++)
         if (rd[k] < 0 || (uint32_t)rd[k] >= rank || xd[rd[k]] != 1) return false;
-    const interp_val *iv = lf_kval(c, ch[1]);
-    if (!iv || iv->n != 1 || eg_type_dtype(c->g, eg_class_type(c->g, ch[0])) != in->shape.dtype) return false;
+    return eg_type_dtype(c->g, eg_class_type(c->g, ch[0])) == in->shape.dtype && reducer_identity(c, m, in, ch[1]);
+}
+
+/* Whether init (a class of known value) is the identity of reduce in's reducer. */
+static bool reducer_identity(lift_ctx *c, const hlo_module *m, const hlo_instr *in, eid init) {
+    const interp_val *iv = lf_kval(c, init);
+    if (!iv || iv->n != 1) return false;
     double z = interp_val_get(iv, 0);
     switch (instr_reducer(m, in)) {
     case RED_SUM: case RED_OR: return z == 0;
@@ -925,6 +932,38 @@ static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
 
 /* ---- transfer functions ---- */
 
+/* topk along the last dim: each row's k largest (or smallest) and their
+ * positions in the row. Rows are independent, so a view that leaves the last
+ * dim whole (and is never partial) holds rows of the global result, values
+ * and positions alike. A tuple of the two elements of the one topk node. */
+static lval lift_topk(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    const shape *xs = &s->comp->instrs[in->operands[0]].shape;
+    if (in->noperands != 1 || x->kind != LV_TERM || in->shape.dtype != DT_TUPLE || in->shape.ntuple != 2 || !xs->rank ||
+        xs->rank > VIEW_MAX_RANK)
+        return unknown();
+    if (x->v.partial || x->v.dims[xs->rank - 1].naxes) {
+        lf_unsupported(c, s->comp, in, "%s takes the top values of rows that are %s", in->name,
+                    x->v.partial ? "partial" : "sharded along");
+        return unknown();
+    }
+    eid node = lf_node(c, c->cur, in, &x->cls, 1, NULL, c->origin);
+    lval t = {.kind = LV_TUPLE, .n = 2};
+    t.elems = arena_alloc(c->a, 3 * sizeof *t.elems);
+    for (uint32_t j = 0; j < 2; j++) {
+        const shape *es = &in->shape.tuple[j];
+        int64_t dims[VIEW_MAX_RANK], words[3] = {A_INDEX, 1, j};
+        if (es->rank != xs->rank) return unknown();
+        lf_global_dims(c, &x->v, es, dims);
+        eid e = eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, 3), lf_type_of(c, es->dtype, dims, es->rank), &node, 1,
+                       c->origin);
+        t.elems[j] = term(e, x->v, x->assumed);
+    }
+    return t;
+}
+
 /* A broadcast is constant along the dimensions it adds, so it relates to any
  * sharding of those: re-view operand o (a broadcast) with the dims sharded as
  * in want. False when o is not a broadcast or a dimension it did not add
@@ -1183,6 +1222,62 @@ static bool konst_review(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
+static bool unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_dim *want);
+static void elementwise_unit_partials(lstate *s);
+
+/* Operands whose shardings differ only in which size-1 local dim carries an
+ * axis (readings of a reshape, unit_dim_reread) re-read to agree with one
+ * operand, the anchor. Every reading is true; the one taken is the first
+ * whose op over the re-read terms is a baseline class, else the one agreeing
+ * with the first operand the baseline has, else with the first sharded one. */
+static void elementwise_align_units(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t n = in->noperands;
+    if (n < 2 || n > 8 || in->shape.rank > VIEW_MAX_RANK) return;
+    lval saved[8];
+    memcpy(saved, s->ops, n * sizeof *saved);
+    int fallback = -1;
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t a = 0; a < n && fallback < 0; a++)
+            if (saved[a].kind == LV_TERM && !view_is_dup(&saved[a].v) &&
+                (pass || (eg_class_origin(c->g, saved[a].cls) & EG_BASELINE)))
+                fallback = (int)a;
+    if (fallback < 0) return;
+    int take = -1;
+    for (uint32_t a = 0; a < n && take < 0; a++) {
+        if (saved[a].kind != LV_TERM || view_is_dup(&saved[a].v)) continue;
+        memcpy(s->ops, saved, n * sizeof *saved);
+        bool moved = false, alike = true;
+        for (uint32_t o = 0; o < n; o++) {
+            if (o == a || s->ops[o].kind != LV_TERM || s->ops[o].v.rank != saved[a].v.rank) continue;
+            for (uint32_t d = 0; d < saved[a].v.rank; d++)
+                if (saved[a].v.dims[d].naxes && !s->ops[o].v.dims[d].naxes)
+                    moved |= unit_dim_reread(s, o, d, &saved[a].v.dims[d]);
+            alike &= lf_same_sharding(&s->ops[o].v, &saved[a].v);
+        }
+        if (!moved || !alike) continue;
+        eid ch[8];
+        for (uint32_t o = 0; o < n; o++) ch[o] = s->ops[o].kind == LV_TERM ? s->ops[o].cls : EID_NONE;
+        int64_t dims[VIEW_MAX_RANK];
+        lf_global_dims(c, &saved[a].v, &in->shape, dims);
+        eid r = EID_NONE;
+        bool all = true;
+        for (uint32_t o = 0; o < n; o++) all &= ch[o] != EID_NONE;
+        if (all)
+            r = eg_lookup(c->g, in->op, encode_attrs(c, c->cur, in), lf_type_of(c, in->shape.dtype, dims, in->shape.rank), ch, n);
+        if (r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE)) take = (int)a;
+    }
+    if (take >= 0) return;
+    memcpy(s->ops, saved, n * sizeof *saved);
+    const view *w = &saved[fallback].v;
+    for (uint32_t o = 0; o < n; o++) {
+        if ((int)o == fallback || s->ops[o].kind != LV_TERM || s->ops[o].v.rank != w->rank) continue;
+        for (uint32_t d = 0; d < w->rank; d++)
+            if (w->dims[d].naxes && !s->ops[o].v.dims[d].naxes) unit_dim_reread(s, o, d, &w->dims[d]);
+    }
+}
+
 static lval lift_elementwise(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1190,6 +1285,8 @@ static lval lift_elementwise(lstate *s) {
     view v = view_dup(in->shape.rank);
     bool first = true, assumed = false;
     uint8_t partial = 0, red = 0;
+    elementwise_align_units(s);
+    elementwise_unit_partials(s);
     /* The sharding every operand must have: the union of the operands'. */
     view want = view_dup(in->shape.rank);
     for (uint32_t o = 0; o < in->noperands; o++) {
@@ -1510,6 +1607,19 @@ static lval lift_reshape(lstate *s) {
             if (!x->v.dims[k].naxes) continue;
             bool units_before = true;
             for (uint32_t q = i; q < k; q++) units_before &= a[q] == 1;
+            if (j == j2 && j > 0 && b[j - 1] == 1 && v.dims[j - 1].naxes + x->v.dims[k].naxes <= MESH_MAX_AXES &&
+                vb.dims[j - 1].naxes == v.dims[j - 1].naxes && vc.dims[j - 1].naxes == v.dims[j - 1].naxes) {
+                /* Trailing unit dims with no output dim of their own (their
+                 * product is 1): they join the unit output dim before them,
+                 * whose global size is then the product of their blocks. */
+                for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) {
+                    uint8_t ax = x->v.dims[k].axes[t];
+                    v.dims[j - 1].axes[v.dims[j - 1].naxes++] = ax;
+                    vb.dims[j - 1].axes[vb.dims[j - 1].naxes++] = ax;
+                    vc.dims[j - 1].axes[vc.dims[j - 1].naxes++] = ax;
+                }
+                continue;
+            }
             if (!units_before || j == j2 || v.dims[j].naxes + x->v.dims[k].naxes > MESH_MAX_AXES) {
                 lf_unsupported(c, s->comp, in, "reshape %s moves a sharded dimension inside a merged group (needs a layout view)",
                             in->name);
@@ -1581,38 +1691,80 @@ moved:
 
 /* dot: batch and free dims carry their operand's sharding; contracting dims
  * sharded alike on both sides make the result partial(sum) over those axes. */
-/* Operand `side` of s re-read with the sharding `want` on its dim `to`,
- * taken from another dim whose local size is 1, as is `to`'s, with only dims
- * of global size 1 between them: the same local data is then the term
- * reshaped (moving a dim past size-1 dims keeps the row-major order). A
- * reshape that only moves size-1 local dims has several readings; the one a
- * consumer needs is taken here. Returns whether it was. */
+/* Operand `side` of s re-read with the sharding `want` (block sharding: its
+ * axes select the major factor P of a dim) moved from another dim `from` to
+ * its unsharded dim `to`: the same local data is then a piece of the term
+ * with that factor split off `from` and made the major factor of `to`
+ * (device r's block along `to` of the new term is its block along `from` of
+ * the old one). That is a reshape when it keeps the row-major order (only
+ * dims of global size 1 between, and `from` of local size 1 when it comes
+ * first, `to` of global size 1 when it does): a reshape that only moves
+ * size-1 local dims, or splits a unit dim off a sharded one, has several
+ * readings. Else a transpose between two reshapes. The reading a consumer
+ * needs is taken here; it is one of several (ambiguous). Returns whether it
+ * was. */
 static bool unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_dim *want) {
+    lift_ctx *c = s->c;
     lval *x = &s->ops[side];
     const shape *ls = &s->comp->instrs[s->in->operands[side]].shape;
-    if (x->kind != LV_TERM || x->v.dims[to].naxes || ls->rank > VIEW_MAX_RANK || ls->dims[to] != 1) return false;
+    if (x->kind != LV_TERM || x->v.dims[to].naxes || ls->rank + 1 > VIEW_MAX_RANK) return false;
     uint32_t rank;
-    const int64_t *g = eg_type_dims(s->c->g, eg_class_type(s->c->g, x->cls), &rank);
+    const int64_t *g = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &rank);
     if (rank != ls->rank) return false;
     for (uint32_t from = 0; from < rank; from++) {
-        if (from == to || ls->dims[from] != 1 || memcmp(&x->v.dims[from], want, sizeof *want)) continue;
-        bool between = true;
-        for (uint32_t d = (from < to ? from : to) + 1; d < (from < to ? to : from); d++) between &= g[d] == 1;
-        if (!between) continue;
-        int64_t nd[VIEW_MAX_RANK];
+        if (from == to || memcmp(&x->v.dims[from], want, sizeof *want) || ls->dims[from] < 1 || g[from] % ls->dims[from])
+            continue;
+        int64_t P = g[from] / ls->dims[from], nd[VIEW_MAX_RANK];
         memcpy(nd, g, rank * sizeof *nd);
-        nd[to] = g[from];
-        nd[from] = 1;
-        x->cls = lf_mk_reshape(s->c, x->cls, lf_type_of(s->c, ls->dtype, nd, rank), s->c->origin);
+        nd[to] = P * g[to];
+        nd[from] = ls->dims[from];
+        bool order = from < to ? ls->dims[from] == 1 : g[to] == 1;
+        for (uint32_t d = (from < to ? from : to) + 1; d < (from < to ? to : from); d++) order &= g[d] == 1;
+        if (order) {
+            x->cls = lf_mk_reshape(c, x->cls, lf_type_of(c, ls->dtype, nd, rank), c->origin);
+        } else {
+            /* split: `from` becomes (P, local) at positions from, from+1 */
+            int64_t sd[VIEW_MAX_RANK], td[VIEW_MAX_RANK], perm[VIEW_MAX_RANK];
+            uint32_t k = 0;
+            for (uint32_t d = 0; d < rank; d++) {
+                if (d == from) sd[k++] = P, sd[k++] = ls->dims[from];
+                else sd[k++] = g[d];
+            }
+            /* P moved to just before `to` */
+            k = 0;
+            for (uint32_t d = 0; d < rank; d++) {
+                uint32_t at = d < from ? d : d + 1;
+                if (d == to) perm[k++] = from;
+                perm[k++] = d == from ? from + 1 : at;
+            }
+            for (uint32_t q = 0; q <= rank; q++) td[q] = sd[perm[q]];
+            eid y = lf_mk_reshape(c, x->cls, lf_type_of(c, ls->dtype, sd, rank + 1), c->origin);
+            y = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, rank + 1), lf_type_of(c, ls->dtype, td, rank + 1),
+                       &y, 1, c->origin);
+            x->cls = lf_mk_reshape(c, y, lf_type_of(c, ls->dtype, nd, rank), c->origin);
+        }
         x->v.dims[to] = *want;
         memset(&x->v.dims[from], 0, sizeof x->v.dims[from]);
+        x->ambiguous = true;
         return true;
     }
     return false;
 }
 
+/* Side `side` of a dot re-read with dim d sharded as `want`, the other side
+ * being so: a value constant along d (a broadcast along it, constants and
+ * iota not along it) as itself, else by moving a sharded unit dim. */
+static bool dot_side_reread(lstate *s, uint32_t side, uint32_t d, const view_dim *want) {
+    view w = s->ops[side].v;
+    w.dims[d] = *want;
+    w.partial = 0;
+    w.red = 0;
+    if (!s->ops[side].v.partial && (review_broadcast(s, side, &w) || konst_review(s, side, &w))) return true;
+    return unit_dim_reread(s, side, d, want);
+}
+
 /* Paired dims (batch or contracting) of a dot sharded alike, where re-reading
- * size-1 dims makes them so. */
+ * one side makes them so. */
 /* Whether two view dims are sharded alike (bytes past naxes mean nothing). */
 static bool same_dim(const view_dim *a, const view_dim *b) {
     return a->naxes == b->naxes && memcmp(a->axes, b->axes, a->naxes) == 0;
@@ -1622,9 +1774,58 @@ static void dot_align(lstate *s, const int64_t *ld, const int64_t *rd, uint32_t 
     for (uint32_t k = 0; k < n; k++) {
         view_dim a = s->ops[0].v.dims[ld[k]], b = s->ops[1].v.dims[rd[k]];
         if (same_dim(&a, &b)) continue;
-        if (!b.naxes && a.naxes) unit_dim_reread(s, 1, (uint32_t)rd[k], &a);
-        else if (!a.naxes && b.naxes) unit_dim_reread(s, 0, (uint32_t)ld[k], &b);
+        if (!b.naxes && a.naxes) dot_side_reread(s, 1, (uint32_t)rd[k], &a);
+        else if (!a.naxes && b.naxes) dot_side_reread(s, 0, (uint32_t)ld[k], &b);
     }
+}
+
+/* Whether a sum collective over any of `axes` (or a call, loop or branch,
+ * not looked into) uses what in computes, in comp. */
+static bool sum_reachable(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, uint32_t axes) {
+    uint32_t at = (uint32_t)(in - comp->instrs);
+    uint8_t *reach = xcalloc(comp->ninstrs + 1, 1);
+    bool found = false;
+    reach[at] = 1;
+    for (uint32_t j = at + 1; j < comp->ninstrs && !found; j++) {
+        const hlo_instr *y = &comp->instrs[j];
+        for (uint32_t o = 0; o < y->noperands && !reach[j]; o++) reach[j] = reach[y->operands[o]];
+        if (!reach[j]) continue;
+        if (y->op == OP_WHILE || y->op == OP_CALL || y->op == OP_CONDITIONAL || y->op == OP_CUSTOM_CALL) found = true;
+        if ((y->op == OP_ALL_REDUCE || y->op == OP_REDUCE_SCATTER) && instr_reducer(c->cur, y) == RED_SUM) {
+            int g = lift_groups_axes(c, y, false);
+            found = g < 0 || ((uint32_t)g & axes);
+        }
+    }
+    free(reach);
+    return found;
+}
+
+/* Contracting dims sharded on one side only, the other side's dim having no
+ * reading with those axes: the sharded side re-read with them on one of its
+ * free dims (the nearest, later first), where the one-side sharding is a
+ * block of the result's free dim instead (unit_dim_reread). */
+static void dot_unshard_contracting(lstate *s, const int64_t *const bd[2], const int64_t *const cd[2], uint32_t nb, uint32_t nc) {
+    for (uint32_t k = 0; k < nc; k++)
+        for (uint32_t side = 0; side < 2; side++) {
+            const view_dim *a = &s->ops[side].v.dims[cd[side][k]], *b = &s->ops[1 - side].v.dims[cd[1 - side][k]];
+            if (s->ops[side].kind != LV_TERM || !a->naxes || b->naxes) continue;
+            /* A sum over those axes later wants the partial reading (the other
+             * side's rows the program's own, unrelated here): left alone. */
+            uint32_t mask = 0;
+            for (uint32_t q = 0; q < a->naxes; q++) mask |= 1u << a->axes[q];
+            if (sum_reachable(s->c, s->comp, s->in, mask)) continue;
+            view_dim want = *a;
+            uint32_t rank = s->comp->instrs[s->in->operands[side]].shape.rank;
+            bool done = false;
+            for (uint32_t dist = 1; dist < rank && !done; dist++)
+                for (int dir = 1; dir >= -1 && !done; dir -= 2) {
+                    int64_t f = cd[side][k] + dir * (int64_t)dist;
+                    bool free_dim = f >= 0 && f < (int64_t)rank;
+                    for (uint32_t q = 0; q < nb && free_dim; q++) free_dim = bd[side][q] != f;
+                    for (uint32_t q = 0; q < nc && free_dim; q++) free_dim = cd[side][q] != f;
+                    if (free_dim) done = unit_dim_reread(s, side, (uint32_t)f, &want);
+                }
+        }
 }
 
 static lval lift_dot(lstate *s) {
@@ -1638,6 +1839,7 @@ static lval lift_dot(lstate *s) {
     if (nlb != nrb || nlc != nrc) return unknown();
     dot_align(s, lb, rb, nlb);
     dot_align(s, lc, rc, nlc);
+    dot_unshard_contracting(s, (const int64_t *const[2]){lb, rb}, (const int64_t *const[2]){lc, rc}, nlb, nlc);
     if ((l->v.partial && r->v.partial) || ((l->v.partial || r->v.partial) && (l->v.red | r->v.red) != RED_SUM)) {
         if (!short_reduction(s, "a dot of two partial values"))
             lf_finding(c, "missing-all-reduce", s->comp, in, "dot of two partial values: at least one all-reduce is missing");
@@ -1731,6 +1933,141 @@ static lval lift_reduce(lstate *s) {
     return r;
 }
 
+/* The other reading of reduce r (value i of comp), whose partial axes all
+ * come from reduced dims of local size 1 (a head per device, summed over
+ * alone): a sum over one element is that element, so the local result is
+ * the reduction over the other dims only, with those unit dims dropped by a
+ * reshape. Each dropped dim's axes then bind the major factor of the next
+ * dim kept (block sharding of the merged dim), and the term is the global
+ * reduction over the other dims reshaped: never partial. False when the
+ * init is not the reducer's identity, the operand is partial, or a dropped
+ * dim has no kept dim after it. */
+static bool reduce_unit_reading(lift_ctx *c, const hlo_comp *comp, uint32_t i, const lval *vals, lval *out) {
+    const hlo_instr *r = &comp->instrs[i];
+    if (r->op != OP_REDUCE || r->noperands != 2) return false;
+    const lval *x = &vals[r->operands[0]], *init = &vals[r->operands[1]];
+    const shape *xs = &comp->instrs[r->operands[0]].shape;
+    if (x->kind != LV_TERM || init->kind != LV_TERM || x->v.partial || init->v.partial || lf_scale_of(x) != 1 ||
+        xs->rank > VIEW_MAX_RANK || !reducer_identity(c, c->cur, r, init->cls))
+        return false;
+    uint32_t nd;
+    const int64_t *rd = instr_ints(r, A_DIMENSIONS, &nd);
+    int64_t other[VIEW_MAX_RANK], gd1[VIEW_MAX_RANK];
+    uint32_t nother = 0, r1 = 0;
+    bool dropped[VIEW_MAX_RANK] = {false}, any = false;
+    view w1 = view_dup(0);
+    for (uint32_t d = 0; d < xs->rank; d++) {
+        bool reduced = false;
+        for (uint32_t k = 0; k < nd; k++) reduced |= rd[k] == d;
+        if (reduced && !x->v.dims[d].naxes) {
+            other[nother++] = d;
+            continue;
+        }
+        if (reduced && xs->dims[d] != 1) return false;
+        dropped[r1] = reduced;
+        any |= reduced;
+        w1.dims[r1] = x->v.dims[d];
+        gd1[r1++] = xs->dims[d] * view_dim_parts(&x->v, c->mesh, d);
+    }
+    w1.rank = r1;
+    if (!any) return false;
+    eid t1 = x->cls;
+    if (nother) {
+        /* the same reduce over the other dims only */
+        hlo_instr ri = *r;
+        hlo_attr *attrs = arena_alloc(c->a, (r->nattrs + 1) * sizeof *attrs);
+        if (r->nattrs) memcpy(attrs, r->attrs, r->nattrs * sizeof *attrs);
+        for (uint32_t k = 0; k < r->nattrs; k++)
+            if (attrs[k].key == A_DIMENSIONS) attrs[k].v.ints = arena_memdup(c->a, other, nother * sizeof *other), attrs[k].n = nother;
+        ri.attrs = attrs;
+        ri.shape.rank = r1;
+        ri.shape.dims = arena_alloc(c->a, (r1 + 1) * sizeof *ri.shape.dims);
+        for (uint32_t k = 0; k < r1; k++) ri.shape.dims[k] = gd1[k] / view_dim_parts(&w1, c->mesh, k);
+        eid ch[2] = {x->cls, init->cls};
+        t1 = lf_node(c, c->cur, &ri, ch, 2, gd1, c->origin);
+    }
+    view v = view_dup(r->shape.rank);
+    view_dim pending = {0};
+    uint32_t q = 0;
+    for (uint32_t k = 0; k < r1; k++) {
+        if (dropped[k]) {
+            if (pending.naxes + w1.dims[k].naxes > MESH_MAX_AXES) return false;
+            for (uint32_t a = 0; a < w1.dims[k].naxes; a++) pending.axes[pending.naxes++] = w1.dims[k].axes[a];
+            continue;
+        }
+        if (q >= r->shape.rank || pending.naxes + w1.dims[k].naxes > MESH_MAX_AXES) return false;
+        v.dims[q] = pending;
+        for (uint32_t a = 0; a < w1.dims[k].naxes; a++) v.dims[q].axes[v.dims[q].naxes++] = w1.dims[k].axes[a];
+        pending.naxes = 0;
+        q++;
+    }
+    if (pending.naxes || q != r->shape.rank) return false;
+    int64_t gd[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &r->shape, gd);
+    *out = term(lf_mk_reshape(c, t1, lf_type_of(c, r->shape.dtype, gd, r->shape.rank), c->origin), v, x->assumed || init->assumed);
+    out->ambiguous = true;
+    return true;
+}
+
+/* Operand o of s re-read through the layout ops (reshape, bitcast,
+ * broadcast, transpose) since a reduce whose partial sum has the other
+ * reading (reduce_unit_reading), those ops lifted again on it. Nothing a
+ * transfer function says on the way counts: a reading they cannot carry is
+ * no reading. Returns whether ops[o] was replaced. */
+static bool unit_partial_reread(lstate *s, uint32_t o) {
+    lift_ctx *c = s->c;
+    const hlo_comp *comp = s->comp;
+    uint32_t chain[8], n = 0, i = s->in->operands[o];
+    for (;;) {
+        const hlo_instr *y = &comp->instrs[i];
+        const lval *yv = &s->vals[i];
+        if (yv->kind != LV_TERM || !yv->v.partial || lf_scale_of(yv) != 1) return false;
+        if (y->op == OP_REDUCE) break;
+        if ((y->op != OP_RESHAPE && y->op != OP_BITCAST && y->op != OP_BROADCAST && y->op != OP_TRANSPOSE) ||
+            y->noperands != 1 || n == ARRAY_LEN(chain))
+            return false;
+        chain[n++] = i;
+        i = y->operands[0];
+    }
+    lval cur;
+    if (!reduce_unit_reading(c, comp, i, s->vals, &cur)) return false;
+    uint32_t nu = c->nunsupported, nf = c->nfindings;
+    uint64_t na = c->assumed;
+    while (n) {
+        const hlo_instr *y = &comp->instrs[chain[--n]];
+        lstate s2 = {c, comp, y, &cur, s->vals};
+        cur = y->op == OP_BROADCAST ? lift_broadcast(&s2) : y->op == OP_TRANSPOSE ? lift_transpose(&s2) : lift_reshape(&s2);
+        if (cur.kind != LV_TERM || cur.assumed || cur.v.partial || c->nunsupported != nu || c->nfindings != nf || c->assumed != na)
+            return false;
+    }
+    cur.ambiguous = true;
+    s->ops[o] = cur;
+    return true;
+}
+
+/* A partial operand beside operands sharded over its partial axes, none of
+ * them partial: a sum collective would make it complete, and elementwise
+ * with the others it is only meaningful in its other reading, if it has
+ * one whose sharding is theirs (unit_partial_reread). */
+static void elementwise_unit_partials(lstate *s) {
+    const hlo_instr *in = s->in;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        lval *x = &s->ops[o];
+        if (x->kind != LV_TERM || !x->v.partial) continue;
+        int peer = -1;
+        bool clean = true;
+        for (uint32_t p = 0; p < in->noperands; p++) {
+            const lval *y = &s->ops[p];
+            if (p == o || y->kind != LV_TERM) continue;
+            clean &= !y->v.partial;
+            if (peer < 0 && y->v.rank == x->v.rank && (view_axes_used(&y->v) & x->v.partial) == x->v.partial) peer = (int)p;
+        }
+        if (!clean || peer < 0) continue;
+        lval saved = *x;
+        if (unit_partial_reread(s, o) && !lf_same_sharding(&x->v, &s->ops[peer].v)) *x = saved;
+    }
+}
+
 void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
     bool first = true;
     for (uint32_t a = 0; a < c->mesh->naxes; a++)
@@ -1767,6 +2104,65 @@ static int collective_axes(lstate *s, bool ordered) {
     return -1;
 }
 
+/* The operand of sum collective s, sharded over some of `axes` on dims of
+ * local size 1 (whole dims: all their axes among `axes`), re-read as partial
+ * over those axes: every device holds one summand of the sum over such a
+ * dim, so it is a partial sum of the global term reduced over it (the dim
+ * kept, of size 1). Where no device of a group holds the same block (a head
+ * each), summing the group adds the heads: the sum XLA writes for a
+ * reduction over a dim its shards hold one slice of. */
+static void unit_blocks_as_partial(lstate *s, uint32_t axes) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    lval *x = &s->ops[0];
+    const shape *ls = &s->comp->instrs[in->operands[0]].shape;
+    const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+    /* A value partial over axes the group does not span is summed over the
+     * wrong axes, more likely than over its unit dims: that finding stands. */
+    if (x->kind != LV_TERM || (x->v.partial & ~axes) || (x->v.partial && x->v.red != RED_SUM) || !ta ||
+        ls->rank > VIEW_MAX_RANK)
+        return;
+    uint32_t sharded = axes & ~(uint32_t)x->v.partial, got = 0;
+    int64_t dd[VIEW_MAX_RANK], gd[VIEW_MAX_RANK], rd[VIEW_MAX_RANK], ld[VIEW_MAX_RANK];
+    uint32_t nd = 0, nr = 0;
+    lf_global_dims(c, &x->v, ls, gd);
+    for (uint32_t d = 0; d < ls->rank; d++) {
+        uint32_t mine = 0;
+        for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) mine |= 1u << x->v.dims[d].axes[a];
+        if (!(mine & sharded)) {
+            ld[nr] = ls->dims[d];
+            rd[nr++] = gd[d];
+            continue;
+        }
+        if ((mine & ~sharded) || ls->dims[d] != 1) return;
+        got |= mine;
+        dd[nd++] = d;
+    }
+    if (!nd || got != sharded) return;
+    /* reduce(term, 0) over those dims with the collective's reducer */
+    hlo_instr ri = *in;
+    hlo_attr attrs[2] = {{.key = A_DIMENSIONS, .kind = K_INTS, .n = nd, .v.ints = arena_memdup(c->a, dd, nd * sizeof *dd)}, *ta};
+    if (attrs[1].key < attrs[0].key) {
+        hlo_attr t = attrs[0];
+        attrs[0] = attrs[1];
+        attrs[1] = t;
+    }
+    ri.op = OP_REDUCE;
+    ri.attrs = arena_memdup(c->a, attrs, sizeof attrs);
+    ri.nattrs = 2;
+    ri.shape.rank = nr;
+    ri.shape.dims = arena_memdup(c->a, ld, (nr + 1) * sizeof *ld);
+    interp_val *z = interp_val_new(ls->dtype, 0, NULL);
+    if (!z) return;
+    eid ch[2] = {x->cls, lf_const_term(c, z, c->origin)};
+    eid t = lf_node(c, c->cur, &ri, ch, 2, rd, c->origin);
+    for (uint32_t k = 0; k < nd; k++) gd[dd[k]] = 1;
+    x->cls = lf_mk_reshape(c, t, lf_type_of(c, ls->dtype, gd, ls->rank), c->origin);
+    for (uint32_t k = 0; k < nd; k++) memset(&x->v.dims[dd[k]], 0, sizeof x->v.dims[dd[k]]);
+    x->v.partial |= (uint8_t)sharded;
+    x->v.red = RED_SUM;
+}
+
 /* all-reduce over the mesh axes its groups span: removes `partial` over them;
  * the reduction must match the operand's. */
 static lval lift_all_reduce(lstate *s) {
@@ -1798,6 +2194,7 @@ static lval lift_all_reduce(lstate *s) {
         }
         return unknown();
     }
+    if (red == RED_SUM) unit_blocks_as_partial(s, (uint32_t)axes);
     strbuf w;
     sb_init(&w);
     lf_axes_words(&w, c, (uint32_t)axes);
@@ -3215,6 +3612,7 @@ static lval lift_instr(lstate *s) {
     }
     case OP_SLICE: return lift_slice(s);
     case OP_CONCATENATE: return lift_concatenate(s);
+    case OP_TOPK: return lift_topk(s);
     case OP_GATHER: {
         lval g;
         if (gather_views(s, &g)) return g;
@@ -4197,11 +4595,12 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             memcpy(ops, saved, ns * sizeof *ops);
         }
     }
-    /* Constant-only on both sides alike: transfer functions that treat such
-     * values apart (constant factors are not taken on them) must treat the
-     * baseline's the same way. */
+    /* From the operands' own values: a transfer function may have replaced
+     * its copies (index values turned into terms) without that flag. Kept on
+     * both sides, as the constant factors that depend on it are. */
     bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
-    for (uint32_t o = 0; o < in->noperands; o++) konst &= ops[o].konst;
+    for (uint32_t o = 0; o < in->noperands; o++) konst &= vals[in->operands[o]].konst;
+    v->konst = konst;
     if (c->baseline_mode) {
         /* The baseline is its own reference: what no transfer function
          * handles is simply its own op over its operands. */
@@ -4215,7 +4614,6 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;
         if (fresh_unknown) fprintf(stderr, "lift: %s (%s) unknown\n", in->name, in->opname);
     }
-    v->konst = konst;
     /* A segment is verified only when everything it computes is a baseline
      * value (or device bookkeeping); count what is not. */
     if (c->nsegs && !konst &&

@@ -33,7 +33,7 @@ static bool carries(const lval *x) { return x->kind == LV_TERM || x->kind == LV_
 /* The value every element of a constant-only float operand holds, when they
  * all hold the same finite non-zero one. */
 static bool uniform_value(lift_ctx *c, const lval *x, double *out) {
-    /* Known values are those of constant-only classes. */
+    /* Known values are those of constant-only classes small enough to fold. */
     if (x->kind != LV_TERM || x->cls == EID_NONE || lf_scale_of(x) != 1) return false;
     const interp_val *v = lf_kval(c, x->cls);
     if (!v || !v->f || v->n < 1) return false;

@@ -1352,6 +1352,31 @@ static void microbatch_rows(void) {
         }
 }
 
+/* Operands cut differently (tests/cases/tiled/cases.tsv): each correct case
+ * verified, each bug a mismatch by execution and never verified without it. */
+static void tiled_cases(void) {
+    char *tsv = t_read("tests/cases/tiled/cases.tsv", NULL);
+    if (!CHECK(tsv)) return;
+    for (char *line = strtok(tsv, "\n"); line; line = strtok(NULL, "\n")) {
+        char name[64], rel[64], want[16];
+        if (line[0] == '#' || sscanf(line, "%63[^\t]\t%63[^\t]\t%15s", name, rel, want) != 3) continue;
+        char b[256], d[256], r[256];
+        snprintf(b, sizeof b, "tests/cases/tiled/%s.base.hlo", name);
+        snprintf(d, sizeof d, "tests/cases/tiled/%s.dist.hlo", name);
+        snprintf(r, sizeof r, "tests/cases/tiled/%s.relations.json", rel);
+        bool bug = strcmp(want, "mismatch") == 0;
+        for (int witness = 1; witness >= 0; witness--) {
+            t_case("check tiled/%s%s", name, witness ? "" : " (no execution)");
+            json_t *trace = NULL;
+            int v = run_with(name, b, d, r, witness, false, &trace);
+            if (bug && !witness) CHECK_MSG(v == VERDICT_UNVERIFIED || v == VERDICT_MISMATCH, "verdict %s", verdict_name(v));
+            else CHECK_MSG(v == (bug ? VERDICT_MISMATCH : VERDICT_VERIFIED), "verdict %s, want %s", verdict_name(v), want);
+            json_decref(trace);
+        }
+    }
+    free(tsv);
+}
+
 void suite_check(void);
 void suite_check(void) {
     loop_partial_sum();
@@ -1365,6 +1390,7 @@ void suite_check(void) {
     gather_layouts();
     rotated_slices();
     pmean_of_replicated();
+    tiled_cases();
     scatter_cases();
     changed_replica_groups();
     microbatch_rows();
