@@ -1037,6 +1037,14 @@ static bool konst_review(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
+/* Every operand not sharded as want that is a broadcast along the dims it
+ * differs in, or constant-only and replicated, re-viewed as want: the same
+ * per-device pieces, read as a global term under the others' view. */
+static void review_operands(lstate *s, const view *want) {
+    for (uint32_t o = 0; o < s->in->noperands; o++)
+        if (!lf_same_sharding(&s->ops[o].v, want) && !review_broadcast(s, o, want)) konst_review(s, o, want);
+}
+
 static lval lift_elementwise(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1051,8 +1059,7 @@ static lval lift_elementwise(lstate *s) {
         for (uint32_t d = 0; d < in->shape.rank && d < ops[o].v.rank; d++)
             if (ops[o].v.dims[d].naxes && !want.dims[d].naxes) want.dims[d] = ops[o].v.dims[d];
     }
-    for (uint32_t o = 0; o < in->noperands; o++)
-        if (!lf_same_sharding(&ops[o].v, &want) && !review_broadcast(s, o, &want)) konst_review(s, o, &want);
+    review_operands(s, &want);
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &ops[o];
         if (x->kind != LV_TERM) return unknown();
@@ -2007,13 +2014,35 @@ static lval lift_slice(lstate *s) {
     return term(lf_node(c, c->cur, &g, &x->cls, 1, dims, c->origin), x->v, x->assumed);
 }
 
-/* concatenate along an unsharded dimension of operands sharded alike. */
+/* concatenate along an unsharded dimension of operands sharded alike. Slicing
+ * a dim other than the concatenated one commutes with the concatenation, so
+ * the pieces concatenate to the piece of the global concatenation. An operand
+ * that is the same on every device piece (a broadcast along the dims the
+ * others shard, a constant-only value: the constant half of an embedding's
+ * gather index beside the token ids) is first read under the others' view;
+ * an operand really sharded otherwise stays unrelated. */
 static lval lift_concatenate(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     uint32_t nd;
     const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-    if (nd != 1) return unknown();
+    if (nd != 1 || dd[0] < 0 || (uint64_t)dd[0] >= in->shape.rank) return unknown();
+    view want = view_dup(in->shape.rank);
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (x->kind != LV_TERM || x->v.rank != in->shape.rank) continue;
+        for (uint32_t d = 0; d < in->shape.rank; d++)
+            if (d != (uint32_t)dd[0] && x->v.dims[d].naxes && !want.dims[d].naxes) want.dims[d] = x->v.dims[d];
+    }
+    /* Device values the same on every device are constants: one number is
+     * every piece of itself at the global shape, others are replicated. */
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        lval *x = &s->ops[o];
+        if (x->kind != LV_DEV || !dev_uniform(c, x)) continue;
+        if (dev_splat(x)) *x = splat_term(c, &s->comp->instrs[in->operands[o]], x, &want);
+        else uniform_dev_as_term(s, o);
+    }
+    review_operands(s, &want);
     eid stack[64], *ch = in->noperands <= 64 ? stack : arena_alloc(c->a, in->noperands * sizeof *ch);
     bool assumed = false;
     for (uint32_t o = 0; o < in->noperands; o++) {
