@@ -441,6 +441,10 @@ static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
 /* ---- baseline ---- */
 
 static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs);
+
+/* Index arithmetic (lift_index.c): values related by their functions, not
+ * (or not only) by a term. */
+static bool is_index(const lval *x) { return x->kind == LV_PW || x->kind == LV_MASK || x->kind == LV_IVEC; }
 static void charge_build(lift_ctx *c, uint32_t next);
 
 /* Switches the walk to one side: the baseline on one device with every value
@@ -702,6 +706,41 @@ static bool dev_eval(lift_ctx *c, const hlo_instr *in, const lval *ops, lval *ou
             }
             v.dev[d * n + k] = r;
         }
+    *out = v;
+    return true;
+}
+
+/* A broadcast (of more than one number) or a concatenate of device values:
+ * each element taken from where the op reads it, on every device. */
+static bool dev_move(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *ops, lval *out) {
+    int64_t n = shape_elements(&in->shape);
+    uint32_t rank = in->shape.rank, nd;
+    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
+    if (n < 0 || n > MAX_DEV_ELEMS || rank > VIEW_MAX_RANK || in->noperands < 1) return false;
+    if (in->op == OP_BROADCAST && (in->noperands != 1 || nd != comp->instrs[in->operands[0]].shape.rank)) return false;
+    if (in->op == OP_CONCATENATE && (nd != 1 || dd[0] < 0 || (uint64_t)dd[0] >= rank)) return false;
+    if (in->op != OP_BROADCAST && in->op != OP_CONCATENATE) return false;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (ops[o].kind != LV_DEV || ops[o].count != (uint64_t)shape_elements(&comp->instrs[in->operands[o]].shape)) return false;
+    lval v = {.kind = LV_DEV, .count = (uint32_t)n};
+    v.dev = arena_alloc(c->a, (size_t)(c->ndev * n) * sizeof *v.dev);
+    int64_t idx[VIEW_MAX_RANK] = {0};
+    for (int64_t k = 0; k < n; k++) {
+        uint32_t o = 0;
+        int64_t src = 0;
+        if (in->op == OP_BROADCAST) {
+            const shape *xs = &comp->instrs[in->operands[0]].shape;
+            for (uint32_t q = 0; q < nd; q++) src = src * xs->dims[q] + idx[dd[q]];
+        } else {
+            /* the operand holding this index along the concatenated dim */
+            int64_t at = idx[dd[0]];
+            while (at >= comp->instrs[in->operands[o]].shape.dims[dd[0]]) at -= comp->instrs[in->operands[o++]].shape.dims[dd[0]];
+            const shape *xs = &comp->instrs[in->operands[o]].shape;
+            for (uint32_t q = 0; q < rank; q++) src = src * xs->dims[q] + (q == (uint32_t)dd[0] ? at : idx[q]);
+        }
+        for (int64_t d = 0; d < c->ndev; d++) v.dev[d * n + k] = ops[o].dev[d * ops[o].count + src];
+        for (int q = (int)rank - 1; q >= 0 && ++idx[q] == in->shape.dims[q]; q--) idx[q] = 0;
+    }
     *out = v;
     return true;
 }
@@ -2632,7 +2671,7 @@ static lval lift_instr(lstate *s) {
             lval pv;
             if (lf_mask_as_partial(c, &ops[o], &pv)) ops[o] = pv;
         }
-        if ((ops[o].kind == LV_PW || ops[o].kind == LV_MASK) && !lf_index_as_term(c, &ops[o])) {
+        if ((ops[o].kind == LV_PW || ops[o].kind == LV_MASK || ops[o].kind == LV_IVEC) && !lf_index_as_term(c, &ops[o])) {
             lf_unsupported(c, s->comp, in, "%s uses index arithmetic (a function of data and the device) in a way not related yet",
                         in->name);
             return unknown();
@@ -2647,6 +2686,7 @@ static lval lift_instr(lstate *s) {
     if (any_dev && all_dev_or_const) {
         lval r;
         if (in->op == OP_DYNAMIC_SLICE ? dev_dynamic_slice(c, in, ops, &r) : dev_eval(c, in, ops, &r)) return r;
+        if (dev_move(c, s->comp, in, ops, &r)) return r;
     }
     switch (in->op) {
     case OP_BROADCAST: return lift_broadcast(s);
@@ -3037,7 +3077,8 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             /* Tuples hold plain terms: loops, outputs and the memo read them. */
             v->elems[o] = vals[in->operands[o]];
             lf_unscale(c, &v->elems[o]);
-            if (v->elems[o].kind == LV_PW && v->elems[o].cls != EID_NONE) lf_index_as_term(c, &v->elems[o]);
+            if ((v->elems[o].kind == LV_PW || v->elems[o].kind == LV_IVEC) && v->elems[o].cls != EID_NONE)
+                lf_index_as_term(c, &v->elems[o]);
         }
         return;
     }
@@ -3124,13 +3165,13 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         fprintf(stderr, "term %s%s = %s\n", c->baseline_mode ? "(baseline) " : "", in->name, b.s);
         sb_free(&b);
     }
-    if ((v->kind == LV_PW || v->kind == LV_MASK) && !hlo_op_is_collective(in->op)) {
+    if ((v->kind == LV_PW || v->kind == LV_MASK || v->kind == LV_IVEC) && !hlo_op_is_collective(in->op)) {
         /* Index values keep their plain term beside the analysis when it means
          * the same on every device (always on the baseline), for ops that do
          * not take index values (a collective that moves them keeps theirs). */
         bool indep = true;
         for (uint32_t o = 0; o < in->noperands; o++) {
-            if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) indep &= ops[o].cls != EID_NONE && view_is_dup(&ops[o].v);
+            if (is_index(&ops[o])) indep &= ops[o].cls != EID_NONE && view_is_dup(&ops[o].v);
             else if (ops[o].kind == LV_DEV) indep &= dev_uniform(c, &ops[o]);
             else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
         }
@@ -3142,7 +3183,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         bool plain = !indep && !c->baseline_mode && (lf_is_elementwise(in->op) || shaping) && in->noperands <= 8;
         for (uint32_t o = 0; o < in->noperands && plain; o++) {
             const lval *x = &ops[o];
-            if (x->kind == LV_PW || x->kind == LV_MASK) plain = x->cls != EID_NONE;
+            if (is_index(x)) plain = x->cls != EID_NONE;
             else if (x->kind == LV_DEV)
                 plain = dev_uniform(c, x) && (view_is_dup(&v->v) || dev_splat(x) || comp->instrs[in->operands[o]].shape.rank == 0);
             else plain = x->kind == LV_TERM;
@@ -3152,7 +3193,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             lval saved[8];
             memcpy(saved, ops, in->noperands * sizeof *ops);
             for (uint32_t o = 0; o < in->noperands; o++) {
-                if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) ops[o] = term(ops[o].cls, ops[o].v, false);
+                if (is_index(&ops[o])) ops[o] = term(ops[o].cls, ops[o].v, false);
                 else if (ops[o].kind == LV_DEV) {
                     const hlo_instr *xi = &comp->instrs[in->operands[o]];
                     ops[o] = view_is_dup(&v->v) || xi->shape.rank == 0
@@ -3172,7 +3213,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             uint32_t ns = in->noperands < 16 ? in->noperands : 16;
             memcpy(saved, ops, ns * sizeof *ops);
             for (uint32_t o = 0; o < in->noperands; o++)
-                if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK)
+                if (is_index(&ops[o]))
                     ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
             v->cls = generic(&s).cls;
             memcpy(ops, saved, ns * sizeof *ops);
@@ -3216,7 +3257,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         for (uint32_t o = 0; o < in->noperands; o++)
             if (vals[in->operands[o]].zm) {
                 continue;
-            } else if (vals[in->operands[o]].kind == LV_PW || vals[in->operands[o]].kind == LV_MASK) {
+            } else if (is_index(&vals[in->operands[o]])) {
                 inside = false;  /* related by the index analysis, not as a term: no divergence to show */
             } else if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE)) {
                 if (ops[o].rearranged && !via) via = &comp->instrs[in->operands[o]];

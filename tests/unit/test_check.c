@@ -976,26 +976,37 @@ static void factor_blame_in_call(void) {
     json_decref(trace);
 }
 
-/* Concatenates of operands not sharded alike (tests/cases/concat-index, made
- * by hand): an embedding's gather index, the token ids of a batch shard
- * beside a constant column, and a shard beside a broadcast of a replicated
- * value and an iota along an unsharded dim, are verified; an iota along the
- * sharded batch (each device counts its own block) and the first block of a
- * replicated value beside every device's own block are bugs, found. */
+/* Concatenates of operands not sharded alike, and gather indices built by
+ * them (tests/cases/concat-index, made by hand). Verified: an embedding's
+ * gather index, the token ids of a batch shard beside a constant column; a
+ * shard beside a broadcast of a replicated value and an iota along an
+ * unsharded dim; the lookup with that index vector in a table whose rows are
+ * split over tp, as GSPMD partitions it (the vector clamped, compared with
+ * the device's block, offset into it, rows outside zeroed and summed), also
+ * with a column component the gather clamps to 0 (its slice is whole).
+ * Found as bugs: an iota along the sharded batch (each device counts its own
+ * block); the first block of a replicated value beside every device's own
+ * block; a wrong block offset; a local gather not offset into the block; a
+ * column component that matters (a slice of 2 of 4 columns) set wrong. */
 static void concat_unlike_operands(void) {
     static const struct {
-        const char *name, *prefix, *relations;
+        const char *name, *base, *dist, *relations;
         int verdict;
     } cases[] = {
-        {"concat-index", "", "relations.json", VERDICT_VERIFIED},
-        {"concat-bcast", "bcast.", "bcast.relations.json", VERDICT_VERIFIED},
-        {"concat-index-iota", "iota.", "relations.json", VERDICT_MISMATCH},
-        {"concat-slice", "slice.", "slice.relations.json", VERDICT_MISMATCH},
+        {"concat-index", "", "", "relations.json", VERDICT_VERIFIED},
+        {"concat-bcast", "bcast.", "bcast.", "bcast.relations.json", VERDICT_VERIFIED},
+        {"concat-index-iota", "iota.", "iota.", "relations.json", VERDICT_MISMATCH},
+        {"concat-slice", "slice.", "slice.", "slice.relations.json", VERDICT_MISMATCH},
+        {"index-vector-vocab", "vocab.", "vocab.", "vocab.relations.json", VERDICT_VERIFIED},
+        {"index-vector-col3", "vocab.", "vocab-col3.", "vocab.relations.json", VERDICT_VERIFIED},
+        {"index-vector-offset", "vocab.", "vocab-offset.", "vocab.relations.json", VERDICT_MISMATCH},
+        {"index-vector-local", "vocab.", "vocab-local.", "vocab.relations.json", VERDICT_MISMATCH},
+        {"index-vector-narrow", "vocab-narrow.", "vocab-narrow.", "vocab.relations.json", VERDICT_MISMATCH},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         char b[256], d[256], r[256];
-        snprintf(b, sizeof b, "tests/cases/concat-index/%sbase.hlo", cases[k].prefix);
-        snprintf(d, sizeof d, "tests/cases/concat-index/%sdist.hlo", cases[k].prefix);
+        snprintf(b, sizeof b, "tests/cases/concat-index/%sbase.hlo", cases[k].base);
+        snprintf(d, sizeof d, "tests/cases/concat-index/%sdist.hlo", cases[k].dist);
         snprintf(r, sizeof r, "tests/cases/concat-index/%s", cases[k].relations);
         t_case("check %s", cases[k].name);
         json_t *trace = NULL;
