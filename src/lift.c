@@ -785,6 +785,40 @@ static lval splat_term(lift_ctx *c, const hlo_instr *in, const lval *v, const vi
     return r;
 }
 
+static bool dev_uniform(const lift_ctx *c, const lval *v);
+
+/* A device value the same on every device and constant along every dim w
+ * shards, as the constant of the global shape under w: its copies side by
+ * side, each device's block the value itself (the literal the baseline holds
+ * for it). Unknown when it is not of that form or too large to fold. */
+static lval tiled_term(lift_ctx *c, const hlo_instr *in, const lval *v, const view *w) {
+    uint32_t rank = in->shape.rank;
+    int64_t dims[VIEW_MAX_RANK], n = shape_elements(&in->shape);
+    if (v->kind != LV_DEV || !dev_uniform(c, v) || w->partial || w->rank != rank || rank > VIEW_MAX_RANK || n != v->count)
+        return unknown();
+    lf_global_dims(c, w, &in->shape, dims);
+    if (!fold_size_ok(dims, rank)) return unknown();
+    /* constant along each sharded dim: element k equals the one at index 0 there */
+    int64_t stride = 1;
+    for (int q = (int)rank - 1; q >= 0; stride *= in->shape.dims[q], q--) {
+        if (!w->dims[q].naxes) continue;
+        for (int64_t k = 0; k < n; k++)
+            if (v->dev[k] != v->dev[k - (k / stride % in->shape.dims[q]) * stride]) return unknown();
+    }
+    interp_val *g = interp_val_new(in->shape.dtype, rank, dims);
+    if (!g) return unknown();
+    int64_t idx[VIEW_MAX_RANK] = {0};
+    for (int64_t e = 0; e < g->n; e++) {
+        int64_t src = 0;
+        for (uint32_t q = 0; q < rank; q++) src = src * in->shape.dims[q] + idx[q] % in->shape.dims[q];
+        interp_val_set(g, e, v->dev[src]);
+        for (int q = (int)rank - 1; q >= 0 && ++idx[q] == dims[q]; q--) idx[q] = 0;
+    }
+    lval r = term(lf_const_term(c, g, c->origin), *w, false);
+    r.konst = true;
+    return r;
+}
+
 static bool dev_uniform(const lift_ctx *c, const lval *v) {
     for (int64_t d = 1; d < c->ndev; d++)
         if (memcmp(v->dev, v->dev + d * v->count, v->count * sizeof *v->dev)) return false;
@@ -2078,7 +2112,9 @@ static lval lift_concatenate(lstate *s) {
     for (uint32_t o = 0; o < in->noperands; o++) {
         lval *x = &s->ops[o];
         if (x->kind != LV_DEV || !dev_uniform(c, x)) continue;
-        if (dev_splat(x)) *x = splat_term(c, &s->comp->instrs[in->operands[o]], x, &want);
+        const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
+        lval t = dev_splat(x) ? splat_term(c, xi, x, &want) : tiled_term(c, xi, x, &want);
+        if (t.kind == LV_TERM) *x = t;
         else uniform_dev_as_term(s, o);
     }
     review_operands(s, &want);
@@ -3179,31 +3215,41 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         /* Elementwise index arithmetic on sharded data (token ids wrapped into
          * range, a padding mask) is the same function on every device: its
          * plain term is the op over the operands' terms, under their view. */
+        /* So is a concatenate of such values (an index vector). */
         bool shaping = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST || in->op == OP_REDUCE;
-        bool plain = !indep && !c->baseline_mode && (lf_is_elementwise(in->op) || shaping) && in->noperands <= 8;
+        bool plain = !indep && !c->baseline_mode && (lf_is_elementwise(in->op) || shaping || in->op == OP_CONCATENATE) &&
+                     in->noperands <= 8;
         for (uint32_t o = 0; o < in->noperands && plain; o++) {
             const lval *x = &ops[o];
             if (is_index(x)) plain = x->cls != EID_NONE;
-            else if (x->kind == LV_DEV)
-                plain = dev_uniform(c, x) && (view_is_dup(&v->v) || dev_splat(x) || comp->instrs[in->operands[o]].shape.rank == 0);
+            else if (x->kind == LV_DEV) plain = dev_uniform(c, x);
             else plain = x->kind == LV_TERM;
             if (plain && x->kind != LV_DEV && !shaping) plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v));
         }
         if (plain) {
             lval saved[8];
             memcpy(saved, ops, in->noperands * sizeof *ops);
-            for (uint32_t o = 0; o < in->noperands; o++) {
+            for (uint32_t o = 0; o < in->noperands && plain; o++) {
                 if (is_index(&ops[o])) ops[o] = term(ops[o].cls, ops[o].v, false);
                 else if (ops[o].kind == LV_DEV) {
+                    /* the same on every device: a constant, read under the
+                     * view when it is constant along the dims it shards */
                     const hlo_instr *xi = &comp->instrs[in->operands[o]];
-                    ops[o] = view_is_dup(&v->v) || xi->shape.rank == 0
-                                 ? term(dev_constant(c, xi, &ops[o]), view_dup(xi->shape.rank), false)
-                                 : splat_term(c, xi, &ops[o], &v->v);
+                    if (view_is_dup(&v->v) || xi->shape.rank == 0) {
+                        ops[o] = term(dev_constant(c, xi, &ops[o]), view_dup(xi->shape.rank), false);
+                    } else if (dev_splat(&ops[o])) {
+                        ops[o] = splat_term(c, xi, &ops[o], &v->v);
+                    } else {
+                        ops[o] = shaping ? unknown() : tiled_term(c, xi, &ops[o], &v->v);
+                        plain = ops[o].kind == LV_TERM;
+                    }
                 }
             }
-            lval t = in->op == OP_BROADCAST ? lift_broadcast(&s)
+            lval t = !plain                 ? unknown()
+                     : in->op == OP_BROADCAST ? lift_broadcast(&s)
                      : in->op == OP_REDUCE  ? lift_reduce(&s)
                      : shaping              ? lift_reshape(&s)
+                     : in->op == OP_CONCATENATE ? lift_concatenate(&s)
                                             : lift_elementwise(&s);
             if (t.kind == LV_TERM && !t.assumed && lf_same_sharding(&t.v, &v->v)) v->cls = t.cls;
             memcpy(ops, saved, in->noperands * sizeof *ops);

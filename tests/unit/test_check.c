@@ -987,7 +987,10 @@ static void factor_blame_in_call(void) {
  * Found as bugs: an iota along the sharded batch (each device counts its own
  * block); the first block of a replicated value beside every device's own
  * block; a wrong block offset; a local gather not offset into the block; a
- * column component that matters (a slice of 2 of 4 columns) set wrong. */
+ * column component that matters (a slice of 2 of 4 columns) set wrong.
+ * The embedding's gradient under dp, scatter-added at the index vector the
+ * same way on every device (clamped by a constant vector) and summed over dp,
+ * is verified; without that sum it is a mismatch. */
 static void concat_unlike_operands(void) {
     static const struct {
         const char *name, *base, *dist, *relations;
@@ -1002,6 +1005,8 @@ static void concat_unlike_operands(void) {
         {"index-vector-offset", "vocab.", "vocab-offset.", "vocab.relations.json", VERDICT_MISMATCH},
         {"index-vector-local", "vocab.", "vocab-local.", "vocab.relations.json", VERDICT_MISMATCH},
         {"index-vector-narrow", "vocab-narrow.", "vocab-narrow.", "vocab.relations.json", VERDICT_MISMATCH},
+        {"index-vector-grad", "grad.", "grad.", "grad.relations.json", VERDICT_VERIFIED},
+        {"index-vector-grad-noreduce", "grad.", "grad-noreduce.", "grad.relations.json", VERDICT_MISMATCH},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         char b[256], d[256], r[256];
