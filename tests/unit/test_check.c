@@ -990,7 +990,9 @@ static void factor_blame_in_call(void) {
  * column component that matters (a slice of 2 of 4 columns) set wrong.
  * The embedding's gradient under dp, scatter-added at the index vector the
  * same way on every device (clamped by a constant vector) and summed over dp,
- * is verified; without that sum it is a mismatch. */
+ * is verified; without that sum it is a mismatch. A take's bounds check of
+ * a constant index (a reduce of device values the same everywhere) is a
+ * constant; checking another index, out of bounds, is a mismatch. */
 static void concat_unlike_operands(void) {
     static const struct {
         const char *name, *base, *dist, *relations;
@@ -1007,6 +1009,8 @@ static void concat_unlike_operands(void) {
         {"index-vector-narrow", "vocab-narrow.", "vocab-narrow.", "vocab.relations.json", VERDICT_MISMATCH},
         {"index-vector-grad", "grad.", "grad.", "grad.relations.json", VERDICT_VERIFIED},
         {"index-vector-grad-noreduce", "grad.", "grad-noreduce.", "grad.relations.json", VERDICT_MISMATCH},
+        {"take-bounds-check", "take.", "take.", "take.relations.json", VERDICT_VERIFIED},
+        {"take-bounds-check-oob", "take.", "take-oob.", "take.relations.json", VERDICT_MISMATCH},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         char b[256], d[256], r[256];
