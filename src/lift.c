@@ -2517,25 +2517,46 @@ static bool splat_review(lstate *s, uint32_t o, const view *w) {
 
 /* Scatter s's indices (operand 1) are x - off(r), x the same on every
  * device, off(r) = block(r)·size with size the operand's local length along
- * operand dim k: the indices become x's term, and *dim the axes of the
- * blocks. */
-static bool block_offset_indices(lstate *s, uint32_t k, view_dim *dim) {
+ * operand dim *k: the indices become x's term, and *dim the axes of the
+ * blocks. With an index vector of nsd components (scatter dims sd), the
+ * offset is that in one component and 0 in every other (Equinox's
+ * vocab-parallel gradient: the vector minus {32r, 0}); *k is that
+ * component's operand dim. */
+static bool block_offset_indices(lstate *s, const int64_t *sd, uint32_t nsd, uint32_t *k, view_dim *dim) {
     lift_ctx *c = s->c;
     const hlo_instr *ii = &s->comp->instrs[s->in->operands[1]];
-    if (ii->op != OP_SUBTRACT || ii->noperands != 2) return false;
+    if (ii->op != OP_SUBTRACT || ii->noperands != 2 || nsd < 1) return false;
     lval x = s->vals[ii->operands[0]];
     const lval *off = &s->vals[ii->operands[1]];
     if (off->kind != LV_DEV || off->count < 1 || dev_uniform(c, off)) return false;
-    if ((x.kind == LV_PW || x.kind == LV_MASK) && !lf_index_as_term(c, &x)) return false;
+    if (is_index(&x) && !lf_index_as_term(c, &x)) return false;
     if (x.kind != LV_TERM || !view_is_dup(&x.v)) return false;
-    double *per = arena_alloc(c->a, (size_t)c->ndev * sizeof *per);
-    for (int64_t r = 0; r < c->ndev; r++) {
-        per[r] = off->dev[r * off->count];
-        for (uint32_t e = 1; e < off->count; e++)
-            if (off->dev[r * off->count + e] != per[r]) return false;
+    /* the component of element e: e / inner % nsd along the index vector dim */
+    int64_t ivd = instr_int(s->in, A_INDEX_VECTOR_DIM, 0), inner = 1;
+    if (nsd > 1) {
+        if (ivd < 0 || (uint64_t)ivd >= ii->shape.rank || ii->shape.dims[ivd] != nsd || off->count != shape_elements(&ii->shape))
+            return false;
+        for (uint32_t q = (uint32_t)ivd + 1; q < ii->shape.rank; q++) inner *= ii->shape.dims[q];
     }
+    double *per = arena_alloc(c->a, (size_t)c->ndev * sizeof *per);
+    int64_t comp = -1;
+    for (int64_t r = 0; r < c->ndev; r++) {
+        per[r] = 0;
+        for (uint32_t e = 0; e < off->count; e++) {
+            double o = off->dev[r * off->count + e];
+            int64_t j = nsd > 1 ? (int64_t)e / inner % (int64_t)nsd : 0;
+            if (o == 0 && j != comp) continue;
+            if (comp < 0) comp = j;
+            if (j != comp) return false;  /* an offset in a second component */
+            per[r] = o;
+        }
+        for (uint32_t e = 0; e < off->count; e++)
+            if ((nsd > 1 ? (int64_t)e / inner % (int64_t)nsd : 0) == comp && off->dev[r * off->count + e] != per[r]) return false;
+    }
+    if (comp < 0 || sd[comp] < 0 || (uint64_t)sd[comp] >= s->comp->instrs[s->in->operands[0]].shape.rank) return false;
+    *k = (uint32_t)sd[comp];
     int64_t base, parts;
-    uint32_t mask = lf_block_offsets(c, per, 1, s->comp->instrs[s->in->operands[0]].shape.dims[k], &base, &parts);
+    uint32_t mask = lf_block_offsets(c, per, 1, s->comp->instrs[s->in->operands[0]].shape.dims[*k], &base, &parts);
     if (!mask || base != 0) return false;
     /* the offset's operand, reshaped to the indices' shape */
     uint32_t t = lf_type_of(c, ii->shape.dtype, ii->shape.dims, ii->shape.rank);
@@ -2555,15 +2576,15 @@ static bool block_offset_indices(lstate *s, uint32_t k, view_dim *dim) {
  *   embedding's gradient under data parallelism) and the reducer a sum: the
  *   global scatter-add, partial (sum) over those axes.
  * Splat constants take whatever view the others need. */
-static bool scatter_views(lstate *s, lval *out) {
+static bool scatter_reading(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     if (in->noperands != 3 || in->shape.dtype == DT_TUPLE || in->shape.rank > VIEW_MAX_RANK) return false;
     uint32_t nsd;
     const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);
     view_dim bdim = {0};
-    bool blocked = nsd == 1 && sd[0] >= 0 && sd[0] < (int64_t)s->comp->instrs[in->operands[0]].shape.rank &&
-                   block_offset_indices(s, (uint32_t)sd[0], &bdim);
+    uint32_t bk = 0;
+    bool blocked = block_offset_indices(s, sd, nsd, &bk, &bdim);
     for (uint32_t o = 0; o < 3; o++) {
         uniform_dev_as_term(s, o);
         if (s->ops[o].kind != LV_TERM) return false;
@@ -2601,8 +2622,10 @@ static bool scatter_views(lstate *s, lval *out) {
      * scatter skips indices out of bounds), which is the global scatter with
      * that dim sharded; the indices are the offset's operand. */
     if (blocked) {
-        if (s->ops[0].v.dims[sd[0]].naxes) return false;
-        vo.dims[sd[0]] = bdim;
+        /* A window longer than 1 along the blocked dim could straddle two
+         * blocks: skipped by both devices, added by the global scatter. */
+        if (s->ops[0].v.dims[bk].naxes || (udim_of_op[bk] >= 0 && ui->shape.dims[udim_of_op[bk]] != 1)) return false;
+        vo.dims[bk] = bdim;
     }
     const lval *o = &s->ops[0], *x = &s->ops[1], *y = &s->ops[2];
     if (o->v.partial || x->v.partial || y->v.partial) return false;
@@ -2651,6 +2674,16 @@ static bool scatter_views(lstate *s, lval *out) {
     return true;
 }
 
+/* The indices block_offset_indices read as x's term stand for x - off(r)
+ * only under the blocked reading: when no reading applies, the scatter's
+ * indices are the per-device ones again. */
+static bool scatter_views(lstate *s, lval *out) {
+    lval indices = s->in->noperands == 3 ? s->ops[1] : unknown();
+    if (scatter_reading(s, out)) return true;
+    if (s->in->noperands == 3) s->ops[1] = indices;
+    return false;
+}
+
 static lval lift_instr(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -2687,7 +2720,9 @@ static lval lift_instr(lstate *s) {
         }
     /* A scatter whose indices are offset per device by its block (before they
      * are read as plain index values). */
-    if (in->op == OP_SCATTER && in->noperands == 3 && s->ops[1].kind == LV_PW && scatter_views(s, &pwv)) return pwv;
+    if (in->op == OP_SCATTER && in->noperands == 3 && (s->ops[1].kind == LV_PW || s->ops[1].kind == LV_IVEC) &&
+        scatter_views(s, &pwv))
+        return pwv;
     /* Index values met by an op that does not take them: a masked row that every
      * device holds is a term; anything else is not related here. */
     for (uint32_t o = 0; o < in->noperands; o++) {

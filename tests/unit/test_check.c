@@ -990,7 +990,12 @@ static void factor_blame_in_call(void) {
  * column component that matters (a slice of 2 of 4 columns) set wrong.
  * The embedding's gradient under dp, scatter-added at the index vector the
  * same way on every device (clamped by a constant vector) and summed over dp,
- * is verified; without that sum it is a mismatch. A take's bounds check of
+ * is verified; without that sum it is a mismatch. Under tp with the rows
+ * split, each device scatter-adding at the vector minus {8r, 0} into its
+ * block is verified; a wrong block offset, an offset in the column component
+ * (every window out of bounds, skipped), and windows of 2 rows (one can
+ * straddle two blocks: skipped on both devices, added by the baseline) are
+ * not. A take's bounds check of
  * a constant index (a reduce of device values the same everywhere) is a
  * constant; checking another index, out of bounds, is a mismatch. */
 static void concat_unlike_operands(void) {
@@ -1009,6 +1014,10 @@ static void concat_unlike_operands(void) {
         {"index-vector-narrow", "vocab-narrow.", "vocab-narrow.", "vocab.relations.json", VERDICT_MISMATCH},
         {"index-vector-grad", "grad.", "grad.", "grad.relations.json", VERDICT_VERIFIED},
         {"index-vector-grad-noreduce", "grad.", "grad-noreduce.", "grad.relations.json", VERDICT_MISMATCH},
+        {"index-vector-vgrad", "vgrad.", "vgrad.", "vgrad.relations.json", VERDICT_VERIFIED},
+        {"index-vector-vgrad-offset", "vgrad.", "vgrad-offset.", "vgrad.relations.json", VERDICT_MISMATCH},
+        {"index-vector-vgrad-col", "vgrad.", "vgrad-col.", "vgrad.relations.json", VERDICT_MISMATCH},
+        {"index-vector-vgrad-wide", "vgrad-wide.", "vgrad-wide.", "vgrad.relations.json", VERDICT_MISMATCH},
         {"take-bounds-check", "take.", "take.", "take.relations.json", VERDICT_VERIFIED},
         {"take-bounds-check-oob", "take.", "take-oob.", "take.relations.json", VERDICT_MISMATCH},
     };
