@@ -476,6 +476,10 @@ static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
 /* ---- baseline ---- */
 
 static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs);
+
+/* Index arithmetic (lift_index.c): values related by their functions, not
+ * (or not only) by a term. */
+static bool is_index(const lval *x) { return x->kind == LV_PW || x->kind == LV_MASK || x->kind == LV_IVEC; }
 static void charge_build(lift_ctx *c, uint32_t next);
 
 /* Switches the walk to one side: the baseline on one device with every value
@@ -899,6 +903,40 @@ static lval splat_term(lift_ctx *c, const hlo_instr *in, const lval *v, const vi
     return r;
 }
 
+static bool dev_uniform(const lift_ctx *c, const lval *v);
+
+/* A device value the same on every device and constant along every dim w
+ * shards, as the constant of the global shape under w: its copies side by
+ * side, each device's block the value itself (the literal the baseline holds
+ * for it). Unknown when it is not of that form or too large to fold. */
+static lval tiled_term(lift_ctx *c, const hlo_instr *in, const lval *v, const view *w) {
+    uint32_t rank = in->shape.rank;
+    int64_t dims[VIEW_MAX_RANK], n = shape_elements(&in->shape);
+    if (v->kind != LV_DEV || !dev_uniform(c, v) || w->partial || w->rank != rank || rank > VIEW_MAX_RANK || n != v->count)
+        return unknown();
+    lf_global_dims(c, w, &in->shape, dims);
+    if (!fold_size_ok(dims, rank)) return unknown();
+    /* constant along each sharded dim: element k equals the one at index 0 there */
+    int64_t stride = 1;
+    for (int q = (int)rank - 1; q >= 0; stride *= in->shape.dims[q], q--) {
+        if (!w->dims[q].naxes) continue;
+        for (int64_t k = 0; k < n; k++)
+            if (v->dev[k] != v->dev[k - (k / stride % in->shape.dims[q]) * stride]) return unknown();
+    }
+    interp_val *g = interp_val_new(in->shape.dtype, rank, dims);
+    if (!g) return unknown();
+    int64_t idx[VIEW_MAX_RANK] = {0};
+    for (int64_t e = 0; e < g->n; e++) {
+        int64_t src = 0;
+        for (uint32_t q = 0; q < rank; q++) src = src * in->shape.dims[q] + idx[q] % in->shape.dims[q];
+        interp_val_set(g, e, v->dev[src]);
+        for (int q = (int)rank - 1; q >= 0 && ++idx[q] == dims[q]; q--) idx[q] = 0;
+    }
+    lval r = term(lf_const_term(c, g, c->origin), *w, false);
+    r.konst = true;
+    return r;
+}
+
 static bool dev_uniform(const lift_ctx *c, const lval *v) {
     for (int64_t d = 1; d < c->ndev; d++)
         if (memcmp(v->dev, v->dev + d * v->count, v->count * sizeof *v->dev)) return false;
@@ -1278,6 +1316,14 @@ static void elementwise_align_units(lstate *s) {
     }
 }
 
+/* Every operand not sharded as want that is a broadcast along the dims it
+ * differs in, or constant-only and replicated, re-viewed as want: the same
+ * per-device pieces, read as a global term under the others' view. */
+static void review_operands(lstate *s, const view *want) {
+    for (uint32_t o = 0; o < s->in->noperands; o++)
+        if (!lf_same_sharding(&s->ops[o].v, want) && !review_broadcast(s, o, want)) konst_review(s, o, want);
+}
+
 static lval lift_elementwise(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1294,8 +1340,7 @@ static lval lift_elementwise(lstate *s) {
         for (uint32_t d = 0; d < in->shape.rank && d < ops[o].v.rank; d++)
             if (ops[o].v.dims[d].naxes && !want.dims[d].naxes) want.dims[d] = ops[o].v.dims[d];
     }
-    for (uint32_t o = 0; o < in->noperands; o++)
-        if (!lf_same_sharding(&ops[o].v, &want) && !review_broadcast(s, o, &want)) konst_review(s, o, &want);
+    review_operands(s, &want);
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &ops[o];
         if (x->kind != LV_TERM) return unknown();
@@ -1894,8 +1939,8 @@ static lval lift_reduce(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     /* an integer init (a token count from 0); a device value the same on
-     * every device (a bounds check of constant indices) is a constant */
-    for (uint32_t o = 0; o < in->noperands; o++) uniform_dev_as_term(s, o);
+     * every device (a bounds check of constant indices) is a constant too */
+    for (uint32_t o = 0; o < in->noperands && in->noperands == 2; o++) uniform_dev_as_term(s, o);
     if (in->noperands != 2 || s->ops[0].kind != LV_TERM || s->ops[1].kind != LV_TERM) return unknown();
     const lval *x = &s->ops[0], *init = &s->ops[1];
     int red = instr_reducer(c->cur, in);
@@ -2716,13 +2761,37 @@ static lval lift_slice(lstate *s) {
     return term(lf_node(c, c->cur, &g, &x->cls, 1, dims, c->origin), x->v, x->assumed);
 }
 
-/* concatenate along an unsharded dimension of operands sharded alike. */
+/* concatenate along an unsharded dimension of operands sharded alike. Slicing
+ * a dim other than the concatenated one commutes with the concatenation, so
+ * the pieces concatenate to the piece of the global concatenation. An operand
+ * that is the same on every device piece (a broadcast along the dims the
+ * others shard, a constant-only value: the constant half of an embedding's
+ * gather index beside the token ids) is first read under the others' view;
+ * an operand really sharded otherwise stays unrelated. */
 static lval lift_concatenate(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     uint32_t nd;
     const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-    if (nd != 1) return unknown();
+    if (nd != 1 || dd[0] < 0 || (uint64_t)dd[0] >= in->shape.rank) return unknown();
+    view want = view_dup(in->shape.rank);
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (x->kind != LV_TERM || x->v.rank != in->shape.rank) continue;
+        for (uint32_t d = 0; d < in->shape.rank; d++)
+            if (d != (uint32_t)dd[0] && x->v.dims[d].naxes && !want.dims[d].naxes) want.dims[d] = x->v.dims[d];
+    }
+    /* Device values the same on every device are constants: one number is
+     * every piece of itself at the global shape, others are replicated. */
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        lval *x = &s->ops[o];
+        if (x->kind != LV_DEV || !dev_uniform(c, x)) continue;
+        const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
+        lval t = dev_splat(x) ? splat_term(c, xi, x, &want) : tiled_term(c, xi, x, &want);
+        if (t.kind == LV_TERM) *x = t;
+        else uniform_dev_as_term(s, o);
+    }
+    review_operands(s, &want);
     eid stack[64], *ch = in->noperands <= 64 ? stack : arena_alloc(c->a, in->noperands * sizeof *ch);
     bool assumed = false;
     for (uint32_t o = 0; o < in->noperands; o++) {
@@ -3329,7 +3398,7 @@ static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
     const lval *off = ii->op == OP_SUBTRACT && ii->noperands == 2 ? &s->vals[ii->operands[1]] : NULL;
     if (off && off->kind == LV_DEV && n > 0 && (int64_t)off->count == n && !dev_uniform(c, off)) {
         x = s->vals[ii->operands[0]];
-        if ((x.kind == LV_PW || x.kind == LV_MASK) && !lf_index_as_term(c, &x)) return false;
+        if (is_index(&x) && !lf_index_as_term(c, &x)) return false;
         bool *seen = arena_alloc(c->a, nsd * sizeof *seen);
         for (int64_t r = 0; r < c->ndev; r++) {
             memset(seen, 0, nsd * sizeof *seen);
@@ -3388,7 +3457,7 @@ static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
  *   sums, and the reducer a sum: the global scatter-add, partial (sum) over
  *   those axes.
  * Splat constants take whatever view the others need. */
-static bool scatter_views(lstate *s, lval *out) {
+static bool scatter_reading(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     if (in->noperands != 3 || in->shape.dtype == DT_TUPLE || in->shape.rank > VIEW_MAX_RANK) return false;
@@ -3504,6 +3573,16 @@ static bool scatter_views(lstate *s, lval *out) {
     return true;
 }
 
+/* The indices block_offset_indices read as x's term stand for x - off(r)
+ * only under the blocked reading: when no reading applies, the scatter's
+ * indices are the per-device ones again. */
+static bool scatter_views(lstate *s, lval *out) {
+    lval indices = s->in->noperands == 3 ? s->ops[1] : unknown();
+    if (scatter_reading(s, out)) return true;
+    if (s->in->noperands == 3) s->ops[1] = indices;
+    return false;
+}
+
 static lval lift_instr(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -3553,7 +3632,9 @@ static lval lift_instr(lstate *s) {
         }
     /* A scatter whose indices are offset per device by its block (before they
      * are read as plain index values). */
-    if (in->op == OP_SCATTER && in->noperands == 3 && s->ops[1].kind == LV_PW && scatter_views(s, &pwv)) return pwv;
+    if (in->op == OP_SCATTER && in->noperands == 3 && (s->ops[1].kind == LV_PW || s->ops[1].kind == LV_IVEC) &&
+        scatter_views(s, &pwv))
+        return pwv;
     /* Index values met by an op that does not take them: a masked row that every
      * device holds is a term; anything else is not related here. */
     for (uint32_t o = 0; o < in->noperands; o++) {
@@ -3575,7 +3656,7 @@ static lval lift_instr(lstate *s) {
             lval pv;
             if (lf_mask_as_partial(c, &ops[o], &pv)) ops[o] = pv;
         }
-        if ((ops[o].kind == LV_PW || ops[o].kind == LV_MASK) && !lf_index_as_term(c, &ops[o])) {
+        if ((ops[o].kind == LV_PW || ops[o].kind == LV_MASK || ops[o].kind == LV_IVEC) && !lf_index_as_term(c, &ops[o])) {
             lf_unsupported(c, s->comp, in, "%s uses index arithmetic (a function of data and the device) in a way not related yet",
                         in->name);
             return unknown();
@@ -4447,7 +4528,8 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         for (uint32_t o = 0; o < in->noperands; o++) {
             v->elems[o] = vals[in->operands[o]];
             if (!keep) lf_unscale(c, &v->elems[o]);
-            if (v->elems[o].kind == LV_PW && v->elems[o].cls != EID_NONE) lf_index_as_term(c, &v->elems[o]);
+            if ((v->elems[o].kind == LV_PW || v->elems[o].kind == LV_IVEC) && v->elems[o].cls != EID_NONE)
+                lf_index_as_term(c, &v->elems[o]);
         }
         return;
     }
@@ -4541,13 +4623,13 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         fprintf(stderr, "term %s%s = %s\n", c->baseline_mode ? "(baseline) " : "", in->name, b.s);
         sb_free(&b);
     }
-    if ((v->kind == LV_PW || v->kind == LV_MASK) && !hlo_op_is_collective(in->op)) {
+    if ((v->kind == LV_PW || v->kind == LV_MASK || v->kind == LV_IVEC) && !hlo_op_is_collective(in->op)) {
         /* Index values keep their plain term beside the analysis when it means
          * the same on every device (always on the baseline), for ops that do
          * not take index values (a collective that moves them keeps theirs). */
         bool indep = true;
         for (uint32_t o = 0; o < in->noperands; o++) {
-            if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) indep &= ops[o].cls != EID_NONE && view_is_dup(&ops[o].v);
+            if (is_index(&ops[o])) indep &= ops[o].cls != EID_NONE && view_is_dup(&ops[o].v);
             else if (ops[o].kind == LV_DEV) indep &= dev_uniform(c, &ops[o]);
             else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
         }
@@ -4555,31 +4637,41 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         /* Elementwise index arithmetic on sharded data (token ids wrapped into
          * range, a padding mask) is the same function on every device: its
          * plain term is the op over the operands' terms, under their view. */
+        /* So is a concatenate of such values (an index vector). */
         bool shaping = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST || in->op == OP_REDUCE;
-        bool plain = !indep && !c->baseline_mode && (lf_is_elementwise(in->op) || shaping) && in->noperands <= 8;
+        bool plain = !indep && !c->baseline_mode && (lf_is_elementwise(in->op) || shaping || in->op == OP_CONCATENATE) &&
+                     in->noperands <= 8;
         for (uint32_t o = 0; o < in->noperands && plain; o++) {
             const lval *x = &ops[o];
-            if (x->kind == LV_PW || x->kind == LV_MASK) plain = x->cls != EID_NONE;
-            else if (x->kind == LV_DEV)
-                plain = dev_uniform(c, x) && (view_is_dup(&v->v) || dev_splat(x) || comp->instrs[in->operands[o]].shape.rank == 0);
+            if (is_index(x)) plain = x->cls != EID_NONE;
+            else if (x->kind == LV_DEV) plain = dev_uniform(c, x);
             else plain = x->kind == LV_TERM;
             if (plain && x->kind != LV_DEV && !shaping) plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v));
         }
         if (plain) {
             lval saved[8];
             memcpy(saved, ops, in->noperands * sizeof *ops);
-            for (uint32_t o = 0; o < in->noperands; o++) {
-                if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK) ops[o] = term(ops[o].cls, ops[o].v, false);
+            for (uint32_t o = 0; o < in->noperands && plain; o++) {
+                if (is_index(&ops[o])) ops[o] = term(ops[o].cls, ops[o].v, false);
                 else if (ops[o].kind == LV_DEV) {
+                    /* the same on every device: a constant, read under the
+                     * view when it is constant along the dims it shards */
                     const hlo_instr *xi = &comp->instrs[in->operands[o]];
-                    ops[o] = view_is_dup(&v->v) || xi->shape.rank == 0
-                                 ? term(dev_constant(c, xi, &ops[o]), view_dup(xi->shape.rank), false)
-                                 : splat_term(c, xi, &ops[o], &v->v);
+                    if (view_is_dup(&v->v) || xi->shape.rank == 0) {
+                        ops[o] = term(dev_constant(c, xi, &ops[o]), view_dup(xi->shape.rank), false);
+                    } else if (dev_splat(&ops[o])) {
+                        ops[o] = splat_term(c, xi, &ops[o], &v->v);
+                    } else {
+                        ops[o] = shaping ? unknown() : tiled_term(c, xi, &ops[o], &v->v);
+                        plain = ops[o].kind == LV_TERM;
+                    }
                 }
             }
-            lval t = in->op == OP_BROADCAST ? lift_broadcast(&s)
+            lval t = !plain                 ? unknown()
+                     : in->op == OP_BROADCAST ? lift_broadcast(&s)
                      : in->op == OP_REDUCE  ? lift_reduce(&s)
                      : shaping              ? lift_reshape(&s)
+                     : in->op == OP_CONCATENATE ? lift_concatenate(&s)
                                             : lift_elementwise(&s);
             if (t.kind == LV_TERM && !t.assumed && lf_same_sharding(&t.v, &v->v)) v->cls = t.cls;
             memcpy(ops, saved, in->noperands * sizeof *ops);
@@ -4589,7 +4681,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             uint32_t ns = in->noperands < 16 ? in->noperands : 16;
             memcpy(saved, ops, ns * sizeof *ops);
             for (uint32_t o = 0; o < in->noperands; o++)
-                if (ops[o].kind == LV_PW || ops[o].kind == LV_MASK)
+                if (is_index(&ops[o]))
                     ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
             v->cls = generic(&s).cls;
             memcpy(ops, saved, ns * sizeof *ops);
@@ -4637,7 +4729,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         for (uint32_t o = 0; o < in->noperands; o++)
             if (vals[in->operands[o]].zm) {
                 continue;
-            } else if (vals[in->operands[o]].kind == LV_PW || vals[in->operands[o]].kind == LV_MASK) {
+            } else if (is_index(&vals[in->operands[o]])) {
                 inside = false;  /* related by the index analysis, not as a term: no divergence to show */
             } else if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE)) {
                 if (ops[o].rearranged && !via) via = &comp->instrs[in->operands[o]];

@@ -27,6 +27,11 @@
  *     values in [0, domain); that assumption is recorded. Met by an op that
  *     does not take masks, such a mask is that row partial (sum) over the
  *     axes it sums over, and judged like any partial value.
+ *   - LV_IVEC: index vectors (a gather index with several components along
+ *     dim `vdim`, an embedding's token id beside a constant column): n
+ *     components in elems, component j the value's slice at j along vdim,
+ *     each an LV_PW (of the value's shape with vdim 1) or an LV_DEV holding
+ *     one number per device (the same at every position).
  *   - LV_LAYOUT, LV_WIN: transient per-device arrangements (an all-to-all's
  *     result; a local slice of a sharded dim or a collective-permute's
  *     result), below; only layout ops, slices, concatenates, dynamic-slices
@@ -65,7 +70,7 @@
 
 #define LIFT_FOLD_MAX 65536
 
-enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT, LV_WIN };
+enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT, LV_WIN, LV_IVEC };
 
 /* LV_LAYOUT: a local tensor whose dims are runs of atomic factors of the global
  * dims (after an all-to-all, or an all-gather along a dim other than the
@@ -139,6 +144,7 @@ typedef struct lval {
                                    * all-to-all's layout): carry[0] the rows (for hit), carry[1]
                                    * the positions (for pos), moved alike; v, hit, pos unused */
     int64_t domain;               /* LV_MASK: valid index values [0, domain) */
+    uint8_t vdim;                 /* LV_IVEC: the dim holding the components */
     bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
     const struct lift_zmask *zm;  /* LV_TERM / LV_LAYOUT: a zero mask (below), or NULL */
     double scale;                 /* LV_TERM / LV_LAYOUT / LV_WIN: the value is this constant

@@ -109,6 +109,23 @@ static int pw_op_of(const hlo_instr *in) {
     }
 }
 
+/* Elementwise op `in` over the operands' functions f[o][d] on device d. */
+static bool pw_apply(const hlo_instr *in, pw_fn *const *f, int64_t d, pw_fn *out) {
+    switch (in->op) {
+    case OP_SELECT: return in->noperands == 3 && pw_select(&f[0][d], &f[1][d], &f[2][d], out);
+    case OP_NOT: return pw_not(&f[0][d], out);
+    case OP_NEGATE: return pw_negate(&f[0][d], out);
+    case OP_CLAMP: {
+        pw_fn t;
+        return in->noperands == 3 && pw_binary(PW_MAX_OP, &f[1][d], &f[0][d], &t) && pw_binary(PW_MIN, &t, &f[2][d], out);
+    }
+    default: {
+        int op = pw_op_of(in);
+        return op >= 0 && in->noperands == 2 && pw_binary(op, &f[0][d], &f[1][d], out);
+    }
+    }
+}
+
 /* Positions after a reshape of a value sharded by *vw: only reshapes that add or
  * drop trailing unit dims keep a sharding (the common prefix is unchanged). */
 static bool pos_reshape(lift_ctx *c, eid *pos, view *vw, const int64_t *in_dims, uint32_t in_rank, const int64_t *dims,
@@ -216,11 +233,11 @@ bool lf_index_as_term(lift_ctx *c, lval *x) {
         *x = term(x->hit, x->v, false);
         return true;
     }
-    if ((x->kind == LV_PW || x->kind == LV_MASK) && x->cls != EID_NONE) {
+    if ((x->kind == LV_PW || x->kind == LV_MASK || x->kind == LV_IVEC) && x->cls != EID_NONE) {
         *x = term(x->cls, x->v, false);
         return true;
     }
-    return x->kind != LV_PW && x->kind != LV_MASK;
+    return x->kind != LV_PW && x->kind != LV_MASK && x->kind != LV_IVEC;
 }
 
 /* Summed over the devices of each group (devices that agree on every mesh axis
@@ -380,34 +397,73 @@ bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out) {
 
 /* gather(table, index) with the index a function of the source: the rows the
  * devices fetch, per range of index values. */
+/* With an index vector (LV_IVEC), one component k0 gives the row (table
+ * dim 0) and every other component a dim the slice takes whole: its start is
+ * clamped to 0 whatever the component holds. The row dim is collapsed or kept
+ * as an offset dim of size 1 (Equinox's lookup). */
+/* The index vector of a gather whose component k0 is the term pos (the
+ * source positions, dim vd of size 1) and whose nv - 1 others are zeros:
+ * concatenate(0, ..., pos, ..., 0) along vd, at pos's global shape. */
+static eid index_vector_term(lift_ctx *c, eid pos, uint32_t k0, uint32_t nv, uint32_t vd) {
+    uint32_t t = eg_class_type(c->g, pos), rank;
+    int dt = eg_type_dtype(c->g, t);
+    const int64_t *pd = eg_type_dims(c->g, t, &rank);
+    int64_t dims[VIEW_MAX_RANK];
+    if (rank > VIEW_MAX_RANK || vd >= rank || nv > 64) return EID_NONE;
+    memcpy(dims, pd, rank * sizeof *dims);
+    interp_val *z0 = interp_val_new(dt, 0, NULL);
+    if (!z0) return EID_NONE;
+    interp_val_set(z0, 0, 0);
+    eid zero = lf_const_term(c, z0, c->origin);
+    eid zeros = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), t, &zero, 1, c->origin);
+    eid ch[64];
+    for (uint32_t k = 0; k < nv; k++) ch[k] = k == k0 ? pos : zeros;
+    dims[vd] = nv;
+    int64_t d = vd;
+    return eg_add(c->g, OP_CONCATENATE, lf_list_attr(c, A_DIMENSIONS, &d, 1), lf_type_of(c, dt, dims, rank), ch, nv, c->origin);
+}
+
 static bool pw_gather(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *tab = &s->ops[0];
     const lval *idx = &s->ops[1];
-    if (tab->kind != LV_TERM || idx->kind != LV_PW || tab->v.partial) return false;
+    if (tab->kind != LV_TERM || (idx->kind != LV_PW && idx->kind != LV_IVEC) || tab->v.partial) return false;
     const hlo_instr *ti = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]];
     uint32_t n1, n2, n3, no, nss;
     const int64_t *coll = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &n1), *sim = instr_ints(in, A_START_INDEX_MAP, &n2);
     const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &no), *ss = instr_ints(in, A_SLICE_SIZES, &nss);
     (void)instr_ints(in, A_OPERAND_BATCHING_DIMS, &n3);
     int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
-    if (n1 != 1 || coll[0] != 0 || n2 != 1 || sim[0] != 0 || n3 || ti->shape.rank < 1 || nss != ti->shape.rank ||
-        ss[0] != 1 || ivd != (int64_t)ii->shape.rank - 1 || ii->shape.dims[ivd] != 1 || no + ii->shape.rank - 1 != in->shape.rank)
+    uint32_t nv = idx->kind == LV_IVEC ? idx->n : 1, k0 = nv;
+    bool kept = n1 == 0;  /* the row dim kept, as an offset dim of size 1 */
+    if (!(n1 == 1 && coll[0] == 0) && !kept) return false;
+    if (n2 != nv || n3 || ti->shape.rank < 1 || nss != ti->shape.rank || ss[0] != 1 || ivd != (int64_t)ii->shape.rank - 1 ||
+        ii->shape.dims[ivd] != nv || no + ii->shape.rank - 1 != in->shape.rank || (idx->kind == LV_IVEC && idx->vdim != ivd))
         return false;
+    for (uint32_t k = 0; k < nv; k++) {
+        if (sim[k] == 0) {
+            if (k0 < nv) return false;
+            k0 = k;
+        } else if (sim[k] < 0 || sim[k] >= ti->shape.rank || ss[sim[k]] != ti->shape.dims[sim[k]]) {
+            return false;
+        }
+    }
+    const lval *row = idx->kind == LV_IVEC && k0 < nv ? &idx->elems[k0] : idx;
+    if (k0 == nv || row->kind != LV_PW) return false;
     /* Row dims are taken whole; those the table is sharded along are the
      * matching offset dims of the result, sharded alike (an FSDP embedding). */
     view offv = view_dup(in->shape.rank);
     int64_t gss[VIEW_MAX_RANK];
-    if (ti->shape.rank > VIEW_MAX_RANK || no != ti->shape.rank - 1) return false;
+    if (ti->shape.rank > VIEW_MAX_RANK || no != ti->shape.rank - !kept) return false;
     gss[0] = ss[0];
     for (uint32_t d = 1; d < ti->shape.rank; d++) {
         if (ss[d] != ti->shape.dims[d]) return false;
-        offv.dims[off[d - 1]] = tab->v.dims[d];
+        offv.dims[off[d - !kept]] = tab->v.dims[d];
         gss[d] = ss[d] * view_dim_parts(&tab->v, c->mesh, d);
     }
     int64_t rows = ti->shape.dims[0], parts = view_dim_parts(&tab->v, c->mesh, 0), domain = rows * parts;
-    lval v = {.kind = LV_MASK, .domain = domain, .v = view_dup(in->shape.rank), .src = idx->src};
+    lval v = {.kind = LV_MASK, .domain = domain, .v = view_dup(in->shape.rank), .src = row->src};
     v.pw = pw_alloc(c);
     for (int64_t r = 0; r < c->ndev; r++) {
         int64_t blk = 0;
@@ -418,7 +474,7 @@ static bool pw_gather(lstate *s, lval *out) {
         int64_t start = blk * rows;
         pw_fn *t = &v.pw[r];
         t->n = 0;
-        const pw_fn *f = &idx->pw[r];
+        const pw_fn *f = &row->pw[r];
         for (uint32_t k = 0; k < f->n; k++) {
             const pw_piece *p = &f->p[k];
             /* The device reads row start + (a·t + b); it is row t when a = 1, b = -start. */
@@ -439,7 +495,7 @@ static bool pw_gather(lstate *s, lval *out) {
                 return false;
         }
     }
-    if (idx->pos == EID_NONE) return false;
+    if (row->pos == EID_NONE) return false;
     /* Output positions: the index positions without the index vector dim,
      * broadcast over the row (offset) dims; the sharding comes along. */
     int64_t bdims[VIEW_MAX_RANK], pdims[VIEW_MAX_RANK];
@@ -452,17 +508,23 @@ static bool pw_gather(lstate *s, lval *out) {
     for (uint32_t d = 0; d < ii->shape.rank; d++)
         if (d != ivd) pdims[np++] = ii->shape.dims[d];
     if (nb != np) return false;
-    eid p0 = idx->pos;
-    view pv = idx->v;
-    if (!pos_reshape(c, &p0, &pv, ii->shape.dims, ii->shape.rank, pdims, np)) return false;
+    eid p0 = row->pos;
+    view pv = row->v;
+    int64_t idims[VIEW_MAX_RANK];  /* the row component's dims: the index vector dim 1 */
+    if (ii->shape.rank > VIEW_MAX_RANK) return false;
+    memcpy(idims, ii->shape.dims, ii->shape.rank * sizeof *idims);
+    idims[ivd] = 1;
+    if (!pos_reshape(c, &p0, &pv, idims, ii->shape.rank, pdims, np)) return false;
     v.pos = p0;
     v.v = pv;
     pos_broadcast(c, &v.pos, &v.v, bdims, nb, in->shape.dims, in->shape.rank, &offv);
-    /* The row term: the same gather on the whole table, indexed by the source. */
-    eid ch[2] = {tab->cls, idx->pos};
+    /* The row term: the same gather on the whole table, indexed by the source
+     * (beside zeros for the components of dims taken whole). */
+    eid ch[2] = {tab->cls, nv == 1 ? row->pos : index_vector_term(c, row->pos, k0, nv, (uint32_t)ivd)};
+    if (ch[1] == EID_NONE) return false;
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &v.v, &in->shape, g);
-    v.hit = gather_of_iota(c, tab->cls, idx->pos, bdims, off, no, in->shape.dtype, g, in->shape.rank);
+    v.hit = nv == 1 ? gather_of_iota(c, tab->cls, row->pos, bdims, off, no, in->shape.dtype, g, in->shape.rank) : EID_NONE;
     v.in_domain = v.hit != EID_NONE;  /* iota positions: rows [0, n) of the table, nothing to assume */
     if (v.hit == EID_NONE) {
         hlo_instr gi = *in;
@@ -499,10 +561,229 @@ static bool select_in_domain(lstate *s, lval *out) {
     return true;
 }
 
+/* ---- index vectors (LV_IVEC) ----
+ * A gather index whose components sit along one dim (vdim): Equinox looks a
+ * token up at concatenate(token id, 0) and GSPMD, partitioning the table's
+ * rows, clamps, compares and offsets that vector by vectors of per-device
+ * constants. Each component is carried as index arithmetic of its own (an
+ * LV_PW at the value's shape with vdim 1) or as one number per device (an
+ * LV_DEV of count 1, the same at every position); ops that keep the vector
+ * work component by component, a reduction over vdim combines them, and a
+ * gather reads the row from its row component (pw_gather). */
+#define IVEC_MAX 8
+
+/* One number per device. */
+static lval dev_number(lift_ctx *c, const double *per) {
+    lval v = {.kind = LV_DEV, .count = 1};
+    v.dev = arena_alloc(c->a, (size_t)c->ndev * sizeof *v.dev);
+    memcpy(v.dev, per, (size_t)c->ndev * sizeof *v.dev);
+    return v;
+}
+
+/* The slice at j along dim vd of device value x (shape sh), when on every
+ * device it holds one number (a scalar is that number at every j). */
+static bool dev_component(lift_ctx *c, const lval *x, const shape *sh, uint32_t vd, int64_t j, lval *out) {
+    if (x->kind != LV_DEV) return false;
+    double *per = arena_alloc(c->a, (size_t)c->ndev * sizeof *per);
+    if (sh->rank == 0 || x->count == 1) {
+        for (int64_t d = 0; d < c->ndev; d++) per[d] = x->dev[d * x->count];
+        *out = dev_number(c, per);
+        return true;
+    }
+    if (vd >= sh->rank || j >= sh->dims[vd] || (int64_t)x->count != shape_elements(sh) || sh->rank > VIEW_MAX_RANK) return false;
+    int64_t inner = 1;
+    for (uint32_t q = vd + 1; q < sh->rank; q++) inner *= sh->dims[q];
+    for (int64_t d = 0; d < c->ndev; d++) {
+        bool first = true;
+        for (int64_t k = 0; k < x->count; k++) {
+            if (k / inner % sh->dims[vd] != j) continue;
+            double v = x->dev[d * x->count + k];
+            if (first) per[d] = v, first = false;
+            else if (v != per[d]) return false;
+        }
+    }
+    *out = dev_number(c, per);
+    return true;
+}
+
+/* The component's function on every device (a device number: a constant). */
+static const pw_fn *component_fn(lift_ctx *c, const lval *x) {
+    if (x->kind == LV_PW) return x->pw;
+    pw_fn *f = pw_alloc(c);
+    for (int64_t d = 0; d < c->ndev; d++) pw_const(&f[d], (int64_t)x->dev[d]);
+    return f;
+}
+
+/* A component computed from the components xs: a device number when none is
+ * index arithmetic (its functions constant), else index arithmetic at their
+ * common positions and view (false when they differ). */
+static bool make_component(lift_ctx *c, const lval *const *xs, uint32_t n, pw_fn *fs, lval *out) {
+    const lval *pw = NULL;
+    for (uint32_t o = 0; o < n; o++) {
+        if (xs[o]->kind != LV_PW) continue;
+        if (pw && (pw->pos != xs[o]->pos || pw->src != xs[o]->src || !lf_same_sharding(&pw->v, &xs[o]->v))) return false;
+        pw = xs[o];
+    }
+    if (!pw) {
+        double *per = arena_alloc(c->a, (size_t)c->ndev * sizeof *per);
+        for (int64_t d = 0; d < c->ndev; d++) {
+            int64_t k;
+            if (!pw_constant_on(&fs[d], PW_NEG_INF, PW_POS_INF, &k)) return false;
+            per[d] = (double)k;
+        }
+        *out = dev_number(c, per);
+        return true;
+    }
+    *out = (lval){.kind = LV_PW, .pw = fs, .pos = pw->pos, .src = pw->src, .v = pw->v, .cls = EID_NONE};
+    return true;
+}
+
+/* concatenate along d of index arithmetic (size 1 along d), index vectors
+ * along d and device values that hold one number per slice along d: an
+ * index vector. At least one operand must be index arithmetic. */
+static bool ivec_concatenate(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t nd;
+    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
+    if (nd != 1 || dd[0] < 0 || (uint64_t)dd[0] >= in->shape.rank || !(dtype_is_int(in->shape.dtype))) return false;
+    uint32_t vd = (uint32_t)dd[0], n = 0;
+    bool any = false;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        any |= s->ops[o].kind == LV_PW || (s->ops[o].kind == LV_IVEC && s->ops[o].vdim == vd);
+    if (!any) return false;
+    lval *el = arena_alloc(c->a, IVEC_MAX * sizeof *el);
+    const view *common = NULL;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        const shape *sh = &s->comp->instrs[in->operands[o]].shape;
+        int64_t k = sh->dims[vd];
+        if (n + k > IVEC_MAX) return false;
+        if (x->kind == LV_IVEC) {
+            if (x->vdim != vd || x->n != k) return false;
+            memcpy(el + n, x->elems, x->n * sizeof *el);
+            n += x->n;
+        } else if (x->kind == LV_DEV) {
+            for (int64_t j = 0; j < k; j++)
+                if (!dev_component(c, x, sh, vd, j, &el[n++])) return false;
+        } else {
+            pw_fn *f;
+            eid pos, src;
+            const view *vw;
+            if (k != 1 || !as_pw(s, o, &f, &pos, &vw, &src) || pos == EID_NONE) return false;
+            el[n++] = (lval){.kind = LV_PW, .pw = f, .pos = pos, .src = src, .v = *vw, .cls = EID_NONE};
+        }
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        if (el[j].kind != LV_PW) continue;
+        if ((common && !lf_same_sharding(common, &el[j].v)) || el[j].v.partial || el[j].v.dims[vd].naxes) return false;
+        common = &el[j].v;
+    }
+    *out = (lval){.kind = LV_IVEC, .elems = el, .n = n, .vdim = (uint8_t)vd, .v = common ? *common : view_dup(in->shape.rank),
+                  .cls = EID_NONE};
+    return true;
+}
+
+/* An elementwise op over index vectors (along the same dim, as many
+ * components) and device values that hold one number per component: the op
+ * component by component. */
+static bool ivec_elementwise(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *iv = NULL;
+    if (!lf_is_elementwise(in->op) || in->noperands > 3 || !(dtype_is_int(in->shape.dtype) || in->shape.dtype == DT_PRED))
+        return false;
+    for (uint32_t o = 0; o < in->noperands && !iv; o++)
+        if (s->ops[o].kind == LV_IVEC) iv = &s->ops[o];
+    if (!iv) return false;
+    lval *el = arena_alloc(c->a, iv->n * sizeof *el);
+    for (uint32_t j = 0; j < iv->n; j++) {
+        lval comp[3];
+        const lval *xs[3];
+        pw_fn *f[3];
+        for (uint32_t o = 0; o < in->noperands; o++) {
+            const lval *x = &s->ops[o];
+            if (x->kind == LV_IVEC) {
+                if (x->vdim != iv->vdim || x->n != iv->n) return false;
+                comp[o] = x->elems[j];
+            } else if (!dev_component(c, x, &s->comp->instrs[in->operands[o]].shape, iv->vdim, j, &comp[o])) {
+                return false;
+            }
+            xs[o] = &comp[o];
+            f[o] = (pw_fn *)component_fn(c, &comp[o]);
+        }
+        pw_fn *r = pw_alloc(c);
+        for (int64_t d = 0; d < c->ndev; d++)
+            if (!pw_apply(in, f, d, &r[d])) return false;
+        if (!make_component(c, xs, in->noperands, r, &el[j])) return false;
+    }
+    *out = *iv;
+    out->elems = el;
+    out->cls = EID_NONE;
+    out->v = view_dup(in->shape.rank);
+    const view *common = NULL;
+    for (uint32_t j = 0; j < iv->n; j++) {
+        if (el[j].kind != LV_PW) continue;
+        if (common && !lf_same_sharding(common, &el[j].v)) return false;
+        common = &el[j].v;
+        out->v = *common;
+    }
+    return true;
+}
+
+/* reduce over the vector dim alone: init and the components combined by the
+ * reducer, position by position. */
+static bool ivec_reduce(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *iv = &s->ops[0];
+    if (in->noperands != 2 || iv->kind != LV_IVEC || s->ops[1].kind != LV_DEV || s->ops[1].count != 1) return false;
+    uint32_t nd;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    int red = instr_reducer(c->cur, in), op;
+    switch (red) {
+    case RED_OR: op = PW_OR; break;
+    case RED_AND: op = PW_AND; break;
+    case RED_MAX: op = PW_MAX_OP; break;
+    case RED_MIN: op = PW_MIN; break;
+    case RED_SUM: op = dtype_is_int(in->shape.dtype) ? PW_ADD : -1; break;
+    default: op = -1;
+    }
+    if (op < 0 || nd != 1 || rd[0] != iv->vdim) return false;
+    const pw_fn *acc = component_fn(c, &s->ops[1]);
+    const lval *xs[IVEC_MAX + 1];
+    uint32_t nx = 0;
+    xs[nx++] = &s->ops[1];
+    for (uint32_t j = 0; j < iv->n; j++) {
+        const pw_fn *f = component_fn(c, &iv->elems[j]);
+        pw_fn *r = pw_alloc(c);
+        for (int64_t d = 0; d < c->ndev; d++)
+            if (!pw_binary(op, &acc[d], &f[d], &r[d])) return false;
+        acc = r;
+        xs[nx++] = &iv->elems[j];
+    }
+    lval v;
+    if (!make_component(c, xs, nx, (pw_fn *)acc, &v)) return false;
+    if (v.kind == LV_PW) {
+        /* the positions lose the vector dim (1 in the components) */
+        const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+        int64_t cd[VIEW_MAX_RANK];
+        if (src->shape.rank > VIEW_MAX_RANK) return false;
+        memcpy(cd, src->shape.dims, src->shape.rank * sizeof *cd);
+        cd[iv->vdim] = 1;
+        if (!pos_reshape(c, &v.pos, &v.v, cd, src->shape.rank, in->shape.dims, in->shape.rank)) return false;
+    }
+    *out = v;
+    return true;
+}
+
 /* The ops index arithmetic goes through. True when handled (*out set). */
 bool lf_pw_instr(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
+    if (in->op == OP_CONCATENATE && ivec_concatenate(s, out)) return true;
+    if (in->op == OP_REDUCE && ivec_reduce(s, out)) return true;
+    if (in->op != OP_GATHER && ivec_elementwise(s, out)) return true;
     bool any_pw = false, any_dev = false, any_src = false, any_ksrc = false, any_mask = false;
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
@@ -518,7 +799,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
         any_src |= x->kind == LV_TERM && !x->konst;
         any_ksrc |= x->kind == LV_TERM && x->konst;
     }
-    if (in->op == OP_GATHER && s->ops[1].kind == LV_PW) return pw_gather(s, out);
+    if (in->op == OP_GATHER && (s->ops[1].kind == LV_PW || s->ops[1].kind == LV_IVEC)) return pw_gather(s, out);
     if (in->op == OP_SELECT && select_in_domain(s, out)) return true;
     if (!any_pw && !any_mask && !(any_dev && (any_src || any_ksrc))) return false;
     int dt = in->shape.dtype;
@@ -655,24 +936,8 @@ bool lf_pw_instr(lstate *s, lval *out) {
     v.pos = pos;
     v.src = src;
     if (common) v.v = *common;
-    for (int64_t d = 0; d < c->ndev; d++) {
-        bool ok;
-        switch (in->op) {
-        case OP_SELECT: ok = pw_select(&f[0][d], &f[1][d], &f[2][d], &v.pw[d]); break;
-        case OP_NOT: ok = pw_not(&f[0][d], &v.pw[d]); break;
-        case OP_NEGATE: ok = pw_negate(&f[0][d], &v.pw[d]); break;
-        case OP_CLAMP: {
-            pw_fn t;
-            ok = pw_binary(PW_MAX_OP, &f[1][d], &f[0][d], &t) && pw_binary(PW_MIN, &t, &f[2][d], &v.pw[d]);
-            break;
-        }
-        default: {
-            int op = pw_op_of(in);
-            ok = op >= 0 && in->noperands == 2 && pw_binary(op, &f[0][d], &f[1][d], &v.pw[d]);
-        }
-        }
-        if (!ok) return false;
-    }
+    for (int64_t d = 0; d < c->ndev; d++)
+        if (!pw_apply(in, f, d, &v.pw[d])) return false;
     *out = v;
     return true;
 }

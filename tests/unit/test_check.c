@@ -1377,6 +1377,69 @@ static void tiled_cases(void) {
     free(tsv);
 }
 
+/* Concatenates of operands not sharded alike, and gather indices built by
+ * them (tests/cases/concat-index, made by hand). Verified: an embedding's
+ * gather index, the token ids of a batch shard beside a constant column; a
+ * shard beside a broadcast of a replicated value and an iota along an
+ * unsharded dim; the lookup with that index vector in a table whose rows are
+ * split over tp, as GSPMD partitions it (the vector clamped, compared with
+ * the device's block, offset into it, rows outside zeroed and summed), also
+ * with a column component the gather clamps to 0 (its slice is whole).
+ * Found as bugs: an iota along the sharded batch (each device counts its own
+ * block); the first block of a replicated value beside every device's own
+ * block; a wrong block offset; a local gather not offset into the block; a
+ * column component that matters (a slice of 2 of 4 columns) set wrong.
+ * The embedding's gradient under dp, scatter-added at the index vector the
+ * same way on every device (clamped by a constant vector) and summed over dp,
+ * is verified; without that sum it is a mismatch. Under tp with the rows
+ * split, each device scatter-adding at the vector minus {8r, 0} into its
+ * block is verified; a wrong block offset, an offset in the column component
+ * (every window out of bounds, skipped), and windows of 2 rows (one can
+ * straddle two blocks: skipped on both devices, added by the baseline) are
+ * not. A take's bounds check of
+ * a constant index (a reduce of device values the same everywhere) is a
+ * constant; checking another index, out of bounds, is a mismatch. */
+static void concat_unlike_operands(void) {
+    static const struct {
+        const char *name, *base, *dist, *relations;
+        int verdict;
+    } cases[] = {
+        {"concat-index", "", "", "relations.json", VERDICT_VERIFIED},
+        {"concat-bcast", "bcast.", "bcast.", "bcast.relations.json", VERDICT_VERIFIED},
+        {"concat-index-iota", "iota.", "iota.", "relations.json", VERDICT_MISMATCH},
+        {"concat-slice", "slice.", "slice.", "slice.relations.json", VERDICT_MISMATCH},
+        {"index-vector-vocab", "vocab.", "vocab.", "vocab.relations.json", VERDICT_VERIFIED},
+        {"index-vector-col3", "vocab.", "vocab-col3.", "vocab.relations.json", VERDICT_VERIFIED},
+        {"index-vector-offset", "vocab.", "vocab-offset.", "vocab.relations.json", VERDICT_MISMATCH},
+        {"index-vector-local", "vocab.", "vocab-local.", "vocab.relations.json", VERDICT_MISMATCH},
+        {"index-vector-narrow", "vocab-narrow.", "vocab-narrow.", "vocab.relations.json", VERDICT_MISMATCH},
+        {"index-vector-grad", "grad.", "grad.", "grad.relations.json", VERDICT_VERIFIED},
+        {"index-vector-grad-noreduce", "grad.", "grad-noreduce.", "grad.relations.json", VERDICT_MISMATCH},
+        {"index-vector-vgrad", "vgrad.", "vgrad.", "vgrad.relations.json", VERDICT_VERIFIED},
+        {"index-vector-vgrad-offset", "vgrad.", "vgrad-offset.", "vgrad.relations.json", VERDICT_MISMATCH},
+        {"index-vector-vgrad-col", "vgrad.", "vgrad-col.", "vgrad.relations.json", VERDICT_MISMATCH},
+        {"index-vector-vgrad-wide", "vgrad-wide.", "vgrad-wide.", "vgrad.relations.json", VERDICT_MISMATCH},
+        {"take-bounds-check", "take.", "take.", "take.relations.json", VERDICT_VERIFIED},
+        {"take-bounds-check-oob", "take.", "take-oob.", "take.relations.json", VERDICT_MISMATCH},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
+        char b[256], d[256], r[256];
+        snprintf(b, sizeof b, "tests/cases/concat-index/%sbase.hlo", cases[k].base);
+        snprintf(d, sizeof d, "tests/cases/concat-index/%sdist.hlo", cases[k].dist);
+        snprintf(r, sizeof r, "tests/cases/concat-index/%s", cases[k].relations);
+        t_case("check %s", cases[k].name);
+        json_t *trace = NULL;
+        int v = run_with(cases[k].name, b, d, r, true, false, &trace);
+        CHECK_MSG(v == cases[k].verdict, "verdict %s, want %s", verdict_name(v), verdict_name(cases[k].verdict));
+        json_decref(trace);
+        if (cases[k].verdict != VERDICT_MISMATCH) continue;
+        /* Without execution the rules alone never call the bug verified. */
+        v = run_with(cases[k].name, b, d, r, false, false, &trace);
+        CHECK_MSG(v != VERDICT_VERIFIED, "verified without execution");
+        json_decref(trace);
+    }
+}
+
 void suite_check(void);
 void suite_check(void) {
     loop_partial_sum();
@@ -1391,6 +1454,7 @@ void suite_check(void) {
     rotated_slices();
     pmean_of_replicated();
     tiled_cases();
+    concat_unlike_operands();
     scatter_cases();
     changed_replica_groups();
     microbatch_rows();
