@@ -1092,6 +1092,17 @@ static void pmean_of_replicated(void) {
     json_decref(trace);
 }
 
+/* u32 index arithmetic wraps (tests/cases/u32-bounds, by hand, after
+ * PyTorch/XLA's vocab-parallel lookup): ids minus the device's block start
+ * in u32 wrap below it, so one comparison (>= the block size) masks ids on
+ * both sides — verified. Read as unbounded integers, a check for "below zero"
+ * (never true in u32) looked like that mask, and the wrong program was
+ * verified; now it is undecided, and execution finds it. */
+static void u32_bounds(void) {
+    check_verified("u32-bounds", "dist");
+    check_undecided("u32-bounds", "dist-signed", "s", "index arithmetic", "wrong-reduction");
+}
+
 /* The jax 0.12 cases (tests/cases/jax012, samples/gen/jax012.py): every
  * correct pair, in both forms, is never a mismatch — among them a GSPMD scan
  * whose jit has no out_shardings (the partitioner leaves the result sharded:
@@ -1455,6 +1466,7 @@ void suite_check(void) {
     pmean_of_replicated();
     tiled_cases();
     concat_unlike_operands();
+    u32_bounds();
     scatter_cases();
     changed_replica_groups();
     microbatch_rows();
