@@ -1103,6 +1103,28 @@ static void u32_bounds(void) {
     check_undecided("u32-bounds", "dist-signed", "s", "index arithmetic", "wrong-reduction");
 }
 
+/* A proof execution contradicts (tests/cases/proof-contradicted, by hand,
+ * checked with the deliberately unsound tests/cases/unsound_rules, which
+ * rewrite a maximum into a sum): without execution the pair is "verified";
+ * with --witness execution runs on verified pairs too, the outputs differ,
+ * and the pair is a mismatch whose message says the transfer functions were
+ * contradicted. */
+static void proof_contradicted(void) {
+    const char *b = "tests/cases/proof-contradicted/base.hlo", *d = "tests/cases/proof-contradicted/dist.hlo",
+               *r = "tests/cases/proof-contradicted/relations.json";
+    for (int w = 0; w < 2; w++) {
+        t_case("check proof-contradicted (%s)", w ? "witness" : "rules only");
+        json_t *trace = NULL;
+        int v = run_opts((check_opts){.name = "proof-contradicted", .baseline = b, .distributed = d, .witness = w,
+                                      .rules_dir = "tests/cases/unsound_rules"},
+                         r, &trace);
+        CHECK_MSG(v == (w ? VERDICT_MISMATCH : VERDICT_VERIFIED), "verdict %s", verdict_name(v));
+        const char *msg = json_string_value(json_object_get(json_array_get(json_object_get(trace, "findings"), 0), "message"));
+        if (w) CHECK_MSG(msg && strstr(msg, "which execution contradicts"), "%s", msg ? msg : "(none)");
+        json_decref(trace);
+    }
+}
+
 /* The jax 0.12 cases (tests/cases/jax012, samples/gen/jax012.py): every
  * correct pair, in both forms, is never a mismatch — among them a GSPMD scan
  * whose jit has no out_shardings (the partitioner leaves the result sharded:
@@ -1467,6 +1489,7 @@ void suite_check(void) {
     tiled_cases();
     concat_unlike_operands();
     u32_bounds();
+    proof_contradicted();
     scatter_cases();
     changed_replica_groups();
     microbatch_rows();
