@@ -2386,6 +2386,45 @@ static lval gather_copies(lstate *s, uint32_t d, int axes) {
                 x->assumed);
 }
 
+/* x (the operand of s, of s's source shape) with the blocks of its dim e
+ * moved into dim d as d's major part, a layout (lift.h): e is no longer
+ * bound to its axes; `bound` binds d's blocks to them instead (an all-to-all:
+ * device r keeps block r of d), else every device holds all of them (an
+ * all-gather). False when a view's parts are unknown. */
+static bool blocks_moved(lstate *s, const lval *x, uint32_t e, uint32_t d, bool bound, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *src = &s->comp->instrs[s->in->operands[0]];
+    uint32_t rank = src->shape.rank;
+    if (rank > VIEW_MAX_RANK) return false;
+    int64_t n = view_dim_parts(&x->v, c->mesh, e);
+    lift_layout *L = arena_alloc(c->a, sizeof *L);
+    memset(L, 0, sizeof *L);
+    L->grank = L->ndims = rank;
+    for (uint32_t q = 0; q < rank; q++) {
+        int64_t parts = view_dim_parts(&x->v, c->mesh, q);
+        if (parts < 1) return false;
+        L->gdims[q] = src->shape.dims[q] * parts;
+        L->split[q] = parts;
+        L->bound[q] = parts > 1 && q != e ? 1 : -1;
+        L->naxes[q] = q != e ? x->v.dims[q].naxes : 0;
+        memcpy(L->axes[q], x->v.dims[q].axes, L->naxes[q]);
+    }
+    if (bound) {
+        L->split[d] = n;
+        L->bound[d] = 1;
+        L->naxes[d] = x->v.dims[e].naxes;
+        memcpy(L->axes[d], x->v.dims[e].axes, x->v.dims[e].naxes);
+    }
+    for (uint32_t q = 0; q < rank; q++) {
+        if (q == d) L->atoms[q][L->natoms[q]++] = (layout_atom){(uint8_t)e, 0, n};
+        if (L->gdims[q] / L->split[q] > 1) L->atoms[q][L->natoms[q]++] = (layout_atom){(uint8_t)q, 1, L->gdims[q] / L->split[q]};
+    }
+    L->from = s->in;
+    L->from_comp = s->comp;
+    *out = (lval){.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
+    return true;
+}
+
 /* all-gather along dim d (not sharded) of a value whose dim e is sharded over
  * exactly the gathered axes (major first): every device ends up with the same
  * tensor, dim d holding the blocks of e as its major part — a rearrangement of
@@ -2393,7 +2432,6 @@ static lval gather_copies(lstate *s, uint32_t d, int axes) {
  * (jax's untiled all_gather then moveaxis), and which is wrong only if used
  * so. */
 static bool gather_layout(lstate *s, uint32_t d, int axes, lval *out) {
-    lift_ctx *c = s->c;
     const lval *x = &s->ops[0];
     const hlo_instr *src = &s->comp->instrs[s->in->operands[0]];
     uint32_t rank = src->shape.rank;
@@ -2411,25 +2449,7 @@ static bool gather_layout(lstate *s, uint32_t d, int axes, lval *out) {
         e = (int)q;
     }
     if (e < 0 || rank > VIEW_MAX_RANK) return false;
-    int64_t n = view_dim_parts(&x->v, c->mesh, (uint32_t)e);
-    lift_layout *L = arena_alloc(c->a, sizeof *L);
-    memset(L, 0, sizeof *L);
-    L->grank = L->ndims = rank;
-    for (uint32_t q = 0; q < rank; q++) {
-        int64_t parts = view_dim_parts(&x->v, c->mesh, q);
-        if (parts < 1) return false;
-        L->gdims[q] = src->shape.dims[q] * parts;
-        L->split[q] = parts;
-        L->bound[q] = parts > 1 && q != (uint32_t)e ? 1 : -1;
-        L->naxes[q] = q != (uint32_t)e ? x->v.dims[q].naxes : 0;
-        memcpy(L->axes[q], x->v.dims[q].axes, L->naxes[q]);
-        if (q == d) L->atoms[q][L->natoms[q]++] = (layout_atom){(uint8_t)e, 0, n};
-        if (L->gdims[q] / parts > 1) L->atoms[q][L->natoms[q]++] = (layout_atom){(uint8_t)q, 1, L->gdims[q] / parts};
-    }
-    L->from = s->in;
-    L->from_comp = s->comp;
-    *out = (lval){.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
-    return true;
+    return blocks_moved(s, x, (uint32_t)e, d, false, out);
 }
 
 static lval lift_all_gather(lstate *s) {
@@ -2944,37 +2964,8 @@ static lval lift_all_to_all(lstate *s) {
     int64_t n = view_dim_parts(&x->v, c->mesh, (uint32_t)e);
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
     if (src->shape.dims[cd] % n) return unknown();
-    lift_layout *L = arena_alloc(c->a, sizeof *L);
-    L->grank = rank;
-    L->ndims = rank;
-    for (uint32_t d = 0; d < rank; d++) {
-        int64_t parts = view_dim_parts(&x->v, c->mesh, d);
-        if (parts < 1) return unknown();
-        L->gdims[d] = src->shape.dims[d] * parts;
-        L->split[d] = parts;
-        L->bound[d] = parts > 1 && d != (uint32_t)e ? 1 : -1;
-        L->naxes[d] = d != (uint32_t)e ? x->v.dims[d].naxes : 0;
-        memcpy(L->axes[d], x->v.dims[d].axes, L->naxes[d]);
-    }
-    L->split[e] = n;
-    L->split[cd] = n;
-    L->bound[cd] = 1;
-    L->naxes[cd] = x->v.dims[e].naxes;
-    memcpy(L->axes[cd], x->v.dims[e].axes, x->v.dims[e].naxes);
-    for (uint32_t d = 0; d < rank; d++) {
-        L->natoms[d] = 0;
-        if (d == (uint32_t)e) {
-            if (L->gdims[d] / n > 1) L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)d, 1, L->gdims[d] / n};
-        } else if (d == cd) {
-            L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)e, 0, n};
-            if (L->gdims[d] / n > 1) L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)d, 1, L->gdims[d] / n};
-        } else if (L->gdims[d] / L->split[d] > 1) {
-            L->atoms[d][L->natoms[d]++] = (layout_atom){(uint8_t)d, 1, L->gdims[d] / L->split[d]};
-        }
-    }
-    L->from = in;
-    L->from_comp = s->comp;
-    return (lval){.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
+    lval r;
+    return blocks_moved(s, x, (uint32_t)e, cd, true, &r) ? r : unknown();
 }
 
 /* reshape / transpose of a layout: regroup or permute the atoms. */
