@@ -3232,6 +3232,14 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
 lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
     lval r = lift_comp(c, graph_entry(c->dist), NULL, inputs, ninputs);
     lf_unscale(c, &r);
+    /* A masked row as an output: the row where every device holds it, else
+     * that row partial over the axes it sums over (the output's view then
+     * says an all-reduce is missing). */
+    for (uint32_t k = 0; k < (r.kind == LV_TUPLE ? r.n : 1); k++) {
+        lval *o = r.kind == LV_TUPLE ? &r.elems[k] : &r, pv;
+        if (o->kind == LV_MASK && !lf_mask_resolves(c, o) && lf_mask_as_partial(c, o, &pv)) *o = pv;
+        else if (o->kind == LV_MASK) lf_index_as_term(c, o);
+    }
     /* An output that is a rearrangement of baseline values diverges where it is made. */
     const hlo_comp *e = graph_entry(c->dist);
     const hlo_instr *root = &e->instrs[e->root];

@@ -379,7 +379,16 @@ bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out) {
 }
 
 /* gather(table, index) with the index a function of the source: the rows the
- * devices fetch, per range of index values. */
+ * devices fetch, per range of index values. The forms read (XLA's gather
+ * semantics): one indexed table dim j (start_index_map {j}, collapsed, slice
+ * size 1) — rows of an embedding, or a take_along_axis over a vocab dim; an
+ * index vector dim of size 1, or implicit (index_vector_dim = rank); table
+ * batching dims paired with index dims sharded alike (each device holds the
+ * table rows of its own positions); every other table dim taken whole, an
+ * offset dim of the result, sharded as the table is. A device holding block
+ * blk of dim j (rows local rows) reads global row blk·rows + i for a local
+ * index i, i clamped into [0, rows): it reads row t exactly where its index
+ * is t - blk·rows and lies in range; anywhere else what it reads is junk. */
 static bool pw_gather(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -387,32 +396,50 @@ static bool pw_gather(lstate *s, lval *out) {
     const lval *idx = &s->ops[1];
     if (tab->kind != LV_TERM || idx->kind != LV_PW || tab->v.partial) return false;
     const hlo_instr *ti = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]];
-    uint32_t n1, n2, n3, no, nss;
+    uint32_t n1, n2, nob, nsb, no, nss;
     const int64_t *coll = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &n1), *sim = instr_ints(in, A_START_INDEX_MAP, &n2);
     const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &no), *ss = instr_ints(in, A_SLICE_SIZES, &nss);
-    (void)instr_ints(in, A_OPERAND_BATCHING_DIMS, &n3);
+    const int64_t *ob = instr_ints(in, A_OPERAND_BATCHING_DIMS, &nob);
+    const int64_t *sb = instr_ints(in, A_START_INDICES_BATCHING_DIMS, &nsb);
     int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
-    if (n1 != 1 || coll[0] != 0 || n2 != 1 || sim[0] != 0 || n3 || ti->shape.rank < 1 || nss != ti->shape.rank ||
-        ss[0] != 1 || ivd != (int64_t)ii->shape.rank - 1 || ii->shape.dims[ivd] != 1 || no + ii->shape.rank - 1 != in->shape.rank)
+    uint32_t tr = ti->shape.rank, ir = ii->shape.rank;
+    bool implicit = ivd == (int64_t)ir;  /* indices without an index vector dim: one start index each */
+    if (n1 != 1 || n2 != 1 || coll[0] != sim[0] || sim[0] < 0 || sim[0] >= (int64_t)tr || nob != nsb || nss != tr ||
+        tr > VIEW_MAX_RANK || ir > VIEW_MAX_RANK || in->shape.rank > VIEW_MAX_RANK || ivd < 0 || ivd > (int64_t)ir ||
+        (!implicit && ii->shape.dims[ivd] != 1) || no + nob + 1 != tr ||
+        no + ir - (implicit ? 0 : 1) != in->shape.rank)
         return false;
-    /* Row dims are taken whole; those the table is sharded along are the
-     * matching offset dims of the result, sharded alike (an FSDP embedding). */
+    uint32_t j = (uint32_t)sim[0];
+    if (ss[j] != 1) return false;
+    /* Batching dims: sliced one position at a time, the table's sharding the
+     * index's on the paired dim (the positions travel with the index). */
+    for (uint32_t q = 0; q < nob; q++) {
+        if (ob[q] < 0 || ob[q] >= (int64_t)tr || ob[q] == (int64_t)j || sb[q] < 0 || sb[q] >= (int64_t)ir ||
+            sb[q] == ivd || ss[ob[q]] != 1 || memcmp(&tab->v.dims[ob[q]], &idx->v.dims[sb[q]], sizeof tab->v.dims[0]))
+            return false;
+    }
+    /* Other table dims are taken whole; the k-th is output dim off[k], sharded
+     * as the table is along it (an FSDP embedding's hidden dim). */
     view offv = view_dup(in->shape.rank);
     int64_t gss[VIEW_MAX_RANK];
-    if (ti->shape.rank > VIEW_MAX_RANK || no != ti->shape.rank - 1) return false;
-    gss[0] = ss[0];
-    for (uint32_t d = 1; d < ti->shape.rank; d++) {
-        if (ss[d] != ti->shape.dims[d]) return false;
-        offv.dims[off[d - 1]] = tab->v.dims[d];
+    uint32_t kept = 0;
+    for (uint32_t d = 0; d < tr; d++) {
+        gss[d] = ss[d];
+        bool batching = false;
+        for (uint32_t q = 0; q < nob; q++) batching |= ob[q] == (int64_t)d;
+        if (d == j || batching) continue;
+        if (kept >= no || ss[d] != ti->shape.dims[d] || off[kept] < 0 || off[kept] >= (int64_t)in->shape.rank) return false;
+        offv.dims[off[kept++]] = tab->v.dims[d];
         gss[d] = ss[d] * view_dim_parts(&tab->v, c->mesh, d);
     }
-    int64_t rows = ti->shape.dims[0], parts = view_dim_parts(&tab->v, c->mesh, 0), domain = rows * parts;
+    if (!implicit && idx->v.dims[ivd].naxes) return false;
+    int64_t rows = ti->shape.dims[j], parts = view_dim_parts(&tab->v, c->mesh, j), domain = rows * parts;
     lval v = {.kind = LV_MASK, .domain = domain, .v = view_dup(in->shape.rank), .src = idx->src};
     v.pw = pw_alloc(c);
     for (int64_t r = 0; r < c->ndev; r++) {
         int64_t blk = 0;
-        for (uint32_t a = 0; a < tab->v.dims[0].naxes; a++) {
-            int ax = tab->v.dims[0].axes[a];
+        for (uint32_t a = 0; a < tab->v.dims[j].naxes; a++) {
+            int ax = tab->v.dims[j].axes[a];
             blk = blk * c->mesh->sizes[ax] + mesh_coord(c->mesh, r, ax);
         }
         int64_t start = blk * rows;
@@ -462,7 +489,9 @@ static bool pw_gather(lstate *s, lval *out) {
     eid ch[2] = {tab->cls, idx->pos};
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &v.v, &in->shape, g);
-    v.hit = gather_of_iota(c, tab->cls, idx->pos, bdims, off, no, in->shape.dtype, g, in->shape.rank);
+    v.hit = EID_NONE;
+    if (j == 0 && !nob && !implicit)
+        v.hit = gather_of_iota(c, tab->cls, idx->pos, bdims, off, no, in->shape.dtype, g, in->shape.rank);
     v.in_domain = v.hit != EID_NONE;  /* iota positions: rows [0, n) of the table, nothing to assume */
     if (v.hit == EID_NONE) {
         hlo_instr gi = *in;
