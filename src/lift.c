@@ -2620,7 +2620,10 @@ static lval lift_instr(lstate *s) {
         if (in->op == OP_DYNAMIC_SLICE ? dev_dynamic_slice(c, in, ops, &r) : dev_eval(c, in, ops, &r)) return r;
     }
     switch (in->op) {
-    case OP_BROADCAST: return lift_broadcast(s);
+    case OP_BROADCAST:
+        /* A device value the same everywhere, too big to tabulate: a constant. */
+        uniform_dev_as_term(s, 0);
+        return lift_broadcast(s);
     case OP_TRANSPOSE: return lift_transpose(s);
     case OP_REVERSE: return lift_reverse(s);
     case OP_RESHAPE: case OP_BITCAST: return lift_reshape(s);
@@ -2664,7 +2667,10 @@ static lval lift_instr(lstate *s) {
         all_dup &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
         if (ops[o].kind == LV_TERM) assumed |= ops[o].assumed;
     }
-    if (all_dup && !hlo_op_is_collective(in->op) && in->op != OP_PARTITION_ID && in->shape.dtype != DT_TUPLE &&
+    /* A tuple-shaped op (batch-norm-training, PyTorch/XLA's layer norm) is a
+     * term of tuple type; its elements are get-tuple-elements of it, replicated
+     * (as the baseline reads them). */
+    if (all_dup && !hlo_op_is_collective(in->op) && in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID &&
         in->shape.rank <= VIEW_MAX_RANK) {
         eid stack[64], *ch = in->noperands <= 64 ? stack : arena_alloc(c->a, in->noperands * sizeof *ch);
         for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
@@ -3016,6 +3022,8 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         const lval *t = &vals[in->operands[0]];
         int64_t k = instr_int(in, A_INDEX, 0);
         *v = t->kind == LV_TUPLE && k < t->n ? t->elems[k] : unknown();
+        if (t->kind == LV_TERM && view_is_dup(&t->v) && in->shape.dtype != DT_TUPLE && in->shape.rank <= VIEW_MAX_RANK)
+            *v = term(lf_node(c, m, in, &t->cls, 1, in->shape.dims, c->origin), view_dup(in->shape.rank), t->assumed);
         return;
     }
     if (in->op == OP_CONSTANT) {

@@ -981,51 +981,56 @@ static void factor_blame_in_call(void) {
  * outside the block masked to zero, the partial results summed), made by hand
  * in tests/cases/gather-idx: a take_along_axis over vocab-sharded logits
  * (batching dims), the same under dp x tp, an embedding with an implicit index
- * vector dim and u32 ids, a take along dim 1. Each is verified; each wrong
- * variant (an offset, a bound, the mask, the collective's groups) is never
- * verified, and with execution it is a mismatch; a missing all-reduce is a
- * mismatch by the rules alone. */
+ * vector dim and u32 ids, a take along dim 1 — and, in tests/cases/tuple-op,
+ * a tuple-shaped op on replicated operands (batch-norm-training, PyTorch/XLA's
+ * layer norm), whose elements are the baseline's. Each is verified; each
+ * wrong variant (an offset, a bound, the mask, the collective's groups,
+ * another tuple element) is never verified, and with execution it is a
+ * mismatch; a missing all-reduce is a mismatch by the rules alone. */
 static void gather_index_cases(void) {
     static const struct {
         const char *name, *what, *from, *to;
         int want;  /* verdict with execution */
         bool rules_only;  /* the verdict without execution too (else: never verified) */
     } cases[] = {
-        {"along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
-        {"along", "wrong block offset", "constant({0, 4})", "constant({0, 3})", VERDICT_MISMATCH, false},
-        {"along", "block offsets swapped", "constant({0, 4})", "constant({4, 0})", VERDICT_MISMATCH, false},
-        {"along", "upper bound off by one", "three = s32[] constant(3)", "three = s32[] constant(4)", VERDICT_MISMATCH, false},
-        {"along", "lower bound off by one", "compare(t, ob), direction=LT", "compare(t, ob), direction=LE", VERDICT_MISMATCH, false},
-        {"along", "no mask", "select(outside, zb, g)", "copy(g)", VERDICT_MISMATCH, false},
-        {"along", "no all-reduce",
+        {"gather-idx/along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/along", "wrong block offset", "constant({0, 4})", "constant({0, 3})", VERDICT_MISMATCH, false},
+        {"gather-idx/along", "block offsets swapped", "constant({0, 4})", "constant({4, 0})", VERDICT_MISMATCH, false},
+        {"gather-idx/along", "upper bound off by one", "three = s32[] constant(3)", "three = s32[] constant(4)", VERDICT_MISMATCH, false},
+        {"gather-idx/along", "lower bound off by one", "compare(t, ob), direction=LT", "compare(t, ob), direction=LE", VERDICT_MISMATCH, false},
+        {"gather-idx/along", "no mask", "select(outside, zb, g)", "copy(g)", VERDICT_MISMATCH, false},
+        {"gather-idx/along", "no all-reduce",
          "all-reduce(masked), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add", "copy(masked)",
          VERDICT_MISMATCH, true},
-        {"along2d", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
-        {"along2d", "summed over dp", "replica_groups={{0,1},{2,3}}", "replica_groups={{0,2},{1,3}}", VERDICT_MISMATCH, false},
-        {"along2d", "offsets by dp", "constant({0, 4, 0, 4})", "constant({0, 0, 4, 4})", VERDICT_MISMATCH, false},
-        {"rows", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
-        {"rows", "no clamp into the block (the gather clamps)", "inblock = u32[4] clamp(ob, cl, lastb)",
+        {"gather-idx/along2d", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/along2d", "summed over dp", "replica_groups={{0,1},{2,3}}", "replica_groups={{0,2},{1,3}}", VERDICT_MISMATCH, false},
+        {"gather-idx/along2d", "offsets by dp", "constant({0, 4, 0, 4})", "constant({0, 0, 4, 4})", VERDICT_MISMATCH, false},
+        {"gather-idx/rows", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/rows", "no clamp into the block (the gather clamps)", "inblock = u32[4] clamp(ob, cl, lastb)",
          "inblock = u32[4] copy(cl)", VERDICT_VERIFIED, true},
-        {"rows", "no upper mask", "outside = pred[4] or(below, above)", "outside = pred[4] copy(below)", VERDICT_MISMATCH,
+        {"gather-idx/rows", "no upper mask", "outside = pred[4] or(below, above)", "outside = pred[4] copy(below)", VERDICT_MISMATCH,
          false},
-        {"cols", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
-        {"cols", "block offsets swapped", "constant({0, 4})", "constant({4, 0})", VERDICT_MISMATCH, false},
+        {"gather-idx/cols", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/cols", "block offsets swapped", "constant({0, 4})", "constant({4, 0})", VERDICT_MISMATCH, false},
+        {"tuple-op/bn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"tuple-op/bn", "another element", "get-tuple-element(bn), index=1", "get-tuple-element(bn), index=2", VERDICT_MISMATCH,
+         false},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         char b[256], d[256], r[256];
-        snprintf(b, sizeof b, "tests/cases/gather-idx/%s.base.hlo", cases[k].name);
-        snprintf(d, sizeof d, "tests/cases/gather-idx/%s.dist.hlo", cases[k].name);
-        snprintf(r, sizeof r, "tests/cases/gather-idx/%s.relations.json", cases[k].name);
+        snprintf(b, sizeof b, "tests/cases/%s.base.hlo", cases[k].name);
+        snprintf(d, sizeof d, "tests/cases/%s.dist.hlo", cases[k].name);
+        snprintf(r, sizeof r, "tests/cases/%s.relations.json", cases[k].name);
         if (cases[k].from) {
             char *src = t_read(d, NULL);
             bool ok = src && t_write_replaced(src, cases[k].from, cases[k].to, NULL, "build/check-gather-idx.hlo");
             free(src);
-            t_case("check gather-idx %s: %s (edit applies)", cases[k].name, cases[k].what);
+            t_case("check %s: %s (edit applies)", cases[k].name, cases[k].what);
             if (!CHECK(ok)) continue;
             snprintf(d, sizeof d, "build/check-gather-idx.hlo");
         }
         for (int wit = 0; wit < 2; wit++) {
-            t_case("check gather-idx %s: %s (%s)", cases[k].name, cases[k].what, wit ? "with execution" : "rules only");
+            t_case("check %s: %s (%s)", cases[k].name, cases[k].what, wit ? "with execution" : "rules only");
             json_t *trace = NULL;
             int v = run_with(cases[k].name, b, d, r, wit, false, &trace);
             if (wit || cases[k].rules_only) CHECK_MSG(v == cases[k].want, "verdict %s", verdict_name(v));
