@@ -1537,7 +1537,9 @@ static void uniform_dev_as_term(lstate *s, uint32_t o);
 static lval lift_reduce(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
-    if (in->noperands == 2) uniform_dev_as_term(s, 1); /* an integer init (a token count from 0) */
+    /* An integer init (a token count from 0); a constant operand (a bounds
+     * check of a constant index, jnp.take's reduce_and). */
+    for (uint32_t o = 0; o < in->noperands && in->noperands == 2; o++) uniform_dev_as_term(s, o);
     if (in->noperands != 2 || s->ops[0].kind != LV_TERM || s->ops[1].kind != LV_TERM) return unknown();
     const lval *x = &s->ops[0], *init = &s->ops[1];
     int red = instr_reducer(c->cur, in);

@@ -84,6 +84,11 @@ bool lf_scale_take(lstate *s, lval *out) {
     const hlo_instr *in = s->in;
     if ((in->op != OP_MULTIPLY && in->op != OP_DIVIDE) || in->noperands != 2 || !dtype_is_float(in->shape.dtype))
         return false;
+    /* A masked row every device holds is that row, as the op would read it
+     * (the baseline's gathers stay masked rows until used): it takes a factor
+     * as a term does on the other side. */
+    for (uint32_t o = 0; o < 2; o++)
+        if (s->ops[o].kind == LV_MASK && lf_mask_resolves(s->c, &s->ops[o])) lf_index_as_term(s->c, &s->ops[o]);
     double k;
     for (uint32_t o = 0; o < 2; o++) {
         const lval *x = &s->ops[o];

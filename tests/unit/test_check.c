@@ -981,7 +981,10 @@ static void factor_blame_in_call(void) {
  * outside the block masked to zero, the partial results summed), made by hand
  * in tests/cases/gather-idx: a take_along_axis over vocab-sharded logits
  * (batching dims), the same under dp x tp, an embedding with an implicit index
- * vector dim and u32 ids, a take along dim 1 — and, in tests/cases/tuple-op,
+ * vector dim and u32 ids, a take along dim 1, an embedding scaled by a
+ * constant (the baseline's masked row takes the factor as the distributed
+ * term does), jnp.take of a constant index (a reduce_and of constants) — and,
+ * in tests/cases/tuple-op,
  * a tuple-shaped op on replicated operands (batch-norm-training, PyTorch/XLA's
  * layer norm), whose elements are the baseline's. Each is verified; each
  * wrong variant (an offset, a bound, the mask, the collective's groups,
@@ -1012,6 +1015,11 @@ static void gather_index_cases(void) {
          false},
         {"gather-idx/cols", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"gather-idx/cols", "block offsets swapped", "constant({0, 4})", "constant({4, 0})", VERDICT_MISMATCH, false},
+        {"gather-idx/scaled", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/scaled", "another factor", "two = f32[] constant(2)", "two = f32[] constant(3)", VERDICT_MISMATCH, false},
+        {"gather-idx/takeconst", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/takeconst", "another column", "i = s32[1] constant({0})", "i = s32[1] constant({1})", VERDICT_MISMATCH,
+         false},
         {"tuple-op/bn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"tuple-op/bn", "another element", "get-tuple-element(bn), index=1", "get-tuple-element(bn), index=2", VERDICT_MISMATCH,
          false},
