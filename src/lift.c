@@ -1765,6 +1765,38 @@ static lval gather_copies(lstate *s, uint32_t d, int axes) {
                 x->assumed);
 }
 
+/* A value sharded along a dim j that is a unit dim locally, gathered along a
+ * later dim d (unsharded) with only unit dims between (PyTorch/XLA: token
+ * rows [1,16,64] of a batch split over data, gathered along the sequence
+ * dim). Globally dims j..d are [P, 1.., n] and device r holds index r of j:
+ * in row-major order that is block r of a dim of P·n, so the value is the
+ * term reshaped to [1, 1.., P·n], sharded along d by the same axes in the
+ * same order. *out gets that reading; false when the form does not apply. */
+static bool unit_dim_regroup(lstate *s, uint32_t d, uint32_t axes, lval *out) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[0];
+    const shape *sh = &s->comp->instrs[s->in->operands[0]].shape;
+    if (x->kind != LV_TERM || x->v.rank != sh->rank || sh->rank > VIEW_MAX_RANK) return false;
+    for (int64_t j = (int64_t)d - 1; j >= 0; j--) {
+        const view_dim *vj = &x->v.dims[j];
+        if (sh->dims[j] != 1) return false;
+        if (!vj->naxes) continue;
+        bool gathered = false;
+        for (uint32_t a = 0; a < vj->naxes; a++) gathered |= axes >> vj->axes[a] & 1;
+        if (!gathered) return false;
+        view w = x->v;
+        w.dims[d] = *vj;
+        memset(&w.dims[j], 0, sizeof w.dims[j]);
+        int64_t g[VIEW_MAX_RANK];
+        lf_global_dims(c, &w, sh, g);
+        *out = *x;
+        out->v = w;
+        out->cls = lf_mk_reshape(c, x->cls, lf_type_of(c, sh->dtype, g, sh->rank), c->origin);
+        return true;
+    }
+    return false;
+}
+
 static lval lift_all_gather(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1775,6 +1807,11 @@ static lval lift_all_gather(lstate *s) {
     view v = x->v;
     view_dim *vd = &v.dims[d];
     uint32_t k = __builtin_popcount((unsigned)axes);
+    lval xr;
+    if (!vd->naxes && unit_dim_regroup(s, d, (uint32_t)axes, &xr)) {
+        x = &xr;
+        v = xr.v;
+    }
     if (!vd->naxes && !(view_axes_used(&x->v) & (uint32_t)axes) && !x->v.partial) return gather_copies(s, d, axes);
     bool ok = vd->naxes >= k;
     for (uint32_t i = 0; ok && i < k; i++) ok = axes >> vd->axes[vd->naxes - k + i] & 1;

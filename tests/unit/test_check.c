@@ -976,21 +976,26 @@ static void factor_blame_in_call(void) {
     json_decref(trace);
 }
 
-/* Gathers over a sharded table with device-offset indices (as GSPMD and
- * PyTorch/XLA partition them: the device's block start subtracted, indices
- * outside the block masked to zero, the partial results summed), made by hand
- * in tests/cases/gather-idx: a take_along_axis over vocab-sharded logits
- * (batching dims), the same under dp x tp, an embedding with an implicit index
- * vector dim and u32 ids, a take along dim 1, an embedding scaled by a
- * constant (the baseline's masked row takes the factor as the distributed
- * term does), jnp.take of a constant index (a reduce_and of constants) — and,
- * in tests/cases/tuple-op,
- * a tuple-shaped op on replicated operands (batch-norm-training, PyTorch/XLA's
- * layer norm), whose elements are the baseline's. Each is verified; each
- * wrong variant (an offset, a bound, the mask, the collective's groups,
- * another tuple element) is never verified, and with execution it is a
- * mismatch; a missing all-reduce is a mismatch by the rules alone. */
-static void gather_index_cases(void) {
+/* Small pairs made by hand, each verified as partitioned and never verified
+ * when a wrong variant is checked (with execution: a mismatch):
+ *   - tests/cases/gather-idx: gathers over a sharded table with device-offset
+ *     indices, as GSPMD and PyTorch/XLA partition them (the device's block
+ *     start subtracted, indices outside the block masked to zero, the partial
+ *     results summed): a take_along_axis over vocab-sharded logits (batching
+ *     dims), the same under dp x tp, an embedding with an implicit index
+ *     vector dim and u32 ids, a take along dim 1, an embedding scaled by a
+ *     constant (the baseline's masked row takes the factor as the distributed
+ *     term does), jnp.take of a constant index (a reduce_and of constants);
+ *     wrong: an offset, a bound, the mask, the collective's groups, a factor,
+ *     a column; a missing all-reduce is a mismatch by the rules alone;
+ *   - tests/cases/unit-regroup: rows sharded along a unit dim gathered along
+ *     the next dim are the flattened rows; gathered out of group order, or
+ *     along a dim before the sharded one (not the row-major order), they are
+ *     not;
+ *   - tests/cases/tuple-op: a tuple-shaped op on replicated operands
+ *     (batch-norm-training, PyTorch/XLA's layer norm), whose elements are the
+ *     baseline's; another element is not. */
+static void hand_written_cases(void) {
     static const struct {
         const char *name, *what, *from, *to;
         int want;  /* verdict with execution */
@@ -1020,6 +1025,10 @@ static void gather_index_cases(void) {
         {"gather-idx/takeconst", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"gather-idx/takeconst", "another column", "i = s32[1] constant({0})", "i = s32[1] constant({1})", VERDICT_MISMATCH,
          false},
+        {"unit-regroup/major", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/major", "group out of order", "replica_groups={{0,1,2,3}}", "replica_groups={{0,2,1,3}}",
+         VERDICT_MISMATCH, false},
+        {"unit-regroup/minor", "sharded dim after the gathered one", NULL, NULL, VERDICT_MISMATCH, true},
         {"tuple-op/bn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"tuple-op/bn", "another element", "get-tuple-element(bn), index=1", "get-tuple-element(bn), index=2", VERDICT_MISMATCH,
          false},
@@ -1050,7 +1059,7 @@ static void gather_index_cases(void) {
 
 void suite_check(void);
 void suite_check(void) {
-    gather_index_cases();
+    hand_written_cases();
     scalar_dynamic_slice();
     factor_blame_in_call();
     contradicted_by_execution();
