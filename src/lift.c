@@ -1037,6 +1037,55 @@ static bool konst_review(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
+/* x (local shape sh) re-read with the sharding of dim `from` moved to dim
+ * `to`, where every local dim from the lower of the two up to (not
+ * including) the higher is a unit dim and all but `from` are unsharded, `to`
+ * included. Globally those dims are [P, 1.., n] sharded along the first (each
+ * device one index) or [1, 1.., P·n] sharded along the last (each device a
+ * block of n): in row-major order the same elements, so either is the other
+ * reshaped. *out gets the term reshaped and the moved view; false when the
+ * form does not apply. */
+static bool unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, uint32_t to, lval *out) {
+    uint32_t lo = from < to ? from : to, hi = from < to ? to : from;
+    if (x->kind != LV_TERM || from == to || x->v.rank != sh->rank || hi >= sh->rank || sh->rank > VIEW_MAX_RANK ||
+        !x->v.dims[from].naxes || x->v.dims[to].naxes)
+        return false;
+    for (uint32_t q = lo; q < hi; q++)
+        if (sh->dims[q] != 1 || (q != from && x->v.dims[q].naxes)) return false;
+    view w = x->v;
+    w.dims[to] = x->v.dims[from];
+    memset(&w.dims[from], 0, sizeof w.dims[from]);
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, &w, sh, g);
+    *out = *x;
+    out->v = w;
+    out->cls = lf_mk_reshape(c, x->cls, lf_type_of(c, sh->dtype, g, sh->rank), c->origin);
+    return true;
+}
+
+/* Operand o re-read (unit_move) so that its sharding is ref's, where the two
+ * differ only by axes on a unit dim of one and the next non-unit dim of the
+ * other: both are true readings of the same local values. */
+static bool unit_align(lstate *s, uint32_t o, const view *ref) {
+    lval *x = &s->ops[o];
+    const shape *sh = &s->comp->instrs[s->in->operands[o]].shape;
+    if (x->kind != LV_TERM || x->v.rank != ref->rank) return false;
+    lval y = *x;
+    for (uint32_t from = 0; from < y.v.rank; from++) {
+        if (!y.v.dims[from].naxes || ref->dims[from].naxes) continue;
+        bool moved = false;
+        for (uint32_t to = 0; to < y.v.rank && !moved; to++)
+            if (to != from && !memcmp(&y.v.dims[from], &ref->dims[to], sizeof ref->dims[to]) && !y.v.dims[to].naxes) {
+                lval z;
+                if (unit_move(s->c, &y, sh, from, to, &z)) y = z, moved = true;
+            }
+        if (!moved) return false;
+    }
+    if (!lf_same_sharding(&y.v, ref)) return false;
+    *x = y;
+    return true;
+}
+
 static lval lift_elementwise(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1044,13 +1093,24 @@ static lval lift_elementwise(lstate *s) {
     view v = view_dup(in->shape.rank);
     bool first = true, assumed = false;
     uint8_t partial = 0, red = 0;
-    /* The sharding every operand must have: the union of the operands'. */
+    /* The sharding every operand must have: the union of the operands'. A
+     * broadcast's is one reading among several (it is constant along the dims
+     * it adds): its axes count only where no other operand uses them. */
     view want = view_dup(in->shape.rank);
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        if (ops[o].kind != LV_TERM) return unknown();
-        for (uint32_t d = 0; d < in->shape.rank && d < ops[o].v.rank; d++)
-            if (ops[o].v.dims[d].naxes && !want.dims[d].naxes) want.dims[d] = ops[o].v.dims[d];
+    for (uint32_t o = 0, r = UINT32_MAX; o < in->noperands; o++) {
+        if (ops[o].kind != LV_TERM || s->comp->instrs[in->operands[o]].op == OP_BROADCAST) continue;
+        if (r == UINT32_MAX) r = o;
+        else if (!lf_same_sharding(&ops[o].v, &ops[r].v)) unit_align(s, o, &ops[r].v);
     }
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t o = 0; o < in->noperands; o++) {
+            if (ops[o].kind != LV_TERM) return unknown();
+            if ((s->comp->instrs[in->operands[o]].op == OP_BROADCAST) != (pass == 1)) continue;
+            for (uint32_t d = 0; d < in->shape.rank && d < ops[o].v.rank; d++)
+                if (ops[o].v.dims[d].naxes && !want.dims[d].naxes &&
+                    !(pass && (view_axes_used(&want) & view_axes_used(&(view){.rank = 1, .dims = {ops[o].v.dims[d]}}))))
+                    want.dims[d] = ops[o].v.dims[d];
+        }
     for (uint32_t o = 0; o < in->noperands; o++)
         if (!lf_same_sharding(&ops[o].v, &want) && !review_broadcast(s, o, &want)) konst_review(s, o, &want);
     for (uint32_t o = 0; o < in->noperands; o++) {
@@ -1073,6 +1133,12 @@ static lval lift_elementwise(lstate *s) {
              * finding. */
             lf_unsupported(c, s->comp, in, "%s combines a sharded operand with one that is not sharded alike "
                         "(operand %u); tiled operands are not related yet", in->name, o);
+            /* The union is a view only when no axis shards two dims (the
+             * operands may be two readings of unit dims): else nothing is
+             * known of the result, not even its view. */
+            uint32_t naxes = 0;
+            for (uint32_t d = 0; d < want.rank; d++) naxes += want.dims[d].naxes;
+            if (naxes != (uint32_t)__builtin_popcount(view_axes_used(&want))) return unknown();
             return assume(c, in, want);
         }
         if (x->v.partial) {
@@ -1765,36 +1831,94 @@ static lval gather_copies(lstate *s, uint32_t d, int axes) {
                 x->assumed);
 }
 
-/* A value sharded along a dim j that is a unit dim locally, gathered along a
- * later dim d (unsharded) with only unit dims between (PyTorch/XLA: token
- * rows [1,16,64] of a batch split over data, gathered along the sequence
- * dim). Globally dims j..d are [P, 1.., n] and device r holds index r of j:
- * in row-major order that is block r of a dim of P·n, so the value is the
- * term reshaped to [1, 1.., P·n], sharded along d by the same axes in the
- * same order. *out gets that reading; false when the form does not apply. */
+/* A value sharded along a unit dim j before the dim d an all-gather gathers
+ * (d unsharded; PyTorch/XLA: token rows [1,16,64] of a batch split over
+ * data, gathered along the sequence dim): read as sharded along d
+ * (unit_move), when j holds gathered axes. */
 static bool unit_dim_regroup(lstate *s, uint32_t d, uint32_t axes, lval *out) {
-    lift_ctx *c = s->c;
     const lval *x = &s->ops[0];
     const shape *sh = &s->comp->instrs[s->in->operands[0]].shape;
-    if (x->kind != LV_TERM || x->v.rank != sh->rank || sh->rank > VIEW_MAX_RANK) return false;
-    for (int64_t j = (int64_t)d - 1; j >= 0; j--) {
+    for (int64_t j = (int64_t)d - 1; j >= 0 && x->kind == LV_TERM && (uint32_t)j < x->v.rank; j--) {
         const view_dim *vj = &x->v.dims[j];
-        if (sh->dims[j] != 1) return false;
         if (!vj->naxes) continue;
         bool gathered = false;
         for (uint32_t a = 0; a < vj->naxes; a++) gathered |= axes >> vj->axes[a] & 1;
-        if (!gathered) return false;
-        view w = x->v;
-        w.dims[d] = *vj;
-        memset(&w.dims[j], 0, sizeof w.dims[j]);
-        int64_t g[VIEW_MAX_RANK];
-        lf_global_dims(c, &w, sh, g);
-        *out = *x;
-        out->v = w;
-        out->cls = lf_mk_reshape(c, x->cls, lf_type_of(c, sh->dtype, g, sh->rank), c->origin);
-        return true;
+        return gathered && unit_move(s->c, x, sh, (uint32_t)j, d, out);
     }
     return false;
+}
+
+/* An all-gather along dim d over one mesh axis (P devices) of a value
+ * sharded by that axis along another dim k: device r's piece lands at block
+ * r of d. Two forms are rearrangements of the term X:
+ *   - d is a unit dim locally, k has local size n: the result holds
+ *     X[.., r·n + i (k), ..] at [.., i (k), .., r (d), ..] — X with k split
+ *     into [P, n], the unit d dropped and P moved to d's place (PyTorch/XLA
+ *     gathers its token rows [16, 1, 64] so, into [seq, batch, hidden]);
+ *   - k is a unit dim locally, d has local size m: the result holds
+ *     X[.., r (k), .., i (d), ..] at [.., 0 (k), .., r·m + i (d), ..] — X
+ *     with k moved just before d, then merged into it (a reshape alone when
+ *     only unit dims lie between).
+ * Either way the same on every device; whether it is the baseline's is for
+ * the terms to say. False when neither form applies. */
+static bool gather_unit_dim(lstate *s, uint32_t d, int axes, lval *out) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[0];
+    const shape *sh = &s->comp->instrs[s->in->operands[0]].shape;
+    uint32_t r = sh->rank;
+    if (x->kind != LV_TERM || x->v.rank != r || r > VIEW_MAX_RANK || d >= r || x->v.dims[d].naxes ||
+        __builtin_popcount((unsigned)axes) != 1 || (x->v.partial & (uint32_t)axes))
+        return false;
+    int k = -1;
+    for (uint32_t q = 0; q < r; q++)
+        if (x->v.dims[q].naxes == 1 && axes >> x->v.dims[q].axes[0] & 1) k = (int)q;
+    if (k < 0) return false;
+    int64_t g[VIEW_MAX_RANK], y[VIEW_MAX_RANK], perm[VIEW_MAX_RANK], f[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, sh, g);
+    int64_t n = sh->dims[k], p = g[k] / (n ? n : 1);
+    if (n < 1 || p * n != g[k]) return false;
+    int dt = sh->dtype;
+    eid t;
+    bool ident = true;
+    if (sh->dims[d] == 1) {
+        /* y: the term with k split into [p, n] and the unit dim d dropped (as
+         * a program writes it: reshape, then transpose); at[q]: y's dim for
+         * x's dim q (for k: its n part). */
+        uint32_t yr = 0, at[VIEW_MAX_RANK], pk = 0;
+        for (uint32_t q = 0; q < r; q++) {
+            if ((int)q == k) pk = yr, y[yr++] = p;
+            if (q != d) at[q] = yr, y[yr++] = (int)q == k ? n : g[q];
+        }
+        for (uint32_t q = 0; q < r; q++) {
+            perm[q] = q == d ? pk : at[q];
+            f[q] = y[perm[q]];
+            ident &= perm[q] == q;
+        }
+        t = lf_mk_reshape(c, x->cls, lf_type_of(c, dt, y, yr), c->origin);
+        if (!ident) t = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, r), lf_type_of(c, dt, f, r), &t, 1, c->origin);
+    } else if (n == 1) {
+        /* X's dims with k just before d (y), then k merged into d (f). */
+        uint32_t np = 0;
+        for (uint32_t q = 0; q < r; q++) {
+            if ((int)q == k) continue;
+            if (q == d) perm[np++] = k;
+            perm[np++] = q;
+        }
+        for (uint32_t q = 0; q < r; q++) {
+            y[q] = g[perm[q]];
+            f[q] = (int)q == k ? 1 : q == d ? p * g[d] : g[q];
+            ident &= perm[q] == q;
+        }
+        t = x->cls;
+        if (!ident) t = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, r), lf_type_of(c, dt, y, r), &t, 1, c->origin);
+        t = lf_mk_reshape(c, t, lf_type_of(c, dt, f, r), c->origin);
+    } else {
+        return false;
+    }
+    view v = x->v;
+    memset(&v.dims[k], 0, sizeof v.dims[k]);
+    *out = term(t, v, x->assumed);
+    return true;
 }
 
 static lval lift_all_gather(lstate *s) {
@@ -1815,6 +1939,8 @@ static lval lift_all_gather(lstate *s) {
     if (!vd->naxes && !(view_axes_used(&x->v) & (uint32_t)axes) && !x->v.partial) return gather_copies(s, d, axes);
     bool ok = vd->naxes >= k;
     for (uint32_t i = 0; ok && i < k; i++) ok = axes >> vd->axes[vd->naxes - k + i] & 1;
+    lval moved;
+    if (!ok && gather_unit_dim(s, d, axes, &moved)) return moved;
     if (!ok) {
         strbuf a, w;
         sb_init(&a);

@@ -989,9 +989,12 @@ static void factor_blame_in_call(void) {
  *     wrong: an offset, a bound, the mask, the collective's groups, a factor,
  *     a column; a missing all-reduce is a mismatch by the rules alone;
  *   - tests/cases/unit-regroup: rows sharded along a unit dim gathered along
- *     the next dim are the flattened rows; gathered out of group order, or
- *     along a dim before the sharded one (not the row-major order), they are
- *     not;
+ *     the next dim are the flattened rows (out of group order they are not);
+ *     columns sharded along a unit dim 1 gathered along dim 0 are the
+ *     columns one after the other, a transpose flattened (not the row-major
+ *     flattening; in reversed group order not either); rows sharded along
+ *     dim 0 gathered along a unit dim 1 are the rows split and transposed
+ *     ([seq, batch, hidden]; in reversed group order they are not);
  *   - tests/cases/tuple-op: a tuple-shaped op on replicated operands
  *     (batch-norm-training, PyTorch/XLA's layer norm), whose elements are the
  *     baseline's; another element is not. */
@@ -1028,7 +1031,13 @@ static void hand_written_cases(void) {
         {"unit-regroup/major", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"unit-regroup/major", "group out of order", "replica_groups={{0,1,2,3}}", "replica_groups={{0,2,1,3}}",
          VERDICT_MISMATCH, false},
-        {"unit-regroup/minor", "sharded dim after the gathered one", NULL, NULL, VERDICT_MISMATCH, true},
+        {"unit-regroup/minor", "columns gathered for a row-major flattening", NULL, NULL, VERDICT_MISMATCH, false},
+        {"unit-regroup/cols", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/cols", "group reversed", "replica_groups={{0,1,2,3}}", "replica_groups={{3,2,1,0}}", VERDICT_MISMATCH,
+         false},
+        {"unit-regroup/across", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/across", "group reversed", "replica_groups={{0,1,2,3}}", "replica_groups={{3,2,1,0}}", VERDICT_MISMATCH,
+         false},
         {"tuple-op/bn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"tuple-op/bn", "another element", "get-tuple-element(bn), index=1", "get-tuple-element(bn), index=2", VERDICT_MISMATCH,
          false},
