@@ -1086,6 +1086,53 @@ static bool unit_align(lstate *s, uint32_t o, const view *ref) {
     return true;
 }
 
+/* The elementwise op s under the other reading of a sharded unit dim
+ * (unit_move of every operand; a broadcast operand re-viewed), when the
+ * baseline already has that term and not the one of reading *v: that term,
+ * with *v moved. EID_NONE otherwise (nothing is changed). Both readings are
+ * true; this only picks the one that meets the baseline. */
+static eid other_unit_reading(lstate *s, view *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t n = in->noperands, r = in->shape.rank;
+    if (c->baseline_mode || n == 0 || n > 8 || r > VIEW_MAX_RANK || v->partial) return EID_NONE;
+    for (uint32_t o = 0; o < n; o++)
+        if (s->ops[o].kind != LV_TERM || !lf_same_sharding(&s->ops[o].v, v) || s->comp->instrs[in->operands[o]].shape.rank != r)
+            return EID_NONE;
+    lval saved[8];
+    memcpy(saved, s->ops, n * sizeof *saved);
+    lval probe = {.kind = LV_TERM, .v = *v, .cls = s->ops[0].cls};
+    for (uint32_t from = 0; from < r; from++)
+        for (uint32_t to = 0; to < r; to++) {
+            lval pm;
+            if (!v->dims[from].naxes || !unit_move(c, &probe, &in->shape, from, to, &pm)) continue;
+            bool ok = true;
+            eid ch[8];
+            for (uint32_t o = 0; o < n && ok; o++) {
+                lval m;
+                if (s->comp->instrs[in->operands[o]].op == OP_BROADCAST) ok = review_broadcast(s, o, &pm.v), m = s->ops[o];
+                else ok = unit_move(c, &saved[o], &in->shape, from, to, &m);
+                ch[o] = m.cls;
+            }
+            memcpy(s->ops, saved, n * sizeof *saved);
+            if (!ok) continue;
+            int64_t dims[VIEW_MAX_RANK];
+            lf_global_dims(c, &pm.v, &in->shape, dims);
+            eid mine[8];
+            for (uint32_t o = 0; o < n; o++) mine[o] = saved[o].cls;
+            int64_t cur[VIEW_MAX_RANK];
+            lf_global_dims(c, v, &in->shape, cur);
+            uint32_t attr = encode_attrs(c, c->cur, in);
+            eid here = eg_lookup(c->g, in->op, attr, lf_type_of(c, in->shape.dtype, cur, r), mine, n);
+            eid there = eg_lookup(c->g, in->op, attr, lf_type_of(c, in->shape.dtype, dims, r), ch, n);
+            if (there == EID_NONE || !(eg_class_origin(c->g, there) & EG_BASELINE)) continue;
+            if (here != EID_NONE && (eg_class_origin(c->g, here) & EG_BASELINE)) return EID_NONE;
+            *v = pm.v;
+            return there;
+        }
+    return EID_NONE;
+}
+
 static lval lift_elementwise(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1113,6 +1160,21 @@ static lval lift_elementwise(lstate *s) {
         }
     for (uint32_t o = 0; o < in->noperands; o++)
         if (!lf_same_sharding(&ops[o].v, &want) && !review_broadcast(s, o, &want)) konst_review(s, o, &want);
+    /* A broadcast that cannot follow (its sharded dim is one it keeps): the
+     * others may follow it, when theirs is the other reading of a unit dim. */
+    for (uint32_t b = 0; b < in->noperands; b++) {
+        if (ops[b].kind != LV_TERM || s->comp->instrs[in->operands[b]].op != OP_BROADCAST || lf_same_sharding(&ops[b].v, &want))
+            continue;
+        lval saved[8];
+        if (in->noperands > 8) break;
+        memcpy(saved, ops, in->noperands * sizeof *saved);
+        bool ok = true;
+        for (uint32_t o = 0; o < in->noperands && ok; o++)
+            if (o != b && !lf_same_sharding(&ops[o].v, &ops[b].v)) ok = unit_align(s, o, &ops[b].v);
+        if (ok) want = ops[b].v, want.partial = 0, want.red = 0;
+        else memcpy(s->ops, saved, in->noperands * sizeof *saved);
+        break;
+    }
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &ops[o];
         if (x->kind != LV_TERM) return unknown();
@@ -1215,9 +1277,11 @@ static lval lift_elementwise(lstate *s) {
         v.red = red;
     }
     int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &v, &in->shape, dims);
     eid ch[8];
     if (in->noperands > 8) return unknown();
+    eid other = other_unit_reading(s, &v);
+    if (other != EID_NONE) return term(other, v, assumed);
+    lf_global_dims(c, &v, &in->shape, dims);
     for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
     return term(lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
 }

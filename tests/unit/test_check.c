@@ -994,7 +994,13 @@ static void factor_blame_in_call(void) {
  *     columns one after the other, a transpose flattened (not the row-major
  *     flattening; in reversed group order not either); rows sharded along
  *     dim 0 gathered along a unit dim 1 are the rows split and transposed
- *     ([seq, batch, hidden]; in reversed group order they are not);
+ *     ([seq, batch, hidden]; in reversed group order they are not); blocks
+ *     of a gathered sequence sliced back out, scaled by a broadcast or added,
+ *     are the baseline's rows under the row reading (blocks out of order,
+ *     or one block everywhere, are not);
+ *   - tests/cases/factor: a constant factor tabulated as a device value on
+ *     one side and a constant term on the other is the same factor (another
+ *     factor is not);
  *   - tests/cases/tuple-op: a tuple-shaped op on replicated operands
  *     (batch-norm-training, PyTorch/XLA's layer norm), whose elements are the
  *     baseline's; another element is not. */
@@ -1038,6 +1044,14 @@ static void hand_written_cases(void) {
         {"unit-regroup/across", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"unit-regroup/across", "group reversed", "replica_groups={{0,1,2,3}}", "replica_groups={{3,2,1,0}}", VERDICT_MISMATCH,
          false},
+        {"unit-regroup/reread", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/reread", "blocks out of order", "constant({0, 16, 32, 48})", "constant({16, 0, 32, 48})",
+         VERDICT_MISMATCH, false},
+        {"unit-regroup/sum", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/sum", "the first block of z everywhere", "dynamic-slice(sz, zero, o)", "dynamic-slice(sz, zero, zero)",
+         VERDICT_MISMATCH, false},
+        {"factor/devconst", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"factor/devconst", "another factor", "two = s64[] constant(2)", "two = s64[] constant(3)", VERDICT_MISMATCH, false},
         {"tuple-op/bn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"tuple-op/bn", "another element", "get-tuple-element(bn), index=1", "get-tuple-element(bn), index=2", VERDICT_MISMATCH,
          false},
