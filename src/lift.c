@@ -2890,8 +2890,10 @@ static lval lift_instr(lstate *s) {
             }
         return lift_elementwise(s);
     }
-    /* Any other op on replicated operands is the same op in the baseline. */
+    /* Any other op on replicated operands is the same op in the baseline
+     * (device values the same everywhere, constant indices, are constants). */
     bool all_dup = true, assumed = false;
+    for (uint32_t o = 0; o < in->noperands; o++) uniform_dev_as_term(s, o);
     for (uint32_t o = 0; o < in->noperands; o++) {
         all_dup &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
         if (ops[o].kind == LV_TERM) assumed |= ops[o].assumed;

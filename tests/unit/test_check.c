@@ -1001,6 +1001,9 @@ static void factor_blame_in_call(void) {
  *   - tests/cases/factor: a constant factor tabulated as a device value on
  *     one side and a constant term on the other is the same factor (another
  *     factor is not);
+ *   - tests/cases/dev-const: an op no transfer function covers, on replicated
+ *     operands and constant s64 indices (device values the same everywhere),
+ *     is the baseline's op (another index is not);
  *   - tests/cases/tuple-op: a tuple-shaped op on replicated operands
  *     (batch-norm-training, PyTorch/XLA's layer norm), whose elements are the
  *     baseline's; another element is not. */
@@ -1052,6 +1055,8 @@ static void hand_written_cases(void) {
          VERDICT_MISMATCH, false},
         {"factor/devconst", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"factor/devconst", "another factor", "two = s64[] constant(2)", "two = s64[] constant(3)", VERDICT_MISMATCH, false},
+        {"dev-const/dus", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"dev-const/dus", "another row", "two = s64[] constant(2)", "two = s64[] constant(1)", VERDICT_MISMATCH, false},
         {"tuple-op/bn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"tuple-op/bn", "another element", "get-tuple-element(bn), index=1", "get-tuple-element(bn), index=2", VERDICT_MISMATCH,
          false},
