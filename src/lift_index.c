@@ -434,6 +434,7 @@ static bool pw_gather(lstate *s, lval *out) {
     }
     if (!implicit && idx->v.dims[ivd].naxes) return false;
     int64_t rows = ti->shape.dims[j], parts = view_dim_parts(&tab->v, c->mesh, j), domain = rows * parts;
+    if (domain > INT32_MAX) return false;  /* index values are exact below 2^31 (pw_as_dtype) */
     lval v = {.kind = LV_MASK, .domain = domain, .v = view_dup(in->shape.rank), .src = idx->src};
     v.pw = pw_alloc(c);
     for (int64_t r = 0; r < c->ndev; r++) {
@@ -525,6 +526,39 @@ static bool select_in_domain(lstate *s, lval *out) {
         k0 = k;
     }
     *out = s->ops[k0 ? 1 : 2];
+    return true;
+}
+
+/* Per-device functions computed as unbounded integers, made the values an
+ * op of dtype dt holds for source values 0 <= t < 2^31 (ids are never
+ * negative; pw_gather takes no table of more rows): a 32-bit result wraps
+ * (u32: t - off for t < off, the unsigned bounds check; s32: a wrapped u32
+ * converted back), an unsigned 64-bit one must not go below zero, a type
+ * narrower than 32 bits could wrap inside a table's rows. Predicates are 0
+ * or 1. False when f cannot be made so. */
+static bool pw_as_dtype(int dt, pw_fn *f, int64_t ndev) {
+    if (dt == DT_PRED) return true;
+    if (!dtype_is_int(dt) || dtype_bits(dt) < 32) return false;
+    if (!dtype_is_unsigned(dt) && dtype_bits(dt) > 32) return true;
+    for (int64_t d = 0; d < ndev; d++) {
+        if (dtype_bits(dt) == 32) {
+            /* s32 wraps as u32 does, over [-2^31, 2^31) */
+            int64_t sh = dtype_is_unsigned(dt) ? 0 : (int64_t)1 << 31;
+            pw_fn k, g, w;
+            pw_const(&k, sh);
+            if (!pw_binary(PW_ADD, &f[d], &k, &g) || !pw_wrap_unsigned(&g, 32, &w)) return false;
+            pw_const(&k, -sh);
+            if (!pw_binary(PW_ADD, &w, &k, &f[d])) return false;
+            continue;
+        }
+        for (uint32_t k = 0; k < f[d].n; k++) {
+            const pw_piece *p = &f[d].p[k];
+            if (p->hi != PW_POS_INF && p->hi <= 0) continue;
+            int64_t t0 = p->lo > 0 ? p->lo : 0;
+            if (p->a * t0 + p->b < 0) return false;
+            if (p->a < 0 && (p->hi == PW_POS_INF || p->a * (p->hi - 1) + p->b < 0)) return false;
+        }
+    }
     return true;
 }
 
@@ -632,8 +666,17 @@ bool lf_pw_instr(lstate *s, lval *out) {
         in->op == OP_COPY) {
         if (s->ops[0].kind != LV_PW) return false;
         if (in->op == OP_CONVERT && !(dtype_is_int(dt) || dt == DT_PRED)) return false;
+        /* A convert keeps the values where the new type holds them: to pred
+         * only from pred (else it is x != 0). */
+        int sdt = s->comp->instrs[in->operands[0]].shape.dtype;
+        if (in->op == OP_CONVERT && dt == DT_PRED && sdt != DT_PRED) return false;
         const hlo_instr *src = &s->comp->instrs[in->operands[0]];
         v.pw = s->ops[0].pw;
+        if (in->op == OP_CONVERT) {
+            v.pw = pw_alloc(c);
+            memcpy(v.pw, s->ops[0].pw, (size_t)c->ndev * sizeof *v.pw);
+            if (!pw_as_dtype(dt, v.pw, c->ndev)) return false;
+        }
         v.pos = s->ops[0].pos;
         v.v = s->ops[0].v;
         v.src = s->ops[0].src;
@@ -702,6 +745,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
         }
         if (!ok) return false;
     }
+    if (!pw_as_dtype(dt, v.pw, c->ndev)) return false;
     *out = v;
     return true;
 }

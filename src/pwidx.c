@@ -173,3 +173,43 @@ bool pw_constant_on(const pw_fn *f, int64_t lo, int64_t hi, int64_t *value) {
     }
     return seen;
 }
+
+/* Pushes [s, e) ∩ [lo, hi) with value a·t + b. */
+static bool push_clipped(pw_fn *out, int64_t lo, int64_t hi, int64_t s, int64_t e, int64_t a, int64_t b) {
+    if (s < lo) s = lo;
+    if (e > hi) e = hi;
+    return s >= e || pw_push(out, s, e, a, b);
+}
+
+bool pw_wrap_unsigned(const pw_fn *f, int bits, pw_fn *out) {
+    if (bits < 1 || bits > 32) return false;
+    const int64_t m = (int64_t)1 << bits;
+    out->n = 0;
+    for (uint32_t k = 0; k < f->n; k++) {
+        const pw_piece *p = &f->p[k];
+        if (!push_clipped(out, p->lo, p->hi, PW_NEG_INF, 0, p->a, p->b)) return false;
+        int64_t lo = p->lo > 0 ? p->lo : 0, hi = p->hi;
+        if (lo >= hi) continue;
+        bool ok;
+        if (p->a == 0) {
+            /* one value: wrapped once at most */
+            if (p->b < -m || p->b >= 2 * m) return false;
+            ok = pw_push(out, lo, hi, 0, p->b < 0 ? p->b + m : p->b >= m ? p->b - m : p->b);
+        } else if (p->a == 1) {
+            /* t + b for 0 <= t < m, b in [-m, m): below 0 until -b, at least m from m - b */
+            if (p->b < -m || p->b >= m) return false;
+            ok = push_clipped(out, lo, hi, PW_NEG_INF, -p->b, 1, p->b + m) &&
+                 push_clipped(out, lo, hi, -p->b, m - p->b, 1, p->b) &&
+                 push_clipped(out, lo, hi, m - p->b, PW_POS_INF, 1, p->b - m);
+        } else if (p->a == -1) {
+            /* b - t for 0 <= t < m, b in [0, m): below 0 from b + 1 */
+            if (p->b < 0 || p->b >= m) return false;
+            ok = push_clipped(out, lo, hi, PW_NEG_INF, p->b + 1, -1, p->b) &&
+                 push_clipped(out, lo, hi, p->b + 1, PW_POS_INF, -1, p->b + m);
+        } else {
+            return false;
+        }
+        if (!ok) return false;
+    }
+    return true;
+}

@@ -49,6 +49,12 @@ bool pw_binary(int op, const pw_fn *f, const pw_fn *g, pw_fn *out);
 bool pw_select(const pw_fn *c, const pw_fn *t, const pw_fn *f, pw_fn *out);
 bool pw_not(const pw_fn *f, pw_fn *out);     /* boolean negation */
 bool pw_negate(const pw_fn *f, pw_fn *out);
+/* f as an unsigned integer of `bits` bits (at most 32) holds it, exactly for
+ * 0 <= t < 2^bits: values below 0 or from 2^bits on wrap by 2^bits. Pieces
+ * over t < 0 are kept as they are (ids are never negative). False when a
+ * piece over t >= 0 has a slope other than -1, 0 or 1, or could wrap more
+ * than once there. */
+bool pw_wrap_unsigned(const pw_fn *f, int bits, pw_fn *out);
 /* The constant value of f over [lo, hi), or false when it is not constant there. */
 bool pw_constant_on(const pw_fn *f, int64_t lo, int64_t hi, int64_t *value);
 

@@ -985,9 +985,12 @@ static void factor_blame_in_call(void) {
  *     dims), the same under dp x tp, an embedding with an implicit index
  *     vector dim and u32 ids, a take along dim 1, an embedding scaled by a
  *     constant (the baseline's masked row takes the factor as the distributed
- *     term does), jnp.take of a constant index (a reduce_and of constants);
+ *     term does), jnp.take of a constant index (a reduce_and of constants),
+ *     the unsigned bounds check (ids minus the block start wrap in u32);
  *     wrong: an offset, a bound, the mask, the collective's groups, a factor,
- *     a column; a missing all-reduce is a mismatch by the rules alone;
+ *     a column, a u32 "below zero" check (never true: verified when u32
+ *     values were read as signed); a missing all-reduce is a mismatch by the
+ *     rules alone;
  *   - tests/cases/unit-regroup: rows sharded along a unit dim gathered along
  *     the next dim are the flattened rows (out of group order they are not);
  *     columns sharded along a unit dim 1 gathered along dim 0 are the
@@ -1032,6 +1035,13 @@ static void hand_written_cases(void) {
          false},
         {"gather-idx/cols", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"gather-idx/cols", "block offsets swapped", "constant({0, 4})", "constant({4, 0})", VERDICT_MISMATCH, false},
+        {"gather-idx/unsigned", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/unsigned", "a signed reading of the u32 check",
+         "  outside = pred[4] compare(li, fourb), direction=GE\n",
+         "  neg = pred[4] compare(li, zerob), direction=LT\n  three = u32[] constant(3)\n  last = u32[] add(ou, three)\n"
+         "  lastc = u32[4] broadcast(last), dimensions={}\n  above = pred[4] compare(cl, lastc), direction=GT\n"
+         "  outside = pred[4] or(neg, above)\n",
+         VERDICT_MISMATCH, false},
         {"gather-idx/scaled", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"gather-idx/scaled", "another factor", "two = f32[] constant(2)", "two = f32[] constant(3)", VERDICT_MISMATCH, false},
         {"gather-idx/takeconst", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
