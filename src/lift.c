@@ -1592,14 +1592,29 @@ static bool unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_di
     return false;
 }
 
+/* Operand `side` re-read (unit_move) with the sharding `want` moved onto its
+ * dim `to` from the dim that has it, where that is the other reading of a
+ * unit dim (a batch of one per device read as heads by a reshape). Returns
+ * whether it was. */
+static bool unit_move_into(lstate *s, uint32_t side, uint32_t to, const view_dim *want) {
+    lval *x = &s->ops[side], y;
+    const shape *sh = &s->comp->instrs[s->in->operands[side]].shape;
+    for (uint32_t from = 0; x->kind == LV_TERM && from < x->v.rank; from++)
+        if (from != to && !memcmp(&x->v.dims[from], want, sizeof *want) && unit_move(s->c, x, sh, from, to, &y)) {
+            *x = y;
+            return true;
+        }
+    return false;
+}
+
 /* Paired dims (batch or contracting) of a dot sharded alike, where re-reading
  * size-1 dims makes them so. */
 static void dot_align(lstate *s, const int64_t *ld, const int64_t *rd, uint32_t n) {
     for (uint32_t k = 0; k < n; k++) {
         view_dim a = s->ops[0].v.dims[ld[k]], b = s->ops[1].v.dims[rd[k]];
         if (!memcmp(&a, &b, sizeof a)) continue;
-        if (!b.naxes && a.naxes) unit_dim_reread(s, 1, (uint32_t)rd[k], &a);
-        else if (!a.naxes && b.naxes) unit_dim_reread(s, 0, (uint32_t)ld[k], &b);
+        if (!b.naxes && a.naxes && !unit_dim_reread(s, 1, (uint32_t)rd[k], &a)) unit_move_into(s, 1, (uint32_t)rd[k], &a);
+        else if (!a.naxes && b.naxes && !unit_dim_reread(s, 0, (uint32_t)ld[k], &b)) unit_move_into(s, 0, (uint32_t)ld[k], &b);
     }
 }
 

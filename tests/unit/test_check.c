@@ -1000,7 +1000,8 @@ static void factor_blame_in_call(void) {
  *     ([seq, batch, hidden]; in reversed group order they are not); blocks
  *     of a gathered sequence sliced back out, scaled by a broadcast or added,
  *     are the baseline's rows under the row reading (blocks out of order,
- *     or one block everywhere, are not);
+ *     or one block everywhere, are not), and so is such a block as the lhs
+ *     of a batched dot whose rhs is split by batch;
  *   - tests/cases/factor: a constant factor tabulated as a device value on
  *     one side and a constant term on the other is the same factor (another
  *     factor is not);
@@ -1063,6 +1064,9 @@ static void hand_written_cases(void) {
         {"unit-regroup/sum", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"unit-regroup/sum", "the first block of z everywhere", "dynamic-slice(sz, zero, o)", "dynamic-slice(sz, zero, zero)",
          VERDICT_MISMATCH, false},
+        {"unit-regroup/dot", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/dot", "blocks out of order", "constant({0, 2, 4, 6})", "constant({2, 0, 4, 6})", VERDICT_MISMATCH,
+         false},
         {"factor/devconst", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"factor/devconst", "another factor", "two = s64[] constant(2)", "two = s64[] constant(3)", VERDICT_MISMATCH, false},
         {"dev-const/dus", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
