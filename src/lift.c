@@ -1045,16 +1045,25 @@ static bool konst_review(lstate *s, uint32_t o, const view *want) {
  * block of n): in row-major order the same elements, so either is the other
  * reshaped. *out gets the term reshaped and the moved view; false when the
  * form does not apply. */
-static bool unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, uint32_t to, lval *out) {
+/* The view of unit_move (*w), without building anything; false when the form
+ * does not apply. */
+static bool unit_moved_view(const view *v, const shape *sh, uint32_t from, uint32_t to, view *w) {
     uint32_t lo = from < to ? from : to, hi = from < to ? to : from;
-    if (x->kind != LV_TERM || from == to || x->v.rank != sh->rank || hi >= sh->rank || sh->rank > VIEW_MAX_RANK ||
-        !x->v.dims[from].naxes || x->v.dims[to].naxes)
+    if (from == to || v->rank != sh->rank || hi >= sh->rank || sh->rank > VIEW_MAX_RANK || !v->dims[from].naxes ||
+        v->dims[to].naxes)
         return false;
     for (uint32_t q = lo; q < hi; q++)
-        if (sh->dims[q] != 1 || (q != from && x->v.dims[q].naxes)) return false;
-    view w = x->v;
-    w.dims[to] = x->v.dims[from];
-    memset(&w.dims[from], 0, sizeof w.dims[from]);
+        if (sh->dims[q] != 1 || (q != from && v->dims[q].naxes)) return false;
+    *w = *v;
+    w->dims[to] = v->dims[from];
+    memset(&w->dims[from], 0, sizeof w->dims[from]);
+    return true;
+}
+
+static bool unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, uint32_t to, lval *out) {
+    view w;
+    if (x->kind != LV_TERM || !unit_moved_view(&x->v, sh, from, to, &w)) return false;
+    /* (the term's dtype is the local value's: sh is x's own shape) */
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &w, sh, g);
     *out = *x;
@@ -1101,17 +1110,17 @@ static eid other_unit_reading(lstate *s, view *v) {
             return EID_NONE;
     lval saved[8];
     memcpy(saved, s->ops, n * sizeof *saved);
-    lval probe = {.kind = LV_TERM, .v = *v, .cls = s->ops[0].cls};
     for (uint32_t from = 0; from < r; from++)
         for (uint32_t to = 0; to < r; to++) {
-            lval pm;
-            if (!v->dims[from].naxes || !unit_move(c, &probe, &in->shape, from, to, &pm)) continue;
+            lval pm = {.kind = LV_TERM};
+            if (!unit_moved_view(v, &in->shape, from, to, &pm.v)) continue;
             bool ok = true;
             eid ch[8];
             for (uint32_t o = 0; o < n && ok; o++) {
                 lval m;
-                if (s->comp->instrs[in->operands[o]].op == OP_BROADCAST) ok = review_broadcast(s, o, &pm.v), m = s->ops[o];
-                else ok = unit_move(c, &saved[o], &in->shape, from, to, &m);
+                const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
+                if (xi->op == OP_BROADCAST) ok = review_broadcast(s, o, &pm.v), m = s->ops[o];
+                else ok = unit_move(c, &saved[o], &xi->shape, from, to, &m);
                 ch[o] = m.cls;
             }
             memcpy(s->ops, saved, n * sizeof *saved);

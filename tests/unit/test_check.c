@@ -998,7 +998,8 @@ static void factor_blame_in_call(void) {
  *     flattening; in reversed group order not either); rows sharded along
  *     dim 0 gathered along a unit dim 1 are the rows split and transposed
  *     ([seq, batch, hidden]; in reversed group order they are not); blocks
- *     of a gathered sequence sliced back out, scaled by a broadcast or added,
+ *     of a gathered sequence sliced back out, scaled by a broadcast, added or
+ *     compared (a result of another dtype),
  *     are the baseline's rows under the row reading (blocks out of order,
  *     or one block everywhere, are not), and so is such a block as the lhs
  *     of a batched dot whose rhs is split by batch;
@@ -1063,6 +1064,9 @@ static void hand_written_cases(void) {
          VERDICT_MISMATCH, false},
         {"unit-regroup/sum", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"unit-regroup/sum", "the first block of z everywhere", "dynamic-slice(sz, zero, o)", "dynamic-slice(sz, zero, zero)",
+         VERDICT_MISMATCH, false},
+        {"unit-regroup/cmp", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/cmp", "the first block of z everywhere", "dynamic-slice(sz, zero, o)", "dynamic-slice(sz, zero, zero)",
          VERDICT_MISMATCH, false},
         {"unit-regroup/dot", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"unit-regroup/dot", "blocks out of order", "constant({0, 2, 4, 6})", "constant({2, 0, 4, 6})", VERDICT_MISMATCH,
