@@ -1037,14 +1037,6 @@ static bool konst_review(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
-/* x (local shape sh) re-read with the sharding of dim `from` moved to dim
- * `to`, where every local dim from the lower of the two up to (not
- * including) the higher is a unit dim and all but `from` are unsharded, `to`
- * included. Globally those dims are [P, 1.., n] sharded along the first (each
- * device one index) or [1, 1.., P·n] sharded along the last (each device a
- * block of n): in row-major order the same elements, so either is the other
- * reshaped. *out gets the term reshaped and the moved view; false when the
- * form does not apply. */
 /* The view of unit_move (*w), without building anything; false when the form
  * does not apply. */
 static bool unit_moved_view(const view *v, const shape *sh, uint32_t from, uint32_t to, view *w) {
@@ -1060,10 +1052,17 @@ static bool unit_moved_view(const view *v, const shape *sh, uint32_t from, uint3
     return true;
 }
 
+/* x (its own local shape sh) re-read with the sharding of dim `from` moved
+ * to dim `to`, where every local dim from the lower of the two up to (not
+ * including) the higher is a unit dim and all but `from` are unsharded, `to`
+ * included. Globally those dims are [P, 1.., n] sharded along the first (each
+ * device one index) or [1, 1.., P·n] sharded along the last (each device a
+ * block of n): in row-major order the same elements, so either is the other
+ * reshaped. *out gets the term reshaped and the moved view; false when the
+ * form does not apply. */
 static bool unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, uint32_t to, lval *out) {
     view w;
     if (x->kind != LV_TERM || !unit_moved_view(&x->v, sh, from, to, &w)) return false;
-    /* (the term's dtype is the local value's: sh is x's own shape) */
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &w, sh, g);
     *out = *x;
