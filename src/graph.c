@@ -402,7 +402,55 @@ void groups_expand(const hlo_groups *g, arena *a, hlo_groups *out) {
 
 /* ---- finalize: reducers, locations, checks ---- */
 
+/* A predicate reducer written out (PyTorch/XLA's `all`: select(x != false &&
+ * y != false, true, false)) is the boolean function its truth table says:
+ * evaluated on the four inputs, over parameters, scalar constants, compare
+ * EQ/NE, and, or, xor, not and select only. RED_NONE for anything else. */
+#define PRED_TABLE_MAX 32
+static int pred_reducer(const hlo_comp *c) {
+    if (c->nparams != 2 || c->ninstrs > PRED_TABLE_MAX || c->instrs[c->root].shape.dtype != DT_PRED) return RED_NONE;
+    int table = 0;  /* bit 2x+y: f(x, y) */
+    for (int xy = 0; xy < 4; xy++) {
+        bool v[PRED_TABLE_MAX];
+        for (uint32_t i = 0; i < c->ninstrs; i++) {
+            const hlo_instr *in = &c->instrs[i];
+            if (in->shape.dtype != DT_PRED || in->shape.rank != 0 || in->noperands > 3) return RED_NONE;
+            for (uint32_t o = 0; o < in->noperands; o++)
+                if (in->operands[o] >= i) return RED_NONE;
+            bool a = in->noperands > 0 && v[in->operands[0]], b = in->noperands > 1 && v[in->operands[1]];
+            const hlo_attr *la = in->op == OP_CONSTANT ? instr_attr(in, A_LITERAL) : NULL;
+            const char *dir = in->op == OP_COMPARE ? instr_str(in, A_DIRECTION) : NULL;
+            switch (in->op) {
+            case OP_PARAMETER:
+                if (i != c->params[0] && i != c->params[1]) return RED_NONE;
+                v[i] = (xy >> (i == c->params[0])) & 1;
+                break;
+            case OP_CONSTANT:
+                if (!la || la->v.lit->elided || la->v.lit->raw || la->v.lit->count != 1) return RED_NONE;
+                v[i] = la->v.lit->f ? la->v.lit->f[0] != 0 : la->v.lit->i[0] != 0;
+                break;
+            case OP_COMPARE:
+                if (!dir || (strcmp(dir, "EQ") && strcmp(dir, "NE"))) return RED_NONE;
+                v[i] = (a == b) == !strcmp(dir, "EQ");
+                break;
+            case OP_AND: v[i] = a && b; break;
+            case OP_OR: v[i] = a || b; break;
+            case OP_XOR: v[i] = a != b; break;
+            case OP_NOT: v[i] = !a; break;
+            case OP_SELECT:
+                if (in->noperands != 3) return RED_NONE;
+                v[i] = a ? b : v[in->operands[2]];
+                break;
+            default: return RED_NONE;
+            }
+        }
+        table |= v[c->root] << xy;
+    }
+    return table == 8 ? RED_AND : table == 14 ? RED_OR : table == 6 ? RED_XOR : RED_NONE;
+}
+
 static int recognise_reducer(const hlo_comp *c) {
+    if (c->nparams == 2 && c->ninstrs != 3) return pred_reducer(c);
     if (c->nparams != 2 || c->ninstrs != 3) return RED_NONE;
     const hlo_instr *root = &c->instrs[c->root];
     if (root->noperands != 2 || root->shape.dtype == DT_TUPLE || root->shape.rank != 0)

@@ -1324,6 +1324,87 @@ static void review_operands(lstate *s, const view *want) {
         if (!lf_same_sharding(&s->ops[o].v, want) && !review_broadcast(s, o, want)) konst_review(s, o, want);
 }
 
+/* The view of unit_move (*w), without building anything; false when the form
+ * does not apply. */
+static bool unit_moved_view(const view *v, const shape *sh, uint32_t from, uint32_t to, view *w) {
+    uint32_t lo = from < to ? from : to, hi = from < to ? to : from;
+    if (from == to || v->rank != sh->rank || hi >= sh->rank || sh->rank > VIEW_MAX_RANK || !v->dims[from].naxes ||
+        v->dims[to].naxes)
+        return false;
+    for (uint32_t q = lo; q < hi; q++)
+        if (sh->dims[q] != 1 || (q != from && v->dims[q].naxes)) return false;
+    *w = *v;
+    w->dims[to] = v->dims[from];
+    memset(&w->dims[from], 0, sizeof w->dims[from]);
+    return true;
+}
+
+/* x (its own local shape sh) re-read with the sharding of dim `from` moved
+ * to dim `to`, where every local dim from the lower of the two up to (not
+ * including) the higher is a unit dim and all but `from` are unsharded, `to`
+ * included. Globally those dims are [P, 1.., n] sharded along the first (each
+ * device one index) or [1, 1.., P·n] sharded along the last (each device a
+ * block of n): in row-major order the same elements, so either is the other
+ * reshaped. *out gets the term reshaped and the moved view; false when the
+ * form does not apply. */
+static bool unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, uint32_t to, lval *out) {
+    view w;
+    if (x->kind != LV_TERM || !unit_moved_view(&x->v, sh, from, to, &w)) return false;
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, &w, sh, g);
+    *out = *x;
+    out->v = w;
+    out->cls = lf_mk_reshape(c, x->cls, lf_type_of(c, sh->dtype, g, sh->rank), c->origin);
+    return true;
+}
+
+/* The elementwise op s under the other reading of a sharded unit dim
+ * (unit_move of every operand; a broadcast operand re-viewed), when the
+ * baseline already has that term and not the one of reading *v: that term,
+ * with *v moved. EID_NONE otherwise (nothing is changed). Both readings are
+ * true; this only picks the one that meets the baseline. */
+static eid other_unit_reading(lstate *s, view *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t n = in->noperands, r = in->shape.rank;
+    if (c->baseline_mode || n == 0 || n > 8 || r > VIEW_MAX_RANK || v->partial) return EID_NONE;
+    for (uint32_t o = 0; o < n; o++)
+        if (s->ops[o].kind != LV_TERM || !lf_same_sharding(&s->ops[o].v, v) || s->comp->instrs[in->operands[o]].shape.rank != r)
+            return EID_NONE;
+    lval saved[8];
+    memcpy(saved, s->ops, n * sizeof *saved);
+    for (uint32_t from = 0; from < r; from++)
+        for (uint32_t to = 0; to < r; to++) {
+            lval pm = {.kind = LV_TERM};
+            if (!unit_moved_view(v, &in->shape, from, to, &pm.v)) continue;
+            bool ok = true;
+            eid ch[8];
+            for (uint32_t o = 0; o < n && ok; o++) {
+                lval m;
+                const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
+                if (xi->op == OP_BROADCAST) ok = review_broadcast(s, o, &pm.v), m = s->ops[o];
+                else ok = unit_move(c, &saved[o], &xi->shape, from, to, &m);
+                ch[o] = m.cls;
+            }
+            memcpy(s->ops, saved, n * sizeof *saved);
+            if (!ok) continue;
+            int64_t dims[VIEW_MAX_RANK];
+            lf_global_dims(c, &pm.v, &in->shape, dims);
+            eid mine[8];
+            for (uint32_t o = 0; o < n; o++) mine[o] = saved[o].cls;
+            int64_t cur[VIEW_MAX_RANK];
+            lf_global_dims(c, v, &in->shape, cur);
+            uint32_t attr = encode_attrs(c, c->cur, in);
+            eid here = eg_lookup(c->g, in->op, attr, lf_type_of(c, in->shape.dtype, cur, r), mine, n);
+            eid there = eg_lookup(c->g, in->op, attr, lf_type_of(c, in->shape.dtype, dims, r), ch, n);
+            if (there == EID_NONE || !(eg_class_origin(c->g, there) & EG_BASELINE)) continue;
+            if (here != EID_NONE && (eg_class_origin(c->g, here) & EG_BASELINE)) return EID_NONE;
+            *v = pm.v;
+            return there;
+        }
+    return EID_NONE;
+}
+
 static lval lift_elementwise(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1361,6 +1442,12 @@ static lval lift_elementwise(lstate *s) {
              * finding. */
             lf_unsupported(c, s->comp, in, "%s combines a sharded operand with one that is not sharded alike "
                         "(operand %u); tiled operands are not related yet", in->name, o);
+            /* The union is a view only when no axis shards two dims (the
+             * operands may be two readings of unit dims): else nothing is
+             * known of the result, not even its view. */
+            uint32_t naxes = 0;
+            for (uint32_t d = 0; d < want.rank; d++) naxes += want.dims[d].naxes;
+            if (naxes != (uint32_t)__builtin_popcount(view_axes_used(&want))) return unknown();
             return assume(c, in, want);
         }
         if (x->v.partial) {
@@ -1431,9 +1518,11 @@ static lval lift_elementwise(lstate *s) {
         v.red = red;
     }
     int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &v, &in->shape, dims);
     eid ch[8];
     if (in->noperands > 8) return unknown();
+    eid other = other_unit_reading(s, &v);
+    if (other != EID_NONE) return term(other, v, assumed);
+    lf_global_dims(c, &v, &in->shape, dims);
     for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
     return term(lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
 }
@@ -2452,6 +2541,96 @@ static bool gather_layout(lstate *s, uint32_t d, int axes, lval *out) {
     return blocks_moved(s, x, (uint32_t)e, d, false, out);
 }
 
+/* A value sharded along a unit dim j before the dim d an all-gather gathers
+ * (d unsharded; PyTorch/XLA: token rows [1,16,64] of a batch split over
+ * data, gathered along the sequence dim): read as sharded along d
+ * (unit_move), when j holds gathered axes. */
+static bool unit_dim_regroup(lstate *s, uint32_t d, uint32_t axes, lval *out) {
+    const lval *x = &s->ops[0];
+    const shape *sh = &s->comp->instrs[s->in->operands[0]].shape;
+    for (int64_t j = (int64_t)d - 1; j >= 0 && x->kind == LV_TERM && (uint32_t)j < x->v.rank; j--) {
+        const view_dim *vj = &x->v.dims[j];
+        if (!vj->naxes) continue;
+        bool gathered = false;
+        for (uint32_t a = 0; a < vj->naxes; a++) gathered |= axes >> vj->axes[a] & 1;
+        return gathered && unit_move(s->c, x, sh, (uint32_t)j, d, out);
+    }
+    return false;
+}
+
+/* An all-gather along dim d over one mesh axis (P devices) of a value
+ * sharded by that axis along another dim k: device r's piece lands at block
+ * r of d. Two forms are rearrangements of the term X:
+ *   - d is a unit dim locally, k has local size n: the result holds
+ *     X[.., r·n + i (k), ..] at [.., i (k), .., r (d), ..] — X with k split
+ *     into [P, n], the unit d dropped and P moved to d's place (PyTorch/XLA
+ *     gathers its token rows [16, 1, 64] so, into [seq, batch, hidden]);
+ *   - k is a unit dim locally, d has local size m: the result holds
+ *     X[.., r (k), .., i (d), ..] at [.., 0 (k), .., r·m + i (d), ..] — X
+ *     with k moved just before d, then merged into it (a reshape alone when
+ *     only unit dims lie between).
+ * Either way the same on every device; whether it is the baseline's is for
+ * the terms to say. False when neither form applies. */
+static bool gather_unit_dim(lstate *s, uint32_t d, int axes, lval *out) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[0];
+    const shape *sh = &s->comp->instrs[s->in->operands[0]].shape;
+    uint32_t r = sh->rank;
+    if (x->kind != LV_TERM || x->v.rank != r || r > VIEW_MAX_RANK || d >= r || x->v.dims[d].naxes ||
+        __builtin_popcount((unsigned)axes) != 1 || (x->v.partial & (uint32_t)axes))
+        return false;
+    int k = -1;
+    for (uint32_t q = 0; q < r; q++)
+        if (x->v.dims[q].naxes == 1 && axes >> x->v.dims[q].axes[0] & 1) k = (int)q;
+    if (k < 0) return false;
+    int64_t g[VIEW_MAX_RANK], y[VIEW_MAX_RANK], perm[VIEW_MAX_RANK], f[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, sh, g);
+    int64_t n = sh->dims[k], p = g[k] / (n ? n : 1);
+    if (n < 1 || p * n != g[k]) return false;
+    int dt = sh->dtype;
+    eid t;
+    bool ident = true;
+    if (sh->dims[d] == 1) {
+        /* y: the term with k split into [p, n] and the unit dim d dropped (as
+         * a program writes it: reshape, then transpose); at[q]: y's dim for
+         * x's dim q (for k: its n part). */
+        uint32_t yr = 0, at[VIEW_MAX_RANK], pk = 0;
+        for (uint32_t q = 0; q < r; q++) {
+            if ((int)q == k) pk = yr, y[yr++] = p;
+            if (q != d) at[q] = yr, y[yr++] = (int)q == k ? n : g[q];
+        }
+        for (uint32_t q = 0; q < r; q++) {
+            perm[q] = q == d ? pk : at[q];
+            f[q] = y[perm[q]];
+            ident &= perm[q] == q;
+        }
+        t = lf_mk_reshape(c, x->cls, lf_type_of(c, dt, y, yr), c->origin);
+        if (!ident) t = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, r), lf_type_of(c, dt, f, r), &t, 1, c->origin);
+    } else if (n == 1) {
+        /* X's dims with k just before d (y), then k merged into d (f). */
+        uint32_t np = 0;
+        for (uint32_t q = 0; q < r; q++) {
+            if ((int)q == k) continue;
+            if (q == d) perm[np++] = k;
+            perm[np++] = q;
+        }
+        for (uint32_t q = 0; q < r; q++) {
+            y[q] = g[perm[q]];
+            f[q] = (int)q == k ? 1 : q == d ? p * g[d] : g[q];
+            ident &= perm[q] == q;
+        }
+        t = x->cls;
+        if (!ident) t = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, r), lf_type_of(c, dt, y, r), &t, 1, c->origin);
+        t = lf_mk_reshape(c, t, lf_type_of(c, dt, f, r), c->origin);
+    } else {
+        return false;
+    }
+    view v = x->v;
+    memset(&v.dims[k], 0, sizeof v.dims[k]);
+    *out = term(t, v, x->assumed);
+    return true;
+}
+
 static lval lift_all_gather(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -2462,13 +2641,17 @@ static lval lift_all_gather(lstate *s) {
     view v = x->v;
     view_dim *vd = &v.dims[d];
     uint32_t k = __builtin_popcount((unsigned)axes);
+    lval xr;
+    if (!vd->naxes && unit_dim_regroup(s, d, (uint32_t)axes, &xr)) {
+        x = &xr;
+        v = xr.v;
+    }
     if (!vd->naxes && !(view_axes_used(&x->v) & (uint32_t)axes) && !x->v.partial) return gather_copies(s, d, axes);
     bool ok = vd->naxes >= k;
     for (uint32_t i = 0; ok && i < k; i++) ok = axes >> vd->axes[vd->naxes - k + i] & 1;
-    if (!ok && !vd->naxes && !x->v.partial) {
-        lval r;
-        if (gather_layout(s, d, axes, &r)) return r;
-    }
+    lval moved;
+    if (!ok && gather_unit_dim(s, d, axes, &moved)) return moved;
+    if (!ok && !vd->naxes && !x->v.partial && gather_layout(s, d, axes, &moved)) return moved;
     if (!ok) {
         strbuf a, w;
         sb_init(&a);
@@ -3666,7 +3849,10 @@ static lval lift_instr(lstate *s) {
             return r;
     }
     switch (in->op) {
-    case OP_BROADCAST: return lift_broadcast(s);
+    case OP_BROADCAST:
+        /* A device value the same everywhere, too big to tabulate: a constant. */
+        uniform_dev_as_term(s, 0);
+        return lift_broadcast(s);
     case OP_TRANSPOSE: return lift_transpose(s);
     case OP_REVERSE: return lift_reverse(s);
     case OP_RESHAPE: case OP_BITCAST: return lift_reshape(s);
@@ -3714,13 +3900,18 @@ static lval lift_instr(lstate *s) {
             }
         return lift_elementwise(s);
     }
-    /* Any other op on replicated operands is the same op in the baseline. */
+    /* Any other op on replicated operands is the same op in the baseline
+     * (device values the same everywhere, constant indices, are constants). */
     bool all_dup = true, assumed = false;
+    for (uint32_t o = 0; o < in->noperands; o++) uniform_dev_as_term(s, o);
     for (uint32_t o = 0; o < in->noperands; o++) {
         all_dup &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
         if (ops[o].kind == LV_TERM) assumed |= ops[o].assumed;
     }
-    if (all_dup && !hlo_op_is_collective(in->op) && in->op != OP_PARTITION_ID && in->shape.dtype != DT_TUPLE &&
+    /* A tuple-shaped op (batch-norm-training, PyTorch/XLA's layer norm) is a
+     * term of tuple type; its elements are get-tuple-elements of it, replicated
+     * (as the baseline reads them). */
+    if (all_dup && !hlo_op_is_collective(in->op) && in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID &&
         in->shape.rank <= VIEW_MAX_RANK) {
         eid stack[64], *ch = in->noperands <= 64 ? stack : arena_alloc(c->a, in->noperands * sizeof *ch);
         for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
@@ -4528,6 +4719,8 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         const lval *t = &vals[in->operands[0]];
         int64_t k = instr_int(in, A_INDEX, 0);
         *v = t->kind == LV_TUPLE && k < t->n ? t->elems[k] : unknown();
+        if (t->kind == LV_TERM && view_is_dup(&t->v) && in->shape.dtype != DT_TUPLE && in->shape.rank <= VIEW_MAX_RANK)
+            *v = term(lf_node(c, m, in, &t->cls, 1, in->shape.dims, c->origin), view_dup(in->shape.rank), t->assumed);
         return;
     }
     if (in->op == OP_CONSTANT) {
@@ -4765,6 +4958,14 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
 lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
     lval r = lift_comp(c, graph_entry(c->dist), NULL, inputs, ninputs);
     lf_unscale(c, &r);
+    /* A masked row as an output: the row where every device holds it, else
+     * that row partial over the axes it sums over (the output's view then
+     * says an all-reduce is missing). */
+    for (uint32_t k = 0; k < (r.kind == LV_TUPLE ? r.n : 1); k++) {
+        lval *o = r.kind == LV_TUPLE ? &r.elems[k] : &r, pv;
+        if (o->kind == LV_MASK && !lf_mask_resolves(c, o) && lf_mask_as_partial(c, o, &pv)) *o = pv;
+        else if (o->kind == LV_MASK) lf_index_as_term(c, o);
+    }
     /* An output that is a rearrangement of baseline values diverges where it is made. */
     const hlo_comp *e = graph_entry(c->dist);
     const hlo_instr *root = &e->instrs[e->root];

@@ -437,12 +437,6 @@ bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out) {
     return false;
 }
 
-/* gather(table, index) with the index a function of the source: the rows the
- * devices fetch, per range of index values. */
-/* With an index vector (LV_IVEC), one component k0 gives the row (table
- * dim 0) and every other component a dim the slice takes whole: its start is
- * clamped to 0 whatever the component holds. The row dim is collapsed or kept
- * as an offset dim of size 1 (Equinox's lookup). */
 /* The index vector of a gather whose component k0 is the term pos (the
  * source positions, dim vd of size 1) and whose nv - 1 others are zeros:
  * concatenate(0, ..., pos, ..., 0) along vd, at pos's global shape. */
@@ -465,6 +459,21 @@ static eid index_vector_term(lift_ctx *c, eid pos, uint32_t k0, uint32_t nv, uin
     return eg_add(c->g, OP_CONCATENATE, lf_list_attr(c, A_DIMENSIONS, &d, 1), lf_type_of(c, dt, dims, rank), ch, nv, c->origin);
 }
 
+/* gather(table, index) with the index a function of the source: the rows the
+ * devices fetch, per range of index values. The forms read (XLA's gather
+ * semantics): one indexed table dim j (collapsed, slice size 1) — rows of an
+ * embedding, or a take_along_axis over a vocab dim; an index vector dim of
+ * size 1, or implicit (index_vector_dim = rank); table
+ * batching dims paired with index dims sharded alike (each device holds the
+ * table rows of its own positions); every other table dim taken whole, an
+ * offset dim of the result, sharded as the table is. A device holding block
+ * blk of dim j (rows local rows) reads global row blk·rows + i for a local
+ * index i, i clamped into [0, rows): it reads row t exactly where its index
+ * is t - blk·rows and lies in range; anywhere else what it reads is junk.
+ * With an index vector (LV_IVEC), one component k0 gives the row (dim j)
+ * and every other one a dim the slice takes whole: its start is clamped to
+ * 0 whatever the component holds. Dim j is collapsed, or kept as an offset
+ * dim of size 1 (Equinox's lookup). */
 static bool pw_gather(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -472,46 +481,73 @@ static bool pw_gather(lstate *s, lval *out) {
     const lval *idx = &s->ops[1];
     if (tab->kind != LV_TERM || (idx->kind != LV_PW && idx->kind != LV_IVEC) || tab->v.partial) return false;
     const hlo_instr *ti = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]];
-    uint32_t n1, n2, n3, no, nss;
+    uint32_t n1, n2, nob, nsb, no, nss;
     const int64_t *coll = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &n1), *sim = instr_ints(in, A_START_INDEX_MAP, &n2);
     const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &no), *ss = instr_ints(in, A_SLICE_SIZES, &nss);
-    (void)instr_ints(in, A_OPERAND_BATCHING_DIMS, &n3);
+    const int64_t *ob = instr_ints(in, A_OPERAND_BATCHING_DIMS, &nob);
+    const int64_t *sb = instr_ints(in, A_START_INDICES_BATCHING_DIMS, &nsb);
     int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
-    uint32_t nv = idx->kind == LV_IVEC ? idx->n : 1, k0 = nv;
-    bool kept = n1 == 0;  /* the row dim kept, as an offset dim of size 1 */
-    if (!(n1 == 1 && coll[0] == 0) && !kept) return false;
-    if (n2 != nv || n3 || ti->shape.rank < 1 || nss != ti->shape.rank || ss[0] != 1 || ivd != (int64_t)ii->shape.rank - 1 ||
-        ii->shape.dims[ivd] != nv || no + ii->shape.rank - 1 != in->shape.rank || (idx->kind == LV_IVEC && idx->vdim != ivd))
+    uint32_t tr = ti->shape.rank, ir = ii->shape.rank;
+    uint32_t nv = idx->kind == LV_IVEC ? idx->n : 1;
+    bool implicit = ivd == (int64_t)ir;  /* indices without an index vector dim: one start index each */
+    bool kept = n1 == 0;                 /* dim j kept, as an offset dim of size 1 */
+    if (n2 != nv || n1 > 1 || nob != nsb || nss != tr || tr > VIEW_MAX_RANK || ir > VIEW_MAX_RANK ||
+        in->shape.rank > VIEW_MAX_RANK || ivd < 0 || ivd > (int64_t)ir || (implicit && idx->kind != LV_PW) ||
+        (!implicit && ii->shape.dims[ivd] != nv) || (idx->kind == LV_IVEC && idx->vdim != ivd) || no + nob + n1 != tr ||
+        no + ir - (implicit ? 0 : 1) != in->shape.rank)
         return false;
+    /* The row component k0: the one of the collapsed dim, else (kept) the one
+     * whose slice is a single index; every other one a dim taken whole. */
+    uint32_t k0 = nv;
     for (uint32_t k = 0; k < nv; k++) {
-        if (sim[k] == 0) {
-            if (k0 < nv) return false;
-            k0 = k;
-        } else if (sim[k] < 0 || sim[k] >= ti->shape.rank || ss[sim[k]] != ti->shape.dims[sim[k]]) {
-            return false;
-        }
+        if (sim[k] < 0 || sim[k] >= (int64_t)tr) return false;
+        bool row_k = kept ? ss[sim[k]] != ti->shape.dims[sim[k]] : sim[k] == coll[0];
+        if (!row_k) continue;
+        if (k0 < nv) return false;
+        k0 = k;
     }
-    const lval *row = idx->kind == LV_IVEC && k0 < nv ? &idx->elems[k0] : idx;
-    if (k0 == nv || row->kind != LV_PW) return false;
-    /* Row dims are taken whole; those the table is sharded along are the
-     * matching offset dims of the result, sharded alike (an FSDP embedding). */
+    if (k0 == nv) return false;
+    uint32_t j = (uint32_t)sim[k0];
+    const lval *row = idx->kind == LV_IVEC ? &idx->elems[k0] : idx;
+    if (ss[j] != 1 || row->kind != LV_PW) return false;
+    for (uint32_t k = 0; k < nv; k++)
+        if (k != k0 && sim[k] == (int64_t)j) return false;
+    /* Batching dims: sliced one position at a time, the table's sharding the
+     * index's on the paired dim (the positions travel with the index). */
+    for (uint32_t q = 0; q < nob; q++) {
+        if (ob[q] < 0 || ob[q] >= (int64_t)tr || ob[q] == (int64_t)j || sb[q] < 0 || sb[q] >= (int64_t)ir ||
+            sb[q] == ivd || ss[ob[q]] != 1 || memcmp(&tab->v.dims[ob[q]], &row->v.dims[sb[q]], sizeof tab->v.dims[0]))
+            return false;
+    }
+    /* Other table dims are taken whole; the k-th is output dim off[k], sharded
+     * as the table is along it (an FSDP embedding's hidden dim). A kept dim j
+     * is an offset dim of size 1, whole on every device. */
     view offv = view_dup(in->shape.rank);
     int64_t gss[VIEW_MAX_RANK];
-    if (ti->shape.rank > VIEW_MAX_RANK || no != ti->shape.rank - !kept) return false;
-    gss[0] = ss[0];
-    for (uint32_t d = 1; d < ti->shape.rank; d++) {
+    uint32_t nk = 0;
+    for (uint32_t d = 0; d < tr; d++) {
+        gss[d] = ss[d];
+        bool batching = false;
+        for (uint32_t q = 0; q < nob; q++) batching |= ob[q] == (int64_t)d;
+        if ((d == j && !kept) || batching) continue;
+        if (nk >= no || off[nk] < 0 || off[nk] >= (int64_t)in->shape.rank) return false;
+        if (d == j) {
+            nk++;
+            continue;
+        }
         if (ss[d] != ti->shape.dims[d]) return false;
-        offv.dims[off[d - !kept]] = tab->v.dims[d];
+        offv.dims[off[nk++]] = tab->v.dims[d];
         gss[d] = ss[d] * view_dim_parts(&tab->v, c->mesh, d);
     }
-    int64_t rows = ti->shape.dims[0], parts = view_dim_parts(&tab->v, c->mesh, 0), domain = rows * parts;
+    if (!implicit && row->v.dims[ivd].naxes) return false;
+    int64_t rows = ti->shape.dims[j], parts = view_dim_parts(&tab->v, c->mesh, j), domain = rows * parts;
     if (domain > INT32_MAX) return false;  /* index values are exact below 2^31 (pw_as_dtype) */
     lval v = {.kind = LV_MASK, .domain = domain, .v = view_dup(in->shape.rank), .src = row->src};
     v.pw = pw_alloc(c);
     for (int64_t r = 0; r < c->ndev; r++) {
         int64_t blk = 0;
-        for (uint32_t a = 0; a < tab->v.dims[0].naxes; a++) {
-            int ax = tab->v.dims[0].axes[a];
+        for (uint32_t a = 0; a < tab->v.dims[j].naxes; a++) {
+            int ax = tab->v.dims[j].axes[a];
             blk = blk * c->mesh->sizes[ax] + mesh_coord(c->mesh, r, ax);
         }
         int64_t start = blk * rows;
@@ -554,9 +590,8 @@ static bool pw_gather(lstate *s, lval *out) {
     eid p0 = row->pos;
     view pv = row->v;
     int64_t idims[VIEW_MAX_RANK];  /* the row component's dims: the index vector dim 1 */
-    if (ii->shape.rank > VIEW_MAX_RANK) return false;
-    memcpy(idims, ii->shape.dims, ii->shape.rank * sizeof *idims);
-    idims[ivd] = 1;
+    memcpy(idims, ii->shape.dims, ir * sizeof *idims);
+    if (!implicit) idims[ivd] = 1;
     if (!pos_reshape(c, &p0, &pv, idims, ii->shape.rank, pdims, np)) return false;
     v.pos = p0;
     v.v = pv;
@@ -567,7 +602,9 @@ static bool pw_gather(lstate *s, lval *out) {
     if (ch[1] == EID_NONE) return false;
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &v.v, &in->shape, g);
-    v.hit = nv == 1 ? gather_of_iota(c, tab->cls, row->pos, bdims, off, no, in->shape.dtype, g, in->shape.rank) : EID_NONE;
+    v.hit = EID_NONE;
+    if (nv == 1 && j == 0 && !nob && !implicit)
+        v.hit = gather_of_iota(c, tab->cls, row->pos, bdims, off, no, in->shape.dtype, g, in->shape.rank);
     v.in_domain = v.hit != EID_NONE;  /* iota positions: rows [0, n) of the table, nothing to assume */
     if (v.hit == EID_NONE) {
         hlo_instr gi = *in;

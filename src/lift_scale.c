@@ -33,6 +33,16 @@ static bool carries(const lval *x) { return x->kind == LV_TERM || x->kind == LV_
 /* The value every element of a constant-only float operand holds, when they
  * all hold the same finite non-zero one. */
 static bool uniform_value(lift_ctx *c, const lval *x, double *out) {
+    /* A device value the same on every device and element (a small constant
+     * broadcast: whether it is tabulated depends on its size, so on the side). */
+    if (x->kind == LV_DEV && x->dev && x->count > 0) {
+        double v0 = x->dev[0];
+        for (int64_t k = 1; k < c->ndev * (int64_t)x->count; k++)
+            if (x->dev[k] != v0) return false;
+        if (!isfinite(v0) || v0 == 0) return false;
+        *out = v0;
+        return true;
+    }
     /* Known values are those of constant-only classes small enough to fold. */
     if (x->kind != LV_TERM || x->cls == EID_NONE || lf_scale_of(x) != 1) return false;
     const interp_val *v = lf_kval(c, x->cls);

@@ -173,6 +173,7 @@ bool pw_constant_on(const pw_fn *f, int64_t lo, int64_t hi, int64_t *value) {
     }
     return seen;
 }
+
 /* Pushes [s, e) ∩ [lo, hi) with value a·t + b. */
 static bool push_clipped(pw_fn *out, int64_t lo, int64_t hi, int64_t s, int64_t e, int64_t a, int64_t b) {
     if (s < lo) s = lo;

@@ -64,7 +64,7 @@ static void compare(witness *w, const interp_val *want, const interp_val *got) {
 
 /* One run on inputs drawn with seed, floats times input_scale; adds to w. */
 static void run_once(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed,
-                     double input_scale, witness *w) {
+                     double input_scale, int64_t int_below, witness *w) {
     const hlo_comp *be = graph_entry(base);
     int64_t ndev = mesh_devices(&rel->mesh);
     interp_config cb = {.replicas = 1, .partitions = 1, .max_elements = WITNESS_MAX_ELEMENTS, .max_steps = WITNESS_MAX_STEPS};
@@ -93,6 +93,8 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
         }
         interp_val_fill_random(global[k], &rng);
         for (int64_t e = 0; global[k]->f && e < global[k]->n; e++) global[k]->f[e] *= input_scale;
+        for (int64_t e = 0; global[k]->i && global[k]->dtype != DT_PRED && int_below > 0 && e < global[k]->n; e++)
+            global[k]->i[e] %= int_below;
     }
     for (int64_t d = 0; d < ndev && ok; d++) {
         dargs[d] = xcalloc(np + 1, sizeof **dargs);
@@ -163,13 +165,15 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
     sb_free(&err);
 }
 
-void witness_run(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed, witness *w) {
+void witness_run(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed, int64_t int_below,
+                 witness *w) {
     memset(w, 0, sizeof *w);
     w->seed = seed;
     /* Inputs in [-1, 1), then small ones (a power of two, exact): what is
      * negligible beside values of one (an epsilon, a normalisation) shows. */
-    run_once(base, dist, rel, seed, 1, w);
-    if (w->runs == 1 && !w->differs) run_once(base, dist, rel, seed + 1, 0x1p-6, w);
+    if (int_below >= 16) int_below = 0;  /* the default range, [0, 16), is within */
+    run_once(base, dist, rel, seed, 1, int_below, w);
+    if (w->runs == 1 && !w->differs) run_once(base, dist, rel, seed + 1, 0x1p-6, int_below, w);
     w->ran = w->runs > 0;
     w->agrees = w->ran && !w->differs && !w->over_tight && !w->skipped;
 }

@@ -5,7 +5,7 @@
  * device's parameter cut from the global one by its input view, and compares
  * every output with the baseline's through the expected output view. Integer
  * inputs are drawn in [0, 16) (interp_val_fill_random), which keeps token ids
- * inside every sample vocabulary.
+ * inside every sample vocabulary, or in the smaller range a proof assumed.
  *
  * Two runs: inputs in [-1, 1) drawn from seed, then (when the first shows no
  * difference) inputs of seed + 1 scaled by 1/64, so what is negligible beside
@@ -48,6 +48,10 @@ typedef struct witness {
  * "did not finish". */
 #define WITNESS_MAX_STEPS ((int64_t)1 << 30)
 
-void witness_run(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed, witness *w);
+/* int_below > 0: integer inputs are drawn in [0, int_below) instead (each
+ * value of [0, 16) reduced modulo int_below), the domain a proof assumed for
+ * gathered indices; 0 or >= 16 keeps [0, 16). */
+void witness_run(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed, int64_t int_below,
+                 witness *w);
 
 #endif

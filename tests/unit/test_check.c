@@ -1474,10 +1474,138 @@ static void concat_unlike_operands(void) {
     }
 }
 
+/* Small pairs made by hand, each verified as partitioned and never verified
+ * when a wrong variant is checked (with execution: a mismatch):
+ *   - tests/cases/gather-idx: gathers over a sharded table with device-offset
+ *     indices, as GSPMD and PyTorch/XLA partition them (the device's block
+ *     start subtracted, indices outside the block masked to zero, the partial
+ *     results summed): a take_along_axis over vocab-sharded logits (batching
+ *     dims), the same under dp x tp, an embedding with an implicit index
+ *     vector dim and u32 ids, a take along dim 1, an embedding scaled by a
+ *     constant (the baseline's masked row takes the factor as the distributed
+ *     term does), jnp.take of a constant index (a reduce_and of constants),
+ *     the unsigned bounds check (ids minus the block start wrap in u32);
+ *     wrong: an offset, a bound, the mask, the collective's groups, a factor,
+ *     a column, a u32 "below zero" check (never true: verified when u32
+ *     values were read as signed); a missing all-reduce is a mismatch by the
+ *     rules alone;
+ *   - tests/cases/unit-regroup: rows sharded along a unit dim gathered along
+ *     the next dim are the flattened rows (out of group order they are not);
+ *     columns sharded along a unit dim 1 gathered along dim 0 are the
+ *     columns one after the other, a transpose flattened (not the row-major
+ *     flattening; in reversed group order not either); rows sharded along
+ *     dim 0 gathered along a unit dim 1 are the rows split and transposed
+ *     ([seq, batch, hidden]; in reversed group order they are not); blocks
+ *     of a gathered sequence sliced back out, scaled by a broadcast, added or
+ *     compared (a result of another dtype),
+ *     are the baseline's rows under the row reading (blocks out of order,
+ *     or one block everywhere, are not), and so is such a block as the lhs
+ *     of a batched dot whose rhs is split by batch;
+ *   - tests/cases/factor: a constant factor tabulated as a device value on
+ *     one side and a constant term on the other is the same factor (another
+ *     factor is not);
+ *   - tests/cases/dev-const: an op no transfer function covers, on replicated
+ *     operands and constant s64 indices (device values the same everywhere),
+ *     is the baseline's op (another index is not);
+ *   - tests/cases/tuple-op: a tuple-shaped op on replicated operands
+ *     (batch-norm-training, PyTorch/XLA's layer norm), whose elements are the
+ *     baseline's; another element is not. */
+static void hand_written_cases(void) {
+    static const struct {
+        const char *name, *what, *from, *to;
+        int want;  /* verdict with execution */
+        bool rules_only;  /* the verdict without execution too (else: never verified) */
+    } cases[] = {
+        {"gather-idx/along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/along", "wrong block offset", "constant({0, 4})", "constant({0, 3})", VERDICT_MISMATCH, false},
+        {"gather-idx/along", "block offsets swapped", "constant({0, 4})", "constant({4, 0})", VERDICT_MISMATCH, false},
+        {"gather-idx/along", "upper bound off by one", "three = s32[] constant(3)", "three = s32[] constant(4)", VERDICT_MISMATCH, false},
+        {"gather-idx/along", "lower bound off by one", "compare(t, ob), direction=LT", "compare(t, ob), direction=LE", VERDICT_MISMATCH, false},
+        {"gather-idx/along", "no mask", "select(outside, zb, g)", "copy(g)", VERDICT_MISMATCH, false},
+        {"gather-idx/along", "no all-reduce",
+         "all-reduce(masked), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add", "copy(masked)",
+         VERDICT_MISMATCH, true},
+        {"gather-idx/along2d", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/along2d", "summed over dp", "replica_groups={{0,1},{2,3}}", "replica_groups={{0,2},{1,3}}", VERDICT_MISMATCH, false},
+        {"gather-idx/along2d", "offsets by dp", "constant({0, 4, 0, 4})", "constant({0, 0, 4, 4})", VERDICT_MISMATCH, false},
+        {"gather-idx/rows", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/rows", "no clamp into the block (the gather clamps)", "inblock = u32[4] clamp(ob, cl, lastb)",
+         "inblock = u32[4] copy(cl)", VERDICT_VERIFIED, true},
+        {"gather-idx/rows", "no upper mask", "outside = pred[4] or(below, above)", "outside = pred[4] copy(below)", VERDICT_MISMATCH,
+         false},
+        {"gather-idx/cols", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/cols", "block offsets swapped", "constant({0, 4})", "constant({4, 0})", VERDICT_MISMATCH, false},
+        {"gather-idx/unsigned", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/unsigned", "a signed reading of the u32 check",
+         "  outside = pred[4] compare(li, fourb), direction=GE\n",
+         "  neg = pred[4] compare(li, zerob), direction=LT\n  three = u32[] constant(3)\n  last = u32[] add(ou, three)\n"
+         "  lastc = u32[4] broadcast(last), dimensions={}\n  above = pred[4] compare(cl, lastc), direction=GT\n"
+         "  outside = pred[4] or(neg, above)\n",
+         VERDICT_MISMATCH, false},
+        {"gather-idx/scaled", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/scaled", "another factor", "two = f32[] constant(2)", "two = f32[] constant(3)", VERDICT_MISMATCH, false},
+        {"gather-idx/takeconst", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/takeconst", "another column", "i = s32[1] constant({0})", "i = s32[1] constant({1})", VERDICT_MISMATCH,
+         false},
+        {"unit-regroup/major", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/major", "group out of order", "replica_groups={{0,1,2,3}}", "replica_groups={{0,2,1,3}}",
+         VERDICT_MISMATCH, false},
+        {"unit-regroup/minor", "columns gathered for a row-major flattening", NULL, NULL, VERDICT_MISMATCH, false},
+        {"unit-regroup/cols", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/cols", "group reversed", "replica_groups={{0,1,2,3}}", "replica_groups={{3,2,1,0}}", VERDICT_MISMATCH,
+         false},
+        {"unit-regroup/across", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/across", "group reversed", "replica_groups={{0,1,2,3}}", "replica_groups={{3,2,1,0}}", VERDICT_MISMATCH,
+         false},
+        {"unit-regroup/reread", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/reread", "blocks out of order", "constant({0, 16, 32, 48})", "constant({16, 0, 32, 48})",
+         VERDICT_MISMATCH, false},
+        {"unit-regroup/sum", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/sum", "the first block of z everywhere", "dynamic-slice(sz, zero, o)", "dynamic-slice(sz, zero, zero)",
+         VERDICT_MISMATCH, false},
+        {"unit-regroup/cmp", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/cmp", "the first block of z everywhere", "dynamic-slice(sz, zero, o)", "dynamic-slice(sz, zero, zero)",
+         VERDICT_MISMATCH, false},
+        {"unit-regroup/dot", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-regroup/dot", "blocks out of order", "constant({0, 2, 4, 6})", "constant({2, 0, 4, 6})", VERDICT_MISMATCH,
+         false},
+        {"factor/devconst", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"factor/devconst", "another factor", "two = s64[] constant(2)", "two = s64[] constant(3)", VERDICT_MISMATCH, false},
+        {"dev-const/dus", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"dev-const/dus", "another row", "two = s64[] constant(2)", "two = s64[] constant(1)", VERDICT_MISMATCH, false},
+        {"tuple-op/bn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"tuple-op/bn", "another element", "get-tuple-element(bn), index=1", "get-tuple-element(bn), index=2", VERDICT_MISMATCH,
+         false},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
+        char b[256], d[256], r[256];
+        snprintf(b, sizeof b, "tests/cases/%s.base.hlo", cases[k].name);
+        snprintf(d, sizeof d, "tests/cases/%s.dist.hlo", cases[k].name);
+        snprintf(r, sizeof r, "tests/cases/%s.relations.json", cases[k].name);
+        if (cases[k].from) {
+            char *src = t_read(d, NULL);
+            bool ok = src && t_write_replaced(src, cases[k].from, cases[k].to, NULL, "build/check-gather-idx.hlo");
+            free(src);
+            t_case("check %s: %s (edit applies)", cases[k].name, cases[k].what);
+            if (!CHECK(ok)) continue;
+            snprintf(d, sizeof d, "build/check-gather-idx.hlo");
+        }
+        for (int wit = 0; wit < 2; wit++) {
+            t_case("check %s: %s (%s)", cases[k].name, cases[k].what, wit ? "with execution" : "rules only");
+            json_t *trace = NULL;
+            int v = run_with(cases[k].name, b, d, r, wit, false, &trace);
+            if (wit || cases[k].rules_only) CHECK_MSG(v == cases[k].want, "verdict %s", verdict_name(v));
+            else CHECK_MSG(v == VERDICT_UNVERIFIED || v == VERDICT_MISMATCH, "verdict %s", verdict_name(v));
+            json_decref(trace);
+        }
+    }
+}
+
 void suite_check(void);
 void suite_check(void) {
     loop_partial_sum();
     loop_induction();
+    hand_written_cases();
     scalar_dynamic_slice();
     factor_blame_in_call();
     contradicted_by_execution();

@@ -205,8 +205,41 @@ static void current_xla(void) {
     graph_free(m);
 }
 
+/* Predicate reducers written out (PyTorch/XLA's `all` and `any`: x != false
+ * and y != false combined, then a select of true/false) are read by their
+ * truth table; a function of the two inputs that is no reduction (x and not
+ * y) and a reducer of another type stay unrecognised. */
+static void pred_reducers(void) {
+    static const struct { const char *body; int want; } cases[] = {
+        {"  a = pred[] and(cx, cy)\n  ROOT s = pred[] select(a, t, f)\n", RED_AND},
+        {"  a = pred[] or(cx, cy)\n  ROOT s = pred[] select(a, t, f)\n", RED_OR},
+        {"  a = pred[] compare(cx, cy), direction=NE\n  ROOT s = pred[] select(a, t, f)\n", RED_XOR},
+        {"  n = pred[] not(cy)\n  ROOT a = pred[] and(cx, n)\n", RED_NONE},
+        {"  a = pred[] and(cx, cy)\n  ROOT s = pred[] select(a, f, t)\n", RED_NONE},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char src[1024];
+        snprintf(src, sizeof src,
+                 "HloModule r\n\nall {\n  x = pred[] parameter(0)\n  f = pred[] constant(false)\n  t = pred[] constant(true)\n"
+                 "  cx = pred[] compare(x, f), direction=NE\n  y = pred[] parameter(1)\n"
+                 "  cy = pred[] compare(y, f), direction=NE\n%s}\n\n"
+                 "ENTRY e {\n  p = pred[4,3] parameter(0)\n  i = pred[] constant(true)\n"
+                 "  ROOT r = pred[4] reduce(p, i), dimensions={1}, to_apply=all\n}\n",
+                 cases[k].body);
+        diag d;
+        hlo_module *m = parse(src, &d);
+        t_case("text-20 predicate reducer written out, case %zu", k);
+        CHECK_MSG(m != NULL, "%s", d.out.s ? d.out.s : "");
+        diag_free(&d);
+        if (!m) continue;
+        CHECK_EQ(m->comps[0].reducer, cases[k].want);
+        graph_free(m);
+    }
+}
+
 void suite_text(void);
 void suite_text(void) {
+    pred_reducers();
     diag d;
     size_t n;
     char *src = t_read("tests/cases/variants.hlo", &n);

@@ -4,11 +4,58 @@
 
 #include "diag.h"
 #include "harness.h"
+#include "pwidx.h"
 #include "sha256.h"
 #include "util.h"
 
+/* pw_wrap_unsigned, against the value computed in uint32_t arithmetic for
+ * every t in [0, 600) (and a few near 2^32 - 1): t - 300, 7 - t, the
+ * constants -5 and 2^32 + 3, and a piecewise clamp(t, 10, 20) - 15. */
+static void pw_wrap(void) {
+    t_case("util-pw wrapping as u32");
+    pw_fn f[5], w;
+    pw_shift(&f[0], -300);
+    f[1].n = 0;
+    pw_push(&f[1], PW_NEG_INF, PW_POS_INF, -1, 7);
+    pw_const(&f[2], -5);
+    pw_const(&f[3], ((int64_t)1 << 32) + 3);
+    f[4].n = 0;
+    pw_push(&f[4], PW_NEG_INF, 10, 0, -5);
+    pw_push(&f[4], 10, 20, 1, -15);
+    pw_push(&f[4], 20, PW_POS_INF, 0, 5);
+    for (int k = 0; k < 5; k++) {
+        if (!CHECK_MSG(pw_wrap_unsigned(&f[k], 32, &w), "function %d", k)) continue;
+        int64_t ts[605];
+        int nt = 0;
+        for (int64_t t = 0; t < 600; t++) ts[nt++] = t;
+        for (int64_t t = 0; t < 5; t++) ts[nt++] = ((int64_t)1 << 32) - 1 - t;
+        for (int q = 0; q < nt; q++) {
+            int64_t t = ts[q], v = 0, got = 0;
+            uint32_t u = 0;
+            switch (k) {
+            case 0: u = (uint32_t)t - 300u; break;
+            case 1: u = 7u - (uint32_t)t; break;
+            case 2: u = (uint32_t)-5; break;
+            case 3: u = 3u; break;
+            default: u = (uint32_t)(t < 10 ? -5 : t < 20 ? t - 15 : 5); break;
+            }
+            v = u;
+            for (uint32_t i = 0; i < w.n; i++)
+                if (w.p[i].lo <= t && t < w.p[i].hi) got = w.p[i].a * t + w.p[i].b;
+            if (!CHECK_MSG(got == v, "function %d at t=%lld: %lld, want %lld", k, (long long)t, (long long)got, (long long)v))
+                break;
+        }
+    }
+    pw_fn g;
+    pw_fn h;
+    h.n = 0;
+    pw_push(&h, PW_NEG_INF, PW_POS_INF, 2, 0);
+    CHECK_MSG(!pw_wrap_unsigned(&h, 32, &g), "slope 2 is refused");
+}
+
 void suite_util(void);
 void suite_util(void) {
+    pw_wrap();
     t_case("util-1 strbuf");
     strbuf b;
     sb_init(&b);
