@@ -1262,6 +1262,7 @@ static bool konst_review(lstate *s, uint32_t o, const view *want) {
 
 static bool unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_dim *want);
 static void elementwise_unit_partials(lstate *s);
+static lval lift_instr(lstate *s);
 
 /* Operands whose shardings differ only in which size-1 local dim carries an
  * axis (readings of a reshape, unit_dim_reread) re-read to agree with one
@@ -1414,13 +1415,21 @@ static lval lift_elementwise(lstate *s) {
     uint8_t partial = 0, red = 0;
     elementwise_align_units(s);
     elementwise_unit_partials(s);
-    /* The sharding every operand must have: the union of the operands'. */
+    /* The sharding every operand must have: the union of the operands'. A
+     * broadcast's is one reading among several (it is constant along the dims
+     * it adds): its axes count only where no other operand uses them. */
     view want = view_dup(in->shape.rank);
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        if (ops[o].kind != LV_TERM) return unknown();
-        for (uint32_t d = 0; d < in->shape.rank && d < ops[o].v.rank; d++)
-            if (ops[o].v.dims[d].naxes && !want.dims[d].naxes) want.dims[d] = ops[o].v.dims[d];
-    }
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t o = 0; o < in->noperands; o++) {
+            if (ops[o].kind != LV_TERM) return unknown();
+            if ((s->comp->instrs[in->operands[o]].op == OP_BROADCAST) != (pass == 1)) continue;
+            for (uint32_t d = 0; d < in->shape.rank && d < ops[o].v.rank; d++) {
+                view_dim vd = ops[o].v.dims[d];
+                view one = {.rank = 1, .dims = {vd}};
+                if (vd.naxes && !want.dims[d].naxes && !(pass && (view_axes_used(&want) & view_axes_used(&one))))
+                    want.dims[d] = vd;
+            }
+        }
     review_operands(s, &want);
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &ops[o];
@@ -2081,8 +2090,10 @@ static bool reduce_unit_reading(lift_ctx *c, const hlo_comp *comp, uint32_t i, c
     if (r->op != OP_REDUCE || r->noperands != 2) return false;
     const lval *x = &vals[r->operands[0]], *init = &vals[r->operands[1]];
     const shape *xs = &comp->instrs[r->operands[0]].shape;
-    if (x->kind != LV_TERM || init->kind != LV_TERM || x->v.partial || init->v.partial || lf_scale_of(x) != 1 ||
-        xs->rank > VIEW_MAX_RANK || !reducer_identity(c, c->cur, r, init->cls))
+    /* A factor on the operand is one on the sum (a sum is linear). */
+    if (x->kind != LV_TERM || init->kind != LV_TERM || x->v.partial || init->v.partial || lf_scale_of(init) != 1 ||
+        (lf_scale_of(x) != 1 && instr_reducer(c->cur, r) != RED_SUM) || xs->rank > VIEW_MAX_RANK ||
+        !reducer_identity(c, c->cur, r, init->cls))
         return false;
     uint32_t nd;
     const int64_t *rd = instr_ints(r, A_DIMENSIONS, &nd);
@@ -2140,7 +2151,71 @@ static bool reduce_unit_reading(lift_ctx *c, const hlo_comp *comp, uint32_t i, c
     lf_global_dims(c, &v, &r->shape, gd);
     *out = term(lf_mk_reshape(c, t1, lf_type_of(c, r->shape.dtype, gd, r->shape.rank), c->origin), v, x->assumed || init->assumed);
     out->ambiguous = true;
+    out->scale = x->scale;
     return true;
+}
+
+/* What lifting may leave in the context: a walk under one reading (of a
+ * loop carry, of a partial sum) that is then undone goes back to it.
+ * (E-nodes it added stay: they are true terms.) */
+typedef struct loop_mark {
+    uint32_t nfindings, nunsupported, noutside, resynced, ndoms, seg_findings, seg_unsupported, seg_divergent, seg_outside;
+    size_t next_loop, assumptions;
+    uint64_t lifted, assumed;
+    const hlo_instr *first_unsupported, *later_unsupported, *divergence;
+    const hlo_comp *first_unsupported_comp, *later_unsupported_comp, *divergence_comp;
+    char *unsupported_why, *later_unsupported_why, *divergence_note;
+    bool unsupported_konst, later_unsupported_konst, divergence_konst, divergence_layout, divergence_resynced;
+    const char *divergence_kind, *resync_scope;
+} loop_mark;
+
+static loop_mark loop_mark_take(const lift_ctx *c) {
+    const lift_segment *sg = c->nsegs ? &c->segs[c->cur_seg] : NULL;
+    return (loop_mark){c->nfindings, c->nunsupported, c->noutside, c->resynced, c->ndoms, sg ? sg->findings : 0,
+                       sg ? sg->unsupported : 0, sg ? sg->divergent : 0, sg ? sg->outside : 0, c->next_loop,
+                       c->assumptions.len, c->lifted, c->assumed, c->first_unsupported, c->later_unsupported,
+                       c->divergence, c->first_unsupported_comp, c->later_unsupported_comp, c->divergence_comp,
+                       c->unsupported_why, c->later_unsupported_why, c->divergence_note, c->unsupported_konst,
+                       c->later_unsupported_konst, c->divergence_konst, c->divergence_layout, c->divergence_resynced,
+                       c->divergence_kind, c->resync_scope};
+}
+
+static void loop_mark_undo(lift_ctx *c, const loop_mark *m) {
+    c->nfindings = m->nfindings;
+    c->nunsupported = m->nunsupported;
+    c->noutside = m->noutside;
+    c->resynced = m->resynced;
+    c->ndoms = m->ndoms;
+    if (c->nsegs) {
+        lift_segment *sg = &c->segs[c->cur_seg];
+        sg->findings = m->seg_findings;
+        sg->unsupported = m->seg_unsupported;
+        sg->divergent = m->seg_divergent;
+        sg->outside = m->seg_outside;
+    }
+    c->next_loop = m->next_loop;
+    if (c->assumptions.s && m->assumptions < c->assumptions.len) {
+        c->assumptions.len = m->assumptions;
+        c->assumptions.s[m->assumptions] = 0;
+    }
+    c->lifted = m->lifted;
+    c->assumed = m->assumed;
+    c->first_unsupported = m->first_unsupported;
+    c->later_unsupported = m->later_unsupported;
+    c->divergence = m->divergence;
+    c->first_unsupported_comp = m->first_unsupported_comp;
+    c->later_unsupported_comp = m->later_unsupported_comp;
+    c->divergence_comp = m->divergence_comp;
+    c->unsupported_why = m->unsupported_why;
+    c->later_unsupported_why = m->later_unsupported_why;
+    c->divergence_note = m->divergence_note;
+    c->unsupported_konst = m->unsupported_konst;
+    c->later_unsupported_konst = m->later_unsupported_konst;
+    c->divergence_konst = m->divergence_konst;
+    c->divergence_layout = m->divergence_layout;
+    c->divergence_resynced = m->divergence_resynced;
+    c->divergence_kind = m->divergence_kind;
+    c->resync_scope = m->resync_scope;
 }
 
 /* Operand o of s re-read through the layout ops (reshape, bitcast,
@@ -2151,28 +2226,50 @@ static bool reduce_unit_reading(lift_ctx *c, const hlo_comp *comp, uint32_t i, c
 static bool unit_partial_reread(lstate *s, uint32_t o) {
     lift_ctx *c = s->c;
     const hlo_comp *comp = s->comp;
-    uint32_t chain[8], n = 0, i = s->in->operands[o];
+    uint32_t chain[8], at[8], n = 0, i = s->in->operands[o];
     for (;;) {
         const hlo_instr *y = &comp->instrs[i];
         const lval *yv = &s->vals[i];
-        if (yv->kind != LV_TERM || !yv->v.partial || lf_scale_of(yv) != 1) return false;
+        if (yv->kind != LV_TERM || !yv->v.partial) return false;
         if (y->op == OP_REDUCE) break;
-        if ((y->op != OP_RESHAPE && y->op != OP_BITCAST && y->op != OP_BROADCAST && y->op != OP_TRANSPOSE) ||
-            y->noperands != 1 || n == ARRAY_LEN(chain))
+        if (n == ARRAY_LEN(chain)) return false;
+        /* An elementwise op (a scaling by a replicated constant) with one
+         * partial operand, the chain's, and the others complete. */
+        uint32_t k = 0;
+        if (lf_is_elementwise(y->op) && y->noperands <= 3) {
+            uint32_t np = 0;
+            for (uint32_t q = 0; q < y->noperands; q++) {
+                const lval *z = &s->vals[y->operands[q]];
+                if (z->kind != LV_TERM) return false;
+                if (z->v.partial) np++, k = q;
+            }
+            if (np != 1) return false;
+        } else if ((y->op != OP_RESHAPE && y->op != OP_BITCAST && y->op != OP_BROADCAST && y->op != OP_TRANSPOSE) ||
+                   y->noperands != 1) {
             return false;
+        }
+        at[n] = k;
         chain[n++] = i;
-        i = y->operands[0];
+        i = y->operands[k];
     }
     lval cur;
     if (!reduce_unit_reading(c, comp, i, s->vals, &cur)) return false;
-    uint32_t nu = c->nunsupported, nf = c->nfindings;
-    uint64_t na = c->assumed;
+    loop_mark m = loop_mark_take(c);
     while (n) {
         const hlo_instr *y = &comp->instrs[chain[--n]];
-        lstate s2 = {c, comp, y, &cur, s->vals};
-        cur = y->op == OP_BROADCAST ? lift_broadcast(&s2) : y->op == OP_TRANSPOSE ? lift_transpose(&s2) : lift_reshape(&s2);
-        if (cur.kind != LV_TERM || cur.assumed || cur.v.partial || c->nunsupported != nu || c->nfindings != nf || c->assumed != na)
+        lval ops[3];
+        for (uint32_t q = 0; q < y->noperands && q < 3; q++) ops[q] = q == at[n] ? cur : s->vals[y->operands[q]];
+        lstate s2 = {c, comp, y, ops, s->vals};
+        if (!lf_scale_take(&s2, &cur)) {
+            double f = lf_scale_plan(&s2);
+            cur = lift_instr(&s2);
+            lf_scale_apply(&s2, &cur, f);
+        }
+        if (cur.kind != LV_TERM || cur.assumed || cur.v.partial || c->nunsupported != m.nunsupported ||
+            c->nfindings != m.nfindings || c->assumed != m.assumed) {
+            loop_mark_undo(c, &m);
             return false;
+        }
     }
     cur.ambiguous = true;
     s->ops[o] = cur;
@@ -2185,6 +2282,27 @@ static bool unit_partial_reread(lstate *s, uint32_t o) {
  * one whose sharding is theirs (unit_partial_reread). */
 static void elementwise_unit_partials(lstate *s) {
     const hlo_instr *in = s->in;
+    /* Partial sums combined by an op that is not a sum (g·g, Adam's second
+     * moment): meaningful only in their other readings, when they all have
+     * one and those agree. */
+    uint32_t npart = 0, nterm = 0;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        nterm += s->ops[o].kind == LV_TERM;
+        npart += s->ops[o].kind == LV_TERM && s->ops[o].v.partial;
+    }
+    if (npart >= 2 && npart == nterm && in->op != OP_ADD && in->op != OP_SUBTRACT && in->noperands <= 8) {
+        lval saved[8];
+        memcpy(saved, s->ops, in->noperands * sizeof *saved);
+        bool ok = true;
+        const view *first = NULL;
+        for (uint32_t o = 0; o < in->noperands && ok; o++) {
+            if (s->ops[o].kind != LV_TERM) continue;
+            ok = unit_partial_reread(s, o) && (!first || lf_same_sharding(first, &s->ops[o].v));
+            if (!first) first = &s->ops[o].v;
+        }
+        if (!ok) memcpy(s->ops, saved, in->noperands * sizeof *saved);
+        return;
+    }
     for (uint32_t o = 0; o < in->noperands; o++) {
         lval *x = &s->ops[o];
         if (x->kind != LV_TERM || !x->v.partial) continue;
@@ -4374,69 +4492,6 @@ static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uin
         }
     }
     return false;
-}
-
-/* What walking a loop body may leave in the context: a walk under one
- * reading of the carry that is then undone goes back to it. (E-nodes it
- * added stay: they are true terms.) */
-typedef struct loop_mark {
-    uint32_t nfindings, nunsupported, noutside, resynced, ndoms, seg_findings, seg_unsupported, seg_divergent, seg_outside;
-    size_t next_loop, assumptions;
-    uint64_t lifted, assumed;
-    const hlo_instr *first_unsupported, *later_unsupported, *divergence;
-    const hlo_comp *first_unsupported_comp, *later_unsupported_comp, *divergence_comp;
-    char *unsupported_why, *later_unsupported_why, *divergence_note;
-    bool unsupported_konst, later_unsupported_konst, divergence_konst, divergence_layout, divergence_resynced;
-    const char *divergence_kind, *resync_scope;
-} loop_mark;
-
-static loop_mark loop_mark_take(const lift_ctx *c) {
-    const lift_segment *sg = c->nsegs ? &c->segs[c->cur_seg] : NULL;
-    return (loop_mark){c->nfindings, c->nunsupported, c->noutside, c->resynced, c->ndoms, sg ? sg->findings : 0,
-                       sg ? sg->unsupported : 0, sg ? sg->divergent : 0, sg ? sg->outside : 0, c->next_loop,
-                       c->assumptions.len, c->lifted, c->assumed, c->first_unsupported, c->later_unsupported,
-                       c->divergence, c->first_unsupported_comp, c->later_unsupported_comp, c->divergence_comp,
-                       c->unsupported_why, c->later_unsupported_why, c->divergence_note, c->unsupported_konst,
-                       c->later_unsupported_konst, c->divergence_konst, c->divergence_layout, c->divergence_resynced,
-                       c->divergence_kind, c->resync_scope};
-}
-
-static void loop_mark_undo(lift_ctx *c, const loop_mark *m) {
-    c->nfindings = m->nfindings;
-    c->nunsupported = m->nunsupported;
-    c->noutside = m->noutside;
-    c->resynced = m->resynced;
-    c->ndoms = m->ndoms;
-    if (c->nsegs) {
-        lift_segment *sg = &c->segs[c->cur_seg];
-        sg->findings = m->seg_findings;
-        sg->unsupported = m->seg_unsupported;
-        sg->divergent = m->seg_divergent;
-        sg->outside = m->seg_outside;
-    }
-    c->next_loop = m->next_loop;
-    if (c->assumptions.s && m->assumptions < c->assumptions.len) {
-        c->assumptions.len = m->assumptions;
-        c->assumptions.s[m->assumptions] = 0;
-    }
-    c->lifted = m->lifted;
-    c->assumed = m->assumed;
-    c->first_unsupported = m->first_unsupported;
-    c->later_unsupported = m->later_unsupported;
-    c->divergence = m->divergence;
-    c->first_unsupported_comp = m->first_unsupported_comp;
-    c->later_unsupported_comp = m->later_unsupported_comp;
-    c->divergence_comp = m->divergence_comp;
-    c->unsupported_why = m->unsupported_why;
-    c->later_unsupported_why = m->later_unsupported_why;
-    c->divergence_note = m->divergence_note;
-    c->unsupported_konst = m->unsupported_konst;
-    c->later_unsupported_konst = m->later_unsupported_konst;
-    c->divergence_konst = m->divergence_konst;
-    c->divergence_layout = m->divergence_layout;
-    c->divergence_resynced = m->divergence_resynced;
-    c->divergence_kind = m->divergence_kind;
-    c->resync_scope = m->resync_scope;
 }
 
 /* Walks the body and condition with the carry xs (each related to baseline

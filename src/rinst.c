@@ -575,6 +575,13 @@ static bool gen_term(gen *g, uint32_t pat, const rtype *ty) {
         const char *target = only_keys(g, t, keys) ? custom_target(g, t, buf, sizeof buf) : NULL;
         return target && gen_custom(g, t, target, ty);
     }
+    case OP_SELECT: {
+        /* a predicate of the result's dims, then two values of its type */
+        if (t->nkids != 3 || !only_keys(g, t, no_keys)) return false;
+        rtype ct[3] = {*ty, *ty, *ty};
+        ct[0].dt = DT_PRED;
+        return emit(g, t, OP_SELECT, ct, NULL, ty);
+    }
     default:
         return is_elementwise(t->op) && t->nkids >= 1 && only_keys(g, t, no_keys) && gen_same(g, t, t->op, "", ty);
     }

@@ -6,7 +6,8 @@
  * type (rank 0..max_rank or exactly max_rank, dims 1..max_dim, a dim of 1 a quarter of the time,
  * dtype mostly f32, else f64, bf16, f16 or s32), and each node of the pattern
  * chooses its operands' types and its attributes at random so that the node
- * type-checks: elementwise ops and op-class members keep the type, convert
+ * type-checks: elementwise ops and op-class members keep the type (select's
+ * predicate is pred of the same dims), convert
  * draws an operand dtype, transpose a permutation, reshape a factorisation of
  * the element count, broadcast an increasing subset of dims, concatenate a
  * dim and a split, slice a box with stride 1 or 2 inside a larger operand,

@@ -1509,7 +1509,11 @@ static void concat_unlike_operands(void) {
  *     is the baseline's op (another index is not);
  *   - tests/cases/tuple-op: a tuple-shaped op on replicated operands
  *     (batch-norm-training, PyTorch/XLA's layer norm), whose elements are the
- *     baseline's; another element is not. */
+ *     baseline's; another element is not;
+ *   - tests/cases/unit-partial: a sum over a unit dim sharded by dp (a
+ *     reshape's other reading), scaled and squared (Adam's second moment):
+ *     the per-device sums read as the blocks of the complete sum (another
+ *     factor is not; the halves summed by an all-reduce are not either). */
 static void hand_written_cases(void) {
     static const struct {
         const char *name, *what, *from, *to;
@@ -1576,6 +1580,11 @@ static void hand_written_cases(void) {
         {"tuple-op/bn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"tuple-op/bn", "another element", "get-tuple-element(bn), index=1", "get-tuple-element(bn), index=2", VERDICT_MISMATCH,
          false},
+        {"unit-partial/sq", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-partial/sq", "another factor", "k = f32[] constant(0.5)", "k = f32[] constant(0.25)", VERDICT_MISMATCH, false},
+        {"unit-partial/sq", "the halves summed", "  %m = f32[32] multiply(%s, %kb)",
+         "  %sr = f32[32] all-reduce(%s), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add\n"
+         "  %m = f32[32] multiply(%sr, %kb)", VERDICT_MISMATCH, false},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         char b[256], d[256], r[256];
