@@ -108,6 +108,13 @@ static int64_t float_to_int(int dt, double x) {
     return (int64_t)(x < lo ? lo : x > hi ? hi : x);
 }
 
+/* Set by interp_run from its config for the run on this thread: floats
+ * held as binary64 whatever their type. */
+static _Thread_local bool unrounded_now;
+
+/* x as a value of type dt holds it (unrounded runs keep floats exact). */
+static double rnd(int dt, double x) { return unrounded_now && dtype_is_float(dt) ? x : dtype_round(dt, x); }
+
 void interp_val_set(interp_val *v, int64_t k, double x) {
     if (v->f) v->f[k] = dtype_round(v->dtype, x);
     else v->i[k] = float_to_int(v->dtype, x);
@@ -572,7 +579,7 @@ static int64_t compare_cell(int dir, bool total, int dt, cell a, cell b) {
 
 static cell convert_cell(int from, int to, cell a) {
     cell r;
-    if (isf(to)) r.f = dtype_round(to, isf(from) ? a.f : int_to_double(from, a.i));
+    if (isf(to)) r.f = rnd(to, isf(from) ? a.f : int_to_double(from, a.i));
     else if (isf(from)) r.i = float_to_int(to, a.f);
     else r.i = wrap(to, a.i);
     return r;
@@ -665,7 +672,7 @@ static bool unary_cell(int op, int dt, int rdt, cell a, cell *r) {
     }
     if (isf(dt)) {
         if (!unary_f(op, a.f, &r->f)) return false;
-        r->f = dtype_round(rdt, r->f);
+        r->f = rnd(rdt, r->f);
         return true;
     }
     return unary_i(op, dt, a.i, &r->i);
@@ -674,7 +681,7 @@ static bool unary_cell(int op, int dt, int rdt, cell a, cell *r) {
 static bool binary_cell(int op, int dt, cell a, cell b, cell *r) {
     if (isf(dt)) {
         if (!binary_f(op, a.f, b.f, &r->f)) return false;
-        r->f = dtype_round(dt, r->f);
+        r->f = rnd(dt, r->f);
         return true;
     }
     if (dt == DT_PRED) {
@@ -787,7 +794,7 @@ static bool scalar_call(ctx *x, uint32_t ci, int64_t dev, const cell *args, uint
             const hlo_literal *l = a ? a->v.lit : NULL;
             if (!l || l->elided || l->count < 1 || (!l->f && !l->i))
                 return fail(x, INTERP_EUNSUPPORTED, in, "constant without a value"), false;
-            if (isf(dt)) v[i].f = l->f ? dtype_round(dt, l->f[0]) : (double)l->i[0];
+            if (isf(dt)) v[i].f = l->f ? rnd(dt, l->f[0]) : (double)l->i[0];
             else v[i].i = l->i ? wrap(dt, l->i[0]) : float_to_int(dt, l->f[0]);
             break;
         }
@@ -838,7 +845,7 @@ static bool combine(ctx *x, const hlo_instr *in, uint32_t ci, int64_t dev, inter
         bool round = !(exact_sum && (dt == DT_F32 || dt == DT_F64));
         for (int64_t k = 0; k < acc->n; k++) {
             double s = acc->f[k] + b->f[k];
-            acc->f[k] = round ? dtype_round(dt, s) : s;
+            acc->f[k] = round ? rnd(dt, s) : s;
         }
         return true;
     }
@@ -864,7 +871,7 @@ static bool combine(ctx *x, const hlo_instr *in, uint32_t ci, int64_t dev, inter
 
 static void round_all(interp_val *v) {
     if (v->f && v->dtype != DT_F64)
-        for (int64_t k = 0; k < v->n; k++) v->f[k] = dtype_round(v->dtype, v->f[k]);
+        for (int64_t k = 0; k < v->n; k++) v->f[k] = rnd(v->dtype, v->f[k]);
 }
 
 static interp_val *val_copy(const interp_val *v) {
@@ -891,7 +898,7 @@ static interp_val *op_constant(ctx *x, const hlo_instr *in) {
     }
     for (int64_t k = 0; k < r->n; k++) {
         int64_t s = l->count == 1 ? 0 : k;
-        if (r->f) r->f[k] = dtype_round(r->dtype, l->f ? l->f[s] : (double)l->i[s]);
+        if (r->f) r->f[k] = rnd(r->dtype, l->f ? l->f[s] : (double)l->i[s]);
         else r->i[k] = l->i ? wrap(r->dtype, l->i[s]) : float_to_int(r->dtype, l->f[s]);
     }
     return r;
@@ -907,7 +914,7 @@ static interp_val *op_iota(ctx *x, const hlo_instr *in) {
     }
     int64_t idx[INTERP_MAX_RANK] = {0};
     for (int64_t k = 0; k < r->n; k++) {
-        if (r->f) r->f[k] = dtype_round(r->dtype, (double)idx[d]);
+        if (r->f) r->f[k] = rnd(r->dtype, (double)idx[d]);
         else r->i[k] = wrap(r->dtype, idx[d]);
         next_idx(idx, r->dims, r->rank);
     }
@@ -1002,7 +1009,7 @@ static interp_val *op_elementwise(ctx *x, const hlo_instr *in, interp_val **ops)
                     interp_val_free(r);
                     return fail(x, INTERP_EUNSUPPORTED, in, "not defined for %s", dtype_name(a->dtype));
                 }
-                r->f[k] = dtype_round(rdt, o);
+                r->f[k] = rnd(rdt, o);
             }
             return r;
         }
@@ -1024,7 +1031,7 @@ static interp_val *op_elementwise(ctx *x, const hlo_instr *in, interp_val **ops)
                 interp_val_free(r);
                 return fail(x, INTERP_EUNSUPPORTED, in, "not defined for %s", dtype_name(rdt));
             }
-            r->f[k] = dtype_round(rdt, o);
+            r->f[k] = rnd(rdt, o);
         }
         return r;
     }
@@ -1405,7 +1412,7 @@ static interp_val *op_reduce(ctx *x, const hlo_instr *in, interp_val **ops, int6
             int64_t o = 0;
             for (uint32_t d = 0; d < a0->rank; d++) o += idx[d] * ostd[d];
             acc[o] += a0->f[e];
-            if (!exact) acc[o] = dtype_round(dt, acc[o]);
+            if (!exact) acc[o] = rnd(dt, acc[o]);
             next_idx(idx, a0->dims, a0->rank);
         }
         round_all(outs[0]);
@@ -1649,7 +1656,7 @@ static interp_val *op_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int
         if (ok) {
             cell args[2] = {get_cell(r, o), get_cell(u, e)}, res;
             int red = x->m->comps[ci].reducer;
-            if (red == RED_SUM && r->f) res.f = dtype_round(r->dtype, args[0].f + args[1].f);
+            if (red == RED_SUM && r->f) res.f = rnd(r->dtype, args[0].f + args[1].f);
             else if (!scalar_call(x, ci, dev, args, 2, &res, 1)) {
                 interp_val_free(r);
                 return NULL;
@@ -1785,11 +1792,11 @@ static interp_val *op_batch_norm_training(ctx *x, const hlo_instr *in, interp_va
         for (int64_t e = 0; e < v->n; e++)
             if (e / inner % nf == f) q += (v->f[e] - mu) * (v->f[e] - mu);
         double va = per ? q / (double)per : 0;
-        mean->f[f] = dtype_round(v->dtype, mu);
-        var->f[f] = dtype_round(v->dtype, va);
+        mean->f[f] = rnd(v->dtype, mu);
+        var->f[f] = rnd(v->dtype, va);
         double r = 1 / sqrt(va + eps);
         for (int64_t e = 0; e < v->n; e++)
-            if (e / inner % nf == f) out->f[e] = dtype_round(v->dtype, (v->f[e] - mu) * r * sc->f[f] + of->f[f]);
+            if (e / inner % nf == f) out->f[e] = rnd(v->dtype, (v->f[e] - mu) * r * sc->f[f] + of->f[f]);
     }
     interp_val *el[3] = {out, mean, var};
     return interp_val_tuple(3, el);
@@ -1819,10 +1826,10 @@ static interp_val *op_batch_norm_grad(ctx *x, const hlo_instr *in, interp_val **
         for (int64_t e = 0; e < v->n; e++)
             if (e / inner % nf == f) {
                 double c = v->f[e] - mn->f[f];
-                gx->f[e] = dtype_round(v->dtype, sc->f[f] * r / (n ? n : 1) * (n * dy->f[e] - sdy - c * sdyc / ve));
+                gx->f[e] = rnd(v->dtype, sc->f[f] * r / (n ? n : 1) * (n * dy->f[e] - sdy - c * sdyc / ve));
             }
-        gs->f[f] = dtype_round(v->dtype, sdyc * r);
-        go->f[f] = dtype_round(v->dtype, sdy);
+        gs->f[f] = rnd(v->dtype, sdyc * r);
+        go->f[f] = rnd(v->dtype, sdy);
     }
     interp_val *el[3] = {gx, gs, go};
     return interp_val_tuple(3, el);
@@ -1956,7 +1963,7 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
         int dt = eb == 8 && mb == 7 ? DT_BF16 : eb == 5 && mb == 10 ? DT_F16 : eb == 8 && mb == 23 ? DT_F32 : 0;
         if (!dt || !ops[0]->f) return fail(x, INTERP_EUNSUPPORTED, in, "reduce-precision to e%lldm%lld", (long long)eb, (long long)mb);
         interp_val *r = val_copy(ops[0]);
-        for (int64_t k = 0; k < r->n; k++) r->f[k] = dtype_round(dt, r->f[k]);
+        for (int64_t k = 0; k < r->n; k++) r->f[k] = rnd(dt, r->f[k]);
         return r;
     }
     case OP_TUPLE: {
@@ -1992,7 +1999,7 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
             interp_val *r = val_like(ops[0], ops[0]->dtype);
             for (int64_t k = 0; k < r->n; k++) {
                 activation_f(t, ops[0]->f[k], &v);
-                r->f[k] = dtype_round(r->dtype, v);
+                r->f[k] = rnd(r->dtype, v);
             }
             return r;
         }
@@ -2663,8 +2670,21 @@ interp_val *interp_eval_instr(const hlo_module *m, const hlo_instr *in, interp_v
     return r;
 }
 
+static int run_entry(const hlo_module *m, const interp_config *cfg, interp_val **const *args, interp_val **out,
+                     strbuf *err);
+
 int interp_run(const hlo_module *m, const interp_config *cfg, interp_val **const *args, interp_val **out,
                strbuf *err) {
+    /* Only this run is unrounded: constant folding on this thread later is not. */
+    bool was = unrounded_now;
+    unrounded_now = cfg && cfg->unrounded;
+    int st = run_entry(m, cfg, args, out, err);
+    unrounded_now = was;
+    return st;
+}
+
+static int run_entry(const hlo_module *m, const interp_config *cfg, interp_val **const *args, interp_val **out,
+                     strbuf *err) {
     ctx x = {.m = m, .err = err};
     interp_devices(m, &x.R, &x.P);
     if (cfg && cfg->replicas > 0) x.R = cfg->replicas;

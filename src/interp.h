@@ -121,6 +121,9 @@ typedef struct interp_config {
     int64_t max_elements;          /* 0: INTERP_MAX_ELEMENTS */
     int64_t max_iterations;        /* 0: INTERP_MAX_ITERATIONS */
     int64_t max_steps;             /* 0: INTERP_MAX_STEPS */
+    bool unrounded;                /* floats held as binary64 whatever their type (inputs
+                                    * stay as given): programs that differ only in rounding,
+                                    * or in where they round, compute the same */
 } interp_config;
 
 /* The checks interp_run makes before running: device count (1..4096),

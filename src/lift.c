@@ -1320,9 +1320,88 @@ static void elementwise_align_units(lstate *s) {
 /* Every operand not sharded as want that is a broadcast along the dims it
  * differs in, or constant-only and replicated, re-viewed as want: the same
  * per-device pieces, read as a global term under the others' view. */
+/* Value i of s's computation, sharded as xv and built by elementwise ops
+ * from broadcasts that add every dim where its global dims g differ from
+ * xv's (dims xv leaves whole, so the value is constant along them): the same
+ * ops at dims g, the broadcasts' operands unchanged. Depth-bounded; false
+ * when not of that form. */
+static bool widen_constant(lstate *s, uint32_t i, const view *xv, const int64_t *g, uint32_t depth, eid *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *y = &s->comp->instrs[i];
+    if (depth > 8 || y->shape.rank != xv->rank) return false;
+    uint32_t t = lf_type_of(c, y->shape.dtype, g, y->shape.rank);
+    /* A broadcast reads under xv whatever view it was given, when its
+     * operand's dims are sharded as xv's dims they become. */
+    if (y->op == OP_BROADCAST && y->noperands == 1) {
+        uint32_t nd;
+        const int64_t *bd = instr_ints(y, A_DIMENSIONS, &nd);
+        lval src = s->vals[y->operands[0]];
+        if (!lf_index_as_term(c, &src) || src.kind != LV_TERM || src.v.partial || src.v.rank != nd || lf_scale_of(&src) != 1)
+            return false;
+        int64_t gy[VIEW_MAX_RANK];
+        lf_global_dims(c, xv, &y->shape, gy);
+        for (uint32_t k = 0; k < nd; k++)
+            if (bd[k] < 0 || (uint64_t)bd[k] >= y->shape.rank || g[bd[k]] != gy[bd[k]] ||
+                src.v.dims[k].naxes != xv->dims[bd[k]].naxes ||
+                memcmp(src.v.dims[k].axes, xv->dims[bd[k]].axes, src.v.dims[k].naxes))
+                return false;
+        *out = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bd, nd), t, &src.cls, 1, c->origin);
+        return true;
+    }
+    lval x = s->vals[i];
+    if (!lf_is_elementwise(y->op) || y->noperands == 0 || y->noperands > 3 || !lf_index_as_term(c, &x) ||
+        x.kind != LV_TERM || x.v.partial || !lf_same_sharding(&x.v, xv) || lf_scale_of(&x) != 1)
+        return false;
+    /* A value lifted as one of its operands (a select between equal values)
+     * widens as that operand. */
+    for (uint32_t o = 0; o < y->noperands; o++) {
+        const lval *z = &s->vals[y->operands[o]];
+        if (z->kind == LV_TERM && eg_find(c->g, z->cls) == eg_find(c->g, x.cls) && lf_scale_of(z) == 1 &&
+            s->comp->instrs[y->operands[o]].shape.rank == y->shape.rank)
+            return widen_constant(s, y->operands[o], xv, g, depth + 1, out);
+    }
+    eid ch[3];
+    for (uint32_t o = 0; o < y->noperands; o++) {
+        const hlo_instr *z = &s->comp->instrs[y->operands[o]];
+        if (z->shape.rank != y->shape.rank) return false;
+        if (!widen_constant(s, y->operands[o], xv, g, depth + 1, &ch[o])) return false;
+    }
+    *out = lf_node(c, c->cur, y, ch, y->noperands, g, c->origin);
+    return *out != EID_NONE;
+}
+
+/* Operand o, whole along dims want shards over axes it does not use, and
+ * constant along them (widen_constant: a mask from labels beside
+ * vocab-sharded logits), read under want: each device's piece is every
+ * block of that wider value along those dims. */
+static bool review_constant(lstate *s, uint32_t o, const view *want) {
+    const lval *x = &s->ops[o];
+    const hlo_instr *y = &s->comp->instrs[s->in->operands[o]];
+    if (x->kind != LV_TERM || x->v.partial || want->partial || want->rank != y->shape.rank || x->v.rank != y->shape.rank ||
+        y->shape.rank > VIEW_MAX_RANK)
+        return false;
+    uint32_t used = view_axes_used(&x->v);
+    view w = x->v;
+    for (uint32_t d = 0; d < y->shape.rank; d++) {
+        const view_dim *a = &x->v.dims[d], *b = &want->dims[d];
+        if (a->naxes == b->naxes && !memcmp(a->axes, b->axes, a->naxes)) continue;
+        if (a->naxes) return false;
+        view one = {.rank = 1, .dims = {*b}};
+        if (view_axes_used(&one) & used) return false;
+        w.dims[d] = *b;
+    }
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(s->c, &w, &y->shape, g);
+    eid r;
+    if (!widen_constant(s, s->in->operands[o], &x->v, g, 0, &r)) return false;
+    s->ops[o] = term(r, w, x->assumed);
+    return true;
+}
+
 static void review_operands(lstate *s, const view *want) {
     for (uint32_t o = 0; o < s->in->noperands; o++)
-        if (!lf_same_sharding(&s->ops[o].v, want) && !review_broadcast(s, o, want)) konst_review(s, o, want);
+        if (!lf_same_sharding(&s->ops[o].v, want) && !review_broadcast(s, o, want) && !konst_review(s, o, want))
+            review_constant(s, o, want);
 }
 
 /* The view of unit_move (*w), without building anything; false when the form
@@ -4002,6 +4081,12 @@ static lval lift_instr(lstate *s) {
     default: break;
     }
     if (lf_is_elementwise(in->op)) {
+        /* A select between a value and itself is that value, whatever picks
+         * (a device-dependent predicate choosing between equal zeros). */
+        if (in->op == OP_SELECT && in->noperands == 3 && ops[1].kind == LV_TERM && ops[2].kind == LV_TERM &&
+            eg_find(c->g, ops[1].cls) == eg_find(c->g, ops[2].cls) && lf_same_sharding(&ops[1].v, &ops[2].v) &&
+            ops[1].v.partial == ops[2].v.partial && lf_scale_of(&ops[1]) == lf_scale_of(&ops[2]))
+            return ops[1];
         /* Device operands that agree everywhere act as constants. */
         for (uint32_t o = 0; o < in->noperands; o++)
             if (ops[o].kind == LV_DEV) {

@@ -67,8 +67,10 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
                      double input_scale, int64_t int_below, witness *w) {
     const hlo_comp *be = graph_entry(base);
     int64_t ndev = mesh_devices(&rel->mesh);
-    interp_config cb = {.replicas = 1, .partitions = 1, .max_elements = WITNESS_MAX_ELEMENTS, .max_steps = WITNESS_MAX_STEPS};
-    interp_config cd = {.replicas = 1, .partitions = ndev, .max_elements = WITNESS_MAX_ELEMENTS, .max_steps = WITNESS_MAX_STEPS};
+    interp_config cb = {.replicas = 1, .partitions = 1, .max_elements = WITNESS_MAX_ELEMENTS, .max_steps = WITNESS_MAX_STEPS,
+                        .unrounded = true};
+    interp_config cd = {.replicas = 1, .partitions = ndev, .max_elements = WITNESS_MAX_ELEMENTS, .max_steps = WITNESS_MAX_STEPS,
+                        .unrounded = true};
     strbuf err;
     sb_init(&err);
     if (interp_check(base, &cb, &err) != INTERP_OK || interp_check(dist, &cd, &err) != INTERP_OK) {
@@ -147,7 +149,10 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
                     continue;
                 }
                 interp_val *block = interp_val_slice(want, off, size);
+                double before = w->max_abs;
                 compare(w, block, got);
+                if (getenv("SCALIFY_DEBUG_WITNESS") && w->max_abs > before)
+                    fprintf(stderr, "witness: output %u device %lld: max abs difference %g\n", o, (long long)d, w->max_abs);
                 interp_val_free(block);
             }
         }

@@ -7,6 +7,13 @@
  * inputs are drawn in [0, 16) (interp_val_fill_random), which keeps token ids
  * inside every sample vocabulary, or in the smaller range a proof assumed.
  *
+ * Both programs run unrounded (interp_config.unrounded: every float held as
+ * binary64 whatever its type), so that rounding the programs do differently
+ * (a bf16 product summed in f32 on one side, in bf16 on the other) or that an
+ * op amplifies (Adam's division by the root of a second moment near zero)
+ * does not pass for a difference in what they compute; a precision bug is for
+ * the rules to name (dtype-mismatch), never confirmed by execution.
+ *
  * Two runs: inputs in [-1, 1) drawn from seed, then (when the first shows no
  * difference) inputs of seed + 1 scaled by 1/64, so what is negligible beside
  * values of one (an epsilon, a missing normalisation) shows. A difference

@@ -1510,6 +1510,15 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/tuple-op: a tuple-shaped op on replicated operands
  *     (batch-norm-training, PyTorch/XLA's layer norm), whose elements are the
  *     baseline's; another element is not;
+ *   - tests/cases/const-along: a replicated mask built from labels, constant
+ *     along the vocab dim the logits are sharded on, is every block of the
+ *     baseline's wider mask (inverted, or built from the local column
+ *     index, it is not); a select between zeros by a device-dependent
+ *     predicate is zeros (between zeros and ones it is not);
+ *   - tests/cases/unrounded: bf16 partial products converted to f32 and
+ *     summed there, where the baseline rounds its whole dot to bf16: the
+ *     same function, and execution (unrounded) agrees; summed over half the
+ *     devices they are not;
  *   - tests/cases/unit-partial: a sum over a unit dim sharded by dp (a
  *     reshape's other reading), scaled and squared (Adam's second moment):
  *     the per-device sums read as the blocks of the complete sum (another
@@ -1580,6 +1589,16 @@ static void hand_written_cases(void) {
         {"tuple-op/bn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"tuple-op/bn", "another element", "get-tuple-element(bn), index=1", "get-tuple-element(bn), index=2", VERDICT_MISMATCH,
          false},
+        {"const-along/mask", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"const-along/mask", "the mask inverted", "direction=NE", "direction=EQ", VERDICT_MISMATCH, false},
+        {"const-along/mask", "the local column index", "  %m = f32[8,8] select(%kb, %oneb, %zerob)",
+         "  %io = f32[8,8] iota(), iota_dimension=1\n  %m = f32[8,8] select(%kb, %io, %zerob)", VERDICT_MISMATCH, false},
+        {"const-along/devsel", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"const-along/devsel", "ones on one device", "select(%pb, %zerob, %zerob)", "select(%pb, %zerob, %oneb)",
+         VERDICT_MISMATCH, false},
+        {"unrounded/bf16", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unrounded/bf16", "summed over half the devices", "replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}",
+         VERDICT_MISMATCH, false},
         {"unit-partial/sq", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"unit-partial/sq", "another factor", "k = f32[] constant(0.5)", "k = f32[] constant(0.25)", VERDICT_MISMATCH, false},
         {"unit-partial/sq", "the halves summed", "  %m = f32[32] multiply(%s, %kb)",
