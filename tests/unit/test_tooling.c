@@ -374,6 +374,33 @@ static void install(const char *rel_bin) {
     free(bin);
 }
 
+/* Every make and scalify line of docs/CI.md is in tests/ci_recipes.sh, which
+ * runs them on the samples. */
+static void ci_recipes(const char *bin) {
+    char *doc = t_read("docs/CI.md", NULL), *script = t_read("tests/ci_recipes.sh", NULL);
+    t_case("tooling-ci docs/CI.md and tests/ci_recipes.sh present");
+    if (!CHECK(doc && script)) return free(doc), free(script);
+    size_t lines = 0;
+    for (char *l = strtok(doc, "\n"); l; l = strtok(NULL, "\n")) {
+        while (*l == ' ') l++;
+        if (!strncmp(l, "- ", 2)) l += 2;
+        if (!strncmp(l, "run: ", 5)) l += 5;
+        if (strncmp(l, "scalify ", 8) && strncmp(l, "make ", 5)) continue;
+        t_case("tooling-ci recipe line: %.120s", l);
+        CHECK_MSG(strstr(script, l) != NULL, "not run by tests/ci_recipes.sh");
+        lines++;
+    }
+    t_case("tooling-ci recipe lines found");
+    CHECK_MSG(lines >= 8, "%zu", lines);
+    const char *slash = strrchr(bin, '/');
+    int st;
+    char *out = run(&st, "BUILD=%.*s bash tests/ci_recipes.sh", slash ? (int)(slash - bin) : 1, slash ? bin : ".");
+    t_case("tooling-ci tests/ci_recipes.sh runs the recipes");
+    CHECK_MSG(st == 0, "%s", out);
+    CHECK_CONTAINS(out, "ci_recipes: ok");
+    free(out), free(doc), free(script);
+}
+
 void suite_tooling(void);
 void suite_tooling(void) {
     const char *bin = t_scalify();
@@ -384,4 +411,5 @@ void suite_tooling(void) {
     markdown(bin);
     shard(bin);
     install(bin);
+    ci_recipes(bin);
 }
