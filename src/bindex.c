@@ -1,7 +1,7 @@
 /* bindex — batch indexes, read and merged across shards (bindex.h). */
 #include "bindex.h"
 
-#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +22,16 @@ bool bindex_write_json(const char *path, json_t *j, diag *d) {
 }
 
 bool bindex_is_index(const char *path) {
+    /* a trace names itself in its first key (check writes "scalify_trace"
+     * first): no need to parse a large trace twice */
+    char head[128] = "";
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        size_t got = fread(head, 1, sizeof head - 1, f);
+        head[got] = 0;
+        fclose(f);
+    }
+    if (strstr(head, "\"scalify_trace\"")) return false;
     json_t *j = json_load_file(path, 0, NULL);
     bool is = json_is_array(json_object_get(j, "pairs")) && !json_object_get(j, "scalify_trace");
     json_decref(j);
@@ -125,7 +135,7 @@ bool bindex_load(bindex *ix, const char *const *files, size_t nfiles, diag *d) {
         bindex_free(ix);
         return false;
     }
-    qsort(ix->e, ix->n, sizeof *ix->e, by_position);
+    if (ix->n > 1) qsort(ix->e, ix->n, sizeof *ix->e, by_position);
     return true;
 }
 

@@ -111,7 +111,11 @@ int cli_report(int argc, char **argv) {
             }
         cli_flush_diag(&d);
     }
-    if (!nt && !ix.n) return free(idx), free(files), bindex_free(&ix), usage_error("no trace given");
+    if (bad || nt + ix.n == (size_t)missing) { /* said above, or nothing left to render */
+        if (!bad) fprintf(stderr, "scalify report: no trace to render\n");
+        free(idx), free(files), bindex_free(&ix);
+        return EXIT_INPUT;
+    }
     if (merged && !ni) return free(idx), free(files), usage_error("--merged-index needs index files to merge");
     const char **paths = calloc(nt + ix.n + 1, sizeof *paths);
     size_t np = 0;

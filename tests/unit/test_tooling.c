@@ -239,6 +239,9 @@ static void shard(const char *bin) {
     char *out = run(&st, "rm -rf " WORK "/one " WORK "/sh && %s check --manifest %s --out-dir " WORK "/one -j 2 "
                          ">/dev/null 2>&1; echo rc=$?",
                     bin, m);
+    t_case("tooling-shard one whole run");
+    CHECK_MSG(strstr(out, "rc=1\n") != NULL, "the samples' bugs make check exit 1: %s", out);
+    free(out);
     char *codes = run(&st,
                       "for k in 0 1 2; do %s check --manifest %s --out-dir " WORK "/sh --shard $k/3 -j 2 >/dev/null "
                       "2>&1; echo rc=$?; done",
@@ -274,6 +277,24 @@ static void shard(const char *bin) {
     out = run(&st, "%s report " WORK "/sh/index.*-of-3.json " WORK "/one/index.json --markdown " WORK "/x.md", bin);
     t_case("tooling-shard shards and a whole index do not mix");
     CHECK_EQ(st, 2);
+    free(out);
+    /* a pair whose check failed has no trace: the others are rendered, exit 2 */
+    out = run(&st, "mkdir -p " WORK "/err && cp " TRACES "/mismatch.trace.json " WORK "/err/m.trace.json && "
+                   "printf '{\"pairs\": [{\"name\": \"gone\", \"verdict\": \"error\"}, {\"name\": \"m\", "
+                   "\"verdict\": \"mismatch\", \"trace\": \"m.trace.json\"}]}' > " WORK "/err/index.json && "
+                   "rm -f " WORK "/err.md; %s report " WORK "/err/index.json --markdown " WORK "/err.md; "
+                   "echo rc=$?; grep -c 'pmean-allreduce' " WORK "/err.md",
+              bin);
+    t_case("tooling-shard an index pair without a trace: the rest rendered, exit 2");
+    CHECK_CONTAINS(out, "pair \"gone\" has no trace");
+    CHECK_CONTAINS(out, "rc=2\n");
+    CHECK_MSG(!strstr(out, "\n0\n"), "%s", out);
+    free(out);
+    out = run(&st, "printf '{\"pairs\": []}' > " WORK "/err/empty.json && %s report " WORK "/err/empty.json -o " WORK
+                   "/err/site", bin);
+    t_case("tooling-shard an empty index: nothing to render, exit 2");
+    CHECK_EQ(st, 2);
+    CHECK_CONTAINS(out, "no trace to render");
     free(out);
     static const char *const bad[] = {"3/3", "-1/2", "1/0", "x", "1/", "/2", "0/2x", ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
