@@ -7,14 +7,25 @@
 #include "home.h"
 #include "util.h"
 
-static bool holds(const char *dir, const char *probe, int want_dir, strbuf *p) {
-    sb_reset(p);
-    sb_printf(p, "%s/%s", dir, probe);
+static bool is(const char *dir, const char *rel, bool want_dir) {
+    strbuf p;
+    sb_init(&p);
+    sb_printf(&p, "%s/%s", dir, rel);
     struct stat st;
-    return stat(p->s, &st) == 0 && (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+    bool ok = stat(p.s, &st) == 0 && (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+    sb_free(&p);
+    return ok;
 }
 
-char *home_find(const char *probe, int want_dir) {
+/* A data root holds both the rules and the page template: a folder that
+ * merely happens to be called rules/ is not one. */
+static bool is_root(const char *dir) { return is(dir, "rules", true) && is(dir, "templates/page.html", false); }
+
+const char *home_root(void) {
+    static bool looked;
+    static char *root;
+    if (looked) return root;
+    looked = true;
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n <= 0) return NULL;
@@ -22,24 +33,18 @@ char *home_find(const char *probe, int want_dir) {
     char *slash = strrchr(exe, '/');
     if (!slash) return NULL;
     *slash = 0; /* exe now names the binary's folder */
-    strbuf p, share;
-    sb_init(&p);
+    strbuf share;
     sb_init(&share);
     sb_printf(&share, "%s/../share/scalify", exe);
-    char *hit = NULL;
-    for (int up = 0; up <= 3 && !hit; up++) {
-        if (holds(exe, probe, want_dir, &p)) hit = xstrdup(*exe ? exe : "/");
+    if (is_root(share.s)) root = realpath(share.s, NULL);
+    sb_free(&share);
+    for (int up = 0; up <= 3 && !root; up++) {
+        if (*exe && is_root(exe)) root = xstrdup(exe);
         slash = strrchr(exe, '/');
         if (!slash) break;
         *slash = 0;
     }
-    if (!hit && holds(share.s, probe, want_dir, &p)) {
-        char *real = realpath(share.s, NULL);
-        hit = real ? real : xstrdup(share.s);
-    }
-    sb_free(&p);
-    sb_free(&share);
-    return hit;
+    return root;
 }
 
 const char *home_rules_dir(void) {
@@ -47,12 +52,11 @@ const char *home_rules_dir(void) {
     const char *env = getenv("SCALIFY_RULES");
     if (env && *env) return env;
     if (dir) return dir;
-    char *root = home_find("rules", 1);
+    const char *root = home_root();
     if (!root) return NULL;
     strbuf p;
     sb_init(&p);
     sb_printf(&p, "%s/rules", root);
-    free(root);
     dir = sb_take(&p);
     return dir;
 }

@@ -97,7 +97,6 @@ bool tpl_render(strbuf *out, const char *name, const char *tpl, size_t n, const 
 }
 
 static char *root_override;
-static char *root_found;
 
 void tpl_set_root(const char *dir) {
     free(root_override);
@@ -108,9 +107,8 @@ const char *tpl_root(void) {
     if (root_override) return root_override;
     const char *env = getenv("SCALIFY_HOME");
     if (env && *env) return env;
-    if (!root_found) root_found = home_find("templates/page.html", 0);
-    if (!root_found) root_found = xstrdup(".");
-    return root_found;
+    const char *home = home_root();
+    return home ? home : ".";
 }
 
 char *tpl_load(const char *rel, size_t *len, diag *d) {

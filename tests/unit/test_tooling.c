@@ -364,6 +364,11 @@ static void install(const char *rel_bin) {
     CHECK_MSG(st == 0, "%s", out);
     CHECK_MSG(atoi(out) >= 1, "no finding page in the installed binary's site: %s", out);
     free(out);
+    /* a folder that happens to be called rules/ near the binary is not its data */
+    out = run(&st, "cd %s && mkdir -p p/rules && %s p/bin/scalify --version; rmdir p/rules", tmp, env);
+    t_case("tooling-install a stray rules/ folder is not taken for the data");
+    CHECK_CONTAINS(out, "/p/share/scalify/rules (");
+    free(out);
     /* a moved tree still works: nothing about PREFIX is compiled in */
     out = run(&st, "R=$PWD; cd %s && mv p q && %s q/bin/scalify check " PAIR " -o moved.json 2>&1; echo rc=$?; mv q p",
               tmp, env);
