@@ -127,7 +127,8 @@ bool bindex_load(bindex *ix, const char *const *files, size_t nfiles, diag *d) {
     }
     for (size_t k = 0; ok && k < count; k++)
         if (!seen[k]) {
-            diag_plain(d, "shard %zu/%zu is missing: its pairs would be left out", k, count);
+            diag_plain(d, "shard %zu/%zu is missing: its pairs would be left out (to render part of a split, give "
+                          "the traces themselves)", k, count);
             ok = false;
         }
     free(seen);

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -60,7 +61,8 @@ static void print_version(void) {
     size_t n = rs_dir_digest(dir, h);
     printf("rules: %s (%zu file%s) sha256:", dir ? dir : "none found", n, n == 1 ? "" : "s");
     for (int i = 0; i < 32; i++) printf("%02x", h[i]);
-    printf("\ndata: %s\n", tpl_root());
+    const char *env = getenv("SCALIFY_HOME");
+    printf("\ndata: %s\n", home_root() || (env && *env) ? tpl_root() : "none found");
 }
 
 /* An abort() is an internal error: say so and exit 3, as documented. Only
