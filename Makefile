@@ -8,6 +8,8 @@
 #                then structural mutations of the sample texts (make fuzz-mutate)
 #   make bench   benchmarks (measure, never assert timing); the checker on the full-size
 #                pairs of samples/manifest.json, then the 405B training step of samples/bigtrain
+#   make install PREFIX=/usr/local [DESTDIR=]   the binary, PREFIX/share/scalify (rules,
+#                templates, assets) and the man page; make uninstall removes exactly those
 #   make lint / format / clean / samples
 
 CC      ?= cc
@@ -28,7 +30,7 @@ TEST_SRC := $(wildcard tests/unit/*.c)
 TEST_OBJ := $(TEST_SRC:tests/unit/%.c=$(BUILD)/obj/test_%.o)
 PB_GEN   := $(BUILD)/gen/hlo.pb-c.c $(BUILD)/gen/hlo.pb-c.h
 
-.PHONY: all test demo deps asan ubsan fuzz fuzz-mutate bench lint format clean samples check-deps
+.PHONY: install uninstall all test demo deps asan ubsan fuzz fuzz-mutate bench lint format clean samples check-deps
 
 all: check-deps $(BUILD)/scalify
 
@@ -120,6 +122,40 @@ bench: check-deps $(BUILD)/scalify $(BUILD)/bench-parse $(BUILD)/bench-egraph $(
 	$(BUILD)/bench-parse
 	$(BUILD)/bench-egraph
 	$(BUILD)/bench-check samples/manifest.json samples/bigtrain/manifest.json
+
+# The binary finds its data relative to itself (src/home.h): PREFIX/bin/scalify
+# reads PREFIX/share/scalify, so nothing about PREFIX is compiled in. Install
+# records every file it puts down (paths relative to DESTDIR) in
+# share/scalify/installed-files; uninstall removes those files, that list, and
+# the folders of share/scalify they leave empty, nothing else.
+PREFIX  ?= /usr/local
+DATA_FILES := $(wildcard rules/*.rules rules/README.md templates/*.html templates/findings/*.md assets/*)
+INST_DATA  := $(PREFIX)/share/scalify
+INST_LIST  := $(INST_DATA)/installed-files
+
+install: all
+	@set -e; d='$(DESTDIR)'; list=$$(mktemp); \
+	install -d "$$d$(PREFIX)/bin" "$$d$(PREFIX)/share/man/man1"; \
+	install -m 755 $(BUILD)/scalify "$$d$(PREFIX)/bin/scalify"; echo "$(PREFIX)/bin/scalify" >> $$list; \
+	install -m 644 docs/scalify.1 "$$d$(PREFIX)/share/man/man1/scalify.1"; \
+	echo "$(PREFIX)/share/man/man1/scalify.1" >> $$list; \
+	for f in $(DATA_FILES); do \
+	  install -d "$$d$(INST_DATA)/$$(dirname $$f)"; install -m 644 $$f "$$d$(INST_DATA)/$$f"; \
+	  echo "$(INST_DATA)/$$f" >> $$list; \
+	done; \
+	echo "$(INST_LIST)" >> $$list; install -m 644 $$list "$$d$(INST_LIST)"; rm -f $$list; \
+	echo "installed $$(wc -l < "$$d$(INST_LIST)") files under $$d$(PREFIX)"
+
+uninstall:
+	@set -e; d='$(DESTDIR)'; \
+	if [ ! -f "$$d$(INST_LIST)" ]; then echo "nothing installed under $$d$(PREFIX) ($$d$(INST_LIST) missing)"; exit 0; fi; \
+	n=0; while IFS= read -r f; do \
+	  case "$$f" in "$(PREFIX)"/*) ;; *) echo "uninstall: skipping $$f (outside $(PREFIX))"; continue;; esac; \
+	  [ "$$f" = "$(INST_LIST)" ] && continue; rm -f "$$d$$f"; n=$$((n+1)); \
+	done < "$$d$(INST_LIST)"; \
+	rm -f "$$d$(INST_LIST)"; \
+	find "$$d$(INST_DATA)" -depth -type d -empty -delete 2>/dev/null || true; \
+	echo "removed $$((n+1)) files under $$d$(PREFIX)"
 
 demo: check-deps $(BUILD)/scalify
 	@tools/demo.sh $(BUILD)/scalify

@@ -371,27 +371,6 @@ static const char *base_name(const char *p) {
     return s ? s + 1 : p;
 }
 
-/* sha256 over the .rules files of dir in name order (names and contents). */
-static void rules_digest(const char *dir, uint8_t out[32]) {
-    strbuf all;
-    sb_init(&all);
-    size_t n;
-    char **paths = rs_list_dir(dir, &n);
-    for (size_t i = 0; i < n; i++) {
-        diag d;
-        diag_init(&d, paths[i]);
-        size_t len;
-        char *txt = io_read_file(paths[i], &len, NULL, &d);
-        sb_printf(&all, "%s\n", base_name(paths[i]));
-        if (txt) sb_put(&all, txt, len);
-        free(txt);
-        diag_free(&d);
-    }
-    rs_paths_free(paths, n);
-    sha256(all.s ? all.s : "", all.len, out);
-    sb_free(&all);
-}
-
 static json_t *file_json(const side *s) {
     json_t *o = json_object();
     json_object_set_new(o, "path", json_string(s->path));
@@ -918,7 +897,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     /* The digest of the rule files in force (the empty set without --rules). */
     uint8_t h[32];
     char hex[72] = "sha256:";
-    rules_digest(o->rules_dir, h);
+    rs_dir_digest(o->rules_dir, h);
     for (int i = 0; i < 32; i++) snprintf(hex + 7 + 2 * i, 3, "%02x", h[i]);
     json_object_set_new(tool, "rules_digest", json_string(hex));
     json_object_set_new(t, "tool", tool);

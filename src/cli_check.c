@@ -13,8 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bindex.h"
 #include "check.h"
 #include "cli.h"
+#include "home.h"
 #include "io.h"
 #include "scalify.h"
 
@@ -22,8 +24,19 @@ const char cli_check_usage[] =
     "usage: scalify check --baseline B --distributed D [--relations R | --auto-relations]\n"
     "                     [--source-root DIR] [--rules DIR] [--name N] [--witness] [-j N] [--no-memo]\n"
     "                     [-o trace.json]\n"
-    "       scalify check --manifest MANIFEST --out-dir DIR [--source-root DIR] [--rules DIR] [--witness]\n"
-    "                     [-j N] [--no-memo]\n"
+    "       scalify check --manifest MANIFEST --out-dir DIR [--shard K/N] [--source-root DIR] [--rules DIR]\n"
+    "                     [--witness] [-j N] [--no-memo]\n"
+    "  --baseline B, --distributed D   the two modules (HLO text or protobuf, .gz too)\n"
+    "  --relations R  how the distributed inputs and outputs relate to the baseline's (samples/README.md);\n"
+    "  --auto-relations  from the modules' sharding annotations instead\n"
+    "  --source-root DIR  read source snippets for findings only below DIR\n"
+    "  --rules DIR    rewrite rules (default: $SCALIFY_RULES, else the rules installed with scalify;\n"
+    "                 scalify --version names them and their digest)\n"
+    "  --name N       the pair's name in the trace (default: the distributed file's name)\n"
+    "  --witness      also run both programs on random inputs to confirm or refute the verdict\n"
+    "  --manifest M --out-dir DIR   check every pair of M: DIR/NAME.trace.json and DIR/index.json\n"
+    "  --shard K/N    with --manifest: only the pairs i with i mod N = K (0 <= K < N), indexed in\n"
+    "                 DIR/index.K-of-N.json; scalify report merges the N indexes\n"
     "  -j N       parallelism (default: the number of cores): a batch checks up to N pairs at once, each in\n"
     "             its own process (its times then include the others' load: -j 1 for timings); a single\n"
     "             pair reads its two programs on two threads when N >= 2\n"
@@ -35,18 +48,7 @@ const char cli_check_usage[] =
     "  or index.json could not be written (that pair is \"error\" in index.json); killing the batch\n"
     "  kills its workers.\n";
 
-static bool write_json(const char *path, json_t *j, diag *d) {
-    char *s = json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
-    if (!s) return false;
-    strbuf b;
-    sb_init(&b);
-    sb_puts(&b, s);
-    sb_putc(&b, '\n');
-    free(s);
-    bool ok = io_write_atomic(path, b.s, b.len, d);
-    sb_free(&b);
-    return ok;
-}
+static bool write_json(const char *path, json_t *j, diag *d) { return bindex_write_json(path, j, d); }
 
 static int exit_for(int verdict) {
     return verdict == VERDICT_VERIFIED ? EXIT_VERIFIED : verdict == VERDICT_ERROR ? EXIT_INPUT : EXIT_MISMATCH;
@@ -252,7 +254,13 @@ static void batch_run(batch *bt, int jobs) {
 
 #define TRACE_SUFFIX ".trace.json"
 
-static int run_manifest(const char *manifest, const char *out_dir, const check_opts *base) {
+/* --shard K/N: this run checks the manifest's pairs i with i mod N = K
+ * (0 <= K < N) and writes DIR/index.K-of-N.json (bindex.h); n = 0: all. */
+typedef struct shard {
+    unsigned k, n;
+} shard;
+
+static int run_manifest(const char *manifest, const char *out_dir, const check_opts *base, shard sh) {
     json_error_t err;
     json_t *m = json_load_file(manifest, 0, &err);
     if (!m || !json_is_array(json_object_get(m, "pairs"))) {
@@ -285,9 +293,13 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
     json_t *pairs = json_object_get(m, "pairs");
     size_t total = json_array_size(pairs), n = 0;
     batch_pair *ps = xcalloc(total + 1, sizeof *ps);
+    const char **names = xcalloc(total + 1, sizeof *names); /* every valid pair's, all shards */
+    size_t *pos = xcalloc(total + 1, sizeof *pos);          /* ps[k] is the manifest's pair pos[k] */
+    size_t nnames = 0;
     int worst = EXIT_VERIFIED;
     for (size_t i = 0; i < total; i++) {
         json_t *p = json_array_get(pairs, i);
+        bool mine = !sh.n || i % sh.n == sh.k;
         const char *name = json_string_value(json_object_get(p, "name"));
         /* The protobuf form when there is one: text dumps elide large constants
          * ({...}), which then cannot be compared. */
@@ -298,22 +310,27 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
         if (!dd) dd = json_string_value(json_object_get(dj, "hlo"));
         const char *r = json_string_value(json_object_get(p, "relations"));
         if (!name || !b || !dd || !r) {
+            if (!mine) continue;
             fprintf(stderr, "%s: pair %zu lacks name, a baseline or distributed file, or relations\n", manifest, i);
             worst = EXIT_INPUT;
             continue;
         }
         /* The name names the trace file: one file name, one pair. */
         size_t same = 0;
-        while (same < n && strcmp(ps[same].name, name) != 0) same++;
+        while (same < nnames && strcmp(names[same], name) != 0) same++;
         bool too_long = strlen(name) + strlen(TRACE_SUFFIX) > (size_t)name_max;
-        if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") || same < n || too_long) {
+        if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") || same < nnames || too_long) {
+            if (!mine) continue;
             fprintf(stderr, "%s: pair %zu: the name \"%s\" %s\n", manifest, i, name,
-                    same < n   ? "is another pair's too (names name the trace files)"
+                    same < nnames ? "is another pair's too (names name the trace files)"
                     : too_long ? "is too long to name a trace file"
                                : "cannot name a trace file");
             worst = EXIT_INPUT;
             continue;
         }
+        names[nnames++] = name;
+        if (!mine) continue;
+        pos[n] = i;
         batch_pair *q = &ps[n++];
         q->name = name;
         q->verdict = VERDICT_ERROR; /* until it is checked */
@@ -337,6 +354,7 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
         batch_pair *q = &ps[i];
         json_t *e = json_object();
         json_object_set_new(e, "name", json_string(q->name));
+        if (sh.n) json_object_set_new(e, "position", json_integer((json_int_t)pos[i]));
         /* A pair checked but whose trace is missing was not checked as far as
          * anyone reading the traces can tell: an error, never its verdict. */
         if (!q->wrote) q->verdict = VERDICT_ERROR;
@@ -349,12 +367,22 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
         sb_free(&q->b), sb_free(&q->d), sb_free(&q->r), sb_free(&q->out), sb_free(&q->msgs);
     }
     free(ps);
+    free(names);
+    free(pos);
     strbuf ip;
     sb_init(&ip);
-    sb_printf(&ip, "%s/index.json", out_dir);
+    if (sh.n) sb_printf(&ip, "%s/index.%u-of-%u.json", out_dir, sh.k, sh.n);
+    else sb_printf(&ip, "%s/index.json", out_dir);
     diag d;
     diag_init(&d, ip.s);
     json_t *idx = json_object();
+    if (sh.n) {
+        json_t *sj = json_object();
+        json_object_set_new(sj, "index", json_integer(sh.k));
+        json_object_set_new(sj, "count", json_integer(sh.n));
+        json_object_set_new(sj, "manifest_pairs", json_integer((json_int_t)total));
+        json_object_set_new(idx, "shard", sj);
+    }
     json_object_set_new(idx, "pairs", index);
     if (!write_json(ip.s, idx, &d) && worst < EXIT_INPUT) worst = EXIT_INPUT;
     cli_flush_diag(&d);
@@ -365,33 +393,13 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
     return worst;
 }
 
-/* The rules shipped with scalify: $SCALIFY_RULES, else a rules/ folder beside or
- * above the binary (build/scalify in a checkout), else none. */
-static const char *default_rules_dir(void) {
-    static char found[4096];
-    const char *env = getenv("SCALIFY_RULES");
-    if (env && *env) return env;
-    char exe[2048];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return NULL;
-    exe[n] = 0;
-    for (int up = 0; up < 3; up++) {
-        char *slash = strrchr(exe, '/');
-        if (!slash) break;
-        *slash = 0;
-        snprintf(found, sizeof found, "%s/rules", exe);
-        struct stat st;
-        if (stat(found, &st) == 0 && S_ISDIR(st.st_mode)) return found;
-    }
-    return NULL;
-}
-
 int cli_check(int argc, char **argv) {
     check_opts o = {0};
-    o.rules_dir = default_rules_dir();
+    o.rules_dir = home_rules_dir();
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o.jobs = ncpu > 0 ? (int)ncpu : 1;
     const char *out = NULL, *manifest = NULL, *out_dir = NULL;
+    shard sh = {0, 0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char **slot = !strcmp(a, "--baseline") ? &o.baseline : !strcmp(a, "--distributed") ? &o.distributed
@@ -412,6 +420,16 @@ int cli_check(int argc, char **argv) {
             o.witness = true;
         } else if (!strcmp(a, "--no-memo")) {
             o.no_memo = true;
+        } else if (!strcmp(a, "--shard")) {
+            char *end = NULL, *slash = NULL;
+            const char *v = i + 1 < argc ? argv[++i] : "";
+            unsigned long k = strtoul(v, &slash, 10), nn = 0;
+            if (slash != v && *slash == '/') nn = strtoul(slash + 1, &end, 10);
+            if (!end || end == slash + 1 || *end || *v == '-' || slash[1] == '-' || nn < 1 || nn > 100000 || k >= nn) {
+                fprintf(stderr, "scalify check: --shard needs K/N with 0 <= K < N (e.g. 0/3)\n%s", cli_check_usage);
+                return EXIT_INPUT;
+            }
+            sh = (shard){(unsigned)k, (unsigned)nn};
         } else if (!strcmp(a, "-j")) {
             char *end = NULL;
             long j = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
@@ -434,7 +452,11 @@ int cli_check(int argc, char **argv) {
             fprintf(stderr, "scalify check: --manifest needs --out-dir\n%s", cli_check_usage);
             return EXIT_INPUT;
         }
-        return run_manifest(manifest, out_dir, &o);
+        return run_manifest(manifest, out_dir, &o, sh);
+    }
+    if (sh.n) {
+        fprintf(stderr, "scalify check: --shard needs --manifest\n%s", cli_check_usage);
+        return EXIT_INPUT;
     }
     if (!o.baseline || !o.distributed || (!o.relations == !o.auto_relations)) {
         fprintf(stderr, "%s", cli_check_usage);

@@ -36,7 +36,15 @@
 #include "scalify.h"
 #include "stf.h"
 
-const char cli_eval_usage[] = "usage: scalify eval FILE [--devices N] [--seed S] [--inputs F] [--outputs F]\n";
+const char cli_eval_usage[] =
+    "usage: scalify eval FILE [--devices N] [--seed S] [--inputs F] [--outputs F]\n"
+    "  runs a module in the reference interpreter and prints, per output and device, its type, sum,\n"
+    "  largest magnitude, a checksum and the first values.\n"
+    "  --devices N  simulated devices, 1..4096 (default: the module's device count)\n"
+    "  --seed S     seed of the random inputs (default 0): floats in [-1, 1), integers in [0, 16)\n"
+    "  --inputs F   a tensor file (the samples' *.io.stf): tensor in.<k> feeds parameter k\n"
+    "  --outputs F  write the outputs to a tensor file (out.<k>, or out.<k>.dev.<d> on several devices)\n"
+    "  exit 0 ran; 2 bad input, an op the interpreter cannot run, or a budget exceeded\n";
 
 static uint64_t val_checksum(const interp_val *v) {
     uint64_t h = 1469598103934665603ull;

@@ -23,7 +23,12 @@ hlo_module *cli_read_module(const char *file) {
     return m;
 }
 
-const char cli_inspect_usage[] = "usage: scalify inspect FILE [--print]\n";
+const char cli_inspect_usage[] =
+    "usage: scalify inspect FILE [--print]\n"
+    "  reads one module (HLO text or protobuf, gzipped or not) and prints its name, format,\n"
+    "  computations, instruction and device counts, entry parameters with shapes and shardings,\n"
+    "  an opcode histogram and every collective with its replica groups.\n"
+    "  --print  write the module as canonical HLO text instead\n";
 
 int cli_inspect(int argc, char **argv) {
     const char *file = NULL;

@@ -1,21 +1,35 @@
-/* scalify report TRACE... -o DIR [--single-file FILE] [--title T] [--templates DIR] [--compare OLD] */
+/* scalify report TRACE|INDEX... -o DIR [--single-file FILE] [--title T] [--templates DIR] [--compare OLD]
+ *                [--markdown FILE [--site-url URL] [--source-url URL]] [--merged-index FILE] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bindex.h"
 #include "cli.h"
 #include "io.h"
 #include "report.h"
 #include "report_compare.h"
+#include "report_md.h"
 #include "scalify.h"
 #include "template.h"
 #include "trace_read.h"
 
 const char cli_report_usage[] =
-    "usage: scalify report TRACE... -o DIR [--single-file FILE] [--title T] [--templates DIR] [--compare OLD]\n"
-    "  writes DIR/index.html, a page per pair and per finding, summary.json,\n"
+    "usage: scalify report TRACE|INDEX... [-o DIR] [--single-file FILE] [--title T] [--templates DIR]\n"
+    "                      [--compare OLD] [--markdown FILE [--site-url URL] [--source-url URL]]\n"
+    "                      [--merged-index FILE]\n"
+    "  -o DIR (or --output DIR) writes DIR/index.html, a page per pair and per finding, summary.json,\n"
     "  results.sarif and junit.xml; --single-file also bundles every page into FILE.\n"
+    "  INDEX: a batch's index.json, or the index.K-of-N.json files of every shard of a batch\n"
+    "  (check --manifest --shard K/N): their traces, merged in manifest order; a shard missing or\n"
+    "  given twice is an error. --merged-index FILE writes the merged index (what one unsharded\n"
+    "  batch would have written beside its traces).\n"
+    "  --markdown FILE: a short Markdown summary for pull-request comments and chat: the verdicts\n"
+    "  counted, a table of the pairs not verified, the findings (with --compare only the new ones)\n"
+    "  with links to their pages and source file:line, and the link to the site. Links are\n"
+    "  relative to the site's folder unless --site-url URL gives its address; --source-url URL\n"
+    "  (e.g. https://github.com/ORG/REPO/blob/COMMIT) links source locations as URL/FILE#LLINE.\n"
     "  --templates (or env SCALIFY_HOME) names the tree holding templates/ and assets/.\n"
     "  --compare OLD: an earlier report (its folder, or its summary.json): compare.html and compare.json\n"
     "  mark each finding new, fixed or unchanged (matched by identity, not id) and each pair's verdict\n"
@@ -33,6 +47,7 @@ static int usage_error(const char *msg) {
 
 int cli_report(int argc, char **argv) {
     const char *out = NULL, *single = NULL, *title = NULL, *compare = NULL;
+    const char *markdown = NULL, *site_url = NULL, *source_url = NULL, *merged = NULL;
     const char **files = calloc((size_t)argc + 1, sizeof *files);
     size_t nf = 0;
     for (int i = 0; i < argc; i++) {
@@ -50,6 +65,18 @@ int cli_report(int argc, char **argv) {
         } else if (strcmp(a, "--compare") == 0) {
             if (!has_val) return free(files), usage_error("--compare needs an earlier report's folder or summary.json");
             compare = argv[++i];
+        } else if (strcmp(a, "--markdown") == 0 || strcmp(a, "--site-url") == 0 ||
+                   strcmp(a, "--source-url") == 0 || strcmp(a, "--merged-index") == 0) {
+            if (!has_val) {
+                free(files);
+                fprintf(stderr, "scalify report: %s needs a value\n", a);
+                return usage_error(NULL);
+            }
+            const char **slot = !strcmp(a, "--markdown")     ? &markdown
+                                : !strcmp(a, "--merged-index") ? &merged
+                                : !strcmp(a, "--site-url")     ? &site_url
+                                                               : &source_url;
+            *slot = argv[++i];
         } else if (strcmp(a, "--templates") == 0) {
             if (!has_val) return free(files), usage_error("--templates needs a directory");
             tpl_set_root(argv[++i]);
@@ -60,14 +87,47 @@ int cli_report(int argc, char **argv) {
         } else files[nf++] = a;
     }
     if (!nf) return free(files), usage_error("no trace given");
-    if (!out && !single) return free(files), usage_error("-o DIR or --single-file FILE is required");
+    if (!out && !single && !markdown && !merged)
+        return free(files), usage_error("-o DIR, --single-file FILE, --markdown FILE or --merged-index FILE is required");
 
+    /* Index files stand for their traces; the others are traces. */
+    int bad = 0, missing = 0; /* missing: index pairs without a trace, rendered without them */
+    const char **idx = calloc(nf + 1, sizeof *idx);
+    size_t ni = 0, nt = 0;
+    for (size_t i = 0; i < nf; i++) {
+        if (bindex_is_index(files[i])) idx[ni++] = files[i];
+        else files[nt++] = files[i];
+    }
+    bindex ix = {0};
+    if (ni) {
+        diag d;
+        diag_init(&d, "scalify report");
+        if (!bindex_load(&ix, idx, ni, &d)) bad++;
+        for (size_t k = 0; k < ix.n; k++)
+            if (!ix.e[k].trace) {
+                diag_plain(&d, "pair \"%s\" has no trace (its check ended in an error): left out",
+                           json_string_value(json_object_get(ix.e[k].entry, "name")));
+                missing++;
+            }
+        cli_flush_diag(&d);
+    }
+    if (bad || nt + ix.n == (size_t)missing) { /* said above, or nothing left to render */
+        if (!bad) fprintf(stderr, "scalify report: no trace to render\n");
+        free(idx), free(files), bindex_free(&ix);
+        return EXIT_INPUT;
+    }
+    if (merged && !ni) return free(idx), free(files), usage_error("--merged-index needs index files to merge");
+    const char **paths = calloc(nt + ix.n + 1, sizeof *paths);
+    size_t np = 0;
+    for (size_t k = 0; k < ix.n; k++)
+        if (ix.e[k].trace) paths[np++] = ix.e[k].trace;
+    for (size_t k = 0; k < nt; k++) paths[np++] = files[k];
+    nf = np;
     trace **traces = calloc(nf + 1, sizeof *traces);
-    int bad = 0;
     for (size_t i = 0; i < nf; i++) {
         diag d;
-        diag_init(&d, files[i]);
-        traces[i] = trace_read_file(files[i], &d);
+        diag_init(&d, paths[i]);
+        traces[i] = trace_read_file(paths[i], &d);
         if (!traces[i]) {
             if (!d.count) diag_plain(&d, "could not read the trace");
             bad++;
@@ -94,6 +154,30 @@ int cli_report(int argc, char **argv) {
     }
     int rc = EXIT_VERIFIED;
     if (bad) rc = EXIT_INPUT;
+    if (rc == EXIT_VERIFIED && merged) {
+        diag d;
+        diag_init(&d, merged);
+        if (!bindex_write(&ix, merged, &d)) rc = EXIT_INPUT;
+        cli_flush_diag(&d);
+    }
+    if (rc == EXIT_VERIFIED && markdown) {
+        diag d;
+        diag_init(&d, markdown);
+        rnames names;
+        rn_build(&names, traces, nf);
+        rc_diff cmp;
+        bool have_cmp = old && rc_build(&cmp, old, old_len, compare, traces, nf, &names, &d);
+        report_md_opts mo = {.title = title, .site_url = site_url, .source_url = source_url,
+                             .cmp = have_cmp ? &cmp : NULL};
+        strbuf md;
+        sb_init(&md);
+        report_markdown(&md, traces, nf, &names, &mo);
+        if (!io_write_atomic(markdown, md.s, md.len, &d)) rc = EXIT_INPUT;
+        sb_free(&md);
+        if (have_cmp) rc_free(&cmp);
+        rn_free(&names);
+        cli_flush_diag(&d);
+    }
     for (int pass = 0; rc == EXIT_VERIFIED && pass < 2; pass++) {
         if (pass == 0 && !out) continue;
         if (pass == 1 && !single) continue;
@@ -109,10 +193,14 @@ int cli_report(int argc, char **argv) {
         report_site_free(&site);
         cli_flush_diag(&d);
     }
+    if (missing && rc < EXIT_INPUT) rc = EXIT_INPUT;
     free(old);
     sb_free(&old_path);
     for (size_t i = 0; i < nf; i++) trace_free(traces[i]);
     free(traces);
+    free(paths);
+    free(idx);
+    bindex_free(&ix);
     free(files);
     return rc;
 }

@@ -1,4 +1,4 @@
-/* scalify rules check [DIR] — parse and lint every DIR/\*.rules (default rules/).
+/* scalify rules check [DIR] — parse and lint every DIR/\*.rules (default: the rules check finds).
  * scalify rules validate [DIR] — check every rewrite rule numerically (rules_validate.h) and
  * property-test every transfer function of the checker with those rules (tfcheck.h). */
 #include <stdio.h>
@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "home.h"
 #include "rules.h"
 #include "rules_validate.h"
 #include "scalify.h"
@@ -82,7 +83,7 @@ static int rules_validate(const char *dir) {
 }
 
 const char cli_rules_usage[] =
-    "usage: scalify rules check [DIR]      parse and lint every DIR/*.rules (default rules/)\n"
+    "usage: scalify rules check [DIR]      parse and lint every DIR/*.rules (default: the rules check finds)\n"
     "       scalify rules validate [DIR]   run every rewrite rule on its examples and random instances\n"
     "                                      in the interpreter, and every transfer-function family of\n"
     "                                      the checker (with those rules) on random program pairs\n"
@@ -95,6 +96,7 @@ int cli_rules(int argc, char **argv) {
         fputs(cli_rules_usage, stderr);
         return EXIT_INPUT;
     }
-    const char *dir = argc == 2 ? argv[1] : "rules";
+    const char *dir = argc == 2 ? argv[1] : home_rules_dir();
+    if (!dir) dir = "rules";
     return check ? rules_check(dir) : rules_validate(dir);
 }

@@ -40,6 +40,20 @@ bool esc_dangerous(uint32_t cp) {
 /* The visible stand-in for a dangerous code point in markup: "[U+202E]". */
 static void mark(strbuf *b, uint32_t cp) { sb_printf(b, "[U+%04X]", (unsigned)cp); }
 
+/* Copies the code point at p[0..n) to b as markup text: invalid UTF-8 as
+ * U+FFFD, a dangerous code point as its mark. Returns the bytes consumed. */
+static size_t put_text(strbuf *b, const unsigned char *p, size_t n) {
+    uint32_t cp;
+    size_t len = utf8_decode(p, n, &cp);
+    if (len == 0) {
+        sb_puts(b, "\xef\xbf\xbd");
+        return 1;
+    }
+    if (esc_dangerous(cp)) mark(b, cp);
+    else sb_put(b, (const char *)p, len);
+    return len;
+}
+
 /* A JSON escape for a dangerous code point (all lie in the BMP). */
 static void json_u(strbuf *b, uint32_t cp) { sb_printf(b, "\\u%04x", (unsigned)cp); }
 
@@ -56,16 +70,7 @@ void esc_html_n(strbuf *b, const char *s, size_t n) {
         case '\'': sb_puts(b, "&#39;"); i++; continue;
         default: break;
         }
-        uint32_t cp;
-        size_t len = utf8_decode(p + i, n - i, &cp);
-        if (len == 0) {
-            sb_puts(b, "\xef\xbf\xbd");
-            i++;
-            continue;
-        }
-        if (esc_dangerous(cp)) mark(b, cp);
-        else sb_put(b, s + i, len);
-        i += len;
+        i += put_text(b, p + i, n - i);
     }
 }
 
@@ -165,5 +170,30 @@ void esc_uri(strbuf *b, const char *path) {
                   c == '.' || c == '_' || c == '~' || c == '/';
         if (ok) sb_putc(b, (char)c);
         else sb_printf(b, "%%%02X", c);
+    }
+}
+
+void esc_md(strbuf *b, const char *s, size_t max) {
+    if (!s) return;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), i = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        if (max && i >= max) {
+            sb_puts(b, "\xe2\x80\xa6");
+            return;
+        }
+        if (c == '\n' || c == '\r' || c == '\t') {
+            sb_putc(b, ' ');
+            i++;
+            continue;
+        }
+        if (strchr("\\`*_{}[]<>|~&!$", c)) {
+            sb_putc(b, '\\');
+            sb_putc(b, (char)c);
+            i++;
+            continue;
+        }
+        i += put_text(b, p + i, n - i);
     }
 }

@@ -26,6 +26,14 @@
  *   esc_base64    standard base64 with padding (data: URIs, CSP hashes).
  *   esc_uri       a relative URI reference from a path: bytes outside
  *                 [A-Za-z0-9-._~/] are percent-encoded (SARIF artifact URIs).
+ *   esc_md        inline Markdown text (a table cell, a list item): the
+ *                 characters that mean something inline in CommonMark or
+ *                 GitHub's dialect (\ ` * _ { } [ ] < > | ~ & ! $) are
+ *                 backslash-escaped, so no link, emphasis, code span, HTML
+ *                 tag, entity, math or table bar comes from a trace string; line breaks and tabs become
+ *                 spaces, dangerous code points "[U+202E]", invalid UTF-8
+ *                 U+FFFD; at most max bytes of s are shown, cut on a code
+ *                 point with "…" (max 0: no limit).
  *
  * All append to a strbuf owned by the caller.
  */
@@ -46,5 +54,6 @@ void esc_json_harden(strbuf *b, const char *json, size_t n);
 void esc_slug(strbuf *b, const char *s, size_t max);
 void esc_base64(strbuf *b, const void *data, size_t n);
 void esc_uri(strbuf *b, const char *path);
+void esc_md(strbuf *b, const char *s, size_t max);
 
 #endif

@@ -7,11 +7,15 @@
 #include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "home.h"
+#include "rules.h"
 #include "scalify.h"
+#include "template.h"
 
 static const struct command {
     const char *name;
@@ -24,8 +28,10 @@ static const struct command {
     {"check", cli_check, cli_check_usage,
      "check --baseline B --distributed D [--relations R | --auto-relations] [--witness] [-o T]\n"
      "  check --manifest M --out-dir DIR   verify distributed graphs against their baselines"},
-    {"report", cli_report, cli_report_usage, "report TRACE... -o DIR [--single-file FILE] [--title T]   render traces as an HTML site"},
-    {"rules", cli_rules, cli_rules_usage, "rules check [DIR]         parse and lint every DIR/*.rules (default rules/)\n"
+    {"report", cli_report, cli_report_usage,
+     "report TRACE|INDEX... -o DIR [--single-file FILE] [--markdown FILE] [--compare OLD]\n"
+     "                           render traces as an HTML site (and a Markdown summary)"},
+    {"rules", cli_rules, cli_rules_usage, "rules check [DIR]         parse and lint every DIR/*.rules (default: check's rules)\n"
                          "  rules validate [DIR]      run every rewrite rule's examples in the interpreter"},
     {"eval", cli_eval, cli_eval_usage, "eval FILE [--devices N] [--seed S] [--inputs F] [--outputs F]\n"
                        "                           run a module on N simulated devices (reference interpreter)"},
@@ -34,7 +40,8 @@ static const struct command {
 static void usage(FILE *f) {
     fputs("usage: scalify <command> [options]\n\ncommands:\n", f);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) fprintf(f, "  %s\n", commands[i].help);
-    fputs("  --help, --version (CMD --help: that command's options)\n"
+    fputs("  --help, -h                this text (CMD --help: that command's options)\n"
+          "  --version, -V             the version, the rules' folder and digest, the data folder\n"
           "\n"
           "exit status:\n"
           "  0  verified (check) / success\n"
@@ -42,6 +49,20 @@ static void usage(FILE *f) {
           "  2  usage error, bad input, or an output that could not be written\n"
           "  3  internal error\n",
           f);
+}
+
+/* The version, then what `check` would use when given no --rules: the rules
+ * folder and the digest its traces record (tool.rules_digest), and the folder
+ * the report's templates and assets are read from. */
+static void print_version(void) {
+    printf("scalify %s\n", SCALIFY_VERSION);
+    const char *dir = home_rules_dir();
+    uint8_t h[32];
+    size_t n = rs_dir_digest(dir, h);
+    printf("rules: %s (%zu file%s) sha256:", dir ? dir : "none found", n, n == 1 ? "" : "s");
+    for (int i = 0; i < 32; i++) printf("%02x", h[i]);
+    const char *env = getenv("SCALIFY_HOME");
+    printf("\ndata: %s\n", home_root() || (env && *env) ? tpl_root() : "none found");
 }
 
 /* An abort() is an internal error: say so and exit 3, as documented. Only
@@ -76,8 +97,8 @@ static int run(int argc, char **argv) {
         usage(stdout);
         return EXIT_VERIFIED;
     }
-    if (strcmp(cmd, "--version") == 0) {
-        printf("scalify %s\n", SCALIFY_VERSION);
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
+        print_version();
         return EXIT_VERIFIED;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {

@@ -10,6 +10,7 @@
 #include "ematch.h"
 #include "graph.h"
 #include "io.h"
+#include "sha256.h"
 #include "shape.h"
 
 /* ---- the ruleset ---- */
@@ -1030,6 +1031,28 @@ char **rs_list_dir(const char *dir, size_t *n) {
     closedir(dh);
     qsort(paths, *n, sizeof *paths, cmp_str);
     return paths;
+}
+
+size_t rs_dir_digest(const char *dir, uint8_t out[32]) {
+    strbuf all;
+    sb_init(&all);
+    size_t n;
+    char **paths = rs_list_dir(dir, &n);
+    for (size_t i = 0; i < n; i++) {
+        diag d;
+        diag_init(&d, paths[i]);
+        size_t len;
+        char *txt = io_read_file(paths[i], &len, NULL, &d);
+        const char *base = strrchr(paths[i], '/');
+        sb_printf(&all, "%s\n", base ? base + 1 : paths[i]);
+        if (txt) sb_put(&all, txt, len);
+        free(txt);
+        diag_free(&d);
+    }
+    rs_paths_free(paths, n);
+    sha256(all.s ? all.s : "", all.len, out);
+    sb_free(&all);
+    return n;
 }
 
 void rs_paths_free(char **paths, size_t n) {

@@ -79,6 +79,12 @@ void rs_paths_free(char **paths, size_t n);
 /* Loads every DIR/\*.rules in name order, one diag per file is not needed:
  * messages carry the file name. Returns the error count. */
 int rs_load_dir(rs_ruleset *rs, const char *dir, diag *d);
+/* SHA-256 over the .rules files of dir in load order: each file's base name,
+ * a newline, then its bytes. A missing or empty dir (or NULL) digests the
+ * empty set. The same files give the same digest wherever they lie; the
+ * trace's tool.rules_digest and `scalify --version` print it. Returns the
+ * number of files. */
+size_t rs_dir_digest(const char *dir, uint8_t out[32]);
 
 typedef struct rs_counts {
     uint32_t rewrites, relation_rules, relations, opclasses, examples;

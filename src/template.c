@@ -4,10 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "escape.h"
+#include "home.h"
 #include "io.h"
 
 void tpl_vars_init(tpl_vars *vs) { memset(vs, 0, sizeof *vs); }
@@ -98,44 +97,18 @@ bool tpl_render(strbuf *out, const char *name, const char *tpl, size_t n, const 
 }
 
 static char *root_override;
-static char *root_found;
 
 void tpl_set_root(const char *dir) {
     free(root_override);
     root_override = dir ? xstrdup(dir) : NULL;
 }
 
-static bool has_templates(const char *dir) {
-    strbuf p;
-    sb_init(&p);
-    sb_printf(&p, "%s/templates/page.html", dir);
-    struct stat st;
-    bool ok = stat(p.s, &st) == 0 && S_ISREG(st.st_mode);
-    sb_free(&p);
-    return ok;
-}
-
 const char *tpl_root(void) {
     if (root_override) return root_override;
     const char *env = getenv("SCALIFY_HOME");
     if (env && *env) return env;
-    if (root_found) return root_found;
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = 0;
-        for (int up = 0; up < 4; up++) {
-            char *slash = strrchr(exe, '/');
-            if (!slash || slash == exe) break;
-            *slash = 0;
-            if (has_templates(exe)) {
-                root_found = xstrdup(exe);
-                return root_found;
-            }
-        }
-    }
-    root_found = xstrdup(".");
-    return root_found;
+    const char *home = home_root();
+    return home ? home : ".";
 }
 
 char *tpl_load(const char *rel, size_t *len, diag *d) {

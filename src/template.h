@@ -10,9 +10,9 @@
  *
  * Resources (templates/, templates/findings/, assets/) are read at run time from
  * the resource root: tpl_set_root() (report --templates DIR), else env
- * SCALIFY_HOME, else the first ancestor (up to 3 levels) of the running
- * binary's directory that holds templates/page.html — build/scalify and
- * build/asan/scalify both find the source tree — else the current directory.
+ * SCALIFY_HOME, else the data root found from the running binary (home.h:
+ * build/scalify and build/asan/scalify find the source tree, an installed
+ * PREFIX/bin/scalify finds PREFIX/share/scalify), else the current directory.
  * Strings returned by tpl_root() are owned by the module.
  */
 #ifndef SCALIFY_TEMPLATE_H
