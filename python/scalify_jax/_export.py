@@ -35,10 +35,21 @@ def versions():
     return {"jax": jax.__version__, "jaxlib": jaxlib}
 
 
+def _reset_cache():
+    # JAX decides once per process whether the persistent cache is used; the
+    # decision is taken again only after a reset (jax._src: no public API).
+    try:
+        from jax._src import compilation_cache
+        compilation_cache.reset_cache()
+    except (ImportError, AttributeError):
+        pass
+
+
 @contextlib.contextmanager
 def no_compilation_cache():
-    """Turn JAX's persistent compilation cache off for the duration (a cache
-    hit would compile nothing and dump nothing)."""
+    """Turn JAX's persistent compilation cache off for the duration: a cache
+    hit compiles nothing, so XLA runs no pass and dumps nothing (the cache
+    key leaves the dump options out)."""
     name = "jax_enable_compilation_cache"
     try:
         old = getattr(jax.config, name)
@@ -46,10 +57,12 @@ def no_compilation_cache():
         yield
         return
     jax.config.update(name, False)
+    _reset_cache()
     try:
         yield
     finally:
         jax.config.update(name, old)
+        _reset_cache()
 
 
 def after_partitioning(lowered):

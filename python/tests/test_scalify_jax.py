@@ -126,6 +126,53 @@ class ExportTest(unittest.TestCase):
         self.assertEqual(code, 0, log)
         self.assertTrue(os.path.exists(os.path.join(self.out, "site", "index.html")))
 
+    def test_cli(self):
+        src = os.path.join(self.out, "mine.py")
+        with open(src, "w") as f:
+            f.write("import jax, jax.numpy as jnp\n"
+                    "from jax.sharding import PartitionSpec as P\n\n"
+                    "def f(x, w):\n    return jnp.sin(x @ w)\n\n"
+                    "def pair():\n"
+                    "    s = jax.ShapeDtypeStruct\n"
+                    "    return dict(fn=f, args=(s((8, 4), jnp.float32), s((4, 6), jnp.float32)), mesh={'dp': 2},\n"
+                    "                in_shardings=(P('dp'), P()), out_shardings=P('dp'))\n")
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+        env.pop("XLA_FLAGS", None)
+        r = subprocess.run([sys.executable, "-m", "scalify_jax", "--devices", "2", src + ":pair",
+                            "--name", "cli", "--out-dir", self.out], capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("cli: gspmd pair written to", r.stdout)
+        code, verdicts, log = self.check_manifest()
+        self.assertEqual((code, verdicts), (0, {"cli": "verified"}), log)
+        r = subprocess.run([sys.executable, "-m", "scalify_jax", "--devices", "2", src + ":nothing"],
+                           capture_output=True, text=True, env=env)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("has no function nothing", r.stderr)
+
+    def test_warm_compilation_cache(self):
+        """A persistent cache that already holds the program (MaxText turns one
+        on) would skip every pass and dump nothing; the export turns it off."""
+        from jax.sharding import NamedSharding
+        keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+                "jax_persistent_cache_min_entry_size_bytes")
+        old = {k: getattr(jax.config, k) for k in keys}
+        cache = os.path.join(self.out, "cache")
+        try:
+            for k, v in zip(keys, (cache, 0, 0)):
+                jax.config.update(k, v)
+            self.sj._export._reset_cache()
+            m = self.sj._export.make_mesh({"tp": DEVICES})
+            sh = jax.tree_util.tree_map(lambda s: NamedSharding(m, s), SPECS)
+            jax.jit(mlp, in_shardings=sh, out_shardings=NamedSharding(m, P())).lower(*tiny_args()).compile()
+            self.assertTrue(os.listdir(cache), "the cache was not written: nothing to test")
+            self.sj.export_pair(mlp, tiny_args(), mesh=m, name="cached", out_dir=self.out,
+                                in_shardings=SPECS, out_shardings=P())
+            self.assertTrue(os.path.exists(os.path.join(self.out, "cached.dist.hlo.pb")))
+        finally:
+            for k, v in old.items():
+                jax.config.update(k, v)
+            self.sj._export._reset_cache()
+
     def test_compilation_cache_restored(self):
         name = "jax_enable_compilation_cache"
         before = getattr(jax.config, name)
