@@ -1708,14 +1708,58 @@ static bool relations_from_distributed(const hlo_module *baseline, const hlo_mod
     return ok;
 }
 
+/* Whether the distributed module records any sharding of its interface. */
+static bool dist_records(const hlo_module *dm) {
+    const hlo_comp *dc = graph_entry(dm);
+    if (dm->nspmd_params || dm->spmd_output) return true;
+    if (!dc) return false;
+    for (uint32_t k = 0; k < dc->nparams; k++)
+        if (instr_sharding(&dc->instrs[dc->params[k]])) return true;
+    return instr_sharding(&dc->instrs[dc->root]) != NULL;
+}
+
+/* Neither program records a sharding: a value whose per-device shape is its
+ * global shape is split nowhere (dup, as relations_auto has it); one whose
+ * shapes differ is split somehow, and nothing says how. */
+static void unsplit_only(const hlo_comp *bc, const hlo_comp *dc, diag *d) {
+    if (!bc || !dc || bc->nparams != dc->nparams || output_count(bc) != output_count(dc)) return;
+    uint32_t nout = output_count(bc);
+    for (uint32_t k = 0; k < bc->nparams + nout; k++) {
+        bool input = k < bc->nparams;
+        uint32_t i = input ? k : k - bc->nparams;
+        const shape *g = input ? &bc->instrs[bc->params[i]].shape : output_shape(bc, i);
+        const shape *l = input ? &dc->instrs[dc->params[i]].shape : output_shape(dc, i);
+        if (shape_equal(g, l)) continue;
+        strbuf gs, ls;
+        sb_init(&gs);
+        sb_init(&ls);
+        shape_print(&gs, g);
+        shape_print(&ls, l);
+        diag_plain(d,
+                   "%s %u is %s in the baseline and %s on each device, and neither program records how it is "
+                   "split (text dumps of newer XLA versions print no shardings: use the protobuf dump, .hlo.pb, "
+                   "or a relations file)",
+                   input ? "parameter" : "output", i, gs.s, ls.s);
+        sb_free(&gs);
+        sb_free(&ls);
+        return;
+    }
+}
+
 bool relations_auto_pair(const hlo_module *baseline, const hlo_module *distributed, relations *out, diag *d) {
     if (!baseline || baseline_annotated(baseline) || !distributed)
         return relations_auto(baseline, distributed ? graph_num_devices(distributed) : 0, out, d);
-    memset(out, 0, sizeof *out);
     const char *saved = d->file;
-    d->file = distributed->source_path ? distributed->source_path : d->file;
     int before = d->count;
-    relations_from_distributed(baseline, distributed, out, d);
+    if (!dist_records(distributed)) {
+        if (!relations_auto(baseline, graph_num_devices(distributed), out, d)) return false;
+        d->file = distributed->source_path ? distributed->source_path : d->file;
+        unsplit_only(graph_entry(baseline), graph_entry(distributed), d);
+    } else {
+        memset(out, 0, sizeof *out);
+        d->file = distributed->source_path ? distributed->source_path : d->file;
+        relations_from_distributed(baseline, distributed, out, d);
+    }
     d->file = saved;
     if (d->count == before) return true;
     relations_free(out);

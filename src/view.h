@@ -136,7 +136,9 @@ bool relations_auto(const hlo_module *baseline, int64_t devices, relations *out,
  * baseline. The mesh is the one the shardings name (XLA's mesh['dp'=2,...]
  * form), else the module's Shardy mesh, else derived from the tile
  * assignments (axis_0, ...). A parameter or output with no recorded sharding
- * is an error that says so: nothing is assumed. Errors go to d as "file:
+ * is an error that says so: nothing is assumed. When neither program records
+ * any sharding, values whose per-device shape is the global shape are dup
+ * (relations_auto's answer; split nowhere) and any other is an error. Errors go to d as "file:
  * message"; the caller frees *out with relations_free on success. */
 bool relations_auto_pair(const hlo_module *baseline, const hlo_module *distributed, relations *out, diag *d);
 void relations_free(relations *r);
