@@ -211,6 +211,12 @@ def broadcast_specs(prefix, tree, what):
     return out
 
 
+def _prefix(specs):
+    """Specs for the argument tuple: one spec stands for every argument (a
+    PartitionSpec is a tuple itself, so it is not taken apart)."""
+    return specs if _is_spec(specs) else tuple(specs)
+
+
 def abstract(args):
     """Global shapes only: a ShapeDtypeStruct per leaf (no device arrays)."""
     return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tuple(args))
@@ -309,16 +315,16 @@ def export_pair(fn, args, *, mesh, name, out_dir, in_shardings=None, out_shardin
     ns = lambda s: NamedSharding(m, _spec_of(s))
     if in_specs is not None:
         in_views = [spec_view(s, shp, axes) for s, shp in
-                    zip(broadcast_specs(tuple(in_specs), abs_args, "in_specs"), shapes)]
+                    zip(broadcast_specs(_prefix(in_specs), abs_args, "in_specs"), shapes)]
         out_tree = jax.eval_shape(fn, *abs_args)
         out_leaves = jax.tree_util.tree_leaves(out_tree)
         out_views = [spec_view(s, o.shape, axes) for s, o in
                      zip(broadcast_specs(out_specs, out_tree, "out_specs"), out_leaves)]
         onames = list(out_names) if out_names is not None else output_names(out_tree)
         base_lo = jax.jit(fn).lower(*abs_args)
-        smap = _shard_map(distributed_fn, m, tuple(in_specs), out_specs, check_vma)
+        smap = _shard_map(distributed_fn, m, _prefix(in_specs), out_specs, check_vma)
         dist_fn = jax.jit(smap,
-                          in_shardings=jax.tree_util.tree_map(ns, tuple(in_specs), is_leaf=_is_spec),
+                          in_shardings=jax.tree_util.tree_map(ns, _prefix(in_specs), is_leaf=_is_spec),
                           out_shardings=jax.tree_util.tree_map(ns, out_specs, is_leaf=_is_spec))
         dist_lo = dist_fn.lower(*abs_args)
         entry["kind"] = "shard_map"
@@ -326,7 +332,7 @@ def export_pair(fn, args, *, mesh, name, out_dir, in_shardings=None, out_shardin
         _write(os.path.join(out_dir, rel), _json_lines(relations_doc(axes, names, in_views, onames, out_views)))
         files["relations"] = rel
     else:
-        jit_kw = {"in_shardings": jax.tree_util.tree_map(ns, tuple(in_shardings), is_leaf=_is_spec)}
+        jit_kw = {"in_shardings": jax.tree_util.tree_map(ns, _prefix(in_shardings), is_leaf=_is_spec)}
         if out_shardings is not None:
             jit_kw["out_shardings"] = jax.tree_util.tree_map(ns, out_shardings, is_leaf=_is_spec)
         base_lo = jax.jit(fn, **jit_kw).lower(*abs_args)
