@@ -30,7 +30,7 @@ TEST_SRC := $(wildcard tests/unit/*.c)
 TEST_OBJ := $(TEST_SRC:tests/unit/%.c=$(BUILD)/obj/test_%.o)
 PB_GEN   := $(BUILD)/gen/hlo.pb-c.c $(BUILD)/gen/hlo.pb-c.h
 
-.PHONY: install uninstall all test demo deps asan ubsan fuzz fuzz-mutate bench lint format clean samples check-deps
+.PHONY: install uninstall all test test-jax demo deps asan ubsan fuzz fuzz-mutate bench lint format clean samples check-deps
 
 all: check-deps $(BUILD)/scalify
 
@@ -78,6 +78,13 @@ $(BUILD)/bench-egraph: tests/bench/bench_egraph.c $(BUILD)/libscalify.a
 # scalify binary as users do (SCALIFY names it).
 test: check-deps $(BUILD)/scalify $(BUILD)/run-tests
 	SCALIFY=$(BUILD)/scalify $(BUILD)/run-tests
+
+# The JAX exporter (python/scalify_jax) against the built binary; needs a
+# Python with JAX: make test-jax JAX_PYTHON=venv/bin/python. Without one the
+# tests are skipped and say so; `make test` never needs Python.
+JAX_PYTHON ?= python3
+test-jax: $(BUILD)/scalify
+	SCALIFY=$(BUILD)/scalify $(JAX_PYTHON) -m unittest discover -s python/tests -v
 
 asan:
 	$(MAKE) test BUILD=build/asan OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"

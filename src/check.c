@@ -565,7 +565,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         goto out;
     }
     bool rel_ok = o->relations ? relations_read(o->relations, B.m, &rel, d)
-                               : relations_auto(B.m, graph_num_devices(D.m), &rel, d);
+                               : relations_auto_pair(B.m, D.m, &rel, d);
     if (!rel_ok) goto out;
     if (rel.ninputs != be->nparams) {
         diag_plain(d, "the relations name %u inputs for %u parameters", rel.ninputs, be->nparams);

@@ -366,6 +366,13 @@ typedef struct hlo_module {
     uint32_t nfile_locs;
     hlo_frame *frames;
     uint32_t nframes;
+    /* The partitioner's record of the entry's interface (protobuf dumps only:
+     * HloModuleProto spmd_parameters_shardings / spmd_output_sharding): how
+     * each global parameter and the global result are split over the
+     * devices. NULL / 0 when the module does not say. */
+    hlo_sharding *spmd_params;
+    uint32_t nspmd_params;
+    hlo_sharding *spmd_output;
 } hlo_module;
 
 hlo_module *graph_new(void);

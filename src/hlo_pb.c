@@ -1824,6 +1824,23 @@ static void module_header(pb *p, const Xla__HloModuleProto *mp) {
         module_frontend_attributes(p, mp->frontend_attributes);
 }
 
+/* The partitioner's parameter and result shardings (graph.h). */
+static void module_spmd_shardings(pb *p, const Xla__HloModuleProto *mp) {
+    hlo_module *m = p->m;
+    p->comp = UINT32_MAX;
+    p->instr = UINT32_MAX;
+    if (mp->n_spmd_parameters_shardings) {
+        m->nspmd_params = count32(p, mp->n_spmd_parameters_shardings, "spmd_parameters_shardings");
+        m->spmd_params = arena_alloc(&m->arena, m->nspmd_params * sizeof *m->spmd_params);
+        for (uint32_t k = 0; k < m->nspmd_params; k++)
+            convert_sharding(p, mp->spmd_parameters_shardings[k], &m->spmd_params[k]);
+    }
+    if (mp->spmd_output_sharding) {
+        m->spmd_output = arena_alloc(&m->arena, sizeof *m->spmd_output);
+        convert_sharding(p, mp->spmd_output_sharding, m->spmd_output);
+    }
+}
+
 static void convert_module(pb *p, const Xla__HloModuleProto *mp) {
     hlo_module *m = p->m;
     p->comp = UINT32_MAX;
@@ -1857,6 +1874,7 @@ static void convert_module(pb *p, const Xla__HloModuleProto *mp) {
     else if (idmap_get(&p->comp_index, mp->entry_computation_id, &e)) m->entry = e;
     convert_frames(p, mp->stack_frame_index);
     module_header(p, mp);
+    module_spmd_shardings(p, mp);
     /* Computations stay in proto order: XLA's printers do not agree on one
      * (pass dumps list callees by first use, as_text in storage order). */
     for (uint32_t c = 0; c < n; c++) convert_comp(p, c, mp->computations[c]);

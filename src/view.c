@@ -970,6 +970,19 @@ static bool sharding_view(const hlo_sharding *sh, const shape *s, const mesh *m,
     return ok;
 }
 
+/* Whether every dimension of s divides into the parts v cuts it into. */
+static bool dims_divide(const view *v, const mesh *m, const shape *s, char *why, size_t whylen) {
+    for (uint32_t d = 0; d < s->rank; d++) {
+        int64_t parts = view_dim_parts(v, m, d);
+        if (parts <= 0 || s->dims[d] % parts != 0) {
+            snprintf(why, whylen, "dimension %u (%" PRId64 ") does not divide into %" PRId64 " parts", d, s->dims[d],
+                     parts);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Shardy's per-value dimension shardings, e.g. #sdy.sharding<@mesh, [{"tp"}, {}]>
  * or the `which`-th element of #sdy.sharding_per_value<[<@mesh, [...]>, ...]>.
  * Axes are named; sub-axes ("x":(1)2) are not supported. */
@@ -1048,15 +1061,7 @@ static bool shardy_view(const char *txt, uint32_t which, const shape *s, const m
         snprintf(why, whylen, "Shardy unreduced axes are not supported");
         return false;
     }
-    for (d = 0; d < s->rank; d++) {
-        int64_t parts = view_dim_parts(out, m, d);
-        if (parts <= 0 || s->dims[d] % parts != 0) {
-            snprintf(why, whylen, "dimension %u (%" PRId64 ") does not divide into %" PRId64 " parts", d, s->dims[d],
-                     parts);
-            return false;
-        }
-    }
-    return true;
+    return dims_divide(out, m, s, why, whylen);
 bad:
     snprintf(why, whylen, "unreadable Shardy sharding");
     return false;
@@ -1144,12 +1149,10 @@ static void collect_shardings(const hlo_comp *c, const hlo_sharding **v, const s
             }
 }
 
-static bool derive_mesh(const hlo_comp *c, int64_t devices, mesh *out, char *why, size_t whylen) {
+/* The mesh of n tiled shardings of values of shapes shp (others skipped). */
+static bool derive_mesh_of(const hlo_sharding **v, const shape **shp, uint32_t n, int64_t devices, mesh *out,
+                           char *why, size_t whylen) {
     memset(out, 0, sizeof *out);
-    uint32_t cap = c->nparams + 64, n;
-    const hlo_sharding **v = xmalloc(cap * sizeof *v);
-    const shape **shp = xmalloc(cap * sizeof *shp);
-    collect_shardings(c, v, shp, &n, cap);
     bounds b = {.n = 0};
     int64_t total = devices;
     bool ok = true;
@@ -1163,8 +1166,6 @@ static bool derive_mesh(const hlo_comp *c, int64_t devices, mesh *out, char *why
         if (t.total == total) bounds_from_tiles(&t, &b);
         free(t.dev);
     }
-    free(v);
-    free(shp);
     if (total <= 0) total = 1;
     bounds_add(&b, 1);
     bounds_add(&b, total);
@@ -1200,6 +1201,17 @@ static bool derive_mesh(const hlo_comp *c, int64_t devices, mesh *out, char *why
         snprintf(why, whylen, "the tile assignments do not fit %" PRId64 " devices", total);
         return false;
     }
+    return ok;
+}
+
+static bool derive_mesh(const hlo_comp *c, int64_t devices, mesh *out, char *why, size_t whylen) {
+    uint32_t cap = c->nparams + 64, n;
+    const hlo_sharding **v = xmalloc(cap * sizeof *v);
+    const shape **shp = xmalloc(cap * sizeof *shp);
+    collect_shardings(c, v, shp, &n, cap);
+    bool ok = derive_mesh_of(v, shp, n, devices, out, why, whylen);
+    free(v);
+    free(shp);
     return ok;
 }
 
@@ -1392,6 +1404,362 @@ bool relations_auto(const hlo_module *baseline, int64_t devices, relations *out,
         }
     }
 done:
+    d->file = saved;
+    if (d->count == before) return true;
+    relations_free(out);
+    return false;
+}
+
+/* ---- relations from the distributed module (shard_map pairs) ---- */
+
+/* Whether the baseline says anything about shardings: a Shardy mesh, a
+ * sharding on an entry parameter or the result. A plain single-device
+ * baseline (a shard_map pair's) says nothing. */
+static bool baseline_annotated(const hlo_module *m) {
+    mesh tmp;
+    char why[160];
+    if (shardy_mesh(m, &tmp, why, sizeof why) != 0) return true;
+    const hlo_comp *c = graph_entry(m);
+    if (!c) return false;
+    for (uint32_t k = 0; k < c->nparams; k++) {
+        const hlo_instr *in = &c->instrs[c->params[k]];
+        if (instr_sharding(in) || frontend_attr(in, "xla.sdy.sharding")) return true;
+    }
+    const hlo_instr *r = &c->instrs[c->root];
+    if (instr_sharding(r)) return true;
+    bool tuple_root = r->shape.dtype == DT_TUPLE;
+    for (uint32_t i = 0; i < output_count(c); i++)
+        if (result_sharding_call(c, i, tuple_root)) return true;
+    return false;
+}
+
+/* A quoted axis name 'x' at p: sets *nb and *nn, returns the position after it,
+ * or NULL. */
+static const char *named_axis(const char *p, const char **nb, size_t *nn) {
+    if (*p != '\'') return NULL;
+    *nb = ++p;
+    while (*p && *p != '\'') p++;
+    if (!*p) return NULL;
+    *nn = (size_t)(p - *nb);
+    return p + 1;
+}
+
+/* The mesh of a sharding by mesh axes as the printer writes it,
+ * mesh['dp'=2,'tp'=4], [...]: 1 when raw is one (out filled), 0 when it is
+ * some other form, -1 with a reason. Sets *rest after the mesh. */
+static int named_mesh(const char *raw, mesh *out, const char **rest, char *why, size_t whylen) {
+    memset(out, 0, sizeof *out);
+    if (!raw || strncmp(raw, "mesh[", 5) != 0) return 0;
+    const char *p = raw + 5;
+    while (*p != ']') {
+        const char *nb;
+        size_t nn;
+        p = named_axis(p, &nb, &nn);
+        if (!p || *p != '=' || nn == 0 || nn >= sizeof out->names[0]) {
+            snprintf(why, whylen, "unreadable mesh in sharding {%.80s}", raw);
+            return -1;
+        }
+        char *end;
+        long long size = strtoll(p + 1, &end, 10);
+        if (end == p + 1 || size < 1 || size > MESH_MAX_DEVICES) {
+            snprintf(why, whylen, "unreadable mesh axis size in sharding {%.80s}", raw);
+            return -1;
+        }
+        if (out->naxes == MESH_MAX_AXES) {
+            snprintf(why, whylen, "the sharding's mesh has more than %d axes", MESH_MAX_AXES);
+            return -1;
+        }
+        memcpy(out->names[out->naxes], nb, nn);
+        out->names[out->naxes][nn] = 0;
+        out->sizes[out->naxes++] = size;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p != ']') {
+            snprintf(why, whylen, "unreadable mesh in sharding {%.80s}", raw);
+            return -1;
+        }
+    }
+    if (mesh_devices(out) > MESH_MAX_DEVICES) {
+        snprintf(why, whylen, "the sharding's mesh is too large");
+        return -1;
+    }
+    *rest = p + 1;
+    return 1;
+}
+
+/* The view of a sharding by mesh axes (named_mesh's form) on mesh m, e.g.
+ * mesh['dp'=2,'tp'=4], [{'tp'}, {}] is shard(0,tp). Open dimensions,
+ * sub-axes, explicit device orders, unreduced and manual axes are refused:
+ * each says something a view does not, or not for certain. */
+static bool named_view(const char *raw, const shape *s, const mesh *m, view *out, char *why, size_t whylen) {
+    mesh own;
+    const char *p;
+    int r = named_mesh(raw, &own, &p, why, whylen);
+    if (r == 0) snprintf(why, whylen, "unsupported sharding {%.100s}", raw ? raw : "");
+    if (r <= 0) return false;
+    bool same = own.naxes == m->naxes || own.naxes == 0;
+    for (uint32_t a = 0; same && a < own.naxes; a++)
+        same = own.sizes[a] == m->sizes[a] && strcmp(own.names[a], m->names[a]) == 0;
+    if (!same) {
+        snprintf(why, whylen, "the sharding {%.100s} is on another mesh than the others", raw);
+        return false;
+    }
+    if (s->dtype == DT_TUPLE || s->rank > VIEW_MAX_RANK) {
+        snprintf(why, whylen, "tuple-shaped or high-rank values are not supported");
+        return false;
+    }
+    *out = view_dup(s->rank);
+    if (strncmp(p, ", device_ids=", 13) == 0) {
+        snprintf(why, whylen, "the sharding's mesh has an explicit device order; only iota order is supported");
+        return false;
+    }
+    uint32_t used = 0, d = 0;
+    if (strncmp(p, ", [", 3) == 0) {
+        p += 3;
+        while (*p != ']') {
+            if (*p != '{' || d >= s->rank) goto bad;
+            p++;
+            while (*p != '}') {
+                const char *nb;
+                size_t nn;
+                if (*p == '?') {
+                    snprintf(why, whylen, "an open dimension (?) in {%.100s} does not say the sharding", raw);
+                    return false;
+                }
+                if (!(p = named_axis(p, &nb, &nn))) goto bad;
+                if (*p == ':') {
+                    snprintf(why, whylen, "sub-axis shardings are not supported");
+                    return false;
+                }
+                int a = mesh_axis(m, nb, nn);
+                if (a < 0 || (used & (1u << a)) || out->dims[d].naxes == MESH_MAX_AXES) goto bad;
+                used |= 1u << a;
+                out->dims[d].axes[out->dims[d].naxes++] = (uint8_t)a;
+                if (*p == ',') p += *(p + 1) == ' ' ? 2 : 1;
+                else if (*p != '}') goto bad;
+            }
+            p++;
+            d++;
+            if (*p == ',') p += *(p + 1) == ' ' ? 2 : 1;
+            else if (*p != ']') goto bad;
+        }
+        p++;
+        if (d != s->rank) goto bad;
+    }
+    /* What may follow: replicated axes (the default anyway). */
+    if (strstr(p, "unreduced") || strstr(p, "manual")) {
+        snprintf(why, whylen, "unreduced or manual axes in {%.100s} are not a view", raw);
+        return false;
+    }
+    return dims_divide(out, m, s, why, whylen);
+bad:
+    snprintf(why, whylen, "unreadable sharding {%.100s}", raw);
+    return false;
+}
+
+/* The sharding the distributed module records for entry parameter k: the
+ * partitioner's spmd_parameters_shardings (protobuf), else the parameter's
+ * own sharding= (text dumps print it there); NULL when neither. */
+static const hlo_sharding *dist_param_sharding(const hlo_module *dm, const hlo_comp *dc, uint32_t k) {
+    if (dm->nspmd_params == dc->nparams) return &dm->spmd_params[k];
+    return instr_sharding(&dc->instrs[dc->params[k]]);
+}
+
+/* The sharding it records for output i (element i of a tuple result): the
+ * ROOT's sharding, else the partitioner's spmd_output_sharding; NULL when
+ * neither says. */
+static const hlo_sharding *dist_output_sharding(const hlo_module *dm, const hlo_comp *dc, uint32_t i) {
+    const hlo_instr *r = &dc->instrs[dc->root];
+    const hlo_sharding *s = instr_sharding(r);
+    if (!s) s = dm->spmd_output;
+    if (!s || r->shape.dtype != DT_TUPLE) return s;
+    if (s->type == SH_TUPLE) return i < s->ntuple ? &s->tuple[i] : NULL;
+    return s->type == SH_REPLICATED ? s : NULL;
+}
+
+static bool dist_view(const hlo_sharding *sh, const shape *s, const mesh *m, view *out, char *why, size_t whylen) {
+    if (sh->type == SH_RAW) return named_view(sh->raw, s, m, out, why, whylen);
+    return sharding_view(sh, s, m, out, why, whylen);
+}
+
+/* The mesh: the one the shardings by mesh axes name (they must agree), else
+ * the module's Shardy mesh, else one derived from the tile assignments. */
+static bool dist_mesh(const hlo_module *dm, const hlo_sharding **v, const shape **shp, uint32_t n, mesh *out,
+                      char *why, size_t whylen) {
+    bool named = false;
+    for (uint32_t i = 0; i < n; i++) {
+        if (v[i]->type != SH_RAW) continue;
+        mesh one;
+        const char *rest;
+        int r = named_mesh(v[i]->raw, &one, &rest, why, whylen);
+        if (r < 0) return false;
+        if (r == 0 || one.naxes == 0) continue; /* mesh[]: no axis, nothing split */
+        if (named && (one.naxes != out->naxes || memcmp(one.sizes, out->sizes, sizeof one.sizes) != 0 ||
+                      memcmp(one.names, out->names, sizeof one.names) != 0)) {
+            snprintf(why, whylen, "the shardings name more than one mesh: {%.100s}", v[i]->raw);
+            return false;
+        }
+        *out = one;
+        named = true;
+    }
+    if (named) return true;
+    int sm = shardy_mesh(dm, out, why, whylen);
+    if (sm < 0) return false;
+    if (sm > 0) return true;
+    const hlo_sharding **tv = xmalloc((n ? n : 1) * sizeof *tv);
+    const shape **ts = xmalloc((n ? n : 1) * sizeof *ts);
+    uint32_t nt = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (v[i]->type == SH_OTHER) {
+            tv[nt] = v[i];
+            ts[nt++] = shp[i];
+        }
+    bool ok = derive_mesh_of(tv, ts, nt, graph_num_devices(dm), out, why, whylen);
+    free(tv);
+    free(ts);
+    if (!ok) {
+        char inner[200];
+        snprintf(inner, sizeof inner, "%.190s", why);
+        snprintf(why, whylen, "cannot infer a mesh from the shardings: %s", inner);
+    }
+    return ok;
+}
+
+static bool relations_from_distributed(const hlo_module *baseline, const hlo_module *dist, relations *out, diag *d) {
+    const hlo_comp *bc = graph_entry(baseline), *dc = dist ? graph_entry(dist) : NULL;
+    char why[320];
+    if (!bc || !dc) {
+        diag_plain(d, "the %s has no entry computation", bc ? "distributed program" : "baseline");
+        return false;
+    }
+    uint32_t nout = output_count(bc);
+    if (dc->nparams != bc->nparams || output_count(dc) != nout) {
+        diag_plain(d,
+                   "the baseline has %u parameters and %u outputs, the distributed program %u and %u: relations "
+                   "cannot be read from the distributed program",
+                   bc->nparams, nout, dc->nparams, output_count(dc));
+        return false;
+    }
+    /* Every parameter and output must be said; nothing is assumed. */
+    uint32_t n = bc->nparams + nout;
+    const hlo_sharding **v = xmalloc((n ? n : 1) * sizeof *v);
+    const shape **shp = xmalloc((n ? n : 1) * sizeof *shp);
+    bool ok = true;
+    for (uint32_t k = 0; k < bc->nparams; k++) {
+        v[k] = dist_param_sharding(dist, dc, k);
+        shp[k] = &bc->instrs[bc->params[k]].shape;
+        if (!v[k] && ok) {
+            diag_plain(d,
+                       "the distributed program records no sharding for parameter %u (text dumps of newer XLA "
+                       "versions print none: use the protobuf dump, .hlo.pb, or a relations file)",
+                       k);
+            ok = false;
+        }
+    }
+    for (uint32_t i = 0; i < nout; i++) {
+        v[bc->nparams + i] = dist_output_sharding(dist, dc, i);
+        shp[bc->nparams + i] = output_shape(bc, i);
+        if (!v[bc->nparams + i] && ok) {
+            diag_plain(d,
+                       "the distributed program records no sharding for output %u (a text dump does not print the "
+                       "result's sharding: use the protobuf dump, .hlo.pb, or a relations file)",
+                       i);
+            ok = false;
+        }
+    }
+    if (ok && !dist_mesh(dist, v, shp, n, &out->mesh, why, sizeof why)) {
+        diag_plain(d, "%s", why);
+        ok = false;
+    }
+    int64_t devices = graph_num_devices(dist);
+    if (ok && devices > 0 && mesh_devices(&out->mesh) != devices) {
+        strbuf b;
+        sb_init(&b);
+        mesh_print(&b, &out->mesh);
+        diag_plain(d, "the shardings' mesh %s has %" PRId64 " devices, the distributed program runs on %" PRId64, b.s,
+                   mesh_devices(&out->mesh), devices);
+        sb_free(&b);
+        ok = false;
+    }
+    if (ok) {
+        relations_alloc(out, bc->nparams, nout);
+        for (uint32_t k = 0; k < n; k++) {
+            bool input = k < bc->nparams;
+            uint32_t i = input ? k : k - bc->nparams;
+            if (input) out->input_names[i] = param_name(bc, i);
+            if (dist_view(v[k], shp[k], &out->mesh, input ? &out->inputs[i] : &out->outputs[i], why, sizeof why))
+                continue;
+            strbuf b;
+            sb_init(&b);
+            mesh_print(&b, &out->mesh);
+            if (input && out->input_names[i])
+                diag_plain(d, "parameter %u '%s': the distributed program's sharding cannot be explained by the mesh "
+                              "%s: %s",
+                           i, out->input_names[i], b.s, why);
+            else
+                diag_plain(d, "%s %u: the distributed program's sharding cannot be explained by the mesh %s: %s",
+                           input ? "parameter" : "output", i, b.s, why);
+            sb_free(&b);
+            ok = false;
+        }
+    }
+    free(v);
+    free(shp);
+    return ok;
+}
+
+/* Whether the distributed module records any sharding of its interface. */
+static bool dist_records(const hlo_module *dm) {
+    const hlo_comp *dc = graph_entry(dm);
+    if (dm->nspmd_params || dm->spmd_output) return true;
+    if (!dc) return false;
+    for (uint32_t k = 0; k < dc->nparams; k++)
+        if (instr_sharding(&dc->instrs[dc->params[k]])) return true;
+    return instr_sharding(&dc->instrs[dc->root]) != NULL;
+}
+
+/* Neither program records a sharding: a value whose per-device shape is its
+ * global shape is split nowhere (dup, as relations_auto has it); one whose
+ * shapes differ is split somehow, and nothing says how. */
+static void unsplit_only(const hlo_comp *bc, const hlo_comp *dc, diag *d) {
+    if (!bc || !dc || bc->nparams != dc->nparams || output_count(bc) != output_count(dc)) return;
+    uint32_t nout = output_count(bc);
+    for (uint32_t k = 0; k < bc->nparams + nout; k++) {
+        bool input = k < bc->nparams;
+        uint32_t i = input ? k : k - bc->nparams;
+        const shape *g = input ? &bc->instrs[bc->params[i]].shape : output_shape(bc, i);
+        const shape *l = input ? &dc->instrs[dc->params[i]].shape : output_shape(dc, i);
+        if (shape_equal(g, l)) continue;
+        strbuf gs, ls;
+        sb_init(&gs);
+        sb_init(&ls);
+        shape_print(&gs, g);
+        shape_print(&ls, l);
+        diag_plain(d,
+                   "%s %u is %s in the baseline and %s on each device, and neither program records how it is "
+                   "split (text dumps of newer XLA versions print no shardings: use the protobuf dump, .hlo.pb, "
+                   "or a relations file)",
+                   input ? "parameter" : "output", i, gs.s, ls.s);
+        sb_free(&gs);
+        sb_free(&ls);
+        return;
+    }
+}
+
+bool relations_auto_pair(const hlo_module *baseline, const hlo_module *distributed, relations *out, diag *d) {
+    if (!baseline || baseline_annotated(baseline) || !distributed)
+        return relations_auto(baseline, distributed ? graph_num_devices(distributed) : 0, out, d);
+    const char *saved = d->file;
+    int before = d->count;
+    if (!dist_records(distributed)) {
+        if (!relations_auto(baseline, graph_num_devices(distributed), out, d)) return false;
+        d->file = distributed->source_path ? distributed->source_path : d->file;
+        unsplit_only(graph_entry(baseline), graph_entry(distributed), d);
+    } else {
+        memset(out, 0, sizeof *out);
+        d->file = distributed->source_path ? distributed->source_path : d->file;
+        relations_from_distributed(baseline, distributed, out, d);
+    }
     d->file = saved;
     if (d->count == before) return true;
     relations_free(out);

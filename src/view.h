@@ -125,6 +125,22 @@ bool relations_read(const char *path, const hlo_module *baseline, relations *out
  * assignment the mesh cannot explain is an error "file: parameter K 'name':
  * ...". input_names holds the pytree names from op_name metadata. */
 bool relations_auto(const hlo_module *baseline, int64_t devices, relations *out, diag *d);
+/* Relations for a pair, from the programs themselves. A baseline with
+ * sharding annotations (GSPMD/Shardy) gives them as relations_auto does. A
+ * plain baseline (a shard_map pair's single-device program) says nothing, so
+ * they come from the distributed program's record of its interface: the
+ * partitioner's parameter and result shardings (HloModuleProto
+ * spmd_parameters_shardings / spmd_output_sharding; a text dump prints the
+ * parameters' sharding= at most), which say how each global parameter and
+ * the global result are split over the devices, with global shapes from the
+ * baseline. The mesh is the one the shardings name (XLA's mesh['dp'=2,...]
+ * form), else the module's Shardy mesh, else derived from the tile
+ * assignments (axis_0, ...). A parameter or output with no recorded sharding
+ * is an error that says so: nothing is assumed. When neither program records
+ * any sharding, values whose per-device shape is the global shape are dup
+ * (relations_auto's answer; split nowhere) and any other is an error. Errors go to d as "file:
+ * message"; the caller frees *out with relations_free on success. */
+bool relations_auto_pair(const hlo_module *baseline, const hlo_module *distributed, relations *out, diag *d);
 void relations_free(relations *r);
 
 #endif

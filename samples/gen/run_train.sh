@@ -21,6 +21,8 @@ cd "$repo"
 export XLA_FLAGS="--xla_force_host_platform_device_count=8"
 export JAX_PLATFORMS=cpu
 export PYTHONHASHSEED=0
+# The pass dump is taken by the user-facing exporter, python/scalify_jax.
+export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 # Load the exporter under its repo-relative name so HLO source paths are relative.
 exec "$venv/bin/python" -c '
 import sys

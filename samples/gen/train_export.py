@@ -34,9 +34,9 @@ OUT = "samples/train"
 DUMP = os.path.join(GEN, ".dump-train")
 GZIP_OVER = 200 * 1024
 WRITTEN = set()
+from scalify_jax import after_partitioning  # noqa: E402  (python/scalify_jax, on run_train.sh's path)
 
-
-HELPERS = ("load", "write_bytes", "dumps", "write_json", "hlo_of_lowered", "partitioned",
+HELPERS = ("load", "write_bytes", "dumps", "write_json", "hlo_of_lowered",
            "save_hlo", "make_mesh", "spec_to_view", "relations", "want")
 
 
@@ -185,7 +185,7 @@ def export_pair(name, prog, bug=None, kinds=None, note=None, rel_mesh=None):
         tree, [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(prog.mesh, s))
                for a, s in zip(leaves, specs)])
     lo = jax.jit(prog.smap()).lower(*dist_abs)
-    dist_text, dist_pb = partitioned(lo, name)
+    dist_text, dist_pb = after_partitioning(lo)
     dist = save_hlo(f"{name}.dist", dist_text, dist_pb)
     outs = out_names(prog, ab)
     out_specs = leaf_specs(prog.out_specs, jax.eval_shape(prog.baseline, *ab))

@@ -824,6 +824,245 @@ static void sub_axes(void) {
     rmdir(dir);
 }
 
+/* ---- relations read from the distributed program (shard_map pairs) ---- */
+
+/* The block of dimension d that device dev holds under v: its index among
+ * the dimension's parts, and the number of parts. */
+static void held_block(const view *v, const mesh *m, uint32_t d, int64_t dev, int64_t *index, int64_t *parts) {
+    *index = 0;
+    *parts = 1;
+    if (d >= v->rank) return;
+    for (uint32_t j = 0; j < v->dims[d].naxes; j++) {
+        int a = v->dims[d].axes[j];
+        *index = *index * m->sizes[a] + mesh_coord(m, dev, a);
+        *parts *= m->sizes[a];
+    }
+}
+
+/* Whether two views on two meshes of the same devices (iota order) give every
+ * device the same block of every dimension and the same partial groups: the
+ * same relation whatever the axes are called or how the mesh is cut. */
+static bool same_relation(const view *a, const mesh *ma, const view *b, const mesh *mb, uint32_t rank) {
+    int64_t n = mesh_devices(ma);
+    if (n != mesh_devices(mb)) return false;
+    if ((a->partial != 0) != (b->partial != 0) || (a->partial && a->red != b->red)) return false;
+    for (int64_t dev = 0; dev < n; dev++)
+        for (uint32_t d = 0; d < rank; d++) {
+            int64_t ia, pa, ib, pb;
+            held_block(a, ma, d, dev, &ia, &pa);
+            held_block(b, mb, d, dev, &ib, &pb);
+            if (ia != ib || pa != pb) return false;
+        }
+    /* partial: devices r and s sum together when they differ only on partial axes */
+    for (int64_t r = 0; a->partial && r < n; r++)
+        for (int64_t t = 0; t < n; t++) {
+            bool ga = true, gb = true;
+            for (uint32_t x = 0; x < ma->naxes; x++)
+                if (!(a->partial & (1u << x)) && mesh_coord(ma, r, (int)x) != mesh_coord(ma, t, (int)x)) ga = false;
+            for (uint32_t x = 0; x < mb->naxes; x++)
+                if (!(b->partial & (1u << x)) && mesh_coord(mb, r, (int)x) != mesh_coord(mb, t, (int)x)) gb = false;
+            if (ga != gb) return false;
+        }
+    return true;
+}
+
+static char *joined(const char *dir, const char *rel) {
+    size_t n = strlen(dir) + strlen(rel) + 2;
+    char *p = malloc(n);
+    snprintf(p, n, "%s/%s", dir, rel);
+    return p;
+}
+
+/* Every shard_map pair of a manifest: the relations read from its
+ * distributed program (the protobuf forms check --manifest reads) are the
+ * committed relations file, view by view, device by device. */
+static int smap_auto_pairs(const char *dir, int *expected) {
+    char *mp = joined(dir, "manifest.json");
+    json_error_t je;
+    json_t *man = json_load_file(mp, 0, &je);
+    int done = 0;
+    t_case("view-8 %s", mp);
+    if (!CHECK_MSG(man, "%s: %s", mp, je.text)) {
+        free(mp);
+        return 0;
+    }
+    json_t *pairs = json_object_get(man, "pairs");
+    for (size_t i = 0; i < json_array_size(pairs); i++) {
+        json_t *pair = json_array_get(pairs, i);
+        const char *name = json_string_value(json_object_get(pair, "name"));
+        const char *kind = json_string_value(json_object_get(pair, "kind"));
+        const char *rel = json_string_value(json_object_get(pair, "relations"));
+        const char *bpb = json_string_value(json_object_get(json_object_get(pair, "baseline"), "pb"));
+        const char *dpb = json_string_value(json_object_get(json_object_get(pair, "distributed"), "pb"));
+        if (!name || !kind || strcmp(kind, "shard_map") != 0) continue;
+        (*expected)++;
+        t_case("view-8 %s", name);
+        if (!CHECK_MSG(rel && bpb && dpb, "lacks a relations file or protobuf forms")) continue;
+        char *bp = joined(dir, bpb), *dp = joined(dir, dpb), *rp = joined(dir, rel);
+        diag bd, dd, rd, ad;
+        hlo_module *bm = read_baseline(bp, &bd), *dm = read_baseline(dp, &dd);
+        diag_init(&rd, NULL);
+        diag_init(&ad, NULL);
+        relations fr, ar;
+        memset(&fr, 0, sizeof fr);
+        memset(&ar, 0, sizeof ar);
+        if (CHECK_MSG(bm && dm, "%s%s", bd.out.s ? bd.out.s : "", dd.out.s ? dd.out.s : "") &&
+            CHECK_MSG(relations_read(rp, bm, &fr, &rd), "%s", rd.out.s ? rd.out.s : "") &&
+            CHECK_MSG(relations_auto_pair(bm, dm, &ar, &ad), "%s", ad.out.s ? ad.out.s : "")) {
+            const hlo_comp *c = graph_entry(bm);
+            bool all = CHECK_MSG(ar.ninputs == fr.ninputs && ar.noutputs == fr.noutputs, "%u/%u inputs, %u/%u outputs",
+                                 ar.ninputs, fr.ninputs, ar.noutputs, fr.noutputs);
+            for (uint32_t k = 0; all && k < fr.ninputs; k++) {
+                const shape *s = &c->instrs[c->params[k]].shape;
+                all = CHECK_MSG(same_relation(&ar.inputs[k], &ar.mesh, &fr.inputs[k], &fr.mesh, s->rank),
+                                "parameter %u '%s' differs from %s", k, fr.input_names[k] ? fr.input_names[k] : "?",
+                                rel);
+            }
+            const shape *rs = &c->instrs[c->root].shape;
+            for (uint32_t o = 0; all && o < fr.noutputs; o++) {
+                uint32_t rank = rs->dtype == DT_TUPLE ? rs->tuple[o].rank : rs->rank;
+                all = CHECK_MSG(same_relation(&ar.outputs[o], &ar.mesh, &fr.outputs[o], &fr.mesh, rank) &&
+                                    !ar.output_free[o],
+                                "output %u differs from %s", o, rel);
+            }
+            if (all) done++;
+        }
+        relations_free(&fr);
+        relations_free(&ar);
+        diag_free(&bd), diag_free(&dd), diag_free(&rd), diag_free(&ad);
+        graph_free(bm);
+        graph_free(dm);
+        free(bp), free(dp), free(rp);
+    }
+    json_decref(man);
+    free(mp);
+    return done;
+}
+
+/* Text dumps keep less: the messages say what is missing instead of
+ * assuming replicated. */
+static void smap_auto_text(void) {
+    struct {
+        const char *base, *dist, *msg;
+    } cases[] = {
+        {"samples/tiny/tiny.baseline.hlo", "samples/tiny/tiny.megatron_tp.tp4.dist.hlo",
+         "records no sharding for output 0 (a text dump does not print the result's sharding"},
+        {"samples/train/lm.dp_tp.baseline.hlo", "samples/train/lm.dp_tp.dp2xtp4.dist.hlo",
+         "parameter 5 is f32[64,32]{1,0} in the baseline and f32[16,32]{1,0} on each device, and neither program "
+         "records how it is split"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        t_case("view-9.%zu %s", i + 1, cases[i].dist);
+        diag bd, dd, ad;
+        hlo_module *bm = read_baseline(cases[i].base, &bd), *dm = read_baseline(cases[i].dist, &dd);
+        diag_init(&ad, NULL);
+        relations r;
+        if (CHECK(bm && dm)) {
+            CHECK(!relations_auto_pair(bm, dm, &r, &ad));
+            CHECK_MSG(ad.out.s && strstr(ad.out.s, cases[i].msg), "message: %s", ad.out.s ? ad.out.s : "(none)");
+            CHECK(r.ninputs == 0 && r.inputs == NULL);
+        }
+        diag_free(&bd), diag_free(&dd), diag_free(&ad);
+        graph_free(bm);
+        graph_free(dm);
+    }
+}
+
+/* Hand-made distributed modules: what the partitioner's shardings say, and
+ * what they do not. */
+static bool auto_pair_text(const char *base, const char *dist, relations *r, diag *rd) {
+    diag d1, d2;
+    diag_init(&d1, "base.hlo");
+    diag_init(&d2, "dist.hlo");
+    hlo_module *bm = hlo_parse_text(base, strlen(base), "base.hlo", &d1);
+    hlo_module *dm = hlo_parse_text(dist, strlen(dist), "dist.hlo", &d2);
+    diag_init(rd, NULL);
+    bool ok = false;
+    if (CHECK_MSG(bm && dm, "%s%s", d1.out.s ? d1.out.s : "", d2.out.s ? d2.out.s : ""))
+        ok = relations_auto_pair(bm, dm, r, rd);
+    graph_free(bm);
+    graph_free(dm);
+    diag_free(&d1);
+    diag_free(&d2);
+    return ok;
+}
+
+static void smap_auto_cases(void) {
+    const char *base = "HloModule b\n\nENTRY e {\n"
+                       "  x = f32[8,16]{1,0} parameter(0)\n"
+                       "  w = f32[16,32]{1,0} parameter(1)\n"
+                       "  ROOT d = f32[8,32]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+    relations r;
+    diag rd;
+
+    t_case("view-10.1 tile shardings on parameters and ROOT, 2-D mesh derived");
+    const char *d1 = "HloModule d, num_partitions=8\n\nENTRY e {\n"
+                     "  x = f32[4,16]{1,0} parameter(0), sharding={devices=[2,1,4]<=[8] last_tile_dim_replicate}\n"
+                     "  w = f32[16,8]{1,0} parameter(1), sharding={devices=[1,4,2]<=[2,4]T(1,0) "
+                     "last_tile_dim_replicate}\n"
+                     "  ROOT d = f32[4,8]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, "
+                     "sharding={devices=[2,4]<=[8]}\n}\n";
+    if (CHECK_MSG(auto_pair_text(base, d1, &r, &rd), "%s", rd.out.s ? rd.out.s : "")) {
+        CHECK_EQ(r.mesh.naxes, 2);
+        auto_view_is(&r, true, 0, "shard(0,axis_0)");
+        auto_view_is(&r, true, 1, "shard(1,axis_1)");
+        auto_view_is(&r, false, 0, "shard(0,axis_0) shard(1,axis_1)");
+        CHECK(!r.output_free[0]);
+        relations_free(&r);
+    }
+    diag_free(&rd);
+
+    t_case("view-10.2 shardings by mesh axes name the mesh");
+    const char *d2 = "HloModule d, num_partitions=8\n\nENTRY e {\n"
+                     "  x = f32[4,16]{1,0} parameter(0), sharding={mesh['dp'=2,'tp'=4], [{'dp'}, {}]}\n"
+                     "  w = f32[16,8]{1,0} parameter(1), sharding={mesh['dp'=2,'tp'=4], [{}, {'tp'}]}\n"
+                     "  ROOT d = f32[4,8]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, "
+                     "sharding={mesh['dp'=2,'tp'=4], [{'dp'}, {'tp'}]}\n}\n";
+    if (CHECK_MSG(auto_pair_text(base, d2, &r, &rd), "%s", rd.out.s ? rd.out.s : "")) {
+        CHECK_STR(r.mesh.names[0], "dp");
+        CHECK_STR(r.mesh.names[1], "tp");
+        auto_view_is(&r, true, 0, "shard(0,dp)");
+        auto_view_is(&r, true, 1, "shard(1,tp)");
+        auto_view_is(&r, false, 0, "shard(0,dp) shard(1,tp)");
+        relations_free(&r);
+    }
+    diag_free(&rd);
+
+    struct {
+        const char *name, *px, *root, *msg;
+    } bad[] = {
+        {"view-10.3 an unannotated parameter is not taken as replicated", "",
+         ", sharding={replicated}", "records no sharding for parameter 0"},
+        {"view-10.4 no result sharding", ", sharding={replicated}", "", "records no sharding for output 0"},
+        {"view-10.5 manual sharding", ", sharding={manual}", ", sharding={replicated}", "manual sharding is not a view"},
+        {"view-10.6 an open dimension", ", sharding={mesh['dp'=2,'tp'=4], [{'dp', ?}, {}]}",
+         ", sharding={replicated}", "an open dimension (?)"},
+        {"view-10.7 a sub-axis", ", sharding={mesh['dp'=2,'tp'=4], [{'tp':(1)2}, {}]}", ", sharding={replicated}",
+         "sub-axis shardings are not supported"},
+        {"view-10.8 unreduced axes", ", sharding={mesh['dp'=2,'tp'=4], [{}, {}], unreduced={'tp'}}",
+         ", sharding={replicated}", "unreduced or manual axes"},
+        {"view-10.9 two meshes", ", sharding={mesh['dp'=2,'tp'=4], [{'dp'}, {}]}",
+         ", sharding={mesh['a'=8], [{'a'}, {}]}", "more than one mesh"},
+        {"view-10.10 a mesh of another size", ", sharding={mesh['dp'=4], [{'dp'}, {}]}", ", sharding={replicated}",
+         "has 4 devices, the distributed program runs on 8"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        t_case("%s", bad[i].name);
+        char src[1024];
+        snprintf(src, sizeof src,
+                 "HloModule d, num_partitions=8\n\nENTRY e {\n"
+                 "  x = f32[4,16]{1,0} parameter(0)%s\n"
+                 "  w = f32[16,32]{1,0} parameter(1), sharding={replicated}\n"
+                 "  ROOT d = f32[4,32]{1,0} dot(x, w), lhs_contracting_dims={1}, rhs_contracting_dims={0}%s\n}\n",
+                 bad[i].px, bad[i].root);
+        bool ok = auto_pair_text(base, src, &r, &rd);
+        CHECK(!ok);
+        CHECK_MSG(rd.out.s && strstr(rd.out.s, bad[i].msg), "message: %s", rd.out.s ? rd.out.s : "(none)");
+        if (ok) relations_free(&r);
+        diag_free(&rd);
+    }
+}
+
 void suite_view(void) {
     views();
     json_error_t je;
@@ -837,4 +1076,12 @@ void suite_view(void) {
     bad_relations();
     auto_cases();
     sub_axes();
+    int expected = 0;
+    int done = smap_auto_pairs("samples", &expected) + smap_auto_pairs("samples/train", &expected);
+    printf("  view: %d of %d shard_map pairs: relations read from the distributed program equal the files\n", done,
+           expected);
+    t_case("view-8 count");
+    CHECK_MSG(done == expected && expected >= 84, "%d of %d", done, expected);
+    smap_auto_text();
+    smap_auto_cases();
 }
