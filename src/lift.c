@@ -1089,14 +1089,67 @@ bool lf_is_elementwise(int op) {
 
 /* Whether op distributes over a sum in operand k (so a partial(sum) operand
  * gives a partial(sum) result). */
-static bool linear_in(const hlo_instr *in, const lval *ops, uint32_t k) {
+/* x, complete over `axes` (neither partial nor sharded over them), read as
+ * a partial sum over them: the n devices of a group each hold x, and the sum
+ * of those copies is n·x, so the same term partial with its factor times n
+ * (a replicated b/n is a partial sum of b). */
+static void copies_as_partial(lift_ctx *c, lval *x, uint32_t axes, const hlo_instr *at) {
+    int64_t n = 1;
+    for (uint32_t a = 0; a < c->mesh->naxes; a++)
+        if (axes >> a & 1) n *= c->mesh->sizes[a];
+    x->v.partial |= (uint8_t)axes;
+    x->v.red = RED_SUM;
+    x->scale = lf_scale_of(x) * (double)n;
+    if (x->scale == 1) x->scale = 0;
+    else x->factor_at = at;
+}
+
+/* An add or subtract of partial sums over axes A and values complete over A
+ * that carry a factor (a bias b/n added on every device before the sum):
+ * those values read as partial sums of their n copies (copies_as_partial),
+ * so that the factors say what the sum over the devices makes of them. A
+ * value without a factor is left to the transfer function, which names it
+ * counted once per device where a sum follows (the bias before the
+ * all-reduce); zeros stay as they are. */
+static void copies_into_partial_sums(lstate *s) {
+    const hlo_instr *in = s->in;
+    if ((in->op != OP_ADD && in->op != OP_SUBTRACT) || !dtype_is_float(in->shape.dtype)) return;
+    uint32_t partial = 0;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (x->kind != LV_TERM || (x->v.partial && x->v.red != RED_SUM)) return;
+        if (x->v.partial) {
+            if (partial && partial != x->v.partial) return;
+            partial = x->v.partial;
+        }
+    }
+    if (!partial) return;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        lval *x = &s->ops[o];
+        if (x->v.partial || (view_axes_used(&x->v) & partial) || lf_scale_of(x) == 1 || lf_class_is_zero(s->c, x->cls))
+            continue;
+        copies_as_partial(s->c, x, partial, in);
+    }
+}
+
+static bool linear_in(lift_ctx *c, const hlo_instr *in, const lval *ops, uint32_t k) {
     switch (in->op) {
+    case OP_SELECT: {
+        /* With a predicate the same on every device, select is linear in its
+         * two values together: the other is partial alike (checked by the
+         * caller) or zero, the identity of the sum. */
+        if (k == 0 || in->noperands != 3 || ops[0].v.partial) return false;
+        const lval *other = &ops[3 - k];
+        return other->kind == LV_TERM && (other->v.partial || lf_class_is_zero(c, other->cls));
+    }
     case OP_ADD: case OP_SUBTRACT:
         return true;  /* when every operand is partial alike (checked by the caller) */
     case OP_NEGATE:
         return true;
     case OP_MULTIPLY:
-        return ops[1 - k].kind == LV_TERM && ops[1 - k].v.partial == 0;
+        /* the other complete, or partial over other axes (checked by the
+         * caller: a product of sums over disjoint axes) */
+        return ops[1 - k].kind == LV_TERM && !(ops[1 - k].v.partial & ops[k].v.partial);
     case OP_DIVIDE:
         return k == 0 && ops[1].kind == LV_TERM && ops[1].v.partial == 0;
     case OP_CONVERT: {
@@ -1540,6 +1593,14 @@ static lval lift_elementwise(lstate *s) {
         }
         if (x->v.partial) {
             if (partial && (partial != x->v.partial || red != x->v.red)) {
+                /* A product of sums over disjoint axes, each the same over the
+                 * other's devices, is a sum over both (Σa Σb xa·yb). */
+                if (in->op == OP_MULTIPLY && in->noperands == 2 && red == RED_SUM && x->v.red == RED_SUM &&
+                    !(partial & x->v.partial) && !(view_axes_used(&x->v) & partial) &&
+                    !(view_axes_used(&ops[0].v) & x->v.partial)) {
+                    partial |= x->v.partial;
+                    continue;
+                }
                 lf_finding(c, "missing-all-reduce", s->comp, in, "%s combines values partial over different mesh axes", in->opname);
                 return unknown();
             }
@@ -1556,11 +1617,12 @@ static lval lift_elementwise(lstate *s) {
         bool ok = red == RED_SUM || idem;
         for (uint32_t o = 0; o < in->noperands && ok; o++) {
             if (!ops[o].v.partial) {
-                if (in->op == OP_ADD || in->op == OP_SUBTRACT) ok = false;
+                /* a zero added is a partial sum of zeros */
+                if ((in->op == OP_ADD || in->op == OP_SUBTRACT) && !lf_class_is_zero(c, ops[o].cls)) ok = false;
                 if (idem) ok = !(view_axes_used(&ops[o].v) & partial);
                 continue;
             }
-            ok = idem || linear_in(in, ops, o);
+            ok = idem || linear_in(c, in, ops, o);
         }
         if (!ok && red != RED_SUM) {
             /* Partial maxima combined otherwise (online softmax: a running max
@@ -2062,7 +2124,11 @@ static lval lift_dot(lstate *s) {
     dot_align(s, lb, rb, nlb);
     dot_align(s, lc, rc, nlc);
     dot_unshard_contracting(s, (const int64_t *const[2]){lb, rb}, (const int64_t *const[2]){lc, rc}, nlb, nlc);
-    if ((l->v.partial && r->v.partial) || ((l->v.partial || r->v.partial) && (l->v.red | r->v.red) != RED_SUM)) {
+    /* Partial sums over disjoint axes, each the same over the other's
+     * devices: Σa Σb la·rb = (Σa la)·(Σb rb), partial over both. */
+    bool apart = l->v.partial && r->v.partial && l->v.red == RED_SUM && r->v.red == RED_SUM && !(l->v.partial & r->v.partial) &&
+                 !(view_axes_used(&l->v) & r->v.partial) && !(view_axes_used(&r->v) & l->v.partial);
+    if ((l->v.partial && r->v.partial && !apart) || ((l->v.partial || r->v.partial) && (l->v.red | r->v.red) != RED_SUM)) {
         if (!short_reduction(s, "a dot of two partial values"))
             lf_finding(c, "missing-all-reduce", s->comp, in, "dot of two partial values: at least one all-reduce is missing");
         return unknown();
@@ -2112,15 +2178,81 @@ static lval lift_dot(lstate *s) {
  * reducer as reduction; init must be the reducer's identity for that to hold. */
 static void uniform_dev_as_term(lstate *s, uint32_t o);
 
+/* Value i of comp is an all-gather along *d over *axes of a value partial
+ * over those axes (*x): each device holds the stack of the group's partial
+ * values. False when it is not, or the groups do not name mesh axes. */
+static bool gathered_partials(lstate *s, uint32_t i, int *axes, uint32_t *d, const lval **x) {
+    const hlo_instr *g = &s->comp->instrs[i];
+    if (g->op != OP_ALL_GATHER || g->noperands != 1) return false;
+    const lval *y = &s->vals[g->operands[0]];
+    uint32_t nd;
+    const int64_t *dd = instr_ints(g, A_DIMENSIONS, &nd);
+    if (y->kind != LV_TERM || !y->v.partial || nd != 1 || dd[0] < 0 || (uint64_t)dd[0] >= y->v.rank ||
+        y->v.dims[dd[0]].naxes)
+        return false;
+    char why[160];
+    int a = groups_axes_on(s->c->mesh, graph_num_replicas(s->c->dist), g, true, why, sizeof why);
+    if (a <= 0 || (y->v.partial & (uint32_t)a) != (uint32_t)a) return false;
+    *axes = a;
+    *d = (uint32_t)dd[0];
+    *x = y;
+    return true;
+}
+
+/* Whether every use of all-gather value i (gathered_partials, along d,
+ * partial with reducer red) is a reduce over d with red: the stack reduced,
+ * which is the complete value reduced (lift_reduce). */
+static bool stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i, uint32_t d, int red) {
+    bool used = false;
+    for (uint32_t j = i + 1; j < comp->ninstrs; j++) {
+        const hlo_instr *y = &comp->instrs[j];
+        for (uint32_t o = 0; o < y->noperands; o++) {
+            if (y->operands[o] != i) continue;
+            used = true;
+            uint32_t nd;
+            const int64_t *rd = y->op == OP_REDUCE ? instr_ints(y, A_DIMENSIONS, &nd) : NULL;
+            bool over = false;
+            for (uint32_t k = 0; rd && k < nd; k++) over |= rd[k] == (int64_t)d;
+            if (!over || o != 0 || y->noperands != 2 || instr_reducer(m, y) != red) return false;
+        }
+    }
+    return used && comp->root != i;
+}
+
 static lval lift_reduce(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     /* an integer init (a token count from 0); a device value the same on
      * every device (a bounds check of constant indices) is a constant too */
     for (uint32_t o = 0; o < in->noperands && in->noperands == 2; o++) uniform_dev_as_term(s, o);
+    int red = instr_reducer(c->cur, in);
+    /* The stack of a group's partial values (an all-gather of them) reduced
+     * over the gathered dim with their reducer: the reduction of the complete
+     * value, on every device of the group (the stack's blocks are the pieces
+     * the reducer combines). */
+    int gaxes = 0;
+    uint32_t gd;
+    const lval *gx;
+    if (in->noperands == 2 && s->ops[0].kind == LV_UNKNOWN && gathered_partials(s, in->operands[0], &gaxes, &gd, &gx) &&
+        gx->v.red == red && stack_only_reduced(s->comp, c->cur, in->operands[0], gd, red)) {
+        /* the stacked values' factor is the reduction's (a sum is linear, a
+         * max or min commutes with a positive factor) */
+        double k = lf_scale_of(gx);
+        if (k != 1 && red != RED_SUM && !(k > 0 && (red == RED_MAX || red == RED_MIN))) return unknown();
+        s->ops[0] = *gx;
+        s->ops[0].scale = 0;
+        lval r = lift_reduce(s);
+        if (r.kind == LV_TERM && (r.v.partial & (uint32_t)gaxes) == (uint32_t)gaxes) {
+            r.v.partial &= (uint8_t)~gaxes;
+            if (!r.v.partial) r.v.red = 0;
+            r.scale = k == 1 ? 0 : k;
+            r.factor_at = gx->factor_at;
+            return r;
+        }
+        return unknown();
+    }
     if (in->noperands != 2 || s->ops[0].kind != LV_TERM || s->ops[1].kind != LV_TERM) return unknown();
     const lval *x = &s->ops[0], *init = &s->ops[1];
-    int red = instr_reducer(c->cur, in);
     if (!red) return unknown();
     if (x->v.partial && !(x->v.red == red && (red == RED_SUM || red == RED_MAX || red == RED_MIN))) {
         lf_finding(c, "missing-all-reduce", s->comp, in, "reduce-%s of a value that is still partial (%s) over a mesh axis",
@@ -2570,6 +2702,11 @@ static lval lift_all_reduce(lstate *s) {
                         "%s reduces over %s, but the value is partial over %s: the all-reduce runs over the wrong mesh axis",
                         in->name, w.s, p2.s);
                 sb_free(&p2);
+            } else if (sharded) {
+                /* Each device's block summed with the others': the sum of the
+                 * blocks, a value in its own right (not related yet). */
+                lf_unsupported(c, s->comp, in, "%s sums over %s a value sharded over %s: the sum of its blocks is not related yet",
+                               in->name, w.s, e.s);
             } else {
                 lf_finding(c, "wrong-reduction", s->comp, in,
                         "%s sums over %s, but the value is already complete over %s: it is counted %lld times",
@@ -2849,6 +2986,15 @@ static lval lift_all_gather(lstate *s) {
     lval moved;
     if (!ok && gather_unit_dim(s, d, axes, &moved)) return moved;
     if (!ok && !vd->naxes && !x->v.partial && gather_layout(s, d, axes, &moved)) return moved;
+    if (!ok && (x->v.partial & (uint32_t)axes) == (uint32_t)axes && !vd->naxes) {
+        /* The stack of the group's partial values: no value of the baseline
+         * until reduced over d (lift_reduce), nor a mistake by itself. */
+        uint32_t i = (uint32_t)(in - s->comp->instrs);
+        if (!stack_only_reduced(s->comp, c->cur, i, d, x->v.red))
+            lf_unsupported(c, s->comp, in, "%s gathers partial values (%s) side by side; the stack is related only where a reduce "
+                           "over the gathered dimension completes it", in->name, reducer_name(x->v.red));
+        return unknown();
+    }
     if (!ok) {
         strbuf a, w;
         sb_init(&a);
@@ -2874,9 +3020,34 @@ static lval lift_reduce_scatter(lstate *s) {
     uint32_t dim;
     if (!dim_collective(s, &axes, &dim)) return unknown();
     int red = instr_reducer(c->cur, in);
+    uint32_t extra = (uint32_t)axes & ~x->v.partial;
+    lval copies = *x;
+    bool sharded = view_axes_used(&x->v) & extra;
+    if (extra && red == RED_SUM && !sharded && !(x->v.partial & ~(uint32_t)axes) && (!x->v.partial || x->v.red == RED_SUM) &&
+        dtype_is_float(in->shape.dtype)) {
+        /* A sum of copies (a value every device of the group holds): n times
+         * it, a factor a division may take back (psum_scatter(g) / n). */
+        copies_as_partial(c, &copies, extra, in);
+        x = &copies;
+    }
     if ((x->v.partial & axes) != (uint32_t)axes || x->v.red != red) {
-        lf_finding(c, x->v.partial ? "wrong-reduction" : "wrong-reduction", s->comp, in,
-                "%s reduces a value that is not partial (%s) over its groups", in->name, reducer_name(red));
+        if (x->v.partial & ~(uint32_t)axes) {
+            /* Partial over other axes than the groups span: the wrong axis (as
+             * for an all-reduce). */
+            strbuf w, p2;
+            sb_init(&w);
+            sb_init(&p2);
+            lf_axes_words(&w, c, (uint32_t)axes);
+            lf_axes_words(&p2, c, x->v.partial & ~(uint32_t)axes);
+            lf_finding(c, "wrong-collective-group", s->comp, in,
+                       "%s reduces over %s, but the value is partial over %s: the reduce-scatter runs over the wrong mesh axis",
+                       in->name, w.s, p2.s);
+            sb_free(&w);
+            sb_free(&p2);
+        } else {
+            lf_finding(c, "wrong-reduction", s->comp, in, "%s reduces a value that is not partial (%s) over its groups", in->name,
+                       reducer_name(red));
+        }
         return unknown();
     }
     view v = x->v;
@@ -2885,7 +3056,10 @@ static lval lift_reduce_scatter(lstate *s) {
     view_dim *vd = &v.dims[dim];
     for (uint32_t a = 0; a < c->mesh->naxes; a++)
         if (axes >> a & 1) vd->axes[vd->naxes++] = (uint8_t)a;
-    return term(x->cls, v, x->assumed);
+    lval r = term(x->cls, v, x->assumed);
+    r.scale = x->scale;  /* a sum of copies' */
+    r.factor_at = x->factor_at;
+    return r;
 }
 
 /* The mesh axes (bitmask, ≥ 1) whose combined block index r gives every
@@ -4886,6 +5060,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     c->konst_operand_now = konst_op;
     double factor = 1;
     if (!lf_scale_take(&s, v)) {
+        copies_into_partial_sums(&s);
         factor = lf_scale_plan(&s);
         uint32_t nu = c->nunsupported, nf = c->nfindings;
         *v = lift_instr(&s);

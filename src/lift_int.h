@@ -119,6 +119,9 @@ int64_t *lf_permute_sources(lift_ctx *c, const hlo_instr *in, const char **bad);
 bool lf_axes_of_blocks(const lift_ctx *c, const int64_t *b, int64_t parts, view_dim *out);
 bool lf_permute_view(const lift_ctx *c, const view *v, const int64_t *from, view *out);
 void lf_zmask_after(lstate *s, lval *v);
+/* Whether every value of class cls is known to be 0 (a splat of a zero too
+ * large to fold included; lift_zmask.c). */
+bool lf_class_is_zero(lift_ctx *c, eid cls);
 eid lf_const_term(lift_ctx *c, struct interp_val *v, uint8_t origin);
 /* Constant factors (lift_scale.c): lf_scale_of the factor of x (1 when none);
  * lf_scale_take relates multiply/divide by a uniform constant as a factor on

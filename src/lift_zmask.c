@@ -22,9 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether every value of class cls is known to be 0 (a splat of a zero too
- * large to fold included). */
-static bool class_is_zero(lift_ctx *c, eid cls) {
+bool lf_class_is_zero(lift_ctx *c, eid cls) {
     const interp_val *v = lf_kval(c, cls);
     for (int guard = 0; !v && guard < 8; guard++) {
         eid n = eg_class_first(c->g, cls);
@@ -157,12 +155,12 @@ static const lift_zmask *zmask_compare(lstate *s) {
     else if (strcmp(dir, "LT") == 0) side = 1;
     else return NULL;
     const lval *p = &s->vals[in->operands[side]], *z = &s->vals[in->operands[1 - side]];
-    if (p->kind != LV_TERM || z->kind != LV_TERM || p->assumed || !class_is_zero(c, z->cls)) {
+    if (p->kind != LV_TERM || z->kind != LV_TERM || p->assumed || !lf_class_is_zero(c, z->cls)) {
         if (!(strcmp(dir, "NE") == 0 && side == 0)) return NULL;
         /* NE is symmetric: 0 != p */
         p = &s->vals[in->operands[1]], z = &s->vals[in->operands[0]];
         side = 1;
-        if (p->kind != LV_TERM || z->kind != LV_TERM || p->assumed || !class_is_zero(c, z->cls)) return NULL;
+        if (p->kind != LV_TERM || z->kind != LV_TERM || p->assumed || !lf_class_is_zero(c, z->cls)) return NULL;
     }
     uint8_t *seen = xcalloc(s->comp->ninstrs + 1, 1);
     bool nonneg = nonneg_instr(c->cur, s->comp, in->operands[side], seen, 0);
@@ -508,7 +506,7 @@ void lf_zmask_after(lstate *s, lval *v) {
             uint32_t m;
             const eid *ch = eg_node_children(c->g, nd, &m);
             if (eg_node_op(c->g, nd) != OP_SELECT || m != 3) continue;
-            if (!class_is_zero(c, ch[2])) return;
+            if (!lf_class_is_zero(c, ch[2])) return;
             r.pred = false;
             r.zero = true;
             r.full = eg_find(c->g, ch[1]);

@@ -1510,6 +1510,16 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/tuple-op: a tuple-shaped op on replicated operands
  *     (batch-norm-training, PyTorch/XLA's layer norm), whose elements are the
  *     baseline's; another element is not;
+ *   - tests/cases/collectives (shard_map programs exported by JAX 0.12):
+ *     partial sums masked by where(m, x@w, 0) before the psum; a bias b/4
+ *     added on each of 4 devices before it; psum_scatter of a replicated
+ *     value divided by 4; the stack of per-device sums or maxima gathered
+ *     and reduced; per-device losses gathered and averaged; products and
+ *     dots of sums over disjoint mesh axes summed over both — each the
+ *     baseline's, never a finding (each was one before); their wrong
+ *     variants (ones where masked, a wrong divisor, sums started at 1, a
+ *     psum over one of the two axes) are not, and a psum_scatter over the
+ *     wrong mesh axis of a 2x2 mesh is found by the rules;
  *   - tests/cases/const-along: a replicated mask built from labels, constant
  *     along the vocab dim the logits are sharded on, is every block of the
  *     baseline's wider mask (inverted, or built from the local column
@@ -1589,6 +1599,21 @@ static void hand_written_cases(void) {
         {"tuple-op/bn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"tuple-op/bn", "another element", "get-tuple-element(bn), index=1", "get-tuple-element(bn), index=2", VERDICT_MISMATCH,
          false},
+        {"collectives/where-zero", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"collectives/where-zero", "ones where masked", "f32[] constant(0)", "f32[] constant(1)", VERDICT_MISMATCH, false},
+        {"collectives/bias-div-n", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"collectives/bias-div-n", "divided by 2 on 4 devices", "constant(4)", "constant(2)", VERDICT_MISMATCH, false},
+        {"collectives/scatter-div-n", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"collectives/scatter-div-n", "divided by 2 on 4 devices", "constant(4)", "constant(2)", VERDICT_MISMATCH, false},
+        {"collectives/gather-sum", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"collectives/gather-sum", "sums started at 1", "f32[] constant(0)", "f32[] constant(1)", VERDICT_MISMATCH, false},
+        {"collectives/gather-max", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"collectives/losses-mean", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"collectives/losses-mean", "mean over 2 of 4 losses", "constant(4)", "constant(2)", VERDICT_MISMATCH, false},
+        {"collectives/mul-two-axes", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"collectives/mul-two-axes", "summed over tp only", "{'dp','tp'}", "{'tp'}", VERDICT_MISMATCH, false},
+        {"collectives/dot-two-axes", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"collectives/scatter-axis", "psum_scatter over the wrong mesh axis", NULL, NULL, VERDICT_MISMATCH, true},
         {"const-along/mask", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"const-along/mask", "the mask inverted", "direction=NE", "direction=EQ", VERDICT_MISMATCH, false},
         {"const-along/mask", "the local column index", "  %m = f32[8,8] select(%kb, %oneb, %zerob)",
