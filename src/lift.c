@@ -944,11 +944,36 @@ static bool dev_uniform(const lift_ctx *c, const lval *v) {
 }
 
 static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
-    /* Same e-node as a baseline constant with these values (literal digest). */
+    /* Same e-node as a baseline constant with these values (literal digest);
+     * one value everywhere is also the broadcast of that scalar, as a program
+     * writes it (and konst_at builds it): both nodes in one class. */
     interp_val *x = interp_val_new(in->shape.dtype, in->shape.rank, in->shape.dims);
     if (x && x->n == v->count) {
-        for (uint32_t k = 0; k < v->count; k++) interp_val_set(x, k, v->dev[k]);
-        return lf_const_term(c, x, c->origin);
+        bool splat = in->shape.rank > 0 && v->count > 1;
+        for (uint32_t k = 0; k < v->count; k++) {
+            interp_val_set(x, k, v->dev[k]);
+            splat &= v->dev[k] == v->dev[0];
+        }
+        eid lit = lf_const_term(c, x, c->origin);
+        interp_val *one = splat ? interp_val_new(in->shape.dtype, 0, NULL) : NULL;
+        if (!one) return lit;
+        interp_val_set(one, 0, v->dev[0]);
+        eid sc = lf_const_term(c, one, c->origin);
+        eid bc = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), eg_class_type(c->g, lit), &sc, 1,
+                        c->origin);
+        lit = eg_find(c->g, lit), bc = eg_find(c->g, bc);
+        if (lit != bc) {
+            interp_val *kl = lit < c->capkvals ? c->kvals[lit] : NULL, *kb = bc < c->capkvals ? c->kvals[bc] : NULL;
+            if (lit < c->capkvals) c->kvals[lit] = NULL;
+            if (bc < c->capkvals) c->kvals[bc] = NULL;
+            eg_union(c->g, lit, bc, NULL);
+            bool merged = eg_rebuild(c->g) > 0;  /* congruent parents merged too */
+            lit = eg_find(c->g, lit);
+            if (kl) kval_set(c, lit, kl);
+            if (kb) kval_set(c, lit, kb);
+            if (merged) lf_kvals_after_unions(c);
+        }
+        return eg_find(c->g, lit);
     }
     interp_val_free(x);
     hlo_literal lit = {.dtype = in->shape.dtype, .count = v->count};

@@ -1510,6 +1510,9 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/tuple-op: a tuple-shaped op on replicated operands
  *     (batch-norm-training, PyTorch/XLA's layer norm), whose elements are the
  *     baseline's; another element is not;
+ *   - tests/cases/int-splat: a sharded s32 array times 7 (JAX 0.12, GSPMD):
+ *     the 7s tabulated per device on one side and a broadcast on the other
+ *     are one constant (times 6 is not);
  *   - tests/cases/collectives (shard_map programs exported by JAX 0.12):
  *     partial sums masked by where(m, x@w, 0) before the psum; a bias b/4
  *     added on each of 4 devices before it; psum_scatter of a replicated
@@ -1599,6 +1602,8 @@ static void hand_written_cases(void) {
         {"tuple-op/bn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"tuple-op/bn", "another element", "get-tuple-element(bn), index=1", "get-tuple-element(bn), index=2", VERDICT_MISMATCH,
          false},
+        {"int-splat/mul", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"int-splat/mul", "times 6", "s32[] constant(7)", "s32[] constant(6)", VERDICT_MISMATCH, false},
         {"collectives/where-zero", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"collectives/where-zero", "ones where masked", "f32[] constant(0)", "f32[] constant(1)", VERDICT_MISMATCH, false},
         {"collectives/bias-div-n", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
