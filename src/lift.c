@@ -36,6 +36,7 @@ void lift_done(lift_ctx *c) {
     lf_memo_free(c);
     sb_free(&c->assumptions);
     free(c->segs);
+    strmap_free(&c->seg_index);
     free(c->loops);
     free(c->spans);
     strmap_free(&c->scope_index);
@@ -446,8 +447,8 @@ uint32_t lf_segment_of(lift_ctx *c, const char *s, size_t n) {
     c->last_scope = s;
     if (c->nsegs && c->cur_seg < c->nsegs && strncmp(c->segs[c->cur_seg].name, s, n) == 0 && c->segs[c->cur_seg].name[n] == 0)
         return c->last_scope_seg = c->cur_seg;
-    for (uint32_t i = c->nsegs; i-- > 0;)
-        if (strlen(c->segs[i].name) == n && memcmp(c->segs[i].name, s, n) == 0) return c->last_scope_seg = i;
+    uint32_t i;
+    if (strmap_get(&c->seg_index, s, n, &i)) return c->last_scope_seg = i;
     if (c->nsegs == c->capsegs) {
         size_t cap = c->capsegs;
         XGROW(c->segs, cap, c->nsegs + 1);
@@ -456,6 +457,7 @@ uint32_t lf_segment_of(lift_ctx *c, const char *s, size_t n) {
     memset(&c->segs[c->nsegs], 0, sizeof c->segs[0]);
     c->segs[c->nsegs].name = arena_strndup(c->a, s, n);
     c->segs[c->nsegs].memo_of = -1;
+    strmap_put(&c->seg_index, c->segs[c->nsegs].name, n, c->nsegs);
     return c->last_scope_seg = c->nsegs++;
 }
 
