@@ -57,12 +57,14 @@ struct lf_memo_side {
      * not searched for among all earlier runs (quadratic in the depth). */
     uint32_t *shape_of;           /* per run: its shape */
     uint32_t *shape_head, *rep_next;
+    uint32_t *shape_runs;         /* per shape: its number of runs (1: it can neither hit nor be reused) */
     /* baseline: per run the next run of its scope (memo_materialise) */
     uint32_t *scope_next;
 };
 
 struct lift_memo {
     lf_memo_side side[2];            /* 0 baseline, 1 distributed */
+    bool futile;                  /* no two distributed runs share a shape: no hit is possible */
     strmap base_scope;            /* scope -> baseline run + 1, 0 when split over several runs */
     strmap scope_first;           /* scope -> its first baseline run */
 };
@@ -95,6 +97,8 @@ static void number_shapes(arena *a, lf_memo_side *ms) {
     }
     free(slot);
     free(first);
+    ms->shape_runs = arena_alloc(a, (nshapes + 1) * sizeof *ms->shape_runs);
+    for (uint32_t r = 0; r < n; r++) ms->shape_runs[ms->shape_of[r]]++;
     ms->shape_head = arena_alloc(a, (nshapes + 1) * sizeof *ms->shape_head);
     for (uint32_t k = 0; k < nshapes; k++) ms->shape_head[k] = SR_NONE;
     ms->rep_next = arena_alloc(a, (n + 1) * sizeof *ms->rep_next);
@@ -126,10 +130,19 @@ static const hlo_comp *segment_comp(const hlo_module *m) {
 static void memo_init(lift_ctx *c) {
     lift_memo *mm = arena_alloc(c->a, sizeof *mm);
     const hlo_module *mods[2] = {c->base, c->dist};
-    for (int k = 0; k < 2; k++) {
+    c->memo = mm;
+    /* The distributed side first: when no two of its runs share a shape, no
+     * run can be a hit, and naming baseline runs would only cost (each is
+     * built after all for its distributed run): the memo stops there and both
+     * programs are lifted as with --no-memo. */
+    for (int k = 1; k >= 0; k--) {
         lf_memo_side *ms = &mm->side[k];
         ms->comp = segment_comp(mods[k]);
-        if (!ms->comp) continue;
+        if (!ms->comp) {
+            mm->futile |= k == 1;
+            if (mm->futile) return;
+            continue;
+        }
         sr_split(mods[k], ms->comp, c->a, &ms->runs);
         uint32_t n = ms->runs.n + 1;
         ms->ext = arena_alloc(c->a, n * sizeof *ms->ext);
@@ -142,6 +155,11 @@ static void memo_init(lift_ctx *c) {
         ms->abstract = arena_alloc(c->a, n * sizeof *ms->abstract);
         for (uint32_t r = 0; r < ms->runs.n; r++) ms->rep[r] = SR_NONE;
         number_shapes(c->a, ms);
+        if (k == 1) {
+            mm->futile = true;
+            for (uint32_t r = 0; r < ms->runs.n && mm->futile; r++) mm->futile = ms->shape_runs[ms->shape_of[r]] == 1;
+            if (mm->futile) return;
+        }
     }
     strmap_init(&mm->base_scope);
     strmap_init(&mm->scope_first);
@@ -162,7 +180,6 @@ static void memo_init(lift_ctx *c) {
         }
     }
     free(last);
-    c->memo = mm;
 }
 
 void lf_memo_free(lift_ctx *c) {
@@ -178,6 +195,7 @@ void lf_memo_free(lift_ctx *c) {
 lf_memo_side *lf_memo_enter(lift_ctx *c, const hlo_comp *comp, lval *vals) {
     if (c->no_memo) return NULL;
     if (!c->memo) memo_init(c);
+    if (c->memo->futile) return NULL;
     lf_memo_side *ms = &c->memo->side[c->baseline_mode ? 0 : 1];
     if (ms->comp != comp || ms->walked || ms->walking) return NULL;
     ms->walking = true;
@@ -508,7 +526,11 @@ uint32_t lf_memo_lift_run(lift_ctx *c, lf_memo_side *ms, uint32_t r, const hlo_c
     for (uint32_t j = run->i0; j < run->i1; j++)
         if (comp->instrs[j].op == OP_PARAMETER) lf_lift_one(c, comp, j, vals, args, inputs, ninputs);
     bool base = ms == &c->memo->side[0];
-    uint32_t rep = base ? memo_base_hit(c, ms, r, vals) : memo_hit(c, ms, r, vals);
+    /* A distributed run of a shape no other run has can neither be a hit nor
+     * be reused: it is lifted without the memo's bookkeeping. */
+    bool alone = !base && ms->shape_runs[ms->shape_of[r]] == 1;
+    c->memo_runs += alone;
+    uint32_t rep = base ? memo_base_hit(c, ms, r, vals) : alone ? SR_NONE : memo_hit(c, ms, r, vals);
     bool hit = rep != SR_NONE;
     if (!hit && !base) memo_materialise(c, run->scope, run->nscope);
     memo_mark mk = memo_mark_now(c);
@@ -533,6 +555,6 @@ uint32_t lf_memo_lift_run(lift_ctx *c, lf_memo_side *ms, uint32_t r, const hlo_c
         }
     }
     if (!hit && base) memo_base_record(c, ms, r, vals, nloops);
-    else if (!hit && memo_record(c, ms, r, vals, &mk, false) == MEMO_APART) memo_record_saturated(c, ms, r, vals, &mk);
+    else if (!hit && !alone && memo_record(c, ms, r, vals, &mk, false) == MEMO_APART) memo_record_saturated(c, ms, r, vals, &mk);
     return run->i1;
 }
