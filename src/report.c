@@ -846,11 +846,11 @@ static void egraph_row(strbuf *b, const trace *t, size_t i, egraph_sums *m) {
     sb_puts(b, "</td></tr>\n");
 }
 
-/* The rows of a fold of segments [i, j): every one up to FOLD_LIST, else the
- * first and last FOLD_LIST / 2 and between them a row saying how many are not
- * listed (a 200k-layer pair's page stays small). Unlisted rows still count to
- * the totals (tot for the time table, else sum). */
-#define FOLD_LIST 100
+/* The rows of a fold of segments [i, j): every one up to FOLD_LIST (any
+ * model's depth), else the first and last FOLD_LIST / 2 and between them a row
+ * saying how many are not listed (a 200k-layer pair's page stays small).
+ * Unlisted rows still count to the totals (tot for the time table, else sum). */
+#define FOLD_LIST 1000
 static void fold_rows(strbuf *b, const trace *t, size_t i, size_t j, int cols, double tot[5], egraph_sums *sum) {
     strbuf scratch;
     sb_init(&scratch);
