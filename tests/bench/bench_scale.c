@@ -88,17 +88,37 @@ static int spawn(char *const argv[], run *r) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* Verdict, segments, memo hits and the two programs' instructions from a trace. */
+/* Verdict, segments, memo hits and the two programs' instructions from a
+ * trace, read in a child process: a large trace read here would stay in this
+ * process's resident memory, and a child forked later starts its ru_maxrss
+ * from it. */
 static void read_trace(const char *path, run *r) {
-    json_t *t = json_load_file(path, 0, NULL);
-    json_t *sum = json_object_get(t, "summary"), *pair = json_object_get(t, "pair");
-    const char *v = json_string_value(json_object_get(t, "verdict"));
-    snprintf(r->verdict, sizeof r->verdict, "%s", v ? v : "error");
-    r->segs = json_integer_value(json_object_get(sum, "segments"));
-    r->memo_hits = json_integer_value(json_object_get(sum, "memo_hits"));
-    r->instrs = json_integer_value(json_object_get(json_object_get(pair, "baseline"), "instructions")) +
-                json_integer_value(json_object_get(json_object_get(pair, "distributed"), "instructions"));
-    json_decref(t);
+    int fd[2];
+    snprintf(r->verdict, sizeof r->verdict, "error");
+    if (pipe(fd) != 0) return;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        json_t *t = json_load_file(path, 0, NULL);
+        json_t *sum = json_object_get(t, "summary"), *pair = json_object_get(t, "pair");
+        const char *v = json_string_value(json_object_get(t, "verdict"));
+        dprintf(fd[1], "%s %lld %lld %lld\n", v ? v : "error", (long long)json_integer_value(json_object_get(sum, "segments")),
+                (long long)json_integer_value(json_object_get(sum, "memo_hits")),
+                (long long)(json_integer_value(json_object_get(json_object_get(pair, "baseline"), "instructions")) +
+                            json_integer_value(json_object_get(json_object_get(pair, "distributed"), "instructions"))));
+        _exit(0);
+    }
+    close(fd[1]);
+    char buf[256] = "";
+    size_t got = 0;
+    for (ssize_t n; pid > 0 && got < sizeof buf - 1 && (n = read(fd[0], buf + got, sizeof buf - 1 - got)) > 0;) got += (size_t)n;
+    buf[got] = 0;
+    close(fd[0]);
+    if (pid > 0) waitpid(pid, NULL, 0);
+    char v[32];
+    if (sscanf(buf, "%31s %lld %lld %lld", v, &r->segs, &r->memo_hits, &r->instrs) == 4)
+        snprintf(r->verdict, sizeof r->verdict, "%s", v);
 }
 
 /* Checks a pair (rel: a relations file, or NULL for --auto-relations), memo on
