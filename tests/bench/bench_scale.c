@@ -218,8 +218,9 @@ int main(int argc, char **argv) {
                   "Llama-like layers (the MLP, column- then row-sharded, one all-reduce; about 17 instructions "
                   "over both programs), %d layers per 1x (the 35.4k instructions of "
                   "llama3.1-405b.megatron_tp.tp8), tp%d; same: every layer alike (the memo can hit), unique: "
-                  "every layer a different width (it cannot). One run each of the scalify binary (reading, "
-                  "checking, writing the trace; default -j), memo on and --no-memo: best of 5 at 1x, of 3 at 10x, one run at 100x. Input: both programs' text "
+                  "every layer a different width (it cannot). The scalify binary as users run it (reading, "
+                  "checking, writing the trace; default -j), memo on and --no-memo: best of 5 runs at 1x, of 3 at "
+                  "10x, one run at 100x. Input: both programs' text "
                   "and the relations, uncompressed. Time per instruction is CPU time (user + system: the "
                   "machine is shared, wall time also counts waiting).\n\n",
               LAYERS_1X, TP);
