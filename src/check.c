@@ -976,6 +976,13 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     double sat_left = sat_ms;
     uint32_t *seg_classes = xcalloc(lc.nsegs + 1, sizeof *seg_classes);
     lift_segment_classes(&lc, seg_classes);
+    /* The programs and the e-graph are done with: freed before the segments'
+     * records are built (at 200k segments those take hundreds of MB). */
+    eg_free(g);
+    g = NULL;
+    graph_free(B.m);
+    graph_free(D.m);
+    B.m = D.m = NULL;
     /* The segments an error finding names (one pass, not one per segment). */
     bool *seg_error = xcalloc(lc.nsegs + 1, sizeof *seg_error);
     for (size_t k = 0; k < json_array_size(findings); k++) {
