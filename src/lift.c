@@ -4785,11 +4785,19 @@ lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
 void lift_segment_classes(lift_ctx *c, uint32_t *out) {
     uint32_t n = eg_node_count(c->g);
     uint32_t *stamp = xcalloc(n + 1, sizeof *stamp);
+    /* The spans grouped by segment, in their order within each (a counting
+     * sort; a scan of every span per segment was quadratic). */
+    size_t *first = xcalloc(c->nsegs + 1, sizeof *first), *order = xcalloc(c->nspans + 1, sizeof *order);
+    for (size_t k = 0; k < c->nspans; k++)
+        if (c->spans[k].seg < c->nsegs) first[c->spans[k].seg + 1]++;
+    for (uint32_t sg = 0; sg < c->nsegs; sg++) first[sg + 1] += first[sg];
+    for (size_t k = 0; k < c->nspans; k++)
+        if (c->spans[k].seg < c->nsegs) order[first[c->spans[k].seg]++] = k;
+    size_t k = 0;
     for (uint32_t sg = 0; sg < c->nsegs; sg++) {
         out[sg] = 0;
-        for (size_t k = 0; k < c->nspans; k++) {
-            const lift_span *sp = &c->spans[k];
-            if (sp->seg != sg) continue;
+        for (; k < first[sg]; k++) {
+            const lift_span *sp = &c->spans[order[k]];
             for (uint32_t id = sp->n0; id < sp->n1 && id < n; id++) {
                 eid cls = eg_find(c->g, id);
                 if (stamp[cls] != sg + 1) {
@@ -4799,5 +4807,7 @@ void lift_segment_classes(lift_ctx *c, uint32_t *out) {
             }
         }
     }
+    free(first);
+    free(order);
     free(stamp);
 }
