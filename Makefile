@@ -7,7 +7,8 @@
 #   make fuzz    each reader and the checker under libFuzzer for FUZZ_SECONDS (default 60),
 #                then structural mutations of the sample texts (make fuzz-mutate)
 #   make bench   benchmarks (measure, never assert timing); the checker on the full-size
-#                pairs of samples/manifest.json, then the 405B training step of samples/bigtrain
+#                pairs of samples/manifest.json, then the 405B training step of samples/bigtrain,
+#                then the scaling section (make bench-scale: deep pairs at 1x, 10x, 100x)
 #   make install PREFIX=/usr/local [DESTDIR=]   the binary, PREFIX/share/scalify (rules,
 #                templates, assets) and the man page; make uninstall removes exactly those
 #   make lint / format / clean / samples
@@ -30,7 +31,7 @@ TEST_SRC := $(wildcard tests/unit/*.c)
 TEST_OBJ := $(TEST_SRC:tests/unit/%.c=$(BUILD)/obj/test_%.o)
 PB_GEN   := $(BUILD)/gen/hlo.pb-c.c $(BUILD)/gen/hlo.pb-c.h
 
-.PHONY: install uninstall all test test-jax demo deps asan ubsan fuzz fuzz-mutate bench lint format clean samples check-deps
+.PHONY: install uninstall all test test-jax demo deps asan ubsan fuzz fuzz-mutate bench bench-scale lint format clean samples check-deps
 
 all: check-deps $(BUILD)/scalify
 
@@ -125,10 +126,22 @@ build/fuzz/fuzz-%: tests/fuzz/fuzz_%.c build/fuzz/libscalify.a
 $(BUILD)/bench-check: tests/bench/bench_check.c $(BUILD)/libscalify.a
 	$(CC) $(CFLAGS_ALL) $^ $(LIBS) -o $@
 
+$(BUILD)/gen-deep: tests/bench/gen_deep.c
+	$(CC) $(CFLAGS_ALL) $^ -o $@
+
+$(BUILD)/bench-scale: tests/bench/bench_scale.c $(BUILD)/libscalify.a
+	$(CC) $(CFLAGS_ALL) $^ $(LIBS) -o $@
+
 bench: check-deps $(BUILD)/scalify $(BUILD)/bench-parse $(BUILD)/bench-egraph $(BUILD)/bench-check
 	$(BUILD)/bench-parse
 	$(BUILD)/bench-egraph
 	$(BUILD)/bench-check samples/manifest.json samples/bigtrain/manifest.json
+	$(MAKE) bench-scale
+
+# The scaling section alone (deep pairs at 1x, 10x, 100x the 405B pair's
+# instructions in build/deep/, about 1.2 GB; BENCH_SCALE_MAX=10 skips 100x).
+bench-scale: check-deps $(BUILD)/scalify $(BUILD)/gen-deep $(BUILD)/bench-scale
+	$(BUILD)/bench-scale $(BUILD)/scalify $(BUILD)/gen-deep samples/wild/manifest.json tests/bench/RESULTS.md
 
 # The binary finds its data relative to itself (src/home.h): PREFIX/bin/scalify
 # reads PREFIX/share/scalify, so nothing about PREFIX is compiled in. Install

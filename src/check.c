@@ -960,16 +960,27 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     double sat_left = sat_ms;
     uint32_t *seg_classes = xcalloc(lc.nsegs + 1, sizeof *seg_classes);
     lift_segment_classes(&lc, seg_classes);
+    /* The programs and the e-graph are done with: freed before the segments'
+     * records are built (at 200k segments those take hundreds of MB). */
+    eg_free(g);
+    g = NULL;
+    graph_free(B.m);
+    graph_free(D.m);
+    B.m = D.m = NULL;
+    /* The segments an error finding names (one pass, not one per segment). */
+    bool *seg_error = xcalloc(lc.nsegs + 1, sizeof *seg_error);
+    for (size_t k = 0; k < json_array_size(findings); k++) {
+        json_t *f = json_array_get(findings, k);
+        const char *fs = json_string_value(json_object_get(f, "segment"));
+        uint32_t si;
+        if (fs && strcmp(json_string_value(json_object_get(f, "severity")), "error") == 0 &&
+            strmap_get(&lc.seg_index, fs, strlen(fs), &si) && si < lc.nsegs)
+            seg_error[si] = true;
+    }
     for (uint32_t i = 0; i < lc.nsegs; i++) {
         const lift_segment *sg = &lc.segs[i];
         json_t *seg = json_object(), *r1 = json_object(), *r2 = json_object(), *tm = json_object();
-        bool has_error = false;
-        for (size_t k = 0; k < json_array_size(findings); k++) {
-            json_t *f = json_array_get(findings, k);
-            if (strcmp(json_string_value(json_object_get(f, "severity")), "error") == 0 &&
-                strcmp(json_string_value(json_object_get(f, "segment")), sg->name) == 0)
-                has_error = true;
-        }
+        bool has_error = seg_error[i];
         /* A verified pair proves every segment; otherwise each is judged alone. */
         int sv = verdict == VERDICT_VERIFIED ? VERDICT_VERIFIED
                  : has_error || (sg->findings && !contradicted) ? VERDICT_MISMATCH
@@ -1018,6 +1029,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
         json_array_append_new(segs, seg);
     }
     free(seg_classes);
+    free(seg_error);
     json_object_set_new(t, "segments", segs);
     json_object_set_new(t, "findings", findings);
     if (lc.assumptions.len) {

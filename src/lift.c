@@ -36,6 +36,7 @@ void lift_done(lift_ctx *c) {
     lf_memo_free(c);
     sb_free(&c->assumptions);
     free(c->segs);
+    strmap_free(&c->seg_index);
     free(c->loops);
     free(c->spans);
     strmap_free(&c->scope_index);
@@ -446,8 +447,8 @@ uint32_t lf_segment_of(lift_ctx *c, const char *s, size_t n) {
     c->last_scope = s;
     if (c->nsegs && c->cur_seg < c->nsegs && strncmp(c->segs[c->cur_seg].name, s, n) == 0 && c->segs[c->cur_seg].name[n] == 0)
         return c->last_scope_seg = c->cur_seg;
-    for (uint32_t i = c->nsegs; i-- > 0;)
-        if (strlen(c->segs[i].name) == n && memcmp(c->segs[i].name, s, n) == 0) return c->last_scope_seg = i;
+    uint32_t i;
+    if (strmap_get(&c->seg_index, s, n, &i)) return c->last_scope_seg = i;
     if (c->nsegs == c->capsegs) {
         size_t cap = c->capsegs;
         XGROW(c->segs, cap, c->nsegs + 1);
@@ -456,6 +457,7 @@ uint32_t lf_segment_of(lift_ctx *c, const char *s, size_t n) {
     memset(&c->segs[c->nsegs], 0, sizeof c->segs[0]);
     c->segs[c->nsegs].name = arena_strndup(c->a, s, n);
     c->segs[c->nsegs].memo_of = -1;
+    strmap_put(&c->seg_index, c->segs[c->nsegs].name, n, c->nsegs);
     return c->last_scope_seg = c->nsegs++;
 }
 
@@ -5324,11 +5326,19 @@ lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
 void lift_segment_classes(lift_ctx *c, uint32_t *out) {
     uint32_t n = eg_node_count(c->g);
     uint32_t *stamp = xcalloc(n + 1, sizeof *stamp);
+    /* The spans grouped by segment, in their order within each (a counting
+     * sort; a scan of every span per segment was quadratic). */
+    size_t *first = xcalloc(c->nsegs + 1, sizeof *first), *order = xcalloc(c->nspans + 1, sizeof *order);
+    for (size_t k = 0; k < c->nspans; k++)
+        if (c->spans[k].seg < c->nsegs) first[c->spans[k].seg + 1]++;
+    for (uint32_t sg = 0; sg < c->nsegs; sg++) first[sg + 1] += first[sg];
+    for (size_t k = 0; k < c->nspans; k++)
+        if (c->spans[k].seg < c->nsegs) order[first[c->spans[k].seg]++] = k;
+    size_t k = 0;
     for (uint32_t sg = 0; sg < c->nsegs; sg++) {
         out[sg] = 0;
-        for (size_t k = 0; k < c->nspans; k++) {
-            const lift_span *sp = &c->spans[k];
-            if (sp->seg != sg) continue;
+        for (; k < first[sg]; k++) {
+            const lift_span *sp = &c->spans[order[k]];
             for (uint32_t id = sp->n0; id < sp->n1 && id < n; id++) {
                 eid cls = eg_find(c->g, id);
                 if (stamp[cls] != sg + 1) {
@@ -5338,5 +5348,7 @@ void lift_segment_classes(lift_ctx *c, uint32_t *out) {
             }
         }
     }
+    free(first);
+    free(order);
     free(stamp);
 }

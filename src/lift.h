@@ -268,6 +268,7 @@ typedef struct lift_ctx {
     uint64_t *digests[2];                 /* per module, per computation (0: not yet) */
     lift_segment *segs;
     uint32_t nsegs, capsegs, cur_seg;
+    strmap seg_index; /* segment name -> index into segs */
     const char *last_scope;               /* segment_of's last question (a scope pointer) */
     uint32_t last_scope_seg;              /* and its answer */
     int depth;                            /* call depth while walking (0: entry) */

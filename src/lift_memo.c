@@ -51,12 +51,68 @@ struct lf_memo_side {
     bool *sat_failed;             /* saturating after it did not make it a representative */
     uint32_t *rep;                /* baseline: representative of each run (SR_NONE: none) */
     bool *abstract;               /* baseline: built as EG_OP_APP names, not lifted (yet) */
+    /* Representatives by shape (fingerprint, length, slot count; runs of
+     * another shape are never sr_equal): per shape the first, per
+     * representative the next, in run order. Candidates are looked up here,
+     * not searched for among all earlier runs (quadratic in the depth). */
+    uint32_t *shape_of;           /* per run: its shape */
+    uint32_t *shape_head, *rep_next;
+    uint32_t *shape_runs;         /* per shape: its number of runs (1: it can neither hit nor be reused) */
+    /* baseline: per run the next run of its scope (memo_materialise) */
+    uint32_t *scope_next;
 };
 
 struct lift_memo {
     lf_memo_side side[2];            /* 0 baseline, 1 distributed */
+    bool futile;                  /* no two distributed runs share a shape: no hit is possible */
     strmap base_scope;            /* scope -> baseline run + 1, 0 when split over several runs */
+    strmap scope_first;           /* scope -> its first baseline run */
 };
+
+static uint64_t run_shape_key(const sr_run *x) {
+    return hash_mix(hash_mix(x->fp, x->i1 - x->i0), x->nslots);
+}
+
+/* Numbers the runs' shapes (equal fingerprint, length and slot count). */
+static void number_shapes(arena *a, lf_memo_side *ms) {
+    uint32_t n = ms->runs.n, cap = 16, nshapes = 0;
+    while (cap < 2 * n) cap *= 2;
+    uint32_t *slot = xmalloc(cap * sizeof *slot); /* shape + 1, 0 empty */
+    memset(slot, 0, cap * sizeof *slot);
+    ms->shape_of = arena_alloc(a, (n + 1) * sizeof *ms->shape_of);
+    uint32_t *first = xmalloc((n + 1) * sizeof *first); /* per shape: a run of it */
+    for (uint32_t r = 0; r < n; r++) {
+        const sr_run *x = &ms->runs.runs[r];
+        uint32_t h = (uint32_t)run_shape_key(x) & (cap - 1);
+        for (;; h = (h + 1) & (cap - 1)) {
+            if (!slot[h]) {
+                first[nshapes] = r;
+                slot[h] = ++nshapes;
+                break;
+            }
+            const sr_run *y = &ms->runs.runs[first[slot[h] - 1]];
+            if (y->fp == x->fp && y->i1 - y->i0 == x->i1 - x->i0 && y->nslots == x->nslots) break;
+        }
+        ms->shape_of[r] = slot[h] - 1;
+    }
+    free(slot);
+    free(first);
+    ms->shape_runs = arena_alloc(a, (nshapes + 1) * sizeof *ms->shape_runs);
+    for (uint32_t r = 0; r < n; r++) ms->shape_runs[ms->shape_of[r]]++;
+    ms->shape_head = arena_alloc(a, (nshapes + 1) * sizeof *ms->shape_head);
+    for (uint32_t k = 0; k < nshapes; k++) ms->shape_head[k] = SR_NONE;
+    ms->rep_next = arena_alloc(a, (n + 1) * sizeof *ms->rep_next);
+    for (uint32_t r = 0; r < n; r++) ms->rep_next[r] = SR_NONE;
+}
+
+/* Run r becomes a representative: into its shape's list, in run order. */
+static void add_rep(lf_memo_side *ms, uint32_t r) {
+    uint32_t *at = &ms->shape_head[ms->shape_of[r]];
+    while (*at != SR_NONE && *at < r) at = &ms->rep_next[*at];
+    if (*at == r) return;
+    ms->rep_next[r] = *at;
+    *at = r;
+}
 
 static const hlo_comp *segment_comp(const hlo_module *m) {
     const hlo_comp *best = graph_entry(m);
@@ -74,10 +130,19 @@ static const hlo_comp *segment_comp(const hlo_module *m) {
 static void memo_init(lift_ctx *c) {
     lift_memo *mm = arena_alloc(c->a, sizeof *mm);
     const hlo_module *mods[2] = {c->base, c->dist};
-    for (int k = 0; k < 2; k++) {
+    c->memo = mm;
+    /* The distributed side first: when no two of its runs share a shape, no
+     * run can be a hit, and naming baseline runs would only cost (each is
+     * built after all for its distributed run): the memo stops there and both
+     * programs are lifted as with --no-memo. */
+    for (int k = 1; k >= 0; k--) {
         lf_memo_side *ms = &mm->side[k];
         ms->comp = segment_comp(mods[k]);
-        if (!ms->comp) continue;
+        if (!ms->comp) {
+            mm->futile |= k == 1;
+            if (mm->futile) return;
+            continue;
+        }
         sr_split(mods[k], ms->comp, c->a, &ms->runs);
         uint32_t n = ms->runs.n + 1;
         ms->ext = arena_alloc(c->a, n * sizeof *ms->ext);
@@ -89,19 +154,39 @@ static void memo_init(lift_ctx *c) {
         ms->rep = arena_alloc(c->a, n * sizeof *ms->rep);
         ms->abstract = arena_alloc(c->a, n * sizeof *ms->abstract);
         for (uint32_t r = 0; r < ms->runs.n; r++) ms->rep[r] = SR_NONE;
+        number_shapes(c->a, ms);
+        if (k == 1) {
+            mm->futile = true;
+            for (uint32_t r = 0; r < ms->runs.n && mm->futile; r++) mm->futile = ms->shape_runs[ms->shape_of[r]] == 1;
+            if (mm->futile) return;
+        }
     }
     strmap_init(&mm->base_scope);
+    strmap_init(&mm->scope_first);
     const sr_runs *br = &mm->side[0].runs;
+    uint32_t *last = xmalloc((br->n + 1) * sizeof *last); /* per run: the last run of its scope so far */
+    mm->side[0].scope_next = arena_alloc(c->a, (br->n + 1) * sizeof *mm->side[0].scope_next);
     for (uint32_t r = 0; r < br->n; r++) {
-        uint32_t seen;
+        uint32_t seen, first;
         bool again = strmap_get(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, &seen);
         strmap_put(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, again ? 0 : r + 1);
+        mm->side[0].scope_next[r] = SR_NONE;
+        if (strmap_get(&mm->scope_first, br->runs[r].scope, br->runs[r].nscope, &first)) {
+            mm->side[0].scope_next[last[first]] = r;
+            last[first] = r;
+        } else {
+            strmap_put(&mm->scope_first, br->runs[r].scope, br->runs[r].nscope, r);
+            last[r] = r;
+        }
     }
-    c->memo = mm;
+    free(last);
 }
 
 void lf_memo_free(lift_ctx *c) {
-    if (c->memo) strmap_free(&c->memo->base_scope);
+    if (c->memo) {
+        strmap_free(&c->memo->base_scope);
+        strmap_free(&c->memo->scope_first);
+    }
     c->memo = NULL;
 }
 
@@ -110,6 +195,7 @@ void lf_memo_free(lift_ctx *c) {
 lf_memo_side *lf_memo_enter(lift_ctx *c, const hlo_comp *comp, lval *vals) {
     if (c->no_memo) return NULL;
     if (!c->memo) memo_init(c);
+    if (c->memo->futile) return NULL;
     lf_memo_side *ms = &c->memo->side[c->baseline_mode ? 0 : 1];
     if (ms->comp != comp || ms->walked || ms->walking) return NULL;
     ms->walking = true;
@@ -157,7 +243,7 @@ static void memo_debug(const lf_memo_side *ms, uint32_t r, const char *why) {
  * abstract), else SR_NONE. */
 static uint32_t memo_base_hit(lift_ctx *c, lf_memo_side *ms, uint32_t r, lval *vals) {
     const sr_run *x = &ms->runs.runs[r];
-    for (uint32_t q = 0; q < r; q++) {
+    for (uint32_t q = ms->shape_head[ms->shape_of[r]]; q < r; q = ms->rep_next[q]) {
         const sr_run *y = &ms->runs.runs[q];
         if (ms->rep[q] != q || !sr_equal(c->base, ms->comp, y, ms->comp, x) || !same_inputs(c, y, ms->vals, x, vals, true)) continue;
         eid *ch = arena_alloc(c->a, (x->nslots + 1) * sizeof *ch);
@@ -205,6 +291,7 @@ static void memo_base_record(lift_ctx *c, lf_memo_side *ms, uint32_t r, const lv
         if (!(v->kind == LV_DEV || (v->kind == LV_TERM && !v->assumed))) return;
     }
     ms->rep[r] = r;
+    add_rep(ms, r);
 }
 
 /* Builds the abstract baseline runs of a scope for real, before a distributed
@@ -213,9 +300,11 @@ static void memo_base_record(lift_ctx *c, lf_memo_side *ms, uint32_t r, const lv
 static void memo_materialise(lift_ctx *c, const char *scope, uint32_t nscope) {
     lf_memo_side *bs = &c->memo->side[0];
     bool any = false;
-    for (uint32_t r = 0; r < bs->runs.n; r++) {
+    uint32_t r0;
+    if (!bs->comp || !strmap_get(&c->memo->scope_first, scope, nscope, &r0)) return;
+    for (uint32_t r = r0; r != SR_NONE; r = bs->scope_next[r]) {
         const sr_run *x = &bs->runs.runs[r];
-        if (!bs->abstract[r] || x->nscope != nscope || memcmp(x->scope, scope, nscope) != 0) continue;
+        if (!bs->abstract[r]) continue;
         bs->abstract[r] = false;
         uint32_t len = x->i1 - x->i0;
         lval *named = arena_memdup(c->a, &bs->vals[x->i0], (len + 1) * sizeof *named);
@@ -272,7 +361,7 @@ static uint32_t memo_hit(lift_ctx *c, lf_memo_side *ms, uint32_t r, lval *vals) 
     if (br == SR_NONE) return SR_NONE;
     const lf_memo_side *bs = &c->memo->side[0];
     const sr_run *brun = &bs->runs.runs[br];
-    for (uint32_t q = 0; q < r; q++) {
+    for (uint32_t q = ms->shape_head[ms->shape_of[r]]; q < r; q = ms->rep_next[q]) {
         const sr_run *rr = &ms->runs.runs[q];
         if (!ms->ext[q] || bs->rep[ms->base_run[q]] != bs->rep[br] || !sr_equal(c->dist, ms->comp, rr, ms->comp, run)) continue;
         bool ok = true;
@@ -378,6 +467,7 @@ static memo_why memo_record(lift_ctx *c, lf_memo_side *ms, uint32_t r, const lva
     ms->slot_map[r] = smap;
     ms->out_map[r] = omap;
     ms->outside[r] = now.noutside - before->noutside;
+    add_rep(ms, r);
     return MEMO_RECORDED;
 }
 
@@ -436,7 +526,11 @@ uint32_t lf_memo_lift_run(lift_ctx *c, lf_memo_side *ms, uint32_t r, const hlo_c
     for (uint32_t j = run->i0; j < run->i1; j++)
         if (comp->instrs[j].op == OP_PARAMETER) lf_lift_one(c, comp, j, vals, args, inputs, ninputs);
     bool base = ms == &c->memo->side[0];
-    uint32_t rep = base ? memo_base_hit(c, ms, r, vals) : memo_hit(c, ms, r, vals);
+    /* A distributed run of a shape no other run has can neither be a hit nor
+     * be reused: it is lifted without the memo's bookkeeping. */
+    bool alone = !base && ms->shape_runs[ms->shape_of[r]] == 1;
+    c->memo_runs += alone;
+    uint32_t rep = base ? memo_base_hit(c, ms, r, vals) : alone ? SR_NONE : memo_hit(c, ms, r, vals);
     bool hit = rep != SR_NONE;
     if (!hit && !base) memo_materialise(c, run->scope, run->nscope);
     memo_mark mk = memo_mark_now(c);
@@ -461,6 +555,6 @@ uint32_t lf_memo_lift_run(lift_ctx *c, lf_memo_side *ms, uint32_t r, const hlo_c
         }
     }
     if (!hit && base) memo_base_record(c, ms, r, vals, nloops);
-    else if (!hit && memo_record(c, ms, r, vals, &mk, false) == MEMO_APART) memo_record_saturated(c, ms, r, vals, &mk);
+    else if (!hit && !alone && memo_record(c, ms, r, vals, &mk, false) == MEMO_APART) memo_record_saturated(c, ms, r, vals, &mk);
     return run->i1;
 }

@@ -846,6 +846,30 @@ static void egraph_row(strbuf *b, const trace *t, size_t i, egraph_sums *m) {
     sb_puts(b, "</td></tr>\n");
 }
 
+/* One row of a table that folds (seg_time_row, egraph_row), adding to acc. */
+typedef void (*fold_row_fn)(strbuf *b, const trace *t, size_t i, void *acc);
+static void time_row_of(strbuf *b, const trace *t, size_t i, void *acc) { seg_time_row(b, t, i, acc); }
+static void egraph_row_of(strbuf *b, const trace *t, size_t i, void *acc) { egraph_row(b, t, i, acc); }
+
+/* The rows of a fold of segments [i, j): every one up to FOLD_LIST (any
+ * model's depth), else the first and last FOLD_LIST / 2 and between them a row
+ * saying how many are not listed (a 200k-layer pair's page stays small).
+ * Unlisted rows still count to the totals (acc). */
+#define FOLD_LIST 1000
+static void fold_rows(strbuf *b, const trace *t, size_t i, size_t j, int cols, fold_row_fn row, void *acc) {
+    strbuf scratch;
+    sb_init(&scratch);
+    for (size_t k = i; k < j; k++) {
+        bool listed = j - i <= FOLD_LIST || k < i + FOLD_LIST / 2 || k >= j - FOLD_LIST / 2;
+        row(listed ? b : &scratch, t, k, acc);
+        sb_reset(&scratch);
+        if (j - i > FOLD_LIST && k + 1 == i + FOLD_LIST / 2)
+            sb_printf(b, "<tr class=\"fold-gap\"><td colspan=\"%d\">\xe2\x80\xa6 %zu more memo hits, not listed "
+                         "here (the trace lists every segment)</td></tr>\n", cols, j - i - FOLD_LIST);
+    }
+    sb_free(&scratch);
+}
+
 static void page_pair(rctx *c, size_t p) {
     const trace *t = c->t[p];
     strbuf b, crumbs, css, file, anchor;
@@ -931,7 +955,7 @@ static void page_pair(rctx *c, size_t p) {
             continue;
         }
         fold_open(&b, t, i, j, 11, seg_head);
-        for (size_t k = i; k < j; k++) seg_time_row(&b, t, k, tot);
+        fold_rows(&b, t, i, j, 11, time_row_of, tot);
         fold_close(&b);
     }
     sb_puts(&b, "</tbody><tfoot>");
@@ -976,7 +1000,7 @@ static void page_pair(rctx *c, size_t p) {
             continue;
         }
         fold_open(&b, t, i, j, 7, eg_head);
-        for (size_t k = i; k < j; k++) egraph_row(&b, t, k, &sum);
+        fold_rows(&b, t, i, j, 7, egraph_row_of, &sum);
         fold_close(&b);
     }
     int64_t en = sum.en, ec = sum.ec, it = sum.it, fir = sum.fir;

@@ -1659,6 +1659,105 @@ static void hand_written_cases(void) {
     }
 }
 
+/* Writes a deep pair of n small MLP layers (x + dot(silu(dot(x, w_up)),
+ * w_down), Megatron tp4) to build/check-deep.*; with bug >= 0 that layer's
+ * all-reduce is left out of the distributed program. */
+static void write_deep(int n, int bug) {
+    for (int dist = 0; dist < 2; dist++) {
+        FILE *f = fopen(dist ? "build/check-deep.dist.hlo" : "build/check-deep.baseline.hlo", "w");
+        if (!f) return;
+        int fl = dist ? 4 : 16;
+        fprintf(f, "HloModule deep, num_partitions=%d\n\n%%add (a: f32[], b: f32[]) -> f32[] {\n  %%a = f32[] parameter(0)\n"
+                   "  %%b = f32[] parameter(1)\n  ROOT %%s = f32[] add(%%a, %%b)\n}\n\nENTRY %%main {\n",
+                dist ? 4 : 1);
+        fprintf(f, "  %%p.0 = f32[2,8]{1,0} parameter(0), sharding={replicated}\n  %%v.0 = f32[2,8]{1,0} copy(%%p.0)\n");
+        for (int l = 0; l < n; l++) {
+            fprintf(f, "  %%p.%d = f32[8,%d]{1,0} parameter(%d)%s\n", 1 + 2 * l, fl, 1 + 2 * l, dist ? ", sharding={devices=[1,4]<=[4]}" : "");
+            fprintf(f, "  %%p.%d = f32[%d,8]{1,0} parameter(%d)%s\n", 2 + 2 * l, fl, 2 + 2 * l, dist ? ", sharding={devices=[4,1]<=[4]}" : "");
+        }
+        for (int l = 0; l < n; l++) {
+            const char *md = "metadata={op_name=\"layers.";
+            fprintf(f, "  %%h.%d = f32[2,%d]{1,0} dot(%%v.%d, %%p.%d), lhs_contracting_dims={1}, rhs_contracting_dims={0}, %s%d/up\"}\n",
+                    l, fl, l, 1 + 2 * l, md, l);
+            fprintf(f, "  %%g.%d = f32[2,%d]{1,0} logistic(%%h.%d), %s%d/silu\"}\n", l, fl, l, md, l);
+            fprintf(f, "  %%a.%d = f32[2,%d]{1,0} multiply(%%h.%d, %%g.%d), %s%d/silu\"}\n", l, fl, l, l, md, l);
+            fprintf(f, "  %%o.%d = f32[2,8]{1,0} dot(%%a.%d, %%p.%d), lhs_contracting_dims={1}, rhs_contracting_dims={0}, %s%d/down\"}\n",
+                    l, l, 2 + 2 * l, md, l);
+            if (dist && l != bug)
+                fprintf(f, "  %%r.%d = f32[2,8]{1,0} all-reduce(%%o.%d), channel_id=%d, replica_groups={{0,1,2,3}}, "
+                           "use_global_device_ids=true, to_apply=%%add, %s%d/psum\"}\n", l, l, l + 1, md, l);
+            else fprintf(f, "  %%r.%d = f32[2,8]{1,0} copy(%%o.%d), %s%d/copy\"}\n", l, l, md, l);
+            fprintf(f, "  %%v.%d = f32[2,8]{1,0} add(%%v.%d, %%r.%d), %s%d/add\"}\n", l + 1, l, l, md, l);
+        }
+        fprintf(f, "  ROOT %%out = f32[2,8]{1,0} copy(%%v.%d)\n}\n", n);
+        fclose(f);
+    }
+    FILE *r = fopen("build/check-deep.relations.json", "w");
+    if (!r) return;
+    fprintf(r, "{\"scalify_relations\": 1, \"mesh\": {\"tp\": 4}, \"device_order\": \"iota\", \"inputs\": [\n"
+               " {\"param\": 0, \"name\": \"x\", \"view\": \"dup\"}");
+    for (int l = 0; l < n; l++)
+        fprintf(r, ",\n {\"param\": %d, \"name\": \"layers.%d.w_up\", \"view\": \"shard(1,tp)\"},\n"
+                   " {\"param\": %d, \"name\": \"layers.%d.w_down\", \"view\": \"shard(0,tp)\"}", 1 + 2 * l, l, 2 + 2 * l, l);
+    fprintf(r, "],\n \"outputs\": [{\"output\": 0, \"name\": \"out\", \"view\": \"dup\"}]}\n");
+    fclose(r);
+}
+
+/* Thousands of segments: each is found by its name (layers.N, in order), later
+ * layers come from the memo, and a wrong layer deep inside is the segment its
+ * finding names, with the same segment verdicts without the memo. */
+static void deep_segments(void) {
+    enum { N = 3000, BUG = 2500 };
+    const char *b = "build/check-deep.baseline.hlo", *d = "build/check-deep.dist.hlo", *r = "build/check-deep.relations.json";
+    for (int bug = 0; bug < 2; bug++) {
+        write_deep(N, bug ? BUG : -1);
+        json_t *tr[2] = {NULL, NULL};
+        for (int nm = 0; nm < 2; nm++) {
+            t_case("check deep: %d layers%s%s", N, bug ? ", layers.2500 without its all-reduce" : "", nm ? ", no memo" : "");
+            int v = run_with("deep", b, d, r, false, nm, &tr[nm]);
+            CHECK_MSG(v == (bug ? VERDICT_MISMATCH : VERDICT_VERIFIED), "verdict %s", verdict_name(v));
+            json_t *segs = json_object_get(tr[nm], "segments");
+            if (!CHECK_MSG(json_array_size(segs) == N, "%zu segments", json_array_size(segs))) continue;
+            /* Before the wrong layer: verified; after it: not a mismatch (their
+             * inputs are no longer related: unverified). */
+            size_t hits = 0, wrong = 0, misnamed = 0, later_mismatch = 0;
+            for (size_t k = 0; k < N; k++) {
+                json_t *sg = json_array_get(segs, k);
+                char want[32];
+                snprintf(want, sizeof want, "layers.%zu", k);
+                misnamed += strcmp(json_string_value(json_object_get(sg, "name")), want) != 0;
+                hits += json_is_true(json_object_get(sg, "memo_hit"));
+                const char *sv = json_string_value(json_object_get(sg, "verdict"));
+                if (!bug || k < BUG) wrong += strcmp(sv, "verified") != 0;
+                else if (k > BUG) later_mismatch += strcmp(sv, "mismatch") == 0;
+            }
+            CHECK_MSG(misnamed == 0, "%zu segments out of order", misnamed);
+            if (nm) CHECK_MSG(hits == 0, "%zu memo hits without the memo", hits);
+            else CHECK_MSG(hits > (bug ? BUG : N) - 10, "%zu memo hits", hits);
+            CHECK_MSG(wrong == 0, "%zu segments before the wrong one not verified", wrong);
+            if (bug) {
+                json_t *bad = json_array_get(segs, BUG);
+                CHECK_MSG(strcmp(json_string_value(json_object_get(bad, "verdict")), "mismatch") == 0, "layers.2500 is %s",
+                          json_string_value(json_object_get(bad, "verdict")));
+                json_t *f0 = json_array_get(json_object_get(tr[nm], "findings"), 0);
+                const char *fs = json_string_value(json_object_get(f0, "segment"));
+                CHECK_MSG(fs && strcmp(fs, "layers.2500") == 0, "the first finding is in %s", fs ? fs : "(none)");
+                CHECK_MSG(later_mismatch == 0, "%zu later segments are mismatches", later_mismatch);
+            }
+        }
+        if (tr[0] && tr[1]) {
+            t_case("check deep: the memo changes no segment's verdict%s", bug ? " (a wrong layer)" : "");
+            json_t *s0 = json_object_get(tr[0], "segments"), *s1 = json_object_get(tr[1], "segments");
+            size_t differ = 0;
+            for (size_t k = 0; k < json_array_size(s0) && k < json_array_size(s1); k++)
+                differ += !json_equal(json_object_get(json_array_get(s0, k), "verdict"), json_object_get(json_array_get(s1, k), "verdict"));
+            CHECK_MSG(differ == 0, "%zu segments differ", differ);
+        }
+        json_decref(tr[0]);
+        json_decref(tr[1]);
+    }
+}
+
 void suite_check(void);
 void suite_check(void) {
     loop_partial_sum();
@@ -1866,4 +1965,5 @@ void suite_check(void) {
     group_modes();
     resynced_localisation();
     unverified_wording();
+    deep_segments();
 }

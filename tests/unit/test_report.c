@@ -611,6 +611,53 @@ static void test_huge_chart(void) {
     diag_free(&d);
 }
 
+/* A 200,000-segment trace whose layers after the first are memo hits of it
+ * renders, and its pair page folds the run: the first and last 500 rows of each
+ * table, the rest counted, the totals over all. */
+static void test_memo_fold(void) {
+    t_case("report-14 a 200,000-segment trace of memo hits renders folded");
+    json_t *doc = json_load_file(TRACES "/mismatch.trace.json", 0, NULL);
+    if (!CHECK(doc != NULL)) return;
+    json_t *segs = json_object_get(doc, "segments");
+    json_t *proto = json_deep_copy(json_array_get(segs, 1));
+    json_array_clear(segs);
+    enum { N = 200000 };
+    for (int i = 0; i < N; i++) {
+        json_t *s = json_deep_copy(proto);
+        char name[64];
+        snprintf(name, sizeof name, "layers.%d/block", i);
+        json_object_set_new(s, "name", json_string(name));
+        json_object_set_new(s, "memo_hit", json_boolean(i > 0));
+        if (i > 0) json_object_set_new(s, "memo_of", json_string("layers.0/block"));
+        json_array_append_new(segs, s);
+    }
+    json_decref(proto);
+    diag d;
+    report_site s;
+    bool ok;
+    trace *t = render_doc(doc, "memo.json", "200,000-segment trace of memo hits", &s, &ok, &d);
+    if (t) {
+        if (ok) {
+            const report_file *page = NULL;
+            for (size_t i = 0; i < s.n; i++)
+                if (strncmp(s.files[i].name, "pair-", 5) == 0) page = &s.files[i];
+            if (CHECK(page != NULL)) {
+                CHECK_CONTAINS(page->data.s, "199999 consecutive memo hits: layers.1/block \xe2\x80\xa6 layers.199999/block");
+                CHECK_CONTAINS(page->data.s, "\xe2\x80\xa6 198999 more memo hits, not listed here");
+                CHECK_CONTAINS(page->data.s, ">layers.500/block<");    /* the last listed before the gap */
+                CHECK_CONTAINS(page->data.s, ">layers.199500/block<"); /* the first listed after it */
+                CHECK(strstr(page->data.s, ">layers.501/block<") == NULL);
+                CHECK(strstr(page->data.s, ">layers.100000/block<") == NULL);
+                CHECK_CONTAINS(page->data.s, "<td>199999 hits</td>");
+                CHECK_MSG(page->data.len < 5u << 20, "the pair page is %zu bytes", page->data.len);
+            }
+            report_site_free(&s);
+        }
+        trace_free(t);
+    }
+    diag_free(&d);
+}
+
 /* Bidi controls and C1 controls in trace strings (an op_name, a segment, a
  * message, the pair name) reach no output raw: HTML, SVG and JUnit show them
  * as "[U+202E]", summary.json and SARIF as \u202e escapes. */
@@ -787,6 +834,7 @@ void suite_report(void) {
     test_listed_findings();
     test_stale_pages();
     test_huge_chart();
+    test_memo_fold();
     test_bidi();
     test_report_full_disk();
     test_report_concurrent();
