@@ -17,16 +17,11 @@
 #include "view.h"
 #include "witness.h"
 
-const char *verdict_name(int v) {
-    static const char *const names[] = {"verified", "mismatch", "unverified", "error"};
-    return v >= 0 && v <= VERDICT_ERROR ? names[v] : "error";
-}
-
 typedef struct side {
     const char *path;
     hlo_module *m;
     char digest[65];
-    bool text;
+    trace_format format;
 } side;
 
 /* Reads one module; errors go to d (named after the file by the caller). */
@@ -38,8 +33,7 @@ static bool load(side *s, const char *path, diag *d) {
     char *buf = io_read_file_sha256(path, &n, &gz, h, d);
     if (buf) {
         for (int i = 0; i < 32; i++) snprintf(s->digest + 2 * i, 3, "%02x", h[i]);
-        s->text = hlo_looks_like_text(buf, n);
-        s->m = s->text ? hlo_parse_text(buf, n, path, d) : hlo_parse_pb((const uint8_t *)buf, n, path, d);
+        s->m = hlo_read_buffer(buf, n, path, &s->format, d);
         free(buf);
     }
     return s->m != NULL;
@@ -395,7 +389,7 @@ static void rules_digest(const char *dir, uint8_t out[32]) {
 static json_t *file_json(const side *s) {
     json_t *o = json_object();
     json_object_set_new(o, "path", json_string(s->path));
-    json_object_set_new(o, "format", json_string(s->text ? "hlo-text" : "hlo-proto"));
+    json_object_set_new(o, "format", json_string(trace_format_name(s->format)));
     json_object_set_new(o, "module", json_string(s->m->name));
     json_object_set_new(o, "instructions", json_integer((json_int_t)graph_instr_count(s->m)));
     json_object_set_new(o, "sha256", json_string(s->digest));
@@ -886,7 +880,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
             if (final_run) /* sr.last is that run's result */
                 sb_printf(&msg, " (still apart after equality saturation with %u rule%s: %u iteration%s, stopped: %s)",
                           sr.last.nrules, sr.last.nrules == 1 ? "" : "s", final_run->iterations,
-                          final_run->iterations == 1 ? "" : "s", rs_stop_name(final_run->stop));
+                          final_run->iterations == 1 ? "" : "s", trace_stop_name(final_run->stop));
             else if (!o->rules_dir) sb_puts(&msg, " (no rewrite rules were given)");
         }
         if (w.ran && w.agrees) sb_printf(&msg, "; the outputs agree on seeded random inputs (max abs difference %g)", w.max_abs);
@@ -950,7 +944,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
     }
     json_object_set_new(pair, "relations", rj);
     json_object_set_new(t, "pair", pair);
-    json_object_set_new(t, "verdict", json_string(verdict_name(verdict)));
+    json_object_set_new(t, "verdict", json_string(trace_verdict_name(verdict)));
 
     json_t *sum = json_object();
     json_object_set_new(sum, "segments", json_integer(lc.nsegs));
@@ -991,7 +985,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
                  : has_error || (sg->findings && !contradicted) ? VERDICT_MISMATCH
                  : (sg->unsupported || sg->divergent || sg->outside || sg->dstart == sg->dend) ? VERDICT_UNVERIFIED : VERDICT_VERIFIED;
         json_object_set_new(seg, "name", json_string(sg->name));
-        json_object_set_new(seg, "verdict", json_string(verdict_name(sv)));
+        json_object_set_new(seg, "verdict", json_string(trace_verdict_name(sv)));
         json_object_set_new(r1, "start", json_integer(sg->bstart));
         json_object_set_new(r1, "end", json_integer(sg->bend));
         json_object_set_new(r2, "start", json_integer(sg->dstart));
@@ -1018,7 +1012,7 @@ int check_pair(const check_opts *o, json_t **trace, diag *d) {
                 if (!ran) last = &sr.runs[k];
             }
         json_object_set_new(seg, "iterations", json_integer(iters));
-        json_object_set_new(seg, "stop_reason", json_string(last ? rs_stop_name(last->stop) : "saturated"));
+        json_object_set_new(seg, "stop_reason", json_string(last ? trace_stop_name(last->stop) : "saturated"));
         json_object_set_new(seg, "rule_firings", json_integer((json_int_t)fired));
         if (last && last->top && json_array_size(last->top)) json_object_set(seg, "top_rules", last->top);
         json_object_set_new(tm, "build", json_real(sg->build_ms));

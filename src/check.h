@@ -33,9 +33,11 @@
 #include <stdbool.h>
 
 #include "diag.h"
+#include "trace_enums.h"
 
-enum { VERDICT_VERIFIED = 0, VERDICT_MISMATCH, VERDICT_UNVERIFIED, VERDICT_ERROR };
-const char *verdict_name(int v);
+
+/* The name of check_pair's return value (a trace_verdict). */
+static inline const char *verdict_name(int v) { return trace_verdict_name((trace_verdict)v); }
 
 typedef struct check_opts {
     const char *name;             /* pair name; default: the distributed file's base name */
