@@ -14,6 +14,7 @@ const char *const trace_verdict_names[VERDICT_COUNT] = {TRACE_VERDICTS(NAME2)};
 const char *const trace_kind_names[KIND_COUNT] = {TRACE_KINDS(KIND_NAME)};
 const char *const trace_stop_names[STOP_COUNT] = {TRACE_STOPS(NAME2)};
 const char *const trace_format_names[FORMAT_COUNT] = {TRACE_FORMATS(NAME2)};
+const char *const trace_severity_names[SEV_COUNT] = {TRACE_SEVERITIES(NAME2)};
 static const char *const kind_titles[KIND_COUNT] = {TRACE_KINDS(KIND_TITLE)};
 static const char *const kind_levels[KIND_COUNT] = {TRACE_KINDS(KIND_LEVEL)};
 static const char *const kind_shorts[KIND_COUNT] = {TRACE_KINDS(KIND_SHORT)};
@@ -27,6 +28,7 @@ const char *trace_kind_level(trace_kind k) { return pick(kind_levels, KIND_COUNT
 const char *trace_kind_short(trace_kind k) { return pick(kind_shorts, KIND_COUNT, k); }
 const char *trace_stop_name(trace_stop s) { return pick(trace_stop_names, STOP_COUNT, s); }
 const char *trace_format_name(trace_format f) { return pick(trace_format_names, FORMAT_COUNT, f); }
+const char *trace_severity_name(trace_severity s) { return pick(trace_severity_names, SEV_COUNT, s); }
 
 static int find(const char *const *t, int n, const char *name) {
     for (int i = 0; name && i < n; i++)

@@ -1,6 +1,7 @@
 /* trace_enums — the trace's closed vocabularies, each listed once.
  *
- * Every enumeration the trace carries is one X-macro here: the checker writes
+ * Every enumeration the trace carries (verdicts, finding kinds, severities,
+ * stop reasons, input formats) is one X-macro here: the checker writes
  * its names (trace_write.c), the reader accepts exactly them (trace_read.c),
  * SARIF (sarif.c) and the report take titles and levels from them, the rules
  * engine's stop reasons are them, and the `enums` test suite proves that
@@ -44,6 +45,13 @@
     X(BUDGET_EXCEEDED, "budget-exceeded", "Budget exceeded", "warning", \
       "Equality saturation ran out of budget; the segment is unverified.")
 
+/* severity of a finding (SARIF levels): a mismatch's findings are errors,
+ * an undecided pair's reason is a warning. */
+#define TRACE_SEVERITIES(X) \
+    X(ERROR, "error") \
+    X(WARNING, "warning") \
+    X(NOTE, "note")
+
 /* stop reason of an equality-saturation run (rules.h rs_run, a segment's
  * stop_reason). shape-conflict: a union joined classes of different types,
  * which is a rule bug. */
@@ -64,14 +72,17 @@
 #define TRACE_X_KIND(ID, ...) KIND_##ID,
 #define TRACE_X_STOP(ID, ...) STOP_##ID,
 #define TRACE_X_FORMAT(ID, ...) FORMAT_##ID,
+#define TRACE_X_SEVERITY(ID, ...) SEV_##ID,
 typedef enum { TRACE_VERDICTS(TRACE_X_VERDICT) VERDICT_COUNT } trace_verdict;
 typedef enum { TRACE_KINDS(TRACE_X_KIND) KIND_COUNT } trace_kind;
 typedef enum { TRACE_STOPS(TRACE_X_STOP) STOP_COUNT } trace_stop;
 typedef enum { TRACE_FORMATS(TRACE_X_FORMAT) FORMAT_COUNT } trace_format;
+typedef enum { TRACE_SEVERITIES(TRACE_X_SEVERITY) SEV_COUNT } trace_severity;
 #undef TRACE_X_VERDICT
 #undef TRACE_X_KIND
 #undef TRACE_X_STOP
 #undef TRACE_X_FORMAT
+#undef TRACE_X_SEVERITY
 
 /* Names ("verified", "missing-all-reduce", ...): "?" out of range. */
 const char *trace_verdict_name(trace_verdict v);
@@ -81,6 +92,7 @@ const char *trace_kind_level(trace_kind k);   /* SARIF level: "error" or "warnin
 const char *trace_kind_short(trace_kind k);   /* SARIF shortDescription */
 const char *trace_stop_name(trace_stop s);
 const char *trace_format_name(trace_format f);
+const char *trace_severity_name(trace_severity s);
 
 /* The entry a name stands for, or -1 when it is none of them. */
 int trace_verdict_of(const char *name);
@@ -94,5 +106,6 @@ extern const char *const trace_verdict_names[VERDICT_COUNT];
 extern const char *const trace_kind_names[KIND_COUNT];
 extern const char *const trace_stop_names[STOP_COUNT];
 extern const char *const trace_format_names[FORMAT_COUNT];
+extern const char *const trace_severity_names[SEV_COUNT];
 
 #endif

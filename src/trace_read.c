@@ -12,11 +12,9 @@
 
 #include "io.h"
 
-static const char *const severity_names[] = {"error", "warning", "note"};
 static const char *const role_names[] = {"divergence", "operand", "context", "collapsed"};
 static const char *const side_names[] = {"baseline", "distributed"};
 
-const char *trace_severity_name(trace_severity s) { return s <= SEV_NOTE ? severity_names[s] : "?"; }
 const char *trace_role_name(trace_role r) { return r <= ROLE_COLLAPSED ? role_names[r] : "?"; }
 const char *trace_side_name(trace_side s) { return s <= SIDE_DISTRIBUTED ? side_names[s] : "?"; }
 
@@ -298,7 +296,7 @@ static void read_finding(rd *r, json_t *o, const char *w, trace_finding *f) {
     }
     f->id = get_str(r, o, w, "id", true);
     f->kind = (trace_kind)get_enum(r, o, w, "kind", trace_kind_names, KIND_COUNT);
-    f->severity = (trace_severity)get_enum(r, o, w, "severity", severity_names, 3);
+    f->severity = (trace_severity)get_enum(r, o, w, "severity", trace_severity_names, SEV_COUNT);
     f->message = get_str(r, o, w, "message", true);
     f->explanation = get_str(r, o, w, "explanation", true);
     f->segment = get_str(r, o, w, "segment", false);

@@ -23,12 +23,10 @@
 #include "trace_enums.h"
 #include "util.h"
 
-/* verdicts, finding kinds, stop reasons, input formats: trace_enums.h */
-typedef enum { SEV_ERROR, SEV_WARNING, SEV_NOTE } trace_severity;
+/* verdicts, finding kinds, severities, stop reasons, input formats: trace_enums.h */
 typedef enum { ROLE_DIVERGENCE, ROLE_OPERAND, ROLE_CONTEXT, ROLE_COLLAPSED } trace_role;
 typedef enum { SIDE_BASELINE, SIDE_DISTRIBUTED } trace_side;
 
-const char *trace_severity_name(trace_severity s);
 const char *trace_role_name(trace_role r);
 const char *trace_side_name(trace_side s);
 

@@ -53,6 +53,7 @@ static int got_verdict(const trace *t) { return (int)t->verdict; }
 static int got_kind(const trace *t) { return t->n_findings ? (int)t->findings[0].kind : -1; }
 static int got_stop(const trace *t) { return t->n_segments ? (int)t->segments[0].stop : -1; }
 static int got_format(const trace *t) { return (int)t->base.format; }
+static int got_severity(const trace *t) { return t->n_findings ? (int)t->findings[0].severity : -1; }
 
 /* Each of names[0..n) in place of the fixture's first `"key": "from"` reads
  * back as its own index (got says where it lands). */
@@ -77,6 +78,8 @@ void suite_enums(void) {
     if (schema) {
         same_enum(schema, (const char *const[]){"$defs", "verdict", NULL}, trace_verdict_names, VERDICT_COUNT, "verdict");
         same_enum(schema, (const char *const[]){"$defs", "kind", NULL}, trace_kind_names, KIND_COUNT, "kind");
+        same_enum(schema, (const char *const[]){"$defs", "finding", "properties", "severity", NULL}, trace_severity_names,
+                  SEV_COUNT, "severity");
         same_enum(schema, (const char *const[]){"$defs", "segment", "properties", "stop_reason", NULL}, trace_stop_names,
                   STOP_COUNT, "stop_reason");
         same_enum(schema, (const char *const[]){"$defs", "module", "properties", "format", NULL}, trace_format_names,
@@ -114,6 +117,7 @@ void suite_enums(void) {
     accepts(fix, "kind", "wrong-reduction", trace_kind_names, KIND_COUNT, got_kind);
     accepts(fix, "stop_reason", "saturated", trace_stop_names, STOP_COUNT, got_stop);
     accepts(fix, "format", "hlo-text", trace_format_names, FORMAT_COUNT, got_format);
+    accepts(fix, "severity", "error", trace_severity_names, SEV_COUNT, got_severity);
     /* A name outside the list is bad input, said with its path. */
     diag d;
     diag_init(&d, "fixture");
