@@ -78,10 +78,10 @@ test: check-deps $(BUILD)/scalify $(BUILD)/run-tests
 	SCALIFY=$(BUILD)/scalify $(BUILD)/run-tests
 
 asan:
-	$(MAKE) test BUILD=build/asan OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) test BUILD=build/asan OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DSCALIFY_INVARIANTS"
 
 ubsan:
-	$(MAKE) test BUILD=build/ubsan OPT="-O1 -g" SAN="-fsanitize=undefined -fno-sanitize-recover=undefined"
+	$(MAKE) test BUILD=build/ubsan OPT="-O1 -g" SAN="-fsanitize=undefined -fno-sanitize-recover=undefined -DSCALIFY_INVARIANTS"
 
 # libFuzzer needs clang; installed here when missing (root only).
 FUZZ_TARGETS := text pb check

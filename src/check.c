@@ -196,6 +196,34 @@ typedef struct saturator {
     size_t nruns, capruns;
 } saturator;
 
+/* The e-graph's invariants (egraph.h eg_check) after every lift and
+ * saturation, when built with -DSCALIFY_INVARIANTS (make asan, make ubsan) or
+ * run with SCALIFY_DEBUG_INVARIANTS set (then each check is said on stderr). A
+ * violation is a checker defect: nothing decided on that e-graph can be
+ * trusted, so it is reported and the process aborts. */
+static void invariants(egraph *g, const char *after) {
+    static int on = -1;
+    if (on < 0) {
+#ifdef SCALIFY_INVARIANTS
+        on = 1;
+#else
+        on = getenv("SCALIFY_DEBUG_INVARIANTS") != NULL;
+#endif
+    }
+    if (!on) return;
+    strbuf why;
+    sb_init(&why);
+    int bad = eg_check(g, &why);
+    if (bad) {
+        fprintf(stderr, "scalify: internal error: %d e-graph invariant violation%s after %s:\n%s", bad, bad == 1 ? "" : "s",
+                after, why.s ? why.s : "");
+        abort();
+    }
+    if (getenv("SCALIFY_DEBUG_INVARIANTS"))
+        fprintf(stderr, "check: e-graph invariants hold after %s (%u nodes)\n", after, eg_node_count(g));
+    sb_free(&why);
+}
+
 static bool saturate(saturator *s, egraph *g, uint32_t seg) {
     if (!s->rules_dir || s->failed) return false;
     if (!s->rs) {
@@ -221,6 +249,7 @@ static bool saturate(saturator *s, egraph *g, uint32_t seg) {
     rs_run(s->rs, g, db, &b, NULL, &s->last);
     rs_db_free(db);
     eg_rebuild(g);
+    invariants(g, "saturation");
     XGROW(s->runs, s->capruns, s->nruns + 1);
     sat_run *run = &s->runs[s->nruns++];
     *run = (sat_run){seg, s->last.iterations, s->last.stop, s->last.unions, now_ms() - ts, NULL, 0};
@@ -375,6 +404,7 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     lval root = lift_distributed(&lc, rel.inputs, rel.ninputs);
     double t3 = now_ms();
     eg_rebuild(g);
+    invariants(g, "lifting");
     /* Equality saturation with the rules when an output's term has not met its
      * baseline class by construction: rewrites may join them. */
     const sat_run *final_run = NULL; /* the run after lifting, if any */
