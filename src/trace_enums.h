@@ -15,6 +15,7 @@
 #ifndef SCALIFY_TRACE_ENUMS_H
 #define SCALIFY_TRACE_ENUMS_H
 
+/* clang-format off */
 /* verdict: of a pair and of each segment (DESIGN §5). */
 #define TRACE_VERDICTS(X) \
     X(VERIFIED, "verified") \
@@ -67,6 +68,7 @@
 #define TRACE_FORMATS(X) \
     X(HLO_TEXT, "hlo-text") \
     X(HLO_PROTO, "hlo-proto")
+/* clang-format on */
 
 #define TRACE_X_VERDICT(ID, ...) VERDICT_##ID,
 #define TRACE_X_KIND(ID, ...) KIND_##ID,

@@ -17,8 +17,8 @@ static void same_enum(json_t *schema, const char *const *path, const char *const
     json_t *e = json_object_get(v, "enum");
     CHECK_MSG(json_is_array(e), "%s: the schema has no enum there", what);
     if (!json_is_array(e)) return;
-    CHECK_MSG(json_array_size(e) == (size_t)n, "%s: the schema lists %zu names, trace_enums.h %d", what,
-              json_array_size(e), n);
+    CHECK_MSG(json_array_size(e) == (size_t)n, "%s: the schema lists %zu names, trace_enums.h %d", what, json_array_size(e),
+              n);
     for (int i = 0; i < n; i++) {
         bool found = false;
         for (size_t j = 0; j < json_array_size(e); j++) found |= !strcmp(json_string_value(json_array_get(e, j)), names[i]);
