@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "tfcheck.h"
 #include "trace_read.h"
 #include "util.h"
 
@@ -126,4 +127,12 @@ void suite_enums(void) {
     trace_free(t);
     diag_free(&d);
     free(fix);
+
+    t_case("enums-4 counts README.md states are the code's");
+    char *readme = t_read("README.md", &n), want[96];
+    snprintf(want, sizeof want, "%d seeded random program pairs", TF_INSTANCES);
+    CHECK_CONTAINS(readme, want);
+    snprintf(want, sizeof want, "with relations) in %d\nfamilies", TF_FAMILIES);
+    CHECK_CONTAINS(readme, want);
+    free(readme);
 }
