@@ -1,8 +1,6 @@
 #include "check.h"
 
 #include <assert.h>
-#include <limits.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,9 +10,7 @@
 #include "hlo.h"
 #include "io.h"
 #include "lift.h"
-#include "scalify.h"
 #include "rules.h"
-#include "sha256.h"
 #include "view.h"
 #include "trace_write.h"
 #include "witness.h"
@@ -321,35 +317,95 @@ static void proved_differences(check_result *r, size_t *cap, lift_ctx *lc, const
     free(told);
 }
 
-int check_run(const check_opts *o, check_result *r, diag *d) {
-    peak_rss_reset(); /* each pair of a batch reports its own peak */
-    double t0 = now_ms(), c0 = cpu_ms();
-    memset(r, 0, sizeof *r);
-    size_t cap = 0; /* of r->findings */
-    side B = {0}, D = {0};
-    relations rel = {0};
-    int verdict = VERDICT_ERROR;
-    if (!load_both(o, &B, &D, d)) goto out;
-    const hlo_comp *be = graph_entry(B.m), *de = graph_entry(D.m);
+/* One segment per top-level op_name scope, each judged given its inputs:
+ * verified when the pair is; a mismatch when an error finding is in it (or
+ * the transfer functions found one there that execution does not
+ * contradict); unverified when something in it was left unrelated. With
+ * each its figures: saturation runs, rules fired, timings. */
+static void judge_segments(check_result *r, trace_verdict verdict, bool contradicted, lift_ctx *lc, const saturator *sr,
+                           const sat_run *final_run, double sat_ms, double t_check) {
+    double sat_left = sat_ms;
+    uint32_t *seg_classes = xcalloc(lc->nsegs + 1, sizeof *seg_classes);
+    lift_segment_classes(lc, seg_classes);
+    r->segs = xcalloc(lc->nsegs + 1, sizeof *r->segs);
+    r->nsegs = lc->nsegs;
+    for (uint32_t i = 0; i < lc->nsegs; i++) {
+        const lift_segment *sg = &lc->segs[i];
+        check_segment *cs = &r->segs[i];
+        bool has_error = false;
+        for (size_t k = 0; k < r->nfindings; k++)
+            has_error |= r->findings[k].severity == SEV_ERROR && strcmp(r->findings[k].segment, sg->name) == 0;
+        /* A verified pair proves every segment; otherwise each is judged alone. */
+        cs->verdict = verdict == VERDICT_VERIFIED ? VERDICT_VERIFIED
+                      : has_error || (sg->findings && !contradicted) ? VERDICT_MISMATCH
+                      : (sg->unsupported || sg->divergent || sg->outside || sg->dstart == sg->dend) ? VERDICT_UNVERIFIED
+                                                                                                   : VERDICT_VERIFIED;
+        cs->name = xstrdup(sg->name);
+        cs->bstart = sg->bstart, cs->bend = sg->bend, cs->dstart = sg->dstart, cs->dend = sg->dend;
+        cs->enodes = sg->enodes;
+        cs->eclasses = seg_classes[i];
+        /* Saturation runs over the whole e-graph: while lifting for the segment
+         * the memo wanted a representative of, after lifting for the segments
+         * whose terms did not all meet the baseline's by construction (verified
+         * in the end or not). A segment shows the runs it was the reason for;
+         * the time of the run after lifting is counted once, on the first. */
+        bool ran = final_run && (sg->outside || sg->divergent);
+        uint32_t iters = ran ? final_run->iterations : 0;
+        uint64_t fired = ran ? final_run->unions : 0;
+        const sat_run *last = ran ? final_run : NULL;
+        double own_ms = 0;
+        for (size_t k = 0; k < sr->nruns; k++)
+            if (sr->runs[k].seg == i) {
+                iters += sr->runs[k].iterations;
+                fired += sr->runs[k].unions;
+                own_ms += sr->runs[k].ms;
+                if (!ran) last = &sr->runs[k];
+            }
+        cs->iterations = iters;
+        cs->stop = last ? last->stop : STOP_SATURATED;
+        cs->rule_firings = fired;
+        if (last && last->ntop) {
+            cs->top = xcalloc(last->ntop, sizeof *cs->top);
+            for (size_t k = 0; k < last->ntop; k++) cs->top[k] = (check_rule_count){xstrdup(last->top[k].rule), last->top[k].count};
+            cs->ntop = last->ntop;
+        }
+        cs->t_build = sg->build_ms;
+        cs->t_lift = sg->ms;
+        /* Its time is counted once, on the first of them, so timings add up. */
+        cs->t_saturate = own_ms + (ran ? sat_left : 0);
+        sat_left = ran ? 0 : sat_left;
+        cs->t_check = i + 1 == lc->nsegs ? t_check : 0;
+        cs->memo_hit = sg->runs && sg->memo_hits == sg->runs;
+        if (cs->memo_hit && sg->memo_of >= 0) cs->memo_of = xstrdup(lc->segs[sg->memo_of].name);
+    }
+    free(seg_classes);
+}
+
+/* Whether the pair and its relations fit together (bad input otherwise, said
+ * in d): parameters one to one, a view per parameter, the mesh the program's
+ * device count, every distributed parameter the local shape of its view.
+ * Reads or infers the relations into rel. */
+static bool pair_inputs_ok(const check_opts *o, const side *B, const side *D, relations *rel, diag *d) {
+    const hlo_comp *be = graph_entry(B->m), *de = graph_entry(D->m);
     if (be->nparams != de->nparams) {
         diag_plain(d, "the baseline has %u parameters but the distributed program has %u: parameters must correspond one to one",
                    be->nparams, de->nparams);
-        goto out;
+        return false;
     }
-    bool rel_ok = o->relations ? relations_read(o->relations, B.m, &rel, d)
-                               : relations_auto(B.m, graph_num_devices(D.m), &rel, d);
-    if (!rel_ok) goto out;
-    if (rel.ninputs != be->nparams) {
-        diag_plain(d, "the relations name %u inputs for %u parameters", rel.ninputs, be->nparams);
-        goto out;
+    bool rel_ok = o->relations ? relations_read(o->relations, B->m, rel, d)
+                               : relations_auto(B->m, graph_num_devices(D->m), rel, d);
+    if (!rel_ok) return false;
+    if (rel->ninputs != be->nparams) {
+        diag_plain(d, "the relations name %u inputs for %u parameters", rel->ninputs, be->nparams);
+        return false;
     }
     /* A program that states no device count (a protobuf module whose program
      * needs no collective) runs on the relations' mesh: lacking a collective
      * is something to judge, not bad input. */
-    if (graph_devices_stated(D.m) && mesh_devices(&rel.mesh) != graph_num_devices(D.m)) {
+    if (graph_devices_stated(D->m) && mesh_devices(&rel->mesh) != graph_num_devices(D->m)) {
         diag_plain(d, "the mesh has %lld devices but the distributed program runs on %lld",
-                   (long long)mesh_devices(&rel.mesh), (long long)graph_num_devices(D.m));
-        goto out;
+                   (long long)mesh_devices(&rel->mesh), (long long)graph_num_devices(D->m));
+        return false;
     }
     /* Local parameter shapes must be the views' local shapes. */
     for (uint32_t k = 0; k < be->nparams; k++) {
@@ -359,29 +415,43 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         if (bp->shape.dtype == DT_TUPLE) {
             diag_plain(d, "parameter %u (%s) is a tuple; relations describe array parameters (JAX exports flatten "
                           "tuples into separate parameters)", k, bp->name);
-            goto out;
+            return false;
         }
         if (bp->shape.rank > VIEW_MAX_RANK) {
             diag_plain(d, "parameter %u (%s) has rank %u; relations describe arrays of rank at most %d", k, bp->name,
                        bp->shape.rank, VIEW_MAX_RANK);
-            goto out;
+            return false;
         }
         if (
-            !view_local_dims(&rel.inputs[k], &rel.mesh, &bp->shape, local) || dp->shape.rank != bp->shape.rank ||
+            !view_local_dims(&rel->inputs[k], &rel->mesh, &bp->shape, local) || dp->shape.rank != bp->shape.rank ||
             (bp->shape.rank && memcmp(local, dp->shape.dims, bp->shape.rank * sizeof *local) != 0) ||
             dp->shape.dtype != bp->shape.dtype) {
             strbuf a, b;
             sb_init(&a);
             sb_init(&b);
-            view_print(&a, &rel.inputs[k], &rel.mesh);
+            view_print(&a, &rel->inputs[k], &rel->mesh);
             shape_print(&b, &dp->shape);
             diag_plain(d, "parameter %u: the view %s of the baseline's %s does not give the distributed %s", k, a.s,
                        bp->name, b.s);
             sb_free(&a);
             sb_free(&b);
-            goto out;
+            return false;
         }
     }
+    return true;
+}
+
+int check_run(const check_opts *o, check_result *r, diag *d) {
+    peak_rss_reset(); /* each pair of a batch reports its own peak */
+    double t0 = now_ms(), c0 = cpu_ms();
+    memset(r, 0, sizeof *r);
+    size_t cap = 0; /* of r->findings */
+    side B = {0}, D = {0};
+    relations rel = {0};
+    int verdict = VERDICT_ERROR;
+    if (!load_both(o, &B, &D, d)) goto out;
+    if (!pair_inputs_ok(o, &B, &D, &rel, d)) goto out;
+    const hlo_comp *be = graph_entry(B.m), *de = graph_entry(D.m);
 
     egraph *g = eg_new();
     arena a;
@@ -640,62 +710,7 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     for (uint32_t i = 0; i < lc.nsegs; i++) setup_ms -= lc.segs[i].build_ms;
     r->setup_ms = setup_ms > 0 ? setup_ms : 0;
 
-    /* One segment per top-level op_name scope; each judged given its inputs. */
-    double sat_left = sat_ms;
-    uint32_t *seg_classes = xcalloc(lc.nsegs + 1, sizeof *seg_classes);
-    lift_segment_classes(&lc, seg_classes);
-    r->segs = xcalloc(lc.nsegs + 1, sizeof *r->segs);
-    r->nsegs = lc.nsegs;
-    for (uint32_t i = 0; i < lc.nsegs; i++) {
-        const lift_segment *sg = &lc.segs[i];
-        check_segment *cs = &r->segs[i];
-        bool has_error = false;
-        for (size_t k = 0; k < r->nfindings; k++)
-            has_error |= r->findings[k].severity == SEV_ERROR && strcmp(r->findings[k].segment, sg->name) == 0;
-        /* A verified pair proves every segment; otherwise each is judged alone. */
-        cs->verdict = verdict == VERDICT_VERIFIED ? VERDICT_VERIFIED
-                      : has_error || (sg->findings && !contradicted) ? VERDICT_MISMATCH
-                      : (sg->unsupported || sg->divergent || sg->outside || sg->dstart == sg->dend) ? VERDICT_UNVERIFIED
-                                                                                                   : VERDICT_VERIFIED;
-        cs->name = xstrdup(sg->name);
-        cs->bstart = sg->bstart, cs->bend = sg->bend, cs->dstart = sg->dstart, cs->dend = sg->dend;
-        cs->enodes = sg->enodes;
-        cs->eclasses = seg_classes[i];
-        /* Saturation runs over the whole e-graph: while lifting for the segment
-         * the memo wanted a representative of, after lifting for the segments
-         * whose terms did not all meet the baseline's by construction (verified
-         * in the end or not). A segment shows the runs it was the reason for;
-         * the time of the run after lifting is counted once, on the first. */
-        bool ran = final_run && (sg->outside || sg->divergent);
-        uint32_t iters = ran ? final_run->iterations : 0;
-        uint64_t fired = ran ? final_run->unions : 0;
-        const sat_run *last = ran ? final_run : NULL;
-        double own_ms = 0;
-        for (size_t k = 0; k < sr.nruns; k++)
-            if (sr.runs[k].seg == i) {
-                iters += sr.runs[k].iterations;
-                fired += sr.runs[k].unions;
-                own_ms += sr.runs[k].ms;
-                if (!ran) last = &sr.runs[k];
-            }
-        cs->iterations = iters;
-        cs->stop = last ? last->stop : STOP_SATURATED;
-        cs->rule_firings = fired;
-        if (last && last->ntop) {
-            cs->top = xcalloc(last->ntop, sizeof *cs->top);
-            for (size_t k = 0; k < last->ntop; k++) cs->top[k] = (check_rule_count){xstrdup(last->top[k].rule), last->top[k].count};
-            cs->ntop = last->ntop;
-        }
-        cs->t_build = sg->build_ms;
-        cs->t_lift = sg->ms;
-        /* Its time is counted once, on the first of them, so timings add up. */
-        cs->t_saturate = own_ms + (ran ? sat_left : 0);
-        sat_left = ran ? 0 : sat_left;
-        cs->t_check = i + 1 == lc.nsegs ? t4 - t3 - sat_ms : 0;
-        cs->memo_hit = sg->runs && sg->memo_hits == sg->runs;
-        if (cs->memo_hit && sg->memo_of >= 0) cs->memo_of = xstrdup(lc.segs[sg->memo_of].name);
-    }
-    free(seg_classes);
+    judge_segments(r, (trace_verdict)verdict, contradicted, &lc, &sr, final_run, sat_ms, t4 - t3 - sat_ms);
     if (lc.assumptions.len) r->assumptions = xstrdup(lc.assumptions.s);
     r->w.seed = w.seed, r->w.max_abs = w.max_abs, r->w.max_rel = w.max_rel;
     r->verdict = verdict;
