@@ -88,10 +88,10 @@ test-jax: $(BUILD)/scalify
 	SCALIFY=$(BUILD)/scalify $(JAX_PYTHON) -m unittest discover -s python/tests -v
 
 asan:
-	$(MAKE) test BUILD=build/asan OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) test BUILD=build/asan OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DSCALIFY_INVARIANTS"
 
 ubsan:
-	$(MAKE) test BUILD=build/ubsan OPT="-O1 -g" SAN="-fsanitize=undefined -fno-sanitize-recover=undefined"
+	$(MAKE) test BUILD=build/ubsan OPT="-O1 -g" SAN="-fsanitize=undefined -fno-sanitize-recover=undefined -DSCALIFY_INVARIANTS"
 
 # libFuzzer needs clang; installed here when missing (root only).
 FUZZ_TARGETS := text pb check

@@ -1,7 +1,8 @@
 /* check — the checker's driver (DESIGN §5, §7, §8): reads a pair, builds the
- * baseline into one e-graph, lifts the distributed program, decides the verdict,
- * localises the first divergence and produces the trace (a jansson object the
- * caller owns and frees with json_decref).
+ * baseline into one e-graph, lifts the distributed program, decides the verdict
+ * and localises the first divergence into a typed check_result (check_run);
+ * trace_write.h turns that into the trace, and check_pair does both (a jansson
+ * object the caller owns and frees with json_decref).
  *
  * Verdicts: verified (every output's lifted term is in its baseline output's
  * class with the expected view, assuming nothing beyond the preconditions the
@@ -13,8 +14,9 @@
  * Terms meet by hash-consing and the built-in canonical forms; when an output
  * still has not met its baseline class and o->rules_dir is set, the e-graph is
  * saturated with the rules there (the trace carries their digest and the
- * saturation figures). Segments are the top-level op_name scopes; memoisation
- * of identical segments is not built (memo_hits is always 0). What lift cannot
+ * saturation figures). Segments are the top-level op_name scopes; a run of
+ * instructions identical to one already lifted reuses its terms (lift_memo.c;
+ * the trace counts memo hits; o->no_memo lifts everything). What lift cannot
  * relate yet (a collective-permute's or local slice's per-device pieces that
  * are never blocks of a view again, device-dependent values mixed with data,
  * all-to-all results rearranged in unrelated ways) makes the pair unverified,
@@ -33,9 +35,13 @@
 #include <stdbool.h>
 
 #include "diag.h"
+#include "graph.h"
+#include "trace_enums.h"
+#include "view.h"
 
-enum { VERDICT_VERIFIED = 0, VERDICT_MISMATCH, VERDICT_UNVERIFIED, VERDICT_ERROR };
-const char *verdict_name(int v);
+
+/* The name of check_pair's return value (a trace_verdict). */
+static inline const char *verdict_name(int v) { return trace_verdict_name((trace_verdict)v); }
 
 typedef struct check_opts {
     const char *name;             /* pair name; default: the distributed file's base name */
@@ -50,8 +56,78 @@ typedef struct check_opts {
     bool rules_given;             /* rules_dir came from --rules (the trace's command repeats it) */
 } check_opts;
 
-/* Runs one check. Returns the verdict; *trace gets the trace unless the verdict
- * is VERDICT_ERROR (then d holds the reasons). */
+/* One finding as decided: what, how severe, why, and the distributed
+ * instruction it is reported at. The writer (trace_write.h) adds the rest of
+ * its trace entry: the baseline counterpart, operands, subgraph, snippet. */
+typedef struct check_finding {
+    trace_kind kind;
+    trace_severity severity;
+    char *message;                /* owned */
+    char *segment;                /* owned: the segment of `in` (its op_name's first component, or "entry") */
+    const hlo_comp *comp;
+    const hlo_instr *in;
+    bool witness;                 /* carries the result's witness figures */
+} check_finding;
+
+typedef struct check_rule_count {
+    char *rule;
+    uint64_t count;
+} check_rule_count;
+
+/* One segment as judged (the trace's segments[]); times in ms. */
+typedef struct check_segment {
+    char *name;
+    trace_verdict verdict;
+    uint32_t bstart, bend, dstart, dend;
+    uint64_t enodes, eclasses, rule_firings;
+    uint32_t iterations;
+    trace_stop stop;
+    check_rule_count *top;        /* the rules that fired most in its last run, most first */
+    size_t ntop;
+    double t_build, t_lift, t_saturate, t_check;
+    bool memo_hit;
+    char *memo_of;                /* NULL unless a memo hit names its source */
+} check_segment;
+
+typedef struct check_witness {
+    uint64_t seed;                /* of the inputs */
+    double max_abs, max_rel;      /* largest output differences */
+} check_witness;
+
+typedef struct check_module {
+    const char *path;
+    hlo_module *m;
+    trace_format format;
+    char sha256[65];
+} check_module;
+
+/* What check_run decided, typed; trace_write() turns it into the trace. It
+ * owns everything it points to (both modules too) until check_result_free. */
+typedef struct check_result {
+    trace_verdict verdict;
+    check_module base, dist;
+    relations rel;                /* as judged: unconstrained outputs get the view found */
+    check_finding *findings;      /* listed, in order (ids F1, F2, … by position) */
+    size_t nfindings;
+    int64_t kind_total[KIND_COUNT];  /* counted per kind: the listed ones and those beyond the per-kind cap */
+    check_segment *segs;
+    size_t nsegs;
+    uint32_t memo_hits;           /* segments all of whose runs were memo hits */
+    int threads;                  /* that read the two programs */
+    double wall_ms, setup_ms, cpu_ms;
+    uint64_t peak_bytes;
+    check_witness w;              /* execution's figures, for findings with .witness */
+    char *assumptions;            /* '\n'-separated preconditions; NULL when none */
+} check_result;
+
+/* Decides one pair. Returns the verdict; r is filled unless it is
+ * VERDICT_ERROR (then d holds the reasons). Free r with check_result_free
+ * either way. */
+int check_run(const check_opts *o, check_result *r, diag *d);
+void check_result_free(check_result *r);
+
+/* check_run, then trace_write: *trace gets the trace (a jansson object the
+ * caller frees) unless the verdict is VERDICT_ERROR. */
 int check_pair(const check_opts *o, json_t **trace, diag *d);
 
 #endif

@@ -1201,6 +1201,16 @@ static int64_t stated_devices(const hlo_module *m) {
     return best + 1 > 0 ? best + 1 : 0;
 }
 
+const char *instr_op_scope(const hlo_instr *in) {
+    if (!in->meta || !in->meta->op_name) return NULL;
+    const char *s = in->meta->op_name;
+    if (strncmp(s, "jit(", 4) == 0) {
+        const char *slash = strchr(s, '/');
+        if (slash) return slash + 1;
+    }
+    return s;
+}
+
 int64_t graph_num_devices(const hlo_module *m) {
     int64_t n = stated_devices(m);
     return n > 0 ? n : 1;

@@ -419,6 +419,9 @@ const int64_t *instr_ints(const hlo_instr *in, int key, uint32_t *n);
 const char *instr_str(const hlo_instr *in, int key);
 /* Reduction of an instruction's to_apply computation (RED_NONE when none). */
 int instr_reducer(const hlo_module *m, const hlo_instr *in);
+/* The whole op_name of its metadata without the "jit(...)/" prefix GSPMD
+ * modules carry; NULL when it has none. */
+const char *instr_op_scope(const hlo_instr *in);
 
 const hlo_comp *graph_entry(const hlo_module *m);
 /* Devices the module runs on: num_partitions × replica_count from the header

@@ -17,13 +17,19 @@
 
 #include "diag.h"
 #include "graph.h"
+#include "trace_enums.h"
 
 /* Nesting deeper than this (tuple shapes, shardings) is refused as bad input. */
 #define HLO_MAX_NESTING 200
 
 hlo_module *hlo_read_file(const char *path, diag *d);
-/* True when buf looks like HLO text rather than protobuf bytes. */
-bool hlo_looks_like_text(const char *buf, size_t n);
+/* The form of a module file's bytes (after gunzip): HLO text or protobuf.
+ * The only place input formats are told apart; a new one is a new entry of
+ * TRACE_FORMATS (trace_enums.h) and a case in hlo_read_buffer. */
+trace_format hlo_detect_format(const char *buf, size_t n);
+/* Parses buf (NUL-terminated at buf[n]) in the form hlo_detect_format finds,
+ * which *fmt gets when not NULL. path names the input in messages. */
+hlo_module *hlo_read_buffer(const char *buf, size_t n, const char *path, trace_format *fmt, diag *d);
 
 /* src must be NUL-terminated at src[n]. path names the input in messages. */
 hlo_module *hlo_parse_text(const char *src, size_t n, const char *path, diag *d);

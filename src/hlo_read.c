@@ -5,16 +5,26 @@
 #include "hlo.h"
 #include "io.h"
 
-bool hlo_looks_like_text(const char *buf, size_t n) {
+trace_format hlo_detect_format(const char *buf, size_t n) {
     /* Protobuf starts with a field tag and binary lengths; HLO text is printable.
      * Look at the first 4 KiB: any control byte other than \t \n \r means binary. */
     size_t k = n < 4096 ? n : 4096;
-    if (k == 0) return true;
     for (size_t i = 0; i < k; i++) {
         unsigned char c = (unsigned char)buf[i];
-        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return false;
+        if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return FORMAT_HLO_PROTO;
     }
-    return true;
+    return FORMAT_HLO_TEXT;
+}
+
+hlo_module *hlo_read_buffer(const char *buf, size_t n, const char *path, trace_format *fmt, diag *d) {
+    trace_format f = hlo_detect_format(buf, n);
+    if (fmt) *fmt = f;
+    switch (f) {
+    case FORMAT_HLO_TEXT: return hlo_parse_text(buf, n, path, d);
+    case FORMAT_HLO_PROTO: return hlo_parse_pb((const uint8_t *)buf, n, path, d);
+    case FORMAT_COUNT: break;
+    }
+    return NULL;
 }
 
 hlo_module *hlo_read_file(const char *path, diag *d) {
@@ -22,8 +32,7 @@ hlo_module *hlo_read_file(const char *path, diag *d) {
     bool gz;
     char *buf = io_read_file(path, &n, &gz, d);
     if (!buf) return NULL;
-    hlo_module *m = hlo_looks_like_text(buf, n) ? hlo_parse_text(buf, n, path, d)
-                                                : hlo_parse_pb((const uint8_t *)buf, n, path, d);
+    hlo_module *m = hlo_read_buffer(buf, n, path, NULL, d);
     free(buf);
     return m;
 }

@@ -616,7 +616,7 @@ static void module_facts(strbuf *b, const char *label, const trace_module *m) {
     sb_puts(b, "<dt>File</dt><dd><code>");
     put(b, m->path);
     sb_puts(b, "</code></dd><dt>Format</dt><dd>");
-    put(b, m->format);
+    put(b, trace_format_name(m->format));
     sb_puts(b, "</dd><dt>Module</dt><dd><code>");
     put(b, m->module);
     sb_puts(b, "</code></dd><dt>Instructions</dt><dd>");

@@ -80,11 +80,6 @@ void rs_free(rs_ruleset *rs) {
     free(rs);
 }
 
-const char *rs_stop_name(rs_stop s) {
-    static const char *const n[] = {"saturated", "node-limit", "time-limit", "iteration-limit", "shape-conflict"};
-    return (unsigned)s < ARRAY_LEN(n) ? n[s] : "?";
-}
-
 rs_budget rs_budget_default(void) {
     rs_budget b = {.node_limit = 1000000, .iter_limit = 64, .time_limit_ms = 10000, .ac_class_limit = 16,
                    .ac_term_limit = 15, .match_limit = 100000};
@@ -1510,15 +1505,15 @@ rs_stop rs_run(const rs_ruleset *rs, egraph *g, rs_db *db, const rs_budget *b, c
     for (uint32_t k = 0; k < u.db->nrels; k++) em_rel_canon(&u.db->rels[k], g, 0);
     for (;;) {
         if (r->iterations >= b->iter_limit) {
-            r->stop = RS_ITER_LIMIT;
+            r->stop = STOP_ITERATION_LIMIT;
             break;
         }
         if (over_time(&u)) {
-            r->stop = RS_TIME_LIMIT;
+            r->stop = STOP_TIME_LIMIT;
             break;
         }
         if (eg_node_count(g) >= b->node_limit) {
-            r->stop = RS_NODE_LIMIT;
+            r->stop = STOP_NODE_LIMIT;
             break;
         }
         r->iterations++;
@@ -1544,16 +1539,16 @@ rs_stop rs_run(const rs_ruleset *rs, egraph *g, rs_db *db, const rs_budget *b, c
         size_t canon = 0;
         for (uint32_t k = 0; k < u.db->nrels; k++) canon += em_rel_canon(&u.db->rels[k], g, u.epoch);
         if (!ok) {
-            r->stop = RS_CONFLICT;
+            r->stop = STOP_SHAPE_CONFLICT;
             break;
         }
         if (u.timeout) {
-            r->stop = RS_TIME_LIMIT;
+            r->stop = STOP_TIME_LIMIT;
             break;
         }
         bool changed = eg_node_count(g) != nodes0 || r->unions != unions0 || r->facts != facts0 || canon;
         if (!changed && !u.truncated) {
-            r->stop = RS_SATURATED;
+            r->stop = STOP_SATURATED;
             break;
         }
     }
@@ -1598,7 +1593,7 @@ static void lint_run_one(cc *c, rule *ru, uint32_t at, egraph *g, rs_db *db) {
     b.time_limit_ms = 2000;
     rs_result res;
     rs_run(c->rs, g, db, &b, only, &res);
-    if (res.stop == RS_CONFLICT) cc_error(c, at, "rule %s on its example: %s", ru->name, res.message ? res.message : "");
+    if (res.stop == STOP_SHAPE_CONFLICT) cc_error(c, at, "rule %s on its example: %s", ru->name, res.message ? res.message : "");
     else if (!res.fired[ru - c->rs->rules])
         cc_error(c, at, "rule %s does not change its example (nothing new was derived)", ru->name);
     rs_result_free(&res);

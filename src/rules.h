@@ -29,17 +29,17 @@
 
 #include "diag.h"
 #include "egraph.h"
+#include "trace_enums.h"
 #include "util.h"
 
 typedef struct rs_ruleset rs_ruleset;
 typedef struct rs_db rs_db;
 struct em_prog;  /* ematch.h */
 
-typedef enum rs_stop {
-    RS_SATURATED = 0, RS_NODE_LIMIT, RS_TIME_LIMIT, RS_ITER_LIMIT,
-    RS_CONFLICT /* a union joined classes of different types: a rule bug */
-} rs_stop;
-const char *rs_stop_name(rs_stop s);  /* "saturated", "node-limit", ... */
+/* Why a run stopped: the trace's stop reasons (trace_enums.h; names with
+ * trace_stop_name). STOP_SHAPE_CONFLICT: a union joined classes of different
+ * types, a rule bug. */
+typedef trace_stop rs_stop;
 
 typedef struct rs_budget {
     uint64_t node_limit;     /* stop once the e-graph holds this many nodes */
@@ -60,7 +60,7 @@ typedef struct rs_result {
     uint64_t *fired;   /* per rule (rs_rule_name order): unions made and facts added */
     uint64_t matches, unions, facts;
     double ms;
-    char *message;     /* RS_CONFLICT: the two terms; else NULL */
+    char *message;     /* STOP_SHAPE_CONFLICT: the two terms; else NULL */
 } rs_result;
 void rs_result_free(rs_result *r);
 

@@ -515,13 +515,13 @@ static outcome validate_example(rs_ruleset *rs, const bool *only, const char *te
     rs_result r;
     memset(&r, 0, sizeof r);
     rs_stop stop = rs_run(rs, g, NULL, &b, only, &r);
-    if (stop == RS_CONFLICT) {
+    if (stop == STOP_SHAPE_CONFLICT) {
         sb_printf(cex, "%s: the rule joins terms of different types (shape conflict: %s)", text,
                   r.message ? r.message : "");
         res = DIFFER;
     }
     rs_result_free(&r);
-    if (stop == RS_CONFLICT) goto done;
+    if (stop == STOP_SHAPE_CONFLICT) goto done;
     best = extract_smallest(g);
     uint32_t compared = 0, tried = 0;
     for (eid nd = eg_class_first(g, eg_find(g, root)); nd != EID_NONE && tried < MAX_CANDIDATES && res != DIFFER;

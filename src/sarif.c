@@ -9,19 +9,6 @@
 #include "io.h"
 #include "scalify.h"
 
-/* One line each, the rule's shortDescription; keep in step with trace_kind. */
-static const char *const kind_short[KIND_COUNT] = {
-    "A partial (per-device) value is used without the all-reduce that completes it.",
-    "A collective combines values with the wrong reduction (e.g. mean instead of sum).",
-    "A collective's replica groups do not match the mesh axis of the value.",
-    "Reshape/transpose arranges the tensor differently from the baseline.",
-    "A value is sharded, gathered or scattered along the wrong dimension.",
-    "The distributed program computes in a different element type.",
-    "A literal differs from the baseline (often a local-shape constant).",
-    "No rule or transfer function covers this operation; the pair is unverified.",
-    "Equality saturation ran out of budget; the segment is unverified.",
-};
-
 static json_t *str(const char *s) { return json_string(s ? s : ""); }
 
 static json_t *text(const char *s) {
@@ -276,7 +263,7 @@ static json_t *rule(int k, const char *md) {
     }
     name[j] = 0;
     json_object_set_new(r, "name", json_string(name));
-    json_object_set_new(r, "shortDescription", text(kind_short[k]));
+    json_object_set_new(r, "shortDescription", text(trace_kind_short((trace_kind)k)));
     strbuf para;
     sb_init(&para);
     first_paragraph(&para, md ? md : "");
@@ -284,7 +271,7 @@ static json_t *rule(int k, const char *md) {
     sb_free(&para);
     if (md) json_object_set_new(r, "help", message_md(md, strlen(md)));
     json_t *cfg = json_object();
-    json_object_set_new(cfg, "level", json_string(k == KIND_BUDGET_EXCEEDED || k == KIND_UNSUPPORTED_OP ? "warning" : "error"));
+    json_object_set_new(cfg, "level", json_string(trace_kind_level((trace_kind)k)));
     json_object_set_new(r, "defaultConfiguration", cfg);
     json_t *props = json_object();
     json_t *tags = json_array();

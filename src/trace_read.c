@@ -12,23 +12,9 @@
 
 #include "io.h"
 
-static const char *const verdict_names[] = {"verified", "mismatch", "unverified", "error"};
-static const char *const kind_names[] = {"missing-all-reduce", "wrong-reduction", "wrong-collective-group",
-                                         "layout-mismatch",    "wrong-shard-dim", "dtype-mismatch",
-                                         "constant-mismatch",  "unsupported-op",  "budget-exceeded"};
-static const char *const kind_titles[] = {"Missing all-reduce", "Wrong reduction",  "Wrong collective group",
-                                          "Layout mismatch",    "Wrong shard dimension", "Dtype mismatch",
-                                          "Constant mismatch",  "Unsupported op",   "Budget exceeded"};
-static const char *const stop_names[] = {"saturated", "node-limit", "time-limit", "iteration-limit"};
-static const char *const severity_names[] = {"error", "warning", "note"};
 static const char *const role_names[] = {"divergence", "operand", "context", "collapsed"};
 static const char *const side_names[] = {"baseline", "distributed"};
 
-const char *trace_verdict_name(trace_verdict v) { return v < VERDICT_COUNT ? verdict_names[v] : "?"; }
-const char *trace_kind_name(trace_kind k) { return k < KIND_COUNT ? kind_names[k] : "?"; }
-const char *trace_kind_title(trace_kind k) { return k < KIND_COUNT ? kind_titles[k] : "?"; }
-const char *trace_stop_name(trace_stop s) { return s < STOP_COUNT ? stop_names[s] : "?"; }
-const char *trace_severity_name(trace_severity s) { return s <= SEV_NOTE ? severity_names[s] : "?"; }
 const char *trace_role_name(trace_role r) { return r <= ROLE_COLLAPSED ? role_names[r] : "?"; }
 const char *trace_side_name(trace_side s) { return s <= SIDE_DISTRIBUTED ? side_names[s] : "?"; }
 
@@ -184,7 +170,7 @@ static void read_module(rd *r, json_t *pair, const char *key, trace_module *m) {
     json_t *o = get_obj(r, pair, "pair", key, true);
     if (!o) return;
     m->path = get_str(r, o, w, "path", true);
-    m->format = get_str(r, o, w, "format", true);
+    m->format = (trace_format)get_enum(r, o, w, "format", trace_format_names, FORMAT_COUNT);
     m->module = get_str(r, o, w, "module", true);
     m->sha256 = get_str(r, o, w, "sha256", true);
     m->instructions = get_int(r, o, w, "instructions", true, 0);
@@ -206,14 +192,14 @@ static void read_segment(rd *r, json_t *o, const char *w, trace_segment *s) {
         return;
     }
     s->name = get_str(r, o, w, "name", true);
-    s->verdict = (trace_verdict)get_enum(r, o, w, "verdict", verdict_names, VERDICT_COUNT);
+    s->verdict = (trace_verdict)get_enum(r, o, w, "verdict", trace_verdict_names, VERDICT_COUNT);
     read_range(r, o, w, "baseline", &s->base_start, &s->base_end);
     read_range(r, o, w, "distributed", &s->dist_start, &s->dist_end);
     s->enodes = get_int(r, o, w, "enodes", true, 0);
     s->eclasses = get_int(r, o, w, "eclasses", true, 0);
     s->iterations = get_int(r, o, w, "iterations", true, 0);
     s->rule_firings = get_int(r, o, w, "rule_firings", true, 0);
-    s->stop = (trace_stop)get_enum(r, o, w, "stop_reason", stop_names, STOP_COUNT);
+    s->stop = (trace_stop)get_enum(r, o, w, "stop_reason", trace_stop_names, STOP_COUNT);
     s->memo_hit = get_bool(r, o, w, "memo_hit");
     s->memo_of = get_str(r, o, w, "memo_of", false);
     json_t *t = get_obj(r, o, w, "timings_ms", true);
@@ -309,8 +295,8 @@ static void read_finding(rd *r, json_t *o, const char *w, trace_finding *f) {
         return;
     }
     f->id = get_str(r, o, w, "id", true);
-    f->kind = (trace_kind)get_enum(r, o, w, "kind", kind_names, KIND_COUNT);
-    f->severity = (trace_severity)get_enum(r, o, w, "severity", severity_names, 3);
+    f->kind = (trace_kind)get_enum(r, o, w, "kind", trace_kind_names, KIND_COUNT);
+    f->severity = (trace_severity)get_enum(r, o, w, "severity", trace_severity_names, SEV_COUNT);
     f->message = get_str(r, o, w, "message", true);
     f->explanation = get_str(r, o, w, "explanation", true);
     f->segment = get_str(r, o, w, "segment", false);
@@ -429,7 +415,7 @@ static void read_root(rd *r, json_t *root) {
         }
     }
     json_t *v = field(r, root, "(root)", "verdict", true);
-    if (v) t->verdict = (trace_verdict)enum_of(r, v, "verdict", verdict_names, VERDICT_COUNT);
+    if (v) t->verdict = (trace_verdict)enum_of(r, v, "verdict", trace_verdict_names, VERDICT_COUNT);
     t->error = get_str(r, root, "(root)", "error", false);
     json_t *sum = get_obj(r, root, "(root)", "summary", true);
     if (sum) {
@@ -446,7 +432,7 @@ static void read_root(rd *r, json_t *root) {
         if (kinds) json_object_foreach(kinds, k, c) {
             int kind = -1;
             for (int i = 0; i < KIND_COUNT; i++)
-                if (strcmp(k, kind_names[i]) == 0) kind = i;
+                if (strcmp(k, trace_kind_names[i]) == 0) kind = i;
             char w[PATH_N];
             at(w, "summary.findings.%.200s", k);
             if (kind < 0) bad(r, w, "unknown finding kind");

@@ -20,32 +20,13 @@
 #include <stdint.h>
 
 #include "diag.h"
+#include "trace_enums.h"
 #include "util.h"
 
-/* Keep in step with docs/trace.schema.json ($defs/verdict, $defs/kind). */
-typedef enum { VERDICT_VERIFIED, VERDICT_MISMATCH, VERDICT_UNVERIFIED, VERDICT_ERROR, VERDICT_COUNT } trace_verdict;
-typedef enum {
-    KIND_MISSING_ALL_REDUCE,
-    KIND_WRONG_REDUCTION,
-    KIND_WRONG_COLLECTIVE_GROUP,
-    KIND_LAYOUT_MISMATCH,
-    KIND_WRONG_SHARD_DIM,
-    KIND_DTYPE_MISMATCH,
-    KIND_CONSTANT_MISMATCH,
-    KIND_UNSUPPORTED_OP,
-    KIND_BUDGET_EXCEEDED,
-    KIND_COUNT
-} trace_kind;
-typedef enum { STOP_SATURATED, STOP_NODE_LIMIT, STOP_TIME_LIMIT, STOP_ITERATION_LIMIT, STOP_COUNT } trace_stop;
-typedef enum { SEV_ERROR, SEV_WARNING, SEV_NOTE } trace_severity;
+/* verdicts, finding kinds, severities, stop reasons, input formats: trace_enums.h */
 typedef enum { ROLE_DIVERGENCE, ROLE_OPERAND, ROLE_CONTEXT, ROLE_COLLAPSED } trace_role;
 typedef enum { SIDE_BASELINE, SIDE_DISTRIBUTED } trace_side;
 
-const char *trace_verdict_name(trace_verdict v);  /* "verified" … */
-const char *trace_kind_name(trace_kind k);        /* "missing-all-reduce" … */
-const char *trace_kind_title(trace_kind k);       /* "Missing all-reduce" … */
-const char *trace_stop_name(trace_stop s);
-const char *trace_severity_name(trace_severity s);
 const char *trace_role_name(trace_role r);
 const char *trace_side_name(trace_side s);
 
@@ -53,7 +34,8 @@ typedef struct { const char *key; const char *value; } trace_kv;  /* relations *
 typedef struct { const char *axis; int64_t size; } trace_axis;
 
 typedef struct {
-    const char *path, *format, *module, *sha256;
+    const char *path, *module, *sha256;
+    trace_format format;
     int64_t instructions;
 } trace_module;
 

@@ -90,7 +90,7 @@ static void saturate(rs_ruleset *rs, const char *name, egraph *g) {
     uint32_t n0 = eg_node_count(g);
     rs_run(rs, g, NULL, &b, NULL, &r);
     printf("saturate %-28s %s after %u iterations: %u → %u nodes, %llu matches, %llu unions, %.1f ms\n", name,
-           rs_stop_name(r.stop), r.iterations, n0, eg_node_count(g), (unsigned long long)r.matches,
+           trace_stop_name(r.stop), r.iterations, n0, eg_node_count(g), (unsigned long long)r.matches,
            (unsigned long long)r.unions, r.ms);
     rs_result_free(&r);
 }

@@ -122,7 +122,7 @@ static void test_matching(void) {
     rs_budget bu = rs_budget_default();
     rs_result r;
     rs_run(rs, g, NULL, &bu, NULL, &r);
-    CHECK_STR(rs_stop_name(r.stop), "saturated");
+    CHECK_STR(trace_stop_name(r.stop), "saturated");
     CHECK_EQ(eg_find(g, a), eg_find(g, term(rs, g, "(negate (param 0 f32[3,3]))")));
     CHECK(eg_find(g, b) != eg_find(g, term(rs, g, "(negate (param 0 f32[3,3]))")));
     t_case("rules-2.2 bound attribute values and conditions");
@@ -200,7 +200,7 @@ static void test_relations(void) {
     b.iter_limit = 100;
     rs_result r;
     rs_run(rs, g, db, &b, NULL, &r);
-    CHECK_STR(rs_stop_name(r.stop), "saturated");
+    CHECK_STR(trace_stop_name(r.stop), "saturated");
     CHECK_EQ(rs_db_count(db, path), N * (N - 1) / 2);
     int64_t q[2] = {v[0], v[N - 1]}, q2[2] = {v[N - 1], v[0]};
     CHECK(rs_db_contains(db, g, path, q));
@@ -272,7 +272,7 @@ static void test_budgets(void) {
     t_case("rules-4.2 saturated");
     egraph *g = eg_new();
     term(rs, g, "(transpose (transpose (param 0 f32[4,8]) :dimensions (1 0)) :dimensions (1 0))");
-    CHECK_EQ(rs_run(rs, g, NULL, &b, NULL, &r), RS_SATURATED);
+    CHECK_EQ(rs_run(rs, g, NULL, &b, NULL, &r), STOP_SATURATED);
     CHECK(r.iterations >= 2);
     CHECK(fired(rs, &r, "transpose-compose") >= 1);
     CHECK_EQ(fired(rs, &r, "transpose-identity"), 1);
@@ -285,7 +285,7 @@ static void test_budgets(void) {
     b.node_limit = 200;
     b.ac_class_limit = 1000;
     b.ac_term_limit = 1000;
-    CHECK_STR(rs_stop_name(rs_run(rs, g, NULL, &b, NULL, &r)), "node-limit");
+    CHECK_STR(trace_stop_name(rs_run(rs, g, NULL, &b, NULL, &r)), "node-limit");
     CHECK(eg_node_count(g) >= 200);
     CHECK_EQ(eg_check(g, NULL), 0);
     rs_result_free(&r);
@@ -296,7 +296,7 @@ static void test_budgets(void) {
     b.iter_limit = 2;
     g = eg_new();
     sum_chain(rs, g, 12);
-    CHECK_STR(rs_stop_name(rs_run(rs, g, NULL, &b, NULL, &r)), "iteration-limit");
+    CHECK_STR(trace_stop_name(rs_run(rs, g, NULL, &b, NULL, &r)), "iteration-limit");
     CHECK_EQ(r.iterations, 2);
     rs_result_free(&r);
     eg_free(g);
@@ -306,7 +306,7 @@ static void test_budgets(void) {
     b.time_limit_ms = 0;
     g = eg_new();
     sum_chain(rs, g, 12);
-    CHECK_STR(rs_stop_name(rs_run(rs, g, NULL, &b, NULL, &r)), "time-limit");
+    CHECK_STR(trace_stop_name(rs_run(rs, g, NULL, &b, NULL, &r)), "time-limit");
     rs_result_free(&r);
     eg_free(g);
 
@@ -315,7 +315,7 @@ static void test_budgets(void) {
     g = eg_new();
     sum_chain(rs, g, 200);
     rs_stop st = rs_run(rs, g, NULL, &b, NULL, &r);
-    CHECK_MSG(st == RS_SATURATED, "%s after %u iterations, %u nodes", rs_stop_name(st), r.iterations, eg_node_count(g));
+    CHECK_MSG(st == STOP_SATURATED, "%s after %u iterations, %u nodes", trace_stop_name(st), r.iterations, eg_node_count(g));
     CHECK(eg_node_count(g) < 100000);
     CHECK(fired(rs, &r, "add-commute") > 0);
     rs_result_free(&r);
@@ -347,7 +347,7 @@ static void test_budgets(void) {
     g = eg_new();
     term(rs, g, "(transpose (param 0 f32[2,3]) :dimensions (1 0))");
     b = rs_budget_default();
-    CHECK_STR(rs_stop_name(rs_run(rs, g, NULL, &b, NULL, &r)), "shape-conflict");
+    CHECK_STR(trace_stop_name(rs_run(rs, g, NULL, &b, NULL, &r)), "shape-conflict");
     CHECK_CONTAINS(r.message, "shape analysis conflict");
     rs_result_free(&r);
     eg_free(g);
@@ -463,8 +463,8 @@ static void test_golden(rs_ruleset *rs, const char *path) {
             rs_budget bu = rs_budget_default();
             rs_result r;
             rs_stop st = rs_run(rs, g, NULL, &bu, NULL, &r);
-            CHECK_MSG(st != RS_CONFLICT, "%s", r.message ? r.message : "");
-            if (equal) CHECK_MSG(eg_find(g, a) == eg_find(g, b), "not equal after %s (%u iterations)", rs_stop_name(st), r.iterations);
+            CHECK_MSG(st != STOP_SHAPE_CONFLICT, "%s", r.message ? r.message : "");
+            if (equal) CHECK_MSG(eg_find(g, a) == eg_find(g, b), "not equal after %s (%u iterations)", trace_stop_name(st), r.iterations);
             else CHECK_MSG(eg_find(g, a) != eg_find(g, b), "became equal");
             CHECK_EQ(eg_check(g, NULL), 0);
             rs_result_free(&r);

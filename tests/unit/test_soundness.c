@@ -1,5 +1,5 @@
 /* soundness — the checker's transfer functions against execution, through
- * tfcheck (tfcheck.h: the generator of random pairs in 18 families and the
+ * tfcheck (tfcheck.h: the generator of random pairs in TF_FAMILIES families and the
  * four properties every instance must keep). TF_INSTANCES instances with
  * rules/; every family must run and none may fail. A failing instance's files
  * stay in the temp dir the counterexample names (every instance's with

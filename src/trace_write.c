@@ -1,0 +1,415 @@
+/* trace_write — check_result → jansson, key by key (see trace_write.h). */
+#include "trace_write.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hlo.h"
+#include "io.h"
+#include "rules.h"
+#include "scalify.h"
+
+/* The source location an instruction's metadata resolves to, when it has one. */
+static void put_location(json_t *o, const hlo_instr *in) {
+    if (!in->meta || !in->meta->src_file) return;
+    json_object_set_new(o, "file", json_string(in->meta->src_file));
+    if (in->meta->src_line > 0) json_object_set_new(o, "line", json_integer(in->meta->src_line));
+    if (in->meta->src_col > 0) json_object_set_new(o, "column", json_integer(in->meta->src_col));
+}
+
+static json_t *site_json(const hlo_module *m, const hlo_comp *c, const hlo_instr *in) {
+    json_t *o = json_object();
+    strbuf b;
+    sb_init(&b);
+    hlo_print_instr(&b, m, c, in);
+    json_object_set_new(o, "instruction", json_string(in->name));
+    json_object_set_new(o, "opcode", json_string(in->opname));
+    json_object_set_new(o, "hlo", json_string(b.s));
+    sb_free(&b);
+    if (in->meta && in->meta->op_name) json_object_set_new(o, "op_name", json_string(in->meta->op_name));
+    put_location(o, in);
+    return o;
+}
+
+
+/* Whether a baseline shape could be the global form of a distributed local
+ * one: same rank, every global dim a multiple of the local one. */
+static bool shape_fits(const shape *global, const shape *local) {
+    if (global->rank != local->rank) return false;
+    for (uint32_t k = 0; k < global->rank; k++)
+        if (local->dims[k] <= 0 || global->dims[k] % local->dims[k] != 0) return false;
+    return true;
+}
+
+/* Whether one op_name scope ends the other at a component boundary and has
+ * two components or more: a loop body or called function names its ops
+ * relative to itself ("attn/add" in "layers/while/body/closed_call/attn/add"). */
+static bool scope_tail(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la < lb) {
+        const char *t = a;
+        a = b, b = t;
+        size_t lt = la;
+        la = lb, lb = lt;
+    }
+    return strchr(b, '/') && la > lb && a[la - lb - 1] == '/' && strcmp(a + la - lb, b) == 0;
+}
+
+/* The nearest baseline counterpart of a distributed instruction: among those
+ * with its opcode, the one sharing the most of op_name scope (which names the
+ * layer), source line (model code shared by both programs), the end of the
+ * scope (a loop body's relative names) and a fitting shape (a scope holds
+ * several adds); else the first instruction of the same scope. Ties go to the
+ * first in module order. *why says which. */
+static const hlo_instr *counterpart(const hlo_module *b, const hlo_instr *in, const hlo_comp **bc, const char **why) {
+    const char *want = instr_op_scope(in);
+    const hlo_meta *dm = in->meta;
+    const hlo_instr *best = NULL, *loose = NULL;
+    const hlo_comp *best_c = NULL, *loose_c = NULL;
+    int best_score = 0;
+    for (uint32_t c = 0; c < b->ncomps; c++)
+        for (uint32_t i = 0; i < b->comps[c].ninstrs; i++) {
+            const hlo_instr *x = &b->comps[c].instrs[i];
+            const hlo_meta *bm = x->meta;
+            const char *s = instr_op_scope(x);
+            bool same_scope = want && s && strcmp(s, want) == 0;
+            if (same_scope && !loose) {
+                loose = x;
+                loose_c = &b->comps[c];
+            }
+            if (x->op != in->op) continue;
+            bool same_line = dm && bm && dm->src_file && bm->src_file && dm->src_line > 0 &&
+                             dm->src_line == bm->src_line && strcmp(dm->src_file, bm->src_file) == 0;
+            bool same_tail = !same_scope && want && s && scope_tail(want, s);
+            if (!same_scope && !same_line && !same_tail) continue;
+            int score = 8 * same_scope + 4 * same_line + 2 * same_tail + shape_fits(&x->shape, &in->shape);
+            if (score > best_score) {
+                best_score = score;
+                best = x;
+                best_c = &b->comps[c];
+                *why = same_scope ? "same op_name scope" : same_line ? "same source line" : "same end of op_name scope";
+            }
+        }
+    if (!best && loose) *why = "the first instruction of its op_name scope";
+    *bc = best ? best_c : loose_c;
+    return best ? best : loose;
+}
+
+/* Source lines around a site, read only when the file resolves below root. */
+static json_t *snippet(const char *root, const char *file, int line) {
+    if (!root || !file || line <= 0) return NULL;
+    char rroot[PATH_MAX], rfile[PATH_MAX], joined[PATH_MAX * 2];
+    if (!realpath(root, rroot)) return NULL;
+    snprintf(joined, sizeof joined, "%s/%s", root, file);
+    if (!realpath(joined, rfile)) return NULL;
+    size_t rl = strlen(rroot);
+    if (strncmp(rfile, rroot, rl) != 0 || (rfile[rl] != '/' && rfile[rl] != 0)) {
+        fprintf(stderr, "scalify check: %s escapes --source-root %s; not read\n", file, root);
+        return NULL;
+    }
+    FILE *f = fopen(rfile, "r");
+    if (!f) return NULL;
+    json_t *lines = json_array();
+    char buf[4096];
+    int n = 0, first = line - 3 < 1 ? 1 : line - 3;
+    while (fgets(buf, sizeof buf, f) && ++n <= line + 3) {
+        if (n < first) continue;
+        size_t l = strlen(buf);
+        while (l && (buf[l - 1] == '\n' || buf[l - 1] == '\r')) buf[--l] = 0;
+        json_array_append_new(lines, json_stringn(buf, l));
+    }
+    fclose(f);
+    json_t *o = json_object();
+    json_object_set_new(o, "file", json_string(file));
+    json_object_set_new(o, "first_line", json_integer(first));
+    json_object_set_new(o, "lines", lines);
+    json_object_set_new(o, "highlight", json_integer(line));
+    return o;
+}
+
+static void add_node(json_t *nodes, const char *id, const char *which, const hlo_instr *in, const char *role, int hops) {
+    json_t *n = json_object();
+    json_object_set_new(n, "id", json_string(id));
+    json_object_set_new(n, "side", json_string(which));
+    json_object_set_new(n, "label", json_string(in->name));
+    json_object_set_new(n, "opcode", json_string(in->opname));
+    json_object_set_new(n, "role", json_string(role));
+    json_object_set_new(n, "hops", json_integer(hops));
+    json_array_append_new(nodes, n);
+}
+
+static void add_edge(json_t *edges, const char *from, const char *to) {
+    json_t *e = json_object();
+    json_object_set_new(e, "from", json_string(from));
+    json_object_set_new(e, "to", json_string(to));
+    json_array_append_new(edges, e);
+}
+
+/* The divergence and its operands on both sides, one hop of context. */
+static json_t *subgraph(const hlo_comp *dc, const hlo_instr *din, const hlo_comp *bc, const hlo_instr *bin) {
+    json_t *g = json_object(), *nodes = json_array(), *edges = json_array(), *links = json_array();
+    char id[32];
+    add_node(nodes, "d0", "distributed", din, "divergence", 0);
+    for (uint32_t o = 0; o < din->noperands && o < 8; o++) {
+        snprintf(id, sizeof id, "d%u", o + 1);
+        add_node(nodes, id, "distributed", &dc->instrs[din->operands[o]], "operand", 1);
+        add_edge(edges, id, "d0");
+    }
+    if (bin) {
+        add_node(nodes, "b0", "baseline", bin, "operand", 0);
+        for (uint32_t o = 0; o < bin->noperands && o < 8; o++) {
+            snprintf(id, sizeof id, "b%u", o + 1);
+            add_node(nodes, id, "baseline", &bc->instrs[bin->operands[o]], "context", 1);
+            add_edge(edges, id, "b0");
+        }
+        json_t *l = json_object();
+        json_object_set_new(l, "from", json_string("b0"));
+        json_object_set_new(l, "to", json_string("d0"));
+        json_object_set_new(l, "view", json_string("counterpart"));
+        json_array_append_new(links, l);
+    }
+    json_object_set_new(g, "nodes", nodes);
+    json_object_set_new(g, "edges", edges);
+    json_object_set_new(g, "links", links);
+    json_object_set_new(g, "truncated", din->noperands > 8 ? json_string("operands beyond 8 not shown") : json_null());
+    return g;
+}
+
+
+static json_t *witness_json(const check_result *r);
+
+/* Finding idx (from 1) of the trace. */
+static json_t *finding_json(const check_opts *o, const check_result *r, size_t idx, const check_finding *cf) {
+    const hlo_module *B = r->base.m, *D = r->dist.m;
+    const hlo_comp *dc = cf->comp;
+    const hlo_instr *din = cf->in;
+    json_t *f = json_object();
+    char id[24];
+    snprintf(id, sizeof id, "F%zu", idx);
+    json_object_set_new(f, "id", json_string(id));
+    json_object_set_new(f, "kind", json_string(trace_kind_name(cf->kind)));
+    json_object_set_new(f, "severity", json_string(trace_severity_name(cf->severity)));
+    json_object_set_new(f, "segment", json_string(cf->segment));
+    json_object_set_new(f, "message", json_string(cf->message));
+    const hlo_comp *bc = NULL;
+    const char *why = "";
+    const hlo_instr *bin = counterpart(B, din, &bc, &why);
+    strbuf ex;
+    sb_init(&ex);
+    sb_printf(&ex, "%s (%s) in the distributed program", din->name, din->opname);
+    if (bin) sb_printf(&ex, "; nearest baseline counterpart %s (%s), %s", bin->name, bin->opname, why);
+    else sb_puts(&ex, "; no baseline instruction shares its op_name scope, source line or opcode and scope ending");
+    json_object_set_new(f, "explanation", json_string(ex.s));
+    sb_free(&ex);
+    json_object_set_new(f, "distributed", site_json(D, dc, din));
+    json_object_set_new(f, "baseline", bin ? site_json(B, bc, bin) : json_null());
+    json_t *inv = json_array();
+    for (uint32_t k = 0; k < din->noperands && k < 8; k++) {
+        json_t *x = json_object();
+        strbuf b;
+        sb_init(&b);
+        const hlo_instr *op = &dc->instrs[din->operands[k]];
+        hlo_print_instr(&b, D, dc, op);
+        json_object_set_new(x, "side", json_string("distributed"));
+        json_object_set_new(x, "instruction", json_string(op->name));
+        json_object_set_new(x, "hlo", json_string(b.s));
+        put_location(x, op);
+        sb_free(&b);
+        json_array_append_new(inv, x);
+    }
+    json_object_set_new(f, "involved", inv);
+    json_object_set_new(f, "subgraph", subgraph(dc, din, bc, bin));
+    json_t *snips = json_array();
+    if (din->meta && din->meta->src_file) {
+        json_t *s = snippet(o->source_root, din->meta->src_file, din->meta->src_line);
+        if (s) json_array_append_new(snips, s);
+    }
+    json_object_set_new(f, "snippets", snips);
+    if (cf->witness) json_object_set_new(f, "witness", witness_json(r));
+    return f;
+}
+
+static json_t *num(double x) {
+    if (isnan(x)) return json_string("nan");
+    if (isinf(x)) return json_string(x > 0 ? "inf" : "-inf");
+    return json_real(x);
+}
+
+static json_t *witness_json(const check_result *r) {
+    json_t *o = json_object(), *at = json_object();
+    const check_witness *w = &r->w;
+    json_object_set_new(o, "inputs_seed", json_integer((json_int_t)w->seed));
+    json_object_set_new(o, "max_abs", num(w->max_abs));
+    json_object_set_new(o, "max_rel", num(w->max_rel));
+    json_object_set_new(at, "max_abs", num(w->max_abs));
+    json_object_set_new(at, "max_rel", num(w->max_rel));
+    json_object_set_new(o, "at_outputs", at);
+    return o;
+}
+
+
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+
+static json_t *file_json(const check_module *s) {
+    json_t *o = json_object();
+    json_object_set_new(o, "path", json_string(s->path));
+    json_object_set_new(o, "format", json_string(trace_format_name(s->format)));
+    json_object_set_new(o, "module", json_string(s->m->name));
+    json_object_set_new(o, "instructions", json_integer((json_int_t)graph_instr_count(s->m)));
+    json_object_set_new(o, "sha256", json_string(s->sha256));
+    return o;
+}
+
+
+/* The command line that checks this pair again as it was checked (the same
+ * options that shape the trace; -j and -o do not), paths as given. The
+ * default rules (found beside the binary) are left to the default: the
+ * trace's rules_digest says which rules were in force. */
+static json_t *command_json(const check_opts *o) {
+    json_t *c = json_array();
+    const char *fixed[] = {"scalify", "check", "--baseline", o->baseline, "--distributed", o->distributed};
+    for (size_t i = 0; i < ARRAY_LEN(fixed); i++) json_array_append_new(c, json_string(fixed[i]));
+    const char *opt[][2] = {{"--relations", o->relations}, {"--source-root", o->source_root},
+                            {"--rules", o->rules_given ? o->rules_dir : NULL}, {"--name", o->name}};
+    for (size_t i = 0; i < ARRAY_LEN(opt); i++)
+        if (opt[i][1]) json_array_append_new(c, json_string(opt[i][0])), json_array_append_new(c, json_string(opt[i][1]));
+    if (!o->relations) json_array_append_new(c, json_string("--auto-relations"));
+    if (o->witness) json_array_append_new(c, json_string("--witness"));
+    if (o->no_memo) json_array_append_new(c, json_string("--no-memo"));
+    return c;
+}
+
+
+static json_t *pair_json(const check_opts *o, const check_result *r) {
+    const relations *rel = &r->rel;
+    json_t *pair = json_object();
+    json_object_set_new(pair, "name", json_string(o->name ? o->name : base_name(o->distributed)));
+    json_object_set_new(pair, "baseline", file_json(&r->base));
+    json_object_set_new(pair, "distributed", file_json(&r->dist));
+    json_t *mj = json_object();
+    for (uint32_t i = 0; i < rel->mesh.naxes; i++) json_object_set_new(mj, rel->mesh.names[i], json_integer(rel->mesh.sizes[i]));
+    json_object_set_new(pair, "mesh", mj);
+    json_object_set_new(pair, "relations_file", o->relations ? json_string(o->relations) : json_null());
+    json_object_set_new(pair, "command", command_json(o));
+    json_t *rj = json_object();
+    for (uint32_t k = 0; k < rel->ninputs; k++) {
+        strbuf b;
+        sb_init(&b);
+        view_print(&b, &rel->inputs[k], &rel->mesh);
+        char key[300];
+        const char *nm = rel->input_names && rel->input_names[k] ? rel->input_names[k] : NULL;
+        if (nm) snprintf(key, sizeof key, "%s", nm);
+        else snprintf(key, sizeof key, "parameter %u", k);
+        json_object_set_new(rj, key, json_string(b.s));
+        sb_free(&b);
+    }
+    for (uint32_t k = 0; k < rel->noutputs; k++) {
+        strbuf b;
+        sb_init(&b);
+        view_print(&b, &rel->outputs[k], &rel->mesh);
+        char key[64];
+        snprintf(key, sizeof key, "output %u", k);
+        json_object_set_new(rj, key, json_string(b.s));
+        sb_free(&b);
+    }
+    json_object_set_new(pair, "relations", rj);
+    return pair;
+}
+
+/* summary.findings: each kind counted, in the order its first listed finding
+ * comes (every counted kind has one listed). */
+static json_t *counts_json(const check_result *r) {
+    json_t *counts = json_object();
+    for (size_t i = 0; i < r->nfindings; i++) {
+        trace_kind k = r->findings[i].kind;
+        if (!json_object_get(counts, trace_kind_name(k))) json_object_set_new(counts, trace_kind_name(k), json_integer(r->kind_total[k]));
+    }
+    return counts;
+}
+
+static json_t *segment_json(const check_segment *sg) {
+    json_t *seg = json_object(), *r1 = json_object(), *r2 = json_object(), *tm = json_object();
+    json_object_set_new(seg, "name", json_string(sg->name));
+    json_object_set_new(seg, "verdict", json_string(trace_verdict_name(sg->verdict)));
+    json_object_set_new(r1, "start", json_integer(sg->bstart));
+    json_object_set_new(r1, "end", json_integer(sg->bend));
+    json_object_set_new(r2, "start", json_integer(sg->dstart));
+    json_object_set_new(r2, "end", json_integer(sg->dend));
+    json_object_set_new(seg, "baseline", r1);
+    json_object_set_new(seg, "distributed", r2);
+    json_object_set_new(seg, "enodes", json_integer((json_int_t)sg->enodes));
+    json_object_set_new(seg, "eclasses", json_integer((json_int_t)sg->eclasses));
+    json_object_set_new(seg, "iterations", json_integer(sg->iterations));
+    json_object_set_new(seg, "stop_reason", json_string(trace_stop_name(sg->stop)));
+    json_object_set_new(seg, "rule_firings", json_integer((json_int_t)sg->rule_firings));
+    if (sg->ntop) {
+        json_t *top = json_array();
+        for (size_t k = 0; k < sg->ntop; k++) {
+            json_t *e = json_object();
+            json_object_set_new(e, "rule", json_string(sg->top[k].rule));
+            json_object_set_new(e, "count", json_integer((json_int_t)sg->top[k].count));
+            json_array_append_new(top, e);
+        }
+        json_object_set_new(seg, "top_rules", top);
+    }
+    json_object_set_new(tm, "build", json_real(sg->t_build));
+    json_object_set_new(tm, "lift", json_real(sg->t_lift));
+    json_object_set_new(tm, "saturate", json_real(sg->t_saturate));
+    json_object_set_new(tm, "check", json_real(sg->t_check));
+    json_object_set_new(seg, "timings_ms", tm);
+    json_object_set_new(seg, "memo_hit", json_boolean(sg->memo_hit));
+    if (sg->memo_of) json_object_set_new(seg, "memo_of", json_string(sg->memo_of));
+    return seg;
+}
+
+json_t *trace_write(const check_opts *o, const check_result *r) {
+    json_t *t = json_object();
+    json_object_set_new(t, "scalify_trace", json_integer(1));
+    json_t *tool = json_object();
+    json_object_set_new(tool, "name", json_string("scalify"));
+    json_object_set_new(tool, "version", json_string(SCALIFY_VERSION));
+    /* The digest of the rule files in force (the empty set without --rules). */
+    uint8_t h[32];
+    char hex[72] = "sha256:";
+    rs_dir_digest(o->rules_dir, h);
+    for (int i = 0; i < 32; i++) snprintf(hex + 7 + 2 * i, 3, "%02x", h[i]);
+    json_object_set_new(tool, "rules_digest", json_string(hex));
+    json_object_set_new(t, "tool", tool);
+    json_object_set_new(t, "pair", pair_json(o, r));
+    json_object_set_new(t, "verdict", json_string(trace_verdict_name(r->verdict)));
+
+    json_t *sum = json_object();
+    json_object_set_new(sum, "segments", json_integer((json_int_t)r->nsegs));
+    json_object_set_new(sum, "memo_hits", json_integer(r->memo_hits));
+    json_object_set_new(sum, "wall_ms", json_real(r->wall_ms));
+    json_object_set_new(sum, "threads", json_integer(r->threads));
+    json_object_set_new(sum, "setup_ms", json_real(r->setup_ms));
+    json_object_set_new(sum, "cpu_ms", json_real(r->cpu_ms));
+    json_object_set_new(sum, "peak_bytes", json_integer((json_int_t)r->peak_bytes));
+    json_object_set_new(sum, "findings", counts_json(r));
+    json_object_set_new(t, "summary", sum);
+
+    json_t *segs = json_array();
+    for (size_t i = 0; i < r->nsegs; i++) json_array_append_new(segs, segment_json(&r->segs[i]));
+    json_object_set_new(t, "segments", segs);
+    json_t *findings = json_array();
+    for (size_t i = 0; i < r->nfindings; i++) json_array_append_new(findings, finding_json(o, r, i + 1, &r->findings[i]));
+    json_object_set_new(t, "findings", findings);
+    if (r->assumptions && *r->assumptions) {
+        json_t *as = json_array();
+        for (const char *line = r->assumptions; line && *line;) {
+            const char *nl = strchr(line, '\n');
+            json_array_append_new(as, json_stringn(line, nl ? (size_t)(nl - line) : strlen(line)));
+            line = nl ? nl + 1 : NULL;
+        }
+        json_object_set_new(t, "assumptions", as);
+    }
+    return t;
+}

@@ -1,0 +1,23 @@
+/* trace_write — the checker's typed result (check.h) into its trace
+ * (docs/TRACE.md, docs/trace.schema.json); the mirror of trace_read.
+ *
+ * trace_write() decides nothing: every verdict, finding, kind and count comes
+ * from the check_result. It adds what a reader needs around them: each
+ * finding's nearest baseline counterpart (same op_name scope, source line or
+ * scope ending), its operands, a one-hop subgraph and a source snippet (read
+ * only below o->source_root), the pair's files, mesh, relations and the
+ * command that checks it again, the rules' digest, and per-segment figures.
+ * Keys are written in a fixed order, so the same result gives the same bytes
+ * (timings aside).
+ */
+#ifndef SCALIFY_TRACE_WRITE_H
+#define SCALIFY_TRACE_WRITE_H
+
+#include <jansson.h>
+
+#include "check.h"
+
+/* The trace of r (a new jansson object the caller frees); r is not changed. */
+json_t *trace_write(const check_opts *o, const check_result *r);
+
+#endif
