@@ -1,4 +1,5 @@
 /* lift_int — what the lifting modules share (lift.c, lift_index.c, lift_loop.c,
+ * lift_layout.c,
  * lift_win.c, lift_zmask.c, lift_memo.c); not for other modules, which use
  * lift.h.
  *
@@ -48,6 +49,9 @@
  *   lf_const_term     the constant term of known values
  *   lf_scale_*        constant factors carried beside terms (lift_scale.c)
  *
+ * All-to-all layouts, gather and scatter readings (lift_layout.c): the
+ * lf_ functions listed with them below.
+ *
  * While loops (lift_loop.c): lf_loop_baseline, lf_loop_distributed; the walk
  * state they save and undo (lf_loop_mark) and the lift.c helpers they call.
  *
@@ -71,6 +75,7 @@
 #define SCALIFY_LIFT_INT_H
 
 #include "lift.h"
+#include "interp.h"
 
 typedef struct lstate {
     lift_ctx *c;
@@ -195,5 +200,28 @@ lval lf_loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
                       const lval *vals);                    /* a baseline while loop (lift_loop.c) */
 lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
                          const lval *vals);                 /* a distributed while loop, by induction */
+
+/* All-to-all layouts and gather/scatter readings (lift_layout.c); each
+ * returns false (no reading) or sets *out. */
+bool lf_scatter_reading(lstate *s, lval *out);       /* scatter into own blocks, or a blocked sum */
+bool lf_iota_block(lstate *s, lval *out);            /* add(iota, block offset): a global iota's block */
+bool lf_gather_index_values(lstate *s, lval *out);   /* collectives moving index values */
+bool lf_move_mask(lstate *s, lval *out);             /* element-moving ops over a masked row */
+bool lf_settle_mask(lift_ctx *c, const shape *local, lval *m); /* a layout-carried mask as plain views */
+bool lf_layout_op(lstate *s, lval *out);             /* reshape / transpose of a layout */
+lval lf_lift_all_to_all(lstate *s);                  /* all-to-all: blocks of one dim to another */
+bool lf_gather_views(lstate *s, lval *out);          /* gather under the views of its operands */
+bool lf_only_scatter_indices(const lstate *s);       /* s's value is used only as scatter indices */
+void lf_uniform_dev_as_term(lstate *s, uint32_t o);  /* operand o, equal on every device, as a term */
+
+/* lift.c helpers the layouts use. */
+void lf_kval_set(lift_ctx *c, eid cls, interp_val *v);       /* records the known values of class cls */
+bool lf_fold_size_ok(const int64_t *dims, uint32_t rank);    /* small enough to fold as constants */
+bool lf_is_index(const lval *x);                             /* an index value: LV_PW, LV_MASK or LV_IVEC */
+lval lf_lift_instr(lstate *s);                               /* the per-opcode dispatch of the walk */
+int lf_collective_axes(lstate *s, bool ordered);             /* a collective's groups as mesh axes (bitmask) */
+bool lf_blocks_moved(lstate *s, const lval *x, uint32_t e, uint32_t d, bool bound,
+                     lval *out);                             /* blocks of dim e moved to dim d */
+lval lf_lift_all_gather(lstate *s);                          /* all-gather */
 
 #endif
