@@ -88,7 +88,7 @@ void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_i
 
 static void unsupported_v(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *suspect, const char *fmt,
                           va_list ap) {
-    if (c->baseline_mode) return;  /* the baseline falls back to its own op (lift_comp) */
+    if (c->baseline_mode) return;  /* the baseline falls back to its own op (lf_lift_comp) */
     char msg[600];
     vsnprintf(msg, sizeof msg, fmt, ap);
     if (getenv("SCALIFY_DEBUG_LIFT")) fprintf(stderr, "lift: unsupported: %s\n", msg);
@@ -124,7 +124,6 @@ void lf_unsupported_suspect(lift_ctx *c, const char *kind, const hlo_comp *comp,
 
 /* ---- e-node construction shared by both sides ---- */
 
-static uint64_t comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci);
 
 static bool semantic_key(int key) {
     switch (key) {
@@ -189,9 +188,9 @@ static uint32_t encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *
         case K_IDENTS:
             for (uint32_t k = 0; k < a->n; k++) buf[n++] = (int64_t)str_hash(a->v.strs[k]);
             break;
-        case K_COMP: buf[n++] = (int64_t)comp_digest(c, m, (uint32_t)a->v.ints[0]); break;
+        case K_COMP: buf[n++] = (int64_t)lf_comp_digest(c, m, (uint32_t)a->v.ints[0]); break;
         case K_COMPS:
-            for (uint32_t k = 0; k < a->n; k++) buf[n++] = (int64_t)comp_digest(c, m, (uint32_t)a->v.ints[k]);
+            for (uint32_t k = 0; k < a->n; k++) buf[n++] = (int64_t)lf_comp_digest(c, m, (uint32_t)a->v.ints[k]);
             break;
         case K_LITERAL: buf[n++] = (int64_t)literal_digest(a->v.lit); break;
         default: buf[n++] = 0; break;
@@ -202,7 +201,7 @@ static uint32_t encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *
 
 /* A structural digest of a called computation (reducers, comparators): opcodes,
  * shapes, operand positions and attributes; names do not count. */
-static uint64_t comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci) {
+uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci) {
     int side = m == c->base ? 0 : 1;
     if (ci >= m->ncomps) return 0;
     if (c->digests[side][ci]) return c->digests[side][ci];
@@ -249,7 +248,7 @@ interp_val *lf_kval(lift_ctx *c, eid cls) {
 }
 
 /* Records v (consumed) as the values of class cls unless they are known. */
-static void kval_set(lift_ctx *c, eid cls, interp_val *v) {
+void lf_kval_set(lift_ctx *c, eid cls, interp_val *v) {
     cls = eg_find(c->g, cls);
     if (cls >= c->capkvals) {
         size_t cap = c->capkvals ? c->capkvals : 1024;
@@ -271,7 +270,7 @@ void lf_kvals_after_unions(lift_ctx *c) {
         if (r == k) continue;
         interp_val *v = c->kvals[k];
         c->kvals[k] = NULL;
-        kval_set(c, r, v);
+        lf_kval_set(c, r, v);
     }
 }
 
@@ -281,12 +280,12 @@ eid lf_const_term(lift_ctx *c, interp_val *v, uint8_t origin) {
     hlo_literal lit = {.dtype = v->dtype, .count = v->n, .f = v->f, .i = v->i};
     int64_t words[3] = {A_LITERAL, 1, (int64_t)literal_digest(&lit)};
     eid cls = eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), lf_type_of(c, v->dtype, v->dims, v->rank), NULL, 0, origin);
-    kval_set(c, cls, v);
+    lf_kval_set(c, cls, v);
     return cls;
 }
 
 /* Whether a term of this many elements (global dims) is folded. */
-static bool fold_size_ok(const int64_t *dims, uint32_t rank) {
+bool lf_fold_size_ok(const int64_t *dims, uint32_t rank) {
     int64_t n = 1;
     for (uint32_t d = 0; d < rank; d++)
         if (!mul_ok(n, dims[d], &n) || n > LIFT_FOLD_MAX) return false;
@@ -299,7 +298,7 @@ static bool fold_size_ok(const int64_t *dims, uint32_t rank) {
 static interp_val *fold_values(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n,
                                const int64_t *dims) {
     interp_val *ops[8];
-    if (n > ARRAY_LEN(ops) || in->op == OP_IOTA || in->shape.dtype == DT_TUPLE || !fold_size_ok(dims, in->shape.rank))
+    if (n > ARRAY_LEN(ops) || in->op == OP_IOTA || in->shape.dtype == DT_TUPLE || !lf_fold_size_ok(dims, in->shape.rank))
         return NULL;
     for (uint32_t k = 0; k < n; k++)
         if (!(ops[k] = lf_kval(c, ch[k]))) return NULL;
@@ -311,7 +310,7 @@ static interp_val *fold_values(lift_ctx *c, const hlo_module *m, const hlo_instr
 
 /* Broadcast values of x (dims bd of the result) into result dims `dims`. */
 static interp_val *broadcast_values(const interp_val *x, const int64_t *bd, uint32_t nb, const int64_t *dims, uint32_t rank) {
-    if (!fold_size_ok(dims, rank) || nb != x->rank) return NULL;
+    if (!lf_fold_size_ok(dims, rank) || nb != x->rank) return NULL;
     interp_val *r = interp_val_new(x->dtype, rank, dims);
     if (!r) return NULL;
     int64_t idx[VIEW_MAX_RANK] = {0};
@@ -333,7 +332,7 @@ eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
     if (xv && eg_class_type(c->g, x) != t && eg_type_dtype(c->g, t) == xv->dtype) {
         uint32_t rank;
         const int64_t *dims = eg_type_dims(c->g, t, &rank);
-        interp_val *r = fold_size_ok(dims, rank) ? interp_val_new(xv->dtype, rank, dims) : NULL;
+        interp_val *r = lf_fold_size_ok(dims, rank) ? interp_val_new(xv->dtype, rank, dims) : NULL;
         if (r && r->n == xv->n) {
             if (r->f) memcpy(r->f, xv->f, (size_t)r->n * sizeof *r->f);
             else memcpy(r->i, xv->i, (size_t)r->n * sizeof *r->i);
@@ -420,11 +419,11 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
     }
     eid cls = eg_add(c->g, in->op, attr, t, ch, n, origin);
     if (fv && keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, cls);
-    if (in->op == OP_CONSTANT && n == 0 && !lf_kval(c, cls) && fold_size_ok(dims, in->shape.rank))
+    if (in->op == OP_CONSTANT && n == 0 && !lf_kval(c, cls) && lf_fold_size_ok(dims, in->shape.rank))
         fv = interp_eval_instr(m, in, NULL, NULL);
     /* A broadcast keeps its structure (the splat form both sides share); its
      * values are known all the same. */
-    if (fv) kval_set(c, cls, fv);
+    if (fv) lf_kval_set(c, cls, fv);
     return cls;
 }
 
@@ -477,11 +476,10 @@ static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
 
 /* ---- baseline ---- */
 
-static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs);
 
 /* Index arithmetic (lift_index.c): values related by their functions, not
  * (or not only) by a term. */
-static bool is_index(const lval *x) { return x->kind == LV_PW || x->kind == LV_MASK || x->kind == LV_IVEC; }
+bool lf_is_index(const lval *x) { return x->kind == LV_PW || x->kind == LV_MASK || x->kind == LV_IVEC; }
 static void charge_build(lift_ctx *c, uint32_t next);
 
 /* Switches the walk to one side: the baseline on one device with every value
@@ -503,7 +501,7 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
     view *dup = arena_alloc(c->a, (be->nparams + 1) * sizeof *dup);
     for (uint32_t k = 0; k < be->nparams; k++) dup[k] = view_dup(be->instrs[be->params[k]].shape.rank);
     lf_walk_side(c, true);
-    lval r = lift_comp(c, be, NULL, dup, be->nparams);
+    lval r = lf_lift_comp(c, be, NULL, dup, be->nparams);
     lf_unscale(c, &r);
     charge_build(c, UINT32_MAX);
     lf_walk_side(c, false);
@@ -890,14 +888,13 @@ static bool dev_splat(const lval *v) {
     return true;
 }
 
-static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v);
 
 /* A splat device value as the constant of the global shape under view w: the
  * same number everywhere is every tile of it. */
 static lval splat_term(lift_ctx *c, const hlo_instr *in, const lval *v, const view *w) {
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, w, &in->shape, dims);
-    interp_val *x = fold_size_ok(dims, in->shape.rank) ? interp_val_new(in->shape.dtype, in->shape.rank, dims) : NULL;
+    interp_val *x = lf_fold_size_ok(dims, in->shape.rank) ? interp_val_new(in->shape.dtype, in->shape.rank, dims) : NULL;
     if (!x) return term(lf_fresh_var(c, in->shape.dtype, dims, in->shape.rank), *w, true);
     for (int64_t k = 0; k < x->n; k++) interp_val_set(x, k, v->dev[0]);
     lval r = term(lf_const_term(c, x, c->origin), *w, false);
@@ -905,7 +902,6 @@ static lval splat_term(lift_ctx *c, const hlo_instr *in, const lval *v, const vi
     return r;
 }
 
-static bool dev_uniform(const lift_ctx *c, const lval *v);
 
 /* A device value the same on every device and constant along every dim w
  * shards, as the constant of the global shape under w: its copies side by
@@ -914,10 +910,10 @@ static bool dev_uniform(const lift_ctx *c, const lval *v);
 static lval tiled_term(lift_ctx *c, const hlo_instr *in, const lval *v, const view *w) {
     uint32_t rank = in->shape.rank;
     int64_t dims[VIEW_MAX_RANK], n = shape_elements(&in->shape);
-    if (v->kind != LV_DEV || !dev_uniform(c, v) || w->partial || w->rank != rank || rank > VIEW_MAX_RANK || n != v->count)
+    if (v->kind != LV_DEV || !lf_dev_uniform(c, v) || w->partial || w->rank != rank || rank > VIEW_MAX_RANK || n != v->count)
         return unknown();
     lf_global_dims(c, w, &in->shape, dims);
-    if (!fold_size_ok(dims, rank)) return unknown();
+    if (!lf_fold_size_ok(dims, rank)) return unknown();
     /* constant along each sharded dim: element k equals the one at index 0 there */
     int64_t stride = 1;
     for (int q = (int)rank - 1; q >= 0; stride *= in->shape.dims[q], q--) {
@@ -939,16 +935,16 @@ static lval tiled_term(lift_ctx *c, const hlo_instr *in, const lval *v, const vi
     return r;
 }
 
-static bool dev_uniform(const lift_ctx *c, const lval *v) {
+bool lf_dev_uniform(const lift_ctx *c, const lval *v) {
     for (int64_t d = 1; d < c->ndev; d++)
         if (memcmp(v->dev, v->dev + d * v->count, v->count * sizeof *v->dev)) return false;
     return true;
 }
 
-static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
+eid lf_dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
     /* Same e-node as a baseline constant with these values (literal digest);
      * one value everywhere is also the broadcast of that scalar, as a program
-     * writes it (and konst_at builds it): both nodes in one class. */
+     * writes it (and lf_konst_at builds it): both nodes in one class. */
     interp_val *x = interp_val_new(in->shape.dtype, in->shape.rank, in->shape.dims);
     if (x && x->n == v->count) {
         bool splat = in->shape.rank > 0 && v->count > 1;
@@ -971,8 +967,8 @@ static eid dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
             eg_union(c->g, lit, bc, NULL);
             bool merged = eg_rebuild(c->g) > 0;  /* congruent parents merged too */
             lit = eg_find(c->g, lit);
-            if (kl) kval_set(c, lit, kl);
-            if (kb) kval_set(c, lit, kb);
+            if (kl) lf_kval_set(c, lit, kl);
+            if (kb) lf_kval_set(c, lit, kb);
             if (merged) lf_kvals_after_unions(c);
         }
         return eg_find(c->g, lit);
@@ -1092,7 +1088,7 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
     eid bc = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, newdims, nn), t, &operand, 1, c->origin);
     const interp_val *xv = lf_kval(c, operand);
     interp_val *bv = xv && !lf_kval(c, bc) ? broadcast_values(xv, newdims, nn, dims, b->shape.rank) : NULL;
-    if (bv) kval_set(c, bc, bv);
+    if (bv) lf_kval_set(c, bc, bv);
     s->ops[o] = term(bc, v, x->assumed);
     s->ops[o].konst = x->konst;
     return true;
@@ -1257,12 +1253,12 @@ static void track_short(lstate *s, lval *v) {
  * broadcasts (the sharded dims added there, or carried from the operand),
  * elementwise ops, reshapes that keep a sharded dim as its own group, iotas
  * along other dims and splat constants; EID_NONE otherwise. */
-static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, const view *w, int depth) {
+eid lf_konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, const view *w, int depth) {
     const hlo_instr *in = &comp->instrs[i];
     const lval *x = &vals[i];
     if (depth > 32 || in->shape.rank != w->rank || in->shape.rank > VIEW_MAX_RANK || w->partial) return EID_NONE;
     if (x->kind == LV_TERM && (!x->konst || !view_is_dup(&x->v))) return EID_NONE;
-    if (view_is_dup(w)) return x->kind == LV_TERM ? x->cls : x->kind == LV_DEV && dev_uniform(c, x) ? dev_constant(c, in, x) : EID_NONE;
+    if (view_is_dup(w)) return x->kind == LV_TERM ? x->cls : x->kind == LV_DEV && lf_dev_uniform(c, x) ? lf_dev_constant(c, in, x) : EID_NONE;
     if (x->kind != LV_TERM && x->kind != LV_DEV) return EID_NONE;
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, w, &in->shape, dims);
@@ -1274,7 +1270,7 @@ static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_
         if (nd != xi->shape.rank) return EID_NONE;
         view u = view_dup(nd);
         for (uint32_t k = 0; k < nd; k++) u.dims[k] = w->dims[bd[k]];
-        if ((ch[0] = konst_at(c, comp, vals, in->operands[0], &u, depth + 1)) == EID_NONE) return EID_NONE;
+        if ((ch[0] = lf_konst_at(c, comp, vals, in->operands[0], &u, depth + 1)) == EID_NONE) return EID_NONE;
         return lf_node(c, c->cur, in, ch, 1, dims, c->origin);
     }
     if (in->op == OP_IOTA) {
@@ -1303,21 +1299,21 @@ static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_
             if (p2 == p && q2 == q) break;
             p = p2, q = q2;
         }
-        if ((ch[0] = konst_at(c, comp, vals, in->operands[0], &u, depth + 1)) == EID_NONE) return EID_NONE;
+        if ((ch[0] = lf_konst_at(c, comp, vals, in->operands[0], &u, depth + 1)) == EID_NONE) return EID_NONE;
         return lf_node(c, c->cur, in, ch, 1, dims, c->origin);
     }
     if (lf_is_elementwise(in->op) && in->noperands <= 8) {
         for (uint32_t o = 0; o < in->noperands; o++) {
             const hlo_instr *xi = &comp->instrs[in->operands[o]];
             view scalar = view_dup(0);
-            if ((ch[o] = konst_at(c, comp, vals, in->operands[o], xi->shape.rank ? w : &scalar, depth + 1)) == EID_NONE)
+            if ((ch[o] = lf_konst_at(c, comp, vals, in->operands[o], xi->shape.rank ? w : &scalar, depth + 1)) == EID_NONE)
                 return EID_NONE;
         }
         return lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin);
     }
     /* a constant of one number: that number at the global shape */
     const interp_val *kv = x->kind == LV_TERM ? lf_kval(c, x->cls) : NULL;
-    if (!kv || !kv->n || !fold_size_ok(dims, in->shape.rank)) return EID_NONE;
+    if (!kv || !kv->n || !lf_fold_size_ok(dims, in->shape.rank)) return EID_NONE;
     for (int64_t k = 1; k < kv->n; k++)
         if (interp_val_get(kv, k) != interp_val_get(kv, 0)) return EID_NONE;
     interp_val *g = interp_val_new(kv->dtype, in->shape.rank, dims);
@@ -1326,14 +1322,14 @@ static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_
     return lf_const_term(c, g, c->origin);
 }
 
-/* Operand o, constant-only and replicated, read under want (konst_at). */
+/* Operand o, constant-only and replicated, read under want (lf_konst_at). */
 static bool konst_review(lstate *s, uint32_t o, const view *want) {
     lval *x = &s->ops[o];
     if (x->kind != LV_TERM || !x->konst || !view_is_dup(&x->v) || x->v.rank != want->rank) return false;
     view w = *want;
     w.partial = 0;
     w.red = 0;
-    eid g = konst_at(s->c, s->comp, s->vals, s->in->operands[o], &w, 0);
+    eid g = lf_konst_at(s->c, s->comp, s->vals, s->in->operands[o], &w, 0);
     if (g == EID_NONE) return false;
     *x = term(g, w, false);
     x->konst = true;
@@ -1342,7 +1338,6 @@ static bool konst_review(lstate *s, uint32_t o, const view *want) {
 
 static bool unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_dim *want);
 static void elementwise_unit_partials(lstate *s);
-static lval lift_instr(lstate *s);
 
 /* Operands whose shardings differ only in which size-1 local dim carries an
  * axis (readings of a reshape, unit_dim_reread) re-read to agree with one
@@ -2077,14 +2072,14 @@ static bool dot_side_reread(lstate *s, uint32_t side, uint32_t d, const view_dim
 /* Paired dims (batch or contracting) of a dot sharded alike, where re-reading
  * one side makes them so. */
 /* Whether two view dims are sharded alike (bytes past naxes mean nothing). */
-static bool same_dim(const view_dim *a, const view_dim *b) {
+bool lf_same_dim(const view_dim *a, const view_dim *b) {
     return a->naxes == b->naxes && memcmp(a->axes, b->axes, a->naxes) == 0;
 }
 
 static void dot_align(lstate *s, const int64_t *ld, const int64_t *rd, uint32_t n) {
     for (uint32_t k = 0; k < n; k++) {
         view_dim a = s->ops[0].v.dims[ld[k]], b = s->ops[1].v.dims[rd[k]];
-        if (same_dim(&a, &b)) continue;
+        if (lf_same_dim(&a, &b)) continue;
         if (!b.naxes && a.naxes) dot_side_reread(s, 1, (uint32_t)rd[k], &a);
         else if (!a.naxes && b.naxes) dot_side_reread(s, 0, (uint32_t)ld[k], &b);
     }
@@ -2164,7 +2159,7 @@ static lval lift_dot(lstate *s) {
     uint32_t out = 0;
     uint8_t partial = l->v.partial | r->v.partial;
     for (uint32_t k = 0; k < nlb; k++) {
-        if (!same_dim(&l->v.dims[lb[k]], &r->v.dims[rb[k]])) {
+        if (!lf_same_dim(&l->v.dims[lb[k]], &r->v.dims[rb[k]])) {
             lf_unsupported(c, s->comp, in, "%s: batch dimension %u is sharded differently on its operands", in->name, k);
             return unknown();
         }
@@ -2203,7 +2198,6 @@ static lval lift_dot(lstate *s) {
 
 /* reduce over sharded dims makes the result partial over those axes, with the
  * reducer as reduction; init must be the reducer's identity for that to hold. */
-static void uniform_dev_as_term(lstate *s, uint32_t o);
 
 /* Value i of comp is an all-gather along *d over *axes of a value partial
  * over those axes (*x): each device holds the stack of the group's partial
@@ -2251,7 +2245,7 @@ static lval lift_reduce(lstate *s) {
     const hlo_instr *in = s->in;
     /* an integer init (a token count from 0); a device value the same on
      * every device (a bounds check of constant indices) is a constant too */
-    for (uint32_t o = 0; o < in->noperands && in->noperands == 2; o++) uniform_dev_as_term(s, o);
+    for (uint32_t o = 0; o < in->noperands && in->noperands == 2; o++) lf_uniform_dev_as_term(s, o);
     int red = instr_reducer(c->cur, in);
     /* The stack of a group's partial values (an all-gather of them) reduced
      * over the gathered dim with their reducer: the reduction of the complete
@@ -2393,23 +2387,10 @@ static bool reduce_unit_reading(lift_ctx *c, const hlo_comp *comp, uint32_t i, c
     return true;
 }
 
-/* What lifting may leave in the context: a walk under one reading (of a
- * loop carry, of a partial sum) that is then undone goes back to it.
- * (E-nodes it added stay: they are true terms.) */
-typedef struct loop_mark {
-    uint32_t nfindings, nunsupported, noutside, resynced, ndoms, seg_findings, seg_unsupported, seg_divergent, seg_outside;
-    size_t next_loop, assumptions;
-    uint64_t lifted, assumed;
-    const hlo_instr *first_unsupported, *later_unsupported, *divergence;
-    const hlo_comp *first_unsupported_comp, *later_unsupported_comp, *divergence_comp;
-    char *unsupported_why, *later_unsupported_why, *divergence_note;
-    bool unsupported_konst, later_unsupported_konst, divergence_konst, divergence_layout, divergence_resynced;
-    const char *divergence_kind, *resync_scope;
-} loop_mark;
 
-static loop_mark loop_mark_take(const lift_ctx *c) {
+lf_loop_mark lf_loop_mark_take(const lift_ctx *c) {
     const lift_segment *sg = c->nsegs ? &c->segs[c->cur_seg] : NULL;
-    return (loop_mark){c->nfindings, c->nunsupported, c->noutside, c->resynced, c->ndoms, sg ? sg->findings : 0,
+    return (lf_loop_mark){c->nfindings, c->nunsupported, c->noutside, c->resynced, c->ndoms, sg ? sg->findings : 0,
                        sg ? sg->unsupported : 0, sg ? sg->divergent : 0, sg ? sg->outside : 0, c->next_loop,
                        c->assumptions.len, c->lifted, c->assumed, c->first_unsupported, c->later_unsupported,
                        c->divergence, c->first_unsupported_comp, c->later_unsupported_comp, c->divergence_comp,
@@ -2418,7 +2399,7 @@ static loop_mark loop_mark_take(const lift_ctx *c) {
                        c->divergence_kind, c->resync_scope};
 }
 
-static void loop_mark_undo(lift_ctx *c, const loop_mark *m) {
+void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m) {
     c->nfindings = m->nfindings;
     c->nunsupported = m->nunsupported;
     c->noutside = m->noutside;
@@ -2492,7 +2473,7 @@ static bool unit_partial_reread(lstate *s, uint32_t o) {
     }
     lval cur;
     if (!reduce_unit_reading(c, comp, i, s->vals, &cur)) return false;
-    loop_mark m = loop_mark_take(c);
+    lf_loop_mark m = lf_loop_mark_take(c);
     while (n) {
         const hlo_instr *y = &comp->instrs[chain[--n]];
         lval ops[3];
@@ -2500,12 +2481,12 @@ static bool unit_partial_reread(lstate *s, uint32_t o) {
         lstate s2 = {c, comp, y, ops, s->vals};
         if (!lf_scale_take(&s2, &cur)) {
             double f = lf_scale_plan(&s2);
-            cur = lift_instr(&s2);
+            cur = lf_lift_instr(&s2);
             lf_scale_apply(&s2, &cur, f);
         }
         if (cur.kind != LV_TERM || cur.assumed || cur.v.partial || c->nunsupported != m.nunsupported ||
             c->nfindings != m.nfindings || c->assumed != m.assumed) {
-            loop_mark_undo(c, &m);
+            lf_loop_mark_undo(c, &m);
             return false;
         }
     }
@@ -2570,7 +2551,7 @@ void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
 
 /* The mesh axes a collective's groups span, or -1 after saying why: a finding
  * on a declared mesh, undecided on a mesh inferred from shardings. */
-static int collective_axes(lstate *s, bool ordered) {
+int lf_collective_axes(lstate *s, bool ordered) {
     lift_ctx *c = s->c;
     int64_t R = graph_num_replicas(c->dist), D = mesh_devices(c->mesh);
     char why[160];
@@ -2659,7 +2640,7 @@ static lval lift_all_reduce(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
-    int axes = collective_axes(s, false);
+    int axes = lf_collective_axes(s, false);
     int red = instr_reducer(c->cur, in);
     if (axes < 0) return unknown();
     if (x->kind != LV_TERM) {
@@ -2781,7 +2762,7 @@ static bool dim_collective(lstate *s, int *axes, uint32_t *dim) {
     uint32_t nd;
     const int64_t *dd = instr_ints(s->in, A_DIMENSIONS, &nd);
     if (s->ops[0].kind != LV_TERM) return false;
-    if ((*axes = collective_axes(s, true)) < 0) return false;
+    if ((*axes = lf_collective_axes(s, true)) < 0) return false;
     if (nd != 1) {
         lf_unsupported(s->c, s->comp, s->in, "%s has %u dimensions", s->in->name, nd);
         return false;
@@ -2813,7 +2794,7 @@ static lval gather_copies(lstate *s, uint32_t d, int axes) {
     memcpy(xd, td, rank * sizeof *xd); /* (adding a type moves the type store) */
     uint32_t t = lf_type_of(c, in->shape.dtype, dims, rank);
     const interp_val *kv = lf_kval(c, x->cls);
-    if (kv && fold_size_ok(dims, rank)) {
+    if (kv && lf_fold_size_ok(dims, rank)) {
         interp_val *r = interp_val_new(kv->dtype, rank, dims);
         if (r) {
             int64_t idx[VIEW_MAX_RANK] = {0};
@@ -2841,7 +2822,7 @@ static lval gather_copies(lstate *s, uint32_t d, int axes) {
  * bound to its axes; `bound` binds d's blocks to them instead (an all-to-all:
  * device r keeps block r of d), else every device holds all of them (an
  * all-gather). False when a view's parts are unknown. */
-static bool blocks_moved(lstate *s, const lval *x, uint32_t e, uint32_t d, bool bound, lval *out) {
+bool lf_blocks_moved(lstate *s, const lval *x, uint32_t e, uint32_t d, bool bound, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *src = &s->comp->instrs[s->in->operands[0]];
     uint32_t rank = src->shape.rank;
@@ -2899,7 +2880,7 @@ static bool gather_layout(lstate *s, uint32_t d, int axes, lval *out) {
         e = (int)q;
     }
     if (e < 0 || rank > VIEW_MAX_RANK) return false;
-    return blocks_moved(s, x, (uint32_t)e, d, false, out);
+    return lf_blocks_moved(s, x, (uint32_t)e, d, false, out);
 }
 
 /* A value sharded along a unit dim j before the dim d an all-gather gathers
@@ -2992,7 +2973,7 @@ static bool gather_unit_dim(lstate *s, uint32_t d, int axes, lval *out) {
     return true;
 }
 
-static lval lift_all_gather(lstate *s) {
+lval lf_lift_all_gather(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
@@ -3173,7 +3154,7 @@ static lval lift_dynamic_update_slice(lstate *s) {
     for (uint32_t d = 0; d < rank; d++) {
         const lval *o = &s->ops[2 + d];
         if (o->kind == LV_TERM && view_is_dup(&o->v)) ch[2 + d] = o->cls, assumed |= o->assumed;
-        else if (o->kind == LV_DEV && dev_uniform(c, o)) ch[2 + d] = dev_constant(c, &s->comp->instrs[in->operands[2 + d]], o);
+        else if (o->kind == LV_DEV && lf_dev_uniform(c, o)) ch[2 + d] = lf_dev_constant(c, &s->comp->instrs[in->operands[2 + d]], o);
         else return unknown();
     }
     int64_t dims[VIEW_MAX_RANK];
@@ -3213,7 +3194,7 @@ static lval lift_dynamic_slice(lstate *s) {
             continue;
         }
         if (o->kind != LV_DEV) return unknown();
-        all_uniform &= dev_uniform(c, o);
+        all_uniform &= lf_dev_uniform(c, o);
     }
     if (all_uniform) {
         int64_t dims[VIEW_MAX_RANK];
@@ -3224,7 +3205,7 @@ static lval lift_dynamic_slice(lstate *s) {
         ch[0] = x->cls;
         for (uint32_t d = 0; d < rank; d++)
             ch[1 + d] = s->ops[1 + d].kind == LV_TERM ? s->ops[1 + d].cls
-                                                       : dev_constant(c, &s->comp->instrs[in->operands[1 + d]], &s->ops[1 + d]);
+                                                       : lf_dev_constant(c, &s->comp->instrs[in->operands[1 + d]], &s->ops[1 + d]);
         /* The term slices the global tensor: its sizes are the global ones. */
         hlo_instr g = *in;
         hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);
@@ -3244,7 +3225,7 @@ static lval lift_dynamic_slice(lstate *s) {
     for (uint32_t d = 0; d < rank; d++) wlo[d] = 0, whi[d] = src->shape.dims[d] * view_dim_parts(&x->v, c->mesh, d);
     for (uint32_t d = 0; d < rank; d++) {
         const lval *o = &s->ops[1 + d];
-        if (dev_uniform(c, o)) {
+        if (lf_dev_uniform(c, o)) {
             if (o->dev[0] != 0 || in->shape.dims[d] != src->shape.dims[d]) return unknown();
             continue;
         }
@@ -3386,11 +3367,11 @@ static lval lift_concatenate(lstate *s) {
      * every piece of itself at the global shape, others are replicated. */
     for (uint32_t o = 0; o < in->noperands; o++) {
         lval *x = &s->ops[o];
-        if (x->kind != LV_DEV || !dev_uniform(c, x)) continue;
+        if (x->kind != LV_DEV || !lf_dev_uniform(c, x)) continue;
         const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
         lval t = dev_splat(x) ? splat_term(c, xi, x, &want) : tiled_term(c, xi, x, &want);
         if (t.kind == LV_TERM) *x = t;
-        else uniform_dev_as_term(s, o);
+        else lf_uniform_dev_as_term(s, o);
     }
     review_operands(s, &want);
     eid stack[64], *ch = in->noperands <= 64 ? stack : arena_alloc(c->a, in->noperands * sizeof *ch);
@@ -3423,762 +3404,40 @@ void lf_assume(lift_ctx *c, const char *fmt, ...) {
     sb_putc(&c->assumptions, '\n');
 }
 
-/* ---- all-to-all and the layouts it leaves (atomic factors) ---- */
-
-/* Back to a plain view when the local dims, read in order, are the free atoms
- * of the global term in its row-major order and every bound atom stands just
- * before the free atoms of one local dim (it is that dim's major part: blocked
- * sharding). The term is then the global term reshaped so that each local dim,
- * with the bound atoms before it, is one global dim. Where a bound atom could
- * go to a local dim of size 1 or to the next one, it goes to the size-1 dim
- * when its global dim has no free atom (a dim bound whole keeps its own
- * place); either reading is exact, this one keeps the global dims apart.
- * Without `reshaped`, only when the local dims are the global dims (no
- * reshape of the term). */
-static bool layout_reading(lift_ctx *c, const lval *x, const shape *local, bool reshaped, bool units_take, lval *out) {
-    const lift_layout *L = x->lay;
-    if (local->rank != L->ndims || L->ndims > VIEW_MAX_RANK || L->grank > VIEW_MAX_RANK) return false;
-    layout_atom ga[2 * VIEW_MAX_RANK];
-    bool gbound[2 * VIEW_MAX_RANK];
-    uint32_t ng = 0;
-    for (uint32_t g = 0; g < L->grank; g++) {
-        if (L->split[g] > 1) {
-            gbound[ng] = L->bound[g] >= 0;
-            ga[ng++] = (layout_atom){(uint8_t)g, 0, L->split[g]};
-        }
-        int64_t minor = L->gdims[g] / L->split[g];
-        if (minor > 1) {
-            gbound[ng] = false;
-            ga[ng++] = (layout_atom){(uint8_t)g, 1, minor};
-        }
-    }
-    view v = view_dup(L->ndims);
-    int64_t gd[VIEW_MAX_RANK];
-    uint32_t p = 0;
-    for (uint32_t k = 0; k < L->ndims; k++) {
-        int64_t size = 1;
-        int first = -1;
-        while (p < ng && gbound[p] && (units_take || L->natoms[k] != 0)) {
-            if (L->natoms[k] == 0 && first >= 0 && ga[p].gdim != first) break;
-            if (L->natoms[k] == 0 && first < 0) {
-                /* A size-1 local dim takes a bound atom only of a dim bound whole. */
-                bool whole = !(p + 1 < ng && !gbound[p + 1] && ga[p + 1].gdim == ga[p].gdim);
-                if (!whole) break;
-            }
-            first = ga[p].gdim;
-            view_dim *vd = &v.dims[k];
-            if (vd->naxes + L->naxes[ga[p].gdim] > MESH_MAX_AXES) return false;
-            memcpy(vd->axes + vd->naxes, L->axes[ga[p].gdim], L->naxes[ga[p].gdim]);
-            vd->naxes = (uint8_t)(vd->naxes + L->naxes[ga[p].gdim]);
-            size *= ga[p++].size;
-        }
-        int64_t prod = 1;
-        for (uint32_t j = 0; j < L->natoms[k]; j++) {
-            const layout_atom *a = &L->atoms[k][j];
-            if (p >= ng || gbound[p] || ga[p].gdim != a->gdim || ga[p].part != a->part || ga[p].size != a->size) return false;
-            prod *= ga[p++].size;
-        }
-        if (prod != local->dims[k]) return false;
-        gd[k] = size * prod;
-    }
-    if (p != ng) return false;
-    bool same = L->ndims == L->grank;
-    for (uint32_t k = 0; k < L->ndims && same; k++) same = gd[k] == L->gdims[k];
-    if (!same && !reshaped) return false;
-    eid cls = same ? x->cls : lf_mk_reshape(c, x->cls, lf_type_of(c, local->dtype, gd, L->ndims), c->origin);
-    *out = term(cls, v, x->assumed);
-    return true;
-}
-
-/* The layout as a plain view. A bound atom of a dim bound whole may go to a
- * size-1 local dim before it or be the major part of the next local dim:
- * both readings are exact; the size-1 dim takes it (keeping global dims
- * apart) unless only the other reading's term is one the baseline has (an
- * all-to-all that regroups heads: [1, 2·4] back to one dim of 8). */
-static bool layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool reshaped, lval *out) {
-    lval a, b;
-    bool ok = layout_reading(c, x, local, reshaped, true, &a);
-    if (ok && (eg_class_origin(c->g, a.cls) & EG_BASELINE)) {
-        *out = a;
-        return true;
-    }
-    if (reshaped && layout_reading(c, x, local, reshaped, false, &b) && (eg_class_origin(c->g, b.cls) & EG_BASELINE) &&
-        (!ok || !view_equal(&a.v, &b.v))) {
-        *out = b;
-        out->ambiguous = true;
-        return true;
-    }
-    if (ok) *out = a;
-    return ok;
-}
-
-/* all-to-all(x) dimensions={c}: chunk j of dim c goes to device j. With x's dim
- * e sharded in blocks over the group's axes and dim c whole, device r ends up
- * with every block of e (as the major part of dim c) and block r of c. */
-static lval lift_all_to_all(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    uint32_t nd;
-    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-    if (x->kind != LV_TERM || x->v.partial || nd != 1 || in->noperands != 1) return unknown();
-    int axes = collective_axes(s, true);
-    if (axes < 0) return unknown();
-    uint32_t cd = (uint32_t)dd[0], rank = in->shape.rank;
-    int e = -1;
-    for (uint32_t d = 0; d < rank; d++) {
-        if (!x->v.dims[d].naxes) continue;
-        uint32_t mask = 0;
-        for (uint32_t k = 0; k < x->v.dims[d].naxes; k++) mask |= 1u << x->v.dims[d].axes[k];
-        /* Dims sharded on other axes stay bound as they are (not the exchanged one). */
-        if (!(mask & (uint32_t)axes) && d != cd) continue;
-        if (mask != (uint32_t)axes || e >= 0) {
-            lf_unsupported(c, s->comp, in, "%s: operand sharded on axes the all-to-all does not exchange", in->name);
-            return unknown();
-        }
-        e = (int)d;
-    }
-    if (e < 0 || (uint32_t)e == cd) {
-        lf_unsupported(c, s->comp, in, "%s exchanges a dimension that is not sharded over its groups", in->name);
-        return unknown();
-    }
-    int64_t n = view_dim_parts(&x->v, c->mesh, (uint32_t)e);
-    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
-    if (src->shape.dims[cd] % n) return unknown();
-    lval r;
-    return blocks_moved(s, x, (uint32_t)e, cd, true, &r) ? r : unknown();
-}
-
-/* reshape / transpose of a layout: regroup or permute the atoms. */
-static bool layout_op(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    lift_layout *L = arena_memdup(c->a, x->lay, sizeof *x->lay);
-    if (in->op == OP_TRANSPOSE) {
-        uint32_t np;
-        const int64_t *perm = instr_ints(in, A_DIMENSIONS, &np);
-        if (np != L->ndims) return false;
-        lift_layout t = *L;
-        for (uint32_t k = 0; k < np; k++) {
-            t.natoms[k] = L->natoms[perm[k]];
-            memcpy(t.atoms[k], L->atoms[perm[k]], sizeof t.atoms[k]);
-        }
-        *L = t;
-    } else if (in->op == OP_RESHAPE || in->op == OP_BITCAST) {
-        layout_atom flat[LAYOUT_MAX_ATOMS];
-        uint32_t nf = 0;
-        for (uint32_t d = 0; d < L->ndims; d++)
-            for (uint32_t k = 0; k < L->natoms[d]; k++) {
-                if (nf == LAYOUT_MAX_ATOMS) return false;
-                flat[nf++] = L->atoms[d][k];
-            }
-        uint32_t next = 0;
-        if (in->shape.rank > VIEW_MAX_RANK) return false;
-        L->ndims = in->shape.rank;
-        for (uint32_t d = 0; d < in->shape.rank; d++) {
-            int64_t want = in->shape.dims[d], prod = 1;
-            L->natoms[d] = 0;
-            while (prod < want && next < nf) {
-                if (L->natoms[d] == 4) return false;
-                L->atoms[d][L->natoms[d]++] = flat[next];
-                prod *= flat[next++].size;
-            }
-            if (prod != want) return false;  /* an atom would be split */
-        }
-        if (next != nf) return false;
-    } else {
-        return false;
-    }
-    lval v = {.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
-    if (!layout_to_term(c, &v, &in->shape, false, out)) *out = v;
-    return true;
-}
-
-
-/* add(iota, offset(r)) with offset(r) = block(r)·n along the iota's dim of local
- * length n: block r of the global iota (positions of a sequence shard). */
-static bool iota_block(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    if (in->op != OP_ADD || in->noperands != 2) return false;
-    for (int k = 0; k < 2; k++) {
-        const lval *x = &s->ops[k], *o = &s->ops[1 - k];
-        const hlo_instr *xi = &s->comp->instrs[in->operands[k]];
-        while (xi->op == OP_CONVERT) xi = &s->comp->instrs[xi->operands[0]];
-        if (xi->op != OP_IOTA || x->kind != LV_TERM || !view_is_dup(&x->v) || o->kind != LV_DEV || dev_uniform(c, o))
-            continue;
-        for (int64_t d = 0; d < c->ndev; d++)
-            for (uint32_t e = 1; e < o->count; e++)
-                if (o->dev[d * o->count + e] != o->dev[d * o->count]) return false;
-        uint32_t dim = (uint32_t)instr_int(xi, A_IOTA_DIMENSION, 0);
-        int64_t n = in->shape.dims[dim], base, parts;
-        uint32_t mask = lf_block_offsets(c, o->dev, o->count, n, &base, &parts);
-        if (!mask || base != 0) return false;
-        view v = view_dup(in->shape.rank);
-        v.dims[dim] = lf_axes_dim(c, mask);
-        int64_t g[VIEW_MAX_RANK];
-        lf_global_dims(c, &v, &in->shape, g);
-        /* The global iota, converted like the local one when it was. */
-        const hlo_instr *ii = &s->comp->instrs[in->operands[k]];
-        eid t = lf_node(c, c->cur, xi, NULL, 0, g, c->origin);
-        if (ii->op == OP_CONVERT) {
-            uint32_t ty = lf_type_of(c, ii->shape.dtype, g, ii->shape.rank);
-            t = eg_add(c->g, OP_CONVERT, 0, ty, &t, 1, c->origin);
-        }
-        *out = term(t, v, false);
-        return true;
-    }
-    return false;
-}
-
-static bool member(const int64_t *v, uint32_t n, int64_t x) {
-    for (uint32_t k = 0; k < n; k++)
-        if (v[k] == x) return true;
-    return false;
-}
-
-/* gather(table, indices) where the table is sharded only along dims it keeps
- * whole (offset dims of full slice size) and the indices only along their
- * batch dims: every device gathers its rows of its tile, which is the global
- * gather viewed with those shardings on the matching output dims (an
- * embedding under FSDP: tokens gathered, the hidden dim sharded). */
-/* Operand o as a term when it is a device value the same on every device
- * (a constant index, a count): that constant, replicated. */
-static void uniform_dev_as_term(lstate *s, uint32_t o) {
-    lval *x = &s->ops[o];
-    if (x->kind != LV_DEV || !dev_uniform(s->c, x)) return;
-    const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
-    bool konst = x->konst;
-    *x = term(dev_constant(s->c, xi, x), view_dup(xi->shape.rank), false);
-    x->konst = konst;
-}
-
-static bool gather_views(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    if (in->noperands == 2) uniform_dev_as_term(s, 1);
-    const lval *t = &s->ops[0], *ix = &s->ops[1];
-    if (in->noperands != 2 || t->kind != LV_TERM || ix->kind != LV_TERM || t->v.partial || ix->v.partial ||
-        view_is_dup(&t->v) + view_is_dup(&ix->v) == 2 || in->shape.rank > VIEW_MAX_RANK)
-        return false;
-    uint32_t noff, ncol, nmap, nob, nsb, nss;
-    const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &noff), *col = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &ncol);
-    const int64_t *map = instr_ints(in, A_START_INDEX_MAP, &nmap);
-    const int64_t *ob = instr_ints(in, A_OPERAND_BATCHING_DIMS, &nob);
-    const int64_t *sb = instr_ints(in, A_START_INDICES_BATCHING_DIMS, &nsb);
-    const int64_t *ss = instr_ints(in, A_SLICE_SIZES, &nss);
-    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
-    const hlo_instr *ti = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]];
-    if (nob != nsb || nss != ti->shape.rank || ti->shape.rank > VIEW_MAX_RANK || ii->shape.rank > VIEW_MAX_RANK) return false;
-    view v = view_dup(in->shape.rank);
-    /* Batching dims (take_along_axis): the table's and the indices' sharded
-     * alike; the result takes the indices' (below). Their axes are shared. */
-    uint32_t shared = 0;
-    for (uint32_t q = 0; q < nob; q++) {
-        const view_dim *a = &t->v.dims[ob[q]], *b = &ix->v.dims[sb[q]];
-        if (memcmp(a, b, sizeof *a)) return false;
-        for (uint32_t x = 0; x < a->naxes; x++) shared |= 1u << a->axes[x];
-    }
-    /* Table dims: the k-th kept one (neither collapsed nor batching) is output dim off[k]. */
-    uint32_t k = 0;
-    int64_t sizes[VIEW_MAX_RANK];
-    for (uint32_t d = 0; d < ti->shape.rank; d++) {
-        sizes[d] = ss[d];
-        bool kept = !member(col, ncol, d) && !member(ob, nob, d);
-        if (member(ob, nob, d)) continue;
-        if (t->v.dims[d].naxes) {
-            if (!kept || member(map, nmap, d) || ss[d] != ti->shape.dims[d] || k >= noff) return false;
-            v.dims[off[k]] = t->v.dims[d];
-            sizes[d] = ss[d] * view_dim_parts(&t->v, c->mesh, d);
-        }
-        if (kept) k++;
-    }
-    /* Index dims but the index vector dim are the output's other dims, in order. */
-    uint32_t o = 0;
-    for (uint32_t d = 0; d < ii->shape.rank; d++) {
-        if ((int64_t)d == ivd) {
-            if (ix->v.dims[d].naxes) return false;
-            continue;
-        }
-        while (o < in->shape.rank && member(off, noff, o)) o++;
-        if (o >= in->shape.rank) return false;
-        if (ix->v.dims[d].naxes) {
-            if (v.dims[o].naxes) return false;
-            v.dims[o] = ix->v.dims[d];
-        }
-        o++;
-    }
-    if (view_axes_used(&t->v) & view_axes_used(&ix->v) & ~shared) return false;
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &v, &in->shape, dims);
-    hlo_instr g = *in;
-    hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);
-    for (uint32_t a = 0; a < in->nattrs; a++)
-        if (attrs[a].key == A_SLICE_SIZES && attrs[a].n == nss) attrs[a].v.ints = arena_memdup(c->a, sizes, nss * sizeof *sizes);
-    g.attrs = attrs;
-    eid ch[2] = {t->cls, ix->cls};
-    *out = term(lf_node(c, c->cur, &g, ch, 2, dims, c->origin), v, t->assumed || ix->assumed);
-    return true;
-}
-
-/* Whether devices d and e hold the same index function. */
-static bool same_pw(const pw_fn *f, const pw_fn *g) {
-    return f->n == g->n && memcmp(f->p, g->p, f->n * sizeof *f->p) == 0;
-}
-
-/* Whether every group of collective in (all-gather, all-to-all) holds one
- * function: devices that differ only on its axes hold the same. A
- * collective-permute passes (it moves the functions with the values). */
-static bool pw_uniform_over(lift_ctx *c, const pw_fn *pw, const hlo_instr *in) {
-    if (in->op == OP_COLLECTIVE_PERMUTE) return true;
-    int axes = lift_groups_axes(c, in, true);
-    if (axes < 0) return false;
-    for (int64_t d = 0; d < c->ndev; d++) {
-        int64_t d0 = d, stride = 1;  /* d with its coordinates on the group's axes zeroed */
-        for (int a = (int)c->mesh->naxes - 1; a >= 0; a--) {
-            if (axes >> a & 1) d0 -= mesh_coord(c->mesh, d, a) * stride;
-            stride *= c->mesh->sizes[a];
-        }
-        if (!same_pw(&pw[d], &pw[d0])) return false;
-    }
-    return true;
-}
-
-static lval lift_instr(lstate *s);
-
-/* A mask whose rows and positions are carried as layouts, met by an op that
- * does not rearrange: both as plain views (merging atoms, as for any layout
- * such an op meets), when they agree. */
-static bool settle_mask(lift_ctx *c, const shape *local, lval *m) {
-    lval t[2];
-    for (int k = 0; k < 2; k++) {
-        shape sh = *local;  /* the positions keep their own element type */
-        sh.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, m->carry[k].cls));
-        if (m->carry[k].kind != LV_LAYOUT || !layout_to_term(c, &m->carry[k], &sh, true, &t[k]) || t[k].kind != LV_TERM ||
-            t[k].assumed || eg_type_dtype(c->g, eg_class_type(c->g, t[k].cls)) != sh.dtype)
-            return false;
-    }
-    if (!view_equal(&t[0].v, &t[1].v) || t[0].v.partial) return false;
-    m->carry = NULL;
-    m->v = t[0].v;
-    m->hit = t[0].cls;
-    m->pos = t[1].cls;
-    return true;
-}
-
-/* A masked row (LV_MASK: per device, a function of the index value at each
- * position says whether the element is the row, zero or junk) is elementwise
- * in its rows and its positions: an op that only moves elements — a layout
- * op, or a collective whose groups hold one function — moves both alike,
- * and the functions stay. GSPMD gathers embedding rows with junk on the
- * devices that do not hold them and moves them by an all-to-all before it
- * masks the junk. Between an all-to-all and the ops that make its result a
- * plain view, rows and positions are carried as layouts. */
-static bool move_mask(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    if (in->noperands != 1) return false;
-    lval x = s->ops[0];
-    bool collective = in->op == OP_ALL_TO_ALL || in->op == OP_ALL_GATHER || in->op == OP_COLLECTIVE_PERMUTE;
-    bool rearranges = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_TRANSPOSE || in->op == OP_COPY;
-    if (c->baseline_mode || (!collective && !rearranges) || in->noperands != 1 || x.kind != LV_MASK || x.n || !x.pw ||
-        (!x.carry && (x.hit == EID_NONE || x.pos == EID_NONE)) || (!x.carry && lf_mask_resolves(c, &x)))
-        return false;
-    pw_fn *pw = x.pw;
-    if (in->op == OP_COLLECTIVE_PERMUTE) {
-        const char *bad;
-        const int64_t *from = lf_permute_sources(c, in, &bad);
-        if (!from) return false;
-        pw = arena_alloc(c->a, (size_t)c->ndev * sizeof *pw);
-        for (int64_t t = 0; t < c->ndev; t++) {
-            if (from[t] < 0) return false;
-            pw[t] = x.pw[from[t]];
-        }
-    } else if (collective && !pw_uniform_over(c, x.pw, in)) {
-        return false;
-    }
-    lval moved[2];
-    for (int k = 0; k < 2; k++) {
-        /* The op as it would move a value of the carrier's element type. */
-        s->ops[0] = x.carry ? x.carry[k] : term(k ? x.pos : x.hit, x.v, false);
-        hlo_instr g = *in;
-        g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, s->ops[0].cls));
-        s->in = &g;
-        moved[k] = lift_instr(s);
-        s->in = in;
-        if ((moved[k].kind == LV_TERM || moved[k].kind == LV_LAYOUT) &&
-            eg_type_dtype(c->g, eg_class_type(c->g, moved[k].cls)) != g.shape.dtype)
-            moved[k].kind = LV_UNKNOWN;
-    }
-    s->ops[0] = x;
-    if (moved[0].kind != moved[1].kind || (moved[0].kind != LV_TERM && moved[0].kind != LV_LAYOUT)) return false;
-    *out = x;
-    out->pw = pw;
-    out->cls = EID_NONE;
-    if (moved[0].kind == LV_TERM) {
-        if (!view_equal(&moved[0].v, &moved[1].v) || moved[0].v.partial || moved[0].assumed || moved[1].assumed) return false;
-        out->carry = NULL;
-        out->v = moved[0].v;
-        out->hit = moved[0].cls;
-        out->pos = moved[1].cls;
-        return true;
-    }
-    out->carry = arena_memdup(c->a, moved, sizeof moved);
-    return true;
-}
-
-/* An all-gather or a collective-permute of index values (per device, a
- * function of the source at positions pos under view v) moves the positions
- * as data and the functions with them. Device t of an all-gather concatenates
- * the windows of its group: one function of the gathered positions when every
- * device of the group holds the same function (token ids wrapped into range;
- * bounds that vary only along other axes). Device t of a permute holds what
- * its source s held: s's function of the positions under the view the permute
- * leaves them in (GSPMD moving token ids from one mesh axis to another). */
-static bool gather_index_values(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    if (s->in->noperands != 1) return false;
-    lval x = s->ops[0];
-    bool permute = s->in->op == OP_COLLECTIVE_PERMUTE;
-    if ((s->in->op != OP_ALL_GATHER && !permute) || s->in->noperands != 1 || x.kind != LV_PW || !x.pw ||
-        x.pos == EID_NONE)
-        return false;
-    if (permute) {
-        const char *bad;
-        const int64_t *from = lf_permute_sources(c, s->in, &bad);
-        view pv;
-        if (!from || !lf_permute_view(c, &x.v, from, &pv)) return false;
-        pw_fn *f = arena_alloc(c->a, (size_t)c->ndev * sizeof *f);
-        for (int64_t t = 0; t < c->ndev; t++) f[t] = x.pw[from[t]];
-        *out = x;
-        out->v = pv;
-        out->pw = f;
-        return true;
-    }
-    if (!pw_uniform_over(c, x.pw, s->in)) return false;
-    s->ops[0] = term(x.pos, x.v, false);
-    lval g = lift_all_gather(s);
-    lval k = unknown();
-    if (g.kind == LV_TERM && x.cls != EID_NONE) {
-        s->ops[0] = term(x.cls, x.v, false);
-        k = lift_all_gather(s);
-    }
-    s->ops[0] = x;
-    if (g.kind != LV_TERM) return false;
-    *out = x;
-    out->v = g.v;
-    out->pos = g.cls;
-    out->cls = k.kind == LV_TERM && view_equal(&k.v, &g.v) ? k.cls : EID_NONE;
-    return true;
-}
-
-/* A splat constant (broadcast of a scalar) re-viewed under w: the same
- * broadcast to the global shape of that view. */
-static bool splat_review(lstate *s, uint32_t o, const view *w) {
-    lval *x = &s->ops[o];
-    const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
-    if (x->kind != LV_TERM || x->v.partial || w->rank != xi->shape.rank || lf_scale_of(x) != 1) return false;
-    const interp_val *kv = lf_kval(s->c, x->cls);
-    /* A class that holds a broadcast of a scalar, whatever op gave it here
-     * (select(p, z, z) of a zero table): that broadcast, which is the form
-     * both sides share (a folded literal would not meet it). */
-    for (eid n = eg_class_first(s->c->g, x->cls); n != EID_NONE; n = eg_class_next(s->c->g, n)) {
-        uint32_t nk, rk;
-        const eid *ch = eg_node_children(s->c->g, n, &nk);
-        if (eg_node_op(s->c->g, n) != OP_BROADCAST || nk != 1) continue;
-        eg_type_dims(s->c->g, eg_class_type(s->c->g, ch[0]), &rk);
-        if (rk) continue;
-        int64_t dims[VIEW_MAX_RANK];
-        lf_global_dims(s->c, w, &xi->shape, dims);
-        bool konst = x->konst;
-        eid b = eg_add(s->c->g, OP_BROADCAST, eg_node_attr(s->c->g, n), lf_type_of(s->c, xi->shape.dtype, dims, xi->shape.rank),
-                       ch, 1, s->c->origin);
-        if (kv && kv->n && !lf_kval(s->c, b) && fold_size_ok(dims, xi->shape.rank)) {
-            interp_val *g = interp_val_new(kv->dtype, xi->shape.rank, dims);
-            for (int64_t k = 0; g && k < g->n; k++) interp_val_set(g, k, interp_val_get(kv, 0));
-            if (g) kval_set(s->c, b, g);
-        }
-        *x = term(b, *w, false);
-        x->konst = konst;
-        return true;
-    }
-    if (kv && (xi->op != OP_BROADCAST || s->comp->instrs[xi->operands[0]].shape.rank != 0)) {
-        /* a folded constant holding one number: that number at the global shape */
-        for (int64_t k = 1; k < kv->n; k++)
-            if (interp_val_get(kv, k) != interp_val_get(kv, 0)) return false;
-        int64_t dims[VIEW_MAX_RANK];
-        lf_global_dims(s->c, w, &xi->shape, dims);
-        interp_val *g = fold_size_ok(dims, xi->shape.rank) && kv->n ? interp_val_new(kv->dtype, xi->shape.rank, dims) : NULL;
-        if (!g) return false;
-        for (int64_t k = 0; k < g->n; k++) interp_val_set(g, k, interp_val_get(kv, 0));
-        *x = term(lf_const_term(s->c, g, s->c->origin), *w, false);
-        x->konst = true;
-        return true;
-    }
-    if (xi->op != OP_BROADCAST || xi->noperands != 1 || s->comp->instrs[xi->operands[0]].shape.rank != 0) return false;
-    const lval *k = &s->vals[xi->operands[0]];
-    eid scalar;
-    if (k->kind == LV_TERM && lf_kval(s->c, k->cls)) scalar = k->cls;
-    else if (k->kind == LV_DEV && dev_uniform(s->c, k)) scalar = dev_constant(s->c, &s->comp->instrs[xi->operands[0]], k);
-    else return false;
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(s->c, w, &xi->shape, dims);
-    bool konst = x->konst;
-    *x = term(lf_node(s->c, s->c->cur, xi, &scalar, 1, dims, s->c->origin), *w, false);
-    x->konst = konst;
-    return true;
-}
-
-/* Whether s's value is used only as the indices of scatters (and is not
- * the computation's result). */
-static bool only_scatter_indices(const lstate *s) {
-    uint32_t i = (uint32_t)(s->in - s->comp->instrs), uses = 0;
-    if (i == s->comp->root) return false;
-    for (uint32_t j = i + 1; j < s->comp->ninstrs; j++) {
-        const hlo_instr *u = &s->comp->instrs[j];
-        for (uint32_t o = 0; o < u->noperands; o++) {
-            if (u->operands[o] != i) continue;
-            if (u->op != OP_SCATTER || o != 1 || u->noperands != 3) return false;
-            uses++;
-        }
-    }
-    return uses > 0;
-}
-
-/* Scatter s's indices (operand 1) are x - off(r), x the same function of
- * data on every device under a plain view (a batch split over dp travels
- * along) and off(r) = block(r)·size in one component of the index vector
- * (0 in the others), size the operand's local length along the operand dim
- * *bk that component indexes: either the indices are subtract(x, off) (x's
- * own term: wrapping of negative ids inside it is fine), or, with one
- * component, their index values are on every device exactly t - off(r) for
- * the source t at their positions (a subtract before reshapes). The indices
- * become x's term under x's view, and *dim the axes of the blocks. */
-static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in, *ii = &s->comp->instrs[in->operands[1]];
-    uint32_t nsd;
-    const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);
-    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0), n = shape_elements(&ii->shape);
-    if (!nsd || ivd < 0 || ivd > ii->shape.rank || (ivd == ii->shape.rank ? nsd != 1 : ii->shape.dims[ivd] != nsd)) return false;
-    int64_t stride = 1;
-    for (uint32_t d = (uint32_t)ivd + 1; d < ii->shape.rank; d++) stride *= ii->shape.dims[d];
-    /* per[r·nsd + j]: device r's offset in component j */
-    double *per = arena_alloc(c->a, (size_t)c->ndev * nsd * sizeof *per);
-    lval x = {0};
-    const lval *off = ii->op == OP_SUBTRACT && ii->noperands == 2 ? &s->vals[ii->operands[1]] : NULL;
-    if (off && off->kind == LV_DEV && n > 0 && (int64_t)off->count == n && !dev_uniform(c, off)) {
-        x = s->vals[ii->operands[0]];
-        if (is_index(&x) && !lf_index_as_term(c, &x)) return false;
-        bool *seen = arena_alloc(c->a, nsd * sizeof *seen);
-        for (int64_t r = 0; r < c->ndev; r++) {
-            memset(seen, 0, nsd * sizeof *seen);
-            for (uint32_t e = 0; e < off->count; e++) {
-                uint32_t j = (uint32_t)((e / stride) % nsd);
-                double v = off->dev[r * off->count + e];
-                if (!seen[j]) per[r * nsd + j] = v, seen[j] = true;
-                else if (per[r * nsd + j] != v) return false;
-            }
-        }
-    } else {
-        const lval *p = &s->ops[1];
-        if (nsd != 1 || p->kind != LV_PW || !p->pw || p->pos == EID_NONE) return false;
-        for (int64_t r = 0; r < c->ndev; r++) {
-            const pw_fn *f = &p->pw[r];
-            if (f->n != 1 || f->p[0].lo != PW_NEG_INF || f->p[0].hi != PW_POS_INF || f->p[0].a != 1) return false;
-            per[r] = -(double)f->p[0].b;
-        }
-        x = term(p->pos, p->v, false);
-    }
-    if (x.kind != LV_TERM || x.v.partial || x.v.rank != ii->shape.rank) return false;
-    /* one component offset per device, the others 0 everywhere */
-    int64_t j0 = -1;
-    for (uint32_t j = 0; j < nsd; j++) {
-        bool zero = true;
-        for (int64_t r = 0; r < c->ndev; r++) zero &= per[r * nsd + j] == 0;
-        if (zero) continue;
-        if (j0 >= 0) return false;
-        j0 = j;
-    }
-    const hlo_instr *oi = &s->comp->instrs[in->operands[0]];
-    if (j0 < 0 || sd[j0] < 0 || sd[j0] >= oi->shape.rank) return false;
-    double *pj = arena_alloc(c->a, (size_t)c->ndev * sizeof *pj);
-    for (int64_t r = 0; r < c->ndev; r++) pj[r] = per[r * nsd + j0];
-    int64_t base, parts;
-    uint32_t mask = lf_block_offsets(c, pj, 1, oi->shape.dims[sd[j0]], &base, &parts);
-    if (!mask || base != 0) return false;
-    /* x at the indices' shape */
-    int64_t g[VIEW_MAX_RANK];
-    lf_global_dims(c, &x.v, &ii->shape, g);
-    if (eg_class_type(c->g, x.cls) != lf_type_of(c, ii->shape.dtype, g, ii->shape.rank)) return false;
-    *bk = sd[j0];
-    *dim = lf_axes_dim(c, mask);
-    s->ops[1] = term(x.cls, x.v, x.assumed);
-    return true;
-}
-
-/* scatter(operand, indices, updates) with a sum or any reducer, two readings:
- * - aligned: every device scatters into its own block (the operand sharded
- *   only along batching dims and whole windows, the indices and updates
- *   alike along the matching dims): the global scatter under the operand's
- *   view;
- * - partial: the operand is zero and replicated, the indices and updates
- *   sharded alike along their scatter dims (each device adds its rows, an
- *   embedding's gradient under data parallelism) or the updates partial
- *   sums, and the reducer a sum: the global scatter-add, partial (sum) over
- *   those axes.
- * Splat constants take whatever view the others need. */
-static bool scatter_reading(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    if (in->noperands != 3 || in->shape.dtype == DT_TUPLE || in->shape.rank > VIEW_MAX_RANK) return false;
-    view_dim bdim = {0};
-    int64_t bk = -1;
-    bool blocked = block_offset_indices(s, &bk, &bdim);
-    for (uint32_t o = 0; o < 3; o++) {
-        uniform_dev_as_term(s, o);
-        if (s->ops[o].kind != LV_TERM) return false;
-    }
-    const hlo_instr *oi = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]],
-                    *ui = &s->comp->instrs[in->operands[2]];
-    uint32_t nuw, niw, nib, nsb;
-    const int64_t *uw = instr_ints(in, A_UPDATE_WINDOW_DIMS, &nuw), *iw = instr_ints(in, A_INSERTED_WINDOW_DIMS, &niw);
-    const int64_t *ib = instr_ints(in, A_INPUT_BATCHING_DIMS, &nib), *sb = instr_ints(in, A_SCATTER_INDICES_BATCHING_DIMS, &nsb);
-    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
-    uint32_t ro = oi->shape.rank, ri = ii->shape.rank, ru = ui->shape.rank;
-    if (ro > VIEW_MAX_RANK || ri > VIEW_MAX_RANK || ru > VIEW_MAX_RANK || nib != nsb) return false;
-    /* udim_of_idx[d]: the update dim of index dim d (not the index vector dim);
-     * udim_of_op[d]: the update dim of operand window dim d, or -1. */
-    int64_t udim_of_idx[VIEW_MAX_RANK], udim_of_op[VIEW_MAX_RANK];
-    uint32_t u = 0, w = 0;
-    for (uint32_t d = 0; d < ri; d++) {
-        udim_of_idx[d] = -1;
-        if ((int64_t)d == ivd) continue;
-        while (u < ru && member(uw, nuw, u)) u++;
-        if (u >= ru) return false;
-        udim_of_idx[d] = u++;
-    }
-    for (uint32_t d = 0; d < ro; d++) {
-        udim_of_op[d] = -1;
-        if (member(iw, niw, d) || member(ib, nib, d)) continue;
-        if (w >= nuw || uw[w] < 0 || uw[w] >= ru) return false;
-        udim_of_op[d] = uw[w++];
-    }
-    /* The views the three must have, from the sharded ones. */
-    view vo = view_dup(ro), vi = view_dup(ri), vu = view_dup(ru);
-    /* Indices offset per device by its block of the operand along the one
-     * scatter dim (GSPMD's vocab-parallel scatter: index - r·size): every
-     * device adds the rows that fall in its block and drops the others (a
-     * scatter skips indices out of bounds), which is the global scatter with
-     * that dim sharded; the indices are the source's term. */
-    if (blocked) {
-        /* A window of one element along the blocked dim: a wider one could
-         * straddle two blocks, dropped by both devices but not globally. The
-         * operand is a splat or already split in those blocks (a table
-         * updated in place). */
-        int64_t wd = udim_of_op[bk];
-        const view_dim *od = &s->ops[0].v.dims[bk];
-        if ((od->naxes && memcmp(od, &bdim, sizeof bdim)) || member(ib, nib, bk) ||
-            (!member(iw, niw, bk) && (wd < 0 || ui->shape.dims[wd] != 1)))
-            return false;
-        vo.dims[bk] = bdim;
-    }
-    const lval *o = &s->ops[0], *x = &s->ops[1], *y = &s->ops[2];
-    if (o->v.partial || x->v.partial || (y->v.partial && y->v.red != RED_SUM)) return false;
-    bool zero_operand = false;
-    const interp_val *ov = lf_kval(c, o->cls);
-    if (ov) {
-        zero_operand = true;
-        for (int64_t k = 0; k < ov->n && zero_operand; k++) zero_operand = interp_val_get(ov, k) == 0;
-    }
-    uint8_t partial = 0;
-    for (uint32_t d = 0; d < ri; d++) {
-        const view_dim *xd = &x->v.dims[d];
-        if (!xd->naxes) continue;
-        if ((int64_t)d == ivd || udim_of_idx[d] < 0) return false;
-        vi.dims[d] = *xd;
-        vu.dims[udim_of_idx[d]] = *xd;
-        int64_t k = -1;
-        for (uint32_t q = 0; q < nsb; q++)
-            if (sb[q] == d) k = ib[q];
-        if (k >= 0) vo.dims[k] = *xd;
-        else for (uint32_t a = 0; a < xd->naxes; a++) partial |= (uint8_t)(1u << xd->axes[a]);
-    }
-    for (uint32_t d = 0; d < ro; d++) {
-        const view_dim *od = &o->v.dims[d];
-        if (blocked && d == bk) continue;  /* taken above */
-        if (udim_of_op[d] >= 0) {
-            /* a window dim sharded in the operand or the updates: whole
-             * windows of the local block (the window starts at 0 or is
-             * dropped alike on both sides) */
-            const view_dim *wd = od->naxes ? od : &y->v.dims[udim_of_op[d]];
-            if (!wd->naxes) continue;
-            if (ui->shape.dims[udim_of_op[d]] != oi->shape.dims[d] || (vo.dims[d].naxes && memcmp(&vo.dims[d], wd, sizeof *wd)))
-                return false;
-            vo.dims[d] = *wd;
-            vu.dims[udim_of_op[d]] = *wd;
-        } else if (od->naxes && memcmp(&vo.dims[d], od, sizeof *od)) {
-            return false;
-        }
-    }
-    /* every mesh axis bound once */
-    uint32_t nbound = 0;
-    for (uint32_t d = 0; d < ro; d++) nbound += vo.dims[d].naxes;
-    if (nbound != (uint32_t)__builtin_popcount(view_axes_used(&vo))) return false;
-    /* Updates that are partial sums: a scatter-add into zeros is linear in
-     * them, so the result is partial over the same axes. */
-    vu.partial = y->v.partial;
-    vu.red = y->v.partial ? RED_SUM : 0;
-    partial |= y->v.partial;
-    if (partial && (!zero_operand || instr_reducer(c->cur, in) != RED_SUM || (partial & view_axes_used(&vo)))) return false;
-    const view *want[3] = {&vo, &vi, &vu};
-    for (uint32_t k = 0; k < 3; k++)
-        if (!view_equal(&s->ops[k].v, want[k]) && !splat_review(s, k, want[k])) return false;
-    view v = vo;
-    v.partial = partial;
-    v.red = partial ? RED_SUM : 0;
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &v, &in->shape, dims);
-    eid ch[3] = {s->ops[0].cls, s->ops[1].cls, s->ops[2].cls};
-    *out = term(lf_node(c, c->cur, in, ch, 3, dims, c->origin), v, o->assumed || x->assumed || y->assumed);
-    return true;
-}
-
 /* The indices block_offset_indices read as x's term stand for x - off(r)
  * only under the blocked reading: when no reading applies, the scatter's
  * indices are the per-device ones again. */
 static bool scatter_views(lstate *s, lval *out) {
     lval indices = s->in->noperands == 3 ? s->ops[1] : unknown();
-    if (scatter_reading(s, out)) return true;
+    if (lf_scatter_reading(s, out)) return true;
     if (s->in->noperands == 3) s->ops[1] = indices;
     return false;
 }
 
-static lval lift_instr(lstate *s) {
+lval lf_lift_instr(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     lval *ops = s->ops;
     lval pwv;
     /* select(p, x, x) is x, whatever p is (GSPMD writes such selects). */
     if (in->op == OP_SELECT && in->noperands == 3 && in->operands[1] == in->operands[2]) return ops[1];
-    if (iota_block(s, &pwv)) return pwv;
-    if (gather_index_values(s, &pwv)) return pwv;
-    if (move_mask(s, &pwv)) return pwv;
+    if (lf_iota_block(s, &pwv)) return pwv;
+    if (lf_gather_index_values(s, &pwv)) return pwv;
+    if (lf_move_mask(s, &pwv)) return pwv;
     for (uint32_t o = 0; o < in->noperands; o++)
-        if (ops[o].kind == LV_MASK && ops[o].carry && !settle_mask(c, &s->comp->instrs[in->operands[o]].shape, &ops[o])) {
+        if (ops[o].kind == LV_MASK && ops[o].carry && !lf_settle_mask(c, &s->comp->instrs[in->operands[o]].shape, &ops[o])) {
             lf_unsupported(c, s->comp, in, "%s takes masked rows an all-to-all rearranged before they are a plain view "
                            "again", in->name);
             return unknown();
         }
     if (lf_pw_instr(s, &pwv)) return pwv;
-    if (in->noperands >= 1 && ops[0].kind == LV_LAYOUT && layout_op(s, &pwv)) return pwv;
+    if (in->noperands >= 1 && ops[0].kind == LV_LAYOUT && lf_layout_op(s, &pwv)) return pwv;
     /* A layout met by any other op: a plain view of the term reshaped, if
      * there is one (layout ops keep it a layout until the atoms line up with
      * the global dims: a reading that merges them is taken only here). */
     for (uint32_t o = 0; o < in->noperands; o++)
         if (ops[o].kind == LV_LAYOUT &&
-            !layout_to_term(c, &ops[o], &s->comp->instrs[in->operands[o]].shape, true, &ops[o])) {
+            !lf_layout_to_term(c, &ops[o], &s->comp->instrs[in->operands[o]].shape, true, &ops[o])) {
             const lift_layout *L = ops[o].lay;
             lf_unsupported_suspect(c, "wrong-shard-dim", L->from_comp, L->from, "%s rearranges the blocks of its operand "
                                    "(they are the major part of another dimension), and %s uses the result in a way not "
@@ -4249,7 +3508,7 @@ static lval lift_instr(lstate *s) {
     switch (in->op) {
     case OP_BROADCAST:
         /* A device value the same everywhere, too big to tabulate: a constant. */
-        uniform_dev_as_term(s, 0);
+        lf_uniform_dev_as_term(s, 0);
         return lift_broadcast(s);
     case OP_TRANSPOSE: return lift_transpose(s);
     case OP_REVERSE: return lift_reverse(s);
@@ -4257,8 +3516,8 @@ static lval lift_instr(lstate *s) {
     case OP_DOT: return lift_dot(s);
     case OP_REDUCE: return lift_reduce(s);
     case OP_ALL_REDUCE: return lift_all_reduce(s);
-    case OP_ALL_GATHER: return lift_all_gather(s);
-    case OP_ALL_TO_ALL: return lift_all_to_all(s);
+    case OP_ALL_GATHER: return lf_lift_all_gather(s);
+    case OP_ALL_TO_ALL: return lf_lift_all_to_all(s);
     case OP_REDUCE_SCATTER: return lift_reduce_scatter(s);
     case OP_DYNAMIC_SLICE: return lift_dynamic_slice(s);
     case OP_DYNAMIC_UPDATE_SLICE: {
@@ -4271,7 +3530,7 @@ static lval lift_instr(lstate *s) {
     case OP_TOPK: return lift_topk(s);
     case OP_GATHER: {
         lval g;
-        if (gather_views(s, &g)) return g;
+        if (lf_gather_views(s, &g)) return g;
         break;
     }
     case OP_SCATTER: {
@@ -4291,23 +3550,23 @@ static lval lift_instr(lstate *s) {
         /* Device operands that agree everywhere act as constants. */
         for (uint32_t o = 0; o < in->noperands; o++)
             if (ops[o].kind == LV_DEV) {
-                if (!dev_uniform(c, &ops[o])) {
+                if (!lf_dev_uniform(c, &ops[o])) {
                     /* Offsets that differ per component of an index vector
                      * are read by the scatters that take them (which say
                      * so when they cannot). */
-                    if (in->op == OP_SUBTRACT && only_scatter_indices(s)) return unknown();
+                    if (in->op == OP_SUBTRACT && lf_only_scatter_indices(s)) return unknown();
                     lf_unsupported(c, s->comp, in, "%s mixes a device-dependent value (from partition-id) with data; "
                                                 "only offsets and masks of known forms are understood", in->name);
                     return unknown();
                 }
-                uniform_dev_as_term(s, o);
+                lf_uniform_dev_as_term(s, o);
             }
         return lift_elementwise(s);
     }
     /* Any other op on replicated operands is the same op in the baseline
      * (device values the same everywhere, constant indices, are constants). */
     bool all_dup = true, assumed = false;
-    for (uint32_t o = 0; o < in->noperands; o++) uniform_dev_as_term(s, o);
+    for (uint32_t o = 0; o < in->noperands; o++) lf_uniform_dev_as_term(s, o);
     for (uint32_t o = 0; o < in->noperands; o++) {
         all_dup &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
         if (ops[o].kind == LV_TERM) assumed |= ops[o].assumed;
@@ -4338,8 +3597,8 @@ static lval generic(lstate *s) {
         if (x->kind == LV_TERM) {
             ch[o] = x->cls;
             assumed |= x->assumed;
-        } else if (x->kind == LV_DEV && dev_uniform(c, x)) {
-            ch[o] = dev_constant(c, xi, x);
+        } else if (x->kind == LV_DEV && lf_dev_uniform(c, x)) {
+            ch[o] = lf_dev_constant(c, xi, x);
         } else {
             ch[o] = lf_fresh_var(c, xi->shape.dtype, xi->shape.dims, xi->shape.rank);
             assumed = true;
@@ -4442,547 +3701,6 @@ void lf_account_tree(lift_ctx *c, const hlo_instr *in) {
     for (uint32_t i = 0; i < callee->ninstrs; i++) lf_account_tree(c, &callee->instrs[i]);
 }
 
-/* ---- while loops: induction over the carry (DESIGN §6) ----
- *
- * The baseline's loop is walked once with a fresh variable x_j for every carry
- * element: its body gives y_j(x) and its condition p(x); its result element j
- * is an opaque node while_j(init) (nothing is known of it but its name). The
- * distributed loop with the same position in walk order is related to it by
- * induction: each carry element k of its initial value is a baseline initial
- * element j = pi(k) under a view v_k (device-independent counters: equal
- * values); entering the body with x_pi(k) under v_k, the body must return
- * y_pi(k) under v_k, and the condition must be p. Then, iteration by iteration,
- * the distributed carry is the baseline carry under the views, both loops stop
- * together, and result element k is while_pi(k)(init) under v_k. Carries are
- * paired by their initial values, not by position (the partitioner reorders
- * them); a constant one (a zero-filled buffer, a zero sum) under the view that
- * gives it the baseline element's shape (konst_carry); baseline carries the
- * body returns unchanged from the same initial value are one variable
- * (loop_invariants). A distributed carry with no counterpart is ignored when
- * only its own update reads it (carry_feeds, result_read). A zero carry may
- * also be a partial sum of zeros (a gradient summed from per-device partial
- * sums, all-reduced after the loop): read so when a sum follows the loop
- * (summed_after), and the other reading is tried when the one taken fails
- * in the body (loop_try, the first walk undone by loop_mark). */
-typedef struct lift_loop {
-    uint32_t n;                   /* carry elements */
-    lval *init;                   /* baseline initial elements */
-    const shape *shapes;          /* baseline carry element shapes */
-    eid *x;                       /* the variable of each element */
-    lval body;                    /* body over x (LV_TUPLE when understood) */
-    eid cond;                     /* condition over x, EID_NONE when not a term */
-    lval result;                  /* LV_TUPLE of while_j(init) */
-} lift_loop;
-
-static uint32_t called_comp(const hlo_module *m, const hlo_instr *in, int key) {
-    const hlo_attr *a = instr_attr(in, key);
-    return a && a->v.ints && a->v.ints[0] >= 0 && a->v.ints[0] < m->ncomps ? (uint32_t)a->v.ints[0] : SR_NONE;
-}
-
-/* The instruction giving element k of a tuple-valued operand, for shapes. */
-static const hlo_instr *tuple_elem_instr(const hlo_comp *comp, const hlo_instr *t, uint32_t k) {
-    return t->op == OP_TUPLE && k < t->noperands ? &comp->instrs[t->operands[k]] : NULL;
-}
-
-/* Body and condition of a loop over the carry args (one tuple). */
-static void loop_walk(lift_ctx *c, const hlo_instr *in, lval *args, lval *body, lval *cond) {
-    const hlo_module *m = c->cur;
-    uint32_t b = called_comp(m, in, A_BODY), k = called_comp(m, in, A_CONDITION);
-    const char *sc;
-    size_t sn;
-    uint32_t outer = c->loop_seg;
-    if (c->baseline_mode) c->loop_seg = sr_scope_top(in, &sc, &sn) ? lf_segment_of(c, sc, sn) : UINT32_MAX;
-    c->loop_depth++;
-    c->depth++;
-    *body = b != SR_NONE ? lift_comp(c, &m->comps[b], args, NULL, 0) : unknown();
-    *cond = k != SR_NONE ? lift_comp(c, &m->comps[k], args, NULL, 0) : unknown();
-    c->depth--;
-    c->loop_depth--;
-    c->loop_seg = outer;
-}
-
-/* Carries the body returns unchanged keep their initial value in every
- * iteration; two of them that start from the same value are equal in every
- * iteration, so their variables are merged. A distributed loop that carries
- * that value once (or in other places) then meets the baseline's body
- * whichever of them its carry is related to. */
-static void loop_invariants(lift_ctx *c, const lift_loop *L) {
-    bool any = false;
-    for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->n && j < L->body.n; j++) {
-        const lval *y = &L->body.elems[j], *e = &L->init[j];
-        if (y->kind != LV_TERM || e->kind != LV_TERM || eg_find(c->g, y->cls) != eg_find(c->g, L->x[j])) continue;
-        for (uint32_t i = 0; i < j; i++) {
-            const lval *yi = &L->body.elems[i], *ei = &L->init[i];
-            if (yi->kind == LV_TERM && ei->kind == LV_TERM && eg_find(c->g, yi->cls) == eg_find(c->g, L->x[i]) &&
-                eg_find(c->g, ei->cls) == eg_find(c->g, e->cls) && eg_find(c->g, L->x[i]) != eg_find(c->g, L->x[j])) {
-                eg_union(c->g, L->x[i], L->x[j], NULL);
-                any = true;
-                break;
-            }
-        }
-    }
-    if (!any) return;
-    eg_rebuild(c->g);
-    lf_kvals_after_unions(c);
-}
-
-static lval loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
-    const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
-    const hlo_instr *ti = in->noperands == 1 ? &comp->instrs[in->operands[0]] : NULL;
-    if (!init || init->kind != LV_TUPLE || in->shape.dtype != DT_TUPLE || in->shape.ntuple != init->n) return unknown();
-    uint32_t n = init->n;
-    XGROW(c->loops, c->caploops, c->nloops + 1);
-    lift_loop *L = &c->loops[c->nloops++];
-    memset(L, 0, sizeof *L);
-    L->n = n;
-    L->shapes = in->shape.tuple;
-    L->init = arena_memdup(c->a, init->elems, (n + 1) * sizeof *init->elems);
-    for (uint32_t j = 0; j < n; j++) lf_index_as_term(c, &L->init[j]);
-    init = &(lval){.kind = LV_TUPLE, .n = n, .elems = L->init};
-    L->x = arena_alloc(c->a, (n + 1) * sizeof *L->x);
-    lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs), arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
-    eid *ch = arena_alloc(c->a, (n + 1) * sizeof *ch);
-    for (uint32_t j = 0; j < n; j++) {
-        const shape *sh = &in->shape.tuple[j];
-        int64_t k = (int64_t)(1000000 + c->fresh++);
-        L->x[j] = eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), lf_type_of(c, sh->dtype, sh->dims, sh->rank), NULL, 0, EG_BASELINE);
-        xs[j] = term(L->x[j], view_dup(sh->rank), false);
-        const lval *e = &init->elems[j];
-        const hlo_instr *ei = tuple_elem_instr(comp, ti, j);
-        ch[j] = e->kind == LV_TERM ? e->cls : e->kind == LV_DEV && ei ? dev_constant(c, ei, e) : xs[j].cls;
-    }
-    lval cv;
-    loop_walk(c, in, &arg, &L->body, &cv);
-    for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->body.n; j++) lf_index_as_term(c, &L->body.elems[j]);
-    lf_index_as_term(c, &cv);
-    L->cond = cv.kind == LV_TERM ? eg_find(c->g, cv.cls) : EID_NONE;
-    loop_invariants(c, L);
-    lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
-    uint32_t b = called_comp(c->cur, in, A_BODY);
-    for (uint32_t j = 0; j < n; j++) {
-        const shape *sh = &in->shape.tuple[j];
-        int64_t attr[2] = {j, b == SR_NONE ? 0 : (int64_t)comp_digest(c, c->cur, b)};
-        eid r = eg_add(c->g, OP_WHILE, eg_attr(c->g, attr, 2), lf_type_of(c, sh->dtype, sh->dims, sh->rank), ch, n, EG_BASELINE);
-        rs[j] = term(r, view_dup(sh->rank), false);
-    }
-    L->result = (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
-    return L->result;
-}
-
-/* Whether element k of while loop w's result is read after it (any use of
- * the whole tuple but a get-tuple-element of another element counts). */
-static bool result_read(const hlo_comp *comp, const hlo_instr *w, uint32_t k) {
-    uint32_t wi = (uint32_t)(w - comp->instrs);
-    for (uint32_t i = wi + 1; i < comp->ninstrs; i++) {
-        const hlo_instr *u = &comp->instrs[i];
-        for (uint32_t o = 0; o < u->noperands; o++)
-            if (u->operands[o] == wi && (u->op != OP_GET_TUPLE_ELEMENT || instr_int(u, A_INDEX, 0) == k)) return true;
-    }
-    return comp->root == wi;
-}
-
-/* Whether carry element k reaches the root of a loop body or condition
- * comp other than through its own result element `own` (UINT32_MAX: the
- * root itself, a condition). Instructions are in dependency order; a use of
- * the whole carry other than a get-tuple-element counts as reading k. */
-static bool carry_feeds(const hlo_comp *comp, uint32_t k, uint32_t own) {
-    bool *dep = xcalloc(comp->ninstrs + 1, sizeof *dep);
-    for (uint32_t i = 0; i < comp->ninstrs; i++) {
-        const hlo_instr *x = &comp->instrs[i];
-        for (uint32_t o = 0; o < x->noperands && !dep[i]; o++) {
-            const hlo_instr *y = &comp->instrs[x->operands[o]];
-            bool reads_k = y->op == OP_PARAMETER && (x->op != OP_GET_TUPLE_ELEMENT || instr_int(x, A_INDEX, 0) == k);
-            dep[i] = dep[x->operands[o]] || reads_k;
-        }
-    }
-    const hlo_instr *r = &comp->instrs[comp->root];
-    bool feeds = false;
-    if (own == UINT32_MAX || r->op != OP_TUPLE) feeds = dep[comp->root];
-    else
-        for (uint32_t j = 0; j < r->noperands; j++) feeds |= j != own && dep[r->operands[j]];
-    free(dep);
-    return feeds;
-}
-
-/* Whether instruction i of comp is all zeros: a zero constant, or a
- * broadcast of one (through copies). */
-static bool zero_value(const hlo_comp *comp, uint32_t i) {
-    const hlo_instr *x = &comp->instrs[i];
-    while ((x->op == OP_COPY || x->op == OP_BROADCAST) && x->noperands == 1) x = &comp->instrs[x->operands[0]];
-    const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
-    const hlo_literal *lit = la ? la->v.lit : NULL;
-    if (!lit || lit->elided || lit->raw || lit->count < 1 || (!lit->f && !lit->i)) return false;
-    for (int64_t k = 0; k < lit->count; k++)
-        if (lit->f ? lit->f[k] != 0 : lit->i[k] != 0) return false;
-    return true;
-}
-
-/* The mesh axes (bitmask) over which element k of while loop w's result is
- * summed right after the loop: its one reader, through copies, converts,
- * layout ops and scalings by a constant, is an all-reduce or reduce-scatter
- * that sums over them; 0 otherwise. */
-static uint32_t summed_after(lift_ctx *c, const hlo_comp *comp, const hlo_instr *w, uint32_t k) {
-    uint32_t cur = (uint32_t)(w - comp->instrs);
-    bool elem = false;
-    for (int depth = 0; depth < 16; depth++) {
-        uint32_t user = SR_NONE, nusers = 0;
-        for (uint32_t i = cur + 1; i < comp->ninstrs; i++) {
-            const hlo_instr *u = &comp->instrs[i];
-            for (uint32_t o = 0; o < u->noperands; o++)
-                if (u->operands[o] == cur && (elem || u->op != OP_GET_TUPLE_ELEMENT || instr_int(u, A_INDEX, 0) == k))
-                    user = i, nusers++;
-        }
-        if (nusers != 1) return 0;
-        const hlo_instr *u = &comp->instrs[user];
-        if (!elem) {
-            if (u->op != OP_GET_TUPLE_ELEMENT) return 0;
-            elem = true;
-        } else if ((u->op == OP_ALL_REDUCE || u->op == OP_REDUCE_SCATTER) && u->noperands == 1) {
-            int axes = instr_reducer(c->cur, u) == RED_SUM ? lift_groups_axes(c, u, false) : -1;
-            return axes > 0 ? (uint32_t)axes : 0;
-        } else if (u->op == OP_MULTIPLY || u->op == OP_DIVIDE) {
-            uint32_t other = u->operands[0] == cur ? 1 : 0;
-            const hlo_instr *f = u->noperands == 2 ? &comp->instrs[u->operands[other]] : NULL;
-            while (f && f->op == OP_BROADCAST && f->noperands == 1) f = &comp->instrs[f->operands[0]];
-            if (!f || f->op != OP_CONSTANT || (u->op == OP_DIVIDE && other == 0)) return 0;
-        } else if (u->op != OP_COPY && u->op != OP_CONVERT && u->op != OP_RESHAPE && u->op != OP_TRANSPOSE &&
-                   u->op != OP_BITCAST) {
-            return 0;
-        }
-        cur = user;
-    }
-    return 0;
-}
-
-/* A scalar integer constant's value. */
-static bool int_constant(const hlo_instr *x, int64_t *out) {
-    const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
-    if (!la || la->v.lit->elided || la->v.lit->raw || !la->v.lit->i || la->v.lit->count != 1 || x->shape.rank != 0 ||
-        !dtype_is_int(x->shape.dtype))
-        return false;
-    *out = la->v.lit->i[0];
-    return true;
-}
-
-/* Whether x is element k of comp's parameter (a tuple). */
-static bool carry_elem(const hlo_comp *comp, const hlo_instr *x, uint32_t *k) {
-    if (x->op != OP_GET_TUPLE_ELEMENT || x->noperands != 1 || comp->instrs[x->operands[0]].op != OP_PARAMETER) return false;
-    *k = (uint32_t)instr_int(x, A_INDEX, 0);
-    return true;
-}
-
-/* The trip count of a counted loop (a scan): carry element k starts at a
- * constant c0, the body adds a positive constant s to it, and the condition is
- * element k < n for a constant n. Read from the program text only; false for
- * any other loop. */
-static bool loop_trips(const hlo_module *m, const hlo_comp *comp, const hlo_instr *in, int64_t *trips) {
-    uint32_t bi = called_comp(m, in, A_BODY), ci = called_comp(m, in, A_CONDITION);
-    if (bi == SR_NONE || ci == SR_NONE || in->noperands != 1) return false;
-    const hlo_comp *body = &m->comps[bi], *cond = &m->comps[ci];
-    const hlo_instr *ti = &comp->instrs[in->operands[0]], *cr = &cond->instrs[cond->root], *br = &body->instrs[body->root];
-    const char *dir = cr->op == OP_COMPARE ? instr_str(cr, A_DIRECTION) : NULL;
-    uint32_t k, kb;
-    int64_t c0, n, st;
-    if (!dir || strcmp(dir, "LT") || cr->noperands != 2 || !carry_elem(cond, &cond->instrs[cr->operands[0]], &k) ||
-        !int_constant(&cond->instrs[cr->operands[1]], &n) || ti->op != OP_TUPLE || k >= ti->noperands ||
-        !int_constant(&comp->instrs[ti->operands[k]], &c0) || br->op != OP_TUPLE || k >= br->noperands)
-        return false;
-    const hlo_instr *step = &body->instrs[br->operands[k]];
-    if (step->op != OP_ADD || step->noperands != 2) return false;
-    for (int o = 0; o < 2; o++)
-        if (carry_elem(body, &body->instrs[step->operands[o]], &kb) && kb == k &&
-            int_constant(&body->instrs[step->operands[1 - o]], &st) && st > 0 && st < INT32_MAX && n < INT32_MAX &&
-            c0 > -INT32_MAX) {
-            *trips = n > c0 ? (n - c0 + st - 1) / st : 0;
-            return true;
-        }
-    return false;
-}
-
-/* The mesh axes of a view dim (bitmask) and the number of blocks they cut. */
-static uint32_t dim_axes(const lift_ctx *c, const view_dim *vd, int64_t *parts) {
-    uint32_t mask = 0;
-    *parts = 1;
-    for (uint32_t a = 0; a < vd->naxes; a++) mask |= 1u << vd->axes[a], *parts *= c->mesh->sizes[vd->axes[a]];
-    return mask;
-}
-
-/* The view that cuts each dim of the global shape g into the local shape l
- * in blocks: over the one group of axes of that ratio among `groups` (the
- * sharded dims of the loop's other initial values: how this program shards),
- * else over the one mesh axis of that ratio; false when there is no such
- * group or several (the reading would be a guess). */
-static bool blocks_view(const lift_ctx *c, const shape *l, const shape *g, const view_dim *groups, uint32_t ngroups, view *w) {
-    if (l->rank != g->rank || l->rank > VIEW_MAX_RANK) return false;
-    *w = view_dup(l->rank);
-    uint32_t used = 0;
-    for (uint32_t d = 0; d < l->rank; d++) {
-        if (g->dims[d] == l->dims[d]) continue;
-        if (l->dims[d] <= 0 || g->dims[d] % l->dims[d]) return false;
-        int64_t r = g->dims[d] / l->dims[d], parts;
-        int found = -1, nfound = 0;
-        for (uint32_t k = 0; k < ngroups; k++)
-            if (dim_axes(c, &groups[k], &parts) && parts == r) found = (int)k, nfound++;
-        view_dim vd = nfound == 1 ? groups[found] : (view_dim){0};
-        for (uint32_t a = 0; !nfound && a < c->mesh->naxes; a++)
-            if (c->mesh->sizes[a] == r) vd = lf_axes_dim(c, 1u << a), nfound += vd.naxes > 0 ? 1 : 0;
-        uint32_t mask = dim_axes(c, &vd, &parts);
-        if (nfound != 1 || !mask || (used & mask)) return false;
-        used |= mask;
-        w->dims[d] = vd;
-    }
-    return true;
-}
-
-/* The distinct sharded dims of the views of a loop's initial values. */
-static uint32_t init_groups(const lval *init, uint32_t n, view_dim *out, uint32_t cap) {
-    uint32_t ng = 0;
-    for (uint32_t k = 0; k < n; k++) {
-        const lval *e = &init[k];
-        if (e->kind != LV_TERM || e->konst) continue;
-        for (uint32_t d = 0; d < e->v.rank; d++) {
-            const view_dim *vd = &e->v.dims[d];
-            bool seen = !vd->naxes;
-            for (uint32_t q = 0; q < ng && !seen; q++) seen = same_dim(&out[q], vd);
-            if (seen || ng == cap) continue;
-            out[ng] = (view_dim){.naxes = vd->naxes};
-            memcpy(out[ng++].axes, vd->axes, vd->naxes);
-        }
-    }
-    return ng;
-}
-
-/* A carry entering as a constant the same on every device (a zero-filled
- * buffer the loop writes its per-iteration results into, a zero accumulator)
- * that no baseline element starts from as it is: read under the blocked view
- * that makes its local shape the shape of a baseline element, that constant is
- * a global constant (konst_at); related to the first element not taken yet
- * that starts from it (ties paired in order). Whether this reading is the one
- * the body keeps is decided by the induction. */
-static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t ei, const lift_loop *L, const bool *taken,
-                        const view_dim *groups, uint32_t ngroups, uint32_t *pj, view *pw) {
-    const hlo_instr *e = &comp->instrs[ei];
-    const lval *x = &vals[ei];
-    if (x->kind != LV_TERM || !x->konst || x->assumed || !view_is_dup(&x->v) || lf_scale_of(x) != 1) return false;
-    for (uint32_t j = 0; j < L->n; j++) {
-        const shape *bs = &L->shapes[j];
-        view w;
-        if (taken[j] || L->init[j].kind != LV_TERM || bs->dtype != e->shape.dtype ||
-            !blocks_view(c, &e->shape, bs, groups, ngroups, &w) || view_is_dup(&w))
-            continue;
-        eid g = konst_at(c, comp, vals, ei, &w, 0);
-        if (g != EID_NONE && eg_find(c->g, g) == eg_find(c->g, L->init[j].cls)) {
-            *pj = j;
-            *pw = w;
-            return true;
-        }
-    }
-    return false;
-}
-
-/* Walks the body and condition with the carry xs (each related to baseline
- * carry pi[k] under its view) and checks the induction step: the body returns
- * every carry as the baseline's body does, under the view it entered with,
- * and the condition is the baseline's. failed[k]: carry k is not kept; only
- * the first failure is said. `loose`: carries whose view is one reading of a
- * constant, where another view is no finding. */
-static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lift_loop *L, const uint32_t *pi,
-                     lval *xs, const bool *loose, bool *failed) {
-    uint32_t n = in->shape.ntuple;
-    lval body, cv, arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
-    memset(failed, 0, n + 1);
-    loop_walk(c, in, &arg, &body, &cv);
-    uint32_t bi = called_comp(c->cur, in, A_BODY);
-    const hlo_comp *bc = bi != SR_NONE ? &c->cur->comps[bi] : comp;
-    if (bi == SR_NONE || body.kind != LV_TUPLE || body.n != n || L->body.kind != LV_TUPLE) {
-        lf_unsupported(c, comp, in, "%s: the loop body's result is not understood", in->name);
-        return false;
-    }
-    lf_index_as_term(c, &cv);
-    bool ok = true;
-    for (uint32_t k = 0; k < n; k++) {
-        if (pi[k] == SR_NONE) continue;
-        lf_index_as_term(c, &body.elems[k]);
-        const lval *z = &body.elems[k], *y = &L->body.elems[pi[k]];
-        const hlo_instr *site = tuple_elem_instr(bc, &bc->instrs[bc->root], k);
-        if (!site) site = in;
-        bool same = z->kind == LV_TERM && !z->assumed && y->kind == LV_TERM && eg_find(c->g, z->cls) == eg_find(c->g, y->cls);
-        failed[k] = !same || !view_equal(&z->v, &xs[k].v);
-        if (!failed[k] || !ok) continue;
-        ok = false;
-        if (!same) {
-            if (getenv("SCALIFY_DEBUG_LIFT")) {
-                strbuf tz, ty;
-                sb_init(&tz);
-                sb_init(&ty);
-                if (z->kind == LV_TERM) eg_print_term(&tz, c->g, z->cls, 6);
-                if (y->kind == LV_TERM) eg_print_term(&ty, c->g, y->cls, 6);
-                fprintf(stderr, "lift: loop element %u: body gives %s (kind %d), the baseline's %s\n", k, tz.s ? tz.s : "-",
-                        z->kind, ty.s ? ty.s : "-");
-                sb_free(&tz);
-                sb_free(&ty);
-            }
-            if (!c->nfindings)
-                lf_unsupported(c, bc, site, "%s: the loop body does not return carry element %u as the baseline's body does "
-                                            "(induction over the carry fails)", in->name, k);
-        } else if (loose[k]) {
-            /* the constant was read under one of its views: another reading
-             * of it might be the one the body keeps */
-            lf_unsupported(c, bc, site, "%s: the body returns carry element %u under another view than the one its constant "
-                                        "initial value was read under", in->name, k);
-        } else {
-            strbuf got, want;
-            sb_init(&got);
-            sb_init(&want);
-            view_print(&got, &z->v, c->mesh);
-            view_print(&want, &xs[k].v, c->mesh);
-            lf_finding(c, z->v.partial && !xs[k].v.partial ? "missing-all-reduce" : "wrong-shard-dim", bc, site,
-                       "@the body of %s returns carry element %u as %s but it enters as %s: the relation is not kept from one "
-                       "iteration to the next", in->name, k, got.s, want.s);
-            sb_free(&got);
-            sb_free(&want);
-        }
-    }
-    if (ok && !(cv.kind == LV_TERM && !cv.assumed && view_is_dup(&cv.v) && L->cond != EID_NONE &&
-                eg_find(c->g, cv.cls) == eg_find(c->g, L->cond))) {
-        lf_unsupported(c, comp, in, "%s: the loop condition is not the baseline's (the loops may not stop together)", in->name);
-        ok = false;
-    }
-    return ok;
-}
-static lval loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
-    const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
-    if (!init || init->kind != LV_TUPLE || in->shape.dtype != DT_TUPLE || in->shape.ntuple != init->n) {
-        lf_unsupported(c, comp, in, "%s: a while loop whose carry is not a tuple of known values", in->name);
-        return unknown();
-    }
-    if (c->next_loop >= c->nloops) {
-        int64_t trips;
-        if (!c->nloops && loop_trips(c->cur, comp, in, &trips))
-            lf_unsupported(c, comp, in, "%s: a loop of %lld iterations where the baseline has no loop: relating a loop to the "
-                                        "computation the baseline does in one piece (a reduction split into chunks, such as "
-                                        "gradient accumulation over microbatches) is not supported yet",
-                           in->name, (long long)trips);
-        else
-            lf_unsupported(c, comp, in, "%s: the baseline has no while loop left to relate this one to", in->name);
-        return unknown();
-    }
-    lift_loop *L = &c->loops[c->next_loop++];
-    uint32_t n = init->n;
-    uint32_t *pi = arena_alloc(c->a, (n + 1) * sizeof *pi);
-    const hlo_instr *ti = &comp->instrs[in->operands[0]];
-    bool *guessed = arena_alloc(c->a, n + 1), *taken = arena_alloc(c->a, L->n + 1);
-    lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs);
-    view_dim groups[32];
-    uint32_t ngroups = init_groups(init->elems, n, groups, 32);
-    for (uint32_t k = 0; k < n; k++) {
-        lval ek = init->elems[k];
-        lf_index_as_term(c, &ek);
-        /* an all-to-all result still a layout: its plain view, reshaping the term */
-        if (ek.kind == LV_LAYOUT && !layout_to_term(c, &init->elems[k], &in->shape.tuple[k], true, &ek)) ek = unknown();
-        const lval *e = &ek;
-        pi[k] = SR_NONE;
-        for (uint32_t t = 0; t < L->n && pi[k] == SR_NONE; t++) {
-            uint32_t j = (k + t) % L->n;  /* the same position first */
-            const lval *b = &L->init[j];
-            if (e->kind == LV_TERM && !e->assumed && b->kind == LV_TERM && eg_find(c->g, e->cls) == eg_find(c->g, b->cls))
-                pi[k] = j;
-            else if (e->kind == LV_DEV && b->kind == LV_DEV && t == 0 && dev_uniform(c, e) && e->count == b->count &&
-                     memcmp(e->dev, b->dev, e->count * sizeof *e->dev) == 0)
-                pi[k] = j;
-        }
-        view w;
-        if (pi[k] == SR_NONE && ti->op == OP_TUPLE && k < ti->noperands &&
-            konst_carry(c, comp, vals, ti->operands[k], L, taken, groups, ngroups, &pi[k], &w)) {
-            guessed[k] = taken[pi[k]] = true;
-            xs[k] = term(L->x[pi[k]], w, false);
-            continue;
-        }
-        if (pi[k] == SR_NONE && getenv("SCALIFY_DEBUG_LIFT")) {
-            strbuf tz;
-            sb_init(&tz);
-            if (e->kind == LV_TERM) eg_print_term(&tz, c->g, e->cls, 6);
-            fprintf(stderr, "lift: loop carry %u enters as %s (kind %d, assumed %d); baseline element %u: ", k,
-                    tz.s ? tz.s : "-", e->kind, e->assumed, k);
-            sb_free(&tz);
-            sb_init(&tz);
-            if (k < L->n && L->init[k].kind == LV_TERM) eg_print_term(&tz, c->g, L->init[k].cls, 6);
-            fprintf(stderr, "%s\n", tz.s ? tz.s : "-");
-            sb_free(&tz);
-        }
-        if (pi[k] == SR_NONE) {
-            /* A carry the baseline's loop has no counterpart of (an extra
-             * counter, a copy) may be ignored where nothing reads it but its
-             * own update: not the other carries, the condition, or the code
-             * after the loop. It is then unknown (no view is made up for it). */
-            uint32_t bi = called_comp(c->cur, in, A_BODY), ci = called_comp(c->cur, in, A_CONDITION);
-            if (bi == SR_NONE || ci == SR_NONE || carry_feeds(&c->cur->comps[bi], k, k) ||
-                carry_feeds(&c->cur->comps[ci], k, UINT32_MAX) || result_read(comp, in, k)) {
-                lf_unsupported(c, comp, in, "%s: carry element %u enters the loop as no value the baseline's loop starts from",
-                               in->name, k);
-                return unknown();
-            }
-            xs[k] = unknown();
-            continue;
-        }
-        xs[k] = term(L->x[pi[k]], e->kind == LV_TERM ? e->v : view_dup(in->shape.tuple[k].rank), false);
-    }
-    for (uint32_t k = 0; k < n && ti->op == OP_TUPLE && k < ti->noperands; k++) guessed[k] |= vals[ti->operands[k]].konst;
-    /* A zero carry summed over mesh axes right after the loop (a gradient
-     * accumulated from per-device partial sums, all-reduced once): zeros are a
-     * partial sum of zeros, so it enters partial over those axes; the body
-     * must keep it so (else unverified: another reading might be kept). */
-    for (uint32_t k = 0; k < n && ti->op == OP_TUPLE && k < ti->noperands; k++) {
-        if (pi[k] == SR_NONE || xs[k].kind != LV_TERM || xs[k].v.partial || !vals[ti->operands[k]].konst ||
-            !zero_value(comp, ti->operands[k]))
-            continue;
-        uint32_t p = summed_after(c, comp, in, k);
-        if (!p || (p & view_axes_used(&xs[k].v)) || p > 0xff) continue;
-        xs[k].v.partial = (uint8_t)p;
-        xs[k].v.red = RED_SUM;
-        guessed[k] = true;
-    }
-    /* A zero carry may be a partial sum of zeros or not; where the reading
-     * taken fails, the other is tried (the first walk undone). */
-    bool *failed = arena_alloc(c->a, n + 1);
-    loop_mark m0 = loop_mark_take(c);
-    bool ok = loop_try(c, comp, in, L, pi, xs, guessed, failed);
-    if (!ok && ti->op == OP_TUPLE) {
-        lval *alt = arena_memdup(c->a, xs, (n + 1) * sizeof *xs);
-        bool *altg = arena_memdup(c->a, guessed, n + 1), flip = false;
-        for (uint32_t k = 0; k < n && k < ti->noperands; k++) {
-            if (!failed[k] || alt[k].kind != LV_TERM || !vals[ti->operands[k]].konst || !zero_value(comp, ti->operands[k]))
-                continue;
-            uint32_t p = alt[k].v.partial ? 0 : summed_after(c, comp, in, k);
-            if (!alt[k].v.partial && !p) p = ((1u << c->mesh->naxes) - 1) & ~view_axes_used(&alt[k].v);
-            if (!alt[k].v.partial && (!p || p > 0xff)) continue;
-            alt[k].v.partial = (uint8_t)p;
-            alt[k].v.red = p ? RED_SUM : 0;
-            altg[k] = flip = true;
-        }
-        if (flip) {
-            loop_mark_undo(c, &m0);
-            ok = loop_try(c, comp, in, L, pi, alt, altg, failed);
-            if (ok) {
-                xs = alt;
-            } else {
-                /* neither reading holds: the first one's reasons stand */
-                loop_mark_undo(c, &m0);
-                ok = loop_try(c, comp, in, L, pi, xs, guessed, failed);
-            }
-        }
-    }
-    lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
-    for (uint32_t k = 0; k < n; k++) {
-        const shape *sh = &in->shape.tuple[k];
-        /* a constant's view was a reading the failed induction did not confirm */
-        rs[k] = pi[k] == SR_NONE || (!ok && guessed[k]) ? unknown()
-                : ok ? term(L->result.elems[pi[k]].cls, xs[k].v, false)
-                     : term(lf_fresh_var(c, sh->dtype, sh->dims, sh->rank), xs[k].v, true);
-    }
-    return (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
-}
-
 /* Lifts instruction i of comp into vals[i]. */
 void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                      uint32_t ninputs) {
@@ -5014,7 +3732,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         for (uint32_t o = 0; o < in->noperands; o++) lf_unscale(c, &vals[in->operands[o]]);
         /* A proved difference (lift_scale.c) is not carried through a loop. */
         for (uint32_t o = 0; o < in->noperands; o++) lf_scale_forget(&vals[in->operands[o]]);
-        *v = c->baseline_mode ? loop_baseline(c, comp, in, vals) : loop_distributed(c, comp, in, vals);
+        *v = c->baseline_mode ? lf_loop_baseline(c, comp, in, vals) : lf_loop_distributed(c, comp, in, vals);
         if (c->baseline_mode && v->kind == LV_UNKNOWN && in->noperands == 1) {
             lval op = vals[in->operands[0]];
             lstate st = {c, comp, in, &op, vals};
@@ -5029,7 +3747,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         c->depth++;
         const hlo_comp *outer = c->call_comp;
         c->call_comp = &m->comps[ta->v.ints[0]];
-        *v = lift_comp(c, c->call_comp, cargs, NULL, 0);
+        *v = lf_lift_comp(c, c->call_comp, cargs, NULL, 0);
         c->call_comp = outer;
         c->depth--;
         if (c->baseline_mode && v->kind == LV_TERM) record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
@@ -5090,11 +3808,11 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         copies_into_partial_sums(&s);
         factor = lf_scale_plan(&s);
         uint32_t nu = c->nunsupported, nf = c->nfindings;
-        *v = lift_instr(&s);
+        *v = lf_lift_instr(&s);
         if (!c->baseline_mode && v->kind == LV_UNKNOWN && c->nunsupported == nu && c->nfindings == nf) unrelated(&s);
         if (c->baseline_mode && v->kind == LV_UNKNOWN && factor != 1) *v = generic(&s);
         lf_scale_apply(&s, v, factor);
-        lf_scale_differ(&s, v, factor, lift_instr);
+        lf_scale_differ(&s, v, factor, lf_lift_instr);
     }
     lf_zmask_after(&s, v);
     if (v->zm) v->diff = 0; /* a zero mask's claim is about the term alone */
@@ -5155,8 +3873,8 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
          * not take index values (a collective that moves them keeps theirs). */
         bool indep = true;
         for (uint32_t o = 0; o < in->noperands; o++) {
-            if (is_index(&ops[o])) indep &= ops[o].cls != EID_NONE && view_is_dup(&ops[o].v);
-            else if (ops[o].kind == LV_DEV) indep &= dev_uniform(c, &ops[o]);
+            if (lf_is_index(&ops[o])) indep &= ops[o].cls != EID_NONE && view_is_dup(&ops[o].v);
+            else if (ops[o].kind == LV_DEV) indep &= lf_dev_uniform(c, &ops[o]);
             else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
         }
         v->cls = EID_NONE;
@@ -5169,8 +3887,8 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
                      in->noperands <= 8;
         for (uint32_t o = 0; o < in->noperands && plain; o++) {
             const lval *x = &ops[o];
-            if (is_index(x)) plain = x->cls != EID_NONE;
-            else if (x->kind == LV_DEV) plain = dev_uniform(c, x);
+            if (lf_is_index(x)) plain = x->cls != EID_NONE;
+            else if (x->kind == LV_DEV) plain = lf_dev_uniform(c, x);
             else plain = x->kind == LV_TERM;
             if (plain && x->kind != LV_DEV && !shaping) plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v));
         }
@@ -5178,13 +3896,13 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             lval saved[8];
             memcpy(saved, ops, in->noperands * sizeof *ops);
             for (uint32_t o = 0; o < in->noperands && plain; o++) {
-                if (is_index(&ops[o])) ops[o] = term(ops[o].cls, ops[o].v, false);
+                if (lf_is_index(&ops[o])) ops[o] = term(ops[o].cls, ops[o].v, false);
                 else if (ops[o].kind == LV_DEV) {
                     /* the same on every device: a constant, read under the
                      * view when it is constant along the dims it shards */
                     const hlo_instr *xi = &comp->instrs[in->operands[o]];
                     if (view_is_dup(&v->v) || xi->shape.rank == 0) {
-                        ops[o] = term(dev_constant(c, xi, &ops[o]), view_dup(xi->shape.rank), false);
+                        ops[o] = term(lf_dev_constant(c, xi, &ops[o]), view_dup(xi->shape.rank), false);
                     } else if (dev_splat(&ops[o])) {
                         ops[o] = splat_term(c, xi, &ops[o], &v->v);
                     } else {
@@ -5207,7 +3925,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             uint32_t ns = in->noperands < 16 ? in->noperands : 16;
             memcpy(saved, ops, ns * sizeof *ops);
             for (uint32_t o = 0; o < in->noperands; o++)
-                if (is_index(&ops[o]))
+                if (lf_is_index(&ops[o]))
                     ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
             v->cls = generic(&s).cls;
             memcpy(ops, saved, ns * sizeof *ops);
@@ -5255,7 +3973,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         for (uint32_t o = 0; o < in->noperands; o++)
             if (vals[in->operands[o]].zm) {
                 continue;
-            } else if (is_index(&vals[in->operands[o]])) {
+            } else if (lf_is_index(&vals[in->operands[o]])) {
                 inside = false;  /* related by the index analysis, not as a term: no divergence to show */
             } else if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE)) {
                 if (ops[o].rearranged && !via) via = &comp->instrs[in->operands[o]];
@@ -5285,7 +4003,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         }
     }}
 
-static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs) {
+lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs) {
     lval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
     lf_memo_side *ms = lf_memo_enter(c, comp, vals);
     for (uint32_t i = 0; i < comp->ninstrs;) {
@@ -5298,7 +4016,7 @@ static lval lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const
 }
 
 lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
-    lval r = lift_comp(c, graph_entry(c->dist), NULL, inputs, ninputs);
+    lval r = lf_lift_comp(c, graph_entry(c->dist), NULL, inputs, ninputs);
     lf_unscale(c, &r);
     /* A masked row as an output: the row where every device holds it, else
      * that row partial over the axes it sums over (the output's view then

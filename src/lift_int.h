@@ -1,4 +1,5 @@
-/* lift_int — what the lifting modules share (lift.c, lift_index.c,
+/* lift_int — what the lifting modules share (lift.c, lift_index.c, lift_loop.c,
+ * lift_layout.c,
  * lift_win.c, lift_zmask.c, lift_memo.c); not for other modules, which use
  * lift.h.
  *
@@ -48,6 +49,12 @@
  *   lf_const_term     the constant term of known values
  *   lf_scale_*        constant factors carried beside terms (lift_scale.c)
  *
+ * All-to-all layouts, gather and scatter readings (lift_layout.c): the
+ * lf_ functions listed with them below.
+ *
+ * While loops (lift_loop.c): lf_loop_baseline, lf_loop_distributed; the walk
+ * state they save and undo (lf_loop_mark) and the lift.c helpers they call.
+ *
  * The walk (lift.c), for the memo (lift_memo.c):
  *   lf_lift_one       lifts instruction i of comp into vals[i]
  *   lf_walk_side      switches the walk to the baseline or the distributed side
@@ -68,6 +75,7 @@
 #define SCALIFY_LIFT_INT_H
 
 #include "lift.h"
+#include "interp.h"
 
 typedef struct lstate {
     lift_ctx *c;
@@ -160,5 +168,60 @@ uint32_t lf_memo_lift_run(lift_ctx *c, lf_memo_side *ms, uint32_t r, const hlo_c
                           const view *inputs, uint32_t ninputs);
 void lf_memo_leave(lift_ctx *c, lf_memo_side *ms);
 void lf_memo_free(lift_ctx *c);
+
+/* What lifting may leave in the context: a walk under one reading (of a
+ * loop carry, of a partial sum) that is then undone goes back to it.
+ * (E-nodes it added stay: they are true terms.) */
+typedef struct lf_loop_mark {
+    uint32_t nfindings, nunsupported, noutside, resynced, ndoms, seg_findings, seg_unsupported, seg_divergent, seg_outside;
+    size_t next_loop, assumptions;
+    uint64_t lifted, assumed;
+    const hlo_instr *first_unsupported, *later_unsupported, *divergence;
+    const hlo_comp *first_unsupported_comp, *later_unsupported_comp, *divergence_comp;
+    char *unsupported_why, *later_unsupported_why, *divergence_note;
+    bool unsupported_konst, later_unsupported_konst, divergence_konst, divergence_layout, divergence_resynced;
+    const char *divergence_kind, *resync_scope;
+} lf_loop_mark;
+lf_loop_mark lf_loop_mark_take(const lift_ctx *c);      /* the context now, to go back to */
+void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m); /* back to the context at m */
+
+/* Shared by the walk (lift.c) and while loops (lift_loop.c). */
+lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs,
+                  uint32_t ninputs);                        /* lifts a called computation over args */
+uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci); /* structural digest of computation ci */
+bool lf_dev_uniform(const lift_ctx *c, const lval *v);      /* a LV_DEV value equal on every device */
+eid lf_dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v); /* that uniform value as a constant term */
+bool lf_same_dim(const view_dim *a, const view_dim *b);     /* two view dims shard alike */
+eid lf_konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, const view *w,
+                int depth);                                 /* a constant-only instruction as the term under w */
+bool lf_layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool reshaped,
+                       lval *out);                          /* an all-to-all layout read back as a viewed term */
+lval lf_loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
+                      const lval *vals);                    /* a baseline while loop (lift_loop.c) */
+lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
+                         const lval *vals);                 /* a distributed while loop, by induction */
+
+/* All-to-all layouts and gather/scatter readings (lift_layout.c); each
+ * returns false (no reading) or sets *out. */
+bool lf_scatter_reading(lstate *s, lval *out);       /* scatter into own blocks, or a blocked sum */
+bool lf_iota_block(lstate *s, lval *out);            /* add(iota, block offset): a global iota's block */
+bool lf_gather_index_values(lstate *s, lval *out);   /* collectives moving index values */
+bool lf_move_mask(lstate *s, lval *out);             /* element-moving ops over a masked row */
+bool lf_settle_mask(lift_ctx *c, const shape *local, lval *m); /* a layout-carried mask as plain views */
+bool lf_layout_op(lstate *s, lval *out);             /* reshape / transpose of a layout */
+lval lf_lift_all_to_all(lstate *s);                  /* all-to-all: blocks of one dim to another */
+bool lf_gather_views(lstate *s, lval *out);          /* gather under the views of its operands */
+bool lf_only_scatter_indices(const lstate *s);       /* s's value is used only as scatter indices */
+void lf_uniform_dev_as_term(lstate *s, uint32_t o);  /* operand o, equal on every device, as a term */
+
+/* lift.c helpers the layouts use. */
+void lf_kval_set(lift_ctx *c, eid cls, interp_val *v);       /* records the known values of class cls */
+bool lf_fold_size_ok(const int64_t *dims, uint32_t rank);    /* small enough to fold as constants */
+bool lf_is_index(const lval *x);                             /* an index value: LV_PW, LV_MASK or LV_IVEC */
+lval lf_lift_instr(lstate *s);                               /* the per-opcode dispatch of the walk */
+int lf_collective_axes(lstate *s, bool ordered);             /* a collective's groups as mesh axes (bitmask) */
+bool lf_blocks_moved(lstate *s, const lval *x, uint32_t e, uint32_t d, bool bound,
+                     lval *out);                             /* blocks of dim e moved to dim d */
+lval lf_lift_all_gather(lstate *s);                          /* all-gather */
 
 #endif

@@ -1,0 +1,736 @@
+/* lift_layout — all-to-all and the layouts it leaves (atomic factors):
+ * a value whose dims are split, moved and merged over mesh axes, carried as
+ * a layout until it reads back as a viewed term; and the gather/scatter
+ * readings that go with it. The walk (lift.c) reaches these through lf_.
+ */
+#include "lift.h"
+#include "lift_int.h"
+#include "interp.h"
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "segrun.h"
+
+/* ---- all-to-all and the layouts it leaves (atomic factors) ---- */
+
+/* Back to a plain view when the local dims, read in order, are the free atoms
+ * of the global term in its row-major order and every bound atom stands just
+ * before the free atoms of one local dim (it is that dim's major part: blocked
+ * sharding). The term is then the global term reshaped so that each local dim,
+ * with the bound atoms before it, is one global dim. Where a bound atom could
+ * go to a local dim of size 1 or to the next one, it goes to the size-1 dim
+ * when its global dim has no free atom (a dim bound whole keeps its own
+ * place); either reading is exact, this one keeps the global dims apart.
+ * Without `reshaped`, only when the local dims are the global dims (no
+ * reshape of the term). */
+static bool layout_reading(lift_ctx *c, const lval *x, const shape *local, bool reshaped, bool units_take, lval *out) {
+    const lift_layout *L = x->lay;
+    if (local->rank != L->ndims || L->ndims > VIEW_MAX_RANK || L->grank > VIEW_MAX_RANK) return false;
+    layout_atom ga[2 * VIEW_MAX_RANK];
+    bool gbound[2 * VIEW_MAX_RANK];
+    uint32_t ng = 0;
+    for (uint32_t g = 0; g < L->grank; g++) {
+        if (L->split[g] > 1) {
+            gbound[ng] = L->bound[g] >= 0;
+            ga[ng++] = (layout_atom){(uint8_t)g, 0, L->split[g]};
+        }
+        int64_t minor = L->gdims[g] / L->split[g];
+        if (minor > 1) {
+            gbound[ng] = false;
+            ga[ng++] = (layout_atom){(uint8_t)g, 1, minor};
+        }
+    }
+    view v = view_dup(L->ndims);
+    int64_t gd[VIEW_MAX_RANK];
+    uint32_t p = 0;
+    for (uint32_t k = 0; k < L->ndims; k++) {
+        int64_t size = 1;
+        int first = -1;
+        while (p < ng && gbound[p] && (units_take || L->natoms[k] != 0)) {
+            if (L->natoms[k] == 0 && first >= 0 && ga[p].gdim != first) break;
+            if (L->natoms[k] == 0 && first < 0) {
+                /* A size-1 local dim takes a bound atom only of a dim bound whole. */
+                bool whole = !(p + 1 < ng && !gbound[p + 1] && ga[p + 1].gdim == ga[p].gdim);
+                if (!whole) break;
+            }
+            first = ga[p].gdim;
+            view_dim *vd = &v.dims[k];
+            if (vd->naxes + L->naxes[ga[p].gdim] > MESH_MAX_AXES) return false;
+            memcpy(vd->axes + vd->naxes, L->axes[ga[p].gdim], L->naxes[ga[p].gdim]);
+            vd->naxes = (uint8_t)(vd->naxes + L->naxes[ga[p].gdim]);
+            size *= ga[p++].size;
+        }
+        int64_t prod = 1;
+        for (uint32_t j = 0; j < L->natoms[k]; j++) {
+            const layout_atom *a = &L->atoms[k][j];
+            if (p >= ng || gbound[p] || ga[p].gdim != a->gdim || ga[p].part != a->part || ga[p].size != a->size) return false;
+            prod *= ga[p++].size;
+        }
+        if (prod != local->dims[k]) return false;
+        gd[k] = size * prod;
+    }
+    if (p != ng) return false;
+    bool same = L->ndims == L->grank;
+    for (uint32_t k = 0; k < L->ndims && same; k++) same = gd[k] == L->gdims[k];
+    if (!same && !reshaped) return false;
+    eid cls = same ? x->cls : lf_mk_reshape(c, x->cls, lf_type_of(c, local->dtype, gd, L->ndims), c->origin);
+    *out = term(cls, v, x->assumed);
+    return true;
+}
+
+/* The layout as a plain view. A bound atom of a dim bound whole may go to a
+ * size-1 local dim before it or be the major part of the next local dim:
+ * both readings are exact; the size-1 dim takes it (keeping global dims
+ * apart) unless only the other reading's term is one the baseline has (an
+ * all-to-all that regroups heads: [1, 2·4] back to one dim of 8). */
+bool lf_layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool reshaped, lval *out) {
+    lval a, b;
+    bool ok = layout_reading(c, x, local, reshaped, true, &a);
+    if (ok && (eg_class_origin(c->g, a.cls) & EG_BASELINE)) {
+        *out = a;
+        return true;
+    }
+    if (reshaped && layout_reading(c, x, local, reshaped, false, &b) && (eg_class_origin(c->g, b.cls) & EG_BASELINE) &&
+        (!ok || !view_equal(&a.v, &b.v))) {
+        *out = b;
+        out->ambiguous = true;
+        return true;
+    }
+    if (ok) *out = a;
+    return ok;
+}
+
+/* all-to-all(x) dimensions={c}: chunk j of dim c goes to device j. With x's dim
+ * e sharded in blocks over the group's axes and dim c whole, device r ends up
+ * with every block of e (as the major part of dim c) and block r of c. */
+lval lf_lift_all_to_all(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    uint32_t nd;
+    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
+    if (x->kind != LV_TERM || x->v.partial || nd != 1 || in->noperands != 1) return unknown();
+    int axes = lf_collective_axes(s, true);
+    if (axes < 0) return unknown();
+    uint32_t cd = (uint32_t)dd[0], rank = in->shape.rank;
+    int e = -1;
+    for (uint32_t d = 0; d < rank; d++) {
+        if (!x->v.dims[d].naxes) continue;
+        uint32_t mask = 0;
+        for (uint32_t k = 0; k < x->v.dims[d].naxes; k++) mask |= 1u << x->v.dims[d].axes[k];
+        /* Dims sharded on other axes stay bound as they are (not the exchanged one). */
+        if (!(mask & (uint32_t)axes) && d != cd) continue;
+        if (mask != (uint32_t)axes || e >= 0) {
+            lf_unsupported(c, s->comp, in, "%s: operand sharded on axes the all-to-all does not exchange", in->name);
+            return unknown();
+        }
+        e = (int)d;
+    }
+    if (e < 0 || (uint32_t)e == cd) {
+        lf_unsupported(c, s->comp, in, "%s exchanges a dimension that is not sharded over its groups", in->name);
+        return unknown();
+    }
+    int64_t n = view_dim_parts(&x->v, c->mesh, (uint32_t)e);
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    if (src->shape.dims[cd] % n) return unknown();
+    lval r;
+    return lf_blocks_moved(s, x, (uint32_t)e, cd, true, &r) ? r : unknown();
+}
+
+/* reshape / transpose of a layout: regroup or permute the atoms. */
+bool lf_layout_op(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    lift_layout *L = arena_memdup(c->a, x->lay, sizeof *x->lay);
+    if (in->op == OP_TRANSPOSE) {
+        uint32_t np;
+        const int64_t *perm = instr_ints(in, A_DIMENSIONS, &np);
+        if (np != L->ndims) return false;
+        lift_layout t = *L;
+        for (uint32_t k = 0; k < np; k++) {
+            t.natoms[k] = L->natoms[perm[k]];
+            memcpy(t.atoms[k], L->atoms[perm[k]], sizeof t.atoms[k]);
+        }
+        *L = t;
+    } else if (in->op == OP_RESHAPE || in->op == OP_BITCAST) {
+        layout_atom flat[LAYOUT_MAX_ATOMS];
+        uint32_t nf = 0;
+        for (uint32_t d = 0; d < L->ndims; d++)
+            for (uint32_t k = 0; k < L->natoms[d]; k++) {
+                if (nf == LAYOUT_MAX_ATOMS) return false;
+                flat[nf++] = L->atoms[d][k];
+            }
+        uint32_t next = 0;
+        if (in->shape.rank > VIEW_MAX_RANK) return false;
+        L->ndims = in->shape.rank;
+        for (uint32_t d = 0; d < in->shape.rank; d++) {
+            int64_t want = in->shape.dims[d], prod = 1;
+            L->natoms[d] = 0;
+            while (prod < want && next < nf) {
+                if (L->natoms[d] == 4) return false;
+                L->atoms[d][L->natoms[d]++] = flat[next];
+                prod *= flat[next++].size;
+            }
+            if (prod != want) return false;  /* an atom would be split */
+        }
+        if (next != nf) return false;
+    } else {
+        return false;
+    }
+    lval v = {.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
+    if (!lf_layout_to_term(c, &v, &in->shape, false, out)) *out = v;
+    return true;
+}
+
+
+/* add(iota, offset(r)) with offset(r) = block(r)·n along the iota's dim of local
+ * length n: block r of the global iota (positions of a sequence shard). */
+bool lf_iota_block(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->op != OP_ADD || in->noperands != 2) return false;
+    for (int k = 0; k < 2; k++) {
+        const lval *x = &s->ops[k], *o = &s->ops[1 - k];
+        const hlo_instr *xi = &s->comp->instrs[in->operands[k]];
+        while (xi->op == OP_CONVERT) xi = &s->comp->instrs[xi->operands[0]];
+        if (xi->op != OP_IOTA || x->kind != LV_TERM || !view_is_dup(&x->v) || o->kind != LV_DEV || lf_dev_uniform(c, o))
+            continue;
+        for (int64_t d = 0; d < c->ndev; d++)
+            for (uint32_t e = 1; e < o->count; e++)
+                if (o->dev[d * o->count + e] != o->dev[d * o->count]) return false;
+        uint32_t dim = (uint32_t)instr_int(xi, A_IOTA_DIMENSION, 0);
+        int64_t n = in->shape.dims[dim], base, parts;
+        uint32_t mask = lf_block_offsets(c, o->dev, o->count, n, &base, &parts);
+        if (!mask || base != 0) return false;
+        view v = view_dup(in->shape.rank);
+        v.dims[dim] = lf_axes_dim(c, mask);
+        int64_t g[VIEW_MAX_RANK];
+        lf_global_dims(c, &v, &in->shape, g);
+        /* The global iota, converted like the local one when it was. */
+        const hlo_instr *ii = &s->comp->instrs[in->operands[k]];
+        eid t = lf_node(c, c->cur, xi, NULL, 0, g, c->origin);
+        if (ii->op == OP_CONVERT) {
+            uint32_t ty = lf_type_of(c, ii->shape.dtype, g, ii->shape.rank);
+            t = eg_add(c->g, OP_CONVERT, 0, ty, &t, 1, c->origin);
+        }
+        *out = term(t, v, false);
+        return true;
+    }
+    return false;
+}
+
+static bool member(const int64_t *v, uint32_t n, int64_t x) {
+    for (uint32_t k = 0; k < n; k++)
+        if (v[k] == x) return true;
+    return false;
+}
+
+/* gather(table, indices) where the table is sharded only along dims it keeps
+ * whole (offset dims of full slice size) and the indices only along their
+ * batch dims: every device gathers its rows of its tile, which is the global
+ * gather viewed with those shardings on the matching output dims (an
+ * embedding under FSDP: tokens gathered, the hidden dim sharded). */
+/* Operand o as a term when it is a device value the same on every device
+ * (a constant index, a count): that constant, replicated. */
+void lf_uniform_dev_as_term(lstate *s, uint32_t o) {
+    lval *x = &s->ops[o];
+    if (x->kind != LV_DEV || !lf_dev_uniform(s->c, x)) return;
+    const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
+    bool konst = x->konst;
+    *x = term(lf_dev_constant(s->c, xi, x), view_dup(xi->shape.rank), false);
+    x->konst = konst;
+}
+
+bool lf_gather_views(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->noperands == 2) lf_uniform_dev_as_term(s, 1);
+    const lval *t = &s->ops[0], *ix = &s->ops[1];
+    if (in->noperands != 2 || t->kind != LV_TERM || ix->kind != LV_TERM || t->v.partial || ix->v.partial ||
+        view_is_dup(&t->v) + view_is_dup(&ix->v) == 2 || in->shape.rank > VIEW_MAX_RANK)
+        return false;
+    uint32_t noff, ncol, nmap, nob, nsb, nss;
+    const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &noff), *col = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &ncol);
+    const int64_t *map = instr_ints(in, A_START_INDEX_MAP, &nmap);
+    const int64_t *ob = instr_ints(in, A_OPERAND_BATCHING_DIMS, &nob);
+    const int64_t *sb = instr_ints(in, A_START_INDICES_BATCHING_DIMS, &nsb);
+    const int64_t *ss = instr_ints(in, A_SLICE_SIZES, &nss);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+    const hlo_instr *ti = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]];
+    if (nob != nsb || nss != ti->shape.rank || ti->shape.rank > VIEW_MAX_RANK || ii->shape.rank > VIEW_MAX_RANK) return false;
+    view v = view_dup(in->shape.rank);
+    /* Batching dims (take_along_axis): the table's and the indices' sharded
+     * alike; the result takes the indices' (below). Their axes are shared. */
+    uint32_t shared = 0;
+    for (uint32_t q = 0; q < nob; q++) {
+        const view_dim *a = &t->v.dims[ob[q]], *b = &ix->v.dims[sb[q]];
+        if (memcmp(a, b, sizeof *a)) return false;
+        for (uint32_t x = 0; x < a->naxes; x++) shared |= 1u << a->axes[x];
+    }
+    /* Table dims: the k-th kept one (neither collapsed nor batching) is output dim off[k]. */
+    uint32_t k = 0;
+    int64_t sizes[VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < ti->shape.rank; d++) {
+        sizes[d] = ss[d];
+        bool kept = !member(col, ncol, d) && !member(ob, nob, d);
+        if (member(ob, nob, d)) continue;
+        if (t->v.dims[d].naxes) {
+            if (!kept || member(map, nmap, d) || ss[d] != ti->shape.dims[d] || k >= noff) return false;
+            v.dims[off[k]] = t->v.dims[d];
+            sizes[d] = ss[d] * view_dim_parts(&t->v, c->mesh, d);
+        }
+        if (kept) k++;
+    }
+    /* Index dims but the index vector dim are the output's other dims, in order. */
+    uint32_t o = 0;
+    for (uint32_t d = 0; d < ii->shape.rank; d++) {
+        if ((int64_t)d == ivd) {
+            if (ix->v.dims[d].naxes) return false;
+            continue;
+        }
+        while (o < in->shape.rank && member(off, noff, o)) o++;
+        if (o >= in->shape.rank) return false;
+        if (ix->v.dims[d].naxes) {
+            if (v.dims[o].naxes) return false;
+            v.dims[o] = ix->v.dims[d];
+        }
+        o++;
+    }
+    if (view_axes_used(&t->v) & view_axes_used(&ix->v) & ~shared) return false;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, dims);
+    hlo_instr g = *in;
+    hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);
+    for (uint32_t a = 0; a < in->nattrs; a++)
+        if (attrs[a].key == A_SLICE_SIZES && attrs[a].n == nss) attrs[a].v.ints = arena_memdup(c->a, sizes, nss * sizeof *sizes);
+    g.attrs = attrs;
+    eid ch[2] = {t->cls, ix->cls};
+    *out = term(lf_node(c, c->cur, &g, ch, 2, dims, c->origin), v, t->assumed || ix->assumed);
+    return true;
+}
+
+/* Whether devices d and e hold the same index function. */
+static bool same_pw(const pw_fn *f, const pw_fn *g) {
+    return f->n == g->n && memcmp(f->p, g->p, f->n * sizeof *f->p) == 0;
+}
+
+/* Whether every group of collective in (all-gather, all-to-all) holds one
+ * function: devices that differ only on its axes hold the same. A
+ * collective-permute passes (it moves the functions with the values). */
+static bool pw_uniform_over(lift_ctx *c, const pw_fn *pw, const hlo_instr *in) {
+    if (in->op == OP_COLLECTIVE_PERMUTE) return true;
+    int axes = lift_groups_axes(c, in, true);
+    if (axes < 0) return false;
+    for (int64_t d = 0; d < c->ndev; d++) {
+        int64_t d0 = d, stride = 1;  /* d with its coordinates on the group's axes zeroed */
+        for (int a = (int)c->mesh->naxes - 1; a >= 0; a--) {
+            if (axes >> a & 1) d0 -= mesh_coord(c->mesh, d, a) * stride;
+            stride *= c->mesh->sizes[a];
+        }
+        if (!same_pw(&pw[d], &pw[d0])) return false;
+    }
+    return true;
+}
+
+
+/* A mask whose rows and positions are carried as layouts, met by an op that
+ * does not rearrange: both as plain views (merging atoms, as for any layout
+ * such an op meets), when they agree. */
+bool lf_settle_mask(lift_ctx *c, const shape *local, lval *m) {
+    lval t[2];
+    for (int k = 0; k < 2; k++) {
+        shape sh = *local;  /* the positions keep their own element type */
+        sh.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, m->carry[k].cls));
+        if (m->carry[k].kind != LV_LAYOUT || !lf_layout_to_term(c, &m->carry[k], &sh, true, &t[k]) || t[k].kind != LV_TERM ||
+            t[k].assumed || eg_type_dtype(c->g, eg_class_type(c->g, t[k].cls)) != sh.dtype)
+            return false;
+    }
+    if (!view_equal(&t[0].v, &t[1].v) || t[0].v.partial) return false;
+    m->carry = NULL;
+    m->v = t[0].v;
+    m->hit = t[0].cls;
+    m->pos = t[1].cls;
+    return true;
+}
+
+/* A masked row (LV_MASK: per device, a function of the index value at each
+ * position says whether the element is the row, zero or junk) is elementwise
+ * in its rows and its positions: an op that only moves elements — a layout
+ * op, or a collective whose groups hold one function — moves both alike,
+ * and the functions stay. GSPMD gathers embedding rows with junk on the
+ * devices that do not hold them and moves them by an all-to-all before it
+ * masks the junk. Between an all-to-all and the ops that make its result a
+ * plain view, rows and positions are carried as layouts. */
+bool lf_move_mask(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->noperands != 1) return false;
+    lval x = s->ops[0];
+    bool collective = in->op == OP_ALL_TO_ALL || in->op == OP_ALL_GATHER || in->op == OP_COLLECTIVE_PERMUTE;
+    bool rearranges = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_TRANSPOSE || in->op == OP_COPY;
+    if (c->baseline_mode || (!collective && !rearranges) || in->noperands != 1 || x.kind != LV_MASK || x.n || !x.pw ||
+        (!x.carry && (x.hit == EID_NONE || x.pos == EID_NONE)) || (!x.carry && lf_mask_resolves(c, &x)))
+        return false;
+    pw_fn *pw = x.pw;
+    if (in->op == OP_COLLECTIVE_PERMUTE) {
+        const char *bad;
+        const int64_t *from = lf_permute_sources(c, in, &bad);
+        if (!from) return false;
+        pw = arena_alloc(c->a, (size_t)c->ndev * sizeof *pw);
+        for (int64_t t = 0; t < c->ndev; t++) {
+            if (from[t] < 0) return false;
+            pw[t] = x.pw[from[t]];
+        }
+    } else if (collective && !pw_uniform_over(c, x.pw, in)) {
+        return false;
+    }
+    lval moved[2];
+    for (int k = 0; k < 2; k++) {
+        /* The op as it would move a value of the carrier's element type. */
+        s->ops[0] = x.carry ? x.carry[k] : term(k ? x.pos : x.hit, x.v, false);
+        hlo_instr g = *in;
+        g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, s->ops[0].cls));
+        s->in = &g;
+        moved[k] = lf_lift_instr(s);
+        s->in = in;
+        if ((moved[k].kind == LV_TERM || moved[k].kind == LV_LAYOUT) &&
+            eg_type_dtype(c->g, eg_class_type(c->g, moved[k].cls)) != g.shape.dtype)
+            moved[k].kind = LV_UNKNOWN;
+    }
+    s->ops[0] = x;
+    if (moved[0].kind != moved[1].kind || (moved[0].kind != LV_TERM && moved[0].kind != LV_LAYOUT)) return false;
+    *out = x;
+    out->pw = pw;
+    out->cls = EID_NONE;
+    if (moved[0].kind == LV_TERM) {
+        if (!view_equal(&moved[0].v, &moved[1].v) || moved[0].v.partial || moved[0].assumed || moved[1].assumed) return false;
+        out->carry = NULL;
+        out->v = moved[0].v;
+        out->hit = moved[0].cls;
+        out->pos = moved[1].cls;
+        return true;
+    }
+    out->carry = arena_memdup(c->a, moved, sizeof moved);
+    return true;
+}
+
+/* An all-gather or a collective-permute of index values (per device, a
+ * function of the source at positions pos under view v) moves the positions
+ * as data and the functions with them. Device t of an all-gather concatenates
+ * the windows of its group: one function of the gathered positions when every
+ * device of the group holds the same function (token ids wrapped into range;
+ * bounds that vary only along other axes). Device t of a permute holds what
+ * its source s held: s's function of the positions under the view the permute
+ * leaves them in (GSPMD moving token ids from one mesh axis to another). */
+bool lf_gather_index_values(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    if (s->in->noperands != 1) return false;
+    lval x = s->ops[0];
+    bool permute = s->in->op == OP_COLLECTIVE_PERMUTE;
+    if ((s->in->op != OP_ALL_GATHER && !permute) || s->in->noperands != 1 || x.kind != LV_PW || !x.pw ||
+        x.pos == EID_NONE)
+        return false;
+    if (permute) {
+        const char *bad;
+        const int64_t *from = lf_permute_sources(c, s->in, &bad);
+        view pv;
+        if (!from || !lf_permute_view(c, &x.v, from, &pv)) return false;
+        pw_fn *f = arena_alloc(c->a, (size_t)c->ndev * sizeof *f);
+        for (int64_t t = 0; t < c->ndev; t++) f[t] = x.pw[from[t]];
+        *out = x;
+        out->v = pv;
+        out->pw = f;
+        return true;
+    }
+    if (!pw_uniform_over(c, x.pw, s->in)) return false;
+    s->ops[0] = term(x.pos, x.v, false);
+    lval g = lf_lift_all_gather(s);
+    lval k = unknown();
+    if (g.kind == LV_TERM && x.cls != EID_NONE) {
+        s->ops[0] = term(x.cls, x.v, false);
+        k = lf_lift_all_gather(s);
+    }
+    s->ops[0] = x;
+    if (g.kind != LV_TERM) return false;
+    *out = x;
+    out->v = g.v;
+    out->pos = g.cls;
+    out->cls = k.kind == LV_TERM && view_equal(&k.v, &g.v) ? k.cls : EID_NONE;
+    return true;
+}
+
+/* A splat constant (broadcast of a scalar) re-viewed under w: the same
+ * broadcast to the global shape of that view. */
+static bool splat_review(lstate *s, uint32_t o, const view *w) {
+    lval *x = &s->ops[o];
+    const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
+    if (x->kind != LV_TERM || x->v.partial || w->rank != xi->shape.rank || lf_scale_of(x) != 1) return false;
+    const interp_val *kv = lf_kval(s->c, x->cls);
+    /* A class that holds a broadcast of a scalar, whatever op gave it here
+     * (select(p, z, z) of a zero table): that broadcast, which is the form
+     * both sides share (a folded literal would not meet it). */
+    for (eid n = eg_class_first(s->c->g, x->cls); n != EID_NONE; n = eg_class_next(s->c->g, n)) {
+        uint32_t nk, rk;
+        const eid *ch = eg_node_children(s->c->g, n, &nk);
+        if (eg_node_op(s->c->g, n) != OP_BROADCAST || nk != 1) continue;
+        eg_type_dims(s->c->g, eg_class_type(s->c->g, ch[0]), &rk);
+        if (rk) continue;
+        int64_t dims[VIEW_MAX_RANK];
+        lf_global_dims(s->c, w, &xi->shape, dims);
+        bool konst = x->konst;
+        eid b = eg_add(s->c->g, OP_BROADCAST, eg_node_attr(s->c->g, n), lf_type_of(s->c, xi->shape.dtype, dims, xi->shape.rank),
+                       ch, 1, s->c->origin);
+        if (kv && kv->n && !lf_kval(s->c, b) && lf_fold_size_ok(dims, xi->shape.rank)) {
+            interp_val *g = interp_val_new(kv->dtype, xi->shape.rank, dims);
+            for (int64_t k = 0; g && k < g->n; k++) interp_val_set(g, k, interp_val_get(kv, 0));
+            if (g) lf_kval_set(s->c, b, g);
+        }
+        *x = term(b, *w, false);
+        x->konst = konst;
+        return true;
+    }
+    if (kv && (xi->op != OP_BROADCAST || s->comp->instrs[xi->operands[0]].shape.rank != 0)) {
+        /* a folded constant holding one number: that number at the global shape */
+        for (int64_t k = 1; k < kv->n; k++)
+            if (interp_val_get(kv, k) != interp_val_get(kv, 0)) return false;
+        int64_t dims[VIEW_MAX_RANK];
+        lf_global_dims(s->c, w, &xi->shape, dims);
+        interp_val *g = lf_fold_size_ok(dims, xi->shape.rank) && kv->n ? interp_val_new(kv->dtype, xi->shape.rank, dims) : NULL;
+        if (!g) return false;
+        for (int64_t k = 0; k < g->n; k++) interp_val_set(g, k, interp_val_get(kv, 0));
+        *x = term(lf_const_term(s->c, g, s->c->origin), *w, false);
+        x->konst = true;
+        return true;
+    }
+    if (xi->op != OP_BROADCAST || xi->noperands != 1 || s->comp->instrs[xi->operands[0]].shape.rank != 0) return false;
+    const lval *k = &s->vals[xi->operands[0]];
+    eid scalar;
+    if (k->kind == LV_TERM && lf_kval(s->c, k->cls)) scalar = k->cls;
+    else if (k->kind == LV_DEV && lf_dev_uniform(s->c, k)) scalar = lf_dev_constant(s->c, &s->comp->instrs[xi->operands[0]], k);
+    else return false;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(s->c, w, &xi->shape, dims);
+    bool konst = x->konst;
+    *x = term(lf_node(s->c, s->c->cur, xi, &scalar, 1, dims, s->c->origin), *w, false);
+    x->konst = konst;
+    return true;
+}
+
+/* Whether s's value is used only as the indices of scatters (and is not
+ * the computation's result). */
+bool lf_only_scatter_indices(const lstate *s) {
+    uint32_t i = (uint32_t)(s->in - s->comp->instrs), uses = 0;
+    if (i == s->comp->root) return false;
+    for (uint32_t j = i + 1; j < s->comp->ninstrs; j++) {
+        const hlo_instr *u = &s->comp->instrs[j];
+        for (uint32_t o = 0; o < u->noperands; o++) {
+            if (u->operands[o] != i) continue;
+            if (u->op != OP_SCATTER || o != 1 || u->noperands != 3) return false;
+            uses++;
+        }
+    }
+    return uses > 0;
+}
+
+/* Scatter s's indices (operand 1) are x - off(r), x the same function of
+ * data on every device under a plain view (a batch split over dp travels
+ * along) and off(r) = block(r)·size in one component of the index vector
+ * (0 in the others), size the operand's local length along the operand dim
+ * *bk that component indexes: either the indices are subtract(x, off) (x's
+ * own term: wrapping of negative ids inside it is fine), or, with one
+ * component, their index values are on every device exactly t - off(r) for
+ * the source t at their positions (a subtract before reshapes). The indices
+ * become x's term under x's view, and *dim the axes of the blocks. */
+static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in, *ii = &s->comp->instrs[in->operands[1]];
+    uint32_t nsd;
+    const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0), n = shape_elements(&ii->shape);
+    if (!nsd || ivd < 0 || ivd > ii->shape.rank || (ivd == ii->shape.rank ? nsd != 1 : ii->shape.dims[ivd] != nsd)) return false;
+    int64_t stride = 1;
+    for (uint32_t d = (uint32_t)ivd + 1; d < ii->shape.rank; d++) stride *= ii->shape.dims[d];
+    /* per[r·nsd + j]: device r's offset in component j */
+    double *per = arena_alloc(c->a, (size_t)c->ndev * nsd * sizeof *per);
+    lval x = {0};
+    const lval *off = ii->op == OP_SUBTRACT && ii->noperands == 2 ? &s->vals[ii->operands[1]] : NULL;
+    if (off && off->kind == LV_DEV && n > 0 && (int64_t)off->count == n && !lf_dev_uniform(c, off)) {
+        x = s->vals[ii->operands[0]];
+        if (lf_is_index(&x) && !lf_index_as_term(c, &x)) return false;
+        bool *seen = arena_alloc(c->a, nsd * sizeof *seen);
+        for (int64_t r = 0; r < c->ndev; r++) {
+            memset(seen, 0, nsd * sizeof *seen);
+            for (uint32_t e = 0; e < off->count; e++) {
+                uint32_t j = (uint32_t)((e / stride) % nsd);
+                double v = off->dev[r * off->count + e];
+                if (!seen[j]) per[r * nsd + j] = v, seen[j] = true;
+                else if (per[r * nsd + j] != v) return false;
+            }
+        }
+    } else {
+        const lval *p = &s->ops[1];
+        if (nsd != 1 || p->kind != LV_PW || !p->pw || p->pos == EID_NONE) return false;
+        for (int64_t r = 0; r < c->ndev; r++) {
+            const pw_fn *f = &p->pw[r];
+            if (f->n != 1 || f->p[0].lo != PW_NEG_INF || f->p[0].hi != PW_POS_INF || f->p[0].a != 1) return false;
+            per[r] = -(double)f->p[0].b;
+        }
+        x = term(p->pos, p->v, false);
+    }
+    if (x.kind != LV_TERM || x.v.partial || x.v.rank != ii->shape.rank) return false;
+    /* one component offset per device, the others 0 everywhere */
+    int64_t j0 = -1;
+    for (uint32_t j = 0; j < nsd; j++) {
+        bool zero = true;
+        for (int64_t r = 0; r < c->ndev; r++) zero &= per[r * nsd + j] == 0;
+        if (zero) continue;
+        if (j0 >= 0) return false;
+        j0 = j;
+    }
+    const hlo_instr *oi = &s->comp->instrs[in->operands[0]];
+    if (j0 < 0 || sd[j0] < 0 || sd[j0] >= oi->shape.rank) return false;
+    double *pj = arena_alloc(c->a, (size_t)c->ndev * sizeof *pj);
+    for (int64_t r = 0; r < c->ndev; r++) pj[r] = per[r * nsd + j0];
+    int64_t base, parts;
+    uint32_t mask = lf_block_offsets(c, pj, 1, oi->shape.dims[sd[j0]], &base, &parts);
+    if (!mask || base != 0) return false;
+    /* x at the indices' shape */
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, &x.v, &ii->shape, g);
+    if (eg_class_type(c->g, x.cls) != lf_type_of(c, ii->shape.dtype, g, ii->shape.rank)) return false;
+    *bk = sd[j0];
+    *dim = lf_axes_dim(c, mask);
+    s->ops[1] = term(x.cls, x.v, x.assumed);
+    return true;
+}
+
+/* scatter(operand, indices, updates) with a sum or any reducer, two readings:
+ * - aligned: every device scatters into its own block (the operand sharded
+ *   only along batching dims and whole windows, the indices and updates
+ *   alike along the matching dims): the global scatter under the operand's
+ *   view;
+ * - partial: the operand is zero and replicated, the indices and updates
+ *   sharded alike along their scatter dims (each device adds its rows, an
+ *   embedding's gradient under data parallelism) or the updates partial
+ *   sums, and the reducer a sum: the global scatter-add, partial (sum) over
+ *   those axes.
+ * Splat constants take whatever view the others need. */
+bool lf_scatter_reading(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->noperands != 3 || in->shape.dtype == DT_TUPLE || in->shape.rank > VIEW_MAX_RANK) return false;
+    view_dim bdim = {0};
+    int64_t bk = -1;
+    bool blocked = block_offset_indices(s, &bk, &bdim);
+    for (uint32_t o = 0; o < 3; o++) {
+        lf_uniform_dev_as_term(s, o);
+        if (s->ops[o].kind != LV_TERM) return false;
+    }
+    const hlo_instr *oi = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]],
+                    *ui = &s->comp->instrs[in->operands[2]];
+    uint32_t nuw, niw, nib, nsb;
+    const int64_t *uw = instr_ints(in, A_UPDATE_WINDOW_DIMS, &nuw), *iw = instr_ints(in, A_INSERTED_WINDOW_DIMS, &niw);
+    const int64_t *ib = instr_ints(in, A_INPUT_BATCHING_DIMS, &nib), *sb = instr_ints(in, A_SCATTER_INDICES_BATCHING_DIMS, &nsb);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+    uint32_t ro = oi->shape.rank, ri = ii->shape.rank, ru = ui->shape.rank;
+    if (ro > VIEW_MAX_RANK || ri > VIEW_MAX_RANK || ru > VIEW_MAX_RANK || nib != nsb) return false;
+    /* udim_of_idx[d]: the update dim of index dim d (not the index vector dim);
+     * udim_of_op[d]: the update dim of operand window dim d, or -1. */
+    int64_t udim_of_idx[VIEW_MAX_RANK], udim_of_op[VIEW_MAX_RANK];
+    uint32_t u = 0, w = 0;
+    for (uint32_t d = 0; d < ri; d++) {
+        udim_of_idx[d] = -1;
+        if ((int64_t)d == ivd) continue;
+        while (u < ru && member(uw, nuw, u)) u++;
+        if (u >= ru) return false;
+        udim_of_idx[d] = u++;
+    }
+    for (uint32_t d = 0; d < ro; d++) {
+        udim_of_op[d] = -1;
+        if (member(iw, niw, d) || member(ib, nib, d)) continue;
+        if (w >= nuw || uw[w] < 0 || uw[w] >= ru) return false;
+        udim_of_op[d] = uw[w++];
+    }
+    /* The views the three must have, from the sharded ones. */
+    view vo = view_dup(ro), vi = view_dup(ri), vu = view_dup(ru);
+    /* Indices offset per device by its block of the operand along the one
+     * scatter dim (GSPMD's vocab-parallel scatter: index - r·size): every
+     * device adds the rows that fall in its block and drops the others (a
+     * scatter skips indices out of bounds), which is the global scatter with
+     * that dim sharded; the indices are the source's term. */
+    if (blocked) {
+        /* A window of one element along the blocked dim: a wider one could
+         * straddle two blocks, dropped by both devices but not globally. The
+         * operand is a splat or already split in those blocks (a table
+         * updated in place). */
+        int64_t wd = udim_of_op[bk];
+        const view_dim *od = &s->ops[0].v.dims[bk];
+        if ((od->naxes && memcmp(od, &bdim, sizeof bdim)) || member(ib, nib, bk) ||
+            (!member(iw, niw, bk) && (wd < 0 || ui->shape.dims[wd] != 1)))
+            return false;
+        vo.dims[bk] = bdim;
+    }
+    const lval *o = &s->ops[0], *x = &s->ops[1], *y = &s->ops[2];
+    if (o->v.partial || x->v.partial || (y->v.partial && y->v.red != RED_SUM)) return false;
+    bool zero_operand = false;
+    const interp_val *ov = lf_kval(c, o->cls);
+    if (ov) {
+        zero_operand = true;
+        for (int64_t k = 0; k < ov->n && zero_operand; k++) zero_operand = interp_val_get(ov, k) == 0;
+    }
+    uint8_t partial = 0;
+    for (uint32_t d = 0; d < ri; d++) {
+        const view_dim *xd = &x->v.dims[d];
+        if (!xd->naxes) continue;
+        if ((int64_t)d == ivd || udim_of_idx[d] < 0) return false;
+        vi.dims[d] = *xd;
+        vu.dims[udim_of_idx[d]] = *xd;
+        int64_t k = -1;
+        for (uint32_t q = 0; q < nsb; q++)
+            if (sb[q] == d) k = ib[q];
+        if (k >= 0) vo.dims[k] = *xd;
+        else for (uint32_t a = 0; a < xd->naxes; a++) partial |= (uint8_t)(1u << xd->axes[a]);
+    }
+    for (uint32_t d = 0; d < ro; d++) {
+        const view_dim *od = &o->v.dims[d];
+        if (blocked && d == bk) continue;  /* taken above */
+        if (udim_of_op[d] >= 0) {
+            /* a window dim sharded in the operand or the updates: whole
+             * windows of the local block (the window starts at 0 or is
+             * dropped alike on both sides) */
+            const view_dim *wd = od->naxes ? od : &y->v.dims[udim_of_op[d]];
+            if (!wd->naxes) continue;
+            if (ui->shape.dims[udim_of_op[d]] != oi->shape.dims[d] || (vo.dims[d].naxes && memcmp(&vo.dims[d], wd, sizeof *wd)))
+                return false;
+            vo.dims[d] = *wd;
+            vu.dims[udim_of_op[d]] = *wd;
+        } else if (od->naxes && memcmp(&vo.dims[d], od, sizeof *od)) {
+            return false;
+        }
+    }
+    /* every mesh axis bound once */
+    uint32_t nbound = 0;
+    for (uint32_t d = 0; d < ro; d++) nbound += vo.dims[d].naxes;
+    if (nbound != (uint32_t)__builtin_popcount(view_axes_used(&vo))) return false;
+    /* Updates that are partial sums: a scatter-add into zeros is linear in
+     * them, so the result is partial over the same axes. */
+    vu.partial = y->v.partial;
+    vu.red = y->v.partial ? RED_SUM : 0;
+    partial |= y->v.partial;
+    if (partial && (!zero_operand || instr_reducer(c->cur, in) != RED_SUM || (partial & view_axes_used(&vo)))) return false;
+    const view *want[3] = {&vo, &vi, &vu};
+    for (uint32_t k = 0; k < 3; k++)
+        if (!view_equal(&s->ops[k].v, want[k]) && !splat_review(s, k, want[k])) return false;
+    view v = vo;
+    v.partial = partial;
+    v.red = partial ? RED_SUM : 0;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, dims);
+    eid ch[3] = {s->ops[0].cls, s->ops[1].cls, s->ops[2].cls};
+    *out = term(lf_node(c, c->cur, in, ch, 3, dims, c->origin), v, o->assumed || x->assumed || y->assumed);
+    return true;
+}
+

@@ -1,0 +1,555 @@
+/* lift_loop — while loops (lift.c walks them): induction over the carry.
+ * Owns the baseline walk of a loop (lf_loop_baseline) and the distributed
+ * loop related to it carry by carry (lf_loop_distributed); both are reached
+ * from lf_lift_one through lf_loop_baseline / lf_loop_distributed. */
+#include "lift.h"
+#include "lift_int.h"
+#include "interp.h"
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "segrun.h"
+
+/* ---- while loops: induction over the carry (DESIGN §6) ----
+ *
+ * The baseline's loop is walked once with a fresh variable x_j for every carry
+ * element: its body gives y_j(x) and its condition p(x); its result element j
+ * is an opaque node while_j(init) (nothing is known of it but its name). The
+ * distributed loop with the same position in walk order is related to it by
+ * induction: each carry element k of its initial value is a baseline initial
+ * element j = pi(k) under a view v_k (device-independent counters: equal
+ * values); entering the body with x_pi(k) under v_k, the body must return
+ * y_pi(k) under v_k, and the condition must be p. Then, iteration by iteration,
+ * the distributed carry is the baseline carry under the views, both loops stop
+ * together, and result element k is while_pi(k)(init) under v_k. Carries are
+ * paired by their initial values, not by position (the partitioner reorders
+ * them); a constant one (a zero-filled buffer, a zero sum) under the view that
+ * gives it the baseline element's shape (konst_carry); baseline carries the
+ * body returns unchanged from the same initial value are one variable
+ * (loop_invariants). A distributed carry with no counterpart is ignored when
+ * only its own update reads it (carry_feeds, result_read). A zero carry may
+ * also be a partial sum of zeros (a gradient summed from per-device partial
+ * sums, all-reduced after the loop): read so when a sum follows the loop
+ * (summed_after), and the other reading is tried when the one taken fails
+ * in the body (loop_try, the first walk undone by lf_loop_mark). */
+typedef struct lift_loop {
+    uint32_t n;                   /* carry elements */
+    lval *init;                   /* baseline initial elements */
+    const shape *shapes;          /* baseline carry element shapes */
+    eid *x;                       /* the variable of each element */
+    lval body;                    /* body over x (LV_TUPLE when understood) */
+    eid cond;                     /* condition over x, EID_NONE when not a term */
+    lval result;                  /* LV_TUPLE of while_j(init) */
+} lift_loop;
+
+static uint32_t called_comp(const hlo_module *m, const hlo_instr *in, int key) {
+    const hlo_attr *a = instr_attr(in, key);
+    return a && a->v.ints && a->v.ints[0] >= 0 && a->v.ints[0] < m->ncomps ? (uint32_t)a->v.ints[0] : SR_NONE;
+}
+
+/* The instruction giving element k of a tuple-valued operand, for shapes. */
+static const hlo_instr *tuple_elem_instr(const hlo_comp *comp, const hlo_instr *t, uint32_t k) {
+    return t->op == OP_TUPLE && k < t->noperands ? &comp->instrs[t->operands[k]] : NULL;
+}
+
+/* Body and condition of a loop over the carry args (one tuple). */
+static void loop_walk(lift_ctx *c, const hlo_instr *in, lval *args, lval *body, lval *cond) {
+    const hlo_module *m = c->cur;
+    uint32_t b = called_comp(m, in, A_BODY), k = called_comp(m, in, A_CONDITION);
+    const char *sc;
+    size_t sn;
+    uint32_t outer = c->loop_seg;
+    if (c->baseline_mode) c->loop_seg = sr_scope_top(in, &sc, &sn) ? lf_segment_of(c, sc, sn) : UINT32_MAX;
+    c->loop_depth++;
+    c->depth++;
+    *body = b != SR_NONE ? lf_lift_comp(c, &m->comps[b], args, NULL, 0) : unknown();
+    *cond = k != SR_NONE ? lf_lift_comp(c, &m->comps[k], args, NULL, 0) : unknown();
+    c->depth--;
+    c->loop_depth--;
+    c->loop_seg = outer;
+}
+
+/* Carries the body returns unchanged keep their initial value in every
+ * iteration; two of them that start from the same value are equal in every
+ * iteration, so their variables are merged. A distributed loop that carries
+ * that value once (or in other places) then meets the baseline's body
+ * whichever of them its carry is related to. */
+static void loop_invariants(lift_ctx *c, const lift_loop *L) {
+    bool any = false;
+    for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->n && j < L->body.n; j++) {
+        const lval *y = &L->body.elems[j], *e = &L->init[j];
+        if (y->kind != LV_TERM || e->kind != LV_TERM || eg_find(c->g, y->cls) != eg_find(c->g, L->x[j])) continue;
+        for (uint32_t i = 0; i < j; i++) {
+            const lval *yi = &L->body.elems[i], *ei = &L->init[i];
+            if (yi->kind == LV_TERM && ei->kind == LV_TERM && eg_find(c->g, yi->cls) == eg_find(c->g, L->x[i]) &&
+                eg_find(c->g, ei->cls) == eg_find(c->g, e->cls) && eg_find(c->g, L->x[i]) != eg_find(c->g, L->x[j])) {
+                eg_union(c->g, L->x[i], L->x[j], NULL);
+                any = true;
+                break;
+            }
+        }
+    }
+    if (!any) return;
+    eg_rebuild(c->g);
+    lf_kvals_after_unions(c);
+}
+
+lval lf_loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
+    const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
+    const hlo_instr *ti = in->noperands == 1 ? &comp->instrs[in->operands[0]] : NULL;
+    if (!init || init->kind != LV_TUPLE || in->shape.dtype != DT_TUPLE || in->shape.ntuple != init->n) return unknown();
+    uint32_t n = init->n;
+    XGROW(c->loops, c->caploops, c->nloops + 1);
+    lift_loop *L = &c->loops[c->nloops++];
+    memset(L, 0, sizeof *L);
+    L->n = n;
+    L->shapes = in->shape.tuple;
+    L->init = arena_memdup(c->a, init->elems, (n + 1) * sizeof *init->elems);
+    for (uint32_t j = 0; j < n; j++) lf_index_as_term(c, &L->init[j]);
+    init = &(lval){.kind = LV_TUPLE, .n = n, .elems = L->init};
+    L->x = arena_alloc(c->a, (n + 1) * sizeof *L->x);
+    lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs), arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
+    eid *ch = arena_alloc(c->a, (n + 1) * sizeof *ch);
+    for (uint32_t j = 0; j < n; j++) {
+        const shape *sh = &in->shape.tuple[j];
+        int64_t k = (int64_t)(1000000 + c->fresh++);
+        L->x[j] = eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), lf_type_of(c, sh->dtype, sh->dims, sh->rank), NULL, 0, EG_BASELINE);
+        xs[j] = term(L->x[j], view_dup(sh->rank), false);
+        const lval *e = &init->elems[j];
+        const hlo_instr *ei = tuple_elem_instr(comp, ti, j);
+        ch[j] = e->kind == LV_TERM ? e->cls : e->kind == LV_DEV && ei ? lf_dev_constant(c, ei, e) : xs[j].cls;
+    }
+    lval cv;
+    loop_walk(c, in, &arg, &L->body, &cv);
+    for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->body.n; j++) lf_index_as_term(c, &L->body.elems[j]);
+    lf_index_as_term(c, &cv);
+    L->cond = cv.kind == LV_TERM ? eg_find(c->g, cv.cls) : EID_NONE;
+    loop_invariants(c, L);
+    lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
+    uint32_t b = called_comp(c->cur, in, A_BODY);
+    for (uint32_t j = 0; j < n; j++) {
+        const shape *sh = &in->shape.tuple[j];
+        int64_t attr[2] = {j, b == SR_NONE ? 0 : (int64_t)lf_comp_digest(c, c->cur, b)};
+        eid r = eg_add(c->g, OP_WHILE, eg_attr(c->g, attr, 2), lf_type_of(c, sh->dtype, sh->dims, sh->rank), ch, n, EG_BASELINE);
+        rs[j] = term(r, view_dup(sh->rank), false);
+    }
+    L->result = (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
+    return L->result;
+}
+
+/* Whether element k of while loop w's result is read after it (any use of
+ * the whole tuple but a get-tuple-element of another element counts). */
+static bool result_read(const hlo_comp *comp, const hlo_instr *w, uint32_t k) {
+    uint32_t wi = (uint32_t)(w - comp->instrs);
+    for (uint32_t i = wi + 1; i < comp->ninstrs; i++) {
+        const hlo_instr *u = &comp->instrs[i];
+        for (uint32_t o = 0; o < u->noperands; o++)
+            if (u->operands[o] == wi && (u->op != OP_GET_TUPLE_ELEMENT || instr_int(u, A_INDEX, 0) == k)) return true;
+    }
+    return comp->root == wi;
+}
+
+/* Whether carry element k reaches the root of a loop body or condition
+ * comp other than through its own result element `own` (UINT32_MAX: the
+ * root itself, a condition). Instructions are in dependency order; a use of
+ * the whole carry other than a get-tuple-element counts as reading k. */
+static bool carry_feeds(const hlo_comp *comp, uint32_t k, uint32_t own) {
+    bool *dep = xcalloc(comp->ninstrs + 1, sizeof *dep);
+    for (uint32_t i = 0; i < comp->ninstrs; i++) {
+        const hlo_instr *x = &comp->instrs[i];
+        for (uint32_t o = 0; o < x->noperands && !dep[i]; o++) {
+            const hlo_instr *y = &comp->instrs[x->operands[o]];
+            bool reads_k = y->op == OP_PARAMETER && (x->op != OP_GET_TUPLE_ELEMENT || instr_int(x, A_INDEX, 0) == k);
+            dep[i] = dep[x->operands[o]] || reads_k;
+        }
+    }
+    const hlo_instr *r = &comp->instrs[comp->root];
+    bool feeds = false;
+    if (own == UINT32_MAX || r->op != OP_TUPLE) feeds = dep[comp->root];
+    else
+        for (uint32_t j = 0; j < r->noperands; j++) feeds |= j != own && dep[r->operands[j]];
+    free(dep);
+    return feeds;
+}
+
+/* Whether instruction i of comp is all zeros: a zero constant, or a
+ * broadcast of one (through copies). */
+static bool zero_value(const hlo_comp *comp, uint32_t i) {
+    const hlo_instr *x = &comp->instrs[i];
+    while ((x->op == OP_COPY || x->op == OP_BROADCAST) && x->noperands == 1) x = &comp->instrs[x->operands[0]];
+    const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
+    const hlo_literal *lit = la ? la->v.lit : NULL;
+    if (!lit || lit->elided || lit->raw || lit->count < 1 || (!lit->f && !lit->i)) return false;
+    for (int64_t k = 0; k < lit->count; k++)
+        if (lit->f ? lit->f[k] != 0 : lit->i[k] != 0) return false;
+    return true;
+}
+
+/* The mesh axes (bitmask) over which element k of while loop w's result is
+ * summed right after the loop: its one reader, through copies, converts,
+ * layout ops and scalings by a constant, is an all-reduce or reduce-scatter
+ * that sums over them; 0 otherwise. */
+static uint32_t summed_after(lift_ctx *c, const hlo_comp *comp, const hlo_instr *w, uint32_t k) {
+    uint32_t cur = (uint32_t)(w - comp->instrs);
+    bool elem = false;
+    for (int depth = 0; depth < 16; depth++) {
+        uint32_t user = SR_NONE, nusers = 0;
+        for (uint32_t i = cur + 1; i < comp->ninstrs; i++) {
+            const hlo_instr *u = &comp->instrs[i];
+            for (uint32_t o = 0; o < u->noperands; o++)
+                if (u->operands[o] == cur && (elem || u->op != OP_GET_TUPLE_ELEMENT || instr_int(u, A_INDEX, 0) == k))
+                    user = i, nusers++;
+        }
+        if (nusers != 1) return 0;
+        const hlo_instr *u = &comp->instrs[user];
+        if (!elem) {
+            if (u->op != OP_GET_TUPLE_ELEMENT) return 0;
+            elem = true;
+        } else if ((u->op == OP_ALL_REDUCE || u->op == OP_REDUCE_SCATTER) && u->noperands == 1) {
+            int axes = instr_reducer(c->cur, u) == RED_SUM ? lift_groups_axes(c, u, false) : -1;
+            return axes > 0 ? (uint32_t)axes : 0;
+        } else if (u->op == OP_MULTIPLY || u->op == OP_DIVIDE) {
+            uint32_t other = u->operands[0] == cur ? 1 : 0;
+            const hlo_instr *f = u->noperands == 2 ? &comp->instrs[u->operands[other]] : NULL;
+            while (f && f->op == OP_BROADCAST && f->noperands == 1) f = &comp->instrs[f->operands[0]];
+            if (!f || f->op != OP_CONSTANT || (u->op == OP_DIVIDE && other == 0)) return 0;
+        } else if (u->op != OP_COPY && u->op != OP_CONVERT && u->op != OP_RESHAPE && u->op != OP_TRANSPOSE &&
+                   u->op != OP_BITCAST) {
+            return 0;
+        }
+        cur = user;
+    }
+    return 0;
+}
+
+/* A scalar integer constant's value. */
+static bool int_constant(const hlo_instr *x, int64_t *out) {
+    const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
+    if (!la || la->v.lit->elided || la->v.lit->raw || !la->v.lit->i || la->v.lit->count != 1 || x->shape.rank != 0 ||
+        !dtype_is_int(x->shape.dtype))
+        return false;
+    *out = la->v.lit->i[0];
+    return true;
+}
+
+/* Whether x is element k of comp's parameter (a tuple). */
+static bool carry_elem(const hlo_comp *comp, const hlo_instr *x, uint32_t *k) {
+    if (x->op != OP_GET_TUPLE_ELEMENT || x->noperands != 1 || comp->instrs[x->operands[0]].op != OP_PARAMETER) return false;
+    *k = (uint32_t)instr_int(x, A_INDEX, 0);
+    return true;
+}
+
+/* The trip count of a counted loop (a scan): carry element k starts at a
+ * constant c0, the body adds a positive constant s to it, and the condition is
+ * element k < n for a constant n. Read from the program text only; false for
+ * any other loop. */
+static bool loop_trips(const hlo_module *m, const hlo_comp *comp, const hlo_instr *in, int64_t *trips) {
+    uint32_t bi = called_comp(m, in, A_BODY), ci = called_comp(m, in, A_CONDITION);
+    if (bi == SR_NONE || ci == SR_NONE || in->noperands != 1) return false;
+    const hlo_comp *body = &m->comps[bi], *cond = &m->comps[ci];
+    const hlo_instr *ti = &comp->instrs[in->operands[0]], *cr = &cond->instrs[cond->root], *br = &body->instrs[body->root];
+    const char *dir = cr->op == OP_COMPARE ? instr_str(cr, A_DIRECTION) : NULL;
+    uint32_t k, kb;
+    int64_t c0, n, st;
+    if (!dir || strcmp(dir, "LT") || cr->noperands != 2 || !carry_elem(cond, &cond->instrs[cr->operands[0]], &k) ||
+        !int_constant(&cond->instrs[cr->operands[1]], &n) || ti->op != OP_TUPLE || k >= ti->noperands ||
+        !int_constant(&comp->instrs[ti->operands[k]], &c0) || br->op != OP_TUPLE || k >= br->noperands)
+        return false;
+    const hlo_instr *step = &body->instrs[br->operands[k]];
+    if (step->op != OP_ADD || step->noperands != 2) return false;
+    for (int o = 0; o < 2; o++)
+        if (carry_elem(body, &body->instrs[step->operands[o]], &kb) && kb == k &&
+            int_constant(&body->instrs[step->operands[1 - o]], &st) && st > 0 && st < INT32_MAX && n < INT32_MAX &&
+            c0 > -INT32_MAX) {
+            *trips = n > c0 ? (n - c0 + st - 1) / st : 0;
+            return true;
+        }
+    return false;
+}
+
+/* The mesh axes of a view dim (bitmask) and the number of blocks they cut. */
+static uint32_t dim_axes(const lift_ctx *c, const view_dim *vd, int64_t *parts) {
+    uint32_t mask = 0;
+    *parts = 1;
+    for (uint32_t a = 0; a < vd->naxes; a++) mask |= 1u << vd->axes[a], *parts *= c->mesh->sizes[vd->axes[a]];
+    return mask;
+}
+
+/* The view that cuts each dim of the global shape g into the local shape l
+ * in blocks: over the one group of axes of that ratio among `groups` (the
+ * sharded dims of the loop's other initial values: how this program shards),
+ * else over the one mesh axis of that ratio; false when there is no such
+ * group or several (the reading would be a guess). */
+static bool blocks_view(const lift_ctx *c, const shape *l, const shape *g, const view_dim *groups, uint32_t ngroups, view *w) {
+    if (l->rank != g->rank || l->rank > VIEW_MAX_RANK) return false;
+    *w = view_dup(l->rank);
+    uint32_t used = 0;
+    for (uint32_t d = 0; d < l->rank; d++) {
+        if (g->dims[d] == l->dims[d]) continue;
+        if (l->dims[d] <= 0 || g->dims[d] % l->dims[d]) return false;
+        int64_t r = g->dims[d] / l->dims[d], parts;
+        int found = -1, nfound = 0;
+        for (uint32_t k = 0; k < ngroups; k++)
+            if (dim_axes(c, &groups[k], &parts) && parts == r) found = (int)k, nfound++;
+        view_dim vd = nfound == 1 ? groups[found] : (view_dim){0};
+        for (uint32_t a = 0; !nfound && a < c->mesh->naxes; a++)
+            if (c->mesh->sizes[a] == r) vd = lf_axes_dim(c, 1u << a), nfound += vd.naxes > 0 ? 1 : 0;
+        uint32_t mask = dim_axes(c, &vd, &parts);
+        if (nfound != 1 || !mask || (used & mask)) return false;
+        used |= mask;
+        w->dims[d] = vd;
+    }
+    return true;
+}
+
+/* The distinct sharded dims of the views of a loop's initial values. */
+static uint32_t init_groups(const lval *init, uint32_t n, view_dim *out, uint32_t cap) {
+    uint32_t ng = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        const lval *e = &init[k];
+        if (e->kind != LV_TERM || e->konst) continue;
+        for (uint32_t d = 0; d < e->v.rank; d++) {
+            const view_dim *vd = &e->v.dims[d];
+            bool seen = !vd->naxes;
+            for (uint32_t q = 0; q < ng && !seen; q++) seen = lf_same_dim(&out[q], vd);
+            if (seen || ng == cap) continue;
+            out[ng] = (view_dim){.naxes = vd->naxes};
+            memcpy(out[ng++].axes, vd->axes, vd->naxes);
+        }
+    }
+    return ng;
+}
+
+/* A carry entering as a constant the same on every device (a zero-filled
+ * buffer the loop writes its per-iteration results into, a zero accumulator)
+ * that no baseline element starts from as it is: read under the blocked view
+ * that makes its local shape the shape of a baseline element, that constant is
+ * a global constant (lf_konst_at); related to the first element not taken yet
+ * that starts from it (ties paired in order). Whether this reading is the one
+ * the body keeps is decided by the induction. */
+static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t ei, const lift_loop *L, const bool *taken,
+                        const view_dim *groups, uint32_t ngroups, uint32_t *pj, view *pw) {
+    const hlo_instr *e = &comp->instrs[ei];
+    const lval *x = &vals[ei];
+    if (x->kind != LV_TERM || !x->konst || x->assumed || !view_is_dup(&x->v) || lf_scale_of(x) != 1) return false;
+    for (uint32_t j = 0; j < L->n; j++) {
+        const shape *bs = &L->shapes[j];
+        view w;
+        if (taken[j] || L->init[j].kind != LV_TERM || bs->dtype != e->shape.dtype ||
+            !blocks_view(c, &e->shape, bs, groups, ngroups, &w) || view_is_dup(&w))
+            continue;
+        eid g = lf_konst_at(c, comp, vals, ei, &w, 0);
+        if (g != EID_NONE && eg_find(c->g, g) == eg_find(c->g, L->init[j].cls)) {
+            *pj = j;
+            *pw = w;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Walks the body and condition with the carry xs (each related to baseline
+ * carry pi[k] under its view) and checks the induction step: the body returns
+ * every carry as the baseline's body does, under the view it entered with,
+ * and the condition is the baseline's. failed[k]: carry k is not kept; only
+ * the first failure is said. `loose`: carries whose view is one reading of a
+ * constant, where another view is no finding. */
+static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lift_loop *L, const uint32_t *pi,
+                     lval *xs, const bool *loose, bool *failed) {
+    uint32_t n = in->shape.ntuple;
+    lval body, cv, arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
+    memset(failed, 0, n + 1);
+    loop_walk(c, in, &arg, &body, &cv);
+    uint32_t bi = called_comp(c->cur, in, A_BODY);
+    const hlo_comp *bc = bi != SR_NONE ? &c->cur->comps[bi] : comp;
+    if (bi == SR_NONE || body.kind != LV_TUPLE || body.n != n || L->body.kind != LV_TUPLE) {
+        lf_unsupported(c, comp, in, "%s: the loop body's result is not understood", in->name);
+        return false;
+    }
+    lf_index_as_term(c, &cv);
+    bool ok = true;
+    for (uint32_t k = 0; k < n; k++) {
+        if (pi[k] == SR_NONE) continue;
+        lf_index_as_term(c, &body.elems[k]);
+        const lval *z = &body.elems[k], *y = &L->body.elems[pi[k]];
+        const hlo_instr *site = tuple_elem_instr(bc, &bc->instrs[bc->root], k);
+        if (!site) site = in;
+        bool same = z->kind == LV_TERM && !z->assumed && y->kind == LV_TERM && eg_find(c->g, z->cls) == eg_find(c->g, y->cls);
+        failed[k] = !same || !view_equal(&z->v, &xs[k].v);
+        if (!failed[k] || !ok) continue;
+        ok = false;
+        if (!same) {
+            if (getenv("SCALIFY_DEBUG_LIFT")) {
+                strbuf tz, ty;
+                sb_init(&tz);
+                sb_init(&ty);
+                if (z->kind == LV_TERM) eg_print_term(&tz, c->g, z->cls, 6);
+                if (y->kind == LV_TERM) eg_print_term(&ty, c->g, y->cls, 6);
+                fprintf(stderr, "lift: loop element %u: body gives %s (kind %d), the baseline's %s\n", k, tz.s ? tz.s : "-",
+                        z->kind, ty.s ? ty.s : "-");
+                sb_free(&tz);
+                sb_free(&ty);
+            }
+            if (!c->nfindings)
+                lf_unsupported(c, bc, site, "%s: the loop body does not return carry element %u as the baseline's body does "
+                                            "(induction over the carry fails)", in->name, k);
+        } else if (loose[k]) {
+            /* the constant was read under one of its views: another reading
+             * of it might be the one the body keeps */
+            lf_unsupported(c, bc, site, "%s: the body returns carry element %u under another view than the one its constant "
+                                        "initial value was read under", in->name, k);
+        } else {
+            strbuf got, want;
+            sb_init(&got);
+            sb_init(&want);
+            view_print(&got, &z->v, c->mesh);
+            view_print(&want, &xs[k].v, c->mesh);
+            lf_finding(c, z->v.partial && !xs[k].v.partial ? "missing-all-reduce" : "wrong-shard-dim", bc, site,
+                       "@the body of %s returns carry element %u as %s but it enters as %s: the relation is not kept from one "
+                       "iteration to the next", in->name, k, got.s, want.s);
+            sb_free(&got);
+            sb_free(&want);
+        }
+    }
+    if (ok && !(cv.kind == LV_TERM && !cv.assumed && view_is_dup(&cv.v) && L->cond != EID_NONE &&
+                eg_find(c->g, cv.cls) == eg_find(c->g, L->cond))) {
+        lf_unsupported(c, comp, in, "%s: the loop condition is not the baseline's (the loops may not stop together)", in->name);
+        ok = false;
+    }
+    return ok;
+}
+lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
+    const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
+    if (!init || init->kind != LV_TUPLE || in->shape.dtype != DT_TUPLE || in->shape.ntuple != init->n) {
+        lf_unsupported(c, comp, in, "%s: a while loop whose carry is not a tuple of known values", in->name);
+        return unknown();
+    }
+    if (c->next_loop >= c->nloops) {
+        int64_t trips;
+        if (!c->nloops && loop_trips(c->cur, comp, in, &trips))
+            lf_unsupported(c, comp, in, "%s: a loop of %lld iterations where the baseline has no loop: relating a loop to the "
+                                        "computation the baseline does in one piece (a reduction split into chunks, such as "
+                                        "gradient accumulation over microbatches) is not supported yet",
+                           in->name, (long long)trips);
+        else
+            lf_unsupported(c, comp, in, "%s: the baseline has no while loop left to relate this one to", in->name);
+        return unknown();
+    }
+    lift_loop *L = &c->loops[c->next_loop++];
+    uint32_t n = init->n;
+    uint32_t *pi = arena_alloc(c->a, (n + 1) * sizeof *pi);
+    const hlo_instr *ti = &comp->instrs[in->operands[0]];
+    bool *guessed = arena_alloc(c->a, n + 1), *taken = arena_alloc(c->a, L->n + 1);
+    lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs);
+    view_dim groups[32];
+    uint32_t ngroups = init_groups(init->elems, n, groups, 32);
+    for (uint32_t k = 0; k < n; k++) {
+        lval ek = init->elems[k];
+        lf_index_as_term(c, &ek);
+        /* an all-to-all result still a layout: its plain view, reshaping the term */
+        if (ek.kind == LV_LAYOUT && !lf_layout_to_term(c, &init->elems[k], &in->shape.tuple[k], true, &ek)) ek = unknown();
+        const lval *e = &ek;
+        pi[k] = SR_NONE;
+        for (uint32_t t = 0; t < L->n && pi[k] == SR_NONE; t++) {
+            uint32_t j = (k + t) % L->n;  /* the same position first */
+            const lval *b = &L->init[j];
+            if (e->kind == LV_TERM && !e->assumed && b->kind == LV_TERM && eg_find(c->g, e->cls) == eg_find(c->g, b->cls))
+                pi[k] = j;
+            else if (e->kind == LV_DEV && b->kind == LV_DEV && t == 0 && lf_dev_uniform(c, e) && e->count == b->count &&
+                     memcmp(e->dev, b->dev, e->count * sizeof *e->dev) == 0)
+                pi[k] = j;
+        }
+        view w;
+        if (pi[k] == SR_NONE && ti->op == OP_TUPLE && k < ti->noperands &&
+            konst_carry(c, comp, vals, ti->operands[k], L, taken, groups, ngroups, &pi[k], &w)) {
+            guessed[k] = taken[pi[k]] = true;
+            xs[k] = term(L->x[pi[k]], w, false);
+            continue;
+        }
+        if (pi[k] == SR_NONE && getenv("SCALIFY_DEBUG_LIFT")) {
+            strbuf tz;
+            sb_init(&tz);
+            if (e->kind == LV_TERM) eg_print_term(&tz, c->g, e->cls, 6);
+            fprintf(stderr, "lift: loop carry %u enters as %s (kind %d, assumed %d); baseline element %u: ", k,
+                    tz.s ? tz.s : "-", e->kind, e->assumed, k);
+            sb_free(&tz);
+            sb_init(&tz);
+            if (k < L->n && L->init[k].kind == LV_TERM) eg_print_term(&tz, c->g, L->init[k].cls, 6);
+            fprintf(stderr, "%s\n", tz.s ? tz.s : "-");
+            sb_free(&tz);
+        }
+        if (pi[k] == SR_NONE) {
+            /* A carry the baseline's loop has no counterpart of (an extra
+             * counter, a copy) may be ignored where nothing reads it but its
+             * own update: not the other carries, the condition, or the code
+             * after the loop. It is then unknown (no view is made up for it). */
+            uint32_t bi = called_comp(c->cur, in, A_BODY), ci = called_comp(c->cur, in, A_CONDITION);
+            if (bi == SR_NONE || ci == SR_NONE || carry_feeds(&c->cur->comps[bi], k, k) ||
+                carry_feeds(&c->cur->comps[ci], k, UINT32_MAX) || result_read(comp, in, k)) {
+                lf_unsupported(c, comp, in, "%s: carry element %u enters the loop as no value the baseline's loop starts from",
+                               in->name, k);
+                return unknown();
+            }
+            xs[k] = unknown();
+            continue;
+        }
+        xs[k] = term(L->x[pi[k]], e->kind == LV_TERM ? e->v : view_dup(in->shape.tuple[k].rank), false);
+    }
+    for (uint32_t k = 0; k < n && ti->op == OP_TUPLE && k < ti->noperands; k++) guessed[k] |= vals[ti->operands[k]].konst;
+    /* A zero carry summed over mesh axes right after the loop (a gradient
+     * accumulated from per-device partial sums, all-reduced once): zeros are a
+     * partial sum of zeros, so it enters partial over those axes; the body
+     * must keep it so (else unverified: another reading might be kept). */
+    for (uint32_t k = 0; k < n && ti->op == OP_TUPLE && k < ti->noperands; k++) {
+        if (pi[k] == SR_NONE || xs[k].kind != LV_TERM || xs[k].v.partial || !vals[ti->operands[k]].konst ||
+            !zero_value(comp, ti->operands[k]))
+            continue;
+        uint32_t p = summed_after(c, comp, in, k);
+        if (!p || (p & view_axes_used(&xs[k].v)) || p > 0xff) continue;
+        xs[k].v.partial = (uint8_t)p;
+        xs[k].v.red = RED_SUM;
+        guessed[k] = true;
+    }
+    /* A zero carry may be a partial sum of zeros or not; where the reading
+     * taken fails, the other is tried (the first walk undone). */
+    bool *failed = arena_alloc(c->a, n + 1);
+    lf_loop_mark m0 = lf_loop_mark_take(c);
+    bool ok = loop_try(c, comp, in, L, pi, xs, guessed, failed);
+    if (!ok && ti->op == OP_TUPLE) {
+        lval *alt = arena_memdup(c->a, xs, (n + 1) * sizeof *xs);
+        bool *altg = arena_memdup(c->a, guessed, n + 1), flip = false;
+        for (uint32_t k = 0; k < n && k < ti->noperands; k++) {
+            if (!failed[k] || alt[k].kind != LV_TERM || !vals[ti->operands[k]].konst || !zero_value(comp, ti->operands[k]))
+                continue;
+            uint32_t p = alt[k].v.partial ? 0 : summed_after(c, comp, in, k);
+            if (!alt[k].v.partial && !p) p = ((1u << c->mesh->naxes) - 1) & ~view_axes_used(&alt[k].v);
+            if (!alt[k].v.partial && (!p || p > 0xff)) continue;
+            alt[k].v.partial = (uint8_t)p;
+            alt[k].v.red = p ? RED_SUM : 0;
+            altg[k] = flip = true;
+        }
+        if (flip) {
+            lf_loop_mark_undo(c, &m0);
+            ok = loop_try(c, comp, in, L, pi, alt, altg, failed);
+            if (ok) {
+                xs = alt;
+            } else {
+                /* neither reading holds: the first one's reasons stand */
+                lf_loop_mark_undo(c, &m0);
+                ok = loop_try(c, comp, in, L, pi, xs, guessed, failed);
+            }
+        }
+    }
+    lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
+    for (uint32_t k = 0; k < n; k++) {
+        const shape *sh = &in->shape.tuple[k];
+        /* a constant's view was a reading the failed induction did not confirm */
+        rs[k] = pi[k] == SR_NONE || (!ok && guessed[k]) ? unknown()
+                : ok ? term(L->result.elems[pi[k]].cls, xs[k].v, false)
+                     : term(lf_fresh_var(c, sh->dtype, sh->dims, sh->rank), xs[k].v, true);
+    }
+    return (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
+}
+
