@@ -10,18 +10,18 @@ Run from the repository root: bash samples/gen/run_probe.sh [SUBSTR...]
 (only the pairs whose name contains a SUBSTR; the others keep their manifest
 entries). Writes samples/probe/*.hlo(.pb), *.relations.json, manifest.json.
 """
-import os, sys, shutil, json, tempfile, importlib.metadata
+import os, sys, json, importlib.metadata
 import jax, jax.numpy as jnp, numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+# The pass dump and the relations views: python/scalify_jax (on run_probe.sh's path).
+from scalify_jax._export import after_partitioning, before_partitioning, spec_view
 jax.config.update("jax_enable_compilation_cache", False)
 
 PROGRAMS = "samples/gen/probe_programs"; OUT = "samples/probe"
-DUMP = tempfile.mkdtemp(prefix="probe-dump-")
 os.makedirs(OUT, exist_ok=True)
 ONLY = sys.argv[1:]
 MANIFEST = []
-ENTRIES = []   # (name, thunk)
 
 def want(name): return not ONLY or any(o in name for o in ONLY)
 
@@ -29,34 +29,10 @@ def make_mesh(axes):
     shape = tuple(axes.values()); n = int(np.prod(shape))
     return Mesh(np.array(jax.devices()[:n]).reshape(shape), tuple(axes))
 
-def hlo_of(lo):
-    return lo.as_text(dialect="hlo", debug_info=True), lo.compiler_ir("hlo").as_serialized_hlo_module_proto()
-
-def partitioned(lo, tag):
-    d = os.path.join(DUMP, tag); shutil.rmtree(d, ignore_errors=True)
-    lo.compile(compiler_options={"xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning",
-                                 "xla_dump_hlo_as_text": True, "xla_dump_hlo_as_proto": True})
-    fs = os.listdir(d)
-    txt = [f for f in fs if "after_spmd-partitioning" in f and f.endswith(".txt")]
-    pbs = [f for f in fs if "after_spmd-partitioning" in f and f.endswith(".hlo.pb")]
-    assert len(txt) == 1 and len(pbs) == 1, fs
-    r = open(os.path.join(d, txt[0])).read(), open(os.path.join(d, pbs[0]), "rb").read()
-    shutil.rmtree(d, ignore_errors=True)
-    return r
-
 def save(base, text, pb):
     open(os.path.join(OUT, base + ".hlo"), "w").write(text)
     open(os.path.join(OUT, base + ".hlo.pb"), "wb").write(pb)
     return {"hlo": base + ".hlo", "pb": base + ".hlo.pb"}
-
-def spec_to_view(spec):
-    if spec is None: return "dup"
-    terms = []
-    for d, a in enumerate(tuple(spec)):
-        if a is None: continue
-        if isinstance(a, tuple): a = a[0] if len(a) == 1 else "(" + ",".join(a) + ")"
-        terms.append(f"shard({d},{a})")
-    return " ".join(terms) if terms else "dup"
 
 is_p = lambda s: isinstance(s, P) or s is None
 def leaf_specs(specs, tree):
@@ -90,8 +66,8 @@ def gspmd_(name, axes, specs_in, spec_out, fn, args, note=None):
     args_p = jax.tree.map(lambda a, s: jax.device_put(a, s), tuple(args), ins)
     j = jax.jit(fn, in_shardings=ins, out_shardings=outs)
     lo = j.lower(*args_p)
-    base = save(name + ".baseline", *hlo_of(lo))
-    dist = save(name + ".dist", *partitioned(lo, name))
+    base = save(name + ".baseline", *before_partitioning(lo))
+    dist = save(name + ".dist", *after_partitioning(lo))
     ref = jax.jit(fn)(*args); got = j(*args_p)
     e = {"name": name, "kind": "gspmd", "config": name, "mesh": axes, "baseline": base,
          "distributed": dist, "relations": "auto", "expected": "verified",
@@ -108,18 +84,18 @@ def smap(name, axes, local, in_specs, out_specs, baseline, args, bug=None, kinds
     args = tuple(args)
     ab = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype), args)
     if family not in BASES:
-        BASES[family] = save(family + ".baseline", *hlo_of(jax.jit(baseline).lower(*ab)))
+        BASES[family] = save(family + ".baseline", *before_partitioning(jax.jit(baseline).lower(*ab)))
     specs = leaf_specs(tuple(in_specs), ab)
     leaves, tree = jax.tree_util.tree_flatten(ab)
     dab = jax.tree_util.tree_unflatten(tree, [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, s)) for a, s in zip(leaves, specs)])
     f = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=tuple(in_specs), out_specs=out_specs, check_vma=False))
     lo = f.lower(*dab)
-    dist = save(name + ".dist", *partitioned(lo, name))
+    dist = save(name + ".dist", *after_partitioning(lo))
     oshape = jax.eval_shape(baseline, *ab)
     ospecs = leaf_specs(out_specs, oshape)
     rel = {"scalify_relations": 1, "mesh": dict(axes), "device_order": "iota",
-           "inputs": [{"param": i, "name": f"in{i}", "view": spec_to_view(s)} for i, s in enumerate(specs)],
-           "outputs": [{"output": i, "name": f"out{i}", "view": spec_to_view(s)} for i, s in enumerate(ospecs)]}
+           "inputs": [{"param": i, "name": f"in{i}", "view": spec_view(s)} for i, s in enumerate(specs)],
+           "outputs": [{"output": i, "name": f"out{i}", "view": spec_view(s)} for i, s in enumerate(ospecs)]}
     rp = os.path.join(OUT, name + ".relations.json"); json.dump(rel, open(rp, "w"), indent=1)
     cargs = jax.tree_util.tree_unflatten(tree, [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(jax.tree.leaves(args), specs)])
     ref = jax.jit(baseline)(*args)
@@ -144,7 +120,6 @@ for mod in ["gspmd", "smap", "min", "more", "batch03", "batch04", "batch05", "ba
             "batch09", "batch10", "batch11"]:
     path = os.path.join(PROGRAMS, mod + ".py")
     exec(compile(open(path).read(), path, "exec"))
-shutil.rmtree(DUMP, ignore_errors=True)
 mpath = os.path.join(OUT, "manifest.json")
 old = []
 if ONLY and os.path.exists(mpath):

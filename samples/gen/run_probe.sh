@@ -5,6 +5,8 @@
 # Virtualenv and SAMPLES_VENV: see env312.sh (the pins of requirements-train.txt).
 set -euo pipefail
 source "$(dirname "$0")/env312.sh"
+# The pass dump is taken by the user-facing exporter, python/scalify_jax.
+export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 # Load the generator under its repo-relative name so HLO source paths are relative.
 exec "$venv/bin/python" -c '
 import sys

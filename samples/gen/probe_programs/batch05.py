@@ -29,8 +29,8 @@ def gspmd_explicit(name, axes, specs_in, fn, args):
             args_p = jax.tree.map(lambda a, s: jax.device_put(a, s), tuple(args), ins)
             j = jax.jit(fn)
             lo = j.lower(*args_p)
-            base = save(name + ".baseline", *hlo_of(lo))
-            dist = save(name + ".dist", *partitioned(lo, name))
+            base = save(name + ".baseline", *before_partitioning(lo))
+            dist = save(name + ".dist", *after_partitioning(lo))
             got = j(*args_p)
             ref = jax.jit(fn)(*args)
         MANIFEST.append({"name": name, "kind": "gspmd", "config": name, "mesh": axes, "baseline": base, "distributed": dist,
