@@ -1,0 +1,21 @@
+# Sourced by run_train.sh and run_probe.sh (JAX 0.12 exports): the virtualenv
+# with the pinned requirements-train.txt, then cd to the repository and the
+# environment the exports need. Sets here, repo, venv.
+# SAMPLES_VENV=DIR uses an existing virtualenv with the pinned packages instead of
+# samples/gen/.venv312 (made with Python 3.12; only installed into when jax does not import).
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+venv="${SAMPLES_VENV:-$here/.venv312}"
+if [ ! -x "$venv/bin/python" ]; then
+  "${PYTHON312:-$HOME/.pyenv/versions/3.12.1/bin/python}" -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c 'import jax, optax' 2>/dev/null ||
+   { [ -z "${SAMPLES_VENV:-}" ] && [ "$here/requirements-train.txt" -nt "$venv/.installed" ]; }; then
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements-train.txt"
+  touch "$venv/.installed"
+fi
+cd "$repo"
+# Must be set before jax is imported: 8 CPU devices for the meshes.
+export XLA_FLAGS="--xla_force_host_platform_device_count=8"
+export JAX_PLATFORMS=cpu
+export PYTHONHASHSEED=0
