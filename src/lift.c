@@ -2682,15 +2682,14 @@ static lval lift_all_reduce(lstate *s) {
              * that a division may take back (a pmean of a value every device
              * already holds, over one axis of several) or that reaches an
              * output, where it is blamed on this sum. */
-            int64_t times = 1;
-            for (uint32_t ax = 0; ax < c->mesh->naxes; ax++)
-                if (extra >> ax & 1) times *= c->mesh->sizes[ax];
-            view v = x->v;
-            v.partial &= (uint8_t)~axes;
-            if (!v.partial) v.red = 0;
-            result = term(x->cls, v, x->assumed);
-            result.scale = (double)times;
-            result.factor_at = in;
+            result = *x;
+            copies_as_partial(c, &result, extra, in);
+            result.v.partial &= (uint8_t)~axes;
+            if (!result.v.partial) result.v.red = 0;
+            lval copies = result;
+            result = term(copies.cls, copies.v, copies.assumed);
+            result.scale = copies.scale;
+            result.factor_at = copies.factor_at;
             sb_free(&w);
             return result;
         }

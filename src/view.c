@@ -1279,6 +1279,19 @@ static bool output_view(const hlo_comp *c, uint32_t i, const mesh *m, view *out,
     return true;
 }
 
+/* Whether mesh m has as many devices as the distributed program (devices;
+ * 0: unknown); else says so in d, naming the mesh by what. */
+static bool mesh_fits_devices(const mesh *m, int64_t devices, const char *what, diag *d) {
+    if (devices <= 0 || mesh_devices(m) == devices) return true;
+    strbuf b;
+    sb_init(&b);
+    mesh_print(&b, m);
+    diag_plain(d, "%s %s has %" PRId64 " devices, the distributed program runs on %" PRId64, what, b.s, mesh_devices(m),
+               devices);
+    sb_free(&b);
+    return false;
+}
+
 /* Mesh axis names for a derived mesh, taken from the parameters' Shardy
  * shardings (#sdy.sharding<@mesh, [{"tp"}, {}]>) when those are all that
  * carries them (a protobuf baseline keeps no header attributes). An axis is
@@ -1350,15 +1363,7 @@ bool relations_auto(const hlo_module *baseline, int64_t devices, relations *out,
         diag_plain(d, "%s", why);
         goto done;
     }
-    if (sm > 0 && devices > 0 && mesh_devices(&out->mesh) != devices) {
-        strbuf b;
-        sb_init(&b);
-        mesh_print(&b, &out->mesh);
-        diag_plain(d, "the Shardy mesh %s has %" PRId64 " devices, the distributed program runs on %" PRId64, b.s,
-                   mesh_devices(&out->mesh), devices);
-        sb_free(&b);
-        goto done;
-    }
+    if (sm > 0 && !mesh_fits_devices(&out->mesh, devices, "the Shardy mesh", d)) goto done;
     if (sm == 0 && !derive_mesh(c, devices, &out->mesh, why, sizeof why)) {
         diag_plain(d, "cannot infer a mesh from the sharding annotations: %s", why);
         goto done;
@@ -1672,13 +1677,7 @@ static bool relations_from_distributed(const hlo_module *baseline, const hlo_mod
         ok = false;
     }
     int64_t devices = graph_num_devices(dist);
-    if (ok && devices > 0 && mesh_devices(&out->mesh) != devices) {
-        strbuf b;
-        sb_init(&b);
-        mesh_print(&b, &out->mesh);
-        diag_plain(d, "the shardings' mesh %s has %" PRId64 " devices, the distributed program runs on %" PRId64, b.s,
-                   mesh_devices(&out->mesh), devices);
-        sb_free(&b);
+    if (ok && !mesh_fits_devices(&out->mesh, devices, "the shardings' mesh", d)) {
         ok = false;
     }
     if (ok) {
