@@ -540,6 +540,14 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
             if (!lc.nfindings) add_finding(r, &cap, KIND_WRONG_SHARD_DIM, SEV_ERROR, why.s, de, rin);
         }
     }
+    /* A finding that waited on the outputs (lf_pending): every output related,
+     * nothing assumed, and they still differ, so what it names was not taken
+     * back later. Anything less leaves the pair undecided. */
+    if (!outputs_ok && lc.npending && !lc.nfindings && r->nfindings == 0 && !lc.first_unsupported && !lc.assumed &&
+        !lc.resynced) {
+        lift_finding *f = &lc.pending;
+        add_finding(r, &cap, kind_named(f->kind), SEV_ERROR, f->message, f->comp, f->in);
+    }
     if (!outputs_ok && !lc.first_unsupported && !lc.divergence && lc.silent) {
         /* Nothing said why: the first instruction left unknown is the reason. */
         lc.first_unsupported = lc.silent;

@@ -86,6 +86,17 @@ void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_i
     if (c->nsegs) c->segs[c->cur_seg].findings++;
 }
 
+void lf_pending(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+    if (c->baseline_mode) return;
+    if (c->npending++) return;  /* the first is named */
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->pending = (lift_finding){kind, comp, in, arena_strdup(c->a, msg)};
+}
+
 static void unsupported_v(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *suspect, const char *fmt,
                           va_list ap) {
     if (c->baseline_mode) return;  /* the baseline falls back to its own op (lf_lift_comp) */
@@ -1127,34 +1138,6 @@ static void copies_as_partial(lift_ctx *c, lval *x, uint32_t axes, const hlo_ins
     else x->factor_at = at;
 }
 
-/* An add or subtract of partial sums over axes A and values complete over A
- * that carry a factor (a bias b/n added on every device before the sum):
- * those values read as partial sums of their n copies (copies_as_partial),
- * so that the factors say what the sum over the devices makes of them. A
- * value without a factor is left to the transfer function, which names it
- * counted once per device where a sum follows (the bias before the
- * all-reduce); zeros stay as they are. */
-static void copies_into_partial_sums(lstate *s) {
-    const hlo_instr *in = s->in;
-    if ((in->op != OP_ADD && in->op != OP_SUBTRACT) || !dtype_is_float(in->shape.dtype)) return;
-    uint32_t partial = 0;
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        const lval *x = &s->ops[o];
-        if (x->kind != LV_TERM || (x->v.partial && x->v.red != RED_SUM)) return;
-        if (x->v.partial) {
-            if (partial && partial != x->v.partial) return;
-            partial = x->v.partial;
-        }
-    }
-    if (!partial) return;
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        lval *x = &s->ops[o];
-        if (x->v.partial || (view_axes_used(&x->v) & partial) || lf_scale_of(x) == 1 || lf_class_is_zero(s->c, x->cls))
-            continue;
-        copies_as_partial(s->c, x, partial, in);
-    }
-}
-
 static bool linear_in(lift_ctx *c, const hlo_instr *in, const lval *ops, uint32_t k) {
     switch (in->op) {
     case OP_SELECT: {
@@ -1206,6 +1189,48 @@ static const hlo_instr *summed_later(lift_ctx *c, const hlo_comp *comp, const hl
     free(tracked);
     return found;
 }
+
+/* An add or subtract of partial sums over axes A and values complete over A
+ * that carry a factor (a bias b/n added on every device before the sum):
+ * those values read as partial sums of their n copies (copies_as_partial),
+ * so that the factors say what the sum over the devices makes of them.
+ *
+ * A value without a factor added so, where a sum over A follows, is counted
+ * once per device (the bias before the all-reduce): it too reads as n·b, so
+ * that a program which takes (n-1)·b back later still meets the baseline,
+ * and the finding waits (c->pending) until the outputs are known to differ.
+ * Where no sum follows, the transfer function names the missing one; zeros
+ * stay as they are. */
+static void copies_into_partial_sums(lstate *s) {
+    const hlo_instr *in = s->in;
+    if ((in->op != OP_ADD && in->op != OP_SUBTRACT) || !dtype_is_float(in->shape.dtype)) return;
+    uint32_t partial = 0;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (x->kind != LV_TERM || (x->v.partial && x->v.red != RED_SUM)) return;
+        if (x->v.partial) {
+            if (partial && partial != x->v.partial) return;
+            partial = x->v.partial;
+        }
+    }
+    if (!partial) return;
+    const hlo_instr *later = NULL;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        lval *x = &s->ops[o];
+        if (x->v.partial || (view_axes_used(&x->v) & partial) || lf_class_is_zero(s->c, x->cls)) continue;
+        if (lf_scale_of(x) == 1) {
+            if (!later && !(later = summed_later(s->c, s->comp, in, (uint8_t)partial))) continue;
+            strbuf why;
+            sb_init(&why);
+            describe_operands(&why, s->c, s->ops, in->noperands);
+            lf_pending(s->c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) "
+                       "that %s then sums over the devices: it is counted once per device", in->opname, why.s, later->name);
+            sb_free(&why);
+        }
+        copies_as_partial(s->c, x, partial, in);
+    }
+}
+
 
 /* A partial operand that a sum collective left partial (its replica groups
  * span only part of the axes the value is partial over): the finding belongs
@@ -3811,6 +3836,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         if (!c->baseline_mode && v->kind == LV_UNKNOWN && c->nunsupported == nu && c->nfindings == nf) unrelated(&s);
         if (c->baseline_mode && v->kind == LV_UNKNOWN && factor != 1) *v = generic(&s);
         lf_scale_apply(&s, v, factor);
+        lf_scale_cancel(&s, v);
         lf_scale_differ(&s, v, factor, lf_lift_instr);
     }
     lf_zmask_after(&s, v);

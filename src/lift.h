@@ -226,6 +226,8 @@ typedef struct lift_ctx {
     bool konst_operand_now;               /* an operand is computed from constants only */
     lift_finding *findings;
     uint32_t nfindings, capfindings;
+    lift_finding pending;                 /* the first finding that holds only if the outputs */
+    uint32_t npending;                    /* differ (lf_pending), and how many there were */
     const hlo_instr *first_unsupported;   /* first instruction no rule relates */
     const hlo_comp *first_unsupported_comp;
     char *unsupported_why;

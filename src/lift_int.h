@@ -107,6 +107,12 @@ void lf_unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, cons
  * shows the programs differ (the kind of an execution-confirmed finding). */
 void lf_unsupported_suspect(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* A finding that holds only if the outputs then differ: the value is lifted
+ * as what the program computes (not assumed), and a later op may take the
+ * difference back. check.c names the first one when every output was
+ * related and still does not meet the baseline's. */
+void lf_pending(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
             uint8_t origin);
 eid lf_fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank);
@@ -146,6 +152,11 @@ void lf_unscale(lift_ctx *c, lval *x);
  * operand's proved difference (lval.diff) when the op provably does, relift
  * lifting the op again over the operand's other term; else v has none. */
 void lf_scale_differ(lstate *s, lval *v, double factor, lval (*relift)(lstate *));
+/* lf_scale_cancel: v, just lifted from add/subtract(p, q) with q = k2·b and
+ * p = a + k1·b (factors put back), is also a + (k1 ± k2)·b, so a multiple
+ * added before a sum over n devices (n·b) and taken back after it meets
+ * the baseline's a + b. Linear algebra over the reals, as the rules. */
+void lf_scale_cancel(lstate *s, const lval *v);
 void lf_scale_forget(lval *x); /* x and its tuple elements keep no proved difference */
 /* lf_scale_track notes where v's factor came from (for blame);
  * lf_factor_divergence: x (put back from the value `was`) meets no baseline

@@ -339,7 +339,7 @@ static uint32_t base_run_of(lift_ctx *c, const sr_run *run) {
 }
 
 typedef struct memo_mark {
-    uint32_t nfindings, nunsupported, noutside, resynced, ndoms;
+    uint32_t nfindings, nunsupported, noutside, resynced, ndoms; /* nfindings: with pending ones */
     size_t next_loop;             /* a run with a loop is not reused: loops pair in walk order */
     uint64_t assumed;
     size_t assumptions;
@@ -347,7 +347,7 @@ typedef struct memo_mark {
 } memo_mark;
 
 static memo_mark memo_mark_now(const lift_ctx *c) {
-    return (memo_mark){c->nfindings, c->nunsupported, c->noutside, c->resynced, c->ndoms, c->next_loop, c->assumed,
+    return (memo_mark){c->nfindings + c->npending, c->nunsupported, c->noutside, c->resynced, c->ndoms, c->next_loop, c->assumed,
                        c->assumptions.len, c->divergence};
 }
 

@@ -427,3 +427,81 @@ void lf_scale_forget(lval *x) {
     x->diff = 0;
     for (uint32_t k = 0; x->kind == LV_TUPLE && k < x->n; k++) lf_scale_forget(&x->elems[k]);
 }
+
+/* The value every element of class x holds, folded or a broadcast scalar
+ * constant (0: none known). */
+static double uniform_class(lift_ctx *c, eid x) {
+    double k;
+    lval kv = {.kind = LV_TERM, .cls = x};
+    if (uniform_value(c, &kv, &k)) return k;
+    for (eid n = eg_class_first(c->g, eg_find(c->g, x)); n != EID_NONE; n = eg_class_next(c->g, n)) {
+        uint32_t nch;
+        const eid *ch = eg_node_children(c->g, n, &nch);
+        kv.cls = nch == 1 ? ch[0] : EID_NONE;
+        if (eg_node_op(c->g, n) == OP_BROADCAST && nch == 1 && uniform_value(c, &kv, &k)) return k;
+    }
+    return 0;
+}
+
+/* k with x = multiply(b, broadcast(k)) (a factor put back) or x = b (k = 1),
+ * for the term b of class `b`; 0 when x is neither. */
+static double multiple_of(lift_ctx *c, eid x, eid b) {
+    x = eg_find(c->g, x);
+    if (x == b) return 1;
+    for (eid n = eg_class_first(c->g, x); n != EID_NONE; n = eg_class_next(c->g, n)) {
+        uint32_t nch;
+        const eid *ch = eg_node_children(c->g, n, &nch);
+        if (eg_node_op(c->g, n) != OP_MULTIPLY || nch != 2) continue;
+        for (uint32_t o = 0; o < 2; o++) {
+            double k;
+            if (eg_find(c->g, ch[o]) == b && (k = uniform_class(c, ch[1 - o])) != 0) return k;
+        }
+    }
+    return 0;
+}
+
+/* r with p = a + k1·b (either order) and r = a + (k1 + sign·k2)·b; EID_NONE
+ * when p is no such sum. */
+static eid combine(lift_ctx *c, eid p, eid b, double k2, double sign, uint32_t type) {
+    for (eid n = eg_class_first(c->g, eg_find(c->g, p)); n != EID_NONE; n = eg_class_next(c->g, n)) {
+        uint32_t nch;
+        const eid *ch = eg_node_children(c->g, n, &nch);
+        if (eg_node_op(c->g, n) != OP_ADD || nch != 2) continue;
+        for (uint32_t o = 0; o < 2; o++) {
+            double k1 = multiple_of(c, ch[1 - o], b);
+            if (k1 == 0) continue;
+            double k = k1 + sign * k2;
+            eid a = eg_find(c->g, ch[o]);
+            if (k == 0) return a;
+            eid sum[2] = {a, k == 1 ? b : times(c, b, k)};
+            return eg_add(c->g, OP_ADD, 0, type, sum, 2, c->origin);
+        }
+    }
+    return EID_NONE;
+}
+
+void lf_scale_cancel(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (c->baseline_mode || (in->op != OP_ADD && in->op != OP_SUBTRACT) || in->noperands != 2 ||
+        !dtype_is_float(in->shape.dtype) || v->kind != LV_TERM || v->cls == EID_NONE || lf_scale_of(v) != 1)
+        return;
+    const lval *p = &s->ops[0], *q = &s->ops[1];
+    if (p->kind != LV_TERM || q->kind != LV_TERM || p->cls == EID_NONE || q->cls == EID_NONE ||
+        lf_scale_of(p) != 1 || lf_scale_of(q) != 1)
+        return;
+    double sign = in->op == OP_ADD ? 1 : -1;
+    uint32_t type = eg_class_type(c->g, v->cls);
+    /* q is b itself, or k2·b with its factor put back */
+    eid qc = eg_find(c->g, q->cls), r = combine(c, p->cls, qc, 1, sign, type);
+    for (eid n = eg_class_first(c->g, qc); n != EID_NONE && r == EID_NONE; n = eg_class_next(c->g, n)) {
+        uint32_t nch;
+        const eid *ch = eg_node_children(c->g, n, &nch);
+        if (eg_node_op(c->g, n) != OP_MULTIPLY || nch != 2) continue;
+        for (uint32_t o = 0; o < 2 && r == EID_NONE; o++) {
+            double k2 = uniform_class(c, ch[1 - o]);
+            if (k2 != 0) r = combine(c, p->cls, eg_find(c->g, ch[o]), k2, sign, type);
+        }
+    }
+    if (r != EID_NONE) eg_union(c->g, v->cls, r, NULL);
+}
