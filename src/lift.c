@@ -1100,8 +1100,14 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
     const interp_val *xv = lf_kval(c, operand);
     interp_val *bv = xv && !lf_kval(c, bc) ? broadcast_values(xv, newdims, nn, dims, b->shape.rank) : NULL;
     if (bv) lf_kval_set(c, bc, bv);
+    /* A factor the scale plan put back into the broadcast (it did not take
+     * it out) goes back into the new term too; one it took out stays out. */
+    const lval *was = &s->vals[s->in->operands[o]];
+    double back = lf_scale_of(was) != 1 && eg_find(c->g, was->cls) != eg_find(c->g, s->ops[o].cls) ? lf_scale_of(was) : 1;
     s->ops[o] = term(bc, v, x->assumed);
     s->ops[o].konst = x->konst;
+    s->ops[o].scale = back == 1 ? 0 : back;
+    lf_unscale(c, &s->ops[o]);
     return true;
 }
 
@@ -3882,6 +3888,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         strbuf b;
         sb_init(&b);
         if (v->kind == LV_TERM) view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
+        if (v->kind == LV_TERM && lf_scale_of(v) != 1) sb_printf(&b, " (times %g)", lf_scale_of(v));
         fprintf(stderr, "view %s kind %d: %s\n", in->name, v->kind, b.s ? b.s : "");
         sb_free(&b);
     }
