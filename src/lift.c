@@ -291,8 +291,33 @@ eid lf_const_term(lift_ctx *c, interp_val *v, uint8_t origin) {
     hlo_literal lit = {.dtype = v->dtype, .count = v->n, .f = v->f, .i = v->i};
     int64_t words[3] = {A_LITERAL, 1, (int64_t)literal_digest(&lit)};
     eid cls = eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), lf_type_of(c, v->dtype, v->dims, v->rank), NULL, 0, origin);
+    /* One value everywhere is also the broadcast of that scalar, as a program
+     * writes it (and lf_konst_at builds it): both nodes in one class, so a
+     * constant tabulated for a view meets the other side's broadcast. */
+    bool splat = v->rank > 0 && v->n > 1;
+    for (int64_t k = 1; k < v->n && splat; k++)
+        splat = v->f ? memcmp(&v->f[k], &v->f[0], sizeof *v->f) == 0 : v->i[k] == v->i[0];
+    interp_val *one = splat ? interp_val_new(v->dtype, 0, NULL) : NULL;
+    if (one) {
+        if (v->f) one->f[0] = v->f[0];
+        else one->i[0] = v->i[0];
+    }
     lf_kval_set(c, cls, v);
-    return cls;
+    if (!one) return cls;
+    eid sc = lf_const_term(c, one, origin);
+    eid bc = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), eg_class_type(c->g, cls), &sc, 1, origin);
+    cls = eg_find(c->g, cls), bc = eg_find(c->g, bc);
+    if (cls == bc) return cls;
+    interp_val *kl = c->kvals[cls], *kb = bc < c->capkvals ? c->kvals[bc] : NULL;
+    c->kvals[cls] = NULL;
+    if (bc < c->capkvals) c->kvals[bc] = NULL;
+    eg_union(c->g, cls, bc, NULL);
+    bool merged = eg_rebuild(c->g) > 0;  /* congruent parents merged too */
+    cls = eg_find(c->g, cls);
+    lf_kval_set(c, cls, kl);
+    if (kb) lf_kval_set(c, cls, kb);
+    if (merged) lf_kvals_after_unions(c);
+    return eg_find(c->g, cls);
 }
 
 /* Whether a term of this many elements (global dims) is folded. */
@@ -958,31 +983,8 @@ eid lf_dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
      * writes it (and lf_konst_at builds it): both nodes in one class. */
     interp_val *x = interp_val_new(in->shape.dtype, in->shape.rank, in->shape.dims);
     if (x && x->n == v->count) {
-        bool splat = in->shape.rank > 0 && v->count > 1;
-        for (uint32_t k = 0; k < v->count; k++) {
-            interp_val_set(x, k, v->dev[k]);
-            splat &= v->dev[k] == v->dev[0];
-        }
-        eid lit = lf_const_term(c, x, c->origin);
-        interp_val *one = splat ? interp_val_new(in->shape.dtype, 0, NULL) : NULL;
-        if (!one) return lit;
-        interp_val_set(one, 0, v->dev[0]);
-        eid sc = lf_const_term(c, one, c->origin);
-        eid bc = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), eg_class_type(c->g, lit), &sc, 1,
-                        c->origin);
-        lit = eg_find(c->g, lit), bc = eg_find(c->g, bc);
-        if (lit != bc) {
-            interp_val *kl = lit < c->capkvals ? c->kvals[lit] : NULL, *kb = bc < c->capkvals ? c->kvals[bc] : NULL;
-            if (lit < c->capkvals) c->kvals[lit] = NULL;
-            if (bc < c->capkvals) c->kvals[bc] = NULL;
-            eg_union(c->g, lit, bc, NULL);
-            bool merged = eg_rebuild(c->g) > 0;  /* congruent parents merged too */
-            lit = eg_find(c->g, lit);
-            if (kl) lf_kval_set(c, lit, kl);
-            if (kb) lf_kval_set(c, lit, kb);
-            if (merged) lf_kvals_after_unions(c);
-        }
-        return eg_find(c->g, lit);
+        for (uint32_t k = 0; k < v->count; k++) interp_val_set(x, k, v->dev[k]);
+        return lf_const_term(c, x, c->origin);
     }
     interp_val_free(x);
     hlo_literal lit = {.dtype = in->shape.dtype, .count = v->count};
@@ -1142,6 +1144,28 @@ static void copies_as_partial(lift_ctx *c, lval *x, uint32_t axes, const hlo_ins
     x->scale = lf_scale_of(x) * (double)n;
     if (x->scale == 1) x->scale = 0;
     else x->factor_at = at;
+}
+
+/* The operand an op returns unchanged: max(x, -inf) and min(x, +inf) with
+ * the infinity a known constant of every element (jax.nn.softmax and
+ * logsumexp take a max with -inf that a hand-written shard_map leaves out).
+ * NULL otherwise. */
+static const lval *identity_operand(lstate *s) {
+    const hlo_instr *in = s->in;
+    if ((in->op != OP_MAXIMUM && in->op != OP_MINIMUM) || in->noperands != 2 || !dtype_is_float(in->shape.dtype))
+        return NULL;
+    double inf = in->op == OP_MAXIMUM ? -INFINITY : INFINITY;
+    for (uint32_t o = 0; o < 2; o++) {
+        const lval *k = &s->ops[o], *x = &s->ops[1 - o];
+        const interp_val *kv = k->kind == LV_TERM && k->cls != EID_NONE && lf_scale_of(k) == 1 ? lf_kval(s->c, k->cls) : NULL;
+        if (!kv || !kv->f || kv->n < 1 || x->kind == LV_UNKNOWN ||
+            s->comp->instrs[in->operands[1 - o]].shape.rank != in->shape.rank)
+            continue;
+        bool all = true;
+        for (int64_t e = 0; e < kv->n && all; e++) all = kv->f[e] == inf;
+        if (all) return x;
+    }
+    return NULL;
 }
 
 static bool linear_in(lift_ctx *c, const hlo_instr *in, const lval *ops, uint32_t k) {
@@ -3834,7 +3858,10 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     for (uint32_t o = 0; o < in->noperands; o++) c->partial_unsure_now |= ops[o].partial_unsure;
     c->konst_operand_now = konst_op;
     double factor = 1;
-    if (!lf_scale_take(&s, v)) {
+    const lval *same = identity_operand(&s);
+    if (same) {
+        *v = *same;
+    } else if (!lf_scale_take(&s, v)) {
         copies_into_partial_sums(&s);
         factor = lf_scale_plan(&s);
         uint32_t nu = c->nunsupported, nf = c->nfindings;
