@@ -3500,7 +3500,7 @@ lval lf_lift_instr(lstate *s) {
         }
     if (lf_win_instr(s, &pwv)) return pwv;
     for (uint32_t o = 0; o < in->noperands; o++)
-        if (ops[o].kind == LV_WIN) {
+        if (ops[o].kind == LV_WIN && !lf_win_rearranged(c, &ops[o])) {
             /* Blamed on where the pieces began: that is what no view relates. */
             const lift_win *w = ops[o].win;
             const hlo_instr *at = w->from ? w->from : in;
@@ -4079,11 +4079,12 @@ lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
     lf_unscale(c, &r);
     /* A masked row as an output: the row where every device holds it, else
      * that row partial over the axes it sums over (the output's view then
-     * says an all-reduce is missing). */
+     * says an all-reduce is missing). A window: its runs in block order. */
     for (uint32_t k = 0; k < (r.kind == LV_TUPLE ? r.n : 1); k++) {
         lval *o = r.kind == LV_TUPLE ? &r.elems[k] : &r, pv;
         if (o->kind == LV_MASK && !lf_mask_resolves(c, o) && lf_mask_as_partial(c, o, &pv)) *o = pv;
         else if (o->kind == LV_MASK) lf_index_as_term(c, o);
+        else if (o->kind == LV_WIN) lf_win_rearranged(c, o);
     }
     /* An output that is a rearrangement of baseline values diverges where it is made. */
     const hlo_comp *e = graph_entry(c->dist);

@@ -128,6 +128,15 @@ bool lf_mask_resolves(const lift_ctx *c, const lval *m);
 bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out);
 bool lf_win_instr(lstate *s, lval *out);
 bool lf_win_dynamic_slice_term(lstate *s, uint32_t d, lval *out);
+/* lf_win_rearranged: a window whose pieces are whole runs, the same on the
+ * devices that hold the same block along some mesh axes its view does not
+ * use, but not in block order (a ring's rotation, a pipeline stage
+ * handoff), as the term of those runs side by side in block order, sharded
+ * over those axes (the fewest that explain it), when the baseline computes
+ * that term too (jnp.roll). Taken only where the window is used by an op
+ * no window transfer function takes, or is an output: windows stay exact
+ * per device as long as they can. false (x unchanged) otherwise. */
+bool lf_win_rearranged(lift_ctx *c, lval *x);
 void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x);
 int64_t *lf_permute_sources(lift_ctx *c, const hlo_instr *in, const char **bad);
 bool lf_axes_of_blocks(const lift_ctx *c, const int64_t *b, int64_t parts, view_dim *out);

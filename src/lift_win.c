@@ -76,6 +76,78 @@ static bool win_of_term(lift_ctx *c, const lval *x, uint32_t d, int64_t len, lva
     return true;
 }
 
+/* slices of x along dim d, [at[b], at[b] + len) for b = 0..n-1 side by side:
+ * runs that continue one another are one slice (a rotation by one block is
+ * two, as jnp.roll writes it). */
+static eid runs_term(lift_ctx *c, eid x, uint32_t d, const int64_t *at, int64_t n, int64_t len) {
+    uint32_t rank;
+    const int64_t *td = term_dims(c, x, &rank);
+    eid ch[64];
+    uint32_t nch = 0;
+    int64_t dims[VIEW_MAX_RANK], sl[3 * VIEW_MAX_RANK];
+    memcpy(dims, td, rank * sizeof *dims);
+    dims[d] = n * len;
+    for (uint32_t k = 0; k < rank; k++) sl[3 * k] = 0, sl[3 * k + 1] = td[k], sl[3 * k + 2] = 1;
+    for (int64_t b = 0; b < n; b++) {
+        int64_t start = at[b], end = start + len;
+        while (b + 1 < n && at[b + 1] == end) end += len, b++;
+        if (nch == 64) return EID_NONE;
+        sl[3 * d] = start;
+        sl[3 * d + 1] = end;
+        ch[nch++] = mk_slice(c, x, sl);
+    }
+    if (nch == 1) return ch[0];
+    int64_t cd = d;
+    hlo_attr at_dims = {.key = A_DIMENSIONS, .kind = K_INTS, .n = 1, .v.ints = &cd};
+    hlo_instr g = {.name = "concatenate", .opname = "concatenate", .op = OP_CONCATENATE, .nattrs = 1, .noperands = nch,
+                   .attrs = &at_dims};
+    g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, x));
+    g.shape.rank = rank;
+    g.shape.dims = dims;
+    return lf_node(c, c->cur, &g, ch, nch, dims, c->origin);
+}
+
+bool lf_win_rearranged(lift_ctx *c, lval *x) {
+    const lift_win *w = x->win;
+    const mesh *m = c->mesh;
+    if (x->kind != LV_WIN || w->summed || w->len < 1) return false;
+    uint32_t used = view_axes_used(&x->v), rank;
+    const int64_t *td = term_dims(c, x->cls, &rank);
+    for (int64_t r = 0; r < c->ndev; r++)
+        for (int64_t l = 1; l < w->len; l++)
+            if (w->idx[r * w->len] < 0 || w->idx[r * w->len + l] != w->idx[r * w->len] + l) return false;
+    for (uint32_t want = 1; want <= m->naxes; want++)
+        for (uint32_t mask = 1; mask < 1u << m->naxes; mask++) {
+            if ((mask & used) || (uint32_t)__builtin_popcount(mask) != want) continue;
+            view_dim vd = lf_axes_dim(c, mask);
+            int64_t parts = 1;
+            for (uint32_t a = 0; a < m->naxes; a++)
+                if (mask >> a & 1) parts *= m->sizes[a];
+            if (parts > 64) continue;
+            int64_t at[64];
+            for (int64_t b = 0; b < parts; b++) at[b] = -1;
+            bool ok = true;
+            for (int64_t r = 0; r < c->ndev && ok; r++) {
+                int64_t b = dim_block(c, &vd, r), s0 = w->idx[r * w->len];
+                ok = s0 + w->len <= td[w->dim] && (at[b] < 0 || at[b] == s0);
+                at[b] = s0;
+            }
+            if (!ok) continue;
+            /* Only an arrangement the baseline computes too (jnp.roll) is
+             * taken: any other stays a window, reported where it began. */
+            eid t = runs_term(c, x->cls, w->dim, at, parts, w->len);
+            if (t == EID_NONE || !(eg_class_origin(c->g, t) & EG_BASELINE)) return false;
+            lval out = term(t, x->v, x->assumed);
+            out.konst = x->konst;
+            out.ambiguous = x->ambiguous;
+            out.scale = x->scale;
+            out.v.dims[w->dim] = vd;
+            *x = out;
+            return true;
+        }
+    return false;
+}
+
 /* A window whose pieces are runs [lo + block(r)·len, + len) over some mesh
  * axes the view does not use (or the same run everywhere) is that slice of
  * the term, sharded over those axes; any other window stays one. */
