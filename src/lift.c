@@ -1168,6 +1168,58 @@ static const lval *identity_operand(lstate *s) {
     return NULL;
 }
 
+/* The node of class x with op `op` and n children (its children in *ch),
+ * or false. */
+static bool node_of(lift_ctx *c, eid x, uint16_t op, uint32_t n, const eid **ch) {
+    for (eid k = eg_class_first(c->g, eg_find(c->g, x)); k != EID_NONE; k = eg_class_next(c->g, k)) {
+        uint32_t m;
+        const eid *kids = eg_node_children(c->g, k, &m);
+        if (eg_node_op(c->g, k) == op && m == n) {
+            *ch = kids;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Forms of the value v just lifted that the other program may write, joined
+ * to v's class (exact identities, both programs walked alike):
+ *   x · convert(p) with p a predicate is select(p, x, 0)  (a mask as a
+ *     multiply where jax.grad of relu selects);
+ *   max(x, 0) > 0 is x > 0  (relu's output compared where the other
+ *     program compares its input). */
+static void other_forms(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (v->kind != LV_TERM || v->cls == EID_NONE || in->noperands != 2 || s->ops[0].kind != LV_TERM ||
+        s->ops[1].kind != LV_TERM || s->ops[0].cls == EID_NONE || s->ops[1].cls == EID_NONE)
+        return;
+    uint32_t type = eg_class_type(c->g, v->cls);
+    const eid *ch;
+    if (in->op == OP_MULTIPLY && dtype_is_float(in->shape.dtype)) {
+        for (uint32_t o = 0; o < 2; o++) {
+            if (!node_of(c, s->ops[1 - o].cls, OP_CONVERT, 1, &ch) ||
+                eg_type_dtype(c->g, eg_class_type(c->g, ch[0])) != DT_PRED)
+                continue;
+            interp_val *z = interp_val_new(in->shape.dtype, 0, NULL);
+            eid zero = lf_const_term(c, z, c->origin);
+            zero = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), type, &zero, 1, c->origin);
+            eid sel[3] = {ch[0], s->ops[o].cls, zero};
+            eg_union(c->g, v->cls, eg_add(c->g, OP_SELECT, 0, type, sel, 3, c->origin), NULL);
+            return;
+        }
+    }
+    const char *dir = in->op == OP_COMPARE ? instr_str(in, A_DIRECTION) : NULL;
+    if (dir && !strcmp(dir, "GT") && lf_class_is_zero(c, s->ops[1].cls) && node_of(c, s->ops[0].cls, OP_MAXIMUM, 2, &ch)) {
+        for (uint32_t o = 0; o < 2; o++) {
+            if (!lf_class_is_zero(c, ch[1 - o])) continue;
+            eid cmp[2] = {ch[o], s->ops[1].cls};
+            eg_union(c->g, v->cls, eg_add(c->g, OP_COMPARE, encode_attrs(c, c->cur, in), type, cmp, 2, c->origin), NULL);
+            return;
+        }
+    }
+}
+
 static bool linear_in(lift_ctx *c, const hlo_instr *in, const lval *ops, uint32_t k) {
     switch (in->op) {
     case OP_SELECT: {
@@ -3870,6 +3922,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         if (c->baseline_mode && v->kind == LV_UNKNOWN && factor != 1) *v = generic(&s);
         lf_scale_apply(&s, v, factor);
         lf_scale_cancel(&s, v);
+        other_forms(&s, v);
         lf_scale_differ(&s, v, factor, lf_lift_instr);
     }
     lf_zmask_after(&s, v);
