@@ -467,6 +467,8 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     /* A mesh inferred from shardings is a guess: refine it where groups use part
      * of an axis. A declared mesh stays as declared (such groups are findings). */
     if (!o->relations) lift_refine_mesh(&rel, D.m);
+    for (uint32_t k = 0; k < rel.ninputs; k++) view_drop_unit_axes(&rel.inputs[k], &rel.mesh);
+    for (uint32_t k = 0; k < rel.noutputs; k++) view_drop_unit_axes(&rel.outputs[k], &rel.mesh);
     lift_init(&lc, g, &a, B.m, D.m, &rel.mesh);
     lc.mesh_inferred = o->relations == NULL;
     lc.no_memo = o->no_memo;

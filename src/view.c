@@ -67,6 +67,23 @@ bool view_is_dup(const view *v) {
     return true;
 }
 
+void view_drop_unit_axes(view *v, const mesh *m) {
+    uint32_t unit = 0;
+    for (uint32_t a = 0; a < m->naxes && a < 8; a++)
+        if (m->sizes[a] == 1) unit |= 1u << a;
+    if (!unit) return;
+    v->partial &= (uint8_t)~unit;
+    if (!v->partial) v->red = 0;
+    for (uint32_t d = 0; d < v->rank && d < VIEW_MAX_RANK; d++) {
+        view_dim *vd = &v->dims[d];
+        uint8_t n = 0;
+        for (uint8_t k = 0; k < vd->naxes; k++)
+            if (!(unit >> vd->axes[k] & 1)) vd->axes[n++] = vd->axes[k];
+        for (uint8_t k = n; k < vd->naxes; k++) vd->axes[k] = 0;
+        vd->naxes = n;
+    }
+}
+
 bool view_equal(const view *a, const view *b) {
     if (a->rank != b->rank || a->partial != b->partial) return false;
     if (a->partial && a->red != b->red) return false;

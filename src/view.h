@@ -68,6 +68,10 @@ typedef struct view {
 view view_dup(uint32_t rank);
 bool view_is_dup(const view *v);
 bool view_equal(const view *a, const view *b);
+/* v without the mesh axes of size 1: sharded or partial over one, a value
+ * is whole on every device (a {data:4, model:1} mesh says model only as a
+ * name). Views are compared after this on both sides. */
+void view_drop_unit_axes(view *v, const mesh *m);
 /* Mesh axes used by the view (sharding or partial) as a bitmask. */
 uint32_t view_axes_used(const view *v);
 /* Number of blocks dimension d is cut into (1 when d >= rank, -1 when an axis

@@ -144,6 +144,28 @@ static void views(void) {
     CHECK_EQ(view_axes_used(&p1), 2);
     CHECK_EQ(p1.red, RED_SUM);
 
+    t_case("view-2.1b axes of size 1 name nothing");
+    {
+        mesh m81 = mk_mesh("dp", 8, "tp", 1);
+        int64_t d31[] = {16, 8, 4};
+        shape s3 = mk_shape(d31, 3);
+        view u, w, pt;
+        CHECK(view_parse("partial(tp,sum)", &m81, &s3, &pt, why, sizeof why));
+        view_drop_unit_axes(&pt, &m81);
+        CHECK(view_is_dup(&pt));
+        CHECK(view_parse("shard(0,dp) shard(1,tp)", &m81, &s3, &u, why, sizeof why));
+        CHECK(view_parse("shard(0,dp)", &m81, &s3, &w, why, sizeof why));
+        CHECK(!view_equal(&u, &w));
+        view_drop_unit_axes(&u, &m81);
+        CHECK(view_equal(&u, &w));
+        view_drop_unit_axes(&w, &m81);
+        CHECK(view_equal(&u, &w));
+        CHECK(view_parse("shard(0,dp)", &m, &s, &w, why, sizeof why)); /* no unit axes: unchanged */
+        view w0 = w;
+        view_drop_unit_axes(&w, &m);
+        CHECK(view_equal(&w, &w0));
+    }
+
     t_case("view-2.2 local dims");
     int64_t loc[3];
     CHECK(view_local_dims(&a, &m, &s, loc));
