@@ -1135,15 +1135,84 @@ bool lf_is_elementwise(int op) {
  * a partial sum over them: the n devices of a group each hold x, and the sum
  * of those copies is n·x, so the same term partial with its factor times n
  * (a replicated b/n is a partial sum of b). */
+static void held_as_partial(lval *x, uint32_t axes, int64_t k, const hlo_instr *at) {
+    x->v.partial |= (uint8_t)axes;
+    x->v.red = RED_SUM;
+    x->scale = lf_scale_of(x) * (double)k;
+    if (x->scale == 1) x->scale = 0;
+    else x->factor_at = at;
+}
+
 static void copies_as_partial(lift_ctx *c, lval *x, uint32_t axes, const hlo_instr *at) {
     int64_t n = 1;
     for (uint32_t a = 0; a < c->mesh->naxes; a++)
         if (axes >> a & 1) n *= c->mesh->sizes[a];
-    x->v.partial |= (uint8_t)axes;
-    x->v.red = RED_SUM;
-    x->scale = lf_scale_of(x) * (double)n;
-    if (x->scale == 1) x->scale = 0;
-    else x->factor_at = at;
+    held_as_partial(x, axes, n, at);
+}
+
+/* The index of device d's group when the axes in `mask` are ignored (its
+ * coordinates along the other axes, mixed radix). */
+static int64_t group_of(const mesh *m, int64_t d, uint32_t mask) {
+    int64_t g = 0;
+    for (uint32_t a = 0; a < m->naxes; a++)
+        if (!(mask >> a & 1)) g = g * m->sizes[a] + mesh_coord(m, d, (int)a);
+    return g;
+}
+
+/* select(p, x, 0) or select(p, 0, x) with p a device-dependent predicate
+ * that is all true or all false on each device (jnp.where(axis_index(tp)
+ * == 0, b, 0): a bias added once before the psum), x complete over the axes
+ * p varies along: on the k devices of every group along those axes where x
+ * is picked, x, elsewhere zeros — a partial sum of k·x. False when the
+ * select is not of that form. */
+static bool picked_on_some_devices(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *p = &s->ops[0];
+    if (in->op != OP_SELECT || in->noperands != 3 || p->kind != LV_DEV || !p->dev || p->count == 0) return false;
+    int xo = 0;
+    for (uint32_t o = 1; o < 3; o++)
+        if (s->ops[o].kind == LV_TERM && lf_class_is_zero(c, s->ops[o].cls) && !s->ops[o].v.partial) xo = 3 - (int)o;
+    if (!xo) return false;
+    const lval *x = &s->ops[xo];
+    if (x->kind != LV_TERM || x->v.partial || x->assumed || x->cls == EID_NONE) return false;
+    const mesh *m = c->mesh;
+    int64_t nd = c->ndev;
+    uint8_t *picked = xmalloc((size_t)nd);
+    bool ok = true;
+    for (int64_t d = 0; d < nd && ok; d++) {
+        bool t = p->dev[d * p->count] != 0;
+        for (uint32_t k = 1; k < p->count && ok; k++) ok = (p->dev[d * p->count + k] != 0) == t;
+        picked[d] = t == (xo == 1);
+    }
+    /* the axes along which the choice varies */
+    uint32_t vary = 0;
+    int64_t *seen = xmalloc((size_t)nd * sizeof *seen);
+    for (uint32_t a = 0; a < m->naxes && ok; a++) {
+        for (int64_t g = 0; g < nd; g++) seen[g] = -1;
+        for (int64_t d = 0; d < nd; d++) {
+            int64_t g = group_of(m, d, 1u << a);
+            if (seen[g] < 0) seen[g] = picked[d];
+            else if (seen[g] != picked[d]) vary |= 1u << a;
+        }
+    }
+    /* devices picked per group along those axes: the same count everywhere */
+    int64_t k = -1;
+    if (ok && vary && !(vary & view_axes_used(&x->v))) {
+        for (int64_t g = 0; g < nd; g++) seen[g] = 0;
+        for (int64_t d = 0; d < nd; d++) seen[group_of(m, d, vary)] += picked[d];
+        for (int64_t d = 0; d < nd && ok; d++) {
+            int64_t n = seen[group_of(m, d, vary)];
+            ok = k < 0 || n == k;
+            k = n;
+        }
+    }
+    free(picked);
+    free(seen);
+    if (!ok || !vary || k <= 0 || (vary & view_axes_used(&x->v))) return false;
+    *out = *x;
+    held_as_partial(out, vary, k, in);
+    return true;
 }
 
 /* The operand an op returns unchanged: max(x, -inf) and min(x, +inf) with
@@ -3653,6 +3722,8 @@ lval lf_lift_instr(lstate *s) {
             eg_find(c->g, ops[1].cls) == eg_find(c->g, ops[2].cls) && lf_same_sharding(&ops[1].v, &ops[2].v) &&
             ops[1].v.partial == ops[2].v.partial && lf_scale_of(&ops[1]) == lf_scale_of(&ops[2]))
             return ops[1];
+        lval once;
+        if (picked_on_some_devices(s, &once)) return once;
         /* Device operands that agree everywhere act as constants. */
         for (uint32_t o = 0; o < in->noperands; o++)
             if (ops[o].kind == LV_DEV) {

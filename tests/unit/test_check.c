@@ -1542,6 +1542,14 @@ static void hand_written_cases(void) {
         int want;  /* verdict with execution */
         bool rules_only;  /* the verdict without execution too (else: never verified) */
     } cases[] = {
+        {"bias-once/rowpar", "bias added on device 0 only, then summed", NULL, NULL, VERDICT_VERIFIED, true},
+        {"bias-once/rowpar", "bias added on two devices",
+         "  first = s32[] constant(0)\n  mine = pred[] compare(pids, first), direction=EQ",
+         "  first = s32[] constant(1)\n  mine = pred[] compare(pids, first), direction=LE", VERDICT_MISMATCH, true},
+        {"bias-once/rowpar", "bias added on every device", "once = f32[6] select(minev, b, zeros)", "once = f32[6] copy(b)",
+         VERDICT_MISMATCH, true},
+        {"bias-once/rowpar", "bias added on three devices", "direction=EQ", "direction=NE", VERDICT_MISMATCH, true},
+        {"bias-once/rowpar", "bias added on no device", "direction=EQ", "direction=LT", VERDICT_MISMATCH, false},
         {"gather-idx/along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"gather-idx/along", "wrong block offset", "constant({0, 4})", "constant({0, 3})", VERDICT_MISMATCH, false},
         {"gather-idx/along", "block offsets swapped", "constant({0, 4})", "constant({4, 0})", VERDICT_MISMATCH, false},
