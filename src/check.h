@@ -21,7 +21,8 @@
  * are never blocks of a view again, device-dependent values mixed with data,
  * all-to-all results rearranged in unrelated ways) makes the pair unverified,
  * said plainly in the trace; so does a constant a text dump left out ({...}),
- * with a pointer to the protobuf dump. With o->witness, an undecided pair
+ * with a pointer to the protobuf dump. With o->witness (the command line's
+ * default; --no-witness turns it off), an undecided pair
  * whose outputs differ on random inputs becomes a mismatch "confirmed by
  * execution", localised to the first divergence, else to the first
  * instruction not related (after a region assumed equal to the baseline's,

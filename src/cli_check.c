@@ -22,10 +22,10 @@
 
 const char cli_check_usage[] =
     "usage: scalify check --baseline B --distributed D [--relations R | --auto-relations]\n"
-    "                     [--source-root DIR] [--rules DIR] [--name N] [--witness] [-j N] [--no-memo]\n"
+    "                     [--source-root DIR] [--rules DIR] [--name N] [--no-witness] [-j N] [--no-memo]\n"
     "                     [-o trace.json]\n"
     "       scalify check --manifest MANIFEST --out-dir DIR [--shard K/N] [--source-root DIR] [--rules DIR]\n"
-    "                     [--witness] [-j N] [--no-memo]\n"
+    "                     [--no-witness] [-j N] [--no-memo]\n"
     "  --baseline B, --distributed D   the two modules (HLO text or protobuf, .gz too)\n"
     "  --relations R  how the distributed inputs and outputs relate to the baseline's (samples/README.md);\n"
     "  --auto-relations  from the modules' sharding annotations instead\n"
@@ -33,7 +33,10 @@ const char cli_check_usage[] =
     "  --rules DIR    rewrite rules (default: $SCALIFY_RULES, else the rules installed with scalify;\n"
     "                 scalify --version names them and their digest)\n"
     "  --name N       the pair's name in the trace (default: the distributed file's name)\n"
-    "  --witness      also run both programs on random inputs to confirm or refute the verdict\n"
+    "  --no-witness   decide by the rules alone; by default both programs also run on seeded random\n"
+    "                 inputs when small enough (a bound on their elements), so that a pair the rules\n"
+    "                 leave undecided whose outputs differ is a mismatch confirmed by execution, and a\n"
+    "                 finding execution contradicts is withdrawn (--witness: the default, accepted)\n"
     "  --manifest M --out-dir DIR   check every pair of M: DIR/NAME.trace.json and DIR/index.json\n"
     "  --shard K/N    with --manifest: only the pairs i with i mod N = K (0 <= K < N), indexed in\n"
     "                 DIR/index.K-of-N.json; scalify report merges the N indexes\n"
@@ -396,6 +399,7 @@ static int run_manifest(const char *manifest, const char *out_dir, const check_o
 int cli_check(int argc, char **argv) {
     check_opts o = {0};
     o.rules_dir = home_rules_dir();
+    o.witness = true;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     o.jobs = ncpu > 0 ? (int)ncpu : 1;
     const char *out = NULL, *manifest = NULL, *out_dir = NULL;
@@ -416,8 +420,8 @@ int cli_check(int argc, char **argv) {
             o.rules_given |= slot == &o.rules_dir;
         } else if (!strcmp(a, "--auto-relations")) {
             o.auto_relations = true;
-        } else if (!strcmp(a, "--witness")) {
-            o.witness = true;
+        } else if (!strcmp(a, "--witness") || !strcmp(a, "--no-witness")) {
+            o.witness = a[2] == 'w';
         } else if (!strcmp(a, "--no-memo")) {
             o.no_memo = true;
         } else if (!strcmp(a, "--shard")) {

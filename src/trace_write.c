@@ -281,7 +281,7 @@ static json_t *command_json(const check_opts *o) {
     for (size_t i = 0; i < ARRAY_LEN(opt); i++)
         if (opt[i][1]) json_array_append_new(c, json_string(opt[i][0])), json_array_append_new(c, json_string(opt[i][1]));
     if (!o->relations) json_array_append_new(c, json_string("--auto-relations"));
-    if (o->witness) json_array_append_new(c, json_string("--witness"));
+    if (!o->witness) json_array_append_new(c, json_string("--no-witness"));
     if (o->no_memo) json_array_append_new(c, json_string("--no-memo"));
     return c;
 }

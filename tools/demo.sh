@@ -7,7 +7,7 @@
 set -u
 bin=${1:-build/scalify}
 rm -rf build/traces
-"$bin" check --manifest samples/manifest.json --out-dir build/traces --source-root . --witness
+"$bin" check --manifest samples/manifest.json --out-dir build/traces --source-root .
 rc=$?
 if [ "$rc" -ge 2 ]; then
     echo "demo: scalify check failed (exit $rc)" >&2

@@ -296,6 +296,26 @@ void suite_cli(void) {
         free(out);
     }
 
+    t_case("cli check executes both programs unless --no-witness");
+    {
+        /* a ring rotated the wrong way: no transfer function relates it, execution shows it */
+        const char *pair = "--baseline samples/probe/s.ring_roll.baseline.hlo "
+                           "--distributed samples/probe/s.ring_roll.sp4.bug.ring-direction.dist.hlo "
+                           "--relations samples/probe/s.ring_roll.sp4.bug.ring-direction.relations.json";
+        out = run(&st, "%s check %s -o build/cli-witness.json >/dev/null 2>&1; echo rc=$?; grep -m1 '\"verdict\"' "
+                  "build/cli-witness.json; grep -c -- '--no-witness' build/cli-witness.json", bin, pair);
+        CHECK_CONTAINS(out, "rc=1");
+        CHECK_CONTAINS(out, "\"verdict\": \"mismatch\"");
+        CHECK_CONTAINS(out, "\n0\n");
+        free(out);
+        out = run(&st, "%s check %s --no-witness -o build/cli-witness.json >/dev/null 2>&1; echo rc=$?; grep -m1 "
+                  "'\"verdict\"' build/cli-witness.json; grep -c -- '--no-witness' build/cli-witness.json", bin, pair);
+        CHECK_CONTAINS(out, "rc=1");
+        CHECK_CONTAINS(out, "\"verdict\": \"unverified\"");
+        CHECK_CONTAINS(out, "\n1\n");
+        free(out);
+    }
+
     t_case("cli-1 --help lists commands and exit codes");
     out = run(&st, "%s --help", bin);
     CHECK_EQ(st, 0);
