@@ -186,35 +186,79 @@ bool lf_layout_op(lstate *s, lval *out) {
 }
 
 
+/* The dim of `to` that dim d of `from` is, where `to` is `from` with unit dims
+ * inserted or removed (the non-unit dims in the same order, same sizes); -1
+ * when it is no such reshape or d is a unit dim. */
+static int unit_reshape_dim(const shape *from, const shape *to, uint32_t d) {
+    if (from->dims[d] == 1) return -1;
+    uint32_t j = 0;
+    int at = -1;
+    for (uint32_t i = 0; i < from->rank; i++) {
+        if (from->dims[i] == 1) continue;
+        while (j < to->rank && to->dims[j] == 1) j++;
+        if (j == to->rank || to->dims[j] != from->dims[i]) return -1;
+        if (i == d) at = (int)j;
+        j++;
+    }
+    while (j < to->rank && to->dims[j] == 1) j++;
+    return j == to->rank ? at : -1;
+}
+
 /* add(iota, offset(r)) with offset(r) = block(r)·n along the iota's dim of local
- * length n: block r of the global iota (positions of a sequence shard). */
+ * length n: block r of the global iota (positions of a sequence shard). The
+ * iota may be converted and reshaped by unit dims on the way (jnp.arange(n)[None]). */
 bool lf_iota_block(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     if (in->op != OP_ADD || in->noperands != 2) return false;
     for (int k = 0; k < 2; k++) {
         const lval *x = &s->ops[k], *o = &s->ops[1 - k];
-        const hlo_instr *xi = &s->comp->instrs[in->operands[k]];
-        while (xi->op == OP_CONVERT) xi = &s->comp->instrs[xi->operands[0]];
+        const hlo_instr *chain[8], *xi = &s->comp->instrs[in->operands[k]];
+        uint32_t nchain = 0;
+        while ((xi->op == OP_CONVERT || xi->op == OP_RESHAPE) && nchain < 8) {
+            chain[nchain++] = xi;
+            xi = &s->comp->instrs[xi->operands[0]];
+        }
         if (xi->op != OP_IOTA || x->kind != LV_TERM || !view_is_dup(&x->v) || o->kind != LV_DEV || lf_dev_uniform(c, o))
             continue;
         for (int64_t d = 0; d < c->ndev; d++)
             for (uint32_t e = 1; e < o->count; e++)
                 if (o->dev[d * o->count + e] != o->dev[d * o->count]) return false;
-        uint32_t dim = (uint32_t)instr_int(xi, A_IOTA_DIMENSION, 0);
+        /* the iota's dim, followed out through the chain */
+        int dim = (int)instr_int(xi, A_IOTA_DIMENSION, 0);
+        const shape *at = &xi->shape;
+        for (uint32_t q = nchain; q-- > 0 && dim >= 0;) {
+            if (chain[q]->op == OP_RESHAPE) dim = unit_reshape_dim(at, &chain[q]->shape, (uint32_t)dim);
+            at = &chain[q]->shape;
+        }
+        if (dim < 0 || xi->shape.rank > VIEW_MAX_RANK) return false;
         int64_t n = in->shape.dims[dim], base, parts;
         uint32_t mask = lf_block_offsets(c, o->dev, o->count, n, &base, &parts);
         if (!mask || base != 0) return false;
         view v = view_dup(in->shape.rank);
         v.dims[dim] = lf_axes_dim(c, mask);
+        /* The global iota, converted and reshaped like the local one. */
+        int idim = (int)instr_int(xi, A_IOTA_DIMENSION, 0);
         int64_t g[VIEW_MAX_RANK];
-        lf_global_dims(c, &v, &in->shape, g);
-        /* The global iota, converted like the local one when it was. */
-        const hlo_instr *ii = &s->comp->instrs[in->operands[k]];
+        memcpy(g, xi->shape.dims, xi->shape.rank * sizeof *g);
+        g[idim] *= parts;
         eid t = lf_node(c, c->cur, xi, NULL, 0, g, c->origin);
-        if (ii->op == OP_CONVERT) {
-            uint32_t ty = lf_type_of(c, ii->shape.dtype, g, ii->shape.rank);
-            t = eg_add(c->g, OP_CONVERT, 0, ty, &t, 1, c->origin);
+        at = &xi->shape;
+        for (uint32_t q = nchain; q-- > 0;) {
+            const hlo_instr *ci = chain[q];
+            int64_t cg[VIEW_MAX_RANK];
+            if (ci->shape.rank > VIEW_MAX_RANK) return false;
+            memcpy(cg, ci->shape.dims, ci->shape.rank * sizeof *cg);
+            if (ci->op == OP_RESHAPE) {
+                int j = unit_reshape_dim(at, &ci->shape, (uint32_t)idim);
+                cg[j] *= parts;
+                idim = j;
+                t = lf_mk_reshape(c, t, lf_type_of(c, ci->shape.dtype, cg, ci->shape.rank), c->origin);
+            } else {
+                cg[idim] *= parts;
+                t = eg_add(c->g, OP_CONVERT, 0, lf_type_of(c, ci->shape.dtype, cg, ci->shape.rank), &t, 1, c->origin);
+            }
+            at = &ci->shape;
         }
         *out = term(t, v, false);
         return true;
