@@ -1006,8 +1006,19 @@ static uint32_t eval_type(egraph *g, const em_prog *p, uint32_t e, const em_subs
     return t;
 }
 
+static eid build(egraph *g, const em_prog *p, uint32_t pat, const em_subst *s, uint32_t root_type, int dot_dt,
+                 uint8_t origin, strbuf *why);
+
 eid em_build(egraph *g, const em_prog *p, uint32_t pat, const em_subst *s, uint32_t root_type, uint8_t origin,
              strbuf *why) {
+    return build(g, p, pat, s, root_type, root_type ? eg_type_dtype(g, root_type) : 0, origin, why);
+}
+
+/* dot_dt: the element type of the matched class, which an inner dot without
+ * :type takes (a dot's output type is not implied by its operands: bf16
+ * operands, f32 result). */
+static eid build(egraph *g, const em_prog *p, uint32_t pat, const em_subst *s, uint32_t root_type, int dot_dt,
+                 uint8_t origin, strbuf *why) {
     const em_pat *t = &p->pats[pat];
     switch (t->kind) {
     case EM_VAR:
@@ -1032,7 +1043,7 @@ eid em_build(egraph *g, const em_prog *p, uint32_t pat, const em_subst *s, uint3
         uint32_t tbuf[16], *ct = n <= 16 ? tbuf : xmalloc(n * sizeof *ct);
         eid r = EID_NONE;
         for (uint32_t i = 0; i < n; i++) {
-            kids[i] = em_build(g, p, p->kids[t->kids + i], s, 0, origin, why);
+            kids[i] = build(g, p, p->kids[t->kids + i], s, 0, dot_dt, origin, why);
             if (kids[i] == EID_NONE) goto done;
             ct[i] = eg_class_type(g, kids[i]);
         }
@@ -1086,6 +1097,11 @@ eid em_build(egraph *g, const em_prog *p, uint32_t pat, const em_subst *s, uint3
             }
         }
         uint32_t ty = em_infer_type(g, op, attr, ct, n, declared, why);
+        if (ty && op == OP_DOT && !declared && dot_dt && dtype_is_float(dot_dt) && dtype_is_float(eg_type_dtype(g, ty))) {
+            uint32_t rank;
+            const int64_t *d = eg_type_dims(g, ty, &rank);
+            ty = eg_type(g, dot_dt, d, rank);
+        }
         if (ty) r = eg_add(g, op, attr, ty, kids, n, origin);
     done:
         if (kids != kbuf) free(kids);

@@ -167,7 +167,9 @@ bool em_eval_true(egraph *g, const em_prog *p, uint32_t e, const em_subst *s, em
 uint32_t em_infer_type(egraph *g, uint16_t op, uint32_t attr, const uint32_t *ctypes, uint32_t n,
                        uint32_t declared, strbuf *why);
 /* Builds the term pat under s into g (EM_VAR: the bound class). The root gets
- * type root_type when non-zero; inner nodes a :type or an inferred type.
+ * type root_type when non-zero; inner nodes a :type or an inferred type, but
+ * an inner dot without :type takes root_type's element type (its operands do
+ * not imply it: bf16 operands, f32 result).
  * Returns the class, or EID_NONE with the reason in why. */
 eid em_build(egraph *g, const em_prog *p, uint32_t pat, const em_subst *s, uint32_t root_type, uint8_t origin,
              strbuf *why);
