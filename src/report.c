@@ -1271,7 +1271,11 @@ static void page_finding(rctx *c, size_t g) {
         sb_puts(&b, "<figcaption class=\"legend\"><span><span class=\"sw div\"></span>divergence</span>"
                     "<span><span class=\"sw\"></span>operand</span><span><span class=\"sw ctx\"></span>context</span>"
                     "<span><span class=\"sw link\"></span>relation link (its view in blue in the distributed node)</span>"
-                    "<span class=\"muted\">dashed boxes: collapsed context</span></figcaption></figure>\n");
+                    "<span class=\"muted\">dashed boxes: collapsed context</span>");
+        bool folded = false;
+        for (size_t i = 0; i < f->n_edges && !folded; i++) folded = f->edges[i].steps > 1;
+        if (folded) sb_puts(&b, "<span class=\"muted\">dotted arrow: a data path of that many steps, not drawn</span>");
+        sb_puts(&b, "</figcaption></figure>\n");
         unshown_names(&b, f);
         if (f->truncated) {
             sb_puts(&b, "<div class=\"note\">");

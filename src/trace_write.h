@@ -4,8 +4,10 @@
  * trace_write() decides nothing: every verdict, finding, kind and count comes
  * from the check_result. It adds what a reader needs around them: each
  * finding's nearest baseline counterpart (same op_name scope, source line or
- * scope ending), its operands, a one-hop subgraph and a source snippet (read
- * only below o->source_root), the pair's files, mesh, relations and the
+ * scope ending, said as the link's basis), its operands, a subgraph (one hop
+ * of operands, the instructions the message names and the short path to
+ * them, every node typed) and a source snippet (read only below
+ * o->source_root), the pair's files, mesh, relations and the
  * command that checks it again, the rules' digest, and per-segment figures.
  * Keys are written in a fixed order, so the same result gives the same bytes
  * (timings aside).
@@ -19,5 +21,9 @@
 
 /* The trace of r (a new jansson object the caller frees); r is not changed. */
 json_t *trace_write(const check_opts *o, const check_result *r);
+
+/* The instruction of m named q[0..len) (the first in module order), with
+ * its computation in *c; NULL when m has none. */
+const hlo_instr *tw_find_instr(const hlo_module *m, const char *q, size_t len, const hlo_comp **c);
 
 #endif
