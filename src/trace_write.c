@@ -339,6 +339,73 @@ static json_t *subgraph(const check_result *r, const check_finding *cf, const hl
     return g;
 }
 
+/* Whether an instruction carries a value on without computing it: what an
+ * exporter wraps around a program's outputs (copies, calls, tuples). */
+static bool passes_on(const hlo_instr *in) {
+    return in->op == OP_COPY || in->op == OP_BITCAST || in->op == OP_CALL || in->op == OP_TUPLE ||
+           in->op == OP_GET_TUPLE_ELEMENT;
+}
+
+static bool same_line(const hlo_instr *a, const hlo_instr *b) {
+    const hlo_meta *x = a->meta, *y = b->meta;
+    return x && y && x->src_file && y->src_file && x->src_line == y->src_line && strcmp(x->src_file, y->src_file) == 0;
+}
+
+const hlo_instr *tw_value_source(const hlo_module *m, const hlo_comp *c, const hlo_instr *in) {
+    const hlo_instr *x = in;
+    for (int step = 0; step < 256 && passes_on(x); step++) {
+        if (x->op == OP_CALL) {
+            const hlo_attr *ta = instr_attr(x, A_TO_APPLY);
+            if (!ta || ta->v.ints[0] < 0 || (uint64_t)ta->v.ints[0] >= m->ncomps) return NULL;
+            c = &m->comps[ta->v.ints[0]];
+            x = &c->instrs[c->root];
+        } else if (x->op == OP_GET_TUPLE_ELEMENT) {
+            const hlo_instr *t = &c->instrs[x->operands[0]];
+            int64_t k = instr_int(x, A_INDEX, 0);
+            if (t->op != OP_TUPLE || k < 0 || (uint64_t)k >= t->noperands) return NULL;
+            x = &c->instrs[t->operands[k]];
+        } else if (x->noperands == 1) {
+            x = &c->instrs[x->operands[0]];
+        } else return NULL;
+        if (x->meta && x->meta->src_file && x->meta->src_line > 0 && !same_line(x, in)) return x;
+    }
+    return NULL;
+}
+
+/* Adds the window around x's source line unless a window shown already
+ * holds it. */
+static void add_window(json_t *snips, const char *root, const hlo_instr *x) {
+    if (!x || !x->meta || !x->meta->src_file || x->meta->src_line <= 0) return;
+    for (size_t i = 0; i < json_array_size(snips); i++) {
+        json_t *w = json_array_get(snips, i);
+        json_int_t first = json_integer_value(json_object_get(w, "first_line"));
+        json_int_t last = first + (json_int_t)json_array_size(json_object_get(w, "lines")) - 1;
+        if (strcmp(json_string_value(json_object_get(w, "file")), x->meta->src_file) == 0 && first <= x->meta->src_line &&
+            x->meta->src_line <= last)
+            return;
+    }
+    json_t *s = snippet(root, x->meta->src_file, x->meta->src_line);
+    if (s) json_array_append_new(snips, s);
+}
+
+/* The source windows of a finding: around the divergence's line, then
+ * around every line the message names that none shows yet: the lines of
+ * the instructions it names. When the divergence only passes a value on (an
+ * output's copy, whose line is the exporter's call), the line that computed
+ * that value comes first. */
+static json_t *snippets(const check_opts *o, const check_result *r, const check_finding *cf) {
+    json_t *snips = json_array();
+    if (passes_on(cf->in)) add_window(snips, o->source_root, tw_value_source(r->dist.m, cf->comp, cf->in));
+    add_window(snips, o->source_root, cf->in);
+    size_t len;
+    for (const char *p = cf->message, *q; (q = trace_next_instr_name(cf->message, &p, &len));) {
+        const hlo_comp *c;
+        const hlo_instr *x = tw_find_instr(r->dist.m, q, len, &c);
+        add_window(snips, o->source_root, x ? x : tw_find_instr(r->base.m, q, len, &c));
+    }
+    return snips;
+}
+
 static json_t *witness_json(const check_result *r);
 
 /* Finding idx (from 1) of the trace. */
@@ -382,12 +449,7 @@ static json_t *finding_json(const check_opts *o, const check_result *r, size_t i
     }
     json_object_set_new(f, "involved", inv);
     json_object_set_new(f, "subgraph", subgraph(r, cf, bc, bin, why));
-    json_t *snips = json_array();
-    if (din->meta && din->meta->src_file) {
-        json_t *s = snippet(o->source_root, din->meta->src_file, din->meta->src_line);
-        if (s) json_array_append_new(snips, s);
-    }
-    json_object_set_new(f, "snippets", snips);
+    json_object_set_new(f, "snippets", snippets(o, r, cf));
     if (cf->witness) json_object_set_new(f, "witness", witness_json(r));
     return f;
 }

@@ -18,8 +18,8 @@
  *     says what made it, from what and when;
  *   - pair pages fold runs of memo hits; subgraphs show types and views,
  *     how an unproved counterpart was located, every instruction the
- *     message names, no text over a node; axe-core finds no violation
- *     (tests/axe.sh). */
+ *     message names, no text over a node; source windows show every line
+ *     the message names; axe-core finds no violation (tests/axe.sh). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1069,6 +1069,50 @@ static void module_cache_free(module_cache *mc) {
         if (mc->m[i]) graph_free(mc->m[i]);
 }
 
+/* Whether a source window of the finding page shows line `line` of file. */
+static bool window_shows(const char *page, const char *file, int64_t line) {
+    static const char open[] = "<div class=\"snippet\"><div class=\"file\">";
+    char row[48];
+    snprintf(row, sizeof row, "<td class=\"ln\">%lld</td>", (long long)line);
+    size_t n = strlen(file);
+    for (const char *p = page; (p = strstr(p, open)); p++) {
+        const char *f = p + strlen(open), *end = strstr(f, "</table>");
+        if (!end || strncmp(f, file, n) != 0 || (f[n] != ':' && f[n] != '<')) continue;
+        const char *r = strstr(f, row);
+        if (r && r < end) return true;
+    }
+    return false;
+}
+
+/* Every line the finding's message names is inside a source window of its
+ * page: the divergence's line, the lines of the instructions it names (read
+ * from the programs themselves, not from the trace), and for a divergence
+ * that only passes a value on (an output's copy), the line that computed
+ * the value. Returns how many lines were checked. */
+static size_t check_windows(module_cache *mc, const trace *t, const trace_finding *f, const char *page) {
+    const hlo_module *dm = module_of(mc, t->dist.path), *bm = module_of(mc, t->base.path);
+    if (!dm || !bm) return 0;
+    const hlo_instr *want[16];
+    size_t n = 0, len, checked = 0;
+    const hlo_comp *c = NULL;
+    const hlo_instr *site = tw_find_instr(dm, f->dist.instruction, strlen(f->dist.instruction), &c);
+    CHECK_MSG(site != NULL, "%s is not in %s", f->dist.instruction, t->dist.path);
+    if (site) want[n++] = site, want[n++] = tw_value_source(dm, c, site);
+    for (const char *p = f->message, *q; n < 16 && (q = trace_next_instr_name(f->message, &p, &len));) {
+        const hlo_instr *x = tw_find_instr(dm, q, len, &c);
+        want[n++] = x ? x : tw_find_instr(bm, q, len, &c);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const hlo_instr *x = want[i];
+        if (!x || !x->meta || !x->meta->src_file || x->meta->src_line <= 0) continue;
+        t_case("report_ci source windows %s %s: %s at %s:%d shown", t->name, f->id, x->name, x->meta->src_file,
+               (int)x->meta->src_line);
+        CHECK(window_shows(page, x->meta->src_file, x->meta->src_line));
+        checked++;
+    }
+    return checked;
+}
+
 /* Whether the svg draws text (escaped) as one line of a label. */
 static bool svg_text(const char *svg, const char *end, const char *text, size_t n) {
     strbuf v;
@@ -1114,7 +1158,7 @@ static void test_subgraphs(const trace_set *s) {
     rnames names;
     rn_build(&names, s->t, s->n);
     module_cache mc = {0};
-    size_t pictures = 0, labels = 0, typed = 0, views = 0, noted = 0, based = 0, named = 0, ntyped = 0;
+    size_t pictures = 0, labels = 0, typed = 0, views = 0, noted = 0, based = 0, named = 0, lines = 0, ntyped = 0;
     for (size_t p = 0; p < s->n; p++)
         for (size_t i = 0; i < s->t[p]->n_findings; i++) {
             const trace *t = s->t[p];
@@ -1124,6 +1168,7 @@ static void test_subgraphs(const trace_set *s) {
             snprintf(file, sizeof file, "finding-%s.html", names.finding[p][i]);
             const report_file *pf = find_file(&site, file);
             based += check_link_basis(t, f, pf);
+            if (sample && pf) lines += check_windows(&mc, t, f, pf->data.s);
             const char *svg = pf ? strstr(pf->data.s, "<svg") : NULL, *end = svg ? strstr(svg, "</svg>") : NULL;
             if (!svg || !end) continue;
             pictures++;
@@ -1185,13 +1230,14 @@ static void test_subgraphs(const trace_set *s) {
             typed++;
         }
     t_case("report_ci subgraphs drawn");
-    CHECK_MSG(pictures >= 30 && views >= 30 && typed >= 10 && named >= 30 && based >= 30 && ntyped >= 200,
-              "%zu pictures, %zu views, %zu dtype pairs, %zu named drawn, %zu bases, %zu typed nodes",
-              pictures, views, typed, named, based, ntyped);
+    CHECK_MSG(pictures >= 30 && views >= 30 && typed >= 10 && named >= 30 && based >= 30 && lines >= 80 && ntyped >= 200,
+              "%zu pictures, %zu views, %zu dtype pairs, %zu named drawn, %zu bases, %zu lines, %zu typed nodes",
+              pictures, views, typed, named, based, lines, ntyped);
     printf("report_ci: %zu subgraphs (%zu edge labels, none over a node), %zu relation views written, %zu dtype "
            "mismatches show both types; %zu instructions the messages name drawn, %zu noted as in no program; "
-           "%zu nodes show their type; %zu counterpart links say how check located them\n",
-           pictures, labels, views, typed, named, noted, ntyped, based);
+           "%zu nodes show their type; %zu counterpart links say how check located them; %zu named source lines "
+           "inside a window\n",
+           pictures, labels, views, typed, named, noted, ntyped, based, lines);
     module_cache_free(&mc);
     rn_free(&names);
     report_site_free(&site);
