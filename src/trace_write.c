@@ -294,10 +294,48 @@ static json_t *counterpart_link(const char *basis) {
     return l;
 }
 
+/* Whether an instruction carries a value on without computing it: what an
+ * exporter wraps around a program's outputs (copies, calls, tuples). */
+static bool passes_on(const hlo_instr *in) {
+    return in->op == OP_COPY || in->op == OP_BITCAST || in->op == OP_CALL || in->op == OP_TUPLE ||
+           in->op == OP_GET_TUPLE_ELEMENT;
+}
+
+static bool same_line(const hlo_instr *a, const hlo_instr *b) {
+    const hlo_meta *x = a->meta, *y = b->meta;
+    return x && y && x->src_file && y->src_file && x->src_line == y->src_line && strcmp(x->src_file, y->src_file) == 0;
+}
+
+const hlo_instr *tw_value_source(const hlo_module *m, const hlo_comp *c, const hlo_instr *in, int *steps) {
+    const hlo_instr *x = in;
+    for (int step = 1; step <= SG_FAR && passes_on(x); step++) {
+        if (x->op == OP_CALL) {
+            const hlo_attr *ta = instr_attr(x, A_TO_APPLY);
+            if (!ta || ta->v.ints[0] < 0 || (uint64_t)ta->v.ints[0] >= m->ncomps) return NULL;
+            c = &m->comps[ta->v.ints[0]];
+            x = &c->instrs[c->root];
+        } else if (x->op == OP_GET_TUPLE_ELEMENT) {
+            const hlo_instr *t = &c->instrs[x->operands[0]];
+            int64_t k = instr_int(x, A_INDEX, 0);
+            if (t->op != OP_TUPLE || k < 0 || (uint64_t)k >= t->noperands) return NULL;
+            x = &c->instrs[t->operands[k]];
+        } else if (x->noperands == 1) {
+            x = &c->instrs[x->operands[0]];
+        } else return NULL;
+        if (x->meta && x->meta->src_file && x->meta->src_line > 0 && !same_line(x, in)) {
+            if (steps) *steps = step;
+            return x;
+        }
+    }
+    return NULL;
+}
+
 /* The divergence and its operands on both sides, one hop of context, and
- * every instruction the message names; data edges between any two nodes of
- * one computation where one is an operand of the other. basis: how the
- * baseline counterpart bin was located. */
+ * every instruction the message names; when the divergence only passes a
+ * value on (an output's copy), the instruction that computed the value,
+ * joined to it by an edge that folds the steps between. Data edges between
+ * any two nodes of one computation where one is an operand of the other.
+ * basis: how the baseline counterpart bin was located. */
 static json_t *subgraph(const check_result *r, const check_finding *cf, const hlo_comp *bc, const hlo_instr *bin,
                         const char *basis) {
     const hlo_comp *dc = cf->comp;
@@ -305,11 +343,24 @@ static json_t *subgraph(const check_result *r, const check_finding *cf, const hl
     json_t *g = json_object(), *edges = json_array(), *links = json_array();
     sg_build sg = {.nodes = json_array()};
     add_node(&sg, true, dc, din, "divergence", 0);
-    for (uint32_t o = 0; o < din->noperands && o < 8; o++) add_node(&sg, true, dc, &dc->instrs[din->operands[o]], "operand", 1);
+    for (uint32_t o = 0; o < din->noperands && o < 8; o++)
+        add_node(&sg, true, dc, &dc->instrs[din->operands[o]], "operand", 1);
     if (bin) {
         add_node(&sg, false, bc, bin, "operand", 0);
-        for (uint32_t o = 0; o < bin->noperands && o < 8; o++) add_node(&sg, false, bc, &bc->instrs[bin->operands[o]], "context", 1);
+        for (uint32_t o = 0; o < bin->noperands && o < 8; o++)
+            add_node(&sg, false, bc, &bc->instrs[bin->operands[o]], "context", 1);
         json_array_append_new(links, counterpart_link(basis));
+    }
+    int steps = 0;
+    const hlo_instr *vs = passes_on(din) ? tw_value_source(r->dist.m, dc, din, &steps) : NULL;
+    if (vs && sg_find(&sg, true, vs) < 0) {
+        const hlo_comp *vc = NULL;
+        tw_find_instr(r->dist.m, vs->name, strlen(vs->name), &vc);
+        long vn = add_node(&sg, true, vc, vs, "context", steps);
+        if (vn >= 0 && steps > 1 && sg.nfold < 8) {
+            uint32_t *e = sg.fold[sg.nfold++];
+            e[0] = (uint32_t)vn, e[1] = 0, e[2] = (uint32_t)steps;
+        }
     }
     size_t len;
     for (const char *p = cf->message, *q; (q = trace_next_instr_name(cf->message, &p, &len));) add_named(&sg, r, q, len);
@@ -339,39 +390,6 @@ static json_t *subgraph(const check_result *r, const check_finding *cf, const hl
     return g;
 }
 
-/* Whether an instruction carries a value on without computing it: what an
- * exporter wraps around a program's outputs (copies, calls, tuples). */
-static bool passes_on(const hlo_instr *in) {
-    return in->op == OP_COPY || in->op == OP_BITCAST || in->op == OP_CALL || in->op == OP_TUPLE ||
-           in->op == OP_GET_TUPLE_ELEMENT;
-}
-
-static bool same_line(const hlo_instr *a, const hlo_instr *b) {
-    const hlo_meta *x = a->meta, *y = b->meta;
-    return x && y && x->src_file && y->src_file && x->src_line == y->src_line && strcmp(x->src_file, y->src_file) == 0;
-}
-
-const hlo_instr *tw_value_source(const hlo_module *m, const hlo_comp *c, const hlo_instr *in) {
-    const hlo_instr *x = in;
-    for (int step = 0; step < 256 && passes_on(x); step++) {
-        if (x->op == OP_CALL) {
-            const hlo_attr *ta = instr_attr(x, A_TO_APPLY);
-            if (!ta || ta->v.ints[0] < 0 || (uint64_t)ta->v.ints[0] >= m->ncomps) return NULL;
-            c = &m->comps[ta->v.ints[0]];
-            x = &c->instrs[c->root];
-        } else if (x->op == OP_GET_TUPLE_ELEMENT) {
-            const hlo_instr *t = &c->instrs[x->operands[0]];
-            int64_t k = instr_int(x, A_INDEX, 0);
-            if (t->op != OP_TUPLE || k < 0 || (uint64_t)k >= t->noperands) return NULL;
-            x = &c->instrs[t->operands[k]];
-        } else if (x->noperands == 1) {
-            x = &c->instrs[x->operands[0]];
-        } else return NULL;
-        if (x->meta && x->meta->src_file && x->meta->src_line > 0 && !same_line(x, in)) return x;
-    }
-    return NULL;
-}
-
 /* Adds the window around x's source line unless a window shown already
  * holds it. */
 static void add_window(json_t *snips, const char *root, const hlo_instr *x) {
@@ -395,7 +413,7 @@ static void add_window(json_t *snips, const char *root, const hlo_instr *x) {
  * that value comes first. */
 static json_t *snippets(const check_opts *o, const check_result *r, const check_finding *cf) {
     json_t *snips = json_array();
-    if (passes_on(cf->in)) add_window(snips, o->source_root, tw_value_source(r->dist.m, cf->comp, cf->in));
+    if (passes_on(cf->in)) add_window(snips, o->source_root, tw_value_source(r->dist.m, cf->comp, cf->in, NULL));
     add_window(snips, o->source_root, cf->in);
     size_t len;
     for (const char *p = cf->message, *q; (q = trace_next_instr_name(cf->message, &p, &len));) {

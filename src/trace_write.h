@@ -28,8 +28,9 @@ const hlo_instr *tw_find_instr(const hlo_module *m, const char *q, size_t len, c
 
 /* The instruction of m that computed the value in (of computation c)
  * carries on, when in only passes it on (copies, bitcasts, calls, tuples):
- * the first one along that chain with a source line other than in's; NULL
- * when there is none. A finding's source windows show its line. */
-const hlo_instr *tw_value_source(const hlo_module *m, const hlo_comp *c, const hlo_instr *in);
+ * the first one along that chain with a source line other than in's, with
+ * the number of data steps to it in *steps (may be NULL); NULL when there
+ * is none. A finding's source windows show its line, its subgraph draws it. */
+const hlo_instr *tw_value_source(const hlo_module *m, const hlo_comp *c, const hlo_instr *in, int *steps);
 
 #endif

@@ -692,7 +692,8 @@ static void test_subgraph_extras(void) {
                 CHECK_CONTAINS(fp->data.s, "shard(2,tp)");
                 const char *want[3] = {"by same source line", ">5 steps</text>", ">f16[7,3]</text>"};
                 for (int k = 0; k < 3; k++)
-                    CHECK_MSG(!!strstr(fp->data.s, want[k]) == with, "%s %s on the page", want[k], with ? "missing" : "invented");
+                    CHECK_MSG(!!strstr(fp->data.s, want[k]) == with, "%s %s on the page", want[k],
+                              with ? "missing" : "invented");
             }
             report_site_free(&s);
         }

@@ -1097,7 +1097,7 @@ static size_t check_windows(module_cache *mc, const trace *t, const trace_findin
     const hlo_comp *c = NULL;
     const hlo_instr *site = tw_find_instr(dm, f->dist.instruction, strlen(f->dist.instruction), &c);
     CHECK_MSG(site != NULL, "%s is not in %s", f->dist.instruction, t->dist.path);
-    if (site) want[n++] = site, want[n++] = tw_value_source(dm, c, site);
+    if (site) want[n++] = site, want[n++] = tw_value_source(dm, c, site, NULL);
     for (const char *p = f->message, *q; n < 16 && (q = trace_next_instr_name(f->message, &p, &len));) {
         const hlo_instr *x = tw_find_instr(dm, q, len, &c);
         want[n++] = x ? x : tw_find_instr(bm, q, len, &c);
@@ -1159,6 +1159,7 @@ static void test_subgraphs(const trace_set *s) {
     rn_build(&names, s->t, s->n);
     module_cache mc = {0};
     size_t pictures = 0, labels = 0, typed = 0, views = 0, noted = 0, based = 0, named = 0, lines = 0, ntyped = 0;
+    size_t sources = 0;
     for (size_t p = 0; p < s->n; p++)
         for (size_t i = 0; i < s->t[p]->n_findings; i++) {
             const trace *t = s->t[p];
@@ -1208,6 +1209,15 @@ static void test_subgraphs(const trace_set *s) {
                         CHECK(ne && memmem(note, (size_t)(ne - note), q, len));
                     }
                 }
+                /* an output's copy draws the instruction that computed its value */
+                const hlo_comp *sc = NULL;
+                const hlo_instr *si = dm ? tw_find_instr(dm, f->dist.instruction, strlen(f->dist.instruction), &sc) : NULL;
+                const hlo_instr *vs = si ? tw_value_source(dm, sc, si, NULL) : NULL;
+                if (vs) {
+                    t_case("report_ci subgraph %s %s: value source %s drawn", t->name, f->id, vs->name);
+                    CHECK(svg_text(svg, end, vs->name, strlen(vs->name)));
+                    sources++;
+                }
                 /* every node says its type, and the picture shows it */
                 t_case("report_ci subgraph %s %s: nodes typed", t->name, f->id);
                 for (size_t k = 0; k < f->n_nodes; k++) {
@@ -1230,14 +1240,15 @@ static void test_subgraphs(const trace_set *s) {
             typed++;
         }
     t_case("report_ci subgraphs drawn");
-    CHECK_MSG(pictures >= 30 && views >= 30 && typed >= 10 && named >= 30 && based >= 30 && lines >= 80 && ntyped >= 200,
-              "%zu pictures, %zu views, %zu dtype pairs, %zu named drawn, %zu bases, %zu lines, %zu typed nodes",
-              pictures, views, typed, named, based, lines, ntyped);
+    CHECK_MSG(pictures >= 30 && views >= 30 && typed >= 10 && named >= 30 && based >= 30 && lines >= 80 && ntyped >= 200 &&
+                  sources >= 1,
+              "%zu pictures, %zu views, %zu dtype pairs, %zu named drawn, %zu bases, %zu lines, %zu typed nodes, "
+              "%zu value sources", pictures, views, typed, named, based, lines, ntyped, sources);
     printf("report_ci: %zu subgraphs (%zu edge labels, none over a node), %zu relation views written, %zu dtype "
            "mismatches show both types; %zu instructions the messages name drawn, %zu noted as in no program; "
            "%zu nodes show their type; %zu counterpart links say how check located them; %zu named source lines "
-           "inside a window\n",
-           pictures, labels, views, typed, named, noted, ntyped, based, lines);
+           "inside a window; %zu outputs' copies draw what computed their value\n",
+           pictures, labels, views, typed, named, noted, ntyped, based, lines, sources);
     module_cache_free(&mc);
     rn_free(&names);
     report_site_free(&site);
