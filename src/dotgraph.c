@@ -149,16 +149,39 @@ static size_t node_type(const trace_finding *f, const trace_node *tn, const char
     return 0;
 }
 
+/* Whether the message names the instruction a node stands for. */
+static bool named(const trace_finding *f, const trace_node *tn) {
+    size_t len, n = strlen(tn->label);
+    for (const char *p = f->message, *q; (q = trace_next_instr_name(f->message, &p, &len));)
+        if (len == n && memcmp(q, tn->label, n) == 0) return true;
+    return false;
+}
+
+/* The nodes drawn whatever their distance: those the message names and
+ * their neighbours (keep[i]). */
+static bool *keep_named(const trace_finding *f) {
+    bool *keep = xcalloc(f->n_nodes + 1, sizeof *keep), *nm = xcalloc(f->n_nodes + 1, sizeof *nm);
+    for (size_t i = 0; i < f->n_nodes; i++) keep[i] = nm[i] = f->nodes[i].role != ROLE_COLLAPSED && named(f, &f->nodes[i]);
+    for (size_t i = 0; i < f->n_edges; i++) {
+        long a = find_node(f, f->edges[i].from), z = find_node(f, f->edges[i].to);
+        if (a >= 0 && z >= 0 && (nm[a] || nm[z])) keep[a] = keep[z] = true;
+    }
+    free(nm);
+    return keep;
+}
+
 bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_note, diag *d) {
     *cut_note = NULL;
     size_t n = f->n_nodes;
     /* Which nodes are drawn: kept[i] = graph node or NULL. Far context folds into
-     * one node per side; the cap drops the farthest first. */
+     * one node per side (what the message names stays); the cap drops the
+     * farthest first, what the message names last. */
+    bool *keep = keep_named(f);
     pick *order = xcalloc(n + 1, sizeof *order);
     for (size_t i = 0; i < n; i++) {
         const trace_node *tn = &f->nodes[i];
         order[i].idx = i;
-        order[i].rank = tn->role == ROLE_DIVERGENCE ? 0 : 1 + (int)(tn->hops > 1000 ? 1000 : tn->hops);
+        order[i].rank = tn->role == ROLE_DIVERGENCE ? 0 : keep[i] ? 1 : 2 + (int)(tn->hops > 1000 ? 1000 : tn->hops);
     }
     qsort(order, n, sizeof *order, cmp_pick);
     bool *draw = xcalloc(n + 1, sizeof *draw);
@@ -166,7 +189,7 @@ bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_
     if (max_nodes < 4) max_nodes = 4;
     for (size_t k = 0; k < n; k++) {
         const trace_node *tn = &f->nodes[order[k].idx];
-        if (tn->role != ROLE_DIVERGENCE && tn->role != ROLE_COLLAPSED && tn->hops > DOTG_MAX_HOPS) {
+        if (tn->role != ROLE_DIVERGENCE && tn->role != ROLE_COLLAPSED && !keep[order[k].idx] && tn->hops > DOTG_MAX_HOPS) {
             far[tn->side]++;
             continue;
         }
@@ -178,6 +201,7 @@ bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_
         drawn++;
     }
     free(order);
+    free(keep);
 
     /* One context per process: Graphviz 2.43's text-layout plugin caches the last
      * font name across contexts, so freeing a context and making another reads
@@ -241,8 +265,8 @@ bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_
                 sb_puts(&b, "</B><BR/>");
             }
             put_short(&b, tn->label, 40);
-            const char *ty = NULL;
-            size_t tyn = node_type(f, tn, &ty);
+            const char *ty = tn->type;
+            size_t tyn = ty ? strlen(ty) : node_type(f, tn, &ty);
             if (tyn) {
                 char tbuf[64];
                 snprintf(tbuf, sizeof tbuf, "%.*s", (int)(tyn < 48 ? tyn : 48), ty);
@@ -256,6 +280,11 @@ bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_
                 sb_puts(&b, "<BR/><FONT POINT-SIZE=\"9\" COLOR=\"#1d4ed8\">");
                 put_short(&b, f->links[k].view, 32);
                 sb_puts(&b, "</FONT>");
+                if (f->links[k].basis) { /* how an unproved counterpart was chosen */
+                    sb_puts(&b, "<BR/><FONT POINT-SIZE=\"8\" COLOR=\"#1d4ed8\">by ");
+                    put_short(&b, f->links[k].basis, 48);
+                    sb_puts(&b, "</FONT>");
+                }
             }
         }
         set_html(g, gn[i], "label", b.s);
@@ -296,6 +325,13 @@ bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_
         if (!na || !nz) continue;
         Agedge_t *e = agedge(g, na, nz, NULL, 1);
         set(e, "class", "edge data");
+        if (f->edges[i].steps > 1) { /* a path folded into one edge */
+            char lab[48];
+            snprintf(lab, sizeof lab, "%lld steps", (long long)f->edges[i].steps);
+            set(e, "style", "dotted");
+            set(e, "label", lab);
+            set(e, "class", "edge data folded");
+        }
     }
     for (size_t i = 0; i < f->n_links; i++) {
         long a = find_node(f, f->links[i].from), z = find_node(f, f->links[i].to);

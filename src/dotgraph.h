@@ -3,12 +3,16 @@
  *
  * Baseline and distributed nodes sit in two clusters side by side; data edges
  * are solid, relation links (baseline ↔ distributed) dashed, their views
- * written in the distributed node they reach; a node whose HLO the finding
- * holds (its sites, its involved instructions) shows its type (f16[2,16]);
- * the divergence is highlighted. Context further than DOTG_MAX_HOPS from
- * the divergence is folded into one "N more" node per side, and at most
- * max_nodes nodes are drawn (divergence first, then by distance) — when the cap
- * cuts, *cut_note says so (caller frees, NULL when nothing was cut).
+ * written in the distributed node they reach (with, for an unproved
+ * counterpart, how check located it: "by same op_name scope"); every node
+ * shows its type (f16[2,16]: the node's own, else the HLO the finding holds
+ * for it); the divergence is highlighted; an edge that folds a longer path
+ * is dotted and says how many steps. Context further than DOTG_MAX_HOPS from
+ * the divergence is folded into one "N more" node per side, except the
+ * instructions the message names and their neighbours, and at most
+ * max_nodes nodes are drawn (divergence first, then what the message names,
+ * then by distance) — when the cap cuts, *cut_note says so (caller frees,
+ * NULL when nothing was cut).
  *
  * Every label reaches Graphviz as an HTML-like label whose text went through
  * esc_html, so trace strings cannot become markup in the SVG. Each picture gets a

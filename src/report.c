@@ -1183,32 +1183,13 @@ static bool in_picture(const trace_finding *f, const char *n, size_t len) {
 static void unshown_names(strbuf *b, const trace_finding *f) {
     strbuf miss;
     sb_init(&miss);
-    size_t n = 0;
-    for (const char *p = f->message; *p;) {
-        bool start = p == f->message || !(p[-1] == '_' || p[-1] == '.' || p[-1] == '-' || (p[-1] >= 'a' && p[-1] <= 'z') ||
-                                          (p[-1] >= 'A' && p[-1] <= 'Z') || (p[-1] >= '0' && p[-1] <= '9'));
-        const char *q = p + (*p == '%');
-        if (!start || !((*q >= 'a' && *q <= 'z') || *q == '_')) {
-            p++;
-            continue;
-        }
-        const char *e = q;
-        while ((*e >= 'a' && *e <= 'z') || (*e >= 'A' && *e <= 'Z') || (*e >= '0' && *e <= '9') || *e == '_' || *e == '-' ||
-               (*e == '.' && e[1] >= '0' && e[1] <= '9') || (*e == '.' && strncmp(e, ".clone", 6) == 0))
-            e++;
-        const char *dot = memchr(q, '.', (size_t)(e - q));
-        if (dot && dot[1] >= '0' && dot[1] <= '9' && !in_picture(f, q, (size_t)(e - q)) &&
-            !(miss.s && memmem(miss.s, miss.len, q, (size_t)(e - q)))) {
-            if (n++) sb_puts(&miss, ", ");
-            sb_puts(&miss, "<code>");
-            strbuf nm;
-            sb_init(&nm);
-            sb_put(&nm, q, (size_t)(e - q));
-            esc_html(&miss, nm.s);
-            sb_free(&nm);
-            sb_puts(&miss, "</code>");
-        }
-        p = e > p ? e : p + 1;
+    size_t n = 0, len;
+    for (const char *p = f->message, *q; (q = trace_next_instr_name(f->message, &p, &len));) {
+        if (in_picture(f, q, len) || (miss.s && memmem(miss.s, miss.len, q, len))) continue;
+        if (n++) sb_puts(&miss, ", ");
+        sb_puts(&miss, "<code>");
+        esc_html_n(&miss, q, len);
+        sb_puts(&miss, "</code>");
     }
     if (n)
         sb_printf(b, "<div class=\"note\">Named in the message but not in the subgraph the trace records: %s.</div>\n",
@@ -1290,7 +1271,11 @@ static void page_finding(rctx *c, size_t g) {
         sb_puts(&b, "<figcaption class=\"legend\"><span><span class=\"sw div\"></span>divergence</span>"
                     "<span><span class=\"sw\"></span>operand</span><span><span class=\"sw ctx\"></span>context</span>"
                     "<span><span class=\"sw link\"></span>relation link (its view in blue in the distributed node)</span>"
-                    "<span class=\"muted\">dashed boxes: collapsed context</span></figcaption></figure>\n");
+                    "<span class=\"muted\">dashed boxes: collapsed context</span>");
+        bool folded = false;
+        for (size_t i = 0; i < f->n_edges && !folded; i++) folded = f->edges[i].steps > 1;
+        if (folded) sb_puts(&b, "<span class=\"muted\">dotted arrow: a data path of that many steps, not drawn</span>");
+        sb_puts(&b, "</figcaption></figure>\n");
         unshown_names(&b, f);
         if (f->truncated) {
             sb_puts(&b, "<div class=\"note\">");

@@ -2,6 +2,7 @@
  * trace_enums.h), each table expanded from its one list. */
 #include "trace_enums.h"
 
+#include <stdbool.h>
 #include <string.h>
 
 #define NAME2(ID, name) name,
@@ -40,3 +41,30 @@ int trace_verdict_of(const char *name) { return find(trace_verdict_names, VERDIC
 int trace_kind_of(const char *name) { return find(trace_kind_names, KIND_COUNT, name); }
 int trace_stop_of(const char *name) { return find(trace_stop_names, STOP_COUNT, name); }
 int trace_format_of(const char *name) { return find(trace_format_names, FORMAT_COUNT, name); }
+
+static bool name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
+const char *trace_next_instr_name(const char *msg, const char **p, size_t *len) {
+    for (const char *s = *p; *s;) {
+        bool start = s == msg || !(name_char(s[-1]) || s[-1] == '.');
+        const char *q = s + (*s == '%');
+        if (!start || !((*q >= 'a' && *q <= 'z') || *q == '_')) {
+            s++;
+            continue;
+        }
+        const char *e = q;
+        while (name_char(*e) || (*e == '.' && e[1] >= '0' && e[1] <= '9') || (*e == '.' && strncmp(e, ".clone", 6) == 0))
+            e++;
+        const char *dot = memchr(q, '.', (size_t)(e - q));
+        if (dot && dot[1] >= '0' && dot[1] <= '9') {
+            *p = e;
+            *len = (size_t)(e - q);
+            return q;
+        }
+        s = e > s ? e : s + 1;
+    }
+    *p += strlen(*p);
+    return NULL;
+}

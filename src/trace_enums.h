@@ -110,4 +110,13 @@ extern const char *const trace_stop_names[STOP_COUNT];
 extern const char *const trace_format_names[FORMAT_COUNT];
 extern const char *const trace_severity_names[SEV_COUNT];
 
+#include <stddef.h>
+
+/* The next instruction name a finding's message mentions at or after *p
+ * (p within msg): a word name.N, %name.N or name.N.clone, where N is a
+ * number. Returns its start (past any %) with its length in *len and moves
+ * *p past it; NULL when there is none. The checker draws the instructions
+ * found this way, the report names those the picture still lacks. */
+const char *trace_next_instr_name(const char *msg, const char **p, size_t *len);
+
 #endif

@@ -260,6 +260,7 @@ static void read_subgraph(rd *r, json_t *sg, const char *where, trace_finding *f
         n->side = (trace_side)get_enum(r, o, w, "side", side_names, 2);
         n->label = get_str(r, o, w, "label", true);
         n->opcode = get_str(r, o, w, "opcode", true);
+        n->type = get_str(r, o, w, "type", false);
         n->role = (trace_role)get_enum(r, o, w, "role", role_names, 4);
         n->hops = get_int(r, o, w, "hops", true, 0);
         for (size_t j = 0; j < i; j++)
@@ -276,6 +277,9 @@ static void read_subgraph(rd *r, json_t *sg, const char *where, trace_finding *f
             e[i].from = get_str(r, o, w, "from", true);
             e[i].to = get_str(r, o, w, "to", true);
             e[i].view = pass ? get_str(r, o, w, "view", true) : NULL;
+            e[i].basis = pass ? get_str(r, o, w, "basis", false) : NULL;
+            e[i].steps = pass ? 1 : get_int(r, o, w, "steps", false, 1);
+            if (!e[i].steps) e[i].steps = 1; /* absent */
             for (int end = 0; end < 2; end++) {
                 const char *id = end ? e[i].to : e[i].from;
                 bool found = false;

@@ -69,11 +69,18 @@ typedef struct {
 
 typedef struct {
     const char *id, *label, *opcode;
+    const char *type;             /* "f16[2,16]"; NULL in traces that do not say */
     trace_side side;
     trace_role role;
     int64_t hops;
 } trace_node;
-typedef struct { const char *from, *to, *view; } trace_edge;  /* view NULL for data edges */
+/* A data edge (view NULL; steps > 1 when it folds a path of that many data
+ * edges) or a relation link (view set; basis, optional, how check located an
+ * unproved counterpart). */
+typedef struct {
+    const char *from, *to, *view, *basis;
+    int64_t steps;
+} trace_edge;
 
 typedef struct {
     const char *file;

@@ -130,54 +130,299 @@ static json_t *snippet(const char *root, const char *file, int line) {
     return o;
 }
 
-static void add_node(json_t *nodes, const char *id, const char *which, const hlo_instr *in, const char *role, int hops) {
+/* An instruction's type as HLO writes it, without layouts ("f16[2,16]"). */
+static json_t *type_json(const hlo_instr *in) {
+    strbuf b, t;
+    sb_init(&b);
+    sb_init(&t);
+    shape_print(&b, &in->shape);
+    int depth = 0;
+    for (size_t i = 0; i < b.len; i++) {
+        if (b.s[i] == '{') depth++;
+        else if (b.s[i] == '}') depth--;
+        else if (!depth) sb_putc(&t, b.s[i]);
+    }
+    json_t *j = json_string(t.s ? t.s : "");
+    sb_free(&b);
+    sb_free(&t);
+    return j;
+}
+
+/* The subgraph being built: its nodes with the instruction each stands for,
+ * so that data edges can be added between any two of them, and the data
+ * paths too long to draw, each folded into one edge. */
+#define SG_NODES 40
+/* A named instruction at most this many steps downstream or upstream of the
+ * divergence is joined to it by the instructions between (their hops stay
+ * within the 3 the report draws before folding context); a longer path is
+ * one edge that says how many steps it folds. */
+#define SG_PATH_MAX 4
+/* Paths are searched this far (steps); the hops of a named instruction no
+ * path reaches. */
+#define SG_FAR 256
+typedef struct {
+    json_t *nodes;
+    const hlo_instr *in[SG_NODES];
+    const hlo_comp *comp[SG_NODES];
+    bool dist[SG_NODES];
+    char id[SG_NODES][16];
+    size_t n;
+    uint32_t next[2];       /* next id number per side */
+    uint32_t fold[8][3];    /* folded paths: from node, to node, steps */
+    size_t nfold;
+} sg_build;
+
+static long sg_find(const sg_build *g, bool dist, const hlo_instr *in) {
+    for (size_t i = 0; i < g->n; i++)
+        if (g->dist[i] == dist && g->in[i] == in) return (long)i;
+    return -1;
+}
+
+/* Adds a node for in unless one stands for it; returns its index, or -1
+ * when the subgraph is full. */
+static long add_node(sg_build *g, bool dist, const hlo_comp *c, const hlo_instr *in, const char *role, int hops) {
+    long have = sg_find(g, dist, in);
+    if (have >= 0 && strcmp(role, "operand") != 0) return have;  /* operand slots repeat as the HLO does */
+    if (g->n == SG_NODES) return -1;
+    size_t k = g->n++;
+    snprintf(g->id[k], sizeof g->id[k], "%c%u", dist ? 'd' : 'b', g->next[dist]++);
+    g->in[k] = in, g->comp[k] = c, g->dist[k] = dist;
     json_t *n = json_object();
-    json_object_set_new(n, "id", json_string(id));
-    json_object_set_new(n, "side", json_string(which));
+    json_object_set_new(n, "id", json_string(g->id[k]));
+    json_object_set_new(n, "side", json_string(dist ? "distributed" : "baseline"));
     json_object_set_new(n, "label", json_string(in->name));
     json_object_set_new(n, "opcode", json_string(in->opname));
+    json_object_set_new(n, "type", type_json(in));
     json_object_set_new(n, "role", json_string(role));
     json_object_set_new(n, "hops", json_integer(hops));
-    json_array_append_new(nodes, n);
+    json_array_append_new(g->nodes, n);
+    return (long)k;
 }
 
-static void add_edge(json_t *edges, const char *from, const char *to) {
-    json_t *e = json_object();
-    json_object_set_new(e, "from", json_string(from));
-    json_object_set_new(e, "to", json_string(to));
-    json_array_append_new(edges, e);
-}
-
-/* The divergence and its operands on both sides, one hop of context. */
-static json_t *subgraph(const hlo_comp *dc, const hlo_instr *din, const hlo_comp *bc, const hlo_instr *bin) {
-    json_t *g = json_object(), *nodes = json_array(), *edges = json_array(), *links = json_array();
-    char id[32];
-    add_node(nodes, "d0", "distributed", din, "divergence", 0);
-    for (uint32_t o = 0; o < din->noperands && o < 8; o++) {
-        snprintf(id, sizeof id, "d%u", o + 1);
-        add_node(nodes, id, "distributed", &dc->instrs[din->operands[o]], "operand", 1);
-        add_edge(edges, id, "d0");
-    }
-    if (bin) {
-        add_node(nodes, "b0", "baseline", bin, "operand", 0);
-        for (uint32_t o = 0; o < bin->noperands && o < 8; o++) {
-            snprintf(id, sizeof id, "b%u", o + 1);
-            add_node(nodes, id, "baseline", &bc->instrs[bin->operands[o]], "context", 1);
-            add_edge(edges, id, "b0");
+/* The shortest chain of data edges in c from instruction a down to z
+ * (through users), at most SG_FAR steps. Returns its length k, and when
+ * k <= SG_PATH_MAX the chain in path[0..k] (a first); -1 when there is
+ * none. */
+static int data_path(const hlo_comp *c, uint32_t a, uint32_t z, uint32_t *path) {
+    uint32_t n = c->ninstrs;
+    uint32_t *start = xcalloc((size_t)n + 1, sizeof *start), *fill = xcalloc((size_t)n + 1, sizeof *fill);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t o = 0; o < c->instrs[i].noperands; o++) start[c->instrs[i].operands[o] + 1]++;
+    for (uint32_t i = 0; i < n; i++) start[i + 1] += start[i];
+    uint32_t *users = xcalloc((size_t)start[n] + 1, sizeof *users);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t o = 0; o < c->instrs[i].noperands; o++) {
+            uint32_t x = c->instrs[i].operands[o];
+            users[start[x] + fill[x]++] = i;
         }
-        json_t *l = json_object();
-        json_object_set_new(l, "from", json_string("b0"));
-        json_object_set_new(l, "to", json_string("d0"));
-        json_object_set_new(l, "view", json_string("counterpart"));
-        json_array_append_new(links, l);
+    int *dist = xcalloc(n, sizeof *dist);
+    uint32_t *from = xcalloc(n, sizeof *from), *queue = xcalloc(n, sizeof *queue);
+    for (uint32_t i = 0; i < n; i++) dist[i] = -1;
+    size_t qh = 0, qt = 0;
+    dist[a] = 0;
+    queue[qt++] = a;
+    while (qh < qt && dist[z] < 0) {
+        uint32_t x = queue[qh++];
+        if (dist[x] == SG_FAR) break;
+        for (uint32_t k = start[x]; k < start[x + 1]; k++) {
+            uint32_t y = users[k];
+            if (dist[y] >= 0) continue;
+            dist[y] = dist[x] + 1, from[y] = x;
+            queue[qt++] = y;
+        }
     }
-    json_object_set_new(g, "nodes", nodes);
+    int k = dist[z];
+    if (k >= 0 && k <= SG_PATH_MAX)
+        for (uint32_t y = z, i = (uint32_t)k;; y = from[y]) {
+            path[i] = y;
+            if (i-- == 0) break;
+        }
+    free(start), free(fill), free(users), free(dist), free(from), free(queue);
+    return k;
+}
+
+const hlo_instr *tw_find_instr(const hlo_module *m, const char *q, size_t len, const hlo_comp **c) {
+    for (uint32_t k = 0; k < m->ncomps; k++)
+        for (uint32_t i = 0; i < m->comps[k].ninstrs; i++) {
+            const char *nm = m->comps[k].instrs[i].name;
+            if (strncmp(nm, q, len) == 0 && nm[len] == 0) {
+                *c = &m->comps[k];
+                return &m->comps[k].instrs[i];
+            }
+        }
+    return NULL;
+}
+
+/* Adds an instruction the message names (of the distributed program, else
+ * of the baseline) with its operands. When data flows between it and the
+ * divergence (or the baseline counterpart) within a few steps, the
+ * instructions between are added too; a longer path is folded into one
+ * edge. */
+static void add_named(sg_build *g, const check_result *r, const char *q, size_t len) {
+    const hlo_comp *c = NULL;
+    bool dist = true;
+    const hlo_instr *x = tw_find_instr(r->dist.m, q, len, &c);
+    if (!x) dist = false, x = tw_find_instr(r->base.m, q, len, &c);
+    if (!x || sg_find(g, dist, x) >= 0) return;
+    long root = -1;
+    for (size_t i = 0; i < g->n && root < 0; i++)
+        if (g->dist[i] == dist && g->comp[i] == c) root = (long)i;  /* d0, else b0 */
+    uint32_t path[SG_PATH_MAX + 1], ri = root < 0 ? 0 : (uint32_t)(g->in[root] - c->instrs), xi = (uint32_t)(x - c->instrs);
+    bool down = xi > ri;  /* operands precede their users */
+    int k = root < 0 ? -1 : data_path(c, down ? ri : xi, down ? xi : ri, path);
+    for (int i = 1; k <= SG_PATH_MAX && i < k; i++)
+        add_node(g, dist, c, &c->instrs[path[i]], "context", down ? i : k - i);
+    long xn = add_node(g, dist, c, x, "context", k >= 0 ? k : SG_FAR);
+    if (xn >= 0 && k > SG_PATH_MAX && g->nfold < 8) {
+        uint32_t *e = g->fold[g->nfold++];
+        e[0] = (uint32_t)(down ? root : xn), e[1] = (uint32_t)(down ? xn : root), e[2] = (uint32_t)k;
+    }
+    for (uint32_t o = 0; xn >= 0 && o < x->noperands && o < 8; o++)
+        add_node(g, dist, c, &c->instrs[x->operands[o]], "context", k >= 0 ? k + 1 : SG_FAR);
+}
+
+/* The link from the located baseline counterpart b0 to the divergence d0.
+ * No relation is proved between them (the lifting keeps none per
+ * instruction), so the view is "counterpart" and basis says how
+ * counterpart() chose it. */
+static json_t *counterpart_link(const char *basis) {
+    json_t *l = json_object();
+    json_object_set_new(l, "from", json_string("b0"));
+    json_object_set_new(l, "to", json_string("d0"));
+    json_object_set_new(l, "view", json_string("counterpart"));
+    json_object_set_new(l, "basis", json_string(basis));
+    return l;
+}
+
+/* Whether an instruction carries a value on without computing it: what an
+ * exporter wraps around a program's outputs (copies, calls, tuples). */
+static bool passes_on(const hlo_instr *in) {
+    return in->op == OP_COPY || in->op == OP_BITCAST || in->op == OP_CALL || in->op == OP_TUPLE ||
+           in->op == OP_GET_TUPLE_ELEMENT;
+}
+
+static bool same_line(const hlo_instr *a, const hlo_instr *b) {
+    const hlo_meta *x = a->meta, *y = b->meta;
+    return x && y && x->src_file && y->src_file && x->src_line == y->src_line && strcmp(x->src_file, y->src_file) == 0;
+}
+
+const hlo_instr *tw_value_source(const hlo_module *m, const hlo_comp *c, const hlo_instr *in, int *steps) {
+    const hlo_instr *x = in;
+    for (int step = 1; step <= SG_FAR && passes_on(x); step++) {
+        if (x->op == OP_CALL) {
+            const hlo_attr *ta = instr_attr(x, A_TO_APPLY);
+            if (!ta || ta->v.ints[0] < 0 || (uint64_t)ta->v.ints[0] >= m->ncomps) return NULL;
+            c = &m->comps[ta->v.ints[0]];
+            x = &c->instrs[c->root];
+        } else if (x->op == OP_GET_TUPLE_ELEMENT) {
+            const hlo_instr *t = &c->instrs[x->operands[0]];
+            int64_t k = instr_int(x, A_INDEX, 0);
+            if (t->op != OP_TUPLE || k < 0 || (uint64_t)k >= t->noperands) return NULL;
+            x = &c->instrs[t->operands[k]];
+        } else if (x->noperands == 1) {
+            x = &c->instrs[x->operands[0]];
+        } else return NULL;
+        if (x->meta && x->meta->src_file && x->meta->src_line > 0 && !same_line(x, in)) {
+            if (steps) *steps = step;
+            return x;
+        }
+    }
+    return NULL;
+}
+
+/* The divergence and its operands on both sides, one hop of context, and
+ * every instruction the message names; when the divergence only passes a
+ * value on (an output's copy), the instruction that computed the value,
+ * joined to it by an edge that folds the steps between. Data edges between
+ * any two nodes of one computation where one is an operand of the other.
+ * basis: how the baseline counterpart bin was located. */
+static json_t *subgraph(const check_result *r, const check_finding *cf, const hlo_comp *bc, const hlo_instr *bin,
+                        const char *basis) {
+    const hlo_comp *dc = cf->comp;
+    const hlo_instr *din = cf->in;
+    json_t *g = json_object(), *edges = json_array(), *links = json_array();
+    sg_build sg = {.nodes = json_array()};
+    add_node(&sg, true, dc, din, "divergence", 0);
+    for (uint32_t o = 0; o < din->noperands && o < 8; o++)
+        add_node(&sg, true, dc, &dc->instrs[din->operands[o]], "operand", 1);
+    if (bin) {
+        add_node(&sg, false, bc, bin, "operand", 0);
+        for (uint32_t o = 0; o < bin->noperands && o < 8; o++)
+            add_node(&sg, false, bc, &bc->instrs[bin->operands[o]], "context", 1);
+        json_array_append_new(links, counterpart_link(basis));
+    }
+    int steps = 0;
+    const hlo_instr *vs = passes_on(din) ? tw_value_source(r->dist.m, dc, din, &steps) : NULL;
+    if (vs && sg_find(&sg, true, vs) < 0) {
+        const hlo_comp *vc = NULL;
+        tw_find_instr(r->dist.m, vs->name, strlen(vs->name), &vc);
+        long vn = add_node(&sg, true, vc, vs, "context", steps);
+        if (vn >= 0 && steps > 1 && sg.nfold < 8) {
+            uint32_t *e = sg.fold[sg.nfold++];
+            e[0] = (uint32_t)vn, e[1] = 0, e[2] = (uint32_t)steps;
+        }
+    }
+    size_t len;
+    for (const char *p = cf->message, *q; (q = trace_next_instr_name(cf->message, &p, &len));) add_named(&sg, r, q, len);
+    for (size_t j = 0; j < sg.n; j++)
+        for (size_t i = 0; i < sg.n; i++) {
+            if (i == j || sg.dist[i] != sg.dist[j] || sg.comp[i] != sg.comp[j]) continue;
+            const hlo_instr *u = sg.in[j];
+            bool uses = false;
+            for (uint32_t o = 0; o < u->noperands && !uses; o++) uses = &sg.comp[j]->instrs[u->operands[o]] == sg.in[i];
+            if (!uses) continue;
+            json_t *e = json_object();
+            json_object_set_new(e, "from", json_string(sg.id[i]));
+            json_object_set_new(e, "to", json_string(sg.id[j]));
+            json_array_append_new(edges, e);
+        }
+    for (size_t i = 0; i < sg.nfold; i++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "from", json_string(sg.id[sg.fold[i][0]]));
+        json_object_set_new(e, "to", json_string(sg.id[sg.fold[i][1]]));
+        json_object_set_new(e, "steps", json_integer(sg.fold[i][2]));
+        json_array_append_new(edges, e);
+    }
+    json_object_set_new(g, "nodes", sg.nodes);
     json_object_set_new(g, "edges", edges);
     json_object_set_new(g, "links", links);
     json_object_set_new(g, "truncated", din->noperands > 8 ? json_string("operands beyond 8 not shown") : json_null());
     return g;
 }
 
+/* Adds the window around x's source line unless a window shown already
+ * holds it. */
+static void add_window(json_t *snips, const char *root, const hlo_instr *x) {
+    if (!x || !x->meta || !x->meta->src_file || x->meta->src_line <= 0) return;
+    for (size_t i = 0; i < json_array_size(snips); i++) {
+        json_t *w = json_array_get(snips, i);
+        json_int_t first = json_integer_value(json_object_get(w, "first_line"));
+        json_int_t last = first + (json_int_t)json_array_size(json_object_get(w, "lines")) - 1;
+        if (strcmp(json_string_value(json_object_get(w, "file")), x->meta->src_file) == 0 && first <= x->meta->src_line &&
+            x->meta->src_line <= last)
+            return;
+    }
+    json_t *s = snippet(root, x->meta->src_file, x->meta->src_line);
+    if (s) json_array_append_new(snips, s);
+}
+
+/* The source windows of a finding: around the divergence's line, then
+ * around every line the message names that none shows yet: the lines of
+ * the instructions it names. When the divergence only passes a value on (an
+ * output's copy, whose line is the exporter's call), the line that computed
+ * that value comes first. */
+static json_t *snippets(const check_opts *o, const check_result *r, const check_finding *cf) {
+    json_t *snips = json_array();
+    if (passes_on(cf->in)) add_window(snips, o->source_root, tw_value_source(r->dist.m, cf->comp, cf->in, NULL));
+    add_window(snips, o->source_root, cf->in);
+    size_t len;
+    for (const char *p = cf->message, *q; (q = trace_next_instr_name(cf->message, &p, &len));) {
+        const hlo_comp *c;
+        const hlo_instr *x = tw_find_instr(r->dist.m, q, len, &c);
+        add_window(snips, o->source_root, x ? x : tw_find_instr(r->base.m, q, len, &c));
+    }
+    return snips;
+}
 
 static json_t *witness_json(const check_result *r);
 
@@ -221,13 +466,8 @@ static json_t *finding_json(const check_opts *o, const check_result *r, size_t i
         json_array_append_new(inv, x);
     }
     json_object_set_new(f, "involved", inv);
-    json_object_set_new(f, "subgraph", subgraph(dc, din, bc, bin));
-    json_t *snips = json_array();
-    if (din->meta && din->meta->src_file) {
-        json_t *s = snippet(o->source_root, din->meta->src_file, din->meta->src_line);
-        if (s) json_array_append_new(snips, s);
-    }
-    json_object_set_new(f, "snippets", snips);
+    json_object_set_new(f, "subgraph", subgraph(r, cf, bc, bin, why));
+    json_object_set_new(f, "snippets", snippets(o, r, cf));
     if (cf->witness) json_object_set_new(f, "witness", witness_json(r));
     return f;
 }

@@ -658,6 +658,50 @@ static void test_memo_fold(void) {
     diag_free(&d);
 }
 
+/* What check writes into a subgraph beyond the picture's bare structure
+ * reaches the picture: a relation link's basis (how check located an
+ * unproved counterpart) under its view, a node's own type, an edge that
+ * folds a path with its step count. A trace without them (older traces)
+ * still reads and draws none of them. */
+static void test_subgraph_extras(void) {
+    for (int with = 0; with < 2; with++) {
+        t_case("report-16 a subgraph %s basis, node type and folded steps", with ? "draws its" : "reads and draws without");
+        json_t *doc = json_load_file(TRACES "/mismatch.trace.json", 0, NULL);
+        if (!CHECK(doc != NULL)) return;
+        json_t *sg = json_object_get(json_array_get(json_object_get(doc, "findings"), 0), "subgraph");
+        json_t *l = json_array_get(json_object_get(sg, "links"), 0), *e = json_array_get(json_object_get(sg, "edges"), 0);
+        json_t *nd = json_array_get(json_object_get(sg, "nodes"), 0);
+        if (!CHECK_MSG(l && e && nd, "the fixture's first finding has a link, an edge and a node")) {
+            json_decref(doc);
+            return;
+        }
+        if (with) {
+            json_object_set_new(l, "basis", json_string("same source line"));
+            json_object_set_new(e, "steps", json_integer(5));
+            json_object_set_new(nd, "type", json_string("f16[7,3]"));
+        }
+        diag d;
+        trace *t = read_doc(doc, "extras.json", &d); /* consumes doc */
+        report_site s;
+        report_opts o = {.title = NULL, .single_file = false};
+        if (t && CHECK(report_render(&s, &t, 1, &o, &d))) {
+            const report_file *fp = NULL;
+            for (size_t i = 0; i < s.n && !fp; i++)
+                if (strncmp(s.files[i].name, "finding-", 8) == 0) fp = &s.files[i];
+            if (CHECK(fp != NULL)) {
+                CHECK_CONTAINS(fp->data.s, "shard(2,tp)");
+                const char *want[3] = {"by same source line", ">5 steps</text>", ">f16[7,3]</text>"};
+                for (int k = 0; k < 3; k++)
+                    CHECK_MSG(!!strstr(fp->data.s, want[k]) == with, "%s %s on the page", want[k],
+                              with ? "missing" : "invented");
+            }
+            report_site_free(&s);
+        }
+        trace_free(t);
+        diag_free(&d);
+    }
+}
+
 /* Bidi controls and C1 controls in trace strings (an op_name, a segment, a
  * message, the pair name) reach no output raw: HTML, SVG and JUnit show them
  * as "[U+202E]", summary.json and SARIF as \u202e escapes. */
@@ -836,6 +880,7 @@ void suite_report(void) {
     test_huge_chart();
     test_memo_fold();
     test_bidi();
+    test_subgraph_extras();
     test_report_full_disk();
     test_report_concurrent();
     test_cli_and_browser();

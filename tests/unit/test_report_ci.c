@@ -17,7 +17,9 @@
  *   - search and stamp: rows findable by kind, file and op_name; every page
  *     says what made it, from what and when;
  *   - pair pages fold runs of memo hits; subgraphs show types and views,
- *     no text over a node; axe-core finds no violation (tests/axe.sh). */
+ *     how an unproved counterpart was located, every instruction the
+ *     message names, no text over a node; source windows show every line
+ *     the message names; axe-core finds no violation (tests/axe.sh). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,8 +29,10 @@
 #include "harness.h"
 #include "jschema.h"
 #include "report.h"
+#include "hlo.h"
 #include "report_names.h"
 #include "trace_read.h"
+#include "trace_write.h"
 #include "util.h"
 
 #define SAMPLE_TRACES "build/report-ci-traces"
@@ -1040,32 +1044,142 @@ static size_t label_overlaps(const char *svg, const char *end, size_t *labels) {
     return bad;
 }
 
-/* Subgraphs show why: a node whose instruction's HLO the finding holds shows
- * its type (a dtype mismatch shows both element types), every relation's
- * view is written (in the distributed node it reaches), and no edge's text
- * is drawn over a node. */
+/* The programs of the sample pairs, read once each. */
+typedef struct {
+    const char *path[256];
+    hlo_module *m[256];
+    size_t n;
+} module_cache;
+
+static const hlo_module *module_of(module_cache *mc, const char *path) {
+    for (size_t i = 0; i < mc->n; i++)
+        if (strcmp(mc->path[i], path) == 0) return mc->m[i];
+    if (mc->n == 256) return NULL;
+    diag d;
+    diag_init(&d, path);
+    hlo_module *m = hlo_read_file(path, &d);
+    CHECK_MSG(m != NULL, "%s: %s", path, d.out.s ? d.out.s : "");
+    diag_free(&d);
+    mc->path[mc->n] = path, mc->m[mc->n++] = m;
+    return m;
+}
+
+static void module_cache_free(module_cache *mc) {
+    for (size_t i = 0; i < mc->n; i++)
+        if (mc->m[i]) graph_free(mc->m[i]);
+}
+
+/* Whether a source window of the finding page shows line `line` of file. */
+static bool window_shows(const char *page, const char *file, int64_t line) {
+    static const char open[] = "<div class=\"snippet\"><div class=\"file\">";
+    char row[48];
+    snprintf(row, sizeof row, "<td class=\"ln\">%lld</td>", (long long)line);
+    size_t n = strlen(file);
+    for (const char *p = page; (p = strstr(p, open)); p++) {
+        const char *f = p + strlen(open), *end = strstr(f, "</table>");
+        if (!end || strncmp(f, file, n) != 0 || (f[n] != ':' && f[n] != '<')) continue;
+        const char *r = strstr(f, row);
+        if (r && r < end) return true;
+    }
+    return false;
+}
+
+/* Every line the finding's message names is inside a source window of its
+ * page: the divergence's line, the lines of the instructions it names (read
+ * from the programs themselves, not from the trace), and for a divergence
+ * that only passes a value on (an output's copy), the line that computed
+ * the value. Returns how many lines were checked. */
+static size_t check_windows(module_cache *mc, const trace *t, const trace_finding *f, const char *page) {
+    const hlo_module *dm = module_of(mc, t->dist.path), *bm = module_of(mc, t->base.path);
+    if (!dm || !bm) return 0;
+    const hlo_instr *want[16];
+    size_t n = 0, len, checked = 0;
+    const hlo_comp *c = NULL;
+    const hlo_instr *site = tw_find_instr(dm, f->dist.instruction, strlen(f->dist.instruction), &c);
+    CHECK_MSG(site != NULL, "%s is not in %s", f->dist.instruction, t->dist.path);
+    if (site) want[n++] = site, want[n++] = tw_value_source(dm, c, site, NULL);
+    for (const char *p = f->message, *q; n < 16 && (q = trace_next_instr_name(f->message, &p, &len));) {
+        const hlo_instr *x = tw_find_instr(dm, q, len, &c);
+        want[n++] = x ? x : tw_find_instr(bm, q, len, &c);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const hlo_instr *x = want[i];
+        if (!x || !x->meta || !x->meta->src_file || x->meta->src_line <= 0) continue;
+        t_case("report_ci source windows %s %s: %s at %s:%d shown", t->name, f->id, x->name, x->meta->src_file,
+               (int)x->meta->src_line);
+        CHECK(window_shows(page, x->meta->src_file, x->meta->src_line));
+        checked++;
+    }
+    return checked;
+}
+
+/* Whether the svg draws text (escaped) as one line of a label. */
+static bool svg_text(const char *svg, const char *end, const char *text, size_t n) {
+    strbuf v;
+    sb_init(&v);
+    sb_putc(&v, '>');
+    esc_html_n(&v, text, n);
+    sb_puts(&v, "</text>");
+    bool drawn = memmem(svg, (size_t)(end - svg), v.s, v.len) != NULL;
+    sb_free(&v);
+    return drawn;
+}
+
+/* check writes, on every link to an unproved counterpart, how it located it,
+ * and the finding page draws that basis under the view. */
+static size_t check_link_basis(const trace *t, const trace_finding *f, const report_file *pf) {
+    size_t seen = 0;
+    static const char *const known[] = {"same op_name scope", "same source line", "same end of op_name scope",
+                                        "the first instruction of its op_name scope"};
+    for (size_t k = 0; k < f->n_links; k++) {
+        if (strcmp(f->links[k].view, "counterpart") != 0) continue;
+        seen++;
+        t_case("report_ci link basis %s %s", t->name, f->id);
+        const char *b = f->links[k].basis;
+        if (!CHECK_MSG(b != NULL, "an unproved counterpart link without basis")) continue;
+        bool ok = false;
+        for (size_t i = 0; i < ARRAY_LEN(known); i++) ok |= strcmp(b, known[i]) == 0;
+        CHECK_MSG(ok, "unknown basis \"%s\"", b);
+        char want[96];
+        snprintf(want, sizeof want, ">by %s</text>", b);
+        CHECK_MSG(pf && strstr(pf->data.s, want), "the page does not draw \"%s\"", want);
+    }
+    return seen;
+}
+
+/* Subgraphs show why: every node shows its type (a dtype mismatch shows
+ * both element types), every relation's view is written (in the distributed
+ * node it reaches) with the basis of an unproved counterpart, every
+ * instruction the message names that either program holds is drawn (the
+ * note names the others), and no edge's text is drawn over a node. */
 static void test_subgraphs(const trace_set *s) {
     report_site site;
     if (!render(&site, s->t, s->n)) return;
     rnames names;
     rn_build(&names, s->t, s->n);
-    size_t pictures = 0, labels = 0, typed = 0, views = 0, noted = 0;
+    module_cache mc = {0};
+    size_t pictures = 0, labels = 0, typed = 0, views = 0, noted = 0, based = 0, named = 0, lines = 0, ntyped = 0;
+    size_t sources = 0;
     for (size_t p = 0; p < s->n; p++)
         for (size_t i = 0; i < s->t[p]->n_findings; i++) {
-            const trace_finding *f = &s->t[p]->findings[i];
+            const trace *t = s->t[p];
+            const trace_finding *f = &t->findings[i];
+            bool sample = strncmp(t->source, SAMPLE_TRACES, strlen(SAMPLE_TRACES)) == 0;
             char file[512];
             snprintf(file, sizeof file, "finding-%s.html", names.finding[p][i]);
             const report_file *pf = find_file(&site, file);
+            based += check_link_basis(t, f, pf);
+            if (sample && pf) lines += check_windows(&mc, t, f, pf->data.s);
             const char *svg = pf ? strstr(pf->data.s, "<svg") : NULL, *end = svg ? strstr(svg, "</svg>") : NULL;
             if (!svg || !end) continue;
             pictures++;
-            t_case("report_ci subgraph %s %s: labels clear of nodes", s->t[p]->name, f->id);
+            t_case("report_ci subgraph %s %s: labels clear of nodes", t->name, f->id);
             /* instructions the message names but the picture lacks are named
              * in a note: each listed one is in the message, none is drawn */
             const char *note = strstr(pf->data.s, "Named in the message but not in the subgraph the trace records: ");
+            const char *ne = note ? strstr(note, "</div>") : NULL;
             if (note) {
                 noted++;
-                const char *ne = strstr(note, "</div>");
                 for (const char *c = note; (c = strstr(c, "<code>")) && c < ne; c++) {
                     const char *ce = strstr(c, "</code>");
                     char nm[128];
@@ -1077,34 +1191,65 @@ static void test_subgraphs(const trace_set *s) {
             }
             size_t bad = label_overlaps(svg, end, &labels);
             CHECK_MSG(bad == 0, "%zu edge labels over a node", bad);
-            for (size_t k = 0; k < f->n_links; k++) {
-                strbuf v;
-                sb_init(&v);
-                sb_putc(&v, '>');
-                esc_html(&v, f->links[k].view);
-                sb_puts(&v, "</text>");
-                bool drawn = memmem(svg, (size_t)(end - svg), v.s, v.len) != NULL;
-                sb_free(&v);
-                /* a link to a node the cap left out is not drawn */
-                if (drawn) views++;
+            for (size_t k = 0; k < f->n_links; k++)
+                if (svg_text(svg, end, f->links[k].view, strlen(f->links[k].view)))
+                    views++; /* a link to a node the cap left out is not drawn */
+            if (sample) {
+                /* every instruction the message names is drawn when a program holds it */
+                const hlo_module *dm = module_of(&mc, t->dist.path), *bm = module_of(&mc, t->base.path);
+                size_t len;
+                for (const char *q0 = f->message, *q; dm && bm && (q = trace_next_instr_name(f->message, &q0, &len));) {
+                    const hlo_comp *c;
+                    bool held = tw_find_instr(dm, q, len, &c) || tw_find_instr(bm, q, len, &c);
+                    t_case("report_ci subgraph %s %s: %.*s %s", t->name, f->id, (int)len, q, held ? "drawn" : "noted");
+                    if (held) {
+                        CHECK(svg_text(svg, end, q, len));
+                        named++;
+                    } else {
+                        CHECK(ne && memmem(note, (size_t)(ne - note), q, len));
+                    }
+                }
+                /* an output's copy draws the instruction that computed its value */
+                const hlo_comp *sc = NULL;
+                const hlo_instr *si = dm ? tw_find_instr(dm, f->dist.instruction, strlen(f->dist.instruction), &sc) : NULL;
+                const hlo_instr *vs = si ? tw_value_source(dm, sc, si, NULL) : NULL;
+                if (vs) {
+                    t_case("report_ci subgraph %s %s: value source %s drawn", t->name, f->id, vs->name);
+                    CHECK(svg_text(svg, end, vs->name, strlen(vs->name)));
+                    sources++;
+                }
+                /* every node says its type, and the picture shows it */
+                t_case("report_ci subgraph %s %s: nodes typed", t->name, f->id);
+                for (size_t k = 0; k < f->n_nodes; k++) {
+                    const trace_node *nd = &f->nodes[k];
+                    if (nd->role == ROLE_COLLAPSED) continue;
+                    if (!CHECK_MSG(nd->type != NULL, "node %s has no type", nd->label)) continue;
+                    if (strlen(nd->type) <= 40 && svg_text(svg, end, nd->label, strlen(nd->label)))
+                        CHECK_MSG(svg_text(svg, end, nd->type, strlen(nd->type)), "type %s of %s not drawn", nd->type,
+                                  nd->label), ntyped++;
+                }
             }
             if (f->kind != KIND_DTYPE_MISMATCH || !f->base.present) continue;
-            t_case("report_ci subgraph %s %s: both element types shown", s->t[p]->name, f->id);
+            t_case("report_ci subgraph %s %s: both element types shown", t->name, f->id);
             const trace_site *st[2] = {&f->dist, &f->base};
             for (int k = 0; k < 2; k++) {
                 const char *eq = strstr(st[k]->hlo, " = "), *sp = eq ? strpbrk(eq + 3, "{ ") : NULL;
                 if (!CHECK(eq && sp)) continue;
-                char ty[96];
-                snprintf(ty, sizeof ty, ">%.*s</text>", (int)(sp - eq - 3), eq + 3);
-                CHECK_MSG(memmem(svg, (size_t)(end - svg), ty, strlen(ty)) != NULL, "%s not drawn", ty);
+                CHECK_MSG(svg_text(svg, end, eq + 3, (size_t)(sp - eq - 3)), "%.*s not drawn", (int)(sp - eq - 3), eq + 3);
             }
             typed++;
         }
     t_case("report_ci subgraphs drawn");
-    CHECK_MSG(pictures >= 30 && views >= 30 && typed >= 10 && noted >= 30, "%zu pictures, %zu views, %zu typed, %zu noted",
-              pictures, views, typed, noted);
+    CHECK_MSG(pictures >= 30 && views >= 30 && typed >= 10 && named >= 30 && based >= 30 && lines >= 80 && ntyped >= 200 &&
+                  sources >= 1,
+              "%zu pictures, %zu views, %zu dtype pairs, %zu named drawn, %zu bases, %zu lines, %zu typed nodes, "
+              "%zu value sources", pictures, views, typed, named, based, lines, ntyped, sources);
     printf("report_ci: %zu subgraphs (%zu edge labels, none over a node), %zu relation views written, %zu dtype "
-           "mismatches show both types; %zu name what the picture lacks\n", pictures, labels, views, typed, noted);
+           "mismatches show both types; %zu instructions the messages name drawn, %zu noted as in no program; "
+           "%zu nodes show their type; %zu counterpart links say how check located them; %zu named source lines "
+           "inside a window; %zu outputs' copies draw what computed their value\n",
+           pictures, labels, views, typed, named, noted, ntyped, based, lines, sources);
+    module_cache_free(&mc);
     rn_free(&names);
     report_site_free(&site);
 }
