@@ -1,7 +1,6 @@
-/* lift_int — what the lifting modules share (lift.c, lift_index.c, lift_loop.c,
- * lift_layout.c,
- * lift_win.c, lift_zmask.c, lift_memo.c); not for other modules, which use
- * lift.h.
+/* lift_int — what the lifting modules share (lift.c and the lift_*.c files
+ * beside it, each opening with what it owns); not for other modules, which
+ * use lift.h.
  *
  * lstate: the instruction being lifted, its operands' values (ops, which a
  * transfer function may re-view) and the values of its computation so far
@@ -23,6 +22,8 @@
  *   lf_global_dims    the global dims of a local shape under a view
  *   lf_unsupported    records why an instruction could not be related
  *   lf_axes_words     "tp" / "dp and tp" for a bitmask of mesh axes
+ *                     (lf_axes_words, lf_axes_dim, lf_block_offsets and
+ *                     lf_collective_axes: lift_mesh.c)
  *   lf_axes_dim       the view dim sharded over a bitmask of axes, major first
  *   lf_block_offsets  the axes whose block index gives every device's value as
  *                     base + index·size (0: none)
