@@ -16,7 +16,9 @@
  *                     baseline
  *   lf_assume         records an assumption the verdict rests on (once)
  *   lf_node           the e-node of instruction in over children ch, global
- *                     dims (constants folded, identity broadcasts dropped)
+ *                     dims (constants folded, identity broadcasts dropped;
+ *                     with lf_type_of, lf_list_attr, lf_kval, lf_mk_reshape,
+ *                     lf_fresh_var and lf_const_term: lift_term.c)
  *   lf_fresh_var      a fresh variable: content the transfer functions could
  *                     not relate
  *   lf_global_dims    the global dims of a local shape under a view
@@ -147,6 +149,13 @@ void lf_zmask_after(lstate *s, lval *v);
  * large to fold included; lift_zmask.c). */
 bool lf_class_is_zero(lift_ctx *c, eid cls);
 eid lf_const_term(lift_ctx *c, struct interp_val *v, uint8_t origin);
+/* E-node construction (lift_term.c) beside lf_node: */
+uint32_t lf_encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *in); /* in's semantic attributes as a blob */
+uint64_t lf_literal_digest(const hlo_literal *l);   /* a literal's values as one word (constant e-nodes) */
+struct interp_val *lf_broadcast_values(const struct interp_val *x, const int64_t *bd, uint32_t nb, const int64_t *dims,
+                                       uint32_t rank); /* known values broadcast along dims bd, or NULL */
+bool lf_reducer_identity(lift_ctx *c, const hlo_module *m, const hlo_instr *in,
+                         eid init);                /* init is the identity of reduce in's reducer */
 /* Constant factors (lift_scale.c): lf_scale_of the factor of x (1 when none);
  * lf_scale_take relates multiply/divide by a uniform constant as a factor on
  * the other operand (false: not that case); lf_scale_plan takes the operands'
