@@ -219,6 +219,16 @@ void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m); /* back to the conte
 lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs,
                   uint32_t ninputs);                        /* lifts a called computation over args */
 uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci); /* structural digest of computation ci */
+/* Device-dependent values (lift_dev.c); lf_dev_uniform and lf_dev_constant,
+ * lf_konst_at below. */
+lval lf_dev_from_literal(lift_ctx *c, const hlo_instr *in); /* a small integer constant as a device table */
+bool lf_dev_instr(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *ops,
+                  lval *out);                               /* an op over device values, on every device */
+bool lf_dev_splat(const lval *v);                           /* a device value of one number everywhere */
+lval lf_splat_term(lift_ctx *c, const hlo_instr *in, const lval *v,
+                   const view *w);                          /* that number as the constant under w */
+lval lf_tiled_term(lift_ctx *c, const hlo_instr *in, const lval *v,
+                   const view *w);                          /* a uniform table as its tiles under w, or unknown */
 bool lf_dev_uniform(const lift_ctx *c, const lval *v);      /* a LV_DEV value equal on every device */
 eid lf_dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v); /* that uniform value as a constant term */
 bool lf_same_dim(const view_dim *a, const view_dim *b);     /* two view dims shard alike */
