@@ -254,6 +254,26 @@ bool lf_gather_views(lstate *s, lval *out);          /* gather under the views o
 bool lf_only_scatter_indices(const lstate *s);       /* s's value is used only as scatter indices */
 void lf_uniform_dev_as_term(lstate *s, uint32_t o);  /* operand o, equal on every device, as a term */
 
+/* Collectives and partial sums (lift_coll.c); lf_lift_all_gather and
+ * lf_blocks_moved below. */
+lval lf_lift_all_reduce(lstate *s);                  /* all-reduce: partial over its groups' axes → complete */
+lval lf_lift_reduce_scatter(lstate *s);              /* reduce-scatter: partial → sharded along its dim */
+bool lf_picked_on_some_devices(lstate *s, lval *out); /* select(p, x, 0), p per device: a partial sum of k·x */
+const hlo_instr *lf_summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
+                                 uint8_t partial);   /* the sum all-reduce over `partial` in's value reaches */
+void lf_copies_into_partial_sums(lstate *s);         /* complete operands of an add to partial sums, as copies */
+bool lf_short_reduction(lstate *s, const char *why); /* blames the sum that left an operand partial (reported) */
+void lf_track_short(lstate *s, lval *v);             /* notes which sum collective left v partial */
+bool lf_stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i, uint32_t d,
+                           int red);                 /* all-gather i of partial values used only reduced over d */
+
+/* lift.c helpers the collectives, shapes and dots use. */
+lval lf_assumed_term(lift_ctx *c, const hlo_instr *in, view v); /* a fresh variable under a known view (assumed) */
+void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops,
+                          uint32_t n);                       /* "operand 0 is shard(1,tp), ..." */
+bool lf_unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, uint32_t to,
+                  lval *out);                                /* a sharded unit dim's axes read on dim `to` */
+
 /* lift.c helpers the layouts use. */
 void lf_kval_set(lift_ctx *c, eid cls, interp_val *v);       /* records the known values of class cls */
 bool lf_fold_size_ok(const int64_t *dims, uint32_t rank);    /* small enough to fold as constants */
