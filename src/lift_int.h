@@ -267,7 +267,18 @@ void lf_track_short(lstate *s, lval *v);             /* notes which sum collecti
 bool lf_stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i, uint32_t d,
                            int red);                 /* all-gather i of partial values used only reduced over d */
 
+/* Element-moving ops (lift_shape.c): the transfer functions of their opcodes. */
+lval lf_lift_broadcast(lstate *s);
+lval lf_lift_reverse(lstate *s);
+lval lf_lift_transpose(lstate *s);
+lval lf_lift_reshape(lstate *s);                     /* reshape and bitcast */
+lval lf_lift_slice(lstate *s);
+lval lf_lift_concatenate(lstate *s);
+lval lf_lift_dynamic_slice(lstate *s);
+lval lf_lift_dynamic_update_slice(lstate *s);        /* unknown when offsets differ per device */
+
 /* lift.c helpers the collectives, shapes and dots use. */
+void lf_review_operands(lstate *s, const view *want); /* operands constant along dims want shards, read under it */
 lval lf_assumed_term(lift_ctx *c, const hlo_instr *in, view v); /* a fresh variable under a known view (assumed) */
 void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops,
                           uint32_t n);                       /* "operand 0 is shard(1,tp), ..." */
