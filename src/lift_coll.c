@@ -628,7 +628,7 @@ lval lf_lift_all_gather(lstate *s) {
     if (!ok && !vd->naxes && !x->v.partial && gather_layout(s, d, axes, &moved)) return moved;
     if (!ok && (x->v.partial & (uint32_t)axes) == (uint32_t)axes && !vd->naxes) {
         /* The stack of the group's partial values: no value of the baseline
-         * until reduced over d (lift_reduce), nor a mistake by itself. */
+         * until reduced over d (lf_lift_reduce), nor a mistake by itself. */
         uint32_t i = (uint32_t)(in - s->comp->instrs);
         if (!lf_stack_only_reduced(s->comp, c->cur, i, d, x->v.red))
             lf_unsupported(c, s->comp, in, "%s gathers partial values (%s) side by side; the stack is related only where a reduce "

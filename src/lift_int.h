@@ -56,7 +56,8 @@
  * lf_ functions listed with them below.
  *
  * While loops (lift_loop.c): lf_loop_baseline, lf_loop_distributed; the walk
- * state they save and undo (lf_loop_mark) and the lift.c helpers they call.
+ * state they save and undo (lf_loop_mark, also lift_loop.c) and the lift.c
+ * helpers they call.
  *
  * The walk (lift.c), for the memo (lift_memo.c):
  *   lf_lift_one       lifts instruction i of comp into vals[i]
@@ -267,6 +268,11 @@ void lf_track_short(lstate *s, lval *v);             /* notes which sum collecti
 bool lf_stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i, uint32_t d,
                            int red);                 /* all-gather i of partial values used only reduced over d */
 
+/* Dot and reduce (lift_reduce.c). */
+lval lf_lift_dot(lstate *s);
+lval lf_lift_reduce(lstate *s);
+void lf_elementwise_unit_partials(lstate *s);        /* partial operands in their unit-dim reading, when theirs */
+
 /* Element-moving ops (lift_shape.c): the transfer functions of their opcodes. */
 lval lf_lift_broadcast(lstate *s);
 lval lf_lift_reverse(lstate *s);
@@ -279,6 +285,10 @@ lval lf_lift_dynamic_update_slice(lstate *s);        /* unknown when offsets dif
 
 /* lift.c helpers the collectives, shapes and dots use. */
 void lf_review_operands(lstate *s, const view *want); /* operands constant along dims want shards, read under it */
+bool lf_review_broadcast(lstate *s, uint32_t o, const view *want); /* operand o, a broadcast, re-viewed as want */
+bool lf_konst_review(lstate *s, uint32_t o, const view *want);     /* operand o, constant-only, read under want */
+bool lf_unit_dim_reread(lstate *s, uint32_t side, uint32_t to,
+                        const view_dim *want);      /* operand `side` with want's axes moved to its dim `to` */
 lval lf_assumed_term(lift_ctx *c, const hlo_instr *in, view v); /* a fresh variable under a known view (assumed) */
 void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops,
                           uint32_t n);                       /* "operand 0 is shard(1,tp), ..." */
