@@ -1,5 +1,15 @@
-/* lift — transfer functions, one per opcode family (see lift.h). Each says in a
- * comment what it relates and when it refuses. */
+/* lift — the walk (see lift.h): both programs lifted instruction by
+ * instruction by the same code, the baseline on one device (lift_baseline),
+ * the distributed program on its mesh (lift_distributed).
+ * Owns the walk itself (lf_lift_comp, lf_lift_one: parameters, calls, loops,
+ * tuples and constants, then the per-opcode transfer function, constant
+ * factors, zero masks and the first divergence), the per-opcode dispatch
+ * (lf_lift_instr), the elementwise transfer function with the re-reading of
+ * its operands under one view (lf_review_operands, unit-dim readings), what
+ * lifting records (findings, undecided uses, assumptions) and the accounting
+ * of time and e-nodes per segment. Each transfer function says in a comment
+ * what it relates and when it refuses; the other opcode families and the
+ * helpers live in the lift_*.c files beside this one (lift_int.h). */
 #include "lift.h"
 #include "lift_int.h"
 
@@ -50,6 +60,7 @@ void lift_done(lift_ctx *c) {
     free(c->diffs);
 }
 
+/* ---- what lifting records: findings, undecided uses, assumptions ---- */
 
 void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
     if (c->baseline_mode) return;  /* one device, every value replicated: nothing to find */
@@ -131,6 +142,20 @@ void lf_unsupported_suspect(lift_ctx *c, const char *kind, const hlo_comp *comp,
     va_end(ap);
 }
 
+/* Records an assumption the verdict rests on, once (lift.h "assumptions"). */
+void lf_assume(lift_ctx *c, const char *fmt, ...) {
+    char line[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (c->assumptions.s && strstr(c->assumptions.s, line)) return;
+    sb_puts(&c->assumptions, line);
+    sb_putc(&c->assumptions, '\n');
+}
+
+/* ---- segments and scopes ---- */
+
 static bool is_identity_custom_call(const hlo_instr *in) {
     const char *t = instr_str(in, A_CUSTOM_CALL_TARGET);
     if (!t || in->noperands != 1) return false;
@@ -175,7 +200,6 @@ static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
 
 /* ---- baseline ---- */
 
-
 /* Index arithmetic (lift_index.c): values related by their functions, not
  * (or not only) by a term. */
 bool lf_is_index(const lval *x) { return x->kind == LV_PW || x->kind == LV_MASK || x->kind == LV_IVEC; }
@@ -216,7 +240,6 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
 
 /* ---- values ---- */
 
-
 /* Global dims of a local shape under v. */
 void lf_global_dims(const lift_ctx *c, const view *v, const shape *local, int64_t *out) {
     for (uint32_t d = 0; d < local->rank; d++) out[d] = local->dims[d] * (d < v->rank ? view_dim_parts(v, c->mesh, d) : 1);
@@ -250,39 +273,7 @@ void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops, uint32_
     }
 }
 
-/* ---- transfer functions ---- */
-
-/* topk along the last dim: each row's k largest (or smallest) and their
- * positions in the row. Rows are independent, so a view that leaves the last
- * dim whole (and is never partial) holds rows of the global result, values
- * and positions alike. A tuple of the two elements of the one topk node. */
-static lval lift_topk(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    const shape *xs = &s->comp->instrs[in->operands[0]].shape;
-    if (in->noperands != 1 || x->kind != LV_TERM || in->shape.dtype != DT_TUPLE || in->shape.ntuple != 2 || !xs->rank ||
-        xs->rank > VIEW_MAX_RANK)
-        return unknown();
-    if (x->v.partial || x->v.dims[xs->rank - 1].naxes) {
-        lf_unsupported(c, s->comp, in, "%s takes the top values of rows that are %s", in->name,
-                    x->v.partial ? "partial" : "sharded along");
-        return unknown();
-    }
-    eid node = lf_node(c, c->cur, in, &x->cls, 1, NULL, c->origin);
-    lval t = {.kind = LV_TUPLE, .n = 2};
-    t.elems = arena_alloc(c->a, 3 * sizeof *t.elems);
-    for (uint32_t j = 0; j < 2; j++) {
-        const shape *es = &in->shape.tuple[j];
-        int64_t dims[VIEW_MAX_RANK], words[3] = {A_INDEX, 1, j};
-        if (es->rank != xs->rank) return unknown();
-        lf_global_dims(c, &x->v, es, dims);
-        eid e = eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, 3), lf_type_of(c, es->dtype, dims, es->rank), &node, 1,
-                       c->origin);
-        t.elems[j] = term(e, x->v, x->assumed);
-    }
-    return t;
-}
+/* ---- elementwise: operands re-read under one view ---- */
 
 /* A broadcast is constant along the dimensions it adds, so it relates to any
  * sharding of those: re-view operand o (a broadcast) with the dims sharded as
@@ -669,6 +660,66 @@ bool lf_unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, ui
     return true;
 }
 
+/* Operand `side` of s re-read with the sharding `want` (block sharding: its
+ * axes select the major factor P of a dim) moved from another dim `from` to
+ * its unsharded dim `to`: the same local data is then a piece of the term
+ * with that factor split off `from` and made the major factor of `to`
+ * (device r's block along `to` of the new term is its block along `from` of
+ * the old one). That is a reshape when it keeps the row-major order (only
+ * dims of global size 1 between, and `from` of local size 1 when it comes
+ * first, `to` of global size 1 when it does): a reshape that only moves
+ * size-1 local dims, or splits a unit dim off a sharded one, has several
+ * readings. Else a transpose between two reshapes. The reading a consumer
+ * needs is taken here; it is one of several (ambiguous). Returns whether it
+ * was. */
+bool lf_unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_dim *want) {
+    lift_ctx *c = s->c;
+    lval *x = &s->ops[side];
+    const shape *ls = &s->comp->instrs[s->in->operands[side]].shape;
+    if (x->kind != LV_TERM || x->v.dims[to].naxes || ls->rank + 1 > VIEW_MAX_RANK) return false;
+    uint32_t rank;
+    const int64_t *g = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &rank);
+    if (rank != ls->rank) return false;
+    for (uint32_t from = 0; from < rank; from++) {
+        if (from == to || memcmp(&x->v.dims[from], want, sizeof *want) || ls->dims[from] < 1 || g[from] % ls->dims[from])
+            continue;
+        int64_t P = g[from] / ls->dims[from], nd[VIEW_MAX_RANK];
+        memcpy(nd, g, rank * sizeof *nd);
+        nd[to] = P * g[to];
+        nd[from] = ls->dims[from];
+        bool order = from < to ? ls->dims[from] == 1 : g[to] == 1;
+        for (uint32_t d = (from < to ? from : to) + 1; d < (from < to ? to : from); d++) order &= g[d] == 1;
+        if (order) {
+            x->cls = lf_mk_reshape(c, x->cls, lf_type_of(c, ls->dtype, nd, rank), c->origin);
+        } else {
+            /* split: `from` becomes (P, local) at positions from, from+1 */
+            int64_t sd[VIEW_MAX_RANK], td[VIEW_MAX_RANK], perm[VIEW_MAX_RANK];
+            uint32_t k = 0;
+            for (uint32_t d = 0; d < rank; d++) {
+                if (d == from) sd[k++] = P, sd[k++] = ls->dims[from];
+                else sd[k++] = g[d];
+            }
+            /* P moved to just before `to` */
+            k = 0;
+            for (uint32_t d = 0; d < rank; d++) {
+                uint32_t at = d < from ? d : d + 1;
+                if (d == to) perm[k++] = from;
+                perm[k++] = d == from ? from + 1 : at;
+            }
+            for (uint32_t q = 0; q <= rank; q++) td[q] = sd[perm[q]];
+            eid y = lf_mk_reshape(c, x->cls, lf_type_of(c, ls->dtype, sd, rank + 1), c->origin);
+            y = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, rank + 1), lf_type_of(c, ls->dtype, td, rank + 1),
+                       &y, 1, c->origin);
+            x->cls = lf_mk_reshape(c, y, lf_type_of(c, ls->dtype, nd, rank), c->origin);
+        }
+        x->v.dims[to] = *want;
+        memset(&x->v.dims[from], 0, sizeof x->v.dims[from]);
+        x->ambiguous = true;
+        return true;
+    }
+    return false;
+}
+
 /* The elementwise op s under the other reading of a sharded unit dim
  * (lf_unit_move of every operand; a broadcast operand re-viewed), when the
  * baseline already has that term and not the one of reading *v: that term,
@@ -855,77 +906,38 @@ static lval lift_elementwise(lstate *s) {
     return term(lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
 }
 
-/* Operand `side` of s re-read with the sharding `want` (block sharding: its
- * axes select the major factor P of a dim) moved from another dim `from` to
- * its unsharded dim `to`: the same local data is then a piece of the term
- * with that factor split off `from` and made the major factor of `to`
- * (device r's block along `to` of the new term is its block along `from` of
- * the old one). That is a reshape when it keeps the row-major order (only
- * dims of global size 1 between, and `from` of local size 1 when it comes
- * first, `to` of global size 1 when it does): a reshape that only moves
- * size-1 local dims, or splits a unit dim off a sharded one, has several
- * readings. Else a transpose between two reshapes. The reading a consumer
- * needs is taken here; it is one of several (ambiguous). Returns whether it
- * was. */
-bool lf_unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_dim *want) {
+/* ---- the per-opcode dispatch ---- */
+
+/* topk along the last dim: each row's k largest (or smallest) and their
+ * positions in the row. Rows are independent, so a view that leaves the last
+ * dim whole (and is never partial) holds rows of the global result, values
+ * and positions alike. A tuple of the two elements of the one topk node. */
+static lval lift_topk(lstate *s) {
     lift_ctx *c = s->c;
-    lval *x = &s->ops[side];
-    const shape *ls = &s->comp->instrs[s->in->operands[side]].shape;
-    if (x->kind != LV_TERM || x->v.dims[to].naxes || ls->rank + 1 > VIEW_MAX_RANK) return false;
-    uint32_t rank;
-    const int64_t *g = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &rank);
-    if (rank != ls->rank) return false;
-    for (uint32_t from = 0; from < rank; from++) {
-        if (from == to || memcmp(&x->v.dims[from], want, sizeof *want) || ls->dims[from] < 1 || g[from] % ls->dims[from])
-            continue;
-        int64_t P = g[from] / ls->dims[from], nd[VIEW_MAX_RANK];
-        memcpy(nd, g, rank * sizeof *nd);
-        nd[to] = P * g[to];
-        nd[from] = ls->dims[from];
-        bool order = from < to ? ls->dims[from] == 1 : g[to] == 1;
-        for (uint32_t d = (from < to ? from : to) + 1; d < (from < to ? to : from); d++) order &= g[d] == 1;
-        if (order) {
-            x->cls = lf_mk_reshape(c, x->cls, lf_type_of(c, ls->dtype, nd, rank), c->origin);
-        } else {
-            /* split: `from` becomes (P, local) at positions from, from+1 */
-            int64_t sd[VIEW_MAX_RANK], td[VIEW_MAX_RANK], perm[VIEW_MAX_RANK];
-            uint32_t k = 0;
-            for (uint32_t d = 0; d < rank; d++) {
-                if (d == from) sd[k++] = P, sd[k++] = ls->dims[from];
-                else sd[k++] = g[d];
-            }
-            /* P moved to just before `to` */
-            k = 0;
-            for (uint32_t d = 0; d < rank; d++) {
-                uint32_t at = d < from ? d : d + 1;
-                if (d == to) perm[k++] = from;
-                perm[k++] = d == from ? from + 1 : at;
-            }
-            for (uint32_t q = 0; q <= rank; q++) td[q] = sd[perm[q]];
-            eid y = lf_mk_reshape(c, x->cls, lf_type_of(c, ls->dtype, sd, rank + 1), c->origin);
-            y = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, rank + 1), lf_type_of(c, ls->dtype, td, rank + 1),
-                       &y, 1, c->origin);
-            x->cls = lf_mk_reshape(c, y, lf_type_of(c, ls->dtype, nd, rank), c->origin);
-        }
-        x->v.dims[to] = *want;
-        memset(&x->v.dims[from], 0, sizeof x->v.dims[from]);
-        x->ambiguous = true;
-        return true;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    const shape *xs = &s->comp->instrs[in->operands[0]].shape;
+    if (in->noperands != 1 || x->kind != LV_TERM || in->shape.dtype != DT_TUPLE || in->shape.ntuple != 2 || !xs->rank ||
+        xs->rank > VIEW_MAX_RANK)
+        return unknown();
+    if (x->v.partial || x->v.dims[xs->rank - 1].naxes) {
+        lf_unsupported(c, s->comp, in, "%s takes the top values of rows that are %s", in->name,
+                    x->v.partial ? "partial" : "sharded along");
+        return unknown();
     }
-    return false;
-}
-
-
-/* Records an assumption the verdict rests on, once (lift.h "assumptions"). */
-void lf_assume(lift_ctx *c, const char *fmt, ...) {
-    char line[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (c->assumptions.s && strstr(c->assumptions.s, line)) return;
-    sb_puts(&c->assumptions, line);
-    sb_putc(&c->assumptions, '\n');
+    eid node = lf_node(c, c->cur, in, &x->cls, 1, NULL, c->origin);
+    lval t = {.kind = LV_TUPLE, .n = 2};
+    t.elems = arena_alloc(c->a, 3 * sizeof *t.elems);
+    for (uint32_t j = 0; j < 2; j++) {
+        const shape *es = &in->shape.tuple[j];
+        int64_t dims[VIEW_MAX_RANK], words[3] = {A_INDEX, 1, j};
+        if (es->rank != xs->rank) return unknown();
+        lf_global_dims(c, &x->v, es, dims);
+        eid e = eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, 3), lf_type_of(c, es->dtype, dims, es->rank), &node, 1,
+                       c->origin);
+        t.elems[j] = term(e, x->v, x->assumed);
+    }
+    return t;
 }
 
 /* The indices block_offset_indices read as x's term stand for x - off(r)
@@ -1107,6 +1119,8 @@ lval lf_lift_instr(lstate *s) {
     lf_unsupported(c, s->comp, in, "no transfer function relates %s (%s) with these operand views", in->name, in->opname);
     return unknown();
 }
+
+/* ---- the walk ---- */
 
 /* The op itself over its operands' terms, replicated: device values that agree
  * everywhere become constants, anything else a fresh variable. */
