@@ -216,7 +216,8 @@ typedef struct lf_loop_mark {
 lf_loop_mark lf_loop_mark_take(const lift_ctx *c);      /* the context now, to go back to */
 void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m); /* back to the context at m */
 
-/* Shared by the walk (lift.c) and while loops (lift_loop.c). */
+/* Shared by the walk (lift.c) and while loops (lift_loop.c); defined in lift.c,
+ * lift_term.c, lift_dev.c, lift_reduce.c and lift_layout.c. */
 lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs,
                   uint32_t ninputs);                        /* lifts a called computation over args */
 uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci); /* structural digest of computation ci */
@@ -283,7 +284,8 @@ lval lf_lift_concatenate(lstate *s);
 lval lf_lift_dynamic_slice(lstate *s);
 lval lf_lift_dynamic_update_slice(lstate *s);        /* unknown when offsets differ per device */
 
-/* lift.c helpers the collectives, shapes and dots use. */
+/* lift.c helpers the collectives, shapes and dots use (the elementwise
+ * operand re-readings among them). */
 void lf_review_operands(lstate *s, const view *want); /* operands constant along dims want shards, read under it */
 bool lf_review_broadcast(lstate *s, uint32_t o, const view *want); /* operand o, a broadcast, re-viewed as want */
 bool lf_konst_review(lstate *s, uint32_t o, const view *want);     /* operand o, constant-only, read under want */
@@ -295,7 +297,7 @@ void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops,
 bool lf_unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, uint32_t to,
                   lval *out);                                /* a sharded unit dim's axes read on dim `to` */
 
-/* lift.c helpers the layouts use. */
+/* Helpers the layouts use (lift.c, lift_term.c, lift_mesh.c, lift_coll.c). */
 void lf_kval_set(lift_ctx *c, eid cls, interp_val *v);       /* records the known values of class cls */
 bool lf_fold_size_ok(const int64_t *dims, uint32_t rank);    /* small enough to fold as constants */
 bool lf_is_index(const lval *x);                             /* an index value: LV_PW, LV_MASK or LV_IVEC */

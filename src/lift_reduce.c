@@ -1,4 +1,4 @@
-/* lf_lift_reduce — the ops that sum elements: dot and reduce (lift.c
+/* lift_reduce — the ops that sum elements: dot and reduce (lift.c
  * dispatches to them).
  * Owns the transfer functions of dot (paired dims aligned by re-reading one
  * side, contracting dims sharded alike make a partial sum: lf_lift_dot) and
