@@ -1239,6 +1239,128 @@ void lf_account_tree(lift_ctx *c, const hlo_instr *in) {
     for (uint32_t i = 0; i < callee->ninstrs; i++) lf_account_tree(c, &callee->instrs[i]);
 }
 
+/* SCALIFY_DEBUG_BASE / _TERM / _VIEWS: the value v just lifted for in,
+ * described on stderr (HACKING.md lists them). */
+static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
+    static eid dbg_base = EID_NONE;
+    static const char *dbgb, *dbg, *dbgv;
+    static bool dbg_read;
+    if (!dbg_read) {
+        dbgb = getenv("SCALIFY_DEBUG_BASE");
+        dbg = getenv("SCALIFY_DEBUG_TERM");
+        dbgv = getenv("SCALIFY_DEBUG_VIEWS");
+        dbg_read = true;
+    }
+    if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
+    if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+        /* Descend both terms to the first node where they part. */
+        eid x = dbg_base, y = v->cls;
+        for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
+            eid nx = eg_class_first(c->g, x), ny = eg_class_first(c->g, y);
+            uint32_t kx, ky;
+            const eid *cx = eg_node_children(c->g, nx, &kx), *cy = eg_node_children(c->g, ny, &ky);
+            uint32_t ax, ay;
+            eg_attr_words(c->g, eg_node_attr(c->g, nx), &ax);
+            eg_attr_words(c->g, eg_node_attr(c->g, ny), &ay);
+            fprintf(stderr, "diff depth %d: op %d/%d attr %u/%u (len %u/%u) type %u/%u kids %u/%u\n", depth,
+                    eg_node_op(c->g, nx), eg_node_op(c->g, ny), eg_node_attr(c->g, nx), eg_node_attr(c->g, ny), ax, ay,
+                    eg_class_type(c->g, x), eg_class_type(c->g, y), kx, ky);
+            if (kx != ky) break;
+            uint32_t k = 0;
+            while (k < kx && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
+            if (k == kx) break;
+            x = cx[k];
+            y = cy[k];
+        }
+    }
+    if (dbgv && !c->baseline_mode) {
+        /* Every distributed value's kind, view and term (lval kinds as in lift.h). */
+        strbuf b;
+        sb_init(&b);
+        if (v->kind == LV_TERM) view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
+        if (v->kind == LV_TERM && lf_scale_of(v) != 1) sb_printf(&b, " (times %g)", lf_scale_of(v));
+        fprintf(stderr, "view %s kind %d: %s\n", in->name, v->kind, b.s ? b.s : "");
+        sb_free(&b);
+    }
+    if (dbg && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+        strbuf b;
+        sb_init(&b);
+        eg_print_term(&b, c->g, v->cls, 12);
+        fprintf(stderr, "term %s%s = %s\n", c->baseline_mode ? "(baseline) " : "", in->name, b.s);
+        sb_free(&b);
+    }
+}
+
+/* Index values (LV_PW, LV_MASK, LV_IVEC) keep their plain term beside the
+ * analysis when it means the same on every device (always on the baseline),
+ * for ops that do not take index values (a collective that moves them keeps
+ * theirs): v's, just lifted for s. */
+static void index_plain_term(lstate *s, lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_comp *comp = s->comp;
+    const hlo_instr *in = s->in;
+    lval *ops = s->ops;
+    bool indep = true;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        if (lf_is_index(&ops[o])) indep &= ops[o].cls != EID_NONE && view_is_dup(&ops[o].v);
+        else if (ops[o].kind == LV_DEV) indep &= lf_dev_uniform(c, &ops[o]);
+        else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
+    }
+    v->cls = EID_NONE;
+    /* Elementwise index arithmetic on sharded data (token ids wrapped into
+     * range, a padding mask) is the same function on every device: its
+     * plain term is the op over the operands' terms, under their view. */
+    /* So is a concatenate of such values (an index vector). */
+    bool shaping = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST || in->op == OP_REDUCE;
+    bool plain = !indep && !c->baseline_mode && (lf_is_elementwise(in->op) || shaping || in->op == OP_CONCATENATE) &&
+                 in->noperands <= 8;
+    for (uint32_t o = 0; o < in->noperands && plain; o++) {
+        const lval *x = &ops[o];
+        if (lf_is_index(x)) plain = x->cls != EID_NONE;
+        else if (x->kind == LV_DEV) plain = lf_dev_uniform(c, x);
+        else plain = x->kind == LV_TERM;
+        if (plain && x->kind != LV_DEV && !shaping) plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v));
+    }
+    if (plain) {
+        lval saved[8];
+        memcpy(saved, ops, in->noperands * sizeof *ops);
+        for (uint32_t o = 0; o < in->noperands && plain; o++) {
+            if (lf_is_index(&ops[o])) ops[o] = term(ops[o].cls, ops[o].v, false);
+            else if (ops[o].kind == LV_DEV) {
+                /* the same on every device: a constant, read under the
+                 * view when it is constant along the dims it shards */
+                const hlo_instr *xi = &comp->instrs[in->operands[o]];
+                if (view_is_dup(&v->v) || xi->shape.rank == 0) {
+                    ops[o] = term(lf_dev_constant(c, xi, &ops[o]), view_dup(xi->shape.rank), false);
+                } else if (lf_dev_splat(&ops[o])) {
+                    ops[o] = lf_splat_term(c, xi, &ops[o], &v->v);
+                } else {
+                    ops[o] = shaping ? unknown() : lf_tiled_term(c, xi, &ops[o], &v->v);
+                    plain = ops[o].kind == LV_TERM;
+                }
+            }
+        }
+        lval t = !plain                 ? unknown()
+                 : in->op == OP_BROADCAST ? lf_lift_broadcast(s)
+                 : in->op == OP_REDUCE  ? lf_lift_reduce(s)
+                 : shaping              ? lf_lift_reshape(s)
+                 : in->op == OP_CONCATENATE ? lf_lift_concatenate(s)
+                                        : lift_elementwise(s);
+        if (t.kind == LV_TERM && !t.assumed && lf_same_sharding(&t.v, &v->v)) v->cls = t.cls;
+        memcpy(ops, saved, in->noperands * sizeof *ops);
+    }
+    if (indep || c->baseline_mode) {
+        lval saved[16];
+        uint32_t ns = in->noperands < 16 ? in->noperands : 16;
+        memcpy(saved, ops, ns * sizeof *ops);
+        for (uint32_t o = 0; o < in->noperands; o++)
+            if (lf_is_index(&ops[o]))
+                ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
+        v->cls = generic(s).cls;
+        memcpy(ops, saved, ns * sizeof *ops);
+    }
+}
+
 /* Lifts instruction i of comp into vals[i]. */
 void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                      uint32_t ninputs) {
@@ -1366,117 +1488,9 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     for (uint32_t o = 0; o < in->noperands && v->kind == LV_TERM && v->v.partial; o++) v->partial_unsure |= ops[o].partial_unsure;
     if (!c->baseline_mode && (v->kind == LV_TERM || v->kind == LV_LAYOUT || v->kind == LV_WIN))
         view_drop_unit_axes(&v->v, c->mesh);
-    static eid dbg_base = EID_NONE;
-    static const char *dbgb, *dbg, *dbgv;
-    static bool dbg_read;
-    if (!dbg_read) {
-        dbgb = getenv("SCALIFY_DEBUG_BASE");
-        dbg = getenv("SCALIFY_DEBUG_TERM");
-        dbgv = getenv("SCALIFY_DEBUG_VIEWS");
-        dbg_read = true;
-    }
-    if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
-    if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
-        /* Descend both terms to the first node where they part. */
-        eid x = dbg_base, y = v->cls;
-        for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
-            eid nx = eg_class_first(c->g, x), ny = eg_class_first(c->g, y);
-            uint32_t kx, ky;
-            const eid *cx = eg_node_children(c->g, nx, &kx), *cy = eg_node_children(c->g, ny, &ky);
-            uint32_t ax, ay;
-            eg_attr_words(c->g, eg_node_attr(c->g, nx), &ax);
-            eg_attr_words(c->g, eg_node_attr(c->g, ny), &ay);
-            fprintf(stderr, "diff depth %d: op %d/%d attr %u/%u (len %u/%u) type %u/%u kids %u/%u\n", depth,
-                    eg_node_op(c->g, nx), eg_node_op(c->g, ny), eg_node_attr(c->g, nx), eg_node_attr(c->g, ny), ax, ay,
-                    eg_class_type(c->g, x), eg_class_type(c->g, y), kx, ky);
-            if (kx != ky) break;
-            uint32_t k = 0;
-            while (k < kx && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
-            if (k == kx) break;
-            x = cx[k];
-            y = cy[k];
-        }
-    }
-    if (dbgv && !c->baseline_mode) {
-        /* Every distributed value's kind, view and term (lval kinds as in lift.h). */
-        strbuf b;
-        sb_init(&b);
-        if (v->kind == LV_TERM) view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
-        if (v->kind == LV_TERM && lf_scale_of(v) != 1) sb_printf(&b, " (times %g)", lf_scale_of(v));
-        fprintf(stderr, "view %s kind %d: %s\n", in->name, v->kind, b.s ? b.s : "");
-        sb_free(&b);
-    }
-    if (dbg && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
-        strbuf b;
-        sb_init(&b);
-        eg_print_term(&b, c->g, v->cls, 12);
-        fprintf(stderr, "term %s%s = %s\n", c->baseline_mode ? "(baseline) " : "", in->name, b.s);
-        sb_free(&b);
-    }
-    if ((v->kind == LV_PW || v->kind == LV_MASK || v->kind == LV_IVEC) && !hlo_op_is_collective(in->op)) {
-        /* Index values keep their plain term beside the analysis when it means
-         * the same on every device (always on the baseline), for ops that do
-         * not take index values (a collective that moves them keeps theirs). */
-        bool indep = true;
-        for (uint32_t o = 0; o < in->noperands; o++) {
-            if (lf_is_index(&ops[o])) indep &= ops[o].cls != EID_NONE && view_is_dup(&ops[o].v);
-            else if (ops[o].kind == LV_DEV) indep &= lf_dev_uniform(c, &ops[o]);
-            else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
-        }
-        v->cls = EID_NONE;
-        /* Elementwise index arithmetic on sharded data (token ids wrapped into
-         * range, a padding mask) is the same function on every device: its
-         * plain term is the op over the operands' terms, under their view. */
-        /* So is a concatenate of such values (an index vector). */
-        bool shaping = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST || in->op == OP_REDUCE;
-        bool plain = !indep && !c->baseline_mode && (lf_is_elementwise(in->op) || shaping || in->op == OP_CONCATENATE) &&
-                     in->noperands <= 8;
-        for (uint32_t o = 0; o < in->noperands && plain; o++) {
-            const lval *x = &ops[o];
-            if (lf_is_index(x)) plain = x->cls != EID_NONE;
-            else if (x->kind == LV_DEV) plain = lf_dev_uniform(c, x);
-            else plain = x->kind == LV_TERM;
-            if (plain && x->kind != LV_DEV && !shaping) plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v));
-        }
-        if (plain) {
-            lval saved[8];
-            memcpy(saved, ops, in->noperands * sizeof *ops);
-            for (uint32_t o = 0; o < in->noperands && plain; o++) {
-                if (lf_is_index(&ops[o])) ops[o] = term(ops[o].cls, ops[o].v, false);
-                else if (ops[o].kind == LV_DEV) {
-                    /* the same on every device: a constant, read under the
-                     * view when it is constant along the dims it shards */
-                    const hlo_instr *xi = &comp->instrs[in->operands[o]];
-                    if (view_is_dup(&v->v) || xi->shape.rank == 0) {
-                        ops[o] = term(lf_dev_constant(c, xi, &ops[o]), view_dup(xi->shape.rank), false);
-                    } else if (lf_dev_splat(&ops[o])) {
-                        ops[o] = lf_splat_term(c, xi, &ops[o], &v->v);
-                    } else {
-                        ops[o] = shaping ? unknown() : lf_tiled_term(c, xi, &ops[o], &v->v);
-                        plain = ops[o].kind == LV_TERM;
-                    }
-                }
-            }
-            lval t = !plain                 ? unknown()
-                     : in->op == OP_BROADCAST ? lf_lift_broadcast(&s)
-                     : in->op == OP_REDUCE  ? lf_lift_reduce(&s)
-                     : shaping              ? lf_lift_reshape(&s)
-                     : in->op == OP_CONCATENATE ? lf_lift_concatenate(&s)
-                                            : lift_elementwise(&s);
-            if (t.kind == LV_TERM && !t.assumed && lf_same_sharding(&t.v, &v->v)) v->cls = t.cls;
-            memcpy(ops, saved, in->noperands * sizeof *ops);
-        }
-        if (indep || c->baseline_mode) {
-            lval saved[16];
-            uint32_t ns = in->noperands < 16 ? in->noperands : 16;
-            memcpy(saved, ops, ns * sizeof *ops);
-            for (uint32_t o = 0; o < in->noperands; o++)
-                if (lf_is_index(&ops[o]))
-                    ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
-            v->cls = generic(&s).cls;
-            memcpy(ops, saved, ns * sizeof *ops);
-        }
-    }
+    debug_value(c, in, v);
+    if ((v->kind == LV_PW || v->kind == LV_MASK || v->kind == LV_IVEC) && !hlo_op_is_collective(in->op))
+        index_plain_term(&s, v);
     /* From the operands' own values: a transfer function may have replaced
      * its copies (index values turned into terms) without that flag. Kept on
      * both sides, as the constant factors that depend on it are. */
