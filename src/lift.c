@@ -539,9 +539,6 @@ static void elementwise_align_units(lstate *s) {
     }
 }
 
-/* Every operand not sharded as want that is a broadcast along the dims it
- * differs in, or constant-only and replicated, re-viewed as want: the same
- * per-device pieces, read as a global term under the others' view. */
 /* Value i of s's computation, sharded as xv and built by elementwise ops
  * from broadcasts that add every dim where its global dims g differ from
  * xv's (dims xv leaves whole, so the value is constant along them): the same
@@ -620,6 +617,9 @@ static bool review_constant(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
+/* Every operand not sharded as want that is a broadcast along the dims it
+ * differs in, or constant-only and replicated, re-viewed as want: the same
+ * per-device pieces, read as a global term under the others' view. */
 void lf_review_operands(lstate *s, const view *want) {
     for (uint32_t o = 0; o < s->in->noperands; o++)
         if (!lf_same_sharding(&s->ops[o].v, want) && !lf_review_broadcast(s, o, want) && !lf_konst_review(s, o, want))

@@ -403,8 +403,6 @@ static bool dim_collective(lstate *s, int *axes, uint32_t *dim) {
     return true;
 }
 
-/* all-gather along d: d must be sharded with the gathered axes as its minor
- * axes (block order = group order). */
 /* all-gather along dim d over `axes` of a value every device of a group holds
  * alike (not sharded along d, the axes unused by its view): the group's
  * copies side by side, the same on every device — concatenate(x, ..., x), or
@@ -605,6 +603,8 @@ static bool gather_unit_dim(lstate *s, uint32_t d, int axes, lval *out) {
     return true;
 }
 
+/* all-gather along d: d must be sharded with the gathered axes as its minor
+ * axes (block order = group order). */
 lval lf_lift_all_gather(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;

@@ -317,8 +317,6 @@ moved:
 
 /* ---- slices, dynamic slices, concatenation ---- */
 
-/* dynamic-slice whose offsets are device tables: offset(r) = coord·size binds
- * the dimension to the axes; the same offset everywhere is an ordinary slice. */
 /* Whether offset(r) = base + block(r)·size where block(r) is the major or the
  * minor part of one mesh axis's coordinate split in two (k consecutive or
  * strided ranks share a block). */
@@ -390,6 +388,8 @@ static lval unreduced_blocks(lstate *s) {
     return unknown();
 }
 
+/* dynamic-slice whose offsets are device tables: offset(r) = coord·size binds
+ * the dimension to the axes; the same offset everywhere is an ordinary slice. */
 lval lf_lift_dynamic_slice(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
