@@ -1,5 +1,15 @@
-/* lift — transfer functions, one per opcode family (see lift.h). Each says in a
- * comment what it relates and when it refuses. */
+/* lift — the walk (see lift.h): both programs lifted instruction by
+ * instruction by the same code, the baseline on one device (lift_baseline),
+ * the distributed program on its mesh (lift_distributed).
+ * Owns the walk itself (lf_lift_comp, lf_lift_one: parameters, calls, loops,
+ * tuples and constants, then the per-opcode transfer function, constant
+ * factors, zero masks and the first divergence), the per-opcode dispatch
+ * (lf_lift_instr), the elementwise transfer function with the re-reading of
+ * its operands under one view (lf_review_operands, unit-dim readings), what
+ * lifting records (findings, undecided uses, assumptions) and the accounting
+ * of time and e-nodes per segment. Each transfer function says in a comment
+ * what it relates and when it refuses; the other opcode families and the
+ * helpers live in the lift_*.c files beside this one (lift_int.h). */
 #include "lift.h"
 #include "lift_int.h"
 
@@ -12,8 +22,6 @@
 #include <string.h>
 
 #include "segrun.h"
-
-#define MAX_DEV_ELEMS 4096
 
 void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const hlo_module *dist, const mesh *m) {
     memset(c, 0, sizeof *c);
@@ -52,6 +60,7 @@ void lift_done(lift_ctx *c) {
     free(c->diffs);
 }
 
+/* ---- what lifting records: findings, undecided uses, assumptions ---- */
 
 void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
     if (c->baseline_mode) return;  /* one device, every value replicated: nothing to find */
@@ -133,340 +142,19 @@ void lf_unsupported_suspect(lift_ctx *c, const char *kind, const hlo_comp *comp,
     va_end(ap);
 }
 
-/* ---- e-node construction shared by both sides ---- */
-
-
-static bool semantic_key(int key) {
-    switch (key) {
-    case A_SHARDING: case A_FRONTEND_ATTRIBUTES: case A_BACKEND_CONFIG: case A_CHANNEL_ID:
-    case A_REPLICA_GROUPS: case A_USE_GLOBAL_DEVICE_IDS: case A_OPERAND_PRECISION: case A_ALGORITHM:
-    case A_CONTROL_PREDECESSORS: case A_API_VERSION: case A_CUSTOM_CALL_HAS_SIDE_EFFECT:
-    case A_INDICES_ARE_SORTED: case A_UNIQUE_INDICES: case A_CONSTRAIN_LAYOUT: case A_PARAMETER_NUMBER:
-        return false;
-    default:
-        return true;
-    }
+/* Records an assumption the verdict rests on, once (lift.h "assumptions"). */
+void lf_assume(lift_ctx *c, const char *fmt, ...) {
+    char line[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (c->assumptions.s && strstr(c->assumptions.s, line)) return;
+    sb_puts(&c->assumptions, line);
+    sb_putc(&c->assumptions, '\n');
 }
 
-static uint64_t str_hash(const char *s) { return hash_bytes(s, strlen(s)); }
-
-static uint64_t literal_digest(const hlo_literal *l) {
-    if (l->raw) return str_hash(l->raw);
-    if (l->elided) return 0x5eed;  /* unknown payload: equal only to itself */
-    uint64_t h = hash_mix((uint64_t)l->dtype, (uint64_t)l->count);
-    if (l->f) {
-        for (int64_t k = 0; k < l->count; k++) {
-            double x = l->f[k] == 0 ? 0.0 * (signbit(l->f[k]) ? -1 : 1) : l->f[k];
-            uint64_t bits;
-            memcpy(&bits, &x, 8);
-            h = hash_mix(h, bits);
-        }
-    } else {
-        for (int64_t k = 0; k < l->count; k++) h = hash_mix(h, (uint64_t)l->i[k]);
-    }
-    return h;
-}
-
-/* Attribute blob: (key, n, values...) per semantic attribute, in key order;
- * strings and computations are digested. */
-static uint32_t encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *in) {
-    int64_t buf[256];
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < in->nattrs; i++) {
-        const hlo_attr *a = &in->attrs[i];
-        if (!semantic_key(a->key)) continue;
-        uint32_t need;
-        switch (a->kind) {
-        case K_INTS: case K_COMPS: need = a->n; break;
-        case K_SLICES: case K_PADDING: need = 3 * a->n; break;
-        case K_IDENTS: need = a->n; break;
-        default: need = 1; break;
-        }
-        if (n + 2 + need > ARRAY_LEN(buf)) {
-            /* Too long to spell out: one digest word stands for the rest. */
-            buf[n++] = 9999;
-            buf[n++] = 1;
-            buf[n++] = (int64_t)hash_bytes(in, sizeof *in);
-            break;
-        }
-        buf[n++] = a->key == A_RAW ? (int64_t)(str_hash(a->raw_key) | 1ull << 62) : a->key;
-        buf[n++] = need;
-        switch (a->kind) {
-        case K_INT: case K_BOOL: buf[n++] = a->v.i; break;
-        case K_INTS: memcpy(buf + n, a->v.ints, need * sizeof *buf); n += need; break;
-        case K_SLICES: case K_PADDING: memcpy(buf + n, a->v.ints, need * sizeof *buf); n += need; break;
-        case K_IDENT: case K_STRING: case K_BACKEND: case K_RAW: buf[n++] = (int64_t)str_hash(a->v.str); break;
-        case K_IDENTS:
-            for (uint32_t k = 0; k < a->n; k++) buf[n++] = (int64_t)str_hash(a->v.strs[k]);
-            break;
-        case K_COMP: buf[n++] = (int64_t)lf_comp_digest(c, m, (uint32_t)a->v.ints[0]); break;
-        case K_COMPS:
-            for (uint32_t k = 0; k < a->n; k++) buf[n++] = (int64_t)lf_comp_digest(c, m, (uint32_t)a->v.ints[k]);
-            break;
-        case K_LITERAL: buf[n++] = (int64_t)literal_digest(a->v.lit); break;
-        default: buf[n++] = 0; break;
-        }
-    }
-    return eg_attr(c->g, buf, n);
-}
-
-/* A structural digest of a called computation (reducers, comparators): opcodes,
- * shapes, operand positions and attributes; names do not count. */
-uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci) {
-    int side = m == c->base ? 0 : 1;
-    if (ci >= m->ncomps) return 0;
-    if (c->digests[side][ci]) return c->digests[side][ci];
-    const hlo_comp *comp = &m->comps[ci];
-    uint64_t h = 0xc0de;
-    if (comp->reducer) {
-        h = hash_mix(h, comp->reducer);
-    } else {
-        for (uint32_t i = 0; i < comp->ninstrs; i++) {
-            const hlo_instr *in = &comp->instrs[i];
-            h = hash_mix(h, in->op);
-            h = hash_mix(h, in->shape.dtype);
-            for (uint32_t d = 0; d < in->shape.rank; d++) h = hash_mix(h, (uint64_t)in->shape.dims[d]);
-            for (uint32_t o = 0; o < in->noperands; o++) h = hash_mix(h, in->operands[o]);
-            h = hash_mix(h, encode_attrs(c, m, in));
-            if (in->op == OP_PARAMETER) h = hash_mix(h, (uint64_t)instr_int(in, A_PARAMETER_NUMBER, 0));
-        }
-        h = hash_mix(h, comp->root);
-    }
-    c->digests[side][ci] = h | 1;
-    return h | 1;
-}
-
-uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
-    return eg_type(c->g, dt, dims, rank);
-}
-
-/* The attribute blob holding one list attribute (absent when empty: the
- * default), as eattr.h spells it; n ≤ VIEW_MAX_RANK (lists of dims). */
-uint32_t lf_list_attr(lift_ctx *c, int key, const int64_t *v, uint32_t n) {
-    int64_t words[2 + VIEW_MAX_RANK];
-    if (!n) return 0; /* the empty blob */
-    if (n > VIEW_MAX_RANK) xfatal("lift: a type of rank %u, views hold at most %d", n, VIEW_MAX_RANK); /* callers pass dims of views */
-    words[0] = key, words[1] = n;
-    memcpy(words + 2, v, n * sizeof *v);
-    return eg_attr(c->g, words, 2 + n);
-}
-
-/* ---- constant folding: values of constant-only terms (lift.h) ---- */
-
-interp_val *lf_kval(lift_ctx *c, eid cls) {
-    cls = eg_find(c->g, cls);
-    return cls < c->capkvals ? c->kvals[cls] : NULL;
-}
-
-/* Records v (consumed) as the values of class cls unless they are known. */
-void lf_kval_set(lift_ctx *c, eid cls, interp_val *v) {
-    cls = eg_find(c->g, cls);
-    if (cls >= c->capkvals) {
-        size_t cap = c->capkvals ? c->capkvals : 1024;
-        while (cap <= cls) cap *= 2;
-        c->kvals = xrealloc(c->kvals, cap * sizeof *c->kvals);
-        memset(c->kvals + c->capkvals, 0, (cap - c->capkvals) * sizeof *c->kvals);
-        c->capkvals = cap;
-    }
-    if (c->kvals[cls]) interp_val_free(v);
-    else c->kvals[cls] = v;
-}
-
-/* After unions outside lifting (saturation): values recorded under a class
- * that is no longer canonical move to its canonical class. */
-void lf_kvals_after_unions(lift_ctx *c) {
-    for (size_t k = 0; k < c->capkvals; k++) {
-        if (!c->kvals[k]) continue;
-        eid r = eg_find(c->g, (eid)k);
-        if (r == k) continue;
-        interp_val *v = c->kvals[k];
-        c->kvals[k] = NULL;
-        lf_kval_set(c, r, v);
-    }
-}
-
-/* The constant term holding v's values: the same e-node as a constant
- * instruction with those values (literal digest). Consumes v. */
-eid lf_const_term(lift_ctx *c, interp_val *v, uint8_t origin) {
-    hlo_literal lit = {.dtype = v->dtype, .count = v->n, .f = v->f, .i = v->i};
-    int64_t words[3] = {A_LITERAL, 1, (int64_t)literal_digest(&lit)};
-    eid cls = eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), lf_type_of(c, v->dtype, v->dims, v->rank), NULL, 0, origin);
-    /* One value everywhere is also the broadcast of that scalar, as a program
-     * writes it (and lf_konst_at builds it): both nodes in one class, so a
-     * constant tabulated for a view meets the other side's broadcast. */
-    bool splat = v->rank > 0 && v->n > 1;
-    for (int64_t k = 1; k < v->n && splat; k++)
-        splat = v->f ? memcmp(&v->f[k], &v->f[0], sizeof *v->f) == 0 : v->i[k] == v->i[0];
-    interp_val *one = splat ? interp_val_new(v->dtype, 0, NULL) : NULL;
-    if (one) {
-        if (v->f) one->f[0] = v->f[0];
-        else one->i[0] = v->i[0];
-    }
-    lf_kval_set(c, cls, v);
-    if (!one) return cls;
-    eid sc = lf_const_term(c, one, origin);
-    eid bc = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), eg_class_type(c->g, cls), &sc, 1, origin);
-    cls = eg_find(c->g, cls), bc = eg_find(c->g, bc);
-    if (cls == bc) return cls;
-    interp_val *kl = c->kvals[cls], *kb = bc < c->capkvals ? c->kvals[bc] : NULL;
-    c->kvals[cls] = NULL;
-    if (bc < c->capkvals) c->kvals[bc] = NULL;
-    eg_union(c->g, cls, bc, NULL);
-    bool merged = eg_rebuild(c->g) > 0;  /* congruent parents merged too */
-    cls = eg_find(c->g, cls);
-    lf_kval_set(c, cls, kl);
-    if (kb) lf_kval_set(c, cls, kb);
-    if (merged) lf_kvals_after_unions(c);
-    return eg_find(c->g, cls);
-}
-
-/* Whether a term of this many elements (global dims) is folded. */
-bool lf_fold_size_ok(const int64_t *dims, uint32_t rank) {
-    int64_t n = 1;
-    for (uint32_t d = 0; d < rank; d++)
-        if (!mul_ok(n, dims[d], &n) || n > LIFT_FOLD_MAX) return false;
-    return rank <= VIEW_MAX_RANK;
-}
-
-/* The values of op `in` (attributes as in the term, result dims `dims`) over
- * children with known values; NULL when some are unknown or the interpreter
- * does not evaluate the op on its own. */
-static interp_val *fold_values(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n,
-                               const int64_t *dims) {
-    interp_val *ops[8];
-    if (n > ARRAY_LEN(ops) || in->op == OP_IOTA || in->shape.dtype == DT_TUPLE || !lf_fold_size_ok(dims, in->shape.rank))
-        return NULL;
-    for (uint32_t k = 0; k < n; k++)
-        if (!(ops[k] = lf_kval(c, ch[k]))) return NULL;
-    hlo_instr g = *in;
-    g.shape.dims = (int64_t *)dims;
-    g.shape.dynamic = NULL;
-    return interp_eval_instr(m, &g, ops, NULL);
-}
-
-/* Broadcast values of x (dims bd of the result) into result dims `dims`. */
-static interp_val *broadcast_values(const interp_val *x, const int64_t *bd, uint32_t nb, const int64_t *dims, uint32_t rank) {
-    if (!lf_fold_size_ok(dims, rank) || nb != x->rank) return NULL;
-    interp_val *r = interp_val_new(x->dtype, rank, dims);
-    if (!r) return NULL;
-    int64_t idx[VIEW_MAX_RANK] = {0};
-    for (int64_t k = 0; k < r->n; k++) {
-        int64_t src = 0;
-        for (uint32_t j = 0; j < nb; j++) src = src * x->dims[j] + (x->dims[j] == 1 ? 0 : idx[bd[j]]);
-        if (r->f) r->f[k] = x->f[src];
-        else r->i[k] = x->i[src];
-        for (int d = (int)rank - 1; d >= 0 && ++idx[d] == dims[d]; d--) idx[d] = 0;
-    }
-    return r;
-}
-
-/* reshape(x) to type t, canonical on both sides: reshape∘reshape is one
- * reshape and a reshape to x's own shape is x (both exact for row-major data).
- * A reshape of known values is the constant of those values. */
-eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
-    const interp_val *xv = lf_kval(c, x);
-    if (xv && eg_class_type(c->g, x) != t && eg_type_dtype(c->g, t) == xv->dtype) {
-        uint32_t rank;
-        const int64_t *dims = eg_type_dims(c->g, t, &rank);
-        interp_val *r = lf_fold_size_ok(dims, rank) ? interp_val_new(xv->dtype, rank, dims) : NULL;
-        if (r && r->n == xv->n) {
-            if (r->f) memcpy(r->f, xv->f, (size_t)r->n * sizeof *r->f);
-            else memcpy(r->i, xv->i, (size_t)r->n * sizeof *r->i);
-            return lf_const_term(c, r, origin);
-        }
-        interp_val_free(r);
-    }
-    for (;;) {
-        eid n = eg_class_first(c->g, x);
-        if (n == EID_NONE || eg_node_op(c->g, n) != OP_RESHAPE) break;
-        uint32_t k;
-        x = eg_node_children(c->g, n, &k)[0];
-    }
-    if (eg_class_type(c->g, x) == t) return eg_find(c->g, x);
-    return eg_add(c->g, OP_RESHAPE, 0, t, &x, 1, origin);
-}
-
-/* Whether reduce `in` over children ch (operand, init) reduces only dims of
- * size 1 from an init that is its reducer's identity (0 for sum, ±inf for
- * max/min, 1 for a product, true/false for and/or): then it is its operand
- * reshaped, on both sides alike (XLA sums a batch in one reduce or in two,
- * with a unit dim between). */
-static bool reducer_identity(lift_ctx *c, const hlo_module *m, const hlo_instr *in, eid init);
-
-static bool unit_reduce(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch) {
-    uint32_t nd, rank;
-    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
-    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &rank);
-    for (uint32_t k = 0; k < nd; k++)
-        if (rd[k] < 0 || (uint32_t)rd[k] >= rank || xd[rd[k]] != 1) return false;
-    return eg_type_dtype(c->g, eg_class_type(c->g, ch[0])) == in->shape.dtype && reducer_identity(c, m, in, ch[1]);
-}
-
-/* Whether init (a class of known value) is the identity of reduce in's reducer. */
-static bool reducer_identity(lift_ctx *c, const hlo_module *m, const hlo_instr *in, eid init) {
-    const interp_val *iv = lf_kval(c, init);
-    if (!iv || iv->n != 1) return false;
-    double z = interp_val_get(iv, 0);
-    switch (instr_reducer(m, in)) {
-    case RED_SUM: case RED_OR: return z == 0;
-    case RED_PROD: case RED_AND: return z == 1;
-    case RED_MAX: return isinf(z) && z < 0;
-    case RED_MIN: return isinf(z) && z > 0;
-    default: return false;
-    }
-}
-
-eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
-                uint8_t origin) {
-    uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
-    if (in->op == OP_RESHAPE && n == 1) return lf_mk_reshape(c, ch[0], t, origin);
-    if (in->op == OP_BROADCAST && n == 1 && eg_class_type(c->g, ch[0]) == t) {
-        /* A broadcast to the same shape along dims 0..r-1 in order is the identity. */
-        uint32_t nd;
-        const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nd);
-        bool ident = nd == in->shape.rank;
-        for (uint32_t k = 0; k < nd && ident; k++) ident = bd[k] == k;
-        if (ident) return eg_find(c->g, ch[0]);
-    }
-    if (in->op == OP_REDUCE && n == 2 && unit_reduce(c, m, in, ch)) return lf_mk_reshape(c, ch[0], t, origin);
-    uint32_t attr = encode_attrs(c, m, in);
-    /* A term folded before (the same op over the same classes; layers repeat
-     * their constants) is not evaluated again. */
-    uint32_t key[12];
-    bool keyed = n > 0 && n <= 8;
-    if (keyed) {
-        key[0] = in->op, key[1] = attr, key[2] = t, key[3] = n;
-        for (uint32_t k = 0; k < n; k++) key[4 + k] = eg_find(c->g, ch[k]);
-        uint32_t hit;
-        if (strmap_get(&c->folds, (const char *)key, (4 + n) * sizeof *key, &hit)) return eg_find(c->g, hit);
-    }
-    interp_val *fv = n ? fold_values(c, m, in, ch, n, dims) : NULL;
-    if (fv && in->op != OP_BROADCAST) {
-        eid k = lf_const_term(c, fv, origin);
-        if (keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, k);
-        return k;
-    }
-    if ((in->op == OP_ADD || in->op == OP_MULTIPLY) && n == 2 && attr == 0) {
-        /* a+b and a·b are b+a and b·a exactly (in floating point too): the
-         * term in the other order, where there is one, is this one (the
-         * rules' commutativity skips large terms). */
-        eid sw[2] = {ch[1], ch[0]}, hit = eg_lookup(c->g, in->op, attr, t, sw, 2);
-        if (hit != EID_NONE) return eg_find(c->g, hit);
-    }
-    eid cls = eg_add(c->g, in->op, attr, t, ch, n, origin);
-    if (fv && keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, cls);
-    if (in->op == OP_CONSTANT && n == 0 && !lf_kval(c, cls) && lf_fold_size_ok(dims, in->shape.rank))
-        fv = interp_eval_instr(m, in, NULL, NULL);
-    /* A broadcast keeps its structure (the splat form both sides share); its
-     * values are known all the same. */
-    if (fv) lf_kval_set(c, cls, fv);
-    return cls;
-}
-
-eid lf_fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
-    int64_t k = (int64_t)(1000000 + c->fresh++);
-    return eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), lf_type_of(c, dt, dims, rank), NULL, 0, EG_LIFTED);
-}
+/* ---- segments and scopes ---- */
 
 static bool is_identity_custom_call(const hlo_instr *in) {
     const char *t = instr_str(in, A_CUSTOM_CALL_TARGET);
@@ -512,7 +200,6 @@ static void record_scope(lift_ctx *c, const hlo_instr *in, eid cls) {
 
 /* ---- baseline ---- */
 
-
 /* Index arithmetic (lift_index.c): values related by their functions, not
  * (or not only) by a term. */
 bool lf_is_index(const lval *x) { return x->kind == LV_PW || x->kind == LV_MASK || x->kind == LV_IVEC; }
@@ -551,214 +238,7 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
     return true;
 }
 
-/* ---- replica groups → mesh axes ---- */
-
-static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in, bool ordered, char *why, size_t nwhy);
-
-int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered) {
-    char why[160];
-    int axes = groups_axes_on(c->mesh, graph_num_replicas(c->dist), in, ordered, why, sizeof why);
-    return axes >= 0 ? axes : -1;
-}
-
-/* lift_groups_axes on mesh ms, whose devices are the program's replicas ×
- * partitions (global device ids, in mesh order): the groups are read as XLA
- * reads them for the instruction's group mode (graph_device_groups). -2, with
- * why, when they name no devices at all for that mode. */
-static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in, bool ordered, char *why, size_t nwhy) {
-    int64_t n = mesh_devices(ms), *ids = NULL;
-    uint32_t *start = NULL, ng = 0;
-    if (replicas < 1 || n % replicas) return -1;
-    if (!graph_device_groups(in, replicas, n / replicas, &ids, &start, &ng, why, nwhy)) return -2;
-    /* Group number and position of every device under the instruction. */
-    int64_t *grp = xmalloc((size_t)n * sizeof *grp), *pos = xmalloc((size_t)n * sizeof *pos);
-    bool ok = true;
-    for (int64_t d = 0; d < n; d++) grp[d] = -1;
-    for (uint32_t k = 0; k < ng && ok; k++)
-        for (uint32_t j = start[k]; j < start[k + 1]; j++) {
-            int64_t d = ids[j];
-            if (d < 0 || d >= n || grp[d] >= 0) { ok = false; break; }
-            grp[d] = k;
-            pos[d] = j - start[k];
-        }
-    for (int64_t d = 0; d < n && ok; d++) ok = grp[d] >= 0;
-    free(ids);
-    free(start);
-    int found = -1;
-    for (uint32_t mask = 0; ok && mask < (1u << ms->naxes) && found < 0; mask++) {
-        /* Devices agree on the axes outside mask ⇔ same group; position is the
-         * row-major index over the mask axes. */
-        bool match = true;
-        for (int64_t d = 0; d < n && match; d++) {
-            int64_t key = 0, p = 0;
-            for (uint32_t a = 0; a < ms->naxes; a++) {
-                int64_t co = mesh_coord(ms, d, (int)a);
-                if (mask >> a & 1) p = p * ms->sizes[a] + co;
-                else key = key * ms->sizes[a] + co;
-            }
-            for (int64_t e = 0; e < d && match; e++) {
-                int64_t key2 = 0;
-                for (uint32_t a = 0; a < ms->naxes; a++)
-                    if (!(mask >> a & 1)) key2 = key2 * ms->sizes[a] + mesh_coord(ms, e, (int)a);
-                if ((key == key2) != (grp[d] == grp[e])) match = false;
-            }
-            if (ordered && pos[d] != p) match = false;
-        }
-        if (match) found = (int)mask;
-    }
-    free(grp);
-    free(pos);
-    return found;
-}
-
-/* ---- sub-axes: a mesh axis split where replica groups use part of it ---- */
-
-/* Splits axis a of m into (a.0: size/f, a.1: f), a.1 inserted right after a:
- * device ids are unchanged (row-major). */
-static void split_mesh_axis(mesh *m, uint32_t a, int64_t f) {
-    for (uint32_t k = m->naxes; k > a + 1; k--) {
-        memcpy(m->names[k], m->names[k - 1], sizeof m->names[k]);
-        m->sizes[k] = m->sizes[k - 1];
-    }
-    m->naxes++;
-    m->sizes[a] /= f;
-    m->sizes[a + 1] = f;
-    char base[32];
-    snprintf(base, sizeof base, "%s", m->names[a]);
-    snprintf(m->names[a], sizeof m->names[a], "%.28s.0", base);
-    snprintf(m->names[a + 1], sizeof m->names[a + 1], "%.28s.1", base);
-}
-
-/* The views after that split: a use of axis a becomes (a.0, a.1), the same
- * blocks (a = a.0·f + a.1); later axes shift by one. */
-static void split_view_axis(view *vs, uint32_t nv, uint32_t a) {
-    for (uint32_t i = 0; i < nv; i++) {
-        view *v = &vs[i];
-        for (uint32_t d = 0; d < v->rank; d++) {
-            view_dim nd = {0};
-            for (uint32_t k = 0; k < v->dims[d].naxes; k++) {
-                uint8_t x = v->dims[d].axes[k];
-                nd.axes[nd.naxes++] = (uint8_t)(x > a ? x + 1 : x);
-                if (x == a) nd.axes[nd.naxes++] = (uint8_t)(a + 1);
-            }
-            v->dims[d] = nd;
-        }
-        uint32_t p = v->partial, lo = p & ((1u << (a + 1)) - 1), hi = p >> (a + 1);
-        v->partial = (uint8_t)(lo | hi << (a + 2) | (p >> a & 1) << (a + 1));
-    }
-}
-
-/* Moves unit axis a (size 1: it splits nothing) of m to its unit names, to
- * make room for a split: a view that names it is unsharded along it and not
- * partial over it (a sum over one device is the value); later axes shift
- * down by one. False when the unit names are full. */
-static bool drop_unit_axis(mesh *m, view *vs, uint32_t nv, view *ws, uint32_t nw, uint32_t a) {
-    if (m->sizes[a] != 1 || m->nunit == ARRAY_LEN(m->unit)) return false;
-    memcpy(m->unit[m->nunit++], m->names[a], sizeof m->names[a]);
-    for (uint32_t k = a; k + 1 < m->naxes; k++) {
-        memcpy(m->names[k], m->names[k + 1], sizeof m->names[k]);
-        m->sizes[k] = m->sizes[k + 1];
-    }
-    m->naxes--;
-    for (uint32_t i = 0; i < nv + nw; i++) {
-        view *v = i < nv ? &vs[i] : &ws[i - nv];
-        for (uint32_t d = 0; d < v->rank; d++) {
-            view_dim nd = {0};
-            for (uint32_t k = 0; k < v->dims[d].naxes; k++) {
-                uint8_t x = v->dims[d].axes[k];
-                if (x != a) nd.axes[nd.naxes++] = (uint8_t)(x > a ? x - 1 : x);
-            }
-            v->dims[d] = nd;
-        }
-        uint32_t p = v->partial;
-        v->partial = (uint8_t)((p & ((1u << a) - 1)) | (p >> (a + 1)) << a);
-    }
-    return true;
-}
-
-/* Whether groups must follow device order (gather/scatter/all-to-all blocks);
- * -1 for ops without mesh-axis groups. */
-static int collective_order(int op) {
-    switch (op) {
-    case OP_ALL_REDUCE: return 0;
-    case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_TO_ALL: return 1;
-    default: return -1;
-    }
-}
-
-/* Whether a collective-permute's pairs (partition ids, one replica) move
- * whole mesh coordinates: every axis a of a source is one axis of its target
- * of the same size (mesh positions transposed, as GSPMD reshards between
- * axes). Pairs that name no such map are left to the lifting to judge. */
-static bool permute_on(const mesh *m, const hlo_instr *in) {
-    const hlo_attr *pa = instr_attr(in, A_SOURCE_TARGET_PAIRS);
-    int64_t n = mesh_devices(m);
-    if (!pa || !instr_attr(in, A_CHANNEL_ID)) return true;
-    arena tmp;
-    arena_init(&tmp);
-    hlo_groups g = {0};
-    groups_expand(pa->v.groups, &tmp, &g);
-    int64_t *from = xmalloc((size_t)n * sizeof *from);
-    bool ok = true, named = true;
-    for (int64_t t = 0; t < n; t++) from[t] = -1;
-    for (uint32_t k = 0; k < g.ngroups && named; k++) {
-        named = g.start[k + 1] - g.start[k] == 2;
-        int64_t a = named ? g.ids[g.start[k]] : -1, b = named ? g.ids[g.start[k] + 1] : -1;
-        named = named && a >= 0 && b >= 0 && a < n && b < n;
-        if (named) from[b] = a;
-    }
-    for (uint32_t a = 0; a < m->naxes && ok && named; a++) {
-        bool found = false;
-        for (uint32_t b = 0; b < m->naxes && !found; b++) {
-            found = m->sizes[b] == m->sizes[a];
-            for (int64_t t = 0; t < n && found; t++)
-                found = from[t] < 0 || mesh_coord(m, from[t], (int)a) == mesh_coord(m, t, (int)b);
-        }
-        ok = found;
-    }
-    free(from);
-    arena_free(&tmp);
-    return ok || !named;
-}
-
-/* Whether collective in's groups (or pairs) map onto mesh axes of m; true
- * for other ops. */
-static bool maps_on(const mesh *m, int64_t replicas, const hlo_instr *in) {
-    char why[160];
-    int ord = collective_order(in->op);
-    if (ord >= 0) return !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(m, replicas, in, ord, why, sizeof why) >= 0;
-    return in->op != OP_COLLECTIVE_PERMUTE || replicas != 1 || permute_on(m, in);
-}
-
-bool lift_refine_mesh(relations *rel, const hlo_module *dist) {
-    bool changed = false;
-    int64_t replicas = graph_num_replicas(dist);
-    for (uint32_t ci = 0; ci < dist->ncomps; ci++)
-        for (uint32_t i = 0; i < dist->comps[ci].ninstrs; i++) {
-            const hlo_instr *in = &dist->comps[ci].instrs[i];
-            if (maps_on(&rel->mesh, replicas, in)) continue;
-            bool done = false;
-            /* A full mesh makes room by dropping an axis of size 1. */
-            for (uint32_t a = rel->mesh.naxes; a-- > 0 && rel->mesh.naxes == MESH_MAX_AXES;)
-                if (drop_unit_axis(&rel->mesh, rel->inputs, rel->ninputs, rel->outputs, rel->noutputs, a)) changed = true;
-            for (uint32_t a = 0; a < rel->mesh.naxes && !done && rel->mesh.naxes < MESH_MAX_AXES; a++)
-                for (int64_t f = 2; f < rel->mesh.sizes[a] && !done; f++) {
-                    mesh t = rel->mesh;
-                    if (t.sizes[a] % f) continue;
-                    split_mesh_axis(&t, a, f);
-                    if (!maps_on(&t, replicas, in)) continue;
-                    rel->mesh = t;
-                    split_view_axis(rel->inputs, rel->ninputs, a);
-                    split_view_axis(rel->outputs, rel->noutputs, a);
-                    done = changed = true;
-                }
-        }
-    return changed;
-}
-
 /* ---- values ---- */
-
-
 
 /* Global dims of a local shape under v. */
 void lf_global_dims(const lift_ctx *c, const view *v, const shape *local, int64_t *out) {
@@ -766,7 +246,7 @@ void lf_global_dims(const lift_ctx *c, const view *v, const shape *local, int64_
 }
 
 /* An assumed replacement: the view is known, the content is a fresh variable. */
-static lval assume(lift_ctx *c, const hlo_instr *in, view v) {
+lval lf_assumed_term(lift_ctx *c, const hlo_instr *in, view v) {
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
     c->assumed++;
@@ -781,268 +261,25 @@ bool lf_same_sharding(const view *a, const view *b) {
     return true;
 }
 
-static void describe(strbuf *b, const lift_ctx *c, const view *v) { view_print(b, v, c->mesh); }
-
 /* "operand 0 is shard(1,tp), operand 1 is an index value, ..." */
-static void describe_operands(strbuf *b, const lift_ctx *c, const lval *ops, uint32_t n) {
+void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops, uint32_t n) {
     static const char *const kinds[] = {[LV_UNKNOWN] = "not related", [LV_DEV] = "a device-dependent value",
                                         [LV_TUPLE] = "a tuple", [LV_PW] = "an index value", [LV_MASK] = "a mask",
                                         [LV_LAYOUT] = "a rearranged value", [LV_WIN] = "a per-device window"};
     for (uint32_t o = 0; o < n; o++) {
         sb_printf(b, "%soperand %u is ", o ? ", " : "", o);
-        if (ops[o].kind == LV_TERM) describe(b, c, &ops[o].v);
+        if (ops[o].kind == LV_TERM) view_print(b, &ops[o].v, c->mesh);
         else sb_puts(b, ops[o].kind < sizeof kinds / sizeof *kinds && kinds[ops[o].kind] ? kinds[ops[o].kind] : "?");
     }
 }
 
-/* ---- device-dependent scalars: concrete evaluation on every device ---- */
-
-static lval dev_from_literal(lift_ctx *c, const hlo_instr *in) {
-    const hlo_attr *la = instr_attr(in, A_LITERAL);
-    int64_t n = shape_elements(&in->shape);
-    if (!la || la->v.lit->elided || la->v.lit->raw || n < 0 || n > MAX_DEV_ELEMS) return unknown();
-    lval v = {.kind = LV_DEV, .count = (uint32_t)n};
-    v.dev = arena_alloc(c->a, (size_t)(c->ndev * n) * sizeof *v.dev);
-    for (int64_t d = 0; d < c->ndev; d++)
-        for (int64_t k = 0; k < n; k++)
-            v.dev[d * n + k] = la->v.lit->f ? la->v.lit->f[k] : (double)la->v.lit->i[k];
-    return v;
-}
-
-static double dev_at(const lval *v, int64_t d, int64_t k) { return v->dev[d * v->count + (v->count == 1 ? 0 : k)]; }
-
-static double cmp_op(const char *dir, double x, double y) {
-    if (!dir) return 0;
-    if (!strcmp(dir, "EQ")) return x == y;
-    if (!strcmp(dir, "NE")) return x != y;
-    if (!strcmp(dir, "LT")) return x < y;
-    if (!strcmp(dir, "LE")) return x <= y;
-    if (!strcmp(dir, "GT")) return x > y;
-    return x >= y;
-}
-
-/* Evaluates an elementwise or shape op over device values; false when the op is
- * not one we evaluate. Integer semantics: truncating division, C remainder. */
-static bool dev_eval(lift_ctx *c, const hlo_instr *in, const lval *ops, lval *out) {
-    int64_t n = shape_elements(&in->shape);
-    if (n < 0 || n > MAX_DEV_ELEMS) return false;
-    lval v = {.kind = LV_DEV, .count = (uint32_t)n};
-    v.dev = arena_alloc(c->a, (size_t)(c->ndev * n) * sizeof *v.dev);
-    bool is_int = !dtype_is_float(in->shape.dtype);
-    for (int64_t d = 0; d < c->ndev; d++)
-        for (int64_t k = 0; k < n; k++) {
-            double x = in->noperands > 0 ? dev_at(&ops[0], d, k) : 0, y = in->noperands > 1 ? dev_at(&ops[1], d, k) : 0, r;
-            switch (in->op) {
-            case OP_PARTITION_ID: r = (double)d; break;
-            case OP_REPLICA_ID: r = 0; break;
-            case OP_CONVERT: r = is_int ? trunc(x) : x; break;
-            case OP_ADD: r = x + y; break;
-            case OP_SUBTRACT: r = x - y; break;
-            case OP_MULTIPLY: r = x * y; break;
-            case OP_DIVIDE: r = is_int ? (y == 0 ? -1 : trunc(x / y)) : x / y; break;
-            case OP_REMAINDER: r = y == 0 ? x : fmod(x, y); break;
-            case OP_MAXIMUM: r = x > y ? x : y; break;
-            case OP_MINIMUM: r = x < y ? x : y; break;
-            case OP_NEGATE: r = -x; break;
-            case OP_ABS: r = fabs(x); break;
-            case OP_AND: r = (double)((int64_t)x & (int64_t)y); break;
-            case OP_OR: r = (double)((int64_t)x | (int64_t)y); break;
-            case OP_NOT: r = in->shape.dtype == DT_PRED ? !x : (double)~(int64_t)x; break;
-            case OP_COMPARE: r = cmp_op(instr_str(in, A_DIRECTION), x, y); break;
-            case OP_SELECT: r = x ? y : dev_at(&ops[2], d, k); break;
-            case OP_CLAMP: { double z = dev_at(&ops[2], d, k); r = y < x ? x : y > z ? z : y; break; }
-            case OP_BROADCAST: case OP_RESHAPE: case OP_BITCAST:
-                if (in->op == OP_BROADCAST && ops[0].count != 1) return false;
-                r = ops[0].count == 1 ? x : ops[0].dev[d * ops[0].count + k];
-                if (in->op != OP_BROADCAST && ops[0].count != (uint32_t)n) return false;
-                break;
-            default:
-                return false;
-            }
-            v.dev[d * n + k] = r;
-        }
-    *out = v;
-    return true;
-}
-
-/* Device values rearranged: a broadcast of a vector (its elements along the
- * result dims the broadcast names) and a concatenate (the index vector
- * [off(r), 0] of a multi-dim scatter's offsets). */
-static bool dev_layout(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *ops, lval *out) {
-    int64_t n = shape_elements(&in->shape);
-    uint32_t rank = in->shape.rank, nd;
-    if (n < 1 || n > MAX_DEV_ELEMS || rank > VIEW_MAX_RANK || in->noperands < 1) return false;
-    const int64_t *dl = instr_ints(in, A_DIMENSIONS, &nd);
-    if (in->op == OP_BROADCAST ? in->noperands != 1 || ops[0].count < 2 : in->op != OP_CONCATENATE || nd != 1 || dl[0] >= rank)
-        return false;
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        const shape *os = &comp->instrs[in->operands[o]].shape;
-        if (ops[o].kind != LV_DEV || os->rank > VIEW_MAX_RANK || (int64_t)ops[o].count != shape_elements(os) ||
-            (in->op == OP_BROADCAST && nd != os->rank))
-            return false;
-    }
-    lval v = {.kind = LV_DEV, .count = (uint32_t)n};
-    v.dev = arena_alloc(c->a, (size_t)(c->ndev * n) * sizeof *v.dev);
-    for (int64_t k = 0; k < n; k++) {
-        int64_t at[VIEW_MAX_RANK], rest = k;
-        for (uint32_t d = rank; d-- > 0;) at[d] = rest % in->shape.dims[d], rest /= in->shape.dims[d];
-        uint32_t o = 0;
-        if (in->op == OP_CONCATENATE)
-            while (o + 1 < in->noperands && at[dl[0]] >= comp->instrs[in->operands[o]].shape.dims[dl[0]])
-                at[dl[0]] -= comp->instrs[in->operands[o++]].shape.dims[dl[0]];
-        const shape *os = &comp->instrs[in->operands[o]].shape;
-        int64_t src = 0;
-        for (uint32_t d = 0; d < os->rank; d++) src = src * os->dims[d] + at[in->op == OP_BROADCAST ? dl[d] : d];
-        for (int64_t r = 0; r < c->ndev; r++) v.dev[r * n + k] = ops[o].dev[r * ops[o].count + src];
-    }
-    *out = v;
-    return true;
-}
-
-/* dynamic-slice of a device table by device offsets, all one-dimensional. */
-static bool dev_dynamic_slice(lift_ctx *c, const hlo_instr *in, const lval *ops, lval *out) {
-    if (in->shape.rank != 1 || in->noperands != 2 || ops[0].count < 1 || ops[1].count != 1) return false;
-    int64_t size = in->shape.dims[0];
-    lval v = {.kind = LV_DEV, .count = (uint32_t)size};
-    v.dev = arena_alloc(c->a, (size_t)(c->ndev * size) * sizeof *v.dev);
-    for (int64_t d = 0; d < c->ndev; d++) {
-        int64_t o = (int64_t)ops[1].dev[d], lim = (int64_t)ops[0].count - size;
-        if (o < 0) o = 0;
-        if (o > lim) o = lim;
-        for (int64_t k = 0; k < size; k++) v.dev[d * size + k] = ops[0].dev[d * ops[0].count + o + k];
-    }
-    *out = v;
-    return true;
-}
-
-/* A device value that is the same on every device, as a baseline constant term. */
-/* Whether a device value holds one number everywhere (every element, every
- * device). */
-static bool dev_splat(const lval *v) {
-    for (uint32_t k = 0; k < v->count; k++)
-        if (v->dev[k] != v->dev[0]) return false;
-    return true;
-}
-
-
-/* A splat device value as the constant of the global shape under view w: the
- * same number everywhere is every tile of it. */
-static lval splat_term(lift_ctx *c, const hlo_instr *in, const lval *v, const view *w) {
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, w, &in->shape, dims);
-    interp_val *x = lf_fold_size_ok(dims, in->shape.rank) ? interp_val_new(in->shape.dtype, in->shape.rank, dims) : NULL;
-    if (!x) return term(lf_fresh_var(c, in->shape.dtype, dims, in->shape.rank), *w, true);
-    for (int64_t k = 0; k < x->n; k++) interp_val_set(x, k, v->dev[0]);
-    lval r = term(lf_const_term(c, x, c->origin), *w, false);
-    r.konst = true;
-    return r;
-}
-
-
-/* A device value the same on every device and constant along every dim w
- * shards, as the constant of the global shape under w: its copies side by
- * side, each device's block the value itself (the literal the baseline holds
- * for it). Unknown when it is not of that form or too large to fold. */
-static lval tiled_term(lift_ctx *c, const hlo_instr *in, const lval *v, const view *w) {
-    uint32_t rank = in->shape.rank;
-    int64_t dims[VIEW_MAX_RANK], n = shape_elements(&in->shape);
-    if (v->kind != LV_DEV || !lf_dev_uniform(c, v) || w->partial || w->rank != rank || rank > VIEW_MAX_RANK || n != v->count)
-        return unknown();
-    lf_global_dims(c, w, &in->shape, dims);
-    if (!lf_fold_size_ok(dims, rank)) return unknown();
-    /* constant along each sharded dim: element k equals the one at index 0 there */
-    int64_t stride = 1;
-    for (int q = (int)rank - 1; q >= 0; stride *= in->shape.dims[q], q--) {
-        if (!w->dims[q].naxes) continue;
-        for (int64_t k = 0; k < n; k++)
-            if (v->dev[k] != v->dev[k - (k / stride % in->shape.dims[q]) * stride]) return unknown();
-    }
-    interp_val *g = interp_val_new(in->shape.dtype, rank, dims);
-    if (!g) return unknown();
-    int64_t idx[VIEW_MAX_RANK] = {0};
-    for (int64_t e = 0; e < g->n; e++) {
-        int64_t src = 0;
-        for (uint32_t q = 0; q < rank; q++) src = src * in->shape.dims[q] + idx[q] % in->shape.dims[q];
-        interp_val_set(g, e, v->dev[src]);
-        for (int q = (int)rank - 1; q >= 0 && ++idx[q] == dims[q]; q--) idx[q] = 0;
-    }
-    lval r = term(lf_const_term(c, g, c->origin), *w, false);
-    r.konst = true;
-    return r;
-}
-
-bool lf_dev_uniform(const lift_ctx *c, const lval *v) {
-    for (int64_t d = 1; d < c->ndev; d++)
-        if (memcmp(v->dev, v->dev + d * v->count, v->count * sizeof *v->dev)) return false;
-    return true;
-}
-
-eid lf_dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
-    /* Same e-node as a baseline constant with these values (literal digest);
-     * one value everywhere is also the broadcast of that scalar, as a program
-     * writes it (and lf_konst_at builds it): both nodes in one class. */
-    interp_val *x = interp_val_new(in->shape.dtype, in->shape.rank, in->shape.dims);
-    if (x && x->n == v->count) {
-        for (uint32_t k = 0; k < v->count; k++) interp_val_set(x, k, v->dev[k]);
-        return lf_const_term(c, x, c->origin);
-    }
-    interp_val_free(x);
-    hlo_literal lit = {.dtype = in->shape.dtype, .count = v->count};
-    double *f = NULL;
-    int64_t *iv = NULL;
-    if (dtype_is_float(in->shape.dtype)) {
-        f = arena_alloc(c->a, v->count * sizeof *f);
-        for (uint32_t k = 0; k < v->count; k++) f[k] = dtype_round(in->shape.dtype, v->dev[k]);
-        lit.f = f;
-    } else {
-        iv = arena_alloc(c->a, v->count * sizeof *iv);
-        for (uint32_t k = 0; k < v->count; k++) iv[k] = (int64_t)v->dev[k];
-        lit.i = iv;
-    }
-    int64_t words[3] = {A_LITERAL, 1, (int64_t)literal_digest(&lit)};
-    uint32_t t = lf_type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank);
-    return eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), t, NULL, 0, c->origin);
-}
-
-/* ---- transfer functions ---- */
-
-/* topk along the last dim: each row's k largest (or smallest) and their
- * positions in the row. Rows are independent, so a view that leaves the last
- * dim whole (and is never partial) holds rows of the global result, values
- * and positions alike. A tuple of the two elements of the one topk node. */
-static lval lift_topk(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    const shape *xs = &s->comp->instrs[in->operands[0]].shape;
-    if (in->noperands != 1 || x->kind != LV_TERM || in->shape.dtype != DT_TUPLE || in->shape.ntuple != 2 || !xs->rank ||
-        xs->rank > VIEW_MAX_RANK)
-        return unknown();
-    if (x->v.partial || x->v.dims[xs->rank - 1].naxes) {
-        lf_unsupported(c, s->comp, in, "%s takes the top values of rows that are %s", in->name,
-                    x->v.partial ? "partial" : "sharded along");
-        return unknown();
-    }
-    eid node = lf_node(c, c->cur, in, &x->cls, 1, NULL, c->origin);
-    lval t = {.kind = LV_TUPLE, .n = 2};
-    t.elems = arena_alloc(c->a, 3 * sizeof *t.elems);
-    for (uint32_t j = 0; j < 2; j++) {
-        const shape *es = &in->shape.tuple[j];
-        int64_t dims[VIEW_MAX_RANK], words[3] = {A_INDEX, 1, j};
-        if (es->rank != xs->rank) return unknown();
-        lf_global_dims(c, &x->v, es, dims);
-        eid e = eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, 3), lf_type_of(c, es->dtype, dims, es->rank), &node, 1,
-                       c->origin);
-        t.elems[j] = term(e, x->v, x->assumed);
-    }
-    return t;
-}
+/* ---- elementwise: operands re-read under one view ---- */
 
 /* A broadcast is constant along the dimensions it adds, so it relates to any
  * sharding of those: re-view operand o (a broadcast) with the dims sharded as
  * in want. False when o is not a broadcast or a dimension it did not add
  * would have to change. */
-static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
+bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
     lift_ctx *c = s->c;
     const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
     if (s->ops[o].kind != LV_TERM) return false;
@@ -1100,7 +337,7 @@ static bool review_broadcast(lstate *s, uint32_t o, const view *want) {
     uint32_t t = lf_type_of(c, b->shape.dtype, dims, b->shape.rank);
     eid bc = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, newdims, nn), t, &operand, 1, c->origin);
     const interp_val *xv = lf_kval(c, operand);
-    interp_val *bv = xv && !lf_kval(c, bc) ? broadcast_values(xv, newdims, nn, dims, b->shape.rank) : NULL;
+    interp_val *bv = xv && !lf_kval(c, bc) ? lf_broadcast_values(xv, newdims, nn, dims, b->shape.rank) : NULL;
     if (bv) lf_kval_set(c, bc, bv);
     /* A factor the scale plan put back into the broadcast (it did not take
      * it out) goes back into the new term too; one it took out stays out. */
@@ -1127,92 +364,6 @@ bool lf_is_elementwise(int op) {
     default:
         return false;
     }
-}
-
-/* Whether op distributes over a sum in operand k (so a partial(sum) operand
- * gives a partial(sum) result). */
-/* x, complete over `axes` (neither partial nor sharded over them), read as
- * a partial sum over them: the n devices of a group each hold x, and the sum
- * of those copies is n·x, so the same term partial with its factor times n
- * (a replicated b/n is a partial sum of b). */
-static void held_as_partial(lval *x, uint32_t axes, int64_t k, const hlo_instr *at) {
-    x->v.partial |= (uint8_t)axes;
-    x->v.red = RED_SUM;
-    x->scale = lf_scale_of(x) * (double)k;
-    if (x->scale == 1) x->scale = 0;
-    else x->factor_at = at;
-}
-
-static void copies_as_partial(lift_ctx *c, lval *x, uint32_t axes, const hlo_instr *at) {
-    int64_t n = 1;
-    for (uint32_t a = 0; a < c->mesh->naxes; a++)
-        if (axes >> a & 1) n *= c->mesh->sizes[a];
-    held_as_partial(x, axes, n, at);
-}
-
-/* The index of device d's group when the axes in `mask` are ignored (its
- * coordinates along the other axes, mixed radix). */
-static int64_t group_of(const mesh *m, int64_t d, uint32_t mask) {
-    int64_t g = 0;
-    for (uint32_t a = 0; a < m->naxes; a++)
-        if (!(mask >> a & 1)) g = g * m->sizes[a] + mesh_coord(m, d, (int)a);
-    return g;
-}
-
-/* select(p, x, 0) or select(p, 0, x) with p a device-dependent predicate
- * that is all true or all false on each device (jnp.where(axis_index(tp)
- * == 0, b, 0): a bias added once before the psum), x complete over the axes
- * p varies along: on the k devices of every group along those axes where x
- * is picked, x, elsewhere zeros — a partial sum of k·x. False when the
- * select is not of that form. */
-static bool picked_on_some_devices(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *p = &s->ops[0];
-    if (in->op != OP_SELECT || in->noperands != 3 || p->kind != LV_DEV || !p->dev || p->count == 0) return false;
-    int xo = 0;
-    for (uint32_t o = 1; o < 3; o++)
-        if (s->ops[o].kind == LV_TERM && lf_class_is_zero(c, s->ops[o].cls) && !s->ops[o].v.partial) xo = 3 - (int)o;
-    if (!xo) return false;
-    const lval *x = &s->ops[xo];
-    if (x->kind != LV_TERM || x->v.partial || x->assumed || x->cls == EID_NONE) return false;
-    const mesh *m = c->mesh;
-    int64_t nd = c->ndev;
-    uint8_t *picked = xmalloc((size_t)nd);
-    bool ok = true;
-    for (int64_t d = 0; d < nd && ok; d++) {
-        bool t = p->dev[d * p->count] != 0;
-        for (uint32_t k = 1; k < p->count && ok; k++) ok = (p->dev[d * p->count + k] != 0) == t;
-        picked[d] = t == (xo == 1);
-    }
-    /* the axes along which the choice varies */
-    uint32_t vary = 0;
-    int64_t *seen = xmalloc((size_t)nd * sizeof *seen);
-    for (uint32_t a = 0; a < m->naxes && ok; a++) {
-        for (int64_t g = 0; g < nd; g++) seen[g] = -1;
-        for (int64_t d = 0; d < nd; d++) {
-            int64_t g = group_of(m, d, 1u << a);
-            if (seen[g] < 0) seen[g] = picked[d];
-            else if (seen[g] != picked[d]) vary |= 1u << a;
-        }
-    }
-    /* devices picked per group along those axes: the same count everywhere */
-    int64_t k = -1;
-    if (ok && vary && !(vary & view_axes_used(&x->v))) {
-        for (int64_t g = 0; g < nd; g++) seen[g] = 0;
-        for (int64_t d = 0; d < nd; d++) seen[group_of(m, d, vary)] += picked[d];
-        for (int64_t d = 0; d < nd && ok; d++) {
-            int64_t n = seen[group_of(m, d, vary)];
-            ok = k < 0 || n == k;
-            k = n;
-        }
-    }
-    free(picked);
-    free(seen);
-    if (!ok || !vary || k <= 0 || (vary & view_axes_used(&x->v))) return false;
-    *out = *x;
-    held_as_partial(out, vary, k, in);
-    return true;
 }
 
 /* The operand an op returns unchanged: max(x, -inf) and min(x, +inf) with
@@ -1283,12 +434,14 @@ static void other_forms(lstate *s, const lval *v) {
         for (uint32_t o = 0; o < 2; o++) {
             if (!lf_class_is_zero(c, ch[1 - o])) continue;
             eid cmp[2] = {ch[o], s->ops[1].cls};
-            eg_union(c->g, v->cls, eg_add(c->g, OP_COMPARE, encode_attrs(c, c->cur, in), type, cmp, 2, c->origin), NULL);
+            eg_union(c->g, v->cls, eg_add(c->g, OP_COMPARE, lf_encode_attrs(c, c->cur, in), type, cmp, 2, c->origin), NULL);
             return;
         }
     }
 }
 
+/* Whether op distributes over a sum in operand k (so a partial(sum) operand
+ * gives a partial(sum) result). */
 static bool linear_in(lift_ctx *c, const hlo_instr *in, const lval *ops, uint32_t k) {
     switch (in->op) {
     case OP_SELECT: {
@@ -1318,188 +471,8 @@ static bool linear_in(lift_ctx *c, const hlo_instr *in, const lval *ops, uint32_
     }
 }
 
-/* The sum all-reduce over (at least) the axes `partial` that in's value
- * reaches through layout ops and copies in comp, or NULL. */
-static const hlo_instr *summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, uint8_t partial) {
-    uint32_t at = (uint32_t)(in - comp->instrs);
-    uint8_t *tracked = xcalloc(comp->ninstrs + 1, 1);
-    const hlo_instr *found = NULL;
-    tracked[at] = 1;
-    for (uint32_t j = at + 1; j < comp->ninstrs && !found; j++) {
-        const hlo_instr *y = &comp->instrs[j];
-        bool uses = false;
-        for (uint32_t o = 0; o < y->noperands; o++) uses |= tracked[y->operands[o]];
-        if (!uses) continue;
-        if (y->op == OP_ALL_REDUCE && instr_reducer(c->cur, y) == RED_SUM) {
-            int axes = lift_groups_axes(c, y, false);
-            if (axes > 0 && ((uint32_t)axes & partial) == partial) found = y;
-        } else if (y->op == OP_RESHAPE || y->op == OP_TRANSPOSE || y->op == OP_BITCAST || y->op == OP_COPY) {
-            tracked[j] = 1;
-        }
-    }
-    free(tracked);
-    return found;
-}
-
-/* An add or subtract of partial sums over axes A and values complete over A
- * that carry a factor (a bias b/n added on every device before the sum):
- * those values read as partial sums of their n copies (copies_as_partial),
- * so that the factors say what the sum over the devices makes of them.
- *
- * A value without a factor added so, where a sum over A follows, is counted
- * once per device (the bias before the all-reduce): it too reads as n·b, so
- * that a program which takes (n-1)·b back later still meets the baseline,
- * and the finding waits (c->pending) until the outputs are known to differ.
- * Where no sum follows, the transfer function names the missing one; zeros
- * stay as they are. */
-static void copies_into_partial_sums(lstate *s) {
-    const hlo_instr *in = s->in;
-    if ((in->op != OP_ADD && in->op != OP_SUBTRACT) || !dtype_is_float(in->shape.dtype)) return;
-    uint32_t partial = 0;
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        const lval *x = &s->ops[o];
-        if (x->kind != LV_TERM || (x->v.partial && x->v.red != RED_SUM)) return;
-        if (x->v.partial) {
-            if (partial && partial != x->v.partial) return;
-            partial = x->v.partial;
-        }
-    }
-    if (!partial) return;
-    const hlo_instr *later = NULL;
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        lval *x = &s->ops[o];
-        if (x->v.partial || (view_axes_used(&x->v) & partial) || lf_class_is_zero(s->c, x->cls)) continue;
-        if (lf_scale_of(x) == 1) {
-            if (!later && !(later = summed_later(s->c, s->comp, in, (uint8_t)partial))) continue;
-            strbuf why;
-            sb_init(&why);
-            describe_operands(&why, s->c, s->ops, in->noperands);
-            lf_pending(s->c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) "
-                       "that %s then sums over the devices: it is counted once per device", in->opname, why.s, later->name);
-            sb_free(&why);
-        }
-        copies_as_partial(s->c, x, partial, in);
-    }
-}
-
-
-/* A partial operand that a sum collective left partial (its replica groups
- * span only part of the axes the value is partial over): the finding belongs
- * to that collective, whose groups are wrong, rather than to the op that
- * needs the value complete. Returns whether it was reported. */
-static bool short_reduction(lstate *s, const char *why) {
-    for (uint32_t o = 0; o < s->in->noperands; o++) {
-        const lval *x = &s->ops[o];
-        if (!x->short_at || !x->v.partial) continue;
-        strbuf ax;
-        sb_init(&ax);
-        lf_axes_words(&ax, s->c, x->v.partial);
-        lf_finding(s->c, "wrong-collective-group", x->short_comp, x->short_at,
-                   "%s sums over too few devices: the value stays partial over %s, and %s needs it complete (%s)",
-                   x->short_at->name, ax.s, s->in->name, why);
-        sb_free(&ax);
-        return true;
-    }
-    return false;
-}
-
-/* Notes, after v was lifted, which sum collective left it partial. */
-static void track_short(lstate *s, lval *v) {
-    const hlo_instr *in = s->in;
-    if (v->kind != LV_TERM || !v->v.partial) return;
-    if ((in->op == OP_ALL_REDUCE || in->op == OP_REDUCE_SCATTER) && instr_reducer(s->c->cur, in) == RED_SUM &&
-        in->noperands >= 1 && s->ops[0].kind == LV_TERM && s->ops[0].v.partial != v->v.partial) {
-        v->short_at = in;
-        v->short_comp = s->comp;
-        return;
-    }
-    for (uint32_t o = 0; o < in->noperands; o++)
-        if (s->ops[o].short_at && s->ops[o].v.partial == v->v.partial) {
-            v->short_at = s->ops[o].short_at;
-            v->short_comp = s->ops[o].short_comp;
-            return;
-        }
-}
-
-/* The global term of value i of comp (constant-only, the same on every
- * device) read under view w: every device holding the same block stands for
- * that block tiled, which is the same computation at the global shape when
- * the value is constant along the dims w shards — a causal mask built from
- * iota, broadcast along the batch and the heads. Rebuilt op by op through
- * broadcasts (the sharded dims added there, or carried from the operand),
- * elementwise ops, reshapes that keep a sharded dim as its own group, iotas
- * along other dims and splat constants; EID_NONE otherwise. */
-eid lf_konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, const view *w, int depth) {
-    const hlo_instr *in = &comp->instrs[i];
-    const lval *x = &vals[i];
-    if (depth > 32 || in->shape.rank != w->rank || in->shape.rank > VIEW_MAX_RANK || w->partial) return EID_NONE;
-    if (x->kind == LV_TERM && (!x->konst || !view_is_dup(&x->v))) return EID_NONE;
-    if (view_is_dup(w)) return x->kind == LV_TERM ? x->cls : x->kind == LV_DEV && lf_dev_uniform(c, x) ? lf_dev_constant(c, in, x) : EID_NONE;
-    if (x->kind != LV_TERM && x->kind != LV_DEV) return EID_NONE;
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, w, &in->shape, dims);
-    eid ch[8];
-    if (in->op == OP_BROADCAST && in->noperands == 1) {
-        uint32_t nd;
-        const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nd);
-        const hlo_instr *xi = &comp->instrs[in->operands[0]];
-        if (nd != xi->shape.rank) return EID_NONE;
-        view u = view_dup(nd);
-        for (uint32_t k = 0; k < nd; k++) u.dims[k] = w->dims[bd[k]];
-        if ((ch[0] = lf_konst_at(c, comp, vals, in->operands[0], &u, depth + 1)) == EID_NONE) return EID_NONE;
-        return lf_node(c, c->cur, in, ch, 1, dims, c->origin);
-    }
-    if (in->op == OP_IOTA) {
-        if (w->dims[instr_int(in, A_IOTA_DIMENSION, 0)].naxes) return EID_NONE;
-        return lf_node(c, c->cur, in, NULL, 0, dims, c->origin);
-    }
-    if (in->op == OP_RESHAPE && in->noperands == 1) {
-        /* each sharded output dim the only non-unit dim of its group, fed by
-         * one input dim of the same size */
-        const hlo_instr *xi = &comp->instrs[in->operands[0]];
-        const int64_t *a = xi->shape.dims, *b = in->shape.dims;
-        uint32_t ra = xi->shape.rank, rb = in->shape.rank, p = 0, q = 0;
-        view u = view_dup(ra);
-        while (p < ra || q < rb) {
-            uint32_t p2, q2;
-            if (!lf_reshape_run(a, ra, b, rb, p, q, &p2, &q2)) return EID_NONE;
-            for (uint32_t d = q; d < q2; d++) {
-                if (!w->dims[d].naxes) continue;
-                int src = -1, nonunit = 0;
-                for (uint32_t e = q; e < q2; e++) nonunit += b[e] != 1;
-                for (uint32_t k = p; k < p2; k++)
-                    if (a[k] != 1) src = src < 0 && a[k] == b[d] ? (int)k : -2;
-                if (nonunit != 1 || src < 0) return EID_NONE;
-                u.dims[src] = w->dims[d];
-            }
-            if (p2 == p && q2 == q) break;
-            p = p2, q = q2;
-        }
-        if ((ch[0] = lf_konst_at(c, comp, vals, in->operands[0], &u, depth + 1)) == EID_NONE) return EID_NONE;
-        return lf_node(c, c->cur, in, ch, 1, dims, c->origin);
-    }
-    if (lf_is_elementwise(in->op) && in->noperands <= 8) {
-        for (uint32_t o = 0; o < in->noperands; o++) {
-            const hlo_instr *xi = &comp->instrs[in->operands[o]];
-            view scalar = view_dup(0);
-            if ((ch[o] = lf_konst_at(c, comp, vals, in->operands[o], xi->shape.rank ? w : &scalar, depth + 1)) == EID_NONE)
-                return EID_NONE;
-        }
-        return lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin);
-    }
-    /* a constant of one number: that number at the global shape */
-    const interp_val *kv = x->kind == LV_TERM ? lf_kval(c, x->cls) : NULL;
-    if (!kv || !kv->n || !lf_fold_size_ok(dims, in->shape.rank)) return EID_NONE;
-    for (int64_t k = 1; k < kv->n; k++)
-        if (interp_val_get(kv, k) != interp_val_get(kv, 0)) return EID_NONE;
-    interp_val *g = interp_val_new(kv->dtype, in->shape.rank, dims);
-    if (!g) return EID_NONE;
-    for (int64_t k = 0; k < g->n; k++) interp_val_set(g, k, interp_val_get(kv, 0));
-    return lf_const_term(c, g, c->origin);
-}
-
 /* Operand o, constant-only and replicated, read under want (lf_konst_at). */
-static bool konst_review(lstate *s, uint32_t o, const view *want) {
+bool lf_konst_review(lstate *s, uint32_t o, const view *want) {
     lval *x = &s->ops[o];
     if (x->kind != LV_TERM || !x->konst || !view_is_dup(&x->v) || x->v.rank != want->rank) return false;
     view w = *want;
@@ -1512,11 +485,9 @@ static bool konst_review(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
-static bool unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_dim *want);
-static void elementwise_unit_partials(lstate *s);
 
 /* Operands whose shardings differ only in which size-1 local dim carries an
- * axis (readings of a reshape, unit_dim_reread) re-read to agree with one
+ * axis (readings of a reshape, lf_unit_dim_reread) re-read to agree with one
  * operand, the anchor. Every reading is true; the one taken is the first
  * whose op over the re-read terms is a baseline class, else the one agreeing
  * with the first operand the baseline has, else with the first sharded one. */
@@ -1543,7 +514,7 @@ static void elementwise_align_units(lstate *s) {
             if (o == a || s->ops[o].kind != LV_TERM || s->ops[o].v.rank != saved[a].v.rank) continue;
             for (uint32_t d = 0; d < saved[a].v.rank; d++)
                 if (saved[a].v.dims[d].naxes && !s->ops[o].v.dims[d].naxes)
-                    moved |= unit_dim_reread(s, o, d, &saved[a].v.dims[d]);
+                    moved |= lf_unit_dim_reread(s, o, d, &saved[a].v.dims[d]);
             alike &= lf_same_sharding(&s->ops[o].v, &saved[a].v);
         }
         if (!moved || !alike) continue;
@@ -1555,7 +526,7 @@ static void elementwise_align_units(lstate *s) {
         bool all = true;
         for (uint32_t o = 0; o < n; o++) all &= ch[o] != EID_NONE;
         if (all)
-            r = eg_lookup(c->g, in->op, encode_attrs(c, c->cur, in), lf_type_of(c, in->shape.dtype, dims, in->shape.rank), ch, n);
+            r = eg_lookup(c->g, in->op, lf_encode_attrs(c, c->cur, in), lf_type_of(c, in->shape.dtype, dims, in->shape.rank), ch, n);
         if (r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE)) take = (int)a;
     }
     if (take >= 0) return;
@@ -1564,13 +535,10 @@ static void elementwise_align_units(lstate *s) {
     for (uint32_t o = 0; o < n; o++) {
         if ((int)o == fallback || s->ops[o].kind != LV_TERM || s->ops[o].v.rank != w->rank) continue;
         for (uint32_t d = 0; d < w->rank; d++)
-            if (w->dims[d].naxes && !s->ops[o].v.dims[d].naxes) unit_dim_reread(s, o, d, &w->dims[d]);
+            if (w->dims[d].naxes && !s->ops[o].v.dims[d].naxes) lf_unit_dim_reread(s, o, d, &w->dims[d]);
     }
 }
 
-/* Every operand not sharded as want that is a broadcast along the dims it
- * differs in, or constant-only and replicated, re-viewed as want: the same
- * per-device pieces, read as a global term under the others' view. */
 /* Value i of s's computation, sharded as xv and built by elementwise ops
  * from broadcasts that add every dim where its global dims g differ from
  * xv's (dims xv leaves whole, so the value is constant along them): the same
@@ -1649,13 +617,16 @@ static bool review_constant(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
-static void review_operands(lstate *s, const view *want) {
+/* Every operand not sharded as want that is a broadcast along the dims it
+ * differs in, or constant-only and replicated, re-viewed as want: the same
+ * per-device pieces, read as a global term under the others' view. */
+void lf_review_operands(lstate *s, const view *want) {
     for (uint32_t o = 0; o < s->in->noperands; o++)
-        if (!lf_same_sharding(&s->ops[o].v, want) && !review_broadcast(s, o, want) && !konst_review(s, o, want))
+        if (!lf_same_sharding(&s->ops[o].v, want) && !lf_review_broadcast(s, o, want) && !lf_konst_review(s, o, want))
             review_constant(s, o, want);
 }
 
-/* The view of unit_move (*w), without building anything; false when the form
+/* The view of lf_unit_move (*w), without building anything; false when the form
  * does not apply. */
 static bool unit_moved_view(const view *v, const shape *sh, uint32_t from, uint32_t to, view *w) {
     uint32_t lo = from < to ? from : to, hi = from < to ? to : from;
@@ -1678,7 +649,7 @@ static bool unit_moved_view(const view *v, const shape *sh, uint32_t from, uint3
  * block of n): in row-major order the same elements, so either is the other
  * reshaped. *out gets the term reshaped and the moved view; false when the
  * form does not apply. */
-static bool unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, uint32_t to, lval *out) {
+bool lf_unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, uint32_t to, lval *out) {
     view w;
     if (x->kind != LV_TERM || !unit_moved_view(&x->v, sh, from, to, &w)) return false;
     int64_t g[VIEW_MAX_RANK];
@@ -1689,490 +660,6 @@ static bool unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from
     return true;
 }
 
-/* The elementwise op s under the other reading of a sharded unit dim
- * (unit_move of every operand; a broadcast operand re-viewed), when the
- * baseline already has that term and not the one of reading *v: that term,
- * with *v moved. EID_NONE otherwise (nothing is changed). Both readings are
- * true; this only picks the one that meets the baseline. */
-static eid other_unit_reading(lstate *s, view *v) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    uint32_t n = in->noperands, r = in->shape.rank;
-    if (c->baseline_mode || n == 0 || n > 8 || r > VIEW_MAX_RANK || v->partial) return EID_NONE;
-    for (uint32_t o = 0; o < n; o++)
-        if (s->ops[o].kind != LV_TERM || !lf_same_sharding(&s->ops[o].v, v) || s->comp->instrs[in->operands[o]].shape.rank != r)
-            return EID_NONE;
-    lval saved[8];
-    memcpy(saved, s->ops, n * sizeof *saved);
-    for (uint32_t from = 0; from < r; from++)
-        for (uint32_t to = 0; to < r; to++) {
-            lval pm = {.kind = LV_TERM};
-            if (!unit_moved_view(v, &in->shape, from, to, &pm.v)) continue;
-            bool ok = true;
-            eid ch[8];
-            for (uint32_t o = 0; o < n && ok; o++) {
-                lval m;
-                const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
-                if (xi->op == OP_BROADCAST) ok = review_broadcast(s, o, &pm.v), m = s->ops[o];
-                else ok = unit_move(c, &saved[o], &xi->shape, from, to, &m);
-                ch[o] = m.cls;
-            }
-            memcpy(s->ops, saved, n * sizeof *saved);
-            if (!ok) continue;
-            int64_t dims[VIEW_MAX_RANK];
-            lf_global_dims(c, &pm.v, &in->shape, dims);
-            eid mine[8];
-            for (uint32_t o = 0; o < n; o++) mine[o] = saved[o].cls;
-            int64_t cur[VIEW_MAX_RANK];
-            lf_global_dims(c, v, &in->shape, cur);
-            uint32_t attr = encode_attrs(c, c->cur, in);
-            eid here = eg_lookup(c->g, in->op, attr, lf_type_of(c, in->shape.dtype, cur, r), mine, n);
-            eid there = eg_lookup(c->g, in->op, attr, lf_type_of(c, in->shape.dtype, dims, r), ch, n);
-            if (there == EID_NONE || !(eg_class_origin(c->g, there) & EG_BASELINE)) continue;
-            if (here != EID_NONE && (eg_class_origin(c->g, here) & EG_BASELINE)) return EID_NONE;
-            *v = pm.v;
-            return there;
-        }
-    return EID_NONE;
-}
-
-static lval lift_elementwise(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *ops = s->ops;
-    view v = view_dup(in->shape.rank);
-    bool first = true, assumed = false;
-    uint8_t partial = 0, red = 0;
-    elementwise_align_units(s);
-    elementwise_unit_partials(s);
-    /* The sharding every operand must have: the union of the operands'. A
-     * broadcast's is one reading among several (it is constant along the dims
-     * it adds): its axes count only where no other operand uses them. */
-    view want = view_dup(in->shape.rank);
-    for (int pass = 0; pass < 2; pass++)
-        for (uint32_t o = 0; o < in->noperands; o++) {
-            if (ops[o].kind != LV_TERM) return unknown();
-            if ((s->comp->instrs[in->operands[o]].op == OP_BROADCAST) != (pass == 1)) continue;
-            for (uint32_t d = 0; d < in->shape.rank && d < ops[o].v.rank; d++) {
-                view_dim vd = ops[o].v.dims[d];
-                view one = {.rank = 1, .dims = {vd}};
-                if (vd.naxes && !want.dims[d].naxes && !(pass && (view_axes_used(&want) & view_axes_used(&one))))
-                    want.dims[d] = vd;
-            }
-        }
-    review_operands(s, &want);
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        const lval *x = &ops[o];
-        if (x->kind != LV_TERM) return unknown();
-        assumed |= x->assumed;
-        /* Scalar-broadcast operands are explicit in HLO, so shapes agree and the
-         * shardings must too, except for the scalars select and clamp may take
-         * (a predicate, bounds): a whole scalar on every device stands for its
-         * broadcast, however the others are cut. */
-        if (x->v.rank == 0 && in->shape.rank > 0 && !x->v.partial && (in->op == OP_SELECT || in->op == OP_CLAMP)) continue;
-        if (first) {
-            v = x->v;
-            v.partial = 0;
-            first = false;
-        } else if (!lf_same_sharding(&v, &x->v)) {
-            /* Not an inconsistency by itself: a replicated operand combined with
-             * blocks of a sharded one stands for its own tiling. That global
-             * term is not the baseline's, so this stays undecided, never a
-             * finding. */
-            lf_unsupported(c, s->comp, in, "%s combines a sharded operand with one that is not sharded alike "
-                        "(operand %u); tiled operands are not related yet", in->name, o);
-            /* The union is a view only when no axis shards two dims (the
-             * operands may be two readings of unit dims): else nothing is
-             * known of the result, not even its view. */
-            uint32_t naxes = 0;
-            for (uint32_t d = 0; d < want.rank; d++) naxes += want.dims[d].naxes;
-            if (naxes != (uint32_t)__builtin_popcount(view_axes_used(&want))) return unknown();
-            return assume(c, in, want);
-        }
-        if (x->v.partial) {
-            if (partial && (partial != x->v.partial || red != x->v.red)) {
-                /* A product of sums over disjoint axes, each the same over the
-                 * other's devices, is a sum over both (Σa Σb xa·yb). */
-                if (in->op == OP_MULTIPLY && in->noperands == 2 && red == RED_SUM && x->v.red == RED_SUM &&
-                    !(partial & x->v.partial) && !(view_axes_used(&x->v) & partial) &&
-                    !(view_axes_used(&ops[0].v) & x->v.partial)) {
-                    partial |= x->v.partial;
-                    continue;
-                }
-                lf_finding(c, "missing-all-reduce", s->comp, in, "%s combines values partial over different mesh axes", in->opname);
-                return unknown();
-            }
-            partial = x->v.partial;
-            red = x->v.red;
-        }
-    }
-    if (partial) {
-        /* A partial operand must be one the op is linear in, and for add/subtract
-         * every operand must be partial the same way. A max of partial maxima
-         * (or of one and a value the same on every device it is partial over)
-         * is the partial max of the maxima, and so for min. */
-        bool idem = (red == RED_MAX && in->op == OP_MAXIMUM) || (red == RED_MIN && in->op == OP_MINIMUM);
-        bool ok = red == RED_SUM || idem;
-        for (uint32_t o = 0; o < in->noperands && ok; o++) {
-            if (!ops[o].v.partial) {
-                /* a zero added is a partial sum of zeros */
-                if ((in->op == OP_ADD || in->op == OP_SUBTRACT) && !lf_class_is_zero(c, ops[o].cls)) ok = false;
-                if (idem) ok = !(view_axes_used(&ops[o].v) & partial);
-                continue;
-            }
-            ok = idem || linear_in(c, in, ops, o);
-        }
-        if (!ok && red != RED_SUM) {
-            /* Partial maxima combined otherwise (online softmax: a running max
-             * and sums rescaled by exp of its change) are not related yet; a
-             * program may well be right to, so this decides nothing. */
-            strbuf why;
-            sb_init(&why);
-            describe_operands(&why, c, ops, in->noperands);
-            lf_unsupported(c, s->comp, in, "%s computes with a partial %s before it is reduced (%s); such uses (an online "
-                           "softmax's running max) are not related yet", in->name, reducer_name(red), why.s);
-            sb_free(&why);
-            return unknown();
-        }
-        if (!ok) {
-            strbuf why;
-            sb_init(&why);
-            describe_operands(&why, c, ops, in->noperands);
-            bool is_convert = in->op == OP_CONVERT;
-            /* A complete value added to a partial sum that is then summed over
-             * the same axes is counted once per device: the reduction is wrong,
-             * not missing. */
-            const hlo_instr *later = in->op == OP_ADD || in->op == OP_SUBTRACT ? summed_later(c, s->comp, in, partial) : NULL;
-            if (later)
-                lf_finding(c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
-                        "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
-            else if (!is_convert && short_reduction(s, why.s))
-                ;
-            else
-                lf_finding(c, is_convert ? "dtype-mismatch" : "missing-all-reduce", s->comp, in,
-                        is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
-                              : "%s needs complete values but %s: a missing all-reduce",
-                        in->opname, is_convert ? dtype_name(in->shape.dtype) : why.s, why.s);
-            sb_free(&why);
-            /* Go on past the finding: a convert leaves the value partial (only
-             * rounded wrongly), and so does a sum that is reduced later (its
-             * content is wrong); other ops leave something no longer a sum. */
-            view pv = v;
-            pv.partial = is_convert || later ? partial : 0;
-            pv.red = is_convert || later ? red : 0;
-            return assume(c, in, pv);
-        }
-        v.partial = partial;
-        v.red = red;
-    }
-    int64_t dims[VIEW_MAX_RANK];
-    eid ch[8];
-    if (in->noperands > 8) return unknown();
-    eid other = other_unit_reading(s, &v);
-    if (other != EID_NONE) return term(other, v, assumed);
-    lf_global_dims(c, &v, &in->shape, dims);
-    for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
-    return term(lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
-}
-
-/* A broadcast is constant along the dims it adds, so an added dim of local
- * size 1 may as well be read as sharded over mesh axes the view leaves free
- * (GSPMD's grouped-query heads at tp8: one kv head repeated, one copy per
- * device). Of those true readings, take one whose term the baseline has
- * (its repeat of the kv heads); v is left alone when none is. */
-
-static void broadcast_sharded_reading(lift_ctx *c, const hlo_instr *in, const lval *x, const int64_t *bd, uint32_t nd,
-                                      view *v) {
-    uint32_t used = view_axes_used(v);
-    uint32_t all = (1u << c->mesh->naxes) - 1;
-    if (v->partial || lf_kval(c, x->cls) || (used & all) == all) return;
-    uint32_t attr = 0;
-    for (uint32_t d = 0; d < in->shape.rank; d++) {
-        bool added = true;
-        for (uint32_t k = 0; k < nd; k++) added &= bd[k] != d;
-        if (!added || in->shape.dims[d] != 1) continue;
-        if (!attr) attr = encode_attrs(c, c->cur, in);
-        for (uint32_t mask = 1; mask <= all; mask++) {
-            if (mask & used) continue;
-            view w = *v;
-            w.dims[d] = lf_axes_dim(c, mask);
-            int64_t dims[VIEW_MAX_RANK];
-            lf_global_dims(c, &w, &in->shape, dims);
-            eid r = eg_lookup(c->g, OP_BROADCAST, attr, lf_type_of(c, in->shape.dtype, dims, in->shape.rank), &x->cls, 1);
-            if (r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE)) {
-                *v = w;
-                return;
-            }
-        }
-    }
-}
-
-static lval lift_broadcast(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    if (x->kind != LV_TERM) return unknown();
-    uint32_t nd;
-    const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nd);
-    view v = view_dup(in->shape.rank);
-    for (uint32_t k = 0; k < nd; k++) v.dims[bd[k]] = x->v.dims[k];
-    v.partial = x->v.partial;
-    v.red = x->v.red;
-    if (v.partial && v.red != RED_SUM) {
-        strbuf why;
-        sb_init(&why);
-        describe(&why, c, &x->v);
-        lf_unsupported_suspect(c, "missing-all-reduce", s->comp, in, "%s broadcasts a partial %s before it is reduced (%s); "
-                               "such uses (an online softmax's running max) are not related yet", in->name,
-                               reducer_name(v.red), why.s);
-        sb_free(&why);
-        return unknown();
-    }
-    if (!c->baseline_mode) broadcast_sharded_reading(c, in, x, bd, nd, &v);
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &v, &in->shape, dims);
-    return term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
-}
-
-/* reverse along dims that are not sharded: the reverse of the global term. */
-static lval lift_reverse(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    if (x->kind != LV_TERM) return unknown();
-    uint32_t nd;
-    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
-    for (uint32_t k = 0; k < nd; k++)
-        if (rd[k] < 0 || rd[k] >= x->v.rank || x->v.dims[rd[k]].naxes) {
-            lf_unsupported(c, s->comp, in, "%s reverses a sharded dimension (the order of its blocks reverses too)", in->name);
-            return unknown();
-        }
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &x->v, &in->shape, dims);
-    return term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), x->v, x->assumed);
-}
-
-static lval lift_transpose(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    if (x->kind != LV_TERM) return unknown();
-    uint32_t np;
-    const int64_t *perm = instr_ints(in, A_DIMENSIONS, &np);
-    view v = x->v;
-    v.rank = (uint8_t)in->shape.rank;
-    for (uint32_t k = 0; k < np; k++) v.dims[k] = x->v.dims[perm[k]];
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &v, &in->shape, dims);
-    return term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
-}
-
-/* Whether reshape(x) to in's local shape under view v (global dims) is a term
- * the baseline already has: of two true readings of a reshape, the one the
- * baseline computes is the useful one. Mirrors mk_reshape without adding. */
-static bool reshape_meets_baseline(lift_ctx *c, eid x, const hlo_instr *in, const view *v) {
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, v, &in->shape, dims);
-    uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
-    if (lf_kval(c, x)) return false;
-    for (;;) {
-        eid n = eg_class_first(c->g, x);
-        if (n == EID_NONE || eg_node_op(c->g, n) != OP_RESHAPE) break;
-        uint32_t k;
-        x = eg_node_children(c->g, n, &k)[0];
-    }
-    eid r = eg_class_type(c->g, x) == t ? eg_find(c->g, x) : eg_lookup(c->g, OP_RESHAPE, 0, t, &x, 1);
-    return r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE);
-}
-
-/* The next run of a reshape from dims a to dims b starting at a[i], b[j]:
- * [i, *i2) and [j, *j2) with equal products (false when the shapes disagree). */
-bool lf_reshape_run(const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb, uint32_t i, uint32_t j, uint32_t *i2,
-                        uint32_t *j2) {
-    int64_t pa = 1, pb = 1;
-    *i2 = i, *j2 = j;
-    if (*i2 < ra) pa *= a[(*i2)++];
-    if (*j2 < rb) pb *= b[(*j2)++];
-    while (pa != pb) {
-        if (pa < pb && *i2 < ra) pa *= a[(*i2)++];
-        else if (*j2 < rb) pb *= b[(*j2)++];
-        else return false;
-    }
-    return true;
-}
-
-/* A group of a reshape whose sharded input axes land on unit output dims
- * [out, outb) followed by the non-unit dim outb. */
-typedef struct reshape_group {
-    view_dim axes;
-    uint32_t out, outb;
-} reshape_group;
-
-/* Another true reading of such a group: its axes (major first) spread over the
- * unit dims and then dim outb in order, each taking a run (possibly empty):
- * the flattened group still selects the same blocks, since only unit dims
- * precede a sharded one. One group at a time (the others as in v), the first
- * whose term the baseline has; false when none. */
-static bool reshape_split_reading(lift_ctx *c, const lval *x, const hlo_instr *in, const view *v, const reshape_group *ag,
-                                  uint32_t nag, view *out) {
-    for (uint32_t gi = 0; gi < nag; gi++) {
-        const reshape_group *g = &ag[gi];
-        const view_dim *sd = &g->axes;
-        uint32_t m = g->outb - g->out + 1, n = sd->naxes, cnt[8] = {0};
-        if (m > ARRAY_LEN(cnt)) continue;
-        /* Every composition of n into m runs, as an odometer over cnt. */
-        for (;;) {
-            uint32_t sum = 0;
-            for (uint32_t q = 0; q < m; q++) sum += cnt[q];
-            if (sum == n) {
-                view w = *v;
-                uint32_t next = 0;
-                for (uint32_t q = 0; q < m; q++) {
-                    view_dim *d = &w.dims[g->out + q];
-                    d->naxes = 0;
-                    for (uint32_t t = 0; t < cnt[q]; t++) d->axes[d->naxes++] = sd->axes[next++];
-                }
-                if (reshape_meets_baseline(c, x->cls, in, &w)) {
-                    *out = w;
-                    return true;
-                }
-            }
-            uint32_t q = 0;
-            while (q < m && ++cnt[q] > n) cnt[q++] = 0;
-            if (q == m) break;
-        }
-    }
-    return false;
-}
-
-/* reshape: groups of local dims with equal products map onto each other; a
- * sharded input dimension must be the major dimension of its group (unit dims
- * before it aside, sharded or not), and then the major output dimension of
- * the group carries the sharding, the axes of several such dims major first
- * (block sharding of a product splits its major factor). When that is a unit
- * dim followed by others, the first non-unit one may carry it instead, or the
- * axes may spread over the unit dims and it: all are true readings, and the
- * one whose term the baseline already has is taken (the unit dim by
- * default). Anything else needs a layout view. */
-static lval lift_reshape(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    if (x->kind != LV_TERM) return unknown();
-    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
-    const int64_t *a = src->shape.dims, *b = in->shape.dims;
-    uint32_t ra = src->shape.rank, rb = in->shape.rank;
-    view v = view_dup(rb);
-    v.partial = x->v.partial;
-    v.red = x->v.red;
-    /* vb: the other reading, where a sharding that lands on a unit major dim
-     * goes to the first non-unit dim of its group instead. */
-    view vb = v;
-    /* vc: the reading where sharded unit dims leading a group join the
-     * previous group instead when that one is a single unit output dim
-     * ([.., 1, 1, 8] → [.., 1, 8] with both units sharded: the heads merge). */
-    view vc = v;
-    bool amb = x->ambiguous, two = false, three = false;
-    reshape_group ag[4];
-    uint32_t nag = 0;
-    uint32_t i = 0, j = 0;
-    int prev_unit = -1;
-    while (i < ra || j < rb) {
-        uint32_t i2, j2;
-        if (!lf_reshape_run(a, ra, b, rb, i, j, &i2, &j2)) return unknown();
-        /* Sharded dims of the group: each must have only unit dims before it
-         * in the group (they hold no data); their axes, major first, then go
-         * to the major dim of the output group (unit dims included: locally
-         * [.., 8] → [.., 1, 8] is heads 4 × 8 → 4 heads sharded). */
-        bool any = false;
-        for (uint32_t k = i; k < i2; k++) {
-            if (!x->v.dims[k].naxes) continue;
-            bool units_before = true;
-            for (uint32_t q = i; q < k; q++) units_before &= a[q] == 1;
-            if (j == j2 && j > 0 && b[j - 1] == 1 && v.dims[j - 1].naxes + x->v.dims[k].naxes <= MESH_MAX_AXES &&
-                vb.dims[j - 1].naxes == v.dims[j - 1].naxes && vc.dims[j - 1].naxes == v.dims[j - 1].naxes) {
-                /* Trailing unit dims with no output dim of their own (their
-                 * product is 1): they join the unit output dim before them,
-                 * whose global size is then the product of their blocks. */
-                for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) {
-                    uint8_t ax = x->v.dims[k].axes[t];
-                    v.dims[j - 1].axes[v.dims[j - 1].naxes++] = ax;
-                    vb.dims[j - 1].axes[vb.dims[j - 1].naxes++] = ax;
-                    vc.dims[j - 1].axes[vc.dims[j - 1].naxes++] = ax;
-                }
-                continue;
-            }
-            if (!units_before || j == j2 || v.dims[j].naxes + x->v.dims[k].naxes > MESH_MAX_AXES) {
-                lf_unsupported(c, s->comp, in, "reshape %s moves a sharded dimension inside a merged group (needs a layout view)",
-                            in->name);
-                view pv = v;
-                return assume(c, in, pv);
-            }
-            for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) v.dims[j].axes[v.dims[j].naxes++] = x->v.dims[k].axes[t];
-            view_dim *to = prev_unit >= 0 && units_before && a[k] == 1 && k + 1 < i2 ? &vc.dims[prev_unit] : &vc.dims[j];
-            if (to->naxes + x->v.dims[k].naxes > MESH_MAX_AXES) to = &vc.dims[j];  /* (axes are distinct: never) */
-            if (to != &vc.dims[j]) three = amb = true;
-            for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) to->axes[to->naxes++] = x->v.dims[k].axes[t];
-            any = true;
-        }
-        if (any) {
-            /* A unit major dim with more dims after it in the group could take
-             * only part of the sharding: one reading among several. */
-            uint32_t out = j, outb = j;
-            if (b[out] == 1 && out + 1 < j2) {
-                amb = true;
-                while (outb < j2 && b[outb] == 1) outb++;
-                if (outb < j2) {
-                    two = true;
-                    if (nag < ARRAY_LEN(ag)) ag[nag++] = (reshape_group){v.dims[out], out, outb};
-                } else {
-                    outb = out;
-                }
-            }
-            vb.dims[outb] = v.dims[out];
-        }
-        int64_t pa = 1;
-        for (uint32_t q = i; q < i2; q++) pa *= a[q];
-        prev_unit = pa == 1 && j2 == j + 1 ? (int)j : -1;
-        i = i2;
-        j = j2;
-        if (i2 == i && j2 == j && i >= ra && j >= rb) break;
-    }
-    int64_t dims[VIEW_MAX_RANK];
-    if (two && !reshape_meets_baseline(c, x->cls, in, &v)) {
-        view w;
-        if (reshape_meets_baseline(c, x->cls, in, &vb)) v = vb;
-        else if (reshape_split_reading(c, x, in, &v, ag, nag, &w)) v = w;
-    }
-    if (three && !reshape_meets_baseline(c, x->cls, in, &v) && reshape_meets_baseline(c, x->cls, in, &vc)) v = vc;
-    /* A sharding on a unit output dim may as well sit on a neighbouring unit
-     * dim (only unit dims between: the row-major order is the same, a
-     * transpose of unit dims written as a reshape): the reading the baseline
-     * has, when it has one. */
-    for (uint32_t jj = 0; jj < rb && !reshape_meets_baseline(c, x->cls, in, &v); jj++) {
-        if (!v.dims[jj].naxes || b[jj] != 1) continue;
-        for (int dir = -1; dir <= 1; dir += 2)
-            for (int64_t t = (int64_t)jj + dir; t >= 0 && t < (int64_t)rb && b[t] == 1; t += dir) {
-                if (v.dims[t].naxes) break;
-                view w = v;
-                w.dims[t] = v.dims[jj];
-                memset(&w.dims[jj], 0, sizeof w.dims[jj]);
-                if (reshape_meets_baseline(c, x->cls, in, &w)) {
-                    v = w;
-                    amb = true;
-                    goto moved;
-                }
-            }
-    }
-moved:
-    lf_global_dims(c, &v, &in->shape, dims);
-    lval r = term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
-    r.ambiguous = amb;
-    return r;
-}
-
-/* dot: batch and free dims carry their operand's sharding; contracting dims
- * sharded alike on both sides make the result partial(sum) over those axes. */
 /* Operand `side` of s re-read with the sharding `want` (block sharding: its
  * axes select the major factor P of a dim) moved from another dim `from` to
  * its unsharded dim `to`: the same local data is then a piece of the term
@@ -2185,7 +672,7 @@ moved:
  * readings. Else a transpose between two reshapes. The reading a consumer
  * needs is taken here; it is one of several (ambiguous). Returns whether it
  * was. */
-static bool unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_dim *want) {
+bool lf_unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_dim *want) {
     lift_ctx *c = s->c;
     lval *x = &s->ops[side];
     const shape *ls = &s->comp->instrs[s->in->operands[side]].shape;
@@ -2233,1350 +720,224 @@ static bool unit_dim_reread(lstate *s, uint32_t side, uint32_t to, const view_di
     return false;
 }
 
-/* Side `side` of a dot re-read with dim d sharded as `want`, the other side
- * being so: a value constant along d (a broadcast along it, constants and
- * iota not along it) as itself, else by moving a sharded unit dim. */
-static bool dot_side_reread(lstate *s, uint32_t side, uint32_t d, const view_dim *want) {
-    view w = s->ops[side].v;
-    w.dims[d] = *want;
-    w.partial = 0;
-    w.red = 0;
-    if (!s->ops[side].v.partial && (review_broadcast(s, side, &w) || konst_review(s, side, &w))) return true;
-    return unit_dim_reread(s, side, d, want);
-}
-
-/* Paired dims (batch or contracting) of a dot sharded alike, where re-reading
- * one side makes them so. */
-/* Whether two view dims are sharded alike (bytes past naxes mean nothing). */
-bool lf_same_dim(const view_dim *a, const view_dim *b) {
-    return a->naxes == b->naxes && memcmp(a->axes, b->axes, a->naxes) == 0;
-}
-
-static void dot_align(lstate *s, const int64_t *ld, const int64_t *rd, uint32_t n) {
-    for (uint32_t k = 0; k < n; k++) {
-        view_dim a = s->ops[0].v.dims[ld[k]], b = s->ops[1].v.dims[rd[k]];
-        if (lf_same_dim(&a, &b)) continue;
-        if (!b.naxes && a.naxes) dot_side_reread(s, 1, (uint32_t)rd[k], &a);
-        else if (!a.naxes && b.naxes) dot_side_reread(s, 0, (uint32_t)ld[k], &b);
-    }
-}
-
-/* Whether a sum collective over any of `axes` (or a call, loop or branch,
- * not looked into) uses what in computes, in comp. */
-static bool sum_reachable(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, uint32_t axes) {
-    uint32_t at = (uint32_t)(in - comp->instrs);
-    uint8_t *reach = xcalloc(comp->ninstrs + 1, 1);
-    bool found = false;
-    reach[at] = 1;
-    for (uint32_t j = at + 1; j < comp->ninstrs && !found; j++) {
-        const hlo_instr *y = &comp->instrs[j];
-        for (uint32_t o = 0; o < y->noperands && !reach[j]; o++) reach[j] = reach[y->operands[o]];
-        if (!reach[j]) continue;
-        if (y->op == OP_WHILE || y->op == OP_CALL || y->op == OP_CONDITIONAL || y->op == OP_CUSTOM_CALL) found = true;
-        if ((y->op == OP_ALL_REDUCE || y->op == OP_REDUCE_SCATTER) && instr_reducer(c->cur, y) == RED_SUM) {
-            int g = lift_groups_axes(c, y, false);
-            found = g < 0 || ((uint32_t)g & axes);
-        }
-    }
-    free(reach);
-    return found;
-}
-
-/* Contracting dims sharded on one side only, the other side's dim having no
- * reading with those axes: the sharded side re-read with them on one of its
- * free dims (the nearest, later first), where the one-side sharding is a
- * block of the result's free dim instead (unit_dim_reread). */
-static void dot_unshard_contracting(lstate *s, const int64_t *const bd[2], const int64_t *const cd[2], uint32_t nb, uint32_t nc) {
-    for (uint32_t k = 0; k < nc; k++)
-        for (uint32_t side = 0; side < 2; side++) {
-            const view_dim *a = &s->ops[side].v.dims[cd[side][k]], *b = &s->ops[1 - side].v.dims[cd[1 - side][k]];
-            if (s->ops[side].kind != LV_TERM || !a->naxes || b->naxes) continue;
-            /* A sum over those axes later wants the partial reading (the other
-             * side's rows the program's own, unrelated here): left alone. */
-            uint32_t mask = 0;
-            for (uint32_t q = 0; q < a->naxes; q++) mask |= 1u << a->axes[q];
-            if (sum_reachable(s->c, s->comp, s->in, mask)) continue;
-            view_dim want = *a;
-            uint32_t rank = s->comp->instrs[s->in->operands[side]].shape.rank;
-            bool done = false;
-            for (uint32_t dist = 1; dist < rank && !done; dist++)
-                for (int dir = 1; dir >= -1 && !done; dir -= 2) {
-                    int64_t f = cd[side][k] + dir * (int64_t)dist;
-                    bool free_dim = f >= 0 && f < (int64_t)rank;
-                    for (uint32_t q = 0; q < nb && free_dim; q++) free_dim = bd[side][q] != f;
-                    for (uint32_t q = 0; q < nc && free_dim; q++) free_dim = cd[side][q] != f;
-                    if (free_dim) done = unit_dim_reread(s, side, (uint32_t)f, &want);
-                }
-        }
-}
-
-static lval lift_dot(lstate *s) {
+/* The elementwise op s under the other reading of a sharded unit dim
+ * (lf_unit_move of every operand; a broadcast operand re-viewed), when the
+ * baseline already has that term and not the one of reading *v: that term,
+ * with *v moved. EID_NONE otherwise (nothing is changed). Both readings are
+ * true; this only picks the one that meets the baseline. */
+static eid other_unit_reading(lstate *s, view *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
-    const lval *l = &s->ops[0], *r = &s->ops[1];
-    if (l->kind != LV_TERM || r->kind != LV_TERM) return unknown();
-    uint32_t nlb, nlc, nrb, nrc;
-    const int64_t *lb = instr_ints(in, A_LHS_BATCH_DIMS, &nlb), *lc = instr_ints(in, A_LHS_CONTRACTING_DIMS, &nlc);
-    const int64_t *rb = instr_ints(in, A_RHS_BATCH_DIMS, &nrb), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
-    if (nlb != nrb || nlc != nrc) return unknown();
-    dot_align(s, lb, rb, nlb);
-    dot_align(s, lc, rc, nlc);
-    dot_unshard_contracting(s, (const int64_t *const[2]){lb, rb}, (const int64_t *const[2]){lc, rc}, nlb, nlc);
-    /* Partial sums over disjoint axes, each the same over the other's
-     * devices: Σa Σb la·rb = (Σa la)·(Σb rb), partial over both. */
-    bool apart = l->v.partial && r->v.partial && l->v.red == RED_SUM && r->v.red == RED_SUM && !(l->v.partial & r->v.partial) &&
-                 !(view_axes_used(&l->v) & r->v.partial) && !(view_axes_used(&r->v) & l->v.partial);
-    if ((l->v.partial && r->v.partial && !apart) || ((l->v.partial || r->v.partial) && (l->v.red | r->v.red) != RED_SUM)) {
-        if (!short_reduction(s, "a dot of two partial values"))
-            lf_finding(c, "missing-all-reduce", s->comp, in, "dot of two partial values: at least one all-reduce is missing");
-        return unknown();
-    }
+    uint32_t n = in->noperands, r = in->shape.rank;
+    if (c->baseline_mode || n == 0 || n > 8 || r > VIEW_MAX_RANK || v->partial) return EID_NONE;
+    for (uint32_t o = 0; o < n; o++)
+        if (s->ops[o].kind != LV_TERM || !lf_same_sharding(&s->ops[o].v, v) || s->comp->instrs[in->operands[o]].shape.rank != r)
+            return EID_NONE;
+    lval saved[8];
+    memcpy(saved, s->ops, n * sizeof *saved);
+    for (uint32_t from = 0; from < r; from++)
+        for (uint32_t to = 0; to < r; to++) {
+            lval pm = {.kind = LV_TERM};
+            if (!unit_moved_view(v, &in->shape, from, to, &pm.v)) continue;
+            bool ok = true;
+            eid ch[8];
+            for (uint32_t o = 0; o < n && ok; o++) {
+                lval m;
+                const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
+                if (xi->op == OP_BROADCAST) ok = lf_review_broadcast(s, o, &pm.v), m = s->ops[o];
+                else ok = lf_unit_move(c, &saved[o], &xi->shape, from, to, &m);
+                ch[o] = m.cls;
+            }
+            memcpy(s->ops, saved, n * sizeof *saved);
+            if (!ok) continue;
+            int64_t dims[VIEW_MAX_RANK];
+            lf_global_dims(c, &pm.v, &in->shape, dims);
+            eid mine[8];
+            for (uint32_t o = 0; o < n; o++) mine[o] = saved[o].cls;
+            int64_t cur[VIEW_MAX_RANK];
+            lf_global_dims(c, v, &in->shape, cur);
+            uint32_t attr = lf_encode_attrs(c, c->cur, in);
+            eid here = eg_lookup(c->g, in->op, attr, lf_type_of(c, in->shape.dtype, cur, r), mine, n);
+            eid there = eg_lookup(c->g, in->op, attr, lf_type_of(c, in->shape.dtype, dims, r), ch, n);
+            if (there == EID_NONE || !(eg_class_origin(c->g, there) & EG_BASELINE)) continue;
+            if (here != EID_NONE && (eg_class_origin(c->g, here) & EG_BASELINE)) return EID_NONE;
+            *v = pm.v;
+            return there;
+        }
+    return EID_NONE;
+}
+
+static lval lift_elementwise(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *ops = s->ops;
     view v = view_dup(in->shape.rank);
-    uint32_t out = 0;
-    uint8_t partial = l->v.partial | r->v.partial;
-    for (uint32_t k = 0; k < nlb; k++) {
-        if (!lf_same_dim(&l->v.dims[lb[k]], &r->v.dims[rb[k]])) {
-            lf_unsupported(c, s->comp, in, "%s: batch dimension %u is sharded differently on its operands", in->name, k);
-            return unknown();
-        }
-        v.dims[out++] = l->v.dims[lb[k]];
-    }
-    for (uint32_t k = 0; k < nlc; k++) {
-        const view_dim *ld = &l->v.dims[lc[k]], *rd = &r->v.dims[rc[k]];
-        if (ld->naxes != rd->naxes || memcmp(ld->axes, rd->axes, ld->naxes)) {
-            /* Views after reshapes are one reading of the local program; a
-             * contraction they disagree on is undecided, not yet a finding. */
-            lf_unsupported(c, s->comp, in, "%s contracts dimension %lld of lhs with dimension %lld of rhs, which are sharded differently",
-                        in->name, (long long)lc[k], (long long)rc[k]);
-            return unknown();
-        }
-        for (uint32_t a = 0; a < ld->naxes; a++) partial |= (uint8_t)(1u << ld->axes[a]);
-    }
-    for (int side = 0; side < 2; side++) {
-        const lval *x = side ? r : l;
-        const int64_t *bd = side ? rb : lb, *cd = side ? rc : lc;
-        uint32_t rank = s->comp->instrs[in->operands[side]].shape.rank;
-        for (uint32_t d = 0; d < rank; d++) {
-            bool skip = false;
-            for (uint32_t k = 0; k < nlb; k++) skip |= bd[k] == d;
-            for (uint32_t k = 0; k < nlc; k++) skip |= cd[k] == d;
-            if (!skip) v.dims[out++] = x->v.dims[d];
-        }
-    }
-    if (partial & view_axes_used(&(view){.rank = v.rank, .dims = {{0}}})) return unknown();
-    v.partial = partial;
-    v.red = partial ? RED_SUM : 0;
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &v, &in->shape, dims);
-    eid ch[2] = {l->cls, r->cls};
-    return term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, l->assumed || r->assumed);
-}
-
-/* reduce over sharded dims makes the result partial over those axes, with the
- * reducer as reduction; init must be the reducer's identity for that to hold. */
-
-/* Value i of comp is an all-gather along *d over *axes of a value partial
- * over those axes (*x): each device holds the stack of the group's partial
- * values. False when it is not, or the groups do not name mesh axes. */
-static bool gathered_partials(lstate *s, uint32_t i, int *axes, uint32_t *d, const lval **x) {
-    const hlo_instr *g = &s->comp->instrs[i];
-    if (g->op != OP_ALL_GATHER || g->noperands != 1) return false;
-    const lval *y = &s->vals[g->operands[0]];
-    uint32_t nd;
-    const int64_t *dd = instr_ints(g, A_DIMENSIONS, &nd);
-    if (y->kind != LV_TERM || !y->v.partial || nd != 1 || dd[0] < 0 || (uint64_t)dd[0] >= y->v.rank ||
-        y->v.dims[dd[0]].naxes)
-        return false;
-    char why[160];
-    int a = groups_axes_on(s->c->mesh, graph_num_replicas(s->c->dist), g, true, why, sizeof why);
-    if (a <= 0 || (y->v.partial & (uint32_t)a) != (uint32_t)a) return false;
-    *axes = a;
-    *d = (uint32_t)dd[0];
-    *x = y;
-    return true;
-}
-
-/* Whether every use of all-gather value i (gathered_partials, along d,
- * partial with reducer red) is a reduce over d with red: the stack reduced,
- * which is the complete value reduced (lift_reduce). */
-static bool stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i, uint32_t d, int red) {
-    bool used = false;
-    for (uint32_t j = i + 1; j < comp->ninstrs; j++) {
-        const hlo_instr *y = &comp->instrs[j];
-        for (uint32_t o = 0; o < y->noperands; o++) {
-            if (y->operands[o] != i) continue;
-            used = true;
-            uint32_t nd;
-            const int64_t *rd = y->op == OP_REDUCE ? instr_ints(y, A_DIMENSIONS, &nd) : NULL;
-            bool over = false;
-            for (uint32_t k = 0; rd && k < nd; k++) over |= rd[k] == (int64_t)d;
-            if (!over || o != 0 || y->noperands != 2 || instr_reducer(m, y) != red) return false;
-        }
-    }
-    return used && comp->root != i;
-}
-
-static lval lift_reduce(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    /* an integer init (a token count from 0); a device value the same on
-     * every device (a bounds check of constant indices) is a constant too */
-    for (uint32_t o = 0; o < in->noperands && in->noperands == 2; o++) lf_uniform_dev_as_term(s, o);
-    int red = instr_reducer(c->cur, in);
-    /* The stack of a group's partial values (an all-gather of them) reduced
-     * over the gathered dim with their reducer: the reduction of the complete
-     * value, on every device of the group (the stack's blocks are the pieces
-     * the reducer combines). */
-    int gaxes = 0;
-    uint32_t gd;
-    const lval *gx;
-    if (in->noperands == 2 && s->ops[0].kind == LV_UNKNOWN && gathered_partials(s, in->operands[0], &gaxes, &gd, &gx) &&
-        gx->v.red == red && stack_only_reduced(s->comp, c->cur, in->operands[0], gd, red)) {
-        /* the stacked values' factor is the reduction's (a sum is linear, a
-         * max or min commutes with a positive factor) */
-        double k = lf_scale_of(gx);
-        if (k != 1 && red != RED_SUM && !(k > 0 && (red == RED_MAX || red == RED_MIN))) return unknown();
-        s->ops[0] = *gx;
-        s->ops[0].scale = 0;
-        lval r = lift_reduce(s);
-        if (r.kind == LV_TERM && (r.v.partial & (uint32_t)gaxes) == (uint32_t)gaxes) {
-            r.v.partial &= (uint8_t)~gaxes;
-            if (!r.v.partial) r.v.red = 0;
-            r.scale = k == 1 ? 0 : k;
-            r.factor_at = gx->factor_at;
-            return r;
-        }
-        return unknown();
-    }
-    if (in->noperands != 2 || s->ops[0].kind != LV_TERM || s->ops[1].kind != LV_TERM) return unknown();
-    const lval *x = &s->ops[0], *init = &s->ops[1];
-    if (!red) return unknown();
-    if (x->v.partial && !(x->v.red == red && (red == RED_SUM || red == RED_MAX || red == RED_MIN))) {
-        lf_finding(c, "missing-all-reduce", s->comp, in, "reduce-%s of a value that is still partial (%s) over a mesh axis",
-                reducer_name(red), reducer_name(x->v.red));
-        return unknown();
-    }
-    uint32_t nd;
-    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
-    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
-    view v = view_dup(in->shape.rank);
-    uint8_t partial = x->v.partial;
-    uint32_t out = 0;
-    bool unsure = false;  /* a reduced sharded unit dim of an ambiguous reading */
-    for (uint32_t d = 0; d < src->shape.rank; d++) {
-        bool reduced = false;
-        for (uint32_t k = 0; k < nd; k++) reduced |= rd[k] == d;
-        if (!reduced) {
-            v.dims[out++] = x->v.dims[d];
-            continue;
-        }
-        for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) partial |= (uint8_t)(1u << x->v.dims[d].axes[a]);
-        unsure |= x->ambiguous && x->v.dims[d].naxes && src->shape.dims[d] == 1;
-    }
-    if (partial != x->v.partial && init->v.partial) return unknown();
-    v.partial = partial;
-    v.red = partial ? (uint8_t)red : 0;
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &v, &in->shape, dims);
-    eid ch[2] = {x->cls, init->cls};
-    lval r = term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, x->assumed || init->assumed);
-    r.partial_unsure = unsure || (x->partial_unsure && x->v.partial);
-    return r;
-}
-
-/* The other reading of reduce r (value i of comp), whose partial axes all
- * come from reduced dims of local size 1 (a head per device, summed over
- * alone): a sum over one element is that element, so the local result is
- * the reduction over the other dims only, with those unit dims dropped by a
- * reshape. Each dropped dim's axes then bind the major factor of the next
- * dim kept (block sharding of the merged dim), and the term is the global
- * reduction over the other dims reshaped: never partial. False when the
- * init is not the reducer's identity, the operand is partial, or a dropped
- * dim has no kept dim after it. */
-static bool reduce_unit_reading(lift_ctx *c, const hlo_comp *comp, uint32_t i, const lval *vals, lval *out) {
-    const hlo_instr *r = &comp->instrs[i];
-    if (r->op != OP_REDUCE || r->noperands != 2) return false;
-    const lval *x = &vals[r->operands[0]], *init = &vals[r->operands[1]];
-    const shape *xs = &comp->instrs[r->operands[0]].shape;
-    /* A factor on the operand is one on the sum (a sum is linear). */
-    if (x->kind != LV_TERM || init->kind != LV_TERM || x->v.partial || init->v.partial || lf_scale_of(init) != 1 ||
-        (lf_scale_of(x) != 1 && instr_reducer(c->cur, r) != RED_SUM) || xs->rank > VIEW_MAX_RANK ||
-        !reducer_identity(c, c->cur, r, init->cls))
-        return false;
-    uint32_t nd;
-    const int64_t *rd = instr_ints(r, A_DIMENSIONS, &nd);
-    int64_t other[VIEW_MAX_RANK], gd1[VIEW_MAX_RANK];
-    uint32_t nother = 0, r1 = 0;
-    bool dropped[VIEW_MAX_RANK] = {false}, any = false;
-    view w1 = view_dup(0);
-    for (uint32_t d = 0; d < xs->rank; d++) {
-        bool reduced = false;
-        for (uint32_t k = 0; k < nd; k++) reduced |= rd[k] == d;
-        if (reduced && !x->v.dims[d].naxes) {
-            other[nother++] = d;
-            continue;
-        }
-        if (reduced && xs->dims[d] != 1) return false;
-        dropped[r1] = reduced;
-        any |= reduced;
-        w1.dims[r1] = x->v.dims[d];
-        gd1[r1++] = xs->dims[d] * view_dim_parts(&x->v, c->mesh, d);
-    }
-    w1.rank = r1;
-    if (!any) return false;
-    eid t1 = x->cls;
-    if (nother) {
-        /* the same reduce over the other dims only */
-        hlo_instr ri = *r;
-        hlo_attr *attrs = arena_alloc(c->a, (r->nattrs + 1) * sizeof *attrs);
-        if (r->nattrs) memcpy(attrs, r->attrs, r->nattrs * sizeof *attrs);
-        for (uint32_t k = 0; k < r->nattrs; k++)
-            if (attrs[k].key == A_DIMENSIONS) attrs[k].v.ints = arena_memdup(c->a, other, nother * sizeof *other), attrs[k].n = nother;
-        ri.attrs = attrs;
-        ri.shape.rank = r1;
-        ri.shape.dims = arena_alloc(c->a, (r1 + 1) * sizeof *ri.shape.dims);
-        for (uint32_t k = 0; k < r1; k++) ri.shape.dims[k] = gd1[k] / view_dim_parts(&w1, c->mesh, k);
-        eid ch[2] = {x->cls, init->cls};
-        t1 = lf_node(c, c->cur, &ri, ch, 2, gd1, c->origin);
-    }
-    view v = view_dup(r->shape.rank);
-    view_dim pending = {0};
-    uint32_t q = 0;
-    for (uint32_t k = 0; k < r1; k++) {
-        if (dropped[k]) {
-            if (pending.naxes + w1.dims[k].naxes > MESH_MAX_AXES) return false;
-            for (uint32_t a = 0; a < w1.dims[k].naxes; a++) pending.axes[pending.naxes++] = w1.dims[k].axes[a];
-            continue;
-        }
-        if (q >= r->shape.rank || pending.naxes + w1.dims[k].naxes > MESH_MAX_AXES) return false;
-        v.dims[q] = pending;
-        for (uint32_t a = 0; a < w1.dims[k].naxes; a++) v.dims[q].axes[v.dims[q].naxes++] = w1.dims[k].axes[a];
-        pending.naxes = 0;
-        q++;
-    }
-    if (pending.naxes || q != r->shape.rank) return false;
-    int64_t gd[VIEW_MAX_RANK];
-    lf_global_dims(c, &v, &r->shape, gd);
-    *out = term(lf_mk_reshape(c, t1, lf_type_of(c, r->shape.dtype, gd, r->shape.rank), c->origin), v, x->assumed || init->assumed);
-    out->ambiguous = true;
-    out->scale = x->scale;
-    return true;
-}
-
-
-lf_loop_mark lf_loop_mark_take(const lift_ctx *c) {
-    const lift_segment *sg = c->nsegs ? &c->segs[c->cur_seg] : NULL;
-    return (lf_loop_mark){c->nfindings, c->nunsupported, c->noutside, c->resynced, c->ndoms, sg ? sg->findings : 0,
-                       sg ? sg->unsupported : 0, sg ? sg->divergent : 0, sg ? sg->outside : 0, c->next_loop,
-                       c->assumptions.len, c->lifted, c->assumed, c->first_unsupported, c->later_unsupported,
-                       c->divergence, c->first_unsupported_comp, c->later_unsupported_comp, c->divergence_comp,
-                       c->unsupported_why, c->later_unsupported_why, c->divergence_note, c->unsupported_konst,
-                       c->later_unsupported_konst, c->divergence_konst, c->divergence_layout, c->divergence_resynced,
-                       c->divergence_kind, c->resync_scope};
-}
-
-void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m) {
-    c->nfindings = m->nfindings;
-    c->nunsupported = m->nunsupported;
-    c->noutside = m->noutside;
-    c->resynced = m->resynced;
-    c->ndoms = m->ndoms;
-    if (c->nsegs) {
-        lift_segment *sg = &c->segs[c->cur_seg];
-        sg->findings = m->seg_findings;
-        sg->unsupported = m->seg_unsupported;
-        sg->divergent = m->seg_divergent;
-        sg->outside = m->seg_outside;
-    }
-    c->next_loop = m->next_loop;
-    if (c->assumptions.s && m->assumptions < c->assumptions.len) {
-        c->assumptions.len = m->assumptions;
-        c->assumptions.s[m->assumptions] = 0;
-    }
-    c->lifted = m->lifted;
-    c->assumed = m->assumed;
-    c->first_unsupported = m->first_unsupported;
-    c->later_unsupported = m->later_unsupported;
-    c->divergence = m->divergence;
-    c->first_unsupported_comp = m->first_unsupported_comp;
-    c->later_unsupported_comp = m->later_unsupported_comp;
-    c->divergence_comp = m->divergence_comp;
-    c->unsupported_why = m->unsupported_why;
-    c->later_unsupported_why = m->later_unsupported_why;
-    c->divergence_note = m->divergence_note;
-    c->unsupported_konst = m->unsupported_konst;
-    c->later_unsupported_konst = m->later_unsupported_konst;
-    c->divergence_konst = m->divergence_konst;
-    c->divergence_layout = m->divergence_layout;
-    c->divergence_resynced = m->divergence_resynced;
-    c->divergence_kind = m->divergence_kind;
-    c->resync_scope = m->resync_scope;
-}
-
-/* Operand o of s re-read through the layout ops (reshape, bitcast,
- * broadcast, transpose) since a reduce whose partial sum has the other
- * reading (reduce_unit_reading), those ops lifted again on it. Nothing a
- * transfer function says on the way counts: a reading they cannot carry is
- * no reading. Returns whether ops[o] was replaced. */
-static bool unit_partial_reread(lstate *s, uint32_t o) {
-    lift_ctx *c = s->c;
-    const hlo_comp *comp = s->comp;
-    uint32_t chain[8], at[8], n = 0, i = s->in->operands[o];
-    for (;;) {
-        const hlo_instr *y = &comp->instrs[i];
-        const lval *yv = &s->vals[i];
-        if (yv->kind != LV_TERM || !yv->v.partial) return false;
-        if (y->op == OP_REDUCE) break;
-        if (n == ARRAY_LEN(chain)) return false;
-        /* An elementwise op (a scaling by a replicated constant) with one
-         * partial operand, the chain's, and the others complete. */
-        uint32_t k = 0;
-        if (lf_is_elementwise(y->op) && y->noperands <= 3) {
-            uint32_t np = 0;
-            for (uint32_t q = 0; q < y->noperands; q++) {
-                const lval *z = &s->vals[y->operands[q]];
-                if (z->kind != LV_TERM) return false;
-                if (z->v.partial) np++, k = q;
-            }
-            if (np != 1) return false;
-        } else if ((y->op != OP_RESHAPE && y->op != OP_BITCAST && y->op != OP_BROADCAST && y->op != OP_TRANSPOSE) ||
-                   y->noperands != 1) {
-            return false;
-        }
-        at[n] = k;
-        chain[n++] = i;
-        i = y->operands[k];
-    }
-    lval cur;
-    if (!reduce_unit_reading(c, comp, i, s->vals, &cur)) return false;
-    lf_loop_mark m = lf_loop_mark_take(c);
-    while (n) {
-        const hlo_instr *y = &comp->instrs[chain[--n]];
-        lval ops[3];
-        for (uint32_t q = 0; q < y->noperands && q < 3; q++) ops[q] = q == at[n] ? cur : s->vals[y->operands[q]];
-        lstate s2 = {c, comp, y, ops, s->vals};
-        if (!lf_scale_take(&s2, &cur)) {
-            double f = lf_scale_plan(&s2);
-            cur = lf_lift_instr(&s2);
-            lf_scale_apply(&s2, &cur, f);
-        }
-        if (cur.kind != LV_TERM || cur.assumed || cur.v.partial || c->nunsupported != m.nunsupported ||
-            c->nfindings != m.nfindings || c->assumed != m.assumed) {
-            lf_loop_mark_undo(c, &m);
-            return false;
-        }
-    }
-    cur.ambiguous = true;
-    s->ops[o] = cur;
-    return true;
-}
-
-/* A partial operand beside operands sharded over its partial axes, none of
- * them partial: a sum collective would make it complete, and elementwise
- * with the others it is only meaningful in its other reading, if it has
- * one whose sharding is theirs (unit_partial_reread). */
-static void elementwise_unit_partials(lstate *s) {
-    const hlo_instr *in = s->in;
-    /* Partial sums combined by an op that is not a sum (g·g, Adam's second
-     * moment): meaningful only in their other readings, when they all have
-     * one and those agree. */
-    uint32_t npart = 0, nterm = 0;
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        nterm += s->ops[o].kind == LV_TERM;
-        npart += s->ops[o].kind == LV_TERM && s->ops[o].v.partial;
-    }
-    if (npart >= 2 && npart == nterm && in->op != OP_ADD && in->op != OP_SUBTRACT && in->noperands <= 8) {
-        lval saved[8];
-        memcpy(saved, s->ops, in->noperands * sizeof *saved);
-        bool ok = true;
-        const view *first = NULL;
-        for (uint32_t o = 0; o < in->noperands && ok; o++) {
-            if (s->ops[o].kind != LV_TERM) continue;
-            ok = unit_partial_reread(s, o) && (!first || lf_same_sharding(first, &s->ops[o].v));
-            if (!first) first = &s->ops[o].v;
-        }
-        if (!ok) memcpy(s->ops, saved, in->noperands * sizeof *saved);
-        return;
-    }
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        lval *x = &s->ops[o];
-        if (x->kind != LV_TERM || !x->v.partial) continue;
-        int peer = -1;
-        bool clean = true;
-        for (uint32_t p = 0; p < in->noperands; p++) {
-            const lval *y = &s->ops[p];
-            if (p == o || y->kind != LV_TERM) continue;
-            clean &= !y->v.partial;
-            if (peer < 0 && y->v.rank == x->v.rank && (view_axes_used(&y->v) & x->v.partial) == x->v.partial) peer = (int)p;
-        }
-        if (!clean || peer < 0) continue;
-        lval saved = *x;
-        if (unit_partial_reread(s, o) && !lf_same_sharding(&x->v, &s->ops[peer].v)) *x = saved;
-    }
-}
-
-void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
-    bool first = true;
-    for (uint32_t a = 0; a < c->mesh->naxes; a++)
-        if (mask >> a & 1) {
-            sb_printf(b, "%s%s", first ? "" : ",", c->mesh->names[a]);
-            first = false;
-        }
-    if (first) sb_puts(b, "no axis");
-}
-
-/* The mesh axes a collective's groups span, or -1 after saying why: a finding
- * on a declared mesh, undecided on a mesh inferred from shardings. */
-int lf_collective_axes(lstate *s, bool ordered) {
-    lift_ctx *c = s->c;
-    int64_t R = graph_num_replicas(c->dist), D = mesh_devices(c->mesh);
-    char why[160];
-    int axes = groups_axes_on(c->mesh, R, s->in, ordered, why, sizeof why);
-    if (axes >= 0) return axes;
-    if (axes == -2) {
-        /* Groups that name no devices at all, as XLA reads them for the group mode. */
-        static const char *const named[] = {"replicas (no channel_id)", "partitions", ("replicas, each across every partition "
-                                            "(a channel_id without use_global_device_ids)"), "devices"};
-        lf_finding(c, "wrong-collective-group", s->comp, s->in, "the replica groups of %s name %s: %s (%lld replica%s, %lld "
-                   "partition%s)", s->in->name, named[graph_group_mode(s->in)], why, (long long)R, R == 1 ? "" : "s",
-                   (long long)(D / R), D / R == 1 ? "" : "s");
-        return -1;
-    }
-    if (c->mesh_inferred)
-        lf_unsupported(c, s->comp, s->in, "the replica groups of %s match no axis of the mesh inferred from the shardings",
-                    s->in->name);
-    else
-        lf_finding(c, "wrong-collective-group", s->comp, s->in, "the replica groups of %s match no set of mesh axes%s",
-                s->in->name, ordered ? " (in device order)" : "");
-    return -1;
-}
-
-/* The operand of sum collective s, sharded over some of `axes` on dims of
- * local size 1 (whole dims: all their axes among `axes`), re-read as partial
- * over those axes: every device holds one summand of the sum over such a
- * dim, so it is a partial sum of the global term reduced over it (the dim
- * kept, of size 1). Where no device of a group holds the same block (a head
- * each), summing the group adds the heads: the sum XLA writes for a
- * reduction over a dim its shards hold one slice of. */
-static void unit_blocks_as_partial(lstate *s, uint32_t axes) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    lval *x = &s->ops[0];
-    const shape *ls = &s->comp->instrs[in->operands[0]].shape;
-    const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
-    /* A value partial over axes the group does not span is summed over the
-     * wrong axes, more likely than over its unit dims: that finding stands. */
-    if (x->kind != LV_TERM || (x->v.partial & ~axes) || (x->v.partial && x->v.red != RED_SUM) || !ta ||
-        ls->rank > VIEW_MAX_RANK)
-        return;
-    uint32_t sharded = axes & ~(uint32_t)x->v.partial, got = 0;
-    int64_t dd[VIEW_MAX_RANK], gd[VIEW_MAX_RANK], rd[VIEW_MAX_RANK], ld[VIEW_MAX_RANK];
-    uint32_t nd = 0, nr = 0;
-    lf_global_dims(c, &x->v, ls, gd);
-    for (uint32_t d = 0; d < ls->rank; d++) {
-        uint32_t mine = 0;
-        for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) mine |= 1u << x->v.dims[d].axes[a];
-        if (!(mine & sharded)) {
-            ld[nr] = ls->dims[d];
-            rd[nr++] = gd[d];
-            continue;
-        }
-        if ((mine & ~sharded) || ls->dims[d] != 1) return;
-        got |= mine;
-        dd[nd++] = d;
-    }
-    if (!nd || got != sharded) return;
-    /* reduce(term, 0) over those dims with the collective's reducer */
-    hlo_instr ri = *in;
-    hlo_attr attrs[2] = {{.key = A_DIMENSIONS, .kind = K_INTS, .n = nd, .v.ints = arena_memdup(c->a, dd, nd * sizeof *dd)}, *ta};
-    if (attrs[1].key < attrs[0].key) {
-        hlo_attr t = attrs[0];
-        attrs[0] = attrs[1];
-        attrs[1] = t;
-    }
-    ri.op = OP_REDUCE;
-    ri.attrs = arena_memdup(c->a, attrs, sizeof attrs);
-    ri.nattrs = 2;
-    ri.shape.rank = nr;
-    ri.shape.dims = arena_memdup(c->a, ld, (nr + 1) * sizeof *ld);
-    interp_val *z = interp_val_new(ls->dtype, 0, NULL);
-    if (!z) return;
-    eid ch[2] = {x->cls, lf_const_term(c, z, c->origin)};
-    eid t = lf_node(c, c->cur, &ri, ch, 2, rd, c->origin);
-    for (uint32_t k = 0; k < nd; k++) gd[dd[k]] = 1;
-    x->cls = lf_mk_reshape(c, t, lf_type_of(c, ls->dtype, gd, ls->rank), c->origin);
-    for (uint32_t k = 0; k < nd; k++) memset(&x->v.dims[dd[k]], 0, sizeof x->v.dims[dd[k]]);
-    x->v.partial |= (uint8_t)sharded;
-    x->v.red = RED_SUM;
-}
-
-/* all-reduce over the mesh axes its groups span: removes `partial` over them;
- * the reduction must match the operand's. */
-static lval lift_all_reduce(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    int axes = lf_collective_axes(s, false);
-    int red = instr_reducer(c->cur, in);
-    if (axes < 0) return unknown();
-    if (x->kind != LV_TERM) {
-        /* The result is the same on every device of a group, whatever it is. */
-        if (x->kind == LV_UNKNOWN) {
-            view v = view_dup(in->shape.rank);
-            if (axes != (1 << c->mesh->naxes) - 1) return unknown();
-            /* Replicated now, content unproven: assume it is what the baseline
-             * computes at the end of the same op_name scope (said in the trace). */
-            const char *sc;
-            size_t sn;
-            uint32_t idx;
-            if (sr_scope_top(in, &sc, &sn) && strmap_get(&c->scope_index, sc, sn, &idx)) {
-                eid b = c->scope_cls[idx];
-                uint32_t t = eg_type(c->g, in->shape.dtype, in->shape.dims, in->shape.rank);
-                if (b != EID_NONE && eg_class_type(c->g, b) == t) {
-                    if (!c->resynced++) c->resync_scope = arena_strndup(c->a, sc, sn);
-                    return term(b, v, false);
-                }
-            }
-            return assume(c, in, v);
-        }
-        return unknown();
-    }
-    if (red == RED_SUM) unit_blocks_as_partial(s, (uint32_t)axes);
-    strbuf w;
-    sb_init(&w);
-    lf_axes_words(&w, c, (uint32_t)axes);
-    lval result;
-    if ((x->v.partial & axes) != (uint32_t)axes) {
-        /* Summing values that are already complete over an axis multiplies them. */
-        uint32_t extra = (uint32_t)axes & ~x->v.partial;
-        bool sharded = false;
-        for (uint32_t d = 0; d < x->v.rank; d++)
-            for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) sharded |= axes >> x->v.dims[d].axes[a] & 1;
-        if (red == RED_SUM && !sharded && dtype_is_float(in->shape.dtype) && in->shape.dtype == s->comp->instrs[in->operands[0]].shape.dtype &&
-            (!x->v.partial || x->v.red == RED_SUM)) {
-            /* n copies summed: n times the value, a constant factor (lift_scale.c)
-             * that a division may take back (a pmean of a value every device
-             * already holds, over one axis of several) or that reaches an
-             * output, where it is blamed on this sum. */
-            result = *x;
-            copies_as_partial(c, &result, extra, in);
-            result.v.partial &= (uint8_t)~axes;
-            if (!result.v.partial) result.v.red = 0;
-            lval copies = result;
-            result = term(copies.cls, copies.v, copies.assumed);
-            result.scale = copies.scale;
-            result.factor_at = copies.factor_at;
-            sb_free(&w);
-            return result;
-        }
-        if (red == RED_SUM || red == RED_PROD) {
-            strbuf e;
-            sb_init(&e);
-            lf_axes_words(&e, c, extra);
-            int64_t times = 1;
-            for (uint32_t ax = 0; ax < c->mesh->naxes; ax++)
-                if (extra >> ax & 1) times *= c->mesh->sizes[ax];
-            if (x->v.partial & ~(uint32_t)axes) {
-                /* Partial over other axes than the groups span: the wrong axis. */
-                strbuf p2;
-                sb_init(&p2);
-                lf_axes_words(&p2, c, x->v.partial & ~(uint32_t)axes);
-                lf_finding(c, "wrong-collective-group", s->comp, in,
-                        "%s reduces over %s, but the value is partial over %s: the all-reduce runs over the wrong mesh axis",
-                        in->name, w.s, p2.s);
-                sb_free(&p2);
-            } else if (sharded) {
-                /* Each device's block summed with the others': the sum of the
-                 * blocks, a value in its own right (not related yet). */
-                lf_unsupported(c, s->comp, in, "%s sums over %s a value sharded over %s: the sum of its blocks is not related yet",
-                               in->name, w.s, e.s);
-            } else {
-                lf_finding(c, "wrong-reduction", s->comp, in,
-                        "%s sums over %s, but the value is already complete over %s: it is counted %lld times",
-                        in->name, w.s, e.s, (long long)times);
-            }
-            sb_free(&e);
-            view v = x->v;
-            v.partial &= (uint8_t)~axes;
-            result = assume(c, in, v);
-            sb_free(&w);
-            return result;
-        }
-    }
-    if (x->v.partial && x->v.red != red) {
-        lf_finding(c, "wrong-reduction", s->comp, in, "%s reduces with %s over %s but the value is partial with %s",
-                in->name, reducer_name(red), w.s, reducer_name(x->v.red));
-        view v = x->v;
-        v.partial &= (uint8_t)~axes;
-        sb_free(&w);
-        return assume(c, in, v);
-    }
-    for (uint32_t d = 0; d < x->v.rank; d++)
-        for (uint32_t a = 0; a < x->v.dims[d].naxes; a++)
-            if (axes >> x->v.dims[d].axes[a] & 1) {
-                lf_finding(c, "wrong-collective-group", s->comp, in, "@%s reduces over %s, along which the value is sharded (dimension %u), not partial",
-                        in->name, w.s, d);
-                sb_free(&w);
-                return unknown();
-            }
-    if (in->shape.dtype != s->comp->instrs[in->operands[0]].shape.dtype) {
-        lf_finding(c, "dtype-mismatch", s->comp, in, "%s changes the element type", in->name);
-        sb_free(&w);
-        return unknown();
-    }
-    sb_free(&w);
-    view v = x->v;
-    v.partial &= (uint8_t)~axes;
-    if (!v.partial) v.red = 0;
-    return term(x->cls, v, x->assumed);
-}
-
-/* The operand, axes (groups in device order) and the one dimension of an
- * all-gather or reduce-scatter; false (said why) when they do not apply. */
-static bool dim_collective(lstate *s, int *axes, uint32_t *dim) {
-    uint32_t nd;
-    const int64_t *dd = instr_ints(s->in, A_DIMENSIONS, &nd);
-    if (s->ops[0].kind != LV_TERM) return false;
-    if ((*axes = lf_collective_axes(s, true)) < 0) return false;
-    if (nd != 1) {
-        lf_unsupported(s->c, s->comp, s->in, "%s has %u dimensions", s->in->name, nd);
-        return false;
-    }
-    *dim = (uint32_t)dd[0];
-    return true;
-}
-
-/* all-gather along d: d must be sharded with the gathered axes as its minor
- * axes (block order = group order). */
-/* all-gather along dim d over `axes` of a value every device of a group holds
- * alike (not sharded along d, the axes unused by its view): the group's
- * copies side by side, the same on every device — concatenate(x, ..., x), or
- * for known values those values tiled. (GSPMD gathers a constant it
- * computed whole on every device; a program may tile a replicated value.) */
-static lval gather_copies(lstate *s, uint32_t d, int axes) {
-    lift_ctx *c = s->c;
-    const lval *x = &s->ops[0];
-    const hlo_instr *in = s->in;
-    int64_t n = 1;
-    for (uint32_t a = 0; a < c->mesh->naxes; a++)
-        if (axes >> a & 1) n *= c->mesh->sizes[a];
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &x->v, &in->shape, dims);
-    uint32_t rank = in->shape.rank, xr;
-    int64_t xd[VIEW_MAX_RANK];
-    const int64_t *td = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &xr);
-    if (xr != rank || rank > VIEW_MAX_RANK || n < 1) return unknown();
-    memcpy(xd, td, rank * sizeof *xd); /* (adding a type moves the type store) */
-    uint32_t t = lf_type_of(c, in->shape.dtype, dims, rank);
-    const interp_val *kv = lf_kval(c, x->cls);
-    if (kv && lf_fold_size_ok(dims, rank)) {
-        interp_val *r = interp_val_new(kv->dtype, rank, dims);
-        if (r) {
-            int64_t idx[VIEW_MAX_RANK] = {0};
-            for (int64_t e = 0; e < r->n; e++) {
-                int64_t src = 0;
-                for (uint32_t q = 0; q < rank; q++) src = src * xd[q] + (q == d ? idx[q] % xd[q] : idx[q]);
-                interp_val_set(r, e, interp_val_get(kv, src));
-                for (int q = (int)rank - 1; q >= 0 && ++idx[q] == dims[q]; q--) idx[q] = 0;
-            }
-            lval out = term(lf_const_term(c, r, c->origin), x->v, x->assumed);
-            out.konst = x->konst;
-            return out;
-        }
-    }
-    if (n > 64) return unknown();
-    eid ch[64];
-    for (int64_t q = 0; q < n; q++) ch[q] = x->cls;
-    int64_t dd = d;
-    return term(eg_add(c->g, OP_CONCATENATE, lf_list_attr(c, A_DIMENSIONS, &dd, 1), t, ch, (uint32_t)n, c->origin), x->v,
-                x->assumed);
-}
-
-/* x (the operand of s, of s's source shape) with the blocks of its dim e
- * moved into dim d as d's major part, a layout (lift.h): e is no longer
- * bound to its axes; `bound` binds d's blocks to them instead (an all-to-all:
- * device r keeps block r of d), else every device holds all of them (an
- * all-gather). False when a view's parts are unknown. */
-bool lf_blocks_moved(lstate *s, const lval *x, uint32_t e, uint32_t d, bool bound, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *src = &s->comp->instrs[s->in->operands[0]];
-    uint32_t rank = src->shape.rank;
-    if (rank > VIEW_MAX_RANK) return false;
-    int64_t n = view_dim_parts(&x->v, c->mesh, e);
-    lift_layout *L = arena_alloc(c->a, sizeof *L);
-    memset(L, 0, sizeof *L);
-    L->grank = L->ndims = rank;
-    for (uint32_t q = 0; q < rank; q++) {
-        int64_t parts = view_dim_parts(&x->v, c->mesh, q);
-        if (parts < 1) return false;
-        L->gdims[q] = src->shape.dims[q] * parts;
-        L->split[q] = parts;
-        L->bound[q] = parts > 1 && q != e ? 1 : -1;
-        L->naxes[q] = q != e ? x->v.dims[q].naxes : 0;
-        memcpy(L->axes[q], x->v.dims[q].axes, L->naxes[q]);
-    }
-    if (bound) {
-        L->split[d] = n;
-        L->bound[d] = 1;
-        L->naxes[d] = x->v.dims[e].naxes;
-        memcpy(L->axes[d], x->v.dims[e].axes, x->v.dims[e].naxes);
-    }
-    for (uint32_t q = 0; q < rank; q++) {
-        if (q == d) L->atoms[q][L->natoms[q]++] = (layout_atom){(uint8_t)e, 0, n};
-        if (L->gdims[q] / L->split[q] > 1) L->atoms[q][L->natoms[q]++] = (layout_atom){(uint8_t)q, 1, L->gdims[q] / L->split[q]};
-    }
-    L->from = s->in;
-    L->from_comp = s->comp;
-    *out = (lval){.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
-    return true;
-}
-
-/* all-gather along dim d (not sharded) of a value whose dim e is sharded over
- * exactly the gathered axes (major first): every device ends up with the same
- * tensor, dim d holding the blocks of e as its major part — a rearrangement of
- * the global value (a layout), which reshapes and transposes may bring back
- * (jax's untiled all_gather then moveaxis), and which is wrong only if used
- * so. */
-static bool gather_layout(lstate *s, uint32_t d, int axes, lval *out) {
-    const lval *x = &s->ops[0];
-    const hlo_instr *src = &s->comp->instrs[s->in->operands[0]];
-    uint32_t rank = src->shape.rank;
-    int e = -1;
-    for (uint32_t q = 0; q < rank; q++) {
-        const view_dim *vq = &x->v.dims[q];
-        uint32_t mask = 0;
-        bool ascending = true;
-        for (uint32_t k = 0; k < vq->naxes; k++) {
-            mask |= 1u << vq->axes[k];
-            ascending &= k == 0 || vq->axes[k] > vq->axes[k - 1];
-        }
-        if (!(mask & (uint32_t)axes)) continue;
-        if (mask != (uint32_t)axes || !ascending || e >= 0) return false;
-        e = (int)q;
-    }
-    if (e < 0 || rank > VIEW_MAX_RANK) return false;
-    return lf_blocks_moved(s, x, (uint32_t)e, d, false, out);
-}
-
-/* A value sharded along a unit dim j before the dim d an all-gather gathers
- * (d unsharded; PyTorch/XLA: token rows [1,16,64] of a batch split over
- * data, gathered along the sequence dim): read as sharded along d
- * (unit_move), when j holds gathered axes. */
-static bool unit_dim_regroup(lstate *s, uint32_t d, uint32_t axes, lval *out) {
-    const lval *x = &s->ops[0];
-    const shape *sh = &s->comp->instrs[s->in->operands[0]].shape;
-    for (int64_t j = (int64_t)d - 1; j >= 0 && x->kind == LV_TERM && (uint32_t)j < x->v.rank; j--) {
-        const view_dim *vj = &x->v.dims[j];
-        if (!vj->naxes) continue;
-        bool gathered = false;
-        for (uint32_t a = 0; a < vj->naxes; a++) gathered |= axes >> vj->axes[a] & 1;
-        return gathered && unit_move(s->c, x, sh, (uint32_t)j, d, out);
-    }
-    return false;
-}
-
-/* An all-gather along dim d over one mesh axis (P devices) of a value
- * sharded by that axis along another dim k: device r's piece lands at block
- * r of d. Two forms are rearrangements of the term X:
- *   - d is a unit dim locally, k has local size n: the result holds
- *     X[.., r·n + i (k), ..] at [.., i (k), .., r (d), ..] — X with k split
- *     into [P, n], the unit d dropped and P moved to d's place (PyTorch/XLA
- *     gathers its token rows [16, 1, 64] so, into [seq, batch, hidden]);
- *   - k is a unit dim locally, d has local size m: the result holds
- *     X[.., r (k), .., i (d), ..] at [.., 0 (k), .., r·m + i (d), ..] — X
- *     with k moved just before d, then merged into it (a reshape alone when
- *     only unit dims lie between).
- * Either way the same on every device; whether it is the baseline's is for
- * the terms to say. False when neither form applies. */
-static bool gather_unit_dim(lstate *s, uint32_t d, int axes, lval *out) {
-    lift_ctx *c = s->c;
-    const lval *x = &s->ops[0];
-    const shape *sh = &s->comp->instrs[s->in->operands[0]].shape;
-    uint32_t r = sh->rank;
-    if (x->kind != LV_TERM || x->v.rank != r || r > VIEW_MAX_RANK || d >= r || x->v.dims[d].naxes ||
-        __builtin_popcount((unsigned)axes) != 1 || (x->v.partial & (uint32_t)axes))
-        return false;
-    int k = -1;
-    for (uint32_t q = 0; q < r; q++)
-        if (x->v.dims[q].naxes == 1 && axes >> x->v.dims[q].axes[0] & 1) k = (int)q;
-    if (k < 0) return false;
-    int64_t g[VIEW_MAX_RANK], y[VIEW_MAX_RANK], perm[VIEW_MAX_RANK], f[VIEW_MAX_RANK];
-    lf_global_dims(c, &x->v, sh, g);
-    int64_t n = sh->dims[k], p = g[k] / (n ? n : 1);
-    if (n < 1 || p * n != g[k]) return false;
-    int dt = sh->dtype;
-    eid t;
-    bool ident = true;
-    if (sh->dims[d] == 1) {
-        /* y: the term with k split into [p, n] and the unit dim d dropped (as
-         * a program writes it: reshape, then transpose); at[q]: y's dim for
-         * x's dim q (for k: its n part). */
-        uint32_t yr = 0, at[VIEW_MAX_RANK], pk = 0;
-        for (uint32_t q = 0; q < r; q++) {
-            if ((int)q == k) pk = yr, y[yr++] = p;
-            if (q != d) at[q] = yr, y[yr++] = (int)q == k ? n : g[q];
-        }
-        for (uint32_t q = 0; q < r; q++) {
-            perm[q] = q == d ? pk : at[q];
-            f[q] = y[perm[q]];
-            ident &= perm[q] == q;
-        }
-        t = lf_mk_reshape(c, x->cls, lf_type_of(c, dt, y, yr), c->origin);
-        if (!ident) t = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, r), lf_type_of(c, dt, f, r), &t, 1, c->origin);
-    } else if (n == 1) {
-        /* X's dims with k just before d (y), then k merged into d (f). */
-        uint32_t np = 0;
-        for (uint32_t q = 0; q < r; q++) {
-            if ((int)q == k) continue;
-            if (q == d) perm[np++] = k;
-            perm[np++] = q;
-        }
-        for (uint32_t q = 0; q < r; q++) {
-            y[q] = g[perm[q]];
-            f[q] = (int)q == k ? 1 : q == d ? p * g[d] : g[q];
-            ident &= perm[q] == q;
-        }
-        t = x->cls;
-        if (!ident) t = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, r), lf_type_of(c, dt, y, r), &t, 1, c->origin);
-        t = lf_mk_reshape(c, t, lf_type_of(c, dt, f, r), c->origin);
-    } else {
-        return false;
-    }
-    view v = x->v;
-    memset(&v.dims[k], 0, sizeof v.dims[k]);
-    *out = term(t, v, x->assumed);
-    return true;
-}
-
-lval lf_lift_all_gather(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    int axes;
-    uint32_t d;
-    if (!dim_collective(s, &axes, &d)) return unknown();
-    view v = x->v;
-    view_dim *vd = &v.dims[d];
-    uint32_t k = __builtin_popcount((unsigned)axes);
-    lval xr;
-    if (!vd->naxes && unit_dim_regroup(s, d, (uint32_t)axes, &xr)) {
-        x = &xr;
-        v = xr.v;
-    }
-    if (!vd->naxes && !(view_axes_used(&x->v) & (uint32_t)axes) && !x->v.partial) return gather_copies(s, d, axes);
-    bool ok = vd->naxes >= k;
-    for (uint32_t i = 0; ok && i < k; i++) ok = axes >> vd->axes[vd->naxes - k + i] & 1;
-    lval moved;
-    if (!ok && gather_unit_dim(s, d, axes, &moved)) return moved;
-    if (!ok && !vd->naxes && !x->v.partial && gather_layout(s, d, axes, &moved)) return moved;
-    if (!ok && (x->v.partial & (uint32_t)axes) == (uint32_t)axes && !vd->naxes) {
-        /* The stack of the group's partial values: no value of the baseline
-         * until reduced over d (lift_reduce), nor a mistake by itself. */
-        uint32_t i = (uint32_t)(in - s->comp->instrs);
-        if (!stack_only_reduced(s->comp, c->cur, i, d, x->v.red))
-            lf_unsupported(c, s->comp, in, "%s gathers partial values (%s) side by side; the stack is related only where a reduce "
-                           "over the gathered dimension completes it", in->name, reducer_name(x->v.red));
-        return unknown();
-    }
-    if (!ok) {
-        strbuf a, w;
-        sb_init(&a);
-        sb_init(&w);
-        describe(&a, c, &x->v);
-        lf_axes_words(&w, c, (uint32_t)axes);
-        lf_finding(c, "wrong-shard-dim", s->comp, in, "@%s gathers dimension %u over %s, but the value is %s", in->name, d, w.s, a.s);
-        sb_free(&a);
-        sb_free(&w);
-        return unknown();
-    }
-    vd->naxes = (uint8_t)(vd->naxes - k);
-    memset(vd->axes + vd->naxes, 0, sizeof vd->axes - vd->naxes);  /* views compare bytewise */
-    return term(x->cls, v, x->assumed);
-}
-
-/* reduce-scatter: partial over the axes → sharded along d over them. */
-static lval lift_reduce_scatter(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    int axes;
-    uint32_t dim;
-    if (!dim_collective(s, &axes, &dim)) return unknown();
-    int red = instr_reducer(c->cur, in);
-    uint32_t extra = (uint32_t)axes & ~x->v.partial;
-    lval copies = *x;
-    bool sharded = view_axes_used(&x->v) & extra;
-    if (extra && red == RED_SUM && !sharded && !(x->v.partial & ~(uint32_t)axes) && (!x->v.partial || x->v.red == RED_SUM) &&
-        dtype_is_float(in->shape.dtype)) {
-        /* A sum of copies (a value every device of the group holds): n times
-         * it, a factor a division may take back (psum_scatter(g) / n). */
-        copies_as_partial(c, &copies, extra, in);
-        x = &copies;
-    }
-    if ((x->v.partial & axes) != (uint32_t)axes || x->v.red != red) {
-        if (x->v.partial & ~(uint32_t)axes) {
-            /* Partial over other axes than the groups span: the wrong axis (as
-             * for an all-reduce). */
-            strbuf w, p2;
-            sb_init(&w);
-            sb_init(&p2);
-            lf_axes_words(&w, c, (uint32_t)axes);
-            lf_axes_words(&p2, c, x->v.partial & ~(uint32_t)axes);
-            lf_finding(c, "wrong-collective-group", s->comp, in,
-                       "%s reduces over %s, but the value is partial over %s: the reduce-scatter runs over the wrong mesh axis",
-                       in->name, w.s, p2.s);
-            sb_free(&w);
-            sb_free(&p2);
-        } else {
-            lf_finding(c, "wrong-reduction", s->comp, in, "%s reduces a value that is not partial (%s) over its groups", in->name,
-                       reducer_name(red));
-        }
-        return unknown();
-    }
-    view v = x->v;
-    v.partial &= (uint8_t)~axes;
-    if (!v.partial) v.red = 0;
-    view_dim *vd = &v.dims[dim];
-    for (uint32_t a = 0; a < c->mesh->naxes; a++)
-        if (axes >> a & 1) vd->axes[vd->naxes++] = (uint8_t)a;
-    lval r = term(x->cls, v, x->assumed);
-    r.scale = x->scale;  /* a sum of copies' */
-    r.factor_at = x->factor_at;
-    return r;
-}
-
-/* The mesh axes (bitmask, ≥ 1) whose combined block index r gives every
- * device's value as base + index·size (values per device: vals[d·count]);
- * 0 when none. *parts is the number of blocks. */
-uint32_t lf_block_offsets(const lift_ctx *c, const double *vals, uint32_t count, int64_t size, int64_t *base,
-                              int64_t *parts) {
-    for (uint32_t mask = 1; mask < (1u << c->mesh->naxes); mask++) {
-        int64_t p = 1;
-        for (uint32_t a = 0; a < c->mesh->naxes; a++)
-            if (mask >> a & 1) p *= c->mesh->sizes[a];
-        bool match = true;
-        int64_t b = (int64_t)vals[0];
-        for (int64_t r = 0; r < c->ndev && match; r++) {
-            int64_t idx = 0;
-            for (uint32_t a = 0; a < c->mesh->naxes; a++)
-                if (mask >> a & 1) idx = idx * c->mesh->sizes[a] + mesh_coord(c->mesh, r, (int)a);
-            match = (int64_t)vals[r * count] == b + idx * size;
-        }
-        if (match) {
-            *base = b;
-            *parts = p;
-            return mask;
-        }
-    }
-    return 0;
-}
-
-view_dim lf_axes_dim(const lift_ctx *c, uint32_t mask) {
-    view_dim vd = {0};
-    for (uint32_t a = 0; a < c->mesh->naxes; a++)
-        if (mask >> a & 1) vd.axes[vd.naxes++] = (uint8_t)a;
-    return vd;
-}
-
-/* dynamic-slice whose offsets are device tables: offset(r) = coord·size binds
- * the dimension to the axes; the same offset everywhere is an ordinary slice. */
-/* Whether offset(r) = base + block(r)·size where block(r) is the major or the
- * minor part of one mesh axis's coordinate split in two (k consecutive or
- * strided ranks share a block). */
-static bool part_axis_blocks(const lift_ctx *c, const double *vals, uint32_t count, int64_t size) {
-    for (uint32_t a = 0; a < c->mesh->naxes; a++) {
-        int64_t n = c->mesh->sizes[a];
-        for (int64_t k = 2; k < n; k++) {
-            if (n % k) continue;
-            for (int minor = 0; minor < 2; minor++) {
-                bool match = true;
-                int64_t b = (int64_t)vals[0];
-                for (int64_t r = 0; r < c->ndev && match; r++) {
-                    int64_t x = mesh_coord(c->mesh, r, (int)a), idx = minor ? x % (n / k) : x / k;
-                    match = (int64_t)vals[r * count] == b + idx * size;
-                }
-                if (match) return true;
-            }
-        }
-    }
-    return false;
-}
-
-/* dynamic-update-slice(x, u, offsets) with offsets the same on every device
- * (constants, replicated values such as a loop counter): where u is viewed as
- * x is and covers every dim x is sharded along whole (the offset there is
- * clamped to 0, locally and globally), each device writes its block of u into
- * its block of x at the same place: the global update, under x's view (a scan
- * stacking per-layer values into a buffer). Which positions take u does not
- * depend on the device, so a partial pair (the same axes and reduction) stays
- * partial. */
-static lval lift_dynamic_update_slice(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0], *u = &s->ops[1];
-    uint32_t rank = in->shape.rank;
-    if (x->kind != LV_TERM || u->kind != LV_TERM || in->noperands != 2 + rank || rank > VIEW_MAX_RANK ||
-        x->v.rank != rank || u->v.rank != rank || x->v.partial != u->v.partial || (x->v.partial && x->v.red != u->v.red) ||
-        !lf_same_sharding(&x->v, &u->v))
-        return unknown();
-    const hlo_instr *ui = &s->comp->instrs[in->operands[1]];
-    for (uint32_t d = 0; d < rank; d++)
-        if (x->v.dims[d].naxes && ui->shape.dims[d] != in->shape.dims[d]) return unknown();
-    eid ch[VIEW_MAX_RANK + 2];
-    ch[0] = x->cls;
-    ch[1] = u->cls;
-    bool assumed = x->assumed || u->assumed;
-    for (uint32_t d = 0; d < rank; d++) {
-        const lval *o = &s->ops[2 + d];
-        if (o->kind == LV_TERM && view_is_dup(&o->v)) ch[2 + d] = o->cls, assumed |= o->assumed;
-        else if (o->kind == LV_DEV && lf_dev_uniform(c, o)) ch[2 + d] = lf_dev_constant(c, &s->comp->instrs[in->operands[2 + d]], o);
-        else return unknown();
-    }
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &x->v, &in->shape, dims);
-    return term(lf_node(c, c->cur, in, ch, rank + 2, dims, c->origin), x->v, assumed);
-}
-
-/* A dynamic-slice in which each device keeps its own block of a sum not yet
- * reduced: a reduce-scatter without the reduction, unless the other devices'
- * summands vanish in that block (which nothing here shows). */
-static lval unreduced_blocks(lstate *s) {
-    strbuf why;
-    sb_init(&why);
-    describe(&why, s->c, &s->ops[0].v);
-    lf_unsupported_suspect(s->c, "missing-all-reduce", s->comp, s->in, "%s takes each device's own block of a value that is "
-                           "still a partial sum (%s): a reduce-scatter without its reduction unless the other devices' "
-                           "summands vanish there", s->in->name, why.s);
-    sb_free(&why);
-    return unknown();
-}
-
-static lval lift_dynamic_slice(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    uint32_t rank = in->shape.rank;
-    if (x->kind != LV_TERM || in->noperands != 1 + rank) return unknown(); /* not the index-vector form */
-    view v = x->v;
-    /* Offsets the same on every device — constants, or replicated values such
-     * as a loop counter — slice the global tensor at the same place; a sharded
-     * dimension must be taken whole (its offset is then clamped to 0). */
-    bool all_uniform = true, assumed = x->assumed;
-    for (uint32_t d = 0; d < rank; d++) {
-        const lval *o = &s->ops[1 + d];
-        if (o->kind == LV_TERM && view_is_dup(&o->v)) {
-            assumed |= o->assumed;
-            continue;
-        }
-        if (o->kind != LV_DEV) return unknown();
-        all_uniform &= lf_dev_uniform(c, o);
-    }
-    if (all_uniform) {
-        int64_t dims[VIEW_MAX_RANK];
-        lf_global_dims(c, &v, &in->shape, dims);
-        for (uint32_t d = 0; d < rank; d++)
-            if (x->v.dims[d].naxes && in->shape.dims[d] != s->comp->instrs[in->operands[0]].shape.dims[d]) return unknown();
-        eid ch[VIEW_MAX_RANK + 1];
-        ch[0] = x->cls;
-        for (uint32_t d = 0; d < rank; d++)
-            ch[1 + d] = s->ops[1 + d].kind == LV_TERM ? s->ops[1 + d].cls
-                                                       : lf_dev_constant(c, &s->comp->instrs[in->operands[1 + d]], &s->ops[1 + d]);
-        /* The term slices the global tensor: its sizes are the global ones. */
-        hlo_instr g = *in;
-        hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);
-        for (uint32_t k = 0; k < in->nattrs; k++)
-            if (attrs[k].key == A_DYNAMIC_SLICE_SIZES && attrs[k].n == rank) attrs[k].v.ints = arena_memdup(c->a, dims, rank * sizeof *dims);
-        g.attrs = attrs;
-        return term(lf_node(c, c->cur, &g, ch, rank + 1, dims, c->origin), v, assumed);
-    }
-    for (uint32_t d = 0; d < rank; d++)
-        if (s->ops[1 + d].kind != LV_DEV) return unknown();
-    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
-    /* Block windows: [lo, hi) of each dim the blocks tile (the whole dim when
-     * not windowed), in global coordinates. */
-    int64_t wlo[VIEW_MAX_RANK], whi[VIEW_MAX_RANK];
-    bool windowed = false;
-    if (rank > VIEW_MAX_RANK) return unknown();
-    for (uint32_t d = 0; d < rank; d++) wlo[d] = 0, whi[d] = src->shape.dims[d] * view_dim_parts(&x->v, c->mesh, d);
-    for (uint32_t d = 0; d < rank; d++) {
-        const lval *o = &s->ops[1 + d];
-        if (lf_dev_uniform(c, o)) {
-            if (o->dev[0] != 0 || in->shape.dims[d] != src->shape.dims[d]) return unknown();
-            continue;
-        }
-        int64_t size = in->shape.dims[d];
-        if (x->v.dims[d].naxes) {
-            /* A sharded dim cut again into blocks over further axes: block j of
-             * the device's block i is block i·p + j over both (major first). */
-            int64_t p = src->shape.dims[d] / size, *b = arena_alloc(c->a, (size_t)c->ndev * sizeof *b);
-            bool ok = size >= 1 && p * size == src->shape.dims[d];
-            for (int64_t r = 0; r < c->ndev && ok; r++) {
-                double off = o->dev[r * o->count];
-                ok = off >= 0 && fmod(off, (double)size) == 0;
-                b[r] = ok ? (int64_t)off / size : 0;
-            }
-            view_dim extra;
-            ok = ok && lf_axes_of_blocks(c, b, p, &extra) && v.dims[d].naxes + extra.naxes <= MESH_MAX_AXES;
-            for (uint32_t k = 0; ok && k < extra.naxes; k++) ok = !((view_axes_used(&v) | x->v.partial) >> extra.axes[k] & 1);
-            if (!ok) {
-                lf_unsupported(c, s->comp, in, "%s slices sharded dimension %u at per-device offsets that cut its blocks "
-                               "into no blocks of further mesh axes", in->name, d);
-                return unknown();
-            }
-            for (uint32_t k = 0; k < extra.naxes; k++) v.dims[d].axes[v.dims[d].naxes++] = extra.axes[k];
-            continue;
-        }
-        bool bound = false;
-        /* offset(r) = base + block(r)·size: block r of the window [base, base + parts·size). */
-        int64_t base, p;
-        uint32_t mask = lf_block_offsets(c, o->dev, o->count, size, &base, &p);
-        if (mask & x->v.partial) return unreduced_blocks(s);
-        if (mask & view_axes_used(&v)) {
-            /* Blocks of two dims chosen by one axis: a diagonal, no view. */
-            lf_unsupported(c, s->comp, in, "%s slices dimension %u by a mesh axis another dimension is sharded over",
-                           in->name, d);
-            return unknown();
-        }
-        if (mask && base >= 0 && base + p * size <= src->shape.dims[d]) {
-            /* Block r of the window [base, base + p·size): block r of a slice. */
-            v.dims[d] = lf_axes_dim(c, mask);
-            wlo[d] = base;
-            whi[d] = base + p * size;
-            windowed |= base != 0 || p * size != src->shape.dims[d];
-            bound = true;
-        }
-        if (!bound && c->mesh_inferred) {
-            lf_unsupported(c, s->comp, in, "%s slices at offsets that select no block of the mesh inferred from the shardings", in->name);
-            return unknown();
-        }
-        if (!bound && part_axis_blocks(c, o->dev, o->count, size)) {
-            /* Several devices take the same block (tensor parallelism over more
-             * ranks than kv heads): a view over part of a mesh axis, which the
-             * views cannot say yet. Right or wrong, it is not decided here. */
-            lf_unsupported(c, s->comp, in, "%s slices dimension %u in blocks that several devices share (a block per group of "
-                           "ranks along a mesh axis, as when tensor parallelism exceeds the kv heads); views over part of "
-                           "an axis are not related yet", in->name, d);
-            return unknown();
-        }
-        if (!bound) {
-            /* Which device holds which piece matters only to later uses:
-             * followed exactly as a window where it can be, else undecided. */
-            lval w;
-            if (lf_win_dynamic_slice_term(s, d, &w)) return w;
-            strbuf t;
-            sb_init(&t);
-            for (int64_t r = 0; r < c->ndev && r < 8; r++) sb_printf(&t, "%s%lld", r ? ", " : "", (long long)o->dev[r]);
-            lf_unsupported_suspect(c, "wrong-shard-dim", s->comp, in,
-                                   "%s slices dimension %u at per-device offsets {%s%s}, which select no mesh-axis block of "
-                                   "size %lld", in->name, d, t.s, c->ndev > 8 ? ", ..." : "", (long long)size);
-            sb_free(&t);
-            return unknown();
-        }
-    }
-    if (v.partial) return unreduced_blocks(s);
-    if (windowed) {
-        int64_t words[2 + 3 * VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
-        uint32_t nw = 0;
-        words[nw++] = A_SLICE;
-        words[nw++] = 3 * rank;
-        for (uint32_t d = 0; d < rank; d++) {
-            words[nw++] = wlo[d], words[nw++] = whi[d], words[nw++] = 1;
-            dims[d] = whi[d] - wlo[d];
-        }
-        uint32_t t = lf_type_of(c, in->shape.dtype, dims, rank);
-        return term(eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nw), t, &x->cls, 1, c->origin), v, x->assumed);
-    }
-    return term(x->cls, v, x->assumed);
-}
-
-/* slice: sharded dimensions must be taken whole (their global slice is whole
- * too); unsharded ones slice alike. */
-static lval lift_slice(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0];
-    if (x->kind != LV_TERM) return unknown();
-    const hlo_attr *sa = instr_attr(in, A_SLICE);
-    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
-    if (!sa || sa->n != src->shape.rank) return unknown();
-    hlo_instr g = *in;
-    hlo_attr *attrs = arena_memdup(c->a, in->attrs, in->nattrs * sizeof *attrs);
-    int64_t *sl = arena_memdup(c->a, sa->v.ints, 3 * sa->n * sizeof *sl);
-    for (uint32_t d = 0; d < sa->n; d++) {
-        if (!x->v.dims[d].naxes) continue;
-        if (sl[3 * d] != 0 || sl[3 * d + 1] != src->shape.dims[d] || sl[3 * d + 2] != 1) {
-            lf_unsupported(c, s->comp, in, "%s slices a sharded dimension (%u)", in->name, d);
-            return assume(c, in, x->v);
-        }
-        sl[3 * d + 1] = src->shape.dims[d] * view_dim_parts(&x->v, c->mesh, d);
-    }
-    for (uint32_t k = 0; k < in->nattrs; k++)
-        if (attrs[k].key == A_SLICE) attrs[k].v.ints = sl;
-    g.attrs = attrs;
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &x->v, &in->shape, dims);
-    return term(lf_node(c, c->cur, &g, &x->cls, 1, dims, c->origin), x->v, x->assumed);
-}
-
-/* concatenate along an unsharded dimension of operands sharded alike. Slicing
- * a dim other than the concatenated one commutes with the concatenation, so
- * the pieces concatenate to the piece of the global concatenation. An operand
- * that is the same on every device piece (a broadcast along the dims the
- * others shard, a constant-only value: the constant half of an embedding's
- * gather index beside the token ids) is first read under the others' view;
- * an operand really sharded otherwise stays unrelated. */
-static lval lift_concatenate(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    uint32_t nd;
-    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-    if (nd != 1 || dd[0] < 0 || (uint64_t)dd[0] >= in->shape.rank) return unknown();
+    bool first = true, assumed = false;
+    uint8_t partial = 0, red = 0;
+    elementwise_align_units(s);
+    lf_elementwise_unit_partials(s);
+    /* The sharding every operand must have: the union of the operands'. A
+     * broadcast's is one reading among several (it is constant along the dims
+     * it adds): its axes count only where no other operand uses them. */
     view want = view_dup(in->shape.rank);
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t o = 0; o < in->noperands; o++) {
+            if (ops[o].kind != LV_TERM) return unknown();
+            if ((s->comp->instrs[in->operands[o]].op == OP_BROADCAST) != (pass == 1)) continue;
+            for (uint32_t d = 0; d < in->shape.rank && d < ops[o].v.rank; d++) {
+                view_dim vd = ops[o].v.dims[d];
+                view one = {.rank = 1, .dims = {vd}};
+                if (vd.naxes && !want.dims[d].naxes && !(pass && (view_axes_used(&want) & view_axes_used(&one))))
+                    want.dims[d] = vd;
+            }
+        }
+    lf_review_operands(s, &want);
     for (uint32_t o = 0; o < in->noperands; o++) {
-        const lval *x = &s->ops[o];
-        if (x->kind != LV_TERM || x->v.rank != in->shape.rank) continue;
-        for (uint32_t d = 0; d < in->shape.rank; d++)
-            if (d != (uint32_t)dd[0] && x->v.dims[d].naxes && !want.dims[d].naxes) want.dims[d] = x->v.dims[d];
+        const lval *x = &ops[o];
+        if (x->kind != LV_TERM) return unknown();
+        assumed |= x->assumed;
+        /* Scalar-broadcast operands are explicit in HLO, so shapes agree and the
+         * shardings must too, except for the scalars select and clamp may take
+         * (a predicate, bounds): a whole scalar on every device stands for its
+         * broadcast, however the others are cut. */
+        if (x->v.rank == 0 && in->shape.rank > 0 && !x->v.partial && (in->op == OP_SELECT || in->op == OP_CLAMP)) continue;
+        if (first) {
+            v = x->v;
+            v.partial = 0;
+            first = false;
+        } else if (!lf_same_sharding(&v, &x->v)) {
+            /* Not an inconsistency by itself: a replicated operand combined with
+             * blocks of a sharded one stands for its own tiling. That global
+             * term is not the baseline's, so this stays undecided, never a
+             * finding. */
+            lf_unsupported(c, s->comp, in, "%s combines a sharded operand with one that is not sharded alike "
+                        "(operand %u); tiled operands are not related yet", in->name, o);
+            /* The union is a view only when no axis shards two dims (the
+             * operands may be two readings of unit dims): else nothing is
+             * known of the result, not even its view. */
+            uint32_t naxes = 0;
+            for (uint32_t d = 0; d < want.rank; d++) naxes += want.dims[d].naxes;
+            if (naxes != (uint32_t)__builtin_popcount(view_axes_used(&want))) return unknown();
+            return lf_assumed_term(c, in, want);
+        }
+        if (x->v.partial) {
+            if (partial && (partial != x->v.partial || red != x->v.red)) {
+                /* A product of sums over disjoint axes, each the same over the
+                 * other's devices, is a sum over both (Σa Σb xa·yb). */
+                if (in->op == OP_MULTIPLY && in->noperands == 2 && red == RED_SUM && x->v.red == RED_SUM &&
+                    !(partial & x->v.partial) && !(view_axes_used(&x->v) & partial) &&
+                    !(view_axes_used(&ops[0].v) & x->v.partial)) {
+                    partial |= x->v.partial;
+                    continue;
+                }
+                lf_finding(c, "missing-all-reduce", s->comp, in, "%s combines values partial over different mesh axes", in->opname);
+                return unknown();
+            }
+            partial = x->v.partial;
+            red = x->v.red;
+        }
     }
-    /* Device values the same on every device are constants: one number is
-     * every piece of itself at the global shape, others are replicated. */
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        lval *x = &s->ops[o];
-        if (x->kind != LV_DEV || !lf_dev_uniform(c, x)) continue;
-        const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
-        lval t = dev_splat(x) ? splat_term(c, xi, x, &want) : tiled_term(c, xi, x, &want);
-        if (t.kind == LV_TERM) *x = t;
-        else lf_uniform_dev_as_term(s, o);
-    }
-    review_operands(s, &want);
-    eid stack[64], *ch = in->noperands <= 64 ? stack : arena_alloc(c->a, in->noperands * sizeof *ch);
-    bool assumed = false;
-    for (uint32_t o = 0; o < in->noperands; o++) {
-        const lval *x = &s->ops[o];
-        if (x->kind != LV_TERM || x->v.partial || !lf_same_sharding(&x->v, &s->ops[0].v) || x->v.dims[dd[0]].naxes) {
-            lf_unsupported(c, s->comp, in, "%s concatenates operands that are not sharded alike off the concatenated dimension", in->name);
+    if (partial) {
+        /* A partial operand must be one the op is linear in, and for add/subtract
+         * every operand must be partial the same way. A max of partial maxima
+         * (or of one and a value the same on every device it is partial over)
+         * is the partial max of the maxima, and so for min. */
+        bool idem = (red == RED_MAX && in->op == OP_MAXIMUM) || (red == RED_MIN && in->op == OP_MINIMUM);
+        bool ok = red == RED_SUM || idem;
+        for (uint32_t o = 0; o < in->noperands && ok; o++) {
+            if (!ops[o].v.partial) {
+                /* a zero added is a partial sum of zeros */
+                if ((in->op == OP_ADD || in->op == OP_SUBTRACT) && !lf_class_is_zero(c, ops[o].cls)) ok = false;
+                if (idem) ok = !(view_axes_used(&ops[o].v) & partial);
+                continue;
+            }
+            ok = idem || linear_in(c, in, ops, o);
+        }
+        if (!ok && red != RED_SUM) {
+            /* Partial maxima combined otherwise (online softmax: a running max
+             * and sums rescaled by exp of its change) are not related yet; a
+             * program may well be right to, so this decides nothing. */
+            strbuf why;
+            sb_init(&why);
+            lf_describe_operands(&why, c, ops, in->noperands);
+            lf_unsupported(c, s->comp, in, "%s computes with a partial %s before it is reduced (%s); such uses (an online "
+                           "softmax's running max) are not related yet", in->name, reducer_name(red), why.s);
+            sb_free(&why);
             return unknown();
         }
-        ch[o] = x->cls;
-        assumed |= x->assumed;
+        if (!ok) {
+            strbuf why;
+            sb_init(&why);
+            lf_describe_operands(&why, c, ops, in->noperands);
+            bool is_convert = in->op == OP_CONVERT;
+            /* A complete value added to a partial sum that is then summed over
+             * the same axes is counted once per device: the reduction is wrong,
+             * not missing. */
+            const hlo_instr *later = in->op == OP_ADD || in->op == OP_SUBTRACT ? lf_summed_later(c, s->comp, in, partial) : NULL;
+            if (later)
+                lf_finding(c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
+                        "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
+            else if (!is_convert && lf_short_reduction(s, why.s))
+                ;
+            else
+                lf_finding(c, is_convert ? "dtype-mismatch" : "missing-all-reduce", s->comp, in,
+                        is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
+                              : "%s needs complete values but %s: a missing all-reduce",
+                        in->opname, is_convert ? dtype_name(in->shape.dtype) : why.s, why.s);
+            sb_free(&why);
+            /* Go on past the finding: a convert leaves the value partial (only
+             * rounded wrongly), and so does a sum that is reduced later (its
+             * content is wrong); other ops leave something no longer a sum. */
+            view pv = v;
+            pv.partial = is_convert || later ? partial : 0;
+            pv.red = is_convert || later ? red : 0;
+            return lf_assumed_term(c, in, pv);
+        }
+        v.partial = partial;
+        v.red = red;
     }
-    view v = s->ops[0].v;
     int64_t dims[VIEW_MAX_RANK];
+    eid ch[8];
+    if (in->noperands > 8) return unknown();
+    eid other = other_unit_reading(s, &v);
+    if (other != EID_NONE) return term(other, v, assumed);
     lf_global_dims(c, &v, &in->shape, dims);
+    for (uint32_t o = 0; o < in->noperands; o++) ch[o] = ops[o].cls;
     return term(lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
 }
 
+/* ---- the per-opcode dispatch ---- */
 
-/* Records an assumption the verdict rests on, once (lift.h "assumptions"). */
-void lf_assume(lift_ctx *c, const char *fmt, ...) {
-    char line[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (c->assumptions.s && strstr(c->assumptions.s, line)) return;
-    sb_puts(&c->assumptions, line);
-    sb_putc(&c->assumptions, '\n');
+/* topk along the last dim: each row's k largest (or smallest) and their
+ * positions in the row. Rows are independent, so a view that leaves the last
+ * dim whole (and is never partial) holds rows of the global result, values
+ * and positions alike. A tuple of the two elements of the one topk node. */
+static lval lift_topk(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    const shape *xs = &s->comp->instrs[in->operands[0]].shape;
+    if (in->noperands != 1 || x->kind != LV_TERM || in->shape.dtype != DT_TUPLE || in->shape.ntuple != 2 || !xs->rank ||
+        xs->rank > VIEW_MAX_RANK)
+        return unknown();
+    if (x->v.partial || x->v.dims[xs->rank - 1].naxes) {
+        lf_unsupported(c, s->comp, in, "%s takes the top values of rows that are %s", in->name,
+                    x->v.partial ? "partial" : "sharded along");
+        return unknown();
+    }
+    eid node = lf_node(c, c->cur, in, &x->cls, 1, NULL, c->origin);
+    lval t = {.kind = LV_TUPLE, .n = 2};
+    t.elems = arena_alloc(c->a, 3 * sizeof *t.elems);
+    for (uint32_t j = 0; j < 2; j++) {
+        const shape *es = &in->shape.tuple[j];
+        int64_t dims[VIEW_MAX_RANK], words[3] = {A_INDEX, 1, j};
+        if (es->rank != xs->rank) return unknown();
+        lf_global_dims(c, &x->v, es, dims);
+        eid e = eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, 3), lf_type_of(c, es->dtype, dims, es->rank), &node, 1,
+                       c->origin);
+        t.elems[j] = term(e, x->v, x->assumed);
+    }
+    return t;
 }
 
 /* The indices block_offset_indices read as x's term stand for x - off(r)
@@ -3676,32 +1037,30 @@ lval lf_lift_instr(lstate *s) {
     }
     if (any_dev && all_dev_or_const) {
         lval r;
-        if (in->op == OP_DYNAMIC_SLICE ? dev_dynamic_slice(c, in, ops, &r)
-                                       : dev_layout(c, s->comp, in, ops, &r) || dev_eval(c, in, ops, &r))
-            return r;
+        if (lf_dev_instr(c, s->comp, in, ops, &r)) return r;
     }
     switch (in->op) {
     case OP_BROADCAST:
         /* A device value the same everywhere, too big to tabulate: a constant. */
         lf_uniform_dev_as_term(s, 0);
-        return lift_broadcast(s);
-    case OP_TRANSPOSE: return lift_transpose(s);
-    case OP_REVERSE: return lift_reverse(s);
-    case OP_RESHAPE: case OP_BITCAST: return lift_reshape(s);
-    case OP_DOT: return lift_dot(s);
-    case OP_REDUCE: return lift_reduce(s);
-    case OP_ALL_REDUCE: return lift_all_reduce(s);
+        return lf_lift_broadcast(s);
+    case OP_TRANSPOSE: return lf_lift_transpose(s);
+    case OP_REVERSE: return lf_lift_reverse(s);
+    case OP_RESHAPE: case OP_BITCAST: return lf_lift_reshape(s);
+    case OP_DOT: return lf_lift_dot(s);
+    case OP_REDUCE: return lf_lift_reduce(s);
+    case OP_ALL_REDUCE: return lf_lift_all_reduce(s);
     case OP_ALL_GATHER: return lf_lift_all_gather(s);
     case OP_ALL_TO_ALL: return lf_lift_all_to_all(s);
-    case OP_REDUCE_SCATTER: return lift_reduce_scatter(s);
-    case OP_DYNAMIC_SLICE: return lift_dynamic_slice(s);
+    case OP_REDUCE_SCATTER: return lf_lift_reduce_scatter(s);
+    case OP_DYNAMIC_SLICE: return lf_lift_dynamic_slice(s);
     case OP_DYNAMIC_UPDATE_SLICE: {
-        lval r = lift_dynamic_update_slice(s);
+        lval r = lf_lift_dynamic_update_slice(s);
         if (r.kind != LV_UNKNOWN) return r;
         break;
     }
-    case OP_SLICE: return lift_slice(s);
-    case OP_CONCATENATE: return lift_concatenate(s);
+    case OP_SLICE: return lf_lift_slice(s);
+    case OP_CONCATENATE: return lf_lift_concatenate(s);
     case OP_TOPK: return lift_topk(s);
     case OP_GATHER: {
         lval g;
@@ -3723,7 +1082,7 @@ lval lf_lift_instr(lstate *s) {
             ops[1].v.partial == ops[2].v.partial && lf_scale_of(&ops[1]) == lf_scale_of(&ops[2]))
             return ops[1];
         lval once;
-        if (picked_on_some_devices(s, &once)) return once;
+        if (lf_picked_on_some_devices(s, &once)) return once;
         /* Device operands that agree everywhere act as constants. */
         for (uint32_t o = 0; o < in->noperands; o++)
             if (ops[o].kind == LV_DEV) {
@@ -3761,6 +1120,8 @@ lval lf_lift_instr(lstate *s) {
     return unknown();
 }
 
+/* ---- the walk ---- */
+
 /* The op itself over its operands' terms, replicated: device values that agree
  * everywhere become constants, anything else a fresh variable. */
 static lval generic(lstate *s) {
@@ -3796,7 +1157,7 @@ static void unrelated(lstate *s) {
     strbuf why;
     sb_init(&why);
     sb_printf(&why, "no transfer function relates %s (%s) with these operand views (", s->in->name, s->in->opname);
-    describe_operands(&why, c, s->ops, s->in->noperands);
+    lf_describe_operands(&why, c, s->ops, s->in->noperands);
     sb_puts(&why, ")");
     c->silent = s->in;
     c->silent_comp = s->comp;
@@ -3876,6 +1237,128 @@ void lf_account_tree(lift_ctx *c, const hlo_instr *in) {
     if (!ta || ta->v.ints[0] >= c->cur->ncomps) return;
     const hlo_comp *callee = &c->cur->comps[ta->v.ints[0]];
     for (uint32_t i = 0; i < callee->ninstrs; i++) lf_account_tree(c, &callee->instrs[i]);
+}
+
+/* SCALIFY_DEBUG_BASE / _TERM / _VIEWS: the value v just lifted for in,
+ * described on stderr (HACKING.md lists them). */
+static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
+    static eid dbg_base = EID_NONE;
+    static const char *dbgb, *dbg, *dbgv;
+    static bool dbg_read;
+    if (!dbg_read) {
+        dbgb = getenv("SCALIFY_DEBUG_BASE");
+        dbg = getenv("SCALIFY_DEBUG_TERM");
+        dbgv = getenv("SCALIFY_DEBUG_VIEWS");
+        dbg_read = true;
+    }
+    if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
+    if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+        /* Descend both terms to the first node where they part. */
+        eid x = dbg_base, y = v->cls;
+        for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
+            eid nx = eg_class_first(c->g, x), ny = eg_class_first(c->g, y);
+            uint32_t kx, ky;
+            const eid *cx = eg_node_children(c->g, nx, &kx), *cy = eg_node_children(c->g, ny, &ky);
+            uint32_t ax, ay;
+            eg_attr_words(c->g, eg_node_attr(c->g, nx), &ax);
+            eg_attr_words(c->g, eg_node_attr(c->g, ny), &ay);
+            fprintf(stderr, "diff depth %d: op %d/%d attr %u/%u (len %u/%u) type %u/%u kids %u/%u\n", depth,
+                    eg_node_op(c->g, nx), eg_node_op(c->g, ny), eg_node_attr(c->g, nx), eg_node_attr(c->g, ny), ax, ay,
+                    eg_class_type(c->g, x), eg_class_type(c->g, y), kx, ky);
+            if (kx != ky) break;
+            uint32_t k = 0;
+            while (k < kx && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
+            if (k == kx) break;
+            x = cx[k];
+            y = cy[k];
+        }
+    }
+    if (dbgv && !c->baseline_mode) {
+        /* Every distributed value's kind, view and term (lval kinds as in lift.h). */
+        strbuf b;
+        sb_init(&b);
+        if (v->kind == LV_TERM) view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
+        if (v->kind == LV_TERM && lf_scale_of(v) != 1) sb_printf(&b, " (times %g)", lf_scale_of(v));
+        fprintf(stderr, "view %s kind %d: %s\n", in->name, v->kind, b.s ? b.s : "");
+        sb_free(&b);
+    }
+    if (dbg && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+        strbuf b;
+        sb_init(&b);
+        eg_print_term(&b, c->g, v->cls, 12);
+        fprintf(stderr, "term %s%s = %s\n", c->baseline_mode ? "(baseline) " : "", in->name, b.s);
+        sb_free(&b);
+    }
+}
+
+/* Index values (LV_PW, LV_MASK, LV_IVEC) keep their plain term beside the
+ * analysis when it means the same on every device (always on the baseline),
+ * for ops that do not take index values (a collective that moves them keeps
+ * theirs): v's, just lifted for s. */
+static void index_plain_term(lstate *s, lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_comp *comp = s->comp;
+    const hlo_instr *in = s->in;
+    lval *ops = s->ops;
+    bool indep = true;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        if (lf_is_index(&ops[o])) indep &= ops[o].cls != EID_NONE && view_is_dup(&ops[o].v);
+        else if (ops[o].kind == LV_DEV) indep &= lf_dev_uniform(c, &ops[o]);
+        else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
+    }
+    v->cls = EID_NONE;
+    /* Elementwise index arithmetic on sharded data (token ids wrapped into
+     * range, a padding mask) is the same function on every device: its
+     * plain term is the op over the operands' terms, under their view. */
+    /* So is a concatenate of such values (an index vector). */
+    bool shaping = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST || in->op == OP_REDUCE;
+    bool plain = !indep && !c->baseline_mode && (lf_is_elementwise(in->op) || shaping || in->op == OP_CONCATENATE) &&
+                 in->noperands <= 8;
+    for (uint32_t o = 0; o < in->noperands && plain; o++) {
+        const lval *x = &ops[o];
+        if (lf_is_index(x)) plain = x->cls != EID_NONE;
+        else if (x->kind == LV_DEV) plain = lf_dev_uniform(c, x);
+        else plain = x->kind == LV_TERM;
+        if (plain && x->kind != LV_DEV && !shaping) plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v));
+    }
+    if (plain) {
+        lval saved[8];
+        memcpy(saved, ops, in->noperands * sizeof *ops);
+        for (uint32_t o = 0; o < in->noperands && plain; o++) {
+            if (lf_is_index(&ops[o])) ops[o] = term(ops[o].cls, ops[o].v, false);
+            else if (ops[o].kind == LV_DEV) {
+                /* the same on every device: a constant, read under the
+                 * view when it is constant along the dims it shards */
+                const hlo_instr *xi = &comp->instrs[in->operands[o]];
+                if (view_is_dup(&v->v) || xi->shape.rank == 0) {
+                    ops[o] = term(lf_dev_constant(c, xi, &ops[o]), view_dup(xi->shape.rank), false);
+                } else if (lf_dev_splat(&ops[o])) {
+                    ops[o] = lf_splat_term(c, xi, &ops[o], &v->v);
+                } else {
+                    ops[o] = shaping ? unknown() : lf_tiled_term(c, xi, &ops[o], &v->v);
+                    plain = ops[o].kind == LV_TERM;
+                }
+            }
+        }
+        lval t = !plain                 ? unknown()
+                 : in->op == OP_BROADCAST ? lf_lift_broadcast(s)
+                 : in->op == OP_REDUCE  ? lf_lift_reduce(s)
+                 : shaping              ? lf_lift_reshape(s)
+                 : in->op == OP_CONCATENATE ? lf_lift_concatenate(s)
+                                        : lift_elementwise(s);
+        if (t.kind == LV_TERM && !t.assumed && lf_same_sharding(&t.v, &v->v)) v->cls = t.cls;
+        memcpy(ops, saved, in->noperands * sizeof *ops);
+    }
+    if (indep || c->baseline_mode) {
+        lval saved[16];
+        uint32_t ns = in->noperands < 16 ? in->noperands : 16;
+        memcpy(saved, ops, ns * sizeof *ops);
+        for (uint32_t o = 0; o < in->noperands; o++)
+            if (lf_is_index(&ops[o]))
+                ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
+        v->cls = generic(s).cls;
+        memcpy(ops, saved, ns * sizeof *ops);
+    }
 }
 
 /* Lifts instruction i of comp into vals[i]. */
@@ -3963,7 +1446,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         /* Constants are both: a baseline-comparable term and concrete values. */
         int64_t n = shape_elements(&in->shape);
         if (n >= 0 && n <= 64 && (dtype_is_int(in->shape.dtype) || in->shape.dtype == DT_PRED)) {
-            *v = dev_from_literal(c, in);
+            *v = lf_dev_from_literal(c, in);
             v->konst = true;
             if (v->kind == LV_DEV) return;
         }
@@ -3985,7 +1468,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     if (same) {
         *v = *same;
     } else if (!lf_scale_take(&s, v)) {
-        copies_into_partial_sums(&s);
+        lf_copies_into_partial_sums(&s);
         factor = lf_scale_plan(&s);
         uint32_t nu = c->nunsupported, nf = c->nfindings;
         *v = lf_lift_instr(&s);
@@ -3999,123 +1482,15 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     lf_zmask_after(&s, v);
     if (v->zm) v->diff = 0; /* a zero mask's claim is about the term alone */
     lf_scale_track(&s, v);
-    if (!c->baseline_mode) track_short(&s, v);
+    if (!c->baseline_mode) lf_track_short(&s, v);
     c->ambiguous_now = c->konst_operand_now = c->partial_unsure_now = false;
     v->ambiguous |= amb;
     for (uint32_t o = 0; o < in->noperands && v->kind == LV_TERM && v->v.partial; o++) v->partial_unsure |= ops[o].partial_unsure;
     if (!c->baseline_mode && (v->kind == LV_TERM || v->kind == LV_LAYOUT || v->kind == LV_WIN))
         view_drop_unit_axes(&v->v, c->mesh);
-    static eid dbg_base = EID_NONE;
-    static const char *dbgb, *dbg, *dbgv;
-    static bool dbg_read;
-    if (!dbg_read) {
-        dbgb = getenv("SCALIFY_DEBUG_BASE");
-        dbg = getenv("SCALIFY_DEBUG_TERM");
-        dbgv = getenv("SCALIFY_DEBUG_VIEWS");
-        dbg_read = true;
-    }
-    if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
-    if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
-        /* Descend both terms to the first node where they part. */
-        eid x = dbg_base, y = v->cls;
-        for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
-            eid nx = eg_class_first(c->g, x), ny = eg_class_first(c->g, y);
-            uint32_t kx, ky;
-            const eid *cx = eg_node_children(c->g, nx, &kx), *cy = eg_node_children(c->g, ny, &ky);
-            uint32_t ax, ay;
-            eg_attr_words(c->g, eg_node_attr(c->g, nx), &ax);
-            eg_attr_words(c->g, eg_node_attr(c->g, ny), &ay);
-            fprintf(stderr, "diff depth %d: op %d/%d attr %u/%u (len %u/%u) type %u/%u kids %u/%u\n", depth,
-                    eg_node_op(c->g, nx), eg_node_op(c->g, ny), eg_node_attr(c->g, nx), eg_node_attr(c->g, ny), ax, ay,
-                    eg_class_type(c->g, x), eg_class_type(c->g, y), kx, ky);
-            if (kx != ky) break;
-            uint32_t k = 0;
-            while (k < kx && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
-            if (k == kx) break;
-            x = cx[k];
-            y = cy[k];
-        }
-    }
-    if (dbgv && !c->baseline_mode) {
-        /* Every distributed value's kind, view and term (lval kinds as in lift.h). */
-        strbuf b;
-        sb_init(&b);
-        if (v->kind == LV_TERM) view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
-        if (v->kind == LV_TERM && lf_scale_of(v) != 1) sb_printf(&b, " (times %g)", lf_scale_of(v));
-        fprintf(stderr, "view %s kind %d: %s\n", in->name, v->kind, b.s ? b.s : "");
-        sb_free(&b);
-    }
-    if (dbg && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
-        strbuf b;
-        sb_init(&b);
-        eg_print_term(&b, c->g, v->cls, 12);
-        fprintf(stderr, "term %s%s = %s\n", c->baseline_mode ? "(baseline) " : "", in->name, b.s);
-        sb_free(&b);
-    }
-    if ((v->kind == LV_PW || v->kind == LV_MASK || v->kind == LV_IVEC) && !hlo_op_is_collective(in->op)) {
-        /* Index values keep their plain term beside the analysis when it means
-         * the same on every device (always on the baseline), for ops that do
-         * not take index values (a collective that moves them keeps theirs). */
-        bool indep = true;
-        for (uint32_t o = 0; o < in->noperands; o++) {
-            if (lf_is_index(&ops[o])) indep &= ops[o].cls != EID_NONE && view_is_dup(&ops[o].v);
-            else if (ops[o].kind == LV_DEV) indep &= lf_dev_uniform(c, &ops[o]);
-            else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
-        }
-        v->cls = EID_NONE;
-        /* Elementwise index arithmetic on sharded data (token ids wrapped into
-         * range, a padding mask) is the same function on every device: its
-         * plain term is the op over the operands' terms, under their view. */
-        /* So is a concatenate of such values (an index vector). */
-        bool shaping = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST || in->op == OP_REDUCE;
-        bool plain = !indep && !c->baseline_mode && (lf_is_elementwise(in->op) || shaping || in->op == OP_CONCATENATE) &&
-                     in->noperands <= 8;
-        for (uint32_t o = 0; o < in->noperands && plain; o++) {
-            const lval *x = &ops[o];
-            if (lf_is_index(x)) plain = x->cls != EID_NONE;
-            else if (x->kind == LV_DEV) plain = lf_dev_uniform(c, x);
-            else plain = x->kind == LV_TERM;
-            if (plain && x->kind != LV_DEV && !shaping) plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v));
-        }
-        if (plain) {
-            lval saved[8];
-            memcpy(saved, ops, in->noperands * sizeof *ops);
-            for (uint32_t o = 0; o < in->noperands && plain; o++) {
-                if (lf_is_index(&ops[o])) ops[o] = term(ops[o].cls, ops[o].v, false);
-                else if (ops[o].kind == LV_DEV) {
-                    /* the same on every device: a constant, read under the
-                     * view when it is constant along the dims it shards */
-                    const hlo_instr *xi = &comp->instrs[in->operands[o]];
-                    if (view_is_dup(&v->v) || xi->shape.rank == 0) {
-                        ops[o] = term(lf_dev_constant(c, xi, &ops[o]), view_dup(xi->shape.rank), false);
-                    } else if (dev_splat(&ops[o])) {
-                        ops[o] = splat_term(c, xi, &ops[o], &v->v);
-                    } else {
-                        ops[o] = shaping ? unknown() : tiled_term(c, xi, &ops[o], &v->v);
-                        plain = ops[o].kind == LV_TERM;
-                    }
-                }
-            }
-            lval t = !plain                 ? unknown()
-                     : in->op == OP_BROADCAST ? lift_broadcast(&s)
-                     : in->op == OP_REDUCE  ? lift_reduce(&s)
-                     : shaping              ? lift_reshape(&s)
-                     : in->op == OP_CONCATENATE ? lift_concatenate(&s)
-                                            : lift_elementwise(&s);
-            if (t.kind == LV_TERM && !t.assumed && lf_same_sharding(&t.v, &v->v)) v->cls = t.cls;
-            memcpy(ops, saved, in->noperands * sizeof *ops);
-        }
-        if (indep || c->baseline_mode) {
-            lval saved[16];
-            uint32_t ns = in->noperands < 16 ? in->noperands : 16;
-            memcpy(saved, ops, ns * sizeof *ops);
-            for (uint32_t o = 0; o < in->noperands; o++)
-                if (lf_is_index(&ops[o]))
-                    ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
-            v->cls = generic(&s).cls;
-            memcpy(ops, saved, ns * sizeof *ops);
-        }
-    }
+    debug_value(c, in, v);
+    if ((v->kind == LV_PW || v->kind == LV_MASK || v->kind == LV_IVEC) && !hlo_op_is_collective(in->op))
+        index_plain_term(&s, v);
     /* From the operands' own values: a transfer function may have replaced
      * its copies (index values turned into terms) without that flag. Kept on
      * both sides, as the constant factors that depend on it are. */

@@ -1,8 +1,12 @@
 /* lift — relation lifting from the distributed program to baseline terms
- * (DESIGN §5 "Lifting"). The code: lift.c (the walk, transfer functions,
- * while loops), lift_memo.c (the segment memo), lift_scale.c (constant factors), lift_index.c (LV_PW /
- * LV_MASK), lift_win.c (LV_WIN), lift_zmask.c (zero masks); lift_int.h is
- * what they share.
+ * (DESIGN §5 "Lifting"). The code: lift.c (the walk, the dispatch,
+ * elementwise ops), lift_term.c (e-nodes, constant folding), lift_dev.c
+ * (device-dependent values), lift_mesh.c (replica groups, sub-axes),
+ * lift_shape.c, lift_reduce.c and lift_coll.c (transfer functions by
+ * family), lift_loop.c (while loops), lift_layout.c (all-to-all layouts),
+ * lift_memo.c (the segment memo), lift_scale.c (constant factors),
+ * lift_index.c (LV_PW / LV_MASK), lift_win.c (LV_WIN), lift_zmask.c (zero
+ * masks); lift_int.h is what they share.
  *
  * The checker first adds the whole baseline to one e-graph (lift_baseline),
  * then walks the distributed program in order (lift_distributed). Every
@@ -42,9 +46,9 @@
  * term at the same places (lift_scale.c): a pmean's 1/n meets a local mean's
  * n/B as the baseline's 1/B.
  * `call`s are inlined, copies and sharding custom-calls are identities.
- * `while` loops are related by induction over the carry (lift.c, "while
- * loops"), and layers equal to one already related are taken from a memo on
- * both sides (lift.c, "segment memo"; segrun.h; off with no_memo).
+ * `while` loops are related by induction over the carry (lift_loop.c), and
+ * layers equal to one already related are taken from a memo on both sides
+ * (lift_memo.c; segrun.h; off with no_memo).
  *
  * Constant folding: a term whose operands all have known values (literals,
  * uniform device values, and what is computed from them) is evaluated with the

@@ -1,7 +1,6 @@
-/* lift_int — what the lifting modules share (lift.c, lift_index.c, lift_loop.c,
- * lift_layout.c,
- * lift_win.c, lift_zmask.c, lift_memo.c); not for other modules, which use
- * lift.h.
+/* lift_int — what the lifting modules share (lift.c and the lift_*.c files
+ * beside it, each opening with what it owns); not for other modules, which
+ * use lift.h.
  *
  * lstate: the instruction being lifted, its operands' values (ops, which a
  * transfer function may re-view) and the values of its computation so far
@@ -17,12 +16,16 @@
  *                     baseline
  *   lf_assume         records an assumption the verdict rests on (once)
  *   lf_node           the e-node of instruction in over children ch, global
- *                     dims (constants folded, identity broadcasts dropped)
+ *                     dims (constants folded, identity broadcasts dropped;
+ *                     with lf_type_of, lf_list_attr, lf_kval, lf_mk_reshape,
+ *                     lf_fresh_var and lf_const_term: lift_term.c)
  *   lf_fresh_var      a fresh variable: content the transfer functions could
  *                     not relate
  *   lf_global_dims    the global dims of a local shape under a view
  *   lf_unsupported    records why an instruction could not be related
  *   lf_axes_words     "tp" / "dp and tp" for a bitmask of mesh axes
+ *                     (lf_axes_words, lf_axes_dim, lf_block_offsets and
+ *                     lf_collective_axes: lift_mesh.c)
  *   lf_axes_dim       the view dim sharded over a bitmask of axes, major first
  *   lf_block_offsets  the axes whose block index gives every device's value as
  *                     base + index·size (0: none)
@@ -53,7 +56,8 @@
  * lf_ functions listed with them below.
  *
  * While loops (lift_loop.c): lf_loop_baseline, lf_loop_distributed; the walk
- * state they save and undo (lf_loop_mark) and the lift.c helpers they call.
+ * state they save and undo (lf_loop_mark, also lift_loop.c) and the lift.c
+ * helpers they call.
  *
  * The walk (lift.c), for the memo (lift_memo.c):
  *   lf_lift_one       lifts instruction i of comp into vals[i]
@@ -146,6 +150,13 @@ void lf_zmask_after(lstate *s, lval *v);
  * large to fold included; lift_zmask.c). */
 bool lf_class_is_zero(lift_ctx *c, eid cls);
 eid lf_const_term(lift_ctx *c, struct interp_val *v, uint8_t origin);
+/* E-node construction (lift_term.c) beside lf_node: */
+uint32_t lf_encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *in); /* in's semantic attributes as a blob */
+uint64_t lf_literal_digest(const hlo_literal *l);   /* a literal's values as one word (constant e-nodes) */
+struct interp_val *lf_broadcast_values(const struct interp_val *x, const int64_t *bd, uint32_t nb, const int64_t *dims,
+                                       uint32_t rank); /* known values broadcast along dims bd, or NULL */
+bool lf_reducer_identity(lift_ctx *c, const hlo_module *m, const hlo_instr *in,
+                         eid init);                /* init is the identity of reduce in's reducer */
 /* Constant factors (lift_scale.c): lf_scale_of the factor of x (1 when none);
  * lf_scale_take relates multiply/divide by a uniform constant as a factor on
  * the other operand (false: not that case); lf_scale_plan takes the operands'
@@ -205,10 +216,21 @@ typedef struct lf_loop_mark {
 lf_loop_mark lf_loop_mark_take(const lift_ctx *c);      /* the context now, to go back to */
 void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m); /* back to the context at m */
 
-/* Shared by the walk (lift.c) and while loops (lift_loop.c). */
+/* Shared by the walk (lift.c) and while loops (lift_loop.c); defined in lift.c,
+ * lift_term.c, lift_dev.c, lift_reduce.c and lift_layout.c. */
 lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs,
                   uint32_t ninputs);                        /* lifts a called computation over args */
 uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci); /* structural digest of computation ci */
+/* Device-dependent values (lift_dev.c); lf_dev_uniform and lf_dev_constant,
+ * lf_konst_at below. */
+lval lf_dev_from_literal(lift_ctx *c, const hlo_instr *in); /* a small integer constant as a device table */
+bool lf_dev_instr(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *ops,
+                  lval *out);                               /* an op over device values, on every device */
+bool lf_dev_splat(const lval *v);                           /* a device value of one number everywhere */
+lval lf_splat_term(lift_ctx *c, const hlo_instr *in, const lval *v,
+                   const view *w);                          /* that number as the constant under w */
+lval lf_tiled_term(lift_ctx *c, const hlo_instr *in, const lval *v,
+                   const view *w);                          /* a uniform table as its tiles under w, or unknown */
 bool lf_dev_uniform(const lift_ctx *c, const lval *v);      /* a LV_DEV value equal on every device */
 eid lf_dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v); /* that uniform value as a constant term */
 bool lf_same_dim(const view_dim *a, const view_dim *b);     /* two view dims shard alike */
@@ -234,7 +256,48 @@ bool lf_gather_views(lstate *s, lval *out);          /* gather under the views o
 bool lf_only_scatter_indices(const lstate *s);       /* s's value is used only as scatter indices */
 void lf_uniform_dev_as_term(lstate *s, uint32_t o);  /* operand o, equal on every device, as a term */
 
-/* lift.c helpers the layouts use. */
+/* Collectives and partial sums (lift_coll.c); lf_lift_all_gather and
+ * lf_blocks_moved below. */
+lval lf_lift_all_reduce(lstate *s);                  /* all-reduce: partial over its groups' axes → complete */
+lval lf_lift_reduce_scatter(lstate *s);              /* reduce-scatter: partial → sharded along its dim */
+bool lf_picked_on_some_devices(lstate *s, lval *out); /* select(p, x, 0), p per device: a partial sum of k·x */
+const hlo_instr *lf_summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
+                                 uint8_t partial);   /* the sum all-reduce over `partial` in's value reaches */
+void lf_copies_into_partial_sums(lstate *s);         /* complete operands of an add to partial sums, as copies */
+bool lf_short_reduction(lstate *s, const char *why); /* blames the sum that left an operand partial (reported) */
+void lf_track_short(lstate *s, lval *v);             /* notes which sum collective left v partial */
+bool lf_stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i, uint32_t d,
+                           int red);                 /* all-gather i of partial values used only reduced over d */
+
+/* Dot and reduce (lift_reduce.c). */
+lval lf_lift_dot(lstate *s);
+lval lf_lift_reduce(lstate *s);
+void lf_elementwise_unit_partials(lstate *s);        /* partial operands in their unit-dim reading, when theirs */
+
+/* Element-moving ops (lift_shape.c): the transfer functions of their opcodes. */
+lval lf_lift_broadcast(lstate *s);
+lval lf_lift_reverse(lstate *s);
+lval lf_lift_transpose(lstate *s);
+lval lf_lift_reshape(lstate *s);                     /* reshape and bitcast */
+lval lf_lift_slice(lstate *s);
+lval lf_lift_concatenate(lstate *s);
+lval lf_lift_dynamic_slice(lstate *s);
+lval lf_lift_dynamic_update_slice(lstate *s);        /* unknown when offsets differ per device */
+
+/* lift.c helpers the collectives, shapes and dots use (the elementwise
+ * operand re-readings among them). */
+void lf_review_operands(lstate *s, const view *want); /* operands constant along dims want shards, read under it */
+bool lf_review_broadcast(lstate *s, uint32_t o, const view *want); /* operand o, a broadcast, re-viewed as want */
+bool lf_konst_review(lstate *s, uint32_t o, const view *want);     /* operand o, constant-only, read under want */
+bool lf_unit_dim_reread(lstate *s, uint32_t side, uint32_t to,
+                        const view_dim *want);      /* operand `side` with want's axes moved to its dim `to` */
+lval lf_assumed_term(lift_ctx *c, const hlo_instr *in, view v); /* a fresh variable under a known view (assumed) */
+void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops,
+                          uint32_t n);                       /* "operand 0 is shard(1,tp), ..." */
+bool lf_unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, uint32_t to,
+                  lval *out);                                /* a sharded unit dim's axes read on dim `to` */
+
+/* Helpers the layouts use (lift.c, lift_term.c, lift_mesh.c, lift_coll.c). */
 void lf_kval_set(lift_ctx *c, eid cls, interp_val *v);       /* records the known values of class cls */
 bool lf_fold_size_ok(const int64_t *dims, uint32_t rank);    /* small enough to fold as constants */
 bool lf_is_index(const lval *x);                             /* an index value: LV_PW, LV_MASK or LV_IVEC */

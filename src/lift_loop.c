@@ -1,7 +1,9 @@
 /* lift_loop — while loops (lift.c walks them): induction over the carry.
  * Owns the baseline walk of a loop (lf_loop_baseline) and the distributed
  * loop related to it carry by carry (lf_loop_distributed); both are reached
- * from lf_lift_one through lf_loop_baseline / lf_loop_distributed. */
+ * from lf_lift_one through lf_loop_baseline / lf_loop_distributed. Also the
+ * walk state a loop (or another reading tried and undone) saves and goes
+ * back to: lf_loop_mark_take, lf_loop_mark_undo. */
 #include "lift.h"
 #include "lift_int.h"
 #include "interp.h"
@@ -553,3 +555,53 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
     return (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
 }
 
+/* ---- the walk state a loop (or another reading) saves and undoes ---- */
+
+lf_loop_mark lf_loop_mark_take(const lift_ctx *c) {
+    const lift_segment *sg = c->nsegs ? &c->segs[c->cur_seg] : NULL;
+    return (lf_loop_mark){c->nfindings, c->nunsupported, c->noutside, c->resynced, c->ndoms, sg ? sg->findings : 0,
+                       sg ? sg->unsupported : 0, sg ? sg->divergent : 0, sg ? sg->outside : 0, c->next_loop,
+                       c->assumptions.len, c->lifted, c->assumed, c->first_unsupported, c->later_unsupported,
+                       c->divergence, c->first_unsupported_comp, c->later_unsupported_comp, c->divergence_comp,
+                       c->unsupported_why, c->later_unsupported_why, c->divergence_note, c->unsupported_konst,
+                       c->later_unsupported_konst, c->divergence_konst, c->divergence_layout, c->divergence_resynced,
+                       c->divergence_kind, c->resync_scope};
+}
+
+void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m) {
+    c->nfindings = m->nfindings;
+    c->nunsupported = m->nunsupported;
+    c->noutside = m->noutside;
+    c->resynced = m->resynced;
+    c->ndoms = m->ndoms;
+    if (c->nsegs) {
+        lift_segment *sg = &c->segs[c->cur_seg];
+        sg->findings = m->seg_findings;
+        sg->unsupported = m->seg_unsupported;
+        sg->divergent = m->seg_divergent;
+        sg->outside = m->seg_outside;
+    }
+    c->next_loop = m->next_loop;
+    if (c->assumptions.s && m->assumptions < c->assumptions.len) {
+        c->assumptions.len = m->assumptions;
+        c->assumptions.s[m->assumptions] = 0;
+    }
+    c->lifted = m->lifted;
+    c->assumed = m->assumed;
+    c->first_unsupported = m->first_unsupported;
+    c->later_unsupported = m->later_unsupported;
+    c->divergence = m->divergence;
+    c->first_unsupported_comp = m->first_unsupported_comp;
+    c->later_unsupported_comp = m->later_unsupported_comp;
+    c->divergence_comp = m->divergence_comp;
+    c->unsupported_why = m->unsupported_why;
+    c->later_unsupported_why = m->later_unsupported_why;
+    c->divergence_note = m->divergence_note;
+    c->unsupported_konst = m->unsupported_konst;
+    c->later_unsupported_konst = m->later_unsupported_konst;
+    c->divergence_konst = m->divergence_konst;
+    c->divergence_layout = m->divergence_layout;
+    c->divergence_resynced = m->divergence_resynced;
+    c->divergence_kind = m->divergence_kind;
+    c->resync_scope = m->resync_scope;
+}

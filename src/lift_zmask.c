@@ -406,7 +406,7 @@ static bool zmask_reshape(lift_ctx *c, const lift_zmask *z, const int64_t *a, ui
     return r->rank == nn;
 }
 
-/* The zero mask of v, the value lift_instr gave s->in, from its operands'
+/* The zero mask of v, the value lf_lift_instr gave s->in, from its operands'
  * (and the combine that drops one): lift.h, lift_zmask. */
 void lf_zmask_after(lstate *s, lval *v) {
     lift_ctx *c = s->c;

@@ -1,0 +1,703 @@
+/* lift_coll — collectives that sum or gather, and the partial sums they
+ * meet (lift.c dispatches to them).
+ * Owns the transfer functions of all-reduce, all-gather and reduce-scatter
+ * (lf_lift_all_reduce, lf_lift_all_gather, lf_lift_reduce_scatter) and the
+ * readings of values as partial sums around them: copies summed over a group
+ * as a factor (held_as_partial), a select that picks a value on some devices
+ * (lf_picked_on_some_devices), a value added to a partial sum before it is
+ * summed (lf_copies_into_partial_sums, lf_summed_later), and the sum
+ * collective that left a value partial (lf_track_short, blamed by
+ * lf_short_reduction). All-to-all is lift_layout.c's. */
+#include "lift.h"
+#include "lift_int.h"
+
+#include "interp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "segrun.h"
+
+/* ---- partial sums ---- */
+
+/* x, complete over `axes` (neither partial nor sharded over them), read as
+ * a partial sum over them: the n devices of a group each hold x, and the sum
+ * of those copies is n·x, so the same term partial with its factor times n
+ * (a replicated b/n is a partial sum of b). */
+static void held_as_partial(lval *x, uint32_t axes, int64_t k, const hlo_instr *at) {
+    x->v.partial |= (uint8_t)axes;
+    x->v.red = RED_SUM;
+    x->scale = lf_scale_of(x) * (double)k;
+    if (x->scale == 1) x->scale = 0;
+    else x->factor_at = at;
+}
+
+static void copies_as_partial(lift_ctx *c, lval *x, uint32_t axes, const hlo_instr *at) {
+    int64_t n = 1;
+    for (uint32_t a = 0; a < c->mesh->naxes; a++)
+        if (axes >> a & 1) n *= c->mesh->sizes[a];
+    held_as_partial(x, axes, n, at);
+}
+
+/* The index of device d's group when the axes in `mask` are ignored (its
+ * coordinates along the other axes, mixed radix). */
+static int64_t group_of(const mesh *m, int64_t d, uint32_t mask) {
+    int64_t g = 0;
+    for (uint32_t a = 0; a < m->naxes; a++)
+        if (!(mask >> a & 1)) g = g * m->sizes[a] + mesh_coord(m, d, (int)a);
+    return g;
+}
+
+/* select(p, x, 0) or select(p, 0, x) with p a device-dependent predicate
+ * that is all true or all false on each device (jnp.where(axis_index(tp)
+ * == 0, b, 0): a bias added once before the psum), x complete over the axes
+ * p varies along: on the k devices of every group along those axes where x
+ * is picked, x, elsewhere zeros — a partial sum of k·x. False when the
+ * select is not of that form. */
+bool lf_picked_on_some_devices(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *p = &s->ops[0];
+    if (in->op != OP_SELECT || in->noperands != 3 || p->kind != LV_DEV || !p->dev || p->count == 0) return false;
+    int xo = 0;
+    for (uint32_t o = 1; o < 3; o++)
+        if (s->ops[o].kind == LV_TERM && lf_class_is_zero(c, s->ops[o].cls) && !s->ops[o].v.partial) xo = 3 - (int)o;
+    if (!xo) return false;
+    const lval *x = &s->ops[xo];
+    if (x->kind != LV_TERM || x->v.partial || x->assumed || x->cls == EID_NONE) return false;
+    const mesh *m = c->mesh;
+    int64_t nd = c->ndev;
+    uint8_t *picked = xmalloc((size_t)nd);
+    bool ok = true;
+    for (int64_t d = 0; d < nd && ok; d++) {
+        bool t = p->dev[d * p->count] != 0;
+        for (uint32_t k = 1; k < p->count && ok; k++) ok = (p->dev[d * p->count + k] != 0) == t;
+        picked[d] = t == (xo == 1);
+    }
+    /* the axes along which the choice varies */
+    uint32_t vary = 0;
+    int64_t *seen = xmalloc((size_t)nd * sizeof *seen);
+    for (uint32_t a = 0; a < m->naxes && ok; a++) {
+        for (int64_t g = 0; g < nd; g++) seen[g] = -1;
+        for (int64_t d = 0; d < nd; d++) {
+            int64_t g = group_of(m, d, 1u << a);
+            if (seen[g] < 0) seen[g] = picked[d];
+            else if (seen[g] != picked[d]) vary |= 1u << a;
+        }
+    }
+    /* devices picked per group along those axes: the same count everywhere */
+    int64_t k = -1;
+    if (ok && vary && !(vary & view_axes_used(&x->v))) {
+        for (int64_t g = 0; g < nd; g++) seen[g] = 0;
+        for (int64_t d = 0; d < nd; d++) seen[group_of(m, d, vary)] += picked[d];
+        for (int64_t d = 0; d < nd && ok; d++) {
+            int64_t n = seen[group_of(m, d, vary)];
+            ok = k < 0 || n == k;
+            k = n;
+        }
+    }
+    free(picked);
+    free(seen);
+    if (!ok || !vary || k <= 0 || (vary & view_axes_used(&x->v))) return false;
+    *out = *x;
+    held_as_partial(out, vary, k, in);
+    return true;
+}
+
+/* The sum all-reduce over (at least) the axes `partial` that in's value
+ * reaches through layout ops and copies in comp, or NULL. */
+const hlo_instr *lf_summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, uint8_t partial) {
+    uint32_t at = (uint32_t)(in - comp->instrs);
+    uint8_t *tracked = xcalloc(comp->ninstrs + 1, 1);
+    const hlo_instr *found = NULL;
+    tracked[at] = 1;
+    for (uint32_t j = at + 1; j < comp->ninstrs && !found; j++) {
+        const hlo_instr *y = &comp->instrs[j];
+        bool uses = false;
+        for (uint32_t o = 0; o < y->noperands; o++) uses |= tracked[y->operands[o]];
+        if (!uses) continue;
+        if (y->op == OP_ALL_REDUCE && instr_reducer(c->cur, y) == RED_SUM) {
+            int axes = lift_groups_axes(c, y, false);
+            if (axes > 0 && ((uint32_t)axes & partial) == partial) found = y;
+        } else if (y->op == OP_RESHAPE || y->op == OP_TRANSPOSE || y->op == OP_BITCAST || y->op == OP_COPY) {
+            tracked[j] = 1;
+        }
+    }
+    free(tracked);
+    return found;
+}
+
+/* An add or subtract of partial sums over axes A and values complete over A
+ * that carry a factor (a bias b/n added on every device before the sum):
+ * those values read as partial sums of their n copies (copies_as_partial),
+ * so that the factors say what the sum over the devices makes of them.
+ *
+ * A value without a factor added so, where a sum over A follows, is counted
+ * once per device (the bias before the all-reduce): it too reads as n·b, so
+ * that a program which takes (n-1)·b back later still meets the baseline,
+ * and the finding waits (c->pending) until the outputs are known to differ.
+ * Where no sum follows, the transfer function names the missing one; zeros
+ * stay as they are. */
+void lf_copies_into_partial_sums(lstate *s) {
+    const hlo_instr *in = s->in;
+    if ((in->op != OP_ADD && in->op != OP_SUBTRACT) || !dtype_is_float(in->shape.dtype)) return;
+    uint32_t partial = 0;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (x->kind != LV_TERM || (x->v.partial && x->v.red != RED_SUM)) return;
+        if (x->v.partial) {
+            if (partial && partial != x->v.partial) return;
+            partial = x->v.partial;
+        }
+    }
+    if (!partial) return;
+    const hlo_instr *later = NULL;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        lval *x = &s->ops[o];
+        if (x->v.partial || (view_axes_used(&x->v) & partial) || lf_class_is_zero(s->c, x->cls)) continue;
+        if (lf_scale_of(x) == 1) {
+            if (!later && !(later = lf_summed_later(s->c, s->comp, in, (uint8_t)partial))) continue;
+            strbuf why;
+            sb_init(&why);
+            lf_describe_operands(&why, s->c, s->ops, in->noperands);
+            lf_pending(s->c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) "
+                       "that %s then sums over the devices: it is counted once per device", in->opname, why.s, later->name);
+            sb_free(&why);
+        }
+        copies_as_partial(s->c, x, partial, in);
+    }
+}
+
+/* A partial operand that a sum collective left partial (its replica groups
+ * span only part of the axes the value is partial over): the finding belongs
+ * to that collective, whose groups are wrong, rather than to the op that
+ * needs the value complete. Returns whether it was reported. */
+bool lf_short_reduction(lstate *s, const char *why) {
+    for (uint32_t o = 0; o < s->in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (!x->short_at || !x->v.partial) continue;
+        strbuf ax;
+        sb_init(&ax);
+        lf_axes_words(&ax, s->c, x->v.partial);
+        lf_finding(s->c, "wrong-collective-group", x->short_comp, x->short_at,
+                   "%s sums over too few devices: the value stays partial over %s, and %s needs it complete (%s)",
+                   x->short_at->name, ax.s, s->in->name, why);
+        sb_free(&ax);
+        return true;
+    }
+    return false;
+}
+
+/* Notes, after v was lifted, which sum collective left it partial. */
+void lf_track_short(lstate *s, lval *v) {
+    const hlo_instr *in = s->in;
+    if (v->kind != LV_TERM || !v->v.partial) return;
+    if ((in->op == OP_ALL_REDUCE || in->op == OP_REDUCE_SCATTER) && instr_reducer(s->c->cur, in) == RED_SUM &&
+        in->noperands >= 1 && s->ops[0].kind == LV_TERM && s->ops[0].v.partial != v->v.partial) {
+        v->short_at = in;
+        v->short_comp = s->comp;
+        return;
+    }
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (s->ops[o].short_at && s->ops[o].v.partial == v->v.partial) {
+            v->short_at = s->ops[o].short_at;
+            v->short_comp = s->ops[o].short_comp;
+            return;
+        }
+}
+
+/* ---- all-reduce, all-gather, reduce-scatter ---- */
+
+/* The operand of sum collective s, sharded over some of `axes` on dims of
+ * local size 1 (whole dims: all their axes among `axes`), re-read as partial
+ * over those axes: every device holds one summand of the sum over such a
+ * dim, so it is a partial sum of the global term reduced over it (the dim
+ * kept, of size 1). Where no device of a group holds the same block (a head
+ * each), summing the group adds the heads: the sum XLA writes for a
+ * reduction over a dim its shards hold one slice of. */
+static void unit_blocks_as_partial(lstate *s, uint32_t axes) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    lval *x = &s->ops[0];
+    const shape *ls = &s->comp->instrs[in->operands[0]].shape;
+    const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+    /* A value partial over axes the group does not span is summed over the
+     * wrong axes, more likely than over its unit dims: that finding stands. */
+    if (x->kind != LV_TERM || (x->v.partial & ~axes) || (x->v.partial && x->v.red != RED_SUM) || !ta ||
+        ls->rank > VIEW_MAX_RANK)
+        return;
+    uint32_t sharded = axes & ~(uint32_t)x->v.partial, got = 0;
+    int64_t dd[VIEW_MAX_RANK], gd[VIEW_MAX_RANK], rd[VIEW_MAX_RANK], ld[VIEW_MAX_RANK];
+    uint32_t nd = 0, nr = 0;
+    lf_global_dims(c, &x->v, ls, gd);
+    for (uint32_t d = 0; d < ls->rank; d++) {
+        uint32_t mine = 0;
+        for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) mine |= 1u << x->v.dims[d].axes[a];
+        if (!(mine & sharded)) {
+            ld[nr] = ls->dims[d];
+            rd[nr++] = gd[d];
+            continue;
+        }
+        if ((mine & ~sharded) || ls->dims[d] != 1) return;
+        got |= mine;
+        dd[nd++] = d;
+    }
+    if (!nd || got != sharded) return;
+    /* reduce(term, 0) over those dims with the collective's reducer */
+    hlo_instr ri = *in;
+    hlo_attr attrs[2] = {{.key = A_DIMENSIONS, .kind = K_INTS, .n = nd, .v.ints = arena_memdup(c->a, dd, nd * sizeof *dd)}, *ta};
+    if (attrs[1].key < attrs[0].key) {
+        hlo_attr t = attrs[0];
+        attrs[0] = attrs[1];
+        attrs[1] = t;
+    }
+    ri.op = OP_REDUCE;
+    ri.attrs = arena_memdup(c->a, attrs, sizeof attrs);
+    ri.nattrs = 2;
+    ri.shape.rank = nr;
+    ri.shape.dims = arena_memdup(c->a, ld, (nr + 1) * sizeof *ld);
+    interp_val *z = interp_val_new(ls->dtype, 0, NULL);
+    if (!z) return;
+    eid ch[2] = {x->cls, lf_const_term(c, z, c->origin)};
+    eid t = lf_node(c, c->cur, &ri, ch, 2, rd, c->origin);
+    for (uint32_t k = 0; k < nd; k++) gd[dd[k]] = 1;
+    x->cls = lf_mk_reshape(c, t, lf_type_of(c, ls->dtype, gd, ls->rank), c->origin);
+    for (uint32_t k = 0; k < nd; k++) memset(&x->v.dims[dd[k]], 0, sizeof x->v.dims[dd[k]]);
+    x->v.partial |= (uint8_t)sharded;
+    x->v.red = RED_SUM;
+}
+
+/* all-reduce over the mesh axes its groups span: removes `partial` over them;
+ * the reduction must match the operand's. */
+lval lf_lift_all_reduce(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    int axes = lf_collective_axes(s, false);
+    int red = instr_reducer(c->cur, in);
+    if (axes < 0) return unknown();
+    if (x->kind != LV_TERM) {
+        /* The result is the same on every device of a group, whatever it is. */
+        if (x->kind == LV_UNKNOWN) {
+            view v = view_dup(in->shape.rank);
+            if (axes != (1 << c->mesh->naxes) - 1) return unknown();
+            /* Replicated now, content unproven: assume it is what the baseline
+             * computes at the end of the same op_name scope (said in the trace). */
+            const char *sc;
+            size_t sn;
+            uint32_t idx;
+            if (sr_scope_top(in, &sc, &sn) && strmap_get(&c->scope_index, sc, sn, &idx)) {
+                eid b = c->scope_cls[idx];
+                uint32_t t = eg_type(c->g, in->shape.dtype, in->shape.dims, in->shape.rank);
+                if (b != EID_NONE && eg_class_type(c->g, b) == t) {
+                    if (!c->resynced++) c->resync_scope = arena_strndup(c->a, sc, sn);
+                    return term(b, v, false);
+                }
+            }
+            return lf_assumed_term(c, in, v);
+        }
+        return unknown();
+    }
+    if (red == RED_SUM) unit_blocks_as_partial(s, (uint32_t)axes);
+    strbuf w;
+    sb_init(&w);
+    lf_axes_words(&w, c, (uint32_t)axes);
+    lval result;
+    if ((x->v.partial & axes) != (uint32_t)axes) {
+        /* Summing values that are already complete over an axis multiplies them. */
+        uint32_t extra = (uint32_t)axes & ~x->v.partial;
+        bool sharded = false;
+        for (uint32_t d = 0; d < x->v.rank; d++)
+            for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) sharded |= axes >> x->v.dims[d].axes[a] & 1;
+        if (red == RED_SUM && !sharded && dtype_is_float(in->shape.dtype) && in->shape.dtype == s->comp->instrs[in->operands[0]].shape.dtype &&
+            (!x->v.partial || x->v.red == RED_SUM)) {
+            /* n copies summed: n times the value, a constant factor (lift_scale.c)
+             * that a division may take back (a pmean of a value every device
+             * already holds, over one axis of several) or that reaches an
+             * output, where it is blamed on this sum. */
+            result = *x;
+            copies_as_partial(c, &result, extra, in);
+            result.v.partial &= (uint8_t)~axes;
+            if (!result.v.partial) result.v.red = 0;
+            lval copies = result;
+            result = term(copies.cls, copies.v, copies.assumed);
+            result.scale = copies.scale;
+            result.factor_at = copies.factor_at;
+            sb_free(&w);
+            return result;
+        }
+        if (red == RED_SUM || red == RED_PROD) {
+            strbuf e;
+            sb_init(&e);
+            lf_axes_words(&e, c, extra);
+            int64_t times = 1;
+            for (uint32_t ax = 0; ax < c->mesh->naxes; ax++)
+                if (extra >> ax & 1) times *= c->mesh->sizes[ax];
+            if (x->v.partial & ~(uint32_t)axes) {
+                /* Partial over other axes than the groups span: the wrong axis. */
+                strbuf p2;
+                sb_init(&p2);
+                lf_axes_words(&p2, c, x->v.partial & ~(uint32_t)axes);
+                lf_finding(c, "wrong-collective-group", s->comp, in,
+                        "%s reduces over %s, but the value is partial over %s: the all-reduce runs over the wrong mesh axis",
+                        in->name, w.s, p2.s);
+                sb_free(&p2);
+            } else if (sharded) {
+                /* Each device's block summed with the others': the sum of the
+                 * blocks, a value in its own right (not related yet). */
+                lf_unsupported(c, s->comp, in, "%s sums over %s a value sharded over %s: the sum of its blocks is not related yet",
+                               in->name, w.s, e.s);
+            } else {
+                lf_finding(c, "wrong-reduction", s->comp, in,
+                        "%s sums over %s, but the value is already complete over %s: it is counted %lld times",
+                        in->name, w.s, e.s, (long long)times);
+            }
+            sb_free(&e);
+            view v = x->v;
+            v.partial &= (uint8_t)~axes;
+            result = lf_assumed_term(c, in, v);
+            sb_free(&w);
+            return result;
+        }
+    }
+    if (x->v.partial && x->v.red != red) {
+        lf_finding(c, "wrong-reduction", s->comp, in, "%s reduces with %s over %s but the value is partial with %s",
+                in->name, reducer_name(red), w.s, reducer_name(x->v.red));
+        view v = x->v;
+        v.partial &= (uint8_t)~axes;
+        sb_free(&w);
+        return lf_assumed_term(c, in, v);
+    }
+    for (uint32_t d = 0; d < x->v.rank; d++)
+        for (uint32_t a = 0; a < x->v.dims[d].naxes; a++)
+            if (axes >> x->v.dims[d].axes[a] & 1) {
+                lf_finding(c, "wrong-collective-group", s->comp, in, "@%s reduces over %s, along which the value is sharded (dimension %u), not partial",
+                        in->name, w.s, d);
+                sb_free(&w);
+                return unknown();
+            }
+    if (in->shape.dtype != s->comp->instrs[in->operands[0]].shape.dtype) {
+        lf_finding(c, "dtype-mismatch", s->comp, in, "%s changes the element type", in->name);
+        sb_free(&w);
+        return unknown();
+    }
+    sb_free(&w);
+    view v = x->v;
+    v.partial &= (uint8_t)~axes;
+    if (!v.partial) v.red = 0;
+    return term(x->cls, v, x->assumed);
+}
+
+/* The operand, axes (groups in device order) and the one dimension of an
+ * all-gather or reduce-scatter; false (said why) when they do not apply. */
+static bool dim_collective(lstate *s, int *axes, uint32_t *dim) {
+    uint32_t nd;
+    const int64_t *dd = instr_ints(s->in, A_DIMENSIONS, &nd);
+    if (s->ops[0].kind != LV_TERM) return false;
+    if ((*axes = lf_collective_axes(s, true)) < 0) return false;
+    if (nd != 1) {
+        lf_unsupported(s->c, s->comp, s->in, "%s has %u dimensions", s->in->name, nd);
+        return false;
+    }
+    *dim = (uint32_t)dd[0];
+    return true;
+}
+
+/* all-gather along dim d over `axes` of a value every device of a group holds
+ * alike (not sharded along d, the axes unused by its view): the group's
+ * copies side by side, the same on every device — concatenate(x, ..., x), or
+ * for known values those values tiled. (GSPMD gathers a constant it
+ * computed whole on every device; a program may tile a replicated value.) */
+static lval gather_copies(lstate *s, uint32_t d, int axes) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[0];
+    const hlo_instr *in = s->in;
+    int64_t n = 1;
+    for (uint32_t a = 0; a < c->mesh->naxes; a++)
+        if (axes >> a & 1) n *= c->mesh->sizes[a];
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, &in->shape, dims);
+    uint32_t rank = in->shape.rank, xr;
+    int64_t xd[VIEW_MAX_RANK];
+    const int64_t *td = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &xr);
+    if (xr != rank || rank > VIEW_MAX_RANK || n < 1) return unknown();
+    memcpy(xd, td, rank * sizeof *xd); /* (adding a type moves the type store) */
+    uint32_t t = lf_type_of(c, in->shape.dtype, dims, rank);
+    const interp_val *kv = lf_kval(c, x->cls);
+    if (kv && lf_fold_size_ok(dims, rank)) {
+        interp_val *r = interp_val_new(kv->dtype, rank, dims);
+        if (r) {
+            int64_t idx[VIEW_MAX_RANK] = {0};
+            for (int64_t e = 0; e < r->n; e++) {
+                int64_t src = 0;
+                for (uint32_t q = 0; q < rank; q++) src = src * xd[q] + (q == d ? idx[q] % xd[q] : idx[q]);
+                interp_val_set(r, e, interp_val_get(kv, src));
+                for (int q = (int)rank - 1; q >= 0 && ++idx[q] == dims[q]; q--) idx[q] = 0;
+            }
+            lval out = term(lf_const_term(c, r, c->origin), x->v, x->assumed);
+            out.konst = x->konst;
+            return out;
+        }
+    }
+    if (n > 64) return unknown();
+    eid ch[64];
+    for (int64_t q = 0; q < n; q++) ch[q] = x->cls;
+    int64_t dd = d;
+    return term(eg_add(c->g, OP_CONCATENATE, lf_list_attr(c, A_DIMENSIONS, &dd, 1), t, ch, (uint32_t)n, c->origin), x->v,
+                x->assumed);
+}
+
+/* x (the operand of s, of s's source shape) with the blocks of its dim e
+ * moved into dim d as d's major part, a layout (lift.h): e is no longer
+ * bound to its axes; `bound` binds d's blocks to them instead (an all-to-all:
+ * device r keeps block r of d), else every device holds all of them (an
+ * all-gather). False when a view's parts are unknown. */
+bool lf_blocks_moved(lstate *s, const lval *x, uint32_t e, uint32_t d, bool bound, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *src = &s->comp->instrs[s->in->operands[0]];
+    uint32_t rank = src->shape.rank;
+    if (rank > VIEW_MAX_RANK) return false;
+    int64_t n = view_dim_parts(&x->v, c->mesh, e);
+    lift_layout *L = arena_alloc(c->a, sizeof *L);
+    memset(L, 0, sizeof *L);
+    L->grank = L->ndims = rank;
+    for (uint32_t q = 0; q < rank; q++) {
+        int64_t parts = view_dim_parts(&x->v, c->mesh, q);
+        if (parts < 1) return false;
+        L->gdims[q] = src->shape.dims[q] * parts;
+        L->split[q] = parts;
+        L->bound[q] = parts > 1 && q != e ? 1 : -1;
+        L->naxes[q] = q != e ? x->v.dims[q].naxes : 0;
+        memcpy(L->axes[q], x->v.dims[q].axes, L->naxes[q]);
+    }
+    if (bound) {
+        L->split[d] = n;
+        L->bound[d] = 1;
+        L->naxes[d] = x->v.dims[e].naxes;
+        memcpy(L->axes[d], x->v.dims[e].axes, x->v.dims[e].naxes);
+    }
+    for (uint32_t q = 0; q < rank; q++) {
+        if (q == d) L->atoms[q][L->natoms[q]++] = (layout_atom){(uint8_t)e, 0, n};
+        if (L->gdims[q] / L->split[q] > 1) L->atoms[q][L->natoms[q]++] = (layout_atom){(uint8_t)q, 1, L->gdims[q] / L->split[q]};
+    }
+    L->from = s->in;
+    L->from_comp = s->comp;
+    *out = (lval){.kind = LV_LAYOUT, .cls = x->cls, .lay = L, .assumed = x->assumed};
+    return true;
+}
+
+/* all-gather along dim d (not sharded) of a value whose dim e is sharded over
+ * exactly the gathered axes (major first): every device ends up with the same
+ * tensor, dim d holding the blocks of e as its major part — a rearrangement of
+ * the global value (a layout), which reshapes and transposes may bring back
+ * (jax's untiled all_gather then moveaxis), and which is wrong only if used
+ * so. */
+static bool gather_layout(lstate *s, uint32_t d, int axes, lval *out) {
+    const lval *x = &s->ops[0];
+    const hlo_instr *src = &s->comp->instrs[s->in->operands[0]];
+    uint32_t rank = src->shape.rank;
+    int e = -1;
+    for (uint32_t q = 0; q < rank; q++) {
+        const view_dim *vq = &x->v.dims[q];
+        uint32_t mask = 0;
+        bool ascending = true;
+        for (uint32_t k = 0; k < vq->naxes; k++) {
+            mask |= 1u << vq->axes[k];
+            ascending &= k == 0 || vq->axes[k] > vq->axes[k - 1];
+        }
+        if (!(mask & (uint32_t)axes)) continue;
+        if (mask != (uint32_t)axes || !ascending || e >= 0) return false;
+        e = (int)q;
+    }
+    if (e < 0 || rank > VIEW_MAX_RANK) return false;
+    return lf_blocks_moved(s, x, (uint32_t)e, d, false, out);
+}
+
+/* A value sharded along a unit dim j before the dim d an all-gather gathers
+ * (d unsharded; PyTorch/XLA: token rows [1,16,64] of a batch split over
+ * data, gathered along the sequence dim): read as sharded along d
+ * (lf_unit_move), when j holds gathered axes. */
+static bool unit_dim_regroup(lstate *s, uint32_t d, uint32_t axes, lval *out) {
+    const lval *x = &s->ops[0];
+    const shape *sh = &s->comp->instrs[s->in->operands[0]].shape;
+    for (int64_t j = (int64_t)d - 1; j >= 0 && x->kind == LV_TERM && (uint32_t)j < x->v.rank; j--) {
+        const view_dim *vj = &x->v.dims[j];
+        if (!vj->naxes) continue;
+        bool gathered = false;
+        for (uint32_t a = 0; a < vj->naxes; a++) gathered |= axes >> vj->axes[a] & 1;
+        return gathered && lf_unit_move(s->c, x, sh, (uint32_t)j, d, out);
+    }
+    return false;
+}
+
+/* An all-gather along dim d over one mesh axis (P devices) of a value
+ * sharded by that axis along another dim k: device r's piece lands at block
+ * r of d. Two forms are rearrangements of the term X:
+ *   - d is a unit dim locally, k has local size n: the result holds
+ *     X[.., r·n + i (k), ..] at [.., i (k), .., r (d), ..] — X with k split
+ *     into [P, n], the unit d dropped and P moved to d's place (PyTorch/XLA
+ *     gathers its token rows [16, 1, 64] so, into [seq, batch, hidden]);
+ *   - k is a unit dim locally, d has local size m: the result holds
+ *     X[.., r (k), .., i (d), ..] at [.., 0 (k), .., r·m + i (d), ..] — X
+ *     with k moved just before d, then merged into it (a reshape alone when
+ *     only unit dims lie between).
+ * Either way the same on every device; whether it is the baseline's is for
+ * the terms to say. False when neither form applies. */
+static bool gather_unit_dim(lstate *s, uint32_t d, int axes, lval *out) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[0];
+    const shape *sh = &s->comp->instrs[s->in->operands[0]].shape;
+    uint32_t r = sh->rank;
+    if (x->kind != LV_TERM || x->v.rank != r || r > VIEW_MAX_RANK || d >= r || x->v.dims[d].naxes ||
+        __builtin_popcount((unsigned)axes) != 1 || (x->v.partial & (uint32_t)axes))
+        return false;
+    int k = -1;
+    for (uint32_t q = 0; q < r; q++)
+        if (x->v.dims[q].naxes == 1 && axes >> x->v.dims[q].axes[0] & 1) k = (int)q;
+    if (k < 0) return false;
+    int64_t g[VIEW_MAX_RANK], y[VIEW_MAX_RANK], perm[VIEW_MAX_RANK], f[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, sh, g);
+    int64_t n = sh->dims[k], p = g[k] / (n ? n : 1);
+    if (n < 1 || p * n != g[k]) return false;
+    int dt = sh->dtype;
+    eid t;
+    bool ident = true;
+    if (sh->dims[d] == 1) {
+        /* y: the term with k split into [p, n] and the unit dim d dropped (as
+         * a program writes it: reshape, then transpose); at[q]: y's dim for
+         * x's dim q (for k: its n part). */
+        uint32_t yr = 0, at[VIEW_MAX_RANK], pk = 0;
+        for (uint32_t q = 0; q < r; q++) {
+            if ((int)q == k) pk = yr, y[yr++] = p;
+            if (q != d) at[q] = yr, y[yr++] = (int)q == k ? n : g[q];
+        }
+        for (uint32_t q = 0; q < r; q++) {
+            perm[q] = q == d ? pk : at[q];
+            f[q] = y[perm[q]];
+            ident &= perm[q] == q;
+        }
+        t = lf_mk_reshape(c, x->cls, lf_type_of(c, dt, y, yr), c->origin);
+        if (!ident) t = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, r), lf_type_of(c, dt, f, r), &t, 1, c->origin);
+    } else if (n == 1) {
+        /* X's dims with k just before d (y), then k merged into d (f). */
+        uint32_t np = 0;
+        for (uint32_t q = 0; q < r; q++) {
+            if ((int)q == k) continue;
+            if (q == d) perm[np++] = k;
+            perm[np++] = q;
+        }
+        for (uint32_t q = 0; q < r; q++) {
+            y[q] = g[perm[q]];
+            f[q] = (int)q == k ? 1 : q == d ? p * g[d] : g[q];
+            ident &= perm[q] == q;
+        }
+        t = x->cls;
+        if (!ident) t = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, r), lf_type_of(c, dt, y, r), &t, 1, c->origin);
+        t = lf_mk_reshape(c, t, lf_type_of(c, dt, f, r), c->origin);
+    } else {
+        return false;
+    }
+    view v = x->v;
+    memset(&v.dims[k], 0, sizeof v.dims[k]);
+    *out = term(t, v, x->assumed);
+    return true;
+}
+
+/* all-gather along d: d must be sharded with the gathered axes as its minor
+ * axes (block order = group order). */
+lval lf_lift_all_gather(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    int axes;
+    uint32_t d;
+    if (!dim_collective(s, &axes, &d)) return unknown();
+    view v = x->v;
+    view_dim *vd = &v.dims[d];
+    uint32_t k = __builtin_popcount((unsigned)axes);
+    lval xr;
+    if (!vd->naxes && unit_dim_regroup(s, d, (uint32_t)axes, &xr)) {
+        x = &xr;
+        v = xr.v;
+    }
+    if (!vd->naxes && !(view_axes_used(&x->v) & (uint32_t)axes) && !x->v.partial) return gather_copies(s, d, axes);
+    bool ok = vd->naxes >= k;
+    for (uint32_t i = 0; ok && i < k; i++) ok = axes >> vd->axes[vd->naxes - k + i] & 1;
+    lval moved;
+    if (!ok && gather_unit_dim(s, d, axes, &moved)) return moved;
+    if (!ok && !vd->naxes && !x->v.partial && gather_layout(s, d, axes, &moved)) return moved;
+    if (!ok && (x->v.partial & (uint32_t)axes) == (uint32_t)axes && !vd->naxes) {
+        /* The stack of the group's partial values: no value of the baseline
+         * until reduced over d (lf_lift_reduce), nor a mistake by itself. */
+        uint32_t i = (uint32_t)(in - s->comp->instrs);
+        if (!lf_stack_only_reduced(s->comp, c->cur, i, d, x->v.red))
+            lf_unsupported(c, s->comp, in, "%s gathers partial values (%s) side by side; the stack is related only where a reduce "
+                           "over the gathered dimension completes it", in->name, reducer_name(x->v.red));
+        return unknown();
+    }
+    if (!ok) {
+        strbuf a, w;
+        sb_init(&a);
+        sb_init(&w);
+        view_print(&a, &x->v, c->mesh);
+        lf_axes_words(&w, c, (uint32_t)axes);
+        lf_finding(c, "wrong-shard-dim", s->comp, in, "@%s gathers dimension %u over %s, but the value is %s", in->name, d, w.s, a.s);
+        sb_free(&a);
+        sb_free(&w);
+        return unknown();
+    }
+    vd->naxes = (uint8_t)(vd->naxes - k);
+    memset(vd->axes + vd->naxes, 0, sizeof vd->axes - vd->naxes);  /* views compare bytewise */
+    return term(x->cls, v, x->assumed);
+}
+
+/* reduce-scatter: partial over the axes → sharded along d over them. */
+lval lf_lift_reduce_scatter(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    int axes;
+    uint32_t dim;
+    if (!dim_collective(s, &axes, &dim)) return unknown();
+    int red = instr_reducer(c->cur, in);
+    uint32_t extra = (uint32_t)axes & ~x->v.partial;
+    lval copies = *x;
+    bool sharded = view_axes_used(&x->v) & extra;
+    if (extra && red == RED_SUM && !sharded && !(x->v.partial & ~(uint32_t)axes) && (!x->v.partial || x->v.red == RED_SUM) &&
+        dtype_is_float(in->shape.dtype)) {
+        /* A sum of copies (a value every device of the group holds): n times
+         * it, a factor a division may take back (psum_scatter(g) / n). */
+        copies_as_partial(c, &copies, extra, in);
+        x = &copies;
+    }
+    if ((x->v.partial & axes) != (uint32_t)axes || x->v.red != red) {
+        if (x->v.partial & ~(uint32_t)axes) {
+            /* Partial over other axes than the groups span: the wrong axis (as
+             * for an all-reduce). */
+            strbuf w, p2;
+            sb_init(&w);
+            sb_init(&p2);
+            lf_axes_words(&w, c, (uint32_t)axes);
+            lf_axes_words(&p2, c, x->v.partial & ~(uint32_t)axes);
+            lf_finding(c, "wrong-collective-group", s->comp, in,
+                       "%s reduces over %s, but the value is partial over %s: the reduce-scatter runs over the wrong mesh axis",
+                       in->name, w.s, p2.s);
+            sb_free(&w);
+            sb_free(&p2);
+        } else {
+            lf_finding(c, "wrong-reduction", s->comp, in, "%s reduces a value that is not partial (%s) over its groups", in->name,
+                       reducer_name(red));
+        }
+        return unknown();
+    }
+    view v = x->v;
+    v.partial &= (uint8_t)~axes;
+    if (!v.partial) v.red = 0;
+    view_dim *vd = &v.dims[dim];
+    for (uint32_t a = 0; a < c->mesh->naxes; a++)
+        if (axes >> a & 1) vd->axes[vd->naxes++] = (uint8_t)a;
+    lval r = term(x->cls, v, x->assumed);
+    r.scale = x->scale;  /* a sum of copies' */
+    r.factor_at = x->factor_at;
+    return r;
+}

@@ -1,0 +1,453 @@
+/* lift_reduce — the ops that sum elements: dot and reduce (lift.c
+ * dispatches to them).
+ * Owns the transfer functions of dot (paired dims aligned by re-reading one
+ * side, contracting dims sharded alike make a partial sum: lf_lift_dot) and
+ * reduce (reduced sharded dims make the result partial; a gathered stack of
+ * partial values reduced is the complete value: lf_lift_reduce), and the
+ * other reading of a reduce over sharded unit dims — a sum over one element
+ * is that element — which an elementwise op over such partial sums takes
+ * when it is the only meaningful one (lf_elementwise_unit_partials). */
+#include "lift.h"
+#include "lift_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- dot ---- */
+
+/* dot: batch and free dims carry their operand's sharding; contracting dims
+ * sharded alike on both sides make the result partial(sum) over those axes. */
+/* Side `side` of a dot re-read with dim d sharded as `want`, the other side
+ * being so: a value constant along d (a broadcast along it, constants and
+ * iota not along it) as itself, else by moving a sharded unit dim. */
+static bool dot_side_reread(lstate *s, uint32_t side, uint32_t d, const view_dim *want) {
+    view w = s->ops[side].v;
+    w.dims[d] = *want;
+    w.partial = 0;
+    w.red = 0;
+    if (!s->ops[side].v.partial && (lf_review_broadcast(s, side, &w) || lf_konst_review(s, side, &w))) return true;
+    return lf_unit_dim_reread(s, side, d, want);
+}
+
+/* Paired dims (batch or contracting) of a dot sharded alike, where re-reading
+ * one side makes them so. */
+/* Whether two view dims are sharded alike (bytes past naxes mean nothing). */
+bool lf_same_dim(const view_dim *a, const view_dim *b) {
+    return a->naxes == b->naxes && memcmp(a->axes, b->axes, a->naxes) == 0;
+}
+
+static void dot_align(lstate *s, const int64_t *ld, const int64_t *rd, uint32_t n) {
+    for (uint32_t k = 0; k < n; k++) {
+        view_dim a = s->ops[0].v.dims[ld[k]], b = s->ops[1].v.dims[rd[k]];
+        if (lf_same_dim(&a, &b)) continue;
+        if (!b.naxes && a.naxes) dot_side_reread(s, 1, (uint32_t)rd[k], &a);
+        else if (!a.naxes && b.naxes) dot_side_reread(s, 0, (uint32_t)ld[k], &b);
+    }
+}
+
+/* Whether a sum collective over any of `axes` (or a call, loop or branch,
+ * not looked into) uses what in computes, in comp. */
+static bool sum_reachable(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, uint32_t axes) {
+    uint32_t at = (uint32_t)(in - comp->instrs);
+    uint8_t *reach = xcalloc(comp->ninstrs + 1, 1);
+    bool found = false;
+    reach[at] = 1;
+    for (uint32_t j = at + 1; j < comp->ninstrs && !found; j++) {
+        const hlo_instr *y = &comp->instrs[j];
+        for (uint32_t o = 0; o < y->noperands && !reach[j]; o++) reach[j] = reach[y->operands[o]];
+        if (!reach[j]) continue;
+        if (y->op == OP_WHILE || y->op == OP_CALL || y->op == OP_CONDITIONAL || y->op == OP_CUSTOM_CALL) found = true;
+        if ((y->op == OP_ALL_REDUCE || y->op == OP_REDUCE_SCATTER) && instr_reducer(c->cur, y) == RED_SUM) {
+            int g = lift_groups_axes(c, y, false);
+            found = g < 0 || ((uint32_t)g & axes);
+        }
+    }
+    free(reach);
+    return found;
+}
+
+/* Contracting dims sharded on one side only, the other side's dim having no
+ * reading with those axes: the sharded side re-read with them on one of its
+ * free dims (the nearest, later first), where the one-side sharding is a
+ * block of the result's free dim instead (lf_unit_dim_reread). */
+static void dot_unshard_contracting(lstate *s, const int64_t *const bd[2], const int64_t *const cd[2], uint32_t nb, uint32_t nc) {
+    for (uint32_t k = 0; k < nc; k++)
+        for (uint32_t side = 0; side < 2; side++) {
+            const view_dim *a = &s->ops[side].v.dims[cd[side][k]], *b = &s->ops[1 - side].v.dims[cd[1 - side][k]];
+            if (s->ops[side].kind != LV_TERM || !a->naxes || b->naxes) continue;
+            /* A sum over those axes later wants the partial reading (the other
+             * side's rows the program's own, unrelated here): left alone. */
+            uint32_t mask = 0;
+            for (uint32_t q = 0; q < a->naxes; q++) mask |= 1u << a->axes[q];
+            if (sum_reachable(s->c, s->comp, s->in, mask)) continue;
+            view_dim want = *a;
+            uint32_t rank = s->comp->instrs[s->in->operands[side]].shape.rank;
+            bool done = false;
+            for (uint32_t dist = 1; dist < rank && !done; dist++)
+                for (int dir = 1; dir >= -1 && !done; dir -= 2) {
+                    int64_t f = cd[side][k] + dir * (int64_t)dist;
+                    bool free_dim = f >= 0 && f < (int64_t)rank;
+                    for (uint32_t q = 0; q < nb && free_dim; q++) free_dim = bd[side][q] != f;
+                    for (uint32_t q = 0; q < nc && free_dim; q++) free_dim = cd[side][q] != f;
+                    if (free_dim) done = lf_unit_dim_reread(s, side, (uint32_t)f, &want);
+                }
+        }
+}
+
+lval lf_lift_dot(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *l = &s->ops[0], *r = &s->ops[1];
+    if (l->kind != LV_TERM || r->kind != LV_TERM) return unknown();
+    uint32_t nlb, nlc, nrb, nrc;
+    const int64_t *lb = instr_ints(in, A_LHS_BATCH_DIMS, &nlb), *lc = instr_ints(in, A_LHS_CONTRACTING_DIMS, &nlc);
+    const int64_t *rb = instr_ints(in, A_RHS_BATCH_DIMS, &nrb), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
+    if (nlb != nrb || nlc != nrc) return unknown();
+    dot_align(s, lb, rb, nlb);
+    dot_align(s, lc, rc, nlc);
+    dot_unshard_contracting(s, (const int64_t *const[2]){lb, rb}, (const int64_t *const[2]){lc, rc}, nlb, nlc);
+    /* Partial sums over disjoint axes, each the same over the other's
+     * devices: Σa Σb la·rb = (Σa la)·(Σb rb), partial over both. */
+    bool apart = l->v.partial && r->v.partial && l->v.red == RED_SUM && r->v.red == RED_SUM && !(l->v.partial & r->v.partial) &&
+                 !(view_axes_used(&l->v) & r->v.partial) && !(view_axes_used(&r->v) & l->v.partial);
+    if ((l->v.partial && r->v.partial && !apart) || ((l->v.partial || r->v.partial) && (l->v.red | r->v.red) != RED_SUM)) {
+        if (!lf_short_reduction(s, "a dot of two partial values"))
+            lf_finding(c, "missing-all-reduce", s->comp, in, "dot of two partial values: at least one all-reduce is missing");
+        return unknown();
+    }
+    view v = view_dup(in->shape.rank);
+    uint32_t out = 0;
+    uint8_t partial = l->v.partial | r->v.partial;
+    for (uint32_t k = 0; k < nlb; k++) {
+        if (!lf_same_dim(&l->v.dims[lb[k]], &r->v.dims[rb[k]])) {
+            lf_unsupported(c, s->comp, in, "%s: batch dimension %u is sharded differently on its operands", in->name, k);
+            return unknown();
+        }
+        v.dims[out++] = l->v.dims[lb[k]];
+    }
+    for (uint32_t k = 0; k < nlc; k++) {
+        const view_dim *ld = &l->v.dims[lc[k]], *rd = &r->v.dims[rc[k]];
+        if (ld->naxes != rd->naxes || memcmp(ld->axes, rd->axes, ld->naxes)) {
+            /* Views after reshapes are one reading of the local program; a
+             * contraction they disagree on is undecided, not yet a finding. */
+            lf_unsupported(c, s->comp, in, "%s contracts dimension %lld of lhs with dimension %lld of rhs, which are sharded differently",
+                        in->name, (long long)lc[k], (long long)rc[k]);
+            return unknown();
+        }
+        for (uint32_t a = 0; a < ld->naxes; a++) partial |= (uint8_t)(1u << ld->axes[a]);
+    }
+    for (int side = 0; side < 2; side++) {
+        const lval *x = side ? r : l;
+        const int64_t *bd = side ? rb : lb, *cd = side ? rc : lc;
+        uint32_t rank = s->comp->instrs[in->operands[side]].shape.rank;
+        for (uint32_t d = 0; d < rank; d++) {
+            bool skip = false;
+            for (uint32_t k = 0; k < nlb; k++) skip |= bd[k] == d;
+            for (uint32_t k = 0; k < nlc; k++) skip |= cd[k] == d;
+            if (!skip) v.dims[out++] = x->v.dims[d];
+        }
+    }
+    if (partial & view_axes_used(&(view){.rank = v.rank, .dims = {{0}}})) return unknown();
+    v.partial = partial;
+    v.red = partial ? RED_SUM : 0;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, dims);
+    eid ch[2] = {l->cls, r->cls};
+    return term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, l->assumed || r->assumed);
+}
+
+/* ---- reduce ---- */
+
+/* reduce over sharded dims makes the result partial over those axes, with the
+ * reducer as reduction; init must be the reducer's identity for that to hold. */
+
+/* Value i of comp is an all-gather along *d over *axes of a value partial
+ * over those axes (*x): each device holds the stack of the group's partial
+ * values. False when it is not, or the groups do not name mesh axes. */
+static bool gathered_partials(lstate *s, uint32_t i, int *axes, uint32_t *d, const lval **x) {
+    const hlo_instr *g = &s->comp->instrs[i];
+    if (g->op != OP_ALL_GATHER || g->noperands != 1) return false;
+    const lval *y = &s->vals[g->operands[0]];
+    uint32_t nd;
+    const int64_t *dd = instr_ints(g, A_DIMENSIONS, &nd);
+    if (y->kind != LV_TERM || !y->v.partial || nd != 1 || dd[0] < 0 || (uint64_t)dd[0] >= y->v.rank ||
+        y->v.dims[dd[0]].naxes)
+        return false;
+    int a = lift_groups_axes(s->c, g, true);
+    if (a <= 0 || (y->v.partial & (uint32_t)a) != (uint32_t)a) return false;
+    *axes = a;
+    *d = (uint32_t)dd[0];
+    *x = y;
+    return true;
+}
+
+/* Whether every use of all-gather value i (gathered_partials, along d,
+ * partial with reducer red) is a reduce over d with red: the stack reduced,
+ * which is the complete value reduced (lf_lift_reduce). */
+bool lf_stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i, uint32_t d, int red) {
+    bool used = false;
+    for (uint32_t j = i + 1; j < comp->ninstrs; j++) {
+        const hlo_instr *y = &comp->instrs[j];
+        for (uint32_t o = 0; o < y->noperands; o++) {
+            if (y->operands[o] != i) continue;
+            used = true;
+            uint32_t nd;
+            const int64_t *rd = y->op == OP_REDUCE ? instr_ints(y, A_DIMENSIONS, &nd) : NULL;
+            bool over = false;
+            for (uint32_t k = 0; rd && k < nd; k++) over |= rd[k] == (int64_t)d;
+            if (!over || o != 0 || y->noperands != 2 || instr_reducer(m, y) != red) return false;
+        }
+    }
+    return used && comp->root != i;
+}
+
+lval lf_lift_reduce(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    /* an integer init (a token count from 0); a device value the same on
+     * every device (a bounds check of constant indices) is a constant too */
+    for (uint32_t o = 0; o < in->noperands && in->noperands == 2; o++) lf_uniform_dev_as_term(s, o);
+    int red = instr_reducer(c->cur, in);
+    /* The stack of a group's partial values (an all-gather of them) reduced
+     * over the gathered dim with their reducer: the reduction of the complete
+     * value, on every device of the group (the stack's blocks are the pieces
+     * the reducer combines). */
+    int gaxes = 0;
+    uint32_t gd;
+    const lval *gx;
+    if (in->noperands == 2 && s->ops[0].kind == LV_UNKNOWN && gathered_partials(s, in->operands[0], &gaxes, &gd, &gx) &&
+        gx->v.red == red && lf_stack_only_reduced(s->comp, c->cur, in->operands[0], gd, red)) {
+        /* the stacked values' factor is the reduction's (a sum is linear, a
+         * max or min commutes with a positive factor) */
+        double k = lf_scale_of(gx);
+        if (k != 1 && red != RED_SUM && !(k > 0 && (red == RED_MAX || red == RED_MIN))) return unknown();
+        s->ops[0] = *gx;
+        s->ops[0].scale = 0;
+        lval r = lf_lift_reduce(s);
+        if (r.kind == LV_TERM && (r.v.partial & (uint32_t)gaxes) == (uint32_t)gaxes) {
+            r.v.partial &= (uint8_t)~gaxes;
+            if (!r.v.partial) r.v.red = 0;
+            r.scale = k == 1 ? 0 : k;
+            r.factor_at = gx->factor_at;
+            return r;
+        }
+        return unknown();
+    }
+    if (in->noperands != 2 || s->ops[0].kind != LV_TERM || s->ops[1].kind != LV_TERM) return unknown();
+    const lval *x = &s->ops[0], *init = &s->ops[1];
+    if (!red) return unknown();
+    if (x->v.partial && !(x->v.red == red && (red == RED_SUM || red == RED_MAX || red == RED_MIN))) {
+        lf_finding(c, "missing-all-reduce", s->comp, in, "reduce-%s of a value that is still partial (%s) over a mesh axis",
+                reducer_name(red), reducer_name(x->v.red));
+        return unknown();
+    }
+    uint32_t nd;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    view v = view_dup(in->shape.rank);
+    uint8_t partial = x->v.partial;
+    uint32_t out = 0;
+    bool unsure = false;  /* a reduced sharded unit dim of an ambiguous reading */
+    for (uint32_t d = 0; d < src->shape.rank; d++) {
+        bool reduced = false;
+        for (uint32_t k = 0; k < nd; k++) reduced |= rd[k] == d;
+        if (!reduced) {
+            v.dims[out++] = x->v.dims[d];
+            continue;
+        }
+        for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) partial |= (uint8_t)(1u << x->v.dims[d].axes[a]);
+        unsure |= x->ambiguous && x->v.dims[d].naxes && src->shape.dims[d] == 1;
+    }
+    if (partial != x->v.partial && init->v.partial) return unknown();
+    v.partial = partial;
+    v.red = partial ? (uint8_t)red : 0;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, dims);
+    eid ch[2] = {x->cls, init->cls};
+    lval r = term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, x->assumed || init->assumed);
+    r.partial_unsure = unsure || (x->partial_unsure && x->v.partial);
+    return r;
+}
+
+/* ---- the other reading of a reduce over unit dims ---- */
+
+/* The other reading of reduce r (value i of comp), whose partial axes all
+ * come from reduced dims of local size 1 (a head per device, summed over
+ * alone): a sum over one element is that element, so the local result is
+ * the reduction over the other dims only, with those unit dims dropped by a
+ * reshape. Each dropped dim's axes then bind the major factor of the next
+ * dim kept (block sharding of the merged dim), and the term is the global
+ * reduction over the other dims reshaped: never partial. False when the
+ * init is not the reducer's identity, the operand is partial, or a dropped
+ * dim has no kept dim after it. */
+static bool reduce_unit_reading(lift_ctx *c, const hlo_comp *comp, uint32_t i, const lval *vals, lval *out) {
+    const hlo_instr *r = &comp->instrs[i];
+    if (r->op != OP_REDUCE || r->noperands != 2) return false;
+    const lval *x = &vals[r->operands[0]], *init = &vals[r->operands[1]];
+    const shape *xs = &comp->instrs[r->operands[0]].shape;
+    /* A factor on the operand is one on the sum (a sum is linear). */
+    if (x->kind != LV_TERM || init->kind != LV_TERM || x->v.partial || init->v.partial || lf_scale_of(init) != 1 ||
+        (lf_scale_of(x) != 1 && instr_reducer(c->cur, r) != RED_SUM) || xs->rank > VIEW_MAX_RANK ||
+        !lf_reducer_identity(c, c->cur, r, init->cls))
+        return false;
+    uint32_t nd;
+    const int64_t *rd = instr_ints(r, A_DIMENSIONS, &nd);
+    int64_t other[VIEW_MAX_RANK], gd1[VIEW_MAX_RANK];
+    uint32_t nother = 0, r1 = 0;
+    bool dropped[VIEW_MAX_RANK] = {false}, any = false;
+    view w1 = view_dup(0);
+    for (uint32_t d = 0; d < xs->rank; d++) {
+        bool reduced = false;
+        for (uint32_t k = 0; k < nd; k++) reduced |= rd[k] == d;
+        if (reduced && !x->v.dims[d].naxes) {
+            other[nother++] = d;
+            continue;
+        }
+        if (reduced && xs->dims[d] != 1) return false;
+        dropped[r1] = reduced;
+        any |= reduced;
+        w1.dims[r1] = x->v.dims[d];
+        gd1[r1++] = xs->dims[d] * view_dim_parts(&x->v, c->mesh, d);
+    }
+    w1.rank = r1;
+    if (!any) return false;
+    eid t1 = x->cls;
+    if (nother) {
+        /* the same reduce over the other dims only */
+        hlo_instr ri = *r;
+        hlo_attr *attrs = arena_alloc(c->a, (r->nattrs + 1) * sizeof *attrs);
+        if (r->nattrs) memcpy(attrs, r->attrs, r->nattrs * sizeof *attrs);
+        for (uint32_t k = 0; k < r->nattrs; k++)
+            if (attrs[k].key == A_DIMENSIONS) attrs[k].v.ints = arena_memdup(c->a, other, nother * sizeof *other), attrs[k].n = nother;
+        ri.attrs = attrs;
+        ri.shape.rank = r1;
+        ri.shape.dims = arena_alloc(c->a, (r1 + 1) * sizeof *ri.shape.dims);
+        for (uint32_t k = 0; k < r1; k++) ri.shape.dims[k] = gd1[k] / view_dim_parts(&w1, c->mesh, k);
+        eid ch[2] = {x->cls, init->cls};
+        t1 = lf_node(c, c->cur, &ri, ch, 2, gd1, c->origin);
+    }
+    view v = view_dup(r->shape.rank);
+    view_dim pending = {0};
+    uint32_t q = 0;
+    for (uint32_t k = 0; k < r1; k++) {
+        if (dropped[k]) {
+            if (pending.naxes + w1.dims[k].naxes > MESH_MAX_AXES) return false;
+            for (uint32_t a = 0; a < w1.dims[k].naxes; a++) pending.axes[pending.naxes++] = w1.dims[k].axes[a];
+            continue;
+        }
+        if (q >= r->shape.rank || pending.naxes + w1.dims[k].naxes > MESH_MAX_AXES) return false;
+        v.dims[q] = pending;
+        for (uint32_t a = 0; a < w1.dims[k].naxes; a++) v.dims[q].axes[v.dims[q].naxes++] = w1.dims[k].axes[a];
+        pending.naxes = 0;
+        q++;
+    }
+    if (pending.naxes || q != r->shape.rank) return false;
+    int64_t gd[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &r->shape, gd);
+    *out = term(lf_mk_reshape(c, t1, lf_type_of(c, r->shape.dtype, gd, r->shape.rank), c->origin), v, x->assumed || init->assumed);
+    out->ambiguous = true;
+    out->scale = x->scale;
+    return true;
+}
+
+/* Operand o of s re-read through the layout ops (reshape, bitcast,
+ * broadcast, transpose) since a reduce whose partial sum has the other
+ * reading (reduce_unit_reading), those ops lifted again on it. Nothing a
+ * transfer function says on the way counts: a reading they cannot carry is
+ * no reading. Returns whether ops[o] was replaced. */
+static bool unit_partial_reread(lstate *s, uint32_t o) {
+    lift_ctx *c = s->c;
+    const hlo_comp *comp = s->comp;
+    uint32_t chain[8], at[8], n = 0, i = s->in->operands[o];
+    for (;;) {
+        const hlo_instr *y = &comp->instrs[i];
+        const lval *yv = &s->vals[i];
+        if (yv->kind != LV_TERM || !yv->v.partial) return false;
+        if (y->op == OP_REDUCE) break;
+        if (n == ARRAY_LEN(chain)) return false;
+        /* An elementwise op (a scaling by a replicated constant) with one
+         * partial operand, the chain's, and the others complete. */
+        uint32_t k = 0;
+        if (lf_is_elementwise(y->op) && y->noperands <= 3) {
+            uint32_t np = 0;
+            for (uint32_t q = 0; q < y->noperands; q++) {
+                const lval *z = &s->vals[y->operands[q]];
+                if (z->kind != LV_TERM) return false;
+                if (z->v.partial) np++, k = q;
+            }
+            if (np != 1) return false;
+        } else if ((y->op != OP_RESHAPE && y->op != OP_BITCAST && y->op != OP_BROADCAST && y->op != OP_TRANSPOSE) ||
+                   y->noperands != 1) {
+            return false;
+        }
+        at[n] = k;
+        chain[n++] = i;
+        i = y->operands[k];
+    }
+    lval cur;
+    if (!reduce_unit_reading(c, comp, i, s->vals, &cur)) return false;
+    lf_loop_mark m = lf_loop_mark_take(c);
+    while (n) {
+        const hlo_instr *y = &comp->instrs[chain[--n]];
+        lval ops[3];
+        for (uint32_t q = 0; q < y->noperands && q < 3; q++) ops[q] = q == at[n] ? cur : s->vals[y->operands[q]];
+        lstate s2 = {c, comp, y, ops, s->vals};
+        if (!lf_scale_take(&s2, &cur)) {
+            double f = lf_scale_plan(&s2);
+            cur = lf_lift_instr(&s2);
+            lf_scale_apply(&s2, &cur, f);
+        }
+        if (cur.kind != LV_TERM || cur.assumed || cur.v.partial || c->nunsupported != m.nunsupported ||
+            c->nfindings != m.nfindings || c->assumed != m.assumed) {
+            lf_loop_mark_undo(c, &m);
+            return false;
+        }
+    }
+    cur.ambiguous = true;
+    s->ops[o] = cur;
+    return true;
+}
+
+/* A partial operand beside operands sharded over its partial axes, none of
+ * them partial: a sum collective would make it complete, and elementwise
+ * with the others it is only meaningful in its other reading, if it has
+ * one whose sharding is theirs (unit_partial_reread). */
+void lf_elementwise_unit_partials(lstate *s) {
+    const hlo_instr *in = s->in;
+    /* Partial sums combined by an op that is not a sum (g·g, Adam's second
+     * moment): meaningful only in their other readings, when they all have
+     * one and those agree. */
+    uint32_t npart = 0, nterm = 0;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        nterm += s->ops[o].kind == LV_TERM;
+        npart += s->ops[o].kind == LV_TERM && s->ops[o].v.partial;
+    }
+    if (npart >= 2 && npart == nterm && in->op != OP_ADD && in->op != OP_SUBTRACT && in->noperands <= 8) {
+        lval saved[8];
+        memcpy(saved, s->ops, in->noperands * sizeof *saved);
+        bool ok = true;
+        const view *first = NULL;
+        for (uint32_t o = 0; o < in->noperands && ok; o++) {
+            if (s->ops[o].kind != LV_TERM) continue;
+            ok = unit_partial_reread(s, o) && (!first || lf_same_sharding(first, &s->ops[o].v));
+            if (!first) first = &s->ops[o].v;
+        }
+        if (!ok) memcpy(s->ops, saved, in->noperands * sizeof *saved);
+        return;
+    }
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        lval *x = &s->ops[o];
+        if (x->kind != LV_TERM || !x->v.partial) continue;
+        int peer = -1;
+        bool clean = true;
+        for (uint32_t p = 0; p < in->noperands; p++) {
+            const lval *y = &s->ops[p];
+            if (p == o || y->kind != LV_TERM) continue;
+            clean &= !y->v.partial;
+            if (peer < 0 && y->v.rank == x->v.rank && (view_axes_used(&y->v) & x->v.partial) == x->v.partial) peer = (int)p;
+        }
+        if (!clean || peer < 0) continue;
+        lval saved = *x;
+        if (unit_partial_reread(s, o) && !lf_same_sharding(&x->v, &s->ops[peer].v)) *x = saved;
+    }
+}

@@ -1,0 +1,606 @@
+/* lift_shape — ops that move or cut elements without computing (lift.c
+ * dispatches to them).
+ * Owns the transfer functions of broadcast, reverse, transpose, reshape and
+ * bitcast (with the readings a reshape of unit dims has: the one the
+ * baseline computes is taken), slice, concatenate, dynamic-slice (offsets
+ * the same everywhere, or per-device blocks of mesh axes) and
+ * dynamic-update-slice. Per-device windows a slice leaves are
+ * lift_win.c's; all-to-all layouts lift_layout.c's. */
+#include "lift.h"
+#include "lift_int.h"
+
+#include "interp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- broadcast, reverse, transpose ---- */
+
+/* A broadcast is constant along the dims it adds, so an added dim of local
+ * size 1 may as well be read as sharded over mesh axes the view leaves free
+ * (GSPMD's grouped-query heads at tp8: one kv head repeated, one copy per
+ * device). Of those true readings, take one whose term the baseline has
+ * (its repeat of the kv heads); v is left alone when none is. */
+
+static void broadcast_sharded_reading(lift_ctx *c, const hlo_instr *in, const lval *x, const int64_t *bd, uint32_t nd,
+                                      view *v) {
+    uint32_t used = view_axes_used(v);
+    uint32_t all = (1u << c->mesh->naxes) - 1;
+    if (v->partial || lf_kval(c, x->cls) || (used & all) == all) return;
+    uint32_t attr = 0;
+    for (uint32_t d = 0; d < in->shape.rank; d++) {
+        bool added = true;
+        for (uint32_t k = 0; k < nd; k++) added &= bd[k] != d;
+        if (!added || in->shape.dims[d] != 1) continue;
+        if (!attr) attr = lf_encode_attrs(c, c->cur, in);
+        for (uint32_t mask = 1; mask <= all; mask++) {
+            if (mask & used) continue;
+            view w = *v;
+            w.dims[d] = lf_axes_dim(c, mask);
+            int64_t dims[VIEW_MAX_RANK];
+            lf_global_dims(c, &w, &in->shape, dims);
+            eid r = eg_lookup(c->g, OP_BROADCAST, attr, lf_type_of(c, in->shape.dtype, dims, in->shape.rank), &x->cls, 1);
+            if (r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE)) {
+                *v = w;
+                return;
+            }
+        }
+    }
+}
+
+lval lf_lift_broadcast(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_TERM) return unknown();
+    uint32_t nd;
+    const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nd);
+    view v = view_dup(in->shape.rank);
+    for (uint32_t k = 0; k < nd; k++) v.dims[bd[k]] = x->v.dims[k];
+    v.partial = x->v.partial;
+    v.red = x->v.red;
+    if (v.partial && v.red != RED_SUM) {
+        strbuf why;
+        sb_init(&why);
+        view_print(&why, &x->v, c->mesh);
+        lf_unsupported_suspect(c, "missing-all-reduce", s->comp, in, "%s broadcasts a partial %s before it is reduced (%s); "
+                               "such uses (an online softmax's running max) are not related yet", in->name,
+                               reducer_name(v.red), why.s);
+        sb_free(&why);
+        return unknown();
+    }
+    if (!c->baseline_mode) broadcast_sharded_reading(c, in, x, bd, nd, &v);
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, dims);
+    return term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
+}
+
+/* reverse along dims that are not sharded: the reverse of the global term. */
+lval lf_lift_reverse(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_TERM) return unknown();
+    uint32_t nd;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    for (uint32_t k = 0; k < nd; k++)
+        if (rd[k] < 0 || rd[k] >= x->v.rank || x->v.dims[rd[k]].naxes) {
+            lf_unsupported(c, s->comp, in, "%s reverses a sharded dimension (the order of its blocks reverses too)", in->name);
+            return unknown();
+        }
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, &in->shape, dims);
+    return term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), x->v, x->assumed);
+}
+
+lval lf_lift_transpose(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_TERM) return unknown();
+    uint32_t np;
+    const int64_t *perm = instr_ints(in, A_DIMENSIONS, &np);
+    view v = x->v;
+    v.rank = (uint8_t)in->shape.rank;
+    for (uint32_t k = 0; k < np; k++) v.dims[k] = x->v.dims[perm[k]];
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, dims);
+    return term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
+}
+
+/* ---- reshape ---- */
+
+/* Whether reshape(x) to in's local shape under view v (global dims) is a term
+ * the baseline already has: of two true readings of a reshape, the one the
+ * baseline computes is the useful one. Mirrors mk_reshape without adding. */
+static bool reshape_meets_baseline(lift_ctx *c, eid x, const hlo_instr *in, const view *v) {
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, v, &in->shape, dims);
+    uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
+    if (lf_kval(c, x)) return false;
+    for (;;) {
+        eid n = eg_class_first(c->g, x);
+        if (n == EID_NONE || eg_node_op(c->g, n) != OP_RESHAPE) break;
+        uint32_t k;
+        x = eg_node_children(c->g, n, &k)[0];
+    }
+    eid r = eg_class_type(c->g, x) == t ? eg_find(c->g, x) : eg_lookup(c->g, OP_RESHAPE, 0, t, &x, 1);
+    return r != EID_NONE && (eg_class_origin(c->g, r) & EG_BASELINE);
+}
+
+/* The next run of a reshape from dims a to dims b starting at a[i], b[j]:
+ * [i, *i2) and [j, *j2) with equal products (false when the shapes disagree). */
+bool lf_reshape_run(const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb, uint32_t i, uint32_t j, uint32_t *i2,
+                        uint32_t *j2) {
+    int64_t pa = 1, pb = 1;
+    *i2 = i, *j2 = j;
+    if (*i2 < ra) pa *= a[(*i2)++];
+    if (*j2 < rb) pb *= b[(*j2)++];
+    while (pa != pb) {
+        if (pa < pb && *i2 < ra) pa *= a[(*i2)++];
+        else if (*j2 < rb) pb *= b[(*j2)++];
+        else return false;
+    }
+    return true;
+}
+
+/* A group of a reshape whose sharded input axes land on unit output dims
+ * [out, outb) followed by the non-unit dim outb. */
+typedef struct reshape_group {
+    view_dim axes;
+    uint32_t out, outb;
+} reshape_group;
+
+/* Another true reading of such a group: its axes (major first) spread over the
+ * unit dims and then dim outb in order, each taking a run (possibly empty):
+ * the flattened group still selects the same blocks, since only unit dims
+ * precede a sharded one. One group at a time (the others as in v), the first
+ * whose term the baseline has; false when none. */
+static bool reshape_split_reading(lift_ctx *c, const lval *x, const hlo_instr *in, const view *v, const reshape_group *ag,
+                                  uint32_t nag, view *out) {
+    for (uint32_t gi = 0; gi < nag; gi++) {
+        const reshape_group *g = &ag[gi];
+        const view_dim *sd = &g->axes;
+        uint32_t m = g->outb - g->out + 1, n = sd->naxes, cnt[8] = {0};
+        if (m > ARRAY_LEN(cnt)) continue;
+        /* Every composition of n into m runs, as an odometer over cnt. */
+        for (;;) {
+            uint32_t sum = 0;
+            for (uint32_t q = 0; q < m; q++) sum += cnt[q];
+            if (sum == n) {
+                view w = *v;
+                uint32_t next = 0;
+                for (uint32_t q = 0; q < m; q++) {
+                    view_dim *d = &w.dims[g->out + q];
+                    d->naxes = 0;
+                    for (uint32_t t = 0; t < cnt[q]; t++) d->axes[d->naxes++] = sd->axes[next++];
+                }
+                if (reshape_meets_baseline(c, x->cls, in, &w)) {
+                    *out = w;
+                    return true;
+                }
+            }
+            uint32_t q = 0;
+            while (q < m && ++cnt[q] > n) cnt[q++] = 0;
+            if (q == m) break;
+        }
+    }
+    return false;
+}
+
+/* reshape: groups of local dims with equal products map onto each other; a
+ * sharded input dimension must be the major dimension of its group (unit dims
+ * before it aside, sharded or not), and then the major output dimension of
+ * the group carries the sharding, the axes of several such dims major first
+ * (block sharding of a product splits its major factor). When that is a unit
+ * dim followed by others, the first non-unit one may carry it instead, or the
+ * axes may spread over the unit dims and it: all are true readings, and the
+ * one whose term the baseline already has is taken (the unit dim by
+ * default). Anything else needs a layout view. */
+lval lf_lift_reshape(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_TERM) return unknown();
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    const int64_t *a = src->shape.dims, *b = in->shape.dims;
+    uint32_t ra = src->shape.rank, rb = in->shape.rank;
+    view v = view_dup(rb);
+    v.partial = x->v.partial;
+    v.red = x->v.red;
+    /* vb: the other reading, where a sharding that lands on a unit major dim
+     * goes to the first non-unit dim of its group instead. */
+    view vb = v;
+    /* vc: the reading where sharded unit dims leading a group join the
+     * previous group instead when that one is a single unit output dim
+     * ([.., 1, 1, 8] → [.., 1, 8] with both units sharded: the heads merge). */
+    view vc = v;
+    bool amb = x->ambiguous, two = false, three = false;
+    reshape_group ag[4];
+    uint32_t nag = 0;
+    uint32_t i = 0, j = 0;
+    int prev_unit = -1;
+    while (i < ra || j < rb) {
+        uint32_t i2, j2;
+        if (!lf_reshape_run(a, ra, b, rb, i, j, &i2, &j2)) return unknown();
+        /* Sharded dims of the group: each must have only unit dims before it
+         * in the group (they hold no data); their axes, major first, then go
+         * to the major dim of the output group (unit dims included: locally
+         * [.., 8] → [.., 1, 8] is heads 4 × 8 → 4 heads sharded). */
+        bool any = false;
+        for (uint32_t k = i; k < i2; k++) {
+            if (!x->v.dims[k].naxes) continue;
+            bool units_before = true;
+            for (uint32_t q = i; q < k; q++) units_before &= a[q] == 1;
+            if (j == j2 && j > 0 && b[j - 1] == 1 && v.dims[j - 1].naxes + x->v.dims[k].naxes <= MESH_MAX_AXES &&
+                vb.dims[j - 1].naxes == v.dims[j - 1].naxes && vc.dims[j - 1].naxes == v.dims[j - 1].naxes) {
+                /* Trailing unit dims with no output dim of their own (their
+                 * product is 1): they join the unit output dim before them,
+                 * whose global size is then the product of their blocks. */
+                for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) {
+                    uint8_t ax = x->v.dims[k].axes[t];
+                    v.dims[j - 1].axes[v.dims[j - 1].naxes++] = ax;
+                    vb.dims[j - 1].axes[vb.dims[j - 1].naxes++] = ax;
+                    vc.dims[j - 1].axes[vc.dims[j - 1].naxes++] = ax;
+                }
+                continue;
+            }
+            if (!units_before || j == j2 || v.dims[j].naxes + x->v.dims[k].naxes > MESH_MAX_AXES) {
+                lf_unsupported(c, s->comp, in, "reshape %s moves a sharded dimension inside a merged group (needs a layout view)",
+                            in->name);
+                view pv = v;
+                return lf_assumed_term(c, in, pv);
+            }
+            for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) v.dims[j].axes[v.dims[j].naxes++] = x->v.dims[k].axes[t];
+            view_dim *to = prev_unit >= 0 && units_before && a[k] == 1 && k + 1 < i2 ? &vc.dims[prev_unit] : &vc.dims[j];
+            if (to->naxes + x->v.dims[k].naxes > MESH_MAX_AXES) to = &vc.dims[j];  /* (axes are distinct: never) */
+            if (to != &vc.dims[j]) three = amb = true;
+            for (uint32_t t = 0; t < x->v.dims[k].naxes; t++) to->axes[to->naxes++] = x->v.dims[k].axes[t];
+            any = true;
+        }
+        if (any) {
+            /* A unit major dim with more dims after it in the group could take
+             * only part of the sharding: one reading among several. */
+            uint32_t out = j, outb = j;
+            if (b[out] == 1 && out + 1 < j2) {
+                amb = true;
+                while (outb < j2 && b[outb] == 1) outb++;
+                if (outb < j2) {
+                    two = true;
+                    if (nag < ARRAY_LEN(ag)) ag[nag++] = (reshape_group){v.dims[out], out, outb};
+                } else {
+                    outb = out;
+                }
+            }
+            vb.dims[outb] = v.dims[out];
+        }
+        int64_t pa = 1;
+        for (uint32_t q = i; q < i2; q++) pa *= a[q];
+        prev_unit = pa == 1 && j2 == j + 1 ? (int)j : -1;
+        i = i2;
+        j = j2;
+        if (i2 == i && j2 == j && i >= ra && j >= rb) break;
+    }
+    int64_t dims[VIEW_MAX_RANK];
+    if (two && !reshape_meets_baseline(c, x->cls, in, &v)) {
+        view w;
+        if (reshape_meets_baseline(c, x->cls, in, &vb)) v = vb;
+        else if (reshape_split_reading(c, x, in, &v, ag, nag, &w)) v = w;
+    }
+    if (three && !reshape_meets_baseline(c, x->cls, in, &v) && reshape_meets_baseline(c, x->cls, in, &vc)) v = vc;
+    /* A sharding on a unit output dim may as well sit on a neighbouring unit
+     * dim (only unit dims between: the row-major order is the same, a
+     * transpose of unit dims written as a reshape): the reading the baseline
+     * has, when it has one. */
+    for (uint32_t jj = 0; jj < rb && !reshape_meets_baseline(c, x->cls, in, &v); jj++) {
+        if (!v.dims[jj].naxes || b[jj] != 1) continue;
+        for (int dir = -1; dir <= 1; dir += 2)
+            for (int64_t t = (int64_t)jj + dir; t >= 0 && t < (int64_t)rb && b[t] == 1; t += dir) {
+                if (v.dims[t].naxes) break;
+                view w = v;
+                w.dims[t] = v.dims[jj];
+                memset(&w.dims[jj], 0, sizeof w.dims[jj]);
+                if (reshape_meets_baseline(c, x->cls, in, &w)) {
+                    v = w;
+                    amb = true;
+                    goto moved;
+                }
+            }
+    }
+moved:
+    lf_global_dims(c, &v, &in->shape, dims);
+    lval r = term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
+    r.ambiguous = amb;
+    return r;
+}
+
+/* ---- slices, dynamic slices, concatenation ---- */
+
+/* Whether offset(r) = base + block(r)·size where block(r) is the major or the
+ * minor part of one mesh axis's coordinate split in two (k consecutive or
+ * strided ranks share a block). */
+static bool part_axis_blocks(const lift_ctx *c, const double *vals, uint32_t count, int64_t size) {
+    for (uint32_t a = 0; a < c->mesh->naxes; a++) {
+        int64_t n = c->mesh->sizes[a];
+        for (int64_t k = 2; k < n; k++) {
+            if (n % k) continue;
+            for (int minor = 0; minor < 2; minor++) {
+                bool match = true;
+                int64_t b = (int64_t)vals[0];
+                for (int64_t r = 0; r < c->ndev && match; r++) {
+                    int64_t x = mesh_coord(c->mesh, r, (int)a), idx = minor ? x % (n / k) : x / k;
+                    match = (int64_t)vals[r * count] == b + idx * size;
+                }
+                if (match) return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* dynamic-update-slice(x, u, offsets) with offsets the same on every device
+ * (constants, replicated values such as a loop counter): where u is viewed as
+ * x is and covers every dim x is sharded along whole (the offset there is
+ * clamped to 0, locally and globally), each device writes its block of u into
+ * its block of x at the same place: the global update, under x's view (a scan
+ * stacking per-layer values into a buffer). Which positions take u does not
+ * depend on the device, so a partial pair (the same axes and reduction) stays
+ * partial. */
+lval lf_lift_dynamic_update_slice(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0], *u = &s->ops[1];
+    uint32_t rank = in->shape.rank;
+    if (x->kind != LV_TERM || u->kind != LV_TERM || in->noperands != 2 + rank || rank > VIEW_MAX_RANK ||
+        x->v.rank != rank || u->v.rank != rank || x->v.partial != u->v.partial || (x->v.partial && x->v.red != u->v.red) ||
+        !lf_same_sharding(&x->v, &u->v))
+        return unknown();
+    const hlo_instr *ui = &s->comp->instrs[in->operands[1]];
+    for (uint32_t d = 0; d < rank; d++)
+        if (x->v.dims[d].naxes && ui->shape.dims[d] != in->shape.dims[d]) return unknown();
+    eid ch[VIEW_MAX_RANK + 2];
+    ch[0] = x->cls;
+    ch[1] = u->cls;
+    bool assumed = x->assumed || u->assumed;
+    for (uint32_t d = 0; d < rank; d++) {
+        const lval *o = &s->ops[2 + d];
+        if (o->kind == LV_TERM && view_is_dup(&o->v)) ch[2 + d] = o->cls, assumed |= o->assumed;
+        else if (o->kind == LV_DEV && lf_dev_uniform(c, o)) ch[2 + d] = lf_dev_constant(c, &s->comp->instrs[in->operands[2 + d]], o);
+        else return unknown();
+    }
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, &in->shape, dims);
+    return term(lf_node(c, c->cur, in, ch, rank + 2, dims, c->origin), x->v, assumed);
+}
+
+/* A dynamic-slice in which each device keeps its own block of a sum not yet
+ * reduced: a reduce-scatter without the reduction, unless the other devices'
+ * summands vanish in that block (which nothing here shows). */
+static lval unreduced_blocks(lstate *s) {
+    strbuf why;
+    sb_init(&why);
+    view_print(&why, &s->ops[0].v, s->c->mesh);
+    lf_unsupported_suspect(s->c, "missing-all-reduce", s->comp, s->in, "%s takes each device's own block of a value that is "
+                           "still a partial sum (%s): a reduce-scatter without its reduction unless the other devices' "
+                           "summands vanish there", s->in->name, why.s);
+    sb_free(&why);
+    return unknown();
+}
+
+/* dynamic-slice whose offsets are device tables: offset(r) = coord·size binds
+ * the dimension to the axes; the same offset everywhere is an ordinary slice. */
+lval lf_lift_dynamic_slice(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    uint32_t rank = in->shape.rank;
+    if (x->kind != LV_TERM || in->noperands != 1 + rank) return unknown(); /* not the index-vector form */
+    view v = x->v;
+    /* Offsets the same on every device — constants, or replicated values such
+     * as a loop counter — slice the global tensor at the same place; a sharded
+     * dimension must be taken whole (its offset is then clamped to 0). */
+    bool all_uniform = true, assumed = x->assumed;
+    for (uint32_t d = 0; d < rank; d++) {
+        const lval *o = &s->ops[1 + d];
+        if (o->kind == LV_TERM && view_is_dup(&o->v)) {
+            assumed |= o->assumed;
+            continue;
+        }
+        if (o->kind != LV_DEV) return unknown();
+        all_uniform &= lf_dev_uniform(c, o);
+    }
+    if (all_uniform) {
+        int64_t dims[VIEW_MAX_RANK];
+        lf_global_dims(c, &v, &in->shape, dims);
+        for (uint32_t d = 0; d < rank; d++)
+            if (x->v.dims[d].naxes && in->shape.dims[d] != s->comp->instrs[in->operands[0]].shape.dims[d]) return unknown();
+        eid ch[VIEW_MAX_RANK + 1];
+        ch[0] = x->cls;
+        for (uint32_t d = 0; d < rank; d++)
+            ch[1 + d] = s->ops[1 + d].kind == LV_TERM ? s->ops[1 + d].cls
+                                                       : lf_dev_constant(c, &s->comp->instrs[in->operands[1 + d]], &s->ops[1 + d]);
+        /* The term slices the global tensor: its sizes are the global ones. */
+        hlo_instr g = *in;
+        hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);
+        for (uint32_t k = 0; k < in->nattrs; k++)
+            if (attrs[k].key == A_DYNAMIC_SLICE_SIZES && attrs[k].n == rank) attrs[k].v.ints = arena_memdup(c->a, dims, rank * sizeof *dims);
+        g.attrs = attrs;
+        return term(lf_node(c, c->cur, &g, ch, rank + 1, dims, c->origin), v, assumed);
+    }
+    for (uint32_t d = 0; d < rank; d++)
+        if (s->ops[1 + d].kind != LV_DEV) return unknown();
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    /* Block windows: [lo, hi) of each dim the blocks tile (the whole dim when
+     * not windowed), in global coordinates. */
+    int64_t wlo[VIEW_MAX_RANK], whi[VIEW_MAX_RANK];
+    bool windowed = false;
+    if (rank > VIEW_MAX_RANK) return unknown();
+    for (uint32_t d = 0; d < rank; d++) wlo[d] = 0, whi[d] = src->shape.dims[d] * view_dim_parts(&x->v, c->mesh, d);
+    for (uint32_t d = 0; d < rank; d++) {
+        const lval *o = &s->ops[1 + d];
+        if (lf_dev_uniform(c, o)) {
+            if (o->dev[0] != 0 || in->shape.dims[d] != src->shape.dims[d]) return unknown();
+            continue;
+        }
+        int64_t size = in->shape.dims[d];
+        if (x->v.dims[d].naxes) {
+            /* A sharded dim cut again into blocks over further axes: block j of
+             * the device's block i is block i·p + j over both (major first). */
+            int64_t p = src->shape.dims[d] / size, *b = arena_alloc(c->a, (size_t)c->ndev * sizeof *b);
+            bool ok = size >= 1 && p * size == src->shape.dims[d];
+            for (int64_t r = 0; r < c->ndev && ok; r++) {
+                double off = o->dev[r * o->count];
+                ok = off >= 0 && fmod(off, (double)size) == 0;
+                b[r] = ok ? (int64_t)off / size : 0;
+            }
+            view_dim extra;
+            ok = ok && lf_axes_of_blocks(c, b, p, &extra) && v.dims[d].naxes + extra.naxes <= MESH_MAX_AXES;
+            for (uint32_t k = 0; ok && k < extra.naxes; k++) ok = !((view_axes_used(&v) | x->v.partial) >> extra.axes[k] & 1);
+            if (!ok) {
+                lf_unsupported(c, s->comp, in, "%s slices sharded dimension %u at per-device offsets that cut its blocks "
+                               "into no blocks of further mesh axes", in->name, d);
+                return unknown();
+            }
+            for (uint32_t k = 0; k < extra.naxes; k++) v.dims[d].axes[v.dims[d].naxes++] = extra.axes[k];
+            continue;
+        }
+        bool bound = false;
+        /* offset(r) = base + block(r)·size: block r of the window [base, base + parts·size). */
+        int64_t base, p;
+        uint32_t mask = lf_block_offsets(c, o->dev, o->count, size, &base, &p);
+        if (mask & x->v.partial) return unreduced_blocks(s);
+        if (mask & view_axes_used(&v)) {
+            /* Blocks of two dims chosen by one axis: a diagonal, no view. */
+            lf_unsupported(c, s->comp, in, "%s slices dimension %u by a mesh axis another dimension is sharded over",
+                           in->name, d);
+            return unknown();
+        }
+        if (mask && base >= 0 && base + p * size <= src->shape.dims[d]) {
+            /* Block r of the window [base, base + p·size): block r of a slice. */
+            v.dims[d] = lf_axes_dim(c, mask);
+            wlo[d] = base;
+            whi[d] = base + p * size;
+            windowed |= base != 0 || p * size != src->shape.dims[d];
+            bound = true;
+        }
+        if (!bound && c->mesh_inferred) {
+            lf_unsupported(c, s->comp, in, "%s slices at offsets that select no block of the mesh inferred from the shardings", in->name);
+            return unknown();
+        }
+        if (!bound && part_axis_blocks(c, o->dev, o->count, size)) {
+            /* Several devices take the same block (tensor parallelism over more
+             * ranks than kv heads): a view over part of a mesh axis, which the
+             * views cannot say yet. Right or wrong, it is not decided here. */
+            lf_unsupported(c, s->comp, in, "%s slices dimension %u in blocks that several devices share (a block per group of "
+                           "ranks along a mesh axis, as when tensor parallelism exceeds the kv heads); views over part of "
+                           "an axis are not related yet", in->name, d);
+            return unknown();
+        }
+        if (!bound) {
+            /* Which device holds which piece matters only to later uses:
+             * followed exactly as a window where it can be, else undecided. */
+            lval w;
+            if (lf_win_dynamic_slice_term(s, d, &w)) return w;
+            strbuf t;
+            sb_init(&t);
+            for (int64_t r = 0; r < c->ndev && r < 8; r++) sb_printf(&t, "%s%lld", r ? ", " : "", (long long)o->dev[r]);
+            lf_unsupported_suspect(c, "wrong-shard-dim", s->comp, in,
+                                   "%s slices dimension %u at per-device offsets {%s%s}, which select no mesh-axis block of "
+                                   "size %lld", in->name, d, t.s, c->ndev > 8 ? ", ..." : "", (long long)size);
+            sb_free(&t);
+            return unknown();
+        }
+    }
+    if (v.partial) return unreduced_blocks(s);
+    if (windowed) {
+        int64_t words[2 + 3 * VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
+        uint32_t nw = 0;
+        words[nw++] = A_SLICE;
+        words[nw++] = 3 * rank;
+        for (uint32_t d = 0; d < rank; d++) {
+            words[nw++] = wlo[d], words[nw++] = whi[d], words[nw++] = 1;
+            dims[d] = whi[d] - wlo[d];
+        }
+        uint32_t t = lf_type_of(c, in->shape.dtype, dims, rank);
+        return term(eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nw), t, &x->cls, 1, c->origin), v, x->assumed);
+    }
+    return term(x->cls, v, x->assumed);
+}
+
+/* slice: sharded dimensions must be taken whole (their global slice is whole
+ * too); unsharded ones slice alike. */
+lval lf_lift_slice(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_TERM) return unknown();
+    const hlo_attr *sa = instr_attr(in, A_SLICE);
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    if (!sa || sa->n != src->shape.rank) return unknown();
+    hlo_instr g = *in;
+    hlo_attr *attrs = arena_memdup(c->a, in->attrs, in->nattrs * sizeof *attrs);
+    int64_t *sl = arena_memdup(c->a, sa->v.ints, 3 * sa->n * sizeof *sl);
+    for (uint32_t d = 0; d < sa->n; d++) {
+        if (!x->v.dims[d].naxes) continue;
+        if (sl[3 * d] != 0 || sl[3 * d + 1] != src->shape.dims[d] || sl[3 * d + 2] != 1) {
+            lf_unsupported(c, s->comp, in, "%s slices a sharded dimension (%u)", in->name, d);
+            return lf_assumed_term(c, in, x->v);
+        }
+        sl[3 * d + 1] = src->shape.dims[d] * view_dim_parts(&x->v, c->mesh, d);
+    }
+    for (uint32_t k = 0; k < in->nattrs; k++)
+        if (attrs[k].key == A_SLICE) attrs[k].v.ints = sl;
+    g.attrs = attrs;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, &in->shape, dims);
+    return term(lf_node(c, c->cur, &g, &x->cls, 1, dims, c->origin), x->v, x->assumed);
+}
+
+/* concatenate along an unsharded dimension of operands sharded alike. Slicing
+ * a dim other than the concatenated one commutes with the concatenation, so
+ * the pieces concatenate to the piece of the global concatenation. An operand
+ * that is the same on every device piece (a broadcast along the dims the
+ * others shard, a constant-only value: the constant half of an embedding's
+ * gather index beside the token ids) is first read under the others' view;
+ * an operand really sharded otherwise stays unrelated. */
+lval lf_lift_concatenate(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t nd;
+    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
+    if (nd != 1 || dd[0] < 0 || (uint64_t)dd[0] >= in->shape.rank) return unknown();
+    view want = view_dup(in->shape.rank);
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (x->kind != LV_TERM || x->v.rank != in->shape.rank) continue;
+        for (uint32_t d = 0; d < in->shape.rank; d++)
+            if (d != (uint32_t)dd[0] && x->v.dims[d].naxes && !want.dims[d].naxes) want.dims[d] = x->v.dims[d];
+    }
+    /* Device values the same on every device are constants: one number is
+     * every piece of itself at the global shape, others are replicated. */
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        lval *x = &s->ops[o];
+        if (x->kind != LV_DEV || !lf_dev_uniform(c, x)) continue;
+        const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
+        lval t = lf_dev_splat(x) ? lf_splat_term(c, xi, x, &want) : lf_tiled_term(c, xi, x, &want);
+        if (t.kind == LV_TERM) *x = t;
+        else lf_uniform_dev_as_term(s, o);
+    }
+    lf_review_operands(s, &want);
+    eid stack[64], *ch = in->noperands <= 64 ? stack : arena_alloc(c->a, in->noperands * sizeof *ch);
+    bool assumed = false;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (x->kind != LV_TERM || x->v.partial || !lf_same_sharding(&x->v, &s->ops[0].v) || x->v.dims[dd[0]].naxes) {
+            lf_unsupported(c, s->comp, in, "%s concatenates operands that are not sharded alike off the concatenated dimension", in->name);
+            return unknown();
+        }
+        ch[o] = x->cls;
+        assumed |= x->assumed;
+    }
+    view v = s->ops[0].v;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, dims);
+    return term(lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin), v, assumed);
+}

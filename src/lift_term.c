@@ -1,0 +1,350 @@
+/* lift_term — the e-nodes both sides build (lift.c walks them).
+ * Owns how an instruction becomes an e-node: its attribute blob (semantic
+ * attributes only, called computations by structural digest), its type, and
+ * the canonical forms both sides share (reshape chains collapsed, identity
+ * broadcasts and unit reduces dropped, a+b and b+a one term) — lf_node,
+ * lf_mk_reshape, lf_fresh_var. Also constant folding: the known values of
+ * constant-only classes (lf_kval, lf_kval_set), kept across unions
+ * (lf_kvals_after_unions), and the constant term of known values
+ * (lf_const_term). */
+#include "lift.h"
+#include "lift_int.h"
+
+#include "interp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- e-node construction shared by both sides ---- */
+
+
+static bool semantic_key(int key) {
+    switch (key) {
+    case A_SHARDING: case A_FRONTEND_ATTRIBUTES: case A_BACKEND_CONFIG: case A_CHANNEL_ID:
+    case A_REPLICA_GROUPS: case A_USE_GLOBAL_DEVICE_IDS: case A_OPERAND_PRECISION: case A_ALGORITHM:
+    case A_CONTROL_PREDECESSORS: case A_API_VERSION: case A_CUSTOM_CALL_HAS_SIDE_EFFECT:
+    case A_INDICES_ARE_SORTED: case A_UNIQUE_INDICES: case A_CONSTRAIN_LAYOUT: case A_PARAMETER_NUMBER:
+        return false;
+    default:
+        return true;
+    }
+}
+
+static uint64_t str_hash(const char *s) { return hash_bytes(s, strlen(s)); }
+
+uint64_t lf_literal_digest(const hlo_literal *l) {
+    if (l->raw) return str_hash(l->raw);
+    if (l->elided) return 0x5eed;  /* unknown payload: equal only to itself */
+    uint64_t h = hash_mix((uint64_t)l->dtype, (uint64_t)l->count);
+    if (l->f) {
+        for (int64_t k = 0; k < l->count; k++) {
+            double x = l->f[k] == 0 ? 0.0 * (signbit(l->f[k]) ? -1 : 1) : l->f[k];
+            uint64_t bits;
+            memcpy(&bits, &x, 8);
+            h = hash_mix(h, bits);
+        }
+    } else {
+        for (int64_t k = 0; k < l->count; k++) h = hash_mix(h, (uint64_t)l->i[k]);
+    }
+    return h;
+}
+
+/* Attribute blob: (key, n, values...) per semantic attribute, in key order;
+ * strings and computations are digested. */
+uint32_t lf_encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *in) {
+    int64_t buf[256];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < in->nattrs; i++) {
+        const hlo_attr *a = &in->attrs[i];
+        if (!semantic_key(a->key)) continue;
+        uint32_t need;
+        switch (a->kind) {
+        case K_INTS: case K_COMPS: need = a->n; break;
+        case K_SLICES: case K_PADDING: need = 3 * a->n; break;
+        case K_IDENTS: need = a->n; break;
+        default: need = 1; break;
+        }
+        if (n + 2 + need > ARRAY_LEN(buf)) {
+            /* Too long to spell out: one digest word stands for the rest. */
+            buf[n++] = 9999;
+            buf[n++] = 1;
+            buf[n++] = (int64_t)hash_bytes(in, sizeof *in);
+            break;
+        }
+        buf[n++] = a->key == A_RAW ? (int64_t)(str_hash(a->raw_key) | 1ull << 62) : a->key;
+        buf[n++] = need;
+        switch (a->kind) {
+        case K_INT: case K_BOOL: buf[n++] = a->v.i; break;
+        case K_INTS: memcpy(buf + n, a->v.ints, need * sizeof *buf); n += need; break;
+        case K_SLICES: case K_PADDING: memcpy(buf + n, a->v.ints, need * sizeof *buf); n += need; break;
+        case K_IDENT: case K_STRING: case K_BACKEND: case K_RAW: buf[n++] = (int64_t)str_hash(a->v.str); break;
+        case K_IDENTS:
+            for (uint32_t k = 0; k < a->n; k++) buf[n++] = (int64_t)str_hash(a->v.strs[k]);
+            break;
+        case K_COMP: buf[n++] = (int64_t)lf_comp_digest(c, m, (uint32_t)a->v.ints[0]); break;
+        case K_COMPS:
+            for (uint32_t k = 0; k < a->n; k++) buf[n++] = (int64_t)lf_comp_digest(c, m, (uint32_t)a->v.ints[k]);
+            break;
+        case K_LITERAL: buf[n++] = (int64_t)lf_literal_digest(a->v.lit); break;
+        default: buf[n++] = 0; break;
+        }
+    }
+    return eg_attr(c->g, buf, n);
+}
+
+/* A structural digest of a called computation (reducers, comparators): opcodes,
+ * shapes, operand positions and attributes; names do not count. */
+uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci) {
+    int side = m == c->base ? 0 : 1;
+    if (ci >= m->ncomps) return 0;
+    if (c->digests[side][ci]) return c->digests[side][ci];
+    const hlo_comp *comp = &m->comps[ci];
+    uint64_t h = 0xc0de;
+    if (comp->reducer) {
+        h = hash_mix(h, comp->reducer);
+    } else {
+        for (uint32_t i = 0; i < comp->ninstrs; i++) {
+            const hlo_instr *in = &comp->instrs[i];
+            h = hash_mix(h, in->op);
+            h = hash_mix(h, in->shape.dtype);
+            for (uint32_t d = 0; d < in->shape.rank; d++) h = hash_mix(h, (uint64_t)in->shape.dims[d]);
+            for (uint32_t o = 0; o < in->noperands; o++) h = hash_mix(h, in->operands[o]);
+            h = hash_mix(h, lf_encode_attrs(c, m, in));
+            if (in->op == OP_PARAMETER) h = hash_mix(h, (uint64_t)instr_int(in, A_PARAMETER_NUMBER, 0));
+        }
+        h = hash_mix(h, comp->root);
+    }
+    c->digests[side][ci] = h | 1;
+    return h | 1;
+}
+
+uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
+    return eg_type(c->g, dt, dims, rank);
+}
+
+/* The attribute blob holding one list attribute (absent when empty: the
+ * default), as eattr.h spells it; n ≤ VIEW_MAX_RANK (lists of dims). */
+uint32_t lf_list_attr(lift_ctx *c, int key, const int64_t *v, uint32_t n) {
+    int64_t words[2 + VIEW_MAX_RANK];
+    if (!n) return 0; /* the empty blob */
+    if (n > VIEW_MAX_RANK) xfatal("lift: a type of rank %u, views hold at most %d", n, VIEW_MAX_RANK); /* callers pass dims of views */
+    words[0] = key, words[1] = n;
+    memcpy(words + 2, v, n * sizeof *v);
+    return eg_attr(c->g, words, 2 + n);
+}
+
+/* ---- constant folding: values of constant-only terms (lift.h) ---- */
+
+interp_val *lf_kval(lift_ctx *c, eid cls) {
+    cls = eg_find(c->g, cls);
+    return cls < c->capkvals ? c->kvals[cls] : NULL;
+}
+
+/* Records v (consumed) as the values of class cls unless they are known. */
+void lf_kval_set(lift_ctx *c, eid cls, interp_val *v) {
+    cls = eg_find(c->g, cls);
+    if (cls >= c->capkvals) {
+        size_t cap = c->capkvals ? c->capkvals : 1024;
+        while (cap <= cls) cap *= 2;
+        c->kvals = xrealloc(c->kvals, cap * sizeof *c->kvals);
+        memset(c->kvals + c->capkvals, 0, (cap - c->capkvals) * sizeof *c->kvals);
+        c->capkvals = cap;
+    }
+    if (c->kvals[cls]) interp_val_free(v);
+    else c->kvals[cls] = v;
+}
+
+/* After unions outside lifting (saturation): values recorded under a class
+ * that is no longer canonical move to its canonical class. */
+void lf_kvals_after_unions(lift_ctx *c) {
+    for (size_t k = 0; k < c->capkvals; k++) {
+        if (!c->kvals[k]) continue;
+        eid r = eg_find(c->g, (eid)k);
+        if (r == k) continue;
+        interp_val *v = c->kvals[k];
+        c->kvals[k] = NULL;
+        lf_kval_set(c, r, v);
+    }
+}
+
+/* The constant term holding v's values: the same e-node as a constant
+ * instruction with those values (literal digest). Consumes v. */
+eid lf_const_term(lift_ctx *c, interp_val *v, uint8_t origin) {
+    hlo_literal lit = {.dtype = v->dtype, .count = v->n, .f = v->f, .i = v->i};
+    int64_t words[3] = {A_LITERAL, 1, (int64_t)lf_literal_digest(&lit)};
+    eid cls = eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), lf_type_of(c, v->dtype, v->dims, v->rank), NULL, 0, origin);
+    /* One value everywhere is also the broadcast of that scalar, as a program
+     * writes it (and lf_konst_at builds it): both nodes in one class, so a
+     * constant tabulated for a view meets the other side's broadcast. */
+    bool splat = v->rank > 0 && v->n > 1;
+    for (int64_t k = 1; k < v->n && splat; k++)
+        splat = v->f ? memcmp(&v->f[k], &v->f[0], sizeof *v->f) == 0 : v->i[k] == v->i[0];
+    interp_val *one = splat ? interp_val_new(v->dtype, 0, NULL) : NULL;
+    if (one) {
+        if (v->f) one->f[0] = v->f[0];
+        else one->i[0] = v->i[0];
+    }
+    lf_kval_set(c, cls, v);
+    if (!one) return cls;
+    eid sc = lf_const_term(c, one, origin);
+    eid bc = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), eg_class_type(c->g, cls), &sc, 1, origin);
+    cls = eg_find(c->g, cls), bc = eg_find(c->g, bc);
+    if (cls == bc) return cls;
+    interp_val *kl = c->kvals[cls], *kb = bc < c->capkvals ? c->kvals[bc] : NULL;
+    c->kvals[cls] = NULL;
+    if (bc < c->capkvals) c->kvals[bc] = NULL;
+    eg_union(c->g, cls, bc, NULL);
+    bool merged = eg_rebuild(c->g) > 0;  /* congruent parents merged too */
+    cls = eg_find(c->g, cls);
+    lf_kval_set(c, cls, kl);
+    if (kb) lf_kval_set(c, cls, kb);
+    if (merged) lf_kvals_after_unions(c);
+    return eg_find(c->g, cls);
+}
+
+/* Whether a term of this many elements (global dims) is folded. */
+bool lf_fold_size_ok(const int64_t *dims, uint32_t rank) {
+    int64_t n = 1;
+    for (uint32_t d = 0; d < rank; d++)
+        if (!mul_ok(n, dims[d], &n) || n > LIFT_FOLD_MAX) return false;
+    return rank <= VIEW_MAX_RANK;
+}
+
+/* The values of op `in` (attributes as in the term, result dims `dims`) over
+ * children with known values; NULL when some are unknown or the interpreter
+ * does not evaluate the op on its own. */
+static interp_val *fold_values(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n,
+                               const int64_t *dims) {
+    interp_val *ops[8];
+    if (n > ARRAY_LEN(ops) || in->op == OP_IOTA || in->shape.dtype == DT_TUPLE || !lf_fold_size_ok(dims, in->shape.rank))
+        return NULL;
+    for (uint32_t k = 0; k < n; k++)
+        if (!(ops[k] = lf_kval(c, ch[k]))) return NULL;
+    hlo_instr g = *in;
+    g.shape.dims = (int64_t *)dims;
+    g.shape.dynamic = NULL;
+    return interp_eval_instr(m, &g, ops, NULL);
+}
+
+/* Broadcast values of x (dims bd of the result) into result dims `dims`. */
+interp_val *lf_broadcast_values(const interp_val *x, const int64_t *bd, uint32_t nb, const int64_t *dims, uint32_t rank) {
+    if (!lf_fold_size_ok(dims, rank) || nb != x->rank) return NULL;
+    interp_val *r = interp_val_new(x->dtype, rank, dims);
+    if (!r) return NULL;
+    int64_t idx[VIEW_MAX_RANK] = {0};
+    for (int64_t k = 0; k < r->n; k++) {
+        int64_t src = 0;
+        for (uint32_t j = 0; j < nb; j++) src = src * x->dims[j] + (x->dims[j] == 1 ? 0 : idx[bd[j]]);
+        if (r->f) r->f[k] = x->f[src];
+        else r->i[k] = x->i[src];
+        for (int d = (int)rank - 1; d >= 0 && ++idx[d] == dims[d]; d--) idx[d] = 0;
+    }
+    return r;
+}
+
+/* reshape(x) to type t, canonical on both sides: reshape∘reshape is one
+ * reshape and a reshape to x's own shape is x (both exact for row-major data).
+ * A reshape of known values is the constant of those values. */
+eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
+    const interp_val *xv = lf_kval(c, x);
+    if (xv && eg_class_type(c->g, x) != t && eg_type_dtype(c->g, t) == xv->dtype) {
+        uint32_t rank;
+        const int64_t *dims = eg_type_dims(c->g, t, &rank);
+        interp_val *r = lf_fold_size_ok(dims, rank) ? interp_val_new(xv->dtype, rank, dims) : NULL;
+        if (r && r->n == xv->n) {
+            if (r->f) memcpy(r->f, xv->f, (size_t)r->n * sizeof *r->f);
+            else memcpy(r->i, xv->i, (size_t)r->n * sizeof *r->i);
+            return lf_const_term(c, r, origin);
+        }
+        interp_val_free(r);
+    }
+    for (;;) {
+        eid n = eg_class_first(c->g, x);
+        if (n == EID_NONE || eg_node_op(c->g, n) != OP_RESHAPE) break;
+        uint32_t k;
+        x = eg_node_children(c->g, n, &k)[0];
+    }
+    if (eg_class_type(c->g, x) == t) return eg_find(c->g, x);
+    return eg_add(c->g, OP_RESHAPE, 0, t, &x, 1, origin);
+}
+
+/* Whether reduce `in` over children ch (operand, init) reduces only dims of
+ * size 1 from an init that is its reducer's identity (0 for sum, ±inf for
+ * max/min, 1 for a product, true/false for and/or): then it is its operand
+ * reshaped, on both sides alike (XLA sums a batch in one reduce or in two,
+ * with a unit dim between). */
+static bool unit_reduce(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch) {
+    uint32_t nd, rank;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &rank);
+    for (uint32_t k = 0; k < nd; k++)
+        if (rd[k] < 0 || (uint32_t)rd[k] >= rank || xd[rd[k]] != 1) return false;
+    return eg_type_dtype(c->g, eg_class_type(c->g, ch[0])) == in->shape.dtype && lf_reducer_identity(c, m, in, ch[1]);
+}
+
+/* Whether init (a class of known value) is the identity of reduce in's reducer. */
+bool lf_reducer_identity(lift_ctx *c, const hlo_module *m, const hlo_instr *in, eid init) {
+    const interp_val *iv = lf_kval(c, init);
+    if (!iv || iv->n != 1) return false;
+    double z = interp_val_get(iv, 0);
+    switch (instr_reducer(m, in)) {
+    case RED_SUM: case RED_OR: return z == 0;
+    case RED_PROD: case RED_AND: return z == 1;
+    case RED_MAX: return isinf(z) && z < 0;
+    case RED_MIN: return isinf(z) && z > 0;
+    default: return false;
+    }
+}
+
+eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
+                uint8_t origin) {
+    uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
+    if (in->op == OP_RESHAPE && n == 1) return lf_mk_reshape(c, ch[0], t, origin);
+    if (in->op == OP_BROADCAST && n == 1 && eg_class_type(c->g, ch[0]) == t) {
+        /* A broadcast to the same shape along dims 0..r-1 in order is the identity. */
+        uint32_t nd;
+        const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nd);
+        bool ident = nd == in->shape.rank;
+        for (uint32_t k = 0; k < nd && ident; k++) ident = bd[k] == k;
+        if (ident) return eg_find(c->g, ch[0]);
+    }
+    if (in->op == OP_REDUCE && n == 2 && unit_reduce(c, m, in, ch)) return lf_mk_reshape(c, ch[0], t, origin);
+    uint32_t attr = lf_encode_attrs(c, m, in);
+    /* A term folded before (the same op over the same classes; layers repeat
+     * their constants) is not evaluated again. */
+    uint32_t key[12];
+    bool keyed = n > 0 && n <= 8;
+    if (keyed) {
+        key[0] = in->op, key[1] = attr, key[2] = t, key[3] = n;
+        for (uint32_t k = 0; k < n; k++) key[4 + k] = eg_find(c->g, ch[k]);
+        uint32_t hit;
+        if (strmap_get(&c->folds, (const char *)key, (4 + n) * sizeof *key, &hit)) return eg_find(c->g, hit);
+    }
+    interp_val *fv = n ? fold_values(c, m, in, ch, n, dims) : NULL;
+    if (fv && in->op != OP_BROADCAST) {
+        eid k = lf_const_term(c, fv, origin);
+        if (keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, k);
+        return k;
+    }
+    if ((in->op == OP_ADD || in->op == OP_MULTIPLY) && n == 2 && attr == 0) {
+        /* a+b and a·b are b+a and b·a exactly (in floating point too): the
+         * term in the other order, where there is one, is this one (the
+         * rules' commutativity skips large terms). */
+        eid sw[2] = {ch[1], ch[0]}, hit = eg_lookup(c->g, in->op, attr, t, sw, 2);
+        if (hit != EID_NONE) return eg_find(c->g, hit);
+    }
+    eid cls = eg_add(c->g, in->op, attr, t, ch, n, origin);
+    if (fv && keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, cls);
+    if (in->op == OP_CONSTANT && n == 0 && !lf_kval(c, cls) && lf_fold_size_ok(dims, in->shape.rank))
+        fv = interp_eval_instr(m, in, NULL, NULL);
+    /* A broadcast keeps its structure (the splat form both sides share); its
+     * values are known all the same. */
+    if (fv) lf_kval_set(c, cls, fv);
+    return cls;
+}
+
+eid lf_fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
+    int64_t k = (int64_t)(1000000 + c->fresh++);
+    return eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), lf_type_of(c, dt, dims, rank), NULL, 0, EG_LIFTED);
+}
