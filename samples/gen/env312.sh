@@ -5,15 +5,10 @@
 # samples/gen/.venv312 (made with Python 3.12; only installed into when jax does not import).
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+source "$here/venv.sh"
 venv="${SAMPLES_VENV:-$here/.venv312}"
-if [ ! -x "$venv/bin/python" ]; then
-  "${PYTHON312:-$HOME/.pyenv/versions/3.12.1/bin/python}" -m venv "$venv"
-fi
-if ! "$venv/bin/python" -c 'import jax, optax' 2>/dev/null ||
-   { [ -z "${SAMPLES_VENV:-}" ] && [ "$here/requirements-train.txt" -nt "$venv/.installed" ]; }; then
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements-train.txt"
-  touch "$venv/.installed"
-fi
+ensure_venv "$venv" "${SAMPLES_VENV:-}" "${PYTHON312:-$HOME/.pyenv/versions/3.12.1/bin/python}" \
+  "$here/requirements-train.txt" jax,optax
 cd "$repo"
 # Must be set before jax is imported: 8 CPU devices for the meshes.
 export XLA_FLAGS="--xla_force_host_platform_device_count=8"

@@ -10,7 +10,5 @@ cd "$repo"
 export XLA_FLAGS="--xla_force_host_platform_device_count=8"
 export JAX_PLATFORMS=cpu
 export PYTHONHASHSEED=0
-# Load the script under its repo-relative name so HLO source paths are relative.
-exec "$venv/bin/python" -c '
-exec(compile(open("samples/gen/jax012.py").read(), "samples/gen/jax012.py", "exec"), {"__name__": "__main__"})
-'
+source "$here/venv.sh"
+run_repo_script "$venv" samples/gen/jax012.py

@@ -16,9 +16,5 @@ export JAX_PLATFORMS=cpu
 export PYTHONHASHSEED=0
 export TF_CPP_MIN_LOG_LEVEL=3
 export PYTHONDONTWRITEBYTECODE=1
-# Load the exporter under its repo-relative name so HLO source paths are relative.
-exec "$venv/bin/python" -c '
-import sys
-sys.argv = ["samples/gen/bigtrain.py"] + sys.argv[1:]
-exec(compile(open("samples/gen/bigtrain.py").read(), "samples/gen/bigtrain.py", "exec"), {"__name__": "__main__"})
-' "$@"
+source "$here/venv.sh"
+run_repo_script "$venv" samples/gen/bigtrain.py "$@"

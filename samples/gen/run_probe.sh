@@ -7,9 +7,4 @@ set -euo pipefail
 source "$(dirname "$0")/env312.sh"
 # The pass dump is taken by the user-facing exporter, python/scalify_jax.
 export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
-# Load the generator under its repo-relative name so HLO source paths are relative.
-exec "$venv/bin/python" -c '
-import sys
-sys.argv = ["samples/gen/probe.py"] + sys.argv[1:]
-exec(compile(open("samples/gen/probe.py").read(), "samples/gen/probe.py", "exec"), {"__name__": "__main__"})
-' "$@"
+run_repo_script "$venv" samples/gen/probe.py "$@"

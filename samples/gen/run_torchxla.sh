@@ -9,17 +9,11 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+source "$here/venv.sh"
 venv="${TORCHXLA_VENV:-$here/.venv-torchxla}"
 py="${TORCHXLA_PYTHON:-$HOME/.pyenv/versions/3.12.1/bin/python}"
 [ -x "$py" ] || py=python3.12
-if [ ! -x "$venv/bin/python" ]; then
-  "$py" -m venv "$venv"
-fi
-if ! "$venv/bin/python" -c 'import torch, torch_xla' 2>/dev/null ||
-   { [ -z "${TORCHXLA_VENV:-}" ] && [ "$here/requirements-torchxla.txt" -nt "$venv/.installed" ]; }; then
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements-torchxla.txt"
-  touch "$venv/.installed"
-fi
+ensure_venv "$venv" "${TORCHXLA_VENV:-}" "$py" "$here/requirements-torchxla.txt" torch,torch_xla
 cd "$repo"
 dump="samples/gen/.dump-torchxla"
 rm -rf "$dump"

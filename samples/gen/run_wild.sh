@@ -15,16 +15,7 @@ repo=$(cd "$here/../.." && pwd)
 py="${WILD_PYTHON:-$HOME/.pyenv/versions/3.12.1/bin/python}"
 [ -x "$py" ] || py=python3.12
 
-venv() {  # venv DIR REQUIREMENTS PROBE_IMPORTS EXPLICIT -> prints DIR when ready
-  local dir=$1 req=$2 probe=$3 explicit=$4
-  [ -x "$dir/bin/python" ] || "$py" -m venv "$dir" >&2
-  if ! "$dir/bin/python" -c "import $probe" 2>/dev/null ||
-     { [ -z "$explicit" ] && [ "$req" -nt "$dir/.installed" ]; }; then
-    "$dir/bin/pip" install --quiet --disable-pip-version-check -r "$req" >&2
-    touch "$dir/.installed"
-  fi
-  echo "$dir"
-}
+source "$here/venv.sh"
 
 cd "$repo"
 # Must be set before jax is imported: 8 CPU devices for the meshes.
@@ -33,25 +24,19 @@ export JAX_PLATFORMS=cpu
 export KERAS_BACKEND=jax
 export PYTHONHASHSEED=0
 export TF_CPP_MIN_LOG_LEVEL=3
-# Load the exporter under its repo-relative name so HLO source paths are relative.
-boot='
-import sys
-sys.argv = ["samples/gen/wild.py"] + sys.argv[1:]
-exec(compile(open("samples/gen/wild.py").read(), "samples/gen/wild.py", "exec"), {"__name__": "__main__"})
-'
 for part in ${WILD_PARTS:-main maxtext torchxla}; do
   case $part in
     main)
-      v=$(venv "${WILD_VENV:-$here/.venv-wild}" "$here/requirements-wild.txt" \
-               "jax, flax, keras_hub, equinox" "${WILD_VENV:-}")
-      WILD_FAMILIES=linen,nnx,keras,eqx "$v/bin/python" -c "$boot" "$@" ;;
+      v=${WILD_VENV:-$here/.venv-wild}
+      ensure_venv "$v" "${WILD_VENV:-}" "$py" "$here/requirements-wild.txt" "jax, flax, keras_hub, equinox" >&2
+      WILD_FAMILIES=linen,nnx,keras,eqx run_repo_script "$v" samples/gen/wild.py "$@" ;;
     maxtext)
-      v=$(venv "${WILD_VENV_MAXTEXT:-$here/.venv-wild-maxtext}" "$here/requirements-wild-maxtext.txt" \
-               "jax, maxtext" "${WILD_VENV_MAXTEXT:-}")
-      WILD_FAMILIES=maxtext "$v/bin/python" -c "$boot" "$@" ;;
+      v=${WILD_VENV_MAXTEXT:-$here/.venv-wild-maxtext}
+      ensure_venv "$v" "${WILD_VENV_MAXTEXT:-}" "$py" "$here/requirements-wild-maxtext.txt" "jax, maxtext" >&2
+      WILD_FAMILIES=maxtext run_repo_script "$v" samples/gen/wild.py "$@" ;;
     torchxla)
-      v=$(venv "${WILD_VENV_TORCHXLA:-$here/.venv-wild-torchxla}" "$here/requirements-wild-torchxla.txt" \
-               "torch, torch_xla" "${WILD_VENV_TORCHXLA:-}")
+      v=${WILD_VENV_TORCHXLA:-$here/.venv-wild-torchxla}
+      ensure_venv "$v" "${WILD_VENV_TORCHXLA:-}" "$py" "$here/requirements-wild-torchxla.txt" "torch, torch_xla" >&2
       env -u XLA_FLAGS "$v/bin/python" samples/gen/wild_torchxla.py "$@" ;;
     *) echo "run_wild.sh: unknown part '$part' (main, maxtext, torchxla)" >&2; exit 2 ;;
   esac
