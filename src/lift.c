@@ -388,20 +388,6 @@ static const lval *identity_operand(lstate *s) {
     return NULL;
 }
 
-/* The node of class x with op `op` and n children (its children in *ch),
- * or false. */
-static bool node_of(lift_ctx *c, eid x, uint16_t op, uint32_t n, const eid **ch) {
-    for (eid k = eg_class_first(c->g, eg_find(c->g, x)); k != EID_NONE; k = eg_class_next(c->g, k)) {
-        uint32_t m;
-        const eid *kids = eg_node_children(c->g, k, &m);
-        if (eg_node_op(c->g, k) == op && m == n) {
-            *ch = kids;
-            return true;
-        }
-    }
-    return false;
-}
-
 /* Forms of the value v just lifted that the other program may write, joined
  * to v's class (exact identities, both programs walked alike):
  *   x · convert(p) with p a predicate is select(p, x, 0)  (a mask as a
@@ -418,7 +404,7 @@ static void other_forms(lstate *s, const lval *v) {
     const eid *ch;
     if (in->op == OP_MULTIPLY && dtype_is_float(in->shape.dtype)) {
         for (uint32_t o = 0; o < 2; o++) {
-            if (!node_of(c, s->ops[1 - o].cls, OP_CONVERT, 1, &ch) ||
+            if (lf_class_node(c, s->ops[1 - o].cls, OP_CONVERT, 1, &ch) == EID_NONE ||
                 eg_type_dtype(c->g, eg_class_type(c->g, ch[0])) != DT_PRED)
                 continue;
             interp_val *z = interp_val_new(in->shape.dtype, 0, NULL);
@@ -430,7 +416,7 @@ static void other_forms(lstate *s, const lval *v) {
         }
     }
     const char *dir = in->op == OP_COMPARE ? instr_str(in, A_DIRECTION) : NULL;
-    if (dir && !strcmp(dir, "GT") && lf_class_is_zero(c, s->ops[1].cls) && node_of(c, s->ops[0].cls, OP_MAXIMUM, 2, &ch)) {
+    if (dir && !strcmp(dir, "GT") && lf_class_is_zero(c, s->ops[1].cls) && lf_class_node(c, s->ops[0].cls, OP_MAXIMUM, 2, &ch) != EID_NONE) {
         for (uint32_t o = 0; o < 2; o++) {
             if (!lf_class_is_zero(c, ch[1 - o])) continue;
             eid cmp[2] = {ch[o], s->ops[1].cls};

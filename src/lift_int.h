@@ -157,6 +157,9 @@ struct interp_val *lf_broadcast_values(const struct interp_val *x, const int64_t
                                        uint32_t rank); /* known values broadcast along dims bd, or NULL */
 bool lf_reducer_identity(lift_ctx *c, const hlo_module *m, const hlo_instr *in,
                          eid init);                /* init is the identity of reduce in's reducer */
+/* The first node of class cls with op and n children (those in *ch when ch is
+ * not NULL), or EID_NONE. */
+eid lf_class_node(lift_ctx *c, eid cls, uint16_t op, uint32_t n, const eid **ch);
 /* Constant factors (lift_scale.c): lf_scale_of the factor of x (1 when none);
  * lf_scale_take relates multiply/divide by a uniform constant as a factor on
  * the other operand (false: not that case); lf_scale_plan takes the operands'

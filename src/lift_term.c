@@ -348,3 +348,15 @@ eid lf_fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
     int64_t k = (int64_t)(1000000 + c->fresh++);
     return eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), lf_type_of(c, dt, dims, rank), NULL, 0, EG_LIFTED);
 }
+
+eid lf_class_node(lift_ctx *c, eid cls, uint16_t op, uint32_t n, const eid **ch) {
+    for (eid k = eg_class_first(c->g, eg_find(c->g, cls)); k != EID_NONE; k = eg_class_next(c->g, k)) {
+        uint32_t m;
+        const eid *kids = eg_node_children(c->g, k, &m);
+        if (eg_node_op(c->g, k) == op && m == n) {
+            if (ch) *ch = kids;
+            return k;
+        }
+    }
+    return EID_NONE;
+}

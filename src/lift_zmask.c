@@ -118,24 +118,15 @@ static uint32_t peel_transposes(lift_ctx *c, eid cls, eid *base, int8_t *map) {
 /* Class cls's node of op with n children, rebuilt over ch (same attributes and
  * type); EID_NONE when cls has no such node. */
 static eid rebuild_over(lift_ctx *c, eid cls, uint16_t op, const eid *ch, uint32_t n) {
-    for (eid nd = eg_class_first(c->g, cls); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
-        uint32_t k;
-        eg_node_children(c->g, nd, &k);
-        if (eg_node_op(c->g, nd) == op && k == n)
-            return eg_add(c->g, op, eg_node_attr(c->g, nd), eg_class_type(c->g, cls), ch, n, c->origin);
-    }
-    return EID_NONE;
+    eid nd = lf_class_node(c, cls, op, n, NULL);
+    return nd == EID_NONE ? EID_NONE : eg_add(c->g, op, eg_node_attr(c->g, nd), eg_class_type(c->g, cls), ch, n, c->origin);
 }
 
 /* Whether child k of class cls's node of op (with n children) is want: the
  * operand's own class, not one the transfer function re-viewed. */
 static bool child_is(lift_ctx *c, eid cls, uint16_t op, uint32_t n, uint32_t k, eid want) {
-    for (eid nd = eg_class_first(c->g, cls); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
-        uint32_t m;
-        const eid *ch = eg_node_children(c->g, nd, &m);
-        if (eg_node_op(c->g, nd) == op && m == n) return eg_find(c->g, ch[k]) == eg_find(c->g, want);
-    }
-    return false;
+    const eid *ch;
+    return lf_class_node(c, cls, op, n, &ch) != EID_NONE && eg_find(c->g, ch[k]) == eg_find(c->g, want);
 }
 
 static lift_zmask *zmask_new(lift_ctx *c, const lift_zmask *from) {
