@@ -1547,7 +1547,8 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             c->divergence_comp = comp;
             if (c->nsegs) c->segs[c->cur_seg].divergent++;
         }
-    }}
+    }
+}
 
 lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs) {
     lval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
