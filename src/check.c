@@ -1,4 +1,5 @@
 #include "check.h"
+#include "provenance.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -44,13 +45,14 @@ static check_finding *add_finding(check_result *r, size_t *cap, trace_kind kind,
                                   const hlo_comp *comp, const hlo_instr *in) {
     XGROW(r->findings, *cap, r->nfindings + 1);
     check_finding *f = &r->findings[r->nfindings++];
-    *f = (check_finding){kind, sev, xstrdup(message), segment_name(in), comp, in, false};
+    *f = (check_finding){kind, sev, xstrdup(message), segment_name(in), comp, in, false, NULL, 0, 0};
     r->kind_total[kind]++;
     return f;
 }
 
 static void findings_clear(check_result *r) {
-    for (size_t i = 0; i < r->nfindings; i++) free(r->findings[i].message), free(r->findings[i].segment);
+    for (size_t i = 0; i < r->nfindings; i++)
+        free(r->findings[i].message), free(r->findings[i].segment), free(r->findings[i].path);
     r->nfindings = 0;
     memset(r->kind_total, 0, sizeof r->kind_total);
 }
@@ -448,6 +450,21 @@ static bool pair_inputs_ok(const check_opts *o, const side *B, const side *D, re
     return true;
 }
 
+/* What the picture of each finding shows of the lifting, which ends with
+ * check_run: the views of the distributed values and each finding's path. */
+static void keep_provenance(check_result *r, const lift_ctx *lc, const mesh *m) {
+    r->views = pv_collect(lc, m);
+    for (size_t k = 0; k < r->nfindings; k++) {
+        check_finding *f = &r->findings[k];
+        uint32_t path[PV_PATH_MAX];
+        size_t len, n = pv_path(lc, f->comp, (uint32_t)(f->in - f->comp->instrs), path, &len);
+        if (n < 2) continue;  /* no partial operand: nothing to trace back */
+        f->path = xmalloc(n * sizeof *f->path);
+        memcpy(f->path, path, n * sizeof *path);
+        f->npath = (uint32_t)n, f->path_len = (uint32_t)len;
+    }
+}
+
 int check_run(const check_opts *o, check_result *r, diag *d) {
     peak_rss_reset(); /* each pair of a batch reports its own peak */
     double t0 = now_ms(), c0 = cpu_ms();
@@ -737,6 +754,7 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     r->w.seed = w.seed, r->w.max_abs = w.max_abs, r->w.max_rel = w.max_rel;
     r->verdict = verdict;
 
+    if (r->nfindings) keep_provenance(r, &lc, &rel.mesh);
     sb_free(&why);
     saturator_free(&sr);
     lift_done(&lc);
@@ -755,6 +773,7 @@ out:
 
 void check_result_free(check_result *r) {
     findings_clear(r);
+    pv_free(r->views);
     free(r->findings);
     for (size_t i = 0; i < r->nsegs; i++) {
         for (size_t k = 0; k < r->segs[i].ntop; k++) free(r->segs[i].top[k].rule);

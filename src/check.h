@@ -60,6 +60,8 @@ typedef struct check_opts {
 /* One finding as decided: what, how severe, why, and the distributed
  * instruction it is reported at. The writer (trace_write.h) adds the rest of
  * its trace entry: the baseline counterpart, operands, subgraph, snippet. */
+typedef struct pv_views pv_views; /* provenance.h */
+
 typedef struct check_finding {
     trace_kind kind;
     trace_severity severity;
@@ -68,6 +70,9 @@ typedef struct check_finding {
     const hlo_comp *comp;
     const hlo_instr *in;
     bool witness;                 /* carries the result's witness figures */
+    uint32_t *path;               /* owned; provenance.h: instruction indices in comp, origin first, `in` last */
+    uint32_t npath;               /* steps in path (0: none) */
+    uint32_t path_len;            /* the whole chain's length (> npath when steps were left out) */
 } check_finding;
 
 typedef struct check_rule_count {
@@ -119,6 +124,7 @@ typedef struct check_result {
     uint64_t peak_bytes;
     check_witness w;              /* execution's figures, for findings with .witness */
     char *assumptions;            /* '\n'-separated preconditions; NULL when none */
+    pv_views *views;              /* distributed values' views in words; NULL without findings */
 } check_result;
 
 /* Decides one pair. Returns the verdict; r is filled unless it is

@@ -123,6 +123,13 @@ static void id_register(void *state, int objtype, void *obj) { (void)state, (voi
 
 static Agiddisc_t seq_id_disc = {id_open, id_map, id_alloc, id_free, id_print, id_close, id_register};
 
+/* The step of the finding's path node id is, or 0. */
+static int64_t path_step(const trace_finding *f, const char *id) {
+    for (size_t k = 0; k < f->n_path; k++)
+        if (strcmp(f->path[k].node, id) == 0) return f->path[k].step;
+    return 0;
+}
+
 /* The type of an HLO instruction line "%name = f16[2,16]{1,0} op(…)" without
  * its layout ("f16[2,16]"); 0 when the line is not of that form or is a
  * tuple. */
@@ -259,11 +266,14 @@ bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_
             put_short(&b, tn->label, 48);
             sb_puts(&b, "</I>");
         } else {
+            int64_t step = path_step(f, tn->id);
+            if (step) sb_printf(&b, "<FONT COLOR=\"#b45309\"><B>[%lld]</B></FONT> ", (long long)step);
             if (tn->opcode[0]) {
                 sb_puts(&b, "<B>");
                 put_short(&b, tn->opcode, 32);
-                sb_puts(&b, "</B><BR/>");
+                sb_puts(&b, "</B>");
             }
+            if (step || tn->opcode[0]) sb_puts(&b, "<BR/>");
             put_short(&b, tn->label, 40);
             const char *ty = tn->type;
             size_t tyn = ty ? strlen(ty) : node_type(f, tn, &ty);
@@ -272,6 +282,11 @@ bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_
                 snprintf(tbuf, sizeof tbuf, "%.*s", (int)(tyn < 48 ? tyn : 48), ty);
                 sb_puts(&b, "<BR/><FONT POINT-SIZE=\"9\">");
                 put_short(&b, tbuf, 40);
+                sb_puts(&b, "</FONT>");
+            }
+            if (tn->view) { /* what lifting made of the value */
+                sb_puts(&b, "<BR/><FONT POINT-SIZE=\"9\" COLOR=\"#6d28d9\">");
+                put_short(&b, tn->view, 40);
                 sb_puts(&b, "</FONT>");
             }
             /* the views relating this distributed value to baseline ones */
@@ -325,6 +340,12 @@ bool dotg_svg(strbuf *out, const trace_finding *f, size_t max_nodes, char **cut_
         if (!na || !nz) continue;
         Agedge_t *e = agedge(g, na, nz, NULL, 1);
         set(e, "class", "edge data");
+        int64_t sa = path_step(f, f->edges[i].from), sz = path_step(f, f->edges[i].to);
+        if (sa && sz && sz > sa) { /* a step of the finding's path */
+            set(e, "color", "#b45309");
+            set(e, "penwidth", "1.8");
+            set(e, "class", "edge data path");
+        }
         if (f->edges[i].steps > 1) { /* a path folded into one edge */
             char lab[48];
             snprintf(lab, sizeof lab, "%lld steps", (long long)f->edges[i].steps);

@@ -35,6 +35,7 @@ void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const h
     c->origin = EG_LIFTED;
     c->digests[0] = xcalloc(base->ncomps, sizeof(uint64_t));
     c->digests[1] = xcalloc(dist->ncomps, sizeof(uint64_t));
+    c->walked = xcalloc(dist->ncomps ? dist->ncomps : 1, sizeof *c->walked);
     /* Lifting takes about 288 bytes per instruction of the two programs (the
      * values of each computation walked, the memo's runs). */
     arena_expect(a, (size_t)(graph_instr_count(base) + graph_instr_count(dist)) * 288);
@@ -52,6 +53,7 @@ void lift_done(lift_ctx *c) {
     free(c->findings);
     free(c->digests[0]);
     free(c->digests[1]);
+    free(c->walked);
     for (size_t k = 0; k < c->capkvals; k++) interp_val_free(c->kvals[k]);
     free(c->kvals);
     strmap_free(&c->folds);
@@ -1550,8 +1552,26 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     }
 }
 
+const lval *lift_value_at(const lift_ctx *c, const hlo_comp *comp, uint32_t i) {
+    if (comp < c->dist->comps || comp >= c->dist->comps + c->dist->ncomps || i >= comp->ninstrs) return NULL;
+    const lval *vals = c->walked[comp - c->dist->comps];
+    return vals ? &vals[i] : NULL;
+}
+
+void lift_value_words(strbuf *b, const lval *v, const mesh *m) {
+    switch (v->kind) {
+    case LV_TERM: view_print(b, &v->v, m); break;
+    case LV_DEV: sb_puts(b, "device-dependent"); break;
+    case LV_TUPLE: sb_printf(b, "tuple of %u", v->n); break;
+    case LV_PW: case LV_MASK: case LV_IVEC: sb_puts(b, "index values"); break;
+    case LV_LAYOUT: case LV_WIN: sb_puts(b, "pieces rearranged"); break;
+    default: sb_puts(b, "unrelated"); break;
+    }
+}
+
 lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs) {
     lval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
+    if (!c->baseline_mode && c->cur == c->dist) c->walked[comp - c->dist->comps] = vals;
     lf_memo_side *ms = lf_memo_enter(c, comp, vals);
     for (uint32_t i = 0; i < comp->ninstrs;) {
         uint32_t r = ms ? lf_memo_run_at(ms, i) : SR_NONE;

@@ -310,7 +310,18 @@ typedef struct lift_ctx {
     struct interp_val **kvals;
     size_t capkvals;
     strmap folds;                         /* (op, attr, type, children) -> the class folded to */
+    lval **walked;                        /* per distributed computation (by index): its values
+                                           * the last time it was walked (arena), or NULL */
 } lift_ctx;
+
+/* The value distributed instruction i of comp was lifted to the last time
+ * its computation was walked (a loop body: its last walk), or NULL when it
+ * never was. Valid until lift_done and the arena's end. */
+const lval *lift_value_at(const lift_ctx *c, const hlo_comp *comp, uint32_t i);
+/* A lifted value in words, as a finding's picture shows it: its view for a
+ * term ("dup", "shard(1,tp)", "partial(tp,sum)"), else what it is
+ * ("device-dependent", "index values", "pieces rearranged", "unrelated"). */
+void lift_value_words(strbuf *b, const lval *v, const mesh *m);
 
 void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const hlo_module *dist, const mesh *m);
 void lift_done(lift_ctx *c);

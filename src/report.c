@@ -1166,6 +1166,39 @@ static void pager(rctx *c, strbuf *b, size_t g) {
     sb_puts(b, "</nav>\n");
 }
 
+/* The finding's path as a numbered list (the numbers are the ones the
+ * subgraph's nodes carry): where the value became partial first, then each
+ * instruction that carried it on, with its view and source line. */
+static void path_list(strbuf *b, const trace_finding *f) {
+    if (!f->n_path) return;
+    sb_puts(b, "<h2 id=\"path\">Path</h2>\n<p class=\"muted\">Where the value this finding objects to took its view, "
+               "and each instruction that carried it on (numbered as in the subgraph).</p>\n<ol class=\"path\">\n");
+    for (size_t k = 0; k < f->n_path; k++) {
+        const trace_step *s = &f->path[k];
+        sb_printf(b, "<li value=\"%lld\"><code>", (long long)s->step);
+        put(b, s->instruction);
+        sb_puts(b, "</code> (");
+        put(b, s->opcode);
+        sb_puts(b, ")");
+        if (s->view) {
+            sb_puts(b, " is <code>");
+            put(b, s->view);
+            sb_puts(b, "</code>");
+        }
+        if (s->file) {
+            sb_puts(b, " &mdash; <span class=\"loc\">");
+            put(b, s->file);
+            if (s->line) sb_printf(b, ":%lld", (long long)s->line);
+            sb_puts(b, "</span>");
+        }
+        if (k == 0 && f->path_omitted)
+            sb_printf(b, " <span class=\"muted\">(then %lld step%s not listed)</span>", (long long)f->path_omitted,
+                      f->path_omitted == 1 ? "" : "s");
+        sb_puts(b, "</li>\n");
+    }
+    sb_puts(b, "</ol>\n");
+}
+
 /* Whether the finding's subgraph or sites hold an instruction named n
  * (len bytes). */
 static bool in_picture(const trace_finding *f, const char *n, size_t len) {
@@ -1275,8 +1308,10 @@ static void page_finding(rctx *c, size_t g) {
         bool folded = false;
         for (size_t i = 0; i < f->n_edges && !folded; i++) folded = f->edges[i].steps > 1;
         if (folded) sb_puts(&b, "<span class=\"muted\">dotted arrow: a data path of that many steps, not drawn</span>");
+        if (f->n_path) sb_puts(&b, "<span class=\"muted\">[n] and amber arrows: the path below; violet: the value's view</span>");
         sb_puts(&b, "</figcaption></figure>\n");
         unshown_names(&b, f);
+        path_list(&b, f);
         if (f->truncated) {
             sb_puts(&b, "<div class=\"note\">");
             put(&b, f->truncated);

@@ -247,6 +247,13 @@ static void read_diff(rd *r, json_t *wit, const char *where, const char *key, tr
     df->max_rel = get_num(r, o, w, "max_rel", true, true);
 }
 
+/* Whether id (NULL: no) is the id of a node of f's subgraph. */
+static bool names_node(const trace_finding *f, const char *id) {
+    for (size_t j = 0; id && j < f->n_nodes; j++)
+        if (strcmp(f->nodes[j].id, id) == 0) return true;
+    return false;
+}
+
 static void read_subgraph(rd *r, json_t *sg, const char *where, trace_finding *f) {
     char w[PATH_N];
     f->has_subgraph = true;
@@ -261,6 +268,7 @@ static void read_subgraph(rd *r, json_t *sg, const char *where, trace_finding *f
         n->label = get_str(r, o, w, "label", true);
         n->opcode = get_str(r, o, w, "opcode", true);
         n->type = get_str(r, o, w, "type", false);
+        n->view = get_str(r, o, w, "view", false);
         n->role = (trace_role)get_enum(r, o, w, "role", role_names, 4);
         n->hops = get_int(r, o, w, "hops", true, 0);
         for (size_t j = 0; j < i; j++)
@@ -282,15 +290,34 @@ static void read_subgraph(rd *r, json_t *sg, const char *where, trace_finding *f
             if (!e[i].steps) e[i].steps = 1; /* absent */
             for (int end = 0; end < 2; end++) {
                 const char *id = end ? e[i].to : e[i].from;
-                bool found = false;
-                for (size_t j = 0; j < f->n_nodes && !found; j++) found = strcmp(f->nodes[j].id, id) == 0;
-                if (!found) bad(r, w, end ? "\"to\" names no node" : "\"from\" names no node");
+                if (!names_node(f, id)) bad(r, w, end ? "\"to\" names no node" : "\"from\" names no node");
             }
         }
         if (pass) f->links = e, f->n_links = n;
         else f->edges = e, f->n_edges = n;
     }
     f->truncated = get_str(r, sg, where, "truncated", false);
+}
+
+/* A finding's path: every step names a node of its subgraph. */
+static void read_path(rd *r, json_t *o, const char *where, trace_finding *f) {
+    char w[PATH_N];
+    json_t *a = get_arr(r, o, where, "path", false);
+    f->path = arr_alloc(r, a, sizeof *f->path, &f->n_path);
+    for (size_t i = 0; i < f->n_path; i++) {
+        at(w, "%s.path[%zu]", where, i);
+        json_t *e = json_array_get(a, i);
+        trace_step *s = &f->path[i];
+        s->step = get_int(r, e, w, "step", true, 1);
+        s->node = get_str(r, e, w, "node", true);
+        s->instruction = get_str(r, e, w, "instruction", true);
+        s->opcode = get_str(r, e, w, "opcode", true);
+        s->view = get_str(r, e, w, "view", false);
+        s->file = get_str(r, e, w, "file", false);
+        s->line = get_int(r, e, w, "line", false, 1);
+        if (!names_node(f, s->node)) bad(r, w, "\"node\" names no node of the subgraph");
+    }
+    f->path_omitted = get_int(r, o, where, "path_omitted", false, 1);
 }
 
 static void read_finding(rd *r, json_t *o, const char *w, trace_finding *f) {
@@ -323,6 +350,7 @@ static void read_finding(rd *r, json_t *o, const char *w, trace_finding *f) {
         at(sw, "%s.subgraph", w);
         read_subgraph(r, sg, sw, f);
     }
+    read_path(r, o, w, f);
     json_t *sn = get_arr(r, o, w, "snippets", false);
     f->snippets = arr_alloc(r, sn, sizeof *f->snippets, &f->n_snippets);
     for (size_t i = 0; i < f->n_snippets; i++) {

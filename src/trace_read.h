@@ -70,6 +70,7 @@ typedef struct {
 typedef struct {
     const char *id, *label, *opcode;
     const char *type;             /* "f16[2,16]"; NULL in traces that do not say */
+    const char *view;             /* distributed: "partial(tp,sum)"; NULL when not said */
     trace_side side;
     trace_role role;
     int64_t hops;
@@ -81,6 +82,14 @@ typedef struct {
     const char *from, *to, *view, *basis;
     int64_t steps;
 } trace_edge;
+
+/* A step of a finding's path: origin first, the finding's instruction last. */
+typedef struct {
+    int64_t step;
+    const char *node, *instruction, *opcode;
+    const char *view, *file;      /* NULL when not said */
+    int64_t line;                 /* 0 when unknown */
+} trace_step;
 
 typedef struct {
     const char *file;
@@ -104,6 +113,9 @@ typedef struct {
     trace_edge *edges, *links;
     size_t n_edges, n_links;
     const char *truncated;  /* NULL when the checker did not cut the subgraph */
+    trace_step *path;       /* provenance; n_path 0 when none */
+    size_t n_path;
+    int64_t path_omitted;   /* steps left out between the first and the second */
     trace_snippet *snippets;
     size_t n_snippets;
     bool has_witness;

@@ -1,5 +1,6 @@
 /* trace_write — check_result → jansson, key by key (see trace_write.h). */
 #include "trace_write.h"
+#include "provenance.h"
 
 #include <limits.h>
 #include <math.h>
@@ -161,6 +162,7 @@ static json_t *type_json(const hlo_instr *in) {
  * path reaches. */
 #define SG_FAR 256
 typedef struct {
+    const check_result *r;  /* for the views of distributed values */
     json_t *nodes;
     const hlo_instr *in[SG_NODES];
     const hlo_comp *comp[SG_NODES];
@@ -193,6 +195,8 @@ static long add_node(sg_build *g, bool dist, const hlo_comp *c, const hlo_instr 
     json_object_set_new(n, "label", json_string(in->name));
     json_object_set_new(n, "opcode", json_string(in->opname));
     json_object_set_new(n, "type", type_json(in));
+    const char *vw = dist ? pv_view(g->r->views, g->r->dist.m, c, in) : NULL;
+    if (vw) json_object_set_new(n, "view", json_string(vw));
     json_object_set_new(n, "role", json_string(role));
     json_object_set_new(n, "hops", json_integer(hops));
     json_array_append_new(g->nodes, n);
@@ -281,6 +285,37 @@ static void add_named(sg_build *g, const check_result *r, const char *q, size_t 
         add_node(g, dist, c, &c->instrs[x->operands[o]], "context", k >= 0 ? k + 1 : SG_FAR);
 }
 
+/* The finding's path (provenance.h), origin first: each step a node of
+ * the subgraph (added here, before the instructions the message names, so
+ * that the cap leaves them in), with its view and source line. Steps left
+ * out between the origin and the next one become a folded edge. */
+static json_t *path_json(sg_build *g, const check_finding *cf) {
+    json_t *steps = json_array();
+    const hlo_comp *c = cf->comp;
+    long prev = -1;
+    for (uint32_t s = 0; s < cf->npath; s++) {
+        const hlo_instr *x = &c->instrs[cf->path[s]];
+        int hops = (int)(cf->npath - 1 - s) + (s == 0 ? (int)(cf->path_len - cf->npath) : 0);
+        long n = add_node(g, true, c, x, "context", hops > SG_FAR ? SG_FAR : hops);
+        if (n < 0) break;
+        if (s == 1 && prev >= 0 && cf->path_len > cf->npath && g->nfold < 8) {
+            uint32_t *e = g->fold[g->nfold++];
+            e[0] = (uint32_t)prev, e[1] = (uint32_t)n, e[2] = cf->path_len - cf->npath + 1;
+        }
+        prev = n;
+        json_t *o = json_object();
+        json_object_set_new(o, "step", json_integer(s + 1));
+        json_object_set_new(o, "node", json_string(g->id[n]));
+        json_object_set_new(o, "instruction", json_string(x->name));
+        json_object_set_new(o, "opcode", json_string(x->opname));
+        const char *vw = pv_view(g->r->views, g->r->dist.m, c, x);
+        if (vw) json_object_set_new(o, "view", json_string(vw));
+        put_location(o, x);
+        json_array_append_new(steps, o);
+    }
+    return steps;
+}
+
 /* The link from the located baseline counterpart b0 to the divergence d0.
  * No relation is proved between them (the lifting keeps none per
  * instruction), so the view is "counterpart" and basis says how
@@ -337,14 +372,15 @@ const hlo_instr *tw_value_source(const hlo_module *m, const hlo_comp *c, const h
  * any two nodes of one computation where one is an operand of the other.
  * basis: how the baseline counterpart bin was located. */
 static json_t *subgraph(const check_result *r, const check_finding *cf, const hlo_comp *bc, const hlo_instr *bin,
-                        const char *basis) {
+                        const char *basis, json_t **path) {
     const hlo_comp *dc = cf->comp;
     const hlo_instr *din = cf->in;
     json_t *g = json_object(), *edges = json_array(), *links = json_array();
-    sg_build sg = {.nodes = json_array()};
+    sg_build sg = {.r = r, .nodes = json_array()};
     add_node(&sg, true, dc, din, "divergence", 0);
     for (uint32_t o = 0; o < din->noperands && o < 8; o++)
         add_node(&sg, true, dc, &dc->instrs[din->operands[o]], "operand", 1);
+    *path = cf->npath ? path_json(&sg, cf) : NULL;
     if (bin) {
         add_node(&sg, false, bc, bin, "operand", 0);
         for (uint32_t o = 0; o < bin->noperands && o < 8; o++)
@@ -466,7 +502,11 @@ static json_t *finding_json(const check_opts *o, const check_result *r, size_t i
         json_array_append_new(inv, x);
     }
     json_object_set_new(f, "involved", inv);
-    json_object_set_new(f, "subgraph", subgraph(r, cf, bc, bin, why));
+    json_t *path;
+    json_object_set_new(f, "subgraph", subgraph(r, cf, bc, bin, why, &path));
+    if (path) json_object_set_new(f, "path", path);
+    if (path && cf->path_len > cf->npath)
+        json_object_set_new(f, "path_omitted", json_integer((json_int_t)(cf->path_len - cf->npath)));
     json_object_set_new(f, "snippets", snippets(o, r, cf));
     if (cf->witness) json_object_set_new(f, "witness", witness_json(r));
     return f;

@@ -345,6 +345,47 @@ static void resynced_localisation(void) {
     json_decref(trace);
 }
 
+/* A missing all-reduce's picture: the value's views on distributed nodes,
+ * and the path from the dot that made the value partial to the finding,
+ * each step a node of the subgraph. */
+static void finding_path(void) {
+    t_case("check path: from the row-parallel dot that made the value partial to the missing all-reduce");
+    json_t *trace = NULL;
+    int v = run("path", "samples/tiny/tiny.baseline.hlo", "samples/tiny/tiny.megatron_tp.tp4.bug.missing-allreduce.dist.hlo",
+                "samples/tiny/tiny.megatron_tp.tp4.bug.missing-allreduce.relations.json", false, &trace);
+    CHECK_MSG(v == VERDICT_MISMATCH, "verdict %s", verdict_name(v));
+    json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
+    json_t *path = json_object_get(f0, "path"), *nodes = json_object_get(json_object_get(f0, "subgraph"), "nodes");
+    size_t n = json_array_size(path);
+    if (!CHECK_MSG(n >= 2, "path of %zu steps", n)) {
+        json_decref(trace);
+        return;
+    }
+    json_t *first = json_array_get(path, 0), *last = json_array_get(path, n - 1);
+    CHECK_STR(json_string_value(json_object_get(first, "opcode")), "dot");
+    CHECK_STR(json_string_value(json_object_get(first, "view")), "partial(tp,sum)");
+    CHECK_STR(json_string_value(json_object_get(last, "instruction")),
+              json_string_value(json_object_get(json_object_get(f0, "distributed"), "instruction")));
+    size_t viewed = 0;
+    for (size_t k = 0; k < n; k++) {
+        const char *id = json_string_value(json_object_get(json_array_get(path, k), "node"));
+        bool found = false;
+        for (size_t i = 0; i < json_array_size(nodes) && !found; i++)
+            found = id && strcmp(json_string_value(json_object_get(json_array_get(nodes, i), "id")), id) == 0;
+        CHECK_MSG(found, "step %zu names node %s, which the subgraph lacks", k + 1, id ? id : "(none)");
+        CHECK_MSG(json_integer_value(json_object_get(json_array_get(path, k), "step")) == (json_int_t)k + 1, "steps numbered");
+    }
+    for (size_t i = 0; i < json_array_size(nodes); i++) {
+        json_t *nd = json_array_get(nodes, i);
+        if (json_object_get(nd, "view")) {
+            viewed++;
+            CHECK_STR(json_string_value(json_object_get(nd, "side")), "distributed");
+        }
+    }
+    CHECK_MSG(viewed >= 2, "%zu nodes carry a view", viewed);
+    json_decref(trace);
+}
+
 typedef struct mutation {
     const char *what, *from, *to;
 } mutation;
@@ -1768,6 +1809,7 @@ static void deep_segments(void) {
 
 void suite_check(void);
 void suite_check(void) {
+    finding_path();
     loop_partial_sum();
     loop_induction();
     hand_written_cases();

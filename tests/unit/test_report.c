@@ -146,15 +146,18 @@ static void test_reader(void) {
     }
 
     t_case("report-2 bad traces: file: message, exit 2");
+    /* json, or the valid fixture with `from` replaced by `to` */
     static const struct {
-        const char *name, *json, *expect;
+        const char *name, *json, *expect, *from, *to;
     } bad[] = {
-        {"syntax", "{\"scalify_trace\": 1,", "invalid JSON"},
-        {"notrace", "{\"hello\": 1}", "not a scalify trace"},
-        {"version", "{\"scalify_trace\": 2}", "unsupported trace version"},
-        {"missing", "{\"scalify_trace\": 1}", "missing required field \"tool\""},
-        {"enum", NULL, "verdict: expected one of"},
-        {"dangling", NULL, "names no node"},
+        {"syntax", "{\"scalify_trace\": 1,", "invalid JSON", NULL, NULL},
+        {"notrace", "{\"hello\": 1}", "not a scalify trace", NULL, NULL},
+        {"version", "{\"scalify_trace\": 2}", "unsupported trace version", NULL, NULL},
+        {"missing", "{\"scalify_trace\": 1}", "missing required field \"tool\"", NULL, NULL},
+        {"enum", NULL, "verdict: expected one of", "\"verdict\": \"mismatch\"", "\"verdict\": \"maybe\""},
+        {"dangling", NULL, "names no node", "\"from\": \"b1\"", "\"from\": \"nope\""},
+        {"path", NULL, "path[0]: \"node\" names no node of the subgraph", "\"subgraph\": {",
+         "\"path\": [{\"step\": 1, \"node\": \"zz\", \"instruction\": \"dot.1\", \"opcode\": \"dot\"}], \"subgraph\": {"},
     };
     size_t vn = 0;
     char *valid = t_read(TRACES "/mismatch.trace.json", &vn);
@@ -168,13 +171,11 @@ static void test_reader(void) {
             strbuf b;
             sb_init(&b);
             sb_puts(&b, valid);
-            const char *from = i == 4 ? "\"verdict\": \"mismatch\"" : "\"from\": \"b1\"";
-            const char *to = i == 4 ? "\"verdict\": \"maybe\"" : "\"from\": \"nope\"";
-            char *at = strstr(b.s, from);
+            char *at = strstr(b.s, bad[i].from);
             if (at) {
                 fwrite(b.s, 1, (size_t)(at - b.s), f);
-                fputs(to, f);
-                fputs(at + strlen(from), f);
+                fputs(bad[i].to, f);
+                fputs(at + strlen(bad[i].from), f);
             }
             sb_free(&b);
         }
