@@ -456,6 +456,7 @@ static void keep_provenance(check_result *r, const lift_ctx *lc, const mesh *m) 
     r->views = pv_collect(lc, m);
     for (size_t k = 0; k < r->nfindings; k++) {
         check_finding *f = &r->findings[k];
+        if (f->kind == KIND_MISSING_ALL_REDUCE) pv_forget(r->views, lc->dist, f->comp, f->in);
         uint32_t path[PV_PATH_MAX];
         size_t len, n = pv_path(lc, f->comp, (uint32_t)(f->in - f->comp->instrs), path, &len);
         if (n < 2) continue;  /* no partial operand: nothing to trace back */

@@ -25,9 +25,7 @@ pv_views *pv_collect(const lift_ctx *c, const mesh *m) {
         v->ids[k] = xcalloc(comp->ninstrs ? comp->ninstrs : 1, sizeof **v->ids);
         for (uint32_t i = 0; i < comp->ninstrs; i++) {
             const lval *x = lift_value_at(c, comp, i);
-            /* not reached, nothing said, or what lifting assumed to go on past
-             * a finding or an unrelated region: no view of the program's */
-            if (!x || x->kind == LV_UNKNOWN || x->assumed) continue;
+            if (!x || x->kind == LV_UNKNOWN) continue;  /* not reached, or nothing said */
             sb_reset(&b);
             lift_value_words(&b, x, m);
             uint32_t id;
@@ -51,6 +49,11 @@ const char *pv_view(const pv_views *v, const hlo_module *dist, const hlo_comp *c
     if (!ids || in < comp->instrs || in >= comp->instrs + comp->ninstrs) return NULL;
     uint16_t id = ids[in - comp->instrs];
     return id ? v->words[id - 1] : NULL;
+}
+
+void pv_forget(pv_views *v, const hlo_module *dist, const hlo_comp *comp, const hlo_instr *in) {
+    if (!pv_view(v, dist, comp, in)) return;
+    v->ids[comp - dist->comps][in - comp->instrs] = 0;
 }
 
 void pv_free(pv_views *v) {

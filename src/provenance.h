@@ -9,8 +9,7 @@
  * numbers the steps of its paths.
  *
  * Views are those of the last walk of each computation (a loop body's last
- * walk); an instruction lifting never reached has none, nor has a value
- * lifting only assumed (to go on past a finding or an unrelated region). Collecting them costs
+ * walk); an instruction lifting never reached has none. Collecting them costs
  * two bytes per distributed instruction of the computations walked, and is
  * done only for pairs with findings.
  */
@@ -27,6 +26,9 @@ typedef struct pv_views pv_views;
 pv_views *pv_collect(const lift_ctx *c, const mesh *m);
 /* The view of distributed instruction in (of comp) in words, or NULL. */
 const char *pv_view(const pv_views *v, const hlo_module *dist, const hlo_comp *comp, const hlo_instr *in);
+/* Drops the view of in: one lifting chose to go on with rather than computed
+ * (a missing all-reduce's result is taken as complete). */
+void pv_forget(pv_views *v, const hlo_module *dist, const hlo_comp *comp, const hlo_instr *in);
 void pv_free(pv_views *v);
 
 /* A finding's path shows at most this many steps: the origin first, the
