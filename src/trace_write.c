@@ -285,11 +285,25 @@ static void add_named(sg_build *g, const check_result *r, const char *q, size_t 
         add_node(g, dist, c, &c->instrs[x->operands[o]], "context", k >= 0 ? k + 1 : SG_FAR);
 }
 
+/* The link from a located baseline counterpart (b0 for the divergence d0,
+ * others for the steps of a path) to its distributed instruction. No
+ * relation between the two terms is kept per instruction, so the view is
+ * "counterpart" and basis says how counterpart() chose it; the distributed
+ * node carries its own view. */
+static json_t *counterpart_link(const char *from, const char *to, const char *basis) {
+    json_t *l = json_object();
+    json_object_set_new(l, "from", json_string(from));
+    json_object_set_new(l, "to", json_string(to));
+    json_object_set_new(l, "view", json_string("counterpart"));
+    json_object_set_new(l, "basis", json_string(basis));
+    return l;
+}
+
 /* The finding's path (provenance.h), origin first: each step a node of
  * the subgraph (added here, before the instructions the message names, so
  * that the cap leaves them in), with its view and source line. Steps left
  * out between the origin and the next one become a folded edge. */
-static json_t *path_json(sg_build *g, const check_finding *cf) {
+static json_t *path_json(sg_build *g, const check_finding *cf, json_t *links) {
     json_t *steps = json_array();
     const hlo_comp *c = cf->comp;
     long prev = -1;
@@ -303,6 +317,13 @@ static json_t *path_json(sg_build *g, const check_finding *cf) {
             e[0] = (uint32_t)prev, e[1] = (uint32_t)n, e[2] = cf->path_len - cf->npath + 1;
         }
         prev = n;
+        /* the step's baseline counterpart, where one is found (the last
+         * step's is the divergence's, linked by the caller) */
+        const hlo_comp *bc = NULL;
+        const char *why = "";
+        const hlo_instr *bin = s + 1 < cf->npath ? counterpart(g->r->base.m, x, &bc, &why) : NULL;
+        long bn = bin ? add_node(g, false, bc, bin, "context", hops > SG_FAR ? SG_FAR : hops) : -1;
+        if (bn >= 0) json_array_append_new(links, counterpart_link(g->id[bn], g->id[n], why));
         json_t *o = json_object();
         json_object_set_new(o, "step", json_integer(s + 1));
         json_object_set_new(o, "node", json_string(g->id[n]));
@@ -316,18 +337,6 @@ static json_t *path_json(sg_build *g, const check_finding *cf) {
     return steps;
 }
 
-/* The link from the located baseline counterpart b0 to the divergence d0.
- * No relation is proved between them (the lifting keeps none per
- * instruction), so the view is "counterpart" and basis says how
- * counterpart() chose it. */
-static json_t *counterpart_link(const char *basis) {
-    json_t *l = json_object();
-    json_object_set_new(l, "from", json_string("b0"));
-    json_object_set_new(l, "to", json_string("d0"));
-    json_object_set_new(l, "view", json_string("counterpart"));
-    json_object_set_new(l, "basis", json_string(basis));
-    return l;
-}
 
 /* Whether an instruction carries a value on without computing it: what an
  * exporter wraps around a program's outputs (copies, calls, tuples). */
@@ -380,13 +389,13 @@ static json_t *subgraph(const check_result *r, const check_finding *cf, const hl
     add_node(&sg, true, dc, din, "divergence", 0);
     for (uint32_t o = 0; o < din->noperands && o < 8; o++)
         add_node(&sg, true, dc, &dc->instrs[din->operands[o]], "operand", 1);
-    *path = cf->npath ? path_json(&sg, cf) : NULL;
     if (bin) {
         add_node(&sg, false, bc, bin, "operand", 0);
         for (uint32_t o = 0; o < bin->noperands && o < 8; o++)
             add_node(&sg, false, bc, &bc->instrs[bin->operands[o]], "context", 1);
-        json_array_append_new(links, counterpart_link(basis));
+        json_array_append_new(links, counterpart_link("b0", "d0", basis));
     }
+    *path = cf->npath ? path_json(&sg, cf, links) : NULL;
     int steps = 0;
     const hlo_instr *vs = passes_on(din) ? tw_value_source(r->dist.m, dc, din, &steps) : NULL;
     if (vs && sg_find(&sg, true, vs) < 0) {
