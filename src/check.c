@@ -530,12 +530,22 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     sb_init(&why);
     uint32_t nouts = root.kind == LV_TUPLE ? root.n : 1;
     bool outputs_ok = nouts == nbouts && nouts == rel.noutputs;
+    bool outputs_related = outputs_ok; /* every output a term of its own (none unrelated or assumed) */
+    for (uint32_t k = 0; outputs_related && k < nouts; k++) {
+        const lval *v = root.kind == LV_TUPLE ? &root.elems[k] : &root;
+        outputs_related = v->kind == LV_TERM && !v->assumed;
+    }
     if (nouts != nbouts) sb_printf(&why, "the distributed program has %u outputs, the baseline %u", nouts, nbouts);
     for (uint32_t k = 0; outputs_ok && k < nouts; k++) {
         const lval *v = root.kind == LV_TUPLE ? &root.elems[k] : &root;
         if (v->kind != LV_TERM) {
             sb_printf(&why, "output %u could not be related to the baseline", k);
             outputs_ok = false;
+            if (v->kind == LV_WIN) { /* per-device pieces that never settled: where they began is the reason */
+                char where[64];
+                snprintf(where, sizeof where, "where output %u is read", k);
+                lift_win_unsettled(&lc, de, &de->instrs[de->root], v, where);
+            }
         } else if (v->assumed) {
             sb_printf(&why, "output %u rests on a value that could not be related (assumed)", k);
             outputs_ok = false;
@@ -563,8 +573,8 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     /* A finding that waited on the outputs (lf_pending): every output related,
      * nothing assumed, and they still differ, so what it names was not taken
      * back later. Anything less leaves the pair undecided. */
-    if (!outputs_ok && lc.npending && !lc.nfindings && r->nfindings == 0 && !lc.first_unsupported && !lc.assumed &&
-        !lc.resynced) {
+    if (!outputs_ok && outputs_related && lc.npending && !lc.nfindings && r->nfindings == 0 && !lc.first_unsupported &&
+        !lc.assumed && !lc.resynced) {
         lift_finding *f = &lc.pending;
         add_finding(r, &cap, kind_named(f->kind), SEV_ERROR, f->message, f->comp, f->in);
     }

@@ -971,18 +971,9 @@ lval lf_lift_instr(lstate *s) {
     if (lf_win_instr(s, &pwv)) return pwv;
     for (uint32_t o = 0; o < in->noperands; o++)
         if (ops[o].kind == LV_WIN && !lf_win_rearranged(c, &ops[o])) {
-            /* Blamed on where the pieces began: that is what no view relates. */
-            const lift_win *w = ops[o].win;
-            const hlo_instr *at = w->from ? w->from : in;
-            char what[80];
-            if (w->summed) snprintf(what, sizeof what, "slices sharded rows whose per-device sums do not cover every row once");
-            else if (at->op == OP_COLLECTIVE_PERMUTE) snprintf(what, sizeof what, "moves pieces of dimension %u between devices", w->dim);
-            else if (at->op == OP_SLICE) snprintf(what, sizeof what, "slices sharded dimension %u", w->dim);
-            else if (at->op == OP_DYNAMIC_SLICE)
-                snprintf(what, sizeof what, "slices dimension %u at per-device offsets that are no blocks of a mesh axis", w->dim);
-            else snprintf(what, sizeof what, "concatenates along sharded dimension %u", w->dim);
-            lf_unsupported(c, w->from ? w->from_comp : s->comp, at, "%s %s: the per-device pieces are no plain view where %s uses them",
-                        at->name, what, in->name);
+            char where[96];
+            snprintf(where, sizeof where, "where %s uses them", in->name);
+            lift_win_unsettled(c, s->comp, in, &ops[o], where);
             lf_win_assume(c, &s->comp->instrs[in->operands[o]], &ops[o]);
         }
     /* A scatter whose indices are offset per device by its block (before they
@@ -1550,6 +1541,20 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             if (c->nsegs) c->segs[c->cur_seg].divergent++;
         }
     }
+}
+
+void lift_win_unsettled(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *v, const char *where) {
+    /* Blamed on where the pieces began: that is what no view relates. */
+    const lift_win *w = v->win;
+    const hlo_instr *at = w->from ? w->from : in;
+    char what[80];
+    if (w->summed) snprintf(what, sizeof what, "slices sharded rows whose per-device sums do not cover every row once");
+    else if (at->op == OP_COLLECTIVE_PERMUTE) snprintf(what, sizeof what, "moves pieces of dimension %u between devices", w->dim);
+    else if (at->op == OP_SLICE) snprintf(what, sizeof what, "slices sharded dimension %u", w->dim);
+    else if (at->op == OP_DYNAMIC_SLICE)
+        snprintf(what, sizeof what, "slices dimension %u at per-device offsets that are no blocks of a mesh axis", w->dim);
+    else snprintf(what, sizeof what, "concatenates along sharded dimension %u", w->dim);
+    lf_unsupported(c, w->from ? w->from_comp : comp, at, "%s %s: the per-device pieces are no plain view %s", at->name, what, where);
 }
 
 const lval *lift_value_at(const lift_ctx *c, const hlo_comp *comp, uint32_t i) {

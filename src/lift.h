@@ -314,6 +314,11 @@ typedef struct lift_ctx {
                                            * the last time it was walked (arena), or NULL */
 } lift_ctx;
 
+/* A window (LV_WIN) v, a value of comp, used by in (or read as an output)
+ * as no plain view of a term: left unrelated, blamed on the op where its
+ * pieces began; `where` ends the message ("where mul.3 uses them"). */
+void lift_win_unsettled(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *v, const char *where);
+
 /* The value distributed instruction i of comp was lifted to the last time
  * its computation was walked (a loop body: its last walk), or NULL when it
  * never was. Valid until lift_done and the arena's end. */
