@@ -34,7 +34,7 @@ pv_views *pv_collect(const lift_ctx *c, const mesh *m) {
                 XGROW(v->words, v->capwords, v->nwords + 1);
                 v->words[v->nwords++] = xstrdup(b.s);
                 id = (uint32_t)v->nwords;
-                strmap_put(&v->pool, b.s, b.len, id);
+                strmap_put(&v->pool, v->words[id - 1], b.len, id);  /* keys are kept, not copied */
             }
             v->ids[k][i] = (uint16_t)id;
         }

@@ -116,7 +116,8 @@ void strmap_free(strmap *m);
 bool strmap_get(const strmap *m, const char *k, size_t n, uint32_t *val);
 /* The stored key equal to k[0..n), or NULL: lets a strmap act as an intern pool. */
 const char *strmap_key(const strmap *m, const char *k, size_t n);
-/* Inserts or overwrites; returns true when the key was new. */
+/* Inserts or overwrites; returns true when the key was new. The key is
+ * referenced, not copied: k[0..n) must stay as it is while the map lives. */
 bool strmap_put(strmap *m, const char *k, size_t n, uint32_t val);
 
 /* Checked 64-bit arithmetic: false on overflow. */
