@@ -1244,7 +1244,16 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
             fprintf(stderr, "diff depth %d: op %d/%d attr %u/%u (len %u/%u) type %u/%u kids %u/%u\n", depth,
                     eg_node_op(c->g, nx), eg_node_op(c->g, ny), eg_node_attr(c->g, nx), eg_node_attr(c->g, ny), ax, ay,
                     eg_class_type(c->g, x), eg_class_type(c->g, y), kx, ky);
-            if (kx != ky) break;
+            if (kx != ky || eg_node_op(c->g, nx) != eg_node_op(c->g, ny)) { /* where they part: both terms */
+                strbuf b;
+                sb_init(&b);
+                eg_print_term(&b, c->g, x, getenv("SCALIFY_DEBUG_DEPTH") ? atoi(getenv("SCALIFY_DEBUG_DEPTH")) : 5);
+                sb_puts(&b, "\n   distributed: ");
+                eg_print_term(&b, c->g, y, getenv("SCALIFY_DEBUG_DEPTH") ? atoi(getenv("SCALIFY_DEBUG_DEPTH")) : 5);
+                fprintf(stderr, "   baseline:    %s\n", b.s);
+                sb_free(&b);
+                break;
+            }
             uint32_t k = 0;
             while (k < kx && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
             if (k == kx) break;
@@ -1479,7 +1488,10 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     if (c->baseline_mode) {
         /* The baseline is its own reference: what no transfer function
          * handles is simply its own op over its operands. */
-        if (v->kind == LV_UNKNOWN) *v = generic(&s);
+        if (v->kind == LV_UNKNOWN) {
+            *v = generic(&s);
+            debug_value(c, in, v);
+        }
         v->konst = konst;
         if (v->kind == LV_TERM) record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
         return;
