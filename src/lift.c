@@ -13,6 +13,7 @@
 #include "lift.h"
 #include "lift_int.h"
 
+#include "eattr.h"
 #include "interp.h"
 
 #include <math.h>
@@ -605,13 +606,66 @@ static bool review_constant(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
+/* A replicated operand whose value is known (folded: a constant carried
+ * into a loop body, say) re-read as `want`: every device holds the same
+ * local value, which is exactly `want`'s block of that value tiled along the
+ * dims want shards. Whether the baseline computes that tiling (an iota along
+ * an unsharded dim does; one along the sharded dim does not) is for the
+ * terms to say: a constant meets only the constant of the same values. */
+static bool review_tiled(lstate *s, uint32_t o, const view *want) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[o];
+    const shape *sh = &s->comp->instrs[s->in->operands[o]].shape;
+    if (x->kind != LV_TERM || x->assumed || !view_is_dup(&x->v) || want->partial || want->rank != sh->rank ||
+        sh->rank > VIEW_MAX_RANK)
+        return false;
+    view w = *want;
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, &w, sh, g);
+    const eid *none;
+    eid io = lf_class_node(c, x->cls, OP_IOTA, 0, &none);
+    if (io != EID_NONE) {
+        /* An iota is not folded: it is its own tiling when want leaves its
+         * iota dimension whole (the values run along that dim only). */
+        uint32_t attr = eg_node_attr(c->g, io);
+        int64_t k = ea_get_int(c->g, attr, A_IOTA_DIMENSION, 0);
+        if (k < 0 || k >= sh->rank || w.dims[k].naxes) return false;
+        bool konst = x->konst;
+        s->ops[o] = term(eg_add(c->g, OP_IOTA, attr, lf_type_of(c, sh->dtype, g, sh->rank), NULL, 0, c->origin), w, false);
+        s->ops[o].konst = konst;
+        return true;
+    }
+    const interp_val *kv = lf_kval(c, x->cls);
+    if (!kv || kv->n != shape_elements(sh) || kv->rank != sh->rank) return false;
+    if (!lf_fold_size_ok(g, sh->rank)) return false;
+    interp_val *t = interp_val_new(kv->dtype, sh->rank, g);
+    if (!t) return false;
+    for (int64_t e = 0; e < t->n; e++) {  /* element e of the tiling: its index modulo the local dims */
+        int64_t rem = e, src = 0, stride = 1;
+        for (uint32_t d = sh->rank; d-- > 0;) {
+            int64_t i = rem % g[d];
+            rem /= g[d];
+            src += (i % sh->dims[d]) * stride;
+            stride *= sh->dims[d];
+        }
+        interp_val_set(t, e, interp_val_get(kv, src));
+    }
+    bool konst = x->konst;
+    s->ops[o] = term(lf_const_term(c, t, c->origin), w, false);
+    s->ops[o].konst = konst;
+    return true;
+}
+
 /* Every operand not sharded as want that is a broadcast along the dims it
  * differs in, or constant-only and replicated, re-viewed as want: the same
  * per-device pieces, read as a global term under the others' view. */
+bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
+    return lf_same_sharding(&s->ops[o].v, want) || lf_review_broadcast(s, o, want) || lf_konst_review(s, o, want) ||
+           review_constant(s, o, want) || review_tiled(s, o, want);
+}
+
 void lf_review_operands(lstate *s, const view *want) {
-    for (uint32_t o = 0; o < s->in->noperands; o++)
-        if (!lf_same_sharding(&s->ops[o].v, want) && !lf_review_broadcast(s, o, want) && !lf_konst_review(s, o, want))
-            review_constant(s, o, want);
+    for (uint32_t o = 0; o < s->in->noperands; o++) lf_review_operand(s, o, want);
 }
 
 /* The view of lf_unit_move (*w), without building anything; false when the form
@@ -1265,8 +1319,9 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
         /* Every distributed value's kind, view and term (lval kinds as in lift.h). */
         strbuf b;
         sb_init(&b);
-        if (v->kind == LV_TERM) view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
-        if (v->kind == LV_TERM && lf_scale_of(v) != 1) sb_printf(&b, " (times %g)", lf_scale_of(v));
+        if (v->kind == LV_TERM || (v->kind == LV_WIN && v->cls != EID_NONE))
+            view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
+        if ((v->kind == LV_TERM || v->kind == LV_WIN) && lf_scale_of(v) != 1) sb_printf(&b, " (times %g)", lf_scale_of(v));
         fprintf(stderr, "view %s kind %d: %s\n", in->name, v->kind, b.s ? b.s : "");
         sb_free(&b);
     }

@@ -99,6 +99,10 @@ uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank);
 uint32_t lf_list_attr(lift_ctx *c, int key, const int64_t *v, uint32_t n);
 struct interp_val *lf_kval(lift_ctx *c, eid cls);
 eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin);
+/* slice(x) with sl = (start, limit, stride) per dim, global coordinates: the
+ * same term as a slice instruction of the baseline (folded alike); x itself
+ * when sl keeps every element. */
+eid lf_mk_slice(lift_ctx *c, eid x, const int64_t *sl);
 bool lf_reshape_run(const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb, uint32_t i, uint32_t j, uint32_t *i2,
                     uint32_t *j2);
 bool lf_is_elementwise(int op);
@@ -289,6 +293,9 @@ lval lf_lift_dynamic_update_slice(lstate *s);        /* unknown when offsets dif
 
 /* lift.c helpers the collectives, shapes and dots use (the elementwise
  * operand re-readings among them). */
+/* Operand o re-read as want where its pieces allow (a broadcast, a
+ * constant, a replicated value tiled); true when it is want's view now. */
+bool lf_review_operand(lstate *s, uint32_t o, const view *want);
 void lf_review_operands(lstate *s, const view *want); /* operands constant along dims want shards, read under it */
 bool lf_review_broadcast(lstate *s, uint32_t o, const view *want); /* operand o, a broadcast, re-viewed as want */
 bool lf_konst_review(lstate *s, uint32_t o, const view *want);     /* operand o, constant-only, read under want */

@@ -243,11 +243,17 @@ static bool carry_elem(const hlo_comp *comp, const hlo_instr *x, uint32_t *k) {
     return true;
 }
 
-/* The trip count of a counted loop (a scan): carry element k starts at a
- * constant c0, the body adds a positive constant s to it, and the condition is
- * element k < n for a constant n. Read from the program text only; false for
- * any other loop. */
-static bool loop_trips(const hlo_module *m, const hlo_comp *comp, const hlo_instr *in, int64_t *trips) {
+/* A counted loop (a scan): carry element `k` starts at the constant `c0`,
+ * the body adds the positive constant `step` to it, and the condition is
+ * element k < n for a constant n: `trips` iterations. */
+typedef struct loop_count {
+    uint32_t k;
+    int64_t c0, step, trips;
+} loop_count;
+
+/* in's count when it is a counted loop, read from the program text only;
+ * false for any other loop. */
+static bool loop_counted(const hlo_module *m, const hlo_comp *comp, const hlo_instr *in, loop_count *lc) {
     uint32_t bi = called_comp(m, in, A_BODY), ci = called_comp(m, in, A_CONDITION);
     if (bi == SR_NONE || ci == SR_NONE || in->noperands != 1) return false;
     const hlo_comp *body = &m->comps[bi], *cond = &m->comps[ci];
@@ -265,10 +271,63 @@ static bool loop_trips(const hlo_module *m, const hlo_comp *comp, const hlo_inst
         if (carry_elem(body, &body->instrs[step->operands[o]], &kb) && kb == k &&
             int_constant(&body->instrs[step->operands[1 - o]], &st) && st > 0 && st < INT32_MAX && n < INT32_MAX &&
             c0 > -INT32_MAX) {
-            *trips = n > c0 ? (n - c0 + st - 1) / st : 0;
+            *lc = (loop_count){k, c0, st, n > c0 ? (n - c0 + st - 1) / st : 0};
             return true;
         }
     return false;
+}
+
+/* A counted loop is walked iteration by iteration when it has at most this
+ * many iterations and this many body instructions to walk in all. */
+enum { UNROLL_MAX_TRIPS = 64, UNROLL_MAX_INSTRS = 1 << 18 };
+
+/* The counted loop in (n) walked iteration by iteration: its body lifted
+ * once per iteration over the carry the one before returned, the counter a
+ * constant in each. Exact (the trip count is the program's own), so each
+ * iteration's values relate to the baseline's as straight-line code does:
+ * the sum over microbatches of a gradient accumulated in a scan becomes a
+ * sum of terms over row windows, which rules relate to the baseline's
+ * one-piece gradient. */
+static lval unrolled(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *init, const loop_count *n) {
+    const hlo_module *m = c->cur;
+    uint32_t bi = called_comp(m, in, A_BODY);
+    const hlo_comp *body = &m->comps[bi];
+    const shape *cs = &in->shape.tuple[n->k];
+    if (n->trips > UNROLL_MAX_TRIPS || n->trips * (int64_t)body->ninstrs > UNROLL_MAX_INSTRS || cs->rank != 0) {
+        lf_unsupported(c, comp, in, "%s: a loop of %lld iterations where the baseline has no loop: walking it iteration "
+                                    "by iteration is done for at most %d iterations and %d body instructions in all",
+                       in->name, (long long)n->trips, UNROLL_MAX_TRIPS, UNROLL_MAX_INSTRS);
+        return unknown();
+    }
+    lval cur = {.kind = LV_TUPLE, .n = init->n};
+    cur.elems = arena_alloc(c->a, (init->n + 1) * sizeof *cur.elems);
+    memcpy(cur.elems, init->elems, init->n * sizeof *cur.elems);
+    c->loop_depth++;
+    c->depth++;
+    /* The body's root tuple keeps its factors, as a call's does: the next
+     * iteration (or the loop's reader) takes them on. */
+    const hlo_comp *outer_call = c->call_comp;
+    c->call_comp = body;
+    for (int64_t it = 0; it <= n->trips; it++) {
+        interp_val *k = interp_val_new(cs->dtype, 0, NULL);
+        if (k) interp_val_set(k, 0, (double)(n->c0 + it * n->step));
+        lval counter = k ? term(lf_const_term(c, k, c->origin), view_dup(0), false) : unknown();
+        counter.konst = true;
+        cur.elems[n->k] = counter;
+        if (it == n->trips) break;
+        lval r = lf_lift_comp(c, body, &cur, NULL, 0);
+        if (r.kind != LV_TUPLE || r.n != init->n) {
+            lf_unsupported(c, comp, in, "%s: iteration %lld of the loop body gives no tuple of %u values", in->name,
+                           (long long)it, init->n);
+            cur = unknown();
+            break;
+        }
+        memcpy(cur.elems, r.elems, init->n * sizeof *cur.elems);
+    }
+    c->call_comp = outer_call;
+    c->depth--;
+    c->loop_depth--;
+    return cur;
 }
 
 /* The mesh axes of a view dim (bitmask) and the number of blocks they cut. */
@@ -429,14 +488,13 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
         return unknown();
     }
     if (c->next_loop >= c->nloops) {
-        int64_t trips;
-        if (!c->nloops && loop_trips(c->cur, comp, in, &trips))
-            lf_unsupported(c, comp, in, "%s: a loop of %lld iterations where the baseline has no loop: relating a loop to the "
-                                        "computation the baseline does in one piece (a reduction split into chunks, such as "
-                                        "gradient accumulation over microbatches) is not supported yet",
-                           in->name, (long long)trips);
-        else
-            lf_unsupported(c, comp, in, "%s: the baseline has no while loop left to relate this one to", in->name);
+        /* No baseline loop to relate it to: the baseline computes it in one
+         * piece (gradient accumulation over microbatches). A counted loop of
+         * a few iterations is walked iteration by iteration instead. */
+        loop_count n;
+        if (loop_counted(c->cur, comp, in, &n)) return unrolled(c, comp, in, init, &n);
+        lf_unsupported(c, comp, in, "%s: the baseline has no while loop left to relate this one to, and it is no "
+                                    "counted loop (a scan) to walk iteration by iteration", in->name);
         return unknown();
     }
     lift_loop *L = &c->loops[c->next_loop++];

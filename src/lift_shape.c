@@ -352,6 +352,14 @@ lval lf_lift_dynamic_update_slice(lstate *s) {
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0], *u = &s->ops[1];
     uint32_t rank = in->shape.rank;
+    /* A replicated buffer (zeros a scan stacks its results into) under the
+     * update's view: the same pieces on every device. */
+    if (x->kind == LV_TERM && u->kind == LV_TERM && view_is_dup(&x->v) && !u->v.partial && x->v.rank == u->v.rank)
+        lf_review_operand(s, 0, &u->v);
+    /* An update whose reshape has several readings (a unit dim split off a
+     * sharded one): the one that shards it as the buffer. */
+    for (uint32_t d = 0; d < rank && x->kind == LV_TERM && u->kind == LV_TERM && d < x->v.rank && d < u->v.rank; d++)
+        if (x->v.dims[d].naxes && !u->v.dims[d].naxes) lf_unit_dim_reread(s, 1, d, &x->v.dims[d]);
     if (x->kind != LV_TERM || u->kind != LV_TERM || in->noperands != 2 + rank || rank > VIEW_MAX_RANK ||
         x->v.rank != rank || u->v.rank != rank || x->v.partial != u->v.partial || (x->v.partial && x->v.red != u->v.red) ||
         !lf_same_sharding(&x->v, &u->v))
@@ -415,6 +423,23 @@ lval lf_lift_dynamic_slice(lstate *s) {
         lf_global_dims(c, &v, &in->shape, dims);
         for (uint32_t d = 0; d < rank; d++)
             if (x->v.dims[d].naxes && in->shape.dims[d] != s->comp->instrs[in->operands[0]].shape.dims[d]) return unknown();
+        /* Offsets known as numbers: the static slice at the clamped starts,
+         * the term a slice instruction of the other program gives. */
+        int64_t sl[3 * VIEW_MAX_RANK];
+        bool known = rank <= VIEW_MAX_RANK;
+        for (uint32_t d = 0; d < rank && known; d++) {
+            const lval *o = &s->ops[1 + d];
+            const interp_val *kv = o->kind == LV_TERM ? lf_kval(c, o->cls) : NULL;
+            if (!(kv && kv->n == 1) && o->kind != LV_DEV) known = false;
+            else {
+                int64_t st = (int64_t)(kv && kv->n == 1 ? interp_val_get(kv, 0) : o->dev[0]), size = dims[d];
+                int64_t whole = x->v.dims[d].naxes ? dims[d] : s->comp->instrs[in->operands[0]].shape.dims[d];
+                if (st > whole - size) st = whole - size;
+                if (st < 0) st = 0;
+                sl[3 * d] = st, sl[3 * d + 1] = st + size, sl[3 * d + 2] = 1;
+            }
+        }
+        if (known) return term(lf_mk_slice(c, x->cls, sl), v, assumed);
         eid ch[VIEW_MAX_RANK + 1];
         ch[0] = x->cls;
         for (uint32_t d = 0; d < rank; d++)

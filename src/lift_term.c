@@ -243,6 +243,25 @@ interp_val *lf_broadcast_values(const interp_val *x, const int64_t *bd, uint32_t
     return r;
 }
 
+eid lf_mk_slice(lift_ctx *c, eid x, const int64_t *sl) {
+    uint32_t rank;
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+    int64_t dims[VIEW_MAX_RANK], words[3 * VIEW_MAX_RANK];
+    bool whole = true;
+    for (uint32_t k = 0; k < rank; k++) {
+        memcpy(words + 3 * k, sl + 3 * k, 3 * sizeof *words);
+        dims[k] = (sl[3 * k + 1] - sl[3 * k] + sl[3 * k + 2] - 1) / sl[3 * k + 2];
+        whole &= sl[3 * k] == 0 && sl[3 * k + 1] == xd[k] && sl[3 * k + 2] == 1;
+    }
+    if (whole) return eg_find(c->g, x);
+    hlo_attr at = {.key = A_SLICE, .kind = K_SLICES, .n = rank, .v.ints = words};
+    hlo_instr g = {.name = "slice", .opname = "slice", .op = OP_SLICE, .nattrs = 1, .noperands = 1, .attrs = &at};
+    g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, x));
+    g.shape.rank = rank;
+    g.shape.dims = dims;
+    return lf_node(c, c->cur, &g, &x, 1, dims, c->origin);
+}
+
 /* reshape(x) to type t, canonical on both sides: reshape∘reshape is one
  * reshape and a reshape to x's own shape is x (both exact for row-major data).
  * A reshape of known values is the constant of those values. */

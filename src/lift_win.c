@@ -24,27 +24,6 @@ static const int64_t *term_dims(lift_ctx *c, eid cls, uint32_t *rank) {
     return eg_type_dims(c->g, eg_class_type(c->g, cls), rank);
 }
 
-/* slice(x) with sl = (start, limit, stride) per dim, global coordinates: the
- * same term as a slice instruction of the baseline (folded alike). */
-static eid mk_slice(lift_ctx *c, eid x, const int64_t *sl) {
-    uint32_t rank;
-    const int64_t *xd = term_dims(c, x, &rank);
-    int64_t dims[VIEW_MAX_RANK], words[3 * VIEW_MAX_RANK];
-    bool whole = true;
-    for (uint32_t k = 0; k < rank; k++) {
-        memcpy(words + 3 * k, sl + 3 * k, 3 * sizeof *words);
-        dims[k] = (sl[3 * k + 1] - sl[3 * k] + sl[3 * k + 2] - 1) / sl[3 * k + 2];
-        whole &= sl[3 * k] == 0 && sl[3 * k + 1] == xd[k] && sl[3 * k + 2] == 1;
-    }
-    if (whole) return eg_find(c->g, x);
-    hlo_attr at = {.key = A_SLICE, .kind = K_SLICES, .n = rank, .v.ints = words};
-    hlo_instr g = {.name = "slice", .opname = "slice", .op = OP_SLICE, .nattrs = 1, .noperands = 1, .attrs = &at};
-    g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, x));
-    g.shape.rank = rank;
-    g.shape.dims = dims;
-    return lf_node(c, c->cur, &g, &x, 1, dims, c->origin);
-}
-
 /* A new window along dim, its origin that of `like` (NULL: none yet). */
 static lift_win *win_new(lift_ctx *c, const lift_win *like, uint32_t dim, int64_t len) {
     lift_win *w = arena_alloc(c->a, sizeof *w);
@@ -94,7 +73,7 @@ static eid runs_term(lift_ctx *c, eid x, uint32_t d, const int64_t *at, int64_t 
         if (nch == 64) return EID_NONE;
         sl[3 * d] = start;
         sl[3 * d + 1] = end;
-        ch[nch++] = mk_slice(c, x, sl);
+        ch[nch++] = lf_mk_slice(c, x, sl);
     }
     if (nch == 1) return ch[0];
     int64_t cd = d;
@@ -176,7 +155,7 @@ static lval win_settle(lift_ctx *c, lval x) {
     for (uint32_t k = 0; k < rank; k++) sl[3 * k] = 0, sl[3 * k + 1] = td[k], sl[3 * k + 2] = 1;
     sl[3 * w->dim] = lo;
     sl[3 * w->dim + 1] = lo + parts * w->len;
-    lval out = term(mk_slice(c, x.cls, sl), x.v, x.assumed);
+    lval out = term(lf_mk_slice(c, x.cls, sl), x.v, x.assumed);
     out.konst = x.konst;
     out.ambiguous = x.ambiguous;
     if (mask) out.v.dims[w->dim] = lf_axes_dim(c, mask);
@@ -185,21 +164,51 @@ static lval win_settle(lift_ctx *c, lval x) {
 
 /* slice of a window along its dim (other dims: unsharded ones slice the term,
  * sharded ones are taken whole), or of a term with one sharded dim sliced. */
+static bool win_slice_at(lstate *s, const int64_t *sl, uint32_t n, lval *out);
+
 static bool win_slice(lstate *s, lval *out) {
+    const hlo_attr *sa = instr_attr(s->in, A_SLICE);
+    return sa && win_slice_at(s, sa->v.ints, sa->n, out);
+}
+
+/* dynamic-slice at offsets that are the same constants on every device (a
+ * scan's microbatch i, its counter known while the loop is walked iteration
+ * by iteration): the static slice at the clamped starts. */
+static bool win_dynamic_slice_uniform(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in, *src = &s->comp->instrs[in->operands[0]];
+    uint32_t rank = src->shape.rank;
+    if (s->ops[0].kind != LV_TERM || in->noperands != 1 + rank || in->shape.rank != rank || rank > VIEW_MAX_RANK) return false;
+    int64_t sl[3 * VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < rank; d++) {
+        const lval *o = &s->ops[1 + d];
+        const interp_val *kv = o->kind == LV_TERM && view_is_dup(&o->v) ? lf_kval(c, o->cls) : NULL;
+        double off;
+        if (kv && kv->n == 1) off = interp_val_get(kv, 0);
+        else if (o->kind == LV_DEV && lf_dev_uniform(c, o)) off = o->dev[0];
+        else return false;
+        int64_t size = in->shape.dims[d], st = (int64_t)off;
+        if (st > src->shape.dims[d] - size) st = src->shape.dims[d] - size;  /* clamped as XLA clamps */
+        if (st < 0) st = 0;
+        sl[3 * d] = st, sl[3 * d + 1] = st + size, sl[3 * d + 2] = 1;
+    }
+    return win_slice_at(s, sl, rank, out);
+}
+
+/* The slice sl (n triples: start, limit, stride) of s's operand 0. */
+static bool win_slice_at(lstate *s, const int64_t *sl, uint32_t n, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
-    const hlo_attr *sa = instr_attr(in, A_SLICE);
     lval x = s->ops[0];
-    if (!sa || sa->n != src->shape.rank || src->shape.rank > VIEW_MAX_RANK || in->shape.rank != sa->n) return false;
-    const int64_t *sl = sa->v.ints;
-    for (uint32_t k = 0; k < sa->n; k++)  /* the attribute and the shapes must agree (else not read here) */
+    if (n != src->shape.rank || src->shape.rank > VIEW_MAX_RANK || in->shape.rank != n) return false;
+    for (uint32_t k = 0; k < n; k++)  /* the attribute and the shapes must agree (else not read here) */
         if (sl[3 * k] < 0 || sl[3 * k + 2] < 1 || sl[3 * k + 1] > src->shape.dims[k] || sl[3 * k + 1] < sl[3 * k] ||
             (sl[3 * k + 1] - sl[3 * k] + sl[3 * k + 2] - 1) / sl[3 * k + 2] != in->shape.dims[k])
             return false;
     if (x.kind == LV_TERM) {
         int d = -1;
-        for (uint32_t k = 0; k < sa->n; k++)
+        for (uint32_t k = 0; k < n; k++)
             if (x.v.dims[k].naxes && (sl[3 * k] != 0 || sl[3 * k + 1] != src->shape.dims[k] || sl[3 * k + 2] != 1)) {
                 if (d >= 0) return false;
                 d = (int)k;
@@ -224,7 +233,7 @@ static bool win_slice(lstate *s, lval *out) {
     lift_win *nw = win_new(c, w, w->dim, len);
     for (int64_t r = 0; r < c->ndev; r++)
         for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = w->idx[r * w->len + lo + l * st];
-    x.cls = mk_slice(c, x.cls, tsl);
+    x.cls = lf_mk_slice(c, x.cls, tsl);
     x.win = nw;
     *out = win_settle(c, x);
     return true;
@@ -829,6 +838,15 @@ static lval summed_settle(lift_ctx *c, lval x) {
 static bool summed_instr(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
+    if (in->op == OP_ADD && in->noperands == 2)  /* zero + a summed window (an accumulator's first step) */
+        for (int o = 0; o < 2; o++) {
+            const lval *w = &s->ops[o], *z = &s->ops[1 - o];
+            if (w->kind == LV_WIN && w->win->summed && z->kind == LV_TERM && !z->assumed && !z->v.partial &&
+                lf_class_is_zero(c, z->cls)) {
+                *out = *w;
+                return true;
+            }
+        }
     const lval *x = &s->ops[0];
     if (x->kind != LV_WIN || !x->win->summed || in->shape.rank > VIEW_MAX_RANK) return false;
     if ((in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_TRANSPOSE) && in->noperands == 1 &&
@@ -926,6 +944,41 @@ void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x) {
     *x = term(lf_fresh_var(c, xi->shape.dtype, dims, xi->shape.rank), v, true);
 }
 
+/* A reshape that drops the window's dim when it holds one element per
+ * device (xs[i] of a scan over microbatches: a dynamic-slice of one row of
+ * the [microbatches, rows, ...] reshape, then a squeeze) and the next dim is
+ * whole: device r's element idx[r] of the window dim with all n elements of
+ * the next is the window along the merged dim (idx[r]·n + l), over the term
+ * with the two dims merged. */
+static bool win_squeeze(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in, *src = &s->comp->instrs[in->operands[0]];
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_WIN || x->win->summed || x->v.partial || in->noperands != 1 || in->shape.dtype != src->shape.dtype)
+        return false;
+    const lift_win *w = x->win;
+    uint32_t d = w->dim, rank;
+    if (w->len != 1 || src->shape.rank != in->shape.rank + 1 || d + 1 >= src->shape.rank || x->v.dims[d + 1].naxes)
+        return false;
+    for (uint32_t k = 0; k < in->shape.rank; k++)
+        if (in->shape.dims[k] != src->shape.dims[k < d ? k : k + 1]) return false;
+    const int64_t *td = term_dims(c, x->cls, &rank);
+    int64_t n = src->shape.dims[d + 1];
+    if (rank != src->shape.rank || td[d + 1] != n || c->ndev * n > LIFT_WIN_MAX) return false;
+    int64_t dims[VIEW_MAX_RANK];
+    for (uint32_t k = 0; k < in->shape.rank; k++) dims[k] = k < d ? td[k] : k == d ? td[d] * n : td[k + 1];
+    lift_win *nw = win_new(c, w, d, n);
+    for (int64_t r = 0; r < c->ndev; r++)
+        for (int64_t l = 0; l < n; l++) nw->idx[r * n + l] = w->idx[r] < 0 ? -1 : w->idx[r] * n + l;
+    lval v = *x;
+    v.cls = lf_mk_reshape(c, x->cls, lf_type_of(c, in->shape.dtype, dims, in->shape.rank), c->origin);
+    v.v = view_dup(in->shape.rank);
+    for (uint32_t k = 0; k < in->shape.rank; k++) v.v.dims[k] = x->v.dims[k < d ? k : k + 1];
+    v.win = nw;
+    *out = win_settle(c, v);
+    return true;
+}
+
 /* The window transfer functions, in front of the others: true when one
  * applies (*out set, possibly LV_UNKNOWN after saying why). */
 bool lf_win_instr(lstate *s, lval *out) {
@@ -936,7 +989,8 @@ bool lf_win_instr(lstate *s, lval *out) {
     case OP_COLLECTIVE_PERMUTE: *out = lift_collective_permute(s); return true;
     case OP_SLICE: return win_slice(s, out);
     case OP_CONCATENATE: return win_concatenate(s, out);
-    case OP_DYNAMIC_SLICE: return win_dynamic_slice(s, out);
+    case OP_DYNAMIC_SLICE: return win_dynamic_slice(s, out) || win_dynamic_slice_uniform(s, out);
+    case OP_RESHAPE: case OP_BITCAST: return win_squeeze(s, out) || win_rows(s, out);
     default: return win_rows(s, out);
     }
 }

@@ -1275,14 +1275,17 @@ static void loop_induction(void) {
                      "tests/cases/loops/relations-mesh2x2.json", true, false, &trace);
     CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
     json_decref(trace);
-    /* The same loop against a baseline that unrolls it: nothing to relate the
-     * loop to, said with its trip count. */
-    t_case("check loops: a counted loop the baseline unrolls");
+    /* The same loop against a baseline that unrolls it: walked iteration by
+     * iteration (the counter a constant in each), output 0 (h after two
+     * layers, with the weights sliced at the counter and an iota carried in)
+     * meets the baseline's; the buffer stacked by dynamic-update-slices into
+     * zeros is not related to the baseline's concatenate yet. */
+    t_case("check loops: a counted loop the baseline unrolls, walked iteration by iteration");
     trace = NULL;
     v = run_with("unrolled", "tests/cases/loops/base-unrolled.hlo", "tests/cases/loops/dist.hlo", "tests/cases/loops/relations.json",
-                 true, false, &trace);
+                 false, false, &trace);
     CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
-    CHECK_CONTAINS(first_message(trace), "a loop of 2 iterations where the baseline has no loop");
+    CHECK_CONTAINS(first_message(trace), "output 1: the lifted term does not meet");
     json_decref(trace);
 }
 
