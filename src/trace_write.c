@@ -501,8 +501,8 @@ static json_t *file_json(const check_module *s) {
     json_t *o = json_object();
     json_object_set_new(o, "path", json_string(s->path));
     json_object_set_new(o, "format", json_string(trace_format_name(s->format)));
-    json_object_set_new(o, "module", json_string(s->m->name));
-    json_object_set_new(o, "instructions", json_integer((json_int_t)graph_instr_count(s->m)));
+    json_object_set_new(o, "module", json_string(s->name));
+    json_object_set_new(o, "instructions", json_integer((json_int_t)s->instructions));
     json_object_set_new(o, "sha256", json_string(s->sha256));
     return o;
 }
