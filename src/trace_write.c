@@ -609,12 +609,22 @@ static void tw_member(tw_text *w, const char *key) {
     sb_puts(w->b, w->empty[w->depth] ? "\n" : ",\n");
     w->empty[w->depth] = false;
     for (int i = 0; i < w->depth; i++) sb_putc(w->b, ' ');
-    if (key) sb_printf(w->b, "\"%s\": ", key);
+    if (key) {
+        sb_putc(w->b, '"');
+        sb_puts(w->b, key);
+        sb_put(w->b, "\": ", 3);
+    }
 }
 
+/* Digits by hand: millions of them, and printf's parsing shows. */
 static void tw_int(tw_text *w, const char *key, long long v) {
+    char t[24], *e = t + sizeof t, *p = e;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0) *--p = '-';
     tw_member(w, key);
-    sb_printf(w->b, "%lld", v);
+    sb_put(w->b, p, (size_t)(e - p));
 }
 
 /* jansson's text for a real: %.17g, ".0" added when that reads as an
@@ -646,7 +656,9 @@ static void tw_str(tw_text *w, const char *key, const char *v) {
     while (*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\') p++;
     if (!*p) {
         tw_member(w, key);
-        sb_printf(w->b, "\"%s\"", v);
+        sb_putc(w->b, '"');
+        sb_put(w->b, v, (size_t)((const char *)p - v));
+        sb_putc(w->b, '"');
         return;
     }
     json_t *j = json_string(v);
