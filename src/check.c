@@ -772,6 +772,20 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     arena_free(&a);
     eg_free(g);
 out:
+    /* What the trace says of each module; the modules themselves only findings
+     * need (their sites, snippets, subgraphs): without any they are freed
+     * before the trace is written, which at 200k segments is most of the
+     * memory still held. */
+    side *both[2] = {&B, &D};
+    for (int k = 0; k < 2; k++)
+        if (both[k]->m) {
+            both[k]->name = xstrdup(both[k]->m->name);
+            both[k]->instructions = graph_instr_count(both[k]->m);
+            if (verdict != VERDICT_ERROR && r->nfindings == 0) {
+                graph_free(both[k]->m);
+                both[k]->m = NULL;
+            }
+        }
     r->base = B;
     r->dist = D;
     r->rel = rel;
@@ -795,6 +809,8 @@ void check_result_free(check_result *r) {
     free(r->segs);
     free(r->assumptions);
     relations_free(&r->rel);
+    free(r->base.name);
+    free(r->dist.name);
     graph_free(r->base.m);
     graph_free(r->dist.m);
     memset(r, 0, sizeof *r);

@@ -102,9 +102,11 @@ typedef struct check_witness {
 
 typedef struct check_module {
     const char *path;
-    hlo_module *m;
+    hlo_module *m;                /* NULL once no finding needs it (check_run) */
     trace_format format;
     char sha256[65];
+    char *name;                   /* owned: the module's name */
+    uint64_t instructions;
 } check_module;
 
 /* What check_run decided, typed; trace_write() turns it into the trace. It

@@ -19,6 +19,7 @@
 #include "home.h"
 #include "io.h"
 #include "scalify.h"
+#include "trace_write.h"
 
 const char cli_check_usage[] =
     "usage: scalify check --baseline B --distributed D [--relations R | --auto-relations]\n"
@@ -57,26 +58,52 @@ static int exit_for(int verdict) {
     return verdict == VERDICT_VERIFIED ? EXIT_VERIFIED : verdict == VERDICT_ERROR ? EXIT_INPUT : EXIT_MISMATCH;
 }
 
+/* Checks a pair and appends its trace's text to text; returns the verdict
+ * (VERDICT_ERROR: no trace, d says why). The trace is written as text, not
+ * built as objects first (trace_write_text). */
+static int check_text(const check_opts *o, strbuf *text, char **assumptions, diag *d) {
+    check_result r;
+    int v = check_run(o, &r, d);
+    if (v != VERDICT_ERROR && !trace_write_text(o, &r, text)) {
+        diag_plain(d, "could not write the trace");
+        v = VERDICT_ERROR;
+    }
+    if (assumptions) *assumptions = v != VERDICT_ERROR && r.assumptions ? xstrdup(r.assumptions) : NULL;
+    check_result_free(&r);
+    return v;
+}
+
 static int run_one(const check_opts *o, const char *out) {
     diag d;
     diag_init(&d, "scalify check");
-    json_t *trace = NULL;
-    int v = check_pair(o, &trace, &d);
+    strbuf text;
+    sb_init(&text);
+    char *assumptions;
+    int v = check_text(o, &text, &assumptions, &d);
     cli_flush_diag(&d);
-    if (v == VERDICT_ERROR) return EXIT_INPUT;
+    if (v == VERDICT_ERROR) {
+        sb_free(&text);
+        return EXIT_INPUT;
+    }
     diag_init(&d, out ? out : "-");
     if (out) {
-        if (!write_json(out, trace, &d)) v = VERDICT_ERROR;
+        if (!io_write_atomic(out, text.s, text.len, &d)) v = VERDICT_ERROR;
     } else {
-        json_dumpf(trace, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
-        putchar('\n');
+        fwrite(text.s, 1, text.len, stdout);
     }
+    sb_free(&text);
     cli_flush_diag(&d);
     fprintf(stderr, "%s: %s\n", o->name ? o->name : o->distributed, verdict_name(v));
-    json_t *as = json_object_get(trace, "assumptions");
-    for (size_t i = 0; i < json_array_size(as); i++)
-        fprintf(stderr, "  assuming %s\n", json_string_value(json_array_get(as, i)));
-    json_decref(trace);
+    /* The trace's assumptions: its lines, each one jansson takes as a string. */
+    for (const char *line = assumptions; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        json_t *s = json_stringn(line, n);
+        if (s) fprintf(stderr, "  assuming %s\n", json_string_value(s));
+        json_decref(s);
+        line = nl ? nl + 1 : NULL;
+    }
+    free(assumptions);
     return exit_for(v);
 }
 
@@ -98,17 +125,18 @@ typedef struct batch_pair {
 static void batch_check(batch_pair *p) {
     diag d;
     diag_init(&d, "scalify check");
-    json_t *trace = NULL;
-    p->verdict = check_pair(&p->o, &trace, &d);
+    strbuf text;
+    sb_init(&text);
+    p->verdict = check_text(&p->o, &text, NULL, &d);
     sb_put(&p->msgs, d.out.s ? d.out.s : "", d.out.len);
     diag_free(&d);
-    if (trace) {
+    if (p->verdict != VERDICT_ERROR) {
         diag_init(&d, p->out.s);
-        p->wrote = write_json(p->out.s, trace, &d);
+        p->wrote = io_write_atomic(p->out.s, text.s, text.len, &d);
         sb_put(&p->msgs, d.out.s ? d.out.s : "", d.out.len);
         diag_free(&d);
-        json_decref(trace);
     }
+    sb_free(&text);
 }
 
 /* A pair being checked by a child process: it writes "verdict wrote\n" and its

@@ -37,6 +37,13 @@ typedef struct parser {
     hlo_instr *ins;
     size_t nins, capins;
     strmap instr_index;
+    /* The instruction being read: its name's hash, and the name, where it
+     * starts and how many instructions preceded it, until the name is put
+     * in instr_index (see parse_instruction). */
+    uint64_t name_hash;
+    const char *pending, *pending_at;
+    size_t npending;
+    size_t pending_nins;
     fixup *ifix;                 /* control-predecessors, resolved per computation */
     size_t nifix, capifix;
     /* line tracking: positions are asked for in increasing order, so count
@@ -67,6 +74,15 @@ static _Noreturn void fail(parser *ps, const char *at, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (!at) at = ps->lx.p;
+    /* An instruction whose name was taken is reported as such, whatever
+     * error comes later in its line: the name is checked when it is put,
+     * not when it is read (parse_instruction). */
+    uint32_t seen;
+    if (ps->pending && strmap_get(&ps->instr_index, ps->pending, ps->npending, &seen) && seen < ps->pending_nins) {
+        snprintf(msg, sizeof msg, "instruction '%.*s' is defined twice", (int)ps->npending, ps->pending);
+        at = ps->pending_at;
+    }
+    ps->pending = NULL;
     diag_text(ps->d, ps->lx.src, (size_t)(ps->lx.end - ps->lx.src), (size_t)(at - ps->lx.src), "%s", msg);
     longjmp(ps->fail, 1);
 }
@@ -1121,9 +1137,16 @@ static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
     }
     position(ps, at, &in->line, &in->col);
     in->name = arena_strndup(&m->arena, nm, nl);
-    uint32_t seen;
-    if (strmap_get(&ps->instr_index, in->name, nl, &seen) && seen < ps->nins)
-        fail(ps, nm_at, "instruction '%.*s' is defined twice", (int)nl, nm);
+    /* Whether the name is taken is asked when it is put, below: its slot of
+     * instr_index (a cache miss in a large computation) is fetched while the
+     * rest of the line is read. An error before then is reported as the
+     * taken name when it is one (fail), as if it had been checked here. */
+    ps->name_hash = hash_bytes(nm, nl);
+    strmap_prefetch(&ps->instr_index, ps->name_hash);
+    ps->pending = nm;
+    ps->npending = nl;
+    ps->pending_at = nm_at;
+    ps->pending_nins = ps->nins;
     expect(ps, '=', "after the instruction name");
     parse_shape(ps, &in->shape);
     const char *op, *op_at = here(ps);
@@ -1177,7 +1200,8 @@ static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
         } while (lex_accept(lx, ','));
         expect(ps, ')', "to close the operand list");
     }
-    if (!strmap_put(&ps->instr_index, in->name, strlen(in->name), (uint32_t)ps->nins))
+    ps->pending = NULL;
+    if (!strmap_put_hashed(&ps->instr_index, in->name, nl, ps->name_hash, (uint32_t)ps->nins))
         fail(ps, nm_at, "instruction '%s' is defined twice", in->name);
     while (lex_accept(lx, ',')) parse_attr(ps, in, &nattrs);
     if (in->op == OP_TOPK) {

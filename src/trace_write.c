@@ -550,8 +550,8 @@ static json_t *file_json(const check_module *s) {
     json_t *o = json_object();
     json_object_set_new(o, "path", json_string(s->path));
     json_object_set_new(o, "format", json_string(trace_format_name(s->format)));
-    json_object_set_new(o, "module", json_string(s->m->name));
-    json_object_set_new(o, "instructions", json_integer((json_int_t)graph_instr_count(s->m)));
+    json_object_set_new(o, "module", json_string(s->name));
+    json_object_set_new(o, "instructions", json_integer((json_int_t)s->instructions));
     json_object_set_new(o, "sha256", json_string(s->sha256));
     return o;
 }
@@ -623,42 +623,157 @@ static json_t *counts_json(const check_result *r) {
     return counts;
 }
 
-static json_t *segment_json(const check_segment *sg) {
-    json_t *seg = json_object(), *r1 = json_object(), *r2 = json_object(), *tm = json_object();
-    json_object_set_new(seg, "name", json_string(sg->name));
-    json_object_set_new(seg, "verdict", json_string(trace_verdict_name(sg->verdict)));
-    json_object_set_new(r1, "start", json_integer(sg->bstart));
-    json_object_set_new(r1, "end", json_integer(sg->bend));
-    json_object_set_new(r2, "start", json_integer(sg->dstart));
-    json_object_set_new(r2, "end", json_integer(sg->dend));
-    json_object_set_new(seg, "baseline", r1);
-    json_object_set_new(seg, "distributed", r2);
-    json_object_set_new(seg, "enodes", json_integer((json_int_t)sg->enodes));
-    json_object_set_new(seg, "eclasses", json_integer((json_int_t)sg->eclasses));
-    json_object_set_new(seg, "iterations", json_integer(sg->iterations));
-    json_object_set_new(seg, "stop_reason", json_string(trace_stop_name(sg->stop)));
-    json_object_set_new(seg, "rule_firings", json_integer((json_int_t)sg->rule_firings));
-    if (sg->ntop) {
-        json_t *top = json_array();
-        for (size_t k = 0; k < sg->ntop; k++) {
-            json_t *e = json_object();
-            json_object_set_new(e, "rule", json_string(sg->top[k].rule));
-            json_object_set_new(e, "count", json_integer((json_int_t)sg->top[k].count));
-            json_array_append_new(top, e);
-        }
-        json_object_set_new(seg, "top_rules", top);
-    }
-    json_object_set_new(tm, "build", json_real(sg->t_build));
-    json_object_set_new(tm, "lift", json_real(sg->t_lift));
-    json_object_set_new(tm, "saturate", json_real(sg->t_saturate));
-    json_object_set_new(tm, "check", json_real(sg->t_check));
-    json_object_set_new(seg, "timings_ms", tm);
-    json_object_set_new(seg, "memo_hit", json_boolean(sg->memo_hit));
-    if (sg->memo_of) json_object_set_new(seg, "memo_of", json_string(sg->memo_of));
-    return seg;
+/* ---- segments, written as text ----
+ *
+ * A 200k-segment trace holds millions of values: built as jansson objects
+ * they cost more time and memory than checking the pair did. They are
+ * written straight as the text jansson would dump for them (JSON_INDENT(1),
+ * JSON_PRESERVE_ORDER, JSON_ENSURE_ASCII, the array at depth 1), and only
+ * trace_write() reads that text back into objects. */
+
+enum { TW_DEPTH_MAX = 8 };
+
+typedef struct tw_text {
+    strbuf *b;
+    int depth;                    /* of the innermost open object or array */
+    bool empty[TW_DEPTH_MAX];     /* it has no member yet */
+} tw_text;
+
+static void tw_open(tw_text *w, char c) {
+    sb_putc(w->b, c);
+    w->empty[++w->depth] = true;
 }
 
-json_t *trace_write(const check_opts *o, const check_result *r) {
+static void tw_close(tw_text *w, char c) {
+    if (!w->empty[w->depth--]) {
+        sb_putc(w->b, '\n');
+        for (int i = 0; i < w->depth; i++) sb_putc(w->b, ' ');
+    }
+    sb_putc(w->b, c);
+}
+
+/* The separator and indentation before a member, and its key (NULL: an
+ * array element). */
+static void tw_member(tw_text *w, const char *key) {
+    sb_puts(w->b, w->empty[w->depth] ? "\n" : ",\n");
+    w->empty[w->depth] = false;
+    for (int i = 0; i < w->depth; i++) sb_putc(w->b, ' ');
+    if (key) {
+        sb_putc(w->b, '"');
+        sb_puts(w->b, key);
+        sb_put(w->b, "\": ", 3);
+    }
+}
+
+/* Digits by hand: millions of them, and printf's parsing shows. */
+static void tw_int(tw_text *w, const char *key, long long v) {
+    char t[24], *e = t + sizeof t, *p = e;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0) *--p = '-';
+    tw_member(w, key);
+    sb_put(w->b, p, (size_t)(e - p));
+}
+
+/* jansson's text for a real: %.17g, ".0" added when that reads as an
+ * integer, the exponent without '+' or leading zeros. It refuses NaN and
+ * infinities, and an object then has no such key. */
+static void tw_real(tw_text *w, const char *key, double v) {
+    if (!isfinite(v)) return;
+    char t[40];
+    int n = snprintf(t, sizeof t - 2, "%.17g", v);
+    if (n < 0 || n >= (int)sizeof t - 2) return;
+    char *e = strchr(t, 'e');
+    if (!e && !strchr(t, '.')) memcpy(t + n, ".0", 3);
+    if (e) {
+        char *from = e + 1, *to = e + 1;
+        if (*from == '-') from++, to++;
+        else if (*from == '+') from++;
+        while (*from == '0') from++;
+        memmove(to, from, strlen(from) + 1);
+    }
+    tw_member(w, key);
+    sb_puts(w->b, t);
+}
+
+/* A string: printable ASCII as is, anything else as jansson escapes it. A
+ * string jansson refuses (not UTF-8) leaves the key out, as an object built
+ * with it would. */
+static void tw_str(tw_text *w, const char *key, const char *v) {
+    const unsigned char *p = (const unsigned char *)v;
+    while (*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\') p++;
+    if (!*p) {
+        tw_member(w, key);
+        sb_putc(w->b, '"');
+        sb_put(w->b, v, (size_t)((const char *)p - v));
+        sb_putc(w->b, '"');
+        return;
+    }
+    json_t *j = json_string(v);
+    char *t = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_ENSURE_ASCII) : NULL;
+    if (t) {
+        tw_member(w, key);
+        sb_puts(w->b, t);
+    }
+    free(t);
+    json_decref(j);
+}
+
+static void segment_text(tw_text *w, const check_segment *sg) {
+    tw_member(w, NULL);
+    tw_open(w, '{');
+    tw_str(w, "name", sg->name);
+    tw_str(w, "verdict", trace_verdict_name(sg->verdict));
+    const char *side[2] = {"baseline", "distributed"};
+    uint32_t range[2][2] = {{sg->bstart, sg->bend}, {sg->dstart, sg->dend}};
+    for (int k = 0; k < 2; k++) {
+        tw_member(w, side[k]);
+        tw_open(w, '{');
+        tw_int(w, "start", range[k][0]);
+        tw_int(w, "end", range[k][1]);
+        tw_close(w, '}');
+    }
+    tw_int(w, "enodes", (long long)sg->enodes);
+    tw_int(w, "eclasses", (long long)sg->eclasses);
+    tw_int(w, "iterations", sg->iterations);
+    tw_str(w, "stop_reason", trace_stop_name(sg->stop));
+    tw_int(w, "rule_firings", (long long)sg->rule_firings);
+    if (sg->ntop) {
+        tw_member(w, "top_rules");
+        tw_open(w, '[');
+        for (size_t k = 0; k < sg->ntop; k++) {
+            tw_member(w, NULL);
+            tw_open(w, '{');
+            tw_str(w, "rule", sg->top[k].rule);
+            tw_int(w, "count", (long long)sg->top[k].count);
+            tw_close(w, '}');
+        }
+        tw_close(w, ']');
+    }
+    tw_member(w, "timings_ms");
+    tw_open(w, '{');
+    tw_real(w, "build", sg->t_build);
+    tw_real(w, "lift", sg->t_lift);
+    tw_real(w, "saturate", sg->t_saturate);
+    tw_real(w, "check", sg->t_check);
+    tw_close(w, '}');
+    tw_member(w, "memo_hit");
+    sb_puts(w->b, sg->memo_hit ? "true" : "false");
+    if (sg->memo_of) tw_str(w, "memo_of", sg->memo_of);
+    tw_close(w, '}');
+}
+
+/* The segments array as jansson dumps it as the value of a top-level key. */
+static void segments_text(strbuf *b, const check_result *r) {
+    tw_text w = {.b = b, .depth = 1};
+    tw_open(&w, '[');
+    for (size_t i = 0; i < r->nsegs; i++) segment_text(&w, &r->segs[i]);
+    tw_close(&w, ']');
+}
+
+/* Everything but the segments, whose key holds an empty array. */
+static json_t *trace_head(const check_opts *o, const check_result *r) {
     json_t *t = json_object();
     json_object_set_new(t, "scalify_trace", json_integer(1));
     json_t *tool = json_object();
@@ -685,9 +800,7 @@ json_t *trace_write(const check_opts *o, const check_result *r) {
     json_object_set_new(sum, "findings", counts_json(r));
     json_object_set_new(t, "summary", sum);
 
-    json_t *segs = json_array();
-    for (size_t i = 0; i < r->nsegs; i++) json_array_append_new(segs, segment_json(&r->segs[i]));
-    json_object_set_new(t, "segments", segs);
+    json_object_set_new(t, "segments", json_array());
     json_t *findings = json_array();
     for (size_t i = 0; i < r->nfindings; i++) json_array_append_new(findings, finding_json(o, r, i + 1, &r->findings[i]));
     json_object_set_new(t, "findings", findings);
@@ -701,4 +814,43 @@ json_t *trace_write(const check_opts *o, const check_result *r) {
         json_object_set_new(t, "assumptions", as);
     }
     return t;
+}
+
+json_t *trace_write(const check_opts *o, const check_result *r) {
+    json_t *t = trace_head(o, r);
+    if (r->nsegs) {
+        strbuf b;
+        sb_init(&b);
+        segments_text(&b, r);
+        json_object_set_new(t, "segments", json_loads(b.s, 0, NULL));
+        sb_free(&b);
+    }
+    return t;
+}
+
+static int tw_append(const char *buf, size_t size, void *data) {
+    sb_put(data, buf, size);
+    return 0;
+}
+
+bool trace_write_text(const check_opts *o, const check_result *r, strbuf *out) {
+    json_t *t = trace_head(o, r);
+    strbuf head;
+    sb_init(&head);
+    bool ok = json_dump_callback(t, tw_append, &head, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII) == 0;
+    json_decref(t);
+    /* After a newline and one space only a top-level key can start (strings
+     * carry their newlines escaped). */
+    static const char key[] = "\n \"segments\": ";
+    const char *at = ok && head.s ? strstr(head.s, key) : NULL;
+    if (!at || strncmp(at + strlen(key), "[]", 2) != 0) ok = false;
+    if (ok) {
+        size_t pre = (size_t)(at - head.s) + strlen(key);
+        sb_put(out, head.s, pre);
+        segments_text(out, r);
+        sb_puts(out, head.s + pre + 2);
+        sb_putc(out, '\n');
+    }
+    sb_free(&head);
+    return ok;
 }

@@ -22,6 +22,12 @@
 /* The trace of r (a new jansson object the caller frees); r is not changed. */
 json_t *trace_write(const check_opts *o, const check_result *r);
 
+/* The same trace appended to out as the text a trace file holds (jansson's
+ * dump with JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII, then a
+ * newline), without building the segments as objects; false when it could
+ * not be written (out is then unchanged). */
+bool trace_write_text(const check_opts *o, const check_result *r, strbuf *out);
+
 /* The instruction of m named q[0..len) (the first in module order), with
  * its computation in *c; NULL when m has none. */
 const hlo_instr *tw_find_instr(const hlo_module *m, const char *q, size_t len, const hlo_comp **c);

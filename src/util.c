@@ -396,9 +396,14 @@ void strmap_reserve(strmap *m, size_t n) {
     if (cap > m->cap) strmap_rehash(m, cap);
 }
 
-bool strmap_put(strmap *m, const char *k, size_t n, uint32_t val) {
+bool strmap_put(strmap *m, const char *k, size_t n, uint32_t val) { return strmap_put_hashed(m, k, n, hash_bytes(k, n), val); }
+
+void strmap_prefetch(const strmap *m, uint64_t h) {
+    if (m->cap) __builtin_prefetch(&m->slots[(size_t)h & (m->cap - 1)]);
+}
+
+bool strmap_put_hashed(strmap *m, const char *k, size_t n, uint64_t h, uint32_t val) {
     if ((m->len + 1) * 4 >= m->cap * 3) strmap_rehash(m, m->cap ? m->cap * 2 : 16);
-    uint64_t h = hash_bytes(k, n);
     bool found;
     size_t i = strmap_find(m, k, n, h, &found);
     if (!found) {

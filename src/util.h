@@ -119,6 +119,10 @@ const char *strmap_key(const strmap *m, const char *k, size_t n);
 /* Inserts or overwrites; returns true when the key was new. The key is
  * referenced, not copied: k[0..n) must stay as it is while the map lives. */
 bool strmap_put(strmap *m, const char *k, size_t n, uint32_t val);
+/* strmap_put with the key's hash_bytes given, and a hint that such a put (or
+ * get) comes soon: its slot is fetched into the cache meanwhile. */
+bool strmap_put_hashed(strmap *m, const char *k, size_t n, uint64_t h, uint32_t val);
+void strmap_prefetch(const strmap *m, uint64_t h);
 
 /* Checked 64-bit arithmetic: false on overflow. */
 static inline bool mul_ok(int64_t a, int64_t b, int64_t *out) {

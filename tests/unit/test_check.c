@@ -26,6 +26,7 @@
  * witnesses: a pair the rules leave undecided becomes a mismatch when
  * execution shows different outputs; a mismatch found only that way must
  * carry its witness. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@
 #include "harness.h"
 #include "jschema.h"
 #include "sha256.h"
+#include "trace_write.h"
 
 static char *expected_line(const char *tsv, const char *name) {
     size_t n = strlen(name);
@@ -1810,9 +1812,62 @@ static void deep_segments(void) {
     }
 }
 
+/* A trace file's text, its segments written without objects, is exactly
+ * jansson's dump of the trace: reals of every magnitude, strings that need
+ * escaping, keys jansson leaves out (NaN, not UTF-8), top rules, no segments. */
+static void trace_text_is_dump(void) {
+    write_deep(6, 4);
+    check_opts o = {.name = "deep", .baseline = "build/check-deep.baseline.hlo", .distributed = "build/check-deep.dist.hlo",
+                    .relations = "build/check-deep.relations.json", .rules_dir = "rules"};
+    check_result r;
+    diag dg;
+    diag_init(&dg, "deep");
+    int v = check_run(&o, &r, &dg);
+    diag_free(&dg);
+    t_case("trace text: as jansson dumps the trace");
+    if (!CHECK_MSG(v == VERDICT_MISMATCH && r.nsegs == 6, "verdict %s, %zu segments", verdict_name(v), r.nsegs)) {
+        check_result_free(&r);
+        return;
+    }
+    const double reals[] = {0.0, -0.0, 0.1, 3.0, 1e-7, 2.5e-300, 5e-324, 1e21, 123456789012.5, 1.7976931348623157e308, -42.125, 1e100};
+    const char *names[] = {"layers.0", "qu\"ote\\back", "tab\tnew\nline", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "bad\xff", "ctl\x01"};
+    for (size_t i = 0; i < r.nsegs; i++) {
+        check_segment *sg = &r.segs[i];
+        sg->t_build = reals[(2 * i) % ARRAY_LEN(reals)];
+        sg->t_lift = reals[(2 * i + 1) % ARRAY_LEN(reals)];
+        sg->t_saturate = i == 2 ? NAN : -reals[i % ARRAY_LEN(reals)];
+        sg->t_check = reals[(i + 7) % ARRAY_LEN(reals)];
+        free(sg->name);
+        sg->name = xstrdup(names[i]);
+        if (i == 3) sg->memo_of = xstrdup("layers.\xe2\x82\xac");
+    }
+    r.segs[1].ntop = 2;
+    r.segs[1].top = xcalloc(2, sizeof *r.segs[1].top);
+    r.segs[1].top[0] = (check_rule_count){xstrdup("mul-comm"), 12};
+    r.segs[1].top[1] = (check_rule_count){xstrdup("r\xc3\xa9gle"), 1};
+    for (int empty = 0; empty < 2; empty++) {
+        size_t nsegs = r.nsegs;
+        if (empty) r.nsegs = 0;
+        strbuf text;
+        sb_init(&text);
+        json_t *t = trace_write(&o, &r);
+        char *dump = json_dumps(t, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+        bool ok = trace_write_text(&o, &r, &text);
+        CHECK_MSG(ok && dump && text.len == strlen(dump) + 1 && strncmp(text.s, dump, strlen(dump)) == 0 && text.s[text.len - 1] == '\n',
+                  "%s segments: the text differs from the dump", empty ? "no" : "some");
+        CHECK_EQ(json_array_size(json_object_get(t, "segments")), empty ? 0 : nsegs);
+        free(dump);
+        json_decref(t);
+        sb_free(&text);
+        r.nsegs = nsegs;
+    }
+    check_result_free(&r);
+}
+
 void suite_check(void);
 void suite_check(void) {
     finding_path();
+    trace_text_is_dump();
     loop_partial_sum();
     loop_induction();
     hand_written_cases();
