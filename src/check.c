@@ -567,7 +567,9 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
             sb_free(&exp);
             outputs_ok = false;
             const hlo_instr *rin = &de->instrs[de->root];
-            if (!lc.nfindings) add_finding(r, &cap, KIND_WRONG_SHARD_DIM, SEV_ERROR, why.s, de, rin);
+            /* still partial where a complete value is expected: the sum was never taken */
+            trace_kind kind = v->v.partial && !rel.outputs[k].partial ? KIND_MISSING_ALL_REDUCE : KIND_WRONG_SHARD_DIM;
+            if (!lc.nfindings) add_finding(r, &cap, kind, SEV_ERROR, why.s, de, rin);
         }
     }
     /* A finding that waited on the outputs (lf_pending): every output related,

@@ -1891,6 +1891,7 @@ static interp_val *op_topk(ctx *x, const hlo_instr *in, interp_val *a, int64_t k
 }
 
 static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev);
+static interp_val *op_convolution(ctx *x, const hlo_instr *in, const interp_val *a, const interp_val *k);
 
 static bool is_identity_custom_call(const char *t) {
     static const char *names[] = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
@@ -1950,6 +1951,7 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
     case OP_DOT: return op_dot(x, in, ops[0], ops[1]);
     case OP_REDUCE: return op_reduce(x, in, ops, dev);
     case OP_REDUCE_WINDOW: return op_reduce_window(x, in, ops, dev);
+    case OP_CONVOLUTION: return in->noperands == 2 ? op_convolution(x, in, ops[0], ops[1]) : fail(x, INTERP_ERUN, in, "operands");
     case OP_GATHER: return op_gather(x, in, ops[0], ops[1]);
     case OP_SCATTER: return op_scatter(x, in, ops, dev);
     case OP_SORT: return op_sort(x, in, ops, dev);
@@ -2098,6 +2100,118 @@ static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **op
         }
         put_cell(r, e, acc);
         next_idx(idx, r->dims, R);
+    }
+    return r;
+}
+
+/* dim_labels=b01f_01io->b01f: the position of each role in the three
+ * shapes. lhs: batch b, feature f; rhs: input feature i, output feature o;
+ * out: b, f; spatial dims by digit. False when the labels do not fit. */
+typedef struct conv_dims {
+    uint32_t ns;                                    /* spatial dims */
+    int lb, lf, ls[INTERP_MAX_RANK];                /* lhs */
+    int ri, ro, rs[INTERP_MAX_RANK];                /* rhs */
+    int ob, of, os[INTERP_MAX_RANK];                /* out */
+} conv_dims;
+
+static bool conv_part(const char *p, size_t n, uint32_t rank, char a, char b, int *pa, int *pb, int *sp) {
+    if (n != rank || rank < 2 || rank > INTERP_MAX_RANK) return false;
+    *pa = *pb = -1;
+    for (uint32_t k = 0; k + 2 < rank; k++) sp[k] = -1;
+    for (uint32_t k = 0; k < n; k++) {
+        if (p[k] == a && *pa < 0) *pa = (int)k;
+        else if (p[k] == b && *pb < 0) *pb = (int)k;
+        else if (p[k] >= '0' && p[k] <= '9' && (uint32_t)(p[k] - '0') + 2 < rank && sp[p[k] - '0'] < 0) sp[p[k] - '0'] = (int)k;
+        else return false;
+    }
+    return true;
+}
+
+static bool conv_labels(const char *l, uint32_t rl, uint32_t rr, uint32_t ro, conv_dims *c) {
+    const char *u = l ? strchr(l, '_') : NULL, *ar = u ? strstr(u, "->") : NULL;
+    if (!u || !ar || rl != rr || rl != ro) return false;
+    c->ns = rl - 2;
+    return conv_part(l, (size_t)(u - l), rl, 'b', 'f', &c->lb, &c->lf, c->ls) &&
+           conv_part(u + 1, (size_t)(ar - u - 1), rr, 'i', 'o', &c->ri, &c->ro, c->rs) &&
+           conv_part(ar + 2, strlen(ar + 2), ro, 'b', 'f', &c->ob, &c->of, c->os);
+}
+
+/* convolution (XLA's semantics): out[b, o, s] = sum over the kernel
+ * positions k and the input features i of o's group of
+ * lhs[b', g·(C/G) + i, s·stride + k·rhs_dilate - pad_lo (÷ lhs_dilate)] ·
+ * rhs[k, i, o], with G = feature_group_count (o's group g = o ÷ (O/G)) and,
+ * for batch_group_count B, b' = g'·(N/B) + b with g' = o ÷ (O/B). Floats
+ * only; summed in double, rounded once to the result type. */
+static interp_val *op_convolution(ctx *x, const hlo_instr *in, const interp_val *a, const interp_val *k) {
+    conv_dims c;
+    if (!conv_labels(instr_str(in, A_DIM_LABELS), a->rank, k->rank, in->shape.rank, &c))
+        return fail(x, INTERP_EUNSUPPORTED, in, "convolution dim_labels");
+    interp_val *r = val_shape(&in->shape);
+    if (!r || !r->f || !a->f || !k->f || r->rank != a->rank) {
+        interp_val_free(r);
+        return fail(x, INTERP_EUNSUPPORTED, in, "a convolution of non-float values");
+    }
+    uint32_t S = c.ns;
+    int64_t size[INTERP_MAX_RANK], stride[INTERP_MAX_RANK], pad[2 * INTERP_MAX_RANK], ld[INTERP_MAX_RANK], rd[INTERP_MAX_RANK];
+    for (uint32_t d = 0; d < S; d++) size[d] = k->dims[c.rs[d]], stride[d] = ld[d] = rd[d] = 1, pad[2 * d] = pad[2 * d + 1] = 0;
+    const hlo_attr *wa = instr_attr(in, A_WINDOW);
+    if (S && wa && wa->v.str) {
+        int64_t ws[INTERP_MAX_RANK];
+        if (parse_window_field(wa->v.str, "size", ws, S, 1))
+            for (uint32_t d = 0; d < S; d++)
+                if (ws[d] != size[d]) {
+                    interp_val_free(r);
+                    return fail(x, INTERP_ERUN, in, "the window size is not the kernel's");
+                }
+        parse_window_field(wa->v.str, "stride", stride, S, 1);
+        parse_window_field(wa->v.str, "pad", pad, S, 2);
+        parse_window_field(wa->v.str, "lhs_dilate", ld, S, 1);
+        parse_window_field(wa->v.str, "rhs_dilate", rd, S, 1);
+        if (strstr(wa->v.str, "rhs_reversal")) {
+            interp_val_free(r);
+            return fail(x, INTERP_EUNSUPPORTED, in, "window reversal");
+        }
+    }
+    int64_t G = instr_int(in, A_FEATURE_GROUP_COUNT, 1), B = instr_int(in, A_BATCH_GROUP_COUNT, 1);
+    int64_t N = a->dims[c.lb], C = a->dims[c.lf], I = k->dims[c.ri], O = k->dims[c.ro];
+    bool ok = G >= 1 && B >= 1 && C == I * G && O % G == 0 && O % B == 0 && N % B == 0 && r->dims[c.ob] == N / B &&
+              r->dims[c.of] == O && (G == 1 || B == 1);
+    for (uint32_t d = 0; d < S && ok; d++) {
+        int64_t din = (a->dims[c.ls[d]] ? (a->dims[c.ls[d]] - 1) * ld[d] + 1 : 0) + pad[2 * d] + pad[2 * d + 1];
+        int64_t dwin = (size[d] ? (size[d] - 1) * rd[d] + 1 : 0);
+        ok = stride[d] >= 1 && ld[d] >= 1 && rd[d] >= 1 && r->dims[c.os[d]] == (din >= dwin ? (din - dwin) / stride[d] + 1 : 0);
+    }
+    if (!ok) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "the convolution's shapes do not fit its dimension numbers and groups");
+    }
+    int64_t sa[INTERP_MAX_RANK], sk[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    strides_of(a->dims, a->rank, sa);
+    strides_of(k->dims, k->rank, sk);
+    int64_t wn = 1;
+    for (uint32_t d = 0; d < S; d++) wn *= size[d];
+    for (int64_t e = 0; e < r->n; e++) {
+        int64_t b = idx[c.ob], o = idx[c.of];
+        int64_t g = o / (O / G), bb = B > 1 ? (o / (O / B)) * (N / B) + b : b;
+        double acc = 0;
+        int64_t w[INTERP_MAX_RANK] = {0};
+        for (int64_t j = 0; j < wn; j++) {
+            int64_t ao = bb * sa[c.lb], ko = o * sk[c.ro];
+            bool in_range = true;
+            for (uint32_t d = 0; d < S && in_range; d++) {
+                int64_t p = idx[c.os[d]] * stride[d] + w[d] * rd[d] - pad[2 * d];
+                if (p < 0 || p % ld[d]) in_range = false;
+                p /= ld[d];
+                if (p >= a->dims[c.ls[d]]) in_range = false;
+                ao += p * sa[c.ls[d]];
+                ko += w[d] * sk[c.rs[d]];
+            }
+            if (in_range)
+                for (int64_t i = 0; i < I; i++) acc += a->f[ao + (g * I + i) * sa[c.lf]] * k->f[ko + i * sk[c.ri]];
+            next_idx(w, size, S);
+        }
+        r->f[e] = rnd(r->dtype, acc);
+        next_idx(idx, r->dims, r->rank);
     }
     return r;
 }
@@ -2526,7 +2640,7 @@ static int eval_comp(ctx *x, uint32_t ci, uint32_t na, const int64_t *devs, inte
         default:
             if (hlo_op_is_collective(in->op) || in->op == OP_SEND || in->op == OP_RECV || in->op == OP_INFEED ||
                 in->op == OP_OUTFEED || in->op == OP_RNG || in->op == OP_RNG_BIT_GENERATOR || in->op == OP_FUSION ||
-                in->op == OP_MAP || in->op == OP_CONVOLUTION) {
+                in->op == OP_MAP) {
                 fail(x, INTERP_EUNSUPPORTED, in, "no interpreter rule for this opcode");
                 break;
             }

@@ -1081,6 +1081,7 @@ lval lf_lift_instr(lstate *s) {
     case OP_REVERSE: return lf_lift_reverse(s);
     case OP_RESHAPE: case OP_BITCAST: return lf_lift_reshape(s);
     case OP_DOT: return lf_lift_dot(s);
+    case OP_CONVOLUTION: return lf_lift_convolution(s);
     case OP_REDUCE: return lf_lift_reduce(s);
     case OP_ALL_REDUCE: return lf_lift_all_reduce(s);
     case OP_ALL_GATHER: return lf_lift_all_gather(s);

@@ -278,6 +278,7 @@ bool lf_stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i
 
 /* Dot and reduce (lift_reduce.c). */
 lval lf_lift_dot(lstate *s);
+lval lf_lift_convolution(lstate *s);
 lval lf_lift_reduce(lstate *s);
 void lf_elementwise_unit_partials(lstate *s);        /* partial operands in their unit-dim reading, when theirs */
 

@@ -1,5 +1,5 @@
-/* lift_reduce — the ops that sum elements: dot and reduce (lift.c
- * dispatches to them).
+/* lift_reduce — the ops that sum elements: dot, convolution and reduce
+ * (lift.c dispatches to them).
  * Owns the transfer functions of dot (paired dims aligned by re-reading one
  * side, contracting dims sharded alike make a partial sum: lf_lift_dot) and
  * reduce (reduced sharded dims make the result partial; a gathered stack of
@@ -94,6 +94,18 @@ static void dot_unshard_contracting(lstate *s, const int64_t *const bd[2], const
         }
 }
 
+/* The term of a two-operand op that sums products (dot, convolution) under
+ * view v, partial(sum) over `partial`. */
+static lval summed_term(lstate *s, view v, uint8_t partial) {
+    const lval *l = &s->ops[0], *r = &s->ops[1];
+    v.partial = partial;
+    v.red = partial ? RED_SUM : 0;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(s->c, &v, &s->in->shape, dims);
+    eid ch[2] = {l->cls, r->cls};
+    return term(lf_node(s->c, s->c->cur, s->in, ch, 2, dims, s->c->origin), v, l->assumed || r->assumed);
+}
+
 lval lf_lift_dot(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -148,12 +160,78 @@ lval lf_lift_dot(lstate *s) {
         }
     }
     if (partial & view_axes_used(&(view){.rank = v.rank, .dims = {{0}}})) return unknown();
-    v.partial = partial;
-    v.red = partial ? RED_SUM : 0;
-    int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &v, &in->shape, dims);
-    eid ch[2] = {l->cls, r->cls};
-    return term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, l->assumed || r->assumed);
+    return summed_term(s, v, partial);
+}
+
+/* ---- convolution ---- */
+
+/* The position of role a (and b) in one part of dim_labels (b01f, 01io): -1
+ * when absent; spatial dims by digit into sp (their count returned, or -1
+ * when the part does not read). */
+static int conv_roles(const char *p, size_t n, char a, char b, int *pa, int *pb, int *sp) {
+    int ns = 0;
+    *pa = *pb = -1;
+    for (size_t k = 0; k < n && k < VIEW_MAX_RANK; k++) {
+        if (p[k] == a) *pa = (int)k;
+        else if (p[k] == b) *pb = (int)k;
+        else if (p[k] >= '0' && p[k] <= '9' && p[k] - '0' < VIEW_MAX_RANK) sp[p[k] - '0'] = (int)k, ns++;
+        else return -1;
+    }
+    return n <= VIEW_MAX_RANK && *pa >= 0 && *pb >= 0 ? ns : -1;
+}
+
+/* convolution: linear in each operand like a dot whose batch is the lhs
+ * batch dim, whose free dims are the rhs output features, and which
+ * contracts the lhs features with the rhs input features (over the window:
+ * spatial dims are not split). So the lhs batch sharding and the rhs
+ * output-feature sharding carry over to the result's batch and feature
+ * dims, and input features sharded alike on both sides make it partial(sum)
+ * (a weight gradient, which JAX writes with the batch dim labelled as the
+ * features). Spatial dims sharded (halo exchanges) and feature or batch
+ * groups are left unrelated. */
+lval lf_lift_convolution(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *l = &s->ops[0], *r = &s->ops[1];
+    if (in->noperands != 2 || l->kind != LV_TERM || r->kind != LV_TERM) return unknown();
+    const char *lab = instr_str(in, A_DIM_LABELS), *u = lab ? strchr(lab, '_') : NULL, *ar = u ? strstr(u, "->") : NULL;
+    int lb, lf, ri, ro, ob, of, ls[VIEW_MAX_RANK], rs[VIEW_MAX_RANK], os[VIEW_MAX_RANK];
+    int nl = u ? conv_roles(lab, (size_t)(u - lab), 'b', 'f', &lb, &lf, ls) : -1;
+    int nr = ar ? conv_roles(u + 1, (size_t)(ar - u - 1), 'i', 'o', &ri, &ro, rs) : -1;
+    int no = ar ? conv_roles(ar + 2, strlen(ar + 2), 'b', 'f', &ob, &of, os) : -1;
+    if (nl < 0 || nl != nr || nl != no || (uint32_t)nl + 2 != in->shape.rank || l->v.rank != in->shape.rank ||
+        r->v.rank != in->shape.rank || instr_int(in, A_FEATURE_GROUP_COUNT, 1) != 1 || instr_int(in, A_BATCH_GROUP_COUNT, 1) != 1)
+        return unknown();
+    if (l->v.partial && r->v.partial) {
+        if (!lf_short_reduction(s, "a convolution of two partial values"))
+            lf_finding(c, "missing-all-reduce", s->comp, in, "convolution of two partial values: at least one all-reduce is missing");
+        return unknown();
+    }
+    if ((l->v.partial | r->v.partial) && (l->v.red | r->v.red) != RED_SUM) return unknown();
+    for (int k = 0; k < nl; k++)
+        if (l->v.dims[ls[k]].naxes || r->v.dims[rs[k]].naxes) {
+            lf_unsupported(c, s->comp, in, "%s: a spatial dimension is sharded (a halo exchange); not related yet", in->name);
+            return unknown();
+        }
+    if (r->v.dims[ri].naxes || l->v.dims[lf].naxes) {
+        if (!lf_same_dim(&l->v.dims[lf], &r->v.dims[ri])) {
+            lf_unsupported(c, s->comp, in, "%s contracts its input features, which are sharded differently on its operands",
+                           in->name);
+            return unknown();
+        }
+    }
+    view v = view_dup(in->shape.rank);
+    v.dims[ob] = l->v.dims[lb];
+    v.dims[of] = r->v.dims[ro];
+    uint8_t partial = l->v.partial | r->v.partial;
+    for (uint32_t a = 0; a < l->v.dims[lf].naxes; a++) partial |= (uint8_t)(1u << l->v.dims[lf].axes[a]);
+    if (partial & view_axes_used(&v)) return unknown();
+    {
+        /* one axis cannot cut two result dims */
+        uint32_t n = v.dims[ob].naxes + v.dims[of].naxes;
+        if (n != (uint32_t)__builtin_popcount(view_axes_used(&v))) return unknown();
+    }
+    return summed_term(s, v, partial);
 }
 
 /* ---- reduce ---- */

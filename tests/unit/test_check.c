@@ -388,6 +388,31 @@ static void finding_path(void) {
     json_decref(trace);
 }
 
+/* A convolution contracting input features sharded on both operands is a
+ * partial sum: verified with its all-reduce, a mismatch by the rules
+ * without it (samples/probe g.conv1d.cin_tp4.stride2). */
+static void convolution_partial(void) {
+    const char *b = "samples/probe/g.conv1d.cin_tp4.stride2.baseline.hlo", *d = "samples/probe/g.conv1d.cin_tp4.stride2.dist.hlo";
+    t_case("check convolution: input features sharded alike, summed after");
+    json_t *trace = NULL;
+    int v = run_with("conv", b, d, "auto", false, false, &trace);
+    CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
+    json_decref(trace);
+    t_case("check convolution: the same without its all-reduce");
+    char *text = t_read(d, NULL);
+    if (!CHECK(text && t_write_replaced(text, "all-reduce(%convolution), channel_id=1, replica_groups=mesh['axis_0'=4] {'axis_0'}, "
+                                              "use_global_device_ids=true, to_apply=%add.clone,",
+                                        "copy(%convolution),", NULL, "build/check-conv.hlo"))) {
+        free(text);
+        return;
+    }
+    free(text);
+    trace = NULL;
+    v = run_with("conv-no-sum", b, "build/check-conv.hlo", "auto", false, false, &trace);
+    CHECK_MSG(v == VERDICT_MISMATCH, "verdict %s", verdict_name(v));
+    json_decref(trace);
+}
+
 typedef struct mutation {
     const char *what, *from, *to;
 } mutation;
@@ -1868,6 +1893,7 @@ void suite_check(void);
 void suite_check(void) {
     finding_path();
     trace_text_is_dump();
+    convolution_partial();
     loop_partial_sum();
     loop_induction();
     hand_written_cases();

@@ -235,6 +235,39 @@ static void test_reduce(void) {
     expect("interp reduce-1.2 variadic argmax", t2, 1, 1, NULL, 0, w2, 1);
 }
 
+/* convolution by hand-computed cases: XLA's convolution is a
+ * cross-correlation (the kernel is not flipped), padding and dilations per
+ * the window, feature and batch groups per the counts. */
+static void test_convolution(void) {
+    static const struct {
+        const char *name, *lhs, *rhs, *out, *attrs;
+        double want[8];
+        int64_t n;
+    } cases[] = {
+        {"interp conv-1.1 padded 1-D", "f32[1,4,1] constant({{{1},{2},{3},{4}}})", "f32[3,1,1] constant({{{1}},{{0}},{{-1}}})",
+         "f32[1,4,1]", "window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f", {-2, -2, -2, 3}, 4},
+        {"interp conv-1.2 stride 2", "f32[1,4,1] constant({{{1},{2},{3},{4}}})", "f32[3,1,1] constant({{{1}},{{0}},{{-1}}})",
+         "f32[1,2,1]", "window={size=3 stride=2 pad=1_1}, dim_labels=b0f_0io->b0f", {-2, -2}, 2},
+        {"interp conv-1.3 feature groups (depthwise)", "f32[1,2,2] constant({{{1,10},{2,20}}})", "f32[1,1,2] constant({{{3,5}}})",
+         "f32[1,2,2]", "window={size=1}, dim_labels=b0f_0io->b0f, feature_group_count=2", {3, 50, 6, 100}, 4},
+        {"interp conv-1.4 batch groups (a weight gradient)", "f32[2,1,1] constant({{{2}},{{7}}})", "f32[1,1,2] constant({{{1,1}}})",
+         "f32[1,1,2]", "window={size=1}, dim_labels=b0f_0io->b0f, batch_group_count=2", {2, 7}, 2},
+        {"interp conv-1.5 lhs dilation", "f32[1,2,1] constant({{{1},{2}}})", "f32[1,1,1] constant({{{1}}})", "f32[1,3,1]",
+         "window={size=1 lhs_dilate=2}, dim_labels=b0f_0io->b0f", {1, 0, 2}, 3},
+        {"interp conv-1.6 rhs dilation", "f32[1,4,1] constant({{{1},{2},{3},{4}}})", "f32[2,1,1] constant({{{1}},{{1}}})",
+         "f32[1,2,1]", "window={size=2 rhs_dilate=2}, dim_labels=b0f_0io->b0f", {4, 6}, 2},
+        {"interp conv-1.7 feature-major labels, two input features", "f32[1,2,3] constant({{{1,2,3},{10,20,30}}})",
+         "f32[1,2,1] constant({{{1},{2}}})", "f32[1,1,3]", "window={size=1}, dim_labels=bf0_0io->bf0", {21, 42, 63}, 3},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "HloModule m\nENTRY e {\n  a = %s\n  k = %s\n  ROOT c = %s convolution(a, k), %s\n}\n", cases[i].lhs,
+                 cases[i].rhs, cases[i].out, cases[i].attrs);
+        expect(cases[i].name, text, 1, 1, NULL, 0, cases[i].want, cases[i].n);
+    }
+}
+
 static void test_bf16(void) {
     const char *t = "HloModule m\nENTRY e {\n"
                     "  a = bf16[3] constant({1, 1, 3})\n  b = bf16[3] constant({0.00390625, 0.01171875, 0.0078125})\n"
@@ -1519,6 +1552,7 @@ void suite_interp(void) {
     test_gather_scatter();
     test_structural();
     test_reduce();
+    test_convolution();
     test_bf16();
     test_control();
     test_collectives();
