@@ -1892,6 +1892,7 @@ static interp_val *op_topk(ctx *x, const hlo_instr *in, interp_val *a, int64_t k
 
 static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev);
 static interp_val *op_convolution(ctx *x, const hlo_instr *in, const interp_val *a, const interp_val *k);
+static interp_val *op_select_and_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev);
 
 static bool is_identity_custom_call(const char *t) {
     static const char *names[] = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
@@ -1951,6 +1952,8 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
     case OP_DOT: return op_dot(x, in, ops[0], ops[1]);
     case OP_REDUCE: return op_reduce(x, in, ops, dev);
     case OP_REDUCE_WINDOW: return op_reduce_window(x, in, ops, dev);
+    case OP_SELECT_AND_SCATTER:
+        return in->noperands == 3 ? op_select_and_scatter(x, in, ops, dev) : fail(x, INTERP_ERUN, in, "operands");
     case OP_CONVOLUTION: return in->noperands == 2 ? op_convolution(x, in, ops[0], ops[1]) : fail(x, INTERP_ERUN, in, "operands");
     case OP_GATHER: return op_gather(x, in, ops[0], ops[1]);
     case OP_SCATTER: return op_scatter(x, in, ops, dev);
@@ -2212,6 +2215,75 @@ static interp_val *op_convolution(ctx *x, const hlo_instr *in, const interp_val 
         }
         r->f[e] = rnd(r->dtype, acc);
         next_idx(idx, r->dims, r->rank);
+    }
+    return r;
+}
+
+/* select-and-scatter (a max-pool's gradient): the result starts as init
+ * everywhere; for each window of the operand (source's index), the select
+ * computation picks one element — the first of the window kept unless
+ * select(kept, next) is false, padding never picked — and the scatter
+ * computation adds the source element into the result there. */
+static interp_val *op_select_and_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev) {
+    const interp_val *a = ops[0], *src = ops[1], *init = ops[2];
+    const hlo_attr *wa = instr_attr(in, A_WINDOW), *sa = instr_attr(in, A_SELECT), *ca = instr_attr(in, A_SCATTER);
+    uint32_t R = a->rank;
+    if (!wa || !wa->v.str || !sa || !ca || !sa->v.ints || !ca->v.ints || sa->v.ints[0] < 0 || ca->v.ints[0] < 0 ||
+        (uint64_t)sa->v.ints[0] >= x->m->ncomps || (uint64_t)ca->v.ints[0] >= x->m->ncomps)
+        return fail(x, INTERP_ERUN, in, "select-and-scatter without window, select or scatter");
+    int64_t size[INTERP_MAX_RANK], stride[INTERP_MAX_RANK], pad[2 * INTERP_MAX_RANK];
+    if (!parse_window_field(wa->v.str, "size", size, R, 1)) return fail(x, INTERP_EUNSUPPORTED, in, "unreadable window %s", wa->v.str);
+    if (strstr(wa->v.str, "dilate") || strstr(wa->v.str, "reversal"))
+        return fail(x, INTERP_EUNSUPPORTED, in, "a dilated or reversed window");
+    for (uint32_t d = 0; d < R; d++) stride[d] = 1, pad[2 * d] = pad[2 * d + 1] = 0;
+    parse_window_field(wa->v.str, "stride", stride, R, 1);
+    parse_window_field(wa->v.str, "pad", pad, R, 2);
+    interp_val *r = val_shape(&in->shape);
+    bool ok = r && r->rank == R && src->rank == R && init->n == 1 && r->dtype == a->dtype && src->dtype == a->dtype &&
+              init->dtype == a->dtype;
+    for (uint32_t d = 0; d < R && ok; d++) {
+        int64_t span = a->dims[d] + pad[2 * d] + pad[2 * d + 1];
+        ok = r->dims[d] == a->dims[d] && size[d] >= 1 && stride[d] >= 1 &&
+             src->dims[d] == (span >= size[d] ? (span - size[d]) / stride[d] + 1 : 0);
+    }
+    if (!ok) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "select-and-scatter shapes do not fit its window");
+    }
+    for (int64_t e = 0; e < r->n; e++) put_cell(r, e, get_cell(init, 0));
+    uint32_t sel = (uint32_t)sa->v.ints[0], sct = (uint32_t)ca->v.ints[0];
+    int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0}, wn = 1;
+    strides_of(a->dims, R, st);
+    for (uint32_t d = 0; d < R; d++) wn *= size[d];
+    for (int64_t e = 0; e < src->n; e++) {
+        int64_t best = -1, w[INTERP_MAX_RANK] = {0};
+        for (int64_t j = 0; j < wn; j++) {
+            int64_t o = 0;
+            bool inside = true;
+            for (uint32_t d = 0; d < R && inside; d++) {
+                int64_t p = idx[d] * stride[d] + w[d] - pad[2 * d];
+                inside = p >= 0 && p < a->dims[d];
+                o += p * st[d];
+            }
+            next_idx(w, size, R);
+            if (!inside) continue;
+            cell keep = {.i = 0};
+            cell args[2] = {best >= 0 ? get_cell(a, best) : get_cell(a, o), get_cell(a, o)};
+            if (best >= 0 && !scalar_call(x, sel, dev, args, 2, &keep, 1)) {
+                interp_val_free(r);
+                return NULL;
+            }
+            if (best < 0 || keep.i == 0) best = o;
+        }
+        if (best >= 0) {
+            cell args[2] = {get_cell(r, best), get_cell(src, e)}, acc;
+            if (!scalar_call(x, sct, dev, args, 2, &acc, 1)) {
+                interp_val_free(r);
+                return NULL;
+            }
+            put_cell(r, best, acc);
+        }
+        next_idx(idx, src->dims, R);
     }
     return r;
 }

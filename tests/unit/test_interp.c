@@ -268,6 +268,35 @@ static void test_convolution(void) {
     }
 }
 
+/* select-and-scatter as a max-pool's gradient: GE keeps the first of equal
+ * maxima; overlapping windows add into the same element. */
+static void test_select_and_scatter(void) {
+    static const struct {
+        const char *name, *operand, *source, *window;
+        double want[4];
+        int64_t n;
+    } cases[] = {
+        {"interp select-and-scatter-1.1 max-pool gradient", "{1, 3, 2, 5}", "f32[2] constant({10, 20})", "size=2 stride=2",
+         {0, 10, 0, 20}, 4},
+        {"interp select-and-scatter-1.2 overlapping windows add", "{1, 3, 2, 0}", "f32[3] constant({1, 1, 1})", "size=2",
+         {0, 2, 1, 0}, 4},
+        {"interp select-and-scatter-1.3 ties keep the first", "{2, 2, 2, 2}", "f32[2] constant({4, 6})", "size=2 stride=2",
+         {4, 0, 6, 0}, 4},
+        {"interp select-and-scatter-1.4 padding is never selected", "{-1, -2, -3, -4}", "f32[3] constant({4, 6, 8})",
+         "size=2 stride=2 pad=1_1", {4, 6, 0, 8}, 4},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char text[1024];
+        snprintf(text, sizeof text,
+                 "HloModule m\nge { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT c = pred[] compare(a, b), direction=GE }\n"
+                 "add { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+                 "ENTRY e {\n  x = f32[4] constant(%s)\n  g = %s\n  z = f32[] constant(0)\n"
+                 "  ROOT r = f32[4] select-and-scatter(x, g, z), window={%s}, select=ge, scatter=add\n}\n",
+                 cases[i].operand, cases[i].source, cases[i].window);
+        expect(cases[i].name, text, 1, 1, NULL, 0, cases[i].want, cases[i].n);
+    }
+}
+
 static void test_bf16(void) {
     const char *t = "HloModule m\nENTRY e {\n"
                     "  a = bf16[3] constant({1, 1, 3})\n  b = bf16[3] constant({0.00390625, 0.01171875, 0.0078125})\n"
@@ -1553,6 +1582,7 @@ void suite_interp(void) {
     test_structural();
     test_reduce();
     test_convolution();
+    test_select_and_scatter();
     test_bf16();
     test_control();
     test_collectives();
