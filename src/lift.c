@@ -369,12 +369,20 @@ bool lf_is_elementwise(int op) {
     }
 }
 
-/* The operand an op returns unchanged: max(x, -inf) and min(x, +inf) with
- * the infinity a known constant of every element (jax.nn.softmax and
- * logsumexp take a max with -inf that a hand-written shard_map leaves out).
- * NULL otherwise. */
+/* The operand an op returns unchanged: x + 0 with the zero a known constant
+ * (an accumulator's first step), max(x, -inf) and min(x, +inf) with the
+ * infinity a known constant of every element (jax.nn.softmax and logsumexp
+ * take a max with -inf that a hand-written shard_map leaves out). NULL
+ * otherwise. */
 static const lval *identity_operand(lstate *s) {
     const hlo_instr *in = s->in;
+    if (in->op == OP_ADD && in->noperands == 2)
+        for (uint32_t o = 0; o < 2; o++) {  /* x + 0 (an accumulator's first step) */
+            const lval *k = &s->ops[o], *x = &s->ops[1 - o];
+            if (x->kind != LV_UNKNOWN && k->kind == LV_TERM && k->cls != EID_NONE && !k->v.partial &&
+                s->comp->instrs[in->operands[1 - o]].shape.rank == in->shape.rank && lf_class_is_zero(s->c, k->cls))
+                return x;
+        }
     if ((in->op != OP_MAXIMUM && in->op != OP_MINIMUM) || in->noperands != 2 || !dtype_is_float(in->shape.dtype))
         return NULL;
     double inf = in->op == OP_MAXIMUM ? -INFINITY : INFINITY;

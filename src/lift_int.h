@@ -103,6 +103,8 @@ eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin);
  * same term as a slice instruction of the baseline (folded alike); x itself
  * when sl keeps every element. */
 eid lf_mk_slice(lift_ctx *c, eid x, const int64_t *sl);
+/* concatenate(ch[0..n)) along dim d (ch[0] itself when n is 1). */
+eid lf_mk_concat(lift_ctx *c, const eid *ch, uint32_t n, uint32_t d);
 bool lf_reshape_run(const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb, uint32_t i, uint32_t j, uint32_t *i2,
                     uint32_t *j2);
 bool lf_is_elementwise(int op);

@@ -347,6 +347,52 @@ static bool part_axis_blocks(const lift_ctx *c, const double *vals, uint32_t cou
  * stacking per-layer values into a buffer). Which positions take u does not
  * depend on the device, so a partial pair (the same axes and reduction) stays
  * partial. */
+/* dynamic-update-slice at offsets known as numbers that replaces a run of
+ * one dim d (every other dim whole): the buffer's elements before it, the
+ * update, the buffer's after it, concatenated along d — the form the other
+ * program's concatenate of a scan's stacked results meets (slices of a
+ * concatenation fold by rule). The update itself when it covers the buffer;
+ * EID_NONE when the offsets are not known or several dims are cut. dims: the
+ * result's global dims. */
+static eid update_as_concat(lstate *s, const int64_t *dims) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in, *ui = &s->comp->instrs[in->operands[1]];
+    uint32_t rank = in->shape.rank;
+    int cut = -1;
+    int64_t at = 0;
+    for (uint32_t d = 0; d < rank; d++) {
+        const lval *o = &s->ops[2 + d];
+        const interp_val *kv = o->kind == LV_TERM ? lf_kval(c, o->cls) : NULL;
+        double off;
+        if (kv && kv->n == 1) off = interp_val_get(kv, 0);
+        else if (o->kind == LV_DEV && lf_dev_uniform(c, o)) off = o->dev[0];
+        else return EID_NONE;
+        if (ui->shape.dims[d] == in->shape.dims[d]) continue;
+        if (cut >= 0 || s->ops[0].v.dims[d].naxes) return EID_NONE;
+        cut = (int)d;
+        int64_t len = ui->shape.dims[d];
+        at = (int64_t)off;
+        if (at > dims[d] - len) at = dims[d] - len;  /* clamped as XLA clamps */
+        if (at < 0) at = 0;
+    }
+    if (cut < 0) return eg_find(c->g, s->ops[1].cls);
+    int64_t sl[3 * VIEW_MAX_RANK], len = ui->shape.dims[cut];
+    for (uint32_t d = 0; d < rank; d++) sl[3 * d] = 0, sl[3 * d + 1] = dims[d], sl[3 * d + 2] = 1;
+    eid ch[3];
+    uint32_t n = 0;
+    if (at > 0) {
+        sl[3 * cut + 1] = at;
+        ch[n++] = lf_mk_slice(c, s->ops[0].cls, sl);
+    }
+    ch[n++] = s->ops[1].cls;
+    if (at + len < dims[cut]) {
+        sl[3 * cut] = at + len;
+        sl[3 * cut + 1] = dims[cut];
+        ch[n++] = lf_mk_slice(c, s->ops[0].cls, sl);
+    }
+    return lf_mk_concat(c, ch, n, (uint32_t)cut);
+}
+
 lval lf_lift_dynamic_update_slice(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -379,6 +425,8 @@ lval lf_lift_dynamic_update_slice(lstate *s) {
     }
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &x->v, &in->shape, dims);
+    eid known = update_as_concat(s, dims);
+    if (known != EID_NONE) return term(known, x->v, assumed);
     return term(lf_node(c, c->cur, in, ch, rank + 2, dims, c->origin), x->v, assumed);
 }
 

@@ -262,6 +262,25 @@ eid lf_mk_slice(lift_ctx *c, eid x, const int64_t *sl) {
     return lf_node(c, c->cur, &g, &x, 1, dims, c->origin);
 }
 
+eid lf_mk_concat(lift_ctx *c, const eid *ch, uint32_t n, uint32_t d) {
+    if (n == 1) return eg_find(c->g, ch[0]);
+    uint32_t rank, r2;
+    const int64_t *td = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &rank);
+    int64_t dims[VIEW_MAX_RANK];
+    if (rank > VIEW_MAX_RANK || d >= rank) return EID_NONE;
+    memcpy(dims, td, rank * sizeof *dims);
+    dims[d] = 0;
+    for (uint32_t k = 0; k < n; k++) dims[d] += eg_type_dims(c->g, eg_class_type(c->g, ch[k]), &r2)[d];
+    int64_t cd = d;
+    hlo_attr at_dims = {.key = A_DIMENSIONS, .kind = K_INTS, .n = 1, .v.ints = &cd};
+    hlo_instr g = {.name = "concatenate", .opname = "concatenate", .op = OP_CONCATENATE, .nattrs = 1, .noperands = n,
+                   .attrs = &at_dims};
+    g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, ch[0]));
+    g.shape.rank = rank;
+    g.shape.dims = dims;
+    return lf_node(c, c->cur, &g, ch, n, dims, c->origin);
+}
+
 /* reshape(x) to type t, canonical on both sides: reshape∘reshape is one
  * reshape and a reshape to x's own shape is x (both exact for row-major data).
  * A reshape of known values is the constant of those values. */

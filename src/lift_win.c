@@ -63,9 +63,7 @@ static eid runs_term(lift_ctx *c, eid x, uint32_t d, const int64_t *at, int64_t 
     const int64_t *td = term_dims(c, x, &rank);
     eid ch[64];
     uint32_t nch = 0;
-    int64_t dims[VIEW_MAX_RANK], sl[3 * VIEW_MAX_RANK];
-    memcpy(dims, td, rank * sizeof *dims);
-    dims[d] = n * len;
+    int64_t sl[3 * VIEW_MAX_RANK];
     for (uint32_t k = 0; k < rank; k++) sl[3 * k] = 0, sl[3 * k + 1] = td[k], sl[3 * k + 2] = 1;
     for (int64_t b = 0; b < n; b++) {
         int64_t start = at[b], end = start + len;
@@ -75,15 +73,7 @@ static eid runs_term(lift_ctx *c, eid x, uint32_t d, const int64_t *at, int64_t 
         sl[3 * d + 1] = end;
         ch[nch++] = lf_mk_slice(c, x, sl);
     }
-    if (nch == 1) return ch[0];
-    int64_t cd = d;
-    hlo_attr at_dims = {.key = A_DIMENSIONS, .kind = K_INTS, .n = 1, .v.ints = &cd};
-    hlo_instr g = {.name = "concatenate", .opname = "concatenate", .op = OP_CONCATENATE, .nattrs = 1, .noperands = nch,
-                   .attrs = &at_dims};
-    g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, x));
-    g.shape.rank = rank;
-    g.shape.dims = dims;
-    return lf_node(c, c->cur, &g, ch, nch, dims, c->origin);
+    return lf_mk_concat(c, ch, nch, d);
 }
 
 bool lf_win_rearranged(lift_ctx *c, lval *x) {

@@ -1303,16 +1303,22 @@ static void loop_induction(void) {
     CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s", verdict_name(v));
     json_decref(trace);
     /* The same loop against a baseline that unrolls it: walked iteration by
-     * iteration (the counter a constant in each), output 0 (h after two
-     * layers, with the weights sliced at the counter and an iota carried in)
-     * meets the baseline's; the buffer stacked by dynamic-update-slices into
-     * zeros is not related to the baseline's concatenate yet. */
+     * iteration (the counter a constant in each): h after two layers (the
+     * weights sliced at the counter, an iota carried in), the buffer stacked
+     * by dynamic-update-slices into zeros (the baseline's concatenate) and
+     * the accumulated mean all meet, by the rules. A wrong divisor after the
+     * loop is not verified. */
     t_case("check loops: a counted loop the baseline unrolls, walked iteration by iteration");
     trace = NULL;
     v = run_with("unrolled", "tests/cases/loops/base-unrolled.hlo", "tests/cases/loops/dist.hlo", "tests/cases/loops/relations.json",
                  false, false, &trace);
-    CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
-    CHECK_CONTAINS(first_message(trace), "output 1: the lifted term does not meet");
+    CHECK_MSG(v == VERDICT_VERIFIED, "verdict %s: %s", verdict_name(v), first_message(trace));
+    json_decref(trace);
+    t_case("check loops: the unrolled baseline against a wrong divisor");
+    trace = NULL;
+    v = run_with("unrolled-div", "tests/cases/loops/base-unrolled.hlo", "tests/cases/loops/dist-wrong-divisor.hlo",
+                 "tests/cases/loops/relations.json", true, false, &trace);
+    CHECK_MSG(v == VERDICT_MISMATCH, "verdict %s", verdict_name(v));
     json_decref(trace);
 }
 
