@@ -2040,6 +2040,17 @@ static bool parse_window_field(const char *w, const char *key, int64_t *out, uin
     return true;
 }
 
+bool interp_window(const char *text, uint32_t rank, int64_t *size, int64_t *stride, int64_t *pad, int64_t *lhs_dilate,
+                   int64_t *rhs_dilate) {
+    for (uint32_t d = 0; d < rank; d++) stride[d] = lhs_dilate[d] = rhs_dilate[d] = 1, pad[2 * d] = pad[2 * d + 1] = 0;
+    return parse_window_field(text, "size", size, rank, 1) &&
+           (!strstr(text, "stride=") || parse_window_field(text, "stride", stride, rank, 1)) &&
+           (!strstr(text, "pad=") || parse_window_field(text, "pad", pad, rank, 2)) &&
+           (!strstr(text, "lhs_dilate=") || parse_window_field(text, "lhs_dilate", lhs_dilate, rank, 1)) &&
+           (!strstr(text, "rhs_dilate=") || parse_window_field(text, "rhs_dilate", rhs_dilate, rank, 1)) &&
+           !strstr(text, "reversal");
+}
+
 static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev) {
     if (in->noperands != 2 || in->shape.dtype == DT_TUPLE) return fail(x, INTERP_EUNSUPPORTED, in, "variadic reduce-window");
     const interp_val *a = ops[0];

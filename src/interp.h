@@ -138,6 +138,12 @@ int interp_check(const hlo_module *m, const interp_config *cfg, strbuf *err);
 int interp_run(const hlo_module *m, const interp_config *cfg, interp_val **const *args,
                interp_val **out, strbuf *err);
 
+/* A window attribute's fields (window={size=.. stride=.. pad=l_h.. lhs_dilate=..
+ * rhs_dilate=..}) for `rank` dims, absent ones at their defaults; false when
+ * unreadable or reversed. pad holds low, high per dim. */
+bool interp_window(const char *text, uint32_t rank, int64_t *size, int64_t *stride, int64_t *pad, int64_t *lhs_dilate,
+                   int64_t *rhs_dilate);
+
 /* Evaluates one instruction of m on operand values ops[k] (borrowed), as if on
  * a single device: constant folding. Refuses (NULL, reason in err when not
  * NULL) ops whose result is not a function of the operands alone

@@ -1103,6 +1103,11 @@ lval lf_lift_instr(lstate *s) {
     }
     case OP_SLICE: return lf_lift_slice(s);
     case OP_CONCATENATE: return lf_lift_concatenate(s);
+    case OP_PAD: {
+        lval r;
+        if (lf_lift_pad(s, &r)) return r;
+        break;
+    }
     case OP_TOPK: return lift_topk(s);
     case OP_GATHER: {
         lval g;

@@ -293,6 +293,10 @@ lval lf_lift_slice(lstate *s);
 lval lf_lift_concatenate(lstate *s);
 lval lf_lift_dynamic_slice(lstate *s);
 lval lf_lift_dynamic_update_slice(lstate *s);        /* unknown when offsets differ per device */
+bool lf_lift_pad(lstate *s, lval *out);               /* false: not a view-keeping pad */
+bool lf_all_zero(lift_ctx *c, eid cls);               /* a constant-only class, every element 0 */
+/* The op of s over x and a replicated scalar k (a pad value, an init), x's view. */
+lval lf_with_scalar(lstate *s, const lval *x, const lval *k);
 
 /* lift.c helpers the collectives, shapes and dots use (the elementwise
  * operand re-readings among them). */

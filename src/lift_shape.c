@@ -315,6 +315,54 @@ moved:
     return r;
 }
 
+/* ---- pad ---- */
+
+bool lf_all_zero(lift_ctx *c, eid cls) {
+    const interp_val *v = lf_kval(c, cls);
+    if (!v || (!v->f && !v->i) || v->n < 1) return false;
+    for (int64_t k = 0; k < v->n; k++)
+        if (v->f ? v->f[k] != 0 : v->i[k] != 0) return false;
+    return true;
+}
+
+/* pad(x, v) along dims no mesh axis cuts: every device pads its block alike,
+ * the block of the global pad. A partial value stays partial where the pad
+ * value is what the reduction leaves alone: 0 for a sum (every device adds
+ * its own padding: any other value counts once per device), any value for a
+ * max or min (v reduced with itself is v). A factor on x carries over only
+ * with 0 padding. */
+bool lf_lift_pad(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->noperands == 2) lf_uniform_dev_as_term(s, 1);  /* a constant computed like a device value */
+    const lval *x = &s->ops[0], *pv = &s->ops[1];
+    const hlo_attr *pa = instr_attr(in, A_PADDING);
+    uint32_t rank = in->shape.rank;
+    if (in->noperands != 2 || !pa || pa->n != rank || x->kind != LV_TERM || x->diff || x->v.rank != rank ||
+        pv->kind != LV_TERM || !view_is_dup(&pv->v) || pv->v.partial || (view_is_dup(&x->v) && !x->v.partial))
+        return false;
+    for (uint32_t d = 0; d < rank; d++)
+        if (x->v.dims[d].naxes && (pa->v.ints[3 * d] || pa->v.ints[3 * d + 1] || pa->v.ints[3 * d + 2])) return false;
+    bool zero = lf_all_zero(c, pv->cls);
+    if (!zero && lf_scale_of(x) != 1) return false;
+    if (x->v.partial && !(x->v.red == RED_SUM ? zero : x->v.red == RED_MAX || x->v.red == RED_MIN)) return false;
+    *out = lf_with_scalar(s, x, pv);
+    return true;
+}
+
+lval lf_with_scalar(lstate *s, const lval *x, const lval *k) {
+    lift_ctx *c = s->c;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, &s->in->shape, dims);
+    eid ch[2] = {x->cls, k->cls};
+    lval out = *x;
+    out.cls = lf_node(c, c->cur, s->in, ch, 2, dims, c->origin);
+    out.assumed = x->assumed || k->assumed;
+    out.konst = x->konst && k->konst;
+    out.zm = NULL;
+    return out;
+}
+
 /* ---- slices, dynamic slices, concatenation ---- */
 
 /* Whether offset(r) = base + block(r)·size where block(r) is the major or the
@@ -407,9 +455,18 @@ lval lf_lift_dynamic_update_slice(lstate *s) {
     for (uint32_t d = 0; d < rank && x->kind == LV_TERM && u->kind == LV_TERM && d < x->v.rank && d < u->v.rank; d++)
         if (x->v.dims[d].naxes && !u->v.dims[d].naxes) lf_unit_dim_reread(s, 1, d, &x->v.dims[d]);
     if (x->kind != LV_TERM || u->kind != LV_TERM || in->noperands != 2 + rank || rank > VIEW_MAX_RANK ||
-        x->v.rank != rank || u->v.rank != rank || x->v.partial != u->v.partial || (x->v.partial && x->v.red != u->v.red) ||
-        !lf_same_sharding(&x->v, &u->v))
+        x->v.rank != rank || u->v.rank != rank)
         return unknown();
+    /* A constant base the same on every device is a partial value of itself
+     * where the reduction leaves it so: zeros for a sum (a partial sum written
+     * into zeros), any constant for a max or min. */
+    view xv = x->v;
+    if (!xv.partial && u->v.partial && view_is_dup(&xv) && lf_kval(c, x->cls) &&
+        (u->v.red == RED_SUM ? lf_all_zero(c, x->cls) : u->v.red == RED_MAX || u->v.red == RED_MIN)) {
+        xv.partial = u->v.partial;
+        xv.red = u->v.red;
+    }
+    if (xv.partial != u->v.partial || (xv.partial && xv.red != u->v.red) || !lf_same_sharding(&xv, &u->v)) return unknown();
     const hlo_instr *ui = &s->comp->instrs[in->operands[1]];
     for (uint32_t d = 0; d < rank; d++)
         if (x->v.dims[d].naxes && ui->shape.dims[d] != in->shape.dims[d]) return unknown();
@@ -424,10 +481,10 @@ lval lf_lift_dynamic_update_slice(lstate *s) {
         else return unknown();
     }
     int64_t dims[VIEW_MAX_RANK];
-    lf_global_dims(c, &x->v, &in->shape, dims);
+    lf_global_dims(c, &xv, &in->shape, dims);
     eid known = update_as_concat(s, dims);
-    if (known != EID_NONE) return term(known, x->v, assumed);
-    return term(lf_node(c, c->cur, in, ch, rank + 2, dims, c->origin), x->v, assumed);
+    if (known != EID_NONE) return term(known, xv, assumed);
+    return term(lf_node(c, c->cur, in, ch, rank + 2, dims, c->origin), xv, assumed);
 }
 
 /* A dynamic-slice in which each device keeps its own block of a sum not yet
@@ -665,7 +722,10 @@ lval lf_lift_concatenate(lstate *s) {
     bool assumed = false;
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
-        if (x->kind != LV_TERM || x->v.partial || !lf_same_sharding(&x->v, &s->ops[0].v) || x->v.dims[dd[0]].naxes) {
+        /* Partial operands alike (the same axes, the same reduction): a
+         * concatenation only places elements, so the reduction commutes. */
+        if (x->kind != LV_TERM || x->v.partial != s->ops[0].v.partial || (x->v.partial && x->v.red != s->ops[0].v.red) ||
+            !lf_same_sharding(&x->v, &s->ops[0].v) || x->v.dims[dd[0]].naxes) {
             lf_unsupported(c, s->comp, in, "%s concatenates operands that are not sharded alike off the concatenated dimension", in->name);
             return unknown();
         }

@@ -685,8 +685,7 @@ static lval rows_at(lstate *s, const lval *x, uint32_t d, const eid *ch, uint32_
 
 /* Whether operand 1 of a reduce is its sum's 0. */
 static bool zero_init(lstate *s) {
-    const interp_val *iv = s->ops[1].kind == LV_TERM ? lf_kval(s->c, s->ops[1].cls) : NULL;
-    return iv && iv->f && iv->n == 1 && iv->f[0] == 0;
+    return s->ops[1].kind == LV_TERM && lf_all_zero(s->c, s->ops[1].cls);
 }
 
 static bool rows_dot(lstate *s, lval *out) {
@@ -902,6 +901,70 @@ static bool rows_transpose(lstate *s, lval *out) {
     return true;
 }
 
+/* ---- reduce-window ----
+ * A window op reduces, for each output element, the elements of a box of
+ * its operand (init ⊕ the box). Along a dim no mesh axis cuts, every device
+ * holds the whole extent and computes the same boxes as the baseline. Along
+ * a sharded dim, a device computes the baseline's boxes exactly when no box
+ * crosses a block boundary: no padding or dilation, size ≤ stride and the
+ * local extent a multiple of the stride (pooling whose windows tile the
+ * blocks). On a partial value: a box sum is linear (partial(sum) stays
+ * partial(sum) when init is 0, which each device would add once more); a
+ * box max of a partial(max) is a partial(max) (max is idempotent, so a
+ * device's init or padding counts once); nothing else. */
+
+typedef struct win_attr {
+    int64_t size[VIEW_MAX_RANK], stride[VIEW_MAX_RANK], pad[2 * VIEW_MAX_RANK], ld[VIEW_MAX_RANK], rd[VIEW_MAX_RANK];
+} win_attr;
+
+static bool read_window(const hlo_instr *in, uint32_t rank, win_attr *w) {
+    const hlo_attr *wa = instr_attr(in, A_WINDOW);
+    if (!wa || rank > VIEW_MAX_RANK || !interp_window(wa->v.str, rank, w->size, w->stride, w->pad, w->ld, w->rd))
+        return false;
+    for (uint32_t d = 0; d < rank; d++)
+        if (w->size[d] < 1 || w->stride[d] < 1 || w->ld[d] < 1 || w->rd[d] < 1) return false;
+    return true;
+}
+
+/* Whether a reduce-window with reducer red and init operand `init` keeps a
+ * value of view v (its factor `scale`) what the view says, reduced alike. */
+static bool window_keeps(lstate *s, const view *v, double scale, int red) {
+    bool zero = zero_init(s);
+    if (v->partial) {
+        if (v->red == RED_SUM) return red == RED_SUM && zero;
+        if (v->red == RED_MAX || v->red == RED_MIN) return red == v->red && scale == 1;
+        return false;
+    }
+    return scale == 1 || (red == RED_SUM && zero);
+}
+
+static bool term_reduce_window(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0], *init = &s->ops[1];
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    uint32_t rank = in->shape.rank;
+    win_attr w;
+    if (x->kind != LV_TERM || x->diff || init->kind != LV_TERM || !view_is_dup(&init->v) || init->v.partial ||
+        src->shape.rank != rank || x->v.rank != rank || !read_window(in, rank, &w))
+        return false;
+    if (view_is_dup(&x->v) && !x->v.partial) return false;  /* the op itself, as for any replicated operands */
+    if (!window_keeps(s, &x->v, lf_scale_of(x), instr_reducer(c->cur, in))) return false;
+    for (uint32_t d = 0; d < rank; d++) {
+        if (!x->v.dims[d].naxes) continue;
+        if (w.pad[2 * d] || w.pad[2 * d + 1] || w.ld[d] != 1 || w.rd[d] != 1 || w.size[d] > w.stride[d] ||
+            src->shape.dims[d] % w.stride[d] || in->shape.dims[d] != src->shape.dims[d] / w.stride[d])
+            return false;
+    }
+    *out = lf_with_scalar(s, x, init);
+    return true;
+}
+
+static bool win_reduce_window(lstate *s, lval *out) {
+    if (s->in->noperands != 2 || s->in->shape.dtype == DT_TUPLE) return false;
+    return term_reduce_window(s, out);
+}
+
 /* The row-wise transfer functions (above); false when none applies. */
 static bool win_rows(lstate *s, lval *out) {
     bool any = false;
@@ -981,6 +1044,7 @@ bool lf_win_instr(lstate *s, lval *out) {
     case OP_CONCATENATE: return win_concatenate(s, out);
     case OP_DYNAMIC_SLICE: return win_dynamic_slice(s, out) || win_dynamic_slice_uniform(s, out);
     case OP_RESHAPE: case OP_BITCAST: return win_squeeze(s, out) || win_rows(s, out);
+    case OP_REDUCE_WINDOW: return win_reduce_window(s, out);
     default: return win_rows(s, out);
     }
 }

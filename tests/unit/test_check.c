@@ -1719,6 +1719,25 @@ static void hand_written_cases(void) {
         {"unit-partial/sq", "the halves summed", "  %m = f32[32] multiply(%s, %kb)",
          "  %sr = f32[32] all-reduce(%s), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add\n"
          "  %m = f32[32] multiply(%sr, %kb)", VERDICT_MISMATCH, false},
+        {"windows/pad-partial", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"windows/pad-partial", "padded with 1 before the psum", "%constant.0.clone = s32[] constant(0)",
+         "%constant.0.clone = s32[] constant(1)", VERDICT_MISMATCH, false},
+        {"windows/cumsum-partial", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"windows/cumsum-partial", "sums started at 1 on every device", "%constant.3.clone = f32[] constant(0)",
+         "%constant.3.clone = f32[] constant(1)", VERDICT_MISMATCH, false},
+        {"windows/cumsum-partial", "along the other dim", "window={size=8x1 pad=7_0x0_0}", "window={size=1x8 pad=0_0x7_0}",
+         VERDICT_MISMATCH, false},
+        {"windows/dus-zeros", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"windows/dus-zeros", "written at the wrong row", "%constant.1.clone = s32[] constant(4)",
+         "%constant.1.clone = s32[] constant(0)", VERDICT_MISMATCH, false},
+        {"windows/dus-zeros", "written into ones", "%constant.0.clone = f32[] constant(0)", "%constant.0.clone = f32[] constant(1)",
+         VERDICT_MISMATCH, false},
+        {"windows/concat-partials", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"windows/concat-partials", "operands swapped", "concatenate(%dot_general.4, %mul.5)",
+         "concatenate(%mul.5, %dot_general.4)", VERDICT_MISMATCH, false},
+        {"windows/maxpool", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"windows/maxpool", "min pooling", "maximum(%reduce_window_max.0, %reduce_window_max.1)",
+         "minimum(%reduce_window_max.0, %reduce_window_max.1)", VERDICT_MISMATCH, false},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         char b[256], d[256], r[256];
