@@ -830,6 +830,13 @@ static lval lift_elementwise(lstate *s) {
          * is the partial max of the maxima, and so for min. */
         bool idem = (red == RED_MAX && in->op == OP_MAXIMUM) || (red == RED_MIN && in->op == OP_MINIMUM);
         bool ok = red == RED_SUM || idem;
+        /* The negation of a partial max is the partial min of the negations
+         * (max_i -x_i = -min_i x_i), exact in floating point; not for
+         * integers, where the negation of the least value wraps. */
+        if (in->op == OP_NEGATE && (red == RED_MAX || red == RED_MIN) && dtype_is_float(in->shape.dtype)) {
+            ok = true;
+            red = red == RED_MAX ? RED_MIN : RED_MAX;
+        }
         for (uint32_t o = 0; o < in->noperands && ok; o++) {
             if (!ops[o].v.partial) {
                 /* a zero added is a partial sum of zeros */
