@@ -658,6 +658,80 @@ static bool gather_unit_dim(lstate *s, uint32_t d, int axes, lval *out) {
 
 /* all-gather along d: d must be sharded with the gathered axes as its minor
  * axes (block order = group order). */
+/* all-gather s along d (a unit dim a reshape put after a reduce's kept dims)
+ * over one mesh axis of a value partial over it: device k's piece is the
+ * reduction of block k of the reduce's operand Y, sharded on exactly that
+ * axis along the one sharded dim e it reduces (init the reducer's
+ * identity). The stack is then the global Y split at e into (blocks,
+ * block) reduced over the block and the other reduced dims: the blocks'
+ * dim lands where the kept dims before e end, which must be d. */
+static bool gather_pieces(lstate *s, uint32_t d, int axes, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in, *r = &s->comp->instrs[in->operands[0]];
+    const lval *x = &s->ops[0];
+    const shape *xs = &r->shape;
+    if (__builtin_popcount((unsigned)axes) != 1 || x->kind != LV_TERM || x->v.partial != (uint32_t)axes ||
+        lift_groups_axes(c, in, true) != axes)
+        return false;
+    if (r->op != OP_RESHAPE && r->op != OP_BITCAST) return false;
+    r = &s->comp->instrs[r->operands[0]];
+    if (r->op != OP_REDUCE || r->noperands != 2 || xs->rank != r->shape.rank + 1 || xs->dims[d] != 1) return false;
+    for (uint32_t k = 0, q = 0; k < xs->rank; k++)
+        if (k != d && xs->dims[k] != r->shape.dims[q++]) return false;
+    const lval *y = &s->vals[r->operands[0]], *init = &s->vals[r->operands[1]];
+    const shape *ys = &s->comp->instrs[r->operands[0]].shape;
+    if (y->kind != LV_TERM || init->kind != LV_TERM || y->v.partial || init->v.partial || lf_scale_of(y) != 1 ||
+        lf_scale_of(init) != 1 || ys->rank + 1 > VIEW_MAX_RANK || !lf_reducer_identity(c, c->cur, r, init->cls))
+        return false;
+    uint32_t nd, kept = 0;
+    int e = -1;
+    const int64_t *rd = instr_ints(r, A_DIMENSIONS, &nd);
+    int64_t dd[VIEW_MAX_RANK + 1], gy[VIEW_MAX_RANK], sd[VIEW_MAX_RANK + 1];
+    for (uint32_t k = 0; k < ys->rank; k++) {
+        bool reduced = false;
+        for (uint32_t q = 0; q < nd; q++) reduced |= rd[q] == k;
+        const view_dim *vd = &y->v.dims[k];
+        bool mine = vd->naxes == 1 && (1u << vd->axes[0]) == (uint32_t)axes;
+        if (!mine && (view_axes_used(&(view){.rank = 1, .dims = {*vd}}) & (uint32_t)axes)) return false;
+        if (reduced && mine) {
+            if (e >= 0) return false;
+            e = (int)k;
+            if (kept != d) return false;
+        } else if (reduced && vd->naxes) {
+            return false;
+        } else if (!reduced) {
+            kept++;
+        }
+    }
+    if (e < 0 || nd > VIEW_MAX_RANK) return false;
+    lf_global_dims(c, &y->v, ys, gy);
+    int64_t n = c->mesh->sizes[y->v.dims[e].axes[0]];
+    if (n < 2 || gy[e] != n * ys->dims[e] || xs->rank > VIEW_MAX_RANK) return false;
+    for (uint32_t k = 0, q = 0; k < ys->rank; k++) {
+        if (k == (uint32_t)e) sd[q++] = n;
+        sd[q++] = k == (uint32_t)e ? ys->dims[e] : gy[k];
+    }
+    for (uint32_t q = 0; q < nd; q++) dd[q] = rd[q] < e ? rd[q] : rd[q] + 1;
+    eid split = lf_mk_reshape(c, y->cls, lf_type_of(c, ys->dtype, sd, ys->rank + 1), c->origin);
+    view v = x->v;
+    v.partial = 0;
+    v.red = 0;
+    int64_t gdims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, gdims);
+    if (gdims[d] != n) return false;
+    /* the same reduce over the split operand: its dims renumbered */
+    hlo_instr ri = *r;
+    hlo_attr *attrs = arena_alloc(c->a, (r->nattrs + 1) * sizeof *attrs);
+    if (r->nattrs) memcpy(attrs, r->attrs, r->nattrs * sizeof *attrs);
+    for (uint32_t k = 0; k < r->nattrs; k++)
+        if (attrs[k].key == A_DIMENSIONS) attrs[k].v.ints = arena_memdup(c->a, dd, nd * sizeof *dd);
+    ri.attrs = attrs;
+    ri.shape = in->shape;
+    eid ch[2] = {split, init->cls};
+    *out = term(lf_node(c, c->cur, &ri, ch, 2, gdims, c->origin), v, y->assumed || init->assumed || x->assumed);
+    return true;
+}
+
 lval lf_lift_all_gather(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -683,7 +757,9 @@ lval lf_lift_all_gather(lstate *s) {
         /* The stack of the group's partial values: no value of the baseline
          * until reduced over d (lf_lift_reduce), nor a mistake by itself. */
         uint32_t i = (uint32_t)(in - s->comp->instrs);
-        if (!lf_stack_only_reduced(s->comp, c->cur, i, d, x->v.red))
+        bool only_reduced = lf_stack_only_reduced(s->comp, c->cur, i, d, x->v.red);
+        if (!only_reduced && gather_pieces(s, d, axes, &moved)) return moved;
+        if (!only_reduced)
             lf_unsupported(c, s->comp, in, "%s gathers partial values (%s) side by side; the stack is related only where a reduce "
                            "over the gathered dimension completes it", in->name, reducer_name(x->v.red));
         return unknown();
