@@ -894,6 +894,13 @@ static lval lift_elementwise(lstate *s) {
          * is the partial max of the maxima, and so for min. */
         bool idem = (red == RED_MAX && in->op == OP_MAXIMUM) || (red == RED_MIN && in->op == OP_MINIMUM);
         bool ok = red == RED_SUM || idem;
+        /* The negation of a partial max is the partial min of the negations
+         * (max_i -x_i = -min_i x_i), exact in floating point; not for
+         * integers, where the negation of the least value wraps. */
+        if (in->op == OP_NEGATE && (red == RED_MAX || red == RED_MIN) && dtype_is_float(in->shape.dtype)) {
+            ok = true;
+            red = red == RED_MAX ? RED_MIN : RED_MAX;
+        }
         for (uint32_t o = 0; o < in->noperands && ok; o++) {
             if (!ops[o].v.partial) {
                 /* a zero added is a partial sum of zeros */
@@ -986,6 +993,53 @@ static lval lift_topk(lstate *s) {
         eid e = eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, 3), lf_type_of(c, es->dtype, dims, es->rank), &node, 1,
                        c->origin);
         t.elems[j] = term(e, x->v, x->assumed);
+    }
+    return t;
+}
+
+/* sort along dim d: each line along d sorted on its own (the comparator
+ * sees only the elements of that line), all operands permuted alike. Where
+ * the operands are sharded alike, d whole and none partial, each device
+ * sorts lines of the global operands: the result is the global sort, sharded
+ * as they are. One element per operand (a tuple when several). */
+static lval lift_sort(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t nd;
+    const int64_t *sd = instr_ints(in, A_DIMENSIONS, &nd);
+    const shape *xs = &s->comp->instrs[in->operands[0]].shape;
+    if (!in->noperands || in->noperands > 8 || nd != 1 || sd[0] < 0 || (uint64_t)sd[0] >= xs->rank ||
+        xs->rank > VIEW_MAX_RANK || s->ops[0].kind != LV_TERM)
+        return unknown();
+    view want = s->ops[0].v;
+    lf_review_operands(s, &want);
+    bool assumed = false;
+    eid ch[8];
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (x->kind != LV_TERM || x->v.partial || !lf_same_sharding(&x->v, &want) || lf_scale_of(x) != 1 ||
+            x->v.dims[sd[0]].naxes)
+            return unknown();
+        assumed |= x->assumed;
+        ch[o] = x->cls;
+    }
+    int64_t dims[VIEW_MAX_RANK];
+    if (in->shape.dtype != DT_TUPLE) {
+        lf_global_dims(c, &want, &in->shape, dims);
+        return term(lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin), want, assumed);
+    }
+    if (in->shape.ntuple != in->noperands) return unknown();
+    eid node = lf_node(c, c->cur, in, ch, in->noperands, NULL, c->origin);
+    lval t = {.kind = LV_TUPLE, .n = in->noperands};
+    t.elems = arena_alloc(c->a, (in->noperands + 1) * sizeof *t.elems);
+    for (uint32_t j = 0; j < in->noperands; j++) {
+        const shape *es = &in->shape.tuple[j];
+        int64_t words[3] = {A_INDEX, 1, j};
+        if (es->rank != xs->rank) return unknown();
+        lf_global_dims(c, &want, es, dims);
+        eid e = eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, 3), lf_type_of(c, es->dtype, dims, es->rank), &node, 1,
+                       c->origin);
+        t.elems[j] = term(e, want, assumed);
     }
     return t;
 }
@@ -1109,6 +1163,7 @@ lval lf_lift_instr(lstate *s) {
         break;
     }
     case OP_TOPK: return lift_topk(s);
+    case OP_SORT: return lift_sort(s);
     case OP_GATHER: {
         lval g;
         if (lf_gather_views(s, &g)) return g;

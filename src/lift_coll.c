@@ -208,6 +208,66 @@ void lf_track_short(lstate *s, lval *v) {
 
 /* ---- all-reduce, all-gather, reduce-scatter ---- */
 
+/* reduce(x, 0) over dims dd (nd of them) with sum collective s's reducer
+ * (its to_apply, ta): the result's local shape rs, global dims gdims. */
+static eid sum_reduce_term(lstate *s, eid x, const int64_t *dd, uint32_t nd, const shape *rs, const int64_t *gdims,
+                           const hlo_attr *ta) {
+    lift_ctx *c = s->c;
+    hlo_instr ri = *s->in;
+    hlo_attr attrs[2] = {{.key = A_DIMENSIONS, .kind = K_INTS, .n = nd, .v.ints = arena_memdup(c->a, dd, nd * sizeof *dd)}, *ta};
+    if (attrs[1].key < attrs[0].key) {
+        hlo_attr t = attrs[0];
+        attrs[0] = attrs[1];
+        attrs[1] = t;
+    }
+    ri.op = OP_REDUCE;
+    ri.attrs = arena_memdup(c->a, attrs, sizeof attrs);
+    ri.nattrs = 2;
+    ri.shape = *rs;
+    interp_val *z = interp_val_new(rs->dtype, 0, NULL);
+    if (!z) return EID_NONE;
+    eid ch[2] = {x, lf_const_term(c, z, c->origin)};
+    return lf_node(c, c->cur, &ri, ch, 2, gdims, c->origin);
+}
+
+/* The operand x of sum collective s, dim d of local size > 1 sharded over
+ * exactly `sharded` (the axes the groups span that x is not partial over),
+ * no other dim sharded over them: each device of a group holds one block,
+ * and the group sums the blocks. Re-read as the partial sum (over those
+ * axes) of the global value split at d into (blocks, block) and summed
+ * over the blocks: dim d, of the block's size, no longer sharded. The
+ * blocks are in any order (a sum does not care). */
+static void blocks_as_partial(lstate *s, uint32_t d, uint32_t sharded, const hlo_attr *ta) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    lval *x = &s->ops[0];
+    const shape *ls = &s->comp->instrs[in->operands[0]].shape;
+    uint32_t mine = 0;
+    for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) mine |= 1u << x->v.dims[d].axes[a];
+    for (uint32_t e = 0; e < ls->rank; e++)
+        for (uint32_t a = 0; a < x->v.dims[e].naxes && e != d; a++)
+            if (sharded >> x->v.dims[e].axes[a] & 1) return;
+    if (mine != sharded || ls->rank + 1 > VIEW_MAX_RANK || in->shape.dtype != ls->dtype) return;
+    int64_t gd[VIEW_MAX_RANK], sd[VIEW_MAX_RANK + 1], rd[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, ls, gd);
+    int64_t n = view_dim_parts(&x->v, c->mesh, d);
+    if (n < 2 || gd[d] != n * ls->dims[d]) return;
+    for (uint32_t e = 0, k = 0; e < ls->rank; e++) {
+        if (e == d) sd[k++] = n;
+        sd[k++] = e == d ? ls->dims[d] : gd[e];
+        rd[e] = e == d ? ls->dims[d] : gd[e];
+    }
+    eid split = lf_mk_reshape(c, x->cls, lf_type_of(c, ls->dtype, sd, ls->rank + 1), c->origin);
+    /* reduce(split, 0) over the blocks' dim with the collective's reducer */
+    int64_t one = d;
+    eid t = sum_reduce_term(s, split, &one, 1, ls, rd, ta);
+    if (t == EID_NONE) return;
+    x->cls = t;
+    memset(&x->v.dims[d], 0, sizeof x->v.dims[d]);
+    x->v.partial |= (uint8_t)sharded;
+    x->v.red = RED_SUM;
+}
+
 /* The operand of sum collective s, sharded over some of `axes` on dims of
  * local size 1 (whole dims: all their axes among `axes`), re-read as partial
  * over those axes: every device holds one summand of the sum over such a
@@ -238,28 +298,21 @@ static void unit_blocks_as_partial(lstate *s, uint32_t axes) {
             rd[nr++] = gd[d];
             continue;
         }
-        if ((mine & ~sharded) || ls->dims[d] != 1) return;
+        if (mine & ~sharded) return;
+        if (ls->dims[d] != 1) {
+            blocks_as_partial(s, d, sharded, ta);
+            return;
+        }
         got |= mine;
         dd[nd++] = d;
     }
     if (!nd || got != sharded) return;
     /* reduce(term, 0) over those dims with the collective's reducer */
-    hlo_instr ri = *in;
-    hlo_attr attrs[2] = {{.key = A_DIMENSIONS, .kind = K_INTS, .n = nd, .v.ints = arena_memdup(c->a, dd, nd * sizeof *dd)}, *ta};
-    if (attrs[1].key < attrs[0].key) {
-        hlo_attr t = attrs[0];
-        attrs[0] = attrs[1];
-        attrs[1] = t;
-    }
-    ri.op = OP_REDUCE;
-    ri.attrs = arena_memdup(c->a, attrs, sizeof attrs);
-    ri.nattrs = 2;
-    ri.shape.rank = nr;
-    ri.shape.dims = arena_memdup(c->a, ld, (nr + 1) * sizeof *ld);
-    interp_val *z = interp_val_new(ls->dtype, 0, NULL);
-    if (!z) return;
-    eid ch[2] = {x->cls, lf_const_term(c, z, c->origin)};
-    eid t = lf_node(c, c->cur, &ri, ch, 2, rd, c->origin);
+    shape rs = *ls;
+    rs.rank = nr;
+    rs.dims = arena_memdup(c->a, ld, (nr + 1) * sizeof *ld);
+    eid t = sum_reduce_term(s, x->cls, dd, nd, &rs, rd, ta);
+    if (t == EID_NONE) return;
     for (uint32_t k = 0; k < nd; k++) gd[dd[k]] = 1;
     x->cls = lf_mk_reshape(c, t, lf_type_of(c, ls->dtype, gd, ls->rank), c->origin);
     for (uint32_t k = 0; k < nd; k++) memset(&x->v.dims[dd[k]], 0, sizeof x->v.dims[dd[k]]);
@@ -605,6 +658,80 @@ static bool gather_unit_dim(lstate *s, uint32_t d, int axes, lval *out) {
 
 /* all-gather along d: d must be sharded with the gathered axes as its minor
  * axes (block order = group order). */
+/* all-gather s along d (a unit dim a reshape put after a reduce's kept dims)
+ * over one mesh axis of a value partial over it: device k's piece is the
+ * reduction of block k of the reduce's operand Y, sharded on exactly that
+ * axis along the one sharded dim e it reduces (init the reducer's
+ * identity). The stack is then the global Y split at e into (blocks,
+ * block) reduced over the block and the other reduced dims: the blocks'
+ * dim lands where the kept dims before e end, which must be d. */
+static bool gather_pieces(lstate *s, uint32_t d, int axes, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in, *r = &s->comp->instrs[in->operands[0]];
+    const lval *x = &s->ops[0];
+    const shape *xs = &r->shape;
+    if (__builtin_popcount((unsigned)axes) != 1 || x->kind != LV_TERM || x->v.partial != (uint32_t)axes ||
+        lift_groups_axes(c, in, true) != axes)
+        return false;
+    if (r->op != OP_RESHAPE && r->op != OP_BITCAST) return false;
+    r = &s->comp->instrs[r->operands[0]];
+    if (r->op != OP_REDUCE || r->noperands != 2 || xs->rank != r->shape.rank + 1 || xs->dims[d] != 1) return false;
+    for (uint32_t k = 0, q = 0; k < xs->rank; k++)
+        if (k != d && xs->dims[k] != r->shape.dims[q++]) return false;
+    const lval *y = &s->vals[r->operands[0]], *init = &s->vals[r->operands[1]];
+    const shape *ys = &s->comp->instrs[r->operands[0]].shape;
+    if (y->kind != LV_TERM || init->kind != LV_TERM || y->v.partial || init->v.partial || lf_scale_of(y) != 1 ||
+        lf_scale_of(init) != 1 || ys->rank + 1 > VIEW_MAX_RANK || !lf_reducer_identity(c, c->cur, r, init->cls))
+        return false;
+    uint32_t nd, kept = 0;
+    int e = -1;
+    const int64_t *rd = instr_ints(r, A_DIMENSIONS, &nd);
+    int64_t dd[VIEW_MAX_RANK + 1], gy[VIEW_MAX_RANK], sd[VIEW_MAX_RANK + 1];
+    for (uint32_t k = 0; k < ys->rank; k++) {
+        bool reduced = false;
+        for (uint32_t q = 0; q < nd; q++) reduced |= rd[q] == k;
+        const view_dim *vd = &y->v.dims[k];
+        bool mine = vd->naxes == 1 && (1u << vd->axes[0]) == (uint32_t)axes;
+        if (!mine && (view_axes_used(&(view){.rank = 1, .dims = {*vd}}) & (uint32_t)axes)) return false;
+        if (reduced && mine) {
+            if (e >= 0) return false;
+            e = (int)k;
+            if (kept != d) return false;
+        } else if (reduced && vd->naxes) {
+            return false;
+        } else if (!reduced) {
+            kept++;
+        }
+    }
+    if (e < 0 || nd > VIEW_MAX_RANK) return false;
+    lf_global_dims(c, &y->v, ys, gy);
+    int64_t n = c->mesh->sizes[y->v.dims[e].axes[0]];
+    if (n < 2 || gy[e] != n * ys->dims[e] || xs->rank > VIEW_MAX_RANK) return false;
+    for (uint32_t k = 0, q = 0; k < ys->rank; k++) {
+        if (k == (uint32_t)e) sd[q++] = n;
+        sd[q++] = k == (uint32_t)e ? ys->dims[e] : gy[k];
+    }
+    for (uint32_t q = 0; q < nd; q++) dd[q] = rd[q] < e ? rd[q] : rd[q] + 1;
+    eid split = lf_mk_reshape(c, y->cls, lf_type_of(c, ys->dtype, sd, ys->rank + 1), c->origin);
+    view v = x->v;
+    v.partial = 0;
+    v.red = 0;
+    int64_t gdims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, gdims);
+    if (gdims[d] != n) return false;
+    /* the same reduce over the split operand: its dims renumbered */
+    hlo_instr ri = *r;
+    hlo_attr *attrs = arena_alloc(c->a, (r->nattrs + 1) * sizeof *attrs);
+    if (r->nattrs) memcpy(attrs, r->attrs, r->nattrs * sizeof *attrs);
+    for (uint32_t k = 0; k < r->nattrs; k++)
+        if (attrs[k].key == A_DIMENSIONS) attrs[k].v.ints = arena_memdup(c->a, dd, nd * sizeof *dd);
+    ri.attrs = attrs;
+    ri.shape = in->shape;
+    eid ch[2] = {split, init->cls};
+    *out = term(lf_node(c, c->cur, &ri, ch, 2, gdims, c->origin), v, y->assumed || init->assumed || x->assumed);
+    return true;
+}
+
 lval lf_lift_all_gather(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -630,7 +757,9 @@ lval lf_lift_all_gather(lstate *s) {
         /* The stack of the group's partial values: no value of the baseline
          * until reduced over d (lf_lift_reduce), nor a mistake by itself. */
         uint32_t i = (uint32_t)(in - s->comp->instrs);
-        if (!lf_stack_only_reduced(s->comp, c->cur, i, d, x->v.red))
+        bool only_reduced = lf_stack_only_reduced(s->comp, c->cur, i, d, x->v.red);
+        if (!only_reduced && gather_pieces(s, d, axes, &moved)) return moved;
+        if (!only_reduced)
             lf_unsupported(c, s->comp, in, "%s gathers partial values (%s) side by side; the stack is related only where a reduce "
                            "over the gathered dimension completes it", in->name, reducer_name(x->v.red));
         return unknown();
