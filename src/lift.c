@@ -1571,6 +1571,9 @@ lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
         lval *o = r.kind == LV_TUPLE ? &r.elems[k] : &r, pv;
         if (o->kind == LV_MASK && !lf_mask_resolves(c, o) && lf_mask_as_partial(c, o, &pv)) *o = pv;
         else if (o->kind == LV_MASK) lf_index_as_term(c, o);
+        /* An index value as the root itself (no tuple to turn it into its
+         * plain term, as OP_TUPLE does): its plain term, when it has one. */
+        else if ((o->kind == LV_PW || o->kind == LV_IVEC) && o->cls != EID_NONE) lf_index_as_term(c, o);
         else if (o->kind == LV_WIN) lf_win_rearranged(c, o);
     }
     /* An output that is a rearrangement of baseline values diverges where it is made. */

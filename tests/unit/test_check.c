@@ -1512,7 +1512,9 @@ static void concat_unlike_operands(void) {
  *     baseline's; another element is not;
  *   - tests/cases/int-splat: a sharded s32 array times 7 (JAX 0.12, GSPMD):
  *     the 7s tabulated per device on one side and a broadcast on the other
- *     are one constant (times 6 is not);
+ *     are one constant (times 6 is not); plus 7, an index value as the
+ *     root itself (no tuple), is its plain term (plus 8, plus the device id
+ *     are not);
  *   - tests/cases/collectives (shard_map programs exported by JAX 0.12):
  *     partial sums masked by where(m, x@w, 0) before the psum; a bias b/4
  *     added on each of 4 devices before it; psum_scatter of a replicated
@@ -1612,6 +1614,10 @@ static void hand_written_cases(void) {
          false},
         {"int-splat/mul", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"int-splat/mul", "times 6", "s32[] constant(7)", "s32[] constant(6)", VERDICT_MISMATCH, false},
+        {"int-splat/add", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"int-splat/add", "plus 8", "s32[] constant(7)", "s32[] constant(8)", VERDICT_MISMATCH, false},
+        {"int-splat/add", "plus the device id", "%constant.0.clone = s32[] constant(7)",
+         "%pid = u32[] partition-id()\n  %constant.0.clone = s32[] convert(%pid)", VERDICT_MISMATCH, false},
         {"collectives/where-zero", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"collectives/where-zero", "ones where masked", "f32[] constant(0)", "f32[] constant(1)", VERDICT_MISMATCH, false},
         {"collectives/bias-div-n", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
