@@ -1510,6 +1510,10 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/tuple-op: a tuple-shaped op on replicated operands
  *     (batch-norm-training, PyTorch/XLA's layer norm), whose elements are the
  *     baseline's; another element is not;
+ *   - tests/cases/const-pred: jnp.var over rows sharded on 4 devices (JAX
+ *     0.12, shard_map, two passes): the baseline's where(n - ddof > 0, ...)
+ *     with ddof 0 has a predicate true everywhere and is its second operand;
+ *     with ddof 1 (another divisor) or 16 (NaN) it is not;
  *   - tests/cases/int-splat: a sharded s32 array times 7 (JAX 0.12, GSPMD):
  *     the 7s tabulated per device on one side and a broadcast on the other
  *     are one constant (times 6 is not); plus 7, an index value as the
@@ -1640,6 +1644,10 @@ static void hand_written_cases(void) {
         {"const-along/devsel", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"const-along/devsel", "ones on one device", "select(%pb, %zerob, %zerob)", "select(%pb, %zerob, %oneb)",
          VERDICT_MISMATCH, false},
+        {"const-pred/var", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"const-pred/var", "the variance over 2 of 4 devices", "constant(4)", "constant(2)", VERDICT_MISMATCH, false},
+        {"const-pred/var-ddof1", "the baseline divides by n - 1", NULL, NULL, VERDICT_MISMATCH, true},
+        {"const-pred/var-ddof16", "the baseline's n - ddof is 0 (NaN)", NULL, NULL, VERDICT_MISMATCH, false},
         {"unrounded/bf16", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"unrounded/bf16", "summed over half the devices", "replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}",
          VERDICT_MISMATCH, false},
