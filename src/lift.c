@@ -1183,6 +1183,15 @@ lval lf_lift_instr(lstate *s) {
             eg_find(c->g, ops[1].cls) == eg_find(c->g, ops[2].cls) && lf_same_sharding(&ops[1].v, &ops[2].v) &&
             ops[1].v.partial == ops[2].v.partial && lf_scale_of(&ops[1]) == lf_scale_of(&ops[2]))
             return ops[1];
+        /* A predicate known to be true (false) at every element picks the
+         * second (third) operand whole (jnp.var's where(n - ddof > 0, ...)
+         * with a constant ddof). */
+        if (in->op == OP_SELECT && in->noperands == 3 && ops[0].kind == LV_TERM && !ops[0].v.partial && !ops[0].assumed) {
+            const interp_val *p = lf_kval(c, ops[0].cls);
+            int64_t k = 0, ntrue = 0;
+            for (; p && p->dtype == DT_PRED && p->i && k < p->n; k++) ntrue += p->i[k] != 0;
+            if (p && k == p->n && p->n > 0 && (ntrue == 0 || ntrue == p->n)) return ops[ntrue ? 1 : 2];
+        }
         lval once;
         if (lf_picked_on_some_devices(s, &once)) return once;
         /* Device operands that agree everywhere act as constants. */
@@ -1733,6 +1742,9 @@ lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
         lval *o = r.kind == LV_TUPLE ? &r.elems[k] : &r, pv;
         if (o->kind == LV_MASK && !lf_mask_resolves(c, o) && lf_mask_as_partial(c, o, &pv)) *o = pv;
         else if (o->kind == LV_MASK) lf_index_as_term(c, o);
+        /* An index value as the root itself (no tuple to turn it into its
+         * plain term, as OP_TUPLE does): its plain term, when it has one. */
+        else if ((o->kind == LV_PW || o->kind == LV_IVEC) && o->cls != EID_NONE) lf_index_as_term(c, o);
         else if (o->kind == LV_WIN) lf_win_rearranged(c, o);
     }
     /* An output that is a rearrangement of baseline values diverges where it is made. */

@@ -1587,9 +1587,15 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/tuple-op: a tuple-shaped op on replicated operands
  *     (batch-norm-training, PyTorch/XLA's layer norm), whose elements are the
  *     baseline's; another element is not;
+ *   - tests/cases/const-pred: jnp.var over rows sharded on 4 devices (JAX
+ *     0.12, shard_map, two passes): the baseline's where(n - ddof > 0, ...)
+ *     with ddof 0 has a predicate true everywhere and is its second operand;
+ *     with ddof 1 (another divisor) or 16 (NaN) it is not;
  *   - tests/cases/int-splat: a sharded s32 array times 7 (JAX 0.12, GSPMD):
  *     the 7s tabulated per device on one side and a broadcast on the other
- *     are one constant (times 6 is not);
+ *     are one constant (times 6 is not); plus 7, an index value as the
+ *     root itself (no tuple), is its plain term (plus 8, plus the device id
+ *     are not);
  *   - tests/cases/collectives (shard_map programs exported by JAX 0.12):
  *     partial sums masked by where(m, x@w, 0) before the psum; a bias b/4
  *     added on each of 4 devices before it; psum_scatter of a replicated
@@ -1689,6 +1695,10 @@ static void hand_written_cases(void) {
          false},
         {"int-splat/mul", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"int-splat/mul", "times 6", "s32[] constant(7)", "s32[] constant(6)", VERDICT_MISMATCH, false},
+        {"int-splat/add", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"int-splat/add", "plus 8", "s32[] constant(7)", "s32[] constant(8)", VERDICT_MISMATCH, false},
+        {"int-splat/add", "plus the device id", "%constant.0.clone = s32[] constant(7)",
+         "%pid = u32[] partition-id()\n  %constant.0.clone = s32[] convert(%pid)", VERDICT_MISMATCH, false},
         {"collectives/where-zero", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"collectives/where-zero", "ones where masked", "f32[] constant(0)", "f32[] constant(1)", VERDICT_MISMATCH, false},
         {"collectives/bias-div-n", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
@@ -1729,6 +1739,10 @@ static void hand_written_cases(void) {
         {"const-along/devsel", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"const-along/devsel", "ones on one device", "select(%pb, %zerob, %zerob)", "select(%pb, %zerob, %oneb)",
          VERDICT_MISMATCH, false},
+        {"const-pred/var", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"const-pred/var", "the variance over 2 of 4 devices", "constant(4)", "constant(2)", VERDICT_MISMATCH, false},
+        {"const-pred/var-ddof1", "the baseline divides by n - 1", NULL, NULL, VERDICT_MISMATCH, true},
+        {"const-pred/var-ddof16", "the baseline's n - ddof is 0 (NaN)", NULL, NULL, VERDICT_MISMATCH, false},
         {"unrounded/bf16", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"unrounded/bf16", "summed over half the devices", "replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}",
          VERDICT_MISMATCH, false},
