@@ -13,6 +13,7 @@
 
 #include "interp.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -208,8 +209,9 @@ void lf_track_short(lstate *s, lval *v) {
 
 /* ---- all-reduce, all-gather, reduce-scatter ---- */
 
-/* reduce(x, 0) over dims dd (nd of them) with sum collective s's reducer
- * (its to_apply, ta): the result's local shape rs, global dims gdims. */
+/* reduce(x, identity) over dims dd (nd of them) with collective s's reducer
+ * (its to_apply, ta; a sum from 0, a max from -inf, a min from +inf): the
+ * result's local shape rs, global dims gdims. */
 static eid sum_reduce_term(lstate *s, eid x, const int64_t *dd, uint32_t nd, const shape *rs, const int64_t *gdims,
                            const hlo_attr *ta) {
     lift_ctx *c = s->c;
@@ -224,19 +226,25 @@ static eid sum_reduce_term(lstate *s, eid x, const int64_t *dd, uint32_t nd, con
     ri.attrs = arena_memdup(c->a, attrs, sizeof attrs);
     ri.nattrs = 2;
     ri.shape = *rs;
+    int red = instr_reducer(c->cur, s->in);
+    if (red != RED_SUM && (red != RED_MAX && red != RED_MIN ? true : !dtype_is_float(rs->dtype))) return EID_NONE;
     interp_val *z = interp_val_new(rs->dtype, 0, NULL);
     if (!z) return EID_NONE;
+    if (red != RED_SUM) interp_val_set(z, 0, red == RED_MAX ? -INFINITY : INFINITY);
     eid ch[2] = {x, lf_const_term(c, z, c->origin)};
     return lf_node(c, c->cur, &ri, ch, 2, gdims, c->origin);
 }
 
-/* The operand x of sum collective s, dim d of local size > 1 sharded over
+/* The operand x of collective s (a sum, or a max or min of floats), dim d of local size > 1 sharded over
  * exactly `sharded` (the axes the groups span that x is not partial over),
  * no other dim sharded over them: each device of a group holds one block,
- * and the group sums the blocks. Re-read as the partial sum (over those
- * axes) of the global value split at d into (blocks, block) and summed
- * over the blocks: dim d, of the block's size, no longer sharded. The
- * blocks are in any order (a sum does not care). */
+ * and the group reduces the blocks. Re-read as the partial value (over
+ * those axes, with the collective's reducer) of the global value split at
+ * d into (blocks, block) and reduced over the blocks: dim d, of the
+ * block's size, no longer sharded. The blocks are in any order (a sum, a
+ * max or a min does not care). A pmax over the axis that shards the data
+ * is a blockwise max, not a mistake by itself: what the baseline computes
+ * says whether it was meant. */
 static void blocks_as_partial(lstate *s, uint32_t d, uint32_t sharded, const hlo_attr *ta) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -265,10 +273,10 @@ static void blocks_as_partial(lstate *s, uint32_t d, uint32_t sharded, const hlo
     x->cls = t;
     memset(&x->v.dims[d], 0, sizeof x->v.dims[d]);
     x->v.partial |= (uint8_t)sharded;
-    x->v.red = RED_SUM;
+    x->v.red = (uint8_t)instr_reducer(c->cur, in);
 }
 
-/* The operand of sum collective s, sharded over some of `axes` on dims of
+/* The operand of collective s (sum, max or min), sharded over some of `axes` on dims of
  * local size 1 (whole dims: all their axes among `axes`), re-read as partial
  * over those axes: every device holds one summand of the sum over such a
  * dim, so it is a partial sum of the global term reduced over it (the dim
@@ -283,8 +291,8 @@ static void unit_blocks_as_partial(lstate *s, uint32_t axes) {
     const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
     /* A value partial over axes the group does not span is summed over the
      * wrong axes, more likely than over its unit dims: that finding stands. */
-    if (x->kind != LV_TERM || (x->v.partial & ~axes) || (x->v.partial && x->v.red != RED_SUM) || !ta ||
-        ls->rank > VIEW_MAX_RANK)
+    int red = instr_reducer(c->cur, in);
+    if (x->kind != LV_TERM || (x->v.partial & ~axes) || (x->v.partial && x->v.red != red) || !ta || ls->rank > VIEW_MAX_RANK)
         return;
     uint32_t sharded = axes & ~(uint32_t)x->v.partial, got = 0;
     int64_t dd[VIEW_MAX_RANK], gd[VIEW_MAX_RANK], rd[VIEW_MAX_RANK], ld[VIEW_MAX_RANK];
@@ -317,7 +325,7 @@ static void unit_blocks_as_partial(lstate *s, uint32_t axes) {
     x->cls = lf_mk_reshape(c, t, lf_type_of(c, ls->dtype, gd, ls->rank), c->origin);
     for (uint32_t k = 0; k < nd; k++) memset(&x->v.dims[dd[k]], 0, sizeof x->v.dims[dd[k]]);
     x->v.partial |= (uint8_t)sharded;
-    x->v.red = RED_SUM;
+    x->v.red = (uint8_t)red;
 }
 
 /* all-reduce over the mesh axes its groups span: removes `partial` over them;
@@ -351,7 +359,9 @@ lval lf_lift_all_reduce(lstate *s) {
         }
         return unknown();
     }
-    if (red == RED_SUM) unit_blocks_as_partial(s, (uint32_t)axes);
+    /* a value sharded over the axes summed (or maxed) is the reduction of
+     * its blocks: a sum any time, a max or min of floats */
+    if (red == RED_SUM || red == RED_MAX || red == RED_MIN) unit_blocks_as_partial(s, (uint32_t)axes);
     strbuf w;
     sb_init(&w);
     lf_axes_words(&w, c, (uint32_t)axes);
