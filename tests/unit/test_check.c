@@ -1926,8 +1926,10 @@ static void trace_text_is_dump(void) {
         sg->t_check = reals[(i + 7) % ARRAY_LEN(reals)];
         free(sg->name);
         sg->name = xstrdup(names[i]);
-        if (i == 3) sg->memo_of = xstrdup("layers.\xe2\x82\xac");
+        if (i == 3) free(sg->memo_of), sg->memo_of = xstrdup("layers.\xe2\x82\xac");
     }
+    for (size_t k = 0; k < r.segs[1].ntop; k++) free(r.segs[1].top[k].rule);
+    free(r.segs[1].top);
     r.segs[1].ntop = 2;
     r.segs[1].top = xcalloc(2, sizeof *r.segs[1].top);
     r.segs[1].top[0] = (check_rule_count){xstrdup("mul-comm"), 12};
