@@ -337,6 +337,15 @@ interp_val *interp_param_random(const hlo_instr *p, uint32_t k, int64_t ndev, ui
     return v;
 }
 
+/* An integer element held as a double, back as int64 (saturating: a double
+ * at or beyond 2^63 has no int64, and converting it would be undefined).
+ * Products then wrap in uint64, as integer dots do in XLA. */
+static int64_t int_of(double v) {
+    if (!(v > -9223372036854775808.0)) return INT64_MIN;
+    if (!(v < 9223372036854775808.0)) return INT64_MAX;
+    return (int64_t)v;
+}
+
 /* ------------------------------------------------------------------ context */
 
 typedef union cell {
@@ -1359,7 +1368,7 @@ static interp_val *op_dot(ctx *x, const hlo_instr *in, const interp_val *l, cons
                     for (int64_t j = 0; j < N; j++) row[j] += av * bk[j];
                 else
                     for (int64_t j = 0; j < N; j++)
-                        irow[j] = (int64_t)((uint64_t)irow[j] + (uint64_t)((int64_t)av * (int64_t)bk[j]));
+                        irow[j] = (int64_t)((uint64_t)irow[j] + (uint64_t)int_of(av) * (uint64_t)int_of(bk[j]));
             }
         }
     free(A);
