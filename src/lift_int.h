@@ -293,8 +293,12 @@ lval lf_lift_slice(lstate *s);
 lval lf_lift_concatenate(lstate *s);
 lval lf_lift_dynamic_slice(lstate *s);
 lval lf_lift_dynamic_update_slice(lstate *s);        /* unknown when offsets differ per device */
+/* The start along one dim of a dynamic-slice or dynamic-update-slice whose
+ * offset operand o is one known number on every device (a constant, a
+ * loop's counter walked iteration by iteration), clamped to [0, whole -
+ * size] as XLA clamps; false when it is not known. */
+bool lf_known_start(lift_ctx *c, const lval *o, int64_t whole, int64_t size, int64_t *start);
 bool lf_lift_pad(lstate *s, lval *out);               /* false: not a view-keeping pad */
-bool lf_all_zero(lift_ctx *c, eid cls);               /* a constant-only class, every element 0 */
 /* The op of s over x and a replicated scalar k (a pad value, an init), x's view. */
 lval lf_with_scalar(lstate *s, const lval *x, const lval *k);
 

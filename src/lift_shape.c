@@ -317,14 +317,6 @@ moved:
 
 /* ---- pad ---- */
 
-bool lf_all_zero(lift_ctx *c, eid cls) {
-    const interp_val *v = lf_kval(c, cls);
-    if (!v || (!v->f && !v->i) || v->n < 1) return false;
-    for (int64_t k = 0; k < v->n; k++)
-        if (v->f ? v->f[k] != 0 : v->i[k] != 0) return false;
-    return true;
-}
-
 /* pad(x, v) along dims no mesh axis cuts: every device pads its block alike,
  * the block of the global pad. A partial value stays partial where the pad
  * value is what the reduction leaves alone: 0 for a sum (every device adds
@@ -343,7 +335,7 @@ bool lf_lift_pad(lstate *s, lval *out) {
         return false;
     for (uint32_t d = 0; d < rank; d++)
         if (x->v.dims[d].naxes && (pa->v.ints[3 * d] || pa->v.ints[3 * d + 1] || pa->v.ints[3 * d + 2])) return false;
-    bool zero = lf_all_zero(c, pv->cls);
+    bool zero = lf_class_is_zero(c, pv->cls);
     if (!zero && lf_scale_of(x) != 1) return false;
     if (x->v.partial && !(x->v.red == RED_SUM ? zero : x->v.red == RED_MAX || x->v.red == RED_MIN)) return false;
     *out = lf_with_scalar(s, x, pv);
@@ -395,6 +387,18 @@ static bool part_axis_blocks(const lift_ctx *c, const double *vals, uint32_t cou
  * stacking per-layer values into a buffer). Which positions take u does not
  * depend on the device, so a partial pair (the same axes and reduction) stays
  * partial. */
+bool lf_known_start(lift_ctx *c, const lval *o, int64_t whole, int64_t size, int64_t *start) {
+    const interp_val *kv = o->kind == LV_TERM && view_is_dup(&o->v) ? lf_kval(c, o->cls) : NULL;
+    double off;
+    if (kv && kv->n == 1) off = interp_val_get(kv, 0);
+    else if (o->kind == LV_DEV && lf_dev_uniform(c, o)) off = o->dev[0];
+    else return false;
+    /* clamped as XLA clamps, in double first: no start beyond int64 */
+    double hi = (double)(whole - size);
+    *start = !(off > 0) || hi < 0 ? 0 : off >= hi ? whole - size : (int64_t)off;
+    return true;
+}
+
 /* dynamic-update-slice at offsets known as numbers that replaces a run of
  * one dim d (every other dim whole): the buffer's elements before it, the
  * update, the buffer's after it, concatenated along d — the form the other
@@ -409,19 +413,12 @@ static eid update_as_concat(lstate *s, const int64_t *dims) {
     int cut = -1;
     int64_t at = 0;
     for (uint32_t d = 0; d < rank; d++) {
-        const lval *o = &s->ops[2 + d];
-        const interp_val *kv = o->kind == LV_TERM ? lf_kval(c, o->cls) : NULL;
-        double off;
-        if (kv && kv->n == 1) off = interp_val_get(kv, 0);
-        else if (o->kind == LV_DEV && lf_dev_uniform(c, o)) off = o->dev[0];
-        else return EID_NONE;
+        int64_t st;
+        if (!lf_known_start(c, &s->ops[2 + d], dims[d], ui->shape.dims[d], &st)) return EID_NONE;
         if (ui->shape.dims[d] == in->shape.dims[d]) continue;
         if (cut >= 0 || s->ops[0].v.dims[d].naxes) return EID_NONE;
         cut = (int)d;
-        int64_t len = ui->shape.dims[d];
-        at = (int64_t)off;
-        if (at > dims[d] - len) at = dims[d] - len;  /* clamped as XLA clamps */
-        if (at < 0) at = 0;
+        at = st;
     }
     if (cut < 0) return eg_find(c->g, s->ops[1].cls);
     int64_t sl[3 * VIEW_MAX_RANK], len = ui->shape.dims[cut];
@@ -462,7 +459,7 @@ lval lf_lift_dynamic_update_slice(lstate *s) {
      * into zeros), any constant for a max or min. */
     view xv = x->v;
     if (!xv.partial && u->v.partial && view_is_dup(&xv) && lf_kval(c, x->cls) &&
-        (u->v.red == RED_SUM ? lf_all_zero(c, x->cls) : u->v.red == RED_MAX || u->v.red == RED_MIN)) {
+        (u->v.red == RED_SUM ? lf_class_is_zero(c, x->cls) : u->v.red == RED_MAX || u->v.red == RED_MIN)) {
         xv.partial = u->v.partial;
         xv.red = u->v.red;
     }
@@ -530,19 +527,12 @@ lval lf_lift_dynamic_slice(lstate *s) {
             if (x->v.dims[d].naxes && in->shape.dims[d] != s->comp->instrs[in->operands[0]].shape.dims[d]) return unknown();
         /* Offsets known as numbers: the static slice at the clamped starts,
          * the term a slice instruction of the other program gives. */
-        int64_t sl[3 * VIEW_MAX_RANK];
+        int64_t sl[3 * VIEW_MAX_RANK], st;
         bool known = rank <= VIEW_MAX_RANK;
         for (uint32_t d = 0; d < rank && known; d++) {
-            const lval *o = &s->ops[1 + d];
-            const interp_val *kv = o->kind == LV_TERM ? lf_kval(c, o->cls) : NULL;
-            if (!(kv && kv->n == 1) && o->kind != LV_DEV) known = false;
-            else {
-                int64_t st = (int64_t)(kv && kv->n == 1 ? interp_val_get(kv, 0) : o->dev[0]), size = dims[d];
-                int64_t whole = x->v.dims[d].naxes ? dims[d] : s->comp->instrs[in->operands[0]].shape.dims[d];
-                if (st > whole - size) st = whole - size;
-                if (st < 0) st = 0;
-                sl[3 * d] = st, sl[3 * d + 1] = st + size, sl[3 * d + 2] = 1;
-            }
+            int64_t whole = x->v.dims[d].naxes ? dims[d] : s->comp->instrs[in->operands[0]].shape.dims[d];
+            known = lf_known_start(c, &s->ops[1 + d], whole, dims[d], &st);
+            sl[3 * d] = st, sl[3 * d + 1] = st + dims[d], sl[3 * d + 2] = 1;
         }
         if (known) return term(lf_mk_slice(c, x->cls, sl), v, assumed);
         eid ch[VIEW_MAX_RANK + 1];

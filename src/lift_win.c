@@ -171,15 +171,8 @@ static bool win_dynamic_slice_uniform(lstate *s, lval *out) {
     if (s->ops[0].kind != LV_TERM || in->noperands != 1 + rank || in->shape.rank != rank || rank > VIEW_MAX_RANK) return false;
     int64_t sl[3 * VIEW_MAX_RANK];
     for (uint32_t d = 0; d < rank; d++) {
-        const lval *o = &s->ops[1 + d];
-        const interp_val *kv = o->kind == LV_TERM && view_is_dup(&o->v) ? lf_kval(c, o->cls) : NULL;
-        double off;
-        if (kv && kv->n == 1) off = interp_val_get(kv, 0);
-        else if (o->kind == LV_DEV && lf_dev_uniform(c, o)) off = o->dev[0];
-        else return false;
-        int64_t size = in->shape.dims[d], st = (int64_t)off;
-        if (st > src->shape.dims[d] - size) st = src->shape.dims[d] - size;  /* clamped as XLA clamps */
-        if (st < 0) st = 0;
+        int64_t size = in->shape.dims[d], st;
+        if (!lf_known_start(c, &s->ops[1 + d], src->shape.dims[d], size, &st)) return false;
         sl[3 * d] = st, sl[3 * d + 1] = st + size, sl[3 * d + 2] = 1;
     }
     return win_slice_at(s, sl, rank, out);
@@ -685,7 +678,7 @@ static lval rows_at(lstate *s, const lval *x, uint32_t d, const eid *ch, uint32_
 
 /* Whether operand 1 of a reduce is its sum's 0. */
 static bool zero_init(lstate *s) {
-    return s->ops[1].kind == LV_TERM && lf_all_zero(s->c, s->ops[1].cls);
+    return s->ops[1].kind == LV_TERM && lf_class_is_zero(s->c, s->ops[1].cls);
 }
 
 static bool rows_dot(lstate *s, lval *out) {
