@@ -303,9 +303,28 @@ static json_t *counterpart_link(const char *from, const char *to, const char *ba
  * the subgraph (added here, before the instructions the message names, so
  * that the cap leaves them in), with its view and source line. Steps left
  * out between the origin and the next one become a folded edge. */
-static json_t *path_json(sg_build *g, const check_finding *cf, json_t *links) {
+static json_t *path_json(sg_build *g, const check_finding *cf, const hlo_comp *bc0, const hlo_instr *b0, json_t *links) {
     json_t *steps = json_array();
     const hlo_comp *c = cf->comp;
+    /* Counterparts from the finding back: a step that is operand k of the
+     * next is, where the next one's counterpart has an operand k of its
+     * opcode, that operand (the structure both programs share); else the
+     * counterpart() search. The last step's is the divergence's (b0). */
+    const hlo_instr *cp[PV_PATH_MAX] = {0};
+    const hlo_comp *cpc[PV_PATH_MAX] = {0};
+    const char *cpwhy[PV_PATH_MAX] = {0};
+    uint32_t last = cf->npath - 1;
+    cp[last] = b0, cpc[last] = bc0;
+    for (uint32_t s = last; s-- > 0;) {
+        const hlo_instr *x = &c->instrs[cf->path[s]], *y = &c->instrs[cf->path[s + 1]], *by = cp[s + 1];
+        for (uint32_t k = 0; by && k < y->noperands && k < by->noperands && !cp[s]; k++)
+            if (y->operands[k] == cf->path[s] && cpc[s + 1]->instrs[by->operands[k]].op == x->op) {
+                cp[s] = &cpc[s + 1]->instrs[by->operands[k]];
+                cpc[s] = cpc[s + 1];
+                cpwhy[s] = "same operand position";
+            }
+        if (!cp[s]) cp[s] = counterpart(g->r->base.m, x, &cpc[s], &cpwhy[s]);
+    }
     long prev = -1;
     for (uint32_t s = 0; s < cf->npath; s++) {
         const hlo_instr *x = &c->instrs[cf->path[s]];
@@ -317,13 +336,10 @@ static json_t *path_json(sg_build *g, const check_finding *cf, json_t *links) {
             e[0] = (uint32_t)prev, e[1] = (uint32_t)n, e[2] = cf->path_len - cf->npath + 1;
         }
         prev = n;
-        /* the step's baseline counterpart, where one is found (the last
-         * step's is the divergence's, linked by the caller) */
-        const hlo_comp *bc = NULL;
-        const char *why = "";
-        const hlo_instr *bin = s + 1 < cf->npath ? counterpart(g->r->base.m, x, &bc, &why) : NULL;
-        long bn = bin ? add_node(g, false, bc, bin, "context", hops > SG_FAR ? SG_FAR : hops) : -1;
-        if (bn >= 0) json_array_append_new(links, counterpart_link(g->id[bn], g->id[n], why));
+        /* the step's baseline counterpart (the last step's, the
+         * divergence's, is linked by the caller) */
+        long bn = s < last && cp[s] ? add_node(g, false, cpc[s], cp[s], "context", hops > SG_FAR ? SG_FAR : hops) : -1;
+        if (bn >= 0) json_array_append_new(links, counterpart_link(g->id[bn], g->id[n], cpwhy[s] ? cpwhy[s] : ""));
         json_t *o = json_object();
         json_object_set_new(o, "step", json_integer(s + 1));
         json_object_set_new(o, "node", json_string(g->id[n]));
@@ -395,7 +411,7 @@ static json_t *subgraph(const check_result *r, const check_finding *cf, const hl
             add_node(&sg, false, bc, &bc->instrs[bin->operands[o]], "context", 1);
         json_array_append_new(links, counterpart_link("b0", "d0", basis));
     }
-    *path = cf->npath ? path_json(&sg, cf, links) : NULL;
+    *path = cf->npath ? path_json(&sg, cf, bc, bin, links) : NULL;
     int steps = 0;
     const hlo_instr *vs = passes_on(din) ? tw_value_source(r->dist.m, dc, din, &steps) : NULL;
     if (vs && sg_find(&sg, true, vs) < 0) {

@@ -1130,7 +1130,7 @@ static bool svg_text(const char *svg, const char *end, const char *text, size_t 
 static size_t check_link_basis(const trace *t, const trace_finding *f, const report_file *pf) {
     size_t seen = 0;
     static const char *const known[] = {"same op_name scope", "same source line", "same end of op_name scope",
-                                        "the first instruction of its op_name scope"};
+                                        "the first instruction of its op_name scope", "same operand position"};
     for (size_t k = 0; k < f->n_links; k++) {
         if (strcmp(f->links[k].view, "counterpart") != 0) continue;
         seen++;
