@@ -1777,20 +1777,34 @@ static const char *raw_attr_text(const hlo_instr *in, const char *key) {
     return NULL;
 }
 
+/* What the batch-norm ops share: epsilon, the size nf of the feature dim
+ * (feature_index of operand 0) and the number of elements after it (inner).
+ * kinds has one letter per operand: 'x' as many elements as operand 0, 'f'
+ * one per feature. False unless the attributes are there and in range and
+ * every operand is float of its kind's size. */
+static bool bn_layout(const hlo_instr *in, interp_val **ops, const char *kinds, double *eps, int64_t *nf, int64_t *inner) {
+    const char *et = raw_attr_text(in, "epsilon"), *ft = raw_attr_text(in, "feature_index");
+    const interp_val *v = ops[0];
+    int64_t fi = ft ? strtoll(ft, NULL, 10) : -1;
+    *eps = et ? strtod(et, NULL) : -1;
+    if (in->noperands != strlen(kinds) || !et || !ft || fi < 0 || (uint32_t)fi >= v->rank || *eps < 0) return false;
+    *nf = v->dims[fi], *inner = 1;
+    for (uint32_t d = (uint32_t)fi + 1; d < v->rank; d++) *inner *= v->dims[d];
+    for (uint32_t k = 0; kinds[k]; k++)
+        if (!ops[k]->f || ops[k]->n != (kinds[k] == 'x' ? v->n : *nf)) return false;
+    return true;
+}
+
 /* batch-norm-training(x, scale, offset): per feature f (dim feature_index),
  * mean and biased variance over every other dim; the result is the tuple
  * (scale·(x - mean)/sqrt(var + epsilon) + offset, mean, var), as XLA's
  * BatchNormExpander computes it. */
 static interp_val *op_batch_norm_training(ctx *x, const hlo_instr *in, interp_val **ops) {
-    const char *et = raw_attr_text(in, "epsilon"), *ft = raw_attr_text(in, "feature_index");
     interp_val *v = ops[0], *sc = ops[1], *of = ops[2];
-    int64_t fi = ft ? strtoll(ft, NULL, 10) : -1;
-    double eps = et ? strtod(et, NULL) : -1;
-    if (!et || !ft || fi < 0 || (uint32_t)fi >= v->rank || !v->f || !sc->f || !of->f || sc->n != v->dims[fi] ||
-        of->n != v->dims[fi] || eps < 0)
+    double eps;
+    int64_t nf, inner;
+    if (!bn_layout(in, ops, "xff", &eps, &nf, &inner))
         return fail(x, INTERP_ERUN, in, "batch-norm-training needs float operands, epsilon and a feature_index in range");
-    int64_t nf = v->dims[fi], inner = 1;
-    for (uint32_t d = (uint32_t)fi + 1; d < v->rank; d++) inner *= v->dims[d];
     int64_t per = nf ? v->n / nf : 0;
     interp_val *mean = interp_val_new(v->dtype, 1, &nf), *var = interp_val_new(v->dtype, 1, &nf), *out = val_copy(v);
     for (int64_t f = 0; f < nf; f++) {
@@ -1816,15 +1830,11 @@ static interp_val *op_batch_norm_training(ctx *x, const hlo_instr *in, interp_va
  * (scale·r/N·(N·dy - Σdy - c·Σ(dy·c)/(var + epsilon)), Σ(dy·c)·r, Σdy), as
  * XLA's BatchNormExpander computes it. */
 static interp_val *op_batch_norm_grad(ctx *x, const hlo_instr *in, interp_val **ops) {
-    const char *et = raw_attr_text(in, "epsilon"), *ft = raw_attr_text(in, "feature_index");
     interp_val *v = ops[0], *sc = ops[1], *mn = ops[2], *vr = ops[3], *dy = ops[4];
-    int64_t fi = ft ? strtoll(ft, NULL, 10) : -1;
-    double eps = et ? strtod(et, NULL) : -1;
-    if (!et || !ft || fi < 0 || (uint32_t)fi >= v->rank || !v->f || !sc->f || !mn->f || !vr->f || !dy->f ||
-        dy->n != v->n || sc->n != v->dims[fi] || mn->n != sc->n || vr->n != sc->n || eps < 0)
+    double eps;
+    int64_t nf, inner;
+    if (!bn_layout(in, ops, "xfffx", &eps, &nf, &inner))
         return fail(x, INTERP_ERUN, in, "batch-norm-grad needs float operands, epsilon and a feature_index in range");
-    int64_t nf = v->dims[fi], inner = 1;
-    for (uint32_t d = (uint32_t)fi + 1; d < v->rank; d++) inner *= v->dims[d];
     double n = nf ? (double)(v->n / nf) : 0;
     interp_val *gx = val_copy(v), *gs = interp_val_new(v->dtype, 1, &nf), *go = interp_val_new(v->dtype, 1, &nf);
     for (int64_t f = 0; f < nf; f++) {
@@ -1842,6 +1852,22 @@ static interp_val *op_batch_norm_grad(ctx *x, const hlo_instr *in, interp_val **
     }
     interp_val *el[3] = {gx, gs, go};
     return interp_val_tuple(3, el);
+}
+
+/* batch-norm-inference(x, scale, offset, mean, var): per feature f,
+ * scale·(x - mean)/sqrt(var + epsilon) + offset. */
+static interp_val *op_batch_norm_inference(ctx *x, const hlo_instr *in, interp_val **ops) {
+    interp_val *v = ops[0], *sc = ops[1], *of = ops[2], *mn = ops[3], *vr = ops[4];
+    double eps;
+    int64_t nf, inner;
+    if (!bn_layout(in, ops, "xffff", &eps, &nf, &inner))
+        return fail(x, INTERP_ERUN, in, "batch-norm-inference needs float operands, epsilon and a feature_index in range");
+    interp_val *out = val_copy(v);
+    for (int64_t e = 0; e < v->n; e++) {
+        int64_t f = e / inner % nf;
+        out->f[e] = rnd(v->dtype, (v->f[e] - mn->f[f]) / sqrt(vr->f[f] + eps) * sc->f[f] + of->f[f]);
+    }
+    return out;
 }
 
 static interp_val *op_topk(ctx *x, const hlo_instr *in, interp_val *a, int64_t k, bool largest, uint32_t ci,
@@ -1902,6 +1928,7 @@ static interp_val *op_topk(ctx *x, const hlo_instr *in, interp_val *a, int64_t k
 static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev);
 static interp_val *op_convolution(ctx *x, const hlo_instr *in, const interp_val *a, const interp_val *k);
 static interp_val *op_select_and_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev);
+static interp_val *async_tuple(const shape *s, interp_val *first, interp_val *second);
 
 static bool is_identity_custom_call(const char *t) {
     static const char *names[] = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
@@ -1969,9 +1996,21 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
     case OP_SORT: return op_sort(x, in, ops, dev);
     case OP_BATCH_NORM_TRAINING: return op_batch_norm_training(x, in, ops);
     case OP_BATCH_NORM_GRAD: return op_batch_norm_grad(x, in, ops);
+    case OP_BATCH_NORM_INFERENCE: return op_batch_norm_inference(x, in, ops);
     case OP_TOPK:
         return op_topk(x, in, ops[0], instr_int(in, A_K, 0), instr_int(in, A_LARGEST, 0) != 0, UINT32_MAX, dev);
     case OP_COPY: case OP_OPT_BARRIER: return interp_val_ref(ops[0]);
+    /* The ends of asynchronous pairs: the start computed the value. */
+    case OP_ALL_REDUCE_DONE: case OP_ASYNC_UPDATE: return interp_val_ref(ops[0]);
+    case OP_ALL_GATHER_DONE: case OP_COLLECTIVE_PERMUTE_DONE: case OP_ASYNC_DONE: case OP_COPY_DONE: {
+        int64_t k = in->op == OP_COPY_DONE ? 0 : 1;
+        if (ops[0]->dtype != DT_TUPLE || ops[0]->nelems <= k) return fail(x, INTERP_EUNSUPPORTED, in, "operand is not a start's tuple");
+        return interp_val_ref(ops[0]->elems[k]);
+    }
+    case OP_COPY_START: {
+        interp_val *t = async_tuple(&in->shape, ops[0], ops[0]);
+        return t ? t : fail(x, INTERP_EUNSUPPORTED, in, "copy-start with this shape");
+    }
     case OP_REDUCE_PRECISION: {
         int64_t eb = instr_int(in, A_EXPONENT_BITS, 8), mb = instr_int(in, A_MANTISSA_BITS, 23);
         int dt = eb == 8 && mb == 7 ? DT_BF16 : eb == 5 && mb == 10 ? DT_F16 : eb == 8 && mb == 23 ? DT_F32 : 0;
@@ -2675,6 +2714,76 @@ static bool charge_steps(ctx *x, const hlo_comp *c, const hlo_instr *in, uint32_
     return false;
 }
 
+/* The tuple an asynchronous start returns: first and second as elements 0
+ * and 1 (references taken), zeros for the context elements after them. NULL
+ * when the shape is not such a tuple. */
+static interp_val *async_tuple(const shape *s, interp_val *first, interp_val *second) {
+    if (s->dtype != DT_TUPLE || s->ntuple < 2) return NULL;
+    interp_val **el = xcalloc(s->ntuple, sizeof *el);
+    el[0] = interp_val_ref(first), el[1] = interp_val_ref(second);
+    for (uint32_t k = 2; k < s->ntuple; k++)
+        if (!(el[k] = val_shape(&s->tuple[k]))) {
+            for (uint32_t j = 0; j < k; j++) interp_val_free(el[j]);
+            free(el);
+            return NULL;
+        }
+    interp_val *t = interp_val_tuple(s->ntuple, el);
+    free(el);
+    return t;
+}
+
+/* A start of an asynchronous collective: the synchronous collective's result,
+ * alone (all-reduce-start) or as element 1 after the operand. */
+static void eval_collective_start(ctx *x, const hlo_instr *in, uint32_t na, const int64_t *devs, interp_val ***opv,
+                                  interp_val **res) {
+    hlo_instr sync = *in;
+    bool paired = in->op != OP_ALL_REDUCE_START;
+    sync.op = in->op == OP_ALL_REDUCE_START ? OP_ALL_REDUCE : in->op == OP_ALL_GATHER_START ? OP_ALL_GATHER : OP_COLLECTIVE_PERMUTE;
+    if (paired) {
+        if (in->shape.dtype != DT_TUPLE || in->shape.ntuple < 2 || in->noperands != 1) {
+            fail(x, INTERP_EUNSUPPORTED, in, "asynchronous start with this shape");
+            return;
+        }
+        sync.shape = in->shape.tuple[1];
+    }
+    if (!eval_collective(x, &sync, na, devs, opv, res) || !paired) return;
+    for (uint32_t a = 0; a < na; a++) {
+        interp_val *r = res[a];
+        res[a] = async_tuple(&in->shape, opv[0][a], r);
+        interp_val_free(r);
+        if (!res[a]) {
+            fail(x, INTERP_EUNSUPPORTED, in, "asynchronous start with this shape");
+            return;
+        }
+    }
+}
+
+/* async-start(operands) calls=c: ((operands), c(operands), context...). */
+static void eval_async_start(ctx *x, const hlo_instr *in, uint32_t na, const int64_t *devs, interp_val ***opv,
+                             interp_val **res) {
+    uint32_t callee = called(in, A_CALLS), np = in->noperands;
+    if (callee >= x->m->ncomps || x->m->comps[callee].nparams != np) {
+        fail(x, INTERP_ERUN, in, "async-start without a computation taking its operands");
+        return;
+    }
+    interp_val **cargs = xcalloc((size_t)na * np + 1, sizeof *cargs), **got = xcalloc(na, sizeof *got);
+    for (uint32_t a = 0; a < na; a++)
+        for (uint32_t k = 0; k < np; k++) cargs[(size_t)a * np + k] = opv[k][a];
+    if (eval_comp(x, callee, na, devs, cargs, got) == 0)
+        for (uint32_t a = 0; a < na && !x->status; a++) {
+            interp_val **el = xcalloc(np + 1, sizeof *el);
+            for (uint32_t k = 0; k < np; k++) el[k] = interp_val_ref(opv[k][a]);
+            interp_val *ops = interp_val_tuple(np, el);
+            free(el);
+            res[a] = async_tuple(&in->shape, ops, got[a]);
+            interp_val_free(ops);
+            if (!res[a]) fail(x, INTERP_EUNSUPPORTED, in, "async-start with this shape");
+        }
+    for (uint32_t a = 0; a < na; a++) interp_val_free(got[a]);
+    free(got);
+    free(cargs);
+}
+
 static int eval_comp(ctx *x, uint32_t ci, uint32_t na, const int64_t *devs, interp_val **args, interp_val **out) {
     const hlo_comp *c = &x->m->comps[ci];
     const comp_info *f = info_of(x, ci);
@@ -2705,6 +2814,12 @@ static int eval_comp(ctx *x, uint32_t ci, uint32_t na, const int64_t *devs, inte
         case OP_ALL_REDUCE: case OP_ALL_GATHER: case OP_REDUCE_SCATTER: case OP_ALL_TO_ALL:
         case OP_COLLECTIVE_PERMUTE:
             eval_collective(x, in, na, devs, opv, res);
+            break;
+        case OP_ALL_REDUCE_START: case OP_ALL_GATHER_START: case OP_COLLECTIVE_PERMUTE_START:
+            eval_collective_start(x, in, na, devs, opv, res);
+            break;
+        case OP_ASYNC_START:
+            eval_async_start(x, in, na, devs, opv, res);
             break;
         case OP_CALL: {
             uint32_t callee = called(in, A_TO_APPLY);

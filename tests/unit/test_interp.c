@@ -1572,9 +1572,60 @@ static void test_batch_norm(void) {
     sb_free(&err);
 }
 
+/* x = [[1,2],[3,4]], features along dim 1, scale (1,2), offset (0,1), mean
+ * (2,3), var (3,3), epsilon 1 so sqrt(var + epsilon) = 2: feature 0 gives
+ * (1-2)/2 = -0.5 and (3-2)/2 = 0.5; feature 1 gives (2-3)/2·2+1 = 0 and
+ * (4-3)/2·2+1 = 2. */
+static void bn_inf_fill(int64_t d, uint32_t k, interp_val *v) {
+    (void)d;
+    static const double xs[4] = {1, 2, 3, 4}, sc[2] = {1, 2}, of[2] = {0, 1}, mn[2] = {2, 3}, va[2] = {3, 3};
+    const double *src[5] = {xs, sc, of, mn, va};
+    for (int64_t e = 0; e < v->n; e++) v->f[e] = src[k][e];
+}
+
+static void test_batch_norm_inference(void) {
+    static const double want[4] = {-0.5, 0, 0.5, 2};
+    expect("interp batch-norm-inference by hand",
+           "HloModule bi\nENTRY e {\n  x = f32[2,2] parameter(0)\n  s = f32[2] parameter(1)\n  o = f32[2] parameter(2)\n"
+           "  m = f32[2] parameter(3)\n  v = f32[2] parameter(4)\n"
+           "  ROOT b = f32[2,2] batch-norm-inference(x, s, o, m, v), epsilon=1, feature_index=1\n}\n",
+           1, 1, bn_inf_fill, 0, want, 4);
+}
+
+/* Asynchronous pairs compute what their synchronous forms do; device d holds
+ * 10·d + e (fill_dev). */
+static void test_async_pairs(void) {
+    double w = 10 + 30;
+    expect("interp all-reduce-start/done", AR_HEAD "ENTRY e {\n  a = f32[1] parameter(0)\n"
+           "  s = f32[1] all-reduce-start(a), channel_id=1, replica_groups={{1,3},{0,2}}, use_global_device_ids=true, "
+           "to_apply=add\n  ROOT r = f32[1] all-reduce-done(s)\n}\n", 1, 4, fill_dev, 1, &w, 1);
+    /* Device 1 receives device 0's value 0 + e. */
+    double w2[2] = {0, 1};
+    expect("interp collective-permute-start/done", "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n"
+           "  s = (f32[2], f32[2], u32[], u32[]) collective-permute-start(a), channel_id=1, source_target_pairs={{0,1},{1,0}}\n"
+           "  ROOT r = f32[2] collective-permute-done(s)\n}\n", 1, 2, fill_dev, 1, w2, 2);
+    double w3[4] = {0, 1, 10, 11};
+    expect("interp all-gather-start/done", "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n"
+           "  s = (f32[2], f32[4]) all-gather-start(a), channel_id=1, replica_groups={{0,1}}, dimensions={0}, "
+           "use_global_device_ids=true\n  ROOT r = f32[4] all-gather-done(s)\n}\n", 1, 2, fill_dev, 1, w3, 4);
+    /* The wrapped computation doubles its operand: device 1 holds 10, 11. */
+    double w4[2] = {20, 22};
+    expect("interp async-start/update/done", "HloModule m\ntwice {\n  p = f32[2] parameter(0)\n"
+           "  ROOT d = f32[2] add(p, p)\n}\nENTRY e {\n  a = f32[2] parameter(0)\n"
+           "  s = ((f32[2]), f32[2], s32[]) async-start(a), calls=twice\n"
+           "  u = ((f32[2]), f32[2], s32[]) async-update(s)\n  ROOT r = f32[2] async-done(u)\n}\n", 1, 2, fill_dev, 1, w4,
+           2);
+    double w5[2] = {10, 11};
+    expect("interp copy-start/done", "HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n"
+           "  s = (f32[2], f32[2], u32[]) copy-start(a)\n  ROOT r = f32[2] copy-done(s)\n}\n", 1, 2, fill_dev, 1, w5, 2);
+}
+
+
 void suite_interp(void);
 void suite_interp(void) {
     test_batch_norm();
+    test_batch_norm_inference();
+    test_async_pairs();
     test_cli_eval();
     test_malformed();
     test_dot();
