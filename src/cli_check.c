@@ -41,7 +41,7 @@ const char cli_check_usage[] =
     "  --manifest M --out-dir DIR   check every pair of M: DIR/NAME.trace.json and DIR/index.json\n"
     "  --shard K/N    with --manifest: only the pairs i with i mod N = K (0 <= K < N), indexed in\n"
     "                 DIR/index.K-of-N.json; scalify report merges the N indexes\n"
-    "  -j N       parallelism (default: the number of cores): a batch checks up to N pairs at once, each in\n"
+    "  -j N, -jN  parallelism (default: the number of cores): a batch checks up to N pairs at once, each in\n"
     "             its own process (its times then include the others' load: -j 1 for timings); a single\n"
     "             pair reads its two programs on two threads when N >= 2\n"
     "  --no-memo  lift every layer instead of reusing the result of an identical one (for comparison)\n"
@@ -462,15 +462,15 @@ int cli_check(int argc, char **argv) {
                 return EXIT_INPUT;
             }
             sh = (shard){(unsigned)k, (unsigned)nn};
-        } else if (!strcmp(a, "-j")) {
+        } else if (!strncmp(a, "-j", 2)) { /* -j N or -jN */
+            const char *v = a[2] ? a + 2 : i + 1 < argc ? argv[++i] : "";
             char *end = NULL;
-            long j = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (!end || *end || j < 1 || j > 1024) {
+            long j = strtol(v, &end, 10);
+            if (end == v || *end || j < 1 || j > 1024) {
                 fprintf(stderr, "scalify check: -j needs a thread count from 1 to 1024\n%s", cli_check_usage);
                 return EXIT_INPUT;
             }
             o.jobs = (int)j;
-            i++;
         } else {
             fprintf(stderr, "scalify check: unknown argument %s\n%s", a, cli_check_usage);
             return EXIT_INPUT;

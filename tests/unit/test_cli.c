@@ -296,6 +296,17 @@ void suite_cli(void) {
         free(out);
     }
 
+    t_case("cli check -j N and -jN; a bad count is a usage error");
+    {
+        const char *forms[] = {"-j 1", "-j2", "-j", "-j0", "-j 2x"};
+        for (int k = 0; k < 5; k++) {
+            out = run(&st, "%s check " PAIR_ARGS " --no-witness %s -o build/cli-j.json", bin, forms[k]);
+            CHECK_MSG(st == (k < 2 ? 0 : 2), "%s: exit %d: %s", forms[k], st, out);
+            if (k >= 2) CHECK_CONTAINS(out, "-j needs a thread count from 1 to 1024");
+            free(out);
+        }
+    }
+
     t_case("cli check executes both programs unless --no-witness");
     {
         /* a ring rotated the wrong way: no transfer function relates it, execution shows it */
