@@ -154,6 +154,22 @@ int cli_report(int argc, char **argv) {
     }
     int rc = EXIT_VERIFIED;
     if (bad) rc = EXIT_INPUT;
+    for (int pass = 0; rc == EXIT_VERIFIED && pass < 2; pass++) {
+        if (pass == 0 && !out) continue;
+        if (pass == 1 && !single) continue;
+        diag d;
+        diag_init(&d, pass ? single : out);
+        report_opts o = {.title = title, .single_file = pass == 1, .compare_text = old, .compare_len = old_len,
+                         .compare_label = compare};
+        report_site site;
+        if (!report_render(&site, traces, nf, &o, &d)) rc = EXIT_INTERNAL;
+        else if (pass == 0 && !report_write_dir(&site, out, &d)) rc = EXIT_INPUT;
+        else if (pass == 1 && !io_write_atomic(single, site.files[0].data.s, site.files[0].data.len, &d))
+            rc = EXIT_INPUT;
+        report_site_free(&site);
+        cli_flush_diag(&d);
+    }
+    /* after the site, so that they may be written into its folder */
     if (rc == EXIT_VERIFIED && merged) {
         diag d;
         diag_init(&d, merged);
@@ -176,21 +192,6 @@ int cli_report(int argc, char **argv) {
         sb_free(&md);
         if (have_cmp) rc_free(&cmp);
         rn_free(&names);
-        cli_flush_diag(&d);
-    }
-    for (int pass = 0; rc == EXIT_VERIFIED && pass < 2; pass++) {
-        if (pass == 0 && !out) continue;
-        if (pass == 1 && !single) continue;
-        diag d;
-        diag_init(&d, pass ? single : out);
-        report_opts o = {.title = title, .single_file = pass == 1, .compare_text = old, .compare_len = old_len,
-                         .compare_label = compare};
-        report_site site;
-        if (!report_render(&site, traces, nf, &o, &d)) rc = EXIT_INTERNAL;
-        else if (pass == 0 && !report_write_dir(&site, out, &d)) rc = EXIT_INPUT;
-        else if (pass == 1 && !io_write_atomic(single, site.files[0].data.s, site.files[0].data.len, &d))
-            rc = EXIT_INPUT;
-        report_site_free(&site);
         cli_flush_diag(&d);
     }
     if (missing && rc < EXIT_INPUT) rc = EXIT_INPUT;

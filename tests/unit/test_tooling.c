@@ -231,6 +231,13 @@ static void markdown(const char *bin) {
     t_case("tooling-markdown unwritable: exit 2");
     CHECK_EQ(st, 2);
     free(out);
+    /* into the site's own folder, which the same call creates */
+    out = run(&st, "rm -rf " WORK "/new-site && %s report %s -o " WORK "/new-site --markdown " WORK
+                   "/new-site/summary.md && test -s " WORK "/new-site/index.html && cmp " WORK "/summary.md " WORK
+                   "/new-site/summary.md", bin, all);
+    t_case("tooling-markdown inside the site it renders");
+    CHECK_MSG(st == 0, "%s", out);
+    free(out);
 }
 
 static void shard(const char *bin) {
