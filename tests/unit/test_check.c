@@ -288,6 +288,22 @@ static void unverified_wording(void) {
     }
     json_decref(trace);
 
+    t_case("check a program without op_name scopes is one segment with both ranges");
+    {
+        const char *pre = "samples/fresh/s.sync_batchnorm.dp8.bug.local-stats";
+        char b[256], d[256], r[256];
+        snprintf(b, sizeof b, "%s.baseline.hlo.pb", pre), snprintf(d, sizeof d, "%s.dist.hlo.pb", pre);
+        snprintf(r, sizeof r, "%s.relations.json", pre);
+        v = run_opts((check_opts){.name = "unscoped", .baseline = b, .distributed = d, .rules_dir = "rules"}, r, &trace);
+        json_t *segs = json_object_get(trace, "segments"), *s0 = json_array_get(segs, 0);
+        json_t *br = json_object_get(s0, "baseline"), *dr = json_object_get(s0, "distributed");
+        CHECK_EQ(json_array_size(segs), 1);
+        CHECK_MSG(json_integer_value(json_object_get(br, "end")) > 0 && json_integer_value(json_object_get(dr, "end")) > 0,
+                  "baseline range %lld-%lld", (long long)json_integer_value(json_object_get(br, "start")),
+                  (long long)json_integer_value(json_object_get(br, "end")));
+        json_decref(trace);
+    }
+
     t_case("check unverified: whether rewrite rules ran");
     const char *mb = "samples/tiny-moe/tiny-moe.baseline.hlo", *md = "samples/tiny-moe/tiny-moe.expert_parallel.ep4.dist.hlo";
     const char *mr = "samples/tiny-moe/tiny-moe.expert_parallel.ep4.relations.json";
