@@ -1,7 +1,6 @@
 #include "check.h"
 #include "provenance.h"
 
-#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,13 +54,6 @@ static void findings_clear(check_result *r) {
         free(r->findings[i].message), free(r->findings[i].segment), free(r->findings[i].path);
     r->nfindings = 0;
     memset(r->kind_total, 0, sizeof r->kind_total);
-}
-
-/* The kind a transfer function named (lift.h's findings carry names). */
-static trace_kind kind_named(const char *name) {
-    int k = trace_kind_of(name);
-    assert(k >= 0 && "a finding kind missing from trace_enums.h");
-    return k >= 0 ? (trace_kind)k : KIND_UNSUPPORTED_OP;
 }
 
 /* A finding kind for a divergence confirmed only by execution, from what
@@ -313,7 +305,7 @@ static void proved_differences(check_result *r, size_t *cap, lift_ctx *lc, const
         sb_printf(&msg, "output %u is not the baseline's: where %s makes the factor, %s; every op from there to the output "
                   "keeps the difference (only additions, negations, conversions and layout ops follow), so the output "
                   "differs from the baseline's wherever that value is non-zero", k, d->in->name, d->message);
-        add_finding(r, cap, kind_named(d->kind), SEV_ERROR, msg.s, d->comp, d->in);
+        add_finding(r, cap, d->kind, SEV_ERROR, msg.s, d->comp, d->in);
         sb_free(&msg);
     }
     free(told);
@@ -521,7 +513,7 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     enum { CHECK_MAX_PER_KIND = 16 };
     for (uint32_t i = 0; i < lc.nfindings; i++) {
         lift_finding *f = &lc.findings[i];
-        trace_kind k = kind_named(f->kind);
+        trace_kind k = f->kind;
         if (r->kind_total[k] < CHECK_MAX_PER_KIND) add_finding(r, &cap, k, SEV_ERROR, f->message, f->comp, f->in);
         else r->kind_total[k]++;
     }
@@ -578,7 +570,7 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     if (!outputs_ok && outputs_related && lc.npending && !lc.nfindings && r->nfindings == 0 && !lc.first_unsupported &&
         !lc.assumed && !lc.resynced) {
         lift_finding *f = &lc.pending;
-        add_finding(r, &cap, kind_named(f->kind), SEV_ERROR, f->message, f->comp, f->in);
+        add_finding(r, &cap, f->kind, SEV_ERROR, f->message, f->comp, f->in);
     }
     if (!outputs_ok && !lc.first_unsupported && !lc.divergence && lc.silent) {
         /* Nothing said why: the first instruction left unknown is the reason. */
@@ -665,8 +657,8 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         const hlo_comp *uc = div ? lc.divergence_comp : later ? lc.later_unsupported_comp : lc.first_unsupported_comp;
         const hlo_instr *ui = div ? lc.divergence : later ? lc.later_unsupported : lc.first_unsupported;
         bool konst_operand = div ? lc.divergence_konst : later ? lc.later_unsupported_konst : lc.unsupported_konst;
-        trace_kind kind = div && lc.divergence_kind ? kind_named(lc.divergence_kind)
-                          : !div && !later && lc.unsupported_kind ? kind_named(lc.unsupported_kind)
+        trace_kind kind = div && lc.divergence_kind != LF_NO_KIND ? lc.divergence_kind
+                          : !div && !later && lc.unsupported_kind != LF_NO_KIND ? lc.unsupported_kind
                           : ui ? kind_of_divergence(ui, konst_operand) : KIND_UNSUPPORTED_OP;
         if (!ui) {
             uc = de;

@@ -34,6 +34,7 @@ void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const h
     c->ndev = mesh_devices(m);
     c->cur = dist;
     c->origin = EG_LIFTED;
+    c->unsupported_kind = c->divergence_kind = LF_NO_KIND;
     c->digests[0] = xcalloc(base->ncomps, sizeof(uint64_t));
     c->digests[1] = xcalloc(dist->ncomps, sizeof(uint64_t));
     c->walked = xcalloc(dist->ncomps ? dist->ncomps : 1, sizeof *c->walked);
@@ -65,7 +66,7 @@ void lift_done(lift_ctx *c) {
 
 /* ---- what lifting records: findings, undecided uses, assumptions ---- */
 
-void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+void lf_finding(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
     if (c->baseline_mode) return;  /* one device, every value replicated: nothing to find */
     char msg[600];
     va_list ap;
@@ -98,7 +99,7 @@ void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_i
     if (c->nsegs) c->segs[c->cur_seg].findings++;
 }
 
-void lf_pending(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+void lf_pending(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
     if (c->baseline_mode) return;
     if (c->npending++) return;  /* the first is named */
     char msg[600];
@@ -109,7 +110,7 @@ void lf_pending(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_i
     c->pending = (lift_finding){kind, comp, in, arena_strdup(c->a, msg)};
 }
 
-static void unsupported_v(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *suspect, const char *fmt,
+static void unsupported_v(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, trace_kind suspect, const char *fmt,
                           va_list ap) {
     if (c->baseline_mode) return;  /* the baseline falls back to its own op (lf_lift_comp) */
     char msg[600];
@@ -134,11 +135,11 @@ static void unsupported_v(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
 void lf_unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    unsupported_v(c, comp, in, NULL, fmt, ap);
+    unsupported_v(c, comp, in, LF_NO_KIND, fmt, ap);
     va_end(ap);
 }
 
-void lf_unsupported_suspect(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+void lf_unsupported_suspect(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     unsupported_v(c, comp, in, kind, fmt, ap);
@@ -888,7 +889,7 @@ static lval lift_elementwise(lstate *s) {
                     partial |= x->v.partial;
                     continue;
                 }
-                lf_finding(c, "missing-all-reduce", s->comp, in, "%s combines values partial over different mesh axes", in->opname);
+                lf_finding(c, KIND_MISSING_ALL_REDUCE, s->comp, in, "%s combines values partial over different mesh axes", in->opname);
                 return unknown();
             }
             partial = x->v.partial;
@@ -940,12 +941,12 @@ static lval lift_elementwise(lstate *s) {
              * not missing. */
             const hlo_instr *later = in->op == OP_ADD || in->op == OP_SUBTRACT ? lf_summed_later(c, s->comp, in, partial) : NULL;
             if (later)
-                lf_finding(c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
+                lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
                         "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
             else if (!is_convert && lf_short_reduction(s, why.s))
                 ;
             else
-                lf_finding(c, is_convert ? "dtype-mismatch" : "missing-all-reduce", s->comp, in,
+                lf_finding(c, is_convert ? KIND_DTYPE_MISMATCH : KIND_MISSING_ALL_REDUCE, s->comp, in,
                         is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
                               : "%s needs complete values but %s: a missing all-reduce",
                         in->opname, is_convert ? dtype_name(in->shape.dtype) : why.s, why.s);
@@ -1087,7 +1088,7 @@ lval lf_lift_instr(lstate *s) {
         if (ops[o].kind == LV_LAYOUT &&
             !lf_layout_to_term(c, &ops[o], &s->comp->instrs[in->operands[o]].shape, true, &ops[o])) {
             const lift_layout *L = ops[o].lay;
-            lf_unsupported_suspect(c, "wrong-shard-dim", L->from_comp, L->from, "%s rearranges the blocks of its operand "
+            lf_unsupported_suspect(c, KIND_WRONG_SHARD_DIM, L->from_comp, L->from, "%s rearranges the blocks of its operand "
                                    "(they are the major part of another dimension), and %s uses the result in a way not "
                                    "related yet", L->from->name, in->name);
             return unknown();
@@ -1688,7 +1689,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
                 sb_free(&b);
             }
             c->divergence = via ? via : in;
-            c->divergence_layout = via != NULL && !c->divergence_kind;
+            c->divergence_layout = via != NULL && c->divergence_kind == LF_NO_KIND;
             c->divergence_resynced = c->resynced > 0;
             c->divergence_comp = comp;
             if (c->nsegs) c->segs[c->cur_seg].divergent++;

@@ -70,6 +70,7 @@
 #include "egraph.h"
 #include "pwidx.h"
 #include "graph.h"
+#include "trace_enums.h"
 #include "view.h"
 
 #define LIFT_FOLD_MAX 65536
@@ -185,8 +186,12 @@ typedef struct lift_zmask {
     int8_t dims[VIEW_MAX_RANK];
 } lift_zmask;
 
+/* No finding kind (a use undecided without a suspect, a divergence that
+ * suggests none). */
+#define LF_NO_KIND KIND_COUNT
+
 typedef struct lift_finding {
-    const char *kind;             /* missing-all-reduce, wrong-reduction, ... */
+    trace_kind kind;              /* KIND_MISSING_ALL_REDUCE, ... (trace_enums.h) */
     const hlo_comp *comp;         /* distributed site */
     const hlo_instr *in;
     char *message;                /* one line (arena) */
@@ -235,7 +240,7 @@ typedef struct lift_ctx {
     const hlo_instr *first_unsupported;   /* first instruction no rule relates */
     const hlo_comp *first_unsupported_comp;
     char *unsupported_why;
-    const char *unsupported_kind;         /* the bug kind it suggests should execution differ, or NULL */
+    trace_kind unsupported_kind;          /* the bug kind it suggests should execution differ, or LF_NO_KIND */
     const hlo_instr *silent;              /* first instruction left unknown without a reason although */
     const hlo_comp *silent_comp;          /* its operands were related (named only when an output */
     char *silent_why;                     /* is unrelated and nothing else says why) */
@@ -249,7 +254,7 @@ typedef struct lift_ctx {
                                            * one over; an output that is one) */
     bool divergence_konst, unsupported_konst; /* an operand of that instruction is constant-only */
     bool divergence_layout;               /* it is a layout op handing a rearrangement over */
-    const char *divergence_kind;          /* a kind the divergence suggests (a factor: lift_scale.c), or NULL */
+    trace_kind divergence_kind;           /* a kind the divergence suggests (a factor: lift_scale.c), or LF_NO_KIND */
     char *divergence_note;                /* words on it (arena), or NULL */
     strmap base_factors;                  /* baseline term class -> index in base_factor */
     double *base_factor;                  /* the factor the baseline put back into that term */

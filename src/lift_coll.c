@@ -161,7 +161,7 @@ void lf_copies_into_partial_sums(lstate *s) {
             strbuf why;
             sb_init(&why);
             lf_describe_operands(&why, s->c, s->ops, in->noperands);
-            lf_pending(s->c, "wrong-reduction", s->comp, in, "%s adds a value that is not partial to a partial sum (%s) "
+            lf_pending(s->c, KIND_WRONG_REDUCTION, s->comp, in, "%s adds a value that is not partial to a partial sum (%s) "
                        "that %s then sums over the devices: it is counted once per device", in->opname, why.s, later->name);
             sb_free(&why);
         }
@@ -180,7 +180,7 @@ bool lf_short_reduction(lstate *s, const char *why) {
         strbuf ax;
         sb_init(&ax);
         lf_axes_words(&ax, s->c, x->v.partial);
-        lf_finding(s->c, "wrong-collective-group", x->short_comp, x->short_at,
+        lf_finding(s->c, KIND_WRONG_COLLECTIVE_GROUP, x->short_comp, x->short_at,
                    "%s sums over too few devices: the value stays partial over %s, and %s needs it complete (%s)",
                    x->short_at->name, ax.s, s->in->name, why);
         sb_free(&ax);
@@ -401,7 +401,7 @@ lval lf_lift_all_reduce(lstate *s) {
                 strbuf p2;
                 sb_init(&p2);
                 lf_axes_words(&p2, c, x->v.partial & ~(uint32_t)axes);
-                lf_finding(c, "wrong-collective-group", s->comp, in,
+                lf_finding(c, KIND_WRONG_COLLECTIVE_GROUP, s->comp, in,
                         "%s reduces over %s, but the value is partial over %s: the all-reduce runs over the wrong mesh axis",
                         in->name, w.s, p2.s);
                 sb_free(&p2);
@@ -411,7 +411,7 @@ lval lf_lift_all_reduce(lstate *s) {
                 lf_unsupported(c, s->comp, in, "%s sums over %s a value sharded over %s: the sum of its blocks is not related yet",
                                in->name, w.s, e.s);
             } else {
-                lf_finding(c, "wrong-reduction", s->comp, in,
+                lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in,
                         "%s sums over %s, but the value is already complete over %s: it is counted %lld times",
                         in->name, w.s, e.s, (long long)times);
             }
@@ -424,7 +424,7 @@ lval lf_lift_all_reduce(lstate *s) {
         }
     }
     if (x->v.partial && x->v.red != red) {
-        lf_finding(c, "wrong-reduction", s->comp, in, "%s reduces with %s over %s but the value is partial with %s",
+        lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in, "%s reduces with %s over %s but the value is partial with %s",
                 in->name, reducer_name(red), w.s, reducer_name(x->v.red));
         view v = x->v;
         v.partial &= (uint8_t)~axes;
@@ -434,13 +434,13 @@ lval lf_lift_all_reduce(lstate *s) {
     for (uint32_t d = 0; d < x->v.rank; d++)
         for (uint32_t a = 0; a < x->v.dims[d].naxes; a++)
             if (axes >> x->v.dims[d].axes[a] & 1) {
-                lf_finding(c, "wrong-collective-group", s->comp, in, "@%s reduces over %s, along which the value is sharded (dimension %u), not partial",
+                lf_finding(c, KIND_WRONG_COLLECTIVE_GROUP, s->comp, in, "@%s reduces over %s, along which the value is sharded (dimension %u), not partial",
                         in->name, w.s, d);
                 sb_free(&w);
                 return unknown();
             }
     if (in->shape.dtype != s->comp->instrs[in->operands[0]].shape.dtype) {
-        lf_finding(c, "dtype-mismatch", s->comp, in, "%s changes the element type", in->name);
+        lf_finding(c, KIND_DTYPE_MISMATCH, s->comp, in, "%s changes the element type", in->name);
         sb_free(&w);
         return unknown();
     }
@@ -780,7 +780,7 @@ lval lf_lift_all_gather(lstate *s) {
         sb_init(&w);
         view_print(&a, &x->v, c->mesh);
         lf_axes_words(&w, c, (uint32_t)axes);
-        lf_finding(c, "wrong-shard-dim", s->comp, in, "@%s gathers dimension %u over %s, but the value is %s", in->name, d, w.s, a.s);
+        lf_finding(c, KIND_WRONG_SHARD_DIM, s->comp, in, "@%s gathers dimension %u over %s, but the value is %s", in->name, d, w.s, a.s);
         sb_free(&a);
         sb_free(&w);
         return unknown();
@@ -818,13 +818,13 @@ lval lf_lift_reduce_scatter(lstate *s) {
             sb_init(&p2);
             lf_axes_words(&w, c, (uint32_t)axes);
             lf_axes_words(&p2, c, x->v.partial & ~(uint32_t)axes);
-            lf_finding(c, "wrong-collective-group", s->comp, in,
+            lf_finding(c, KIND_WRONG_COLLECTIVE_GROUP, s->comp, in,
                        "%s reduces over %s, but the value is partial over %s: the reduce-scatter runs over the wrong mesh axis",
                        in->name, w.s, p2.s);
             sb_free(&w);
             sb_free(&p2);
         } else {
-            lf_finding(c, "wrong-reduction", s->comp, in, "%s reduces a value that is not partial (%s) over its groups", in->name,
+            lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in, "%s reduces a value that is not partial (%s) over its groups", in->name,
                        reducer_name(red));
         }
         return unknown();

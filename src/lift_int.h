@@ -108,20 +108,20 @@ eid lf_mk_concat(lift_ctx *c, const eid *ch, uint32_t n, uint32_t d);
 bool lf_reshape_run(const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb, uint32_t i, uint32_t j, uint32_t *i2,
                     uint32_t *j2);
 bool lf_is_elementwise(int op);
-void lf_finding(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
+void lf_finding(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 void lf_assume(lift_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void lf_unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* lf_unsupported, naming the bug kind this undecided use would be if execution
  * shows the programs differ (the kind of an execution-confirmed finding). */
-void lf_unsupported_suspect(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
+void lf_unsupported_suspect(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 /* A finding that holds only if the outputs then differ: the value is lifted
  * as what the program computes (not assumed), and a later op may take the
  * difference back. check.c names the first one when every output was
  * related and still does not meet the baseline's. */
-void lf_pending(lift_ctx *c, const char *kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
+void lf_pending(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
             uint8_t origin);
@@ -220,7 +220,8 @@ typedef struct lf_loop_mark {
     const hlo_comp *first_unsupported_comp, *later_unsupported_comp, *divergence_comp;
     char *unsupported_why, *later_unsupported_why, *divergence_note;
     bool unsupported_konst, later_unsupported_konst, divergence_konst, divergence_layout, divergence_resynced;
-    const char *divergence_kind, *resync_scope;
+    trace_kind divergence_kind;
+    const char *resync_scope;
 } lf_loop_mark;
 lf_loop_mark lf_loop_mark_take(const lift_ctx *c);      /* the context now, to go back to */
 void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m); /* back to the context at m */

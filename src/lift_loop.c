@@ -467,7 +467,7 @@ static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, con
             sb_init(&want);
             view_print(&got, &z->v, c->mesh);
             view_print(&want, &xs[k].v, c->mesh);
-            lf_finding(c, z->v.partial && !xs[k].v.partial ? "missing-all-reduce" : "wrong-shard-dim", bc, site,
+            lf_finding(c, z->v.partial && !xs[k].v.partial ? KIND_MISSING_ALL_REDUCE : KIND_WRONG_SHARD_DIM, bc, site,
                        "@the body of %s returns carry element %u as %s but it enters as %s: the relation is not kept from one "
                        "iteration to the next", in->name, k, got.s, want.s);
             sb_free(&got);

@@ -242,7 +242,7 @@ int lf_collective_axes(lstate *s, bool ordered) {
         /* Groups that name no devices at all, as XLA reads them for the group mode. */
         static const char *const named[] = {"replicas (no channel_id)", "partitions", ("replicas, each across every partition "
                                             "(a channel_id without use_global_device_ids)"), "devices"};
-        lf_finding(c, "wrong-collective-group", s->comp, s->in, "the replica groups of %s name %s: %s (%lld replica%s, %lld "
+        lf_finding(c, KIND_WRONG_COLLECTIVE_GROUP, s->comp, s->in, "the replica groups of %s name %s: %s (%lld replica%s, %lld "
                    "partition%s)", s->in->name, named[graph_group_mode(s->in)], why, (long long)R, R == 1 ? "" : "s",
                    (long long)(D / R), D / R == 1 ? "" : "s");
         return -1;
@@ -251,7 +251,7 @@ int lf_collective_axes(lstate *s, bool ordered) {
         lf_unsupported(c, s->comp, s->in, "the replica groups of %s match no axis of the mesh inferred from the shardings",
                     s->in->name);
     else
-        lf_finding(c, "wrong-collective-group", s->comp, s->in, "the replica groups of %s match no set of mesh axes%s",
+        lf_finding(c, KIND_WRONG_COLLECTIVE_GROUP, s->comp, s->in, "the replica groups of %s match no set of mesh axes%s",
                 s->in->name, ordered ? " (in device order)" : "");
     return -1;
 }

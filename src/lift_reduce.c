@@ -124,7 +124,7 @@ lval lf_lift_dot(lstate *s) {
                  !(view_axes_used(&l->v) & r->v.partial) && !(view_axes_used(&r->v) & l->v.partial);
     if ((l->v.partial && r->v.partial && !apart) || ((l->v.partial || r->v.partial) && (l->v.red | r->v.red) != RED_SUM)) {
         if (!lf_short_reduction(s, "a dot of two partial values"))
-            lf_finding(c, "missing-all-reduce", s->comp, in, "dot of two partial values: at least one all-reduce is missing");
+            lf_finding(c, KIND_MISSING_ALL_REDUCE, s->comp, in, "dot of two partial values: at least one all-reduce is missing");
         return unknown();
     }
     view v = view_dup(in->shape.rank);
@@ -204,7 +204,7 @@ lval lf_lift_convolution(lstate *s) {
         return unknown();
     if (l->v.partial && r->v.partial) {
         if (!lf_short_reduction(s, "a convolution of two partial values"))
-            lf_finding(c, "missing-all-reduce", s->comp, in, "convolution of two partial values: at least one all-reduce is missing");
+            lf_finding(c, KIND_MISSING_ALL_REDUCE, s->comp, in, "convolution of two partial values: at least one all-reduce is missing");
         return unknown();
     }
     if ((l->v.partial | r->v.partial) && (l->v.red | r->v.red) != RED_SUM) return unknown();
@@ -315,7 +315,7 @@ lval lf_lift_reduce(lstate *s) {
     const lval *x = &s->ops[0], *init = &s->ops[1];
     if (!red) return unknown();
     if (x->v.partial && !(x->v.red == red && (red == RED_SUM || red == RED_MAX || red == RED_MIN))) {
-        lf_finding(c, "missing-all-reduce", s->comp, in, "reduce-%s of a value that is still partial (%s) over a mesh axis",
+        lf_finding(c, KIND_MISSING_ALL_REDUCE, s->comp, in, "reduce-%s of a value that is still partial (%s) over a mesh axis",
                 reducer_name(red), reducer_name(x->v.red));
         return unknown();
     }

@@ -72,7 +72,7 @@ static double base_factor(lift_ctx *c, eid x) {
     return strmap_get(&c->base_factors, (const char *)&key, sizeof key, &idx) ? c->base_factor[idx] : 1;
 }
 
-static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, const char **kind, char **note,
+static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, trace_kind *kind, char **note,
                          const hlo_instr **at);
 static bool factors_differ(lift_ctx *c, eid x, double r);
 
@@ -309,7 +309,7 @@ static bool factors_differ(lift_ctx *c, eid x, double r) {
 
 /* What factor sd where the baseline has sb says (a finding kind and words)
  * and the op to blame (NULL: none known). */
-static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, const char **kind, char **note,
+static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, trace_kind *kind, char **note,
                          const hlo_instr **at) {
     double r = sd / sb;
     const mesh *m = c->mesh;
@@ -332,7 +332,7 @@ static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, con
         sb_puts(&w, ": ");
         sb_printf(&w, how, ax.s);
     }
-    *kind = how ? "wrong-reduction" : "constant-mismatch";
+    *kind = how ? KIND_WRONG_REDUCTION : KIND_CONSTANT_MISMATCH;
     *note = arena_strndup(c->a, w.s, w.len);
     *at = how && was->summed_at ? was->summed_at : was->factor_at;
     sb_free(&w);
@@ -349,7 +349,7 @@ bool lf_factor_divergence(lift_ctx *c, const hlo_comp *comp, const lval *x, cons
     /* Blame is given within the computation of the divergence (its site is
      * printed from that computation); an op elsewhere (a called one) is not. */
     if (*at && (*at < comp->instrs || *at >= comp->instrs + comp->ninstrs)) *at = NULL;
-    if (!*at) c->divergence_kind = NULL, c->divergence_note = NULL;
+    if (!*at) c->divergence_kind = LF_NO_KIND, c->divergence_note = NULL;
     return *at != NULL;
 }
 

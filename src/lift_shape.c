@@ -64,7 +64,7 @@ lval lf_lift_broadcast(lstate *s) {
         strbuf why;
         sb_init(&why);
         view_print(&why, &x->v, c->mesh);
-        lf_unsupported_suspect(c, "missing-all-reduce", s->comp, in, "%s broadcasts a partial %s before it is reduced (%s); "
+        lf_unsupported_suspect(c, KIND_MISSING_ALL_REDUCE, s->comp, in, "%s broadcasts a partial %s before it is reduced (%s); "
                                "such uses (an online softmax's running max) are not related yet", in->name,
                                reducer_name(v.red), why.s);
         sb_free(&why);
@@ -491,7 +491,7 @@ static lval unreduced_blocks(lstate *s) {
     strbuf why;
     sb_init(&why);
     view_print(&why, &s->ops[0].v, s->c->mesh);
-    lf_unsupported_suspect(s->c, "missing-all-reduce", s->comp, s->in, "%s takes each device's own block of a value that is "
+    lf_unsupported_suspect(s->c, KIND_MISSING_ALL_REDUCE, s->comp, s->in, "%s takes each device's own block of a value that is "
                            "still a partial sum (%s): a reduce-scatter without its reduction unless the other devices' "
                            "summands vanish there", s->in->name, why.s);
     sb_free(&why);
@@ -625,7 +625,7 @@ lval lf_lift_dynamic_slice(lstate *s) {
             strbuf t;
             sb_init(&t);
             for (int64_t r = 0; r < c->ndev && r < 8; r++) sb_printf(&t, "%s%lld", r ? ", " : "", (long long)o->dev[r]);
-            lf_unsupported_suspect(c, "wrong-shard-dim", s->comp, in,
+            lf_unsupported_suspect(c, KIND_WRONG_SHARD_DIM, s->comp, in,
                                    "%s slices dimension %u at per-device offsets {%s%s}, which select no mesh-axis block of "
                                    "size %lld", in->name, d, t.s, c->ndev > 8 ? ", ..." : "", (long long)size);
             sb_free(&t);

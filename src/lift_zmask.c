@@ -303,7 +303,7 @@ static bool zmask_combine(lstate *s, lval *v) {
             }
             if (!same) {
                 const hlo_instr *at = z->moved ? z->moved : in;
-                lf_finding(c, "layout-mismatch", s->comp, at,
+                lf_finding(c, KIND_LAYOUT_MISMATCH, s->comp, at,
                         "%s (%s) rearranges the rows of a dispatch along its expert (mask) dimensions, and %s then weights "
                         "each row by the router weight of an expert it was not routed for: tokens reach the wrong experts",
                         at->name, at->opname, in->name);
