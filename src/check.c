@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "debug.h"
 #include "egraph.h"
 #include "hlo.h"
 #include "io.h"
@@ -188,7 +189,7 @@ typedef struct saturator {
 
 /* The e-graph's invariants (egraph.h eg_check) after every lift and
  * saturation, when built with -DSCALIFY_INVARIANTS (make asan, make ubsan) or
- * run with SCALIFY_DEBUG_INVARIANTS set (then each check is said on stderr). A
+ * run with SCALIFY_DEBUG=invariants (then each check is said on stderr). A
  * violation is a checker defect: nothing decided on that e-graph can be
  * trusted, so it is reported and the process aborts. */
 static void invariants(egraph *g, const char *after) {
@@ -197,7 +198,7 @@ static void invariants(egraph *g, const char *after) {
 #ifdef SCALIFY_INVARIANTS
         on = 1;
 #else
-        on = getenv("SCALIFY_DEBUG_INVARIANTS") != NULL;
+        on = dbg_on(DBG_INVARIANTS);
 #endif
     }
     if (!on) return;
@@ -209,7 +210,7 @@ static void invariants(egraph *g, const char *after) {
                 after, why.s ? why.s : "");
         abort();
     }
-    if (getenv("SCALIFY_DEBUG_INVARIANTS"))
+    if (dbg_on(DBG_INVARIANTS))
         fprintf(stderr, "check: e-graph invariants hold after %s (%u nodes)\n", after, eg_node_count(g));
     sb_free(&why);
 }
@@ -579,7 +580,7 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         lc.unsupported_why = lc.silent_why;
     }
     proved_differences(r, &cap, &lc, &rel, &root, bouts, nbouts);
-    if (getenv("SCALIFY_DEBUG_LIFT"))
+    if (dbg_on(DBG_LIFT))
         fprintf(stderr, "check: outputs %s (%s); divergence %s; resynced %u; memo %u of %u runs\n", outputs_ok ? "meet" : "differ",
                 why.s ? why.s : "", lc.divergence ? lc.divergence->name : "none", lc.resynced, lc.memo_hits, lc.memo_runs);
     witness w = {0};

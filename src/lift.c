@@ -10,6 +10,7 @@
  * of time and e-nodes per segment. Each transfer function says in a comment
  * what it relates and when it refuses; the other opcode families and the
  * helpers live in the lift_*.c files beside this one (lift_int.h). */
+#include "debug.h"
 #include "lift.h"
 #include "lift_int.h"
 
@@ -115,7 +116,7 @@ static void unsupported_v(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     if (c->baseline_mode) return;  /* the baseline falls back to its own op (lf_lift_comp) */
     char msg[600];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    if (getenv("SCALIFY_DEBUG_LIFT")) fprintf(stderr, "lift: unsupported: %s\n", msg);
+    if (dbg_on(DBG_LIFT)) fprintf(stderr, "lift: unsupported: %s\n", msg);
     c->nunsupported++;
     if (c->nsegs) c->segs[c->cur_seg].unsupported++;
     if (c->resynced && !c->later_unsupported) {
@@ -1109,7 +1110,7 @@ lval lf_lift_instr(lstate *s) {
     /* Index values met by an op that does not take them: a masked row that every
      * device holds is a term; anything else is not related here. */
     for (uint32_t o = 0; o < in->noperands; o++) {
-        if (ops[o].kind == LV_MASK && getenv("SCALIFY_DEBUG_LIFT")) {
+        if (ops[o].kind == LV_MASK && dbg_on(DBG_LIFT)) {
             strbuf b;
             sb_init(&b);
             eg_print_term(&b, c->g, ops[o].hit, 4);
@@ -1359,18 +1360,12 @@ void lf_account_tree(lift_ctx *c, const hlo_instr *in) {
     for (uint32_t i = 0; i < callee->ninstrs; i++) lf_account_tree(c, &callee->instrs[i]);
 }
 
-/* SCALIFY_DEBUG_BASE / _TERM / _VIEWS: the value v just lifted for in,
+/* SCALIFY_DEBUG base=, term=, views: the value v just lifted for in,
  * described on stderr (HACKING.md lists them). */
 static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
     static eid dbg_base = EID_NONE;
-    static const char *dbgb, *dbg, *dbgv;
-    static bool dbg_read;
-    if (!dbg_read) {
-        dbgb = getenv("SCALIFY_DEBUG_BASE");
-        dbg = getenv("SCALIFY_DEBUG_TERM");
-        dbgv = getenv("SCALIFY_DEBUG_VIEWS");
-        dbg_read = true;
-    }
+    const char *dbgb = dbg_base_name(), *dbg = dbg_term_name();
+    bool dbgv = dbg_on(DBG_VIEWS);
     if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
     if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
         /* Descend both terms to the first node where they part. */
@@ -1388,9 +1383,9 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
             if (kx != ky || eg_node_op(c->g, nx) != eg_node_op(c->g, ny)) { /* where they part: both terms */
                 strbuf b;
                 sb_init(&b);
-                eg_print_term(&b, c->g, x, getenv("SCALIFY_DEBUG_DEPTH") ? atoi(getenv("SCALIFY_DEBUG_DEPTH")) : 5);
+                eg_print_term(&b, c->g, x, dbg_depth());
                 sb_puts(&b, "\n   distributed: ");
-                eg_print_term(&b, c->g, y, getenv("SCALIFY_DEBUG_DEPTH") ? atoi(getenv("SCALIFY_DEBUG_DEPTH")) : 5);
+                eg_print_term(&b, c->g, y, dbg_depth());
                 fprintf(stderr, "   baseline:    %s\n", b.s);
                 sb_free(&b);
                 break;
@@ -1638,7 +1633,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         if (v->kind == LV_TERM) record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
         return;
     }
-    if (getenv("SCALIFY_DEBUG_LIFT") && v->kind == LV_UNKNOWN) {
+    if (dbg_on(DBG_LIFT) && v->kind == LV_UNKNOWN) {
         bool fresh_unknown = true;
         for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;
         if (fresh_unknown) fprintf(stderr, "lift: %s (%s) unknown\n", in->name, in->opname);
@@ -1681,7 +1676,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             c->divergence_konst = konst_op;
             for (uint32_t o = 0; o < in->noperands && !via; o++)
                 if (ops[o].rescaled && lf_factor_divergence(c, comp, &ops[o], &vals[in->operands[o]], &via)) break;
-            if (getenv("SCALIFY_DEBUG_LIFT")) {
+            if (dbg_on(DBG_LIFT)) {
                 strbuf b;
                 sb_init(&b);
                 eg_print_term(&b, c->g, v->cls, 6);

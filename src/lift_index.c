@@ -4,6 +4,7 @@
  * of a sequence shard — and rows gathered with them, related to the baseline
  * when every index value of the domain finds its row on exactly one device.
  */
+#include "debug.h"
 #include "lift.h"
 #include "eattr.h"
 #include "lift_int.h"
@@ -301,7 +302,7 @@ static bool mask_sums_to_row(const lift_ctx *c, const lval *m, uint32_t axes) {
                 if (!(axes >> a & 1)) key = key * c->mesh->sizes[a] + mesh_coord(c->mesh, d, (int)a);
             if (!pw_constant_on(&m->pw[d], lo, hi, &tag) || tag == TAG_JUNK) {
                 ok = false;
-                if (getenv("SCALIFY_DEBUG_LIFT")) {
+                if (dbg_on(DBG_LIFT)) {
                     fprintf(stderr, "lift: device %lld has no row or zero on [%lld, %lld):", (long long)d, (long long)lo,
                             (long long)hi);
                     for (uint32_t k = 0; k < m->pw[d].n; k++)
@@ -936,12 +937,12 @@ bool lf_pw_instr(lstate *s, lval *out) {
             const lval *m = &s->ops[0];
             bool scatter = in->op == OP_REDUCE_SCATTER;
             int axes = lift_groups_axes(c, in, scatter);
-            if (getenv("SCALIFY_DEBUG_LIFT"))
+            if (dbg_on(DBG_LIFT))
                 fprintf(stderr, "lift: %s sums masks over axes %d (mask %s, %u parts)\n", in->name, axes,
                         m->n ? "sum" : "single", m->n);
             eid sum;
             if (axes <= 0 || !mask_sum(c, m, (uint32_t)axes, &sum)) return false;
-            if (getenv("SCALIFY_DEBUG_LIFT")) {
+            if (dbg_on(DBG_LIFT)) {
                 strbuf b;
                 sb_init(&b);
                 eg_print_term(&b, c->g, sum, 4);

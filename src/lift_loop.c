@@ -4,6 +4,7 @@
  * from lf_lift_one through lf_loop_baseline / lf_loop_distributed. Also the
  * walk state a loop (or another reading tried and undone) saves and goes
  * back to: lf_loop_mark_take, lf_loop_mark_undo. */
+#include "debug.h"
 #include "lift.h"
 #include "lift_int.h"
 #include "interp.h"
@@ -442,7 +443,7 @@ static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, con
         if (!failed[k] || !ok) continue;
         ok = false;
         if (!same) {
-            if (getenv("SCALIFY_DEBUG_LIFT")) {
+            if (dbg_on(DBG_LIFT)) {
                 strbuf tz, ty;
                 sb_init(&tz);
                 sb_init(&ty);
@@ -528,7 +529,7 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
             xs[k] = term(L->x[pi[k]], w, false);
             continue;
         }
-        if (pi[k] == SR_NONE && getenv("SCALIFY_DEBUG_LIFT")) {
+        if (pi[k] == SR_NONE && dbg_on(DBG_LIFT)) {
             strbuf tz;
             sb_init(&tz);
             if (e->kind == LV_TERM) eg_print_term(&tz, c->g, e->cls, 6);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "debug.h"
 #include "lift_int.h"
 #include "segrun.h"
 
@@ -227,12 +228,10 @@ static bool same_inputs(lift_ctx *c, const sr_run *a, const lval *avals, const s
     return true;
 }
 
-/* Why a run did not become a representative, with SCALIFY_DEBUG_MEMO set. */
+/* Why a run did not become a representative, with SCALIFY_DEBUG=memo. */
 static void memo_debug(const lf_memo_side *ms, uint32_t r, const char *why) {
-    static int on = -1;
-    if (on < 0) on = getenv("SCALIFY_DEBUG_MEMO") != NULL;
     const sr_run *run = &ms->runs.runs[r];
-    if (on) fprintf(stderr, "memo: run %u (%.*s) is no representative: %s\n", r, (int)run->nscope, run->scope, why);
+    if (dbg_on(DBG_MEMO)) fprintf(stderr, "memo: run %u (%.*s) is no representative: %s\n", r, (int)run->nscope, run->scope, why);
 }
 
 /* Baseline run r, about to be walked: when an earlier representative is

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "debug.h"
 #include "interp.h"
 
 /* Offsets of device d's block of a global array of dims under v. */
@@ -151,7 +152,7 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
                 interp_val *block = interp_val_slice(want, off, size);
                 double before = w->max_abs;
                 compare(w, block, got);
-                if (getenv("SCALIFY_DEBUG_WITNESS") && w->max_abs > before)
+                if (dbg_on(DBG_WITNESS) && w->max_abs > before)
                     fprintf(stderr, "witness: output %u device %lld: max abs difference %g\n", o, (long long)d, w->max_abs);
                 interp_val_free(block);
             }

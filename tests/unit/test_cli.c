@@ -307,6 +307,19 @@ void suite_cli(void) {
         }
     }
 
+    t_case("cli SCALIFY_DEBUG: switches on, an unknown word said and ignored");
+    {
+        out = run(&st, "SCALIFY_DEBUG=views,bogus,depth=x %s check " PAIR_ARGS " --no-witness -o build/cli-dbg.json", bin);
+        CHECK_MSG(st == 0, "exit %d: %s", st, out);
+        CHECK_CONTAINS(out, "SCALIFY_DEBUG: ignoring 'bogus'");
+        CHECK_CONTAINS(out, "SCALIFY_DEBUG: ignoring 'depth=x'");
+        CHECK_CONTAINS(out, "\nview ");
+        free(out);
+        out = run(&st, "%s check " PAIR_ARGS " --no-witness -o build/cli-dbg.json", bin);
+        CHECK_MSG(!strstr(out, "view ") && !strstr(out, "SCALIFY_DEBUG"), "%s", out);
+        free(out);
+    }
+
     t_case("cli check executes both programs unless --no-witness");
     {
         /* a ring rotated the wrong way: no transfer function relates it, execution shows it */

@@ -1,5 +1,5 @@
 /* The e-graph invariant checks that make asan/ubsan (-DSCALIFY_INVARIANTS)
- * and SCALIFY_DEBUG_INVARIANTS turn on: they run after lifting and after each
+ * and SCALIFY_DEBUG=invariants turn on: they run after lifting and after each
  * saturation, and hold on a verified pair and on a mismatch. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +26,7 @@ void suite_invariants(void) {
         t_case("invariants-1.%zu %s", i + 1, pairs[i].dist);
         char cmd[1024];
         snprintf(cmd, sizeof cmd,
-                 "SCALIFY_DEBUG_INVARIANTS=1 %s check --baseline samples/tiny-gpt2/tiny-gpt2.baseline.hlo "
+                 "SCALIFY_DEBUG=memo,invariants %s check --baseline samples/tiny-gpt2/tiny-gpt2.baseline.hlo "
                  "--distributed samples/tiny-gpt2/%s.dist.hlo --relations samples/tiny-gpt2/%s.relations.json "
                  "--rules rules -o /dev/null 2>&1",
                  t_scalify(), pairs[i].dist, pairs[i].rel);
