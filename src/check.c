@@ -475,9 +475,10 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     arena a;
     arena_init(&a);
     lift_ctx lc;
-    /* A mesh inferred from shardings is a guess: refine it where groups use part
-     * of an axis. A declared mesh stays as declared (such groups are findings). */
-    if (!o->relations) lift_refine_mesh(&rel, D.m);
+    /* Refine the mesh where groups use part of an axis, declared or inferred:
+     * a sum over part of an axis may be one step of a complete one (DESIGN §5);
+     * a value left partial is a finding where it must be complete. */
+    lift_refine_mesh(&rel, D.m);
     for (uint32_t k = 0; k < rel.ninputs; k++) view_drop_unit_axes(&rel.inputs[k], &rel.mesh);
     for (uint32_t k = 0; k < rel.noutputs; k++) view_drop_unit_axes(&rel.outputs[k], &rel.mesh);
     lift_init(&lc, g, &a, B.m, D.m, &rel.mesh);

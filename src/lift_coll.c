@@ -235,43 +235,62 @@ static eid sum_reduce_term(lstate *s, eid x, const int64_t *dd, uint32_t nd, con
     return lf_node(c, c->cur, &ri, ch, 2, gdims, c->origin);
 }
 
-/* The operand x of collective s (a sum, or a max or min of floats), dim d of local size > 1 sharded over
- * exactly `sharded` (the axes the groups span that x is not partial over),
- * no other dim sharded over them: each device of a group holds one block,
- * and the group reduces the blocks. Re-read as the partial value (over
- * those axes, with the collective's reducer) of the global value split at
- * d into (blocks, block) and reduced over the blocks: dim d, of the
- * block's size, no longer sharded. The blocks are in any order (a sum, a
- * max or a min does not care). A pmax over the axis that shards the data
- * is a blockwise max, not a mistake by itself: what the baseline computes
- * says whether it was meant. */
+/* The operand x of collective s (a sum, or a max or min of floats), dim d of
+ * local size > 1 sharded over axes that include all of `sharded` (the axes
+ * the groups span that x is not partial over), no other dim sharded over
+ * them: each device of a group holds one block, and the group reduces the
+ * blocks. Re-read as the partial value (over those axes, with the
+ * collective's reducer) of the global value split at d into its blocks and
+ * reduced over the blocks the groups span: when they span all of dim d's
+ * axes, split into (blocks, block) and dim d, of the block's size, no longer
+ * sharded; when only some (groups over sub-axes of a refined mesh, a sum in
+ * steps), split into one dim per axis, reduced over the summed ones and
+ * merged back, dim d still sharded over the others. The blocks are in any
+ * order (a sum, a max or a min does not care). A pmax over the axis that
+ * shards the data is a blockwise max, not a mistake by itself: what the
+ * baseline computes says whether it was meant. */
 static void blocks_as_partial(lstate *s, uint32_t d, uint32_t sharded, const hlo_attr *ta) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     lval *x = &s->ops[0];
     const shape *ls = &s->comp->instrs[in->operands[0]].shape;
+    const view_dim *vd = &x->v.dims[d];
     uint32_t mine = 0;
-    for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) mine |= 1u << x->v.dims[d].axes[a];
+    for (uint32_t a = 0; a < vd->naxes; a++) mine |= 1u << vd->axes[a];
     for (uint32_t e = 0; e < ls->rank; e++)
         for (uint32_t a = 0; a < x->v.dims[e].naxes && e != d; a++)
             if (sharded >> x->v.dims[e].axes[a] & 1) return;
-    if (mine != sharded || ls->rank + 1 > VIEW_MAX_RANK || in->shape.dtype != ls->dtype) return;
-    int64_t gd[VIEW_MAX_RANK], sd[VIEW_MAX_RANK + 1], rd[VIEW_MAX_RANK];
+    bool all = mine == sharded;
+    uint32_t nsplit = all ? 1 : vd->naxes;
+    if ((mine & sharded) != sharded || ls->rank + nsplit > VIEW_MAX_RANK || in->shape.dtype != ls->dtype) return;
+    int64_t gd[VIEW_MAX_RANK], sd[VIEW_MAX_RANK + 1], rd[VIEW_MAX_RANK + 1], red_dims[VIEW_MAX_RANK], md[VIEW_MAX_RANK];
     lf_global_dims(c, &x->v, ls, gd);
-    int64_t n = view_dim_parts(&x->v, c->mesh, d);
+    int64_t n = view_dim_parts(&x->v, c->mesh, d), kept = 1;
     if (n < 2 || gd[d] != n * ls->dims[d]) return;
-    for (uint32_t e = 0, k = 0; e < ls->rank; e++) {
-        if (e == d) sd[k++] = n;
+    /* split: dims before d, the block dims (one, or one per axis), the block, the rest */
+    uint32_t k = 0, nr = 0, nred = 0;
+    view_dim rest = {0};
+    for (uint32_t e = 0; e < ls->rank; e++) {
+        if (e == d)
+            for (uint32_t j = 0; j < nsplit; j++) {
+                int64_t size = all ? n : c->mesh->sizes[vd->axes[j]];
+                if (all || sharded >> vd->axes[j] & 1) red_dims[nred++] = k;
+                else rd[nr++] = size, kept *= size, rest.axes[rest.naxes++] = vd->axes[j];
+                sd[k++] = size;
+            }
         sd[k++] = e == d ? ls->dims[d] : gd[e];
-        rd[e] = e == d ? ls->dims[d] : gd[e];
+        rd[nr++] = e == d ? ls->dims[d] : gd[e];
+        md[e] = e == d ? kept * ls->dims[d] : gd[e];
     }
-    eid split = lf_mk_reshape(c, x->cls, lf_type_of(c, ls->dtype, sd, ls->rank + 1), c->origin);
-    /* reduce(split, 0) over the blocks' dim with the collective's reducer */
-    int64_t one = d;
-    eid t = sum_reduce_term(s, split, &one, 1, ls, rd, ta);
+    eid split = lf_mk_reshape(c, x->cls, lf_type_of(c, ls->dtype, sd, k), c->origin);
+    /* reduce(split) over the summed blocks' dims with the collective's reducer */
+    shape rs = *ls;
+    rs.rank = nr;
+    rs.dims = arena_memdup(c->a, rd, (nr + 1) * sizeof *rd);
+    eid t = sum_reduce_term(s, split, red_dims, nred, &rs, rd, ta);
     if (t == EID_NONE) return;
-    x->cls = t;
-    memset(&x->v.dims[d], 0, sizeof x->v.dims[d]);
+    x->cls = all ? t : lf_mk_reshape(c, t, lf_type_of(c, ls->dtype, md, ls->rank), c->origin);
+    x->v.dims[d] = rest;
     x->v.partial |= (uint8_t)sharded;
     x->v.red = (uint8_t)instr_reducer(c->cur, in);
 }
@@ -306,11 +325,11 @@ static void unit_blocks_as_partial(lstate *s, uint32_t axes) {
             rd[nr++] = gd[d];
             continue;
         }
-        if (mine & ~sharded) return;
         if (ls->dims[d] != 1) {
             blocks_as_partial(s, d, sharded, ta);
             return;
         }
+        if (mine & ~sharded) return;
         got |= mine;
         dd[nd++] = d;
     }

@@ -1734,8 +1734,35 @@ static void hand_written_cases(void) {
          "replica_groups={{1,0,3,2}}", VERDICT_MISMATCH, true},
         {"collectives/gather-pieces", "sums started at 1", "f32[] constant(0)", "f32[] constant(1)", VERDICT_MISMATCH, false},
         {"collectives/block-sum", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        /* groups over part of the declared axis are sub-axes of it (the mesh
+         * is refined): a sum over half the blocks is a value of its own, which
+         * the rules do not relate to the baseline's, and execution shows it
+         * differs; two steps over complementary halves are the whole sum (a
+         * hierarchical all-reduce), never a finding */
         {"collectives/block-sum", "summed over half the devices", "replica_groups=mesh['sp'=4] {'sp'}",
-         "replica_groups={{0,1},{2,3}}", VERDICT_MISMATCH, true},
+         "replica_groups={{0,1},{2,3}}", VERDICT_MISMATCH, false},
+        {"collectives/block-sum", "summed in two steps over halves of the axis",
+         "ROOT %psum.6 = f32[4,4]{1,0} all-reduce(%param), channel_id=1, replica_groups=mesh['sp'=4] {'sp'},",
+         "%half = f32[4,4]{1,0} all-reduce(%param), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, "
+         "to_apply=%region_0.0\n  ROOT %psum.6 = f32[4,4]{1,0} all-reduce(%half), channel_id=2, replica_groups={{0,2},{1,3}},",
+         VERDICT_UNVERIFIED, true},
+        {"collectives/block-sum", "summed twice over the same halves",
+         "ROOT %psum.6 = f32[4,4]{1,0} all-reduce(%param), channel_id=1, replica_groups=mesh['sp'=4] {'sp'},",
+         "%half = f32[4,4]{1,0} all-reduce(%param), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, "
+         "to_apply=%region_0.0\n  ROOT %psum.6 = f32[4,4]{1,0} all-reduce(%half), channel_id=2, replica_groups={{0,1},{2,3}},",
+         VERDICT_MISMATCH, false},
+        /* a partial sum completed in two steps over halves of the axis */
+        {"collectives/partial-steps", "as written (pairs, then across them)", NULL, NULL, VERDICT_VERIFIED, true},
+        {"collectives/partial-steps", "the halves in the other order",
+         "{{0,1},{2,3}}, use_global_device_ids=true, to_apply=%add\n  ROOT %y = f32[8,4] all-reduce(%pairs), channel_id=2, "
+         "replica_groups={{0,2},{1,3}}", "{{0,2},{1,3}}, use_global_device_ids=true, to_apply=%add\n  ROOT %y = f32[8,4] "
+         "all-reduce(%pairs), channel_id=2, replica_groups={{0,1},{2,3}}", VERDICT_VERIFIED, true},
+        /* summed over one half twice: twice a value still partial, which the
+         * rules leave apart; execution shows the difference */
+        {"collectives/partial-steps", "the same halves twice", "replica_groups={{0,2},{1,3}}", "replica_groups={{0,1},{2,3}}",
+         VERDICT_MISMATCH, false},
+        {"collectives/partial-steps", "the second step left out", "ROOT %y = f32[8,4] all-reduce(%pairs)",
+         "ROOT %y = f32[8,4] copy(%pairs)", VERDICT_MISMATCH, true},
         /* a max of the blocks is a value in its own right (a correct program
          * may want it: block-max), so the rules leave this undecided */
         {"collectives/block-sum", "a max of the blocks", "ROOT %add.0 = f32[] add", "ROOT %add.0 = f32[] maximum",
