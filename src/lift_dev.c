@@ -1,16 +1,18 @@
 /* lift_dev — values that are the same function of the device everywhere
  * (lift.c lifts the rest).
  * Owns device-dependent scalars (LV_DEV: partition-id and what is computed
- * from it, evaluated concretely on every device — lf_dev_instr, constants as
- * device tables), device tables read back as constant terms (lf_dev_uniform,
- * lf_dev_constant, lf_splat_term, lf_tiled_term), and constant-only values
- * read under a view at the global shape (lf_konst_at). */
+ * from it, all-reduces of them included, evaluated concretely on every
+ * device — lf_dev_instr, constants as device tables), device tables read
+ * back as constant terms (lf_dev_uniform, lf_dev_constant, lf_splat_term,
+ * lf_tiled_term), and constant-only values read under a view at the global
+ * shape (lf_konst_at). */
 #include "lift.h"
 #include "lift_int.h"
 
 #include "interp.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_DEV_ELEMS 4096
@@ -135,10 +137,45 @@ static bool dev_dynamic_slice(lift_ctx *c, const hlo_instr *in, const lval *ops,
     return true;
 }
 
+/* all-reduce of a device value: every device gets its group's reduction,
+ * element by element (psum of a per-device count, pmax of a device's
+ * offset). Integer results must fit the element type (no wrap modelled). */
+static bool dev_all_reduce(lift_ctx *c, const hlo_instr *in, const lval *ops, lval *out) {
+    int red = instr_reducer(c->cur, in);
+    int64_t n = shape_elements(&in->shape), R = graph_num_replicas(c->cur), *ids = NULL;
+    uint32_t *start = NULL, ng = 0;
+    char why[160];
+    if (in->noperands != 1 || ops[0].count != (uint32_t)n || n < 1 || R < 1 || c->ndev % R ||
+        (red != RED_SUM && red != RED_MAX && red != RED_MIN && red != RED_PROD) ||
+        !graph_device_groups(in, R, c->ndev / R, &ids, &start, &ng, why, sizeof why))
+        return false;
+    lval v = {.kind = LV_DEV, .count = (uint32_t)n};
+    v.dev = arena_alloc(c->a, (size_t)(c->ndev * n) * sizeof *v.dev);
+    bool ok = true, is_int = !dtype_is_float(in->shape.dtype);
+    int64_t seen = 0;
+    for (uint32_t g = 0; g < ng && ok; g++)
+        for (int64_t k = 0; k < n && ok; k++) {
+            double r = red == RED_SUM ? 0 : red == RED_PROD ? 1 : red == RED_MAX ? -INFINITY : INFINITY;
+            for (uint32_t j = start[g]; j < start[g + 1]; j++) {
+                double x = ops[0].dev[ids[j] * n + k];
+                r = red == RED_SUM ? r + x : red == RED_PROD ? r * x : red == RED_MAX ? fmax(r, x) : fmin(r, x);
+            }
+            ok = !is_int || fabs(r) < 2147483648.0;
+            for (uint32_t j = start[g]; j < start[g + 1]; j++) v.dev[ids[j] * n + k] = r;
+        }
+    for (uint32_t g = 0; g < ng; g++) seen += start[g + 1] - start[g];
+    free(ids);
+    free(start);
+    if (!ok || seen != c->ndev) return false;
+    *out = v;
+    return true;
+}
+
 /* An op over device values only, evaluated on every device: a dynamic-slice
- * of a table, a rearrangement, or an elementwise or shape op. */
+ * of a table, an all-reduce, a rearrangement, or an elementwise or shape op. */
 bool lf_dev_instr(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *ops, lval *out) {
     return in->op == OP_DYNAMIC_SLICE ? dev_dynamic_slice(c, in, ops, out)
+           : in->op == OP_ALL_REDUCE  ? dev_all_reduce(c, in, ops, out)
                                       : dev_layout(c, comp, in, ops, out) || dev_eval(c, in, ops, out);
 }
 

@@ -1706,6 +1706,14 @@ static void hand_written_cases(void) {
         {"factor/devconst", "another factor", "two = s64[] constant(2)", "two = s64[] constant(3)", VERDICT_MISMATCH, false},
         {"dev-const/dus", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"dev-const/dus", "another row", "two = s64[] constant(2)", "two = s64[] constant(1)", VERDICT_MISMATCH, false},
+        /* a per-device count summed over the devices (psum of a constant):
+         * the divisor of a global mean */
+        {"dev-const/count", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"dev-const/count", "a count of one per device", "%one = s32[] constant(2)", "%one = s32[] constant(1)",
+         VERDICT_MISMATCH, true},
+        {"dev-const/count", "counted over half the devices", "channel_id=2, replica_groups={{0,1,2,3}}",
+         "channel_id=2, replica_groups={{0,1},{2,3}}", VERDICT_MISMATCH, true},
+        {"dev-const/count", "the maximum, not the sum", "to_apply=%addi", "to_apply=%maxi", VERDICT_MISMATCH, true},
         {"tuple-op/bn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"tuple-op/bn", "another element", "get-tuple-element(bn), index=1", "get-tuple-element(bn), index=2", VERDICT_MISMATCH,
          false},
