@@ -177,6 +177,11 @@ bool lf_scale_take(lstate *s, lval *out);
 double lf_scale_plan(lstate *s);
 void lf_scale_apply(lstate *s, lval *v, double f);
 void lf_unscale(lift_ctx *c, lval *x);
+/* lf_scale_like: x, another reading of operand value `was` that an op's
+ * lf_scale_plan already turned into `now`, given the same treatment (its
+ * factor taken out, or put back into its term); false when x's factor is not
+ * was's or `now` is neither. */
+bool lf_scale_like(lift_ctx *c, const lval *was, const lval *now, lval *x);
 /* lf_scale_differ: v just lifted (with result factor `factor`) keeps an
  * operand's proved difference (lval.diff) when the op provably does, relift
  * lifting the op again over the operand's other term; else v has none. */

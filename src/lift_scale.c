@@ -143,6 +143,23 @@ void lf_unscale(lift_ctx *c, lval *x) {
     x->rescaled = inside;
 }
 
+static double multiple_of(lift_ctx *c, eid x, eid b);
+
+bool lf_scale_like(lift_ctx *c, const lval *was, const lval *now, lval *x) {
+    double s = lf_scale_of(was);
+    if (lf_scale_of(x) != s || lf_scale_of(now) != 1) return false;
+    if (s == 1) return true;
+    if (!carries(was) || !carries(now) || was->cls == EID_NONE || now->cls == EID_NONE) return false;
+    eid b = eg_find(c->g, was->cls);
+    if (eg_find(c->g, now->cls) == b) {
+        x->scale = 0; /* the op carries it on its result */
+        return true;
+    }
+    if (multiple_of(c, now->cls, b) != s) return false;
+    lf_unscale(c, x);
+    return true;
+}
+
 /* Whether x may carry factor s: a partial max or min only a positive one. */
 static bool scale_fits(const lval *x, double s) { return s > 0 || !x->v.partial || x->v.red == RED_SUM; }
 

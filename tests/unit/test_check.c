@@ -1618,7 +1618,9 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/unit-partial: a sum over a unit dim sharded by dp (a
  *     reshape's other reading), scaled and squared (Adam's second moment):
  *     the per-device sums read as the blocks of the complete sum (another
- *     factor is not; the halves summed by an all-reduce are not either). */
+ *     factor is not; the halves summed by an all-reduce are not either);
+ *     scaled and added to a sharded value (Adam's first moment), the
+ *     other reading keeps its factor where the add puts it back. */
 static void hand_written_cases(void) {
     static const struct {
         const char *name, *what, *from, *to;
@@ -1756,6 +1758,9 @@ static void hand_written_cases(void) {
         {"unit-partial/sq", "the halves summed", "  %m = f32[32] multiply(%s, %kb)",
          "  %sr = f32[32] all-reduce(%s), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add\n"
          "  %m = f32[32] multiply(%sr, %kb)", VERDICT_MISMATCH, false},
+        {"unit-partial/add", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-partial/add", "another factor", "k = f32[] constant(0.5)", "k = f32[] constant(0.25)", VERDICT_MISMATCH, false},
+        {"unit-partial/add", "no factor", "  %m = f32[32] multiply(%s, %kb)", "  %m = f32[32] copy(%s)", VERDICT_MISMATCH, false},
         {"windows/pad-partial", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"windows/pad-partial", "padded with 1 before the psum", "%constant.0.clone = s32[] constant(0)",
          "%constant.0.clone = s32[] constant(1)", VERDICT_MISMATCH, false},
