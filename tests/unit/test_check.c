@@ -1620,7 +1620,11 @@ static void concat_unlike_operands(void) {
  *     the per-device sums read as the blocks of the complete sum (another
  *     factor is not; the halves summed by an all-reduce are not either);
  *     scaled and added to a sharded value (Adam's first moment), the
- *     other reading keeps its factor where the add puts it back. */
+ *     other reading keeps its factor where the add puts it back;
+ *   - tests/cases/reduce-reshape: a sum over batch rows merged by a reshape
+ *     first (rows: leading dims; cols: trailing) beside the sum over the
+ *     unmerged dims of the local batch, all-reduced (not all-reduced, it
+ *     is not). */
 static void hand_written_cases(void) {
     static const struct {
         const char *name, *what, *from, *to;
@@ -1761,6 +1765,14 @@ static void hand_written_cases(void) {
         {"unit-partial/add", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"unit-partial/add", "another factor", "k = f32[] constant(0.5)", "k = f32[] constant(0.25)", VERDICT_MISMATCH, false},
         {"unit-partial/add", "no factor", "  %m = f32[32] multiply(%s, %kb)", "  %m = f32[32] copy(%s)", VERDICT_MISMATCH, false},
+        {"reduce-reshape/rows", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"reduce-reshape/rows", "no all-reduce",
+         "all-reduce(%l), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add", "copy(%l)",
+         VERDICT_MISMATCH, true},
+        {"reduce-reshape/cols", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"reduce-reshape/cols", "no all-reduce",
+         "all-reduce(%l), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add", "copy(%l)",
+         VERDICT_MISMATCH, true},
         {"windows/pad-partial", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"windows/pad-partial", "padded with 1 before the psum", "%constant.0.clone = s32[] constant(0)",
          "%constant.0.clone = s32[] constant(1)", VERDICT_MISMATCH, false},
