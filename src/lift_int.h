@@ -177,6 +177,10 @@ bool lf_scale_take(lstate *s, lval *out);
 double lf_scale_plan(lstate *s);
 void lf_scale_apply(lstate *s, lval *v, double f);
 void lf_unscale(lift_ctx *c, lval *x);
+/* lf_pad_forms: v, just lifted from a reduce or dot over a value masked to a
+ * box (GSPMD's padding of an uneven dim), also gets the form over that box
+ * sliced (lift_pad.c). */
+void lf_pad_forms(lstate *s, const lval *v);
 /* lf_scale_like: x, another reading of operand value `was` that an op's
  * lf_scale_plan already turned into `now`, given the same treatment (its
  * factor taken out, or put back into its term); false when x's factor is not

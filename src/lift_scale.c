@@ -17,7 +17,8 @@
  * bilinear, a sum over devices of s·x is s times the sum, a selection of
  * elements commutes with scaling), as the rewrite rules are. Max and min
  * commute with a positive factor only; a partial max or min value never
- * carries a negative one. Integer values never carry a factor (integer
+ * carries a negative one. Zeros take any factor, and infinities (a max's
+ * -inf filler of padding) any positive one. Integer values never carry a factor (integer
  * division is no scaling).
  */
 #include <math.h>
@@ -201,16 +202,32 @@ static bool zeros(lift_ctx *c, const lval *x) {
     return true;
 }
 
-/* The factor every operand of ops[0..n) has, zeros aside (0: none common). */
+/* Whether x is infinite everywhere (a max's -inf filler): a positive factor
+ * leaves it as it is. */
+static bool infinite(lift_ctx *c, const lval *x) {
+    const interp_val *v = x->kind == LV_TERM && lf_scale_of(x) == 1 && x->cls != EID_NONE ? lf_kval(c, x->cls) : NULL;
+    if (!v || !v->f || v->n < 1) return false;
+    for (int64_t k = 0; k < v->n; k++)
+        if (!isinf(v->f[k])) return false;
+    return true;
+}
+
+/* The factor every operand of ops[0..n) has, zeros aside and, for a positive
+ * one, infinities (0: none common). */
 static double common_factor(lift_ctx *c, const lval *ops, uint32_t n) {
     double f = 0;
+    bool inf = false;
     for (uint32_t o = 0; o < n; o++) {
         if (zeros(c, &ops[o])) continue;
+        if (infinite(c, &ops[o])) {
+            inf = true;
+            continue;
+        }
         double g = lf_scale_of(&ops[o]);
         if (f != 0 && g != f) return 0;
         f = g;
     }
-    return f;
+    return inf && f < 0 ? 0 : f;
 }
 
 /* The result factor of op `in` when its operands' factors are taken out

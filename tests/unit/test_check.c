@@ -1624,7 +1624,12 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/reduce-reshape: a sum over batch rows merged by a reshape
  *     first (rows: leading dims; cols: trailing) beside the sum over the
  *     unmerged dims of the local batch, all-reduced (not all-reduced, it
- *     is not). */
+ *     is not);
+ *   - tests/cases/pad: GSPMD's padding of a dim that does not divide by the
+ *     devices (6 rows over 4, a contraction of 30 over 4, a softmax over 30
+ *     of 32 columns), masked to the reducer's identity or zeros, beside the
+ *     baseline's slice (a mask one element off, or another filler, is
+ *     not). */
 static void hand_written_cases(void) {
     static const struct {
         const char *name, *what, *from, *to;
@@ -1773,6 +1778,18 @@ static void hand_written_cases(void) {
         {"reduce-reshape/cols", "no all-reduce",
          "all-reduce(%l), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add", "copy(%l)",
          VERDICT_MISMATCH, true},
+        {"pad/rows", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"pad/rows", "a padding row summed", "s32[] constant(6)", "s32[] constant(7)", VERDICT_MISMATCH, false},
+        {"pad/rows", "a row masked out", "s32[] constant(6)", "s32[] constant(5)", VERDICT_MISMATCH, false},
+        {"pad/rows", "LE for LT", "direction=LT", "direction=LE", VERDICT_MISMATCH, false},
+        {"pad/k30", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"pad/k30", "a padding column contracted", "s32[] constant(30)", "s32[] constant(31)", VERDICT_MISMATCH, false},
+        {"pad/k30", "a column masked out", "s32[] constant(30)", "s32[] constant(29)", VERDICT_MISMATCH, false},
+        {"pad/softmax", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"pad/softmax", "a padding column in the max and sum", "s32[] constant(30)", "s32[] constant(31)", VERDICT_MISMATCH,
+         false},
+        {"pad/softmax", "the sum's padding filled with ones", "%constant.1.clone = f32[] constant(0)",
+         "%constant.1.clone = f32[] constant(1)", VERDICT_MISMATCH, false},
         {"windows/pad-partial", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"windows/pad-partial", "padded with 1 before the psum", "%constant.0.clone = s32[] constant(0)",
          "%constant.0.clone = s32[] constant(1)", VERDICT_MISMATCH, false},
