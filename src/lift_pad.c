@@ -161,6 +161,14 @@ static bool member(const int64_t *l, uint32_t n, int64_t d) {
     return false;
 }
 
+/* Class x's dims, copied to out (type storage moves as types are added). */
+static const int64_t *dims_of(lift_ctx *c, eid x, int64_t *out) {
+    uint32_t r;
+    const int64_t *d = eg_type_dims(c->g, eg_class_type(c->g, x), &r);
+    memcpy(out, d, (r < VIEW_MAX_RANK ? r : VIEW_MAX_RANK) * sizeof *out);
+    return out;
+}
+
 /* reduce(select(box, y, identity), init) over dims D, the box whole along
  * the dims kept: reduce(slice(y, box), init). */
 static eid pad_reduce(lstate *s, eid r) {
@@ -174,7 +182,8 @@ static eid pad_reduce(lstate *s, eid r) {
     case RED_MIN: id = INFINITY; break;
     default: return EID_NONE;
     }
-    if (!lf_reducer_identity(c, c->cur, in, s->ops[1].cls)) return EID_NONE;
+    if (!lf_reducer_identity(c, c->cur, in, s->ops[1].cls) || in->shape.rank > VIEW_MAX_RANK) return EID_NONE;
+    int64_t od[VIEW_MAX_RANK];
     eid y;
     int64_t lo[VIEW_MAX_RANK], hi[VIEW_MAX_RANK];
     if (!masked(c, s->ops[0].cls, id, &y, lo, hi)) return EID_NONE;
@@ -183,10 +192,8 @@ static eid pad_reduce(lstate *s, eid r) {
     const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, y), &rank);
     for (uint32_t k = 0; k < rank; k++)
         if (!member(rd, nd, k) && (lo[k] != 0 || hi[k] != yd[k])) return EID_NONE;
-    uint32_t ro;
-    const int64_t *od = eg_type_dims(c->g, eg_class_type(c->g, r), &ro);
     eid ch[2] = {box_slice(c, y, lo, hi), s->ops[1].cls};
-    return lf_node(c, c->cur, in, ch, 2, od, c->origin);
+    return lf_node(c, c->cur, in, ch, 2, dims_of(c, r, od), c->origin);
 }
 
 /* dot(x, w) with an operand zero outside a box that cuts only contracting
@@ -199,7 +206,7 @@ static eid pad_dot(lstate *s, eid r) {
     const int64_t *cd[2] = {instr_ints(in, A_LHS_CONTRACTING_DIMS, &nc[0]), instr_ints(in, A_RHS_CONTRACTING_DIMS, &nc[1])};
     instr_ints(in, A_LHS_BATCH_DIMS, &nb[0]);
     instr_ints(in, A_RHS_BATCH_DIMS, &nb[1]);
-    if (nc[0] != nc[1] || nb[0] != nb[1]) return EID_NONE;
+    if (nc[0] != nc[1] || nb[0] != nb[1] || in->shape.rank > VIEW_MAX_RANK) return EID_NONE;
     for (uint32_t o = 0; o < 2; o++) {
         eid y;
         int64_t lo[VIEW_MAX_RANK], hi[VIEW_MAX_RANK];
@@ -223,9 +230,8 @@ static eid pad_dot(lstate *s, eid r) {
         bool holds = masked(c, s->ops[q].cls, 0, &y2, lo2, hi2);
         for (uint32_t k = 0; k < qr && holds; k++) holds = lo2[k] <= qlo[k] && hi2[k] >= qhi[k];
         ch[q] = box_slice(c, holds ? y2 : s->ops[q].cls, qlo, qhi);
-        uint32_t ro;
-        const int64_t *od = eg_type_dims(c->g, eg_class_type(c->g, r), &ro);
-        return lf_node(c, c->cur, in, ch, 2, od, c->origin);
+        int64_t od[VIEW_MAX_RANK];
+        return lf_node(c, c->cur, in, ch, 2, dims_of(c, r, od), c->origin);
     }
     return EID_NONE;
 }
