@@ -181,6 +181,9 @@ void lf_unscale(lift_ctx *c, lval *x);
  * box (GSPMD's padding of an uneven dim), also gets the form over that box
  * sliced (lift_pad.c). */
 void lf_pad_forms(lstate *s, const lval *v);
+/* lf_moment_forms: v, just lifted from a subtract a·Σx² − a²·(Σx)² with
+ * a = 1/N, also gets the form a·Σ(x − a·Σx)² (lift_moment.c). */
+void lf_moment_forms(lstate *s, const lval *v);
 /* lf_scale_like: x, another reading of operand value `was` that an op's
  * lf_scale_plan already turned into `now`, given the same treatment (its
  * factor taken out, or put back into its term); false when x's factor is not

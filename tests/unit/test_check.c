@@ -1629,7 +1629,11 @@ static void concat_unlike_operands(void) {
  *     devices (6 rows over 4, a contraction of 30 over 4, a softmax over 30
  *     of 32 columns), masked to the reducer's identity or zeros, beside the
  *     baseline's slice (a mask one element off, or another filler, is
- *     not). */
+ *     not);
+ *   - tests/cases/moment: a variance as the mean of squares less the
+ *     squared mean, both sums all-reduced (sync batch norm), beside the
+ *     baseline's mean of squared deviations (another count, the mean not
+ *     squared, or a sum left per device, is not). */
 static void hand_written_cases(void) {
     static const struct {
         const char *name, *what, *from, *to;
@@ -1790,6 +1794,13 @@ static void hand_written_cases(void) {
          false},
         {"pad/softmax", "the sum's padding filled with ones", "%constant.1.clone = f32[] constant(0)",
          "%constant.1.clone = f32[] constant(1)", VERDICT_MISMATCH, false},
+        {"moment/var", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"moment/var", "another count", "f32[] constant(12)", "f32[] constant(6)", VERDICT_MISMATCH, false},
+        {"moment/var", "the mean not squared", "%mu2 = f32[8] multiply(%mu, %mu)", "%mu2 = f32[8] copy(%mu)",
+         VERDICT_MISMATCH, false},
+        {"moment/var", "the squares not all-reduced",
+         "%qa = f32[8] all-reduce(%q), channel_id=2, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add",
+         "%qa = f32[8] copy(%q)", VERDICT_MISMATCH, false},
         {"windows/pad-partial", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"windows/pad-partial", "padded with 1 before the psum", "%constant.0.clone = s32[] constant(0)",
          "%constant.0.clone = s32[] constant(1)", VERDICT_MISMATCH, false},
