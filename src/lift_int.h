@@ -177,6 +177,18 @@ bool lf_scale_take(lstate *s, lval *out);
 double lf_scale_plan(lstate *s);
 void lf_scale_apply(lstate *s, lval *v, double f);
 void lf_unscale(lift_ctx *c, lval *x);
+/* lf_pad_forms: v, just lifted from a reduce or dot over a value masked to a
+ * box (GSPMD's padding of an uneven dim), also gets the form over that box
+ * sliced (lift_pad.c). */
+void lf_pad_forms(lstate *s, const lval *v);
+/* lf_moment_forms: v, just lifted from a subtract a·Σx² − a²·(Σx)² with
+ * a = 1/N, also gets the form a·Σ(x − a·Σx)² (lift_moment.c). */
+void lf_moment_forms(lstate *s, const lval *v);
+/* lf_scale_like: x, another reading of operand value `was` that an op's
+ * lf_scale_plan already turned into `now`, given the same treatment (its
+ * factor taken out, or put back into its term); false when x's factor is not
+ * was's or `now` is neither. */
+bool lf_scale_like(lift_ctx *c, const lval *was, const lval *now, lval *x);
 /* lf_scale_differ: v just lifted (with result factor `factor`) keeps an
  * operand's proved difference (lval.diff) when the op provably does, relift
  * lifting the op again over the operand's other term; else v has none. */

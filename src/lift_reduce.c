@@ -481,6 +481,12 @@ static bool unit_partial_reread(lstate *s, uint32_t o) {
             return false;
         }
     }
+    /* The op's factors were planned on the operand as it was: this reading
+     * carries the same factor and takes the same treatment. */
+    if (!lf_scale_like(c, &s->vals[s->in->operands[o]], &s->ops[o], &cur)) {
+        lf_loop_mark_undo(c, &m);
+        return false;
+    }
     cur.ambiguous = true;
     s->ops[o] = cur;
     return true;

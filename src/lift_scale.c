@@ -17,7 +17,8 @@
  * bilinear, a sum over devices of s·x is s times the sum, a selection of
  * elements commutes with scaling), as the rewrite rules are. Max and min
  * commute with a positive factor only; a partial max or min value never
- * carries a negative one. Integer values never carry a factor (integer
+ * carries a negative one. Zeros take any factor, and infinities (a max's
+ * -inf filler of padding) any positive one. Integer values never carry a factor (integer
  * division is no scaling).
  */
 #include <math.h>
@@ -143,6 +144,23 @@ void lf_unscale(lift_ctx *c, lval *x) {
     x->rescaled = inside;
 }
 
+static double multiple_of(lift_ctx *c, eid x, eid b);
+
+bool lf_scale_like(lift_ctx *c, const lval *was, const lval *now, lval *x) {
+    double s = lf_scale_of(was);
+    if (lf_scale_of(x) != s || lf_scale_of(now) != 1) return false;
+    if (s == 1) return true;
+    if (!carries(was) || !carries(now) || was->cls == EID_NONE || now->cls == EID_NONE) return false;
+    eid b = eg_find(c->g, was->cls);
+    if (eg_find(c->g, now->cls) == b) {
+        x->scale = 0; /* the op carries it on its result */
+        return true;
+    }
+    if (multiple_of(c, now->cls, b) != s) return false;
+    lf_unscale(c, x);
+    return true;
+}
+
 /* Whether x may carry factor s: a partial max or min only a positive one. */
 static bool scale_fits(const lval *x, double s) { return s > 0 || !x->v.partial || x->v.red == RED_SUM; }
 
@@ -184,16 +202,32 @@ static bool zeros(lift_ctx *c, const lval *x) {
     return true;
 }
 
-/* The factor every operand of ops[0..n) has, zeros aside (0: none common). */
+/* Whether x is infinite everywhere (a max's -inf filler): a positive factor
+ * leaves it as it is. */
+static bool infinite(lift_ctx *c, const lval *x) {
+    const interp_val *v = x->kind == LV_TERM && lf_scale_of(x) == 1 && x->cls != EID_NONE ? lf_kval(c, x->cls) : NULL;
+    if (!v || !v->f || v->n < 1) return false;
+    for (int64_t k = 0; k < v->n; k++)
+        if (!isinf(v->f[k])) return false;
+    return true;
+}
+
+/* The factor every operand of ops[0..n) has, zeros aside and, for a positive
+ * one, infinities (0: none common). */
 static double common_factor(lift_ctx *c, const lval *ops, uint32_t n) {
     double f = 0;
+    bool inf = false;
     for (uint32_t o = 0; o < n; o++) {
         if (zeros(c, &ops[o])) continue;
+        if (infinite(c, &ops[o])) {
+            inf = true;
+            continue;
+        }
         double g = lf_scale_of(&ops[o]);
         if (f != 0 && g != f) return 0;
         f = g;
     }
-    return f;
+    return inf && f < 0 ? 0 : f;
 }
 
 /* The result factor of op `in` when its operands' factors are taken out

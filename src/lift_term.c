@@ -2,7 +2,9 @@
  * Owns how an instruction becomes an e-node: its attribute blob (semantic
  * attributes only, called computations by structural digest), its type, and
  * the canonical forms both sides share (reshape chains collapsed, identity
- * broadcasts and unit reduces dropped, a+b and b+a one term) — lf_node,
+ * broadcasts and unit reduces dropped, a reduce over a reshape that only
+ * regroups the reduced dims taken over the reshape's operand, a+b and b+a
+ * one term) — lf_node,
  * lf_mk_reshape, lf_fresh_var. Also constant folding: the known values of
  * constant-only classes (lf_kval, lf_kval_set), kept across unions
  * (lf_kvals_after_unions), and the constant term of known values
@@ -321,6 +323,42 @@ static bool unit_reduce(lift_ctx *c, const hlo_module *m, const hlo_instr *in, c
     return eg_type_dtype(c->g, eg_class_type(c->g, ch[0])) == in->shape.dtype && lf_reducer_identity(c, m, in, ch[1]);
 }
 
+/* Reduce `in` over children ch whose operand is reshape(x) that only
+ * regroups the reduced dims — they lead (or trail) the operand, and the dims
+ * kept are x's trailing (leading) dims as they are: every output element then
+ * reduces the same elements of x, so the reduce is the one over x's
+ * corresponding dims (XLA folds [8,16,d] into [128,d] before a sum or
+ * not). *ri gets that reduce's instruction, *x the operand; false
+ * otherwise. The reducer must be one XLA may apply in any order. */
+static bool reshape_reduce(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, hlo_instr *ri, eid *x) {
+    const eid *kids;
+    if (instr_reducer(m, in) == RED_NONE || lf_class_node(c, ch[0], OP_RESHAPE, 1, &kids) == EID_NONE) return false;
+    uint32_t nd, ry, rx;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &ry);
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, kids[0]), &rx);
+    uint32_t kept = ry - nd;
+    if (nd == 0 || nd > ry || kept >= rx || rx > VIEW_MAX_RANK) return false;
+    uint64_t set = 0;
+    for (uint32_t k = 0; k < nd; k++) {
+        if (rd[k] < 0 || (uint32_t)rd[k] >= ry) return false;
+        set |= 1ull << rd[k];
+    }
+    uint64_t lead = (1ull << nd) - 1, trail = lead << kept;
+    if (set != lead && set != trail) return false;
+    /* the kept dims: y's [nd, ry) as x's [rx - kept, rx), or y's [0, kept) as x's */
+    const int64_t *yk = set == lead ? yd + nd : yd, *xk = set == lead ? xd + rx - kept : xd;
+    if (kept && memcmp(yk, xk, kept * sizeof *yk)) return false;
+    int64_t *dims = arena_alloc(c->a, (rx - kept) * sizeof *dims);
+    for (uint32_t k = 0; k < rx - kept; k++) dims[k] = set == lead ? k : kept + k;
+    *ri = *in;
+    ri->attrs = arena_memdup(c->a, in->attrs, in->nattrs * sizeof *in->attrs);
+    for (uint32_t k = 0; k < in->nattrs; k++)
+        if (ri->attrs[k].key == A_DIMENSIONS) ri->attrs[k].v.ints = dims, ri->attrs[k].n = rx - kept;
+    *x = kids[0];
+    return true;
+}
+
 /* Whether init (a class of known value) is the identity of reduce in's reducer. */
 bool lf_reducer_identity(lift_ctx *c, const hlo_module *m, const hlo_instr *in, eid init) {
     const interp_val *iv = lf_kval(c, init);
@@ -348,6 +386,12 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
         if (ident) return eg_find(c->g, ch[0]);
     }
     if (in->op == OP_REDUCE && n == 2 && unit_reduce(c, m, in, ch)) return lf_mk_reshape(c, ch[0], t, origin);
+    hlo_instr ri;
+    eid rch[2];
+    if (in->op == OP_REDUCE && n == 2 && reshape_reduce(c, m, in, ch, &ri, &rch[0])) {
+        rch[1] = ch[1];
+        return lf_node(c, m, &ri, rch, 2, dims, origin);
+    }
     uint32_t attr = lf_encode_attrs(c, m, in);
     /* A term folded before (the same op over the same classes; layers repeat
      * their constants) is not evaluated again. */

@@ -1634,7 +1634,22 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/unit-partial: a sum over a unit dim sharded by dp (a
  *     reshape's other reading), scaled and squared (Adam's second moment):
  *     the per-device sums read as the blocks of the complete sum (another
- *     factor is not; the halves summed by an all-reduce are not either). */
+ *     factor is not; the halves summed by an all-reduce are not either);
+ *     scaled and added to a sharded value (Adam's first moment), the
+ *     other reading keeps its factor where the add puts it back;
+ *   - tests/cases/reduce-reshape: a sum over batch rows merged by a reshape
+ *     first (rows: leading dims; cols: trailing) beside the sum over the
+ *     unmerged dims of the local batch, all-reduced (not all-reduced, it
+ *     is not);
+ *   - tests/cases/pad: GSPMD's padding of a dim that does not divide by the
+ *     devices (6 rows over 4, a contraction of 30 over 4, a softmax over 30
+ *     of 32 columns), masked to the reducer's identity or zeros, beside the
+ *     baseline's slice (a mask one element off, or another filler, is
+ *     not);
+ *   - tests/cases/moment: a variance as the mean of squares less the
+ *     squared mean, both sums all-reduced (sync batch norm), beside the
+ *     baseline's mean of squared deviations (another count, the mean not
+ *     squared, or a sum left per device, is not). */
 static void hand_written_cases(void) {
     static const struct {
         const char *name, *what, *from, *to;
@@ -1807,6 +1822,36 @@ static void hand_written_cases(void) {
         {"unit-partial/sq", "the halves summed", "  %m = f32[32] multiply(%s, %kb)",
          "  %sr = f32[32] all-reduce(%s), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add\n"
          "  %m = f32[32] multiply(%sr, %kb)", VERDICT_MISMATCH, false},
+        {"unit-partial/add", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-partial/add", "another factor", "k = f32[] constant(0.5)", "k = f32[] constant(0.25)", VERDICT_MISMATCH, false},
+        {"unit-partial/add", "no factor", "  %m = f32[32] multiply(%s, %kb)", "  %m = f32[32] copy(%s)", VERDICT_MISMATCH, false},
+        {"reduce-reshape/rows", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"reduce-reshape/rows", "no all-reduce",
+         "all-reduce(%l), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add", "copy(%l)",
+         VERDICT_MISMATCH, true},
+        {"reduce-reshape/cols", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"reduce-reshape/cols", "no all-reduce",
+         "all-reduce(%l), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add", "copy(%l)",
+         VERDICT_MISMATCH, true},
+        {"pad/rows", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"pad/rows", "a padding row summed", "s32[] constant(6)", "s32[] constant(7)", VERDICT_MISMATCH, false},
+        {"pad/rows", "a row masked out", "s32[] constant(6)", "s32[] constant(5)", VERDICT_MISMATCH, false},
+        {"pad/rows", "LE for LT", "direction=LT", "direction=LE", VERDICT_MISMATCH, false},
+        {"pad/k30", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"pad/k30", "a padding column contracted", "s32[] constant(30)", "s32[] constant(31)", VERDICT_MISMATCH, false},
+        {"pad/k30", "a column masked out", "s32[] constant(30)", "s32[] constant(29)", VERDICT_MISMATCH, false},
+        {"pad/softmax", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"pad/softmax", "a padding column in the max and sum", "s32[] constant(30)", "s32[] constant(31)", VERDICT_MISMATCH,
+         false},
+        {"pad/softmax", "the sum's padding filled with ones", "%constant.1.clone = f32[] constant(0)",
+         "%constant.1.clone = f32[] constant(1)", VERDICT_MISMATCH, false},
+        {"moment/var", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"moment/var", "another count", "f32[] constant(12)", "f32[] constant(6)", VERDICT_MISMATCH, false},
+        {"moment/var", "the mean not squared", "%mu2 = f32[8] multiply(%mu, %mu)", "%mu2 = f32[8] copy(%mu)",
+         VERDICT_MISMATCH, false},
+        {"moment/var", "the squares not all-reduced",
+         "%qa = f32[8] all-reduce(%q), channel_id=2, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=%add",
+         "%qa = f32[8] copy(%q)", VERDICT_MISMATCH, false},
         {"windows/pad-partial", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"windows/pad-partial", "padded with 1 before the psum", "%constant.0.clone = s32[] constant(0)",
          "%constant.0.clone = s32[] constant(1)", VERDICT_MISMATCH, false},

@@ -1,0 +1,128 @@
+/* lift_moment — second moments (lift.c's other_forms calls lf_moment_forms
+ * on both sides alike).
+ *
+ * A synchronised batch norm sums x and x² on each device and all-reduces
+ * both (one collective for both moments); the baseline computes the
+ * variance as the mean of squared deviations. Over the reals, with
+ * S = Σ_D x, Q = Σ_D x² over N elements per output and a = 1/N,
+ *   a·Q − a²·S² = a·Σ_D (x − a·S)²
+ * (Σ (x − aS)² = Q − 2aS² + N·a²S² = Q − aS² when N·a = 1). Where a value
+ * is the left side, written as the factors are put back (multiply by a
+ * broadcast constant), it joins the right side built the same way: the
+ * mean broadcast along the reduced dims as a broadcast of S times a
+ * broadcast a. Only where a is the dtype's 1/N, a² the dtype's a·a, and
+ * the reduce a sum from zero. */
+#include "lift.h"
+#include "lift_int.h"
+
+#include "eattr.h"
+#include "interp.h"
+
+#include <string.h>
+
+/* The scalar class c with x = broadcast(c) holding one known value, and
+ * that value. */
+static bool splat(lift_ctx *c, eid x, eid *sc, double *val) {
+    const eid *ch;
+    if (lf_class_node(c, x, OP_BROADCAST, 1, &ch) == EID_NONE) return false;
+    uint32_t r;
+    eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &r);
+    const interp_val *v = lf_kval(c, ch[0]);
+    if (r != 0 || !v || v->n != 1 || !v->f) return false;
+    *sc = ch[0];
+    *val = v->f[0];
+    return true;
+}
+
+/* x = multiply(y, broadcast(k)) in either order: y, the broadcast, k's
+ * scalar class and value. */
+static bool scaled(lift_ctx *c, eid x, eid *y, eid *bk, eid *sc, double *k) {
+    for (eid n = eg_class_first(c->g, eg_find(c->g, x)); n != EID_NONE; n = eg_class_next(c->g, n)) {
+        uint32_t nch;
+        const eid *ch = eg_node_children(c->g, n, &nch);
+        if (eg_node_op(c->g, n) != OP_MULTIPLY || nch != 2) continue;
+        for (uint32_t o = 0; o < 2; o++)
+            if (splat(c, ch[1 - o], sc, k)) {
+                *y = ch[o], *bk = ch[1 - o];
+                return true;
+            }
+    }
+    return false;
+}
+
+/* x = reduce(arg, zero) summing: the reduce node (NULL-safe: EID_NONE). */
+static eid sum_of(lift_ctx *c, eid x, const eid **ch) {
+    for (eid n = eg_class_first(c->g, eg_find(c->g, x)); n != EID_NONE; n = eg_class_next(c->g, n)) {
+        uint32_t nch;
+        const eid *k = eg_node_children(c->g, n, &nch);
+        if (eg_node_op(c->g, n) != OP_REDUCE || nch != 2 || !lf_class_is_zero(c, k[1])) continue;
+        *ch = k;
+        return n;
+    }
+    return EID_NONE;
+}
+
+/* The value v rounded to the element type dt (f32 and f64 only). */
+static bool rounded(int dt, double v, double *out) {
+    if (dt == DT_F64) *out = v;
+    else if (dt == DT_F32) *out = (float)v;
+    else return false;
+    return true;
+}
+
+void lf_moment_forms(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->op != OP_SUBTRACT || in->noperands != 2 || v->kind != LV_TERM || v->cls == EID_NONE ||
+        s->ops[0].kind != LV_TERM || s->ops[1].kind != LV_TERM || s->ops[0].cls == EID_NONE || s->ops[1].cls == EID_NONE)
+        return;
+    /* a·Q: Q = Σ x·x */
+    eid q, ka, sa, qq, kb, sb;
+    double a, b;
+    if (!scaled(c, s->ops[0].cls, &q, &ka, &sa, &a) || !scaled(c, s->ops[1].cls, &qq, &kb, &sb, &b)) return;
+    const eid *qr, *sq, *pr, *sr;
+    eid qn = sum_of(c, q, &qr);
+    if (qn == EID_NONE || lf_class_node(c, qr[0], OP_MULTIPLY, 2, &sq) == EID_NONE ||
+        eg_find(c->g, sq[0]) != eg_find(c->g, sq[1]))
+        return;
+    eid x = eg_find(c->g, sq[0]);
+    /* a²·S·S: S = Σ x over the same dims */
+    if (lf_class_node(c, qq, OP_MULTIPLY, 2, &pr) == EID_NONE || eg_find(c->g, pr[0]) != eg_find(c->g, pr[1])) return;
+    eid sn = sum_of(c, pr[0], &sr);
+    uint32_t attr = eg_node_attr(c->g, qn);
+    if (sn == EID_NONE || eg_node_attr(c->g, sn) != attr || eg_find(c->g, sr[0]) != x) return;
+    /* a is 1/N, b is a·a, in the element type */
+    uint32_t xt = eg_class_type(c->g, x), xr, nd;
+    const int64_t *xd = eg_type_dims(c->g, xt, &xr);
+    const int64_t *rd = ea_get(c->g, attr, A_DIMENSIONS, &nd);
+    if (!rd || xr > VIEW_MAX_RANK) return;
+    double n = 1;
+    for (uint32_t k = 0; k < nd; k++) {
+        if (rd[k] < 0 || (uint32_t)rd[k] >= xr) return;
+        n *= (double)xd[rd[k]];
+    }
+    int dt = eg_type_dtype(c->g, xt);
+    /* in the element type (constants are held unrounded or rounded; the
+     * factors are multiplied unrounded): a is 1/N, b is a² */
+    double ra, rb, inv, sq_a, sq_n;
+    if (!rounded(dt, a, &ra) || !rounded(dt, b, &rb) || !rounded(dt, 1 / n, &inv) || !rounded(dt, a * a, &sq_a) ||
+        !rounded(dt, 1 / (n * n), &sq_n) || ra != inv || (rb != sq_a && rb != sq_n))
+        return;
+    /* a·Σ (x − broadcast(S)·broadcast(a))² */
+    int64_t kept[VIEW_MAX_RANK];
+    uint32_t nk = 0;
+    for (uint32_t d = 0; d < xr; d++) {
+        bool red = false;
+        for (uint32_t k = 0; k < nd; k++) red |= rd[k] == d;
+        if (!red) kept[nk++] = d;
+    }
+    eid sum = eg_find(c->g, pr[0]), zero = eg_find(c->g, qr[1]); /* children arrays move as nodes are added */
+    eid bs = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, kept, nk), xt, &sum, 1, c->origin);
+    eid ba = eg_add(c->g, OP_BROADCAST, 0, xt, &sa, 1, c->origin);
+    eid mu_ch[2] = {bs, ba}, mu = eg_add(c->g, OP_MULTIPLY, 0, xt, mu_ch, 2, c->origin);
+    eid dev_ch[2] = {x, mu}, dev = eg_add(c->g, OP_SUBTRACT, 0, xt, dev_ch, 2, c->origin);
+    eid sq_ch[2] = {dev, dev}, sqd = eg_add(c->g, OP_MULTIPLY, 0, xt, sq_ch, 2, c->origin);
+    eid red_ch[2] = {sqd, zero}, r = eg_add(c->g, OP_REDUCE, attr, eg_class_type(c->g, q), red_ch, 2, c->origin);
+    eid var_ch[2] = {r, ka}, var = eg_add(c->g, OP_MULTIPLY, 0, eg_class_type(c->g, v->cls), var_ch, 2, c->origin);
+    eg_union(c->g, v->cls, var, NULL);
+}

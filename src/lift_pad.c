@@ -1,0 +1,281 @@
+/* lift_pad — padding masks (lift.c's other_forms calls lf_pad_forms on both
+ * sides alike).
+ *
+ * GSPMD shards a dim that does not divide evenly by padding it to a
+ * multiple of the device count and masking the padding before an op that
+ * would read it: select(mask, y, identity) ahead of a reduce, zeros ahead of
+ * a contraction. The baseline reads the unpadded elements as a slice. A
+ * reduce over a value that holds the reducer's identity outside a box of
+ * elements, whole along the dims kept, is the reduce over that box (the
+ * identity changes no result); a dot whose operand is zero outside a box
+ * that cuts only contracting dims is the dot over that box of both operands
+ * (the products outside it are zeros); a slice of a reduce along dims it
+ * keeps is the reduce of the slice (where the unpadded part is cut after
+ * the reduce). The box is read from the mask's known
+ * values (a constant-only predicate: iota compared with bounds), so nothing
+ * is assumed of how it was built. Each form is added to the value's class
+ * beside the one lifted. */
+#include "lift.h"
+#include "lift_int.h"
+
+#include "eattr.h"
+#include "interp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Element k's index along dim `dim` of dims d[0..r) (row-major). */
+static int64_t index_along(const int64_t *d, uint32_t r, uint32_t dim, int64_t k) {
+    for (uint32_t j = r; j-- > dim + 1;) k /= d[j];
+    return k % d[dim];
+}
+
+/* The values of predicate class p of dims d[0..r), n elements, into out:
+ * known ones, an iota compared with known values, or a conjunction of such.
+ * False when they are not known. */
+static bool mask_values(lift_ctx *c, eid p, const int64_t *d, uint32_t r, int64_t n, bool *out, int depth) {
+    const interp_val *v = lf_kval(c, p);
+    if (v && v->n == n) {
+        for (int64_t k = 0; k < n; k++) out[k] = interp_val_get(v, k) != 0;
+        return true;
+    }
+    const eid *ch;
+    eid node;
+    if (depth < 4 && (node = lf_class_node(c, p, OP_AND, 2, &ch)) != EID_NONE) {
+        bool *b = xmalloc((size_t)n * sizeof *b);
+        eid rhs = ch[1];
+        bool ok = mask_values(c, ch[0], d, r, n, out, depth + 1) && mask_values(c, rhs, d, r, n, b, depth + 1);
+        for (int64_t k = 0; k < n && ok; k++) out[k] &= b[k];
+        free(b);
+        return ok;
+    }
+    if ((node = lf_class_node(c, p, OP_COMPARE, 2, &ch)) == EID_NONE) return false;
+    uint32_t cnt;
+    const int64_t *dir = ea_get(c->g, eg_node_attr(c->g, node), A_DIRECTION, &cnt);
+    static const char *names[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+    int op = -1;
+    for (int k = 0; k < 6 && dir && cnt == 1; k++)
+        if ((uint64_t)dir[0] == hash_bytes(names[k], 2)) op = k;
+    if (!dir) op = 0; /* EQ, the default */
+    for (uint32_t side = 0; side < 2 && op >= 0; side++) {
+        eid io = lf_class_node(c, ch[side], OP_IOTA, 0, NULL);
+        const interp_val *kv = lf_kval(c, ch[1 - side]);
+        if (io == EID_NONE || !kv || kv->n != n) continue;
+        int64_t id = ea_get_int(c->g, eg_node_attr(c->g, io), A_IOTA_DIMENSION, 0);
+        if (id < 0 || (uint32_t)id >= r) return false;
+        for (int64_t k = 0; k < n; k++) {
+            double a = (double)index_along(d, r, (uint32_t)id, k), b = interp_val_get(kv, k);
+            if (side) a = b, b = (double)index_along(d, r, (uint32_t)id, k);
+            out[k] = op == 0 ? a == b : op == 1 ? a != b : op == 2 ? a < b : op == 3 ? a <= b : op == 4 ? a > b : a >= b;
+        }
+        return true;
+    }
+    return false;
+}
+
+/* The box [lo, hi) of positions where predicate class p is true, when it is
+ * true exactly there (and somewhere); its rank is *rank. */
+static bool mask_box(lift_ctx *c, eid p, int64_t *lo, int64_t *hi, uint32_t *rank) {
+    uint32_t r;
+    const int64_t *d = eg_type_dims(c->g, eg_class_type(c->g, p), &r);
+    if (r > VIEW_MAX_RANK || eg_type_dtype(c->g, eg_class_type(c->g, p)) != DT_PRED || !lf_fold_size_ok(d, r)) return false;
+    int64_t n = 1;
+    for (uint32_t k = 0; k < r; k++) n *= d[k];
+    bool *t = xmalloc((size_t)(n ? n : 1) * sizeof *t);
+    bool ok = mask_values(c, p, d, r, n, t, 0), any = false;
+    for (uint32_t k = 0; k < r; k++) lo[k] = d[k], hi[k] = 0;
+    for (int64_t e = 0; e < n && ok; e++) {
+        if (!t[e]) continue;
+        any = true;
+        for (uint32_t k = 0; k < r; k++) {
+            int64_t i = index_along(d, r, k, e);
+            if (i < lo[k]) lo[k] = i;
+            if (i + 1 > hi[k]) hi[k] = i + 1;
+        }
+    }
+    for (int64_t e = 0; e < n && ok && any; e++) {
+        bool in = true;
+        for (uint32_t k = 0; k < r; k++) {
+            int64_t i = index_along(d, r, k, e);
+            in &= i >= lo[k] && i < hi[k];
+        }
+        ok = in == t[e];
+    }
+    free(t);
+    *rank = r;
+    return ok && any;
+}
+
+/* Whether class z holds `want` everywhere (known values, through broadcasts,
+ * reshapes and converts of them). */
+static bool filled_with(lift_ctx *c, eid z, double want) {
+    const interp_val *v = lf_kval(c, z);
+    for (int guard = 0; !v && guard < 8; guard++) {
+        const eid *ch;
+        if (lf_class_node(c, z, OP_BROADCAST, 1, &ch) == EID_NONE && lf_class_node(c, z, OP_RESHAPE, 1, &ch) == EID_NONE &&
+            lf_class_node(c, z, OP_CONVERT, 1, &ch) == EID_NONE)
+            return false;
+        z = ch[0];
+        v = lf_kval(c, z);
+    }
+    if (!v || v->n < 1) return false;
+    for (int64_t k = 0; k < v->n; k++)
+        if (interp_val_get(v, k) != want) return false;
+    return true;
+}
+
+/* x masked: select(mask, y, filler) with the mask a box and the filler
+ * `want` everywhere; *y and the box. */
+static bool masked(lift_ctx *c, eid x, double want, eid *y, int64_t *lo, int64_t *hi) {
+    const eid *ch;
+    uint32_t r;
+    if (lf_class_node(c, x, OP_SELECT, 3, &ch) == EID_NONE || !filled_with(c, ch[2], want) || !mask_box(c, ch[0], lo, hi, &r))
+        return false;
+    *y = ch[1];
+    return true;
+}
+
+/* slice(x, [lo, hi)) (x itself when the box is all of it). */
+static eid box_slice(lift_ctx *c, eid x, const int64_t *lo, const int64_t *hi) {
+    uint32_t r;
+    const int64_t *d = eg_type_dims(c->g, eg_class_type(c->g, x), &r);
+    int64_t words[2 + 3 * VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
+    uint32_t nw = 0;
+    bool whole = true;
+    words[nw++] = A_SLICE;
+    words[nw++] = 3 * r;
+    for (uint32_t k = 0; k < r; k++) {
+        words[nw++] = lo[k], words[nw++] = hi[k], words[nw++] = 1;
+        dims[k] = hi[k] - lo[k];
+        whole &= lo[k] == 0 && hi[k] == d[k];
+    }
+    if (whole) return eg_find(c->g, x);
+    uint32_t t = lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, x)), dims, r);
+    return eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nw), t, &x, 1, c->origin);
+}
+
+static bool member(const int64_t *l, uint32_t n, int64_t d) {
+    for (uint32_t k = 0; k < n; k++)
+        if (l[k] == d) return true;
+    return false;
+}
+
+/* Class x's dims, copied to out (type storage moves as types are added). */
+static const int64_t *dims_of(lift_ctx *c, eid x, int64_t *out) {
+    uint32_t r;
+    const int64_t *d = eg_type_dims(c->g, eg_class_type(c->g, x), &r);
+    memcpy(out, d, (r < VIEW_MAX_RANK ? r : VIEW_MAX_RANK) * sizeof *out);
+    return out;
+}
+
+/* reduce(select(box, y, identity), init) over dims D, the box whole along
+ * the dims kept: reduce(slice(y, box), init). */
+static eid pad_reduce(lstate *s, eid r) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    double id;
+    switch (instr_reducer(c->cur, in)) {
+    case RED_SUM: case RED_OR: id = 0; break;
+    case RED_PROD: case RED_AND: id = 1; break;
+    case RED_MAX: id = -INFINITY; break;
+    case RED_MIN: id = INFINITY; break;
+    default: return EID_NONE;
+    }
+    if (!lf_reducer_identity(c, c->cur, in, s->ops[1].cls) || in->shape.rank > VIEW_MAX_RANK) return EID_NONE;
+    int64_t od[VIEW_MAX_RANK];
+    eid y;
+    int64_t lo[VIEW_MAX_RANK], hi[VIEW_MAX_RANK];
+    if (!masked(c, s->ops[0].cls, id, &y, lo, hi)) return EID_NONE;
+    uint32_t nd, rank;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, y), &rank);
+    for (uint32_t k = 0; k < rank; k++)
+        if (!member(rd, nd, k) && (lo[k] != 0 || hi[k] != yd[k])) return EID_NONE;
+    eid ch[2] = {box_slice(c, y, lo, hi), s->ops[1].cls};
+    return lf_node(c, c->cur, in, ch, 2, dims_of(c, r, od), c->origin);
+}
+
+/* dot(x, w) with an operand zero outside a box that cuts only contracting
+ * dims: the dot of both operands sliced to that box along those dims (an
+ * operand itself masked by a box holding it is read unmasked). */
+static eid pad_dot(lstate *s, eid r) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t nc[2], nb[2];
+    const int64_t *cd[2] = {instr_ints(in, A_LHS_CONTRACTING_DIMS, &nc[0]), instr_ints(in, A_RHS_CONTRACTING_DIMS, &nc[1])};
+    instr_ints(in, A_LHS_BATCH_DIMS, &nb[0]);
+    instr_ints(in, A_RHS_BATCH_DIMS, &nb[1]);
+    if (nc[0] != nc[1] || nb[0] != nb[1] || in->shape.rank > VIEW_MAX_RANK) return EID_NONE;
+    for (uint32_t o = 0; o < 2; o++) {
+        eid y;
+        int64_t lo[VIEW_MAX_RANK], hi[VIEW_MAX_RANK];
+        if (!masked(c, s->ops[o].cls, 0, &y, lo, hi)) continue;
+        uint32_t rank;
+        const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, y), &rank);
+        bool cuts_free = false;
+        for (uint32_t k = 0; k < rank; k++) cuts_free |= !member(cd[o], nc[o], k) && (lo[k] != 0 || hi[k] != yd[k]);
+        if (cuts_free) continue;
+        /* the same box on the other operand's paired contracting dims */
+        uint32_t q = 1 - o, qr;
+        const int64_t *qd = eg_type_dims(c->g, eg_class_type(c->g, s->ops[q].cls), &qr);
+        if (qr > VIEW_MAX_RANK) return EID_NONE;
+        int64_t qlo[VIEW_MAX_RANK], qhi[VIEW_MAX_RANK];
+        for (uint32_t k = 0; k < qr; k++) qlo[k] = 0, qhi[k] = qd[k];
+        for (uint32_t j = 0; j < nc[o]; j++) qlo[cd[q][j]] = lo[cd[o][j]], qhi[cd[q][j]] = hi[cd[o][j]];
+        eid ch[2];
+        ch[o] = box_slice(c, y, lo, hi);
+        eid y2;
+        int64_t lo2[VIEW_MAX_RANK], hi2[VIEW_MAX_RANK];
+        bool holds = masked(c, s->ops[q].cls, 0, &y2, lo2, hi2);
+        for (uint32_t k = 0; k < qr && holds; k++) holds = lo2[k] <= qlo[k] && hi2[k] >= qhi[k];
+        ch[q] = box_slice(c, holds ? y2 : s->ops[q].cls, qlo, qhi);
+        int64_t od[VIEW_MAX_RANK];
+        return lf_node(c, c->cur, in, ch, 2, dims_of(c, r, od), c->origin);
+    }
+    return EID_NONE;
+}
+
+/* slice(reduce(z, init)) cutting only dims the reduce keeps: the reduce of
+ * z sliced alike along those dims (a reduce computes each kept position
+ * apart), where the unpadded slice is taken after the reduce. */
+static eid slice_reduce(lstate *s, eid r) {
+    lift_ctx *c = s->c;
+    const eid *ch;
+    eid node = lf_class_node(c, s->ops[0].cls, OP_REDUCE, 2, &ch);
+    if (node == EID_NONE) return EID_NONE;
+    uint32_t attr = eg_node_attr(c->g, node), nd, ns, zr;
+    const int64_t *rd = ea_get(c->g, attr, A_DIMENSIONS, &nd);
+    const int64_t *sl = instr_ints(s->in, A_SLICE, &ns);
+    const int64_t *zd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &zr);
+    if (zr > VIEW_MAX_RANK || zr < nd || ns != zr - nd) return EID_NONE;
+    int64_t words[2 + 3 * VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
+    uint32_t nw = 0, q = 0;
+    words[nw++] = A_SLICE;
+    words[nw++] = 3 * zr;
+    for (uint32_t k = 0; k < zr; k++) {
+        int64_t st = 0, li = zd[k], sd = 1;
+        if (!member(rd, nd, k)) st = sl[3 * q], li = sl[3 * q + 1], sd = sl[3 * q + 2], q++;
+        if (sd < 1 || li < st) return EID_NONE;
+        words[nw++] = st, words[nw++] = li, words[nw++] = sd;
+        dims[k] = (li - st + sd - 1) / sd;
+    }
+    eid z = ch[0], init = ch[1];
+    uint32_t t = lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, z)), dims, zr);
+    eid kids[2] = {eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nw), t, &z, 1, c->origin), init};
+    return eg_add(c->g, OP_REDUCE, attr, eg_class_type(c->g, r), kids, 2, c->origin);
+}
+
+void lf_pad_forms(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (v->kind != LV_TERM || v->cls == EID_NONE || in->noperands < 1 || in->noperands > 2) return;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (s->ops[o].kind != LV_TERM || s->ops[o].cls == EID_NONE) return;
+    eid f = in->op == OP_SLICE && in->noperands == 1 ? slice_reduce(s, v->cls)
+            : in->noperands != 2                    ? EID_NONE
+            : in->op == OP_REDUCE                   ? pad_reduce(s, v->cls)
+            : in->op == OP_DOT                      ? pad_dot(s, v->cls)
+                                                    : EID_NONE;
+    if (f != EID_NONE && eg_class_type(c->g, f) == eg_class_type(c->g, v->cls)) eg_union(c->g, v->cls, f, NULL);
+}
