@@ -323,6 +323,14 @@ static bool unit_reduce(lift_ctx *c, const hlo_module *m, const hlo_instr *in, c
     return eg_type_dtype(c->g, eg_class_type(c->g, ch[0])) == in->shape.dtype && lf_reducer_identity(c, m, in, ch[1]);
 }
 
+/* *ri: reduce `in` over dims[0..n) instead of its own. */
+static void with_dims(lift_ctx *c, const hlo_instr *in, int64_t *dims, uint32_t n, hlo_instr *ri) {
+    *ri = *in;
+    ri->attrs = arena_memdup(c->a, in->attrs, in->nattrs * sizeof *in->attrs);
+    for (uint32_t k = 0; k < in->nattrs; k++)
+        if (ri->attrs[k].key == A_DIMENSIONS) ri->attrs[k].v.ints = dims, ri->attrs[k].n = n;
+}
+
 /* Reduce `in` over children ch whose operand is reshape(x) that only
  * regroups the reduced dims — they lead (or trail) the operand, and the dims
  * kept are x's trailing (leading) dims as they are: every output element then
@@ -351,11 +359,89 @@ static bool reshape_reduce(lift_ctx *c, const hlo_module *m, const hlo_instr *in
     if (kept && memcmp(yk, xk, kept * sizeof *yk)) return false;
     int64_t *dims = arena_alloc(c->a, (rx - kept) * sizeof *dims);
     for (uint32_t k = 0; k < rx - kept; k++) dims[k] = set == lead ? k : kept + k;
-    *ri = *in;
-    ri->attrs = arena_memdup(c->a, in->attrs, in->nattrs * sizeof *in->attrs);
-    for (uint32_t k = 0; k < in->nattrs; k++)
-        if (ri->attrs[k].key == A_DIMENSIONS) ri->attrs[k].v.ints = dims, ri->attrs[k].n = rx - kept;
+    with_dims(c, in, dims, rx - kept, ri);
     *x = kids[0];
+    return true;
+}
+
+/* The reduce of a reduce with the same reducer (one XLA may apply in any
+ * order; the same computation, both inits its identity): one reduce over
+ * both sets of dims, the outer's mapped to the inner operand's (a sum taken
+ * in steps — over pairs of devices, then across them — meets the sum taken
+ * at once). *ri gets that reduce, *z the inner operand. */
+static bool nested_reduce(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, hlo_instr *ri, eid *z) {
+    const eid *kids;
+    eid inner = instr_reducer(m, in) == RED_NONE ? EID_NONE : lf_class_node(c, ch[0], OP_REDUCE, 2, &kids);
+    const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+    if (inner == EID_NONE || !ta || !lf_reducer_identity(c, m, in, ch[1]) || !lf_reducer_identity(c, m, in, kids[1]) ||
+        eg_type_dtype(c->g, eg_class_type(c->g, kids[0])) != in->shape.dtype)
+        return false;
+    /* the inner reduce's dims and computation, from its attribute words
+     * (key, count, values: lf_encode_attrs) */
+    uint32_t nw, nin = 0, rz, nd;
+    const int64_t *w = eg_attr_words(c->g, eg_node_attr(c->g, inner), &nw), *din = NULL;
+    bool same_comp = false;
+    for (uint32_t k = 0; k + 1 < nw && k + 2 + (uint32_t)w[k + 1] <= nw; k += 2 + (uint32_t)w[k + 1]) {
+        if (w[k] == A_DIMENSIONS) din = w + k + 2, nin = (uint32_t)w[k + 1];
+        if (w[k] == A_TO_APPLY && w[k + 1] == 1)
+            same_comp = w[k + 2] == (int64_t)lf_comp_digest(c, m, (uint32_t)ta->v.ints[0]);
+    }
+    const int64_t *dout = instr_ints(in, A_DIMENSIONS, &nd);
+    eg_type_dims(c->g, eg_class_type(c->g, kids[0]), &rz);
+    if (!same_comp || !din || rz > 63 || nin + nd > rz) return false;
+    uint64_t set = 0;
+    for (uint32_t k = 0; k < nin; k++) {
+        if (din[k] < 0 || din[k] >= rz) return false;
+        set |= 1ull << din[k];
+    }
+    /* outer dim j is the j-th dim of z the inner reduce kept */
+    for (uint32_t k = 0; k < nd; k++) {
+        int64_t j = dout[k];
+        uint32_t d = 0;
+        for (; d < rz && (set >> d & 1 || j-- > 0); d++) {}
+        if (j >= 0 || d >= rz) return false;
+        set |= 1ull << d;
+    }
+    int64_t *dims = arena_alloc(c->a, (nin + nd) * sizeof *dims);
+    uint32_t n = 0;
+    for (uint32_t d = 0; d < rz; d++)
+        if (set >> d & 1) dims[n++] = d;
+    with_dims(c, in, dims, n, ri);
+    *z = kids[0];
+    return true;
+}
+
+/* A reduce over reshape(x) with adjacent reduced dims: the reduce over
+ * reshape(x) with each run of them merged into one dim, which reduces the
+ * same elements (x split [16, ...] as [4, 4, ...] or as [2, 2, 4, ...] and
+ * summed over its leading blocks). The reducer must be one XLA may apply
+ * in any order. */
+static bool merged_reduce(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, hlo_instr *ri, eid *y) {
+    const eid *kids;
+    if (instr_reducer(m, in) == RED_NONE || lf_class_node(c, ch[0], OP_RESHAPE, 1, &kids) == EID_NONE) return false;
+    uint32_t nd, ry;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &ry);
+    if (ry > VIEW_MAX_RANK) return false;
+    uint64_t set = 0;
+    for (uint32_t k = 0; k < nd; k++) {
+        if (rd[k] < 0 || (uint32_t)rd[k] >= ry) return false;
+        set |= 1ull << rd[k];
+    }
+    if (!(set & set >> 1)) return false; /* no two reduced dims adjacent */
+    int64_t md[VIEW_MAX_RANK], *dims = arena_alloc(c->a, (nd + 1) * sizeof *dims);
+    uint32_t nm = 0, n = 0;
+    for (uint32_t d = 0; d < ry; d++) {
+        bool red = set >> d & 1, joins = red && d > 0 && (set >> (d - 1) & 1);
+        if (joins) {
+            md[nm - 1] *= yd[d];
+            continue;
+        }
+        if (red) dims[n++] = nm;
+        md[nm++] = yd[d];
+    }
+    *y = lf_mk_reshape(c, kids[0], lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, ch[0])), md, nm), c->origin);
+    with_dims(c, in, dims, n, ri);
     return true;
 }
 
@@ -388,7 +474,9 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
     if (in->op == OP_REDUCE && n == 2 && unit_reduce(c, m, in, ch)) return lf_mk_reshape(c, ch[0], t, origin);
     hlo_instr ri;
     eid rch[2];
-    if (in->op == OP_REDUCE && n == 2 && reshape_reduce(c, m, in, ch, &ri, &rch[0])) {
+    if (in->op == OP_REDUCE && n == 2 &&
+        (nested_reduce(c, m, in, ch, &ri, &rch[0]) || reshape_reduce(c, m, in, ch, &ri, &rch[0]) ||
+         merged_reduce(c, m, in, ch, &ri, &rch[0]))) {
         rch[1] = ch[1];
         return lf_node(c, m, &ri, rch, 2, dims, origin);
     }

@@ -1768,7 +1768,7 @@ static void hand_written_cases(void) {
          "ROOT %psum.6 = f32[4,4]{1,0} all-reduce(%param), channel_id=1, replica_groups=mesh['sp'=4] {'sp'},",
          "%half = f32[4,4]{1,0} all-reduce(%param), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, "
          "to_apply=%region_0.0\n  ROOT %psum.6 = f32[4,4]{1,0} all-reduce(%half), channel_id=2, replica_groups={{0,2},{1,3}},",
-         VERDICT_UNVERIFIED, true},
+         VERDICT_VERIFIED, true},
         {"collectives/block-sum", "summed twice over the same halves",
          "ROOT %psum.6 = f32[4,4]{1,0} all-reduce(%param), channel_id=1, replica_groups=mesh['sp'=4] {'sp'},",
          "%half = f32[4,4]{1,0} all-reduce(%param), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, "
