@@ -229,6 +229,10 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
     lf_walk_side(c, true);
     lval r = lf_lift_comp(c, be, NULL, dup, be->nparams);
     lf_unscale(c, &r);
+    /* An index value or masked row as an output: its term, as any op that
+     * does not take index values reads it (lf_index_as_term; on one device). */
+    for (uint32_t k = 0; k < (r.kind == LV_TUPLE ? r.n : 1); k++)
+        if (lf_is_index(r.kind == LV_TUPLE ? &r.elems[k] : &r)) lf_index_as_term(c, r.kind == LV_TUPLE ? &r.elems[k] : &r);
     charge_build(c, UINT32_MAX);
     lf_walk_side(c, false);
     uint32_t n = r.kind == LV_TUPLE ? r.n : 1;

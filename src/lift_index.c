@@ -272,6 +272,10 @@ bool lf_mask_resolves(const lift_ctx *c, const lval *m) {
 bool lf_index_as_term(lift_ctx *c, lval *x) {
     if (x->kind == LV_MASK && lf_mask_resolves(c, x)) {
         if (!x->in_domain) assume_domain(c, x->src, x->domain);
+        /* Its plain term (the op over the index as written: wrapped,
+         * clamped, bounds-checked) is that row over the domain. */
+        if (x->cls != EID_NONE && eg_class_type(c->g, x->cls) == eg_class_type(c->g, x->hit))
+            eg_union(c->g, x->cls, x->hit, NULL);
         *x = term(x->hit, x->v, false);
         return true;
     }

@@ -293,8 +293,12 @@ bool lf_gather_views(lstate *s, lval *out) {
     const hlo_instr *in = s->in;
     if (in->noperands == 2) lf_uniform_dev_as_term(s, 1);
     const lval *t = &s->ops[0], *ix = &s->ops[1];
-    if (in->noperands != 2 || t->kind != LV_TERM || ix->kind != LV_TERM || t->v.partial || ix->v.partial ||
-        view_is_dup(&t->v) + view_is_dup(&ix->v) == 2 || in->shape.rank > VIEW_MAX_RANK)
+    /* A partial table: gather picks elements, so the gather of each device's
+     * part, at indices every device of a group holds alike, is the part of
+     * the gather (partial over the same axes, with the same reducer). */
+    if (in->noperands != 2 || t->kind != LV_TERM || ix->kind != LV_TERM || ix->v.partial ||
+        (t->v.partial && (view_axes_used(&ix->v) & t->v.partial)) || view_is_dup(&t->v) + view_is_dup(&ix->v) == 2 ||
+        in->shape.rank > VIEW_MAX_RANK)
         return false;
     uint32_t noff, ncol, nmap, nob, nsb, nss;
     const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &noff), *col = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &ncol);
@@ -344,6 +348,8 @@ bool lf_gather_views(lstate *s, lval *out) {
         o++;
     }
     if (view_axes_used(&t->v) & view_axes_used(&ix->v) & ~shared) return false;
+    v.partial = t->v.partial;
+    v.red = t->v.red;
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
     hlo_instr g = *in;

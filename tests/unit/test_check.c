@@ -1562,6 +1562,9 @@ static void concat_unlike_operands(void) {
  *     constant (the baseline's masked row takes the factor as the distributed
  *     term does), jnp.take of a constant index (a reduce_and of constants),
  *     the unsigned bounds check (ids minus the block start wrap in u32);
+ *     jnp.take in its fill mode as the baseline's root (its NaN rows and
+ *     wrapped ids are the row over the ids' domain) against a shard_map
+ *     lookup; rows of a partial product gathered, then summed;
  *     wrong: an offset, a bound, the mask, the collective's groups, a factor,
  *     a column, a u32 "below zero" check (never true: verified when u32
  *     values were read as signed); a missing all-reduce is a mismatch by the
@@ -1661,6 +1664,15 @@ static void hand_written_cases(void) {
          VERDICT_MISMATCH, false},
         {"gather-idx/scaled", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"gather-idx/scaled", "another factor", "two = f32[] constant(2)", "two = f32[] constant(3)", VERDICT_MISMATCH, false},
+        {"gather-idx/fill", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/fill", "ids without the block offset", "local = s32[4] subtract(t, offb)", "local = s32[4] copy(t)",
+         VERDICT_MISMATCH, false},
+        {"gather-idx/fill", "no mask", "masked = f32[4,3] select(mineb, g, zb)", "masked = f32[4,3] copy(g)",
+         VERDICT_MISMATCH, false},
+        {"gather-idx/partial", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/partial", "no all-reduce",
+         "all-reduce(g), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add", "copy(g)",
+         VERDICT_MISMATCH, true},
         {"gather-idx/takeconst", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"gather-idx/takeconst", "another column", "i = s32[1] constant({0})", "i = s32[1] constant({1})", VERDICT_MISMATCH,
          false},
