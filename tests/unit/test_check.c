@@ -1608,7 +1608,9 @@ static void concat_unlike_operands(void) {
  *     baseline's, never a finding (each was one before); their wrong
  *     variants (ones where masked, a wrong divisor, sums started at 1, a
  *     psum over one of the two axes) are not, and a psum_scatter over the
- *     wrong mesh axis of a 2x2 mesh is found by the rules;
+ *     wrong mesh axis of a 2x2 mesh is found by the rules; a replicated
+ *     matrix all-gathered is its jnp.tile (the copies of another matrix
+ *     are not);
  *   - tests/cases/const-along: a replicated mask built from labels, constant
  *     along the vocab dim the logits are sharded on, is every block of the
  *     baseline's wider mask (inverted, or built from the local column
@@ -1729,6 +1731,9 @@ static void hand_written_cases(void) {
         {"collectives/gather-pieces", "pieces in pairs swapped", "replica_groups=mesh['tp'=4] {'tp'}",
          "replica_groups={{1,0,3,2}}", VERDICT_MISMATCH, true},
         {"collectives/gather-pieces", "sums started at 1", "f32[] constant(0)", "f32[] constant(1)", VERDICT_MISMATCH, false},
+        {"collectives/gather-tile", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"collectives/gather-tile", "copies of x reversed", "x = f32[3,4] parameter(0)",
+         "x0 = f32[3,4] parameter(0)\n  x = f32[3,4] reverse(x0), dimensions={1}", VERDICT_MISMATCH, false},
         {"collectives/block-sum", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"collectives/block-sum", "summed over half the devices", "replica_groups=mesh['sp'=4] {'sp'}",
          "replica_groups={{0,1},{2,3}}", VERDICT_MISMATCH, true},
