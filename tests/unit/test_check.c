@@ -1620,6 +1620,12 @@ static void concat_unlike_operands(void) {
  *     summed there, where the baseline rounds its whole dot to bf16: the
  *     same function, and execution (unrounded) agrees; summed over half the
  *     devices they are not;
+ *   - tests/cases/rng-bits: dropout's random bits from a counter of the
+ *     whole shape (an iota of rows times the row length plus an iota of
+ *     columns, each offset by the device's block start), hashed and made
+ *     floats by a bitcast-convert, on a 2x2 mesh: each device's bits are
+ *     its block of the baseline's (rows counted locally, another row
+ *     length, column offsets swapped: they are not);
  *   - tests/cases/unit-partial: a sum over a unit dim sharded by dp (a
  *     reshape's other reading), scaled and squared (Adam's second moment):
  *     the per-device sums read as the blocks of the complete sum (another
@@ -1731,6 +1737,13 @@ static void hand_written_cases(void) {
         {"collectives/gather-pieces", "pieces in pairs swapped", "replica_groups=mesh['tp'=4] {'tp'}",
          "replica_groups={{1,0,3,2}}", VERDICT_MISMATCH, true},
         {"collectives/gather-pieces", "sums started at 1", "f32[] constant(0)", "f32[] constant(1)", VERDICT_MISMATCH, false},
+        {"rng-bits/dropout", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"rng-bits/dropout", "rows counted locally", "gi0 = u32[2] add(i0, rob)", "gi0 = u32[2] copy(i0)", VERDICT_MISMATCH,
+         false},
+        {"rng-bits/dropout", "another row length", "eight = u32[] constant(8)", "eight = u32[] constant(4)",
+         VERDICT_MISMATCH, false},
+        {"rng-bits/dropout", "column offsets swapped", "constant({0, 4, 0, 4})", "constant({4, 0, 4, 0})", VERDICT_MISMATCH,
+         false},
         {"collectives/gather-tile", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"collectives/gather-tile", "copies of x reversed", "x = f32[3,4] parameter(0)",
          "x0 = f32[3,4] parameter(0)\n  x = f32[3,4] reverse(x0), dimensions={1}", VERDICT_MISMATCH, false},
