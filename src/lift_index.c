@@ -442,9 +442,10 @@ bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out) {
 }
 
 /* The index vector of a gather whose component k0 is the term pos (the
- * source positions, dim vd of size 1) and whose nv - 1 others are zeros:
+ * source positions, dim vd of size 1), as are those flagged co, and whose
+ * others are zeros:
  * concatenate(0, ..., pos, ..., 0) along vd, at pos's global shape. */
-static eid index_vector_term(lift_ctx *c, eid pos, uint32_t k0, uint32_t nv, uint32_t vd) {
+static eid index_vector_term(lift_ctx *c, eid pos, uint32_t k0, const bool *co, uint32_t nv, uint32_t vd) {
     uint32_t t = eg_class_type(c->g, pos), rank;
     int dt = eg_type_dtype(c->g, t);
     const int64_t *pd = eg_type_dims(c->g, t, &rank);
@@ -457,10 +458,21 @@ static eid index_vector_term(lift_ctx *c, eid pos, uint32_t k0, uint32_t nv, uin
     eid zero = lf_const_term(c, z0, c->origin);
     eid zeros = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), t, &zero, 1, c->origin);
     eid ch[64];
-    for (uint32_t k = 0; k < nv; k++) ch[k] = k == k0 ? pos : zeros;
+    for (uint32_t k = 0; k < nv; k++) ch[k] = k == k0 || co[k] ? pos : zeros;
     dims[vd] = nv;
     int64_t d = vd;
     return eg_add(c->g, OP_CONCATENATE, lf_list_attr(c, A_DIMENSIONS, &d, 1), lf_type_of(c, dt, dims, rank), ch, nv, c->origin);
+}
+
+/* Whether class src is an iota whose values all lie in [0, n). */
+static bool iota_within(lift_ctx *c, eid src, int64_t n) {
+    const eid *none;
+    eid io = src == EID_NONE ? EID_NONE : lf_class_node(c, src, OP_IOTA, 0, &none);
+    if (io == EID_NONE) return false;
+    uint32_t rank;
+    const int64_t *dims = eg_type_dims(c->g, eg_class_type(c->g, src), &rank);
+    int64_t k = ea_get_int(c->g, eg_node_attr(c->g, io), A_IOTA_DIMENSION, 0);
+    return k >= 0 && k < rank && dims[k] <= n;
 }
 
 /* gather(table, index) with the index a function of the source: the rows the
@@ -495,17 +507,33 @@ static bool pw_gather(lstate *s, lval *out) {
     uint32_t nv = idx->kind == LV_IVEC ? idx->n : 1;
     bool implicit = ivd == (int64_t)ir;  /* indices without an index vector dim: one start index each */
     bool kept = n1 == 0;                 /* dim j kept, as an offset dim of size 1 */
-    if (n2 != nv || n1 > 1 || nob != nsb || nss != tr || tr > VIEW_MAX_RANK || ir > VIEW_MAX_RANK ||
+    if (n2 != nv || (kept ? 0 : n1) > nv || nob != nsb || nss != tr || tr > VIEW_MAX_RANK || ir > VIEW_MAX_RANK ||
         in->shape.rank > VIEW_MAX_RANK || ivd < 0 || ivd > (int64_t)ir || (implicit && idx->kind != LV_PW) ||
         (!implicit && ii->shape.dims[ivd] != nv) || (idx->kind == LV_IVEC && idx->vdim != ivd) || no + nob + n1 != tr ||
         no + ir - (implicit ? 0 : 1) != in->shape.rank)
         return false;
-    /* The row component k0: the one of the collapsed dim, else (kept) the one
-     * whose slice is a single index; every other one a dim taken whole. */
-    uint32_t k0 = nv;
+    /* The row component k0: the one of the collapsed dim (of several, the
+     * one the table is sharded along), else (kept) the one whose slice is a
+     * single index; every other one a dim taken whole, or another collapsed
+     * dim (a diagonal's column) indexed at the same positions: co[k]. */
+    uint32_t k0 = nv, rowdim = n1 ? (uint32_t)coll[0] : tr, collm = 0;
+    bool co[VIEW_MAX_RANK] = {false};
+    if (nv > VIEW_MAX_RANK) return false;
+    for (uint32_t q = 0; q < n1; q++) {
+        if (coll[q] < 0 || coll[q] >= (int64_t)tr) return false;
+        collm |= 1u << coll[q];
+        if (tab->v.dims[coll[q]].naxes) {
+            if (q && tab->v.dims[rowdim].naxes) return false;
+            rowdim = (uint32_t)coll[q];
+        }
+    }
     for (uint32_t k = 0; k < nv; k++) {
         if (sim[k] < 0 || sim[k] >= (int64_t)tr) return false;
-        bool row_k = kept ? ss[sim[k]] != ti->shape.dims[sim[k]] : sim[k] == coll[0];
+        bool row_k = kept ? ss[sim[k]] != ti->shape.dims[sim[k]] : sim[k] == rowdim;
+        if (!kept && !row_k && (collm >> sim[k] & 1)) {
+            co[k] = true;
+            continue;
+        }
         if (!row_k) continue;
         if (k0 < nv) return false;
         k0 = k;
@@ -514,8 +542,14 @@ static bool pw_gather(lstate *s, lval *out) {
     uint32_t j = (uint32_t)sim[k0];
     const lval *row = idx->kind == LV_IVEC ? &idx->elems[k0] : idx;
     if (ss[j] != 1 || row->kind != LV_PW) return false;
-    for (uint32_t k = 0; k < nv; k++)
+    for (uint32_t k = 0; k < nv; k++) {
         if (k != k0 && sim[k] == (int64_t)j) return false;
+        /* a co-indexed dim: whole on every device, read at the row's positions */
+        if (co[k] && (ss[sim[k]] != 1 || tab->v.dims[sim[k]].naxes || idx->elems[k].kind != LV_PW ||
+                      eg_find(c->g, idx->elems[k].pos) != eg_find(c->g, row->pos) ||
+                      idx->elems[k].src != row->src || !lf_same_sharding(&idx->elems[k].v, &row->v)))
+            return false;
+    }
     /* Batching dims: sliced one position at a time, the table's sharding the
      * index's on the paired dim (the positions travel with the index). */
     for (uint32_t q = 0; q < nob; q++) {
@@ -533,7 +567,7 @@ static bool pw_gather(lstate *s, lval *out) {
         gss[d] = ss[d];
         bool batching = false;
         for (uint32_t q = 0; q < nob; q++) batching |= ob[q] == (int64_t)d;
-        if ((d == j && !kept) || batching) continue;
+        if ((!kept && (collm >> d & 1)) || batching) continue;
         if (nk >= no || off[nk] < 0 || off[nk] >= (int64_t)in->shape.rank) return false;
         if (d == j) {
             nk++;
@@ -577,6 +611,22 @@ static bool pw_gather(lstate *s, lval *out) {
                 !pw_push(t, hhi > p->lo ? hhi : p->lo, p->hi, 0, TAG_JUNK))
                 return false;
         }
+        /* A co-indexed dim reads column t only where its index is t and lies
+         * inside the dim (the gather clamps it): junk elsewhere. */
+        for (uint32_t k = 0; k < nv; k++) {
+            if (!co[k]) continue;
+            pw_fn id, lim, eq, lo, hi, inside, ok, junk, r2;
+            pw_shift(&id, 0);
+            pw_const(&lim, ti->shape.dims[sim[k]]);
+            pw_const(&junk, 0);
+            if (!pw_binary(PW_EQ, &idx->elems[k].pw[r], &id, &eq) || !pw_binary(PW_GE, &id, &junk, &lo) ||
+                !pw_binary(PW_LT, &id, &lim, &hi) || !pw_binary(PW_AND, &lo, &hi, &inside) ||
+                !pw_binary(PW_AND, &eq, &inside, &ok))
+                return false;
+            pw_const(&junk, TAG_JUNK);
+            if (!pw_select(&ok, t, &junk, &r2)) return false;
+            *t = r2;
+        }
     }
     if (row->pos == EID_NONE) return false;
     /* Output positions: the index positions without the index vector dim,
@@ -602,14 +652,15 @@ static bool pw_gather(lstate *s, lval *out) {
     pos_broadcast(c, &v.pos, &v.v, bdims, nb, in->shape.dims, in->shape.rank, &offv);
     /* The row term: the same gather on the whole table, indexed by the source
      * (beside zeros for the components of dims taken whole). */
-    eid ch[2] = {tab->cls, nv == 1 ? row->pos : index_vector_term(c, row->pos, k0, nv, (uint32_t)ivd)};
+    eid ch[2] = {tab->cls, nv == 1 ? row->pos : index_vector_term(c, row->pos, k0, co, nv, (uint32_t)ivd)};
     if (ch[1] == EID_NONE) return false;
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &v.v, &in->shape, g);
     v.hit = EID_NONE;
     if (nv == 1 && j == 0 && !nob && !implicit)
         v.hit = gather_of_iota(c, tab->cls, row->pos, bdims, off, no, in->shape.dtype, g, in->shape.rank);
-    v.in_domain = v.hit != EID_NONE;  /* iota positions: rows [0, n) of the table, nothing to assume */
+    /* iota positions: rows [0, n) of the table, nothing to assume */
+    v.in_domain = v.hit != EID_NONE || iota_within(c, row->src, domain);
     if (v.hit == EID_NONE) {
         hlo_instr gi = *in;
         hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);

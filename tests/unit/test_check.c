@@ -1564,7 +1564,10 @@ static void concat_unlike_operands(void) {
  *     the unsigned bounds check (ids minus the block start wrap in u32);
  *     jnp.take in its fill mode as the baseline's root (its NaN rows and
  *     wrapped ids are the row over the ids' domain) against a shard_map
- *     lookup; rows of a partial product gathered, then summed;
+ *     lookup; rows of a partial product gathered, then summed; the
+ *     diagonal of a row-sharded matrix as GSPMD gathers it (the (row,
+ *     column) starts all-gathered, checked against the device's rows,
+ *     offset, masked, summed);
  *     wrong: an offset, a bound, the mask, the collective's groups, a factor,
  *     a column, a u32 "below zero" check (never true: verified when u32
  *     values were read as signed); a missing all-reduce is a mismatch by the
@@ -1676,6 +1679,15 @@ static void hand_written_cases(void) {
         {"gather-idx/fill", "ids without the block offset", "local = s32[4] subtract(t, offb)", "local = s32[4] copy(t)",
          VERDICT_MISMATCH, false},
         {"gather-idx/fill", "no mask", "masked = f32[4,3] select(mineb, g, zb)", "masked = f32[4,3] copy(g)",
+         VERDICT_MISMATCH, false},
+        {"gather-idx/diag", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/diag", "columns not offset by the block start", "ij = s32[4,2] concatenate(r, r), dimensions={1}",
+         "r0 = s32[4,1] reshape(i)\n  ij = s32[4,2] concatenate(r, r0), dimensions={1}", VERDICT_MISMATCH, false},
+        {"gather-idx/diag", "columns offset as rows are", "lo = s32[2] concatenate(s1, z1)", "lo = s32[2] concatenate(s1, s1)",
+         VERDICT_MISMATCH, false},
+        {"gather-idx/diag", "no mask", "masked = f32[8] select(out, zfb, g)", "masked = f32[8] copy(g)", VERDICT_MISMATCH,
+         false},
+        {"gather-idx/diag", "upper bound off by one", "three = s32[] constant(3)", "three = s32[] constant(4)",
          VERDICT_MISMATCH, false},
         {"gather-idx/partial", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"gather-idx/partial", "no all-reduce",
