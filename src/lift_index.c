@@ -254,6 +254,58 @@ static bool is_zero_constant(const hlo_comp *comp, const hlo_instr *x) {
     return true;
 }
 
+/* The 1-D iota under class x through reshapes, when x has one non-unit dim
+ * and the iota runs along it: that dim and the iota's length. */
+static bool iota_run(lift_ctx *c, eid x, uint32_t *dim, int64_t *len) {
+    uint32_t rank, r;
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+    int found = -1;
+    for (uint32_t d = 0; d < rank; d++)
+        if (xd[d] != 1) {
+            if (found >= 0) return false;
+            found = (int)d;
+        }
+    if (found < 0) return false;
+    int64_t n = xd[found];
+    for (int guard = 0; guard < 8 && x != EID_NONE; guard++) {
+        const eid *ch;
+        if (lf_class_node(c, x, OP_IOTA, 0, &ch) != EID_NONE) {
+            const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, x), &r);
+            *dim = (uint32_t)found;
+            *len = n;
+            return r == 1 && yd[0] == n;
+        }
+        x = lf_class_node(c, x, OP_RESHAPE, 1, &ch) != EID_NONE ? ch[0] : EID_NONE;
+    }
+    return false;
+}
+
+/* Device r's block number along view dim d (0 when d is whole). */
+static int64_t block_of(const lift_ctx *c, const view *v, uint32_t d, int64_t r) {
+    int64_t blk = 0;
+    for (uint32_t a = 0; a < v->dims[d].naxes; a++) {
+        int ax = v->dims[d].axes[a];
+        blk = blk * c->mesh->sizes[ax] + mesh_coord(c->mesh, r, ax);
+    }
+    return blk;
+}
+
+/* A masked value whose positions are an iota (a diagonal's rows): each
+ * device holds the positions of its block, whose index values are the
+ * block's; the row there on every device is the row everywhere. */
+static bool mask_resolves_on_own(lift_ctx *c, const lval *m) {
+    uint32_t dim;
+    int64_t len;
+    if (m->n || m->pos == EID_NONE || !iota_run(c, m->pos, &dim, &len) || dim >= m->v.rank) return false;
+    int64_t parts = view_dim_parts(&m->v, c->mesh, dim);
+    if (parts < 1 || len % parts) return false;
+    for (int64_t d = 0; d < c->ndev; d++) {
+        int64_t tag, lo = block_of(c, &m->v, dim, d) * (len / parts);
+        if (!pw_constant_on(&m->pw[d], lo, lo + len / parts, &tag) || tag != TAG_HIT) return false;
+    }
+    return true;
+}
+
 /* A masked value as a term: every device holds the row for every index value of
  * the domain. */
 bool lf_mask_resolves(const lift_ctx *c, const lval *m) {
@@ -270,8 +322,9 @@ bool lf_mask_resolves(const lift_ctx *c, const lval *m) {
  * domain), or the plain term of a device-independent value. False when it is
  * neither. */
 bool lf_index_as_term(lift_ctx *c, lval *x) {
-    if (x->kind == LV_MASK && lf_mask_resolves(c, x)) {
-        if (!x->in_domain) assume_domain(c, x->src, x->domain);
+    bool own = x->kind == LV_MASK && !lf_mask_resolves(c, x) && mask_resolves_on_own(c, x);
+    if (x->kind == LV_MASK && (own || lf_mask_resolves(c, x))) {
+        if (!x->in_domain && !own) assume_domain(c, x->src, x->domain);
         /* Its plain term (the op over the index as written: wrapped,
          * clamped, bounds-checked) is that row over the domain. */
         if (x->cls != EID_NONE && eg_class_type(c->g, x->cls) == eg_class_type(c->g, x->hit))
@@ -773,6 +826,40 @@ static bool make_component(lift_ctx *c, const lval *const *xs, uint32_t n, pw_fn
     return true;
 }
 
+/* x, index arithmetic over a local iota (a shard_map's row positions, 0 to
+ * n - 1 on every device), beside g, whose positions are the global iota of
+ * the same dim sharded in blocks of n: x as the same function of the global
+ * position t, at t minus the device's block start (x changed; false when not
+ * of that form). */
+static bool local_iota_reread(lift_ctx *c, lval *x, const lval *g) {
+    uint32_t dl, dg;
+    int64_t nl, ng;
+    if (x->kind != LV_PW || !view_is_dup(&x->v) || g->kind != LV_PW || g->v.partial || x->v.rank != g->v.rank ||
+        !iota_run(c, x->pos, &dl, &nl) || !iota_run(c, g->pos, &dg, &ng) || dl != dg || dl >= g->v.rank)
+        return false;
+    int64_t parts = view_dim_parts(&g->v, c->mesh, dl);
+    if (parts < 2 || nl * parts != ng) return false;
+    pw_fn *f = pw_alloc(c);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        /* f(t) = x(t - start): each piece moved right by start */
+        int64_t start = block_of(c, &g->v, dl, r) * nl;
+        f[r].n = 0;
+        for (uint32_t k = 0; k < x->pw[r].n; k++) {
+            const pw_piece *p = &x->pw[r].p[k];
+            int64_t lo = p->lo, hi = p->hi, b;
+            if ((lo != PW_NEG_INF && __builtin_add_overflow(lo, start, &lo)) ||
+                (hi != PW_POS_INF && __builtin_add_overflow(hi, start, &hi)) ||
+                __builtin_mul_overflow(p->a, start, &b) || __builtin_sub_overflow(p->b, b, &b) || !pw_push(&f[r], lo, hi, p->a, b))
+                return false;
+        }
+    }
+    x->pw = f;
+    x->pos = g->pos;
+    x->src = g->src;
+    x->v = g->v;
+    return true;
+}
+
 /* concatenate along d of index arithmetic (size 1 along d), index vectors
  * along d and device values that hold one number per slice along d: an
  * index vector. At least one operand must be index arithmetic. */
@@ -809,6 +896,13 @@ static bool ivec_concatenate(lstate *s, lval *out) {
             el[n++] = (lval){.kind = LV_PW, .pw = f, .pos = pos, .src = src, .v = *vw, .cls = EID_NONE};
         }
     }
+    for (uint32_t j = 0; j < n; j++)
+        if (el[j].kind == LV_PW && !view_is_dup(&el[j].v)) {
+            lval anchor = el[j];
+            for (uint32_t k = 0; k < n; k++)
+                if (el[k].kind == LV_PW && view_is_dup(&el[k].v)) local_iota_reread(c, &el[k], &anchor);
+            break;
+        }
     for (uint32_t j = 0; j < n; j++) {
         if (el[j].kind != LV_PW) continue;
         if ((common && !lf_same_sharding(common, &el[j].v)) || el[j].v.partial || el[j].v.dims[vd].naxes) return false;

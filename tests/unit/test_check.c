@@ -1567,7 +1567,8 @@ static void concat_unlike_operands(void) {
  *     lookup; rows of a partial product gathered, then summed; the
  *     diagonal of a row-sharded matrix as GSPMD gathers it (the (row,
  *     column) starts all-gathered, checked against the device's rows,
- *     offset, masked, summed);
+ *     offset, masked, summed); the same diagonal in a shard_map (local
+ *     rows at columns offset by the block start);
  *     wrong: an offset, a bound, the mask, the collective's groups, a factor,
  *     a column, a u32 "below zero" check (never true: verified when u32
  *     values were read as signed); a missing all-reduce is a mismatch by the
@@ -1688,6 +1689,11 @@ static void hand_written_cases(void) {
         {"gather-idx/diag", "no mask", "masked = f32[8] select(out, zfb, g)", "masked = f32[8] copy(g)", VERDICT_MISMATCH,
          false},
         {"gather-idx/diag", "upper bound off by one", "three = s32[] constant(3)", "three = s32[] constant(4)",
+         VERDICT_MISMATCH, false},
+        {"gather-idx/diag-local", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/diag-local", "columns without the block start", "gj = s32[4] add(j, startb)", "gj = s32[4] copy(j)",
+         VERDICT_MISMATCH, false},
+        {"gather-idx/diag-local", "rows with the block start too", "concatenate(r, cc)", "concatenate(cc, cc)",
          VERDICT_MISMATCH, false},
         {"gather-idx/partial", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"gather-idx/partial", "no all-reduce",
