@@ -517,11 +517,14 @@ static eid index_vector_term(lift_ctx *c, eid pos, uint32_t k0, const bool *co, 
     return eg_add(c->g, OP_CONCATENATE, lf_list_attr(c, A_DIMENSIONS, &d, 1), lf_type_of(c, dt, dims, rank), ch, nv, c->origin);
 }
 
-/* Whether class src is an iota whose values all lie in [0, n). */
+/* Whether class src is an iota (or one reshaped by unit dims) whose values
+ * all lie in [0, n). */
 static bool iota_within(lift_ctx *c, eid src, int64_t n) {
     const eid *none;
     eid io = src == EID_NONE ? EID_NONE : lf_class_node(c, src, OP_IOTA, 0, &none);
-    if (io == EID_NONE) return false;
+    uint32_t along;
+    int64_t len;
+    if (io == EID_NONE) return src != EID_NONE && iota_run(c, src, &along, &len) && len <= n;
     uint32_t rank;
     const int64_t *dims = eg_type_dims(c->g, eg_class_type(c->g, src), &rank);
     int64_t k = ea_get_int(c->g, eg_node_attr(c->g, io), A_IOTA_DIMENSION, 0);
@@ -913,9 +916,65 @@ static bool ivec_concatenate(lstate *s, lval *out) {
     return true;
 }
 
+/* The piece of class x at index j of dim vd (size 1 there): the operand of
+ * a concatenate along vd that is exactly that piece, else the slice. */
+static eid piece_at(lift_ctx *c, eid x, uint32_t vd, int64_t j) {
+    uint32_t rank, r;
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+    if (rank > VIEW_MAX_RANK || vd >= rank) return EID_NONE;
+    for (eid nd = eg_class_first(c->g, x); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
+        uint32_t nc, na;
+        const eid *ch = eg_node_children(c->g, nd, &nc);
+        const int64_t *dd = eg_node_op(c->g, nd) == OP_CONCATENATE ? ea_get(c->g, eg_node_attr(c->g, nd), A_DIMENSIONS, &na) : NULL;
+        if (!dd || na != 1 || dd[0] != vd) continue;
+        for (uint32_t k = 0, at = 0; k < nc; k++) {
+            int64_t w = eg_type_dims(c->g, eg_class_type(c->g, ch[k]), &r)[vd];
+            if (at == j && w == 1) return eg_find(c->g, ch[k]);
+            at += (uint32_t)w;
+        }
+    }
+    int64_t sl[3 * VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < rank; d++) {
+        sl[3 * d] = d == vd ? j : 0;
+        sl[3 * d + 1] = d == vd ? j + 1 : xd[d];
+        sl[3 * d + 2] = 1;
+    }
+    return lf_mk_slice(c, x, sl);
+}
+
+/* Operand o (a plain integer term, or index arithmetic over its own
+ * positions) as an index vector along vd: each piece along vd the same
+ * function of that piece (GSPMD's (row, column) starts gathered whole,
+ * then checked against per-device bounds that differ per component). */
+static bool split_as_ivec(lstate *s, uint32_t o, uint32_t vd) {
+    lift_ctx *c = s->c;
+    lval *x = &s->ops[o];
+    const shape *sh = &s->comp->instrs[s->in->operands[o]].shape;
+    bool pw = x->kind == LV_PW && x->pw && x->pos != EID_NONE && eg_find(c->g, x->pos) == eg_find(c->g, x->src);
+    if ((!pw && (x->kind != LV_TERM || x->assumed || !dtype_is_int(sh->dtype))) || x->v.partial || vd >= sh->rank ||
+        sh->rank != x->v.rank || x->v.dims[vd].naxes || sh->dims[vd] < 2 || sh->dims[vd] > IVEC_MAX)
+        return false;
+    pw_fn *f = x->pw;
+    if (!pw) {
+        f = pw_alloc(c);
+        for (int64_t d = 0; d < c->ndev; d++) pw_shift(&f[d], 0);
+    }
+    eid whole = pw ? x->pos : x->cls;
+    lval *el = arena_alloc(c->a, (size_t)sh->dims[vd] * sizeof *el);
+    for (int64_t j = 0; j < sh->dims[vd]; j++) {
+        eid p = piece_at(c, whole, vd, j);
+        if (p == EID_NONE) return false;
+        el[j] = (lval){.kind = LV_PW, .pw = f, .pos = p, .src = p, .v = x->v, .cls = EID_NONE};
+    }
+    *x = (lval){.kind = LV_IVEC, .elems = el, .n = (uint32_t)sh->dims[vd], .vdim = (uint8_t)vd, .v = x->v, .cls = EID_NONE};
+    return true;
+}
+
 /* An elementwise op over index vectors (along the same dim, as many
  * components) and device values that hold one number per component: the op
- * component by component. */
+ * component by component. Without an index vector operand, but with a
+ * device value that differs along a dim of at most IVEC_MAX: the other
+ * operands split along it (split_as_ivec). */
 static bool ivec_elementwise(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -924,7 +983,40 @@ static bool ivec_elementwise(lstate *s, lval *out) {
         return false;
     for (uint32_t o = 0; o < in->noperands && !iv; o++)
         if (s->ops[o].kind == LV_IVEC) iv = &s->ops[o];
+    lval saved[3];
+    bool split = false;
+    for (uint32_t o = 0; o < in->noperands && !iv; o++) {
+        const lval *k = &s->ops[o];
+        const shape *ks = &s->comp->instrs[in->operands[o]].shape;
+        if (k->kind != LV_DEV || k->count < 2 || ks->rank != in->shape.rank) continue;
+        bool uniform = true;
+        for (int64_t d = 0; d < c->ndev && uniform; d++)
+            for (uint32_t e = 1; e < k->count && uniform; e++) uniform = k->dev[d * k->count + e] == k->dev[d * k->count];
+        for (uint32_t vd = 0; vd < in->shape.rank && !uniform && !iv; vd++) {
+            lval one;
+            bool ok = in->shape.dims[vd] >= 2 && in->shape.dims[vd] <= IVEC_MAX;
+            for (int64_t j = 0; ok && j < in->shape.dims[vd]; j++) ok = dev_component(c, k, ks, vd, j, &one);
+            if (!ok) continue;
+            memcpy(saved, s->ops, in->noperands * sizeof *saved);
+            for (uint32_t q = 0; q < in->noperands && ok; q++)
+                if (s->ops[q].kind != LV_DEV) {
+                    ok = split_as_ivec(s, q, vd);
+                    iv = &s->ops[q];
+                }
+            if (!ok || !iv || iv->kind != LV_IVEC) {
+                memcpy(s->ops, saved, in->noperands * sizeof *saved);
+                iv = NULL;
+            }
+            split = iv != NULL;
+        }
+        if (!uniform) break;
+    }
     if (!iv) return false;
+    if (split && !ivec_elementwise(s, out)) {
+        memcpy(s->ops, saved, in->noperands * sizeof *saved);
+        return false;
+    }
+    if (split) return true;
     lval *el = arena_alloc(c->a, iv->n * sizeof *el);
     for (uint32_t j = 0; j < iv->n; j++) {
         lval comp[3];

@@ -1567,7 +1567,9 @@ static void concat_unlike_operands(void) {
  *     lookup; rows of a partial product gathered, then summed; the
  *     diagonal of a row-sharded matrix as GSPMD gathers it (the (row,
  *     column) starts all-gathered, checked against the device's rows,
- *     offset, masked, summed); the same diagonal in a shard_map (local
+ *     offset, masked, summed), with the starts wrapped as jnp does or
+ *     not (then split into components where the device's bounds differ
+ *     per component); the same diagonal in a shard_map (local
  *     rows at columns offset by the block start);
  *     wrong: an offset, a bound, the mask, the collective's groups, a factor,
  *     a column, a u32 "below zero" check (never true: verified when u32
@@ -1690,6 +1692,11 @@ static void hand_written_cases(void) {
          false},
         {"gather-idx/diag", "upper bound off by one", "three = s32[] constant(3)", "three = s32[] constant(4)",
          VERDICT_MISMATCH, false},
+        {"gather-idx/diag-plain", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/diag-plain", "columns offset as rows are", "lo = s32[2] concatenate(s1, z1)",
+         "lo = s32[2] concatenate(s1, s1)", VERDICT_MISMATCH, false},
+        {"gather-idx/diag-plain", "the upper bounds swapped (rows and columns agree: the same)", "concatenate(l1, e1)",
+         "concatenate(e1, l1)", VERDICT_VERIFIED, true},
         {"gather-idx/diag-local", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"gather-idx/diag-local", "columns without the block start", "gj = s32[4] add(j, startb)", "gj = s32[4] copy(j)",
          VERDICT_MISMATCH, false},
