@@ -543,13 +543,13 @@ static bool gather_index_vector(lstate *s, lval *out) {
             }
             continue;
         }
-        /* A component sharded along the gathered dim: only its view and
-         * positions change. */
-        if (el[j].kind != LV_PW || !el[j].pw || el[j].pos == EID_NONE || !el[j].v.dims[dd[0]].naxes ||
-            !pw_uniform_over(c, el[j].pw, s->in)) {
-            ok = false;
-            break;
-        }
+        /* A component sharded along the gathered dim over the group's axes
+         * (its minor ones): only its view and positions change. */
+        const view_dim *vd = &el[j].v.dims[dd[0]];
+        uint32_t k = (uint32_t)__builtin_popcount((unsigned)axes);
+        ok = el[j].kind == LV_PW && el[j].pw && el[j].pos != EID_NONE && vd->naxes >= k && pw_uniform_over(c, el[j].pw, s->in);
+        for (uint32_t i = 0; ok && i < k; i++) ok = axes >> vd->axes[vd->naxes - k + i] & 1;  /* its minor axes gathered */
+        if (!ok) break;
         s->ops[0] = term(el[j].pos, el[j].v, false);
         lval g = lf_lift_all_gather(s);
         ok = g.kind == LV_TERM && !g.assumed && (!common || lf_same_sharding(common, &g.v));
