@@ -232,6 +232,10 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
     double t0 = now_ms();
     lval r = lf_lift_comp(c, be, NULL, dup, be->nparams);
     lf_unscale(c, &r);
+    /* An index value or masked row as an output: its term, as any op that
+     * does not take index values reads it (lf_index_as_term; on one device). */
+    for (uint32_t k = 0; k < (r.kind == LV_TUPLE ? r.n : 1); k++)
+        if (lf_is_index(r.kind == LV_TUPLE ? &r.elems[k] : &r)) lf_index_as_term(c, r.kind == LV_TUPLE ? &r.elems[k] : &r);
     charge_build(c, UINT32_MAX);
     if (!c->nsegs && c->built && !c->no_account) {
         /* No op_name scope anywhere: the whole baseline is the one segment the
@@ -683,9 +687,56 @@ static bool review_tiled(lstate *s, uint32_t o, const view *want) {
 /* Every operand not sharded as want that is a broadcast along the dims it
  * differs in, or constant-only and replicated, re-viewed as want: the same
  * per-device pieces, read as a global term under the others' view. */
+static bool review_elementwise(lstate *s, uint32_t o, const view *want);
+
 bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
     return lf_same_sharding(&s->ops[o].v, want) || lf_review_broadcast(s, o, want) || lf_konst_review(s, o, want) ||
-           review_constant(s, o, want) || review_tiled(s, o, want);
+           review_constant(s, o, want) || review_tiled(s, o, want) || review_elementwise(s, o, want);
+}
+
+/* Operand o, an elementwise op whose operands all re-read as want (each
+ * constant along the dims it would newly shard: broadcasts, constants,
+ * and such ops over them, as jax.random's counters are made: an iota of
+ * the global shape times a constant plus another), re-read as want: the
+ * op over the re-read operands, block by block. Rank-0 operands of select
+ * and clamp stay scalars. A few levels deep at most. */
+static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
+    static int depth;
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[o];
+    const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
+    if (depth >= 4 || x->kind != LV_TERM || x->v.partial || want->partial || lf_scale_of(x) != 1 ||
+        !lf_is_elementwise(b->op) || b->noperands == 0 || b->noperands > 3 || want->rank != b->shape.rank ||
+        b->shape.rank > VIEW_MAX_RANK)
+        return false;
+    lval sub[3];
+    eid ch[3];
+    bool assumed = false;
+    for (uint32_t k = 0; k < b->noperands; k++) sub[k] = s->vals[b->operands[k]];
+    lstate inner = {c, s->comp, b, sub, s->vals};
+    depth++;
+    bool ok = true;
+    for (uint32_t k = 0; k < b->noperands && ok; k++) {
+        const hlo_instr *bk = &s->comp->instrs[b->operands[k]];
+        /* one number on every device (a splat constant): that constant */
+        if (sub[k].kind == LV_DEV && lf_dev_splat(&sub[k])) sub[k] = lf_splat_term(c, bk, &sub[k], bk->shape.rank ? want : &sub[k].v);
+        if (bk->shape.rank == 0 && (b->op == OP_SELECT || b->op == OP_CLAMP)) {
+            ok = sub[k].kind == LV_TERM && view_is_dup(&sub[k].v);
+        } else {
+            ok = bk->shape.rank == b->shape.rank && sub[k].kind == LV_TERM && lf_review_operand(&inner, k, want) &&
+                 sub[k].kind == LV_TERM && lf_same_sharding(&sub[k].v, want) && !sub[k].v.partial &&
+                 lf_scale_of(&sub[k]) == 1;
+        }
+        if (ok) ch[k] = sub[k].cls, assumed |= sub[k].assumed;
+    }
+    depth--;
+    if (!ok) return false;
+    view w = *want;
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, &w, &b->shape, g);
+    s->ops[o] = term(lf_node(c, c->cur, b, ch, b->noperands, g, c->origin), w, assumed);
+    s->ops[o].konst = x->konst;
+    return true;
 }
 
 void lf_review_operands(lstate *s, const view *want) {
@@ -1192,6 +1243,12 @@ lval lf_lift_instr(lstate *s) {
     }
     default: break;
     }
+    /* A bitcast-convert between types of one width keeps the dims: it works
+     * element by element (random bits made floats in [1, 2)). */
+    if (in->op == OP_BITCAST_CONVERT && in->noperands == 1 && ops[0].kind == LV_TERM &&
+        s->comp->instrs[in->operands[0]].shape.rank == in->shape.rank &&
+        !memcmp(s->comp->instrs[in->operands[0]].shape.dims, in->shape.dims, in->shape.rank * sizeof *in->shape.dims))
+        return lift_elementwise(s);
     if (lf_is_elementwise(in->op)) {
         /* A select between a value and itself is that value, whatever picks
          * (a device-dependent predicate choosing between equal zeros). */

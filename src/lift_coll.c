@@ -525,8 +525,22 @@ static lval gather_copies(lstate *s, uint32_t d, int axes) {
     eid ch[64];
     for (int64_t q = 0; q < n; q++) ch[q] = x->cls;
     int64_t dd = d;
-    return term(eg_add(c->g, OP_CONCATENATE, lf_list_attr(c, A_DIMENSIONS, &dd, 1), t, ch, (uint32_t)n, c->origin), x->v,
-                x->assumed);
+    eid cat = eg_add(c->g, OP_CONCATENATE, lf_list_attr(c, A_DIMENSIONS, &dd, 1), t, ch, (uint32_t)n, c->origin);
+    /* The same copies as jnp.tile writes them: x broadcast along a new dim of
+     * size n just before d, the two merged. */
+    if (rank < VIEW_MAX_RANK) {
+        int64_t bdims[VIEW_MAX_RANK + 1], bmap[VIEW_MAX_RANK];
+        for (uint32_t q = 0, o = 0; q <= rank; q++) {
+            if (q == d) bdims[q] = n;
+            else bmap[o] = q, bdims[q] = xd[o], o++;
+        }
+        eid xc = x->cls;
+        eid bc = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bmap, rank),
+                        lf_type_of(c, in->shape.dtype, bdims, rank + 1), &xc, 1, c->origin);
+        eg_union(c->g, cat, lf_mk_reshape(c, bc, t, c->origin), NULL);
+        cat = eg_find(c->g, cat);
+    }
+    return term(cat, x->v, x->assumed);
 }
 
 /* x (the operand of s, of s's source shape) with the blocks of its dim e

@@ -255,6 +255,58 @@ static bool is_zero_constant(const hlo_comp *comp, const hlo_instr *x) {
     return true;
 }
 
+/* The 1-D iota under class x through reshapes, when x has one non-unit dim
+ * and the iota runs along it: that dim and the iota's length. */
+static bool iota_run(lift_ctx *c, eid x, uint32_t *dim, int64_t *len) {
+    uint32_t rank, r;
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+    int found = -1;
+    for (uint32_t d = 0; d < rank; d++)
+        if (xd[d] != 1) {
+            if (found >= 0) return false;
+            found = (int)d;
+        }
+    if (found < 0) return false;
+    int64_t n = xd[found];
+    for (int guard = 0; guard < 8 && x != EID_NONE; guard++) {
+        const eid *ch;
+        if (lf_class_node(c, x, OP_IOTA, 0, &ch) != EID_NONE) {
+            const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, x), &r);
+            *dim = (uint32_t)found;
+            *len = n;
+            return r == 1 && yd[0] == n;
+        }
+        x = lf_class_node(c, x, OP_RESHAPE, 1, &ch) != EID_NONE ? ch[0] : EID_NONE;
+    }
+    return false;
+}
+
+/* Device r's block number along view dim d (0 when d is whole). */
+static int64_t block_of(const lift_ctx *c, const view *v, uint32_t d, int64_t r) {
+    int64_t blk = 0;
+    for (uint32_t a = 0; a < v->dims[d].naxes; a++) {
+        int ax = v->dims[d].axes[a];
+        blk = blk * c->mesh->sizes[ax] + mesh_coord(c->mesh, r, ax);
+    }
+    return blk;
+}
+
+/* A masked value whose positions are an iota (a diagonal's rows): each
+ * device holds the positions of its block, whose index values are the
+ * block's; the row there on every device is the row everywhere. */
+static bool mask_resolves_on_own(lift_ctx *c, const lval *m) {
+    uint32_t dim;
+    int64_t len;
+    if (m->n || m->pos == EID_NONE || !iota_run(c, m->pos, &dim, &len) || dim >= m->v.rank) return false;
+    int64_t parts = view_dim_parts(&m->v, c->mesh, dim);
+    if (parts < 1 || len % parts) return false;
+    for (int64_t d = 0; d < c->ndev; d++) {
+        int64_t tag, lo = block_of(c, &m->v, dim, d) * (len / parts);
+        if (!pw_constant_on(&m->pw[d], lo, lo + len / parts, &tag) || tag != TAG_HIT) return false;
+    }
+    return true;
+}
+
 /* A masked value as a term: every device holds the row for every index value of
  * the domain. */
 bool lf_mask_resolves(const lift_ctx *c, const lval *m) {
@@ -271,8 +323,13 @@ bool lf_mask_resolves(const lift_ctx *c, const lval *m) {
  * domain), or the plain term of a device-independent value. False when it is
  * neither. */
 bool lf_index_as_term(lift_ctx *c, lval *x) {
-    if (x->kind == LV_MASK && lf_mask_resolves(c, x)) {
-        if (!x->in_domain) assume_domain(c, x->src, x->domain);
+    bool own = x->kind == LV_MASK && !lf_mask_resolves(c, x) && mask_resolves_on_own(c, x);
+    if (x->kind == LV_MASK && (own || lf_mask_resolves(c, x))) {
+        if (!x->in_domain && !own) assume_domain(c, x->src, x->domain);
+        /* Its plain term (the op over the index as written: wrapped,
+         * clamped, bounds-checked) is that row over the domain. */
+        if (x->cls != EID_NONE && eg_class_type(c->g, x->cls) == eg_class_type(c->g, x->hit))
+            eg_union(c->g, x->cls, x->hit, NULL);
         *x = term(x->hit, x->v, false);
         return true;
     }
@@ -439,9 +496,10 @@ bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out) {
 }
 
 /* The index vector of a gather whose component k0 is the term pos (the
- * source positions, dim vd of size 1) and whose nv - 1 others are zeros:
+ * source positions, dim vd of size 1), as are those flagged co, and whose
+ * others are zeros:
  * concatenate(0, ..., pos, ..., 0) along vd, at pos's global shape. */
-static eid index_vector_term(lift_ctx *c, eid pos, uint32_t k0, uint32_t nv, uint32_t vd) {
+static eid index_vector_term(lift_ctx *c, eid pos, uint32_t k0, const bool *co, uint32_t nv, uint32_t vd) {
     uint32_t t = eg_class_type(c->g, pos), rank;
     int dt = eg_type_dtype(c->g, t);
     const int64_t *pd = eg_type_dims(c->g, t, &rank);
@@ -454,10 +512,24 @@ static eid index_vector_term(lift_ctx *c, eid pos, uint32_t k0, uint32_t nv, uin
     eid zero = lf_const_term(c, z0, c->origin);
     eid zeros = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), t, &zero, 1, c->origin);
     eid ch[64];
-    for (uint32_t k = 0; k < nv; k++) ch[k] = k == k0 ? pos : zeros;
+    for (uint32_t k = 0; k < nv; k++) ch[k] = k == k0 || co[k] ? pos : zeros;
     dims[vd] = nv;
     int64_t d = vd;
     return eg_add(c->g, OP_CONCATENATE, lf_list_attr(c, A_DIMENSIONS, &d, 1), lf_type_of(c, dt, dims, rank), ch, nv, c->origin);
+}
+
+/* Whether class src is an iota (or one reshaped by unit dims) whose values
+ * all lie in [0, n). */
+static bool iota_within(lift_ctx *c, eid src, int64_t n) {
+    const eid *none;
+    eid io = src == EID_NONE ? EID_NONE : lf_class_node(c, src, OP_IOTA, 0, &none);
+    uint32_t along;
+    int64_t len;
+    if (io == EID_NONE) return src != EID_NONE && iota_run(c, src, &along, &len) && len <= n;
+    uint32_t rank;
+    const int64_t *dims = eg_type_dims(c->g, eg_class_type(c->g, src), &rank);
+    int64_t k = ea_get_int(c->g, eg_node_attr(c->g, io), A_IOTA_DIMENSION, 0);
+    return k >= 0 && k < rank && dims[k] <= n;
 }
 
 /* gather(table, index) with the index a function of the source: the rows the
@@ -492,17 +564,33 @@ static bool pw_gather(lstate *s, lval *out) {
     uint32_t nv = idx->kind == LV_IVEC ? idx->n : 1;
     bool implicit = ivd == (int64_t)ir;  /* indices without an index vector dim: one start index each */
     bool kept = n1 == 0;                 /* dim j kept, as an offset dim of size 1 */
-    if (n2 != nv || n1 > 1 || nob != nsb || nss != tr || tr > VIEW_MAX_RANK || ir > VIEW_MAX_RANK ||
+    if (n2 != nv || (kept ? 0 : n1) > nv || nob != nsb || nss != tr || tr > VIEW_MAX_RANK || ir > VIEW_MAX_RANK ||
         in->shape.rank > VIEW_MAX_RANK || ivd < 0 || ivd > (int64_t)ir || (implicit && idx->kind != LV_PW) ||
         (!implicit && ii->shape.dims[ivd] != nv) || (idx->kind == LV_IVEC && idx->vdim != ivd) || no + nob + n1 != tr ||
         no + ir - (implicit ? 0 : 1) != in->shape.rank)
         return false;
-    /* The row component k0: the one of the collapsed dim, else (kept) the one
-     * whose slice is a single index; every other one a dim taken whole. */
-    uint32_t k0 = nv;
+    /* The row component k0: the one of the collapsed dim (of several, the
+     * one the table is sharded along), else (kept) the one whose slice is a
+     * single index; every other one a dim taken whole, or another collapsed
+     * dim (a diagonal's column) indexed at the same positions: co[k]. */
+    uint32_t k0 = nv, rowdim = n1 ? (uint32_t)coll[0] : tr, collm = 0;
+    bool co[VIEW_MAX_RANK] = {false};
+    if (nv > VIEW_MAX_RANK) return false;
+    for (uint32_t q = 0; q < n1; q++) {
+        if (coll[q] < 0 || coll[q] >= (int64_t)tr) return false;
+        collm |= 1u << coll[q];
+        if (tab->v.dims[coll[q]].naxes) {
+            if (q && tab->v.dims[rowdim].naxes) return false;
+            rowdim = (uint32_t)coll[q];
+        }
+    }
     for (uint32_t k = 0; k < nv; k++) {
         if (sim[k] < 0 || sim[k] >= (int64_t)tr) return false;
-        bool row_k = kept ? ss[sim[k]] != ti->shape.dims[sim[k]] : sim[k] == coll[0];
+        bool row_k = kept ? ss[sim[k]] != ti->shape.dims[sim[k]] : sim[k] == rowdim;
+        if (!kept && !row_k && (collm >> sim[k] & 1)) {
+            co[k] = true;
+            continue;
+        }
         if (!row_k) continue;
         if (k0 < nv) return false;
         k0 = k;
@@ -511,8 +599,14 @@ static bool pw_gather(lstate *s, lval *out) {
     uint32_t j = (uint32_t)sim[k0];
     const lval *row = idx->kind == LV_IVEC ? &idx->elems[k0] : idx;
     if (ss[j] != 1 || row->kind != LV_PW) return false;
-    for (uint32_t k = 0; k < nv; k++)
+    for (uint32_t k = 0; k < nv; k++) {
         if (k != k0 && sim[k] == (int64_t)j) return false;
+        /* a co-indexed dim: whole on every device, read at the row's positions */
+        if (co[k] && (ss[sim[k]] != 1 || tab->v.dims[sim[k]].naxes || idx->elems[k].kind != LV_PW ||
+                      eg_find(c->g, idx->elems[k].pos) != eg_find(c->g, row->pos) ||
+                      idx->elems[k].src != row->src || !lf_same_sharding(&idx->elems[k].v, &row->v)))
+            return false;
+    }
     /* Batching dims: sliced one position at a time, the table's sharding the
      * index's on the paired dim (the positions travel with the index). */
     for (uint32_t q = 0; q < nob; q++) {
@@ -530,7 +624,7 @@ static bool pw_gather(lstate *s, lval *out) {
         gss[d] = ss[d];
         bool batching = false;
         for (uint32_t q = 0; q < nob; q++) batching |= ob[q] == (int64_t)d;
-        if ((d == j && !kept) || batching) continue;
+        if ((!kept && (collm >> d & 1)) || batching) continue;
         if (nk >= no || off[nk] < 0 || off[nk] >= (int64_t)in->shape.rank) return false;
         if (d == j) {
             nk++;
@@ -574,6 +668,22 @@ static bool pw_gather(lstate *s, lval *out) {
                 !pw_push(t, hhi > p->lo ? hhi : p->lo, p->hi, 0, TAG_JUNK))
                 return false;
         }
+        /* A co-indexed dim reads column t only where its index is t and lies
+         * inside the dim (the gather clamps it): junk elsewhere. */
+        for (uint32_t k = 0; k < nv; k++) {
+            if (!co[k]) continue;
+            pw_fn id, lim, eq, lo, hi, inside, ok, junk, r2;
+            pw_shift(&id, 0);
+            pw_const(&lim, ti->shape.dims[sim[k]]);
+            pw_const(&junk, 0);
+            if (!pw_binary(PW_EQ, &idx->elems[k].pw[r], &id, &eq) || !pw_binary(PW_GE, &id, &junk, &lo) ||
+                !pw_binary(PW_LT, &id, &lim, &hi) || !pw_binary(PW_AND, &lo, &hi, &inside) ||
+                !pw_binary(PW_AND, &eq, &inside, &ok))
+                return false;
+            pw_const(&junk, TAG_JUNK);
+            if (!pw_select(&ok, t, &junk, &r2)) return false;
+            *t = r2;
+        }
     }
     if (row->pos == EID_NONE) return false;
     /* Output positions: the index positions without the index vector dim,
@@ -599,14 +709,15 @@ static bool pw_gather(lstate *s, lval *out) {
     pos_broadcast(c, &v.pos, &v.v, bdims, nb, in->shape.dims, in->shape.rank, &offv);
     /* The row term: the same gather on the whole table, indexed by the source
      * (beside zeros for the components of dims taken whole). */
-    eid ch[2] = {tab->cls, nv == 1 ? row->pos : index_vector_term(c, row->pos, k0, nv, (uint32_t)ivd)};
+    eid ch[2] = {tab->cls, nv == 1 ? row->pos : index_vector_term(c, row->pos, k0, co, nv, (uint32_t)ivd)};
     if (ch[1] == EID_NONE) return false;
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &v.v, &in->shape, g);
     v.hit = EID_NONE;
     if (nv == 1 && j == 0 && !nob && !implicit)
         v.hit = gather_of_iota(c, tab->cls, row->pos, bdims, off, no, in->shape.dtype, g, in->shape.rank);
-    v.in_domain = v.hit != EID_NONE;  /* iota positions: rows [0, n) of the table, nothing to assume */
+    /* iota positions: rows [0, n) of the table, nothing to assume */
+    v.in_domain = v.hit != EID_NONE || iota_within(c, row->src, domain);
     if (v.hit == EID_NONE) {
         hlo_instr gi = *in;
         hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);
@@ -719,6 +830,40 @@ static bool make_component(lift_ctx *c, const lval *const *xs, uint32_t n, pw_fn
     return true;
 }
 
+/* x, index arithmetic over a local iota (a shard_map's row positions, 0 to
+ * n - 1 on every device), beside g, whose positions are the global iota of
+ * the same dim sharded in blocks of n: x as the same function of the global
+ * position t, at t minus the device's block start (x changed; false when not
+ * of that form). */
+static bool local_iota_reread(lift_ctx *c, lval *x, const lval *g) {
+    uint32_t dl, dg;
+    int64_t nl, ng;
+    if (x->kind != LV_PW || !view_is_dup(&x->v) || g->kind != LV_PW || g->v.partial || x->v.rank != g->v.rank ||
+        !iota_run(c, x->pos, &dl, &nl) || !iota_run(c, g->pos, &dg, &ng) || dl != dg || dl >= g->v.rank)
+        return false;
+    int64_t parts = view_dim_parts(&g->v, c->mesh, dl);
+    if (parts < 2 || nl * parts != ng) return false;
+    pw_fn *f = pw_alloc(c);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        /* f(t) = x(t - start): each piece moved right by start */
+        int64_t start = block_of(c, &g->v, dl, r) * nl;
+        f[r].n = 0;
+        for (uint32_t k = 0; k < x->pw[r].n; k++) {
+            const pw_piece *p = &x->pw[r].p[k];
+            int64_t lo = p->lo, hi = p->hi, b;
+            if ((lo != PW_NEG_INF && __builtin_add_overflow(lo, start, &lo)) ||
+                (hi != PW_POS_INF && __builtin_add_overflow(hi, start, &hi)) ||
+                __builtin_mul_overflow(p->a, start, &b) || __builtin_sub_overflow(p->b, b, &b) || !pw_push(&f[r], lo, hi, p->a, b))
+                return false;
+        }
+    }
+    x->pw = f;
+    x->pos = g->pos;
+    x->src = g->src;
+    x->v = g->v;
+    return true;
+}
+
 /* concatenate along d of index arithmetic (size 1 along d), index vectors
  * along d and device values that hold one number per slice along d: an
  * index vector. At least one operand must be index arithmetic. */
@@ -755,6 +900,13 @@ static bool ivec_concatenate(lstate *s, lval *out) {
             el[n++] = (lval){.kind = LV_PW, .pw = f, .pos = pos, .src = src, .v = *vw, .cls = EID_NONE};
         }
     }
+    for (uint32_t j = 0; j < n; j++)
+        if (el[j].kind == LV_PW && !view_is_dup(&el[j].v)) {
+            lval anchor = el[j];
+            for (uint32_t k = 0; k < n; k++)
+                if (el[k].kind == LV_PW && view_is_dup(&el[k].v)) local_iota_reread(c, &el[k], &anchor);
+            break;
+        }
     for (uint32_t j = 0; j < n; j++) {
         if (el[j].kind != LV_PW) continue;
         if ((common && !lf_same_sharding(common, &el[j].v)) || el[j].v.partial || el[j].v.dims[vd].naxes) return false;
@@ -765,9 +917,65 @@ static bool ivec_concatenate(lstate *s, lval *out) {
     return true;
 }
 
+/* The piece of class x at index j of dim vd (size 1 there): the operand of
+ * a concatenate along vd that is exactly that piece, else the slice. */
+static eid piece_at(lift_ctx *c, eid x, uint32_t vd, int64_t j) {
+    uint32_t rank, r;
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+    if (rank > VIEW_MAX_RANK || vd >= rank) return EID_NONE;
+    for (eid nd = eg_class_first(c->g, x); nd != EID_NONE; nd = eg_class_next(c->g, nd)) {
+        uint32_t nc, na;
+        const eid *ch = eg_node_children(c->g, nd, &nc);
+        const int64_t *dd = eg_node_op(c->g, nd) == OP_CONCATENATE ? ea_get(c->g, eg_node_attr(c->g, nd), A_DIMENSIONS, &na) : NULL;
+        if (!dd || na != 1 || dd[0] != vd) continue;
+        for (uint32_t k = 0, at = 0; k < nc; k++) {
+            int64_t w = eg_type_dims(c->g, eg_class_type(c->g, ch[k]), &r)[vd];
+            if (at == j && w == 1) return eg_find(c->g, ch[k]);
+            at += (uint32_t)w;
+        }
+    }
+    int64_t sl[3 * VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < rank; d++) {
+        sl[3 * d] = d == vd ? j : 0;
+        sl[3 * d + 1] = d == vd ? j + 1 : xd[d];
+        sl[3 * d + 2] = 1;
+    }
+    return lf_mk_slice(c, x, sl);
+}
+
+/* Operand o (a plain integer term, or index arithmetic over its own
+ * positions) as an index vector along vd: each piece along vd the same
+ * function of that piece (GSPMD's (row, column) starts gathered whole,
+ * then checked against per-device bounds that differ per component). */
+static bool split_as_ivec(lstate *s, uint32_t o, uint32_t vd) {
+    lift_ctx *c = s->c;
+    lval *x = &s->ops[o];
+    const shape *sh = &s->comp->instrs[s->in->operands[o]].shape;
+    bool pw = x->kind == LV_PW && x->pw && x->pos != EID_NONE && eg_find(c->g, x->pos) == eg_find(c->g, x->src);
+    if ((!pw && (x->kind != LV_TERM || x->assumed || !dtype_is_int(sh->dtype))) || x->v.partial || vd >= sh->rank ||
+        sh->rank != x->v.rank || x->v.dims[vd].naxes || sh->dims[vd] < 2 || sh->dims[vd] > IVEC_MAX)
+        return false;
+    pw_fn *f = x->pw;
+    if (!pw) {
+        f = pw_alloc(c);
+        for (int64_t d = 0; d < c->ndev; d++) pw_shift(&f[d], 0);
+    }
+    eid whole = pw ? x->pos : x->cls;
+    lval *el = arena_alloc(c->a, (size_t)sh->dims[vd] * sizeof *el);
+    for (int64_t j = 0; j < sh->dims[vd]; j++) {
+        eid p = piece_at(c, whole, vd, j);
+        if (p == EID_NONE) return false;
+        el[j] = (lval){.kind = LV_PW, .pw = f, .pos = p, .src = p, .v = x->v, .cls = EID_NONE};
+    }
+    *x = (lval){.kind = LV_IVEC, .elems = el, .n = (uint32_t)sh->dims[vd], .vdim = (uint8_t)vd, .v = x->v, .cls = EID_NONE};
+    return true;
+}
+
 /* An elementwise op over index vectors (along the same dim, as many
  * components) and device values that hold one number per component: the op
- * component by component. */
+ * component by component. Without an index vector operand, but with a
+ * device value that differs along a dim of at most IVEC_MAX: the other
+ * operands split along it (split_as_ivec). */
 static bool ivec_elementwise(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -776,7 +984,40 @@ static bool ivec_elementwise(lstate *s, lval *out) {
         return false;
     for (uint32_t o = 0; o < in->noperands && !iv; o++)
         if (s->ops[o].kind == LV_IVEC) iv = &s->ops[o];
+    lval saved[3];
+    bool split = false;
+    for (uint32_t o = 0; o < in->noperands && !iv; o++) {
+        const lval *k = &s->ops[o];
+        const shape *ks = &s->comp->instrs[in->operands[o]].shape;
+        if (k->kind != LV_DEV || k->count < 2 || ks->rank != in->shape.rank) continue;
+        bool uniform = true;
+        for (int64_t d = 0; d < c->ndev && uniform; d++)
+            for (uint32_t e = 1; e < k->count && uniform; e++) uniform = k->dev[d * k->count + e] == k->dev[d * k->count];
+        for (uint32_t vd = 0; vd < in->shape.rank && !uniform && !iv; vd++) {
+            lval one;
+            bool ok = in->shape.dims[vd] >= 2 && in->shape.dims[vd] <= IVEC_MAX;
+            for (int64_t j = 0; ok && j < in->shape.dims[vd]; j++) ok = dev_component(c, k, ks, vd, j, &one);
+            if (!ok) continue;
+            memcpy(saved, s->ops, in->noperands * sizeof *saved);
+            for (uint32_t q = 0; q < in->noperands && ok; q++)
+                if (s->ops[q].kind != LV_DEV) {
+                    ok = split_as_ivec(s, q, vd);
+                    iv = &s->ops[q];
+                }
+            if (!ok || !iv || iv->kind != LV_IVEC) {
+                memcpy(s->ops, saved, in->noperands * sizeof *saved);
+                iv = NULL;
+            }
+            split = iv != NULL;
+        }
+        if (!uniform) break;
+    }
     if (!iv) return false;
+    if (split && !ivec_elementwise(s, out)) {
+        memcpy(s->ops, saved, in->noperands * sizeof *saved);
+        return false;
+    }
+    if (split) return true;
     lval *el = arena_alloc(c->a, iv->n * sizeof *el);
     for (uint32_t j = 0; j < iv->n; j++) {
         lval comp[3];

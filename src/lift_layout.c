@@ -293,8 +293,12 @@ bool lf_gather_views(lstate *s, lval *out) {
     const hlo_instr *in = s->in;
     if (in->noperands == 2) lf_uniform_dev_as_term(s, 1);
     const lval *t = &s->ops[0], *ix = &s->ops[1];
-    if (in->noperands != 2 || t->kind != LV_TERM || ix->kind != LV_TERM || t->v.partial || ix->v.partial ||
-        view_is_dup(&t->v) + view_is_dup(&ix->v) == 2 || in->shape.rank > VIEW_MAX_RANK)
+    /* A partial table: gather picks elements, so the gather of each device's
+     * part, at indices every device of a group holds alike, is the part of
+     * the gather (partial over the same axes, with the same reducer). */
+    if (in->noperands != 2 || t->kind != LV_TERM || ix->kind != LV_TERM || ix->v.partial ||
+        (t->v.partial && (view_axes_used(&ix->v) & t->v.partial)) || view_is_dup(&t->v) + view_is_dup(&ix->v) == 2 ||
+        in->shape.rank > VIEW_MAX_RANK)
         return false;
     uint32_t noff, ncol, nmap, nob, nsb, nss;
     const int64_t *off = instr_ints(in, A_OFFSET_DIMS, &noff), *col = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &ncol);
@@ -344,6 +348,8 @@ bool lf_gather_views(lstate *s, lval *out) {
         o++;
     }
     if (view_axes_used(&t->v) & view_axes_used(&ix->v) & ~shared) return false;
+    v.partial = t->v.partial;
+    v.red = t->v.red;
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
     hlo_instr g = *in;
@@ -469,10 +475,13 @@ bool lf_move_mask(lstate *s, lval *out) {
  * bounds that vary only along other axes). Device t of a permute holds what
  * its source s held: s's function of the positions under the view the permute
  * leaves them in (GSPMD moving token ids from one mesh axis to another). */
+static bool gather_index_vector(lstate *s, lval *out);
+
 bool lf_gather_index_values(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     if (s->in->noperands != 1) return false;
     lval x = s->ops[0];
+    if (s->in->op == OP_ALL_GATHER && x.kind == LV_IVEC) return gather_index_vector(s, out);
     bool permute = s->in->op == OP_COLLECTIVE_PERMUTE;
     if ((s->in->op != OP_ALL_GATHER && !permute) || s->in->noperands != 1 || x.kind != LV_PW || !x.pw ||
         x.pos == EID_NONE)
@@ -503,6 +512,59 @@ bool lf_gather_index_values(lstate *s, lval *out) {
     out->v = g.v;
     out->pos = g.cls;
     out->cls = k.kind == LV_TERM && view_equal(&k.v, &g.v) ? k.cls : EID_NONE;
+    return true;
+}
+
+/* An index vector all-gathered along a dim other than its vector dim
+ * (GSPMD gathering the (row, column) starts of a diagonal): component by
+ * component, each index arithmetic gathered as above (its positions
+ * gathered, its function the same on every device of a group) or a device
+ * number the same on every device of a group. */
+static bool gather_index_vector(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    lval x = s->ops[0];
+    uint32_t nd;
+    const int64_t *dd = instr_ints(s->in, A_DIMENSIONS, &nd);
+    int axes = lift_groups_axes(c, s->in, true);
+    if (nd != 1 || dd[0] == x.vdim || axes <= 0) return false;
+    lval *el = arena_alloc(c->a, (x.n + 1) * sizeof *el);
+    const view *common = NULL;
+    bool ok = true;
+    for (uint32_t j = 0; j < x.n && ok; j++) {
+        el[j] = x.elems[j];
+        if (el[j].kind == LV_DEV) {
+            for (int64_t d = 0; d < c->ndev && ok; d++) {
+                int64_t d0 = d, stride = 1;  /* d with its coordinates on the group's axes zeroed */
+                for (int a = (int)c->mesh->naxes - 1; a >= 0; a--) {
+                    if (axes >> a & 1) d0 -= mesh_coord(c->mesh, d, a) * stride;
+                    stride *= c->mesh->sizes[a];
+                }
+                ok = el[j].dev[d] == el[j].dev[d0];
+            }
+            continue;
+        }
+        /* A component sharded along the gathered dim over the group's axes
+         * (its minor ones): only its view and positions change. */
+        const view_dim *vd = &el[j].v.dims[dd[0]];
+        uint32_t k = (uint32_t)__builtin_popcount((unsigned)axes);
+        ok = el[j].kind == LV_PW && el[j].pw && el[j].pos != EID_NONE && vd->naxes >= k && pw_uniform_over(c, el[j].pw, s->in);
+        for (uint32_t i = 0; ok && i < k; i++) ok = axes >> vd->axes[vd->naxes - k + i] & 1;  /* its minor axes gathered */
+        if (!ok) break;
+        s->ops[0] = term(el[j].pos, el[j].v, false);
+        lval g = lf_lift_all_gather(s);
+        ok = g.kind == LV_TERM && !g.assumed && (!common || lf_same_sharding(common, &g.v));
+        if (!ok) break;
+        el[j].v = g.v;
+        el[j].pos = g.cls;
+        el[j].cls = EID_NONE;
+        common = &el[j].v;
+    }
+    s->ops[0] = x;
+    if (!ok || !common) return false;
+    *out = x;
+    out->elems = el;
+    out->v = *common;
+    out->cls = EID_NONE;
     return true;
 }
 

@@ -1578,6 +1578,15 @@ static void concat_unlike_operands(void) {
  *     constant (the baseline's masked row takes the factor as the distributed
  *     term does), jnp.take of a constant index (a reduce_and of constants),
  *     the unsigned bounds check (ids minus the block start wrap in u32);
+ *     jnp.take in its fill mode as the baseline's root (its NaN rows and
+ *     wrapped ids are the row over the ids' domain) against a shard_map
+ *     lookup; rows of a partial product gathered, then summed; the
+ *     diagonal of a row-sharded matrix as GSPMD gathers it (the (row,
+ *     column) starts all-gathered, checked against the device's rows,
+ *     offset, masked, summed), with the starts wrapped as jnp does or
+ *     not (then split into components where the device's bounds differ
+ *     per component); the same diagonal in a shard_map (local
+ *     rows at columns offset by the block start);
  *     wrong: an offset, a bound, the mask, the collective's groups, a factor,
  *     a column, a u32 "below zero" check (never true: verified when u32
  *     values were read as signed); a missing all-reduce is a mismatch by the
@@ -1621,7 +1630,9 @@ static void concat_unlike_operands(void) {
  *     baseline's, never a finding (each was one before); their wrong
  *     variants (ones where masked, a wrong divisor, sums started at 1, a
  *     psum over one of the two axes) are not, and a psum_scatter over the
- *     wrong mesh axis of a 2x2 mesh is found by the rules;
+ *     wrong mesh axis of a 2x2 mesh is found by the rules; a replicated
+ *     matrix all-gathered is its jnp.tile (the copies of another matrix
+ *     are not);
  *   - tests/cases/const-along: a replicated mask built from labels, constant
  *     along the vocab dim the logits are sharded on, is every block of the
  *     baseline's wider mask (inverted, or built from the local column
@@ -1631,6 +1642,12 @@ static void concat_unlike_operands(void) {
  *     summed there, where the baseline rounds its whole dot to bf16: the
  *     same function, and execution (unrounded) agrees; summed over half the
  *     devices they are not;
+ *   - tests/cases/rng-bits: dropout's random bits from a counter of the
+ *     whole shape (an iota of rows times the row length plus an iota of
+ *     columns, each offset by the device's block start), hashed and made
+ *     floats by a bitcast-convert, on a 2x2 mesh: each device's bits are
+ *     its block of the baseline's (rows counted locally, another row
+ *     length, column offsets swapped: they are not);
  *   - tests/cases/unit-partial: a sum over a unit dim sharded by dp (a
  *     reshape's other reading), scaled and squared (Adam's second moment):
  *     the per-device sums read as the blocks of the complete sum (another
@@ -1692,6 +1709,34 @@ static void hand_written_cases(void) {
          VERDICT_MISMATCH, false},
         {"gather-idx/scaled", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"gather-idx/scaled", "another factor", "two = f32[] constant(2)", "two = f32[] constant(3)", VERDICT_MISMATCH, false},
+        {"gather-idx/fill", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/fill", "ids without the block offset", "local = s32[4] subtract(t, offb)", "local = s32[4] copy(t)",
+         VERDICT_MISMATCH, false},
+        {"gather-idx/fill", "no mask", "masked = f32[4,3] select(mineb, g, zb)", "masked = f32[4,3] copy(g)",
+         VERDICT_MISMATCH, false},
+        {"gather-idx/diag", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/diag", "columns not offset by the block start", "ij = s32[4,2] concatenate(r, r), dimensions={1}",
+         "r0 = s32[4,1] reshape(i)\n  ij = s32[4,2] concatenate(r, r0), dimensions={1}", VERDICT_MISMATCH, false},
+        {"gather-idx/diag", "columns offset as rows are", "lo = s32[2] concatenate(s1, z1)", "lo = s32[2] concatenate(s1, s1)",
+         VERDICT_MISMATCH, false},
+        {"gather-idx/diag", "no mask", "masked = f32[8] select(out, zfb, g)", "masked = f32[8] copy(g)", VERDICT_MISMATCH,
+         false},
+        {"gather-idx/diag", "upper bound off by one", "three = s32[] constant(3)", "three = s32[] constant(4)",
+         VERDICT_MISMATCH, false},
+        {"gather-idx/diag-plain", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/diag-plain", "columns offset as rows are", "lo = s32[2] concatenate(s1, z1)",
+         "lo = s32[2] concatenate(s1, s1)", VERDICT_MISMATCH, false},
+        {"gather-idx/diag-plain", "the upper bounds swapped (rows and columns agree: the same)", "concatenate(l1, e1)",
+         "concatenate(e1, l1)", VERDICT_VERIFIED, true},
+        {"gather-idx/diag-local", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/diag-local", "columns without the block start", "gj = s32[4] add(j, startb)", "gj = s32[4] copy(j)",
+         VERDICT_MISMATCH, false},
+        {"gather-idx/diag-local", "rows with the block start too", "concatenate(r, cc)", "concatenate(cc, cc)",
+         VERDICT_MISMATCH, false},
+        {"gather-idx/partial", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/partial", "no all-reduce",
+         "all-reduce(g), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add", "copy(g)",
+         VERDICT_MISMATCH, true},
         {"gather-idx/takeconst", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"gather-idx/takeconst", "another column", "i = s32[1] constant({0})", "i = s32[1] constant({1})", VERDICT_MISMATCH,
          false},
@@ -1756,6 +1801,16 @@ static void hand_written_cases(void) {
         {"collectives/gather-pieces", "pieces in pairs swapped", "replica_groups=mesh['tp'=4] {'tp'}",
          "replica_groups={{1,0,3,2}}", VERDICT_MISMATCH, true},
         {"collectives/gather-pieces", "sums started at 1", "f32[] constant(0)", "f32[] constant(1)", VERDICT_MISMATCH, false},
+        {"rng-bits/dropout", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"rng-bits/dropout", "rows counted locally", "gi0 = u32[2] add(i0, rob)", "gi0 = u32[2] copy(i0)", VERDICT_MISMATCH,
+         false},
+        {"rng-bits/dropout", "another row length", "eight = u32[] constant(8)", "eight = u32[] constant(4)",
+         VERDICT_MISMATCH, false},
+        {"rng-bits/dropout", "column offsets swapped", "constant({0, 4, 0, 4})", "constant({4, 0, 4, 0})", VERDICT_MISMATCH,
+         false},
+        {"collectives/gather-tile", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"collectives/gather-tile", "copies of x reversed", "x = f32[3,4] parameter(0)",
+         "x0 = f32[3,4] parameter(0)\n  x = f32[3,4] reverse(x0), dimensions={1}", VERDICT_MISMATCH, false},
         {"collectives/block-sum", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         /* groups over part of the declared axis are sub-axes of it (the mesh
          * is refined): a sum over half the blocks is a value of its own, which
