@@ -6,6 +6,7 @@
  *                   on every order of its operands (never by names)
  *   lf_select_red   the partial reduction a stack element of such a reduce
  *                   completes (lf_stack_only_reduced)
+ *   lf_arg_offset   add(positions local to a block, the block's offset)
  *   lf_lift_reduce_tuple  the transfer function of a variadic reduce:
  *     - the reduced dims whole on every device: rows of the global reduce,
  *       under the kept dims' sharding, whatever the reducer;
@@ -16,6 +17,13 @@
  *     - the stack of a group's pairs (all-gathers of both elements along
  *       one dim) reduced over it with the same kind of reducer and the same
  *       inits: the complete pair.
+ *   Positions that are an iota of each device's own block (shard_map code:
+ *   a local argmax) are the global positions less the block's offset: the
+ *   value element is partial as above, the position element owes the
+ *   offset until an add of exactly the blocks' offsets pays it
+ *   (lf_arg_offset); gathered and selected among without it, the position
+ *   is one within the winning block (P mod n), which is what the program
+ *   computes and a finding when the outputs then differ.
  * Why the two levels are the one: the reducer (checked below) returns the
  * greater of its two pairs under one total preorder — value first (NaN
  * above everything; for argmin the order of values reversed, NaN still
@@ -159,6 +167,8 @@ int lf_select_red(const hlo_module *m, const hlo_instr *in, uint32_t o) {
 
 /* ---- the transfer function ---- */
 
+static bool pairs_of(lstate *s, int kind, eid *node, view *v, int *sharded, view_dim *axes, bool *owed, bool *unsure);
+
 /* A tuple of the elements of node (a variadic reduce over the global
  * operands), each under v with its own partial reduction red[j]. */
 static lval pair_tuple(lstate *s, eid node, const view *v, const uint8_t *red, bool assumed) {
@@ -200,6 +210,130 @@ static eid element_of(lift_ctx *c, eid cls, uint32_t j) {
     return EID_NONE;
 }
 
+/* The selecting reduce whose position element value i of comp is (a
+ * get-tuple-element 1 of it, through reshapes when `reshaped`), lifted with
+ * its positions local to each device's block (owed, its value element
+ * still a partial term); NULL otherwise. */
+static const hlo_instr *owing_reduce(lstate *s, uint32_t i, bool reshaped) {
+    const hlo_comp *comp = s->comp;
+    const hlo_instr *y = &comp->instrs[i];
+    while (reshaped && (y->op == OP_RESHAPE || y->op == OP_BITCAST || y->op == OP_COPY) && y->noperands == 1)
+        y = &comp->instrs[y->operands[0]];
+    if (y->op != OP_GET_TUPLE_ELEMENT || y->noperands != 1 || instr_int(y, A_INDEX, 0) != 1) return NULL;
+    const hlo_instr *r = &comp->instrs[y->operands[0]];
+    const lval *t = &s->vals[y->operands[0]];
+    if (r->op != OP_REDUCE || r->noperands != 4 || t->kind != LV_TUPLE || t->n != 2 || t->elems[1].kind != LV_UNKNOWN ||
+        t->elems[0].kind != LV_TERM || !t->elems[0].v.partial)
+        return NULL;
+    return r;
+}
+
+/* The pieces of selecting reduce r, lifted before with its positions owed
+ * (pairs_of over its operands' values again: the same classes); *pos its
+ * position element as it would be with the blocks' offsets added. */
+static bool owed_pairs(lstate *s, const hlo_instr *r, eid *node, int *d, view_dim *axes, lval *pos) {
+    lift_ctx *c = s->c;
+    lval ops[4];
+    for (uint32_t o = 0; o < 4; o++) ops[o] = s->vals[r->operands[o]];
+    lstate s2 = {c, s->comp, r, ops, s->vals};
+    for (uint32_t o = 2; o < 4; o++) lf_uniform_dev_as_term(&s2, o);
+    int kind = lf_select_kind(c->cur, r);
+    view v;
+    bool owed, unsure;
+    if (!kind || !pairs_of(&s2, kind, node, &v, d, axes, &owed, &unsure) || !owed || *d < 0 || !v.partial) return false;
+    uint8_t red[2] = {kind == SEL_ARGMAX ? RED_MAX : RED_MIN, RED_ARG};
+    lval t = pair_tuple(&s2, *node, &v, red, s->vals[r->operands[0]].assumed);
+    *pos = t.elems[1];
+    pos->partial_unsure = unsure;
+    return true;
+}
+
+bool lf_arg_offset(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (c->baseline_mode || in->op != OP_ADD || in->noperands != 2) return false;
+    for (uint32_t k = 0; k < 2; k++) {
+        const hlo_instr *r = owing_reduce(s, in->operands[k], false);
+        const lval *o = &s->ops[1 - k];
+        if (!r || o->kind != LV_DEV || lf_dev_uniform(c, o)) continue;
+        for (int64_t dv = 0; dv < c->ndev; dv++)
+            for (uint32_t e = 1; e < o->count; e++)
+                if (o->dev[dv * o->count + e] != o->dev[dv * o->count]) return false;
+        eid node;
+        int d;
+        view_dim axes;
+        lval pos;
+        if (!owed_pairs(s, r, &node, &d, &axes, &pos)) return false;
+        int64_t n = s->comp->instrs[r->operands[0]].shape.dims[d], base, parts;
+        uint32_t mask = lf_block_offsets(c, o->dev, o->count, n, &base, &parts);
+        view_dim got = lf_axes_dim(c, mask);
+        if (!mask || base != 0 || !lf_same_dim(&got, &axes)) return false;
+        *out = pos;
+        return true;
+    }
+    return false;
+}
+
+/* Operand 1 of selecting reduce s an all-gather of positions local to each
+ * device's block (owing_reduce), beside the stack of their values (x0, the
+ * same pairs, gathered along d as ga says): the selection is the global
+ * pair's value, and its position within the winning block — the global
+ * position P less that block's offset, P mod n for blocks of n. That is
+ * what the program computes (lifted as such into *out); a position within
+ * one block where the baseline has one in the whole dim is a finding once
+ * the outputs differ (lf_pending: a baseline may want P mod n). */
+static bool local_stack(lstate *s, const lval *x0, int ga, uint32_t gd, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t nd;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    const hlo_instr *g = &s->comp->instrs[in->operands[1]];
+    const hlo_instr *r = g->op == OP_ALL_GATHER && g->noperands == 1 ? owing_reduce(s, g->operands[0], true) : NULL;
+    eid node;
+    int d;
+    view_dim axes;
+    lval pos;
+    const eid *ch;
+    if (!r || nd != 1 || rd[0] != (int64_t)gd || x0->v.partial != (uint32_t)ga || x0->v.rank != in->shape.tuple[0].rank + 1 ||
+        lf_scale_of(x0) != 1 || lift_groups_axes(c, g, true) != ga || !owed_pairs(s, r, &node, &d, &axes, &pos) ||
+        element_of(c, x0->cls, 0) != eg_find(c->g, node) || lf_class_node(c, node, OP_REDUCE, 4, &ch) == EID_NONE)
+        return false;
+    for (uint32_t o = 2; o < 4; o++)
+        if (s->ops[o].kind != LV_TERM || eg_find(c->g, s->ops[o].cls) != eg_find(c->g, ch[o])) return false;
+    uint32_t ng;
+    const int64_t *gdims = instr_ints(g, A_DIMENSIONS, &ng);
+    if (ng != 1 || gdims[0] != (int64_t)gd || s->comp->instrs[g->operands[0]].shape.dims[gd] != 1) return false;
+    view w = view_dup(in->shape.tuple[0].rank);
+    for (uint32_t k = 0, q = 0; k < x0->v.rank; k++)
+        if (k != gd) w.dims[q++] = x0->v.dims[k];
+    lval t = {.kind = LV_TUPLE, .n = 2};
+    t.elems = arena_alloc(c->a, 3 * sizeof *t.elems);
+    int64_t n = s->comp->instrs[r->operands[0]].shape.dims[d];
+    for (uint32_t j = 0; j < 2; j++) {
+        const shape *es = &in->shape.tuple[j];
+        int64_t gdm[VIEW_MAX_RANK];
+        if (es->rank != w.rank) return false;
+        lf_global_dims(c, &w, es, gdm);
+        uint32_t ty = lf_type_of(c, es->dtype, gdm, es->rank);
+        eid e = lf_mk_reshape(c, j ? pos.cls : x0->cls, ty, c->origin);
+        if (j) {
+            interp_val *nv = lf_fold_size_ok(gdm, es->rank) ? interp_val_new(es->dtype, es->rank, gdm) : NULL;
+            if (!nv) return false;
+            for (int64_t q = 0; q < nv->n; q++) interp_val_set(nv, q, (double)n);
+            eid kids[2] = {e, lf_const_term(c, nv, c->origin)}; /* which keeps nv */
+            e = eg_add(c->g, OP_REMAINDER, 0, ty, kids, 2, c->origin);
+        }
+        t.elems[j] = term(e, w, x0->assumed || pos.assumed);
+    }
+    lf_pending(c, "wrong-shard-dim", s->comp, in,
+               "%s selects among positions that %s gathers from %s, whose positions are an iota of each device's own "
+               "block of dimension %d without the block's offset: the position it returns lies within one block, not "
+               "in the whole dimension",
+               in->name, g->name, r->name, d);
+    *out = t;
+    return true;
+}
+
 /* The stack of a group's (value, position) pairs — both elements of one
  * selecting reduce, partial over the axes two all-gathers along dim d
  * collect — reduced over d by a reducer of the same kind with the same
@@ -211,8 +345,9 @@ static bool stacked_pairs(lstate *s, int kind, lval *out) {
     const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
     int axes[2];
     const lval *x[2];
-    for (uint32_t j = 0; j < 2; j++)
-        if (s->ops[j].kind != LV_UNKNOWN || !lf_gathered_partials(s, in->operands[j], &axes[j], &d[j], &x[j])) return false;
+    if (s->ops[0].kind != LV_UNKNOWN || !lf_gathered_partials(s, in->operands[0], &axes[0], &d[0], &x[0])) return false;
+    if (s->ops[1].kind == LV_UNKNOWN && kind && local_stack(s, x[0], axes[0], d[0], out)) return true;
+    if (s->ops[1].kind != LV_UNKNOWN || !lf_gathered_partials(s, in->operands[1], &axes[1], &d[1], &x[1])) return false;
     const shape *pre = &s->comp->instrs[s->comp->instrs[in->operands[0]].operands[0]].shape;
     if (!kind || x[0]->v.rank != in->shape.tuple[0].rank + 1 || axes[0] != axes[1] || d[0] != d[1] || nd != 1 || rd[0] != (int64_t)d[0] || pre->dims[d[0]] != 1 ||
         x[0]->v.partial != (uint32_t)axes[0] || x[1]->v.partial != x[0]->v.partial ||
@@ -241,14 +376,106 @@ static bool stacked_pairs(lstate *s, int kind, lval *out) {
     return true;
 }
 
-lval lf_lift_reduce_tuple(lstate *s) {
+/* Operand 1 of selecting reduce s, an iota of each device's own block along
+ * the dim d it reduces (iota_dimension d, or a rank-1 iota broadcast along
+ * d), while the values are sharded along d as `want` says: the positions
+ * local to the block, which are the global iota's block minus the block's
+ * offset. *g gets the global iota, built as the local one. */
+static bool local_positions(lstate *s, const view *want, uint32_t d, eid *g) {
+    lift_ctx *c = s->c;
+    const hlo_instr *p = &s->comp->instrs[s->in->operands[1]];
+    const lval *x = &s->ops[1];
+    if (x->kind != LV_TERM || !view_is_dup(&x->v) || !want->dims[d].naxes || p->shape.rank != want->rank ||
+        p->shape.rank > VIEW_MAX_RANK)
+        return false;
+    const hlo_instr *io = p->op == OP_BROADCAST && p->noperands == 1 ? &s->comp->instrs[p->operands[0]] : p;
+    uint32_t nb;
+    const int64_t *bd = p != io ? instr_ints(p, A_DIMENSIONS, &nb) : NULL;
+    bool along = io->op == OP_IOTA && (p == io ? instr_int(io, A_IOTA_DIMENSION, 0) == (int64_t)d
+                                               : io->shape.rank == 1 && nb == 1 && bd[0] == (int64_t)d);
+    if (!along) return false;
+    int64_t parts = view_dim_parts(want, c->mesh, d), gi[1] = {io->shape.dims[0] * parts}, gp[VIEW_MAX_RANK];
+    lf_global_dims(c, want, &p->shape, gp);
+    eid t = lf_node(c, c->cur, io, NULL, 0, p == io ? gp : gi, c->origin);
+    *g = p == io ? t : lf_node(c, c->cur, p, &t, 1, gp, c->origin);
+    return true;
+}
+
+/* What a variadic reduce is, in pieces: the global reduce (*node) and the
+ * view of its elements (*v, partial over the axes of a sharded reduced dim,
+ * *sharded the one such dim or -1, *axes how it is sharded); *owed when its positions are local to
+ * each device's block (the position element is then the global one minus
+ * the block's offset, lf_arg_offset). *unsure as for lf_lift_reduce. False
+ * when it is none of the forms in the file's head (said when worth it). */
+static bool pairs_of(lstate *s, int kind, eid *node, view *v, int *sharded, view_dim *axes, bool *owed, bool *unsure) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     uint32_t n = in->noperands, k = n / 2, nd;
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    *owed = *unsure = false;
+    *sharded = -1;
+    /* The operands read alike: under the view of the first that is data
+     * (an iota of positions beside it is re-read under it). */
+    uint32_t lead = 0;
+    for (uint32_t o = 0; o < k; o++)
+        if (s->ops[o].kind == LV_TERM && !s->ops[o].konst) {
+            lead = o;
+            break;
+        }
+    if (s->ops[lead].kind != LV_TERM) return false;
+    view want = s->ops[lead].v;
+    eid ch[16];
+    for (uint32_t o = 0; o < n; o++) {
+        if (o < k && !lf_same_sharding(&s->ops[o].v, &want)) lf_review_operand(s, o, &want);
+        if (o == 1 && kind && nd == 1 && rd[0] >= 0 && (uint64_t)rd[0] < want.rank && !lf_same_sharding(&s->ops[o].v, &want) &&
+            local_positions(s, &want, (uint32_t)rd[0], &ch[1])) {
+            *owed = true;
+            continue;
+        }
+        const lval *x = &s->ops[o];
+        if (x->kind != LV_TERM || (o < k && (x->v.partial || !lf_same_sharding(&x->v, &want) || lf_scale_of(x) != 1)))
+            return false;
+        ch[o] = x->cls;
+    }
+    *v = view_dup(in->shape.tuple[0].rank);
+    uint8_t partial = 0;
+    for (uint32_t d = 0, q = 0; d < src->shape.rank; d++) {
+        bool reduced = false;
+        for (uint32_t j = 0; j < nd; j++) reduced |= rd[j] == (int64_t)d;
+        if (!reduced) {
+            if (q >= v->rank) return false;
+            v->dims[q++] = want.dims[d];
+            continue;
+        }
+        if (!want.dims[d].naxes) continue;
+        for (uint32_t a = 0; a < want.dims[d].naxes; a++) partial |= (uint8_t)(1u << want.dims[d].axes[a]);
+        *sharded = *sharded == -1 ? (int)d : -2;
+        *axes = want.dims[d];
+        *unsure |= s->ops[lead].ambiguous && src->shape.dims[d] == 1;
+    }
+    if (partial && !kind) {
+        /* A reduced dim sharded: each device selects within its block,
+         * which is a partial selection only for a reducer that selects. */
+        lf_unsupported(c, s->comp, in, "%s reduces a sharded dimension with a reducer of several values that is not "
+                       "a selection of one (value, position) pair by value and lowest position (argmax, argmin)",
+                       in->name);
+        return false;
+    }
+    if (*owed && *sharded < 0) return false;
+    v->partial = partial;
+    *node = lf_node(c, c->cur, in, ch, n, in->shape.dims, c->origin);
+    *unsure = *unsure && partial;
+    return true;
+}
+
+lval lf_lift_reduce_tuple(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t n = in->noperands, k = n / 2;
     /* the baseline's own reduce is its generic term (lift.c) */
     if (c->baseline_mode || n % 2 || n > 16 || in->shape.dtype != DT_TUPLE || in->shape.ntuple != k) return unknown();
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
-    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
     if (src->shape.rank > VIEW_MAX_RANK) return unknown();
     for (uint32_t o = k; o < n; o++) {
         lf_uniform_dev_as_term(s, o);
@@ -258,59 +485,26 @@ lval lf_lift_reduce_tuple(lstate *s) {
     int kind = k == 2 ? lf_select_kind(c->cur, in) : SEL_NONE;
     lval st;
     if (k == 2 && stacked_pairs(s, kind, &st)) return st;
-    /* The operands read alike: under the view of the first that is data
-     * (an iota of positions beside it is re-read under it). */
-    uint32_t lead = 0;
-    for (uint32_t o = 0; o < k; o++)
-        if (s->ops[o].kind == LV_TERM && !s->ops[o].konst) {
-            lead = o;
-            break;
-        }
-    if (s->ops[lead].kind != LV_TERM) return unknown();
-    view want = s->ops[lead].v;
-    bool assumed = false;
-    eid ch[16];
-    for (uint32_t o = 0; o < n; o++) {
-        if (o < k && !lf_same_sharding(&s->ops[o].v, &want)) lf_review_operand(s, o, &want);
-        const lval *x = &s->ops[o];
-        if (x->kind != LV_TERM || (o < k && (x->v.partial || !lf_same_sharding(&x->v, &want) || lf_scale_of(x) != 1)))
-            return unknown();
-        assumed |= x->assumed;
-        ch[o] = x->cls;
-    }
-    view v = view_dup(in->shape.tuple[0].rank);
-    uint8_t partial = 0;
-    bool unsure = false;
-    for (uint32_t d = 0, q = 0; d < src->shape.rank; d++) {
-        bool reduced = false;
-        for (uint32_t j = 0; j < nd; j++) reduced |= rd[j] == (int64_t)d;
-        if (!reduced) {
-            if (q >= v.rank) return unknown();
-            v.dims[q++] = want.dims[d];
-            continue;
-        }
-        for (uint32_t a = 0; a < want.dims[d].naxes; a++) partial |= (uint8_t)(1u << want.dims[d].axes[a]);
-        unsure |= s->ops[lead].ambiguous && want.dims[d].naxes && src->shape.dims[d] == 1;
-    }
+    eid node;
+    view v;
+    int sharded;
+    view_dim axes;
+    bool owed, unsure;
+    if (!pairs_of(s, kind, &node, &v, &sharded, &axes, &owed, &unsure)) return unknown();
     uint8_t red[2] = {0, 0};
-    if (partial) {
-        /* A reduced dim sharded: each device selects within its block, which
-         * is a partial selection only for a reducer that selects. */
-        if (!kind) {
-            lf_unsupported(c, s->comp, in, "%s reduces a sharded dimension with a reducer of several values that is not "
-                           "a selection of one (value, position) pair by value and lowest position (argmax, argmin)",
-                           in->name);
-            return unknown();
-        }
+    if (v.partial) {
         red[0] = kind == SEL_ARGMAX ? RED_MAX : RED_MIN;
         red[1] = RED_ARG;
-        v.partial = partial;
         if (dtype_is_float(src->shape.dtype))
             lf_assume(c, "where several values of a row are NaN, the position %s returns is any of theirs (XLA applies a "
                       "reducer in no fixed order)", kind == SEL_ARGMAX ? "argmax" : "argmin");
     }
-    eid node = lf_node(c, c->cur, in, ch, n, in->shape.dims, c->origin);
+    bool assumed = false;
+    for (uint32_t o = 0; o < n; o++) assumed |= s->ops[o].kind == LV_TERM && s->ops[o].assumed;
     lval t = pair_tuple(s, node, &v, red, assumed);
-    for (uint32_t j = 0; j < t.n; j++) t.elems[j].partial_unsure = unsure && partial;
+    for (uint32_t j = 0; j < t.n; j++) t.elems[j].partial_unsure = unsure;
+    /* positions local to the block: not the pair's position until the
+     * block's offset is added (lf_arg_offset) */
+    if (owed) t.elems[1] = unknown();
     return t;
 }

@@ -291,6 +291,7 @@ enum { SEL_NONE = 0, SEL_ARGMAX, SEL_ARGMIN };
 int lf_select_kind(const hlo_module *m, const hlo_instr *in);    /* a 4-operand reduce's reducer: argmax, argmin or none */
 int lf_select_red(const hlo_module *m, const hlo_instr *in, uint32_t o); /* the partial stack operand o completes */
 lval lf_lift_reduce_tuple(lstate *s);                /* a variadic reduce */
+bool lf_arg_offset(lstate *s, lval *out);            /* add(positions local to a block, the block's offset) */
 void lf_elementwise_unit_partials(lstate *s);        /* partial operands in their unit-dim reading, when theirs */
 
 /* Element-moving ops (lift_shape.c): the transfer functions of their opcodes. */

@@ -1716,11 +1716,18 @@ static void hand_written_cases(void) {
         {"argmax/rows", "positions of the local rows", "%io = s32[16]{0} iota(), iota_dimension=0\n  %pos = s32[2,16]{1,0} broadcast(%io), dimensions={1}",
          "%io = s32[2]{0} iota(), iota_dimension=0\n  %pos = s32[2,16]{1,0} broadcast(%io), dimensions={0}", VERDICT_MISMATCH, false},
         {"argmax/gspmd", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
-        {"argmax/gspmd", "positions without the shard offset", "broadcast(%gio)", "broadcast(%io)", VERDICT_MISMATCH, false},
+        {"argmax/gspmd", "positions without the shard offset", "broadcast(%gio)", "broadcast(%io)", VERDICT_MISMATCH, true},
         {"argmax/gspmd", "the stack reduced as argmin", "reduce(%gv, %gi, %ninf, %zero), dimensions={1}, to_apply=%pick",
          "reduce(%gv, %gi, %ninf, %zero), dimensions={1}, to_apply=%pickmin", VERDICT_MISMATCH, false},
         {"argmax/gspmd", "positions gathered in another order", "channel_id=2, replica_groups={{0,1,2,3}}",
          "channel_id=2, replica_groups={{1,0,3,2}}", VERDICT_MISMATCH, true},
+        {"argmax/smap", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"argmax/smap", "offset not added", "%li = s32[4]{0} add(%lil, %offb)", "%li = s32[4]{0} copy(%lil)", VERDICT_MISMATCH,
+         true},
+        {"argmax/smap", "offsets of 3", "%four = s32[] constant(4)", "%four = s32[] constant(3)", VERDICT_MISMATCH, false},
+        {"argmax/smap", "blocks rotated", "constant({0, 1, 2, 3})", "constant({1, 2, 3, 0})", VERDICT_MISMATCH, false},
+        /* a baseline that wants the position within the block */
+        {"argmax/local", "positions within the block", NULL, NULL, VERDICT_VERIFIED, true},
         /* not a selection where a value is NaN: the two levels may differ
          * from the one (never on the seeded inputs, which hold no NaN) */
         {"argmax/gspmd", "NaN not selected", "%takev = pred[] or(%gt, %nan)", "%takev = pred[] or(%gt, %gt)",
