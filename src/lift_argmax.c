@@ -427,12 +427,14 @@ static bool pairs_of(lstate *s, int kind, eid *node, view *v, int *sharded, view
     view want = s->ops[lead].v;
     eid ch[16];
     for (uint32_t o = 0; o < n; o++) {
-        if (o < k && !lf_same_sharding(&s->ops[o].v, &want)) lf_review_operand(s, o, &want);
+        /* (first: an iota of one element per block is also a constant,
+         * which the re-reading would take) */
         if (o == 1 && kind && nd == 1 && rd[0] >= 0 && (uint64_t)rd[0] < want.rank && !lf_same_sharding(&s->ops[o].v, &want) &&
             local_positions(s, &want, (uint32_t)rd[0], &ch[1])) {
             *owed = true;
             continue;
         }
+        if (o < k && !lf_same_sharding(&s->ops[o].v, &want)) lf_review_operand(s, o, &want);
         const lval *x = &s->ops[o];
         if (x->kind != LV_TERM || (o < k && (x->v.partial || !lf_same_sharding(&x->v, &want) || lf_scale_of(x) != 1)))
             return false;
