@@ -1323,6 +1323,19 @@ static void ishp(strbuf *b, const char *dt, const int *dims, int rank) {
     sb_puts(b, "]");
 }
 
+/* %dst: the stack over axis ax of %src (rows values of type dt), gathered
+ * along a unit dim added after them. */
+static void stack_of(strbuf *b, const smesh *m, int ax, const char *dt, int rows, const char *src, const char *dst, int channel) {
+    int one[2] = {rows, 1}, st[2] = {rows, m->sizes[ax]};
+    sb_printf(b, "  %%%s1 = ", src);
+    ishp(b, dt, one, 2);
+    sb_printf(b, " reshape(%%%s)\n  %%%s = ", src, dst);
+    ishp(b, dt, st, 2);
+    sb_printf(b, " all-gather(%%%s1), channel_id=%d, replica_groups=", src, channel);
+    groups(b, m, 1u << ax, false);
+    sb_puts(b, ", dimensions={1}, use_global_device_ids=true\n");
+}
+
 static void gen_argmax(interp_rng *r, const smesh *m, inst *t) {
     int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1), rd = rint_in(r, 0, 1);
     int xa[2] = {-1, -1};
@@ -1383,26 +1396,17 @@ static void gen_argmax(interp_rng *r, const smesh *m, inst *t) {
             sb_puts(b, " get-tuple-element(%am), index=1\n}\n");
             continue;
         }
-        int one[2] = {od[0], 1}, st[2] = {od[0], m->sizes[ax]};
         sb_puts(b, "  %lv = ");
         ishp(b, "f32", od, 1);
-        sb_puts(b, " get-tuple-element(%am), index=0\n  %lv1 = ");
-        ishp(b, "f32", one, 2);
-        sb_puts(b, " reshape(%lv)\n  %gv = ");
-        ishp(b, "f32", st, 2);
-        sb_puts(b, " all-gather(%lv1), channel_id=1, replica_groups=");
-        groups(b, m, 1u << ax, false);
-        sb_puts(b, ", dimensions={1}, use_global_device_ids=true\n  %lil = ");
+        sb_puts(b, " get-tuple-element(%am), index=0\n");
+        sb_puts(b, "  %lil = ");
         ishp(b, "s32", od, 1);
         sb_puts(b, " get-tuple-element(%am), index=1\n  %li = ");
         ishp(b, "s32", od, 1);
-        sb_puts(b, variant == 1 ? " add(%lil, %offo)\n  %li1 = " : " copy(%lil)\n  %li1 = ");
-        ishp(b, "s32", one, 2);
-        sb_puts(b, " reshape(%li)\n  %gi = ");
-        ishp(b, "s32", st, 2);
-        sb_puts(b, " all-gather(%li1), channel_id=2, replica_groups=");
-        groups(b, m, 1u << ax, false);
-        sb_puts(b, ", dimensions={1}, use_global_device_ids=true\n  %all = (");
+        sb_puts(b, variant == 1 ? " add(%lil, %offo)\n" : " copy(%lil)\n");
+        stack_of(b, m, ax, "f32", od[0], "lv", "gv", 1);
+        stack_of(b, m, ax, "s32", od[0], "li", "gi", 2);
+        sb_puts(b, "  %all = (");
         ishp(b, "f32", od, 1);
         sb_puts(b, ", ");
         ishp(b, "s32", od, 1);
