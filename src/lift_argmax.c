@@ -22,8 +22,8 @@
  *   value element is partial as above, the position element owes the
  *   offset until an add of exactly the blocks' offsets pays it
  *   (lf_arg_offset); gathered and selected among without it, the position
- *   is one within the winning block (P mod n), which is what the program
- *   computes and a finding when the outputs then differ.
+ *   is one within the winning block (each block's own selection, selected
+ *   among: lifted as such), a finding when the outputs then differ.
  * Why the two levels are the one: the reducer (checked below) returns the
  * greater of its two pairs under one total preorder — value first (NaN
  * above everything; for argmin the order of values reversed, NaN still
@@ -274,56 +274,94 @@ bool lf_arg_offset(lstate *s, lval *out) {
     return false;
 }
 
+/* The tuple node of reduce r over children ch with its dimensions {dim}. */
+static eid reduce_over(lift_ctx *c, const hlo_instr *r, int64_t dim, const eid *ch) {
+    hlo_instr ri = *r;
+    hlo_attr *attrs = arena_alloc(c->a, (r->nattrs + 1) * sizeof *attrs);
+    if (r->nattrs) memcpy(attrs, r->attrs, r->nattrs * sizeof *attrs);
+    for (uint32_t k = 0; k < r->nattrs; k++)
+        if (attrs[k].key == A_DIMENSIONS) attrs[k].v.ints = arena_memdup(c->a, &dim, sizeof dim), attrs[k].n = 1;
+    ri.attrs = attrs;
+    return lf_node(c, c->cur, &ri, ch, r->noperands, r->shape.dims, c->origin);
+}
+
+/* Element j of tuple node t, of dtype dt and dims gd[rank]. */
+static eid element(lift_ctx *c, eid t, uint32_t j, int dt, const int64_t *gd, uint32_t rank) {
+    int64_t words[3] = {A_INDEX, 1, j};
+    return eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, j ? 3 : 0), lf_type_of(c, dt, gd, rank), &t, 1, c->origin);
+}
+
 /* Operand 1 of selecting reduce s an all-gather of positions local to each
  * device's block (owing_reduce), beside the stack of their values (x0, the
- * same pairs, gathered along d as ga says): the selection is the global
- * pair's value, and its position within the winning block — the global
- * position P less that block's offset, P mod n for blocks of n. That is
- * what the program computes (lifted as such into *out); a position within
- * one block where the baseline has one in the whole dim is a finding once
- * the outputs differ (lf_pending: a baseline may want P mod n). */
-static bool local_stack(lstate *s, const lval *x0, int ga, uint32_t gd, lval *out) {
+ * same pairs, gathered along gd over ga): what the program computes is
+ * every block's pair — the selection among the block with positions 0..n-1
+ * (x reshaped with the dim split into [blocks, n]) — selected among by s.
+ * The value is the global pair's; the position one within the winning
+ * block, where the baseline's is one in the whole dim: lifted as what it
+ * is (*out), with a finding once the outputs then differ (lf_pending: a
+ * baseline may want the position within the block). */
+static bool local_stack(lstate *s, int kind, const lval *x0, int ga, uint32_t gd, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     uint32_t nd;
     const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
     const hlo_instr *g = &s->comp->instrs[in->operands[1]];
     const hlo_instr *r = g->op == OP_ALL_GATHER && g->noperands == 1 ? owing_reduce(s, g->operands[0], true) : NULL;
+    const shape *pre = &s->comp->instrs[s->comp->instrs[in->operands[0]].operands[0]].shape;
     eid node;
     int d;
     view_dim axes;
     lval pos;
     const eid *ch;
     if (!r || nd != 1 || rd[0] != (int64_t)gd || x0->v.partial != (uint32_t)ga || x0->v.rank != in->shape.tuple[0].rank + 1 ||
-        lf_scale_of(x0) != 1 || lift_groups_axes(c, g, true) != ga || !owed_pairs(s, r, &node, &d, &axes, &pos) ||
+        x0->v.red != (kind == SEL_ARGMAX ? RED_MAX : RED_MIN) || pre->dims[gd] != 1 || lf_scale_of(x0) != 1 ||
+        lift_groups_axes(c, g, true) != ga || !owed_pairs(s, r, &node, &d, &axes, &pos) ||
         element_of(c, x0->cls, 0) != eg_find(c->g, node) || lf_class_node(c, node, OP_REDUCE, 4, &ch) == EID_NONE)
         return false;
-    for (uint32_t o = 2; o < 4; o++)
-        if (s->ops[o].kind != LV_TERM || eg_find(c->g, s->ops[o].cls) != eg_find(c->g, ch[o])) return false;
     uint32_t ng;
     const int64_t *gdims = instr_ints(g, A_DIMENSIONS, &ng);
     if (ng != 1 || gdims[0] != (int64_t)gd || s->comp->instrs[g->operands[0]].shape.dims[gd] != 1) return false;
-    view w = view_dup(in->shape.tuple[0].rank);
+    /* blocks in the stack's order: the dim's axes major first in mesh order */
+    for (uint32_t a = 1; a < axes.naxes; a++)
+        if (axes.axes[a - 1] >= axes.axes[a]) return false;
+    for (uint32_t o = 2; o < 4; o++)
+        if (s->ops[o].kind != LV_TERM || s->ops[o].v.partial) return false;
+    /* x with dim d split into [blocks, n]; positions 0..n-1 along n */
+    uint32_t xr;
+    const int64_t *xg = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &xr);
+    int64_t n = s->comp->instrs[r->operands[0]].shape.dims[d], sp[VIEW_MAX_RANK + 1], bl[VIEW_MAX_RANK];
+    if (xr >= VIEW_MAX_RANK || n <= 0 || xg[d] % n) return false;
+    for (uint32_t k = 0, q = 0; k < xr; k++) {
+        if (k == (uint32_t)d) sp[q++] = xg[k] / n;
+        sp[q++] = k == (uint32_t)d ? n : xg[k];
+    }
+    const shape *es0 = &in->shape.tuple[0], *es1 = &in->shape.tuple[1];
+    eid xs = lf_mk_reshape(c, ch[0], lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, ch[0])), sp, xr + 1), c->origin);
+    int64_t iw[3] = {A_IOTA_DIMENSION, 1, d + 1};
+    eid io = eg_add(c->g, OP_IOTA, eg_attr(c->g, iw, 3), lf_type_of(c, es1->dtype, sp, xr + 1), NULL, 0, c->origin);
+    eid k1[4] = {xs, io, ch[2], ch[3]};
+    eid blocks = reduce_over(c, r, d + 1, k1);
+    for (uint32_t k = 0, q = 0; k <= xr; k++)
+        if (k != (uint32_t)d + 1) bl[q++] = sp[k];
+    eid k2[4] = {element(c, blocks, 0, es0->dtype, bl, xr), element(c, blocks, 1, es1->dtype, bl, xr), s->ops[2].cls,
+                 s->ops[3].cls};
+    eid sel = reduce_over(c, in, d, k2);
+    int64_t kept[VIEW_MAX_RANK];
+    for (uint32_t k = 0, q = 0; k < xr; k++)
+        if (k != (uint32_t)d) kept[q++] = xg[k];
+    view w = view_dup(es0->rank);
     for (uint32_t k = 0, q = 0; k < x0->v.rank; k++)
         if (k != gd) w.dims[q++] = x0->v.dims[k];
     lval t = {.kind = LV_TUPLE, .n = 2};
     t.elems = arena_alloc(c->a, 3 * sizeof *t.elems);
-    int64_t n = s->comp->instrs[r->operands[0]].shape.dims[d];
     for (uint32_t j = 0; j < 2; j++) {
-        const shape *es = &in->shape.tuple[j];
+        const shape *es = j ? es1 : es0;
         int64_t gdm[VIEW_MAX_RANK];
         if (es->rank != w.rank) return false;
         lf_global_dims(c, &w, es, gdm);
         uint32_t ty = lf_type_of(c, es->dtype, gdm, es->rank);
-        eid e = lf_mk_reshape(c, j ? pos.cls : x0->cls, ty, c->origin);
-        if (j) {
-            interp_val *nv = lf_fold_size_ok(gdm, es->rank) ? interp_val_new(es->dtype, es->rank, gdm) : NULL;
-            if (!nv) return false;
-            for (int64_t q = 0; q < nv->n; q++) interp_val_set(nv, q, (double)n);
-            eid kids[2] = {e, lf_const_term(c, nv, c->origin)}; /* which keeps nv */
-            e = eg_add(c->g, OP_REMAINDER, 0, ty, kids, 2, c->origin);
-        }
-        t.elems[j] = term(e, w, x0->assumed || pos.assumed);
+        eid e = j ? lf_mk_reshape(c, element(c, sel, 1, es->dtype, kept, xr - 1), ty, c->origin) : lf_mk_reshape(c, x0->cls, ty, c->origin);
+        t.elems[j] = term(e, w, x0->assumed || pos.assumed || s->ops[2].assumed || s->ops[3].assumed);
     }
     lf_pending(c, "wrong-shard-dim", s->comp, in,
                "%s selects among positions that %s gathers from %s, whose positions are an iota of each device's own "
@@ -346,7 +384,7 @@ static bool stacked_pairs(lstate *s, int kind, lval *out) {
     int axes[2];
     const lval *x[2];
     if (s->ops[0].kind != LV_UNKNOWN || !lf_gathered_partials(s, in->operands[0], &axes[0], &d[0], &x[0])) return false;
-    if (s->ops[1].kind == LV_UNKNOWN && kind && local_stack(s, x[0], axes[0], d[0], out)) return true;
+    if (s->ops[1].kind == LV_UNKNOWN && kind && local_stack(s, kind, x[0], axes[0], d[0], out)) return true;
     if (s->ops[1].kind != LV_UNKNOWN || !lf_gathered_partials(s, in->operands[1], &axes[1], &d[1], &x[1])) return false;
     const shape *pre = &s->comp->instrs[s->comp->instrs[in->operands[0]].operands[0]].shape;
     if (!kind || x[0]->v.rank != in->shape.tuple[0].rank + 1 || axes[0] != axes[1] || d[0] != d[1] || nd != 1 || rd[0] != (int64_t)d[0] || pre->dims[d[0]] != 1 ||

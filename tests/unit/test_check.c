@@ -1726,8 +1726,9 @@ static void hand_written_cases(void) {
          true},
         {"argmax/smap", "offsets of 3", "%four = s32[] constant(4)", "%four = s32[] constant(3)", VERDICT_MISMATCH, false},
         {"argmax/smap", "blocks rotated", "constant({0, 1, 2, 3})", "constant({1, 2, 3, 0})", VERDICT_MISMATCH, false},
-        /* a baseline that wants the position within the block */
-        {"argmax/local", "positions within the block", NULL, NULL, VERDICT_VERIFIED, true},
+        /* without the offset, what the program computes: a baseline that
+         * selects among the blocks' own selections (positions within them) */
+        {"argmax/local", "positions within the winning block", NULL, NULL, VERDICT_VERIFIED, true},
         /* not a selection where a value is NaN: the two levels may differ
          * from the one (never on the seeded inputs, which hold no NaN) */
         {"argmax/gspmd", "NaN not selected", "%takev = pred[] or(%gt, %nan)", "%takev = pred[] or(%gt, %gt)",
