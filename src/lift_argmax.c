@@ -314,7 +314,7 @@ static bool local_stack(lstate *s, int kind, const lval *x0, int ga, uint32_t gd
     lval pos;
     const eid *ch;
     if (!r || nd != 1 || rd[0] != (int64_t)gd || x0->v.partial != (uint32_t)ga || x0->v.rank != in->shape.tuple[0].rank + 1 ||
-        x0->v.red != (kind == SEL_ARGMAX ? RED_MAX : RED_MIN) || pre->dims[gd] != 1 || lf_scale_of(x0) != 1 ||
+        x0->v.red != (kind == SEL_ARGMAX ? RED_MAX : RED_MIN) || pre->dims[gd] != 1 || lf_scale_of(x0) != 1 || x0->partial_unsure ||
         lift_groups_axes(c, g, true) != ga || !owed_pairs(s, r, &node, &d, &axes, &pos) ||
         element_of(c, x0->cls, 0) != eg_find(c->g, node) || lf_class_node(c, node, OP_REDUCE, 4, &ch) == EID_NONE)
         return false;
@@ -389,7 +389,8 @@ static bool stacked_pairs(lstate *s, int kind, lval *out) {
     const shape *pre = &s->comp->instrs[s->comp->instrs[in->operands[0]].operands[0]].shape;
     if (!kind || x[0]->v.rank != in->shape.tuple[0].rank + 1 || axes[0] != axes[1] || d[0] != d[1] || nd != 1 || rd[0] != (int64_t)d[0] || pre->dims[d[0]] != 1 ||
         x[0]->v.partial != (uint32_t)axes[0] || x[1]->v.partial != x[0]->v.partial ||
-        x[0]->v.red != (kind == SEL_ARGMAX ? RED_MAX : RED_MIN) || x[1]->v.red != RED_ARG ||
+        x[0]->v.red != (kind == SEL_ARGMAX ? RED_MAX : RED_MIN) || x[1]->v.red != RED_ARG || x[0]->partial_unsure ||
+        x[1]->partial_unsure ||
         !lf_same_sharding(&x[0]->v, &x[1]->v) || lf_scale_of(x[0]) != 1 || lf_scale_of(x[1]) != 1)
         return false;
     eid node = element_of(c, x[0]->cls, 0);
@@ -525,6 +526,18 @@ lval lf_lift_reduce_tuple(lstate *s) {
     int kind = k == 2 ? lf_select_kind(c->cur, in) : SEL_NONE;
     lval st;
     if (k == 2 && stacked_pairs(s, kind, &st)) return st;
+    /* a stack of partial values not completed here: said (its all-gather
+     * left that to this reduce) */
+    int ga;
+    uint32_t gd;
+    const lval *gx;
+    for (uint32_t o = 0; o < k; o++)
+        if (s->ops[o].kind == LV_UNKNOWN && lf_gathered_partials(s, in->operands[o], &ga, &gd, &gx)) {
+            lf_unsupported(c, s->comp, in, "%s reduces a stack of partial values (%s) that is not the stack of one selecting "
+                           "reduce's pairs, gathered alike and selected among by the same kind of reducer from the same "
+                           "inits", in->name, reducer_name(gx->v.red));
+            return unknown();
+        }
     eid node;
     view v;
     int sharded;
