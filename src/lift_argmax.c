@@ -326,20 +326,23 @@ static bool local_stack(lstate *s, int kind, const lval *x0, int ga, uint32_t gd
         if (axes.axes[a - 1] >= axes.axes[a]) return false;
     for (uint32_t o = 2; o < 4; o++)
         if (s->ops[o].kind != LV_TERM || s->ops[o].v.partial) return false;
-    /* x with dim d split into [blocks, n]; positions 0..n-1 along n */
+    /* x with dim d split into [blocks, n]; positions 0..n-1 along n (the
+     * e-graph's arrays move as it grows: copied first) */
+    eid kid[4] = {ch[0], ch[1], ch[2], ch[3]};
     uint32_t xr;
-    const int64_t *xg = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &xr);
-    int64_t n = s->comp->instrs[r->operands[0]].shape.dims[d], sp[VIEW_MAX_RANK + 1], bl[VIEW_MAX_RANK];
-    if (xr >= VIEW_MAX_RANK || n <= 0 || xg[d] % n) return false;
+    const int64_t *xt = eg_type_dims(c->g, eg_class_type(c->g, kid[0]), &xr);
+    int64_t n = s->comp->instrs[r->operands[0]].shape.dims[d], sp[VIEW_MAX_RANK + 1], bl[VIEW_MAX_RANK], xg[VIEW_MAX_RANK];
+    if (xr >= VIEW_MAX_RANK || n <= 0 || xt[d] % n) return false;
+    memcpy(xg, xt, xr * sizeof *xg);
     for (uint32_t k = 0, q = 0; k < xr; k++) {
         if (k == (uint32_t)d) sp[q++] = xg[k] / n;
         sp[q++] = k == (uint32_t)d ? n : xg[k];
     }
     const shape *es0 = &in->shape.tuple[0], *es1 = &in->shape.tuple[1];
-    eid xs = lf_mk_reshape(c, ch[0], lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, ch[0])), sp, xr + 1), c->origin);
+    eid xs = lf_mk_reshape(c, kid[0], lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, kid[0])), sp, xr + 1), c->origin);
     int64_t iw[3] = {A_IOTA_DIMENSION, 1, d + 1};
     eid io = eg_add(c->g, OP_IOTA, eg_attr(c->g, iw, 3), lf_type_of(c, es1->dtype, sp, xr + 1), NULL, 0, c->origin);
-    eid k1[4] = {xs, io, ch[2], ch[3]};
+    eid k1[4] = {xs, io, kid[2], kid[3]};
     eid blocks = reduce_over(c, r, d + 1, k1);
     for (uint32_t k = 0, q = 0; k <= xr; k++)
         if (k != (uint32_t)d + 1) bl[q++] = sp[k];
