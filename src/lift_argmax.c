@@ -55,7 +55,7 @@ static bool cmp_is_total(const hlo_instr *in) {
     const char *t = instr_str(in, A_COMPARE_TYPE);
     if (t && strcmp(t, "TOTALORDER") == 0) return true;
     for (uint32_t k = 0; k < in->nattrs; k++)
-        if (in->attrs[k].key == A_RAW) return true;  /* an attribute not read (order=TOTAL): not judged */
+        if (in->attrs[k].key == A_RAW) return true; /* an attribute not read (order=TOTAL): not judged */
     return false;
 }
 
@@ -72,7 +72,13 @@ static bool order_only(const hlo_comp *comp) {
         const hlo_instr *y = &comp->instrs[i];
         if (y->shape.dtype == DT_TUPLE ? i != comp->root : y->shape.rank != 0) return false;
         switch (y->op) {
-        case OP_PARAMETER: case OP_AND: case OP_OR: case OP_NOT: case OP_XOR: case OP_SELECT: case OP_TUPLE: break;
+        case OP_PARAMETER:
+        case OP_AND:
+        case OP_OR:
+        case OP_NOT:
+        case OP_XOR:
+        case OP_SELECT:
+        case OP_TUPLE: break;
         case OP_COMPARE: {
             if (y->noperands != 2 || cmp_is_total(y)) return false;
             int64_t a = param_no(comp, y->operands[0]), b = param_no(comp, y->operands[1]);
@@ -153,7 +159,7 @@ int lf_select_kind(const hlo_module *m, const hlo_instr *in) {
             double a[2] = {args[0], args[1]}, b[2] = {args[2], args[3]};
             if (!run_reducer(m, comp, dt, args, out)) return SEL_NONE;
             unsigned got = (same_value(out[0], a[0]) && out[1] == a[1] ? 1u : 0u) |
-                           (same_value(out[0], b[0]) && out[1] == b[1] ? 2u : 0u);
+                (same_value(out[0], b[0]) && out[1] == b[1] ? 2u : 0u);
             for (int k = SEL_ARGMAX; k <= SEL_ARGMIN; k++) ok[k] &= got && (got & want_pick(k, a, b));
         }
     return ok[SEL_ARGMAX] ? SEL_ARGMAX : ok[SEL_ARGMIN] ? SEL_ARGMIN : SEL_NONE;
@@ -201,8 +207,7 @@ static eid element_of(lift_ctx *c, eid cls, uint32_t j) {
             const eid *kids = eg_node_children(c->g, k, &n);
             const int64_t *w = eg_attr_words(c->g, eg_node_attr(c->g, k), &nw);
             bool at_j = j ? nw == 3 && w[0] == A_INDEX && w[2] == (int64_t)j : nw == 0;
-            if (eg_node_op(c->g, k) == OP_GET_TUPLE_ELEMENT && n == 1 && at_j)
-                return eg_find(c->g, kids[0]);
+            if (eg_node_op(c->g, k) == OP_GET_TUPLE_ELEMENT && n == 1 && at_j) return eg_find(c->g, kids[0]);
         }
         if (hop || lf_class_node(c, cls, OP_RESHAPE, 1, &ch) == EID_NONE) return EID_NONE;
         cls = ch[0];
@@ -288,7 +293,8 @@ static eid reduce_over(lift_ctx *c, const hlo_instr *r, int64_t dim, const eid *
 /* Element j of tuple node t, of dtype dt and dims gd[rank]. */
 static eid element(lift_ctx *c, eid t, uint32_t j, int dt, const int64_t *gd, uint32_t rank) {
     int64_t words[3] = {A_INDEX, 1, j};
-    return eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, j ? 3 : 0), lf_type_of(c, dt, gd, rank), &t, 1, c->origin);
+    return eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, j ? 3 : 0), lf_type_of(c, dt, gd, rank), &t, 1,
+                  c->origin);
 }
 
 /* Operand 1 of selecting reduce s an all-gather of positions local to each
@@ -313,10 +319,11 @@ static bool local_stack(lstate *s, int kind, const lval *x0, int ga, uint32_t gd
     view_dim axes;
     lval pos;
     const eid *ch;
-    if (!r || nd != 1 || rd[0] != (int64_t)gd || x0->v.partial != (uint32_t)ga || x0->v.rank != in->shape.tuple[0].rank + 1 ||
-        x0->v.red != (kind == SEL_ARGMAX ? RED_MAX : RED_MIN) || pre->dims[gd] != 1 || lf_scale_of(x0) != 1 || x0->partial_unsure ||
-        lift_groups_axes(c, g, true) != ga || !owed_pairs(s, r, &node, &d, &axes, &pos) ||
-        element_of(c, x0->cls, 0) != eg_find(c->g, node) || lf_class_node(c, node, OP_REDUCE, 4, &ch) == EID_NONE)
+    if (!r || nd != 1 || rd[0] != (int64_t)gd || x0->v.partial != (uint32_t)ga ||
+        x0->v.rank != in->shape.tuple[0].rank + 1 || x0->v.red != (kind == SEL_ARGMAX ? RED_MAX : RED_MIN) ||
+        pre->dims[gd] != 1 || lf_scale_of(x0) != 1 || x0->partial_unsure || lift_groups_axes(c, g, true) != ga ||
+        !owed_pairs(s, r, &node, &d, &axes, &pos) || element_of(c, x0->cls, 0) != eg_find(c->g, node) ||
+        lf_class_node(c, node, OP_REDUCE, 4, &ch) == EID_NONE)
         return false;
     uint32_t ng;
     const int64_t *gdims = instr_ints(g, A_DIMENSIONS, &ng);
@@ -339,7 +346,8 @@ static bool local_stack(lstate *s, int kind, const lval *x0, int ga, uint32_t gd
         sp[q++] = k == (uint32_t)d ? n : xg[k];
     }
     const shape *es0 = &in->shape.tuple[0], *es1 = &in->shape.tuple[1];
-    eid xs = lf_mk_reshape(c, kid[0], lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, kid[0])), sp, xr + 1), c->origin);
+    eid xs =
+        lf_mk_reshape(c, kid[0], lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, kid[0])), sp, xr + 1), c->origin);
     int64_t iw[3] = {A_IOTA_DIMENSION, 1, d + 1};
     eid io = eg_add(c->g, OP_IOTA, eg_attr(c->g, iw, 3), lf_type_of(c, es1->dtype, sp, xr + 1), NULL, 0, c->origin);
     eid k1[4] = {xs, io, kid[2], kid[3]};
@@ -363,7 +371,8 @@ static bool local_stack(lstate *s, int kind, const lval *x0, int ga, uint32_t gd
         if (es->rank != w.rank) return false;
         lf_global_dims(c, &w, es, gdm);
         uint32_t ty = lf_type_of(c, es->dtype, gdm, es->rank);
-        eid e = j ? lf_mk_reshape(c, element(c, sel, 1, es->dtype, kept, xr - 1), ty, c->origin) : lf_mk_reshape(c, x0->cls, ty, c->origin);
+        eid e = j ? lf_mk_reshape(c, element(c, sel, 1, es->dtype, kept, xr - 1), ty, c->origin)
+                  : lf_mk_reshape(c, x0->cls, ty, c->origin);
         t.elems[j] = term(e, w, x0->assumed || pos.assumed || s->ops[2].assumed || s->ops[3].assumed);
     }
     lf_pending(c, "wrong-shard-dim", s->comp, in,
@@ -390,11 +399,11 @@ static bool stacked_pairs(lstate *s, int kind, lval *out) {
     if (s->ops[1].kind == LV_UNKNOWN && kind && local_stack(s, kind, x[0], axes[0], d[0], out)) return true;
     if (s->ops[1].kind != LV_UNKNOWN || !lf_gathered_partials(s, in->operands[1], &axes[1], &d[1], &x[1])) return false;
     const shape *pre = &s->comp->instrs[s->comp->instrs[in->operands[0]].operands[0]].shape;
-    if (!kind || x[0]->v.rank != in->shape.tuple[0].rank + 1 || axes[0] != axes[1] || d[0] != d[1] || nd != 1 || rd[0] != (int64_t)d[0] || pre->dims[d[0]] != 1 ||
-        x[0]->v.partial != (uint32_t)axes[0] || x[1]->v.partial != x[0]->v.partial ||
-        x[0]->v.red != (kind == SEL_ARGMAX ? RED_MAX : RED_MIN) || x[1]->v.red != RED_ARG || x[0]->partial_unsure ||
-        x[1]->partial_unsure ||
-        !lf_same_sharding(&x[0]->v, &x[1]->v) || lf_scale_of(x[0]) != 1 || lf_scale_of(x[1]) != 1)
+    if (!kind || x[0]->v.rank != in->shape.tuple[0].rank + 1 || axes[0] != axes[1] || d[0] != d[1] || nd != 1 ||
+        rd[0] != (int64_t)d[0] || pre->dims[d[0]] != 1 || x[0]->v.partial != (uint32_t)axes[0] ||
+        x[1]->v.partial != x[0]->v.partial || x[0]->v.red != (kind == SEL_ARGMAX ? RED_MAX : RED_MIN) ||
+        x[1]->v.red != RED_ARG || x[0]->partial_unsure || x[1]->partial_unsure || !lf_same_sharding(&x[0]->v, &x[1]->v) ||
+        lf_scale_of(x[0]) != 1 || lf_scale_of(x[1]) != 1)
         return false;
     eid node = element_of(c, x[0]->cls, 0);
     const eid *ch;
@@ -412,7 +421,8 @@ static bool stacked_pairs(lstate *s, int kind, lval *out) {
         int64_t gd[VIEW_MAX_RANK];
         if (es->rank != w.rank) return false;
         lf_global_dims(c, &w, es, gd);
-        t.elems[j] = term(lf_mk_reshape(c, x[j]->cls, lf_type_of(c, es->dtype, gd, es->rank), c->origin), w, x[0]->assumed || x[1]->assumed);
+        t.elems[j] = term(lf_mk_reshape(c, x[j]->cls, lf_type_of(c, es->dtype, gd, es->rank), c->origin), w,
+                          x[0]->assumed || x[1]->assumed);
     }
     *out = t;
     return true;
@@ -433,8 +443,8 @@ static bool local_positions(lstate *s, const view *want, uint32_t d, eid *g) {
     const hlo_instr *io = p->op == OP_BROADCAST && p->noperands == 1 ? &s->comp->instrs[p->operands[0]] : p;
     uint32_t nb;
     const int64_t *bd = p != io ? instr_ints(p, A_DIMENSIONS, &nb) : NULL;
-    bool along = io->op == OP_IOTA && (p == io ? instr_int(io, A_IOTA_DIMENSION, 0) == (int64_t)d
-                                               : io->shape.rank == 1 && nb == 1 && bd[0] == (int64_t)d);
+    bool along = io->op == OP_IOTA &&
+        (p == io ? instr_int(io, A_IOTA_DIMENSION, 0) == (int64_t)d : io->shape.rank == 1 && nb == 1 && bd[0] == (int64_t)d);
     if (!along) return false;
     int64_t parts = view_dim_parts(want, c->mesh, d), gi[1] = {io->shape.dims[0] * parts}, gp[VIEW_MAX_RANK];
     lf_global_dims(c, want, &p->shape, gp);
@@ -471,8 +481,8 @@ static bool pairs_of(lstate *s, int kind, eid *node, view *v, int *sharded, view
     for (uint32_t o = 0; o < n; o++) {
         /* (first: an iota of one element per block is also a constant,
          * which the re-reading would take) */
-        if (o == 1 && kind && nd == 1 && rd[0] >= 0 && (uint64_t)rd[0] < want.rank && !lf_same_sharding(&s->ops[o].v, &want) &&
-            local_positions(s, &want, (uint32_t)rd[0], &ch[1])) {
+        if (o == 1 && kind && nd == 1 && rd[0] >= 0 && (uint64_t)rd[0] < want.rank &&
+            !lf_same_sharding(&s->ops[o].v, &want) && local_positions(s, &want, (uint32_t)rd[0], &ch[1])) {
             *owed = true;
             continue;
         }
@@ -501,7 +511,8 @@ static bool pairs_of(lstate *s, int kind, eid *node, view *v, int *sharded, view
     if (partial && !kind) {
         /* A reduced dim sharded: each device selects within its block,
          * which is a partial selection only for a reducer that selects. */
-        lf_unsupported(c, s->comp, in, "%s reduces a sharded dimension with a reducer of several values that is not "
+        lf_unsupported(c, s->comp, in,
+                       "%s reduces a sharded dimension with a reducer of several values that is not "
                        "a selection of one (value, position) pair by value and lowest position (argmax, argmin)",
                        in->name);
         return false;
@@ -536,9 +547,11 @@ lval lf_lift_reduce_tuple(lstate *s) {
     const lval *gx;
     for (uint32_t o = 0; o < k; o++)
         if (s->ops[o].kind == LV_UNKNOWN && lf_gathered_partials(s, in->operands[o], &ga, &gd, &gx)) {
-            lf_unsupported(c, s->comp, in, "%s reduces a stack of partial values (%s) that is not the stack of one selecting "
+            lf_unsupported(c, s->comp, in,
+                           "%s reduces a stack of partial values (%s) that is not the stack of one selecting "
                            "reduce's pairs, gathered alike and selected among by the same kind of reducer from the same "
-                           "inits", in->name, reducer_name(gx->v.red));
+                           "inits",
+                           in->name, reducer_name(gx->v.red));
             return unknown();
         }
     eid node;
@@ -552,8 +565,10 @@ lval lf_lift_reduce_tuple(lstate *s) {
         red[0] = kind == SEL_ARGMAX ? RED_MAX : RED_MIN;
         red[1] = RED_ARG;
         if (dtype_is_float(src->shape.dtype))
-            lf_assume(c, "where several values of a row are NaN, the position %s returns is any of theirs (XLA applies a "
-                      "reducer in no fixed order)", kind == SEL_ARGMAX ? "argmax" : "argmin");
+            lf_assume(c,
+                      "where several values of a row are NaN, the position %s returns is any of theirs (XLA applies a "
+                      "reducer in no fixed order)",
+                      kind == SEL_ARGMAX ? "argmax" : "argmin");
     }
     bool assumed = false;
     for (uint32_t o = 0; o < n; o++) assumed |= s->ops[o].kind == LV_TERM && s->ops[o].assumed;
