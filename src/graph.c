@@ -71,7 +71,7 @@ int attr_key_from_name(const char *s, size_t n) {
 }
 
 const char *reducer_name(int r) {
-    static const char *const names[] = {"none", "sum", "prod", "max", "min", "and", "or", "xor"};
+    static const char *const names[] = {"none", "sum", "prod", "max", "min", "and", "or", "xor", "arg"};
     return r >= 0 && r < (int)ARRAY_LEN(names) ? names[r] : "?";
 }
 

@@ -323,7 +323,8 @@ typedef struct hlo_instr {
 
 /* Reducer kinds recognised from to_apply computations. */
 typedef enum reducer {
-    RED_NONE = 0, RED_SUM, RED_PROD, RED_MAX, RED_MIN, RED_AND, RED_OR, RED_XOR
+    RED_NONE = 0, RED_SUM, RED_PROD, RED_MAX, RED_MIN, RED_AND, RED_OR, RED_XOR,
+    RED_ARG /* the position element of a selecting pair (lift_argmax.c); no reducer computation is one */
 } reducer;
 const char *reducer_name(int r);
 

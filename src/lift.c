@@ -1129,6 +1129,7 @@ lval lf_lift_instr(lstate *s) {
     /* select(p, x, x) is x, whatever p is (GSPMD writes such selects). */
     if (in->op == OP_SELECT && in->noperands == 3 && in->operands[1] == in->operands[2]) return ops[1];
     if (lf_iota_block(s, &pwv)) return pwv;
+    if (lf_arg_offset(s, &pwv)) return pwv;
     if (lf_gather_index_values(s, &pwv)) return pwv;
     if (lf_move_mask(s, &pwv)) return pwv;
     for (uint32_t o = 0; o < in->noperands; o++)

@@ -2,8 +2,8 @@
  * (DESIGN §5 "Lifting"). The code: lift.c (the walk, the dispatch,
  * elementwise ops), lift_term.c (e-nodes, constant folding), lift_dev.c
  * (device-dependent values), lift_mesh.c (replica groups, sub-axes),
- * lift_shape.c, lift_reduce.c and lift_coll.c (transfer functions by
- * family), lift_loop.c (while loops), lift_layout.c (all-to-all layouts),
+ * lift_shape.c, lift_reduce.c, lift_argmax.c and lift_coll.c (transfer
+ * functions by family), lift_loop.c (while loops), lift_layout.c (all-to-all layouts),
  * lift_memo.c (the segment memo), lift_scale.c (constant factors),
  * lift_index.c (LV_PW / LV_MASK), lift_win.c (LV_WIN), lift_zmask.c (zero
  * masks); lift_int.h is what they share.

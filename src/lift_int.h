@@ -295,6 +295,16 @@ bool lf_stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i
 lval lf_lift_dot(lstate *s);
 lval lf_lift_convolution(lstate *s);
 lval lf_lift_reduce(lstate *s);
+/* Gathered partial values (lift_reduce.c): value i of comp is an all-gather
+ * along *d over *axes of a value partial over them (*x). */
+bool lf_gathered_partials(lstate *s, uint32_t i, int *axes, uint32_t *d, const lval **x);
+
+/* Selecting reduces (lift_argmax.c). */
+enum { SEL_NONE = 0, SEL_ARGMAX, SEL_ARGMIN };
+int lf_select_kind(const hlo_module *m, const hlo_instr *in);    /* a 4-operand reduce's reducer: argmax, argmin or none */
+int lf_select_red(const hlo_module *m, const hlo_instr *in, uint32_t o); /* the partial stack operand o completes */
+lval lf_lift_reduce_tuple(lstate *s);                /* a variadic reduce */
+bool lf_arg_offset(lstate *s, lval *out);            /* add(positions local to a block, the block's offset) */
 void lf_elementwise_unit_partials(lstate *s);        /* partial operands in their unit-dim reading, when theirs */
 
 /* Element-moving ops (lift_shape.c): the transfer functions of their opcodes. */

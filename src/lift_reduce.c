@@ -242,7 +242,7 @@ lval lf_lift_convolution(lstate *s) {
 /* Value i of comp is an all-gather along *d over *axes of a value partial
  * over those axes (*x): each device holds the stack of the group's partial
  * values. False when it is not, or the groups do not name mesh axes. */
-static bool gathered_partials(lstate *s, uint32_t i, int *axes, uint32_t *d, const lval **x) {
+bool lf_gathered_partials(lstate *s, uint32_t i, int *axes, uint32_t *d, const lval **x) {
     const hlo_instr *g = &s->comp->instrs[i];
     if (g->op != OP_ALL_GATHER || g->noperands != 1) return false;
     const lval *y = &s->vals[g->operands[0]];
@@ -273,7 +273,9 @@ bool lf_stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i
             const int64_t *rd = y->op == OP_REDUCE ? instr_ints(y, A_DIMENSIONS, &nd) : NULL;
             bool over = false;
             for (uint32_t k = 0; rd && k < nd; k++) over |= rd[k] == (int64_t)d;
-            if (!over || o != 0 || y->noperands != 2 || instr_reducer(m, y) != red) return false;
+            /* or one element of a selecting reduce's stacked pairs */
+            bool pair = y->op == OP_REDUCE && y->noperands == 4 && lf_select_red(m, y, o) == red;
+            if (!over || (!pair && (o != 0 || y->noperands != 2 || instr_reducer(m, y) != red))) return false;
         }
     }
     return used && comp->root != i;
@@ -282,6 +284,7 @@ bool lf_stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i
 lval lf_lift_reduce(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
+    if (in->noperands > 2) return lf_lift_reduce_tuple(s);
     /* an integer init (a token count from 0); a device value the same on
      * every device (a bounds check of constant indices) is a constant too */
     for (uint32_t o = 0; o < in->noperands && in->noperands == 2; o++) lf_uniform_dev_as_term(s, o);
@@ -293,7 +296,7 @@ lval lf_lift_reduce(lstate *s) {
     int gaxes = 0;
     uint32_t gd;
     const lval *gx;
-    if (in->noperands == 2 && s->ops[0].kind == LV_UNKNOWN && gathered_partials(s, in->operands[0], &gaxes, &gd, &gx) &&
+    if (in->noperands == 2 && s->ops[0].kind == LV_UNKNOWN && lf_gathered_partials(s, in->operands[0], &gaxes, &gd, &gx) &&
         gx->v.red == red && lf_stack_only_reduced(s->comp, c->cur, in->operands[0], gd, red)) {
         /* the stacked values' factor is the reduction's (a sum is linear, a
          * max or min commutes with a positive factor) */

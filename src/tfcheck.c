@@ -1301,16 +1301,134 @@ static void gen_scatter(interp_rng *r, const smesh *m, inst *t) {
     rel_binary(t, m, ia, 1, ua, 2, oa, 2);
 }
 
+/* argmax(x) along dim rd (a variadic reduce of values and positions with
+ * JAX's selecting reducer), x sharded along sd. Rows (sd != rd): each device
+ * selects in its own rows. Along the sharded dim: GSPMD's form (positions
+ * the global iota, by the block's offset, before the local reduce) or
+ * shard_map's (a local argmax, the offset added after), then both elements
+ * gathered and the stack selected among again. Bugs: argmin's order in the
+ * rows; the offset left out; the stack selected by argmin's order. */
+static void pick_comp(strbuf *b, const char *name, const char *dir) {
+    sb_printf(b, "%%%s {\n  %%a = f32[] parameter(0)\n  %%b = f32[] parameter(2)\n", name);
+    sb_printf(b, "  %%gt = pred[] compare(%%a, %%b), direction=%s\n  %%nan = pred[] compare(%%a, %%a), direction=NE\n", dir);
+    sb_puts(b, "  %tv = pred[] or(%gt, %nan)\n  %v = f32[] select(%tv, %a, %b)\n  %eq = pred[] compare(%a, %b), direction=EQ\n");
+    sb_puts(b, "  %ai = s32[] parameter(1)\n  %bi = s32[] parameter(3)\n  %lt = pred[] compare(%ai, %bi), direction=LT\n");
+    sb_puts(b, "  %tie = pred[] and(%eq, %lt)\n  %ti = pred[] or(%tv, %tie)\n  %i = s32[] select(%ti, %ai, %bi)\n");
+    sb_puts(b, "  ROOT %r = (f32[], s32[]) tuple(%v, %i)\n}\n\n");
+}
+
+static void ishp(strbuf *b, const char *dt, const int *dims, int rank) {
+    sb_printf(b, "%s[", dt);
+    for (int k = 0; k < rank; k++) sb_printf(b, "%s%d", k ? "," : "", dims[k]);
+    sb_puts(b, "]");
+}
+
+/* %dst: the stack over axis ax of %src (rows values of type dt), gathered
+ * along a unit dim added after them. */
+static void stack_of(strbuf *b, const smesh *m, int ax, const char *dt, int rows, const char *src, const char *dst, int channel) {
+    int one[2] = {rows, 1}, st[2] = {rows, m->sizes[ax]};
+    sb_printf(b, "  %%%s1 = ", src);
+    ishp(b, dt, one, 2);
+    sb_printf(b, " reshape(%%%s)\n  %%%s = ", src, dst);
+    ishp(b, dt, st, 2);
+    sb_printf(b, " all-gather(%%%s1), channel_id=%d, replica_groups=", src, channel);
+    groups(b, m, 1u << ax, false);
+    sb_puts(b, ", dimensions={1}, use_global_device_ids=true\n");
+}
+
+static void gen_argmax(interp_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), sd = rint_in(r, 0, 1), rd = rint_in(r, 0, 1);
+    int xa[2] = {-1, -1};
+    xa[sd] = ax;
+    int g[2], l[2];
+    for (int d = 0; d < 2; d++) g[d] = dim_for(r, xa[d] >= 0 ? m->sizes[ax] : 1);
+    local_dims(m, g, xa, 2, l);
+    bool along = sd == rd;
+    /* along: 0 GSPMD, 1 shard_map, 2 no offset, 3 argmin stack; rows: 0 ok, 1 argmin */
+    int variant = rint_in(r, 0, along ? 3 : 1);
+    static const char *const names[2][4] = {{"rows-ok", "rows-bug-argmin"},
+                                            {"gspmd-ok", "smap-ok", "bug-no-offset", "bug-argmin-stack"}};
+    set_case(t, along ? variant < 2 : variant == 0, "argmax-%s", names[along][variant]);
+    /* a bug that may agree on some inputs (every row's winner in block 0) */
+    if (along && variant == 2) t->value_bug = false;
+    int og[1] = {g[1 - rd]}, ol[1] = {l[1 - rd]}, oa[1] = {along ? -1 : ax};
+    /* the block start of every device along axis ax */
+    int stride = 1;
+    for (int a = ax + 1; a < m->naxes; a++) stride *= m->sizes[a];
+    for (int side = 0; side < 2; side++) {
+        strbuf *b = side ? &t->dist : &t->base;
+        const int *xd = side ? l : g, *od = side ? ol : og;
+        if (side && m->ndev > 1) sb_printf(b, "HloModule dist, num_partitions=%d\n\n", m->ndev);
+        else sb_printf(b, "HloModule %s\n\n", side ? "dist" : "base");
+        pick_comp(b, "pick", "GT");
+        pick_comp(b, "pickmin", "LT");
+        sb_puts(b, "ENTRY %main {\n");
+        param(b, "x", 0, xd, 2);
+        sb_printf(b, "  %%io = s32[%d] iota(), iota_dimension=0\n", xd[rd]);
+        sb_puts(b, "  %ninf = f32[] constant(-inf)\n  %zero = s32[] constant(0)\n");
+        const char *pos = "io";
+        if (side && along) {
+            sb_puts(b, "  %starts = s32[");
+            sb_printf(b, "%d] constant({", m->ndev);
+            for (int d = 0; d < m->ndev; d++) sb_printf(b, "%s%d", d ? ", " : "", (d / stride) % m->sizes[ax] * l[rd]);
+            sb_puts(b, "})\n  %pid = u32[] partition-id()\n");
+            sb_puts(b, "  %mine = s32[1] dynamic-slice(%starts, %pid), dynamic_slice_sizes={1}\n  %off = s32[] reshape(%mine)\n");
+            sb_printf(b, "  %%offb = s32[%d] broadcast(%%off), dimensions={}\n", l[rd]);
+            sb_printf(b, "  %%offo = s32[%d] broadcast(%%off), dimensions={}\n", ol[0]);
+            if (variant == 0) {
+                sb_printf(b, "  %%gio = s32[%d] add(%%io, %%offb)\n", l[rd]);
+                pos = "gio";
+            }
+        }
+        sb_puts(b, "  %pos = ");
+        ishp(b, "s32", xd, 2);
+        sb_printf(b, " broadcast(%%%s), dimensions={%d}\n", pos, rd);
+        bool local_only = !side || !along;
+        const char *pick1 = side && !along && variant == 1 ? "pickmin" : "pick";
+        sb_puts(b, "  %am = (");
+        ishp(b, "f32", od, 1);
+        sb_puts(b, ", ");
+        ishp(b, "s32", od, 1);
+        sb_printf(b, ") reduce(%%x, %%pos, %%ninf, %%zero), dimensions={%d}, to_apply=%%%s\n", rd, pick1);
+        if (local_only) {
+            sb_puts(b, "  ROOT %k = ");
+            ishp(b, "s32", od, 1);
+            sb_puts(b, " get-tuple-element(%am), index=1\n}\n");
+            continue;
+        }
+        sb_puts(b, "  %lv = ");
+        ishp(b, "f32", od, 1);
+        sb_puts(b, " get-tuple-element(%am), index=0\n");
+        sb_puts(b, "  %lil = ");
+        ishp(b, "s32", od, 1);
+        sb_puts(b, " get-tuple-element(%am), index=1\n  %li = ");
+        ishp(b, "s32", od, 1);
+        sb_puts(b, variant == 1 ? " add(%lil, %offo)\n" : " copy(%lil)\n");
+        stack_of(b, m, ax, "f32", od[0], "lv", "gv", 1);
+        stack_of(b, m, ax, "s32", od[0], "li", "gi", 2);
+        sb_puts(b, "  %all = (");
+        ishp(b, "f32", od, 1);
+        sb_puts(b, ", ");
+        ishp(b, "s32", od, 1);
+        sb_printf(b, ") reduce(%%gv, %%gi, %%ninf, %%zero), dimensions={1}, to_apply=%%%s\n", variant == 3 ? "pickmin" : "pick");
+        sb_puts(b, "  ROOT %k = ");
+        ishp(b, "s32", od, 1);
+        sb_puts(b, " get-tuple-element(%all), index=1\n}\n");
+    }
+    rel_unary(t, m, xa, 2, oa, 1);
+}
+
 static void (*const gens[TF_FAMILIES])(interp_rng *, const smesh *, inst *) = {
     gen_eltwise, gen_dot_k,   gen_dot_n,    gen_reduce,  gen_gather,  gen_transpose,
     gen_partial, gen_partial2, gen_dslice, gen_rscatter, gen_a2a, gen_slice_concat,
-    gen_fold,    gen_unit_reshape, gen_posemb, gen_zmask, gen_cpermute, gen_scaled, gen_scatter};
+    gen_fold,    gen_unit_reshape, gen_posemb, gen_zmask, gen_cpermute, gen_scaled, gen_scatter, gen_argmax};
 
 /* In step with gens. */
 static const char *const family_names[TF_FAMILIES] = {
     "eltwise", "dot-k", "dot-n", "reduce", "all-gather", "transpose",
     "partial-op", "partial-sum2", "dynamic-slice", "reduce-scatter", "all-to-all", "slice-concat",
-    "constant-fold", "unit-reshape", "row-table", "zero-mask", "collective-permute", "scaled-mean", "scatter-add"};
+    "constant-fold", "unit-reshape", "row-table", "zero-mask", "collective-permute", "scaled-mean", "scatter-add",
+    "argmax"};
 
 const char *tf_family_name(uint32_t f) { return f < TF_FAMILIES ? family_names[f] : "?"; }
 

@@ -1,0 +1,581 @@
+/* lift_argmax — reduces that select: a variadic reduce of values beside
+ * their positions (argmax, argmin, as JAX writes them) and the two-level
+ * reduction a partitioned program makes of one over a sharded dim.
+ * Owns:
+ *   lf_select_kind  what a reduce's reducer computes, decided by running it
+ *                   on every order of its operands (never by names)
+ *   lf_select_red   the partial reduction a stack element of such a reduce
+ *                   completes (lf_stack_only_reduced)
+ *   lf_arg_offset   add(positions local to a block, the block's offset)
+ *   lf_lift_reduce_tuple  the transfer function of a variadic reduce:
+ *     - the reduced dims whole on every device: rows of the global reduce,
+ *       under the kept dims' sharding, whatever the reducer;
+ *     - a reduced dim sharded: each device's (value, position) is the
+ *       selection among its block, so the global selection is the same
+ *       selection among the devices' pairs — the pair is partial over those
+ *       axes, the value partial(max|min), the position partial(arg);
+ *     - the stack of a group's pairs (all-gathers of both elements along
+ *       one dim) reduced over it with the same kind of reducer and the same
+ *       inits: the complete pair.
+ *   Positions that are an iota of each device's own block (shard_map code:
+ *   a local argmax) are the global positions less the block's offset: the
+ *   value element is partial as above, the position element owes the
+ *   offset until an add of exactly the blocks' offsets pays it
+ *   (lf_arg_offset); gathered and selected among without it, the position
+ *   is one within the winning block (each block's own selection, selected
+ *   among: lifted as such), a finding when the outputs then differ.
+ * Why the two levels are the one: the reducer (checked below) returns the
+ * greater of its two pairs under one total preorder — value first (NaN
+ * above everything; for argmin the order of values reversed, NaN still
+ * above), then the lower position — in which two pairs that tie are equal
+ * pairs. A selection by a total preorder is associative, commutative and
+ * idempotent, so reducing the multiset of all elements and the init, in any
+ * grouping and with the init taken more than once, gives its greatest
+ * element: the baseline's. The one exception is a row with NaN in several
+ * places, where JAX's reducer keeps whichever NaN it holds first; XLA
+ * leaves the order of a reduction open, so the position is any of theirs in
+ * the baseline too (an assumption recorded with the verdict).
+ */
+#include "lift.h"
+#include "lift_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the reducer's kind ---- */
+
+/* Parameter number of instruction `at` of comp when it is a parameter, else -1. */
+static int64_t param_no(const hlo_comp *comp, uint32_t at) {
+    const hlo_instr *p = &comp->instrs[at];
+    return p->op == OP_PARAMETER ? instr_int(p, A_PARAMETER_NUMBER, 0) : -1;
+}
+
+static bool cmp_is_total(const hlo_instr *in) {
+    const char *t = instr_str(in, A_COMPARE_TYPE);
+    if (t && strcmp(t, "TOTALORDER") == 0) return true;
+    for (uint32_t k = 0; k < in->nattrs; k++)
+        if (in->attrs[k].key == A_RAW) return true; /* an attribute not read (order=TOTAL): not judged */
+    return false;
+}
+
+/* Whether reducer comp only compares its values with each other and its
+ * positions with each other (p0 with p2, p1 with p3, or one with itself) and
+ * combines the answers and picks parameters: then what it returns is decided
+ * by the order of the two values (NaN included) and of the two positions
+ * alone, so running it on one case of each order decides it everywhere. */
+static bool order_only(const hlo_comp *comp) {
+    if (comp->nparams != 4 || comp->root >= comp->ninstrs) return false;
+    const hlo_instr *root = &comp->instrs[comp->root];
+    if (root->op != OP_TUPLE || root->noperands != 2) return false;
+    for (uint32_t i = 0; i < comp->ninstrs; i++) {
+        const hlo_instr *y = &comp->instrs[i];
+        if (y->shape.dtype == DT_TUPLE ? i != comp->root : y->shape.rank != 0) return false;
+        switch (y->op) {
+        case OP_PARAMETER:
+        case OP_AND:
+        case OP_OR:
+        case OP_NOT:
+        case OP_XOR:
+        case OP_SELECT:
+        case OP_TUPLE: break;
+        case OP_COMPARE: {
+            if (y->noperands != 2 || cmp_is_total(y)) return false;
+            int64_t a = param_no(comp, y->operands[0]), b = param_no(comp, y->operands[1]);
+            if (a < 0 || b < 0 || a % 2 != b % 2) return false;
+            break;
+        }
+        default: return false;
+        }
+    }
+    return true;
+}
+
+/* Runs reducer comp on scalars in[4]; out[2] gets its two results. False
+ * when the interpreter refuses an op. */
+static bool run_reducer(const hlo_module *m, const hlo_comp *comp, const int dt[4], const double in[4], double out[2]) {
+    interp_val **v = xcalloc(comp->ninstrs + 1, sizeof *v);
+    bool ok = true;
+    for (uint32_t i = 0; i < comp->ninstrs && ok; i++) {
+        const hlo_instr *y = &comp->instrs[i];
+        if (y->op == OP_TUPLE) continue;
+        int64_t p = param_no(comp, i);
+        if (p >= 0) {
+            if (p > 3) {
+                ok = false;
+                break;
+            }
+            v[i] = interp_val_new(dt[p], 0, NULL);
+            interp_val_set(v[i], 0, in[p]);
+            continue;
+        }
+        interp_val *ops[3] = {NULL, NULL, NULL};
+        for (uint32_t o = 0; o < y->noperands && o < 3; o++) ops[o] = v[y->operands[o]];
+        v[i] = interp_eval_instr(m, y, ops, NULL);
+        ok = v[i] != NULL;
+    }
+    const hlo_instr *root = &comp->instrs[comp->root];
+    for (uint32_t k = 0; k < 2 && ok; k++) {
+        const interp_val *r = v[root->operands[k]];
+        ok = r && r->n == 1;
+        if (ok) out[k] = interp_val_get(r, 0);
+    }
+    for (uint32_t i = 0; i < comp->ninstrs; i++) interp_val_free(v[i]);
+    free(v);
+    return ok;
+}
+
+static bool same_value(double a, double b) { return (isnan(a) && isnan(b)) || a == b; }
+
+/* Which pairs the selection of `kind` may return for (a, b): bit 0 a, bit 1
+ * b (both: the pairs are equal, or both values are NaN). */
+static unsigned want_pick(int kind, const double a[2], const double b[2]) {
+    bool na = isnan(a[0]), nb = isnan(b[0]);
+    if (na || nb) return (na ? 1u : 0u) | (nb ? 2u : 0u);
+    if (a[0] != b[0]) return (kind == SEL_ARGMAX) == (a[0] > b[0]) ? 1u : 2u;
+    return a[1] < b[1] ? 1u : a[1] > b[1] ? 2u : 3u;
+}
+
+int lf_select_kind(const hlo_module *m, const hlo_instr *in) {
+    const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+    if (in->op != OP_REDUCE || in->noperands != 4 || !ta || ta->v.ints[0] >= m->ncomps) return SEL_NONE;
+    const hlo_comp *comp = &m->comps[ta->v.ints[0]];
+    if (!order_only(comp)) return SEL_NONE;
+    int dt[4];
+    for (uint32_t p = 0; p < 4; p++) dt[p] = comp->instrs[comp->params[p]].shape.dtype;
+    /* values of a float or integer type (not pred: its 0 and 1 would read
+     * like positions), positions of one integer type */
+    if (dt[0] != dt[2] || dt[1] != dt[3] || !dtype_is_int(dt[1]) || !(dtype_is_float(dt[0]) || dtype_is_int(dt[0])))
+        return SEL_NONE;
+    /* One case of each order: values apart from the positions, so which
+     * parameter a result is can be told from its number. */
+    static const double fv[][2] = {{10, 20}, {20, 10}, {10, 10}, {NAN, 10}, {10, NAN}, {NAN, NAN}};
+    static const double pv[][2] = {{0, 1}, {1, 0}, {0, 0}};
+    uint32_t nv = dtype_is_float(dt[0]) ? 6 : 3;
+    bool ok[3] = {false, true, true};
+    for (uint32_t i = 0; i < nv; i++)
+        for (uint32_t j = 0; j < 3; j++) {
+            double args[4] = {fv[i][0], pv[j][0], fv[i][1], pv[j][1]}, out[2];
+            double a[2] = {args[0], args[1]}, b[2] = {args[2], args[3]};
+            if (!run_reducer(m, comp, dt, args, out)) return SEL_NONE;
+            unsigned got = (same_value(out[0], a[0]) && out[1] == a[1] ? 1u : 0u) |
+                (same_value(out[0], b[0]) && out[1] == b[1] ? 2u : 0u);
+            for (int k = SEL_ARGMAX; k <= SEL_ARGMIN; k++) ok[k] &= got && (got & want_pick(k, a, b));
+        }
+    return ok[SEL_ARGMAX] ? SEL_ARGMAX : ok[SEL_ARGMIN] ? SEL_ARGMIN : SEL_NONE;
+}
+
+int lf_select_red(const hlo_module *m, const hlo_instr *in, uint32_t o) {
+    int k = o < 2 ? lf_select_kind(m, in) : SEL_NONE;
+    if (!k) return RED_NONE;
+    return o == 1 ? RED_ARG : k == SEL_ARGMAX ? RED_MAX : RED_MIN;
+}
+
+/* ---- the transfer function ---- */
+
+static bool pairs_of(lstate *s, int kind, eid *node, view *v, int *sharded, view_dim *axes, bool *owed, bool *unsure);
+
+/* A tuple of the elements of node (a variadic reduce over the global
+ * operands), each under v with its own partial reduction red[j]. */
+static lval pair_tuple(lstate *s, eid node, const view *v, const uint8_t *red, bool assumed) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    lval t = {.kind = LV_TUPLE, .n = in->shape.ntuple};
+    t.elems = arena_alloc(c->a, (t.n + 1) * sizeof *t.elems);
+    for (uint32_t j = 0; j < t.n; j++) {
+        const shape *es = &in->shape.tuple[j];
+        int64_t dims[VIEW_MAX_RANK], words[3] = {A_INDEX, 1, j};
+        view w = *v;
+        w.red = v->partial ? red[j] : 0;
+        lf_global_dims(c, &w, es, dims);
+        /* index 0 is the default, which the readers leave out (as lf_node's
+         * get-tuple-element of the baseline has it) */
+        eid e = eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, j ? 3 : 0), lf_type_of(c, es->dtype, dims, es->rank),
+                       &node, 1, c->origin);
+        t.elems[j] = term(e, w, assumed);
+    }
+    return t;
+}
+
+/* The tuple class whose element j is class cls, or cls reshaped (a unit dim
+ * added before a gather); EID_NONE when there is none. */
+static eid element_of(lift_ctx *c, eid cls, uint32_t j) {
+    const eid *ch;
+    for (int hop = 0; hop < 2; hop++) {
+        for (eid k = eg_class_first(c->g, eg_find(c->g, cls)); k != EID_NONE; k = eg_class_next(c->g, k)) {
+            uint32_t n, nw;
+            const eid *kids = eg_node_children(c->g, k, &n);
+            const int64_t *w = eg_attr_words(c->g, eg_node_attr(c->g, k), &nw);
+            bool at_j = j ? nw == 3 && w[0] == A_INDEX && w[2] == (int64_t)j : nw == 0;
+            if (eg_node_op(c->g, k) == OP_GET_TUPLE_ELEMENT && n == 1 && at_j) return eg_find(c->g, kids[0]);
+        }
+        if (hop || lf_class_node(c, cls, OP_RESHAPE, 1, &ch) == EID_NONE) return EID_NONE;
+        cls = ch[0];
+    }
+    return EID_NONE;
+}
+
+/* The selecting reduce whose position element value i of comp is (a
+ * get-tuple-element 1 of it, through reshapes when `reshaped`), lifted with
+ * its positions local to each device's block (owed, its value element
+ * still a partial term); NULL otherwise. */
+static const hlo_instr *owing_reduce(lstate *s, uint32_t i, bool reshaped) {
+    const hlo_comp *comp = s->comp;
+    const hlo_instr *y = &comp->instrs[i];
+    while (reshaped && (y->op == OP_RESHAPE || y->op == OP_BITCAST || y->op == OP_COPY) && y->noperands == 1)
+        y = &comp->instrs[y->operands[0]];
+    if (y->op != OP_GET_TUPLE_ELEMENT || y->noperands != 1 || instr_int(y, A_INDEX, 0) != 1) return NULL;
+    const hlo_instr *r = &comp->instrs[y->operands[0]];
+    const lval *t = &s->vals[y->operands[0]];
+    if (r->op != OP_REDUCE || r->noperands != 4 || t->kind != LV_TUPLE || t->n != 2 || t->elems[1].kind != LV_UNKNOWN ||
+        t->elems[0].kind != LV_TERM || !t->elems[0].v.partial)
+        return NULL;
+    return r;
+}
+
+/* The pieces of selecting reduce r, lifted before with its positions owed
+ * (pairs_of over its operands' values again: the same classes); *pos its
+ * position element as it would be with the blocks' offsets added. */
+static bool owed_pairs(lstate *s, const hlo_instr *r, eid *node, int *d, view_dim *axes, lval *pos) {
+    lift_ctx *c = s->c;
+    lval ops[4];
+    for (uint32_t o = 0; o < 4; o++) ops[o] = s->vals[r->operands[o]];
+    lstate s2 = {c, s->comp, r, ops, s->vals};
+    for (uint32_t o = 2; o < 4; o++) lf_uniform_dev_as_term(&s2, o);
+    int kind = lf_select_kind(c->cur, r);
+    view v;
+    bool owed, unsure;
+    if (!kind || !pairs_of(&s2, kind, node, &v, d, axes, &owed, &unsure) || !owed || *d < 0 || !v.partial) return false;
+    uint8_t red[2] = {kind == SEL_ARGMAX ? RED_MAX : RED_MIN, RED_ARG};
+    lval t = pair_tuple(&s2, *node, &v, red, s->vals[r->operands[0]].assumed);
+    *pos = t.elems[1];
+    pos->partial_unsure = unsure;
+    return true;
+}
+
+bool lf_arg_offset(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (c->baseline_mode || in->op != OP_ADD || in->noperands != 2) return false;
+    for (uint32_t k = 0; k < 2; k++) {
+        const hlo_instr *r = owing_reduce(s, in->operands[k], false);
+        const lval *o = &s->ops[1 - k];
+        if (!r || o->kind != LV_DEV || lf_dev_uniform(c, o)) continue;
+        for (int64_t dv = 0; dv < c->ndev; dv++)
+            for (uint32_t e = 1; e < o->count; e++)
+                if (o->dev[dv * o->count + e] != o->dev[dv * o->count]) return false;
+        eid node;
+        int d;
+        view_dim axes;
+        lval pos;
+        if (!owed_pairs(s, r, &node, &d, &axes, &pos)) return false;
+        int64_t n = s->comp->instrs[r->operands[0]].shape.dims[d], base, parts;
+        uint32_t mask = lf_block_offsets(c, o->dev, o->count, n, &base, &parts);
+        view_dim got = lf_axes_dim(c, mask);
+        if (!mask || base != 0 || !lf_same_dim(&got, &axes)) return false;
+        *out = pos;
+        return true;
+    }
+    return false;
+}
+
+/* The tuple node of reduce r over children ch with its dimensions {dim}. */
+static eid reduce_over(lift_ctx *c, const hlo_instr *r, int64_t dim, const eid *ch) {
+    hlo_instr ri = *r;
+    hlo_attr *attrs = arena_alloc(c->a, (r->nattrs + 1) * sizeof *attrs);
+    if (r->nattrs) memcpy(attrs, r->attrs, r->nattrs * sizeof *attrs);
+    for (uint32_t k = 0; k < r->nattrs; k++)
+        if (attrs[k].key == A_DIMENSIONS) attrs[k].v.ints = arena_memdup(c->a, &dim, sizeof dim), attrs[k].n = 1;
+    ri.attrs = attrs;
+    return lf_node(c, c->cur, &ri, ch, r->noperands, r->shape.dims, c->origin);
+}
+
+/* Element j of tuple node t, of dtype dt and dims gd[rank]. */
+static eid element(lift_ctx *c, eid t, uint32_t j, int dt, const int64_t *gd, uint32_t rank) {
+    int64_t words[3] = {A_INDEX, 1, j};
+    return eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, j ? 3 : 0), lf_type_of(c, dt, gd, rank), &t, 1,
+                  c->origin);
+}
+
+/* Operand 1 of selecting reduce s an all-gather of positions local to each
+ * device's block (owing_reduce), beside the stack of their values (x0, the
+ * same pairs, gathered along gd over ga): what the program computes is
+ * every block's pair — the selection among the block with positions 0..n-1
+ * (x reshaped with the dim split into [blocks, n]) — selected among by s.
+ * The value is the global pair's; the position one within the winning
+ * block, where the baseline's is one in the whole dim: lifted as what it
+ * is (*out), with a finding once the outputs then differ (lf_pending: a
+ * baseline may want the position within the block). */
+static bool local_stack(lstate *s, int kind, const lval *x0, int ga, uint32_t gd, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t nd;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    const hlo_instr *g = &s->comp->instrs[in->operands[1]];
+    const hlo_instr *r = g->op == OP_ALL_GATHER && g->noperands == 1 ? owing_reduce(s, g->operands[0], true) : NULL;
+    const shape *pre = &s->comp->instrs[s->comp->instrs[in->operands[0]].operands[0]].shape;
+    eid node;
+    int d;
+    view_dim axes;
+    lval pos;
+    const eid *ch;
+    if (!r || nd != 1 || rd[0] != (int64_t)gd || x0->v.partial != (uint32_t)ga ||
+        x0->v.rank != in->shape.tuple[0].rank + 1 || x0->v.red != (kind == SEL_ARGMAX ? RED_MAX : RED_MIN) ||
+        pre->dims[gd] != 1 || lf_scale_of(x0) != 1 || x0->partial_unsure || lift_groups_axes(c, g, true) != ga ||
+        !owed_pairs(s, r, &node, &d, &axes, &pos) || element_of(c, x0->cls, 0) != eg_find(c->g, node) ||
+        lf_class_node(c, node, OP_REDUCE, 4, &ch) == EID_NONE)
+        return false;
+    uint32_t ng;
+    const int64_t *gdims = instr_ints(g, A_DIMENSIONS, &ng);
+    if (ng != 1 || gdims[0] != (int64_t)gd || s->comp->instrs[g->operands[0]].shape.dims[gd] != 1) return false;
+    /* blocks in the stack's order: the dim's axes major first in mesh order */
+    for (uint32_t a = 1; a < axes.naxes; a++)
+        if (axes.axes[a - 1] >= axes.axes[a]) return false;
+    for (uint32_t o = 2; o < 4; o++)
+        if (s->ops[o].kind != LV_TERM || s->ops[o].v.partial) return false;
+    /* x with dim d split into [blocks, n]; positions 0..n-1 along n (the
+     * e-graph's arrays move as it grows: copied first) */
+    eid kid[4] = {ch[0], ch[1], ch[2], ch[3]};
+    uint32_t xr;
+    const int64_t *xt = eg_type_dims(c->g, eg_class_type(c->g, kid[0]), &xr);
+    int64_t n = s->comp->instrs[r->operands[0]].shape.dims[d], sp[VIEW_MAX_RANK + 1], bl[VIEW_MAX_RANK], xg[VIEW_MAX_RANK];
+    if (xr >= VIEW_MAX_RANK || n <= 0 || xt[d] % n) return false;
+    memcpy(xg, xt, xr * sizeof *xg);
+    for (uint32_t k = 0, q = 0; k < xr; k++) {
+        if (k == (uint32_t)d) sp[q++] = xg[k] / n;
+        sp[q++] = k == (uint32_t)d ? n : xg[k];
+    }
+    const shape *es0 = &in->shape.tuple[0], *es1 = &in->shape.tuple[1];
+    eid xs =
+        lf_mk_reshape(c, kid[0], lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, kid[0])), sp, xr + 1), c->origin);
+    int64_t iw[3] = {A_IOTA_DIMENSION, 1, d + 1};
+    eid io = eg_add(c->g, OP_IOTA, eg_attr(c->g, iw, 3), lf_type_of(c, es1->dtype, sp, xr + 1), NULL, 0, c->origin);
+    eid k1[4] = {xs, io, kid[2], kid[3]};
+    eid blocks = reduce_over(c, r, d + 1, k1);
+    for (uint32_t k = 0, q = 0; k <= xr; k++)
+        if (k != (uint32_t)d + 1) bl[q++] = sp[k];
+    eid k2[4] = {element(c, blocks, 0, es0->dtype, bl, xr), element(c, blocks, 1, es1->dtype, bl, xr), s->ops[2].cls,
+                 s->ops[3].cls};
+    eid sel = reduce_over(c, in, d, k2);
+    int64_t kept[VIEW_MAX_RANK];
+    for (uint32_t k = 0, q = 0; k < xr; k++)
+        if (k != (uint32_t)d) kept[q++] = xg[k];
+    view w = view_dup(es0->rank);
+    for (uint32_t k = 0, q = 0; k < x0->v.rank; k++)
+        if (k != gd) w.dims[q++] = x0->v.dims[k];
+    lval t = {.kind = LV_TUPLE, .n = 2};
+    t.elems = arena_alloc(c->a, 3 * sizeof *t.elems);
+    for (uint32_t j = 0; j < 2; j++) {
+        const shape *es = j ? es1 : es0;
+        int64_t gdm[VIEW_MAX_RANK];
+        if (es->rank != w.rank) return false;
+        lf_global_dims(c, &w, es, gdm);
+        uint32_t ty = lf_type_of(c, es->dtype, gdm, es->rank);
+        eid e = j ? lf_mk_reshape(c, element(c, sel, 1, es->dtype, kept, xr - 1), ty, c->origin)
+                  : lf_mk_reshape(c, x0->cls, ty, c->origin);
+        t.elems[j] = term(e, w, x0->assumed || pos.assumed || s->ops[2].assumed || s->ops[3].assumed);
+    }
+    lf_pending(c, KIND_WRONG_SHARD_DIM, s->comp, in,
+               "%s selects among positions that %s gathers from %s, whose positions are an iota of each device's own "
+               "block of dimension %d without the block's offset: the position it returns lies within one block, not "
+               "in the whole dimension",
+               in->name, g->name, r->name, d);
+    *out = t;
+    return true;
+}
+
+/* The stack of a group's (value, position) pairs — both elements of one
+ * selecting reduce, partial over the axes two all-gathers along dim d
+ * collect — reduced over d by a reducer of the same kind with the same
+ * inits: the complete pair, on every device (false: not this form). */
+static bool stacked_pairs(lstate *s, int kind, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t nd, d[2];
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    int axes[2];
+    const lval *x[2];
+    if (s->ops[0].kind != LV_UNKNOWN || !lf_gathered_partials(s, in->operands[0], &axes[0], &d[0], &x[0])) return false;
+    if (s->ops[1].kind == LV_UNKNOWN && kind && local_stack(s, kind, x[0], axes[0], d[0], out)) return true;
+    if (s->ops[1].kind != LV_UNKNOWN || !lf_gathered_partials(s, in->operands[1], &axes[1], &d[1], &x[1])) return false;
+    const shape *pre = &s->comp->instrs[s->comp->instrs[in->operands[0]].operands[0]].shape;
+    if (!kind || x[0]->v.rank != in->shape.tuple[0].rank + 1 || axes[0] != axes[1] || d[0] != d[1] || nd != 1 ||
+        rd[0] != (int64_t)d[0] || pre->dims[d[0]] != 1 || x[0]->v.partial != (uint32_t)axes[0] ||
+        x[1]->v.partial != x[0]->v.partial || x[0]->v.red != (kind == SEL_ARGMAX ? RED_MAX : RED_MIN) ||
+        x[1]->v.red != RED_ARG || x[0]->partial_unsure || x[1]->partial_unsure || !lf_same_sharding(&x[0]->v, &x[1]->v) ||
+        lf_scale_of(x[0]) != 1 || lf_scale_of(x[1]) != 1)
+        return false;
+    eid node = element_of(c, x[0]->cls, 0);
+    const eid *ch;
+    if (node == EID_NONE || node != element_of(c, x[1]->cls, 1) || lf_class_node(c, node, OP_REDUCE, 4, &ch) == EID_NONE)
+        return false;
+    for (uint32_t o = 2; o < 4; o++)
+        if (s->ops[o].kind != LV_TERM || eg_find(c->g, s->ops[o].cls) != eg_find(c->g, ch[o])) return false;
+    view w = view_dup(in->shape.tuple[0].rank);
+    for (uint32_t k = 0, q = 0; k < x[0]->v.rank; k++)
+        if (k != d[0]) w.dims[q++] = x[0]->v.dims[k];
+    lval t = {.kind = LV_TUPLE, .n = 2};
+    t.elems = arena_alloc(c->a, 3 * sizeof *t.elems);
+    for (uint32_t j = 0; j < 2; j++) {
+        const shape *es = &in->shape.tuple[j];
+        int64_t gd[VIEW_MAX_RANK];
+        if (es->rank != w.rank) return false;
+        lf_global_dims(c, &w, es, gd);
+        t.elems[j] = term(lf_mk_reshape(c, x[j]->cls, lf_type_of(c, es->dtype, gd, es->rank), c->origin), w,
+                          x[0]->assumed || x[1]->assumed);
+    }
+    *out = t;
+    return true;
+}
+
+/* Operand 1 of selecting reduce s, an iota of each device's own block along
+ * the dim d it reduces (iota_dimension d, or a rank-1 iota broadcast along
+ * d), while the values are sharded along d as `want` says: the positions
+ * local to the block, which are the global iota's block minus the block's
+ * offset. *g gets the global iota, built as the local one. */
+static bool local_positions(lstate *s, const view *want, uint32_t d, eid *g) {
+    lift_ctx *c = s->c;
+    const hlo_instr *p = &s->comp->instrs[s->in->operands[1]];
+    const lval *x = &s->ops[1];
+    if (x->kind != LV_TERM || !view_is_dup(&x->v) || !want->dims[d].naxes || p->shape.rank != want->rank ||
+        p->shape.rank > VIEW_MAX_RANK)
+        return false;
+    const hlo_instr *io = p->op == OP_BROADCAST && p->noperands == 1 ? &s->comp->instrs[p->operands[0]] : p;
+    uint32_t nb;
+    const int64_t *bd = p != io ? instr_ints(p, A_DIMENSIONS, &nb) : NULL;
+    bool along = io->op == OP_IOTA &&
+        (p == io ? instr_int(io, A_IOTA_DIMENSION, 0) == (int64_t)d : io->shape.rank == 1 && nb == 1 && bd[0] == (int64_t)d);
+    if (!along) return false;
+    int64_t parts = view_dim_parts(want, c->mesh, d), gi[1] = {io->shape.dims[0] * parts}, gp[VIEW_MAX_RANK];
+    lf_global_dims(c, want, &p->shape, gp);
+    eid t = lf_node(c, c->cur, io, NULL, 0, p == io ? gp : gi, c->origin);
+    *g = p == io ? t : lf_node(c, c->cur, p, &t, 1, gp, c->origin);
+    return true;
+}
+
+/* What a variadic reduce is, in pieces: the global reduce (*node) and the
+ * view of its elements (*v, partial over the axes of a sharded reduced dim,
+ * *sharded the one such dim or -1, *axes how it is sharded); *owed when its positions are local to
+ * each device's block (the position element is then the global one minus
+ * the block's offset, lf_arg_offset). *unsure as for lf_lift_reduce. False
+ * when it is none of the forms in the file's head (said when worth it). */
+static bool pairs_of(lstate *s, int kind, eid *node, view *v, int *sharded, view_dim *axes, bool *owed, bool *unsure) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t n = in->noperands, k = n / 2, nd;
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    *owed = *unsure = false;
+    *sharded = -1;
+    /* The operands read alike: under the view of the first that is data
+     * (an iota of positions beside it is re-read under it). */
+    uint32_t lead = 0;
+    for (uint32_t o = 0; o < k; o++)
+        if (s->ops[o].kind == LV_TERM && !s->ops[o].konst) {
+            lead = o;
+            break;
+        }
+    if (s->ops[lead].kind != LV_TERM) return false;
+    view want = s->ops[lead].v;
+    eid ch[16];
+    for (uint32_t o = 0; o < n; o++) {
+        /* (first: an iota of one element per block is also a constant,
+         * which the re-reading would take) */
+        if (o == 1 && kind && nd == 1 && rd[0] >= 0 && (uint64_t)rd[0] < want.rank &&
+            !lf_same_sharding(&s->ops[o].v, &want) && local_positions(s, &want, (uint32_t)rd[0], &ch[1])) {
+            *owed = true;
+            continue;
+        }
+        if (o < k && !lf_same_sharding(&s->ops[o].v, &want)) lf_review_operand(s, o, &want);
+        const lval *x = &s->ops[o];
+        if (x->kind != LV_TERM || (o < k && (x->v.partial || !lf_same_sharding(&x->v, &want) || lf_scale_of(x) != 1)))
+            return false;
+        ch[o] = x->cls;
+    }
+    *v = view_dup(in->shape.tuple[0].rank);
+    uint8_t partial = 0;
+    for (uint32_t d = 0, q = 0; d < src->shape.rank; d++) {
+        bool reduced = false;
+        for (uint32_t j = 0; j < nd; j++) reduced |= rd[j] == (int64_t)d;
+        if (!reduced) {
+            if (q >= v->rank) return false;
+            v->dims[q++] = want.dims[d];
+            continue;
+        }
+        if (!want.dims[d].naxes) continue;
+        for (uint32_t a = 0; a < want.dims[d].naxes; a++) partial |= (uint8_t)(1u << want.dims[d].axes[a]);
+        *sharded = *sharded == -1 ? (int)d : -2;
+        *axes = want.dims[d];
+        *unsure |= s->ops[lead].ambiguous && src->shape.dims[d] == 1;
+    }
+    if (partial && !kind) {
+        /* A reduced dim sharded: each device selects within its block,
+         * which is a partial selection only for a reducer that selects. */
+        lf_unsupported(c, s->comp, in,
+                       "%s reduces a sharded dimension with a reducer of several values that is not "
+                       "a selection of one (value, position) pair by value and lowest position (argmax, argmin)",
+                       in->name);
+        return false;
+    }
+    if (*owed && *sharded < 0) return false;
+    v->partial = partial;
+    *node = lf_node(c, c->cur, in, ch, n, in->shape.dims, c->origin);
+    *unsure = *unsure && partial;
+    return true;
+}
+
+lval lf_lift_reduce_tuple(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t n = in->noperands, k = n / 2;
+    /* the baseline's own reduce is its generic term (lift.c) */
+    if (c->baseline_mode || n % 2 || n > 16 || in->shape.dtype != DT_TUPLE || in->shape.ntuple != k) return unknown();
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    if (src->shape.rank > VIEW_MAX_RANK) return unknown();
+    for (uint32_t o = k; o < n; o++) {
+        lf_uniform_dev_as_term(s, o);
+        const lval *init = &s->ops[o];
+        if (init->kind != LV_TERM || init->v.partial || init->v.rank || lf_scale_of(init) != 1) return unknown();
+    }
+    int kind = k == 2 ? lf_select_kind(c->cur, in) : SEL_NONE;
+    lval st;
+    if (k == 2 && stacked_pairs(s, kind, &st)) return st;
+    /* a stack of partial values not completed here: said (its all-gather
+     * left that to this reduce) */
+    int ga;
+    uint32_t gd;
+    const lval *gx;
+    for (uint32_t o = 0; o < k; o++)
+        if (s->ops[o].kind == LV_UNKNOWN && lf_gathered_partials(s, in->operands[o], &ga, &gd, &gx)) {
+            lf_unsupported(c, s->comp, in,
+                           "%s reduces a stack of partial values (%s) that is not the stack of one selecting "
+                           "reduce's pairs, gathered alike and selected among by the same kind of reducer from the same "
+                           "inits",
+                           in->name, reducer_name(gx->v.red));
+            return unknown();
+        }
+    eid node;
+    view v;
+    int sharded;
+    view_dim axes;
+    bool owed, unsure;
+    if (!pairs_of(s, kind, &node, &v, &sharded, &axes, &owed, &unsure)) return unknown();
+    uint8_t red[2] = {0, 0};
+    if (v.partial) {
+        red[0] = kind == SEL_ARGMAX ? RED_MAX : RED_MIN;
+        red[1] = RED_ARG;
+        if (dtype_is_float(src->shape.dtype))
+            lf_assume(c,
+                      "where several values of a row are NaN, the position %s returns is any of theirs (XLA applies a "
+                      "reducer in no fixed order)",
+                      kind == SEL_ARGMAX ? "argmax" : "argmin");
+    }
+    bool assumed = false;
+    for (uint32_t o = 0; o < n; o++) assumed |= s->ops[o].kind == LV_TERM && s->ops[o].assumed;
+    lval t = pair_tuple(s, node, &v, red, assumed);
+    for (uint32_t j = 0; j < t.n; j++) t.elems[j].partial_unsure = unsure;
+    /* positions local to the block: not the pair's position until the
+     * block's offset is added (lf_arg_offset) */
+    if (owed) t.elems[1] = unknown();
+    return t;
+}
