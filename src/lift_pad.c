@@ -244,11 +244,21 @@ static eid slice_reduce(lstate *s, eid r) {
     const eid *ch;
     eid node = lf_class_node(c, s->ops[0].cls, OP_REDUCE, 2, &ch);
     if (node == EID_NONE) return EID_NONE;
-    uint32_t attr = eg_node_attr(c->g, node), nd, ns, zr;
+    /* the slice of the terms (global coordinates; the instruction's are a
+     * device's) */
+    const int64_t *sl = NULL;
+    uint32_t ns = 0;
+    for (eid n = eg_class_first(c->g, eg_find(c->g, r)); n != EID_NONE && !sl; n = eg_class_next(c->g, n)) {
+        uint32_t k;
+        const eid *x = eg_node_children(c->g, n, &k);
+        if (eg_node_op(c->g, n) == OP_SLICE && k == 1 && eg_find(c->g, x[0]) == eg_find(c->g, s->ops[0].cls))
+            sl = ea_get(c->g, eg_node_attr(c->g, n), A_SLICE, &ns);
+    }
+    uint32_t attr = eg_node_attr(c->g, node), nd, zr;
     const int64_t *rd = ea_get(c->g, attr, A_DIMENSIONS, &nd);
-    const int64_t *sl = instr_ints(s->in, A_SLICE, &ns);
+    if (!sl) return EID_NONE;
     const int64_t *zd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &zr);
-    if (zr > VIEW_MAX_RANK || zr < nd || ns != zr - nd) return EID_NONE;
+    if (zr > VIEW_MAX_RANK || zr < nd || ns != 3 * (zr - nd)) return EID_NONE;
     int64_t words[2 + 3 * VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
     uint32_t nw = 0, q = 0;
     words[nw++] = A_SLICE;

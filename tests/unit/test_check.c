@@ -1922,6 +1922,8 @@ static void hand_written_cases(void) {
         {"pad/softmax", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"pad/softmax", "a padding column in the max and sum", "s32[] constant(30)", "s32[] constant(31)", VERDICT_MISMATCH,
          false},
+        {"pad/softmax", "the logits scaled by -2 (a factor -inf does not take)", "%constant.3.clone = f32[] constant(2)",
+         "%constant.3.clone = f32[] constant(-2)", VERDICT_MISMATCH, false},
         {"pad/softmax", "the sum's padding filled with ones", "%constant.1.clone = f32[] constant(0)",
          "%constant.1.clone = f32[] constant(1)", VERDICT_MISMATCH, false},
         {"moment/var", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
