@@ -268,7 +268,8 @@ bool lf_same_sharding(const view *a, const view *b) {
 void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops, uint32_t n) {
     static const char *const kinds[] = {[LV_UNKNOWN] = "not related", [LV_DEV] = "a device-dependent value",
                                         [LV_TUPLE] = "a tuple", [LV_PW] = "an index value", [LV_MASK] = "a mask",
-                                        [LV_LAYOUT] = "a rearranged value", [LV_WIN] = "a per-device window"};
+                                        [LV_LAYOUT] = "a rearranged value", [LV_WIN] = "a per-device window",
+                                        [LV_PSUB] = "a sum of some devices' shares"};
     for (uint32_t o = 0; o < n; o++) {
         sb_printf(b, "%soperand %u is ", o ? ", " : "", o);
         if (ops[o].kind == LV_TERM) view_print(b, &ops[o].v, c->mesh);
@@ -1084,6 +1085,7 @@ lval lf_lift_instr(lstate *s) {
                                    "related yet", L->from->name, in->name);
             return unknown();
         }
+    if (lf_psub_instr(s, &pwv)) return pwv;
     if (lf_win_instr(s, &pwv)) return pwv;
     for (uint32_t o = 0; o < in->noperands; o++)
         if (ops[o].kind == LV_WIN && !lf_win_rearranged(c, &ops[o])) {
@@ -1151,7 +1153,9 @@ lval lf_lift_instr(lstate *s) {
     case OP_REDUCE_SCATTER: return lf_lift_reduce_scatter(s);
     case OP_DYNAMIC_SLICE: return lf_lift_dynamic_slice(s);
     case OP_DYNAMIC_UPDATE_SLICE: {
-        lval r = lf_lift_dynamic_update_slice(s);
+        lval r;
+        if (lf_placed_block(s, &r)) return r;
+        r = lf_lift_dynamic_update_slice(s);
         if (r.kind != LV_UNKNOWN) return r;
         break;
     }
@@ -1400,6 +1404,7 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
         if (v->kind == LV_TERM || (v->kind == LV_WIN && v->cls != EID_NONE))
             view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
         if ((v->kind == LV_TERM || v->kind == LV_WIN) && lf_scale_of(v) != 1) sb_printf(&b, " (times %g)", lf_scale_of(v));
+        for (int64_t d = 0; v->kind == LV_PSUB && d < c->ndev; d++) sb_printf(&b, "%s%llx", d ? " " : "shares ", (unsigned long long)v->psub->sub[d]);
         fprintf(stderr, "view %s kind %d: %s\n", in->name, v->kind, b.s ? b.s : "");
         sb_free(&b);
     }
@@ -1715,6 +1720,7 @@ void lift_value_words(strbuf *b, const lval *v, const mesh *m) {
     case LV_TUPLE: sb_printf(b, "tuple of %u", v->n); break;
     case LV_PW: case LV_MASK: case LV_IVEC: sb_puts(b, "index values"); break;
     case LV_LAYOUT: case LV_WIN: sb_puts(b, "pieces rearranged"); break;
+    case LV_PSUB: sb_puts(b, "some devices' shares summed"); break;
     default: sb_puts(b, "unrelated"); break;
     }
 }

@@ -8,6 +8,8 @@
  *     they came from, all-gathered over b, and gathered from a table;
  *   - gather: the same shift all-gathered over a (the functions vary only
  *     along b, so each group holds one function), shifted back, gathered.
+ * And collectives written by hand over a partial sum (tests/cases/psub):
+ * rings, butterflies and an all-gather by placed blocks (partial_rings).
  * Each correct pair is verified; each variant with a wrong pairs list, offset
  * or group is never verified, and is found where the rules can prove it (a
  * wrong pairs direction leaves the output in another view) or where execution
@@ -276,6 +278,77 @@ static void full_mesh(void) {
     graph_free(dm);
 }
 
+#define PSUB "tests/cases/psub/"
+
+/* Collectives written by hand over a partial sum p (a dot of operands
+ * sharded along the contracted dim, t = 4): a ring (p plus p moved one step
+ * three times), a butterfly (pairs i xor 1, then i xor 2), a psum of a
+ * permuted p, and an all-gather written as each block put into zeros at its
+ * place and summed (lift_psub.c, lf_placed_block). The correct ones are
+ * verified by the rules; a ring one step short or a stage that sends p
+ * itself leaves sums no shares can make whole: a missing all-reduce the
+ * rules find; shares added twice or a dropped pair stay undecided without
+ * execution (some shares could be zero) and are mismatches with it. */
+static void partial_rings(void) {
+    static const char last[] = "ROOT a3 = f32[4,4] add(a2, m3)";
+    static const char step2[] = "channel_id=2, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}";
+    static const char step1[] = "channel_id=1, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}";
+    static const variant ring[] = {
+        {"a ring all-reduce in three steps", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"a ring one step short", last, "ROOT a3 = f32[4,4] copy(a2)", false, VERDICT_MISMATCH, "missing-all-reduce"},
+        {"the second step sent back", step2, "channel_id=2, source_target_pairs={{1,0},{2,1},{3,2},{0,3}}", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"the second step sent back, executed", step2, "channel_id=2, source_target_pairs={{1,0},{2,1},{3,2},{0,3}}", true,
+         VERDICT_MISMATCH, NULL},
+        {"a pair dropped from the first step", step1, "channel_id=1, source_target_pairs={{0,1},{1,2},{2,3}}", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"a pair dropped, executed", step1, "channel_id=1, source_target_pairs={{0,1},{1,2},{2,3}}", true, VERDICT_MISMATCH,
+         NULL},
+        {"the first step's shares moved again", "collective-permute(m2)", "collective-permute(m1)", false, VERDICT_UNVERIFIED,
+         NULL},
+        {"the first step's shares moved again, executed", "collective-permute(m2)", "collective-permute(m1)", true,
+         VERDICT_MISMATCH, NULL},
+    };
+    run_variants("ring", PSUB "dot.base.hlo", PSUB "ring.dist.hlo", PSUB "dot.relations.json", ring, ARRAY_LEN(ring));
+    static const char stage2[] = "channel_id=2, source_target_pairs={{0,2},{1,3},{2,0},{3,1}}";
+    static const variant bfly[] = {
+        {"a butterfly: partners i xor 1, then i xor 2", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"partners i xor 1, then i xor 3", stage2, "channel_id=2, source_target_pairs={{0,3},{1,2},{2,1},{3,0}}", false,
+         VERDICT_VERIFIED, NULL},
+        {"partners i xor 1 twice", stage2, "channel_id=2, source_target_pairs={{0,1},{1,0},{2,3},{3,2}}", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"partners i xor 1 twice, executed", stage2, "channel_id=2, source_target_pairs={{0,1},{1,0},{2,3},{3,2}}", true,
+         VERDICT_MISMATCH, NULL},
+        {"the second stage sends the partial sum, not the pair sums", "collective-permute(a1)", "collective-permute(p)",
+         false, VERDICT_MISMATCH, "missing-all-reduce"},
+    };
+    run_variants("butterfly", PSUB "dot.base.hlo", PSUB "butterfly.dist.hlo", PSUB "dot.relations.json", bfly,
+                 ARRAY_LEN(bfly));
+    static const char root[] = "ROOT r = f32[4,4] all-reduce(m1)";
+    static const variant moved[] = {
+        {"a psum of the partial sum moved one step", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"a psum of the partial sum plus its move: twice the sum", root,
+         "a1 = f32[4,4] add(p, m1)\n  ROOT r = f32[4,4] all-reduce(a1)", false, VERDICT_MISMATCH, "constant-mismatch"},
+        {"the moved partial sum as the output", root, "ROOT r = f32[4,4] copy(m1)", false, VERDICT_MISMATCH,
+         "missing-all-reduce"},
+    };
+    run_variants("moved", PSUB "dot.base.hlo", PSUB "moved.dist.hlo", PSUB "dot.relations.json", moved, ARRAY_LEN(moved));
+    static const variant placed[] = {
+        {"blocks put into zeros at their place, then summed", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"blocks put one row apart", "two = s32[] constant(2)", "two = s32[] constant(1)", false, VERDICT_UNVERIFIED, NULL},
+        {"blocks put one row apart, executed", "two = s32[] constant(2)", "two = s32[] constant(1)", true, VERDICT_MISMATCH,
+         NULL},
+        {"blocks put in reverse order", "r = s32[] convert(pid)",
+         "r0 = s32[] convert(pid)\n  three = s32[] constant(3)\n  r = s32[] subtract(three, r0)", false, VERDICT_UNVERIFIED,
+         NULL},
+        {"blocks put in reverse order, executed", "r = s32[] convert(pid)",
+         "r0 = s32[] convert(pid)\n  three = s32[] constant(3)\n  r = s32[] subtract(three, r0)", true, VERDICT_MISMATCH,
+         NULL},
+    };
+    run_variants("placed", PSUB "placed.base.hlo", PSUB "placed.dist.hlo", PSUB "placed.relations.json", placed,
+                 ARRAY_LEN(placed));
+}
+
 void suite_permute(void);
 /* A permute that swaps d with the major half of t (MaxText's token ids
  * moving from data to tensor) splits t on a mesh inferred from shardings; a
@@ -329,4 +402,5 @@ void suite_permute(void) {
     diagonal();
     full_mesh();
     permute_split();
+    partial_rings();
 }

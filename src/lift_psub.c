@@ -1,0 +1,319 @@
+/* lift_psub — sums of some devices' shares of a partial sum (LV_PSUB), the
+ * view of collectives built by hand from collective-permutes and adds (a
+ * ring or butterfly all-reduce written with ppermute).
+ * Owns: a collective-permute of a partial sum or of such a value
+ * (lf_psub_instr), the add of two of them over the same partial sum, the
+ * reading of one as a plain view again (complete over the axes every
+ * device's set covers; a partial sum of k times the value where every share
+ * is counted k times in each group), and the judgement of one that no op
+ * completes (lift_psub_at_output: a finding only when no choice of the shares
+ * makes every device hold the sum).
+ *
+ * A partial sum x over the mesh axes P is, on device d, the share c_e of
+ * device e = d; the sum over the devices of each P-group is the value. After
+ * a collective-permute, device t holds what its source held; an add of two
+ * values whose sets of shares are disjoint on every device holds their
+ * union. The shares are named by the distributed instruction that made the
+ * partial sum (after copies), never by its term: two partial sums of the
+ * same term may split it differently. Pairs that leave a P-group, shares
+ * counted twice on one device, or any other op are left unrelated. */
+#include "lift.h"
+#include "lift_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The instruction whose value in is, through copies in comp. */
+static const hlo_instr *source_of(const hlo_comp *comp, const hlo_instr *in) {
+    while ((in->op == OP_COPY || in->op == OP_OPT_BARRIER) && in->noperands == 1) in = &comp->instrs[in->operands[0]];
+    return in;
+}
+
+/* Device d's position in its group along the axes P (mixed radix, major
+ * first) and the group's number (its coordinates along the other axes). */
+static int64_t pos_in(const mesh *m, int64_t d, uint32_t P, bool group) {
+    int64_t p = 0;
+    for (uint32_t a = 0; a < m->naxes; a++)
+        if ((P >> a & 1) != group) p = p * m->sizes[a] + mesh_coord(m, d, (int)a);
+    return p;
+}
+
+static int64_t group_size(const mesh *m, uint32_t P) {
+    int64_t n = 1;
+    for (uint32_t a = 0; a < m->naxes; a++)
+        if (P >> a & 1) n *= m->sizes[a];
+    return n;
+}
+
+/* A partial sum (sum) that can enter the view: its own share on every device. */
+static bool enters(const lift_ctx *c, const lval *x) {
+    return x->kind == LV_TERM && x->v.partial && x->v.red == RED_SUM && group_size(c->mesh, x->v.partial) <= 64;
+}
+
+static lval as_psub(lift_ctx *c, const lval *x, const hlo_comp *comp, const hlo_instr *at) {
+    lift_psub *p = arena_alloc(c->a, sizeof *p);
+    memset(p, 0, sizeof *p);
+    p->base = *x;
+    p->src = source_of(comp, at);
+    p->src_comp = comp;
+    p->axes = x->v.partial;
+    p->sub = arena_alloc(c->a, (size_t)c->ndev * sizeof *p->sub);
+    for (int64_t d = 0; d < c->ndev; d++) p->sub[d] = 1ull << pos_in(c->mesh, d, p->axes, false);
+    return (lval){.kind = LV_PSUB, .cls = EID_NONE, .psub = p, .assumed = x->assumed};
+}
+
+/* The set device d holds when it holds the shares of every device of its
+ * group that agrees with it on the axes P \ Q. */
+static uint64_t along(const mesh *m, int64_t nd, int64_t d, uint32_t P, uint32_t Q) {
+    uint64_t s = 0;
+    for (int64_t e = 0; e < nd; e++)
+        if (pos_in(m, e, P, true) == pos_in(m, d, P, true) && pos_in(m, e, P & ~Q, false) == pos_in(m, d, P & ~Q, false))
+            s |= 1ull << pos_in(m, e, P, false);
+    return s;
+}
+
+/* A plain view where the sets say one: the partial sum itself (every device
+ * its own share), or complete over the axes Q ⊆ P whose groups every device
+ * holds whole (the sum over P \ Q left). */
+static lval settle(lift_ctx *c, lval v) {
+    const lift_psub *p = v.psub;
+    const mesh *m = c->mesh;
+    for (uint32_t Q = 0; Q <= p->axes; Q++) {
+        if (Q & ~p->axes) continue;
+        bool all = true;
+        for (int64_t d = 0; d < c->ndev && all; d++) all = p->sub[d] == along(m, c->ndev, d, p->axes, Q);
+        if (!all) continue;
+        lval r = p->base;
+        r.v.partial = (uint8_t)(p->axes & ~Q);
+        if (!r.v.partial) r.v.red = RED_NONE;
+        r.assumed = v.assumed;
+        if (Q) r.short_at = NULL;
+        return r;
+    }
+    return v;
+}
+
+/* Every share of each group counted the same number of times k over the
+ * group's devices (0: not so). */
+static int64_t uniform_count(const lift_ctx *c, const lift_psub *p) {
+    int64_t n = group_size(c->mesh, p->axes), ng = c->ndev / n, k = -1;
+    int64_t *cnt = xcalloc((size_t)(ng * n), sizeof *cnt);
+    for (int64_t d = 0; d < c->ndev; d++)
+        for (int64_t e = 0; e < n; e++) cnt[pos_in(c->mesh, d, p->axes, true) * n + e] += (int64_t)(p->sub[d] >> e & 1);
+    for (int64_t i = 0; i < ng * n && k != 0; i++) k = k < 0 || cnt[i] == k ? cnt[i] : 0;
+    free(cnt);
+    return k < 0 ? 0 : k;
+}
+
+/* all-reduce of a value of sets: the shares of each group summed, each as
+ * often as the sets hold it, k times in all: the partial sum's all-reduce
+ * times k. False (nothing lifted) when the counts differ. */
+static bool summed(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const lift_psub *p = s->ops[0].psub;
+    int64_t k = uniform_count(c, p);
+    if (k <= 0) return false;
+    lval x = p->base;
+    double f = lf_scale_of(&x) * (double)k;
+    x.scale = 0;
+    x.assumed |= s->ops[0].assumed;
+    s->ops[0] = x;
+    *out = lf_lift_all_reduce(s);
+    if (f == 1 || out->kind == LV_UNKNOWN) return true;
+    if (out->kind != LV_TERM) {
+        lf_unsupported(c, s->comp, s->in, "%s sums %lld copies of each share of %s in a way not related yet", s->in->name,
+                       (long long)k, p->src->name);
+        *out = unknown();
+        return true;
+    }
+    out->scale = f * lf_scale_of(out);
+    if (out->scale == 1) out->scale = 0;
+    else if (k != 1) out->factor_at = s->in;
+    return true;
+}
+
+static lval permute(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    lval x = s->ops[0];
+    const hlo_instr *xi = &s->comp->instrs[in->operands[0]];
+    if (x.kind == LV_TERM) x = as_psub(c, &x, s->comp, xi);
+    const lift_psub *p = x.psub;
+    const char *bad;
+    int64_t *from = lf_permute_sources(c, in, &bad);
+    if (!from) {
+        lf_unsupported(c, s->comp, in, "the source_target_pairs of %s name %s", in->name, bad);
+        return unknown();
+    }
+    for (int64_t t = 0; t < c->ndev; t++)
+        if (from[t] >= 0 && pos_in(c->mesh, from[t], p->axes, true) != pos_in(c->mesh, t, p->axes, true)) {
+            strbuf ax;
+            sb_init(&ax);
+            lf_axes_words(&ax, c, p->axes);
+            lf_unsupported_suspect(c, "wrong-collective-group", s->comp, in,
+                                   "%s moves a partial sum over %s from device "
+                                   "%lld to device %lld, which is not in its group",
+                                   in->name, ax.s, (long long)from[t], (long long)t);
+            sb_free(&ax);
+            return unknown();
+        }
+    lift_psub *q = arena_alloc(c->a, sizeof *q);
+    *q = *p;
+    q->sub = arena_alloc(c->a, (size_t)c->ndev * sizeof *q->sub);
+    for (int64_t t = 0; t < c->ndev; t++) q->sub[t] = from[t] < 0 ? 0 : p->sub[from[t]];
+    q->at = in;
+    q->at_comp = s->comp;
+    lval r = x;
+    r.psub = q;
+    return settle(c, r);
+}
+
+static lval add(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    lval x[2];
+    const lift_psub *p = NULL;
+    for (int o = 0; o < 2; o++)
+        if (s->ops[o].kind == LV_PSUB) p = s->ops[o].psub;
+    for (int o = 0; o < 2; o++) {
+        x[o] = s->ops[o];
+        const hlo_instr *xi = source_of(s->comp, &s->comp->instrs[in->operands[o]]);
+        if (x[o].kind == LV_TERM && enters(c, &x[o]) && xi == p->src && s->comp == p->src_comp)
+            x[o] = as_psub(c, &x[o], s->comp, xi);
+        if (x[o].kind != LV_PSUB || x[o].psub->src != p->src || x[o].psub->src_comp != p->src_comp) {
+            lf_unsupported(c, s->comp, in,
+                           "%s adds a sum of some devices' shares of %s to a value that is not made of "
+                           "shares of it",
+                           in->name, p->src->name);
+            return unknown();
+        }
+    }
+    lift_psub *q = arena_alloc(c->a, sizeof *q);
+    *q = *p;
+    q->sub = arena_alloc(c->a, (size_t)c->ndev * sizeof *q->sub);
+    for (int64_t d = 0; d < c->ndev; d++) {
+        uint64_t a = x[0].psub->sub[d], b = x[1].psub->sub[d];
+        if (a & b) {
+            lf_unsupported_suspect(c, "wrong-collective-group", s->comp, in,
+                                   "%s adds the share of %s of some device twice "
+                                   "on device %lld",
+                                   in->name, p->src->name, (long long)d);
+            return unknown();
+        }
+        q->sub[d] = a | b;
+    }
+    q->at = in;
+    q->at_comp = s->comp;
+    lval r = {.kind = LV_PSUB, .cls = EID_NONE, .psub = q, .assumed = x[0].assumed || x[1].assumed};
+    return settle(c, r);
+}
+
+bool lf_psub_instr(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (c->baseline_mode) return false;
+    bool any = false;
+    for (uint32_t o = 0; o < in->noperands; o++) any |= s->ops[o].kind == LV_PSUB;
+    if (in->op == OP_COLLECTIVE_PERMUTE && in->noperands == 1 && (any || enters(c, &s->ops[0]))) {
+        *out = permute(s);
+        return true;
+    }
+    if (!any) return false;
+    if (in->op == OP_ADD && in->noperands == 2) {
+        *out = add(s);
+        return true;
+    }
+    /* A sum over the devices takes each share as often as the sets hold it. */
+    if (in->op == OP_ALL_REDUCE && in->noperands == 1 && instr_reducer(c->cur, in) == RED_SUM && summed(s, out)) return true;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (s->ops[o].kind == LV_PSUB) {
+            const lift_psub *p = s->ops[o].psub;
+            lf_unsupported_suspect(c, "missing-all-reduce", p->at_comp, p->at,
+                                   "%s leaves some devices with the sum of only "
+                                   "some devices' shares of the partial sum %s, and %s uses it in a way not related yet",
+                                   p->at->name, p->src->name, in->name);
+            break;
+        }
+    *out = unknown();
+    return true;
+}
+
+/* Whether some choice of the shares (one number each, summing to 1) gives
+ * every device of each group the sum 1: a linear system over the reals,
+ * solved by elimination. When none does, no values of the shares make the
+ * sets the complete value (but where the value is zero). */
+static bool completable(const lift_ctx *c, const lift_psub *p) {
+    int64_t n = group_size(c->mesh, p->axes);
+    bool ok = true;
+    for (int64_t g = 0; ok; g++) {
+        int64_t rows = 0;
+        for (int64_t d = 0; d < c->ndev; d++) rows += pos_in(c->mesh, d, p->axes, true) == g;
+        if (!rows) break;
+        rows++;
+        double *a = xcalloc((size_t)(rows * (n + 1)), sizeof *a);
+        int64_t r = 0;
+        for (int64_t d = 0; d < c->ndev; d++) {
+            if (pos_in(c->mesh, d, p->axes, true) != g) continue;
+            for (int64_t e = 0; e < n; e++) a[r * (n + 1) + e] = (double)(p->sub[d] >> e & 1);
+            a[r * (n + 1) + n] = 1;
+            r++;
+        }
+        for (int64_t e = 0; e < n; e++) a[r * (n + 1) + e] = 1;
+        a[r * (n + 1) + n] = 1;
+        /* Row echelon form; inconsistent when a row reads 0 = nonzero. */
+        int64_t piv = 0;
+        for (int64_t col = 0; col < n && piv < rows; col++) {
+            int64_t best = piv;
+            for (int64_t i = piv + 1; i < rows; i++)
+                if (fabs(a[i * (n + 1) + col]) > fabs(a[best * (n + 1) + col])) best = i;
+            if (fabs(a[best * (n + 1) + col]) < 1e-9) continue;
+            for (int64_t j = 0; j <= n; j++) {
+                double t = a[piv * (n + 1) + j];
+                a[piv * (n + 1) + j] = a[best * (n + 1) + j];
+                a[best * (n + 1) + j] = t;
+            }
+            for (int64_t i = 0; i < rows; i++) {
+                if (i == piv) continue;
+                double f = a[i * (n + 1) + col] / a[piv * (n + 1) + col];
+                for (int64_t j = 0; j <= n; j++) a[i * (n + 1) + j] -= f * a[piv * (n + 1) + j];
+            }
+            piv++;
+        }
+        for (int64_t i = piv; i < rows && ok; i++) ok = fabs(a[i * (n + 1) + n]) < 1e-9;
+        free(a);
+    }
+    return ok;
+}
+
+void lift_psub_at_output(lift_ctx *c, lval *o, const view *want) {
+    if (o->kind != LV_PSUB) return;
+    const lift_psub *p = o->psub;
+    /* Expected complete over the axes: the sets must each be the whole sum. */
+    if (!(want->partial & p->axes) && !completable(c, p)) {
+        int64_t d = 0;
+        while (d + 1 < c->ndev && p->sub[d] == along(c->mesh, c->ndev, d, p->axes, p->axes)) d++;
+        strbuf ax;
+        sb_init(&ax);
+        lf_axes_words(&ax, c, p->axes);
+        lf_finding(c, "missing-all-reduce", p->at_comp, p->at,
+                   "%s leaves device %lld with the sum of only some devices' "
+                   "shares of the partial sum %s over %s (no choice of the shares makes every device hold their whole "
+                   "sum): the sum over the group is never complete",
+                   p->at->name, (long long)d, p->src->name, ax.s);
+        sb_free(&ax);
+        return;
+    }
+    /* A partial sum is expected: read as one when every share is counted once. */
+    if ((want->partial & p->axes) && uniform_count(c, p) == 1) {
+        bool assumed = o->assumed;
+        *o = p->base;
+        o->assumed |= assumed;
+        lf_unscale(c, o); /* outputs carry no factor (lift_distributed put the others back) */
+        return;
+    }
+    lf_unsupported(c, p->at_comp, p->at,
+                   "%s leaves the devices with sums of some devices' shares of the partial sum %s "
+                   "that are no view of it",
+                   p->at->name, p->src->name);
+}
