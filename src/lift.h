@@ -182,6 +182,12 @@ typedef struct lift_psub {
     const hlo_comp *src_comp, *at_comp;
     uint32_t axes;
     uint64_t *sub;                     /* ndev */
+    /* Blocks placed into zeros (base from lf_placed_block): device e's share
+     * is its block along dim pdim (of plen elements, over the axes paxes,
+     * exactly `axes`) at its place, zeros elsewhere; pdim -1: not so. */
+    int pdim;
+    int64_t plen;
+    view_dim paxes;
 } lift_psub;
 
 /* A zero mask (a dense expert dispatch: every (expert, token) row is sent, the
@@ -337,11 +343,12 @@ typedef struct lift_ctx {
  * as no plain view of a term: left unrelated, blamed on the op where its
  * pieces began; `where` ends the message ("where mul.3 uses them"). */
 void lift_win_unsettled(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *v, const char *where);
-/* An output o (LV_PSUB) whose expected view is want: a missing-all-reduce
- * finding where want is complete over o's axes and no shares make the sums
- * whole, o read as its partial sum where want is partial and every share is
- * counted once, else o is unrelated (lift_psub.c). Other kinds: nothing. */
-void lift_psub_at_output(lift_ctx *c, lval *o, const view *want);
+/* An output o (LV_PSUB) whose expected view is want and baseline class
+ * bout: a missing-all-reduce finding where bout is o's partial sum's term,
+ * want that term complete over o's axes and no shares make the sums whole;
+ * o read as its partial sum where want is partial and every share is
+ * counted once; else o is unrelated (lift_psub.c). Other kinds: nothing. */
+void lift_psub_at_output(lift_ctx *c, lval *o, const view *want, eid bout);
 
 /* The value distributed instruction i of comp was lifted to the last time
  * its computation was walked (a loop body: its last walk), or NULL when it

@@ -7,8 +7,7 @@
  * (lf_picked_on_some_devices), a value added to a partial sum before it is
  * summed (lf_copies_into_partial_sums, lf_summed_later), and the sum
  * collective that left a value partial (lf_track_short, blamed by
- * lf_short_reduction), and blocks written into zeros at their own place
- * (lf_placed_block). All-to-all is lift_layout.c's. */
+ * lf_short_reduction). All-to-all is lift_layout.c's. */
 #include "lift.h"
 #include "lift_int.h"
 
@@ -103,47 +102,6 @@ bool lf_picked_on_some_devices(lstate *s, lval *out) {
     if (!ok || !vary || k <= 0 || (vary & view_axes_used(&x->v))) return false;
     *out = *x;
     held_as_partial(out, vary, k, in);
-    return true;
-}
-
-/* dynamic-update-slice(zeros, u, offsets) where u is sharded and each
- * device writes its block at that block's place (offset(r) = block(r)·len
- * along every sharded dim, 0 along the others, u's dims whole there): on
- * device r, the global term with every block but r's zeroed, so their sum
- * over the axes u was sharded over is the term — a partial sum of it (a
- * psum of it is jax's all-gather written by hand). False otherwise. */
-bool lf_placed_block(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *x = &s->ops[0], *u = &s->ops[1];
-    uint32_t rank = in->shape.rank;
-    if (c->baseline_mode || in->noperands != 2 + rank || rank > VIEW_MAX_RANK || x->kind != LV_TERM || u->kind != LV_TERM ||
-        !view_is_dup(&x->v) || x->v.partial || !lf_class_is_zero(c, x->cls) || u->v.rank != rank ||
-        (u->v.partial && u->v.red != RED_SUM))
-        return false;
-    const shape *us = &s->comp->instrs[in->operands[1]].shape;
-    lval r = *u;
-    uint32_t placed = 0;
-    for (uint32_t d = 0; d < rank; d++) {
-        const lval *o = &s->ops[2 + d];
-        const view_dim *vd = &u->v.dims[d];
-        int64_t parts = vd->naxes ? view_dim_parts(&u->v, c->mesh, d) : 1;
-        if (parts < 1 || us->dims[d] * parts != in->shape.dims[d]) return false;
-        if (o->kind != LV_DEV || o->count != 1) return false;
-        for (int64_t dev = 0; dev < c->ndev; dev++) {
-            int64_t b = 0;
-            for (uint32_t k = 0; k < vd->naxes; k++)
-                b = b * c->mesh->sizes[vd->axes[k]] + mesh_coord(c->mesh, dev, vd->axes[k]);
-            if (o->dev[dev] != (double)(b * us->dims[d])) return false;
-        }
-        for (uint32_t k = 0; k < vd->naxes; k++) placed |= 1u << vd->axes[k];
-        r.v.dims[d].naxes = 0;
-    }
-    if (!placed) return false;
-    r.v.partial |= (uint8_t)placed;
-    r.v.red = RED_SUM;
-    r.short_at = NULL;
-    *out = r;
     return true;
 }
 

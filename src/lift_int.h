@@ -143,7 +143,7 @@ bool lf_win_instr(lstate *s, lval *out);
 bool lf_psub_instr(lstate *s, lval *out);
 /* lf_placed_block: a dynamic-update-slice writing each device's block of a
  * sharded value into zeros at its place, as that value partial over the
- * axes (lift_coll.c); false otherwise. */
+ * axes (lift_psub.c); false otherwise. */
 bool lf_placed_block(lstate *s, lval *out);
 bool lf_win_dynamic_slice_term(lstate *s, uint32_t d, lval *out);
 /* lf_win_rearranged: a window whose pieces are whole runs, the same on the

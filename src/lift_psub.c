@@ -2,7 +2,8 @@
  * view of collectives built by hand from collective-permutes and adds (a
  * ring or butterfly all-reduce written with ppermute).
  * Owns: a collective-permute of a partial sum or of such a value
- * (lf_psub_instr), the add of two of them over the same partial sum, the
+ * (lf_psub_instr), the add of two of them over the same partial sum, blocks
+ * written into zeros at their place (lf_placed_block, below), the
  * reading of one as a plain view again (complete over the axes every
  * device's set covers; a partial sum of k times the value where every share
  * is counted k times in each group), and the judgement of one that no op
@@ -16,7 +17,14 @@
  * union. The shares are named by the distributed instruction that made the
  * partial sum (after copies), never by its term: two partial sums of the
  * same term may split it differently. Pairs that leave a P-group, shares
- * counted twice on one device, or any other op are left unrelated. */
+ * counted twice on one device, or any other op are left unrelated.
+ *
+ * Blocks placed: a dynamic-update-slice of each device's block of a sharded
+ * value into zeros at its place is that value partial over the axes
+ * (lf_placed_block; its psum is an all-gather), each device's share its
+ * block; writing, at its place, a block a device does not hold yet (moved
+ * there by permutes: a window of whole blocks) adds that block's share (a
+ * ring all-gather). */
 #include "lift.h"
 #include "lift_int.h"
 
@@ -54,6 +62,7 @@ static bool enters(const lift_ctx *c, const lval *x) {
 static lval as_psub(lift_ctx *c, const lval *x, const hlo_comp *comp, const hlo_instr *at) {
     lift_psub *p = arena_alloc(c->a, sizeof *p);
     memset(p, 0, sizeof *p);
+    p->pdim = -1;
     p->base = *x;
     p->src = source_of(comp, at);
     p->src_comp = comp;
@@ -209,6 +218,161 @@ static lval add(lstate *s) {
     return settle(c, r);
 }
 
+/* ---- blocks placed into zeros ---- */
+
+/* Device dev's block along a view dim (its combined coordinate, major first). */
+static int64_t block_of(const mesh *m, const view_dim *vd, int64_t dev) {
+    int64_t b = 0;
+    for (uint32_t k = 0; k < vd->naxes; k++) b = b * m->sizes[vd->axes[k]] + mesh_coord(m, dev, vd->axes[k]);
+    return b;
+}
+
+/* Whether offset operand o is beta(r)·len on every device r (beta NULL: 0). */
+static bool offsets_at(const lift_ctx *c, const lval *o, const int64_t *beta, int64_t len) {
+    if (o->kind != LV_DEV || o->count != 1) return false;
+    for (int64_t r = 0; r < c->ndev; r++)
+        if (o->dev[r] != (double)((beta ? beta[r] : 0) * len)) return false;
+    return true;
+}
+
+/* lf_placed_block on in with operands ops; the placed dim in *pd when there
+ * is one only (else -1). */
+static bool placement(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *ops, lval *out, int *pd) {
+    uint32_t rank = in->shape.rank;
+    const lval *x = &ops[0], *u = &ops[1];
+    if (in->op != OP_DYNAMIC_UPDATE_SLICE || in->noperands != 2 + rank || rank > VIEW_MAX_RANK || x->kind != LV_TERM ||
+        u->kind != LV_TERM || !view_is_dup(&x->v) || x->v.partial || !lf_class_is_zero(c, x->cls) || u->v.rank != rank ||
+        u->v.partial)
+        return false;
+    const shape *us = &comp->instrs[in->operands[1]].shape;
+    lval r = *u;
+    uint32_t placed = 0;
+    int64_t *beta = xmalloc((size_t)c->ndev * sizeof *beta);
+    bool ok = true;
+    *pd = -1;
+    for (uint32_t d = 0; d < rank && ok; d++) {
+        const view_dim *vd = &u->v.dims[d];
+        int64_t parts = vd->naxes ? view_dim_parts(&u->v, c->mesh, d) : 1;
+        for (int64_t dev = 0; dev < c->ndev; dev++) beta[dev] = block_of(c->mesh, vd, dev);
+        ok = parts >= 1 && us->dims[d] * parts == in->shape.dims[d] && offsets_at(c, &ops[2 + d], beta, us->dims[d]);
+        if (!vd->naxes) continue;
+        *pd = placed ? -2 : (int)d;
+        for (uint32_t k = 0; k < vd->naxes; k++) placed |= 1u << vd->axes[k];
+        r.v.dims[d].naxes = 0;
+    }
+    free(beta);
+    if (!ok || !placed) return false;
+    if (*pd < 0) *pd = -1;
+    r.v.partial = (uint8_t)placed;
+    r.v.red = RED_SUM;
+    r.short_at = NULL;
+    *out = r;
+    return true;
+}
+
+/* dynamic-update-slice(zeros, u, offsets) where u is sharded and each
+ * device writes its block at that block's place (offset(r) = block(r)·len
+ * along every sharded dim, 0 along the others, u's dims whole there): on
+ * device r, the global term with every block but r's zeroed, so their sum
+ * over the axes u was sharded over is the term — a partial sum of it (a
+ * psum of it is jax's all-gather written by hand). False otherwise. */
+bool lf_placed_block(lstate *s, lval *out) {
+    int pd;
+    return !s->c->baseline_mode && placement(s->c, s->comp, s->in, s->ops, out, &pd);
+}
+
+/* The block of the placed term that u holds on every device (beta), when u
+ * is that term with the other dims as the placed sum's view says: sharded
+ * along pdim, or a window of whole blocks there (moved by a permute). */
+static bool blocks_held(lift_ctx *c, const lift_psub *p, const lval *u, int64_t *beta) {
+    const lval *b = &p->base;
+    uint32_t k = (uint32_t)p->pdim;
+    if ((u->kind != LV_TERM && u->kind != LV_WIN) || u->v.partial || u->cls == EID_NONE ||
+        eg_find(c->g, u->cls) != eg_find(c->g, b->cls) || lf_scale_of(u) != lf_scale_of(b) || u->v.rank != b->v.rank)
+        return false;
+    for (uint32_t d = 0; d < b->v.rank; d++)
+        if (d != k && !lf_same_dim(&u->v.dims[d], &b->v.dims[d])) return false;
+    int64_t parts = 1;
+    for (uint32_t j = 0; j < p->paxes.naxes; j++) parts *= c->mesh->sizes[p->paxes.axes[j]];
+    if (u->kind == LV_TERM) {
+        if (view_dim_parts(&u->v, c->mesh, k) != parts) return false;
+        for (int64_t r = 0; r < c->ndev; r++) beta[r] = block_of(c->mesh, &u->v.dims[k], r);
+        return true;
+    }
+    const lift_win *w = u->win;
+    if (w->summed || w->dim != k || w->len != p->plen) return false;
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t first = w->idx[r * w->len];
+        if (first < 0 || first % w->len || first / w->len >= parts) return false;
+        for (int64_t l = 0; l < w->len; l++)
+            if (w->idx[r * w->len + l] != first + l) return false;
+        beta[r] = first / w->len;
+    }
+    return true;
+}
+
+/* dynamic-update-slice(acc, u, offsets) with acc a sum of placed blocks (or
+ * the first placement itself) and u, on every device r, block beta(r) of the
+ * same term written at its place: where acc does not hold that block yet
+ * (zeros there), the share of the device that placed it added. false (the
+ * op left to the others) when acc is no such sum. */
+static bool place_more(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t rank = in->shape.rank;
+    lval acc = s->ops[0];
+    if (in->noperands != 2 + rank || rank > VIEW_MAX_RANK) return false;
+    if (acc.kind == LV_TERM && enters(c, &acc)) {
+        const hlo_instr *ai = source_of(s->comp, &s->comp->instrs[in->operands[0]]);
+        lval *aops = arena_alloc(c->a, (ai->noperands + 1) * sizeof *aops);
+        for (uint32_t o = 0; o < ai->noperands; o++) aops[o] = s->vals[ai->operands[o]];
+        lval pl;
+        int pd;
+        if (ai->op != OP_DYNAMIC_UPDATE_SLICE || !placement(c, s->comp, ai, aops, &pl, &pd) || pd < 0) return false;
+        acc = as_psub(c, &acc, s->comp, ai);
+        acc.psub->pdim = pd;
+        acc.psub->plen = s->comp->instrs[ai->operands[1]].shape.dims[pd];
+        acc.psub->paxes = aops[1].v.dims[pd];
+    }
+    if (acc.kind != LV_PSUB || acc.psub->pdim < 0) return false;
+    const lift_psub *p = acc.psub;
+    const shape *us = &s->comp->instrs[in->operands[1]].shape;
+    int64_t *beta = arena_alloc(c->a, (size_t)c->ndev * sizeof *beta);
+    bool ok = blocks_held(c, p, &s->ops[1], beta) && us->rank == rank;
+    for (uint32_t d = 0; d < rank && ok; d++)
+        ok = (int)d == p->pdim ? us->dims[d] == p->plen && offsets_at(c, &s->ops[2 + d], beta, p->plen)
+                               : us->dims[d] == in->shape.dims[d] && offsets_at(c, &s->ops[2 + d], NULL, 1);
+    if (!ok) {
+        lf_unsupported(c, s->comp, in,
+                       "%s writes into a sum of placed blocks of %s something that is no block of it at "
+                       "its place",
+                       in->name, p->src->name);
+        *out = unknown();
+        return true;
+    }
+    lift_psub *q = arena_alloc(c->a, sizeof *q);
+    *q = *p;
+    q->sub = arena_alloc(c->a, (size_t)c->ndev * sizeof *q->sub);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        uint64_t bit = 0;
+        for (int64_t e = 0; e < c->ndev && !bit; e++)
+            if (pos_in(c->mesh, e, p->axes, true) == pos_in(c->mesh, r, p->axes, true) &&
+                block_of(c->mesh, &p->paxes, e) == beta[r])
+                bit = 1ull << pos_in(c->mesh, e, p->axes, false);
+        if (!bit || (p->sub[r] & bit)) {
+            lf_unsupported(c, s->comp, in, "%s writes block %lld of %s where device %lld already holds it", in->name,
+                           (long long)beta[r], p->src->name, (long long)r);
+            *out = unknown();
+            return true;
+        }
+        q->sub[r] = p->sub[r] | bit;
+    }
+    q->at = in;
+    q->at_comp = s->comp;
+    *out = settle(c, (lval){.kind = LV_PSUB, .cls = EID_NONE, .psub = q, .assumed = acc.assumed || s->ops[1].assumed});
+    return true;
+}
+
 bool lf_psub_instr(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -219,6 +383,8 @@ bool lf_psub_instr(lstate *s, lval *out) {
         *out = permute(s);
         return true;
     }
+    if (in->op == OP_DYNAMIC_UPDATE_SLICE && in->noperands >= 2 && (any || enters(c, &s->ops[0])) && place_more(s, out))
+        return true;
     if (!any) return false;
     if (in->op == OP_ADD && in->noperands == 2) {
         *out = add(s);
@@ -286,21 +452,34 @@ static bool completable(const lift_ctx *c, const lift_psub *p) {
     return ok;
 }
 
-void lift_psub_at_output(lift_ctx *c, lval *o, const view *want) {
+void lift_psub_at_output(lift_ctx *c, lval *o, const view *want, eid bout) {
     if (o->kind != LV_PSUB) return;
     const lift_psub *p = o->psub;
-    /* Expected complete over the axes: the sets must each be the whole sum. */
-    if (!(want->partial & p->axes) && !completable(c, p)) {
+    /* Expected: the partial sum's term, complete over the axes (else the
+     * sets might be just what the baseline computes: a sum of some shares,
+     * a prefix over the devices). Then every set must be the whole sum. */
+    view whole = p->base.v;
+    whole.partial &= (uint8_t)~p->axes;
+    if (!whole.partial) whole.red = RED_NONE;
+    bool complete = bout != EID_NONE && !o->assumed && !p->base.assumed && lf_scale_of(&p->base) == 1 &&
+        eg_find(c->g, p->base.cls) == eg_find(c->g, bout) && view_equal(&whole, want);
+    if (complete && !completable(c, p)) {
         int64_t d = 0;
         while (d + 1 < c->ndev && p->sub[d] == along(c->mesh, c->ndev, d, p->axes, p->axes)) d++;
         strbuf ax;
         sb_init(&ax);
         lf_axes_words(&ax, c, p->axes);
-        lf_finding(c, "missing-all-reduce", p->at_comp, p->at,
-                   "%s leaves device %lld with the sum of only some devices' "
-                   "shares of the partial sum %s over %s (no choice of the shares makes every device hold their whole "
-                   "sum): the sum over the group is never complete",
-                   p->at->name, (long long)d, p->src->name, ax.s);
+        if (p->pdim >= 0)
+            lf_finding(c, "missing-all-reduce", p->at_comp, p->at,
+                       "%s leaves device %lld without some devices' blocks (dimension %d, placed by %s, over %s): the "
+                       "value is never gathered whole",
+                       p->at->name, (long long)d, p->pdim, p->src->name, ax.s);
+        else
+            lf_finding(c, "missing-all-reduce", p->at_comp, p->at,
+                       "%s leaves device %lld with the sum of only some devices' "
+                       "shares of the partial sum %s over %s (no choice of the shares makes every device hold their "
+                       "whole sum): the sum over the group is never complete",
+                       p->at->name, (long long)d, p->src->name, ax.s);
         sb_free(&ax);
         return;
     }

@@ -283,8 +283,9 @@ static void full_mesh(void) {
 /* Collectives written by hand over a partial sum p (a dot of operands
  * sharded along the contracted dim, t = 4): a ring (p plus p moved one step
  * three times), a butterfly (pairs i xor 1, then i xor 2), a psum of a
- * permuted p, and an all-gather written as each block put into zeros at its
- * place and summed (lift_psub.c, lf_placed_block). The correct ones are
+ * permuted p, an all-gather written as each block put into zeros at its
+ * place and summed (lift_psub.c, lf_placed_block), and a ring all-gather
+ * (each block moved on and written at its place). The correct ones are
  * verified by the rules; a ring one step short or a stage that sends p
  * itself leaves sums no shares can make whole: a missing all-reduce the
  * rules find; shares added twice or a dropped pair stay undecided without
@@ -347,6 +348,26 @@ static void partial_rings(void) {
     };
     run_variants("placed", PSUB "placed.base.hlo", PSUB "placed.dist.hlo", PSUB "placed.relations.json", placed,
                  ARRAY_LEN(placed));
+    static const char pairs1[] = "channel_id=1, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}";
+    static const variant gather[] = {
+        {"a ring all-gather: each block moved on and written at its place", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"a ring all-gather one step short", "ROOT y = f32[8,3] copy(acc3)", "ROOT y = f32[8,3] copy(acc2)", false,
+         VERDICT_MISMATCH, "missing-all-reduce"},
+        {"the first move sent the other way", pairs1, "channel_id=1, source_target_pairs={{1,0},{2,1},{3,2},{0,3}}",
+         false, VERDICT_UNVERIFIED, NULL},
+        {"the first move sent the other way, executed", pairs1,
+         "channel_id=1, source_target_pairs={{1,0},{2,1},{3,2},{0,3}}", true, VERDICT_MISMATCH, NULL},
+        {"a moved block written at the next block's place", "r1b = s32[] subtract(r1a, one)", "r1b = s32[] add(r1a, one)",
+         false, VERDICT_UNVERIFIED, NULL},
+        {"a moved block written at the next block's place, executed", "r1b = s32[] subtract(r1a, one)",
+         "r1b = s32[] add(r1a, one)", true, VERDICT_MISMATCH, NULL},
+        {"one block written twice", "dynamic-update-slice(acc1, x2, off2, z)", "dynamic-update-slice(acc1, x1, off1, z)",
+         false, VERDICT_UNVERIFIED, NULL},
+        {"one block written twice, executed", "dynamic-update-slice(acc1, x2, off2, z)",
+         "dynamic-update-slice(acc1, x1, off1, z)", true, VERDICT_MISMATCH, NULL},
+    };
+    run_variants("gather", PSUB "gather.base.hlo", PSUB "gather.dist.hlo", PSUB "placed.relations.json", gather,
+                 ARRAY_LEN(gather));
 }
 
 void suite_permute(void);
