@@ -1128,8 +1128,20 @@ lval lf_lift_instr(lstate *s) {
     }
     /* Device-dependent values first: partition-id and what is computed from it. */
     bool any_dev = in->op == OP_PARTITION_ID || in->op == OP_REPLICA_ID, all_dev_or_const = true;
+    for (uint32_t o = 0; o < in->noperands; o++) any_dev |= ops[o].kind == LV_DEV;
     for (uint32_t o = 0; o < in->noperands; o++) {
-        any_dev |= ops[o].kind == LV_DEV;
+        /* An integer scalar known on every device (a counted loop's counter,
+         * walked iteration by iteration) beside device values: one of them. */
+        const interp_val *kv = any_dev && ops[o].kind == LV_TERM && !ops[o].v.partial && ops[o].v.rank == 0 &&
+                                       !ops[o].assumed && lf_scale_of(&ops[o]) == 1 && ops[o].cls != EID_NONE
+                                   ? lf_kval(c, ops[o].cls)
+                                   : NULL;
+        if (kv && kv->n == 1 && kv->i && !kv->f) {
+            lval dv = {.kind = LV_DEV, .count = 1, .konst = ops[o].konst};
+            dv.dev = arena_alloc(c->a, (size_t)c->ndev * sizeof *dv.dev);
+            for (int64_t d = 0; d < c->ndev; d++) dv.dev[d] = (double)kv->i[0];
+            ops[o] = dv;
+        }
         if (ops[o].kind != LV_DEV) all_dev_or_const = false;
     }
     if (any_dev && all_dev_or_const) {
@@ -1509,6 +1521,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             uint32_t t = lf_type_of(c, bp->shape.dtype, bp->shape.dims, bp->shape.rank);
             uint8_t origin = c->baseline_mode ? EG_BASELINE : EG_DISTRIBUTED;
             *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, origin), inputs[k], false);
+            if (!c->baseline_mode && v->v.partial) v->pid = ++c->npids;
         } else {
             *v = unknown();
         }
@@ -1609,6 +1622,9 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     if (v->zm) v->diff = 0; /* a zero mask's claim is about the term alone */
     lf_scale_track(&s, v);
     if (!c->baseline_mode) lf_track_short(&s, v);
+    /* A partial sum computed here is values of its own (an operand's name
+     * kept only where the op is the identity on it). */
+    if (!same) v->pid = !c->baseline_mode && v->kind == LV_TERM && v->v.partial ? ++c->npids : 0;
     c->ambiguous_now = c->konst_operand_now = c->partial_unsure_now = false;
     v->ambiguous |= amb;
     for (uint32_t o = 0; o < in->noperands && v->kind == LV_TERM && v->v.partial; o++) v->partial_unsure |= ops[o].partial_unsure;

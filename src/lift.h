@@ -168,18 +168,21 @@ typedef struct lval {
     const hlo_instr *short_at;    /* distributed: a sum collective after which the value stayed
                                    * partial (over the axes it still is), or NULL */
     const hlo_comp *short_comp;
+    uint32_t pid;                 /* distributed partial sum (LV_TERM): names its per-device values,
+                                   * the same through copies, tuples and loop carries, new for every
+                                   * op that computes one (0: none; lift_psub.c) */
 } lval;
 
 /* LV_PSUB (lift_psub.c): `base` is a partial sum (sum) over the mesh axes
- * `axes` (its group ≤ 64 devices), the value of the distributed instruction
- * src on every device; device d holds the sum of the shares (base's local
+ * `axes` (its group ≤ 64 devices), the values named `pid` on every device; device d holds the sum of the shares (base's local
  * values) of the devices of its group whose positions (mixed radix over
  * `axes`, major first) are the bits of sub[d]. `at`: the last op that made
  * it (blamed when the sum is never complete). */
 typedef struct lift_psub {
     struct lval base;
-    const hlo_instr *src, *at;
+    const hlo_instr *src, *at;         /* src: where the partial sum was first moved (for words) */
     const hlo_comp *src_comp, *at_comp;
+    uint32_t pid;                      /* the partial sum's per-device values (lval.pid) */
     uint32_t axes;
     uint64_t *sub;                     /* ndev */
     /* Blocks placed into zeros (base from lf_placed_block): device e's share
@@ -335,6 +338,7 @@ typedef struct lift_ctx {
     struct interp_val **kvals;
     size_t capkvals;
     strmap folds;                         /* (op, attr, type, children) -> the class folded to */
+    uint32_t npids;                       /* partial sums named so far (lval.pid) */
     lval **walked;                        /* per distributed computation (by index): its values
                                            * the last time it was walked (arena), or NULL */
 } lift_ctx;

@@ -14,9 +14,9 @@
  * device e = d; the sum over the devices of each P-group is the value. After
  * a collective-permute, device t holds what its source held; an add of two
  * values whose sets of shares are disjoint on every device holds their
- * union. The shares are named by the distributed instruction that made the
- * partial sum (after copies), never by its term: two partial sums of the
- * same term may split it differently. Pairs that leave a P-group, shares
+ * union. The shares are named by the partial sum's lval.pid (given where it
+ * is computed, kept through copies, tuples and loop carries), never by its
+ * term: two partial sums of the same term may split it differently. Pairs that leave a P-group, shares
  * counted twice on one device, or any other op are left unrelated.
  *
  * Blocks placed: a dynamic-update-slice of each device's block of a sharded
@@ -56,7 +56,7 @@ static int64_t group_size(const mesh *m, uint32_t P) {
 
 /* A partial sum (sum) that can enter the view: its own share on every device. */
 static bool enters(const lift_ctx *c, const lval *x) {
-    return x->kind == LV_TERM && x->v.partial && x->v.red == RED_SUM && group_size(c->mesh, x->v.partial) <= 64;
+    return x->kind == LV_TERM && x->pid && x->v.partial && x->v.red == RED_SUM && group_size(c->mesh, x->v.partial) <= 64;
 }
 
 static lval as_psub(lift_ctx *c, const lval *x, const hlo_comp *comp, const hlo_instr *at) {
@@ -66,6 +66,7 @@ static lval as_psub(lift_ctx *c, const lval *x, const hlo_comp *comp, const hlo_
     p->base = *x;
     p->src = source_of(comp, at);
     p->src_comp = comp;
+    p->pid = x->pid;
     p->axes = x->v.partial;
     p->sub = arena_alloc(c->a, (size_t)c->ndev * sizeof *p->sub);
     for (int64_t d = 0; d < c->ndev; d++) p->sub[d] = 1ull << pos_in(c->mesh, d, p->axes, false);
@@ -187,10 +188,9 @@ static lval add(lstate *s) {
         if (s->ops[o].kind == LV_PSUB) p = s->ops[o].psub;
     for (int o = 0; o < 2; o++) {
         x[o] = s->ops[o];
-        const hlo_instr *xi = source_of(s->comp, &s->comp->instrs[in->operands[o]]);
-        if (x[o].kind == LV_TERM && enters(c, &x[o]) && xi == p->src && s->comp == p->src_comp)
-            x[o] = as_psub(c, &x[o], s->comp, xi);
-        if (x[o].kind != LV_PSUB || x[o].psub->src != p->src || x[o].psub->src_comp != p->src_comp) {
+        if (x[o].kind == LV_TERM && enters(c, &x[o]) && x[o].pid == p->pid)
+            x[o] = as_psub(c, &x[o], s->comp, &s->comp->instrs[in->operands[o]]);
+        if (x[o].kind != LV_PSUB || x[o].psub->pid != p->pid) {
             lf_unsupported(c, s->comp, in,
                            "%s adds a sum of some devices' shares of %s to a value that is not made of "
                            "shares of it",
@@ -277,8 +277,20 @@ static bool placement(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, co
  * over the axes u was sharded over is the term — a partial sum of it (a
  * psum of it is jax's all-gather written by hand). False otherwise. */
 bool lf_placed_block(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
     int pd;
-    return !s->c->baseline_mode && placement(s->c, s->comp, s->in, s->ops, out, &pd);
+    if (c->baseline_mode || !placement(c, s->comp, s->in, s->ops, out, &pd)) return false;
+    /* Along one dim, without a factor: blocks that more may join (a ring). */
+    if (pd < 0 || lf_scale_of(out) != 1 || group_size(c->mesh, out->v.partial) > 64) return true;
+    out->pid = ++c->npids;
+    lval r = as_psub(c, out, s->comp, s->in);
+    r.psub->pdim = pd;
+    r.psub->plen = s->comp->instrs[s->in->operands[1]].shape.dims[pd];
+    r.psub->paxes = s->ops[1].v.dims[pd];
+    r.psub->at = s->in;
+    r.psub->at_comp = s->comp;
+    *out = r;
+    return true;
 }
 
 /* The block of the placed term that u holds on every device (beta), when u
@@ -321,20 +333,7 @@ static bool place_more(lstate *s, lval *out) {
     const hlo_instr *in = s->in;
     uint32_t rank = in->shape.rank;
     lval acc = s->ops[0];
-    if (in->noperands != 2 + rank || rank > VIEW_MAX_RANK) return false;
-    if (acc.kind == LV_TERM && enters(c, &acc)) {
-        const hlo_instr *ai = source_of(s->comp, &s->comp->instrs[in->operands[0]]);
-        lval *aops = arena_alloc(c->a, (ai->noperands + 1) * sizeof *aops);
-        for (uint32_t o = 0; o < ai->noperands; o++) aops[o] = s->vals[ai->operands[o]];
-        lval pl;
-        int pd;
-        if (ai->op != OP_DYNAMIC_UPDATE_SLICE || !placement(c, s->comp, ai, aops, &pl, &pd) || pd < 0) return false;
-        acc = as_psub(c, &acc, s->comp, ai);
-        acc.psub->pdim = pd;
-        acc.psub->plen = s->comp->instrs[ai->operands[1]].shape.dims[pd];
-        acc.psub->paxes = aops[1].v.dims[pd];
-    }
-    if (acc.kind != LV_PSUB || acc.psub->pdim < 0) return false;
+    if (in->noperands != 2 + rank || rank > VIEW_MAX_RANK || acc.kind != LV_PSUB || acc.psub->pdim < 0) return false;
     const lift_psub *p = acc.psub;
     const shape *us = &s->comp->instrs[in->operands[1]].shape;
     int64_t *beta = arena_alloc(c->a, (size_t)c->ndev * sizeof *beta);
@@ -383,8 +382,7 @@ bool lf_psub_instr(lstate *s, lval *out) {
         *out = permute(s);
         return true;
     }
-    if (in->op == OP_DYNAMIC_UPDATE_SLICE && in->noperands >= 2 && (any || enters(c, &s->ops[0])) && place_more(s, out))
-        return true;
+    if (in->op == OP_DYNAMIC_UPDATE_SLICE && in->noperands >= 2 && any && place_more(s, out)) return true;
     if (!any) return false;
     if (in->op == OP_ADD && in->noperands == 2) {
         *out = add(s);
@@ -392,6 +390,22 @@ bool lf_psub_instr(lstate *s, lval *out) {
     }
     /* A sum over the devices takes each share as often as the sets hold it. */
     if (in->op == OP_ALL_REDUCE && in->noperands == 1 && instr_reducer(c->cur, in) == RED_SUM && summed(s, out)) return true;
+    /* Sets that are the partial sum itself (blocks placed, each device its
+     * own): that partial sum, for the op to take as any other. */
+    bool own = true;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lift_psub *p = s->ops[o].psub;
+        if (s->ops[o].kind != LV_PSUB) continue;
+        for (int64_t d = 0; d < c->ndev && own; d++) own = p->sub[d] == 1ull << pos_in(c->mesh, d, p->axes, false);
+        own &= lf_scale_of(&p->base) == 1;
+    }
+    for (uint32_t o = 0; o < in->noperands && own; o++)
+        if (s->ops[o].kind == LV_PSUB) {
+            bool assumed = s->ops[o].assumed;
+            s->ops[o] = s->ops[o].psub->base;
+            s->ops[o].assumed |= assumed;
+        }
+    if (own) return false;
     for (uint32_t o = 0; o < in->noperands; o++)
         if (s->ops[o].kind == LV_PSUB) {
             const lift_psub *p = s->ops[o].psub;

@@ -285,7 +285,8 @@ static void full_mesh(void) {
  * three times), a butterfly (pairs i xor 1, then i xor 2), a psum of a
  * permuted p, an all-gather written as each block put into zeros at its
  * place and summed (lift_psub.c, lf_placed_block), and a ring all-gather
- * (each block moved on and written at its place). The correct ones are
+ * (each block moved on and written at its place); both also in counted
+ * while loops. The correct ones are
  * verified by the rules; a ring one step short or a stage that sends p
  * itself leaves sums no shares can make whole: a missing all-reduce the
  * rules find; shares added twice or a dropped pair stay undecided without
@@ -368,6 +369,25 @@ static void partial_rings(void) {
     };
     run_variants("gather", PSUB "gather.base.hlo", PSUB "gather.dist.hlo", PSUB "placed.relations.json", gather,
                  ARRAY_LEN(gather));
+    /* The same in a counted while loop, walked iteration by iteration. */
+    static const variant ringloop[] = {
+        {"a ring all-reduce in a loop of three steps", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"the loop one step short", "three = s32[] constant(3)", "three = s32[] constant(2)", false, VERDICT_MISMATCH,
+         "missing-all-reduce"},
+    };
+    run_variants("ringloop", PSUB "dot.base.hlo", PSUB "ringloop.dist.hlo", PSUB "dot.relations.json", ringloop,
+                 ARRAY_LEN(ringloop));
+    static const variant gatherloop[] = {
+        {"a ring all-gather in a loop, offsets from the counter", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"the loop one step short", "three = s32[] constant(3)", "three = s32[] constant(2)", false, VERDICT_MISMATCH,
+         "missing-all-reduce"},
+        {"offsets of the blocks the other way", "rb = s32[] subtract(ra, i1)", "rb = s32[] add(ra, i1)", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"offsets of the blocks the other way, executed", "rb = s32[] subtract(ra, i1)", "rb = s32[] add(ra, i1)", true,
+         VERDICT_MISMATCH, NULL},
+    };
+    run_variants("gatherloop", PSUB "gather.base.hlo", PSUB "gatherloop.dist.hlo", PSUB "placed.relations.json",
+                 gatherloop, ARRAY_LEN(gatherloop));
 }
 
 void suite_permute(void);
