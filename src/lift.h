@@ -191,6 +191,12 @@ typedef struct lift_psub {
     int pdim;
     int64_t plen;
     view_dim paxes;
+    /* Chunks (a ring reduce-scatter): on device d, only chunk chunk[d]
+     * (elements [chunk·clen, +clen)) of dim cdim of those sums, taken by a
+     * dynamic-slice (-1: no shares there, zeros); cdim -1: whole values. */
+    int cdim;
+    int64_t clen;
+    int64_t *chunk;                    /* ndev */
 } lift_psub;
 
 /* A zero mask (a dense expert dispatch: every (expert, token) row is sent, the

@@ -24,7 +24,13 @@
  * (lf_placed_block; its psum is an all-gather), each device's share its
  * block; writing, at its place, a block a device does not hold yet (moved
  * there by permutes: a window of whole blocks) adds that block's share (a
- * ring all-gather). */
+ * ring all-gather).
+ *
+ * Chunks: a dynamic-slice of such sums at per-device offsets along one dim
+ * keeps each device's chunk beside its set (lift_psub.chunk); permutes move
+ * both, adds need the same chunk; whole sums of chunks that are the blocks
+ * of some mesh axes are the term sharded over them (a ring
+ * reduce-scatter). */
 #include "lift.h"
 #include "lift_int.h"
 
@@ -62,7 +68,7 @@ static bool enters(const lift_ctx *c, const lval *x) {
 static lval as_psub(lift_ctx *c, const lval *x, const hlo_comp *comp, const hlo_instr *at) {
     lift_psub *p = arena_alloc(c->a, sizeof *p);
     memset(p, 0, sizeof *p);
-    p->pdim = -1;
+    p->pdim = p->cdim = -1;
     p->base = *x;
     p->src = source_of(comp, at);
     p->src_comp = comp;
@@ -83,12 +89,46 @@ static uint64_t along(const mesh *m, int64_t nd, int64_t d, uint32_t P, uint32_t
     return s;
 }
 
+/* Chunked sets (a ring reduce-scatter): where every device holds its whole
+ * group's sum of its chunk, and the chunks are the blocks of some mesh axes
+ * the view leaves free, the term complete over the axes, sharded along cdim
+ * over those. Otherwise v as it is. */
+static lval settle_chunks(lift_ctx *c, lval v) {
+    const lift_psub *p = v.psub;
+    const lval *b = &p->base;
+    uint32_t k = (uint32_t)p->cdim;
+    int64_t parts = c->ndev, *blocks = arena_alloc(c->a, (size_t)c->ndev * sizeof *blocks);
+    for (int64_t d = 0; d < c->ndev; d++) {
+        if (p->sub[d] != along(c->mesh, c->ndev, d, p->axes, p->axes) || p->chunk[d] < 0) return v;
+        blocks[d] = p->chunk[d];
+    }
+    lval r = *b;
+    r.v.partial = 0;
+    r.v.red = RED_NONE;
+    r.assumed = v.assumed;
+    r.short_at = NULL;
+    view_dim vd;
+    if (b->v.partial != p->axes || k >= b->v.rank || b->v.dims[k].naxes) return v;
+    const int64_t *gd = NULL;
+    uint32_t grank = 0;
+    gd = eg_type_dims(c->g, eg_class_type(c->g, b->cls), &grank);
+    if (!gd || k >= grank || p->clen <= 0 || gd[k] % p->clen) return v;
+    parts = gd[k] / p->clen;
+    if (!lf_axes_of_blocks(c, blocks, parts, &vd)) return v;
+    uint32_t used = view_axes_used(&b->v) & ~(uint32_t)b->v.partial, mine = 0, n = 1;
+    for (uint32_t j = 0; j < vd.naxes; j++) mine |= 1u << vd.axes[j], n *= (uint32_t)c->mesh->sizes[vd.axes[j]];
+    if ((mine & used) || (int64_t)n != parts) return v;
+    r.v.dims[k] = vd;
+    return r;
+}
+
 /* A plain view where the sets say one: the partial sum itself (every device
  * its own share), or complete over the axes Q ⊆ P whose groups every device
  * holds whole (the sum over P \ Q left). */
 static lval settle(lift_ctx *c, lval v) {
     const lift_psub *p = v.psub;
     const mesh *m = c->mesh;
+    if (p->cdim >= 0) return settle_chunks(c, v);
     for (uint32_t Q = 0; Q <= p->axes; Q++) {
         if (Q & ~p->axes) continue;
         bool all = true;
@@ -122,7 +162,7 @@ static int64_t uniform_count(const lift_ctx *c, const lift_psub *p) {
 static bool summed(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const lift_psub *p = s->ops[0].psub;
-    int64_t k = uniform_count(c, p);
+    int64_t k = p->cdim < 0 ? uniform_count(c, p) : 0;
     if (k <= 0) return false;
     lval x = p->base;
     double f = lf_scale_of(&x) * (double)k;
@@ -172,6 +212,10 @@ static lval permute(lstate *s) {
     *q = *p;
     q->sub = arena_alloc(c->a, (size_t)c->ndev * sizeof *q->sub);
     for (int64_t t = 0; t < c->ndev; t++) q->sub[t] = from[t] < 0 ? 0 : p->sub[from[t]];
+    if (p->cdim >= 0) {
+        q->chunk = arena_alloc(c->a, (size_t)c->ndev * sizeof *q->chunk);
+        for (int64_t t = 0; t < c->ndev; t++) q->chunk[t] = from[t] < 0 ? -1 : p->chunk[from[t]];
+    }
     q->at = in;
     q->at_comp = s->comp;
     lval r = x;
@@ -198,9 +242,24 @@ static lval add(lstate *s) {
             return unknown();
         }
     }
+    const lift_psub *p0 = x[0].psub, *p1 = x[1].psub;
+    if (p0->cdim != p1->cdim || p0->clen != p1->clen) {
+        lf_unsupported(c, s->comp, in, "%s adds chunks of %s to whole sums of its shares", in->name, p->src->name);
+        return unknown();
+    }
     lift_psub *q = arena_alloc(c->a, sizeof *q);
     *q = *p;
     q->sub = arena_alloc(c->a, (size_t)c->ndev * sizeof *q->sub);
+    if (p->cdim >= 0) q->chunk = arena_alloc(c->a, (size_t)c->ndev * sizeof *q->chunk);
+    for (int64_t d = 0; d < c->ndev && p->cdim >= 0; d++) {
+        q->chunk[d] = p0->sub[d] ? p0->chunk[d] : p1->chunk[d];
+        if (p0->sub[d] && p1->sub[d] && p0->chunk[d] != p1->chunk[d]) {
+            lf_unsupported_suspect(c, "wrong-collective-group", s->comp, in,
+                                   "%s adds chunk %lld of %s to chunk %lld on device %lld", in->name,
+                                   (long long)p0->chunk[d], p->src->name, (long long)p1->chunk[d], (long long)d);
+            return unknown();
+        }
+    }
     for (int64_t d = 0; d < c->ndev; d++) {
         uint64_t a = x[0].psub->sub[d], b = x[1].psub->sub[d];
         if (a & b) {
@@ -333,7 +392,9 @@ static bool place_more(lstate *s, lval *out) {
     const hlo_instr *in = s->in;
     uint32_t rank = in->shape.rank;
     lval acc = s->ops[0];
-    if (in->noperands != 2 + rank || rank > VIEW_MAX_RANK || acc.kind != LV_PSUB || acc.psub->pdim < 0) return false;
+    if (in->noperands != 2 + rank || rank > VIEW_MAX_RANK || acc.kind != LV_PSUB || acc.psub->pdim < 0 ||
+        acc.psub->cdim >= 0)
+        return false;
     const lift_psub *p = acc.psub;
     const shape *us = &s->comp->instrs[in->operands[1]].shape;
     int64_t *beta = arena_alloc(c->a, (size_t)c->ndev * sizeof *beta);
@@ -372,6 +433,51 @@ static bool place_more(lstate *s, lval *out) {
     return true;
 }
 
+/* dynamic-slice(x, offsets) of a partial sum x (or of sums of its shares)
+ * at per-device offsets along one dim that is whole on every device,
+ * chunk(r)·len there (not the same everywhere), 0 along the others: each
+ * device's sums of that chunk. false (the op left to the others) when not
+ * so. */
+static bool chunked(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t rank = in->shape.rank;
+    lval x = s->ops[0];
+    const shape *xs = &s->comp->instrs[in->operands[0]].shape;
+    if (in->noperands != 1 + rank || rank > VIEW_MAX_RANK || xs->rank != rank) return false;
+    if (x.kind == LV_PSUB && (x.psub->pdim >= 0 || x.psub->cdim >= 0)) return false;
+    int k = -1;
+    for (uint32_t d = 0; d < rank; d++) {
+        const lval *o = &s->ops[1 + d];
+        if (offsets_at(c, o, NULL, 1) && in->shape.dims[d] == xs->dims[d]) continue;
+        if (k >= 0 || o->kind != LV_DEV || o->count != 1 || in->shape.dims[d] <= 0) return false;
+        k = (int)d;
+    }
+    if (k < 0) return false;
+    int64_t len = in->shape.dims[k], *ch = arena_alloc(c->a, (size_t)c->ndev * sizeof *ch);
+    bool varies = false;
+    for (int64_t r = 0; r < c->ndev; r++) {
+        double off = s->ops[1 + k].dev[r];
+        if (off < 0 || off + (double)len > (double)xs->dims[k] || fmod(off, (double)len) != 0) return false;
+        ch[r] = (int64_t)(off / (double)len);
+        varies |= ch[r] != ch[0];
+    }
+    if (!varies) return false;
+    if (x.kind == LV_TERM) x = as_psub(c, &x, s->comp, &s->comp->instrs[in->operands[0]]);
+    if (x.psub->base.v.dims[k].naxes) return false;
+    lift_psub *q = arena_alloc(c->a, sizeof *q);
+    *q = *x.psub;
+    q->cdim = k;
+    q->clen = len;
+    q->chunk = ch;
+    q->at = in;
+    q->at_comp = s->comp;
+    lval r = x;
+    r.psub = q;
+    *out = r;
+    return true;
+}
+
 bool lf_psub_instr(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -383,6 +489,7 @@ bool lf_psub_instr(lstate *s, lval *out) {
         return true;
     }
     if (in->op == OP_DYNAMIC_UPDATE_SLICE && in->noperands >= 2 && any && place_more(s, out)) return true;
+    if (in->op == OP_DYNAMIC_SLICE && in->noperands >= 1 && (any || enters(c, &s->ops[0])) && chunked(s, out)) return true;
     if (!any) return false;
     if (in->op == OP_ADD && in->noperands == 2) {
         *out = add(s);
@@ -397,7 +504,7 @@ bool lf_psub_instr(lstate *s, lval *out) {
         const lift_psub *p = s->ops[o].psub;
         if (s->ops[o].kind != LV_PSUB) continue;
         for (int64_t d = 0; d < c->ndev && own; d++) own = p->sub[d] == 1ull << pos_in(c->mesh, d, p->axes, false);
-        own &= lf_scale_of(&p->base) == 1;
+        own &= lf_scale_of(&p->base) == 1 && p->cdim < 0;
     }
     for (uint32_t o = 0; o < in->noperands && own; o++)
         if (s->ops[o].kind == LV_PSUB) {
@@ -475,7 +582,7 @@ void lift_psub_at_output(lift_ctx *c, lval *o, const view *want, eid bout) {
     view whole = p->base.v;
     whole.partial &= (uint8_t)~p->axes;
     if (!whole.partial) whole.red = RED_NONE;
-    bool complete = bout != EID_NONE && !o->assumed && !p->base.assumed && lf_scale_of(&p->base) == 1 &&
+    bool complete = bout != EID_NONE && p->cdim < 0 && !o->assumed && !p->base.assumed && lf_scale_of(&p->base) == 1 &&
         eg_find(c->g, p->base.cls) == eg_find(c->g, bout) && view_equal(&whole, want);
     if (complete && !completable(c, p)) {
         int64_t d = 0;
@@ -498,7 +605,7 @@ void lift_psub_at_output(lift_ctx *c, lval *o, const view *want, eid bout) {
         return;
     }
     /* A partial sum is expected: read as one when every share is counted once. */
-    if ((want->partial & p->axes) && uniform_count(c, p) == 1) {
+    if ((want->partial & p->axes) && p->cdim < 0 && uniform_count(c, p) == 1) {
         bool assumed = o->assumed;
         *o = p->base;
         o->assumed |= assumed;

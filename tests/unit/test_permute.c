@@ -285,8 +285,8 @@ static void full_mesh(void) {
  * three times), a butterfly (pairs i xor 1, then i xor 2), a psum of a
  * permuted p, an all-gather written as each block put into zeros at its
  * place and summed (lift_psub.c, lf_placed_block), and a ring all-gather
- * (each block moved on and written at its place); both also in counted
- * while loops. The correct ones are
+ * (each block moved on and written at its place), both also in counted
+ * while loops, and a ring reduce-scatter of chunks. The correct ones are
  * verified by the rules; a ring one step short or a stage that sends p
  * itself leaves sums no shares can make whole: a missing all-reduce the
  * rules find; shares added twice or a dropped pair stay undecided without
@@ -369,6 +369,24 @@ static void partial_rings(void) {
     };
     run_variants("gather", PSUB "gather.base.hlo", PSUB "gather.dist.hlo", PSUB "placed.relations.json", gather,
                  ARRAY_LEN(gather));
+    /* A ring reduce-scatter: each device's chunk of p moved on and the next
+     * chunk added, three times: every device ends with its own chunk whole.
+     * One step short, each chunk lacks one share: right only if that share
+     * is zero there, so undecided without execution. */
+    static const variant rs[] = {
+        {"a ring reduce-scatter of chunks", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"a ring reduce-scatter one step short", "ROOT a3 = f32[4,2] add(m3, d3)", "ROOT a3 = f32[4,2] copy(a2)", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"one step short, executed", "ROOT a3 = f32[4,2] add(m3, d3)", "ROOT a3 = f32[4,2] copy(a2)", true,
+         VERDICT_MISMATCH, NULL},
+        {"a step adding the chunk of the step before", "o2 = s32[] multiply(c2, two)", "o2 = s32[] multiply(c1, two)",
+         false, VERDICT_UNVERIFIED, NULL},
+        {"a step adding the chunk of the step before, executed", "o2 = s32[] multiply(c2, two)",
+         "o2 = s32[] multiply(c1, two)", true, VERDICT_MISMATCH, NULL},
+        {"the second move sent back", "channel_id=2, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}",
+         "channel_id=2, source_target_pairs={{1,0},{2,1},{3,2},{0,3}}", true, VERDICT_MISMATCH, NULL},
+    };
+    run_variants("rs", PSUB "rs.base.hlo", PSUB "rs.dist.hlo", PSUB "rs.relations.json", rs, ARRAY_LEN(rs));
     /* The same in a counted while loop, walked iteration by iteration. */
     static const variant ringloop[] = {
         {"a ring all-reduce in a loop of three steps", NULL, NULL, false, VERDICT_VERIFIED, NULL},
