@@ -1129,24 +1129,25 @@ lval lf_lift_instr(lstate *s) {
     /* Device-dependent values first: partition-id and what is computed from it. */
     bool any_dev = in->op == OP_PARTITION_ID || in->op == OP_REPLICA_ID, all_dev_or_const = true;
     for (uint32_t o = 0; o < in->noperands; o++) any_dev |= ops[o].kind == LV_DEV;
+    /* An integer scalar known on every device (a counted loop's counter,
+     * walked iteration by iteration) beside device values: one of them. */
+    lval dops_stack[4], *dops = any_dev && in->noperands <= 4 ? dops_stack : NULL;
     for (uint32_t o = 0; o < in->noperands; o++) {
-        /* An integer scalar known on every device (a counted loop's counter,
-         * walked iteration by iteration) beside device values: one of them. */
-        const interp_val *kv = any_dev && ops[o].kind == LV_TERM && !ops[o].v.partial && ops[o].v.rank == 0 &&
+        const interp_val *kv = dops && ops[o].kind == LV_TERM && !ops[o].v.partial && ops[o].v.rank == 0 &&
                                        !ops[o].assumed && lf_scale_of(&ops[o]) == 1 && ops[o].cls != EID_NONE
                                    ? lf_kval(c, ops[o].cls)
                                    : NULL;
+        if (dops) dops[o] = ops[o];
         if (kv && kv->n == 1 && kv->i && !kv->f) {
-            lval dv = {.kind = LV_DEV, .count = 1, .konst = ops[o].konst};
-            dv.dev = arena_alloc(c->a, (size_t)c->ndev * sizeof *dv.dev);
-            for (int64_t d = 0; d < c->ndev; d++) dv.dev[d] = (double)kv->i[0];
-            ops[o] = dv;
+            dops[o] = (lval){.kind = LV_DEV, .count = 1, .konst = ops[o].konst};
+            dops[o].dev = arena_alloc(c->a, (size_t)c->ndev * sizeof *dops[o].dev);
+            for (int64_t d = 0; d < c->ndev; d++) dops[o].dev[d] = (double)kv->i[0];
         }
-        if (ops[o].kind != LV_DEV) all_dev_or_const = false;
+        if ((dops ? dops[o] : ops[o]).kind != LV_DEV) all_dev_or_const = false;
     }
     if (any_dev && all_dev_or_const) {
         lval r;
-        if (lf_dev_instr(c, s->comp, in, ops, &r)) return r;
+        if (lf_dev_instr(c, s->comp, in, dops ? dops : ops, &r)) return r;
     }
     switch (in->op) {
     case OP_BROADCAST:
