@@ -438,10 +438,26 @@ static bool place_more(lstate *s, lval *out) {
  * chunk(r)·len there (not the same everywhere), 0 along the others: each
  * device's sums of that chunk. false (the op left to the others) when not
  * so. */
+/* Whether a collective-permute or an add uses in's value (through copies):
+ * chunks that go on to a ring, not an unreduced block left as it is. */
+static bool moved_or_added(const hlo_comp *comp, const hlo_instr *in) {
+    uint32_t at = (uint32_t)(in - comp->instrs);
+    for (uint32_t j = at + 1; j < comp->ninstrs; j++) {
+        const hlo_instr *y = &comp->instrs[j];
+        for (uint32_t o = 0; o < y->noperands; o++) {
+            if (y->operands[o] != at) continue;
+            if (y->op == OP_COLLECTIVE_PERMUTE || y->op == OP_ADD) return true;
+            if (y->op == OP_COPY && moved_or_added(comp, y)) return true;
+        }
+    }
+    return false;
+}
+
 static bool chunked(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     uint32_t rank = in->shape.rank;
+    if (!moved_or_added(s->comp, in)) return false;
     lval x = s->ops[0];
     const shape *xs = &s->comp->instrs[in->operands[0]].shape;
     if (in->noperands != 1 + rank || rank > VIEW_MAX_RANK || xs->rank != rank) return false;
