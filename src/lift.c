@@ -282,7 +282,8 @@ bool lf_same_sharding(const view *a, const view *b) {
 void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops, uint32_t n) {
     static const char *const kinds[] = {[LV_UNKNOWN] = "not related", [LV_DEV] = "a device-dependent value",
                                         [LV_TUPLE] = "a tuple", [LV_PW] = "an index value", [LV_MASK] = "a mask",
-                                        [LV_LAYOUT] = "a rearranged value", [LV_WIN] = "a per-device window"};
+                                        [LV_LAYOUT] = "a rearranged value", [LV_WIN] = "a per-device window",
+                                        [LV_PSUB] = "a sum of some devices' shares"};
     for (uint32_t o = 0; o < n; o++) {
         sb_printf(b, "%soperand %u is ", o ? ", " : "", o);
         if (ops[o].kind == LV_TERM) view_print(b, &ops[o].v, c->mesh);
@@ -1152,6 +1153,7 @@ lval lf_lift_instr(lstate *s) {
                                    "related yet", L->from->name, in->name);
             return unknown();
         }
+    if (lf_psub_instr(s, &pwv)) return pwv;
     if (lf_win_instr(s, &pwv)) return pwv;
     for (uint32_t o = 0; o < in->noperands; o++)
         if (ops[o].kind == LV_WIN && !lf_win_rearranged(c, &ops[o])) {
@@ -1194,13 +1196,26 @@ lval lf_lift_instr(lstate *s) {
     }
     /* Device-dependent values first: partition-id and what is computed from it. */
     bool any_dev = in->op == OP_PARTITION_ID || in->op == OP_REPLICA_ID, all_dev_or_const = true;
+    for (uint32_t o = 0; o < in->noperands; o++) any_dev |= ops[o].kind == LV_DEV;
+    /* An integer scalar known on every device (a counted loop's counter,
+     * walked iteration by iteration) beside device values: one of them. */
+    lval dops_stack[4], *dops = any_dev && in->noperands <= 4 ? dops_stack : NULL;
     for (uint32_t o = 0; o < in->noperands; o++) {
-        any_dev |= ops[o].kind == LV_DEV;
-        if (ops[o].kind != LV_DEV) all_dev_or_const = false;
+        const interp_val *kv = dops && ops[o].kind == LV_TERM && !ops[o].v.partial && ops[o].v.rank == 0 &&
+                                       !ops[o].assumed && lf_scale_of(&ops[o]) == 1 && ops[o].cls != EID_NONE
+                                   ? lf_kval(c, ops[o].cls)
+                                   : NULL;
+        if (dops) dops[o] = ops[o];
+        if (kv && kv->n == 1 && kv->i && !kv->f) {
+            dops[o] = (lval){.kind = LV_DEV, .count = 1, .konst = ops[o].konst};
+            dops[o].dev = arena_alloc(c->a, (size_t)c->ndev * sizeof *dops[o].dev);
+            for (int64_t d = 0; d < c->ndev; d++) dops[o].dev[d] = (double)kv->i[0];
+        }
+        if ((dops ? dops[o] : ops[o]).kind != LV_DEV) all_dev_or_const = false;
     }
     if (any_dev && all_dev_or_const) {
         lval r;
-        if (lf_dev_instr(c, s->comp, in, ops, &r)) return r;
+        if (lf_dev_instr(c, s->comp, in, dops ? dops : ops, &r)) return r;
     }
     switch (in->op) {
     case OP_BROADCAST:
@@ -1219,7 +1234,9 @@ lval lf_lift_instr(lstate *s) {
     case OP_REDUCE_SCATTER: return lf_lift_reduce_scatter(s);
     case OP_DYNAMIC_SLICE: return lf_lift_dynamic_slice(s);
     case OP_DYNAMIC_UPDATE_SLICE: {
-        lval r = lf_lift_dynamic_update_slice(s);
+        lval r;
+        if (lf_placed_block(s, &r)) return r;
+        r = lf_lift_dynamic_update_slice(s);
         if (r.kind != LV_UNKNOWN) return r;
         break;
     }
@@ -1468,6 +1485,7 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
         if (v->kind == LV_TERM || (v->kind == LV_WIN && v->cls != EID_NONE))
             view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
         if ((v->kind == LV_TERM || v->kind == LV_WIN) && lf_scale_of(v) != 1) sb_printf(&b, " (times %g)", lf_scale_of(v));
+        for (int64_t d = 0; v->kind == LV_PSUB && d < c->ndev; d++) sb_printf(&b, "%s%llx", d ? " " : "shares ", (unsigned long long)v->psub->sub[d]);
         fprintf(stderr, "view %s kind %d: %s\n", in->name, v->kind, b.s ? b.s : "");
         sb_free(&b);
     }
@@ -1572,6 +1590,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             uint32_t t = lf_type_of(c, bp->shape.dtype, bp->shape.dims, bp->shape.rank);
             uint8_t origin = c->baseline_mode ? EG_BASELINE : EG_DISTRIBUTED;
             *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, origin), inputs[k], false);
+            if (!c->baseline_mode && v->v.partial) v->pid = ++c->npids;
         } else {
             *v = unknown();
         }
@@ -1672,6 +1691,9 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     if (v->zm) v->diff = 0; /* a zero mask's claim is about the term alone */
     lf_scale_track(&s, v);
     if (!c->baseline_mode) lf_track_short(&s, v);
+    /* A partial sum computed here is values of its own (an operand's name
+     * kept only where the op is the identity on it). */
+    if (!same) v->pid = !c->baseline_mode && v->kind == LV_TERM && v->v.partial ? ++c->npids : 0;
     c->ambiguous_now = c->konst_operand_now = c->partial_unsure_now = false;
     v->ambiguous |= amb;
     for (uint32_t o = 0; o < in->noperands && v->kind == LV_TERM && v->v.partial; o++) v->partial_unsure |= ops[o].partial_unsure;
@@ -1783,6 +1805,7 @@ void lift_value_words(strbuf *b, const lval *v, const mesh *m) {
     case LV_TUPLE: sb_printf(b, "tuple of %u", v->n); break;
     case LV_PW: case LV_MASK: case LV_IVEC: sb_puts(b, "index values"); break;
     case LV_LAYOUT: case LV_WIN: sb_puts(b, "pieces rearranged"); break;
+    case LV_PSUB: sb_puts(b, "some devices' shares summed"); break;
     default: sb_puts(b, "unrelated"); break;
     }
 }

@@ -5,8 +5,8 @@
  * lift_shape.c, lift_reduce.c, lift_argmax.c and lift_coll.c (transfer
  * functions by family), lift_loop.c (while loops), lift_layout.c (all-to-all layouts),
  * lift_memo.c (the segment memo), lift_scale.c (constant factors),
- * lift_index.c (LV_PW / LV_MASK), lift_win.c (LV_WIN), lift_zmask.c (zero
- * masks); lift_int.h is what they share.
+ * lift_index.c (LV_PW / LV_MASK), lift_win.c (LV_WIN), lift_psub.c
+ * (LV_PSUB), lift_zmask.c (zero masks); lift_int.h is what they share.
  *
  * The checker first adds the whole baseline to one e-graph (lift_baseline),
  * then walks the distributed program in order (lift_distributed). Every
@@ -40,6 +40,10 @@
  *     result; a local slice of a sharded dim or a collective-permute's
  *     result), below; only layout ops, slices, concatenates, dynamic-slices
  *     and collective-permutes take them, until they are plain views again.
+ *   - LV_PSUB: on every device, the sum of the shares of some devices of a
+ *     partial sum (a ring or butterfly all-reduce written with
+ *     collective-permutes and adds, half done), below; only collective-permutes
+ *     and adds take it, until every device holds a whole group's sum.
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
  * A value that is a constant times a term carries the constant beside it
  * (`scale`) through the ops linear in it, and both sides put it back into the
@@ -75,7 +79,7 @@
 
 #define LIFT_FOLD_MAX 65536
 
-enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT, LV_WIN, LV_IVEC };
+enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT, LV_WIN, LV_IVEC, LV_PSUB };
 
 /* LV_LAYOUT: a local tensor whose dims are runs of atomic factors of the global
  * dims (after an all-to-all, or an all-gather along a dim other than the
@@ -145,6 +149,7 @@ typedef struct lval {
     eid src;                      /* LV_PW / LV_MASK: the source term itself (before shaping) */
     lift_layout *lay;             /* LV_LAYOUT */
     lift_win *win;                /* LV_WIN */
+    struct lift_psub *psub;       /* LV_PSUB */
     struct lval *carry;           /* LV_MASK whose rows and positions are being rearranged (an
                                    * all-to-all's layout): carry[0] the rows (for hit), carry[1]
                                    * the positions (for pos), moved alike; v, hit, pos unused */
@@ -164,7 +169,36 @@ typedef struct lval {
     const hlo_instr *short_at;    /* distributed: a sum collective after which the value stayed
                                    * partial (over the axes it still is), or NULL */
     const hlo_comp *short_comp;
+    uint32_t pid;                 /* distributed partial sum (LV_TERM): names its per-device values,
+                                   * the same through copies, tuples and loop carries, new for every
+                                   * op that computes one (0: none; lift_psub.c) */
 } lval;
+
+/* LV_PSUB (lift_psub.c): `base` is a partial sum (sum) over the mesh axes
+ * `axes` (its group ≤ 64 devices), the values named `pid` on every device; device d holds the sum of the shares (base's local
+ * values) of the devices of its group whose positions (mixed radix over
+ * `axes`, major first) are the bits of sub[d]. `at`: the last op that made
+ * it (blamed when the sum is never complete). */
+typedef struct lift_psub {
+    struct lval base;
+    const hlo_instr *src, *at;         /* src: where the partial sum was first moved (for words) */
+    const hlo_comp *src_comp, *at_comp;
+    uint32_t pid;                      /* the partial sum's per-device values (lval.pid) */
+    uint32_t axes;
+    uint64_t *sub;                     /* ndev */
+    /* Blocks placed into zeros (base from lf_placed_block): device e's share
+     * is its block along dim pdim (of plen elements, over the axes paxes,
+     * exactly `axes`) at its place, zeros elsewhere; pdim -1: not so. */
+    int pdim;
+    int64_t plen;
+    view_dim paxes;
+    /* Chunks (a ring reduce-scatter): on device d, only chunk chunk[d]
+     * (elements [chunk·clen, +clen)) of dim cdim of those sums, taken by a
+     * dynamic-slice (-1: no shares there, zeros); cdim -1: whole values. */
+    int cdim;
+    int64_t clen;
+    int64_t *chunk;                    /* ndev */
+} lift_psub;
 
 /* A zero mask (a dense expert dispatch: every (expert, token) row is sent, the
  * rows not routed to the expert as zeros): a claim about the value's global
@@ -315,6 +349,7 @@ typedef struct lift_ctx {
     struct interp_val **kvals;
     size_t capkvals;
     strmap folds;                         /* (op, attr, type, children) -> the class folded to */
+    uint32_t npids;                       /* partial sums named so far (lval.pid) */
     lval **walked;                        /* per distributed computation (by index): its values
                                            * the last time it was walked (arena), or NULL */
 } lift_ctx;
@@ -323,6 +358,12 @@ typedef struct lift_ctx {
  * as no plain view of a term: left unrelated, blamed on the op where its
  * pieces began; `where` ends the message ("where mul.3 uses them"). */
 void lift_win_unsettled(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *v, const char *where);
+/* An output o (LV_PSUB) whose expected view is want and baseline class
+ * bout: a missing-all-reduce finding where bout is o's partial sum's term,
+ * want that term complete over o's axes and no shares make the sums whole;
+ * o read as its partial sum where want is partial and every share is
+ * counted once; else o is unrelated (lift_psub.c). Other kinds: nothing. */
+void lift_psub_at_output(lift_ctx *c, lval *o, const view *want, eid bout);
 
 /* The value distributed instruction i of comp was lifted to the last time
  * its computation was walked (a loop body: its last walk), or NULL when it

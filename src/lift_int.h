@@ -137,6 +137,14 @@ bool lf_index_as_term(lift_ctx *c, lval *x);
 bool lf_mask_resolves(const lift_ctx *c, const lval *m);
 bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out);
 bool lf_win_instr(lstate *s, lval *out);
+/* lf_psub_instr: a collective-permute of a partial sum or of sums of its
+ * shares, an add of such sums, or any other op meeting one (lift_psub.c);
+ * false when none of these. */
+bool lf_psub_instr(lstate *s, lval *out);
+/* lf_placed_block: a dynamic-update-slice writing each device's block of a
+ * sharded value into zeros at its place, as that value partial over the
+ * axes (lift_psub.c); false otherwise. */
+bool lf_placed_block(lstate *s, lval *out);
 bool lf_win_dynamic_slice_term(lstate *s, uint32_t d, lval *out);
 /* lf_win_rearranged: a window whose pieces are whole runs, the same on the
  * devices that hold the same block along some mesh axes its view does not

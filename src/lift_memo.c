@@ -379,6 +379,7 @@ static uint32_t memo_hit(lift_ctx *c, lf_memo_side *ms, uint32_t r, lval *vals) 
                 continue;
             }
             *v = ms->vals[rr->i0 + p];
+            if (v->pid) v->pid = ++c->npids; /* this run's partial sums are values of their own */
             int32_t m = ms->out_map[q][p];
             if (m >= 0) v->cls = bs->vals[brun->i0 + (uint32_t)m].cls;
             else if (m <= -2) v->cls = vals[run->slots[-2 - m]].cls;

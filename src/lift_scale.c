@@ -303,6 +303,13 @@ double lf_scale_plan(lstate *s) {
 
 void lf_scale_apply(lstate *s, lval *v, double f) {
     if (f == 1) return;
+    if (v->kind == LV_PSUB) { /* the shares summed are the partial sum's, each times f */
+        lval *b = &v->psub->base;
+        b->scale = f * lf_scale_of(b);
+        if (b->scale == 1) b->scale = 0;
+        b->zm = NULL;
+        return;
+    }
     if (!carries(v) || v->cls == EID_NONE) {
         /* Only value kinds carry a factor; what came out as something else
          * (an index analysis, a tuple) cannot say it: unrelated. */

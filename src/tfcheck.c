@@ -1178,6 +1178,191 @@ static void gen_cpermute(interp_rng *r, const smesh *m, inst *t) {
     rel_unary(t, m, xa, 2, xa, 2);
 }
 
+/* Pairs to the device whose coordinate on ax is this one's xor k. */
+static void xor_pairs(strbuf *b, const smesh *m, int ax, int k, bool drop) {
+    sb_puts(b, "source_target_pairs={");
+    int stride = ax == m->naxes - 1 ? 1 : m->sizes[1];
+    for (int d = 0, first = 1; d < m->ndev; d++) {
+        int c = d / stride % m->sizes[ax];
+        if (drop && d == 0) continue;
+        sb_printf(b, "%s{%d,%d}", first ? "" : ",", d, d + ((c ^ k) - c) * stride);
+        first = 0;
+    }
+    sb_puts(b, "}");
+}
+
+/* An all-reduce written by hand over a partial sum d = dot(x, w) with k
+ * sharded on ax (n devices): a ring (d moved one step n-1 times, each move
+ * added), a butterfly (d plus its move to the partner xor 2^s, stage by
+ * stage), or a psum of d moved one step. Bugs: a ring or butterfly one step
+ * short, a pair dropped (that device gets zeros), a ring step sent back or a
+ * butterfly partner used twice (shares counted twice), a psum of d plus its
+ * move (twice the sum). Also the other collectives written so (gen_ring_ag,
+ * gen_ring_rs). */
+static void gen_ring_ag(interp_rng *r, const smesh *m, inst *t, int ax, int variant);
+static void gen_ring_rs(interp_rng *r, const smesh *m, inst *t, int ax, int variant);
+static void gen_ring(interp_rng *r, const smesh *m, inst *t) {
+    int ax = rint_in(r, 0, m->naxes - 1), n = m->sizes[ax], form = rint_in(r, 0, 4), variant = rint_in(r, 0, 1);
+    if (form == 3) return gen_ring_ag(r, m, t, ax, variant);
+    if (form == 4) return gen_ring_rs(r, m, t, ax, variant);
+    static const char *fn[] = {"ring", "butterfly", "psum-moved"};
+    int bug = variant ? rint_in(r, 0, n > 2 ? 2 : 1) : -1; /* 0 short, 1 dropped pair, 2 back / partner twice */
+    if (form == 2 && variant) bug = 3;
+    static const char *bn[] = {"bug-short", "bug-dropped-pair", "bug-twice", "bug-sum-twice"};
+    set_case(t, !variant, "%s-%s", fn[form], variant ? bn[bug] : "ok");
+    int M = dim_for(r, 1), K = dim_for(r, n), N = dim_for(r, 1);
+    int xg[2] = {M, K}, wg[2] = {K, N}, og[2] = {M, N}, xa[2] = {-1, ax}, wa[2] = {ax, -1};
+    int steps = form == 0 ? n - 1 : n == 4 ? 2 : 1;
+    if (bug == 0) steps--;
+    dot_entry(&t->base, false, m, xg, xa, wg, wa, og, true);
+    sb_puts(&t->base, "}\n");
+    strbuf *b = &t->dist;
+    dot_entry(b, true, m, xg, xa, wg, wa, og, false);
+    sb_puts(b, "  %a0 = ");
+    shp(b, og, 2);
+    sb_puts(b, " copy(%d)\n");
+    if (form == 2) {
+        sb_puts(b, "  %m = ");
+        shp(b, og, 2);
+        sb_puts(b, " collective-permute(%d), channel_id=1, ");
+        perm_pairs(b, m, ax, 1, true, false);
+        sb_puts(b, "\n  %s = ");
+        shp(b, og, 2);
+        sb_puts(b, variant ? " add(%d, %m)\n" : " copy(%m)\n");
+        all_reduce(b, true, "o", "s", og, 2, m, 1u << ax, false, "add", 2);
+        sb_puts(b, "}\n");
+    } else {
+        for (int k = 1; k <= steps; k++) {
+            /* ring: the last move moved again; butterfly: the sum so far */
+            sb_printf(b, "  %%m%d = ", k);
+            shp(b, og, 2);
+            if (form == 0) sb_printf(b, " collective-permute(%%%s%d), channel_id=%d, ", k == 1 ? "a" : "m", k - 1, k);
+            else sb_printf(b, " collective-permute(%%a%d), channel_id=%d, ", k - 1, k);
+            bool drop = bug == 1 && k == 1;
+            if (form == 0) perm_pairs(b, m, ax, bug == 2 && k == 2 ? -1 : 1, true, drop);
+            else xor_pairs(b, m, ax, bug == 2 ? 1 : 1 << (k - 1), drop);
+            sb_printf(b, "\n  %%a%d = ", k);
+            shp(b, og, 2);
+            sb_printf(b, " add(%%a%d, %%m%d)\n", k - 1, k);
+        }
+        sb_puts(b, "  ROOT %o = ");
+        shp(b, og, 2);
+        sb_printf(b, " copy(%%a%d)\n}\n", steps);
+    }
+    char xv[64], wv[64];
+    view_str(xv, sizeof xv, m, xa, 2);
+    view_str(wv, sizeof wv, m, wa, 2);
+    const char *iv[2] = {xv, wv};
+    rel_write(t, m, iv, 2, "dup");
+}
+
+/* (coord + n·2 - k) rem n, times len, as %<name>: the block k steps back. */
+static void block_back(strbuf *b, const char *name, int n, int k, int len) {
+    sb_printf(b, "  %%%s.k = s32[] constant(%d)\n  %%%s.n = s32[] constant(%d)\n  %%%s.l = s32[] constant(%d)\n", name,
+              2 * n - k, name, n, name, len);
+    sb_printf(b, "  %%%s.a = s32[] add(%%coord, %%%s.k)\n  %%%s.r = s32[] remainder(%%%s.a, %%%s.n)\n", name, name, name,
+              name, name);
+    sb_printf(b, "  %%%s = s32[] multiply(%%%s.r, %%%s.l)\n", name, name, name);
+}
+
+/* A ring all-gather: x sharded on dim 0 over ax, each device's block put
+ * into zeros at its place, then moved one step n-1 times, each arrival
+ * written at the place of the block it is (k steps back). Bugs: one step
+ * short, a pair dropped, arrivals written k steps ahead (n > 2). */
+static void gen_ring_ag(interp_rng *r, const smesh *m, inst *t, int ax, int variant) {
+    int n = m->sizes[ax], bug = variant ? rint_in(r, 0, n > 2 ? 2 : 1) : -1;
+    static const char *bn[] = {"bug-short", "bug-dropped-pair", "bug-ahead"};
+    set_case(t, !variant, "ring-all-gather-%s", variant ? bn[bug] : "ok");
+    int g[2] = {dim_for(r, n), rint_in(r, 2, 5)}, xa[2] = {ax, -1}, l[2];
+    local_dims(m, g, xa, 2, l);
+    header(&t->base, "base", 1);
+    param(&t->base, "x", 0, g, 2);
+    sb_puts(&t->base, "  ROOT %o = ");
+    shp(&t->base, g, 2);
+    sb_puts(&t->base, " copy(%x)\n}\n");
+    strbuf *b = &t->dist;
+    header(b, "dist", m->ndev);
+    param(b, "x", 0, l, 2);
+    axis_coord(b, m, ax);
+    sb_puts(b, "  %zero = f32[] constant(0)\n  %zeros = ");
+    shp(b, g, 2);
+    sb_puts(b, " broadcast(%zero), dimensions={}\n  %z = s32[] constant(0)\n");
+    block_back(b, "off0", n, 0, l[0]);
+    sb_puts(b, "  %acc0 = ");
+    shp(b, g, 2);
+    sb_puts(b, " dynamic-update-slice(%zeros, %x, %off0, %z)\n  %cur0 = ");
+    shp(b, l, 2);
+    sb_puts(b, " copy(%x)\n");
+    int steps = bug == 0 ? n - 2 : n - 1;
+    for (int k = 1; k <= steps; k++) {
+        sb_printf(b, "  %%cur%d = ", k);
+        shp(b, l, 2);
+        sb_printf(b, " collective-permute(%%cur%d), channel_id=%d, ", k - 1, k);
+        perm_pairs(b, m, ax, 1, true, bug == 1 && k == 1);
+        sb_puts(b, "\n");
+        char nm[16];
+        snprintf(nm, sizeof nm, "off%d", k);
+        block_back(b, nm, n, bug == 2 && k == 1 ? -k : k, l[0]);
+        sb_printf(b, "  %%acc%d = ", k);
+        shp(b, g, 2);
+        sb_printf(b, " dynamic-update-slice(%%acc%d, %%cur%d, %%off%d, %%z)\n", k - 1, k, k);
+    }
+    sb_puts(b, "  ROOT %o = ");
+    shp(b, g, 2);
+    sb_printf(b, " copy(%%acc%d)\n}\n", steps);
+    rel_unary(t, m, xa, 2, (const int[2]){-1, -1}, 2);
+}
+
+/* A ring reduce-scatter of the partial sum d = dot(x, w) (k sharded on ax)
+ * in n chunks of its columns: each device's chunk one step back taken, then
+ * n-1 times moved one step and the next chunk back added, so that device c
+ * ends with chunk c whole (d sharded on dim 1 over ax). Bugs: one step
+ * short (another chunk, one share missing), a step adding the chunk of the
+ * step before. */
+static void gen_ring_rs(interp_rng *r, const smesh *m, inst *t, int ax, int variant) {
+    int n = m->sizes[ax], bug = variant ? rint_in(r, 0, 1) : -1;
+    static const char *bn[] = {"bug-short", "bug-chunk"};
+    set_case(t, !variant, "ring-reduce-scatter-%s", variant ? bn[bug] : "ok");
+    int L = rint_in(r, 1, 3), M = dim_for(r, 1), K = dim_for(r, n), N = n * L;
+    int xg[2] = {M, K}, wg[2] = {K, N}, og[2] = {M, N}, xa[2] = {-1, ax}, wa[2] = {ax, -1}, cl[2] = {M, L};
+    dot_entry(&t->base, false, m, xg, xa, wg, wa, og, true);
+    sb_puts(&t->base, "}\n");
+    strbuf *b = &t->dist;
+    dot_entry(b, true, m, xg, xa, wg, wa, og, false);
+    axis_coord(b, m, ax);
+    sb_puts(b, "  %z = s32[] constant(0)\n");
+    block_back(b, "o0", n, 1, L);
+    sb_puts(b, "  %a0 = ");
+    shp(b, cl, 2);
+    sb_printf(b, " dynamic-slice(%%d, %%z, %%o0), dynamic_slice_sizes={%d,%d}\n", M, L);
+    int steps = bug == 0 ? n - 2 : n - 1;
+    for (int i = 1; i <= steps; i++) {
+        sb_printf(b, "  %%m%d = ", i);
+        shp(b, cl, 2);
+        sb_printf(b, " collective-permute(%%a%d), channel_id=%d, ", i - 1, i);
+        perm_pairs(b, m, ax, 1, true, false);
+        sb_puts(b, "\n");
+        char nm[16];
+        snprintf(nm, sizeof nm, "o%d", i);
+        block_back(b, nm, n, bug == 1 && i == 1 ? 1 : 1 + i, L);
+        sb_printf(b, "  %%c%d = ", i);
+        shp(b, cl, 2);
+        sb_printf(b, " dynamic-slice(%%d, %%z, %%o%d), dynamic_slice_sizes={%d,%d}\n  %%a%d = ", i, M, L, i);
+        shp(b, cl, 2);
+        sb_printf(b, " add(%%m%d, %%c%d)\n", i, i);
+    }
+    sb_puts(b, "  ROOT %o = ");
+    shp(b, cl, 2);
+    sb_printf(b, " copy(%%a%d)\n}\n", steps);
+    char xv[64], wv[64], ov[64];
+    int oa[2] = {-1, ax};
+    view_str(xv, sizeof xv, m, xa, 2);
+    view_str(wv, sizeof wv, m, wa, 2);
+    view_str(ov, sizeof ov, m, oa, 2);
+    const char *iv[2] = {xv, wv};
+    rel_write(t, m, iv, 2, ov);
+}
+
 /* A mean over a sharded contraction (a data-parallel gradient): the
  * baseline scales dot(x, w) by 1/K, K the contracted length; the distributed
  * program contracts its K/n rows (a partial sum), scales and all-reduces:
@@ -1421,14 +1606,15 @@ static void gen_argmax(interp_rng *r, const smesh *m, inst *t) {
 static void (*const gens[TF_FAMILIES])(interp_rng *, const smesh *, inst *) = {
     gen_eltwise, gen_dot_k,   gen_dot_n,    gen_reduce,  gen_gather,  gen_transpose,
     gen_partial, gen_partial2, gen_dslice, gen_rscatter, gen_a2a, gen_slice_concat,
-    gen_fold,    gen_unit_reshape, gen_posemb, gen_zmask, gen_cpermute, gen_scaled, gen_scatter, gen_argmax};
+    gen_fold,    gen_unit_reshape, gen_posemb, gen_zmask, gen_cpermute, gen_scaled, gen_scatter, gen_argmax,
+    gen_ring};
 
 /* In step with gens. */
 static const char *const family_names[TF_FAMILIES] = {
     "eltwise", "dot-k", "dot-n", "reduce", "all-gather", "transpose",
     "partial-op", "partial-sum2", "dynamic-slice", "reduce-scatter", "all-to-all", "slice-concat",
     "constant-fold", "unit-reshape", "row-table", "zero-mask", "collective-permute", "scaled-mean", "scatter-add",
-    "argmax"};
+    "argmax", "partial-ring"};
 
 const char *tf_family_name(uint32_t f) { return f < TF_FAMILIES ? family_names[f] : "?"; }
 

@@ -67,7 +67,7 @@
 
 #include "diag.h"
 
-#define TF_FAMILIES 20
+#define TF_FAMILIES 21
 #define TF_INSTANCES (36 * TF_FAMILIES)  /* the default: 36 per family */
 
 /* The name of family f (< TF_FAMILIES): "eltwise", "dot-k", ... */

@@ -8,6 +8,8 @@
  *     they came from, all-gathered over b, and gathered from a table;
  *   - gather: the same shift all-gathered over a (the functions vary only
  *     along b, so each group holds one function), shifted back, gathered.
+ * And collectives written by hand over a partial sum (tests/cases/psub):
+ * rings, butterflies and an all-gather by placed blocks (partial_rings).
  * Each correct pair is verified; each variant with a wrong pairs list, offset
  * or group is never verified, and is found where the rules can prove it (a
  * wrong pairs direction leaves the output in another view) or where execution
@@ -276,6 +278,136 @@ static void full_mesh(void) {
     graph_free(dm);
 }
 
+#define PSUB "tests/cases/psub/"
+
+/* Collectives written by hand over a partial sum p (a dot of operands
+ * sharded along the contracted dim, t = 4): a ring (p plus p moved one step
+ * three times), a butterfly (pairs i xor 1, then i xor 2), a psum of a
+ * permuted p, an all-gather written as each block put into zeros at its
+ * place and summed (lift_psub.c, lf_placed_block), and a ring all-gather
+ * (each block moved on and written at its place), both also in counted
+ * while loops, and a ring reduce-scatter of chunks. The correct ones are
+ * verified by the rules; a ring one step short or a stage that sends p
+ * itself leaves sums no shares can make whole: a missing all-reduce the
+ * rules find; shares added twice or a dropped pair stay undecided without
+ * execution (some shares could be zero) and are mismatches with it. */
+static void partial_rings(void) {
+    static const char last[] = "ROOT a3 = f32[4,4] add(a2, m3)";
+    static const char step2[] = "channel_id=2, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}";
+    static const char step1[] = "channel_id=1, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}";
+    static const variant ring[] = {
+        {"a ring all-reduce in three steps", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"a ring one step short", last, "ROOT a3 = f32[4,4] copy(a2)", false, VERDICT_MISMATCH, "missing-all-reduce"},
+        {"the second step sent back", step2, "channel_id=2, source_target_pairs={{1,0},{2,1},{3,2},{0,3}}", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"the second step sent back, executed", step2, "channel_id=2, source_target_pairs={{1,0},{2,1},{3,2},{0,3}}", true,
+         VERDICT_MISMATCH, NULL},
+        {"a pair dropped from the first step", step1, "channel_id=1, source_target_pairs={{0,1},{1,2},{2,3}}", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"a pair dropped, executed", step1, "channel_id=1, source_target_pairs={{0,1},{1,2},{2,3}}", true, VERDICT_MISMATCH,
+         NULL},
+        {"the first step's shares moved again", "collective-permute(m2)", "collective-permute(m1)", false, VERDICT_UNVERIFIED,
+         NULL},
+        {"the first step's shares moved again, executed", "collective-permute(m2)", "collective-permute(m1)", true,
+         VERDICT_MISMATCH, NULL},
+    };
+    run_variants("ring", PSUB "dot.base.hlo", PSUB "ring.dist.hlo", PSUB "dot.relations.json", ring, ARRAY_LEN(ring));
+    static const char stage2[] = "channel_id=2, source_target_pairs={{0,2},{1,3},{2,0},{3,1}}";
+    static const variant bfly[] = {
+        {"a butterfly: partners i xor 1, then i xor 2", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"partners i xor 1, then i xor 3", stage2, "channel_id=2, source_target_pairs={{0,3},{1,2},{2,1},{3,0}}", false,
+         VERDICT_VERIFIED, NULL},
+        {"partners i xor 1 twice", stage2, "channel_id=2, source_target_pairs={{0,1},{1,0},{2,3},{3,2}}", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"partners i xor 1 twice, executed", stage2, "channel_id=2, source_target_pairs={{0,1},{1,0},{2,3},{3,2}}", true,
+         VERDICT_MISMATCH, NULL},
+        {"the second stage sends the partial sum, not the pair sums", "collective-permute(a1)", "collective-permute(p)",
+         false, VERDICT_MISMATCH, "missing-all-reduce"},
+    };
+    run_variants("butterfly", PSUB "dot.base.hlo", PSUB "butterfly.dist.hlo", PSUB "dot.relations.json", bfly,
+                 ARRAY_LEN(bfly));
+    static const char root[] = "ROOT r = f32[4,4] all-reduce(m1)";
+    static const variant moved[] = {
+        {"a psum of the partial sum moved one step", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"a psum of the partial sum plus its move: twice the sum", root,
+         "a1 = f32[4,4] add(p, m1)\n  ROOT r = f32[4,4] all-reduce(a1)", false, VERDICT_MISMATCH, "constant-mismatch"},
+        {"the moved partial sum as the output", root, "ROOT r = f32[4,4] copy(m1)", false, VERDICT_MISMATCH,
+         "missing-all-reduce"},
+    };
+    run_variants("moved", PSUB "dot.base.hlo", PSUB "moved.dist.hlo", PSUB "dot.relations.json", moved, ARRAY_LEN(moved));
+    static const variant placed[] = {
+        {"blocks put into zeros at their place, then summed", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"blocks put one row apart", "two = s32[] constant(2)", "two = s32[] constant(1)", false, VERDICT_UNVERIFIED, NULL},
+        {"blocks put one row apart, executed", "two = s32[] constant(2)", "two = s32[] constant(1)", true, VERDICT_MISMATCH,
+         NULL},
+        {"blocks put in reverse order", "r = s32[] convert(pid)",
+         "r0 = s32[] convert(pid)\n  three = s32[] constant(3)\n  r = s32[] subtract(three, r0)", false, VERDICT_UNVERIFIED,
+         NULL},
+        {"blocks put in reverse order, executed", "r = s32[] convert(pid)",
+         "r0 = s32[] convert(pid)\n  three = s32[] constant(3)\n  r = s32[] subtract(three, r0)", true, VERDICT_MISMATCH,
+         NULL},
+    };
+    run_variants("placed", PSUB "placed.base.hlo", PSUB "placed.dist.hlo", PSUB "placed.relations.json", placed,
+                 ARRAY_LEN(placed));
+    static const char pairs1[] = "channel_id=1, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}";
+    static const variant gather[] = {
+        {"a ring all-gather: each block moved on and written at its place", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"a ring all-gather one step short", "ROOT y = f32[8,3] copy(acc3)", "ROOT y = f32[8,3] copy(acc2)", false,
+         VERDICT_MISMATCH, "missing-all-reduce"},
+        {"the first move sent the other way", pairs1, "channel_id=1, source_target_pairs={{1,0},{2,1},{3,2},{0,3}}",
+         false, VERDICT_UNVERIFIED, NULL},
+        {"the first move sent the other way, executed", pairs1,
+         "channel_id=1, source_target_pairs={{1,0},{2,1},{3,2},{0,3}}", true, VERDICT_MISMATCH, NULL},
+        {"a moved block written at the next block's place", "r1b = s32[] subtract(r1a, one)", "r1b = s32[] add(r1a, one)",
+         false, VERDICT_UNVERIFIED, NULL},
+        {"a moved block written at the next block's place, executed", "r1b = s32[] subtract(r1a, one)",
+         "r1b = s32[] add(r1a, one)", true, VERDICT_MISMATCH, NULL},
+        {"one block written twice", "dynamic-update-slice(acc1, x2, off2, z)", "dynamic-update-slice(acc1, x1, off1, z)",
+         false, VERDICT_UNVERIFIED, NULL},
+        {"one block written twice, executed", "dynamic-update-slice(acc1, x2, off2, z)",
+         "dynamic-update-slice(acc1, x1, off1, z)", true, VERDICT_MISMATCH, NULL},
+    };
+    run_variants("gather", PSUB "gather.base.hlo", PSUB "gather.dist.hlo", PSUB "placed.relations.json", gather,
+                 ARRAY_LEN(gather));
+    /* A ring reduce-scatter: each device's chunk of p moved on and the next
+     * chunk added, three times: every device ends with its own chunk whole.
+     * One step short, each chunk lacks one share: right only if that share
+     * is zero there, so undecided without execution. */
+    static const variant rs[] = {
+        {"a ring reduce-scatter of chunks", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"a ring reduce-scatter one step short", "ROOT a3 = f32[4,2] add(m3, d3)", "ROOT a3 = f32[4,2] copy(a2)", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"one step short, executed", "ROOT a3 = f32[4,2] add(m3, d3)", "ROOT a3 = f32[4,2] copy(a2)", true,
+         VERDICT_MISMATCH, NULL},
+        {"a step adding the chunk of the step before", "o2 = s32[] multiply(c2, two)", "o2 = s32[] multiply(c1, two)",
+         false, VERDICT_UNVERIFIED, NULL},
+        {"a step adding the chunk of the step before, executed", "o2 = s32[] multiply(c2, two)",
+         "o2 = s32[] multiply(c1, two)", true, VERDICT_MISMATCH, NULL},
+        {"the second move sent back", "channel_id=2, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}",
+         "channel_id=2, source_target_pairs={{1,0},{2,1},{3,2},{0,3}}", true, VERDICT_MISMATCH, NULL},
+    };
+    run_variants("rs", PSUB "rs.base.hlo", PSUB "rs.dist.hlo", PSUB "rs.relations.json", rs, ARRAY_LEN(rs));
+    /* The same in a counted while loop, walked iteration by iteration. */
+    static const variant ringloop[] = {
+        {"a ring all-reduce in a loop of three steps", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"the loop one step short", "three = s32[] constant(3)", "three = s32[] constant(2)", false, VERDICT_MISMATCH,
+         "missing-all-reduce"},
+    };
+    run_variants("ringloop", PSUB "dot.base.hlo", PSUB "ringloop.dist.hlo", PSUB "dot.relations.json", ringloop,
+                 ARRAY_LEN(ringloop));
+    static const variant gatherloop[] = {
+        {"a ring all-gather in a loop, offsets from the counter", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"the loop one step short", "three = s32[] constant(3)", "three = s32[] constant(2)", false, VERDICT_MISMATCH,
+         "missing-all-reduce"},
+        {"offsets of the blocks the other way", "rb = s32[] subtract(ra, i1)", "rb = s32[] add(ra, i1)", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"offsets of the blocks the other way, executed", "rb = s32[] subtract(ra, i1)", "rb = s32[] add(ra, i1)", true,
+         VERDICT_MISMATCH, NULL},
+    };
+    run_variants("gatherloop", PSUB "gather.base.hlo", PSUB "gatherloop.dist.hlo", PSUB "placed.relations.json",
+                 gatherloop, ARRAY_LEN(gatherloop));
+}
+
 void suite_permute(void);
 /* A permute that swaps d with the major half of t (MaxText's token ids
  * moving from data to tensor) splits t on a mesh inferred from shardings; a
@@ -329,4 +461,5 @@ void suite_permute(void) {
     diagonal();
     full_mesh();
     permute_split();
+    partial_rings();
 }
