@@ -474,13 +474,15 @@ static bool as_entered(lift_ctx *c, const lval *z, const lval *x, lval *out) {
  * body returns every carry as the baseline's body does, under the view and
  * factor it entered with, and the condition is the baseline's. failed[k]:
  * carry k is not kept; only the first failure is said. `loose`: carries whose
- * view is one reading of a constant, where another view is no finding. */
+ * view is one reading of a constant, where another view is no finding.
+ * results (when not NULL): the body's results, with their factors. */
 static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lift_loop *L, const uint32_t *pi,
-                     lval *xs, const bool *loose, bool *failed) {
+                     lval *xs, const bool *loose, bool *failed, lval *results) {
     uint32_t n = carry_count(in);
     lval body, cv, arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
     memset(failed, 0, n + 1);
     loop_walk(c, in, &arg, &body, &cv, true);
+    if (results) *results = body;
     uint32_t bi = called_comp(c->cur, in, A_BODY);
     const hlo_comp *bc = bi != SR_NONE ? &c->cur->comps[bi] : comp;
     if (bi == SR_NONE || body.kind != LV_TUPLE || body.n != n || L->body.kind != LV_TUPLE) {
@@ -570,6 +572,74 @@ static bool first_iteration_reading(lift_ctx *c, const hlo_instr *in, const lift
     }
     lf_loop_mark_undo(c, &m);
     return any;
+}
+
+/* Whether z (over carry variable xa) is one step of the same op as y (over
+ * xb): nodes of their classes with the same op, attributes and type whose
+ * children are the same classes, xa where y has xb. */
+static bool same_step(lift_ctx *c, eid z, eid y, eid xa, eid xb) {
+    xa = eg_find(c->g, xa), xb = eg_find(c->g, xb);
+    if (eg_class_type(c->g, z) != eg_class_type(c->g, y)) return false;
+    for (eid a = eg_class_first(c->g, eg_find(c->g, z)); a != EID_NONE; a = eg_class_next(c->g, a)) {
+        uint32_t na, nb;
+        const eid *ca = eg_node_children(c->g, a, &na);
+        bool uses = false;
+        for (uint32_t i = 0; i < na; i++) uses |= eg_find(c->g, ca[i]) == xa;
+        if (!uses) continue;
+        for (eid b = eg_class_first(c->g, eg_find(c->g, y)); b != EID_NONE; b = eg_class_next(c->g, b)) {
+            const eid *cb = eg_node_children(c->g, b, &nb);
+            if (eg_node_op(c->g, a) != eg_node_op(c->g, b) || eg_node_attr(c->g, a) != eg_node_attr(c->g, b) || na != nb)
+                continue;
+            bool same = true;
+            for (uint32_t i = 0; i < na && same; i++) {
+                eid p = eg_find(c->g, ca[i]), q = eg_find(c->g, cb[i]);
+                same = p == q || (p == xa && q == xb);
+            }
+            if (same) return true;
+        }
+    }
+    return false;
+}
+
+/* Constant carries paired in order among baseline elements that start from
+ * the same constant (zero buffers of one shape, which the partitioner
+ * reorders) are paired again where the body says which: a failed carry k
+ * goes to the tied element j whose update is the same step as k's (the same
+ * op over the same values, k's variable where j has its own). Each element
+ * is taken once; false when no pairing changed. The induction then decides. */
+static bool repair_ties(lift_ctx *c, const lift_loop *L, uint32_t n, uint32_t *pi, lval *xs, const bool *failed,
+                        const bool *guessed, const lval *body) {
+    bool *used = arena_alloc(c->a, L->n + 1), any = false;
+    memset(used, 0, L->n + 1);
+    for (uint32_t k = 0; k < n; k++)
+        if (pi[k] != SR_NONE && !failed[k]) used[pi[k]] = true;
+    uint32_t *np = arena_memdup(c->a, pi, (n + 1) * sizeof *pi);
+    for (uint32_t k = 0; k < n; k++) {
+        if (pi[k] == SR_NONE || !failed[k] || !guessed[k] || body->kind != LV_TUPLE || k >= body->n) continue;
+        lval z;
+        if (!as_entered(c, &body->elems[k], &xs[k], &z)) continue;
+        uint32_t pick = SR_NONE;
+        for (uint32_t j = 0; j < L->n && pick == SR_NONE; j++) {
+            const lval *y = &L->body.elems[j], *bj = &L->init[j], *bk = &L->init[pi[k]];
+            if (used[j] || y->kind != LV_TERM || bj->kind != LV_TERM || bk->kind != LV_TERM ||
+                eg_find(c->g, bj->cls) != eg_find(c->g, bk->cls))
+                continue;
+            if (same_step(c, z.cls, y->cls, L->x[pi[k]], L->x[j])) pick = j;
+        }
+        if (pick == SR_NONE) continue;
+        used[pick] = true;
+        any |= pick != pi[k];
+        np[k] = pick;
+    }
+    if (!any) return false;
+    for (uint32_t k = 0; k < n; k++)
+        if (np[k] != pi[k]) {
+            double f = xs[k].scale;
+            xs[k] = term(L->x[np[k]], xs[k].v, false);
+            xs[k].scale = f;
+            pi[k] = np[k];
+        }
+    return true;
 }
 
 lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
@@ -681,7 +751,13 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
      * taken fails, the other is tried (the first walk undone). */
     bool *failed = arena_alloc(c->a, n + 1);
     lf_loop_mark m0 = lf_loop_mark_take(c);
-    bool ok = loop_try(c, comp, in, L, pi, xs, guessed, failed);
+    lval got;
+    bool ok = loop_try(c, comp, in, L, pi, xs, guessed, failed, &got);
+    /* tied constants paired again as the body's updates say (a few rounds) */
+    for (int round = 0; !ok && round < 3 && repair_ties(c, L, n, pi, xs, failed, guessed, &got); round++) {
+        lf_loop_mark_undo(c, &m0);
+        ok = loop_try(c, comp, in, L, pi, xs, guessed, failed, &got);
+    }
     if (!ok && tup) {
         lval *alt = arena_memdup(c->a, xs, (n + 1) * sizeof *xs);
         bool *altg = arena_memdup(c->a, guessed, n + 1), flip = false, *zero = arena_alloc(c->a, n + 1);
@@ -698,7 +774,7 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
         }
         if (flip) {
             lf_loop_mark_undo(c, &m0);
-            ok = loop_try(c, comp, in, L, pi, alt, altg, failed);
+            ok = loop_try(c, comp, in, L, pi, alt, altg, failed, NULL);
             if (ok) xs = alt;
         }
         /* neither: the zeros as the first iteration leaves them */
@@ -706,14 +782,14 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
         if (!ok && first_iteration_reading(c, in, L, pi, init, zero, first)) {
             for (uint32_t k = 0; k < n; k++) altg[k] = guessed[k] || zero[k];
             lf_loop_mark_undo(c, &m0);
-            ok = loop_try(c, comp, in, L, pi, first, altg, failed);
+            ok = loop_try(c, comp, in, L, pi, first, altg, failed, NULL);
             if (ok) xs = first;
             flip = true;
         }
         if (!ok && flip) {
             /* no reading holds: the first one's reasons stand */
             lf_loop_mark_undo(c, &m0);
-            ok = loop_try(c, comp, in, L, pi, xs, guessed, failed);
+            ok = loop_try(c, comp, in, L, pi, xs, guessed, failed, NULL);
         }
     }
     lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);

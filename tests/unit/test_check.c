@@ -1367,11 +1367,14 @@ static void loop_partial_sum(void) {
  * which the baseline's body computes from a carry it never changes, is
  * computed before the loop and carried unchanged. single: a loop carrying
  * one array (halving it until its largest magnitude, all-reduced, is
- * small). Each is verified by the rules. The wrong variants are never
+ * small). ties: two zero buffers of one shape, carried in the other order
+ * (paired again by what the body writes into them). Each is verified by
+ * the rules. The wrong variants are never
  * verified: a psum without the 1/2 (found by execution), the global 1/8
  * inside the body and no all-reduce (found by the rules), the hoisted mean
- * a psum (execution), and a condition on the local maximum (the devices
- * may stop apart: unverified either way). */
+ * a psum (execution), a condition on the local maximum (the devices
+ * may stop apart: unverified either way), and both buffers written with
+ * the same rows (execution). */
 static void loop_both_kept(void) {
     static const struct {
         const char *fam, *dist;
@@ -1386,6 +1389,8 @@ static void loop_both_kept(void) {
         {"hoist", "hoist-dist-psum", VERDICT_UNVERIFIED, VERDICT_MISMATCH, NULL},
         {"single", "single-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
         {"single", "single-dist-local-max", VERDICT_UNVERIFIED, VERDICT_UNVERIFIED, NULL},
+        {"ties", "ties-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
+        {"ties", "ties-dist-same", VERDICT_UNVERIFIED, VERDICT_MISMATCH, NULL},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++)
         for (int witness = 0; witness < 2; witness++) {
