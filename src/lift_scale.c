@@ -116,6 +116,12 @@ void lf_unscale(lift_ctx *c, lval *x) {
     }
     double s = lf_scale_of(x);
     if (s == 1 || !carries(x) || x->cls == EID_NONE) {
+        /* A factor taken back to 1 (a sum over devices of n/B, a division)
+         * where the baseline puts another into the same term differs as
+         * much as any other factor would. */
+        if (s == 1 && !c->baseline_mode && carries(x) && x->cls != EID_NONE && !x->diff && (x->factor_at || x->summed_at) &&
+            (eg_class_origin(c->g, x->cls) & EG_BASELINE))
+            mark_differ(c, x, 1);
         x->scale = 0;
         return;
     }
