@@ -209,17 +209,24 @@ static bool carry_feeds(const hlo_comp *comp, uint32_t k, uint32_t own) {
     return feeds;
 }
 
-/* Whether instruction i of comp is all zeros: a zero constant, or a
- * broadcast of one (through copies). */
-static bool zero_value(const hlo_comp *comp, uint32_t i) {
+/* Whether instruction i of comp is one constant in every element (a
+ * constant, or a broadcast of one, through copies): *v its value. */
+static bool splat_value(const hlo_comp *comp, uint32_t i, double *v) {
     const hlo_instr *x = &comp->instrs[i];
     while ((x->op == OP_COPY || x->op == OP_BROADCAST) && x->noperands == 1) x = &comp->instrs[x->operands[0]];
     const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
     const hlo_literal *lit = la ? la->v.lit : NULL;
     if (!lit || lit->elided || lit->raw || lit->count < 1 || (!lit->f && !lit->i)) return false;
-    for (int64_t k = 0; k < lit->count; k++)
-        if (lit->f ? lit->f[k] != 0 : lit->i[k] != 0) return false;
+    *v = lit->f ? lit->f[0] : (double)lit->i[0];
+    for (int64_t k = 1; k < lit->count; k++)
+        if ((lit->f ? lit->f[k] : (double)lit->i[k]) != *v) return false;
     return true;
+}
+
+/* Whether instruction i of comp is all zeros. */
+static bool zero_value(const hlo_comp *comp, uint32_t i) {
+    double v;
+    return splat_value(comp, i, &v) && v == 0;
 }
 
 /* The mesh axes (bitmask) over which element k of while loop w's result is
@@ -543,17 +550,20 @@ static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, con
     return ok;
 }
 
-/* A zero carry is the baseline's zeros under every view of its shape and
- * times every factor, so any of them may be the one the induction starts
- * from. The one it holds after the first iteration is the likeliest to be
- * kept: the body is walked once with the zero carries in `which` at their
- * initial value and the others as xs reads them (the walk undone after),
- * and each zero carry is read as that walk leaves it, its factor relative to
- * the one the baseline puts into the same term. Any reading is sound (the
- * zeros hold under it); the induction decides whether the body keeps it.
- * False when no carry got another reading. */
+/* A carry that starts as one constant c in every element is the baseline's
+ * constant under every view that is no partial sum (each device's block, or
+ * the whole, holds c; a maximum or minimum over devices of c is c), and
+ * under a partial sum too when c is 0; zeros are so times every factor as
+ * well. Any of those readings may be the one the induction starts from; the
+ * one the first step leaves is the likeliest to be kept: the body is walked
+ * once with the carries in `which` at their initial value (c[k]) and the
+ * others as xs reads them (the walk undone after), and each is read as that
+ * walk leaves it, its factor relative to the one the baseline puts into the
+ * same term. A reading the constant does not hold under is not taken. The
+ * induction decides whether the body keeps it. False when no carry got
+ * another reading. */
 static bool first_iteration_reading(lift_ctx *c, const hlo_instr *in, const lift_loop *L, const uint32_t *pi, const lval *init,
-                                    const bool *which, lval *xs) {
+                                    const bool *which, const double *cval, lval *xs) {
     uint32_t n = carry_count(in);
     lval body, cv, arg = {.kind = LV_TUPLE, .n = n, .elems = arena_memdup(c->a, xs, (n + 1) * sizeof *xs)};
     for (uint32_t k = 0; k < n; k++)
@@ -566,6 +576,7 @@ static bool first_iteration_reading(lift_ctx *c, const hlo_instr *in, const lift
         if (!which[k] || pi[k] == SR_NONE || z->kind != LV_TERM || z->assumed || z->cls == EID_NONE) continue;
         double f = lf_scale_of(z) / lf_scale_base_factor(c, z->cls);
         if (!isfinite(f) || f == 0 || (view_equal(&z->v, &xs[k].v) && lf_scale_of(&xs[k]) == f)) continue;
+        if (cval[k] != 0 && (f != 1 || (z->v.partial && z->v.red != RED_MAX && z->v.red != RED_MIN))) continue;
         xs[k] = term(L->x[pi[k]], z->v, false);
         xs[k].scale = f == 1 ? 0 : f;
         any = true;
@@ -760,11 +771,13 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
     }
     if (!ok && tup) {
         lval *alt = arena_memdup(c->a, xs, (n + 1) * sizeof *xs);
-        bool *altg = arena_memdup(c->a, guessed, n + 1), flip = false, *zero = arena_alloc(c->a, n + 1);
+        bool *altg = arena_memdup(c->a, guessed, n + 1), flip = false, *splat = arena_alloc(c->a, n + 1);
+        double *cval = arena_alloc(c->a, (n + 1) * sizeof *cval);
+        for (uint32_t k = 0; k < n && k < ti->noperands; k++)
+            splat[k] = failed[k] && alt[k].kind == LV_TERM && vals[ti->operands[k]].konst &&
+                       splat_value(comp, ti->operands[k], &cval[k]) && !isnan(cval[k]);
         for (uint32_t k = 0; k < n && k < ti->noperands; k++) {
-            if (!failed[k] || alt[k].kind != LV_TERM || !vals[ti->operands[k]].konst || !zero_value(comp, ti->operands[k]))
-                continue;
-            zero[k] = true;
+            if (!splat[k] || cval[k] != 0) continue;
             uint32_t p = alt[k].v.partial ? 0 : summed_after(c, comp, in, k);
             if (!alt[k].v.partial && !p) p = ((1u << c->mesh->naxes) - 1) & ~view_axes_used(&alt[k].v);
             if (!alt[k].v.partial && (!p || p > 0xff)) continue;
@@ -777,10 +790,10 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
             ok = loop_try(c, comp, in, L, pi, alt, altg, failed, NULL);
             if (ok) xs = alt;
         }
-        /* neither: the zeros as the first iteration leaves them */
+        /* neither: the constants as the first iteration leaves them */
         lval *first = arena_memdup(c->a, xs, (n + 1) * sizeof *xs);
-        if (!ok && first_iteration_reading(c, in, L, pi, init, zero, first)) {
-            for (uint32_t k = 0; k < n; k++) altg[k] = guessed[k] || zero[k];
+        if (!ok && first_iteration_reading(c, in, L, pi, init, splat, cval, first)) {
+            for (uint32_t k = 0; k < n; k++) altg[k] = guessed[k] || splat[k];
             lf_loop_mark_undo(c, &m0);
             ok = loop_try(c, comp, in, L, pi, first, altg, failed, NULL);
             if (ok) xs = first;

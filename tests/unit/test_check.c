@@ -1367,14 +1367,17 @@ static void loop_partial_sum(void) {
  * which the baseline's body computes from a carry it never changes, is
  * computed before the loop and carried unchanged. single: a loop carrying
  * one array (halving it until its largest magnitude, all-reduced, is
- * small). ties: two zero buffers of one shape, carried in the other order
+ * small). rmax: a running maximum from -inf, partial over dp after one
+ * step (a maximum over devices of -inf is -inf), all-reduced after the
+ * loop. ties: two zero buffers of one shape, carried in the other order
  * (paired again by what the body writes into them). Each is verified by
  * the rules. The wrong variants are never
  * verified: a psum without the 1/2, the global 1/8 inside the body and no
  * all-reduce (found by the rules: a factor taken back to 1 where the
  * baseline has 1/2 differs as any other factor does), the hoisted mean
  * a psum (execution), a condition on the local maximum (the devices
- * may stop apart: unverified either way), and both buffers written with
+ * may stop apart: unverified either way), the running maximum never
+ * all-reduced (the rules), and both buffers written with
  * the same rows (execution). */
 static void loop_both_kept(void) {
     static const struct {
@@ -1390,6 +1393,8 @@ static void loop_both_kept(void) {
         {"hoist", "hoist-dist-psum", VERDICT_UNVERIFIED, VERDICT_MISMATCH, NULL},
         {"single", "single-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
         {"single", "single-dist-local-max", VERDICT_UNVERIFIED, VERDICT_UNVERIFIED, NULL},
+        {"rmax", "rmax-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
+        {"rmax", "rmax-dist-no-max", VERDICT_MISMATCH, VERDICT_MISMATCH, "missing-all-reduce"},
         {"ties", "ties-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
         {"ties", "ties-dist-same", VERDICT_UNVERIFIED, VERDICT_MISMATCH, NULL},
     };
