@@ -21,21 +21,27 @@
  * is an opaque node while_j(init) (nothing is known of it but its name). The
  * distributed loop with the same position in walk order is related to it by
  * induction: each carry element k of its initial value is a baseline initial
- * element j = pi(k) under a view v_k (device-independent counters: equal
- * values); entering the body with x_pi(k) under v_k, the body must return
- * y_pi(k) under v_k, and the condition must be p. Then, iteration by iteration,
- * the distributed carry is the baseline carry under the views, both loops stop
- * together, and result element k is while_pi(k)(init) under v_k. Carries are
- * paired by their initial values, not by position (the partitioner reorders
- * them); a constant one (a zero-filled buffer, a zero sum) under the view that
- * gives it the baseline element's shape (konst_carry); baseline carries the
- * body returns unchanged from the same initial value are one variable
- * (loop_invariants). A distributed carry with no counterpart is ignored when
- * only its own update reads it (carry_feeds, result_read). A zero carry may
- * also be a partial sum of zeros (a gradient summed from per-device partial
- * sums, all-reduced after the loop): read so when a sum follows the loop
- * (summed_after), and the other reading is tried when the one taken fails
- * in the body (loop_try, the first walk undone by lf_loop_mark). */
+ * element j = pi(k) under a view v_k and a constant factor s_k
+ * (device-independent counters: equal values); entering the body with
+ * x_pi(k) under (v_k, s_k), the body must return y_pi(k) under (v_k, s_k),
+ * and the condition must be p. Then, iteration by iteration, the distributed
+ * carry is the baseline carry under the views, both loops stop together, and
+ * result element k is while_pi(k)(init) under (v_k, s_k). Carries are paired
+ * by their initial values, not by position (the partitioner reorders them);
+ * a constant one (a zero-filled buffer, a zero sum) under the view that
+ * gives it the baseline element's shape (konst_carry), ties paired again by
+ * what the body writes into them where the induction fails (repair_ties).
+ * A baseline carry the body returns unchanged is its initial value: its
+ * variable is merged with it (loop_invariants); a distributed one with no
+ * counterpart enters as its value (carry_invariant). Another distributed
+ * carry with no counterpart is ignored when only its own update reads it
+ * (carry_feeds, result_read). A zero carry may also be a partial sum of
+ * zeros (a gradient summed from per-device partial sums, all-reduced after
+ * the loop): read so when a sum follows the loop (summed_after), and the
+ * other reading is tried when the one taken fails in the body (loop_try, the
+ * first walk undone by lf_loop_mark); failing both, a constant carry is read
+ * as the first step leaves it (first_iteration_reading). A loop may carry one
+ * array rather than a tuple (carry_single). */
 typedef struct lift_loop {
     uint32_t n;                   /* carry elements */
     lval *init;                   /* baseline initial elements */
