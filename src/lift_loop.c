@@ -50,6 +50,8 @@ typedef struct lift_loop {
     lval body;                    /* body over x (LV_TUPLE when understood) */
     eid cond;                     /* condition over x, EID_NONE when not a term */
     lval result;                  /* LV_TUPLE of while_j(init) */
+    const hlo_comp *comp;         /* the baseline's loop instruction and its computation */
+    const hlo_instr *in;
 } lift_loop;
 
 static uint32_t called_comp(const hlo_module *m, const hlo_instr *in, int key) {
@@ -134,6 +136,8 @@ lval lf_loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, co
     lift_loop *L = &c->loops[c->nloops++];
     memset(L, 0, sizeof *L);
     L->n = n;
+    L->comp = comp;
+    L->in = in;
     L->shapes = single ? &in->shape : in->shape.tuple;
     L->init = arena_memdup(c->a, init->elems, (n + 1) * sizeof *init->elems);
     for (uint32_t j = 0; j < n; j++) lf_index_as_term(c, &L->init[j]);
@@ -355,10 +359,11 @@ static lval unrolled(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, con
     const hlo_comp *outer_call = c->call_comp;
     c->call_comp = body;
     for (int64_t it = 0; it <= n->trips; it++) {
-        interp_val *k = interp_val_new(cs->dtype, 0, NULL);
-        if (k) interp_val_set(k, 0, (double)(n->c0 + it * n->step));
-        lval counter = k ? term(lf_const_term(c, k, c->origin), view_dup(0), false) : unknown();
-        counter.konst = true;
+        /* the counter as a small integer constant is: one value on every
+         * device (index arithmetic with the device's id then stays exact) */
+        lval counter = {.kind = LV_DEV, .count = 1, .konst = true};
+        counter.dev = arena_alloc(c->a, (size_t)c->ndev * sizeof *counter.dev);
+        for (int64_t d = 0; d < c->ndev; d++) counter.dev[d] = (double)(n->c0 + it * n->step);
         cur.elems[n->k] = counter;
         if (it == n->trips) break;
         lval r = lf_lift_comp(c, body, &cur, NULL, 0);
@@ -659,6 +664,53 @@ static bool repair_ties(lift_ctx *c, const lift_loop *L, uint32_t n, uint32_t *p
     return true;
 }
 
+/* Both loops walked iteration by iteration, where the induction fails and
+ * both are counted loops of the same small trip count (read from the
+ * program texts): the baseline's (its walk resumed on its side, counted
+ * nowhere, its scopes' terms kept) gives its result's terms, merged with
+ * while_j(init) (the loop computes exactly them), and the distributed one's
+ * iterations then relate as straight-line code does. What the failed
+ * induction recorded is undone first (m0). False when not that case. */
+static bool unrolled_both(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *init, const lift_loop *L,
+                          const lf_loop_mark *m0, lval *out) {
+    loop_count nd, nb;
+    if (carry_single(in) || carry_single(L->in) || !loop_counted(c->cur, comp, in, &nd) ||
+        !loop_counted(c->base, L->comp, L->in, &nb) || nd.trips != nb.trips || nd.trips > UNROLL_MAX_TRIPS)
+        return false;
+    uint32_t bb = called_comp(c->base, L->in, A_BODY), db = called_comp(c->cur, in, A_BODY);
+    if (nb.trips * (int64_t)c->base->comps[bb].ninstrs > UNROLL_MAX_INSTRS ||
+        nd.trips * (int64_t)c->cur->comps[db].ninstrs > UNROLL_MAX_INSTRS || carry_shape(L->in, nb.k)->rank != 0 ||
+        carry_shape(in, nd.k)->rank != 0)
+        return false;
+    lf_loop_mark_undo(c, m0);
+    eid *scopes = c->nscopes ? arena_memdup(c->a, c->scope_cls, c->nscopes * sizeof *scopes) : NULL;
+    size_t nscopes = c->nscopes;
+    lval binit = {.kind = LV_TUPLE, .n = L->n, .elems = arena_memdup(c->a, L->init, (L->n + 1) * sizeof *L->init)};
+    lf_walk_side(c, true);
+    c->no_account = true;
+    lval b = unrolled(c, L->comp, L->in, &binit, &nb);
+    lf_unscale(c, &b);
+    c->no_account = false;
+    lf_walk_side(c, false);
+    if (scopes) memcpy(c->scope_cls, scopes, nscopes * sizeof *scopes);
+    bool any = false;
+    for (uint32_t j = 0; b.kind == LV_TUPLE && j < b.n && j < L->n; j++) {
+        const lval *y = &b.elems[j];
+        eid r = L->result.elems[j].cls;
+        if (y->kind != LV_TERM || y->assumed || y->cls == EID_NONE || eg_find(c->g, y->cls) == eg_find(c->g, r) ||
+            eg_class_type(c->g, y->cls) != eg_class_type(c->g, r))
+            continue;
+        eg_union(c->g, r, y->cls, NULL);
+        any = true;
+    }
+    if (any) {
+        eg_rebuild(c->g);
+        lf_kvals_after_unions(c);
+    }
+    *out = unrolled(c, comp, in, init, &nd);
+    return true;
+}
+
 lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
     const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
     bool single = carry_single(in);
@@ -811,6 +863,8 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
             ok = loop_try(c, comp, in, L, pi, xs, guessed, failed, NULL);
         }
     }
+    lval both;
+    if (!ok && unrolled_both(c, comp, in, init, L, &m0, &both)) return both;
     lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
     for (uint32_t k = 0; k < n; k++) {
         const shape *sh = carry_shape(in, k);

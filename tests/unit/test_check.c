@@ -1369,7 +1369,10 @@ static void loop_partial_sum(void) {
  * one array (halving it until its largest magnitude, all-reduced, is
  * small). rmax: a running maximum from -inf, partial over dp after one
  * step (a maximum over devices of -inf is -inf), all-reduced after the
- * loop. ties: two zero buffers of one shape, carried in the other order
+ * loop. dsl: each device sums its own rows of a replicated input, at an
+ * offset of the counter and the device's id (no view over a symbolic
+ * counter: both loops, counted alike, are walked iteration by iteration).
+ * ties: two zero buffers of one shape, carried in the other order
  * (paired again by what the body writes into them). Each is verified by
  * the rules. The wrong variants are never
  * verified: a psum without the 1/2, the global 1/8 inside the body and no
@@ -1377,7 +1380,8 @@ static void loop_partial_sum(void) {
  * baseline has 1/2 differs as any other factor does), the hoisted mean
  * a psum (execution), a condition on the local maximum (the devices
  * may stop apart: unverified either way), the running maximum never
- * all-reduced (the rules), and both buffers written with
+ * all-reduced (the rules), overlapping rows summed (execution), and
+ * both buffers written with
  * the same rows (execution). */
 static void loop_both_kept(void) {
     static const struct {
@@ -1395,6 +1399,8 @@ static void loop_both_kept(void) {
         {"single", "single-dist-local-max", VERDICT_UNVERIFIED, VERDICT_UNVERIFIED, NULL},
         {"rmax", "rmax-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
         {"rmax", "rmax-dist-no-max", VERDICT_MISMATCH, VERDICT_MISMATCH, "missing-all-reduce"},
+        {"dsl", "dsl-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
+        {"dsl", "dsl-dist-overlap", VERDICT_UNVERIFIED, VERDICT_MISMATCH, NULL},
         {"ties", "ties-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
         {"ties", "ties-dist-same", VERDICT_UNVERIFIED, VERDICT_MISMATCH, NULL},
     };
