@@ -181,6 +181,7 @@ eid lf_class_node(lift_ctx *c, eid cls, uint16_t op, uint32_t n, const eid **ch)
  * puts them back into the terms and returns 1); lf_scale_apply gives the
  * result that factor; lf_unscale puts x's factor back into its term. */
 double lf_scale_of(const lval *x);
+double lf_scale_base_factor(lift_ctx *c, eid x); /* the factor the baseline put into term x (1: none) */
 bool lf_scale_take(lstate *s, lval *out);
 double lf_scale_plan(lstate *s);
 void lf_scale_apply(lstate *s, lval *v, double f);

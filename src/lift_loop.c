@@ -22,21 +22,27 @@
  * is an opaque node while_j(init) (nothing is known of it but its name). The
  * distributed loop with the same position in walk order is related to it by
  * induction: each carry element k of its initial value is a baseline initial
- * element j = pi(k) under a view v_k (device-independent counters: equal
- * values); entering the body with x_pi(k) under v_k, the body must return
- * y_pi(k) under v_k, and the condition must be p. Then, iteration by iteration,
- * the distributed carry is the baseline carry under the views, both loops stop
- * together, and result element k is while_pi(k)(init) under v_k. Carries are
- * paired by their initial values, not by position (the partitioner reorders
- * them); a constant one (a zero-filled buffer, a zero sum) under the view that
- * gives it the baseline element's shape (konst_carry); baseline carries the
- * body returns unchanged from the same initial value are one variable
- * (loop_invariants). A distributed carry with no counterpart is ignored when
- * only its own update reads it (carry_feeds, result_read). A zero carry may
- * also be a partial sum of zeros (a gradient summed from per-device partial
- * sums, all-reduced after the loop): read so when a sum follows the loop
- * (summed_after), and the other reading is tried when the one taken fails
- * in the body (loop_try, the first walk undone by lf_loop_mark). */
+ * element j = pi(k) under a view v_k and a constant factor s_k
+ * (device-independent counters: equal values); entering the body with
+ * x_pi(k) under (v_k, s_k), the body must return y_pi(k) under (v_k, s_k),
+ * and the condition must be p. Then, iteration by iteration, the distributed
+ * carry is the baseline carry under the views, both loops stop together, and
+ * result element k is while_pi(k)(init) under (v_k, s_k). Carries are paired
+ * by their initial values, not by position (the partitioner reorders them);
+ * a constant one (a zero-filled buffer, a zero sum) under the view that
+ * gives it the baseline element's shape (konst_carry), ties paired again by
+ * what the body writes into them where the induction fails (repair_ties).
+ * A baseline carry the body returns unchanged is its initial value: its
+ * variable is merged with it (loop_invariants); a distributed one with no
+ * counterpart enters as its value (carry_invariant). Another distributed
+ * carry with no counterpart is ignored when only its own update reads it
+ * (carry_feeds, result_read). A zero carry may also be a partial sum of
+ * zeros (a gradient summed from per-device partial sums, all-reduced after
+ * the loop): read so when a sum follows the loop (summed_after), and the
+ * other reading is tried when the one taken fails in the body (loop_try, the
+ * first walk undone by lf_loop_mark); failing both, a constant carry is read
+ * as the first step leaves it (first_iteration_reading). A loop may carry one
+ * array rather than a tuple (carry_single). */
 typedef struct lift_loop {
     uint32_t n;                   /* carry elements */
     lval *init;                   /* baseline initial elements */
@@ -45,6 +51,8 @@ typedef struct lift_loop {
     lval body;                    /* body over x (LV_TUPLE when understood) */
     eid cond;                     /* condition over x, EID_NONE when not a term */
     lval result;                  /* LV_TUPLE of while_j(init) */
+    const hlo_comp *comp;         /* the baseline's loop instruction and its computation */
+    const hlo_instr *in;
 } lift_loop;
 
 static uint32_t called_comp(const hlo_module *m, const hlo_instr *in, int key) {
@@ -57,42 +65,60 @@ static const hlo_instr *tuple_elem_instr(const hlo_comp *comp, const hlo_instr *
     return t->op == OP_TUPLE && k < t->noperands ? &comp->instrs[t->operands[k]] : NULL;
 }
 
-/* Body and condition of a loop over the carry args (one tuple). */
-static void loop_walk(lift_ctx *c, const hlo_instr *in, lval *args, lval *body, lval *cond) {
+/* A loop may carry one array rather than a tuple: its body and condition
+ * then take that array, and the body returns it. The carry is read as a
+ * tuple of one element either way. */
+static bool carry_single(const hlo_instr *in) { return in->shape.dtype != DT_TUPLE; }
+static uint32_t carry_count(const hlo_instr *in) { return carry_single(in) ? 1 : in->shape.ntuple; }
+static const shape *carry_shape(const hlo_instr *in, uint32_t j) {
+    return carry_single(in) ? &in->shape : &in->shape.tuple[j];
+}
+
+/* Body and condition of a loop over the carry args (a tuple, of one element
+ * for a single-array carry). `keep`: the body's results keep their constant
+ * factors (else they are put back into the terms, as at any tuple). */
+static void loop_walk(lift_ctx *c, const hlo_instr *in, lval *args, lval *body, lval *cond, bool keep) {
     const hlo_module *m = c->cur;
     uint32_t b = called_comp(m, in, A_BODY), k = called_comp(m, in, A_CONDITION);
     const char *sc;
     size_t sn;
     uint32_t outer = c->loop_seg;
+    const hlo_comp *outer_call = c->call_comp;
+    bool single = carry_single(in);
     if (c->baseline_mode) c->loop_seg = sr_scope_top(in, &sc, &sn) ? lf_segment_of(c, sc, sn) : UINT32_MAX;
     c->loop_depth++;
     c->depth++;
-    *body = b != SR_NONE ? lf_lift_comp(c, &m->comps[b], args, NULL, 0) : unknown();
-    *cond = k != SR_NONE ? lf_lift_comp(c, &m->comps[k], args, NULL, 0) : unknown();
+    if (keep && b != SR_NONE) c->call_comp = &m->comps[b];
+    lval *a = single ? args->elems : args;
+    *body = b != SR_NONE ? lf_lift_comp(c, &m->comps[b], a, NULL, 0) : unknown();
+    c->call_comp = outer_call;
+    *cond = k != SR_NONE ? lf_lift_comp(c, &m->comps[k], a, NULL, 0) : unknown();
     c->depth--;
     c->loop_depth--;
     c->loop_seg = outer;
+    if (single && body->kind != LV_UNKNOWN) {
+        lval *e = arena_alloc(c->a, 2 * sizeof *e);
+        e[0] = *body;
+        if (!keep) lf_unscale(c, &e[0]);
+        *body = (lval){.kind = LV_TUPLE, .n = 1, .elems = e};
+    }
 }
 
 /* Carries the body returns unchanged keep their initial value in every
- * iteration; two of them that start from the same value are equal in every
- * iteration, so their variables are merged. A distributed loop that carries
- * that value once (or in other places) then meets the baseline's body
- * whichever of them its carry is related to. */
+ * iteration: the variable of each is merged with that value (two of them
+ * that start from the same value then are one), and so is the loop's result
+ * element. A distributed loop that carries that value once, in other places,
+ * or something computed from it before the loop (a loop-invariant value
+ * hoisted out of the body) then meets the baseline's body. */
 static void loop_invariants(lift_ctx *c, const lift_loop *L) {
     bool any = false;
     for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->n && j < L->body.n; j++) {
         const lval *y = &L->body.elems[j], *e = &L->init[j];
-        if (y->kind != LV_TERM || e->kind != LV_TERM || eg_find(c->g, y->cls) != eg_find(c->g, L->x[j])) continue;
-        for (uint32_t i = 0; i < j; i++) {
-            const lval *yi = &L->body.elems[i], *ei = &L->init[i];
-            if (yi->kind == LV_TERM && ei->kind == LV_TERM && eg_find(c->g, yi->cls) == eg_find(c->g, L->x[i]) &&
-                eg_find(c->g, ei->cls) == eg_find(c->g, e->cls) && eg_find(c->g, L->x[i]) != eg_find(c->g, L->x[j])) {
-                eg_union(c->g, L->x[i], L->x[j], NULL);
-                any = true;
-                break;
-            }
-        }
+        if (y->kind != LV_TERM || e->kind != LV_TERM || e->assumed || e->cls == EID_NONE ||
+            eg_find(c->g, y->cls) != eg_find(c->g, L->x[j]) || eg_find(c->g, e->cls) == eg_find(c->g, L->x[j]))
+            continue;
+        eg_union(c->g, L->x[j], e->cls, NULL);
+        any = true;
     }
     if (!any) return;
     eg_rebuild(c->g);
@@ -102,44 +128,61 @@ static void loop_invariants(lift_ctx *c, const lift_loop *L) {
 lval lf_loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
     const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
     const hlo_instr *ti = in->noperands == 1 ? &comp->instrs[in->operands[0]] : NULL;
-    if (!init || init->kind != LV_TUPLE || in->shape.dtype != DT_TUPLE || in->shape.ntuple != init->n) return unknown();
+    bool single = carry_single(in);
+    lval one = {.kind = LV_TUPLE, .n = 1, .elems = (lval *)init};
+    if (init && single) init = &one, ti = NULL;
+    if (!init || init->kind != LV_TUPLE || carry_count(in) != init->n) return unknown();
     uint32_t n = init->n;
     XGROW(c->loops, c->caploops, c->nloops + 1);
     lift_loop *L = &c->loops[c->nloops++];
     memset(L, 0, sizeof *L);
     L->n = n;
-    L->shapes = in->shape.tuple;
+    L->comp = comp;
+    L->in = in;
+    L->shapes = single ? &in->shape : in->shape.tuple;
     L->init = arena_memdup(c->a, init->elems, (n + 1) * sizeof *init->elems);
     for (uint32_t j = 0; j < n; j++) lf_index_as_term(c, &L->init[j]);
-    init = &(lval){.kind = LV_TUPLE, .n = n, .elems = L->init};
+    lval linit = {.kind = LV_TUPLE, .n = n, .elems = L->init};
+    init = &linit;
     L->x = arena_alloc(c->a, (n + 1) * sizeof *L->x);
     lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs), arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
     eid *ch = arena_alloc(c->a, (n + 1) * sizeof *ch);
     for (uint32_t j = 0; j < n; j++) {
-        const shape *sh = &in->shape.tuple[j];
+        const shape *sh = carry_shape(in, j);
         int64_t k = (int64_t)(1000000 + c->fresh++);
         L->x[j] = eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), lf_type_of(c, sh->dtype, sh->dims, sh->rank), NULL, 0, EG_BASELINE);
         xs[j] = term(L->x[j], view_dup(sh->rank), false);
         const lval *e = &init->elems[j];
-        const hlo_instr *ei = tuple_elem_instr(comp, ti, j);
+        const hlo_instr *ei = ti ? tuple_elem_instr(comp, ti, j) : NULL;
         ch[j] = e->kind == LV_TERM ? e->cls : e->kind == LV_DEV && ei ? lf_dev_constant(c, ei, e) : xs[j].cls;
     }
     lval cv;
-    loop_walk(c, in, &arg, &L->body, &cv);
+    loop_walk(c, in, &arg, &L->body, &cv, false);
     for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->body.n; j++) lf_index_as_term(c, &L->body.elems[j]);
     lf_index_as_term(c, &cv);
     L->cond = cv.kind == LV_TERM ? eg_find(c->g, cv.cls) : EID_NONE;
     loop_invariants(c, L);
     lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
     uint32_t b = called_comp(c->cur, in, A_BODY);
+    bool merged = false;
     for (uint32_t j = 0; j < n; j++) {
-        const shape *sh = &in->shape.tuple[j];
+        const shape *sh = carry_shape(in, j);
         int64_t attr[2] = {j, b == SR_NONE ? 0 : (int64_t)lf_comp_digest(c, c->cur, b)};
         eid r = eg_add(c->g, OP_WHILE, eg_attr(c->g, attr, 2), lf_type_of(c, sh->dtype, sh->dims, sh->rank), ch, n, EG_BASELINE);
+        /* an invariant carry's result is its initial value */
+        if (init->elems[j].kind == LV_TERM && eg_find(c->g, L->x[j]) == eg_find(c->g, init->elems[j].cls) &&
+            eg_find(c->g, r) != eg_find(c->g, ch[j])) {
+            eg_union(c->g, r, ch[j], NULL);
+            merged = true;
+        }
         rs[j] = term(r, view_dup(sh->rank), false);
     }
+    if (merged) {
+        eg_rebuild(c->g);
+        lf_kvals_after_unions(c);
+    }
     L->result = (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
-    return L->result;
+    return single ? rs[0] : L->result;
 }
 
 /* Whether element k of while loop w's result is read after it (any use of
@@ -177,17 +220,24 @@ static bool carry_feeds(const hlo_comp *comp, uint32_t k, uint32_t own) {
     return feeds;
 }
 
-/* Whether instruction i of comp is all zeros: a zero constant, or a
- * broadcast of one (through copies). */
-static bool zero_value(const hlo_comp *comp, uint32_t i) {
+/* Whether instruction i of comp is one constant in every element (a
+ * constant, or a broadcast of one, through copies): *v its value. */
+static bool splat_value(const hlo_comp *comp, uint32_t i, double *v) {
     const hlo_instr *x = &comp->instrs[i];
     while ((x->op == OP_COPY || x->op == OP_BROADCAST) && x->noperands == 1) x = &comp->instrs[x->operands[0]];
     const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
     const hlo_literal *lit = la ? la->v.lit : NULL;
     if (!lit || lit->elided || lit->raw || lit->count < 1 || (!lit->f && !lit->i)) return false;
-    for (int64_t k = 0; k < lit->count; k++)
-        if (lit->f ? lit->f[k] != 0 : lit->i[k] != 0) return false;
+    *v = lit->f ? lit->f[0] : (double)lit->i[0];
+    for (int64_t k = 1; k < lit->count; k++)
+        if ((lit->f ? lit->f[k] : (double)lit->i[k]) != *v) return false;
     return true;
+}
+
+/* Whether instruction i of comp is all zeros. */
+static bool zero_value(const hlo_comp *comp, uint32_t i) {
+    double v;
+    return splat_value(comp, i, &v) && v == 0;
 }
 
 /* The mesh axes (bitmask) over which element k of while loop w's result is
@@ -310,10 +360,11 @@ static lval unrolled(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, con
     const hlo_comp *outer_call = c->call_comp;
     c->call_comp = body;
     for (int64_t it = 0; it <= n->trips; it++) {
-        interp_val *k = interp_val_new(cs->dtype, 0, NULL);
-        if (k) interp_val_set(k, 0, (double)(n->c0 + it * n->step));
-        lval counter = k ? term(lf_const_term(c, k, c->origin), view_dup(0), false) : unknown();
-        counter.konst = true;
+        /* the counter as a small integer constant is: one value on every
+         * device (index arithmetic with the device's id then stays exact) */
+        lval counter = {.kind = LV_DEV, .count = 1, .konst = true};
+        counter.dev = arena_alloc(c->a, (size_t)c->ndev * sizeof *counter.dev);
+        for (int64_t d = 0; d < c->ndev; d++) counter.dev[d] = (double)(n->c0 + it * n->step);
         cur.elems[n->k] = counter;
         if (it == n->trips) break;
         lval r = lf_lift_comp(c, body, &cur, NULL, 0);
@@ -412,18 +463,45 @@ static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uin
     return false;
 }
 
+/* Whether the body of loop in returns carry element k as it takes it (its
+ * root's element k is the parameter's element k; a single-array carry: the
+ * root is the parameter). Such a carry holds its initial value in every
+ * iteration and after the loop. */
+static bool carry_invariant(const hlo_module *m, const hlo_instr *in, uint32_t k) {
+    uint32_t bi = called_comp(m, in, A_BODY), kb;
+    if (bi == SR_NONE) return false;
+    const hlo_comp *body = &m->comps[bi];
+    const hlo_instr *r = &body->instrs[body->root];
+    if (carry_single(in)) return r->op == OP_PARAMETER;
+    return r->op == OP_TUPLE && k < r->noperands && carry_elem(body, &body->instrs[r->operands[k]], &kb) && kb == k;
+}
+
+/* z (a body result with its factor) as the value x entered with: its term
+ * with the factor beyond x's put back (false: z is no term). */
+static bool as_entered(lift_ctx *c, const lval *z, const lval *x, lval *out) {
+    if (z->kind != LV_TERM || z->assumed || z->cls == EID_NONE) return false;
+    *out = *z;
+    double r = lf_scale_of(z) / lf_scale_of(x);
+    if (!isfinite(r) || r == 0) return false;
+    out->scale = fabs(r - 1) <= 1e-12 ? 0 : r;
+    lf_unscale(c, out);
+    return true;
+}
+
 /* Walks the body and condition with the carry xs (each related to baseline
- * carry pi[k] under its view) and checks the induction step: the body returns
- * every carry as the baseline's body does, under the view it entered with,
- * and the condition is the baseline's. failed[k]: carry k is not kept; only
- * the first failure is said. `loose`: carries whose view is one reading of a
- * constant, where another view is no finding. */
+ * carry pi[k] under its view and factor) and checks the induction step: the
+ * body returns every carry as the baseline's body does, under the view and
+ * factor it entered with, and the condition is the baseline's. failed[k]:
+ * carry k is not kept; only the first failure is said. `loose`: carries whose
+ * view is one reading of a constant, where another view is no finding.
+ * results (when not NULL): the body's results, with their factors. */
 static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lift_loop *L, const uint32_t *pi,
-                     lval *xs, const bool *loose, bool *failed) {
-    uint32_t n = in->shape.ntuple;
+                     lval *xs, const bool *loose, bool *failed, lval *results) {
+    uint32_t n = carry_count(in);
     lval body, cv, arg = {.kind = LV_TUPLE, .n = n, .elems = xs};
     memset(failed, 0, n + 1);
-    loop_walk(c, in, &arg, &body, &cv);
+    loop_walk(c, in, &arg, &body, &cv, true);
+    if (results) *results = body;
     uint32_t bi = called_comp(c->cur, in, A_BODY);
     const hlo_comp *bc = bi != SR_NONE ? &c->cur->comps[bi] : comp;
     if (bi == SR_NONE || body.kind != LV_TUPLE || body.n != n || L->body.kind != LV_TUPLE) {
@@ -435,8 +513,9 @@ static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, con
     for (uint32_t k = 0; k < n; k++) {
         if (pi[k] == SR_NONE) continue;
         lf_index_as_term(c, &body.elems[k]);
-        const lval *z = &body.elems[k], *y = &L->body.elems[pi[k]];
-        const hlo_instr *site = tuple_elem_instr(bc, &bc->instrs[bc->root], k);
+        lval zk;
+        const lval *z = as_entered(c, &body.elems[k], &xs[k], &zk) ? &zk : &body.elems[k], *y = &L->body.elems[pi[k]];
+        const hlo_instr *site = carry_single(in) ? &bc->instrs[bc->root] : tuple_elem_instr(bc, &bc->instrs[bc->root], k);
         if (!site) site = in;
         bool same = z->kind == LV_TERM && !z->assumed && y->kind == LV_TERM && eg_find(c->g, z->cls) == eg_find(c->g, y->cls);
         failed[k] = !same || !view_equal(&z->v, &xs[k].v);
@@ -482,9 +561,163 @@ static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, con
     }
     return ok;
 }
+
+/* A carry that starts as one constant c in every element is the baseline's
+ * constant under every view that is no partial sum (each device's block, or
+ * the whole, holds c; a maximum or minimum over devices of c is c), and
+ * under a partial sum too when c is 0; zeros are so times every factor as
+ * well. Any of those readings may be the one the induction starts from; the
+ * one the first step leaves is the likeliest to be kept: the body is walked
+ * once with the carries in `which` at their initial value (c[k]) and the
+ * others as xs reads them (the walk undone after), and each is read as that
+ * walk leaves it, its factor relative to the one the baseline puts into the
+ * same term. A reading the constant does not hold under is not taken. The
+ * induction decides whether the body keeps it. False when no carry got
+ * another reading. */
+static bool first_iteration_reading(lift_ctx *c, const hlo_instr *in, const lift_loop *L, const uint32_t *pi, const lval *init,
+                                    const bool *which, const double *cval, lval *xs) {
+    uint32_t n = carry_count(in);
+    lval body, cv, arg = {.kind = LV_TUPLE, .n = n, .elems = arena_memdup(c->a, xs, (n + 1) * sizeof *xs)};
+    for (uint32_t k = 0; k < n; k++)
+        if (which[k]) arg.elems[k] = init->elems[k];
+    lf_loop_mark m = lf_loop_mark_take(c);
+    loop_walk(c, in, &arg, &body, &cv, true);
+    bool any = false;
+    for (uint32_t k = 0; body.kind == LV_TUPLE && k < n && k < body.n; k++) {
+        lval *z = &body.elems[k];
+        if (!which[k] || pi[k] == SR_NONE || z->kind != LV_TERM || z->assumed || z->cls == EID_NONE) continue;
+        double f = lf_scale_of(z) / lf_scale_base_factor(c, z->cls);
+        if (!isfinite(f) || f == 0 || (view_equal(&z->v, &xs[k].v) && lf_scale_of(&xs[k]) == f)) continue;
+        if (cval[k] != 0 && (f != 1 || (z->v.partial && z->v.red != RED_MAX && z->v.red != RED_MIN))) continue;
+        xs[k] = term(L->x[pi[k]], z->v, false);
+        xs[k].scale = f == 1 ? 0 : f;
+        any = true;
+    }
+    lf_loop_mark_undo(c, &m);
+    return any;
+}
+
+/* Whether z (over carry variable xa) is one step of the same op as y (over
+ * xb): nodes of their classes with the same op, attributes and type whose
+ * children are the same classes, xa where y has xb. */
+static bool same_step(lift_ctx *c, eid z, eid y, eid xa, eid xb) {
+    xa = eg_find(c->g, xa), xb = eg_find(c->g, xb);
+    if (eg_class_type(c->g, z) != eg_class_type(c->g, y)) return false;
+    for (eid a = eg_class_first(c->g, eg_find(c->g, z)); a != EID_NONE; a = eg_class_next(c->g, a)) {
+        uint32_t na, nb;
+        const eid *ca = eg_node_children(c->g, a, &na);
+        bool uses = false;
+        for (uint32_t i = 0; i < na; i++) uses |= eg_find(c->g, ca[i]) == xa;
+        if (!uses) continue;
+        for (eid b = eg_class_first(c->g, eg_find(c->g, y)); b != EID_NONE; b = eg_class_next(c->g, b)) {
+            const eid *cb = eg_node_children(c->g, b, &nb);
+            if (eg_node_op(c->g, a) != eg_node_op(c->g, b) || eg_node_attr(c->g, a) != eg_node_attr(c->g, b) || na != nb)
+                continue;
+            bool same = true;
+            for (uint32_t i = 0; i < na && same; i++) {
+                eid p = eg_find(c->g, ca[i]), q = eg_find(c->g, cb[i]);
+                same = p == q || (p == xa && q == xb);
+            }
+            if (same) return true;
+        }
+    }
+    return false;
+}
+
+/* Constant carries paired in order among baseline elements that start from
+ * the same constant (zero buffers of one shape, which the partitioner
+ * reorders) are paired again where the body says which: a failed carry k
+ * goes to the tied element j whose update is the same step as k's (the same
+ * op over the same values, k's variable where j has its own). Each element
+ * is taken once; false when no pairing changed. The induction then decides. */
+static bool repair_ties(lift_ctx *c, const lift_loop *L, uint32_t n, uint32_t *pi, lval *xs, const bool *failed,
+                        const bool *guessed, const lval *body) {
+    bool *used = arena_alloc(c->a, L->n + 1), any = false;
+    memset(used, 0, L->n + 1);
+    for (uint32_t k = 0; k < n; k++)
+        if (pi[k] != SR_NONE && !failed[k]) used[pi[k]] = true;
+    uint32_t *np = arena_memdup(c->a, pi, (n + 1) * sizeof *pi);
+    for (uint32_t k = 0; k < n; k++) {
+        if (pi[k] == SR_NONE || !failed[k] || !guessed[k] || body->kind != LV_TUPLE || k >= body->n) continue;
+        lval z;
+        if (!as_entered(c, &body->elems[k], &xs[k], &z)) continue;
+        uint32_t pick = SR_NONE;
+        for (uint32_t j = 0; j < L->n && pick == SR_NONE; j++) {
+            const lval *y = &L->body.elems[j], *bj = &L->init[j], *bk = &L->init[pi[k]];
+            if (used[j] || y->kind != LV_TERM || bj->kind != LV_TERM || bk->kind != LV_TERM ||
+                eg_find(c->g, bj->cls) != eg_find(c->g, bk->cls))
+                continue;
+            if (same_step(c, z.cls, y->cls, L->x[pi[k]], L->x[j])) pick = j;
+        }
+        if (pick == SR_NONE) continue;
+        used[pick] = true;
+        any |= pick != pi[k];
+        np[k] = pick;
+    }
+    if (!any) return false;
+    for (uint32_t k = 0; k < n; k++)
+        if (np[k] != pi[k]) {
+            double f = xs[k].scale;
+            xs[k] = term(L->x[np[k]], xs[k].v, false);
+            xs[k].scale = f;
+            pi[k] = np[k];
+        }
+    return true;
+}
+
+/* Both loops walked iteration by iteration, where the induction fails and
+ * both are counted loops of the same small trip count (read from the
+ * program texts): the baseline's (its walk resumed on its side, counted
+ * nowhere, its scopes' terms kept) gives its result's terms, merged with
+ * while_j(init) (the loop computes exactly them), and the distributed one's
+ * iterations then relate as straight-line code does. What the failed
+ * induction recorded is undone first (m0). False when not that case. */
+static bool unrolled_both(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *init, const lift_loop *L,
+                          const lf_loop_mark *m0, lval *out) {
+    loop_count nd, nb;
+    if (carry_single(in) || carry_single(L->in) || !loop_counted(c->cur, comp, in, &nd) ||
+        !loop_counted(c->base, L->comp, L->in, &nb) || nd.trips != nb.trips || nd.trips > UNROLL_MAX_TRIPS)
+        return false;
+    uint32_t bb = called_comp(c->base, L->in, A_BODY), db = called_comp(c->cur, in, A_BODY);
+    if (nb.trips * (int64_t)c->base->comps[bb].ninstrs > UNROLL_MAX_INSTRS ||
+        nd.trips * (int64_t)c->cur->comps[db].ninstrs > UNROLL_MAX_INSTRS || carry_shape(L->in, nb.k)->rank != 0 ||
+        carry_shape(in, nd.k)->rank != 0)
+        return false;
+    lf_loop_mark_undo(c, m0);
+    eid *scopes = c->nscopes ? arena_memdup(c->a, c->scope_cls, c->nscopes * sizeof *scopes) : NULL;
+    size_t nscopes = c->nscopes;
+    lval binit = {.kind = LV_TUPLE, .n = L->n, .elems = arena_memdup(c->a, L->init, (L->n + 1) * sizeof *L->init)};
+    lf_walk_side(c, true);
+    c->no_account = true;
+    lval b = unrolled(c, L->comp, L->in, &binit, &nb);
+    lf_unscale(c, &b);
+    c->no_account = false;
+    lf_walk_side(c, false);
+    if (scopes) memcpy(c->scope_cls, scopes, nscopes * sizeof *scopes);
+    bool any = false;
+    for (uint32_t j = 0; b.kind == LV_TUPLE && j < b.n && j < L->n; j++) {
+        const lval *y = &b.elems[j];
+        eid r = L->result.elems[j].cls;
+        if (y->kind != LV_TERM || y->assumed || y->cls == EID_NONE || eg_find(c->g, y->cls) == eg_find(c->g, r) ||
+            eg_class_type(c->g, y->cls) != eg_class_type(c->g, r))
+            continue;
+        eg_union(c->g, r, y->cls, NULL);
+        any = true;
+    }
+    if (any) {
+        eg_rebuild(c->g);
+        lf_kvals_after_unions(c);
+    }
+    *out = unrolled(c, comp, in, init, &nd);
+    return true;
+}
+
 lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
     const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
-    if (!init || init->kind != LV_TUPLE || in->shape.dtype != DT_TUPLE || in->shape.ntuple != init->n) {
+    bool single = carry_single(in);
+    lval one = {.kind = LV_TUPLE, .n = 1, .elems = (lval *)init};
+    if (init && single) init = &one;
+    if (!init || init->kind != LV_TUPLE || carry_count(in) != init->n) {
         lf_unsupported(c, comp, in, "%s: a while loop whose carry is not a tuple of known values", in->name);
         return unknown();
     }
@@ -493,7 +726,7 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
          * piece (gradient accumulation over microbatches). A counted loop of
          * a few iterations is walked iteration by iteration instead. */
         loop_count n;
-        if (loop_counted(c->cur, comp, in, &n)) return unrolled(c, comp, in, init, &n);
+        if (!single && loop_counted(c->cur, comp, in, &n)) return unrolled(c, comp, in, init, &n);
         lf_unsupported(c, comp, in, "%s: the baseline has no while loop left to relate this one to, and it is no "
                                     "counted loop (a scan) to walk iteration by iteration", in->name);
         return unknown();
@@ -501,8 +734,9 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
     lift_loop *L = &c->loops[c->next_loop++];
     uint32_t n = init->n;
     uint32_t *pi = arena_alloc(c->a, (n + 1) * sizeof *pi);
-    const hlo_instr *ti = &comp->instrs[in->operands[0]];
-    bool *guessed = arena_alloc(c->a, n + 1), *taken = arena_alloc(c->a, L->n + 1);
+    const hlo_instr *ti = single ? NULL : &comp->instrs[in->operands[0]];
+    bool tup = ti && ti->op == OP_TUPLE;
+    bool *guessed = arena_alloc(c->a, n + 1), *taken = arena_alloc(c->a, L->n + 1), *inv = arena_alloc(c->a, n + 1);
     lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs);
     view_dim groups[32];
     uint32_t ngroups = init_groups(init->elems, n, groups, 32);
@@ -510,7 +744,7 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
         lval ek = init->elems[k];
         lf_index_as_term(c, &ek);
         /* an all-to-all result still a layout: its plain view, reshaping the term */
-        if (ek.kind == LV_LAYOUT && !lf_layout_to_term(c, &init->elems[k], &in->shape.tuple[k], true, &ek)) ek = unknown();
+        if (ek.kind == LV_LAYOUT && !lf_layout_to_term(c, &init->elems[k], carry_shape(in, k), true, &ek)) ek = unknown();
         const lval *e = &ek;
         pi[k] = SR_NONE;
         for (uint32_t t = 0; t < L->n && pi[k] == SR_NONE; t++) {
@@ -523,10 +757,20 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
                 pi[k] = j;
         }
         view w;
-        if (pi[k] == SR_NONE && ti->op == OP_TUPLE && k < ti->noperands &&
+        if (pi[k] == SR_NONE && tup && k < ti->noperands &&
             konst_carry(c, comp, vals, ti->operands[k], L, taken, groups, ngroups, &pi[k], &w)) {
             guessed[k] = taken[pi[k]] = true;
             xs[k] = term(L->x[pi[k]], w, false);
+            continue;
+        }
+        /* A carry the body returns as it takes it is its initial value in
+         * every iteration (a loop-invariant value, maybe hoisted out of the
+         * body and carried): when the baseline's loop starts from no such
+         * value (nor from a constant it is a block of), it enters as that
+         * value, paired with nothing. */
+        if (pi[k] == SR_NONE && carry_invariant(c->cur, in, k)) {
+            inv[k] = true;
+            xs[k] = e->kind == LV_TERM ? *e : init->elems[k];
             continue;
         }
         if (pi[k] == SR_NONE && dbg_on(DBG_LIFT)) {
@@ -547,7 +791,7 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
              * own update: not the other carries, the condition, or the code
              * after the loop. It is then unknown (no view is made up for it). */
             uint32_t bi = called_comp(c->cur, in, A_BODY), ci = called_comp(c->cur, in, A_CONDITION);
-            if (bi == SR_NONE || ci == SR_NONE || carry_feeds(&c->cur->comps[bi], k, k) ||
+            if (single || bi == SR_NONE || ci == SR_NONE || carry_feeds(&c->cur->comps[bi], k, k) ||
                 carry_feeds(&c->cur->comps[ci], k, UINT32_MAX) || result_read(comp, in, k)) {
                 lf_unsupported(c, comp, in, "%s: carry element %u enters the loop as no value the baseline's loop starts from",
                                in->name, k);
@@ -556,14 +800,14 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
             xs[k] = unknown();
             continue;
         }
-        xs[k] = term(L->x[pi[k]], e->kind == LV_TERM ? e->v : view_dup(in->shape.tuple[k].rank), false);
+        xs[k] = term(L->x[pi[k]], e->kind == LV_TERM ? e->v : view_dup(carry_shape(in, k)->rank), false);
     }
-    for (uint32_t k = 0; k < n && ti->op == OP_TUPLE && k < ti->noperands; k++) guessed[k] |= vals[ti->operands[k]].konst;
+    for (uint32_t k = 0; k < n && tup && k < ti->noperands; k++) guessed[k] |= vals[ti->operands[k]].konst;
     /* A zero carry summed over mesh axes right after the loop (a gradient
      * accumulated from per-device partial sums, all-reduced once): zeros are a
      * partial sum of zeros, so it enters partial over those axes; the body
      * must keep it so (else unverified: another reading might be kept). */
-    for (uint32_t k = 0; k < n && ti->op == OP_TUPLE && k < ti->noperands; k++) {
+    for (uint32_t k = 0; k < n && tup && k < ti->noperands; k++) {
         if (pi[k] == SR_NONE || xs[k].kind != LV_TERM || xs[k].v.partial || !vals[ti->operands[k]].konst ||
             !zero_value(comp, ti->operands[k]))
             continue;
@@ -577,13 +821,22 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
      * taken fails, the other is tried (the first walk undone). */
     bool *failed = arena_alloc(c->a, n + 1);
     lf_loop_mark m0 = lf_loop_mark_take(c);
-    bool ok = loop_try(c, comp, in, L, pi, xs, guessed, failed);
-    if (!ok && ti->op == OP_TUPLE) {
+    lval got;
+    bool ok = loop_try(c, comp, in, L, pi, xs, guessed, failed, &got);
+    /* tied constants paired again as the body's updates say (a few rounds) */
+    for (int round = 0; !ok && round < 3 && repair_ties(c, L, n, pi, xs, failed, guessed, &got); round++) {
+        lf_loop_mark_undo(c, &m0);
+        ok = loop_try(c, comp, in, L, pi, xs, guessed, failed, &got);
+    }
+    if (!ok && tup) {
         lval *alt = arena_memdup(c->a, xs, (n + 1) * sizeof *xs);
-        bool *altg = arena_memdup(c->a, guessed, n + 1), flip = false;
+        bool *altg = arena_memdup(c->a, guessed, n + 1), flip = false, *splat = arena_alloc(c->a, n + 1);
+        double *cval = arena_alloc(c->a, (n + 1) * sizeof *cval);
+        for (uint32_t k = 0; k < n && k < ti->noperands; k++)
+            splat[k] = failed[k] && alt[k].kind == LV_TERM && vals[ti->operands[k]].konst &&
+                       splat_value(comp, ti->operands[k], &cval[k]) && !isnan(cval[k]);
         for (uint32_t k = 0; k < n && k < ti->noperands; k++) {
-            if (!failed[k] || alt[k].kind != LV_TERM || !vals[ti->operands[k]].konst || !zero_value(comp, ti->operands[k]))
-                continue;
+            if (!splat[k] || cval[k] != 0) continue;
             uint32_t p = alt[k].v.partial ? 0 : summed_after(c, comp, in, k);
             if (!alt[k].v.partial && !p) p = ((1u << c->mesh->naxes) - 1) & ~view_axes_used(&alt[k].v);
             if (!alt[k].v.partial && (!p || p > 0xff)) continue;
@@ -593,25 +846,40 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
         }
         if (flip) {
             lf_loop_mark_undo(c, &m0);
-            ok = loop_try(c, comp, in, L, pi, alt, altg, failed);
-            if (ok) {
-                xs = alt;
-            } else {
-                /* neither reading holds: the first one's reasons stand */
-                lf_loop_mark_undo(c, &m0);
-                ok = loop_try(c, comp, in, L, pi, xs, guessed, failed);
-            }
+            ok = loop_try(c, comp, in, L, pi, alt, altg, failed, NULL);
+            if (ok) xs = alt;
+        }
+        /* neither: the constants as the first iteration leaves them */
+        lval *first = arena_memdup(c->a, xs, (n + 1) * sizeof *xs);
+        if (!ok && first_iteration_reading(c, in, L, pi, init, splat, cval, first)) {
+            for (uint32_t k = 0; k < n; k++) altg[k] = guessed[k] || splat[k];
+            lf_loop_mark_undo(c, &m0);
+            ok = loop_try(c, comp, in, L, pi, first, altg, failed, NULL);
+            if (ok) xs = first;
+            flip = true;
+        }
+        if (!ok && flip) {
+            /* no reading holds: the first one's reasons stand */
+            lf_loop_mark_undo(c, &m0);
+            ok = loop_try(c, comp, in, L, pi, xs, guessed, failed, NULL);
         }
     }
+    lval both;
+    if (!ok && unrolled_both(c, comp, in, init, L, &m0, &both)) return both;
     lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
     for (uint32_t k = 0; k < n; k++) {
-        const shape *sh = &in->shape.tuple[k];
+        const shape *sh = carry_shape(in, k);
         /* a constant's view was a reading the failed induction did not confirm */
-        rs[k] = pi[k] == SR_NONE || (!ok && guessed[k]) ? unknown()
-                : ok ? term(L->result.elems[pi[k]].cls, xs[k].v, false)
-                     : term(lf_fresh_var(c, sh->dtype, sh->dims, sh->rank), xs[k].v, true);
+        if (inv[k]) rs[k] = xs[k];
+        else if (pi[k] == SR_NONE || (!ok && guessed[k])) rs[k] = unknown();
+        else if (ok) {
+            rs[k] = term(L->result.elems[pi[k]].cls, xs[k].v, false);
+            rs[k].scale = xs[k].scale;
+        } else {
+            rs[k] = term(lf_fresh_var(c, sh->dtype, sh->dims, sh->rank), xs[k].v, true);
+        }
     }
-    return (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
+    return single ? rs[0] : (lval){.kind = LV_TUPLE, .n = n, .elems = rs};
 }
 
 /* ---- the walk state a loop (or another reading) saves and undoes ---- */

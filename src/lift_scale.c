@@ -117,6 +117,12 @@ void lf_unscale(lift_ctx *c, lval *x) {
     }
     double s = lf_scale_of(x);
     if (s == 1 || !carries(x) || x->cls == EID_NONE) {
+        /* A factor taken back to 1 (a sum over devices of n/B, a division)
+         * where the baseline puts another into the same term differs as
+         * much as any other factor would. */
+        if (s == 1 && !c->baseline_mode && carries(x) && x->cls != EID_NONE && !x->diff && (x->factor_at || x->summed_at) &&
+            (eg_class_origin(c->g, x->cls) & EG_BASELINE))
+            mark_differ(c, x, 1);
         x->scale = 0;
         return;
     }
@@ -285,11 +291,51 @@ static double result_factor(lstate *s) {
     }
 }
 
+double lf_scale_base_factor(lift_ctx *c, eid x) { return base_factor(c, x); }
+
+/* A sum (add, subtract) of distributed operands with different factors,
+ * s·A + t·B, is also f·((s/f)·A + (t/f)·B) for any f ≠ 0: f is chosen so that
+ * what stays in each term is the factor the baseline put into that same term
+ * (1 where it put none), when one f does so for every operand (zeros aside).
+ * The sum then meets the baseline's and carries f on (an accumulator that
+ * holds n times the baseline's value, a local mean's n/B where the baseline
+ * has 1/B). Over the reals an identity; 0 when there is no such f. */
+static double guided_factor(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (c->baseline_mode || (in->op != OP_ADD && in->op != OP_SUBTRACT) || !dtype_is_float(in->shape.dtype)) return 0;
+    double f = 0;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (zeros(c, x)) continue;
+        if (!carries(x) || x->cls == EID_NONE) return 0;
+        double g = lf_scale_of(x) / base_factor(c, x->cls);
+        if (!isfinite(g) || g == 0 || (f != 0 && fabs(g - f) > 1e-9 * fabs(f))) return 0;
+        f = f == 0 ? g : f;
+    }
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (!scale_fits(&s->ops[o], f)) return 0;
+    return f == 1 ? 0 : f;
+}
+
 double lf_scale_plan(lstate *s) {
     bool any = false;
     for (uint32_t o = 0; o < s->in->noperands; o++) any |= lf_scale_of(&s->ops[o]) != 1;
     if (!any) return 1;
     double f = result_factor(s);
+    if ((f == 0 || !isfinite(f)) && (f = guided_factor(s)) != 0) {
+        for (uint32_t o = 0; o < s->in->noperands; o++) {
+            lval *x = &s->ops[o];
+            if (zeros(s->c, x)) {
+                x->scale = 0;
+                continue;
+            }
+            double r = lf_scale_of(x) / f;
+            x->scale = fabs(r - 1) <= 1e-12 ? 0 : r;
+            lf_unscale(s->c, x);
+        }
+        return f;
+    }
     bool ok = f != 0 && isfinite(f);
     for (uint32_t o = 0; o < s->in->noperands; o++) {
         if (ok && !scale_fits(&s->ops[o], f)) ok = false;

@@ -1338,6 +1338,15 @@ static void loop_induction(void) {
     json_decref(trace);
 }
 
+/* run_with on dir/base.hlo, dir/dist.hlo and dir/rel.json. */
+static int run_in(const char *dir, const char *base, const char *dist, const char *rel, int witness, json_t **trace) {
+    char b[256], d[256], r[256];
+    snprintf(b, sizeof b, "%s/%s.hlo", dir, base);
+    snprintf(d, sizeof d, "%s/%s.hlo", dir, dist);
+    snprintf(r, sizeof r, "%s/%s.json", dir, rel);
+    return run_with(dist, b, d, r, witness, false, trace);
+}
+
 /* A gradient summed over microbatches from per-device partial sums and
  * all-reduced once after the loop (tests/cases/loops/pacc-*, dp:2): the zero
  * accumulator enters the loop as a partial sum of zeros, read so from the
@@ -1357,13 +1366,75 @@ static void loop_partial_sum(void) {
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++)
         for (int witness = 0; witness < 2; witness++) {
-            char b[256], d[256];
-            snprintf(b, sizeof b, "tests/cases/loops/%s.hlo", cases[k].base);
-            snprintf(d, sizeof d, "tests/cases/loops/%s.hlo", cases[k].dist);
             t_case("check loops: a partial sum carried, %s (%s)", cases[k].what, witness ? "with execution" : "rules only");
             json_t *trace = NULL;
-            int v = run_with(cases[k].dist, b, d, "tests/cases/loops/relations-pacc.json", witness, false, &trace);
+            int v = run_in("tests/cases/loops", cases[k].base, cases[k].dist, "relations-pacc", witness, &trace);
             CHECK_MSG(v == (witness ? cases[k].executed : cases[k].rules), "verdict %s", verdict_name(v));
+            json_decref(trace);
+        }
+}
+
+/* Loops both programs keep whose induction needs more than the entry views
+ * (tests/cases/loops/kacc-*, hoist-*, single-*, dp:2, by hand). kacc: a
+ * gradient of local means accumulated over two microbatches from zeros and
+ * pmean'd after the loop; after one step the sum is partial over dp and
+ * twice the baseline's (the local mean's 1/4 against the global 1/8), the
+ * reading the induction starts from. hoist: the mean of the sharded input,
+ * which the baseline's body computes from a carry it never changes, is
+ * computed before the loop and carried unchanged. single: a loop carrying
+ * one array (halving it until its largest magnitude, all-reduced, is
+ * small). rmax: a running maximum from -inf, partial over dp after one
+ * step (a maximum over devices of -inf is -inf), all-reduced after the
+ * loop. dsl: each device sums its own rows of a replicated input, at an
+ * offset of the counter and the device's id (no view over a symbolic
+ * counter: both loops, counted alike, are walked iteration by iteration).
+ * ties: two zero buffers of one shape, carried in the other order
+ * (paired again by what the body writes into them). Each is verified by
+ * the rules. The wrong variants are never
+ * verified: a psum without the 1/2, the global 1/8 inside the body and no
+ * all-reduce (found by the rules: a factor taken back to 1 where the
+ * baseline has 1/2 differs as any other factor does), the hoisted mean
+ * a psum (execution), a condition on the local maximum (the devices
+ * may stop apart: unverified either way), the running maximum never
+ * all-reduced (the rules), overlapping rows summed (execution), and
+ * both buffers written with
+ * the same rows (execution). */
+static void loop_both_kept(void) {
+    static const struct {
+        const char *fam, *dist;
+        int rules, executed;
+        const char *kind; /* the finding the rules make (NULL: none) */
+    } cases[] = {
+        {"kacc", "kacc-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
+        {"kacc", "kacc-dist-psum", VERDICT_MISMATCH, VERDICT_MISMATCH, "wrong-reduction"},
+        {"kacc", "kacc-dist-global-scale", VERDICT_MISMATCH, VERDICT_MISMATCH, "wrong-reduction"},
+        {"kacc", "kacc-dist-no-sum", VERDICT_MISMATCH, VERDICT_MISMATCH, "missing-all-reduce"},
+        {"hoist", "hoist-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
+        {"hoist", "hoist-dist-psum", VERDICT_UNVERIFIED, VERDICT_MISMATCH, NULL},
+        {"single", "single-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
+        {"single", "single-dist-local-max", VERDICT_UNVERIFIED, VERDICT_UNVERIFIED, NULL},
+        {"rmax", "rmax-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
+        {"rmax", "rmax-dist-no-max", VERDICT_MISMATCH, VERDICT_MISMATCH, "missing-all-reduce"},
+        {"dsl", "dsl-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
+        {"dsl", "dsl-dist-overlap", VERDICT_UNVERIFIED, VERDICT_MISMATCH, NULL},
+        {"ties", "ties-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
+        {"ties", "ties-dist-same", VERDICT_UNVERIFIED, VERDICT_MISMATCH, NULL},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(cases); k++)
+        for (int witness = 0; witness < 2; witness++) {
+            char b[64], r[64];
+            snprintf(b, sizeof b, "%s-base", cases[k].fam);
+            snprintf(r, sizeof r, "relations-%s", cases[k].fam);
+            t_case("check loops both keep: %s (%s)", cases[k].dist, witness ? "with execution" : "rules only");
+            json_t *trace = NULL;
+            int v = run_in("tests/cases/loops", b, cases[k].dist, r, witness, &trace);
+            int want = witness ? cases[k].executed : cases[k].rules;
+            CHECK_MSG(v == want, "verdict %s: %s", verdict_name(v), first_message(trace));
+            if (v == VERDICT_MISMATCH && cases[k].kind && !witness) {
+                const char *kind = json_string_value(json_object_get(
+                    json_array_get(json_object_get(trace, "findings"), 0), "kind"));
+                CHECK_MSG(kind && !strcmp(kind, cases[k].kind), "kind %s", kind ? kind : "none");
+            }
             json_decref(trace);
         }
 }
@@ -1400,13 +1471,9 @@ static void factor_differences(void) {
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++)
         for (int w = 0; w < 2; w++) {
-            char b[256], d[256], r[256];
-            snprintf(b, sizeof b, "tests/cases/factors/%s.hlo", cases[k].base);
-            snprintf(d, sizeof d, "tests/cases/factors/%s.hlo", cases[k].dist);
-            snprintf(r, sizeof r, "tests/cases/factors/%s.json", cases[k].rel);
             t_case("check factors %s%s", cases[k].dist, w ? " (with execution)" : "");
             json_t *trace = NULL;
-            int v = run_with(cases[k].dist, b, d, r, w, false, &trace);
+            int v = run_in("tests/cases/factors", cases[k].base, cases[k].dist, cases[k].rel, w, &trace);
             if (cases[k].verdict == -2 && w) CHECK_MSG(v == VERDICT_MISMATCH, "verdict %s", verdict_name(v));
             else if (cases[k].verdict < 0) CHECK_MSG(v != VERDICT_MISMATCH && v != VERDICT_ERROR, "verdict %s", verdict_name(v));
             else CHECK_MSG(v == cases[k].verdict, "verdict %s", verdict_name(v));
@@ -2136,6 +2203,7 @@ void suite_check(void) {
     trace_text_is_dump();
     convolution_partial();
     loop_partial_sum();
+    loop_both_kept();
     loop_induction();
     hand_written_cases();
     scalar_dynamic_slice();
