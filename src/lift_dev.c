@@ -47,6 +47,13 @@ static double cmp_op(const char *dir, double x, double y) {
  * not one we evaluate. Integer semantics: truncating division, C remainder. */
 static bool dev_eval(lift_ctx *c, const hlo_instr *in, const lval *ops, lval *out) {
     int64_t n = shape_elements(&in->shape);
+    if (in->op == OP_BROADCAST && in->noperands == 1 && ops[0].count == 1 && n > MAX_DEV_ELEMS) {
+        /* One number per device, too many positions to tabulate: kept as
+         * that number (a count of 1 is the same at every position), which
+         * index arithmetic reads as a per-device offset. */
+        *out = ops[0];
+        return true;
+    }
     if (n < 0 || n > MAX_DEV_ELEMS) return false;
     lval v = {.kind = LV_DEV, .count = (uint32_t)n};
     v.dev = arena_alloc(c->a, (size_t)(c->ndev * n) * sizeof *v.dev);

@@ -663,13 +663,15 @@ static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
     double *per = arena_alloc(c->a, (size_t)c->ndev * nsd * sizeof *per);
     lval x = {0};
     const lval *off = ii->op == OP_SUBTRACT && ii->noperands == 2 ? &s->vals[ii->operands[1]] : NULL;
-    if (off && off->kind == LV_DEV && n > 0 && (int64_t)off->count == n && !lf_dev_uniform(c, off)) {
+    if (off && off->kind == LV_DEV && n > 0 && ((int64_t)off->count == n || off->count == 1) && !lf_dev_uniform(c, off)) {
         x = s->vals[ii->operands[0]];
         if (lf_is_index(&x) && !lf_index_as_term(c, &x)) return false;
         bool *seen = arena_alloc(c->a, nsd * sizeof *seen);
         for (int64_t r = 0; r < c->ndev; r++) {
             memset(seen, 0, nsd * sizeof *seen);
-            for (uint32_t e = 0; e < off->count; e++) {
+            /* one number per device (a count of 1): the same in every component */
+            for (uint32_t j = 0; j < nsd && off->count == 1; j++) per[r * nsd + j] = off->dev[r], seen[j] = true;
+            for (uint32_t e = 0; e < off->count && off->count > 1; e++) {
                 uint32_t j = (uint32_t)((e / stride) % nsd);
                 double v = off->dev[r * off->count + e];
                 if (!seen[j]) per[r * nsd + j] = v, seen[j] = true;

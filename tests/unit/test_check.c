@@ -1034,7 +1034,9 @@ static void check_undecided(const char *dir, const char *dist, const char *at, c
  * component, blocks swapped, another combiner, the all-reduce dropped or
  * over tp, other rows, partial sums scattered into ones) is found; a window two rows
  * wide along the split dim (a window across two blocks is dropped by both
- * devices, not globally) is never verified, with replicated indices too. */
+ * devices, not globally) is never verified, with replicated indices too.
+ * embed-big: the same with 4096 rows of ids, its offset one number per
+ * device broadcast to more positions than are tabulated. */
 static void scatter_cases(void) {
     static const char max_comp[] = "\n%max (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n"
                                    "  %b = f32[] parameter(1)\n  ROOT %m = f32[] maximum(%a, %b)\n}\n";
@@ -1052,6 +1054,10 @@ static void scatter_cases(void) {
          VERDICT_MISMATCH},
         {"embed, all-reduce over tp", "embed", "embed", "embed", "replica_groups={{0,2},{1,3}}", "replica_groups={{0,1},{2,3}}",
          NULL, VERDICT_MISMATCH},
+        /* the offset broadcast to 8192 positions, more than device values are tabulated for */
+        {"embed, 4096 rows of ids", "embed-big", "embed-big", "embed-big", NULL, NULL, NULL, VERDICT_VERIFIED},
+        {"embed, 4096 rows of ids, offsets of half a block", "embed-big", "embed-big", "embed-big", "{0, 8, 0, 8}",
+         "{0, 4, 0, 4}", NULL, VERDICT_MISMATCH},
         {"take_along_axis", "along", "along", "along", NULL, NULL, NULL, VERDICT_VERIFIED},
         {"take_along_axis, one offset wrong", "along", "along", "along", "{0, 8, 0, 8}", "{0, 8, 0, 4}", NULL, VERDICT_MISMATCH},
         {"columns", "embed", "fsdp", "fsdp", NULL, NULL, NULL, VERDICT_VERIFIED},
@@ -1749,6 +1755,9 @@ static void hand_written_cases(void) {
         {"bias-once/rowpar", "bias added on three devices", "direction=EQ", "direction=NE", VERDICT_MISMATCH, true},
         {"bias-once/rowpar", "bias added on no device", "direction=EQ", "direction=LT", VERDICT_MISMATCH, false},
         {"gather-idx/along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        /* the offset broadcast to 4608 positions, more than device values are tabulated for */
+        {"gather-idx/along-big", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"gather-idx/along-big", "wrong block offset", "constant({0, 4})", "constant({0, 3})", VERDICT_MISMATCH, false},
         {"gather-idx/along", "wrong block offset", "constant({0, 4})", "constant({0, 3})", VERDICT_MISMATCH, false},
         {"gather-idx/along", "block offsets swapped", "constant({0, 4})", "constant({4, 0})", VERDICT_MISMATCH, false},
         {"gather-idx/along", "upper bound off by one", "three = s32[] constant(3)", "three = s32[] constant(4)", VERDICT_MISMATCH, false},
