@@ -242,38 +242,44 @@ static eid mk_zero_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi) {
  * whose every device holds a run of the term with the zeros exactly where
  * the run leaves the term (before its first row or past its last: the first
  * and last device of a halo exchange without wrap-around) is a window of the
- * term padded with zeros there; settled as such when that makes it a plain
- * view (the padding the baseline computes preferred; with baseline_only, only
- * that: a later slice may yet drop the zeros). A zero anywhere else (inside
- * the term) stays a window. */
-static lval win_settle_padded(lift_ctx *c, lval x, bool baseline_only) {
-    const lift_win *w = x.win;
+ * term padded with zeros there, without zeros: in *out (the padding the
+ * baseline computes preferred; with baseline_only, only that). A zero
+ * anywhere else (inside the term) is no such window. */
+static bool win_padded(lift_ctx *c, const lval *x, bool baseline_only, lval *out) {
+    const lift_win *w = x->win;
     uint32_t rank;
-    const int64_t *td = term_dims(c, x.cls, &rank);
+    const int64_t *td = term_dims(c, x->cls, &rank);
     int64_t n = td[w->dim], lo = 0, hi = 0, plo = 0, phi = 0;
     int64_t *k = arena_alloc(c->a, (size_t)c->ndev * sizeof *k);
     for (int64_t r = 0; r < c->ndev; r++) {
         const int64_t *e = w->idx + r * w->len;
         int64_t l0 = 0;
         while (l0 < w->len && e[l0] < 0) l0++;
-        if (l0 == w->len) return x;  /* only zeros: no run to place them by */
+        if (l0 == w->len) return false;  /* only zeros: no run to place them by */
         k[r] = e[l0] - l0;
         for (int64_t l = 0; l < w->len; l++) {
             int64_t v = k[r] + l;
-            if (e[l] >= 0 ? e[l] != v : v >= 0 && v < n) return x;
+            if (e[l] >= 0 ? e[l] != v : v >= 0 && v < n) return false;
             if (v < -lo) lo = -v;
             if (v - n + 1 > hi) hi = v - n + 1;
         }
     }
-    eid p = baseline_pad(c, x.cls, w->dim, lo, hi, &plo, &phi);
-    if (p == EID_NONE && !baseline_only) p = mk_zero_pad(c, x.cls, w->dim, plo = lo, phi = hi);
-    if (p == EID_NONE) return x;
+    eid p = baseline_pad(c, x->cls, w->dim, lo, hi, &plo, &phi);
+    if (p == EID_NONE && !baseline_only) p = mk_zero_pad(c, x->cls, w->dim, plo = lo, phi = hi);
+    if (p == EID_NONE) return false;
     lift_win *nw = win_new(c, w, w->dim, w->len);
     for (int64_t r = 0; r < c->ndev; r++)
         for (int64_t l = 0; l < w->len; l++) nw->idx[r * w->len + l] = k[r] + l + plo;
-    lval y = x;
-    y.cls = p;
-    y.win = nw;
+    *out = *x;
+    out->cls = p;
+    out->win = nw;
+    return true;
+}
+
+/* x as a plain view of the zero-padded term (win_padded), or x. */
+static lval win_settle_padded(lift_ctx *c, lval x, bool baseline_only) {
+    lval y;
+    if (!win_padded(c, &x, baseline_only, &y)) return x;
     y = win_settle(c, y);
     return y.kind == LV_WIN ? x : y;
 }
@@ -1143,6 +1149,8 @@ static bool rows_reduce_window(lstate *s, lval *out) {
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
     uint32_t rank = in->shape.rank, tr;
     win_attr w;
+    lval xp;  /* a halo's edge zeros: rows of the zero-padded term (folded below when init is that zero) */
+    if (x->kind == LV_WIN && !x->win->summed && !win_full(c, x->win) && win_padded(c, x, false, &xp)) x = &xp;
     if (x->kind != LV_WIN || !win_full(c, x->win) || x->v.partial || init->kind != LV_TERM || !view_is_dup(&init->v) ||
         init->v.partial || init->assumed || lf_scale_of(x) != 1 || src->shape.rank != rank || !read_window(in, rank, &w))
         return false;

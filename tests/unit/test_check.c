@@ -1626,7 +1626,9 @@ static void concat_unlike_operands(void) {
  *     the rows outside the array (zero padding already), and the three
  *     taps of a same-size convolution (the middle one the block itself); a
  *     ring permute of the blocks is jnp.roll of the blocks written on the
- *     array reshaped to (blocks, block); a permute to the mirrored device then a
+ *     array reshaped to (blocks, block); a sum over a sliding window of 3
+ *     rows on the block with both halos is the baseline's padded one; a
+ *     permute to the mirrored device then a
  *     reverse is the reverse; GSPMD's cumulative max (all-gather, pad by
  *     the init, per-device dynamic-slice, reduce-window) is the baseline's
  *     padded reduce-window. Wrong: the halo from the other side, the first
@@ -1810,6 +1812,12 @@ static void hand_written_cases(void) {
         {"halo/roll", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"halo/roll", "rolled the other way", "{{0,1},{1,2},{2,3},{3,0}}", "{{1,0},{2,1},{3,2},{0,3}}", VERDICT_MISMATCH,
          false},
+        {"halo/pool", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/pool", "the right halo wrapped around", "{{1,0},{2,1},{3,2}}", "{{1,0},{2,1},{3,2},{0,3}}",
+         VERDICT_MISMATCH, false},
+        {"halo/pool", "halos swapped", "concatenate(%hl, %x, %hr)", "concatenate(%hr, %x, %hl)", VERDICT_MISMATCH, false},
+        {"halo/pool", "sums started at 1", "%z = f32[] constant(0)\n  ROOT", "%z = f32[] constant(1)\n  ROOT",
+         VERDICT_MISMATCH, false},
         {"halo/rev", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"halo/rev", "blocks not moved", "source_target_pairs={{0,3},{1,2},{2,1},{3,0}}",
          "source_target_pairs={{0,0},{1,1},{2,2},{3,3}}", VERDICT_MISMATCH, false},
