@@ -190,34 +190,9 @@ static lval win_settle(lift_ctx *c, lval x) {
     return out;
 }
 
-/* A zero pad of x along dim d alone that the baseline computes, by at least
- * lo before and hi after, the least such (its padding in *plo, *phi);
- * EID_NONE if none. */
-static eid baseline_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi, int64_t *plo, int64_t *phi) {
-    eid best = EID_NONE, fx = eg_find(c->g, x);
-    uint32_t rank;
-    term_dims(c, fx, &rank);
-    for (eid nd = 0; nd < eg_node_count(c->g); nd++) {
-        uint32_t n, nw;
-        if (!eg_node_live(c->g, nd) || eg_node_op(c->g, nd) != OP_PAD) continue;
-        const eid *ch = eg_node_children(c->g, nd, &n);
-        if (n != 2 || eg_find(c->g, ch[0]) != fx || !lf_class_is_zero(c, ch[1])) continue;
-        const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, nd), &nw);
-        if (nw != 2 + 3 * rank || aw[0] != A_PADDING || aw[1] != 3 * rank) continue;
-        bool ok = true;
-        for (uint32_t k = 0; k < rank && ok; k++)
-            ok = aw[2 + 3 * k + 2] == 0 && (k == d ? aw[2 + 3 * k] >= lo && aw[2 + 3 * k + 1] >= hi
-                                                   : aw[2 + 3 * k] == 0 && aw[2 + 3 * k + 1] == 0);
-        eid cls = eg_find(c->g, nd);
-        if (!ok || !(eg_class_origin(c->g, cls) & EG_BASELINE)) continue;
-        int64_t l = aw[2 + 3 * d], h = aw[2 + 3 * d + 1];
-        if (best == EID_NONE || l + h < *plo + *phi) best = cls, *plo = l, *phi = h;
-    }
-    return best;
-}
-
-/* x padded with zeros along dim d, lo before and hi after. */
-static eid mk_zero_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi) {
+/* pad(x, 0) along dim d alone, lo before and hi after, built (add) or only
+ * looked up (EID_NONE when the e-graph has no such node). */
+static eid zero_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi, bool add) {
     uint32_t rank;
     const int64_t *xd = term_dims(c, x, &rank);
     int dt = eg_type_dtype(c->g, eg_class_type(c->g, x));
@@ -229,13 +204,30 @@ static eid mk_zero_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi) {
     pad[3 * d + 1] = hi;
     interp_val *z = interp_val_new(dt, 0, NULL);  /* zero-filled */
     if (!z) return EID_NONE;
-    eid ch[2] = {eg_find(c->g, x), lf_const_term(c, z, c->origin)};
+    eid ch[2] = {eg_find(c->g, x), eg_find(c->g, lf_const_term(c, z, c->origin))};
     hlo_attr at = {.key = A_PADDING, .kind = K_PADDING, .n = rank, .v.ints = pad};
     hlo_instr g = {.name = "pad", .opname = "pad", .op = OP_PAD, .nattrs = 1, .noperands = 2, .attrs = &at};
     g.shape.dtype = (uint8_t)dt;
     g.shape.rank = rank;
     g.shape.dims = dims;
-    return lf_node(c, c->cur, &g, ch, 2, dims, c->origin);
+    if (add) return lf_node(c, c->cur, &g, ch, 2, dims, c->origin);
+    eid n = eg_lookup(c->g, OP_PAD, lf_encode_attrs(c, c->cur, &g), lf_type_of(c, dt, dims, rank), ch, 2);
+    return n == EID_NONE ? EID_NONE : eg_find(c->g, n);
+}
+
+/* A zero pad of x along dim d alone that the baseline computes, by lo
+ * before and hi after or a little more (a halo of one side of a pad on
+ * both), the least such (its padding in *plo, *phi); EID_NONE if none. */
+static eid baseline_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi, int64_t *plo, int64_t *phi) {
+    for (int64_t more = 0; more <= 4; more++)
+        for (int64_t ml = 0; ml <= more; ml++) {
+            eid p = zero_pad(c, x, d, lo + ml, hi + more - ml, false);
+            if (p != EID_NONE && (eg_class_origin(c->g, p) & EG_BASELINE)) {
+                *plo = lo + ml, *phi = hi + more - ml;
+                return p;
+            }
+        }
+    return EID_NONE;
 }
 
 /* A window with zeros (idx -1: where a collective-permute delivered none)
@@ -265,7 +257,7 @@ static bool win_padded(lift_ctx *c, const lval *x, bool baseline_only, lval *out
         }
     }
     eid p = baseline_pad(c, x->cls, w->dim, lo, hi, &plo, &phi);
-    if (p == EID_NONE && !baseline_only) p = mk_zero_pad(c, x->cls, w->dim, plo = lo, phi = hi);
+    if (p == EID_NONE && !baseline_only) p = zero_pad(c, x->cls, w->dim, plo = lo, phi = hi, true);
     if (p == EID_NONE) return false;
     lift_win *nw = win_new(c, w, w->dim, w->len);
     for (int64_t r = 0; r < c->ndev; r++)
