@@ -1284,6 +1284,7 @@ lval lf_lift_instr(lstate *s) {
             if (p && k == p->n && p->n > 0 && (ntrue == 0 || ntrue == p->n)) return ops[ntrue ? 1 : 2];
         }
         lval once;
+        if (lf_select_padding_zeros(s, &once)) return once;
         if (lf_picked_on_some_devices(s, &once)) return once;
         /* Device operands that agree everywhere act as constants. */
         for (uint32_t o = 0; o < in->noperands; o++)
@@ -1786,6 +1787,7 @@ void lift_win_unsettled(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, 
     if (w->summed) snprintf(what, sizeof what, "slices sharded rows whose per-device sums do not cover every row once");
     else if (at->op == OP_COLLECTIVE_PERMUTE) snprintf(what, sizeof what, "moves pieces of dimension %u between devices", w->dim);
     else if (at->op == OP_SLICE) snprintf(what, sizeof what, "slices sharded dimension %u", w->dim);
+    else if (at->op == OP_REVERSE) snprintf(what, sizeof what, "reverses sharded dimension %u (its blocks reverse too)", w->dim);
     else if (at->op == OP_DYNAMIC_SLICE)
         snprintf(what, sizeof what, "slices dimension %u at per-device offsets that are no blocks of a mesh axis", w->dim);
     else snprintf(what, sizeof what, "concatenates along sharded dimension %u", w->dim);

@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- broadcast, reverse, transpose ---- */
@@ -342,6 +343,101 @@ bool lf_lift_pad(lstate *s, lval *out) {
     return true;
 }
 
+/* Whether global element i (rank coordinates) of class x is a zero of a
+ * zero pad: x is pad(y, 0), or a slice of one, and i lands in the padding. */
+static bool in_zero_padding(lift_ctx *c, eid x, const int64_t *i, uint32_t rank) {
+    int64_t q[VIEW_MAX_RANK];
+    memcpy(q, i, rank * sizeof *q);
+    eid n = lf_class_node(c, x, OP_SLICE, 1, NULL);
+    uint32_t nw, nc;
+    if (n != EID_NONE) {
+        const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, n), &nw);
+        if (nw != 2 + 3 * rank || aw[0] != A_SLICE) return false;
+        for (uint32_t k = 0; k < rank; k++) q[k] = aw[2 + 3 * k] + q[k] * aw[2 + 3 * k + 2];
+        x = eg_node_children(c->g, n, &nc)[0];
+    }
+    n = lf_class_node(c, x, OP_PAD, 2, NULL);
+    if (n == EID_NONE) return false;
+    const eid *ch = eg_node_children(c->g, n, &nc);
+    const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, n), &nw);
+    uint32_t yr;
+    const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &yr);
+    if (!lf_class_is_zero(c, ch[1]) || yr != rank || nw != 2 + 3 * rank || aw[0] != A_PADDING) return false;
+    for (uint32_t k = 0; k < rank; k++)
+        if (aw[2 + 3 * k + 2] == 0 && (q[k] < aw[2 + 3 * k] || q[k] >= aw[2 + 3 * k] + yd[k])) return true;
+    return false;
+}
+
+/* The value of instruction i of comp on device r when it is computed from
+ * constants, iotas and the partition id alone (memo[i] caches it, tried[i]
+ * says it was tried; NULL otherwise or when too big to fold). */
+static interp_val *device_value(lift_ctx *c, const hlo_comp *comp, uint32_t i, int64_t r, interp_val **memo, bool *tried,
+                                int depth) {
+    const hlo_instr *in = &comp->instrs[i];
+    if (tried[i] || depth > 32) return memo[i];
+    tried[i] = true;
+    if (in->noperands > 8 || !lf_fold_size_ok(in->shape.dims, in->shape.rank)) return NULL;
+    if (in->op == OP_PARTITION_ID) {
+        interp_val *v = interp_val_new(in->shape.dtype, 0, NULL);
+        if (v) interp_val_set(v, 0, (double)r);
+        return memo[i] = v;
+    }
+    interp_val *ops[8];
+    for (uint32_t k = 0; k < in->noperands; k++)
+        if (!(ops[k] = device_value(c, comp, in->operands[k], r, memo, tried, depth + 1))) return NULL;
+    return memo[i] = interp_eval_instr(c->cur, in, ops, NULL);
+}
+
+/* select(p, x, 0) where p is computed from the partition id, iotas and
+ * constants (GSPMD masking the rows of a halo that fall outside the array)
+ * and x is zero on every device wherever p is false, being there the zero
+ * padding of a pad: x itself. */
+bool lf_select_padding_zeros(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->op != OP_SELECT || in->noperands != 3) return false;
+    const lval *x = &s->ops[1], *z = &s->ops[2];
+    if (x->kind != LV_TERM || x->v.partial || x->assumed || lf_scale_of(x) != 1 || in->shape.rank > VIEW_MAX_RANK) return false;
+    if (z->kind == LV_DEV) lf_uniform_dev_as_term(s, 2);  /* zeros computed like a device value */
+    if (z->kind != LV_TERM || z->v.partial || !view_is_dup(&z->v) || !lf_class_is_zero(c, z->cls)) return false;
+    eid sn = lf_class_node(c, x->cls, OP_SLICE, 1, NULL);
+    uint32_t nc;
+    if (lf_class_node(c, sn == EID_NONE ? x->cls : eg_node_children(c->g, sn, &nc)[0], OP_PAD, 2, NULL) == EID_NONE)
+        return false;  /* no pad to have zeros (before evaluating p) */
+    uint32_t rank = in->shape.rank, xr;
+    eg_type_dims(c->g, eg_class_type(c->g, x->cls), &xr);
+    if (xr != rank || x->v.rank != rank || in->shape.dtype == DT_TUPLE) return false;
+    const hlo_comp *comp = s->comp;
+    interp_val **memo = xcalloc(comp->ninstrs ? comp->ninstrs : 1, sizeof *memo);
+    bool *tried = xcalloc(comp->ninstrs ? comp->ninstrs : 1, sizeof *tried);
+    bool ok = true;
+    for (int64_t r = 0; r < c->ndev && ok; r++) {
+        memset(memo, 0, comp->ninstrs * sizeof *memo);
+        memset(tried, 0, comp->ninstrs * sizeof *tried);
+        const interp_val *pv = device_value(c, comp, in->operands[0], r, memo, tried, 0);
+        ok = pv && pv->dtype == DT_PRED && pv->rank == rank && pv->n * c->ndev <= ((int64_t)1 << 20);
+        int64_t j[VIEW_MAX_RANK] = {0}, g[VIEW_MAX_RANK], blk[VIEW_MAX_RANK];
+        for (uint32_t k = 0; ok && k < rank; k++) {
+            const view_dim *vd = &x->v.dims[k];
+            blk[k] = 0;
+            for (uint32_t a = 0; a < vd->naxes; a++) blk[k] = blk[k] * c->mesh->sizes[vd->axes[a]] + mesh_coord(c->mesh, r, vd->axes[a]);
+        }
+        for (int64_t e = 0; ok && e < pv->n; e++) {
+            for (uint32_t k = 0; k < rank; k++) g[k] = blk[k] * in->shape.dims[k] + j[k];
+            ok = pv->i[e] || in_zero_padding(c, x->cls, g, rank);
+            for (uint32_t k = rank; k-- > 0;)
+                if (++j[k] < in->shape.dims[k]) break;
+                else j[k] = 0;
+        }
+        for (uint32_t i = 0; i < comp->ninstrs; i++) interp_val_free(memo[i]);
+    }
+    free(memo);
+    free(tried);
+    if (!ok) return false;
+    *out = *x;
+    return true;
+}
+
 lval lf_with_scalar(lstate *s, const lval *x, const lval *k) {
     lift_ctx *c = s->c;
     int64_t dims[VIEW_MAX_RANK];
@@ -605,6 +701,10 @@ lval lf_lift_dynamic_slice(lstate *s) {
             bound = true;
         }
         if (!bound && c->mesh_inferred) {
+            /* Followed per partition id as a window (a cumulative op's
+             * shifted pieces), which no mesh axis needs to name. */
+            lval w;
+            if (lf_win_dynamic_slice_term(s, d, &w)) return w;
             lf_unsupported(c, s->comp, in, "%s slices at offsets that select no block of the mesh inferred from the shardings", in->name);
             return unknown();
         }

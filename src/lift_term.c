@@ -459,6 +459,25 @@ bool lf_reducer_identity(lift_ctx *c, const hlo_module *m, const hlo_instr *in, 
     }
 }
 
+/* slice `in` of x when x is a pad (without interior padding) and the slice
+ * cuts exactly its padding off: the pad's operand, whatever the padding
+ * value (a halo's middle tap, slice(pad(x, 1, 1))[1:n+1]); else EID_NONE. */
+static eid pad_cut_off(lift_ctx *c, const hlo_instr *in, eid x) {
+    const hlo_attr *sa = instr_attr(in, A_SLICE);
+    eid pn = lf_class_node(c, x, OP_PAD, 2, NULL);
+    if (!sa || pn == EID_NONE) return EID_NONE;
+    uint32_t nc, nw, rank;
+    eid y = eg_node_children(c->g, pn, &nc)[0];
+    const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, y), &rank);
+    const int64_t *pw = eg_attr_words(c->g, eg_node_attr(c->g, pn), &nw);
+    if (sa->n != rank || nw != 2 + 3 * rank || pw[0] != A_PADDING) return EID_NONE;
+    for (uint32_t k = 0; k < rank; k++) {
+        const int64_t *p = pw + 2 + 3 * k, *sl = sa->v.ints + 3 * k;
+        if (p[2] != 0 || sl[0] != p[0] || sl[1] != p[0] + yd[k] || sl[2] != 1) return EID_NONE;
+    }
+    return eg_find(c->g, y);
+}
+
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
                 uint8_t origin) {
     uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
@@ -479,6 +498,10 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
          merged_reduce(c, m, in, ch, &ri, &rch[0]))) {
         rch[1] = ch[1];
         return lf_node(c, m, &ri, rch, 2, dims, origin);
+    }
+    if (in->op == OP_SLICE && n == 1) {
+        eid y = pad_cut_off(c, in, ch[0]);
+        if (y != EID_NONE) return y;
     }
     uint32_t attr = lf_encode_attrs(c, m, in);
     /* A term folded before (the same op over the same classes; layers repeat

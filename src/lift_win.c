@@ -2,7 +2,9 @@
  * dims, concatenations and dynamic-slices of them, and collective-permute,
  * followed exactly per device until the pieces are the blocks of a plain view
  * again (GSPMD's rotate-half of RoPE at tp8: a local slice, a permute, a
- * concatenate, a dynamic-slice).
+ * concatenate, a dynamic-slice). Zeros a permute leaves at the edges are a
+ * zero pad's (halo exchanges); reverse and reduce-window of windows follow
+ * the pieces too (reversed device order, cumulative ops).
  */
 #include "interp.h"
 #include "lift.h"
@@ -76,10 +78,43 @@ static eid runs_term(lift_ctx *c, eid x, uint32_t d, const int64_t *at, int64_t 
     return lf_mk_concat(c, ch, nch, d);
 }
 
+/* runs_term read with dim d split into (n, len), whole runs of blocks
+ * along the new dim n, reshaped back (jnp.roll of the blocks written on the
+ * reshaped array); EID_NONE when the blocks do not tile the dim. */
+static eid split_runs_term(lift_ctx *c, eid x, uint32_t d, const int64_t *at, int64_t n, int64_t len) {
+    uint32_t rank;
+    const int64_t *td = term_dims(c, x, &rank);
+    if (rank + 1 > VIEW_MAX_RANK || d >= rank || n * len != td[d] || n > 64) return EID_NONE;
+    int64_t dims[VIEW_MAX_RANK], at2[64];
+    for (uint32_t k = 0, j = 0; k < rank; k++) {
+        if (k == d) dims[j++] = n, dims[j++] = len;
+        else dims[j++] = td[k];
+    }
+    for (int64_t b = 0; b < n; b++) {
+        if (at[b] % len) return EID_NONE;
+        at2[b] = at[b] / len;
+    }
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, x));
+    eid x2 = lf_mk_reshape(c, x, lf_type_of(c, dt, dims, rank + 1), c->origin);
+    eid t2 = runs_term(c, x2, d, at2, n, 1);
+    return t2 == EID_NONE ? EID_NONE : lf_mk_reshape(c, t2, eg_class_type(c->g, x), c->origin);
+}
+
+static lval win_settle_padded(lift_ctx *c, lval x, bool baseline_only);
+
 bool lf_win_rearranged(lift_ctx *c, lval *x) {
     const lift_win *w = x->win;
     const mesh *m = c->mesh;
     if (x->kind != LV_WIN || w->summed || w->len < 1) return false;
+    /* Zeros a permute left: a plain view of the padded term, if any (only
+     * here, where an op needs one: a later slice may yet drop them). */
+    for (int64_t k = 0; k < c->ndev * w->len; k++)
+        if (w->idx[k] < 0) {
+            lval y = win_settle_padded(c, *x, false);
+            if (y.kind != LV_TERM) return false;
+            *x = y;
+            return true;
+        }
     uint32_t used = view_axes_used(&x->v), rank;
     const int64_t *td = term_dims(c, x->cls, &rank);
     for (int64_t r = 0; r < c->ndev; r++)
@@ -105,6 +140,7 @@ bool lf_win_rearranged(lift_ctx *c, lval *x) {
             /* Only an arrangement the baseline computes too (jnp.roll) is
              * taken: any other stays a window, reported where it began. */
             eid t = runs_term(c, x->cls, w->dim, at, parts, w->len);
+            if (t != EID_NONE && !(eg_class_origin(c->g, t) & EG_BASELINE)) t = split_runs_term(c, x->cls, w->dim, at, parts, w->len);
             if (t == EID_NONE || !(eg_class_origin(c->g, t) & EG_BASELINE)) return false;
             lval out = term(t, x->v, x->assumed);
             out.konst = x->konst;
@@ -126,6 +162,8 @@ static lval win_settle(lift_ctx *c, lval x) {
     const int64_t *td = term_dims(c, x.cls, &rank);
     double *base = arena_alloc(c->a, (size_t)c->ndev * sizeof *base);
     bool uniform = true;
+    for (int64_t k = 0; k < c->ndev * w->len; k++)
+        if (w->idx[k] < 0) return win_settle_padded(c, x, true);
     for (int64_t r = 0; r < c->ndev; r++) {
         int64_t b = w->idx[r * w->len];
         if (b < 0) return x;
@@ -150,6 +188,92 @@ static lval win_settle(lift_ctx *c, lval x) {
     out.ambiguous = x.ambiguous;
     if (mask) out.v.dims[w->dim] = lf_axes_dim(c, mask);
     return out;
+}
+
+/* pad(x, 0) along dim d alone, lo before and hi after, built (add) or only
+ * looked up (EID_NONE when the e-graph has no such node). */
+static eid zero_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi, bool add) {
+    uint32_t rank;
+    const int64_t *xd = term_dims(c, x, &rank);
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, x));
+    if (rank > VIEW_MAX_RANK || d >= rank) return EID_NONE;
+    int64_t dims[VIEW_MAX_RANK], pad[3 * VIEW_MAX_RANK] = {0};
+    memcpy(dims, xd, rank * sizeof *dims);
+    dims[d] += lo + hi;
+    pad[3 * d] = lo;
+    pad[3 * d + 1] = hi;
+    interp_val *z = interp_val_new(dt, 0, NULL);  /* zero-filled */
+    if (!z) return EID_NONE;
+    eid ch[2] = {eg_find(c->g, x), eg_find(c->g, lf_const_term(c, z, c->origin))};
+    hlo_attr at = {.key = A_PADDING, .kind = K_PADDING, .n = rank, .v.ints = pad};
+    hlo_instr g = {.name = "pad", .opname = "pad", .op = OP_PAD, .nattrs = 1, .noperands = 2, .attrs = &at};
+    g.shape.dtype = (uint8_t)dt;
+    g.shape.rank = rank;
+    g.shape.dims = dims;
+    if (add) return lf_node(c, c->cur, &g, ch, 2, dims, c->origin);
+    eid n = eg_lookup(c->g, OP_PAD, lf_encode_attrs(c, c->cur, &g), lf_type_of(c, dt, dims, rank), ch, 2);
+    return n == EID_NONE ? EID_NONE : eg_find(c->g, n);
+}
+
+/* A zero pad of x along dim d alone that the baseline computes, by lo
+ * before and hi after or a little more (a halo of one side of a pad on
+ * both), the least such (its padding in *plo, *phi); EID_NONE if none. */
+static eid baseline_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi, int64_t *plo, int64_t *phi) {
+    for (int64_t more = 0; more <= 4; more++)
+        for (int64_t ml = 0; ml <= more; ml++) {
+            eid p = zero_pad(c, x, d, lo + ml, hi + more - ml, false);
+            if (p != EID_NONE && (eg_class_origin(c->g, p) & EG_BASELINE)) {
+                *plo = lo + ml, *phi = hi + more - ml;
+                return p;
+            }
+        }
+    return EID_NONE;
+}
+
+/* A window with zeros (idx -1: where a collective-permute delivered none)
+ * whose every device holds a run of the term with the zeros exactly where
+ * the run leaves the term (before its first row or past its last: the first
+ * and last device of a halo exchange without wrap-around) is a window of the
+ * term padded with zeros there, without zeros: in *out (the padding the
+ * baseline computes preferred; with baseline_only, only that). A zero
+ * anywhere else (inside the term) is no such window. */
+static bool win_padded(lift_ctx *c, const lval *x, bool baseline_only, lval *out) {
+    const lift_win *w = x->win;
+    uint32_t rank;
+    const int64_t *td = term_dims(c, x->cls, &rank);
+    int64_t n = td[w->dim], lo = 0, hi = 0, plo = 0, phi = 0;
+    int64_t *k = arena_alloc(c->a, (size_t)c->ndev * sizeof *k);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        const int64_t *e = w->idx + r * w->len;
+        int64_t l0 = 0;
+        while (l0 < w->len && e[l0] < 0) l0++;
+        if (l0 == w->len) return false;  /* only zeros: no run to place them by */
+        k[r] = e[l0] - l0;
+        for (int64_t l = 0; l < w->len; l++) {
+            int64_t v = k[r] + l;
+            if (e[l] >= 0 ? e[l] != v : v >= 0 && v < n) return false;
+            if (v < -lo) lo = -v;
+            if (v - n + 1 > hi) hi = v - n + 1;
+        }
+    }
+    eid p = baseline_pad(c, x->cls, w->dim, lo, hi, &plo, &phi);
+    if (p == EID_NONE && !baseline_only) p = zero_pad(c, x->cls, w->dim, plo = lo, phi = hi, true);
+    if (p == EID_NONE) return false;
+    lift_win *nw = win_new(c, w, w->dim, w->len);
+    for (int64_t r = 0; r < c->ndev; r++)
+        for (int64_t l = 0; l < w->len; l++) nw->idx[r * w->len + l] = k[r] + l + plo;
+    *out = *x;
+    out->cls = p;
+    out->win = nw;
+    return true;
+}
+
+/* x as a plain view of the zero-padded term (win_padded), or x. */
+static lval win_settle_padded(lift_ctx *c, lval x, bool baseline_only) {
+    lval y;
+    if (!win_padded(c, &x, baseline_only, &y)) return x;
+    y = win_settle(c, y);
+    return y.kind == LV_WIN ? x : y;
 }
 
 /* slice of a window along its dim (other dims: unsharded ones slice the term,
@@ -953,9 +1077,111 @@ static bool term_reduce_window(lstate *s, lval *out) {
     return true;
 }
 
+static bool same_window(const win_attr *a, const win_attr *b, uint32_t rank) {
+    for (uint32_t d = 0; d < rank; d++)
+        if (a->size[d] != b->size[d] || a->stride[d] != b->stride[d] || a->pad[2 * d] != b->pad[2 * d] ||
+            a->pad[2 * d + 1] != b->pad[2 * d + 1] || a->ld[d] != b->ld[d] || a->rd[d] != b->rd[d])
+            return false;
+    return true;
+}
+
+/* The reduce-window over x (global dims xd, rank) with window w, init the
+ * class init, as the baseline writes it when x is a pad by init's value that
+ * w's padding can take instead (XLA pads a window with the init value: a
+ * cumulative op is a reduce-window padded on one side); else `in` itself over
+ * x. Global result dims in dims. */
+static eid window_term(lstate *s, eid x, const int64_t *xd, uint32_t rank, const win_attr *w, eid init,
+                       const int64_t *dims) {
+    lift_ctx *c = s->c;
+    eid ch[2] = {x, init};
+    eid pn = lf_class_node(c, x, OP_PAD, 2, NULL);
+    const hlo_attr *ta = instr_attr(s->in, A_TO_APPLY);
+    if (pn != EID_NONE && ta && eg_find(c->g, eg_node_children(c->g, pn, &(uint32_t){0})[1]) == eg_find(c->g, init)) {
+        uint32_t nw, pr;
+        const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, pn), &nw);
+        eid y = eg_node_children(c->g, pn, &(uint32_t){0})[0];
+        const int64_t *yd = term_dims(c, y, &pr);
+        bool ok = pr == rank && nw == 2 + 3 * rank && aw[0] == A_PADDING;
+        win_attr f = *w;
+        for (uint32_t d = 0; d < rank && ok; d++) {
+            const int64_t *p = aw + 2 + 3 * d;
+            ok = p[2] == 0 && p[0] >= 0 && p[1] >= 0 && yd[d] + p[0] + p[1] == xd[d] && (w->ld[d] == 1 || !(p[0] || p[1]));
+            f.pad[2 * d] += p[0], f.pad[2 * d + 1] += p[1];
+        }
+        uint64_t red = ok ? lf_comp_digest(c, c->cur, (uint32_t)ta->v.ints[0]) : 0;
+        for (uint32_t ci = 0; ok && ci < c->base->ncomps; ci++) {
+            const hlo_comp *bc = &c->base->comps[ci];
+            for (uint32_t i = 0; i < bc->ninstrs; i++) {
+                const hlo_instr *bi = &bc->instrs[i];
+                const hlo_attr *bt = instr_attr(bi, A_TO_APPLY);
+                win_attr g;
+                if (bi->op != OP_REDUCE_WINDOW || bi->noperands != 2 || bi->shape.rank != rank ||
+                    bi->shape.dtype != s->in->shape.dtype || !bt || !read_window(bi, rank, &g) ||
+                    !same_window(&g, &f, rank) || lf_comp_digest(c, c->base, (uint32_t)bt->v.ints[0]) != red)
+                    continue;
+                eid by[2] = {y, init};
+                return lf_node(c, c->base, bi, by, 2, dims, c->origin);
+            }
+        }
+    }
+    return lf_node(c, c->cur, s->in, ch, 2, dims, c->origin);
+}
+
+/* reduce-window of a window along its dim: where every device's rows are a
+ * run s(r) .. s(r) + len - 1 of the term (no zeros a permute left) and the
+ * boxes along the dim stay inside the piece (no padding or dilation there)
+ * and start on the stride (s(r) a multiple of it), device r computes the
+ * outputs s(r)/stride .. of the global reduce-window: a window of it. Every
+ * other dim is whole, or sharded with boxes of one element. */
+static bool rows_reduce_window(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    if (s->ops[0].kind == LV_WIN) lf_uniform_dev_as_term(s, 1);  /* a constant init computed like a device value */
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0], *init = &s->ops[1];
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    uint32_t rank = in->shape.rank, tr;
+    win_attr w;
+    lval xp;  /* a halo's edge zeros: rows of the zero-padded term (folded below when init is that zero) */
+    if (x->kind == LV_WIN && !x->win->summed && !win_full(c, x->win) && win_padded(c, x, false, &xp)) x = &xp;
+    if (x->kind != LV_WIN || !win_full(c, x->win) || x->v.partial || init->kind != LV_TERM || !view_is_dup(&init->v) ||
+        init->v.partial || init->assumed || lf_scale_of(x) != 1 || src->shape.rank != rank || !read_window(in, rank, &w))
+        return false;
+    const lift_win *xw = x->win;
+    uint32_t d = xw->dim;
+    const int64_t *td = term_dims(c, x->cls, &tr);
+    if (tr != rank || d >= rank || w.pad[2 * d] || w.pad[2 * d + 1] || w.ld[d] != 1) return false;
+    int64_t dims[VIEW_MAX_RANK];
+    for (uint32_t k = 0; k < rank; k++) {
+        if (k == d) continue;
+        if (x->v.dims[k].naxes &&
+            (w.size[k] != 1 || w.stride[k] != 1 || w.pad[2 * k] || w.pad[2 * k + 1] || w.ld[k] != 1 || w.rd[k] != 1))
+            return false;
+        dims[k] = x->v.dims[k].naxes ? td[k] : in->shape.dims[k];
+    }
+    int64_t span = (w.size[d] - 1) * w.rd[d] + 1, st = w.stride[d], len = in->shape.dims[d];
+    if (td[d] < span || xw->len < span || len != (xw->len - span) / st + 1 || len > LIFT_WIN_MAX / c->ndev) return false;
+    dims[d] = (td[d] - span) / st + 1;
+    lift_win *nw = win_new(c, xw, d, len);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        const int64_t *e = xw->idx + r * xw->len;
+        for (int64_t l = 1; l < xw->len; l++)
+            if (e[l] != e[0] + l) return false;
+        if (e[0] % st) return false;
+        for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = e[0] / st + l;
+    }
+    lval v = *x;
+    v.cls = window_term(s, x->cls, td, rank, &w, init->cls, dims);
+    v.win = nw;
+    v.assumed = x->assumed || init->assumed;
+    v.konst = false;
+    v.zm = NULL;
+    *out = win_settle(c, v);
+    return true;
+}
+
 static bool win_reduce_window(lstate *s, lval *out) {
     if (s->in->noperands != 2 || s->in->shape.dtype == DT_TUPLE) return false;
-    return term_reduce_window(s, out);
+    return term_reduce_window(s, out) || rows_reduce_window(s, out);
 }
 
 /* The row-wise transfer functions (above); false when none applies. */
@@ -1025,6 +1251,50 @@ static bool win_squeeze(lstate *s, lval *out) {
     return true;
 }
 
+/* reverse where the value is a window along a reversed dim, or a term
+ * sharded along one (its blocks then reverse too: block b's rows land in
+ * block parts-1-b, a window until a permute brings them back): the reverse
+ * of the term, device r's rows reversed and counted from the other end.
+ * Every other reversed dim is whole. */
+static bool win_reverse(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    lval x = s->ops[0];
+    uint32_t nd;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    if (in->noperands != 1 || (x.kind != LV_TERM && x.kind != LV_WIN) || x.v.partial || x.v.rank != in->shape.rank) return false;
+    if (x.kind == LV_WIN && x.win->summed) return false;
+    int sd = -1;
+    for (uint32_t k = 0; k < nd; k++) {
+        if (rd[k] < 0 || rd[k] >= x.v.rank) return false;
+        if (!x.v.dims[rd[k]].naxes) continue;
+        if (x.kind == LV_WIN || sd >= 0) return false;
+        sd = (int)rd[k];
+    }
+    if (x.kind == LV_TERM) {
+        if (sd < 0 || !win_of_term(c, &s->ops[0], (uint32_t)sd, in->shape.dims[sd], &x)) return false;
+        x.win->from = in;
+        x.win->from_comp = s->comp;
+    }
+    const lift_win *w = x.win;
+    uint32_t rank;
+    const int64_t *td = term_dims(c, x.cls, &rank);
+    bool along = false;
+    for (uint32_t k = 0; k < nd; k++) along |= rd[k] == w->dim;
+    lift_win *nw = win_new(c, w, w->dim, w->len);
+    for (int64_t r = 0; r < c->ndev; r++)
+        for (int64_t l = 0; l < w->len; l++) {
+            int64_t e = w->idx[r * w->len + (along ? w->len - 1 - l : l)];
+            nw->idx[r * w->len + l] = e < 0 || !along ? e : td[w->dim] - 1 - e;
+        }
+    x.cls = lf_node(c, c->cur, in, &x.cls, 1, td, c->origin);
+    x.win = nw;
+    x.konst = false;
+    x.zm = NULL;
+    *out = win_settle(c, x);
+    return true;
+}
+
 /* The window transfer functions, in front of the others: true when one
  * applies (*out set, possibly LV_UNKNOWN after saying why). */
 bool lf_win_instr(lstate *s, lval *out) {
@@ -1038,6 +1308,7 @@ bool lf_win_instr(lstate *s, lval *out) {
     case OP_DYNAMIC_SLICE: return win_dynamic_slice(s, out) || win_dynamic_slice_uniform(s, out);
     case OP_RESHAPE: case OP_BITCAST: return win_squeeze(s, out) || win_rows(s, out);
     case OP_REDUCE_WINDOW: return win_reduce_window(s, out);
+    case OP_REVERSE: return win_reverse(s, out);
     default: return win_rows(s, out);
     }
 }

@@ -1739,7 +1739,24 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/moment: a variance as the mean of squares less the
  *     squared mean, both sums all-reduced (sync batch norm), beside the
  *     baseline's mean of squared deviations (another count, the mean not
- *     squared, or a sum left per device, is not). */
+ *     squared, or a sum left per device, is not);
+ *   - tests/cases/halo: a shift by one row over a sharded dim (the last row
+ *     of each block sent to the next device, device 0 receiving zeros) is
+ *     the baseline's zero-padded shift, and halos from both sides sliced two
+ *     ways are its two shifts, and so is the shift with GSPMD's mask of
+ *     the rows outside the array (zero padding already), and the three
+ *     taps of a same-size convolution (the middle one the block itself); a
+ *     ring permute of the blocks is jnp.roll of the blocks written on the
+ *     array reshaped to (blocks, block); a sum over a sliding window of 3
+ *     rows on the block with both halos is the baseline's padded one; a
+ *     permute to the mirrored device then a
+ *     reverse is the reverse; GSPMD's cumulative max (all-gather, pad by
+ *     the init, per-device dynamic-slice, reduce-window) is the baseline's
+ *     padded reduce-window. Wrong: the halo from the other side, the first
+ *     row sent, a wrap-around where the edge needs zeros, a data row
+ *     masked, the mask inverted, halos swapped, a tap twice, a roll the
+ *     other way,
+ *     blocks not mirrored, padding by 0, windows shifted, another reducer. */
 static void hand_written_cases(void) {
     static const struct {
         const char *name, *what, *from, *to;
@@ -2028,6 +2045,43 @@ static void hand_written_cases(void) {
         {"windows/maxpool", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"windows/maxpool", "min pooling", "maximum(%reduce_window_max.0, %reduce_window_max.1)",
          "minimum(%reduce_window_max.0, %reduce_window_max.1)", VERDICT_MISMATCH, false},
+        {"halo/shift", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/shift", "the halo from the wrong side", "source_target_pairs={{0,1},{1,2},{2,3}}",
+         "source_target_pairs={{1,0},{2,1},{3,2}}", VERDICT_MISMATCH, false},
+        {"halo/shift", "the first row sent", "slice={[3:4], [0:2]}", "slice={[0:1], [0:2]}", VERDICT_MISMATCH, false},
+        {"halo/shift", "wrapped around (no zero on device 0)", "source_target_pairs={{0,1},{1,2},{2,3}}",
+         "source_target_pairs={{0,1},{1,2},{2,3},{3,0}}", VERDICT_MISMATCH, false},
+        {"halo/mask", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/mask", "a row of data masked too", "%one = s32[] constant(1)", "%one = s32[] constant(2)", VERDICT_MISMATCH,
+         false},
+        {"halo/mask", "the mask inverted", "direction=GE", "direction=LT", VERDICT_MISMATCH, false},
+        {"halo/both", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/both", "the right halo wrapped around", "source_target_pairs={{1,0},{2,1},{3,2}}",
+         "source_target_pairs={{1,0},{2,1},{3,2},{0,3}}", VERDICT_MISMATCH, false},
+        {"halo/both", "halos swapped", "concatenate(%hl, %x, %hr)", "concatenate(%hr, %x, %hl)", VERDICT_MISMATCH, false},
+        {"halo/three", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/three", "the left tap twice", "%lm = f32[4,2]{1,0} add(%l, %x)", "%lm = f32[4,2]{1,0} add(%l, %l)",
+         VERDICT_MISMATCH, false},
+        {"halo/roll", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/roll", "rolled the other way", "{{0,1},{1,2},{2,3},{3,0}}", "{{1,0},{2,1},{3,2},{0,3}}", VERDICT_MISMATCH,
+         false},
+        {"halo/pool", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/pool", "the right halo wrapped around", "{{1,0},{2,1},{3,2}}", "{{1,0},{2,1},{3,2},{0,3}}",
+         VERDICT_MISMATCH, false},
+        {"halo/pool", "halos swapped", "concatenate(%hl, %x, %hr)", "concatenate(%hr, %x, %hl)", VERDICT_MISMATCH, false},
+        {"halo/pool", "sums started at 1", "%z = f32[] constant(0)\n  ROOT", "%z = f32[] constant(1)\n  ROOT",
+         VERDICT_MISMATCH, false},
+        {"halo/rev", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/rev", "blocks not moved", "source_target_pairs={{0,3},{1,2},{2,1},{3,0}}",
+         "source_target_pairs={{0,0},{1,1},{2,2},{3,3}}", VERDICT_MISMATCH, false},
+        {"halo/rev", "blocks rotated", "source_target_pairs={{0,3},{1,2},{2,1},{3,0}}",
+         "source_target_pairs={{0,1},{1,2},{2,3},{3,0}}", VERDICT_MISMATCH, false},
+        {"halo/cummax", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/cummax", "padded with zeros", "  %p = f32[2,31]{1,0} pad(%g, %init)",
+         "  %zf = f32[] constant(0)\n  %p = f32[2,31]{1,0} pad(%g, %zf)", VERDICT_MISMATCH, false},
+        {"halo/cummax", "the windows one row late", "padding=0_0x15_0", "padding=0_0x14_1", VERDICT_MISMATCH, false},
+        {"halo/cummax", "sums of the windows", "ROOT %m = f32[] maximum(%a, %b)", "ROOT %m = f32[] add(%a, %b)",
+         VERDICT_MISMATCH, false},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         char b[256], d[256], r[256];
