@@ -570,4 +570,279 @@ C.gspmd("g.per_example_clip.dp8", {"dp": 8}, ({"a": P(), "b": P()}, P("dp"), P("
         dpsgd, ({"a": R(8, 16, scale=0.3), "b": R(16, 4, scale=0.3)}, R(16, 8), R(16, 4)))
 
 # ---------------------------------------------------------------------------
+# 17. top-k over a vocab sharded on tp: each device's top k (its indices
+#     offset to global ones), gathered, and the top k of those
+TOPK = 4
+
+
+def topk_vocab(logits):
+    return tuple(lax.top_k(logits, TOPK))
+
+
+def topk_tp(bug):
+    def f(logits):
+        v, i = lax.top_k(logits, TOPK)
+        if bug != "index-no-offset":
+            i = i + idx("tp") * logits.shape[-1]
+        gv = lax.all_gather(v, "tp", axis=1, tiled=True)
+        gi = lax.all_gather(i, "tp", axis=1, tiled=True)
+        tv, ti = lax.top_k(gv, TOPK)
+        return tv, jnp.take_along_axis(gi, ti, 1)
+    return f
+
+
+C.smap("s.topk_vocab.tp4", {"tp": 4}, topk_tp, (P(None, "tp"),), (P(), P()), topk_vocab, (R(8, 64),),
+       bugs=[("index-no-offset", ["wrong-shard-dim"])])
+C.gspmd("g.topk_sort.dp2xtp4", {"dp": 2, "tp": 4}, (P("dp", "tp"),), (P("dp"), P("dp"), P("dp", "tp"), P("dp", "tp")),
+        lambda x: tuple(lax.top_k(x, TOPK)) + (jnp.sort(x, -1), jnp.argsort(x, -1).astype(jnp.int32)), (R(8, 32),))
+
+# ---------------------------------------------------------------------------
+# 18. a linear recurrence h_t = a_t h_(t-1) + b_t (an SSM / RG-LRU layer) over
+#     a sequence sharded on sp: each device scans its chunk from zero, the
+#     chunks' (decay, end state) pairs are gathered, and the state entering
+#     each chunk is folded in with the chunk's cumulative decay.
+def recurrence(a, b):
+    def step(h, ab):
+        h = ab[0] * h + ab[1]
+        return h, h
+    _, hs = lax.scan(step, jnp.zeros(a.shape[::2], a.dtype), (jnp.swapaxes(a, 0, 1), jnp.swapaxes(b, 0, 1)))
+    return jnp.swapaxes(hs, 0, 1)
+
+
+def recurrence_sp(bug):
+    def f(a, b):
+        hl = recurrence(a, b)
+        decay = jnp.cumprod(a, 1)
+        tot_a = lax.all_gather(decay[:, -1], "sp")
+        tot_h = lax.all_gather(hl[:, -1], "sp")
+        h_in = jnp.zeros_like(hl[:, 0])
+        for j in range(tot_a.shape[0]):
+            before = j < idx("sp")
+            h_in = jnp.where(before, tot_a[j] * h_in + tot_h[j], h_in)
+        if bug == "carry-no-decay":
+            return hl + h_in[:, None]
+        return hl + decay * h_in[:, None]
+    return f
+
+
+rec_args = (jax.nn.sigmoid(R(2, 16, 8) + 1.0), R(2, 16, 8))
+C.smap("s.linear_recurrence.sp4", {"sp": 4}, recurrence_sp, (P(None, "sp"), P(None, "sp")), P(None, "sp"), recurrence,
+       rec_args, bugs=[("carry-no-decay", ["layout-mismatch"])])
+
+# ---------------------------------------------------------------------------
+# 19. a causal depthwise conv1d (a Mamba block's short conv) over a sequence
+#     sharded on sp: hand-written halo exchange with ppermute (the previous
+#     device's last K-1 steps; zeros on the first), and under GSPMD
+#     lax.conv_general_dilated with the sequence and the channels sharded.
+KC = 3
+
+
+def causal_conv(x, w):
+    t = x.shape[1]
+    xp = jnp.pad(x, ((0, 0), (KC - 1, 0), (0, 0)))
+    return sum(w[j] * xp[:, KC - 1 - j:KC - 1 - j + t] for j in range(KC))
+
+
+def causal_conv_sp(bug):
+    def f(x, w):
+        n, t = psum(1, "sp"), x.shape[1]
+        if bug == "halo-wrong-direction":
+            perm = [(i + 1, i) for i in range(n - 1)]
+        else:
+            perm = [(i, i + 1) for i in range(n - 1)]
+        halo = lax.ppermute(x[:, t - (KC - 1):], "sp", perm)
+        xe = jnp.concatenate([halo, x], 1)
+        return sum(w[j] * xe[:, KC - 1 - j:KC - 1 - j + t] for j in range(KC))
+    return f
+
+
+conv_args = (R(2, 16, 8), R(KC, 8, scale=0.5))
+C.smap("s.causal_conv_halo.sp4", {"sp": 4}, causal_conv_sp, (P(None, "sp"), P()), P(None, "sp"), causal_conv, conv_args,
+       bugs=[("halo-wrong-direction", ["wrong-collective-group"])])
+
+
+def causal_conv_lax(x, w):
+    k = w[::-1, None, :]  # WIO with feature groups = channels
+    return lax.conv_general_dilated(x, k, (1,), [(KC - 1, 0)], dimension_numbers=("NWC", "WIO", "NWC"),
+                                    feature_group_count=x.shape[-1])
+
+
+C.gspmd("g.causal_conv_lax.sp2xtp4", {"sp": 2, "tp": 4}, (P(None, "sp", "tp"), P(None, "tp")), P(None, "sp", "tp"),
+        causal_conv_lax, conv_args)
+
+# ---------------------------------------------------------------------------
+# 20. power iteration with a fori_loop: a row-sharded matrix times a
+#     replicated vector, the pieces gathered and normalised every step
+def power_iter(a, v):
+    def body(_, v):
+        w = a @ v
+        return w / jnp.linalg.norm(w)
+    return lax.fori_loop(0, 4, body, v)
+
+
+def power_iter_tp(bug):
+    def f(a, v):
+        def body(_, v):
+            w = a @ v
+            if bug == "norm-local-shard":
+                return lax.all_gather(w / jnp.linalg.norm(w), "tp", tiled=True)
+            w = lax.all_gather(w, "tp", tiled=True)
+            return w / jnp.linalg.norm(w)
+        return lax.fori_loop(0, 4, body, v)
+    return f
+
+
+pw_args = (R(16, 16) + 2.0 * np.eye(16, dtype=np.float32), R(16))
+C.smap("s.power_iteration.tp4", {"tp": 4}, power_iter_tp, (P("tp"), P()), P(), power_iter, pw_args,
+       bugs=[("norm-local-shard", ["missing-all-reduce"])])
+C.gspmd("g.power_iteration.tp4", {"tp": 4}, (P("tp"), P()), P(), power_iter, pw_args)
+
+# ---------------------------------------------------------------------------
+# 21. argmax over a vocab sharded on tp: the local argmax at its global
+#     index, the winner by pmax of the values, ties to the smallest index
+def argmax_val(x):
+    return jnp.argmax(x, -1).astype(jnp.int32), jnp.max(x, -1)
+
+
+def argmax_tp(bug):
+    def f(x):
+        m = jnp.max(x, -1)
+        a = jnp.argmax(x, -1).astype(jnp.int32) + idx("tp") * x.shape[-1]
+        mm = pmax(m, "tp")
+        return lax.pmin(jnp.where(m == mm, a, jnp.iinfo(jnp.int32).max), "tp"), mm
+    return f
+
+
+C.smap("s.argmax_vocab.tp4", {"tp": 4}, argmax_tp, (P(None, "tp"),), (P(), P()), argmax_val, (R(8, 64),))
+
+# ---------------------------------------------------------------------------
+# 22. GSPMD programs over ops the partitioner rewrites: scatter-add into a
+#     histogram, a row gather from a sharded table, lax.cond on a global
+#     statistic, flip and roll along a sharded axis, reshapes that merge
+#     sharded dims, attention with the sequence sharded, a bf16 LayerNorm
+#     over a sharded hidden dim.
+C.gspmd("g.scatter_add_hist.dp4", {"dp": 4}, (P("dp"), P("dp")), P(),
+        lambda ids, w: jnp.zeros((10,), jnp.float32).at[ids].add(w), (I(0, 10, 32), R(32)))
+C.gspmd("g.take_rows.tp4", {"tp": 4}, (P("tp", None), P()), P(), lambda t, ids: jnp.take(t, ids, axis=0) * 2.0,
+        (R(32, 8), I(0, 32, 4, 6)))
+
+
+def clip_if_large(g):
+    n = jnp.sqrt(jnp.sum(g * g))
+    return lax.cond(n > 4.0, lambda x: x * (4.0 / n), lambda x: x, g), n
+
+
+C.gspmd("g.cond_clip.dp2xtp4", {"dp": 2, "tp": 4}, (P("dp", "tp"),), (P("dp", "tp"), P()), clip_if_large, (R(8, 16),))
+C.gspmd("g.flip_roll.sp4", {"sp": 4}, (P(None, "sp"),), (P(None, "sp"), P(None, "sp")),
+        lambda x: (jnp.flip(x, 1), jnp.roll(x, 3, axis=1) - x), (R(2, 16, 4),))
+C.gspmd("g.reshape_merge.dp2xtp4", {"dp": 2, "tp": 4}, (P("dp", "tp"),), (P("dp"), P()),
+        lambda x: (x.reshape(8, 4, 4).transpose(0, 2, 1).reshape(8, 16) * 2.0, jnp.sum(x.reshape(-1)[::3])),
+        (R(8, 16),))
+
+
+def causal_attn(q, k, v):
+    t = q.shape[1]
+    s = jnp.einsum("bqd,bkd->bqk", q, k) / np.sqrt(q.shape[-1])
+    s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -jnp.inf)
+    return jax.nn.softmax(s, -1) @ v
+
+
+C.gspmd("g.causal_attn_seq.sp4", {"sp": 4}, (P(None, "sp"), P(None, "sp"), P(None, "sp")), P(None, "sp"), causal_attn,
+        (R(2, 16, 8), R(2, 16, 8), R(2, 16, 8)))
+
+
+def layernorm_bf16(x, g, b):
+    xf = x.astype(jnp.float32)
+    mu = jnp.mean(xf, -1, keepdims=True)
+    var = jnp.mean(jnp.square(xf - mu), -1, keepdims=True)
+    return ((xf - mu) * lax.rsqrt(var + 1e-5) * g + b).astype(jnp.bfloat16)
+
+
+C.gspmd("g.layernorm_bf16.dp2xtp4", {"dp": 2, "tp": 4}, (P("dp", "tp"), P("tp"), P("tp")), P("dp", "tp"), layernorm_bf16,
+        (R(8, 32).astype(jnp.bfloat16), 1.0 + R(32, scale=0.1), R(32, scale=0.1)))
+
+# ---------------------------------------------------------------------------
+# 23. idioms of data-parallel code that are correct if odd: a pmean of a value
+#     already replicated, one's own copy picked out of an all_gather, an
+#     all-reduce written as reduce-scatter + all-gather, lax.axis_size for the
+#     device count, the global batch statistics of a vmapped per-example
+#     function (pmean over the vmap axis and the mesh axis together).
+def dp_idioms(w, x):
+    g = jnp.mean(x, 0) * w
+    return w * 0.5, g, jnp.sum(x * x, 0), (x - jnp.mean(x, 0)) / jnp.sqrt(jnp.var(x, 0) + 1e-5)
+
+
+def dp_idioms_dp(bug):
+    def f(w, x):
+        n = lax.axis_size("dp")
+        w_again = pmean(w, "dp") * 0.5
+        mine = lax.all_gather(w, "dp")[idx("dp")]
+        g = lax.all_gather(lax.psum_scatter(jnp.sum(x, 0), "dp", tiled=True), "dp", tiled=True)
+        g = g / (x.shape[0] * n) * mine
+        sq = lax.all_gather(lax.psum_scatter(jnp.sum(x * x, 0), "dp", tiled=True), "dp", tiled=True)
+
+        def norm(xi):
+            mu = pmean(xi, ("b", "dp"))
+            var = pmean(jnp.square(xi - mu), ("b", "dp"))
+            return (xi - mu) / jnp.sqrt(var + 1e-5)
+        return w_again, g, sq, jax.vmap(norm, axis_name="b")(x)
+    return f
+
+
+C.smap("s.dp_idioms.dp4", {"dp": 4}, dp_idioms_dp, (P(), P("dp")), (P(), P(), P(), P("dp")), dp_idioms,
+       (R(16), R(16, 16)))
+
+# ---------------------------------------------------------------------------
+# 24. a data-parallel step with check_vma=True: jax.grad of the replicated
+#     weights inside shard_map comes back summed over dp (JAX transposes the
+#     implicit pvary into a psum); the user divides by the device count.
+def dp_vma_step(w, x, y):
+    g = jax.grad(lambda w: jnp.mean((jnp.tanh(x @ w) - y) ** 2))(w)
+    return w - 0.1 * g
+
+
+def dp_vma(bug):
+    def f(w, x, y):
+        g = jax.grad(lambda w: jnp.mean((jnp.tanh(x @ w) - y) ** 2))(w)
+        if bug != "no-divide":
+            g = g / lax.axis_size("dp")
+        return w - 0.1 * g
+    return f
+
+
+C.smap("s.dp_grad_vma.dp4", {"dp": 4}, dp_vma, (P(), P("dp"), P("dp")), P(), dp_vma_step, (R(8, 8, scale=0.3), R(16, 8),
+       R(16, 8)), bugs=[("no-divide", ["constant-mismatch"])], check_vma=True)
+
+# ---------------------------------------------------------------------------
+# 25. vocab-parallel code that masks through the ops' own out-of-range
+#     behaviour: the label logit through one_hot of the shifted label (all
+#     zeros off the shard), the embedding rows through take(mode="fill"), the
+#     embedding gradient through .at[].add(mode="drop"); negative indices
+#     must be moved out of range first (jnp wraps them).
+def vocab_ops(logits, labels, table, ids, gout):
+    lab = jnp.take_along_axis(logits, labels[:, None], -1)[:, 0]
+    grad = jnp.zeros(table.shape, table.dtype).at[ids].add(gout)
+    return lab, jnp.take(table, ids, axis=0), grad
+
+
+def vocab_ops_tp(bug):
+    def f(logits, labels, table, ids, gout):
+        vl, tl = logits.shape[-1], table.shape[0]
+        lab = psum(jnp.sum(logits * jax.nn.one_hot(labels - idx("tp") * vl, vl), -1), "tp")
+        loc = ids - idx("tp") * tl
+        if bug != "negative-wraps":
+            loc = jnp.where(loc < 0, tl, loc)  # jnp indexing wraps negative indices
+        rows = psum(jnp.take(table, loc, axis=0, mode="fill", fill_value=0.0), "tp")
+        if bug == "ids-no-offset":
+            loc = ids
+        grad = jnp.zeros(table.shape, table.dtype).at[loc].add(gout, mode="drop")
+        return lab, rows, grad
+    return f
+
+
+C.smap("s.vocab_oob_masking.tp4", {"tp": 4}, vocab_ops_tp, (P(None, "tp"), P(), P("tp"), P(), P()),
+       (P(), P(), P("tp")), vocab_ops, (R(8, 32), I(0, 32, 8), R(32, 4), I(0, 32, 6), R(6, 4)),
+       bugs=[("ids-no-offset", ["wrong-shard-dim"]), ("negative-wraps", ["wrong-shard-dim"])])
+
+# ---------------------------------------------------------------------------
 C.finish()
