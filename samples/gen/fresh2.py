@@ -845,4 +845,89 @@ C.smap("s.vocab_oob_masking.tp4", {"tp": 4}, vocab_ops_tp, (P(None, "tp"), P(), 
        bugs=[("ids-no-offset", ["wrong-shard-dim"]), ("negative-wraps", ["wrong-shard-dim"])])
 
 # ---------------------------------------------------------------------------
+# 26. gradients through collectives with check_vma=True, as JAX writes their
+#     transposes: the loss and logit gradient of a vocab-parallel
+#     cross-entropy, a Megatron MLP's weight and input gradients, and FSDP
+#     (an all_gather of the weight rows in the forward, its transpose a
+#     reduce-scatter of the gradient, divided by the device count).
+def xent_vg(logits, labels):
+    def loss(z):
+        lse = jax.nn.logsumexp(z, -1)
+        return jnp.mean(lse - jnp.take_along_axis(z, labels[:, None], -1)[:, 0])
+    return jax.value_and_grad(loss)(logits)
+
+
+def xent_vg_tp(bug):
+    def f(logits, labels):
+        def loss(z):
+            vl = z.shape[-1]
+            m = pmax(lax.stop_gradient(jnp.max(z, -1)), "tp")
+            lse = m + jnp.log(psum(jnp.sum(jnp.exp(z - m[:, None]), -1), "tp"))
+            lab = psum(jnp.sum(z * jax.nn.one_hot(labels - idx("tp") * vl, vl), -1), "tp")
+            return jnp.mean(lse - lab)
+        return jax.value_and_grad(loss)(logits)
+    return f
+
+
+C.smap("s.xent_grad_vma.tp4", {"tp": 4}, xent_vg_tp, (P(None, "tp"), P()), (P(), P(None, "tp")), xent_vg,
+       (R(8, 32, scale=2.0), I(0, 32, 8)), check_vma=True)
+
+
+def megatron_vg(x, w1, w2):
+    return jax.value_and_grad(lambda x, a, b: jnp.sum(jax.nn.gelu(x @ a) @ b), argnums=(0, 1, 2))(x, w1, w2)
+
+
+def megatron_vg_tp(bug):
+    def f(x, w1, w2):
+        return jax.value_and_grad(lambda x, a, b: jnp.sum(psum(jax.nn.gelu(x @ a) @ b, "tp")), argnums=(0, 1, 2))(x, w1, w2)
+    return f
+
+
+C.smap("s.megatron_grad_vma.tp4", {"tp": 4}, megatron_vg_tp, (P(), P(None, "tp"), P("tp", None)),
+       (P(), (P(), P(None, "tp"), P("tp", None))), megatron_vg, (R(4, 8), R(8, 16, scale=0.3), R(16, 8, scale=0.3)),
+       check_vma=True)
+
+
+def fsdp_step(w, x, y):
+    g = jax.grad(lambda w: jnp.mean((jnp.tanh(x @ w) - y) ** 2))(w)
+    return w - 0.1 * g
+
+
+def fsdp_vma(bug):
+    def f(w, x, y):
+        def loss(ws):
+            wf = lax.all_gather(ws, "dp", axis=0, tiled=True)
+            return jnp.mean((jnp.tanh(x @ wf) - y) ** 2)
+        g = jax.grad(loss)(w)
+        if bug != "no-divide":
+            g = g / lax.axis_size("dp")
+        return w - 0.1 * g
+    return f
+
+
+C.smap("s.fsdp_grad_vma.dp4", {"dp": 4}, fsdp_vma, (P("dp"), P("dp"), P("dp")), P("dp"), fsdp_step,
+       (R(8, 8, scale=0.3), R(16, 8), R(16, 8)), bugs=[("no-divide", ["constant-mismatch"])], check_vma=True)
+
+# ---------------------------------------------------------------------------
+# 27. reductions in orders a user may pick: a pmean over dp of a value still
+#     partial over tp and then the psum over tp, a mean of per-shard means,
+#     a weighted sum of the shards by a device-dependent weight.
+def reduce_orders(x, w):
+    h = x @ w
+    xs = x.reshape(x.shape[0], 4, -1)
+    return jnp.mean(h, 0), jnp.mean(x, -1), jnp.einsum("bkd,k->bd", xs, jnp.arange(1.0, 5.0))
+
+
+def reduce_orders_2d(bug):
+    def f(x, w):
+        h = psum(pmean(jnp.mean(x @ w, 0), "dp"), "tp")
+        m = pmean(jnp.mean(x, -1), "tp")
+        return h, m, psum(x * (idx("tp") + 1.0), "tp")
+    return f
+
+
+C.smap("s.reduce_orders.dp2xtp4", {"dp": 2, "tp": 4}, reduce_orders_2d, (P("dp", "tp"), P("tp", None)),
+       (P(), P("dp"), P("dp")), reduce_orders, (R(8, 16), R(16, 8)))
+
+# ---------------------------------------------------------------------------
 C.finish()
