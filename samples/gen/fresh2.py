@@ -930,4 +930,59 @@ C.smap("s.reduce_orders.dp2xtp4", {"dp": 2, "tp": 4}, reduce_orders_2d, (P("dp",
        (P(), P("dp"), P("dp")), reduce_orders, (R(8, 16), R(16, 8)))
 
 # ---------------------------------------------------------------------------
+# 28. GSPMD over what the partitioner pads, masks and reshards: dims the mesh
+#     axis does not divide (sharding constraints inside the function), sums,
+#     maxima and argmax over them, a concatenation along a sharded dim, a
+#     data-dependent dynamic_slice and take_along_axis on sharded dims, an
+#     einsum whose operands shard the contraction differently, positions from
+#     iota arithmetic, an output sharded on another dim than the input.
+U_MESH = make_mesh({"dp": 2, "tp": 4})
+
+
+def cons(a, *spec):
+    return lax.with_sharding_constraint(a, NamedSharding(U_MESH, P(*spec)))
+
+
+def uneven_stats(x):
+    y = cons(jnp.tanh(x) * 2.0, None, "tp")  # 6 columns over 4 devices
+    return jnp.sum(y, -1), jnp.max(y, -1), jnp.argmax(y, -1).astype(jnp.int32), cons(y + 1.0, "dp", "tp")
+
+
+C.gspmd("g.uneven_constraint.dp2xtp4", U_MESH, (P(),), (P(), P(), P(), P()), uneven_stats, (R(8, 6),))
+
+
+def concat_slice(x, z, start, ids):
+    c = jnp.concatenate([x, z * 2.0], 1)
+    d = lax.dynamic_slice_in_dim(c, start, 8, 1)
+    return c, d, jnp.take_along_axis(x, ids, 1)
+
+
+C.gspmd("g.concat_dynslice.dp2xtp4", U_MESH, (P("dp", "tp"), P("dp", "tp"), P(), P("dp")),
+        (P("dp", "tp"), P("dp"), P("dp")), concat_slice, (R(8, 16), R(8, 16), np.int32(5), I(0, 16, 8, 3)))
+C.gspmd("g.einsum_reshard.dp2xtp4", U_MESH, (P("dp", "tp"), P(None, "dp")), P(None, "tp"),
+        lambda a, b: jnp.einsum("ik,kj->ij", a, b), (R(8, 16), R(16, 8)))
+
+
+def sinusoid(x):
+    t, d = x.shape[1], x.shape[2]
+    pos = jnp.arange(t)[:, None]
+    i = jnp.arange(d)[None, :]
+    ang = pos / (100.0 ** ((i // 2) * 2 / d))
+    pe = jnp.where(i % 2 == 0, jnp.sin(ang), jnp.cos(ang))
+    return x + pe
+
+
+C.gspmd("g.sinusoid_pos.dp2xtp4", U_MESH, (P("dp", "tp", None),), P("dp", None, "tp"), sinusoid, (R(4, 8, 16),))
+
+# positions over a sharded dim divided by a constant: each device's iota plus
+# its offset is data to the lifting, the baseline's iota a constant
+def iota_terms(x):
+    d = x.shape[-1]
+    i = jnp.arange(d)
+    return x + (i // 2) * 2 / d, x * ((i // 2) * 2 / d), x + i / d
+
+
+C.gspmd("g.iota_scaled.dp2xtp4", U_MESH, (P("dp", "tp"),), (P("dp", "tp"),) * 3, iota_terms, (R(8, 16),))
+
+# ---------------------------------------------------------------------------
 C.finish()
