@@ -96,12 +96,12 @@ static bool is_elided_constant(const hlo_instr *x) {
     return lit && lit->v.lit->elided;
 }
 
-/* The first constant whose values the dump left out ({...}) that instruction
- * in of computation c depends on, following calls into their callee's root
- * and callee parameters back to their call sites' operands; NULL when none.
- * Such a constant is equal only to itself, so no term built on it can meet
- * the other program's. */
-static const hlo_instr *elided_ancestor(const hlo_module *m, const hlo_comp *c, const hlo_instr *in) {
+/* The first instruction that instruction in of computation c depends on (in
+ * itself included), following calls into their callee's root and callee
+ * parameters back to their call sites' operands, that is target or, with
+ * target NULL, a constant whose values the dump left out ({...}); NULL when
+ * none. */
+static const hlo_instr *ancestor_where(const hlo_module *m, const hlo_comp *c, const hlo_instr *in, const hlo_instr *target) {
     walk w = {.m = m, .seen = xcalloc(m->ncomps + 1, sizeof *w.seen)};
     const hlo_instr *found = NULL;
     walk_push(&w, (uint32_t)(c - m->comps), (uint32_t)(in - c->instrs));
@@ -110,7 +110,7 @@ static const hlo_instr *elided_ancestor(const hlo_module *m, const hlo_comp *c, 
         uint32_t ci = w.stack[w.n][0], ii = w.stack[w.n][1];
         const hlo_comp *xc = &m->comps[ci];
         const hlo_instr *x = &xc->instrs[ii];
-        if (is_elided_constant(x)) found = x;
+        if (target ? x == target : is_elided_constant(x)) found = x;
         const hlo_attr *callee = x->op == OP_CALL ? instr_attr(x, A_TO_APPLY) : NULL;
         if (callee && callee->v.ints[0] >= 0 && (uint64_t)callee->v.ints[0] < m->ncomps)
             walk_push(&w, (uint32_t)callee->v.ints[0], m->comps[callee->v.ints[0]].root);
@@ -129,6 +129,12 @@ static const hlo_instr *elided_ancestor(const hlo_module *m, const hlo_comp *c, 
     free(w.seen);
     free(w.stack);
     return found;
+}
+
+/* A constant the dump left out that instruction in depends on: it is equal
+ * only to itself, so no term built on it can meet the other program's. */
+static const hlo_instr *elided_ancestor(const hlo_module *m, const hlo_comp *c, const hlo_instr *in) {
+    return ancestor_where(m, c, in, NULL);
 }
 
 typedef struct load_job {
@@ -279,6 +285,47 @@ static bool load_both(const check_opts *o, side *B, side *D, diag *d) {
     diag_free(&jb.d);
     diag_free(&jd.d);
     return jb.ok && jd.ok;
+}
+
+/* A value of float type dt the baseline computes nothing in (no instruction
+ * of any of its computations has that type). */
+static bool baseline_lacks_dtype(const hlo_module *bm, int dt) {
+    for (uint32_t c = 0; c < bm->ncomps; c++)
+        for (uint32_t i = 0; i < bm->comps[c].ninstrs; i++)
+            if (bm->comps[c].instrs[i].shape.dtype == dt) return false;
+    return true;
+}
+
+/* The first divergence rounds a value to a narrower float type, one the
+ * baseline computes nothing in, and the distributed root depends on it: the
+ * program computes in a lower precision than the baseline anywhere does (an
+ * f32 matmul done in bf16). What converts may do exactly is left alone: an
+ * operand that is, through layout ops, a constant, an iota or a convert from
+ * an integer or a type no wider than the result. Findings of this kind are
+ * the rules' (execution is no judge of rounding: check_run). */
+static void narrowed_precision(check_result *r, size_t *cap, const lift_ctx *lc, const hlo_module *bm, const hlo_module *dm,
+                               const hlo_comp *de) {
+    const hlo_instr *in = lc->divergence;
+    const hlo_comp *ic = lc->divergence_comp;
+    if (!in || lc->divergence_layout || in->op != OP_CONVERT || in->noperands != 1) return;
+    const hlo_instr *x = &ic->instrs[in->operands[0]];
+    int to = in->shape.dtype, from = x->shape.dtype;
+    if (!dtype_is_float(to) || !dtype_is_float(from) || dtype_bits(to) >= dtype_bits(from)) return;
+    while ((x->op == OP_BROADCAST || x->op == OP_RESHAPE || x->op == OP_TRANSPOSE || x->op == OP_BITCAST || x->op == OP_COPY) &&
+           x->noperands == 1)
+        x = &ic->instrs[x->operands[0]];
+    if (x->op == OP_CONSTANT || x->op == OP_IOTA) return;
+    if (x->op == OP_CONVERT && x->noperands == 1) {
+        int src = ic->instrs[x->operands[0]].shape.dtype;
+        if (!dtype_is_float(src) || dtype_bits(src) <= dtype_bits(to)) return;
+    }
+    if (!baseline_lacks_dtype(bm, to) || !ancestor_where(dm, de, &de->instrs[de->root], in)) return;
+    strbuf msg;
+    sb_init(&msg);
+    sb_printf(&msg, "%s rounds %s values to %s, a type the baseline computes nothing in, and the outputs depend on it: the "
+              "program computes in a lower precision than the baseline", in->name, dtype_name(from), dtype_name(to));
+    add_finding(r, cap, KIND_DTYPE_MISMATCH, SEV_ERROR, msg.s, ic, in);
+    sb_free(&msg);
 }
 
 /* Outputs the lifting proved different from the baseline's (lift_scale.c):
@@ -577,6 +624,9 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         lift_finding *f = &lc.pending;
         add_finding(r, &cap, f->kind, SEV_ERROR, f->message, f->comp, f->in);
     }
+    if (!outputs_ok && outputs_related && !lc.nfindings && r->nfindings == 0 && !lc.first_unsupported && !lc.assumed &&
+        !lc.resynced)
+        narrowed_precision(r, &cap, &lc, B.m, D.m, de);
     if (!outputs_ok && !lc.first_unsupported && !lc.divergence && lc.silent) {
         /* Nothing said why: the first instruction left unknown is the reason. */
         lc.first_unsupported = lc.silent;

@@ -59,6 +59,7 @@ void lift_done(lift_ctx *c) {
     free(c->walked);
     for (size_t k = 0; k < c->capkvals; k++) interp_val_free(c->kvals[k]);
     free(c->kvals);
+    free(c->base_konst);
     strmap_free(&c->folds);
     strmap_free(&c->base_factors);
     free(c->base_factor);
@@ -1718,6 +1719,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         }
         v->konst = konst;
         if (v->kind == LV_TERM) record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
+        if (konst) lf_scale_base_konst(c, v);
         return;
     }
     if (dbg_on(DBG_LIFT) && v->kind == LV_UNKNOWN) {

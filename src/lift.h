@@ -348,6 +348,10 @@ typedef struct lift_ctx {
      * constants only (indexed by class id; NULL: not known). Owned. */
     struct interp_val **kvals;
     size_t capkvals;
+    /* Classes the baseline computes from constants only (indexed by class id
+     * as it was then, 1: such a class): lift_scale.c starts no factor there. */
+    uint8_t *base_konst;
+    size_t capbase_konst;
     strmap folds;                         /* (op, attr, type, children) -> the class folded to */
     uint32_t npids;                       /* partial sums named so far (lval.pid) */
     lval **walked;                        /* per distributed computation (by index): its values

@@ -213,6 +213,10 @@ void lf_scale_forget(lval *x); /* x and its tuple elements keep no proved differ
  * class; when the baseline put another factor into the same term, says so
  * (c->divergence_kind, _note) and gives the op to blame in *at. */
 void lf_scale_track(lstate *s, lval *v);
+/* lf_scale_base_konst records v, a baseline value computed from constants
+ * only: a distributed value of its class (a device's iota plus its offset is
+ * data) carries no factor, as the baseline's does not. */
+void lf_scale_base_konst(lift_ctx *c, const lval *v);
 bool lf_factor_divergence(lift_ctx *c, const hlo_comp *comp, const lval *x, const lval *was, const hlo_instr **at);
 
 void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,

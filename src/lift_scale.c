@@ -19,7 +19,10 @@
  * commute with a positive factor only; a partial max or min value never
  * carries a negative one. Zeros take any factor, and infinities (a max's
  * -inf filler of padding) any positive one. Integer values never carry a factor (integer
- * division is no scaling).
+ * division is no scaling). Nor does a value of a class the baseline computes
+ * from constants only: the baseline's walk starts no factor on constants
+ * (its divide stays a term), and the distributed value of that class may be
+ * data (a device's iota plus its offset), which must keep the same form.
  */
 #include <math.h>
 #include <string.h>
@@ -167,6 +170,25 @@ bool lf_scale_like(lift_ctx *c, const lval *was, const lval *now, lval *x) {
     return true;
 }
 
+void lf_scale_base_konst(lift_ctx *c, const lval *v) {
+    if (v->kind != LV_TERM || v->cls == EID_NONE || lf_scale_of(v) != 1) return;
+    eid k = eg_find(c->g, v->cls);
+    if (k >= c->capbase_konst) {
+        size_t cap = c->capbase_konst ? c->capbase_konst : 1024;
+        while (cap <= k) cap *= 2;
+        c->base_konst = xrealloc(c->base_konst, cap);
+        memset(c->base_konst + c->capbase_konst, 0, cap - c->capbase_konst);
+        c->capbase_konst = cap;
+    }
+    c->base_konst[k] = 1;
+}
+
+/* Whether class x is (or was when recorded) a constant-only baseline value. */
+static bool base_konst(lift_ctx *c, eid x) {
+    eid r = eg_find(c->g, x);
+    return (x < c->capbase_konst && c->base_konst[x]) || (r < c->capbase_konst && c->base_konst[r]);
+}
+
 /* Whether x may carry factor s: a partial max or min only a positive one. */
 static bool scale_fits(const lval *x, double s) { return s > 0 || !x->v.partial || x->v.red == RED_SUM; }
 
@@ -184,7 +206,7 @@ bool lf_scale_take(lstate *s, lval *out) {
         if (row.kind == LV_MASK && lf_mask_resolves(s->c, &row) && uniform_value(s->c, &s->ops[1 - o], &k))
             lf_index_as_term(s->c, &row);
         const lval *x = &row;
-        if (!carries(x) || x->konst || x->cls == EID_NONE || lf_kval(s->c, x->cls) ||
+        if (!carries(x) || x->konst || x->cls == EID_NONE || lf_kval(s->c, x->cls) || base_konst(s->c, x->cls) ||
             !uniform_value(s->c, &s->ops[1 - o], &k))
             continue;
         double f = lf_scale_of(x) * (in->op == OP_DIVIDE ? 1 / k : k);

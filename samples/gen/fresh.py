@@ -10,101 +10,18 @@ its manifest entry records the largest difference from the single-device run
 Run from the repository root: bash samples/gen/run_fresh.sh [SUBSTR...]
 (only the pairs whose name contains a SUBSTR; the others keep their entries).
 """
-import inspect, json, os, sys
+import sys
 import numpy as np
 import jax, jax.numpy as jnp
 import optax
 from jax import lax
-from jax.sharding import NamedSharding, PartitionSpec as P
-from scalify_jax import export_pair
-from scalify_jax._export import make_mesh, _json_lines
+from jax.sharding import PartitionSpec as P
 sys.path.insert(0, "samples/gen")  # run from the repository root (run_fresh.sh)
-from wild import max_abs_diff  # noqa: E402  (wild.py also sets the source-path canonicalisation)
-jax.config.update("jax_enable_compilation_cache", False)
+from fresh_lib import Corpus, seeded  # noqa: E402
 
-OUT = "samples/fresh"
-ONLY = sys.argv[1:]
-EXTRA = {}  # name -> manifest fields added after export (numerics, bug, note)
-
-
-def want(name):
-    return not ONLY or any(o in name for o in ONLY)
-
-
-def is_spec(s):
-    return s is None or isinstance(s, P)
-
-
-def place(mesh, args, specs):
-    return jax.tree.map(lambda s, a: jax.tree.map(lambda x: jax.device_put(x, NamedSharding(mesh, s)), a),
-                        tuple(specs), tuple(args), is_leaf=is_spec)
-
-
-def numerics(ref, got):
-    scale = max([float(np.max(np.abs(np.asarray(x, np.float64)))) for x in jax.tree.leaves(ref) if np.size(x)] + [0.0])
-    return {"max_abs_diff": max_abs_diff(ref, got), "max_abs_ref": scale}
-
-
-def gspmd(name, mesh, in_sh, out_sh, fn, args, note=None):
-    """A GSPMD pair: fn under jax.jit with in/out shardings (PartitionSpecs)."""
-    if not want(name):
-        return
-    print("==", name, flush=True)
-    export_pair(fn, args, mesh=mesh, name=name, out_dir=OUT, in_shardings=in_sh, out_shardings=out_sh,
-                expected="verified")
-    m = make_mesh(mesh)
-    ns = lambda s: NamedSharding(m, s)
-    j = jax.jit(fn, in_shardings=jax.tree.map(ns, tuple(in_sh), is_leaf=is_spec),
-                out_shardings=jax.tree.map(ns, out_sh, is_leaf=is_spec))
-    EXTRA[name] = {"numerics": numerics(jax.jit(fn)(*args), j(*place(m, args, in_sh)))}
-    if note:
-        EXTRA[name]["note"] = note
-
-
-def smap(family, mesh, make, in_specs, out_specs, fn, args, bugs=(), check_vma=False, note=None):
-    """A shard_map family: make(None) is the correct per-device body, make(b)
-    the body with bug b; bugs lists (b, kinds). fn is the single-device program."""
-    for bug, kinds in [(None, None)] + list(bugs):
-        name = family + (".bug." + bug if bug else "")
-        if not want(name):
-            continue
-        print("==", name, flush=True)
-        body = make(bug)
-        export_pair(fn, args, mesh=mesh, name=name, out_dir=OUT, in_specs=in_specs, out_specs=out_specs,
-                    distributed_fn=body, check_vma=check_vma, expected="mismatch" if bug else "verified")
-        m = make_mesh(mesh)
-        ns = lambda s: NamedSharding(m, s)
-        f = jax.jit(jax.shard_map(body, mesh=m, in_specs=tuple(in_specs), out_specs=out_specs, check_vma=check_vma),
-                    out_shardings=jax.tree.map(ns, out_specs, is_leaf=is_spec))
-        EXTRA[name] = {"numerics": numerics(jax.jit(fn)(*args), f(*place(m, args, in_specs)))}
-        if bug:
-            EXTRA[name]["bug"] = {"id": bug, "kinds": kinds, "locations": bug_lines(make, bug)}
-        if note:
-            EXTRA[name]["note"] = note
-
-
-def bug_lines(make, bug):
-    """Where bug is written: the lines of make that name it and, after a
-    branch (a line ending in ':'), the line under it, as source locations."""
-    lines, first = inspect.getsourcelines(make)
-    at = set()
-    for i, text in enumerate(lines):
-        if '"%s"' % bug in text:
-            at.add(i)
-            if text.rstrip().endswith(":"):
-                at.add(i + 1)
-    return [{"file": "samples/gen/fresh.py", "line": first + i} for i in sorted(at)]
-
-
-rng = np.random.default_rng(2026)
-
-
-def R(*s, scale=1.0, dt=np.float32):
-    return (rng.standard_normal(s) * scale).astype(dt)
-
-
-def I(lo, hi, *s):
-    return rng.integers(lo, hi, s).astype(np.int32)
+C = Corpus("samples/fresh", "samples/gen/fresh.py", "samples/gen/run_fresh.sh", sys.argv[1:])
+gspmd, smap = C.gspmd, C.smap
+rng, R, I = seeded(2026)
 
 
 psum, pmean, pmax, idx = lax.psum, lax.pmean, lax.pmax, lax.axis_index
@@ -573,11 +490,4 @@ gspmd("g.bilinear_einsum.dp2xtp4", {"dp": 2, "tp": 4}, (P("dp", None), P(None, N
       (R(8, 16), R(8, 16, 16, scale=0.2), R(8, 16), R(8)))
 
 # ---------------------------------------------------------------------------
-mpath = os.path.join(OUT, "manifest.json")
-doc = json.load(open(mpath))
-for e in doc["pairs"]:
-    e.pop("generator", None)
-    e.update(EXTRA.get(e["name"], {}))
-doc["generator"]["script"] = "samples/gen/run_fresh.sh"
-open(mpath, "w").write(_json_lines(doc))
-print(len(EXTRA), "exported;", len(doc["pairs"]), "in manifest")
+C.finish()

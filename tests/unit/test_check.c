@@ -1721,6 +1721,14 @@ static void concat_unlike_operands(void) {
  *     floats by a bitcast-convert, on a 2x2 mesh: each device's bits are
  *     its block of the baseline's (rows counted locally, another row
  *     length, column offsets swapped: they are not);
+ *   - tests/cases/narrowed: a row-parallel f32 dot; its operands rounded to
+ *     bf16 (an f32 baseline computes nothing in bf16) are a dtype-mismatch
+ *     the rules find; a 0/1 mask rounded to bf16 and back (exact:
+ *     narrowed/mask) is the baseline's mask;
+ *   - tests/cases/scale-konst: positions over a sharded dim divided by a
+ *     constant (a device's iota plus its offset, data to the lifting; the
+ *     baseline's iota a constant): the baseline's divide, no factor (another
+ *     divisor or offsets out of order are not);
  *   - tests/cases/unit-partial: a sum over a unit dim sharded by dp (a
  *     reshape's other reading), scaled and squared (Adam's second moment):
  *     the per-device sums read as the blocks of the complete sum (another
@@ -1989,6 +1997,21 @@ static void hand_written_cases(void) {
         {"unrounded/bf16", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"unrounded/bf16", "summed over half the devices", "replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}",
          VERDICT_MISMATCH, false},
+        {"narrowed/f32", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"narrowed/f32", "the dot in bf16", "%d = f32[4,8] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}",
+         "%xb = bf16[4,16] convert(%x)\n  %wb = bf16[16,8] convert(%w)\n"
+         "  %db = bf16[4,8] dot(%xb, %wb), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n  %d = f32[4,8] convert(%db)",
+         VERDICT_MISMATCH, true},
+        {"narrowed/f32", "the weights in bf16", "%d = f32[4,8] dot(%x, %w)",
+         "%wb = bf16[16,8] convert(%w)\n  %wf = f32[16,8] convert(%wb)\n  %d = f32[4,8] dot(%x, %wf)", VERDICT_MISMATCH, true},
+        {"narrowed/mask", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"narrowed/mask", "the 0/1 mask rounded to bf16 (exact)", "%xm = f32[4,16] multiply(%x, %mf)",
+         "%mb = bf16[4,16] convert(%mf)\n  %mx = f32[4,16] convert(%mb)\n  %xm = f32[4,16] multiply(%x, %mx)",
+         VERDICT_VERIFIED, true},
+        {"scale-konst/iota", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"scale-konst/iota", "divided by 8", "%k = f32[] constant(16)", "%k = f32[] constant(8)", VERDICT_MISMATCH, false},
+        {"scale-konst/iota", "offsets out of order", "constant({0, 4, 8, 12})", "constant({4, 0, 8, 12})", VERDICT_MISMATCH,
+         false},
         {"unit-partial/sq", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"unit-partial/sq", "another factor", "k = f32[] constant(0.5)", "k = f32[] constant(0.25)", VERDICT_MISMATCH, false},
         {"unit-partial/sq", "the halves summed", "  %m = f32[32] multiply(%s, %kb)",
