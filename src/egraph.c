@@ -292,9 +292,19 @@ eid eg_lookup(egraph *g, uint16_t op, uint32_t attr, uint32_t type, const eid *c
 eid eg_add(egraph *g, uint16_t op, uint32_t attr, uint32_t type, const eid *ch, uint32_t n, uint8_t origin) {
     if ((g->tused + 1) * 10 >= g->tcap * 7) table_resize(g, g->tcap ? g->tcap * 2 : 1024);
     if (g->nwords + 4 + (size_t)n > UINT32_MAX) xfatal("e-graph: more than 2^32 node words (node offsets are 32 bits)");
+    /* Children read from another node (eg_node_children) live in the words
+     * that growing them may move: copied first. */
+    eid own[16], *copy = NULL;
+    uintptr_t at = (uintptr_t)ch, lo = (uintptr_t)g->words;
+    if (n && at >= lo && at < lo + g->capwords * sizeof *g->words) {
+        copy = n <= ARRAY_LEN(own) ? own : xmalloc(n * sizeof *copy);
+        memcpy(copy, ch, n * sizeof *copy);
+        ch = copy;
+    }
     XGROW(g->words, g->capwords, g->nwords + 4 + n);
     uint32_t *w = g->words + g->nwords;  /* build in place; kept only when new */
     canon_words(g, w, op, attr, type, ch, n);
+    if (copy != own) free(copy);
     bool found;
     uint32_t tag;
     size_t slot = table_find(g, w, &found, &tag);

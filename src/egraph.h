@@ -76,6 +76,7 @@ uint32_t eg_node_count(const egraph *g);  /* ids 0..count-1, dead ones included 
 bool eg_node_live(const egraph *g, eid node);
 uint16_t eg_node_op(const egraph *g, eid node);
 uint32_t eg_node_attr(const egraph *g, eid node);
+/* Valid until the next eg_add or union; eg_add itself may be given them. */
 const eid *eg_node_children(const egraph *g, eid node, uint32_t *n);
 
 /* A short term for messages: the class's first node, children to depth levels
