@@ -1558,15 +1558,18 @@ static void index_plain_term(lstate *s, lval *v) {
         if (t.kind == LV_TERM && !t.assumed && lf_same_sharding(&t.v, &v->v)) v->cls = t.cls;
         memcpy(ops, saved, in->noperands * sizeof *ops);
     }
-    if (indep || c->baseline_mode) {
-        lval saved[16];
-        uint32_t ns = in->noperands < 16 ? in->noperands : 16;
-        memcpy(saved, ops, ns * sizeof *ops);
+    /* Only where every index operand has a plain term (a baseline value may
+     * lack one: the op stays without a plain term then). */
+    bool terms = true;
+    for (uint32_t o = 0; o < in->noperands; o++) terms &= !lf_is_index(&ops[o]) || ops[o].cls != EID_NONE;
+    if ((indep || c->baseline_mode) && terms) {
+        lval saved_stack[16], *saved = in->noperands <= 16 ? saved_stack : arena_alloc(c->a, in->noperands * sizeof *saved);
+        memcpy(saved, ops, in->noperands * sizeof *ops);
         for (uint32_t o = 0; o < in->noperands; o++)
             if (lf_is_index(&ops[o]))
                 ops[o] = term(ops[o].cls, view_dup(comp->instrs[in->operands[o]].shape.rank), false);
         v->cls = generic(s).cls;
-        memcpy(ops, saved, ns * sizeof *ops);
+        memcpy(ops, saved, in->noperands * sizeof *ops);
     }
 }
 

@@ -1277,6 +1277,20 @@ static void factor_blame_in_call(void) {
     json_decref(trace);
 }
 
+/* A mutant of the data-parallel CLIP loss (tests/cases/mutants, from the
+ * mutation fuzzer; checked against the partitioned program as its
+ * baseline): an index value of the baseline without a plain term reached
+ * an op that builds one (a SEGV reading an empty class under make asan):
+ * the op has no plain term then. */
+static void index_operand_without_term(void) {
+    t_case("check a mutant whose baseline index operand has no plain term");
+    json_t *trace = NULL;
+    int v = run_with("index-no-term", "samples/fresh/g.clip_contrastive.dp8.dist.hlo",
+                     "tests/cases/mutants/index-operand-no-term.hlo", "auto", true, false, &trace);
+    CHECK_MSG(v == VERDICT_UNVERIFIED && trace, "verdict %s", verdict_name(v));
+    json_decref(trace);
+}
+
 /* While loops by induction (tests/cases/loops, made by hand): a scan over two
  * layers whose distributed loop (dp:2, the batch sharded) carries its
  * elements in another order, fills a zero buffer with the per-layer inputs
@@ -2294,6 +2308,7 @@ void suite_check(void) {
     hand_written_cases();
     scalar_dynamic_slice();
     factor_blame_in_call();
+    index_operand_without_term();
     contradicted_by_execution();
     jax012_cases();
     shared_blocks();
