@@ -8,7 +8,8 @@
  * and the checker against the unmutated file with execution on. A mutant must
  * give a diagnostic or a module that survives all of it; sanitizers catch the
  * rest. The mutant under test is written to a file first (-o, default
- * build/mutant.hlo), so a crash leaves its reproducer there.
+ * build/mutant.hlo), so a crash leaves its reproducer there; the first mutant
+ * whose proof execution contradicts is kept as MUTANT.defect.hlo.
  *
  * usage: mutate [-n ROUNDS] [-s SEED] [-t SECONDS] [-o MUTANT] FILE... */
 #include <stdint.h>
@@ -221,6 +222,22 @@ static void write_file(const char *path, const char *s) {
     fclose(f);
 }
 
+/* A mutant the rules relate to the original while execution shows they
+ * differ is a checker defect, not a crash: the first one is kept beside the
+ * mutant (MUTANT.defect.hlo) with the original named, to be looked into. */
+static void keep_if_contradicted(json_t *trace, const char *orig_path, const char *src) {
+    static const char said[] = "unverified: the transfer functions relate every output";  /* check.c's words */
+    static bool kept;
+    json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
+    const char *msg = json_string_value(json_object_get(f0, "message"));
+    if (kept || !msg || strncmp(msg, said, sizeof said - 1) != 0) return;
+    char path[512];
+    snprintf(path, sizeof path, "%s.defect.hlo", mutant_path);
+    write_file(path, src);
+    fprintf(stderr, "mutate: the rules relate this mutant of %s to it, execution does not: kept as %s\n", orig_path, path);
+    kept = true;
+}
+
 /* Everything a mutant meets; returns 1 when it was read as a module. */
 static int run_one(const char *orig_path, const char *src) {
     write_file(mutant_path, src);
@@ -287,6 +304,7 @@ static int run_one(const char *orig_path, const char *src) {
         fprintf(stderr, "mutate: check gave verdict %d %s a trace (%s)\n", v, trace ? "with" : "without", mutant_path);
         abort();
     }
+    keep_if_contradicted(trace, orig_path, src);
     json_decref(trace);
     diag_free(&d);
     return 1;
