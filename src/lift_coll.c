@@ -347,6 +347,15 @@ static void unit_blocks_as_partial(lstate *s, uint32_t axes) {
     x->v.red = (uint8_t)red;
 }
 
+/* A collective whose reducer computation is none of those recognised (sum,
+ * product, max, min, and, or, xor: graph.h instr_reducer): what it
+ * combines is not known, so nothing is said about it either way. */
+static lval unknown_reducer(lstate *s) {
+    lf_unsupported(s->c, s->comp, s->in, "%s combines with a reducer computation not recognised as a sum, product, max, "
+                   "min or logical op", s->in->name);
+    return unknown();
+}
+
 /* all-reduce over the mesh axes its groups span: removes `partial` over them;
  * the reduction must match the operand's. */
 lval lf_lift_all_reduce(lstate *s) {
@@ -356,6 +365,7 @@ lval lf_lift_all_reduce(lstate *s) {
     int axes = lf_collective_axes(s, false);
     int red = instr_reducer(c->cur, in);
     if (axes < 0) return unknown();
+    if (red == RED_NONE) return unknown_reducer(s);
     if (x->kind != LV_TERM) {
         /* The result is the same on every device of a group, whatever it is. */
         if (x->kind == LV_UNKNOWN) {
@@ -832,6 +842,7 @@ lval lf_lift_reduce_scatter(lstate *s) {
     uint32_t dim;
     if (!dim_collective(s, &axes, &dim)) return unknown();
     int red = instr_reducer(c->cur, in);
+    if (red == RED_NONE) return unknown_reducer(s);
     uint32_t extra = (uint32_t)axes & ~x->v.partial;
     lval copies = *x;
     bool sharded = view_axes_used(&x->v) & extra;

@@ -1980,6 +1980,10 @@ static void hand_written_cases(void) {
          VERDICT_MISMATCH, false},
         {"collectives/partial-steps", "the second step left out", "ROOT %y = f32[8,4] all-reduce(%pairs)",
          "ROOT %y = f32[8,4] copy(%pairs)", VERDICT_MISMATCH, true},
+        /* a reducer written so that it is not recognised (a sum times one):
+         * what the all-reduces combine is unknown, never a finding */
+        {"collectives/partial-steps", "a reducer not recognised", "ROOT %s = f32[] add(%a, %b)",
+         "%t = f32[] add(%a, %b)\n  %one = f32[] constant(1)\n  ROOT %s = f32[] multiply(%t, %one)", VERDICT_UNVERIFIED, true},
         /* a max of the blocks is a value in its own right (a correct program
          * may want it: block-max), so the rules leave this undecided */
         {"collectives/block-sum", "a max of the blocks", "ROOT %add.0 = f32[] add", "ROOT %add.0 = f32[] maximum",
