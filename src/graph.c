@@ -449,10 +449,26 @@ static int pred_reducer(const hlo_comp *c) {
     return table == 8 ? RED_AND : table == 14 ? RED_OR : table == 6 ? RED_XOR : RED_NONE;
 }
 
+/* A reducer's root may copy the combining op's scalar (JAX's shard_map
+ * psum under jit: add then ROOT copy(add)); a copy of the same type is the
+ * value itself. The op under those copies, and how many there are. */
+static const hlo_instr *reducer_core(const hlo_comp *c, uint32_t *ncopies) {
+    const hlo_instr *r = &c->instrs[c->root];
+    *ncopies = 0;
+    while (r->op == OP_COPY && r->noperands == 1 && *ncopies < c->ninstrs) {
+        const hlo_instr *o = &c->instrs[r->operands[0]];
+        if (o->shape.dtype != r->shape.dtype || o->shape.rank != 0 || r->shape.rank != 0) break;
+        r = o;
+        ++*ncopies;
+    }
+    return r;
+}
+
 static int recognise_reducer(const hlo_comp *c) {
-    if (c->nparams == 2 && c->ninstrs != 3) return pred_reducer(c);
-    if (c->nparams != 2 || c->ninstrs != 3) return RED_NONE;
-    const hlo_instr *root = &c->instrs[c->root];
+    uint32_t ncopies;
+    const hlo_instr *root = reducer_core(c, &ncopies);
+    if (c->nparams == 2 && c->ninstrs != 3 + ncopies) return pred_reducer(c);
+    if (c->nparams != 2 || c->ninstrs != 3 + ncopies) return RED_NONE;
     if (root->noperands != 2 || root->shape.dtype == DT_TUPLE || root->shape.rank != 0)
         return RED_NONE;
     uint32_t a = root->operands[0], b = root->operands[1];

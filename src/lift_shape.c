@@ -732,7 +732,10 @@ lval lf_lift_dynamic_slice(lstate *s) {
             return unknown();
         }
     }
-    if (v.partial) return unreduced_blocks(s);
+    /* A value still partial over axes the offsets do not depend on (each
+     * bound axis was checked against them above): every device of a
+     * reduction group takes the same block of its summand, and the block of
+     * the sum is the sum of the blocks. The view keeps the partial. */
     if (windowed) {
         int64_t words[2 + 3 * VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
         uint32_t nw = 0;

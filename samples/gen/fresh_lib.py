@@ -75,13 +75,14 @@ class Corpus:
         if note:
             self.extra[name]["note"] = note
 
-    def gspmd(self, name, mesh, in_sh, out_sh, fn, args, note=None):
-        """A GSPMD pair: fn under jax.jit with in/out shardings (PartitionSpecs); always correct."""
+    def gspmd(self, name, mesh, in_sh, out_sh, fn, args, note=None, expected="verified"):
+        """A GSPMD pair: fn under jax.jit with in/out shardings (PartitionSpecs); correct unless the
+        partitioner's output is not (expected="mismatch", said in note, shown by numerics)."""
         if not self.wanted(name):
             return
         print("==", name, flush=True)
         export_pair(fn, args, mesh=mesh, name=name, out_dir=self.out, in_shardings=in_sh, out_shardings=out_sh,
-                    expected="verified")
+                    expected=expected)
         m = make_mesh(mesh)
         j = jax.jit(fn, in_shardings=shardings(m, tuple(in_sh)), out_shardings=shardings(m, out_sh))
         self.record(name, fn, args, lambda: j(*put(m, args, in_sh)), note)

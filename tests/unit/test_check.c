@@ -1127,6 +1127,33 @@ static void unreduced_uses(void) {
     check_verified("unreduced", "dist-ok");
 }
 
+/* A dynamic-slice of a value still partial over dp taking each device's
+ * block by its tp coordinate (tests/cases/slice-partial, made by hand; XLA's
+ * reduce-scatter over one axis of a 2-D mesh before the all-reduce over the
+ * other): every device of a dp group takes the same block, so the block of
+ * the sum is the sum of the blocks, verified by the rules too. Blocks chosen
+ * by dp stay undecided without execution (the summands may vanish); the
+ * all-reduce then over tp is the wrong axis, found by the rules. */
+static void slice_of_partial(void) {
+    static const char *b = "tests/cases/slice-partial/base.hlo", *r = "tests/cases/slice-partial/relations.json";
+    for (int w = 0; w < 2; w++) {
+        static const struct { const char *dist; int want; const char *kind; } cases[] = {
+            {"dist", VERDICT_VERIFIED, NULL}, {"dist-tp", VERDICT_MISMATCH, "wrong-collective-group"}};
+        for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
+            char d[128];
+            snprintf(d, sizeof d, "tests/cases/slice-partial/%s.hlo", cases[k].dist);
+            t_case("check slice-partial %s (%s)", cases[k].dist, w ? "witness" : "rules only");
+            json_t *trace = NULL;
+            int v = run_with(cases[k].dist, b, d, r, w, false, &trace);
+            CHECK_MSG(v == cases[k].want, "verdict %s", verdict_name(v));
+            json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
+            if (cases[k].kind) CHECK_STR(json_string_value(json_object_get(f0, "kind")), cases[k].kind);
+            json_decref(trace);
+        }
+    }
+    check_undecided("slice-partial", "dist-dp", "mine", "still a partial sum", "missing-all-reduce");
+}
+
 /* An all-gather along a dim other than the sharded one (tests/cases/
  * gather-layout, by hand) rearranges the blocks: jax's untiled all_gather
  * (a new unit dim) then a transpose and reshape bring them back — verified,
@@ -2317,6 +2344,7 @@ void suite_check(void) {
     jax012_cases();
     shared_blocks();
     unreduced_uses();
+    slice_of_partial();
     gather_layouts();
     rotated_slices();
     pmean_of_replicated();

@@ -8,7 +8,9 @@
  * optimizers, sharded norms and losses, expert parallelism; correct pairs and
  * bug variants) and samples/fresh2 (a second such batch: attention with rotary
  * embeddings under tensor, context and Ulysses parallelism, ZeRO-2, int8
- * weights, a KV-cache decode step, capacity routing, ...).
+ * weights, a KV-cache decode step, capacity routing, ...) and samples/fresh3
+ * (a third: training steps on a dp x fsdp x tp mesh, MLA and T5 attention,
+ * LAMB, Muon, loss scaling, message passing, ...).
  * Every pair the manifests list, in both forms (text and protobuf), is checked
  * as `scalify check --witness --rules rules` would, and asserted:
  *   - never an error (both forms read and relate as far as they do);
@@ -20,7 +22,7 @@
  *     execution") is not contradicted by execution: the witness differs by
  *     more than rounding (max_rel > 1e-5), but for dtype-mismatch findings,
  *     which inputs of magnitude one need not show.
- * samples/probe, samples/fresh and samples/fresh2 are checked a second time without --witness (the rules alone,
+ * samples/probe and samples/fresh, fresh2 and fresh3 are checked a second time without --witness (the rules alone,
  * both forms), since its false alarms were the rules': a correct pair is never a
  * mismatch there either, but for a pair its manifest marks
  * "known_false_alarm": {"without_witness": "issue ..."}, which is asserted to
@@ -281,7 +283,7 @@ void suite_corpus(void) {
         const char *name;
         bool rules_only_too; /* also checked without --witness */
     } corpora[] = {{"train", false}, {"wild", false}, {"torchxla", false}, {"probe", true}, {"fresh", true},
-                   {"fresh2", true}};
+                   {"fresh2", true}, {"fresh3", true}};
     bool update = getenv("SCALIFY_UPDATE_EXPECTED") != NULL;
     char *tsv = t_read(CORPUS_EXPECTED, NULL);
     t_case("corpus %s present", CORPUS_EXPECTED);

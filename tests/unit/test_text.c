@@ -205,6 +205,17 @@ static void current_xla(void) {
     graph_free(m);
 }
 
+/* src parses and its first computation's reducer is want. */
+static void check_reducer(const char *src, int want) {
+    diag d;
+    hlo_module *m = parse(src, &d);
+    CHECK_MSG(m != NULL, "%s", d.out.s ? d.out.s : "");
+    diag_free(&d);
+    if (!m) return;
+    CHECK_EQ(m->comps[0].reducer, want);
+    graph_free(m);
+}
+
 /* Predicate reducers written out (PyTorch/XLA's `all` and `any`: x != false
  * and y != false combined, then a select of true/false) are read by their
  * truth table; a function of the two inputs that is no reduction (x and not
@@ -226,20 +237,38 @@ static void pred_reducers(void) {
                  "ENTRY e {\n  p = pred[4,3] parameter(0)\n  i = pred[] constant(true)\n"
                  "  ROOT r = pred[4] reduce(p, i), dimensions={1}, to_apply=all\n}\n",
                  cases[k].body);
-        diag d;
-        hlo_module *m = parse(src, &d);
         t_case("text-20 predicate reducer written out, case %zu", k);
-        CHECK_MSG(m != NULL, "%s", d.out.s ? d.out.s : "");
-        diag_free(&d);
-        if (!m) continue;
-        CHECK_EQ(m->comps[0].reducer, cases[k].want);
-        graph_free(m);
+        check_reducer(src, cases[k].want);
+    }
+}
+
+/* A reducer whose root copies the combining op's scalar (JAX's psum in a
+ * shard_map under jit: add, then ROOT copy(add)) is that op's reducer; a
+ * copy that converts, or another instruction beside the op, is not. */
+static void copied_reducers(void) {
+    static const struct { const char *body; int want; } cases[] = {
+        {"  a = f32[] add(x, y)\n  ROOT c = f32[] copy(a)\n", RED_SUM},
+        {"  a = f32[] maximum(y, x)\n  b = f32[] copy(a)\n  ROOT c = f32[] copy(b)\n", RED_MAX},
+        {"  a = f32[] add(x, y)\n  ROOT c = f32[] negate(a)\n", RED_NONE},
+        {"  a = f32[] add(x, x)\n  ROOT c = f32[] copy(a)\n", RED_NONE},
+        {"  a = f32[] add(x, y)\n  n = f32[] negate(a)\n  ROOT c = f32[] copy(a)\n", RED_NONE},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char src[1024];
+        snprintf(src, sizeof src,
+                 "HloModule r\n\nred {\n  x = f32[] parameter(0)\n  y = f32[] parameter(1)\n%s}\n\n"
+                 "ENTRY e {\n  p = f32[4,3] parameter(0)\n"
+                 "  ROOT r = f32[4,3] all-reduce(p), replica_groups={}, to_apply=red\n}\n",
+                 cases[k].body);
+        t_case("text-21 reducer under copies, case %zu", k);
+        check_reducer(src, cases[k].want);
     }
 }
 
 void suite_text(void);
 void suite_text(void) {
     pred_reducers();
+    copied_reducers();
     diag d;
     size_t n;
     char *src = t_read("tests/cases/variants.hlo", &n);
