@@ -163,7 +163,7 @@ void lf_assume(lift_ctx *c, const char *fmt, ...) {
 /* ---- segments and scopes ---- */
 
 static bool is_identity_custom_call(const hlo_instr *in) {
-    const char *t = instr_str(in, A_CUSTOM_CALL_TARGET);
+    const char *t = in->op == OP_CUSTOM_CALL ? instr_str(in, A_CUSTOM_CALL_TARGET) : NULL;
     if (!t || in->noperands != 1) return false;
     return strcmp(t, "Sharding") == 0 || strcmp(t, "SPMDFullToShardShape") == 0 ||
            strcmp(t, "SPMDShardToFullShape") == 0 || strncmp(t, "xla.sdy.", 8) == 0;

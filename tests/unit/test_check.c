@@ -1318,6 +1318,22 @@ static void index_operand_without_term(void) {
     json_decref(trace);
 }
 
+/* A mutant of a GSPMD baseline (tests/cases/mutants, kept by the mutation
+ * fuzzer as a proof execution contradicted): its FuncResultSharding
+ * custom-call became a negate that still carries custom_call_target, and
+ * the lifting took any instruction with that attribute for the identity
+ * custom-call: the negated output was verified. Only a custom-call is. */
+static void negate_with_call_target(void) {
+    for (int witness = 0; witness < 2; witness++) {
+        t_case("check a negate carrying a custom_call_target is no identity (%s)", witness ? "with execution" : "rules only");
+        json_t *trace = NULL;
+        int v = run_with("negate-target", "samples/probe/g.uneven_internal.matmul_k30.dp2xtp4.baseline.hlo",
+                         "tests/cases/mutants/negate-with-call-target.hlo", "auto", witness, false, &trace);
+        CHECK_MSG(v == (witness ? VERDICT_MISMATCH : VERDICT_UNVERIFIED), "verdict %s", verdict_name(v));
+        json_decref(trace);
+    }
+}
+
 /* While loops by induction (tests/cases/loops, made by hand): a scan over two
  * layers whose distributed loop (dp:2, the batch sharded) carries its
  * elements in another order, fills a zero buffer with the per-layer inputs
@@ -2340,6 +2356,7 @@ void suite_check(void) {
     scalar_dynamic_slice();
     factor_blame_in_call();
     index_operand_without_term();
+    negate_with_call_target();
     contradicted_by_execution();
     jax012_cases();
     shared_blocks();
