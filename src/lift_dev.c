@@ -250,7 +250,8 @@ eid lf_dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
     /* Same e-node as a baseline constant with these values (literal digest);
      * one value everywhere is also the broadcast of that scalar, as a program
      * writes it (and lf_konst_at builds it): both nodes in one class. */
-    interp_val *x = interp_val_new(in->shape.dtype, in->shape.rank, in->shape.dims);
+    interp_val *x = shape_elements(&in->shape) == (int64_t)v->count ? interp_val_new(in->shape.dtype, in->shape.rank, in->shape.dims)
+                                                                     : NULL;
     if (x && x->n == v->count) {
         for (uint32_t k = 0; k < v->count; k++) interp_val_set(x, k, v->dev[k]);
         return lf_const_term(c, x, c->origin);

@@ -1334,6 +1334,19 @@ static void negate_with_call_target(void) {
     }
 }
 
+/* A mutant of a GSPMD scatter-add (tests/cases/mutants, from the mutation
+ * fuzzer) whose device value, one number everywhere, is broadcast to a
+ * shape of billions of elements: read as a constant, it was tabulated at
+ * that shape (out of memory under make asan). It is a splat literal now. */
+static void dev_splat_huge_shape(void) {
+    t_case("check a device splat broadcast to a huge shape is not tabulated");
+    json_t *trace = NULL;
+    int v = run_with("dev-splat-huge", "samples/probe/g.scatter_add.rows_tp4.dist.hlo",
+                     "tests/cases/mutants/dev-splat-huge-shape.hlo", "auto", false, false, &trace);
+    CHECK_MSG(v == VERDICT_UNVERIFIED && trace, "verdict %s", verdict_name(v));
+    json_decref(trace);
+}
+
 /* While loops by induction (tests/cases/loops, made by hand): a scan over two
  * layers whose distributed loop (dp:2, the batch sharded) carries its
  * elements in another order, fills a zero buffer with the per-layer inputs
@@ -2357,6 +2370,7 @@ void suite_check(void) {
     factor_blame_in_call();
     index_operand_without_term();
     negate_with_call_target();
+    dev_splat_huge_shape();
     contradicted_by_execution();
     jax012_cases();
     shared_blocks();
