@@ -354,8 +354,10 @@ static bool win_concatenate(lstate *s, lval *out) {
     const hlo_instr *in = s->in;
     uint32_t nd;
     const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-    if (nd != 1 || in->noperands > 64 || in->noperands == 0) return false;
+    if (nd != 1 || dd[0] < 0 || dd[0] >= in->shape.rank || in->noperands > 64 || in->noperands == 0) return false;
     uint32_t cd = (uint32_t)dd[0];
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (cd >= s->comp->instrs[in->operands[o]].shape.rank || (s->ops[o].kind == LV_WIN && !s->ops[o].win)) return false;
     bool needed = false;
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];

@@ -1347,6 +1347,19 @@ static void dev_splat_huge_shape(void) {
     json_decref(trace);
 }
 
+/* A mutant of a GSPMD softmax (tests/cases/mutants, from the mutation
+ * fuzzer) with a concatenate along a dim its rank-1 operands lack: the
+ * window reading of concatenates read past the shapes (SEGV under make
+ * asan). It now declines; the pair stays undecided. */
+static void concat_dim_out_of_range(void) {
+    t_case("check a concatenate along a dim its operands lack");
+    json_t *trace = NULL;
+    int v = run_with("concat-dim", "samples/probe/g.uneven_internal.slice30_softmax.dp2xtp4.dist.hlo",
+                     "tests/cases/mutants/concat-dim-out-of-range.hlo", "auto", false, false, &trace);
+    CHECK_MSG(v != VERDICT_VERIFIED && trace, "verdict %s", verdict_name(v));
+    json_decref(trace);
+}
+
 /* While loops by induction (tests/cases/loops, made by hand): a scan over two
  * layers whose distributed loop (dp:2, the batch sharded) carries its
  * elements in another order, fills a zero buffer with the per-layer inputs
@@ -2371,6 +2384,7 @@ void suite_check(void) {
     index_operand_without_term();
     negate_with_call_target();
     dev_splat_huge_shape();
+    concat_dim_out_of_range();
     contradicted_by_execution();
     jax012_cases();
     shared_blocks();
