@@ -19,6 +19,18 @@
 
 /* ---- device-dependent scalars: concrete evaluation on every device ---- */
 
+/* Whether v is a value of integer type dt (any value for other types):
+ * device values are computed without wrapping, so one outside its type's
+ * range (a literal XLA would not print, an overflow) is not modelled. */
+static bool fits(int dt, double v) {
+    if (!dtype_is_int(dt)) return true;
+    int bits = dtype_bits(dt);
+    if (bits >= 64) return fabs(v) < 9007199254740992.0;
+    double span = ldexp(1, bits);
+    bool is_signed = dt >= DT_S8 && dt <= DT_S64;
+    return is_signed ? v >= -span / 2 && v < span / 2 : v >= 0 && v < span;
+}
+
 lval lf_dev_from_literal(lift_ctx *c, const hlo_instr *in) {
     const hlo_attr *la = instr_attr(in, A_LITERAL);
     int64_t n = shape_elements(&in->shape);
@@ -26,8 +38,10 @@ lval lf_dev_from_literal(lift_ctx *c, const hlo_instr *in) {
     lval v = {.kind = LV_DEV, .count = (uint32_t)n};
     v.dev = arena_alloc(c->a, (size_t)(c->ndev * n) * sizeof *v.dev);
     for (int64_t d = 0; d < c->ndev; d++)
-        for (int64_t k = 0; k < n; k++)
+        for (int64_t k = 0; k < n; k++) {
             v.dev[d * n + k] = la->v.lit->f ? la->v.lit->f[k] : (double)la->v.lit->i[k];
+            if (!fits(in->shape.dtype, v.dev[d * n + k])) return unknown();
+        }
     return v;
 }
 
@@ -88,6 +102,7 @@ static bool dev_eval(lift_ctx *c, const hlo_instr *in, const lval *ops, lval *ou
             default:
                 return false;
             }
+            if (!fits(in->shape.dtype, r)) return false;
             v.dev[d * n + k] = r;
         }
     *out = v;
@@ -158,7 +173,7 @@ static bool dev_all_reduce(lift_ctx *c, const hlo_instr *in, const lval *ops, lv
         return false;
     lval v = {.kind = LV_DEV, .count = (uint32_t)n};
     v.dev = arena_alloc(c->a, (size_t)(c->ndev * n) * sizeof *v.dev);
-    bool ok = true, is_int = !dtype_is_float(in->shape.dtype);
+    bool ok = true;
     int64_t seen = 0;
     for (uint32_t g = 0; g < ng && ok; g++)
         for (int64_t k = 0; k < n && ok; k++) {
@@ -167,7 +182,7 @@ static bool dev_all_reduce(lift_ctx *c, const hlo_instr *in, const lval *ops, lv
                 double x = ops[0].dev[ids[j] * n + k];
                 r = red == RED_SUM ? r + x : red == RED_PROD ? r * x : red == RED_MAX ? fmax(r, x) : fmin(r, x);
             }
-            ok = !is_int || fabs(r) < 2147483648.0;
+            ok = fits(in->shape.dtype, r);
             for (uint32_t j = start[g]; j < start[g + 1]; j++) v.dev[ids[j] * n + k] = r;
         }
     for (uint32_t g = 0; g < ng; g++) seen += start[g + 1] - start[g];
