@@ -863,6 +863,11 @@ static hlo_literal *parse_literal(parser *ps, const shape *sh) {
                 errno = 0;
                 v = is_unsigned ? (int64_t)strtoull(buf, &endp, 10) : strtoll(buf, &endp, 10);
                 if (*endp || errno) fail(ps, wat, "invalid %s value '%s'", dtype_name(sh->dtype), buf);
+                /* as XLA's parser: a value its type cannot hold is an error */
+                int bits = dtype_bits(sh->dtype);
+                if (bits > 0 && bits < 64 &&
+                    (is_unsigned ? v < 0 || v >= (int64_t)1 << bits : v < -((int64_t)1 << (bits - 1)) || v >= (int64_t)1 << (bits - 1)))
+                    fail(ps, wat, "value %s is out of range for %s", buf, dtype_name(sh->dtype));
             }
             ps->ints[n++] = v;
         }
