@@ -112,10 +112,16 @@ fuzz: check-deps
 
 # Structural mutations of the sample texts (tests/fuzz/mutate.c), ASan and
 # UBSan on; any C compiler. A crash leaves its input in build/asan/mutant.hlo.
+# Then bug-like mutations of the corpora's correct distributed programs,
+# checked against their baselines (pair-mutant.hlo; FUZZ_SEED varies them):
+# contradictions between the rules and execution are kept beside it.
+FUZZ_SEED ?= 1
 fuzz-mutate:
 	$(MAKE) build/asan/mutate BUILD=build/asan OPT="-O1 -g" \
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 	build/asan/mutate -o build/asan/mutant.hlo -t $(FUZZ_SECONDS) -n 0 $(wildcard samples/*/*.hlo tests/fuzz/seeds-text/*.hlo)
+	build/asan/mutate -o build/asan/pair-mutant.hlo -t $(FUZZ_SECONDS) -n 0 -s $(FUZZ_SEED) \
+	  $(foreach m,probe fresh fresh2 fresh3,-m samples/$(m)/manifest.json)
 
 $(BUILD)/mutate: tests/fuzz/mutate.c $(BUILD)/libscalify.a
 	$(CC) $(CFLAGS_ALL) $^ $(LIBS) -o $@

@@ -798,8 +798,19 @@ static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_in
         return need_comp(m, in, A_TO_APPLY, 0, r->need == NEED_REDUCER ? n : n - 1, why, nwhy);
     case NEED_SORT:
         return need_comp(m, in, A_TO_APPLY, 0, 2 * n, why, nwhy);
-    case NEED_WHILE:
-        return need_comp(m, in, A_CONDITION, 0, 1, why, nwhy) && need_comp(m, in, A_BODY, 0, 1, why, nwhy);
+    case NEED_WHILE: {
+        if (!need_comp(m, in, A_CONDITION, 0, 1, why, nwhy) || !need_comp(m, in, A_BODY, 0, 1, why, nwhy)) return false;
+        /* One state type throughout: the operand, the result, both
+         * computations' parameter and the body's result. */
+        const hlo_comp *cond = callee(m, in, A_CONDITION, 0), *body = callee(m, in, A_BODY, 0);
+        const shape *st[] = {&in->shape, &cond->instrs[cond->params[0]].shape, &body->instrs[body->params[0]].shape,
+                             &body->instrs[body->root].shape};
+        static const char *const what[] = {"result", "condition's parameter", "body's parameter", "body's result"};
+        for (uint32_t k = 0; k < ARRAY_LEN(st); k++)
+            if (!shape_same_array(st[k], s0))
+                return snprintf(why, nwhy, "%s's %s type differs from its operand's", name, what[k]), false;
+        return true;
+    }
     case NEED_SELECT_SCATTER:
         return need_comp(m, in, A_SELECT, 0, 2, why, nwhy) && need_comp(m, in, A_SCATTER, 0, 2, why, nwhy);
     case NEED_CALLS:

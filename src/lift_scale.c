@@ -129,6 +129,10 @@ void lf_unscale(lift_ctx *c, lval *x) {
         x->scale = 0;
         return;
     }
+    if (!dtype_is_float(eg_type_dtype(c->g, eg_class_type(c->g, x->cls)))) {
+        *x = unknown(); /* no factor to put into an integer term (a malformed program's types) */
+        return;
+    }
     bool inside = (eg_class_origin(c->g, x->cls) & EG_BASELINE) != 0;
     if (c->baseline_mode) {
         /* Remembered for blame: where the distributed program puts another

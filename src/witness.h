@@ -16,7 +16,12 @@
  *
  * Two runs: inputs in [-1, 1) drawn from seed, then (when the first shows no
  * difference) inputs of seed + 1 scaled by 1/64, so what is negligible beside
- * values of one (an epsilon, a missing normalisation) shows. A difference
+ * values of one (an epsilon, a missing normalisation) shows. When neither
+ * shows a difference and the baseline gave NaN somewhere (a square root or a
+ * logarithm of a value that is never negative in use: a second moment, a
+ * variance, a count — NaN then flows through compares and selects and can
+ * hide any difference behind it), a third run takes the inputs of seed + 2
+ * in [0, 1). A difference
  * beyond the tolerance of the element type, relative to the output's largest
  * magnitude (f32 1e-3, bf16/f16 0.1, f64 1e-9, integers exact), or NaN where
  * the baseline has none, confirms a mismatch (`differs`); within the tight one
@@ -38,7 +43,8 @@ typedef struct witness {
     bool differs;             /* some output exceeds its tolerance */
     bool agrees;              /* every output within rounding in every run (neither: undecided) */
     bool over_tight;          /* some output beyond rounding */
-    int runs;                 /* runs made (inputs of seed, then small inputs of seed + 1) */
+    int runs;                 /* runs made (inputs of seed, small ones of seed + 1, non-negative ones of seed + 2) */
+    bool nan_seen;            /* some baseline output held NaN */
     uint32_t skipped;         /* output blocks not compared (unconstrained outputs whose sharding is unknown) */
     double max_abs, max_rel;  /* over all outputs and devices */
     uint64_t seed;

@@ -11,11 +11,25 @@
  * build/mutant.hlo), so a crash leaves its reproducer there; the first mutant
  * whose proof execution contradicts is kept as MUTANT.defect.hlo.
  *
- * usage: mutate [-n ROUNDS] [-s SEED] [-t SECONDS] [-o MUTANT] FILE... */
+ * With -m MANIFEST (repeatable) it mutates the distributed programs of the
+ * manifest's correct pairs instead, the way bugs happen (a small number
+ * changed — a dimension, a replica group, an offset —, two operands swapped,
+ * one arithmetic opcode for another), and checks each mutant against its
+ * pair's baseline and relations: a mutant the rules call verified while
+ * execution differs is kept as MUTANT.defect.hlo, one the rules report a
+ * bug in while execution agrees as MUTANT.alarm.hlo (a false alarm, or a
+ * difference random inputs do not reach: to be looked into). It closes with
+ * the tally: of the mutants execution shows different, how many the rules
+ * found.
+ *
+ * usage: mutate [-n ROUNDS] [-s SEED] [-t SECONDS] [-o MUTANT] (-m MANIFEST... | FILE...) */
+#include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "check.h"
 #include "hlo.h"
@@ -24,6 +38,14 @@
 
 static uint64_t rng_state;
 static const char *mutant_path = "build/mutant.hlo";  /* -o */
+static bool semantic;                                   /* -m: mutations like bugs */
+
+/* One program to mutate, with what its mutants are checked against. */
+typedef struct source {
+    char *path, *src;
+    char *baseline;   /* the pair's baseline; NULL: the unmutated file itself */
+    char *relations;  /* NULL: inferred (--auto-relations) */
+} source;
 
 static uint64_t rnd(uint64_t n) {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
@@ -119,7 +141,7 @@ static const char *const opcodes[] = {"add", "abs", "select", "call", "tuple", "
 static bool mutate_line(text *t, size_t i, char **names, size_t nnames) {
     char **l = &t->lines[i];
     long at;
-    switch (rnd(8)) {
+    switch (semantic ? 8 + rnd(3) : rnd(8)) {
     case 0: { /* drop an operand */
         char *open = strchr(*l, '(');
         if (!open || strchr(open, ')') == open + 1) return false;
@@ -183,6 +205,52 @@ static bool mutate_line(text *t, size_t i, char **names, size_t nnames) {
         memmove(&t->lines[i], &t->lines[i + 1], (t->n - i - 1) * sizeof *t->lines);
         t->n--;
         return true;
+    case 8: { /* a small number for another (a dimension, a device, an offset) */
+        at = pick_char(*l, "0123456789");
+        if (at < 0 || (at > 0 && ((*l)[at - 1] == '.' || (*l)[at - 1] == '%' || isalpha((unsigned char)(*l)[at - 1]))))
+            return false;
+        size_t e = (size_t)at;
+        while ((*l)[e] >= '0' && (*l)[e] <= '9') e++;
+        if (e - (size_t)at > 1 || (*l)[e] == '.' || (*l)[e] == 'e') return false;
+        char rep[2] = {(char)('0' + ((*l)[at] - '0' + 1 + rnd(7)) % 8), 0};
+        splice(l, (size_t)at, e, rep);
+        return true;
+    }
+    case 9: { /* the first two operands swapped */
+        char *open = strchr(*l, '(');
+        if (!open || strstr(*l, "parameter(") || strstr(*l, "constant(")) return false;
+        size_t s1 = (size_t)(open - *l) + 1, e1 = value_end(*l, s1);
+        if ((*l)[e1] != ',') return false;
+        size_t s2 = e1 + 1;
+        while ((*l)[s2] == ' ') s2++;
+        size_t e2 = value_end(*l, s2);
+        char *a = xstrndup(*l + s1, e1 - s1), *b = xstrndup(*l + s2, e2 - s2);
+        if (strcmp(a, b) == 0) {
+            free(a);
+            free(b);
+            return false;
+        }
+        strbuf r;
+        sb_init(&r);
+        sb_printf(&r, "%s, %s", b, a);
+        splice(l, s1, e2, r.s);
+        sb_free(&r);
+        free(a);
+        free(b);
+        return true;
+    }
+    case 10: { /* one arithmetic opcode for another */
+        static const char *const arith[] = {" add(", " subtract(", " multiply(", " maximum(", " minimum(", " divide("};
+        for (size_t k = 0; k < ARRAY_LEN(arith); k++) {
+            char *p = strstr(*l, arith[k]);
+            if (!p) continue;
+            const char *to = arith[(k + 1 + rnd(ARRAY_LEN(arith) - 1)) % ARRAY_LEN(arith)];
+            size_t from = (size_t)(p - *l);
+            splice(l, from, from + strlen(arith[k]), to);
+            return true;
+        }
+        return false;
+    }
     default: { /* repeat the line elsewhere */
         char *copy = xstrdup(*l);
         size_t j = rnd(t->n + 1);
@@ -222,24 +290,51 @@ static void write_file(const char *path, const char *s) {
     fclose(f);
 }
 
-/* A mutant the rules relate to the original while execution shows they
- * differ is a checker defect, not a crash: the first one is kept beside the
- * mutant (MUTANT.defect.hlo) with the original named, to be looked into. */
-static void keep_if_contradicted(json_t *trace, const char *orig_path, const char *src) {
-    static const char said[] = "unverified: the transfer functions relate every output";  /* check.c's words */
-    static bool kept;
+/* What the checker said of one mutant, tallied at the end. */
+static long n_verified, n_by_rules, n_by_execution, n_unverified, n_defects, n_alarms;
+
+/* Keeps the first mutant of each contradiction per original (up to 64 in
+ * all) beside MUTANT as MUTANT.N.SUFFIX, with the original named, to be
+ * looked into. */
+static void keep(const char *suffix, const char *what, const char *orig_path, const char *src) {
+    static const char *kept[64][2];
+    static int nkept;
+    for (int k = 0; k < nkept; k++)
+        if (kept[k][0] == orig_path && !strcmp(kept[k][1], suffix)) return;
+    if (nkept == ARRAY_LEN(kept)) return;
+    kept[nkept][0] = orig_path;
+    kept[nkept][1] = suffix;
+    char path[512];
+    snprintf(path, sizeof path, "%s.%d%s", mutant_path, nkept++, suffix);
+    write_file(path, src);
+    fprintf(stderr, "mutate: %s of %s: kept as %s\n", what, orig_path, path);
+}
+
+/* Tallies what the rules alone said (RULES) and what the checker said with
+ * execution (V, TRACE); a mutant the rules relate to the original while
+ * execution shows they differ is a checker defect, not a crash, and one the
+ * rules find a bug in while execution agrees a possible false alarm (check.c's
+ * words for both). */
+static void judge(int rules, int v, json_t *trace, const char *orig_path, const char *src) {
+    static const char related[] = "unverified: the transfer functions relate every output";
+    static const char reported[] = "unverified: the transfer functions report";
     json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
     const char *msg = json_string_value(json_object_get(f0, "message"));
-    if (kept || !msg || strncmp(msg, said, sizeof said - 1) != 0) return;
-    char path[512];
-    snprintf(path, sizeof path, "%s.defect.hlo", mutant_path);
-    write_file(path, src);
-    fprintf(stderr, "mutate: the rules relate this mutant of %s to it, execution does not: kept as %s\n", orig_path, path);
-    kept = true;
+    if (msg && !strncmp(msg, related, sizeof related - 1)) {
+        n_defects++;
+        keep(".defect.hlo", "the rules relate this mutant, execution does not", orig_path, src);
+    } else if (msg && !strncmp(msg, reported, sizeof reported - 1)) {
+        n_alarms++;
+        keep(".alarm.hlo", "the rules report a bug in this mutant, execution agrees", orig_path, src);
+    } else if (rules == VERDICT_VERIFIED) n_verified++;
+    else if (rules == VERDICT_MISMATCH) n_by_rules++;
+    else if (v == VERDICT_MISMATCH) n_by_execution++;
+    else n_unverified++;
 }
 
 /* Everything a mutant meets; returns 1 when it was read as a module. */
-static int run_one(const char *orig_path, const char *src) {
+static int run_one(const source *so, const char *src) {
+    const char *orig_path = so->path;
     write_file(mutant_path, src);
     diag d;
     diag_init(&d, "mutant.hlo");
@@ -295,19 +390,72 @@ static int run_one(const char *orig_path, const char *src) {
     }
     sb_free(&err);
     graph_free(m);
-    check_opts o = {.name = "mutant", .baseline = orig_path, .distributed = mutant_path,
-                    .auto_relations = true, .witness = true, .jobs = 1};
+    check_opts o = {.name = "mutant", .baseline = so->baseline ? so->baseline : orig_path, .distributed = mutant_path,
+                    .relations = so->relations, .auto_relations = !so->relations, .witness = false, .jobs = 1};
     json_t *trace = NULL;
+    int rules = check_pair(&o, &trace, &d);
+    json_decref(trace);
+    diag_free(&d);
+    diag_init(&d, "mutant.hlo");
+    trace = NULL;
+    o.witness = true;
     int v = check_pair(&o, &trace, &d);
     bool known = v == VERDICT_VERIFIED || v == VERDICT_MISMATCH || v == VERDICT_UNVERIFIED || v == VERDICT_ERROR;
     if (!known || (v != VERDICT_ERROR && !trace)) {
         fprintf(stderr, "mutate: check gave verdict %d %s a trace (%s)\n", v, trace ? "with" : "without", mutant_path);
         abort();
     }
-    keep_if_contradicted(trace, orig_path, src);
+    judge(rules, v, trace, orig_path, src);
     json_decref(trace);
     diag_free(&d);
     return 1;
+}
+
+static char *read_all(const char *path) {
+    diag d;
+    diag_init(&d, path);
+    size_t len;
+    char *src = io_read_file(path, &len, NULL, &d);
+    if (!src) {
+        fprintf(stderr, "%s", d.out.s ? d.out.s : "mutate: cannot read a file\n");
+        exit(2);
+    }
+    diag_free(&d);
+    return src;
+}
+
+static char *beside(const char *manifest, const char *name) {
+    const char *slash = strrchr(manifest, '/');
+    strbuf b;
+    sb_init(&b);
+    sb_printf(&b, "%.*s%s", slash ? (int)(slash - manifest + 1) : 0, manifest, name);
+    return sb_take(&b);
+}
+
+/* The correct pairs of a manifest (text forms), appended to srcs. */
+static void add_manifest(const char *manifest, source **srcs, size_t *n, size_t *cap) {
+    json_error_t err;
+    json_t *m = json_load_file(manifest, 0, &err);
+    if (!m) {
+        fprintf(stderr, "%s:%d:%d: %s\n", manifest, err.line, err.column, err.text);
+        exit(2);
+    }
+    json_t *pairs = json_object_get(m, "pairs"), *p;
+    size_t k;
+    json_array_foreach(pairs, k, p) {
+        const char *exp = json_string_value(json_object_get(p, "expected"));
+        const char *b = json_string_value(json_object_get(json_object_get(p, "baseline"), "hlo"));
+        const char *d = json_string_value(json_object_get(json_object_get(p, "distributed"), "hlo"));
+        const char *r = json_string_value(json_object_get(p, "relations"));
+        if (!exp || strcmp(exp, "verified") || !b || !d || !r) continue;
+        XGROW(*srcs, *cap, *n + 1);
+        source *so = &(*srcs)[(*n)++];
+        so->path = beside(manifest, d);
+        so->src = read_all(so->path);
+        so->baseline = beside(manifest, b);
+        so->relations = strcmp(r, "auto") ? beside(manifest, r) : NULL;
+    }
+    json_decref(m);
 }
 
 int main(int argc, char **argv) {
@@ -321,45 +469,50 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[a], "-o")) mutant_path = argv[a + 1];
         else break;
     }
-    if (a >= argc) {
-        fprintf(stderr, "usage: mutate [-n ROUNDS] [-s SEED] [-t SECONDS] [-o MUTANT] FILE...\n");
-        return 2;
+    source *srcs = NULL;
+    size_t nfiles = 0, cap = 0;
+    for (; a + 1 < argc && !strcmp(argv[a], "-m"); a += 2) {
+        semantic = true;
+        add_manifest(argv[a + 1], &srcs, &nfiles, &cap);
     }
-    int nfiles = argc - a;
-    char **srcs = xcalloc((size_t)nfiles, sizeof *srcs);
-    for (int k = 0; k < nfiles; k++) {
-        diag d;
-        diag_init(&d, argv[a + k]);
-        size_t len;
-        srcs[k] = io_read_file(argv[a + k], &len, NULL, &d);
-        if (!srcs[k]) {
-            fprintf(stderr, "%s", d.out.s ? d.out.s : "mutate: cannot read a file\n");
-            return 2;
-        }
-        diag_free(&d);
+    for (; !semantic && a < argc; a++) {
+        XGROW(srcs, cap, nfiles + 1);
+        srcs[nfiles++] = (source){.path = xstrdup(argv[a]), .src = read_all(argv[a])};
+    }
+    if (nfiles == 0) {
+        fprintf(stderr, "usage: mutate [-n ROUNDS] [-s SEED] [-t SECONDS] [-o MUTANT] (-m MANIFEST... | FILE...)\n");
+        return 2;
     }
     rng_state = seed;
     double t0 = now_ms();
     long read = 0, r = 0;
     for (; r < rounds || (seconds && now_ms() - t0 < seconds * 1000.0); r++) {
         if (seconds && now_ms() - t0 >= seconds * 1000.0) break;
-        int k = (int)rnd((uint64_t)nfiles);
+        size_t k = rnd(nfiles);
         text t;
-        text_split(&t, srcs[k]);
+        text_split(&t, srcs[k].src);
         char **names;
         size_t nnames = comp_names(&t, &names);
         int want = 1 + (int)rnd(3);
         for (int tries = 0; want > 0 && tries < 50 && t.n; tries++)
             if (mutate_line(&t, rnd(t.n), names, nnames)) want--;
         char *src = text_join(&t);
-        read += run_one(argv[a + k], src);
+        read += run_one(&srcs[k], src);
         free(src);
         for (size_t i = 0; i < nnames; i++) free(names[i]);
         free(names);
         text_free(&t);
     }
     printf("mutate: %ld mutants (seed %llu), %ld read as modules, none crashed\n", r, (unsigned long long)seed, read);
-    for (int k = 0; k < nfiles; k++) free(srcs[k]);
+    printf("mutate: checked: %ld verified, %ld mismatch by the rules, %ld by execution only, %ld unverified; "
+           "%ld verified while execution differs (defects), %ld bugs reported while execution agrees\n",
+           n_verified, n_by_rules, n_by_execution, n_unverified, n_defects, n_alarms);
+    for (size_t k = 0; k < nfiles; k++) {
+        free(srcs[k].path);
+        free(srcs[k].src);
+        free(srcs[k].baseline);
+        free(srcs[k].relations);
+    }
     free(srcs);
     return 0;
 }

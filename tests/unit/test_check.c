@@ -1379,6 +1379,23 @@ static void int_literal_out_of_range(void) {
     }
 }
 
+/* A mutant of a scanned tensor-parallel step (tests/cases/mutants, kept
+ * when the mutation fuzzer crashed on it): the while's result and operand
+ * list the state's elements in another order than its body reads them, and
+ * the lifting put a constant factor into an integer term (a crash). A while
+ * whose state types disagree is bad input now, as for XLA's verifier. */
+static void while_state_types(void) {
+    for (int witness = 0; witness < 2; witness++) {
+        t_case("check a while whose state types disagree (%s)", witness ? "with execution" : "rules only");
+        json_t *trace = NULL;
+        int v = run_with("while-types", "samples/fresh/s.remat_scan_tp.tp4.baseline.hlo",
+                         "tests/cases/mutants/while-state-types.hlo.bad", "samples/fresh/s.remat_scan_tp.tp4.relations.json",
+                         witness, false, &trace);
+        CHECK_MSG(v == VERDICT_ERROR, "verdict %s", verdict_name(v));
+        json_decref(trace);
+    }
+}
+
 /* While loops by induction (tests/cases/loops, made by hand): a scan over two
  * layers whose distributed loop (dp:2, the batch sharded) carries its
  * elements in another order, fills a zero buffer with the per-layer inputs
@@ -2405,6 +2422,7 @@ void suite_check(void) {
     dev_splat_huge_shape();
     concat_dim_out_of_range();
     int_literal_out_of_range();
+    while_state_types();
     contradicted_by_execution();
     jax012_cases();
     shared_blocks();
