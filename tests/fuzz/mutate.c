@@ -22,7 +22,12 @@
  * the tally: of the mutants execution shows different, how many the rules
  * found.
  *
- * usage: mutate [-n ROUNDS] [-s SEED] [-t SECONDS] [-o MUTANT] (-m MANIFEST... | FILE...) */
+ * It also counts how many mismatches are reported at the instruction the
+ * mutation changed. -l LOG lists the mutants execution shows different and
+ * the rules leave undecided (the changed line and the rules' reason), and
+ * the mismatches reported elsewhere than at the changed instruction.
+ *
+ * usage: mutate [-n ROUNDS] [-s SEED] [-t SECONDS] [-o MUTANT] [-l LOG] (-m MANIFEST... | FILE...) */
 #include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -292,6 +297,7 @@ static void write_file(const char *path, const char *s) {
 
 /* What the checker said of one mutant, tallied at the end. */
 static long n_verified, n_by_rules, n_by_execution, n_unverified, n_defects, n_alarms;
+static long n_placed, n_at_mutation; /* mismatches of a mutated instruction; those reported at it */
 
 /* Keeps the first mutant of each contradiction per original (up to 64 in
  * all) beside MUTANT as MUTANT.N.SUFFIX, with the original named, to be
@@ -330,6 +336,51 @@ static void judge(int rules, int v, json_t *trace, const char *orig_path, const 
     else if (rules == VERDICT_MISMATCH) n_by_rules++;
     else if (v == VERDICT_MISMATCH) n_by_execution++;
     else n_unverified++;
+}
+
+/* -l LOG: each mutant execution shows different and the rules leave
+ * undecided, as its changed lines and the rules' reason (what to model next). */
+static FILE *missed_log;
+static strbuf missed_why;
+
+/* The first line where src departs from so's text (into *was and *now,
+ * owned by the caller's texts a and b). */
+static void first_change(const source *so, const char *src, text *a, text *b, const char **was, const char **now) {
+    text_split(a, so->src);
+    text_split(b, src);
+    size_t i = 0;
+    while (i < a->n && i < b->n && !strcmp(a->lines[i], b->lines[i])) i++;
+    *was = i < a->n ? a->lines[i] : "";
+    *now = i < b->n ? b->lines[i] : "";
+}
+
+static void log_missed(const source *so, const char *src, const char *placed) {
+    text a, b;
+    const char *was, *now;
+    first_change(so, src, &a, &b, &was, &now);
+    fprintf(missed_log, "%s\n  was: %.300s\n  now: %.300s\n  %s: %.400s\n", so->path, was, now, placed ? "placed at" : "why",
+            placed ? placed : missed_why.s ? missed_why.s : "");
+    text_free(&a);
+    text_free(&b);
+}
+
+/* The instruction a mutation changed: the name its first changed line
+ * defines ("  ROOT %mul.3 = ..."), empty when that is no instruction. */
+static void changed_instruction(const source *so, const char *src, char *out, size_t n) {
+    text a, b;
+    const char *was, *now;
+    first_change(so, src, &a, &b, &was, &now);
+    const char *p = now;
+    while (*p == ' ') p++;
+    if (!strncmp(p, "ROOT ", 5)) p += 5;
+    if (*p == '%') p++;
+    size_t len = strcspn(p, " =");
+    const char *eq = strstr(p, " = ");
+    if (!eq || (size_t)(eq - p) != len || len >= n) len = 0;
+    memcpy(out, p, len);
+    out[len] = 0;
+    text_free(&a);
+    text_free(&b);
 }
 
 /* Everything a mutant meets; returns 1 when it was read as a module. */
@@ -394,6 +445,12 @@ static int run_one(const source *so, const char *src) {
                     .relations = so->relations, .auto_relations = !so->relations, .witness = false, .jobs = 1};
     json_t *trace = NULL;
     int rules = check_pair(&o, &trace, &d);
+    if (missed_log && rules == VERDICT_UNVERIFIED) {
+        json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
+        const char *msg = json_string_value(json_object_get(f0, "message"));
+        sb_reset(&missed_why);
+        sb_puts(&missed_why, msg ? msg : "(no reason)");
+    }
     json_decref(trace);
     diag_free(&d);
     diag_init(&d, "mutant.hlo");
@@ -406,6 +463,19 @@ static int run_one(const source *so, const char *src) {
         abort();
     }
     judge(rules, v, trace, orig_path, src);
+    if (missed_log && rules == VERDICT_UNVERIFIED && v == VERDICT_MISMATCH) log_missed(so, src, NULL);
+    if (v == VERDICT_MISMATCH) {
+        /* Where the finding points, against where the mutation is. */
+        char at[256];
+        changed_instruction(so, src, at, sizeof at);
+        json_t *f0 = json_array_get(json_object_get(trace, "findings"), 0);
+        const char *placed = json_string_value(json_object_get(json_object_get(f0, "distributed"), "instruction"));
+        if (at[0] && placed) {
+            n_placed++;
+            if (!strcmp(at, placed)) n_at_mutation++;
+            else if (missed_log) log_missed(so, src, placed);
+        }
+    }
     json_decref(trace);
     diag_free(&d);
     return 1;
@@ -467,6 +537,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[a], "-s")) seed = strtoull(argv[a + 1], NULL, 10);
         else if (!strcmp(argv[a], "-t")) seconds = atol(argv[a + 1]);
         else if (!strcmp(argv[a], "-o")) mutant_path = argv[a + 1];
+        else if (!strcmp(argv[a], "-l")) {
+            if (!(missed_log = fopen(argv[a + 1], "w"))) {
+                fprintf(stderr, "mutate: cannot write %s\n", argv[a + 1]);
+                return 2;
+            }
+        }
         else break;
     }
     source *srcs = NULL;
@@ -480,7 +556,7 @@ int main(int argc, char **argv) {
         srcs[nfiles++] = (source){.path = xstrdup(argv[a]), .src = read_all(argv[a])};
     }
     if (nfiles == 0) {
-        fprintf(stderr, "usage: mutate [-n ROUNDS] [-s SEED] [-t SECONDS] [-o MUTANT] (-m MANIFEST... | FILE...)\n");
+        fprintf(stderr, "usage: mutate [-n ROUNDS] [-s SEED] [-t SECONDS] [-o MUTANT] [-l LOG] (-m MANIFEST... | FILE...)\n");
         return 2;
     }
     rng_state = seed;
@@ -507,6 +583,10 @@ int main(int argc, char **argv) {
     printf("mutate: checked: %ld verified, %ld mismatch by the rules, %ld by execution only, %ld unverified; "
            "%ld verified while execution differs (defects), %ld bugs reported while execution agrees\n",
            n_verified, n_by_rules, n_by_execution, n_unverified, n_defects, n_alarms);
+    printf("mutate: of %ld mismatches where an instruction was changed, %ld reported at that instruction\n", n_placed,
+           n_at_mutation);
+    if (missed_log) fclose(missed_log);
+    sb_free(&missed_why);
     for (size_t k = 0; k < nfiles; k++) {
         free(srcs[k].path);
         free(srcs[k].src);
