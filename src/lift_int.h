@@ -62,6 +62,7 @@
  * The walk (lift.c), for the memo (lift_memo.c):
  *   lf_lift_one       lifts instruction i of comp into vals[i]
  *   lf_walk_side      switches the walk to the baseline or the distributed side
+ * Segments and scopes (lift_seg.c):
  *   lf_segment_of     the segment of an op_name scope, made on first sight
  *   lf_account_tree   the bookkeeping of an instruction not lifted (a memo
  *                     hit), and of all a call would have inlined
@@ -222,9 +223,13 @@ bool lf_factor_divergence(lift_ctx *c, const hlo_comp *comp, const lval *x, cons
 void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                  uint32_t ninputs);
 void lf_walk_side(lift_ctx *c, bool baseline);
+/* Segments and scopes (lift_seg.c). */
 uint32_t lf_segment_of(lift_ctx *c, const char *s, size_t n);
+void lf_account(lift_ctx *c, const hlo_instr *in);       /* positions, time and e-nodes of an instruction about to be lifted */
 void lf_account_tree(lift_ctx *c, const hlo_instr *in);
 void lf_charge_segment(lift_ctx *c, double t, uint32_t nn);
+void lf_charge_build(lift_ctx *c, uint32_t next);        /* baseline build time to the segment left; next entered */
+void lf_record_scope(lift_ctx *c, const hlo_instr *in, eid cls); /* the last baseline class of in's scope */
 void lf_kvals_after_unions(lift_ctx *c);
 
 lf_memo_side *lf_memo_enter(lift_ctx *c, const hlo_comp *comp, lval *vals);
