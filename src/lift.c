@@ -1725,9 +1725,13 @@ lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
     lf_unscale(c, &r);
     /* A masked row as an output: the row where every device holds it, else
      * that row partial over the axes it sums over (the output's view then
-     * says an all-reduce is missing). A window: its runs in block order. */
+     * says an all-reduce is missing). A window: its runs in block order. A
+     * layout: its plain view, when it has one. */
+    const shape *rs = &graph_entry(c->dist)->instrs[graph_entry(c->dist)->root].shape;
     for (uint32_t k = 0; k < (r.kind == LV_TUPLE ? r.n : 1); k++) {
         lval *o = r.kind == LV_TUPLE ? &r.elems[k] : &r, pv;
+        const shape *os = r.kind == LV_TUPLE && rs->dtype == DT_TUPLE && k < rs->ntuple ? &rs->tuple[k] : rs;
+        if (o->kind == LV_LAYOUT && os->dtype != DT_TUPLE && lf_layout_to_term(c, o, os, true, &pv)) *o = pv;
         if (o->kind == LV_MASK && !lf_mask_resolves(c, o) && lf_mask_as_partial(c, o, &pv)) *o = pv;
         else if (o->kind == LV_MASK) lf_index_as_term(c, o);
         /* An index value as the root itself (no tuple to turn it into its

@@ -102,9 +102,97 @@ bool lf_layout_to_term(lift_ctx *c, const lval *x, const shape *local, bool resh
     return ok;
 }
 
+/* The all-to-all of a dim e sharded over more axes than the exchanged ones:
+ * e's axes (major first) hold the exchanged axes as one run (ascending when
+ * several: the group's member order). Block b of e is then the mixed-radix
+ * number of the device's coordinates on e's axes, so the term is read with e
+ * split into one global dim per axis (its size) and the minor block: the
+ * dims of the other axes stay bound to them, those of the exchanged axes move
+ * to the major part of dim cd, whose major part (one chunk per member) is
+ * bound to the exchanged axes. A layout over that reshaped term (global rank
+ * rank + naxes(e)); it reads back as a plain view where later reshapes and
+ * transposes put the moved blocks back beside e's minor block. */
+static bool blocks_moved_within(lstate *s, const lval *x, uint32_t e, uint32_t cd, uint32_t axes, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *src = &s->comp->instrs[s->in->operands[0]];
+    uint32_t rank = src->shape.rank, k = x->v.dims[e].naxes;
+    if (rank + k > VIEW_MAX_RANK) return false;
+    int64_t n = 1;
+    for (uint32_t m = 0; m < k; m++)
+        if (axes & (1u << x->v.dims[e].axes[m])) n *= c->mesh->sizes[x->v.dims[e].axes[m]];
+    if (n < 2 || src->shape.dims[cd] % n) return false;
+    lift_layout *L = arena_alloc(c->a, sizeof *L);
+    memset(L, 0, sizeof *L);
+    L->grank = rank + k;
+    L->ndims = rank;
+    for (uint32_t q = 0, g = 0; q < rank; q++) {
+        int64_t parts = view_dim_parts(&x->v, c->mesh, q);
+        if (parts < 1) return false;
+        if (q != e) {
+            L->gdims[g] = src->shape.dims[q] * parts;
+            L->split[g] = parts;
+            L->bound[g] = parts > 1 ? 1 : -1;
+            L->naxes[g] = x->v.dims[q].naxes;
+            memcpy(L->axes[g], x->v.dims[q].axes, L->naxes[g]);
+            if (q == cd) {
+                /* one chunk per member, bound to the exchanged axes */
+                L->split[g] = n;
+                L->bound[g] = 1;
+                L->naxes[g] = 0;
+                for (uint32_t m = 0; m < k; m++)
+                    if (axes & (1u << x->v.dims[e].axes[m])) L->axes[g][L->naxes[g]++] = x->v.dims[e].axes[m];
+                for (uint32_t m = 0, ge = e < cd ? e : e + k; m < k; m++)
+                    if (axes & (1u << x->v.dims[e].axes[m]))
+                        L->atoms[q][L->natoms[q]++] = (layout_atom){(uint8_t)(ge + m), 0, c->mesh->sizes[x->v.dims[e].axes[m]]};
+            }
+            if (L->gdims[g] / L->split[g] > 1) L->atoms[q][L->natoms[q]++] = (layout_atom){(uint8_t)g, 1, L->gdims[g] / L->split[g]};
+            g++;
+            continue;
+        }
+        for (uint32_t m = 0; m < k; m++, g++) {
+            int ax = x->v.dims[e].axes[m];
+            L->gdims[g] = L->split[g] = c->mesh->sizes[ax];
+            L->bound[g] = axes & (1u << ax) ? -1 : 1;  /* an exchanged axis's blocks move to cd */
+            L->naxes[g] = L->bound[g] > 0;
+            L->axes[g][0] = (uint8_t)ax;
+        }
+        L->gdims[g] = src->shape.dims[q];
+        L->split[g] = 1;
+        L->bound[g] = -1;
+        if (L->gdims[g] > 1) L->atoms[q][L->natoms[q]++] = (layout_atom){(uint8_t)g, 1, L->gdims[g]};
+        g++;
+    }
+    for (uint32_t q = 0; q < rank; q++)
+        if (L->natoms[q] > 4) return false;
+    int64_t gd[VIEW_MAX_RANK];
+    memcpy(gd, L->gdims, L->grank * sizeof *gd);
+    L->from = s->in;
+    L->from_comp = s->comp;
+    eid t = lf_mk_reshape(c, x->cls, lf_type_of(c, src->shape.dtype, gd, L->grank), c->origin);
+    *out = (lval){.kind = LV_LAYOUT, .cls = t, .lay = L, .assumed = x->assumed};
+    return true;
+}
+
+/* Whether the axes of mask `axes` are one run of e's axes (ascending when
+ * several), e's other axes outside it. */
+static bool exchanged_run(const view_dim *vd, uint32_t axes) {
+    int first = -1, last = -1, prev = -1;
+    for (uint32_t m = 0; m < vd->naxes; m++) {
+        if (!(axes & (1u << vd->axes[m]))) continue;
+        if (first < 0) first = (int)m;
+        else if (vd->axes[m] < prev) return false;
+        prev = vd->axes[m];
+        last = (int)m;
+    }
+    uint32_t seen = 0;
+    for (int m = first; m >= 0 && m <= last; m++) seen |= 1u << vd->axes[m];
+    return first >= 0 && seen == axes;
+}
+
 /* all-to-all(x) dimensions={c}: chunk j of dim c goes to device j. With x's dim
  * e sharded in blocks over the group's axes and dim c whole, device r ends up
- * with every block of e (as the major part of dim c) and block r of c. */
+ * with every block of e (as the major part of dim c) and block r of c. When e
+ * is sharded over further axes too, blocks_moved_within. */
 lval lf_lift_all_to_all(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -116,17 +204,26 @@ lval lf_lift_all_to_all(lstate *s) {
     if (axes < 0) return unknown();
     uint32_t cd = (uint32_t)dd[0], rank = in->shape.rank;
     int e = -1;
+    bool within = false;
     for (uint32_t d = 0; d < rank; d++) {
         if (!x->v.dims[d].naxes) continue;
         uint32_t mask = 0;
         for (uint32_t k = 0; k < x->v.dims[d].naxes; k++) mask |= 1u << x->v.dims[d].axes[k];
         /* Dims sharded on other axes stay bound as they are (not the exchanged one). */
         if (!(mask & (uint32_t)axes) && d != cd) continue;
-        if (mask != (uint32_t)axes || e >= 0) {
+        bool run = d != cd && (mask & (uint32_t)axes) == (uint32_t)axes && exchanged_run(&x->v.dims[d], (uint32_t)axes);
+        if ((mask != (uint32_t)axes && !run) || e >= 0) {
             lf_unsupported(c, s->comp, in, "%s: operand sharded on axes the all-to-all does not exchange", in->name);
             return unknown();
         }
         e = (int)d;
+        within = mask != (uint32_t)axes;
+    }
+    if (within) {
+        lval r;
+        if (blocks_moved_within(s, x, (uint32_t)e, cd, (uint32_t)axes, &r)) return r;
+        lf_unsupported(c, s->comp, in, "%s: operand sharded on axes the all-to-all does not exchange", in->name);
+        return unknown();
     }
     if (e < 0 || (uint32_t)e == cd) {
         lf_unsupported(c, s->comp, in, "%s exchanges a dimension that is not sharded over its groups", in->name);

@@ -704,12 +704,66 @@ static void gen_a2a_split(interp_rng *r, const smesh *m, inst *t) {
     rel_unary(t, m, xa, rank, oa, rank);
 }
 
+/* The distributed side's exchange of x[l] over the axes of mask on dim d,
+ * reshaped to r3 and (when transposed) transposed {1,0,2} to t3, then the
+ * ROOT reshape to ol; the baseline's ROOT copy of x to g. */
+static void a2a_swap_tail(strbuf *b, int side, const smesh *m, unsigned mask, int d, const int *l, const int *r3,
+                          const int *t3, bool transposed, const int *g, const int *ol) {
+    const char *last = "x";
+    if (side) {
+        sb_puts(b, "  %a2a = ");
+        shp(b, l, 2);
+        sb_puts(b, " all-to-all(%x), channel_id=1, replica_groups=");
+        groups(b, m, mask, false);
+        sb_printf(b, ", dimensions={%d}\n  %%r3 = ", d);
+        shp(b, r3, 3);
+        sb_puts(b, " reshape(%a2a)\n");
+        last = "r3";
+        if (transposed) {
+            sb_puts(b, "  %t3 = ");
+            shp(b, t3, 3);
+            sb_puts(b, " transpose(%r3), dimensions={1,0,2}\n");
+            last = "t3";
+        }
+    }
+    sb_puts(b, "  ROOT %o = ");
+    shp(b, side ? ol : g, 2);
+    sb_printf(b, " %s(%%%s)\n}\n", side ? "reshape" : "copy", last);
+}
+
+/* On the 2-D mesh: x[A,B] with dim 0 sharded over both axes, the outer one
+ * major; an all-to-all over the other (minor) axis on dim 1, reshape,
+ * transpose {1,0,2}, reshape: dim 0 stays sharded over the outer axis, dim 1
+ * is sharded over the exchanged one (GSPMD's reshards on 2-D meshes). Bugs:
+ * the transpose left out; dim 0 sharded with the exchanged axis major (its
+ * blocks are then no contiguous run of the outer axis's block). */
+static void gen_a2a_within(interp_rng *r, const smesh *m, inst *t) {
+    int ex = rint_in(r, 0, 1), ou = 1 - ex, n = m->sizes[ex], P = m->sizes[0] * m->sizes[1];
+    int variant = rint_in(r, 0, 2);  /* 0 ok, 1 no transpose, 2 exchanged axis major */
+    static const char *vn[] = {"ok", "bug-no-transpose", "bug-axis-order"};
+    set_case(t, variant == 0, "a2a-within-%s", vn[variant]);
+    int g[2] = {P * rint_in(r, 2, 3), n * rint_in(r, 2, 3)}, l[2] = {g[0] / P, g[1]};
+    int ol[2] = {g[0] / m->sizes[ou], g[1] / n}, r3[3] = {l[0], n, g[1] / n}, t3[3] = {n, l[0], g[1] / n};
+    for (int side = 0; side < 2; side++)
+        a2a_swap_tail(open_side(t, side, m, g, l, 2, false), side, m, 1u << ex, 1, l, r3, t3, variant != 1, g, ol);
+    char xv[64], ov[64];
+    int major = variant == 2 ? ex : ou;
+    snprintf(xv, sizeof xv, "shard(0,(%s,%s))", m->names[major], m->names[1 - major]);
+    snprintf(ov, sizeof ov, "shard(0,%s) shard(1,%s)", m->names[ou], m->names[ex]);
+    const char *iv[1] = {xv};
+    rel_write(t, m, iv, 1, ov);
+}
+
 /* x[a,b] sharded on dim e over ax; all-to-all (dimensions={1-e}) over ax,
  * then reshape, transpose {1,0,2}, reshape: the shard(1-e, ax) view of x.
  * Bugs: the transpose left out, the other axis's groups (2-D mesh). */
 static void gen_a2a(interp_rng *r, const smesh *m, inst *t) {
     if (rint_in(r, 0, 2) == 0) {
         gen_a2a_split(r, m, t);
+        return;
+    }
+    if (m->naxes == 2 && rint_in(r, 0, 2) == 0) {
+        gen_a2a_within(r, m, t);
         return;
     }
     int ax = rint_in(r, 0, m->naxes - 1), e = rint_in(r, 0, 1), n = m->sizes[ax];
@@ -725,29 +779,9 @@ static void gen_a2a(interp_rng *r, const smesh *m, inst *t) {
     int r3[3] = {l[0], n, l[1] / n}, t3[3];  /* e == 0: [a/n, n, b/n] */
     if (e == 1) r3[0] = n, r3[1] = l[0] / n, r3[2] = l[1];
     t3[0] = r3[1], t3[1] = r3[0], t3[2] = r3[2];
-    for (int side = 0; side < 2; side++) {
-        strbuf *b = open_side(t, side, m, g, l, 2, false);
-        const char *last = "x";
-        if (side) {
-            sb_puts(b, "  %a2a = ");
-            shp(b, l, 2);
-            sb_puts(b, " all-to-all(%x), channel_id=1, replica_groups=");
-            groups(b, m, 1u << (variant == 2 ? 1 - ax : ax), false);
-            sb_printf(b, ", dimensions={%d}\n  %%r3 = ", 1 - e);
-            shp(b, r3, 3);
-            sb_puts(b, " reshape(%a2a)\n");
-            last = "r3";
-            if (variant != 1) {
-                sb_puts(b, "  %t3 = ");
-                shp(b, t3, 3);
-                sb_puts(b, " transpose(%r3), dimensions={1,0,2}\n");
-                last = "t3";
-            }
-        }
-        sb_puts(b, "  ROOT %o = ");
-        shp(b, side ? ol : g, 2);
-        sb_printf(b, " %s(%%%s)\n}\n", side ? "reshape" : "copy", last);
-    }
+    for (int side = 0; side < 2; side++)
+        a2a_swap_tail(open_side(t, side, m, g, l, 2, false), side, m, 1u << (variant == 2 ? 1 - ax : ax), 1 - e, l, r3, t3,
+                      variant != 1, g, ol);
     rel_unary(t, m, xa, 2, oa, 2);
 }
 

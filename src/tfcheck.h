@@ -12,7 +12,8 @@
  * sums combined, dynamic-slice of a duplicated tensor at partition-id·chunk,
  * reduce-scatter of a partial dot, all-to-all resharding (+ reshape/transpose;
  * also of a locally split dim, read as a view of the term reshaped, with a
- * dim bound on another axis kept through the exchange),
+ * dim bound on another axis kept through the exchange, and of a dim sharded
+ * over both axes of a 2-D mesh, exchanged over the minor one),
  * slice / concatenate of sharded tensors, a table the baseline holds folded
  * into a constant and the distributed side computes from constants (constant
  * folding), reshapes that insert a unit dim before a sharded one (and
