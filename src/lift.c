@@ -650,6 +650,41 @@ static bool review_tiled(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
+/* Operand o whose term is a broadcast (a node of its class, wherever the
+ * value came from: a collective that moved its blocks, a reshape) differing
+ * from want only along dims the broadcast adds: constant along them, so
+ * every device's piece is want's block of the same broadcast at want's
+ * global dims. */
+static bool review_class_broadcast(lstate *s, uint32_t o, const view *want) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[o];
+    const shape *sh = &s->comp->instrs[s->in->operands[o]].shape;
+    if (x->kind != LV_TERM || x->v.partial || want->partial || want->rank != sh->rank || sh->rank > VIEW_MAX_RANK ||
+        lf_scale_of(x) != 1 || x->zm || x->diff)
+        return false;
+    const eid *ch;
+    eid bn = lf_class_node(c, x->cls, OP_BROADCAST, 1, &ch);
+    if (bn == EID_NONE) return false;
+    eid child = ch[0];
+    uint32_t attr = eg_node_attr(c->g, bn), nd;
+    const int64_t *bd = ea_get(c->g, attr, A_DIMENSIONS, &nd);
+    if (!bd) nd = 0;
+    for (uint32_t d = 0; d < sh->rank; d++) {
+        bool same = x->v.dims[d].naxes == want->dims[d].naxes &&
+                    memcmp(x->v.dims[d].axes, want->dims[d].axes, x->v.dims[d].naxes) == 0;
+        bool added = true;
+        for (uint32_t k = 0; k < nd; k++) added &= bd[k] != (int64_t)d;
+        if (!same && !added) return false;
+    }
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, want, sh, g);
+    bool assumed = x->assumed, konst = x->konst;
+    s->ops[o] = term(eg_add(c->g, OP_BROADCAST, attr, lf_type_of(c, sh->dtype, g, sh->rank), &child, 1, c->origin), *want,
+                     assumed);
+    s->ops[o].konst = konst;
+    return true;
+}
+
 /* Every operand not sharded as want that is a broadcast along the dims it
  * differs in, or constant-only and replicated, re-viewed as want: the same
  * per-device pieces, read as a global term under the others' view. */
@@ -657,7 +692,8 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want);
 
 bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
     return lf_same_sharding(&s->ops[o].v, want) || lf_review_broadcast(s, o, want) || lf_konst_review(s, o, want) ||
-           review_constant(s, o, want) || review_tiled(s, o, want) || review_elementwise(s, o, want);
+           review_constant(s, o, want) || review_tiled(s, o, want) || review_class_broadcast(s, o, want) ||
+           review_elementwise(s, o, want);
 }
 
 /* Operand o, an elementwise op whose operands all re-read as want (each

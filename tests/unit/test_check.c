@@ -1898,6 +1898,15 @@ static void hand_written_cases(void) {
          VERDICT_MISMATCH, true},
         {"bias-once/rowpar", "bias added on three devices", "direction=EQ", "direction=NE", VERDICT_MISMATCH, true},
         {"bias-once/rowpar", "bias added on no device", "direction=EQ", "direction=LT", VERDICT_MISMATCH, false},
+        /* a broadcast reached through another instruction (a copy here; a
+         * collective or reshape in GSPMD's reshards), re-read under the
+         * sharded operand's view along the dim it adds */
+        {"bcast-moved/rows", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"bcast-moved/rows", "broadcast along the sharded dim (varies along it)",
+         "  b = f32[2,8] broadcast(y), dimensions={1}",
+         "  ys = f32[2] slice(y), slice={[0:2]}\n  b = f32[2,8] broadcast(ys), dimensions={0}", VERDICT_MISMATCH, false},
+        {"bcast-moved/rows", "another row broadcast (reversed)", "  b = f32[2,8] broadcast(y), dimensions={1}",
+         "  yr = f32[8] reverse(y), dimensions={0}\n  b = f32[2,8] broadcast(yr), dimensions={1}", VERDICT_MISMATCH, false},
         {"gather-idx/along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         /* the offset broadcast to 4608 positions, more than device values are tabulated for */
         {"gather-idx/along-big", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
