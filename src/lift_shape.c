@@ -9,6 +9,7 @@
 #include "lift.h"
 #include "lift_int.h"
 
+#include "eattr.h"
 #include "interp.h"
 
 #include <math.h>
@@ -596,6 +597,52 @@ static lval unreduced_blocks(lstate *s) {
 
 /* dynamic-slice whose offsets are device tables: offset(r) = coord·size binds
  * the dimension to the axes; the same offset everywhere is an ordinary slice. */
+/* dynamic-slice of a replicated term that repeats one piece along dim d (a
+ * concatenation of copies of one class: jax's all_gather of a replicated
+ * value), at per-device offsets along d that are whole multiples of the
+ * piece's length (each clamped into range as XLA does), the slice that
+ * length, every other dim taken whole from 0: the piece on every device. */
+static bool repeated_piece(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in, *src = &s->comp->instrs[in->operands[0]];
+    const lval *x = &s->ops[0];
+    uint32_t rank = in->shape.rank;
+    if (x->kind != LV_TERM || !view_is_dup(&x->v) || lf_scale_of(x) != 1 || x->zm || x->diff) return false;
+    int d = -1;
+    for (uint32_t k = 0; k < rank; k++) {
+        const lval *o = &s->ops[1 + k];
+        if (o->kind != LV_DEV || o->count != 1) return false;
+        if (lf_dev_uniform(c, o) && o->dev[0] == 0 && in->shape.dims[k] == src->shape.dims[k]) continue;
+        if (d >= 0) return false;
+        d = (int)k;
+    }
+    if (d < 0) return false;
+    int64_t len = in->shape.dims[d], whole = src->shape.dims[d];
+    for (eid k = eg_class_first(c->g, eg_find(c->g, x->cls)); k != EID_NONE; k = eg_class_next(c->g, k)) {
+        uint32_t n, nd;
+        const eid *ch = eg_node_children(c->g, k, &n);
+        if (eg_node_op(c->g, k) != OP_CONCATENATE || n < 2) continue;
+        const int64_t *cd = ea_get(c->g, eg_node_attr(c->g, k), A_DIMENSIONS, &nd);
+        if (!cd || nd != 1 || cd[0] != d) continue;
+        eid piece = eg_find(c->g, ch[0]);
+        bool same = true;
+        for (uint32_t j = 1; j < n && same; j++) same = eg_find(c->g, ch[j]) == piece;
+        uint32_t prank;
+        const int64_t *pd = eg_type_dims(c->g, eg_class_type(c->g, piece), &prank);
+        if (!same || prank != rank || pd[d] != len || (int64_t)n * len != whole) continue;
+        const lval *o = &s->ops[1 + d];
+        for (int64_t r = 0; r < c->ndev && same; r++) {
+            double off = fmin(fmax(o->dev[r], 0), (double)(whole - len));
+            same = fmod(off, (double)len) == 0;
+        }
+        if (!same) continue;
+        *out = term(piece, view_dup(rank), x->assumed);
+        out->konst = x->konst;
+        return true;
+    }
+    return false;
+}
+
 lval lf_lift_dynamic_slice(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -646,6 +693,8 @@ lval lf_lift_dynamic_slice(lstate *s) {
     }
     for (uint32_t d = 0; d < rank; d++)
         if (s->ops[1 + d].kind != LV_DEV) return unknown();
+    lval rep;
+    if (repeated_piece(s, &rep)) return rep;
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
     /* Block windows: [lo, hi) of each dim the blocks tile (the whole dim when
      * not windowed), in global coordinates. */

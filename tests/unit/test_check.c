@@ -1907,6 +1907,13 @@ static void hand_written_cases(void) {
          "  ys = f32[2] slice(y), slice={[0:2]}\n  b = f32[2,8] broadcast(ys), dimensions={0}", VERDICT_MISMATCH, false},
         {"bcast-moved/rows", "another row broadcast (reversed)", "  b = f32[2,8] broadcast(y), dimensions={1}",
          "  yr = f32[8] reverse(y), dimensions={0}\n  b = f32[2,8] broadcast(yr), dimensions={1}", VERDICT_MISMATCH, false},
+        /* a replicated value all-gathered, then the device's own row taken */
+        {"repeated/mine", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"repeated/mine", "rows scaled per device before the gather", "  wr = f32[1,16] reshape(w)",
+         "  pid0 = u32[] partition-id()\n  pf = f32[] convert(pid0)\n  pb = f32[16] broadcast(pf), dimensions={}\n"
+         "  wd = f32[16] add(w, pb)\n  wr = f32[1,16] reshape(wd)", VERDICT_MISMATCH, false},
+        {"repeated/mine", "a row taken from another group (offsets out of step)", "  i = s32[] convert(pid)",
+         "  one = u32[] constant(1)\n  p1 = u32[] add(pid, one)\n  i = s32[] convert(p1)", VERDICT_VERIFIED, true},
         {"gather-idx/along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         /* the offset broadcast to 4608 positions, more than device values are tabulated for */
         {"gather-idx/along-big", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
