@@ -809,6 +809,15 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     for (uint32_t i = 0; i < lc.nsegs; i++) setup_ms -= lc.segs[i].build_ms;
     r->setup_ms = setup_ms > 0 ? setup_ms : 0;
 
+    /* A finding belongs to the segment its instruction was counted to (an
+     * instruction without an op_name scope: the one being walked). */
+    for (size_t k = 0; k < r->nfindings; k++) {
+        const char *at = lift_segment_at(&lc, r->findings[k].comp, r->findings[k].in);
+        if (at && strcmp(at, r->findings[k].segment) != 0) {
+            free(r->findings[k].segment);
+            r->findings[k].segment = xstrdup(at);
+        }
+    }
     judge_segments(r, (trace_verdict)verdict, contradicted, &lc, &sr, final_run, sat_ms, t4 - t3 - sat_ms);
     if (lc.assumptions.len) r->assumptions = xstrdup(lc.assumptions.s);
     r->w.seed = w.seed, r->w.max_abs = w.max_abs, r->w.max_rel = w.max_rel;

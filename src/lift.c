@@ -39,6 +39,7 @@ void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const h
     c->digests[0] = xcalloc(base->ncomps, sizeof(uint64_t));
     c->digests[1] = xcalloc(dist->ncomps, sizeof(uint64_t));
     c->walked = xcalloc(dist->ncomps ? dist->ncomps : 1, sizeof *c->walked);
+    c->seg_at = xcalloc(dist->ncomps ? dist->ncomps : 1, sizeof *c->seg_at);
     /* Lifting takes about 288 bytes per instruction of the two programs (the
      * values of each computation walked, the memo's runs). */
     arena_expect(a, (size_t)(graph_instr_count(base) + graph_instr_count(dist)) * 288);
@@ -57,6 +58,7 @@ void lift_done(lift_ctx *c) {
     free(c->digests[0]);
     free(c->digests[1]);
     free(c->walked);
+    free(c->seg_at);
     for (size_t k = 0; k < c->capkvals; k++) interp_val_free(c->kvals[k]);
     free(c->kvals);
     free(c->base_konst);
@@ -1731,6 +1733,15 @@ const lval *lift_value_at(const lift_ctx *c, const hlo_comp *comp, uint32_t i) {
     return vals ? &vals[i] : NULL;
 }
 
+const char *lift_segment_at(const lift_ctx *c, const hlo_comp *comp, const hlo_instr *in) {
+    if (comp < c->dist->comps || comp >= c->dist->comps + c->dist->ncomps || in < comp->instrs ||
+        in >= comp->instrs + comp->ninstrs)
+        return NULL;
+    const uint32_t *seg = c->seg_at[comp - c->dist->comps];
+    uint32_t k = seg ? seg[in - comp->instrs] : UINT32_MAX;
+    return k < c->nsegs ? c->segs[k].name : NULL;
+}
+
 void lift_value_words(strbuf *b, const lval *v, const mesh *m) {
     switch (v->kind) {
     case LV_TERM: view_print(b, &v->v, m); break;
@@ -1745,12 +1756,17 @@ void lift_value_words(strbuf *b, const lval *v, const mesh *m) {
 
 lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs) {
     lval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
-    if (!c->baseline_mode && c->cur == c->dist) c->walked[comp - c->dist->comps] = vals;
+    uint32_t *seg = NULL;
+    if (!c->baseline_mode && c->cur == c->dist) {
+        c->walked[comp - c->dist->comps] = vals;
+        seg = c->seg_at[comp - c->dist->comps] = arena_alloc(c->a, (comp->ninstrs + 1) * sizeof *seg);
+    }
     lf_memo_side *ms = lf_memo_enter(c, comp, vals);
     for (uint32_t i = 0; i < comp->ninstrs;) {
-        uint32_t r = ms ? lf_memo_run_at(ms, i) : SR_NONE;
+        uint32_t r = ms ? lf_memo_run_at(ms, i) : SR_NONE, from = i;
         if (r == SR_NONE) lf_lift_one(c, comp, i++, vals, args, inputs, ninputs);
         else i = lf_memo_lift_run(c, ms, r, comp, vals, args, inputs, ninputs);
+        for (uint32_t k = from; seg && k < i; k++) seg[k] = c->nsegs && c->cur_seg < c->nsegs ? c->cur_seg : UINT32_MAX;
     }
     if (ms) lf_memo_leave(c, ms);
     return vals[comp->root];

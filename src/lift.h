@@ -356,6 +356,8 @@ typedef struct lift_ctx {
     uint32_t npids;                       /* partial sums named so far (lval.pid) */
     lval **walked;                        /* per distributed computation (by index): its values
                                            * the last time it was walked (arena), or NULL */
+    uint32_t **seg_at;                    /* beside walked: the segment each instruction was
+                                           * counted to (UINT32_MAX: none) */
 } lift_ctx;
 
 /* A window (LV_WIN) v, a value of comp, used by in (or read as an output)
@@ -373,6 +375,10 @@ void lift_psub_at_output(lift_ctx *c, lval *o, const view *want, eid bout);
  * its computation was walked (a loop body: its last walk), or NULL when it
  * never was. Valid until lift_done and the arena's end. */
 const lval *lift_value_at(const lift_ctx *c, const hlo_comp *comp, uint32_t i);
+/* The name of the segment distributed instruction in of comp was counted to
+ * when last walked (lift_seg.c: its op_name scope's, or the current one for
+ * an instruction without a scope), or NULL. Valid until lift_done. */
+const char *lift_segment_at(const lift_ctx *c, const hlo_comp *comp, const hlo_instr *in);
 /* A lifted value in words, as a finding's picture shows it: its view for a
  * term ("dup", "shard(1,tp)", "partial(tp,sum)"), else what it is
  * ("device-dependent", "index values", "pieces rearranged", "unrelated"). */

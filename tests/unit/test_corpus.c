@@ -193,6 +193,24 @@ static void expected_line(const char *corpus, const char *name, const corpus_run
  * correct pair is not verified. Without execution a bug variant need not be a
  * mismatch (its line records what it is), and a correct pair the manifest marks
  * a known false alarm must still be one (see the top of this file). */
+/* Every finding names a segment of the trace (the one its instruction was
+ * counted to), and a mismatch's segments include one judged mismatch. */
+static void segments_hold_findings(const corpus_run *r, const char *form) {
+    json_t *fs = json_object_get(r->trace, "findings"), *segs = json_object_get(r->trace, "segments");
+    if (!r->trace || !json_array_size(segs)) return;
+    bool any_mismatch = false;
+    for (size_t i = 0; i < json_array_size(segs); i++)
+        any_mismatch |= strcmp(str_or(json_array_get(segs, i), "verdict", ""), "mismatch") == 0;
+    for (size_t k = 0; k < json_array_size(fs); k++) {
+        const char *seg = str_or(json_array_get(fs, k), "segment", NULL);
+        bool found = !seg;
+        for (size_t i = 0; !found && i < json_array_size(segs); i++)
+            found = strcmp(str_or(json_array_get(segs, i), "name", ""), seg) == 0;
+        CHECK_MSG(found, "%s: finding %zu names segment '%s', which the trace does not list", form, k, seg);
+    }
+    if (r->verdict == VERDICT_MISMATCH) CHECK_MSG(any_mismatch, "%s: a mismatch with no segment judged mismatch", form);
+}
+
 static void corpus_pair(const char *dir, const char *corpus, json_t *p, bool witness, const char *tsv, bool update,
                         strbuf *now, strbuf *reasons, corpus_counts *c) {
     const char *name = str_or(p, "name", "?");
@@ -218,6 +236,7 @@ static void corpus_pair(const char *dir, const char *corpus, json_t *p, bool wit
             c->verified[f] += r->verdict == VERDICT_VERIFIED;
         }
         if (witness && r->verdict == VERDICT_MISMATCH && decided_by_rules(r)) witness_disagrees(r, corpus_forms[f]);
+        segments_hold_findings(r, corpus_forms[f]);
     }
     c->correct += !is_bug;
     c->known_false_alarms += known != NULL && !is_bug;
