@@ -789,6 +789,18 @@ static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_in
     default:
         break;
     }
+    if (in->op == OP_ALL_REDUCE || in->op == OP_ALL_GATHER || in->op == OP_REDUCE_SCATTER || in->op == OP_ALL_TO_ALL ||
+        in->op == OP_COLLECTIVE_PERMUTE) {
+        /* Collectives move arrays; an all-reduce keeps their types. */
+        for (uint32_t k = 0; k < n; k++)
+            if (comp->instrs[in->operands[k]].shape.dtype == DT_TUPLE)
+                return snprintf(why, nwhy, "%s takes arrays, but operand %u is a tuple", name, k), false;
+        bool same = in->op != OP_ALL_REDUCE || (n == 1 ? shape_same_array(&in->shape, s0)
+                                                     : in->shape.dtype == DT_TUPLE && in->shape.ntuple == n);
+        for (uint32_t k = 0; same && n > 1 && k < n; k++)
+            same = shape_same_array(&in->shape.tuple[k], &comp->instrs[in->operands[k]].shape);
+        if (!same) return snprintf(why, nwhy, "%s's result type differs from its operands'", name), false;
+    }
     switch (r->need) {
     case NEED_TO_APPLY_N:
         return need_comp(m, in, A_TO_APPLY, 0, n, why, nwhy);

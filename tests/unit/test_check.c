@@ -1379,6 +1379,21 @@ static void int_literal_out_of_range(void) {
     }
 }
 
+/* A mutant of GSPMD token statistics (tests/cases/mutants, kept when the
+ * mutation fuzzer crashed on it): an all-reduce of s32[] given a reduce's
+ * tuple result as its operand; execution copied a tuple as an array (a
+ * crash). Collectives take arrays: bad input now. */
+static void all_reduce_of_tuple(void) {
+    for (int witness = 0; witness < 2; witness++) {
+        t_case("check an all-reduce of a tuple (%s)", witness ? "with execution" : "rules only");
+        json_t *trace = NULL;
+        int v = run_with("ar-tuple", "samples/fresh/g.token_stats.dp8.baseline.hlo",
+                         "tests/cases/mutants/all-reduce-of-tuple.hlo.bad", "auto", witness, false, &trace);
+        CHECK_MSG(v == VERDICT_ERROR, "verdict %s", verdict_name(v));
+        json_decref(trace);
+    }
+}
+
 /* A mutant of a scanned tensor-parallel step (tests/cases/mutants, kept
  * when the mutation fuzzer crashed on it): the while's result and operand
  * list the state's elements in another order than its body reads them, and
@@ -2439,6 +2454,7 @@ void suite_check(void) {
     concat_dim_out_of_range();
     int_literal_out_of_range();
     while_state_types();
+    all_reduce_of_tuple();
     contradicted_by_execution();
     jax012_cases();
     shared_blocks();
