@@ -340,6 +340,20 @@ static void proved_differences(check_result *r, size_t *cap, lift_ctx *lc, const
     bool *told = xcalloc(lc->ndiffs + 1, sizeof *told);
     for (uint32_t k = 0; k < nouts && k < nbouts && k < rel->noutputs; k++) {
         const lval *v = root->kind == LV_TUPLE ? &root->elems[k] : root;
+        const view *want = rel->output_free && rel->output_free[k] ? &v->v : &rel->outputs[k];
+        lift_finding m;
+        if ((!v->diff || eg_find(lc->g, v->corr) != eg_find(lc->g, bouts[k])) && lift_output_multiple(lc, v, want, bouts[k], &m)) {
+            /* The output itself is a multiple of the baseline's (whatever
+             * factor the baseline put into other uses of the same term). */
+            strbuf msg;
+            sb_init(&msg);
+            sb_printf(&msg, "output %u is not the baseline's: where %s makes the factor, %s, and the output is that "
+                      "multiple of the baseline's, so it differs wherever the baseline's is non-zero", k, m.in->name,
+                      m.message);
+            add_finding(r, cap, m.kind, SEV_ERROR, msg.s, m.comp, m.in);
+            sb_free(&msg);
+            continue;
+        }
         if (!v->diff || v->kind != LV_TERM || v->assumed || v->ambiguous || told[v->diff]) continue;
         if (eg_find(lc->g, v->corr) != eg_find(lc->g, bouts[k]) || eg_find(lc->g, v->cls) == eg_find(lc->g, bouts[k]))
             continue;

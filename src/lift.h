@@ -371,6 +371,11 @@ void lift_win_unsettled(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, 
  * counted once; else o is unrelated (lift_psub.c). Other kinds: nothing. */
 void lift_psub_at_output(lift_ctx *c, lval *o, const view *want, eid bout);
 
+/* Output v (its expected view want, the baseline's output class bout) a
+ * constant k times the baseline's in that view, k not 1 beyond rounding: a
+ * finding (*out) at the op that made the factor (lift_scale.c). */
+bool lift_output_multiple(lift_ctx *c, const lval *v, const view *want, eid bout, lift_finding *out);
+
 /* The value distributed instruction i of comp was lifted to the last time
  * its computation was walked (a loop body: its last walk), or NULL when it
  * never was. Valid until lift_done and the arena's end. */

@@ -80,6 +80,15 @@ static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, tra
                          const hlo_instr **at);
 static bool factors_differ(lift_ctx *c, eid x, double r);
 
+/* The distributed computation holding instruction in (NULL: none). */
+static const hlo_comp *dist_comp_of(lift_ctx *c, const hlo_instr *in) {
+    for (uint32_t k = 0; k < c->dist->ncomps; k++) {
+        const hlo_comp *e = &c->dist->comps[k];
+        if (in >= e->instrs && in < e->instrs + e->ninstrs) return e;
+    }
+    return NULL;
+}
+
 /* x (distributed, factor sd, its term a baseline value) is put back where
  * the baseline puts sb into the same term T: x is sd·T, the baseline's
  * sb·T, and with sd ≠ sb they differ wherever T is non-zero. Recorded as a
@@ -96,10 +105,7 @@ static void mark_differ(lift_ctx *c, lval *x, double sd) {
     factor_words(c, x, sd, sb, &d.kind, &note, &d.in);
     if (!d.in) return;
     /* The computation holding the op to blame (its site is printed from it). */
-    for (uint32_t k = 0; k < c->dist->ncomps && !d.comp; k++) {
-        const hlo_comp *e = &c->dist->comps[k];
-        if (d.in >= e->instrs && d.in < e->instrs + e->ninstrs) d.comp = e;
-    }
+    d.comp = dist_comp_of(c, d.in);
     if (!d.comp) return;
     d.message = note;
     if (c->ndiffs == c->capdiffs) {
@@ -617,4 +623,27 @@ void lf_scale_cancel(lstate *s, const lval *v) {
         }
     }
     if (r != EID_NONE) eg_union(c->g, v->cls, r, NULL);
+}
+
+bool lift_output_multiple(lift_ctx *c, const lval *v, const view *want, eid bout, lift_finding *out) {
+    /* Output v is k·B for the baseline's output B (a factor put back at the
+     * output, k not 1 beyond the rounding of constants) in the view the
+     * output must have: every device's piece is k times the baseline's
+     * there, which differs wherever B is non-zero. A value of known
+     * elements is no data that could differ. */
+    if (c->baseline_mode || v->kind != LV_TERM || v->cls == EID_NONE || v->assumed || v->ambiguous || v->zm ||
+        v->v.partial || !view_equal(&v->v, want) || lf_kval(c, bout) || base_konst(c, bout))
+        return false;
+    eid b = eg_find(c->g, bout);
+    if (eg_find(c->g, v->cls) == b) return false;
+    double k = multiple_of(c, v->cls, b);
+    if (k == 0 || !factors_differ(c, b, k)) return false;
+    lift_finding d = {0};
+    char *note;
+    factor_words(c, v, k, 1, &d.kind, &note, &d.in);
+    d.comp = d.in ? dist_comp_of(c, d.in) : NULL;
+    if (!d.comp) return false;
+    d.message = note;
+    *out = d;
+    return true;
 }

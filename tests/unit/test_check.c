@@ -2259,6 +2259,13 @@ static void hand_written_cases(void) {
         {"halo/cummax", "the windows one row late", "padding=0_0x15_0", "padding=0_0x14_1", VERDICT_MISMATCH, false},
         {"halo/cummax", "sums of the windows", "ROOT %m = f32[] maximum(%a, %b)", "ROOT %m = f32[] add(%a, %b)",
          VERDICT_MISMATCH, false},
+        /* one sum over the devices read as a mean and as a sum: the baseline
+         * puts 1/8 into one use of the term and nothing into the other */
+        {"stats/mean-and-sum", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"stats/mean-and-sum", "the sum halved (pmean for psum)", "%k = f32[] constant(1)", "%k = f32[] constant(2)",
+         VERDICT_MISMATCH, true},
+        {"stats/mean-and-sum", "the mean over the local rows", "%n = f32[] constant(8)", "%n = f32[] constant(4)",
+         VERDICT_MISMATCH, true},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         char b[256], d[256], r[256];
