@@ -2211,6 +2211,24 @@ static void hand_written_cases(void) {
         {"halo/cummax", "the windows one row late", "padding=0_0x15_0", "padding=0_0x14_1", VERDICT_MISMATCH, false},
         {"halo/cummax", "sums of the windows", "ROOT %m = f32[] maximum(%a, %b)", "ROOT %m = f32[] add(%a, %b)",
          VERDICT_MISMATCH, false},
+        /* conditionals: every device takes the branch of a replicated selector */
+        {"cond/clip", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"cond/clip", "the norm not summed over devices", "ss = f32[] all-reduce(local)", "ss = f32[] copy(local)",
+         VERDICT_MISMATCH, true},
+        {"cond/clip", "the branch scales by the local norm", "ops = (f32[], f32[2,4]) tuple(norm, g)",
+         "ln = f32[] sqrt(local)\n  ops = (f32[], f32[2,4]) tuple(ln, g)", VERDICT_MISMATCH, true},
+        {"cond/clip", "branches swapped", "conditional(idx, g, ops), branch_computations={keep, scale}",
+         "conditional(idx, ops, g), branch_computations={scale, keep}", VERDICT_MISMATCH, false},
+        {"cond/switch", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"cond/switch", "partial branches not summed", "ROOT y = f32[4,6] all-reduce(part)", "ROOT y = f32[4,6] copy(part)",
+         VERDICT_MISMATCH, true},
+        {"cond/switch", "two branches swapped", "branch_computations={b0, b1, b2}", "branch_computations={b0, b2, b1}",
+         VERDICT_MISMATCH, false},
+        /* each device picks its own branch: undecided (the seeded selectors
+         * send every device to the last branch, so execution agrees) */
+        {"cond/switch", "a selector offset by the device",
+         "i = s32[] parameter(2)", "i0 = s32[] parameter(2)\n  pid = u32[] partition-id()\n  pi = s32[] convert(pid)\n"
+         "  i = s32[] add(i0, pi)", VERDICT_UNVERIFIED, false},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         char b[256], d[256], r[256];
