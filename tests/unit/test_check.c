@@ -2224,6 +2224,13 @@ static void hand_written_cases(void) {
          VERDICT_MISMATCH, true},
         {"cond/switch", "two branches swapped", "branch_computations={b0, b1, b2}", "branch_computations={b0, b2, b1}",
          VERDICT_MISMATCH, false},
+        /* a dim of 6 over 4 devices: padded to 8, the padding masked */
+        {"uneven/stats", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"uneven/stats", "one column too many masked", "six = s32[] constant(6)", "six = s32[] constant(5)",
+         VERDICT_MISMATCH, false},
+        {"uneven/stats", "the padding kept, real columns cut", "slice={[0:4], [0:6]}", "slice={[0:4], [2:8]}",
+         VERDICT_MISMATCH, false},
+        {"uneven/stats", "padded in front", "padding=0_0x0_2", "padding=0_0x2_0", VERDICT_MISMATCH, false},
         /* each device picks its own branch: undecided (the seeded selectors
          * send every device to the last branch, so execution agrees) */
         {"cond/switch", "a selector offset by the device",
