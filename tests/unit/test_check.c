@@ -2224,6 +2224,13 @@ static void hand_written_cases(void) {
          VERDICT_MISMATCH, true},
         {"cond/switch", "two branches swapped", "branch_computations={b0, b1, b2}", "branch_computations={b0, b2, b1}",
          VERDICT_MISMATCH, false},
+        /* jnp.roll by 3 along a dim of 16 sharded over 4: each block from a
+         * neighbour's piece and its own (wrapping around the end) */
+        {"halo/roll3", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/roll3", "pieces sent the other way", "{{0,1},{1,2},{2,3},{3,0}}", "{{1,0},{2,1},{3,2},{0,3}}",
+         VERDICT_MISMATCH, false},
+        {"halo/roll3", "the wrong piece sent", "slice={[0:2], [1:4]}", "slice={[0:2], [0:3]}", VERDICT_MISMATCH, false},
+        {"halo/roll3", "no wrap-around", "{{0,1},{1,2},{2,3},{3,0}}", "{{0,1},{1,2},{2,3}}", VERDICT_MISMATCH, false},
         /* a dim of 6 over 4 devices: padded to 8, the padding masked */
         {"uneven/stats", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"uneven/stats", "one column too many masked", "six = s32[] constant(6)", "six = s32[] constant(5)",
