@@ -1635,6 +1635,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             *v = generic(&st);
         }
         if (c->baseline_mode && v->kind == LV_TERM) record_scope(c, in, v->cls);
+        if (!c->baseline_mode && v->kind == LV_TERM && v->v.partial) v->pid = ++c->npids; /* values of its own */
         debug_value(c, in, v);
         return;
     }

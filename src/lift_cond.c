@@ -65,7 +65,8 @@ static eid mk_select(lift_ctx *c, eid p, eid a, eid b) {
     memcpy(dims, td, rank * sizeof *dims);
     eid bp = p;
     if (rank) {
-        hlo_attr at = {.key = A_DIMENSIONS, .kind = K_INTS, .n = 0, .v.ints = NULL};
+        int64_t none[1] = {0}; /* dimensions={}: no dims (a pointer all the same, for the copy) */
+        hlo_attr at = {.key = A_DIMENSIONS, .kind = K_INTS, .n = 0, .v.ints = none};
         hlo_instr g = {.name = "broadcast", .opname = "broadcast", .op = OP_BROADCAST, .nattrs = 1, .noperands = 1,
                        .attrs = &at};
         g.shape.dtype = DT_PRED;

@@ -136,10 +136,10 @@ static bool masked(lift_ctx *c, eid x, double want, eid *y, int64_t *lo, int64_t
         *y = ch[1];
         return true;
     }
-    /* k · select(box, y, f) with k a positive constant everywhere and
-     * k·f = want: select(box, k·y, want) (a constant factor put back after
-     * the mask, lift_scale.c) */
-    if ((node = lf_class_node(c, x, OP_MULTIPLY, 2, &ch)) == EID_NONE) return false;
+    /* k · select(box, y, f) with k a positive constant everywhere and f =
+     * want, 0 or an infinity (k·f = want exactly): select(box, k·y, want) (a
+     * constant factor put back after the mask, lift_scale.c) */
+    if ((want != 0 && !isinf(want)) || (node = lf_class_node(c, x, OP_MULTIPLY, 2, &ch)) == EID_NONE) return false;
     for (uint32_t o = 0; o < 2; o++) {
         double k = 0;
         const interp_val *kv = NULL;
@@ -154,7 +154,7 @@ static bool masked(lift_ctx *c, eid x, double want, eid *y, int64_t *lo, int64_t
         k = interp_val_get(kv, 0);
         if (!(k > 0) || isinf(k) || !filled_with(c, ch[1 - o], k)) continue;
         eid z;
-        if (!masked(c, ch[o], want / k, &z, lo, hi)) continue;
+        if (!masked(c, ch[o], want, &z, lo, hi)) continue;
         eid kids[2] = {ch[0], ch[1]};
         kids[o] = z;
         *y = eg_add(c->g, OP_MULTIPLY, eg_node_attr(c->g, node), eg_class_type(c->g, x), kids, 2, c->origin);
