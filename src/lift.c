@@ -1554,6 +1554,19 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         if (c->baseline_mode && v->kind == LV_TERM) lf_record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
         return;
     }
+    if (in->op == OP_CONDITIONAL) {
+        *v = lf_lift_conditional(c, comp, in, vals);
+        if (c->baseline_mode && v->kind == LV_UNKNOWN) {
+            lval *ops = arena_alloc(c->a, in->noperands * sizeof *ops);
+            for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
+            lstate st = {c, comp, in, ops, vals};
+            *v = generic(&st);
+        }
+        if (c->baseline_mode && v->kind == LV_TERM) lf_record_scope(c, in, v->cls);
+        if (!c->baseline_mode && v->kind == LV_TERM && v->v.partial) v->pid = ++c->npids; /* values of its own */
+        debug_value(c, in, v);
+        return;
+    }
     if (in->op == OP_COPY || in->op == OP_OPT_BARRIER || is_identity_custom_call(in)) {
         *v = vals[in->operands[0]];
         return;

@@ -282,6 +282,8 @@ lval lf_loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
                       const lval *vals);                    /* a baseline while loop (lift_loop.c) */
 lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
                          const lval *vals);                 /* a distributed while loop, by induction */
+lval lf_lift_conditional(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
+                         const lval *vals);                 /* the choice among its branches (lift_cond.c) */
 
 /* All-to-all layouts and gather/scatter readings (lift_layout.c); each
  * returns false (no reading) or sets *out. */

@@ -130,14 +130,123 @@ static bool filled_with(lift_ctx *c, eid z, double want) {
 static bool masked(lift_ctx *c, eid x, double want, eid *y, int64_t *lo, int64_t *hi) {
     const eid *ch;
     uint32_t r;
-    if (lf_class_node(c, x, OP_SELECT, 3, &ch) == EID_NONE || !filled_with(c, ch[2], want) || !mask_box(c, ch[0], lo, hi, &r))
-        return false;
-    *y = ch[1];
-    return true;
+    eid node;
+    if (lf_class_node(c, x, OP_SELECT, 3, &ch) != EID_NONE) {
+        if (!filled_with(c, ch[2], want) || !mask_box(c, ch[0], lo, hi, &r)) return false;
+        *y = ch[1];
+        return true;
+    }
+    /* k · select(box, y, f) with k a positive constant everywhere and f =
+     * want, 0 or an infinity (k·f = want exactly): select(box, k·y, want) (a
+     * constant factor put back after the mask, lift_scale.c) */
+    if ((want != 0 && !isinf(want)) || (node = lf_class_node(c, x, OP_MULTIPLY, 2, &ch)) == EID_NONE) return false;
+    for (uint32_t o = 0; o < 2; o++) {
+        double k = 0;
+        const interp_val *kv = NULL;
+        eid kc = ch[1 - o];
+        for (int guard = 0; !kv && guard < 4; guard++) {
+            const eid *b;
+            kv = lf_kval(c, kc);
+            if (!kv && lf_class_node(c, kc, OP_BROADCAST, 1, &b) != EID_NONE) kc = b[0];
+            else if (!kv) break;
+        }
+        if (!kv || kv->n < 1) continue;
+        k = interp_val_get(kv, 0);
+        if (!(k > 0) || isinf(k) || !filled_with(c, ch[1 - o], k)) continue;
+        eid z;
+        if (!masked(c, ch[o], want, &z, lo, hi)) continue;
+        eid kids[2] = {ch[0], ch[1]};
+        kids[o] = z;
+        *y = eg_add(c->g, OP_MULTIPLY, eg_node_attr(c->g, node), eg_class_type(c->g, x), kids, 2, c->origin);
+        return true;
+    }
+    return false;
 }
 
-/* slice(x, [lo, hi)) (x itself when the box is all of it). */
-static eid box_slice(lift_ctx *c, eid x, const int64_t *lo, const int64_t *hi) {
+static eid box_slice(lift_ctx *c, eid x, const int64_t *lo, const int64_t *hi, int depth, bool cut);
+
+/* slice(x, [lo, hi)) where x's class says what it is without the slice:
+ * the operand of a pad the box lies inside (no interior padding; GSPMD pads
+ * an uneven dim up to a multiple of the devices and the box cuts that off
+ * again), a scalar's broadcast at the box's dims, or an elementwise op of
+ * operands cut alike (a slice commutes with every elementwise op). EID_NONE
+ * where none holds, `depth` levels deep at most. */
+static eid box_cut(lift_ctx *c, eid x, const int64_t *lo, const int64_t *hi, int depth) {
+    uint32_t r;
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x), &r);
+    if (r > VIEW_MAX_RANK || depth > 8) return EID_NONE;
+    int64_t d[VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
+    bool whole = true;
+    memcpy(d, xd, r * sizeof *d);
+    for (uint32_t k = 0; k < r; k++) {
+        dims[k] = hi[k] - lo[k];
+        whole &= lo[k] == 0 && hi[k] == d[k];
+    }
+    if (whole) return eg_find(c->g, x);
+    uint32_t t = lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, x)), dims, r);
+    const eid *ch;
+    eid node;
+    if ((node = lf_class_node(c, x, OP_PAD, 2, &ch)) != EID_NONE) {
+        uint32_t nw, yr;
+        const int64_t *pw = eg_attr_words(c->g, eg_node_attr(c->g, node), &nw);
+        eid y = ch[0];
+        const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, y), &yr);
+        int64_t ylo[VIEW_MAX_RANK], yhi[VIEW_MAX_RANK];
+        bool inside = yr == r && nw == 2 + 3 * r && pw[0] == A_PADDING;
+        for (uint32_t k = 0; k < r && inside; k++) {
+            const int64_t *p = pw + 2 + 3 * k;
+            ylo[k] = lo[k] - p[0], yhi[k] = hi[k] - p[0];
+            inside = p[2] == 0 && ylo[k] >= 0 && yhi[k] <= yd[k];
+        }
+        eid z = inside ? box_cut(c, y, ylo, yhi, depth + 1) : EID_NONE;
+        if (z != EID_NONE) return z;
+    }
+    if ((node = lf_class_node(c, x, OP_BROADCAST, 1, &ch)) != EID_NONE) {
+        /* the box along the dims the operand maps to, the same broadcast */
+        uint32_t sr, nb;
+        eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &sr);
+        const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, node), A_DIMENSIONS, &nb);
+        int64_t slo[VIEW_MAX_RANK], shi[VIEW_MAX_RANK];
+        bool ok = nb == sr && sr <= VIEW_MAX_RANK;
+        for (uint32_t k = 0; k < sr && ok; k++) {
+            ok = bd[k] >= 0 && bd[k] < (int64_t)r;
+            if (ok) slo[k] = lo[bd[k]], shi[k] = hi[bd[k]];
+        }
+        eid z = !ok ? EID_NONE : sr == 0 ? ch[0] : box_slice(c, ch[0], slo, shi, depth + 1, true);
+        if (z != EID_NONE) return eg_add(c->g, OP_BROADCAST, eg_node_attr(c->g, node), t, &z, 1, c->origin);
+    }
+    if ((node = lf_class_node(c, x, OP_IOTA, 0, NULL)) != EID_NONE) {
+        /* positions along its dim from 0 again only when the box starts there */
+        int64_t id = ea_get_int(c->g, eg_node_attr(c->g, node), A_IOTA_DIMENSION, 0);
+        if (id >= 0 && id < (int64_t)r && lo[id] == 0) return eg_add(c->g, OP_IOTA, eg_node_attr(c->g, node), t, NULL, 0, c->origin);
+    }
+    for (eid n = eg_class_first(c->g, eg_find(c->g, x)); n != EID_NONE; n = eg_class_next(c->g, n)) {
+        uint32_t nk;
+        const eid *kids = eg_node_children(c->g, n, &nk);
+        if (!lf_is_elementwise(eg_node_op(c->g, n)) || nk < 1 || nk > 3) continue;
+        eid cut[3];
+        bool ok = true, any = false; /* some operand cut without a slice */
+        for (uint32_t k = 0; k < nk && ok; k++) {
+            uint32_t kr;
+            const int64_t *kd = eg_type_dims(c->g, eg_class_type(c->g, kids[k]), &kr);
+            if (kr == 0 && eg_node_op(c->g, n) == OP_CLAMP) {
+                cut[k] = kids[k]; /* clamp's scalar bounds */
+                continue;
+            }
+            ok = kr == r && memcmp(kd, d, r * sizeof *d) == 0;
+            cut[k] = ok ? box_cut(c, kids[k], lo, hi, depth + 1) : EID_NONE;
+            any |= cut[k] != EID_NONE;
+            if (cut[k] == EID_NONE) cut[k] = ok ? box_slice(c, kids[k], lo, hi, depth + 1, false) : EID_NONE;
+            ok = cut[k] != EID_NONE;
+        }
+        if (ok && any) return eg_add(c->g, eg_node_op(c->g, n), eg_node_attr(c->g, n), t, cut, nk, c->origin);
+    }
+    return EID_NONE;
+}
+
+/* slice(x, [lo, hi)) (x itself when the box is all of it; with `cut`, its
+ * cut form where box_cut finds one; a slice node otherwise). */
+static eid box_slice(lift_ctx *c, eid x, const int64_t *lo, const int64_t *hi, int depth, bool cut) {
     uint32_t r;
     const int64_t *d = eg_type_dims(c->g, eg_class_type(c->g, x), &r);
     int64_t words[2 + 3 * VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
@@ -151,6 +260,10 @@ static eid box_slice(lift_ctx *c, eid x, const int64_t *lo, const int64_t *hi) {
         whole &= lo[k] == 0 && hi[k] == d[k];
     }
     if (whole) return eg_find(c->g, x);
+    if (cut) {
+        eid z = box_cut(c, x, lo, hi, depth + 1);
+        if (z != EID_NONE) return z;
+    }
     uint32_t t = lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, x)), dims, r);
     return eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nw), t, &x, 1, c->origin);
 }
@@ -192,7 +305,7 @@ static eid pad_reduce(lstate *s, eid r) {
     const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, y), &rank);
     for (uint32_t k = 0; k < rank; k++)
         if (!member(rd, nd, k) && (lo[k] != 0 || hi[k] != yd[k])) return EID_NONE;
-    eid ch[2] = {box_slice(c, y, lo, hi), s->ops[1].cls};
+    eid ch[2] = {box_slice(c, y, lo, hi, 0, true), s->ops[1].cls};
     return lf_node(c, c->cur, in, ch, 2, dims_of(c, r, od), c->origin);
 }
 
@@ -224,12 +337,12 @@ static eid pad_dot(lstate *s, eid r) {
         for (uint32_t k = 0; k < qr; k++) qlo[k] = 0, qhi[k] = qd[k];
         for (uint32_t j = 0; j < nc[o]; j++) qlo[cd[q][j]] = lo[cd[o][j]], qhi[cd[q][j]] = hi[cd[o][j]];
         eid ch[2];
-        ch[o] = box_slice(c, y, lo, hi);
+        ch[o] = box_slice(c, y, lo, hi, 0, true);
         eid y2;
         int64_t lo2[VIEW_MAX_RANK], hi2[VIEW_MAX_RANK];
         bool holds = masked(c, s->ops[q].cls, 0, &y2, lo2, hi2);
         for (uint32_t k = 0; k < qr && holds; k++) holds = lo2[k] <= qlo[k] && hi2[k] >= qhi[k];
-        ch[q] = box_slice(c, holds ? y2 : s->ops[q].cls, qlo, qhi);
+        ch[q] = box_slice(c, holds ? y2 : s->ops[q].cls, qlo, qhi, 0, true);
         int64_t od[VIEW_MAX_RANK];
         return lf_node(c, c->cur, in, ch, 2, dims_of(c, r, od), c->origin);
     }
@@ -276,9 +389,69 @@ static eid slice_reduce(lstate *s, eid r) {
     return eg_add(c->g, OP_REDUCE, attr, eg_class_type(c->g, r), kids, 2, c->origin);
 }
 
+/* A selecting reduce (argmax, argmin: lf_select_kind) of values and
+ * positions both masked to one box with the inits, whole along the dims
+ * kept: the reduce over the box. An element equal to the init pair changes
+ * no selection (the pair selected with itself is itself; a selection is
+ * associative and commutative), so the masked ones drop out. Added to the
+ * reduce's class, which v's elements read. */
+static void pad_select_reduce(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->op != OP_REDUCE || in->noperands != 4 || v->kind != LV_TUPLE || v->n != 2 || v->elems[0].kind != LV_TERM ||
+        lf_select_kind(c->cur, in) == SEL_NONE)
+        return;
+    for (uint32_t o = 0; o < 4; o++)
+        if (s->ops[o].kind != LV_TERM || s->ops[o].cls == EID_NONE) return;
+    const interp_val *iv[2] = {lf_kval(c, s->ops[2].cls), lf_kval(c, s->ops[3].cls)};
+    if (!iv[0] || !iv[1] || iv[0]->n != 1 || iv[1]->n != 1) return;
+    eid y[2];
+    int64_t lo[2][VIEW_MAX_RANK], hi[2][VIEW_MAX_RANK];
+    for (uint32_t o = 0; o < 2; o++)
+        if (!masked(c, s->ops[o].cls, interp_val_get(iv[o], 0), &y[o], lo[o], hi[o])) return;
+    uint32_t nd, rank;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, y[0]), &rank);
+    if (rank > VIEW_MAX_RANK || memcmp(lo[0], lo[1], rank * sizeof **lo) || memcmp(hi[0], hi[1], rank * sizeof **hi)) return;
+    for (uint32_t k = 0; k < rank; k++)
+        if (!member(rd, nd, k) && (lo[0][k] != 0 || hi[0][k] != yd[k])) return;
+    /* the reduce node v's first element reads */
+    const eid *ch;
+    eid g = lf_class_node(c, v->elems[0].cls, OP_GET_TUPLE_ELEMENT, 1, &ch), red;
+    if (g == EID_NONE || (red = lf_class_node(c, ch[0], OP_REDUCE, 4, NULL)) == EID_NONE) return;
+    eid r = ch[0], kids[4] = {box_slice(c, y[0], lo[0], hi[0], 0, true), box_slice(c, y[1], lo[0], hi[0], 0, true),
+                              s->ops[2].cls, s->ops[3].cls};
+    eid f = eg_add(c->g, OP_REDUCE, eg_node_attr(c->g, red), eg_class_type(c->g, r), kids, 4, c->origin);
+    eg_union(c->g, r, f, NULL);
+}
+
+/* slice(x) of stride 1 (the term's, in global coordinates) where x's class
+ * says what the box is without the slice (box_cut: the padding GSPMD added
+ * to an uneven dim cut off again after elementwise ops). */
+static eid slice_cut(lstate *s, eid r) {
+    lift_ctx *c = s->c;
+    eid x = s->ops[0].cls;
+    for (eid n = eg_class_first(c->g, eg_find(c->g, r)); n != EID_NONE; n = eg_class_next(c->g, n)) {
+        uint32_t k, ns, rank;
+        const eid *ch = eg_node_children(c->g, n, &k);
+        if (eg_node_op(c->g, n) != OP_SLICE || k != 1 || eg_find(c->g, ch[0]) != eg_find(c->g, x)) continue;
+        const int64_t *sl = ea_get(c->g, eg_node_attr(c->g, n), A_SLICE, &ns);
+        eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+        int64_t lo[VIEW_MAX_RANK], hi[VIEW_MAX_RANK];
+        bool ok = sl && rank <= VIEW_MAX_RANK && ns == 3 * rank;
+        for (uint32_t d = 0; d < rank && ok; d++) {
+            lo[d] = sl[3 * d], hi[d] = sl[3 * d + 1];
+            ok = sl[3 * d + 2] == 1 && hi[d] >= lo[d];
+        }
+        return ok ? box_cut(c, x, lo, hi, 1) : EID_NONE;
+    }
+    return EID_NONE;
+}
+
 void lf_pad_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
+    pad_select_reduce(s, v);
     if (v->kind != LV_TERM || v->cls == EID_NONE || in->noperands < 1 || in->noperands > 2) return;
     for (uint32_t o = 0; o < in->noperands; o++)
         if (s->ops[o].kind != LV_TERM || s->ops[o].cls == EID_NONE) return;
@@ -287,5 +460,6 @@ void lf_pad_forms(lstate *s, const lval *v) {
             : in->op == OP_REDUCE                   ? pad_reduce(s, v->cls)
             : in->op == OP_DOT                      ? pad_dot(s, v->cls)
                                                     : EID_NONE;
+    if (f == EID_NONE && in->op == OP_SLICE && in->noperands == 1) f = slice_cut(s, v->cls);
     if (f != EID_NONE && eg_class_type(c->g, f) == eg_class_type(c->g, v->cls)) eg_union(c->g, v->cls, f, NULL);
 }

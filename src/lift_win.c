@@ -102,6 +102,59 @@ static eid split_runs_term(lift_ctx *c, eid x, uint32_t d, const int64_t *at, in
 
 static lval win_settle_padded(lift_ctx *c, lval x, bool baseline_only);
 
+/* Window x as term t (a baseline class, else false) sharded along the
+ * window's dim as vd says. */
+static bool settled_as(lift_ctx *c, lval *x, eid t, view_dim vd) {
+    if (t == EID_NONE || !(eg_class_origin(c->g, t) & EG_BASELINE)) return false;
+    lval out = term(t, x->v, x->assumed);
+    out.konst = x->konst;
+    out.ambiguous = x->ambiguous;
+    out.scale = x->scale;
+    out.v.dims[x->win->dim] = vd;
+    *x = out;
+    return true;
+}
+
+/* A window whose every device holds a run of the term that wraps around
+ * its end, the runs those of the blocks of some mesh axes the view does not
+ * use, all shifted back by the same k: the blocks of the term rolled by k
+ * (jnp.roll along a sharded dim, as GSPMD writes it: each device's block
+ * from its own piece and the one a permute brings from its neighbour).
+ * Taken only where the baseline computes that roll too, as jnp.roll
+ * writes it: concatenate(slice [n-k, n), slice [0, n-k)). */
+static bool win_rolled(lift_ctx *c, lval *x) {
+    const lift_win *w = x->win;
+    const mesh *m = c->mesh;
+    uint32_t used = view_axes_used(&x->v), rank;
+    const int64_t *td = term_dims(c, x->cls, &rank);
+    int64_t n = td[w->dim];
+    for (uint32_t mask = 1; mask < 1u << m->naxes; mask++) {
+        if (mask & used) continue;
+        view_dim vd = lf_axes_dim(c, mask);
+        int64_t parts = 1, k = -1;
+        for (uint32_t a = 0; a < m->naxes; a++)
+            if (mask >> a & 1) parts *= m->sizes[a];
+        if (parts * w->len != n) continue;
+        bool ok = true;
+        for (int64_t r = 0; r < c->ndev && ok; r++) {
+            int64_t b = dim_block(c, &vd, r), kr = ((b * w->len - w->idx[r * w->len]) % n + n) % n;
+            ok = k < 0 || kr == k;
+            k = kr;
+        }
+        if (!ok || k <= 0) continue;
+        int64_t sl[3 * VIEW_MAX_RANK];
+        for (uint32_t d = 0; d < rank; d++) sl[3 * d] = 0, sl[3 * d + 1] = td[d], sl[3 * d + 2] = 1;
+        eid ch[2];
+        sl[3 * w->dim] = n - k, sl[3 * w->dim + 1] = n;
+        ch[0] = lf_mk_slice(c, x->cls, sl);
+        sl[3 * w->dim] = 0, sl[3 * w->dim + 1] = n - k;
+        ch[1] = lf_mk_slice(c, x->cls, sl);
+        eid t = lf_mk_concat(c, ch, 2, w->dim);
+        return settled_as(c, x, t, vd);
+    }
+    return false;
+}
+
 bool lf_win_rearranged(lift_ctx *c, lval *x) {
     const lift_win *w = x->win;
     const mesh *m = c->mesh;
@@ -117,9 +170,14 @@ bool lf_win_rearranged(lift_ctx *c, lval *x) {
         }
     uint32_t used = view_axes_used(&x->v), rank;
     const int64_t *td = term_dims(c, x->cls, &rank);
+    bool wraps = false;
     for (int64_t r = 0; r < c->ndev; r++)
-        for (int64_t l = 1; l < w->len; l++)
-            if (w->idx[r * w->len] < 0 || w->idx[r * w->len + l] != w->idx[r * w->len] + l) return false;
+        for (int64_t l = 1; l < w->len; l++) {
+            int64_t s0 = w->idx[r * w->len], e = w->idx[r * w->len + l];
+            if (s0 < 0 || (e != s0 + l && e != s0 + l - td[w->dim])) return false;
+            wraps |= e != s0 + l;
+        }
+    if (wraps) return win_rolled(c, x);
     for (uint32_t want = 1; want <= m->naxes; want++)
         for (uint32_t mask = 1; mask < 1u << m->naxes; mask++) {
             if ((mask & used) || (uint32_t)__builtin_popcount(mask) != want) continue;
@@ -141,14 +199,7 @@ bool lf_win_rearranged(lift_ctx *c, lval *x) {
              * taken: any other stays a window, reported where it began. */
             eid t = runs_term(c, x->cls, w->dim, at, parts, w->len);
             if (t != EID_NONE && !(eg_class_origin(c->g, t) & EG_BASELINE)) t = split_runs_term(c, x->cls, w->dim, at, parts, w->len);
-            if (t == EID_NONE || !(eg_class_origin(c->g, t) & EG_BASELINE)) return false;
-            lval out = term(t, x->v, x->assumed);
-            out.konst = x->konst;
-            out.ambiguous = x->ambiguous;
-            out.scale = x->scale;
-            out.v.dims[w->dim] = vd;
-            *x = out;
-            return true;
+            return settled_as(c, x, t, vd);
         }
     return false;
 }

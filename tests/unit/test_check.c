@@ -2266,6 +2266,38 @@ static void hand_written_cases(void) {
          VERDICT_MISMATCH, true},
         {"stats/mean-and-sum", "the mean over the local rows", "%n = f32[] constant(8)", "%n = f32[] constant(4)",
          VERDICT_MISMATCH, true},
+        /* conditionals: every device takes the branch of a replicated selector */
+        {"cond/clip", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"cond/clip", "the norm not summed over devices", "ss = f32[] all-reduce(local)", "ss = f32[] copy(local)",
+         VERDICT_MISMATCH, true},
+        {"cond/clip", "the branch scales by the local norm", "ops = (f32[], f32[2,4]) tuple(norm, g)",
+         "ln = f32[] sqrt(local)\n  ops = (f32[], f32[2,4]) tuple(ln, g)", VERDICT_MISMATCH, true},
+        {"cond/clip", "branches swapped", "conditional(idx, g, ops), branch_computations={keep, scale}",
+         "conditional(idx, ops, g), branch_computations={scale, keep}", VERDICT_MISMATCH, false},
+        {"cond/switch", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"cond/switch", "partial branches not summed", "ROOT y = f32[4,6] all-reduce(part)", "ROOT y = f32[4,6] copy(part)",
+         VERDICT_MISMATCH, true},
+        {"cond/switch", "two branches swapped", "branch_computations={b0, b1, b2}", "branch_computations={b0, b2, b1}",
+         VERDICT_MISMATCH, false},
+        /* jnp.roll by 3 along a dim of 16 sharded over 4: each block from a
+         * neighbour's piece and its own (wrapping around the end) */
+        {"halo/roll3", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/roll3", "pieces sent the other way", "{{0,1},{1,2},{2,3},{3,0}}", "{{1,0},{2,1},{3,2},{0,3}}",
+         VERDICT_MISMATCH, false},
+        {"halo/roll3", "the wrong piece sent", "slice={[0:2], [1:4]}", "slice={[0:2], [0:3]}", VERDICT_MISMATCH, false},
+        {"halo/roll3", "no wrap-around", "{{0,1},{1,2},{2,3},{3,0}}", "{{0,1},{1,2},{2,3}}", VERDICT_MISMATCH, false},
+        /* a dim of 6 over 4 devices: padded to 8, the padding masked */
+        {"uneven/stats", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"uneven/stats", "one column too many masked", "six = s32[] constant(6)", "six = s32[] constant(5)",
+         VERDICT_MISMATCH, false},
+        {"uneven/stats", "the padding kept, real columns cut", "slice={[0:4], [0:6]}", "slice={[0:4], [2:8]}",
+         VERDICT_MISMATCH, false},
+        {"uneven/stats", "padded in front", "padding=0_0x0_2", "padding=0_0x2_0", VERDICT_MISMATCH, false},
+        /* each device picks its own branch: undecided (the seeded selectors
+         * send every device to the last branch, so execution agrees) */
+        {"cond/switch", "a selector offset by the device",
+         "i = s32[] parameter(2)", "i0 = s32[] parameter(2)\n  pid = u32[] partition-id()\n  pi = s32[] convert(pid)\n"
+         "  i = s32[] add(i0, pi)", VERDICT_UNVERIFIED, false},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         char b[256], d[256], r[256];
