@@ -2584,6 +2584,21 @@ void suite_check(void) {
     t_case("check: the segment memo is used");
     CHECK_MSG(memo_hits > 0, "no segment was a memo hit");
 
+    /* A training step (Flax Linen, fsdp x tensor): the forward and backward
+     * passes split every layer scope into several runs on both sides, so
+     * no distributed run has a baseline run to be compared with and the
+     * memo stops at once; what it decides is what --no-memo decides. */
+    {
+        const char *tb = "samples/wild/linen/linen.lm.train.fsdpxtp.fsdp2xtensor4.baseline.hlo.pb.gz",
+                   *td = "samples/wild/linen/linen.lm.train.fsdpxtp.fsdp2xtensor4.dist.hlo.pb";
+        json_t *trace = NULL;
+        int v = run_with("train-memo", tb, td, NULL, false, false, &trace);
+        t_case("check a training step with the memo on");
+        CHECK_MSG(v == VERDICT_VERIFIED && trace, "verdict %s", verdict_name(v));
+        same_without_memo("train-memo", tb, td, NULL, false, v, trace);
+        json_decref(trace);
+    }
+
     t_case("check traces render as a report");
     int st;
     char cmd[1024];
