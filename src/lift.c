@@ -370,13 +370,12 @@ static const lval *identity_operand(lstate *s) {
     double inf = in->op == OP_MAXIMUM ? -INFINITY : INFINITY;
     for (uint32_t o = 0; o < 2; o++) {
         const lval *k = &s->ops[o], *x = &s->ops[1 - o];
-        const interp_val *kv = k->kind == LV_TERM && k->cls != EID_NONE && lf_scale_of(k) == 1 ? lf_kval(s->c, k->cls) : NULL;
-        if (!kv || !kv->f || kv->n < 1 || x->kind == LV_UNKNOWN ||
+        /* Known values, or a splat too large to fold: the baseline's global
+         * -inf is no more folded where the distributed program's local one is. */
+        if (k->kind != LV_TERM || k->cls == EID_NONE || lf_scale_of(k) != 1 || x->kind == LV_UNKNOWN ||
             s->comp->instrs[in->operands[1 - o]].shape.rank != in->shape.rank)
             continue;
-        bool all = true;
-        for (int64_t e = 0; e < kv->n && all; e++) all = kv->f[e] == inf;
-        if (all) return x;
+        if (lf_class_is_splat(s->c, k->cls, inf)) return x;
     }
     return NULL;
 }
@@ -1391,7 +1390,10 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
             fprintf(stderr, "diff depth %d: op %d/%d attr %u/%u (len %u/%u) type %u/%u kids %u/%u\n", depth,
                     eg_node_op(c->g, nx), eg_node_op(c->g, ny), eg_node_attr(c->g, nx), eg_node_attr(c->g, ny), ax, ay,
                     eg_class_type(c->g, x), eg_class_type(c->g, y), kx, ky);
-            if (kx != ky || eg_node_op(c->g, nx) != eg_node_op(c->g, ny)) { /* where they part: both terms */
+            uint32_t k = 0;
+            while (k < kx && k < ky && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
+            /* where they part (ops, arity, or attributes and types over the same children): both terms */
+            if (kx != ky || eg_node_op(c->g, nx) != eg_node_op(c->g, ny) || k == kx) {
                 strbuf b;
                 sb_init(&b);
                 eg_print_term(&b, c->g, x, dbg_depth());
@@ -1401,9 +1403,6 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
                 sb_free(&b);
                 break;
             }
-            uint32_t k = 0;
-            while (k < kx && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
-            if (k == kx) break;
             x = cx[k];
             y = cy[k];
         }

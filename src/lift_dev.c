@@ -272,6 +272,16 @@ eid lf_dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
         return lf_const_term(c, x, c->origin);
     }
     interp_val_free(x);
+    if (v->count == 1 && in->shape.rank > 0) {
+        /* One number at every position (a broadcast too large to tabulate):
+         * the broadcast of that scalar, the class the splat constant of a
+         * foldable size joins too (lf_const_term). */
+        interp_val *one = interp_val_new(in->shape.dtype, 0, NULL);
+        interp_val_set(one, 0, v->dev[0]);
+        eid sc = lf_const_term(c, one, c->origin);
+        uint32_t t = lf_type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank);
+        return eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), t, &sc, 1, c->origin);
+    }
     hlo_literal lit = {.dtype = in->shape.dtype, .count = v->count};
     double *f = NULL;
     int64_t *iv = NULL;

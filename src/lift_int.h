@@ -164,6 +164,10 @@ void lf_zmask_after(lstate *s, lval *v);
 /* Whether every value of class cls is known to be 0 (a splat of a zero too
  * large to fold included; lift_zmask.c). */
 bool lf_class_is_zero(lift_ctx *c, eid cls);
+/* Whether every value of class cls is known to be x: the known values of the
+ * class, or of the operand of a broadcast, reshape or convert it is (a splat
+ * too large to fold; lift_zmask.c). */
+bool lf_class_is_splat(lift_ctx *c, eid cls, double x);
 eid lf_const_term(lift_ctx *c, struct interp_val *v, uint8_t origin);
 /* E-node construction (lift_term.c) beside lf_node: */
 uint32_t lf_encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *in); /* in's semantic attributes as a blob */

@@ -181,6 +181,19 @@ static void memo_init(lift_ctx *c) {
         }
     }
     free(last);
+    /* A distributed run is compared only with the one baseline run of its
+     * scope: when no run whose shape another shares has one (a training
+     * step, whose every layer scope the forward and backward passes split
+     * into several runs on both sides), no hit is possible either. */
+    const lf_memo_side *ds = &mm->side[1];
+    mm->futile = true;
+    for (uint32_t r = 0; r < ds->runs.n && mm->futile; r++) {
+        uint32_t b;
+        mm->futile = ds->shape_runs[ds->shape_of[r]] == 1 ||
+                     !strmap_get(&mm->base_scope, ds->runs.runs[r].scope, ds->runs.runs[r].nscope, &b) || b == 0;
+    }
+    if (mm->futile && dbg_on(DBG_MEMO))
+        fprintf(stderr, "memo: no distributed run has a baseline run of its scope to compare with: no hit is possible\n");
 }
 
 void lf_memo_free(lift_ctx *c) {

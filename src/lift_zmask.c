@@ -22,7 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool lf_class_is_zero(lift_ctx *c, eid cls) {
+bool lf_class_is_zero(lift_ctx *c, eid cls) { return lf_class_is_splat(c, cls, 0); }
+
+/* A convert keeps 0 and, between float types, an infinity; from an integer
+ * type no value is infinite, so no infinity is found below one. */
+bool lf_class_is_splat(lift_ctx *c, eid cls, double x) {
     const interp_val *v = lf_kval(c, cls);
     for (int guard = 0; !v && guard < 8; guard++) {
         eid n = eg_class_first(c->g, cls);
@@ -34,7 +38,7 @@ bool lf_class_is_zero(lift_ctx *c, eid cls) {
     }
     if (!v) return false;
     for (int64_t k = 0; k < v->n; k++)
-        if (v->f ? v->f[k] != 0 : v->i[k] != 0) return false;
+        if (v->f ? v->f[k] != x : (double)v->i[k] != x) return false;
     return true;
 }
 

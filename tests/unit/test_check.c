@@ -1823,6 +1823,11 @@ static void concat_unlike_operands(void) {
  *     0.12, shard_map, two passes): the baseline's where(n - ddof > 0, ...)
  *     with ddof 0 has a predicate true everywhere and is its second operand;
  *     with ddof 1 (another divisor) or 16 (NaN) it is not;
+ *   - tests/cases/big-splat (by hand): a splat too large to fold or
+ *     tabulate on the baseline's global shape and small enough on the
+ *     distributed local one is the same value on both: max(x, -inf) is x
+ *     (max(x, 0) is not), and the zeros an index is compared with are one
+ *     constant (another constant is not);
  *   - tests/cases/int-splat: a sharded s32 array times 7 (JAX 0.12, GSPMD):
  *     the 7s tabulated per device on one side and a broadcast on the other
  *     are one constant (times 6 is not); plus 7, an index value as the
@@ -2148,6 +2153,10 @@ static void hand_written_cases(void) {
         {"const-pred/var", "the variance over 2 of 4 devices", "constant(4)", "constant(2)", VERDICT_MISMATCH, false},
         {"const-pred/var-ddof1", "the baseline divides by n - 1", NULL, NULL, VERDICT_MISMATCH, true},
         {"const-pred/var-ddof16", "the baseline's n - ddof is 0 (NaN)", NULL, NULL, VERDICT_MISMATCH, false},
+        {"big-splat/max", "as written", NULL, NULL, VERDICT_VERIFIED, true},
+        {"big-splat/max", "max with 0, not -inf", "constant(-inf)", "constant(0)", VERDICT_MISMATCH, false},
+        {"big-splat/idx", "as written", NULL, NULL, VERDICT_VERIFIED, true},
+        {"big-splat/idx", "compared with 1, not 0", "zero = s32[] constant(0)", "zero = s32[] constant(1)", VERDICT_MISMATCH, false},
         {"unrounded/bf16", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"unrounded/bf16", "summed over half the devices", "replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}",
          VERDICT_MISMATCH, false},
@@ -2663,6 +2672,21 @@ void suite_check(void) {
     }
     t_case("check: the segment memo is used");
     CHECK_MSG(memo_hits > 0, "no segment was a memo hit");
+
+    /* A training step (Flax Linen, fsdp x tensor): the forward and backward
+     * passes split every layer scope into several runs on both sides, so
+     * no distributed run has a baseline run to be compared with and the
+     * memo stops at once; what it decides is what --no-memo decides. */
+    {
+        const char *tb = "samples/wild/linen/linen.lm.train.fsdpxtp.fsdp2xtensor4.baseline.hlo.pb.gz",
+                   *td = "samples/wild/linen/linen.lm.train.fsdpxtp.fsdp2xtensor4.dist.hlo.pb";
+        json_t *trace = NULL;
+        int v = run_with("train-memo", tb, td, NULL, false, false, &trace);
+        t_case("check a training step with the memo on");
+        CHECK_MSG(v == VERDICT_VERIFIED && trace, "verdict %s", verdict_name(v));
+        same_without_memo("train-memo", tb, td, NULL, false, v, trace);
+        json_decref(trace);
+    }
 
     t_case("check traces render as a report");
     int st;
