@@ -34,10 +34,10 @@ OUT = "samples/train"
 DUMP = os.path.join(GEN, ".dump-train")
 GZIP_OVER = 200 * 1024
 WRITTEN = set()
-from scalify_jax import after_partitioning  # noqa: E402  (python/scalify_jax, on run_train.sh's path)
+from scalify_jax import (after_partitioning, before_partitioning, make_mesh,  # noqa: E402  (python/,
+                         relations_doc, spec_view)  # on run_train.sh's path)
 
-HELPERS = ("load", "write_bytes", "dumps", "write_json", "hlo_of_lowered",
-           "save_hlo", "make_mesh", "spec_to_view", "relations", "want")
+HELPERS = ("load", "write_bytes", "dumps", "write_json", "save_hlo", "relations", "want")
 
 
 def export_helpers(names):
@@ -178,7 +178,7 @@ def export_pair(name, prog, bug=None, kinds=None, note=None, rel_mesh=None):
     ab = abstract(tuple(prog.args))
     if key not in BASELINES:
         lo = jax.jit(prog.baseline).lower(*ab)
-        BASELINES[key] = save_hlo(f"{key}.baseline", *hlo_of_lowered(lo))
+        BASELINES[key] = save_hlo(f"{key}.baseline", *before_partitioning(lo))
     specs = leaf_specs(prog.in_specs, ab)
     leaves, tree = jax.tree_util.tree_flatten(ab)
     dist_abs = jax.tree_util.tree_unflatten(
