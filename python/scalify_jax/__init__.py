@@ -6,9 +6,14 @@
 writes the single-device baseline and the per-device program right after SPMD
 partitioning (HLO text and protobuf), a relations file for shard_map pairs,
 and an entry of out_dir/manifest.json for `scalify check --manifest`.
-The only dependency is JAX.
+The pieces it is made of are public too, for exporters that write their own
+files: before_partitioning / after_partitioning (the modules as text and
+protobuf), make_mesh, spec_view, leaf_names, relations_doc and
+no_compilation_cache. The only dependency is JAX.
 """
-__all__ = ["export_pair", "after_partitioning", "spec_view", "ExportError", "versions"]
+__all__ = ["export_pair", "after_partitioning", "before_partitioning", "make_mesh",
+           "spec_view", "leaf_names", "relations_doc", "no_compilation_cache",
+           "ExportError", "versions"]
 __version__ = "0.1.0"
 
 

@@ -223,6 +223,10 @@ def abstract(args):
 
 
 def relations_doc(axes, names, in_views, out_names_, out_views):
+    """The relations document (a dict, scalify_relations 1): mesh `axes`
+    ({name: size}, major to minor, devices in iota order), one input entry per
+    parameter (names[i], in_views[i], e.g. from spec_view) and one output
+    entry per result (out_names_[i], out_views[i]), numbered in order."""
     return {
         "scalify_relations": 1,
         "mesh": dict(axes),

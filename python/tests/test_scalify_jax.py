@@ -180,6 +180,38 @@ class ExportTest(unittest.TestCase):
             self.assertFalse(getattr(jax.config, name))
         self.assertEqual(getattr(jax.config, name), before)
 
+    def test_pieces_for_own_exporters(self):
+        """The public pieces a generator writing its own files uses give what
+        export_pair writes: the same relations document, and modules before
+        and after partitioning that check as a pair."""
+        from jax.sharding import NamedSharding
+        m = self.sj.make_mesh({"tp": DEVICES})
+        self.assertEqual(list(m.devices.flat), jax.devices()[:DEVICES])
+        self.assertEqual(dict(m.shape), {"tp": DEVICES})
+        names = self.sj.leaf_names(mlp, tiny_args())
+        self.assertEqual(names, ["x", "p.w1", "p.w2"])
+        specs = jax.tree_util.tree_leaves(SPECS, is_leaf=lambda x: isinstance(x, P))
+        doc = self.sj.relations_doc({"tp": DEVICES}, names, [self.sj.spec_view(s) for s in specs],
+                                    ["result"], [self.sj.spec_view(P())])
+        self.export_smap("mlp.tp", mlp_tp)
+        with open(os.path.join(self.out, "mlp.tp.relations.json")) as f:
+            self.assertEqual(doc, json.load(f))
+        sh = jax.tree_util.tree_map(lambda s: NamedSharding(m, s), SPECS)
+        lo = jax.jit(mlp, in_shardings=sh, out_shardings=NamedSharding(m, P())).lower(*tiny_args())
+        base = self.sj.before_partitioning(lo)
+        dist = self.sj.after_partitioning(lo)
+        self.assertTrue(base[0].startswith("HloModule"), base[0][:80])
+        self.assertIn("num_partitions=%d" % DEVICES, dist[0].splitlines()[0])
+        paths = []
+        for side, (text, pb) in (("baseline", base), ("dist", dist)):
+            for ext, data in (("hlo", text.encode()), ("hlo.pb", pb)):
+                with open(os.path.join(self.out, "own.%s.%s" % (side, ext)), "wb") as f:
+                    f.write(data)
+            paths.append(os.path.join(self.out, "own.%s.hlo.pb" % side))
+        code, log = self.scalify("check", "--baseline", paths[0], "--distributed", paths[1],
+                                 "--auto-relations", "-o", os.path.join(self.out, "own.json"))
+        self.assertEqual(code, 0, log)
+
     def test_bad_requests_say_why(self):
         with self.assertRaisesRegex(self.sj.ExportError, "not both or neither"):
             self.sj.export_pair(mlp, tiny_args(), mesh={"tp": DEVICES}, name="x", out_dir=self.out)

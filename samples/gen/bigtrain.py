@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 jax.config.update("jax_enable_compilation_cache", False)
 
@@ -37,7 +37,7 @@ GEN = "samples/gen"
 sys.path.insert(0, GEN)
 import dumpfiles  # noqa: E402  (samples/gen/dumpfiles.py)
 OUT = "samples/bigtrain"
-DUMP = os.path.join(GEN, ".dump-bigtrain")
+from scalify_jax import after_partitioning, before_partitioning, make_mesh  # noqa: E402
 
 ARGS = sys.argv[1:]
 LAYERS = int(ARGS[ARGS.index("--layers") + 1]) if "--layers" in ARGS else 126
@@ -144,8 +144,8 @@ def version(dist):
 
 
 def main():
-    devs = np.array(jax.devices()[:64]).reshape(tuple(MESH_AXES.values()))
-    mesh = Mesh(devs, tuple(MESH_AXES), axis_types=(AxisType.Auto,) * len(MESH_AXES))
+    # Over the first 64 devices in iota order (python/scalify_jax, on the script's path).
+    mesh = make_mesh(MESH_AXES)
     tokens = jax.ShapeDtypeStruct((BATCH, SEQ), jnp.int32)
 
     def init():
@@ -170,9 +170,9 @@ def main():
             lo = jax.jit(train_step, in_shardings=(p_sh, o_sh, data_sh, data_sh),
                          out_shardings=(p_sh, o_sh, scalar_sh)).lower(*args)
             t1 = time.time()
-            base_text = lo.as_text(dialect="hlo", debug_info=True)
-            base_pb = lo.compiler_ir("hlo").as_serialized_hlo_module_proto()
-            dist_text, dist_pb = dumpfiles.after_partitioner(lo, DUMP)
+            # The pair: the module as lowered, and right after the partitioner.
+            base_text, base_pb = before_partitioning(lo)
+            dist_text, dist_pb = after_partitioning(lo)
             t2 = time.time()
     finally:
         MESH[0] = None

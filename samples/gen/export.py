@@ -24,11 +24,11 @@ assert "--xla_force_host_platform_device_count=64" in os.environ.get("XLA_FLAGS"
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 GEN = "samples/gen"
 OUT = "samples"
-DUMP = os.path.join(GEN, ".dump")
+from scalify_jax import after_partitioning, before_partitioning, make_mesh, relations_doc, spec_view
 GZIP_OVER = 200 * 1024
 
 
@@ -112,43 +112,14 @@ def stf(tensors):
 
 
 # ----------------------------------------------------------------------------- HLO
-
-def hlo_of_lowered(lowered):
-    text = lowered.as_text(dialect="hlo", debug_info=True)
-    pb = lowered.compiler_ir("hlo").as_serialized_hlo_module_proto()
-    return text, pb
-
-
-def partitioned(lowered, tag):
-    """Compile with a pass dump and return (text, pb) of the module right after
-    the SPMD partitioner (Shardy is the default partitioner in jax 0.10: the
-    spmd-partitioner pipeline dumps 'after_shardy-xla.before_spmd-partitioning'
-    and 'after_spmd-partitioning.before_control-dep-rewriter'; we take the latter)."""
-    d = os.path.join(DUMP, tag)
-    shutil.rmtree(d, ignore_errors=True)
-    lowered.compile(compiler_options={
-        "xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning",
-        "xla_dump_hlo_as_text": True, "xla_dump_hlo_as_proto": True})
-    files = os.listdir(d)
-    txt = [f for f in files if "after_spmd-partitioning" in f and f.endswith(".txt")]
-    pbs = [f for f in files if "after_spmd-partitioning" in f and f.endswith(".hlo.pb")]
-    assert len(txt) == 1 and len(pbs) == 1, files
-    text = open(os.path.join(d, txt[0])).read()
-    pb = open(os.path.join(d, pbs[0]), "rb").read()
-    shutil.rmtree(d, ignore_errors=True)
-    return text, pb
-
+# The modules before and after the partitioner (each pass dump in a temporary
+# folder), the mesh and the relations views and document: python/scalify_jax
+# (before_partitioning, after_partitioning, make_mesh, spec_view, relations_doc;
+# on run.sh's path).
 
 def save_hlo(rel_base, text, pb):
     return {"hlo": write_bytes(rel_base + ".hlo", text.encode()),
             "pb": write_bytes(rel_base + ".hlo.pb", pb)}
-
-
-def make_mesh(axes):
-    names = tuple(axes)
-    shape = tuple(axes.values())
-    n = int(np.prod(shape))
-    return Mesh(np.array(jax.devices()[:n]).reshape(shape), names)
 
 
 def sds_with(tree, specs, mesh):
@@ -169,29 +140,58 @@ def param_names(fn, args):
     return names
 
 
-def spec_to_view(spec):
-    if spec is None:
-        return "dup"
-    terms = []
-    for d, a in enumerate(tuple(spec)):
-        if a is None:
-            continue
-        if isinstance(a, tuple):
-            a = a[0] if len(a) == 1 else "(" + ",".join(a) + ")"
-        terms.append(f"shard({d},{a})")
-    return " ".join(terms) if terms else "dup"
-
-
 def relations(mesh_axes, names, in_specs_flat, out_specs_flat, out_names=None):
-    return {
-        "scalify_relations": 1,
-        "mesh": dict(mesh_axes),
-        "device_order": "iota",
-        "inputs": [{"param": i, "name": n, "view": spec_to_view(s)}
-                   for i, (n, s) in enumerate(zip(names, in_specs_flat))],
-        "outputs": [{"output": i, "name": (out_names or ["result"])[i],
-                     "view": spec_to_view(s)} for i, s in enumerate(out_specs_flat)],
-    }
+    """The relations document of a shard_map pair, views from the flattened specs."""
+    return relations_doc(mesh_axes, names, [spec_view(s) for s in in_specs_flat],
+                         out_names or ["result"], [spec_view(s) for s in out_specs_flat])
+
+# Blank lines: they keep every line below where the committed samples record it
+# (samples/README.md, Determinism); drop them at the next full regeneration.
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
 
 
 def flat_specs(specs, n):
@@ -247,7 +247,7 @@ def plain_baseline(key, fn, abstract, concrete=None, rel_dir=None):
     if key in BASELINES:
         return BASELINES[key]
     lo = jax.jit(fn).lower(*abstract)
-    text, pb = hlo_of_lowered(lo)
+    text, pb = before_partitioning(lo)
     files = save_hlo(f"{rel_dir}/{key}.baseline", text, pb)
     names = param_names(fn, abstract)
     io_rel = None
@@ -289,8 +289,8 @@ def export_gspmd(cfg_name, mesh_axes, numerics):
     tokens, params = M.abstract_inputs(cfg)
     lo = fn.lower(tokens, params)
     rel_dir = cfg_name
-    base = save_hlo(f"{rel_dir}/{name}.baseline", *hlo_of_lowered(lo))
-    dist = save_hlo(f"{rel_dir}/{name}.dist", *partitioned(lo, name))
+    base = save_hlo(f"{rel_dir}/{name}.baseline", *before_partitioning(lo))
+    dist = save_hlo(f"{rel_dir}/{name}.dist", *after_partitioning(lo))
     entry = {"name": name, "kind": "gspmd", "config": cfg_name, "mesh": mesh_axes,
              "baseline": base, "distributed": dist, "relations": "auto",
              "expected": "verified"}
@@ -317,7 +317,7 @@ def export_smap(name, cfg_name, prog, mesh_axes, abstract, concrete, base_key,
         names = in_names
     dist_abs = sds_with(tuple(abstract), tuple(prog.in_specs), prog.mesh)
     lo = jax.jit(prog.smap()).lower(*dist_abs)
-    dist = save_hlo(f"{rel_dir}/{name}.dist", *partitioned(lo, name))
+    dist = save_hlo(f"{rel_dir}/{name}.dist", *after_partitioning(lo))
     n = len(names)
     ins = flat_specs(prog.in_specs, n)
     outs = [prog.out_specs]
@@ -573,7 +573,7 @@ def write_bugs_md(pairs):
 
 
 def main():
-    os.makedirs(DUMP, exist_ok=True)
+    # (each pass dump is made and removed by after_partitioning)
     if not ONLY:  # full run: drop stale outputs of earlier runs
         for name in M.CONFIGS:
             shutil.rmtree(os.path.join(OUT, name), ignore_errors=True)
@@ -591,7 +591,7 @@ def main():
            "pairs": pairs}
     write_json("manifest.json", doc)
     write_bugs_md(pairs)
-    shutil.rmtree(DUMP, ignore_errors=True)
+
     print(f"{len(MANIFEST)} pairs written, manifest has {len(pairs)}")
 
 

@@ -22,7 +22,6 @@ Programs (all small):
 import importlib.metadata
 import json
 import os
-import shutil
 import sys
 
 assert "--xla_force_host_platform_device_count=8" in os.environ.get("XLA_FLAGS", ""), \
@@ -32,7 +31,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
+# The pass dump, the mesh and the relations document: python/scalify_jax (on
+# jax012.sh's path).
+from scalify_jax import (after_partitioning, before_partitioning, make_mesh,
+                        relations_doc)
 
 jax.config.update("jax_enable_compilation_cache", False)
 # Source locations name this script only, not the installed optax files.
@@ -40,7 +43,6 @@ from jax._src import source_info_util  # noqa: E402
 source_info_util.register_exclusion(os.path.dirname(optax.__file__))
 
 OUT = "tests/cases/jax012"
-DUMP = os.path.join(OUT, ".dump")
 
 
 def write(name, data):
@@ -48,27 +50,19 @@ def write(name, data):
         f.write(data)
 
 
-def lowered_hlo(lo):
-    text = lo.as_text(dialect="hlo", debug_info=True)
-    pb = lo.compiler_ir("hlo").as_serialized_hlo_module_proto()
+def hlo_files(text_pb):
+    """(text, pb) with the text as bytes, as save() writes them."""
+    text, pb = text_pb
     return text.encode(), pb
 
 
-def partitioned(lo, tag):
+def lowered_hlo(lo):
+    return hlo_files(before_partitioning(lo))
+
+
+def partitioned(lo):
     """The module right after the SPMD partitioner, from a pass dump."""
-    d = os.path.join(DUMP, tag)
-    shutil.rmtree(d, ignore_errors=True)
-    lo.compile(compiler_options={
-        "xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning",
-        "xla_dump_hlo_as_text": True, "xla_dump_hlo_as_proto": True})
-    files = sorted(os.listdir(d))
-    txt = [f for f in files if "after_spmd-partitioning" in f and f.endswith(".txt")]
-    pbs = [f for f in files if "after_spmd-partitioning" in f and f.endswith(".hlo.pb")]
-    assert len(txt) == 1 and len(pbs) == 1, files
-    text = open(os.path.join(d, txt[0]), "rb").read()
-    pb = open(os.path.join(d, pbs[0]), "rb").read()
-    shutil.rmtree(d, ignore_errors=True)
-    return text, pb
+    return hlo_files(after_partitioning(lo))
 
 
 def save(name, base, dist):
@@ -81,8 +75,7 @@ def save(name, base, dist):
 
 
 def mesh(shape, names):
-    n = int(np.prod(shape))
-    return Mesh(np.array(jax.devices()[:n]).reshape(shape), names)
+    return make_mesh(dict(zip(names, shape)))
 
 
 def sds(shape, m=None, spec=None, dtype=jnp.float32):
@@ -130,13 +123,11 @@ def smap_sgd():
     dparams = {k: sds(s, m, P()) for k, s in PSHAPES.items()}
     names = sorted(PSHAPES) + ["x", "y"]
     views = ["dup"] * len(PSHAPES) + ["shard(0,data)"] * 2
-    rel = {"scalify_relations": 1, "mesh": {"data": 4}, "device_order": "iota",
-           "inputs": [{"param": i, "name": n, "view": v} for i, (n, v) in enumerate(zip(names, views))],
-           "outputs": [{"output": i, "name": n, "view": "dup"} for i, n in enumerate(sorted(PSHAPES))]}
+    rel = relations_doc({"data": 4}, names, views, sorted(PSHAPES), ["dup"] * len(PSHAPES))
     for name, fn in (("smap_sgd", local), ("smap_sgd_x4", local_x4)):
         dstep = jax.shard_map(fn, mesh=m, in_specs=(pspec, P("data"), P("data")), out_specs=pspec)
         lo = jax.jit(dstep).lower(dparams, sds((32, 16), m, P("data")), sds((32, 8), m, P("data")))
-        save(name, base if name == "smap_sgd" else None, partitioned(lo, name))
+        save(name, base if name == "smap_sgd" else None, partitioned(lo))
         with open(os.path.join(OUT, name + ".relations.json"), "w") as f:
             f.write(json.dumps(rel, indent=1) + "\n")
 
@@ -164,7 +155,7 @@ def gspmd_adamw():
     outs = jax.tree.map(lambda a: a.sharding, (params, state))
     lo = jax.jit(step, out_shardings=outs).lower(params, state, sds((32, 16), m, P("data")),
                                                  sds((32, 8), m, P("data")))
-    save("gspmd_adamw", lowered_hlo(lo), partitioned(lo, "gspmd_adamw"))
+    save("gspmd_adamw", lowered_hlo(lo), partitioned(lo))
 
 
 def gspmd_scan():
@@ -178,12 +169,12 @@ def gspmd_scan():
 
     args = (sds((3, 16, 16), m, P(None, None, "model")), sds((8, 16), m, P("data")))
     lo = jax.jit(f, out_shardings=NamedSharding(m, P("data"))).lower(*args)
-    save("gspmd_scan", lowered_hlo(lo), partitioned(lo, "gspmd_scan"))
+    save("gspmd_scan", lowered_hlo(lo), partitioned(lo))
     # The same without out_shardings: the partitioner keeps the result sharded
     # over both axes (allow_spmd_sharding_propagation_to_output), and the
     # baseline says nothing about the output's sharding.
     lo = jax.jit(f).lower(*args)
-    save("gspmd_scan_prop", lowered_hlo(lo), partitioned(lo, "gspmd_scan_prop"))
+    save("gspmd_scan_prop", lowered_hlo(lo), partitioned(lo))
 
 
 def mesh_size1(name, shape, names, xspec, wspec):
@@ -192,7 +183,7 @@ def mesh_size1(name, shape, names, xspec, wspec):
               "w2": sds((32, 8), m, P(wspec[1], None)), "b2": sds((8,), m, P())}
     lo = jax.jit(mlp, out_shardings=NamedSharding(m, xspec)).lower(
         params, sds((16, 16), m, xspec))
-    save(name, lowered_hlo(lo), partitioned(lo, name))
+    save(name, lowered_hlo(lo), partitioned(lo))
 
 
 def main():
@@ -202,7 +193,6 @@ def main():
     gspmd_scan()
     mesh_size1("mesh_d4m1", (4, 1), ("data", "model"), P("data"), P(None, "model"))
     mesh_size1("mesh_b1m4", (1, 4), ("batch", "model"), P("batch"), P(None, "model"))
-    shutil.rmtree(DUMP, ignore_errors=True)
     with open(os.path.join(OUT, "VERSIONS"), "w") as f:
         f.write("written by samples/gen/jax012.py with\n")
         for p in ("jax", "jaxlib", "optax"):

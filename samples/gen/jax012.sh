@@ -10,5 +10,7 @@ cd "$repo"
 export XLA_FLAGS="--xla_force_host_platform_device_count=8"
 export JAX_PLATFORMS=cpu
 export PYTHONHASHSEED=0
+# python/scalify_jax (the pass dump, the mesh, the relations document).
+export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 source "$here/venv.sh"
 run_repo_script "$venv" samples/gen/jax012.py

@@ -14,4 +14,6 @@ cd "$repo"
 export XLA_FLAGS="--xla_force_host_platform_device_count=64"
 export JAX_PLATFORMS=cpu
 export PYTHONHASHSEED=0
+# python/scalify_jax: the pass dumps, the mesh, the relations views.
+export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 run_repo_script "$venv" samples/gen/export.py "$@"

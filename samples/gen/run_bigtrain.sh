@@ -16,5 +16,7 @@ export JAX_PLATFORMS=cpu
 export PYTHONHASHSEED=0
 export TF_CPP_MIN_LOG_LEVEL=3
 export PYTHONDONTWRITEBYTECODE=1
+# python/scalify_jax: the pass dump and the mesh.
+export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 source "$here/venv.sh"
 run_repo_script "$venv" samples/gen/bigtrain.py "$@"

@@ -24,6 +24,8 @@ export JAX_PLATFORMS=cpu
 export KERAS_BACKEND=jax
 export PYTHONHASHSEED=0
 export TF_CPP_MIN_LOG_LEVEL=3
+# python/scalify_jax: the pass dumps and the meshes of wild.py.
+export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 for part in ${WILD_PARTS:-main maxtext torchxla}; do
   case $part in
     main)

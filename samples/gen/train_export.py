@@ -34,10 +34,10 @@ OUT = "samples/train"
 DUMP = os.path.join(GEN, ".dump-train")
 GZIP_OVER = 200 * 1024
 WRITTEN = set()
-from scalify_jax import after_partitioning  # noqa: E402  (python/scalify_jax, on run_train.sh's path)
+from scalify_jax import (after_partitioning, before_partitioning, leaf_names,  # noqa: E402
+                         make_mesh, relations_doc, spec_view)  # python/, on run_train.sh's path
 
-HELPERS = ("load", "write_bytes", "dumps", "write_json", "hlo_of_lowered",
-           "save_hlo", "make_mesh", "spec_to_view", "relations", "want")
+HELPERS = ("load", "write_bytes", "dumps", "write_json", "save_hlo", "relations", "want")
 
 
 def export_helpers(names):
@@ -84,14 +84,14 @@ def out_names(prog, args):
             for path, _ in jax.tree_util.tree_flatten_with_path(shapes)[0]]
 
 
-def in_names(fn, args):
-    """param_names of export.py, with pytree paths below the top argument."""
-    import inspect
-    top = list(inspect.signature(fn).parameters)
-    names = []
-    for path, _ in jax.tree_util.tree_flatten_with_path(tuple(args))[0]:
-        names.append(".".join([top[path[0].idx]] + key_names(path[1:])))
-    return names
+# (in_names, the parameter names, is scalify_jax.leaf_names now; these blank
+# lines keep every line below where the committed samples record it.)
+
+
+
+
+
+
 
 
 def carried_lines(text):
@@ -178,7 +178,7 @@ def export_pair(name, prog, bug=None, kinds=None, note=None, rel_mesh=None):
     ab = abstract(tuple(prog.args))
     if key not in BASELINES:
         lo = jax.jit(prog.baseline).lower(*ab)
-        BASELINES[key] = save_hlo(f"{key}.baseline", *hlo_of_lowered(lo))
+        BASELINES[key] = save_hlo(f"{key}.baseline", *before_partitioning(lo))
     specs = leaf_specs(prog.in_specs, ab)
     leaves, tree = jax.tree_util.tree_flatten(ab)
     dist_abs = jax.tree_util.tree_unflatten(
@@ -190,7 +190,7 @@ def export_pair(name, prog, bug=None, kinds=None, note=None, rel_mesh=None):
     outs = out_names(prog, ab)
     out_specs = leaf_specs(prog.out_specs, jax.eval_shape(prog.baseline, *ab))
     mesh_axes = rel_mesh or dict(prog.mesh.shape)
-    rel = relations(mesh_axes, in_names(prog.fn, ab), specs, out_specs, outs)
+    rel = relations(mesh_axes, leaf_names(prog.fn, ab), specs, out_specs, outs)
     rel_path = write_json(f"{name}.relations.json", rel)
     entry = {"name": name, "kind": "shard_map", "config": key, "mesh": dict(prog.mesh.shape),
              "baseline": BASELINES[key], "distributed": dist, "relations": rel_path,

@@ -25,14 +25,14 @@ assert "--xla_force_host_platform_device_count=8" in os.environ.get("XLA_FLAGS",
 
 import jax
 import numpy as np
-from jax.sharding import AxisType, Mesh
+from scalify_jax import after_partitioning, before_partitioning, make_mesh  # python/
 
 jax.config.update("jax_enable_compilation_cache", False)
 # Library frames in HLO metadata: "flax/linen/attention.py", not the virtualenv's path.
 jax.config.update("jax_hlo_source_file_canonicalization_regex", r"^.*/site-packages/")
 
 GEN = "samples/gen"
-DUMP = os.path.join(GEN, ".dump-wild")
+# (each pass dump is made and removed by scalify_jax.after_partitioning)
 # WILD_FAMILIES=a,b exports only those families (run_wild.sh runs maxtext in its own
 # virtualenv); the manifest keeps the other families' pairs.
 FAMILIES = tuple("wild_" + f for f in os.environ.get(
@@ -73,23 +73,23 @@ def version(dist):
 
 def mesh_of(axes, unit=False):
     """Mesh over the first N CPU devices (iota order); unit=True: every axis size 1."""
-    shape = tuple(1 if unit else n for n in axes.values())
-    devs = np.array(jax.devices()[:int(np.prod(shape))]).reshape(shape)
-    return Mesh(devs, tuple(axes), axis_types=(AxisType.Auto,) * len(shape))
+    return make_mesh({a: 1 if unit else n for a, n in axes.items()})
 
 
-# ----------------------------------------------------------------------------- files
 
-def after_partitioner(lowered, tag):
-    """(text, HloProto bytes) of the module right after the spmd-partitioning pass."""
-    d = os.path.join(DUMP, tag)
-    shutil.rmtree(d, ignore_errors=True)
-    lowered.compile(compiler_options={
-        "xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning",
-        "xla_dump_hlo_as_text": True, "xla_dump_hlo_as_proto": True})
-    out = F.from_dump(d, "after_spmd-partitioning")
-    shutil.rmtree(d, ignore_errors=True)
-    return out
+
+# Blank lines: they keep every line below where the committed samples record it
+# (samples/README.md, Determinism); drop them at the next full regeneration.
+
+
+
+
+
+
+
+
+
+
 
 
 # ----------------------------------------------------------------------------- numerics
@@ -129,9 +129,9 @@ def export(prog, family):
     fn, ins, outs, ctx = prog.make(mesh)
     with ctx():
         lo = jax.jit(fn, in_shardings=ins, out_shardings=outs).lower(*place(args, ins))
-        base_text = lo.as_text(dialect="hlo", debug_info=True)
-        base_pb = lo.compiler_ir("hlo").as_serialized_hlo_module_proto()
-        dist_text, dist_pb = after_partitioner(lo, prog.name)
+        base_text, base_pb = before_partitioning(lo)
+        dist_text, dist_pb = after_partitioning(lo)
+
     rel = f"{family}/{prog.name}"
     lib, ver = prog.library
     entry = {"name": prog.name, "kind": "gspmd", "config": family, "mesh": prog.mesh_axes,
@@ -153,7 +153,7 @@ def want(name):
 
 
 def main():
-    os.makedirs(DUMP, exist_ok=True)
+
     entries, done = [], set()
     for fam in FAMILIES:
         mod = load(fam, {"Prog": Prog, "version": version, "mesh_of": mesh_of})
@@ -165,7 +165,7 @@ def main():
             if want(prog.name):
                 entries.append(export(prog, short))
     n = F.write_manifest(entries, done, ONLY, {"jax": jax.__version__, "jaxlib": version("jaxlib")})
-    shutil.rmtree(DUMP, ignore_errors=True)
+
     print(f"{len(entries)} pairs written, manifest has {n}")
 
 
