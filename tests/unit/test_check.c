@@ -1360,55 +1360,39 @@ static void concat_dim_out_of_range(void) {
     json_decref(trace);
 }
 
-/* A mutant of a shard_map slice at reversed device offsets
- * (tests/cases/mutants, kept by the mutation fuzzer as a proof execution
- * contradicted): s32[] constant(4294967296), out of its type's range, was
- * taken as that number by the device-value arithmetic while execution
- * wraps it: the rules verified a program that differs. Such a literal is
- * bad input now, as for XLA's parser (and device values outside their
- * integer type are not modelled). Kept as .hlo.bad: the suites that read
- * every .hlo file expect it to parse. */
-static void int_literal_out_of_range(void) {
-    for (int witness = 0; witness < 2; witness++) {
-        t_case("check an integer literal out of its type's range (%s)", witness ? "with execution" : "rules only");
-        json_t *trace = NULL;
-        int v = run_with("int-range", "samples/probe/s.slice_reversed_device_order.dp4.dist.hlo",
-                         "tests/cases/mutants/int-literal-out-of-range.hlo.bad", "auto", witness, false, &trace);
-        CHECK_MSG(v == VERDICT_ERROR, "verdict %s", verdict_name(v));
-        json_decref(trace);
-    }
-}
-
-/* A mutant of GSPMD token statistics (tests/cases/mutants, kept when the
- * mutation fuzzer crashed on it): an all-reduce of s32[] given a reduce's
- * tuple result as its operand; execution copied a tuple as an array (a
- * crash). Collectives take arrays: bad input now. */
-static void all_reduce_of_tuple(void) {
-    for (int witness = 0; witness < 2; witness++) {
-        t_case("check an all-reduce of a tuple (%s)", witness ? "with execution" : "rules only");
-        json_t *trace = NULL;
-        int v = run_with("ar-tuple", "samples/fresh/g.token_stats.dp8.baseline.hlo",
-                         "tests/cases/mutants/all-reduce-of-tuple.hlo.bad", "auto", witness, false, &trace);
-        CHECK_MSG(v == VERDICT_ERROR, "verdict %s", verdict_name(v));
-        json_decref(trace);
-    }
-}
-
-/* A mutant of a scanned tensor-parallel step (tests/cases/mutants, kept
- * when the mutation fuzzer crashed on it): the while's result and operand
- * list the state's elements in another order than its body reads them, and
- * the lifting put a constant factor into an integer term (a crash). A while
- * whose state types disagree is bad input now, as for XLA's verifier. */
-static void while_state_types(void) {
-    for (int witness = 0; witness < 2; witness++) {
-        t_case("check a while whose state types disagree (%s)", witness ? "with execution" : "rules only");
-        json_t *trace = NULL;
-        int v = run_with("while-types", "samples/fresh/s.remat_scan_tp.tp4.baseline.hlo",
-                         "tests/cases/mutants/while-state-types.hlo.bad", "samples/fresh/s.remat_scan_tp.tp4.relations.json",
-                         witness, false, &trace);
-        CHECK_MSG(v == VERDICT_ERROR, "verdict %s", verdict_name(v));
-        json_decref(trace);
-    }
+/* Mutants the mutation fuzzer kept (tests/cases/mutants, .hlo.bad: the
+ * suites that read every .hlo file expect those to parse), each bad input
+ * now (an error, with and without execution):
+ * - a shard_map slice at reversed device offsets with s32[]
+ *   constant(4294967296), out of its type's range: the device-value
+ *   arithmetic took the number while execution wraps it, and the rules
+ *   verified a program that differs; refused as by XLA's parser;
+ * - GSPMD token statistics with an all-reduce of s32[] given a reduce's
+ *   tuple result: execution copied a tuple as an array (a crash);
+ *   collectives take arrays;
+ * - a scanned tensor-parallel step whose while lists the state in another
+ *   order than its body reads it: the lifting put a constant factor into an
+ *   integer term (a crash); one state type throughout, as XLA's verifier. */
+static void bad_mutants(void) {
+    static const struct {
+        const char *what, *base, *mutant, *rel;
+    } cases[] = {
+        {"an integer literal out of its type's range", "samples/probe/s.slice_reversed_device_order.dp4.dist.hlo",
+         "int-literal-out-of-range", "auto"},
+        {"an all-reduce of a tuple", "samples/fresh/g.token_stats.dp8.baseline.hlo", "all-reduce-of-tuple", "auto"},
+        {"a while whose state types disagree", "samples/fresh/s.remat_scan_tp.tp4.baseline.hlo", "while-state-types",
+         "samples/fresh/s.remat_scan_tp.tp4.relations.json"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++)
+        for (int witness = 0; witness < 2; witness++) {
+            t_case("check %s (%s)", cases[i].what, witness ? "with execution" : "rules only");
+            char path[256];
+            snprintf(path, sizeof path, "tests/cases/mutants/%s.hlo.bad", cases[i].mutant);
+            json_t *trace = NULL;
+            int v = run_with(cases[i].mutant, cases[i].base, path, cases[i].rel, witness, false, &trace);
+            CHECK_MSG(v == VERDICT_ERROR, "verdict %s", verdict_name(v));
+            json_decref(trace);
+        }
 }
 
 /* While loops by induction (tests/cases/loops, made by hand): a scan over two
@@ -2500,9 +2484,7 @@ void suite_check(void) {
     negate_with_call_target();
     dev_splat_huge_shape();
     concat_dim_out_of_range();
-    int_literal_out_of_range();
-    while_state_types();
-    all_reduce_of_tuple();
+    bad_mutants();
     contradicted_by_execution();
     jax012_cases();
     shared_blocks();
