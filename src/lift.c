@@ -1660,11 +1660,13 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             *v = generic(&s);
             debug_value(c, in, v);
         }
+        if (v->kind == LV_TERM && in->op == OP_REDUCE) lf_pick_onehot(c, in, v->cls);
         v->konst = konst;
         if (v->kind == LV_TERM) lf_record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
         if (konst) lf_scale_base_konst(c, v);
         return;
     }
+    if (v->kind == LV_TERM && in->op == OP_REDUCE) lf_pick_onehot(c, in, v->cls);
     if (dbg_on(DBG_LIFT) && v->kind == LV_UNKNOWN) {
         bool fresh_unknown = true;
         for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;

@@ -305,6 +305,8 @@ typedef struct lift_ctx {
     size_t nscopes, capscopes;
     uint32_t resynced;                    /* assumptions of that kind made */
     strbuf assumptions;                   /* preconditions relied on, one per line */
+    struct lift_pick *picks;              /* elements picked along a dim (lift_index.c) */
+    uint32_t npicks, cappicks;
     eid dom_src[8];                       /* sources assumed within [0, dom_size) */
     int64_t dom_size[8];
     uint32_t ndoms;

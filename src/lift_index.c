@@ -3,6 +3,9 @@
  * (pwidx.h) — the offsets and masks of a vocab-parallel embedding, positions
  * of a sequence shard — and rows gathered with them, related to the baseline
  * when every index value of the domain finds its row on exactly one device.
+ * Also one-hot masks of such values against a local iota (block r of the
+ * global one-hot), and picks: a gather and a one-hot product summed that take
+ * the same elements are one class (lf_pick_onehot).
  */
 #include "debug.h"
 #include "lift.h"
@@ -532,6 +535,107 @@ static bool iota_within(lift_ctx *c, eid src, int64_t n) {
     return k >= 0 && k < rank && dims[k] <= n;
 }
 
+/* ---- picks: x at t along dim j, as a gather or as a one-hot sum ---- */
+
+/* Element t(p) of x along dim j at every position p of the other dims: the
+ * row term `cls` (x's dims without j), computed by a gather (`src` the index
+ * source, `domain` x's dim j) or as sum over j of x · (t == iota). The two
+ * are equal where t lies in [0, domain) and x is finite. */
+typedef struct lift_pick {
+    eid x, pos, cls, src;
+    uint32_t j;
+    bool gather;
+    int64_t domain;
+} lift_pick;
+
+/* Notes a pick and makes it one class with a pick of the other kind of the
+ * same elements, assuming what makes them equal. */
+static void pick_note(lift_ctx *c, const lift_pick *p) {
+    if (dbg_on(DBG_LIFT)) {
+        strbuf b;
+        sb_init(&b);
+        eg_print_term(&b, c->g, p->x, 2);
+        sb_puts(&b, " at ");
+        eg_print_term(&b, c->g, p->pos, 3);
+        fprintf(stderr, "lift: %s pick along %u of %s\n", p->gather ? "gather" : "one-hot", p->j, b.s);
+        sb_free(&b);
+    }
+    for (uint32_t k = 0; k < c->npicks; k++) {
+        const lift_pick *q = &c->picks[k];
+        if (q->gather == p->gather || q->j != p->j || eg_find(c->g, q->x) != eg_find(c->g, p->x) ||
+            eg_find(c->g, q->pos) != eg_find(c->g, p->pos) || eg_class_type(c->g, q->cls) != eg_class_type(c->g, p->cls))
+            continue;
+        const lift_pick *gp = p->gather ? p : q;
+        assume_domain(c, gp->src, gp->domain);
+        lf_assume(c, "a one-hot product summed picks what a gather picks: the values picked from are finite");
+        eg_union(c->g, q->cls, p->cls, NULL);
+        return;
+    }
+    if (c->npicks == c->cappicks) {
+        uint32_t cap = c->cappicks ? 2 * c->cappicks : 8;
+        lift_pick *n = arena_alloc(c->a, cap * sizeof *n);
+        if (c->npicks) memcpy(n, c->picks, c->npicks * sizeof *n);
+        c->picks = n;
+        c->cappicks = cap;
+    }
+    c->picks[c->npicks++] = *p;
+}
+
+/* Whether class x holds an iota along dim j of its type (through a broadcast
+ * of a 1-D iota along j). */
+static bool iota_along(lift_ctx *c, eid x, uint32_t j) {
+    const eid *ch;
+    eid n = lf_class_node(c, x, OP_IOTA, 0, &ch);
+    if (n != EID_NONE) return ea_get_int(c->g, eg_node_attr(c->g, n), A_IOTA_DIMENSION, -1) == (int64_t)j;
+    if ((n = lf_class_node(c, x, OP_BROADCAST, 1, &ch)) == EID_NONE) return false;
+    uint32_t nb, dim;
+    int64_t len;
+    const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, n), A_DIMENSIONS, &nb);
+    return nb == 1 && bd[0] == (int64_t)j && iota_run(c, ch[0], &dim, &len);
+}
+
+/* The positions p when class y is broadcast(p) along dim j only (p's dims
+ * in order), else EID_NONE. */
+static eid broadcast_along(lift_ctx *c, eid y, uint32_t j) {
+    const eid *ch;
+    eid n = lf_class_node(c, y, OP_BROADCAST, 1, &ch);
+    if (n == EID_NONE) return EID_NONE;
+    uint32_t nb, rank;
+    const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, n), A_DIMENSIONS, &nb);
+    eg_type_dims(c->g, eg_class_type(c->g, y), &rank);
+    if (nb + 1 != rank) return EID_NONE;
+    for (uint32_t k = 0; k < nb; k++)
+        if (bd[k] != (int64_t)(k < j ? k : k + 1)) return EID_NONE;
+    return ch[0];
+}
+
+void lf_pick_onehot(lift_ctx *c, const hlo_instr *in, eid cls) {
+    uint32_t nd, nc;
+    const eid *ch, *mc, *cc;
+    eid r = lf_class_node(c, cls, OP_REDUCE, 2, &ch);
+    if (in->op != OP_REDUCE || r == EID_NONE || instr_reducer(c->cur, in) != RED_SUM) return;
+    const int64_t *rd = ea_get(c->g, eg_node_attr(c->g, r), A_DIMENSIONS, &nd);
+    const interp_val *init = lf_kval(c, ch[1]);
+    if (nd != 1 || !init || init->n != 1 || interp_val_get(init, 0) != 0) return;
+    uint32_t j = (uint32_t)rd[0];
+    if (lf_class_node(c, ch[0], OP_MULTIPLY, 2, &mc) == EID_NONE) return;
+    for (uint32_t side = 0; side < 2; side++) {
+        const eid *vc;
+        eid cv = lf_class_node(c, mc[side], OP_CONVERT, 1, &vc);
+        eid cmp = cv == EID_NONE ? EID_NONE : lf_class_node(c, vc[0], OP_COMPARE, 2, &cc);
+        if (cmp == EID_NONE || eg_class_type(c->g, mc[1 - side]) != eg_class_type(c->g, mc[side])) continue;
+        const int64_t *dir = ea_get(c->g, eg_node_attr(c->g, cmp), A_DIRECTION, &nc);
+        if (dir && (nc != 1 || (uint64_t)dir[0] != hash_bytes("EQ", 2))) continue;
+        for (uint32_t k = 0; k < 2; k++) {
+            eid pos = broadcast_along(c, cc[k], j);
+            if (pos == EID_NONE || !iota_along(c, cc[1 - k], j)) continue;
+            lift_pick p = {.x = mc[1 - side], .pos = pos, .cls = cls, .src = EID_NONE, .j = j};
+            pick_note(c, &p);
+            return;
+        }
+    }
+}
+
 /* gather(table, index) with the index a function of the source: the rows the
  * devices fetch, per range of index values. The forms read (XLA's gather
  * semantics): one indexed table dim j (collapsed, slice size 1) — rows of an
@@ -725,6 +829,29 @@ static bool pw_gather(lstate *s, lval *out) {
             if (attrs[a].key == A_SLICE_SIZES && attrs[a].n == nss) attrs[a].v.ints = arena_memdup(c->a, gss, nss * sizeof *gss);
         gi.attrs = attrs;
         v.hit = lf_node(c, c->cur, &gi, ch, 2, g, c->origin);
+    }
+    /* take_along_axis: every other table dim a batching dim, paired in order
+     * with the index's dims (any other index dim of size 1): a pick of the
+     * table along j at positions p0. */
+    bool in_order = nv == 1 && nob + 1 == tr;
+    for (uint32_t q = 0; q < nob && in_order; q++)
+        for (uint32_t q2 = 0; q2 < nob; q2++) in_order &= (ob[q] < ob[q2]) == (sb[q] < sb[q2]);
+    for (uint32_t d = 0; d < ir && in_order; d++) {
+        bool batching = d == ivd;
+        for (uint32_t q = 0; q < nob; q++) batching |= sb[q] == d;
+        in_order = batching || ii->shape.dims[d] == 1;
+    }
+    if (in_order) {
+        uint32_t rank;
+        const int64_t *td = eg_type_dims(c->g, eg_class_type(c->g, tab->cls), &rank);
+        int64_t rd[VIEW_MAX_RANK];
+        for (uint32_t d = 0, k = 0; d < rank; d++)
+            if (d != j) rd[k++] = td[d];
+        int pdt = eg_type_dtype(c->g, eg_class_type(c->g, p0));
+        lift_pick p = {.x = tab->cls, .src = row->src, .j = j, .gather = true, .domain = domain};
+        p.pos = lf_mk_reshape(c, p0, lf_type_of(c, pdt, rd, rank - 1), c->origin);
+        p.cls = lf_mk_reshape(c, v.hit, lf_type_of(c, in->shape.dtype, rd, rank - 1), c->origin);
+        pick_note(c, &p);
     }
     *out = v;
     return true;
@@ -1100,6 +1227,48 @@ static bool ivec_reduce(lstate *s, lval *out) {
     return true;
 }
 
+/* compare(t + c(r), local iota along dim k), either order, with c(r) =
+ * -block(r)·n for the iota's local length n along k (one_hot(labels -
+ * r·V/n, V/n), a vocab-parallel label mask): t + c(r) CMP i exactly when
+ * t CMP i + block(r)·n, so device r holds block r along k of compare(t,
+ * global iota), for every t (integers, no wrap: one affine piece of slope
+ * 1). t must not vary along k (it is broadcast there). */
+static bool compare_local_iota(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->op != OP_COMPARE || in->noperands != 2 || in->shape.rank > VIEW_MAX_RANK) return false;
+    for (uint32_t k = 0; k < 2; k++) {
+        const lval *x = &s->ops[k], *io = &s->ops[1 - k];
+        const hlo_instr *ii = &s->comp->instrs[in->operands[1 - k]];
+        if (x->kind != LV_PW || x->pos == EID_NONE || x->v.partial || io->kind != LV_TERM || !view_is_dup(&io->v))
+            continue;
+        int dim = lf_iota_chain(c, s->comp, ii, 1, NULL);
+        if (dim < 0 || x->v.dims[dim].naxes) continue;
+        double *off = arena_alloc(c->a, (size_t)c->ndev * sizeof *off);
+        bool shift = true;
+        for (int64_t d = 0; d < c->ndev && shift; d++) {
+            const pw_fn *f = &x->pw[d];
+            shift = f->n == 1 && f->p[0].lo == PW_NEG_INF && f->p[0].hi == PW_POS_INF && f->p[0].a == 1 &&
+                    f->p[0].b != INT64_MIN;
+            off[d] = shift ? -(double)f->p[0].b : 0;
+        }
+        int64_t base, parts;
+        uint32_t mask = shift ? lf_block_offsets(c, off, 1, in->shape.dims[dim], &base, &parts) : 0;
+        if (!mask || base != 0 || (mask & view_axes_used(&x->v))) continue;
+        view want = x->v, pv = x->v;
+        want.dims[dim] = lf_axes_dim(c, mask);
+        eid pos = x->pos, ch[2];
+        if (!pos_reshard(c, &pos, &pv, &want)) continue;
+        int64_t g[VIEW_MAX_RANK];
+        lf_global_dims(c, &want, &in->shape, g);
+        ch[k] = pos;
+        lf_iota_chain(c, s->comp, ii, parts, &ch[1 - k]);
+        *out = term(lf_node(c, c->cur, in, ch, 2, g, c->origin), want, false);
+        return true;
+    }
+    return false;
+}
+
 /* The ops index arithmetic goes through. True when handled (*out set). */
 bool lf_pw_instr(lstate *s, lval *out) {
     lift_ctx *c = s->c;
@@ -1124,6 +1293,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
     }
     if (in->op == OP_GATHER && (s->ops[1].kind == LV_PW || s->ops[1].kind == LV_IVEC)) return pw_gather(s, out);
     if (in->op == OP_SELECT && select_in_domain(s, out)) return true;
+    if (compare_local_iota(s, out)) return true;
     if (!any_pw && !any_mask && !(any_dev && (any_src || any_ksrc))) return false;
     int dt = in->shape.dtype;
     lval v = {.kind = LV_PW, .v = view_dup(in->shape.rank), .pos = EID_NONE};

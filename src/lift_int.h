@@ -293,6 +293,11 @@ lval lf_lift_conditional(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
  * returns false (no reading) or sets *out. */
 bool lf_scatter_reading(lstate *s, lval *out);       /* scatter into own blocks, or a blocked sum */
 bool lf_iota_block(lstate *s, lval *out);            /* add(iota, block offset): a global iota's block */
+/* reduce-sum of x · one_hot(t) over a dim (x at t along it, for t in range): noted, and made one class
+ * with a gather that picks the same elements (lift_index.c) */
+void lf_pick_onehot(lift_ctx *c, const hlo_instr *in, eid cls);
+/* an iota through converts, copies, broadcasts, unit reshapes: its dim (-1: none); g: the chain over a longer iota */
+int lf_iota_chain(lift_ctx *c, const hlo_comp *comp, const hlo_instr *x, int64_t parts, eid *g);
 bool lf_gather_index_values(lstate *s, lval *out);   /* collectives moving index values */
 bool lf_move_mask(lstate *s, lval *out);             /* element-moving ops over a masked row */
 bool lf_settle_mask(lift_ctx *c, const shape *local, lval *m); /* a layout-carried mask as plain views */

@@ -301,62 +301,73 @@ static int unit_reshape_dim(const shape *from, const shape *to, uint32_t d) {
     return j == to->rank ? at : -1;
 }
 
+/* Instruction x as an iota seen through converts, copies, broadcasts and
+ * reshapes by unit dims (jnp.arange(n)[None, :], broadcast against a batch):
+ * the dim of x its values run along, or -1. With g non-NULL, *g becomes the
+ * same chain over an iota `parts` times as long along that dim, at global
+ * dims: read sharded in `parts` blocks along the dim, block r of *g is what
+ * a device whose local values are offset by r·n holds. */
+int lf_iota_chain(lift_ctx *c, const hlo_comp *comp, const hlo_instr *x, int64_t parts, eid *g) {
+    const hlo_instr *chain[8], *xi = x;
+    uint32_t nchain = 0;
+    while ((xi->op == OP_CONVERT || xi->op == OP_COPY || xi->op == OP_RESHAPE || xi->op == OP_BROADCAST) && nchain < 8) {
+        chain[nchain++] = xi;
+        xi = &comp->instrs[xi->operands[0]];
+    }
+    if (xi->op != OP_IOTA || xi->shape.rank > VIEW_MAX_RANK) return -1;
+    int dim = (int)instr_int(xi, A_IOTA_DIMENSION, 0);
+    eid t = EID_NONE;
+    int64_t cg[VIEW_MAX_RANK];
+    if (g) {
+        memcpy(cg, xi->shape.dims, xi->shape.rank * sizeof *cg);
+        cg[dim] *= parts;
+        t = lf_node(c, c->cur, xi, NULL, 0, cg, c->origin);
+    }
+    const shape *at = &xi->shape;
+    for (uint32_t q = nchain; q-- > 0 && dim >= 0;) {
+        const hlo_instr *ci = chain[q];
+        if (ci->shape.rank > VIEW_MAX_RANK) return -1;
+        if (ci->op == OP_RESHAPE) {
+            dim = unit_reshape_dim(at, &ci->shape, (uint32_t)dim);
+        } else if (ci->op == OP_BROADCAST) {
+            uint32_t nb;
+            const int64_t *bd = instr_ints(ci, A_DIMENSIONS, &nb);
+            if ((uint32_t)dim >= nb || bd[dim] < 0 || bd[dim] >= ci->shape.rank) return -1;
+            dim = (int)bd[dim];
+        }
+        at = &ci->shape;
+        if (!g || dim < 0 || ci->op == OP_COPY) continue;
+        memcpy(cg, ci->shape.dims, ci->shape.rank * sizeof *cg);
+        cg[dim] *= parts;
+        t = lf_node(c, c->cur, ci, &t, 1, cg, c->origin);
+    }
+    if (g) *g = t;
+    return dim;
+}
+
 /* add(iota, offset(r)) with offset(r) = block(r)·n along the iota's dim of local
  * length n: block r of the global iota (positions of a sequence shard). The
- * iota may be converted and reshaped by unit dims on the way (jnp.arange(n)[None]). */
+ * iota may be converted, reshaped and broadcast on the way (jnp.arange(n)[None]). */
 bool lf_iota_block(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     if (in->op != OP_ADD || in->noperands != 2) return false;
     for (int k = 0; k < 2; k++) {
         const lval *x = &s->ops[k], *o = &s->ops[1 - k];
-        const hlo_instr *chain[8], *xi = &s->comp->instrs[in->operands[k]];
-        uint32_t nchain = 0;
-        while ((xi->op == OP_CONVERT || xi->op == OP_RESHAPE) && nchain < 8) {
-            chain[nchain++] = xi;
-            xi = &s->comp->instrs[xi->operands[0]];
-        }
-        if (xi->op != OP_IOTA || x->kind != LV_TERM || !view_is_dup(&x->v) || o->kind != LV_DEV || lf_dev_uniform(c, o))
-            continue;
+        const hlo_instr *xi = &s->comp->instrs[in->operands[k]];
+        if (x->kind != LV_TERM || !view_is_dup(&x->v) || o->kind != LV_DEV || lf_dev_uniform(c, o)) continue;
+        int dim = lf_iota_chain(c, s->comp, xi, 1, NULL);
+        if (dim < 0) continue;
         for (int64_t d = 0; d < c->ndev; d++)
             for (uint32_t e = 1; e < o->count; e++)
                 if (o->dev[d * o->count + e] != o->dev[d * o->count]) return false;
-        /* the iota's dim, followed out through the chain */
-        int dim = (int)instr_int(xi, A_IOTA_DIMENSION, 0);
-        const shape *at = &xi->shape;
-        for (uint32_t q = nchain; q-- > 0 && dim >= 0;) {
-            if (chain[q]->op == OP_RESHAPE) dim = unit_reshape_dim(at, &chain[q]->shape, (uint32_t)dim);
-            at = &chain[q]->shape;
-        }
-        if (dim < 0 || xi->shape.rank > VIEW_MAX_RANK) return false;
         int64_t n = in->shape.dims[dim], base, parts;
         uint32_t mask = lf_block_offsets(c, o->dev, o->count, n, &base, &parts);
         if (!mask || base != 0) return false;
         view v = view_dup(in->shape.rank);
         v.dims[dim] = lf_axes_dim(c, mask);
-        /* The global iota, converted and reshaped like the local one. */
-        int idim = (int)instr_int(xi, A_IOTA_DIMENSION, 0);
-        int64_t g[VIEW_MAX_RANK];
-        memcpy(g, xi->shape.dims, xi->shape.rank * sizeof *g);
-        g[idim] *= parts;
-        eid t = lf_node(c, c->cur, xi, NULL, 0, g, c->origin);
-        at = &xi->shape;
-        for (uint32_t q = nchain; q-- > 0;) {
-            const hlo_instr *ci = chain[q];
-            int64_t cg[VIEW_MAX_RANK];
-            if (ci->shape.rank > VIEW_MAX_RANK) return false;
-            memcpy(cg, ci->shape.dims, ci->shape.rank * sizeof *cg);
-            if (ci->op == OP_RESHAPE) {
-                int j = unit_reshape_dim(at, &ci->shape, (uint32_t)idim);
-                cg[j] *= parts;
-                idim = j;
-                t = lf_mk_reshape(c, t, lf_type_of(c, ci->shape.dtype, cg, ci->shape.rank), c->origin);
-            } else {
-                cg[idim] *= parts;
-                t = eg_add(c->g, OP_CONVERT, 0, lf_type_of(c, ci->shape.dtype, cg, ci->shape.rank), &t, 1, c->origin);
-            }
-            at = &ci->shape;
-        }
+        eid t;
+        lf_iota_chain(c, s->comp, xi, parts, &t);
         *out = term(t, v, false);
         return true;
     }

@@ -1760,6 +1760,8 @@ static void concat_unlike_operands(void) {
 
 /* Small pairs made by hand, each verified as partitioned and never verified
  * when a wrong variant is checked (with execution: a mismatch):
+ *   - tests/cases/onehot: a one-hot of labels offset by the device's vocab
+ *     block, compared with the local iota, is the global one-hot's block.
  *   - tests/cases/gather-idx: gathers over a sharded table with device-offset
  *     indices, as GSPMD and PyTorch/XLA partition them (the device's block
  *     start subtracted, indices outside the block masked to zero, the partial
@@ -1918,6 +1920,19 @@ static void hand_written_cases(void) {
          "  wd = f32[16] add(w, pb)\n  wr = f32[1,16] reshape(wd)", VERDICT_MISMATCH, false},
         {"repeated/mine", "a row taken from another group (offsets out of step)", "  i = s32[] convert(pid)",
          "  one = u32[] constant(1)\n  p1 = u32[] add(pid, one)\n  i = s32[] convert(p1)", VERDICT_VERIFIED, true},
+        /* one_hot(labels - r·V/n, V/n) against the local vocab block: block r
+         * of the global one-hot */
+        {"onehot/pick", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"onehot/pick", "labels not offset", "tl = s32[4] subtract(t, offb)", "tl = s32[4] copy(t)", VERDICT_MISMATCH, false},
+        {"onehot/pick", "offset the other way", "subtract(t, offb)", "add(t, offb)", VERDICT_MISMATCH, false},
+        {"onehot/pick", "offset by a block of 3", "four = s32[] constant(4)", "four = s32[] constant(3)", VERDICT_MISMATCH, false},
+        /* the baseline a take_along_axis (a gather), the distributed program a one-hot sum */
+        {"onehot/take", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"onehot/take", "labels not offset", "tl = s32[4] subtract(t, offb)", "tl = s32[4] copy(t)", VERDICT_MISMATCH, false},
+        {"onehot/take", "a product summed over the other dim", "dimensions={1}, to_apply=add\n  ROOT",
+         "dimensions={0}, to_apply=add\n  ROOT", VERDICT_MISMATCH, false},
+        {"onehot/pick", "another comparison", "compare(tb, ib), direction=EQ", "compare(tb, ib), direction=LE", VERDICT_MISMATCH,
+         false},
         {"gather-idx/along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         /* the offset broadcast to 4608 positions, more than device values are tabulated for */
         {"gather-idx/along-big", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
