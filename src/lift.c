@@ -389,12 +389,14 @@ static const lval *identity_operand(lstate *s) {
  *   a reduce or dot over a padded value masked to a box, and a slice of a
  *     reduce, over the box sliced (lift_pad.c);
  *   a mean of squares less a squared mean is the mean of squared
- *     deviations (lift_moment.c). */
+ *     deviations, and a logsumexp shifted by any m is the unshifted one
+ *     (lift_moment.c). */
 static void other_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     lf_pad_forms(s, v);
     lf_moment_forms(s, v);
+    lf_lse_forms(s, v);
     if (v->kind != LV_TERM || v->cls == EID_NONE || in->noperands != 2 || s->ops[0].kind != LV_TERM ||
         s->ops[1].kind != LV_TERM || s->ops[0].cls == EID_NONE || s->ops[1].cls == EID_NONE)
         return;

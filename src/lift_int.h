@@ -265,6 +265,8 @@ void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m); /* back to the conte
 lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs,
                   uint32_t ninputs);                        /* lifts a called computation over args */
 uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci); /* structural digest of computation ci */
+uint64_t lf_reducer_digest(int red);  /* that digest of a computation recognised as reducer red (RED_SUM, ...) */
+void lf_lse_forms(lstate *s, const lval *v);  /* log Σ exp(x - m) + m as log Σ exp(x) (lift_moment.c) */
 /* Device-dependent values (lift_dev.c); lf_dev_uniform and lf_dev_constant,
  * lf_konst_at below. */
 lval lf_dev_from_literal(lift_ctx *c, const hlo_instr *in); /* a small integer constant as a device table */

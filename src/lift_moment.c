@@ -1,6 +1,7 @@
-/* lift_moment — second moments (lift.c's other_forms calls lf_moment_forms
- * on both sides alike).
+/* lift_moment — statistics written two ways (lift.c's other_forms calls
+ * lf_moment_forms and lf_lse_forms on both sides alike).
  *
+ * Second moments.
  * A synchronised batch norm sums x and x² on each device and all-reduces
  * both (one collective for both moments); the baseline computes the
  * variance as the mean of squared deviations. Over the reals, with
@@ -11,7 +12,13 @@
  * broadcast constant), it joins the right side built the same way: the
  * mean broadcast along the reduced dims as a broadcast of S times a
  * broadcast a. Only where a is the dtype's 1/N, a² the dtype's a·a, and
- * the reduce a sum from zero. */
+ * the reduce a sum from zero.
+ *
+ * A logsumexp's shift. log Σ_j exp(x − m) + m = log Σ_j exp(x) over the
+ * reals for any finite m along the other dims: the row max, its all-reduced
+ * max over a vocab-parallel row, or jax.nn.logsumexp's max replaced by 0
+ * where it is not finite. Both sides' shifted forms join the unshifted one;
+ * the sum may sit under an abs (a sum of exponentials is never negative). */
 #include "lift.h"
 #include "lift_int.h"
 
@@ -125,4 +132,57 @@ void lf_moment_forms(lstate *s, const lval *v) {
     eid red_ch[2] = {sqd, zero}, r = eg_add(c->g, OP_REDUCE, attr, eg_class_type(c->g, q), red_ch, 2, c->origin);
     eid var_ch[2] = {r, ka}, var = eg_add(c->g, OP_MULTIPLY, 0, eg_class_type(c->g, v->cls), var_ch, 2, c->origin);
     eg_union(c->g, v->cls, var, NULL);
+}
+
+/* The class s is m seen through reshapes by unit dims (squeezed, or keepdims). */
+static bool same_but_unit_dims(lift_ctx *c, eid s, eid m) {
+    if (eg_find(c->g, s) == eg_find(c->g, m)) return true;
+    uint32_t ts = eg_class_type(c->g, s), tm = eg_class_type(c->g, m);
+    if (eg_type_dtype(c->g, ts) != eg_type_dtype(c->g, tm)) return false;
+    int64_t ns = 1, nm = 1;
+    uint32_t rs, rm;
+    const int64_t *ds = eg_type_dims(c->g, ts, &rs), *dm = eg_type_dims(c->g, tm, &rm);
+    for (uint32_t k = 0; k < rs; k++) ns *= ds[k];
+    for (uint32_t k = 0; k < rm; k++) nm *= dm[k];
+    return ns == nm && eg_find(c->g, lf_mk_reshape(c, m, ts, c->origin)) == eg_find(c->g, s);
+}
+
+void lf_lse_forms(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    if (s->in->op != OP_ADD || v->kind != LV_TERM || v->cls == EID_NONE || !dtype_is_float(s->in->shape.dtype)) return;
+    const eid *ch;
+    if (lf_class_node(c, v->cls, OP_ADD, 2, &ch) == EID_NONE) return;
+    eid add[2] = {ch[0], ch[1]};
+    for (uint32_t side = 0; side < 2; side++) {
+        const eid *lc, *rc, *ec, *sc, *bc;
+        eid sum;
+        if (lf_class_node(c, add[side], OP_LOG, 1, &lc) == EID_NONE) continue;
+        sum = lc[0];
+        if (lf_class_node(c, sum, OP_ABS, 1, &lc) != EID_NONE) sum = lc[0];
+        eid rn = sum_of(c, sum, &rc);
+        if (rn == EID_NONE) continue;
+        uint32_t attr = eg_node_attr(c->g, rn), nd, nt, rank;
+        const int64_t *rd = ea_get(c->g, attr, A_DIMENSIONS, &nd), *ta = ea_get(c->g, attr, A_TO_APPLY, &nt);
+        if (nd != 1 || nt != 1 || (uint64_t)ta[0] != lf_reducer_digest(RED_SUM)) continue;
+        eid zero = rc[1];
+        eid en = lf_class_node(c, rc[0], OP_EXP, 1, &ec);
+        if (en == EID_NONE || lf_class_node(c, ec[0], OP_SUBTRACT, 2, &sc) == EID_NONE) continue;
+        eid x = sc[0];
+        eid bn = lf_class_node(c, sc[1], OP_BROADCAST, 1, &bc);
+        if (bn == EID_NONE) continue;
+        /* the shift broadcast along the summed dim only, the same m added */
+        uint32_t nb;
+        const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, bn), A_DIMENSIONS, &nb);
+        eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+        bool along = nb + 1 == rank;
+        for (uint32_t k = 0; k < nb && along; k++) along = bd[k] == (int64_t)(k < (uint32_t)rd[0] ? k : k + 1);
+        if (!along || !same_but_unit_dims(c, add[1 - side], bc[0])) continue;
+        uint32_t st = eg_class_type(c->g, sum), xt = eg_class_type(c->g, x);
+        eid ex = eg_add(c->g, OP_EXP, eg_node_attr(c->g, en), xt, &x, 1, c->origin);
+        eid red_ch[2] = {ex, zero};
+        eid r = eg_add(c->g, OP_REDUCE, attr, st, red_ch, 2, c->origin);
+        eid lg = eg_add(c->g, OP_LOG, 0, eg_class_type(c->g, add[side]), &r, 1, c->origin);
+        if (eg_class_type(c->g, lg) == eg_class_type(c->g, v->cls)) eg_union(c->g, v->cls, lg, NULL);
+        return;
+    }
 }

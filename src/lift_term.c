@@ -95,6 +95,8 @@ uint32_t lf_encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *in) 
     return eg_attr(c->g, buf, n);
 }
 
+uint64_t lf_reducer_digest(int red) { return hash_mix(0xc0de, (uint64_t)red); }
+
 /* A structural digest of a called computation (reducers, comparators): opcodes,
  * shapes, operand positions and attributes; names do not count. */
 uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci) {
@@ -104,7 +106,7 @@ uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci) {
     const hlo_comp *comp = &m->comps[ci];
     uint64_t h = 0xc0de;
     if (comp->reducer) {
-        h = hash_mix(h, comp->reducer);
+        h = lf_reducer_digest(comp->reducer);
     } else {
         for (uint32_t i = 0; i < comp->ninstrs; i++) {
             const hlo_instr *in = &comp->instrs[i];

@@ -1760,6 +1760,7 @@ static void concat_unlike_operands(void) {
 
 /* Small pairs made by hand, each verified as partitioned and never verified
  * when a wrong variant is checked (with execution: a mismatch):
+ *   - tests/cases/lse: a logsumexp shifted by any m is the unshifted one.
  *   - tests/cases/onehot: a one-hot of labels offset by the device's vocab
  *     block, compared with the local iota, is the global one-hot's block.
  *   - tests/cases/gather-idx: gathers over a sharded table with device-offset
@@ -1926,6 +1927,14 @@ static void hand_written_cases(void) {
         {"onehot/pick", "labels not offset", "tl = s32[4] subtract(t, offb)", "tl = s32[4] copy(t)", VERDICT_MISMATCH, false},
         {"onehot/pick", "offset the other way", "subtract(t, offb)", "add(t, offb)", VERDICT_MISMATCH, false},
         {"onehot/pick", "offset by a block of 3", "four = s32[] constant(4)", "four = s32[] constant(3)", VERDICT_MISMATCH, false},
+        /* jax.nn.logsumexp (shift by the max, 0 where not finite, abs of the
+         * sum) against a vocab-parallel one shifted by the all-reduced max */
+        {"lse/shift", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"lse/shift", "shifted by the local max", "mb = f32[4,4] broadcast(pm)", "mb = f32[4,4] broadcast(m)",
+         VERDICT_MISMATCH, false},
+        {"lse/shift", "the local max added back", "add(pm, l)", "add(m, l)", VERDICT_MISMATCH, false},
+        {"lse/shift", "sum not all-reduced", "l = f32[4] log(ps)", "l = f32[4] log(r)", VERDICT_MISMATCH, true},
+        {"lse/shift", "shift subtracted the other way", "subtract(x, mb)", "subtract(mb, x)", VERDICT_MISMATCH, false},
         /* the baseline a take_along_axis (a gather), the distributed program a one-hot sum */
         {"onehot/take", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"onehot/take", "labels not offset", "tl = s32[4] subtract(t, offb)", "tl = s32[4] copy(t)", VERDICT_MISMATCH, false},
