@@ -389,14 +389,15 @@ static const lval *identity_operand(lstate *s) {
  *   a reduce or dot over a padded value masked to a box, and a slice of a
  *     reduce, over the box sliced (lift_pad.c);
  *   a mean of squares less a squared mean is the mean of squared
- *     deviations, and a logsumexp shifted by any m is the unshifted one
- *     (lift_moment.c). */
+ *     deviations, a logsumexp shifted by any m is the unshifted one, and
+ *     x >= 0 holds for an x never negative by its form (lift_moment.c). */
 static void other_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     lf_pad_forms(s, v);
     lf_moment_forms(s, v);
     lf_lse_forms(s, v);
+    lf_sign_forms(s, v);
     if (v->kind != LV_TERM || v->cls == EID_NONE || in->noperands != 2 || s->ops[0].kind != LV_TERM ||
         s->ops[1].kind != LV_TERM || s->ops[0].cls == EID_NONE || s->ops[1].cls == EID_NONE)
         return;
@@ -1662,13 +1663,13 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             *v = generic(&s);
             debug_value(c, in, v);
         }
-        if (v->kind == LV_TERM && in->op == OP_REDUCE) lf_pick_onehot(c, in, v->cls);
+        lf_pick_forms(&s, v);
         v->konst = konst;
         if (v->kind == LV_TERM) lf_record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
         if (konst) lf_scale_base_konst(c, v);
         return;
     }
-    if (v->kind == LV_TERM && in->op == OP_REDUCE) lf_pick_onehot(c, in, v->cls);
+    lf_pick_forms(&s, v);
     if (dbg_on(DBG_LIFT) && v->kind == LV_UNKNOWN) {
         bool fresh_unknown = true;
         for (uint32_t o = 0; o < in->noperands; o++) fresh_unknown &= ops[o].kind != LV_UNKNOWN;

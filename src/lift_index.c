@@ -4,8 +4,9 @@
  * of a sequence shard — and rows gathered with them, related to the baseline
  * when every index value of the domain finds its row on exactly one device.
  * Also one-hot masks of such values against a local iota (block r of the
- * global one-hot), and picks: a gather and a one-hot product summed that take
- * the same elements are one class (lf_pick_onehot).
+ * global one-hot), and picks and puts: a gather and a one-hot product summed
+ * that take the same elements are one class, and so are a scatter-add into
+ * zeros and a one-hot product that put them (lf_pick_forms).
  */
 #include "debug.h"
 #include "lift.h"
@@ -535,21 +536,24 @@ static bool iota_within(lift_ctx *c, eid src, int64_t n) {
     return k >= 0 && k < rank && dims[k] <= n;
 }
 
-/* ---- picks: x at t along dim j, as a gather or as a one-hot sum ---- */
+/* ---- picks and puts: x at t along dim j, by index or by one-hot ---- */
 
-/* Element t(p) of x along dim j at every position p of the other dims: the
- * row term `cls` (x's dims without j), computed by a gather (`src` the index
- * source, `domain` x's dim j) or as sum over j of x · (t == iota). The two
- * are equal where t lies in [0, domain) and x is finite. */
+/* A pick: element t(p) of x along dim j at every position p of the other
+ * dims — the row term `cls` (x's dims without j) — computed by a gather
+ * (`src` the index source, `domain` x's dim j) or as the sum over j of
+ * x · (t == iota). A put (its transpose, a gradient): `cls` holds x(p) at
+ * t(p) along j and zeros elsewhere, computed by a scatter-add into zeros or
+ * as (t == iota) · x broadcast along j. Picks (puts) of the two kinds are
+ * equal where t lies in [0, domain) and the values are finite. */
 typedef struct lift_pick {
     eid x, pos, cls, src;
     uint32_t j;
-    bool gather;
+    bool indexed, put;
     int64_t domain;
 } lift_pick;
 
-/* Notes a pick and makes it one class with a pick of the other kind of the
- * same elements, assuming what makes them equal. */
+/* Notes a pick or put and makes it one class with one of the other kind of
+ * the same elements, assuming what makes them equal. */
 static void pick_note(lift_ctx *c, const lift_pick *p) {
     if (dbg_on(DBG_LIFT)) {
         strbuf b;
@@ -557,17 +561,17 @@ static void pick_note(lift_ctx *c, const lift_pick *p) {
         eg_print_term(&b, c->g, p->x, 2);
         sb_puts(&b, " at ");
         eg_print_term(&b, c->g, p->pos, 3);
-        fprintf(stderr, "lift: %s pick along %u of %s\n", p->gather ? "gather" : "one-hot", p->j, b.s);
+        fprintf(stderr, "lift: %s %s along %u of %s\n", p->indexed ? "indexed" : "one-hot", p->put ? "put" : "pick", p->j, b.s);
         sb_free(&b);
     }
     for (uint32_t k = 0; k < c->npicks; k++) {
         const lift_pick *q = &c->picks[k];
-        if (q->gather == p->gather || q->j != p->j || eg_find(c->g, q->x) != eg_find(c->g, p->x) ||
+        if (q->indexed == p->indexed || q->put != p->put || q->j != p->j || eg_find(c->g, q->x) != eg_find(c->g, p->x) ||
             eg_find(c->g, q->pos) != eg_find(c->g, p->pos) || eg_class_type(c->g, q->cls) != eg_class_type(c->g, p->cls))
             continue;
-        const lift_pick *gp = p->gather ? p : q;
-        assume_domain(c, gp->src, gp->domain);
-        lf_assume(c, "a one-hot product summed picks what a gather picks: the values picked from are finite");
+        const lift_pick *ip = p->indexed ? p : q;
+        assume_domain(c, ip->src, ip->domain);
+        lf_assume(c, "a one-hot product equals the gather or scatter-add it stands for: the values are finite");
         eg_union(c->g, q->cls, p->cls, NULL);
         return;
     }
@@ -609,31 +613,200 @@ static eid broadcast_along(lift_ctx *c, eid y, uint32_t j) {
     return ch[0];
 }
 
-void lf_pick_onehot(lift_ctx *c, const hlo_instr *in, eid cls) {
-    uint32_t nd, nc;
-    const eid *ch, *mc, *cc;
-    eid r = lf_class_node(c, cls, OP_REDUCE, 2, &ch);
-    if (in->op != OP_REDUCE || r == EID_NONE || instr_reducer(c->cur, in) != RED_SUM) return;
-    const int64_t *rd = ea_get(c->g, eg_node_attr(c->g, r), A_DIMENSIONS, &nd);
-    const interp_val *init = lf_kval(c, ch[1]);
-    if (nd != 1 || !init || init->n != 1 || interp_val_get(init, 0) != 0) return;
-    uint32_t j = (uint32_t)rd[0];
-    if (lf_class_node(c, ch[0], OP_MULTIPLY, 2, &mc) == EID_NONE) return;
+/* Class x as convert(t == iota along j): t's positions (broadcast along j). */
+static bool onehot_of(lift_ctx *c, eid x, uint32_t j, eid *pos) {
+    const eid *cc, *vc;
+    uint32_t nc;
+    eid cv = lf_class_node(c, x, OP_CONVERT, 1, &vc);
+    eid cmp = cv == EID_NONE ? EID_NONE : lf_class_node(c, vc[0], OP_COMPARE, 2, &cc);
+    if (cmp == EID_NONE) return false;
+    const int64_t *dir = ea_get(c->g, eg_node_attr(c->g, cmp), A_DIRECTION, &nc);
+    if (dir && (nc != 1 || (uint64_t)dir[0] != hash_bytes("EQ", 2))) return false;
+    for (uint32_t k = 0; k < 2; k++) {
+        eid p = broadcast_along(c, cc[k], j);
+        if (p == EID_NONE || !iota_along(c, cc[1 - k], j)) continue;
+        *pos = p;
+        return true;
+    }
+    return false;
+}
+
+/* Class m as convert(t == iota along j) · other, either order: t's
+ * positions (broadcast along j) and the other operand. */
+static bool onehot_product(lift_ctx *c, eid m, uint32_t j, eid *pos, eid *other) {
+    const eid *mc;
+    if (lf_class_node(c, m, OP_MULTIPLY, 2, &mc) == EID_NONE) return false;
     for (uint32_t side = 0; side < 2; side++) {
-        const eid *vc;
-        eid cv = lf_class_node(c, mc[side], OP_CONVERT, 1, &vc);
-        eid cmp = cv == EID_NONE ? EID_NONE : lf_class_node(c, vc[0], OP_COMPARE, 2, &cc);
-        if (cmp == EID_NONE || eg_class_type(c->g, mc[1 - side]) != eg_class_type(c->g, mc[side])) continue;
-        const int64_t *dir = ea_get(c->g, eg_node_attr(c->g, cmp), A_DIRECTION, &nc);
-        if (dir && (nc != 1 || (uint64_t)dir[0] != hash_bytes("EQ", 2))) continue;
-        for (uint32_t k = 0; k < 2; k++) {
-            eid pos = broadcast_along(c, cc[k], j);
-            if (pos == EID_NONE || !iota_along(c, cc[1 - k], j)) continue;
-            lift_pick p = {.x = mc[1 - side], .pos = pos, .cls = cls, .src = EID_NONE, .j = j};
+        if (eg_class_type(c->g, mc[1 - side]) != eg_class_type(c->g, mc[side])) continue;
+        eid o = mc[1 - side];
+        if (onehot_of(c, mc[side], j, pos)) {
+            *other = o;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The dims of type t without dim j, as a type of dtype dt. */
+static uint32_t type_without(lift_ctx *c, uint32_t t, uint32_t j, int dt) {
+    uint32_t rank;
+    const int64_t *td = eg_type_dims(c->g, t, &rank);
+    int64_t rd[VIEW_MAX_RANK];
+    if (rank > VIEW_MAX_RANK || j >= rank) return 0;
+    for (uint32_t d = 0, k = 0; d < rank; d++)
+        if (d != j) rd[k++] = td[d];
+    return lf_type_of(c, dt, rd, rank - 1);
+}
+
+/* Whether every pair (a[q], b[q]) is in the same order as every other. */
+static bool paired_in_order(const int64_t *a, const int64_t *b, uint32_t n) {
+    for (uint32_t q = 0; q < n; q++)
+        for (uint32_t q2 = 0; q2 < n; q2++)
+            if ((a[q] < a[q2]) != (b[q] < b[q2])) return false;
+    return true;
+}
+
+/* Whether class k holds the value n at every element. */
+static bool all_equal_to(lift_ctx *c, eid k, int64_t n) {
+    const interp_val *kv = lf_kval(c, k);
+    for (int64_t e = 0; kv && e < kv->n; e++)
+        if (interp_val_get(kv, e) != (double)n) return false;
+    return kv && kv->n > 0;
+}
+
+/* Index values x with jnp's wrap of negative values taken off:
+ * select(t < 0, t + n, t) (through reshapes) is t over [0, n). */
+static eid unwrapped(lift_ctx *c, eid x, int64_t n, int depth) {
+    const eid *ch, *cc, *ac;
+    if (depth > 4) return x;
+    if (lf_class_node(c, x, OP_RESHAPE, 1, &ch) != EID_NONE) {
+        eid y = unwrapped(c, ch[0], n, depth + 1);
+        return eg_find(c->g, y) == eg_find(c->g, ch[0]) ? x : lf_mk_reshape(c, y, eg_class_type(c->g, x), c->origin);
+    }
+    eid cmp, add;
+    uint32_t nd;
+    if (lf_class_node(c, x, OP_SELECT, 3, &ch) == EID_NONE || (cmp = lf_class_node(c, ch[0], OP_COMPARE, 2, &cc)) == EID_NONE ||
+        (add = lf_class_node(c, ch[1], OP_ADD, 2, &ac)) == EID_NONE)
+        return x;
+    eid t = ch[2];
+    const int64_t *dir = ea_get(c->g, eg_node_attr(c->g, cmp), A_DIRECTION, &nd);
+    bool lt = dir && nd == 1 && (uint64_t)dir[0] == hash_bytes("LT", 2);
+    if (!lt || eg_find(c->g, cc[0]) != eg_find(c->g, t) || !lf_class_is_zero(c, cc[1])) return x;
+    for (uint32_t o = 0; o < 2; o++)
+        if (eg_find(c->g, ac[o]) == eg_find(c->g, t) && all_equal_to(c, ac[1 - o], n)) return t;
+    return x;
+}
+
+/* scatter-add of updates into zeros at index values t along dim j, every
+ * other dim a batching dim paired in order with the indices' dims (any other
+ * index dim of size 1; the index values t itself over [0, n)): a put. */
+static void scatter_put(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in, *ii = in->noperands == 3 ? &s->comp->instrs[in->operands[1]] : NULL;
+    if (!ii || instr_reducer(c->cur, in) != RED_SUM) return;
+    const lval *z = &s->vals[in->operands[0]], *idx = &s->vals[in->operands[1]], *u = &s->vals[in->operands[2]];
+    if (z->kind != LV_TERM || (idx->kind != LV_PW && idx->kind != LV_TERM) || u->kind != LV_TERM || lf_scale_of(u) != 1 ||
+        lf_scale_of(v) != 1 || !view_is_dup(&z->v) ||
+        !view_is_dup(&idx->v) || !view_is_dup(&u->v) || (idx->kind == LV_PW ? idx->pos : idx->cls) == EID_NONE ||
+        !lf_class_is_zero(c, z->cls))
+        return;
+    uint32_t nw, ni, ns, nb, nsb, tr = in->shape.rank, ir = ii->shape.rank;
+    const int64_t *uwd = instr_ints(in, A_UPDATE_WINDOW_DIMS, &nw), *iwd = instr_ints(in, A_INSERTED_WINDOW_DIMS, &ni);
+    const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &ns), *ib = instr_ints(in, A_INPUT_BATCHING_DIMS, &nb);
+    const int64_t *sb = instr_ints(in, A_SCATTER_INDICES_BATCHING_DIMS, &nsb);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+    (void)uwd;
+    if (nw || ni != 1 || ns != 1 || sd[0] != iwd[0] || iwd[0] < 0 || iwd[0] >= (int64_t)tr || nb + 1 != tr || nsb != nb ||
+        !paired_in_order(ib, sb, nb))
+        return;
+    uint32_t j = (uint32_t)iwd[0];
+    for (uint32_t d = 0; d < ir; d++) {
+        bool batching = d == ivd;
+        for (uint32_t q = 0; q < nb; q++) batching |= sb[q] == d;
+        if (!batching && ii->shape.dims[d] != 1) return;
+    }
+    int64_t n = in->shape.dims[j];
+    for (int64_t d = 0; d < c->ndev && idx->kind == LV_PW; d++) {
+        const pw_fn *f = &idx->pw[d];
+        for (uint32_t k = 0; k < f->n; k++) {
+            const pw_piece *p = &f->p[k];
+            bool overlaps = (p->hi == PW_POS_INF || p->hi > 0) && (p->lo == PW_NEG_INF || p->lo < n);
+            if (overlaps && (p->a != 1 || p->b != 0)) return;
+        }
+    }
+    /* plain index values: t itself, or t with negative values wrapped */
+    eid pos = idx->kind == LV_PW ? idx->pos : unwrapped(c, idx->cls, n, 0);
+    uint32_t t = eg_class_type(c->g, v->cls);
+    uint32_t pt = type_without(c, t, j, eg_type_dtype(c->g, eg_class_type(c->g, pos)));
+    uint32_t ut = type_without(c, t, j, in->shape.dtype);
+    if (!pt || !ut) return;
+    lift_pick p = {.src = idx->kind == LV_PW ? idx->src : pos, .cls = v->cls, .j = j, .indexed = true, .put = true, .domain = n};
+    p.pos = lf_mk_reshape(c, pos, pt, c->origin);
+    p.x = lf_mk_reshape(c, u->cls, ut, c->origin);
+    pick_note(c, &p);
+}
+
+void lf_pick_forms(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (v->kind != LV_TERM || v->cls == EID_NONE) return;
+    if (in->op == OP_SCATTER) {
+        scatter_put(s, v);
+        return;
+    }
+    if (lf_scale_of(v) != 1 && in->shape.rank <= VIEW_MAX_RANK && dtype_is_float(in->shape.dtype)) {
+        /* k · convert(t == iota), k carried beside the one-hot: a put of a splat of k */
+        for (uint32_t j = 0; j < in->shape.rank; j++) {
+            eid pos, one;
+            if (!onehot_of(c, v->cls, j, &pos)) continue;
+            interp_val *k = interp_val_new(in->shape.dtype, 0, NULL);
+            k->f[0] = lf_scale_of(v);
+            eid ks = lf_const_term(c, k, c->origin);
+            uint32_t t = eg_class_type(c->g, v->cls), xt = type_without(c, t, j, in->shape.dtype);
+            eid kb = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), t, &ks, 1, c->origin);
+            eid mch[2] = {v->cls, kb};
+            one = eg_add(c->g, OP_MULTIPLY, 0, t, mch, 2, c->origin);
+            lift_pick p = {.pos = pos, .cls = one, .src = EID_NONE, .j = j, .put = true};
+            p.x = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), xt, &ks, 1, c->origin);
             pick_note(c, &p);
             return;
         }
+        return;
     }
+    if (in->op == OP_MULTIPLY) {
+        /* convert(t == iota) · broadcast(x) along j: a put */
+        for (uint32_t j = 0; j < in->shape.rank; j++) {
+            eid pos, other, x;
+            if (!onehot_product(c, v->cls, j, &pos, &other)) continue;
+            if ((x = broadcast_along(c, other, j)) == EID_NONE) {
+                /* the same value everywhere: its splat at the positions' shape */
+                const eid *sc;
+                uint32_t nb, sr;
+                eid bn = lf_class_node(c, other, OP_BROADCAST, 1, &sc);
+                if (bn == EID_NONE || (ea_get(c->g, eg_node_attr(c->g, bn), A_DIMENSIONS, &nb), nb) ||
+                    (eg_type_dims(c->g, eg_class_type(c->g, sc[0]), &sr), sr))
+                    continue;
+                eid scalar = sc[0];
+                uint32_t xt = type_without(c, eg_class_type(c->g, other), j, in->shape.dtype);
+                x = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), xt, &scalar, 1, c->origin);
+            }
+            lift_pick p = {.x = x, .pos = pos, .cls = v->cls, .src = EID_NONE, .j = j, .put = true};
+            pick_note(c, &p);
+            return;
+        }
+        return;
+    }
+    uint32_t nd;
+    const eid *ch;
+    eid r = lf_class_node(c, v->cls, OP_REDUCE, 2, &ch);
+    if (in->op != OP_REDUCE || r == EID_NONE || instr_reducer(c->cur, in) != RED_SUM) return;
+    const int64_t *rd = ea_get(c->g, eg_node_attr(c->g, r), A_DIMENSIONS, &nd);
+    const interp_val *init = lf_kval(c, ch[1]);
+    eid pos, x, m = ch[0];
+    if (nd != 1 || !init || init->n != 1 || interp_val_get(init, 0) != 0 || !onehot_product(c, m, (uint32_t)rd[0], &pos, &x))
+        return;
+    lift_pick p = {.x = x, .pos = pos, .cls = v->cls, .src = EID_NONE, .j = (uint32_t)rd[0]};
+    pick_note(c, &p);
 }
 
 /* gather(table, index) with the index a function of the source: the rows the
@@ -833,24 +1006,18 @@ static bool pw_gather(lstate *s, lval *out) {
     /* take_along_axis: every other table dim a batching dim, paired in order
      * with the index's dims (any other index dim of size 1): a pick of the
      * table along j at positions p0. */
-    bool in_order = nv == 1 && nob + 1 == tr;
-    for (uint32_t q = 0; q < nob && in_order; q++)
-        for (uint32_t q2 = 0; q2 < nob; q2++) in_order &= (ob[q] < ob[q2]) == (sb[q] < sb[q2]);
+    bool in_order = nv == 1 && nob + 1 == tr && paired_in_order(ob, sb, nob);
     for (uint32_t d = 0; d < ir && in_order; d++) {
         bool batching = d == ivd;
         for (uint32_t q = 0; q < nob; q++) batching |= sb[q] == d;
         in_order = batching || ii->shape.dims[d] == 1;
     }
-    if (in_order) {
-        uint32_t rank;
-        const int64_t *td = eg_type_dims(c->g, eg_class_type(c->g, tab->cls), &rank);
-        int64_t rd[VIEW_MAX_RANK];
-        for (uint32_t d = 0, k = 0; d < rank; d++)
-            if (d != j) rd[k++] = td[d];
-        int pdt = eg_type_dtype(c->g, eg_class_type(c->g, p0));
-        lift_pick p = {.x = tab->cls, .src = row->src, .j = j, .gather = true, .domain = domain};
-        p.pos = lf_mk_reshape(c, p0, lf_type_of(c, pdt, rd, rank - 1), c->origin);
-        p.cls = lf_mk_reshape(c, v.hit, lf_type_of(c, in->shape.dtype, rd, rank - 1), c->origin);
+    uint32_t tt = eg_class_type(c->g, tab->cls);
+    uint32_t pt = type_without(c, tt, j, eg_type_dtype(c->g, eg_class_type(c->g, p0))), ht = type_without(c, tt, j, in->shape.dtype);
+    if (in_order && pt && ht) {
+        lift_pick p = {.x = tab->cls, .src = row->src, .j = j, .indexed = true, .domain = domain};
+        p.pos = lf_mk_reshape(c, p0, pt, c->origin);
+        p.cls = lf_mk_reshape(c, v.hit, ht, c->origin);
         pick_note(c, &p);
     }
     *out = v;

@@ -267,6 +267,7 @@ lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const vie
 uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci); /* structural digest of computation ci */
 uint64_t lf_reducer_digest(int red);  /* that digest of a computation recognised as reducer red (RED_SUM, ...) */
 void lf_lse_forms(lstate *s, const lval *v);  /* log Σ exp(x - m) + m as log Σ exp(x) (lift_moment.c) */
+void lf_sign_forms(lstate *s, const lval *v); /* x >= 0 true for x never negative by its form (lift_moment.c) */
 /* Device-dependent values (lift_dev.c); lf_dev_uniform and lf_dev_constant,
  * lf_konst_at below. */
 lval lf_dev_from_literal(lift_ctx *c, const hlo_instr *in); /* a small integer constant as a device table */
@@ -295,9 +296,9 @@ lval lf_lift_conditional(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
  * returns false (no reading) or sets *out. */
 bool lf_scatter_reading(lstate *s, lval *out);       /* scatter into own blocks, or a blocked sum */
 bool lf_iota_block(lstate *s, lval *out);            /* add(iota, block offset): a global iota's block */
-/* reduce-sum of x · one_hot(t) over a dim (x at t along it, for t in range): noted, and made one class
- * with a gather that picks the same elements (lift_index.c) */
-void lf_pick_onehot(lift_ctx *c, const hlo_instr *in, eid cls);
+/* v, just lifted, as a pick (a gather; a one-hot product summed) or a put (a scatter-add into zeros; a
+ * one-hot product): noted, and made one class with one of the other kind doing the same (lift_index.c) */
+void lf_pick_forms(lstate *s, const lval *v);
 /* an iota through converts, copies, broadcasts, unit reshapes: its dim (-1: none); g: the chain over a longer iota */
 int lf_iota_chain(lift_ctx *c, const hlo_comp *comp, const hlo_instr *x, int64_t parts, eid *g);
 bool lf_gather_index_values(lstate *s, lval *out);   /* collectives moving index values */

@@ -18,7 +18,14 @@
  * reals for any finite m along the other dims: the row max, its all-reduced
  * max over a vocab-parallel row, or jax.nn.logsumexp's max replaced by 0
  * where it is not finite. Both sides' shifted forms join the unshifted one;
- * the sum may sit under an abs (a sum of exponentials is never negative). */
+ * the sum may sit under an abs (a sum of exponentials is never negative).
+ *
+ * Signs. A value that is never negative over the reals (an exponential, an
+ * abs, a square, a sum of such from zero) compared with zero by >= is true
+ * everywhere (by < false), and its abs is itself: jax.nn.logsumexp takes
+ * the abs of its sum, and its derivative selects by the sum's sign.
+ * where(is_finite(m), m, k) is m for finite m: that m is finite is assumed
+ * (recorded) — jax.nn.logsumexp's guard against rows with no finite max. */
 #include "lift.h"
 #include "lift_int.h"
 
@@ -183,6 +190,55 @@ void lf_lse_forms(lstate *s, const lval *v) {
         eid r = eg_add(c->g, OP_REDUCE, attr, st, red_ch, 2, c->origin);
         eid lg = eg_add(c->g, OP_LOG, 0, eg_class_type(c->g, add[side]), &r, 1, c->origin);
         if (eg_class_type(c->g, lg) == eg_class_type(c->g, v->cls)) eg_union(c->g, v->cls, lg, NULL);
+        return;
+    }
+}
+
+/* Whether class x is never negative over the reals, by its form. */
+static bool nonneg(lift_ctx *c, eid x, int depth) {
+    const eid *ch;
+    if (depth > 4) return false;
+    if (lf_class_node(c, x, OP_EXP, 1, &ch) != EID_NONE || lf_class_node(c, x, OP_ABS, 1, &ch) != EID_NONE) return true;
+    if (lf_class_node(c, x, OP_MULTIPLY, 2, &ch) != EID_NONE && eg_find(c->g, ch[0]) == eg_find(c->g, ch[1])) return true;
+    eid rn = sum_of(c, x, &ch);
+    uint32_t nt;
+    const int64_t *ta = rn == EID_NONE ? NULL : ea_get(c->g, eg_node_attr(c->g, rn), A_TO_APPLY, &nt);
+    return ta && nt == 1 && (uint64_t)ta[0] == lf_reducer_digest(RED_SUM) && nonneg(c, ch[0], depth + 1);
+}
+
+void lf_sign_forms(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const eid *ch;
+    if (in->op == OP_SELECT && v->kind == LV_TERM && v->cls != EID_NONE && s->ops[0].kind == LV_TERM &&
+        s->ops[1].kind == LV_TERM && s->ops[0].cls != EID_NONE && s->ops[1].cls != EID_NONE &&
+        lf_class_node(c, s->ops[0].cls, OP_IS_FINITE, 1, &ch) != EID_NONE &&
+        eg_find(c->g, ch[0]) == eg_find(c->g, s->ops[1].cls) && eg_class_type(c->g, v->cls) == eg_class_type(c->g, ch[0])) {
+        lf_assume(c, "values guarded by is_finite (jax.nn.logsumexp's max) are finite");
+        eg_union(c->g, v->cls, s->ops[1].cls, NULL);
+        return;
+    }
+    if (in->op == OP_ABS && v->kind == LV_TERM && v->cls != EID_NONE && s->ops[0].kind == LV_TERM &&
+        s->ops[0].cls != EID_NONE && nonneg(c, s->ops[0].cls, 0) &&
+        eg_class_type(c->g, v->cls) == eg_class_type(c->g, s->ops[0].cls)) {
+        eg_union(c->g, v->cls, s->ops[0].cls, NULL);
+        return;
+    }
+    const char *dir = in->op == OP_COMPARE ? instr_str(in, A_DIRECTION) : NULL;
+    if (!dir || v->kind != LV_TERM || v->cls == EID_NONE || s->ops[0].kind != LV_TERM || s->ops[1].kind != LV_TERM ||
+        s->ops[0].cls == EID_NONE || s->ops[1].cls == EID_NONE || !dtype_is_float(s->comp->instrs[in->operands[0]].shape.dtype))
+        return;
+    for (uint32_t o = 0; o < 2; o++) {
+        if (!lf_class_is_zero(c, s->ops[1 - o].cls) || !nonneg(c, s->ops[o].cls, 0)) continue;
+        /* x >= 0 and 0 <= x hold; x < 0 and 0 > x do not */
+        const char *holds = o == 0 ? "GE" : "LE", *fails = o == 0 ? "LT" : "GT";
+        if (strcmp(dir, holds) && strcmp(dir, fails)) return;
+        interp_val *t = interp_val_new(DT_PRED, in->shape.rank, in->shape.dims);
+        for (int64_t k = 0; k < t->n; k++) t->i[k] = !strcmp(dir, holds);
+        interp_val *kv = interp_val_new(DT_PRED, in->shape.rank, in->shape.dims);
+        memcpy(kv->i, t->i, (size_t)t->n * sizeof *t->i);
+        eg_union(c->g, v->cls, lf_const_term(c, t, c->origin), NULL);
+        lf_kval_set(c, v->cls, kv);
         return;
     }
 }

@@ -1762,7 +1762,10 @@ static void concat_unlike_operands(void) {
  * when a wrong variant is checked (with execution: a mismatch):
  *   - tests/cases/lse: a logsumexp shifted by any m is the unshifted one.
  *   - tests/cases/onehot: a one-hot of labels offset by the device's vocab
- *     block, compared with the local iota, is the global one-hot's block.
+ *     block, compared with the local iota, is the global one-hot's block;
+ *     summed against logits it picks what a take_along_axis picks, and
+ *     times a cotangent it puts what the gather's gradient (a scatter-add
+ *     into zeros) puts.
  *   - tests/cases/gather-idx: gathers over a sharded table with device-offset
  *     indices, as GSPMD and PyTorch/XLA partition them (the device's block
  *     start subtracted, indices outside the block masked to zero, the partial
@@ -1940,6 +1943,12 @@ static void hand_written_cases(void) {
         {"onehot/take", "labels not offset", "tl = s32[4] subtract(t, offb)", "tl = s32[4] copy(t)", VERDICT_MISMATCH, false},
         {"onehot/take", "a product summed over the other dim", "dimensions={1}, to_apply=add\n  ROOT",
          "dimensions={0}, to_apply=add\n  ROOT", VERDICT_MISMATCH, false},
+        /* the baseline's gradient of a take_along_axis (scatter-add into zeros) against a one-hot product */
+        {"onehot/put", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"onehot/put", "labels not offset", "tl = s32[4] subtract(t, offb)", "tl = s32[4] copy(t)", VERDICT_MISMATCH, false},
+        {"onehot/put", "cotangent broadcast along the vocab", "broadcast(g), dimensions={0}", "broadcast(g), dimensions={1}",
+         VERDICT_MISMATCH, false},
+        {"onehot/put", "another comparison", "direction=EQ", "direction=NE", VERDICT_MISMATCH, false},
         {"onehot/pick", "another comparison", "compare(tb, ib), direction=EQ", "compare(tb, ib), direction=LE", VERDICT_MISMATCH,
          false},
         {"gather-idx/along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
