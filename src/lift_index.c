@@ -666,6 +666,20 @@ static bool paired_in_order(const int64_t *a, const int64_t *b, uint32_t n) {
     return true;
 }
 
+/* Whether index values x (LV_PW) are, on every device, t itself for t in [0, n). */
+static bool identity_on(const lift_ctx *c, const lval *x, int64_t n) {
+    if (x->pos == EID_NONE) return false;
+    for (int64_t d = 0; d < c->ndev; d++) {
+        const pw_fn *f = &x->pw[d];
+        for (uint32_t k = 0; k < f->n; k++) {
+            const pw_piece *p = &f->p[k];
+            bool overlaps = (p->hi == PW_POS_INF || p->hi > 0) && (p->lo == PW_NEG_INF || p->lo < n);
+            if (overlaps && (p->a != 1 || p->b != 0)) return false;
+        }
+    }
+    return true;
+}
+
 /* Whether class k holds the value n at every element. */
 static bool all_equal_to(lift_ctx *c, eid k, int64_t n) {
     const interp_val *kv = lf_kval(c, k);
@@ -726,14 +740,7 @@ static void scatter_put(lstate *s, const lval *v) {
         if (!batching && ii->shape.dims[d] != 1) return;
     }
     int64_t n = in->shape.dims[j];
-    for (int64_t d = 0; d < c->ndev && idx->kind == LV_PW; d++) {
-        const pw_fn *f = &idx->pw[d];
-        for (uint32_t k = 0; k < f->n; k++) {
-            const pw_piece *p = &f->p[k];
-            bool overlaps = (p->hi == PW_POS_INF || p->hi > 0) && (p->lo == PW_NEG_INF || p->lo < n);
-            if (overlaps && (p->a != 1 || p->b != 0)) return;
-        }
-    }
+    if (idx->kind == LV_PW && !identity_on(c, idx, n)) return;
     /* plain index values: t itself, or t with negative values wrapped */
     eid pos = idx->kind == LV_PW ? idx->pos : unwrapped(c, idx->cls, n, 0);
     uint32_t t = eg_class_type(c->g, v->cls);
@@ -751,6 +758,21 @@ void lf_pick_forms(lstate *s, const lval *v) {
     const hlo_instr *in = s->in;
     if (v->kind != LV_TERM || v->cls == EID_NONE) return;
     if (in->op == OP_SCATTER) {
+        /* The baseline's indices with negative values wrapped (jnp's .at[])
+         * are the values themselves over the rows (the domain gathers and
+         * scatters of the other program assume). */
+        uint32_t nsd;
+        const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);
+        const lval *idx = in->noperands == 3 ? &s->vals[in->operands[1]] : NULL;
+        if (c->baseline_mode && idx && (idx->kind == LV_TERM || idx->kind == LV_PW) && idx->cls != EID_NONE && nsd == 1 &&
+            sd[0] >= 0 && sd[0] < in->shape.rank) {
+            int64_t n = in->shape.dims[sd[0]];
+            eid t = idx->kind == LV_TERM ? unwrapped(c, idx->cls, n, 0) : identity_on(c, idx, n) ? idx->pos : idx->cls;
+            if (eg_find(c->g, t) != eg_find(c->g, idx->cls) && eg_class_type(c->g, t) == eg_class_type(c->g, idx->cls)) {
+                assume_domain(c, t, in->shape.dims[sd[0]]);
+                eg_union(c->g, idx->cls, t, NULL);
+            }
+        }
         scatter_put(s, v);
         return;
     }

@@ -749,6 +749,32 @@ bool lf_only_scatter_indices(const lstate *s) {
     return uses > 0;
 }
 
+/* f, per device, as t - off wherever it lands in [0, rows) (every other
+ * piece a constant outside, which a scatter drops: a vocab-parallel
+ * gradient's where(loc < 0, rows, loc)): that off. */
+static bool offset_or_dropped(const pw_fn *f, int64_t rows, double *off) {
+    bool have = false;
+    int64_t b = 0;
+    for (uint32_t k = 0; k < f->n; k++) {
+        const pw_piece *q = &f->p[k];
+        if (q->a == 0 && (q->b < 0 || q->b >= rows)) continue;
+        if (q->a != 1 || (have && q->b != b)) return false;
+        have = true;
+        b = q->b;
+    }
+    if (!have || b == INT64_MIN) return false;
+    /* the pieces t - off must cover the whole block [off, off + rows) */
+    int64_t lo = -b, hi;
+    if (__builtin_add_overflow(lo, rows, &hi)) return false;
+    for (uint32_t k = 0; k < f->n; k++) {
+        const pw_piece *q = &f->p[k];
+        bool overlaps = (q->hi == PW_POS_INF || q->hi > lo) && (q->lo == PW_NEG_INF || q->lo < hi);
+        if (overlaps && (q->a != 1 || q->b != b)) return false;
+    }
+    *off = (double)lo;
+    return true;
+}
+
 /* Scatter s's indices (operand 1) are x - off(r), x the same function of
  * data on every device under a plain view (a batch split over dp travels
  * along) and off(r) = block(r)·size in one component of the index vector
@@ -789,11 +815,9 @@ static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
     } else {
         const lval *p = &s->ops[1];
         if (nsd != 1 || p->kind != LV_PW || !p->pw || p->pos == EID_NONE) return false;
-        for (int64_t r = 0; r < c->ndev; r++) {
-            const pw_fn *f = &p->pw[r];
-            if (f->n != 1 || f->p[0].lo != PW_NEG_INF || f->p[0].hi != PW_POS_INF || f->p[0].a != 1) return false;
-            per[r] = -(double)f->p[0].b;
-        }
+        int64_t rows = s->comp->instrs[in->operands[0]].shape.dims[sd[0]];
+        for (int64_t r = 0; r < c->ndev; r++)
+            if (!offset_or_dropped(&p->pw[r], rows, &per[r])) return false;
         x = term(p->pos, p->v, false);
     }
     if (x.kind != LV_TERM || x.v.partial || x.v.rank != ii->shape.rank) return false;

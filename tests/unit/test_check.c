@@ -1036,7 +1036,14 @@ static void check_undecided(const char *dir, const char *dist, const char *at, c
  * wide along the split dim (a window across two blocks is dropped by both
  * devices, not globally) is never verified, with replicated indices too.
  * embed-big: the same with 4096 rows of ids, its offset one number per
- * device broadcast to more positions than are tabulated. */
+ * device broadcast to more positions than are tabulated. Local indices
+ * below the block moved past the rows are dropped as the out-of-block ones
+ * are (verified); moved onto a row or wrapped (jnp's negative indices) they
+ * are not. */
+#define NEG_MOVED(rows)                                                                                   \
+    "%zi = s32[] constant(0)\n  %zib = s32[2,2,1] broadcast(%zi), dimensions={}\n"                          \
+    "  %neg = pred[2,2,1] compare(%li, %zib), direction=LT\n  %rows = s32[] constant(" rows ")\n"            \
+    "  %rowsb = s32[2,2,1] broadcast(%rows), dimensions={}\n  %lw = s32[2,2,1] select(%neg, %rowsb, %li)\n"
 static void scatter_cases(void) {
     static const char max_comp[] = "\n%max (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n"
                                    "  %b = f32[] parameter(1)\n  ROOT %m = f32[] maximum(%a, %b)\n}\n";
@@ -1054,6 +1061,17 @@ static void scatter_cases(void) {
          VERDICT_MISMATCH},
         {"embed, all-reduce over tp", "embed", "embed", "embed", "replica_groups={{0,2},{1,3}}", "replica_groups={{0,1},{2,3}}",
          NULL, VERDICT_MISMATCH},
+        /* indices below the block moved out of range (where(loc < 0, rows, loc)), dropped by the scatter */
+        {"embed, negative local indices moved past the rows", "embed", "embed", "embed",
+         "%s = f32[8,4] scatter(%zeros, %li, %upd)", NEG_MOVED("8") "  %s = f32[8,4] scatter(%zeros, %lw, %upd)", NULL,
+         VERDICT_VERIFIED},
+        {"embed, negative local indices moved onto the last row", "embed", "embed", "embed",
+         "%s = f32[8,4] scatter(%zeros, %li, %upd)", NEG_MOVED("7") "  %s = f32[8,4] scatter(%zeros, %lw, %upd)", NULL,
+         VERDICT_MISMATCH},
+        {"embed, negative local indices wrapped", "embed", "embed", "embed", "%s = f32[8,4] scatter(%zeros, %li, %upd)",
+         NEG_MOVED("8") "  %lv0 = s32[2,2,1] add(%li, %rowsb)\n  %lv = s32[2,2,1] select(%neg, %lv0, %li)\n"
+         "  %s = f32[8,4] scatter(%zeros, %lv, %upd)", NULL,
+         VERDICT_MISMATCH},
         /* the offset broadcast to 8192 positions, more than device values are tabulated for */
         {"embed, 4096 rows of ids", "embed-big", "embed-big", "embed-big", NULL, NULL, NULL, VERDICT_VERIFIED},
         {"embed, 4096 rows of ids, offsets of half a block", "embed-big", "embed-big", "embed-big", "{0, 8, 0, 8}",
