@@ -1655,6 +1655,12 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
      * both sides, as the constant factors that depend on it are. */
     bool konst = in->op != OP_PARTITION_ID && in->op != OP_REPLICA_ID;
     for (uint32_t o = 0; o < in->noperands; o++) konst &= vals[in->operands[o]].konst;
+    /* A global term made of constants and device values only (an iota
+     * offset by the device's block) is constant-only, as the baseline's. */
+    bool dev_konst = v->kind == LV_TERM && in->noperands > 0;
+    for (uint32_t o = 0; o < in->noperands && dev_konst; o++)
+        dev_konst = vals[in->operands[o]].konst || vals[in->operands[o]].kind == LV_DEV;
+    konst |= dev_konst;
     v->konst = konst;
     if (c->baseline_mode) {
         /* The baseline is its own reference: what no transfer function

@@ -323,6 +323,21 @@ static bool gen_reverse(gen *g, const em_pat *t, const rtype *ty) {
     return emit_list(g, t, OP_REVERSE, ty, &a, "dimensions", w, n, ty);
 }
 
+/* (iota :iota_dimension d): positions along one dim of the type */
+static bool gen_iota(gen *g, const em_pat *t, const rtype *ty) {
+    static const int keys[] = {A_IOTA_DIMENSION, A_COUNT};
+    aspec a;
+    if (t->nkids != 0 || !only_keys(g, t, keys) || ty->rank == 0) return false;
+    spec(g, t, A_IOTA_DIMENSION, &a);
+    int64_t d = a.present && a.fixed ? (a.n == 1 ? a.w[0] : -1) : rnd(g, 0, ty->rank - 1);
+    if (d < 0 || d >= (int64_t)ty->rank) return false;
+    bind(g, &a, &d, 1);
+    strbuf at;
+    sb_init(&at);
+    sb_printf(&at, " :iota_dimension %lld", (long long)d);
+    return emit(g, t, OP_IOTA, NULL, &at, ty);
+}
+
 static bool gen_reshape(gen *g, const em_pat *t, const rtype *ty) {
     aspec a;
     if (!one_operand(g, t, A_COUNT, &a)) return false;
@@ -565,6 +580,7 @@ static bool gen_term(gen *g, uint32_t pat, const rtype *ty) {
     case OP_CONVERT: return gen_convert(g, t, ty);
     case OP_TRANSPOSE: return gen_transpose(g, t, ty);
     case OP_REVERSE: return gen_reverse(g, t, ty);
+    case OP_IOTA: return gen_iota(g, t, ty);
     case OP_RESHAPE: return gen_reshape(g, t, ty);
     case OP_BROADCAST: return gen_broadcast(g, t, ty);
     case OP_CONCATENATE: return gen_concatenate(g, t, ty);
