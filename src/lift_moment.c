@@ -19,6 +19,7 @@
  * max over a vocab-parallel row, or jax.nn.logsumexp's max replaced by 0
  * where it is not finite. Both sides' shifted forms join the unshifted one;
  * the sum may sit under an abs (a sum of exponentials is never negative).
+ * So does jax.nn.log_softmax's (x − m) − log Σ exp(x − m): x − log Σ exp(x).
  *
  * Signs. A value that is never negative over the reals (an exponential, an
  * abs, a square, a sum of such from zero) compared with zero by >= is true
@@ -154,44 +155,78 @@ static bool same_but_unit_dims(lift_ctx *c, eid s, eid m) {
     return ns == nm && eg_find(c->g, lf_mk_reshape(c, m, ts, c->origin)) == eg_find(c->g, s);
 }
 
+/* Class l as log(Σ_j exp(x − m)) (the sum possibly under an abs), m
+ * broadcast along the summed dim j only: the shifted operand x − m, m and
+ * the unshifted log(Σ_j exp(x)) (built). */
+static bool shifted_lse(lift_ctx *c, eid l, eid *shifted, eid *m, eid *unshifted) {
+    const eid *lc, *rc, *ec, *sc, *bc;
+    if (lf_class_node(c, l, OP_LOG, 1, &lc) == EID_NONE) return false;
+    eid sum = lc[0];
+    if (lf_class_node(c, sum, OP_ABS, 1, &lc) != EID_NONE) sum = lc[0];
+    eid rn = sum_of(c, sum, &rc);
+    if (rn == EID_NONE) return false;
+    uint32_t attr = eg_node_attr(c->g, rn), nd, nt, rank, nb;
+    const int64_t *rd = ea_get(c->g, attr, A_DIMENSIONS, &nd), *ta = ea_get(c->g, attr, A_TO_APPLY, &nt);
+    if (nd != 1 || nt != 1 || (uint64_t)ta[0] != lf_reducer_digest(RED_SUM)) return false;
+    eid zero = rc[1], en = lf_class_node(c, rc[0], OP_EXP, 1, &ec);
+    if (en == EID_NONE || lf_class_node(c, ec[0], OP_SUBTRACT, 2, &sc) == EID_NONE) return false;
+    eid sh = ec[0], x = sc[0], bn = lf_class_node(c, sc[1], OP_BROADCAST, 1, &bc);
+    if (bn == EID_NONE) return false;
+    const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, bn), A_DIMENSIONS, &nb);
+    eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+    bool along = nb + 1 == rank;
+    for (uint32_t k = 0; k < nb && along; k++) along = bd[k] == (int64_t)(k < (uint32_t)rd[0] ? k : k + 1);
+    if (!along) return false;
+    *shifted = sh;
+    *m = bc[0];
+    eid ex = eg_add(c->g, OP_EXP, eg_node_attr(c->g, en), eg_class_type(c->g, x), &x, 1, c->origin);
+    eid red_ch[2] = {ex, zero};
+    eid r = eg_add(c->g, OP_REDUCE, attr, eg_class_type(c->g, sum), red_ch, 2, c->origin);
+    *unshifted = eg_add(c->g, OP_LOG, 0, eg_class_type(c->g, l), &r, 1, c->origin);
+    return true;
+}
+
+/* Class y as log(...) itself or seen through reshapes (keepdims). */
+static eid through_reshapes(lift_ctx *c, eid y) {
+    const eid *ch;
+    for (int k = 0; k < 4 && lf_class_node(c, y, OP_LOG, 1, &ch) == EID_NONE; k++) {
+        if (lf_class_node(c, y, OP_RESHAPE, 1, &ch) == EID_NONE) break;
+        y = ch[0];
+    }
+    return y;
+}
+
 void lf_lse_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
-    if (s->in->op != OP_ADD || v->kind != LV_TERM || v->cls == EID_NONE || !dtype_is_float(s->in->shape.dtype)) return;
+    int op = s->in->op;
+    if ((op != OP_ADD && op != OP_SUBTRACT) || v->kind != LV_TERM || v->cls == EID_NONE || !dtype_is_float(s->in->shape.dtype))
+        return;
     const eid *ch;
-    if (lf_class_node(c, v->cls, OP_ADD, 2, &ch) == EID_NONE) return;
-    eid add[2] = {ch[0], ch[1]};
-    for (uint32_t side = 0; side < 2; side++) {
-        const eid *lc, *rc, *ec, *sc, *bc;
-        eid sum;
-        if (lf_class_node(c, add[side], OP_LOG, 1, &lc) == EID_NONE) continue;
-        sum = lc[0];
-        if (lf_class_node(c, sum, OP_ABS, 1, &lc) != EID_NONE) sum = lc[0];
-        eid rn = sum_of(c, sum, &rc);
-        if (rn == EID_NONE) continue;
-        uint32_t attr = eg_node_attr(c->g, rn), nd, nt, rank;
-        const int64_t *rd = ea_get(c->g, attr, A_DIMENSIONS, &nd), *ta = ea_get(c->g, attr, A_TO_APPLY, &nt);
-        if (nd != 1 || nt != 1 || (uint64_t)ta[0] != lf_reducer_digest(RED_SUM)) continue;
-        eid zero = rc[1];
-        eid en = lf_class_node(c, rc[0], OP_EXP, 1, &ec);
-        if (en == EID_NONE || lf_class_node(c, ec[0], OP_SUBTRACT, 2, &sc) == EID_NONE) continue;
-        eid x = sc[0];
-        eid bn = lf_class_node(c, sc[1], OP_BROADCAST, 1, &bc);
-        if (bn == EID_NONE) continue;
-        /* the shift broadcast along the summed dim only, the same m added */
-        uint32_t nb;
-        const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, bn), A_DIMENSIONS, &nb);
-        eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
-        bool along = nb + 1 == rank;
-        for (uint32_t k = 0; k < nb && along; k++) along = bd[k] == (int64_t)(k < (uint32_t)rd[0] ? k : k + 1);
-        if (!along || !same_but_unit_dims(c, add[1 - side], bc[0])) continue;
-        uint32_t st = eg_class_type(c->g, sum), xt = eg_class_type(c->g, x);
-        eid ex = eg_add(c->g, OP_EXP, eg_node_attr(c->g, en), xt, &x, 1, c->origin);
-        eid red_ch[2] = {ex, zero};
-        eid r = eg_add(c->g, OP_REDUCE, attr, st, red_ch, 2, c->origin);
-        eid lg = eg_add(c->g, OP_LOG, 0, eg_class_type(c->g, add[side]), &r, 1, c->origin);
-        if (eg_class_type(c->g, lg) == eg_class_type(c->g, v->cls)) eg_union(c->g, v->cls, lg, NULL);
+    if (lf_class_node(c, v->cls, op, 2, &ch) == EID_NONE) return;
+    eid two[2] = {ch[0], ch[1]}, sh, m, un;
+    if (op == OP_ADD) {
+        /* log Σ exp(x − m) + m */
+        for (uint32_t side = 0; side < 2; side++)
+            if (shifted_lse(c, two[side], &sh, &m, &un) && same_but_unit_dims(c, two[1 - side], m) &&
+                eg_class_type(c->g, un) == eg_class_type(c->g, v->cls)) {
+                eg_union(c->g, v->cls, un, NULL);
+                return;
+            }
         return;
     }
+    /* jax.nn.log_softmax: (x − m) − log Σ exp(x − m), broadcast back along
+     * the summed dim, is x − log Σ exp(x) */
+    const eid *bc, *xc;
+    eid bn = lf_class_node(c, two[1], OP_BROADCAST, 1, &bc);
+    if (bn == EID_NONE) return;
+    eid l = bc[0], ln = through_reshapes(c, l);
+    if (!shifted_lse(c, ln, &sh, &m, &un) || eg_find(c->g, sh) != eg_find(c->g, two[0]) ||
+        lf_class_node(c, sh, OP_SUBTRACT, 2, &xc) == EID_NONE)
+        return;
+    eid x = xc[0], u = eg_find(c->g, ln) == eg_find(c->g, l) ? un : lf_mk_reshape(c, un, eg_class_type(c->g, l), c->origin);
+    eid ub = eg_add(c->g, OP_BROADCAST, eg_node_attr(c->g, bn), eg_class_type(c->g, two[1]), &u, 1, c->origin);
+    eid sub[2] = {x, ub};
+    eg_union(c->g, v->cls, eg_add(c->g, OP_SUBTRACT, 0, eg_class_type(c->g, v->cls), sub, 2, c->origin), NULL);
 }
 
 /* Whether class x is never negative over the reals, by its form. */

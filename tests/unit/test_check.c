@@ -1778,7 +1778,8 @@ static void concat_unlike_operands(void) {
 
 /* Small pairs made by hand, each verified as partitioned and never verified
  * when a wrong variant is checked (with execution: a mismatch):
- *   - tests/cases/lse: a logsumexp shifted by any m is the unshifted one.
+ *   - tests/cases/lse: a logsumexp shifted by any m is the unshifted one
+ *     (jax.nn.logsumexp's guards, jax.nn.log_softmax's form).
  *   - tests/cases/onehot: a one-hot of labels offset by the device's vocab
  *     block, compared with the local iota, is the global one-hot's block;
  *     summed against logits it picks what a take_along_axis picks, and
@@ -1956,6 +1957,11 @@ static void hand_written_cases(void) {
         {"lse/shift", "the local max added back", "add(pm, l)", "add(m, l)", VERDICT_MISMATCH, false},
         {"lse/shift", "sum not all-reduced", "l = f32[4] log(ps)", "l = f32[4] log(r)", VERDICT_MISMATCH, true},
         {"lse/shift", "shift subtracted the other way", "subtract(x, mb)", "subtract(mb, x)", VERDICT_MISMATCH, false},
+        /* jax.nn.log_softmax against x minus a vocab-parallel logsumexp */
+        {"lse/logsoftmax", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"lse/logsoftmax", "the local max added back", "add(pm, l)", "add(m, l)", VERDICT_MISMATCH, false},
+        {"lse/logsoftmax", "operands swapped", "subtract(x, lb)", "subtract(lb, x)", VERDICT_MISMATCH, false},
+        {"lse/logsoftmax", "sum not all-reduced", "l = f32[4] log(ps)", "l = f32[4] log(r)", VERDICT_MISMATCH, true},
         /* the baseline a take_along_axis (a gather), the distributed program a one-hot sum */
         {"onehot/take", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"onehot/take", "labels not offset", "tl = s32[4] subtract(t, offb)", "tl = s32[4] copy(t)", VERDICT_MISMATCH, false},
