@@ -1,27 +1,19 @@
 """File helpers of the samples/wild/ exporters (no JAX or torch imports): writing
 HLO files, picking modules out of an XLA pass dump, merging manifest.json."""
-import gzip
-import io
 import json
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dumpfiles  # noqa: E402  (samples/gen/dumpfiles.py)
 
 OUT = "samples/wild"
-GZIP_OVER = 200 * 1024
 
 
 def put(rel, data):
-    """Write bytes under samples/wild/, gzipped without name or mtime when large;
+    """Write bytes under samples/wild/ (dumpfiles.put: gzipped when large);
     returns the path relative to samples/wild/."""
-    if len(data) > GZIP_OVER:
-        buf = io.BytesIO()
-        with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=9, mtime=0) as g:
-            g.write(data)
-        data, rel = buf.getvalue(), rel + ".gz"
-    path = os.path.join(OUT, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(data)
-    return rel
+    return dumpfiles.put(OUT, rel, data)
 
 
 def put_pair(rel_base, text, pb):
