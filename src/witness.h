@@ -25,8 +25,9 @@
  * beyond the tolerance of the element type, relative to the output's largest
  * magnitude (f32 1e-3, bf16/f16 0.1, f64 1e-9, integers exact), or NaN where
  * the baseline has none, confirms a mismatch (`differs`); within the tight one
- * (f32 1e-5, bf16/f16 2e-2, f64 1e-12) in both runs the outputs agree as
- * rounding explains (`agrees`); between the two, execution decides nothing.
+ * (1e-9 for f32, bf16 and f16, which run in binary64 too; f64 1e-12) in both
+ * runs the outputs agree as binary64 rounding explains (`agrees`); between
+ * the two, execution decides nothing.
  * Agreement is evidence, never a proof. max_rel is relative to that scale.
  */
 #ifndef SCALIFY_WITNESS_H
