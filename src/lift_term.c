@@ -480,6 +480,39 @@ static eid pad_cut_off(lift_ctx *c, const hlo_instr *in, eid x) {
     return eg_find(c->g, y);
 }
 
+/* gather(x, k) with k one constant index vector (no batch positions): the
+ * slice of x at the clamped starts, reshaped to drop the collapsed dims —
+ * x[..., 0] as jnp indexing writes it beside a squeeze. EID_NONE otherwise. */
+static eid constant_gather(lift_ctx *c, const hlo_instr *in, const eid *ch, const int64_t *dims) {
+    const interp_val *k = lf_kval(c, ch[1]);
+    uint32_t rank, ir, n1, n2, no, nss, nob;
+    if (!k || k->f || k->rank > 1) return EID_NONE;
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &rank);
+    eg_type_dims(c->g, eg_class_type(c->g, ch[1]), &ir);
+    const int64_t *sim = instr_ints(in, A_START_INDEX_MAP, &n2), *off = instr_ints(in, A_OFFSET_DIMS, &no);
+    const int64_t *ss = instr_ints(in, A_SLICE_SIZES, &nss);
+    instr_ints(in, A_COLLAPSED_SLICE_DIMS, &n1);
+    instr_ints(in, A_OPERAND_BATCHING_DIMS, &nob);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+    if (rank > VIEW_MAX_RANK || nss != rank || nob || ivd != 0 || k->n != (int64_t)n2 || no != in->shape.rank ||
+        no + n1 != rank)
+        return EID_NONE;
+    for (uint32_t q = 0; q < no; q++)
+        if (off[q] != (int64_t)q) return EID_NONE;
+    int64_t sl[3 * VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < rank; d++) {
+        if (ss[d] < 0 || ss[d] > xd[d]) return EID_NONE;
+        sl[3 * d] = 0, sl[3 * d + 1] = ss[d], sl[3 * d + 2] = 1;
+    }
+    for (uint32_t q = 0; q < n2; q++) {
+        if (sim[q] < 0 || sim[q] >= (int64_t)rank) return EID_NONE;
+        int64_t d = sim[q], at = (int64_t)interp_val_get(k, q), hi = xd[d] - ss[d];
+        at = at < 0 ? 0 : at > hi ? hi : at;
+        sl[3 * d] = at, sl[3 * d + 1] = at + ss[d];
+    }
+    return lf_mk_reshape(c, lf_mk_slice(c, ch[0], sl), lf_type_of(c, in->shape.dtype, dims, in->shape.rank), c->origin);
+}
+
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
                 uint8_t origin) {
     uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
@@ -503,6 +536,10 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
     }
     if (in->op == OP_SLICE && n == 1) {
         eid y = pad_cut_off(c, in, ch[0]);
+        if (y != EID_NONE) return y;
+    }
+    if (in->op == OP_GATHER && n == 2) {
+        eid y = constant_gather(c, in, ch, dims ? dims : in->shape.dims);
         if (y != EID_NONE) return y;
     }
     uint32_t attr = lf_encode_attrs(c, m, in);

@@ -1778,6 +1778,8 @@ static void concat_unlike_operands(void) {
 
 /* Small pairs made by hand, each verified as partitioned and never verified
  * when a wrong variant is checked (with execution: a mismatch):
+ *   - tests/cases/const-gather: a gather at one constant index vector is
+ *     the slice at the clamped starts.
  *   - tests/cases/lse: a logsumexp shifted by any m is the unshifted one
  *     (jax.nn.logsumexp's guards, jax.nn.log_softmax's form).
  *   - tests/cases/onehot: a one-hot of labels offset by the device's vocab
@@ -1943,6 +1945,11 @@ static void hand_written_cases(void) {
          "  wd = f32[16] add(w, pb)\n  wr = f32[1,16] reshape(wd)", VERDICT_MISMATCH, false},
         {"repeated/mine", "a row taken from another group (offsets out of step)", "  i = s32[] convert(pid)",
          "  one = u32[] constant(1)\n  p1 = u32[] add(pid, one)\n  i = s32[] convert(p1)", VERDICT_VERIFIED, true},
+        /* a gather at one constant index (x[..., 1] as jnp writes it) is the slice there, the index clamped */
+        {"const-gather/col", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"const-gather/col", "another column", "slice={[0:2], [1:2]}", "slice={[0:2], [2:3]}", VERDICT_MISMATCH, false},
+        {"const-gather/clamp", "an index past the end clamped to the last column", NULL, NULL, VERDICT_VERIFIED, true},
+        {"const-gather/clamp", "not the last column", "slice={[0:2], [2:3]}", "slice={[0:2], [1:2]}", VERDICT_MISMATCH, false},
         /* one_hot(labels - r·V/n, V/n) against the local vocab block: block r
          * of the global one-hot */
         {"onehot/pick", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
