@@ -200,11 +200,71 @@ static bool reshape_split_reading(lift_ctx *c, const lval *x, const hlo_instr *i
  * axes may spread over the unit dims and it: all are true readings, and the
  * one whose term the baseline already has is taken (the unit dim by
  * default). Anything else needs a layout view. */
+/* A reshape that moves the one sharded dim, a local unit dim, across non-unit
+ * dims to the output's one unit dim ([6, 1, 8] -> [1, 6, 8] where the 1 is a
+ * vmapped ensemble sharded over its axis; XLA writes the transpose of a unit
+ * dim as a reshape): locally a relabelling, globally a transpose of the
+ * sharded dim to where the unit dim lands. */
+static bool unit_dim_moved(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in, *src = &s->comp->instrs[in->operands[0]];
+    const lval *x = &s->ops[0];
+    const int64_t *a = src->shape.dims, *b = in->shape.dims;
+    uint32_t ra = src->shape.rank, rb = in->shape.rank, k = ra, jo = rb, na = 0, nb = 0, nka = 0, nkb = 0;
+    if (ra > VIEW_MAX_RANK || rb > VIEW_MAX_RANK) return false;
+    for (uint32_t d = 0; d < ra; d++)
+        if (x->v.dims[d].naxes) {
+            if (k < ra || a[d] != 1) return false;
+            k = d;
+        }
+    for (uint32_t d = 0; d < rb; d++)
+        if (b[d] == 1) {
+            if (jo < rb) return false;
+            jo = d;
+        }
+    if (k == ra || jo == rb) return false;
+    /* the non-unit dims alike, in order; where the sharded one sits among them */
+    int64_t ka[VIEW_MAX_RANK], kb[VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < ra; d++) {
+        if (d == k) na = nka;
+        if (a[d] != 1) ka[nka++] = a[d];
+    }
+    for (uint32_t d = 0; d < rb; d++) {
+        if (d == jo) nb = nkb;
+        if (b[d] != 1) kb[nkb++] = b[d];
+    }
+    if (nka != nkb || memcmp(ka, kb, nka * sizeof *ka) || na == nb) return false;
+    int64_t parts = view_dim_parts(&x->v, c->mesh, k), g1[VIEW_MAX_RANK], g2[VIEW_MAX_RANK], perm[VIEW_MAX_RANK];
+    uint32_t n = nka + 1;
+    /* the global term with the unsharded unit dims dropped, the sharded one at na */
+    for (uint32_t q = 0, t = 0; q < n; q++) g1[q] = q == na ? parts : ka[t++];
+    /* output order: the non-unit dims with the sharded one at nb */
+    for (uint32_t q = 0, t = 0; q < n; q++) {
+        uint32_t from = q == nb ? na : (t < na ? t : t + 1);
+        if (q != nb) t++;
+        perm[q] = from;
+        g2[q] = g1[from];
+    }
+    int dt = in->shape.dtype;
+    eid y = lf_mk_reshape(c, x->cls, lf_type_of(c, dt, g1, n), c->origin);
+    y = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, n), lf_type_of(c, dt, g2, n), &y, 1, c->origin);
+    view v = view_dup(rb);
+    v.dims[jo] = x->v.dims[k];
+    v.partial = x->v.partial;
+    v.red = x->v.red;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, dims);
+    *out = term(lf_mk_reshape(c, y, lf_type_of(c, dt, dims, rb), c->origin), v, x->assumed);
+    return true;
+}
+
 lval lf_lift_reshape(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
     if (x->kind != LV_TERM) return unknown();
+    lval moved;
+    if (unit_dim_moved(s, &moved)) return moved;
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
     const int64_t *a = src->shape.dims, *b = in->shape.dims;
     uint32_t ra = src->shape.rank, rb = in->shape.rank;

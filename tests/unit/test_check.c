@@ -1778,6 +1778,8 @@ static void concat_unlike_operands(void) {
 
 /* Small pairs made by hand, each verified as partitioned and never verified
  * when a wrong variant is checked (with execution: a mismatch):
+ *   - tests/cases/unit-move: a reshape moving a sharded unit dim across
+ *     others is a transpose of the global term.
  *   - tests/cases/const-gather: a gather at one constant index vector is
  *     the slice at the clamped starts.
  *   - tests/cases/lse: a logsumexp shifted by any m is the unshifted one
@@ -1945,6 +1947,12 @@ static void hand_written_cases(void) {
          "  wd = f32[16] add(w, pb)\n  wr = f32[1,16] reshape(wd)", VERDICT_MISMATCH, false},
         {"repeated/mine", "a row taken from another group (offsets out of step)", "  i = s32[] convert(pid)",
          "  one = u32[] constant(1)\n  p1 = u32[] add(pid, one)\n  i = s32[] convert(p1)", VERDICT_VERIFIED, true},
+        /* a vmapped ensemble sharded over its axis: the local [6, 1, 8] -> [1, 6, 8] reshape is the global transpose */
+        {"unit-move/ens", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-move/ens", "the ensemble dim kept in the middle", "ROOT o = f32[1,6,8] reshape(t)",
+         "ROOT o = f32[6,1,8] copy(t)", VERDICT_MISMATCH, false},
+        {"unit-move/ens", "negated", "ROOT o = f32[1,6,8] reshape(t)", "r = f32[1,6,8] reshape(t)\n  ROOT o = f32[1,6,8] negate(r)",
+         VERDICT_MISMATCH, false},
         /* a gather at one constant index (x[..., 1] as jnp writes it) is the slice there, the index clamped */
         {"const-gather/col", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"const-gather/col", "another column", "slice={[0:2], [1:2]}", "slice={[0:2], [2:3]}", VERDICT_MISMATCH, false},
