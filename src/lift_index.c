@@ -285,15 +285,6 @@ static bool iota_run(lift_ctx *c, eid x, uint32_t *dim, int64_t *len) {
     return false;
 }
 
-/* Device r's block number along view dim d (0 when d is whole). */
-static int64_t block_of(const lift_ctx *c, const view *v, uint32_t d, int64_t r) {
-    int64_t blk = 0;
-    for (uint32_t a = 0; a < v->dims[d].naxes; a++) {
-        int ax = v->dims[d].axes[a];
-        blk = blk * c->mesh->sizes[ax] + mesh_coord(c->mesh, r, ax);
-    }
-    return blk;
-}
 
 /* A masked value whose positions are an iota (a diagonal's rows): each
  * device holds the positions of its block, whose index values are the
@@ -305,7 +296,7 @@ static bool mask_resolves_on_own(lift_ctx *c, const lval *m) {
     int64_t parts = view_dim_parts(&m->v, c->mesh, dim);
     if (parts < 1 || len % parts) return false;
     for (int64_t d = 0; d < c->ndev; d++) {
-        int64_t tag, lo = block_of(c, &m->v, dim, d) * (len / parts);
+        int64_t tag, lo = lf_dim_block(c, &m->v.dims[dim], d) * (len / parts);
         if (!pw_constant_on(&m->pw[d], lo, lo + len / parts, &tag) || tag != TAG_HIT) return false;
     }
     return true;
@@ -939,12 +930,7 @@ static bool pw_gather(lstate *s, lval *out) {
     lval v = {.kind = LV_MASK, .domain = domain, .v = view_dup(in->shape.rank), .src = row->src};
     v.pw = pw_alloc(c);
     for (int64_t r = 0; r < c->ndev; r++) {
-        int64_t blk = 0;
-        for (uint32_t a = 0; a < tab->v.dims[j].naxes; a++) {
-            int ax = tab->v.dims[j].axes[a];
-            blk = blk * c->mesh->sizes[ax] + mesh_coord(c->mesh, r, ax);
-        }
-        int64_t start = blk * rows;
+        int64_t start = lf_dim_block(c, &tab->v.dims[j], r) * rows;
         pw_fn *t = &v.pw[r];
         t->n = 0;
         const pw_fn *f = &row->pw[r];
@@ -1044,6 +1030,51 @@ static bool pw_gather(lstate *s, lval *out) {
     }
     *out = v;
     return true;
+}
+
+/* select(p, x, 0) (either order) with p index arithmetic over ids from data
+ * and x a plain term (a gradient's rows kept where a vocab-parallel
+ * lookup's id falls in the device's block): x masked by p, the row x where
+ * p holds and zero elsewhere, over the ids up to the last one some device
+ * keeps. */
+static bool masked_term(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *pr = &s->ops[0];
+    uint32_t along;
+    int64_t len;
+    const eid *none;
+    /* ids from data: positions (an iota, a padding mask's) are no rows */
+    if (in->noperands != 3 || pr->kind != LV_PW || pr->pos == EID_NONE || pr->v.partial || pr->src == EID_NONE ||
+        lf_kval(c, pr->src) || lf_class_node(c, pr->src, OP_IOTA, 0, &none) != EID_NONE || iota_run(c, pr->src, &along, &len))
+        return false;
+    for (uint32_t k = 0; k < 2; k++) {
+        const lval *x = &s->ops[1 + k];
+        if (x->kind != LV_TERM || x->v.partial || x->assumed || x->cls == EID_NONE || lf_scale_of(x) != 1 ||
+            !is_zero_constant(s->comp, &s->comp->instrs[in->operands[2 - k]]))
+            continue;
+        lval m = {.kind = LV_MASK, .v = pr->v, .pos = pr->pos, .hit = x->cls, .src = pr->src};
+        if (!lf_same_sharding(&m.v, &x->v) && !pos_reshard(c, &m.pos, &m.v, &x->v)) return false;
+        if (!lf_same_sharding(&m.v, &x->v)) return false;
+        m.pw = pw_alloc(c);
+        pw_fn hit, zero;
+        pw_const(&hit, TAG_HIT);
+        pw_const(&zero, TAG_ZERO);
+        int64_t domain = 0;
+        for (int64_t d = 0; d < c->ndev; d++) {
+            if (!pw_select(&pr->pw[d], k == 0 ? &hit : &zero, k == 0 ? &zero : &hit, &m.pw[d])) return false;
+            for (uint32_t q = 0; q < m.pw[d].n; q++) {
+                const pw_piece *pc = &m.pw[d].p[q];
+                if (pc->a == 0 && pc->b == TAG_HIT && pc->hi == PW_POS_INF) return false;
+                if (pc->a == 0 && pc->b == TAG_HIT && pc->hi > domain) domain = pc->hi;
+            }
+        }
+        if (domain <= 0 || domain > INT32_MAX) return false;
+        m.domain = domain;
+        *out = m;
+        return true;
+    }
+    return false;
 }
 
 /* select(p, x, y) where p is, on every device, constant over the domain
@@ -1162,7 +1193,7 @@ static bool local_iota_reread(lift_ctx *c, lval *x, const lval *g) {
     pw_fn *f = pw_alloc(c);
     for (int64_t r = 0; r < c->ndev; r++) {
         /* f(t) = x(t - start): each piece moved right by start */
-        int64_t start = block_of(c, &g->v, dl, r) * nl;
+        int64_t start = lf_dim_block(c, &g->v.dims[dl], r) * nl;
         f[r].n = 0;
         for (uint32_t k = 0; k < x->pw[r].n; k++) {
             const pw_piece *p = &x->pw[r].p[k];
@@ -1482,6 +1513,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
     }
     if (in->op == OP_GATHER && (s->ops[1].kind == LV_PW || s->ops[1].kind == LV_IVEC)) return pw_gather(s, out);
     if (in->op == OP_SELECT && select_in_domain(s, out)) return true;
+    if (in->op == OP_SELECT && masked_term(s, out)) return true;
     if (compare_local_iota(s, out)) return true;
     if (!any_pw && !any_mask && !(any_dev && (any_src || any_ksrc))) return false;
     int dt = in->shape.dtype;

@@ -27,6 +27,7 @@
  *                     (lf_axes_words, lf_axes_dim, lf_block_offsets and
  *                     lf_collective_axes: lift_mesh.c)
  *   lf_axes_dim       the view dim sharded over a bitmask of axes, major first
+ *   lf_dim_block      the block device r holds along a view dim
  *   lf_block_offsets  the axes whose block index gives every device's value as
  *                     base + index·size (0: none)
  *   lf_same_sharding  whether two views shard every dim alike
@@ -130,6 +131,7 @@ eid lf_fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank);
 void lf_global_dims(const lift_ctx *c, const view *v, const shape *local, int64_t *out);
 void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask);
 view_dim lf_axes_dim(const lift_ctx *c, uint32_t mask);
+int64_t lf_dim_block(const lift_ctx *c, const view_dim *vd, int64_t r); /* device r's block along vd (major first) */
 uint32_t lf_block_offsets(const lift_ctx *c, const double *vals, uint32_t count, int64_t size, int64_t *base,
                           int64_t *parts);
 bool lf_same_sharding(const view *a, const view *b);

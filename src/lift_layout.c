@@ -3,6 +3,7 @@
  * a layout until it reads back as a viewed term; and the gather/scatter
  * readings that go with it. The walk (lift.c) reaches these through lf_.
  */
+#include "eattr.h"
 #include "lift.h"
 #include "lift_int.h"
 #include "interp.h"
@@ -749,27 +750,74 @@ bool lf_only_scatter_indices(const lstate *s) {
     return uses > 0;
 }
 
-/* f, per device, as t - off wherever it lands in [0, rows) (every other
- * piece a constant outside, which a scatter drops: a vocab-parallel
- * gradient's where(loc < 0, rows, loc)): that off. */
-static bool offset_or_dropped(const pw_fn *f, int64_t rows, double *off) {
+/* Whether the updates' mask u reads, at every update position, the index
+ * value the scatter's index x holds there: the same source, its positions
+ * the index's broadcast along the update window dims. */
+static bool mask_reads_index(lift_ctx *c, const lval *u, const lval *x, const hlo_instr *in) {
+    uint32_t nuw, nb, ru;
+    const int64_t *uw = instr_ints(in, A_UPDATE_WINDOW_DIMS, &nuw);
+    if (u->src == EID_NONE || eg_find(c->g, u->src) != eg_find(c->g, x->src) || u->pos == EID_NONE) return false;
+    eg_type_dims(c->g, eg_class_type(c->g, u->pos), &ru);
+    eid pm = u->pos;
+    if (nuw) {
+        const eid *ch;
+        eid bn = lf_class_node(c, u->pos, OP_BROADCAST, 1, &ch);
+        if (bn == EID_NONE) return false;
+        const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, bn), A_DIMENSIONS, &nb);
+        if (nb + nuw != ru) return false;
+        for (uint32_t d = 0, q = 0; d < ru; d++) {
+            bool window = false;
+            for (uint32_t w = 0; w < nuw; w++) window |= uw[w] == (int64_t)d;
+            if (!window && (q >= nb || bd[q++] != (int64_t)d)) return false;
+        }
+        pm = ch[0];
+    }
+    return eg_find(c->g, lf_mk_reshape(c, x->pos, eg_class_type(c->g, pm), c->origin)) == eg_find(c->g, pm);
+}
+
+/* f, per device, as t - off wherever it lands in [0, rows): its pieces of
+ * slope 1 are t - off, every constant one is outside the rows (a scatter
+ * drops it: a vocab-parallel gradient's where(loc < 0, rows, loc)) or right
+ * at one t and over updates that the mask `zero` (if given) zeroes
+ * everywhere else on it (clip(loc) beside updates masked by the block):
+ * that off. */
+/* Whether the mask `zero` is zero over [lo, hi) (true when it is empty). */
+static bool zero_on(const pw_fn *zero, int64_t lo, int64_t hi) {
+    int64_t tag;
+    return lo >= hi || (zero && pw_constant_on(zero, lo, hi, &tag) && tag == TAG_ZERO);
+}
+
+static bool offset_or_dropped(const pw_fn *f, const pw_fn *zero, int64_t rows, double *off) {
     bool have = false;
     int64_t b = 0;
     for (uint32_t k = 0; k < f->n; k++) {
         const pw_piece *q = &f->p[k];
-        if (q->a == 0 && (q->b < 0 || q->b >= rows)) continue;
+        if (q->a == 0) continue;
         if (q->a != 1 || (have && q->b != b)) return false;
         have = true;
         b = q->b;
     }
     if (!have || b == INT64_MIN) return false;
-    /* the pieces t - off must cover the whole block [off, off + rows) */
+    /* A constant row v adds its updates there for every t of its piece: right
+     * only at t0 = v + off (clip's edge), so elsewhere the index must be out
+     * of range (dropped) or the updates zero. */
+    for (uint32_t k = 0; k < f->n; k++) {
+        const pw_piece *q = &f->p[k];
+        if (q->a != 0 || q->b < 0 || q->b >= rows) continue;
+        int64_t t0;
+        if (__builtin_sub_overflow(q->b, b, &t0)) return false;
+        bool inside = t0 >= q->lo && (q->hi == PW_POS_INF || t0 < q->hi);
+        if (!inside ? !zero_on(zero, q->lo, q->hi) : !zero_on(zero, q->lo, t0) || !zero_on(zero, t0 + 1, q->hi))
+            return false;
+    }
+    /* and every t of the block [off, off + rows) lands on its row t - off */
     int64_t lo = -b, hi;
     if (__builtin_add_overflow(lo, rows, &hi)) return false;
     for (uint32_t k = 0; k < f->n; k++) {
         const pw_piece *q = &f->p[k];
-        bool overlaps = (q->hi == PW_POS_INF || q->hi > lo) && (q->lo == PW_NEG_INF || q->lo < hi);
-        if (overlaps && (q->a != 1 || q->b != b)) return false;
+        int64_t s0 = q->lo > lo ? q->lo : lo, e0 = q->hi < hi ? q->hi : hi;
+        if (s0 >= e0 || q->a == 1) continue;
+        if (e0 - s0 != 1 || q->b != s0 - lo) return false;
     }
     *off = (double)lo;
     return true;
@@ -816,8 +864,10 @@ static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
         const lval *p = &s->ops[1];
         if (nsd != 1 || p->kind != LV_PW || !p->pw || p->pos == EID_NONE) return false;
         int64_t rows = s->comp->instrs[in->operands[0]].shape.dims[sd[0]];
+        const lval *u = &s->ops[2];
+        bool masked = u->kind == LV_MASK && !u->n && u->pw && mask_reads_index(c, u, p, in);
         for (int64_t r = 0; r < c->ndev; r++)
-            if (!offset_or_dropped(&p->pw[r], rows, &per[r])) return false;
+            if (!offset_or_dropped(&p->pw[r], masked ? &u->pw[r] : NULL, rows, &per[r])) return false;
         x = term(p->pos, p->v, false);
     }
     if (x.kind != LV_TERM || x.v.partial || x.v.rank != ii->shape.rank) return false;
@@ -847,6 +897,22 @@ static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
     return true;
 }
 
+/* Updates masked to the rows whose index falls in the device's block along
+ * operand dim bk (tag HIT there, zero elsewhere: offset_or_dropped checked
+ * the rows the index reaches otherwise): each device adds exactly the
+ * update rows of its block, so the updates read as their plain term. */
+static bool masked_rows_are_blocks(lstate *s, int64_t bk, const view_dim *bdim) {
+    lift_ctx *c = s->c;
+    lval *u = &s->ops[2];
+    int64_t rows = s->comp->instrs[s->in->operands[0]].shape.dims[bk], tag;
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t lo = lf_dim_block(c, bdim, r) * rows;
+        if (!pw_constant_on(&u->pw[r], lo, lo + rows, &tag) || tag != TAG_HIT) return false;
+    }
+    *u = term(u->hit, u->v, false);
+    return true;
+}
+
 /* scatter(operand, indices, updates) with a sum or any reducer, two readings:
  * - aligned: every device scatters into its own block (the operand sharded
  *   only along batching dims and whole windows, the indices and updates
@@ -865,6 +931,7 @@ bool lf_scatter_reading(lstate *s, lval *out) {
     view_dim bdim = {0};
     int64_t bk = -1;
     bool blocked = block_offset_indices(s, &bk, &bdim);
+    if (blocked && s->ops[2].kind == LV_MASK && !masked_rows_are_blocks(s, bk, &bdim)) return false;
     for (uint32_t o = 0; o < 3; o++) {
         lf_uniform_dev_as_term(s, o);
         if (s->ops[o].kind != LV_TERM) return false;

@@ -282,6 +282,12 @@ uint32_t lf_block_offsets(const lift_ctx *c, const double *vals, uint32_t count,
     return 0;
 }
 
+int64_t lf_dim_block(const lift_ctx *c, const view_dim *vd, int64_t r) {
+    int64_t b = 0;
+    for (uint32_t k = 0; k < vd->naxes; k++) b = b * c->mesh->sizes[vd->axes[k]] + mesh_coord(c->mesh, r, vd->axes[k]);
+    return b;
+}
+
 view_dim lf_axes_dim(const lift_ctx *c, uint32_t mask) {
     view_dim vd = {0};
     for (uint32_t a = 0; a < c->mesh->naxes; a++)

@@ -14,12 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The block device r holds of a dim sharded over vd's axes (major first). */
-static int64_t dim_block(const lift_ctx *c, const view_dim *vd, int64_t r) {
-    int64_t b = 0;
-    for (uint32_t k = 0; k < vd->naxes; k++) b = b * c->mesh->sizes[vd->axes[k]] + mesh_coord(c->mesh, r, vd->axes[k]);
-    return b;
-}
 
 /* The global dims of a term; its rank in *rank. */
 static const int64_t *term_dims(lift_ctx *c, eid cls, uint32_t *rank) {
@@ -47,7 +41,7 @@ static bool win_of_term(lift_ctx *c, const lval *x, uint32_t d, int64_t len, lva
     if (x->kind != LV_TERM || x->v.partial || d >= x->v.rank || len < 1 || len > LIFT_WIN_MAX / c->ndev) return false;
     lift_win *w = win_new(c, NULL, d, len);
     for (int64_t r = 0; r < c->ndev; r++) {
-        int64_t b = dim_block(c, &x->v.dims[d], r);
+        int64_t b = lf_dim_block(c, &x->v.dims[d], r);
         for (int64_t l = 0; l < len; l++) w->idx[r * len + l] = b * len + l;
     }
     *out = *x;
@@ -137,7 +131,7 @@ static bool win_rolled(lift_ctx *c, lval *x) {
         if (parts * w->len != n) continue;
         bool ok = true;
         for (int64_t r = 0; r < c->ndev && ok; r++) {
-            int64_t b = dim_block(c, &vd, r), kr = ((b * w->len - w->idx[r * w->len]) % n + n) % n;
+            int64_t b = lf_dim_block(c, &vd, r), kr = ((b * w->len - w->idx[r * w->len]) % n + n) % n;
             ok = k < 0 || kr == k;
             k = kr;
         }
@@ -190,7 +184,7 @@ bool lf_win_rearranged(lift_ctx *c, lval *x) {
             for (int64_t b = 0; b < parts; b++) at[b] = -1;
             bool ok = true;
             for (int64_t r = 0; r < c->ndev && ok; r++) {
-                int64_t b = dim_block(c, &vd, r), s0 = w->idx[r * w->len];
+                int64_t b = lf_dim_block(c, &vd, r), s0 = w->idx[r * w->len];
                 ok = s0 + w->len <= td[w->dim] && (at[b] < 0 || at[b] == s0);
                 at[b] = s0;
             }
@@ -624,7 +618,7 @@ bool lf_permute_view(const lift_ctx *c, const view *v, const int64_t *from, view
     bool ok = true;
     for (uint32_t d = 0; d < v->rank && ok; d++) {
         if (!v->dims[d].naxes) continue;
-        for (int64_t t = 0; t < c->ndev; t++) b[t] = dim_block(c, &v->dims[d], from[t]);
+        for (int64_t t = 0; t < c->ndev; t++) b[t] = lf_dim_block(c, &v->dims[d], from[t]);
         ok = lf_axes_of_blocks(c, b, view_dim_parts(v, c->mesh, d), &w.dims[d]);
         for (uint32_t k = 0; ok && k < w.dims[d].naxes; k++) {
             ok = !(used >> w.dims[d].axes[k] & 1);

@@ -1039,11 +1039,21 @@ static void check_undecided(const char *dir, const char *dist, const char *at, c
  * device broadcast to more positions than are tabulated. Local indices
  * below the block moved past the rows are dropped as the out-of-block ones
  * are (verified); moved onto a row or wrapped (jnp's negative indices) they
- * are not. */
+ * are not. Indices clipped into the block with the updates masked by it (a
+ * masked lookup's gradient) are verified; unmasked or inverted they are not. */
 #define NEG_MOVED(rows)                                                                                   \
     "%zi = s32[] constant(0)\n  %zib = s32[2,2,1] broadcast(%zi), dimensions={}\n"                          \
     "  %neg = pred[2,2,1] compare(%li, %zib), direction=LT\n  %rows = s32[] constant(" rows ")\n"            \
     "  %rowsb = s32[2,2,1] broadcast(%rows), dimensions={}\n  %lw = s32[2,2,1] select(%neg, %rowsb, %li)\n"
+#define CLIPPED_MASKED(keep)                                                                              \
+    "%zi = s32[] constant(0)\n  %zib = s32[2,2,1] broadcast(%zi), dimensions={}\n"                          \
+    "  %seven = s32[] constant(7)\n  %sevb = s32[2,2,1] broadcast(%seven), dimensions={}\n"                 \
+    "  %lc = s32[2,2,1] clamp(%zib, %li, %sevb)\n  %ge = pred[2,2,1] compare(%li, %zib), direction=GE\n"     \
+    "  %eight = s32[] constant(8)\n  %eb = s32[2,2,1] broadcast(%eight), dimensions={}\n"                   \
+    "  %lt = pred[2,2,1] compare(%li, %eb), direction=LT\n  %ok = pred[2,2,1] and(%ge, %lt)\n"              \
+    "  %ok2 = pred[2,2] reshape(%ok)\n  %no = pred[2,2] not(%ok2)\n"                                        \
+    "  %okb = pred[2,2,4] broadcast(" keep "), dimensions={0,1}\n  %zf = f32[] constant(0)\n"              \
+    "  %zfb = f32[2,2,4] broadcast(%zf), dimensions={}\n  %um = f32[2,2,4] select(%okb, %upd, %zfb)\n"
 static void scatter_cases(void) {
     static const char max_comp[] = "\n%max (a: f32[], b: f32[]) -> f32[] {\n  %a = f32[] parameter(0)\n"
                                    "  %b = f32[] parameter(1)\n  ROOT %m = f32[] maximum(%a, %b)\n}\n";
@@ -1072,6 +1082,13 @@ static void scatter_cases(void) {
          NEG_MOVED("8") "  %lv0 = s32[2,2,1] add(%li, %rowsb)\n  %lv = s32[2,2,1] select(%neg, %lv0, %li)\n"
          "  %s = f32[8,4] scatter(%zeros, %lv, %upd)", NULL,
          VERDICT_MISMATCH},
+        /* the gradient of a masked lookup: indices clipped into the block, updates masked by it */
+        {"embed, clipped indices, masked updates", "embed", "embed", "embed", "%s = f32[8,4] scatter(%zeros, %li, %upd)",
+         CLIPPED_MASKED("%ok2") "  %s = f32[8,4] scatter(%zeros, %lc, %um)", NULL, VERDICT_VERIFIED},
+        {"embed, clipped indices, updates not masked", "embed", "embed", "embed", "%s = f32[8,4] scatter(%zeros, %li, %upd)",
+         CLIPPED_MASKED("%ok2") "  %s = f32[8,4] scatter(%zeros, %lc, %upd)", NULL, VERDICT_MISMATCH},
+        {"embed, clipped indices, mask inverted", "embed", "embed", "embed", "%s = f32[8,4] scatter(%zeros, %li, %upd)",
+         CLIPPED_MASKED("%no") "  %s = f32[8,4] scatter(%zeros, %lc, %um)", NULL, VERDICT_MISMATCH},
         /* the offset broadcast to 8192 positions, more than device values are tabulated for */
         {"embed, 4096 rows of ids", "embed-big", "embed-big", "embed-big", NULL, NULL, NULL, VERDICT_VERIFIED},
         {"embed, 4096 rows of ids, offsets of half a block", "embed-big", "embed-big", "embed-big", "{0, 8, 0, 8}",
