@@ -1504,6 +1504,41 @@ static void index_plain_term(lstate *s, lval *v) {
 }
 
 /* Lifts instruction i of comp into vals[i]. */
+/* Whether tuple i of comp feeds only optimization barriers whose results
+ * only get-tuple-elements read (jax.checkpoint's residuals): an identity the
+ * elements pass through, so they keep their constant factors, as the other
+ * program's do. Computed once per computation. */
+static bool barrier_only(lift_ctx *c, const hlo_comp *comp, uint32_t i) {
+    if (c->barrier_comp != comp) {
+        uint8_t *used = arena_alloc(c->a, comp->ninstrs + 1), *ok = arena_alloc(c->a, comp->ninstrs + 1);
+        memset(used, 0, comp->ninstrs + 1);
+        memset(ok, 0, comp->ninstrs + 1);
+        /* bit 1: a user other than a barrier; bit 2: a barrier user; for barriers, bit 1: a user other than a gte */
+        for (uint32_t k = 0; k < comp->ninstrs; k++) {
+            const hlo_instr *u = &comp->instrs[k];
+            for (uint32_t o = 0; o < u->noperands; o++) {
+                uint32_t x = u->operands[o];
+                if (comp->instrs[x].op == OP_OPT_BARRIER) used[x] |= u->op == OP_GET_TUPLE_ELEMENT ? 0 : 1;
+                else used[x] |= u->op == OP_OPT_BARRIER ? 2 : 1;
+            }
+        }
+        for (uint32_t k = 0; k < comp->ninstrs; k++) {
+            const hlo_instr *u = &comp->instrs[k];
+            if (u->op != OP_OPT_BARRIER || u->noperands != 1 || used[k] || k == comp->root) continue;
+            uint32_t t = u->operands[0];
+            if (comp->instrs[t].op == OP_TUPLE && used[t] == 2 && t != comp->root) ok[t] = 1;
+        }
+        /* a tuple is kept only when every barrier reading it is clean */
+        for (uint32_t k = 0; k < comp->ninstrs; k++) {
+            const hlo_instr *u = &comp->instrs[k];
+            if (u->op == OP_OPT_BARRIER && u->noperands == 1 && (used[k] || k == comp->root)) ok[u->operands[0]] = 0;
+        }
+        c->barrier_comp = comp;
+        c->barrier_only = ok;
+    }
+    return c->barrier_only[i];
+}
+
 void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                      uint32_t ninputs) {
     const hlo_module *m = c->cur;
@@ -1581,7 +1616,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
          * call's result keeps its factors for the get-tuple-elements that
          * read it (a jit(_where) returning (value, mask) is no place where
          * the flat distributed program would put them back). */
-        bool keep = comp == c->call_comp && i == comp->root;
+        bool keep = (comp == c->call_comp && i == comp->root) || barrier_only(c, comp, i);
         for (uint32_t o = 0; o < in->noperands; o++) {
             v->elems[o] = vals[in->operands[o]];
             if (!keep) lf_unscale(c, &v->elems[o]);

@@ -1795,6 +1795,8 @@ static void concat_unlike_operands(void) {
 
 /* Small pairs made by hand, each verified as partitioned and never verified
  * when a wrong variant is checked (with execution: a mismatch):
+ *   - tests/cases/remat: a tuple read only through an optimization barrier
+ *     keeps its elements' constant factors.
  *   - tests/cases/unit-move: a reshape moving a sharded unit dim across
  *     others is a transpose of the global term.
  *   - tests/cases/const-gather: a gather at one constant index vector is
@@ -1964,6 +1966,9 @@ static void hand_written_cases(void) {
          "  wd = f32[16] add(w, pb)\n  wr = f32[1,16] reshape(wd)", VERDICT_MISMATCH, false},
         {"repeated/mine", "a row taken from another group (offsets out of step)", "  i = s32[] convert(pid)",
          "  one = u32[] constant(1)\n  p1 = u32[] add(pid, one)\n  i = s32[] convert(p1)", VERDICT_VERIFIED, true},
+        /* jax.checkpoint's residuals through an optimization barrier keep their factors (1/32 locally, 1/4 after) */
+        {"remat/barrier", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"remat/barrier", "averaged over 2 of 4", "constant(0.25)", "constant(0.5)", VERDICT_MISMATCH, true},
         /* a vmapped ensemble sharded over its axis: the local [6, 1, 8] -> [1, 6, 8] reshape is the global transpose */
         {"unit-move/ens", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"unit-move/ens", "the ensemble dim kept in the middle", "ROOT o = f32[1,6,8] reshape(t)",
