@@ -325,9 +325,11 @@ def export_pair(fn, args, *, mesh, name, out_dir, in_shardings=None, out_shardin
         out_views = [spec_view(s, o.shape, axes) for s, o in
                      zip(broadcast_specs(out_specs, out_tree, "out_specs"), out_leaves)]
         onames = list(out_names) if out_names is not None else output_names(out_tree)
-        base_lo = jax.jit(fn).lower(*abs_args)
+        # keep_unused: one entry parameter per argument leaf, as the relations
+        # file numbers them (an optimizer state's unused leaves included)
+        base_lo = jax.jit(fn, keep_unused=True).lower(*abs_args)
         smap = _shard_map(distributed_fn, m, _prefix(in_specs), out_specs, check_vma)
-        dist_fn = jax.jit(smap,
+        dist_fn = jax.jit(smap, keep_unused=True,
                           in_shardings=jax.tree_util.tree_map(ns, _prefix(in_specs), is_leaf=_is_spec),
                           out_shardings=jax.tree_util.tree_map(ns, out_specs, is_leaf=_is_spec))
         dist_lo = dist_fn.lower(*abs_args)
