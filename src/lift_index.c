@@ -22,7 +22,7 @@
 
 /* The precondition that source values lie in [0, n) (a gathered table's rows). */
 static void assume_domain(lift_ctx *c, eid src, int64_t n) {
-    lf_assume(c, "gathered index values (token ids) lie in [0, %lld), the rows of the table", (long long)n);
+    lf_assume(c, "index values (token ids, positions) lie in [0, %lld), where they index", (long long)n);
     if (src == EID_NONE) return;
     for (uint32_t i = 0; i < c->ndoms; i++)
         if (c->dom_src[i] == src && c->dom_size[i] == n) return;
@@ -702,6 +702,19 @@ static eid unwrapped(lift_ctx *c, eid x, int64_t n, int depth) {
     return x;
 }
 
+/* The baseline's index values x along a dim of n (a scatter's indices, an
+ * update's start) with jnp's wrap of negative values are the values
+ * themselves over [0, domain) (what the other program's reading assumes):
+ * one class, that domain assumed. */
+static void baseline_unwrapped(lstate *s, const lval *x, int64_t n, int64_t domain) {
+    lift_ctx *c = s->c;
+    if (!c->baseline_mode || (x->kind != LV_TERM && x->kind != LV_PW) || x->cls == EID_NONE || domain < 1) return;
+    eid t = x->kind == LV_TERM ? unwrapped(c, x->cls, n, 0) : identity_on(c, x, n) ? x->pos : x->cls;
+    if (eg_find(c->g, t) == eg_find(c->g, x->cls) || eg_class_type(c->g, t) != eg_class_type(c->g, x->cls)) return;
+    assume_domain(c, t, domain);
+    eg_union(c->g, x->cls, t, NULL);
+}
+
 /* scatter-add of updates into zeros at index values t along dim j, every
  * other dim a batching dim paired in order with the indices' dims (any other
  * index dim of size 1; the index values t itself over [0, n)): a put. */
@@ -749,22 +762,17 @@ void lf_pick_forms(lstate *s, const lval *v) {
     const hlo_instr *in = s->in;
     if (v->kind != LV_TERM || v->cls == EID_NONE) return;
     if (in->op == OP_SCATTER) {
-        /* The baseline's indices with negative values wrapped (jnp's .at[])
-         * are the values themselves over the rows (the domain gathers and
-         * scatters of the other program assume). */
         uint32_t nsd;
         const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);
-        const lval *idx = in->noperands == 3 ? &s->vals[in->operands[1]] : NULL;
-        if (c->baseline_mode && idx && (idx->kind == LV_TERM || idx->kind == LV_PW) && idx->cls != EID_NONE && nsd == 1 &&
-            sd[0] >= 0 && sd[0] < in->shape.rank) {
-            int64_t n = in->shape.dims[sd[0]];
-            eid t = idx->kind == LV_TERM ? unwrapped(c, idx->cls, n, 0) : identity_on(c, idx, n) ? idx->pos : idx->cls;
-            if (eg_find(c->g, t) != eg_find(c->g, idx->cls) && eg_class_type(c->g, t) == eg_class_type(c->g, idx->cls)) {
-                assume_domain(c, t, in->shape.dims[sd[0]]);
-                eg_union(c->g, idx->cls, t, NULL);
-            }
-        }
+        if (in->noperands == 3 && nsd == 1 && sd[0] >= 0 && sd[0] < in->shape.rank)
+            baseline_unwrapped(s, &s->vals[in->operands[1]], in->shape.dims[sd[0]], in->shape.dims[sd[0]]);
         scatter_put(s, v);
+        return;
+    }
+    if (in->op == OP_DYNAMIC_UPDATE_SLICE && in->noperands == 2 + in->shape.rank) {
+        const hlo_instr *ui = &s->comp->instrs[in->operands[1]];
+        for (uint32_t k = 0; k < in->shape.rank; k++)
+            baseline_unwrapped(s, &s->vals[in->operands[2 + k]], in->shape.dims[k], in->shape.dims[k] - ui->shape.dims[k] + 1);
         return;
     }
     if (lf_scale_of(v) != 1 && in->shape.rank <= VIEW_MAX_RANK && dtype_is_float(in->shape.dtype)) {
@@ -1030,6 +1038,114 @@ static bool pw_gather(lstate *s, lval *out) {
     }
     *out = v;
     return true;
+}
+
+/* ---- a write at a data position into a sequence-sharded buffer ---- */
+
+/* dynamic-update-slice(buf, u, .., t - off(r), ..) with buf sharded along
+ * that dim d only (local length n) and u whole (length w along d): device r
+ * writes u at global position t exactly where t - off(r) lies in [0, n - w]
+ * and off(r) is its block start (a decode step's KV-cache write at the
+ * token's position); elsewhere (clamped, or wrapped by jnp) it writes junk.
+ * A mask whose row is the global write, over the positions [0, S - w]. The
+ * start operand of d in *dim (for dus_kept). */
+static bool dus_at_index(lstate *s, lval *out, uint32_t *dim) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t rank = in->shape.rank;
+    if (in->op != OP_DYNAMIC_UPDATE_SLICE || in->noperands != 2 + rank || rank > VIEW_MAX_RANK) return false;
+    const lval *buf = &s->ops[0], *u = &s->ops[1];
+    const hlo_instr *ui = &s->comp->instrs[in->operands[1]];
+    if (buf->kind != LV_TERM || buf->v.partial || buf->assumed || u->kind != LV_TERM || !view_is_dup(&u->v) || u->assumed)
+        return false;
+    uint32_t d = rank;
+    for (uint32_t k = 0; k < rank; k++) {
+        const lval *st = &s->ops[2 + k];
+        if (st->kind == LV_PW) {
+            if (d < rank || !buf->v.dims[k].naxes) return false;
+            d = k;
+        } else if (buf->v.dims[k].naxes || !(st->kind == LV_DEV ? lf_dev_uniform(c, st) && st->dev[0] == 0 : lf_class_is_zero(c, st->cls))) {
+            return false;
+        }
+    }
+    const lval *t = d < rank ? &s->ops[2 + d] : NULL;
+    uint32_t sr;
+    if (!t || t->src == EID_NONE || (eg_type_dims(c->g, eg_class_type(c->g, t->src), &sr), sr) != 0) return false;
+    int64_t n = in->shape.dims[d], w = ui->shape.dims[d], parts = view_dim_parts(&buf->v, c->mesh, d);
+    if (w < 1 || w > n) return false;
+    lval m = {.kind = LV_MASK, .v = buf->v, .pos = EID_NONE, .src = t->src, .domain = n * parts - w + 1};
+    m.pw = pw_alloc(c);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t off = lf_dim_block(c, &buf->v.dims[d], r) * n, lo = off, hi = off + n - w + 1;
+        pw_fn *f = &m.pw[r];
+        f->n = 0;
+        for (uint32_t q = 0; q < t->pw[r].n; q++) {
+            const pw_piece *p = &t->pw[r].p[q];
+            int64_t a = p->lo, b = p->hi;
+            if (p->a == 1 && p->b == -off && a < hi && b > lo) {
+                int64_t s0 = a > lo ? a : lo, e0 = b < hi ? b : hi;
+                if (!pw_push(f, a, s0, 0, TAG_JUNK) || !pw_push(f, s0, e0, 0, TAG_HIT) || !pw_push(f, e0, b, 0, TAG_JUNK))
+                    return false;
+            } else if (!pw_push(f, a, b, 0, TAG_JUNK)) {
+                return false;
+            }
+        }
+    }
+    /* the row: the same write into the whole buffer at t */
+    eid ch[2 + VIEW_MAX_RANK];
+    ch[0] = buf->cls;
+    ch[1] = u->cls;
+    for (uint32_t k = 0; k < rank; k++) {
+        if (k == d) {
+            ch[2 + k] = t->src;
+            continue;
+        }
+        lf_uniform_dev_as_term(s, 2 + k);
+        if (s->ops[2 + k].kind != LV_TERM) return false;
+        ch[2 + k] = s->ops[2 + k].cls;
+    }
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, &buf->v, &in->shape, g);
+    m.hit = lf_node(c, c->cur, in, ch, 2 + rank, g, c->origin);
+    *dim = d;
+    *out = m;
+    return true;
+}
+
+/* select(p, dus, buf) (either order), dus such a write into buf itself:
+ * where p holds the device keeps its write, elsewhere its buffer, which is
+ * its block of the global write wherever that lands outside the block. */
+static bool dus_kept(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *pr = &s->ops[0];
+    if (in->noperands != 3 || pr->kind != LV_PW) return false;
+    for (uint32_t k = 0; k < 2; k++) {
+        const lval *m = &s->ops[1 + k], *b = &s->ops[2 - k];
+        const hlo_instr *di = &s->comp->instrs[in->operands[1 + k]];
+        if (m->kind != LV_MASK || m->n || b->kind != LV_TERM || di->op != OP_DYNAMIC_UPDATE_SLICE ||
+            di->operands[0] != in->operands[2 - k] || di->noperands != 2 + di->shape.rank)
+            continue;
+        uint32_t d = di->shape.rank;
+        for (uint32_t q = 0; q < di->shape.rank; q++)
+            if (s->vals[di->operands[2 + q]].kind == LV_PW) d = q;
+        if (d == di->shape.rank || !lf_same_sharding(&b->v, &m->v)) return false;
+        int64_t n = di->shape.dims[d], w = s->comp->instrs[di->operands[1]].shape.dims[d];
+        lval r = *m;
+        r.pw = pw_alloc(c);
+        for (int64_t dv = 0; dv < c->ndev; dv++) {
+            int64_t off = lf_dim_block(c, &b->v.dims[d], dv) * n;
+            pw_fn keep;
+            keep.n = 0;
+            if (!pw_push(&keep, PW_NEG_INF, off - w + 1, 0, TAG_HIT) || !pw_push(&keep, off - w + 1, off + n, 0, TAG_JUNK) ||
+                !pw_push(&keep, off + n, PW_POS_INF, 0, TAG_HIT) ||
+                !pw_select(&pr->pw[dv], k == 0 ? &m->pw[dv] : &keep, k == 0 ? &keep : &m->pw[dv], &r.pw[dv]))
+                return false;
+        }
+        *out = r;
+        return true;
+    }
+    return false;
 }
 
 /* select(p, x, 0) (either order) with p index arithmetic over ids from data
@@ -1514,6 +1630,9 @@ bool lf_pw_instr(lstate *s, lval *out) {
     if (in->op == OP_GATHER && (s->ops[1].kind == LV_PW || s->ops[1].kind == LV_IVEC)) return pw_gather(s, out);
     if (in->op == OP_SELECT && select_in_domain(s, out)) return true;
     if (in->op == OP_SELECT && masked_term(s, out)) return true;
+    uint32_t dus_dim;
+    if (in->op == OP_DYNAMIC_UPDATE_SLICE && dus_at_index(s, out, &dus_dim)) return true;
+    if (in->op == OP_SELECT && dus_kept(s, out)) return true;
     if (compare_local_iota(s, out)) return true;
     if (!any_pw && !any_mask && !(any_dev && (any_src || any_ksrc))) return false;
     int dt = in->shape.dtype;

@@ -1795,6 +1795,9 @@ static void concat_unlike_operands(void) {
 
 /* Small pairs made by hand, each verified as partitioned and never verified
  * when a wrong variant is checked (with execution: a mismatch):
+ *   - tests/cases/kv-write: a dynamic-update-slice at a data position
+ *     offset by the device's block, kept where the position is the
+ *     device's, is its block of the global write.
  *   - tests/cases/remat: a tuple read only through an optimization barrier
  *     keeps its elements' constant factors.
  *   - tests/cases/unit-move: a reshape moving a sharded unit dim across
@@ -1966,6 +1969,13 @@ static void hand_written_cases(void) {
          "  wd = f32[16] add(w, pb)\n  wr = f32[1,16] reshape(wd)", VERDICT_MISMATCH, false},
         {"repeated/mine", "a row taken from another group (offsets out of step)", "  i = s32[] convert(pid)",
          "  one = u32[] constant(1)\n  p1 = u32[] add(pid, one)\n  i = s32[] convert(p1)", VERDICT_VERIFIED, true},
+        /* a decode step's write at the token's position into a sequence-sharded cache, kept where it is mine */
+        {"kv-write/cache", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"kv-write/cache", "every device keeps its write", "ROOT o = f32[4,4] select(mb, d, kc)", "ROOT o = f32[4,4] copy(d)",
+         VERDICT_MISMATCH, false},
+        {"kv-write/cache", "position not offset", "lp = s32[] subtract(pos, off)", "lp = s32[] copy(pos)", VERDICT_MISMATCH,
+         false},
+        {"kv-write/cache", "write and cache swapped", "select(mb, d, kc)", "select(mb, kc, d)", VERDICT_MISMATCH, false},
         /* jax.checkpoint's residuals through an optimization barrier keep their factors (1/32 locally, 1/4 after) */
         {"remat/barrier", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"remat/barrier", "averaged over 2 of 4", "constant(0.25)", "constant(0.5)", VERDICT_MISMATCH, true},
