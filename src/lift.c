@@ -389,8 +389,9 @@ static const lval *identity_operand(lstate *s) {
  *   a reduce or dot over a padded value masked to a box, and a slice of a
  *     reduce, over the box sliced (lift_pad.c);
  *   a mean of squares less a squared mean is the mean of squared
- *     deviations, a logsumexp shifted by any m is the unshifted one, and
- *     x >= 0 holds for an x never negative by its form (lift_moment.c). */
+ *     deviations, a logsumexp shifted by any m is the unshifted one,
+ *     x >= 0 holds for an x never negative by its form, and a softmax
+ *     normalised before its dot is the dot normalised (lift_moment.c). */
 static void other_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -398,6 +399,7 @@ static void other_forms(lstate *s, const lval *v) {
     lf_moment_forms(s, v);
     lf_lse_forms(s, v);
     lf_sign_forms(s, v);
+    lf_dot_forms(s, v);
     if (v->kind != LV_TERM || v->cls == EID_NONE || in->noperands != 2 || s->ops[0].kind != LV_TERM ||
         s->ops[1].kind != LV_TERM || s->ops[0].cls == EID_NONE || s->ops[1].cls == EID_NONE)
         return;

@@ -270,6 +270,7 @@ uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci); /* struc
 uint64_t lf_reducer_digest(int red);  /* that digest of a computation recognised as reducer red (RED_SUM, ...) */
 void lf_lse_forms(lstate *s, const lval *v);  /* log Σ exp(x - m) + m as log Σ exp(x) (lift_moment.c) */
 void lf_sign_forms(lstate *s, const lval *v); /* x >= 0 true for x never negative by its form (lift_moment.c) */
+void lf_dot_forms(lstate *s, const lval *v);  /* dot(a / broadcast(s), b) as dot(a, b) / broadcast(s) (lift_moment.c) */
 /* Device-dependent values (lift_dev.c); lf_dev_uniform and lf_dev_constant,
  * lf_konst_at below. */
 lval lf_dev_from_literal(lift_ctx *c, const hlo_instr *in); /* a small integer constant as a device table */

@@ -26,7 +26,13 @@
  * everywhere (by < false), and its abs is itself: jax.nn.logsumexp takes
  * the abs of its sum, and its derivative selects by the sum's sign.
  * where(is_finite(m), m, k) is m for finite m: that m is finite is assumed
- * (recorded) — jax.nn.logsumexp's guard against rows with no finite max. */
+ * (recorded) — jax.nn.logsumexp's guard against rows with no finite max.
+ *
+ * A softmax normalised before its dot with the values or after: dot(a /
+ * broadcast(s), b) is dot(a, b) / broadcast(s) when s is broadcast only
+ * along dims of a the dot keeps (batch or free), placed where the dot puts
+ * them (an attention's weights divided by their sum, or its output divided,
+ * as flash and ring attention do). */
 #include "lift.h"
 #include "lift_int.h"
 
@@ -276,4 +282,49 @@ void lf_sign_forms(lstate *s, const lval *v) {
         lf_kval_set(c, v->cls, kv);
         return;
     }
+}
+
+void lf_dot_forms(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->op != OP_DOT || in->noperands != 2 || v->kind != LV_TERM || v->cls == EID_NONE || !dtype_is_float(in->shape.dtype))
+        return;
+    const eid *dc, *qc, *bc;
+    eid dn = lf_class_node(c, v->cls, OP_DOT, 2, &dc);
+    if (dn == EID_NONE) return;
+    eid a0 = dc[0], b0 = dc[1];
+    uint32_t attr = eg_node_attr(c->g, dn), nlb, nlc, nrb, nrc, nb, ra;
+    if (lf_class_node(c, a0, OP_DIVIDE, 2, &qc) == EID_NONE) return;
+    eid a = qc[0], bn = lf_class_node(c, qc[1], OP_BROADCAST, 1, &bc);
+    if (bn == EID_NONE) return;
+    eid sc = bc[0];
+    const int64_t *lb = ea_get(c->g, attr, A_LHS_BATCH_DIMS, &nlb), *lc = ea_get(c->g, attr, A_LHS_CONTRACTING_DIMS, &nlc);
+    ea_get(c->g, attr, A_RHS_BATCH_DIMS, &nrb);
+    ea_get(c->g, attr, A_RHS_CONTRACTING_DIMS, &nrc);
+    const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, bn), A_DIMENSIONS, &nb);
+    eg_type_dims(c->g, eg_class_type(c->g, a), &ra);
+    if (ra > VIEW_MAX_RANK) return;
+    /* out[k]: where the dot puts lhs dim k (batch dims first, then the free ones), -1 if contracted */
+    int64_t out[VIEW_MAX_RANK], od[VIEW_MAX_RANK];
+    for (uint32_t k = 0; k < ra; k++) out[k] = -2;
+    for (uint32_t q = 0; q < nlb; q++) {
+        if (lb[q] < 0 || lb[q] >= (int64_t)ra) return;
+        out[lb[q]] = q;
+    }
+    for (uint32_t q = 0; q < nlc; q++) {
+        if (lc[q] < 0 || lc[q] >= (int64_t)ra) return;
+        out[lc[q]] = -1;
+    }
+    for (uint32_t k = 0, f = nlb; k < ra; k++)
+        if (out[k] == -2) out[k] = f++;
+    for (uint32_t q = 0; q < nb; q++) {
+        if (bd[q] < 0 || bd[q] >= (int64_t)ra || out[bd[q]] < 0 || (q && out[bd[q]] <= od[q - 1])) return;
+        od[q] = out[bd[q]];
+    }
+    uint32_t t = eg_class_type(c->g, v->cls);
+    eid ch[2] = {a, b0};
+    eid d = eg_add(c->g, OP_DOT, attr, t, ch, 2, c->origin);
+    eid sb = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, od, nb), t, &sc, 1, c->origin);
+    eid q2[2] = {d, sb};
+    eg_union(c->g, v->cls, eg_add(c->g, OP_DIVIDE, 0, t, q2, 2, c->origin), NULL);
 }

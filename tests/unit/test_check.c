@@ -1795,6 +1795,8 @@ static void concat_unlike_operands(void) {
 
 /* Small pairs made by hand, each verified as partitioned and never verified
  * when a wrong variant is checked (with execution: a mismatch):
+ *   - tests/cases/normalise: dot(a / broadcast(s), b) is dot(a, b) /
+ *     broadcast(s) for s along dims the dot keeps.
  *   - tests/cases/kv-write: a dynamic-update-slice at a data position
  *     offset by the device's block, kept where the position is the
  *     device's, is its block of the global write.
@@ -1969,6 +1971,10 @@ static void hand_written_cases(void) {
          "  wd = f32[16] add(w, pb)\n  wr = f32[1,16] reshape(wd)", VERDICT_MISMATCH, false},
         {"repeated/mine", "a row taken from another group (offsets out of step)", "  i = s32[] convert(pid)",
          "  one = u32[] constant(1)\n  p1 = u32[] add(pid, one)\n  i = s32[] convert(p1)", VERDICT_VERIFIED, true},
+        /* softmax weights normalised before the dot with the values, or the dot's result normalised after */
+        {"normalise/after", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"normalise/after", "multiplied by the sum", "ROOT o = f32[2,3] divide(u, zb)", "ROOT o = f32[2,3] multiply(u, zb)",
+         VERDICT_MISMATCH, false},
         /* a decode step's write at the token's position into a sequence-sharded cache, kept where it is mine */
         {"kv-write/cache", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"kv-write/cache", "every device keeps its write", "ROOT o = f32[4,4] select(mb, d, kc)", "ROOT o = f32[4,4] copy(d)",
