@@ -1226,9 +1226,74 @@ static bool rows_reduce_window(lstate *s, lval *out) {
     return true;
 }
 
+/* reduce-window along a dim sharded in blocks of n, its windows inside each
+ * device's block: per block, as a per-group cumsum over tokens a device
+ * holds (an expert-parallel router's positions). Globally the term split
+ * into [blocks, n] along that dim, reduced by the same window along n and
+ * merged back, as the baseline writes it when it reduces groups (vmap):
+ * built with the baseline's own reduce-window of that window, else not. */
+static bool segmented_reduce_window(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0], *init = &s->ops[1];
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
+    const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+    uint32_t rank = in->shape.rank, d = rank;
+    win_attr w, g3;
+    if (x->kind != LV_TERM || x->v.partial || x->assumed || lf_scale_of(x) != 1 || init->kind != LV_TERM ||
+        !view_is_dup(&init->v) || init->assumed || !ta || src->shape.rank != rank || rank + 1 > VIEW_MAX_RANK ||
+        !read_window(in, rank, &w))
+        return false;
+    for (uint32_t k = 0; k < rank; k++)
+        if (x->v.dims[k].naxes) {
+            if (d < rank) return false;
+            d = k;
+        }
+    if (d == rank) return false;
+    int64_t n = src->shape.dims[d], m = in->shape.dims[d], parts = view_dim_parts(&x->v, c->mesh, d);
+    uint32_t xr;
+    const int64_t *xd = term_dims(c, x->cls, &xr);
+    if (xr != rank) return false;
+    /* the window over [.., blocks, n, ..]: one block at a time */
+    int64_t d3[VIEW_MAX_RANK], o3[VIEW_MAX_RANK];
+    for (uint32_t k = 0, q = 0; k <= rank; k++) {
+        if (k == d) {
+            d3[k] = parts, o3[k] = parts;
+            g3.size[k] = g3.stride[k] = g3.ld[k] = g3.rd[k] = 1;
+            g3.pad[2 * k] = g3.pad[2 * k + 1] = 0;
+            continue;
+        }
+        d3[k] = q == d ? n : xd[q];
+        o3[k] = q == d ? m : in->shape.dims[q];
+        g3.size[k] = w.size[q], g3.stride[k] = w.stride[q], g3.ld[k] = w.ld[q], g3.rd[k] = w.rd[q];
+        g3.pad[2 * k] = w.pad[2 * q], g3.pad[2 * k + 1] = w.pad[2 * q + 1];
+        q++;
+    }
+    uint64_t red = lf_comp_digest(c, c->cur, (uint32_t)ta->v.ints[0]);
+    for (uint32_t ci = 0; ci < c->base->ncomps; ci++) {
+        const hlo_comp *bc = &c->base->comps[ci];
+        for (uint32_t i = 0; i < bc->ninstrs; i++) {
+            const hlo_instr *bi = &bc->instrs[i];
+            const hlo_attr *bt = instr_attr(bi, A_TO_APPLY);
+            win_attr g;
+            if (bi->op != OP_REDUCE_WINDOW || bi->noperands != 2 || bi->shape.rank != rank + 1 ||
+                bi->shape.dtype != in->shape.dtype || !bt || !read_window(bi, rank + 1, &g) || !same_window(&g, &g3, rank + 1) ||
+                lf_comp_digest(c, c->base, (uint32_t)bt->v.ints[0]) != red || memcmp(bi->shape.dims, o3, (rank + 1) * sizeof *o3))
+                continue;
+            eid ch[2] = {lf_mk_reshape(c, x->cls, lf_type_of(c, src->shape.dtype, d3, rank + 1), c->origin), init->cls};
+            eid r3 = lf_node(c, c->base, bi, ch, 2, o3, c->origin);
+            int64_t od[VIEW_MAX_RANK];
+            lf_global_dims(c, &x->v, &in->shape, od);
+            *out = term(lf_mk_reshape(c, r3, lf_type_of(c, in->shape.dtype, od, rank), c->origin), x->v, false);
+            return true;
+        }
+    }
+    return false;
+}
+
 static bool win_reduce_window(lstate *s, lval *out) {
     if (s->in->noperands != 2 || s->in->shape.dtype == DT_TUPLE) return false;
-    return term_reduce_window(s, out) || rows_reduce_window(s, out);
+    return term_reduce_window(s, out) || rows_reduce_window(s, out) || segmented_reduce_window(s, out);
 }
 
 /* The row-wise transfer functions (above); false when none applies. */

@@ -1795,6 +1795,8 @@ static void concat_unlike_operands(void) {
 
 /* Small pairs made by hand, each verified as partitioned and never verified
  * when a wrong variant is checked (with execution: a mismatch):
+ *   - tests/cases/segmented: a reduce-window over each device's block of a
+ *     sharded dim is the term split in blocks, reduced, merged back.
  *   - tests/cases/normalise: dot(a / broadcast(s), b) is dot(a, b) /
  *     broadcast(s) for s along dims the dot keeps.
  *   - tests/cases/kv-write: a dynamic-update-slice at a data position
@@ -1971,6 +1973,10 @@ static void hand_written_cases(void) {
          "  wd = f32[16] add(w, pb)\n  wr = f32[1,16] reshape(wd)", VERDICT_MISMATCH, false},
         {"repeated/mine", "a row taken from another group (offsets out of step)", "  i = s32[] convert(pid)",
          "  one = u32[] constant(1)\n  p1 = u32[] add(pid, one)\n  i = s32[] convert(p1)", VERDICT_VERIFIED, true},
+        /* a cumsum over each device's block of a sharded dim is the baseline's cumsum over groups */
+        {"segmented/cumsum", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"segmented/cumsum", "the window shifted", "pad=3_0x0_0", "pad=2_1x0_0", VERDICT_MISMATCH, false},
+        {"segmented/global", "a cumsum over the whole dim is no per-block one", NULL, NULL, VERDICT_MISMATCH, false},
         /* softmax weights normalised before the dot with the values, or the dot's result normalised after */
         {"normalise/after", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"normalise/after", "multiplied by the sum", "ROOT o = f32[2,3] divide(u, zb)", "ROOT o = f32[2,3] multiply(u, zb)",
