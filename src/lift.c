@@ -1138,6 +1138,8 @@ lval lf_lift_instr(lstate *s) {
     if (in->op == OP_SELECT && in->noperands == 3 && in->operands[1] == in->operands[2]) return ops[1];
     if (lf_iota_block(s, &pwv)) return pwv;
     if (lf_arg_offset(s, &pwv)) return pwv;
+    if (lf_owner_select(s, &pwv)) return pwv;
+    if (lf_owner_test(s)) return unknown(); /* related by the select that uses it (lf_owner_select) */
     if (lf_gather_index_values(s, &pwv)) return pwv;
     if (lf_move_mask(s, &pwv)) return pwv;
     for (uint32_t o = 0; o < in->noperands; o++)

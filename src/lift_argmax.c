@@ -17,6 +17,11 @@
  *     - the stack of a group's pairs (all-gathers of both elements along
  *       one dim) reduced over it with the same kind of reducer and the same
  *       inits: the complete pair.
+ *   lf_owner_test / lf_owner_select  eq(a partial max, its complete
+ *     value) says which devices hold a row's max; select(it, the local
+ *     pair's positions with the block's offset, the greatest position) is
+ *     partial(min): the min over the devices is the least position of the
+ *     row's max, the baseline's tie rule (other fills: not related).
  *   Positions that are an iota of each device's own block (shard_map code:
  *   a local argmax) are the global positions less the block's offset: the
  *   value element is partial as above, the position element owes the
@@ -578,4 +583,147 @@ lval lf_lift_reduce_tuple(lstate *s) {
      * block's offset is added (lf_arg_offset) */
     if (owed) t.elems[1] = unknown();
     return t;
+}
+
+/* ---- the devices that hold a row's selected value ---- */
+
+/* The words of attribute key in the attributes of e-node k, *n of them;
+ * NULL when absent. */
+static const int64_t *node_attr(lift_ctx *c, eid k, int64_t key, uint32_t *n) {
+    uint32_t nw;
+    const int64_t *w = eg_attr_words(c->g, eg_node_attr(c->g, k), &nw);
+    for (uint32_t j = 0; j + 1 < nw && j + 2 + (uint32_t)w[j + 1] <= nw; j += 2 + (uint32_t)w[j + 1])
+        if (w[j] == key) {
+            *n = (uint32_t)w[j + 1];
+            return w + j + 2;
+        }
+    *n = 0;
+    return NULL;
+}
+
+/* Whether compare cmp is eq(m, M): m a partial max (or min) and M the same
+ * term complete (not partial, sharded alike). On each device it says
+ * whether that device's share is the complete value: whether its block holds
+ * the row's greatest (least) value. *part: m's value. */
+static bool owner_test(lstate *s, const hlo_instr *cmp, const lval **part) {
+    lift_ctx *c = s->c;
+    const char *dir = cmp->op == OP_COMPARE ? instr_str(cmp, A_DIRECTION) : NULL;
+    if (c->baseline_mode || cmp->noperands != 2 || !dir || strcmp(dir, "EQ") != 0) return false;
+    const lval *a = &s->vals[cmp->operands[0]], *b = &s->vals[cmp->operands[1]];
+    if (a->kind != LV_TERM || b->kind != LV_TERM) return false;
+    if (!a->v.partial) {
+        const lval *t = a;
+        a = b;
+        b = t;
+    }
+    if (!a->v.partial || b->v.partial || (a->v.red != RED_MAX && a->v.red != RED_MIN)) return false;
+    if (lf_scale_of(a) != 1 || lf_scale_of(b) != 1 || a->diff || b->diff || a->zm || b->zm) return false;
+    if (eg_find(c->g, a->cls) != eg_find(c->g, b->cls) || !lf_same_sharding(&a->v, &b->v) ||
+        (view_axes_used(&b->v) & a->v.partial))
+        return false;
+    *part = a;
+    return true;
+}
+
+bool lf_owner_test(lstate *s) {
+    const lval *m;
+    return owner_test(s, s->in, &m);
+}
+
+/* The selecting reduce of comp whose global pair is tuple class node, and
+ * its lifted value; NULL when none. */
+static const hlo_instr *pair_reduce(lstate *s, eid node, const lval **val) {
+    lift_ctx *c = s->c;
+    for (uint32_t i = 0; i < s->comp->ninstrs; i++) {
+        const hlo_instr *r = &s->comp->instrs[i];
+        const lval *t = &s->vals[i];
+        if (r->op != OP_REDUCE || r->noperands != 4 || t->kind != LV_TUPLE || t->n != 2 || t->elems[0].kind != LV_TERM)
+            continue;
+        if (element_of(c, t->elems[0].cls, 0) != eg_find(c->g, node)) continue;
+        *val = &t->elems[0];
+        return r;
+    }
+    return NULL;
+}
+
+/* Whether class m is the greatest (least) value of the rows pair node
+ * selects among: its value element, or a reduce of the same operand over
+ * the same dims from the same init (the reducer is the max (min) the view
+ * of m, partial(max|min), says it is). */
+static bool same_rows(lift_ctx *c, eid m, eid node, eid value) {
+    if (eg_find(c->g, m) == eg_find(c->g, value)) return true;
+    const eid *nk, *mk;
+    eid n = lf_class_node(c, node, OP_REDUCE, 4, &nk);
+    if (n == EID_NONE) return false;
+    for (eid k = eg_class_first(c->g, eg_find(c->g, m)); k != EID_NONE; k = eg_class_next(c->g, k)) {
+        uint32_t nc, a, b;
+        mk = eg_node_children(c->g, k, &nc);
+        if (eg_node_op(c->g, k) != OP_REDUCE || nc != 2 || eg_find(c->g, mk[0]) != eg_find(c->g, nk[0]) ||
+            eg_find(c->g, mk[1]) != eg_find(c->g, nk[2]))
+            continue;
+        const int64_t *da = node_attr(c, k, A_DIMENSIONS, &a), *db = node_attr(c, n, A_DIMENSIONS, &b);
+        if (a == b && (!a || memcmp(da, db, a * sizeof *da) == 0)) return true;
+    }
+    return false;
+}
+
+/* The greatest value a position of dtype dt holds; false for others. */
+static bool position_top(int dt, double *top) {
+    switch (dt) {
+    case DT_S32: *top = 2147483647.0; return true;
+    case DT_U32: *top = 4294967295.0; return true;
+    case DT_S64: *top = 9223372036854775807.0; return true;
+    default: return false;
+    }
+}
+
+bool lf_owner_select(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *m, *p = &s->ops[1], *f = &s->ops[2], *val = NULL;
+    if (c->baseline_mode || in->op != OP_SELECT || in->noperands != 3 ||
+        !owner_test(s, &s->comp->instrs[in->operands[0]], &m))
+        return false;
+    bool ok = p->kind == LV_TERM && p->v.red == RED_ARG && p->v.partial == m->v.partial && lf_same_sharding(&p->v, &m->v) &&
+              lf_scale_of(p) == 1 && !p->diff && !p->zm;
+    eid node = ok ? element_of(c, p->cls, 1) : EID_NONE;
+    const hlo_instr *r = node == EID_NONE ? NULL : pair_reduce(s, node, &val);
+    int kind = r ? lf_select_kind(c->cur, r) : SEL_NONE;
+    if (kind != (m->v.red == RED_MAX ? SEL_ARGMAX : SEL_ARGMIN) || !val || !same_rows(c, m->cls, node, val->cls)) {
+        lf_unsupported(c, s->comp, in,
+                       "%s keeps, on the devices that hold the row's %s, values that are not the positions (with the "
+                       "block's offset) of a selection among the same rows",
+                       in->name, reducer_name(m->v.red));
+        *out = unknown();
+        return true;
+    }
+    double top;
+    bool fill_top = f->kind == LV_DEV && lf_dev_uniform(c, f) && f->count && position_top(in->shape.dtype, &top);
+    for (uint32_t e = 0; fill_top && e < f->count; e++) fill_top = f->dev[e] == top;
+    if (!fill_top) {
+        /* Ties: the baseline's position is the least of the tied ones; a
+         * device's own is its block's least. The least over the holders is
+         * taken by a min of the positions with the greatest position
+         * elsewhere; a sum or a max of them is another position where the
+         * row's value is in several blocks. */
+        lf_unsupported(c, s->comp, in,
+                       "%s keeps the positions of the devices that hold the row's %s and puts something other than "
+                       "the greatest position elsewhere; only a min over such values is the baseline's position "
+                       "(the least of tied ones), others are not related",
+                       in->name, reducer_name(m->v.red));
+        *out = unknown();
+        return true;
+    }
+    /* Each device holds its pair's position where its value is the row's,
+     * the greatest position elsewhere: the min over the devices is the
+     * least position of the row's value, the baseline's. Where a row holds
+     * NaN, the max is NaN and equal to nothing: no device holds it. */
+    if (dtype_is_float(s->comp->instrs[r->operands[0]].shape.dtype))
+        lf_assume(c, "no row holds NaN where a device tests whether it holds the row's %s (NaN equals nothing)",
+                  reducer_name(m->v.red));
+    *out = *p;
+    out->v.red = RED_MIN;
+    out->assumed = p->assumed || m->assumed;
+    out->partial_unsure = p->partial_unsure || m->partial_unsure;
+    return true;
 }

@@ -341,6 +341,8 @@ int lf_select_kind(const hlo_module *m, const hlo_instr *in);    /* a 4-operand 
 int lf_select_red(const hlo_module *m, const hlo_instr *in, uint32_t o); /* the partial stack operand o completes */
 lval lf_lift_reduce_tuple(lstate *s);                /* a variadic reduce */
 bool lf_arg_offset(lstate *s, lval *out);            /* add(positions local to a block, the block's offset) */
+bool lf_owner_test(lstate *s);                       /* eq(partial max, its complete value): unknown, for a select */
+bool lf_owner_select(lstate *s, lval *out);         /* select(that eq, positions, fill): partial(min) positions */
 void lf_elementwise_unit_partials(lstate *s);        /* partial operands in their unit-dim reading, when theirs */
 
 /* Element-moving ops (lift_shape.c): the transfer functions of their opcodes. */

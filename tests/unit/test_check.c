@@ -2161,6 +2161,20 @@ static void hand_written_cases(void) {
          "reduce(%gv, %gi, %ninf, %zero), dimensions={1}, to_apply=%pickmin", VERDICT_MISMATCH, false},
         {"argmax/gspmd", "positions gathered in another order", "channel_id=2, replica_groups={{0,1,2,3}}",
          "channel_id=2, replica_groups={{1,0,3,2}}", VERDICT_MISMATCH, true},
+        /* the devices holding the row's max (eq of the local and the global
+         * max) keep their positions, the greatest position elsewhere, a min */
+        {"argmax/owner", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"argmax/owner", "offset not added", "%li = s32[4]{0} add(%lil, %offb)", "%li = s32[4]{0} copy(%lil)",
+         VERDICT_MISMATCH, false},
+        {"argmax/owner", "positions combined by a max", "to_apply=%mini", "to_apply=%maxi", VERDICT_MISMATCH, true},
+        {"argmax/owner", "fill -1 and a max (the greatest of tied positions)", "constant(2147483647)\n  %fillb = s32[4]{0} "
+         "broadcast(%fill), dimensions={}\n  %cand = s32[4]{0} select(%own, %li, %fillb)\n  %k = s32[4]{0} all-reduce(%cand), "
+         "channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%mini", "constant(-1)\n  %fillb = "
+         "s32[4]{0} broadcast(%fill), dimensions={}\n  %cand = s32[4]{0} select(%own, %li, %fillb)\n  %k = s32[4]{0} "
+         "all-reduce(%cand), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%maxi",
+         VERDICT_UNVERIFIED, false},
+        {"argmax/owner", "owner test GE", "compare(%lm, %gm), direction=EQ", "compare(%lm, %gm), direction=GE",
+         VERDICT_UNVERIFIED, false},
         {"argmax/smap", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"argmax/smap", "offset not added", "%li = s32[4]{0} add(%lil, %offb)", "%li = s32[4]{0} copy(%lil)", VERDICT_MISMATCH,
          true},
