@@ -167,9 +167,15 @@ static bool same_but_unit_dims(lift_ctx *c, eid s, eid m) {
 static bool shifted_lse(lift_ctx *c, eid l, eid *shifted, eid *m, eid *unshifted) {
     const eid *lc, *rc, *ec, *sc, *bc;
     if (lf_class_node(c, l, OP_LOG, 1, &lc) == EID_NONE) return false;
-    eid sum = lc[0];
+    eid sum = lc[0], kept = EID_NONE;
     if (lf_class_node(c, sum, OP_ABS, 1, &lc) != EID_NONE) sum = lc[0];
     eid rn = sum_of(c, sum, &rc);
+    if (rn == EID_NONE && lf_class_node(c, sum, OP_RESHAPE, 1, &lc) != EID_NONE) {
+        /* the sum with its reduced dim kept (keepdims: a reshape of it) */
+        kept = sum;
+        sum = lc[0];
+        rn = sum_of(c, sum, &rc);
+    }
     if (rn == EID_NONE) return false;
     uint32_t attr = eg_node_attr(c->g, rn), nd, nt, rank, nb;
     const int64_t *rd = ea_get(c->g, attr, A_DIMENSIONS, &nd), *ta = ea_get(c->g, attr, A_TO_APPLY, &nt);
@@ -188,6 +194,7 @@ static bool shifted_lse(lift_ctx *c, eid l, eid *shifted, eid *m, eid *unshifted
     eid ex = eg_add(c->g, OP_EXP, eg_node_attr(c->g, en), eg_class_type(c->g, x), &x, 1, c->origin);
     eid red_ch[2] = {ex, zero};
     eid r = eg_add(c->g, OP_REDUCE, attr, eg_class_type(c->g, sum), red_ch, 2, c->origin);
+    if (kept != EID_NONE) r = lf_mk_reshape(c, r, eg_class_type(c->g, kept), c->origin);
     *unshifted = eg_add(c->g, OP_LOG, 0, eg_class_type(c->g, l), &r, 1, c->origin);
     return true;
 }

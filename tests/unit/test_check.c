@@ -2011,6 +2011,9 @@ static void hand_written_cases(void) {
         /* jax.nn.logsumexp (shift by the max, 0 where not finite, abs of the
          * sum) against a vocab-parallel one shifted by the all-reduced max */
         {"lse/shift", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"lse/shift", "the sum's dim kept (keepdims)", "l = f32[4] log(ps)\n  ROOT o = f32[4] add(pm, l)",
+         "psk = f32[4,1] reshape(ps)\n  lk = f32[4,1] log(psk)\n  pmk = f32[4,1] reshape(pm)\n  ok = f32[4,1] add(lk, pmk)\n"
+         "  ROOT o = f32[4] reshape(ok)", VERDICT_VERIFIED, true},
         {"lse/shift", "shifted by the local max", "mb = f32[4,4] broadcast(pm)", "mb = f32[4,4] broadcast(m)",
          VERDICT_MISMATCH, false},
         {"lse/shift", "the local max added back", "add(pm, l)", "add(m, l)", VERDICT_MISMATCH, false},
