@@ -1,0 +1,279 @@
+"""samples/fresh4: a fourth batch of programs as a user writes them, none of
+them an idiom of samples/fresh, fresh2, fresh3, probe, train or wild:
+Megatron vocab-parallel cross-entropy written with one_hot, a gradient clip
+by global norm over sharded parameters, rotary embeddings with positions
+from axis_index offsets, a 2-D convolution with spatial sharding and a halo
+exchange by ppermute, a masked LM loss with a padding mask from the data,
+an int8 quantise-dequantise of activations before an all-gather, SGD with an
+EMA of the parameters in a fori_loop, grouped-query attention with tp over
+kv heads and an ensemble vmapped over a mesh axis (GSPMD).
+Each shard_map family has the bug variants a careless parallelisation makes.
+Exported with scalify_jax.export_pair; every pair is also run by JAX on seeded
+inputs and its manifest entry records the largest difference from the
+single-device run ("numerics").
+Run from the repository root: bash samples/gen/run_fresh4.sh [SUBSTR...]
+(only the pairs whose name contains a SUBSTR; the others keep their entries).
+"""
+import sys
+import numpy as np
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.sharding import PartitionSpec as P
+sys.path.insert(0, "samples/gen")  # run from the repository root (run_fresh4.sh)
+from fresh_lib import Corpus, seeded  # noqa: E402
+
+C = Corpus("samples/fresh4", "samples/gen/fresh4.py", "samples/gen/run_fresh4.sh", sys.argv[1:])
+rng, R, I = seeded(4127)
+psum, pmax, idx = lax.psum, lax.pmax, lax.axis_index
+
+# ---------------------------------------------------------------------------
+# 1. Megatron vocab-parallel cross-entropy written with one_hot: the logits
+#    sharded on the vocabulary over tp; max and sum of exp reduced over tp, the
+#    target logit picked by a one_hot of the label shifted by the shard's offset.
+VX_V = 32
+
+
+def xent(logits, labels):
+    lse = jax.nn.logsumexp(logits, -1)
+    tgt = jnp.sum(jax.nn.one_hot(labels, VX_V) * logits, -1)
+    return jnp.mean(lse - tgt)
+
+
+def xent_tp(bug):
+    def f(logits, labels):
+        vl = logits.shape[-1]
+        m = jnp.max(logits, -1, keepdims=True)
+        if bug != "local-max":
+            m = pmax(m, "tp")
+        se = psum(jnp.sum(jnp.exp(logits - m), -1), "tp")
+        lse = jnp.log(se) + m[:, 0]
+        off = 0 if bug == "no-offset" else idx("tp") * vl
+        tgt = psum(jnp.sum(jax.nn.one_hot(labels - off, vl) * logits, -1), "tp")
+        return jnp.mean(lse - tgt)
+    return f
+
+
+C.smap("s.vocab_xent_onehot.tp4", {"tp": 4}, xent_tp, (P(None, "tp"), P()), P(), xent,
+       (R(8, VX_V, scale=2.0), I(0, VX_V, 8)),
+       bugs=[("local-max", ["missing-all-reduce"]), ("no-offset", ["wrong-shard-dim"])])
+
+# ---------------------------------------------------------------------------
+# 2. an SGD step with gradient clipping by global norm; parameters and
+#    gradients sharded over fsdp (rows), the batch replicated; the squared
+#    norms summed over fsdp.
+CL_MAX, CL_LR = 0.5, 0.1
+
+
+def clip_step(w1, w2, x, y):
+    g1, g2 = jax.grad(lambda a, b: jnp.mean((jnp.tanh(x @ a.T) @ b - y) ** 2), (0, 1))(w1, w2)
+    n = jnp.sqrt(jnp.sum(g1 * g1) + jnp.sum(g2 * g2))
+    s = jnp.minimum(1.0, CL_MAX / (n + 1e-6))
+    return w1 - CL_LR * s * g1, w2 - CL_LR * s * g2, n
+
+
+def clip_fsdp(bug):
+    def f(w1, w2, x, y):
+        a = lax.all_gather(w1, "fsdp", axis=0, tiled=True)
+        b = lax.all_gather(w2, "fsdp", axis=0, tiled=True)
+        g1, g2 = jax.grad(lambda a, b: jnp.mean((jnp.tanh(x @ a.T) @ b - y) ** 2), (0, 1))(a, b)
+        k = idx("fsdp")
+        g1 = lax.dynamic_slice_in_dim(g1, k * w1.shape[0], w1.shape[0], 0)
+        g2 = lax.dynamic_slice_in_dim(g2, k * w2.shape[0], w2.shape[0], 0)
+        sq = jnp.sum(g1 * g1) + jnp.sum(g2 * g2)
+        n = jnp.sqrt(sq if bug == "local-norm" else psum(sq, "fsdp"))
+        s = jnp.minimum(1.0, CL_MAX / (n + 1e-6))
+        return w1 - CL_LR * s * g1, w2 - CL_LR * s * g2, n
+    return f
+
+
+C.smap("s.clip_global_norm.fsdp4", {"fsdp": 4}, clip_fsdp, (P("fsdp"), P("fsdp"), P(), P()),
+       (P("fsdp"), P("fsdp"), P()), clip_step, (R(16, 8), R(16, 8), R(8, 8), R(8, 8)),
+       bugs=[("local-norm", ["missing-all-reduce"])])
+
+# ---------------------------------------------------------------------------
+# 3. rotary embeddings on a sequence-sharded q and k: each shard's positions
+#    are its axis_index times the local length plus arange.
+RO_D = 8
+
+
+def rope(x, pos):
+    half = RO_D // 2
+    inv = 1.0 / (10000.0 ** (jnp.arange(half, dtype=jnp.float32) / half))
+    ang = pos[:, None].astype(jnp.float32) * inv[None]
+    c, s = jnp.cos(ang)[None, :, None], jnp.sin(ang)[None, :, None]
+    x1, x2 = x[..., :half], x[..., half:]
+    return jnp.concatenate([x1 * c - x2 * s, x1 * s + x2 * c], -1)
+
+
+def rope_qk(q, k):
+    pos = jnp.arange(q.shape[1])
+    return rope(q, pos), rope(k, pos)
+
+
+def rope_sp(bug):
+    def f(q, k):
+        t = q.shape[1]
+        pos = jnp.arange(t) if bug == "no-offset" else idx("sp") * t + jnp.arange(t)
+        return rope(q, pos), rope(k, pos + (1 if bug == "k-shift" else 0))
+    return f
+
+
+C.smap("s.rope_axis_offset.sp4", {"sp": 4}, rope_sp, (P(None, "sp"), P(None, "sp")), (P(None, "sp"), P(None, "sp")),
+       rope_qk, (R(2, 16, 2, RO_D), R(2, 16, 2, RO_D)),
+       bugs=[("no-offset", ["wrong-shard-dim"]), ("k-shift", ["constant-mismatch"])])
+
+# ---------------------------------------------------------------------------
+# 4. a 3x3 convolution (SAME) on NHWC images with H sharded over sp: one row
+#    of halo from each neighbour by ppermute (zeros at the edges).
+
+
+def conv(x, k):
+    return lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def conv_halo(bug):
+    n = 4
+
+    def f(x, k):
+        up = [(i, i + 1) for i in range(n - 1)]
+        down = [(i + 1, i) for i in range(n - 1)]
+        if bug == "halo-swap":
+            up, down = down, up
+        prev = lax.ppermute(x[:, -1:], "sp", up)    # the row above, from the previous shard
+        nxt = lax.ppermute(x[:, :1], "sp", down)    # the row below, from the next shard
+        xp = jnp.concatenate([prev, x, nxt], 1)
+        return lax.conv_general_dilated(xp, k, (1, 1), ((0, 0), (1, 1)),
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return f
+
+
+C.smap("s.conv_halo.sp4", {"sp": 4}, conv_halo, (P(None, "sp"), P()), P(None, "sp"), conv,
+       (R(2, 16, 8, 3), R(3, 3, 3, 4, scale=0.3)),
+       bugs=[("halo-swap", ["wrong-collective-group"])])
+
+# ---------------------------------------------------------------------------
+# 5. a masked LM loss: the padding mask comes from the data (token id 0), the
+#    mean over the unmasked tokens of the whole batch (batch over dp).
+ML_V = 16
+
+
+def mlm_loss(logits, tok):
+    mask = (tok != 0).astype(jnp.float32)
+    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), tok[..., None], -1)[..., 0]
+    return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def mlm_dp(bug):
+    def f(logits, tok):
+        mask = (tok != 0).astype(jnp.float32)
+        nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), tok[..., None], -1)[..., 0]
+        if bug == "mean-of-means":
+            return lax.pmean(jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1.0), "dp")
+        return psum(jnp.sum(nll * mask), "dp") / jnp.maximum(psum(jnp.sum(mask), "dp"), 1.0)
+    return f
+
+
+ml_tok = I(0, ML_V, 8, 8)
+ml_tok[:2, 3:] = 0  # padding: the first shard has fewer tokens
+C.smap("s.masked_lm_loss.dp4", {"dp": 4}, mlm_dp, (P("dp"), P("dp")), P(), mlm_loss,
+       (R(8, 8, ML_V), ml_tok), bugs=[("mean-of-means", ["wrong-reduction"])])
+
+# ---------------------------------------------------------------------------
+# 6. int8 quantise-dequantise of activations (one scale per tensor, from the
+#    global max) before the all-gather of a sequence-parallel layer.
+
+
+def qdq(x, amax):
+    s = amax / 127.0
+    return jnp.clip(jnp.round(x / s), -127, 127).astype(jnp.int8), s
+
+
+def quant_mm(x, w):
+    q, s = qdq(x, jnp.max(jnp.abs(x)))
+    return (q.astype(jnp.float32) * s) @ w
+
+
+def quant_sp(bug):
+    def f(x, w):
+        amax = jnp.max(jnp.abs(x))
+        if bug != "local-scale":
+            amax = pmax(amax, "sp")
+        q, s = qdq(x, amax)
+        qf = lax.all_gather(q, "sp", axis=0, tiled=True)
+        return (qf.astype(jnp.float32) * s) @ w
+    return f
+
+
+C.smap("s.int8_qdq_allgather.sp4", {"sp": 4}, quant_sp, (P("sp"), P()), P(), quant_mm,
+       (R(16, 8) * np.linspace(0.2, 3.0, 16, dtype=np.float32)[:, None], R(8, 8)),
+       bugs=[("local-scale", ["missing-all-reduce"])])
+
+# ---------------------------------------------------------------------------
+# 7. data-parallel SGD for a few steps in a fori_loop, with an EMA of the
+#    parameters updated each step.
+FL_STEPS, FL_LR, FL_DECAY = 3, 0.05, 0.9
+
+
+def fl_grad(w, x, y):
+    return jax.grad(lambda w: jnp.mean((x @ w - y) ** 2))(w)
+
+
+def fori_train(w, x, y):
+    def body(i, c):
+        w, e = c
+        w = w - FL_LR * fl_grad(w, x, y)
+        return w, FL_DECAY * e + (1 - FL_DECAY) * w
+    return lax.fori_loop(0, FL_STEPS, body, (w, w))
+
+
+def fori_dp(bug):
+    def f(w, x, y):
+        def body(i, c):
+            w, e = c
+            g = fl_grad(w, x, y)
+            w = w - FL_LR * (g if bug == "no-pmean" else lax.pmean(g, "dp"))
+            return w, FL_DECAY * e + (1 - FL_DECAY) * w
+        return lax.fori_loop(0, FL_STEPS, body, (w, w))
+    return f
+
+
+C.smap("s.fori_sgd_ema.dp4", {"dp": 4}, fori_dp, (P(), P("dp"), P("dp")), (P(), P()), fori_train,
+       (R(8, 4, scale=0.3), R(16, 8), R(16, 4)), bugs=[("no-pmean", ["missing-all-reduce"])])
+
+# ---------------------------------------------------------------------------
+# 8. grouped-query attention (8 query heads, 2 kv heads) under GSPMD, the kv
+#    heads sharded over tp and the batch over dp.
+GQ_H, GQ_KV, GQ_D = 8, 2, 4
+
+
+def gqa(x, wq, wk, wv, wo):
+    b, t, _ = x.shape
+    q = jnp.einsum("btd,dhe->bthe", x, wq).reshape(b, t, GQ_KV, GQ_H // GQ_KV, GQ_D)
+    k = jnp.einsum("btd,dhe->bthe", x, wk)
+    v = jnp.einsum("btd,dhe->bthe", x, wv)
+    s = jnp.einsum("bqkge,bske->bkgqs", q, k) * GQ_D ** -0.5
+    causal = jnp.arange(t)[None, :] <= jnp.arange(t)[:, None]
+    p = jax.nn.softmax(jnp.where(causal, s, -1e9), -1)
+    o = jnp.einsum("bkgqs,bske->bqkge", p, v).reshape(b, t, GQ_H, GQ_D)
+    return jnp.einsum("bthe,hed->btd", o, wo)
+
+
+C.gspmd("g.gqa_kv_tp.dp2xtp2", {"dp": 2, "tp": 2},
+        (P("dp"), P(None, "tp"), P(None, "tp"), P(None, "tp"), P("tp")), P("dp"), gqa,
+        (R(4, 8, 16), R(16, GQ_H, GQ_D, scale=0.3), R(16, GQ_KV, GQ_D, scale=0.3),
+         R(16, GQ_KV, GQ_D, scale=0.3), R(GQ_H, GQ_D, 16, scale=0.3)))
+
+# ---------------------------------------------------------------------------
+# 9. an ensemble of MLPs vmapped over its members, the member axis sharded
+#    over ens and the batch over dp (GSPMD).
+
+
+def ens(w1, w2, x):
+    return jax.vmap(lambda a, b: jnp.mean(jax.nn.relu(x @ a) @ b, 0))(w1, w2)
+
+
+C.gspmd("g.ensemble_vmap.ens4xdp2", {"ens": 4, "dp": 2}, (P("ens"), P("ens"), P("dp")), P("ens"), ens,
+        (R(8, 8, 16, scale=0.3), R(8, 16, 4, scale=0.3), R(8, 8)))
+
+# ---------------------------------------------------------------------------
+C.finish()
