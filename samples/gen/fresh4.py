@@ -19,6 +19,7 @@ import numpy as np
 import jax, jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
+import optax
 sys.path.insert(0, "samples/gen")  # run from the repository root (run_fresh4.sh)
 from fresh_lib import Corpus, seeded  # noqa: E402
 
@@ -274,6 +275,177 @@ def ens(w1, w2, x):
 
 C.gspmd("g.ensemble_vmap.ens4xdp2", {"ens": 4, "dp": 2}, (P("ens"), P("ens"), P("dp")), P("ens"), ens,
         (R(8, 8, 16, scale=0.3), R(8, 16, 4, scale=0.3), R(8, 8)))
+
+# ---------------------------------------------------------------------------
+# 10. Megatron sequence parallelism: a LayerNorm on the sequence-sharded
+#     activations, then an all-gather of the sequence before causal attention;
+#     each shard keeps its own rows of the attention output.
+SP_H = 2
+
+
+def ln(x, g, b):
+    m = jnp.mean(x, -1, keepdims=True)
+    v = jnp.mean(jnp.square(x - m), -1, keepdims=True)
+    return (x - m) * lax.rsqrt(v + 1e-5) * g + b
+
+
+def sp_attn(x, g, b, wqkv):
+    t, d = x.shape
+    q, k, v = jnp.split(ln(x, g, b) @ wqkv, 3, -1)
+    s = (q @ k.T) * (d ** -0.5)
+    s = jnp.where(jnp.arange(t)[None, :] <= jnp.arange(t)[:, None], s, -1e9)
+    return x + jax.nn.softmax(s, -1) @ v
+
+
+def sp_attn_sp(bug):
+    def f(x, g, b, wqkv):
+        tl, d = x.shape
+        if bug == "ln-stats-over-sp":
+            m = lax.pmean(jnp.mean(x, -1, keepdims=True), "sp")
+            v = lax.pmean(jnp.mean(jnp.square(x - m), -1, keepdims=True), "sp")
+            h = (x - m) * lax.rsqrt(v + 1e-5) * g + b
+        else:
+            h = ln(x, g, b)
+        hf = lax.all_gather(h, "sp", axis=0, tiled=True)
+        q, k, v = jnp.split(hf @ wqkv, 3, -1)
+        t = hf.shape[0]
+        s = (q @ k.T) * (d ** -0.5)
+        s = jnp.where(jnp.arange(t)[None, :] <= jnp.arange(t)[:, None], s, -1e9)
+        o = jax.nn.softmax(s, -1) @ v
+        return x + lax.dynamic_slice_in_dim(o, idx("sp") * tl, tl, 0)
+    return f
+
+
+C.smap("s.seqpar_ln_allgather.sp4", {"sp": 4}, sp_attn_sp, (P("sp"), P(), P(), P()), P("sp"), sp_attn,
+       (R(16, 8), 1.0 + R(8, scale=0.1), R(8, scale=0.1), R(8, 24, scale=0.3)),
+       bugs=[("ln-stats-over-sp", ["wrong-reduction"])])
+
+# ---------------------------------------------------------------------------
+# 11. a Mamba-style linear recurrence h_t = a_t h_{t-1} + b_t by an
+#     associative scan over a sequence sharded on sp: each shard scans its
+#     block, the carries of the preceding blocks come from an all-gather.
+
+
+def lin_comb(l, r):
+    return l[0] * r[0], r[0] * l[1] + r[1]
+
+
+def ssm(a, b):
+    return lax.associative_scan(lin_comb, (a, b), axis=0)[1]
+
+
+def ssm_sp(bug):
+    n = 4
+
+    def f(a, b):
+        A, H = lax.associative_scan(lin_comb, (a, b), axis=0)
+        al = lax.all_gather(A[-1], "sp")
+        hl = lax.all_gather(H[-1], "sp")
+        k = idx("sp")
+        c = jnp.zeros_like(H[-1])
+        carry = c
+        for j in range(n):
+            carry = jnp.where(j == k, c, carry)
+            c = al[j] * c + hl[j]
+        if bug == "no-carry":
+            return H
+        if bug == "carry-no-decay":
+            return H + carry
+        return H + A * carry
+    return f
+
+
+C.smap("s.ssm_assoc_scan.sp4", {"sp": 4}, ssm_sp, (P("sp"), P("sp")), P("sp"), ssm,
+       (jax.nn.sigmoid(R(16, 8)), R(16, 8)),
+       bugs=[("no-carry", ["missing-all-reduce"]), ("carry-no-decay", ["constant-mismatch"])])
+
+# ---------------------------------------------------------------------------
+# 12. label-smoothed cross-entropy over a vocabulary sharded on tp: the
+#     smoothing term is the mean log-probability over the whole vocabulary.
+LS_V, LS_EPS = 32, 0.1
+
+
+def ls_xent(logits, labels):
+    lp = jax.nn.log_softmax(logits)
+    nll = -jnp.take_along_axis(lp, labels[:, None], -1)[:, 0]
+    return jnp.mean((1 - LS_EPS) * nll - LS_EPS * jnp.mean(lp, -1))
+
+
+def ls_xent_tp(bug):
+    def f(logits, labels):
+        vl = logits.shape[-1]
+        m = pmax(jnp.max(logits, -1, keepdims=True), "tp")
+        lse = jnp.log(psum(jnp.sum(jnp.exp(logits - m), -1, keepdims=True), "tp")) + m
+        lp = logits - lse
+        lo = idx("tp") * vl
+        here = (labels >= lo) & (labels < lo + vl)
+        pick = jnp.take_along_axis(lp, jnp.clip(labels - lo, 0, vl - 1)[:, None], -1)[:, 0]
+        nll = -psum(jnp.where(here, pick, 0.0), "tp")
+        sm = jnp.sum(lp, -1)
+        sm = sm / vl if bug == "local-vocab-mean" else psum(sm, "tp") / LS_V
+        return jnp.mean((1 - LS_EPS) * nll - LS_EPS * sm)
+    return f
+
+
+C.smap("s.label_smooth_xent.tp4", {"tp": 4}, ls_xent_tp, (P(None, "tp"), P()), P(), ls_xent,
+       (R(8, LS_V, scale=2.0), I(0, LS_V, 8)), bugs=[("local-vocab-mean", ["missing-all-reduce"])])
+
+# ---------------------------------------------------------------------------
+# 13. a ZeRO-3 step: stacked layer weights sharded over fsdp, each layer's
+#     weight all-gathered inside a lax.scan over the layers; the gradient of
+#     the all-gather is the reduce-scatter; the batch over fsdp too.
+Z_L, Z_D = 3, 8
+
+
+def z_fwd(ws, x):
+    return jnp.sum(lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)[0] ** 2)
+
+
+def zero3(ws, x):
+    nb = x.shape[0]
+    loss, g = jax.value_and_grad(lambda ws: z_fwd(ws, x) / nb)(ws)
+    return loss, ws - 0.1 * g
+
+
+def zero3_fsdp(bug):
+    def f(ws, x):
+        def fwd(ws):
+            def layer(h, w):
+                return jnp.tanh(h @ lax.all_gather(w, "fsdp", axis=0, tiled=True)), None
+            return jnp.sum(lax.scan(layer, x, ws)[0] ** 2)
+        nb = x.shape[0] * (1 if bug == "local-batch" else 4)
+        loss, g = jax.value_and_grad(lambda ws: fwd(ws) / nb)(ws)
+        return psum(loss, "fsdp"), ws - 0.1 * g
+    return f
+
+
+C.smap("s.zero3_scan_layers.fsdp4", {"fsdp": 4}, zero3_fsdp, (P(None, "fsdp"), P("fsdp")), (P(), P(None, "fsdp")),
+       zero3, (R(Z_L, Z_D, Z_D, scale=0.4), R(8, Z_D)), bugs=[("local-batch", ["constant-mismatch"])])
+
+# ---------------------------------------------------------------------------
+# 14. bf16 parameters cast from f32 master weights, the loss in bf16, the
+#     update with optax (clip by global norm, then SGD with momentum) on the
+#     f32 masters, under GSPMD on dp x tp.
+MX_OPT = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.05, momentum=0.9))
+
+
+def mixed_step(master, opt, x, y):
+    def loss(mw):
+        p = jax.tree.map(lambda w: w.astype(jnp.bfloat16), mw)
+        h = jax.nn.relu(x.astype(jnp.bfloat16) @ p["w1"]) @ p["w2"]
+        return jnp.mean(jnp.square(h.astype(jnp.float32) - y))
+    l, g = jax.value_and_grad(loss)(master)
+    upd, opt = MX_OPT.update(g, opt, master)
+    return optax.apply_updates(master, upd), opt, l
+
+
+mx_p = {"w1": R(16, 32, scale=0.3), "w2": R(32, 8, scale=0.3)}
+mx_spec = {"w1": P(None, "tp"), "w2": P("tp")}
+mx_opt = MX_OPT.init(mx_p)
+mx_ospec = jax.tree.map(lambda l: P(None, "tp") if np.shape(l) == (16, 32) else P("tp") if np.shape(l) == (32, 8)
+                        else P(), mx_opt)
+C.gspmd("g.bf16_master_optax_clip.dp2xtp4", {"dp": 2, "tp": 4}, (mx_spec, mx_ospec, P("dp"), P("dp")),
+        (mx_spec, mx_ospec, P()), mixed_step, (mx_p, mx_opt, R(8, 16), R(8, 8)))
 
 # ---------------------------------------------------------------------------
 C.finish()
