@@ -6,7 +6,11 @@ from axis_index offsets, a 2-D convolution with spatial sharding and a halo
 exchange by ppermute, a masked LM loss with a padding mask from the data,
 an int8 quantise-dequantise of activations before an all-gather, SGD with an
 EMA of the parameters in a fori_loop, grouped-query attention with tp over
-kv heads and an ensemble vmapped over a mesh axis (GSPMD).
+kv heads and an ensemble vmapped over a mesh axis (GSPMD), Megatron sequence
+parallelism (LayerNorm, then all-gather), an associative-scan SSM over a
+sharded sequence, label smoothing over a sharded vocabulary, ZeRO-3 in a
+scan over layers, bf16 parameters from f32 masters with optax (GSPMD), and
+expert parallelism with a capacity (one_hot dispatch, all_to_all).
 Each shard_map family has the bug variants a careless parallelisation makes.
 Exported with scalify_jax.export_pair; every pair is also run by JAX on seeded
 inputs and its manifest entry records the largest difference from the
@@ -446,6 +450,50 @@ mx_ospec = jax.tree.map(lambda l: P(None, "tp") if np.shape(l) == (16, 32) else 
                         else P(), mx_opt)
 C.gspmd("g.bf16_master_optax_clip.dp2xtp4", {"dp": 2, "tp": 4}, (mx_spec, mx_ospec, P("dp"), P("dp")),
         (mx_spec, mx_ospec, P()), mixed_step, (mx_p, mx_opt, R(8, 16), R(8, 8)))
+
+# ---------------------------------------------------------------------------
+# 15. expert parallelism with a capacity: 4 groups of tokens (one per ep
+#     device), top-1 routing, dispatch and combine as one_hot einsums, the
+#     expert inputs exchanged by all_to_all there and back.
+MO_E, MO_C, MO_D = 4, 3, 8
+
+
+def moe_group(x, wg):
+    """x [t, d] one group: dispatch [t, e, c] and combine weights."""
+    p = jax.nn.softmax(x @ wg, -1)
+    e = jnp.argmax(p, -1)
+    oh = jax.nn.one_hot(e, MO_E)
+    pos = jnp.sum((jnp.cumsum(oh, 0) - 1) * oh, -1).astype(jnp.int32)
+    disp = oh[:, :, None] * jax.nn.one_hot(pos, MO_C)[:, None, :]
+    return disp, disp * jnp.max(p, -1)[:, None, None]
+
+
+def moe(x, wg, we):
+    xs = x.reshape(MO_E, -1, MO_D)
+    out = []
+    for g in range(MO_E):
+        disp, comb = moe_group(xs[g], wg)
+        ein = jnp.einsum("tec,td->ecd", disp, xs[g])
+        eout = jax.nn.gelu(jnp.einsum("ecd,edf->ecf", ein, we))
+        out.append(jnp.einsum("tec,ecf->tf", comb, eout))
+    return jnp.concatenate(out, 0)
+
+
+def moe_ep(bug):
+    def f(x, wg, we):
+        disp, comb = moe_group(x, wg)
+        ein = jnp.einsum("tec,td->ecd", disp, x)
+        ein = lax.all_to_all(ein, "ep", 0, 0, tiled=True)     # [src groups, c, d] for this expert
+        eout = jax.nn.gelu(jnp.einsum("scd,df->scf", ein, we[0]))
+        if bug != "no-return-a2a":
+            eout = lax.all_to_all(eout, "ep", 0, 0, tiled=True)
+        return jnp.einsum("tec,ecf->tf", comb, eout)
+    return f
+
+
+C.smap("s.moe_capacity_a2a.ep4", {"ep": 4}, moe_ep, (P("ep"), P(), P("ep")), P("ep"), moe,
+       (R(16, MO_D), R(MO_D, MO_E), R(MO_E, MO_D, MO_D, scale=0.3)),
+       bugs=[("no-return-a2a", ["layout-mismatch"])])
 
 # ---------------------------------------------------------------------------
 C.finish()
