@@ -121,7 +121,7 @@ fuzz-mutate:
 	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 	build/asan/mutate -o build/asan/mutant.hlo -t $(FUZZ_SECONDS) -n 0 $(wildcard samples/*/*.hlo tests/fuzz/seeds-text/*.hlo)
 	build/asan/mutate -o build/asan/pair-mutant.hlo -t $(FUZZ_SECONDS) -n 0 -s $(FUZZ_SEED) \
-	  $(foreach m,probe fresh fresh2 fresh3,-m samples/$(m)/manifest.json)
+	  $(foreach m,probe fresh fresh2 fresh3 fresh4,-m samples/$(m)/manifest.json)
 
 $(BUILD)/mutate: tests/fuzz/mutate.c $(BUILD)/libscalify.a
 	$(CC) $(CFLAGS_ALL) $^ $(LIBS) -o $@
