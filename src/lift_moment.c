@@ -15,10 +15,11 @@
  * the reduce a sum from zero.
  *
  * A logsumexp's shift. log Σ_j exp(x − m) + m = log Σ_j exp(x) over the
- * reals for any finite m along the other dims: the row max, its all-reduced
- * max over a vocab-parallel row, or jax.nn.logsumexp's max replaced by 0
- * where it is not finite. Both sides' shifted forms join the unshifted one;
- * the sum may sit under an abs (a sum of exponentials is never negative).
+ * reals for any finite m along the other dims; taken where m is the row's
+ * max (its all-reduced max over a vocab-parallel row, jax.nn.logsumexp's
+ * guarded max), finite wherever x is — any other m could be infinite.
+ * Both sides' shifted forms join the unshifted one; the sum may sit under
+ * an abs (a sum of exponentials is never negative).
  * So does jax.nn.log_softmax's (x − m) − log Σ exp(x − m): x − log Σ exp(x).
  *
  * Signs. A value that is never negative over the reals (an exponential, an
@@ -161,6 +162,24 @@ static bool same_but_unit_dims(lift_ctx *c, eid s, eid m) {
     return ns == nm && eg_find(c->g, lf_mk_reshape(c, m, ts, c->origin)) == eg_find(c->g, s);
 }
 
+/* Whether class m (through reshapes by unit dims) is the max of x along dim j. */
+static bool row_max(lift_ctx *c, eid m, eid x, uint32_t j) {
+    const eid *ch;
+    for (int depth = 0; depth < 4; depth++) {
+        eid rn = lf_class_node(c, m, OP_REDUCE, 2, &ch);
+        if (rn != EID_NONE) {
+            uint32_t nd, nt;
+            const int64_t *rd = ea_get(c->g, eg_node_attr(c->g, rn), A_DIMENSIONS, &nd);
+            const int64_t *ta = ea_get(c->g, eg_node_attr(c->g, rn), A_TO_APPLY, &nt);
+            return nd == 1 && rd[0] == (int64_t)j && nt == 1 && (uint64_t)ta[0] == lf_reducer_digest(RED_MAX) &&
+                   eg_find(c->g, ch[0]) == eg_find(c->g, x);
+        }
+        if (lf_class_node(c, m, OP_RESHAPE, 1, &ch) == EID_NONE) return false;
+        m = ch[0];
+    }
+    return false;
+}
+
 /* Class l as log(Σ_j exp(x − m)) (the sum possibly under an abs), m
  * broadcast along the summed dim j only: the shifted operand x − m, m and
  * the unshifted log(Σ_j exp(x)) (built). */
@@ -188,7 +207,10 @@ static bool shifted_lse(lift_ctx *c, eid l, eid *shifted, eid *m, eid *unshifted
     eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
     bool along = nb + 1 == rank;
     for (uint32_t k = 0; k < nb && along; k++) along = bd[k] == (int64_t)(k < (uint32_t)rd[0] ? k : k + 1);
-    if (!along) return false;
+    /* The shift cancels for a finite m only: taken when m is the row's max
+     * itself (of x along the summed dim, through unit reshapes), finite
+     * wherever x is. */
+    if (!along || !row_max(c, bc[0], x, (uint32_t)rd[0])) return false;
     *shifted = sh;
     *m = bc[0];
     eid ex = eg_add(c->g, OP_EXP, eg_node_attr(c->g, en), eg_class_type(c->g, x), &x, 1, c->origin);

@@ -2014,6 +2014,11 @@ static void hand_written_cases(void) {
         {"lse/shift", "the sum's dim kept (keepdims)", "l = f32[4] log(ps)\n  ROOT o = f32[4] add(pm, l)",
          "psk = f32[4,1] reshape(ps)\n  lk = f32[4,1] log(psk)\n  pmk = f32[4,1] reshape(pm)\n  ok = f32[4,1] add(lk, pmk)\n"
          "  ROOT o = f32[4] reshape(ok)", VERDICT_VERIFIED, true},
+        /* the shift cancels for a finite one only: max - (-inf) is +inf (a mutant once verified by the rules) */
+        {"lse/shift", "shifted by an infinite value",
+         "  mb = f32[4,4] broadcast(pm), dimensions={0}",
+         "  ni = f32[] constant(-inf)\n  nib = f32[4] broadcast(ni), dimensions={}\n  pmi = f32[4] subtract(pm, nib)\n"
+         "  mb = f32[4,4] broadcast(pmi), dimensions={0}", VERDICT_MISMATCH, false},
         {"lse/shift", "shifted by the local max", "mb = f32[4,4] broadcast(pm)", "mb = f32[4,4] broadcast(m)",
          VERDICT_MISMATCH, false},
         {"lse/shift", "the local max added back", "add(pm, l)", "add(m, l)", VERDICT_MISMATCH, false},
