@@ -1047,9 +1047,8 @@ static bool pw_gather(lstate *s, lval *out) {
  * writes u at global position t exactly where t - off(r) lies in [0, n - w]
  * and off(r) is its block start (a decode step's KV-cache write at the
  * token's position); elsewhere (clamped, or wrapped by jnp) it writes junk.
- * A mask whose row is the global write, over the positions [0, S - w]. The
- * start operand of d in *dim (for dus_kept). */
-static bool dus_at_index(lstate *s, lval *out, uint32_t *dim) {
+ * A mask whose row is the global write, over the positions [0, S - w]. */
+static bool dus_at_index(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     uint32_t rank = in->shape.rank;
@@ -1107,7 +1106,6 @@ static bool dus_at_index(lstate *s, lval *out, uint32_t *dim) {
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &buf->v, &in->shape, g);
     m.hit = lf_node(c, c->cur, in, ch, 2 + rank, g, c->origin);
-    *dim = d;
     *out = m;
     return true;
 }
@@ -1630,8 +1628,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
     if (in->op == OP_GATHER && (s->ops[1].kind == LV_PW || s->ops[1].kind == LV_IVEC)) return pw_gather(s, out);
     if (in->op == OP_SELECT && select_in_domain(s, out)) return true;
     if (in->op == OP_SELECT && masked_term(s, out)) return true;
-    uint32_t dus_dim;
-    if (in->op == OP_DYNAMIC_UPDATE_SLICE && dus_at_index(s, out, &dus_dim)) return true;
+    if (in->op == OP_DYNAMIC_UPDATE_SLICE && dus_at_index(s, out)) return true;
     if (in->op == OP_SELECT && dus_kept(s, out)) return true;
     if (compare_local_iota(s, out)) return true;
     if (!any_pw && !any_mask && !(any_dev && (any_src || any_ksrc))) return false;
