@@ -1507,13 +1507,19 @@ static void index_plain_term(lstate *s, lval *v) {
     }
 }
 
-/* Lifts instruction i of comp into vals[i]. */
 /* Whether tuple i of comp feeds only optimization barriers whose results
  * only get-tuple-elements read (jax.checkpoint's residuals): an identity the
  * elements pass through, so they keep their constant factors, as the other
- * program's do. Computed once per computation. */
+ * program's do. Computed once per computation of either module. */
 static bool barrier_only(lift_ctx *c, const hlo_comp *comp, uint32_t i) {
-    if (c->barrier_comp != comp) {
+    const hlo_module *m = comp >= c->base->comps && comp < c->base->comps + c->base->ncomps ? c->base : c->dist;
+    int side = m == c->base ? 0 : 1;
+    uint32_t ci = (uint32_t)(comp - m->comps);
+    if (!c->barrier_only[side]) {
+        c->barrier_only[side] = arena_alloc(c->a, (m->ncomps + 1) * sizeof *c->barrier_only[side]);
+        memset(c->barrier_only[side], 0, (m->ncomps + 1) * sizeof *c->barrier_only[side]);
+    }
+    if (!c->barrier_only[side][ci]) {
         uint8_t *used = arena_alloc(c->a, comp->ninstrs + 1), *ok = arena_alloc(c->a, comp->ninstrs + 1);
         memset(used, 0, comp->ninstrs + 1);
         memset(ok, 0, comp->ninstrs + 1);
@@ -1537,12 +1543,12 @@ static bool barrier_only(lift_ctx *c, const hlo_comp *comp, uint32_t i) {
             const hlo_instr *u = &comp->instrs[k];
             if (u->op == OP_OPT_BARRIER && u->noperands == 1 && (used[k] || k == comp->root)) ok[u->operands[0]] = 0;
         }
-        c->barrier_comp = comp;
-        c->barrier_only = ok;
+        c->barrier_only[side][ci] = ok;
     }
-    return c->barrier_only[i];
+    return c->barrier_only[side][ci][i];
 }
 
+/* Lifts instruction i of comp into vals[i]. */
 void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                      uint32_t ninputs) {
     const hlo_module *m = c->cur;

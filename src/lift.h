@@ -320,9 +320,9 @@ typedef struct lift_ctx {
     uint32_t last_scope_seg;              /* and its answer */
     int depth;                            /* call depth while walking (0: entry) */
     const hlo_comp *call_comp;            /* the computation a call is lifting: its root tuple keeps factors */
-    const hlo_comp *barrier_comp;         /* the computation barrier_only describes (lift.c) */
-    uint8_t *barrier_only;                /* per instruction: a tuple whose users are optimization barriers
-                                           * read only by get-tuple-elements (jax.checkpoint's) */
+    uint8_t **barrier_only[2];            /* per module, per computation, per instruction: a tuple whose
+                                           * users are optimization barriers read only by get-tuple-elements
+                                           * (jax.checkpoint's; lift.c) */
     uint32_t built;                       /* baseline instructions built (flattened positions) */
     double acct_t;                        /* per-segment accounting: last instruction's start */
     uint32_t acct_nodes;
