@@ -42,7 +42,9 @@ deps:
 check-deps:
 	@tools/deps.sh
 
-$(BUILD)/gen/hlo.pb-c.c $(BUILD)/gen/hlo.pb-c.h: proto/hlo.proto
+# Order-only on check-deps: under make -j the generator must wait for the
+# packages (protoc-c) that check-deps installs on a fresh machine.
+$(BUILD)/gen/hlo.pb-c.c $(BUILD)/gen/hlo.pb-c.h &: proto/hlo.proto | check-deps
 	@mkdir -p $(BUILD)/gen
 	protoc-c --proto_path=proto --c_out=$(BUILD)/gen proto/hlo.proto
 
