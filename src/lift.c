@@ -1245,6 +1245,7 @@ lval lf_lift_instr(lstate *s) {
     case OP_DYNAMIC_UPDATE_SLICE: {
         lval r;
         if (lf_placed_block(s, &r)) return r;
+        if (lf_win_update(s, &r)) return r;
         r = lf_lift_dynamic_update_slice(s);
         if (r.kind != LV_UNKNOWN) return r;
         break;
@@ -1687,6 +1688,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     /* A partial sum computed here is values of its own (an operand's name
      * kept only where the op is the identity on it). */
     if (!same) v->pid = !c->baseline_mode && v->kind == LV_TERM && v->v.partial ? ++c->npids : 0;
+    amb |= c->ambiguous_now; /* an operand's view guessed on the way (lf_win_assume) */
     c->ambiguous_now = c->konst_operand_now = c->partial_unsure_now = false;
     v->ambiguous |= amb;
     for (uint32_t o = 0; o < in->noperands && v->kind == LV_TERM && v->v.partial; o++) v->partial_unsure |= ops[o].partial_unsure;

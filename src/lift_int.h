@@ -149,6 +149,7 @@ bool lf_psub_instr(lstate *s, lval *out);
  * axes (lift_psub.c); false otherwise. */
 bool lf_placed_block(lstate *s, lval *out);
 bool lf_win_dynamic_slice_term(lstate *s, uint32_t d, lval *out);
+bool lf_win_update(lstate *s, lval *out);   /* a dynamic-update-slice assembling a window (lift_win.c) */
 /* lf_win_rearranged: a window whose pieces are whole runs, the same on the
  * devices that hold the same block along some mesh axes its view does not
  * use, but not in block order (a ring's rotation, a pipeline stage

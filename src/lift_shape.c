@@ -796,7 +796,11 @@ lval lf_lift_dynamic_slice(lstate *s) {
         uint32_t mask = lf_block_offsets(c, o->dev, o->count, size, &base, &p);
         if (mask & x->v.partial) return unreduced_blocks(s);
         if (mask & view_axes_used(&v)) {
-            /* Blocks of two dims chosen by one axis: a diagonal, no view. */
+            /* Blocks of two dims chosen by one axis: a diagonal, no view;
+             * followed exactly as a window where it can be (a collective
+             * matmul's chunk of the local weight, by the ring's step). */
+            lval w;
+            if (lf_win_dynamic_slice_term(s, d, &w)) return w;
             lf_unsupported(c, s->comp, in, "%s slices dimension %u by a mesh axis another dimension is sharded over",
                            in->name, d);
             return unknown();

@@ -507,6 +507,71 @@ static bool win_dynamic_slice(lstate *s, lval *out) {
     return true;
 }
 
+/* dynamic-update-slice(buf, u, offsets) where u is a window (or a term,
+ * read as one along the dim its offsets vary along) and buf zeros or a
+ * window of the same term along the same dim, every other dim written whole
+ * (alike sharded on both): on every device the pieces u holds replace buf's
+ * at that device's offset (clamped as XLA clamps it). A buffer assembled
+ * block by block from pieces a permute ring brings (a collective matmul, an
+ * all-gather written by hand) is a window until every device holds its rows
+ * in order, then a plain view. */
+bool lf_win_update(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t rank = in->shape.rank;
+    if (c->baseline_mode || in->op != OP_DYNAMIC_UPDATE_SLICE || in->noperands != 2 + rank || rank > VIEW_MAX_RANK)
+        return false;
+    const lval *b = &s->ops[0], *u = &s->ops[1];
+    const shape *us = &s->comp->instrs[in->operands[1]].shape;
+    if (us->rank != rank || (b->kind != LV_WIN && u->kind != LV_WIN && !(b->kind == LV_TERM && lf_class_is_zero(c, b->cls))))
+        return false;
+    /* the dim written at per-device offsets: the window's, else the one
+     * offset that is not the same on every device */
+    uint32_t d = u->kind == LV_WIN ? u->win->dim : b->kind == LV_WIN ? b->win->dim : rank;
+    for (uint32_t k = 0; k < rank && d == rank; k++) {
+        const lval *o = &s->ops[2 + k];
+        if (o->kind == LV_DEV && o->count == 1 && !lf_dev_uniform(c, o)) d = k;
+    }
+    if (d == rank) return false;
+    for (uint32_t k = 0; k < rank; k++)
+        if (k != d && us->dims[k] != in->shape.dims[k]) return false;
+    const lval *o = &s->ops[2 + d];
+    int64_t L = in->shape.dims[d], len = us->dims[d];
+    if (o->kind != LV_DEV || o->count != 1 || len < 1 || len > L || L > LIFT_WIN_MAX / c->ndev) return false;
+    lval uw;
+    if (u->kind == LV_WIN) {
+        if (u->win->summed || u->win->dim != d || u->win->len != len) return false;
+        uw = *u;
+    } else if (u->kind != LV_TERM || !win_of_term(c, u, d, len, &uw)) {
+        return false;
+    }
+    if (uw.v.partial || uw.zm || uw.cls == EID_NONE) return false;
+    const lift_win *bw = NULL;
+    if (b->kind == LV_WIN) {
+        bw = b->win;
+        if (bw->summed || bw->dim != d || bw->len != L || !view_equal(&b->v, &uw.v) || b->zm ||
+            eg_find(c->g, b->cls) != eg_find(c->g, uw.cls) || lf_scale_of(b) != lf_scale_of(&uw))
+            return false;
+    } else if (b->kind != LV_TERM || b->v.partial || !lf_class_is_zero(c, b->cls)) {
+        return false;
+    }
+    lift_win *nw = win_new(c, uw.win, d, L);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        double at = o->dev[r];
+        if (at != (double)(int64_t)at) return false;
+        int64_t st = (int64_t)at;
+        if (st > L - len) st = L - len;
+        if (st < 0) st = 0;
+        for (int64_t l = 0; l < L; l++) nw->idx[r * L + l] = bw ? bw->idx[r * L + l] : -1;
+        for (int64_t l = 0; l < len; l++) nw->idx[r * L + st + l] = uw.win->idx[r * len + l];
+    }
+    lval v = uw;
+    v.win = nw;
+    v.assumed = uw.assumed || (b->kind == LV_WIN && b->assumed);
+    *out = win_settle(c, v);
+    return true;
+}
+
 /* dynamic-slice of a term along its unsharded dim d at per-device offsets
  * that select no block of a view (every other dim taken whole): each device's
  * piece, exactly, as a window from here — a rotation of the blocks, say, is
@@ -852,6 +917,28 @@ static bool zero_init(lstate *s) {
     return s->ops[1].kind == LV_TERM && lf_class_is_zero(s->c, s->ops[1].cls);
 }
 
+/* The view of a dot without batch dims whose contracted dims are whole on
+ * both sides: lhs free dims in order, then rhs free dims, as its operands
+ * shard them. */
+static bool dot_free_view(const hlo_instr *in, const hlo_instr *ai, const hlo_instr *bi, const view *av, const view *bv,
+                          const int64_t *lc, const int64_t *rc, uint32_t nc, view *out) {
+    *out = view_dup(in->shape.rank);
+    uint32_t q = 0;
+    for (uint32_t o = 0; o < 2; o++) {
+        const view *z = o ? bv : av;
+        const hlo_instr *zi = o ? bi : ai;
+        const int64_t *zc = o ? rc : lc;
+        for (uint32_t k = 0; k < zi->shape.rank; k++) {
+            bool contracted = false;
+            for (uint32_t m = 0; m < nc; m++) contracted |= zc[m] == k;
+            if (contracted) continue;
+            if (q >= in->shape.rank) return false;
+            out->dims[q++] = z->dims[k];
+        }
+    }
+    return q == in->shape.rank;
+}
+
 static bool rows_dot(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -862,36 +949,61 @@ static bool rows_dot(lstate *s, lval *out) {
     instr_ints(in, A_RHS_BATCH_DIMS, &nrb);
     if (in->noperands != 2 || nlb || nrb || nlc != nrc || in->shape.rank > VIEW_MAX_RANK) return false;
     const hlo_instr *ai = &s->comp->instrs[in->operands[0]], *bi = &s->comp->instrs[in->operands[1]];
+    /* A window contracted with a term sharded along the partner dim: the
+     * term's blocks as a window too (a ring's chunk against the local block). */
+    lval as_win;
+    for (uint32_t o = 0; o < 2 && (a->kind == LV_WIN) != (b->kind == LV_WIN); o++) {
+        const lval *w = o ? b : a, *t = o ? a : b;
+        const int64_t *wc = o ? rc : lc, *tc = o ? lc : rc;
+        const hlo_instr *ti = o ? ai : bi;
+        if (w->kind != LV_WIN || t->kind != LV_TERM || w->win->summed) continue;
+        for (uint32_t k = 0; k < nlc; k++)
+            if (wc[k] == w->win->dim && tc[k] >= 0 && tc[k] < ti->shape.rank && t->v.rank == ti->shape.rank &&
+                t->v.dims[tc[k]].naxes && win_of_term(c, t, (uint32_t)tc[k], ti->shape.dims[tc[k]], &as_win)) {
+                if (o) a = &as_win;
+                else b = &as_win;
+                break;
+            }
+    }
     eid ch[2] = {a->cls, b->cls};
     if (a->kind == LV_WIN && b->kind == LV_WIN) {
         /* Both operands' rows contracted with each other: a sum over rows. */
         const lift_win *w = a->win;
-        if (!win_full(c, w) || !win_full(c, b->win) || !same_rows(c, w, b->win) || !view_is_dup(&a->v) ||
-            !view_is_dup(&b->v))
+        if (!win_full(c, w) || !win_full(c, b->win) || !same_rows(c, w, b->win) || a->v.partial || b->v.partial ||
+            a->v.rank != ai->shape.rank || b->v.rank != bi->shape.rank)
             return false;
         uint32_t k = 0;
         while (k < nlc && !(lc[k] == w->dim && rc[k] == b->win->dim)) k++;
         if (k == nlc) return false;
+        for (uint32_t q = 0; q < nlc; q++)
+            if (a->v.dims[lc[q]].naxes || b->v.dims[rc[q]].naxes) return false;
+        view rv;
+        if (!dot_free_view(in, ai, bi, &a->v, &b->v, lc, rc, nlc, &rv)) return false;
         uint32_t ra, rb;
         const int64_t *ta = term_dims(c, a->cls, &ra), *tb = term_dims(c, b->cls, &rb);
         if (ta[w->dim] != tb[b->win->dim]) return false;
         (void)ai, (void)bi;
-        eid t = lf_node(c, c->cur, in, ch, 2, in->shape.dims, c->origin);
+        int64_t gd[VIEW_MAX_RANK];
+        lf_global_dims(c, &rv, &in->shape, gd);
+        eid t = lf_node(c, c->cur, in, ch, 2, gd, c->origin);
         *out = summed_of(c, a, w, t, ta[w->dim], a->cls, b->cls, 1u << 31 | w->dim << 8 | b->win->dim, in->shape.rank);
+        out->v = rv;
         out->assumed = a->assumed || b->assumed;
         return true;
     }
-    /* One operand's rows kept (not contracted), the other replicated. */
+    /* One operand's rows kept (not contracted), the other a term; either
+     * may be sharded along its free dims (a weight's columns), never along
+     * a contracted one. */
     uint32_t side = a->kind == LV_WIN ? 0 : 1;
     const lval *x = side ? b : a, *y = side ? a : b;
     const hlo_instr *xi = side ? bi : ai;
     const int64_t *xc = side ? rc : lc;
-    if (x->kind != LV_WIN || y->kind != LV_TERM || !view_is_dup(&y->v) || y->zm || !win_full(c, x->win) ||
-        !view_is_dup(&x->v))
+    if (x->kind != LV_WIN || y->kind != LV_TERM || y->v.partial || y->zm || !win_full(c, x->win) || x->v.partial ||
+        x->v.rank != xi->shape.rank || y->v.rank != (side ? ai : bi)->shape.rank)
         return false;
     uint32_t d = x->win->dim, pos = 0;
     for (uint32_t k = 0; k < nlc; k++)
-        if (xc[k] == d) return false;
+        if (xc[k] == d || x->v.dims[xc[k]].naxes || y->v.dims[(side ? lc : rc)[k]].naxes) return false;
     /* Result dims: lhs free dims in order, then rhs free dims. */
     if (side) pos = ai->shape.rank - nlc;
     for (uint32_t k = 0; k < d; k++) {
@@ -903,8 +1015,13 @@ static bool rows_dot(lstate *s, lval *out) {
     const int64_t *td = term_dims(c, x->cls, &rank);
     if (pos >= in->shape.rank || xi->shape.rank != rank) return false;
     int64_t dims[VIEW_MAX_RANK];
-    dims_at(in, pos, td[d], dims);
+    view rv;
+    if (!dot_free_view(in, ai, bi, side ? &y->v : &x->v, side ? &x->v : &y->v, lc, rc, nlc, &rv)) return false;
+    /* the term at the global extent of every sharded result dim */
+    lf_global_dims(c, &rv, &in->shape, dims);
+    dims[pos] = td[d];
     *out = rows_at(s, x, pos, ch, 2, dims);
+    out->v = rv;
     out->assumed = a->assumed || b->assumed;
     return true;
 }
@@ -964,6 +1081,24 @@ static lval summed_settle(lift_ctx *c, lval x) {
     if (w->total < 1 || w->total > LIFT_WIN_MAX) return x;
     uint8_t *seen = calloc((size_t)w->total, 1);
     bool once = true;
+    /* Every device summing every row once (in its own order: a ring's
+     * steps): the whole sum everywhere. */
+    bool each = w->len == w->total;
+    for (int64_t r = 0; r < c->ndev && each; r++) {
+        memset(seen, 0, (size_t)w->total);
+        for (int64_t l = 0; l < w->len && each; l++) {
+            int64_t e = w->idx[r * w->len + l];
+            each = e >= 0 && e < w->total && !seen[e];
+            if (each) seen[e] = 1;
+        }
+    }
+    if (each) {
+        free(seen);
+        x.kind = LV_TERM;
+        x.win = NULL;
+        return x;
+    }
+    memset(seen, 0, (size_t)w->total);
     int64_t count = 0;
     /* Devices along the other axes hold the same rows: the group of device
      * 0 (every other coordinate 0) says it for all. */
@@ -1311,8 +1446,9 @@ static bool win_rows(lstate *s, lval *out) {
 }
 
 /* A window no transfer function takes, as a fresh variable (assumed content)
- * sharded along its dim over the mesh axes its pieces vary with: so the ops
- * after it still judge views (as for any unrelated slice). */
+ * sharded along its dim over the mesh axes its pieces vary with (a summed
+ * one: partial over them), so that the ops after it still follow views; as
+ * that view is guessed, it decides no finding (ambiguous, partial unsure). */
 void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x) {
     const lift_win *w = x->win;
     uint32_t mask = win_axes(c, w);
@@ -1326,6 +1462,12 @@ void lf_win_assume(lift_ctx *c, const hlo_instr *xi, lval *x) {
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &xi->shape, dims);
     *x = term(lf_fresh_var(c, xi->shape.dtype, dims, xi->shape.rank), v, true);
+    /* That view is a guess, not a reading: no finding rests on it (a
+     * device's share of a sum that later steps complete is no missing
+     * all-reduce). */
+    x->ambiguous = c->ambiguous_now = true;
+    x->partial_unsure = v.partial != 0;
+    c->partial_unsure_now |= x->partial_unsure;
 }
 
 /* A reshape that drops the window's dim when it holds one element per
@@ -1421,6 +1563,7 @@ bool lf_win_instr(lstate *s, lval *out) {
     case OP_RESHAPE: case OP_BITCAST: return win_squeeze(s, out) || win_rows(s, out);
     case OP_REDUCE_WINDOW: return win_reduce_window(s, out);
     case OP_REVERSE: return win_reverse(s, out);
+    case OP_DYNAMIC_UPDATE_SLICE: return (s->ops[0].kind == LV_WIN || s->ops[1].kind == LV_WIN) && lf_win_update(s, out);
     default: return win_rows(s, out);
     }
 }

@@ -449,6 +449,59 @@ static void permute_split(void) {
     }
 }
 
+#define CMM "tests/cases/cmatmul/"
+
+/* Collective matmuls written by hand (lift_win.c): the rows of x moved
+ * round a ring, each step's product written at the rows its block came from
+ * (lf_win_update: a window until every device holds its rows in order); and
+ * the contracting form, a ring of lhs blocks against the chunk of the local
+ * rhs at the same rows, summed (a summed window whole on every device). A
+ * step missing, at the wrong rows or against the wrong chunk decides nothing
+ * by the rules (the pieces could coincide) and is a mismatch by execution;
+ * the contracting form one step short is never a missing all-reduce: a
+ * device's guessed share of a sum decides no finding. */
+static void collective_matmuls(void) {
+    static const variant ag[] = {
+        {"an all-gather matmul round a ring, each product at its rows", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"a product written at the next block's rows", "s1 = s32[] add(r, one)", "s1 = s32[] add(r, three)", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"a product written at the next block's rows, executed", "s1 = s32[] add(r, one)", "s1 = s32[] add(r, three)",
+         true, VERDICT_MISMATCH, NULL},
+        {"the last step missing", "ROOT acc3 = f32[16,4] dynamic-update-slice(acc2, y3, off3, z)",
+         "ROOT acc3 = f32[16,4] copy(acc2)", false, VERDICT_UNVERIFIED, NULL},
+        {"the last step missing, executed", "ROOT acc3 = f32[16,4] dynamic-update-slice(acc2, y3, off3, z)",
+         "ROOT acc3 = f32[16,4] copy(acc2)", true, VERDICT_MISMATCH, NULL},
+        {"the first move sent the other way, executed", "channel_id=1, source_target_pairs={{0,3},{1,0},{2,1},{3,2}}",
+         "channel_id=1, source_target_pairs={{0,1},{1,2},{2,3},{3,0}}", true, VERDICT_MISMATCH, NULL},
+    };
+    run_variants("cm-allgather", CMM "ag.base.hlo", CMM "ag.dist.hlo", CMM "ag.relations.json", ag, ARRAY_LEN(ag));
+    static const variant rs[] = {
+        {"lhs blocks round a ring against the local rhs chunk at their rows", NULL, NULL, false, VERDICT_VERIFIED, NULL},
+        {"one step short", "ROOT acc3 = f32[8,2] add(acc2, p3)", "ROOT acc3 = f32[8,2] copy(acc2)", false,
+         VERDICT_UNVERIFIED, NULL},
+        {"one step short, executed", "ROOT acc3 = f32[8,2] add(acc2, p3)", "ROOT acc3 = f32[8,2] copy(acc2)", true,
+         VERDICT_MISMATCH, NULL},
+        {"a step against the device's own chunk again", "c1 = f32[4,2] dynamic-slice(b, off1, z)",
+         "c1 = f32[4,2] dynamic-slice(b, off0, z)", false, VERDICT_UNVERIFIED, NULL},
+        {"a step against the device's own chunk again, executed", "c1 = f32[4,2] dynamic-slice(b, off1, z)",
+         "c1 = f32[4,2] dynamic-slice(b, off0, z)", true, VERDICT_MISMATCH, NULL},
+    };
+    /* A value added between the steps: the sum so far is no partial sum of
+     * anything the rules know (a guessed share), so the add decides no
+     * missing all-reduce; the bias (added on every device) makes it wrong,
+     * which execution shows. */
+    static const char mid[] = "acc2 = f32[8,2] add(acc1, p2)";
+    static const char mid_bias[] = "onef = f32[] constant(1)\n  bias = f32[8,2] broadcast(onef), dimensions={}\n"
+                                   "  acc1b = f32[8,2] add(acc1, bias)\n  acc2 = f32[8,2] add(acc1b, p2)";
+    static const variant rsb[] = {
+        {"a bias added between the steps", mid, mid_bias, false, VERDICT_UNVERIFIED, NULL},
+        {"a bias added between the steps, executed", mid, mid_bias, true, VERDICT_MISMATCH, NULL},
+    };
+    run_variants("cm-contracting-bias", CMM "rs.base.hlo", CMM "rs.dist.hlo", CMM "rs.relations.json", rsb,
+                 ARRAY_LEN(rsb));
+    run_variants("cm-contracting", CMM "rs.base.hlo", CMM "rs.dist.hlo", CMM "rs.relations.json", rs, ARRAY_LEN(rs));
+}
+
 void suite_permute(void) {
     views();
     index_permute();
@@ -462,4 +515,5 @@ void suite_permute(void) {
     full_mesh();
     permute_split();
     partial_rings();
+    collective_matmuls();
 }
