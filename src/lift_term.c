@@ -247,9 +247,72 @@ interp_val *lf_broadcast_values(const interp_val *x, const int64_t *bd, uint32_t
     return r;
 }
 
+/* The slice triples of slice node k (rank dims), or false. */
+static bool node_slice(const lift_ctx *c, eid k, uint32_t rank, int64_t *sl) {
+    uint32_t nw;
+    const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, k), &nw);
+    if (eg_node_op(c->g, k) != OP_SLICE || nw != 2 + 3 * rank || aw[0] != A_SLICE || aw[1] != 3 * (int64_t)rank) return false;
+    memcpy(sl, aw + 2, 3 * rank * sizeof *sl);
+    return true;
+}
+
+static bool unit_strides(const int64_t *sl, uint32_t rank) {
+    for (uint32_t k = 0; k < rank; k++)
+        if (sl[3 * k + 2] != 1) return false;
+    return true;
+}
+
+/* The concatenation dim of concatenate node k, or -1. */
+static int node_concat_dim(const lift_ctx *c, eid k) {
+    uint32_t nw;
+    const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, k), &nw);
+    return eg_node_op(c->g, k) == OP_CONCATENATE && nw == 3 && aw[0] == A_DIMENSIONS && aw[1] == 1 ? (int)aw[2] : -1;
+}
+
+/* A unit-stride slice of x (rank dims xd) taken from what x is built of,
+ * exactly: of the operand of a slice x is (the two composed), or of the
+ * one operand of a concatenation x is that holds the whole range (shifted).
+ * So a stack written back row by row (a scan's residuals) folds back to
+ * what the rows were sliced from as it is built. EID_NONE: neither. */
+static eid slice_through(lift_ctx *c, eid x, const int64_t *sl, uint32_t rank, int depth) {
+    if (depth > 8 || !unit_strides(sl, rank)) return EID_NONE;
+    for (eid k = eg_class_first(c->g, eg_find(c->g, x)); k != EID_NONE; k = eg_class_next(c->g, k)) {
+        uint32_t m;
+        const eid *kids = eg_node_children(c->g, k, &m);
+        int64_t in[3 * VIEW_MAX_RANK];
+        if (m == 1 && node_slice(c, k, rank, in) && unit_strides(in, rank)) {
+            for (uint32_t d = 0; d < rank; d++) in[3 * d + 1] = in[3 * d] + sl[3 * d + 1], in[3 * d] += sl[3 * d];
+            return lf_mk_slice(c, kids[0], in);
+        }
+        int cd = node_concat_dim(c, k);
+        if (cd < 0 || (uint32_t)cd >= rank) continue;
+        int64_t off = 0;
+        for (uint32_t j = 0; j < m; j++) {
+            uint32_t r2;
+            int64_t len = eg_type_dims(c->g, eg_class_type(c->g, kids[j]), &r2)[cd];
+            if (r2 != rank) break;
+            if (sl[3 * cd] >= off && sl[3 * cd + 1] <= off + len) {
+                int64_t sh[3 * VIEW_MAX_RANK];
+                memcpy(sh, sl, 3 * rank * sizeof *sh);
+                sh[3 * cd] -= off, sh[3 * cd + 1] -= off;
+                eid r = slice_through(c, kids[j], sh, rank, depth + 1);
+                return r != EID_NONE ? r : lf_mk_slice(c, kids[j], sh);
+            }
+            off += len;
+        }
+    }
+    return EID_NONE;
+}
+
 eid lf_mk_slice(lift_ctx *c, eid x, const int64_t *sl) {
     uint32_t rank;
     const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+    if (rank <= VIEW_MAX_RANK) {
+        bool whole = true;
+        for (uint32_t k = 0; k < rank; k++) whole &= sl[3 * k] == 0 && sl[3 * k + 1] == xd[k] && sl[3 * k + 2] == 1;
+        eid r = whole ? EID_NONE : slice_through(c, x, sl, rank, 0);
+        if (r != EID_NONE) return r;
+    }
     int64_t dims[VIEW_MAX_RANK], words[3 * VIEW_MAX_RANK];
     bool whole = true;
     for (uint32_t k = 0; k < rank; k++) {
@@ -266,12 +329,51 @@ eid lf_mk_slice(lift_ctx *c, eid x, const int64_t *sl) {
     return lf_node(c, c->cur, &g, &x, 1, dims, c->origin);
 }
 
+/* Whether a and b (slice triples) are unit-stride slices that meet along d
+ * (a's end b's start) and agree on every other dim. */
+static bool slices_meet(const int64_t *a, const int64_t *b, uint32_t rank, uint32_t d) {
+    if (!unit_strides(a, rank) || !unit_strides(b, rank) || a[3 * d + 1] != b[3 * d]) return false;
+    for (uint32_t k = 0; k < rank; k++)
+        if (k != d && (a[3 * k] != b[3 * k] || a[3 * k + 1] != b[3 * k + 1])) return false;
+    return true;
+}
+
 eid lf_mk_concat(lift_ctx *c, const eid *ch, uint32_t n, uint32_t d) {
     if (n == 1) return eg_find(c->g, ch[0]);
     uint32_t rank, r2;
     const int64_t *td = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &rank);
     int64_t dims[VIEW_MAX_RANK];
     if (rank > VIEW_MAX_RANK || d >= rank) return EID_NONE;
+    /* Neighbours that are slices of one term meeting along d are one slice
+     * of it (the term itself when whole): a stack rebuilt from its rows. */
+    if (n <= 64) {
+        eid merged[64], src[64];
+        int64_t sl[64][3 * VIEW_MAX_RANK];
+        uint32_t m = 0;
+        bool any = false;
+        for (uint32_t k = 0; k < n; k++) {
+            eid sn = lf_class_node(c, ch[k], OP_SLICE, 1, NULL);
+            int64_t cur[3 * VIEW_MAX_RANK];
+            bool is_slice = sn != EID_NONE && node_slice(c, sn, rank, cur);
+            eid base = is_slice ? eg_find(c->g, eg_node_children(c->g, sn, &r2)[0]) : EID_NONE;
+            if (is_slice && m && src[m - 1] == base && slices_meet(sl[m - 1], cur, rank, d)) {
+                sl[m - 1][3 * d + 1] = cur[3 * d + 1];
+                any = true;
+                continue;
+            }
+            merged[m] = eg_find(c->g, ch[k]);
+            src[m] = base;
+            if (is_slice) memcpy(sl[m], cur, sizeof cur);
+            m++;
+        }
+        if (any) {
+            for (uint32_t k = 0; k < m; k++)
+                if (src[k] != EID_NONE) merged[k] = lf_mk_slice(c, src[k], sl[k]);
+            if (m == 1) return merged[0];
+            ch = arena_memdup(c->a, merged, m * sizeof *merged);
+            n = m;
+        }
+    }
     memcpy(dims, td, rank * sizeof *dims);
     dims[d] = 0;
     for (uint32_t k = 0; k < n; k++) dims[d] += eg_type_dims(c->g, eg_class_type(c->g, ch[k]), &r2)[d];

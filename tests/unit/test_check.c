@@ -1802,6 +1802,9 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/kv-write: a dynamic-update-slice at a data position
  *     offset by the device's block, kept where the position is the
  *     device's, is its block of the global write.
+ *   - tests/cases/restack: a stack written back into zeros row by row
+ *     (dynamic-update-slices at constant rows) is what the rows were sliced
+ *     from, as it is built (lf_mk_concat, lf_mk_slice).
  *   - tests/cases/remat: a tuple read only through an optimization barrier
  *     keeps its elements' constant factors.
  *   - tests/cases/unit-move: a reshape moving a sharded unit dim across
@@ -1988,6 +1991,14 @@ static void hand_written_cases(void) {
         {"kv-write/cache", "position not offset", "lp = s32[] subtract(pos, off)", "lp = s32[] copy(pos)", VERDICT_MISMATCH,
          false},
         {"kv-write/cache", "write and cache swapped", "select(mb, d, kc)", "select(mb, kc, d)", VERDICT_MISMATCH, false},
+        /* a stack written back row by row into zeros (a scan's residuals, unrolled) is what the rows came from */
+        {"restack/rows", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"restack/rows", "two rows written at each other's place", "b2 = f32[3,2,2] dynamic-update-slice(b1, r1, i1, z, z)",
+         "b2 = f32[3,2,2] dynamic-update-slice(b1, r1, i2, z, z)", VERDICT_MISMATCH, false},
+        {"restack/rows", "the last row not written", "b3 = f32[3,2,2] dynamic-update-slice(b2, r2, i2, z, z)",
+         "b3 = f32[3,2,2] copy(b2)", VERDICT_MISMATCH, false},
+        {"restack/rows", "the first row written twice", "r2 = f32[1,2,2] dynamic-slice(ws, i2, z, z)",
+         "r2 = f32[1,2,2] dynamic-slice(ws, i0, z, z)", VERDICT_MISMATCH, false},
         /* jax.checkpoint's residuals through an optimization barrier keep their factors (1/32 locally, 1/4 after) */
         {"remat/barrier", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"remat/barrier", "averaged over 2 of 4", "constant(0.25)", "constant(0.5)", VERDICT_MISMATCH, true},
