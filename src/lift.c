@@ -429,6 +429,62 @@ static void other_forms(lstate *s, const lval *v) {
     }
 }
 
+/* Whether class x (or a term it is made of, a few levels down) is a dot or
+ * reduce with an operand the baseline reshapes splitting a contracted or
+ * reduced dim into [n, rest]. */
+static bool grouped_term(lift_ctx *c, eid x, int64_t n, int depth) {
+    if (depth > 4) return false;
+    for (eid k = eg_class_first(c->g, eg_find(c->g, x)); k != EID_NONE; k = eg_class_next(c->g, k)) {
+        uint16_t op = eg_node_op(c->g, k);
+        uint32_t m, nw;
+        const eid *kids = eg_node_children(c->g, k, &m);
+        const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, k), &nw);
+        for (uint32_t side = 0; (op == OP_DOT || op == OP_REDUCE) && side < (op == OP_DOT ? 2u : 1u) && side < m; side++) {
+            int key = op == OP_REDUCE ? A_DIMENSIONS : side ? A_RHS_CONTRACTING_DIMS : A_LHS_CONTRACTING_DIMS;
+            uint32_t rank;
+            const int64_t *dims = eg_type_dims(c->g, eg_class_type(c->g, kids[side]), &rank);
+            if (rank + 1 > VIEW_MAX_RANK) continue;
+            for (uint32_t w = 0; w + 1 < nw; w += 2 + (uint32_t)aw[w + 1]) {
+                if (aw[w] != key) continue;
+                for (int64_t j = 0; j < aw[w + 1] && w + 2 + (uint32_t)j < nw; j++) {
+                    int64_t d = aw[w + 2 + j];
+                    if (d < 0 || d >= rank || dims[d] <= n || dims[d] % n) continue;
+                    int64_t sd[VIEW_MAX_RANK];
+                    for (uint32_t q = 0, r = 0; q < rank; q++) {
+                        if (q == (uint32_t)d) sd[r++] = n, sd[r++] = dims[q] / n;
+                        else sd[r++] = dims[q];
+                    }
+                    uint32_t t = lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, kids[side])), sd, rank + 1);
+                    eid f = eg_lookup(c->g, OP_RESHAPE, 0, t, &kids[side], 1);
+                    if (f != EID_NONE && (eg_class_origin(c->g, f) & EG_BASELINE)) return true;
+                }
+            }
+        }
+        for (uint32_t j = 0; j < m; j++)
+            if (grouped_term(c, kids[j], n, depth + 1)) return true;
+    }
+    return false;
+}
+
+/* Whether the sum over devices a partial operand stands for may be one the
+ * baseline never computes whole: the baseline reshapes an operand of the
+ * dot or reduce that made it (or one a few ops before), splitting a dim the
+ * sum runs over into [devices, block] (a vmap over per-device groups:
+ * GShard's expert groups, a per-group statistic), so each device's share
+ * may itself be the baseline's group value. Then using the share is no
+ * evident missing all-reduce (undecided instead). */
+static bool grouped_in_baseline(lift_ctx *c, const lval *ops, uint32_t nops) {
+    for (uint32_t o = 0; o < nops; o++) {
+        const lval *x = &ops[o];
+        if (x->kind != LV_TERM || !x->v.partial || x->v.red != RED_SUM || x->cls == EID_NONE) continue;
+        int64_t n = 1;
+        for (uint32_t a = 0; a < c->mesh->naxes; a++)
+            if (x->v.partial >> a & 1) n *= c->mesh->sizes[a];
+        if (grouped_term(c, x->cls, n, 0)) return true;
+    }
+    return false;
+}
+
 /* Whether op distributes over a sum in operand k (so a partial(sum) operand
  * gives a partial(sum) result). */
 static bool linear_in(lift_ctx *c, const hlo_instr *in, const lval *ops, uint32_t k) {
@@ -1011,6 +1067,10 @@ static lval lift_elementwise(lstate *s) {
                         "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
             else if (!is_convert && lf_short_reduction(s, why.s))
                 ;
+            else if (!is_convert && grouped_in_baseline(c, ops, in->noperands))
+                lf_unsupported(c, s->comp, in, "%s uses a partial sum before it is reduced (%s), and the baseline splits "
+                               "a dim that sum runs over into the devices' blocks (a computation per group, as jax.vmap "
+                               "over the blocks writes it): per-device groups are not related yet", in->name, why.s);
             else
                 lf_finding(c, is_convert ? KIND_DTYPE_MISMATCH : KIND_MISSING_ALL_REDUCE, s->comp, in,
                         is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
