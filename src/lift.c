@@ -429,11 +429,56 @@ static void other_forms(lstate *s, const lval *v) {
     }
 }
 
+/* Whether the baseline holds x reshaped to type t: a reshape of x, or of
+ * what x is a reshape of, or that itself when it has type t. */
+static bool baseline_reshape(lift_ctx *c, eid x, uint32_t t) {
+    eid f = eg_lookup(c->g, OP_RESHAPE, 0, t, &x, 1);
+    if (f != EID_NONE && (eg_class_origin(c->g, f) & EG_BASELINE)) return true;
+    eid r = lf_class_node(c, x, OP_RESHAPE, 1, NULL);
+    if (r == EID_NONE) return false;
+    uint32_t m;
+    eid y = eg_find(c->g, eg_node_children(c->g, r, &m)[0]);
+    if (eg_class_type(c->g, y) == t) return (eg_class_origin(c->g, y) & EG_BASELINE) != 0;
+    f = eg_lookup(c->g, OP_RESHAPE, 0, t, &y, 1);
+    return f != EID_NONE && (eg_class_origin(c->g, f) & EG_BASELINE);
+}
+
+/* Whether class x is, or is made (a few levels down) of, a variable the
+ * lift made up (an assumed value). */
+static bool has_var(lift_ctx *c, eid x, int depth) {
+    for (eid k = eg_class_first(c->g, eg_find(c->g, x)); k != EID_NONE; k = eg_class_next(c->g, k)) {
+        if (eg_node_op(c->g, k) == EG_OP_VAR) return true;
+        uint32_t m;
+        const eid *kids = eg_node_children(c->g, k, &m);
+        for (uint32_t j = 0; depth > 0 && j < m; j++)
+            if (has_var(c, kids[j], depth - 1)) return true;
+    }
+    return false;
+}
+
+/* Whether the baseline reshapes some value splitting a dim of extent len
+ * into [n, len / n] (groups of the devices' blocks). */
+static bool baseline_splits(const lift_ctx *c, int64_t len, int64_t n) {
+    for (uint32_t ci = 0; ci < c->base->ncomps; ci++) {
+        const hlo_comp *bc = &c->base->comps[ci];
+        for (uint32_t i = 0; i < bc->ninstrs; i++) {
+            const hlo_instr *r = &bc->instrs[i];
+            if (r->op != OP_RESHAPE || r->noperands != 1) continue;
+            const shape *in = &bc->instrs[r->operands[0]].shape;
+            for (uint32_t p = 0; p < in->rank && p + 1 < r->shape.rank; p++) {
+                if (in->dims[p] == len && r->shape.dims[p] == n && r->shape.dims[p + 1] == len / n) return true;
+                if (in->dims[p] != r->shape.dims[p]) break;
+            }
+        }
+    }
+    return false;
+}
+
 /* Whether class x (or a term it is made of, a few levels down) is a dot or
  * reduce with an operand the baseline reshapes splitting a contracted or
  * reduced dim into [n, rest]. */
 static bool grouped_term(lift_ctx *c, eid x, int64_t n, int depth) {
-    if (depth > 4) return false;
+    if (depth > 6) return false;
     for (eid k = eg_class_first(c->g, eg_find(c->g, x)); k != EID_NONE; k = eg_class_next(c->g, k)) {
         uint16_t op = eg_node_op(c->g, k);
         uint32_t m, nw;
@@ -455,8 +500,10 @@ static bool grouped_term(lift_ctx *c, eid x, int64_t n, int depth) {
                         else sd[r++] = dims[q];
                     }
                     uint32_t t = lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, kids[side])), sd, rank + 1);
-                    eid f = eg_lookup(c->g, OP_RESHAPE, 0, t, &kids[side], 1);
-                    if (f != EID_NONE && (eg_class_origin(c->g, f) & EG_BASELINE)) return true;
+                    if (baseline_reshape(c, kids[side], t)) return true;
+                    /* summands of unknown provenance (a value assumed past
+                     * an op not related): any baseline grouping of the dim */
+                    if (has_var(c, kids[side], 3) && baseline_splits(c, dims[d], n)) return true;
                 }
             }
         }

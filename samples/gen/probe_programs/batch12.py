@@ -99,3 +99,34 @@ def gqa_tp(bug):
 variants("s.gqa_tp_over_kv", "tp4", {"tp": 4}, gqa_tp, (P(), P(None, "tp"), P(), P(), P("tp")), P(), gqa_base,
          (R(2, 4, D), R(D, GQ_H, GQ_HD, scale=0.3), R(D, GQ_KV, GQ_HD, scale=0.3), R(D, GQ_KV, GQ_HD, scale=0.3),
           R(GQ_H, GQ_HD, D, scale=0.3)), [("wrong-kv", ["wrong-shard-dim"])])
+
+# Per-device groups of a baseline vmapped over the devices' blocks (each once
+# a false alarm by the rules: a share of a sum used before any all-reduce is
+# the baseline's group value here): per-device losses stacked, local SGD
+# steps then averaged weights, ghost batch norm, attention within each block,
+# an ensemble trained one member per device.
+pg_loss = lambda w, x, y: jnp.mean((jnp.tanh(x @ w) - y) ** 2)
+def pg_local_sgd(w, x, y):
+    for _ in range(2):
+        w = w - 0.1 * jax.grad(pg_loss)(w, x, y)
+    return w
+def pg_gbn(x):
+    return (x - jnp.mean(x, 0)) / jnp.sqrt(jnp.var(x, 0) + 1e-5)
+def pg_attn(q, k, v):
+    return jax.nn.softmax(q @ k.T / 2.0, -1) @ v
+pg_groups = lambda a: a.reshape(4, -1, a.shape[-1])
+variants("s.per_device_losses", "dp4", {"dp": 4}, lambda b: (lambda w, x, y: pg_loss(w, x, y)[None]),
+         (P(), P("dp"), P("dp")), P("dp"), lambda w, x, y: jax.vmap(pg_loss, (None, 0, 0))(w, pg_groups(x), pg_groups(y)),
+         (R(8, 8), R(16, 8), R(16, 8)), [])
+variants("s.local_sgd_avg", "dp4", {"dp": 4}, lambda b: (lambda w, x, y: pmean(pg_local_sgd(w, x, y), "dp")),
+         (P(), P("dp"), P("dp")), P(),
+         lambda w, x, y: jnp.mean(jax.vmap(pg_local_sgd, (None, 0, 0))(w, pg_groups(x), pg_groups(y)), 0),
+         (R(8, 8, scale=0.3), R(16, 8), R(16, 8)), [])
+variants("s.ghost_batchnorm", "dp4", {"dp": 4}, lambda b: pg_gbn, (P("dp"),), P("dp"),
+         lambda x: jax.vmap(pg_gbn)(pg_groups(x)).reshape(-1, x.shape[-1]), (R(32, 8),), [])
+variants("s.block_local_attn", "sp4", {"sp": 4}, lambda b: pg_attn, (P("sp"), P("sp"), P("sp")), P("sp"),
+         lambda q, k, v: jax.vmap(pg_attn)(pg_groups(q), pg_groups(k), pg_groups(v)).reshape(-1, q.shape[-1]),
+         (R(16, 8), R(16, 8), R(16, 8)), [])
+pg_step = lambda w, x, y: w - 0.1 * jax.grad(pg_loss)(w, x, y)
+variants("s.ensemble_members", "ens4", {"ens": 4}, lambda b: (lambda w, x, y: pg_step(w[0], x[0], y[0])[None]),
+         (P("ens"), P("ens"), P("ens")), P("ens"), jax.vmap(pg_step), (R(4, 8, 8, scale=0.3), R(4, 6, 8), R(4, 6, 8)), [])
