@@ -49,36 +49,20 @@ static int64_t group_of(const mesh *m, int64_t d, uint32_t mask) {
     return g;
 }
 
-/* select(p, x, 0) or select(p, 0, x) with p a device-dependent predicate
- * that is all true or all false on each device (jnp.where(axis_index(tp)
- * == 0, b, 0): a bias added once before the psum), x complete over the axes
- * p varies along: on the k devices of every group along those axes where x
- * is picked, x, elsewhere zeros — a partial sum of k·x. False when the
- * select is not of that form. */
-bool lf_picked_on_some_devices(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *p = &s->ops[0];
-    if (in->op != OP_SELECT || in->noperands != 3 || p->kind != LV_DEV || !p->dev || p->count == 0) return false;
-    int xo = 0;
-    for (uint32_t o = 1; o < 3; o++)
-        if (s->ops[o].kind == LV_TERM && lf_class_is_zero(c, s->ops[o].cls) && !s->ops[o].v.partial) xo = 3 - (int)o;
-    if (!xo) return false;
-    const lval *x = &s->ops[xo];
+/* x on the devices where picked[d], zeros elsewhere, x complete over the
+ * axes the choice varies along: on the k devices of every group along those
+ * axes where x is picked, x — a partial sum of k·x (at: the op that chose).
+ * False when the choice does not vary, or not the same number of devices
+ * picks x in every group. */
+bool lf_picked_partial(lift_ctx *c, const uint8_t *picked, const lval *x, const hlo_instr *at, lval *out) {
     if (x->kind != LV_TERM || x->v.partial || x->assumed || x->cls == EID_NONE) return false;
     const mesh *m = c->mesh;
     int64_t nd = c->ndev;
-    uint8_t *picked = xmalloc((size_t)nd);
     bool ok = true;
-    for (int64_t d = 0; d < nd && ok; d++) {
-        bool t = p->dev[d * p->count] != 0;
-        for (uint32_t k = 1; k < p->count && ok; k++) ok = (p->dev[d * p->count + k] != 0) == t;
-        picked[d] = t == (xo == 1);
-    }
     /* the axes along which the choice varies */
     uint32_t vary = 0;
     int64_t *seen = xmalloc((size_t)nd * sizeof *seen);
-    for (uint32_t a = 0; a < m->naxes && ok; a++) {
+    for (uint32_t a = 0; a < m->naxes; a++) {
         for (int64_t g = 0; g < nd; g++) seen[g] = -1;
         for (int64_t d = 0; d < nd; d++) {
             int64_t g = group_of(m, d, 1u << a);
@@ -88,7 +72,7 @@ bool lf_picked_on_some_devices(lstate *s, lval *out) {
     }
     /* devices picked per group along those axes: the same count everywhere */
     int64_t k = -1;
-    if (ok && vary && !(vary & view_axes_used(&x->v))) {
+    if (vary && !(vary & view_axes_used(&x->v))) {
         for (int64_t g = 0; g < nd; g++) seen[g] = 0;
         for (int64_t d = 0; d < nd; d++) seen[group_of(m, d, vary)] += picked[d];
         for (int64_t d = 0; d < nd && ok; d++) {
@@ -97,12 +81,37 @@ bool lf_picked_on_some_devices(lstate *s, lval *out) {
             k = n;
         }
     }
-    free(picked);
     free(seen);
     if (!ok || !vary || k <= 0 || (vary & view_axes_used(&x->v))) return false;
     *out = *x;
-    held_as_partial(out, vary, k, in);
+    held_as_partial(out, vary, k, at);
     return true;
+}
+
+/* select(p, x, 0) or select(p, 0, x) with p a device-dependent predicate
+ * that is all true or all false on each device (jnp.where(axis_index(tp)
+ * == 0, b, 0): a bias added once before the psum): lf_picked_partial.
+ * False when the select is not of that form. */
+bool lf_picked_on_some_devices(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *p = &s->ops[0];
+    if (in->op != OP_SELECT || in->noperands != 3 || p->kind != LV_DEV || !p->dev || p->count == 0) return false;
+    int xo = 0;
+    for (uint32_t o = 1; o < 3; o++)
+        if (s->ops[o].kind == LV_TERM && lf_class_is_zero(c, s->ops[o].cls) && !s->ops[o].v.partial) xo = 3 - (int)o;
+    if (!xo) return false;
+    int64_t nd = c->ndev;
+    uint8_t *picked = xmalloc((size_t)nd);
+    bool ok = true;
+    for (int64_t d = 0; d < nd && ok; d++) {
+        bool t = p->dev[d * p->count] != 0;
+        for (uint32_t k = 1; k < p->count && ok; k++) ok = (p->dev[d * p->count + k] != 0) == t;
+        picked[d] = t == (xo == 1);
+    }
+    ok = ok && lf_picked_partial(c, picked, &s->ops[xo], in, out);
+    free(picked);
+    return ok;
 }
 
 /* The sum all-reduce over (at least) the axes `partial` that in's value

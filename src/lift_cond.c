@@ -141,6 +141,58 @@ static const char *choose(lift_ctx *c, eid sel, bool pred, const lval *r, uint32
     return NULL;
 }
 
+/* The branch device d runs (selector value v). */
+static uint32_t branch_of(double v, bool pred, uint32_t n) {
+    if (pred) return v != 0 ? 0 : 1;
+    return v < 0 || v >= (double)n ? n - 1 : (uint32_t)v;
+}
+
+/* A selector that differs between devices (lax.cond on axis_index: only
+ * device 0 computes a metric, the first pipeline stage reads the input):
+ * result element by element, every device's branch gives the same value,
+ * or one value on some devices and zeros on the others — then the value is
+ * a partial sum of it (lf_picked_partial), complete once summed over the
+ * devices that vary. Anything else is declined, never a finding. */
+static lval by_device(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *sel, bool pred, const lval *r,
+                      uint32_t n) {
+    int64_t nd = c->ndev;
+    uint32_t *pick = arena_alloc(c->a, (size_t)nd * sizeof *pick);
+    for (int64_t d = 0; d < nd; d++) pick[d] = branch_of(sel->dev[d], pred, n);
+    bool tuple = r[0].kind == LV_TUPLE;
+    uint32_t ne = tuple ? r[0].n : 1;
+    for (uint32_t k = 1; k < n; k++)
+        if ((r[k].kind == LV_TUPLE) != tuple || (tuple && r[k].n != ne)) goto decline;
+    lval out = tuple ? (lval){.kind = LV_TUPLE, .n = ne, .elems = arena_alloc(c->a, (ne + 1) * sizeof(lval))} : unknown();
+    uint8_t *picked = arena_alloc(c->a, (size_t)nd);
+    for (uint32_t j = 0; j < ne; j++) {
+        const lval *x = NULL;  /* the one non-zero value the devices' branches give */
+        bool ok = true;
+        for (int64_t d = 0; d < nd && ok; d++) {
+            const lval *e = tuple ? &r[pick[d]].elems[j] : &r[pick[d]];
+            bool zero = e->kind == LV_TERM && !e->v.partial && e->cls != EID_NONE && lf_class_is_zero(c, e->cls);
+            picked[d] = !zero;
+            if (zero) continue;
+            ok = e->kind == LV_TERM && e->cls != EID_NONE &&
+                 (!x || (eg_find(c->g, x->cls) == eg_find(c->g, e->cls) && view_equal(&x->v, &e->v) &&
+                         lf_scale_of(x) == lf_scale_of(e)));
+            if (!x) x = e;
+        }
+        lval v;
+        bool all = true;
+        for (int64_t d = 0; d < nd; d++) all &= picked[d] != 0;
+        if (ok && x && all) v = *x;
+        else if (!ok || !x || !lf_picked_partial(c, picked, x, in, &v)) goto decline;
+        if (tuple) out.elems[j] = v;
+        else out = v;
+    }
+    return out;
+decline:
+    lf_unsupported(c, comp, in,
+                   "%s: its branch selector differs between devices and the branches they run give values no view "
+                   "relates (each device runs its own branch)", in->name);
+    return unknown();
+}
+
 lval lf_lift_conditional(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
     const hlo_module *m = c->cur;
     int64_t br[64];
@@ -151,7 +203,10 @@ lval lf_lift_conditional(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
         return unknown();
     }
     eid sel = selector_term(c, comp, in, vals);
-    if (sel == EID_NONE) {
+    const lval *dsel = &vals[in->operands[0]];
+    bool per_device = sel == EID_NONE && dsel->kind == LV_DEV && dsel->count == 1 && dsel->dev &&
+                      comp->instrs[in->operands[0]].shape.rank == 0;
+    if (sel == EID_NONE && !per_device) {
         lf_unsupported(c, comp, in,
                        "%s: its branch selector may differ between devices (each device would run its own branch)",
                        in->name);
@@ -169,6 +224,7 @@ lval lf_lift_conditional(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
     c->depth--;
     for (uint32_t k = 0; k < n; k++)
         if (r[k].kind == LV_UNKNOWN) return unknown(); /* said where the branch left it */
+    if (per_device) return by_device(c, comp, in, dsel, pred, r, n);
     lval out = unknown();
     const char *why = choose(c, sel, pred, r, n, &out);
     if (why) {

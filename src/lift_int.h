@@ -319,6 +319,8 @@ void lf_uniform_dev_as_term(lstate *s, uint32_t o);  /* operand o, equal on ever
 lval lf_lift_all_reduce(lstate *s);                  /* all-reduce: partial over its groups' axes → complete */
 lval lf_lift_reduce_scatter(lstate *s);              /* reduce-scatter: partial → sharded along its dim */
 bool lf_picked_on_some_devices(lstate *s, lval *out); /* select(p, x, 0), p per device: a partial sum of k·x */
+/* x where picked[d] (one flag per device), zeros elsewhere: a partial sum of k·x */
+bool lf_picked_partial(lift_ctx *c, const uint8_t *picked, const lval *x, const hlo_instr *at, lval *out);
 bool lf_select_padding_zeros(lstate *s, lval *out);  /* select(p, x, 0), x zero padding where p is false: x */
 const hlo_instr *lf_summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
                                  uint8_t partial);   /* the sum all-reduce over `partial` in's value reaches */

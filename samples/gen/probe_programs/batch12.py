@@ -130,3 +130,14 @@ variants("s.block_local_attn", "sp4", {"sp": 4}, lambda b: pg_attn, (P("sp"), P(
 pg_step = lambda w, x, y: w - 0.1 * jax.grad(pg_loss)(w, x, y)
 variants("s.ensemble_members", "ens4", {"ens": 4}, lambda b: (lambda w, x, y: pg_step(w[0], x[0], y[0])[None]),
          (P("ens"), P("ens"), P("ens")), P("ens"), jax.vmap(pg_step), (R(4, 8, 8, scale=0.3), R(4, 6, 8), R(4, 6, 8)), [])
+
+# lax.cond on axis_index: device 0 computes a metric, the others zeros, then a
+# psum; wrong: two devices compute it (twice the value).
+def cond_dev0(bug):
+    def f(x):
+        s = psum(jnp.sum(x ** 2), "dp")
+        first = idx("dp") == 0 if bug != "two-devices" else idx("dp") < 2
+        return psum(lax.cond(first, lambda: s, lambda: jnp.zeros_like(s)), "dp")
+    return f
+variants("s.cond_on_device0", "dp4", {"dp": 4}, cond_dev0, (P("dp"),), P(), lambda x: jnp.sum(x ** 2), (R(16, 8),),
+         [("two-devices", ["constant-mismatch"])])
