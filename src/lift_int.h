@@ -149,7 +149,15 @@ bool lf_psub_instr(lstate *s, lval *out);
  * axes (lift_psub.c); false otherwise. */
 bool lf_placed_block(lstate *s, lval *out);
 bool lf_win_dynamic_slice_term(lstate *s, uint32_t d, lval *out);
-bool lf_win_update(lstate *s, lval *out);   /* a dynamic-update-slice assembling a window (lift_win.c) */
+/* The positions of roles a and b (and of spatial dims by digit, in sp) in
+ * one part of a convolution's dim_labels (b01f, 01io): the number of
+ * spatial dims, or -1 when the part does not read (lift_reduce.c). */
+int lf_conv_roles(const char *p, size_t n, char a, char b, int *pa, int *pb, int *sp);
+bool lf_win_update(lstate *s, lval *out);
+/* A window with zeros at the edges of its term (a halo exchange's) as a
+ * window of the zero-padded term without zeros, the baseline's padding
+ * preferred (only it, with baseline_only) (lift_win.c). */
+bool lf_win_padded(lift_ctx *c, const lval *x, bool baseline_only, lval *out);   /* a dynamic-update-slice assembling a window (lift_win.c) */
 /* lf_win_rearranged: a window whose pieces are whole runs, the same on the
  * devices that hold the same block along some mesh axes its view does not
  * use, but not in block order (a ring's rotation, a pipeline stage

@@ -168,16 +168,22 @@ lval lf_lift_dot(lstate *s) {
 /* The position of role a (and b) in one part of dim_labels (b01f, 01io): -1
  * when absent; spatial dims by digit into sp (their count returned, or -1
  * when the part does not read). */
-static int conv_roles(const char *p, size_t n, char a, char b, int *pa, int *pb, int *sp) {
+int lf_conv_roles(const char *p, size_t n, char a, char b, int *pa, int *pb, int *sp) {
     int ns = 0;
     *pa = *pb = -1;
-    for (size_t k = 0; k < n && k < VIEW_MAX_RANK; k++) {
-        if (p[k] == a) *pa = (int)k;
-        else if (p[k] == b) *pb = (int)k;
-        else if (p[k] >= '0' && p[k] <= '9' && p[k] - '0' < VIEW_MAX_RANK) sp[p[k] - '0'] = (int)k, ns++;
-        else return -1;
+    if (n > VIEW_MAX_RANK) return -1;
+    for (int k = 0; k < VIEW_MAX_RANK; k++) sp[k] = -1;
+    for (size_t k = 0; k < n; k++) {
+        int d = p[k] - '0';
+        if (p[k] == a && *pa < 0) *pa = (int)k;
+        else if (p[k] == b && *pb < 0) *pb = (int)k;
+        else if (p[k] >= '0' && p[k] <= '9' && d < VIEW_MAX_RANK && sp[d] < 0) sp[d] = (int)k, ns++;
+        else return -1;  /* unknown, or a role given twice */
     }
-    return n <= VIEW_MAX_RANK && *pa >= 0 && *pb >= 0 ? ns : -1;
+    /* the spatial dims are 0 .. ns-1, each once */
+    for (int d = 0; d < ns; d++)
+        if (sp[d] < 0) return -1;
+    return *pa >= 0 && *pb >= 0 ? ns : -1;
 }
 
 /* convolution: linear in each operand like a dot whose batch is the lhs
@@ -196,9 +202,9 @@ lval lf_lift_convolution(lstate *s) {
     if (in->noperands != 2 || l->kind != LV_TERM || r->kind != LV_TERM) return unknown();
     const char *lab = instr_str(in, A_DIM_LABELS), *u = lab ? strchr(lab, '_') : NULL, *ar = u ? strstr(u, "->") : NULL;
     int lb, lf, ri, ro, ob, of, ls[VIEW_MAX_RANK], rs[VIEW_MAX_RANK], os[VIEW_MAX_RANK];
-    int nl = u ? conv_roles(lab, (size_t)(u - lab), 'b', 'f', &lb, &lf, ls) : -1;
-    int nr = ar ? conv_roles(u + 1, (size_t)(ar - u - 1), 'i', 'o', &ri, &ro, rs) : -1;
-    int no = ar ? conv_roles(ar + 2, strlen(ar + 2), 'b', 'f', &ob, &of, os) : -1;
+    int nl = u ? lf_conv_roles(lab, (size_t)(u - lab), 'b', 'f', &lb, &lf, ls) : -1;
+    int nr = ar ? lf_conv_roles(u + 1, (size_t)(ar - u - 1), 'i', 'o', &ri, &ro, rs) : -1;
+    int no = ar ? lf_conv_roles(ar + 2, strlen(ar + 2), 'b', 'f', &ob, &of, os) : -1;
     if (nl < 0 || nl != nr || nl != no || (uint32_t)nl + 2 != in->shape.rank || l->v.rank != in->shape.rank ||
         r->v.rank != in->shape.rank || instr_int(in, A_FEATURE_GROUP_COUNT, 1) != 1 || instr_int(in, A_BATCH_GROUP_COUNT, 1) != 1)
         return unknown();

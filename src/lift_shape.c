@@ -458,7 +458,11 @@ bool lf_select_padding_zeros(lstate *s, lval *out) {
     const hlo_instr *in = s->in;
     if (in->op != OP_SELECT || in->noperands != 3) return false;
     const lval *x = &s->ops[1], *z = &s->ops[2];
-    if (x->kind != LV_TERM || x->v.partial || x->assumed || lf_scale_of(x) != 1 || in->shape.rank > VIEW_MAX_RANK) return false;
+    lval xw;  /* a halo's window (zeros a permute left) as rows of the padded term */
+    if (x->kind == LV_WIN && !x->win->summed && lf_win_padded(c, x, false, &xw)) x = &xw;
+    const lift_win *w = x->kind == LV_WIN ? x->win : NULL;
+    if ((x->kind != LV_TERM && !w) || x->v.partial || x->assumed || lf_scale_of(x) != 1 || in->shape.rank > VIEW_MAX_RANK)
+        return false;
     if (z->kind == LV_DEV) lf_uniform_dev_as_term(s, 2);  /* zeros computed like a device value */
     if (z->kind != LV_TERM || z->v.partial || !view_is_dup(&z->v) || !lf_class_is_zero(c, z->cls)) return false;
     eid sn = lf_class_node(c, x->cls, OP_SLICE, 1, NULL);
@@ -484,7 +488,8 @@ bool lf_select_padding_zeros(lstate *s, lval *out) {
             for (uint32_t a = 0; a < vd->naxes; a++) blk[k] = blk[k] * c->mesh->sizes[vd->axes[a]] + mesh_coord(c->mesh, r, vd->axes[a]);
         }
         for (int64_t e = 0; ok && e < pv->n; e++) {
-            for (uint32_t k = 0; k < rank; k++) g[k] = blk[k] * in->shape.dims[k] + j[k];
+            for (uint32_t k = 0; k < rank; k++)
+                g[k] = w && k == w->dim ? w->idx[r * w->len + j[k]] : blk[k] * in->shape.dims[k] + j[k];
             ok = pv->i[e] || in_zero_padding(c, x->cls, g, rank);
             for (uint32_t k = rank; k-- > 0;)
                 if (++j[k] < in->shape.dims[k]) break;

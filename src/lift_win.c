@@ -282,7 +282,7 @@ static eid baseline_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi, 
  * term padded with zeros there, without zeros: in *out (the padding the
  * baseline computes preferred; with baseline_only, only that). A zero
  * anywhere else (inside the term) is no such window. */
-static bool win_padded(lift_ctx *c, const lval *x, bool baseline_only, lval *out) {
+bool lf_win_padded(lift_ctx *c, const lval *x, bool baseline_only, lval *out) {
     const lift_win *w = x->win;
     uint32_t rank;
     const int64_t *td = term_dims(c, x->cls, &rank);
@@ -316,7 +316,7 @@ static bool win_padded(lift_ctx *c, const lval *x, bool baseline_only, lval *out
 /* x as a plain view of the zero-padded term (win_padded), or x. */
 static lval win_settle_padded(lift_ctx *c, lval x, bool baseline_only) {
     lval y;
-    if (!win_padded(c, &x, baseline_only, &y)) return x;
+    if (!lf_win_padded(c, &x, baseline_only, &y)) return x;
     y = win_settle(c, y);
     return y.kind == LV_WIN ? x : y;
 }
@@ -1324,7 +1324,7 @@ static bool rows_reduce_window(lstate *s, lval *out) {
     uint32_t rank = in->shape.rank, tr;
     win_attr w;
     lval xp;  /* a halo's edge zeros: rows of the zero-padded term (folded below when init is that zero) */
-    if (x->kind == LV_WIN && !x->win->summed && !win_full(c, x->win) && win_padded(c, x, false, &xp)) x = &xp;
+    if (x->kind == LV_WIN && !x->win->summed && !win_full(c, x->win) && lf_win_padded(c, x, false, &xp)) x = &xp;
     if (x->kind != LV_WIN || !win_full(c, x->win) || x->v.partial || init->kind != LV_TERM || !view_is_dup(&init->v) ||
         init->v.partial || init->assumed || lf_scale_of(x) != 1 || src->shape.rank != rank || !read_window(in, rank, &w))
         return false;
@@ -1424,6 +1424,116 @@ static bool segmented_reduce_window(lstate *s, lval *out) {
         }
     }
     return false;
+}
+
+/* The convolution (`in`'s attributes but the lhs window dim wd, its spatial
+ * dim si) over the window's term x with kernel k: where x is a zero pad
+ * along wd alone, the baseline's convolution of the unpadded value with that
+ * padding taken into its window (a SAME convolution) when the baseline has
+ * one; else `in` itself over x. Global result dims in dims. */
+static eid conv_term(lstate *s, eid x, eid k, uint32_t wd, uint32_t si, uint32_t nsp, const win_attr *w, int64_t groups,
+                     const int64_t *dims) {
+    lift_ctx *c = s->c;
+    eid ch[2] = {x, k};
+    const eid *pk;
+    eid pn = lf_class_node(c, x, OP_PAD, 2, &pk);
+    const char *lab = instr_str(s->in, A_DIM_LABELS);
+    uint32_t nw = 0, pr = 0;
+    const int64_t *aw = pn != EID_NONE ? eg_attr_words(c->g, eg_node_attr(c->g, pn), &nw) : NULL;
+    if (pn != EID_NONE) term_dims(c, pk[0], &pr);
+    bool ok = aw && lab && lf_class_is_zero(c, pk[1]) && nw == 2 + 3 * pr && aw[0] == A_PADDING && wd < pr;
+    for (uint32_t d = 0; ok && d < pr; d++) {
+        const int64_t *p = aw + 2 + 3 * d;
+        ok = p[2] == 0 && p[0] >= 0 && p[1] >= 0 && (d == wd || (p[0] == 0 && p[1] == 0));
+    }
+    win_attr f = *w;
+    if (ok) f.pad[2 * si] += aw[2 + 3 * wd], f.pad[2 * si + 1] += aw[3 + 3 * wd];
+    for (uint32_t ci = 0; ok && ci < c->base->ncomps; ci++) {
+        const hlo_comp *bc = &c->base->comps[ci];
+        for (uint32_t i = 0; i < bc->ninstrs; i++) {
+            const hlo_instr *bi = &bc->instrs[i];
+            const char *bl = instr_str(bi, A_DIM_LABELS);
+            win_attr g;
+            if (bi->op != OP_CONVOLUTION || bi->noperands != 2 || !bl || strcmp(bl, lab) != 0 ||
+                bi->shape.dtype != s->in->shape.dtype || instr_int(bi, A_FEATURE_GROUP_COUNT, 1) != groups ||
+                instr_int(bi, A_BATCH_GROUP_COUNT, 1) != 1 || !read_window(bi, nsp, &g) || !same_window(&g, &f, nsp))
+                continue;
+            eid by[2] = {pk[0], k};
+            return lf_node(c, c->base, bi, by, 2, dims, c->origin);
+        }
+    }
+    /* `in`'s own attributes say the local group count */
+    return groups == instr_int(s->in, A_FEATURE_GROUP_COUNT, 1) ? lf_node(c, c->cur, s->in, ch, 2, dims, c->origin) : EID_NONE;
+}
+
+/* convolution of a window along one of its spatial dims with a kernel:
+ * where device r's rows are a run of the term (zeros a permute left at the
+ * edges read as the zero-padded term: a halo exchange) and the window along
+ * that dim has no padding, stride or dilation, device r computes outputs
+ * s(r) .. s(r) + len - K of the convolution over the term there: a window
+ * of it, a block of the baseline's SAME convolution once settled. The batch
+ * dim keeps its view; the other spatial dims are whole; features are whole
+ * with a replicated kernel, or, for a grouped (depthwise) convolution,
+ * sharded alike on the input features and the kernel's output features
+ * (each device its groups: the global group count is the local one times
+ * the parts). */
+static bool win_convolution(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0], *k = &s->ops[1];
+    lval xp;
+    if (in->noperands != 2 || x->kind != LV_WIN || x->win->summed || in->shape.rank > VIEW_MAX_RANK) return false;
+    if (!win_full(c, x->win) && lf_win_padded(c, x, false, &xp)) x = &xp;
+    if (!win_full(c, x->win) || x->v.partial || x->zm || lf_scale_of(x) != 1 || k->kind != LV_TERM || k->v.partial ||
+        lf_scale_of(k) != 1 || k->v.rank != in->shape.rank || instr_int(in, A_BATCH_GROUP_COUNT, 1) != 1)
+        return false;
+    const char *lab = instr_str(in, A_DIM_LABELS), *u = lab ? strchr(lab, '_') : NULL, *ar = u ? strstr(u, "->") : NULL;
+    int lb, lf, ri, ro, ob, of, ls[VIEW_MAX_RANK], rs[VIEW_MAX_RANK], os[VIEW_MAX_RANK];
+    int nl = u ? lf_conv_roles(lab, (size_t)(u - lab), 'b', 'f', &lb, &lf, ls) : -1;
+    int nr = ar ? lf_conv_roles(u + 1, (size_t)(ar - u - 1), 'i', 'o', &ri, &ro, rs) : -1;
+    int no = ar ? lf_conv_roles(ar + 2, strlen(ar + 2), 'b', 'f', &ob, &of, os) : -1;
+    if (nl < 1 || nl != nr || nl != no || (uint32_t)nl + 2 != in->shape.rank || x->v.rank != in->shape.rank) return false;
+    const lift_win *w = x->win;
+    int si = -1;
+    for (int j = 0; j < nl; j++)
+        if (ls[j] == (int)w->dim) si = j;
+    win_attr wa;
+    if (si < 0 || !read_window(in, (uint32_t)nl, &wa) || wa.pad[2 * si] || wa.pad[2 * si + 1] || wa.stride[si] != 1 ||
+        wa.ld[si] != 1 || wa.rd[si] != 1 || k->v.dims[ri].naxes)
+        return false;
+    for (int j = 0; j < nl; j++)
+        if (x->v.dims[ls[j]].naxes || k->v.dims[rs[j]].naxes) return false;
+    int64_t groups = instr_int(in, A_FEATURE_GROUP_COUNT, 1);
+    if (groups == 1 ? x->v.dims[lf].naxes || k->v.dims[ro].naxes
+                    : !x->v.dims[lf].naxes || !lf_same_dim(&x->v.dims[lf], &k->v.dims[ro]))
+        return false;
+    if (groups > 1) groups *= view_dim_parts(&x->v, c->mesh, (uint32_t)lf);
+    uint32_t tr;
+    const int64_t *td = term_dims(c, x->cls, &tr);
+    int64_t K = wa.size[si], len = in->shape.dims[os[si]];
+    if (tr != in->shape.rank || len != w->len - K + 1 || len < 1 || td[w->dim] < K) return false;
+    view v = view_dup(in->shape.rank);
+    v.dims[ob] = x->v.dims[lb];
+    v.dims[of] = k->v.dims[ro];
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, dims);
+    dims[os[si]] = td[w->dim] - K + 1;
+    lift_win *nw = win_new(c, w, (uint32_t)os[si], len);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        const int64_t *e = w->idx + r * w->len;
+        for (int64_t l = 1; l < w->len; l++)
+            if (e[l] != e[0] + l) return false;
+        for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = e[0] + l;
+    }
+    lval y = *x;
+    y.cls = conv_term(s, x->cls, k->cls, w->dim, (uint32_t)si, (uint32_t)nl, &wa, groups, dims);
+    if (y.cls == EID_NONE) return false;
+    y.win = nw;
+    y.v = v;
+    y.assumed = x->assumed || k->assumed;
+    y.konst = false;
+    *out = win_settle(c, y);
+    return true;
 }
 
 static bool win_reduce_window(lstate *s, lval *out) {
@@ -1563,6 +1673,8 @@ bool lf_win_instr(lstate *s, lval *out) {
     case OP_RESHAPE: case OP_BITCAST: return win_squeeze(s, out) || win_rows(s, out);
     case OP_REDUCE_WINDOW: return win_reduce_window(s, out);
     case OP_REVERSE: return win_reverse(s, out);
+    case OP_CONVOLUTION: return win_convolution(s, out);
+    case OP_SELECT: return (s->ops[1].kind == LV_WIN && lf_select_padding_zeros(s, out)) || win_rows(s, out);
     case OP_DYNAMIC_UPDATE_SLICE: return (s->ops[0].kind == LV_WIN || s->ops[1].kind == LV_WIN) && lf_win_update(s, out);
     default: return win_rows(s, out);
     }

@@ -456,6 +456,18 @@ static void mutate(const char *base, const char *dist, const char *rel, const mu
 }
 
 static void mutations(void) {
+    /* A halo exchange into a convolution (lift_win.c, win_convolution): the
+     * halos from the wrong side, the pieces concatenated out of order, the
+     * window padded along the sharded dim, a kernel dim label repeated (once
+     * a crash: roles read from dim_labels must each appear once). */
+    static const mutation halo[] = {
+        {"halos swapped", "source_target_pairs={{0,1},{1,2},{2,3}}", "source_target_pairs={{1,0},{2,1},{3,2}}"},
+        {"pieces out of order", "concatenate(%ppermute.4, %param, %ppermute.5)", "concatenate(%param, %ppermute.4, %ppermute.5)"},
+        {"window padded along the sharded dim", "window={size=3x3 pad=0_0x1_1}", "window={size=3x3 pad=1_1x1_1}"},
+        {"a spatial label repeated", "dim_labels=b01f_01io->b01f", "dim_labels=b01f_00io->b01f"},
+    };
+    mutate("samples/fresh4/s.conv_halo.sp4.baseline.hlo", "samples/fresh4/s.conv_halo.sp4.dist.hlo",
+           "samples/fresh4/s.conv_halo.sp4.relations.json", halo, ARRAY_LEN(halo));
     static const mutation router[] = {
         {"smaller replica groups", "replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}"},
         {"reduction max instead of sum", "to_apply=%region_8.9", "to_apply=%region_8.9.max"},

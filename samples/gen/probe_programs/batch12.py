@@ -141,3 +141,10 @@ def cond_dev0(bug):
     return f
 variants("s.cond_on_device0", "dp4", {"dp": 4}, cond_dev0, (P("dp"),), P(), lambda x: jnp.sum(x ** 2), (R(16, 8),),
          [("two-devices", ["constant-mismatch"])])
+
+# A SAME convolution over a sequence-sharded dim under GSPMD: halos by
+# collective-permute, GSPMD's mask of the rows outside the array, then a
+# VALID convolution of the local rows and halos.
+gspmd("g.conv1d_spatial.sp4", {"sp": 4}, (P(None, "sp", None), P()), P(None, "sp", None),
+      lambda x, k: lax.conv_general_dilated(x, k, (1,), "SAME", dimension_numbers=("NWC", "WIO", "NWC")),
+      (R(2, 16, 3), R(3, 3, 4)))
