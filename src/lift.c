@@ -482,13 +482,21 @@ static bool grouped_term(lift_ctx *c, eid x, int64_t n, int depth) {
     for (eid k = eg_class_first(c->g, eg_find(c->g, x)); k != EID_NONE; k = eg_class_next(c->g, k)) {
         uint16_t op = eg_node_op(c->g, k);
         uint32_t m, nw;
-        const eid *kids = eg_node_children(c->g, k, &m);
-        const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, k), &nw);
+        /* copies: interning a type below may move the e-graph's storage */
+        eid kids[8];
+        int64_t aw[64];
+        const eid *kp = eg_node_children(c->g, k, &m);
+        const int64_t *ap = eg_attr_words(c->g, eg_node_attr(c->g, k), &nw);
+        if (m > 8 || nw > 64) continue;
+        memcpy(kids, kp, m * sizeof *kids);
+        memcpy(aw, ap, nw * sizeof *aw);
         for (uint32_t side = 0; (op == OP_DOT || op == OP_REDUCE) && side < (op == OP_DOT ? 2u : 1u) && side < m; side++) {
             int key = op == OP_REDUCE ? A_DIMENSIONS : side ? A_RHS_CONTRACTING_DIMS : A_LHS_CONTRACTING_DIMS;
             uint32_t rank;
-            const int64_t *dims = eg_type_dims(c->g, eg_class_type(c->g, kids[side]), &rank);
+            int64_t dims[VIEW_MAX_RANK];
+            const int64_t *dp = eg_type_dims(c->g, eg_class_type(c->g, kids[side]), &rank);
             if (rank + 1 > VIEW_MAX_RANK) continue;
+            memcpy(dims, dp, rank * sizeof *dims);
             for (uint32_t w = 0; w + 1 < nw; w += 2 + (uint32_t)aw[w + 1]) {
                 if (aw[w] != key) continue;
                 for (int64_t j = 0; j < aw[w + 1] && w + 2 + (uint32_t)j < nw; j++) {

@@ -982,11 +982,11 @@ static bool rows_dot(lstate *s, lval *out) {
         uint32_t ra, rb;
         const int64_t *ta = term_dims(c, a->cls, &ra), *tb = term_dims(c, b->cls, &rb);
         if (ta[w->dim] != tb[b->win->dim]) return false;
-        (void)ai, (void)bi;
+        int64_t total = ta[w->dim];  /* before a node may move the types' storage */
         int64_t gd[VIEW_MAX_RANK];
         lf_global_dims(c, &rv, &in->shape, gd);
         eid t = lf_node(c, c->cur, in, ch, 2, gd, c->origin);
-        *out = summed_of(c, a, w, t, ta[w->dim], a->cls, b->cls, 1u << 31 | w->dim << 8 | b->win->dim, in->shape.rank);
+        *out = summed_of(c, a, w, t, total, a->cls, b->cls, 1u << 31 | w->dim << 8 | b->win->dim, in->shape.rank);
         out->v = rv;
         out->assumed = a->assumed || b->assumed;
         return true;
