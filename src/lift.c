@@ -488,8 +488,8 @@ static bool grouped_term(lift_ctx *c, eid x, int64_t n, int depth) {
         const eid *kp = eg_node_children(c->g, k, &m);
         const int64_t *ap = eg_attr_words(c->g, eg_node_attr(c->g, k), &nw);
         if (m > 8 || nw > 64) continue;
-        memcpy(kids, kp, m * sizeof *kids);
-        memcpy(aw, ap, nw * sizeof *aw);
+        if (m) memcpy(kids, kp, m * sizeof *kids);
+        if (nw) memcpy(aw, ap, nw * sizeof *aw);
         for (uint32_t side = 0; (op == OP_DOT || op == OP_REDUCE) && side < (op == OP_DOT ? 2u : 1u) && side < m; side++) {
             int key = op == OP_REDUCE ? A_DIMENSIONS : side ? A_RHS_CONTRACTING_DIMS : A_LHS_CONTRACTING_DIMS;
             uint32_t rank;
