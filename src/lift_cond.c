@@ -13,9 +13,12 @@
  * table equal everywhere), every device runs the same branch k, so its value
  * is V_r(r_k) when every branch's result has the same view V: the choice
  * among the branches' terms under V (a partial view too: the reduction over
- * devices of one branch's pieces is that branch's term). A selector that may
- * differ between devices, or branches whose results have different views,
- * is declined (unverified), never a finding: the branch not taken decides
+ * devices of one branch's pieces is that branch's term). A selector that
+ * differs between devices (a device table: lax.cond on axis_index) picks a
+ * branch per device (by_device): one value everywhere is that value, one
+ * value on some devices and zeros on the others a partial sum of it.
+ * Anything else, or branches whose results have different views, is
+ * declined (unverified), never a finding: the branch not taken decides
  * nothing about the value. */
 #include "lift.h"
 #include "lift_int.h"

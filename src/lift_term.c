@@ -4,8 +4,9 @@
  * the canonical forms both sides share (reshape chains collapsed, identity
  * broadcasts and unit reduces dropped, a reduce over a reshape that only
  * regroups the reduced dims taken over the reshape's operand, a+b and b+a
- * one term) — lf_node,
- * lf_mk_reshape, lf_fresh_var. Also constant folding: the known values of
+ * one term; slices of slices and of concatenations, and neighbouring
+ * slices of one term in a concatenation, folded as built) — lf_node,
+ * lf_mk_reshape, lf_mk_slice, lf_mk_concat, lf_fresh_var. Also constant folding: the known values of
  * constant-only classes (lf_kval, lf_kval_set), kept across unions
  * (lf_kvals_after_unions), and the constant term of known values
  * (lf_const_term). */

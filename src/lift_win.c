@@ -3,8 +3,12 @@
  * followed exactly per device until the pieces are the blocks of a plain view
  * again (GSPMD's rotate-half of RoPE at tp8: a local slice, a permute, a
  * concatenate, a dynamic-slice). Zeros a permute leaves at the edges are a
- * zero pad's (halo exchanges); reverse and reduce-window of windows follow
- * the pieces too (reversed device order, cumulative ops).
+ * zero pad's (halo exchanges); reverse, reduce-window and convolution of
+ * windows follow the pieces too (reversed device order, cumulative ops, a
+ * convolution over halos), and so do dynamic-update-slices that assemble a
+ * buffer from a permute ring's blocks (lf_win_update: a collective matmul).
+ * A window no op takes continues under a guessed view that decides no
+ * finding (lf_win_assume).
  */
 #include "interp.h"
 #include "lift.h"
