@@ -2656,6 +2656,11 @@ static bool eval_conditional(ctx *x, const hlo_instr *in, uint32_t na, const int
     }
     bool pred = ba == NULL;
     if (nb == 0 || in->noperands != nb + 1) return fail(x, INTERP_ERUN, in, "%u branches for %u operands", nb, in->noperands), false;
+    for (uint32_t a = 0; a < na; a++) {
+        const interp_val *s = opv[0][a];
+        if (!s || s->dtype == DT_TUPLE || s->n != 1 || (!s->f && !s->i))
+            return fail(x, INTERP_ERUN, in, "the branch selector is no scalar"), false;
+    }
     for (uint32_t b = 0; b < nb; b++)
         if (branches[b] < 0 || (uint64_t)branches[b] >= x->m->ncomps) return fail(x, INTERP_ERUN, in, "no such branch"), false;
     int64_t *sub = xmalloc(na * sizeof *sub);

@@ -468,6 +468,17 @@ static void mutations(void) {
     };
     mutate("samples/fresh4/s.conv_halo.sp4.baseline.hlo", "samples/fresh4/s.conv_halo.sp4.dist.hlo",
            "samples/fresh4/s.conv_halo.sp4.relations.json", halo, ARRAY_LEN(halo));
+    /* A conditional on axis_index (lift_cond.c, by_device): its selector
+     * swapped with the branch operand (once a crash of the interpreter: a
+     * tuple read as the selector), or picking two devices. */
+    static const mutation cond[] = {
+        {"selector and operand swapped", "conditional(%convert_element_type.2, %tuple.6, %psum.15)",
+         "conditional(%tuple.6, %convert_element_type.2, %psum.15)"},
+        {"branches swapped", "branch_computations={%region_2.0_spmd, %region_3.0_spmd}",
+         "branch_computations={%region_3.0_spmd, %region_2.0_spmd}"},
+    };
+    mutate("samples/probe/s.cond_on_device0.baseline.hlo", "samples/probe/s.cond_on_device0.dp4.dist.hlo",
+           "samples/probe/s.cond_on_device0.dp4.relations.json", cond, ARRAY_LEN(cond));
     static const mutation router[] = {
         {"smaller replica groups", "replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}"},
         {"reduction max instead of sum", "to_apply=%region_8.9", "to_apply=%region_8.9.max"},
