@@ -1049,6 +1049,20 @@ static bool transpose_is_permutation(const hlo_comp *comp, const hlo_instr *in) 
     return true;
 }
 
+/* A broadcast names one result dim for each operand dim, of its size
+ * (in range: dim_out_of_range). */
+static bool broadcast_maps_operand(const hlo_comp *comp, const hlo_instr *in) {
+    if (in->noperands != 1 || in->operands[0] >= (uint32_t)(in - comp->instrs)) return true; /* reported as such */
+    const shape *src = &comp->instrs[in->operands[0]].shape;
+    if (src->dtype == DT_TUPLE || in->shape.dtype == DT_TUPLE) return true;
+    uint32_t n;
+    const int64_t *p = instr_ints(in, A_DIMENSIONS, &n);
+    if (n != src->rank) return false;
+    for (uint32_t i = 0; i < n; i++)
+        if (p[i] < 0 || p[i] >= (int64_t)in->shape.rank || in->shape.dims[p[i]] != src->dims[i]) return false;
+    return true;
+}
+
 static int64_t header_int(const hlo_module *m, const char *key);
 
 int graph_check(const hlo_module *m, diag *dg) { return check_at(m, dg, NULL, NULL); }
@@ -1121,6 +1135,10 @@ static int check_at(const hlo_module *m, diag *dg, graph_where_fn where, void *c
                           NAME(in->name), key, (long long)bad);
             else if (in->op == OP_TRANSPOSE && !transpose_is_permutation(comp, in))
                 report_at(d, &errors, in->line, in->col, "%s: %s: dimensions is not a permutation of the operand's dims",
+                          NAME(comp->name), NAME(in->name));
+            else if (in->op == OP_BROADCAST && !broadcast_maps_operand(comp, in))
+                report_at(d, &errors, in->line, in->col,
+                          "%s: %s: dimensions does not map each operand dim to a result dim of its size",
                           NAME(comp->name), NAME(in->name));
             else if (in->op == OP_DYNAMIC_SLICE && !slice_sizes_are_shape(in))
                 report_at(d, &errors, in->line, in->col, "%s: %s: dynamic_slice_sizes differ from the result's dims",

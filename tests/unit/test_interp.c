@@ -1437,7 +1437,6 @@ static void test_malformed(void) {
          "dims differ"},
         {"elementwise types", "  a = f32[4] parameter(0)\n  b = s32[4] parameter(1)\n  ROOT r = f32[4] add(a, b)\n",
          "element types"},
-        {"broadcast size", "  a = f32[5] parameter(0)\n  ROOT r = f32[4,3] broadcast(a), dimensions={0}\n", "another size"},
         {"transpose dims", "  a = f32[4,3] parameter(0)\n  ROOT r = f32[4,3] transpose(a), dimensions={1,0}\n", "permutation"},
         {"slice bounds", "  a = f32[4] parameter(0)\n  ROOT r = f32[6] slice(a), slice={[0:6]}\n", "outside the operand"},
         {"dot result", "  a = f32[2,3] parameter(0)\n  b = f32[3,5] parameter(1)\n"

@@ -506,6 +506,13 @@ void suite_pathological(void) {
                  "ENTRY e {\n a = f32[8,4] parameter(0)\n i = s32[] parameter(1)\n"
                  " ROOT r = f32[2,4] dynamic-slice(a, i, i), dynamic_slice_sizes={2,7}\n}\n",
                  "p.hlo:4:2: e: r: dynamic_slice_sizes differ from the result's dims");
+    /* once a crash of the checker (a mutant broadcasting a scalar with dimensions={0}) */
+    expect_error("broadcast dims not the operand's", "ENTRY e {\n a = f32[] parameter(0)\n"
+                 " ROOT r = f32[4,8] broadcast(a), dimensions={0}\n}\n",
+                 "p.hlo:3:2: e: r: dimensions does not map each operand dim to a result dim of its size");
+    expect_error("broadcast of another size", "ENTRY e {\n a = f32[5] parameter(0)\n"
+                 " ROOT r = f32[4,3] broadcast(a), dimensions={0}\n}\n",
+                 "p.hlo:3:2: e: r: dimensions does not map each operand dim to a result dim of its size");
     expect_error("self call", "ENTRY e {\n p = f32[] parameter(0)\n ROOT c = f32[] call(p), to_apply=e\n}\n", "cycle");
     expect_error("unknown computation", "ENTRY e {\n p = f32[] parameter(0)\n ROOT c = f32[] call(p), to_apply=nope\n}\n",
                  "p.hlo:3:35: unknown computation 'nope'");
