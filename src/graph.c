@@ -768,6 +768,8 @@ static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_in
     }
     /* Operands are known to precede the instruction (checked first). */
     const shape *s0 = n ? &comp->instrs[in->operands[0]].shape : NULL;
+    if (in->op == OP_TUPLE && (in->shape.dtype != DT_TUPLE || in->shape.ntuple != n || (n && !in->shape.tuple)))
+        return snprintf(why, nwhy, "tuple of %u operands must have a tuple type of %u elements", n, n), false;
     switch (r->form) {
     case AR_EVEN:
         if (n % 2) return snprintf(why, nwhy, "%s takes inputs and as many initial values, not %u operands", name, n), false;
@@ -795,9 +797,11 @@ static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_in
         for (uint32_t k = 0; k < n; k++)
             if (comp->instrs[in->operands[k]].shape.dtype == DT_TUPLE)
                 return snprintf(why, nwhy, "%s takes arrays, but operand %u is a tuple", name, k), false;
-        bool same = in->op != OP_ALL_REDUCE || (n == 1 ? shape_same_array(&in->shape, s0)
-                                                     : in->shape.dtype == DT_TUPLE && in->shape.ntuple == n);
-        for (uint32_t k = 0; same && n > 1 && k < n; k++)
+        /* Several operands (a combined collective) give a tuple of as many results. */
+        if (n > 1 && (in->shape.dtype != DT_TUPLE || in->shape.ntuple != n || !in->shape.tuple))
+            return snprintf(why, nwhy, "%s of %u operands must give a tuple of %u results", name, n, n), false;
+        bool same = in->op != OP_ALL_REDUCE || n != 1 || shape_same_array(&in->shape, s0);
+        for (uint32_t k = 0; same && in->op == OP_ALL_REDUCE && n > 1 && k < n; k++)
             same = shape_same_array(&in->shape.tuple[k], &comp->instrs[in->operands[k]].shape);
         if (!same) return snprintf(why, nwhy, "%s's result type differs from its operands'", name), false;
     }

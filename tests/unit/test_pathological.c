@@ -506,6 +506,14 @@ void suite_pathological(void) {
                  "ENTRY e {\n a = f32[8,4] parameter(0)\n i = s32[] parameter(1)\n"
                  " ROOT r = f32[2,4] dynamic-slice(a, i, i), dynamic_slice_sizes={2,7}\n}\n",
                  "p.hlo:4:2: e: r: dynamic_slice_sizes differ from the result's dims");
+    /* once a crash of the checker (endless recursion over a tuple holding itself) */
+    expect_error("tuple of an array type", "ENTRY e {\n a = f32[4] parameter(0)\n t = (f32[4]) tuple(a)\n"
+                 " ROOT r = f32[4] tuple(t)\n}\n",
+                 "p.hlo:4:2: e: r: tuple of 1 operands must have a tuple type of 1 elements");
+    /* once a crash of the reader (a mutant permuting two operands into one array) */
+    expect_error("collective of two operands into one array", "ENTRY e {\n a = f32[4] parameter(0)\n"
+                 " ROOT r = f32[4] collective-permute(a, a), channel_id=1, source_target_pairs={{0,1},{1,0}}\n}\n",
+                 "p.hlo:3:2: e: r: collective-permute of 2 operands must give a tuple of 2 results");
     /* once a crash of the checker (a mutant broadcasting a scalar with dimensions={0}) */
     expect_error("broadcast dims not the operand's", "ENTRY e {\n a = f32[] parameter(0)\n"
                  " ROOT r = f32[4,8] broadcast(a), dimensions={0}\n}\n",
