@@ -100,6 +100,13 @@ static eid mk_is(lift_ctx *c, eid i, int64_t k) {
     return lf_node(c, c->cur, &g, ch, 2, NULL, c->origin);
 }
 
+/* The branch a selector value v picks: a predicate's true the first, an
+ * index outside [0, n) the last (as HLO says). */
+static uint32_t branch_of(double v, bool pred, uint32_t n) {
+    if (pred) return v != 0 ? 0 : 1;
+    return v < 0 || v >= (double)n ? n - 1 : (uint32_t)v;
+}
+
 /* The choice among the branches' results r[0..n) (terms of one view), or
  * why not (NULL: done). */
 static const char *choose(lift_ctx *c, eid sel, bool pred, const lval *r, uint32_t n, lval *out) {
@@ -126,9 +133,7 @@ static const char *choose(lift_ctx *c, eid sel, bool pred, const lval *r, uint32
     eid acc;
     if (sv && sv->n == 1) {
         /* a known selector picks its branch */
-        int64_t i = sv->f ? (int64_t)sv->f[0] : sv->i[0];
-        int64_t pick = pred ? (i ? 0 : 1) : (i < 0 || i >= (int64_t)n ? (int64_t)n - 1 : i);
-        acc = r[pick].cls;
+        acc = r[branch_of(sv->f ? sv->f[0] : (double)sv->i[0], pred, n)].cls;
     } else if (pred) {
         acc = mk_select(c, sel, r[0].cls, r[1].cls);
     } else {
@@ -142,12 +147,6 @@ static const char *choose(lift_ctx *c, eid sel, bool pred, const lval *r, uint32
     out->konst = konst;
     out->ambiguous = r[0].ambiguous;
     return NULL;
-}
-
-/* The branch device d runs (selector value v). */
-static uint32_t branch_of(double v, bool pred, uint32_t n) {
-    if (pred) return v != 0 ? 0 : 1;
-    return v < 0 || v >= (double)n ? n - 1 : (uint32_t)v;
 }
 
 /* A selector that differs between devices (lax.cond on axis_index: only

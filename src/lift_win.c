@@ -481,6 +481,14 @@ static bool win_concatenate(lstate *s, lval *out) {
 
 /* dynamic-slice of a window: per-device offsets (device values, clamped as
  * XLA clamps them) along its dim; every other dim is taken whole. */
+/* A dynamic start along a dim of `full` elements for a piece of len, clamped
+ * as XLA clamps it (the piece stays inside). */
+static int64_t clamped_start(double at, int64_t full, int64_t len) {
+    int64_t st = (int64_t)at;
+    if (st > full - len) st = full - len;
+    return st < 0 ? 0 : st;
+}
+
 static bool win_dynamic_slice(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -500,9 +508,7 @@ static bool win_dynamic_slice(lstate *s, lval *out) {
     if (len < 1 || len > w->len) return false;
     lift_win *nw = win_new(c, w, w->dim, len);
     for (int64_t r = 0; r < c->ndev; r++) {
-        int64_t st = (int64_t)o->dev[r];
-        if (st > w->len - len) st = w->len - len;
-        if (st < 0) st = 0;
+        int64_t st = clamped_start(o->dev[r], w->len, len);
         for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = w->idx[r * w->len + st + l];
     }
     lval v = *x;
@@ -563,9 +569,7 @@ bool lf_win_update(lstate *s, lval *out) {
     for (int64_t r = 0; r < c->ndev; r++) {
         double at = o->dev[r];
         if (at != (double)(int64_t)at) return false;
-        int64_t st = (int64_t)at;
-        if (st > L - len) st = L - len;
-        if (st < 0) st = 0;
+        int64_t st = clamped_start(at, L, len);
         for (int64_t l = 0; l < L; l++) nw->idx[r * L + l] = bw ? bw->idx[r * L + l] : -1;
         for (int64_t l = 0; l < len; l++) nw->idx[r * L + st + l] = uw.win->idx[r * len + l];
     }
@@ -599,9 +603,7 @@ bool lf_win_dynamic_slice_term(lstate *s, uint32_t d, lval *out) {
     w->from = in;
     w->from_comp = s->comp;
     for (int64_t r = 0; r < c->ndev; r++) {
-        int64_t st = (int64_t)o->dev[r];
-        if (st > full - len) st = full - len;  /* clamped as XLA clamps */
-        if (st < 0) st = 0;
+        int64_t st = clamped_start(o->dev[r], full, len);
         for (int64_t l = 0; l < len; l++) w->idx[r * len + l] = st + l;
     }
     lval v = *x;
