@@ -153,7 +153,8 @@ typedef struct lval {
     struct lval *carry;           /* LV_MASK whose rows and positions are being rearranged (an
                                    * all-to-all's layout): carry[0] the rows (for hit), carry[1]
                                    * the positions (for pos), moved alike; v, hit, pos unused */
-    int64_t domain;               /* LV_MASK: valid index values [0, domain) */
+    int64_t domain;               /* LV_MASK: valid index values [0, domain); -1: the extent
+                                   * assumed for src elsewhere (a mask that only tests ids) */
     uint8_t vdim;                 /* LV_IVEC: the dim holding the components */
     bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
     const struct lift_zmask *zm;  /* LV_TERM / LV_LAYOUT: a zero mask (below), or NULL */

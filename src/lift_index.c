@@ -302,13 +302,21 @@ static bool mask_resolves_on_own(lift_ctx *c, const lval *m) {
     return true;
 }
 
+/* The index values a mask is read over: its own domain (the extent of the
+ * table a lookup read it from), or for a mask that only tests its index
+ * values (domain -1) the extent some lookup of the same source indexes,
+ * already assumed; -1 when there is none (the mask then stands for no row). */
+static int64_t mask_domain(const lift_ctx *c, const lval *m) { return m->domain > 0 ? m->domain : domain_of(c, m->src); }
+
 /* A masked value as a term: every device holds the row for every index value of
  * the domain. */
 bool lf_mask_resolves(const lift_ctx *c, const lval *m) {
     if (m->n) return false;  /* a sum of masked parts resolves only under an all-reduce */
+    int64_t n = mask_domain(c, m);
+    if (n <= 0) return false;
     for (int64_t d = 0; d < c->ndev; d++) {
         int64_t tag;
-        if (!pw_constant_on(&m->pw[d], 0, m->domain, &tag) || tag != TAG_HIT) return false;
+        if (!pw_constant_on(&m->pw[d], 0, n, &tag) || tag != TAG_HIT) return false;
     }
     return true;
 }
@@ -320,7 +328,7 @@ bool lf_mask_resolves(const lift_ctx *c, const lval *m) {
 bool lf_index_as_term(lift_ctx *c, lval *x) {
     bool own = x->kind == LV_MASK && !lf_mask_resolves(c, x) && mask_resolves_on_own(c, x);
     if (x->kind == LV_MASK && (own || lf_mask_resolves(c, x))) {
-        if (!x->in_domain && !own) assume_domain(c, x->src, x->domain);
+        if (!x->in_domain && !own) assume_domain(c, x->src, mask_domain(c, x));
         /* Its plain term (the op over the index as written: wrapped,
          * clamped, bounds-checked) is that row over the domain. */
         if (x->cls != EID_NONE && eg_class_type(c->g, x->cls) == eg_class_type(c->g, x->hit))
@@ -339,11 +347,13 @@ bool lf_index_as_term(lift_ctx *c, lval *x) {
  * outside `axes`), the mask is the row: for each index value of the domain
  * exactly one device of the group holds the row and the others zero. */
 static bool mask_sums_to_row(const lift_ctx *c, const lval *m, uint32_t axes) {
+    int64_t n = mask_domain(c, m);
+    if (n <= 0) return false;
     int *hits = xcalloc((size_t)c->ndev, sizeof *hits);
     bool ok = true;
     int64_t lo = 0;
-    while (ok && lo < m->domain) {
-        int64_t hi = m->domain;
+    while (ok && lo < n) {
+        int64_t hi = n;
         for (int64_t d = 0; d < c->ndev; d++)
             for (uint32_t k = 0; k < m->pw[d].n; k++)
                 if (m->pw[d].p[k].lo > lo && m->pw[d].p[k].lo < hi) hi = m->pw[d].p[k].lo;
@@ -461,7 +471,7 @@ static bool mask_sum(lift_ctx *c, const lval *m, uint32_t axes, eid *sum) {
     *sum = EID_NONE;
     for (uint32_t k = 0; k < nparts; k++) {
         const lval *part = m->n ? &m->elems[k] : m;
-        if (!part->in_domain) assume_domain(c, part->src, part->domain);
+        if (!part->in_domain) assume_domain(c, part->src, mask_domain(c, part));
         if (*sum == EID_NONE) {
             *sum = part->hit;
         } else {
@@ -1184,7 +1194,11 @@ static bool masked_term(lstate *s, lval *out) {
             }
         }
         if (domain <= 0 || domain > INT32_MAX) return false;
-        m.domain = domain;
+        /* The ids the mask keeps say nothing of the ids the program sees:
+         * the domain is the extent some lookup of the same source indexes
+         * (mask_domain), never the union of the kept ranges (a mask keeping
+         * only id 0 would assume every id is 0). */
+        m.domain = -1;
         *out = m;
         return true;
     }
