@@ -198,11 +198,23 @@ static void set_scope(hlo_module *m, hlo_instr *in) {
     in->nscope = m->last_nscope = n;
 }
 
+/* The layouts a custom call asks of its operands and the buffers it shares
+ * with them change no value, and the two forms spell them differently (the
+ * text's operand_layout_constraints and output_to_operand_aliasing, the
+ * protobuf's constrain_layout and shapes with layouts): neither reader keeps
+ * them. */
+static bool layout_only(const hlo_instr *in, const hlo_attr *a) {
+    if (in->op != OP_CUSTOM_CALL) return false;
+    if (a->key == A_CONSTRAIN_LAYOUT) return true;
+    return a->key == A_RAW &&
+           (!strcmp(a->raw_key, "operand_layout_constraints") || !strcmp(a->raw_key, "output_to_operand_aliasing"));
+}
+
 void graph_finalize_instr(hlo_module *m, hlo_instr *in) {
     set_scope(m, in);
     uint32_t w = 0;
     for (uint32_t r = 0; r < in->nattrs; r++)
-        if (!attr_is_default(in, &in->attrs[r])) in->attrs[w++] = in->attrs[r];
+        if (!attr_is_default(in, &in->attrs[r]) && !layout_only(in, &in->attrs[r])) in->attrs[w++] = in->attrs[r];
     in->nattrs = (uint16_t)w;
     /* Insertion sort: stable (raw attributes keep input order) and lists are short. */
     for (uint32_t i = 1; i < w; i++) {

@@ -167,6 +167,8 @@ typedef enum attr_kind {
     X(EXPONENT_BITS, "exponent_bits", K_INT) \
     X(MANTISSA_BITS, "mantissa_bits", K_INT) \
     X(DISTRIBUTION, "distribution", K_IDENT) \
+    X(FFT_TYPE, "fft_type", K_IDENT) \
+    X(FFT_LENGTH, "fft_length", K_INTS) \
     X(WINDOW, "window", K_RAW) \
     X(DIM_LABELS, "dim_labels", K_IDENT) \
     X(FEATURE_GROUP_COUNT, "feature_group_count", K_INT) \

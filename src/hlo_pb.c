@@ -1492,6 +1492,10 @@ static void enum_attrs(pb *p, const hlo_instr *in, const Xla__HloInstructionProt
     }
     if (in->op == OP_RNG_BIT_GENERATOR)
         attr_ident(p, A_ALGORITHM, enum_word(p, &xla__random_algorithm__descriptor, ip->rng_algorithm, NULL, true));
+    if (in->op == OP_FFT) {
+        attr_ident(p, A_FFT_TYPE, enum_word(p, &xla__fft_type__descriptor, ip->fft_type, NULL, false));
+        attr_ints(p, A_FFT_LENGTH, ip->fft_length, ip->n_fft_length);
+    }
     if (ip->distribution)
         attr_ident(p, A_DISTRIBUTION,
                    enum_word(p, &xla__random_distribution__descriptor, ip->distribution, NULL, true));

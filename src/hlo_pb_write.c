@@ -658,6 +658,13 @@ static Xla__HloInstructionProto *instr_pb(wr *w, const hlo_comp *c, uint32_t idx
         case A_LARGEST: ip->largest = a->v.i != 0; break;
         case A_EXPONENT_BITS: ok = a->v.i == (int32_t)a->v.i; ip->exponent_bits = (int32_t)a->v.i; break;
         case A_MANTISSA_BITS: ok = a->v.i == (int32_t)a->v.i; ip->mantissa_bits = (int32_t)a->v.i; break;
+        case A_FFT_TYPE: {
+            int v = enum_value(&xla__fft_type__descriptor, "", a->v.str, false);
+            ok = v >= 0;
+            ip->fft_type = (Xla__FftType)(ok ? v : 0);
+            break;
+        }
+        case A_FFT_LENGTH: SET_INTS(ip, fft_length, a); break;
         case A_DISTRIBUTION: {
             int v = enum_value(&xla__random_distribution__descriptor, "", a->v.str, true);
             ok = v > 0;

@@ -344,7 +344,7 @@ bool lf_is_elementwise(int op) {
     case OP_REMAINDER: case OP_ROUND_AFZ: case OP_ROUND_EVEN: case OP_RSQRT: case OP_SELECT:
     case OP_SHIFT_LEFT: case OP_SHIFT_RIGHT_ARITHMETIC: case OP_SHIFT_RIGHT_LOGICAL: case OP_SIGN:
     case OP_SINE: case OP_SQRT: case OP_SUBTRACT: case OP_TAN: case OP_TANH: case OP_XOR:
-    case OP_REDUCE_PRECISION:
+    case OP_REDUCE_PRECISION: case OP_REAL: case OP_IMAG: case OP_COMPLEX: case OP_CLZ: case OP_POPCNT:
         return true;
     default:
         return false;
@@ -1177,11 +1177,10 @@ static lval lift_topk(lstate *s) {
     t.elems = arena_alloc(c->a, 3 * sizeof *t.elems);
     for (uint32_t j = 0; j < 2; j++) {
         const shape *es = &in->shape.tuple[j];
-        int64_t dims[VIEW_MAX_RANK], words[3] = {A_INDEX, 1, j};
+        int64_t dims[VIEW_MAX_RANK];
         if (es->rank != xs->rank) return unknown();
         lf_global_dims(c, &x->v, es, dims);
-        eid e = eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, 3), lf_type_of(c, es->dtype, dims, es->rank), &node, 1,
-                       c->origin);
+        eid e = lf_mk_element(c, node, j, lf_type_of(c, es->dtype, dims, es->rank));
         t.elems[j] = term(e, x->v, x->assumed);
     }
     return t;
@@ -1224,14 +1223,94 @@ static lval lift_sort(lstate *s) {
     t.elems = arena_alloc(c->a, (in->noperands + 1) * sizeof *t.elems);
     for (uint32_t j = 0; j < in->noperands; j++) {
         const shape *es = &in->shape.tuple[j];
-        int64_t words[3] = {A_INDEX, 1, j};
         if (es->rank != xs->rank) return unknown();
         lf_global_dims(c, &want, es, dims);
-        eid e = eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, 3), lf_type_of(c, es->dtype, dims, es->rank), &node, 1,
-                       c->origin);
+        eid e = lf_mk_element(c, node, j, lf_type_of(c, es->dtype, dims, es->rank));
         t.elems[j] = term(e, want, assumed);
     }
     return t;
+}
+
+/* The leading dims along which op `in` works batch by batch (each batch
+ * element's result depends on that element of every operand alone), or 0:
+ * fft transforms its trailing fft_length dims, cholesky and
+ * triangular_solve the trailing matrices, and a custom call says so by its
+ * frontend attribute num_batch_dims (jax's linear algebra calls). */
+static uint32_t batch_dims(const hlo_comp *comp, const hlo_instr *in) {
+    uint32_t r = in->noperands ? comp->instrs[in->operands[0]].shape.rank : 0, n;
+    switch (in->op) {
+    case OP_FFT: instr_ints(in, A_FFT_LENGTH, &n); return n && n < r ? r - n : 0;
+    case OP_CHOLESKY: case OP_TRIANGULAR_SOLVE: return r > 2 ? r - 2 : 0;
+    case OP_CUSTOM_CALL:
+        for (uint32_t i = 0; i < in->nattrs; i++) {
+            const hlo_attr *a = &in->attrs[i];
+            if (a->key != A_FRONTEND_ATTRIBUTES || a->kind != K_KV) continue;
+            for (uint32_t k = 0; k < a->n; k++) {
+                char *end;
+                if (strcmp(a->v.strs[2 * k], "num_batch_dims") != 0) continue;
+                long b = strtol(a->v.strs[2 * k + 1], &end, 10);
+                return *end || b < 1 || b > VIEW_MAX_RANK ? 0 : (uint32_t)b;
+            }
+        }
+        return 0;
+    default: return 0;
+    }
+}
+
+/* An op that works batch by batch over its leading `nb` dims (batch_dims),
+ * every operand sharded alike there and nowhere else, none partial: each
+ * device computes the batches it holds, so the result is the op over the
+ * global operands, its leading dims sharded as theirs (each element of a
+ * tuple result alike). False when the op is no such op or the views differ. */
+static bool lift_batched(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t nb = batch_dims(s->comp, in);
+    if (!nb || !in->noperands || in->noperands > 8 || s->ops[0].kind != LV_TERM) return false;
+    const shape *xs = &s->comp->instrs[in->operands[0]].shape;
+    view want = s->ops[0].v;
+    eid ch[8];
+    bool assumed = false, sharded = false;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        const shape *os = &s->comp->instrs[in->operands[o]].shape;
+        if (x->kind != LV_TERM || x->v.partial || lf_scale_of(x) != 1 || os->rank < nb || os->rank > VIEW_MAX_RANK ||
+            x->v.rank != os->rank || memcmp(os->dims, xs->dims, nb * sizeof *os->dims))
+            return false;
+        for (uint32_t d = 0; d < os->rank; d++) {
+            if (d < nb ? memcmp(&x->v.dims[d], &want.dims[d], sizeof want.dims[d]) : x->v.dims[d].naxes != 0) return false;
+            sharded |= x->v.dims[d].naxes != 0;
+        }
+        assumed |= x->assumed;
+        ch[o] = x->cls;
+    }
+    if (!sharded) return false; /* replicated: the op itself, as any other */
+    uint32_t nres = in->shape.dtype == DT_TUPLE ? in->shape.ntuple : 1;
+    view rv[8];
+    int64_t dims[8][VIEW_MAX_RANK];
+    if (nres > 8) return false;
+    for (uint32_t j = 0; j < nres; j++) {
+        const shape *es = in->shape.dtype == DT_TUPLE ? &in->shape.tuple[j] : &in->shape;
+        if (es->dtype == DT_TUPLE || es->rank < nb || es->rank > VIEW_MAX_RANK || memcmp(es->dims, xs->dims, nb * sizeof *es->dims))
+            return false;
+        rv[j] = view_dup(es->rank);
+        memcpy(rv[j].dims, want.dims, nb * sizeof *want.dims);
+        lf_global_dims(c, &rv[j], es, dims[j]);
+    }
+    if (in->shape.dtype != DT_TUPLE) {
+        *out = term(lf_node(c, c->cur, in, ch, in->noperands, dims[0], c->origin), rv[0], assumed);
+        return true;
+    }
+    eid node = lf_node(c, c->cur, in, ch, in->noperands, NULL, c->origin);
+    lval t = {.kind = LV_TUPLE, .n = nres};
+    t.elems = arena_alloc(c->a, (nres + 1) * sizeof *t.elems);
+    for (uint32_t j = 0; j < nres; j++) {
+        const shape *es = &in->shape.tuple[j];
+        eid e = lf_mk_element(c, node, j, lf_type_of(c, es->dtype, dims[j], es->rank));
+        t.elems[j] = term(e, rv[j], assumed);
+    }
+    *out = t;
+    return true;
 }
 
 /* The indices block_offset_indices read as x's term stand for x - off(r)
@@ -1370,6 +1449,11 @@ lval lf_lift_instr(lstate *s) {
     case OP_PAD: {
         lval r;
         if (lf_lift_pad(s, &r)) return r;
+        break;
+    }
+    case OP_FFT: case OP_CHOLESKY: case OP_TRIANGULAR_SOLVE: case OP_CUSTOM_CALL: {
+        lval r;
+        if (lift_batched(s, &r)) return r;
         break;
     }
     case OP_TOPK: return lift_topk(s);

@@ -189,14 +189,11 @@ static lval pair_tuple(lstate *s, eid node, const view *v, const uint8_t *red, b
     t.elems = arena_alloc(c->a, (t.n + 1) * sizeof *t.elems);
     for (uint32_t j = 0; j < t.n; j++) {
         const shape *es = &in->shape.tuple[j];
-        int64_t dims[VIEW_MAX_RANK], words[3] = {A_INDEX, 1, j};
+        int64_t dims[VIEW_MAX_RANK];
         view w = *v;
         w.red = v->partial ? red[j] : 0;
         lf_global_dims(c, &w, es, dims);
-        /* index 0 is the default, which the readers leave out (as lf_node's
-         * get-tuple-element of the baseline has it) */
-        eid e = eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, j ? 3 : 0), lf_type_of(c, es->dtype, dims, es->rank),
-                       &node, 1, c->origin);
+        eid e = lf_mk_element(c, node, j, lf_type_of(c, es->dtype, dims, es->rank));
         t.elems[j] = term(e, w, assumed);
     }
     return t;
@@ -297,9 +294,7 @@ static eid reduce_over(lift_ctx *c, const hlo_instr *r, int64_t dim, const eid *
 
 /* Element j of tuple node t, of dtype dt and dims gd[rank]. */
 static eid element(lift_ctx *c, eid t, uint32_t j, int dt, const int64_t *gd, uint32_t rank) {
-    int64_t words[3] = {A_INDEX, 1, j};
-    return eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, j ? 3 : 0), lf_type_of(c, dt, gd, rank), &t, 1,
-                  c->origin);
+    return lf_mk_element(c, t, j, lf_type_of(c, dt, gd, rank));
 }
 
 /* Operand 1 of selecting reduce s an all-gather of positions local to each

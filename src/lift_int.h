@@ -10,6 +10,8 @@
  *   lf_kval           the known values of a constant-only class, or NULL
  *   lf_mk_reshape     reshape(x) to type t, reshape chains collapsed and
  *                     constants folded
+ *   lf_mk_element     element j of a tuple term (get-tuple-element), spelt
+ *                     as the readers leave it (index 0 is no attribute)
  *   lf_reshape_run    the next run of dims with equal products of a reshape
  *   lf_is_elementwise whether op works element by element
  *   lf_finding        records a finding (kind, site, words); none on the
@@ -101,6 +103,7 @@ uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank);
 uint32_t lf_list_attr(lift_ctx *c, int key, const int64_t *v, uint32_t n);
 struct interp_val *lf_kval(lift_ctx *c, eid cls);
 eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin);
+eid lf_mk_element(lift_ctx *c, eid tuple, uint32_t j, uint32_t t);
 /* slice(x) with sl = (start, limit, stride) per dim, global coordinates: the
  * same term as a slice instruction of the baseline (folded alike); x itself
  * when sl keeps every element. */

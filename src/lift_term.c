@@ -60,7 +60,9 @@ uint32_t lf_encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *in) 
     uint32_t n = 0;
     for (uint32_t i = 0; i < in->nattrs; i++) {
         const hlo_attr *a = &in->attrs[i];
-        if (!semantic_key(a->key)) continue;
+        /* A custom call's backend config is its arguments (a lapack call's
+         * uplo, side, transpose). */
+        if (!semantic_key(a->key) && !(in->op == OP_CUSTOM_CALL && a->key == A_BACKEND_CONFIG)) continue;
         uint32_t need;
         switch (a->kind) {
         case K_INTS: case K_COMPS: need = a->n; break;
@@ -391,6 +393,13 @@ eid lf_mk_concat(lift_ctx *c, const eid *ch, uint32_t n, uint32_t d) {
 /* reshape(x) to type t, canonical on both sides: reshape∘reshape is one
  * reshape and a reshape to x's own shape is x (both exact for row-major data).
  * A reshape of known values is the constant of those values. */
+eid lf_mk_element(lift_ctx *c, eid tuple, uint32_t j, uint32_t t) {
+    /* index 0 is the default, which the readers leave out (graph.c): the
+     * baseline's get-tuple-element of element 0 has no attribute */
+    int64_t words[3] = {A_INDEX, 1, j};
+    return eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, j ? 3 : 0), t, &tuple, 1, c->origin);
+}
+
 eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
     const interp_val *xv = lf_kval(c, x);
     if (xv && eg_class_type(c->g, x) != t && eg_type_dtype(c->g, t) == xv->dtype) {

@@ -493,6 +493,20 @@ static void mutations(void) {
     };
     mutate("samples/fresh/g.chunked_ce_scan.dp4.baseline.hlo", "samples/fresh/g.chunked_ce_scan.dp4.dist.hlo", "auto", chunk,
            ARRAY_LEN(chunk));
+    /* Ops that work batch by batch (lift.c, lift_batched): an inverse fft
+     * for a forward one, a lapack call's arguments (its backend config),
+     * the batch count a custom call states. */
+    static const mutation fft[] = {
+        {"forward fft for the inverse", "fft_type=IFFT", "fft_type=FFT"},
+    };
+    mutate("samples/probe/g.fft_mix.dp4.baseline.hlo", "samples/probe/g.fft_mix.dp4.dist.hlo", "auto", fft, ARRAY_LEN(fft));
+    static const mutation lapack[] = {
+        {"the second solve not transposed", "trans_x = 84 : ui8", "trans_x = 78 : ui8"},
+        {"the upper factor", "backend_config={uplo = 76 : ui8}", "backend_config={uplo = 85 : ui8}"},
+        {"no batch dims stated", "frontend_attributes={num_batch_dims=\"1\"}", "frontend_attributes={num_batch_dims=\"0\"}"},
+    };
+    mutate("samples/probe/g.cholesky_batch.dp4.baseline.hlo", "samples/probe/g.cholesky_batch.dp4.dist.hlo", "auto", lapack,
+           ARRAY_LEN(lapack));
     static const mutation router[] = {
         {"smaller replica groups", "replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}"},
         {"reduction max instead of sum", "to_apply=%region_8.9", "to_apply=%region_8.9.max"},
