@@ -577,28 +577,6 @@ static void convert_shape(pb *p, const Xla__ShapeProto *sp, shape *s, const char
 
 /* ---- literals ---- */
 
-/* Narrow float formats: exponent and mantissa bits, bias, and how NaN and
- * infinity are spelled (IEEE-like, "FN": only all-ones is NaN, "FNUZ": 0x80 is
- * NaN and there is no negative zero). */
-typedef struct minifloat {
-    int dt, ebits, mbits, bias;
-    enum { MF_IEEE, MF_FN, MF_FNUZ, MF_FINITE, MF_E8M0 } kind;
-} minifloat;
-
-static const minifloat minifloats[] = {
-    {DT_F8E5M2, 5, 2, 15, MF_IEEE},        {DT_F8E4M3, 4, 3, 7, MF_IEEE},
-    {DT_F8E3M4, 3, 4, 3, MF_IEEE},         {DT_F8E4M3FN, 4, 3, 7, MF_FN},
-    {DT_F8E4M3B11FNUZ, 4, 3, 11, MF_FNUZ}, {DT_F8E5M2FNUZ, 5, 2, 16, MF_FNUZ},
-    {DT_F8E4M3FNUZ, 4, 3, 8, MF_FNUZ},     {DT_F4E2M1FN, 2, 1, 1, MF_FINITE},
-    {DT_F8E8M0FNU, 8, 0, 127, MF_E8M0},
-};
-
-static const minifloat *minifloat_of(int dt) {
-    for (size_t i = 0; i < ARRAY_LEN(minifloats); i++)
-        if (minifloats[i].dt == dt) return &minifloats[i];
-    return NULL;
-}
-
 double hlo_float_decode(int dt, uint32_t bits) {
     if (dt == DT_BF16) {
         uint32_t u = bits << 16;
@@ -611,7 +589,7 @@ double hlo_float_decode(int dt, uint32_t bits) {
         double v = e == 0 ? ldexp(mant, -24) : e == 31 ? (mant ? NAN : INFINITY) : ldexp(1024 + mant, e - 25);
         return bits & 0x8000 ? -v : v;
     }
-    const minifloat *f = minifloat_of(dt);
+    const minifloat *f = dtype_minifloat(dt);
     if (!f) return NAN;
     if (f->kind == MF_E8M0) return (bits & 0xff) == 0xff ? NAN : ldexp(1.0, (int)(bits & 0xff) - 127);
     int nbits = 1 + f->ebits + f->mbits;

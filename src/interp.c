@@ -15,12 +15,15 @@ bool interp_dtype_ok(int dt) {
     case DT_U8: case DT_U16: case DT_U32: case DT_U64:
     case DT_F16: case DT_BF16: case DT_F32: case DT_F64:
         return true;
-    default:
-        return false;
+    default: {
+        /* the narrow floats with a NaN, held as doubles rounded to them */
+        const minifloat *mf = dtype_minifloat(dt);
+        return mf && (mf->kind == MF_IEEE || mf->kind == MF_FN || mf->kind == MF_FNUZ);
+    }
     }
 }
 
-static bool isf(int dt) { return dt == DT_F16 || dt == DT_BF16 || dt == DT_F32 || dt == DT_F64; }
+static bool isf(int dt) { return dtype_is_float(dt) && interp_dtype_ok(dt); }
 
 interp_val *interp_val_new(int dt, uint32_t rank, const int64_t *dims) {
     if (!interp_dtype_ok(dt) || rank > INTERP_MAX_RANK) return NULL;
@@ -586,10 +589,17 @@ static int64_t compare_cell(int dir, bool total, int dt, cell a, cell b) {
     }
 }
 
+/* A convert to an 8-bit float rounds even in an unrounded run: such a cast
+ * is a quantisation the program means (fp8 scaling), and its quantum (an
+ * eighth of the value or more) is far beyond the binary64 noise by which
+ * two equal programs' values differ, while a wrong scale moves them across
+ * many codes. */
 static cell convert_cell(int from, int to, cell a) {
     cell r;
-    if (isf(to)) r.f = rnd(to, isf(from) ? a.f : int_to_double(from, a.i));
-    else if (isf(from)) r.i = float_to_int(to, a.f);
+    if (isf(to)) {
+        double x = isf(from) ? a.f : int_to_double(from, a.i);
+        r.f = dtype_minifloat(to) ? dtype_round(to, x) : rnd(to, x);
+    } else if (isf(from)) r.i = float_to_int(to, a.f);
     else r.i = wrap(to, a.i);
     return r;
 }

@@ -71,7 +71,7 @@ void lift_done(lift_ctx *c) {
 /* ---- what lifting records: findings, undecided uses, assumptions ---- */
 
 void lf_finding(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
-    if (c->baseline_mode) return;  /* one device, every value replicated: nothing to find */
+    if (c->baseline_mode || c->quiet) return;  /* one device, every value replicated: nothing to find */
     char msg[600];
     va_list ap;
     va_start(ap, fmt);
@@ -116,7 +116,7 @@ void lf_pending(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_in
 
 static void unsupported_v(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, trace_kind suspect, const char *fmt,
                           va_list ap) {
-    if (c->baseline_mode) return;  /* the baseline falls back to its own op (lf_lift_comp) */
+    if (c->baseline_mode || c->quiet) return;  /* the baseline falls back to its own op (lf_lift_comp) */
     char msg[600];
     vsnprintf(msg, sizeof msg, fmt, ap);
     if (dbg_on(DBG_LIFT)) fprintf(stderr, "lift: unsupported: %s\n", msg);
@@ -1103,8 +1103,9 @@ static lval lift_elementwise(lstate *s) {
             strbuf why;
             sb_init(&why);
             lf_describe_operands(&why, c, ops, in->noperands);
-            lf_unsupported(c, s->comp, in, "%s computes with a partial %s before it is reduced (%s); such uses (an online "
-                           "softmax's running max) are not related yet", in->name, reducer_name(red), why.s);
+            lf_unsupported_suspect(c, KIND_MISSING_ALL_REDUCE, s->comp, in,
+                                   "%s computes with a partial %s before it is reduced (%s); such uses (an online "
+                                   "softmax's running max) are not related yet", in->name, reducer_name(red), why.s);
             sb_free(&why);
             return unknown();
         }
@@ -1707,6 +1708,24 @@ static void index_plain_term(lstate *s, lval *v) {
     }
 }
 
+/* A collective of index values (an index vector gathered from the devices
+ * that hold its rows) keeps a plain term: the collective of the operand's
+ * plain term, where that lifts under the same view. Lifted quietly: a
+ * reading that does not apply is no reason and no finding. */
+static void collective_plain_term(lstate *s, lval *v) {
+    lift_ctx *c = s->c;
+    if (s->in->noperands != 1 || !lf_is_index(&s->ops[0]) || s->ops[0].cls == EID_NONE || c->baseline_mode) return;
+    lval saved = s->ops[0];
+    s->ops[0] = term(saved.cls, saved.v, false);
+    bool quiet = c->quiet, amb = c->ambiguous_now, konst = c->konst_operand_now, unsure = c->partial_unsure_now;
+    c->quiet = true;
+    lval t = lf_lift_instr(s);
+    c->quiet = quiet;
+    c->ambiguous_now = amb, c->konst_operand_now = konst, c->partial_unsure_now = unsure;
+    s->ops[0] = saved;
+    if (t.kind == LV_TERM && !t.assumed && !t.v.partial && lf_same_sharding(&t.v, &v->v)) v->cls = t.cls;
+}
+
 /* Whether tuple i of comp feeds only optimization barriers whose results
  * only get-tuple-elements read (jax.checkpoint's residuals): an identity the
  * elements pass through, so they keep their constant factors, as the other
@@ -1896,6 +1915,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     debug_value(c, in, v);
     if ((v->kind == LV_PW || v->kind == LV_MASK || v->kind == LV_IVEC) && !hlo_op_is_collective(in->op))
         index_plain_term(&s, v);
+    else if (lf_is_index(v)) collective_plain_term(&s, v);
     /* From the operands' own values: a transfer function may have replaced
      * its copies (index values turned into terms) without that flag. Kept on
      * both sides, as the constant factors that depend on it are. */

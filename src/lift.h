@@ -263,6 +263,7 @@ typedef struct lift_ctx {
     const hlo_module *cur;                /* the module being walked */
     uint8_t origin;                       /* EG_BASELINE or EG_LIFTED for new nodes */
     bool baseline_mode;                   /* walking the baseline: one device, all dup */
+    bool quiet;                           /* lifting speculatively: no finding, no reason recorded */
     int64_t ndev;
     bool mesh_inferred;                   /* from sharding annotations: group mismatches are undecided */
     bool ambiguous_now;                   /* an operand's view is one reading among several */

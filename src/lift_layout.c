@@ -136,10 +136,12 @@ static bool blocks_moved_within(lstate *s, const lval *x, uint32_t e, uint32_t c
             L->naxes[g] = x->v.dims[q].naxes;
             memcpy(L->axes[g], x->v.dims[q].axes, L->naxes[g]);
             if (q == cd) {
-                /* one chunk per member, bound to the exchanged axes */
-                L->split[g] = n;
+                /* one chunk per member, bound to the exchanged axes: within
+                 * the block of cd's own axes when cd is sharded too (block
+                 * number: cd's coordinates, then the member's, major first) */
+                L->split[g] = parts * n;
                 L->bound[g] = 1;
-                L->naxes[g] = 0;
+                if (L->naxes[g] + (uint32_t)__builtin_popcount(axes) > MESH_MAX_AXES) return false;
                 for (uint32_t m = 0; m < k; m++)
                     if (axes & (1u << x->v.dims[e].axes[m])) L->axes[g][L->naxes[g]++] = x->v.dims[e].axes[m];
                 for (uint32_t m = 0, ge = e < cd ? e : e + k; m < k; m++)
@@ -205,13 +207,17 @@ lval lf_lift_all_to_all(lstate *s) {
     if (axes < 0) return unknown();
     uint32_t cd = (uint32_t)dd[0], rank = in->shape.rank;
     int e = -1;
-    bool within = false;
+    bool within = false, cd_bound = false;
     for (uint32_t d = 0; d < rank; d++) {
         if (!x->v.dims[d].naxes) continue;
         uint32_t mask = 0;
         for (uint32_t k = 0; k < x->v.dims[d].naxes; k++) mask |= 1u << x->v.dims[d].axes[k];
-        /* Dims sharded on other axes stay bound as they are (not the exchanged one). */
-        if (!(mask & (uint32_t)axes) && d != cd) continue;
+        /* Dims sharded on other axes stay bound as they are; the exchanged
+         * dim too, its chunks then cut within its blocks. */
+        if (!(mask & (uint32_t)axes)) {
+            cd_bound |= d == cd;
+            continue;
+        }
         bool run = d != cd && (mask & (uint32_t)axes) == (uint32_t)axes && exchanged_run(&x->v.dims[d], (uint32_t)axes);
         if ((mask != (uint32_t)axes && !run) || e >= 0) {
             lf_unsupported(c, s->comp, in, "%s: operand sharded on axes the all-to-all does not exchange", in->name);
@@ -220,7 +226,8 @@ lval lf_lift_all_to_all(lstate *s) {
         e = (int)d;
         within = mask != (uint32_t)axes;
     }
-    if (within) {
+    /* members take chunks in device order: e's exchanged axes one ascending run */
+    if ((within || cd_bound) && e >= 0 && (uint32_t)e != cd && exchanged_run(&x->v.dims[e], (uint32_t)axes)) {
         lval r;
         if (blocks_moved_within(s, x, (uint32_t)e, cd, (uint32_t)axes, &r)) return r;
         lf_unsupported(c, s->comp, in, "%s: operand sharded on axes the all-to-all does not exchange", in->name);

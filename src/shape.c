@@ -74,7 +74,42 @@ bool dtype_is_complex(int dt) { return dt == DT_C64 || dt == DT_C128; }
 static float bits_to_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static uint32_t f32_to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
+static const minifloat minifloats[] = {
+    {DT_F8E5M2, 5, 2, 15, MF_IEEE},        {DT_F8E4M3, 4, 3, 7, MF_IEEE},
+    {DT_F8E3M4, 3, 4, 3, MF_IEEE},         {DT_F8E4M3FN, 4, 3, 7, MF_FN},
+    {DT_F8E4M3B11FNUZ, 4, 3, 11, MF_FNUZ}, {DT_F8E5M2FNUZ, 5, 2, 16, MF_FNUZ},
+    {DT_F8E4M3FNUZ, 4, 3, 8, MF_FNUZ},     {DT_F4E2M1FN, 2, 1, 1, MF_FINITE},
+    {DT_F8E8M0FNU, 8, 0, 127, MF_E8M0},
+};
+
+const minifloat *dtype_minifloat(int dt) {
+    for (size_t i = 0; i < sizeof minifloats / sizeof *minifloats; i++)
+        if (minifloats[i].dt == dt) return &minifloats[i];
+    return NULL;
+}
+
+/* x rounded to a narrow format with a NaN (IEEE, FN, FNUZ): the quantum of
+ * x's binade (subnormals share the smallest normal's), ties to even, then
+ * overflow to infinity or NaN. */
+static double minifloat_round(const minifloat *f, double x) {
+    if (x != x) return x;
+    if (x == 0) return f->kind == MF_FNUZ ? 0.0 : x;
+    double a = fabs(x);
+    int e, emin = 1 - f->bias, top = (1 << f->ebits) - 1;
+    frexp(a, &e);
+    double q = ldexp(1.0, (e - 1 < emin ? emin : e - 1) - f->mbits);
+    double r = nearbyint(a / q) * q;
+    double m = f->kind == MF_IEEE ? ldexp(2.0 - ldexp(1.0, -f->mbits), top - 1 - f->bias)
+             : f->kind == MF_FN   ? ldexp(2.0 - ldexp(2.0, -f->mbits), top - f->bias)
+                                  : ldexp(2.0 - ldexp(1.0, -f->mbits), top - f->bias);
+    if (r > m) return f->kind == MF_IEEE ? copysign(INFINITY, x) : NAN;
+    if (r == 0 && f->kind == MF_FNUZ) return 0.0;
+    return copysign(r, x);
+}
+
 double dtype_round(int dt, double x) {
+    const minifloat *mf = dtype_minifloat(dt);
+    if (mf && (mf->kind == MF_IEEE || mf->kind == MF_FN || mf->kind == MF_FNUZ)) return minifloat_round(mf, x);
     if (dt == DT_F32) return (double)(float)x;
     if (dt == DT_BF16) {
         float f = (float)x;

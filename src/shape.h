@@ -37,8 +37,19 @@ bool dtype_is_int(int dt);                      /* signed or unsigned */
 bool dtype_is_unsigned(int dt);
 bool dtype_is_complex(int dt);
 
-/* x rounded to the nearest value of a floating type (f32, bf16, f16; other
- * types are returned unchanged), ties to even. */
+/* Narrow float formats: exponent and mantissa bits, bias, and how NaN and
+ * infinity are spelled (IEEE-like, "FN": only all-ones is NaN, "FNUZ": the
+ * negative-zero code is NaN and there is no negative zero, "FINITE": neither,
+ * E8M0: powers of two). NULL for any other type. */
+typedef struct minifloat {
+    int dt, ebits, mbits, bias;
+    enum { MF_IEEE, MF_FN, MF_FNUZ, MF_FINITE, MF_E8M0 } kind;
+} minifloat;
+const minifloat *dtype_minifloat(int dt);
+/* x rounded to the nearest value of float type dt, ties to even (f32, bf16,
+ * f16 and the narrow formats with a NaN: beyond the largest finite value,
+ * infinity where the format has one, else NaN); x itself for f64 and
+ * non-float types. */
 double dtype_round(int dt, double x);
 
 /* Dimension flags: a bounded dynamic dim prints as "<=N", an unbounded one "?". */

@@ -507,6 +507,24 @@ static void mutations(void) {
     };
     mutate("samples/probe/g.cholesky_batch.dp4.baseline.hlo", "samples/probe/g.cholesky_batch.dp4.dist.hlo", "auto", lapack,
            ARRAY_LEN(lapack));
+    /* An all-to-all whose chunk dim is itself sharded (lift_layout.c,
+     * blocks_moved_within): chunks taken along another dim, exchanged over
+     * the other tp sub-axis. */
+    static const mutation a2a[] = {
+        {"chunks of dim 1", "{'axis_2'}, dimensions={2}", "{'axis_2'}, dimensions={1}"},
+        {"exchanged over another axis", "{'axis_2'}, dimensions={2}", "{'axis_1'}, dimensions={2}"},
+    };
+    mutate("samples/probe/g.scan_ckpt_policy.fsdp2xtp4.baseline.hlo", "samples/probe/g.scan_ckpt_policy.fsdp2xtp4.dist.hlo", "auto",
+           a2a, ARRAY_LEN(a2a));
+    /* A scatter-add at an index vector gathered from the devices (lift.c,
+     * collective_plain_term) minus per-device offsets: the rows of another
+     * device's batch. */
+    static const mutation mod[] = {
+        {"batch offsets of one row", "multiply(%reshape, %constant.32)", "add(%reshape, %constant.32)"},
+        {"top-k rows of another block", "constant({0, 2, 4, 6})", "constant({2, 0, 4, 6})"},
+    };
+    mutate("samples/probe/g.mixture_of_depths.dp4.baseline.hlo", "samples/probe/g.mixture_of_depths.dp4.dist.hlo", "auto", mod,
+           ARRAY_LEN(mod));
     static const mutation router[] = {
         {"smaller replica groups", "replica_groups={{0,1,2,3}}", "replica_groups={{0,1},{2,3}}"},
         {"reduction max instead of sum", "to_apply=%region_8.9", "to_apply=%region_8.9.max"},

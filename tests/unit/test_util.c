@@ -1,11 +1,14 @@
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "diag.h"
 #include "harness.h"
+#include "hlo.h"
 #include "pwidx.h"
 #include "sha256.h"
+#include "shape.h"
 #include "util.h"
 
 /* pw_wrap_unsigned, against the value computed in uint32_t arithmetic for
@@ -53,8 +56,31 @@ static void pw_wrap(void) {
     CHECK_MSG(!pw_wrap_unsigned(&h, 32, &g), "slope 2 is refused");
 }
 
+/* Rounding to the narrow float formats (shape.c, dtype_round): every code
+ * decoded rounds to itself, ties go to the even code, and beyond the
+ * largest finite value a format without infinity gives NaN. */
+static void narrow_rounding(void) {
+    t_case("util-0 fp8 rounding");
+    static const int fmts[] = {DT_F8E4M3FN, DT_F8E5M2, DT_F8E4M3FNUZ, DT_F8E5M2FNUZ, DT_F8E4M3B11FNUZ};
+    for (size_t k = 0; k < sizeof fmts / sizeof *fmts; k++)
+        for (uint32_t c = 0; c < 256; c++) {
+            double v = hlo_float_decode(fmts[k], c);
+            if (isnan(v)) continue;
+            CHECK_MSG(dtype_round(fmts[k], v) == v, "%s code %u (%g) does not round to itself", dtype_name(fmts[k]), c, v);
+        }
+    CHECK(dtype_round(DT_F8E4M3FN, 460) == 448);   /* quantum 32 at 256..448 */
+    CHECK(dtype_round(DT_F8E4M3FN, 464) == 448);   /* a tie: 448 is the even code */
+    CHECK(isnan(dtype_round(DT_F8E4M3FN, 465)));   /* no infinity: NaN */
+    CHECK(dtype_round(DT_F8E4M3FN, 0.3) == 0.3125); /* 0.25 + 2·2^-5 */
+    CHECK(dtype_round(DT_F8E4M3FN, 0x1p-10) == 0); /* half the smallest subnormal 2^-9: ties to zero */
+    CHECK(dtype_round(DT_F8E5M2, 1e6) == INFINITY);
+    CHECK(dtype_round(DT_F8E5M2, -61440) == -INFINITY); /* past 57344 + half a quantum */
+    CHECK(!signbit(dtype_round(DT_F8E4M3FNUZ, -0.0)));  /* no negative zero */
+}
+
 void suite_util(void);
 void suite_util(void) {
+    narrow_rounding();
     pw_wrap();
     t_case("util-1 strbuf");
     strbuf b;
