@@ -328,6 +328,70 @@ static void narrowed_precision(check_result *r, size_t *cap, const lift_ctx *lc,
     sb_free(&msg);
 }
 
+/* An output not related to the baseline's whose local shape is not the
+ * expected view's piece of the baseline output's shape (a gather along the
+ * wrong dim, an all-to-all that concatenates along another): the global
+ * values differ in shape, so the programs compute different functions
+ * whatever the values. The first such output's reason in *why; false when
+ * every shape agrees. */
+/* The instruction that makes output k of comp's root: through the root
+ * tuple, copies, annotating custom calls and calls (a shard_map's body);
+ * *at gets its computation. */
+static const hlo_instr *output_producer(const hlo_module *m, const hlo_comp *comp, uint32_t k, const hlo_comp **at) {
+    const hlo_instr *in = &comp->instrs[comp->root];
+    if (in->op == OP_TUPLE) {
+        if (k >= in->noperands) return *at = comp, in;
+        in = &comp->instrs[in->operands[k]];
+    }
+    for (int depth = 0; depth < 64; depth++) {
+        if ((in->op == OP_COPY || in->op == OP_BITCAST || instr_is_identity_custom_call(in)) && in->noperands == 1) {
+            in = &comp->instrs[in->operands[0]];
+        } else if (in->op == OP_CALL && instr_attr(in, A_TO_APPLY)) {
+            const hlo_attr *a = instr_attr(in, A_TO_APPLY);
+            if (a->v.ints[0] < 0 || a->v.ints[0] >= m->ncomps) break;
+            comp = &m->comps[a->v.ints[0]];
+            in = &comp->instrs[comp->root];
+        } else {
+            break;
+        }
+    }
+    *at = comp;
+    return in;
+}
+
+static bool output_shape_differs(const hlo_comp *be, const hlo_comp *de, const relations *rel, const lval *root, uint32_t nouts,
+                                 strbuf *why, trace_kind *kind, uint32_t *which) {
+    const shape *bs = &be->instrs[be->root].shape, *ds = &de->instrs[de->root].shape;
+    bool tuple = bs->dtype == DT_TUPLE;
+    if (tuple != (ds->dtype == DT_TUPLE) || (tuple && (bs->ntuple != nouts || ds->ntuple != nouts))) return false;
+    for (uint32_t k = 0; k < nouts && k < rel->noutputs; k++) {
+        const shape *b = tuple ? &bs->tuple[k] : bs, *d = tuple ? &ds->tuple[k] : ds;
+        const lval *v = root->kind == LV_TUPLE ? &root->elems[k] : root;
+        int64_t local[VIEW_MAX_RANK];
+        if (v->kind == LV_TERM && !v->assumed) continue; /* related: its view says more (below) */
+        if (b->dtype == DT_TUPLE || d->dtype == DT_TUPLE || b->rank > VIEW_MAX_RANK || rel->outputs[k].rank != b->rank ||
+            (rel->output_free && rel->output_free[k]))
+            continue;
+        bool ok = view_local_dims(&rel->outputs[k], &rel->mesh, b, local) && d->rank == b->rank &&
+                  (!b->rank || !memcmp(local, d->dims, b->rank * sizeof *local));
+        if (ok && d->dtype == b->dtype) continue;
+        strbuf vs, bsh, dsh;
+        sb_init(&vs), sb_init(&bsh), sb_init(&dsh);
+        view_print(&vs, &rel->outputs[k], &rel->mesh);
+        shape bl = *b, dl = *d; /* printed without layouts: they change no value */
+        bl.layout = dl.layout = NULL;
+        shape_print(&bsh, &bl);
+        shape_print(&dsh, &dl);
+        sb_printf(why, "output %u: each device holds %s, but the view %s of the baseline's %s gives %s", k, dsh.s, vs.s, bsh.s,
+                  ok ? "another element type" : "another shape");
+        sb_free(&vs), sb_free(&bsh), sb_free(&dsh);
+        *kind = ok ? KIND_DTYPE_MISMATCH : KIND_WRONG_SHARD_DIM;
+        *which = k;
+        return true;
+    }
+    return false;
+}
+
 /* Outputs the lifting proved different from the baseline's (lift_scale.c):
  * a factor put back where the baseline puts another into the same term, and
  * from there only ops that keep a difference, to a value whose other term
@@ -354,7 +418,12 @@ static void proved_differences(check_result *r, size_t *cap, lift_ctx *lc, const
             sb_free(&msg);
             continue;
         }
-        if (!v->diff || v->kind != LV_TERM || v->assumed || v->ambiguous || told[v->diff]) continue;
+        /* An ambiguous view is one exact reading among several (lf_unit_move:
+         * the same local data read as another global term): the output's
+         * value is that term whichever was taken, and the other term, the
+         * baseline's output, tells the reading apart. Guessed views are
+         * assumed values, never a difference. */
+        if (!v->diff || v->kind != LV_TERM || v->assumed || told[v->diff]) continue;
         if (eg_find(lc->g, v->corr) != eg_find(lc->g, bouts[k]) || eg_find(lc->g, v->cls) == eg_find(lc->g, bouts[k]))
             continue;
         /* Compared through the view the output must have (or, unconstrained,
@@ -594,6 +663,14 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         outputs_related = v->kind == LV_TERM && !v->assumed;
     }
     if (nouts != nbouts) sb_printf(&why, "the distributed program has %u outputs, the baseline %u", nouts, nbouts);
+    trace_kind shape_kind;
+    uint32_t shape_out;
+    if (outputs_ok && output_shape_differs(be, de, &rel, &root, nouts, &why, &shape_kind, &shape_out)) {
+        outputs_ok = false;
+        const hlo_comp *pc;
+        const hlo_instr *pi = output_producer(D.m, de, shape_out, &pc);
+        if (!lc.nfindings) add_finding(r, &cap, shape_kind, SEV_ERROR, why.s, pc, pi);
+    }
     for (uint32_t k = 0; outputs_ok && k < nouts; k++) {
         const lval *v = root.kind == LV_TUPLE ? &root.elems[k] : &root;
         if (v->kind != LV_TERM) {

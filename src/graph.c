@@ -128,6 +128,17 @@ const char *instr_str(const hlo_instr *in, int key) {
     return a ? a->v.str : NULL;
 }
 
+bool instr_is_identity_custom_call(const hlo_instr *in) {
+    static const char *names[] = {"Sharding",    "SPMDFullToShardShape", "SPMDShardToFullShape",     "MoveToHost",
+                                  "MoveToDevice", "LayoutConstraint",     "annotate_device_placement"};
+    const char *t = in->op == OP_CUSTOM_CALL ? instr_str(in, A_CUSTOM_CALL_TARGET) : NULL;
+    if (!t || in->noperands != 1) return false;
+    if (strncmp(t, "xla.sdy.", 8) == 0) return true;
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+        if (strcmp(t, names[k]) == 0) return true;
+    return false;
+}
+
 int instr_reducer(const hlo_module *m, const hlo_instr *in) {
     const hlo_attr *a = instr_attr(in, A_TO_APPLY);
     if (!a || a->v.ints[0] >= m->ncomps) return RED_NONE;

@@ -420,6 +420,9 @@ const hlo_attr *instr_attr(const hlo_instr *in, int key);
 int64_t instr_int(const hlo_instr *in, int key, int64_t dflt);
 const int64_t *instr_ints(const hlo_instr *in, int key, uint32_t *n);
 const char *instr_str(const hlo_instr *in, int key);
+/* A custom call that only annotates its one operand (a sharding, a shard_map
+ * boundary, a host placement): its value is the operand's. */
+bool instr_is_identity_custom_call(const hlo_instr *in);
 /* Reduction of an instruction's to_apply computation (RED_NONE when none). */
 int instr_reducer(const hlo_module *m, const hlo_instr *in);
 /* The whole op_name of its metadata without the "jit(...)/" prefix GSPMD

@@ -1940,16 +1940,6 @@ static interp_val *op_convolution(ctx *x, const hlo_instr *in, const interp_val 
 static interp_val *op_select_and_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev);
 static interp_val *async_tuple(const shape *s, interp_val *first, interp_val *second);
 
-static bool is_identity_custom_call(const char *t) {
-    static const char *names[] = {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost",
-                                  "MoveToDevice", "LayoutConstraint", "annotate_device_placement"};
-    if (!t) return false;
-    if (strncmp(t, "xla.sdy.", 8) == 0) return true;
-    for (size_t k = 0; k < ARRAY_LEN(names); k++)
-        if (strcmp(t, names[k]) == 0) return true;
-    return false;
-}
-
 /* The elementwise activations frontends emit as custom calls (the `unary` op
  * class of rules/00-classes.rules; interp.h): silu(x) = x·logistic(x) and
  * gelu_tanh(x) = x/2·(1 + tanh(√(2/π)·(x + 0.044715·x³))), in double.
@@ -2044,7 +2034,7 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
     }
     case OP_CUSTOM_CALL: {
         const char *t = instr_str(in, A_CUSTOM_CALL_TARGET);
-        if (is_identity_custom_call(t) && in->noperands == 1) {
+        if (instr_is_identity_custom_call(in)) {
             if (!interp_val_matches(ops[0], &in->shape))
                 return fail(x, INTERP_EUNSUPPORTED, in,
                             "custom-call %s changes the shape: a pre-partitioning module (run the partitioned one)", t);

@@ -162,15 +162,6 @@ void lf_assume(lift_ctx *c, const char *fmt, ...) {
     sb_putc(&c->assumptions, '\n');
 }
 
-/* A custom call that only annotates its operand (a sharding, a shard_map
- * boundary): the operand's value. */
-static bool is_identity_custom_call(const hlo_instr *in) {
-    const char *t = in->op == OP_CUSTOM_CALL ? instr_str(in, A_CUSTOM_CALL_TARGET) : NULL;
-    if (!t || in->noperands != 1) return false;
-    return strcmp(t, "Sharding") == 0 || strcmp(t, "SPMDFullToShardShape") == 0 ||
-           strcmp(t, "SPMDShardToFullShape") == 0 || strncmp(t, "xla.sdy.", 8) == 0;
-}
-
 /* ---- baseline ---- */
 
 /* Index arithmetic (lift_index.c): values related by their functions, not
@@ -1833,7 +1824,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         debug_value(c, in, v);
         return;
     }
-    if (in->op == OP_COPY || in->op == OP_OPT_BARRIER || is_identity_custom_call(in)) {
+    if (in->op == OP_COPY || in->op == OP_OPT_BARRIER || instr_is_identity_custom_call(in)) {
         *v = vals[in->operands[0]];
         return;
     }

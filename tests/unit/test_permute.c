@@ -193,11 +193,12 @@ static void regroup(void) {
 }
 
 /* A dynamic-slice that cuts dim 1 by the axis dim 0 is sharded over keeps a
- * diagonal of blocks, which no view says (an axis used twice): undecided by
- * the rules, a mismatch by execution, located at the slice. */
+ * diagonal of blocks, which no view says (an axis used twice); each device
+ * then holds 2 columns where the output's view gives all 4: outputs of
+ * another shape, a mismatch by the rules too. */
 static void diagonal(void) {
     static const variant vs[] = {
-        {"a diagonal of blocks", NULL, NULL, false, VERDICT_UNVERIFIED, "unsupported-op"},
+        {"a diagonal of blocks", NULL, NULL, false, VERDICT_MISMATCH, "wrong-shard-dim"},
         {"a diagonal of blocks, executed", NULL, NULL, true, VERDICT_MISMATCH, NULL},
     };
     run_variants("diag", DIR "diag.base.hlo", DIR "diag.dist.hlo", DIR "diag.relations.json", vs, ARRAY_LEN(vs));
