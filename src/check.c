@@ -393,11 +393,12 @@ static bool output_shape_differs(const hlo_comp *be, const hlo_comp *de, const r
 }
 
 /* Outputs the lifting proved different from the baseline's (lift_scale.c):
- * a factor put back where the baseline puts another into the same term, and
- * from there only ops that keep a difference, to a value whose other term
- * (the one it would be with the baseline's factor) is the baseline output's
- * class while its own is not. One finding per proved difference, at the op
- * that made the factor. */
+ * a factor put back where the baseline puts another into the same term, or
+ * a table of local positions where the baseline's runs over global ones
+ * (lift_table.c), and from there only ops that keep a difference, to a value
+ * whose other term (the one it would be with the baseline's factor or table)
+ * is the baseline output's class while its own is not. One finding per
+ * proved difference, at the op that made it. */
 static void proved_differences(check_result *r, size_t *cap, lift_ctx *lc, const relations *rel, const lval *root,
                                const eid *bouts, uint32_t nbouts) {
     uint32_t nouts = root->kind == LV_TUPLE ? root->n : 1;
@@ -433,7 +434,7 @@ static void proved_differences(check_result *r, size_t *cap, lift_ctx *lc, const
         told[v->diff] = true;
         strbuf msg;
         sb_init(&msg);
-        sb_printf(&msg, "output %u is not the baseline's: where %s makes the factor, %s; every op from there to the output "
+        sb_printf(&msg, "output %u is not the baseline's: at %s, %s; every op from there to the output "
                   "keeps the difference (only additions, negations, conversions and layout ops follow), so the output "
                   "differs from the baseline's wherever that value is non-zero", k, d->in->name, d->message);
         add_finding(r, cap, d->kind, SEV_ERROR, msg.s, d->comp, d->in);

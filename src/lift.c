@@ -740,18 +740,8 @@ static bool review_tiled(lstate *s, uint32_t o, const view *want) {
     const interp_val *kv = lf_kval(c, x->cls);
     if (!kv || kv->n != shape_elements(sh) || kv->rank != sh->rank) return false;
     if (!lf_fold_size_ok(g, sh->rank)) return false;
-    interp_val *t = interp_val_new(kv->dtype, sh->rank, g);
+    interp_val *t = lf_tiled_values(kv, g);
     if (!t) return false;
-    for (int64_t e = 0; e < t->n; e++) {  /* element e of the tiling: its index modulo the local dims */
-        int64_t rem = e, src = 0, stride = 1;
-        for (uint32_t d = sh->rank; d-- > 0;) {
-            int64_t i = rem % g[d];
-            rem /= g[d];
-            src += (i % sh->dims[d]) * stride;
-            stride *= sh->dims[d];
-        }
-        interp_val_set(t, e, interp_val_get(kv, src));
-    }
     bool konst = x->konst;
     s->ops[o] = term(lf_const_term(c, t, c->origin), w, false);
     s->ops[o].konst = konst;
@@ -1034,9 +1024,12 @@ static lval lift_elementwise(lstate *s) {
             first = false;
         } else if (!lf_same_sharding(&v, &x->v)) {
             /* Not an inconsistency by itself: a replicated operand combined with
-             * blocks of a sharded one stands for its own tiling. That global
-             * term is not the baseline's, so this stays undecided, never a
+             * blocks of a sharded one stands for its own tiling. A table of
+             * constants is read so (lift_table.c); any other such global term
+             * is not the baseline's, so this stays undecided, never a
              * finding. */
+            lval tiled;
+            if (lf_tiled_table(s, &want, &tiled)) return tiled;
             lf_unsupported(c, s->comp, in, "%s combines a sharded operand with one that is not sharded alike "
                         "(operand %u); tiled operands are not related yet", in->name, o);
             /* The union is a view only when no axis shards two dims (the
@@ -1984,6 +1977,11 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
                 sb_free(&b);
             }
             c->divergence = via ? via : in;
+            if (!via && v->diff && c->diffs[v->diff - 1].in == in) {
+                /* the op proved different itself (lift_table.c): what it says */
+                c->divergence_kind = c->diffs[v->diff - 1].kind;
+                c->divergence_note = c->diffs[v->diff - 1].message;
+            }
             c->divergence_layout = via != NULL && c->divergence_kind == LF_NO_KIND;
             c->divergence_resynced = c->resynced > 0;
             c->divergence_comp = comp;

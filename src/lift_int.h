@@ -221,6 +221,20 @@ bool lf_scale_like(lift_ctx *c, const lval *was, const lval *now, lval *x);
  * operand's proved difference (lval.diff) when the op provably does, relift
  * lifting the op again over the operand's other term; else v has none. */
 void lf_scale_differ(lstate *s, lval *v, double factor, lval (*relift)(lstate *));
+/* Records that x differs from the term corr wherever (the data it computes
+ * is non-zero): a proved difference, told at the outputs it reaches through
+ * ops that keep one (check.c), as a finding of `kind` at `in`. */
+void lf_prove_difference(lift_ctx *c, lval *x, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, char *message,
+                         eid corr);
+/* lift_table.c: an elementwise op over values sharded as `want` and one
+ * table every device computes alike from constants (local positions): the
+ * op over the table tiled along the sharded dims, in *out (exact); when the
+ * baseline has the op over the table of global positions and the two differ,
+ * a proved difference (an offset left out). False when not of that form. */
+bool lf_tiled_table(lstate *s, const view *want, lval *out);
+/* Values a tiled to dims g, a multiple of a's (element e: a's element at e's
+ * index modulo a's dims); NULL when too large. */
+struct interp_val *lf_tiled_values(const struct interp_val *a, const int64_t *g);
 /* lf_scale_cancel: v, just lifted from add/subtract(p, q) with q = k2·b and
  * p = a + k1·b (factors put back), is also a + (k1 ± k2)·b, so a multiple
  * added before a sum over n devices (n·b) and taken back after it meets

@@ -107,15 +107,19 @@ static void mark_differ(lift_ctx *c, lval *x, double sd) {
     /* The computation holding the op to blame (its site is printed from it). */
     d.comp = dist_comp_of(c, d.in);
     if (!d.comp) return;
-    d.message = note;
+    lf_prove_difference(c, x, d.kind, d.comp, d.in, note, sb == 1 ? x->cls : times(c, x->cls, sb));
+}
+
+void lf_prove_difference(lift_ctx *c, lval *x, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, char *message,
+                         eid corr) {
     if (c->ndiffs == c->capdiffs) {
         size_t cap = c->capdiffs;
         XGROW(c->diffs, cap, c->ndiffs + 1);
         c->capdiffs = (uint32_t)cap;
     }
-    c->diffs[c->ndiffs++] = d;
+    c->diffs[c->ndiffs++] = (lift_finding){.kind = kind, .comp = comp, .in = in, .message = message};
     x->diff = c->ndiffs;
-    x->corr = sb == 1 ? x->cls : times(c, x->cls, sb);
+    x->corr = corr;
 }
 
 void lf_unscale(lift_ctx *c, lval *x) {
@@ -501,6 +505,7 @@ void lf_scale_differ(lstate *s, lval *v, double factor, lval (*relift)(lstate *)
     uint32_t o1 = UINT32_MAX, nmarked = 0;
     for (uint32_t o = 0; o < s->in->noperands; o++)
         if (s->ops[o].diff) o1 = o, nmarked++;
+    if (!nmarked && v->diff) return; /* the op's own proof (lift_table.c) */
     uint32_t got = 0;
     eid corr = EID_NONE;
     lval *x = nmarked == 1 ? &s->ops[o1] : NULL;

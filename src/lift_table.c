@@ -1,0 +1,196 @@
+/* lift_table — a replicated table beside a sharded operand (lift_int.h,
+ * lf_tiled_table).
+ *
+ * An elementwise op whose operands are a value sharded along some dims and a
+ * table every device computes alike from constants (an iota of the local
+ * length and elementwise ops, broadcasts and unit reshapes over it: rope
+ * angles, a causal mask, a one-hot's class ids) meets, globally, the table
+ * tiled along those dims: device r's block of the result is the op over its
+ * block and the table. That reading is exact.
+ *
+ * The baseline computes its table over global positions. The same chain of
+ * ops at the global dims (the iota of the whole dim) is built and, when the
+ * baseline has the op over the other operands and that table, compared
+ * value by value with the tiling: equal (a table periodic in the block: the
+ * positions within a block of block-local attention), the two constants are
+ * one class; different, each device used the first block's values where the
+ * baseline uses its own (an offset left out), and the op differs from the
+ * baseline's wherever the other operand is non-zero — a proved difference
+ * (lift_scale.c) the lifting carries to the outputs through the ops that
+ * keep one. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interp.h"
+#include "lift.h"
+#include "lift_int.h"
+
+enum { CHAIN_DEPTH = 16 };
+
+/* The dims of operand os of a reshape y to dims g of y: y only inserts or
+ * removes unit dims (the non-unit dims of both, in order, the same sizes),
+ * the non-unit dims taking g's sizes; false otherwise. */
+static bool unit_reshape_dims(const shape *os, const shape *ys, const int64_t *g, int64_t *og) {
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < os->rank; i++) {
+        if (os->dims[i] == 1) {
+            og[i] = 1;
+            continue;
+        }
+        while (j < ys->rank && ys->dims[j] == 1) {
+            if (g[j] != 1) return false;
+            j++;
+        }
+        if (j == ys->rank || ys->dims[j] != os->dims[i]) return false;
+        og[i] = g[j++];
+    }
+    for (; j < ys->rank; j++)
+        if (ys->dims[j] != 1 || g[j] != 1) return false;
+    return true;
+}
+
+/* Instruction i of s's computation, a constant-only chain, computed at dims
+ * g (its own dims: the table as each device has it; wider ones: the same ops
+ * over global positions): its term in *cls, its values in *val (the caller
+ * frees them). False when the chain holds anything else, or is too large. */
+static bool chain_at(lstate *s, uint32_t i, const int64_t *g, int depth, eid *cls, interp_val **val) {
+    lift_ctx *c = s->c;
+    const hlo_instr *y = &s->comp->instrs[i];
+    uint32_t rank = y->shape.rank;
+    if (depth > CHAIN_DEPTH || y->shape.dtype == DT_TUPLE || rank > VIEW_MAX_RANK || !lf_fold_size_ok(g, rank) ||
+        y->noperands > 3)
+        return false;
+    bool same = !rank || !memcmp(g, y->shape.dims, rank * sizeof *g);
+    eid ch[3];
+    interp_val *ops[3] = {NULL, NULL, NULL};
+    bool ok = true;
+    if (y->op == OP_CONSTANT) {
+        /* its own term, as the walk makes it (lift.c) */
+        if (!same) return false;
+        *val = interp_eval_instr(c->cur, y, NULL, NULL);
+        if (*val) *cls = lf_node(c, c->cur, y, NULL, 0, y->shape.dims, c->origin);
+        return *val != NULL;
+    } else if (y->op == OP_BROADCAST && y->noperands == 1) {
+        uint32_t nd;
+        const int64_t *bd = instr_ints(y, A_DIMENSIONS, &nd);
+        int64_t og[VIEW_MAX_RANK];
+        const shape *os = &s->comp->instrs[y->operands[0]].shape;
+        if (nd != os->rank || os->rank > VIEW_MAX_RANK) return false;
+        for (uint32_t k = 0; k < nd; k++) {
+            if (bd[k] < 0 || (uint64_t)bd[k] >= rank) return false;
+            og[k] = g[bd[k]];
+        }
+        ok = chain_at(s, y->operands[0], og, depth + 1, &ch[0], &ops[0]);
+    } else if ((y->op == OP_RESHAPE || y->op == OP_BITCAST) && y->noperands == 1) {
+        int64_t og[VIEW_MAX_RANK];
+        const shape *os = &s->comp->instrs[y->operands[0]].shape;
+        ok = os->rank <= VIEW_MAX_RANK && unit_reshape_dims(os, &y->shape, g, og) &&
+             chain_at(s, y->operands[0], og, depth + 1, &ch[0], &ops[0]);
+    } else if (y->op == OP_IOTA) {
+        ok = y->noperands == 0;
+    } else if (lf_is_elementwise(y->op) && y->noperands > 0) {
+        for (uint32_t k = 0; k < y->noperands && ok; k++) {
+            const shape *os = &s->comp->instrs[y->operands[k]].shape;
+            /* select and clamp take scalars beside arrays: they stay scalars */
+            ok = os->rank == rank ? chain_at(s, y->operands[k], g, depth + 1, &ch[k], &ops[k])
+                 : os->rank == 0 && (y->op == OP_SELECT || y->op == OP_CLAMP) &&
+                       chain_at(s, y->operands[k], NULL, depth + 1, &ch[k], &ops[k]);
+        }
+    } else {
+        ok = false;
+    }
+    if (ok) {
+        hlo_instr gi = *y;
+        gi.shape.dims = (int64_t *)g;
+        gi.shape.dynamic = NULL;
+        *val = interp_eval_instr(c->cur, &gi, ops, NULL);
+        ok = *val != NULL;
+        if (ok) *cls = lf_node(c, c->cur, y, ch, y->noperands, g, c->origin);
+    }
+    for (uint32_t k = 0; k < 3; k++) interp_val_free(ops[k]);
+    return ok;
+}
+
+interp_val *lf_tiled_values(const interp_val *a, const int64_t *g) {
+    interp_val *t = interp_val_new(a->dtype, a->rank, g);
+    if (!t) return NULL;
+    for (int64_t e = 0; e < t->n; e++) {
+        int64_t rem = e, src = 0, stride = 1;
+        for (uint32_t d = a->rank; d-- > 0;) {
+            int64_t i = rem % g[d];
+            rem /= g[d];
+            src += (i % a->dims[d]) * stride;
+            stride *= a->dims[d];
+        }
+        interp_val_set(t, e, interp_val_get(a, src));
+    }
+    return t;
+}
+
+static bool same_values(const interp_val *a, const interp_val *b) {
+    if (a->n != b->n) return false;
+    for (int64_t k = 0; k < a->n; k++) {
+        double x = interp_val_get(a, k), y = interp_val_get(b, k);
+        if (x != y && !(isnan(x) && isnan(y))) return false;
+    }
+    return true;
+}
+
+bool lf_tiled_table(lstate *s, const view *want, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t n = in->noperands, rank = in->shape.rank;
+    if (c->baseline_mode || !lf_is_elementwise(in->op) || n < 2 || n > 3 || rank == 0 || rank > VIEW_MAX_RANK ||
+        want->partial || want->rank != rank || view_is_dup(want))
+        return false;
+    int table = -1;
+    bool assumed = false;
+    for (uint32_t o = 0; o < n; o++) {
+        const lval *x = &s->ops[o];
+        const shape *os = &s->comp->instrs[in->operands[o]].shape;
+        if (x->kind != LV_TERM || x->v.partial || lf_scale_of(x) != 1 || os->rank != rank) return false;
+        if (x->konst && view_is_dup(&x->v)) {
+            if (table >= 0) return false;
+            table = (int)o;
+        } else if (!lf_same_sharding(&x->v, want)) {
+            return false;
+        }
+        assumed |= x->assumed;
+    }
+    if (table < 0) return false;
+    uint32_t ti = in->operands[table];
+    const shape *ts = &s->comp->instrs[ti].shape;
+    int64_t g[VIEW_MAX_RANK], gout[VIEW_MAX_RANK];
+    lf_global_dims(c, want, ts, g);
+    lf_global_dims(c, want, &in->shape, gout);
+    eid lcls, gcls;
+    interp_val *lv = NULL, *gv = NULL, *tv = NULL;
+    bool ok = chain_at(s, ti, ts->dims, 0, &lcls, &lv) && chain_at(s, ti, g, 0, &gcls, &gv) && (tv = lf_tiled_values(lv, g)) != NULL;
+    if (!ok) {
+        interp_val_free(lv), interp_val_free(gv), interp_val_free(tv);
+        return false;
+    }
+    bool equal = same_values(tv, gv);
+    interp_val_free(lv), interp_val_free(gv);
+    eid tcls = lf_const_term(c, tv, c->origin); /* takes tv */
+    eid ch[3];
+    for (uint32_t o = 0; o < n; o++) ch[o] = (int)o == table ? tcls : s->ops[o].cls;
+    if (equal) eg_union(c->g, tcls, gcls, NULL); /* the same values: one constant */
+    *out = term(lf_node(c, c->cur, in, ch, n, gout, c->origin), *want, assumed);
+    if (equal) return true;
+    /* The baseline's op over the other operands and the table over global
+     * positions, if it has that op: then the two differ here. */
+    ch[table] = gcls;
+    eid b = eg_lookup(c->g, in->op, lf_encode_attrs(c, c->cur, in), lf_type_of(c, in->shape.dtype, gout, rank), ch, n);
+    if (b == EID_NONE || !(eg_class_origin(c->g, b) & EG_BASELINE)) return true;
+    strbuf w;
+    sb_init(&w);
+    sb_printf(&w, "%s takes a table every device computes over its own local positions (%s, the same on every device) "
+                  "beside a value sharded along it, where the baseline computes it over the whole dimension: each device "
+                  "uses the first block's values, an offset left out",
+              in->name, s->comp->instrs[ti].name);
+    lf_prove_difference(c, out, KIND_WRONG_SHARD_DIM, s->comp, in, arena_strdup(c->a, w.s), b);
+    sb_free(&w);
+    return true;
+}
