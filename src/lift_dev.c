@@ -88,6 +88,8 @@ static bool dev_eval(lift_ctx *c, const hlo_instr *in, const lval *ops, lval *ou
             case OP_MINIMUM: r = x < y ? x : y; break;
             case OP_NEGATE: r = -x; break;
             case OP_ABS: r = fabs(x); break;
+            case OP_SIGN: r = x != x ? x : (double)((x > 0) - (x < 0)); break; /* jnp's floor_divide asks it */
+            case OP_XOR: r = in->shape.dtype == DT_PRED ? (double)((x != 0) != (y != 0)) : (double)((int64_t)x ^ (int64_t)y); break;
             case OP_AND: r = (double)((int64_t)x & (int64_t)y); break;
             case OP_OR: r = (double)((int64_t)x | (int64_t)y); break;
             case OP_NOT: r = in->shape.dtype == DT_PRED ? !x : (double)~(int64_t)x; break;

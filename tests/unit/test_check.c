@@ -1258,6 +1258,10 @@ static void check_verified(const char *dir, const char *dist) {
     json_decref(trace);
 }
 
+/* A block offset from jnp's floor_divide of the axis index (sign, remainder
+ * and a select on the device's number, evaluated per device: lift_dev.c). */
+static void floordiv_offsets(void) { check_verified("floordiv", "dist"); }
+
 /* Values still partial used as if reduced (tests/cases/unreduced, made by
  * hand): a dynamic-slice taking each device's block of a partial sum (a
  * reduce-scatter without its reduction) and a broadcast of a partial max. The
@@ -2745,6 +2749,7 @@ void suite_check(void) {
     jax012_cases();
     shared_blocks();
     tables();
+    floordiv_offsets();
     unreduced_uses();
     slice_of_partial();
     gather_layouts();
