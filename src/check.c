@@ -328,12 +328,6 @@ static void narrowed_precision(check_result *r, size_t *cap, const lift_ctx *lc,
     sb_free(&msg);
 }
 
-/* An output not related to the baseline's whose local shape is not the
- * expected view's piece of the baseline output's shape (a gather along the
- * wrong dim, an all-to-all that concatenates along another): the global
- * values differ in shape, so the programs compute different functions
- * whatever the values. The first such output's reason in *why; false when
- * every shape agrees. */
 /* The instruction that makes output k of comp's root: through the root
  * tuple, copies, annotating custom calls and calls (a shard_map's body);
  * *at gets its computation. */
@@ -359,6 +353,12 @@ static const hlo_instr *output_producer(const hlo_module *m, const hlo_comp *com
     return in;
 }
 
+/* An output not related to the baseline's whose local shape is not the
+ * expected view's piece of the baseline output's shape (a gather along the
+ * wrong dim, an all-to-all that concatenates along another): the global
+ * values differ in shape, so the programs compute different functions
+ * whatever the values. The first such output's reason in *why; false when
+ * every shape agrees. */
 static bool output_shape_differs(const hlo_comp *be, const hlo_comp *de, const relations *rel, const lval *root, uint32_t nouts,
                                  strbuf *why, trace_kind *kind, uint32_t *which) {
     const shape *bs = &be->instrs[be->root].shape, *ds = &de->instrs[de->root].shape;

@@ -128,6 +128,14 @@ const char *instr_str(const hlo_instr *in, int key) {
     return a ? a->v.str : NULL;
 }
 
+const char *instr_frontend_attr(const hlo_instr *in, const char *key) {
+    const hlo_attr *a = instr_attr(in, A_FRONTEND_ATTRIBUTES);
+    if (!a || a->kind != K_KV) return NULL;
+    for (uint32_t i = 0; i < a->n; i++)
+        if (a->v.strs[2 * i] && strcmp(a->v.strs[2 * i], key) == 0) return a->v.strs[2 * i + 1];
+    return NULL;
+}
+
 bool instr_is_identity_custom_call(const hlo_instr *in) {
     static const char *names[] = {"Sharding",    "SPMDFullToShardShape", "SPMDShardToFullShape",     "MoveToHost",
                                   "MoveToDevice", "LayoutConstraint",     "annotate_device_placement"};

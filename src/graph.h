@@ -423,6 +423,9 @@ const char *instr_str(const hlo_instr *in, int key);
 /* A custom call that only annotates its one operand (a sharding, a shard_map
  * boundary, a host placement): its value is the operand's. */
 bool instr_is_identity_custom_call(const hlo_instr *in);
+/* The value of frontend attribute `key` (frontend_attributes={key=value}), or
+ * NULL. */
+const char *instr_frontend_attr(const hlo_instr *in, const char *key);
 /* Reduction of an instruction's to_apply computation (RED_NONE when none). */
 int instr_reducer(const hlo_module *m, const hlo_instr *in);
 /* The whole op_name of its metadata without the "jit(...)/" prefix GSPMD

@@ -1226,18 +1226,12 @@ static uint32_t batch_dims(const hlo_comp *comp, const hlo_instr *in) {
     switch (in->op) {
     case OP_FFT: instr_ints(in, A_FFT_LENGTH, &n); return n && n < r ? r - n : 0;
     case OP_CHOLESKY: case OP_TRIANGULAR_SOLVE: return r > 2 ? r - 2 : 0;
-    case OP_CUSTOM_CALL:
-        for (uint32_t i = 0; i < in->nattrs; i++) {
-            const hlo_attr *a = &in->attrs[i];
-            if (a->key != A_FRONTEND_ATTRIBUTES || a->kind != K_KV) continue;
-            for (uint32_t k = 0; k < a->n; k++) {
-                char *end;
-                if (strcmp(a->v.strs[2 * k], "num_batch_dims") != 0) continue;
-                long b = strtol(a->v.strs[2 * k + 1], &end, 10);
-                return *end || b < 1 || b > VIEW_MAX_RANK ? 0 : (uint32_t)b;
-            }
-        }
-        return 0;
+    case OP_CUSTOM_CALL: {
+        const char *v = instr_frontend_attr(in, "num_batch_dims");
+        char *end;
+        long b = v ? strtol(v, &end, 10) : 0;
+        return !v || *end || b < 1 || b > VIEW_MAX_RANK ? 0 : (uint32_t)b;
+    }
     default: return 0;
     }
 }

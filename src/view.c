@@ -1084,14 +1084,6 @@ bad:
     return false;
 }
 
-static const char *frontend_attr(const hlo_instr *in, const char *key) {
-    const hlo_attr *a = instr_attr(in, A_FRONTEND_ATTRIBUTES);
-    if (!a) return NULL;
-    for (uint32_t i = 0; i < a->n; i++)
-        if (a->v.strs[2 * i] && strcmp(a->v.strs[2 * i], key) == 0) return a->v.strs[2 * i + 1];
-    return NULL;
-}
-
 static const hlo_sharding *instr_sharding(const hlo_instr *in) {
     const hlo_attr *a = instr_attr(in, A_SHARDING);
     return a && a->kind == K_SHARDING ? a->v.sharding : NULL;
@@ -1280,7 +1272,7 @@ static bool output_view(const hlo_comp *c, uint32_t i, const mesh *m, view *out,
     if (cc) {
         const hlo_sharding *cs = instr_sharding(cc);
         if (cs && cs->type != SH_RAW && cs->type != SH_TUPLE) return sharding_view(cs, s, m, out, why, whylen);
-        const char *sdy = frontend_attr(cc, "xla.sdy.sharding");
+        const char *sdy = instr_frontend_attr(cc, "xla.sdy.sharding");
         if (sdy) return shardy_view(sdy, 0, s, m, out, why, whylen);
     }
     if (sh) {
@@ -1320,7 +1312,7 @@ static void name_derived_axes(const hlo_comp *c, relations *r) {
     memset(conflict, 0, sizeof conflict);
     for (uint32_t k = 0; k < c->nparams; k++) {
         const hlo_instr *in = &c->instrs[c->params[k]];
-        const char *p = frontend_attr(in, "xla.sdy.sharding");
+        const char *p = instr_frontend_attr(in, "xla.sdy.sharding");
         const view *v = &r->inputs[k];
         if (!p || !(p = strstr(p, "<@")) || !(p = strchr(p, '['))) continue;
         p++;
@@ -1390,7 +1382,7 @@ bool relations_auto(const hlo_module *baseline, int64_t devices, relations *out,
         const hlo_instr *in = &c->instrs[c->params[k]];
         out->input_names[k] = param_name(c, k);
         const hlo_sharding *sh = instr_sharding(in);
-        const char *sdy = frontend_attr(in, "xla.sdy.sharding");
+        const char *sdy = instr_frontend_attr(in, "xla.sdy.sharding");
         bool ok;
         if (sh && sh->type != SH_RAW) ok = sharding_view(sh, &in->shape, &out->mesh, &out->inputs[k], why, sizeof why);
         else if (sdy && sm > 0) ok = shardy_view(sdy, 0, &in->shape, &out->mesh, &out->inputs[k], why, sizeof why);
@@ -1445,7 +1437,7 @@ static bool baseline_annotated(const hlo_module *m) {
     if (!c) return false;
     for (uint32_t k = 0; k < c->nparams; k++) {
         const hlo_instr *in = &c->instrs[c->params[k]];
-        if (instr_sharding(in) || frontend_attr(in, "xla.sdy.sharding")) return true;
+        if (instr_sharding(in) || instr_frontend_attr(in, "xla.sdy.sharding")) return true;
     }
     const hlo_instr *r = &c->instrs[c->root];
     if (instr_sharding(r)) return true;
