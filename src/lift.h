@@ -135,6 +135,9 @@ typedef struct lval {
     bool konst;                   /* computed from constants only (no parameter) */
     bool rearranged;              /* only a layout op's rearrangement of baseline values (see divergence) */
     bool ambiguous;               /* the view is one of several readings of a reshape */
+    bool shares_apart;            /* a partial sum of which at most one device's share is non-zero at
+                                   * each element, none negative (a one-hot pick of non-negative
+                                   * values summed over a sharded dim): its partial max as well */
     bool partial_unsure;          /* its partial axes come from reducing a unit dim that carries
                                    * them in only one reading of an ambiguous reshape (another
                                    * reading leaves the value sharded, not partial) */

@@ -461,11 +461,36 @@ lval lf_lift_all_reduce(lstate *s) {
             return result;
         }
     }
+    lval apart;
+    if (x->shares_apart && x->v.red == RED_SUM && red == RED_MAX && lf_scale_of(x) > 0) {
+        apart = *x;
+        apart.v.red = RED_MAX;
+        x = &apart;
+    }
     if (x->v.partial && x->v.red != red) {
-        lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in, "%s reduces with %s over %s but the value is partial with %s",
-                in->name, reducer_name(red), w.s, reducer_name(x->v.red));
         view v = x->v;
         v.partial &= (uint8_t)~axes;
+        if (!v.partial) v.red = 0;
+        if (x->v.red == RED_MAX || x->v.red == RED_MIN) {
+            /* A partial max reduced otherwise is another value than the
+             * max, but programs use maxima where any value the devices
+             * share does as well (a softmax's or logsumexp's shift cancels):
+             * a difference proved here, which decides only where ops that
+             * keep it carry it to an output (lf_scale_differ). */
+            int64_t dims[VIEW_MAX_RANK];
+            lf_global_dims(c, &v, &in->shape, dims);
+            lval r = term(lf_fresh_var(c, in->shape.dtype, dims, in->shape.rank), v, false);
+            strbuf m;
+            sb_init(&m);
+            sb_printf(&m, "%s reduces with %s over %s a value that is partial with %s: it is not the %s the baseline "
+                      "computes", in->name, reducer_name(red), w.s, reducer_name(x->v.red), reducer_name(x->v.red));
+            lf_prove_difference(c, &r, KIND_WRONG_REDUCTION, s->comp, in, arena_strndup(c->a, m.s, m.len), x->cls);
+            sb_free(&m);
+            sb_free(&w);
+            return r;
+        }
+        lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in, "%s reduces with %s over %s but the value is partial with %s",
+                in->name, reducer_name(red), w.s, reducer_name(x->v.red));
         sb_free(&w);
         return lf_assumed_term(c, in, v);
     }

@@ -648,6 +648,11 @@ static bool onehot_product(lift_ctx *c, eid m, uint32_t j, eid *pos, eid *other)
     return false;
 }
 
+bool lf_onehot_summand(lift_ctx *c, eid m, uint32_t j) {
+    eid pos, other;
+    return onehot_product(c, m, j, &pos, &other);
+}
+
 /* The dims of type t without dim j, as a type of dtype dt. */
 static uint32_t type_without(lift_ctx *c, uint32_t t, uint32_t j, int dt) {
     uint32_t rank;

@@ -142,6 +142,9 @@ bool lf_pw_instr(lstate *s, lval *out);
 bool lf_index_as_term(lift_ctx *c, lval *x);
 bool lf_mask_resolves(const lift_ctx *c, const lval *m);
 bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out);
+/* Whether class m is convert(t == iota along j) times another value: at
+ * most one element along dim j is non-zero (lift_index.c). */
+bool lf_onehot_summand(lift_ctx *c, eid m, uint32_t j);
 bool lf_win_instr(lstate *s, lval *out);
 /* lf_psub_instr: a collective-permute of a partial sum or of sums of its
  * shares, an add of such sums, or any other op meeting one (lift_psub.c);
@@ -178,6 +181,10 @@ void lf_zmask_after(lstate *s, lval *v);
 /* Whether every value of class cls is known to be 0 (a splat of a zero too
  * large to fold included; lift_zmask.c). */
 bool lf_class_is_zero(lift_ctx *c, eid cls);
+/* Whether instruction i of comp is >= 0 everywhere by how it is computed
+ * (exponentials, squares, absolute values, non-negative constants, and
+ * sums, products, quotients, selections, reductions, layout ops of such). */
+bool lf_nonneg(const hlo_module *m, const hlo_comp *comp, uint32_t i);
 /* Whether every value of class cls is known to be x: the known values of the
  * class, or of the operand of a broadcast, reshape or convert it is (a splat
  * too large to fold; lift_zmask.c). */

@@ -353,6 +353,11 @@ lval lf_lift_reduce(lstate *s) {
     eid ch[2] = {x->cls, init->cls};
     lval r = term(lf_node(c, c->cur, in, ch, 2, dims, c->origin), v, x->assumed || init->assumed);
     r.partial_unsure = unsure || (x->partial_unsure && x->v.partial);
+    /* A sum over a sharded dim along which at most one element is non-zero
+     * (a one-hot pick), of values never negative: one device's share holds
+     * the element, the others' are zeros, so their max is the sum too. */
+    r.shares_apart = red == RED_SUM && partial && !x->v.partial && nd == 1 && dtype_is_float(in->shape.dtype) &&
+                     lf_onehot_summand(c, x->cls, (uint32_t)rd[0]) && lf_nonneg(c->cur, s->comp, in->operands[0]);
     return r;
 }
 

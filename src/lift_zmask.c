@@ -43,8 +43,8 @@ bool lf_class_is_splat(lift_ctx *c, eid cls, double x) {
 }
 
 /* Whether instruction i of comp is >= 0 everywhere: exponentials, squares,
- * absolute values, non-negative constants, and sums, products, quotients,
- * maxima, selections, reductions and layout changes of such. seen: 0 not yet,
+ * absolute values, comparisons, non-negative constants, and sums, products, quotients,
+ * maxima, selections, reductions (all-reduces too) and layout changes of such. seen: 0 not yet,
  * 1 yes, 2 no, 3 being decided (a cycle cannot happen in a computation). */
 static bool nonneg_instr(const hlo_module *m, const hlo_comp *comp, uint32_t i, uint8_t *seen, int depth) {
     if (seen[i]) return seen[i] == 1;
@@ -54,8 +54,8 @@ static bool nonneg_instr(const hlo_module *m, const hlo_comp *comp, uint32_t i, 
 #define NONNEG(k) (x->noperands > (k) && nonneg_instr(m, comp, x->operands[k], seen, depth + 1))
     bool ok = false;
     switch (x->op) {
-    case OP_EXP: case OP_ABS: case OP_SQRT: case OP_RSQRT: case OP_LOGISTIC:
-        ok = true;
+    case OP_EXP: case OP_ABS: case OP_SQRT: case OP_RSQRT: case OP_LOGISTIC: case OP_COMPARE:
+        ok = true; /* a comparison's pred is 0 or 1 */
         break;
     case OP_CONSTANT: {
         const hlo_attr *la = instr_attr(x, A_LITERAL);
@@ -84,11 +84,23 @@ static bool nonneg_instr(const hlo_module *m, const hlo_comp *comp, uint32_t i, 
         ok = x->noperands == 2 && (r == RED_SUM || r == RED_PROD || r == RED_MAX || r == RED_MIN) && NONNEG(0) && NONNEG(1);
         break;
     }
+    case OP_ALL_REDUCE: {
+        int r = instr_reducer(m, x);
+        ok = x->noperands == 1 && (r == RED_SUM || r == RED_PROD || r == RED_MAX || r == RED_MIN) && NONNEG(0);
+        break;
+    }
     default:
         break;
     }
 #undef NONNEG
     seen[i] = ok ? 1 : 2;
+    return ok;
+}
+
+bool lf_nonneg(const hlo_module *m, const hlo_comp *comp, uint32_t i) {
+    uint8_t *seen = xcalloc(comp->ninstrs + 1, 1);
+    bool ok = nonneg_instr(m, comp, i, seen, 0);
+    free(seen);
     return ok;
 }
 
@@ -157,10 +169,7 @@ static const lift_zmask *zmask_compare(lstate *s) {
         side = 1;
         if (p->kind != LV_TERM || z->kind != LV_TERM || p->assumed || !lf_class_is_zero(c, z->cls)) return NULL;
     }
-    uint8_t *seen = xcalloc(s->comp->ninstrs + 1, 1);
-    bool nonneg = nonneg_instr(c->cur, s->comp, in->operands[side], seen, 0);
-    free(seen);
-    if (!nonneg) return NULL;
+    if (!lf_nonneg(c->cur, s->comp, in->operands[side])) return NULL;
     lift_zmask z0 = {.pred = true, .full = EID_NONE};
     int8_t map[VIEW_MAX_RANK];
     z0.rank = (uint8_t)peel_transposes(c, p->cls, &z0.src, map);
