@@ -140,7 +140,10 @@ const hlo_instr *lf_summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_in
 /* An add or subtract of partial sums over axes A and values complete over A
  * that carry a factor (a bias b/n added on every device before the sum):
  * those values read as partial sums of their n copies (copies_as_partial),
- * so that the factors say what the sum over the devices makes of them.
+ * so that the factors say what the sum over the devices makes of them. So
+ * does a partial sum over only some of the axes A, the same on the devices
+ * of the others (a data term partial over dp plus a weight term partial
+ * over tp, each divided by the other axis' size, then one psum over both).
  *
  * A value without a factor added so, where a sum over A follows, is counted
  * once per device (the bias before the all-reduce): it too reads as n·b, so
@@ -155,26 +158,30 @@ void lf_copies_into_partial_sums(lstate *s) {
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
         if (x->kind != LV_TERM || (x->v.partial && x->v.red != RED_SUM)) return;
-        if (x->v.partial) {
-            if (partial && partial != x->v.partial) return;
-            partial = x->v.partial;
-        }
+        partial |= x->v.partial;
     }
     if (!partial) return;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (s->ops[o].v.partial && (view_axes_used(&s->ops[o].v) & partial & ~(uint32_t)s->ops[o].v.partial)) return;
     const hlo_instr *later = NULL;
+    lval was[2]; /* the operands as they came, for the words */
+    if (in->noperands != 2) return;
+    memcpy(was, s->ops, sizeof was);
     for (uint32_t o = 0; o < in->noperands; o++) {
         lval *x = &s->ops[o];
-        if (x->v.partial || (view_axes_used(&x->v) & partial) || lf_class_is_zero(s->c, x->cls)) continue;
+        uint32_t extra = partial & ~(uint32_t)x->v.partial;
+        if (!extra || (!x->v.partial && (view_axes_used(&x->v) & partial)) || lf_class_is_zero(s->c, x->cls)) continue;
         if (lf_scale_of(x) == 1) {
             if (!later && !(later = lf_summed_later(s->c, s->comp, in, (uint8_t)partial))) continue;
             strbuf why;
             sb_init(&why);
-            lf_describe_operands(&why, s->c, s->ops, in->noperands);
-            lf_pending(s->c, KIND_WRONG_REDUCTION, s->comp, in, "%s adds a value that is not partial to a partial sum (%s) "
-                       "that %s then sums over the devices: it is counted once per device", in->opname, why.s, later->name);
+            lf_describe_operands(&why, s->c, was, in->noperands);
+            lf_pending(s->c, KIND_WRONG_REDUCTION, s->comp, in, "%s adds a value that is not partial%s to a partial sum (%s) "
+                       "that %s then sums over the devices: it is counted once per device", in->opname,
+                       x->v.partial ? " over every axis" : "", why.s, later->name);
             sb_free(&why);
         }
-        copies_as_partial(s->c, x, partial, in);
+        copies_as_partial(s->c, x, extra, in);
     }
 }
 
