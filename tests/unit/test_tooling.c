@@ -1,7 +1,8 @@
 /* scalify as an installed tool: make install/uninstall into a temporary
  * prefix, --version, --help and the man page covering every option the
  * argument parsers accept, report --markdown (golden), check --shard and the
- * merge of shard indexes by report.
+ * merge of shard indexes by report, and the JAX exporter's own tests where
+ * a Python with JAX is at hand.
  *
  * The Markdown goldens are tests/cases/traces/golden/summary*.md; after an
  * intended change:   SCALIFY_UPDATE_GOLDEN=1 build/run-tests tooling
@@ -434,6 +435,26 @@ static void ci_recipes(const char *bin) {
     free(out), free(doc), free(script);
 }
 
+/* The JAX exporter (python/scalify_jax) against this binary, where a Python
+ * with JAX is at hand ($JAX_PYTHON, else python3): its tests export pairs,
+ * check and render them. Elsewhere skipped, and said so. */
+static void jax_exporter(const char *bin) {
+    const char *py = getenv("JAX_PYTHON");
+    if (!py || !*py) py = "python3";
+    int st;
+    free(run(&st, "%s -c 'import jax' >/dev/null 2>&1", py));
+    if (st != 0) {
+        printf("tooling: the JAX exporter's tests skipped: %s cannot import jax (make test-jax JAX_PYTHON=..., "
+               "or JAX_PYTHON=... make test)\n", py);
+        return;
+    }
+    char *out = run(&st, "SCALIFY=%s %s -m unittest discover -s python/tests 2>&1", bin, py);
+    t_case("tooling-jax the exporter's tests pass with %s", py);
+    CHECK_MSG(st == 0, "%s", out);
+    CHECK_CONTAINS(out, "OK");
+    free(out);
+}
+
 void suite_tooling(void);
 void suite_tooling(void) {
     const char *bin = t_scalify();
@@ -445,4 +466,5 @@ void suite_tooling(void) {
     shard(bin);
     install(bin);
     ci_recipes(bin);
+    jax_exporter(bin);
 }
