@@ -533,7 +533,7 @@ static bool grouped_in_baseline(lift_ctx *c, const lval *ops, uint32_t nops) {
 
 /* Whether op distributes over a sum in operand k (so a partial(sum) operand
  * gives a partial(sum) result). */
-static bool linear_in(lift_ctx *c, const hlo_instr *in, const lval *ops, uint32_t k) {
+static bool linear_in(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *ops, uint32_t k) {
     switch (in->op) {
     case OP_SELECT: {
         /* With a predicate the same on every device, select is linear in its
@@ -551,11 +551,18 @@ static bool linear_in(lift_ctx *c, const hlo_instr *in, const lval *ops, uint32_
         /* the other complete, or partial over other axes (checked by the
          * caller: a product of sums over disjoint axes) */
         return ops[1 - k].kind == LV_TERM && !(ops[1 - k].v.partial & ops[k].v.partial);
+    case OP_REAL: case OP_IMAG:
+        return true;  /* real-linear */
+    case OP_COMPLEX:
+        return true;  /* as add: when both parts are partial alike (checked by the caller) */
     case OP_DIVIDE:
         return k == 0 && ops[1].kind == LV_TERM && ops[1].v.partial == 0;
     case OP_CONVERT: {
-        /* Exact only when widening within floats: bf16/f16 → f32 → f64. */
-        return dtype_is_float(in->shape.dtype) && dtype_bits(in->shape.dtype) >= 32;
+        /* Exact when widening (bf16/f16 → f32 → f64, f32 → c64), and for
+         * the counts an integer sum holds, to f32 or wider. */
+        int from = comp->instrs[in->operands[0]].shape.dtype;
+        return dtype_widens(from, in->shape.dtype) ||
+               (dtype_is_int(from) && dtype_is_float(in->shape.dtype) && dtype_bits(in->shape.dtype) >= 32);
     }
     default:
         return false;
@@ -1073,12 +1080,13 @@ static lval lift_elementwise(lstate *s) {
         }
         for (uint32_t o = 0; o < in->noperands && ok; o++) {
             if (!ops[o].v.partial) {
-                /* a zero added is a partial sum of zeros */
-                if ((in->op == OP_ADD || in->op == OP_SUBTRACT) && !lf_class_is_zero(c, ops[o].cls)) ok = false;
+                /* a zero added (or made a complex part) is a partial sum of zeros */
+                if ((in->op == OP_ADD || in->op == OP_SUBTRACT || in->op == OP_COMPLEX) && !lf_class_is_zero(c, ops[o].cls))
+                    ok = false;
                 if (idem) ok = !(view_axes_used(&ops[o].v) & partial);
                 continue;
             }
-            ok = idem || linear_in(c, in, ops, o);
+            ok = idem || linear_in(c, s->comp, in, ops, o);
         }
         if (!ok && red != RED_SUM) {
             /* Partial maxima combined otherwise (online softmax: a running max
@@ -1240,7 +1248,9 @@ static uint32_t batch_dims(const hlo_comp *comp, const hlo_instr *in) {
  * every operand sharded alike there and nowhere else, none partial: each
  * device computes the batches it holds, so the result is the op over the
  * global operands, its leading dims sharded as theirs (each element of a
- * tuple result alike). False when the op is no such op or the views differ. */
+ * tuple result alike). An fft is linear besides: of a partial sum, it is
+ * the partial sum of the ffts. False when the op is no such op or the views
+ * differ. */
 static bool lift_batched(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1253,7 +1263,8 @@ static bool lift_batched(lstate *s, lval *out) {
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
         const shape *os = &s->comp->instrs[in->operands[o]].shape;
-        if (x->kind != LV_TERM || x->v.partial || lf_scale_of(x) != 1 || os->rank < nb || os->rank > VIEW_MAX_RANK ||
+        bool linear = in->op == OP_FFT && in->noperands == 1 && x->v.red == RED_SUM;
+        if (x->kind != LV_TERM || (x->v.partial && !linear) || lf_scale_of(x) != 1 || os->rank < nb || os->rank > VIEW_MAX_RANK ||
             x->v.rank != os->rank || memcmp(os->dims, xs->dims, nb * sizeof *os->dims))
             return false;
         for (uint32_t d = 0; d < os->rank; d++) {
@@ -1263,7 +1274,7 @@ static bool lift_batched(lstate *s, lval *out) {
         assumed |= x->assumed;
         ch[o] = x->cls;
     }
-    if (!sharded) return false; /* replicated: the op itself, as any other */
+    if (!sharded && !want.partial) return false; /* replicated: the op itself, as any other */
     uint32_t nres = in->shape.dtype == DT_TUPLE ? in->shape.ntuple : 1;
     view rv[8];
     int64_t dims[8][VIEW_MAX_RANK];
@@ -1274,6 +1285,8 @@ static bool lift_batched(lstate *s, lval *out) {
             return false;
         rv[j] = view_dup(es->rank);
         memcpy(rv[j].dims, want.dims, nb * sizeof *want.dims);
+        rv[j].partial = want.partial;
+        rv[j].red = want.red;
         lf_global_dims(c, &rv[j], es, dims[j]);
     }
     if (in->shape.dtype != DT_TUPLE) {

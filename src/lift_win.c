@@ -1254,7 +1254,19 @@ static bool term_reduce_window(lstate *s, lval *out) {
         src->shape.rank != rank || x->v.rank != rank || !read_window(in, rank, &w))
         return false;
     if (view_is_dup(&x->v) && !x->v.partial) return false;  /* the op itself, as for any replicated operands */
-    if (!window_keeps(s, &x->v, lf_scale_of(x), instr_reducer(c->cur, in))) return false;
+    int red = instr_reducer(c->cur, in);
+    if (!window_keeps(s, &x->v, lf_scale_of(x), red)) {
+        /* The max (min) of a partial sum's shares is not the max of the sum
+         * (a max pool before the psum), as for a reduce (lift_reduce.c). */
+        if (x->v.partial && x->v.red == RED_SUM && (red == RED_MAX || red == RED_MIN) && !x->assumed && !x->ambiguous &&
+            !x->partial_unsure) {
+            lf_finding(c, KIND_MISSING_ALL_REDUCE, s->comp, in, "reduce-window-%s of a value that is still partial (sum) "
+                       "over a mesh axis", reducer_name(red));
+            *out = unknown();
+            return true;
+        }
+        return false;
+    }
     for (uint32_t d = 0; d < rank; d++) {
         if (!x->v.dims[d].naxes) continue;
         if (w.pad[2 * d] || w.pad[2 * d + 1] || w.ld[d] != 1 || w.rd[d] != 1 || w.size[d] > w.stride[d] ||

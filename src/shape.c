@@ -47,6 +47,17 @@ int dtype_from_name(const char *s, size_t n) {
 
 int dtype_bits(int dt) { return dt > 0 && dt < DT_COUNT ? dtypes[dt].bits : 0; }
 
+bool dtype_widens(int from, int to) {
+    if (from == to) return dtype_is_float(from) || dtype_is_complex(from);
+    switch (to) {
+    case DT_F32: return dtype_is_float(from) && dtype_bits(from) < 32;
+    case DT_F64: return dtype_is_float(from);
+    case DT_C64: return from == DT_F32 || dtype_widens(from, DT_F32);
+    case DT_C128: return from == DT_C64 || dtype_is_float(from);
+    default: return false;
+    }
+}
+
 bool dtype_is_float(int dt) {
     switch (dt) {
     case DT_F16: case DT_F32: case DT_F64: case DT_BF16:

@@ -36,6 +36,10 @@ bool dtype_is_float(int dt);                    /* includes the f8/f4 kinds */
 bool dtype_is_int(int dt);                      /* signed or unsigned */
 bool dtype_is_unsigned(int dt);
 bool dtype_is_complex(int dt);
+/* Whether every value of float or complex type `from` is exactly a value of
+ * type `to` (a widening convert: bf16 -> f32 -> f64, f32 -> c64 -> c128):
+ * such a convert is injective and commutes with sums. */
+bool dtype_widens(int from, int to);
 
 /* Narrow float formats: exponent and mantissa bits, bias, and how NaN and
  * infinity are spelled (IEEE-like, "FN": only all-ones is NaN, "FNUZ": the

@@ -78,9 +78,26 @@ static void narrow_rounding(void) {
     CHECK(!signbit(dtype_round(DT_F8E4M3FNUZ, -0.0)));  /* no negative zero */
 }
 
+/* Widening converts (shape.c, dtype_widens): every value of the source type
+ * is one of the target's; a narrower, equally wide other, integer or
+ * complex-to-real target is not. */
+static void widening(void) {
+    t_case("util-0 widening converts");
+    static const int yes[][2] = {{DT_BF16, DT_F32}, {DT_F16, DT_F32}, {DT_F32, DT_F64}, {DT_BF16, DT_F64},
+                                 {DT_F8E4M3FN, DT_F32}, {DT_F32, DT_C64}, {DT_BF16, DT_C64}, {DT_F64, DT_C128},
+                                 {DT_C64, DT_C128}, {DT_F32, DT_F32}};
+    static const int no[][2] = {{DT_F32, DT_BF16}, {DT_F64, DT_F32}, {DT_F16, DT_BF16}, {DT_BF16, DT_F16},
+                                {DT_F64, DT_C64}, {DT_C64, DT_F32}, {DT_S32, DT_F32}, {DT_F32, DT_S32}, {DT_S32, DT_S32}};
+    for (size_t k = 0; k < sizeof yes / sizeof *yes; k++)
+        CHECK_MSG(dtype_widens(yes[k][0], yes[k][1]), "%s -> %s", dtype_name(yes[k][0]), dtype_name(yes[k][1]));
+    for (size_t k = 0; k < sizeof no / sizeof *no; k++)
+        CHECK_MSG(!dtype_widens(no[k][0], no[k][1]), "%s -> %s", dtype_name(no[k][0]), dtype_name(no[k][1]));
+}
+
 void suite_util(void);
 void suite_util(void) {
     narrow_rounding();
+    widening();
     pw_wrap();
     t_case("util-1 strbuf");
     strbuf b;
