@@ -76,7 +76,7 @@ def gspmd_(name, axes, specs_in, spec_out, fn, args, note=None):
     MANIFEST.append(e)
 
 BASES = {}
-def smap(name, axes, local, in_specs, out_specs, baseline, args, bug=None, kinds=None, family=None, note=None):
+def smap(name, axes, local, in_specs, out_specs, baseline, args, bug=None, kinds=None, family=None, note=None, vma=False):
     if not want(name): return
     print("==", name, flush=True)
     family = family or name
@@ -88,7 +88,7 @@ def smap(name, axes, local, in_specs, out_specs, baseline, args, bug=None, kinds
     specs = leaf_specs(tuple(in_specs), ab)
     leaves, tree = jax.tree_util.tree_flatten(ab)
     dab = jax.tree_util.tree_unflatten(tree, [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, s)) for a, s in zip(leaves, specs)])
-    f = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=tuple(in_specs), out_specs=out_specs, check_vma=False))
+    f = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=tuple(in_specs), out_specs=out_specs, check_vma=vma))
     lo = f.lower(*dab)
     dist = save(name + ".dist", *after_partitioning(lo))
     oshape = jax.eval_shape(baseline, *ab)
@@ -117,7 +117,7 @@ def I(lo, hi, *s): return rng.integers(lo, hi, s).astype(np.int32)
 # Order matters: later modules call functions earlier ones define (variants, ...),
 # and every argument is drawn from the one rng in this order.
 for mod in ["gspmd", "smap", "min", "more", "batch03", "batch04", "batch05", "batch06", "batch07", "batch08",
-            "batch09", "batch10", "batch11", "batch12", "batch13", "batch14", "batch15", "batch16", "batch17", "batch18", "batch19"]:
+            "batch09", "batch10", "batch11", "batch12", "batch13", "batch14", "batch15", "batch16", "batch17", "batch18", "batch19", "batch20"]:
     path = os.path.join(PROGRAMS, mod + ".py")
     exec(compile(open(path).read(), path, "exec"))
 mpath = os.path.join(OUT, "manifest.json")

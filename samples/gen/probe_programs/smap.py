@@ -1,11 +1,11 @@
 # shard_map programs: smap(name, mesh, local_fn, in_specs, out_specs, baseline_fn, args, bug=..., family=...)
 psum, pmean, pmax, idx = lax.psum, lax.pmean, lax.pmax, lax.axis_index
-def variants(family, tag, mesh, make, in_specs, out_specs, baseline, args, bugs):
-    """make(bug) -> local fn; bugs: list of (bug_id, kinds)"""
+def variants(family, tag, mesh, make, in_specs, out_specs, baseline, args, bugs, vma=False):
+    """make(bug) -> local fn; bugs: list of (bug_id, kinds); vma: shard_map's check_vma"""
     for b, kinds in [(None, None)] + bugs:
         os_ = out_specs(b) if callable(out_specs) else out_specs
         name = f"{family}.{tag}" + (f".bug.{b}" if b else "")
-        try: smap(name, mesh, make(b), in_specs, os_, baseline, args, bug=b, kinds=kinds, family=family)
+        try: smap(name, mesh, make(b), in_specs, os_, baseline, args, bug=b, kinds=kinds, family=family, vma=vma)
         except Exception as ex: print("!! export failed", name, type(ex).__name__, str(ex)[:400], flush=True)
 
 # 1. data-parallel SGD on a linear model
