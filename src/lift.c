@@ -1334,6 +1334,13 @@ lval lf_lift_instr(lstate *s) {
                            "again", in->name);
             return unknown();
         }
+    /* A table an all-to-all rearranged, read at index values: its plain
+     * view first, if it has one (GSPMD's gather from a sorted row). */
+    if ((in->op == OP_GATHER || in->op == OP_SCATTER) && in->noperands >= 2 && ops[0].kind == LV_LAYOUT &&
+        (ops[1].kind == LV_PW || ops[1].kind == LV_IVEC)) {
+        lval t;
+        if (lf_layout_to_term(c, &ops[0], &s->comp->instrs[in->operands[0]].shape, true, &t)) ops[0] = t;
+    }
     if (lf_pw_instr(s, &pwv)) return pwv;
     if (in->noperands >= 1 && ops[0].kind == LV_LAYOUT && lf_layout_op(s, &pwv)) return pwv;
     /* A layout met by any other op: a plain view of the term reshaped, if
