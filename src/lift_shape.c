@@ -769,8 +769,11 @@ lval lf_lift_dynamic_slice(lstate *s) {
     for (uint32_t d = 0; d < rank; d++) wlo[d] = 0, whi[d] = src->shape.dims[d] * view_dim_parts(&x->v, c->mesh, d);
     for (uint32_t d = 0; d < rank; d++) {
         const lval *o = &s->ops[1 + d];
+        /* A dim taken whole: any start is clamped to 0 (GSPMD passes the
+         * block offset of a dim the operand already holds only its block of). */
+        if (in->shape.dims[d] == src->shape.dims[d]) continue;
         if (lf_dev_uniform(c, o)) {
-            if (o->dev[0] != 0 || in->shape.dims[d] != src->shape.dims[d]) return unknown();
+            if (o->dev[0] != 0) return unknown();
             continue;
         }
         int64_t size = in->shape.dims[d];
