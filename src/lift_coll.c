@@ -478,28 +478,23 @@ lval lf_lift_all_reduce(lstate *s) {
         view v = x->v;
         v.partial &= (uint8_t)~axes;
         if (!v.partial) v.red = 0;
-        if (x->v.red == RED_MAX || x->v.red == RED_MIN) {
-            /* A partial max reduced otherwise is another value than the
-             * max, but programs use maxima where any value the devices
-             * share does as well (a softmax's or logsumexp's shift cancels):
-             * a difference proved here, which decides only where ops that
-             * keep it carry it to an output (lf_scale_differ). */
-            int64_t dims[VIEW_MAX_RANK];
-            lf_global_dims(c, &v, &in->shape, dims);
-            lval r = term(lf_fresh_var(c, in->shape.dtype, dims, in->shape.rank), v, false);
-            strbuf m;
-            sb_init(&m);
-            sb_printf(&m, "%s reduces with %s over %s a value that is partial with %s: it is not the %s the baseline "
-                      "computes", in->name, reducer_name(red), w.s, reducer_name(x->v.red), reducer_name(x->v.red));
-            lf_prove_difference(c, &r, KIND_WRONG_REDUCTION, s->comp, in, arena_strndup(c->a, m.s, m.len), x->cls);
-            sb_free(&m);
-            sb_free(&w);
-            return r;
-        }
-        lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in, "%s reduces with %s over %s but the value is partial with %s",
-                in->name, reducer_name(red), w.s, reducer_name(x->v.red));
+        /* A partial value reduced with another reducer than its own is
+         * another value than the baseline's, but a program may use it where
+         * any value the devices share does as well (a softmax's or
+         * logsumexp's shift cancels, whatever reduction made it): a
+         * difference proved here, which decides only where ops that keep it
+         * carry it to an output (lf_scale_differ). */
+        int64_t dims[VIEW_MAX_RANK];
+        lf_global_dims(c, &v, &in->shape, dims);
+        lval r = term(lf_fresh_var(c, in->shape.dtype, dims, in->shape.rank), v, false);
+        strbuf m;
+        sb_init(&m);
+        sb_printf(&m, "%s reduces with %s over %s a value that is partial with %s: it is not the %s the baseline "
+                  "computes", in->name, reducer_name(red), w.s, reducer_name(x->v.red), reducer_name(x->v.red));
+        lf_prove_difference(c, &r, KIND_WRONG_REDUCTION, s->comp, in, arena_strndup(c->a, m.s, m.len), x->cls);
+        sb_free(&m);
         sb_free(&w);
-        return lf_assumed_term(c, in, v);
+        return r;
     }
     for (uint32_t d = 0; d < x->v.rank; d++)
         for (uint32_t a = 0; a < x->v.dims[d].naxes; a++)

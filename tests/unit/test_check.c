@@ -459,6 +459,42 @@ static void mutate(const char *base, const char *dist, const char *rel, const mu
     free(src);
 }
 
+/* Mutations that keep the function: a stabiliser of a softmax or logsumexp
+ * made by another reduction is a shift every device shares, which cancels.
+ * Neither the rules nor execution may call such a mutant a bug (once the
+ * rules did: a partial value reduced with another reducer was a finding). */
+static void same_function(void) {
+    static const struct {
+        const char *what, *base, *dist, *rel, *from, *to;
+    } muts[] = {
+        {"softmax shifted by pmin of the local maxima", "samples/probe/s.softmax.baseline.hlo",
+         "samples/probe/s.softmax.tp4.dist.hlo", "samples/probe/s.softmax.tp4.relations.json",
+         "ROOT %max.0 = f32[] maximum", "ROOT %max.0 = f32[] minimum"},
+        {"softmax shifted by psum of the local maxima", "samples/probe/s.softmax.baseline.hlo",
+         "samples/probe/s.softmax.tp4.dist.hlo", "samples/probe/s.softmax.tp4.relations.json",
+         "ROOT %max.0 = f32[] maximum", "ROOT %max.0 = f32[] add"},
+        {"logsumexp shifted by the max of local products", "samples/probe/g.logsumexp.2d_dp2xtp4.baseline.hlo",
+         "samples/probe/g.logsumexp.2d_dp2xtp4.dist.hlo", "auto", "ROOT %reduce_max.2 = f32[] maximum",
+         "ROOT %reduce_max.2 = f32[] multiply"},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(muts); k++) {
+        t_case("check same function: %s", muts[k].what);
+        char *src = t_read(muts[k].dist, NULL);
+        if (!CHECK_MSG(src && t_write_replaced(src, muts[k].from, muts[k].to, NULL, "build/check-same.hlo"), "pattern not in %s",
+                       muts[k].dist)) {
+            free(src);
+            continue;
+        }
+        free(src);
+        for (int witness = 0; witness < 2; witness++) {
+            json_t *trace = NULL;
+            int v = run_with("same", muts[k].base, "build/check-same.hlo", muts[k].rel, witness, false, &trace);
+            CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s (%s)", verdict_name(v), witness ? "with witnesses" : "rules only");
+            json_decref(trace);
+        }
+    }
+}
+
 static void mutations(void) {
     /* A halo exchange into a convolution (lift_win.c, win_convolution): the
      * halos from the wrong side, the pieces concatenated out of order, the
@@ -2956,6 +2992,7 @@ void suite_check(void) {
     json_decref(manifest);
     json_decref(schema);
     mutations();
+    same_function();
     memo_mutation();
     memo_dense_mutations();
     scalar_parameter();
