@@ -117,7 +117,7 @@ def I(lo, hi, *s): return rng.integers(lo, hi, s).astype(np.int32)
 # Order matters: later modules call functions earlier ones define (variants, ...),
 # and every argument is drawn from the one rng in this order.
 for mod in ["gspmd", "smap", "min", "more", "batch03", "batch04", "batch05", "batch06", "batch07", "batch08",
-            "batch09", "batch10", "batch11", "batch12", "batch13", "batch14", "batch15", "batch16", "batch17", "batch18", "batch19", "batch20", "batch21"]:
+            "batch09", "batch10", "batch11", "batch12", "batch13", "batch14", "batch15", "batch16", "batch17", "batch18", "batch19", "batch20", "batch21", "batch22"]:
     path = os.path.join(PROGRAMS, mod + ".py")
     exec(compile(open(path).read(), path, "exec"))
 mpath = os.path.join(OUT, "manifest.json")
