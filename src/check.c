@@ -761,7 +761,8 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         sb_init(&msg);
         sb_printf(&msg, "unverified: the transfer functions report %zu finding%s (the first: %s at %s: %s), but both programs "
                   "give the same outputs on seeded random inputs within rounding (max abs difference %g, %d runs): the "
-                  "checker is wrong about this program (a defect to report), so nothing is decided",
+                  "rules and execution disagree — a defect of the checker to report, unless the difference lies where "
+                  "random inputs do not reach (a mask, a loop's trip count) — so nothing is decided",
                   r->nfindings, r->nfindings == 1 ? "" : "s", trace_kind_name(f0.kind), f0.in->name, f0.message,
                   w.max_abs, w.runs);
         fprintf(stderr, "scalify: warning: %s: %s\n", o->name ? o->name : o->distributed, msg.s);
