@@ -483,13 +483,11 @@ lval lf_lift_all_reduce(lstate *s) {
          * logsumexp's shift cancels, whatever reduction made it): a
          * difference proved here, which decides only where ops that keep it
          * carry it to an output (lf_scale_differ). */
-        int64_t dims[VIEW_MAX_RANK];
-        lf_global_dims(c, &v, &in->shape, dims);
-        lval r = term(lf_fresh_var(c, in->shape.dtype, dims, in->shape.rank), v, false);
+        lval r = lf_assumed_term(c, in, v);
         /* Counted as assumed (what c->assumed gates, a finding that waited
          * on the outputs, stays undecided), yet no assumed view: the
          * difference travels on. */
-        c->assumed++;
+        r.assumed = false;
         strbuf m;
         sb_init(&m);
         sb_printf(&m, "%s reduces with %s over %s a value that is partial with %s: it is not the %s the baseline "
