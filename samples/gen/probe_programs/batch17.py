@@ -171,17 +171,16 @@ variants("s.variance_two_psums", "tp4", {"tp": 4}, var2, (P(None, "tp"),), P(), 
 # 16. cross-entropy training step over a vocab-sharded head, the stabiliser
 #     under stop_gradient (Megatron's vocab-parallel loss); bug: the gradient
 #     psum's transpose made four times too large, not divided back
+def vce_loss(w, h, y):   # one device's vocab block of w (batch20 uses it too)
+    z = h @ w
+    v = z.shape[1]
+    m = lax.pmax(lax.stop_gradient(z.max(-1, keepdims=True)), "tp")
+    lse = jnp.log(psum(jnp.exp(z - m).sum(-1), "tp")) + m[:, 0]
+    oh = jax.nn.one_hot(y - idx("tp") * v, v, dtype=z.dtype)
+    return (lse - psum((z * oh).sum(-1), "tp")).mean()
 def vce_step(bug):
     def f(h, w, y):
-        def loss(w):
-            z = h @ w
-            v = z.shape[1]
-            m = lax.pmax(lax.stop_gradient(z.max(-1, keepdims=True)), "tp")
-            lse = jnp.log(psum(jnp.exp(z - m).sum(-1), "tp")) + m[:, 0]
-            oh = jax.nn.one_hot(y - idx("tp") * v, v, dtype=z.dtype)
-            zy = psum((z * oh).sum(-1), "tp")
-            return (lse - zy).mean()
-        l, g = jax.value_and_grad(loss)(w)
+        l, g = jax.value_and_grad(vce_loss)(w, h, y)
         # without check_vma the transpose of psum is a psum: every gradient
         # comes out summed over the four devices' equal cotangents
         return l, w - 0.1 * (g if bug == "grad-not-rescaled" else g / 4)
