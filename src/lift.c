@@ -465,6 +465,31 @@ static bool baseline_splits(const lift_ctx *c, int64_t len, int64_t n) {
     return false;
 }
 
+/* Whether the baseline reshapes class x to dims sd[rank] (x's with one dim
+ * split), or x is an elementwise op (depth levels down) over such values:
+ * the split distributes over it (x · x of a reshaped x). */
+static bool split_in_baseline(lift_ctx *c, eid x, const int64_t *sd, uint32_t rank, int depth) {
+    if (baseline_reshape(c, x, lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, x)), sd, rank))) return true;
+    if (depth <= 0) return false;
+    uint32_t xt = eg_class_type(c->g, x);
+    for (eid k = eg_class_first(c->g, eg_find(c->g, x)); k != EID_NONE; k = eg_class_next(c->g, k)) {
+        uint32_t m;
+        if (!lf_is_elementwise(eg_node_op(c->g, k))) continue;
+        const eid *ch = eg_node_children(c->g, k, &m);
+        eid kids[4];
+        if (!m || m > 4) continue;
+        memcpy(kids, ch, m * sizeof *kids);
+        bool all = true;
+        for (uint32_t j = 0; j < m && all; j++) {
+            uint32_t r1, r2;
+            const int64_t *a = eg_type_dims(c->g, eg_class_type(c->g, kids[j]), &r1), *b = eg_type_dims(c->g, xt, &r2);
+            all = r1 == r2 && !memcmp(a, b, r1 * sizeof *a) && split_in_baseline(c, kids[j], sd, rank, depth - 1);
+        }
+        if (all) return true;
+    }
+    return false;
+}
+
 /* Whether class x (or a term it is made of, a few levels down) is a dot or
  * reduce with an operand the baseline reshapes splitting a contracted or
  * reduced dim into [n, rest]. */
@@ -498,8 +523,7 @@ static bool grouped_term(lift_ctx *c, eid x, int64_t n, int depth) {
                         if (q == (uint32_t)d) sd[r++] = n, sd[r++] = dims[q] / n;
                         else sd[r++] = dims[q];
                     }
-                    uint32_t t = lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, kids[side])), sd, rank + 1);
-                    if (baseline_reshape(c, kids[side], t)) return true;
+                    if (split_in_baseline(c, kids[side], sd, rank + 1, 2)) return true;
                     /* summands of unknown provenance (a value assumed past
                      * an op not related): any baseline grouping of the dim */
                     if (has_var(c, kids[side], 3) && baseline_splits(c, dims[d], n)) return true;
@@ -561,8 +585,16 @@ static bool linear_in(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, co
         /* Exact when widening (bf16/f16 → f32 → f64, f32 → c64), and for
          * the counts an integer sum holds, to f32 or wider. */
         int from = comp->instrs[in->operands[0]].shape.dtype;
-        return dtype_widens(from, in->shape.dtype) ||
-               (dtype_is_int(from) && dtype_is_float(in->shape.dtype) && dtype_bits(in->shape.dtype) >= 32);
+        if (dtype_widens(from, in->shape.dtype) ||
+            (dtype_is_int(from) && dtype_is_float(in->shape.dtype) && dtype_bits(in->shape.dtype) >= 32))
+            return true;
+        /* counts held in floats (a sum of one-hot rows) made integers or
+         * narrower floats: exact where every share and their sum are */
+        int64_t parts = 1;
+        for (uint32_t a = 0; a < c->mesh->naxes; a++)
+            if (ops[k].v.partial >> a & 1) parts *= c->mesh->sizes[a];
+        return lf_counts_convert_exactly(from, in->shape.dtype,
+                                         lf_integral_bound(c->cur, comp, in->operands[0], c->ndev), parts);
     }
     default:
         return false;
@@ -1070,6 +1102,13 @@ static lval lift_elementwise(lstate *s) {
          * (or of one and a value the same on every device it is partial over)
          * is the partial max of the maxima, and so for min. */
         bool idem = (red == RED_MAX && in->op == OP_MAXIMUM) || (red == RED_MIN && in->op == OP_MINIMUM);
+        /* A convert is monotone: it commutes with a max or a min. */
+        idem |= (red == RED_MAX || red == RED_MIN) && in->op == OP_CONVERT && !dtype_is_complex(in->shape.dtype) &&
+                !dtype_is_complex(s->comp->instrs[in->operands[0]].shape.dtype);
+        /* Whether a sum is finite is whether every share is (their min, as
+         * predicates), where finite shares do not overflow when summed. */
+        bool finite_test = in->op == OP_IS_FINITE && in->noperands == 1 && red == RED_SUM;
+        idem |= finite_test;
         bool ok = red == RED_SUM || idem;
         /* The negation of a partial max is the partial min of the negations
          * (max_i -x_i = -min_i x_i), exact in floating point; not for
@@ -1113,12 +1152,12 @@ static lval lift_elementwise(lstate *s) {
             if (later)
                 lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
                         "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
-            else if (!is_convert && lf_short_reduction(s, why.s))
-                ;
             else if (!is_convert && grouped_in_baseline(c, ops, in->noperands))
                 lf_unsupported(c, s->comp, in, "%s uses a partial sum before it is reduced (%s), and the baseline splits "
                                "a dim that sum runs over into the devices' blocks (a computation per group, as jax.vmap "
                                "over the blocks writes it): per-device groups are not related yet", in->name, why.s);
+            else if (!is_convert && lf_short_reduction(s, why.s))
+                ;
             else
                 lf_finding(c, is_convert ? KIND_DTYPE_MISMATCH : KIND_MISSING_ALL_REDUCE, s->comp, in,
                         is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
@@ -1132,6 +1171,11 @@ static lval lift_elementwise(lstate *s) {
             pv.partial = is_convert || later ? partial : 0;
             pv.red = is_convert || later ? red : 0;
             return lf_assumed_term(c, in, pv);
+        }
+        if (finite_test) {
+            lf_assume(c, "a sum of finite shares is finite (it does not overflow): is-finite of a partial sum is the "
+                         "min over the devices of each share's");
+            red = RED_MIN;
         }
         v.partial = partial;
         v.red = red;
@@ -1325,6 +1369,7 @@ lval lf_lift_instr(lstate *s) {
     if (lf_iota_block(s, &pwv)) return pwv;
     if (lf_arg_offset(s, &pwv)) return pwv;
     if (lf_owner_select(s, &pwv)) return pwv;
+    if (lf_stack_pick(s, &pwv)) return pwv;
     if (lf_owner_test(s)) return unknown(); /* related by the select that uses it (lf_owner_select) */
     if (lf_gather_index_values(s, &pwv)) return pwv;
     if (lf_move_mask(s, &pwv)) return pwv;

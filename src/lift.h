@@ -315,6 +315,8 @@ typedef struct lift_ctx {
     eid dom_src[8];                       /* sources assumed within [0, dom_size) */
     int64_t dom_size[8];
     uint32_t ndoms;
+    struct lift_winner *winners;          /* selections among a stack of partial maxima (lift_argmax.c) */
+    uint32_t nwinners, capwinners;
     const char *resync_scope;             /* the first one */
     uint64_t lifted, assumed;             /* instructions lifted; with assumed content */
     uint64_t *digests[2];                 /* per module, per computation (0: not yet) */

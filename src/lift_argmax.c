@@ -428,6 +428,276 @@ static bool stacked_pairs(lstate *s, int kind, lval *out) {
     return true;
 }
 
+/* ---- the winner of a stack of partial maxima ----
+ * Greedy sampling over vocab-parallel logits gathers each device's max (a
+ * partial max: the stack of the blocks' maxima) and selects among the stack
+ * with positions 0..blocks-1: the value is the row's max, the position J
+ * the first block that holds it. Each block's own position of its max (the
+ * positions of an argmax of the same rows with the blocks' offsets, gathered
+ * alike) taken at J is the first position of the row's max: the baseline's
+ * argmax (lf_stack_pick). J is lifted as what it is — the selection among
+ * the blocks' maxima — and as index values in [0, blocks), proved, so that
+ * take_along_axis's wrap and bounds check settle. */
+typedef struct lift_winner {
+    eid j;         /* element 1 of the selection among the blocks: the source of the index values */
+    eid x, init;   /* the rows selected among (global term) and the max reduction's init */
+    int64_t dim;   /* the dim of x the blocks split */
+    int64_t nb;    /* blocks */
+    int kind;      /* SEL_ARGMAX or SEL_ARGMIN */
+    uint32_t axes; /* the mesh axes the blocks run over */
+    view xv;       /* x's view (how the blocks are laid over the devices) */
+    view w;        /* J's view */
+} lift_winner;
+
+static const int64_t *node_attr(lift_ctx *c, eid k, int64_t key, uint32_t *n);
+static const hlo_instr *pair_reduce(lstate *s, eid node, const lval **val);
+
+static const lift_winner *winner_of(const lift_ctx *c, eid j) {
+    for (uint32_t k = 0; k < c->nwinners; k++)
+        if (c->winners[k].j == j) return &c->winners[k];
+    return NULL;
+}
+
+bool lf_is_winner(const lift_ctx *c, eid j) { return winner_of(c, j) != NULL; }
+
+static void winner_note(lift_ctx *c, const lift_winner *w) {
+    if (winner_of(c, w->j)) return;
+    if (c->nwinners == c->capwinners) {
+        uint32_t cap = c->capwinners ? 2 * c->capwinners : 4;
+        lift_winner *n = arena_alloc(c->a, cap * sizeof *n);
+        if (c->nwinners) memcpy(n, c->winners, c->nwinners * sizeof *n);
+        c->winners = n;
+        c->capwinners = cap;
+    }
+    c->winners[c->nwinners++] = *w;
+}
+
+/* Whether instruction i of comp is an iota along dim d of its shape (its
+ * own iota_dimension, or a rank-1 iota broadcast along d). */
+static bool iota_along(const hlo_comp *comp, uint32_t i, uint32_t d) {
+    const hlo_instr *p = &comp->instrs[i];
+    if (p->op == OP_IOTA) return instr_int(p, A_IOTA_DIMENSION, 0) == (int64_t)d;
+    uint32_t nb;
+    const int64_t *bd = p->op == OP_BROADCAST && p->noperands == 1 ? instr_ints(p, A_DIMENSIONS, &nb) : NULL;
+    const hlo_instr *io = bd ? &comp->instrs[p->operands[0]] : NULL;
+    return io && io->op == OP_IOTA && io->shape.rank == 1 && nb == 1 && bd[0] == (int64_t)d;
+}
+
+/* Selecting reduce s over the stack of a group's partial max (min) values,
+ * gathered along its dim with positions iota along it (the first block that
+ * holds the row's greatest value): the row's max and J (above). */
+static bool stack_winner(lstate *s, int kind, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const hlo_comp *comp = s->comp;
+    uint32_t nd, gd;
+    int ga;
+    const lval *m;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    if (!kind || s->ops[0].kind != LV_UNKNOWN || !lf_gathered_partials(s, in->operands[0], &ga, &gd, &m)) return false;
+    const hlo_instr *g = &comp->instrs[in->operands[0]];
+    const shape *pre = &comp->instrs[g->operands[0]].shape;
+    int red = kind == SEL_ARGMAX ? RED_MAX : RED_MIN;
+    if (nd != 1 || rd[0] != (int64_t)gd || m->v.red != red || m->v.partial != (uint32_t)ga || m->partial_unsure ||
+        lf_scale_of(m) != 1 || m->diff || m->zm || pre->dims[gd] != 1 || m->v.rank != in->shape.tuple[0].rank + 1 ||
+        s->ops[1].kind != LV_TERM || !iota_along(comp, in->operands[1], gd) || s->ops[2].kind != LV_TERM ||
+        s->ops[3].kind != LV_TERM || !lf_class_is_zero(c, s->ops[3].cls))
+        return false;
+    /* the reduce that made the partial values (through shape-keeping ops) */
+    const hlo_instr *r = &comp->instrs[g->operands[0]];
+    while ((r->op == OP_RESHAPE || r->op == OP_BITCAST || r->op == OP_COPY) && r->noperands == 1)
+        r = &comp->instrs[r->operands[0]];
+    uint32_t nr;
+    const int64_t *rdims = r->op == OP_REDUCE && r->noperands == 2 ? instr_ints(r, A_DIMENSIONS, &nr) : NULL;
+    if (!rdims || nr != 1 || instr_reducer(c->cur, r) != red) return false;
+    const lval *xv = &s->vals[r->operands[0]], *iv = &s->vals[r->operands[1]];
+    int64_t dr = rdims[0];
+    const shape *xs = &comp->instrs[r->operands[0]].shape;
+    if (xv->kind != LV_TERM || xv->v.partial || lf_scale_of(xv) != 1 || xv->diff || xv->zm || iv->kind != LV_TERM ||
+        eg_find(c->g, iv->cls) != eg_find(c->g, s->ops[2].cls) || xs->rank >= VIEW_MAX_RANK || dr < 0 ||
+        dr >= (int64_t)xs->rank)
+        return false;
+    /* the stack's order is the blocks' order: the dim's axes are the
+     * group's, major first in mesh order */
+    const view_dim *vd = &xv->v.dims[dr];
+    uint32_t mask = 0;
+    for (uint32_t a = 0; a < vd->naxes; a++) {
+        if (a && vd->axes[a - 1] >= vd->axes[a]) return false;
+        mask |= 1u << vd->axes[a];
+    }
+    uint32_t xr;
+    const int64_t *xt = eg_type_dims(c->g, eg_class_type(c->g, xv->cls), &xr);
+    int64_t n = xs->dims[dr];
+    if (mask != (uint32_t)ga || xr != xs->rank || n <= 0 || xt[dr] % n || xt[dr] / n != g->shape.dims[gd]) return false;
+    int64_t nb = xt[dr] / n, sp[VIEW_MAX_RANK + 1], bm[VIEW_MAX_RANK], kept[VIEW_MAX_RANK];
+    for (uint32_t k = 0, q = 0, e = 0; k < xr; k++) {
+        if (k == (uint32_t)dr) sp[q++] = nb;
+        sp[q++] = k == (uint32_t)dr ? n : xt[k];
+        bm[k] = k == (uint32_t)dr ? nb : xt[k];
+        if (k != (uint32_t)dr) kept[e++] = xt[k];
+    }
+    int xdt = eg_type_dtype(c->g, eg_class_type(c->g, xv->cls));
+    const shape *es0 = &in->shape.tuple[0], *es1 = &in->shape.tuple[1];
+    /* the blocks' maxima (x with dim dr split into [blocks, n], reduced
+     * over n: the e-graph's arrays move as it grows, so classes are copied) */
+    eid x = xv->cls, init0 = s->ops[2].cls, init1 = s->ops[3].cls;
+    eid k1[2] = {lf_mk_reshape(c, x, lf_type_of(c, xdt, sp, xr + 1), c->origin), init0};
+    hlo_instr ri = *r;
+    hlo_attr *attrs = arena_alloc(c->a, (r->nattrs + 1) * sizeof *attrs);
+    if (r->nattrs) memcpy(attrs, r->attrs, r->nattrs * sizeof *attrs);
+    int64_t inner = dr + 1;
+    for (uint32_t k = 0; k < r->nattrs; k++)
+        if (attrs[k].key == A_DIMENSIONS) attrs[k].v.ints = arena_memdup(c->a, &inner, sizeof inner), attrs[k].n = 1;
+    ri.attrs = attrs;
+    eid blocks = lf_node(c, c->cur, &ri, k1, 2, bm, c->origin);
+    int64_t iw[3] = {A_IOTA_DIMENSION, 1, dr};
+    eid io = eg_add(c->g, OP_IOTA, eg_attr(c->g, iw, dr ? 3 : 0), lf_type_of(c, es1->dtype, bm, xr), NULL, 0, c->origin);
+    eid k2[4] = {blocks, io, init0, init1};
+    eid sel = reduce_over(c, in, dr, k2);
+    eid j = element(c, sel, 1, es1->dtype, kept, xr - 1);
+    view w = view_dup(es0->rank);
+    for (uint32_t k = 0, q = 0; k < m->v.rank; k++)
+        if (k != gd) w.dims[q++] = m->v.dims[k];
+    int64_t gdm[VIEW_MAX_RANK];
+    lf_global_dims(c, &w, es1, gdm);
+    if (es0->rank != xr - 1 || memcmp(gdm, kept, (xr - 1) * sizeof *gdm)) return false;
+    bool assumed = m->assumed || xv->assumed || s->ops[2].assumed || s->ops[3].assumed;
+    lval t = {.kind = LV_TUPLE, .n = 2};
+    t.elems = arena_alloc(c->a, 3 * sizeof *t.elems);
+    t.elems[0] = term(lf_mk_reshape(c, m->cls, lf_type_of(c, es0->dtype, gdm, es0->rank), c->origin), w, assumed);
+    pw_fn *f = arena_alloc(c->a, (size_t)c->ndev * sizeof *f);
+    for (int64_t d = 0; d < c->ndev; d++) {
+        pw_shift(&f[d], 0);
+    }
+    t.elems[1] = (lval){.kind = LV_PW, .pw = f, .pos = j, .src = j, .v = w, .cls = EID_NONE, .assumed = assumed};
+    lf_proven_domain(c, j, nb);
+    lift_winner wn = {.j = j, .x = x, .init = init0, .dim = dr, .nb = nb, .kind = kind, .axes = (uint32_t)ga,
+                      .xv = xv->v, .w = w};
+    winner_note(c, &wn);
+    *out = t;
+    return true;
+}
+
+bool lf_takes_along(const hlo_instr *g, uint32_t d, uint32_t rank) {
+    uint32_t no, nc, ns, nob, nib, nsz;
+    const int64_t *od = instr_ints(g, A_OFFSET_DIMS, &no), *cd = instr_ints(g, A_COLLAPSED_SLICE_DIMS, &nc);
+    const int64_t *sm = instr_ints(g, A_START_INDEX_MAP, &ns), *ob = instr_ints(g, A_OPERAND_BATCHING_DIMS, &nob);
+    const int64_t *ib = instr_ints(g, A_START_INDICES_BATCHING_DIMS, &nib), *sz = instr_ints(g, A_SLICE_SIZES, &nsz);
+    (void)od;
+    if (g->op != OP_GATHER || g->noperands != 2 || no || nc != 1 || cd[0] != (int64_t)d || ns != 1 || sm[0] != (int64_t)d ||
+        nob + 1 != rank || nib != nob || nsz != rank || instr_int(g, A_INDEX_VECTOR_DIM, 0) != (int64_t)rank)
+        return false;
+    for (uint32_t k = 0, q = 0; k < rank; k++) {
+        if (sz[k] != 1) return false;
+        if (k == d) continue;
+        if (ob[q] != (int64_t)k || ib[q] != (int64_t)k) return false;
+        q++;
+    }
+    return true;
+}
+
+/* The stack gathered along *gd over *ga by all-gather i: of positions of a
+ * selection with the blocks' offsets (*p), or (*owed) of positions local to
+ * each device's block, which *p then holds as they would be with the
+ * offsets, *n the block's size. */
+static bool position_stack(lstate *s, uint32_t i, int *ga, uint32_t *gd, lval *p, bool *owed, int64_t *n) {
+    const lval *q;
+    *owed = false;
+    if (lf_gathered_partials(s, i, ga, gd, &q)) {
+        *p = *q;
+        return true;
+    }
+    const hlo_comp *comp = s->comp;
+    const hlo_instr *g = &comp->instrs[i];
+    uint32_t ng;
+    const int64_t *gdims = g->op == OP_ALL_GATHER && g->noperands == 1 ? instr_ints(g, A_DIMENSIONS, &ng) : NULL;
+    const hlo_instr *r = gdims && ng == 1 ? owing_reduce(s, g->operands[0], true) : NULL;
+    eid node;
+    int d;
+    view_dim axes;
+    if (!r || gdims[0] < 0 || (uint64_t)gdims[0] >= g->shape.rank || comp->instrs[g->operands[0]].shape.dims[gdims[0]] != 1 ||
+        (*ga = lift_groups_axes(s->c, g, true)) <= 0 || !owed_pairs(s, r, &node, &d, &axes, p) || d < 0)
+        return false;
+    /* p is the positions' value before the reshape to the gathered shape */
+    int64_t gdm[VIEW_MAX_RANK];
+    const shape *pre = &comp->instrs[g->operands[0]].shape;
+    view v = view_dup(pre->rank);
+    for (uint32_t k = 0, q2 = 0; k < pre->rank; k++)
+        if (k != (uint32_t)gdims[0]) v.dims[k] = p->v.dims[q2++];
+    v.partial = p->v.partial;
+    v.red = p->v.red;
+    lf_global_dims(s->c, &v, pre, gdm);
+    p->cls = lf_mk_reshape(s->c, p->cls, lf_type_of(s->c, pre->dtype, gdm, pre->rank), s->c->origin);
+    p->v = v;
+    *gd = (uint32_t)gdims[0];
+    *owed = true;
+    *n = comp->instrs[r->operands[0]].shape.dims[d];
+    return true;
+}
+
+bool lf_stack_pick(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    int ga;
+    uint32_t gd;
+    lval p;
+    bool owed;
+    int64_t n = 0;
+    const lval *ix = &s->ops[1];
+    if (c->baseline_mode || in->op != OP_GATHER || in->noperands != 2 || s->ops[0].kind != LV_UNKNOWN ||
+        ix->kind != LV_PW || !position_stack(s, in->operands[0], &ga, &gd, &p, &owed, &n))
+        return false;
+    const lift_winner *wn = winner_of(c, ix->src);
+    const shape *st = &s->comp->instrs[in->operands[0]].shape;
+    if (!wn || p.v.red != RED_ARG || p.partial_unsure || lf_scale_of(&p) != 1 || p.diff || p.zm ||
+        p.v.partial != wn->axes || (uint32_t)ga != wn->axes || !lf_takes_along(in, gd, st->rank) ||
+        in->shape.rank != st->rank || !lf_pw_identity_on(c, ix, wn->nb) || st->dims[gd] != wn->nb)
+        return false;
+    for (uint32_t k = 0; k < st->rank; k++)
+        if (in->shape.dims[k] != (k == gd ? 1 : st->dims[k])) return false;
+    /* the positions are those of a selection of the same kind among the
+     * same rows over the same dim from the same init, laid over the devices
+     * as the blocks are */
+    eid node = element_of(c, p.cls, 1);
+    const lval *val;
+    const hlo_instr *r = node == EID_NONE ? NULL : pair_reduce(s, node, &val);
+    const eid *nk;
+    uint32_t na;
+    const int64_t *nd = r ? node_attr(c, lf_class_node(c, node, OP_REDUCE, 4, &nk), A_DIMENSIONS, &na) : NULL;
+    if (!nd || na != 1 || nd[0] != wn->dim || lf_select_kind(c->cur, r) != wn->kind ||
+        eg_find(c->g, nk[0]) != eg_find(c->g, wn->x) || eg_find(c->g, nk[2]) != eg_find(c->g, wn->init) ||
+        s->vals[r->operands[0]].kind != LV_TERM || !lf_same_sharding(&s->vals[r->operands[0]].v, &wn->xv))
+        return false;
+    view stack = view_dup(wn->w.rank);
+    for (uint32_t k = 0, q = 0; k < p.v.rank; k++)
+        if (k != gd) stack.dims[q++] = p.v.dims[k];
+    if (!lf_same_sharding(&stack, &wn->w)) return false;
+    view v = view_dup(in->shape.rank);
+    for (uint32_t k = 0, q = 0; k < in->shape.rank; k++)
+        if (k != gd) v.dims[k] = wn->w.dims[q++];
+    int64_t gdm[VIEW_MAX_RANK];
+    lf_global_dims(c, &v, &in->shape, gdm);
+    uint32_t ty = lf_type_of(c, in->shape.dtype, gdm, in->shape.rank);
+    eid got = lf_mk_reshape(c, p.cls, ty, c->origin);
+    if (owed) {
+        /* positions within each block, taken at the first block that holds
+         * the row's value: the global position less that block's offset */
+        interp_val *k = lf_fold_size_ok(gdm, in->shape.rank) ? interp_val_new(in->shape.dtype, in->shape.rank, gdm) : NULL;
+        if (!k) return false;
+        for (int64_t e = 0; e < k->n; e++) interp_val_set(k, e, (double)n);
+        eid jr = lf_mk_reshape(c, wn->j, ty, c->origin), kc = lf_const_term(c, k, c->origin);
+        eid off = eg_add(c->g, OP_MULTIPLY, 0, ty, (eid[]){jr, kc}, 2, c->origin);
+        got = eg_add(c->g, OP_SUBTRACT, 0, ty, (eid[]){got, off}, 2, c->origin);
+        lf_pending(c, KIND_WRONG_SHARD_DIM, s->comp, in,
+                   "%s takes, at the first block that holds the row's %s, positions that %s computes within each "
+                   "device's own block of dimension %lld without the block's offset: the position it returns lies "
+                   "within one block, not in the whole dimension",
+                   in->name, wn->kind == SEL_ARGMAX ? "max" : "min", r->name, (long long)wn->dim);
+    }
+    *out = term(got, v, p.assumed || ix->assumed);
+    return true;
+}
+
 /* Operand 1 of selecting reduce s, an iota of each device's own block along
  * the dim d it reduces (iota_dimension d, or a rank-1 iota broadcast along
  * d), while the values are sharded along d as `want` says: the positions
@@ -539,7 +809,7 @@ lval lf_lift_reduce_tuple(lstate *s) {
     }
     int kind = k == 2 ? lf_select_kind(c->cur, in) : SEL_NONE;
     lval st;
-    if (k == 2 && stacked_pairs(s, kind, &st)) return st;
+    if (k == 2 && (stacked_pairs(s, kind, &st) || stack_winner(s, kind, &st))) return st;
     /* a stack of partial values not completed here: said (its all-gather
      * left that to this reduce) */
     int ga;

@@ -307,7 +307,7 @@ static void blocks_as_partial(lstate *s, uint32_t d, uint32_t sharded, const hlo
     x->cls = all ? t : lf_mk_reshape(c, t, lf_type_of(c, ls->dtype, md, ls->rank), c->origin);
     x->v.dims[d] = rest;
     x->v.partial |= (uint8_t)sharded;
-    x->v.red = (uint8_t)instr_reducer(c->cur, in);
+    x->v.red = (uint8_t)lf_reducer(c->cur, in);
 }
 
 /* The operand of collective s (sum, max or min), sharded over some of `axes` on dims of
@@ -325,7 +325,7 @@ static void unit_blocks_as_partial(lstate *s, uint32_t axes) {
     const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
     /* A value partial over axes the group does not span is summed over the
      * wrong axes, more likely than over its unit dims: that finding stands. */
-    int red = instr_reducer(c->cur, in);
+    int red = lf_reducer(c->cur, in);
     if (x->kind != LV_TERM || (x->v.partial & ~axes) || (x->v.partial && x->v.red != red) || !ta || ls->rank > VIEW_MAX_RANK)
         return;
     uint32_t sharded = axes & ~(uint32_t)x->v.partial, got = 0;
@@ -378,7 +378,7 @@ lval lf_lift_all_reduce(lstate *s) {
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
     int axes = lf_collective_axes(s, false);
-    int red = instr_reducer(c->cur, in);
+    int red = lf_reducer(c->cur, in);
     if (axes < 0) return unknown();
     if (red == RED_NONE) return unknown_reducer(s);
     if (x->kind != LV_TERM) {
@@ -878,7 +878,7 @@ lval lf_lift_reduce_scatter(lstate *s) {
     int axes;
     uint32_t dim;
     if (!dim_collective(s, &axes, &dim)) return unknown();
-    int red = instr_reducer(c->cur, in);
+    int red = lf_reducer(c->cur, in);
     if (red == RED_NONE) return unknown_reducer(s);
     uint32_t extra = (uint32_t)axes & ~x->v.partial;
     lval copies = *x;

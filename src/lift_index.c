@@ -23,6 +23,10 @@
 /* The precondition that source values lie in [0, n) (a gathered table's rows). */
 static void assume_domain(lift_ctx *c, eid src, int64_t n) {
     lf_assume(c, "index values (token ids, positions) lie in [0, %lld), where they index", (long long)n);
+    lf_proven_domain(c, src, n);
+}
+
+void lf_proven_domain(lift_ctx *c, eid src, int64_t n) {
     if (src == EID_NONE) return;
     for (uint32_t i = 0; i < c->ndoms; i++)
         if (c->dom_src[i] == src && c->dom_size[i] == n) return;
@@ -672,8 +676,7 @@ static bool paired_in_order(const int64_t *a, const int64_t *b, uint32_t n) {
     return true;
 }
 
-/* Whether index values x (LV_PW) are, on every device, t itself for t in [0, n). */
-static bool identity_on(const lift_ctx *c, const lval *x, int64_t n) {
+bool lf_pw_identity_on(const lift_ctx *c, const lval *x, int64_t n) {
     if (x->pos == EID_NONE) return false;
     for (int64_t d = 0; d < c->ndev; d++) {
         const pw_fn *f = &x->pw[d];
@@ -724,7 +727,7 @@ static eid unwrapped(lift_ctx *c, eid x, int64_t n, int depth) {
 static void baseline_unwrapped(lstate *s, const lval *x, int64_t n, int64_t domain) {
     lift_ctx *c = s->c;
     if (!c->baseline_mode || (x->kind != LV_TERM && x->kind != LV_PW) || x->cls == EID_NONE || domain < 1) return;
-    eid t = x->kind == LV_TERM ? unwrapped(c, x->cls, n, 0) : identity_on(c, x, n) ? x->pos : x->cls;
+    eid t = x->kind == LV_TERM ? unwrapped(c, x->cls, n, 0) : lf_pw_identity_on(c, x, n) ? x->pos : x->cls;
     if (eg_find(c->g, t) == eg_find(c->g, x->cls) || eg_class_type(c->g, t) != eg_class_type(c->g, x->cls)) return;
     assume_domain(c, t, domain);
     eg_union(c->g, x->cls, t, NULL);
@@ -759,7 +762,7 @@ static void scatter_put(lstate *s, const lval *v) {
         if (!batching && ii->shape.dims[d] != 1) return;
     }
     int64_t n = in->shape.dims[j];
-    if (idx->kind == LV_PW && !identity_on(c, idx, n)) return;
+    if (idx->kind == LV_PW && !lf_pw_identity_on(c, idx, n)) return;
     /* plain index values: t itself, or t with negative values wrapped */
     eid pos = idx->kind == LV_PW ? idx->pos : unwrapped(c, idx->cls, n, 0);
     uint32_t t = eg_class_type(c->g, v->cls);
@@ -1218,16 +1221,19 @@ static bool masked_term(lstate *s, lval *out) {
 static bool select_in_domain(lstate *s, lval *out) {
     const lval *p = &s->ops[0];
     if (s->in->noperands != 3 || p->kind != LV_PW || !p->pw) return false;
-    for (uint32_t o = 1; o < 3; o++) {
-        int k = s->ops[o].kind;
-        if (k != LV_TERM && k != LV_LAYOUT && k != LV_WIN) return false;
-    }
     int64_t n = domain_of(s->c, p->src), k0 = -1;
     if (n <= 0) return false;
     for (int64_t d = 0; d < s->c->ndev; d++) {
         int64_t k;
         if (!pw_constant_on(&p->pw[d], 0, n, &k) || (k0 >= 0 && k != k0)) return false;
         k0 = k;
+    }
+    /* (the side not picked may be a fill constant where the domain is
+     * proved: a take from a stack at a selection's position) */
+    for (uint32_t o = 1; o < 3; o++) {
+        int k = s->ops[o].kind;
+        bool fill = o == (k0 ? 2u : 1u) && k == LV_DEV && lf_is_winner(s->c, p->src);
+        if (k != LV_TERM && k != LV_LAYOUT && k != LV_WIN && !fill) return false;
     }
     *out = s->ops[k0 ? 1 : 2];
     return true;

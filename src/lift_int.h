@@ -139,6 +139,12 @@ uint32_t lf_block_offsets(const lift_ctx *c, const double *vals, uint32_t count,
                           int64_t *parts);
 bool lf_same_sharding(const view *a, const view *b);
 bool lf_pw_instr(lstate *s, lval *out);
+/* Whether index values x (LV_PW) are, on every device, t itself for t in
+ * [0, n) (lift_index.c). */
+bool lf_pw_identity_on(const lift_ctx *c, const lval *x, int64_t n);
+/* Source src is proved to lie in [0, n) (no assumption): what its domain
+ * decides (a take's bounds check) holds (lift_index.c). */
+void lf_proven_domain(lift_ctx *c, eid src, int64_t n);
 bool lf_index_as_term(lift_ctx *c, lval *x);
 bool lf_mask_resolves(const lift_ctx *c, const lval *m);
 bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out);
@@ -185,6 +191,13 @@ bool lf_class_is_zero(lift_ctx *c, eid cls);
  * (exponentials, squares, absolute values, non-negative constants, and
  * sums, products, quotients, selections, reductions, layout ops of such). */
 bool lf_nonneg(const hlo_module *m, const hlo_comp *comp, uint32_t i);
+/* The bound of instruction i's values when they are integers computed
+ * exactly (counts), all-reduces over at most ndev devices; -1 otherwise
+ * (lift_zmask.c). */
+double lf_integral_bound(const hlo_module *m, const hlo_comp *comp, uint32_t i, int64_t ndev);
+/* Whether integral shares of dtype from, each at most bound, summed over
+ * parts devices, convert to dtype to exactly share by share (lift_zmask.c). */
+bool lf_counts_convert_exactly(int from, int to, double bound, int64_t parts);
 /* Whether every value of class cls is known to be x: the known values of the
  * class, or of the operand of a broadcast, reshape or convert it is (a splat
  * too large to fold; lift_zmask.c). */
@@ -370,6 +383,14 @@ lval lf_lift_reduce(lstate *s);
  * along *d over *axes of a value partial over them (*x). */
 bool lf_gathered_partials(lstate *s, uint32_t i, int *axes, uint32_t *d, const lval **x);
 
+/* instr_reducer with and / or of predicates read as min / max (the same on
+ * {0, 1}), so partial predicates combine whichever of the two is written. */
+static inline int lf_reducer(const hlo_module *m, const hlo_instr *in) {
+    int r = instr_reducer(m, in);
+    if (in->shape.dtype == DT_PRED) r = r == RED_AND ? RED_MIN : r == RED_OR ? RED_MAX : r;
+    return r;
+}
+
 /* Selecting reduces (lift_argmax.c). */
 enum { SEL_NONE = 0, SEL_ARGMAX, SEL_ARGMIN };
 int lf_select_kind(const hlo_module *m, const hlo_instr *in);    /* a 4-operand reduce's reducer: argmax, argmin or none */
@@ -378,6 +399,9 @@ lval lf_lift_reduce_tuple(lstate *s);                /* a variadic reduce */
 bool lf_arg_offset(lstate *s, lval *out);            /* add(positions local to a block, the block's offset) */
 bool lf_owner_test(lstate *s);                       /* eq(partial max, its complete value): unknown, for a select */
 bool lf_owner_select(lstate *s, lval *out);         /* select(that eq, positions, fill): partial(min) positions */
+bool lf_takes_along(const hlo_instr *g, uint32_t d, uint32_t rank); /* gather g is take_along_axis along d */
+bool lf_stack_pick(lstate *s, lval *out);            /* a take from a stack of partial positions at the winner */
+bool lf_is_winner(const lift_ctx *c, eid j);         /* j: a selection's position among a stack (stack_winner) */
 void lf_elementwise_unit_partials(lstate *s);        /* partial operands in their unit-dim reading, when theirs */
 
 /* Element-moving ops (lift_shape.c): the transfer functions of their opcodes. */

@@ -267,7 +267,8 @@ bool lf_gathered_partials(lstate *s, uint32_t i, int *axes, uint32_t *d, const l
 
 /* Whether every use of all-gather value i (gathered_partials, along d,
  * partial with reducer red) is a reduce over d with red: the stack reduced,
- * which is the complete value reduced (lf_lift_reduce). */
+ * which is the complete value reduced (lf_lift_reduce); positions (arg) may
+ * also be taken along d (lf_stack_pick says whether at the right place). */
 bool lf_stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i, uint32_t d, int red) {
     bool used = false;
     for (uint32_t j = i + 1; j < comp->ninstrs; j++) {
@@ -281,6 +282,9 @@ bool lf_stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i
             for (uint32_t k = 0; rd && k < nd; k++) over |= rd[k] == (int64_t)d;
             /* or one element of a selecting reduce's stacked pairs */
             bool pair = y->op == OP_REDUCE && y->noperands == 4 && lf_select_red(m, y, o) == red;
+            /* or positions taken along d (at a selection among the stack of
+             * the same rows' partial maxima: lf_stack_pick) */
+            if (red == RED_ARG && o == 0 && lf_takes_along(y, d, comp->instrs[i].shape.rank)) continue;
             if (!over || (!pair && (o != 0 || y->noperands != 2 || instr_reducer(m, y) != red))) return false;
         }
     }
@@ -294,7 +298,7 @@ lval lf_lift_reduce(lstate *s) {
     /* an integer init (a token count from 0); a device value the same on
      * every device (a bounds check of constant indices) is a constant too */
     for (uint32_t o = 0; o < in->noperands && in->noperands == 2; o++) lf_uniform_dev_as_term(s, o);
-    int red = instr_reducer(c->cur, in);
+    int red = lf_reducer(c->cur, in);
     /* The stack of a group's partial values (an all-gather of them) reduced
      * over the gathered dim with their reducer: the reduction of the complete
      * value, on every device of the group (the stack's blocks are the pieces

@@ -19,6 +19,7 @@
 #include "interp.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +103,123 @@ bool lf_nonneg(const hlo_module *m, const hlo_comp *comp, uint32_t i) {
     bool ok = nonneg_instr(m, comp, i, seen, 0);
     free(seen);
     return ok;
+}
+
+/* The largest integer a float of dtype dt holds exactly with every integer
+ * below it (2^mantissa bits); 0 for other types. */
+static double exact_ints(int dt) {
+    switch (dt) {
+    case DT_F64: return 9007199254740992.0;
+    case DT_F32: return 16777216.0;
+    case DT_F16: return 2048.0;
+    case DT_BF16: return 256.0;
+    default: return 0;
+    }
+}
+
+/* The bound of an integer type's values (|v| <= bound); 0 for other types. */
+static double int_range(int dt) {
+    if (dt == DT_PRED) return 1;
+    if (!dtype_is_int(dt)) return 0;
+    return ldexp(1, dtype_bits(dt) - (dtype_is_unsigned(dt) ? 0 : 1));
+}
+
+/* Whether instruction i of comp holds integers of magnitude at most *bound
+ * everywhere, computed exactly: counts (sums of converted comparisons),
+ * integer data, integral constants and iotas, and sums, products, maxima,
+ * selections, reductions (all-reduces over at most ndev devices) and layout
+ * changes of such; a float value counts only while its bound stays where
+ * the float holds every integer. seen/memo as nonneg_instr's. */
+static bool integral_instr(const hlo_module *m, const hlo_comp *comp, uint32_t i, int64_t ndev, uint8_t *seen,
+                           double *memo, int depth) {
+    if (seen[i]) return seen[i] == 1;
+    if (depth > 64) return false;
+    seen[i] = 2;
+    const hlo_instr *x = &comp->instrs[i];
+    int dt = x->shape.dtype;
+    double b[3] = {0, 0, 0}, r = -1;
+    for (uint32_t k = 0; k < x->noperands && k < 3; k++) {
+        bool need = x->op != OP_SELECT || k > 0;
+        if (need && !integral_instr(m, comp, x->operands[k], ndev, seen, memo, depth + 1)) {
+            if (x->op == OP_CONVERT || x->op == OP_PARAMETER) break;
+            return false;
+        }
+        b[k] = need ? memo[x->operands[k]] : 0;
+    }
+    switch (x->op) {
+    case OP_PARAMETER: r = int_range(dt) ? int_range(dt) : -1; break;
+    case OP_COMPARE: r = 1; break;
+    case OP_IOTA: {
+        int64_t d = instr_int(x, A_IOTA_DIMENSION, 0);
+        r = d >= 0 && (uint64_t)d < x->shape.rank ? (double)x->shape.dims[d] : -1;
+        break;
+    }
+    case OP_CONSTANT: {
+        const hlo_attr *la = instr_attr(x, A_LITERAL);
+        bool ok = la && !la->v.lit->elided && !la->v.lit->raw;
+        r = 0;
+        for (int64_t k = 0; ok && k < la->v.lit->count; k++) {
+            double v = la->v.lit->f ? la->v.lit->f[k] : (double)la->v.lit->i[k];
+            ok = v == floor(v);
+            r = fmax(r, fabs(v));
+        }
+        if (!ok) r = -1;
+        break;
+    }
+    case OP_CONVERT: {
+        /* from integers, or from an integral float */
+        int from = comp->instrs[x->operands[0]].shape.dtype;
+        r = seen[x->operands[0]] == 1 ? memo[x->operands[0]] : int_range(from) ? int_range(from) : -1;
+        break;
+    }
+    case OP_ADD: case OP_SUBTRACT: r = b[0] + b[1]; break;
+    case OP_MULTIPLY: r = b[0] * b[1]; break;
+    case OP_NEGATE: case OP_ABS: case OP_BROADCAST: case OP_RESHAPE: case OP_TRANSPOSE: case OP_COPY: case OP_BITCAST:
+    case OP_SLICE: case OP_REVERSE:
+        r = b[0];
+        break;
+    case OP_MAXIMUM: case OP_MINIMUM: r = fmax(b[0], b[1]); break;
+    case OP_SELECT: r = fmax(b[1], b[2]); break;
+    case OP_REDUCE: {
+        int red = instr_reducer(m, x);
+        uint32_t nd;
+        const int64_t *rd = instr_ints(x, A_DIMENSIONS, &nd);
+        const shape *xs = &comp->instrs[x->operands[0]].shape;
+        double n = 1;
+        for (uint32_t k = 0; k < nd; k++) n *= rd[k] >= 0 && (uint64_t)rd[k] < xs->rank ? (double)xs->dims[rd[k]] : 0;
+        r = x->noperands != 2 ? -1 : red == RED_SUM ? b[0] * n + b[1] : red == RED_MAX || red == RED_MIN ? fmax(b[0], b[1]) : -1;
+        break;
+    }
+    case OP_ALL_REDUCE: {
+        int red = instr_reducer(m, x);
+        r = x->noperands != 1 ? -1 : red == RED_SUM ? b[0] * (double)ndev : red == RED_MAX || red == RED_MIN ? b[0] : -1;
+        break;
+    }
+    default: break;
+    }
+    double top = dtype_is_float(dt) ? exact_ints(dt) : int_range(dt);
+    bool ok = r >= 0 && r <= top;
+    memo[i] = r;
+    seen[i] = ok ? 1 : 2;
+    return ok;
+}
+
+double lf_integral_bound(const hlo_module *m, const hlo_comp *comp, uint32_t i, int64_t ndev) {
+    uint8_t *seen = xcalloc(comp->ninstrs + 1, 1);
+    double *memo = xcalloc(comp->ninstrs + 1, sizeof *memo);
+    double r = integral_instr(m, comp, i, ndev, seen, memo, 0) ? memo[i] : -1;
+    free(seen);
+    free(memo);
+    return r;
+}
+
+/* Whether a float value of dtype `from` whose shares (each at most `bound`
+ * in magnitude, integral) are summed over `parts` devices converts to dtype
+ * `to` exactly, share by share and summed alike. */
+bool lf_counts_convert_exactly(int from, int to, double bound, int64_t parts) {
+    double total = bound * (double)parts;
+    double top = dtype_is_float(to) ? exact_ints(to) : int_range(to);
+    return bound >= 0 && dtype_is_float(from) && total <= exact_ints(from) && total <= top;
 }
 
 /* The class under a chain of transposes (*base), and for each dim k of it the

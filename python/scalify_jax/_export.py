@@ -74,7 +74,8 @@ def after_partitioning(lowered):
         with no_compilation_cache():
             lowered.compile(compiler_options={
                 "xla_dump_to": d, "xla_dump_hlo_pass_re": "spmd-partitioning",
-                "xla_dump_hlo_as_text": True, "xla_dump_hlo_as_proto": True})
+                "xla_dump_hlo_as_text": True, "xla_dump_hlo_as_proto": True,
+                "xla_dump_large_constants": True})
         files = sorted(os.listdir(d))
         picked = {}
         for ext in (".txt", ".hlo.pb"):
