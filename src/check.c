@@ -24,11 +24,12 @@ static bool load(side *s, const char *path, diag *d) {
     size_t n;
     bool gz;
     uint8_t h[32];
-    char *buf = io_read_file_sha256(path, &n, &gz, h, d);
+    size_t mapped;
+    const char *buf = io_map_file_sha256(path, &n, &gz, h, &mapped, d);
     if (buf) {
         for (int i = 0; i < 32; i++) snprintf(s->sha256 + 2 * i, 3, "%02x", h[i]);
         s->m = hlo_read_buffer(buf, n, path, &s->format, d);
-        free(buf);
+        io_unmap(buf, mapped);
     }
     return s->m != NULL;
 }

@@ -30,9 +30,10 @@ hlo_module *hlo_read_buffer(const char *buf, size_t n, const char *path, trace_f
 hlo_module *hlo_read_file(const char *path, diag *d) {
     size_t n;
     bool gz;
-    char *buf = io_read_file(path, &n, &gz, d);
+    size_t mapped;
+    const char *buf = io_map_file_sha256(path, &n, &gz, NULL, &mapped, d);
     if (!buf) return NULL;
     hlo_module *m = hlo_read_buffer(buf, n, path, NULL, d);
-    free(buf);
+    io_unmap(buf, mapped);
     return m;
 }

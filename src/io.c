@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -92,6 +93,47 @@ fail:
 
 char *io_read_file(const char *path, size_t *len, bool *was_gzip, diag *d) {
     return io_read_file_sha256(path, len, was_gzip, NULL, d);
+}
+
+/* Below this an input is read: mapping costs more than copying it. */
+enum { MAP_MIN = 1 << 20 };
+
+const char *io_map_file_sha256(const char *path, size_t *len, bool *was_gzip, uint8_t digest[32], size_t *mapped,
+                               diag *d) {
+    *mapped = 0;
+#ifdef MAP_PRIVATE
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    long page = sysconf(_SC_PAGESIZE);
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= MAP_MIN &&
+        (uint64_t)st.st_size <= IO_MAX_INPUT && page > 0 && st.st_size % page != 0) {
+        size_t n = (size_t)st.st_size;
+        char *p = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p != MAP_FAILED && !((unsigned char)p[0] == 0x1f && (unsigned char)p[1] == 0x8b)) {
+            close(fd);
+            madvise(p, n, MADV_SEQUENTIAL);
+            /* The rest of the last page reads as zeros: the NUL after the text. */
+            if (digest) sha256(p, n, digest);
+            if (was_gzip) *was_gzip = false;
+            *len = n;
+            *mapped = n;
+            return p;
+        }
+        if (p != MAP_FAILED) munmap(p, n); /* gzip: inflated from a read copy below */
+    }
+    if (fd >= 0) close(fd);
+#endif
+    return io_read_file_sha256(path, len, was_gzip, digest, d);
+}
+
+void io_unmap(const char *buf, size_t mapped) {
+#ifdef MAP_PRIVATE
+    if (mapped) {
+        munmap((void *)buf, mapped);
+        return;
+    }
+#endif
+    free((void *)buf);
 }
 
 char *io_read_file_sha256(const char *path, size_t *len, bool *was_gzip, uint8_t digest[32], diag *d) {

@@ -26,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "diag.h"
 
@@ -44,6 +45,15 @@ char *io_read_file(const char *path, size_t *len, bool *was_gzip, diag *d);
 /* io_read_file that also gives the SHA-256 of the file's bytes as stored (before
  * decompression: what sha256sum prints). */
 char *io_read_file_sha256(const char *path, size_t *len, bool *was_gzip, uint8_t digest[32], diag *d);
+/* io_read_file_sha256 for a reader done with the text before anything else
+ * runs (the HLO readers): a large uncompressed regular file is mapped read-only
+ * instead of copied, so its pages are the page cache's (nothing to zero or
+ * copy; the NUL after the last byte is the rest of its last page, so a size
+ * that fills whole pages is read as before). *mapped is the mapped length (0:
+ * a malloc'd copy, gzip inflated as usual). Give it back with io_unmap. */
+const char *io_map_file_sha256(const char *path, size_t *len, bool *was_gzip, uint8_t digest[32], size_t *mapped,
+                               diag *d);
+void io_unmap(const char *buf, size_t mapped);
 /* Inflates a gzip buffer; NULL (and a diag) when it is corrupt. Caller frees. */
 char *io_gunzip(const char *data, size_t n, size_t *len, diag *d);
 bool io_write_atomic(const char *path, const void *data, size_t n, diag *d);

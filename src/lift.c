@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "segrun.h"
 
@@ -40,12 +42,60 @@ void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const h
     c->digests[1] = xcalloc(dist->ncomps, sizeof(uint64_t));
     c->walked = xcalloc(dist->ncomps ? dist->ncomps : 1, sizeof *c->walked);
     c->seg_at = xcalloc(dist->ncomps ? dist->ncomps : 1, sizeof *c->seg_at);
-    /* Lifting takes about 288 bytes per instruction of the two programs (the
-     * values of each computation walked, the memo's runs). */
-    arena_expect(a, (size_t)(graph_instr_count(base) + graph_instr_count(dist)) * 288);
+    /* Besides the entry computations' values (vals_for), lifting takes about
+     * 64 bytes per instruction of the two programs (the memo's runs, other
+     * computations' values). */
+    arena_expect(a, (size_t)(graph_instr_count(base) + graph_instr_count(dist)) * 64);
+}
+
+/* The entry computations' values (the bulk of a flat program's: one lval per
+ * instruction) live in mappings of their own, [0] the baseline's and [1] the
+ * distributed program's, rather than in the arena: the baseline's, once
+ * nothing reads them (the memo off or futile), become the distributed walk's.
+ * Pages already in use cost a memset; fresh ones the kernel's zeroing, which
+ * on a virtual machine is the larger part of a deep program's time. */
+enum { VALS_MAP_MIN = 1 << 22 };
+
+static void vals_unmap(lval *p, size_t len) {
+    if (p) munmap(p, len);
+}
+
+static lval *vals_for(lift_ctx *c, const hlo_comp *comp) {
+    size_t bytes = (size_t)comp->ninstrs * sizeof(lval);
+    int k = c->baseline_mode ? 0 : 1;
+    if (c->depth != 0 || comp != graph_entry(c->cur) || bytes < VALS_MAP_MIN || c->vmap[k])
+        return arena_alloc(c->a, bytes ? bytes : 1);
+    long page = sysconf(_SC_PAGESIZE);
+    size_t len = (bytes + (size_t)page - 1) / (size_t)page * (size_t)page;
+    void *p = MAP_FAILED;
+    if (k == 1 && c->vmap[0] && c->vmap_spare) {
+        /* The baseline's values, read by nothing now: reused (grown when short). */
+        size_t old = c->vmap_len[0];
+        p = old >= len ? (void *)c->vmap[0] : mremap(c->vmap[0], old, len, MREMAP_MAYMOVE);
+        if (p != MAP_FAILED) {
+            memset(p, 0, old < bytes ? old : bytes);
+            if (old > len) len = old;
+        } else {
+            vals_unmap(c->vmap[0], old);
+        }
+        c->vmap[0] = NULL;
+        c->vmap_spare = false;
+    }
+    if (p == MAP_FAILED) {
+        p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return arena_alloc(c->a, bytes);
+#ifdef MADV_HUGEPAGE
+        madvise(p, len, MADV_HUGEPAGE); /* advice: without it, small pages */
+#endif
+    }
+    c->vmap[k] = p;
+    c->vmap_len[k] = len;
+    return p;
 }
 
 void lift_done(lift_ctx *c) {
+    vals_unmap(c->vmap[0], c->vmap_len[0]);
+    vals_unmap(c->vmap[1], c->vmap_len[1]);
     lf_memo_free(c);
     sb_free(&c->assumptions);
     free(c->segs);
@@ -203,6 +253,8 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
         c->segs[si].build_ms += now_ms() - t0;
     }
     lf_walk_side(c, false);
+    /* Only the memo reads the baseline's values after its walk. */
+    c->vmap_spare = !lf_memo_reads_base(c);
     uint32_t n = r.kind == LV_TUPLE ? r.n : 1;
     *outs = arena_alloc(c->a, (n + 1) * sizeof **outs);
     *nouts = n;
@@ -2092,7 +2144,7 @@ void lift_value_words(strbuf *b, const lval *v, const mesh *m) {
 }
 
 lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs, uint32_t ninputs) {
-    lval *vals = arena_alloc(c->a, comp->ninstrs * sizeof *vals);
+    lval *vals = vals_for(c, comp);
     uint32_t *seg = NULL;
     if (!c->baseline_mode && c->cur == c->dist) {
         c->walked[comp - c->dist->comps] = vals;

@@ -130,6 +130,8 @@ typedef struct lift_win {
 enum { TAG_ZERO = 0, TAG_HIT = 1, TAG_JUNK = 2 };
 
 typedef struct lval {
+    /* Fields by size (one-byte, four-byte, eight-byte), so that no padding
+     * sits between them: a flat program holds one lval per instruction. */
     uint8_t kind;
     bool assumed;
     bool konst;                   /* computed from constants only (no parameter) */
@@ -141,15 +143,25 @@ typedef struct lval {
     bool partial_unsure;          /* its partial axes come from reducing a unit dim that carries
                                    * them in only one reading of an ambiguous reshape (another
                                    * reading leaves the value sharded, not partial) */
-    eid cls;
+    uint8_t vdim;                 /* LV_IVEC: the dim holding the components */
+    bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
+    bool rescaled;                /* a baseline term times a constant factor put back into it */
     view v;
-    double *dev;
+    eid cls;
     uint32_t count;
-    struct lval *elems;
     uint32_t n;
-    pw_fn *pw;                    /* LV_PW / LV_MASK: one function per device */
     eid pos, hit;                 /* source positions; LV_MASK: the gathered row */
     eid src;                      /* LV_PW / LV_MASK: the source term itself (before shaping) */
+    uint32_t diff;                /* distributed: 1 + index in lift_ctx.diffs of a proved difference
+                                   * (0: none): the value differs from the term `corr` wherever the
+                                   * term its factor was put into is non-zero (lift_scale.c) */
+    eid corr;                     /* with diff: the term it would be with the baseline's factor */
+    uint32_t pid;                 /* distributed partial sum (LV_TERM): names its per-device values,
+                                   * the same through copies, tuples and loop carries, new for every
+                                   * op that computes one (0: none; lift_psub.c) */
+    double *dev;
+    struct lval *elems;
+    pw_fn *pw;                    /* LV_PW / LV_MASK: one function per device */
     lift_layout *lay;             /* LV_LAYOUT */
     lift_win *win;                /* LV_WIN */
     struct lift_psub *psub;       /* LV_PSUB */
@@ -158,24 +170,14 @@ typedef struct lval {
                                    * the positions (for pos), moved alike; v, hit, pos unused */
     int64_t domain;               /* LV_MASK: valid index values [0, domain); -1: the extent
                                    * assumed for src elsewhere (a mask that only tests ids) */
-    uint8_t vdim;                 /* LV_IVEC: the dim holding the components */
-    bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
     const struct lift_zmask *zm;  /* LV_TERM / LV_LAYOUT: a zero mask (below), or NULL */
     double scale;                 /* LV_TERM / LV_LAYOUT / LV_WIN: the value is this constant
                                    * times what the term and view say (0: 1; lift_scale.c) */
-    bool rescaled;                /* a baseline term times a constant factor put back into it */
-    uint32_t diff;                /* distributed: 1 + index in lift_ctx.diffs of a proved difference
-                                   * (0: none): the value differs from the term `corr` wherever the
-                                   * term its factor was put into is non-zero (lift_scale.c) */
-    eid corr;                     /* with diff: the term it would be with the baseline's factor */
     const hlo_instr *factor_at;   /* distributed: the last op that changed the factor */
     const hlo_instr *summed_at;   /* distributed: the last sum collective upstream */
     const hlo_instr *short_at;    /* distributed: a sum collective after which the value stayed
                                    * partial (over the axes it still is), or NULL */
     const hlo_comp *short_comp;
-    uint32_t pid;                 /* distributed partial sum (LV_TERM): names its per-device values,
-                                   * the same through copies, tuples and loop carries, new for every
-                                   * op that computes one (0: none; lift_psub.c) */
 } lval;
 
 /* LV_PSUB (lift_psub.c): `base` is a partial sum (sum) over the mesh axes
@@ -370,6 +372,10 @@ typedef struct lift_ctx {
                                            * the last time it was walked (arena), or NULL */
     uint32_t **seg_at;                    /* beside walked: the segment each instruction was
                                            * counted to (UINT32_MAX: none) */
+    lval *vmap[2];                        /* the entry computations' values when large: mappings
+                                           * of their own (lift.c vals_for), 0 baseline, 1 distributed */
+    size_t vmap_len[2];
+    bool vmap_spare;                      /* vmap[0] read by nothing: the distributed walk's to reuse */
 } lift_ctx;
 
 /* A window (LV_WIN) v, a value of comp, used by in (or read as an output)

@@ -196,6 +196,8 @@ static void memo_init(lift_ctx *c) {
         fprintf(stderr, "memo: no distributed run has a baseline run of its scope to compare with: no hit is possible\n");
 }
 
+bool lf_memo_reads_base(const lift_ctx *c) { return c->memo && !c->memo->futile; }
+
 void lf_memo_free(lift_ctx *c) {
     if (c->memo) {
         strmap_free(&c->memo->base_scope);
