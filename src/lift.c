@@ -253,8 +253,9 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
         c->segs[si].build_ms += now_ms() - t0;
     }
     lf_walk_side(c, false);
-    /* Only the memo reads the baseline's values after its walk. */
-    c->vmap_spare = !lf_memo_reads_base(c);
+    /* Only the memo reads the baseline's values after its walk, and it
+     * keeps what it reads: the walk's become the distributed walk's. */
+    c->vmap_spare = lf_memo_release_base(c);
     uint32_t n = r.kind == LV_TUPLE ? r.n : 1;
     *outs = arena_alloc(c->a, (n + 1) * sizeof **outs);
     *nouts = n;

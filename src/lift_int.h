@@ -277,9 +277,10 @@ uint32_t lf_memo_lift_run(lift_ctx *c, lf_memo_side *ms, uint32_t r, const hlo_c
                           const view *inputs, uint32_t ninputs);
 void lf_memo_leave(lift_ctx *c, lf_memo_side *ms);
 void lf_memo_free(lift_ctx *c);
-/* Whether the memo reads the baseline's values after its walk (it is on and
- * some distributed run could be a hit). */
-bool lf_memo_reads_base(const lift_ctx *c);
+/* After the baseline's walk: keeps, on their own, the values of the
+ * baseline's entry computation the memo reads later (none when it is off
+ * or futile); returns whether nothing else reads that walk's values. */
+bool lf_memo_release_base(lift_ctx *c);
 
 /* What lifting may leave in the context: a walk under one reading (of a
  * loop carry, of a partial sum) that is then undone goes back to it.

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "debug.h"
 #include "lift_int.h"
@@ -61,6 +62,14 @@ struct lf_memo_side {
     uint32_t *shape_runs;         /* per shape: its number of runs (1: it can neither hit nor be reused) */
     /* baseline: per run the next run of its scope (memo_materialise) */
     uint32_t *scope_next;
+    /* Baseline, once walked (lf_memo_release_base): the values the memo reads
+     * kept on their own — kept[at[i] - 1] for instruction i, at[i] 0 when
+     * not kept — so that vals, the whole walk's, can go; scratch (NULL until
+     * memo_materialise needs it) holds the values of a run built after all. */
+    lval *kept;
+    uint32_t *at;
+    lval *scratch;
+    size_t scratch_len;
 };
 
 struct lift_memo {
@@ -196,10 +205,46 @@ static void memo_init(lift_ctx *c) {
         fprintf(stderr, "memo: no distributed run has a baseline run of its scope to compare with: no hit is possible\n");
 }
 
-bool lf_memo_reads_base(const lift_ctx *c) { return c->memo && !c->memo->futile; }
+/* Baseline value i as the memo sees it: the walk's, or the one kept. */
+static lval *base_val(const lf_memo_side *bs, uint32_t i) {
+    static lval none; /* not kept: never read (see lf_memo_release_base) */
+    if (!bs->at) return &bs->vals[i];
+    if (!bs->at[i]) return memset(&none, 0, sizeof none);
+    return &bs->kept[bs->at[i] - 1];
+}
+
+/* After the baseline's walk, the memo reads only some of its values: each
+ * run's slots, the values it exports and its parameters (memo_hit,
+ * memo_record, memo_materialise, which builds a run's other values again).
+ * Those are kept on their own and vals is left to the caller. */
+bool lf_memo_release_base(lift_ctx *c) {
+    if (!c->memo || c->memo->futile) return true;
+    lf_memo_side *bs = &c->memo->side[0];
+    if (bs->comp != graph_entry(c->base)) return true; /* it reads a called computation's values */
+    if (!bs->walked || !bs->vals || bs->at) return false;
+    uint32_t n = bs->comp->ninstrs, nkept = 0;
+    uint32_t *at = xcalloc(n + 1, sizeof *at);
+    for (uint32_t r = 0; r < bs->runs.n; r++) {
+        const sr_run *x = &bs->runs.runs[r];
+        for (uint32_t s = 0; s < x->nslots; s++)
+            if (!at[x->slots[s]]) at[x->slots[s]] = ++nkept;
+        for (uint32_t i = x->i0; i < x->i1; i++)
+            if (!at[i] && (x->exported[i - x->i0] || bs->comp->instrs[i].op == OP_PARAMETER)) at[i] = ++nkept;
+    }
+    bs->kept = xmalloc((nkept + 1) * sizeof *bs->kept);
+    for (uint32_t i = 0; i < n; i++)
+        if (at[i]) bs->kept[at[i] - 1] = bs->vals[i];
+    bs->at = at;
+    bs->vals = NULL;
+    return true;
+}
 
 void lf_memo_free(lift_ctx *c) {
     if (c->memo) {
+        lf_memo_side *bs = &c->memo->side[0];
+        free(bs->kept);
+        free(bs->at);
+        if (bs->scratch) munmap(bs->scratch, bs->scratch_len);
         strmap_free(&c->memo->base_scope);
         strmap_free(&c->memo->scope_first);
     }
@@ -321,17 +366,34 @@ static void memo_materialise(lift_ctx *c, const char *scope, uint32_t nscope) {
         if (!bs->abstract[r]) continue;
         bs->abstract[r] = false;
         uint32_t len = x->i1 - x->i0;
-        lval *named = arena_memdup(c->a, &bs->vals[x->i0], (len + 1) * sizeof *named);
+        lval *named = arena_alloc(c->a, (len + 1) * sizeof *named);
+        for (uint32_t p = 0; p < len; p++) named[p] = *base_val(bs, x->i0 + p);
+        /* The walk's values are gone (lf_memo_release_base): the run is
+         * built in scratch over its kept slots and parameters. */
+        lval *vals = bs->vals;
+        if (!vals) {
+            if (!bs->scratch) {
+                bs->scratch_len = ((size_t)bs->comp->ninstrs + 1) * sizeof *bs->scratch;
+                void *p = mmap(NULL, bs->scratch_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (p == MAP_FAILED) xfatal("out of memory (mapping %zu bytes)", bs->scratch_len);
+                bs->scratch = p;
+            }
+            vals = bs->scratch;
+            for (uint32_t s = 0; s < x->nslots; s++) vals[x->slots[s]] = *base_val(bs, x->slots[s]);
+            for (uint32_t i = x->i0; i < x->i1; i++)
+                if (bs->comp->instrs[i].op == OP_PARAMETER) vals[i] = *base_val(bs, i);
+        }
         /* Called while walking the distributed program: back to it after. */
         lf_walk_side(c, true);
         c->no_account = true;
         for (uint32_t i = x->i0; i < x->i1; i++)
-            if (bs->comp->instrs[i].op != OP_PARAMETER) lf_lift_one(c, bs->comp, i, bs->vals, NULL, NULL, 0);
+            if (bs->comp->instrs[i].op != OP_PARAMETER) lf_lift_one(c, bs->comp, i, vals, NULL, NULL, 0);
         c->no_account = false;
         lf_walk_side(c, false);
         for (uint32_t p = 0; p < len; p++) {
-            const lval *n = &named[p], *v = &bs->vals[x->i0 + p];
+            const lval *n = &named[p], *v = &vals[x->i0 + p];
             if (x->exported[p] && n->kind == LV_TERM && v->kind == LV_TERM) eg_union(c->g, n->cls, v->cls, NULL);
+            if (x->exported[p] && vals != bs->vals) *base_val(bs, x->i0 + p) = *v;
         }
         any = true;
     }
@@ -383,7 +445,7 @@ static uint32_t memo_hit(lift_ctx *c, lf_memo_side *ms, uint32_t r, lval *vals) 
             const lval *now = &vals[run->slots[s]];
             int32_t t = ms->slot_map[q][s];
             ok = same_input(c, &ms->ext[q][s], now, false) &&
-                 (t < 0 || eg_find(c->g, now->cls) == eg_find(c->g, bs->vals[brun->slots[t]].cls));
+                 (t < 0 || eg_find(c->g, now->cls) == eg_find(c->g, base_val(bs, brun->slots[t])->cls));
         }
         if (!ok) continue;
         for (uint32_t p = 0; p < run->i1 - run->i0; p++) {
@@ -396,7 +458,7 @@ static uint32_t memo_hit(lift_ctx *c, lf_memo_side *ms, uint32_t r, lval *vals) 
             *v = ms->vals[rr->i0 + p];
             if (v->pid) v->pid = ++c->npids; /* this run's partial sums are values of their own */
             int32_t m = ms->out_map[q][p];
-            if (m >= 0) v->cls = bs->vals[brun->i0 + (uint32_t)m].cls;
+            if (m >= 0) v->cls = base_val(bs, brun->i0 + (uint32_t)m)->cls;
             else if (m <= -2) v->cls = vals[run->slots[-2 - m]].cls;
         }
         c->memo_hits++;
@@ -444,7 +506,7 @@ static memo_why memo_record(lift_ctx *c, lf_memo_side *ms, uint32_t r, const lva
         if (x->kind == LV_DEV || (x->kind == LV_TERM && x->konst)) continue;
         if (x->kind != LV_TERM || x->assumed) return MEMO_NEVER;
         for (uint32_t t = 0; t < brun->nslots && smap[s] < 0; t++) {
-            const lval *y = &bs->vals[brun->slots[t]];
+            const lval *y = base_val(bs, brun->slots[t]);
             if (y->kind == LV_TERM && eg_find(c->g, y->cls) == eg_find(c->g, x->cls) && lf_scale_of(y) == lf_scale_of(x))
                 smap[s] = (int32_t)t;
         }
@@ -462,7 +524,7 @@ static memo_why memo_record(lift_ctx *c, lf_memo_side *ms, uint32_t r, const lva
         if (x->kind != LV_TERM || x->assumed) return MEMO_NEVER;
         eid want = eg_find(c->g, x->cls);
         for (uint32_t q = 0; q < brun->i1 - brun->i0 && omap[p] < 0; q++) {
-            const lval *y = &bs->vals[brun->i0 + q];
+            const lval *y = base_val(bs, brun->i0 + q);
             if (brun->exported[q] && y->kind == LV_TERM && eg_find(c->g, y->cls) == want && lf_scale_of(y) == lf_scale_of(x))
                 omap[p] = (int32_t)q;
         }
