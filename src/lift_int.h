@@ -302,7 +302,9 @@ void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m); /* back to the conte
 /* Shared by the walk (lift.c) and while loops (lift_loop.c); defined in lift.c,
  * lift_term.c, lift_dev.c, lift_reduce.c and lift_layout.c. */
 lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs,
-                  uint32_t ninputs);                        /* lifts a called computation over args */
+                  uint32_t ninputs);                        /* lifts a called computation over args (the entry:
+                                                             * args NULL, parameter k under inputs[k], or dup
+                                                             * when inputs is NULL) */
 uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci); /* structural digest of computation ci */
 uint64_t lf_reducer_digest(int red);  /* that digest of a computation recognised as reducer red (RED_SUM, ...) */
 void lf_lse_forms(lstate *s, const lval *v);  /* log Σ exp(x - m) + m as log Σ exp(x) (lift_moment.c) */
