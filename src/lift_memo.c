@@ -73,6 +73,7 @@ struct lf_memo_side {
 };
 
 struct lift_memo {
+    arena a;                      /* the runs and what is kept per run: freed at once when futile */
     lf_memo_side side[2];            /* 0 baseline, 1 distributed */
     bool futile;                  /* no two distributed runs share a shape: no hit is possible */
     strmap base_scope;            /* scope -> baseline run + 1, 0 when split over several runs */
@@ -137,10 +138,19 @@ static const hlo_comp *segment_comp(const hlo_module *m) {
     return most > 1 ? best : NULL;
 }
 
+/* No hit is possible: what was split is dropped (nothing reads it). */
+static void memo_futile(lift_memo *mm) {
+    mm->futile = true;
+    arena_free(&mm->a);
+    memset(mm->side, 0, sizeof mm->side);
+}
+
 static void memo_init(lift_ctx *c) {
     lift_memo *mm = arena_alloc(c->a, sizeof *mm);
     const hlo_module *mods[2] = {c->base, c->dist};
     c->memo = mm;
+    arena *ma = &mm->a;
+    arena_init(ma);
     /* The distributed side first: when no two of its runs share a shape, no
      * run can be a hit, and naming baseline runs would only cost (each is
      * built after all for its distributed run): the memo stops there and both
@@ -150,32 +160,38 @@ static void memo_init(lift_ctx *c) {
         ms->comp = segment_comp(mods[k]);
         if (!ms->comp) {
             mm->futile |= k == 1;
-            if (mm->futile) return;
+            if (mm->futile) {
+                memo_futile(mm);
+                return;
+            }
             continue;
         }
-        sr_split(mods[k], ms->comp, c->a, &ms->runs);
+        sr_split(mods[k], ms->comp, ma, &ms->runs);
         uint32_t n = ms->runs.n + 1;
-        ms->ext = arena_alloc(c->a, n * sizeof *ms->ext);
-        ms->base_run = arena_alloc(c->a, n * sizeof *ms->base_run);
-        ms->slot_map = arena_alloc(c->a, n * sizeof *ms->slot_map);
-        ms->out_map = arena_alloc(c->a, n * sizeof *ms->out_map);
-        ms->outside = arena_alloc(c->a, n * sizeof *ms->outside);
-        ms->sat_failed = arena_alloc(c->a, n * sizeof *ms->sat_failed);
-        ms->rep = arena_alloc(c->a, n * sizeof *ms->rep);
-        ms->abstract = arena_alloc(c->a, n * sizeof *ms->abstract);
+        ms->ext = arena_alloc(ma, n * sizeof *ms->ext);
+        ms->base_run = arena_alloc(ma, n * sizeof *ms->base_run);
+        ms->slot_map = arena_alloc(ma, n * sizeof *ms->slot_map);
+        ms->out_map = arena_alloc(ma, n * sizeof *ms->out_map);
+        ms->outside = arena_alloc(ma, n * sizeof *ms->outside);
+        ms->sat_failed = arena_alloc(ma, n * sizeof *ms->sat_failed);
+        ms->rep = arena_alloc(ma, n * sizeof *ms->rep);
+        ms->abstract = arena_alloc(ma, n * sizeof *ms->abstract);
         for (uint32_t r = 0; r < ms->runs.n; r++) ms->rep[r] = SR_NONE;
-        number_shapes(c->a, ms);
+        number_shapes(ma, ms);
         if (k == 1) {
             mm->futile = true;
             for (uint32_t r = 0; r < ms->runs.n && mm->futile; r++) mm->futile = ms->shape_runs[ms->shape_of[r]] == 1;
-            if (mm->futile) return;
+            if (mm->futile) {
+                memo_futile(mm);
+                return;
+            }
         }
     }
     strmap_init(&mm->base_scope);
     strmap_init(&mm->scope_first);
     const sr_runs *br = &mm->side[0].runs;
     uint32_t *last = xmalloc((br->n + 1) * sizeof *last); /* per run: the last run of its scope so far */
-    mm->side[0].scope_next = arena_alloc(c->a, (br->n + 1) * sizeof *mm->side[0].scope_next);
+    mm->side[0].scope_next = arena_alloc(ma, (br->n + 1) * sizeof *mm->side[0].scope_next);
     for (uint32_t r = 0; r < br->n; r++) {
         uint32_t seen, first;
         bool again = strmap_get(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, &seen);
@@ -203,6 +219,7 @@ static void memo_init(lift_ctx *c) {
     }
     if (mm->futile && dbg_on(DBG_MEMO))
         fprintf(stderr, "memo: no distributed run has a baseline run of its scope to compare with: no hit is possible\n");
+    if (mm->futile) memo_futile(mm);
 }
 
 /* Baseline value i as the memo sees it: the walk's, or the one kept. */
@@ -245,6 +262,7 @@ void lf_memo_free(lift_ctx *c) {
         free(bs->kept);
         free(bs->at);
         if (bs->scratch) munmap(bs->scratch, bs->scratch_len);
+        arena_free(&c->memo->a);
         strmap_free(&c->memo->base_scope);
         strmap_free(&c->memo->scope_first);
     }
