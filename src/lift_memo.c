@@ -4,6 +4,7 @@
  * earlier representatives: a baseline run equal to one is named, not built; a
  * distributed run equal to one, with inputs related the same way, takes its
  * results from it instead of being lifted. How, in detail, below. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,9 +66,14 @@ struct lf_memo_side {
     /* Baseline, once walked (lf_memo_release_base): the values the memo reads
      * kept on their own — kept[at[i] - 1] for instruction i, at[i] 0 when
      * not kept — so that vals, the whole walk's, can go; scratch (NULL until
-     * memo_materialise needs it) holds the values of a run built after all. */
-    lval *kept;
+     * memo_materialise needs it) holds the values of a run built after all.
+     * A baseline value's view is dup (one device), so a kept value is its
+     * bytes without the view and the view's rank (kept_lite); the rare other
+     * one, AT_FULL in at[i], is kept whole in full[]. */
+    unsigned char *kept;
     uint32_t *at;
+    lval *full;
+    size_t nfull, capfull;
     lval *scratch;
     size_t scratch_len;
 };
@@ -222,12 +228,55 @@ static void memo_init(lift_ctx *c) {
     if (mm->futile) memo_futile(mm);
 }
 
-/* Baseline value i as the memo sees it: the walk's, or the one kept. */
-static lval *base_val(const lf_memo_side *bs, uint32_t i) {
-    static lval none; /* not kept: never read (see lf_memo_release_base) */
+/* A kept baseline value: the lval's bytes before and after its view, and
+ * the rank of the view (dup: view_dup(rank) byte for byte). */
+#define LITE_HEAD offsetof(lval, v)
+#define LITE_TAIL (sizeof(lval) - offsetof(lval, v) - sizeof(view))
+#define LITE_SIZE (LITE_HEAD + LITE_TAIL + 1)
+#define AT_FULL 0x80000000u
+
+static bool lite_fits(const lval *x) {
+    view dup = view_dup(x->v.rank);
+    return memcmp(&x->v, &dup, sizeof dup) == 0;
+}
+
+static void lite_put(unsigned char *p, const lval *x) {
+    memcpy(p, x, LITE_HEAD);
+    memcpy(p + LITE_HEAD, (const char *)x + LITE_HEAD + sizeof(view), LITE_TAIL);
+    p[LITE_HEAD + LITE_TAIL] = x->v.rank;
+}
+
+static void lite_get(const unsigned char *p, lval *x) {
+    memcpy(x, p, LITE_HEAD);
+    x->v = view_dup(p[LITE_HEAD + LITE_TAIL]);
+    memcpy((char *)x + LITE_HEAD + sizeof(view), p + LITE_HEAD, LITE_TAIL);
+}
+
+/* Baseline value i as the memo sees it: the walk's, or a copy of the one
+ * kept (valid until the next call; zeros when not kept, which the memo
+ * never asks for: see lf_memo_release_base). */
+static const lval *base_val(const lf_memo_side *bs, uint32_t i) {
+    static lval got;
     if (!bs->at) return &bs->vals[i];
-    if (!bs->at[i]) return memset(&none, 0, sizeof none);
-    return &bs->kept[bs->at[i] - 1];
+    uint32_t k = bs->at[i];
+    if (k & AT_FULL) return &bs->full[(k & ~AT_FULL) - 1];
+    if (k) lite_get(bs->kept + (size_t)(k - 1) * LITE_SIZE, &got);
+    else memset(&got, 0, sizeof got);
+    return &got;
+}
+
+/* Replaces kept baseline value i (memo_materialise). */
+static void base_set(lf_memo_side *bs, uint32_t i, const lval *x) {
+    uint32_t k = bs->at[i];
+    if (k & AT_FULL) {
+        bs->full[(k & ~AT_FULL) - 1] = *x;
+    } else if (k && lite_fits(x)) {
+        lite_put(bs->kept + (size_t)(k - 1) * LITE_SIZE, x);
+    } else if (k) { /* kept whole from now on */
+        XGROW(bs->full, bs->capfull, bs->nfull + 1);
+        bs->full[bs->nfull++] = *x;
+        bs->at[i] = AT_FULL | (uint32_t)bs->nfull;
+    }
 }
 
 /* After the baseline's walk, the memo reads only some of its values: each
@@ -239,18 +288,23 @@ bool lf_memo_release_base(lift_ctx *c) {
     lf_memo_side *bs = &c->memo->side[0];
     if (bs->comp != graph_entry(c->base)) return true; /* it reads a called computation's values */
     if (!bs->walked || !bs->vals || bs->at) return false;
-    uint32_t n = bs->comp->ninstrs, nkept = 0;
+    uint32_t n = bs->comp->ninstrs, nkept = 0, nfull = 0;
     uint32_t *at = xcalloc(n + 1, sizeof *at);
     for (uint32_t r = 0; r < bs->runs.n; r++) {
         const sr_run *x = &bs->runs.runs[r];
-        for (uint32_t s = 0; s < x->nslots; s++)
-            if (!at[x->slots[s]]) at[x->slots[s]] = ++nkept;
+        for (uint32_t s = 0; s < x->nslots; s++) at[x->slots[s]] = 1;
         for (uint32_t i = x->i0; i < x->i1; i++)
-            if (!at[i] && (x->exported[i - x->i0] || bs->comp->instrs[i].op == OP_PARAMETER)) at[i] = ++nkept;
+            if (x->exported[i - x->i0] || bs->comp->instrs[i].op == OP_PARAMETER) at[i] = 1;
     }
-    bs->kept = xmalloc((nkept + 1) * sizeof *bs->kept);
     for (uint32_t i = 0; i < n; i++)
-        if (at[i]) bs->kept[at[i] - 1] = bs->vals[i];
+        if (at[i] && lite_fits(&bs->vals[i])) at[i] = ++nkept;
+        else if (at[i]) at[i] = AT_FULL | ++nfull;
+    bs->kept = xmalloc((size_t)(nkept + 1) * LITE_SIZE);
+    XGROW(bs->full, bs->capfull, nfull + 1);
+    bs->nfull = nfull;
+    for (uint32_t i = 0; i < n; i++)
+        if (at[i] & AT_FULL) bs->full[(at[i] & ~AT_FULL) - 1] = bs->vals[i];
+        else if (at[i]) lite_put(bs->kept + (size_t)(at[i] - 1) * LITE_SIZE, &bs->vals[i]);
     bs->at = at;
     bs->vals = NULL;
     return true;
@@ -260,6 +314,7 @@ void lf_memo_free(lift_ctx *c) {
     if (c->memo) {
         lf_memo_side *bs = &c->memo->side[0];
         free(bs->kept);
+        free(bs->full);
         free(bs->at);
         if (bs->scratch) munmap(bs->scratch, bs->scratch_len);
         arena_free(&c->memo->a);
@@ -411,7 +466,7 @@ static void memo_materialise(lift_ctx *c, const char *scope, uint32_t nscope) {
         for (uint32_t p = 0; p < len; p++) {
             const lval *n = &named[p], *v = &vals[x->i0 + p];
             if (x->exported[p] && n->kind == LV_TERM && v->kind == LV_TERM) eg_union(c->g, n->cls, v->cls, NULL);
-            if (x->exported[p] && vals != bs->vals) *base_val(bs, x->i0 + p) = *v;
+            if (x->exported[p] && vals != bs->vals) base_set(bs, x->i0 + p, v);
         }
         any = true;
     }
