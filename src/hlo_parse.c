@@ -27,6 +27,12 @@ typedef struct parser {
     strbuf str;
     strbuf extra;                /* layout and metadata extras (never nested) */
     const char *last_op_name;    /* the previous metadata op_name (arena) */
+    /* Shardings and replica groups already read, by their text (keys point
+     * into the input): instructions that spell one alike share it (a deep
+     * program's parameters and all-reduces repeat a handful). */
+    strmap shared[2];            /* SHARED_SHARDING, SHARED_GROUPS */
+    void **shared_ptr;
+    size_t nshared, capshared;
     /* module */
     hlo_comp *comps;
     size_t capcomps;
@@ -662,6 +668,23 @@ static bool parse_sharding_body(parser *ps, hlo_sharding *s) {
     return true;
 }
 
+/* The value of kind k read before from the same text, or NULL; shared_put
+ * records one. Parsed values are never changed after, so instructions may
+ * share them. */
+enum { SHARED_SHARDING, SHARED_GROUPS };
+
+static void *shared_get(parser *ps, int k, const char *t, size_t n) {
+    uint32_t i;
+    return strmap_get(&ps->shared[k], t, n, &i) ? ps->shared_ptr[i] : NULL;
+}
+
+static void shared_put(parser *ps, int k, const char *t, size_t n, void *v) {
+    if (ps->nshared >= UINT32_MAX) return;
+    XGROW(ps->shared_ptr, ps->capshared, ps->nshared + 1);
+    ps->shared_ptr[ps->nshared] = v;
+    strmap_put(&ps->shared[k], t, n, (uint32_t)ps->nshared++);
+}
+
 static hlo_sharding *parse_sharding(parser *ps) {
     hlo_module *m = ps->m;
     const char *at = here(ps);
@@ -671,9 +694,12 @@ static hlo_sharding *parse_sharding(parser *ps) {
      * text we keep when the form is not one we model. */
     if (!lex_balanced(&ps->lx, &g, &gn) || *g != '{') fail(ps, at, "expected a sharding {...}");
     const char *after = ps->lx.p;
-    hlo_sharding *s = arena_alloc(&m->arena, sizeof *s);
+    hlo_sharding *s = shared_get(ps, SHARED_SHARDING, g, gn);
+    if (s) return s;
+    s = arena_alloc(&m->arena, sizeof *s);
     sharding_group(ps, g, gn, s);
     ps->lx.p = after;
+    shared_put(ps, SHARED_SHARDING, g, gn, s);
     return s;
 }
 
@@ -1058,8 +1084,23 @@ static void parse_attr(parser *ps, hlo_instr *in, size_t *nattrs) {
     }
     case K_SLICES: a->v.ints = parse_slices(ps, &a->n); break;
     case K_PADDING: a->v.ints = parse_padding(ps, &a->n); break;
-    case K_GROUPS: a->v.groups = parse_groups(ps, true); break;
-    case K_LISTS: a->v.groups = parse_groups(ps, false); break;
+    case K_GROUPS: case K_LISTS: {
+        /* {{0,1},{2,3}} spelled alike reads alike (what allow_iota adds are
+         * other forms): read once. */
+        lexer peek = ps->lx;
+        const char *g;
+        size_t gn;
+        bool braced = lex_peek(&peek, '{') && lex_balanced(&peek, &g, &gn);
+        hlo_groups *grp = braced ? shared_get(ps, SHARED_GROUPS, g, gn) : NULL;
+        if (grp) {
+            ps->lx = peek;
+            a->v.groups = grp;
+            break;
+        }
+        a->v.groups = parse_groups(ps, a->kind == K_GROUPS);
+        if (braced && ps->lx.p == peek.p) shared_put(ps, SHARED_GROUPS, g, gn, a->v.groups);
+        break;
+    }
     case K_SHARDING: a->v.sharding = parse_sharding(ps); break;
     case K_KV: a->v.strs = parse_kv(ps, &a->n); break;
     case K_RAW:
@@ -1486,6 +1527,9 @@ static void parser_free(parser *ps) {
     free(ps->starts);
     free(ps->vals);
     free(ps->params);
+    strmap_free(&ps->shared[0]);
+    strmap_free(&ps->shared[1]);
+    free(ps->shared_ptr);
 }
 
 hlo_sharding *hlo_sharding_from_text(hlo_module *m, const char *s, size_t n) {

@@ -234,11 +234,9 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
      * device with every value replicated, so both sides build their terms (and
      * canonical forms) with the same code. */
     const hlo_comp *be = graph_entry(c->base);
-    view *dup = arena_alloc(c->a, (be->nparams + 1) * sizeof *dup);
-    for (uint32_t k = 0; k < be->nparams; k++) dup[k] = view_dup(be->instrs[be->params[k]].shape.rank);
     lf_walk_side(c, true);
     double t0 = now_ms();
-    lval r = lf_lift_comp(c, be, NULL, dup, be->nparams);
+    lval r = lf_lift_comp(c, be, NULL, NULL, be->nparams); /* every parameter dup */
     lf_unscale(c, &r);
     /* An index value or masked row as an output: its term, as any op that
      * does not take index values reads it (lf_index_as_term; on one device). */
@@ -253,8 +251,9 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
         c->segs[si].build_ms += now_ms() - t0;
     }
     lf_walk_side(c, false);
-    /* Only the memo reads the baseline's values after its walk. */
-    c->vmap_spare = !lf_memo_reads_base(c);
+    /* Only the memo reads the baseline's values after its walk, and it
+     * keeps what it reads: the walk's become the distributed walk's. */
+    c->vmap_spare = lf_memo_release_base(c);
     uint32_t n = r.kind == LV_TUPLE ? r.n : 1;
     *outs = arena_alloc(c->a, (n + 1) * sizeof **outs);
     *nouts = n;
@@ -1883,7 +1882,9 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             }
             uint32_t t = lf_type_of(c, bp->shape.dtype, bp->shape.dims, bp->shape.rank);
             uint8_t origin = c->baseline_mode ? EG_BASELINE : EG_DISTRIBUTED;
-            *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, origin), inputs[k], false);
+            /* No inputs: every parameter replicated (the baseline's walk). */
+            view in_view = inputs ? inputs[k] : view_dup(bp->shape.rank);
+            *v = term(eg_add(c->g, EG_OP_PARAM, eg_attr(c->g, &k, 1), t, NULL, 0, origin), in_view, false);
             if (!c->baseline_mode && v->v.partial) v->pid = ++c->npids;
         } else {
             *v = unknown();

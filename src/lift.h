@@ -66,7 +66,8 @@
  * Transfer functions that meet an inconsistency report a finding (kind,
  * instruction, words) through the callback context and continue with an
  * LV_UNKNOWN or assumed value, so one run reports the first divergence and
- * more. Everything lives in the lift context's arena.
+ * more. Everything lives in the lift context's arena, but for the entry
+ * computations' values (mappings of their own: lift.c vals_for).
  */
 #ifndef SCALIFY_LIFT_H
 #define SCALIFY_LIFT_H

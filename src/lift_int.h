@@ -290,9 +290,10 @@ uint32_t lf_memo_lift_run(lift_ctx *c, lf_memo_side *ms, uint32_t r, const hlo_c
                           const view *inputs, uint32_t ninputs);
 void lf_memo_leave(lift_ctx *c, lf_memo_side *ms);
 void lf_memo_free(lift_ctx *c);
-/* Whether the memo reads the baseline's values after its walk (it is on and
- * some distributed run could be a hit). */
-bool lf_memo_reads_base(const lift_ctx *c);
+/* After the baseline's walk: keeps, on their own, the values of the
+ * baseline's entry computation the memo reads later (none when it is off
+ * or futile); returns whether nothing else reads that walk's values. */
+bool lf_memo_release_base(lift_ctx *c);
 
 /* What lifting may leave in the context: a walk under one reading (of a
  * loop carry, of a partial sum) that is then undone goes back to it.
@@ -314,7 +315,9 @@ void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m); /* back to the conte
 /* Shared by the walk (lift.c) and while loops (lift_loop.c); defined in lift.c,
  * lift_term.c, lift_dev.c, lift_reduce.c and lift_layout.c. */
 lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const view *inputs,
-                  uint32_t ninputs);                        /* lifts a called computation over args */
+                  uint32_t ninputs);                        /* lifts a called computation over args (the entry:
+                                                             * args NULL, parameter k under inputs[k], or dup
+                                                             * when inputs is NULL) */
 uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci); /* structural digest of computation ci */
 uint64_t lf_reducer_digest(int red);  /* that digest of a computation recognised as reducer red (RED_SUM, ...) */
 void lf_lse_forms(lstate *s, const lval *v);  /* log Σ exp(x - m) + m as log Σ exp(x) (lift_moment.c) */

@@ -4,9 +4,11 @@
  * earlier representatives: a baseline run equal to one is named, not built; a
  * distributed run equal to one, with inputs related the same way, takes its
  * results from it instead of being lifted. How, in detail, below. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "debug.h"
 #include "lift_int.h"
@@ -61,9 +63,23 @@ struct lf_memo_side {
     uint32_t *shape_runs;         /* per shape: its number of runs (1: it can neither hit nor be reused) */
     /* baseline: per run the next run of its scope (memo_materialise) */
     uint32_t *scope_next;
+    /* Baseline, once walked (lf_memo_release_base): the values the memo reads
+     * kept on their own — kept[at[i] - 1] for instruction i, at[i] 0 when
+     * not kept — so that vals, the whole walk's, can go; scratch (NULL until
+     * memo_materialise needs it) holds the values of a run built after all.
+     * A baseline value's view is dup (one device), so a kept value is its
+     * bytes without the view and the view's rank (kept_lite); the rare other
+     * one, AT_FULL in at[i], is kept whole in full[]. */
+    unsigned char *kept;
+    uint32_t *at;
+    lval *full;
+    size_t nfull, capfull;
+    lval *scratch;
+    size_t scratch_len;
 };
 
 struct lift_memo {
+    arena a;                      /* the runs and what is kept per run: freed at once when futile */
     lf_memo_side side[2];            /* 0 baseline, 1 distributed */
     bool futile;                  /* no two distributed runs share a shape: no hit is possible */
     strmap base_scope;            /* scope -> baseline run + 1, 0 when split over several runs */
@@ -128,10 +144,19 @@ static const hlo_comp *segment_comp(const hlo_module *m) {
     return most > 1 ? best : NULL;
 }
 
+/* No hit is possible: what was split is dropped (nothing reads it). */
+static void memo_futile(lift_memo *mm) {
+    mm->futile = true;
+    arena_free(&mm->a);
+    memset(mm->side, 0, sizeof mm->side);
+}
+
 static void memo_init(lift_ctx *c) {
     lift_memo *mm = arena_alloc(c->a, sizeof *mm);
     const hlo_module *mods[2] = {c->base, c->dist};
     c->memo = mm;
+    arena *ma = &mm->a;
+    arena_init(ma);
     /* The distributed side first: when no two of its runs share a shape, no
      * run can be a hit, and naming baseline runs would only cost (each is
      * built after all for its distributed run): the memo stops there and both
@@ -141,32 +166,38 @@ static void memo_init(lift_ctx *c) {
         ms->comp = segment_comp(mods[k]);
         if (!ms->comp) {
             mm->futile |= k == 1;
-            if (mm->futile) return;
+            if (mm->futile) {
+                memo_futile(mm);
+                return;
+            }
             continue;
         }
-        sr_split(mods[k], ms->comp, c->a, &ms->runs);
+        sr_split(mods[k], ms->comp, ma, &ms->runs);
         uint32_t n = ms->runs.n + 1;
-        ms->ext = arena_alloc(c->a, n * sizeof *ms->ext);
-        ms->base_run = arena_alloc(c->a, n * sizeof *ms->base_run);
-        ms->slot_map = arena_alloc(c->a, n * sizeof *ms->slot_map);
-        ms->out_map = arena_alloc(c->a, n * sizeof *ms->out_map);
-        ms->outside = arena_alloc(c->a, n * sizeof *ms->outside);
-        ms->sat_failed = arena_alloc(c->a, n * sizeof *ms->sat_failed);
-        ms->rep = arena_alloc(c->a, n * sizeof *ms->rep);
-        ms->abstract = arena_alloc(c->a, n * sizeof *ms->abstract);
+        ms->ext = arena_alloc(ma, n * sizeof *ms->ext);
+        ms->base_run = arena_alloc(ma, n * sizeof *ms->base_run);
+        ms->slot_map = arena_alloc(ma, n * sizeof *ms->slot_map);
+        ms->out_map = arena_alloc(ma, n * sizeof *ms->out_map);
+        ms->outside = arena_alloc(ma, n * sizeof *ms->outside);
+        ms->sat_failed = arena_alloc(ma, n * sizeof *ms->sat_failed);
+        ms->rep = arena_alloc(ma, n * sizeof *ms->rep);
+        ms->abstract = arena_alloc(ma, n * sizeof *ms->abstract);
         for (uint32_t r = 0; r < ms->runs.n; r++) ms->rep[r] = SR_NONE;
-        number_shapes(c->a, ms);
+        number_shapes(ma, ms);
         if (k == 1) {
             mm->futile = true;
             for (uint32_t r = 0; r < ms->runs.n && mm->futile; r++) mm->futile = ms->shape_runs[ms->shape_of[r]] == 1;
-            if (mm->futile) return;
+            if (mm->futile) {
+                memo_futile(mm);
+                return;
+            }
         }
     }
     strmap_init(&mm->base_scope);
     strmap_init(&mm->scope_first);
     const sr_runs *br = &mm->side[0].runs;
     uint32_t *last = xmalloc((br->n + 1) * sizeof *last); /* per run: the last run of its scope so far */
-    mm->side[0].scope_next = arena_alloc(c->a, (br->n + 1) * sizeof *mm->side[0].scope_next);
+    mm->side[0].scope_next = arena_alloc(ma, (br->n + 1) * sizeof *mm->side[0].scope_next);
     for (uint32_t r = 0; r < br->n; r++) {
         uint32_t seen, first;
         bool again = strmap_get(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, &seen);
@@ -194,12 +225,99 @@ static void memo_init(lift_ctx *c) {
     }
     if (mm->futile && dbg_on(DBG_MEMO))
         fprintf(stderr, "memo: no distributed run has a baseline run of its scope to compare with: no hit is possible\n");
+    if (mm->futile) memo_futile(mm);
 }
 
-bool lf_memo_reads_base(const lift_ctx *c) { return c->memo && !c->memo->futile; }
+/* A kept baseline value: the lval's bytes before and after its view, and
+ * the rank of the view (dup: view_dup(rank) byte for byte). */
+#define LITE_HEAD offsetof(lval, v)
+#define LITE_TAIL (sizeof(lval) - offsetof(lval, v) - sizeof(view))
+#define LITE_SIZE (LITE_HEAD + LITE_TAIL + 1)
+#define AT_FULL 0x80000000u
+
+static bool lite_fits(const lval *x) {
+    view dup = view_dup(x->v.rank);
+    return memcmp(&x->v, &dup, sizeof dup) == 0;
+}
+
+static void lite_put(unsigned char *p, const lval *x) {
+    memcpy(p, x, LITE_HEAD);
+    memcpy(p + LITE_HEAD, (const char *)x + LITE_HEAD + sizeof(view), LITE_TAIL);
+    p[LITE_HEAD + LITE_TAIL] = x->v.rank;
+}
+
+static void lite_get(const unsigned char *p, lval *x) {
+    memcpy(x, p, LITE_HEAD);
+    x->v = view_dup(p[LITE_HEAD + LITE_TAIL]);
+    memcpy((char *)x + LITE_HEAD + sizeof(view), p + LITE_HEAD, LITE_TAIL);
+}
+
+/* Baseline value i as the memo sees it: the walk's, or a copy of the one
+ * kept (valid until the next call; zeros when not kept, which the memo
+ * never asks for: see lf_memo_release_base). */
+static const lval *base_val(const lf_memo_side *bs, uint32_t i) {
+    static lval got;
+    if (!bs->at) return &bs->vals[i];
+    uint32_t k = bs->at[i];
+    if (k & AT_FULL) return &bs->full[(k & ~AT_FULL) - 1];
+    if (k) lite_get(bs->kept + (size_t)(k - 1) * LITE_SIZE, &got);
+    else memset(&got, 0, sizeof got);
+    return &got;
+}
+
+/* Replaces kept baseline value i (memo_materialise). */
+static void base_set(lf_memo_side *bs, uint32_t i, const lval *x) {
+    uint32_t k = bs->at[i];
+    if (k & AT_FULL) {
+        bs->full[(k & ~AT_FULL) - 1] = *x;
+    } else if (k && lite_fits(x)) {
+        lite_put(bs->kept + (size_t)(k - 1) * LITE_SIZE, x);
+    } else if (k) { /* kept whole from now on */
+        XGROW(bs->full, bs->capfull, bs->nfull + 1);
+        bs->full[bs->nfull++] = *x;
+        bs->at[i] = AT_FULL | (uint32_t)bs->nfull;
+    }
+}
+
+/* After the baseline's walk, the memo reads only some of its values: each
+ * run's slots, the values it exports and its parameters (memo_hit,
+ * memo_record, memo_materialise, which builds a run's other values again).
+ * Those are kept on their own and vals is left to the caller. */
+bool lf_memo_release_base(lift_ctx *c) {
+    if (!c->memo || c->memo->futile) return true;
+    lf_memo_side *bs = &c->memo->side[0];
+    if (bs->comp != graph_entry(c->base)) return true; /* it reads a called computation's values */
+    if (!bs->walked || !bs->vals || bs->at) return false;
+    uint32_t n = bs->comp->ninstrs, nkept = 0, nfull = 0;
+    uint32_t *at = xcalloc(n + 1, sizeof *at);
+    for (uint32_t r = 0; r < bs->runs.n; r++) {
+        const sr_run *x = &bs->runs.runs[r];
+        for (uint32_t s = 0; s < x->nslots; s++) at[x->slots[s]] = 1;
+        for (uint32_t i = x->i0; i < x->i1; i++)
+            if (x->exported[i - x->i0] || bs->comp->instrs[i].op == OP_PARAMETER) at[i] = 1;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (at[i] && lite_fits(&bs->vals[i])) at[i] = ++nkept;
+        else if (at[i]) at[i] = AT_FULL | ++nfull;
+    bs->kept = xmalloc((size_t)(nkept + 1) * LITE_SIZE);
+    XGROW(bs->full, bs->capfull, nfull + 1);
+    bs->nfull = nfull;
+    for (uint32_t i = 0; i < n; i++)
+        if (at[i] & AT_FULL) bs->full[(at[i] & ~AT_FULL) - 1] = bs->vals[i];
+        else if (at[i]) lite_put(bs->kept + (size_t)(at[i] - 1) * LITE_SIZE, &bs->vals[i]);
+    bs->at = at;
+    bs->vals = NULL;
+    return true;
+}
 
 void lf_memo_free(lift_ctx *c) {
     if (c->memo) {
+        lf_memo_side *bs = &c->memo->side[0];
+        free(bs->kept);
+        free(bs->full);
+        free(bs->at);
+        if (bs->scratch) munmap(bs->scratch, bs->scratch_len);
+        arena_free(&c->memo->a);
         strmap_free(&c->memo->base_scope);
         strmap_free(&c->memo->scope_first);
     }
@@ -321,17 +439,34 @@ static void memo_materialise(lift_ctx *c, const char *scope, uint32_t nscope) {
         if (!bs->abstract[r]) continue;
         bs->abstract[r] = false;
         uint32_t len = x->i1 - x->i0;
-        lval *named = arena_memdup(c->a, &bs->vals[x->i0], (len + 1) * sizeof *named);
+        lval *named = arena_alloc(c->a, (len + 1) * sizeof *named);
+        for (uint32_t p = 0; p < len; p++) named[p] = *base_val(bs, x->i0 + p);
+        /* The walk's values are gone (lf_memo_release_base): the run is
+         * built in scratch over its kept slots and parameters. */
+        lval *vals = bs->vals;
+        if (!vals) {
+            if (!bs->scratch) {
+                bs->scratch_len = ((size_t)bs->comp->ninstrs + 1) * sizeof *bs->scratch;
+                void *p = mmap(NULL, bs->scratch_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (p == MAP_FAILED) xfatal("out of memory (mapping %zu bytes)", bs->scratch_len);
+                bs->scratch = p;
+            }
+            vals = bs->scratch;
+            for (uint32_t s = 0; s < x->nslots; s++) vals[x->slots[s]] = *base_val(bs, x->slots[s]);
+            for (uint32_t i = x->i0; i < x->i1; i++)
+                if (bs->comp->instrs[i].op == OP_PARAMETER) vals[i] = *base_val(bs, i);
+        }
         /* Called while walking the distributed program: back to it after. */
         lf_walk_side(c, true);
         c->no_account = true;
         for (uint32_t i = x->i0; i < x->i1; i++)
-            if (bs->comp->instrs[i].op != OP_PARAMETER) lf_lift_one(c, bs->comp, i, bs->vals, NULL, NULL, 0);
+            if (bs->comp->instrs[i].op != OP_PARAMETER) lf_lift_one(c, bs->comp, i, vals, NULL, NULL, 0);
         c->no_account = false;
         lf_walk_side(c, false);
         for (uint32_t p = 0; p < len; p++) {
-            const lval *n = &named[p], *v = &bs->vals[x->i0 + p];
+            const lval *n = &named[p], *v = &vals[x->i0 + p];
             if (x->exported[p] && n->kind == LV_TERM && v->kind == LV_TERM) eg_union(c->g, n->cls, v->cls, NULL);
+            if (x->exported[p] && vals != bs->vals) base_set(bs, x->i0 + p, v);
         }
         any = true;
     }
@@ -383,7 +518,7 @@ static uint32_t memo_hit(lift_ctx *c, lf_memo_side *ms, uint32_t r, lval *vals) 
             const lval *now = &vals[run->slots[s]];
             int32_t t = ms->slot_map[q][s];
             ok = same_input(c, &ms->ext[q][s], now, false) &&
-                 (t < 0 || eg_find(c->g, now->cls) == eg_find(c->g, bs->vals[brun->slots[t]].cls));
+                 (t < 0 || eg_find(c->g, now->cls) == eg_find(c->g, base_val(bs, brun->slots[t])->cls));
         }
         if (!ok) continue;
         for (uint32_t p = 0; p < run->i1 - run->i0; p++) {
@@ -396,7 +531,7 @@ static uint32_t memo_hit(lift_ctx *c, lf_memo_side *ms, uint32_t r, lval *vals) 
             *v = ms->vals[rr->i0 + p];
             if (v->pid) v->pid = ++c->npids; /* this run's partial sums are values of their own */
             int32_t m = ms->out_map[q][p];
-            if (m >= 0) v->cls = bs->vals[brun->i0 + (uint32_t)m].cls;
+            if (m >= 0) v->cls = base_val(bs, brun->i0 + (uint32_t)m)->cls;
             else if (m <= -2) v->cls = vals[run->slots[-2 - m]].cls;
         }
         c->memo_hits++;
@@ -444,7 +579,7 @@ static memo_why memo_record(lift_ctx *c, lf_memo_side *ms, uint32_t r, const lva
         if (x->kind == LV_DEV || (x->kind == LV_TERM && x->konst)) continue;
         if (x->kind != LV_TERM || x->assumed) return MEMO_NEVER;
         for (uint32_t t = 0; t < brun->nslots && smap[s] < 0; t++) {
-            const lval *y = &bs->vals[brun->slots[t]];
+            const lval *y = base_val(bs, brun->slots[t]);
             if (y->kind == LV_TERM && eg_find(c->g, y->cls) == eg_find(c->g, x->cls) && lf_scale_of(y) == lf_scale_of(x))
                 smap[s] = (int32_t)t;
         }
@@ -462,7 +597,7 @@ static memo_why memo_record(lift_ctx *c, lf_memo_side *ms, uint32_t r, const lva
         if (x->kind != LV_TERM || x->assumed) return MEMO_NEVER;
         eid want = eg_find(c->g, x->cls);
         for (uint32_t q = 0; q < brun->i1 - brun->i0 && omap[p] < 0; q++) {
-            const lval *y = &bs->vals[brun->i0 + q];
+            const lval *y = base_val(bs, brun->i0 + q);
             if (brun->exported[q] && y->kind == LV_TERM && eg_find(c->g, y->cls) == want && lf_scale_of(y) == lf_scale_of(x))
                 omap[p] = (int32_t)q;
         }
