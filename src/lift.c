@@ -1255,6 +1255,8 @@ static lval lift_topk(lstate *s) {
     if (in->noperands != 1 || x->kind != LV_TERM || in->shape.dtype != DT_TUPLE || in->shape.ntuple != 2 || !xs->rank ||
         xs->rank > VIEW_MAX_RANK)
         return unknown();
+    lval blocks;
+    if (!x->v.partial && x->v.dims[xs->rank - 1].naxes && lf_topk_blocks(s, &blocks)) return blocks;
     if (x->v.partial || x->v.dims[xs->rank - 1].naxes) {
         lf_unsupported(c, s->comp, in, "%s takes the top values of rows that are %s", in->name,
                     x->v.partial ? "partial" : "sharded along");
@@ -1271,6 +1273,7 @@ static lval lift_topk(lstate *s) {
         eid e = lf_mk_element(c, node, j, lf_type_of(c, es->dtype, dims, es->rank));
         t.elems[j] = term(e, x->v, x->assumed);
     }
+    lf_topk_stack(s, &t);
     return t;
 }
 
@@ -1421,6 +1424,7 @@ lval lf_lift_instr(lstate *s) {
     if (lf_arg_offset(s, &pwv)) return pwv;
     if (lf_owner_select(s, &pwv)) return pwv;
     if (lf_stack_pick(s, &pwv)) return pwv;
+    if (lf_topk_gather(s, &pwv)) return pwv;
     if (lf_owner_test(s)) return unknown(); /* related by the select that uses it (lf_owner_select) */
     if (lf_gather_index_values(s, &pwv)) return pwv;
     if (lf_move_mask(s, &pwv)) return pwv;

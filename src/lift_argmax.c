@@ -438,7 +438,7 @@ static bool stacked_pairs(lstate *s, int kind, lval *out) {
  * argmax (lf_stack_pick). J is lifted as what it is — the selection among
  * the blocks' maxima — and as index values in [0, blocks), proved, so that
  * take_along_axis's wrap and bounds check settle. */
-typedef struct lift_winner {
+struct lift_winner {
     eid j;         /* element 1 of the selection among the blocks: the source of the index values */
     eid x, init;   /* the rows selected among (global term) and the max reduction's init */
     int64_t dim;   /* the dim of x the blocks split */
@@ -447,10 +447,19 @@ typedef struct lift_winner {
     uint32_t axes; /* the mesh axes the blocks run over */
     view xv;       /* x's view (how the blocks are laid over the devices) */
     view w;        /* J's view */
-} lift_winner;
+    /* top_k (lf_topk_blocks): the blocks' own top k, their values and
+     * positions within each block as laid over the devices (vals, pos),
+     * k values each; for J the global result's positions (res) */
+    bool topk;
+    eid vals, pos, res;
+    int64_t k, n;
+    const hlo_instr *op;
+};
 
 static const int64_t *node_attr(lift_ctx *c, eid k, int64_t key, uint32_t *n);
 static const hlo_instr *pair_reduce(lstate *s, eid node, const lval **val);
+typedef struct lift_winner lift_winner;
+static bool topk_pick(lstate *s, const lift_winner *wn, lval *out);
 
 static const lift_winner *winner_of(const lift_ctx *c, eid j) {
     for (uint32_t k = 0; k < c->nwinners; k++)
@@ -460,8 +469,16 @@ static const lift_winner *winner_of(const lift_ctx *c, eid j) {
 
 bool lf_is_winner(const lift_ctx *c, eid j) { return winner_of(c, j) != NULL; }
 
+/* The blocks' top k whose values (as laid over the devices) are class v. */
+static const lift_winner *blocks_of(lift_ctx *c, eid v) {
+    for (uint32_t k = 0; k < c->nwinners; k++)
+        if (c->winners[k].topk && c->winners[k].j == EID_NONE && eg_find(c->g, c->winners[k].vals) == eg_find(c->g, v))
+            return &c->winners[k];
+    return NULL;
+}
+
 static void winner_note(lift_ctx *c, const lift_winner *w) {
-    if (winner_of(c, w->j)) return;
+    if (w->j != EID_NONE && winner_of(c, w->j)) return;
     if (c->nwinners == c->capwinners) {
         uint32_t cap = c->capwinners ? 2 * c->capwinners : 4;
         lift_winner *n = arena_alloc(c->a, cap * sizeof *n);
@@ -644,10 +661,10 @@ bool lf_stack_pick(lstate *s, lval *out) {
     bool owed;
     int64_t n = 0;
     const lval *ix = &s->ops[1];
-    if (c->baseline_mode || in->op != OP_GATHER || in->noperands != 2 || s->ops[0].kind != LV_UNKNOWN ||
-        ix->kind != LV_PW || !position_stack(s, in->operands[0], &ga, &gd, &p, &owed, &n))
-        return false;
+    if (c->baseline_mode || in->op != OP_GATHER || in->noperands != 2 || ix->kind != LV_PW) return false;
     const lift_winner *wn = winner_of(c, ix->src);
+    if (wn && wn->topk) return topk_pick(s, wn, out);
+    if (s->ops[0].kind != LV_UNKNOWN || !position_stack(s, in->operands[0], &ga, &gd, &p, &owed, &n)) return false;
     const shape *st = &s->comp->instrs[in->operands[0]].shape;
     if (!wn || p.v.red != RED_ARG || p.partial_unsure || lf_scale_of(&p) != 1 || p.diff || p.zm ||
         p.v.partial != wn->axes || (uint32_t)ga != wn->axes || !lf_takes_along(in, gd, st->rank) ||
@@ -695,6 +712,198 @@ bool lf_stack_pick(lstate *s, lval *out) {
                    in->name, wn->kind == SEL_ARGMAX ? "max" : "min", r->name, (long long)wn->dim);
     }
     *out = term(got, v, p.assumed || ix->assumed);
+    return true;
+}
+
+/* ---- top k over a sharded dim ----
+ * Each device's top_k of rows sharded along the last dim is the top k of its
+ * block: x split into [blocks, n], top_k along n (values and positions within
+ * the block), laid over the devices as the dim was (lf_topk_blocks). Gathered
+ * and selected among by a top_k of no more values, the values are the rows'
+ * top values (every block holds at most k of them), and the positions J
+ * within the stack pick, from the stack of the blocks' positions with their
+ * offsets, the rows' top positions: equal values keep the order of their
+ * blocks, which is the order of their positions (lf_topk_stack, and
+ * lf_stack_pick for the take). */
+
+static bool topk_largest(const hlo_instr *in) { return instr_int(in, A_LARGEST, 1) != 0; }
+
+bool lf_topk_blocks(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    const shape *xs = &s->comp->instrs[in->operands[0]].shape;
+    uint32_t L = xs->rank - 1;
+    const view_dim *vd = &x->v.dims[L];
+    if (c->baseline_mode || x->kind != LV_TERM || x->v.partial || lf_scale_of(x) != 1 || x->diff || x->zm ||
+        xs->rank >= VIEW_MAX_RANK || in->shape.ntuple != 2 || in->shape.tuple[0].rank != xs->rank)
+        return false;
+    uint32_t mask = 0;
+    for (uint32_t a = 0; a < vd->naxes; a++) {
+        if (a && vd->axes[a - 1] >= vd->axes[a]) return false;
+        mask |= 1u << vd->axes[a];
+    }
+    uint32_t xr;
+    const int64_t *xt = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &xr);
+    int64_t n = xs->dims[L], k = in->shape.tuple[0].dims[L];
+    if (!mask || xr != xs->rank || n <= 0 || k <= 0 || k > n || xt[L] % n) return false;
+    int64_t nb = xt[L] / n, sp[VIEW_MAX_RANK + 1], bk[VIEW_MAX_RANK + 1], gl[VIEW_MAX_RANK];
+    for (uint32_t q = 0; q < L; q++) sp[q] = bk[q] = gl[q] = xt[q];
+    sp[L] = bk[L] = nb, sp[L + 1] = n, bk[L + 1] = k, gl[L] = nb * k;
+    int xdt = eg_type_dtype(c->g, eg_class_type(c->g, x->cls));
+    eid xb = lf_mk_reshape(c, x->cls, lf_type_of(c, xdt, sp, xr + 1), c->origin);
+    eid node = lf_node(c, c->cur, in, &xb, 1, NULL, c->origin);
+    lval t = {.kind = LV_TUPLE, .n = 2};
+    t.elems = arena_alloc(c->a, 3 * sizeof *t.elems);
+    eid el[2];
+    for (uint32_t j = 0; j < 2; j++) {
+        int dt = in->shape.tuple[j].dtype;
+        eid e = lf_mk_element(c, node, j, lf_type_of(c, dt, bk, xr + 1));
+        el[j] = lf_mk_reshape(c, e, lf_type_of(c, dt, gl, xr), c->origin);
+        t.elems[j] = term(el[j], x->v, x->assumed);
+    }
+    lift_winner wn = {.j = EID_NONE, .x = x->cls, .dim = L, .nb = nb, .axes = mask, .xv = x->v, .topk = true,
+                      .vals = el[0], .pos = el[1], .k = k, .n = n, .op = in};
+    winner_note(c, &wn);
+    *out = t;
+    return true;
+}
+
+bool lf_topk_stack(lstate *s, lval *t) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    if (c->baseline_mode || t->kind != LV_TUPLE || t->n != 2 || t->elems[0].kind != LV_TERM || x->kind != LV_TERM ||
+        x->v.partial || lf_scale_of(x) != 1 || x->diff || x->zm)
+        return false;
+    const lift_winner *b = blocks_of(c, x->cls);
+    const shape *es = &in->shape.tuple[0];
+    uint32_t L = es->rank - 1;
+    if (!b || topk_largest(b->op) != topk_largest(in) || es->dims[L] > b->k || es->rank != b->xv.rank ||
+        x->v.dims[L].naxes)
+        return false;
+    /* the rows' top values and positions, as the baseline's top_k of x */
+    int64_t gd[VIEW_MAX_RANK];
+    uint32_t xr;
+    const int64_t *xt = eg_type_dims(c->g, eg_class_type(c->g, b->x), &xr);
+    memcpy(gd, xt, xr * sizeof *gd);
+    gd[L] = es->dims[L];
+    eid bx = b->x;
+    eid g = lf_node(c, c->cur, in, &bx, 1, NULL, c->origin);
+    eid g0 = lf_mk_element(c, g, 0, lf_type_of(c, es->dtype, gd, es->rank));
+    eid g1 = lf_mk_element(c, g, 1, lf_type_of(c, in->shape.tuple[1].dtype, gd, es->rank));
+    eg_union(c->g, t->elems[0].cls, g0, NULL);
+    if (dtype_is_float(es->dtype))
+        lf_assume(c, "the rows top_k selects from hold no NaN (their order among other values is XLA's)");
+    /* J: positions within the stack, in [0, blocks * k) */
+    eid j = t->elems[1].kind == LV_TERM ? t->elems[1].cls : EID_NONE;
+    if (j == EID_NONE) return false;
+    pw_fn *f = arena_alloc(c->a, (size_t)c->ndev * sizeof *f);
+    for (int64_t d = 0; d < c->ndev; d++) pw_shift(&f[d], 0);
+    view w = t->elems[1].v;
+    t->elems[1] = (lval){.kind = LV_PW, .pw = f, .pos = j, .src = j, .v = w, .cls = EID_NONE, .assumed = t->elems[1].assumed};
+    lf_proven_domain(c, j, b->nb * b->k);
+    lift_winner wn = *b;
+    wn.j = j;
+    wn.res = g1;
+    wn.w = w;
+    winner_note(c, &wn);
+    return true;
+}
+
+/* Whether index values x are, on every device d, t + off[d] for t in [0, n). */
+static bool shifted_on(const lift_ctx *c, const lval *x, int64_t n, const int64_t *off) {
+    for (int64_t d = 0; d < c->ndev; d++) {
+        const pw_fn *f = &x->pw[d];
+        for (uint32_t k = 0; k < f->n; k++) {
+            const pw_piece *p = &f->p[k];
+            bool overlaps = (p->hi == PW_POS_INF || p->hi > 0) && (p->lo == PW_NEG_INF || p->lo < n);
+            if (overlaps && (p->a != 1 || p->b != off[d])) return false;
+        }
+    }
+    return true;
+}
+
+/* The blocks' positions with their offsets, side by side along the dim:
+ * position i of the stack holds block i / k's, offset by that block's start
+ * in x (i / k · n), the blocks in the order of the dim's axes. */
+static eid offsets_added(lift_ctx *c, const lift_winner *b) {
+    uint32_t r;
+    const int64_t *pd = eg_type_dims(c->g, eg_class_type(c->g, b->pos), &r);
+    int64_t dims[VIEW_MAX_RANK];
+    memcpy(dims, pd, r * sizeof *dims);
+    uint32_t ty = eg_class_type(c->g, b->pos);
+    int dt = eg_type_dtype(c->g, ty);
+    interp_val *k = lf_fold_size_ok(dims, r) ? interp_val_new(dt, r, dims) : NULL;
+    if (!k) return EID_NONE;
+    int64_t len = dims[r - 1];
+    for (int64_t e = 0; e < k->n; e++) interp_val_set(k, e, (double)((e % len) / b->k * b->n));
+    eid pos = b->pos, kc = lf_const_term(c, k, c->origin);
+    return eg_add(c->g, OP_ADD, 0, ty, (eid[]){pos, kc}, 2, c->origin);
+}
+
+bool lf_topk_gather(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *p = &s->ops[0];
+    if (c->baseline_mode || in->op != OP_ALL_GATHER || in->noperands != 1 || p->kind != LV_PW || p->src == EID_NONE)
+        return false;
+    const lift_winner *b = NULL;
+    for (uint32_t q = 0; q < c->nwinners && !b; q++)
+        if (c->winners[q].topk && c->winners[q].j == EID_NONE && eg_find(c->g, c->winners[q].pos) == eg_find(c->g, p->src))
+            b = &c->winners[q];
+    uint32_t L = b ? b->xv.rank - 1 : 0, ng;
+    const int64_t *gdims = b ? instr_ints(in, A_DIMENSIONS, &ng) : NULL;
+    if (!gdims || ng != 1 || gdims[0] != (int64_t)L || in->shape.rank != b->xv.rank ||
+        lift_groups_axes(c, in, true) != (int)b->axes || in->shape.dims[L] != b->nb * b->k ||
+        !lf_same_sharding(&p->v, &b->xv))
+        return false;
+    int64_t *off = arena_alloc(c->a, (size_t)c->ndev * sizeof *off);
+    for (int64_t d = 0; d < c->ndev; d++) off[d] = lf_dim_block(c, &b->xv.dims[L], d) * b->n;
+    eid g = shifted_on(c, p, b->n, off) ? offsets_added(c, b) : EID_NONE;
+    if (g == EID_NONE) return false;
+    view v = b->xv;
+    memset(&v.dims[L], 0, sizeof v.dims[L]);
+    *out = term(g, v, p->assumed);
+    return true;
+}
+
+/* The take of a top_k's positions J from the stack of the blocks' positions
+ * (all-gathered along the dim, tiled): with their offsets, the rows' top
+ * positions; without them, each position within its block (a pending
+ * wrong-shard-dim: the global position modulo the block's size). */
+static bool topk_pick(lstate *s, const lift_winner *wn, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *ix = &s->ops[1], *st = &s->ops[0];
+    uint32_t L = wn->xv.rank - 1;
+    const lift_winner *b = blocks_of(c, wn->vals);
+    if (!b || st->kind != LV_TERM || st->v.partial || lf_scale_of(st) != 1 || st->diff || st->zm ||
+        st->v.dims[L].naxes || !lf_takes_along(in, L, in->shape.rank) || !lf_pw_identity_on(c, ix, wn->nb * wn->k))
+        return false;
+    uint32_t rr;
+    const int64_t *rd = eg_type_dims(c->g, eg_class_type(c->g, wn->res), &rr);
+    int64_t gdm[VIEW_MAX_RANK];
+    if (in->shape.rank != rr || wn->w.rank != rr) return false;
+    lf_global_dims(c, &wn->w, &in->shape, gdm);
+    if (memcmp(gdm, rd, rr * sizeof *rd)) return false;
+    uint32_t ty = lf_type_of(c, in->shape.dtype, gdm, rr);
+    eid got = lf_mk_reshape(c, wn->res, ty, c->origin);
+    eid sc = eg_find(c->g, st->cls);
+    if (sc == eg_find(c->g, b->pos)) {
+        interp_val *k = lf_fold_size_ok(gdm, rr) ? interp_val_new(in->shape.dtype, rr, gdm) : NULL;
+        if (!k) return false;
+        for (int64_t e = 0; e < k->n; e++) interp_val_set(k, e, (double)wn->n);
+        eid kc = lf_const_term(c, k, c->origin);
+        got = eg_add(c->g, OP_REMAINDER, 0, ty, (eid[]){got, kc}, 2, c->origin);
+        lf_pending(c, KIND_WRONG_SHARD_DIM, s->comp, in,
+                   "%s takes the top positions from positions that %s computes within each device's own block of "
+                   "dimension %u without the block's offset: each position it returns lies within one block, not "
+                   "in the whole dimension",
+                   in->name, b->op->name, L);
+    } else if (sc != eg_find(c->g, offsets_added(c, b)))
+        return false;
+    *out = term(got, wn->w, st->assumed || ix->assumed);
     return true;
 }
 
