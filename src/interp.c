@@ -1562,6 +1562,15 @@ static interp_val *op_gather(ctx *x, const hlo_instr *in, const interp_val *a, c
         return fail(x, INTERP_ERUN, in, "offset_dims does not match the slice");
     }
     const char *bad = gather_mismatch(in, a, ix, r, odim);
+    /* every slice within the operand; collapsed and batching dims take one
+     * element, a batching dim as long as the indices' it pairs with */
+    for (uint32_t d = 0; !bad && d < a->rank; d++)
+        if (ss[d] < 0 || ss[d] > a->dims[d] || ((in_list(d, col, ncol) || in_list(d, ob, nob)) && ss[d] != 1))
+            bad = "a slice size does not fit its operand dim";
+    for (uint32_t k = 0; !bad && k < nob; k++)
+        if (ob[k] < 0 || ob[k] >= (int64_t)a->rank || sb[k] < 0 || sb[k] >= (int64_t)ix->rank || sb[k] == ivd ||
+            a->dims[ob[k]] != ix->dims[sb[k]])
+            bad = "a batching dim differs from the indices' it pairs with";
     if (bad) {
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "%s", bad);

@@ -452,10 +452,11 @@ static void other_forms(lstate *s, const lval *v) {
             if (lf_class_node(c, s->ops[1 - o].cls, OP_CONVERT, 1, &ch) == EID_NONE ||
                 eg_type_dtype(c->g, eg_class_type(c->g, ch[0])) != DT_PRED)
                 continue;
+            eid pred = ch[0]; /* (the e-graph's arrays move as it grows) */
             interp_val *z = interp_val_new(in->shape.dtype, 0, NULL);
             eid zero = lf_const_term(c, z, c->origin);
             zero = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), type, &zero, 1, c->origin);
-            eid sel[3] = {ch[0], s->ops[o].cls, zero};
+            eid sel[3] = {pred, s->ops[o].cls, zero};
             eg_union(c->g, v->cls, eg_add(c->g, OP_SELECT, 0, type, sel, 3, c->origin), NULL);
             return;
         }

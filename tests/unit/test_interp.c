@@ -1450,6 +1450,15 @@ static void test_malformed(void) {
                               "  ROOT r = f32[5,4] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, "
                               "index_vector_dim=1, slice_sizes={1,4}\n",
          "batch dim"},
+        {"gather slice size", "  t = f32[8,4] parameter(0)\n  i = s32[3,1] parameter(1)\n"
+                              "  ROOT r = f32[3,6] gather(t, i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, "
+                              "index_vector_dim=1, slice_sizes={1,6}\n",
+         "a slice size"},
+        {"gather batching size", "  t = f32[3,4] parameter(0)\n  i = s32[5,1] parameter(1)\n"
+                                 "  ROOT r = f32[5] gather(t, i), offset_dims={}, collapsed_slice_dims={1}, start_index_map={1}, "
+                                 "operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=1, "
+                                 "slice_sizes={1,1}\n",
+         "batching dim differs"},
         {"reshape count", "  a = f32[2,3] parameter(0)\n  ROOT r = f32[0,3] reshape(a)\n", "reshape of 6 elements into 0"},
         {"concatenate dims", "  a = f32[2,3] parameter(0)\n  b = f32[2,4] parameter(1)\n"
                              "  ROOT r = f32[4,3] concatenate(a, b), dimensions={0}\n",

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Regenerates every file under samples/fresh8/ (an eighth batch of user-style programs,
+# exported with python/scalify_jax, manifest.json) with JAX/XLA on 8 CPU devices.
+# Usage: bash samples/gen/run_fresh8.sh [SUBSTR]...   (only pairs whose name has a SUBSTR)
+# Virtualenv and SAMPLES_VENV: see env312.sh (the pins of requirements-train.txt).
+set -euo pipefail
+source "$(dirname "$0")/env312.sh"
+export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
+run_repo_script "$venv" samples/gen/fresh8.py "$@"
