@@ -19,7 +19,7 @@ OPT     ?= -O2 -g
 SAN     ?=
 CFLAGS_STRICT = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wstrict-prototypes \
                 -Wmissing-prototypes -Wno-unused-parameter -MMD -MP
-PKGS    = zlib libprotobuf-c jansson libcmark libcgraph libgvc libpng
+PKGS    = zlib libdeflate libprotobuf-c jansson libcmark libcgraph libgvc libpng
 CFLAGS_ALL = $(CFLAGS_STRICT) $(OPT) $(SAN) -Isrc -I$(BUILD)/gen $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
 LIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
 FUZZ_SECONDS ?= 60

@@ -267,15 +267,40 @@ static void saturator_free(saturator *s) {
     rs_free(s->rs);
 }
 
+/* The relations file, read before it is needed: relations_read's result
+ * and what it said, kept aside until pair_inputs_ok takes them. */
+typedef struct early_rel {
+    bool done, ok;
+    relations rel;
+    diag d;
+} early_rel;
+
+static void early_rel_free(early_rel *e) {
+    if (!e->done) return;
+    if (e->ok) relations_free(&e->rel);
+    diag_free(&e->d);
+    e->done = false;
+}
+
 /* Reads both modules, at once on two threads when jobs ≥ 2 (the readers share
- * no mutable state); diagnostics come out in the same order either way. */
-static bool load_both(const check_opts *o, side *B, side *D, diag *d) {
+ * no mutable state); diagnostics come out in the same order either way. The
+ * baseline is read on this thread, which usually finishes first (the
+ * distributed program is the larger), so it then reads the relations file
+ * (which needs the baseline alone) while the other thread still parses:
+ * into *er, whose messages pair_inputs_ok passes on where it would have
+ * read the file itself. */
+static bool load_both(const check_opts *o, side *B, side *D, early_rel *er, diag *d) {
     load_job jb = {B, o->baseline, {0}, false}, jd = {D, o->distributed, {0}, false};
     diag_init(&jb.d, o->baseline);
     diag_init(&jd.d, o->distributed);
     pthread_t t;
     bool threaded = o->jobs >= 2 && pthread_create(&t, NULL, load_job_run, &jd) == 0;
     load_job_run(&jb);
+    if (threaded && jb.ok && o->relations) {
+        diag_init(&er->d, o->relations);
+        er->ok = relations_read(o->relations, B->m, &er->rel, &er->d);
+        er->done = true;
+    }
     if (threaded) pthread_join(t, NULL);
     else if (jb.ok) load_job_run(&jd);
     load_job *js[2] = {&jb, &jd};
@@ -519,15 +544,23 @@ static void judge_segments(check_result *r, trace_verdict verdict, bool contradi
  * in d): parameters one to one, a view per parameter, the mesh the program's
  * device count, every distributed parameter the local shape of its view.
  * Reads or infers the relations into rel. */
-static bool pair_inputs_ok(const check_opts *o, const side *B, const side *D, relations *rel, diag *d) {
+static bool pair_inputs_ok(const check_opts *o, const side *B, const side *D, early_rel *er, relations *rel, diag *d) {
     const hlo_comp *be = graph_entry(B->m), *de = graph_entry(D->m);
     if (be->nparams != de->nparams) {
         diag_plain(d, "the baseline has %u parameters but the distributed program has %u: parameters must correspond one to one",
                    be->nparams, de->nparams);
         return false;
     }
-    bool rel_ok = o->relations ? relations_read(o->relations, B->m, rel, d)
-                               : relations_auto_pair(B->m, D->m, rel, d);
+    bool rel_ok;
+    if (er->done) { /* read by load_both: what it said, as if said now */
+        rel_ok = er->ok;
+        if (er->ok) *rel = er->rel;
+        er->ok = false; /* *rel owns it now */
+        sb_put(&d->out, er->d.out.s ? er->d.out.s : "", er->d.out.len);
+        d->count += er->d.count;
+    } else {
+        rel_ok = o->relations ? relations_read(o->relations, B->m, rel, d) : relations_auto_pair(B->m, D->m, rel, d);
+    }
     if (!rel_ok) return false;
     if (rel->ninputs != be->nparams) {
         diag_plain(d, "the relations name %u inputs for %u parameters", rel->ninputs, be->nparams);
@@ -599,8 +632,10 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     side B = {0}, D = {0};
     relations rel = {0};
     int verdict = VERDICT_ERROR;
-    if (!load_both(o, &B, &D, d)) goto out;
-    if (!pair_inputs_ok(o, &B, &D, &rel, d)) goto out;
+    early_rel er = {0};
+    bool inputs_ok = load_both(o, &B, &D, &er, d) && pair_inputs_ok(o, &B, &D, &er, &rel, d);
+    early_rel_free(&er);
+    if (!inputs_ok) goto out;
     const hlo_comp *be = graph_entry(B.m), *de = graph_entry(D.m);
 
     egraph *g = eg_new();

@@ -2166,7 +2166,7 @@ static size_t array_cap(size_t n) {
 static char *array_room(arena *a, char *arr, size_t n, size_t add, size_t size) {
     if (add == 1 && n && (n < 4 || (n & (n - 1)))) return arr; /* not full */
     if (n + add <= array_cap(n)) return arr;
-    char *grown = arena_alloc(a, array_cap(n + add) * size);
+    char *grown = arena_alloc_raw(a, array_cap(n + add) * size); /* read only below the count */
     if (n) memcpy(grown, arr, n * size);
     return grown;
 }
@@ -2178,8 +2178,9 @@ static bool unpack_value(unpacker *u, const ProtobufCFieldDescriptor *f, char *m
     switch (f->type) {
     case PROTOBUF_C_TYPE_STRING: {
         if (!fast_charge(u, (uint64_t)len + 1)) return false;
-        char *s = arena_alloc(u->a, len + 1);
+        char *s = arena_alloc_raw(u->a, len + 1);
         memcpy(s, wf->v, len);
+        s[len] = 0;
         *(char **)member = s;
         return true;
     }
@@ -2244,8 +2245,8 @@ static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescr
                                         const uint8_t *e, int depth) {
     if (depth > PB_MAX_DEPTH || !fast_charge(u, d->sizeof_message)) return NULL;
     note_message(u, d, (size_t)(p - u->w->buf));
-    ProtobufCMessage *m = arena_alloc(u->a, d->sizeof_message);
-    d->message_init(m);
+    ProtobufCMessage *m = arena_alloc_raw(u->a, d->sizeof_message);
+    d->message_init(m); /* every member */
     const field_table *t = table_of(u, d);
     for (const uint8_t *q = p; q < e;) {
         wire_field wf;
@@ -2278,8 +2279,10 @@ static ProtobufCMessage *unpack_message(unpacker *u, const ProtobufCMessageDescr
                 (*n)++;
                 continue;
             }
-            *arr = array_room(u->a, *arr, *n, 1, elt_size(f->type));
-            member = *arr + (*n)++ * elt_size(f->type);
+            size_t size = elt_size(f->type);
+            *arr = array_room(u->a, *arr, *n, 1, size);
+            member = *arr + (*n)++ * size;
+            memset(member, 0, size); /* a message slot is looked at first (unpack_value) */
         }
         if (!unpack_value(u, f, member, &wf, depth)) return NULL;
     }

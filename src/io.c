@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <libdeflate.h>
 #include <zlib.h>
 
 /* The size a gzip file says it inflates to (its last member's ISIZE, modulo
@@ -27,7 +28,54 @@ size_t io_inflate_limit(size_t n) {
     return lim < IO_INFLATE_FREE ? IO_INFLATE_FREE : lim;
 }
 
+/* The common case in one call per member: libdeflate inflates whole buffers
+ * about three times as fast as zlib's streaming inflate, into the buffer the
+ * trailer's ISIZE sized (exact for a file of one member). NULL when it cannot
+ * finish there — corrupt or truncated data, trailing bytes, members that
+ * outgrow the hint — and zlib then reads the input again and decides,
+ * saying exactly what is wrong; *over is set instead when the data inflates
+ * past the budget (the buffer held limit + 1 bytes and more was coming: zlib
+ * would refuse it at the same point). */
+static char *gunzip_whole(const char *data, size_t n, size_t limit, size_t *len, bool *over) {
+    *over = false;
+    struct libdeflate_decompressor *dc = libdeflate_alloc_decompressor();
+    if (!dc) return NULL;
+    size_t cap = inflated_hint(data, n, limit), used = 0, at = 0;
+    char *out = xmalloc_large(cap);
+    while (at < n) {
+        size_t took = 0, made = 0;
+        enum libdeflate_result rc =
+            libdeflate_gzip_decompress_ex(dc, data + at, n - at, out + used, cap - used - 1, &took, &made);
+        if (rc != LIBDEFLATE_SUCCESS || took == 0) {
+            *over = rc == LIBDEFLATE_INSUFFICIENT_SPACE && cap - 1 >= limit;
+            libdeflate_free_decompressor(dc);
+            free(out);
+            return NULL;
+        }
+        at += took;
+        used += made;
+    }
+    libdeflate_free_decompressor(dc);
+    out[used] = 0;
+    *len = used;
+    return out;
+}
+
+static void refuse_bomb(diag *d, size_t limit) {
+    if (limit == IO_MAX_INPUT) diag_plain(d, "gzip input inflates to more than %zu bytes (the input limit)", limit);
+    else diag_plain(d, "gzip input inflates to more than %zu bytes (%zu times its compressed size): refused as a "
+                       "likely gzip bomb", limit, IO_MAX_INFLATE_RATIO);
+}
+
 char *io_gunzip(const char *data, size_t n, size_t *len, diag *d) {
+    size_t limit = io_inflate_limit(n);
+    bool over;
+    char *fast = gunzip_whole(data, n, limit, len, &over);
+    if (fast) return fast;
+    if (over) {
+        refuse_bomb(d, limit);
+        return NULL;
+    }
     z_stream z;
     memset(&z, 0, sizeof z);
     if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) {
@@ -37,7 +85,6 @@ char *io_gunzip(const char *data, size_t n, size_t *len, diag *d) {
     /* Inflates straight into the result, grown when the hint was short, never
      * beyond the budget (+ 1 for the NUL): a gzip bomb is refused at the
      * budget, not after filling memory. */
-    size_t limit = io_inflate_limit(n);
     size_t cap = inflated_hint(data, n, limit), used = 0;
     char *out = xmalloc_large(cap);
     z.next_in = (Bytef *)data;
@@ -62,9 +109,7 @@ char *io_gunzip(const char *data, size_t n, size_t *len, diag *d) {
         rc = inflate(&z, Z_NO_FLUSH);
         used += before - z.avail_out;
         if (used > limit) {
-            if (limit == IO_MAX_INPUT) diag_plain(d, "gzip input inflates to more than %zu bytes (the input limit)", limit);
-            else diag_plain(d, "gzip input inflates to more than %zu bytes (%zu times its compressed size): refused as a "
-                               "likely gzip bomb", limit, IO_MAX_INFLATE_RATIO);
+            refuse_bomb(d, limit);
             goto fail;
         }
         if (rc == Z_STREAM_END) {

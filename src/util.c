@@ -75,13 +75,20 @@ void xgrow(void **p, size_t *cap, size_t need, size_t elem) {
  * region use them). */
 enum { HUGE = 2 * 1024 * 1024 };
 
+/* How much of a region of n bytes to offer for huge pages: the huge pages it
+ * fills, and the last, partly filled one only when at least half of it is
+ * used. A huge page is cleared whole on its first touch, so one holding a
+ * few kilobytes (a 2.1 MB inflated dump, an array just over a boundary)
+ * costs a 2 MB clear where small pages would clear those kilobytes. */
+static size_t huge_part(size_t n) { return (n + HUGE / 2) / HUGE * HUGE; }
+
 void *xmalloc_large(size_t n) {
 #ifdef MADV_HUGEPAGE
     if (n >= HUGE && n <= SIZE_MAX - HUGE) {
         size_t len = (n + HUGE - 1) / HUGE * HUGE; /* a multiple of the alignment, as C11 asks */
         void *p = aligned_alloc(HUGE, len);
         if (p) {
-            madvise(p, len, MADV_HUGEPAGE); /* advice: without it, small pages */
+            madvise(p, huge_part(n), MADV_HUGEPAGE); /* advice: without it, small pages */
             return p;
         }
     }
@@ -120,7 +127,7 @@ static arena_block *block_new(size_t size, bool *fresh) {
             char *q = (char *)(((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
             if (q > p) munmap(p, (size_t)(q - p));
             if (q + len < p + len + HUGE) munmap(q + len, (size_t)(p + len + HUGE - (q + len)));
-            madvise(q, len, MADV_HUGEPAGE); /* advice: without it, small pages */
+            madvise(q, huge_part(size + sizeof(arena_block)), MADV_HUGEPAGE); /* advice: without it, small pages */
             arena_block *b = (arena_block *)q;
             b->size = len - sizeof(arena_block);
             b->mapped = len;
@@ -203,7 +210,7 @@ void arena_reset(arena *a) {
     a->zero = a->end; /* used before */
 }
 
-void *arena_alloc(arena *a, size_t n) {
+static inline void *arena_take(arena *a, size_t n, bool zero) {
     n = (n + 7) & ~(size_t)7;
     if (n == 0) n = 8;
     if ((size_t)(a->end - a->cur) < n) {
@@ -219,7 +226,7 @@ void *arena_alloc(arena *a, size_t n) {
              * so the current block's free tail is not wasted. */
             b->next = a->head->next;
             a->head->next = b;
-            if (!fresh) memset(b->data, 0, n);
+            if (!fresh && zero) memset(b->data, 0, n);
             return b->data;
         }
         b->next = a->head;
@@ -230,9 +237,12 @@ void *arena_alloc(arena *a, size_t n) {
     }
     void *p = a->cur;
     a->cur += n;
-    if ((char *)p < a->zero) memset(p, 0, n);
+    if (zero && (char *)p < a->zero) memset(p, 0, n);
     return p;
 }
+
+void *arena_alloc(arena *a, size_t n) { return arena_take(a, n, true); }
+void *arena_alloc_raw(arena *a, size_t n) { return arena_take(a, n, false); }
 
 void arena_expect(arena *a, size_t n) {
     /* Beyond 32 HUGE (64 MB) the blocks arena_alloc grows are large anyway. */

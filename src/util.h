@@ -52,6 +52,10 @@ void arena_free(arena *a);
  * size touches no fresh memory the second time. Pointers into a die. */
 void arena_reset(arena *a);
 void *arena_alloc(arena *a, size_t n);              /* 8-byte aligned, zeroed */
+/* arena_alloc for memory the caller fills whole before reading it (a
+ * message it initialises, bytes it copies in): not zeroed where that would
+ * take a memset (memory handed out before, after arena_reset). */
+void *arena_alloc_raw(arena *a, size_t n);
 /* A hint that a, still empty, will hold about n bytes: its first block is made
  * that large (a mapped one from 2 MB on, at most 64 MB) instead of growing to
  * it from small ones. */

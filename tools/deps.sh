@@ -2,7 +2,7 @@
 # Installs the Debian packages scalify needs, only those that are missing.
 # Usage: tools/deps.sh [--check]   (--check: report and fail, install nothing)
 set -u
-PKGS="pkg-config libgraphviz-dev graphviz libcmark-dev libjansson-dev libprotobuf-c-dev protobuf-c-compiler libpng-dev zlib1g-dev"
+PKGS="pkg-config libgraphviz-dev graphviz libcmark-dev libjansson-dev libprotobuf-c-dev protobuf-c-compiler libpng-dev zlib1g-dev libdeflate-dev"
 missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
