@@ -317,6 +317,7 @@ typedef struct lift_ctx {
     uint32_t npicks, cappicks;
     eid dom_src[8];                       /* sources assumed within [0, dom_size) */
     int64_t dom_size[8];
+    bool dom_proven[8];                   /* ... or proved to be (lf_proven_domain) */
     uint32_t ndoms;
     struct lift_winner *winners;          /* selections among a stack of partial maxima (lift_argmax.c) */
     uint32_t nwinners, capwinners;

@@ -467,8 +467,6 @@ static const lift_winner *winner_of(const lift_ctx *c, eid j) {
     return NULL;
 }
 
-bool lf_is_winner(const lift_ctx *c, eid j) { return winner_of(c, j) != NULL; }
-
 /* The blocks' top k whose values (as laid over the devices) are class v. */
 static const lift_winner *blocks_of(lift_ctx *c, eid v) {
     for (uint32_t k = 0; k < c->nwinners; k++)
@@ -479,13 +477,7 @@ static const lift_winner *blocks_of(lift_ctx *c, eid v) {
 
 static void winner_note(lift_ctx *c, const lift_winner *w) {
     if (w->j != EID_NONE && winner_of(c, w->j)) return;
-    if (c->nwinners == c->capwinners) {
-        uint32_t cap = c->capwinners ? 2 * c->capwinners : 4;
-        lift_winner *n = arena_alloc(c->a, cap * sizeof *n);
-        if (c->nwinners) memcpy(n, c->winners, c->nwinners * sizeof *n);
-        c->winners = n;
-        c->capwinners = cap;
-    }
+    ARENA_GROW(c->a, c->winners, c->nwinners, c->capwinners, 4);
     c->winners[c->nwinners++] = *w;
 }
 

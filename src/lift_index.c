@@ -21,19 +21,32 @@
 #include <string.h>
 
 /* The precondition that source values lie in [0, n) (a gathered table's rows). */
-static void assume_domain(lift_ctx *c, eid src, int64_t n) {
-    lf_assume(c, "index values (token ids, positions) lie in [0, %lld), where they index", (long long)n);
-    lf_proven_domain(c, src, n);
-}
-
-void lf_proven_domain(lift_ctx *c, eid src, int64_t n) {
+static void note_domain(lift_ctx *c, eid src, int64_t n, bool proven) {
     if (src == EID_NONE) return;
     for (uint32_t i = 0; i < c->ndoms; i++)
-        if (c->dom_src[i] == src && c->dom_size[i] == n) return;
+        if (c->dom_src[i] == src && c->dom_size[i] == n) {
+            c->dom_proven[i] |= proven;
+            return;
+        }
     if (c->ndoms < ARRAY_LEN(c->dom_src)) {
         c->dom_src[c->ndoms] = src;
+        c->dom_proven[c->ndoms] = proven;
         c->dom_size[c->ndoms++] = n;
     }
+}
+
+static void assume_domain(lift_ctx *c, eid src, int64_t n) {
+    lf_assume(c, "index values (token ids, positions) lie in [0, %lld), where they index", (long long)n);
+    note_domain(c, src, n, false);
+}
+
+void lf_proven_domain(lift_ctx *c, eid src, int64_t n) { note_domain(c, src, n, true); }
+
+/* Whether a domain of src no larger than n is proved, not assumed. */
+static bool domain_proven(const lift_ctx *c, eid src, int64_t n) {
+    for (uint32_t i = 0; i < c->ndoms; i++)
+        if (c->dom_src[i] == src && c->dom_size[i] <= n && c->dom_proven[i]) return true;
+    return false;
 }
 
 /* The smallest domain assumed for a source, or -1. */
@@ -580,13 +593,7 @@ static void pick_note(lift_ctx *c, const lift_pick *p) {
         eg_union(c->g, q->cls, p->cls, NULL);
         return;
     }
-    if (c->npicks == c->cappicks) {
-        uint32_t cap = c->cappicks ? 2 * c->cappicks : 8;
-        lift_pick *n = arena_alloc(c->a, cap * sizeof *n);
-        if (c->npicks) memcpy(n, c->picks, c->npicks * sizeof *n);
-        c->picks = n;
-        c->cappicks = cap;
-    }
+    ARENA_GROW(c->a, c->picks, c->npicks, c->cappicks, 8);
     c->picks[c->npicks++] = *p;
 }
 
@@ -1229,10 +1236,10 @@ static bool select_in_domain(lstate *s, lval *out) {
         k0 = k;
     }
     /* (the side not picked may be a fill constant where the domain is
-     * proved: a take from a stack at a selection's position) */
+     * proved: a take at a selection's position) */
     for (uint32_t o = 1; o < 3; o++) {
         int k = s->ops[o].kind;
-        bool fill = o == (k0 ? 2u : 1u) && k == LV_DEV && lf_is_winner(s->c, p->src);
+        bool fill = o == (k0 ? 2u : 1u) && k == LV_DEV && domain_proven(s->c, p->src, n);
         if (k != LV_TERM && k != LV_LAYOUT && k != LV_WIN && !fill) return false;
     }
     *out = s->ops[k0 ? 1 : 2];

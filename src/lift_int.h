@@ -407,7 +407,6 @@ bool lf_owner_test(lstate *s);                       /* eq(partial max, its comp
 bool lf_owner_select(lstate *s, lval *out);         /* select(that eq, positions, fill): partial(min) positions */
 bool lf_takes_along(const hlo_instr *g, uint32_t d, uint32_t rank); /* gather g is take_along_axis along d */
 bool lf_stack_pick(lstate *s, lval *out);            /* a take from a stack of partial positions at the winner */
-bool lf_is_winner(const lift_ctx *c, eid j);
 bool lf_topk_blocks(lstate *s, lval *out);           /* top_k of rows sharded along: every block's own */
 bool lf_topk_stack(lstate *s, lval *t);              /* top_k t of gathered blocks' top k: the rows' */
 bool lf_topk_gather(lstate *s, lval *out);           /* the blocks' top positions, offset, gathered */         /* j: a selection's position among a stack (stack_winner) */

@@ -97,13 +97,7 @@ static uint64_t comp_fp(const hlo_module *m, uint32_t ci, uint64_t *cache) {
 static void add_run(void *ctx, uint32_t i0, uint32_t i1, const char *s, size_t n) {
     split_ctx *x = ctx;
     sr_runs *o = x->out;
-    if (o->n == x->cap) {
-        uint32_t cap = x->cap ? 2 * x->cap : 16;
-        sr_run *nr = arena_alloc(x->a, cap * sizeof *nr);
-        if (o->n) memcpy(nr, o->runs, o->n * sizeof *nr);
-        o->runs = nr;
-        x->cap = cap;
-    }
+    ARENA_GROW(x->a, o->runs, o->n, x->cap, 16);
     sr_run *r = &o->runs[o->n];
     o->start[i0] = o->n++;
     r->i0 = i0;

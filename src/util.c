@@ -267,6 +267,15 @@ void *arena_memdup(arena *a, const void *p, size_t n) {
     return q;
 }
 
+void arena_grow(arena *a, void **p, uint32_t n, uint32_t *cap, size_t elem, uint32_t first) {
+    if (n < *cap) return;
+    uint32_t c = *cap ? 2 * *cap : first;
+    void *q = arena_alloc(a, (size_t)c * elem);
+    if (n) memcpy(q, *p, (size_t)n * elem);
+    *p = q;
+    *cap = c;
+}
+
 /* ---- strbuf ---- */
 
 void sb_init(strbuf *b) { memset(b, 0, sizeof *b); }

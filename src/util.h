@@ -69,6 +69,11 @@ char *arena_strdup(arena *a, const char *s);
 /* A copy of n bytes of p in the arena (zeros when p is NULL: an empty array
  * copied with room for one more). */
 void *arena_memdup(arena *a, const void *p, size_t n);
+/* Room for one more element in an arena array *p of n elements of elem
+ * bytes and capacity *cap: when full, a copy twice as large (first when
+ * empty) replaces it (the old block stays in the arena). */
+void arena_grow(arena *a, void **p, uint32_t n, uint32_t *cap, size_t elem, uint32_t first);
+#define ARENA_GROW(a, p, n, cap, first) arena_grow((a), (void **)&(p), (n), &(cap), sizeof(*(p)), (first))
 /* The arena takes ownership of a malloc'd block of n bytes (freed with it):
  * lets a grown vector become arena data without a copy. */
 void arena_adopt(arena *a, void *p, size_t n);
