@@ -292,7 +292,8 @@ void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops, uint32_
     static const char *const kinds[] = {[LV_UNKNOWN] = "not related", [LV_DEV] = "a device-dependent value",
                                         [LV_TUPLE] = "a tuple", [LV_PW] = "an index value", [LV_MASK] = "a mask",
                                         [LV_LAYOUT] = "a rearranged value", [LV_WIN] = "a per-device window",
-                                        [LV_PSUB] = "a sum of some devices' shares"};
+                                        [LV_PSUB] = "a sum of some devices' shares",
+                                        [LV_ROW] = "a per-device slice of a term"};
     for (uint32_t o = 0; o < n; o++) {
         sb_printf(b, "%soperand %u is ", o ? ", " : "", o);
         if (ops[o].kind == LV_TERM) view_print(b, &ops[o].v, c->mesh);
@@ -1458,6 +1459,8 @@ lval lf_lift_instr(lstate *s) {
         }
     if (lf_psub_instr(s, &pwv)) return pwv;
     if (lf_win_instr(s, &pwv)) return pwv;
+    if (lf_row_instr(s, &pwv)) return pwv;
+    if (lf_row_select(s)) return unknown();  /* its sums make the value (lf_row_reduce) */
     for (uint32_t o = 0; o < in->noperands; o++)
         if (ops[o].kind == LV_WIN && !lf_win_rearranged(c, &ops[o])) {
             char where[96];
@@ -2078,6 +2081,9 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
                 else if (!ops[o].rearranged && !ops[o].rescaled) inside = false;
             }
         bool moves = in->op == OP_BROADCAST || in->op == OP_TRANSPOSE || in->op == OP_RESHAPE || in->op == OP_BITCAST;
+        /* a cumulative sum within each device's block of a baseline value's
+         * dim (lift_scan.c; its kind and words) */
+        if (!inside && !via && lf_scan_divergence(c, v->cls)) inside = true;
         if (inside && moves) {
             v->rearranged = true;
             inside = false;
@@ -2145,6 +2151,7 @@ void lift_value_words(strbuf *b, const lval *v, const mesh *m) {
     case LV_PW: case LV_MASK: case LV_IVEC: sb_puts(b, "index values"); break;
     case LV_LAYOUT: case LV_WIN: sb_puts(b, "pieces rearranged"); break;
     case LV_PSUB: sb_puts(b, "some devices' shares summed"); break;
+    case LV_ROW: sb_puts(b, "a per-device slice"); break;
     default: sb_puts(b, "unrelated"); break;
     }
 }

@@ -44,6 +44,11 @@
  *     partial sum (a ring or butterfly all-reduce written with
  *     collective-permutes and adds, half done), below; only collective-permutes
  *     and adds take it, until every device holds a whole group's sum.
+ *   - LV_ROW: a term E of which every device holds the slice at its block
+ *     along dim `vdim` (v is E's view, vdim sharded in blocks of one; the
+ *     local value lacks that dim): the sum of the stacked blocks' totals
+ *     before the device's (lift_scan.c), until a broadcast spreads it over
+ *     the device's block of a sharded dim.
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
  * A value that is a constant times a term carries the constant beside it
  * (`scale`) through the ops linear in it, and both sides put it back into the
@@ -80,7 +85,7 @@
 
 #define LIFT_FOLD_MAX 65536
 
-enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT, LV_WIN, LV_IVEC, LV_PSUB };
+enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT, LV_WIN, LV_IVEC, LV_PSUB, LV_ROW };
 
 /* LV_LAYOUT: a local tensor whose dims are runs of atomic factors of the global
  * dims (after an all-to-all, or an all-gather along a dim other than the
@@ -144,7 +149,8 @@ typedef struct lval {
     bool partial_unsure;          /* its partial axes come from reducing a unit dim that carries
                                    * them in only one reading of an ambiguous reshape (another
                                    * reading leaves the value sharded, not partial) */
-    uint8_t vdim;                 /* LV_IVEC: the dim holding the components */
+    uint8_t vdim;                 /* LV_IVEC: the dim holding the components; LV_ROW: E's dim the
+                                   * devices hold one slice of */
     bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
     bool rescaled;                /* a baseline term times a constant factor put back into it */
     view v;
@@ -321,6 +327,10 @@ typedef struct lift_ctx {
     uint32_t ndoms;
     struct lift_winner *winners;          /* selections among a stack of partial maxima (lift_argmax.c) */
     uint32_t nwinners, capwinners;
+    struct lift_scan *scans;              /* blockwise cumulative sums (lift_scan.c) */
+    uint32_t nscans, capscans;
+    struct lift_row *rows;                /* prefix sums of stacks held a slice per device (LV_ROW) */
+    uint32_t nrows, caprows;
     const char *resync_scope;             /* the first one */
     uint64_t lifted, assumed;             /* instructions lifted; with assumed content */
     uint64_t *digests[2];                 /* per module, per computation (0: not yet) */
@@ -426,6 +436,9 @@ void lift_segment_classes(lift_ctx *c, uint32_t *out);
 /* The mesh axes (bitmask) whose device groups are exactly the given replica
  * groups (order inside a group respected when ordered); -1 when none. */
 int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered);
+/* The same with the position in a group the index over the axes in any
+ * order, written to *order (major first, axes of size 1 left out). */
+int lift_groups_order(const lift_ctx *c, const hlo_instr *in, view_dim *order);
 
 /* Refines rel's mesh where a collective of dist has replica groups that match
  * no set of its axes but would after splitting one axis in two (GSPMD groups

@@ -272,8 +272,8 @@ bool lf_arg_offset(lstate *s, lval *out) {
         lval pos;
         if (!owed_pairs(s, r, &node, &d, &axes, &pos)) return false;
         int64_t n = s->comp->instrs[r->operands[0]].shape.dims[d], base, parts;
-        uint32_t mask = lf_block_offsets(c, o->dev, o->count, n, &base, &parts);
-        view_dim got = lf_axes_dim(c, mask);
+        view_dim got;
+        uint32_t mask = lf_block_offsets(c, o->dev, o->count, n, &base, &parts, &got);
         if (!mask || base != 0 || !lf_same_dim(&got, &axes)) return false;
         *out = pos;
         return true;

@@ -377,7 +377,7 @@ lval lf_lift_all_reduce(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
-    int axes = lf_collective_axes(s, false);
+    int axes = lf_collective_axes(s, false, NULL);
     int red = lf_reducer(c->cur, in);
     if (axes < 0) return unknown();
     if (red == RED_NONE) return unknown_reducer(s);
@@ -519,11 +519,11 @@ lval lf_lift_all_reduce(lstate *s) {
 
 /* The operand, axes (groups in device order) and the one dimension of an
  * all-gather or reduce-scatter; false (said why) when they do not apply. */
-static bool dim_collective(lstate *s, int *axes, uint32_t *dim) {
+static bool dim_collective(lstate *s, int *axes, view_dim *order, uint32_t *dim) {
     uint32_t nd;
     const int64_t *dd = instr_ints(s->in, A_DIMENSIONS, &nd);
     if (s->ops[0].kind != LV_TERM) return false;
-    if ((*axes = lf_collective_axes(s, true)) < 0) return false;
+    if ((*axes = lf_collective_axes(s, true, order)) < 0) return false;
     if (nd != 1) {
         lf_unsupported(s->c, s->comp, s->in, "%s has %u dimensions", s->in->name, nd);
         return false;
@@ -753,27 +753,33 @@ static bool gather_unit_dim(lstate *s, uint32_t d, int axes, lval *out) {
  * reduction of block k of the reduce's operand Y, sharded on exactly that
  * axis along the one sharded dim e it reduces (init the reducer's
  * identity). The stack is then the global Y split at e into (blocks,
- * block) reduced over the block and the other reduced dims: the blocks'
- * dim lands where the kept dims before e end, which must be d. */
+ * block) reduced over the block and the other reduced dims, the blocks'
+ * dim (where the kept dims before e end) moved to d. */
 static bool gather_pieces(lstate *s, uint32_t d, int axes, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in, *r = &s->comp->instrs[in->operands[0]];
     const lval *x = &s->ops[0];
     const shape *xs = &r->shape;
-    if (__builtin_popcount((unsigned)axes) != 1 || x->kind != LV_TERM || x->v.partial != (uint32_t)axes ||
-        lift_groups_axes(c, in, true) != axes)
+    view_dim order;  /* the groups' axes, major first: the blocks' order */
+    if (x->kind != LV_TERM || x->v.partial != (uint32_t)axes || lift_groups_order(c, in, &order) != axes || !order.naxes)
         return false;
     if (r->op != OP_RESHAPE && r->op != OP_BITCAST) return false;
     r = &s->comp->instrs[r->operands[0]];
     if (r->op != OP_REDUCE || r->noperands != 2 || xs->rank != r->shape.rank + 1 || xs->dims[d] != 1) return false;
     for (uint32_t k = 0, q = 0; k < xs->rank; k++)
         if (k != d && xs->dims[k] != r->shape.dims[q++]) return false;
-    const lval *y = &s->vals[r->operands[0]], *init = &s->vals[r->operands[1]];
+    /* (flags counted: index values the same on every device, an integer
+     * init computed as a device value: their terms) */
+    lval yt = s->vals[r->operands[0]], it = s->vals[r->operands[1]];
+    if (yt.kind == LV_PW) lf_index_as_term(c, &yt);
+    if (it.kind == LV_DEV && lf_dev_uniform(c, &it))
+        it = term(lf_dev_constant(c, &s->comp->instrs[r->operands[1]], &it), view_dup(0), false);
+    const lval *y = &yt, *init = &it;
     const shape *ys = &s->comp->instrs[r->operands[0]].shape;
     if (y->kind != LV_TERM || init->kind != LV_TERM || y->v.partial || init->v.partial || lf_scale_of(y) != 1 ||
         lf_scale_of(init) != 1 || ys->rank + 1 > VIEW_MAX_RANK || !lf_reducer_identity(c, c->cur, r, init->cls))
         return false;
-    uint32_t nd, kept = 0;
+    uint32_t nd, kept = 0, at = 0;
     int e = -1;
     const int64_t *rd = instr_ints(r, A_DIMENSIONS, &nd);
     int64_t dd[VIEW_MAX_RANK + 1], gy[VIEW_MAX_RANK], sd[VIEW_MAX_RANK + 1];
@@ -781,12 +787,12 @@ static bool gather_pieces(lstate *s, uint32_t d, int axes, lval *out) {
         bool reduced = false;
         for (uint32_t q = 0; q < nd; q++) reduced |= rd[q] == k;
         const view_dim *vd = &y->v.dims[k];
-        bool mine = vd->naxes == 1 && (1u << vd->axes[0]) == (uint32_t)axes;
+        bool mine = vd->naxes == order.naxes && !memcmp(vd->axes, order.axes, order.naxes);
         if (!mine && (view_axes_used(&(view){.rank = 1, .dims = {*vd}}) & (uint32_t)axes)) return false;
         if (reduced && mine) {
             if (e >= 0) return false;
             e = (int)k;
-            if (kept != d) return false;
+            at = kept;
         } else if (reduced && vd->naxes) {
             return false;
         } else if (!reduced) {
@@ -795,7 +801,7 @@ static bool gather_pieces(lstate *s, uint32_t d, int axes, lval *out) {
     }
     if (e < 0 || nd > VIEW_MAX_RANK) return false;
     lf_global_dims(c, &y->v, ys, gy);
-    int64_t n = c->mesh->sizes[y->v.dims[e].axes[0]];
+    int64_t n = view_dim_parts(&y->v, c->mesh, (uint32_t)e);
     if (n < 2 || gy[e] != n * ys->dims[e] || xs->rank > VIEW_MAX_RANK) return false;
     for (uint32_t k = 0, q = 0; k < ys->rank; k++) {
         if (k == (uint32_t)e) sd[q++] = n;
@@ -818,7 +824,19 @@ static bool gather_pieces(lstate *s, uint32_t d, int axes, lval *out) {
     ri.attrs = attrs;
     ri.shape = in->shape;
     eid ch[2] = {split, init->cls};
-    *out = term(lf_node(c, c->cur, &ri, ch, 2, gdims, c->origin), v, y->assumed || init->assumed || x->assumed);
+    /* the blocks' dim where the reduce leaves it (after the kept dims
+     * before e), then moved to d */
+    int64_t rdims[VIEW_MAX_RANK], perm[VIEW_MAX_RANK];
+    for (uint32_t k = 0, q = 0; k < xs->rank; k++) {
+        if (k == at) rdims[k] = n, perm[d] = k;
+        else {
+            if (q == d) q++;
+            rdims[k] = gdims[q], perm[q] = k;
+            q++;
+        }
+    }
+    eid t = lf_mk_transpose(c, lf_node(c, c->cur, &ri, ch, 2, rdims, c->origin), perm);
+    *out = term(t, v, y->assumed || init->assumed || x->assumed);
     return true;
 }
 
@@ -828,10 +846,11 @@ lval lf_lift_all_gather(lstate *s) {
     const lval *x = &s->ops[0];
     int axes;
     uint32_t d;
-    if (!dim_collective(s, &axes, &d)) return unknown();
+    view_dim order;  /* the groups' axes, major first (a tuple of axes may list them in any order) */
+    if (!dim_collective(s, &axes, &order, &d)) return unknown();
     view v = x->v;
     view_dim *vd = &v.dims[d];
-    uint32_t k = __builtin_popcount((unsigned)axes);
+    uint32_t k = order.naxes;
     lval xr;
     if (!vd->naxes && unit_dim_regroup(s, d, (uint32_t)axes, &xr)) {
         x = &xr;
@@ -839,7 +858,7 @@ lval lf_lift_all_gather(lstate *s) {
     }
     if (!vd->naxes && !(view_axes_used(&x->v) & (uint32_t)axes) && !x->v.partial) return gather_copies(s, d, axes);
     bool ok = vd->naxes >= k;
-    for (uint32_t i = 0; ok && i < k; i++) ok = axes >> vd->axes[vd->naxes - k + i] & 1;
+    for (uint32_t i = 0; ok && i < k; i++) ok = vd->axes[vd->naxes - k + i] == order.axes[i];
     lval moved;
     if (!ok && gather_unit_dim(s, d, axes, &moved)) return moved;
     if (!ok && !vd->naxes && !x->v.partial && gather_layout(s, d, axes, &moved)) return moved;
@@ -877,7 +896,8 @@ lval lf_lift_reduce_scatter(lstate *s) {
     const lval *x = &s->ops[0];
     int axes;
     uint32_t dim;
-    if (!dim_collective(s, &axes, &dim)) return unknown();
+    view_dim order;
+    if (!dim_collective(s, &axes, &order, &dim)) return unknown();
     int red = lf_reducer(c->cur, in);
     if (red == RED_NONE) return unknown_reducer(s);
     uint32_t extra = (uint32_t)axes & ~x->v.partial;
@@ -914,8 +934,7 @@ lval lf_lift_reduce_scatter(lstate *s) {
     v.partial &= (uint8_t)~axes;
     if (!v.partial) v.red = 0;
     view_dim *vd = &v.dims[dim];
-    for (uint32_t a = 0; a < c->mesh->naxes; a++)
-        if (axes >> a & 1) vd->axes[vd->naxes++] = (uint8_t)a;
+    for (uint32_t i = 0; i < order.naxes; i++) vd->axes[vd->naxes++] = order.axes[i];
     lval r = term(x->cls, v, x->assumed);
     r.scale = x->scale;  /* a sum of copies' */
     r.factor_at = x->factor_at;

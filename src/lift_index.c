@@ -1176,6 +1176,24 @@ static bool dus_kept(lstate *s, lval *out) {
  * lookup's id falls in the device's block): x masked by p, the row x where
  * p holds and zero elsewhere, over the ids up to the last one some device
  * keeps. */
+/* Whether class x is positions: an iota seen through layout changes,
+ * converts and shifts by constants (jnp.arange(1, n + 1) over a sharded
+ * dim, offset by the device's block). */
+static bool position_class(lift_ctx *c, eid x) {
+    for (int guard = 0; guard < 8; guard++) {
+        const eid *ch;
+        if (lf_class_node(c, x, OP_IOTA, 0, &ch) != EID_NONE) return true;
+        eid k = EID_NONE;
+        for (uint16_t op = OP_CONVERT; k == EID_NONE && op; op = op == OP_CONVERT ? OP_RESHAPE : op == OP_RESHAPE ? OP_BROADCAST : 0)
+            if (lf_class_node(c, x, op, 1, &ch) != EID_NONE) k = ch[0];
+        if (k == EID_NONE && lf_class_node(c, x, OP_ADD, 2, &ch) != EID_NONE && (lf_kval(c, ch[0]) || lf_kval(c, ch[1])))
+            k = lf_kval(c, ch[0]) ? ch[1] : ch[0];
+        if (k == EID_NONE) return false;
+        x = k;
+    }
+    return false;
+}
+
 static bool masked_term(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1185,7 +1203,8 @@ static bool masked_term(lstate *s, lval *out) {
     const eid *none;
     /* ids from data: positions (an iota, a padding mask's) are no rows */
     if (in->noperands != 3 || pr->kind != LV_PW || pr->pos == EID_NONE || pr->v.partial || pr->src == EID_NONE ||
-        lf_kval(c, pr->src) || lf_class_node(c, pr->src, OP_IOTA, 0, &none) != EID_NONE || iota_run(c, pr->src, &along, &len))
+        lf_kval(c, pr->src) || lf_class_node(c, pr->src, OP_IOTA, 0, &none) != EID_NONE || iota_run(c, pr->src, &along, &len) ||
+        position_class(c, pr->src))
         return false;
     for (uint32_t k = 0; k < 2; k++) {
         const lval *x = &s->ops[1 + k];
@@ -1619,10 +1638,11 @@ static bool compare_local_iota(lstate *s, lval *out) {
             off[d] = shift ? -(double)f->p[0].b : 0;
         }
         int64_t base, parts;
-        uint32_t mask = shift ? lf_block_offsets(c, off, 1, in->shape.dims[dim], &base, &parts) : 0;
+        view_dim bax;
+        uint32_t mask = shift ? lf_block_offsets(c, off, 1, in->shape.dims[dim], &base, &parts, &bax) : 0;
         if (!mask || base != 0 || (mask & view_axes_used(&x->v))) continue;
         view want = x->v, pv = x->v;
-        want.dims[dim] = lf_axes_dim(c, mask);
+        want.dims[dim] = bax;
         eid pos = x->pos, ch[2];
         if (!pos_reshard(c, &pos, &pv, &want)) continue;
         int64_t g[VIEW_MAX_RANK];

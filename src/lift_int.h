@@ -30,7 +30,8 @@
  *                     lf_collective_axes: lift_mesh.c)
  *   lf_axes_dim       the view dim sharded over a bitmask of axes, major first
  *   lf_dim_block      the block device r holds along a view dim
- *   lf_block_offsets  the axes whose block index gives every device's value as
+ *   lf_block_offsets  the axes (a mask; *axes in block order, which may differ
+ *                     from the mesh's) whose block index gives every device's value as
  *                     base + index·size (0: none)
  *   lf_same_sharding  whether two views shard every dim alike
  *   lf_pw_instr       index arithmetic (lift_index.c): an op over LV_PW /
@@ -103,6 +104,8 @@ uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank);
 uint32_t lf_list_attr(lift_ctx *c, int key, const int64_t *v, uint32_t n);
 struct interp_val *lf_kval(lift_ctx *c, eid cls);
 eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin);
+/* transpose(x): result dim q is x's dim perm[q] (x itself for the identity) */
+eid lf_mk_transpose(lift_ctx *c, eid x, const int64_t *perm);
 eid lf_mk_element(lift_ctx *c, eid tuple, uint32_t j, uint32_t t);
 /* slice(x) with sl = (start, limit, stride) per dim, global coordinates: the
  * same term as a slice instruction of the baseline (folded alike); x itself
@@ -135,8 +138,8 @@ void lf_global_dims(const lift_ctx *c, const view *v, const shape *local, int64_
 void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask);
 view_dim lf_axes_dim(const lift_ctx *c, uint32_t mask);
 int64_t lf_dim_block(const lift_ctx *c, const view_dim *vd, int64_t r); /* device r's block along vd (major first) */
-uint32_t lf_block_offsets(const lift_ctx *c, const double *vals, uint32_t count, int64_t size, int64_t *base,
-                          int64_t *parts);
+uint32_t lf_block_offsets(const lift_ctx *c, const double *vals, uint32_t count, int64_t size, int64_t *base, int64_t *parts,
+                          view_dim *axes);
 bool lf_same_sharding(const view *a, const view *b);
 bool lf_pw_instr(lstate *s, lval *out);
 /* Whether index values x (LV_PW) are, on every device, t itself for t in
@@ -372,6 +375,11 @@ lval lf_lift_reduce_scatter(lstate *s);              /* reduce-scatter: partial 
 bool lf_picked_on_some_devices(lstate *s, lval *out); /* select(p, x, 0), p per device: a partial sum of k·x */
 /* x where picked[d] (one flag per device), zeros elsewhere: a partial sum of k·x */
 bool lf_picked_partial(lift_ctx *c, const uint8_t *picked, const lval *x, const hlo_instr *at, lval *out);
+/* The value of instruction i of comp on every device (one per device; free
+ * with lf_device_values_free) when it is computed from constants, iotas and
+ * the partition id alone and small; else NULL. */
+struct interp_val **lf_device_values(lift_ctx *c, const hlo_comp *comp, uint32_t i);
+void lf_device_values_free(lift_ctx *c, struct interp_val **v);
 bool lf_select_padding_zeros(lstate *s, lval *out);  /* select(p, x, 0), x zero padding where p is false: x */
 const hlo_instr *lf_summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
                                  uint8_t partial);   /* the sum all-reduce over `partial` in's value reaches */
@@ -406,6 +414,22 @@ bool lf_arg_offset(lstate *s, lval *out);            /* add(positions local to a
 bool lf_owner_test(lstate *s);                       /* eq(partial max, its complete value): unknown, for a select */
 bool lf_owner_select(lstate *s, lval *out);         /* select(that eq, positions, fill): partial(min) positions */
 bool lf_takes_along(const hlo_instr *g, uint32_t d, uint32_t rank); /* gather g is take_along_axis along d */
+/* A reduce-window's window, per dim: size, stride, padding (low, high),
+ * lhs and rhs dilation (lift_win.c). */
+typedef struct win_attr {
+    int64_t size[VIEW_MAX_RANK], stride[VIEW_MAX_RANK], pad[2 * VIEW_MAX_RANK], ld[VIEW_MAX_RANK], rd[VIEW_MAX_RANK];
+} win_attr;
+/* The reduce-window of x (init init, `like`'s reducer) with window w,
+ * global result dims dims: the term, or EID_NONE. */
+eid lf_window_node(lift_ctx *c, const hlo_instr *like, eid x, eid init, const win_attr *w, const int64_t *dims);
+
+/* Cumulative sums over a sharded dim (lift_scan.c). */
+void lf_scan_noted(lift_ctx *c, const hlo_instr *in, eid x, uint32_t dim, int64_t nb, int64_t n, bool reverse, eid init,
+                   eid blocked, eid global);         /* a blockwise scan (in) of x whose whole scan is `global` */
+bool lf_scan_divergence(lift_ctx *c, eid v);         /* v a blockwise scan of a baseline value: its kind, words */
+bool lf_row_select(lstate *s);                       /* select(prefix mask, stack, 0) summed later: no value yet */
+bool lf_row_reduce(lstate *s, lval *out);            /* that sum: the stack's prefix sums, a slice per device */
+bool lf_row_instr(lstate *s, lval *out);             /* an op over such slices (LV_ROW) */
 bool lf_stack_pick(lstate *s, lval *out);            /* a take from a stack of partial positions at the winner */
 bool lf_topk_blocks(lstate *s, lval *out);           /* top_k of rows sharded along: every block's own */
 bool lf_topk_stack(lstate *s, lval *t);              /* top_k t of gathered blocks' top k: the rows' */
@@ -451,7 +475,10 @@ void lf_kval_set(lift_ctx *c, eid cls, interp_val *v);       /* records the know
 bool lf_fold_size_ok(const int64_t *dims, uint32_t rank);    /* small enough to fold as constants */
 bool lf_is_index(const lval *x);                             /* an index value: LV_PW, LV_MASK or LV_IVEC */
 lval lf_lift_instr(lstate *s);                               /* the per-opcode dispatch of the walk */
-int lf_collective_axes(lstate *s, bool ordered);             /* a collective's groups as mesh axes (bitmask) */
+/* A collective's groups as mesh axes (bitmask); ordered, the position in a
+ * group is the index over them: in mesh order, or with order non-NULL in
+ * any order, written there (major first, axes of size 1 left out). */
+int lf_collective_axes(lstate *s, bool ordered, view_dim *order);
 bool lf_blocks_moved(lstate *s, const lval *x, uint32_t e, uint32_t d, bool bound,
                      lval *out);                             /* blocks of dim e moved to dim d */
 lval lf_lift_all_gather(lstate *s);                          /* all-gather */

@@ -203,7 +203,7 @@ lval lf_lift_all_to_all(lstate *s) {
     uint32_t nd;
     const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
     if (x->kind != LV_TERM || x->v.partial || nd != 1 || in->noperands != 1) return unknown();
-    int axes = lf_collective_axes(s, true);
+    int axes = lf_collective_axes(s, true, NULL);
     if (axes < 0) return unknown();
     uint32_t cd = (uint32_t)dd[0], rank = in->shape.rank;
     int e = -1;
@@ -309,18 +309,39 @@ static int unit_reshape_dim(const shape *from, const shape *to, uint32_t d) {
     return j == to->rank ? at : -1;
 }
 
-/* Instruction x as an iota seen through converts, copies, broadcasts and
- * reshapes by unit dims (jnp.arange(n)[None, :], broadcast against a batch):
+/* Instruction x as an iota seen through converts, copies, broadcasts,
+ * reshapes by unit dims (jnp.arange(n)[None, :], broadcast against a batch)
+ * and integer shifts by a constant (jnp.arange(1, n + 1)):
  * the dim of x its values run along, or -1. With g non-NULL, *g becomes the
  * same chain over an iota `parts` times as long along that dim, at global
  * dims: read sharded in `parts` blocks along the dim, block r of *g is what
  * a device whose local values are offset by r·n holds. */
+/* Operand k of x is a splat constant (a broadcast scalar literal). */
+static bool splat_operand(const hlo_comp *comp, const hlo_instr *x, uint32_t k) {
+    const hlo_instr *b = &comp->instrs[x->operands[k]];
+    uint32_t nd;
+    instr_ints(b, A_DIMENSIONS, &nd);
+    return b->op == OP_BROADCAST && nd == 0 && comp->instrs[b->operands[0]].op == OP_CONSTANT &&
+           comp->instrs[b->operands[0]].shape.rank == 0;
+}
+
+/* The operand a chain follows through x (a layout change, or a shift by a
+ * splat constant, which a block offset added later commutes with), or -1. */
+static int chain_operand(const hlo_comp *comp, const hlo_instr *x) {
+    if (x->op == OP_CONVERT || x->op == OP_COPY || x->op == OP_RESHAPE || x->op == OP_BROADCAST) return 0;
+    if ((x->op == OP_ADD || x->op == OP_SUBTRACT) && x->noperands == 2 && dtype_is_int(x->shape.dtype)) {
+        if (splat_operand(comp, x, 1)) return 0;
+        if (x->op == OP_ADD && splat_operand(comp, x, 0)) return 1;
+    }
+    return -1;
+}
+
 int lf_iota_chain(lift_ctx *c, const hlo_comp *comp, const hlo_instr *x, int64_t parts, eid *g) {
     const hlo_instr *chain[8], *xi = x;
     uint32_t nchain = 0;
-    while ((xi->op == OP_CONVERT || xi->op == OP_COPY || xi->op == OP_RESHAPE || xi->op == OP_BROADCAST) && nchain < 8) {
+    for (int k; (k = chain_operand(comp, xi)) >= 0 && nchain < 8;) {
         chain[nchain++] = xi;
-        xi = &comp->instrs[xi->operands[0]];
+        xi = &comp->instrs[xi->operands[k]];
     }
     if (xi->op != OP_IOTA || xi->shape.rank > VIEW_MAX_RANK) return -1;
     int dim = (int)instr_int(xi, A_IOTA_DIMENSION, 0);
@@ -347,6 +368,16 @@ int lf_iota_chain(lift_ctx *c, const hlo_comp *comp, const hlo_instr *x, int64_t
         if (!g || dim < 0 || ci->op == OP_COPY) continue;
         memcpy(cg, ci->shape.dims, ci->shape.rank * sizeof *cg);
         cg[dim] *= parts;
+        if (ci->noperands == 2) {
+            /* the splat at the chain's global dims */
+            int k = chain_operand(comp, ci);
+            const hlo_instr *b = &comp->instrs[ci->operands[1 - k]], *k0 = &comp->instrs[b->operands[0]];
+            eid ch[2], sc = lf_node(c, c->cur, k0, NULL, 0, NULL, c->origin);
+            ch[k] = t;
+            ch[1 - k] = lf_node(c, c->cur, b, &sc, 1, cg, c->origin);
+            t = lf_node(c, c->cur, ci, ch, 2, cg, c->origin);
+            continue;
+        }
         t = lf_node(c, c->cur, ci, &t, 1, cg, c->origin);
     }
     if (g) *g = t;
@@ -363,17 +394,20 @@ bool lf_iota_block(lstate *s, lval *out) {
     for (int k = 0; k < 2; k++) {
         const lval *x = &s->ops[k], *o = &s->ops[1 - k];
         const hlo_instr *xi = &s->comp->instrs[in->operands[k]];
-        if (x->kind != LV_TERM || !view_is_dup(&x->v) || o->kind != LV_DEV || lf_dev_uniform(c, o)) continue;
+        /* (an iota shifted by a constant may have been read as index values) */
+        if (!(x->kind == LV_PW || (x->kind == LV_TERM && view_is_dup(&x->v))) || o->kind != LV_DEV || lf_dev_uniform(c, o))
+            continue;
         int dim = lf_iota_chain(c, s->comp, xi, 1, NULL);
         if (dim < 0) continue;
         for (int64_t d = 0; d < c->ndev; d++)
             for (uint32_t e = 1; e < o->count; e++)
                 if (o->dev[d * o->count + e] != o->dev[d * o->count]) return false;
         int64_t n = in->shape.dims[dim], base, parts;
-        uint32_t mask = lf_block_offsets(c, o->dev, o->count, n, &base, &parts);
+        view_dim bax;
+        uint32_t mask = lf_block_offsets(c, o->dev, o->count, n, &base, &parts, &bax);
         if (!mask || base != 0) return false;
         view v = view_dup(in->shape.rank);
-        v.dims[dim] = lf_axes_dim(c, mask);
+        v.dims[dim] = bax;
         eid t;
         lf_iota_chain(c, s->comp, xi, parts, &t);
         *out = term(t, v, false);
@@ -892,14 +926,15 @@ static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
     double *pj = arena_alloc(c->a, (size_t)c->ndev * sizeof *pj);
     for (int64_t r = 0; r < c->ndev; r++) pj[r] = per[r * nsd + j0];
     int64_t base, parts;
-    uint32_t mask = lf_block_offsets(c, pj, 1, oi->shape.dims[sd[j0]], &base, &parts);
+    view_dim bax;
+    uint32_t mask = lf_block_offsets(c, pj, 1, oi->shape.dims[sd[j0]], &base, &parts, &bax);
     if (!mask || base != 0) return false;
     /* x at the indices' shape */
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &x.v, &ii->shape, g);
     if (eg_class_type(c->g, x.cls) != lf_type_of(c, ii->shape.dtype, g, ii->shape.rank)) return false;
     *bk = sd[j0];
-    *dim = lf_axes_dim(c, mask);
+    *dim = bax;
     s->ops[1] = term(x.cls, x.v, x.assumed);
     return true;
 }

@@ -15,19 +15,67 @@
 
 /* ---- replica groups → mesh axes ---- */
 
-static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in, bool ordered, char *why, size_t nwhy);
+static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in, bool ordered, view_dim *order, char *why,
+                          size_t nwhy);
 
 int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered) {
     char why[160];
-    int axes = groups_axes_on(c->mesh, graph_num_replicas(c->dist), in, ordered, why, sizeof why);
+    int axes = groups_axes_on(c->mesh, graph_num_replicas(c->dist), in, ordered, NULL, why, sizeof why);
     return axes >= 0 ? axes : -1;
 }
 
-/* lift_groups_axes on mesh ms, whose devices are the program's replicas ×
- * partitions (global device ids, in mesh order): the groups are read as XLA
- * reads them for the instruction's group mode (graph_device_groups). -2, with
- * why, when they name no devices at all for that mode. */
-static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in, bool ordered, char *why, size_t nwhy) {
+int lift_groups_order(const lift_ctx *c, const hlo_instr *in, view_dim *order) {
+    char why[160];
+    int axes = groups_axes_on(c->mesh, graph_num_replicas(c->dist), in, true, order, why, sizeof why);
+    return axes >= 0 ? axes : -1;
+}
+
+/* Whether order lists the axes of mask but those of size 1 in mesh order. */
+static bool mesh_ordered(const mesh *ms, const view_dim *order, uint32_t mask) {
+    uint32_t k = 0;
+    for (uint32_t a = 0; a < ms->naxes; a++)
+        if (mask >> a & 1 && ms->sizes[a] > 1 && (k >= order->naxes || order->axes[k++] != a)) return false;
+    return k == order->naxes;
+}
+
+/* The axes of mask but those of size 1, major first, in the order in which
+ * the position of every device within its group (pos, n devices) is its
+ * row-major index over them, into *out; false when there is none. */
+static bool group_order(const mesh *ms, uint32_t mask, const int64_t *pos, int64_t n, view_dim *out) {
+    int64_t stride[MESH_MAX_AXES], step = 1;
+    uint32_t na = 0;
+    *out = (view_dim){0};
+    for (int a = (int)ms->naxes - 1; a >= 0; a--) {
+        /* device 0 with coordinate a one higher: device `step` (ids are row-major) */
+        if (mask >> a & 1 && ms->sizes[a] > 1) {
+            if (step >= n) return false;
+            stride[a] = pos[step] - pos[0];
+            out->axes[na++] = (uint8_t)a;
+        }
+        step *= ms->sizes[a];
+    }
+    out->naxes = (uint8_t)na;
+    for (uint32_t i = 1; i < na; i++) /* major first: strides descending */
+        for (uint32_t j = i; j > 0 && stride[out->axes[j]] > stride[out->axes[j - 1]]; j--) {
+            uint8_t t = out->axes[j];
+            out->axes[j] = out->axes[j - 1];
+            out->axes[j - 1] = t;
+        }
+    int64_t want = 1;
+    for (uint32_t i = na; i-- > 0;) {
+        if (stride[out->axes[i]] != want) return false;
+        want *= ms->sizes[out->axes[i]];
+    }
+    for (int64_t d = 0; d < n; d++) {
+        int64_t p = 0;
+        for (uint32_t i = 0; i < na; i++) p += mesh_coord(ms, d, out->axes[i]) * stride[out->axes[i]];
+        if (p != pos[d]) return false;
+    }
+    return true;
+}
+
+static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in, bool ordered, view_dim *order, char *why,
+                          size_t nwhy) {
     int64_t n = mesh_devices(ms), *ids = NULL;
     uint32_t *start = NULL, ng = 0;
     if (replicas < 1 || n % replicas) return -1;
@@ -48,25 +96,27 @@ static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in,
     free(start);
     int found = -1;
     for (uint32_t mask = 0; ok && mask < (1u << ms->naxes) && found < 0; mask++) {
-        /* Devices agree on the axes outside mask ⇔ same group; position is the
-         * row-major index over the mask axes. */
+        /* Devices agree on the axes outside mask ⇔ same group; ordered, the
+         * position is the row-major index over the mask axes, in mesh order
+         * or (order given) in the order the groups list them. */
         bool match = true;
         for (int64_t d = 0; d < n && match; d++) {
-            int64_t key = 0, p = 0;
-            for (uint32_t a = 0; a < ms->naxes; a++) {
-                int64_t co = mesh_coord(ms, d, (int)a);
-                if (mask >> a & 1) p = p * ms->sizes[a] + co;
-                else key = key * ms->sizes[a] + co;
-            }
+            int64_t key = 0;
+            for (uint32_t a = 0; a < ms->naxes; a++)
+                if (!(mask >> a & 1)) key = key * ms->sizes[a] + mesh_coord(ms, d, (int)a);
             for (int64_t e = 0; e < d && match; e++) {
                 int64_t key2 = 0;
                 for (uint32_t a = 0; a < ms->naxes; a++)
                     if (!(mask >> a & 1)) key2 = key2 * ms->sizes[a] + mesh_coord(ms, e, (int)a);
                 if ((key == key2) != (grp[d] == grp[e])) match = false;
             }
-            if (ordered && pos[d] != p) match = false;
         }
-        if (match) found = (int)mask;
+        view_dim o;
+        if (match && ordered) match = group_order(ms, mask, pos, n, &o) && (order || mesh_ordered(ms, &o, mask));
+        if (match) {
+            found = (int)mask;
+            if (order) *order = o;
+        }
     }
     free(grp);
     free(pos);
@@ -188,7 +238,8 @@ static bool permute_on(const mesh *m, const hlo_instr *in) {
 static bool maps_on(const mesh *m, int64_t replicas, const hlo_instr *in) {
     char why[160];
     int ord = collective_order(in->op);
-    if (ord >= 0) return !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(m, replicas, in, ord, why, sizeof why) >= 0;
+    view_dim o;
+    if (ord >= 0) return !instr_attr(in, A_REPLICA_GROUPS) || groups_axes_on(m, replicas, in, ord, &o, why, sizeof why) >= 0;
     return in->op != OP_COLLECTIVE_PERMUTE || replicas != 1 || permute_on(m, in);
 }
 
@@ -232,11 +283,24 @@ void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
 
 /* The mesh axes a collective's groups span, or -1 after saying why: a finding
  * on a declared mesh, undecided on a mesh inferred from shardings. */
-int lf_collective_axes(lstate *s, bool ordered) {
+int lf_collective_axes(lstate *s, bool ordered, view_dim *order) {
     lift_ctx *c = s->c;
     int64_t R = graph_num_replicas(c->dist), D = mesh_devices(c->mesh);
     char why[160];
-    int axes = groups_axes_on(c->mesh, R, s->in, ordered, why, sizeof why);
+    view_dim o;
+    int axes = groups_axes_on(c->mesh, R, s->in, ordered, &o, why, sizeof why);
+    if (axes >= 0 && ordered && !order && !mesh_ordered(c->mesh, &o, (uint32_t)axes)) {
+        /* groups over a tuple of axes listed out of mesh order, for an op
+         * that takes them only in mesh order */
+        strbuf w;
+        sb_init(&w);
+        lf_axes_words(&w, c, (uint32_t)axes);
+        lf_unsupported(c, s->comp, s->in, "the replica groups of %s run over %s in another order than the mesh's: not related "
+                       "yet for this op", s->in->name, w.s);
+        sb_free(&w);
+        return -1;
+    }
+    if (axes >= 0 && order) *order = o;
     if (axes >= 0) return axes;
     if (axes == -2) {
         /* Groups that name no devices at all, as XLA reads them for the group mode. */
@@ -260,7 +324,7 @@ int lf_collective_axes(lstate *s, bool ordered) {
  * device's value as base + index·size (values per device: vals[d·count]);
  * 0 when none. *parts is the number of blocks. */
 uint32_t lf_block_offsets(const lift_ctx *c, const double *vals, uint32_t count, int64_t size, int64_t *base,
-                              int64_t *parts) {
+                          int64_t *parts, view_dim *axes) {
     for (uint32_t mask = 1; mask < (1u << c->mesh->naxes); mask++) {
         int64_t p = 1;
         for (uint32_t a = 0; a < c->mesh->naxes; a++)
@@ -276,10 +340,27 @@ uint32_t lf_block_offsets(const lift_ctx *c, const double *vals, uint32_t count,
         if (match) {
             *base = b;
             *parts = p;
+            *axes = lf_axes_dim(c, mask);
             return mask;
         }
     }
-    return 0;
+    /* the axes in another order than the mesh's (a tuple of axes listed so) */
+    int64_t b0 = (int64_t)vals[0], *blk = xmalloc((size_t)c->ndev * sizeof *blk), nb = 1;
+    bool ok = size > 0;
+    for (int64_t r = 0; r < c->ndev && ok; r++) {
+        int64_t o = (int64_t)vals[r * count] - b0;
+        ok = (double)(int64_t)vals[r * count] == vals[r * count] && o >= 0 && o % size == 0;
+        blk[r] = ok ? o / size : 0;
+        if (blk[r] + 1 > nb) nb = blk[r] + 1;
+    }
+    ok = ok && nb > 1 && lf_axes_of_blocks(c, blk, nb, axes);
+    free(blk);
+    if (!ok) return 0;
+    uint32_t mask = 0;
+    for (uint32_t k = 0; k < axes->naxes; k++) mask |= 1u << axes->axes[k];
+    *base = b0;
+    *parts = nb;
+    return mask;
 }
 
 int64_t lf_dim_block(const lift_ctx *c, const view_dim *vd, int64_t r) {

@@ -31,45 +31,80 @@ static int64_t index_along(const int64_t *d, uint32_t r, uint32_t dim, int64_t k
     return k % d[dim];
 }
 
-/* The values of predicate class p of dims d[0..r), n elements, into out:
- * known ones, an iota compared with known values, or a conjunction of such.
- * False when they are not known. */
-static bool mask_values(lift_ctx *c, eid p, const int64_t *d, uint32_t r, int64_t n, bool *out, int depth) {
+/* The values of class p of dims d[0..r), n elements, into out, when they
+ * follow from known values and iotas alone (a mask: iota shifted by a
+ * constant, compared with bounds, conjunctions, broadcasts, reshapes and
+ * converts of such); false when they do not. */
+static bool class_values(lift_ctx *c, eid p, const int64_t *d, uint32_t r, int64_t n, double *out, int depth) {
     const interp_val *v = lf_kval(c, p);
     if (v && v->n == n) {
-        for (int64_t k = 0; k < n; k++) out[k] = interp_val_get(v, k) != 0;
+        for (int64_t k = 0; k < n; k++) out[k] = interp_val_get(v, k);
         return true;
     }
-    const eid *ch;
-    eid node;
-    if (depth < 4 && (node = lf_class_node(c, p, OP_AND, 2, &ch)) != EID_NONE) {
-        bool *b = xmalloc((size_t)n * sizeof *b);
-        eid rhs = ch[1];
-        bool ok = mask_values(c, ch[0], d, r, n, out, depth + 1) && mask_values(c, rhs, d, r, n, b, depth + 1);
-        for (int64_t k = 0; k < n && ok; k++) out[k] &= b[k];
-        free(b);
-        return ok;
-    }
-    if ((node = lf_class_node(c, p, OP_COMPARE, 2, &ch)) == EID_NONE) return false;
-    uint32_t cnt;
-    const int64_t *dir = ea_get(c->g, eg_node_attr(c->g, node), A_DIRECTION, &cnt);
-    static const char *names[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
-    int op = -1;
-    for (int k = 0; k < 6 && dir && cnt == 1; k++)
-        if ((uint64_t)dir[0] == hash_bytes(names[k], 2)) op = k;
-    if (!dir) op = 0; /* EQ, the default */
-    for (uint32_t side = 0; side < 2 && op >= 0; side++) {
-        eid io = lf_class_node(c, ch[side], OP_IOTA, 0, NULL);
-        const interp_val *kv = lf_kval(c, ch[1 - side]);
-        if (io == EID_NONE || !kv || kv->n != n) continue;
-        int64_t id = ea_get_int(c->g, eg_node_attr(c->g, io), A_IOTA_DIMENSION, 0);
-        if (id < 0 || (uint32_t)id >= r) return false;
-        for (int64_t k = 0; k < n; k++) {
-            double a = (double)index_along(d, r, (uint32_t)id, k), b = interp_val_get(kv, k);
-            if (side) a = b, b = (double)index_along(d, r, (uint32_t)id, k);
-            out[k] = op == 0 ? a == b : op == 1 ? a != b : op == 2 ? a < b : op == 3 ? a <= b : op == 4 ? a > b : a >= b;
+    if (depth > 8) return false;
+    for (eid node = eg_class_first(c->g, eg_find(c->g, p)); node != EID_NONE; node = eg_class_next(c->g, node)) {
+        uint32_t nk, cr, nw;
+        const eid *kp = eg_node_children(c->g, node, &nk);
+        uint16_t op = eg_node_op(c->g, node);
+        uint32_t attr = eg_node_attr(c->g, node);
+        if (op == OP_IOTA) {
+            int64_t id = ea_get_int(c->g, attr, A_IOTA_DIMENSION, 0);
+            if (id < 0 || (uint32_t)id >= r) continue;
+            for (int64_t k = 0; k < n; k++) out[k] = (double)index_along(d, r, (uint32_t)id, k);
+            return true;
         }
-        return true;
+        if (nk < 1 || nk > 2) continue;
+        eid kids[2] = {kp[0], nk > 1 ? kp[1] : EID_NONE};  /* the children array moves as classes are read */
+        const int64_t *cd = eg_type_dims(c->g, eg_class_type(c->g, kids[0]), &cr);
+        int64_t cn = 1;
+        for (uint32_t k = 0; k < cr; k++) cn *= cd[k];
+        if (cr > VIEW_MAX_RANK || (op == OP_CONVERT || op == OP_RESHAPE || op == OP_BROADCAST) != (nk == 1)) continue;
+        if (op == OP_BROADCAST) {
+            const int64_t *bd = ea_get(c->g, attr, A_DIMENSIONS, &nw);
+            int64_t sd[VIEW_MAX_RANK];
+            memcpy(sd, cd, cr * sizeof *sd);
+            double *b = xmalloc((size_t)(cn ? cn : 1) * sizeof *b);
+            bool ok = nw == cr && class_values(c, kids[0], sd, cr, cn, b, depth + 1);
+            for (int64_t k = 0; k < n && ok; k++) {
+                int64_t e = 0;
+                for (uint32_t q = 0; q < cr; q++) e = e * sd[q] + index_along(d, r, (uint32_t)bd[q], k);
+                out[k] = b[e];
+            }
+            free(b);
+            if (ok) return true;
+            continue;
+        }
+        if (op == OP_CONVERT || op == OP_RESHAPE) {
+            int64_t sd[VIEW_MAX_RANK];
+            memcpy(sd, cd, cr * sizeof *sd);
+            if (cn == n && class_values(c, kids[0], sd, cr, n, out, depth + 1)) return true;
+            continue;
+        }
+        if (op != OP_ADD && op != OP_SUBTRACT && op != OP_AND && op != OP_OR && op != OP_COMPARE) continue;
+        int cmp = -1;
+        if (op == OP_COMPARE) {
+            const int64_t *dir = ea_get(c->g, attr, A_DIRECTION, &nw);
+            static const char *names[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+            for (int k = 0; k < 6 && dir && nw == 1; k++)
+                if ((uint64_t)dir[0] == hash_bytes(names[k], 2)) cmp = k;
+            if (!dir) cmp = 0; /* EQ, the default */
+            if (cmp < 0) continue;
+        }
+        double *b = xmalloc((size_t)(n ? n : 1) * sizeof *b);
+        bool ok = cn == n && class_values(c, kids[0], d, r, n, out, depth + 1) && class_values(c, kids[1], d, r, n, b, depth + 1);
+        for (int64_t k = 0; k < n && ok; k++) {
+            double a = out[k], y = b[k];
+            switch (op) {
+            case OP_ADD: out[k] = a + y; break;
+            case OP_SUBTRACT: out[k] = a - y; break;
+            case OP_AND: out[k] = a != 0 && y != 0; break;
+            case OP_OR: out[k] = a != 0 || y != 0; break;
+            default:
+                out[k] = cmp == 0 ? a == y : cmp == 1 ? a != y : cmp == 2 ? a < y : cmp == 3 ? a <= y : cmp == 4 ? a > y : a >= y;
+            }
+        }
+        free(b);
+        if (ok) return true;
     }
     return false;
 }
@@ -82,8 +117,8 @@ static bool mask_box(lift_ctx *c, eid p, int64_t *lo, int64_t *hi, uint32_t *ran
     if (r > VIEW_MAX_RANK || eg_type_dtype(c->g, eg_class_type(c->g, p)) != DT_PRED || !lf_fold_size_ok(d, r)) return false;
     int64_t n = 1;
     for (uint32_t k = 0; k < r; k++) n *= d[k];
-    bool *t = xmalloc((size_t)(n ? n : 1) * sizeof *t);
-    bool ok = mask_values(c, p, d, r, n, t, 0), any = false;
+    double *t = xmalloc((size_t)(n ? n : 1) * sizeof *t);
+    bool ok = class_values(c, p, d, r, n, t, 0), any = false;
     for (uint32_t k = 0; k < r; k++) lo[k] = d[k], hi[k] = 0;
     for (int64_t e = 0; e < n && ok; e++) {
         if (!t[e]) continue;

@@ -298,6 +298,8 @@ lval lf_lift_reduce(lstate *s) {
     /* an integer init (a token count from 0); a device value the same on
      * every device (a bounds check of constant indices) is a constant too */
     for (uint32_t o = 0; o < in->noperands && in->noperands == 2; o++) lf_uniform_dev_as_term(s, o);
+    lval row;
+    if (lf_row_reduce(s, &row)) return row;
     int red = lf_reducer(c->cur, in);
     /* The stack of a group's partial values (an all-gather of them) reduced
      * over the gathered dim with their reducer: the reduction of the complete
@@ -306,8 +308,14 @@ lval lf_lift_reduce(lstate *s) {
     int gaxes = 0;
     uint32_t gd;
     const lval *gx;
-    if (in->noperands == 2 && s->ops[0].kind == LV_UNKNOWN && lf_gathered_partials(s, in->operands[0], &gaxes, &gd, &gx) &&
-        gx->v.red == red && lf_stack_only_reduced(s->comp, c->cur, in->operands[0], gd, red)) {
+    uint32_t nrd;
+    const int64_t *rdims = instr_ints(in, A_DIMENSIONS, &nrd);
+    bool over = false;
+    if (in->noperands == 2 && lf_gathered_partials(s, in->operands[0], &gaxes, &gd, &gx))
+        for (uint32_t q = 0; q < nrd; q++) over |= rdims[q] == (int64_t)gd;
+    /* (the stack may have a term of its own, for other uses: lift_coll.c
+     * gather_pieces; this use reads it as the pieces of the complete value) */
+    if (over && gx->v.red == red && !(s->ops[0].kind == LV_TERM && s->ops[0].v.partial)) {
         /* the stacked values' factor is the reduction's (a sum is linear, a
          * max or min commutes with a positive factor) */
         double k = lf_scale_of(gx);

@@ -234,7 +234,7 @@ static bool unit_dim_moved(lstate *s, lval *out) {
         if (b[d] != 1) kb[nkb++] = b[d];
     }
     if (nka != nkb || memcmp(ka, kb, nka * sizeof *ka) || na == nb) return false;
-    int64_t parts = view_dim_parts(&x->v, c->mesh, k), g1[VIEW_MAX_RANK], g2[VIEW_MAX_RANK], perm[VIEW_MAX_RANK];
+    int64_t parts = view_dim_parts(&x->v, c->mesh, k), g1[VIEW_MAX_RANK], perm[VIEW_MAX_RANK];
     uint32_t n = nka + 1;
     /* the global term with the unsharded unit dims dropped, the sharded one at na */
     for (uint32_t q = 0, t = 0; q < n; q++) g1[q] = q == na ? parts : ka[t++];
@@ -243,11 +243,10 @@ static bool unit_dim_moved(lstate *s, lval *out) {
         uint32_t from = q == nb ? na : (t < na ? t : t + 1);
         if (q != nb) t++;
         perm[q] = from;
-        g2[q] = g1[from];
     }
     int dt = in->shape.dtype;
     eid y = lf_mk_reshape(c, x->cls, lf_type_of(c, dt, g1, n), c->origin);
-    y = eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, n), lf_type_of(c, dt, g2, n), &y, 1, c->origin);
+    y = lf_mk_transpose(c, y, perm);
     view v = view_dup(rb);
     v.dims[jo] = x->v.dims[k];
     v.partial = x->v.partial;
@@ -449,6 +448,31 @@ static interp_val *device_value(lift_ctx *c, const hlo_comp *comp, uint32_t i, i
     return memo[i] = interp_eval_instr(c->cur, in, ops, NULL);
 }
 
+interp_val **lf_device_values(lift_ctx *c, const hlo_comp *comp, uint32_t i) {
+    size_t n = comp->ninstrs ? comp->ninstrs : 1;
+    interp_val **memo = xcalloc(n, sizeof *memo), **out = xcalloc((size_t)c->ndev, sizeof *out);
+    bool *tried = xcalloc(n, sizeof *tried), ok = true;
+    for (int64_t r = 0; r < c->ndev && ok; r++) {
+        memset(memo, 0, n * sizeof *memo);
+        memset(tried, 0, n * sizeof *tried);
+        out[r] = interp_val_ref(device_value(c, comp, i, r, memo, tried, 0));
+        ok = out[r] != NULL && out[r]->n * c->ndev <= ((int64_t)1 << 20);
+        for (uint32_t k = 0; k < comp->ninstrs; k++) interp_val_free(memo[k]);
+    }
+    free(memo);
+    free(tried);
+    if (!ok) {
+        lf_device_values_free(c, out);
+        return NULL;
+    }
+    return out;
+}
+
+void lf_device_values_free(lift_ctx *c, interp_val **v) {
+    for (int64_t r = 0; v && r < c->ndev; r++) interp_val_free(v[r]);
+    free(v);
+}
+
 /* select(p, x, 0) where p is computed from the partition id, iotas and
  * constants (GSPMD masking the rows of a halo that fall outside the array)
  * and x is zero on every device wherever p is false, being there the zero
@@ -472,15 +496,11 @@ bool lf_select_padding_zeros(lstate *s, lval *out) {
     uint32_t rank = in->shape.rank, xr;
     eg_type_dims(c->g, eg_class_type(c->g, x->cls), &xr);
     if (xr != rank || x->v.rank != rank || in->shape.dtype == DT_TUPLE) return false;
-    const hlo_comp *comp = s->comp;
-    interp_val **memo = xcalloc(comp->ninstrs ? comp->ninstrs : 1, sizeof *memo);
-    bool *tried = xcalloc(comp->ninstrs ? comp->ninstrs : 1, sizeof *tried);
-    bool ok = true;
+    interp_val **pvs = lf_device_values(c, s->comp, in->operands[0]);
+    bool ok = pvs != NULL;
     for (int64_t r = 0; r < c->ndev && ok; r++) {
-        memset(memo, 0, comp->ninstrs * sizeof *memo);
-        memset(tried, 0, comp->ninstrs * sizeof *tried);
-        const interp_val *pv = device_value(c, comp, in->operands[0], r, memo, tried, 0);
-        ok = pv && pv->dtype == DT_PRED && pv->rank == rank && pv->n * c->ndev <= ((int64_t)1 << 20);
+        const interp_val *pv = pvs[r];
+        ok = pv->dtype == DT_PRED && pv->rank == rank;
         int64_t j[VIEW_MAX_RANK] = {0}, g[VIEW_MAX_RANK], blk[VIEW_MAX_RANK];
         for (uint32_t k = 0; ok && k < rank; k++) {
             const view_dim *vd = &x->v.dims[k];
@@ -495,10 +515,8 @@ bool lf_select_padding_zeros(lstate *s, lval *out) {
                 if (++j[k] < in->shape.dims[k]) break;
                 else j[k] = 0;
         }
-        for (uint32_t i = 0; i < comp->ninstrs; i++) interp_val_free(memo[i]);
     }
-    free(memo);
-    free(tried);
+    lf_device_values_free(c, pvs);
     if (!ok) return false;
     *out = *x;
     return true;
@@ -801,7 +819,8 @@ lval lf_lift_dynamic_slice(lstate *s) {
         bool bound = false;
         /* offset(r) = base + block(r)·size: block r of the window [base, base + parts·size). */
         int64_t base, p;
-        uint32_t mask = lf_block_offsets(c, o->dev, o->count, size, &base, &p);
+        view_dim bax;
+        uint32_t mask = lf_block_offsets(c, o->dev, o->count, size, &base, &p, &bax);
         if (mask & x->v.partial) return unreduced_blocks(s);
         if (mask & view_axes_used(&v)) {
             /* Blocks of two dims chosen by one axis: a diagonal, no view;
@@ -815,7 +834,7 @@ lval lf_lift_dynamic_slice(lstate *s) {
         }
         if (mask && base >= 0 && base + p * size <= src->shape.dims[d]) {
             /* Block r of the window [base, base + p·size): block r of a slice. */
-            v.dims[d] = lf_axes_dim(c, mask);
+            v.dims[d] = bax;
             wlo[d] = base;
             whi[d] = base + p * size;
             windowed |= base != 0 || p * size != src->shape.dims[d];

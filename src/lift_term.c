@@ -13,6 +13,7 @@
 #include "lift.h"
 #include "lift_int.h"
 
+#include "eattr.h"
 #include "interp.h"
 
 #include <math.h>
@@ -398,6 +399,30 @@ eid lf_mk_element(lift_ctx *c, eid tuple, uint32_t j, uint32_t t) {
      * baseline's get-tuple-element of element 0 has no attribute */
     int64_t words[3] = {A_INDEX, 1, j};
     return eg_add(c->g, OP_GET_TUPLE_ELEMENT, eg_attr(c->g, words, j ? 3 : 0), t, &tuple, 1, c->origin);
+}
+
+eid lf_mk_transpose(lift_ctx *c, eid x, const int64_t *perm) {
+    uint32_t rank, na;
+    uint32_t t = eg_class_type(c->g, x);
+    const int64_t *xd = eg_type_dims(c->g, t, &rank);
+    if (rank > VIEW_MAX_RANK) return eg_find(c->g, x);
+    int64_t dims[VIEW_MAX_RANK], p[VIEW_MAX_RANK];
+    memcpy(p, perm, rank * sizeof *p);
+    /* a transpose of a transpose is one transpose */
+    const eid *ch;
+    eid tn = lf_class_node(c, x, OP_TRANSPOSE, 1, &ch);
+    const int64_t *inner = tn != EID_NONE ? ea_get(c->g, eg_node_attr(c->g, tn), A_DIMENSIONS, &na) : NULL;
+    if (inner && na == rank) {
+        x = ch[0];
+        for (uint32_t q = 0; q < rank; q++) p[q] = inner[perm[q]];
+        xd = eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+    }
+    bool ident = true;
+    for (uint32_t q = 0; q < rank; q++) dims[q] = xd[p[q]], ident &= p[q] == q;
+    perm = p;
+    if (ident) return eg_find(c->g, x);
+    return eg_add(c->g, OP_TRANSPOSE, lf_list_attr(c, A_DIMENSIONS, perm, rank),
+                  lf_type_of(c, eg_type_dtype(c->g, t), dims, rank), &x, 1, c->origin);
 }
 
 eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {

@@ -113,6 +113,48 @@ static bool settled_as(lift_ctx *c, lval *x, eid t, view_dim vd) {
     return true;
 }
 
+/* Window x whose every device holds one element at o + b·st, b its block
+ * over some mesh axes, o < st (the last element of each block of a cumsum
+ * along a sharded dim, all-gathered): the elements taken out of the term's
+ * dim split into (blocks, st), merged back, sharded over those axes; else x
+ * as it is. base: each device's element. Only where an op needs a plain
+ * view (lf_win_rearranged): a halo's rows stay a window; longer runs (a
+ * fused weight split per device) stay windows blamed where they began. */
+static lval win_strided(lift_ctx *c, lval x, const double *base) {
+    const lift_win *w = x.win;
+    uint32_t rank, d = w->dim;
+    const int64_t *td = term_dims(c, x.cls, &rank);
+    double lo_all = base[0];
+    for (int64_t r = 1; r < c->ndev; r++) lo_all = base[r] < lo_all ? base[r] : lo_all;
+    int64_t st = 0, lo, parts;
+    for (int64_t r = 0; r < c->ndev; r++)
+        if (base[r] > lo_all && (!st || (int64_t)(base[r] - lo_all) < st)) st = (int64_t)(base[r] - lo_all);
+    view_dim bax;
+    uint32_t mask = st > w->len && w->len == 1 ? lf_block_offsets(c, base, 1, st, &lo, &parts, &bax) : 0;
+    if (!mask || (mask & view_axes_used(&x.v)) || lo < 0 || lo + w->len > st || parts * st > td[d] || rank + 1 > VIEW_MAX_RANK)
+        return x;
+    int64_t sl[3 * VIEW_MAX_RANK], split[VIEW_MAX_RANK], merged[VIEW_MAX_RANK];
+    for (uint32_t k = 0; k < rank; k++) sl[3 * k] = 0, sl[3 * k + 1] = td[k], sl[3 * k + 2] = 1;
+    sl[3 * d + 1] = parts * st;
+    eid t = lf_mk_slice(c, x.cls, sl);
+    for (uint32_t k = 0, q = 0; k < rank; k++) {
+        merged[k] = k == d ? parts * w->len : td[k];
+        if (k == d) split[q++] = parts, split[q++] = st;
+        else split[q++] = td[k];
+    }
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, x.cls));
+    t = lf_mk_reshape(c, t, lf_type_of(c, dt, split, rank + 1), c->origin);
+    for (uint32_t k = 0; k <= rank; k++) sl[3 * k] = 0, sl[3 * k + 1] = split[k], sl[3 * k + 2] = 1;
+    sl[3 * (d + 1)] = lo, sl[3 * (d + 1) + 1] = lo + w->len;
+    t = lf_mk_reshape(c, lf_mk_slice(c, t, sl), lf_type_of(c, dt, merged, rank), c->origin);
+    lval out = term(t, x.v, x.assumed);
+    out.konst = x.konst;
+    out.ambiguous = x.ambiguous;
+    out.rearranged = !(eg_class_origin(c->g, t) & EG_BASELINE);  /* a baseline value's pieces, picked */
+    out.v.dims[d] = bax;
+    return out;
+}
+
 /* A window whose every device holds a run of the term that wraps around
  * its end, the runs those of the blocks of some mesh axes the view does not
  * use, all shifted back by the same k: the blocks of the term rolled by k
@@ -176,6 +218,13 @@ bool lf_win_rearranged(lift_ctx *c, lval *x) {
             wraps |= e != s0 + l;
         }
     if (wraps) return win_rolled(c, x);
+    double *base = arena_alloc(c->a, (size_t)c->ndev * sizeof *base);
+    for (int64_t r = 0; r < c->ndev; r++) base[r] = (double)w->idx[r * w->len];
+    lval y = win_strided(c, *x, base);
+    if (y.kind == LV_TERM) {
+        *x = y;
+        return true;
+    }
     for (uint32_t want = 1; want <= m->naxes; want++)
         for (uint32_t mask = 1; mask < 1u << m->naxes; mask++) {
             if ((mask & used) || (uint32_t)__builtin_popcount(mask) != want) continue;
@@ -223,8 +272,9 @@ static lval win_settle(lift_ctx *c, lval x) {
     }
     int64_t lo = (int64_t)base[0], parts = 1;
     uint32_t mask = 0;
+    view_dim bax;
     if (!uniform) {
-        mask = lf_block_offsets(c, base, 1, w->len, &lo, &parts);
+        mask = lf_block_offsets(c, base, 1, w->len, &lo, &parts, &bax);
         if (!mask || (mask & view_axes_used(&x.v))) return x;
     }
     if (lo < 0 || lo + parts * w->len > td[w->dim]) return x;
@@ -235,7 +285,7 @@ static lval win_settle(lift_ctx *c, lval x) {
     lval out = term(lf_mk_slice(c, x.cls, sl), x.v, x.assumed);
     out.konst = x.konst;
     out.ambiguous = x.ambiguous;
-    if (mask) out.v.dims[w->dim] = lf_axes_dim(c, mask);
+    if (mask) out.v.dims[w->dim] = bax;
     return out;
 }
 
@@ -1218,9 +1268,6 @@ static bool rows_transpose(lstate *s, lval *out) {
  * box max of a partial(max) is a partial(max) (max is idempotent, so a
  * device's init or padding counts once); nothing else. */
 
-typedef struct win_attr {
-    int64_t size[VIEW_MAX_RANK], stride[VIEW_MAX_RANK], pad[2 * VIEW_MAX_RANK], ld[VIEW_MAX_RANK], rd[VIEW_MAX_RANK];
-} win_attr;
 
 static bool read_window(const hlo_instr *in, uint32_t rank, win_attr *w) {
     const hlo_attr *wa = instr_attr(in, A_WINDOW);
@@ -1379,12 +1426,109 @@ static bool rows_reduce_window(lstate *s, lval *out) {
     return true;
 }
 
+/* The baseline's reduce-window of rank dims with window w, reducer digest
+ * red, element type dt and result dims o, or NULL. */
+static const hlo_instr *base_window(lift_ctx *c, int dt, uint32_t rank, const win_attr *w, uint64_t red, const int64_t *o) {
+    for (uint32_t ci = 0; ci < c->base->ncomps; ci++) {
+        const hlo_comp *bc = &c->base->comps[ci];
+        for (uint32_t i = 0; i < bc->ninstrs; i++) {
+            const hlo_instr *bi = &bc->instrs[i];
+            const hlo_attr *bt = instr_attr(bi, A_TO_APPLY);
+            win_attr g;
+            if (bi->op == OP_REDUCE_WINDOW && bi->noperands == 2 && bi->shape.rank == rank && bi->shape.dtype == dt && bt &&
+                read_window(bi, rank, &g) && same_window(&g, w, rank) &&
+                lf_comp_digest(c, c->base, (uint32_t)bt->v.ints[0]) == red &&
+                (!o || !memcmp(bi->shape.dims, o, rank * sizeof *o)))
+                return bi;
+        }
+    }
+    return NULL;
+}
+
+/* Window w of rank dims as XLA prints it (each part after size only where
+ * some dim differs from the default), in the lift arena. */
+static const char *window_text(lift_ctx *c, const win_attr *w, uint32_t rank) {
+    strbuf b;
+    sb_init(&b);
+    bool on[5] = {true, false, false, false, false};
+    for (uint32_t d = 0; d < rank; d++) {
+        on[1] |= w->stride[d] != 1;
+        on[2] |= w->pad[2 * d] || w->pad[2 * d + 1];
+        on[3] |= w->ld[d] != 1;
+        on[4] |= w->rd[d] != 1;
+    }
+    static const char *const names[] = {"size", "stride", "pad", "lhs_dilate", "rhs_dilate"};
+    sb_putc(&b, '{');
+    for (int part = 0; part < 5; part++) {
+        if (!on[part]) continue;
+        sb_printf(&b, "%s%s=", part ? " " : "", names[part]);
+        for (uint32_t d = 0; d < rank; d++) {
+            const int64_t *v[] = {w->size, w->stride, NULL, w->ld, w->rd};
+            if (d) sb_putc(&b, 'x');
+            if (part == 2) sb_printf(&b, "%lld_%lld", (long long)w->pad[2 * d], (long long)w->pad[2 * d + 1]);
+            else sb_printf(&b, "%lld", (long long)v[part][d]);
+        }
+    }
+    sb_putc(&b, '}');
+    const char *t = arena_memdup(c->a, b.s, b.len + 1);
+    sb_free(&b);
+    return t;
+}
+
+eid lf_window_node(lift_ctx *c, const hlo_instr *like, eid x, eid init, const win_attr *w, const int64_t *dims) {
+    uint32_t rank;
+    const hlo_attr *ta = instr_attr(like, A_TO_APPLY);
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, x));
+    eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+    if (!ta || rank > VIEW_MAX_RANK) return EID_NONE;
+    hlo_attr *at = arena_alloc(c->a, 2 * sizeof *at);
+    at[0] = (hlo_attr){.key = A_WINDOW, .kind = K_RAW, .v.str = window_text(c, w, rank)};
+    at[1] = *ta;
+    hlo_instr g = {.name = "reduce-window", .opname = "reduce-window", .op = OP_REDUCE_WINDOW, .nattrs = 2, .noperands = 2,
+                   .attrs = at};
+    g.shape.dtype = (uint8_t)dt;
+    g.shape.rank = rank;
+    g.shape.dims = (int64_t *)dims;
+    eid ch[2] = {x, init};
+    return lf_node(c, c->cur, &g, ch, 2, dims, c->origin);
+}
+
+/* A blockwise reduce-window of x along d (nb blocks of the operand's
+ * length there), `blocked` merged back: noted for lf_scan_prefix when it is
+ * a cumulative sum (window the whole block, padded on one side, every other
+ * dim untouched) and the baseline has that sum over the whole dim. */
+static void scan_noted(lstate *s, eid x, uint32_t d, const win_attr *w, eid init, eid blocked, int64_t nb, uint64_t red) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t rank = in->shape.rank;
+    int64_t n = s->comp->instrs[in->operands[0]].shape.dims[d];
+    bool fwd = w->pad[2 * d] == n - 1 && !w->pad[2 * d + 1], back = !w->pad[2 * d] && w->pad[2 * d + 1] == n - 1;
+    if (instr_reducer(c->cur, in) != RED_SUM || !zero_init(s) || w->size[d] != n || w->stride[d] != 1 || w->ld[d] != 1 ||
+        w->rd[d] != 1 || !(fwd || back) || in->shape.dims[d] != n)
+        return;
+    for (uint32_t k = 0; k < rank; k++)
+        if (k != d && (w->size[k] != 1 || w->stride[k] != 1 || w->pad[2 * k] || w->pad[2 * k + 1] || w->ld[k] != 1 || w->rd[k] != 1))
+            return;
+    win_attr g = *w;
+    g.size[d] = nb * n;
+    g.pad[2 * d] = fwd ? nb * n - 1 : 0;
+    g.pad[2 * d + 1] = fwd ? 0 : nb * n - 1;
+    uint32_t xr;
+    const int64_t *xd = term_dims(c, x, &xr);
+    const hlo_instr *bg = base_window(c, in->shape.dtype, rank, &g, red, xd);
+    eid ch[2] = {x, init};
+    eid gl = bg ? eg_lookup(c->g, OP_REDUCE_WINDOW, lf_encode_attrs(c, c->base, bg), lf_type_of(c, in->shape.dtype, xd, rank),
+                            ch, 2)
+                : EID_NONE;
+    if (gl != EID_NONE) lf_scan_noted(c, in, x, d, nb, n, back, init, blocked, eg_find(c->g, gl));
+}
+
 /* reduce-window along a dim sharded in blocks of n, its windows inside each
  * device's block: per block, as a per-group cumsum over tokens a device
  * holds (an expert-parallel router's positions). Globally the term split
  * into [blocks, n] along that dim, reduced by the same window along n and
- * merged back, as the baseline writes it when it reduces groups (vmap):
- * built with the baseline's own reduce-window of that window, else not. */
+ * merged back, as the baseline writes it when it reduces groups (vmap);
+ * else a term of its own (a cumsum's blocks, lift_scan.c). */
 static bool segmented_reduce_window(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1423,25 +1567,18 @@ static bool segmented_reduce_window(lstate *s, lval *out) {
         q++;
     }
     uint64_t red = lf_comp_digest(c, c->cur, (uint32_t)ta->v.ints[0]);
-    for (uint32_t ci = 0; ci < c->base->ncomps; ci++) {
-        const hlo_comp *bc = &c->base->comps[ci];
-        for (uint32_t i = 0; i < bc->ninstrs; i++) {
-            const hlo_instr *bi = &bc->instrs[i];
-            const hlo_attr *bt = instr_attr(bi, A_TO_APPLY);
-            win_attr g;
-            if (bi->op != OP_REDUCE_WINDOW || bi->noperands != 2 || bi->shape.rank != rank + 1 ||
-                bi->shape.dtype != in->shape.dtype || !bt || !read_window(bi, rank + 1, &g) || !same_window(&g, &g3, rank + 1) ||
-                lf_comp_digest(c, c->base, (uint32_t)bt->v.ints[0]) != red || memcmp(bi->shape.dims, o3, (rank + 1) * sizeof *o3))
-                continue;
-            eid ch[2] = {lf_mk_reshape(c, x->cls, lf_type_of(c, src->shape.dtype, d3, rank + 1), c->origin), init->cls};
-            eid r3 = lf_node(c, c->base, bi, ch, 2, o3, c->origin);
-            int64_t od[VIEW_MAX_RANK];
-            lf_global_dims(c, &x->v, &in->shape, od);
-            *out = term(lf_mk_reshape(c, r3, lf_type_of(c, in->shape.dtype, od, rank), c->origin), x->v, false);
-            return true;
-        }
-    }
-    return false;
+    const hlo_instr *bi = base_window(c, in->shape.dtype, rank + 1, &g3, red, o3);
+    /* without such a reduce-window in the baseline, `in` over the blocks (a
+     * term the baseline meets by a cumulative sum's decomposition:
+     * scan_noted, lift_scan.c) */
+    eid ch[2] = {lf_mk_reshape(c, x->cls, lf_type_of(c, src->shape.dtype, d3, rank + 1), c->origin), init->cls};
+    eid r3 = bi ? lf_node(c, c->base, bi, ch, 2, o3, c->origin) : lf_window_node(c, in, ch[0], ch[1], &g3, o3);
+    if (r3 == EID_NONE) return false;
+    int64_t od[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, &in->shape, od);
+    *out = term(lf_mk_reshape(c, r3, lf_type_of(c, in->shape.dtype, od, rank), c->origin), x->v, false);
+    if (!bi) scan_noted(s, x->cls, d, &w, init->cls, out->cls, parts, red);
+    return true;
 }
 
 /* The convolution (`in`'s attributes but the lhs window dim wd, its spatial
@@ -1556,6 +1693,11 @@ static bool win_convolution(lstate *s, lval *out) {
 
 static bool win_reduce_window(lstate *s, lval *out) {
     if (s->in->noperands != 2 || s->in->shape.dtype == DT_TUPLE) return false;
+    lval t = s->ops[0];  /* index values the same on every device (a count of flags): their term */
+    if (t.kind == LV_PW && lf_index_as_term(s->c, &t)) {
+        s->ops[0] = t;
+        lf_uniform_dev_as_term(s, 1);  /* an integer init */
+    }
     return term_reduce_window(s, out) || rows_reduce_window(s, out) || segmented_reduce_window(s, out);
 }
 
