@@ -4,31 +4,43 @@ them an idiom of samples/fresh .. fresh8, probe, train or wild: a GPipe
 schedule of micro-batches over pipeline stages (ppermute in a fori_loop,
 jax.grad through it) inside a jax.shard_map that makes only the pp axis
 manual (dp left to the partitioner), a circular (interleaved) pipeline with
-two layers per stage and the ring closed, a GSPMD pipeline written as a
-vmap over stages with jnp.roll as the shift, a dropless MoE dispatch by
-sorting tokens per expert with group sizes and all_to_all there and back
-(jax.lax.ragged_all_to_all lowers but XLA:CPU cannot run it, so the
-all_to_all emulation with padded per-expert slots is exported instead),
+two layers per stage and the ring closed, a dropless MoE dispatch by
+sorting tokens per expert with group sizes and all_to_all there and back,
 ZeRO-3 over a two-axis data mesh (all_gather and psum_scatter tiled over the
 tuple ('dp', 'fsdp')), split-KV decoding attention whose softmax is
 stabilised by a pmax across the key shards, gradient accumulation in a
-fori_loop whose accumulator is lax.pcast to varying under check_vma=True,
-optax.MultiSteps in a data-parallel shard_map, causal attention over a
-sequence gathered within node groups (all_gather with axis_index_groups),
-Muon with the momentum all-gathered for the Newton-Schulz iteration on FSDP
-row shards; under GSPMD an explicit-sharding-mode (AxisType.Explicit)
-transformer block step with einsum out_sharding, jax.typeof and reshard and
-optax.chain(clip_by_global_norm, masked AdamW), explicit-mode grouped-query
-attention, optax.contrib.muon on a dp x fsdp x tp mesh,
-optax.contrib.schedule_free_adamw with its eval parameters, optax.MultiSteps
-over micro-batches in a lax.scan, clip + masked weight decay + Adam on a
-4-axis mesh, ademamix, and a dm-haiku transformer LM step (requirements-
-fresh9.txt: dm-haiku beside jax 0.12, not changing it).
+fori_loop with the weights and the accumulator lax.pcast to varying under
+check_vma=True, optax.MultiSteps in a data-parallel shard_map, causal
+attention over a sequence gathered within node groups (all_gather with
+axis_index_groups), Muon with the momentum all-gathered for the
+Newton-Schulz iteration on FSDP row shards, manual data parallelism (a
+shard_map over dp only) over automatic tensor parallelism, a shard_map over
+tp inside an explicit-mode program, a cumulative sum over rows sharded over
+the tuple ('tp', 'dp') (opposite to the mesh order), Ulysses attention with
+all_to_all over a tuple of axes, ZeRO-3, Ulysses and an all_gather again
+over tuples listed opposite to the mesh order; under GSPMD the same pipeline as a vmap over
+stages with jnp.roll as the shift, and a circular one, an explicit-sharding-
+mode (AxisType.Explicit) transformer block step with einsum out_sharding,
+jax.typeof and reshard and optax.chain(clip_by_global_norm, masked AdamW),
+explicit-mode grouped-query attention, an explicit-mode row-parallel matmul
+left unreduced in its type (P(..., unreduced={'tp'})) then resharded,
+optax.contrib.muon on a dp x fsdp x tp mesh, optax.contrib.
+schedule_free_adamw with its eval parameters, optax.MultiSteps over
+micro-batches in a lax.scan, clip + masked weight decay + Adam on a 4-axis
+mesh, ademamix over a vocabulary-sharded embedding, rows over a reversed
+axis tuple, and a dm-haiku transformer LM step (requirements-fresh9.txt:
+dm-haiku beside jax 0.12, not changing it).
+Dropped: jax.lax.ragged_all_to_all (it lowers, but XLA:CPU cannot compile
+it: "HLO opcode `ragged-all-to-all` is not supported by XLA:CPU
+ThunkEmitter"), so the MoE family uses padded per-expert slots and
+all_to_all; jax.lax.pvary and all_gather_invariant (not in jax 0.12: pcast
+instead); a bf16 pmean inside a shard_map over dp only (XLA:CPU aborts).
 Each shard_map family has the bug variants a careless parallelisation makes.
-Exported with scalify_jax.export_pair (the partial-manual shard_map pairs by
-export_partial below, from the same pieces); every pair is also run by JAX on
-seeded inputs and its manifest entry records the largest difference from the
-single-device run ("numerics").
+Exported with scalify_jax.export_pair (the partial-manual shard_map pairs and
+the explicit-mode GSPMD pairs by export_partial below, from the same pieces,
+so that the arguments' types carry their shardings); every pair is also run
+by JAX on seeded inputs and its manifest entry records the largest
+difference from the single-device run ("numerics").
 Run from the repository root: bash samples/gen/run_fresh9.sh [SUBSTR...]
 (only the pairs whose name contains a SUBSTR; the others keep their entries).
 """
@@ -51,15 +63,39 @@ rng, R, I = seeded(9191)
 psum, pmax, pmean, idx = lax.psum, lax.pmax, lax.pmean, lax.axis_index
 
 
-def export_partial(name, mesh, fn, dist, args, in_sh, out_sh, expected):
+def typed(m, abs_args, in_sh):
+    """The abstract arguments with their shardings: on an explicit-mode mesh
+    the sharding is part of the type the program is traced with."""
+    return jax.tree.map(lambda s, a: jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(m, s)), a),
+        tuple(in_sh), abs_args, is_leaf=lambda x: x is None or isinstance(x, P))
+
+
+def export_partial(name, mesh, fn, dist, args, in_sh, out_sh, expected, gspmd=False):
     """A pair whose distributed program is jax.jit(dist) with in / out
     shardings, dist calling jax.shard_map over some mesh axes only; the
     baseline is fn on one device. The relations file is written from the
-    jit's shardings (the global views), as export_pair does for shard_map."""
+    jit's shardings (the global views), as export_pair does for shard_map.
+    gspmd: an explicit-mode GSPMD pair instead (fn is dist, traced with the
+    shardings in the argument types; the baseline is that module before
+    partitioning, relations "auto"), which export_pair cannot make (its
+    abstract arguments carry no sharding)."""
     m = make_mesh(mesh)
     axes = mesh_axes(m)
     args = tuple(args)
     abs_args = abstract(args)
+    if gspmd:
+        lo = jax.jit(fn, in_shardings=shardings(m, tuple(in_sh)),
+                     out_shardings=shardings(m, out_sh)).lower(*typed(m, abs_args, in_sh))
+        entry = {"name": name, "mesh": axes, "kind": "gspmd"}
+        for side, (text, pb) in (("baseline", before_partitioning(lo)), ("distributed", after_partitioning(lo))):
+            stem = name + (".baseline" if side == "baseline" else ".dist")
+            _write(os.path.join(C.out, stem + ".hlo"), text)
+            _write(os.path.join(C.out, stem + ".hlo.pb"), pb)
+            entry[side] = {"hlo": stem + ".hlo", "pb": stem + ".hlo.pb"}
+        entry.update(relations="auto", expected=expected, generator=dict(versions(), script="scalify_jax"))
+        _merge_manifest(C.out, entry)
+        return
     shapes = [a.shape for a in jax.tree.leaves(abs_args)]
     in_views = [spec_view(s, shp, axes) for s, shp in zip(broadcast_specs(tuple(in_sh), abs_args, "in"), shapes)]
     out_tree = jax.eval_shape(fn, *abs_args)
@@ -67,7 +103,7 @@ def export_partial(name, mesh, fn, dist, args, in_sh, out_sh, expected):
                  for s, o in zip(broadcast_specs(out_sh, out_tree, "out"), jax.tree.leaves(out_tree))]
     base_lo = jax.jit(fn, keep_unused=True).lower(*abs_args)
     dist_lo = jax.jit(dist, keep_unused=True, in_shardings=shardings(m, tuple(in_sh)),
-                      out_shardings=shardings(m, out_sh)).lower(*abs_args)
+                      out_shardings=shardings(m, out_sh)).lower(*typed(m, abs_args, in_sh))
     out = C.out
     rel = name + ".relations.json"
     _write(os.path.join(out, rel), _json_lines(relations_doc(axes, leaf_names(fn, args), in_views,
@@ -100,6 +136,18 @@ def partial_smap(family, mesh, make, in_sh, out_sh, fn, args, bugs=(), note=None
         C.record(name, fn, args, lambda: d(*put(m, args, in_sh)), note)
         if bug:
             C.extra[name]["bug"] = {"id": bug, "kinds": kinds, "locations": bug_lines(make, bug, SCRIPT)}
+
+
+def gspmd_explicit(name, mesh, in_sh, out_sh, fn, args, note, ref_fn=None):
+    """C.gspmd for an explicit-mode mesh (run inside jax.set_mesh(mesh));
+    ref_fn: the same math for the single-device run of the numerics when fn
+    itself needs sharded arguments."""
+    if not C.wanted(name):
+        return
+    print("==", name, flush=True)
+    export_partial(name, mesh, fn, fn, args, in_sh, out_sh, "verified", gspmd=True)
+    j = jax.jit(fn, in_shardings=shardings(mesh, tuple(in_sh)), out_shardings=shardings(mesh, out_sh))
+    C.record(name, ref_fn or fn, args, lambda: j(*put(mesh, args, in_sh)), note)
 
 
 def mse(a, b):
@@ -641,7 +689,7 @@ eb_ps = {"g1": P(), "wq": P(None, "tp"), "wk": P(None, "tp"), "wv": P(None, "tp"
 eb_st = np_tree(eb_opt.init(eb_p))
 eb_ss = state_specs(eb_opt, eb_st, eb_ps)
 with jax.set_mesh(EXPLICIT):
-    C.gspmd("g.explicit_block_step_clip_adamw.dp2xtp4", EXPLICIT, (eb_ps, eb_ss, P("dp"), P("dp")), (eb_ps, eb_ss, P()),
+    gspmd_explicit("g.explicit_block_step_clip_adamw.dp2xtp4", EXPLICIT, (eb_ps, eb_ss, P("dp"), P("dp")), (eb_ps, eb_ss, P()),
             eb_step, (eb_p, eb_st, R(EB_B, EB_T, EB_D), R(EB_B, EB_T, EB_D, scale=0.5)),
             note="explicit-mode mesh (AxisType.Explicit)")
 
@@ -673,7 +721,7 @@ def gqa_explicit(x, wq, wk, wv, wo):
 
 
 with jax.set_mesh(EXPLICIT):
-    C.gspmd("g.explicit_gqa_rope_repeat_reshard.dp2xtp4", EXPLICIT, (P("dp"), P(None, "tp"), P(), P(), P("tp")), P("dp"),
+    gspmd_explicit("g.explicit_gqa_rope_repeat_reshard.dp2xtp4", EXPLICIT, (P("dp"), P(None, "tp"), P(), P(), P("tp")), P("dp"),
             gqa_explicit, (R(GQ_B, GQ_T, GQ_D), R(GQ_D, GQ_H, GQ_E, scale=0.3), R(GQ_D, GQ_KV, GQ_E, scale=0.3),
                            R(GQ_D, GQ_KV, GQ_E, scale=0.3), R(GQ_H, GQ_E, GQ_D, scale=0.3)),
             note="explicit-mode mesh (AxisType.Explicit)")
@@ -852,6 +900,268 @@ if hk is not None:
             (hk_ps, state_specs(hk_opt, hk_st, hk_ps), P("dp"), P("dp")),
             (hk_ps, state_specs(hk_opt, hk_st, hk_ps), P()), hk_step,
             (hk_p, hk_st, hk_tok, np.roll(hk_tok, -1, 1)), note="dm-haiku %s" % hk.__version__)
+
+# ---------------------------------------------------------------------------
+# 19. manual data parallelism over automatic tensor parallelism: a
+#     shard_map over dp only (tp left to the partitioner: the MLP's weights
+#     are sharded over tp by the jit's shardings, the body never names tp),
+#     the gradients pmean'd over dp by hand, SGD. (A bug variant pmean'ing
+#     the gradients in bf16 is left out: XLA:CPU aborts compiling it,
+#     "Invalid binary instruction opcode copy" in ChangeOpDataType.)
+MD_B, MD_D, MD_H, MD_LR = 16, 16, 32, 0.1
+
+
+def md_loss(w1, w2, x, y):
+    return mse(jax.nn.gelu(layer_norm(x) @ w1) @ w2, y)
+
+
+def md_step(w1, w2, x, y):
+    lv, (g1, g2) = jax.value_and_grad(md_loss, (0, 1))(w1, w2, x, y)
+    return w1 - MD_LR * g1, w2 - MD_LR * g2, lv
+
+
+def manual_dp(bug):
+    def body(w1, w2, x, y):
+        lv, (g1, g2) = jax.value_and_grad(md_loss, (0, 1))(w1, w2, x, y)
+        if bug == "grad-no-pmean":
+            pass
+        elif bug == "grad-psum-not-pmean":
+            g1, g2 = psum(g1, "dp"), psum(g2, "dp")
+        else:
+            g1, g2 = pmean(g1, "dp"), pmean(g2, "dp")
+        return w1 - MD_LR * g1, w2 - MD_LR * g2, pmean(lv, "dp")
+
+    def make(m):
+        return jax.shard_map(body, mesh=m, in_specs=(P(), P(), P("dp"), P("dp")), out_specs=(P(), P(), P()),
+                             axis_names={"dp"}, check_vma=False)
+    return make
+
+
+partial_smap("s.manual_dp_auto_tp_sgd.dp2xtp4", {"dp": 2, "tp": 4}, manual_dp,
+             (P(None, "tp"), P("tp"), P("dp"), P("dp")), (P(None, "tp"), P("tp"), P()), md_step,
+             (R(MD_D, MD_H, scale=0.3), R(MD_H, MD_D, scale=0.3), R(MD_B, MD_D), R(MD_B, MD_D, scale=0.5)),
+             bugs=[("grad-no-pmean", ["missing-all-reduce"]), ("grad-psum-not-pmean", ["wrong-reduction"])])
+
+# ---------------------------------------------------------------------------
+# 20. explicit sharding mode with a shard_map over tp inside: an attention
+#     block whose heads are computed per tp device (in_specs over tp only,
+#     dp stays explicit in the types), the row-parallel output projection
+#     psum'd over tp, the output bias added after the psum; the loss and
+#     its gradients outside the shard_map.
+XS_B, XS_T, XS_D, XS_H, XS_E = 4, 8, 16, 4, 4
+
+
+def attn_block(x, wq, wk, wv, wo, bo):
+    q, k, v = (jnp.einsum("btd,dhe->bthe", x, w) for w in (wq, wk, wv))
+    s = jnp.einsum("bqhe,bkhe->bhqk", q, k) / np.sqrt(XS_E)
+    causal = jnp.arange(XS_T)[:, None] >= jnp.arange(XS_T)[None, :]
+    o = jnp.einsum("bhqk,bkhe->bqhe", jax.nn.softmax(jnp.where(causal, s, -1e30), -1), v)
+    return x + jnp.einsum("bqhe,hed->bqd", o, wo) + bo
+
+
+def xs_step(x, wq, wk, wv, wo, bo, y):
+    return jax.value_and_grad(lambda *w: mse(attn_block(x, *w), y), (0, 1, 2, 3, 4))(wq, wk, wv, wo, bo)
+
+
+def explicit_smap(bug):
+    def body(x, wq, wk, wv, wo, bo):
+        q, k, v = (jnp.einsum("btd,dhe->bthe", x, w) for w in (wq, wk, wv))
+        s = jnp.einsum("bqhe,bkhe->bhqk", q, k) / np.sqrt(XS_E)
+        causal = jnp.arange(XS_T)[:, None] >= jnp.arange(XS_T)[None, :]
+        o = jnp.einsum("bhqk,bkhe->bqhe", jax.nn.softmax(jnp.where(causal, s, -1e30), -1), v)
+        part = jnp.einsum("bqhe,hed->bqd", o, wo)
+        if bug == "bias-inside-psum":
+            return x + psum(part + bo, "tp")
+        if bug == "pmean-not-psum":
+            return x + pmean(part, "tp") + bo
+        return x + psum(part, "tp") + bo
+
+    def make(m):
+        def step(x, wq, wk, wv, wo, bo, y):
+            def loss(*w):
+                out = jax.shard_map(body, in_specs=(P(), P(None, "tp"), P(None, "tp"), P(None, "tp"), P("tp"), P()),
+                                    out_specs=P(), axis_names={"tp"})(x, *w)
+                return mse(out, y)
+            return jax.value_and_grad(loss, (0, 1, 2, 3, 4))(wq, wk, wv, wo, bo)
+        return step
+    return make
+
+
+with jax.set_mesh(EXPLICIT):
+    partial_smap("s.explicit_mesh_smap_tp_attn.dp2xtp4", EXPLICIT, explicit_smap,
+                 (P("dp"), P(None, "tp"), P(None, "tp"), P(None, "tp"), P("tp"), P(), P("dp")),
+                 (P(), (P(None, "tp"), P(None, "tp"), P(None, "tp"), P("tp"), P())), xs_step,
+                 (R(XS_B, XS_T, XS_D), R(XS_D, XS_H, XS_E, scale=0.3), R(XS_D, XS_H, XS_E, scale=0.3),
+                  R(XS_D, XS_H, XS_E, scale=0.3), R(XS_H, XS_E, XS_D, scale=0.3), R(XS_D, scale=0.5),
+                  R(XS_B, XS_T, XS_D, scale=0.5)),
+                 bugs=[("bias-inside-psum", ["wrong-reduction"]), ("pmean-not-psum", ["wrong-reduction"])],
+                 note="explicit-mode mesh (AxisType.Explicit), shard_map over tp only")
+
+# ---------------------------------------------------------------------------
+# 21. explicit sharding mode, unreduced: the row-parallel matmul of an MLP
+#     training step leaves its result unreduced over tp in the type
+#     (out_sharding=P('dp', None, unreduced={'tp'})), reshard reduces it;
+#     SGD on the gradients.
+def unreduced_step(w1, w2, x, y, single=False):
+    def loss(w1, w2):
+        if single:  # the numerics' single-device run
+            return mse(jnp.tanh(x @ w1) @ w2, y)
+        h = jnp.tanh(jnp.matmul(x, w1, out_sharding=P("dp", "tp")))
+        o = jnp.matmul(h, w2, out_sharding=P("dp", None, unreduced={"tp"}))
+        return mse(jax.sharding.reshard(o, P("dp", None)), y)
+    lv, (g1, g2) = jax.value_and_grad(loss, (0, 1))(w1, w2)
+    return w1 - 0.1 * g1, w2 - 0.1 * g2, lv
+
+
+with jax.set_mesh(EXPLICIT):
+    gspmd_explicit("g.explicit_unreduced_rowparallel_sgd.dp2xtp4", EXPLICIT, (P(None, "tp"), P("tp"), P("dp"), P("dp")),
+            (P(None, "tp"), P("tp"), P()), unreduced_step,
+            (R(16, 32, scale=0.3), R(32, 16, scale=0.3), R(8, 16), R(8, 16, scale=0.5)),
+            note="explicit-mode mesh (AxisType.Explicit), unreduced={'tp'}",
+            ref_fn=lambda *a: unreduced_step(*a, single=True))
+
+# ---------------------------------------------------------------------------
+# 22. a circular pipeline under GSPMD: CI_R repeats of CI_S stages, the
+#     stage dim of the weights [R, S, D, D] and of the state over pp, every
+#     tick each stage applies the layer of its current repeat (a per-stage
+#     index into the repeat dim), jnp.roll hands the outputs on, the last
+#     stage's output wraps around to stage 0 for the next repeat.
+def circ_roll_step(ws, x, y):
+    m = make_mesh({"pp": CI_S})
+
+    def loss(ws):
+        xs = x.reshape(CI_M, CI_MB, CI_D)
+        stages = jnp.arange(CI_S)
+
+        def tick(carry, t):
+            state, outs = carry
+            u = t - stages
+            r = jnp.clip(u // CI_S, 0, CI_R - 1)
+            first = (u >= 0) & (u < CI_S)
+            state = state.at[0].set(jnp.where(first[0], xs[jnp.clip(t, 0, CI_M - 1)], state[0]))
+            state = lax.with_sharding_constraint(state, NamedSharding(m, P("pp")))
+            w = jax.vmap(lambda wr, i: wr[i], in_axes=(1, 0))(ws, r)  # [S, D, D]: stage s's layer at repeat r[s]
+            out = jnp.tanh(jnp.einsum("smd,sde->sme", state, w))
+            uo = u[CI_S - 1]
+            done = (uo >= (CI_R - 1) * CI_S) & (uo < CI_R * CI_S)
+            outs = jnp.where(done, outs.at[jnp.mod(uo, CI_S)].set(out[CI_S - 1]), outs)
+            return (jnp.roll(out, 1, axis=0), outs), None
+        (_, outs), _ = lax.scan(tick, (jnp.zeros((CI_S, CI_MB, CI_D)), jnp.zeros_like(xs)),
+                                jnp.arange(CI_M + CI_R * CI_S - 1))
+        return jnp.sum(jnp.square(outs.reshape(-1, CI_D) - y)) / y.size
+    return jax.value_and_grad(loss)(ws)
+
+
+C.gspmd("g.circular_vmap_roll_grad.pp4", {"pp": CI_S}, (P(None, "pp"), P(), P()), (P(), P(None, "pp")),
+        circ_roll_step, (R(CI_R, CI_S, CI_D, CI_D, scale=0.5), ci_x, 0.5 * np.cos(ci_x)))
+
+# ---------------------------------------------------------------------------
+# 23. rows sharded over a tuple of axes in the order opposite to the mesh's
+#     (P(('tp', 'dp')): row block tp * 2 + dp): a cumulative sum over the
+#     sharded rows plus sinusoidal positions, each device adding the totals
+#     of the blocks before its own (all_gather of the block totals over the
+#     same tuple, the block index from axis_index of the tuple).
+CS_T, CS_D = 32, 8
+TD = ("tp", "dp")
+
+
+def sinus(pos):
+    return jnp.sin(pos[:, None] * (0.1 * (1 + jnp.arange(CS_D)))[None, :])
+
+
+def cumsum_pos(x):
+    return jnp.cumsum(x, 0) + sinus(jnp.arange(CS_T))
+
+
+def cumsum_td(bug):
+    def f(x):
+        tl = x.shape[0]
+        gather = ("dp", "tp") if bug == "gather-mesh-order" else TD
+        tot = lax.all_gather(jnp.sum(x, 0), gather)  # [8, D], block order of the tuple
+        me = idx("dp") * 4 + idx("tp") if bug == "block-index-mesh-order" else idx(TD)
+        before = jnp.sum(jnp.where((jnp.arange(tot.shape[0]) < me)[:, None], tot, 0.0), 0)
+        return jnp.cumsum(x, 0) + before + sinus(me * tl + jnp.arange(tl))
+    return f
+
+
+C.smap("s.cumsum_rows_reversed_tuple.dp2xtp4", {"dp": 2, "tp": 4}, cumsum_td, (P(TD),), P(TD), cumsum_pos,
+       (R(CS_T, CS_D),),
+       bugs=[("gather-mesh-order", ["wrong-collective-group"]), ("block-index-mesh-order", ["wrong-shard-dim"])])
+
+
+def ln_mlp_cumsum(x, w1, w2):
+    h = x + jax.nn.gelu(layer_norm(x) @ w1) @ w2
+    return jnp.cumsum(h, 0) / jnp.arange(1, CS_T + 1)[:, None]
+
+
+C.gspmd("g.reversed_tuple_rows_mlp_cummean.dp2xtp4", {"dp": 2, "tp": 4}, (P(TD), P(), P()), P(TD), ln_mlp_cumsum,
+        (R(CS_T, CS_D), R(CS_D, 16, scale=0.4), R(16, CS_D, scale=0.4)))
+
+# ---------------------------------------------------------------------------
+# 24. Ulysses attention over a tuple of axes: the sequence sharded over
+#     (dp, tp) jointly (8 blocks), all_to_all over the tuple to put whole
+#     sequences of one head per device, causal attention, all_to_all back.
+UL_T, UL_H, UL_E = 32, 8, 4
+
+
+def mha_causal(q, k, v):
+    s = jnp.einsum("qhe,khe->hqk", q, k) / np.sqrt(UL_E)
+    causal = jnp.arange(UL_T)[:, None] >= jnp.arange(UL_T)[None, :]
+    return jnp.einsum("hqk,khe->qhe", jax.nn.softmax(jnp.where(causal, s, -1e30), -1), v)
+
+
+def ulysses_tuple(bug):
+    def f(q, k, v):
+        q, k, v = (lax.all_to_all(a, DT2, 1, 0, tiled=True) for a in (q, k, v))  # [T, H/8, E]
+        o = mha_causal(q, k, v)
+        back = ("tp", "dp") if bug == "return-axes-reversed" else DT2
+        return lax.all_to_all(o, back, 0, 1, tiled=True)
+    return f
+
+
+DT2 = ("dp", "tp")
+C.smap("s.ulysses_a2a_tuple_axes.dp2xtp4", {"dp": 2, "tp": 4}, ulysses_tuple, (P(DT2),) * 3, P(DT2), mha_causal,
+       (R(UL_T, UL_H, UL_E), R(UL_T, UL_H, UL_E), R(UL_T, UL_H, UL_E)),
+       bugs=[("return-axes-reversed", ["wrong-collective-group"])])
+
+# ---------------------------------------------------------------------------
+# 25. the same collectives over a tuple of axes listed opposite to the mesh
+#     order, as written when the spec says P(('fsdp', 'dp')) or
+#     P(('tp', 'dp')): ZeRO-3 of 5. with every spec and collective over
+#     ('fsdp', 'dp'), Ulysses of 24. over ('tp', 'dp'), and the smallest
+#     such program, an all_gather of rows sharded over ('tp', 'dp').
+FD = ("fsdp", "dp")
+
+
+def zero3_rev(bug):
+    def f(w1, w2, x, y):
+        f1 = lax.all_gather(w1, FD, axis=0, tiled=True)
+        f2 = lax.all_gather(w2, FD, axis=0, tiled=True)
+        lv, (g1, g2) = jax.value_and_grad(z3_loss, (0, 1))(f1, f2, x, y)
+        g1 = lax.psum_scatter(g1, FD, scatter_dimension=0, tiled=True)
+        g2 = lax.psum_scatter(g2, FD, scatter_dimension=0, tiled=True)
+        return w1 - Z3_LR * g1 / Z3_B, w2 - Z3_LR * g2 / Z3_B, psum(lv, FD) / Z3_B
+    return f
+
+
+C.smap("s.zero3_reversed_tuple_sgd.dp2xfsdp4", {"dp": 2, "fsdp": 4}, zero3_rev, (P(FD), P(FD), P(FD), P(FD)),
+       (P(FD), P(FD), P()), z3_step,
+       (R(Z3_D, Z3_H, scale=0.3), R(Z3_H, Z3_D, scale=0.3), R(Z3_B, Z3_D), R(Z3_B, Z3_D, scale=0.5)))
+
+
+def ulysses_rev(bug):
+    def f(q, k, v):
+        q, k, v = (lax.all_to_all(a, TD, 1, 0, tiled=True) for a in (q, k, v))
+        return lax.all_to_all(mha_causal(q, k, v), TD, 0, 1, tiled=True)
+    return f
+
+
+C.smap("s.ulysses_a2a_reversed_tuple.dp2xtp4", {"dp": 2, "tp": 4}, ulysses_rev, (P(TD),) * 3, P(TD), mha_causal,
+       (R(UL_T, UL_H, UL_E), R(UL_T, UL_H, UL_E), R(UL_T, UL_H, UL_E)))
+
+C.smap("s.allgather_reversed_tuple_min.dp2xtp4", {"dp": 2, "tp": 4},
+       lambda bug: (lambda x: lax.all_gather(x * 2.0, TD, tiled=True)), (P(TD),), P(), lambda x: x * 2.0,
+       (R(16, 4),))
 
 # ---------------------------------------------------------------------------
 C.finish()
