@@ -18,7 +18,8 @@ shard_map over dp only) over automatic tensor parallelism, a shard_map over
 tp inside an explicit-mode program, a cumulative sum over rows sharded over
 the tuple ('tp', 'dp') (opposite to the mesh order), Ulysses attention with
 all_to_all over a tuple of axes, ZeRO-3, Ulysses and an all_gather again
-over tuples listed opposite to the mesh order; under GSPMD the same pipeline as a vmap over
+over tuples listed opposite to the mesh order; under GSPMD an Adam step on
+a mesh whose devices are not in iota order, the same pipeline as a vmap over
 stages with jnp.roll as the shift, and a circular one, an explicit-sharding-
 mode (AxisType.Explicit) transformer block step with einsum out_sharding,
 jax.typeof and reshard and optax.chain(clip_by_global_norm, masked AdamW),
@@ -1162,6 +1163,29 @@ C.smap("s.ulysses_a2a_reversed_tuple.dp2xtp4", {"dp": 2, "tp": 4}, ulysses_rev, 
 C.smap("s.allgather_reversed_tuple_min.dp2xtp4", {"dp": 2, "tp": 4},
        lambda bug: (lambda x: lax.all_gather(x * 2.0, TD, tiled=True)), (P(TD),), P(), lambda x: x * 2.0,
        (R(16, 4),))
+
+# ---------------------------------------------------------------------------
+# 26. a mesh whose devices are not in iota order (built by hand from a
+#     transposed device array, as mesh_utils or a user's own layout makes
+#     them): an MLP training step with optax.adam, batch over dp, hidden
+#     units over tp (GSPMD; relations from the shardings' device lists).
+from jax.sharding import Mesh  # noqa: E402
+TMESH = Mesh(np.array(jax.devices()[:8]).reshape(4, 2).T, ("dp", "tp"))
+tm_opt = optax.adam(0.02)
+
+
+def tm_step(p, st, x, y):
+    lv, g = jax.value_and_grad(lambda p: mse(jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"], y))(p)
+    u, st = tm_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+tm_p = {"w1": R(16, 32, scale=0.3), "b1": R(32, scale=0.1), "w2": R(32, 16, scale=0.3)}
+tm_ps = {"w1": P(None, "tp"), "b1": P("tp"), "w2": P("tp")}
+tm_st = np_tree(tm_opt.init(tm_p))
+C.gspmd("g.transposed_device_mesh_adam.dp2xtp4", TMESH, (tm_ps, state_specs(tm_opt, tm_st, tm_ps), P("dp"), P("dp")),
+        (tm_ps, state_specs(tm_opt, tm_st, tm_ps), P()), tm_step, (tm_p, tm_st, R(8, 16), R(8, 16, scale=0.5)),
+        note="mesh devices in transposed order (not iota)")
 
 # ---------------------------------------------------------------------------
 C.finish()
