@@ -543,7 +543,8 @@ static int last_tile_type(const char *s, size_t n) {
  *       | 'devices=' '[' ints ']' (int (',' int)* | '<=' '[' ints ']' ('T' '(' ints ')')?)
  *         'last_tile_dim_replicate'? ('last_tile_dims=' '{' word (',' word)* '}')?
  *       | sharding (',' sharding)*                       (a tuple)
- * Anything else (Shardy's mesh form, metadata) is kept whole as text. */
+ * then an optional 'metadata=' '{' ... '}' (skipped). Anything else (Shardy's
+ * mesh form) is kept whole as text. */
 static bool parse_sharding_body(parser *ps, hlo_sharding *s);
 
 /* The sharding in the balanced group g[0..gn) ('{' ... '}'), into s; a form
@@ -561,7 +562,15 @@ static void sharding_group(parser *ps, const char *g, size_t gn, hlo_sharding *s
     bool ok = parse_sharding_body(ps, s);
     if (ok) {
         lex_skip(&ps->lx);
-        ok = ps->lx.p >= sub.end;
+        /* the sharding's own metadata (which op made it: sdy's reduction op of
+         * an unreduced sharding) is no part of it, as the protobuf reader has it */
+        const char *mg;
+        size_t mn;
+        if (lex_accept_word(&ps->lx, "metadata")) {
+            ok = lex_accept(&ps->lx, '=') && lex_peek(&ps->lx, '{') && lex_balanced(&ps->lx, &mg, &mn);
+            lex_skip(&ps->lx);
+        }
+        ok = ok && ps->lx.p >= sub.end;
     }
     ps->depth = depth;
     ps->lx = saved;

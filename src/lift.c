@@ -589,6 +589,44 @@ static bool grouped_term(lift_ctx *c, eid x, int64_t n, int depth) {
     return false;
 }
 
+/* Whether value i of comp reaches an all-reduce through ops that keep it
+ * a function of itself alone (elementwise ops with constants, layout
+ * changes, sums along its dims): a per-device statistic averaged or summed
+ * as it is (a pmean of per-device ratios), which no merge takes back. An
+ * all-gather (stacking the statistics for a merge) or an op with another
+ * non-constant operand (weighting it by a count) is no such path. */
+static bool averaged_later(const hlo_comp *comp, uint32_t i, int depth) {
+    if (depth > 16) return false;
+    for (uint32_t u = i + 1; u < comp->ninstrs; u++) {
+        const hlo_instr *y = &comp->instrs[u];
+        bool uses = false, others_const = true;
+        for (uint32_t o = 0; o < y->noperands; o++) {
+            const hlo_instr *x = &comp->instrs[y->operands[o]];
+            if (y->operands[o] == i) uses = true;
+            else others_const &= x->op == OP_CONSTANT || (x->op == OP_BROADCAST && comp->instrs[x->operands[0]].op == OP_CONSTANT);
+        }
+        if (!uses) continue;
+        if (y->op == OP_ALL_REDUCE) return true;
+        bool keeps = y->op == OP_RESHAPE || y->op == OP_BROADCAST || y->op == OP_TRANSPOSE || y->op == OP_COPY ||
+                     y->op == OP_BITCAST || y->op == OP_CONVERT || y->op == OP_REDUCE || y->op == OP_REDUCE_WINDOW ||
+                     (lf_is_elementwise(y->op) && y->op != OP_SELECT);
+        if (keeps && others_const && averaged_later(comp, u, depth + 1)) return true;
+    }
+    return false;
+}
+
+/* Whether every operand is partial over exactly the axes `partial` (two of
+ * them at least, or one used twice) or a constant: partial sums combined
+ * with each other only. */
+static bool own_statistic(lift_ctx *c, const lval *ops, uint32_t n, uint32_t partial) {
+    uint32_t np = 0;
+    for (uint32_t o = 0; o < n; o++) {
+        if (ops[o].kind == LV_TERM && ops[o].v.partial == partial && ops[o].v.red == RED_SUM) np++;
+        else if (!(ops[o].kind == LV_TERM && ops[o].konst) && !(ops[o].kind == LV_TERM && lf_kval(c, ops[o].cls))) return false;
+    }
+    return np >= 2;
+}
+
 /* Whether the sum over devices a partial operand stands for may be one the
  * baseline never computes whole: the baseline reshapes an operand of the
  * dot or reduce that made it (or one a few ops before), splitting a dim the
@@ -1211,6 +1249,14 @@ static lval lift_elementwise(lstate *s) {
                                "over the blocks writes it): per-device groups are not related yet", in->name, why.s);
             else if (!is_convert && lf_short_reduction(s, why.s))
                 ;
+            else if (!is_convert && own_statistic(c, ops, in->noperands, partial) &&
+                     !averaged_later(s->comp, (uint32_t)(in - s->comp->instrs), 0))
+                /* each device's own shares combined (a weighted mean of its
+                 * rows, sum(w·x) / sum(w), merged with the others' later by
+                 * Chan's formula): a per-device statistic, not a sum cut short */
+                lf_unsupported_suspect(c, KIND_MISSING_ALL_REDUCE, s->comp, in,
+                                       "%s combines partial sums with each other (%s): each device's own statistic, "
+                                       "which a later merge may combine correctly; not related yet", in->name, why.s);
             else
                 lf_finding(c, is_convert ? KIND_DTYPE_MISMATCH : KIND_MISSING_ALL_REDUCE, s->comp, in,
                         is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"

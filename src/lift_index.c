@@ -16,6 +16,7 @@
 #include "interp.h"
 
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1656,6 +1657,68 @@ static bool compare_local_iota(lstate *s, lval *out) {
 }
 
 /* The ops index arithmetic goes through. True when handled (*out set). */
+/* The one number every element and device of operand o holds (a splat
+ * constant), into *k; false when it is not one. */
+static bool splat_number(lstate *s, uint32_t o, double *k) {
+    const lval *x = &s->ops[o];
+    const interp_val *v = x->kind == LV_TERM && !x->v.partial && lf_scale_of(x) == 1 ? lf_kval(s->c, x->cls) : NULL;
+    if (x->kind == LV_DEV && lf_dev_splat(x) && lf_dev_uniform(s->c, x)) {
+        *k = x->dev[0];
+        return true;
+    }
+    if (!v || v->n < 1) return false;
+    *k = interp_val_get(v, 0);
+    for (int64_t e = 1; e < v->n; e++)
+        if (interp_val_get(v, e) != *k) return false;
+    return true;
+}
+
+/* An elementwise op that keeps 0 (f(0) = 0) over one masked row and splat
+ * constants: the mask of f of its row, zeros still zeros (a relu of a
+ * vocab-parallel lookup before its psum). */
+static bool mask_keeps_zero(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    int mo = -1;
+    double k = 0;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        if (s->ops[o].kind == LV_MASK) {
+            if (mo >= 0) return false;
+            mo = (int)o;
+        } else if (!splat_number(s, o, &k)) {
+            return false;
+        }
+    }
+    const lval *m = mo >= 0 ? &s->ops[mo] : NULL;
+    if (!m || m->n || m->carry || m->hit == EID_NONE || !lf_is_elementwise(in->op) || in->noperands > 2) return false;
+    bool keeps = false;
+    if (in->noperands == 1)
+        keeps = in->op == OP_NEGATE || in->op == OP_TANH || in->op == OP_ABS || in->op == OP_SINE || in->op == OP_SQRT ||
+                in->op == OP_COPY || (in->op == OP_CONVERT && in->shape.dtype != DT_PRED);
+    else if (in->op == OP_MAXIMUM || in->op == OP_MINIMUM) keeps = k == 0;
+    else if (in->op == OP_MULTIPLY) keeps = isfinite(k);
+    else if (in->op == OP_DIVIDE) keeps = mo == 0 && isfinite(k) && k != 0;
+    if (!keeps) return false;
+    uint32_t r;
+    const int64_t *hd = eg_type_dims(c->g, eg_class_type(c->g, m->hit), &r);
+    int64_t dims[VIEW_MAX_RANK];
+    if (r != in->shape.rank || r > VIEW_MAX_RANK) return false;
+    memcpy(dims, hd, r * sizeof *dims);
+    eid ch[2];
+    ch[mo] = m->hit;
+    if (in->noperands == 2) {
+        int dt = s->comp->instrs[in->operands[1 - mo]].shape.dtype;
+        interp_val *kv = lf_fold_size_ok(dims, r) ? interp_val_new(dt, r, dims) : NULL;
+        if (!kv) return false;
+        for (int64_t e = 0; e < kv->n; e++) interp_val_set(kv, e, k);
+        ch[1 - mo] = lf_const_term(c, kv, c->origin);
+    }
+    *out = *m;
+    out->hit = lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin);
+    out->cls = EID_NONE;
+    return true;
+}
+
 bool lf_pw_instr(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1687,6 +1750,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
     int dt = in->shape.dtype;
     lval v = {.kind = LV_PW, .v = view_dup(in->shape.rank), .pos = EID_NONE};
     if (any_mask) {
+        if (mask_keeps_zero(s, out)) return true;
         if (in->op == OP_ADD && s->ops[0].kind == LV_MASK && s->ops[1].kind == LV_MASK) {
             /* Kept as a sum of masked parts; an all-reduce resolves each. */
             lval m = {.kind = LV_MASK, .v = view_dup(in->shape.rank), .pos = EID_NONE};

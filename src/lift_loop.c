@@ -134,7 +134,8 @@ lval lf_loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, co
     if (!init || init->kind != LV_TUPLE || carry_count(in) != init->n) return unknown();
     uint32_t n = init->n;
     XGROW(c->loops, c->caploops, c->nloops + 1);
-    lift_loop *L = &c->loops[c->nloops++];
+    size_t li = c->nloops++;
+    lift_loop *L = &c->loops[li];
     memset(L, 0, sizeof *L);
     L->n = n;
     L->comp = comp;
@@ -156,8 +157,10 @@ lval lf_loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, co
         const hlo_instr *ei = ti ? tuple_elem_instr(comp, ti, j) : NULL;
         ch[j] = e->kind == LV_TERM ? e->cls : e->kind == LV_DEV && ei ? lf_dev_constant(c, ei, e) : xs[j].cls;
     }
-    lval cv;
-    loop_walk(c, in, &arg, &L->body, &cv, false);
+    lval cv, body;
+    loop_walk(c, in, &arg, &body, &cv, false);
+    L = &c->loops[li];  /* loops nested in the body were added meanwhile: the array may have moved */
+    L->body = body;
     for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->body.n; j++) lf_index_as_term(c, &L->body.elems[j]);
     lf_index_as_term(c, &cv);
     L->cond = cv.kind == LV_TERM ? eg_find(c->g, cv.cls) : EID_NONE;

@@ -95,21 +95,20 @@ static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in,
     free(ids);
     free(start);
     int found = -1;
+    int64_t *kgrp = xmalloc((size_t)n * sizeof *kgrp), *gkey = xmalloc((size_t)n * sizeof *gkey);
     for (uint32_t mask = 0; ok && mask < (1u << ms->naxes) && found < 0; mask++) {
         /* Devices agree on the axes outside mask ⇔ same group; ordered, the
          * position is the row-major index over the mask axes, in mesh order
          * or (order given) in the order the groups list them. */
         bool match = true;
+        for (int64_t k = 0; k < n; k++) kgrp[k] = gkey[k] = -1;
         for (int64_t d = 0; d < n && match; d++) {
+            /* same key (coordinates off the mask) <=> same group: one group per key, one key per group */
             int64_t key = 0;
             for (uint32_t a = 0; a < ms->naxes; a++)
                 if (!(mask >> a & 1)) key = key * ms->sizes[a] + mesh_coord(ms, d, (int)a);
-            for (int64_t e = 0; e < d && match; e++) {
-                int64_t key2 = 0;
-                for (uint32_t a = 0; a < ms->naxes; a++)
-                    if (!(mask >> a & 1)) key2 = key2 * ms->sizes[a] + mesh_coord(ms, e, (int)a);
-                if ((key == key2) != (grp[d] == grp[e])) match = false;
-            }
+            if (kgrp[key] < 0 && gkey[grp[d]] < 0) kgrp[key] = grp[d], gkey[grp[d]] = key;
+            match = kgrp[key] == grp[d] && gkey[grp[d]] == key;
         }
         view_dim o;
         if (match && ordered) match = group_order(ms, mask, pos, n, &o) && (order || mesh_ordered(ms, &o, mask));
@@ -120,6 +119,8 @@ static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in,
     }
     free(grp);
     free(pos);
+    free(kgrp);
+    free(gkey);
     return found;
 }
 

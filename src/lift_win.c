@@ -1694,10 +1694,8 @@ static bool win_convolution(lstate *s, lval *out) {
 static bool win_reduce_window(lstate *s, lval *out) {
     if (s->in->noperands != 2 || s->in->shape.dtype == DT_TUPLE) return false;
     lval t = s->ops[0];  /* index values the same on every device (a count of flags): their term */
-    if (t.kind == LV_PW && lf_index_as_term(s->c, &t)) {
-        s->ops[0] = t;
-        lf_uniform_dev_as_term(s, 1);  /* an integer init */
-    }
+    if (t.kind == LV_PW && lf_index_as_term(s->c, &t)) s->ops[0] = t;
+    if (s->ops[0].kind == LV_TERM) lf_uniform_dev_as_term(s, 1);  /* an integer init */
     return term_reduce_window(s, out) || rows_reduce_window(s, out) || segmented_reduce_window(s, out);
 }
 

@@ -196,6 +196,21 @@ static void current_xla(void) {
     CHECK(ps->type == SH_TUPLE && ps->ntuple == 2 && ps->tuple[0].type == SH_RAW && ps->tuple[1].type == SH_TUPLE);
     CHECK(ps->tuple[1].ntuple == 2 && ps->tuple[1].tuple[1].type == SH_RAW);
     CHECK_EQ(instr_attr(find(m, "g"), A_SHARDING)->v.sharding->type, SH_RAW);
+    {
+        t_case("text-18b a sharding's own metadata is no part of it (the protobuf form has none)");
+        diag d2;
+        hlo_module *m2 = parse("HloModule u\nENTRY e {\n  p = f32[8,8] parameter(0)\n"
+                               "  ROOT d = f32[8,8] dot(p, p), lhs_contracting_dims={1}, rhs_contracting_dims={0}, "
+                               "sharding={devices=[2,1,4]<=[8] last_tile_dims={unreduced} metadata={op_type=\"sdy::reduction_op\" "
+                               "op_name=\"SUM\"}}\n}\n",
+                               &d2);
+        const hlo_instr *dd = m2 ? find(m2, "d") : NULL;
+        const hlo_sharding *sh = dd ? instr_attr(dd, A_SHARDING)->v.sharding : NULL;
+        CHECK(sh && sh->type == SH_OTHER && sh->nlast == 1 && sh->last_tile_dims[0] == SH_UNREDUCED);
+        if (m2) CHECK_ATTR(m2, "d", A_SHARDING, "{devices=[2,1,4]<=[8] last_tile_dims={unreduced}}");
+        graph_free(m2);
+        diag_free(&d2);
+    }
     t_case("text-19 new attributes kept as text");
     const char *ra = raw_attr(m, "v", "result_accuracy"), *og = raw_attr(m, "r", "origin");
     CHECK_STR(ra ? ra : "", "{tolerance={atol=0,rtol=0,ulps=1}}");
