@@ -802,4 +802,65 @@ C.gspmd("g.label_smooth_ce_bf16_vocab.dp2xtp4", {"dp": 2, "tp": 4}, (P("dp"), P(
         ls_ce, ((R(LS_T, LS_D) + 1.0).astype(BF), (R(LS_D, LS_V, scale=0.5) + 0.15).astype(BF), I(0, LS_V, LS_T)))
 
 # ---------------------------------------------------------------------------
+# 24. bf16 weights updated with Kahan compensation (a bf16 buffer of what the
+#     bf16 additions lost) and an f32 EMA of the bf16 weights; the gradient
+#     of the dp-sharded batch pmean'd in f32 before the update is rounded.
+KH_LR, KH_EMA = 0.05, 0.99
+
+
+def kahan_update(w, c, ema, g):
+    y = (-KH_LR * g).astype(BF) - c
+    t = w + y
+    c = (t - w) - y
+    return t, c, KH_EMA * ema + (1 - KH_EMA) * t.astype(jnp.float32)
+
+
+def kahan_step(w, c, ema, x, y):
+    lv, g = jax.value_and_grad(sr_loss)(w.astype(jnp.float32), x, y)
+    return kahan_update(w, c, ema, g) + (lv,)
+
+
+def kahan_dp(bug):
+    def f(w, c, ema, x, y):
+        lv, g = jax.value_and_grad(sr_loss)(w.astype(jnp.float32), x, y)
+        if bug == "update-psum-not-pmean":
+            g = psum(g, "dp")
+        elif bug != "grad-no-pmean":
+            g = pmean(g, "dp")
+        return kahan_update(w, c, ema, g) + (pmean(lv, "dp"),)
+    return f
+
+
+kh_w = R(SR_D, SR_H, scale=0.3).astype(BF)
+C.smap("s.kahan_bf16_weights_f32_ema.dp4", {"dp": 4}, kahan_dp, (P(), P(), P(), P("dp"), P("dp")), (P(),) * 4,
+       kahan_step, (kh_w, R(SR_D, SR_H, scale=1e-3).astype(BF), np.asarray(kh_w, np.float32) + R(SR_D, SR_H, scale=0.01),
+                    R(SR_B, SR_D), R(SR_B, SR_H, scale=0.5)),
+       bugs=[("grad-no-pmean", ["missing-all-reduce"]), ("update-psum-not-pmean", ["constant-mismatch"])])
+
+# ---------------------------------------------------------------------------
+# 25. the smallest form of 11.'s merge: each device's weighted mean (its
+#     weighted sum over its weight sum), the global mean as the psum of the
+#     means times the weight sums over the psum of the weight sums.
+def wmean(x, wt):
+    return jnp.sum(wt[:, None] * x, 0) / jnp.sum(wt)
+
+
+def wmean_dp(bug):
+    def f(x, wt):
+        n = jnp.sum(wt)
+        mu = jnp.sum(wt[:, None] * x, 0) / n
+        return psum(n * mu, "dp") / psum(n, "dp")
+    return f
+
+
+C.smap("s.weighted_mean_of_local_means_min.dp4", {"dp": 4}, wmean_dp, (P("dp"), P("dp")), P(), wmean, (wv_x, wv_wt))
+
+# ---------------------------------------------------------------------------
+# 26. the smallest form of 22.'s Beta draw: Beta(0.4, 0.4) weights per
+#     example from a key derived by fold_in, scaling rows over dp.
+C.gspmd("g.beta_weights_fold_in_key_min.dp4", {"dp": 4}, (P("dp"), P()), P("dp"),
+        lambda x, key: jax.random.beta(jax.random.fold_in(key, 1), 0.4, 0.4, (x.shape[0],))[:, None] * x,
+        (R(32, 16), KEY))
+
+# ---------------------------------------------------------------------------
 C.finish()
