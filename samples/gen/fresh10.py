@@ -18,7 +18,10 @@ psum_scatter); stochastic rounding of an f32 update into bf16 weights with
 bits shared by the replicas, and the rounding residual; a label-smoothed
 cross-entropy over a vocabulary-sharded bf16 head with f32 reductions
 (log-sum-exp with pmax); weighted batch statistics by a parallel (Chan)
-merge of per-shard (count, mean, M2).
+merge of per-shard (count, mean, M2); bf16 weights updated with Kahan
+compensation and an f32 EMA; hybrid fp8 training whose backward pass
+quantises a cotangent to float8_e5m2 with a current scale (custom_vjp, the
+amax pmax'd over the two axes the cotangent is sharded on).
 Under GSPMD (jax_threefry_partitionable, on by default in jax 0.12, so that
 the partitioned draw equals the single-device one): dropout in an MLP step,
 BERT-style 80/10/10 masking with an AdamW step, stochastic depth, bf16
@@ -27,8 +30,21 @@ delayed scaling with gradients, int4-packed weights, a QLoRA AdamW step,
 stochastic rounding with random bits over a sharded weight, 8-bit
 blockwise Adam state on an FSDP mesh, Gumbel-max sampling
 (jax.random.categorical) over a sharded vocabulary, mixup with a random
-permutation and Beta weights, weighted batch statistics, and the
-label-smoothed bf16 cross-entropy.
+permutation and Beta weights, weighted batch statistics, the
+label-smoothed bf16 cross-entropy and the e5m2 cotangent quantiser.
+Two minimal pairs isolate what two of the programs hinge on: a weighted
+mean merged from per-device means (shard_map), and a Beta draw from a key
+made by fold_in (GSPMD).
+Randomness in shard_map: a per-device program that folds axis_index into
+its key draws other bits than jax.random over the global shape, so its
+baseline is written the way the bits are defined (a vmap over the batch
+blocks, block i keyed by fold_in(key, i)), or each device draws over the
+global batch and slices its rows; no pair whose randomness cannot equal
+its baseline's is exported as correct.
+Left out: fp16 dynamic loss scaling over dp (with the unsynchronised scale
+as its bug), an idiom of fresh3 and fresh7. Nothing was dropped for failing
+to export or lower on CPU: float8_e4m3fn / float8_e5m2 dots, int8 x int8 ->
+int32 dots and an int32 psum all run on XLA:CPU.
 Each shard_map family has the bug variants a careless parallelisation makes
 (no fold_in of the axis index, per-device keys where the replicas must
 share them, a scale or amax from the local shard only, a reduction in bf16
@@ -861,6 +877,66 @@ C.smap("s.weighted_mean_of_local_means_min.dp4", {"dp": 4}, wmean_dp, (P("dp"), 
 C.gspmd("g.beta_weights_fold_in_key_min.dp4", {"dp": 4}, (P("dp"), P()), P("dp"),
         lambda x, key: jax.random.beta(jax.random.fold_in(key, 1), 0.4, 0.4, (x.shape[0],))[:, None] * x,
         (R(32, 16), KEY))
+
+# ---------------------------------------------------------------------------
+# 27. hybrid fp8 training: the hidden pre-activation's cotangent quantised to
+#     float8_e5m2 in the backward pass (a custom_vjp, identity forward) with
+#     a current per-tensor scale from its amax; a column-parallel layer, batch
+#     over dp and hidden units over tp, so the cotangent's amax is pmax'd over
+#     both axes and the weight gradient psum'd over dp. SGD step; the
+#     gradient is returned too (for logging).
+E5_MAX = 57344.0
+HY_B, HY_D, HY_H = 16, 16, 32
+
+
+def e5_grad(amax_of):
+    @jax.custom_vjp
+    def q(h):
+        return h
+
+    def fwd(h):
+        return h, None
+
+    def bwd(_, g):
+        s = E5_MAX / amax_of(g)
+        return (jnp.clip(g * s, -E5_MAX, E5_MAX).astype(jnp.float8_e5m2).astype(jnp.float32) / s,)
+    q.defvjp(fwd, bwd)
+    return q
+
+
+def hy_sum(w, x, y, q):
+    return jnp.sum(jnp.square(jnp.tanh(q(x @ w)) - y)) / (HY_B * HY_H)
+
+
+def hybrid_step(w, x, y):
+    lv, g = jax.value_and_grad(hy_sum)(w, x, y, e5_grad(lambda g: jnp.max(jnp.abs(g))))
+    return w - 0.5 * g, g, lv
+
+
+def hybrid_dp_tp(bug):
+    def amax(g):
+        a = jnp.max(jnp.abs(g))
+        if bug == "grad-amax-local":
+            return a
+        return pmax(a, "dp" if bug == "grad-amax-dp-only" else ("dp", "tp"))
+
+    def f(w, x, y):
+        lv, g = jax.value_and_grad(hy_sum)(w, x, y, e5_grad(amax))
+        if bug != "dw-no-psum-dp":
+            g = psum(g, "dp")
+        return w - 0.5 * g, g, psum(lv, ("dp", "tp"))
+    return f
+
+
+hy_args = (R(HY_D, HY_H, scale=0.3), R(HY_B, HY_D), R(HY_B, HY_H, scale=0.5))
+hy_args[2][:, 3 * HY_H // 4:] *= 4.0  # the largest cotangents in the last tp shard
+hy_args[1][HY_B // 2:] *= 2.0  # and in the second dp shard
+C.smap("s.fp8_e5m2_grad_custom_vjp.dp2xtp4", {"dp": 2, "tp": 4}, hybrid_dp_tp, (P(None, "tp"), P("dp"), P("dp", "tp")),
+       (P(None, "tp"), P(None, "tp"), P()), hybrid_step, hy_args,
+       bugs=[("grad-amax-local", ["missing-all-reduce"]), ("grad-amax-dp-only", ["wrong-collective-group"]),
+             ("dw-no-psum-dp", ["missing-all-reduce"])])
+C.gspmd("g.fp8_e5m2_grad_custom_vjp.dp2xtp4", {"dp": 2, "tp": 4}, (P(None, "tp"), P("dp"), P("dp", "tp")),
+        (P(None, "tp"), P(None, "tp"), P()), hybrid_step, hy_args)
 
 # ---------------------------------------------------------------------------
 C.finish()
