@@ -21,7 +21,10 @@
  * logarithm of a value that is never negative in use: a second moment, a
  * variance, a count — NaN then flows through compares and selects and can
  * hide any difference behind it), a third run takes the inputs of seed + 2
- * in [0, 1). A difference
+ * in [0, 1). When the outputs differ by more than rounding but less than the
+ * tolerance, a last run takes the inputs of seed + 3 in [0, 2): values with
+ * means and sums far from zero, where a wrong factor on a mean that centred
+ * inputs leave near zero shows. A difference
  * beyond the tolerance of the element type, relative to the output's largest
  * magnitude (f32 1e-3, bf16/f16 0.1, f64 1e-9, integers exact), or NaN where
  * the baseline has none, confirms a mismatch (`differs`); within the tight one
@@ -44,7 +47,8 @@ typedef struct witness {
     bool differs;             /* some output exceeds its tolerance */
     bool agrees;              /* every output within rounding in every run (neither: undecided) */
     bool over_tight;          /* some output beyond rounding */
-    int runs;                 /* runs made (inputs of seed, small ones of seed + 1, non-negative ones of seed + 2) */
+    int runs;                 /* runs made (inputs of seed, small ones of seed + 1, non-negative ones of seed + 2,
+                               * shifted ones of seed + 3) */
     bool nan_seen;            /* some baseline output held NaN */
     uint32_t skipped;         /* output blocks not compared (unconstrained outputs whose sharding is unknown) */
     double max_abs, max_rel;  /* over all outputs and devices */

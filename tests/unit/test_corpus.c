@@ -303,7 +303,7 @@ void suite_corpus(void) {
         bool rules_only_too; /* also checked without --witness */
     } corpora[] = {{"train", false}, {"wild", false}, {"torchxla", false}, {"probe", true}, {"fresh", true},
                    {"fresh2", true}, {"fresh3", true}, {"fresh4", true},
-                   {"fresh5", true}, {"fresh6", true}, {"fresh7", true}, {"fresh8", true}, {"fresh9", true}};
+                   {"fresh5", true}, {"fresh6", true}, {"fresh7", true}, {"fresh8", true}, {"fresh9", true}, {"fresh10", true}};
     bool update = getenv("SCALIFY_UPDATE_EXPECTED") != NULL;
     char *tsv = t_read(CORPUS_EXPECTED, NULL);
     t_case("corpus %s present", CORPUS_EXPECTED);
