@@ -90,7 +90,7 @@ test-jax: $(BUILD)/scalify
 	SCALIFY=$(BUILD)/scalify $(JAX_PYTHON) -m unittest discover -s python/tests -v
 
 asan:
-	$(MAKE) test BUILD=build/asan OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DSCALIFY_INVARIANTS"
+	$(MAKE) test BUILD=build/asan OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DSCALIFY_INVARIANTS -DSCALIFY_MOVE_ON_GROW"
 
 ubsan:
 	$(MAKE) test BUILD=build/ubsan OPT="-O1 -g" SAN="-fsanitize=undefined -fno-sanitize-recover=undefined -DSCALIFY_INVARIANTS"
