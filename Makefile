@@ -120,7 +120,7 @@ fuzz: check-deps
 FUZZ_SEED ?= 1
 fuzz-mutate:
 	$(MAKE) build/asan/mutate BUILD=build/asan OPT="-O1 -g" \
-	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DSCALIFY_MOVE_ON_GROW"
 	build/asan/mutate -o build/asan/mutant.hlo -t $(FUZZ_SECONDS) -n 0 $(wildcard samples/*/*.hlo tests/fuzz/seeds-text/*.hlo)
 	build/asan/mutate -o build/asan/pair-mutant.hlo -t $(FUZZ_SECONDS) -n 0 -s $(FUZZ_SEED) \
 	  $(foreach m,probe fresh fresh2 fresh3 fresh4,-m samples/$(m)/manifest.json)
