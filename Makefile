@@ -90,7 +90,7 @@ test-jax: $(BUILD)/scalify
 	SCALIFY=$(BUILD)/scalify $(JAX_PYTHON) -m unittest discover -s python/tests -v
 
 asan:
-	$(MAKE) test BUILD=build/asan OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DSCALIFY_INVARIANTS"
+	$(MAKE) test BUILD=build/asan OPT="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DSCALIFY_INVARIANTS -DSCALIFY_MOVE_ON_GROW"
 
 ubsan:
 	$(MAKE) test BUILD=build/ubsan OPT="-O1 -g" SAN="-fsanitize=undefined -fno-sanitize-recover=undefined -DSCALIFY_INVARIANTS"
@@ -120,7 +120,7 @@ fuzz: check-deps
 FUZZ_SEED ?= 1
 fuzz-mutate:
 	$(MAKE) build/asan/mutate BUILD=build/asan OPT="-O1 -g" \
-	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	  SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -DSCALIFY_MOVE_ON_GROW"
 	build/asan/mutate -o build/asan/mutant.hlo -t $(FUZZ_SECONDS) -n 0 $(wildcard samples/*/*.hlo tests/fuzz/seeds-text/*.hlo)
 	build/asan/mutate -o build/asan/pair-mutant.hlo -t $(FUZZ_SECONDS) -n 0 -s $(FUZZ_SEED) \
 	  $(foreach m,probe fresh fresh2 fresh3 fresh4,-m samples/$(m)/manifest.json)

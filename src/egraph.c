@@ -11,11 +11,12 @@
 #define TOMB (UINT32_MAX - 1)
 
 /* An interned table of int64 blobs (attributes and types): id i (1-based) is
- * words[start[i] .. start[i] + len[i]). */
+ * at[i][0 .. len[i]), in an arena so that it never moves: the words
+ * eg_attr_words and eg_type_dims give stay valid while blobs are added. */
 typedef struct blobs {
-    int64_t *words;
-    size_t nwords, capwords;
-    uint32_t *start, *len;
+    arena mem;
+    const int64_t **at;
+    uint32_t *len;
     size_t n, cap;           /* entries, id 0 reserved */
     uint32_t *slots;         /* open addressing over ids */
     size_t nslots;
@@ -58,7 +59,7 @@ static uint32_t blob_intern(blobs *b, const int64_t *w, uint32_t n) {
         memset(b->slots, 0xff, ns * sizeof *b->slots);
         b->nslots = ns;
         for (uint32_t id = 1; id <= b->n; id++) {
-            size_t i = hash_words64(b->words + b->start[id], b->len[id]) & (ns - 1);
+            size_t i = hash_words64(b->at[id], b->len[id]) & (ns - 1);
             while (b->slots[i] != EMPTY) i = (i + 1) & (ns - 1);
             b->slots[i] = id;
         }
@@ -66,28 +67,25 @@ static uint32_t blob_intern(blobs *b, const int64_t *w, uint32_t n) {
     size_t mask = b->nslots - 1, i = hash_words64(w, n) & mask;
     for (; b->slots[i] != EMPTY; i = (i + 1) & mask) {
         uint32_t id = b->slots[i];
-        if (b->len[id] == n && (n == 0 || memcmp(b->words + b->start[id], w, n * sizeof *w) == 0)) return id;
+        if (b->len[id] == n && (n == 0 || memcmp(b->at[id], w, n * sizeof *w) == 0)) return id;
     }
     uint32_t id = (uint32_t)++b->n;
     if (b->n + 1 > b->cap) {
         size_t c = b->cap;
-        XGROW(b->start, c, b->n + 1);
+        XGROW(b->at, c, b->n + 1);
         c = b->cap;
         XGROW(b->len, c, b->n + 1);
         b->cap = c;
     }
-    XGROW(b->words, b->capwords, b->nwords + n + 1);
-    b->start[id] = (uint32_t)b->nwords;
+    b->at[id] = arena_memdup(&b->mem, w, n * sizeof *w);
     b->len[id] = n;
-    if (n) memcpy(b->words + b->nwords, w, n * sizeof *w);
-    b->nwords += n;
     b->slots[i] = id;
     return id;
 }
 
 static void blob_free(blobs *b) {
-    free(b->words);
-    free(b->start);
+    arena_free(&b->mem);
+    free(b->at);
     free(b->len);
     free(b->slots);
 }
@@ -100,7 +98,7 @@ const int64_t *eg_attr_words(const egraph *g, uint32_t attr, uint32_t *n) {
         return NULL;
     }
     *n = g->attrs.len[attr];
-    return g->attrs.words + g->attrs.start[attr];
+    return g->attrs.at[attr];
 }
 
 uint32_t eg_type(egraph *g, int dt, const int64_t *dims, uint32_t rank) {
@@ -113,7 +111,7 @@ uint32_t eg_type(egraph *g, int dt, const int64_t *dims, uint32_t rank) {
 }
 
 int eg_type_dtype(const egraph *g, uint32_t type) {
-    return type && type <= g->types.n ? (int)g->types.words[g->types.start[type]] : 0;
+    return type && type <= g->types.n ? (int)g->types.at[type][0] : 0;
 }
 
 const int64_t *eg_type_dims(const egraph *g, uint32_t type, uint32_t *rank) {
@@ -121,7 +119,7 @@ const int64_t *eg_type_dims(const egraph *g, uint32_t type, uint32_t *rank) {
         *rank = 0;
         return NULL;
     }
-    const int64_t *w = g->types.words + g->types.start[type];
+    const int64_t *w = g->types.at[type];
     *rank = (uint32_t)w[1];
     return w + 2;
 }
@@ -469,7 +467,7 @@ eg_stats eg_get_stats(const egraph *g) {
         s.classes += g->uf[i] == i;
     }
     s.bytes = g->capwords * 4 + g->capnodes * (7 * 4 + 2) + g->cappool * 8 + g->tcap * 8 +
-              g->attrs.capwords * 8 + g->types.capwords * 8;
+              g->attrs.mem.total + g->types.mem.total;
     return s;
 }
 

@@ -47,7 +47,8 @@ typedef struct eg_stats {
 egraph *eg_new(void);
 void eg_free(egraph *g);
 
-/* Interns an attribute blob of n int64 words; 0 is "no attributes". */
+/* Interns an attribute blob of n int64 words; 0 is "no attributes". The
+ * words eg_attr_words and eg_type_dims give never move: valid as long as g. */
 uint32_t eg_attr(egraph *g, const int64_t *words, uint32_t n);
 const int64_t *eg_attr_words(const egraph *g, uint32_t attr, uint32_t *n);
 /* Interns a type: element type and dims (rank may be 0). Type 0 is "untyped". */
@@ -76,7 +77,9 @@ uint32_t eg_node_count(const egraph *g);  /* ids 0..count-1, dead ones included 
 bool eg_node_live(const egraph *g, eid node);
 uint16_t eg_node_op(const egraph *g, eid node);
 uint32_t eg_node_attr(const egraph *g, eid node);
-/* Valid until the next eg_add or union; eg_add itself may be given them. */
+/* Valid until the next eg_add (which may move every node's children: copy
+ * what is needed across any call that can add a node); eg_add itself may be
+ * given them. */
 const eid *eg_node_children(const egraph *g, eid node, uint32_t *n);
 
 /* A short term for messages: the class's first node, children to depth levels

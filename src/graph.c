@@ -784,6 +784,19 @@ static bool need_comp(const hlo_module *m, const hlo_instr *in, int key, uint32_
     return true;
 }
 
+/* A reducer computing integers for an op over floats, or floats for one
+ * over integers, is no reducer of its values (XLA's verifier refuses it;
+ * precision alone may differ: mixed-precision reductions); false with why. */
+static bool reducer_kind_ok(const hlo_module *m, const hlo_instr *in, char *why, size_t nwhy) {
+    const hlo_comp *c = callee(m, in, A_TO_APPLY, 0);
+    if (!c || in->shape.dtype == DT_TUPLE || c->root >= c->ninstrs) return true;
+    int rd = c->instrs[c->root].shape.dtype;
+    if (rd == DT_TUPLE || dtype_is_float(rd) == dtype_is_float(in->shape.dtype)) return true;
+    snprintf(why, nwhy, "to_apply=%s computes %s where %s gives %s", NAME(c->name), dtype_name(rd), hlo_op_name(in->op),
+             dtype_name(in->shape.dtype));
+    return false;
+}
+
 /* Operand count, required computations and their parameter counts (op_rules),
  * and a get-tuple-element's index; false with why. */
 static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_instr *in, char *why, size_t nwhy) {
@@ -840,9 +853,10 @@ static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_in
     case NEED_TO_APPLY_N:
         return need_comp(m, in, A_TO_APPLY, 0, n, why, nwhy);
     case NEED_TO_APPLY_2:
-        return need_comp(m, in, A_TO_APPLY, 0, 2, why, nwhy);
+        return need_comp(m, in, A_TO_APPLY, 0, 2, why, nwhy) && reducer_kind_ok(m, in, why, nwhy);
     case NEED_REDUCER: case NEED_SCATTER:
-        return need_comp(m, in, A_TO_APPLY, 0, r->need == NEED_REDUCER ? n : n - 1, why, nwhy);
+        return need_comp(m, in, A_TO_APPLY, 0, r->need == NEED_REDUCER ? n : n - 1, why, nwhy) &&
+               reducer_kind_ok(m, in, why, nwhy);
     case NEED_SORT:
         return need_comp(m, in, A_TO_APPLY, 0, 2 * n, why, nwhy);
     case NEED_WHILE: {

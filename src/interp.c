@@ -2108,6 +2108,29 @@ bool interp_window(const char *text, uint32_t rank, int64_t *size, int64_t *stri
            !strstr(text, "reversal");
 }
 
+/* XLA's shape rule for a window along one dim: the output length of a
+ * window of k elements dilated by rd over n elements dilated by ld and
+ * padded by lo and hi, at stride s (0 when it does not fit); -1 when the
+ * stride or a dilation is not positive, or the sizes overflow (numbers no
+ * real window has). */
+static int64_t window_out(int64_t n, int64_t k, int64_t s, int64_t lo, int64_t hi, int64_t ld, int64_t rd) {
+    int64_t din = 0, dwin = 0, past;
+    if (s < 1 || ld < 1 || rd < 1 || k < 0 || lo == INT64_MIN || (n && __builtin_mul_overflow(n - 1, ld, &din)) ||
+        __builtin_add_overflow(din, n ? 1 : 0, &din) || __builtin_add_overflow(din, hi, &past) ||
+        __builtin_add_overflow(past, lo, &din) || (k && __builtin_mul_overflow(k - 1, rd, &dwin)) ||
+        __builtin_add_overflow(dwin, k ? 1 : 0, &dwin))
+        return -1;  /* (past = din - lo bounds a window position less lo: it fits too) */
+    return din >= dwin ? (din - dwin) / s + 1 : 0;
+}
+
+/* The elements of a window of sizes size[0..n), or -1 past 2^63. */
+static int64_t window_elems(const int64_t *size, uint32_t n) {
+    int64_t wn = 1;
+    for (uint32_t d = 0; d < n; d++)
+        if (size[d] < 0 || __builtin_mul_overflow(wn, size[d], &wn)) return -1;
+    return wn;
+}
+
 static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev) {
     if (in->noperands != 2 || in->shape.dtype == DT_TUPLE) return fail(x, INTERP_EUNSUPPORTED, in, "variadic reduce-window");
     const interp_val *a = ops[0];
@@ -2134,10 +2157,7 @@ static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **op
     }
     /* XLA's shape rule: per dim, (dilated padded input - dilated window) / stride + 1. */
     for (uint32_t d = 0; d < R; d++) {
-        int64_t din = (a->dims[d] ? (a->dims[d] - 1) * ld[d] + 1 : 0) + pad[2 * d] + pad[2 * d + 1];
-        int64_t dwin = (size[d] - 1) * rd[d] + 1;
-        if (size[d] < 1 || stride[d] < 1 || ld[d] < 1 || rd[d] < 1 ||
-            r->dims[d] != (din >= dwin ? (din - dwin) / stride[d] + 1 : 0)) {
+        if (size[d] < 1 || r->dims[d] != window_out(a->dims[d], size[d], stride[d], pad[2 * d], pad[2 * d + 1], ld[d], rd[d])) {
             interp_val_free(r);
             return fail(x, INTERP_ERUN, in, "the window does not give the result's dims (dim %u)", d);
         }
@@ -2145,8 +2165,11 @@ static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **op
     uint32_t ci = (uint32_t)ta->v.ints[0];
     int64_t st[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
     strides_of(a->dims, R, st);
-    int64_t wn = 1;
-    for (uint32_t d = 0; d < R; d++) wn *= size[d];
+    int64_t wn = window_elems(size, R);
+    if (wn < 0) {
+        interp_val_free(r);
+        return fail(x, INTERP_EUNSUPPORTED, in, "a window of more than 2^63 elements");
+    }
     for (int64_t e = 0; e < r->n; e++) {
         cell acc = get_cell(ops[1], 0);
         int64_t w[INTERP_MAX_RANK] = {0};
@@ -2158,7 +2181,7 @@ static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **op
                 if (p < 0 || p % ld[d]) ok = false;
                 p /= ld[d];
                 if (p >= a->dims[d]) ok = false;
-                o += p * st[d];
+                if (ok) o += p * st[d];  /* (p far outside may overflow it) */
             }
             if (ok) {
                 cell args[2] = {acc, get_cell(a, o)};
@@ -2248,10 +2271,9 @@ static interp_val *op_convolution(ctx *x, const hlo_instr *in, const interp_val 
     bool ok = G >= 1 && B >= 1 && C == I * G && O % G == 0 && O % B == 0 && N % B == 0 && r->dims[c.ob] == N / B &&
               r->dims[c.of] == O && (G == 1 || B == 1);
     for (uint32_t d = 0; d < S && ok; d++) {
-        int64_t din = (a->dims[c.ls[d]] ? (a->dims[c.ls[d]] - 1) * ld[d] + 1 : 0) + pad[2 * d] + pad[2 * d + 1];
-        int64_t dwin = (size[d] ? (size[d] - 1) * rd[d] + 1 : 0);
-        ok = stride[d] >= 1 && ld[d] >= 1 && rd[d] >= 1 && r->dims[c.os[d]] == (din >= dwin ? (din - dwin) / stride[d] + 1 : 0);
+        ok = r->dims[c.os[d]] == window_out(a->dims[c.ls[d]], size[d], stride[d], pad[2 * d], pad[2 * d + 1], ld[d], rd[d]);
     }
+    ok = ok && window_elems(size, S) >= 0;
     if (!ok) {
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "the convolution's shapes do not fit its dimension numbers and groups");
@@ -2274,7 +2296,7 @@ static interp_val *op_convolution(ctx *x, const hlo_instr *in, const interp_val 
                 if (p < 0 || p % ld[d]) in_range = false;
                 p /= ld[d];
                 if (p >= a->dims[c.ls[d]]) in_range = false;
-                ao += p * sa[c.ls[d]];
+                if (in_range) ao += p * sa[c.ls[d]];
                 ko += w[d] * sk[c.rs[d]];
             }
             if (in_range)
@@ -2310,10 +2332,10 @@ static interp_val *op_select_and_scatter(ctx *x, const hlo_instr *in, interp_val
     bool ok = r && r->rank == R && src->rank == R && init->n == 1 && r->dtype == a->dtype && src->dtype == a->dtype &&
               init->dtype == a->dtype;
     for (uint32_t d = 0; d < R && ok; d++) {
-        int64_t span = a->dims[d] + pad[2 * d] + pad[2 * d + 1];
-        ok = r->dims[d] == a->dims[d] && size[d] >= 1 && stride[d] >= 1 &&
-             src->dims[d] == (span >= size[d] ? (span - size[d]) / stride[d] + 1 : 0);
+        ok = r->dims[d] == a->dims[d] && size[d] >= 1 &&
+             src->dims[d] == window_out(a->dims[d], size[d], stride[d], pad[2 * d], pad[2 * d + 1], 1, 1);
     }
+    ok = ok && window_elems(size, R) >= 0;
     if (!ok) {
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "select-and-scatter shapes do not fit its window");
@@ -2331,7 +2353,7 @@ static interp_val *op_select_and_scatter(ctx *x, const hlo_instr *in, interp_val
             for (uint32_t d = 0; d < R && inside; d++) {
                 int64_t p = idx[d] * stride[d] + w[d] - pad[2 * d];
                 inside = p >= 0 && p < a->dims[d];
-                o += p * st[d];
+                if (inside) o += p * st[d];
             }
             next_idx(w, size, R);
             if (!inside) continue;

@@ -711,8 +711,8 @@ static eid unwrapped(lift_ctx *c, eid x, int64_t n, int depth) {
     const eid *ch, *cc, *ac;
     if (depth > 4) return x;
     if (lf_class_node(c, x, OP_RESHAPE, 1, &ch) != EID_NONE) {
-        eid y = unwrapped(c, ch[0], n, depth + 1);
-        return eg_find(c->g, y) == eg_find(c->g, ch[0]) ? x : lf_mk_reshape(c, y, eg_class_type(c->g, x), c->origin);
+        eid r = ch[0], y = unwrapped(c, r, n, depth + 1); /* (ch moves as the e-graph grows) */
+        return eg_find(c->g, y) == eg_find(c->g, r) ? x : lf_mk_reshape(c, y, eg_class_type(c->g, x), c->origin);
     }
     eid cmp, add;
     uint32_t nd;

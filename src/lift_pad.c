@@ -175,6 +175,8 @@ static bool masked(lift_ctx *c, eid x, double want, eid *y, int64_t *lo, int64_t
      * want, 0 or an infinity (k·f = want exactly): select(box, k·y, want) (a
      * constant factor put back after the mask, lift_scale.c) */
     if ((want != 0 && !isinf(want)) || (node = lf_class_node(c, x, OP_MULTIPLY, 2, &ch)) == EID_NONE) return false;
+    eid two[2] = {ch[0], ch[1]}; /* (the e-graph's arrays move as masked() adds nodes) */
+    ch = two;
     for (uint32_t o = 0; o < 2; o++) {
         double k = 0;
         const interp_val *kv = NULL;

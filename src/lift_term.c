@@ -299,8 +299,8 @@ static eid slice_through(lift_ctx *c, eid x, const int64_t *sl, uint32_t rank, i
                 int64_t sh[3 * VIEW_MAX_RANK];
                 memcpy(sh, sl, 3 * rank * sizeof *sh);
                 sh[3 * cd] -= off, sh[3 * cd + 1] -= off;
-                eid r = slice_through(c, kids[j], sh, rank, depth + 1);
-                return r != EID_NONE ? r : lf_mk_slice(c, kids[j], sh);
+                eid kj = kids[j], r = slice_through(c, kj, sh, rank, depth + 1); /* (kids move as nodes are added) */
+                return r != EID_NONE ? r : lf_mk_slice(c, kj, sh);
             }
             off += len;
         }

@@ -13,6 +13,14 @@
 
 #include "scalify.h"
 
+/* SCALIFY_MOVE_ON_GROW (make asan): every growth moves its array, the old one
+ * freed (xrealloc) or poisoned (arena_grow), so a pointer into an array read
+ * after the array grew (an e-graph's children after eg_add) is an ASan
+ * report, not a read that happens to see the old values. */
+#ifdef SCALIFY_MOVE_ON_GROW
+#include <sanitizer/asan_interface.h>
+#endif
+
 /* Internal errors (out of memory among them) exit 3 (STYLE 5), not a crash:
  * _exit, since flushing stdio or running atexit handlers could need memory. */
 void xfatal(const char *fmt, ...) {
@@ -44,6 +52,15 @@ void *xcalloc(size_t n, size_t size) {
 }
 
 void *xrealloc(void *p, size_t n) {
+#if defined(SCALIFY_MOVE_ON_GROW) && defined(__GLIBC__)
+    if (p) {
+        size_t old = malloc_usable_size(p);
+        void *q = xmalloc(n);
+        memcpy(q, p, old < n ? old : n);
+        free(p);
+        return q;
+    }
+#endif
     void *q = realloc(p, n ? n : 1);
     if (!q) oom(n);
     return q;
@@ -143,6 +160,9 @@ static arena_block *block_new(size_t size, bool *fresh) {
 }
 
 static void block_free(arena_block *b) {
+#ifdef SCALIFY_MOVE_ON_GROW
+    ASAN_UNPOISON_MEMORY_REGION(b->data, b->size);
+#endif
 #ifdef MAP_ANONYMOUS
     if (b->mapped) {
         munmap(b, b->mapped);
@@ -208,6 +228,9 @@ void arena_reset(arena *a) {
     a->cur = (char *)a->head->data;
     a->end = a->cur + a->head->size;
     a->zero = a->end; /* used before */
+#ifdef SCALIFY_MOVE_ON_GROW
+    ASAN_UNPOISON_MEMORY_REGION(a->cur, a->head->size);
+#endif
 }
 
 static inline void *arena_take(arena *a, size_t n, bool zero) {
@@ -272,6 +295,9 @@ void arena_grow(arena *a, void **p, uint32_t n, uint32_t *cap, size_t elem, uint
     uint32_t c = *cap ? 2 * *cap : first;
     void *q = arena_alloc(a, (size_t)c * elem);
     if (n) memcpy(q, *p, (size_t)n * elem);
+#ifdef SCALIFY_MOVE_ON_GROW
+    if (n) ASAN_POISON_MEMORY_REGION(*p, (size_t)n * elem);
+#endif
     *p = q;
     *cap = c;
 }

@@ -93,6 +93,20 @@ void suite_egraph(void) {
     eg_print_term(&why, g, hga, 3);
     CHECK_STR(why.s, "add(exponential(negate(var1)), var3)");
 
+    t_case("egraph-8 type and attribute words stay put as more are interned");
+    {
+        uint32_t r0, n0;
+        const int64_t *td = eg_type_dims(g, t, &r0), *aw = eg_attr_words(g, eg_node_attr(g, a), &n0);
+        for (int64_t k = 0; k < 20000; k++) {
+            int64_t kd[2] = {k, 8};
+            eg_type(g, DT_F32, kd, 2);
+            eg_attr(g, kd, 2);
+        }
+        uint32_t r1, n1;
+        CHECK(eg_type_dims(g, t, &r1) == td && r1 == r0 && td[0] == 4 && td[1] == 8);
+        CHECK(eg_attr_words(g, eg_node_attr(g, a), &n1) == aw && n1 == 1 && aw[0] == 1);
+    }
+
     sb_free(&why);
     eg_free(g);
 }

@@ -233,6 +233,14 @@ static void test_reduce(void) {
                      "  ROOT g = s32[] get-tuple-element(r), index=1\n}\n";
     double w2[1] = {1};
     expect("interp reduce-1.2 variadic argmax", t2, 1, 1, NULL, 0, w2, 1);
+    /* Padding of ±2^62 around a 2x4 operand: the one window lies in the
+     * padding; its positions times the row stride would overflow (UBSan). */
+    const char *t3 = "HloModule m\nadd { a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b) }\n"
+                     "ENTRY e {\n  x = f32[2,4] parameter(0)\n  z = f32[] constant(7)\n"
+                     "  ROOT r = f32[1,1] reduce-window(x, z), window={size=2x4 pad=-4611686018427387904_4611686018427387904x0_0}, "
+                     "to_apply=add\n}\n";
+    double w3[1] = {7};
+    expect("interp reduce-1.3 a window wholly in huge padding is the init", t3, 1, 1, fill_iota, 0, w3, 1);
 }
 
 /* convolution by hand-computed cases: XLA's convolution is a
@@ -1499,6 +1507,15 @@ static void test_malformed(void) {
         {"reduce-window dilation 0", "  a = f32[4] parameter(0)\n  z = f32[] constant(0)\n"
                                      "  ROOT r = f32[3] reduce-window(a, z), window={size=2 lhs_dilate=0}, to_apply=add\n",
          "does not give the result's dims"},
+        /* (found by the mutator: the padded size overflowed, UBSan) */
+        {"reduce-window padding past 2^63", "  a = f32[4] parameter(0)\n  z = f32[] constant(0)\n"
+                                            "  ROOT r = f32[2] reduce-window(a, z), window={size=1 pad=0_9223372036854775807}, "
+                                            "to_apply=add\n",
+         "does not give the result's dims"},
+        {"convolution padding past 2^63", "  a = f32[1,4,1] parameter(0)\n  k = f32[1,1,1] parameter(1)\n"
+                                          "  ROOT r = f32[1,2,1] convolution(a, k), window={size=1 pad=0_9223372036854775807}, "
+                                          "dim_labels=b0f_0io->b0f\n",
+         "do not fit"},
         {"reduce-window init", "  a = f32[4] parameter(0)\n  z = f32[2] parameter(1)\n"
                                "  ROOT r = f32[3] reduce-window(a, z), window={size=2}, to_apply=add\n",
          "not one value"},

@@ -189,6 +189,17 @@ static void structure(void) {
                  "ENTRY e {\n x = f32[4] parameter(0)\n z = f32[] constant(0)\n"
                  " ROOT s = f32[] reduce(x, z, z), dimensions={0}, to_apply=r\n}\n",
                  "reduce takes inputs and as many initial values, not 3 operands");
+    /* (found by the mutator: a called computation swapped for an integer
+     * add, which the checker took for the float sum it replaced) */
+    expect_error("reduce-window of floats with an integer reducer",
+                 "r {\n a = s32[] parameter(0)\n b = s32[] parameter(1)\n ROOT s = s32[] add(a, b)\n}\n"
+                 "ENTRY e {\n x = f32[4] parameter(0)\n z = f32[] constant(0)\n"
+                 " ROOT s = f32[4] reduce-window(x, z), window={size=2 pad=1_0}, to_apply=r\n}\n",
+                 "to_apply=r computes s32 where reduce-window gives f32");
+    expect_error("all-reduce of integers with a float reducer",
+                 "r {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT s = f32[] add(a, b)\n}\n"
+                 "ENTRY e {\n x = s32[4] parameter(0)\n ROOT s = s32[4] all-reduce(x), replica_groups={}, to_apply=r\n}\n",
+                 "to_apply=r computes f32 where all-reduce gives s32");
     expect_error("sort comparator with the wrong parameter count",
                  "c {\n a = f32[] parameter(0)\n b = f32[] parameter(1)\n ROOT l = pred[] compare(a, b), direction=LT\n}\n"
                  "ENTRY e {\n x = f32[4] parameter(0)\n y = s32[4] parameter(1)\n"
