@@ -81,12 +81,14 @@ hlo_module *graph_new(void) {
     hlo_module *m = xcalloc(1, sizeof *m);
     arena_init(&m->arena);
     strmap_init(&m->interned);
+    strmap_init(&m->metas);
     return m;
 }
 
 void graph_free(hlo_module *m) {
     if (!m) return;
     strmap_free(&m->interned);
+    strmap_free(&m->metas);
     arena_free(&m->arena);
     free(m);
 }
@@ -97,6 +99,17 @@ const char *graph_intern(hlo_module *m, const char *s, size_t n) {
     char *copy = arena_strndup(&m->arena, s, n);
     strmap_put(&m->interned, copy, n, 0);
     return copy;
+}
+
+hlo_meta *graph_share_meta(hlo_module *m, const hlo_meta *md) {
+    /* Consecutive instructions mostly agree (one source line, or none). */
+    if (m->last_meta && memcmp(m->last_meta, md, sizeof *md) == 0) return m->last_meta;
+    const char *k = strmap_key(&m->metas, (const char *)md, sizeof *md);
+    if (!k) {
+        k = arena_memdup(&m->arena, md, sizeof *md);
+        strmap_put(&m->metas, k, sizeof *md, 0);
+    }
+    return m->last_meta = (hlo_meta *)k;
 }
 
 const char *graph_copy_repeat(hlo_module *m, const char *s, size_t n, const char **last) {
@@ -197,7 +210,7 @@ static bool layer_component(const char *p, const char *e) {
 static void set_scope(hlo_module *m, hlo_instr *in) {
     in->scope = NULL;
     in->nscope = 0;
-    const char *p = in->meta ? in->meta->op_name : NULL;
+    const char *p = in->op_name;
     if (!p) return;
     if (strncmp(p, "jit(", 4) == 0) {
         const char *slash = strchr(p, '/');
@@ -544,6 +557,10 @@ int graph_finalize(hlo_module *m, diag *d) { return graph_finalize_at(m, d, NULL
 int graph_finalize_at(hlo_module *m, diag *d, graph_where_fn where, void *ctx) {
     int errors = check_at(m, d, where, ctx);
     if (errors) return errors;
+    /* Resolving changes the shared metas: none is shared from here on. */
+    strmap_free(&m->metas);
+    strmap_init(&m->metas);
+    m->last_meta = NULL;
     for (uint32_t c = 0; c < m->ncomps; c++) {
         hlo_comp *comp = &m->comps[c];
         comp->reducer = (uint8_t)recognise_reducer(comp);
@@ -1294,8 +1311,8 @@ static int64_t stated_devices(const hlo_module *m) {
 }
 
 const char *instr_op_scope(const hlo_instr *in) {
-    if (!in->meta || !in->meta->op_name) return NULL;
-    const char *s = in->meta->op_name;
+    if (!in->op_name) return NULL;
+    const char *s = in->op_name;
     if (strncmp(s, "jit(", 4) == 0) {
         const char *slash = strchr(s, '/');
         if (slash) return slash + 1;
@@ -1431,8 +1448,7 @@ static bool meta_eq(eqctx *e, const hlo_meta *a, const hlo_meta *b) {
     static const hlo_meta none;
     if (!a) a = &none;
     if (!b) b = &none;
-    if (!str_eq(a->op_type, b->op_type) || !str_eq(a->op_name, b->op_name) ||
-        !str_eq(a->source_file, b->source_file) || !str_eq(a->extra, b->extra))
+    if (!str_eq(a->op_type, b->op_type) || !str_eq(a->source_file, b->source_file) || !str_eq(a->extra, b->extra))
         return differ(e, "metadata strings differ");
     if (a->source_line != b->source_line || a->source_end_line != b->source_end_line ||
         a->source_column != b->source_column || a->source_end_column != b->source_end_column ||
@@ -1507,6 +1523,7 @@ bool graph_equal(const hlo_module *a, const hlo_module *b, int flags, strbuf *wh
             for (uint32_t k = 0; k < ia->nattrs; k++)
                 if (!attr_eq(&e, &ia->attrs[k], &ib->attrs[k])) return false;
             if (!meta_eq(&e, ia->meta, ib->meta)) return false;
+            if (!str_eq(ia->op_name, ib->op_name)) return differ(&e, "metadata strings differ");
         }
     }
     return true;

@@ -744,10 +744,11 @@ static const char **parse_kv(parser *ps, uint32_t *n) {
     return v;
 }
 
-/* metadata -> '{' (key '=' (string | int))* '}' */
-static hlo_meta *parse_metadata(parser *ps) {
+/* metadata -> '{' (key '=' (string | int))* '}'   (its op_name into *op_name) */
+static hlo_meta *parse_metadata(parser *ps, const char **op_name) {
     hlo_module *m = ps->m;
-    hlo_meta *md = arena_alloc(&m->arena, sizeof *md);
+    hlo_meta meta, *md = &meta;
+    memset(md, 0, sizeof *md);
     expect(ps, '{', "to open metadata");
     strbuf *extra = &ps->extra;
     sb_reset(extra);
@@ -762,7 +763,7 @@ static hlo_meta *parse_metadata(parser *ps) {
             fail(ps, here(ps), "expected '=' after metadata field");
         }
 #define IS(w) (kn == sizeof(w) - 1 && memcmp(k, w, kn) == 0)
-        const char **sfield = IS("op_type") ? &md->op_type : IS("op_name") ? &md->op_name
+        const char **sfield = IS("op_type") ? &md->op_type : IS("op_name") ? op_name
                               : IS("source_file") ? &md->source_file : NULL;
         int32_t *ifield = IS("source_line") ? &md->source_line : IS("source_end_line") ? &md->source_end_line
                           : IS("source_column") ? &md->source_column
@@ -773,7 +774,7 @@ static hlo_meta *parse_metadata(parser *ps) {
             if (!lex_string(&ps->lx, &ps->str)) {
                 fail(ps, here(ps), "expected a string");
             }
-            if (sfield == &md->op_name) {
+            if (sfield == op_name) {
                 *sfield = graph_copy_repeat(m, ps->str.s, ps->str.len, &ps->last_op_name);
             } else {
                 *sfield = graph_intern(m, ps->str.s, ps->str.len);
@@ -809,7 +810,7 @@ static hlo_meta *parse_metadata(parser *ps) {
         }
     }
     if (extra->len) md->extra = graph_intern(m, extra->s, extra->len);
-    return md;
+    return graph_share_meta(m, md);
 }
 
 /* literal -> '{...}' | value | '{' literal (',' literal)* '}'   (flattened in order) */
@@ -1015,7 +1016,7 @@ static void parse_attr(parser *ps, hlo_instr *in, size_t *nattrs) {
     expect(ps, '=', "after the attribute name");
     if (kn == 8 && memcmp(k, "metadata", 8) == 0) {
         if (in->meta) fail(ps, at, "metadata given twice");
-        in->meta = parse_metadata(ps);
+        in->meta = parse_metadata(ps, &in->op_name);
         return;
     }
     int key = attr_key_from_name(k, kn);

@@ -388,7 +388,7 @@ void relations_free(relations *r) {
  * ("params['layers.0.wq']" → "layers.0.wq"), else the op_name, else NULL. */
 static char *param_name(const hlo_comp *c, uint32_t k) {
     const hlo_instr *in = &c->instrs[c->params[k]];
-    const char *on = in->meta ? in->meta->op_name : NULL;
+    const char *on = in->op_name;
     if (!on || !*on) return NULL;
     const char *q = strstr(on, "['");
     if (q) {
