@@ -244,6 +244,10 @@ static bool layout_only(const hlo_instr *in, const hlo_attr *a) {
 
 void graph_finalize_instr(hlo_module *m, hlo_instr *in) {
     set_scope(m, in);
+    graph_finalize_attrs(in);
+}
+
+void graph_finalize_attrs(hlo_instr *in) {
     uint32_t w = 0;
     for (uint32_t r = 0; r < in->nattrs; r++)
         if (!attr_is_default(in, &in->attrs[r]) && !layout_only(in, &in->attrs[r])) in->attrs[w++] = in->attrs[r];

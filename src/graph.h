@@ -398,8 +398,11 @@ const char *graph_copy_repeat(hlo_module *m, const char *s, size_t n, const char
  * until graph_finalize, which resolves their locations in place. */
 hlo_meta *graph_share_meta(hlo_module *m, const hlo_meta *md);
 
-/* Sorts attributes canonically and drops default-valued ones (see top). */
+/* Sorts attributes canonically and drops default-valued ones (see top);
+ * graph_finalize_instr also sets the scope. Both leave a finalised
+ * instruction as it is. */
 void graph_finalize_instr(hlo_module *m, hlo_instr *in);
+void graph_finalize_attrs(hlo_instr *in);
 /* Resolves locations and reducers, then runs graph_check; returns the number of
  * problems found (each reported to d), 0 when the module is valid. */
 int graph_finalize(hlo_module *m, diag *d);

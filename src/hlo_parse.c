@@ -69,6 +69,10 @@ typedef struct parser {
     size_t capvals;
     uint32_t *params;            /* current computation: parameter k's instruction */
     size_t capparams;
+    /* Per opcode, the last finalised attribute list an instruction without
+     * computation or instruction references had (see own_attrs). */
+    const hlo_attr *last_attrs[OP_COUNT];
+    uint16_t last_nattrs[OP_COUNT];
 } parser;
 
 static _Noreturn void fail(parser *ps, const char *at, const char *fmt, ...)
@@ -199,10 +203,13 @@ static size_t int_list_scratch(parser *ps) {
     return n;
 }
 
+static const int64_t *shared_ints(parser *ps, const int64_t *v, size_t n);
+
+/* An attribute's list: one copy per distinct list (dot dimensions repeat). */
 static int64_t *int_list(parser *ps, uint32_t *n) {
     size_t k = int_list_scratch(ps);
     *n = (uint32_t)k;
-    return copy_ints(ps, ps->ints, k);
+    return (int64_t *)shared_ints(ps, ps->ints, k);
 }
 
 /* bracket ints -> '[' (int (',' int)*)? ']' */
@@ -1164,6 +1171,38 @@ static uint32_t tuple_ref(parser *ps, uint32_t idx, const char *s, const char *o
     return idx;
 }
 
+/* The attributes read into ps->attrs become in's. Those without references
+ * to fix up at the end (computations, instructions) nor a literal are
+ * finalised now, and an instruction whose list equals the last one of its
+ * opcode shares it (a deep program's dots and layouts repeat a few lists). */
+static void own_attrs(parser *ps, hlo_instr *in, size_t nattrs) {
+    in->nattrs = (uint16_t)nattrs;
+    in->attrs = NULL;
+    if (!nattrs) return;
+    bool plain = true;
+    for (size_t k = 0; k < nattrs && plain; k++) {
+        int kind = ps->attrs[k].kind;
+        plain = kind != K_COMP && kind != K_COMPS && kind != K_INSTRS && kind != K_LITERAL;
+    }
+    if (plain) {
+        in->attrs = ps->attrs;
+        graph_finalize_attrs(in);
+        const hlo_attr *last = ps->last_attrs[in->op];
+        bool same = last && ps->last_nattrs[in->op] == in->nattrs;
+        for (uint32_t k = 0; k < in->nattrs && same; k++) same = hlo_attr_equal(&last[k], &in->attrs[k]);
+        if (same) {
+            in->attrs = (hlo_attr *)last;
+            return;
+        }
+        nattrs = in->nattrs;
+    }
+    in->attrs = nattrs ? arena_memdup(&ps->m->arena, ps->attrs, nattrs * sizeof *ps->attrs) : NULL;
+    if (plain) {
+        ps->last_attrs[in->op] = in->attrs;
+        ps->last_nattrs[in->op] = in->nattrs;
+    }
+}
+
 /* instruction -> 'ROOT'? name ('#' int)* '=' shape opcode '(' operands ')' (',' attr)*
  * (a "#N" suffix names an element that hlo_print wrote out; see tuple_ref) */
 static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
@@ -1264,8 +1303,7 @@ static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
     in->noperands = (uint32_t)nops;
     in->operands = nops ? arena_memdup(&m->arena, ps->ops, nops * sizeof *ps->ops) : NULL;
     if (nattrs > UINT16_MAX) fail(ps, at, "too many attributes");
-    in->nattrs = (uint16_t)nattrs;
-    in->attrs = nattrs ? arena_memdup(&m->arena, ps->attrs, nattrs * sizeof *ps->attrs) : NULL;
+    own_attrs(ps, in, nattrs);
     ps->nins++;
 }
 
