@@ -80,6 +80,7 @@ const char *reducer_name(int r) {
 hlo_module *graph_new(void) {
     hlo_module *m = xcalloc(1, sizeof *m);
     arena_init(&m->arena);
+    arena_init(&m->strs);
     strmap_init(&m->interned);
     strmap_init(&m->metas);
     return m;
@@ -89,6 +90,7 @@ void graph_free(hlo_module *m) {
     if (!m) return;
     strmap_free(&m->interned);
     strmap_free(&m->metas);
+    arena_free(&m->strs);
     arena_free(&m->arena);
     free(m);
 }
@@ -114,8 +116,10 @@ hlo_meta *graph_share_meta(hlo_module *m, const hlo_meta *md) {
 
 const char *graph_copy_repeat(hlo_module *m, const char *s, size_t n, const char **last) {
     if (*last && strncmp(*last, s, n) == 0 && (*last)[n] == 0) return *last;
-    return *last = arena_strndup(&m->arena, s, n);
+    return *last = graph_strndup(m, s, n);
 }
+
+const char *graph_strndup(hlo_module *m, const char *s, size_t n) { return arena_strndup_packed(&m->strs, s, n); }
 
 /* ---- attributes ---- */
 

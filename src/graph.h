@@ -356,6 +356,7 @@ typedef struct hlo_frame {
 
 typedef struct hlo_module {
     arena arena;
+    arena strs;                   /* names and op_names, packed (graph_strndup) */
     strmap interned;              /* string pool; keys live in the arena */
     const char *last_scope;       /* graph_finalize_instr: the previous scope */
     uint32_t last_nscope;
@@ -388,6 +389,9 @@ hlo_module *graph_new(void);
 void graph_free(hlo_module *m);
 /* Interns s[0..n) in the module: equal strings share one pointer. */
 const char *graph_intern(hlo_module *m, const char *s, size_t n);
+/* A copy of s[0..n) in the module: for the many strings nearly every
+ * instruction has its own of (names), packed without alignment. */
+const char *graph_strndup(hlo_module *m, const char *s, size_t n);
 /* For strings that are many and mostly distinct but often repeat the previous
  * one (op_names: an intern table would cost more than it saves): *last when
  * it equals s[0..n), else a copy in the module, which becomes *last. */

@@ -1155,7 +1155,7 @@ static uint32_t tuple_ref(parser *ps, uint32_t idx, const char *s, const char *o
         ps->ins[ps->nins + 1] = ps->ins[ps->nins];
         hlo_instr *g = &ps->ins[ps->nins];
         memset(g, 0, sizeof *g);
-        g->name = arena_strndup(&m->arena, s, kn);
+        g->name = graph_strndup(m, s, kn);
         g->opname = graph_intern(m, "get-tuple-element", strlen("get-tuple-element"));
         g->op = OP_GET_TUPLE_ELEMENT;
         g->shape = el;
@@ -1222,7 +1222,7 @@ static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
         nl += sfx;
     }
     position(ps, at, &in->line, &in->col);
-    in->name = arena_strndup(&m->arena, nm, nl);
+    in->name = graph_strndup(m, nm, nl);
     /* Whether the name is taken is asked when it is put, below: its slot of
      * instr_index (a cache miss in a large computation) is fetched while the
      * rest of the line is read. An error before then is reported as the

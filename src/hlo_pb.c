@@ -1632,7 +1632,7 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
         lo = p->pnum[i] < lo ? p->pnum[i] : lo;
         hi = p->pnum[i] > hi ? p->pnum[i] : hi;
         /* Names are unique, so interning them would only grow the pool. */
-        c->instrs[i].name = arena_strndup(&p->m->arena, s, len);
+        c->instrs[i].name = graph_strndup(p->m, s, len);
     }
     idmap_reset(&p->ids, n, lo, hi);
     strmap_free(&p->names);
