@@ -251,6 +251,30 @@ void graph_finalize_instr(hlo_module *m, hlo_instr *in) {
     graph_finalize_attrs(in);
 }
 
+void graph_share_attrs(hlo_module *m, hlo_instr *in, hlo_attr *scratch, size_t n, attr_cache *cache) {
+    in->attrs = scratch;
+    in->nattrs = (uint16_t)n;
+    graph_finalize_attrs(in);
+    for (uint32_t k = 0; k < in->nattrs && cache; k++) {
+        int kind = in->attrs[k].kind;
+        if (kind == K_LITERAL || kind == K_COMP || kind == K_COMPS || kind == K_INSTRS) cache = NULL;
+    }
+    if (cache) {
+        const hlo_attr *last = cache->last[in->op];
+        bool same = last && cache->nlast[in->op] == in->nattrs;
+        for (uint32_t k = 0; k < in->nattrs && same; k++) same = hlo_attr_equal(&last[k], &in->attrs[k]);
+        if (same) {
+            in->attrs = (hlo_attr *)last;
+            return;
+        }
+    }
+    in->attrs = in->nattrs ? arena_memdup(&m->arena, scratch, in->nattrs * sizeof *scratch) : NULL;
+    if (cache) {
+        cache->last[in->op] = in->attrs;
+        cache->nlast[in->op] = in->nattrs;
+    }
+}
+
 void graph_finalize_attrs(hlo_instr *in) {
     uint32_t w = 0;
     for (uint32_t r = 0; r < in->nattrs; r++)

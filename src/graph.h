@@ -407,6 +407,18 @@ hlo_meta *graph_share_meta(hlo_module *m, const hlo_meta *md);
  * instruction as it is. */
 void graph_finalize_instr(hlo_module *m, hlo_instr *in);
 void graph_finalize_attrs(hlo_instr *in);
+/* A reader's memory of attribute lists: per opcode, the last one it kept. */
+typedef struct attr_cache {
+    const hlo_attr *last[OP_COUNT];
+    uint16_t nlast[OP_COUNT];
+} attr_cache;
+/* The n attributes in scratch (reordered) become in's list, finalised
+ * (graph_finalize_attrs): the cache's last list of in's opcode when they
+ * equal it (a deep program's dots repeat a few lists), else a copy in m
+ * that becomes the last. Never shared: lists with a literal (not worth
+ * comparing) or computation or instruction indexes (a reader fixes those
+ * up later, and tests renumber them). */
+void graph_share_attrs(hlo_module *m, hlo_instr *in, hlo_attr *scratch, size_t n, attr_cache *cache);
 /* Resolves locations and reducers, then runs graph_check; returns the number of
  * problems found (each reported to d), 0 when the module is valid. */
 int graph_finalize(hlo_module *m, diag *d);

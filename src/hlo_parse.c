@@ -69,10 +69,7 @@ typedef struct parser {
     size_t capvals;
     uint32_t *params;            /* current computation: parameter k's instruction */
     size_t capparams;
-    /* Per opcode, the last finalised attribute list an instruction without
-     * computation or instruction references had (see own_attrs). */
-    const hlo_attr *last_attrs[OP_COUNT];
-    uint16_t last_nattrs[OP_COUNT];
+    attr_cache attrs_kept;       /* see own_attrs */
 } parser;
 
 static _Noreturn void fail(parser *ps, const char *at, const char *fmt, ...)
@@ -1171,36 +1168,22 @@ static uint32_t tuple_ref(parser *ps, uint32_t idx, const char *s, const char *o
     return idx;
 }
 
-/* The attributes read into ps->attrs become in's. Those without references
- * to fix up at the end (computations, instructions) nor a literal are
- * finalised now, and an instruction whose list equals the last one of its
- * opcode shares it (a deep program's dots and layouts repeat a few lists). */
+/* The attributes read into ps->attrs become in's: finalised now and shared
+ * where they repeat (graph_share_attrs), but for lists with references the
+ * end fixes up by position (computations, instructions), which stay as
+ * read until then. */
 static void own_attrs(parser *ps, hlo_instr *in, size_t nattrs) {
-    in->nattrs = (uint16_t)nattrs;
-    in->attrs = NULL;
-    if (!nattrs) return;
-    bool plain = true;
-    for (size_t k = 0; k < nattrs && plain; k++) {
+    bool refs = false;
+    for (size_t k = 0; k < nattrs; k++) {
         int kind = ps->attrs[k].kind;
-        plain = kind != K_COMP && kind != K_COMPS && kind != K_INSTRS && kind != K_LITERAL;
+        refs |= kind == K_COMP || kind == K_COMPS || kind == K_INSTRS;
     }
-    if (plain) {
-        in->attrs = ps->attrs;
-        graph_finalize_attrs(in);
-        const hlo_attr *last = ps->last_attrs[in->op];
-        bool same = last && ps->last_nattrs[in->op] == in->nattrs;
-        for (uint32_t k = 0; k < in->nattrs && same; k++) same = hlo_attr_equal(&last[k], &in->attrs[k]);
-        if (same) {
-            in->attrs = (hlo_attr *)last;
-            return;
-        }
-        nattrs = in->nattrs;
+    if (!refs) {
+        graph_share_attrs(ps->m, in, ps->attrs, nattrs, &ps->attrs_kept);
+        return;
     }
-    in->attrs = nattrs ? arena_memdup(&ps->m->arena, ps->attrs, nattrs * sizeof *ps->attrs) : NULL;
-    if (plain) {
-        ps->last_attrs[in->op] = in->attrs;
-        ps->last_nattrs[in->op] = in->nattrs;
-    }
+    in->nattrs = (uint16_t)nattrs;
+    in->attrs = arena_memdup(&ps->m->arena, ps->attrs, nattrs * sizeof *ps->attrs);
 }
 
 /* instruction -> 'ROOT'? name ('#' int)* '=' shape opcode '(' operands ')' (',' attr)*

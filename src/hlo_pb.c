@@ -406,6 +406,7 @@ typedef struct pb {
     idmap comp_index, ids;
     strmap names;
     const char *last_op_name;  /* the previous metadata op_name (module arena) */
+    attr_cache attrs_kept;     /* graph_share_attrs */
     bool retry;                /* one pass failed: the careful path will say why */
 } pb;
 
@@ -1604,8 +1605,8 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
             p->attrs[k].v.lit = convert_literal(p, ip->literal, &in->shape);
         }
     if (p->nattrs > UINT16_MAX) fail(p, NULL, "too many attributes");
-    in->nattrs = (uint16_t)p->nattrs;
-    in->attrs = p->nattrs ? arena_memdup(&m->arena, p->attrs, p->nattrs * sizeof *p->attrs) : NULL;
+    graph_share_attrs(m, in, p->attrs, p->nattrs, &p->attrs_kept);
+    graph_finalize_instr(m, in);
 }
 
 static void instr_key(pb *p, uint32_t c, const Xla__HloComputationProto *cp, uint32_t i, int64_t *id,
@@ -1692,7 +1693,6 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
     if (idmap_get(&p->ids, cp->root_id, &r)) c->root = r;
     else if (cp->root_id != 0)
         fail(p, "root_id", "root id %lld is not an instruction of %s", (long long)cp->root_id, c->name);
-    for (uint32_t i = 0; i < c->ninstrs; i++) graph_finalize_instr(m, &c->instrs[i]);
 }
 
 static void convert_frames(pb *p, const Xla__StackFrameIndexProto *sf) {
