@@ -80,13 +80,17 @@ const char *reducer_name(int r) {
 hlo_module *graph_new(void) {
     hlo_module *m = xcalloc(1, sizeof *m);
     arena_init(&m->arena);
+    arena_init(&m->strs);
     strmap_init(&m->interned);
+    strmap_init(&m->metas);
     return m;
 }
 
 void graph_free(hlo_module *m) {
     if (!m) return;
     strmap_free(&m->interned);
+    strmap_free(&m->metas);
+    arena_free(&m->strs);
     arena_free(&m->arena);
     free(m);
 }
@@ -99,10 +103,23 @@ const char *graph_intern(hlo_module *m, const char *s, size_t n) {
     return copy;
 }
 
+hlo_meta *graph_share_meta(hlo_module *m, const hlo_meta *md) {
+    /* Consecutive instructions mostly agree (one source line, or none). */
+    if (m->last_meta && memcmp(m->last_meta, md, sizeof *md) == 0) return m->last_meta;
+    const char *k = strmap_key(&m->metas, (const char *)md, sizeof *md);
+    if (!k) {
+        k = arena_memdup(&m->arena, md, sizeof *md);
+        strmap_put(&m->metas, k, sizeof *md, 0);
+    }
+    return m->last_meta = (hlo_meta *)k;
+}
+
 const char *graph_copy_repeat(hlo_module *m, const char *s, size_t n, const char **last) {
     if (*last && strncmp(*last, s, n) == 0 && (*last)[n] == 0) return *last;
-    return *last = arena_strndup(&m->arena, s, n);
+    return *last = graph_strndup(m, s, n);
 }
+
+const char *graph_strndup(hlo_module *m, const char *s, size_t n) { return arena_strndup_packed(&m->strs, s, n); }
 
 /* ---- attributes ---- */
 
@@ -197,7 +214,7 @@ static bool layer_component(const char *p, const char *e) {
 static void set_scope(hlo_module *m, hlo_instr *in) {
     in->scope = NULL;
     in->nscope = 0;
-    const char *p = in->meta ? in->meta->op_name : NULL;
+    const char *p = in->op_name;
     if (!p) return;
     if (strncmp(p, "jit(", 4) == 0) {
         const char *slash = strchr(p, '/');
@@ -231,6 +248,34 @@ static bool layout_only(const hlo_instr *in, const hlo_attr *a) {
 
 void graph_finalize_instr(hlo_module *m, hlo_instr *in) {
     set_scope(m, in);
+    graph_finalize_attrs(in);
+}
+
+void graph_share_attrs(hlo_module *m, hlo_instr *in, hlo_attr *scratch, size_t n, attr_cache *cache) {
+    in->attrs = scratch;
+    in->nattrs = (uint16_t)n;
+    graph_finalize_attrs(in);
+    for (uint32_t k = 0; k < in->nattrs && cache; k++) {
+        int kind = in->attrs[k].kind;
+        if (kind == K_LITERAL || kind == K_COMP || kind == K_COMPS || kind == K_INSTRS) cache = NULL;
+    }
+    if (cache) {
+        const hlo_attr *last = cache->last[in->op];
+        bool same = last && cache->nlast[in->op] == in->nattrs;
+        for (uint32_t k = 0; k < in->nattrs && same; k++) same = hlo_attr_equal(&last[k], &in->attrs[k]);
+        if (same) {
+            in->attrs = (hlo_attr *)last;
+            return;
+        }
+    }
+    in->attrs = in->nattrs ? arena_memdup(&m->arena, scratch, in->nattrs * sizeof *scratch) : NULL;
+    if (cache) {
+        cache->last[in->op] = in->attrs;
+        cache->nlast[in->op] = in->nattrs;
+    }
+}
+
+void graph_finalize_attrs(hlo_instr *in) {
     uint32_t w = 0;
     for (uint32_t r = 0; r < in->nattrs; r++)
         if (!attr_is_default(in, &in->attrs[r]) && !layout_only(in, &in->attrs[r])) in->attrs[w++] = in->attrs[r];
@@ -544,6 +589,10 @@ int graph_finalize(hlo_module *m, diag *d) { return graph_finalize_at(m, d, NULL
 int graph_finalize_at(hlo_module *m, diag *d, graph_where_fn where, void *ctx) {
     int errors = check_at(m, d, where, ctx);
     if (errors) return errors;
+    /* Resolving changes the shared metas: none is shared from here on. */
+    strmap_free(&m->metas);
+    strmap_init(&m->metas);
+    m->last_meta = NULL;
     for (uint32_t c = 0; c < m->ncomps; c++) {
         hlo_comp *comp = &m->comps[c];
         comp->reducer = (uint8_t)recognise_reducer(comp);
@@ -1308,8 +1357,8 @@ static int64_t stated_devices(const hlo_module *m) {
 }
 
 const char *instr_op_scope(const hlo_instr *in) {
-    if (!in->meta || !in->meta->op_name) return NULL;
-    const char *s = in->meta->op_name;
+    if (!in->op_name) return NULL;
+    const char *s = in->op_name;
     if (strncmp(s, "jit(", 4) == 0) {
         const char *slash = strchr(s, '/');
         if (slash) return slash + 1;
@@ -1445,8 +1494,7 @@ static bool meta_eq(eqctx *e, const hlo_meta *a, const hlo_meta *b) {
     static const hlo_meta none;
     if (!a) a = &none;
     if (!b) b = &none;
-    if (!str_eq(a->op_type, b->op_type) || !str_eq(a->op_name, b->op_name) ||
-        !str_eq(a->source_file, b->source_file) || !str_eq(a->extra, b->extra))
+    if (!str_eq(a->op_type, b->op_type) || !str_eq(a->source_file, b->source_file) || !str_eq(a->extra, b->extra))
         return differ(e, "metadata strings differ");
     if (a->source_line != b->source_line || a->source_end_line != b->source_end_line ||
         a->source_column != b->source_column || a->source_end_column != b->source_end_column ||
@@ -1521,6 +1569,7 @@ bool graph_equal(const hlo_module *a, const hlo_module *b, int flags, strbuf *wh
             for (uint32_t k = 0; k < ia->nattrs; k++)
                 if (!attr_eq(&e, &ia->attrs[k], &ib->attrs[k])) return false;
             if (!meta_eq(&e, ia->meta, ib->meta)) return false;
+            if (!str_eq(ia->op_name, ib->op_name)) return differ(&e, "metadata strings differ");
         }
     }
     return true;

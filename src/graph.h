@@ -292,14 +292,17 @@ typedef struct hlo_attr {
     const char *raw_key;          /* A_RAW only */
 } hlo_attr;
 
-/* Source metadata. Strings are interned in the module. src_* are resolved by
- * graph_finalize: from source_file/line when given, else from the stack frame. */
+/* Source metadata but its op_name (hlo_instr.op_name: nearly every
+ * instruction has its own, while the rest repeats: instructions whose
+ * metadata agree on it share one hlo_meta, graph_share_meta). Strings are
+ * interned in the module. src_* are resolved by graph_finalize: from
+ * source_file/line when given, else from the stack frame. */
 typedef struct hlo_meta {
-    const char *op_type, *op_name, *source_file;
-    int32_t source_line, source_end_line, source_column, source_end_column;
-    int32_t stack_frame_id;
+    const char *op_type, *source_file;
     const char *extra;            /* other metadata fields, raw text */
     const char *src_file;         /* resolved; NULL when unknown */
+    int32_t source_line, source_end_line, source_column, source_end_column;
+    int32_t stack_frame_id;
     int32_t src_line, src_col;
 } hlo_meta;
 
@@ -312,9 +315,10 @@ typedef struct hlo_instr {
     shape shape;
     uint32_t *operands;
     hlo_attr *attrs;
-    hlo_meta *meta;               /* NULL when none */
+    hlo_meta *meta;               /* NULL when the input gave no metadata; shared */
+    const char *op_name;          /* metadata op_name; NULL when none */
     uint32_t line, col;           /* position in a text input; 0 otherwise */
-    /* The first component of meta->op_name after any jit(...)/ prefix
+    /* The first component of op_name after any jit(...)/ prefix
      * ("layers.3"), not NUL-terminated; nscope 0 when none. Set by
      * graph_finalize_instr (segments and the memo look it up per instruction);
      * instructions finalised one after another with the same scope share the
@@ -352,9 +356,12 @@ typedef struct hlo_frame {
 
 typedef struct hlo_module {
     arena arena;
+    arena strs;                   /* names and op_names, packed (graph_strndup) */
     strmap interned;              /* string pool; keys live in the arena */
     const char *last_scope;       /* graph_finalize_instr: the previous scope */
     uint32_t last_nscope;
+    strmap metas;                 /* graph_share_meta's, until graph_finalize */
+    hlo_meta *last_meta;
     const char *name;
     const char *source_path;      /* file it was read from */
     const char *format;           /* "text", "HloModuleProto", "HloProto", "HloSnapshot" */
@@ -382,13 +389,36 @@ hlo_module *graph_new(void);
 void graph_free(hlo_module *m);
 /* Interns s[0..n) in the module: equal strings share one pointer. */
 const char *graph_intern(hlo_module *m, const char *s, size_t n);
+/* A copy of s[0..n) in the module: for the many strings nearly every
+ * instruction has its own of (names), packed without alignment. */
+const char *graph_strndup(hlo_module *m, const char *s, size_t n);
 /* For strings that are many and mostly distinct but often repeat the previous
  * one (op_names: an intern table would cost more than it saves): *last when
  * it equals s[0..n), else a copy in the module, which becomes *last. */
 const char *graph_copy_repeat(hlo_module *m, const char *s, size_t n, const char **last);
 
-/* Sorts attributes canonically and drops default-valued ones (see top). */
+/* The module's hlo_meta equal to md (a copy the first time; md's padding
+ * zeroed, as memset leaves it: metas are compared as bytes), for a reader
+ * until graph_finalize, which resolves their locations in place. */
+hlo_meta *graph_share_meta(hlo_module *m, const hlo_meta *md);
+
+/* Sorts attributes canonically and drops default-valued ones (see top);
+ * graph_finalize_instr also sets the scope. Both leave a finalised
+ * instruction as it is. */
 void graph_finalize_instr(hlo_module *m, hlo_instr *in);
+void graph_finalize_attrs(hlo_instr *in);
+/* A reader's memory of attribute lists: per opcode, the last one it kept. */
+typedef struct attr_cache {
+    const hlo_attr *last[OP_COUNT];
+    uint16_t nlast[OP_COUNT];
+} attr_cache;
+/* The n attributes in scratch (reordered) become in's list, finalised
+ * (graph_finalize_attrs): the cache's last list of in's opcode when they
+ * equal it (a deep program's dots repeat a few lists), else a copy in m
+ * that becomes the last. Never shared: lists with a literal (not worth
+ * comparing) or computation or instruction indexes (a reader fixes those
+ * up later, and tests renumber them). */
+void graph_share_attrs(hlo_module *m, hlo_instr *in, hlo_attr *scratch, size_t n, attr_cache *cache);
 /* Resolves locations and reducers, then runs graph_check; returns the number of
  * problems found (each reported to d), 0 when the module is valid. */
 int graph_finalize(hlo_module *m, diag *d);

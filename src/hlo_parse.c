@@ -69,6 +69,7 @@ typedef struct parser {
     size_t capvals;
     uint32_t *params;            /* current computation: parameter k's instruction */
     size_t capparams;
+    attr_cache attrs_kept;       /* see own_attrs */
 } parser;
 
 static _Noreturn void fail(parser *ps, const char *at, const char *fmt, ...)
@@ -199,10 +200,13 @@ static size_t int_list_scratch(parser *ps) {
     return n;
 }
 
+static const int64_t *shared_ints(parser *ps, const int64_t *v, size_t n);
+
+/* An attribute's list: one copy per distinct list (dot dimensions repeat). */
 static int64_t *int_list(parser *ps, uint32_t *n) {
     size_t k = int_list_scratch(ps);
     *n = (uint32_t)k;
-    return copy_ints(ps, ps->ints, k);
+    return (int64_t *)shared_ints(ps, ps->ints, k);
 }
 
 /* bracket ints -> '[' (int (',' int)*)? ']' */
@@ -753,10 +757,11 @@ static const char **parse_kv(parser *ps, uint32_t *n) {
     return v;
 }
 
-/* metadata -> '{' (key '=' (string | int))* '}' */
-static hlo_meta *parse_metadata(parser *ps) {
+/* metadata -> '{' (key '=' (string | int))* '}'   (its op_name into *op_name) */
+static hlo_meta *parse_metadata(parser *ps, const char **op_name) {
     hlo_module *m = ps->m;
-    hlo_meta *md = arena_alloc(&m->arena, sizeof *md);
+    hlo_meta meta, *md = &meta;
+    memset(md, 0, sizeof *md);
     expect(ps, '{', "to open metadata");
     strbuf *extra = &ps->extra;
     sb_reset(extra);
@@ -771,7 +776,7 @@ static hlo_meta *parse_metadata(parser *ps) {
             fail(ps, here(ps), "expected '=' after metadata field");
         }
 #define IS(w) (kn == sizeof(w) - 1 && memcmp(k, w, kn) == 0)
-        const char **sfield = IS("op_type") ? &md->op_type : IS("op_name") ? &md->op_name
+        const char **sfield = IS("op_type") ? &md->op_type : IS("op_name") ? op_name
                               : IS("source_file") ? &md->source_file : NULL;
         int32_t *ifield = IS("source_line") ? &md->source_line : IS("source_end_line") ? &md->source_end_line
                           : IS("source_column") ? &md->source_column
@@ -782,7 +787,7 @@ static hlo_meta *parse_metadata(parser *ps) {
             if (!lex_string(&ps->lx, &ps->str)) {
                 fail(ps, here(ps), "expected a string");
             }
-            if (sfield == &md->op_name) {
+            if (sfield == op_name) {
                 *sfield = graph_copy_repeat(m, ps->str.s, ps->str.len, &ps->last_op_name);
             } else {
                 *sfield = graph_intern(m, ps->str.s, ps->str.len);
@@ -818,7 +823,7 @@ static hlo_meta *parse_metadata(parser *ps) {
         }
     }
     if (extra->len) md->extra = graph_intern(m, extra->s, extra->len);
-    return md;
+    return graph_share_meta(m, md);
 }
 
 /* literal -> '{...}' | value | '{' literal (',' literal)* '}'   (flattened in order) */
@@ -1024,7 +1029,7 @@ static void parse_attr(parser *ps, hlo_instr *in, size_t *nattrs) {
     expect(ps, '=', "after the attribute name");
     if (kn == 8 && memcmp(k, "metadata", 8) == 0) {
         if (in->meta) fail(ps, at, "metadata given twice");
-        in->meta = parse_metadata(ps);
+        in->meta = parse_metadata(ps, &in->op_name);
         return;
     }
     int key = attr_key_from_name(k, kn);
@@ -1156,7 +1161,7 @@ static uint32_t tuple_ref(parser *ps, uint32_t idx, const char *s, const char *o
         ps->ins[ps->nins + 1] = ps->ins[ps->nins];
         hlo_instr *g = &ps->ins[ps->nins];
         memset(g, 0, sizeof *g);
-        g->name = arena_strndup(&m->arena, s, kn);
+        g->name = graph_strndup(m, s, kn);
         g->opname = graph_intern(m, "get-tuple-element", strlen("get-tuple-element"));
         g->op = OP_GET_TUPLE_ELEMENT;
         g->shape = el;
@@ -1170,6 +1175,24 @@ static uint32_t tuple_ref(parser *ps, uint32_t idx, const char *s, const char *o
         idx = (uint32_t)ps->nins++;
     }
     return idx;
+}
+
+/* The attributes read into ps->attrs become in's: finalised now and shared
+ * where they repeat (graph_share_attrs), but for lists with references the
+ * end fixes up by position (computations, instructions), which stay as
+ * read until then. */
+static void own_attrs(parser *ps, hlo_instr *in, size_t nattrs) {
+    bool refs = false;
+    for (size_t k = 0; k < nattrs; k++) {
+        int kind = ps->attrs[k].kind;
+        refs |= kind == K_COMP || kind == K_COMPS || kind == K_INSTRS;
+    }
+    if (!refs) {
+        graph_share_attrs(ps->m, in, ps->attrs, nattrs, &ps->attrs_kept);
+        return;
+    }
+    in->nattrs = (uint16_t)nattrs;
+    in->attrs = arena_memdup(&ps->m->arena, ps->attrs, nattrs * sizeof *ps->attrs);
 }
 
 /* instruction -> 'ROOT'? name ('#' int)* '=' shape opcode '(' operands ')' (',' attr)*
@@ -1191,7 +1214,7 @@ static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
         nl += sfx;
     }
     position(ps, at, &in->line, &in->col);
-    in->name = arena_strndup(&m->arena, nm, nl);
+    in->name = graph_strndup(m, nm, nl);
     /* Whether the name is taken is asked when it is put, below: its slot of
      * instr_index (a cache miss in a large computation) is fetched while the
      * rest of the line is read. An error before then is reported as the
@@ -1272,8 +1295,7 @@ static void parse_instruction(parser *ps, bool *is_root, int64_t *param_no) {
     in->noperands = (uint32_t)nops;
     in->operands = nops ? arena_memdup(&m->arena, ps->ops, nops * sizeof *ps->ops) : NULL;
     if (nattrs > UINT16_MAX) fail(ps, at, "too many attributes");
-    in->nattrs = (uint16_t)nattrs;
-    in->attrs = nattrs ? arena_memdup(&m->arena, ps->attrs, nattrs * sizeof *ps->attrs) : NULL;
+    own_attrs(ps, in, nattrs);
     ps->nins++;
 }
 

@@ -406,6 +406,7 @@ typedef struct pb {
     idmap comp_index, ids;
     strmap names;
     const char *last_op_name;  /* the previous metadata op_name (module arena) */
+    attr_cache attrs_kept;     /* graph_share_attrs */
     bool retry;                /* one pass failed: the careful path will say why */
 } pb;
 
@@ -1311,16 +1312,18 @@ static int kv_cmp(const void *x, const void *y) {
     return c ? c : strcmp(a[1], b[1]);
 }
 
-static hlo_meta *convert_meta(pb *p, const Xla__OpMetadata *md) {
+/* The instruction's metadata but its op_name, which goes to *op_name. */
+static hlo_meta *convert_meta(pb *p, const Xla__OpMetadata *md, const char **op_name) {
     if (!md) return NULL;
 #define S(f) (md->f && md->f[0])
     bool any = S(op_type) || S(op_name) || S(source_file) || S(deduplicated_name) || S(scheduling_name) ||
                S(scalify_extra) || md->source_line || md->source_end_line || md->source_column ||
                md->source_end_column || md->stack_frame_id || md->n_profile_type;
     if (!any) return NULL;
-    hlo_meta *h = arena_alloc(&p->m->arena, sizeof *h);
+    hlo_meta meta, *h = &meta;
+    memset(h, 0, sizeof *h);
     h->op_type = S(op_type) ? intern(p, md->op_type) : NULL;
-    h->op_name = S(op_name) ? graph_copy_repeat(p->m, md->op_name, strlen(md->op_name), &p->last_op_name) : NULL;
+    *op_name = S(op_name) ? graph_copy_repeat(p->m, md->op_name, strlen(md->op_name), &p->last_op_name) : NULL;
     h->source_file = S(source_file) ? intern(p, md->source_file) : NULL;
     h->source_line = md->source_line;
     h->source_end_line = md->source_end_line;
@@ -1347,7 +1350,7 @@ static hlo_meta *convert_meta(pb *p, const Xla__OpMetadata *md) {
         h->extra = graph_intern(p->m, b->s, b->len);
     }
 #undef S
-    return h;
+    return graph_share_meta(p->m, h);
 }
 
 /* replica_groups (in whichever of XLA's four forms), source_target_pairs. */
@@ -1494,7 +1497,7 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
     in->opname = intern(p, ip->opcode);
     in->op = (uint16_t)hlo_op_from_name(in->opname, strlen(in->opname));
     convert_shape(p, ip->shape, &in->shape, "shape");
-    in->meta = convert_meta(p, ip->metadata);
+    in->meta = convert_meta(p, ip->metadata, &in->op_name);
 
     /* Operands: earlier instructions of this computation. */
     in->noperands = count32(p, ip->n_operand_ids, "operand_ids");
@@ -1602,8 +1605,8 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
             p->attrs[k].v.lit = convert_literal(p, ip->literal, &in->shape);
         }
     if (p->nattrs > UINT16_MAX) fail(p, NULL, "too many attributes");
-    in->nattrs = (uint16_t)p->nattrs;
-    in->attrs = p->nattrs ? arena_memdup(&m->arena, p->attrs, p->nattrs * sizeof *p->attrs) : NULL;
+    graph_share_attrs(m, in, p->attrs, p->nattrs, &p->attrs_kept);
+    graph_finalize_instr(m, in);
 }
 
 static void instr_key(pb *p, uint32_t c, const Xla__HloComputationProto *cp, uint32_t i, int64_t *id,
@@ -1630,7 +1633,7 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
         lo = p->pnum[i] < lo ? p->pnum[i] : lo;
         hi = p->pnum[i] > hi ? p->pnum[i] : hi;
         /* Names are unique, so interning them would only grow the pool. */
-        c->instrs[i].name = arena_strndup(&p->m->arena, s, len);
+        c->instrs[i].name = graph_strndup(p->m, s, len);
     }
     idmap_reset(&p->ids, n, lo, hi);
     strmap_free(&p->names);
@@ -1690,7 +1693,6 @@ static void convert_comp(pb *p, uint32_t ci, const Xla__HloComputationProto *cp)
     if (idmap_get(&p->ids, cp->root_id, &r)) c->root = r;
     else if (cp->root_id != 0)
         fail(p, "root_id", "root id %lld is not an instruction of %s", (long long)cp->root_id, c->name);
-    for (uint32_t i = 0; i < c->ninstrs; i++) graph_finalize_instr(m, &c->instrs[i]);
 }
 
 static void convert_frames(pb *p, const Xla__StackFrameIndexProto *sf) {

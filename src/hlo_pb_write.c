@@ -475,10 +475,12 @@ static bool sharding_has_raw(const hlo_sharding *s) {
     return false;
 }
 
-static Xla__OpMetadata *meta_pb(wr *w, const hlo_meta *md) {
+static Xla__OpMetadata *meta_pb(wr *w, const hlo_meta *md, const char *op_name) {
+    static const hlo_meta none;
+    if (!md) md = &none;
     Xla__OpMetadata *om = xla__op_metadata_new(w);
     om->op_type = str(md->op_type);
-    om->op_name = str(md->op_name);
+    om->op_name = str(op_name);
     om->source_file = str(md->source_file);
     om->source_line = md->source_line;
     om->source_end_line = md->source_end_line;
@@ -526,7 +528,7 @@ static Xla__HloInstructionProto *instr_pb(wr *w, const hlo_comp *c, uint32_t idx
     ip->opcode = str(in->opname);
     ip->shape = shape_pb(w, &in->shape);
     ip->id = w->instr_ids[idx];
-    if (in->meta) ip->metadata = meta_pb(w, in->meta);
+    if (in->meta || in->op_name) ip->metadata = meta_pb(w, in->meta, in->op_name);
     ip->n_operand_ids = in->noperands;
     ip->operand_ids = alloc(w, in->noperands * sizeof *ip->operand_ids);
     for (uint32_t o = 0; o < in->noperands; o++) ip->operand_ids[o] = w->instr_ids[in->operands[o]];

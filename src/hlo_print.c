@@ -247,12 +247,14 @@ static bool required(int op, int key) {
     }
 }
 
-static void print_meta(strbuf *b, const hlo_meta *md) {
+static void print_meta(strbuf *b, const hlo_meta *md, const char *op_name) {
+    static const hlo_meta none;
+    if (!md) md = &none;
     sb_puts(b, ", metadata={");
     size_t start = b->len;
 #define SEP() do { if (b->len > start) sb_putc(b, ' '); } while (0)
     if (md->op_type) { SEP(); sb_puts(b, "op_type="); print_quoted(b, md->op_type); }
-    if (md->op_name) { SEP(); sb_puts(b, "op_name="); print_quoted(b, md->op_name); }
+    if (op_name) { SEP(); sb_puts(b, "op_name="); print_quoted(b, op_name); }
     if (md->source_file) { SEP(); sb_puts(b, "source_file="); print_quoted(b, md->source_file); }
     if (md->source_line) { SEP(); sb_printf(b, "source_line=%d", md->source_line); }
     if (md->source_end_line) { SEP(); sb_printf(b, "source_end_line=%d", md->source_end_line); }
@@ -291,7 +293,7 @@ void hlo_print_instr(strbuf *b, const hlo_module *m, const hlo_comp *c, const hl
         sb_printf(b, ", %s=", a->key == A_RAW ? a->raw_key : attr_key_name(a->key));
         hlo_print_attr_value(b, m, c, in, a);
     }
-    if (in->meta) print_meta(b, in->meta);
+    if (in->meta || in->op_name) print_meta(b, in->meta, in->op_name);
 }
 
 void hlo_print(strbuf *b, const hlo_module *m) {

@@ -30,7 +30,7 @@ static json_t *site_json(const hlo_module *m, const hlo_comp *c, const hlo_instr
     json_object_set_new(o, "opcode", json_string(in->opname));
     json_object_set_new(o, "hlo", json_string(b.s));
     sb_free(&b);
-    if (in->meta && in->meta->op_name) json_object_set_new(o, "op_name", json_string(in->meta->op_name));
+    if (in->op_name) json_object_set_new(o, "op_name", json_string(in->op_name));
     put_location(o, in);
     return o;
 }

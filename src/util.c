@@ -281,6 +281,19 @@ char *arena_strndup(arena *a, const char *s, size_t n) {
     return p;
 }
 
+char *arena_strndup_packed(arena *a, const char *s, size_t n) {
+    char *p;
+    if ((size_t)(a->end - a->cur) > n) {
+        p = a->cur;
+        a->cur += n + 1;
+    } else {
+        p = arena_take(a, n + 1, false);
+    }
+    if (n) memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
 char *arena_strdup(arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
 
 void *arena_memdup(arena *a, const void *p, size_t n) {

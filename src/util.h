@@ -65,6 +65,9 @@ void arena_expect(arena *a, size_t n);
  * untouched pages cost no memory). */
 size_t arena_used(const arena *a);
 char *arena_strndup(arena *a, const char *s, size_t n);
+/* arena_strndup packed byte by byte, not rounded up to 8: for an arena
+ * that holds nothing but such strings (anything else would be misaligned). */
+char *arena_strndup_packed(arena *a, const char *s, size_t n);
 char *arena_strdup(arena *a, const char *s);
 /* A copy of n bytes of p in the arena (zeros when p is NULL: an empty array
  * copied with room for one more). */

@@ -388,7 +388,7 @@ void relations_free(relations *r) {
  * ("params['layers.0.wq']" → "layers.0.wq"), else the op_name, else NULL. */
 static char *param_name(const hlo_comp *c, uint32_t k) {
     const hlo_instr *in = &c->instrs[c->params[k]];
-    const char *on = in->meta ? in->meta->op_name : NULL;
+    const char *on = in->op_name;
     if (!on || !*on) return NULL;
     const char *q = strstr(on, "['");
     if (q) {
@@ -482,6 +482,14 @@ static bool read_mesh(json_t *jm, mesh *out, diag *d) {
     return ok;
 }
 
+/* Index v of an inputs/outputs entry: below n. */
+static bool index_in_range(json_int_t v, const char *list, size_t pos, uint32_t n, const char *what, diag *d) {
+    if (v >= 0 && (uint64_t)v < n) return true;
+    diag_plain(d, "%s[%zu]: %s %" JSON_INTEGER_FORMAT " does not exist (the baseline has %u %s%s)", list, pos, what, v,
+               n, what, n == 1 ? "" : "s");
+    return false;
+}
+
 /* "index" field of an inputs/outputs entry: a non-negative integer below n. */
 static bool entry_index(json_t *e, const char *list, size_t pos, const char *key, uint32_t n, const char *what,
                         uint32_t *out, diag *d) {
@@ -495,11 +503,7 @@ static bool entry_index(json_t *e, const char *list, size_t pos, const char *key
         return false;
     }
     json_int_t v = json_integer_value(j);
-    if (v < 0 || (uint64_t)v >= n) {
-        diag_plain(d, "%s[%zu]: %s %" JSON_INTEGER_FORMAT " does not exist (the baseline has %u %s%s)", list, pos,
-                   what, v, n, what, n == 1 ? "" : "s");
-        return false;
-    }
+    if (!index_in_range(v, list, pos, n, what, d)) return false;
     *out = (uint32_t)v;
     return true;
 }
@@ -538,11 +542,218 @@ static void view_error(diag *d, const char *what, uint32_t k, const char *name, 
     else diag_plain(d, "%s: view \"%.200s\": %s", label, viewstr, why);
 }
 
-static bool read_entries(json_t *root, const char *key, bool inputs, const hlo_comp *c, relations *r, diag *d) {
-    json_t *list = json_object_get(root, key);
+/* A list of relations entries written as exporters write them, read from
+ * the text without jansson (relations_read): '[' entry (',' entry)* ']'
+ * with entry '{' field (',' field)* '}', each field once: the index key
+ * ("param" or "output") with a decimal integer (no sign, at most 18
+ * digits), "name" and "view" with strings of printable ASCII and no
+ * escapes; JSON whitespace between tokens. A list the text spells any
+ * other way is jansson's. */
+typedef struct rel_list {
+    char *at, *end;  /* its '[' and just after its ']'; at NULL: not read so */
+    size_t len;      /* entries */
+} rel_list;
+
+typedef struct rel_entry {
+    bool has_index;
+    int64_t index;
+    const char *name, *view;  /* NULL when absent */
+} rel_entry;
+
+static char *rl_ws(char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+
+/* A plain string at p: its body starts at p + 1; returns its closing quote. */
+static char *rl_string(char *p) {
+    if (*p != '"') return NULL;
+    unsigned char *q = (unsigned char *)p + 1;
+    while (*q >= 0x20 && *q < 0x7f && *q != '"' && *q != '\\') q++;
+    return *q == '"' ? (char *)q : NULL;
+}
+
+/* One entry at p ('{'), into e; with terminate, the strings it points to
+ * are cut out of the text by a NUL on their closing quotes. Returns what
+ * follows the entry, or NULL when the entry is not spelled plainly. */
+static char *rl_entry(char *p, const char *index_key, bool terminate, rel_entry *e) {
+    memset(e, 0, sizeof *e);
+    if (*p != '{') return NULL;
+    p = rl_ws(p + 1);
+    if (*p == '}') return p + 1;
+    size_t nkey = strlen(index_key);
+    for (;;) {
+        char *q = rl_string(p);
+        if (!q) return NULL;
+        size_t kn = (size_t)(q - p - 1);
+        const char *k = p + 1;
+        p = rl_ws(q + 1);
+        if (*p != ':') return NULL;
+        p = rl_ws(p + 1);
+        if (kn == nkey && memcmp(k, index_key, kn) == 0) {
+            if (e->has_index || *p < '0' || *p > '9' || (*p == '0' && p[1] >= '0' && p[1] <= '9')) return NULL;
+            int64_t v = 0;
+            int digits = 0;
+            for (; *p >= '0' && *p <= '9'; p++, digits++) v = v * 10 + (*p - '0');
+            if (digits > 18 || *p == '.' || *p == 'e' || *p == 'E') return NULL;
+            e->has_index = true;
+            e->index = v;
+        } else {
+            const char **field = kn == 4 && memcmp(k, "name", 4) == 0   ? &e->name
+                                 : kn == 4 && memcmp(k, "view", 4) == 0 ? &e->view
+                                                                        : NULL;
+            if (!field || *field || !(q = rl_string(p))) return NULL;
+            *field = p + 1;
+            if (terminate) *q = 0;
+            p = q + 1;
+        }
+        p = rl_ws(p);
+        if (*p == '}') return p + 1;
+        if (*p != ',') return NULL;
+        p = rl_ws(p + 1);
+    }
+}
+
+/* The list at p ('['): its end and length into l, or false when it is not
+ * spelled plainly. */
+static bool rl_scan(char *p, const char *index_key, rel_list *l) {
+    rel_entry e;
+    size_t n = 0;
+    char *q = rl_ws(p + 1);
+    if (*q != ']') {
+        for (;;) {
+            if (!(q = rl_entry(q, index_key, false, &e))) return false;
+            n++;
+            q = rl_ws(q);
+            if (*q == ']') break;
+            if (*q != ',') return false;
+            q = rl_ws(q + 1);
+        }
+    }
+    l->at = p;
+    l->end = q + 1;
+    l->len = n;
+    return true;
+}
+
+/* The root object's "inputs" and "outputs" lists, where they are plain:
+ * a walk over strings and nesting that reads only the root's keys. A
+ * malformed text finds nothing or anything: jansson reads it after. */
+static void rl_find_lists(char *text, size_t len, rel_list *in, rel_list *out) {
+    memset(in, 0, sizeof *in);
+    memset(out, 0, sizeof *out);
+    char *end = text + len;
+    int depth = 0;
+    bool key_next = false;
+    for (char *p = text; p < end; p++) {
+        char ch = *p;
+        if (ch == '"') {
+            char *s = p + 1, *q = s;
+            while (q < end && *q != '"') q += *q == '\\' ? 2 : 1;
+            if (q >= end) return;
+            p = q;
+            if (depth != 1 || !key_next) continue;
+            key_next = false;
+            rel_list *l = q - s == 6 && memcmp(s, "inputs", 6) == 0    ? in
+                          : q - s == 7 && memcmp(s, "outputs", 7) == 0 ? out
+                                                                       : NULL;
+            char *v = rl_ws(q + 1);
+            if (!l || l->at || *v != ':') continue;
+            v = rl_ws(v + 1);
+            if (*v == '[' && rl_scan(v, l == in ? "param" : "output", l)) p = l->end - 1;
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+            key_next = depth == 1;
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+        } else if (ch == ',') {
+            key_next = depth == 1;
+        }
+    }
+}
+
+/* The text with each plain list replaced by "[]": what jansson reads. */
+static char *rl_rest(const char *text, size_t len, const rel_list *a, const rel_list *b, size_t *n) {
+    if (a->at && b->at && b->at < a->at) {
+        const rel_list *t = a;
+        a = b;
+        b = t;
+    }
+    strbuf s;
+    sb_init(&s);
+    const char *p = text;
+    for (const rel_list *l = a; l; l = l == a ? b : NULL) {
+        if (!l->at) continue;
+        sb_put(&s, p, (size_t)(l->at - p));
+        sb_put(&s, "[]", 2);
+        p = l->end;
+    }
+    sb_put(&s, p, (size_t)(text + len - p));
+    *n = s.len;
+    return sb_take(&s);
+}
+
+/* An entry's view, once its index is known to be in range: stored under
+ * k unless k was seen before or the view does not parse. */
+static bool entry_put(relations *r, bool inputs, const hlo_comp *c, const char *key, size_t pos, uint32_t k,
+                      const char *name, const char *vs, uint8_t *seen, diag *d) {
+    const char *what = inputs ? "parameter" : "output";
+    if (seen[k]) {
+        diag_plain(d, "%s[%zu]: %s %u is listed twice", key, pos, what, k);
+        return false;
+    }
+    seen[k] = 1;
+    const shape *gs = inputs ? &c->instrs[c->params[k]].shape : output_shape(c, k);
+    char why[256];
+    bool divides;
+    view v;
+    if (!view_parse_ex(vs, &r->mesh, gs, &v, why, sizeof why, &divides)) {
+        char *bn = name ? NULL : (inputs ? param_name(c, k) : NULL);
+        view_error(d, what, k, name ? name : bn, vs, why, divides);
+        free(bn);
+        return false;
+    }
+    if (inputs) {
+        r->inputs[k] = v;
+        if (name) r->input_names[k] = xstrdup(name);
+    } else {
+        r->outputs[k] = v;
+    }
+    return true;
+}
+
+/* The entries of a plain list (read from the text, which it cuts). */
+static bool put_plain(const rel_list *l, const char *key, bool inputs, const hlo_comp *c, relations *r, uint32_t n,
+                      uint8_t *seen, diag *d) {
+    bool ok = true;
+    const char *what = inputs ? "parameter" : "output";
+    char *p = rl_ws(l->at + 1);
+    for (size_t pos = 0; pos < l->len; pos++) {
+        rel_entry e;
+        p = rl_ws(rl_entry(p, inputs ? "param" : "output", true, &e));
+        p = rl_ws(p + 1); /* ',' or the closing ']' */
+        if (!e.has_index) {
+            diag_plain(d, "%s[%zu]: missing \"%s\"", key, pos, inputs ? "param" : "output");
+            ok = false;
+        } else if (!index_in_range(e.index, key, pos, n, what, d)) {
+            ok = false;
+        } else if (!e.view) {
+            diag_plain(d, "%s[%zu]: missing \"view\"", key, pos);
+            seen[e.index] = 1;
+            ok = false;
+        } else {
+            ok &= entry_put(r, inputs, c, key, pos, (uint32_t)e.index, e.name, e.view, seen, d);
+        }
+    }
+    return ok;
+}
+
+static bool read_entries(json_t *root, const rel_list *plain, const char *key, bool inputs, const hlo_comp *c,
+                         relations *r, diag *d) {
+    json_t *list = plain->at ? NULL : json_object_get(root, key);
     uint32_t n = inputs ? c->nparams : output_count(c);
     const char *what = inputs ? "parameter" : "output";
-    if (!list) {
+    if (!plain->at && !list) {
         if (inputs) {
             diag_plain(d, "missing \"inputs\" (one entry per baseline parameter)");
             return false;
@@ -553,12 +764,12 @@ static bool read_entries(json_t *root, const char *key, bool inputs, const hlo_c
         }
         return true;
     }
-    if (!json_is_array(list)) {
+    if (!plain->at && !json_is_array(list)) {
         diag_plain(d, "\"%s\" must be an array, not %s", key, json_kind(list));
         return false;
     }
     bool ok = true;
-    size_t len = json_array_size(list);
+    size_t len = plain->at ? plain->len : json_array_size(list);
     if (!inputs && len != n) {
         diag_plain(d, "\"outputs\" has %zu entr%s, the baseline's ROOT has %u output%s", len, len == 1 ? "y" : "ies",
                    n, n == 1 ? "" : "s");
@@ -571,7 +782,8 @@ static bool read_entries(json_t *root, const char *key, bool inputs, const hlo_c
                    n == 1 ? "" : "s");
     }
     uint8_t *seen = xcalloc(n ? n : 1, 1);
-    for (size_t pos = 0; pos < len; pos++) {
+    if (plain->at) ok &= put_plain(plain, key, inputs, c, r, n, seen, d);
+    for (size_t pos = 0; list && pos < len; pos++) {
         json_t *e = json_array_get(list, pos);
         if (!json_is_object(e)) {
             diag_plain(d, "%s[%zu] must be an object, not %s", key, pos, json_kind(e));
@@ -591,29 +803,7 @@ static bool read_entries(json_t *root, const char *key, bool inputs, const hlo_c
             seen[k] = 1;
             continue;
         }
-        if (seen[k]) {
-            diag_plain(d, "%s[%zu]: %s %u is listed twice", key, pos, what, k);
-            ok = false;
-            continue;
-        }
-        seen[k] = 1;
-        const shape *gs = inputs ? &c->instrs[c->params[k]].shape : output_shape(c, k);
-        char why[256];
-        bool divides;
-        view v;
-        if (!view_parse_ex(vs, &r->mesh, gs, &v, why, sizeof why, &divides)) {
-            char *bn = name ? NULL : (inputs ? param_name(c, k) : NULL);
-            view_error(d, what, k, name ? name : bn, vs, why, divides);
-            free(bn);
-            ok = false;
-            continue;
-        }
-        if (inputs) {
-            r->inputs[k] = v;
-            if (name) r->input_names[k] = xstrdup(name);
-        } else {
-            r->outputs[k] = v;
-        }
+        ok &= entry_put(r, inputs, c, key, pos, k, name, vs, seen, d);
     }
     if (inputs) {
         strbuf miss;
@@ -648,18 +838,35 @@ bool relations_read(const char *path, const hlo_module *baseline, relations *out
     const hlo_comp *c = baseline ? graph_entry(baseline) : NULL;
     json_error_t err;
     json_t *root = NULL;
+    char *text = NULL;
+    rel_list in, outs;
     if (!c) {
         diag_plain(d, "the baseline has no entry computation");
         goto done;
     }
     /* Read whole, then parsed: jansson's own file reader takes a byte at a
-     * time, which on a 405B model's relations is most of the time here. */
+     * time, which on a 405B model's relations is most of the time here. Its
+     * tree of a list of 416k entries (a 100x deep program's) costs ten times
+     * their text, which malloc keeps after it is freed: plain lists are read
+     * from the text instead (rl_scan), jansson reads the rest, and the whole
+     * file when the rest does not parse, so that its messages and positions
+     * are those of the file. */
     size_t len;
     bool gz;
-    char *text = io_read_file(path, &len, &gz, d);
+    text = io_read_file(path, &len, &gz, d);
     if (!text) goto done;
-    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
-    free(text);
+    rl_find_lists(text, len, &in, &outs);
+    if (in.at || outs.at) {
+        size_t rn;
+        char *rest = rl_rest(text, len, &in, &outs, &rn);
+        root = json_loadb(rest, rn, JSON_REJECT_DUPLICATES, &err);
+        free(rest);
+    }
+    if (!root) {
+        memset(&in, 0, sizeof in);
+        memset(&outs, 0, sizeof outs);
+        root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    }
     if (!root) {
         if (err.line > 0) diag_pos(d, err.line, err.column, "%s", err.text);
         else diag_plain(d, "%s", err.text);
@@ -685,10 +892,11 @@ bool relations_read(const char *path, const hlo_module *baseline, relations *out
     }
     if (!read_mesh(json_object_get(root, "mesh"), &out->mesh, d)) goto done;
     relations_alloc(out, c->nparams, output_count(c));
-    read_entries(root, "inputs", true, c, out, d);
-    read_entries(root, "outputs", false, c, out, d);
+    read_entries(root, &in, "inputs", true, c, out, d);
+    read_entries(root, &outs, "outputs", false, c, out, d);
 done:
     json_decref(root);
+    free(text);
     d->file = saved;
     if (d->count == before) return true;
     relations_free(out);

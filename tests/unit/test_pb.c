@@ -1080,11 +1080,10 @@ static const char *value_key(const hlo_comp *c, uint32_t i, char **memo) {
     return memo[i] = sb_take(&b);
 }
 
-static bool same_meta(const hlo_meta *a, const hlo_meta *b) {
+static bool same_meta(const hlo_instr *x, const hlo_instr *y) {
     static const hlo_meta none;
-    if (!a) a = &none;
-    if (!b) b = &none;
-    return !strcmp(a->op_name ? a->op_name : "", b->op_name ? b->op_name : "") &&
+    const hlo_meta *a = x->meta ? x->meta : &none, *b = y->meta ? y->meta : &none;
+    return !strcmp(x->op_name ? x->op_name : "", y->op_name ? y->op_name : "") &&
            !strcmp(a->op_type ? a->op_type : "", b->op_type ? b->op_type : "") &&
            !strcmp(a->source_file ? a->source_file : "", b->source_file ? b->source_file : "") &&
            a->source_line == b->source_line && a->source_column == b->source_column &&
@@ -1127,13 +1126,13 @@ static bool same_values(const hlo_comp *ca, const hlo_comp *cb, strbuf *why) {
         const hlo_instr *ib = &cb->instrs[j];
         if (gte) {
             strmap_put(&seen, k, strlen(k), i);
-            ok = shape_equal(&ia->shape, &ib->shape) && (strchr(ia->name, '#') || same_meta(ia->meta, ib->meta));
+            ok = shape_equal(&ia->shape, &ib->shape) && (strchr(ia->name, '#') || same_meta(ia, ib));
             if (!ok) sb_printf(why, "%s: element %s differs in shape or metadata", ca->name, k);
             continue;
         }
         na++;
         ok = ia->op == ib->op && !strcmp(ia->opname, ib->opname) && shape_equal(&ia->shape, &ib->shape) &&
-             ia->noperands == ib->noperands && ia->nattrs == ib->nattrs && same_meta(ia->meta, ib->meta);
+             ia->noperands == ib->noperands && ia->nattrs == ib->nattrs && same_meta(ia, ib);
         for (uint32_t o = 0; ok && o < ia->noperands; o++)
             ok = !strcmp(value_key(ca, ia->operands[o], ka), value_key(cb, ib->operands[o], kb));
         for (uint32_t t = 0; ok && t < ia->nattrs; t++)
