@@ -1185,8 +1185,9 @@ static bool position_class(lift_ctx *c, eid x) {
         const eid *ch;
         if (lf_class_node(c, x, OP_IOTA, 0, &ch) != EID_NONE) return true;
         eid k = EID_NONE;
-        for (uint16_t op = OP_CONVERT; k == EID_NONE && op; op = op == OP_CONVERT ? OP_RESHAPE : op == OP_RESHAPE ? OP_BROADCAST : 0)
-            if (lf_class_node(c, x, op, 1, &ch) != EID_NONE) k = ch[0];
+        static const uint16_t through[] = {OP_CONVERT, OP_RESHAPE, OP_BROADCAST};
+        for (size_t q = 0; q < ARRAY_LEN(through) && k == EID_NONE; q++)
+            if (lf_class_node(c, x, through[q], 1, &ch) != EID_NONE) k = ch[0];
         if (k == EID_NONE && lf_class_node(c, x, OP_ADD, 2, &ch) != EID_NONE && (lf_kval(c, ch[0]) || lf_kval(c, ch[1])))
             k = lf_kval(c, ch[0]) ? ch[1] : ch[0];
         if (k == EID_NONE) return false;
