@@ -768,7 +768,7 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     witness w = {0};
     /* Run on verified pairs too: a proof execution contradicts is a checker
      * defect, and the programs differ (below). */
-    bool proved = outputs_ok && !lc.first_unsupported && !lc.assumed && !lc.resynced && !lc.nfindings && r->nfindings == 0;
+    bool proved = outputs_ok && !lc.first_unsupported && lc.assumed == lc.opaque && !lc.resynced && !lc.nfindings && r->nfindings == 0;
     if (o->witness) {
         /* Unconstrained outputs are compared through the view the program
          * leaves them in, where the lifting found one. */
@@ -868,7 +868,7 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         else sb_printf(&msg, "no instruction diverged or was left unrelated before the output %s", ui->name);
         add_finding(r, &cap, kind, SEV_ERROR, msg.s, uc, ui)->witness = true;
         sb_free(&msg);
-    } else if (outputs_ok && !lc.first_unsupported && !lc.assumed && !lc.resynced) {
+    } else if (outputs_ok && !lc.first_unsupported && lc.assumed == lc.opaque && !lc.resynced) {
         verdict = VERDICT_VERIFIED;
     } else {
         /* Undecided: the trace says where and why, as a warning-level finding. */

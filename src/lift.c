@@ -441,6 +441,7 @@ static void other_forms(lstate *s, const lval *v) {
     lf_pad_forms(s, v);
     lf_moment_forms(s, v);
     lf_lse_forms(s, v);
+    lf_softmax_forms(s, v);
     lf_sign_forms(s, v);
     lf_dot_forms(s, v);
     if (v->kind != LV_TERM || v->cls == EID_NONE || in->noperands != 2 || s->ops[0].kind != LV_TERM ||

@@ -331,8 +331,13 @@ typedef struct lift_ctx {
     uint32_t nscans, capscans;
     struct lift_row *rows;                /* prefix sums of stacks held a slice per device (LV_ROW) */
     uint32_t nrows, caprows;
+    struct lift_shift *shifts;            /* shared statistics of row maxima (lift_moment.c) */
+    uint32_t nshifts, capshifts;
     const char *resync_scope;             /* the first one */
     uint64_t lifted, assumed;             /* instructions lifted; with assumed content */
+    uint64_t opaque;                      /* of those, values of a known view whose content may be
+                                           * anything (fresh variables): outputs that meet the
+                                           * baseline's do whatever they are */
     uint64_t *digests[2];                 /* per module, per computation (0: not yet) */
     lift_segment *segs;
     uint32_t nsegs, capsegs, cur_seg;

@@ -486,13 +486,17 @@ lval lf_lift_all_reduce(lstate *s) {
         lval r = lf_assumed_term(c, in, v);
         /* Counted as assumed (what c->assumed gates, a finding that waited
          * on the outputs, stays undecided), yet no assumed view: the
-         * difference travels on. */
+         * difference travels on. Complete, it is a value every device
+         * shares, any value: outputs that meet the baseline's anyway
+         * (the shift cancelled) do whatever it is (c->opaque). */
         r.assumed = false;
+        if (!v.partial) c->opaque++;
         strbuf m;
         sb_init(&m);
         sb_printf(&m, "%s reduces with %s over %s a value that is partial with %s: it is not the %s the baseline "
                   "computes", in->name, reducer_name(red), w.s, reducer_name(x->v.red), reducer_name(x->v.red));
         lf_prove_difference(c, &r, KIND_WRONG_REDUCTION, s->comp, in, arena_strndup(c->a, m.s, m.len), x->cls);
+        if (x->v.red == RED_MAX && !v.partial) lf_shared_max_noted(c, r.cls, x->cls);
         sb_free(&m);
         sb_free(&w);
         return r;

@@ -325,6 +325,12 @@ uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci); /* struc
 uint64_t lf_reducer_digest(int red);  /* that digest of a computation recognised as reducer red (RED_SUM, ...) */
 void lf_lse_forms(lstate *s, const lval *v);  /* log Σ exp(x - m) + m as log Σ exp(x) (lift_moment.c) */
 void lf_sign_forms(lstate *s, const lval *v); /* x >= 0 true for x never negative by its form (lift_moment.c) */
+void lf_softmax_forms(lstate *s, const lval *v); /* exp(x - m) / Σ exp(x - m) as exp(x) / Σ exp(x) (lift_moment.c) */
+/* Notes class stat as a value every device shares made from the partial
+ * row maxima `maxima` by another reduction (a pmin or psum of local maxima:
+ * finite wherever the rows are), a shift a softmax or logsumexp may take
+ * (lift_moment.c). */
+void lf_shared_max_noted(lift_ctx *c, eid stat, eid maxima);
 void lf_dot_forms(lstate *s, const lval *v);  /* dot(a / broadcast(s), b) as dot(a, b) / broadcast(s) (lift_moment.c) */
 /* Device-dependent values (lift_dev.c); lf_dev_uniform and lf_dev_constant,
  * lf_konst_at below. */

@@ -40,6 +40,7 @@
 #include "eattr.h"
 #include "interp.h"
 
+#include <math.h>
 #include <string.h>
 
 /* The scalar class c with x = broadcast(c) holding one known value, and
@@ -70,6 +71,28 @@ static bool scaled(lift_ctx *c, eid x, eid *y, eid *bk, eid *sc, double *k) {
             }
     }
     return false;
+}
+
+/* x = divide(y, broadcast(k)), k a known non-zero scalar: y and 1/k. */
+static bool divided(lift_ctx *c, eid x, eid *y, double *k) {
+    const eid *ch;
+    eid sc;
+    double d;
+    if (lf_class_node(c, x, OP_DIVIDE, 2, &ch) == EID_NONE || !splat(c, ch[1], &sc, &d) || d == 0) return false;
+    *y = ch[0];
+    *k = 1 / d;
+    return true;
+}
+
+/* *y with known scalar factors taken off (multiplied by, divided by):
+ * their product times *k. */
+static void unscaled(lift_ctx *c, eid *y, double *k) {
+    eid z, bk, sc;
+    double f;
+    for (int depth = 0; depth < 4; depth++) {
+        if (scaled(c, *y, &z, &bk, &sc, &f) || divided(c, *y, &z, &f)) *y = z, *k *= f;
+        else return;
+    }
 }
 
 /* x = reduce(arg, zero) summing: the reduce node (NULL-safe: EID_NONE). */
@@ -162,8 +185,9 @@ static bool same_but_unit_dims(lift_ctx *c, eid s, eid m) {
     return ns == nm && eg_find(c->g, lf_mk_reshape(c, m, ts, c->origin)) == eg_find(c->g, s);
 }
 
-/* Whether class m (through reshapes by unit dims) is the max of x along dim j. */
-static bool row_max(lift_ctx *c, eid m, eid x, uint32_t j) {
+/* Whether class m (through reshapes by unit dims) is the max of some x
+ * along one dim: that x and dim. */
+static bool max_of(lift_ctx *c, eid m, eid *x, uint32_t *j) {
     const eid *ch;
     for (int depth = 0; depth < 4; depth++) {
         eid rn = lf_class_node(c, m, OP_REDUCE, 2, &ch);
@@ -171,8 +195,10 @@ static bool row_max(lift_ctx *c, eid m, eid x, uint32_t j) {
             uint32_t nd, nt;
             const int64_t *rd = ea_get(c->g, eg_node_attr(c->g, rn), A_DIMENSIONS, &nd);
             const int64_t *ta = ea_get(c->g, eg_node_attr(c->g, rn), A_TO_APPLY, &nt);
-            return nd == 1 && rd[0] == (int64_t)j && nt == 1 && (uint64_t)ta[0] == lf_reducer_digest(RED_MAX) &&
-                   eg_find(c->g, ch[0]) == eg_find(c->g, x);
+            if (nd != 1 || nt != 1 || (uint64_t)ta[0] != lf_reducer_digest(RED_MAX)) return false;
+            *x = ch[0];
+            *j = (uint32_t)rd[0];
+            return true;
         }
         if (lf_class_node(c, m, OP_RESHAPE, 1, &ch) == EID_NONE) return false;
         m = ch[0];
@@ -180,11 +206,128 @@ static bool row_max(lift_ctx *c, eid m, eid x, uint32_t j) {
     return false;
 }
 
-/* Class l as log(Σ_j exp(x − m)) (the sum possibly under an abs), m
- * broadcast along the summed dim j only: the shifted operand x − m, m and
- * the unshifted log(Σ_j exp(x)) (built). */
-static bool shifted_lse(lift_ctx *c, eid l, eid *shifted, eid *m, eid *unshifted) {
-    const eid *lc, *rc, *ec, *sc, *bc;
+/* A value every device shares made from the row maxima of x along dim j
+ * by another reduction than a max (lf_shared_max_noted). */
+struct lift_shift {
+    eid m, x;
+    uint32_t j;
+};
+
+void lf_shared_max_noted(lift_ctx *c, eid stat, eid maxima) {
+    eid x;
+    uint32_t j;
+    if (!max_of(c, maxima, &x, &j)) return;
+    ARENA_GROW(c->a, c->shifts, c->nshifts, c->capshifts, 4);
+    c->shifts[c->nshifts++] = (struct lift_shift){.m = stat, .x = x, .j = j};
+}
+
+/* Whether class m is a shift of x's rows along dim j that is finite
+ * wherever x is, so that it cancels from a softmax or a logsumexp: the
+ * row's max itself (of x along j, through unit reshapes; jax.nn's), or a
+ * finite constant times a statistic of the row's partial maxima every
+ * device shares (a pmin, or a pmean, of the local maxima: finite where
+ * every block's max is, which *assumed says is taken for granted). */
+static bool finite_shift(lift_ctx *c, eid m, eid x, uint32_t j, bool *assumed) {
+    eid y, bk, sc, mx;
+    uint32_t mj;
+    double k;
+    *assumed = false;
+    for (int depth = 0; depth < 6; depth++) {
+        if (max_of(c, m, &mx, &mj)) return mj == j && eg_find(c->g, mx) == eg_find(c->g, x);
+        for (uint32_t q = 0; q < c->nshifts; q++)
+            if (eg_find(c->g, c->shifts[q].m) == eg_find(c->g, m))
+                return *assumed = c->shifts[q].j == j && eg_find(c->g, c->shifts[q].x) == eg_find(c->g, x);
+        const eid *ch;
+        if ((scaled(c, m, &y, &bk, &sc, &k) || divided(c, m, &y, &k)) && isfinite(k)) m = y;
+        else if (lf_class_node(c, m, OP_RESHAPE, 1, &ch) != EID_NONE) m = ch[0];
+        else return false;
+    }
+    return false;
+}
+
+/* Whether class y is a value b broadcast along dim j of y alone (through
+ * broadcasts and reshapes that add or drop unit dims): b's dims of size
+ * above one are y's but j, in order. Sets *base to b. */
+static bool along_dim(lift_ctx *c, eid y, uint32_t j, eid *base) {
+    uint32_t r;
+    const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, y), &r);
+    if (r > VIEW_MAX_RANK || j >= r) return false;
+    int64_t src[VIEW_MAX_RANK]; /* y's dim k is dim src[k] of cur (-1: broadcast along it) */
+    for (uint32_t k = 0; k < r; k++) src[k] = k;
+    eid cur = y;
+    const eid *ch;
+    for (int depth = 0; depth < 8; depth++) {
+        eid n = lf_class_node(c, cur, OP_BROADCAST, 1, &ch);
+        uint32_t cr, orank;
+        const int64_t *cd = eg_type_dims(c->g, eg_class_type(c->g, cur), &cr);
+        if (n != EID_NONE) {
+            uint32_t nb;
+            const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, n), A_DIMENSIONS, &nb);
+            for (uint32_t k = 0; k < r; k++) {
+                int64_t to = -1;
+                for (uint32_t q = 0; q < nb && src[k] >= 0; q++)
+                    if (bd[q] == src[k]) to = q;
+                src[k] = to;
+            }
+            cur = ch[0];
+            continue;
+        }
+        if (lf_class_node(c, cur, OP_RESHAPE, 1, &ch) == EID_NONE) break;
+        /* only a reshape that adds or drops unit dims: the other dims pair up in order */
+        const int64_t *od = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &orank);
+        int64_t to[VIEW_MAX_RANK];
+        uint32_t q = 0;
+        if (orank > VIEW_MAX_RANK) return false;
+        for (uint32_t p = 0; p < cr; p++) {
+            to[p] = -1;
+            if (cd[p] == 1) continue;
+            while (q < orank && od[q] == 1) q++;
+            if (q == orank || od[q] != cd[p]) return false;
+            to[p] = q++;
+        }
+        while (q < orank && od[q] == 1) q++;
+        if (q != orank) return false;
+        for (uint32_t k = 0; k < r; k++) src[k] = src[k] < 0 ? -1 : to[src[k]];
+        cur = ch[0];
+    }
+    uint32_t br;
+    const int64_t *bd = eg_type_dims(c->g, eg_class_type(c->g, cur), &br);
+    int64_t last = -1;
+    uint32_t seen = 0;
+    for (uint32_t k = 0; k < r; k++) {
+        if (yd[k] == 1) continue;
+        if (k == j) {
+            if (src[k] >= 0) return false;
+            continue;
+        }
+        if (src[k] < 0 || src[k] <= last) return false;
+        last = src[k];
+        seen++;
+    }
+    uint32_t big = 0;
+    for (uint32_t q = 0; q < br; q++) big += bd[q] != 1;
+    if (big != seen) return false;
+    *base = cur;
+    return true;
+}
+
+/* Whether class y is k·m broadcast along dim j of x alone, k a known
+ * factor (1 if none), a shift of x's rows that cancels (finite_shift): m
+ * and k. */
+static bool row_shift(lift_ctx *c, eid y, eid x, uint32_t j, eid *m, double *k, bool *assumed) {
+    *k = 1;
+    unscaled(c, &y, k);
+    if (!along_dim(c, y, j, m)) return false;
+    unscaled(c, m, k);
+    return isfinite(*k) && finite_shift(c, *m, x, j, assumed);
+}
+
+/* Class l as log(Σ_j exp(x − k·m)) (the sum possibly under an abs), m
+ * broadcast along the summed dim j only, k a known factor (1 if none), k·m
+ * finite (finite_shift): the shifted operand x − k·m, m, k and the
+ * unshifted log(Σ_j exp(x)) (built). */
+static bool shifted_lse(lift_ctx *c, eid l, eid *shifted, eid *m, double *k, eid *unshifted) {
+    const eid *lc, *rc, *ec, *sc;
     if (lf_class_node(c, l, OP_LOG, 1, &lc) == EID_NONE) return false;
     eid sum = lc[0], kept = EID_NONE;
     if (lf_class_node(c, sum, OP_ABS, 1, &lc) != EID_NONE) sum = lc[0];
@@ -196,29 +339,33 @@ static bool shifted_lse(lift_ctx *c, eid l, eid *shifted, eid *m, eid *unshifted
         rn = sum_of(c, sum, &rc);
     }
     if (rn == EID_NONE) return false;
-    uint32_t attr = eg_node_attr(c->g, rn), nd, nt, rank, nb;
+    uint32_t attr = eg_node_attr(c->g, rn), nd, nt;
     const int64_t *rd = ea_get(c->g, attr, A_DIMENSIONS, &nd), *ta = ea_get(c->g, attr, A_TO_APPLY, &nt);
     if (nd != 1 || nt != 1 || (uint64_t)ta[0] != lf_reducer_digest(RED_SUM)) return false;
     eid zero = rc[1], en = lf_class_node(c, rc[0], OP_EXP, 1, &ec);
     if (en == EID_NONE || lf_class_node(c, ec[0], OP_SUBTRACT, 2, &sc) == EID_NONE) return false;
-    eid sh = ec[0], x = sc[0], bn = lf_class_node(c, sc[1], OP_BROADCAST, 1, &bc);
-    if (bn == EID_NONE) return false;
-    const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, bn), A_DIMENSIONS, &nb);
-    eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
-    bool along = nb + 1 == rank;
-    for (uint32_t k = 0; k < nb && along; k++) along = bd[k] == (int64_t)(k < (uint32_t)rd[0] ? k : k + 1);
-    /* The shift cancels for a finite m only: taken when m is the row's max
-     * itself (of x along the summed dim, through unit reshapes), finite
-     * wherever x is. */
-    if (!along || !row_max(c, bc[0], x, (uint32_t)rd[0])) return false;
+    eid sh = ec[0], x = sc[0], mb;
+    /* The shift cancels for a finite m only (finite_shift). */
+    bool assumed;
+    if (!row_shift(c, sc[1], x, (uint32_t)rd[0], &mb, k, &assumed)) return false;
+    if (assumed)
+        lf_assume(c, "the rows of a logsumexp's operand are finite, so that the statistic of their partial maxima "
+                     "it is shifted by (a pmin or pmean of the local maxima) is finite and cancels");
     *shifted = sh;
-    *m = bc[0];
+    *m = mb;
     eid ex = eg_add(c->g, OP_EXP, eg_node_attr(c->g, en), eg_class_type(c->g, x), &x, 1, c->origin);
     eid red_ch[2] = {ex, zero};
     eid r = eg_add(c->g, OP_REDUCE, attr, eg_class_type(c->g, sum), red_ch, 2, c->origin);
     if (kept != EID_NONE) r = lf_mk_reshape(c, r, eg_class_type(c->g, kept), c->origin);
     *unshifted = eg_add(c->g, OP_LOG, 0, eg_class_type(c->g, l), &r, 1, c->origin);
     return true;
+}
+
+/* Whether class y is k·m (through unit reshapes; known factors taken off). */
+static bool same_shift(lift_ctx *c, eid y, eid m, double k) {
+    double f = 1;
+    unscaled(c, &y, &f);
+    return f == k && same_but_unit_dims(c, y, m);
 }
 
 /* Class y as log(...) itself or seen through reshapes (keepdims). */
@@ -239,10 +386,11 @@ void lf_lse_forms(lstate *s, const lval *v) {
     const eid *ch;
     if (lf_class_node(c, v->cls, op, 2, &ch) == EID_NONE) return;
     eid two[2] = {ch[0], ch[1]}, sh, m, un;
+    double k;
     if (op == OP_ADD) {
         /* log Σ exp(x − m) + m */
         for (uint32_t side = 0; side < 2; side++)
-            if (shifted_lse(c, two[side], &sh, &m, &un) && same_but_unit_dims(c, two[1 - side], m) &&
+            if (shifted_lse(c, two[side], &sh, &m, &k, &un) && same_shift(c, two[1 - side], m, k) &&
                 eg_class_type(c->g, un) == eg_class_type(c->g, v->cls)) {
                 eg_union(c->g, v->cls, un, NULL);
                 return;
@@ -255,13 +403,53 @@ void lf_lse_forms(lstate *s, const lval *v) {
     eid bn = lf_class_node(c, two[1], OP_BROADCAST, 1, &bc);
     if (bn == EID_NONE) return;
     eid l = bc[0], ln = through_reshapes(c, l);
-    if (!shifted_lse(c, ln, &sh, &m, &un) || eg_find(c->g, sh) != eg_find(c->g, two[0]) ||
+    if (!shifted_lse(c, ln, &sh, &m, &k, &un) || eg_find(c->g, sh) != eg_find(c->g, two[0]) ||
         lf_class_node(c, sh, OP_SUBTRACT, 2, &xc) == EID_NONE)
         return;
     eid x = xc[0], u = eg_find(c->g, ln) == eg_find(c->g, l) ? un : lf_mk_reshape(c, un, eg_class_type(c->g, l), c->origin);
     eid ub = eg_add(c->g, OP_BROADCAST, eg_node_attr(c->g, bn), eg_class_type(c->g, two[1]), &u, 1, c->origin);
     eid sub[2] = {x, ub};
     eg_union(c->g, v->cls, eg_add(c->g, OP_SUBTRACT, 0, eg_class_type(c->g, v->cls), sub, 2, c->origin), NULL);
+}
+
+void lf_softmax_forms(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    if (s->in->op != OP_DIVIDE || v->kind != LV_TERM || v->cls == EID_NONE || !dtype_is_float(s->in->shape.dtype)) return;
+    const eid *dc, *ec, *sc, *rc;
+    eid dn = lf_class_node(c, v->cls, OP_DIVIDE, 2, &dc);
+    if (dn == EID_NONE) return;
+    eid num = dc[0], en = lf_class_node(c, num, OP_EXP, 1, &ec);
+    if (en == EID_NONE || lf_class_node(c, ec[0], OP_SUBTRACT, 2, &sc) == EID_NONE) return;
+    eid x = sc[0], m, sum;
+    double k;
+    uint32_t t = eg_class_type(c->g, v->cls), r;
+    eg_type_dims(c->g, t, &r);
+    /* exp(x − m) / Σ_j exp(x − m), m and the sum broadcast along j alone */
+    for (uint32_t j = 0; j < r; j++) {
+        if (!along_dim(c, dc[1], j, &sum)) continue;
+        eid rn = sum_of(c, sum, &rc);
+        uint32_t attr = rn == EID_NONE ? 0 : eg_node_attr(c->g, rn), nd, nt;
+        const int64_t *rd = rn == EID_NONE ? NULL : ea_get(c->g, attr, A_DIMENSIONS, &nd);
+        const int64_t *ta = rn == EID_NONE ? NULL : ea_get(c->g, attr, A_TO_APPLY, &nt);
+        bool assumed;
+        if (!rd || nd != 1 || rd[0] != (int64_t)j || nt != 1 || (uint64_t)ta[0] != lf_reducer_digest(RED_SUM) ||
+            eg_find(c->g, rc[0]) != eg_find(c->g, num) || !row_shift(c, sc[1], x, j, &m, &k, &assumed))
+            continue;
+        if (assumed)
+            lf_assume(c, "the rows of a softmax's operand are finite, so that the statistic of their partial maxima "
+                         "it is shifted by (a pmin or pmean of the local maxima) is finite and cancels");
+        /* exp(x) / broadcast(Σ_j exp(x)) */
+        eid ex = eg_add(c->g, OP_EXP, eg_node_attr(c->g, en), eg_class_type(c->g, x), &x, 1, c->origin);
+        eid red_ch[2] = {ex, rc[1]};
+        eid red = eg_add(c->g, OP_REDUCE, attr, eg_class_type(c->g, sum), red_ch, 2, c->origin);
+        int64_t bd[VIEW_MAX_RANK];
+        for (uint32_t d = 0, q = 0; d < r; d++)
+            if (d != j) bd[q++] = d;
+        eid b = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bd, r - 1), t, &red, 1, c->origin);
+        eid q[2] = {ex, b};
+        eg_union(c->g, v->cls, eg_add(c->g, OP_DIVIDE, eg_node_attr(c->g, dn), t, q, 2, c->origin), NULL);
+        return;
+    }
 }
 
 /* Whether class x is never negative over the reals, by its form. */
