@@ -755,6 +755,15 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     if (!outputs_ok && outputs_related && !lc.nfindings && r->nfindings == 0 && !lc.first_unsupported && !lc.assumed &&
         !lc.resynced)
         narrowed_precision(r, &cap, &lc, B.m, D.m, de);
+    if (!outputs_ok && !lc.first_unsupported && !lc.nfindings && lc.row_max_at) {
+        /* A partial max taken per device as its blocks' maxima (an online
+         * softmax's running max, lf_partial_row) and an output that did not
+         * meet: the reason, as the missing all-reduce it may be. */
+        lc.first_unsupported = lc.row_max_at;
+        lc.first_unsupported_comp = lc.row_max_comp;
+        lc.unsupported_why = lc.row_max_why;
+        lc.unsupported_kind = KIND_MISSING_ALL_REDUCE;
+    }
     if (!outputs_ok && !lc.first_unsupported && !lc.divergence && lc.silent) {
         /* Nothing said why: the first instruction left unknown is the reason. */
         lc.first_unsupported = lc.silent;

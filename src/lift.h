@@ -47,8 +47,9 @@
  *   - LV_ROW: a term E of which every device holds the slice at its block
  *     along dim `vdim` (v is E's view, vdim sharded in blocks of one; the
  *     local value lacks that dim): the sum of the stacked blocks' totals
- *     before the device's (lift_scan.c), until a broadcast spreads it over
- *     the device's block of a sharded dim.
+ *     before the device's, or the blocks' maxima of a partial max
+ *     (from_max; lift_scan.c), until an op that meets it with a sharded
+ *     term spreads it over the device's block of that dim.
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
  * A value that is a constant times a term carries the constant beside it
  * (`scale`) through the ops linear in it, and both sides put it back into the
@@ -153,6 +154,7 @@ typedef struct lval {
                                    * devices hold one slice of */
     bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
     bool rescaled;                /* a baseline term times a constant factor put back into it */
+    bool from_max;                /* LV_ROW: the blocks' maxima (or minima) of a partial max (lf_partial_row) */
     view v;
     eid cls;
     uint32_t count;
@@ -332,6 +334,9 @@ typedef struct lift_ctx {
     struct lift_row *rows;                /* prefix sums of stacks held a slice per device (LV_ROW) */
     uint32_t nrows, caprows;
     struct lift_shift *shifts;            /* shared statistics of row maxima (lift_moment.c) */
+    const hlo_instr *row_max_at;          /* the first op that took a partial max as its blocks' maxima, */
+    const hlo_comp *row_max_comp;         /* one per device (lf_partial_row): named as a suspected */
+    char *row_max_why;                    /* missing all-reduce when an output does not meet */
     uint32_t nshifts, capshifts;
     const char *resync_scope;             /* the first one */
     uint64_t lifted, assumed;             /* instructions lifted; with assumed content */

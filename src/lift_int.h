@@ -435,7 +435,11 @@ void lf_scan_noted(lift_ctx *c, const hlo_instr *in, eid x, uint32_t dim, int64_
 bool lf_scan_divergence(lift_ctx *c, eid v);         /* v a blockwise scan of a baseline value: its kind, words */
 bool lf_row_select(lstate *s);                       /* select(prefix mask, stack, 0) summed later: no value yet */
 bool lf_row_reduce(lstate *s, lval *out);            /* that sum: the stack's prefix sums, a slice per device */
-bool lf_row_instr(lstate *s, lval *out);             /* an op over such slices (LV_ROW) */
+bool lf_row_instr(lstate *s, lval *out);
+/* Operand o, a partial max (or min) a reduce made over a sharded dim,
+ * as its blocks' maxima: a row (LV_ROW, from_max) of the blockwise
+ * reduce, false if it was made otherwise (lift_scan.c). */
+bool lf_partial_row(lstate *s, uint32_t o, lval *out);             /* an op over such slices (LV_ROW) */
 bool lf_stack_pick(lstate *s, lval *out);            /* a take from a stack of partial positions at the winner */
 bool lf_topk_blocks(lstate *s, lval *out);           /* top_k of rows sharded along: every block's own */
 bool lf_topk_stack(lstate *s, lval *t);              /* top_k t of gathered blocks' top k: the rows' */

@@ -1,4 +1,5 @@
-/* lift_scan — cumulative sums over a sharded dim (lift.h; DESIGN §5).
+/* lift_scan — values held one slice per device (LV_ROW; lift.h; DESIGN §5):
+ * cumulative sums over a sharded dim, and an online softmax's maxima.
  *
  * A cumsum along a dim sharded in nb blocks of n is written per device as
  * its own block's cumsum (lift_win.c reads it as the blockwise cumsum of x
@@ -6,14 +7,22 @@
  * totals all-gathered (a stack, lift_coll.c gather_pieces), masked by
  * stack position < the device's block and summed over the stack. That sum
  * is, on device d, row blk(d) of the exclusive prefix sums of the stack: an
- * LV_ROW (lift.h), which a broadcast along the sharded dim spreads over the
- * device's block. Where the stack is x's block totals, the identity
+ * LV_ROW, which an op meeting it with a term sharded along a dim it was
+ * broadcast along spreads over the device's block. Where the stack is x's
+ * block totals, the identity
  *   cumsum_N(x) = merge(cumsum_n(xb) + spread(exclusive prefix of sum_n(xb)))
- * joins that sum to the baseline's cumsum of x (lf_scan_prefix).
+ * joins that sum to the baseline's cumsum of x (scan_prefix).
+ *
+ * A partial max a reduce made over a sharded dim, used as what it is on
+ * each device (exp(S − m)), is the row of its blocks' maxima
+ * (lf_partial_row); elementwise ops with values every device holds keep
+ * rows rows, and a partial sum of exp(S − m) rescaled by exp(m − M) is the
+ * partial sum of exp(S − M) (row_rescale): flash attention's combination.
  */
 #include "lift.h"
 #include "lift_int.h"
 
+#include "eattr.h"
 #include "interp.h"
 
 #include <stdio.h>
@@ -30,28 +39,46 @@ struct lift_scan {
     eid global;       /* the baseline's scan of x along the whole dim (EID_NONE: none) */
 };
 
-/* The totals of the nb blocks of n along dim k of x: x split there into
- * (nb, n), summed over n (init 0, `like`'s reducer, a sum), as a
- * distributed sum over the blocks writes it (lift_coll.c gather_pieces). */
-static eid block_totals(lift_ctx *c, eid x, uint32_t k, int64_t nb, int64_t n, eid init, const hlo_instr *like) {
+/* x with dim k split into (nb, n), reduced over dims rd (x's numbering;
+ * k among them stands for its n part) by `like`'s reducer from init: the
+ * reduction over each of the nb blocks, whose dim sits where the n part's
+ * reduced dims leave it (lift_coll.c gather_pieces stacks such blocks). */
+static eid blockwise_reduce(lift_ctx *c, eid x, uint32_t k, int64_t nb, int64_t n, const int64_t *rd, uint32_t nrd,
+                            eid init, const hlo_instr *like) {
     uint32_t r;
     const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x), &r);
     const hlo_attr *ta = instr_attr(like, A_TO_APPLY);
-    if (!ta || r + 1 > VIEW_MAX_RANK || k >= r) return EID_NONE;
-    int64_t sd[VIEW_MAX_RANK], bd[VIEW_MAX_RANK], kd = k + 1;
-    for (uint32_t p = 0, o = 0; p <= r; p++) sd[p] = p == k ? nb : p == k + 1 ? n : xd[o], o += p != k;
-    memcpy(bd, xd, r * sizeof *bd);
-    bd[k] = nb;
+    if (!ta || r + 1 > VIEW_MAX_RANK || k >= r || nrd > r) return EID_NONE;
+    int64_t sd[VIEW_MAX_RANK], bd[VIEW_MAX_RANK], kd[VIEW_MAX_RANK];
+    bool red[VIEW_MAX_RANK + 1] = {false};
+    for (uint32_t q = 0; q < nrd; q++) {
+        if (rd[q] < 0 || rd[q] >= (int64_t)r) return EID_NONE;
+        red[rd[q] < (int64_t)k ? rd[q] : rd[q] + 1] = true;
+    }
+    uint32_t nb_out = 0, nk = 0;
+    for (uint32_t p = 0, o = 0; p <= r; p++) {
+        sd[p] = p == k ? nb : p == k + 1 ? n : xd[o];
+        o += p != k;
+        if (red[p]) kd[nk++] = p;
+        else bd[nb_out++] = sd[p];
+    }
     int dt = eg_type_dtype(c->g, eg_class_type(c->g, x));
     eid ch[2] = {lf_mk_reshape(c, x, lf_type_of(c, dt, sd, r + 1), c->origin), init};
     hlo_attr *at = arena_alloc(c->a, 2 * sizeof *at);
-    at[0] = (hlo_attr){.key = A_DIMENSIONS, .kind = K_INTS, .n = 1, .v.ints = arena_memdup(c->a, &kd, sizeof kd)};
+    at[0] = (hlo_attr){.key = A_DIMENSIONS, .kind = K_INTS, .n = nk, .v.ints = arena_memdup(c->a, kd, nk * sizeof *kd)};
     at[1] = *ta;
     hlo_instr g = {.name = "reduce", .opname = "reduce", .op = OP_REDUCE, .nattrs = 2, .noperands = 2, .attrs = at};
     g.shape.dtype = (uint8_t)dt;
-    g.shape.rank = r;
+    g.shape.rank = nb_out;
     g.shape.dims = bd;
     return lf_node(c, c->cur, &g, ch, 2, bd, c->origin);
+}
+
+/* The totals of the nb blocks of n along dim k of x: x split there into
+ * (nb, n), summed over n (init 0, `like`'s reducer, a sum). */
+static eid block_totals(lift_ctx *c, eid x, uint32_t k, int64_t nb, int64_t n, eid init, const hlo_instr *like) {
+    int64_t kd = k;
+    return blockwise_reduce(c, x, k, nb, n, &kd, 1, init, like);
 }
 
 void lf_scan_noted(lift_ctx *c, const hlo_instr *in, eid x, uint32_t dim, int64_t nb, int64_t n, bool reverse, eid init,
@@ -248,11 +275,9 @@ static bool row_whole(const lval *x) {
     return true;
 }
 
-/* A reshape of row x's local value: E with its slices' dim first, the rest
- * reshaped alike. */
-static bool row_reshape(lstate *s, const lval *x, lval *out) {
-    lift_ctx *c = s->c;
-    const shape *os = &s->in->shape;
+/* Row x's local value reshaped to os: E with its slices' dim first, the
+ * rest reshaped alike. */
+static bool row_reshape(lift_ctx *c, const lval *x, const shape *os, lval *out) {
     if (!row_whole(x) || os->rank + 1 > VIEW_MAX_RANK) return false;
     uint32_t rank;
     const int64_t *ed = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &rank);
@@ -260,11 +285,79 @@ static bool row_reshape(lstate *s, const lval *x, lval *out) {
     dims[0] = ed[x->vdim];
     memcpy(dims + 1, os->dims, os->rank * sizeof *dims);
     eid e = moved_dim(c, x->cls, x->vdim, 0);
-    *out = *x;
+    view_dim ax = x->v.dims[x->vdim];
+    *out = *x;  /* out may be x */
     out->cls = lf_mk_reshape(c, e, lf_type_of(c, os->dtype, dims, os->rank + 1), c->origin);
     out->vdim = 0;
     out->v = view_dup(os->rank + 1);
-    out->v.dims[0] = x->v.dims[x->vdim];
+    out->v.dims[0] = ax;
+    return true;
+}
+
+bool lf_partial_row(lstate *s, uint32_t o, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_comp *comp = s->comp;
+    const lval *p = &s->ops[o];
+    if (c->baseline_mode || p->kind != LV_TERM || !p->v.partial || (p->v.red != RED_MAX && p->v.red != RED_MIN) ||
+        p->assumed || lf_scale_of(p) != 1 || p->diff || p->zm)
+        return false;
+    /* the reduce that made it, through reshapes and copies */
+    uint32_t i = s->in->operands[o], chain[8], nch = 0;
+    for (const hlo_instr *y = &comp->instrs[i];
+         (y->op == OP_RESHAPE || y->op == OP_BITCAST || y->op == OP_COPY) && y->noperands == 1 && nch < 8;
+         y = &comp->instrs[i])
+        chain[nch++] = i, i = y->operands[0];
+    const hlo_instr *r = &comp->instrs[i];
+    if (r->op != OP_REDUCE || r->noperands != 2 || lf_reducer(c->cur, r) != p->v.red) return false;
+    const lval *x = &s->vals[r->operands[0]], *init = &s->vals[r->operands[1]];
+    if (x->kind != LV_TERM || x->v.partial || x->assumed || lf_scale_of(x) != 1 || x->diff || x->zm || init->kind != LV_TERM ||
+        init->v.partial || init->cls == EID_NONE || x->v.rank != comp->instrs[r->operands[0]].shape.rank)
+        return false;
+    uint32_t nrd;
+    const int64_t *rd = instr_ints(r, A_DIMENSIONS, &nrd);
+    int64_t k = -1;
+    bool reduced[VIEW_MAX_RANK] = {false};
+    for (uint32_t q = 0; q < nrd; q++) {
+        if (rd[q] < 0 || rd[q] >= x->v.rank) return false;
+        reduced[rd[q]] = true;
+        if (!x->v.dims[rd[q]].naxes) continue;
+        if (k >= 0) return false;
+        k = rd[q];
+    }
+    if (k < 0) return false;
+    uint32_t mask = 0;
+    int64_t nb = 1;
+    for (uint32_t a = 0; a < x->v.dims[k].naxes; a++) mask |= 1u << x->v.dims[k].axes[a], nb *= c->mesh->sizes[x->v.dims[k].axes[a]];
+    if (mask != p->v.partial) return false;
+    eid e = blockwise_reduce(c, x->cls, (uint32_t)k, nb, comp->instrs[r->operands[0]].shape.dims[k], rd, nrd, init->cls, r);
+    if (e == EID_NONE) return false;
+    /* E: x's dims but the reduced ones, the blocks' dim where k was */
+    view v = {0};
+    uint32_t vdim = 0;
+    for (uint32_t d = 0; d < x->v.rank; d++) {
+        if (d == (uint32_t)k) vdim = v.rank, v.dims[v.rank++] = x->v.dims[d];
+        else if (!reduced[d]) v.dims[v.rank++] = x->v.dims[d];
+    }
+    lval row = term(e, v, false);
+    row.kind = LV_ROW;
+    row.vdim = (uint8_t)vdim;
+    row.from_max = true;
+    while (nch-- > 0)
+        if (!row_reshape(c, &row, &comp->instrs[chain[nch]].shape, &row)) return false;
+    if (!c->row_max_at) {
+        strbuf why;
+        sb_init(&why);
+        view_print(&why, &p->v, c->mesh);
+        c->row_max_at = s->in;
+        c->row_max_comp = comp;
+        char *m = arena_alloc(c->a, 300);
+        snprintf(m, 300, "%s uses a partial %s before it is reduced (%s), taken as its blocks' %s, one per device; the "
+                 "outputs built on them do not meet the baseline's", s->in->name, p->v.red == RED_MAX ? "max" : "min", why.s,
+                 p->v.red == RED_MAX ? "maxima" : "minima");
+        c->row_max_why = m;
+        sb_free(&why);
+    }
+    *out = row;
     return true;
 }
 
@@ -310,50 +403,359 @@ static void scan_prefix(lift_ctx *c, eid gcls, uint32_t k, const int64_t *g, uin
     }
 }
 
-/* A broadcast of row x: where it adds one dim, the row spread over it
- * (the device's block of it); where it adds none, the row itself. */
+/* A broadcast of row x: E broadcast alike, its slices' dim first (a
+ * broadcast along a dim every device holds whole); an op that meets it
+ * with a value sharded along an added dim takes it spread over that dim
+ * instead (row_spread_at). */
 static bool row_broadcast(lstate *s, const lval *x, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     uint32_t nbd, r = in->shape.rank;
     const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nbd);
-    if (!row_whole(x) || nbd + 1 != x->v.rank || r > VIEW_MAX_RANK) return false;
-    bool used[VIEW_MAX_RANK] = {false};
-    for (uint32_t q = 0; q < nbd; q++) {
+    if (!row_whole(x) || nbd + 1 != x->v.rank || r + 1 > VIEW_MAX_RANK) return false;
+    for (uint32_t q = 0; q < nbd; q++)
         if (bd[q] < 0 || bd[q] >= r || (q && bd[q] <= bd[q - 1])) return false;
-        used[bd[q]] = true;
-    }
     if (nbd == r) {
         *out = *x;
         return true;
     }
-    if (nbd + 1 != r) return false;
-    uint32_t k = 0;
-    while (used[k]) k++;
     uint32_t er;
     const int64_t *ed = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &er);
-    int64_t g[VIEW_MAX_RANK], n = in->shape.dims[k];
-    memcpy(g, in->shape.dims, r * sizeof *g);
-    g[k] = ed[x->vdim] * n;
-    eid t = row_spread(c, x->cls, x->vdim, k, g, r, n);
-    if (t == EID_NONE) return false;
-    view v = view_dup(r);
-    v.dims[k] = x->v.dims[x->vdim];
-    *out = term(t, v, x->assumed);
-    scan_prefix(c, t, k, g, r, n, &v.dims[k]);
+    int64_t dims[VIEW_MAX_RANK], b2[VIEW_MAX_RANK];
+    dims[0] = ed[x->vdim];
+    memcpy(dims + 1, in->shape.dims, r * sizeof *dims);
+    b2[0] = 0;
+    for (uint32_t q = 0; q < nbd; q++) b2[q + 1] = bd[q] + 1;
+    eid e = moved_dim(c, x->cls, x->vdim, 0);
+    *out = *x;
+    out->cls = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, b2, nbd + 1),
+                      lf_type_of(c, in->shape.dtype, dims, r + 1), &e, 1, c->origin);
+    out->vdim = 0;
+    out->v = view_dup(r + 1);
+    out->v.dims[0] = x->v.dims[x->vdim];
     return true;
 }
 
-bool lf_row_instr(lstate *s, lval *out) {
+/* Row x (operand o) met by y, a term sharded along dim k alone over the
+ * axes of x's slices: where x's E was broadcast along k, x spread over it
+ * (each device's slice filling its block of k), a term sharded as y is. */
+static bool row_spread_at(lstate *s, uint32_t o, const lval *y, lval *out) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[o];
+    const shape *ls = &s->comp->instrs[s->in->operands[o]].shape;
+    uint32_t r = ls->rank, er, yr, nb;
+    int64_t k = -1;
+    if (!row_whole(x) || y->kind != LV_TERM || y->v.partial || y->v.rank != r || r + 1 > VIEW_MAX_RANK) return false;
+    for (uint32_t d = 0; d < r; d++) {
+        if (!y->v.dims[d].naxes) continue;
+        if (k >= 0) return false;
+        k = d;
+    }
+    const view_dim *ax = &x->v.dims[x->vdim];
+    if (k < 0 || y->v.dims[k].naxes != ax->naxes || memcmp(y->v.dims[k].axes, ax->axes, ax->naxes)) return false;
+    const int64_t *g = eg_type_dims(c->g, eg_class_type(c->g, y->cls), &yr);
+    const eid *ch;
+    eid bn = lf_class_node(c, x->cls, OP_BROADCAST, 1, &ch);
+    if (bn == EID_NONE || yr != r) return false;
+    const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, bn), A_DIMENSIONS, &nb);
+    uint32_t tk = (uint32_t)k + ((uint32_t)k >= x->vdim), hid = x->vdim;
+    /* E without dim tk: its broadcast from E0 along the other added dims */
+    int64_t b1[VIEW_MAX_RANK], d1[VIEW_MAX_RANK];
+    const int64_t *ed = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &er);
+    for (uint32_t q = 0; q < nb; q++) {
+        if (bd[q] == tk) return false;
+        b1[q] = bd[q] - (bd[q] > tk);
+    }
+    for (uint32_t d = 0, q = 0; d < er; d++)
+        if (d != tk) d1[q++] = ed[d];
+    uint32_t t1 = lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, x->cls)), d1, er - 1);
+    eid e1 = nb == er - 1 ? ch[0] : eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, b1, nb), t1, ch, 1, c->origin);
+    eid t = row_spread(c, e1, hid - (hid > tk), (uint32_t)k, g, r, ls->dims[k]);
+    if (t == EID_NONE) return false;
+    view v = view_dup(r);
+    v.dims[k] = *ax;
+    *out = term(t, v, x->assumed);
+    scan_prefix(c, t, (uint32_t)k, g, r, ls->dims[k], &v.dims[k]);
+    return true;
+}
+
+/* An elementwise op of rows (slices along the same dim over the same
+ * axes) and values every device holds whole: a row, the op of the rows'
+ * E and the others broadcast along the slices' dim. */
+static bool row_elementwise(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *x = NULL;
+    eid ch[8];
+    if (in->noperands > 8 || in->shape.rank + 1 > VIEW_MAX_RANK) return false;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *y = &s->ops[o];
+        if (y->kind == LV_ROW && !x) x = y;
+        if (y->kind == LV_ROW && (!row_whole(y) || y->vdim != x->vdim || y->v.rank != x->v.rank ||
+                                  memcmp(&y->v.dims[y->vdim], &x->v.dims[x->vdim], sizeof x->v.dims[0])))
+            return false;
+        if (y->kind != LV_ROW && (y->kind != LV_TERM || y->cls == EID_NONE || y->v.partial || !view_is_dup(&y->v) ||
+                                  lf_scale_of(y) != 1 || y->diff || y->zm))
+            return false;
+    }
+    uint32_t er;
+    const int64_t *ed = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &er);
+    int64_t dims[VIEW_MAX_RANK], bd[VIEW_MAX_RANK];
+    memcpy(dims, ed, er * sizeof *dims);
+    for (uint32_t d = 0, q = 0; d < er; d++)
+        if (d != x->vdim) bd[q++] = d;
+    bool assumed = false;
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        const lval *y = &s->ops[o];
+        assumed |= y->assumed;
+        if (y->kind == LV_ROW) {
+            ch[o] = y->cls;
+            continue;
+        }
+        const shape *ys = &s->comp->instrs[in->operands[o]].shape;
+        if (ys->rank + 1 != er) return false;
+        ch[o] = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bd, er - 1), lf_type_of(c, ys->dtype, dims, er), &y->cls,
+                       1, c->origin);
+    }
+    *out = *x;
+    out->assumed = assumed;
+    out->cls = lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin);
+    return out->cls != EID_NONE;
+}
+
+/* Instruction i of comp followed back through copies, broadcasts and
+ * reshapes that add or drop unit dims, to the first other op (returned):
+ * src[k], for each dim k of i, the dim of that op it shows (-1: a dim
+ * broadcast along, or a unit dim). */
+static uint32_t layout_source(const hlo_comp *comp, uint32_t i, int64_t *src) {
+    for (uint32_t k = 0; k < comp->instrs[i].shape.rank; k++) src[k] = k;
+    for (int depth = 0; depth < 16; depth++) {
+        const hlo_instr *y = &comp->instrs[i];
+        if (y->noperands != 1) break;
+        const shape *os = &comp->instrs[y->operands[0]].shape;
+        int64_t to[VIEW_MAX_RANK];
+        if (y->op == OP_BROADCAST) {
+            uint32_t nb;
+            const int64_t *bd = instr_ints(y, A_DIMENSIONS, &nb);
+            for (uint32_t q = 0; q < y->shape.rank; q++) to[q] = -1;
+            for (uint32_t q = 0; q < nb; q++)
+                if (bd[q] >= 0 && bd[q] < y->shape.rank) to[bd[q]] = q;
+        } else if (y->op == OP_RESHAPE || y->op == OP_BITCAST) {
+            uint32_t q = 0;
+            for (uint32_t p = 0; p < y->shape.rank; p++) {
+                to[p] = -1;
+                if (y->shape.dims[p] == 1) continue;
+                while (q < os->rank && os->dims[q] == 1) q++;
+                if (q == os->rank || os->dims[q] != y->shape.dims[p]) return i;
+                to[p] = q++;
+            }
+            while (q < os->rank && os->dims[q] == 1) q++;
+            if (q != os->rank) return i;
+        } else if (y->op == OP_COPY) {
+            for (uint32_t q = 0; q < y->shape.rank; q++) to[q] = q;
+        } else {
+            break;
+        }
+        for (uint32_t k = 0; k < comp->instrs[i].shape.rank; k++)
+            if (src[k] >= 0) src[k] = to[src[k]];
+        i = y->operands[0];
+    }
+    return i;
+}
+
+/* Where contraction or sum L (a dot, or a reduce) puts dim d of its operand
+ * p: the result's dim, or -1 when it contracts or reduces it (lhs_rank: the
+ * rank of a dot's lhs). */
+static int64_t kept_at(const hlo_instr *L, uint32_t p, uint32_t d, uint32_t lhs_rank) {
+    uint32_t n;
+    if (L->op == OP_REDUCE) {
+        const int64_t *rd = instr_ints(L, A_DIMENSIONS, &n);
+        int64_t at = d;
+        for (uint32_t q = 0; q < n; q++) {
+            if (rd[q] == d) return -1;
+            at -= rd[q] < d;
+        }
+        return at;
+    }
+    uint32_t nb, nc, nlf = 0;
+    const int64_t *b = instr_ints(L, p ? A_RHS_BATCH_DIMS : A_LHS_BATCH_DIMS, &nb);
+    const int64_t *cd = instr_ints(L, p ? A_RHS_CONTRACTING_DIMS : A_LHS_CONTRACTING_DIMS, &nc);
+    for (uint32_t q = 0; q < nb; q++)
+        if (b[q] == d) return q;
+    for (uint32_t q = 0; q < nc; q++)
+        if (cd[q] == d) return -1;
+    int64_t at = nb;
+    if (p) { /* after the lhs's free dims */
+        uint32_t lb, lc;
+        instr_ints(L, A_LHS_BATCH_DIMS, &lb);
+        instr_ints(L, A_LHS_CONTRACTING_DIMS, &lc);
+        nlf = lhs_rank - lb - lc;
+        at += nlf;
+    }
+    for (uint32_t e = 0; e < d; e++) {
+        bool skip = false;
+        for (uint32_t q = 0; q < nb; q++) skip |= b[q] == e;
+        for (uint32_t q = 0; q < nc; q++) skip |= cd[q] == e;
+        at += !skip;
+    }
+    return at;
+}
+
+/* multiply(A, R) (A operand ia): A a partial sum over the axes of row R's
+ * slices that a contraction or sum L made of x = exp(S − G(m)) — m a
+ * partial max, G broadcasts and unit reshapes — and R = H(exp(m − M)), M
+ * the all-reduced max of m, H the same rows placed where L puts them. On
+ * each device R·L(x) = L(G(exp(m − M))·exp(S − G(m))) = L(exp(S − G(M))):
+ * the online softmax's rescaling (flash attention across devices), whose
+ * sum over the devices is L over the whole of exp(S − G(M)). */
+static bool row_rescale(lstate *s, uint32_t ia, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_comp *comp = s->comp;
+    const hlo_instr *in = s->in;
+    const lval *a = &s->ops[ia], *row = &s->ops[1 - ia];
+    uint32_t r = in->shape.rank, mask = 0;
+    if (in->op != OP_MULTIPLY || in->noperands != 2 || !row->from_max || a->kind != LV_TERM || a->v.red != RED_SUM ||
+        a->assumed || lf_scale_of(a) != 1 || a->diff || a->zm || a->cls == EID_NONE || r > VIEW_MAX_RANK)
+        return false;
+    for (uint32_t d = 0; d < a->v.rank; d++)
+        if (a->v.dims[d].naxes) return false;
+    const view_dim *ax = &row->v.dims[row->vdim];
+    for (uint32_t q = 0; q < ax->naxes; q++) mask |= 1u << ax->axes[q];
+    if (a->v.partial != mask) return false;
+    int64_t asrc[VIEW_MAX_RANK], hsrc[VIEW_MAX_RANK], msrc[VIEW_MAX_RANK], gsrc[VIEW_MAX_RANK];
+    const hlo_instr *L = &comp->instrs[layout_source(comp, in->operands[ia], asrc)];
+    const hlo_instr *ec = &comp->instrs[layout_source(comp, in->operands[1 - ia], hsrc)];
+    if (ec->op != OP_EXP || ec->noperands != 1 || (L->op != OP_DOT && (L->op != OP_REDUCE || lf_reducer(c->cur, L) != RED_SUM)))
+        return false;
+    const hlo_instr *sub = &comp->instrs[ec->operands[0]];
+    if (sub->op != OP_SUBTRACT || sub->shape.rank > VIEW_MAX_RANK) return false;
+    const lval *m = &s->vals[sub->operands[0]], *M = &s->vals[sub->operands[1]];
+    if (m->kind != LV_TERM || m->v.partial != mask || m->v.red != RED_MAX || M->kind != LV_TERM || M->v.partial ||
+        !view_is_dup(&M->v) || M->cls == EID_NONE || eg_find(c->g, M->cls) != eg_find(c->g, m->cls))
+        return false;
+    uint32_t mi = layout_source(comp, sub->operands[0], msrc);
+    const shape *ms = &comp->instrs[mi].shape;
+    for (uint32_t k = 0; k < r; k++) hsrc[k] = hsrc[k] < 0 ? -1 : msrc[hsrc[k]];
+    const lval *lv = &s->vals[(uint32_t)(L - comp->instrs)];
+    const hlo_instr *lhs = &comp->instrs[L->operands[0]];
+    for (uint32_t p = 0; p < (L->op == OP_DOT ? 2u : 1u); p++) {
+        uint32_t xi = L->operands[p];
+        const hlo_instr *X = &comp->instrs[xi], *xs = X->op == OP_EXP ? &comp->instrs[X->operands[0]] : NULL;
+        if (!xs || xs->op != OP_SUBTRACT || X->shape.rank > VIEW_MAX_RANK ||
+            layout_source(comp, xs->operands[1], gsrc) != mi)
+            continue;
+        const lval *S = &s->vals[xs->operands[0]], *xv = &s->vals[xi];
+        if (S->kind != LV_TERM || S->v.partial || S->cls == EID_NONE || xv->kind != LV_TERM || xv->cls == EID_NONE) continue;
+        /* each of m's dims of more than one: the dim of x G puts it on, and
+         * the dim of the product H puts it on, the same dim of L's result */
+        int64_t nu[VIEW_MAX_RANK], bd[VIEW_MAX_RANK], md[VIEW_MAX_RANK];
+        uint32_t nnu = 0;
+        bool ok = true;
+        for (uint32_t t = 0; t < ms->rank && ok; t++) {
+            if (ms->dims[t] == 1) continue;
+            int64_t xd = -1, od = -1;
+            for (uint32_t d = 0; d < X->shape.rank; d++)
+                if (gsrc[d] == t) ok &= xd < 0, xd = d;
+            for (uint32_t k = 0; k < r; k++)
+                if (hsrc[k] == t) ok &= od < 0, od = k;
+            ok = ok && xd >= 0 && od >= 0 && kept_at(L, p, (uint32_t)xd, lhs->shape.rank) >= 0 &&
+                 asrc[od] == kept_at(L, p, (uint32_t)xd, lhs->shape.rank);
+            nu[nnu] = xd;
+            md[nnu++] = ms->dims[t];
+        }
+        for (uint32_t q = 1; q < nnu && ok; q++) ok = nu[q] > nu[q - 1];
+        if (!ok) continue;
+        /* exp(S − G(M)), M taken to m's dims of more than one */
+        uint32_t st = eg_class_type(c->g, S->cls);
+        int dt = eg_type_dtype(c->g, st);
+        eid m0 = lf_mk_reshape(c, M->cls, lf_type_of(c, dt, md, nnu), c->origin);
+        memcpy(bd, nu, nnu * sizeof *bd);
+        eid mb = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bd, nnu), st, &m0, 1, c->origin);
+        const eid *xc, *lc;
+        eid en = lf_class_node(c, xv->cls, OP_EXP, 1, &xc);
+        eid ln = lv->kind == LV_TERM && lv->cls != EID_NONE ? lf_class_node(c, lv->cls, L->op, L->noperands, &lc) : EID_NONE;
+        if (en == EID_NONE || ln == EID_NONE || eg_find(c->g, lc[p]) != eg_find(c->g, xv->cls)) continue;
+        eid sd[2] = {S->cls, mb};
+        eid d = eg_add(c->g, OP_SUBTRACT, 0, st, sd, 2, c->origin);
+        eid e = eg_add(c->g, OP_EXP, eg_node_attr(c->g, en), eg_class_type(c->g, xv->cls), &d, 1, c->origin);
+        eid nch[2] = {lc[0], L->noperands > 1 ? lc[1] : EID_NONE};
+        nch[p] = e;
+        eid lt = eg_add(c->g, L->op, eg_node_attr(c->g, ln), eg_class_type(c->g, lv->cls), nch, L->noperands, c->origin);
+        *out = term(lf_mk_reshape(c, lt, eg_class_type(c->g, a->cls), c->origin), a->v, S->assumed || xv->assumed);
+        return true;
+    }
+    return false;
+}
+
+/* Whether op (of a partial max operand) is one whose partial-max reading
+ * lift.c does not take: it needs the blocks' maxima, one per device. */
+static bool needs_row(const hlo_instr *in) {
+    switch (in->op) {
+    case OP_MAXIMUM: case OP_MINIMUM: case OP_CONVERT: case OP_NEGATE: case OP_RESHAPE: case OP_BITCAST: case OP_COPY:
+    case OP_COMPARE: case OP_SELECT:
+        return false;
+    default:
+        return in->op == OP_BROADCAST || lf_is_elementwise(in->op);
+    }
+}
+
+/* The op that took the partial max behind row operand o (from_max) as its
+ * blocks' maxima: followed back through the ops that kept it a row. */
+static const hlo_instr *row_origin(const lstate *s, uint32_t o) {
+    const hlo_comp *comp = s->comp;
+    const hlo_instr *y = s->in;
+    for (int depth = 0; depth < 64; depth++) {
+        const hlo_instr *next = NULL;
+        for (uint32_t q = 0; q < y->noperands && !next; q++) {
+            const lval *v = &s->vals[y->operands[q]];
+            if (y == s->in && q != o) continue;
+            if (v->kind == LV_ROW && v->from_max) next = &comp->instrs[y->operands[q]];
+            else if (v->kind == LV_TERM && v->v.partial && v->v.red != RED_SUM) return y;
+        }
+        if (!next) return y;
+        y = next;
+    }
+    return y;
+}
+
+bool lf_row_instr(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (!c->baseline_mode && needs_row(in))
+        for (uint32_t o = 0; o < in->noperands; o++) {
+            lval row;
+            if (s->ops[o].kind == LV_TERM && s->ops[o].v.partial && s->ops[o].v.red != RED_SUM && lf_partial_row(s, o, &row))
+                s->ops[o] = row;
+        }
+    const lval *x = NULL;
+    uint32_t xo = 0;
     for (uint32_t o = 0; o < in->noperands; o++)
-        if (s->ops[o].kind == LV_ROW) x = &s->ops[o];
+        if (s->ops[o].kind == LV_ROW) x = &s->ops[o], xo = o;
     if (!x) return false;
-    if (in->noperands == 1 && (in->op == OP_RESHAPE || in->op == OP_BITCAST) && row_reshape(s, x, out)) return true;
+    if (in->noperands == 1 && (in->op == OP_RESHAPE || in->op == OP_BITCAST) && row_reshape(c, x, &in->shape, out)) return true;
     if (in->noperands == 1 && in->op == OP_BROADCAST && row_broadcast(s, x, out)) return true;
-    lf_unsupported(s->c, s->comp, in, "%s uses the sums of the blocks before each device's (a per-device slice of a "
-                   "term) in a way not related yet", in->name);
+    if (lf_is_elementwise(in->op)) {
+        if (in->noperands == 2 && row_rescale(s, 1 - xo, out)) return true;
+        if (row_elementwise(s, out)) return true;
+        /* rows beside a term sharded along a dim they were broadcast
+         * along: spread there, the op lifted as any other */
+        const lval *y = NULL;
+        for (uint32_t o = 0; o < in->noperands; o++)
+            if (s->ops[o].kind == LV_TERM && !view_is_dup(&s->ops[o].v)) y = &s->ops[o];
+        bool spread = y != NULL;
+        for (uint32_t o = 0; o < in->noperands && spread; o++)
+            if (s->ops[o].kind == LV_ROW) spread = row_spread_at(s, o, y, &s->ops[o]);
+        if (spread) return false;
+    }
+    if (x->from_max) {
+        const hlo_instr *at = row_origin(s, xo);
+        lf_unsupported_suspect(c, KIND_MISSING_ALL_REDUCE, s->comp, at, "%s uses a partial max before it is reduced, "
+                               "taken as its blocks' maxima, one per device, and %s uses those in a way not related yet",
+                               at->name, in->name);
+    }
+    else
+        lf_unsupported(c, s->comp, in, "%s uses the sums of the blocks before each device's (a per-device slice of a "
+                       "term) in a way not related yet", in->name);
     *out = unknown();
     return true;
 }

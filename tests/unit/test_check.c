@@ -462,20 +462,23 @@ static void mutate(const char *base, const char *dist, const char *rel, const mu
 /* Mutations that keep the function: a stabiliser of a softmax or logsumexp
  * made by another reduction is a shift every device shares, which cancels.
  * Neither the rules nor execution may call such a mutant a bug (once the
- * rules did: a partial value reduced with another reducer was a finding). */
+ * rules did: a partial value reduced with another reducer was a finding);
+ * a softmax shifted by a pmin or psum of the local maxima is proved
+ * (lift_moment.c), the logsumexp shifted by a max of products is not yet. */
 static void same_function(void) {
     static const struct {
         const char *what, *base, *dist, *rel, *from, *to;
+        int verdict;
     } muts[] = {
         {"softmax shifted by pmin of the local maxima", "samples/probe/s.softmax.baseline.hlo",
          "samples/probe/s.softmax.tp4.dist.hlo", "samples/probe/s.softmax.tp4.relations.json",
-         "ROOT %max.0 = f32[] maximum", "ROOT %max.0 = f32[] minimum"},
+         "ROOT %max.0 = f32[] maximum", "ROOT %max.0 = f32[] minimum", VERDICT_VERIFIED},
         {"softmax shifted by psum of the local maxima", "samples/probe/s.softmax.baseline.hlo",
          "samples/probe/s.softmax.tp4.dist.hlo", "samples/probe/s.softmax.tp4.relations.json",
-         "ROOT %max.0 = f32[] maximum", "ROOT %max.0 = f32[] add"},
+         "ROOT %max.0 = f32[] maximum", "ROOT %max.0 = f32[] add", VERDICT_VERIFIED},
         {"logsumexp shifted by the max of local products", "samples/probe/g.logsumexp.2d_dp2xtp4.baseline.hlo",
          "samples/probe/g.logsumexp.2d_dp2xtp4.dist.hlo", "auto", "ROOT %reduce_max.2 = f32[] maximum",
-         "ROOT %reduce_max.2 = f32[] multiply"},
+         "ROOT %reduce_max.2 = f32[] multiply", VERDICT_UNVERIFIED},
     };
     for (size_t k = 0; k < ARRAY_LEN(muts); k++) {
         t_case("check same function: %s", muts[k].what);
@@ -489,7 +492,7 @@ static void same_function(void) {
         for (int witness = 0; witness < 2; witness++) {
             json_t *trace = NULL;
             int v = run_with("same", muts[k].base, "build/check-same.hlo", muts[k].rel, witness, false, &trace);
-            CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s (%s)", verdict_name(v), witness ? "with witnesses" : "rules only");
+            CHECK_MSG(v == muts[k].verdict, "verdict %s (%s)", verdict_name(v), witness ? "with witnesses" : "rules only");
             json_decref(trace);
         }
     }
@@ -1305,7 +1308,7 @@ static void floordiv_offsets(void) { check_verified("floordiv", "dist"); }
  * undecided without execution. The program reduced first is verified. */
 static void unreduced_uses(void) {
     check_undecided("unreduced", "dist", "mine", "still a partial sum", "missing-all-reduce");
-    check_undecided("unreduced", "dist-max", "mb", "broadcasts a partial max", "missing-all-reduce");
+    check_undecided("unreduced", "dist-max", "mb", "uses a partial max before it is reduced", "missing-all-reduce");
     check_verified("unreduced", "dist-ok");
 }
 

@@ -9,7 +9,8 @@
 # 0 by a mask and psum, an online softmax over blocks. Bug variants beside
 # them: a full bias on every device, a relu of a real partial sum, a shift
 # applied twice, a gradient through psum not divided by the devices, a pick
-# reduced with pmin.
+# reduced with pmin, an online softmax not rescaled (or rescaled the wrong
+# way, or its sum left unrescaled).
 D17 = 16
 
 # 1. softmax over a sharded vocab, shifted by pmin of the local maxima
@@ -153,11 +154,15 @@ def online(bug):
         l = jnp.exp(s - m).sum(-1, keepdims=True)
         o = jnp.exp(s - m) @ v
         gm = lax.pmax(m, "sp")
-        c = jnp.exp(m - gm)
+        c = jnp.exp(m - gm) if bug != "rescale-inverted" else jnp.exp(gm - m)
+        if bug == "no-rescale": return psum(o, "sp") / psum(l, "sp")
+        if bug == "sum-not-rescaled": return psum(o * c, "sp") / psum(l, "sp")
         return psum(o * c, "sp") / psum(l * c, "sp")
     return f
 variants("s.online_softmax_blocks", "sp4", {"sp": 4}, online, (P(None, "sp"), P("sp")), P(),
-         lambda s, v: jax.nn.softmax(s, -1) @ v, (R(8, 32), R(32, 4)), [])
+         lambda s, v: jax.nn.softmax(s, -1) @ v, (R(8, 32), R(32, 4)),
+         [("no-rescale", ["missing-all-reduce"]), ("rescale-inverted", ["missing-all-reduce"]),
+          ("sum-not-rescaled", ["missing-all-reduce"])])
 
 # 15. variance over a sharded feature dim, E[x^2] - E[x]^2 with two psums
 def var2(bug):
