@@ -924,7 +924,9 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
                           final_run->iterations == 1 ? "" : "s", trace_stop_name(final_run->stop));
             else if (!o->rules_dir) sb_puts(&msg, " (no rewrite rules were given)");
         }
-        if (w.ran && w.agrees) sb_printf(&msg, "; the outputs agree on seeded random inputs (max abs difference %g)", w.max_abs);
+        if (w.ran && w.agrees)
+            sb_printf(&msg, "; the outputs agree on seeded random inputs (max abs difference %g, %.3g of their magnitude)",
+                      w.max_abs, w.max_rel);
         else if (w.ran && w.over_tight)
             sb_printf(&msg, "; on seeded random inputs the outputs differ by up to %g (%.3g of their magnitude): more than "
                       "rounding explains, less than decides a mismatch", w.max_abs, w.max_rel);

@@ -602,7 +602,8 @@ static int64_t kept_at(const hlo_instr *L, uint32_t p, uint32_t d, uint32_t lhs_
 }
 
 /* multiply(A, R) (A operand ia): A a partial sum over the axes of row R's
- * slices that a contraction or sum L made of x = exp(S − G(m)) — m a
+ * slices that a contraction or sum L made of x = exp(S − G(m)), or x
+ * itself (rescaled before it is contracted) — m a
  * partial max, G broadcasts and unit reshapes — and R = H(exp(m − M)), M
  * the all-reduced max of m, H the same rows placed where L puts them. On
  * each device R·L(x) = L(G(exp(m − M))·exp(S − G(m))) = L(exp(S − G(M))):
@@ -614,18 +615,21 @@ static bool row_rescale(lstate *s, uint32_t ia, lval *out) {
     const hlo_instr *in = s->in;
     const lval *a = &s->ops[ia], *row = &s->ops[1 - ia];
     uint32_t r = in->shape.rank, mask = 0;
-    if (in->op != OP_MULTIPLY || in->noperands != 2 || !row->from_max || a->kind != LV_TERM || a->v.red != RED_SUM ||
-        a->assumed || lf_scale_of(a) != 1 || a->diff || a->zm || a->cls == EID_NONE || r > VIEW_MAX_RANK)
+    if (in->op != OP_MULTIPLY || in->noperands != 2 || !row->from_max || a->kind != LV_TERM || a->assumed ||
+        lf_scale_of(a) != 1 || a->diff || a->zm || a->cls == EID_NONE || r > VIEW_MAX_RANK)
         return false;
-    for (uint32_t d = 0; d < a->v.rank; d++)
-        if (a->v.dims[d].naxes) return false;
     const view_dim *ax = &row->v.dims[row->vdim];
     for (uint32_t q = 0; q < ax->naxes; q++) mask |= 1u << ax->axes[q];
-    if (a->v.partial != mask) return false;
     int64_t asrc[VIEW_MAX_RANK], hsrc[VIEW_MAX_RANK], msrc[VIEW_MAX_RANK], gsrc[VIEW_MAX_RANK];
-    const hlo_instr *L = &comp->instrs[layout_source(comp, in->operands[ia], asrc)];
-    const hlo_instr *ec = &comp->instrs[layout_source(comp, in->operands[1 - ia], hsrc)];
-    if (ec->op != OP_EXP || ec->noperands != 1 || (L->op != OP_DOT && (L->op != OP_REDUCE || lf_reducer(c->cur, L) != RED_SUM)))
+    uint32_t li = layout_source(comp, in->operands[ia], asrc);
+    const hlo_instr *L = &comp->instrs[li], *ec = &comp->instrs[layout_source(comp, in->operands[1 - ia], hsrc)];
+    /* direct: A is x itself (the rescaled probabilities, contracted later) */
+    bool direct = L->op == OP_EXP && li == in->operands[ia];
+    if (direct ? a->v.partial != 0 : a->v.partial != mask || a->v.red != RED_SUM) return false;
+    for (uint32_t d = 0; d < a->v.rank && !direct; d++)
+        if (a->v.dims[d].naxes) return false;
+    if (ec->op != OP_EXP || ec->noperands != 1 ||
+        (!direct && L->op != OP_DOT && (L->op != OP_REDUCE || lf_reducer(c->cur, L) != RED_SUM)))
         return false;
     const hlo_instr *sub = &comp->instrs[ec->operands[0]];
     if (sub->op != OP_SUBTRACT || sub->shape.rank > VIEW_MAX_RANK) return false;
@@ -636,10 +640,10 @@ static bool row_rescale(lstate *s, uint32_t ia, lval *out) {
     uint32_t mi = layout_source(comp, sub->operands[0], msrc);
     const shape *ms = &comp->instrs[mi].shape;
     for (uint32_t k = 0; k < r; k++) hsrc[k] = hsrc[k] < 0 ? -1 : msrc[hsrc[k]];
-    const lval *lv = &s->vals[(uint32_t)(L - comp->instrs)];
+    const lval *lv = &s->vals[li];
     const hlo_instr *lhs = &comp->instrs[L->operands[0]];
     for (uint32_t p = 0; p < (L->op == OP_DOT ? 2u : 1u); p++) {
-        uint32_t xi = L->operands[p];
+        uint32_t xi = direct ? li : L->operands[p];
         const hlo_instr *X = &comp->instrs[xi], *xs = X->op == OP_EXP ? &comp->instrs[X->operands[0]] : NULL;
         if (!xs || xs->op != OP_SUBTRACT || X->shape.rank > VIEW_MAX_RANK ||
             layout_source(comp, xs->operands[1], gsrc) != mi)
@@ -658,26 +662,49 @@ static bool row_rescale(lstate *s, uint32_t ia, lval *out) {
                 if (gsrc[d] == t) ok &= xd < 0, xd = d;
             for (uint32_t k = 0; k < r; k++)
                 if (hsrc[k] == t) ok &= od < 0, od = k;
-            ok = ok && xd >= 0 && od >= 0 && kept_at(L, p, (uint32_t)xd, lhs->shape.rank) >= 0 &&
-                 asrc[od] == kept_at(L, p, (uint32_t)xd, lhs->shape.rank);
+            int64_t kept = xd < 0 ? -1 : direct ? xd : kept_at(L, p, (uint32_t)xd, lhs->shape.rank);
+            ok = ok && xd >= 0 && od >= 0 && kept >= 0 && asrc[od] == kept;
             nu[nnu] = xd;
             md[nnu++] = ms->dims[t];
         }
         for (uint32_t q = 1; q < nnu && ok; q++) ok = nu[q] > nu[q - 1];
         if (!ok) continue;
-        /* exp(S − G(M)), M taken to m's dims of more than one */
-        uint32_t st = eg_class_type(c->g, S->cls);
+        /* exp(S − G(M)): M with m's own dims where m is a reduce of a value
+         * of x's shape and G puts its dims where the reduce took them from
+         * (a softmax's keepdims max: as the baseline broadcasts it), else
+         * with m's dims of more than one */
+        uint32_t st = eg_class_type(c->g, S->cls), nbd = nnu;
         int dt = eg_type_dtype(c->g, st);
-        eid m0 = lf_mk_reshape(c, M->cls, lf_type_of(c, dt, md, nnu), c->origin);
         memcpy(bd, nu, nnu * sizeof *bd);
-        eid mb = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bd, nnu), st, &m0, 1, c->origin);
-        const eid *xc, *lc;
+        const hlo_instr *mr = &comp->instrs[mi];
+        if (mr->op == OP_REDUCE && shape_equal(&comp->instrs[mr->operands[0]].shape, &X->shape)) {
+            int64_t kb[VIEW_MAX_RANK];
+            uint32_t nk = 0, q = 0;
+            for (uint32_t d = 0; d < X->shape.rank; d++)
+                if (kept_at(mr, 0, d, 0) >= 0) kb[nk++] = d;
+            bool same = nk == ms->rank;
+            for (uint32_t t = 0; t < ms->rank && same; t++)
+                if (ms->dims[t] != 1) same = kb[t] == nu[q++];
+            if (same) {
+                memcpy(bd, kb, nk * sizeof *bd), nbd = nk;
+                memcpy(md, ms->dims, nk * sizeof *md);
+            }
+        }
+        eid m0 = lf_mk_reshape(c, M->cls, lf_type_of(c, dt, md, nbd), c->origin);
+        eid mb = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bd, nbd), st, &m0, 1, c->origin);
+        const eid *xc, *lc = NULL;
         eid en = lf_class_node(c, xv->cls, OP_EXP, 1, &xc);
-        eid ln = lv->kind == LV_TERM && lv->cls != EID_NONE ? lf_class_node(c, lv->cls, L->op, L->noperands, &lc) : EID_NONE;
-        if (en == EID_NONE || ln == EID_NONE || eg_find(c->g, lc[p]) != eg_find(c->g, xv->cls)) continue;
+        eid ln = direct ? EID_NONE
+                        : lv->kind == LV_TERM && lv->cls != EID_NONE ? lf_class_node(c, lv->cls, L->op, L->noperands, &lc)
+                                                                     : EID_NONE;
+        if (en == EID_NONE || (!direct && (ln == EID_NONE || eg_find(c->g, lc[p]) != eg_find(c->g, xv->cls)))) continue;
         eid sd[2] = {S->cls, mb};
         eid d = eg_add(c->g, OP_SUBTRACT, 0, st, sd, 2, c->origin);
         eid e = eg_add(c->g, OP_EXP, eg_node_attr(c->g, en), eg_class_type(c->g, xv->cls), &d, 1, c->origin);
+        if (direct) {
+            *out = term(e, a->v, S->assumed || xv->assumed);
+            return true;
+        }
         eid nch[2] = {lc[0], L->noperands > 1 ? lc[1] : EID_NONE};
         nch[p] = e;
         eid lt = eg_add(c->g, L->op, eg_node_attr(c->g, ln), eg_class_type(c->g, lv->cls), nch, L->noperands, c->origin);

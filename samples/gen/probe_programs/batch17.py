@@ -164,6 +164,21 @@ variants("s.online_softmax_blocks", "sp4", {"sp": 4}, online, (P(None, "sp"), P(
          [("no-rescale", ["missing-all-reduce"]), ("rescale-inverted", ["missing-all-reduce"]),
           ("sum-not-rescaled", ["missing-all-reduce"])])
 
+# 14b. the same combination with the rescaling applied to the probabilities
+#      before the dot (and their sum), over [batch, heads, 1, keys] scores
+#      as split-KV decoding has them (einsum with batch dims)
+def online_probs(bug):
+    def f(s, v):
+        m = s.max(-1, keepdims=True)
+        gm = lax.pmax(m, "sp")
+        p = jnp.exp(s - m) * (jnp.exp(m - gm) if bug != "rescale-inverted" else jnp.exp(gm - m))
+        o = jnp.einsum("bhqk,bhkd->bhqd", p, v)
+        return psum(o, "sp") / psum(p.sum(-1, keepdims=True), "sp")
+    return f
+variants("s.online_softmax_probs_decode", "sp4", {"sp": 4}, online_probs, (P(None, None, None, "sp"), P(None, None, "sp")),
+         P(), lambda s, v: jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, -1), v), (R(2, 3, 1, 32), R(2, 3, 32, 4)),
+         [("rescale-inverted", ["missing-all-reduce"])])
+
 # 15. variance over a sharded feature dim, E[x^2] - E[x]^2 with two psums
 def var2(bug):
     def f(x):
