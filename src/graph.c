@@ -408,8 +408,9 @@ static void expand_mesh(const hlo_groups *g, arena *a, hlo_groups *out) {
     } else {
         for (int64_t k = 0; k < total; k++) order[k] = k;
     }
-    /* Per axis: the selected factor (pre, size) or none, and the size left over. */
-    int64_t pre[64], size[64], rest[64];
+    /* Per axis: the selected factor (pre, size) or none — the middle of
+     * [pre, size, post] — and the size left over. */
+    int64_t pre[64], size[64], post[64], rest[64];
     int sel_pos[64];
     for (uint32_t i = 0; i < g->naxes; i++) {
         pre[i] = 1;
@@ -425,6 +426,7 @@ static void expand_mesh(const hlo_groups *g, arena *a, hlo_groups *out) {
         pre[ax] = g->sel[k].size ? g->sel[k].pre : 1;
         size[ax] = g->sel[k].size ? g->sel[k].size : n;
         if (pre[ax] <= 0 || size[ax] <= 0 || n % (pre[ax] * size[ax])) return;
+        post[ax] = n / (pre[ax] * size[ax]);
         gsize *= size[ax];
     }
     for (uint32_t i = 0; i < g->naxes; i++) rest[i] = g->axis_sizes[i] / size[i];
@@ -437,11 +439,11 @@ static void expand_mesh(const hlo_groups *g, arena *a, hlo_groups *out) {
         int64_t in_group = 0, group = 0;
         for (uint32_t s = 0; s < g->nsel; s++) {
             uint32_t ax = g->sel[s].axis;
-            in_group = in_group * size[ax] + (coord[ax] / pre[ax]) % size[ax];
+            in_group = in_group * size[ax] + (coord[ax] / post[ax]) % size[ax];
         }
         for (uint32_t i = 0; i < g->naxes; i++) {
             int64_t c = coord[i];
-            int64_t left = sel_pos[i] < 0 ? c : (c % pre[i]) + pre[i] * (c / (pre[i] * size[i]));
+            int64_t left = sel_pos[i] < 0 ? c : c % post[i] + post[i] * (c / (post[i] * size[i]));
             group = group * rest[i] + left;
         }
         ids[group * gsize + in_group] = order[k];

@@ -203,7 +203,10 @@ int attr_key_from_name(const char *s, size_t n);  /* A_RAW when unknown */
 attr_kind attr_key_kind(int key);
 
 /* One selected axis of a mesh-axes replica group: the whole axis (size 0), or
- * the sub-axis 'name':(pre)size — coordinate (c / pre) % size of that axis. */
+ * the sub-axis 'name':(pre)size — Shardy's: the axis of size n split into
+ * [pre, size, n / (pre·size)] (major first), its middle factor: coordinate
+ * (c / (n / (pre·size))) % size of that axis ('tp':(2)2 of tp=4 is its minor
+ * half, 'tp':(1)2 its major half). */
 typedef struct mesh_axis_ref {
     uint32_t axis;
     int64_t pre, size;

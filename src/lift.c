@@ -616,6 +616,16 @@ static bool averaged_later(const hlo_comp *comp, uint32_t i, int depth) {
     return false;
 }
 
+/* Whether a partial operand (over the axes `partial`, a sum) is computed
+ * from a partial max taken as its blocks' maxima (lf_after_row_max). */
+static bool partial_after_row_max(const lstate *s, const lval *ops, uint32_t partial) {
+    for (uint32_t o = 0; o < s->in->noperands; o++)
+        if (ops[o].kind == LV_TERM && (ops[o].v.partial & partial) && ops[o].v.red == RED_SUM &&
+            lf_after_row_max(s, s->in->operands[o]))
+            return true;
+    return false;
+}
+
 /* Whether every operand is partial over exactly the axes `partial` (two of
  * them at least, or one used twice) or a constant: partial sums combined
  * with each other only. */
@@ -919,10 +929,12 @@ static bool review_class_broadcast(lstate *s, uint32_t o, const view *want) {
  * per-device pieces, read as a global term under the others' view. */
 static bool review_elementwise(lstate *s, uint32_t o, const view *want);
 
+static bool review_dot(lstate *s, uint32_t o, const view *want);
+
 bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
     return lf_same_sharding(&s->ops[o].v, want) || lf_review_broadcast(s, o, want) || lf_konst_review(s, o, want) ||
            review_constant(s, o, want) || review_tiled(s, o, want) || review_class_broadcast(s, o, want) ||
-           review_elementwise(s, o, want);
+           review_elementwise(s, o, want) || review_dot(s, o, want);
 }
 
 /* Operand o, an elementwise op whose operands all re-read as want (each
@@ -967,6 +979,54 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
     lf_global_dims(c, &w, &b->shape, g);
     s->ops[o] = term(lf_node(c, c->cur, b, ch, b->noperands, g, c->origin), w, assumed);
     s->ops[o].konst = x->konst;
+    return true;
+}
+
+/* Operand o, dot(a, b), not sharded as want only along dims the dot takes
+ * from a's free dims, whole there, where a re-reads under the view those
+ * dims give it (a broadcast along them: the gradient of a mean over a
+ * sharded dim, broadcast back and multiplied by a weight): the dot of the
+ * re-read a and b, block by block. */
+static bool review_dot(lstate *s, uint32_t o, const view *want) {
+    static int depth;
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[o];
+    const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
+    if (depth >= 4 || b->op != OP_DOT || b->noperands != 2 || x->kind != LV_TERM || x->v.partial || want->partial ||
+        lf_scale_of(x) != 1 || x->zm || x->diff || want->rank != b->shape.rank || x->v.rank != b->shape.rank)
+        return false;
+    lval sub[2] = {s->vals[b->operands[0]], s->vals[b->operands[1]]};
+    uint32_t nb, nc, lr = s->comp->instrs[b->operands[0]].shape.rank;
+    const int64_t *lb = instr_ints(b, A_LHS_BATCH_DIMS, &nb), *lc = instr_ints(b, A_LHS_CONTRACTING_DIMS, &nc);
+    if (sub[0].kind != LV_TERM || sub[0].v.partial || sub[0].v.rank != lr || lr > VIEW_MAX_RANK) return false;
+    /* the output's dims are the batch dims, lhs's free dims in order, rhs's:
+     * which output dim each lhs free dim is */
+    bool lhs_free[VIEW_MAX_RANK] = {false};
+    view u = sub[0].v;
+    for (uint32_t d = 0, at = nb; d < lr; d++) {
+        bool taken = false;
+        for (uint32_t q = 0; q < nb; q++) taken |= lb[q] == d;
+        for (uint32_t q = 0; q < nc; q++) taken |= lc[q] == d;
+        if (taken) continue;
+        lhs_free[at] = true;
+        if (x->v.dims[at].naxes && memcmp(&want->dims[at], &x->v.dims[at], sizeof want->dims[at])) return false;
+        u.dims[d] = want->dims[at++];
+    }
+    for (uint32_t k = 0; k < want->rank; k++)
+        if (!lhs_free[k] && memcmp(&want->dims[k], &x->v.dims[k], sizeof want->dims[k])) return false;
+    lstate inner = {c, s->comp, b, sub, s->vals};
+    depth++;
+    bool ok = lf_review_operand(&inner, 0, &u) && sub[0].kind == LV_TERM && lf_same_sharding(&sub[0].v, &u) &&
+              !sub[0].v.partial && lf_scale_of(&sub[0]) == 1;
+    depth--;
+    if (!ok) return false;
+    eid ch[2] = {sub[0].cls, sub[1].cls};
+    view w = *want;
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, &w, &b->shape, g);
+    bool konst = x->konst;
+    s->ops[o] = term(lf_node(c, c->cur, b, ch, 2, g, c->origin), w, sub[0].assumed || sub[1].assumed);
+    s->ops[o].konst = konst;
     return true;
 }
 
@@ -1240,7 +1300,10 @@ static lval lift_elementwise(lstate *s) {
             /* A complete value added to a partial sum that is then summed over
              * the same axes is counted once per device: the reduction is wrong,
              * not missing. */
-            const hlo_instr *later = in->op == OP_ADD || in->op == OP_SUBTRACT ? lf_summed_later(c, s->comp, in, partial) : NULL;
+            bool per_device = !is_convert && partial_after_row_max(s, ops, partial);
+            const hlo_instr *later = !per_device && (in->op == OP_ADD || in->op == OP_SUBTRACT)
+                                         ? lf_summed_later(c, s->comp, in, partial)
+                                         : NULL;
             if (later)
                 lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
                         "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
@@ -1250,6 +1313,14 @@ static lval lift_elementwise(lstate *s) {
                                "over the blocks writes it): per-device groups are not related yet", in->name, why.s);
             else if (!is_convert && lf_short_reduction(s, why.s))
                 ;
+            else if (per_device)
+                /* a sum of values each device shifted by its own block's
+                 * max (an online softmax's local sum, whose log is the
+                 * device's logsumexp that a later merge combines) */
+                lf_unsupported_suspect(c, KIND_MISSING_ALL_REDUCE, s->comp, in,
+                                       "%s uses a partial sum of values each device shifted by its own blocks' maxima "
+                                       "(%s): a per-device statistic, which a later merge may combine; not related yet",
+                                       in->name, why.s);
             else if (!is_convert && own_statistic(c, ops, in->noperands, partial) &&
                      !averaged_later(s->comp, (uint32_t)(in - s->comp->instrs), 0))
                 /* each device's own shares combined (a weighted mean of its

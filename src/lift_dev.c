@@ -336,8 +336,10 @@ eid lf_konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i,
         return lf_node(c, c->cur, in, NULL, 0, dims, c->origin);
     }
     if (in->op == OP_RESHAPE && in->noperands == 1) {
-        /* each sharded output dim the only non-unit dim of its group, fed by
-         * one input dim of the same size */
+        /* each sharded output dim the only non-unit dim of its group, its
+         * blocks those of the group's first non-unit input dim (row-major:
+         * a block of P·n rows merged from [P·m, n/m] is a block of m along
+         * the major dim, jnp.tile's rows) */
         const hlo_instr *xi = &comp->instrs[in->operands[0]];
         const int64_t *a = xi->shape.dims, *b = in->shape.dims;
         uint32_t ra = xi->shape.rank, rb = in->shape.rank, p = 0, q = 0;
@@ -349,8 +351,8 @@ eid lf_konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i,
                 if (!w->dims[d].naxes) continue;
                 int src = -1, nonunit = 0;
                 for (uint32_t e = q; e < q2; e++) nonunit += b[e] != 1;
-                for (uint32_t k = p; k < p2; k++)
-                    if (a[k] != 1) src = src < 0 && a[k] == b[d] ? (int)k : -2;
+                for (uint32_t k = p; k < p2 && src < 0; k++)
+                    if (a[k] != 1) src = (int)k;
                 if (nonunit != 1 || src < 0) return EID_NONE;
                 u.dims[src] = w->dims[d];
             }

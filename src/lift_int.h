@@ -439,7 +439,11 @@ bool lf_row_instr(lstate *s, lval *out);
 /* Operand o, a partial max (or min) a reduce made over a sharded dim,
  * as its blocks' maxima: a row (LV_ROW, from_max) of the blockwise
  * reduce, false if it was made otherwise (lift_scan.c). */
-bool lf_partial_row(lstate *s, uint32_t o, lval *out);             /* an op over such slices (LV_ROW) */
+bool lf_partial_row(lstate *s, uint32_t o, lval *out);
+/* Whether instruction i of s's computation is computed from a value taken as
+ * a partial max's blocks' maxima (lf_partial_row): per-device statistics,
+ * an online softmax's local sums (lift_scan.c). */
+bool lf_after_row_max(const lstate *s, uint32_t i);             /* an op over such slices (LV_ROW) */
 bool lf_stack_pick(lstate *s, lval *out);            /* a take from a stack of partial positions at the winner */
 bool lf_topk_blocks(lstate *s, lval *out);           /* top_k of rows sharded along: every block's own */
 bool lf_topk_stack(lstate *s, lval *t);              /* top_k t of gathered blocks' top k: the rows' */

@@ -469,7 +469,8 @@ static bool row_spread_at(lstate *s, uint32_t o, const lval *y, lval *out) {
     for (uint32_t d = 0, q = 0; d < er; d++)
         if (d != tk) d1[q++] = ed[d];
     uint32_t t1 = lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, x->cls)), d1, er - 1);
-    eid e1 = nb == er - 1 ? ch[0] : eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, b1, nb), t1, ch, 1, c->origin);
+    eid e0 = ch[0]; /* before eg_add, which may move the nodes */
+    eid e1 = nb == er - 1 ? e0 : eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, b1, nb), t1, &e0, 1, c->origin);
     eid t = row_spread(c, e1, hid - (hid > tk), (uint32_t)k, g, r, ls->dims[k]);
     if (t == EID_NONE) return false;
     view v = view_dup(r);
@@ -698,6 +699,8 @@ static bool row_rescale(lstate *s, uint32_t ia, lval *out) {
                         : lv->kind == LV_TERM && lv->cls != EID_NONE ? lf_class_node(c, lv->cls, L->op, L->noperands, &lc)
                                                                      : EID_NONE;
         if (en == EID_NONE || (!direct && (ln == EID_NONE || eg_find(c->g, lc[p]) != eg_find(c->g, xv->cls)))) continue;
+        /* L's operands before eg_add, which may move the nodes */
+        eid nch[2] = {direct ? EID_NONE : lc[0], !direct && L->noperands > 1 ? lc[1] : EID_NONE};
         eid sd[2] = {S->cls, mb};
         eid d = eg_add(c->g, OP_SUBTRACT, 0, st, sd, 2, c->origin);
         eid e = eg_add(c->g, OP_EXP, eg_node_attr(c->g, en), eg_class_type(c->g, xv->cls), &d, 1, c->origin);
@@ -705,11 +708,27 @@ static bool row_rescale(lstate *s, uint32_t ia, lval *out) {
             *out = term(e, a->v, S->assumed || xv->assumed);
             return true;
         }
-        eid nch[2] = {lc[0], L->noperands > 1 ? lc[1] : EID_NONE};
         nch[p] = e;
         eid lt = eg_add(c->g, L->op, eg_node_attr(c->g, ln), eg_class_type(c->g, lv->cls), nch, L->noperands, c->origin);
         *out = term(lf_mk_reshape(c, lt, eg_class_type(c->g, a->cls), c->origin), a->v, S->assumed || xv->assumed);
         return true;
+    }
+    return false;
+}
+
+bool lf_after_row_max(const lstate *s, uint32_t i) {
+    if (!s->c->row_max_at) return false;
+    const hlo_comp *comp = s->comp;
+    uint32_t stack[64], n = 0, seen = 0;
+    stack[n++] = i;
+    while (n && seen < 512) {
+        uint32_t j = stack[--n];
+        seen++;
+        const lval *v = &s->vals[j];
+        if (v->kind == LV_ROW && v->from_max) return true;
+        const hlo_instr *y = &comp->instrs[j];
+        for (uint32_t o = 0; o < y->noperands && n < 64; o++)
+            if (y->operands[o] < j) stack[n++] = y->operands[o];
     }
     return false;
 }

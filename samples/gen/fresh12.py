@@ -339,6 +339,13 @@ def gqa_decode(q, k, v, lens):
     return jnp.einsum("bkgt,btke->bkge", jax.nn.softmax(s, -1), v).reshape(FD_B, FD_HQ, FD_E)
 
 
+# The unnormalised merge weights differ only where two cache splits hold
+# valid keys; the checker's execution draws integer inputs (the lengths) in
+# [0, 16), and on its seeds both rows end in the first split.
+MISS_FD = ("execution draws the lengths in [0, 16) and on its seeds every row's keys end in the first split, "
+           "where unnormalised weights are the softmax's")
+
+
 def flash_decode(bug):
     def f(q, k, v, lens):
         tl = k.shape[1]
@@ -369,6 +376,7 @@ C.smap("s.flash_decode_gqa_allgather_merge.sp4", {"sp": 4}, flash_decode, (P(), 
                          np.array([27, 9], np.int32)),
        bugs=[("groups-interleaved", ["layout-mismatch"]), ("len-mask-no-offset", ["wrong-shard-dim"]),
              ("merge-weights-unnormalised", ["wrong-reduction"])])
+C.known_miss("s.flash_decode_gqa_allgather_merge.sp4.bug.merge-weights-unnormalised", MISS_FD)
 
 
 # ---------------------------------------------------------------------------

@@ -407,6 +407,8 @@ void suite_text(void) {
               "ENTRY e {\n p = f32[4] parameter(0)\n"
               " x = f32[4] all-reduce(p), channel_id=1, replica_groups=mesh['a'=2,'b'=1,'c'=4], device_ids=([4,2]T(1,0)) {'a'}, use_global_device_ids=true, to_apply=r\n"
               " y = f32[4] all-reduce(p), channel_id=2, replica_groups=mesh['a'=2,'c'=4] {'c'}, to_apply=r\n"
+              " lo = f32[4] all-reduce(p), channel_id=4, replica_groups=mesh['dp'=2,'tp'=4] {'tp':(2)2}, to_apply=r\n"
+              " hi = f32[4] all-reduce(p), channel_id=5, replica_groups=mesh['dp'=2,'tp'=4] {'tp':(1)2}, to_apply=r\n"
               " ROOT z = f32[4] all-reduce(p), channel_id=3, replica_groups=mesh['a'=8] {'a':(2)2}, to_apply=r\n}\n", &d);
     CHECK_MSG(m != NULL, "%s", d.out.s ? d.out.s : "");
     if (m) {
@@ -416,6 +418,9 @@ void suite_text(void) {
         expanded(m, "x", A_REPLICA_GROUPS, "{0,1}{2,3}{4,5}{6,7}");
         expanded(m, "y", A_REPLICA_GROUPS, "{0,1,2,3}{4,5,6,7}");
         expanded(m, "z", A_REPLICA_GROUPS, "{0,2}{1,3}{4,6}{5,7}");
+        /* Shardy's sub-axes: tp=4 is [pre, size, rest]; (2)2 its minor half, (1)2 its major one */
+        expanded(m, "lo", A_REPLICA_GROUPS, "{0,1}{2,3}{4,5}{6,7}");
+        expanded(m, "hi", A_REPLICA_GROUPS, "{0,2}{1,3}{4,6}{5,7}");
         CHECK_EQ(graph_num_devices(m), 8);
     }
     graph_free(m);
