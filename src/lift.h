@@ -420,6 +420,10 @@ const char *lift_segment_at(const lift_ctx *c, const hlo_comp *comp, const hlo_i
 void lift_value_words(strbuf *b, const lval *v, const mesh *m);
 
 void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const hlo_module *dist, const mesh *m);
+/* Frees the lifted values and the memo once nothing reads them (after the
+ * provenance is kept): lift_value_at says NULL from then on; segments,
+ * findings and the e-graph stay. The bulk of a deep program's memory. */
+void lift_values_done(lift_ctx *c);
 void lift_done(lift_ctx *c);
 
 /* Adds the baseline's entry computation (calls inlined) to the e-graph; the
