@@ -44,7 +44,8 @@ struct lf_memo_side {
     sr_runs runs;
     lval *vals;                   /* its values (its first walk) */
     bool walking, walked;
-    /* distributed representatives (ext non-NULL): slot values, the baseline run,
+    /* Each side has only its own of the arrays below (the others NULL).
+     * distributed representatives (ext non-NULL): slot values, the baseline run,
      * per slot the baseline slot it is (-1: compared as is), per position the
      * baseline position it is (>= 0), slot s (-2 - s) or itself (-1) */
     lval **ext;
@@ -177,15 +178,18 @@ static void memo_init(lift_ctx *c) {
         }
         sr_split(mods[k], ms->comp, ma, &ms->runs);
         uint32_t n = ms->runs.n + 1;
-        ms->ext = arena_alloc(ma, n * sizeof *ms->ext);
-        ms->base_run = arena_alloc(ma, n * sizeof *ms->base_run);
-        ms->slot_map = arena_alloc(ma, n * sizeof *ms->slot_map);
-        ms->out_map = arena_alloc(ma, n * sizeof *ms->out_map);
-        ms->outside = arena_alloc(ma, n * sizeof *ms->outside);
-        ms->sat_failed = arena_alloc(ma, n * sizeof *ms->sat_failed);
-        ms->rep = arena_alloc(ma, n * sizeof *ms->rep);
-        ms->abstract = arena_alloc(ma, n * sizeof *ms->abstract);
-        for (uint32_t r = 0; r < ms->runs.n; r++) ms->rep[r] = SR_NONE;
+        if (k == 1) { /* representatives' bookkeeping */
+            ms->ext = arena_alloc(ma, n * sizeof *ms->ext);
+            ms->base_run = arena_alloc(ma, n * sizeof *ms->base_run);
+            ms->slot_map = arena_alloc(ma, n * sizeof *ms->slot_map);
+            ms->out_map = arena_alloc(ma, n * sizeof *ms->out_map);
+            ms->outside = arena_alloc(ma, n * sizeof *ms->outside);
+            ms->sat_failed = arena_alloc(ma, n * sizeof *ms->sat_failed);
+        } else { /* named runs */
+            ms->rep = arena_alloc(ma, n * sizeof *ms->rep);
+            ms->abstract = arena_alloc(ma, n * sizeof *ms->abstract);
+            for (uint32_t r = 0; r < ms->runs.n; r++) ms->rep[r] = SR_NONE;
+        }
         number_shapes(ma, ms);
         if (k == 1) {
             mm->futile = true;
