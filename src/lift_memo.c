@@ -86,7 +86,6 @@ struct lift_memo {
     arena a;                      /* the runs and what is kept per run: freed at once when futile */
     lf_memo_side side[2];            /* 0 baseline, 1 distributed */
     bool futile;                  /* no two distributed runs share a shape: no hit is possible */
-    strmap base_scope;            /* scope -> baseline run + 1, 0 when split over several runs */
     strmap scope_first;           /* scope -> its first baseline run */
 };
 
@@ -200,15 +199,12 @@ static void memo_init(lift_ctx *c) {
             }
         }
     }
-    strmap_init(&mm->base_scope);
     strmap_init(&mm->scope_first);
     const sr_runs *br = &mm->side[0].runs;
     uint32_t *last = xmalloc((br->n + 1) * sizeof *last); /* per run: the last run of its scope so far */
     mm->side[0].scope_next = arena_alloc(ma, (br->n + 1) * sizeof *mm->side[0].scope_next);
     for (uint32_t r = 0; r < br->n; r++) {
-        uint32_t seen, first;
-        bool again = strmap_get(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, &seen);
-        strmap_put(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, again ? 0 : r + 1);
+        uint32_t first;
         mm->side[0].scope_next[r] = SR_NONE;
         if (strmap_get(&mm->scope_first, br->runs[r].scope, br->runs[r].nscope, &first)) {
             mm->side[0].scope_next[last[first]] = r;
@@ -227,8 +223,10 @@ static void memo_init(lift_ctx *c) {
     ds->scope_base = arena_alloc(ma, (ds->runs.n + 1) * sizeof *ds->scope_base);
     mm->futile = true;
     for (uint32_t r = 0; r < ds->runs.n; r++) {
-        uint32_t b;
-        if (!strmap_get(&mm->base_scope, ds->runs.runs[r].scope, ds->runs.runs[r].nscope, &b)) b = 0;
+        uint32_t b = 0, first; /* the scope's baseline run + 1 when it has one only */
+        if (strmap_get(&mm->scope_first, ds->runs.runs[r].scope, ds->runs.runs[r].nscope, &first) &&
+            mm->side[0].scope_next[first] == SR_NONE)
+            b = first + 1;
         ds->scope_base[r] = b;
         mm->futile &= ds->shape_runs[ds->shape_of[r]] == 1 || b == 0;
     }
@@ -341,7 +339,6 @@ void lf_memo_free(lift_ctx *c) {
         free(bs->at);
         if (bs->scratch) munmap(bs->scratch, bs->scratch_len);
         arena_free(&c->memo->a);
-        strmap_free(&c->memo->base_scope);
         strmap_free(&c->memo->scope_first);
     }
     c->memo = NULL;
