@@ -958,12 +958,13 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
             r->findings[k].segment = xstrdup(at);
         }
     }
+    if (r->nfindings) keep_provenance(r, &lc, &rel.mesh);
+    lift_values_done(&lc); /* before the segments' results are made: a lower peak */
     judge_segments(r, (trace_verdict)verdict, contradicted, &lc, &sr, final_run, sat_ms, t4 - t3 - sat_ms);
     if (lc.assumptions.len) r->assumptions = xstrdup(lc.assumptions.s);
     r->w.seed = w.seed, r->w.max_abs = w.max_abs, r->w.max_rel = w.max_rel;
     r->verdict = verdict;
 
-    if (r->nfindings) keep_provenance(r, &lc, &rel.mesh);
     sb_free(&why);
     saturator_free(&sr);
     lift_done(&lc);

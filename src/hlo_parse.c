@@ -1348,6 +1348,10 @@ static void parse_computation(parser *ps, bool *seen_entry) {
     ps->nifix = 0;
     strmap_free(&ps->instr_index);
     strmap_init(&ps->instr_index);
+    /* The entry is nearly all of a deep program, and usually last: its names
+     * reserved at once (an instruction line is 120 to 160 bytes) rather than
+     * rehashed as they come, each larger table a fresh mapping. */
+    if (entry) strmap_reserve(&ps->instr_index, (size_t)(lx->end - lx->p) / 160);
     int64_t root = -1;
     size_t nparams = 0;
     while (!lex_accept(lx, '}')) {

@@ -93,10 +93,17 @@ static lval *vals_for(lift_ctx *c, const hlo_comp *comp) {
     return p;
 }
 
-void lift_done(lift_ctx *c) {
-    vals_unmap(c->vmap[0], c->vmap_len[0]);
-    vals_unmap(c->vmap[1], c->vmap_len[1]);
+void lift_values_done(lift_ctx *c) {
+    for (int k = 0; k < 2; k++) {
+        vals_unmap(c->vmap[k], c->vmap_len[k]);
+        c->vmap[k] = NULL;
+    }
+    memset(c->walked, 0, (c->dist->ncomps ? c->dist->ncomps : 1) * sizeof *c->walked);
     lf_memo_free(c);
+}
+
+void lift_done(lift_ctx *c) {
+    lift_values_done(c);
     sb_free(&c->assumptions);
     free(c->segs);
     strmap_free(&c->seg_index);

@@ -137,24 +137,25 @@ typedef struct lift_win {
 enum { TAG_ZERO = 0, TAG_HIT = 1, TAG_JUNK = 2 };
 
 typedef struct lval {
-    /* Fields by size (one-byte, four-byte, eight-byte), so that no padding
-     * sits between them: a flat program holds one lval per instruction. */
+    /* Fields by size (flags as bits, one-byte, four-byte, eight-byte), so
+     * that little padding sits between them: a flat program holds one lval
+     * per instruction (304 bytes). */
     uint8_t kind;
-    bool assumed;
-    bool konst;                   /* computed from constants only (no parameter) */
-    bool rearranged;              /* only a layout op's rearrangement of baseline values (see divergence) */
-    bool ambiguous;               /* the view is one of several readings of a reshape */
-    bool shares_apart;            /* a partial sum of which at most one device's share is non-zero at
+    bool assumed : 1;
+    bool konst : 1;               /* computed from constants only (no parameter) */
+    bool rearranged : 1;          /* only a layout op's rearrangement of baseline values (see divergence) */
+    bool ambiguous : 1;           /* the view is one of several readings of a reshape */
+    bool shares_apart : 1;        /* a partial sum of which at most one device's share is non-zero at
                                    * each element, none negative (a one-hot pick of non-negative
                                    * values summed over a sharded dim): its partial max as well */
-    bool partial_unsure;          /* its partial axes come from reducing a unit dim that carries
+    bool partial_unsure : 1;      /* its partial axes come from reducing a unit dim that carries
                                    * them in only one reading of an ambiguous reshape (another
                                    * reading leaves the value sharded, not partial) */
     uint8_t vdim;                 /* LV_IVEC: the dim holding the components; LV_ROW: E's dim the
                                    * devices hold one slice of */
-    bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
-    bool rescaled;                /* a baseline term times a constant factor put back into it */
-    bool from_max;                /* LV_ROW: the blocks' maxima (or minima) of a partial max (lf_partial_row) */
+    bool in_domain : 1;           /* LV_MASK: the index values are known to lie there (iota) */
+    bool rescaled : 1;            /* a baseline term times a constant factor put back into it */
+    bool from_max : 1;            /* LV_ROW: the blocks' maxima (or minima) of a partial max (lf_partial_row) */
     view v;
     eid cls;
     uint32_t count;
@@ -430,6 +431,10 @@ const char *lift_segment_at(const lift_ctx *c, const hlo_comp *comp, const hlo_i
 void lift_value_words(strbuf *b, const lval *v, const mesh *m);
 
 void lift_init(lift_ctx *c, egraph *g, arena *a, const hlo_module *base, const hlo_module *dist, const mesh *m);
+/* Frees the lifted values and the memo once nothing reads them (after the
+ * provenance is kept): lift_value_at says NULL from then on; segments,
+ * findings and the e-graph stay. The bulk of a deep program's memory. */
+void lift_values_done(lift_ctx *c);
 void lift_done(lift_ctx *c);
 
 /* Adds the baseline's entry computation (calls inlined) to the e-graph; the

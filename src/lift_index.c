@@ -1038,11 +1038,7 @@ static bool pw_gather(lstate *s, lval *out) {
     /* iota positions: rows [0, n) of the table, nothing to assume */
     v.in_domain = v.hit != EID_NONE || iota_within(c, row->src, domain);
     if (v.hit == EID_NONE) {
-        hlo_instr gi = *in;
-        hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);
-        for (uint32_t a = 0; a < in->nattrs; a++)
-            if (attrs[a].key == A_SLICE_SIZES && attrs[a].n == nss) attrs[a].v.ints = arena_memdup(c->a, gss, nss * sizeof *gss);
-        gi.attrs = attrs;
+        hlo_instr gi = lf_with_ints(c, in, A_SLICE_SIZES, gss, nss);
         v.hit = lf_node(c, c->cur, &gi, ch, 2, g, c->origin);
     }
     /* take_along_axis: every other table dim a batching dim, paired in order

@@ -133,6 +133,10 @@ void lf_pending(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_in
     __attribute__((format(printf, 5, 6)));
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
             uint8_t origin);
+/* A copy of in whose attribute `key`, when it holds n integers, holds
+ * ints[0..n) instead (a term's global slice sizes); the attribute list is
+ * copied into the arena, in's left as it is. */
+hlo_instr lf_with_ints(lift_ctx *c, const hlo_instr *in, int key, const int64_t *ints, uint32_t n);
 eid lf_fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank);
 void lf_global_dims(const lift_ctx *c, const view *v, const shape *local, int64_t *out);
 void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask);

@@ -502,11 +502,7 @@ bool lf_gather_views(lstate *s, lval *out) {
     v.red = t->v.red;
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
-    hlo_instr g = *in;
-    hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);
-    for (uint32_t a = 0; a < in->nattrs; a++)
-        if (attrs[a].key == A_SLICE_SIZES && attrs[a].n == nss) attrs[a].v.ints = arena_memdup(c->a, sizes, nss * sizeof *sizes);
-    g.attrs = attrs;
+    hlo_instr g = lf_with_ints(c, in, A_SLICE_SIZES, sizes, nss);
     eid ch[2] = {t->cls, ix->cls};
     *out = term(lf_node(c, c->cur, &g, ch, 2, dims, c->origin), v, t->assumed || ix->assumed);
     return true;

@@ -44,7 +44,8 @@ struct lf_memo_side {
     sr_runs runs;
     lval *vals;                   /* its values (its first walk) */
     bool walking, walked;
-    /* distributed representatives (ext non-NULL): slot values, the baseline run,
+    /* Each side has only its own of the arrays below (the others NULL).
+     * distributed representatives (ext non-NULL): slot values, the baseline run,
      * per slot the baseline slot it is (-1: compared as is), per position the
      * baseline position it is (>= 0), slot s (-2 - s) or itself (-1) */
     lval **ext;
@@ -63,14 +64,17 @@ struct lf_memo_side {
     uint32_t *shape_runs;         /* per shape: its number of runs (1: it can neither hit nor be reused) */
     /* baseline: per run the next run of its scope (memo_materialise) */
     uint32_t *scope_next;
+    /* distributed: per run the baseline run of its scope + 1, 0 when that
+     * scope has none or several (looked up once, not per run walked) */
+    uint32_t *scope_base;
     /* Baseline, once walked (lf_memo_release_base): the values the memo reads
      * kept on their own — kept[at[i] - 1] for instruction i, at[i] 0 when
      * not kept — so that vals, the whole walk's, can go; scratch (NULL until
      * memo_materialise needs it) holds the values of a run built after all.
-     * A baseline value's view is dup (one device), so a kept value is its
-     * bytes without the view and the view's rank (kept_lite); the rare other
-     * one, AT_FULL in at[i], is kept whole in full[]. */
-    unsigned char *kept;
+     * Nearly every kept value is a plain term with a dup view (one device):
+     * kept in 24 bytes (memo_tiny); the rare other one, AT_FULL in at[i],
+     * whole in full[]. */
+    struct memo_tiny *kept;
     uint32_t *at;
     lval *full;
     size_t nfull, capfull;
@@ -82,7 +86,6 @@ struct lift_memo {
     arena a;                      /* the runs and what is kept per run: freed at once when futile */
     lf_memo_side side[2];            /* 0 baseline, 1 distributed */
     bool futile;                  /* no two distributed runs share a shape: no hit is possible */
-    strmap base_scope;            /* scope -> baseline run + 1, 0 when split over several runs */
     strmap scope_first;           /* scope -> its first baseline run */
 };
 
@@ -174,15 +177,18 @@ static void memo_init(lift_ctx *c) {
         }
         sr_split(mods[k], ms->comp, ma, &ms->runs);
         uint32_t n = ms->runs.n + 1;
-        ms->ext = arena_alloc(ma, n * sizeof *ms->ext);
-        ms->base_run = arena_alloc(ma, n * sizeof *ms->base_run);
-        ms->slot_map = arena_alloc(ma, n * sizeof *ms->slot_map);
-        ms->out_map = arena_alloc(ma, n * sizeof *ms->out_map);
-        ms->outside = arena_alloc(ma, n * sizeof *ms->outside);
-        ms->sat_failed = arena_alloc(ma, n * sizeof *ms->sat_failed);
-        ms->rep = arena_alloc(ma, n * sizeof *ms->rep);
-        ms->abstract = arena_alloc(ma, n * sizeof *ms->abstract);
-        for (uint32_t r = 0; r < ms->runs.n; r++) ms->rep[r] = SR_NONE;
+        if (k == 1) { /* representatives' bookkeeping */
+            ms->ext = arena_alloc(ma, n * sizeof *ms->ext);
+            ms->base_run = arena_alloc(ma, n * sizeof *ms->base_run);
+            ms->slot_map = arena_alloc(ma, n * sizeof *ms->slot_map);
+            ms->out_map = arena_alloc(ma, n * sizeof *ms->out_map);
+            ms->outside = arena_alloc(ma, n * sizeof *ms->outside);
+            ms->sat_failed = arena_alloc(ma, n * sizeof *ms->sat_failed);
+        } else { /* named runs */
+            ms->rep = arena_alloc(ma, n * sizeof *ms->rep);
+            ms->abstract = arena_alloc(ma, n * sizeof *ms->abstract);
+            for (uint32_t r = 0; r < ms->runs.n; r++) ms->rep[r] = SR_NONE;
+        }
         number_shapes(ma, ms);
         if (k == 1) {
             mm->futile = true;
@@ -193,15 +199,12 @@ static void memo_init(lift_ctx *c) {
             }
         }
     }
-    strmap_init(&mm->base_scope);
     strmap_init(&mm->scope_first);
     const sr_runs *br = &mm->side[0].runs;
     uint32_t *last = xmalloc((br->n + 1) * sizeof *last); /* per run: the last run of its scope so far */
     mm->side[0].scope_next = arena_alloc(ma, (br->n + 1) * sizeof *mm->side[0].scope_next);
     for (uint32_t r = 0; r < br->n; r++) {
-        uint32_t seen, first;
-        bool again = strmap_get(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, &seen);
-        strmap_put(&mm->base_scope, br->runs[r].scope, br->runs[r].nscope, again ? 0 : r + 1);
+        uint32_t first;
         mm->side[0].scope_next[r] = SR_NONE;
         if (strmap_get(&mm->scope_first, br->runs[r].scope, br->runs[r].nscope, &first)) {
             mm->side[0].scope_next[last[first]] = r;
@@ -216,40 +219,50 @@ static void memo_init(lift_ctx *c) {
      * scope: when no run whose shape another shares has one (a training
      * step, whose every layer scope the forward and backward passes split
      * into several runs on both sides), no hit is possible either. */
-    const lf_memo_side *ds = &mm->side[1];
+    lf_memo_side *ds = &mm->side[1];
+    ds->scope_base = arena_alloc(ma, (ds->runs.n + 1) * sizeof *ds->scope_base);
     mm->futile = true;
-    for (uint32_t r = 0; r < ds->runs.n && mm->futile; r++) {
-        uint32_t b;
-        mm->futile = ds->shape_runs[ds->shape_of[r]] == 1 ||
-                     !strmap_get(&mm->base_scope, ds->runs.runs[r].scope, ds->runs.runs[r].nscope, &b) || b == 0;
+    for (uint32_t r = 0; r < ds->runs.n; r++) {
+        uint32_t b = 0, first; /* the scope's baseline run + 1 when it has one only */
+        if (strmap_get(&mm->scope_first, ds->runs.runs[r].scope, ds->runs.runs[r].nscope, &first) &&
+            mm->side[0].scope_next[first] == SR_NONE)
+            b = first + 1;
+        ds->scope_base[r] = b;
+        mm->futile &= ds->shape_runs[ds->shape_of[r]] == 1 || b == 0;
     }
     if (mm->futile && dbg_on(DBG_MEMO))
         fprintf(stderr, "memo: no distributed run has a baseline run of its scope to compare with: no hit is possible\n");
     if (mm->futile) memo_futile(mm);
 }
 
-/* A kept baseline value: the lval's bytes before and after its view, and
- * the rank of the view (dup: view_dup(rank) byte for byte). */
-#define LITE_HEAD offsetof(lval, v)
-#define LITE_TAIL (sizeof(lval) - offsetof(lval, v) - sizeof(view))
-#define LITE_SIZE (LITE_HEAD + LITE_TAIL + 1)
+/* A kept baseline value, as nearly all are: a term or unknown value with a
+ * dup view, its class, rank, constant-only flag and factor, nothing else
+ * (checked: the value rebuilt from these is the value byte for byte), and
+ * the term its factor was put back into (corr, which baseline values keep
+ * too): 24 bytes. The rare other one is kept whole (AT_FULL). */
+typedef struct memo_tiny {
+    eid cls, corr;
+    uint8_t kind, rank, konst;
+    double scale;
+} memo_tiny;
 #define AT_FULL 0x80000000u
 
-static bool lite_fits(const lval *x) {
-    view dup = view_dup(x->v.rank);
-    return memcmp(&x->v, &dup, sizeof dup) == 0;
+static void tiny_get(const memo_tiny *t, lval *x) {
+    memset(x, 0, sizeof *x);
+    x->kind = t->kind;
+    x->konst = t->konst;
+    x->v = view_dup(t->rank);
+    x->cls = t->cls;
+    x->corr = t->corr;
+    x->scale = t->scale;
 }
 
-static void lite_put(unsigned char *p, const lval *x) {
-    memcpy(p, x, LITE_HEAD);
-    memcpy(p + LITE_HEAD, (const char *)x + LITE_HEAD + sizeof(view), LITE_TAIL);
-    p[LITE_HEAD + LITE_TAIL] = x->v.rank;
-}
-
-static void lite_get(const unsigned char *p, lval *x) {
-    memcpy(x, p, LITE_HEAD);
-    x->v = view_dup(p[LITE_HEAD + LITE_TAIL]);
-    memcpy((char *)x + LITE_HEAD + sizeof(view), p + LITE_HEAD, LITE_TAIL);
+/* Whether x has the tiny form; fills *t. */
+static bool tiny_put(memo_tiny *t, const lval *x) {
+    lval y;
+    *t = (memo_tiny){.cls = x->cls, .corr = x->corr, .kind = x->kind, .rank = x->v.rank, .konst = x->konst, .scale = x->scale};
+    tiny_get(t, &y);
+    return memcmp(&y, x, sizeof y) == 0;
 }
 
 /* Baseline value i as the memo sees it: the walk's, or a copy of the one
@@ -260,7 +273,7 @@ static const lval *base_val(const lf_memo_side *bs, uint32_t i) {
     if (!bs->at) return &bs->vals[i];
     uint32_t k = bs->at[i];
     if (k & AT_FULL) return &bs->full[(k & ~AT_FULL) - 1];
-    if (k) lite_get(bs->kept + (size_t)(k - 1) * LITE_SIZE, &got);
+    if (k) tiny_get(&bs->kept[k - 1], &got);
     else memset(&got, 0, sizeof got);
     return &got;
 }
@@ -268,10 +281,11 @@ static const lval *base_val(const lf_memo_side *bs, uint32_t i) {
 /* Replaces kept baseline value i (memo_materialise). */
 static void base_set(lf_memo_side *bs, uint32_t i, const lval *x) {
     uint32_t k = bs->at[i];
+    memo_tiny t;
     if (k & AT_FULL) {
         bs->full[(k & ~AT_FULL) - 1] = *x;
-    } else if (k && lite_fits(x)) {
-        lite_put(bs->kept + (size_t)(k - 1) * LITE_SIZE, x);
+    } else if (k && tiny_put(&t, x)) {
+        bs->kept[k - 1] = t;
     } else if (k) { /* kept whole from now on */
         XGROW(bs->full, bs->capfull, bs->nfull + 1);
         bs->full[bs->nfull++] = *x;
@@ -296,15 +310,22 @@ bool lf_memo_release_base(lift_ctx *c) {
         for (uint32_t i = x->i0; i < x->i1; i++)
             if (x->exported[i - x->i0] || bs->comp->instrs[i].op == OP_PARAMETER) at[i] = 1;
     }
-    for (uint32_t i = 0; i < n; i++)
-        if (at[i] && lite_fits(&bs->vals[i])) at[i] = ++nkept;
-        else if (at[i]) at[i] = AT_FULL | ++nfull;
-    bs->kept = xmalloc((size_t)(nkept + 1) * LITE_SIZE);
-    XGROW(bs->full, bs->capfull, nfull + 1);
+    for (uint32_t i = 0; i < n; i++) nkept += at[i];
+    bs->kept = xmalloc((size_t)(nkept + 1) * sizeof *bs->kept);
+    nkept = 0;
+    memo_tiny t;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!at[i]) continue;
+        if (tiny_put(&t, &bs->vals[i])) {
+            bs->kept[nkept] = t;
+            at[i] = ++nkept;
+        } else {
+            XGROW(bs->full, bs->capfull, nfull + 1);
+            bs->full[nfull] = bs->vals[i];
+            at[i] = AT_FULL | ++nfull;
+        }
+    }
     bs->nfull = nfull;
-    for (uint32_t i = 0; i < n; i++)
-        if (at[i] & AT_FULL) bs->full[(at[i] & ~AT_FULL) - 1] = bs->vals[i];
-        else if (at[i]) lite_put(bs->kept + (size_t)(at[i] - 1) * LITE_SIZE, &bs->vals[i]);
     bs->at = at;
     bs->vals = NULL;
     return true;
@@ -318,7 +339,6 @@ void lf_memo_free(lift_ctx *c) {
         free(bs->at);
         if (bs->scratch) munmap(bs->scratch, bs->scratch_len);
         arena_free(&c->memo->a);
-        strmap_free(&c->memo->base_scope);
         strmap_free(&c->memo->scope_first);
     }
     c->memo = NULL;
@@ -479,12 +499,12 @@ void lf_memo_leave(lift_ctx *c, lf_memo_side *ms) {
     ms->walked = true;
 }
 
-/* The baseline run of a distributed run's scope, or SR_NONE. */
-static uint32_t base_run_of(lift_ctx *c, const sr_run *run) {
-    uint32_t r;
+/* The baseline run of distributed run r's scope, or SR_NONE. */
+static uint32_t base_run_of(lift_ctx *c, uint32_t r) {
     const lf_memo_side *bs = &c->memo->side[0];
-    if (!bs->walked || !strmap_get(&c->memo->base_scope, run->scope, run->nscope, &r) || r == 0) return SR_NONE;
-    return bs->rep[r - 1] == SR_NONE ? SR_NONE : r - 1;
+    uint32_t b = c->memo->side[1].scope_base[r];
+    if (!bs->walked || b == 0) return SR_NONE;
+    return bs->rep[b - 1] == SR_NONE ? SR_NONE : b - 1;
 }
 
 typedef struct memo_mark {
@@ -506,7 +526,7 @@ static uint32_t memo_hit(lift_ctx *c, lf_memo_side *ms, uint32_t r, lval *vals) 
     if (ms != &c->memo->side[1]) return SR_NONE;
     const sr_run *run = &ms->runs.runs[r];
     c->memo_runs++;
-    uint32_t br = base_run_of(c, run);
+    uint32_t br = base_run_of(c, r);
     if (br == SR_NONE) return SR_NONE;
     const lf_memo_side *bs = &c->memo->side[0];
     const sr_run *brun = &bs->runs.runs[br];
@@ -561,7 +581,7 @@ static memo_why memo_record(lift_ctx *c, lf_memo_side *ms, uint32_t r, const lva
         return MEMO_NEVER;
     }
     const sr_run *run = &ms->runs.runs[r];
-    uint32_t br = base_run_of(c, run);
+    uint32_t br = base_run_of(c, r);
     if (br == SR_NONE) {
         memo_debug(ms, r, "no baseline run of that scope to compare with");
         return MEMO_NEVER;

@@ -767,11 +767,7 @@ lval lf_lift_dynamic_slice(lstate *s) {
             ch[1 + d] = s->ops[1 + d].kind == LV_TERM ? s->ops[1 + d].cls
                                                        : lf_dev_constant(c, &s->comp->instrs[in->operands[1 + d]], &s->ops[1 + d]);
         /* The term slices the global tensor: its sizes are the global ones. */
-        hlo_instr g = *in;
-        hlo_attr *attrs = arena_memdup(c->a, in->attrs, (in->nattrs + 1) * sizeof *attrs);
-        for (uint32_t k = 0; k < in->nattrs; k++)
-            if (attrs[k].key == A_DYNAMIC_SLICE_SIZES && attrs[k].n == rank) attrs[k].v.ints = arena_memdup(c->a, dims, rank * sizeof *dims);
-        g.attrs = attrs;
+        hlo_instr g = lf_with_ints(c, in, A_DYNAMIC_SLICE_SIZES, dims, rank);
         return term(lf_node(c, c->cur, &g, ch, rank + 1, dims, c->origin), v, assumed);
     }
     for (uint32_t d = 0; d < rank; d++)

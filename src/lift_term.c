@@ -650,6 +650,16 @@ static eid constant_gather(lift_ctx *c, const hlo_instr *in, const eid *ch, cons
     return lf_mk_reshape(c, lf_mk_slice(c, ch[0], sl), lf_type_of(c, in->shape.dtype, dims, in->shape.rank), c->origin);
 }
 
+hlo_instr lf_with_ints(lift_ctx *c, const hlo_instr *in, int key, const int64_t *ints, uint32_t n) {
+    hlo_instr g = *in;
+    hlo_attr *attrs = arena_alloc(c->a, (in->nattrs + 1) * sizeof *attrs); /* in's has nattrs: no more read */
+    if (in->nattrs) memcpy(attrs, in->attrs, in->nattrs * sizeof *attrs);
+    for (uint32_t k = 0; k < in->nattrs; k++)
+        if (attrs[k].key == key && attrs[k].n == n) attrs[k].v.ints = arena_memdup(c->a, ints, n * sizeof *ints);
+    g.attrs = attrs;
+    return g;
+}
+
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
                 uint8_t origin) {
     uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);

@@ -44,8 +44,7 @@ typedef struct split_ctx {
     uint64_t *comp_fps;           /* per computation of m, 0: not yet */
     const hlo_comp *comp;
     arena *a;
-    sr_runs *out;
-    uint32_t cap;
+    sr_runs *out;                 /* its runs array sized beforehand (sr_count) */
     uint32_t *slot_of;            /* per instruction: slot in the current run + 1 */
     uint32_t *last_use;           /* per instruction: last reader's index */
 } split_ctx;
@@ -97,7 +96,6 @@ static uint64_t comp_fp(const hlo_module *m, uint32_t ci, uint64_t *cache) {
 static void add_run(void *ctx, uint32_t i0, uint32_t i1, const char *s, size_t n) {
     split_ctx *x = ctx;
     sr_runs *o = x->out;
-    ARENA_GROW(x->a, o->runs, o->n, x->cap, 16);
     sr_run *r = &o->runs[o->n];
     o->start[i0] = o->n++;
     r->i0 = i0;
@@ -139,13 +137,16 @@ void sr_split(const hlo_module *m, const hlo_comp *comp, arena *a, sr_runs *out)
     memset(out, 0, sizeof *out);
     out->start = arena_alloc(a, (comp->ninstrs + 1) * sizeof *out->start);
     for (uint32_t i = 0; i < comp->ninstrs; i++) out->start[i] = SR_NONE;
-    split_ctx x = {m, xcalloc(m->ncomps + 1, sizeof(uint64_t)), comp, a, out, 0,
+    split_ctx x = {m, xcalloc(m->ncomps + 1, sizeof(uint64_t)), comp, a, out,
                    xcalloc(comp->ninstrs + 1, sizeof(uint32_t)), xcalloc(comp->ninstrs + 1, sizeof(uint32_t))};
     for (uint32_t i = 0; i < comp->ninstrs; i++)
         for (uint32_t k = 0; k < comp->instrs[i].noperands; k++) {
             uint32_t op = comp->instrs[i].operands[k];
             if (op < comp->ninstrs && x.last_use[op] < i) x.last_use[op] = i;
         }
+    /* Counted first: an array grown in the arena would leave every smaller
+     * one behind (at 200k runs, more than the runs themselves). */
+    out->runs = arena_alloc(a, (sr_count(comp) + 1) * sizeof *out->runs);
     each_run(comp, add_run, &x);
     free(x.comp_fps);
     free(x.slot_of);

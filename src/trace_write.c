@@ -603,27 +603,7 @@ static json_t *pair_json(const check_opts *o, const check_result *r) {
     json_object_set_new(pair, "mesh", mj);
     json_object_set_new(pair, "relations_file", o->relations ? json_string(o->relations) : json_null());
     json_object_set_new(pair, "command", command_json(o));
-    json_t *rj = json_object();
-    for (uint32_t k = 0; k < rel->ninputs; k++) {
-        strbuf b;
-        sb_init(&b);
-        view_print(&b, &rel->inputs[k], &rel->mesh);
-        char key[300];
-        const char *nm = rel->input_names && rel->input_names[k] ? rel->input_names[k] : NULL;
-        if (nm) snprintf(key, sizeof key, "%s", nm);
-        else snprintf(key, sizeof key, "parameter %u", k);
-        json_object_set_new(rj, key, json_string(b.s));
-        sb_free(&b);
-    }
-    for (uint32_t k = 0; k < rel->noutputs; k++) {
-        strbuf b;
-        sb_init(&b);
-        view_print(&b, &rel->outputs[k], &rel->mesh);
-        char key[64];
-        snprintf(key, sizeof key, "output %u", k);
-        json_object_set_new(rj, key, json_string(b.s));
-        sb_free(&b);
-    }
+    json_t *rj = json_object(); /* filled as text (relations_text): one entry per parameter */
     json_object_set_new(pair, "relations", rj);
     return pair;
 }
@@ -713,27 +693,56 @@ static void tw_real(tw_text *w, const char *key, double v) {
     sb_puts(w->b, t);
 }
 
-/* A string: printable ASCII as is, anything else as jansson escapes it. A
- * string jansson refuses (not UTF-8) leaves the key out, as an object built
- * with it would. */
-static void tw_str(tw_text *w, const char *key, const char *v) {
+/* Whether v is printable ASCII without a quote or backslash: its text is
+ * itself between quotes. */
+static bool tw_plain(const char *v, size_t *n) {
     const unsigned char *p = (const unsigned char *)v;
     while (*p >= 0x20 && *p < 0x7f && *p != '"' && *p != '\\') p++;
-    if (!*p) {
+    *n = (size_t)((const char *)p - v);
+    return !*p;
+}
+
+/* A string that is not plain as jansson dumps it (ensure_ascii, malloc'd),
+ * or NULL when jansson refuses it (not UTF-8). */
+static char *tw_escaped(const char *v) {
+    json_t *j = json_string(v);
+    char *t = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_ENSURE_ASCII) : NULL;
+    json_decref(j);
+    return t;
+}
+
+/* A key or a string value as jansson dumps it; false when jansson refuses
+ * it, and an object then has no such member. */
+static bool tw_quoted(strbuf *b, const char *v) {
+    size_t n;
+    if (tw_plain(v, &n)) {
+        sb_putc(b, '"');
+        sb_put(b, v, n);
+        sb_putc(b, '"');
+        return true;
+    }
+    char *t = tw_escaped(v);
+    if (t) sb_puts(b, t);
+    free(t);
+    return t != NULL;
+}
+
+/* A string member (see tw_quoted). */
+static void tw_str(tw_text *w, const char *key, const char *v) {
+    size_t n;
+    if (tw_plain(v, &n)) {
         tw_member(w, key);
         sb_putc(w->b, '"');
-        sb_put(w->b, v, (size_t)((const char *)p - v));
+        sb_put(w->b, v, n);
         sb_putc(w->b, '"');
         return;
     }
-    json_t *j = json_string(v);
-    char *t = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_ENSURE_ASCII) : NULL;
+    char *t = tw_escaped(v);
     if (t) {
         tw_member(w, key);
         sb_puts(w->b, t);
     }
     free(t);
-    json_decref(j);
 }
 
 static void segment_text(tw_text *w, const check_segment *sg) {
@@ -788,6 +797,61 @@ static void segments_text(strbuf *b, const check_result *r) {
     tw_close(&w, ']');
 }
 
+/* pair.relations as jansson dumps it (the object at depth 2): each input's
+ * view under its parameter's name ("parameter K" without one), then each
+ * output's ("output K"). A name given twice keeps its first place and its
+ * last view, as setting it twice in an object would. 416k parameters at
+ * deep 100x: as jansson objects they cost more than checking them. */
+static void relations_text(strbuf *b, const check_result *r) {
+    const relations *rel = &r->rel;
+    uint32_t n = rel->ninputs + rel->noutputs, nkeys = 0, at;
+    arena a;
+    arena_init(&a);
+    strmap index; /* quoted key -> its place */
+    strmap_init(&index);
+    const char **keys = xmalloc((n + 1) * sizeof *keys), **vals = xmalloc((n + 1) * sizeof *vals);
+    strbuf t, v;
+    sb_init(&t);
+    sb_init(&v);
+    for (uint32_t k = 0; k < n; k++) {
+        bool in = k < rel->ninputs;
+        char key[300];
+        const char *nm = in && rel->input_names ? rel->input_names[k] : NULL;
+        if (nm) snprintf(key, sizeof key, "%s", nm);
+        else if (in) snprintf(key, sizeof key, "parameter %u", k);
+        else snprintf(key, sizeof key, "output %u", k - rel->ninputs);
+        v.len = 0;
+        view_print(&v, in ? &rel->inputs[k] : &rel->outputs[k - rel->ninputs], &rel->mesh);
+        t.len = 0;
+        if (!tw_quoted(&t, key)) continue;
+        size_t kn = t.len;
+        if (!tw_quoted(&t, v.s ? v.s : "")) continue;
+        const char *kq = arena_strndup(&a, t.s, kn), *vq = arena_strndup(&a, t.s + kn, t.len - kn);
+        if (strmap_get(&index, kq, kn, &at)) {
+            vals[at] = vq;
+        } else {
+            strmap_put(&index, kq, kn, nkeys);
+            keys[nkeys] = kq;
+            vals[nkeys++] = vq;
+        }
+    }
+    tw_text w = {.b = b, .depth = 2};
+    tw_open(&w, '{');
+    for (uint32_t k = 0; k < nkeys; k++) {
+        tw_member(&w, NULL);
+        sb_puts(b, keys[k]);
+        sb_put(b, ": ", 2);
+        sb_puts(b, vals[k]);
+    }
+    tw_close(&w, '}');
+    sb_free(&t);
+    sb_free(&v);
+    free(keys);
+    free(vals);
+    strmap_free(&index);
+    arena_free(&a);
+}
+
 /* Everything but the segments, whose key holds an empty array. */
 static json_t *trace_head(const check_opts *o, const check_result *r) {
     json_t *t = json_object();
@@ -834,6 +898,11 @@ static json_t *trace_head(const check_opts *o, const check_result *r) {
 
 json_t *trace_write(const check_opts *o, const check_result *r) {
     json_t *t = trace_head(o, r);
+    strbuf rt;
+    sb_init(&rt);
+    relations_text(&rt, r);
+    json_object_set_new(json_object_get(t, "pair"), "relations", json_loads(rt.s, 0, NULL));
+    sb_free(&rt);
     if (r->nsegs) {
         strbuf b;
         sb_init(&b);
@@ -855,16 +924,20 @@ bool trace_write_text(const check_opts *o, const check_result *r, strbuf *out) {
     sb_init(&head);
     bool ok = json_dump_callback(t, tw_append, &head, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII) == 0;
     json_decref(t);
-    /* After a newline and one space only a top-level key can start (strings
-     * carry their newlines escaped). */
-    static const char key[] = "\n \"segments\": ";
-    const char *at = ok && head.s ? strstr(head.s, key) : NULL;
-    if (!at || strncmp(at + strlen(key), "[]", 2) != 0) ok = false;
+    /* After a newline and one space only a top-level key can start, after
+     * two one of pair's (strings carry their newlines escaped); pair comes
+     * before the segments. */
+    static const char rkey[] = "\n  \"relations\": {}", skey[] = "\n \"segments\": []";
+    const char *rat = ok && head.s ? strstr(head.s, rkey) : NULL;
+    const char *sat = rat ? strstr(rat, skey) : NULL;
+    if (!sat) ok = false;
     if (ok) {
-        size_t pre = (size_t)(at - head.s) + strlen(key);
-        sb_put(out, head.s, pre);
+        size_t rpre = (size_t)(rat - head.s) + strlen(rkey) - 2, spre = (size_t)(sat - head.s) + strlen(skey) - 2;
+        sb_put(out, head.s, rpre);
+        relations_text(out, r);
+        sb_put(out, head.s + rpre + 2, spre - rpre - 2);
         segments_text(out, r);
-        sb_puts(out, head.s + pre + 2);
+        sb_puts(out, head.s + spre + 2);
         sb_putc(out, '\n');
     }
     sb_free(&head);
