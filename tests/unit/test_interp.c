@@ -1599,7 +1599,16 @@ static void test_fft(void) {
         CHECK_CONTAINS(err.s, "not defined for complex values");
         sb_free(&err);
     }
-    t_case("interp fft-2.3 constant folding refuses complex values");
+    /* Across devices: a complex sum all-reduce and all-gather keep both parts
+     * (device d holds 10·d + e; the imaginary parts are twice the real). */
+    const char *coll = "HloModule m, num_partitions=2\n\naddc {\n  a = c64[] parameter(0)\n  b = c64[] parameter(1)\n"
+                       "  ROOT s = c64[] add(a, b)\n}\n\nENTRY e {\n  p = f32[2] parameter(0)\n  two = f32[2] add(p, p)\n"
+                       "  z = c64[2] complex(p, two)\n  ar = c64[2] all-reduce(z), channel_id=1, replica_groups={{0,1}}, "
+                       "use_global_device_ids=true, to_apply=addc\n  ag = c64[4] all-gather(ar), channel_id=2, "
+                       "replica_groups={{0,1}}, dimensions={0}, use_global_device_ids=true\n  ROOT r = f32[4] imag(ag)\n}\n";
+    static const double wcoll[4] = {20, 24, 20, 24};
+    expect("interp fft-2.3 complex all-reduce and all-gather", coll, 1, 2, fill_dev, 1, wcoll, 4);
+    t_case("interp fft-2.4 constant folding refuses complex values");
     {
         hlo_module *m = parse("HloModule m\nENTRY e {\n  x = f32[4] parameter(0)\n"
                               "  ROOT r = c64[3] fft(x), fft_type=RFFT, fft_length={4}\n}\n");
