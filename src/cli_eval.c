@@ -2,7 +2,8 @@
  *
  * Runs a module on N simulated devices with the reference interpreter
  * (interp.h) and prints, per output and device, its type, sum, largest
- * magnitude, a checksum and the first values.
+ * magnitude, a checksum and the first values (of a complex output: sum,
+ * magnitude and values of the real parts; the checksum covers both).
  *
  * Inputs. --inputs F reads a tensor file (stf.h; the samples' *.io.stf): the
  * tensor "in.<k>[.<name>]" feeds parameter k. A tensor with the parameter's
@@ -54,6 +55,12 @@ static uint64_t val_checksum(const interp_val *v) {
             double x = v->f[k] == 0 ? 0.0 : v->f[k];  /* -0 and +0 hash alike */
             memcpy(&u, &x, sizeof u);
         } else u = (uint64_t)v->i[k];
+        h = (h ^ u) * 1099511628211ull;
+    }
+    for (int64_t k = 0; v->im && k < v->n; k++) {  /* a complex value's imaginary parts after */
+        uint64_t u;
+        double x = v->im[k] == 0 ? 0.0 : v->im[k];
+        memcpy(&u, &x, sizeof u);
         h = (h ^ u) * 1099511628211ull;
     }
     return h;

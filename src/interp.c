@@ -25,8 +25,13 @@ bool interp_dtype_ok(int dt) {
 
 static bool isf(int dt) { return dtype_is_float(dt) && interp_dtype_ok(dt); }
 
-interp_val *interp_val_new(int dt, uint32_t rank, const int64_t *dims) {
-    if (!interp_dtype_ok(dt) || rank > INTERP_MAX_RANK) return NULL;
+/* The type of a complex type's parts (c64: f32, c128: f64); dt otherwise. */
+static int part_dt(int dt) { return dt == DT_C64 ? DT_F32 : dt == DT_C128 ? DT_F64 : dt; }
+
+/* A zero-filled array of any type a run holds: interp_val_new's and complex. */
+static interp_val *val_new(int dt, uint32_t rank, const int64_t *dims) {
+    bool cx = dtype_is_complex(dt);
+    if ((!interp_dtype_ok(dt) && !cx) || rank > INTERP_MAX_RANK) return NULL;
     int64_t n = 1;
     for (uint32_t d = 0; d < rank; d++) {
         if (dims[d] < 0 || !mul_ok(n, dims[d], &n)) return NULL;
@@ -38,9 +43,14 @@ interp_val *interp_val_new(int dt, uint32_t rank, const int64_t *dims) {
     v->rank = rank;
     if (rank) memcpy(v->dims, dims, rank * sizeof *dims);
     v->n = n;
-    if (isf(dt)) v->f = xcalloc((size_t)(n ? n : 1), sizeof *v->f);
+    if (isf(dt) || cx) v->f = xcalloc((size_t)(n ? n : 1), sizeof *v->f);
     else v->i = xcalloc((size_t)(n ? n : 1), sizeof *v->i);
+    if (cx) v->im = xcalloc((size_t)(n ? n : 1), sizeof *v->im);
     return v;
+}
+
+interp_val *interp_val_new(int dt, uint32_t rank, const int64_t *dims) {
+    return interp_dtype_ok(dt) ? val_new(dt, rank, dims) : NULL;
 }
 
 interp_val *interp_val_tuple(uint32_t n, interp_val **elems) {
@@ -64,6 +74,7 @@ void interp_val_free(interp_val *v) {
     for (uint32_t k = 0; k < v->nelems; k++) interp_val_free(v->elems[k]);
     free(v->elems);
     free(v->f);
+    free(v->im);
     free(v->i);
     free(v);
 }
@@ -116,10 +127,13 @@ static int64_t float_to_int(int dt, double x) {
 static _Thread_local bool unrounded_now;
 
 /* x as a value of type dt holds it (unrounded runs keep floats exact). */
-static double rnd(int dt, double x) { return unrounded_now && dtype_is_float(dt) ? x : dtype_round(dt, x); }
+static double rnd(int dt, double x) {
+    dt = part_dt(dt);
+    return unrounded_now && dtype_is_float(dt) ? x : dtype_round(dt, x);
+}
 
 void interp_val_set(interp_val *v, int64_t k, double x) {
-    if (v->f) v->f[k] = dtype_round(v->dtype, x);
+    if (v->f) v->f[k] = dtype_round(part_dt(v->dtype), x);
     else v->i[k] = float_to_int(v->dtype, x);
 }
 
@@ -152,11 +166,11 @@ void interp_val_print_type(strbuf *b, const interp_val *v) {
     sb_putc(b, ']');
 }
 
-static interp_val *val_like(const interp_val *v, int dt) { return interp_val_new(dt, v->rank, v->dims); }
+static interp_val *val_like(const interp_val *v, int dt) { return val_new(dt, v->rank, v->dims); }
 
 static interp_val *val_shape(const shape *s) {
     if (s->dtype == DT_TUPLE) return NULL;
-    return interp_val_new(s->dtype, s->rank, s->dims);
+    return val_new(s->dtype, s->rank, s->dims);
 }
 
 static void strides_of(const int64_t *dims, uint32_t rank, int64_t *st) {
@@ -175,9 +189,11 @@ static inline void next_idx(int64_t *idx, const int64_t *dims, uint32_t rank) {
     }
 }
 
+/* Copies one element between values of one type (both parts of a complex). */
 static inline void copy_elem(interp_val *dst, int64_t di, const interp_val *src, int64_t si) {
     if (dst->f) dst->f[di] = src->f[si];
     else dst->i[di] = src->i[si];
+    if (dst->im) dst->im[di] = src->im ? src->im[si] : 0;
 }
 
 /* The walk every data-movement op is: element k of the walked value (row-major
@@ -203,7 +219,7 @@ static int64_t offset_of(const int64_t *start, const int64_t *st, uint32_t rank)
 }
 
 interp_val *interp_val_slice(const interp_val *v, const int64_t *off, const int64_t *sizes) {
-    interp_val *r = interp_val_new(v->dtype, v->rank, sizes);
+    interp_val *r = val_new(v->dtype, v->rank, sizes);
     if (!r) return NULL;
     int64_t st[INTERP_MAX_RANK];
     strides_of(v->dims, v->rank, st);
@@ -860,11 +876,14 @@ static bool combine(ctx *x, const hlo_instr *in, uint32_t ci, int64_t dev, inter
                     bool exact_sum) {
     int red = x->m->comps[ci].reducer;
     int dt = acc->dtype;
+    if ((acc->im || b->im) && !(red == RED_SUM && acc->im && b->im))
+        return fail(x, INTERP_EUNSUPPORTED, in, "a complex reduction other than a sum"), false;
     if (red == RED_SUM && acc->f) {
-        bool round = !(exact_sum && (dt == DT_F32 || dt == DT_F64));
+        bool round = !(exact_sum && (part_dt(dt) == DT_F32 || part_dt(dt) == DT_F64));
         for (int64_t k = 0; k < acc->n; k++) {
             double s = acc->f[k] + b->f[k];
             acc->f[k] = round ? rnd(dt, s) : s;
+            if (acc->im) acc->im[k] = round ? rnd(dt, acc->im[k] + b->im[k]) : acc->im[k] + b->im[k];
         }
         return true;
     }
@@ -889,14 +908,21 @@ static bool combine(ctx *x, const hlo_instr *in, uint32_t ci, int64_t dev, inter
 }
 
 static void round_all(interp_val *v) {
-    if (v->f && v->dtype != DT_F64)
-        for (int64_t k = 0; k < v->n; k++) v->f[k] = rnd(v->dtype, v->f[k]);
+    if (!v->f || part_dt(v->dtype) == DT_F64) return;
+    for (int64_t k = 0; k < v->n; k++) v->f[k] = rnd(v->dtype, v->f[k]);
+    for (int64_t k = 0; v->im && k < v->n; k++) v->im[k] = rnd(v->dtype, v->im[k]);
+}
+
+/* Copies a's elements into r (same type and element count). */
+static void copy_all(interp_val *r, const interp_val *a) {
+    if (a->f) memcpy(r->f, a->f, (size_t)a->n * sizeof *a->f);
+    else memcpy(r->i, a->i, (size_t)a->n * sizeof *a->i);
+    if (a->im) memcpy(r->im, a->im, (size_t)a->n * sizeof *a->im);
 }
 
 static interp_val *val_copy(const interp_val *v) {
     interp_val *r = val_like(v, v->dtype);
-    if (v->f) memcpy(r->f, v->f, (size_t)v->n * sizeof *v->f);
-    else memcpy(r->i, v->i, (size_t)v->n * sizeof *v->i);
+    copy_all(r, v);
     return r;
 }
 
@@ -904,9 +930,35 @@ static interp_val *val_copy(const interp_val *v) {
 
 static int64_t scalar_index(const interp_val *v) { return v->f ? (int64_t)v->f[0] : v->i[0]; }
 
+/* Reads a complex literal's text, "(re, im)" per element in row-major order
+ * whatever braces group them, into r; false unless it holds r->n pairs. */
+static bool complex_literal(const char *p, interp_val *r) {
+    int64_t k = 0;
+    while ((p = strchr(p, '('))) {
+        char *e;
+        double re = strtod(++p, &e);
+        if (e == p) return false;
+        for (p = e; *p == ' '; p++) {}
+        if (*p++ != ',') return false;
+        double im = strtod(p, &e);
+        if (e == p) return false;
+        for (p = e; *p == ' '; p++) {}
+        if (*p++ != ')' || k >= r->n) return false;
+        r->f[k] = rnd(r->dtype, re);
+        r->im[k++] = rnd(r->dtype, im);
+    }
+    return k == r->n;
+}
+
 static interp_val *op_constant(ctx *x, const hlo_instr *in) {
     const hlo_attr *a = instr_attr(in, A_LITERAL);
     const hlo_literal *l = a ? a->v.lit : NULL;
+    if (l && !l->elided && l->raw && dtype_is_complex(in->shape.dtype)) {
+        interp_val *r = val_shape(&in->shape);
+        if (r && complex_literal(l->raw, r)) return r;
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "unreadable complex literal, or not one (re, im) pair per element");
+    }
     if (!l || l->elided || l->raw) return fail(x, INTERP_EUNSUPPORTED, in, "constant without values (elided or tuple)");
     interp_val *r = val_shape(&in->shape);
     if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
@@ -966,6 +1018,57 @@ static const char *elementwise_mismatch(const hlo_instr *in, interp_val **ops, c
     return NULL;
 }
 
+/* The elementwise ops on complex values (interp.h), and real / imag /
+ * complex on real ones: both parts in double, each rounded to the result's
+ * part type. r is the result, allocated and checked by op_elementwise. */
+static interp_val *op_elementwise_complex(ctx *x, const hlo_instr *in, interp_val **ops, interp_val *r) {
+    int op = in->op, rdt = in->shape.dtype, dir = op == OP_COMPARE ? cmp_dir(in) : CMP_BAD;
+    const interp_val *a = ops[0], *b = in->noperands > 1 ? ops[1] : NULL;
+    bool binary = op == OP_ADD || op == OP_SUBTRACT || op == OP_MULTIPLY || op == OP_DIVIDE || op == OP_COMPLEX ||
+                  op == OP_COMPARE;
+    bool ok = in->noperands == (binary ? 2u : 1u) && (a->f || op == OP_CONVERT);
+    switch (op) {
+    case OP_ADD: case OP_SUBTRACT: case OP_MULTIPLY: case OP_DIVIDE: case OP_NEGATE: case OP_EXP: case OP_CONVERT:
+        ok = ok && r->im; break;                      /* complex to real converts are not HLO */
+    case OP_COMPLEX: ok = ok && !a->im && r->im; break;
+    case OP_REAL: case OP_IMAG: case OP_ABS: ok = ok && r->f && !r->im; break;
+    case OP_COMPARE: ok = ok && (dir == CMP_EQ || dir == CMP_NE); break;
+    default: ok = false;
+    }
+    if (!ok) {
+        interp_val_free(r);
+        return fail(x, INTERP_EUNSUPPORTED, in, "not defined for complex values (%s to %s)", dtype_name(a->dtype),
+                    dtype_name(rdt));
+    }
+    for (int64_t k = 0; k < r->n; k++) {
+        double ar = interp_val_get(a, k), ai = a->im ? a->im[k] : 0, br = 0, bi = 0, zr, zi = 0;
+        if (b) br = interp_val_get(b, k), bi = b->im ? b->im[k] : 0;
+        switch (op) {
+        case OP_ADD: zr = ar + br, zi = ai + bi; break;
+        case OP_SUBTRACT: zr = ar - br, zi = ai - bi; break;
+        case OP_MULTIPLY: zr = ar * br - ai * bi, zi = ar * bi + ai * br; break;
+        case OP_DIVIDE: {
+            /* Smith's division: no overflow from squaring the divisor. */
+            bool wide = fabs(br) >= fabs(bi);
+            double q = wide ? bi / br : br / bi, den = wide ? br + bi * q : br * q + bi;
+            zr = (wide ? ar + ai * q : ar * q + ai) / den;
+            zi = (wide ? ai - ar * q : ai * q - ar) / den;
+            break;
+        }
+        case OP_NEGATE: zr = -ar, zi = -ai; break;
+        case OP_ABS: zr = hypot(ar, ai); break;
+        case OP_EXP: zr = exp(ar) * cos(ai), zi = exp(ar) * sin(ai); break;
+        case OP_COMPLEX: zr = ar, zi = br; break;
+        case OP_IMAG: zr = ai; break;
+        case OP_COMPARE: r->i[k] = (ar == br && ai == bi) == (dir == CMP_EQ); continue;
+        default: zr = ar, zi = ai; break;  /* convert, real */
+        }
+        r->f[k] = rnd(rdt, zr);
+        if (r->im) r->im[k] = rnd(rdt, zi);
+    }
+    return r;
+}
+
 static interp_val *op_elementwise(ctx *x, const hlo_instr *in, interp_val **ops) {
     int op = in->op, rdt = in->shape.dtype;
     interp_val *a = ops[0];
@@ -976,6 +1079,8 @@ static interp_val *op_elementwise(ctx *x, const hlo_instr *in, interp_val **ops)
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "%s", bad);
     }
+    if (op != OP_SELECT && (r->im || a->im || op == OP_COMPLEX || op == OP_REAL || op == OP_IMAG))
+        return op_elementwise_complex(x, in, ops, r);
     if (op == OP_CONVERT || op == OP_BITCAST_CONVERT) {
         if (a->n != r->n) {
             interp_val_free(r);
@@ -1098,8 +1203,7 @@ static interp_val *op_reshape(ctx *x, const hlo_instr *in, const interp_val *a) 
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "reshape of %lld elements into %lld", (long long)a->n, (long long)n);
     }
-    if (r->f) memcpy(r->f, a->f, (size_t)r->n * sizeof *r->f);
-    else memcpy(r->i, a->i, (size_t)r->n * sizeof *r->i);
+    copy_all(r, a);
     return r;
 }
 
@@ -1229,7 +1333,7 @@ static interp_val *concat(interp_val *const *vals, uint32_t n, uint32_t dim) {
     memcpy(dims, a->dims, a->rank * sizeof *dims);
     dims[dim] = 0;
     for (uint32_t k = 0; k < n; k++) dims[dim] += vals[k]->dims[dim];
-    interp_val *r = interp_val_new(a->dtype, a->rank, dims);
+    interp_val *r = val_new(a->dtype, a->rank, dims);
     if (!r) return NULL;
     int64_t outer = 1, inner = 1;
     for (uint32_t d = 0; d < dim; d++) outer *= dims[d];
@@ -1300,6 +1404,26 @@ static bool in_list(int64_t v, const int64_t *l, uint32_t n) {
     return false;
 }
 
+/* r[b][i][j] = Σ_k A[b][i][k]·Bm[b][k][j] over complex numbers held as real
+ * and imaginary part arrays, accumulated in double (r is complex). */
+static void dot_complex(interp_val *r, const double *A, const double *Ai, const double *Bm, const double *Bi,
+                        int64_t B, int64_t M, int64_t K, int64_t N) {
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < M; i++) {
+            double *re = r->f + (b * M + i) * N, *im = r->im + (b * M + i) * N;
+            memset(re, 0, (size_t)N * sizeof *re);
+            memset(im, 0, (size_t)N * sizeof *im);
+            for (int64_t k = 0; k < K; k++) {
+                double ar = A[(b * M + i) * K + k], ai = Ai[(b * M + i) * K + k];
+                const double *br = Bm + (b * K + k) * N, *bi = Bi + (b * K + k) * N;
+                for (int64_t j = 0; j < N; j++) {
+                    re[j] += ar * br[j] - ai * bi[j];
+                    im[j] += ar * bi[j] + ai * br[j];
+                }
+            }
+        }
+}
+
 static interp_val *op_dot(ctx *x, const hlo_instr *in, const interp_val *l, const interp_val *rr) {
     uint32_t nlb, nlc, nrb, nrc;
     const int64_t *lb = instr_ints(in, A_LHS_BATCH_DIMS, &nlb), *lc = instr_ints(in, A_LHS_CONTRACTING_DIMS, &nlc);
@@ -1342,12 +1466,16 @@ static interp_val *op_dot(ctx *x, const hlo_instr *in, const interp_val *l, cons
     }
     M = K && B ? l->n / (B * K) : 0;
     N = K && B ? rr->n / (B * K) : 0;
-    if (B * M * N != r->n) {
+    if (B * M * N != r->n || ((l->im || rr->im) && !r->im)) {
         interp_val_free(r);
-        return fail(x, INTERP_ERUN, in, "result shape does not match the operands");
+        return fail(x, INTERP_ERUN, in, "result shape or type does not match the operands");
     }
-    /* Gather both operands into [B][M][K] and [B][K][N] double arrays. */
+    /* Gather both operands into [B][M][K] and [B][K][N] double arrays (and
+     * their imaginary parts for a complex result). */
+    bool cx = r->im != NULL;
     double *A = xmalloc((size_t)(B * M * K + 1) * sizeof *A), *Bm = xmalloc((size_t)(B * K * N + 1) * sizeof *Bm);
+    double *Ai = cx ? xcalloc((size_t)(B * M * K + 1), sizeof *Ai) : NULL;
+    double *Bi = cx ? xcalloc((size_t)(B * K * N + 1), sizeof *Bi) : NULL;
     for (int side = 0; side < 2; side++) {
         const interp_val *v = side ? rr : l;
         const int64_t *bd = side ? rb : lb, *cd = side ? rc : lc;
@@ -1358,11 +1486,18 @@ static interp_val *op_dot(ctx *x, const hlo_instr *in, const interp_val *l, cons
             for (uint32_t k = 0; k < nlc; k++) c = c * v->dims[cd[k]] + idx[cd[k]];
             for (uint32_t d = 0; d < v->rank; d++)
                 if (!in_list(d, bd, nlb) && !in_list(d, cd, nlc)) f = f * v->dims[d] + idx[d];
-            double val = interp_val_get(v, e);
-            if (side) Bm[(b * K + c) * N + f] = val;
-            else A[(b * M + f) * K + c] = val;
+            double val = interp_val_get(v, e), ival = v->im ? v->im[e] : 0;
+            int64_t at = side ? (b * K + c) * N + f : (b * M + f) * K + c;
+            (side ? Bm : A)[at] = val;
+            if (cx) (side ? Bi : Ai)[at] = ival;
             next_idx(idx, v->dims, v->rank);
         }
+    }
+    if (cx) {
+        dot_complex(r, A, Ai, Bm, Bi, B, M, K, N);
+        free(A), free(Ai), free(Bm), free(Bi);
+        round_all(r);
+        return r;
     }
     bool intres = !r->f;
     for (int64_t b = 0; b < B; b++)
@@ -1410,7 +1545,7 @@ static interp_val *op_reduce(ctx *x, const hlo_instr *in, interp_val **ops, int6
         if (!has_dims(ops[k], a0->dims, a0->rank) || ops[n + k]->dtype == DT_TUPLE || ops[n + k]->n != 1)
             return fail(x, INTERP_ERUN, in, "reduce inputs of different dims, or an init that is not one value");
     for (uint32_t k = 0; k < n; k++) {
-        outs[k] = interp_val_new(ops[k]->dtype == ops[n + k]->dtype ? ops[k]->dtype : ops[n + k]->dtype, orank, odims);
+        outs[k] = val_new(ops[k]->dtype == ops[n + k]->dtype ? ops[k]->dtype : ops[n + k]->dtype, orank, odims);
         if (!outs[k]) {
             for (uint32_t q = 0; q < k; q++) interp_val_free(outs[q]);
             return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(ops[n + k]->dtype));
@@ -1423,15 +1558,21 @@ static interp_val *op_reduce(ctx *x, const hlo_instr *in, interp_val **ops, int6
         if (!red[d]) ostd[d] = ost[j++];
     int r = x->m->comps[ci].reducer;
     int dt = outs[0]->dtype;
-    bool ok = true;
+    bool ok = true, cx = false;
+    for (uint32_t k = 0; k < 2 * n; k++) cx |= ops[k]->im != NULL;
+    if (cx && !(n == 1 && r == RED_SUM && outs[0]->im && a0->im)) {
+        for (uint32_t k = 0; k < n; k++) interp_val_free(outs[k]);
+        return fail(x, INTERP_EUNSUPPORTED, in, "a complex reduce other than one sum");
+    }
     if (n == 1 && r == RED_SUM && outs[0]->f && a0->f) {
-        bool exact = dt == DT_F32 || dt == DT_F64;
-        double *acc = outs[0]->f;
+        bool exact = part_dt(dt) == DT_F32 || part_dt(dt) == DT_F64;
+        double *acc = outs[0]->f, *acci = outs[0]->im;
         for (int64_t e = 0; e < a0->n; e++) {
             int64_t o = 0;
             for (uint32_t d = 0; d < a0->rank; d++) o += idx[d] * ostd[d];
             acc[o] += a0->f[e];
             if (!exact) acc[o] = rnd(dt, acc[o]);
+            if (acci) acci[o] += a0->im[e];
             next_idx(idx, a0->dims, a0->rank);
         }
         round_all(outs[0]);
@@ -1946,6 +2087,7 @@ static interp_val *op_topk(ctx *x, const hlo_instr *in, interp_val *a, int64_t k
 
 static interp_val *op_reduce_window(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev);
 static interp_val *op_convolution(ctx *x, const hlo_instr *in, const interp_val *a, const interp_val *k);
+static interp_val *op_fft(ctx *x, const hlo_instr *in, const interp_val *a);
 static interp_val *op_select_and_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev);
 static interp_val *async_tuple(const shape *s, interp_val *first, interp_val *second);
 
@@ -1995,6 +2137,7 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
     case OP_CONCATENATE: return op_concatenate(x, in, ops);
     case OP_PAD: return op_pad(x, in, ops);
     case OP_DOT: return op_dot(x, in, ops[0], ops[1]);
+    case OP_FFT: return in->noperands == 1 ? op_fft(x, in, ops[0]) : fail(x, INTERP_ERUN, in, "operands");
     case OP_REDUCE: return op_reduce(x, in, ops, dev);
     case OP_REDUCE_WINDOW: return op_reduce_window(x, in, ops, dev);
     case OP_SELECT_AND_SCATTER:
@@ -2071,9 +2214,172 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
         break;
     }
     if (is_unary(in->op) || is_binary(in->op) || in->op == OP_CONVERT || in->op == OP_BITCAST_CONVERT ||
-        in->op == OP_COMPARE || in->op == OP_SELECT || in->op == OP_CLAMP)
+        in->op == OP_COMPARE || in->op == OP_SELECT || in->op == OP_CLAMP || in->op == OP_COMPLEX ||
+        in->op == OP_REAL || in->op == OP_IMAG)
         return op_elementwise(x, in, ops);
     return fail(x, INTERP_EUNSUPPORTED, in, "no interpreter rule for this opcode");
+}
+
+/* ------------------------------------------------------------------ fft */
+
+static bool pow2(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
+
+/* Element steps of transforming `lines` lines of n points: n·log2 n for a
+ * power of two, n² for the direct DFT (as a double: it may exceed int64). */
+static double fft_cost(int64_t lines, int64_t n) {
+    double c = (double)n;
+    if (pow2(n))
+        for (int64_t m = n; m > 1; m >>= 1) c += (double)n;
+    else c *= (double)n;
+    return (double)lines * c;
+}
+
+/* One line of n complex points (re, im) in place: Σ_j x_j·e^{∓2πi·jk/n}, the
+ * sign + when inverse (unscaled). tr, ti: n doubles of scratch. */
+static void fft_line(double *re, double *im, int64_t n, bool inverse, double *tr, double *ti) {
+    double sign = inverse ? 2 * M_PI : -2 * M_PI;
+    if (!pow2(n)) {
+        for (int64_t k = 0; k < n; k++) {
+            double sr = 0, si = 0;
+            for (int64_t j = 0; j < n; j++) {
+                double t = sign * (double)(j * k % n) / (double)n, c = cos(t), s = sin(t);
+                sr += re[j] * c - im[j] * s;
+                si += re[j] * s + im[j] * c;
+            }
+            tr[k] = sr, ti[k] = si;
+        }
+        memcpy(re, tr, (size_t)n * sizeof *re);
+        memcpy(im, ti, (size_t)n * sizeof *im);
+        return;
+    }
+    /* Radix 2: bit-reversed order, then butterflies of growing length. */
+    for (int64_t i = 1, j = 0; i < n; i++) {
+        int64_t bit = n >> 1;
+        for (; j & bit; bit >>= 1) j ^= bit;
+        j ^= bit;
+        if (i < j) {
+            double t = re[i]; re[i] = re[j]; re[j] = t;
+            t = im[i]; im[i] = im[j]; im[j] = t;
+        }
+    }
+    for (int64_t len = 2; len <= n; len <<= 1)
+        for (int64_t j = 0; j < len / 2; j++) {
+            double t = sign * (double)j / (double)len, wr = cos(t), wi = sin(t);
+            for (int64_t i = j; i < n; i += len) {
+                int64_t q = i + len / 2;
+                double xr = re[q] * wr - im[q] * wi, xi = re[q] * wi + im[q] * wr;
+                re[q] = re[i] - xr, im[q] = im[i] - xi;
+                re[i] += xr, im[i] += xi;
+            }
+        }
+}
+
+/* Transforms every line along dim d of a row-major array of dims (parts re,
+ * im); an inverse transform is scaled by 1/n. */
+static void fft_dim(double *re, double *im, const int64_t *dims, uint32_t rank, uint32_t d, bool inverse) {
+    int64_t n = dims[d], inner = 1, outer = 1;
+    for (uint32_t k = 0; k < rank; k++) {
+        if (k < d) outer *= dims[k];
+        if (k > d) inner *= dims[k];
+    }
+    double *buf = xmalloc((size_t)(4 * n) * sizeof *buf), *lr = buf, *li = buf + n, *tr = buf + 2 * n, *ti = buf + 3 * n;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t s = 0; s < inner; s++) {
+            int64_t base = o * n * inner + s;
+            for (int64_t j = 0; j < n; j++) lr[j] = re[base + j * inner], li[j] = im[base + j * inner];
+            fft_line(lr, li, n, inverse, tr, ti);
+            double scale = inverse ? 1.0 / (double)n : 1.0;
+            for (int64_t j = 0; j < n; j++) re[base + j * inner] = lr[j] * scale, im[base + j * inner] = li[j] * scale;
+        }
+    free(buf);
+}
+
+enum { FFT_C2C, FFT_INV, FFT_R2C, FFT_C2R };
+
+/* Whether fft of a to r is well formed (interp.h, FFT): the type pairs, and
+ * the transformed dims against fft_length len[0..nl). */
+static const char *fft_mismatch(int type, const interp_val *a, const interp_val *r, const int64_t *len, uint32_t nl) {
+    bool types = type == FFT_R2C   ? a->f && !a->im && r->im && part_dt(r->dtype) == a->dtype
+               : type == FFT_C2R ? a->im && r->f && !r->im && part_dt(a->dtype) == r->dtype
+                                 : a->im && a->dtype == r->dtype;
+    if (!types) return "operand and result types do not fit the fft_type";
+    if (nl < 1 || nl > 3 || nl > a->rank || r->rank != a->rank) return "fft_length needs 1 to 3 entries, at most the rank";
+    for (uint32_t d = 0; d < a->rank; d++) {
+        int64_t k = (int64_t)d - (int64_t)(a->rank - nl);
+        if (k < 0) {
+            if (a->dims[d] != r->dims[d]) return "the batch dims of the operand and the result differ";
+            continue;
+        }
+        int64_t n = len[k], half = n / 2 + 1;
+        bool last = d + 1 == a->rank;
+        if (n < 1) return "an fft_length entry below 1";
+        if (a->dims[d] != (type == FFT_C2R && last ? half : n) || r->dims[d] != (type == FFT_R2C && last ? half : n))
+            return "the transformed dims do not match fft_length";
+    }
+    return NULL;
+}
+
+/* fft (interp.h, FFT): the operand's transformed dims in double parts, each
+ * dim transformed in turn; RFFT transforms the whole real array and keeps the
+ * first half of the last dim, IRFFT rebuilds each last-dim line's Hermitian
+ * spectrum after inverting the outer dims. */
+static interp_val *op_fft(ctx *x, const hlo_instr *in, const interp_val *a) {
+    const char *t = instr_str(in, A_FFT_TYPE);
+    int type = !t ? -1 : strcmp(t, "FFT") == 0 ? FFT_C2C : strcmp(t, "IFFT") == 0 ? FFT_INV
+             : strcmp(t, "RFFT") == 0 ? FFT_R2C : strcmp(t, "IRFFT") == 0 ? FFT_C2R : -1;
+    uint32_t nl;
+    const int64_t *len = instr_ints(in, A_FFT_LENGTH, &nl);
+    if (type < 0) return fail(x, INTERP_ERUN, in, "fft_type %s is not FFT, IFFT, RFFT or IRFFT", t ? t : "(absent)");
+    interp_val *r = val_shape(&in->shape);
+    if (!r) return fail(x, INTERP_EUNSUPPORTED, in, "element type %s", dtype_name(in->shape.dtype));
+    const char *bad = fft_mismatch(type, a, r, len, nl);
+    if (bad) {
+        interp_val_free(r);
+        return fail(x, INTERP_ERUN, in, "%s", bad);
+    }
+    /* The work array: the operand's dims, the last one full length for IRFFT. */
+    int64_t dims[INTERP_MAX_RANK], total = 1;
+    memcpy(dims, a->dims, a->rank * sizeof *dims);
+    uint32_t last = a->rank - 1;
+    if (type == FFT_C2R) dims[last] = len[nl - 1];
+    for (uint32_t d = 0; d < a->rank; d++) total *= dims[d];
+    double cost = 0;
+    for (uint32_t d = a->rank - nl; d < a->rank; d++) cost += fft_cost(dims[d] ? total / dims[d] : 0, dims[d]);
+    if (cost > (double)(x->max_steps - x->steps)) {
+        interp_val_free(r);
+        return fail(x, INTERP_EBUDGET, in, "the transform would exceed the step budget of %lld element steps",
+                    (long long)x->max_steps);
+    }
+    x->steps += (int64_t)cost;
+    double *re = xcalloc((size_t)(total + 1), sizeof *re), *im = xcalloc((size_t)(total + 1), sizeof *im);
+    memcpy(re, a->f, (size_t)a->n * sizeof *re);
+    if (a->im) memcpy(im, a->im, (size_t)a->n * sizeof *im);
+    uint32_t outer_end = type == FFT_C2R ? last : a->rank;  /* IRFFT: the last dim after */
+    for (uint32_t d = a->rank - nl; d < outer_end; d++) fft_dim(re, im, a->dims, a->rank, d, type == FFT_INV || type == FFT_C2R);
+    int64_t n = dims[last], h = a->dims[last], lines = n ? total / n : 0;
+    if (type == FFT_C2R) {
+        /* Line l of the half spectrum sits at l·h; spread it over the line
+         * from the top, bins k and n-k conjugate, DC and Nyquist real. */
+        for (int64_t l = lines - 1; l >= 0; l--) {
+            double *lr = re + l * n, *li = im + l * n;
+            memmove(lr, re + l * h, (size_t)h * sizeof *lr);
+            memmove(li, im + l * h, (size_t)h * sizeof *li);
+            li[0] = 0;
+            if (n % 2 == 0) li[n / 2] = 0;
+            for (int64_t k = h; k < n; k++) lr[k] = lr[n - k], li[k] = -li[n - k];
+        }
+        fft_dim(re, im, dims, a->rank, last, true);
+    }
+    /* The result: all of it, or the first h' = n/2+1 bins of each line (RFFT). */
+    int64_t keep = r->dims[last];
+    for (int64_t l = 0; l < lines; l++)
+        for (int64_t k = 0; k < keep; k++) {
+            r->f[l * keep + k] = rnd(r->dtype, re[l * n + k]);
+            if (r->im) r->im[l * keep + k] = rnd(r->dtype, im[l * n + k]);
+        }
+    free(re);
+    free(im);
+    return r;
 }
 
 /* window={size=AxB stride=AxB pad=l_hxl_h lhs_dilate=AxB rhs_dilate=AxB} */
@@ -2820,6 +3126,39 @@ static void eval_async_start(ctx *x, const hlo_instr *in, uint32_t na, const int
     free(cargs);
 }
 
+/* Whether s is or holds a complex type. */
+static bool shape_complex(const shape *s) {
+    for (uint32_t k = 0; s->dtype == DT_TUPLE && k < s->ntuple; k++)
+        if (shape_complex(&s->tuple[k])) return true;
+    return dtype_is_complex(s->dtype);
+}
+
+/* Whether instruction i of c has a complex operand or result. */
+static bool touches_complex(const hlo_comp *c, const hlo_instr *in) {
+    bool cx = shape_complex(&in->shape);
+    for (uint32_t k = 0; k < in->noperands && !cx; k++) cx = shape_complex(&c->instrs[in->operands[k]].shape);
+    return cx;
+}
+
+/* The ops that interpret complex values (interp.h, Numbers); the elementwise
+ * ones, dot, reduce and the reducing collectives check the rest themselves. */
+static bool complex_op(const hlo_instr *in) {
+    switch (in->op) {
+    case OP_PARAMETER: case OP_CONSTANT: case OP_TUPLE: case OP_GET_TUPLE_ELEMENT: case OP_CALL: case OP_WHILE:
+    case OP_CONDITIONAL: case OP_COPY: case OP_OPT_BARRIER: case OP_BROADCAST: case OP_RESHAPE: case OP_TRANSPOSE:
+    case OP_REVERSE: case OP_SLICE: case OP_DYNAMIC_SLICE: case OP_DYNAMIC_UPDATE_SLICE: case OP_CONCATENATE:
+    case OP_PAD: case OP_SELECT: case OP_ADD: case OP_SUBTRACT: case OP_MULTIPLY: case OP_DIVIDE: case OP_NEGATE:
+    case OP_ABS: case OP_EXP: case OP_COMPARE: case OP_CONVERT: case OP_COMPLEX: case OP_REAL: case OP_IMAG:
+    case OP_DOT: case OP_REDUCE: case OP_FFT: case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER:
+    case OP_ALL_TO_ALL: case OP_COLLECTIVE_PERMUTE: case OP_ALL_REDUCE_START: case OP_ALL_REDUCE_DONE:
+    case OP_ALL_GATHER_START: case OP_ALL_GATHER_DONE: case OP_COLLECTIVE_PERMUTE_START:
+    case OP_COLLECTIVE_PERMUTE_DONE: case OP_COPY_START: case OP_COPY_DONE: case OP_BITCAST:
+        return true;
+    case OP_CUSTOM_CALL: return instr_is_identity_custom_call(in);
+    default: return false;
+    }
+}
+
 static int eval_comp(ctx *x, uint32_t ci, uint32_t na, const int64_t *devs, interp_val **args, interp_val **out) {
     const hlo_comp *c = &x->m->comps[ci];
     const comp_info *f = info_of(x, ci);
@@ -2837,6 +3176,10 @@ static int eval_comp(ctx *x, uint32_t ci, uint32_t na, const int64_t *devs, inte
         }
         for (uint32_t k = 0; k < in->noperands; k++) opv[k] = vals + (size_t)in->operands[k] * na;
         if (!charge_steps(x, c, in, na)) break;
+        if (touches_complex(c, in) && !complex_op(in)) {
+            fail(x, INTERP_EUNSUPPORTED, in, "no interpreter rule for this opcode on complex values");
+            break;
+        }
         switch (in->op) {
         case OP_PARAMETER: {
             int64_t k = instr_int(in, A_PARAMETER_NUMBER, 0);
@@ -3005,12 +3348,13 @@ interp_val *interp_eval_instr(const hlo_module *m, const hlo_instr *in, interp_v
     default:
         break;
     }
-    if (hlo_op_is_collective(in->op) || in->shape.dtype == DT_TUPLE || in->shape.rank > INTERP_MAX_RANK) {
+    if (hlo_op_is_collective(in->op) || in->shape.dtype == DT_TUPLE || in->shape.rank > INTERP_MAX_RANK ||
+        dtype_is_complex(in->shape.dtype)) {
         if (err) sb_printf(err, "%s: not evaluated on its own", in->name);
         return NULL;
     }
     for (uint32_t k = 0; k < in->noperands; k++)
-        if (!ops[k] || ops[k]->dtype == DT_TUPLE) {
+        if (!ops[k] || ops[k]->dtype == DT_TUPLE || ops[k]->im) {
             if (err) sb_printf(err, "%s: operand %u is not an array", in->name, k);
             return NULL;
         }

@@ -28,7 +28,27 @@
  * and rounds once, on bf16/f16 rounds after every addition (as XLA does when it
  * upcasts each bf16 add); any other to_apply is called on scalars per element.
  * Integers are int64 wrapped to their width after every op; preds are 0/1.
- * f8/f4/complex/token element types are refused.
+ * Complex values (c64, c128) hold their real parts in f and imaginary parts in
+ * im, each rounded as the part type (f32, f64). They run only through the ops
+ * that interpret both parts — data movement, tuples and calls, `add`,
+ * `subtract`, `multiply`, `divide`, `negate`, `abs`, `exponential`,
+ * `compare` EQ/NE, `convert` from real or complex, `complex`, `real`, `imag`,
+ * `dot` (accumulated in double), a sum `reduce` / `all-reduce` /
+ * `reduce-scatter`, and `fft`; any other op on a complex value is refused.
+ * interp_val_new refuses complex types (so entry parameters cannot be
+ * complex), interp_eval_instr (constant folding) refuses complex operands and
+ * results; interp_run may return complex results. f8/f4/token element types
+ * are refused.
+ *
+ * FFT. `fft` transforms the last len(fft_length) (1 to 3) dims, which must be
+ * fft_length (IRFFT: fft_length[-1]/2+1 in the last operand dim), exactly as
+ * XLA defines it: FFT e^{-2πi·jk/N}, IFFT e^{+2πi·jk/N}/N per dim, RFFT the
+ * FFT of a real operand keeping the N/2+1 first bins of the last dim, IRFFT
+ * the inverse of the Hermitian spectrum those bins stand for (the outer dims
+ * inverted first, then the last one as numpy.fft.irfftn and pocketfft do,
+ * ignoring the imaginary parts of its DC and Nyquist bins). Computed in
+ * double (radix 2 for powers of two, else a direct DFT whose N² work per
+ * line is charged to the step budget) and rounded once.
  *
  * Orders. `compare` with `type=TOTALORDER` or `order=TOTAL` uses XLA's total
  * order (-NaN < -inf < … < -0 < +0 < … < +inf < +NaN). `sort` is a stable
@@ -76,15 +96,17 @@
 #define INTERP_MAX_STEPS ((int64_t)1 << 32)  /* about a minute of work */
 #define INTERP_MAX_RANK 16
 
-/* A tensor on one device, or a tuple of them. Exactly one of f (floating types)
- * and i (integer and pred types) is set for an array; tuples set elems. */
+/* A tensor on one device, or a tuple of them. Exactly one of f (floating and
+ * complex types) and i (integer and pred types) is set for an array; complex
+ * types also set im; tuples set elems. */
 typedef struct interp_val {
     int refs;
     int dtype;
     uint32_t rank;
     int64_t dims[INTERP_MAX_RANK];
     int64_t n;                    /* element count */
-    double *f;
+    double *f;                    /* floats; the real parts of complex values */
+    double *im;                   /* complex types: the imaginary parts */
     int64_t *i;
     struct interp_val **elems;    /* DT_TUPLE */
     uint32_t nelems;
@@ -100,7 +122,7 @@ interp_val *interp_val_new(int dt, uint32_t rank, const int64_t *dims);
 interp_val *interp_val_tuple(uint32_t n, interp_val **elems);
 interp_val *interp_val_ref(interp_val *v);   /* returns v with one more reference */
 void interp_val_free(interp_val *v);         /* drops one reference; NULL is fine */
-/* Element k as a double (integers converted). */
+/* Element k as a double (integers converted; a complex value's real part). */
 double interp_val_get(const interp_val *v, int64_t k);
 /* Sets element k from a double, rounded/wrapped to the element type. */
 void interp_val_set(interp_val *v, int64_t k, double x);

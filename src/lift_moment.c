@@ -438,9 +438,11 @@ void lf_softmax_forms(lstate *s, const lval *v) {
         if (assumed)
             lf_assume(c, "the rows of a softmax's operand are finite, so that the statistic of their partial maxima "
                          "it is shifted by (a pmin or pmean of the local maxima) is finite and cancels");
-        /* exp(x) / broadcast(Σ_j exp(x)) */
+        /* exp(x) / broadcast(Σ_j exp(x)); the sum's init is read before
+         * eg_add, which may move the node array rc points into */
+        eid init = rc[1];
         eid ex = eg_add(c->g, OP_EXP, eg_node_attr(c->g, en), eg_class_type(c->g, x), &x, 1, c->origin);
-        eid red_ch[2] = {ex, rc[1]};
+        eid red_ch[2] = {ex, init};
         eid red = eg_add(c->g, OP_REDUCE, attr, eg_class_type(c->g, sum), red_ch, 2, c->origin);
         int64_t bd[VIEW_MAX_RANK];
         for (uint32_t d = 0, q = 0; d < r; d++)

@@ -39,16 +39,21 @@ static double rel_tolerance(int dt, bool tight) {
     }
 }
 
+/* Part k of v: its elements, then a complex value's imaginary parts. */
+static double part(const interp_val *v, int64_t k) { return k < v->n ? interp_val_get(v, k) : v->im[k - v->n]; }
+
 static void compare(witness *w, const interp_val *want, const interp_val *got) {
     double scale = 0, worst = 0;
     bool nan_mismatch = false;
-    for (int64_t k = 0; k < want->n; k++) {
-        double a = interp_val_get(want, k);
+    int64_t parts = want->im ? 2 * want->n : want->n, got_parts = got->im ? 2 * got->n : got->n;
+    int dt = want->dtype == DT_C64 ? DT_F32 : want->dtype == DT_C128 ? DT_F64 : want->dtype;
+    for (int64_t k = 0; k < parts; k++) {
+        double a = part(want, k);
         if (!isnan(a) && fabs(a) > scale) scale = fabs(a);
         w->nan_seen |= isnan(a);
     }
-    for (int64_t k = 0; k < want->n && k < got->n; k++) {
-        double a = interp_val_get(want, k), b = interp_val_get(got, k);
+    for (int64_t k = 0; k < parts && k < got_parts; k++) {
+        double a = part(want, k), b = part(got, k);
         double diff = fabs(a - b);
         if (isnan(a) != isnan(b)) {
             diff = INFINITY;
@@ -61,8 +66,8 @@ static void compare(witness *w, const interp_val *want, const interp_val *got) {
         if (rel > w->max_rel) w->max_rel = rel;
     }
     if (worst > w->max_abs) w->max_abs = worst;
-    if (nan_mismatch || want->n != got->n || worst > rel_tolerance(want->dtype, false) * scale + 1e-6) w->differs = true;
-    if (worst > rel_tolerance(want->dtype, true) * scale + 1e-9) w->over_tight = true;
+    if (nan_mismatch || parts != got_parts || worst > rel_tolerance(dt, false) * scale + 1e-6) w->differs = true;
+    if (worst > rel_tolerance(dt, true) * scale + 1e-9) w->over_tight = true;
 }
 
 /* One run on inputs drawn with seed, floats times input_scale (negative:
