@@ -394,12 +394,7 @@ bool lf_is_elementwise(int op) {
     }
 }
 
-/* The operand an op returns unchanged: x + 0 with the zero a known constant
- * (an accumulator's first step), max(x, -inf) and min(x, +inf) with the
- * infinity a known constant of every element (jax.nn.softmax and logsumexp
- * take a max with -inf that a hand-written shard_map leaves out). NULL
- * otherwise. */
-static const lval *identity_operand(lstate *s) {
+const lval *lf_identity_operand(lstate *s) {
     const hlo_instr *in = s->in;
     if (in->op == OP_ADD && in->noperands == 2)
         for (uint32_t o = 0; o < 2; o++) {  /* x + 0 (an accumulator's first step) */
@@ -435,6 +430,28 @@ static const lval *identity_operand(lstate *s) {
  *     deviations, a logsumexp shifted by any m is the unshifted one,
  *     x >= 0 holds for an x never negative by its form, and a softmax
  *     normalised before its dot is the dot normalised (lift_moment.c). */
+static bool grouped_in_baseline(lift_ctx *c, const lval *ops, uint32_t nops);
+static bool baseline_splits(lift_ctx *c, int64_t len, int64_t n);
+
+/* Whether collective s's operand is a sum over a dim sharded over the axes
+ * it is partial over whose extent the baseline splits into the devices'
+ * blocks somewhere (a statistic it takes per group first). */
+static bool reduced_in_groups(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *r = &s->comp->instrs[s->in->operands[0]];
+    const lval *x = &s->vals[s->in->operands[0]];
+    uint32_t nd;
+    const int64_t *rd = r->op == OP_REDUCE && r->noperands == 2 ? instr_ints(r, A_DIMENSIONS, &nd) : NULL;
+    const lval *y = rd ? &s->vals[r->operands[0]] : NULL;
+    if (!y || y->kind != LV_TERM || x->kind != LV_TERM || !x->v.partial) return false;
+    for (uint32_t q = 0; q < nd; q++) {
+        if (rd[q] < 0 || (uint64_t)rd[q] >= y->v.rank || !y->v.dims[rd[q]].naxes) continue;
+        int64_t parts = view_dim_parts(&y->v, c->mesh, (uint32_t)rd[q]);
+        if (parts > 1 && baseline_splits(c, s->comp->instrs[r->operands[0]].shape.dims[rd[q]] * parts, parts)) return true;
+    }
+    return false;
+}
+
 static void other_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -443,6 +460,11 @@ static void other_forms(lstate *s, const lval *v) {
     lf_lse_forms(s, v);
     lf_sign_forms(s, v);
     lf_dot_forms(s, v);
+    /* a sum of shares the baseline takes per group first: the groups'
+     * values summed (lift_group.c) */
+    if (in->op == OP_ALL_REDUCE && !c->baseline_mode && in->noperands == 1 && v->kind == LV_TERM &&
+        (grouped_in_baseline(c, &s->vals[in->operands[0]], 1) || reduced_in_groups(s)))
+        lf_group_forms(s, v);
     if (v->kind != LV_TERM || v->cls == EID_NONE || in->noperands != 2 || s->ops[0].kind != LV_TERM ||
         s->ops[1].kind != LV_TERM || s->ops[0].cls == EID_NONE || s->ops[1].cls == EID_NONE)
         return;
@@ -502,19 +524,38 @@ static bool has_var(lift_ctx *c, eid x, int depth) {
 
 /* Whether the baseline reshapes some value splitting a dim of extent len
  * into [n, len / n] (groups of the devices' blocks). */
-static bool baseline_splits(const lift_ctx *c, int64_t len, int64_t n) {
-    for (uint32_t ci = 0; ci < c->base->ncomps; ci++) {
-        const hlo_comp *bc = &c->base->comps[ci];
-        for (uint32_t i = 0; i < bc->ninstrs; i++) {
-            const hlo_instr *r = &bc->instrs[i];
-            if (r->op != OP_RESHAPE || r->noperands != 1) continue;
-            const shape *in = &bc->instrs[r->operands[0]].shape;
-            for (uint32_t p = 0; p < in->rank && p + 1 < r->shape.rank; p++) {
-                if (in->dims[p] == len && r->shape.dims[p] == n && r->shape.dims[p + 1] == len / n) return true;
-                if (in->dims[p] != r->shape.dims[p]) break;
+static bool baseline_splits(lift_ctx *c, int64_t len, int64_t n) {
+    if (!c->base_splits_read) {
+        /* read once: the (extent, parts) pairs, each once */
+        uint32_t cap = 0;
+        for (uint32_t ci = 0; ci < c->base->ncomps; ci++) {
+            const hlo_comp *bc = &c->base->comps[ci];
+            for (uint32_t i = 0; i < bc->ninstrs; i++) {
+                const hlo_instr *r = &bc->instrs[i];
+                if (r->op != OP_RESHAPE || r->noperands != 1) continue;
+                const shape *in = &bc->instrs[r->operands[0]].shape;
+                for (uint32_t p = 0; p < in->rank && p + 1 < r->shape.rank; p++) {
+                    int64_t l = in->dims[p], k = r->shape.dims[p];
+                    if (k && l % k == 0 && r->shape.dims[p + 1] == l / k) {
+                        bool seen = false;
+                        for (uint32_t q = 0; q < c->nbase_splits && !seen; q++)
+                            seen = c->base_splits[2 * q] == l && c->base_splits[2 * q + 1] == k;
+                        if (!seen) {
+                            for (int w = 0; w < 2; w++) { /* two words a split */
+                                ARENA_GROW(c->a, c->base_splits, 2 * c->nbase_splits + w, cap, 8);
+                                c->base_splits[2 * c->nbase_splits + w] = w ? k : l;
+                            }
+                            c->nbase_splits++;
+                        }
+                    }
+                    if (in->dims[p] != r->shape.dims[p]) break;
+                }
             }
         }
+        c->base_splits_read = true;
     }
+    for (uint32_t q = 0; q < c->nbase_splits; q++)
+        if (c->base_splits[2 * q] == len && c->base_splits[2 * q + 1] == n) return true;
     return false;
 }
 
@@ -1243,10 +1284,17 @@ static lval lift_elementwise(lstate *s) {
             if (later)
                 lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
                         "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
-            else if (!is_convert && grouped_in_baseline(c, ops, in->noperands))
+            else if (!is_convert && grouped_in_baseline(c, ops, in->noperands)) {
+                /* each device's share as its group's value (lift_group.c) */
+                lval gv;
+                if (lf_group_partial(s, &gv)) {
+                    sb_free(&why);
+                    return gv;
+                }
                 lf_unsupported(c, s->comp, in, "%s uses a partial sum before it is reduced (%s), and the baseline splits "
                                "a dim that sum runs over into the devices' blocks (a computation per group, as jax.vmap "
                                "over the blocks writes it): per-device groups are not related yet", in->name, why.s);
+            }
             else if (!is_convert && lf_short_reduction(s, why.s))
                 ;
             else if (!is_convert && own_statistic(c, ops, in->noperands, partial) &&
@@ -1505,6 +1553,7 @@ lval lf_lift_instr(lstate *s) {
         }
     if (lf_psub_instr(s, &pwv)) return pwv;
     if (lf_win_instr(s, &pwv)) return pwv;
+    if (lf_group_instr(s, &pwv)) return pwv;
     if (lf_row_instr(s, &pwv)) return pwv;
     if (lf_row_select(s)) return unknown();  /* its sums make the value (lf_row_reduce) */
     for (uint32_t o = 0; o < in->noperands; o++)
@@ -1733,7 +1782,7 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
     const char *dbgb = dbg_base_name(), *dbg = dbg_term_name();
     bool dbgv = dbg_on(DBG_VIEWS);
     if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
-    if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+    if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && (v->kind == LV_TERM || v->kind == LV_ROW)) {
         /* Descend both terms to the first node where they part. */
         eid x = dbg_base, y = v->cls;
         for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
@@ -1767,14 +1816,15 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
         /* Every distributed value's kind, view and term (lval kinds as in lift.h). */
         strbuf b;
         sb_init(&b);
-        if (v->kind == LV_TERM || (v->kind == LV_WIN && v->cls != EID_NONE))
+        if (v->kind == LV_TERM || (v->kind == LV_WIN && v->cls != EID_NONE) || v->kind == LV_ROW)
             view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
+        if (v->kind == LV_ROW) sb_printf(&b, " (slices along %u)", v->vdim);
         if ((v->kind == LV_TERM || v->kind == LV_WIN) && lf_scale_of(v) != 1) sb_printf(&b, " (times %g)", lf_scale_of(v));
         for (int64_t d = 0; v->kind == LV_PSUB && d < c->ndev; d++) sb_printf(&b, "%s%llx", d ? " " : "shares ", (unsigned long long)v->psub->sub[d]);
         fprintf(stderr, "view %s kind %d: %s\n", in->name, v->kind, b.s ? b.s : "");
         sb_free(&b);
     }
-    if (dbg && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+    if (dbg && strcmp(dbg, in->name) == 0 && (v->kind == LV_TERM || v->kind == LV_ROW)) {
         strbuf b;
         sb_init(&b);
         eg_print_term(&b, c->g, v->cls, 12);
@@ -1998,6 +2048,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         bool keep = (comp == c->call_comp && i == comp->root) || barrier_only(c, comp, i);
         for (uint32_t o = 0; o < in->noperands; o++) {
             v->elems[o] = vals[in->operands[o]];
+            lf_group_settle(c, &comp->instrs[in->operands[o]].shape, &v->elems[o]);
             if (!keep) lf_unscale(c, &v->elems[o]);
             if ((v->elems[o].kind == LV_PW || v->elems[o].kind == LV_IVEC) && v->elems[o].cls != EID_NONE)
                 lf_index_as_term(c, &v->elems[o]);
@@ -2034,7 +2085,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     for (uint32_t o = 0; o < in->noperands; o++) c->partial_unsure_now |= ops[o].partial_unsure;
     c->konst_operand_now = konst_op;
     double factor = 1;
-    const lval *same = identity_operand(&s);
+    const lval *same = lf_identity_operand(&s);
     if (same) {
         *v = *same;
     } else if (!lf_scale_take(&s, v)) {
@@ -2217,6 +2268,8 @@ lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const vie
         for (uint32_t k = from; seg && k < i; k++) seg[k] = c->nsegs && c->cur_seg < c->nsegs ? c->cur_seg : UINT32_MAX;
     }
     if (ms) lf_memo_leave(c, ms);
+    /* a computation's result is a plain view (group rows settled) */
+    lf_group_settle(c, &comp->instrs[comp->root].shape, &vals[comp->root]);
     return vals[comp->root];
 }
 

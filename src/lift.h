@@ -6,7 +6,8 @@
  * functions by family), lift_loop.c (while loops), lift_layout.c (all-to-all layouts),
  * lift_memo.c (the segment memo), lift_scale.c (constant factors),
  * lift_index.c (LV_PW / LV_MASK), lift_win.c (LV_WIN), lift_psub.c
- * (LV_PSUB), lift_zmask.c (zero masks); lift_int.h is what they share.
+ * (LV_PSUB), lift_zmask.c (zero masks), lift_group.c (per-device groups,
+ * LV_ROW); lift_int.h is what they share.
  *
  * The checker first adds the whole baseline to one e-graph (lift_baseline),
  * then walks the distributed program in order (lift_distributed). Every
@@ -48,7 +49,9 @@
  *     along dim `vdim` (v is E's view, vdim sharded in blocks of one; the
  *     local value lacks that dim): the sum of the stacked blocks' totals
  *     before the device's (lift_scan.c), until a broadcast spreads it over
- *     the device's block of a sharded dim.
+ *     the device's block of a sharded dim; or (.group) the slices of a
+ *     computation each device does on its own blocks, batched over the
+ *     blocks as jax.vmap writes it (lift_group.c).
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
  * A value that is a constant times a term carries the constant beside it
  * (`scale`) through the ops linear in it, and both sides put it back into the
@@ -153,6 +156,8 @@ typedef struct lval {
                                    * devices hold one slice of */
     bool in_domain;               /* LV_MASK: the index values are known to lie there (iota) */
     bool rescaled;                /* a baseline term times a constant factor put back into it */
+    bool group;                   /* LV_ROW: rows of a per-device group computation (lift_group.c),
+                                   * not a scan's sums (lift_scan.c) */
     view v;
     eid cls;
     uint32_t count;
@@ -331,6 +336,10 @@ typedef struct lift_ctx {
     uint32_t nscans, capscans;
     struct lift_row *rows;                /* prefix sums of stacks held a slice per device (LV_ROW) */
     uint32_t nrows, caprows;
+    int64_t *base_splits;                 /* (extent, parts) of every baseline reshape splitting a leading
+                                           * dim into [parts, extent / parts] (lift.c baseline_splits) */
+    uint32_t nbase_splits;
+    bool base_splits_read;
     const char *resync_scope;             /* the first one */
     uint64_t lifted, assumed;             /* instructions lifted; with assumed content */
     uint64_t *digests[2];                 /* per module, per computation (0: not yet) */
