@@ -418,6 +418,99 @@ const lval *lf_identity_operand(lstate *s) {
     return NULL;
 }
 
+const lval *lf_select_known(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *ops = s->ops;
+    if (in->op != OP_SELECT || in->noperands != 3) return NULL;
+    /* A select between a value and itself is that value, whatever picks
+     * (a device-dependent predicate choosing between equal zeros). */
+    if (ops[1].kind == LV_TERM && ops[2].kind == LV_TERM && eg_find(c->g, ops[1].cls) == eg_find(c->g, ops[2].cls) &&
+        lf_same_sharding(&ops[1].v, &ops[2].v) && ops[1].v.partial == ops[2].v.partial &&
+        lf_scale_of(&ops[1]) == lf_scale_of(&ops[2]))
+        return &ops[1];
+    /* A predicate known to be true (false) at every element picks the
+     * second (third) operand whole (jnp.var's where(n - ddof > 0, ...) with
+     * a constant ddof). */
+    if (ops[0].kind == LV_TERM && !ops[0].v.partial && !ops[0].assumed) {
+        const interp_val *p = lf_kval(c, ops[0].cls);
+        int64_t k = 0, ntrue = 0;
+        for (; p && p->dtype == DT_PRED && p->i && k < p->n; k++) ntrue += p->i[k] != 0;
+        if (p && k == p->n && p->n > 0 && (ntrue == 0 || ntrue == p->n)) return &ops[ntrue ? 1 : 2];
+    }
+    return NULL;
+}
+
+static bool grouped_in_baseline(lift_ctx *c, const lval *ops, uint32_t nops);
+
+/* Whether instruction i is comp's result or an element of it. */
+static bool is_output(const hlo_comp *comp, uint32_t i) {
+    const hlo_instr *r = &comp->instrs[comp->root];
+    if (comp->root == i) return true;
+    for (uint32_t o = 0; r->op == OP_TUPLE && o < r->noperands; o++)
+        if (r->operands[o] == i) return true;
+    return false;
+}
+
+/* Whether `to` is `from` with one dim of size 1 inserted. */
+static bool unit_added(const shape *from, const shape *to) {
+    if (to->rank != from->rank + 1) return false;
+    for (uint32_t u = 0; u < to->rank; u++) {
+        if (to->dims[u] != 1) continue;
+        bool same = true;
+        for (uint32_t q = 0; q < from->rank && same; q++) same = from->dims[q] == to->dims[q + (q >= u)];
+        if (same) return true;
+    }
+    return false;
+}
+static bool baseline_splits(lift_ctx *c, int64_t len, int64_t n);
+
+/* Whether value i of comp, a partial sum, is a sum (a reduce or a dot, a
+ * few linear ops up: factors, converts, layout) over a dim sharded over the
+ * axes it is partial over whose extent the baseline splits into the
+ * devices' blocks somewhere (a statistic it takes per group first). */
+static bool summed_in_groups(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i) {
+    for (int hop = 0; hop < 8; hop++) {
+        const hlo_instr *r = &comp->instrs[i];
+        const lval *x = &vals[i];
+        if (x->kind != LV_TERM || !x->v.partial || r->noperands == 0) return false;
+        uint32_t nd = 0;
+        const int64_t *rd = NULL;
+        if (r->op == OP_REDUCE && r->noperands == 2) rd = instr_ints(r, A_DIMENSIONS, &nd);
+        if (r->op == OP_DOT && r->noperands == 2) rd = instr_ints(r, A_LHS_CONTRACTING_DIMS, &nd);
+        if (rd) {
+            const lval *y = &vals[r->operands[0]];
+            const shape *ys = &comp->instrs[r->operands[0]].shape;
+            for (uint32_t q = 0; y->kind == LV_TERM && q < nd; q++) {
+                if (rd[q] < 0 || (uint64_t)rd[q] >= y->v.rank || (uint64_t)rd[q] >= ys->rank || !y->v.dims[rd[q]].naxes)
+                    continue;
+                int64_t parts = view_dim_parts(&y->v, c->mesh, (uint32_t)rd[q]);
+                if (parts > 1 && baseline_splits(c, ys->dims[rd[q]] * parts, parts)) return true;
+            }
+            return false;
+        }
+        bool through = r->op == OP_RESHAPE || r->op == OP_BITCAST || r->op == OP_CONVERT || r->op == OP_COPY ||
+                       r->op == OP_NEGATE || r->op == OP_TRANSPOSE || r->op == OP_MULTIPLY || r->op == OP_DIVIDE;
+        if (!through) return false;
+        uint32_t next = r->operands[0];
+        if ((r->op == OP_MULTIPLY) && r->noperands == 2 && !vals[next].v.partial) next = r->operands[1];
+        i = next;
+    }
+    return false;
+}
+
+/* Whether an operand of s is a partial sum whose dim the baseline splits
+ * into the devices' blocks (grouped_in_baseline, summed_in_groups). */
+static bool shares_in_groups(lstate *s) {
+    for (uint32_t o = 0; o < s->in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (x->kind == LV_TERM && x->v.partial && x->v.red == RED_SUM &&
+            (grouped_in_baseline(s->c, x, 1) || summed_in_groups(s->c, s->comp, s->vals, s->in->operands[o])))
+            return true;
+    }
+    return false;
+}
+
 /* Forms of the value v just lifted that the other program may write, joined
  * to v's class (exact identities, both programs walked alike):
  *   x · convert(p) with p a predicate is select(p, x, 0)  (a mask as a
@@ -429,29 +522,9 @@ const lval *lf_identity_operand(lstate *s) {
  *   a mean of squares less a squared mean is the mean of squared
  *     deviations, a logsumexp shifted by any m is the unshifted one,
  *     x >= 0 holds for an x never negative by its form, and a softmax
- *     normalised before its dot is the dot normalised (lift_moment.c). */
-static bool grouped_in_baseline(lift_ctx *c, const lval *ops, uint32_t nops);
-static bool baseline_splits(lift_ctx *c, int64_t len, int64_t n);
-
-/* Whether collective s's operand is a sum over a dim sharded over the axes
- * it is partial over whose extent the baseline splits into the devices'
- * blocks somewhere (a statistic it takes per group first). */
-static bool reduced_in_groups(lstate *s) {
-    lift_ctx *c = s->c;
-    const hlo_instr *r = &s->comp->instrs[s->in->operands[0]];
-    const lval *x = &s->vals[s->in->operands[0]];
-    uint32_t nd;
-    const int64_t *rd = r->op == OP_REDUCE && r->noperands == 2 ? instr_ints(r, A_DIMENSIONS, &nd) : NULL;
-    const lval *y = rd ? &s->vals[r->operands[0]] : NULL;
-    if (!y || y->kind != LV_TERM || x->kind != LV_TERM || !x->v.partial) return false;
-    for (uint32_t q = 0; q < nd; q++) {
-        if (rd[q] < 0 || (uint64_t)rd[q] >= y->v.rank || !y->v.dims[rd[q]].naxes) continue;
-        int64_t parts = view_dim_parts(&y->v, c->mesh, (uint32_t)rd[q]);
-        if (parts > 1 && baseline_splits(c, s->comp->instrs[r->operands[0]].shape.dims[rd[q]] * parts, parts)) return true;
-    }
-    return false;
-}
-
+ *     normalised before its dot is the dot normalised (lift_moment.c);
+ *   an all-reduce of shares of a sum the baseline takes per group is also
+ *     the sum of the groups' values (lift_group.c). */
 static void other_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -463,7 +536,7 @@ static void other_forms(lstate *s, const lval *v) {
     /* a sum of shares the baseline takes per group first: the groups'
      * values summed (lift_group.c) */
     if (in->op == OP_ALL_REDUCE && !c->baseline_mode && in->noperands == 1 && v->kind == LV_TERM &&
-        (grouped_in_baseline(c, &s->vals[in->operands[0]], 1) || reduced_in_groups(s)))
+        (grouped_in_baseline(c, &s->vals[in->operands[0]], 1) || summed_in_groups(c, s->comp, s->vals, in->operands[0])))
         lf_group_forms(s, v);
     if (v->kind != LV_TERM || v->cls == EID_NONE || in->noperands != 2 || s->ops[0].kind != LV_TERM ||
         s->ops[1].kind != LV_TERM || s->ops[0].cls == EID_NONE || s->ops[1].cls == EID_NONE)
@@ -1201,6 +1274,9 @@ static lval lift_elementwise(lstate *s) {
              * finding. */
             lval tiled;
             if (lf_tiled_table(s, &want, &tiled)) return tiled;
+            /* blocks beside shares of a sum the baseline takes per group
+             * (x minus its group's mean): the groups' rows */
+            if (shares_in_groups(s) && lf_group_partial(s, &tiled)) return tiled;
             lf_unsupported(c, s->comp, in, "%s combines a sharded operand with one that is not sharded alike "
                         "(operand %u); tiled operands are not related yet", in->name, o);
             /* The union is a view only when no axis shards two dims (the
@@ -1554,6 +1630,14 @@ lval lf_lift_instr(lstate *s) {
     if (lf_psub_instr(s, &pwv)) return pwv;
     if (lf_win_instr(s, &pwv)) return pwv;
     if (lf_group_instr(s, &pwv)) return pwv;
+    /* a share put back into the unit dim the program squeezed, as an output
+     * (per-device losses stacked on the devices' axis), where the baseline
+     * groups the summed dim: the rows (inside, the partial sum's readings
+     * serve: an all-gather of the shares) */
+    if (!c->baseline_mode && (in->op == OP_RESHAPE || in->op == OP_BITCAST) && in->noperands == 1 &&
+        ops[0].kind == LV_TERM && ops[0].v.partial && unit_added(&s->comp->instrs[in->operands[0]].shape, &in->shape) &&
+        is_output(s->comp, (uint32_t)(in - s->comp->instrs)) && shares_in_groups(s) && lf_group_partial(s, &pwv))
+        return pwv;
     if (lf_row_instr(s, &pwv)) return pwv;
     if (lf_row_select(s)) return unknown();  /* its sums make the value (lf_row_reduce) */
     for (uint32_t o = 0; o < in->noperands; o++)
@@ -1675,21 +1759,8 @@ lval lf_lift_instr(lstate *s) {
         !memcmp(s->comp->instrs[in->operands[0]].shape.dims, in->shape.dims, in->shape.rank * sizeof *in->shape.dims))
         return lift_elementwise(s);
     if (lf_is_elementwise(in->op)) {
-        /* A select between a value and itself is that value, whatever picks
-         * (a device-dependent predicate choosing between equal zeros). */
-        if (in->op == OP_SELECT && in->noperands == 3 && ops[1].kind == LV_TERM && ops[2].kind == LV_TERM &&
-            eg_find(c->g, ops[1].cls) == eg_find(c->g, ops[2].cls) && lf_same_sharding(&ops[1].v, &ops[2].v) &&
-            ops[1].v.partial == ops[2].v.partial && lf_scale_of(&ops[1]) == lf_scale_of(&ops[2]))
-            return ops[1];
-        /* A predicate known to be true (false) at every element picks the
-         * second (third) operand whole (jnp.var's where(n - ddof > 0, ...)
-         * with a constant ddof). */
-        if (in->op == OP_SELECT && in->noperands == 3 && ops[0].kind == LV_TERM && !ops[0].v.partial && !ops[0].assumed) {
-            const interp_val *p = lf_kval(c, ops[0].cls);
-            int64_t k = 0, ntrue = 0;
-            for (; p && p->dtype == DT_PRED && p->i && k < p->n; k++) ntrue += p->i[k] != 0;
-            if (p && k == p->n && p->n > 0 && (ntrue == 0 || ntrue == p->n)) return ops[ntrue ? 1 : 2];
-        }
+        const lval *picked = lf_select_known(s);
+        if (picked) return *picked;
         lval once;
         if (lf_select_padding_zeros(s, &once)) return once;
         if (lf_picked_on_some_devices(s, &once)) return once;

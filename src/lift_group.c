@@ -115,16 +115,27 @@ static eid broadcast_to(lift_ctx *c, eid x, const int64_t *bd, uint32_t n, uint3
     const eid *ch;
     eid b = lf_class_node(c, x, OP_BROADCAST, 1, &ch);
     int64_t cd[VIEW_MAX_RANK];
+    uint32_t r;
     if (b != EID_NONE) {
-        uint32_t nw, r;
+        uint32_t nw;
         eid inner = ch[0];
         const int64_t *w = eg_attr_words(c->g, eg_node_attr(c->g, b), &nw);
         eg_type_dims(c->g, eg_class_type(c->g, inner), &r);
         bool ok = r <= VIEW_MAX_RANK && (nw == 0 ? r == 0 : nw == 2 + r && w[0] == A_DIMENSIONS && w[1] == r);
         for (uint32_t q = 0; ok && q < r; q++) ok = w[2 + q] >= 0 && w[2 + q] < n, cd[q] = ok ? bd[w[2 + q]] : 0;
-        if (ok) return eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, cd, r), t, &inner, 1, c->origin);
+        if (ok) x = inner, bd = cd, n = r;
     }
-    return eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bd, n), t, &x, 1, c->origin);
+    /* through lf_node: known values follow (a constant predicate folds) */
+    const int64_t *td = eg_type_dims(c->g, t, &r);
+    int64_t dims[VIEW_MAX_RANK];
+    memcpy(dims, td, r * sizeof *dims);
+    hlo_attr at = {.key = A_DIMENSIONS, .kind = K_INTS, .n = n, .v.ints = n ? arena_memdup(c->a, bd, n * sizeof *bd) : NULL};
+    hlo_instr g = {.name = "broadcast", .opname = "broadcast", .op = OP_BROADCAST, .nattrs = n ? 1 : 0, .noperands = 1,
+                   .attrs = n ? arena_memdup(c->a, &at, sizeof at) : NULL};
+    g.shape.dtype = (uint8_t)eg_type_dtype(c->g, t);
+    g.shape.rank = r;
+    g.shape.dims = dims;
+    return lf_node(c, c->cur, &g, &x, 1, dims, c->origin);
 }
 
 /* A plain value sharded on exactly one dim k over the axes (the others whole)
@@ -231,6 +242,7 @@ static int row_by_instr(gctx *g, uint32_t i, int depth, lval *out) {
      * meet the baseline's terms where the plain values would */
     lstate st = {g->c, g->comp, in, ops, g->vals};
     const lval *same = lf_identity_operand(&st);
+    if (!same) same = lf_select_known(&st);
     if (same) {
         *out = *same;
         return out->kind == LV_ROW ? G_ROW : G_FAIL;
@@ -248,7 +260,8 @@ static int row_of_value(gctx *g, const lval *xv, uint32_t i, bool up, int depth,
     lift_ctx *c = g->c;
     lval x = *xv;
     /* a small integer constant (an init) as its term */
-    if (x.kind == LV_DEV && lf_dev_uniform(c, &x)) x = term(lf_dev_constant(c, &g->comp->instrs[i], &x), view_dup(g->comp->instrs[i].shape.rank), false);
+    const hlo_instr *xi = &g->comp->instrs[i];
+    if (x.kind == LV_DEV && lf_dev_uniform(c, &x)) x = term(lf_dev_constant(c, xi, &x), view_dup(xi->shape.rank), false);
     if (lf_scale_of(&x) != 1) lf_unscale(c, &x);
     if (x.kind == LV_ROW) {
         if (!x.group || !same_axes(&x.v.dims[x.vdim], &g->axes)) return G_FAIL;
@@ -422,7 +435,8 @@ static bool row_apply(gctx *g, const hlo_instr *in, const lval *ops, const int *
         if (sh->dtype != g->comp->instrs[in->operands[0]].shape.dtype) return false;
         dims[0] = nb;
         memcpy(dims + 1, sh->dims, sh->rank * sizeof *dims);
-        eid e = lf_mk_reshape(c, lf_mk_moved(c, x->cls, x->vdim, 0), lf_type_of(c, sh->dtype, dims, sh->rank + 1), c->origin);
+        eid e0 = lf_mk_moved(c, x->cls, x->vdim, 0);
+        eid e = lf_mk_reshape(c, e0, lf_type_of(c, sh->dtype, dims, sh->rank + 1), c->origin);
         *out = mk_row(c, e, 0, &g->axes, assumed);
         return true;
     }
@@ -476,7 +490,12 @@ static bool row_apply(gctx *g, const hlo_instr *in, const lval *ops, const int *
         int64_t *lists[1] = {ed};
         hlo_instr gi = with_attrs(c, in, &key, lists, &nd, 1, dims, sh->rank + 1);
         eid ch[2] = {x->cls, ops[1].cls};
-        *out = mk_row(c, lf_node(c, c->cur, &gi, ch, 2, dims, c->origin), w, &g->axes, assumed);
+        eid e = lf_node(c, c->cur, &gi, ch, 2, dims, c->origin);
+        /* and as written: lf_node folds a reduce over a class that also
+         * holds the split of a flat value into the flat value's reduce */
+        uint32_t t = eg_class_type(c->g, e);
+        eg_union(c->g, e, eg_add(c->g, OP_REDUCE, lf_encode_attrs(c, c->cur, &gi), t, ch, 2, c->origin), NULL);
+        *out = mk_row(c, eg_find(c->g, e), w, &g->axes, assumed);
         return true;
     }
     default:
@@ -504,6 +523,11 @@ static void gctx_close(gctx *g) {
 static bool rows_op(lstate *s, const view_dim *axes, lval *out) {
     const hlo_instr *in = s->in;
     if (in->noperands == 0 || in->noperands > 8) return false;
+    const lval *picked = lf_select_known(s);
+    if (picked && picked->kind == LV_ROW) {
+        *out = *picked;
+        return true;
+    }
     gctx g = gctx_open(s, axes);
     lval ops[8];
     int kinds[8];
@@ -625,7 +649,8 @@ bool lf_group_instr(lstate *s, lval *out) {
         return true;
     }
     for (uint32_t o = 0; o < in->noperands; o++)
-        if (s->ops[o].kind == LV_ROW && s->ops[o].group) lf_group_settle(c, &s->comp->instrs[in->operands[o]].shape, &s->ops[o]);
+        if (s->ops[o].kind == LV_ROW && s->ops[o].group)
+            lf_group_settle(c, &s->comp->instrs[in->operands[o]].shape, &s->ops[o]);
     return false;
 }
 

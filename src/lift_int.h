@@ -488,6 +488,10 @@ bool lf_unit_dim_reread(lstate *s, uint32_t side, uint32_t to,
  * take a max with -inf that a hand-written shard_map leaves out). NULL
  * otherwise. */
 const lval *lf_identity_operand(lstate *s);
+/* The operand a select picks whatever its predicate's values (both the same
+ * value) or by a predicate known at every element (all true or all false);
+ * NULL otherwise. */
+const lval *lf_select_known(lstate *s);
 lval lf_assumed_term(lift_ctx *c, const hlo_instr *in, view v); /* a fresh variable under a known view (assumed) */
 void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops,
                           uint32_t n);                       /* "operand 0 is shard(1,tp), ..." */

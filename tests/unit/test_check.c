@@ -2067,7 +2067,9 @@ static void concat_unlike_operands(void) {
  *     blocks, which the baseline does per group (jax.vmap over the blocks):
  *     an ensemble member per device (member: its slices squeezed, a dot,
  *     tanh, the unit dim put back), a sum over the device's batch block used
- *     before any all-reduce, then the groups' values averaged (local), and
+ *     before any all-reduce, then the groups' values averaged (local), a
+ *     loss per device put back into the unit dim it stacks on (losses), the
+ *     device's rows less their own mean (center: ghost batch norm), and
  *     attention scores within a sequence block shifted by their row max
  *     (attn: a dot of two blocks along the same axis); another op, the sums
  *     summed over the devices first, no final all-reduce, or a shift over
@@ -2600,6 +2602,12 @@ static void hand_written_cases(void) {
          "replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%add", VERDICT_MISMATCH, false},
         {"groups/local", "the groups' values never summed", "all-reduce(%t), channel_id=1, replica_groups={{0,1,2,3}}, "
          "use_global_device_ids=true, to_apply=%add", "copy(%t)", VERDICT_MISMATCH, false},
+        {"groups/losses", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"groups/losses", "divided by the local count", "%n = f32[] constant(32)", "%n = f32[] constant(8)",
+         VERDICT_MISMATCH, true},
+        {"groups/center", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"groups/center", "divided by every device's rows", "%n = f32[] constant(8)", "%n = f32[] constant(32)",
+         VERDICT_MISMATCH, false},
         {"groups/attn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"groups/attn", "the shift over every key (a pmax)", "%mx = f32[4] reduce(%s, %ninf), dimensions={1}, to_apply=%max",
          "%mx0 = f32[4] reduce(%s, %ninf), dimensions={1}, to_apply=%max\n  %mx = f32[4] all-reduce(%mx0), channel_id=1, "
