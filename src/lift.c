@@ -535,8 +535,8 @@ static void other_forms(lstate *s, const lval *v) {
     lf_dot_forms(s, v);
     /* a sum of shares the baseline takes per group first: the groups'
      * values summed (lift_group.c) */
-    if (in->op == OP_ALL_REDUCE && !c->baseline_mode && in->noperands == 1 && v->kind == LV_TERM &&
-        (grouped_in_baseline(c, &s->vals[in->operands[0]], 1) || summed_in_groups(c, s->comp, s->vals, in->operands[0])))
+    if (in->op == OP_ALL_REDUCE && !c->baseline_mode && in->noperands == 1 && v->kind == LV_TERM && v->cls != EID_NONE &&
+        !(eg_class_origin(c->g, v->cls) & EG_BASELINE) && (grouped_in_baseline(c, &s->vals[in->operands[0]], 1) || summed_in_groups(c, s->comp, s->vals, in->operands[0])))
         lf_group_forms(s, v);
     if (v->kind != LV_TERM || v->cls == EID_NONE || in->noperands != 2 || s->ops[0].kind != LV_TERM ||
         s->ops[1].kind != LV_TERM || s->ops[0].cls == EID_NONE || s->ops[1].cls == EID_NONE)

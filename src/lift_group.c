@@ -43,8 +43,11 @@
 
 enum { G_FAIL = 0, G_ROW, G_DUP };
 
-/* Depth of the instruction graph row_of reads up through. */
+/* Depth of the instruction graph row_of reads up through, and how many
+ * instructions one walk up reads at most (a walk that would read more says
+ * nothing: its rows are not the groups' a few ops up). */
 #define GROUP_DEPTH 256
+#define GROUP_BUDGET 2048
 
 typedef struct gmemo {
     uint32_t *key;     /* instruction index + 1 (0: empty) */
@@ -59,6 +62,7 @@ typedef struct gctx {
     const lval *vals;
     view_dim axes;
     gmemo memo;
+    uint32_t budget;   /* instructions the walk may still read up through */
 } gctx;
 
 static bool same_axes(const view_dim *a, const view_dim *b) {
@@ -220,7 +224,8 @@ static int row_element(gctx *g, const hlo_instr *r, uint32_t j, int depth, lval 
 
 static int row_by_instr(gctx *g, uint32_t i, int depth, lval *out) {
     const hlo_instr *in = &g->comp->instrs[i];
-    if (depth >= GROUP_DEPTH || in->noperands == 0 || in->noperands > 8) return G_FAIL;
+    if (depth >= GROUP_DEPTH || !g->budget || in->noperands == 0 || in->noperands > 8) return G_FAIL;
+    g->budget--;
     if (in->op == OP_COPY || instr_is_identity_custom_call(in)) return row_of(g, in->operands[0], depth + 1, out);
     if (in->op == OP_GET_TUPLE_ELEMENT)
         return row_element(g, &g->comp->instrs[in->operands[0]], (uint32_t)instr_int(in, A_INDEX, 0), depth + 1, out);
@@ -504,7 +509,7 @@ static bool row_apply(gctx *g, const hlo_instr *in, const lval *ops, const int *
 }
 
 static gctx gctx_open(lstate *s, const view_dim *axes) {
-    gctx g = {.c = s->c, .comp = s->comp, .vals = s->vals, .axes = *axes};
+    gctx g = {.c = s->c, .comp = s->comp, .vals = s->vals, .axes = *axes, .budget = GROUP_BUDGET};
     g.memo.cap = 256;
     g.memo.key = xcalloc(g.memo.cap, sizeof *g.memo.key);
     g.memo.val = xcalloc(g.memo.cap, sizeof *g.memo.val);
