@@ -401,12 +401,7 @@ bool lf_is_elementwise(int op) {
     }
 }
 
-/* The operand an op returns unchanged: x + 0 with the zero a known constant
- * (an accumulator's first step), max(x, -inf) and min(x, +inf) with the
- * infinity a known constant of every element (jax.nn.softmax and logsumexp
- * take a max with -inf that a hand-written shard_map leaves out). NULL
- * otherwise. */
-static const lval *identity_operand(lstate *s) {
+const lval *lf_identity_operand(lstate *s) {
     const hlo_instr *in = s->in;
     if (in->op == OP_ADD && in->noperands == 2)
         for (uint32_t o = 0; o < 2; o++) {  /* x + 0 (an accumulator's first step) */
@@ -430,6 +425,99 @@ static const lval *identity_operand(lstate *s) {
     return NULL;
 }
 
+const lval *lf_select_known(lstate *s) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *ops = s->ops;
+    if (in->op != OP_SELECT || in->noperands != 3) return NULL;
+    /* A select between a value and itself is that value, whatever picks
+     * (a device-dependent predicate choosing between equal zeros). */
+    if (ops[1].kind == LV_TERM && ops[2].kind == LV_TERM && eg_find(c->g, ops[1].cls) == eg_find(c->g, ops[2].cls) &&
+        lf_same_sharding(&ops[1].v, &ops[2].v) && ops[1].v.partial == ops[2].v.partial &&
+        lf_scale_of(&ops[1]) == lf_scale_of(&ops[2]))
+        return &ops[1];
+    /* A predicate known to be true (false) at every element picks the
+     * second (third) operand whole (jnp.var's where(n - ddof > 0, ...) with
+     * a constant ddof). */
+    if (ops[0].kind == LV_TERM && !ops[0].v.partial && !ops[0].assumed) {
+        const interp_val *p = lf_kval(c, ops[0].cls);
+        int64_t k = 0, ntrue = 0;
+        for (; p && p->dtype == DT_PRED && p->i && k < p->n; k++) ntrue += p->i[k] != 0;
+        if (p && k == p->n && p->n > 0 && (ntrue == 0 || ntrue == p->n)) return &ops[ntrue ? 1 : 2];
+    }
+    return NULL;
+}
+
+static bool grouped_in_baseline(lift_ctx *c, const lval *ops, uint32_t nops);
+
+/* Whether instruction i is comp's result or an element of it. */
+static bool is_output(const hlo_comp *comp, uint32_t i) {
+    const hlo_instr *r = &comp->instrs[comp->root];
+    if (comp->root == i) return true;
+    for (uint32_t o = 0; r->op == OP_TUPLE && o < r->noperands; o++)
+        if (r->operands[o] == i) return true;
+    return false;
+}
+
+/* Whether `to` is `from` with one dim of size 1 inserted. */
+static bool unit_added(const shape *from, const shape *to) {
+    if (to->rank != from->rank + 1) return false;
+    for (uint32_t u = 0; u < to->rank; u++) {
+        if (to->dims[u] != 1) continue;
+        bool same = true;
+        for (uint32_t q = 0; q < from->rank && same; q++) same = from->dims[q] == to->dims[q + (q >= u)];
+        if (same) return true;
+    }
+    return false;
+}
+static bool baseline_splits(lift_ctx *c, int64_t len, int64_t n);
+
+/* Whether value i of comp, a partial sum, is a sum (a reduce or a dot, a
+ * few linear ops up: factors, converts, layout) over a dim sharded over the
+ * axes it is partial over whose extent the baseline splits into the
+ * devices' blocks somewhere (a statistic it takes per group first). */
+static bool summed_in_groups(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i) {
+    for (int hop = 0; hop < 8; hop++) {
+        const hlo_instr *r = &comp->instrs[i];
+        const lval *x = &vals[i];
+        if (x->kind != LV_TERM || !x->v.partial || r->noperands == 0) return false;
+        uint32_t nd = 0;
+        const int64_t *rd = NULL;
+        if (r->op == OP_REDUCE && r->noperands == 2) rd = instr_ints(r, A_DIMENSIONS, &nd);
+        if (r->op == OP_DOT && r->noperands == 2) rd = instr_ints(r, A_LHS_CONTRACTING_DIMS, &nd);
+        if (rd) {
+            const lval *y = &vals[r->operands[0]];
+            const shape *ys = &comp->instrs[r->operands[0]].shape;
+            for (uint32_t q = 0; y->kind == LV_TERM && q < nd; q++) {
+                if (rd[q] < 0 || (uint64_t)rd[q] >= y->v.rank || (uint64_t)rd[q] >= ys->rank || !y->v.dims[rd[q]].naxes)
+                    continue;
+                int64_t parts = view_dim_parts(&y->v, c->mesh, (uint32_t)rd[q]);
+                if (parts > 1 && baseline_splits(c, ys->dims[rd[q]] * parts, parts)) return true;
+            }
+            return false;
+        }
+        bool through = r->op == OP_RESHAPE || r->op == OP_BITCAST || r->op == OP_CONVERT || r->op == OP_COPY ||
+                       r->op == OP_NEGATE || r->op == OP_TRANSPOSE || r->op == OP_MULTIPLY || r->op == OP_DIVIDE;
+        if (!through) return false;
+        uint32_t next = r->operands[0];
+        if ((r->op == OP_MULTIPLY) && r->noperands == 2 && !vals[next].v.partial) next = r->operands[1];
+        i = next;
+    }
+    return false;
+}
+
+/* Whether an operand of s is a partial sum whose dim the baseline splits
+ * into the devices' blocks (grouped_in_baseline, summed_in_groups). */
+static bool shares_in_groups(lstate *s) {
+    for (uint32_t o = 0; o < s->in->noperands; o++) {
+        const lval *x = &s->ops[o];
+        if (x->kind == LV_TERM && x->v.partial && x->v.red == RED_SUM &&
+            (grouped_in_baseline(s->c, x, 1) || summed_in_groups(s->c, s->comp, s->vals, s->in->operands[o])))
+            return true;
+    }
+    return false;
+}
+
 /* Forms of the value v just lifted that the other program may write, joined
  * to v's class (exact identities, both programs walked alike):
  *   x · convert(p) with p a predicate is select(p, x, 0)  (a mask as a
@@ -441,7 +529,9 @@ static const lval *identity_operand(lstate *s) {
  *   a mean of squares less a squared mean is the mean of squared
  *     deviations, a logsumexp shifted by any m is the unshifted one,
  *     x >= 0 holds for an x never negative by its form, and a softmax
- *     normalised before its dot is the dot normalised (lift_moment.c). */
+ *     normalised before its dot is the dot normalised (lift_moment.c);
+ *   an all-reduce of shares of a sum the baseline takes per group is also
+ *     the sum of the groups' values (lift_group.c). */
 static void other_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -451,6 +541,11 @@ static void other_forms(lstate *s, const lval *v) {
     lf_softmax_forms(s, v);
     lf_sign_forms(s, v);
     lf_dot_forms(s, v);
+    /* a sum of shares the baseline takes per group first: the groups'
+     * values summed (lift_group.c) */
+    if (in->op == OP_ALL_REDUCE && !c->baseline_mode && in->noperands == 1 && v->kind == LV_TERM && v->cls != EID_NONE &&
+        !(eg_class_origin(c->g, v->cls) & EG_BASELINE) && (grouped_in_baseline(c, &s->vals[in->operands[0]], 1) || summed_in_groups(c, s->comp, s->vals, in->operands[0])))
+        lf_group_forms(s, v);
     if (v->kind != LV_TERM || v->cls == EID_NONE || in->noperands != 2 || s->ops[0].kind != LV_TERM ||
         s->ops[1].kind != LV_TERM || s->ops[0].cls == EID_NONE || s->ops[1].cls == EID_NONE)
         return;
@@ -510,19 +605,38 @@ static bool has_var(lift_ctx *c, eid x, int depth) {
 
 /* Whether the baseline reshapes some value splitting a dim of extent len
  * into [n, len / n] (groups of the devices' blocks). */
-static bool baseline_splits(const lift_ctx *c, int64_t len, int64_t n) {
-    for (uint32_t ci = 0; ci < c->base->ncomps; ci++) {
-        const hlo_comp *bc = &c->base->comps[ci];
-        for (uint32_t i = 0; i < bc->ninstrs; i++) {
-            const hlo_instr *r = &bc->instrs[i];
-            if (r->op != OP_RESHAPE || r->noperands != 1) continue;
-            const shape *in = &bc->instrs[r->operands[0]].shape;
-            for (uint32_t p = 0; p < in->rank && p + 1 < r->shape.rank; p++) {
-                if (in->dims[p] == len && r->shape.dims[p] == n && r->shape.dims[p + 1] == len / n) return true;
-                if (in->dims[p] != r->shape.dims[p]) break;
+static bool baseline_splits(lift_ctx *c, int64_t len, int64_t n) {
+    if (!c->base_splits_read) {
+        /* read once: the (extent, parts) pairs, each once */
+        uint32_t cap = 0;
+        for (uint32_t ci = 0; ci < c->base->ncomps; ci++) {
+            const hlo_comp *bc = &c->base->comps[ci];
+            for (uint32_t i = 0; i < bc->ninstrs; i++) {
+                const hlo_instr *r = &bc->instrs[i];
+                if (r->op != OP_RESHAPE || r->noperands != 1) continue;
+                const shape *in = &bc->instrs[r->operands[0]].shape;
+                for (uint32_t p = 0; p < in->rank && p + 1 < r->shape.rank; p++) {
+                    int64_t l = in->dims[p], k = r->shape.dims[p];
+                    if (k && l % k == 0 && r->shape.dims[p + 1] == l / k) {
+                        bool seen = false;
+                        for (uint32_t q = 0; q < c->nbase_splits && !seen; q++)
+                            seen = c->base_splits[2 * q] == l && c->base_splits[2 * q + 1] == k;
+                        if (!seen) {
+                            for (int w = 0; w < 2; w++) { /* two words a split */
+                                ARENA_GROW(c->a, c->base_splits, 2 * c->nbase_splits + w, cap, 8);
+                                c->base_splits[2 * c->nbase_splits + w] = w ? k : l;
+                            }
+                            c->nbase_splits++;
+                        }
+                    }
+                    if (in->dims[p] != r->shape.dims[p]) break;
+                }
             }
         }
+        c->base_splits_read = true;
     }
+    for (uint32_t q = 0; q < c->nbase_splits; q++)
+        if (c->base_splits[2 * q] == len && c->base_splits[2 * q + 1] == n) return true;
     return false;
 }
 
@@ -1228,6 +1342,9 @@ static lval lift_elementwise(lstate *s) {
              * finding. */
             lval tiled;
             if (lf_tiled_table(s, &want, &tiled)) return tiled;
+            /* blocks beside shares of a sum the baseline takes per group
+             * (x minus its group's mean): the groups' rows */
+            if (shares_in_groups(s) && lf_group_partial(s, &tiled)) return tiled;
             lf_unsupported(c, s->comp, in, "%s combines a sharded operand with one that is not sharded alike "
                         "(operand %u); tiled operands are not related yet", in->name, o);
             /* The union is a view only when no axis shards two dims (the
@@ -1314,10 +1431,17 @@ static lval lift_elementwise(lstate *s) {
             if (later)
                 lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
                         "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
-            else if (!is_convert && grouped_in_baseline(c, ops, in->noperands))
+            else if (!is_convert && grouped_in_baseline(c, ops, in->noperands)) {
+                /* each device's share as its group's value (lift_group.c) */
+                lval gv;
+                if (lf_group_partial(s, &gv)) {
+                    sb_free(&why);
+                    return gv;
+                }
                 lf_unsupported(c, s->comp, in, "%s uses a partial sum before it is reduced (%s), and the baseline splits "
                                "a dim that sum runs over into the devices' blocks (a computation per group, as jax.vmap "
                                "over the blocks writes it): per-device groups are not related yet", in->name, why.s);
+            }
             else if (!is_convert && lf_short_reduction(s, why.s))
                 ;
             else if (per_device)
@@ -1584,6 +1708,15 @@ lval lf_lift_instr(lstate *s) {
         }
     if (lf_psub_instr(s, &pwv)) return pwv;
     if (lf_win_instr(s, &pwv)) return pwv;
+    if (lf_group_instr(s, &pwv)) return pwv;
+    /* a share put back into the unit dim the program squeezed, as an output
+     * (per-device losses stacked on the devices' axis), where the baseline
+     * groups the summed dim: the rows (inside, the partial sum's readings
+     * serve: an all-gather of the shares) */
+    if (!c->baseline_mode && (in->op == OP_RESHAPE || in->op == OP_BITCAST) && in->noperands == 1 &&
+        ops[0].kind == LV_TERM && ops[0].v.partial && unit_added(&s->comp->instrs[in->operands[0]].shape, &in->shape) &&
+        is_output(s->comp, (uint32_t)(in - s->comp->instrs)) && shares_in_groups(s) && lf_group_partial(s, &pwv))
+        return pwv;
     if (lf_row_instr(s, &pwv)) return pwv;
     if (lf_row_select(s)) return unknown();  /* its sums make the value (lf_row_reduce) */
     for (uint32_t o = 0; o < in->noperands; o++)
@@ -1705,21 +1838,8 @@ lval lf_lift_instr(lstate *s) {
         !memcmp(s->comp->instrs[in->operands[0]].shape.dims, in->shape.dims, in->shape.rank * sizeof *in->shape.dims))
         return lift_elementwise(s);
     if (lf_is_elementwise(in->op)) {
-        /* A select between a value and itself is that value, whatever picks
-         * (a device-dependent predicate choosing between equal zeros). */
-        if (in->op == OP_SELECT && in->noperands == 3 && ops[1].kind == LV_TERM && ops[2].kind == LV_TERM &&
-            eg_find(c->g, ops[1].cls) == eg_find(c->g, ops[2].cls) && lf_same_sharding(&ops[1].v, &ops[2].v) &&
-            ops[1].v.partial == ops[2].v.partial && lf_scale_of(&ops[1]) == lf_scale_of(&ops[2]))
-            return ops[1];
-        /* A predicate known to be true (false) at every element picks the
-         * second (third) operand whole (jnp.var's where(n - ddof > 0, ...)
-         * with a constant ddof). */
-        if (in->op == OP_SELECT && in->noperands == 3 && ops[0].kind == LV_TERM && !ops[0].v.partial && !ops[0].assumed) {
-            const interp_val *p = lf_kval(c, ops[0].cls);
-            int64_t k = 0, ntrue = 0;
-            for (; p && p->dtype == DT_PRED && p->i && k < p->n; k++) ntrue += p->i[k] != 0;
-            if (p && k == p->n && p->n > 0 && (ntrue == 0 || ntrue == p->n)) return ops[ntrue ? 1 : 2];
-        }
+        const lval *picked = lf_select_known(s);
+        if (picked) return *picked;
         lval once;
         if (lf_select_padding_zeros(s, &once)) return once;
         if (lf_picked_on_some_devices(s, &once)) return once;
@@ -1812,7 +1932,7 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
     const char *dbgb = dbg_base_name(), *dbg = dbg_term_name();
     bool dbgv = dbg_on(DBG_VIEWS);
     if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
-    if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+    if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && (v->kind == LV_TERM || v->kind == LV_ROW)) {
         /* Descend both terms to the first node where they part. */
         eid x = dbg_base, y = v->cls;
         for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
@@ -1846,14 +1966,15 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
         /* Every distributed value's kind, view and term (lval kinds as in lift.h). */
         strbuf b;
         sb_init(&b);
-        if (v->kind == LV_TERM || (v->kind == LV_WIN && v->cls != EID_NONE))
+        if (v->kind == LV_TERM || (v->kind == LV_WIN && v->cls != EID_NONE) || v->kind == LV_ROW)
             view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
+        if (v->kind == LV_ROW) sb_printf(&b, " (slices along %u)", v->vdim);
         if ((v->kind == LV_TERM || v->kind == LV_WIN) && lf_scale_of(v) != 1) sb_printf(&b, " (times %g)", lf_scale_of(v));
         for (int64_t d = 0; v->kind == LV_PSUB && d < c->ndev; d++) sb_printf(&b, "%s%llx", d ? " " : "shares ", (unsigned long long)v->psub->sub[d]);
         fprintf(stderr, "view %s kind %d: %s\n", in->name, v->kind, b.s ? b.s : "");
         sb_free(&b);
     }
-    if (dbg && strcmp(dbg, in->name) == 0 && v->kind == LV_TERM) {
+    if (dbg && strcmp(dbg, in->name) == 0 && (v->kind == LV_TERM || v->kind == LV_ROW)) {
         strbuf b;
         sb_init(&b);
         eg_print_term(&b, c->g, v->cls, 12);
@@ -2077,6 +2198,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         bool keep = (comp == c->call_comp && i == comp->root) || barrier_only(c, comp, i);
         for (uint32_t o = 0; o < in->noperands; o++) {
             v->elems[o] = vals[in->operands[o]];
+            lf_group_settle(c, &comp->instrs[in->operands[o]].shape, &v->elems[o]);
             if (!keep) lf_unscale(c, &v->elems[o]);
             if ((v->elems[o].kind == LV_PW || v->elems[o].kind == LV_IVEC) && v->elems[o].cls != EID_NONE)
                 lf_index_as_term(c, &v->elems[o]);
@@ -2113,7 +2235,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     for (uint32_t o = 0; o < in->noperands; o++) c->partial_unsure_now |= ops[o].partial_unsure;
     c->konst_operand_now = konst_op;
     double factor = 1;
-    const lval *same = identity_operand(&s);
+    const lval *same = lf_identity_operand(&s);
     if (same) {
         *v = *same;
     } else if (!lf_scale_take(&s, v)) {
@@ -2296,6 +2418,8 @@ lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const vie
         for (uint32_t k = from; seg && k < i; k++) seg[k] = c->nsegs && c->cur_seg < c->nsegs ? c->cur_seg : UINT32_MAX;
     }
     if (ms) lf_memo_leave(c, ms);
+    /* a computation's result is a plain view (group rows settled) */
+    lf_group_settle(c, &comp->instrs[comp->root].shape, &vals[comp->root]);
     return vals[comp->root];
 }
 

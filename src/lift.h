@@ -6,7 +6,8 @@
  * functions by family), lift_loop.c (while loops), lift_layout.c (all-to-all layouts),
  * lift_memo.c (the segment memo), lift_scale.c (constant factors),
  * lift_index.c (LV_PW / LV_MASK), lift_win.c (LV_WIN), lift_psub.c
- * (LV_PSUB), lift_zmask.c (zero masks); lift_int.h is what they share.
+ * (LV_PSUB), lift_zmask.c (zero masks), lift_group.c (per-device groups,
+ * LV_ROW); lift_int.h is what they share.
  *
  * The checker first adds the whole baseline to one e-graph (lift_baseline),
  * then walks the distributed program in order (lift_distributed). Every
@@ -49,7 +50,9 @@
  *     local value lacks that dim): the sum of the stacked blocks' totals
  *     before the device's, or the blocks' maxima of a partial max
  *     (from_max; lift_scan.c), until an op that meets it with a sharded
- *     term spreads it over the device's block of that dim.
+ *     term spreads it over the device's block of that dim; or (.group) the
+ *     slices of a computation each device does on its own blocks, batched
+ *     over the blocks as jax.vmap writes it (lift_group.c).
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
  * A value that is a constant times a term carries the constant beside it
  * (`scale`) through the ops linear in it, and both sides put it back into the
@@ -156,6 +159,8 @@ typedef struct lval {
     bool in_domain : 1;           /* LV_MASK: the index values are known to lie there (iota) */
     bool rescaled : 1;            /* a baseline term times a constant factor put back into it */
     bool from_max : 1;            /* LV_ROW: the blocks' maxima (or minima) of a partial max (lf_partial_row) */
+    bool group : 1;               /* LV_ROW: rows of a per-device group computation (lift_group.c),
+                                   * not a scan's sums (lift_scan.c) */
     view v;
     eid cls;
     uint32_t count;
@@ -339,6 +344,10 @@ typedef struct lift_ctx {
     const hlo_comp *row_max_comp;         /* one per device (lf_partial_row): named as a suspected */
     char *row_max_why;                    /* missing all-reduce when an output does not meet */
     uint32_t nshifts, capshifts;
+    int64_t *base_splits;                 /* (extent, parts) of every baseline reshape splitting a leading
+                                           * dim into [parts, extent / parts] (lift.c baseline_splits) */
+    uint32_t nbase_splits;
+    bool base_splits_read;
     const char *resync_scope;             /* the first one */
     uint64_t lifted, assumed;             /* instructions lifted; with assumed content */
     uint64_t opaque;                      /* of those, values of a known view whose content may be

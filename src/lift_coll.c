@@ -224,11 +224,8 @@ void lf_track_short(lstate *s, lval *v) {
 
 /* ---- all-reduce, all-gather, reduce-scatter ---- */
 
-/* reduce(x, identity) over dims dd (nd of them) with collective s's reducer
- * (its to_apply, ta; a sum from 0, a max from -inf, a min from +inf): the
- * result's local shape rs, global dims gdims. */
-static eid sum_reduce_term(lstate *s, eid x, const int64_t *dd, uint32_t nd, const shape *rs, const int64_t *gdims,
-                           const hlo_attr *ta) {
+eid lf_sum_reduce_term(lstate *s, eid x, const int64_t *dd, uint32_t nd, const shape *rs, const int64_t *gdims,
+                       const hlo_attr *ta) {
     lift_ctx *c = s->c;
     hlo_instr ri = *s->in;
     hlo_attr attrs[2] = {{.key = A_DIMENSIONS, .kind = K_INTS, .n = nd, .v.ints = arena_memdup(c->a, dd, nd * sizeof *dd)}, *ta};
@@ -302,7 +299,7 @@ static void blocks_as_partial(lstate *s, uint32_t d, uint32_t sharded, const hlo
     shape rs = *ls;
     rs.rank = nr;
     rs.dims = arena_memdup(c->a, rd, (nr + 1) * sizeof *rd);
-    eid t = sum_reduce_term(s, split, red_dims, nred, &rs, rd, ta);
+    eid t = lf_sum_reduce_term(s, split, red_dims, nred, &rs, rd, ta);
     if (t == EID_NONE) return;
     x->cls = all ? t : lf_mk_reshape(c, t, lf_type_of(c, ls->dtype, md, ls->rank), c->origin);
     x->v.dims[d] = rest;
@@ -353,7 +350,7 @@ static void unit_blocks_as_partial(lstate *s, uint32_t axes) {
     shape rs = *ls;
     rs.rank = nr;
     rs.dims = arena_memdup(c->a, ld, (nr + 1) * sizeof *ld);
-    eid t = sum_reduce_term(s, x->cls, dd, nd, &rs, rd, ta);
+    eid t = lf_sum_reduce_term(s, x->cls, dd, nd, &rs, rd, ta);
     if (t == EID_NONE) return;
     for (uint32_t k = 0; k < nd; k++) gd[dd[k]] = 1;
     x->cls = lf_mk_reshape(c, t, lf_type_of(c, ls->dtype, gd, ls->rank), c->origin);

@@ -106,6 +106,8 @@ struct interp_val *lf_kval(lift_ctx *c, eid cls);
 eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin);
 /* transpose(x): result dim q is x's dim perm[q] (x itself for the identity) */
 eid lf_mk_transpose(lift_ctx *c, eid x, const int64_t *perm);
+/* x with its dim `from` moved to position `to`, the others in order. */
+eid lf_mk_moved(lift_ctx *c, eid x, uint32_t from, uint32_t to);
 eid lf_mk_element(lift_ctx *c, eid tuple, uint32_t j, uint32_t t);
 /* slice(x) with sl = (start, limit, stride) per dim, global coordinates: the
  * same term as a slice instruction of the baseline (folded alike); x itself
@@ -396,6 +398,11 @@ const hlo_instr *lf_summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_in
 void lf_copies_into_partial_sums(lstate *s);         /* complete operands of an add to partial sums, as copies */
 bool lf_short_reduction(lstate *s, const char *why); /* blames the sum that left an operand partial (reported) */
 void lf_track_short(lstate *s, lval *v);             /* notes which sum collective left v partial */
+/* reduce(x, identity) over dims dd (nd of them) with collective s's reducer
+ * (its to_apply, ta; a sum from 0, a max from -inf, a min from +inf): the
+ * result's local shape rs, global dims gdims (EID_NONE: another reducer). */
+eid lf_sum_reduce_term(lstate *s, eid x, const int64_t *dd, uint32_t nd, const shape *rs, const int64_t *gdims,
+                       const hlo_attr *ta);
 bool lf_stack_only_reduced(const hlo_comp *comp, const hlo_module *m, uint32_t i, uint32_t d,
                            int red);                 /* all-gather i of partial values used only reduced over d */
 
@@ -429,6 +436,9 @@ bool lf_takes_along(const hlo_instr *g, uint32_t d, uint32_t rank); /* gather g 
 typedef struct win_attr {
     int64_t size[VIEW_MAX_RANK], stride[VIEW_MAX_RANK], pad[2 * VIEW_MAX_RANK], ld[VIEW_MAX_RANK], rd[VIEW_MAX_RANK];
 } win_attr;
+/* The window of reduce-window in over `rank` dims, each size, stride and
+ * dilation at least 1; false when it does not read (lift_win.c). */
+bool lf_read_window(const hlo_instr *in, uint32_t rank, win_attr *w);
 /* The reduce-window of x (init init, `like`'s reducer) with window w,
  * global result dims dims: the term, or EID_NONE. */
 eid lf_window_node(lift_ctx *c, const hlo_instr *like, eid x, eid init, const win_attr *w, const int64_t *dims);
@@ -453,6 +463,14 @@ bool lf_topk_blocks(lstate *s, lval *out);           /* top_k of rows sharded al
 bool lf_topk_stack(lstate *s, lval *t);              /* top_k t of gathered blocks' top k: the rows' */
 bool lf_topk_gather(lstate *s, lval *out);           /* the blocks' top positions, offset, gathered */         /* j: a selection's position among a stack (stack_winner) */
 void lf_elementwise_unit_partials(lstate *s);        /* partial operands in their unit-dim reading, when theirs */
+
+/* Per-device groups (lift_group.c): rows (LV_ROW, .group) of a computation
+ * each device does on its own blocks, which the baseline does per group. */
+bool lf_group_instr(lstate *s, lval *out);            /* an op over group rows, or the diagonal blocks reduced; false
+                                                       * (rows settled) when it has no row form */
+bool lf_group_partial(lstate *s, lval *out);          /* a partial sum used whole: the op over every device's share */
+bool lf_group_settle(lift_ctx *c, const shape *local, lval *x); /* a group row as a plain view (unknown: none) */
+void lf_group_forms(lstate *s, const lval *v);        /* an all-reduce of shares: also the reduce of their rows */
 
 /* Element-moving ops (lift_shape.c): the transfer functions of their opcodes. */
 lval lf_lift_broadcast(lstate *s);
@@ -482,6 +500,16 @@ bool lf_review_broadcast(lstate *s, uint32_t o, const view *want); /* operand o,
 bool lf_konst_review(lstate *s, uint32_t o, const view *want);     /* operand o, constant-only, read under want */
 bool lf_unit_dim_reread(lstate *s, uint32_t side, uint32_t to,
                         const view_dim *want);      /* operand `side` with want's axes moved to its dim `to` */
+/* The operand an op returns unchanged: x + 0 with the zero a known constant
+ * (an accumulator's first step), max(x, -inf) and min(x, +inf) with the
+ * infinity a known constant of every element (jax.nn.softmax and logsumexp
+ * take a max with -inf that a hand-written shard_map leaves out). NULL
+ * otherwise. */
+const lval *lf_identity_operand(lstate *s);
+/* The operand a select picks whatever its predicate's values (both the same
+ * value) or by a predicate known at every element (all true or all false);
+ * NULL otherwise. */
+const lval *lf_select_known(lstate *s);
 lval lf_assumed_term(lift_ctx *c, const hlo_instr *in, view v); /* a fresh variable under a known view (assumed) */
 void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops,
                           uint32_t n);                       /* "operand 0 is shard(1,tp), ..." */

@@ -32,7 +32,9 @@
 
 double lf_scale_of(const lval *x) { return x->scale == 0 ? 1 : x->scale; }
 
-static bool carries(const lval *x) { return x->kind == LV_TERM || x->kind == LV_LAYOUT || x->kind == LV_WIN; }
+static bool carries(const lval *x) {
+    return x->kind == LV_TERM || x->kind == LV_LAYOUT || x->kind == LV_WIN || (x->kind == LV_ROW && x->group);
+}
 
 /* The value every element of a constant-only float operand holds, when they
  * all hold the same finite non-zero one. */

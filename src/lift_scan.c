@@ -133,22 +133,6 @@ struct lift_row {
     const hlo_instr *red;
 };
 
-/* x with its dim `from` moved to position `to`, the others in order. */
-static eid moved_dim(lift_ctx *c, eid x, uint32_t from, uint32_t to) {
-    uint32_t rank;
-    eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
-    int64_t perm[VIEW_MAX_RANK];
-    for (uint32_t q = 0, k = 0; q < rank; q++) {
-        if (q == to) {
-            perm[q] = from;
-            continue;
-        }
-        if (k == from) k++;
-        perm[q] = k++;
-    }
-    return lf_mk_transpose(c, x, perm);
-}
-
 /* Whether the predicate of select `sel` (of comp) is computed from iotas,
  * constants and the partition id alone and is, on every device d, position
  * < b(d) along dim j (or > b(d): *suffix) and the same along every other
@@ -284,7 +268,7 @@ static bool row_reshape(lift_ctx *c, const lval *x, const shape *os, lval *out) 
     int64_t dims[VIEW_MAX_RANK];
     dims[0] = ed[x->vdim];
     memcpy(dims + 1, os->dims, os->rank * sizeof *dims);
-    eid e = moved_dim(c, x->cls, x->vdim, 0);
+    eid e = lf_mk_moved(c, x->cls, x->vdim, 0);
     view_dim ax = x->v.dims[x->vdim];
     *out = *x;  /* out may be x */
     out->cls = lf_mk_reshape(c, e, lf_type_of(c, os->dtype, dims, os->rank + 1), c->origin);
@@ -372,7 +356,7 @@ static eid row_spread(lift_ctx *c, eid e, uint32_t j, uint32_t k, const int64_t 
     int64_t big[VIEW_MAX_RANK], bd[VIEW_MAX_RANK];
     for (uint32_t q = 0, o = 0; q <= r; q++) big[q] = q == k ? ed[j] : q == k + 1 ? n : g[o], o += q != k;
     for (uint32_t q = 0; q < r; q++) bd[q] = q < k ? q : q + 1;
-    eid et = moved_dim(c, e, j, k);
+    eid et = lf_mk_moved(c, e, j, k);
     int dt = eg_type_dtype(c->g, t);
     eid b = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bd, r), lf_type_of(c, dt, big, r + 1), &et, 1, c->origin);
     return lf_mk_reshape(c, b, lf_type_of(c, dt, g, r), c->origin);
@@ -396,7 +380,7 @@ static void scan_prefix(lift_ctx *c, eid gcls, uint32_t k, const int64_t *g, uin
                 continue;
             /* x's block totals, as the stack holds them */
             eid tot = block_totals(c, sc->x, k, sc->nb, n, rw->init, rw->red);
-            if (tot == EID_NONE || eg_find(c->g, moved_dim(c, tot, k, rw->j)) != eg_find(c->g, rw->x)) continue;
+            if (tot == EID_NONE || eg_find(c->g, lf_mk_moved(c, tot, k, rw->j)) != eg_find(c->g, rw->x)) continue;
             eid sum[2] = {sc->blocked, gcls};
             eg_union(c->g, eg_add(c->g, OP_ADD, 0, eg_class_type(c->g, sc->x), sum, 2, c->origin), sc->global, NULL);
         }
@@ -426,7 +410,7 @@ static bool row_broadcast(lstate *s, const lval *x, lval *out) {
     memcpy(dims + 1, in->shape.dims, r * sizeof *dims);
     b2[0] = 0;
     for (uint32_t q = 0; q < nbd; q++) b2[q + 1] = bd[q] + 1;
-    eid e = moved_dim(c, x->cls, x->vdim, 0);
+    eid e = lf_mk_moved(c, x->cls, x->vdim, 0);
     *out = *x;
     out->cls = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, b2, nbd + 1),
                       lf_type_of(c, in->shape.dtype, dims, r + 1), &e, 1, c->origin);

@@ -425,6 +425,22 @@ eid lf_mk_transpose(lift_ctx *c, eid x, const int64_t *perm) {
                   lf_type_of(c, eg_type_dtype(c->g, t), dims, rank), &x, 1, c->origin);
 }
 
+eid lf_mk_moved(lift_ctx *c, eid x, uint32_t from, uint32_t to) {
+    uint32_t rank;
+    eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+    int64_t perm[VIEW_MAX_RANK];
+    if (rank > VIEW_MAX_RANK) return eg_find(c->g, x);
+    for (uint32_t q = 0, k = 0; q < rank; q++) {
+        if (q == to) {
+            perm[q] = from;
+            continue;
+        }
+        if (k == from) k++;
+        perm[q] = k++;
+    }
+    return lf_mk_transpose(c, x, perm);
+}
+
 eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
     const interp_val *xv = lf_kval(c, x);
     if (xv && eg_class_type(c->g, x) != t && eg_type_dtype(c->g, t) == xv->dtype) {

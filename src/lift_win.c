@@ -1269,7 +1269,7 @@ static bool rows_transpose(lstate *s, lval *out) {
  * device's init or padding counts once); nothing else. */
 
 
-static bool read_window(const hlo_instr *in, uint32_t rank, win_attr *w) {
+bool lf_read_window(const hlo_instr *in, uint32_t rank, win_attr *w) {
     const hlo_attr *wa = instr_attr(in, A_WINDOW);
     if (!wa || rank > VIEW_MAX_RANK || !interp_window(wa->v.str, rank, w->size, w->stride, w->pad, w->ld, w->rd))
         return false;
@@ -1298,7 +1298,7 @@ static bool term_reduce_window(lstate *s, lval *out) {
     uint32_t rank = in->shape.rank;
     win_attr w;
     if (x->kind != LV_TERM || x->diff || init->kind != LV_TERM || !view_is_dup(&init->v) || init->v.partial ||
-        src->shape.rank != rank || x->v.rank != rank || !read_window(in, rank, &w))
+        src->shape.rank != rank || x->v.rank != rank || !lf_read_window(in, rank, &w))
         return false;
     if (view_is_dup(&x->v) && !x->v.partial) return false;  /* the op itself, as for any replicated operands */
     int red = instr_reducer(c->cur, in);
@@ -1363,7 +1363,7 @@ static eid window_term(lstate *s, eid x, const int64_t *xd, uint32_t rank, const
                 const hlo_attr *bt = instr_attr(bi, A_TO_APPLY);
                 win_attr g;
                 if (bi->op != OP_REDUCE_WINDOW || bi->noperands != 2 || bi->shape.rank != rank ||
-                    bi->shape.dtype != s->in->shape.dtype || !bt || !read_window(bi, rank, &g) ||
+                    bi->shape.dtype != s->in->shape.dtype || !bt || !lf_read_window(bi, rank, &g) ||
                     !same_window(&g, &f, rank) || lf_comp_digest(c, c->base, (uint32_t)bt->v.ints[0]) != red)
                     continue;
                 eid by[2] = {y, init};
@@ -1391,7 +1391,7 @@ static bool rows_reduce_window(lstate *s, lval *out) {
     lval xp;  /* a halo's edge zeros: rows of the zero-padded term (folded below when init is that zero) */
     if (x->kind == LV_WIN && !x->win->summed && !win_full(c, x->win) && lf_win_padded(c, x, false, &xp)) x = &xp;
     if (x->kind != LV_WIN || !win_full(c, x->win) || x->v.partial || init->kind != LV_TERM || !view_is_dup(&init->v) ||
-        init->v.partial || init->assumed || lf_scale_of(x) != 1 || src->shape.rank != rank || !read_window(in, rank, &w))
+        init->v.partial || init->assumed || lf_scale_of(x) != 1 || src->shape.rank != rank || !lf_read_window(in, rank, &w))
         return false;
     const lift_win *xw = x->win;
     uint32_t d = xw->dim;
@@ -1436,7 +1436,7 @@ static const hlo_instr *base_window(lift_ctx *c, int dt, uint32_t rank, const wi
             const hlo_attr *bt = instr_attr(bi, A_TO_APPLY);
             win_attr g;
             if (bi->op == OP_REDUCE_WINDOW && bi->noperands == 2 && bi->shape.rank == rank && bi->shape.dtype == dt && bt &&
-                read_window(bi, rank, &g) && same_window(&g, w, rank) &&
+                lf_read_window(bi, rank, &g) && same_window(&g, w, rank) &&
                 lf_comp_digest(c, c->base, (uint32_t)bt->v.ints[0]) == red &&
                 (!o || !memcmp(bi->shape.dims, o, rank * sizeof *o)))
                 return bi;
@@ -1539,7 +1539,7 @@ static bool segmented_reduce_window(lstate *s, lval *out) {
     win_attr w, g3;
     if (x->kind != LV_TERM || x->v.partial || x->assumed || lf_scale_of(x) != 1 || init->kind != LV_TERM ||
         !view_is_dup(&init->v) || init->assumed || !ta || src->shape.rank != rank || rank + 1 > VIEW_MAX_RANK ||
-        !read_window(in, rank, &w))
+        !lf_read_window(in, rank, &w))
         return false;
     for (uint32_t k = 0; k < rank; k++)
         if (x->v.dims[k].naxes) {
@@ -1611,7 +1611,7 @@ static eid conv_term(lstate *s, eid x, eid k, uint32_t wd, uint32_t si, uint32_t
             win_attr g;
             if (bi->op != OP_CONVOLUTION || bi->noperands != 2 || !bl || strcmp(bl, lab) != 0 ||
                 bi->shape.dtype != s->in->shape.dtype || instr_int(bi, A_FEATURE_GROUP_COUNT, 1) != groups ||
-                instr_int(bi, A_BATCH_GROUP_COUNT, 1) != 1 || !read_window(bi, nsp, &g) || !same_window(&g, &f, nsp))
+                instr_int(bi, A_BATCH_GROUP_COUNT, 1) != 1 || !lf_read_window(bi, nsp, &g) || !same_window(&g, &f, nsp))
                 continue;
             eid by[2] = {pk[0], k};
             return lf_node(c, c->base, bi, by, 2, dims, c->origin);
@@ -1653,7 +1653,7 @@ static bool win_convolution(lstate *s, lval *out) {
     for (int j = 0; j < nl; j++)
         if (ls[j] == (int)w->dim) si = j;
     win_attr wa;
-    if (si < 0 || !read_window(in, (uint32_t)nl, &wa) || wa.pad[2 * si] || wa.pad[2 * si + 1] || wa.stride[si] != 1 ||
+    if (si < 0 || !lf_read_window(in, (uint32_t)nl, &wa) || wa.pad[2 * si] || wa.pad[2 * si + 1] || wa.stride[si] != 1 ||
         wa.ld[si] != 1 || wa.rd[si] != 1 || k->v.dims[ri].naxes)
         return false;
     for (int j = 0; j < nl; j++)

@@ -2066,6 +2066,17 @@ static void concat_unlike_operands(void) {
  *     factor is not; the halves summed by an all-reduce are not either);
  *     scaled and added to a sharded value (Adam's first moment), the
  *     other reading keeps its factor where the add puts it back;
+ *   - tests/cases/groups: a computation each device does on its own
+ *     blocks, which the baseline does per group (jax.vmap over the blocks):
+ *     an ensemble member per device (member: its slices squeezed, a dot,
+ *     tanh, the unit dim put back), a sum over the device's batch block used
+ *     before any all-reduce, then the groups' values averaged (local), a
+ *     loss per device put back into the unit dim it stacks on (losses), the
+ *     device's rows less their own mean (center: ghost batch norm), and
+ *     attention scores within a sequence block shifted by their row max
+ *     (attn: a dot of two blocks along the same axis); another op, the sums
+ *     summed over the devices first, no final all-reduce, or a shift over
+ *     every key are not (rules only: undecided, never verified);
  *   - tests/cases/reduce-reshape: a sum over batch rows merged by a reshape
  *     first (rows: leading dims; cols: trailing) beside the sum over the
  *     unmerged dims of the local batch, all-reduced (not all-reduced, it
@@ -2585,6 +2596,25 @@ static void hand_written_cases(void) {
         {"uneven/stats", "the padding kept, real columns cut", "slice={[0:4], [0:6]}", "slice={[0:4], [2:8]}",
          VERDICT_MISMATCH, false},
         {"uneven/stats", "padded in front", "padding=0_0x0_2", "padding=0_0x2_0", VERDICT_MISMATCH, false},
+        {"groups/member", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"groups/member", "exp where the baseline takes tanh", "tanh(%d)", "exponential(%d)", VERDICT_MISMATCH, false},
+        {"groups/local", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"groups/local", "the block sums summed over the devices first",
+         "%s = f32[8] reduce(%x, %z), dimensions={0}, to_apply=%add",
+         "%s0 = f32[8] reduce(%x, %z), dimensions={0}, to_apply=%add\n  %s = f32[8] all-reduce(%s0), channel_id=2, "
+         "replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%add", VERDICT_MISMATCH, false},
+        {"groups/local", "the groups' values never summed", "all-reduce(%t), channel_id=1, replica_groups={{0,1,2,3}}, "
+         "use_global_device_ids=true, to_apply=%add", "copy(%t)", VERDICT_MISMATCH, false},
+        {"groups/losses", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"groups/losses", "divided by the local count", "%n = f32[] constant(32)", "%n = f32[] constant(8)",
+         VERDICT_MISMATCH, true},
+        {"groups/center", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"groups/center", "divided by every device's rows", "%n = f32[] constant(8)", "%n = f32[] constant(32)",
+         VERDICT_MISMATCH, false},
+        {"groups/attn", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"groups/attn", "the shift over every key (a pmax)", "%mx = f32[4] reduce(%s, %ninf), dimensions={1}, to_apply=%max",
+         "%mx0 = f32[4] reduce(%s, %ninf), dimensions={1}, to_apply=%max\n  %mx = f32[4] all-reduce(%mx0), channel_id=1, "
+         "replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%max", VERDICT_MISMATCH, false},
         /* each device picks its own branch: undecided (the seeded selectors
          * send every device to the last branch, so execution agrees) */
         {"cond/switch", "a selector offset by the device",
