@@ -62,7 +62,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 import optax
 sys.path.insert(0, "samples/gen")  # run from the repository root (run_fresh10.sh)
-from fresh_lib import Corpus, seeded  # noqa: E402
+from fresh_lib import Corpus, seeded, mse, np_tree, state_specs  # noqa: E402
 
 SCRIPT = "samples/gen/fresh10.py"
 C = Corpus("samples/fresh10", SCRIPT, "samples/gen/run_fresh10.sh", sys.argv[1:])
@@ -74,29 +74,6 @@ KEY2 = np.asarray(jax.random.PRNGKey(2026))
 BF = jnp.bfloat16
 F8 = jnp.float8_e4m3fn
 F8_MAX = 448.0
-
-
-def mse(a, b):
-    return jnp.mean(jnp.square(a - b))
-
-
-def np_tree(t):
-    return jax.tree.map(np.asarray, t)
-
-
-def state_specs(opt, state, pspecs):
-    """A leaf of the state under the dict keys of a parameter gets that
-    parameter's spec (when it has as many dims), any other leaf P()."""
-    flat = {tuple(k.key for k in path): sp for path, sp in
-            jax.tree_util.tree_flatten_with_path(pspecs, is_leaf=lambda x: isinstance(x, P))[0]}
-
-    def spec(path, leaf):
-        keys = tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
-        for n in range(len(keys)):
-            if keys[n:] in flat and np.ndim(leaf) >= len(flat[keys[n:]]):
-                return flat[keys[n:]]
-        return P()
-    return jax.tree_util.tree_map_with_path(spec, state)
 
 
 # ---------------------------------------------------------------------------
@@ -665,7 +642,7 @@ bm_p = {"emb": R(BM_V, BM_D, scale=0.5), "w": R(BM_D, BM_D, scale=0.3), "out": R
 bm_ps = {"emb": P(), "w": P(None, "tp"), "out": P(None, "tp")}
 bm_st = np_tree(bm_opt.init(bm_p))
 C.gspmd("g.bert_80_10_10_mask_adamw.dp2xtp4", {"dp": 2, "tp": 4},
-        (bm_ps, state_specs(bm_opt, bm_st, bm_ps), P("dp"), P()), (bm_ps, state_specs(bm_opt, bm_st, bm_ps), P()),
+        (bm_ps, state_specs(bm_st, bm_ps), P("dp"), P()), (bm_ps, state_specs(bm_st, bm_ps), P()),
         bert_step, (bm_p, bm_st, I(1, BM_V, BM_B, BM_T), KEY))
 
 # ---------------------------------------------------------------------------
@@ -699,7 +676,7 @@ ba_p = {"w1": R(16, 64, scale=0.3), "b1": R(64, scale=0.1), "w2": R(64, 16, scal
 ba_ps = {"w1": P(None, "tp"), "b1": P("tp"), "w2": P("tp")}
 ba_st = np_tree(ba_opt.init(ba_p))
 C.gspmd("g.bf16_compute_bf16_mu_adam_f32acc.dp2xtp4", {"dp": 2, "tp": 4},
-        (ba_ps, state_specs(ba_opt, ba_st, ba_ps), P("dp"), P("dp")), (ba_ps, state_specs(ba_opt, ba_st, ba_ps), P()),
+        (ba_ps, state_specs(ba_st, ba_ps), P("dp"), P("dp")), (ba_ps, state_specs(ba_st, ba_ps), P()),
         bf16_adam_step, (ba_p, ba_st, R(16, 16), R(16, 16, scale=0.5)))
 
 # ---------------------------------------------------------------------------
@@ -757,8 +734,8 @@ ql_ad = {"a": R(QL_K, QL_R, scale=0.3), "b": R(QL_R, QL_N, scale=0.3)}
 ql_ps = {"a": P(), "b": P(None, "tp")}
 ql_st = np_tree(ql_opt.init(ql_ad))
 C.gspmd("g.qlora_block_dequant_adamw.dp2xtp4", {"dp": 2, "tp": 4},
-        (ql_ps, state_specs(ql_opt, ql_st, ql_ps), P(None, "tp"), P(None, "tp"), P("dp"), P("dp", "tp")),
-        (ql_ps, state_specs(ql_opt, ql_st, ql_ps), P()), qlora_adamw_step,
+        (ql_ps, state_specs(ql_st, ql_ps), P(None, "tp"), P(None, "tp"), P("dp"), P("dp", "tp")),
+        (ql_ps, state_specs(ql_st, ql_ps), P()), qlora_adamw_step,
         (ql_ad, ql_st, I(-8, 8, QL_K, QL_N).astype(np.int8), np.abs(R(QL_K // QL_G, QL_N, scale=0.05)) + 0.01,
          R(QL_T, QL_K), R(QL_T, QL_N, scale=0.5)))
 

@@ -106,7 +106,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 import optax
 sys.path.insert(0, "samples/gen")  # run from the repository root (run_fresh12.sh)
-from fresh_lib import Corpus, seeded  # noqa: E402
+from fresh_lib import Corpus, seeded, mse, np_tree, state_specs  # noqa: E402
 from scalify_jax import make_mesh  # noqa: E402
 
 SCRIPT = "samples/gen/fresh12.py"
@@ -114,29 +114,6 @@ C = Corpus("samples/fresh12", SCRIPT, "samples/gen/run_fresh12.sh", sys.argv[1:]
 rng, R, I = seeded(1212)
 psum, pmax, pmean, idx = lax.psum, lax.pmax, lax.pmean, lax.axis_index
 NEG = -jnp.inf
-
-
-def mse(a, b):
-    return jnp.mean(jnp.square(a - b))
-
-
-def np_tree(t):
-    return jax.tree.map(np.asarray, t)
-
-
-def state_specs(state, pspecs):
-    """A leaf of an optax state under the dict keys of a parameter gets that
-    parameter's spec (when it has as many dims), any other leaf P()."""
-    flat = {tuple(k.key for k in path): sp for path, sp in
-            jax.tree_util.tree_flatten_with_path(pspecs, is_leaf=lambda x: isinstance(x, P))[0]}
-
-    def spec(path, leaf):
-        keys = tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
-        for n in range(len(keys)):
-            if keys[n:] in flat and np.ndim(leaf) >= len(flat[keys[n:]]):
-                return flat[keys[n:]]
-        return P()
-    return jax.tree_util.tree_map_with_path(spec, state)
 
 
 def attention(q, k, v, ok=None, bias=None):

@@ -53,7 +53,7 @@ from jax import lax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 import optax
 sys.path.insert(0, "samples/gen")  # run from the repository root (run_fresh9.sh)
-from fresh_lib import Corpus, seeded, shardings, put, bug_lines  # noqa: E402
+from fresh_lib import Corpus, seeded, shardings, put, bug_lines, mse, np_tree, state_specs  # noqa: E402
 from scalify_jax._export import (make_mesh, mesh_axes, abstract, leaf_names, output_names,  # noqa: E402
                                  broadcast_specs, spec_view, relations_doc, _json_lines, _write,
                                  _merge_manifest, before_partitioning, after_partitioning, versions)
@@ -149,10 +149,6 @@ def gspmd_explicit(name, mesh, in_sh, out_sh, fn, args, note, ref_fn=None):
     export_partial(name, mesh, fn, fn, args, in_sh, out_sh, "verified", gspmd=True)
     j = jax.jit(fn, in_shardings=shardings(mesh, tuple(in_sh)), out_shardings=shardings(mesh, out_sh))
     C.record(name, ref_fn or fn, args, lambda: j(*put(mesh, args, in_sh)), note)
-
-
-def mse(a, b):
-    return jnp.mean(jnp.square(a - b))
 
 
 # ---------------------------------------------------------------------------
@@ -624,25 +620,6 @@ C.smap("s.muon_ns_fsdp_rows.dp2xfsdp4", {"dp": 2, "fsdp": 4}, muon_fsdp, (P("fsd
 # ---------------------------------------------------------------------------
 # GSPMD pairs. Optimizer states take the shardings of their parameters
 # (optax.tree_map_params), their counters replicated.
-def state_specs(opt, state, pspecs):
-    """A leaf of the state under the dict keys of a parameter (the last keys
-    of its path) gets that parameter's spec, any other leaf P()."""
-    flat = {tuple(k.key for k in path): sp for path, sp in
-            jax.tree_util.tree_flatten_with_path(pspecs, is_leaf=lambda x: isinstance(x, P))[0]}
-
-    def spec(path, leaf):
-        keys = tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
-        for n in range(len(keys)):
-            if keys[n:] in flat and np.ndim(leaf) >= len(flat[keys[n:]]):
-                return flat[keys[n:]]
-        return P()
-    return jax.tree_util.tree_map_with_path(spec, state)
-
-
-def np_tree(t):
-    return jax.tree.map(np.asarray, t)
-
-
 def layer_norm(x, eps=1e-5):
     m = jnp.mean(x, -1, keepdims=True)
     return (x - m) * lax.rsqrt(jnp.mean(jnp.square(x - m), -1, keepdims=True) + eps)
@@ -688,7 +665,7 @@ eb_p = {"g1": 1.0 + R(EB_D, scale=0.1), "wq": R(EB_D, EB_H, EB_E, scale=0.3), "w
 eb_ps = {"g1": P(), "wq": P(None, "tp"), "wk": P(None, "tp"), "wv": P(None, "tp"), "wo": P("tp"), "g2": P(),
          "w1": P(None, "tp"), "w2": P("tp")}
 eb_st = np_tree(eb_opt.init(eb_p))
-eb_ss = state_specs(eb_opt, eb_st, eb_ps)
+eb_ss = state_specs(eb_st, eb_ps)
 with jax.set_mesh(EXPLICIT):
     gspmd_explicit("g.explicit_block_step_clip_adamw.dp2xtp4", EXPLICIT, (eb_ps, eb_ss, P("dp"), P("dp")), (eb_ps, eb_ss, P()),
             eb_step, (eb_p, eb_st, R(EB_B, EB_T, EB_D), R(EB_B, EB_T, EB_D, scale=0.5)),
@@ -744,8 +721,8 @@ def mu3_step(p, st, x, y):
 mu_p = {"w1": R(16, 32, scale=0.3), "b1": R(32, scale=0.1), "w2": R(32, 16, scale=0.3)}
 mu_ps = {"w1": P("fsdp", "tp"), "b1": P("tp"), "w2": P("tp", "fsdp")}
 mu_st = np_tree(mu_opt.init(mu_p))
-C.gspmd("g.optax_contrib_muon_mlp.dp2xfsdp2xtp2", M3, (mu_ps, state_specs(mu_opt, mu_st, mu_ps), P(DF), P(DF)),
-        (mu_ps, state_specs(mu_opt, mu_st, mu_ps), P()), mu3_step, (mu_p, mu_st, R(16, 16), R(16, 16, scale=0.5)))
+C.gspmd("g.optax_contrib_muon_mlp.dp2xfsdp2xtp2", M3, (mu_ps, state_specs(mu_st, mu_ps), P(DF), P(DF)),
+        (mu_ps, state_specs(mu_st, mu_ps), P()), mu3_step, (mu_p, mu_st, R(16, 16), R(16, 16, scale=0.5)))
 
 # 14. optax.contrib.schedule_free_adamw: two steps from a state whose
 #     iterate sequences start at the parameters, then the evaluation
@@ -767,8 +744,8 @@ sf_p = {"w1": R(16, 32, scale=0.3), "w2": R(32, 8, scale=0.3), "b2": R(8, scale=
 sf_ps = {"w1": P(None, "tp"), "w2": P("tp"), "b2": P()}
 sf_st = np_tree(sf_opt.init(sf_p))
 C.gspmd("g.schedule_free_adamw_eval.dp2xtp4", {"dp": 2, "tp": 4},
-        (sf_ps, state_specs(sf_opt, sf_st, sf_ps), P("dp"), P("dp")),
-        (sf_ps, state_specs(sf_opt, sf_st, sf_ps), sf_ps, P()), sf_steps,
+        (sf_ps, state_specs(sf_st, sf_ps), P("dp"), P("dp")),
+        (sf_ps, state_specs(sf_st, sf_ps), sf_ps, P()), sf_steps,
         (sf_p, sf_st, R(16, 16), R(16, 8, scale=0.5)))
 
 # 15. optax.MultiSteps(adabelief) over MS_K micro-batches in a lax.scan
@@ -790,8 +767,8 @@ def mg_step(p, st, x, y):
 mg_ps = {"w1": P("fsdp"), "b1": P(), "w2": P("fsdp")}
 mg_st = np_tree(mg_opt.init(ms_p))
 C.gspmd("g.multisteps_adabelief_scan.dp4xfsdp2", {"dp": 4, "fsdp": 2},
-        (mg_ps, state_specs(mg_opt, mg_st, mg_ps), P(None, ("dp", "fsdp")), P(None, ("dp", "fsdp"))),
-        (mg_ps, state_specs(mg_opt, mg_st, mg_ps), P()), mg_step,
+        (mg_ps, state_specs(mg_st, mg_ps), P(None, ("dp", "fsdp")), P(None, ("dp", "fsdp"))),
+        (mg_ps, state_specs(mg_st, mg_ps), P()), mg_step,
         (ms_p, mg_st, R(MS_K, MS_B, MS_D), R(MS_K, MS_B, MS_D, scale=0.5)))
 
 # 16. a 4-axis mesh dp x fsdp x tp x sp (2 x 2 x 2 x 1): a sequence MLP block
@@ -817,8 +794,8 @@ c4_p = {"g": 1.0 + R(16, scale=0.1), "b": R(16, scale=0.1), "w1": R(16, 32, scal
 c4_ps = {"g": P(), "b": P(), "w1": P("fsdp", "tp"), "w2": P("tp", "fsdp")}
 c4_st = np_tree(c4_opt.init(c4_p))
 C.gspmd("g.clip_masked_wd_adam.dp2xfsdp2xtp2xsp1", M4,
-        (c4_ps, state_specs(c4_opt, c4_st, c4_ps), P(DF, "sp"), P(DF, "sp")),
-        (c4_ps, state_specs(c4_opt, c4_st, c4_ps), P(), P()), c4_step,
+        (c4_ps, state_specs(c4_st, c4_ps), P(DF, "sp"), P(DF, "sp")),
+        (c4_ps, state_specs(c4_st, c4_ps), P(), P()), c4_step,
         (c4_p, c4_st, R(8, 4, 16), R(8, 4, 16, scale=0.5)))
 
 # 17. optax.contrib.ademamix (two momenta, the slow one mixed in) for a
@@ -841,7 +818,7 @@ am_p = {"emb": R(64, 16, scale=0.5), "w1": R(16, 32, scale=0.3), "w2": R(32, 5, 
 am_ps = {"emb": P("tp"), "w1": P(None, "tp"), "w2": P("tp")}
 am_st = np_tree(am_opt.init(am_p))
 C.gspmd("g.ademamix_vocab_sharded_emb.dp2xtp4", {"dp": 2, "tp": 4},
-        (am_ps, state_specs(am_opt, am_st, am_ps), P("dp"), P("dp")), (am_ps, state_specs(am_opt, am_st, am_ps), P()),
+        (am_ps, state_specs(am_st, am_ps), P("dp"), P("dp")), (am_ps, state_specs(am_st, am_ps), P()),
         am_step, (am_p, am_st, I(0, 64, 8, 6), I(0, 5, 8)))
 
 # 18. a dm-haiku transformer LM (hk.Embed, hk.MultiHeadAttention with a
@@ -898,8 +875,8 @@ if hk is not None:
     hk_ps = {m: {n: hk_spec(m, n, a.shape) for n, a in d.items()} for m, d in hk_p.items()}
     hk_st = np_tree(hk_opt.init(hk_p))
     C.gspmd("g.haiku_transformer_lm_sgd.dp2xtp4", {"dp": 2, "tp": 4},
-            (hk_ps, state_specs(hk_opt, hk_st, hk_ps), P("dp"), P("dp")),
-            (hk_ps, state_specs(hk_opt, hk_st, hk_ps), P()), hk_step,
+            (hk_ps, state_specs(hk_st, hk_ps), P("dp"), P("dp")),
+            (hk_ps, state_specs(hk_st, hk_ps), P()), hk_step,
             (hk_p, hk_st, hk_tok, np.roll(hk_tok, -1, 1)), note="dm-haiku %s" % hk.__version__)
 
 # ---------------------------------------------------------------------------
@@ -1183,8 +1160,8 @@ def tm_step(p, st, x, y):
 tm_p = {"w1": R(16, 32, scale=0.3), "b1": R(32, scale=0.1), "w2": R(32, 16, scale=0.3)}
 tm_ps = {"w1": P(None, "tp"), "b1": P("tp"), "w2": P("tp")}
 tm_st = np_tree(tm_opt.init(tm_p))
-C.gspmd("g.transposed_device_mesh_adam.dp2xtp4", TMESH, (tm_ps, state_specs(tm_opt, tm_st, tm_ps), P("dp"), P("dp")),
-        (tm_ps, state_specs(tm_opt, tm_st, tm_ps), P()), tm_step, (tm_p, tm_st, R(8, 16), R(8, 16, scale=0.5)),
+C.gspmd("g.transposed_device_mesh_adam.dp2xtp4", TMESH, (tm_ps, state_specs(tm_st, tm_ps), P("dp"), P("dp")),
+        (tm_ps, state_specs(tm_st, tm_ps), P()), tm_step, (tm_p, tm_st, R(8, 16), R(8, 16, scale=0.5)),
         note="mesh devices in transposed order (not iota)")
 
 # ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@ export (numerics, bug id, kinds and source lines, notes)."""
 import inspect, json, os, re
 import numpy as np
 import jax
+import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 from scalify_jax import export_pair
 from scalify_jax._export import make_mesh, _json_lines
@@ -28,6 +29,29 @@ def seeded(seed):
     def I(lo, hi, *s):
         return rng.integers(lo, hi, s).astype(np.int32)
     return rng, R, I
+
+
+def mse(a, b):
+    return jnp.mean(jnp.square(a - b))
+
+
+def np_tree(t):
+    return jax.tree.map(np.asarray, t)
+
+
+def state_specs(state, pspecs):
+    """A leaf of an optimizer state under the dict keys of a parameter gets
+    that parameter's spec (when it has as many dims), any other leaf P()."""
+    flat = {tuple(k.key for k in path): sp for path, sp in
+            jax.tree_util.tree_flatten_with_path(pspecs, is_leaf=lambda x: isinstance(x, P))[0]}
+
+    def spec(path, leaf):
+        keys = tuple(k.key for k in path if isinstance(k, jax.tree_util.DictKey))
+        for n in range(len(keys)):
+            if keys[n:] in flat and np.ndim(leaf) >= len(flat[keys[n:]]):
+                return flat[keys[n:]]
+        return P()
+    return jax.tree_util.tree_map_with_path(spec, state)
 
 
 def is_spec(s):
