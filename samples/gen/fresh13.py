@@ -16,7 +16,7 @@ recursive doubling with XOR partners (ppermute perm [(i, i ^ k)]) for the
 sums of a feature standardisation; Rabenseifner's all-reduce (recursive
 halving reduce-scatter, recursive doubling all-gather, masks 4, 2, 1 then
 1, 2, 4) of the normal equations of a ridge regression, solved on every
-device; a binomial-tree broadcast of rank 0's weight replica (local SGD
+device; a reduce-scatter of histograms by recursive halving alone; a binomial-tree broadcast of rank 0's weight replica (local SGD
 resync; ppermute to i + k, the receivers selected by rank range), and
 the same with every rank at or above k taking what it received (zeros
 where nobody sent, overwritten by the last round: correct as written); a
@@ -58,7 +58,8 @@ the optimizer state and the gradient constrained over dp, top-k over a
 vocabulary sharded over tp8, argmax with ties on a dp x tp mesh, compaction
 ranks by a cumsum along a sharded axis, the per-block int8 quantised sum of
 per-replica gradients, top-k error feedback as a vmap over replicas, and a
-momentum-SGD step with the batch over ('node', 'local').
+momentum-SGD step with the batch over ('node', 'local'), and the column
+softmax resharded by sharding constraints.
 Left out, as idioms of earlier batches: a sequence-parallel SwiGLU with
 all_gather / psum_scatter (fresh2), hand-written FSDP and ZeRO-2 / ZeRO-3
 with all_gather / psum_scatter (fresh2, fresh5, fresh9: here ppermute rings
@@ -69,8 +70,13 @@ devices and compaction ranks), Ulysses all_to_all (fresh2, fresh9), a
 state chain of ppermutes (fresh11), kNN top_k (fresh6), AQT int8 matmuls
 (fresh10: here an int8 all-reduce).
 Nothing was dropped; see the numerics of the manifest: every correct pair
-agrees with its baseline at rounding level, every bug variant differs
-clearly (integer outputs by whole indices).
+agrees with its baseline at rounding level (f32 within 2e-6 of outputs up
+to 33; integer, top-k and quantised outputs exactly), every bug variant
+differs clearly (integer outputs by whole indices). Two first-draft bug
+variants computed the right function and became correct pairs instead
+(7b: tree-broadcast receivers not masked to [k, 2k), overwritten by the
+last round; 1c: the gradient of the per-device loss without its psum);
+their bug slots took the rounds in reverse order and a pmean'd loss.
 Each shard_map family has the bug variants a careless hand-written
 collective has (ring direction reversed in one phase, a source index with
 the wrong sign, the last step outside the loop forgotten or a loop a step
@@ -84,7 +90,8 @@ order strided on the way back, a softmax over the local shard, local
 top-k indices without the shard offset or a per-shard k too small, ties
 broken by pmax, an unmasked pmin, an inclusive offset, an exclusive offset
 by a wrapped index, a cyclic Hillis-Steele shift, a gradient sum not
-averaged, error feedback not subtracted, scales not all-reduced, an int8
+averaged, a loss pmean'd where it is psum'd, halving masks low bit
+first or a received half dropped, error feedback not subtracted, scales not all-reduced, an int8
 psum that overflows).
 Exported with scalify_jax.export_pair; every pair is also run by JAX on
 seeded inputs and its manifest entry records the largest difference from
@@ -150,6 +157,46 @@ def ag_matmul_uni(bug):
 C.smap("s.allgather_matmul_ring_fori.tp4", {"tp": 4}, ag_matmul_uni, (P("tp", None), P(None, "tp")), P(None, "tp"),
        lambda x, w: x @ w, (R(16, 8), R(8, 16, scale=0.5)),
        bugs=[("src-index-reversed", ["wrong-permutation"]), ("last-block-forgotten", ["missing-collective"])])
+
+
+# ---------------------------------------------------------------------------
+# 1b. the gradient of a loss through 1.'s fori_loop ring (check_vma=True, the
+#     output buffer lax.pcast to varying before the loop): the squared
+#     product summed per device and psum'd; the gradients of the row-sharded
+#     x come back through the transposed ppermutes. 1c: the same without the
+#     psum -- jax.grad of the per-device loss seeds every device with 1, so
+#     the gradients of the sharded x and w are those of the summed loss
+#     (correct as written).
+def agmm_loss_grads(x, w):
+    return jax.grad(lambda x, w: jnp.sum(jnp.square(jnp.tanh(x @ w))), (0, 1))(x, w)
+
+
+def ag_matmul_grad(bug, local_loss=False):
+    def f(x, w):
+        n, me = 4, idx("tp")
+
+        def loss(x, w):
+            def body(i, c):
+                out, blk = c
+                out = put_rows(out, blk @ w, (me - i) % n)
+                return out, lax.ppermute(blk, "tp", right(n))
+            out = lax.pcast(jnp.zeros((x.shape[0] * n, w.shape[1])), "tp", to="varying")
+            out, blk = lax.fori_loop(0, n - 1, body, (out, x))
+            out = put_rows(out, blk @ w, (me + 1) % n)
+            local = jnp.sum(jnp.square(jnp.tanh(out)))
+            if local_loss:
+                return local
+            return lax.pmean(local, "tp") if bug == "loss-pmean-not-psum" else psum(local, "tp")
+        return jax.grad(loss, (0, 1))(x, w)
+    return f
+
+
+C.smap("s.allgather_matmul_ring_fori_grad_vma.tp4", {"tp": 4}, ag_matmul_grad, (P("tp", None), P(None, "tp")),
+       (P("tp", None), P(None, "tp")), agmm_loss_grads, (R(16, 8), R(8, 16, scale=0.5)), check_vma=True,
+       bugs=[("loss-pmean-not-psum", ["wrong-collective-op"])])
+C.smap("s.allgather_matmul_ring_fori_grad_local_loss_vma.tp4", {"tp": 4}, lambda bug: ag_matmul_grad(bug, True),
+       (P("tp", None), P(None, "tp")), (P("tp", None), P(None, "tp")), agmm_loss_grads, (R(16, 8), R(8, 16, scale=0.5)),
+       check_vma=True)
 
 
 # ---------------------------------------------------------------------------
@@ -307,6 +354,33 @@ def rabenseifner(bug):
 C.smap("s.rabenseifner_halving_doubling_ridge.dp8", {"dp": 8}, rabenseifner, (P("dp"), P("dp")), P(), ridge,
        (R(64, 8), R(64, 1)),
        bugs=[("halving-keeps-wrong-half", ["wrong-offset"]), ("doubling-concat-order", ["wrong-reshape-order"])])
+
+
+# ---------------------------------------------------------------------------
+# 6b. a reduce-scatter by recursive halving alone: per-device histograms of
+#     a row-sharded batch (64 bins, one_hot sums) halved with partners i ^ k
+#     for k = 4, 2, 1 (the upper half kept where the bit is set), so device i
+#     ends with bins [8i, 8i + 8) of the global histogram.
+def hist(v):
+    return jnp.sum(jax.nn.one_hot(v, 64, dtype=jnp.int32), 0)
+
+
+def halving_rs(bug):
+    def f(v):
+        me, buf = idx("dp"), hist(v)
+        for k in ((1, 2, 4) if bug == "masks-low-bit-first" else (4, 2, 1)):
+            h = buf.shape[0] // 2
+            bit = (me & k) != 0
+            keep, send = jnp.where(bit, buf[h:], buf[:h]), jnp.where(bit, buf[:h], buf[h:])
+            got = lax.ppermute(send, "dp", [(i, i ^ k) for i in range(8)])
+            buf = keep if bug == "received-half-dropped" and k == 1 else keep + got
+        return buf
+    return f
+
+
+C.smap("s.recursive_halving_reduce_scatter_hist.dp8", {"dp": 8}, halving_rs, (P("dp"),), P("dp"), hist,
+       (I(0, 64, 128),),
+       bugs=[("masks-low-bit-first", ["wrong-permutation"]), ("received-half-dropped", ["missing-collective"])])
 
 
 # ---------------------------------------------------------------------------
@@ -923,6 +997,15 @@ C.gspmd("g.compaction_ranks_cumsum.sp8", {"sp": 8}, (P("sp"),), (P("sp"), P()), 
 C.gspmd("g.int8_block_quant_sum_replicas.dp4", {"dp": 4}, (P(), P("dp")), P(), int8_ref, (R(64), R(4, 64, scale=0.2)))
 C.gspmd("g.topk_error_feedback_vmap.dp4", {"dp": 4}, (P(), P("dp"), P("dp"), P("dp")), (P(), P("dp")), ef_ref,
         (R(24, scale=0.3), R(EF_N, 24, scale=0.05), R(32, 24), R(32)))
+
+# 31b. the column softmax of 14. with the resharding as sharding constraints
+#      (sequence -> features -> sequence).
+def col_softmax_wsc(x):
+    y = jax.nn.softmax(wsc(M_SP4, wsc(M_SP4, x, "sp", None), None, "sp"), axis=0)
+    return x + wsc(M_SP4, y, "sp", None)
+
+
+C.gspmd("g.col_softmax_reshard_wsc.sp4", M_SP4, (P("sp"),), P("sp"), col_softmax_wsc, (R(32, 16, scale=2.0),))
 
 # 31. a momentum-SGD step with the batch over ('node', 'local').
 C.gspmd("g.momentum_sgd_batch_two_axes.node2xlocal4", {"node": 2, "local": 4},
