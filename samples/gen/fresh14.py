@@ -2,7 +2,105 @@
 the theme of models and training outside language modelling (vision, audio,
 reinforcement learning, generative models) in plain JAX / optax, none of
 them an idiom of samples/fresh .. fresh12, probe, train or wild.
-DOCSTRING-BODY
+shard_map families. Vision: a Swin block with the image's height over sp
+(the cyclic jnp.roll by half a window up as a two-row halo from the next
+device, cyclic, and back down after the attention; the width roll local;
+window partition / reverse by reshape + transpose; the shift mask's region
+ids sliced at the device's first row; a relative position bias); a
+ConvNeXt block with the channels over tp (depthwise 7x7 conv local, the
+channels-last LayerNorm's statistics psum'd, all_gather before the
+column-parallel MLP, psum_scatter after the row-parallel one, layer
+scale); an MLP-Mixer block whose token-mixing MLP contracts over the
+sequence-sharded patches (first weight's rows over sp, psum before the
+bias, the second weight sliced at the device's tokens); a ResNet training
+step under dp (bottleneck with a strided 3x3 and a strided projection
+shortcut, a dilated 3x3, BatchNorm in training mode with pmean'd batch mean
+and mean square, running statistics, momentum SGD on pmean'd gradients); a
+ViT layer on images whose height and width are over two axes (h x w; the
+position table sliced at both offsets, keys and values all_gathered over
+the axis tuple, a class token kept on every device); a strided SAME conv
+and a 3x3 / 2 max pool whose one-row halos come from the next device, then
+global average pooling by pmean. Audio: a Conformer convolution module
+(pointwise conv, GLU, depthwise 1-D conv of width 7 with three-frame halos
+from both neighbours, BatchNorm in inference mode, swish) with time over
+sp; Conformer relative positional self-attention (content and position
+biases, a learned relative table indexed by global i - j, keys and values
+all_gathered untiled and moved into place); a CTC training step with
+optax.ctc_loss (frame and label paddings) under dp with Adam; log-mel
+features with the waveform over sp (frames by strided slicing with a
+16-sample halo from the next device, Hann window, jnp.fft.rfft, a mel
+filterbank matmul, log) and per-utterance normalisation by pmean'd
+statistics. RL: GAE by a reverse lax.scan with time over sp (the next
+value from the next device or the bootstrap value, the shards' first
+(advantage, product of gamma*lambda*(1-done)) all_gathered and combined by
+a reverse scan over shards); a PPO update under dp (GAE per environment,
+advantages normalised by pmean'd mean and std, clipped ratios, clipped
+value loss, entropy bonus, clip_by_global_norm + Adam); a double-DQN step
+with the actions over tp (argmax across tp by pmax of the local maxima and
+pmin of the global indices holding it, the target network's value by a
+masked psum, Huber loss, SGD, a Polyak target update; check_vma=True); a
+REINFORCE step with per-episode discounted returns over a time axis over sp
+(a reversed lax.associative_scan of affine maps per shard, the return
+entering from later shards down a chain of n-1 ppermutes, a pmean'd
+baseline). Generative: a VQ-VAE quantiser under dp (argmin distances,
+straight-through output, commitment loss, EMA codebook update with psum'd
+counts and sums and Laplace smoothing, perplexity); a codebook whose codes
+are over tp (nearest code by pmin of distances then of indices, the
+quantised vector by a masked psum); a RealNVP affine coupling layer with
+the features over tp (conditioner psum'd before its bias, log-determinant
+and square sums psum'd) and the same layer's NLL in an Adam step under
+check_vma=True; a diffusion noise-prediction step under dp (timesteps and
+noise drawn per example over the global batch from the step's key and
+sliced by axis_index, a sinusoidal timestep embedding, per-sample loss
+weights -- importance weights times the P2 weighting 1 / (1 + SNR) --
+normalised by their psum'd sum, gradients psum'd, Adam).
+Under GSPMD: the Swin block in an AdamW step (height over sp, batch over
+dp), the ConvNeXt block in an AdamW step with the parameters' channels over
+tp (images over dp only, and with their channels over tp too) and in bf16
+(height over sp, channels over tp), the ResNet step with the batch over
+dp8, the ViT layer in an Adam step (h x w), a Conformer block (macaron
+feed-forwards, relative positional attention, the convolution module) with
+time over sp, the CTC step on dp8, the log-mel features (time over sp, the
+frames constrained there), the PPO step with the rollouts' time over sp
+(GAE's reverse scan along the sharded axis), the double-DQN step with the
+actions over tp, the REINFORCE step with time over sp, a VQ-VAE step
+(straight-through, Adam on encoder / decoder, EMA codebook), two RealNVP
+couplings in an Adam step with features over tp, the diffusion step on
+dp8, and the MLP-Mixer block in an AdamW step with the tokens over sp.
+Two GSPMD pairs are exported as expected mismatches (expected="mismatch",
+said in their manifest notes), because XLA's partitioned program is not
+the baseline's function: the gradient of a depthwise convolution
+(feature_group_count = channels) with respect to its weight, when the
+images are over dp and replicated over the other axis tp of the mesh, comes
+out summed over the tp replicas (four times too large; 35. is the minimal
+pair, the ConvNeXt AdamW step with images over dp the program that met
+it). On a mesh of dp alone, or with the images' channels over tp (21b.),
+it is right.
+Numerics: every other correct pair agrees with its baseline at rounding
+level (f32 pairs within about 2e-6 on outputs up to 80); the bf16 ConvNeXt
+pair differs by 0.0156 on outputs of 4.75, half a bf16 ulp.
+Replaced for their numerics: a PPO bug variant that psum'd instead of
+pmean'd the gradients (clip_by_global_norm followed by Adam makes the
+update scale-free, so the step did not change: now the gradients are not
+pmean'd at all).
+Left out, as idioms of earlier batches: the DDIM sampling loop (fresh7),
+sync BatchNorm over dp as a forward pass (fresh), GroupNorm over sharded
+channels and min-SNR weights (fresh7), one-hop sliding-window halos
+(fresh6), ViT with patch rows over sp only (fresh11).
+Each shard_map family has the bug variants a careless parallelisation makes
+(a halo from the wrong neighbour, swapped or closed into a ring, the mask
+or positions at local offsets, the window partition reshaped without its
+transpose, an all_gather reshaped without moving the device axis, a
+gather over one axis of two, local LayerNorm / BatchNorm / CMVN /
+advantage statistics, a pmean of local variances, a bias added before the
+psum, a psum then the first slice instead of a psum_scatter, a pooled
+mean psum'd, a CTC blank index off by one, gradients not pmean'd, a GAE
+carry missing or from the previous shard, a return chain reversed or a
+step short, a local baseline, an argmax index without its offset or from
+local maxima, codebook counts not psum'd or pmean'd, a code index without
+its offset, a quantised vector not psum'd, a log-determinant without its
+psum, psum'd over dp or pmean'd, a local weight sum, noise drawn without
+slicing the global batch).
 Exported with scalify_jax.export_pair; every pair is also run by JAX on
 seeded inputs and its manifest entry records the largest difference from
 the single-device run ("numerics").
@@ -1086,7 +1184,228 @@ C.smap("s.diffusion_eps_step_p2_weights.dp4", {"dp": 4}, df_dp,
        df_step, (df_p, df_st, R(DF_N, DF_D), np.abs(R(DF_N)) + 0.5, df_key),
        bugs=[("weight-sum-local", ["missing-all-reduce"]), ("noise-not-sliced", ["wrong-offset"])])
 
-# GSPMD-PAIRS
+# ---------------------------------------------------------------------------
+# 20. the Swin block of 1. in an AdamW step under GSPMD: the image's height
+#     over sp (the partitioner does the cyclic rolls along the sharded dim,
+#     the window partition's reshapes and the mask), the batch over dp.
+sw_opt = optax.adamw(0.01, weight_decay=0.05)
+
+
+def swin_step(p, st, x, y):
+    lv, g = jax.value_and_grad(lambda p: mse(swin_block(p, x), y))(p)
+    u, st = sw_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+sw_st = np_tree(sw_opt.init(sw_p))
+C.gspmd("g.swin_block_adamw_rows.dp2xsp4", {"dp": 2, "sp": 4},
+        (sw_rep, state_specs(sw_st, sw_rep), P("dp", "sp"), P("dp", "sp")), (sw_rep, state_specs(sw_st, sw_rep), P()),
+        swin_step, (sw_p, sw_st, R(4, SW_H, SW_W, SW_C), R(4, SW_H, SW_W, SW_C, scale=0.5)))
+
+# ---------------------------------------------------------------------------
+# 21. the ConvNeXt block of 2. in an AdamW step: channel dims of every
+#     parameter over tp (the MLP's hidden units too), the batch over dp.
+cn_opt = optax.adamw(3e-3, weight_decay=0.05)
+
+
+def convnext_step(p, st, x, y):
+    lv, g = jax.value_and_grad(lambda p: mse(convnext(p, x), y))(p)
+    u, st = cn_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+cn_st = np_tree(cn_opt.init(cn_p))
+cn_xy = (R(4, CN_H, CN_H, CN_C), R(4, CN_H, CN_H, CN_C, scale=0.5))
+C.gspmd("g.convnext_block_adamw_channels.dp2xtp4", {"dp": 2, "tp": 4},
+        (cn_ps, state_specs(cn_st, cn_ps), P("dp"), P("dp")), (cn_ps, state_specs(cn_st, cn_ps), P()), convnext_step,
+        (cn_p, cn_st) + cn_xy, expected="mismatch",
+        note="XLA's partitioned depthwise-conv weight gradient is wrong here (the images are over dp and "
+             "replicated over tp): 35. isolates it; the Adam update shows it at the size of the learning rate")
+
+# 21b. the same step with the images' channels over tp as well (the
+#      activations sharded like the parameters).
+C.gspmd("g.convnext_block_adamw_channels_act_tp.dp2xtp4", {"dp": 2, "tp": 4},
+        (cn_ps, state_specs(cn_st, cn_ps), P("dp", None, None, "tp"), P("dp", None, None, "tp")),
+        (cn_ps, state_specs(cn_st, cn_ps), P()), convnext_step, (cn_p, cn_st) + cn_xy)
+
+# 22. the ConvNeXt block in bf16 (parameters and activations), channels over
+#     tp, the image's height over sp.
+bf = lambda a: jnp.asarray(a, jnp.bfloat16)
+C.gspmd("g.convnext_block_bf16.sp2xtp4", {"sp": 2, "tp": 4}, (cn_ps, P(None, "sp", None, "tp")),
+        P(None, "sp", None, "tp"), convnext, (jax.tree.map(bf, cn_p), bf(R(CN_B, CN_H, CN_H, CN_C))))
+
+# ---------------------------------------------------------------------------
+# 23. the ResNet step of 4. (BatchNorm over the whole batch) with the batch
+#     over dp8: the partitioner makes the batch statistics cross-replica.
+C.gspmd("g.resnet_bottleneck_bn_momentum.dp8", {"dp": 8},
+        (rn_rep, state_specs(rn_opt_st, rn_rep), rn_run_ps, P("dp"), P("dp")),
+        (rn_rep, state_specs(rn_opt_st, rn_rep), rn_run_ps, P()), resnet_step, rn_args)
+
+# ---------------------------------------------------------------------------
+# 24. the ViT layer of 5. in an Adam step on images whose height and width
+#     are over h x w, the class token's logits in a cross-entropy.
+vt_opt = optax.adam(3e-3)
+
+
+def vit_step(p, st, img, lab):
+    def loss(p):
+        logits, _ = vit2d(p, img)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, lab).mean()
+    lv, g = jax.value_and_grad(loss)(p)
+    u, st = vt_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+vt_st = np_tree(vt_opt.init(vt_p))
+C.gspmd("g.vit_2d_patches_adam.h2xw4", {"h": 2, "w": 4},
+        (vt_rep, state_specs(vt_st, vt_rep), P(None, "h", "w"), P()), (vt_rep, state_specs(vt_st, vt_rep), P()),
+        vit_step, (vt_p, vt_st, vt_img, I(0, VT_K, VT_B)))
+
+# ---------------------------------------------------------------------------
+# 25. a Conformer block (half-step feed-forward, relative positional
+#     self-attention of 8., the convolution module of 7., half-step
+#     feed-forward, final LayerNorm) with time over sp and the batch over dp.
+def ffn_half(p, x):
+    return x + 0.5 * jax.nn.silu(ln(x, p["w"], p["b"]) @ p["w1"]) @ p["w2"]
+
+
+def conformer(p, x):
+    x = ffn_half(p["ff1"], x)
+    x = relpos_mhsa(p["att"], x)
+    x = conf_conv(p["conv"], x)
+    x = ffn_half(p["ff2"], x)
+    return ln(x, p["lnw"], p["lnb"])
+
+
+def ffn_params():
+    w, b = ones_like_ln(CF_D)
+    return {"w": w, "b": b, "w1": R(CF_D, 4 * CF_D, scale=0.3), "w2": R(4 * CF_D, CF_D, scale=0.3)}
+
+
+cb_p = {"ff1": ffn_params(), "att": rp_p, "conv": cf_p, "ff2": ffn_params(), "lnw": 1.0 + R(CF_D, scale=0.1),
+        "lnb": R(CF_D, scale=0.1)}
+C.gspmd("g.conformer_block_time.dp2xsp4", {"dp": 2, "sp": 4}, (jax.tree.map(lambda _: P(), cb_p), P("dp", "sp")),
+        P("dp", "sp"), conformer, (cb_p, R(4, CF_T, CF_D)))
+
+# ---------------------------------------------------------------------------
+# 26. the CTC step of 9. with the batch over dp8.
+C.gspmd("g.ctc_loss_adam.dp8", {"dp": 8}, (ct_rep, state_specs(ct_st, ct_rep), P("dp"), P("dp"), P("dp"), P("dp")),
+        (ct_rep, state_specs(ct_st, ct_rep), P()), ctc_step, (ct_p, ct_st, R(CT_B, CT_T, CT_F), ct_xpad, ct_lab, ct_lpad))
+
+# 27. the log-mel features of 10. with the waveform's time over sp and the
+#     frames constrained over sp.
+def logmel_wsc(x):
+    return wsc({"sp": 4}, logmel(x), None, "sp")
+
+
+C.gspmd("g.logmel_rfft_cmvn_time.sp4", {"sp": 4}, (P(None, "sp"),), P(None, "sp"), logmel_wsc, (R(LM_B, LM_N),))
+
+# ---------------------------------------------------------------------------
+# 28. the PPO step of 12. with the rollouts' time over sp (the reverse scan
+#     of GAE runs along the sharded time axis).
+C.gspmd("g.ppo_gae_scan_time_adam.sp4", {"sp": 4},
+        (pp_rep, state_specs(pp_st, pp_rep)) + (P(None, "sp"),) * 6 + (P(),), (pp_rep, state_specs(pp_st, pp_rep), P()),
+        ppo_step, (pp_p, pp_st) + pp_batch)
+
+# 29. the double-DQN step of 13. (argmax over actions, target network,
+#     Polyak update) with the actions over tp and transitions over dp.
+C.gspmd("g.double_dqn_actions_polyak.dp2xtp4", {"dp": 2, "tp": 4}, (dq_ps, dq_ps) + (P("dp"),) * 5,
+        (dq_ps, dq_ps, P("dp"), P()), ddqn_step, (dq_on, dq_tg) + dq_batch)
+
+# 30. the REINFORCE step of 14. with time over sp.
+C.gspmd("g.reinforce_assoc_returns_time.sp4", {"sp": 4}, (pg_rep,) + (P(None, "sp"),) * 4,
+        (pg_rep, P(None, "sp"), P()), pg_step,
+        (pg_p, R(PG_B, PG_T, PG_D), I(0, PG_A, PG_B, PG_T), R(PG_B, PG_T),
+         (rng.random((PG_B, PG_T)) < 0.06).astype(np.float32)))
+
+# ---------------------------------------------------------------------------
+# 31. a VQ-VAE step under dp: encoder, the quantiser with a straight-through
+#     estimator and commitment loss, decoder, Adam on the encoder / decoder,
+#     the EMA codebook update from the batch's code counts and sums.
+vv_opt = optax.adam(0.01)
+VV_IN = 12
+
+
+def vqvae_step(p, st, cb, cnt, sm, x):
+    def loss(p):
+        z = jnp.tanh(x @ p["enc"])
+        codes, zq = vq_assign(z, cb)
+        rec = (z + lax.stop_gradient(zq - z)) @ p["dec"]
+        return mse(rec, x) + VQ_BETA * jnp.mean(jnp.square(z - lax.stop_gradient(zq))), (z, codes)
+    (lv, (z, codes)), g = jax.value_and_grad(loss, has_aux=True)(p)
+    u, st = vv_opt.update(g, st, p)
+    oh = jax.nn.one_hot(codes, VQ_K)
+    cb, cnt, sm = vq_ema_update(cb, cnt, sm, oh.sum(0), oh.T @ z)
+    return optax.apply_updates(p, u), st, cb, cnt, sm, lv
+
+
+vv_p = {"enc": R(VV_IN, VQ_D, scale=0.5), "dec": R(VQ_D, VV_IN, scale=0.5)}
+vv_rep = {k: P() for k in vv_p}
+vv_st = np_tree(vv_opt.init(vv_p))
+C.gspmd("g.vqvae_st_ema_codebook_adam.dp4", {"dp": 4},
+        (vv_rep, state_specs(vv_st, vv_rep), P(), P(), P(), P("dp")),
+        (vv_rep, state_specs(vv_st, vv_rep), P(), P(), P(), P()), vqvae_step,
+        (vv_p, vv_st, R(VQ_K, VQ_D, scale=0.5), np.abs(R(VQ_K)) + 1.0, R(VQ_K, VQ_D), R(VQ_N, VV_IN)))
+
+# 32. two RealNVP coupling layers (the second with the halves swapped) in an
+#     Adam step, features over tp and the batch over dp.
+def flow2_nll(p, x):
+    y, s1 = coupling(p["c1"], x)
+    y, s2 = coupling(p["c2"], y[:, ::-1])
+    return flow_nll(y, s1.sum(-1) + s2.sum(-1), x.shape[-1])
+
+
+def flow2_step(p, st, x):
+    lv, g = jax.value_and_grad(flow2_nll)(p, x)
+    u, st = fl_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+fl2_p = {"c1": fl_p, "c2": {"w1": R(FL_D, FL_H, scale=0.3), "b1": R(FL_H, scale=0.1), "ws": R(FL_H, FL_D, scale=0.2),
+                            "bs": R(FL_D, scale=0.1), "wt": R(FL_H, FL_D, scale=0.3), "bt": R(FL_D, scale=0.1)}}
+fl2_ps = {"c1": fl_ps, "c2": fl_ps}
+fl2_st = np_tree(fl_opt.init(fl2_p))
+C.gspmd("g.realnvp_two_couplings_adam.dp2xtp4", {"dp": 2, "tp": 4},
+        (fl2_ps, state_specs(fl2_st, fl2_ps), P("dp", None, "tp")), (fl2_ps, state_specs(fl2_st, fl2_ps), P()),
+        flow2_step, (fl2_p, fl2_st, R(FL_B, 2, FL_D)))
+
+# 33. the diffusion step of 19. (timesteps and noise drawn per example from
+#     the step's key) with the batch over dp8.
+C.gspmd("g.diffusion_eps_step_p2_weights.dp8", {"dp": 8}, (df_rep, state_specs(df_st, df_rep), P("dp"), P("dp"), P()),
+        (df_rep, state_specs(df_st, df_rep), P()), df_step, (df_p, df_st, R(DF_N, DF_D), np.abs(R(DF_N)) + 0.5, df_key))
+
+# 34. the MLP-Mixer block of 3. in an AdamW step with the tokens over sp
+#     (the token-mixing weight's rows too) and the batch over dp.
+mx_opt = optax.adamw(3e-3, weight_decay=0.05)
+
+
+def mixer_step(p, st, x, y):
+    lv, g = jax.value_and_grad(lambda p: mse(mixer(p, x), y))(p)
+    u, st = mx_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+mx_st = np_tree(mx_opt.init(mx_p))
+C.gspmd("g.mlp_mixer_adamw_tokens.dp2xsp4", {"dp": 2, "sp": 4},
+        (mx_ps, state_specs(mx_st, mx_ps), P("dp", "sp"), P("dp", "sp")), (mx_ps, state_specs(mx_st, mx_ps), P()),
+        mixer_step, (mx_p, mx_st, R(4, MX_S, MX_C), R(4, MX_S, MX_C, scale=0.5)))
+
+# ---------------------------------------------------------------------------
+# 35. the smallest form of what 21. meets: the gradient of a depthwise conv
+#     (feature_group_count = channels) with respect to its replicated weight,
+#     the images over dp on a dp x tp mesh (replicated over tp). XLA's
+#     partitioned program returns the gradient summed over the tp replicas
+#     (four times too large); on a mesh of dp alone, or with the channels
+#     over tp, it is right.
+def dw_weight_grad(w, x, ct):
+    f = lambda w: jnp.sum(lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=NHWC,
+                                                   feature_group_count=x.shape[-1]) * ct)
+    return jax.grad(f)(w)
+
+
+C.gspmd("g.depthwise_conv_weight_grad_dp_repl_tp_min.dp2xtp4", {"dp": 2, "tp": 4}, (P(), P("dp"), P("dp")), P(),
+        dw_weight_grad, (R(7, 7, 1, CN_C, scale=0.2), R(4, CN_H, CN_H, CN_C), R(4, CN_H, CN_H, CN_C)),
+        expected="mismatch", note="XLA partitioner: depthwise-conv weight gradient summed over the tp replicas")
 
 # ---------------------------------------------------------------------------
 C.finish()
