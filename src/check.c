@@ -764,8 +764,10 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         lc.unsupported_why = lc.row_max_why;
         lc.unsupported_kind = KIND_MISSING_ALL_REDUCE;
     }
-    if (!outputs_ok && !lc.first_unsupported && !lc.divergence && lc.silent) {
-        /* Nothing said why: the first instruction left unknown is the reason. */
+    if (!lc.first_unsupported && lc.silent && ((!outputs_ok && !lc.divergence) || (outputs_ok && lc.resynced))) {
+        /* Nothing said why (the outputs differ, or meet only past a region
+         * taken as the baseline's): the first instruction left unknown is
+         * the reason. */
         lc.first_unsupported = lc.silent;
         lc.first_unsupported_comp = lc.silent_comp;
         lc.unsupported_why = lc.silent_why;
@@ -916,7 +918,8 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         } else if (lc.first_unsupported) {
             sb_printf(&msg, "unverified: %s", lc.unsupported_why);
         } else {
-            sb_printf(&msg, "unverified: %s; first divergence at %s, whose operands are related", why.s, ui->name);
+            sb_printf(&msg, "unverified: %s; first divergence at %s, whose operands are related",
+                      why.s ? why.s : "the outputs meet only through values not proved to be the baseline's", ui->name);
             if (ui == lc.divergence && lc.divergence_note) sb_printf(&msg, " (%s)", lc.divergence_note);
             if (final_run) /* sr.last is that run's result */
                 sb_printf(&msg, " (still apart after equality saturation with %u rule%s: %u iteration%s, stopped: %s)",

@@ -144,6 +144,11 @@ void lf_finding(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_in
                        msg + (msg[0] == '@'));
         return;
     }
+    if (c->guessed_now) {
+        lf_unsupported(c, comp, in, "%s (with an operand computed from a value no transfer function related, whose "
+                       "view is only a guess)", msg + (msg[0] == '@'));
+        return;
+    }
     if (msg[0] == '@') {
         if (c->ambiguous_now) {
             lf_unsupported(c, comp, in, "%s (with one reading of an ambiguous reshape)", msg + 1);
@@ -278,13 +283,22 @@ void lf_global_dims(const lift_ctx *c, const view *v, const shape *local, int64_
     for (uint32_t d = 0; d < local->rank; d++) out[d] = local->dims[d] * (d < v->rank ? view_dim_parts(v, c->mesh, d) : 1);
 }
 
-/* An assumed replacement: the view is known, the content is a fresh variable. */
-lval lf_assumed_term(lift_ctx *c, const hlo_instr *in, view v) {
+/* An assumed replacement: the content is a fresh variable; the view is
+ * known (lf_assumed_known) or only a guess (lf_assumed_term: no transfer
+ * function related the op, lval.guessed). */
+static lval assumed(lift_ctx *c, const hlo_instr *in, view v, bool guessed) {
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
     c->assumed++;
-    return term(lf_fresh_var(c, in->shape.dtype, dims, in->shape.rank), v, true);
+    lval r = term(lf_fresh_var(c, in->shape.dtype, dims, in->shape.rank), v, true);
+    r.guessed = guessed;
+    c->guessed_now |= guessed;
+    return r;
 }
+
+lval lf_assumed_term(lift_ctx *c, const hlo_instr *in, view v) { return assumed(c, in, v, true); }
+
+lval lf_assumed_known(lift_ctx *c, const hlo_instr *in, view v) { return assumed(c, in, v, false); }
 
 bool lf_same_sharding(const view *a, const view *b) {
     if (a->rank != b->rank) return false;
@@ -1052,8 +1066,28 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want);
 
 static bool review_dot(lstate *s, uint32_t o, const view *want);
 
+/* A replicated constant every element of which holds one value, which the
+ * scale plan changed (it took a factor out of it: lf_scale_plan), read as
+ * want: that value everywhere (its instruction would give the old one). */
+static bool review_respread(lstate *s, uint32_t o, const view *want) {
+    const lval *x = &s->ops[o];
+    const hlo_instr *y = &s->comp->instrs[s->in->operands[o]];
+    if (x->kind != LV_TERM || !x->respread || !view_is_dup(&x->v) || want->partial || want->rank != y->shape.rank ||
+        y->shape.rank > VIEW_MAX_RANK)
+        return false;
+    int64_t g[VIEW_MAX_RANK];
+    view w = *want;
+    lf_global_dims(s->c, &w, &y->shape, g);
+    eid r = lf_scale_respread(s->c, x, lf_type_of(s->c, y->shape.dtype, g, y->shape.rank));
+    if (r == EID_NONE) return false;
+    s->ops[o] = term(r, w, x->assumed);
+    s->ops[o].konst = s->ops[o].respread = true;
+    return true;
+}
+
 bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
-    return lf_same_sharding(&s->ops[o].v, want) || lf_review_broadcast(s, o, want) || lf_konst_review(s, o, want) ||
+    return lf_same_sharding(&s->ops[o].v, want) || review_respread(s, o, want) || lf_review_broadcast(s, o, want) ||
+           lf_konst_review(s, o, want) ||
            review_constant(s, o, want) || review_tiled(s, o, want) || review_class_broadcast(s, o, want) ||
            review_elementwise(s, o, want) || review_dot(s, o, want);
 }
@@ -1472,7 +1506,7 @@ static lval lift_elementwise(lstate *s) {
             view pv = v;
             pv.partial = is_convert || later ? partial : 0;
             pv.red = is_convert || later ? red : 0;
-            return lf_assumed_term(c, in, pv);
+            return lf_assumed_known(c, in, pv);
         }
         if (finite_test) {
             lf_assume(c, "a sum of finite shares is finite (it does not overflow): is-finite of a partial sum is the "
@@ -1925,6 +1959,14 @@ static void unrelated(lstate *s) {
     sb_free(&why);
 }
 
+/* Whether the scale plan took a factor out of a constant operand of s
+ * (lval.respread) and the op's value v is no baseline term. */
+static bool respread_missed(const lstate *s, const lval *v) {
+    bool any = false;
+    for (uint32_t o = 0; o < s->in->noperands; o++) any |= s->ops[o].respread;
+    return any && !(v->kind == LV_TERM && v->cls != EID_NONE && (eg_class_origin(s->c->g, v->cls) & EG_BASELINE));
+}
+
 /* SCALIFY_DEBUG base=, term=, views: the value v just lifted for in,
  * described on stderr (HACKING.md lists them). */
 static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
@@ -2065,11 +2107,12 @@ static void collective_plain_term(lstate *s, lval *v) {
     if (s->in->noperands != 1 || !lf_is_index(&s->ops[0]) || s->ops[0].cls == EID_NONE || c->baseline_mode) return;
     lval saved = s->ops[0];
     s->ops[0] = term(saved.cls, saved.v, false);
-    bool quiet = c->quiet, amb = c->ambiguous_now, konst = c->konst_operand_now, unsure = c->partial_unsure_now;
+    bool quiet = c->quiet, amb = c->ambiguous_now, konst = c->konst_operand_now, unsure = c->partial_unsure_now,
+         guessed = c->guessed_now;
     c->quiet = true;
     lval t = lf_lift_instr(s);
     c->quiet = quiet;
-    c->ambiguous_now = amb, c->konst_operand_now = konst, c->partial_unsure_now = unsure;
+    c->ambiguous_now = amb, c->konst_operand_now = konst, c->partial_unsure_now = unsure, c->guessed_now = guessed;
     s->ops[0] = saved;
     if (t.kind == LV_TERM && !t.assumed && !t.v.partial && lf_same_sharding(&t.v, &v->v)) v->cls = t.cls;
 }
@@ -2231,8 +2274,9 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     bool amb = false, konst_op = false;
     for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous, konst_op |= ops[o].konst;
     c->ambiguous_now = amb;
-    c->partial_unsure_now = false;
-    for (uint32_t o = 0; o < in->noperands; o++) c->partial_unsure_now |= ops[o].partial_unsure;
+    c->partial_unsure_now = c->guessed_now = false;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        c->partial_unsure_now |= ops[o].partial_unsure, c->guessed_now |= ops[o].guessed;
     c->konst_operand_now = konst_op;
     double factor = 1;
     const lval *same = lf_identity_operand(&s);
@@ -2240,9 +2284,19 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         *v = *same;
     } else if (!lf_scale_take(&s, v)) {
         lf_copies_into_partial_sums(&s);
+        lval before_stack[8], *before = in->noperands <= 8 ? before_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
+        memcpy(before, ops, in->noperands * sizeof *ops);
         factor = lf_scale_plan(&s);
         uint32_t nu = c->nunsupported, nf = c->nfindings;
         *v = lf_lift_instr(&s);
+        if (respread_missed(&s, v)) {
+            /* The constant taken as f·(k/f) made no baseline value: the sum
+             * as written, factors put back. */
+            memcpy(ops, before, in->noperands * sizeof *ops);
+            for (uint32_t o = 0; o < in->noperands; o++) lf_unscale(c, &ops[o]);
+            factor = 1;
+            *v = lf_lift_instr(&s);
+        }
         if (!c->baseline_mode && v->kind == LV_UNKNOWN && c->nunsupported == nu && c->nfindings == nf) unrelated(&s);
         if (c->baseline_mode && v->kind == LV_UNKNOWN && factor != 1) *v = generic(&s);
         lf_scale_apply(&s, v, factor);
@@ -2258,8 +2312,9 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
      * kept only where the op is the identity on it). */
     if (!same) v->pid = !c->baseline_mode && v->kind == LV_TERM && v->v.partial ? ++c->npids : 0;
     amb |= c->ambiguous_now; /* an operand's view guessed on the way (lf_win_assume) */
-    c->ambiguous_now = c->konst_operand_now = c->partial_unsure_now = false;
     v->ambiguous |= amb;
+    v->guessed |= c->guessed_now && v->kind != LV_UNKNOWN;
+    c->ambiguous_now = c->konst_operand_now = c->partial_unsure_now = c->guessed_now = false;
     for (uint32_t o = 0; o < in->noperands && v->kind == LV_TERM && v->v.partial; o++) v->partial_unsure |= ops[o].partial_unsure;
     if (!c->baseline_mode && (v->kind == LV_TERM || v->kind == LV_LAYOUT || v->kind == LV_WIN))
         view_drop_unit_axes(&v->v, c->mesh);
@@ -2315,7 +2370,8 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
      * is where a mask is lost, an op that takes masked rows and gives a term
      * outside the baseline. */
     if (!c->divergence && !konst && !v->zm && v->kind == LV_TERM && !v->assumed &&
-        !(eg_class_origin(c->g, v->cls) & EG_BASELINE)) {
+        !(eg_class_origin(c->g, v->cls) & EG_BASELINE) && !lf_class_is_zero(c, v->cls)) {
+        /* (zeros, whatever their factor, are the same zeros: no divergence) */
         bool inside = true;
         const hlo_instr *via = NULL;
         for (uint32_t o = 0; o < in->noperands; o++)

@@ -161,6 +161,11 @@ typedef struct lval {
     bool from_max : 1;            /* LV_ROW: the blocks' maxima (or minima) of a partial max (lf_partial_row) */
     bool group : 1;               /* LV_ROW: rows of a per-device group computation (lift_group.c),
                                    * not a scan's sums (lift_scan.c) */
+    bool guessed : 1;             /* assumed where no transfer function related the op (lf_assumed_term):
+                                   * its view is a guess, so no finding rests on it or on what is
+                                   * computed from it */
+    bool respread : 1;            /* a uniform constant of which the scale plan took a factor out: its
+                                   * term holds the new value, its instruction the old one */
     view v;
     eid cls;
     uint32_t count;
@@ -288,6 +293,7 @@ typedef struct lift_ctx {
     bool mesh_inferred;                   /* from sharding annotations: group mismatches are undecided */
     bool ambiguous_now;                   /* an operand's view is one reading among several */
     bool partial_unsure_now;              /* an operand is partial only in one such reading */
+    bool guessed_now;                     /* an operand's view is a guess (lval.guessed) */
     bool konst_operand_now;               /* an operand is computed from constants only */
     lift_finding *findings;
     uint32_t nfindings, capfindings;

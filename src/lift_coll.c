@@ -396,7 +396,7 @@ lval lf_lift_all_reduce(lstate *s) {
                     return term(b, v, false);
                 }
             }
-            return lf_assumed_term(c, in, v);
+            return lf_assumed_known(c, in, v);
         }
         return unknown();
     }
@@ -459,7 +459,7 @@ lval lf_lift_all_reduce(lstate *s) {
             sb_free(&e);
             view v = x->v;
             v.partial &= (uint8_t)~axes;
-            result = lf_assumed_term(c, in, v);
+            result = lf_assumed_known(c, in, v);
             sb_free(&w);
             return result;
         }
@@ -480,7 +480,7 @@ lval lf_lift_all_reduce(lstate *s) {
          * logsumexp's shift cancels, whatever reduction made it): a
          * difference proved here, which decides only where ops that keep it
          * carry it to an output (lf_scale_differ). */
-        lval r = lf_assumed_term(c, in, v);
+        lval r = lf_assumed_known(c, in, v);
         /* Counted as assumed (what c->assumed gates, a finding that waited
          * on the outputs, stays undecided), yet no assumed view: the
          * difference travels on. Complete, it is a value every device

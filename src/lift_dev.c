@@ -311,7 +311,41 @@ eid lf_dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
  * broadcasts (the sharded dims added there, or carried from the operand),
  * elementwise ops, reshapes that keep a sharded dim as its own group, iotas
  * along other dims and splat constants; EID_NONE otherwise. */
+static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, const view *w, int depth);
+
+/* Value i's known elements (a folded constant: a scatter of constants, say)
+ * tiled under view w: every device holds the same block, so the global value
+ * is that block repeated along the dims w shards. EID_NONE when unknown or
+ * too large to fold. */
+static eid tiled_konst(lift_ctx *c, const hlo_instr *in, const lval *x, const view *w) {
+    const interp_val *kv = x->kind == LV_TERM && x->cls != EID_NONE ? lf_kval(c, x->cls) : NULL;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, w, &in->shape, dims);
+    if (!kv || kv->n != shape_elements(&in->shape) || kv->dtype != in->shape.dtype || !lf_fold_size_ok(dims, in->shape.rank))
+        return EID_NONE;
+    interp_val *t = interp_val_new(in->shape.dtype, in->shape.rank, dims);
+    if (!t) return EID_NONE;
+    int64_t idx[VIEW_MAX_RANK] = {0};
+    for (int64_t k = 0; k < t->n; k++) {
+        int64_t src = 0;
+        for (uint32_t d = 0; d < in->shape.rank; d++) src = src * in->shape.dims[d] + idx[d] % in->shape.dims[d];
+        if (t->f) t->f[k] = kv->f[src];
+        else t->i[k] = kv->i[src];
+        for (int d = (int)in->shape.rank - 1; d >= 0 && ++idx[d] == dims[d]; d--) idx[d] = 0;
+    }
+    return lf_const_term(c, t, c->origin);
+}
+
 eid lf_konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, const view *w, int depth) {
+    eid r = konst_at(c, comp, vals, i, w, depth);
+    const lval *x = &vals[i];
+    if (r != EID_NONE || x->kind != LV_TERM || !x->konst || !view_is_dup(&x->v) || w->partial ||
+        comp->instrs[i].shape.rank != w->rank || comp->instrs[i].shape.rank > VIEW_MAX_RANK)
+        return r;
+    return tiled_konst(c, &comp->instrs[i], x, w);
+}
+
+static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, const view *w, int depth) {
     const hlo_instr *in = &comp->instrs[i];
     const lval *x = &vals[i];
     if (depth > 32 || in->shape.rank != w->rank || in->shape.rank > VIEW_MAX_RANK || w->partial) return EID_NONE;

@@ -222,6 +222,9 @@ bool lf_reducer_identity(lift_ctx *c, const hlo_module *m, const hlo_instr *in,
 /* The first node of class cls with op and n children (those in *ch when ch is
  * not NULL), or EID_NONE. */
 eid lf_class_node(lift_ctx *c, eid cls, uint16_t op, uint32_t n, const eid **ch);
+/* The term of type `type` every element of which holds the one value every
+ * element of constant x holds (EID_NONE: x is no such constant); lift_scale.c. */
+eid lf_scale_respread(lift_ctx *c, const lval *x, uint32_t type);
 /* Constant factors (lift_scale.c): lf_scale_of the factor of x (1 when none);
  * lf_scale_take relates multiply/divide by a uniform constant as a factor on
  * the other operand (false: not that case); lf_scale_plan takes the operands'
@@ -510,7 +513,12 @@ const lval *lf_identity_operand(lstate *s);
  * value) or by a predicate known at every element (all true or all false);
  * NULL otherwise. */
 const lval *lf_select_known(lstate *s);
-lval lf_assumed_term(lift_ctx *c, const hlo_instr *in, view v); /* a fresh variable under a known view (assumed) */
+/* A fresh variable (assumed content) under view v: lf_assumed_known where the
+ * view is certain (a finding gone past, an all-reduce over every axis),
+ * lf_assumed_term where it is a guess (no transfer function related the op:
+ * lval.guessed, so that no finding rests on it). */
+lval lf_assumed_term(lift_ctx *c, const hlo_instr *in, view v);
+lval lf_assumed_known(lift_ctx *c, const hlo_instr *in, view v);
 void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops,
                           uint32_t n);                       /* "operand 0 is shard(1,tp), ..." */
 bool lf_unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, uint32_t to,

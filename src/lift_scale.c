@@ -208,6 +208,8 @@ static bool base_konst(lift_ctx *c, eid x) {
 /* Whether x may carry factor s: a partial max or min only a positive one. */
 static bool scale_fits(const lval *x, double s) { return s > 0 || !x->v.partial || x->v.red == RED_SUM; }
 
+static eid splat(lift_ctx *c, uint32_t type, double k);
+
 bool lf_scale_take(lstate *s, lval *out) {
     const hlo_instr *in = s->in;
     if ((in->op != OP_MULTIPLY && in->op != OP_DIVIDE) || in->noperands != 2 || !dtype_is_float(in->shape.dtype))
@@ -233,7 +235,24 @@ bool lf_scale_take(lstate *s, lval *out) {
         out->factor_at = in;
         return true;
     }
-    return false;
+    /* k / x (a mean's cotangent over a sum: d/dx of log x / b) is
+     * (k / s)·(1 / x) for x = s·x', x' a term every device holds alike or
+     * sharded (a reciprocal of a partial sum is no sum). */
+    const lval *x = &s->ops[1];
+    if (in->op != OP_DIVIDE || !carries(x) || x->kind != LV_TERM || x->v.partial || x->konst || x->cls == EID_NONE ||
+        lf_kval(s->c, x->cls) || base_konst(s->c, x->cls) || !uniform_value(s->c, &s->ops[0], &k))
+        return false;
+    double f = k / lf_scale_of(x);
+    if (!isfinite(f) || f == 0) return false;
+    eid ch[2] = {splat(s->c, eg_class_type(s->c->g, x->cls), 1), x->cls};
+    *out = *x;
+    out->cls = eg_add(s->c->g, OP_DIVIDE, 0, eg_class_type(s->c->g, x->cls), ch, 2, s->c->origin);
+    out->scale = f == 1 ? 0 : f;
+    out->rescaled = false;
+    out->zm = NULL;
+    out->diff = 0;
+    out->factor_at = in;
+    return true;
 }
 
 /* Whether x is all zeros: zero times any factor is zero, so it takes the
@@ -338,14 +357,25 @@ double lf_scale_base_factor(lift_ctx *c, eid x) { return base_factor(c, x); }
  * The sum then meets the baseline's and carries f on (an accumulator that
  * holds n times the baseline's value, a local mean's n/B where the baseline
  * has 1/B). Over the reals an identity; 0 when there is no such f. */
+static bool spread_constant(lift_ctx *c, const lval *x, double f, double *k, eid *scatter);
+static eid respread_over(lift_ctx *c, eid x, double k, eid scatter, double f);
+
+/* The rank-0 type of class x's element type. */
+static uint32_t scalar_type(lift_ctx *c, eid x) {
+    return lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, x)), NULL, 0);
+}
+
 static double guided_factor(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     if (c->baseline_mode || (in->op != OP_ADD && in->op != OP_SUBTRACT) || !dtype_is_float(in->shape.dtype)) return 0;
-    double f = 0;
+    double f = 0, k;
+    eid scatter;
+    bool spread = false;
+    for (uint32_t o = 0; o < in->noperands; o++) spread |= !zeros(c, &s->ops[o]) && spread_constant(c, &s->ops[o], 1, &k, &scatter);
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
-        if (zeros(c, x)) continue;
+        if (zeros(c, x) || spread_constant(c, x, 1, &k, &scatter)) continue;
         if (!carries(x) || x->cls == EID_NONE) return 0;
         double g = lf_scale_of(x) / base_factor(c, x->cls);
         if (!isfinite(g) || g == 0 || (f != 0 && fabs(g - f) > 1e-9 * fabs(f))) return 0;
@@ -353,7 +383,70 @@ static double guided_factor(lstate *s) {
     }
     for (uint32_t o = 0; o < in->noperands; o++)
         if (!scale_fits(&s->ops[o], f)) return 0;
+    /* A constant beside them becomes f times k/f: only where the baseline
+     * has that constant (else it kept the sum's form, factor put back). */
+    for (uint32_t o = 0; o < in->noperands && spread && f != 0 && f != 1; o++)
+        if (!zeros(c, &s->ops[o]) && spread_constant(c, &s->ops[o], f, &k, &scatter) &&
+            !(eg_class_origin(c->g, scatter == EID_NONE ? splat(c, scalar_type(c, s->ops[o].cls), k / f)
+                                                        : respread_over(c, s->ops[o].cls, k, scatter, f)) & EG_BASELINE))
+            return 0;
     return f == 1 ? 0 : f;
+}
+
+/* Whether x is a constant f·(k/f) for any f ≠ 0 — a term every element of
+ * which holds k (finite, not 0) — or, for f > 0, a scatter of such a
+ * constant into zeros (the gradient of a gather of a mean's -1/B: each of
+ * add, replace, max and min combines k/f as f times k). *scatter: that
+ * scatter's node (EID_NONE for a constant). */
+static bool spread_constant(lift_ctx *c, const lval *x, double f, double *k, eid *scatter) {
+    *scatter = EID_NONE;
+    if (x->kind != LV_TERM || x->v.partial || x->cls == EID_NONE) return false;
+    if (uniform_value(c, x, k)) return true;
+    const eid *ch;
+    eid n = lf_class_node(c, x->cls, OP_SCATTER, 3, &ch);
+    if (n == EID_NONE || f < 0) return false;
+    lval ops[2] = {{.kind = LV_TERM, .cls = ch[0]}, {.kind = LV_TERM, .cls = ch[2]}};
+    if (!zeros(c, &ops[0]) || !uniform_value(c, &ops[1], k)) return false;
+    *scatter = n;
+    return true;
+}
+
+/* The constant term of type `type` every element of which holds k (rounded
+ * to the type): a scalar, or a broadcast of one. */
+static eid splat(lift_ctx *c, uint32_t type, double k) {
+    uint32_t rank;
+    interp_val *v = interp_val_new(eg_type_dtype(c->g, type), 0, NULL);
+    interp_val_set(v, 0, k);
+    eid e = lf_const_term(c, v, c->origin);
+    const int64_t *dims = eg_type_dims(c->g, type, &rank);
+    if (!rank) return e;
+    eid b = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), type, &e, 1, c->origin);
+    const interp_val *sv = lf_kval(c, e);
+    interp_val *bv = sv && !lf_kval(c, b) ? lf_broadcast_values(sv, NULL, 0, dims, rank) : NULL;
+    if (bv) lf_kval_set(c, b, bv);
+    return b;
+}
+
+eid lf_scale_respread(lift_ctx *c, const lval *x, uint32_t type) {
+    double k;
+    if (x->kind != LV_TERM || x->cls == EID_NONE) return EID_NONE;
+    if (uniform_value(c, x, &k)) return splat(c, type, k);
+    /* too large to tabulate: a broadcast of a known scalar */
+    const eid *ch;
+    const interp_val *sv = lf_class_node(c, x->cls, OP_BROADCAST, 1, &ch) != EID_NONE ? lf_kval(c, ch[0]) : NULL;
+    return sv && sv->f && sv->n == 1 && lf_scale_of(x) == 1 ? splat(c, type, sv->f[0]) : EID_NONE;
+}
+
+/* x (spread_constant with k and scatter) as f times its term: the same
+ * constant, or the same scatter, of k/f. */
+static eid respread_over(lift_ctx *c, eid x, double k, eid scatter, double f) {
+    if (scatter == EID_NONE) return splat(c, eg_class_type(c->g, x), k / f);
+    uint32_t n;
+    const eid *kids = eg_node_children(c->g, scatter, &n);
+    eid ch[3] = {kids[0], kids[1], kids[2]}; /* copied: eg_add may move nodes */
+    uint32_t attr = eg_node_attr(c->g, scatter), t = eg_class_type(c->g, x);
+    ch[2] = splat(c, eg_class_type(c->g, ch[2]), k / f);
+    return eg_add(c->g, OP_SCATTER, attr, t, ch, 3, c->origin);
 }
 
 double lf_scale_plan(lstate *s) {
@@ -364,8 +457,16 @@ double lf_scale_plan(lstate *s) {
     if ((f == 0 || !isfinite(f)) && (f = guided_factor(s)) != 0) {
         for (uint32_t o = 0; o < s->in->noperands; o++) {
             lval *x = &s->ops[o];
+            double k;
+            eid scatter;
             if (zeros(s->c, x)) {
                 x->scale = 0;
+                continue;
+            }
+            if (spread_constant(s->c, x, f, &k, &scatter)) { /* k is f·(k/f) */
+                x->cls = respread_over(s->c, x->cls, k, scatter, f);
+                x->scale = 0;
+                x->respread = true;
                 continue;
             }
             double r = lf_scale_of(x) / f;
@@ -441,15 +542,24 @@ static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, tra
     const char *how = NULL;
     strbuf ax;
     sb_init(&ax);
-    for (uint32_t mask = 1; mask < 1u << m->naxes && !how; mask++) {
-        double n = 1;
-        for (uint32_t a = 0; a < m->naxes; a++)
-            if (mask >> a & 1) n *= (double)m->sizes[a];
-        if (n <= 1) continue;
-        if (fabs(r - n) <= 1e-9 * n) how = "a sum over %s where the baseline has a mean (psum for pmean), or a missing normalisation";
-        else if (fabs(1 / r - n) <= 1e-9 * n) how = "a mean over %s where the baseline has a sum (pmean for psum), or a normalisation too many";
-        if (how) lf_axes_words(&ax, c, mask);
-    }
+    /* n, or n² where a squared value follows (a gradient norm's square) */
+    for (int pw = 1; pw <= 2 && !how; pw++)
+        for (uint32_t mask = 1; mask < 1u << m->naxes && !how; mask++) {
+            double n = 1;
+            for (uint32_t a = 0; a < m->naxes; a++)
+                if (mask >> a & 1) n *= (double)m->sizes[a];
+            if (n <= 1) continue;
+            n = pw == 2 ? n * n : n;
+            if (fabs(r - n) <= 1e-9 * n)
+                how = pw == 1 ? "a sum over %s where the baseline has a mean (psum for pmean), or a missing normalisation"
+                              : "the square of a sum over %s where the baseline has a mean (psum for pmean), or of a "
+                                "missing normalisation";
+            else if (fabs(1 / r - n) <= 1e-9 * n)
+                how = pw == 1 ? "a mean over %s where the baseline has a sum (pmean for psum), or a normalisation too many"
+                              : "the square of a mean over %s where the baseline has a sum (pmean for psum), or of a "
+                                "normalisation too many";
+            if (how) lf_axes_words(&ax, c, mask);
+        }
     strbuf w;
     sb_init(&w);
     sb_printf(&w, "it is the baseline's value times %.6g where the baseline has %.6g (%.6g times as large)", sd, sb, r);

@@ -1624,14 +1624,15 @@ static eid conv_term(lstate *s, eid x, eid k, uint32_t wd, uint32_t si, uint32_t
 /* convolution of a window along one of its spatial dims with a kernel:
  * where device r's rows are a run of the term (zeros a permute left at the
  * edges read as the zero-padded term: a halo exchange) and the window along
- * that dim has no padding, stride or dilation, device r computes outputs
- * s(r) .. s(r) + len - K of the convolution over the term there: a window
- * of it, a block of the baseline's SAME convolution once settled. The batch
+ * that dim has no padding or input dilation, device r computes outputs
+ * s(r)/st .. s(r)/st + len - 1 of the convolution over the term there (st
+ * the stride, s(r) a multiple of it): a window of it, a block of the
+ * baseline's SAME convolution once settled. The batch
  * dim keeps its view; the other spatial dims are whole; features are whole
- * with a replicated kernel, or, for a grouped (depthwise) convolution,
- * sharded alike on the input features and the kernel's output features
- * (each device its groups: the global group count is the local one times
- * the parts). */
+ * with a replicated kernel (grouped or not), or, for a grouped (depthwise)
+ * convolution, sharded alike on the input features and the kernel's output
+ * features (each device its groups: the global group count is the local one
+ * times the parts). */
 static bool win_convolution(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1653,32 +1654,34 @@ static bool win_convolution(lstate *s, lval *out) {
     for (int j = 0; j < nl; j++)
         if (ls[j] == (int)w->dim) si = j;
     win_attr wa;
-    if (si < 0 || !lf_read_window(in, (uint32_t)nl, &wa) || wa.pad[2 * si] || wa.pad[2 * si + 1] || wa.stride[si] != 1 ||
-        wa.ld[si] != 1 || wa.rd[si] != 1 || k->v.dims[ri].naxes)
+    if (si < 0 || !lf_read_window(in, (uint32_t)nl, &wa) || wa.pad[2 * si] || wa.pad[2 * si + 1] || wa.stride[si] < 1 ||
+        wa.ld[si] != 1 || wa.rd[si] < 1 || k->v.dims[ri].naxes)
         return false;
     for (int j = 0; j < nl; j++)
         if (x->v.dims[ls[j]].naxes || k->v.dims[rs[j]].naxes) return false;
     int64_t groups = instr_int(in, A_FEATURE_GROUP_COUNT, 1);
-    if (groups == 1 ? x->v.dims[lf].naxes || k->v.dims[ro].naxes
-                    : !x->v.dims[lf].naxes || !lf_same_dim(&x->v.dims[lf], &k->v.dims[ro]))
-        return false;
-    if (groups > 1) groups *= view_dim_parts(&x->v, c->mesh, (uint32_t)lf);
+    bool split = x->v.dims[lf].naxes != 0; /* the groups spread over devices */
+    if (split ? groups == 1 || !lf_same_dim(&x->v.dims[lf], &k->v.dims[ro]) : k->v.dims[ro].naxes != 0) return false;
+    if (split) groups *= view_dim_parts(&x->v, c->mesh, (uint32_t)lf);
     uint32_t tr;
     const int64_t *td = term_dims(c, x->cls, &tr);
-    int64_t K = wa.size[si], len = in->shape.dims[os[si]];
-    if (tr != in->shape.rank || len != w->len - K + 1 || len < 1 || td[w->dim] < K) return false;
+    /* the rows one output reads: K taps rd apart (a dilated kernel) */
+    int64_t K = (wa.size[si] - 1) * wa.rd[si] + 1, st = wa.stride[si], len = in->shape.dims[os[si]];
+    if (tr != in->shape.rank || w->len < K || len != (w->len - K) / st + 1 || td[w->dim] < K) return false;
     view v = view_dup(in->shape.rank);
     v.dims[ob] = x->v.dims[lb];
     v.dims[of] = k->v.dims[ro];
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
-    dims[os[si]] = td[w->dim] - K + 1;
+    dims[os[si]] = (td[w->dim] - K) / st + 1;
     lift_win *nw = win_new(c, w, (uint32_t)os[si], len);
     for (int64_t r = 0; r < c->ndev; r++) {
+        /* a run starting on a stride: output l is the term's output e0/st + l */
         const int64_t *e = w->idx + r * w->len;
         for (int64_t l = 1; l < w->len; l++)
             if (e[l] != e[0] + l) return false;
-        for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = e[0] + l;
+        if (e[0] % st) return false;
+        for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = e[0] / st + l;
     }
     lval y = *x;
     y.cls = conv_term(s, x->cls, k->cls, w->dim, (uint32_t)si, (uint32_t)nl, &wa, groups, dims);
@@ -1817,6 +1820,38 @@ static bool win_reverse(lstate *s, lval *out) {
     return true;
 }
 
+/* pad of a window with zeros along its dim alone (no interior padding; a
+ * partitioner's zeros past a halo): each device's rows with lo and hi
+ * zeros around them (idx -1, the zeros a permute leaves), the term as it
+ * is; read as a zero pad of the term where the rows settle. */
+static bool win_pad(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    lval x = s->ops[0];
+    const hlo_attr *pa = instr_attr(in, A_PADDING);
+    const lval *z = &s->ops[1];
+    bool zero = (z->kind == LV_TERM && lf_class_is_zero(c, z->cls)) ||
+                (z->kind == LV_DEV && z->dev && z->count == 1 && lf_dev_splat(z) && z->dev[0] == 0);
+    if (in->noperands != 2 || x.kind != LV_WIN || x.win->summed || x.v.partial || !pa || pa->n != in->shape.rank || !zero)
+        return false;
+    const lift_win *w = x.win;
+    const int64_t *p = pa->v.ints;
+    for (uint32_t k = 0; k < pa->n; k++)
+        if (p[3 * k + 2] != 0 || p[3 * k] < 0 || p[3 * k + 1] < 0 || (k != w->dim && (p[3 * k] || p[3 * k + 1])))
+            return false;
+    int64_t lo = p[3 * w->dim], len = w->len + lo + p[3 * w->dim + 1];
+    if (len > LIFT_WIN_MAX / c->ndev) return false;
+    lift_win *nw = win_new(c, w, w->dim, len);
+    for (int64_t r = 0; r < c->ndev; r++)
+        for (int64_t l = 0; l < len; l++)
+            nw->idx[r * len + l] = l < lo || l >= lo + w->len ? -1 : w->idx[r * w->len + l - lo];
+    x.win = nw;
+    x.konst = false;
+    x.zm = NULL;
+    *out = win_settle(c, x);
+    return true;
+}
+
 /* The window transfer functions, in front of the others: true when one
  * applies (*out set, possibly LV_UNKNOWN after saying why). */
 bool lf_win_instr(lstate *s, lval *out) {
@@ -1831,6 +1866,7 @@ bool lf_win_instr(lstate *s, lval *out) {
     case OP_RESHAPE: case OP_BITCAST: return win_squeeze(s, out) || win_rows(s, out);
     case OP_REDUCE_WINDOW: return win_reduce_window(s, out);
     case OP_REVERSE: return win_reverse(s, out);
+    case OP_PAD: return win_pad(s, out);
     case OP_CONVOLUTION: return win_convolution(s, out);
     case OP_SELECT: return (s->ops[1].kind == LV_WIN && lf_select_padding_zeros(s, out)) || win_rows(s, out);
     case OP_DYNAMIC_UPDATE_SLICE: return (s->ops[0].kind == LV_WIN || s->ops[1].kind == LV_WIN) && lf_win_update(s, out);

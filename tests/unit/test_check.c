@@ -1777,6 +1777,18 @@ static void factor_differences(void) {
          * a factor twice the baseline's there is found. */
         {"base-relu", "dist-relu", "relations-relu", VERDICT_VERIFIED, NULL, NULL},
         {"base-relu", "dist-relu-wrong", "relations-relu", VERDICT_MISMATCH, "wrong-reduction", "g"},
+        /* A local mean's cotangent beside a constant (d/dx of mean(x²/2 + 1)
+         * adds 1/B): the distributed sum t·(4/B) + 4/B is 4 times the
+         * baseline's t/B + 1/B, constant included, and the pmean's 1/4
+         * meets it; another constant is no such multiple. */
+        {"base-konst", "dist-konst", "relations", VERDICT_VERIFIED, NULL, NULL},
+        {"base-konst", "dist-konst-wrong", "relations", -2, NULL, NULL},
+        /* A constant over a term (a mean's cotangent through a log: k / s)
+         * is k times the reciprocal: the local 4/B meets the global 1/B
+         * after the pmean; the global constant before a pmean is a quarter
+         * of the step. */
+        {"base-recip", "dist-recip", "relations", VERDICT_VERIFIED, NULL, NULL},
+        {"base-recip", "dist-recip-wrong", "relations", VERDICT_MISMATCH, "wrong-reduction", "p"},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++)
         for (int w = 0; w < 2; w++) {
@@ -2539,6 +2551,12 @@ static void hand_written_cases(void) {
         {"halo/both", "the right halo wrapped around", "source_target_pairs={{1,0},{2,1},{3,2}}",
          "source_target_pairs={{1,0},{2,1},{3,2},{0,3}}", VERDICT_MISMATCH, false},
         {"halo/both", "halos swapped", "concatenate(%hl, %x, %hr)", "concatenate(%hr, %x, %hl)", VERDICT_MISMATCH, false},
+        /* a depthwise (grouped, features whole), strided and dilated
+         * convolution over halos of one row before and two after */
+        {"halo/dwconv", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/dwconv", "halos swapped", "concatenate(%hl, %x, %hr)", "concatenate(%hr, %x, %hl)", VERDICT_MISMATCH, false},
+        {"halo/dwconv", "the right halo wrapped around", "{{1,0},{2,1},{3,2}}", "{{1,0},{2,1},{3,2},{0,3}}",
+         VERDICT_MISMATCH, false},
         {"halo/three", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"halo/three", "the left tap twice", "%lm = f32[4,2]{1,0} add(%l, %x)", "%lm = f32[4,2]{1,0} add(%l, %l)",
          VERDICT_MISMATCH, false},
