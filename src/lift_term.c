@@ -700,6 +700,14 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
     if (in->op == OP_SLICE && n == 1) {
         eid y = pad_cut_off(c, in, ch[0]);
         if (y != EID_NONE) return y;
+        /* inside one operand of a concatenation: a slice of it (a flat
+         * buffer of parameters cut back into them, ravel_pytree's unravel) */
+        const hlo_attr *sa = instr_attr(in, A_SLICE);
+        uint32_t xr;
+        const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &xr);
+        bool fits = sa && sa->n == xr && xr <= VIEW_MAX_RANK;
+        for (uint32_t k = 0; fits && k < xr; k++) fits = sa->v.ints[3 * k] >= 0 && sa->v.ints[3 * k + 1] <= xd[k];
+        if (fits && (y = slice_through(c, ch[0], sa->v.ints, xr, 0)) != EID_NONE) return y;
     }
     if (in->op == OP_GATHER && n == 2) {
         eid y = constant_gather(c, in, ch, dims ? dims : in->shape.dims);

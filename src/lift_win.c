@@ -896,6 +896,104 @@ static void dims_at(const hlo_instr *in, uint32_t d, int64_t ext, int64_t *dims)
     if (d < in->shape.rank) dims[d] = ext;
 }
 
+/* Window w's rows as a + b·p(r, l) (b ≥ 1) for positions p given by pos:
+ * pos[r·len + l] = (idx − a) / b; false when no such a, b. With pos already
+ * set (not -1), they must agree with it. */
+static bool affine_rows(const lift_ctx *c, const lift_win *w, int64_t *pos, int64_t *a, int64_t *b) {
+    int64_t n = c->ndev * w->len, lo = INT64_MAX, g = 0;
+    for (int64_t k = 0; k < n; k++) {
+        if (w->idx[k] < 0) return false;
+        if (w->idx[k] < lo) lo = w->idx[k];
+    }
+    for (int64_t k = 0; k < n; k++) { /* the stride: gcd of the distances to the least row */
+        int64_t d = w->idx[k] - lo;
+        while (d) {
+            int64_t t = g % d;
+            g = d, d = t;
+        }
+    }
+    *a = lo, *b = g ? g : 1;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t p = (w->idx[k] - lo) / *b;
+        if (pos[k] >= 0 && pos[k] != p) return false;
+        pos[k] = p;
+    }
+    return true;
+}
+
+/* An elementwise op over windows of the same length whose rows differ but
+ * are each a + b·p of one position p per device and element (an associative
+ * scan's odd and even rows, x[1::2] · x[0::2]): the op over the strided
+ * slices of the terms, as a window at positions p. */
+static bool strided_elementwise(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t n = in->noperands, rank = in->shape.rank, w0 = n;
+    if (n > 8 || rank > VIEW_MAX_RANK) return false;
+    for (uint32_t o = 0; o < n && w0 == n; o++)
+        if (s->ops[o].kind == LV_WIN) w0 = o;
+    if (w0 == n) return false;
+    const lval *x = &s->ops[w0];
+    const lift_win *w = x->win;
+    if (w->summed || !view_is_dup(&x->v) || w->dim >= rank || (int64_t)w->len * c->ndev > LIFT_WIN_MAX) return false;
+    /* a term sharded along the window's dim alone: the window of its blocks */
+    lval ops[8];
+    for (uint32_t o = 0; o < n; o++) {
+        ops[o] = s->ops[o];
+        view rest = ops[o].v;
+        if (ops[o].kind == LV_TERM && !ops[o].v.partial && w->dim < rest.rank && rest.dims[w->dim].naxes) {
+            rest.dims[w->dim] = (view_dim){0};
+            if (!view_is_dup(&rest) || !win_of_term(c, &s->ops[o], w->dim, in->shape.dims[w->dim], &ops[o])) return false;
+        }
+    }
+    int64_t *pos = arena_alloc(c->a, (size_t)(c->ndev * w->len) * sizeof *pos), a[8], b[8], N = INT64_MAX, maxp = 0;
+    for (int64_t k = 0; k < c->ndev * w->len; k++) pos[k] = -1;
+    for (uint32_t o = 0; o < n; o++) {
+        const lval *y = &ops[o];
+        if (y->kind != LV_WIN) continue;
+        uint32_t yr;
+        const int64_t *yd = term_dims(c, y->cls, &yr);
+        if (y->win->summed || y->win->dim != w->dim || y->win->len != w->len || !view_equal(&y->v, &x->v) || y->zm ||
+            yr != rank || !affine_rows(c, y->win, pos, &a[o], &b[o]))
+            return false;
+        int64_t len = (yd[w->dim] - a[o] - 1) / b[o] + 1; /* the strided slice's rows */
+        if (len < N) N = len;
+    }
+    for (int64_t k = 0; k < c->ndev * w->len; k++)
+        if (pos[k] > maxp) maxp = pos[k];
+    if (N < 1 || maxp >= N) return false;
+    eid ch[8];
+    bool assumed = false;
+    for (uint32_t o = 0; o < n; o++) {
+        const lval *y = &ops[o];
+        if (y->kind != LV_WIN) {
+            if (!bcast_along(s, o, w->dim, N, &ch[o])) return false;
+            continue;
+        }
+        uint32_t yr;
+        const int64_t *yd = term_dims(c, y->cls, &yr);
+        int64_t sl[3 * VIEW_MAX_RANK];
+        for (uint32_t k = 0; k < rank; k++) sl[3 * k] = 0, sl[3 * k + 1] = yd[k], sl[3 * k + 2] = 1;
+        /* the limit as x[a::b] writes it (the dim's end) when that gives N rows */
+        int64_t end = (yd[w->dim] - a[o] + b[o] - 1) / b[o] == N ? yd[w->dim] : a[o] + (N - 1) * b[o] + 1;
+        sl[3 * w->dim] = a[o], sl[3 * w->dim + 1] = end, sl[3 * w->dim + 2] = b[o];
+        ch[o] = lf_mk_slice(c, y->cls, sl);
+        assumed |= y->assumed;
+    }
+    int64_t dims[VIEW_MAX_RANK];
+    dims_at(in, w->dim, N, dims);
+    lift_win *nw = win_new(c, w, w->dim, w->len);
+    memcpy(nw->idx, pos, (size_t)(c->ndev * w->len) * sizeof *pos);
+    *out = *x;
+    out->cls = lf_node(c, c->cur, in, ch, n, dims, c->origin);
+    out->win = nw;
+    out->assumed = assumed;
+    out->konst = false;
+    out->zm = NULL;
+    *out = win_settle(c, *out);
+    return true;
+}
+
 static bool rows_elementwise(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1712,7 +1810,7 @@ static bool win_rows(lstate *s, lval *out) {
     case OP_DOT: return rows_dot(s, out);
     case OP_REDUCE: return rows_reduce(s, out);
     case OP_TRANSPOSE: return rows_transpose(s, out);
-    default: return lf_is_elementwise(s->in->op) && rows_elementwise(s, out);
+    default: return lf_is_elementwise(s->in->op) && (rows_elementwise(s, out) || strided_elementwise(s, out));
     }
 }
 

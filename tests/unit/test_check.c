@@ -2534,6 +2534,11 @@ static void hand_written_cases(void) {
         {"windows/concat-partials", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"windows/concat-partials", "operands swapped", "concatenate(%dot_general.4, %mul.5)",
          "concatenate(%mul.5, %dot_general.4)", VERDICT_MISMATCH, false},
+        /* odd rows times even rows of a sharded dim (an associative scan's
+         * level): windows of different rows, each a strided slice */
+        {"windows/oddeven", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"windows/oddeven", "odd rows twice", "slice={[0:4:2]}", "slice={[1:4:2]}", VERDICT_MISMATCH, false},
+        {"windows/oddeven", "even rows squared", "multiply(%o, %e)", "multiply(%e, %e)", VERDICT_MISMATCH, false},
         {"windows/maxpool", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"windows/maxpool", "min pooling", "maximum(%reduce_window_max.0, %reduce_window_max.1)",
          "minimum(%reduce_window_max.0, %reduce_window_max.1)", VERDICT_MISMATCH, false},
@@ -2551,6 +2556,10 @@ static void hand_written_cases(void) {
         {"halo/both", "the right halo wrapped around", "source_target_pairs={{1,0},{2,1},{3,2}}",
          "source_target_pairs={{1,0},{2,1},{3,2},{0,3}}", VERDICT_MISMATCH, false},
         {"halo/both", "halos swapped", "concatenate(%hl, %x, %hr)", "concatenate(%hr, %x, %hl)", VERDICT_MISMATCH, false},
+        /* parameters flattened into one buffer (a 3-way concatenation),
+         * updated, cut back (ravel_pytree and its unravel) */
+        {"flat/unravel", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"flat/unravel", "the second cut one element early", "slice={[6:10]}", "slice={[5:9]}", VERDICT_MISMATCH, false},
         /* a depthwise (grouped, features whole), strided and dilated
          * convolution over halos of one row before and two after */
         {"halo/dwconv", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
