@@ -1,4 +1,122 @@
-"""samples/fresh16: DOCSTRING (filled in at the end)."""
+"""samples/fresh16: a sixteenth batch of programs as a user writes them, on
+the theme of LLM inference and serving as inference engineers write it in
+JAX (KV caches, paged attention, continuous batching, sampling, beam search,
+speculative decoding, quantised caches and weights, prefix caching,
+multi-LoRA), none of them an idiom of samples/fresh .. fresh14, probe, train
+or wild.
+shard_map families: 1. a decode step of a batch at ragged lengths, heads
+over tp, RoPE at each request's position and the new k / v written into the
+head-sharded cache by a vmap of dynamic_update_slice at pos[b]; 2. a decode
+step over a cache sharded over the sequence (dp x sp), the owner of pos[b]
+writing at pos[b] - its offset (a where on ownership), partial softmax
+statistics (maximum guarded on shards with no valid key) merged by pmax /
+psum; 3. GQA decode on tp8 with 2 kv heads replicated (every device writes
+the same cache entries) and the kv head picked by idx // 4; 4. paged
+attention with the page pool over heads: the new entry scattered into page
+table[b, pos // PS] at slot pos % PS, the block table's pages gathered and
+flattened page-major; 5. paged attention with the page pool sharded over
+pages (sp4): the write scattered with mode="drop" on non-owners, each device
+gathering the table entries it owns (local id = page - offset, the rest
+masked), pmax / psum merge; 6. a continuous-batching sampling step (dp x tp)
+with per-request temperatures, Gumbel noise given as an input, argmax across
+the vocabulary by pmax / pmin of global indices, finished slots masked to
+PAD and not grown, slots finishing on their stop token; 7. greedy decoding
+with Gemma-2 final-logit soft-capping on tp8, each device's best (value,
+global index) all_gathered, the token's log-probability from the global
+log-sum-exp; 8. top-k then top-p over a sharded vocabulary (local top-k with
+global indices, tiled all_gather, global top-k, probabilities under the
+global softmax, the nucleus by the exclusive cumulative mass, inverse-CDF
+draw with a provided uniform); 9. min-p with a pmax'd maximum and a
+Gumbel-max draw whose full-vocabulary noise row is sliced at the device's
+offset, the kept count psum'd; 10. repetition (CTRL), frequency and presence
+penalties whose per-request histograms are scatter-adds (mode="drop") of a
+history sharded over sp into a vocabulary sharded over tp, psum'd over sp;
+11. a beam-search step (dp x tp): global log-softmax, GNMT length
+normalisation, top-k over beams x vocabulary by flat global indices beam * V
++ token (local top-k, all_gather, global top-k), parents and tokens decoded,
+lengths and the head-sharded cache reordered by take_along_axis; 12.
+speculative verification (tp4): target and draft probabilities of the draft
+tokens by masked lookups psum'd, acceptance against provided uniforms, the
+count by a cumulative product, the bonus token from the residual max(p - q,
+0) by an exponential race with provided noise, the cache rolled back past the
+accepted drafts; 13. an int8 KV cache with per-token, per-head absmax scales
+(two heads per device), quantised at the write and dequantised in the
+attention; 14. an int4 weight-only (codes in int8, a scale per group of 8
+rows) bf16 SwiGLU, gate / up column-parallel, down row-parallel with its
+replicated scale table sliced at the device's groups, f32 accumulation and
+psum; 15. prefix caching as cascade attention: a pool of shared prefixes
+referenced by prefix id and per-request suffix caches, the two parts merged
+by logaddexp of their log-sum-exps (dp x tp); 16. multi-LoRA serving:
+per-request adapter ids gathering stacked A / B, B of the column-parallel up
+projection sliced at the device's column offset and A of the row-parallel
+down projection at its row offset, x A psum'd before B; 17. chunked prefill
+at per-request start positions, the chunk over sp and heads over tp, RoPE at
+start + shard offset + i, the chunk's k / v all_gathered (tiled) and written
+at start[b]; 18. a multi-LoRA Adam step (check_vma=True), only the stacked
+adapters trained, the loss pmean'd over dp; 19. an Adam step distilling a
+draft head into the target's distribution, KL at temperature 2 over a
+sharded vocabulary with stop_gradient'ed maxima (check_vma=True); 20. a
+greedy generation loop (lax.fori_loop, 3 tokens) with a tied
+vocabulary-sharded embedding (masked lookup psum'd), one attention layer
+writing its head-sharded cache, the argmax across tp fed back.
+Under GSPMD (jax.jit with in / out shardings, with_sharding_constraint where
+a user puts one): the ragged decode step with requests over dp and heads
+over tp, paged attention with the pool sharded over pages, top-k / top-p on
+tp8, the beam step with the cache reordered, speculative verification and
+rollback, the int8 cache sharded over the sequence, the int4 SwiGLU, a
+multi-LoRA AdamW step with the adapters sharded over tp, penalties followed
+by min-p sampling, the draft-distillation Adam step, prefix-cached attention
+written as a gather and concatenation, and MQA decode over a cache sharded
+over the sequence on sp8.
+Sampling is deterministic: the noise (Gumbel, exponential, uniforms) is an
+input, so both programs compute the same function; the seeded logits have no
+ties. Continuous batching: the stop tokens of half the slots are set to the
+token the baseline draws, so slots do finish in the step.
+Left out, as idioms of earlier batches: a single-position decode step with
+dynamic_update_slice, a paged cache spread over devices, greedy sampling by
+all-gathering best logits with the token's embedding, temperature + top-p,
+a speculative acceptance check, group-wise int8 weights, LoRA on a tp MLP
+(fresh6: here ragged per-request positions, an owner-masked write into a
+sequence-sharded cache, a page pool sharded over heads or over pages with
+mode="drop" scatters, top-k before top-p with a global softmax, the
+acceptance count, bonus draw and cache rollback, per-request adapters);
+split-KV decoding and flash-decoding merges (fresh9, fresh12); a beam step
+over a sharded vocabulary (fresh3: here with length normalisation and the
+cache reordered); distributed top-k and argmax with ties (fresh13); typical
+sampling with a repetition penalty (fresh11: here histograms by scatter-add
+over a sharded history); Gumbel-max via jax.random (fresh10: here the noise
+is an input); QLoRA and int4 packing by bit ops (fresh10).
+Numerics: every correct pair agrees with its baseline at rounding level (f32
+within 2e-6; token ids, counts, int8 codes and the bf16 int4 MLP exactly).
+Changed for its numerics: the int8 cache family first had one head per
+device, so its two scale bugs (per-device absmax, the first local head's
+scale) computed the right function; it now has two heads per device. The
+paged pool family's first missing-psum bug left the denominator unsummed,
+which divides by 0 on devices holding none of a request's pages (inf); it
+now leaves the numerator unsummed. Nothing was dropped.
+Each shard_map family has the bug variants a careless parallelisation makes
+(a cache write at the batch's largest position, without the device offset
+or into the logical instead of the physical page, pages flattened slot-major,
+a merge without the max correction, a numerator or output not psum'd, the kv
+head chosen by idx % kv, pmean for psum, argmax or top-k indices without the
+vocabulary offset, gathered indices without it, a temperature of the
+device's first slot, a log-sum-exp or top-p probabilities or a min-p maximum
+from the local shard, noise not sliced at the offset, a histogram not psum'd
+or without its vocabulary / position offset, flat beam indices of the local
+vocabulary, the cache reordered by gather positions, a draft probability not
+psum'd, accepted drafts counted without the cumulative product, int8 scales
+per device instead of per head, a group-scale table sliced at 0, cascade
+weights swapped, prefixes picked by slot, a LoRA B sliced at 0 or x A not
+psum'd, RoPE without the shard offset, an untiled all_gather reshaped
+directly, a chunk written at 0, a loss psum'd where it is pmean'd, a KL
+pmean'd over the vocabulary shards, an embedding lookup without its row
+offset, a per-shard argmax).
+Exported with scalify_jax.export_pair; every pair is also run by JAX on
+seeded inputs and its manifest entry records the largest difference from
+the single-device run ("numerics").
+Run from the repository root: bash samples/gen/run_fresh16.sh [SUBSTR...]
+(only the pairs whose name contains a SUBSTR; the others keep their entries).
+"""
 import sys
 import numpy as np
 import jax, jax.numpy as jnp
