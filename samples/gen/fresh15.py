@@ -1,0 +1,755 @@
+"""DOCSTRING"""
+import sys
+import numpy as np
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec as P
+import optax
+sys.path.insert(0, "samples/gen")  # run from the repository root (run_fresh15.sh)
+from fresh_lib import Corpus, seeded, mse, np_tree, state_specs  # noqa: E402
+from scalify_jax import make_mesh  # noqa: E402
+
+SCRIPT = "samples/gen/fresh15.py"
+C = Corpus("samples/fresh15", SCRIPT, "samples/gen/run_fresh15.sh", sys.argv[1:])
+rng, R, I = seeded(1515)
+psum, pmax, pmean, idx, ppermute = lax.psum, lax.pmax, lax.pmean, lax.axis_index, lax.ppermute
+
+
+def wsc(mesh, a, *spec):
+    return lax.with_sharding_constraint(a, NamedSharding(make_mesh(mesh), P(*spec)))
+
+
+def shift(n, d, cyclic):
+    """ppermute pairs sending device i to device i + d (dropped past the
+    ends unless cyclic)."""
+    return [(i, (i + d) % n) for i in range(n) if cyclic or 0 <= i + d < n]
+
+
+def halo(u, ax, n, axis, cyclic, w=1):
+    """u with w cells from each neighbour along axis (ghosts from the
+    previous device first); non-cyclic: zeros beyond the global ends."""
+    k = u.shape[axis]
+    last = lax.slice_in_dim(u, k - w, k, axis=axis)
+    first = lax.slice_in_dim(u, 0, w, axis=axis)
+    lo = ppermute(last, ax, shift(n, 1, cyclic))
+    hi = ppermute(first, ax, shift(n, -1, cyclic))
+    return jnp.concatenate([lo, u, hi], axis)
+
+
+def lap5(up):
+    """5-point Laplacian (unit spacing) of the interior of a padded grid."""
+    return up[:-2, 1:-1] + up[2:, 1:-1] + up[1:-1, :-2] + up[1:-1, 2:] - 4 * up[1:-1, 1:-1]
+
+
+def lap9(up):
+    """9-point (Mehrstellen) Laplacian of the interior of a padded grid."""
+    edge = up[:-2, 1:-1] + up[2:, 1:-1] + up[1:-1, :-2] + up[1:-1, 2:]
+    corner = up[:-2, :-2] + up[:-2, 2:] + up[2:, :-2] + up[2:, 2:]
+    return (4 * edge + corner - 20 * up[1:-1, 1:-1]) / 6
+
+
+def roll_pad(u):
+    """u padded periodically by one cell on both axes."""
+    return jnp.pad(u, 1, mode="wrap")
+
+
+# ===========================================================================
+# Stencils with halo exchange
+# ---------------------------------------------------------------------------
+# 1. the 2-D heat equation, explicit 5-point stencil, rows over sp4, zero
+#    Dirichlet boundaries (the ppermutes do not wrap, so the first and last
+#    devices receive zeros), 6 steps in a lax.fori_loop.
+H_DT = 0.2
+
+
+def heat_dirichlet(u, steps=6):
+    return lax.fori_loop(0, steps, lambda _, u: u + H_DT * lap5(jnp.pad(u, 1)), u)
+
+
+def heat_rows(bug):
+    def f(u):
+        def step(_, u):
+            if bug == "halo-from-wrong-neighbour":
+                k = u.shape[0]
+                lo = ppermute(u[:1], "sp", shift(4, -1, False))
+                hi = ppermute(u[k - 1:], "sp", shift(4, 1, False))
+                ur = jnp.concatenate([lo, u, hi], 0)
+            else:
+                ur = halo(u, "sp", 4, 0, cyclic=bug == "periodic-rows")
+            return u + H_DT * lap5(jnp.pad(ur, ((0, 0), (1, 1))))
+        return lax.fori_loop(0, 6, step, u)
+    return f
+
+
+C.smap("s.heat2d_5pt_rows_dirichlet_fori.sp4", {"sp": 4}, heat_rows, (P("sp"),), P("sp"), heat_dirichlet,
+       (R(32, 16),), bugs=[("halo-from-wrong-neighbour", ["wrong-permutation"]),
+                           ("periodic-rows", ["wrong-permutation"])])
+
+
+# ---------------------------------------------------------------------------
+# 2. the 9-point stencil on a periodic grid over a 2 x 4 mesh (rows over x,
+#    columns over y): rows exchanged first, then the columns of the
+#    row-extended block, so the corner ghosts come from the diagonal
+#    neighbour; 4 steps.
+def heat9_periodic(u):
+    return lax.fori_loop(0, 4, lambda _, u: u + 0.1 * lap9(roll_pad(u)), u)
+
+
+def heat9_2d(bug):
+    def f(u):
+        def step(_, u):
+            ur = halo(u, "x", 2, 0, True)
+            if bug == "missing-corner":
+                uc = halo(u, "y", 4, 1, True)
+                z = jnp.zeros((1, 1), u.dtype)
+                top = jnp.concatenate([z, ur[:1], z], 1)
+                bot = jnp.concatenate([z, ur[-1:], z], 1)
+                up = jnp.concatenate([top, uc, bot], 0)
+            elif bug == "columns-swapped":
+                k = ur.shape[1]
+                lo = ppermute(ur[:, k - 1:], "y", shift(4, -1, True))
+                hi = ppermute(ur[:, :1], "y", shift(4, 1, True))
+                up = jnp.concatenate([lo, ur, hi], 1)
+            else:
+                up = halo(ur, "y", 4, 1, True)
+            return u + 0.1 * lap9(up)
+        return lax.fori_loop(0, 4, step, u)
+    return f
+
+
+C.smap("s.heat2d_9pt_periodic_corners.x2y4", {"x": 2, "y": 4}, heat9_2d, (P("x", "y"),), P("x", "y"),
+       heat9_periodic, (R(16, 32),), bugs=[("missing-corner", ["missing-collective"]),
+                                          ("columns-swapped", ["wrong-permutation"])])
+
+
+# ---------------------------------------------------------------------------
+# 3. heat on a 2 x 2 mesh with a fixed boundary temperature tb on all four
+#    sides (the ghost cells at the global edges set to tb where the
+#    non-cyclic ppermute left zeros), 5 steps in a lax.scan that records the
+#    total heat of every step (psum over both axes).
+def heat_fixed(u, tb):
+    def step(u, _):
+        u = u + H_DT * lap5(jnp.pad(u, 1, constant_values=tb))
+        return u, jnp.sum(u)
+    return lax.scan(step, u, None, length=5)
+
+
+def heat_fixed_2d(bug):
+    def ghosts(u, ax, n, axis, tb):
+        k = u.shape[axis]
+        up = halo(u, ax, n, axis, cyclic=bug == "periodic-x" and ax == "x")
+        if bug == "periodic-x" and ax == "x":
+            return up
+        pos = jnp.arange(k + 2).reshape((-1, 1) if axis == 0 else (1, -1))
+        edge = ((pos == 0) & (idx(ax) == 0)) | ((pos == k + 1) & (idx(ax) == n - 1))
+        return jnp.where(edge, tb, up)
+
+    def f(u, tb):
+        def step(u, _):
+            up = ghosts(ghosts(u, "x", 2, 0, tb), "y", 2, 1, tb)
+            u = u + H_DT * lap5(up)
+            return u, psum(jnp.sum(u), "x" if bug == "heat-psum-x-only" else ("x", "y"))
+        return lax.scan(step, u, None, length=5)
+    return f
+
+
+C.smap("s.heat2d_fixed_edges_scan_total.x2y2", {"x": 2, "y": 2}, heat_fixed_2d, (P("x", "y"), P()),
+       (P("x", "y"), P()), heat_fixed, (R(12, 16), np.float32(1.5)),
+       bugs=[("periodic-x", ["wrong-permutation"]), ("heat-psum-x-only", ["wrong-collective-group"])])
+
+
+# ---------------------------------------------------------------------------
+# 4. the 2-D wave equation by leapfrog, u_{n+1} = 2 u_n - u_{n-1} + c^2 dt^2
+#    lap u_n, rows over sp4: the top and bottom boundary rows held at given
+#    values (gtop, gbot), the side columns at zero; a lax.scan whose outputs
+#    are the kinetic energy of each step (psum'd).
+W_C2 = 0.25
+
+
+def wave(u0, u1, gtop, gbot):
+    def step(c, _):
+        um, u = c
+        up = jnp.pad(jnp.concatenate([gtop[None], u, gbot[None]], 0), ((0, 0), (1, 1)))
+        un = 2 * u - um + W_C2 * lap5(up)
+        return (u, un), 0.5 * jnp.sum(jnp.square(un - u))
+    return lax.scan(step, (u0, u1), None, length=6)
+
+
+def wave_rows(bug):
+    def f(u0, u1, gtop, gbot):
+        def step(c, _):
+            um, u = c
+            ur = halo(u, "sp", 4, 0, False)
+            if bug != "edge-values-ignored":
+                ur = ur.at[0].set(jnp.where(idx("sp") == 0, gtop, ur[0]))
+                ur = ur.at[-1].set(jnp.where(idx("sp") == 3, gbot, ur[-1]))
+            un = 2 * u - um + W_C2 * lap5(jnp.pad(ur, ((0, 0), (1, 1))))
+            ke = 0.5 * jnp.sum(jnp.square(un - u))
+            return (u, un), (pmean if bug == "energy-pmean" else psum)(ke, "sp")
+        return lax.scan(step, (u0, u1), None, length=6)
+    return f
+
+
+w_u0 = R(16, 12, scale=0.5)
+C.smap("s.wave2d_leapfrog_fixed_rows_energy.sp4", {"sp": 4}, wave_rows, (P("sp"), P("sp"), P(), P()),
+       ((P("sp"), P("sp")), P()), wave,
+       (w_u0, w_u0 + R(16, 12, scale=0.05), np.sin(np.linspace(0, np.pi, 12)).astype(np.float32),
+        np.zeros(12, np.float32) + 0.3),
+       bugs=[("edge-values-ignored", ["missing-collective"]), ("energy-pmean", ["wrong-collective-op"])])
+
+
+# ---------------------------------------------------------------------------
+# 5. a 3-D 7-point heat stencil in bf16 (stored bf16, computed in f32), z
+#    over sp4, zero Dirichlet boundaries, 3 steps.
+def lap7(up):
+    c = up[1:-1, 1:-1, 1:-1]
+    return (up[:-2, 1:-1, 1:-1] + up[2:, 1:-1, 1:-1] + up[1:-1, :-2, 1:-1] + up[1:-1, 2:, 1:-1]
+            + up[1:-1, 1:-1, :-2] + up[1:-1, 1:-1, 2:] - 6 * c)
+
+
+def heat3d(u):
+    def step(_, u):
+        uf = u.astype(jnp.float32)
+        return (uf + 0.1 * lap7(jnp.pad(uf, 1))).astype(jnp.bfloat16)
+    return lax.fori_loop(0, 3, step, u)
+
+
+def heat3d_z(bug):
+    def f(u):
+        def step(_, u):
+            uf = u.astype(jnp.float32)
+            if bug == "one-sided-halo":
+                uz = jnp.concatenate([ppermute(uf[-1:], "sp", shift(4, 1, False)), uf, jnp.zeros_like(uf[:1])], 0)
+            else:
+                uz = halo(uf, "sp", 4, 0, False)
+            return (uf + 0.1 * lap7(jnp.pad(uz, ((0, 0), (1, 1), (1, 1))))).astype(jnp.bfloat16)
+        return lax.fori_loop(0, 3, step, u)
+    return f
+
+
+C.smap("s.heat3d_7pt_bf16_z.sp4", {"sp": 4}, heat3d_z, (P("sp"),), P("sp"), heat3d,
+       (R(16, 8, 8).astype(jnp.bfloat16),), bugs=[("one-sided-halo", ["missing-collective"])])
+
+
+# ---------------------------------------------------------------------------
+# 6. first-order upwind advection of two periodic 1-D profiles with a
+#    velocity field of either sign, the time step from the CFL condition on
+#    the global max |c| (pmax), 8 steps; the grid over sp8.
+AD_DX = 1.0 / 64
+
+
+def advect(u, c):
+    dt = 0.8 * AD_DX / jnp.max(jnp.abs(c))
+
+    def step(_, u):
+        left, right = jnp.roll(u, 1, 1), jnp.roll(u, -1, 1)
+        du = jnp.where(c > 0, u - left, right - u) * c / AD_DX
+        return u - dt * du
+    return lax.fori_loop(0, 8, step, u)
+
+
+def advect_sp(bug):
+    def f(u, c):
+        cmax = jnp.max(jnp.abs(c))
+        dt = 0.8 * AD_DX / (cmax if bug == "cfl-local-max" else pmax(cmax, "sp"))
+
+        def step(_, u):
+            d = -1 if bug == "upwind-neighbours-swapped" else 1
+            left = ppermute(u[:, -1:], "sp", shift(8, d, True))
+            right = ppermute(u[:, :1], "sp", shift(8, -d, True))
+            ue = jnp.concatenate([left, u, right], 1)
+            du = jnp.where(c > 0, u - ue[:, :-2], ue[:, 2:] - u) * c / AD_DX
+            return u - dt * du
+        return lax.fori_loop(0, 8, step, u)
+    return f
+
+
+C.smap("s.advection_upwind_cfl_periodic.sp8", {"sp": 8}, advect_sp, (P(None, "sp"), P("sp")), P(None, "sp"),
+       advect, (R(2, 64), np.sin(np.linspace(0, 2 * np.pi, 64, endpoint=False)).astype(np.float32)
+                * np.linspace(0.3, 2.0, 64).astype(np.float32)),
+       bugs=[("cfl-local-max", ["missing-all-reduce"]), ("upwind-neighbours-swapped", ["wrong-permutation"])])
+
+
+# ===========================================================================
+# Iterative solvers with a global convergence test
+# ---------------------------------------------------------------------------
+# 7. Jacobi for the Poisson equation -lap u = f (zero Dirichlet) on a 2 x 2
+#    mesh, in a lax.while_loop until the 2-norm of the update (squares
+#    psum'd over both axes) falls below a tolerance or 200 sweeps.
+JA_TOL, JA_MAX = 2e-3, 200
+
+
+def jacobi(f):
+    def body(c):
+        u, _, it = c
+        un = 0.25 * (lap5(jnp.pad(u, 1)) + 4 * u + f)
+        return un, jnp.sqrt(jnp.sum(jnp.square(un - u))), it + 1
+    u, res, it = lax.while_loop(lambda c: (c[1] > JA_TOL) & (c[2] < JA_MAX), body,
+                                (jnp.zeros_like(f), jnp.float32(jnp.inf), 0))
+    return u, it
+
+
+def jacobi_2d(bug):
+    def f(rhs):
+        def body(c):
+            u, _, it = c
+            up = halo(halo(u, "x", 2, 0, False), "y", 2, 1, False)
+            un = 0.25 * (lap5(up) + 4 * u + rhs)
+            sq = jnp.sum(jnp.square(un - u))
+            if bug == "residual-pmean":
+                res = jnp.sqrt(pmean(sq, ("x", "y")))
+            elif bug == "sqrt-before-psum":
+                res = psum(jnp.sqrt(sq), ("x", "y"))
+            else:
+                res = jnp.sqrt(psum(sq, ("x", "y")))
+            return un, res, it + 1
+        u, res, it = lax.while_loop(lambda c: (c[1] > JA_TOL) & (c[2] < JA_MAX), body,
+                                    (jnp.zeros_like(rhs), jnp.float32(jnp.inf), 0))
+        return u, it
+    return f
+
+
+C.smap("s.jacobi_poisson_while_psum_norm.x2y2", {"x": 2, "y": 2}, jacobi_2d, (P("x", "y"),), (P("x", "y"), P()),
+       jacobi, (R(16, 16, scale=0.1),),
+       bugs=[("residual-pmean", ["wrong-collective-op"]), ("sqrt-before-psum", ["numerics"])])
+
+
+# ---------------------------------------------------------------------------
+# 8. Newton's method for Kepler's equation E - e sin E = M, one orbit per
+#    element, the orbits over sp4, in a lax.while_loop until the largest
+#    |residual| over all orbits (pmax) is below 1e-3, returning the
+#    anomalies and the iteration count. The loop body has no
+#    collective but the pmax, so with a device-local test each device stops
+#    at its own iteration (the low-eccentricity orbits sit on device 0).
+KP_TOL = 1e-3
+
+
+def kepler(m, e):
+    def body(c):
+        E, _, it = c
+        E = E - (E - e * jnp.sin(E) - m) / (1 - e * jnp.cos(E))
+        return E, jnp.max(jnp.abs(E - e * jnp.sin(E) - m)), it + 1
+    E, _, it = lax.while_loop(lambda c: (c[1] > KP_TOL) & (c[2] < 50), body, (m, jnp.float32(jnp.inf), 0))
+    return E, it
+
+
+def kepler_sp(bug):
+    def f(m, e):
+        def body(c):
+            E, _, it = c
+            E = E - (E - e * jnp.sin(E) - m) / (1 - e * jnp.cos(E))
+            r = jnp.max(jnp.abs(E - e * jnp.sin(E) - m))
+            return E, r if bug == "local-tolerance" else pmax(r, "sp"), it + 1
+        E, _, it = lax.while_loop(lambda c: (c[1] > KP_TOL) & (c[2] < 50), body, (m, jnp.float32(jnp.inf), 0))
+        return E, it
+    return f
+
+
+C.smap("s.kepler_newton_while_pmax_tol.sp4", {"sp": 4}, kepler_sp, (P("sp"), P("sp")), (P("sp"), P()), kepler,
+       (rng.uniform(0.05, 3.0, 32).astype(np.float32),
+        np.concatenate([np.full(8, 0.05), np.full(8, 0.3), np.full(8, 0.6), np.full(8, 0.97)]).astype(np.float32)),
+       bugs=[("local-tolerance", ["missing-all-reduce"])])
+
+
+# ---------------------------------------------------------------------------
+# 9. red-black Gauss-Seidel for -lap u = f on a 10 x 18 grid over a 2 x 2
+#    mesh (5 x 9 blocks, so block offsets are odd and the colour of a cell
+#    needs its global index), halos refreshed before each colour, 6 sweeps.
+def rb_update(u, up, rhs, colour, par):
+    return jnp.where(par == colour, 0.25 * (lap5(up) + 4 * u + rhs), u)
+
+
+def redblack(f):
+    par = (np.arange(10)[:, None] + np.arange(18)[None, :]) % 2
+
+    def sweep(_, u):
+        for c in (0, 1):
+            u = rb_update(u, jnp.pad(u, 1), f, c, par)
+        return u
+    return lax.fori_loop(0, 6, sweep, jnp.zeros_like(f))
+
+
+def redblack_2d(bug):
+    def f(rhs):
+        a, b = rhs.shape
+        gi = jnp.arange(a)[:, None] + (0 if bug == "colour-local-parity" else idx("x") * a)
+        gj = jnp.arange(b)[None, :] + (0 if bug == "colour-local-parity" else idx("y") * b)
+        par = (gi + gj) % 2
+        ex = lambda u: halo(halo(u, "x", 2, 0, False), "y", 2, 1, False)
+
+        def sweep(_, u):
+            up = ex(u)
+            u = rb_update(u, up, rhs, 0, par)
+            if bug != "no-halo-refresh":
+                up = ex(u)
+            else:
+                up = up.at[1:-1, 1:-1].set(u)
+            return rb_update(u, up, rhs, 1, par)
+        return lax.fori_loop(0, 6, sweep, jnp.zeros_like(rhs))
+    return f
+
+
+C.smap("s.redblack_gauss_seidel_odd_blocks.x2y2", {"x": 2, "y": 2}, redblack_2d, (P("x", "y"),), P("x", "y"),
+       redblack, (R(10, 18),), bugs=[("colour-local-parity", ["wrong-offset"]),
+                                    ("no-halo-refresh", ["missing-collective"])])
+
+
+# ---------------------------------------------------------------------------
+# 10. conjugate gradients for -lap u = b (zero Dirichlet), matrix-free with
+#     row halos, rows over sp4; psum'd dot products, a lax.while_loop until
+#     |r| < 1e-4 |b| or 60 iterations.
+CG_TOL, CG_MAX = 1e-4, 60
+
+
+def cg_solve(apply, b, dot):
+    x = jnp.zeros_like(b)
+    r = b
+    rr = dot(r, r)
+    stop = CG_TOL ** 2 * rr
+
+    def body(c):
+        x, r, p, rr, it = c
+        ap = apply(p)
+        alpha = rr / dot(p, ap)
+        x, r = x + alpha * p, r - alpha * ap
+        rn = dot(r, r)
+        return x, r, r + (rn / rr) * p, rn, it + 1
+    x, _, _, _, it = lax.while_loop(lambda c: (c[3] > stop) & (c[4] < CG_MAX), body, (x, r, r, rr, 0))
+    return x, it
+
+
+def cg_laplace(b):
+    return cg_solve(lambda p: -lap5(jnp.pad(p, 1)), b, lambda a, c: jnp.sum(a * c))
+
+
+def cg_rows(bug):
+    def f(b):
+        def apply(p):
+            return -lap5(jnp.pad(halo(p, "sp", 4, 0, bug == "periodic-halo"), ((0, 0), (1, 1))))
+        calls = []
+
+        def dot(a, c):
+            calls.append(1)
+            local = jnp.sum(a * c)
+            # the second dot of the solver is p . Ap (body's alpha)
+            return local if (bug == "pAp-not-reduced" and len(calls) == 2) else psum(local, "sp")
+        return cg_solve(apply, b, dot)
+    return f
+
+
+C.smap("s.cg_matfree_laplacian_while.sp4", {"sp": 4}, cg_rows, (P("sp"),), (P("sp"), P()), cg_laplace,
+       (R(16, 16),), bugs=[("pAp-not-reduced", ["missing-all-reduce"]), ("periodic-halo", ["wrong-permutation"])])
+
+
+# ---------------------------------------------------------------------------
+# 11. conjugate gradients on a dense SPD matrix with its rows over sp4: the
+#     search direction all_gathered for each mat-vec, 10 iterations in a
+#     lax.fori_loop, the residual norm history returned.
+def cg_dense(a, b):
+    def body(i, c):
+        x, r, p, rr, hist = c
+        ap = a @ p
+        alpha = rr / jnp.dot(p, ap)
+        x, r = x + alpha * p, r - alpha * ap
+        rn = jnp.dot(r, r)
+        return x, r, r + (rn / rr) * p, rn, hist.at[i].set(jnp.sqrt(rn))
+    x, *_, hist = lax.fori_loop(0, 10, body, (jnp.zeros_like(b), b, b, jnp.dot(b, b), jnp.zeros(10)))
+    return x, hist
+
+
+def cg_dense_rows(bug):
+    def f(a, b):
+        dot = lambda u, v: psum(jnp.dot(u, v), "sp")
+
+        def body(i, c):
+            x, r, p, rr, hist = c
+            ap = a @ lax.all_gather(p, "sp", tiled=True)
+            alpha = rr / dot(p, ap)
+            x, r = x + alpha * p, r - alpha * ap
+            rn = jnp.dot(r, r) if bug == "rr-not-reduced" else dot(r, r)
+            return x, r, r + (rn / rr) * p, rn, hist.at[i].set(jnp.sqrt(rn))
+        x, *_, hist = lax.fori_loop(0, 10, body, (jnp.zeros_like(b), b, b, dot(b, b), jnp.zeros(10)))
+        return x, hist
+    return f
+
+
+cg_m = R(32, 32)
+C.smap("s.cg_dense_rows_allgather_fori.sp4", {"sp": 4}, cg_dense_rows, (P("sp"), P("sp")), (P("sp"), P()),
+       cg_dense, ((cg_m @ cg_m.T / 32 + np.eye(32, dtype=np.float32)).astype(np.float32), R(32)),
+       bugs=[("rr-not-reduced", ["missing-all-reduce"])])
+
+
+# ---------------------------------------------------------------------------
+# 12. 6 Lanczos steps on a symmetric matrix with its rows over sp4 (the
+#     vector all_gathered for the mat-vec, alpha and beta from psum'd dot
+#     products), returning the tridiagonal coefficients.
+def lanczos(a, v):
+    v = v / jnp.linalg.norm(v)
+    vp, beta = jnp.zeros_like(v), 0.0
+    al, be = [], []
+    for _ in range(6):
+        w = a @ v
+        alpha = jnp.dot(w, v)
+        w = w - alpha * v - beta * vp
+        beta = jnp.linalg.norm(w)
+        vp, v = v, w / beta
+        al.append(alpha)
+        be.append(beta)
+    return jnp.stack(al), jnp.stack(be)
+
+
+def lanczos_rows(bug):
+    def f(a, v):
+        v = v / jnp.sqrt(psum(jnp.dot(v, v), "sp"))
+        vp, beta = jnp.zeros_like(v), 0.0
+        al, be = [], []
+        for _ in range(6):
+            w = a @ lax.all_gather(v, "sp", tiled=True)
+            alpha = jnp.dot(w, v) if bug == "alpha-not-reduced" else psum(jnp.dot(w, v), "sp")
+            w = w - alpha * v - beta * vp
+            beta = jnp.sqrt((pmean if bug == "beta-pmean" else psum)(jnp.dot(w, w), "sp"))
+            vp, v = v, w / beta
+            al.append(alpha)
+            be.append(beta)
+        return jnp.stack(al), jnp.stack(be)
+    return f
+
+
+lz_m = R(32, 32)
+C.smap("s.lanczos_rows_allgather.sp4", {"sp": 4}, lanczos_rows, (P("sp"), P("sp")), (P(), P()), lanczos,
+       ((lz_m + lz_m.T) / 2, R(32)), bugs=[("alpha-not-reduced", ["missing-all-reduce"]),
+                                          ("beta-pmean", ["wrong-collective-op"])])
+
+
+# ===========================================================================
+# Spectral methods
+# ---------------------------------------------------------------------------
+# 13. the periodic Poisson equation -lap phi = f on [0, 2 pi)^2 by FFT, rows
+#     over sp4: an FFT along the local (column) axis, a tiled all_to_all to
+#     column blocks, the FFT along the rows, phi_hat = f_hat / |k|^2 (the
+#     mean mode set to 0) with the column wavenumbers at the block's offset,
+#     and back the same way.
+PF_N = 16
+PF_K = (np.fft.fftfreq(PF_N) * PF_N).astype(np.float32)
+
+
+def poisson_fft(f):
+    k2 = PF_K[:, None] ** 2 + PF_K[None, :] ** 2
+    fh = jnp.fft.fft2(f)
+    ph = jnp.where(k2 > 0, fh / jnp.where(k2 > 0, k2, 1), 0)
+    return jnp.real(jnp.fft.ifft2(ph))
+
+
+def poisson_fft_sp(bug):
+    def f(f):
+        nl = f.shape[0]
+        t = lax.all_to_all(jnp.fft.fft(f, axis=1), "sp", 1, 0, tiled=True)
+        ax = 1 if bug == "second-pass-wrong-axis" else 0
+        t = jnp.fft.fft(t, axis=ax)
+        ky = lax.dynamic_slice(jnp.asarray(PF_K), ((0 if bug == "ky-without-offset" else idx("sp")) * nl,), (nl,))
+        k2 = PF_K[:, None] ** 2 + ky[None, :] ** 2
+        t = jnp.where(k2 > 0, t / jnp.where(k2 > 0, k2, 1), 0)
+        t = lax.all_to_all(jnp.fft.ifft(t, axis=ax), "sp", 0, 1, tiled=True)
+        return jnp.real(jnp.fft.ifft(t, axis=1))
+    return f
+
+
+pf_f = R(PF_N, PF_N)
+C.smap("s.poisson_fft_alltoall_transpose.sp4", {"sp": 4}, poisson_fft_sp, (P("sp"),), P("sp"), poisson_fft,
+       (pf_f - pf_f.mean(),), bugs=[("ky-without-offset", ["wrong-offset"]),
+                                   ("second-pass-wrong-axis", ["wrong-shard-dim"])])
+
+
+# ---------------------------------------------------------------------------
+# 14. a pseudo-spectral derivative d/dx of a periodic field whose x axis is
+#     sharded over sp4: transposed by a tiled all_to_all so that x is local,
+#     rfft, times i k (the Nyquist mode zeroed), irfft, transposed back.
+SD_X = 32
+SD_K = (np.fft.rfftfreq(SD_X) * SD_X).astype(np.float32)
+SD_K[-1] = 0
+
+
+def spectral_dx(u):
+    return jnp.fft.irfft(1j * SD_K[:, None] * jnp.fft.rfft(u, axis=0), n=SD_X, axis=0)
+
+
+def spectral_dx_sp(bug):
+    def f(u):
+        if bug == "no-transpose":
+            n = u.shape[0]
+            k = (np.fft.rfftfreq(n) * n).astype(np.float32)
+            k[-1] = 0
+            return jnp.fft.irfft(1j * k[:, None] * jnp.fft.rfft(u, axis=0), n=n, axis=0)
+        t = lax.all_to_all(u, "sp", 1, 0, tiled=True)
+        d = jnp.fft.irfft(1j * SD_K[:, None] * jnp.fft.rfft(t, axis=0), n=SD_X, axis=0)
+        return lax.all_to_all(d, "sp", 0, 1, tiled=True)
+    return f
+
+
+sd_x = np.linspace(0, 2 * np.pi, SD_X, endpoint=False)[:, None]
+C.smap("s.spectral_derivative_alltoall.sp4", {"sp": 4}, spectral_dx_sp, (P("sp"),), P("sp"), spectral_dx,
+       ((np.sin(sd_x * np.arange(1, 9)) + 0.3 * np.cos(3 * sd_x + np.arange(8))).astype(np.float32),),
+       bugs=[("no-transpose", ["missing-collective"])])
+
+
+# ===========================================================================
+# N-body and particles
+# ---------------------------------------------------------------------------
+# 15. all-pairs gravity with softening and a cutoff radius, the particles
+#     over sp4 and the positions and masses all_gathered; velocity Verlet
+#     for 5 steps in a lax.fori_loop, then the total energy (kinetic plus
+#     potential, psum'd). The self pair is masked by global index.
+NB_EPS2, NB_RC2, NB_DT = 0.01, 2.25, 0.01
+
+
+def nb_accel(x, xa, m, ma, gi, gj):
+    d = xa[None] - x[:, None]
+    r2 = jnp.sum(d * d, -1) + NB_EPS2
+    ok = (r2 < NB_RC2) & (gi[:, None] != gj[None, :])
+    a = jnp.sum(jnp.where(ok, ma[None] / r2 ** 1.5, 0)[..., None] * d, 1)
+    pe = -0.5 * jnp.sum(jnp.where(ok, m[:, None] * ma[None] / jnp.sqrt(r2), 0))
+    return a, pe
+
+
+def nbody(x, v, m):
+    g = jnp.arange(x.shape[0])
+    acc = lambda x: nb_accel(x, x, m, m, g, g)
+
+    def step(_, c):
+        x, v, a = c
+        v = v + 0.5 * NB_DT * a
+        x = x + NB_DT * v
+        a, _ = acc(x)
+        return x, v + 0.5 * NB_DT * a, a
+    x, v, a = lax.fori_loop(0, 5, step, (x, v, acc(x)[0]))
+    return x, v, 0.5 * jnp.sum(m[:, None] * v * v) + acc(x)[1]
+
+
+def nbody_sp(bug):
+    def f(x, v, m):
+        n = x.shape[0]
+        gi = jnp.arange(n) + (0 if bug == "self-mask-local-index" else idx("sp") * n)
+        gj = jnp.arange(4 * n)
+        ma = lax.all_gather(m, "sp", tiled=True)
+        acc = lambda x: nb_accel(x, lax.all_gather(x, "sp", tiled=True), m, ma, gi, gj)
+
+        def step(_, c):
+            x, v, a = c
+            v = v + 0.5 * NB_DT * a
+            x = x + NB_DT * v
+            a, _ = acc(x)
+            return x, v + 0.5 * NB_DT * a, a
+        x, v, a = lax.fori_loop(0, 5, step, (x, v, acc(x)[0]))
+        e = 0.5 * jnp.sum(m[:, None] * v * v) + acc(x)[1]
+        return x, v, e if bug == "energy-not-reduced" else psum(e, "sp")
+    return f
+
+
+C.smap("s.nbody_allgather_cutoff_verlet_energy.sp4", {"sp": 4}, nbody_sp, (P("sp"), P("sp"), P("sp")),
+       (P("sp"), P("sp"), P()), nbody, (R(32, 3), R(32, 3, scale=0.1), rng.uniform(0.5, 1.5, 32).astype(np.float32)),
+       bugs=[("self-mask-local-index", ["wrong-offset"]), ("energy-not-reduced", ["missing-all-reduce"])])
+
+
+# ---------------------------------------------------------------------------
+# 16. softened all-pairs gravity in 2-D with a ring: each device's block of
+#     positions and masses travels around sp4 by ppermute, the forces
+#     accumulated over the 4 blocks (own block first); kick-drift-kick
+#     leapfrog for 4 steps in a lax.fori_loop.
+def ring_contrib(x, xb, mb):
+    d = xb[None] - x[:, None]
+    r2 = jnp.sum(d * d, -1) + NB_EPS2
+    return jnp.sum((mb[None] / r2 ** 1.5)[..., None] * d, 1)
+
+
+def leapfrog(x, v, accel, steps=4, dt=0.02):
+    def step(_, c):
+        x, v = c
+        v = v + 0.5 * dt * accel(x)
+        x = x + dt * v
+        return x, v + 0.5 * dt * accel(x)
+    return lax.fori_loop(0, steps, step, (x, v))
+
+
+def nbody_ring_ref(x, v, m):
+    return leapfrog(x, v, lambda x: ring_contrib(x, x, m))
+
+
+def nbody_ring(bug):
+    def f(x, v, m):
+        def accel(x):
+            xb, mb = x, m
+            a = ring_contrib(x, xb, mb)
+            for _ in range(2 if bug == "ring-one-step-short" else 3):
+                xb = ppermute(xb, "sp", shift(4, 1, True))
+                if bug != "masses-not-rotated":
+                    mb = ppermute(mb, "sp", shift(4, 1, True))
+                a = a + ring_contrib(x, xb, mb)
+            return a
+        return leapfrog(x, v, accel)
+    return f
+
+
+C.smap("s.nbody_ring_ppermute_leapfrog.sp4", {"sp": 4}, nbody_ring, (P("sp"), P("sp"), P("sp")), (P("sp"), P("sp")),
+       nbody_ring_ref, (R(32, 2), R(32, 2, scale=0.1), rng.uniform(0.5, 1.5, 32).astype(np.float32)),
+       bugs=[("ring-one-step-short", ["missing-collective"]), ("masses-not-rotated", ["wrong-permutation"])])
+
+
+# ---------------------------------------------------------------------------
+# 17. a 1-D electrostatic particle-in-cell step, 3 times: cloud-in-cell
+#     deposition by scatter-add of each device's particles onto the whole
+#     periodic grid, reduced and scattered to the grid blocks by psum_scatter;
+#     Gauss's law E' = rho - 1 as a cumulative sum along the sharded grid
+#     (block totals all_gathered for the offsets), mean removed; the field
+#     all_gathered and interpolated back to the particles; push with wrap.
+PIC_G, PIC_NP, PIC_DT = 32, 64, 0.05
+PIC_DX = 1.0 / PIC_G
+
+
+def cic(x):
+    s = x / PIC_DX
+    i = jnp.floor(s).astype(jnp.int32)
+    return i % PIC_G, (i + 1) % PIC_G, s - i
+
+
+def pic(x, v):
+    def step(_, c):
+        x, v, _ = c
+        i0, i1, w = cic(x)
+        rho = jnp.zeros(PIC_G).at[i0].add(1 - w).at[i1].add(w) * (PIC_G / PIC_NP)
+        e = jnp.cumsum(rho - 1) * PIC_DX
+        e = e - jnp.mean(e)
+        v = v - (e[i0] * (1 - w) + e[i1] * w) * PIC_DT
+        return jnp.mod(x + v * PIC_DT, 1.0), v, e
+    return lax.fori_loop(0, 3, step, (x, v, jnp.zeros(PIC_G)))
+
+
+def pic_sp(bug):
+    def f(x, v):
+        gl = PIC_G // 4
+
+        def step(_, c):
+            x, v, _ = c
+            i0, i1, w = cic(x)
+            full = jnp.zeros(PIC_G).at[i0].add(1 - w).at[i1].add(w) * (PIC_G / PIC_NP)
+            if bug == "deposit-not-reduced":
+                rho = lax.dynamic_slice(full, (idx("sp") * gl,), (gl,))
+            else:
+                rho = lax.psum_scatter(full, "sp", scatter_dimension=0, tiled=True)
+            e = jnp.cumsum(rho - 1) * PIC_DX
+            tot = lax.all_gather(e[-1], "sp")
+            if bug != "prefix-offset-missing":
+                e = e + jnp.sum(jnp.where(jnp.arange(4) < idx("sp"), tot, 0))
+            e = e - psum(jnp.sum(e), "sp") / PIC_G
+            ea = lax.all_gather(e, "sp", tiled=True)
+            v = v - (ea[i0] * (1 - w) + ea[i1] * w) * PIC_DT
+            return jnp.mod(x + v * PIC_DT, 1.0), v, e
+        return lax.fori_loop(0, 3, step, (x, v, jnp.zeros(gl)))
+    return f
+
+
+pic_x0 = np.mod(np.linspace(0, 1, PIC_NP, endpoint=False) + 0.05 * np.sin(2 * np.pi * np.linspace(0, 1, PIC_NP)) + 0.003,
+                1.0).astype(np.float32)
+C.smap("s.pic_cic_deposit_psum_scatter_gauss.sp4", {"sp": 4}, pic_sp, (P("sp"), P("sp")), (P("sp"), P("sp"), P("sp")),
+       pic, (rng.permutation(pic_x0), R(PIC_NP, scale=0.1)),
+       bugs=[("deposit-not-reduced", ["missing-all-reduce"]), ("prefix-offset-missing", ["wrong-offset"])])
+C.finish()
