@@ -752,4 +752,331 @@ pic_x0 = np.mod(np.linspace(0, 1, PIC_NP, endpoint=False) + 0.05 * np.sin(2 * np
 C.smap("s.pic_cic_deposit_psum_scatter_gauss.sp4", {"sp": 4}, pic_sp, (P("sp"), P("sp")), (P("sp"), P("sp"), P("sp")),
        pic, (rng.permutation(pic_x0), R(PIC_NP, scale=0.1)),
        bugs=[("deposit-not-reduced", ["missing-all-reduce"]), ("prefix-offset-missing", ["wrong-offset"])])
+
+
+# ===========================================================================
+# Monte Carlo
+# ---------------------------------------------------------------------------
+# 18. pi by hit-or-miss on 8 devices: one key per device by
+#     jax.random.fold_in(key, axis_index), 256 points each, the estimates
+#     pmean'd. The baseline draws the same 8 blocks (a vmap over the
+#     fold_in indices), so both compute the same function of the seed.
+def mc_block(k):
+    u = jax.random.uniform(k, (256, 2))
+    return 4.0 * jnp.mean((jnp.sum(u * u, -1) < 1.0).astype(jnp.float32))
+
+
+def mc_pi(seed):
+    key = jax.random.key(seed)
+    return jnp.mean(jax.vmap(lambda i: mc_block(jax.random.fold_in(key, i)))(jnp.arange(8)))
+
+
+def mc_pi_sp(bug):
+    def f(seed):
+        key = jax.random.fold_in(jax.random.key(seed), 0 if bug == "fold-in-constant" else idx("sp"))
+        return (psum if bug == "psum-not-pmean" else pmean)(mc_block(key), "sp")
+    return f
+
+
+C.smap("s.mc_pi_fold_in_axis_index.sp8", {"sp": 8}, mc_pi_sp, (P(),), P(), mc_pi, (np.int32(2024),),
+       bugs=[("fold-in-constant", ["wrong-offset"]), ("psum-not-pmean", ["wrong-collective-op"])])
+
+
+# ---------------------------------------------------------------------------
+# 19. self-normalised importance sampling of E[x^2] under p(x) ~ exp(-x^4)
+#     from a standard normal proposal on a 2 x 4 mesh: the key folded with
+#     the linear device index dp * 4 + sp, the weighted sums, the weight sum
+#     and the sum of squared weights psum'd over both axes; returns the
+#     estimate and the effective sample size.
+def is_block(k):
+    x = jax.random.normal(k, (32,))
+    w = jnp.exp(-x ** 4 + 0.5 * x ** 2)
+    return jnp.stack([jnp.sum(w * x * x), jnp.sum(w), jnp.sum(w * w)])
+
+
+def is_est(seed):
+    key = jax.random.key(seed)
+    s = jnp.sum(jax.vmap(lambda i: is_block(jax.random.fold_in(key, i)))(jnp.arange(8)), 0)
+    return s[0] / s[1], s[1] ** 2 / s[2]
+
+
+def is_2d(bug):
+    def f(seed):
+        r = idx("sp") if bug == "fold-in-sp-only" else idx("dp") * 4 + idx("sp")
+        s = is_block(jax.random.fold_in(jax.random.key(seed), r))
+        t = psum(s, ("dp", "sp"))
+        est = pmean(s[0] / s[1], ("dp", "sp")) if bug == "mean-of-ratios" else t[0] / t[1]
+        return est, t[1] ** 2 / t[2]
+    return f
+
+
+C.smap("s.mc_self_normalised_is_two_axis_keys.dp2xsp4", {"dp": 2, "sp": 4}, is_2d, (P(),), (P(), P()), is_est,
+       (np.int32(77),), bugs=[("fold-in-sp-only", ["wrong-collective-group"]), ("mean-of-ratios", ["numerics"])])
+
+
+# ---------------------------------------------------------------------------
+# 20. Metropolis sweeps of the 2-D Ising model on a periodic 10 x 14 lattice
+#     over a 2 x 2 mesh (5 x 7 blocks: odd offsets, so the checkerboard
+#     colour needs global indices): each colour's update after a fresh
+#     cyclic halo exchange on both axes, the uniform numbers given as an
+#     input (4 sweeps x 2 colours), the magnetisation of each sweep psum'd.
+IS_BETA = 0.44
+
+
+def nbsum(up):
+    return up[:-2, 1:-1] + up[2:, 1:-1] + up[1:-1, :-2] + up[1:-1, 2:]
+
+
+def ising(s, r):
+    par = (np.arange(10)[:, None] + np.arange(14)[None, :]) % 2
+
+    def sweep(s, rs):
+        for c in (0, 1):
+            nb = jnp.roll(s, 1, 0) + jnp.roll(s, -1, 0) + jnp.roll(s, 1, 1) + jnp.roll(s, -1, 1)
+            flip = (par == c) & (rs[c] < jnp.exp(-IS_BETA * 2 * s * nb))
+            s = jnp.where(flip, -s, s)
+        return s, jnp.mean(s)
+    return lax.scan(sweep, s, r)
+
+
+def ising_2d(bug):
+    def f(s, r):
+        a, b = s.shape
+        off = 0 if bug == "colour-local-parity" else 1
+        par = (jnp.arange(a)[:, None] + off * idx("x") * a + jnp.arange(b)[None, :] + off * idx("y") * b) % 2
+        cyc = bug != "open-boundary"
+
+        def sweep(s, rs):
+            for c in (0, 1):
+                nb = nbsum(halo(halo(s, "x", 2, 0, cyc), "y", 2, 1, cyc))
+                flip = (par == c) & (rs[c] < jnp.exp(-IS_BETA * 2 * s * nb))
+                s = jnp.where(flip, -s, s)
+            return s, psum(jnp.sum(s), ("x", "y")) / 140
+        return lax.scan(sweep, s, r)
+    return f
+
+
+is_s = np.where(rng.uniform(size=(10, 14)) < 0.6, 1.0, -1.0).astype(np.float32)
+is_r = rng.uniform(size=(4, 2, 10, 14)).astype(np.float32)
+C.smap("s.ising_metropolis_checkerboard_halos.x2y2", {"x": 2, "y": 2}, ising_2d,
+       (P("x", "y"), P(None, None, "x", "y")), (P("x", "y"), P()), ising, (is_s, is_r),
+       bugs=[("colour-local-parity", ["wrong-offset"]), ("open-boundary", ["wrong-permutation"])])
+
+
+# ===========================================================================
+# Sparse linear algebra
+# ---------------------------------------------------------------------------
+# 21. damped Jacobi on a CSR matrix whose rows are over sp4 (each block of 8
+#     rows holds 24 nonzeros, so the nonzeros split evenly too): the row of
+#     each nonzero by searchsorted in the replicated indptr, made local by
+#     the block's first row; x all_gathered for every product; segment_sum
+#     per row; the inverse diagonal given (1/5); 8 iterations.
+SP_N, SP_NNZ_BLK = 32, 24
+
+
+def make_csr():
+    counts = np.concatenate([rng.permutation([2, 2, 2, 3, 3, 4, 4, 4]) for _ in range(4)])
+    cols, vals = [], []
+    for i, c in enumerate(counts):
+        off = rng.choice(np.setdiff1d(np.arange(SP_N), [i]), c - 1, replace=False)
+        cols += [i] + sorted(off.tolist())
+        vals += [5.0] + (-rng.uniform(0.3, 1.2, c - 1)).tolist()
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return np.array(vals, np.float32), np.array(cols, np.int32), indptr
+
+
+def csr_rows(indptr, pos):
+    return jnp.searchsorted(indptr, pos, side="right").astype(jnp.int32) - 1
+
+
+def csr_jacobi(vals, cols, indptr, dinv, b):
+    rows = csr_rows(indptr, jnp.arange(vals.shape[0]))
+
+    def it(_, x):
+        ax = jax.ops.segment_sum(vals * x[cols], rows, SP_N)
+        return x + 0.8 * dinv * (b - ax)
+    return lax.fori_loop(0, 8, it, jnp.zeros_like(b))
+
+
+def csr_jacobi_sp(bug):
+    def f(vals, cols, indptr, dinv, b):
+        nl = b.shape[0]
+        rows = csr_rows(indptr, idx("sp") * vals.shape[0] + jnp.arange(vals.shape[0]))
+        rows = rows - (0 if bug == "row-offset-missing" else idx("sp") * nl)
+
+        def it(_, x):
+            xa = lax.all_gather(x, "sp", tiled=True)
+            ax = jax.ops.segment_sum(vals * xa[cols], rows, nl)
+            return x + 0.8 * dinv * (b - ax)
+        return lax.fori_loop(0, 8, it, jnp.zeros_like(b))
+    return f
+
+
+sp_vals, sp_cols, sp_indptr = make_csr()
+C.smap("s.csr_jacobi_searchsorted_rows.sp4", {"sp": 4}, csr_jacobi_sp, (P("sp"), P("sp"), P(), P("sp"), P("sp")),
+       P("sp"), csr_jacobi, (sp_vals, sp_cols, sp_indptr, np.full(SP_N, 0.2, np.float32), R(SP_N)), bugs=[("row-offset-missing", ["wrong-offset"])])
+
+
+# ---------------------------------------------------------------------------
+# 22. graph Laplacian smoothing x <- x + tau (A x - D x) of node features on
+#     a weighted undirected graph stored as COO edges split over sp4 in no
+#     particular order: each device scatter-adds the messages of its edges
+#     into all nodes (segment_sum by destination), psum'd; the degrees the
+#     same way once; 5 steps; features replicated.
+GL_N, GL_TAU = 24, 0.1
+
+
+def graph_smooth(x, src, dst, w):
+    deg = jax.ops.segment_sum(w, dst, GL_N)
+
+    def step(_, x):
+        return x + GL_TAU * (jax.ops.segment_sum(w[:, None] * x[src], dst, GL_N) - deg[:, None] * x)
+    return lax.fori_loop(0, 5, step, x)
+
+
+def graph_smooth_sp(bug):
+    def f(x, src, dst, w):
+        deg = jax.ops.segment_sum(w, dst, GL_N)
+        if bug != "degree-local":
+            deg = psum(deg, "sp")
+
+        def step(_, x):
+            msg = jax.ops.segment_sum(w[:, None] * x[src], dst, GL_N)
+            return x + GL_TAU * ((msg if bug == "messages-not-reduced" else psum(msg, "sp")) - deg[:, None] * x)
+        return lax.fori_loop(0, 5, step, x)
+    return f
+
+
+gl_e = rng.choice(GL_N * GL_N, 64, replace=False)
+gl_s, gl_d = gl_e // GL_N, gl_e % GL_N
+gl_keep = gl_s != gl_d
+gl_s, gl_d = gl_s[gl_keep][:60], gl_d[gl_keep][:60]
+gl_w = rng.uniform(0.2, 1.0, 60)
+gl_perm = rng.permutation(120)
+C.smap("s.graph_laplacian_coo_segment_sum.sp4", {"sp": 4}, graph_smooth_sp, (P(), P("sp"), P("sp"), P("sp")), P(),
+       graph_smooth, (R(GL_N, 4), np.concatenate([gl_s, gl_d])[gl_perm].astype(np.int32),
+                      np.concatenate([gl_d, gl_s])[gl_perm].astype(np.int32),
+                      np.concatenate([gl_w, gl_w])[gl_perm].astype(np.float32)),
+       bugs=[("messages-not-reduced", ["missing-all-reduce"]), ("degree-local", ["missing-all-reduce"])])
+
+
+# ===========================================================================
+# Prefix operations and control flow on global predicates
+# ---------------------------------------------------------------------------
+# 23. the cumulative trapezoid integral F(x_i) = int_{x_0}^{x_i} f dx of 4
+#     profiles on a non-uniform grid, the grid over sp and the profiles over
+#     dp: the interval that straddles two blocks by a halo of the previous
+#     block's last point (x and f), the local prefix by lax.associative_scan,
+#     the block totals all_gathered for the exclusive offsets.
+def cumtrapz(f, x):
+    inc = 0.5 * (f[:, 1:] + f[:, :-1]) * (x[1:] - x[:-1])
+    return jnp.concatenate([jnp.zeros((f.shape[0], 1)), jnp.cumsum(inc, 1)], 1)
+
+
+def cumtrapz_2d(bug):
+    def f(f, x):
+        first = idx("sp") == 0
+        if bug == "boundary-interval-missing":
+            inc = jnp.concatenate([jnp.zeros((f.shape[0], 1)), 0.5 * (f[:, 1:] + f[:, :-1]) * (x[1:] - x[:-1])], 1)
+        else:
+            xe = jnp.concatenate([ppermute(x[-1:], "sp", shift(4, 1, False)), x])
+            fe = jnp.concatenate([ppermute(f[:, -1:], "sp", shift(4, 1, False)), f], 1)
+            inc = 0.5 * (fe[:, 1:] + fe[:, :-1]) * (xe[1:] - xe[:-1])
+            inc = inc.at[:, 0].set(jnp.where(first, 0.0, inc[:, 0]))
+        loc = lax.associative_scan(jnp.add, inc, axis=1)
+        if bug == "prefix-offsets-missing":
+            return loc
+        tots = lax.all_gather(loc[:, -1], "sp")
+        return loc + jnp.sum(jnp.where((jnp.arange(4) < idx("sp"))[:, None], tots, 0), 0)[:, None]
+    return f
+
+
+ct_x = np.sort(rng.uniform(0, 4, 32)).astype(np.float32)
+C.smap("s.cumtrapz_nonuniform_assoc_scan_offsets.dp2xsp4", {"dp": 2, "sp": 4}, cumtrapz_2d, (P("dp", "sp"), P("sp")),
+       P("dp", "sp"), cumtrapz, (np.sin(ct_x[None] * np.arange(1, 5)[:, None]).astype(np.float32) + R(4, 32, scale=0.1),
+                                  ct_x),
+       bugs=[("prefix-offsets-missing", ["wrong-offset"]), ("boundary-interval-missing", ["missing-collective"])])
+
+
+# ---------------------------------------------------------------------------
+# 24. a diffusion with a regime switch: every step picks one of three
+#     updates by lax.switch on the global energy sum u^2 (psum'd) -- a
+#     large explicit step, a small one, or a damped step with a cubic sink;
+#     the halo exchange before the switch, so the branches are local.
+#     Periodic grid, rows over sp4, 8 steps.
+RS_THR = np.array([60.0, 150.0], np.float32)
+
+
+def regime_branches():
+    return [lambda u, l: u + 0.2 * l, lambda u, l: u + 0.1 * l, lambda u, l: u + 0.05 * l - 0.1 * u ** 3]
+
+
+def regime_heat(u):
+    def step(_, u):
+        l = lap5(roll_pad(u))
+        return lax.switch(jnp.searchsorted(RS_THR, jnp.sum(u * u)), regime_branches(), u, l)
+    return lax.fori_loop(0, 8, step, u)
+
+
+def regime_heat_sp(bug):
+    def f(u):
+        def step(_, u):
+            up = jnp.pad(halo(u, "sp", 4, 0, True), ((0, 0), (1, 1)), mode="wrap")
+            e = jnp.sum(u * u)
+            e = e if bug == "local-energy-predicate" else psum(e, "sp")
+            return lax.switch(jnp.searchsorted(RS_THR, e), regime_branches(), u, lap5(up))
+        return lax.fori_loop(0, 8, step, u)
+    return f
+
+
+C.smap("s.switch_regime_on_psum_energy.sp4", {"sp": 4}, regime_heat_sp, (P("sp"),), P("sp"), regime_heat,
+       (R(16, 16, scale=1.0),), bugs=[("local-energy-predicate", ["missing-all-reduce"])])
+
+
+# ===========================================================================
+# Training through a solver
+# ---------------------------------------------------------------------------
+# 25. an inverse heat problem: the diffusivity (a scalar) and a source field
+#     fitted so that 4 explicit steps from u0 reach a target; the loss and
+#     its gradient through the halo exchanges in a lax.fori_loop, an SGD
+#     step (optax); rows over sp4, check_vma=True (the diffusivity's
+#     gradient psum'd by the type system).
+ih_opt = optax.sgd(0.5)
+
+
+def ih_forward(p, u0, step_lap):
+    return lax.fori_loop(0, 4, lambda _, u: u + 0.1 * (p["kappa"] * step_lap(u) + p["src"]), u0)
+
+
+def inverse_heat(p, u0, target):
+    loss, g = jax.value_and_grad(lambda p: mse(ih_forward(p, u0, lambda u: lap5(jnp.pad(u, 1))), target))(p)
+    u, _ = ih_opt.update(g, ih_opt.init(p), p)
+    return optax.apply_updates(p, u), loss
+
+
+def inverse_heat_sp(bug):
+    def lap(u):
+        if bug == "halo-from-wrong-neighbour":
+            k = u.shape[0]
+            ur = jnp.concatenate([ppermute(u[:1], "sp", shift(4, -1, False)), u,
+                                  ppermute(u[k - 1:], "sp", shift(4, 1, False))], 0)
+        else:
+            ur = halo(u, "sp", 4, 0, False)
+        return lap5(jnp.pad(ur, ((0, 0), (1, 1))))
+
+    def f(p, u0, target):
+        def loss(p):
+            l = mse(ih_forward(p, u0, lap), target)
+            return psum(l, "sp") if bug == "loss-psum" else pmean(l, "sp")
+        lv, g = jax.value_and_grad(loss)(p)
+        u, _ = ih_opt.update(g, ih_opt.init(p), p)
+        return optax.apply_updates(p, u), lv
+    return f
+
+
+ih_ps = {"kappa": P(), "src": P("sp")}
+C.smap("s.inverse_heat_grad_through_halos_sgd.sp4", {"sp": 4}, inverse_heat_sp, (ih_ps, P("sp"), P("sp")),
+       (ih_ps, P()), inverse_heat, ({"kappa": np.float32(0.8), "src": R(16, 16, scale=0.1)}, R(16, 16), R(16, 16)),
+       bugs=[("halo-from-wrong-neighbour", ["wrong-permutation"]), ("loss-psum", ["wrong-collective-op"])],
+       check_vma=True)
 C.finish()
