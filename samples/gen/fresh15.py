@@ -1,4 +1,121 @@
-"""DOCSTRING"""
+"""samples/fresh15: a fifteenth batch of programs as a user writes them, on
+the theme of scientific computing and iterative numerical methods in JAX
+with sharding -- stencils with halo exchange, iterative solvers with a
+global convergence test, spectral methods, N-body and particle-in-cell,
+Monte Carlo, sparse linear algebra, prefix operations and control flow on
+globally reduced predicates -- none of them an idiom of samples/fresh ..
+fresh14, probe, train or wild.
+shard_map families: the 2-D heat equation with a 5-point stencil, rows
+over sp4, zero Dirichlet boundaries from non-cyclic ppermutes, a
+lax.fori_loop; a 9-point (Mehrstellen) stencil on a periodic grid over a
+2 x 4 mesh whose corner ghosts come from exchanging the columns of the
+row-extended block; heat on a 2 x 2 mesh with a fixed boundary temperature
+written into the global-edge ghosts, a lax.scan recording the total heat
+(psum over both axes); the 2-D wave equation by leapfrog with given top and
+bottom boundary rows and the kinetic energy of each step psum'd; a 3-D
+7-point stencil in bf16 (f32 compute) over z; first-order upwind advection
+with a velocity of either sign and the CFL time step from a pmax (sp8);
+Jacobi for the Poisson equation in a lax.while_loop on the psum'd update
+norm (2 x 2 mesh); Newton's method for Kepler's equation in a
+lax.while_loop on a pmax'd residual, returning the iteration count;
+red-black Gauss-Seidel on odd-sized blocks (the colour from global
+indices, halos refreshed between colours); matrix-free conjugate gradients
+with row halos and psum'd dot products in a lax.while_loop; dense CG with
+the rows over sp4 and the search direction all_gathered (fori_loop,
+residual history); 6 Lanczos steps with all_gathered vectors; the periodic
+Poisson equation by FFT with tiled all_to_all transposes between the 1-D
+passes (column wavenumbers at the block offset); a pseudo-spectral d/dx
+along the sharded axis (all_to_all, rfft, i k, irfft, back); all-pairs
+gravity with softening, a cutoff radius and a global-index self mask,
+positions and masses all_gathered, velocity Verlet and a psum'd total
+energy; the same forces by a ring of ppermutes of position and mass blocks
+with kick-drift-kick leapfrog; 1-D electrostatic particle-in-cell
+(cloud-in-cell scatter-add onto the whole grid, psum_scatter to the grid
+blocks, Gauss's law as a cumulative sum along the sharded grid with
+all_gathered block totals, the field all_gathered and interpolated back,
+three pushes); pi by hit-or-miss with jax.random.fold_in(key,
+axis_index) and pmean (the baseline draws the same blocks by a vmap over
+the fold_in indices); self-normalised importance sampling on a 2 x 4 mesh
+keyed by the linear device index, weighted sums and the effective sample
+size psum'd; Metropolis sweeps of the 2-D Ising model on a periodic
+lattice over a 2 x 2 mesh (checkerboard colours from global indices on 5 x
+7 blocks, cyclic halos on both axes before each colour, the uniform
+numbers given as an input so that both programs compute the same
+function, the magnetisation psum'd per sweep); damped Jacobi on a CSR
+matrix whose rows are over sp4 (rows of the nonzeros by searchsorted in
+the replicated indptr, x all_gathered, segment_sum); graph Laplacian
+smoothing with COO edges in no order over sp4 (scatter-add by segment_sum
+into all nodes, psum'd; degrees the same way); a cumulative trapezoid
+integral on a non-uniform grid over sp (the straddling interval from a halo
+of x and f, lax.associative_scan, exclusive offsets from all_gathered
+totals) with profiles over dp; a diffusion whose update is chosen by
+lax.switch on the psum'd energy each step (halos exchanged before the
+switch so the branches are local); and an inverse heat problem (a scalar
+diffusivity and a row-sharded source fitted through 4 steps with halos, an
+optax SGD step, check_vma=True).
+Under GSPMD: periodic heat by jnp.roll on a 2 x 4 mesh, the fixed-boundary
+heat scan with rows over sp4, a 3-D 7-point stencil with the field
+constrained every step (z x y), the Poisson solve by jnp.fft.fft2 on a
+row-sharded grid (XLA warns that it falls back to replicated execution for
+the 2-D FFTs), matrix-free CG in a while_loop on a 2 x 2 mesh, power
+iteration in a while_loop on the change of the Rayleigh quotient (rows over
+sp8), the N-body Verlet with positions constrained over sp4, the Ising
+sweeps with jnp.roll, importance sampling by a vmap over fold_in keys with
+the replicas constrained over sp8, the cumulative trapezoid integral by
+jnp.cumsum along the sharded axis, the CSR Jacobi smoother with the
+nonzeros over sp4, learning a 3 x 3 stencil through two applications in an
+Adam step (batch over x, columns over y), and fitting the spring constants
+of a periodic chain through 8 velocity-Verlet steps in an Adam step.
+Left out, as idioms of earlier batches: 1-D convolution halos (fresh6,
+fresh11: here 2-D / 3-D stencils, corners, Dirichlet ghosts), the 2-D FFT
+with a non-tiled all_to_all or a sharding constraint between passes (fresh7:
+here a Poisson solve with tiled transposes and offset wavenumbers), a
+cumsum continued across shards by a Hillis-Steele scan or an all_gather of
+counts (fresh7, fresh9, fresh11: here a trapezoid rule with a straddling
+interval and associative_scan), while_loop predicates from psum'd losses
+in line searches (fresh8: here solver residuals), a GCN with all_gather of
+node features (fresh11: here COO edges split arbitrarily, messages
+psum'd).
+Data-dependent control flow: every while_loop predicate of a correct
+program is a globally reduced (replicated) value, so all devices run the
+same number of iterations. Where a bug makes the predicate device-local,
+the loop body holds no other collective (Kepler's Newton iteration), so
+devices can stop at different iterations without waiting on each other;
+the Jacobi bugs change the reduction (pmean, sqrt before psum) and hence the
+iteration count on all devices alike; the lax.switch bug picks branches
+from a local energy, the branches being collective-free.
+Numerics (see "numerics" in the manifest): every correct pair agrees with
+its baseline at rounding level (f32 within ~1e-5 of outputs up to ~100,
+iteration counts, spins, random estimates and the bf16 stencil exactly).
+Changed for its numerics: the Kepler local-tolerance bug first changed the
+anomalies by only 6e-5 (Newton converges quadratically), so the programs
+return the iteration count too (then off by 3); the CSR first draft
+computed the diagonal by segment_sum, whose missing row offset divided by
+zero (inf / NaN, which "numerics" skips), so the inverse diagonal is an
+input; the importance-sampling mean-of-ratios bug drew 32 samples per
+device instead of 128 to make the ratio bias clearer (2e-3 on an estimate
+near 0.5). Nothing was dropped.
+Each shard_map family has the bug variants a careless parallelisation makes
+(a halo from the wrong neighbour, periodic where Dirichlet is meant or the
+reverse, a missing corner, a one-sided halo, fixed boundary values
+ignored, an energy or total psum'd over one axis or pmean'd, a CFL step
+from a local maximum, a residual norm pmean'd or square-rooted before the
+psum, a local convergence test, a checkerboard colour from local indices,
+no halo refresh between colours, p.Ap or r.r not all-reduced, a Lanczos
+alpha not reduced or beta pmean'd, wavenumbers without the block offset,
+an FFT pass over the wrong axis, an FFT along the sharded axis without a
+transpose, a self mask by local index, a ring one step short or masses not
+rotated, a deposit not reduced, prefix offsets missing, fold_in with a
+constant or one axis of two, psum for pmean, a mean of ratios, a CSR row
+offset missing, messages or degrees not reduced, a straddling interval
+dropped, a switch on a local predicate, a loss psum'd where it is
+pmean'd).
+Exported with scalify_jax.export_pair; every pair is also run by JAX on
+seeded inputs and its manifest entry records the largest difference from
+the single-device run ("numerics").
+Run from the repository root: bash samples/gen/run_fresh15.sh [SUBSTR...]
+(only the pairs whose name contains a SUBSTR; the others keep their entries).
+"""
 import sys
 import numpy as np
 import jax, jax.numpy as jnp
@@ -426,14 +543,23 @@ def cg_rows(bug):
     def f(b):
         def apply(p):
             return -lap5(jnp.pad(halo(p, "sp", 4, 0, bug == "periodic-halo"), ((0, 0), (1, 1))))
-        calls = []
 
         def dot(a, c):
-            calls.append(1)
-            local = jnp.sum(a * c)
-            # the second dot of the solver is p . Ap (body's alpha)
-            return local if (bug == "pAp-not-reduced" and len(calls) == 2) else psum(local, "sp")
-        return cg_solve(apply, b, dot)
+            return psum(jnp.sum(a * c), "sp")
+        rr = dot(b, b)
+        stop = CG_TOL ** 2 * rr
+
+        def body(c):
+            x, r, p, rr, it = c
+            ap = apply(p)
+            pap = jnp.sum(p * ap) if bug == "pAp-not-reduced" else dot(p, ap)
+            alpha = rr / pap
+            x, r = x + alpha * p, r - alpha * ap
+            rn = dot(r, r)
+            return x, r, r + (rn / rr) * p, rn, it + 1
+        x, _, _, _, it = lax.while_loop(lambda c: (c[3] > stop) & (c[4] < CG_MAX), body,
+                                        (jnp.zeros_like(b), b, b, rr, 0))
+        return x, it
     return f
 
 
@@ -1079,4 +1205,171 @@ C.smap("s.inverse_heat_grad_through_halos_sgd.sp4", {"sp": 4}, inverse_heat_sp, 
        (ih_ps, P()), inverse_heat, ({"kappa": np.float32(0.8), "src": R(16, 16, scale=0.1)}, R(16, 16), R(16, 16)),
        bugs=[("halo-from-wrong-neighbour", ["wrong-permutation"]), ("loss-psum", ["wrong-collective-op"])],
        check_vma=True)
+
+
+# ===========================================================================
+# Under GSPMD: the same kinds of solvers under jax.jit with shardings
+# ---------------------------------------------------------------------------
+# 26. the periodic 2-D heat equation written with jnp.roll, 10 steps in a
+#     lax.fori_loop, the grid over a 2 x 4 mesh.
+def heat_roll(u):
+    def step(_, u):
+        l = jnp.roll(u, 1, 0) + jnp.roll(u, -1, 0) + jnp.roll(u, 1, 1) + jnp.roll(u, -1, 1) - 4 * u
+        return u + H_DT * l
+    return lax.fori_loop(0, 10, step, u)
+
+
+C.gspmd("g.heat2d_roll_periodic_fori.x2y4", {"x": 2, "y": 4}, (P("x", "y"),), P("x", "y"), heat_roll, (R(16, 32),))
+
+# 27. the fixed-temperature heat scan of 3. (jnp.pad with the boundary value,
+#     total heat per step) with the rows over sp4.
+C.gspmd("g.heat2d_fixed_pad_scan_total.sp4", {"sp": 4}, (P("sp"), P()), (P("sp"), P()), heat_fixed,
+        (R(16, 16), np.float32(1.5)))
+
+
+# 28. the 3-D 7-point stencil in f32 with zero Dirichlet boundaries by
+#     jnp.pad, z over one axis and y over another, the field constrained
+#     after every step.
+def heat3d_f32(u):
+    def step(_, u):
+        return wsc({"z": 2, "y": 4}, u + 0.1 * lap7(jnp.pad(u, 1)), "z", "y")
+    return lax.fori_loop(0, 3, step, u)
+
+
+C.gspmd("g.heat3d_7pt_pad_constrained.z2y4", {"z": 2, "y": 4}, (P("z", "y"),), P("z", "y"), heat3d_f32,
+        (R(8, 16, 8),))
+
+# 29. the FFT Poisson solve of 13. by jnp.fft.fft2 / ifft2 on a row-sharded
+#     grid (the partitioner gathers the grid for the 2-D FFTs).
+C.gspmd("g.poisson_fft2_rows.sp4", {"sp": 4}, (P("sp"),), P("sp"), poisson_fft, (pf_f - pf_f.mean(),))
+
+# 30. matrix-free conjugate gradients of 10. (lax.while_loop on the residual
+#     norm) with the grid over a 2 x 2 mesh.
+C.gspmd("g.cg_matfree_laplacian_while.x2y2", {"x": 2, "y": 2}, (P("x", "y"),), (P("x", "y"), P()), cg_laplace,
+        (R(16, 16),))
+
+
+# 31. power iteration for the dominant eigenpair of a symmetric positive
+#     matrix with its rows over sp8: a lax.while_loop until the eigenvalue
+#     estimate (Rayleigh quotient) changes by less than 1e-4 relative, or 200
+#     iterations.
+def power_iter(a, v):
+    def body(c):
+        v, lam, _, it = c
+        w = a @ v
+        v = w / jnp.linalg.norm(w)
+        return v, jnp.dot(v, a @ v), lam, it + 1
+    v, lam, _, it = lax.while_loop(lambda c: (jnp.abs(c[1] - c[2]) > 1e-4 * jnp.abs(c[1])) & (c[3] < 200), body,
+                                   (v / jnp.linalg.norm(v), jnp.float32(1.0), jnp.float32(0.0), 0))
+    return v, lam, it
+
+
+pw_m = R(64, 16)
+C.gspmd("g.power_iteration_while_rows.sp8", {"sp": 8}, (P("sp"), P()), (P(), P(), P()), power_iter,
+        ((pw_m @ pw_m.T / 16).astype(np.float32), R(64)))
+
+
+# 32. the softened all-pairs gravity of 15. with velocity Verlet, written for
+#     one device with the positions constrained over sp4 at every step.
+def nbody_constrained(x, v, m):
+    g = jnp.arange(x.shape[0])
+    acc = lambda x: nb_accel(x, x, m, m, g, g)
+
+    def step(_, c):
+        x, v, a = c
+        v = v + 0.5 * NB_DT * a
+        x = wsc({"sp": 4}, x + NB_DT * v, "sp")
+        a, _ = acc(x)
+        return x, v + 0.5 * NB_DT * a, a
+    x, v, a = lax.fori_loop(0, 5, step, (x, v, acc(x)[0]))
+    return x, v, 0.5 * jnp.sum(m[:, None] * v * v) + acc(x)[1]
+
+
+C.gspmd("g.nbody_cutoff_verlet_constrained.sp4", {"sp": 4}, (P("sp"), P("sp"), P("sp")), (P("sp"), P("sp"), P()),
+        nbody_constrained, (R(32, 3), R(32, 3, scale=0.1), rng.uniform(0.5, 1.5, 32).astype(np.float32)))
+
+# 33. the Ising sweeps of 20. (jnp.roll neighbours) with the lattice and the
+#     random field over a 2 x 2 mesh.
+C.gspmd("g.ising_checkerboard_roll.x2y2", {"x": 2, "y": 2}, (P("x", "y"), P(None, None, "x", "y")), (P("x", "y"), P()),
+        ising, (is_s, is_r))
+
+
+# 34. importance sampling with one key per replica as a vmap over fold_in
+#     indices, the replica axis constrained over sp8 (the partitioner
+#     splits the random number generation).
+def is_vmap(seed):
+    key = jax.random.key(seed)
+    x = wsc({"sp": 8}, jax.vmap(lambda i: jax.random.normal(jax.random.fold_in(key, i), (64,)))(jnp.arange(8)), "sp")
+    w = jnp.exp(-x ** 4 + 0.5 * x ** 2)
+    return jnp.sum(w * x * x) / jnp.sum(w), jnp.sum(w, 1)
+
+
+C.gspmd("g.importance_sampling_vmap_fold_in.sp8", {"sp": 8}, (P(),), (P(), P("sp")), is_vmap, (np.int32(5),))
+
+# 35. the cumulative trapezoid integral of 23. with jnp.cumsum along the
+#     sharded grid axis.
+C.gspmd("g.cumtrapz_cumsum_sharded.dp2xsp4", {"dp": 2, "sp": 4}, (P("dp", "sp"), P("sp")), P("dp", "sp"), cumtrapz,
+        (np.cos(ct_x[None] * np.arange(1, 5)[:, None]).astype(np.float32), ct_x))
+
+# 36. the CSR Jacobi smoother of 21. with the nonzeros over sp4 and x, b and
+#     the inverse diagonal over sp4.
+C.gspmd("g.csr_jacobi_segment_sum.sp4", {"sp": 4}, (P("sp"), P("sp"), P(), P("sp"), P("sp")), P("sp"), csr_jacobi,
+        (sp_vals, sp_cols, sp_indptr, np.full(SP_N, 0.2, np.float32), R(SP_N)))
+
+# ---------------------------------------------------------------------------
+# 37. learning a 3 x 3 stencil (replicated) so that two applications to a
+#     batch of periodic fields reach their targets, an Adam step; the
+#     batch over x and the field columns over y.
+ls_opt = optax.adam(0.05)
+
+
+def apply_stencil(w, u):
+    up = jnp.pad(u, ((0, 0), (1, 1), (1, 1)), mode="wrap")
+    h, v = u.shape[1], u.shape[2]
+    return sum(w[i, j] * up[:, i:i + h, j:j + v] for i in range(3) for j in range(3))
+
+
+def stencil_step(w, st, u, y):
+    lv, g = jax.value_and_grad(lambda w: mse(apply_stencil(w, apply_stencil(w, u)), y))(w)
+    upd, st = ls_opt.update(g, st, w)
+    return optax.apply_updates(w, upd), st, lv
+
+
+ls_w = R(3, 3, scale=0.3)
+ls_st = np_tree(ls_opt.init(ls_w))
+C.gspmd("g.learn_stencil_adam.x2y4", {"x": 2, "y": 4}, (P(), state_specs(ls_st, P()), P("x", None, "y"),
+        P("x", None, "y")), (P(), state_specs(ls_st, P()), P()), stencil_step,
+        (ls_w, ls_st, R(4, 8, 16), R(4, 8, 16)))
+
+
+# 38. fitting the spring constants of a periodic chain of 32 masses so that
+#     8 velocity-Verlet steps end at target positions, an Adam step; the
+#     springs and the masses over sp4.
+sc_opt = optax.adam(0.02)
+
+
+def chain_final(k, x, v):
+    def force(x):
+        t = k * (jnp.roll(x, -1) - x)
+        return t - jnp.roll(t, 1)
+
+    def step(_, c):
+        x, v = c
+        v = v + 0.5 * 0.1 * force(x)
+        x = x + 0.1 * v
+        return x, v + 0.5 * 0.1 * force(x)
+    return lax.fori_loop(0, 8, step, (x, v))[0]
+
+
+def chain_step(k, st, x, v, y):
+    lv, g = jax.value_and_grad(lambda k: mse(chain_final(k, x, v), y))(k)
+    upd, st = sc_opt.update(g, st, k)
+    return optax.apply_updates(k, upd), st, lv
+
+
+sc_k = rng.uniform(0.5, 1.5, 32).astype(np.float32)
+sc_st = np_tree(sc_opt.init(sc_k))
+C.gspmd("g.fit_spring_chain_verlet_adam.sp4", {"sp": 4},
+        (P("sp"), state_specs(sc_st, P("sp")), P("sp"), P("sp"), P("sp")), (P("sp"), state_specs(sc_st, P("sp")), P()),
+        chain_step, (sc_k, sc_st, R(32, scale=0.3), R(32, scale=0.1), R(32, scale=0.3)))
 C.finish()
