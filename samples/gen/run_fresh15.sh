@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Regenerates every file under samples/fresh15/ (a fifteenth batch of user-style programs:
+# scientific computing and iterative numerical methods -- stencils with halos, iterative
+# solvers, spectral methods, particles, Monte Carlo, sparse mat-vecs -- exported with
+# python/scalify_jax, manifest.json) with JAX/XLA on 8 CPU devices.
+# Usage: bash samples/gen/run_fresh15.sh [SUBSTR]...   (only pairs whose name has a SUBSTR)
+# Virtualenv and SAMPLES_VENV: see env312.sh (the pins of requirements-train.txt: jax, optax);
+# no other package is needed.
+set -euo pipefail
+source "$(dirname "$0")/env312.sh"
+export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
+run_repo_script "$venv" samples/gen/fresh15.py "$@"
