@@ -930,6 +930,8 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         if (w.ran && w.agrees)
             sb_printf(&msg, "; the outputs agree on seeded random inputs (max abs difference %g, %.3g of their magnitude)",
                       w.max_abs, w.max_rel);
+        else if (w.ran && (w.nonfinite_only || w.int_domain))
+            sb_printf(&msg, "; execution decides nothing: %s", w.why);
         else if (w.ran && w.over_tight)
             sb_printf(&msg, "; on seeded random inputs the outputs differ by up to %g (%.3g of their magnitude): more than "
                       "rounding explains, less than decides a mismatch", w.max_abs, w.max_rel);

@@ -686,12 +686,15 @@ static void complex_array(strbuf *b, const shape *s, const float *f32, const dou
         sb_putc(b, ')');
         return;
     }
-    sb_putc(b, '{');
+    /* as XLA's printer writes them: "{ {(0, 0)}, {(0, 1)} }", spaces inside
+     * the braces of every dim but the innermost */
+    bool inner = dim + 1 == s->rank;
+    sb_puts(b, inner ? "{" : "{ ");
     for (int64_t i = 0; i < s->dims[dim]; i++) {
         if (i) sb_puts(b, ", ");
         complex_array(b, s, f32, f64, dim + 1, k);
     }
-    sb_putc(b, '}');
+    sb_puts(b, inner ? "}" : " }");
 }
 
 static void literal_text(pb *p, const Xla__LiteralProto *lp, const shape *s, strbuf *b) {

@@ -383,6 +383,7 @@ typedef struct ctx {
     int64_t R, P, D;
     int64_t max_iterations, iterations;
     int64_t max_steps, steps;  /* element steps: see interp.h, Budgets */
+    int64_t dropped;      /* scatter updates skipped: their window out of bounds */
     strbuf *err;
     int status;
     comp_info *info;      /* per computation */
@@ -1822,6 +1823,7 @@ static interp_val *op_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int
             if (start < 0 || start > a->dims[d] - wsize[d]) ok = false;
             o += (start + full[d]) * ast[d];
         }
+        x->dropped += !ok;
         if (ok) {
             cell args[2] = {get_cell(r, o), get_cell(u, e)}, res;
             int red = x->m->comps[ci].reducer;
@@ -3426,6 +3428,7 @@ static int run_entry(const hlo_module *m, const interp_config *cfg, interp_val *
     int64_t *devs = xmalloc((size_t)x.D * sizeof *devs);
     for (int64_t d = 0; d < x.D; d++) devs[d] = d;
     int st = eval_comp(&x, (uint32_t)(entry - m->comps), (uint32_t)x.D, devs, flat, out);
+    if (cfg && cfg->dropped) *cfg->dropped = x.dropped;
     free(devs);
     free(flat);
     ctx_free(&x);

@@ -146,6 +146,8 @@ typedef struct interp_config {
     bool unrounded;                /* floats held as binary64 whatever their type (inputs
                                     * stay as given): programs that differ only in rounding,
                                     * or in where they round, compute the same */
+    int64_t *dropped;              /* when set: receives how many scatter updates the run
+                                    * skipped (their window out of bounds) */
 } interp_config;
 
 /* The checks interp_run makes before running: device count (1..4096),

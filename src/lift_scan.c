@@ -779,6 +779,9 @@ bool lf_row_instr(lstate *s, lval *out) {
     }
     if (x->from_max) {
         const hlo_instr *at = row_origin(s, xo);
+        /* a loop carry's element read (a get-tuple-element, which a text
+         * dump may leave unnamed): the op that uses it instead */
+        if (at->op == OP_GET_TUPLE_ELEMENT) at = in;
         lf_unsupported_suspect(c, KIND_MISSING_ALL_REDUCE, s->comp, at, "%s uses a partial max before it is reduced, "
                                "taken as its blocks' maxima, one per device, and %s uses those in a way not related yet",
                                at->name, in->name);

@@ -491,7 +491,10 @@ bool lf_select_padding_zeros(lstate *s, lval *out) {
     if (z->kind != LV_TERM || z->v.partial || !view_is_dup(&z->v) || !lf_class_is_zero(c, z->cls)) return false;
     eid sn = lf_class_node(c, x->cls, OP_SLICE, 1, NULL);
     uint32_t nc;
-    if (lf_class_node(c, sn == EID_NONE ? x->cls : eg_node_children(c->g, sn, &nc)[0], OP_PAD, 2, NULL) == EID_NONE)
+    bool holes = false; /* a window's zeros (idx -1, where a permute delivered none) */
+    for (int64_t k = 0; w && k < c->ndev * w->len && !holes; k++) holes = w->idx[k] < 0;
+    if (!holes &&
+        lf_class_node(c, sn == EID_NONE ? x->cls : eg_node_children(c->g, sn, &nc)[0], OP_PAD, 2, NULL) == EID_NONE)
         return false;  /* no pad to have zeros (before evaluating p) */
     uint32_t rank = in->shape.rank, xr;
     eg_type_dims(c->g, eg_class_type(c->g, x->cls), &xr);
@@ -508,9 +511,12 @@ bool lf_select_padding_zeros(lstate *s, lval *out) {
             for (uint32_t a = 0; a < vd->naxes; a++) blk[k] = blk[k] * c->mesh->sizes[vd->axes[a]] + mesh_coord(c->mesh, r, vd->axes[a]);
         }
         for (int64_t e = 0; ok && e < pv->n; e++) {
-            for (uint32_t k = 0; k < rank; k++)
+            bool hole = false;
+            for (uint32_t k = 0; k < rank; k++) {
                 g[k] = w && k == w->dim ? w->idx[r * w->len + j[k]] : blk[k] * in->shape.dims[k] + j[k];
-            ok = pv->i[e] || in_zero_padding(c, x->cls, g, rank);
+                hole |= w && k == w->dim && g[k] < 0;
+            }
+            ok = pv->i[e] || hole || in_zero_padding(c, x->cls, g, rank);
             for (uint32_t k = rank; k-- > 0;)
                 if (++j[k] < in->shape.dims[k]) break;
                 else j[k] = 0;

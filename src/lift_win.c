@@ -1950,6 +1950,97 @@ static bool win_pad(lstate *s, lval *out) {
     return true;
 }
 
+/* all-gather of a window along its dim: device r holds, in its group's
+ * order, the rows every member of its group held (the same rows on every
+ * device of a group: the whole term where they cover it, a partitioner's
+ * gather of halo'd rows). */
+static bool win_all_gather(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    uint32_t nd;
+    const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
+    /* (other dims sharded only over axes a group does not span: its
+     * members hold the same blocks there) */
+    int gaxes = x->kind == LV_WIN ? lift_groups_axes(c, in, false) : -1;
+    if (in->noperands != 1 || x->kind != LV_WIN || x->win->summed || x->v.partial || gaxes < 0 ||
+        (view_axes_used(&x->v) & (uint32_t)gaxes) || nd != 1 || dd[0] != x->win->dim)
+        return false;
+    const lift_win *w = x->win;
+    int64_t *ids = NULL;
+    uint32_t *start = NULL, ng = 0;
+    char why[160];
+    if (!graph_device_groups(in, graph_num_replicas(c->dist), c->ndev / graph_num_replicas(c->dist), &ids, &start, &ng, why,
+                             sizeof why))
+        return false;
+    int64_t size = ng ? start[1] - start[0] : 0, len = w->len * size;
+    bool ok = ng > 0 && size > 0 && len <= LIFT_WIN_MAX / c->ndev && len == in->shape.dims[w->dim];
+    lift_win *nw = ok ? win_new(c, w, w->dim, len) : NULL;
+    int64_t covered = 0;
+    for (uint32_t g = 0; ok && g < ng; g++) {
+        ok = start[g + 1] - start[g] == size;
+        for (uint32_t k = start[g]; ok && k < start[g + 1]; k++) {
+            int64_t r = ids[k];
+            ok = r >= 0 && r < c->ndev;
+            covered += ok;
+            for (uint32_t m = start[g]; ok && m < start[g + 1]; m++)
+                memcpy(nw->idx + r * len + (int64_t)(m - start[g]) * w->len, w->idx + ids[m] * w->len,
+                       (size_t)w->len * sizeof *w->idx);
+        }
+    }
+    free(ids);
+    free(start);
+    if (!ok || covered != c->ndev) return false;
+    lval v = *x;
+    v.win = nw;
+    v = win_settle(c, v);
+    if (v.kind == LV_WIN && !lf_win_padded(c, &v, false, &v)) return false; /* (rows of a stride: the gather's own reading) */
+    *out = v.kind == LV_WIN ? win_settle(c, v) : v;
+    return out->kind != LV_WIN;
+}
+
+/* select(p, a, b) where p is the same everywhere on each device (a device's
+ * choice: a partitioner's "take the neighbour's rows here") and a and b
+ * are windows of one term along one dim: each device's rows from the
+ * window it chose. */
+static bool win_select_device(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    lval ab[2];
+    if (in->noperands != 3) return false;
+    for (uint32_t o = 0; o < 2; o++) {
+        ab[o] = s->ops[1 + o];
+        const lval *y = &s->ops[1 + o];
+        if (y->kind == LV_TERM && !y->v.partial && s->ops[2 - o].kind == LV_WIN) {
+            uint32_t d = s->ops[2 - o].win->dim;
+            if (d >= y->v.rank || !win_of_term(c, y, d, in->shape.dims[d], &ab[o])) return false;
+        }
+        if (ab[o].kind != LV_WIN || ab[o].win->summed || ab[o].zm) return false;
+    }
+    const lift_win *wa = ab[0].win, *wb = ab[1].win;
+    if (wa->dim != wb->dim || wa->len != wb->len || eg_find(c->g, ab[0].cls) != eg_find(c->g, ab[1].cls) ||
+        !view_equal(&ab[0].v, &ab[1].v))
+        return false;
+    interp_val **pvs = lf_device_values(c, s->comp, in->operands[0]);
+    if (!pvs) return false;
+    lift_win *nw = win_new(c, wa, wa->dim, wa->len);
+    bool ok = true;
+    for (int64_t r = 0; r < c->ndev && ok; r++) {
+        const interp_val *pv = pvs[r];
+        ok = pv->dtype == DT_PRED && pv->n > 0;
+        for (int64_t e = 1; ok && e < pv->n; e++) ok = (pv->i[e] != 0) == (pv->i[0] != 0);
+        if (ok)
+            memcpy(nw->idx + r * wa->len, (pv->i[0] ? wa : wb)->idx + r * wa->len, (size_t)wa->len * sizeof *wa->idx);
+    }
+    lf_device_values_free(c, pvs);
+    if (!ok) return false;
+    lval v = ab[0];
+    v.win = nw;
+    v.assumed = ab[0].assumed || ab[1].assumed;
+    *out = win_settle(c, v);
+    return true;
+}
+
 /* The window transfer functions, in front of the others: true when one
  * applies (*out set, possibly LV_UNKNOWN after saying why). */
 bool lf_win_instr(lstate *s, lval *out) {
@@ -1965,8 +2056,10 @@ bool lf_win_instr(lstate *s, lval *out) {
     case OP_REDUCE_WINDOW: return win_reduce_window(s, out);
     case OP_REVERSE: return win_reverse(s, out);
     case OP_PAD: return win_pad(s, out);
+    case OP_ALL_GATHER: return win_all_gather(s, out);
     case OP_CONVOLUTION: return win_convolution(s, out);
-    case OP_SELECT: return (s->ops[1].kind == LV_WIN && lf_select_padding_zeros(s, out)) || win_rows(s, out);
+    case OP_SELECT:
+        return (s->ops[1].kind == LV_WIN && lf_select_padding_zeros(s, out)) || win_select_device(s, out) || win_rows(s, out);
     case OP_DYNAMIC_UPDATE_SLICE: return (s->ops[0].kind == LV_WIN || s->ops[1].kind == LV_WIN) && lf_win_update(s, out);
     default: return win_rows(s, out);
     }

@@ -30,7 +30,16 @@
  * the baseline has none, confirms a mismatch (`differs`); within the tight one
  * (1e-9 for f32, bf16 and f16, which run in binary64 too; f64 1e-12) in both
  * runs the outputs agree as binary64 rounding explains (`agrees`); between
- * the two, execution decides nothing.
+ * the two, execution decides nothing. So it decides nothing where the only
+ * differences are a non-finite value (inf, NaN) beside a finite one, which
+ * random inputs outside a program's domain make (an empty mask's softmax,
+ * a count of zero): a run with integers drawn from [1, 16) then takes seed
+ * + 4, and a difference there (of finite values, or beside inf or NaN
+ * again) decides. Nor does a difference with integer inputs split over the
+ * devices decide where the baseline itself skipped out-of-bounds scatter
+ * updates (random integers out of its range) and the distributed program
+ * more (entries the inputs put on a device that does not own them: a CSR
+ * matrix split by nonzeros whose rows cross a device's block).
  * Agreement is evidence, never a proof. max_rel is relative to that scale.
  */
 #ifndef SCALIFY_WITNESS_H
@@ -50,6 +59,16 @@ typedef struct witness {
     int runs;                 /* runs made (inputs of seed, small ones of seed + 1, non-negative ones of seed + 2,
                                * shifted ones of seed + 3) */
     bool nan_seen;            /* some baseline output held NaN */
+    bool nonfinite;           /* (while running) some difference beside inf or NaN only */
+    bool int_inputs;          /* the programs take integer inputs */
+    bool sharded_ints;        /* some integer input is split over devices (each holds other entries) */
+    bool dropped_more;        /* a run where the baseline skipped out-of-bounds scatter updates and the
+                               * distributed program (all devices) more */
+    bool int_domain;          /* they differed where the distributed program dropped more scatter updates
+                               * than the baseline (dropped_more): neither differs nor agrees */
+    bool nonfinite_only;      /* outputs differed only where one program gave inf or NaN and the other a finite
+                               * value (an empty softmax, a zero count: inputs outside the programs' domain),
+                               * and agree on inputs whose integers avoid 0: neither differs nor agrees */
     uint32_t skipped;         /* output blocks not compared (unconstrained outputs whose sharding is unknown) */
     double max_abs, max_rel;  /* over all outputs and devices */
     uint64_t seed;

@@ -1372,4 +1372,9 @@ sc_st = np_tree(sc_opt.init(sc_k))
 C.gspmd("g.fit_spring_chain_verlet_adam.sp4", {"sp": 4},
         (P("sp"), state_specs(sc_st, P("sp")), P("sp"), P("sp"), P("sp")), (P("sp"), state_specs(sc_st, P("sp")), P()),
         chain_step, (sc_k, sc_st, R(32, scale=0.3), R(32, scale=0.1), R(32, scale=0.3)))
+# Bug variants one execution does not show yet (the corpus test asserts they stay
+# unverified and prints them as open).
+MISS_OWNED = ("on random inputs the correct program too drops nonzeros whose rows lie outside their device's block (random row pointers ignore the split), so execution decides nothing for either")
+C.known_miss("s.csr_jacobi_searchsorted_rows.sp4.bug.row-offset-missing", MISS_OWNED)
+
 C.finish()

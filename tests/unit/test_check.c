@@ -2556,6 +2556,24 @@ static void hand_written_cases(void) {
         {"halo/both", "the right halo wrapped around", "source_target_pairs={{1,0},{2,1},{3,2}}",
          "source_target_pairs={{1,0},{2,1},{3,2},{0,3}}", VERDICT_MISMATCH, false},
         {"halo/both", "halos swapped", "concatenate(%hl, %x, %hr)", "concatenate(%hr, %x, %hl)", VERDICT_MISMATCH, false},
+        /* x·(n/n) beside x: the same where n ≠ 0, NaN where a random input
+         * draws 0 (an input outside the program's domain): execution
+         * decides nothing; x + n/n differs where every value is finite */
+        {"domain/ratio", "as partitioned", NULL, NULL, VERDICT_UNVERIFIED, false},
+        {"domain/ratio", "added instead", "multiply(%x, %r)", "add(%x, %r)", VERDICT_MISMATCH, false},
+        /* a scatter-add at ids less the device's offset: the baseline's only
+         * where each device's ids fall in its own rows, which random ids do
+         * not — some beyond the table even for the baseline, which drops
+         * them; the distributed program drops more: undecided */
+        {"domain/owned", "as partitioned", NULL, NULL, VERDICT_UNVERIFIED, false},
+        /* a partitioner's shift by one row: the next device's first row
+         * permuted in, zeros padded past it, rows 1..4 cut and all-gathered */
+        {"halo/gather", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/gather", "the device's own rows", "slice={[1:5]}", "slice={[0:4]}", VERDICT_MISMATCH, false},
+        {"halo/gather", "gathered in reverse device order", "replica_groups={{0,1,2,3}}", "replica_groups={{3,2,1,0}}",
+         VERDICT_MISMATCH, false},
+        {"halo/gather", "padded before and cut after (the same rows)", "padding=0_3\n  %s = f32[4]{0} slice(%p), slice={[1:5]}",
+         "padding=3_0\n  %s = f32[4]{0} slice(%p), slice={[4:8]}", VERDICT_VERIFIED, true},
         /* parameters flattened into one buffer (a 3-way concatenation),
          * updated, cut back (ravel_pytree and its unravel) */
         {"flat/unravel", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
