@@ -381,7 +381,8 @@ typedef struct lift_ctx {
     /* Segment memo (DESIGN §6): a distributed run structurally equal to one
      * already lifted cleanly, with inputs related the same way to a baseline run
      * equal to that one's, takes its results from it instead of being lifted. */
-    struct lift_loop *loops;              /* the baseline's while loops, in walk order */
+    struct lift_loop **loops;             /* the baseline's while loops, in walk order (each in the arena:
+                                           * pointers stay valid as walks add more) */
     size_t nloops, caploops, next_loop;
     int loop_depth;                       /* inside a loop body or condition: no segment switches */
     uint32_t loop_seg;                    /* baseline: the segment of the loop being walked */

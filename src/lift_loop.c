@@ -133,9 +133,9 @@ lval lf_loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, co
     if (init && single) init = &one, ti = NULL;
     if (!init || init->kind != LV_TUPLE || carry_count(in) != init->n) return unknown();
     uint32_t n = init->n;
+    /* each loop in the arena (pointers to it stay valid while walks add more) */
     XGROW(c->loops, c->caploops, c->nloops + 1);
-    size_t li = c->nloops++;
-    lift_loop *L = &c->loops[li];
+    lift_loop *L = c->loops[c->nloops++] = arena_alloc(c->a, sizeof *L);
     memset(L, 0, sizeof *L);
     L->n = n;
     L->comp = comp;
@@ -159,7 +159,6 @@ lval lf_loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, co
     }
     lval cv, body;
     loop_walk(c, in, &arg, &body, &cv, false);
-    L = &c->loops[li];  /* loops nested in the body were added meanwhile: the array may have moved */
     L->body = body;
     for (uint32_t j = 0; L->body.kind == LV_TUPLE && j < L->body.n; j++) lf_index_as_term(c, &L->body.elems[j]);
     lf_index_as_term(c, &cv);
@@ -734,7 +733,7 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
                                     "counted loop (a scan) to walk iteration by iteration", in->name);
         return unknown();
     }
-    lift_loop *L = &c->loops[c->next_loop++];
+    lift_loop *L = c->loops[c->next_loop++];
     uint32_t n = init->n;
     uint32_t *pi = arena_alloc(c->a, (n + 1) * sizeof *pi);
     const hlo_instr *ti = single ? NULL : &comp->instrs[in->operands[0]];
