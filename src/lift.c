@@ -2284,12 +2284,17 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
         *v = *same;
     } else if (!lf_scale_take(&s, v)) {
         lf_copies_into_partial_sums(&s);
-        lval before_stack[8], *before = in->noperands <= 8 ? before_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
-        memcpy(before, ops, in->noperands * sizeof *ops);
+        /* operands kept for a relift only where the plan may respread a
+         * constant (a factor on some operand): not on the hot path */
+        lval before_stack[8], *before = NULL;
+        for (uint32_t o = 0; o < in->noperands && !before; o++)
+            if (lf_scale_of(&ops[o]) != 1)
+                before = in->noperands <= 8 ? before_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
+        if (before) memcpy(before, ops, in->noperands * sizeof *ops);
         factor = lf_scale_plan(&s);
         uint32_t nu = c->nunsupported, nf = c->nfindings;
         *v = lf_lift_instr(&s);
-        if (respread_missed(&s, v)) {
+        if (before && respread_missed(&s, v)) {
             /* The constant taken as f·(k/f) made no baseline value: the sum
              * as written, factors put back. */
             memcpy(ops, before, in->noperands * sizeof *ops);

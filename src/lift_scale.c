@@ -372,10 +372,13 @@ static double guided_factor(lstate *s) {
     double f = 0, k;
     eid scatter;
     bool spread = false;
-    for (uint32_t o = 0; o < in->noperands; o++) spread |= !zeros(c, &s->ops[o]) && spread_constant(c, &s->ops[o], 1, &k, &scatter);
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
-        if (zeros(c, x) || spread_constant(c, x, 1, &k, &scatter)) continue;
+        if (zeros(c, x)) continue;
+        if (spread_constant(c, x, 1, &k, &scatter)) {
+            spread = true;
+            continue;
+        }
         if (!carries(x) || x->cls == EID_NONE) return 0;
         double g = lf_scale_of(x) / base_factor(c, x->cls);
         if (!isfinite(g) || g == 0 || (f != 0 && fabs(g - f) > 1e-9 * fabs(f))) return 0;

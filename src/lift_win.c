@@ -1927,9 +1927,9 @@ static bool win_pad(lstate *s, lval *out) {
     const hlo_instr *in = s->in;
     lval x = s->ops[0];
     const hlo_attr *pa = instr_attr(in, A_PADDING);
+    if (in->noperands == 2 && s->ops[1].kind == LV_DEV) lf_uniform_dev_as_term(s, 1); /* a zero computed like a device value */
     const lval *z = &s->ops[1];
-    bool zero = (z->kind == LV_TERM && lf_class_is_zero(c, z->cls)) ||
-                (z->kind == LV_DEV && z->dev && z->count == 1 && lf_dev_splat(z) && z->dev[0] == 0);
+    bool zero = z->kind == LV_TERM && lf_class_is_zero(c, z->cls);
     if (in->noperands != 2 || x.kind != LV_WIN || x.win->summed || x.v.partial || !pa || pa->n != in->shape.rank || !zero)
         return false;
     const lift_win *w = x.win;
