@@ -289,22 +289,20 @@ static lval win_settle(lift_ctx *c, lval x) {
     return out;
 }
 
-/* pad(x, 0) along dim d alone, lo before and hi after, built (add) or only
- * looked up (EID_NONE when the e-graph has no such node). */
-static eid zero_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi, bool add) {
+/* pad(x, 0) by pad (3 words per dim: lo, hi, interior 0), built (add) or
+ * only looked up (EID_NONE when the e-graph has no such node). */
+static eid zero_pad_by(lift_ctx *c, eid x, const int64_t *pad, bool add) {
     uint32_t rank;
     const int64_t *xd = term_dims(c, x, &rank);
     int dt = eg_type_dtype(c->g, eg_class_type(c->g, x));
-    if (rank > VIEW_MAX_RANK || d >= rank) return EID_NONE;
-    int64_t dims[VIEW_MAX_RANK], pad[3 * VIEW_MAX_RANK] = {0};
-    memcpy(dims, xd, rank * sizeof *dims);
-    dims[d] += lo + hi;
-    pad[3 * d] = lo;
-    pad[3 * d + 1] = hi;
+    if (rank > VIEW_MAX_RANK) return EID_NONE;
+    int64_t dims[VIEW_MAX_RANK], pw[3 * VIEW_MAX_RANK];
+    for (uint32_t k = 0; k < rank; k++)
+        dims[k] = xd[k] + pad[3 * k] + pad[3 * k + 1], pw[3 * k] = pad[3 * k], pw[3 * k + 1] = pad[3 * k + 1], pw[3 * k + 2] = 0;
     interp_val *z = interp_val_new(dt, 0, NULL);  /* zero-filled */
     if (!z) return EID_NONE;
     eid ch[2] = {eg_find(c->g, x), eg_find(c->g, lf_const_term(c, z, c->origin))};
-    hlo_attr at = {.key = A_PADDING, .kind = K_PADDING, .n = rank, .v.ints = pad};
+    hlo_attr at = {.key = A_PADDING, .kind = K_PADDING, .n = rank, .v.ints = pw};
     hlo_instr g = {.name = "pad", .opname = "pad", .op = OP_PAD, .nattrs = 1, .noperands = 2, .attrs = &at};
     g.shape.dtype = (uint8_t)dt;
     g.shape.rank = rank;
@@ -312,6 +310,17 @@ static eid zero_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi, bool
     if (add) return lf_node(c, c->cur, &g, ch, 2, dims, c->origin);
     eid n = eg_lookup(c->g, OP_PAD, lf_encode_attrs(c, c->cur, &g), lf_type_of(c, dt, dims, rank), ch, 2);
     return n == EID_NONE ? EID_NONE : eg_find(c->g, n);
+}
+
+/* pad(x, 0) along dim d alone, lo before and hi after (zero_pad_by). */
+static eid zero_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi, bool add) {
+    int64_t pad[3 * VIEW_MAX_RANK] = {0};
+    uint32_t rank;
+    term_dims(c, x, &rank);
+    if (d >= rank || rank > VIEW_MAX_RANK) return EID_NONE;
+    pad[3 * d] = lo;
+    pad[3 * d + 1] = hi;
+    return zero_pad_by(c, x, pad, add);
 }
 
 /* A zero pad of x along dim d alone that the baseline computes, by lo
@@ -1918,10 +1927,38 @@ static bool win_reverse(lstate *s, lval *out) {
     return true;
 }
 
-/* pad of a window with zeros along its dim alone (no interior padding; a
- * partitioner's zeros past a halo): each device's rows with lo and hi
- * zeros around them (idx -1, the zeros a permute leaves), the term as it
- * is; read as a zero pad of the term where the rows settle. */
+/* The zero pad of t by pad (3 words per dim, no interior) where t is itself
+ * a zero pad of some y without interior padding: also the one pad of y by
+ * both paddings summed, in the same class (zeros around zeros: jnp.pad of
+ * every dim at once where a halo exchange padded the sharded dim first). */
+static eid zero_pad_composed(lift_ctx *c, eid t, const int64_t *pad) {
+    eid p = zero_pad_by(c, t, pad, true);
+    const eid *ch;
+    eid pn = p == EID_NONE ? EID_NONE : lf_class_node(c, t, OP_PAD, 2, &ch);
+    if (pn == EID_NONE || !lf_class_is_zero(c, ch[1])) return p;
+    uint32_t nw, rank;
+    eid y = ch[0];
+    eg_type_dims(c->g, eg_class_type(c->g, y), &rank);
+    const int64_t *pw = eg_attr_words(c->g, eg_node_attr(c->g, pn), &nw);
+    if (rank > VIEW_MAX_RANK || nw != 2 + 3 * rank || pw[0] != A_PADDING) return p;
+    int64_t sum[3 * VIEW_MAX_RANK];
+    for (uint32_t k = 0; k < rank; k++) {
+        const int64_t *q = pw + 2 + 3 * k;
+        if (q[0] < 0 || q[1] < 0 || q[2] != 0) return p;
+        sum[3 * k] = q[0] + pad[3 * k], sum[3 * k + 1] = q[1] + pad[3 * k + 1], sum[3 * k + 2] = 0;
+    }
+    eid both = zero_pad_by(c, y, sum, true);
+    if (both != EID_NONE) eg_union(c->g, p, both, NULL);
+    return eg_find(c->g, p);
+}
+
+/* pad of a window with zeros (no interior padding): along its dim, each
+ * device's rows with lo and hi zeros around them (idx -1, the zeros a
+ * permute leaves; a partitioner's zeros past a halo), the term as it is;
+ * read as a zero pad of the term where the rows settle. Along dims the
+ * view leaves whole, the term padded there (after the window's zeros are
+ * read as the term's own padding: a halo'd block padded on its other dims,
+ * jnp.pad of every dim in the baseline). */
 static bool win_pad(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1930,22 +1967,39 @@ static bool win_pad(lstate *s, lval *out) {
     if (in->noperands == 2 && s->ops[1].kind == LV_DEV) lf_uniform_dev_as_term(s, 1); /* a zero computed like a device value */
     const lval *z = &s->ops[1];
     bool zero = z->kind == LV_TERM && lf_class_is_zero(c, z->cls);
-    if (in->noperands != 2 || x.kind != LV_WIN || x.win->summed || x.v.partial || !pa || pa->n != in->shape.rank || !zero)
+    if (in->noperands != 2 || x.kind != LV_WIN || x.win->summed || x.v.partial || !pa || pa->n != in->shape.rank || !zero ||
+        x.v.rank != pa->n)
         return false;
     const lift_win *w = x.win;
     const int64_t *p = pa->v.ints;
-    for (uint32_t k = 0; k < pa->n; k++)
-        if (p[3 * k + 2] != 0 || p[3 * k] < 0 || p[3 * k + 1] < 0 || (k != w->dim && (p[3 * k] || p[3 * k + 1])))
-            return false;
+    int64_t other[3 * VIEW_MAX_RANK] = {0};
+    bool others = false;
+    for (uint32_t k = 0; k < pa->n; k++) {
+        if (p[3 * k + 2] != 0 || p[3 * k] < 0 || p[3 * k + 1] < 0) return false;
+        if (k == w->dim || !(p[3 * k] || p[3 * k + 1])) continue;
+        if (x.v.dims[k].naxes) return false;
+        other[3 * k] = p[3 * k], other[3 * k + 1] = p[3 * k + 1];
+        others = true;
+    }
     int64_t lo = p[3 * w->dim], len = w->len + lo + p[3 * w->dim + 1];
     if (len > LIFT_WIN_MAX / c->ndev) return false;
     lift_win *nw = win_new(c, w, w->dim, len);
+    bool holes = false;
     for (int64_t r = 0; r < c->ndev; r++)
-        for (int64_t l = 0; l < len; l++)
-            nw->idx[r * len + l] = l < lo || l >= lo + w->len ? -1 : w->idx[r * w->len + l - lo];
+        for (int64_t l = 0; l < len; l++) {
+            int64_t e = l < lo || l >= lo + w->len ? -1 : w->idx[r * w->len + l - lo];
+            nw->idx[r * len + l] = e;
+            holes |= e < 0;
+        }
     x.win = nw;
     x.konst = false;
     x.zm = NULL;
+    if (others) {
+        if (holes && !lf_win_padded(c, &x, false, &x)) return false;
+        eid t = zero_pad_composed(c, x.cls, other);
+        if (t == EID_NONE) return false;
+        x.cls = t;
+    }
     *out = win_settle(c, x);
     return true;
 }

@@ -2584,6 +2584,13 @@ static void hand_written_cases(void) {
         {"halo/dwconv", "halos swapped", "concatenate(%hl, %x, %hr)", "concatenate(%hr, %x, %hl)", VERDICT_MISMATCH, false},
         {"halo/dwconv", "the right halo wrapped around", "{{1,0},{2,1},{3,2}}", "{{1,0},{2,1},{3,2},{0,3}}",
          VERDICT_MISMATCH, false},
+        /* a halo'd block padded on its other dim, the baseline padding
+         * every dim at once (jnp.pad of a stencil's grid) */
+        {"halo/pad2", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/pad2", "padded on one side of the other dim", "padding=0_0x1_1", "padding=0_0x2_0", VERDICT_MISMATCH, false},
+        {"halo/pad2", "the right halo wrapped around", "{{1,0},{2,1},{3,2}}", "{{1,0},{2,1},{3,2},{0,3}}",
+         VERDICT_MISMATCH, false},
+        {"halo/pad2", "padded with ones", "%z = f32[] constant(0)", "%z = f32[] constant(1)", VERDICT_MISMATCH, false},
         {"halo/three", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"halo/three", "the left tap twice", "%lm = f32[4,2]{1,0} add(%l, %x)", "%lm = f32[4,2]{1,0} add(%l, %l)",
          VERDICT_MISMATCH, false},
