@@ -1,10 +1,93 @@
-"""samples/fresh18: DOCSTRING"""
+"""samples/fresh18: an eighteenth batch of programs as a user writes them, on
+the theme of pipeline parallelism and micro-batching, none of them an idiom
+of samples/fresh .. fresh16, probe, train or wild.
+shard_map families (stage weights stacked and sharded over a pp axis, each
+device one stage, activations handed on by ppermute): GPipe forward in a
+lax.scan over M + S - 1 ticks (stage 0 reads micro-batch min(t, M - 1), the
+last stage writes micro-batch t - (S - 1) by dynamic_update_index_in_dim,
+masked in the bubble, the buffers psum'd over pp); a GPipe SGD step with
+the stage under jax.checkpoint(nothing_saveable) and the squared error
+masked to the last stage, psum'd inside value_and_grad (check_vma=True);
+dp x pp Adam with the loss pmean'd over dp inside the differentiated
+function, so that the transpose sums the gradients over dp (no explicit
+gradient pmean, check_vma=True); pp x tp with Megatron residual MLP stages
+(tp psum inside the stage) in a lax.fori_loop; an interleaved (circular)
+pipeline with V = 2 virtual stages per device and M = 8 micro-batches in
+groups of S (weights passed as (V, S, ...) over (None, pp), the ring
+closed), forward and in an SGD step; a hand-written 1F1B schedule (forward
+of micro-batch t - s and backward of t - (2S - 1 - s) every tick, jax.vjp
+recomputing the stage from inputs stashed in a 2S-slot ring buffer,
+cotangents ppermute'd i + 1 -> i); GPipe with a hand-written backward phase
+(all forwards, then all backwards with a full stash); an LM whose embedding
+is used on stage 0 and head + cross-entropy on the last stage, the
+replicated embedding and head gradients psum'd over pp after
+value_and_grad of the per-device loss (check_vma=False); token-weighted
+gradient accumulation over micro-batches in a lax.scan on dp8 (summed
+gradients and token counts psum'd, divided once); two layers per stage by an
+inner lax.scan with a checkpoint_dots body; bf16 activations between
+stages with an f32 loss; the outputs handed out by all_gather(...)[S - 1]
+in a Python-unrolled schedule; an auxiliary loss carried along the pipeline
+in a (h, aux) tuple ppermute; dp x pp x tp Megatron SGD (check_vma=True);
+strided micro-batches (rows j, j + M, ...) before a row-mixing softmax;
+transformer blocks (causal attention + MLP) as stages on dp4 x pp2;
+gradient accumulation over two GPipe passes in an outer lax.scan with
+optax.sgd momentum; pipelined evaluation with an int32 correct-prediction
+count; heterogeneous stages chosen by lax.switch on axis_index.
+Under GSPMD: the praxis / MaxText pipeline (state (S, mb, D) shifted by
+concatenating the next micro-batch in front of state[:-1], constrained over
+pp around the vmapped stages, bubble writes landing on slot 0 and then
+overwritten), forward, in an SGD step with the stage under jax.checkpoint
+with save_only_these_names (checkpoint_name), on dp x pp with the state
+constrained (pp, dp) in an AdamW step, and on pp x tp with Megatron stages;
+a MaxText-style circular pipeline with 3 repeats whose per-stage weights are
+picked by a vmapped dynamic index into the repeat dim and the state rotated
+by jnp.roll; gradient accumulation in a lax.scan over micro-batches of a dp8
+batch under jax.checkpoint(dots_with_no_batch_dims_saveable) with AdamW; a
+stacked layer dim sharded over pp scanned with jax.remat (FSDP over layers)
+in an SGD step; jax.lax.map with batch_size over a dp-sharded batch; the
+loss taken inside the vmapped pipeline on the last stage's row by a
+jnp.where mask, differentiated; a bf16 pipeline state.
+Nothing was dropped. Two first drafts were changed for their numerics: the
+dp x pp Adam step first pmean'd the gradients over dp after value_and_grad
+of a dp-varying loss under check_vma=True, which (the transpose already
+summing over dp) doubled them -- Adam hides most of that, the first-draft
+"correct" pair differed by 7e-3; it now pmeans the loss inside the
+differentiated function, as the check_vma semantics want, and its bug "no
+gradient sync" (identical to the corrected program) became "loss psum'd
+over dp"; and its Adam eps is 1e-5 instead of 1e-8, since the first Adam
+step divides each gradient by its own magnitude and amplified rounding
+differences of the tiniest gradient entries to 2e-4 (now within 5e-6).
+Every other correct pair agrees with its baseline at rounding level (f32
+within a few 1e-6, the bf16 pairs exactly), every bug variant differs
+clearly (see "numerics").
+Each shard_map family has the bug variants a careless pipeline makes: the
+ppermute sent the wrong way or without the ring's wrap, the output written
+at the wrong tick or too few ticks run, the result not broadcast from the
+last stage (or the first stage's copy taken), the loss not masked to the
+last stage (or taken on the first stage or first virtual stage, or counted
+in the bubble), psum vs pmean of the loss, the mean divided by the tick
+count or by micro-batches instead of groups, gradients pmean'd over pp or
+tp or psum'd over pp, a 1F1B stash slot off by one, cotangents sent forward,
+bubble gradients accumulated, the wrong virtual stage or micro-batch index,
+the head gradient not psum'd, gradient accumulation by a mean of means or a
+local token count, an inner layer scan reversed, a stale micro-batch at
+stage 0, a bf16 loss accumulator, an auxiliary loss not sent on, a tp psum
+missing or over pp, an output psum over dp, a contiguous reshape of
+strided micro-batches, an overwritten accumulator and a reversed switch
+index.
+Exported with scalify_jax.export_pair; every pair is also run by JAX on
+seeded inputs and its manifest entry records the largest difference from
+the single-device run ("numerics").
+Run from the repository root: bash samples/gen/run_fresh18.sh [SUBSTR...]
+(only the pairs whose name contains a SUBSTR; the others keep their entries).
+"""
 import sys
 import numpy as np
 import jax, jax.numpy as jnp
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 import optax
+from jax.ad_checkpoint import checkpoint_name
 sys.path.insert(0, "samples/gen")  # run from the repository root (run_fresh18.sh)
 from fresh_lib import Corpus, seeded, mse, np_tree, state_specs  # noqa: E402
 from scalify_jax import make_mesh  # noqa: E402
@@ -848,5 +931,292 @@ def gpipe_manual_bwd(bug):
 C.smap("s.gpipe_manual_backward_phase.pp4", {"pp": NS}, gpipe_manual_bwd, (P("pp"), P("pp"), P(), P()),
        (P("pp"), P("pp"), P()), loss_grads_ref, (gw, gb, R(12, D), R(12, D, scale=0.5)),
        bugs=[("bwd-offset-stage", ["wrong-offset"]), ("grad-psum-pp", ["wrong-collective-group"])])
+
+
+# ---------------------------------------------------------------------------
+# 19. heterogeneous stages picked by lax.switch on the stage index: stage 0 a
+#     tanh layer, 1 a gelu residual layer, 2 an RMSNorm'd tanh layer, 3 a
+#     linear read-out; all stage parameters replicated, each device running
+#     its own branch in a GPipe fori_loop.
+def het_stages():
+    return (lambda p, h: jnp.tanh(h @ p["w"] + p["b"]),
+            lambda p, h: h + jax.nn.gelu(h @ p["w"] + p["b"]),
+            lambda p, h: jnp.tanh(rms(h, 1.0) @ p["w"] + p["b"]),
+            lambda p, h: h @ p["w"] + p["b"])
+
+
+def het_ref(ps, x):
+    for fn, p in zip(het_stages(), ps):
+        x = fn(p, x)
+    return x
+
+
+def het_switch(bug):
+    def f(ps, x):
+        s = idx("pp")
+        m = 4
+        xs = x.reshape(m, -1, x.shape[1])
+        branches = [lambda h, fn=fn, p=p: fn(p, h) for fn, p in zip(het_stages(), ps)]
+        which = NS - 1 - s if bug == "switch-index-reversed" else s
+
+        def body(t, carry):
+            state, outs = carry
+            h = lax.switch(which, branches, jnp.where(s == 0, xs[jnp.minimum(t, m - 1)], state))
+            o = t - (NS - 1)
+            outs = jnp.where((s == NS - 1) & (o >= 0), outs.at[jnp.maximum(o, 0)].set(h), outs)
+            return ppermute(h, "pp", next_stage(NS)), outs
+        _, outs = lax.fori_loop(0, m + NS - 1, body, (jnp.zeros_like(xs[0]), jnp.zeros_like(xs)))
+        return psum(outs, "pp").reshape(x.shape)
+    return f
+
+
+het_p = tuple({"w": R(D, D, scale=0.4), "b": R(D, scale=0.2)} for _ in range(NS))
+C.smap("s.pp_heterogeneous_stages_switch.pp4", {"pp": NS}, het_switch, (jax.tree.map(lambda _: P(), het_p), P()), P(),
+       het_ref, (het_p, R(8, D)), bugs=[("switch-index-reversed", ["wrong-permutation"])])
+
+
+# ---------------------------------------------------------------------------
+# 20. the interleaved schedule of 5. in an SGD step (check_vma=True): the
+#     squared error taken on the last stage at the last virtual stage, the
+#     gradients flowing back through the closed ring and into the virtual
+#     stage's slice of the (V, 1, D, D) local weights.
+def circ_sgd_ref(w, b, x, y):
+    lv, (dw, db) = jax.value_and_grad(lambda w, b: mse(circ_ref(w, b, x), y), (0, 1))(w, b)
+    return w - 0.3 * dw, b - 0.3 * db, lv
+
+
+def circular_sgd(bug):
+    def f(w, b, x, y):
+        s = idx("pp")
+        xs, ys = x.reshape(CM, -1, x.shape[1]), y.reshape(CM, -1, y.shape[1])
+
+        def loss_fn(w, b):
+            def tick(carry, t):
+                state, acc = carry
+                u = t - s
+                r = u % (CV * NS)
+                v = r // NS
+                m = jnp.clip((u // (CV * NS)) * NS + (t if bug == "mb-from-tick" else u) % NS, 0, CM - 1)
+                ok = (u >= 0) & (u < CM * CV)
+                h = layer(w[v, 0], b[v, 0], jnp.where((s == 0) & (v == 0), xs[m], state))
+                at = 0 if bug == "loss-first-virtual" else CV - 1
+                err = jnp.where(ok & (s == NS - 1) & (v == at), jnp.sum(jnp.square(h - ys[m])), 0.0)
+                return (ppermute(h, "pp", ring(NS)), acc + err), None
+            (_, acc), _ = lax.scan(tick, (vary(jnp.zeros(xs.shape[1:]), "pp"), vary(jnp.zeros(()), "pp")),
+                                   jnp.arange(CM * CV + NS - 1))
+            return psum(acc, "pp") / y.size
+        lv, (dw, db) = jax.value_and_grad(loss_fn, (0, 1))(w, b)
+        return w - 0.3 * dw, b - 0.3 * db, lv
+    return f
+
+
+C.smap("s.circular_interleaved_sgd.pp4", {"pp": NS}, circular_sgd, (P(None, "pp"), P(None, "pp"), P(), P()),
+       (P(None, "pp"), P(None, "pp"), P()), circ_sgd_ref,
+       (cw.reshape(CV, NS, D, D), cb.reshape(CV, NS, D), R(CM * 2, D), R(CM * 2, D, scale=0.5)),
+       bugs=[("mb-from-tick", ["wrong-offset"]), ("loss-first-virtual", ["wrong-offset"])], check_vma=True)
+
+
+# ===========================================================================
+# GSPMD: the pipeline written for the partitioner (stages as a leading dim of
+# the weights and of the state, the stage function vmapped over it, the
+# state constrained over pp), micro-batching and rematerialisation.
+PPM = {"pp": NS}
+
+
+# 19. the praxis / MaxText pipeline, forward: the state (S, mb, D) shifted
+#     by one stage by concatenating the next micro-batch in front of
+#     state[:-1], constrained over pp before and after the vmapped stages;
+#     the last stage's row written at max(t - (S - 1), 0) (the bubble's
+#     writes land on slot 0 and are overwritten at t = S - 1).
+def praxis_forward(w, b, x, m=6, stage=layer, mesh=PPM, spec=("pp",)):
+    n = w.shape[0]
+    xs = x.reshape(m, -1, x.shape[-1])
+    stages = jax.vmap(stage)
+
+    def tick(carry, t):
+        state, outs = carry
+        shifted = wsc(mesh, jnp.concatenate([xs[jnp.minimum(t, m - 1)][None], state[:-1]], 0), *spec)
+        state = wsc(mesh, stages(w, b, shifted), *spec)
+        outs = lax.dynamic_update_index_in_dim(outs, state[-1], jnp.maximum(t - (n - 1), 0), 0)
+        return (state, outs), None
+    init = (jnp.zeros((n,) + xs.shape[1:], x.dtype), jnp.zeros_like(xs))
+    (_, outs), _ = lax.scan(tick, init, jnp.arange(m + n - 1))
+    return outs.reshape(x.shape)
+
+
+C.gspmd("g.praxis_pipeline_concat_shift_fwd.pp4", PPM, (P("pp"), P("pp"), P()), P(), praxis_forward,
+        (gw, gb, R(12, D)))
+
+
+# 20. the same pipeline in an SGD step, the stage under jax.checkpoint with
+#     save_only_these_names (the pre-activation tagged by checkpoint_name).
+def named_layer(w, b, x):
+    return jnp.tanh(checkpoint_name(x @ w + b, "pre_act"))
+
+
+def praxis_sgd(w, b, x, y):
+    stage = jax.checkpoint(named_layer, policy=CKPT.save_only_these_names("pre_act"))
+    lv, (dw, db) = jax.value_and_grad(lambda w, b: mse(praxis_forward(w, b, x, 4, stage), y), (0, 1))(w, b)
+    return w - 0.3 * dw, b - 0.3 * db, lv
+
+
+C.gspmd("g.praxis_pipeline_sgd_remat_names.pp4", PPM, (P("pp"), P("pp"), P(), P()), (P("pp"), P("pp"), P()),
+        praxis_sgd, (gw, gb, R(16, D), R(16, D, scale=0.5)))
+
+# 21. dp x pp: the micro-batch rows over dp (the micro-batched input
+#     constrained (None, dp)), the state constrained (pp, dp); an AdamW step.
+DPP = {"dp": 2, "pp": NS}
+adamw = optax.adamw(0.03, weight_decay=0.01)
+
+
+def dp_pp_adamw(p, st, x, y):
+    def loss(p):
+        xs = wsc(DPP, x.reshape(4, -1, x.shape[-1]), None, "dp")
+        out = praxis_forward(p["w"], p["b"], xs.reshape(x.shape), 4, mesh=DPP, spec=("pp", "dp"))
+        return mse(out, y)
+    lv, g = jax.value_and_grad(loss)(p)
+    u, st = adamw.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+aw_st = np_tree(adamw.init(a_p))
+C.gspmd("g.pipeline_dp_pp_state_constraint_adamw.dp2xpp4", DPP,
+        (a_ps, state_specs(aw_st, a_ps), P("dp"), P("dp")), (a_ps, state_specs(aw_st, a_ps), P()), dp_pp_adamw,
+        (a_p, aw_st, R(16, D), R(16, D, scale=0.5)))
+
+
+# 22. pp x tp: Megatron residual MLP stages vmapped over the stage dim,
+#     w1 over (pp, -, tp), w2 over (pp, tp, -), the state constrained over pp.
+def megatron_stage(w1, w2, h):
+    return h + jax.nn.gelu(h @ w1) @ w2
+
+
+C.gspmd("g.pipeline_pp_tp_megatron_stages.pp2xtp4", {"pp": 2, "tp": 4},
+        (P("pp", None, "tp"), P("pp", "tp"), P()), P(),
+        lambda w1, w2, x: praxis_forward(w1, w2, x, 4, megatron_stage, {"pp": 2, "tp": 4}),
+        (R(2, D, T_F, scale=0.4), R(2, T_F, D, scale=0.3), R(8, D)))
+
+
+# 23. a circular pipeline the MaxText way: weights (repeats, stages, ...)
+#     over (None, pp); at tick t stage s is at u = t - s, repeat u div M and
+#     micro-batch u mod M (M = S), its weights picked per stage by a vmapped
+#     dynamic index into the repeat dim; the state rotated by jnp.roll and
+#     the new micro-batch put in stage 0's row only on the first repeat.
+def circular_maxtext(w, b, x):
+    reps, n = w.shape[:2]
+    m = n
+    xs = x.reshape(m, -1, x.shape[-1])
+    sid = jnp.arange(n)
+    pick = jax.vmap(lambda a, r: lax.dynamic_index_in_dim(a, r, 0, keepdims=False), in_axes=(1, 0))
+
+    def body(t, carry):
+        state, outs = carry
+        u = t - sid
+        r = jnp.clip(u // m, 0, reps - 1)
+        rolled = jnp.roll(state, 1, axis=0)
+        first = jnp.where(r[0] == 0, xs[jnp.clip(u[0] % m, 0, m - 1)], rolled[0])
+        inp = wsc(PPM, rolled.at[0].set(first), "pp")
+        state = wsc(PPM, jax.vmap(layer)(pick(w, r), pick(b, r), inp), "pp")
+        ul = u[-1]
+        done = (ul >= 0) & (ul // m == reps - 1)
+        outs = jnp.where(done, outs.at[ul % m].set(state[-1]), outs)
+        return state, outs
+    _, outs = lax.fori_loop(0, m * reps + n - 1, body, (jnp.zeros((n,) + xs.shape[1:]), jnp.zeros_like(xs)))
+    return outs.reshape(x.shape)
+
+
+cw3, cb3 = stack_params(3 * NS)
+C.gspmd("g.circular_maxtext_repeat_index.pp4", PPM, (P(None, "pp"), P(None, "pp"), P()), P(), circular_maxtext,
+        (cw3.reshape(3, NS, D, D), cb3.reshape(3, NS, D), R(8, D)))
+
+
+# 24. gradient accumulation under GSPMD: a lax.scan over 4 micro-batches of
+#     a dp8-sharded batch (the micro-batched input constrained (None, dp)),
+#     the loss under jax.checkpoint with dots_with_no_batch_dims_saveable,
+#     the summed gradients divided by 4, then AdamW.
+aw2 = optax.adamw(0.02, weight_decay=0.1)
+
+
+def mlp2(p, x):
+    return jax.nn.gelu(x @ p["w1"] + p["b1"]) @ p["w2"]
+
+
+def accum_adamw(p, st, x, y):
+    m = 4
+    xs = wsc({"dp": 8}, x.reshape(m, -1, x.shape[-1]), None, "dp")
+    ys = wsc({"dp": 8}, y.reshape(m, -1, y.shape[-1]), None, "dp")
+    grad_fn = jax.value_and_grad(jax.checkpoint(lambda p, a, c: mse(mlp2(p, a), c),
+                                                policy=CKPT.dots_with_no_batch_dims_saveable))
+
+    def step(carry, xy):
+        lv, g = grad_fn(p, *xy)
+        return jax.tree.map(jnp.add, carry, (lv, g)), None
+    (lsum, gsum), _ = lax.scan(step, (jnp.zeros(()), jax.tree.map(jnp.zeros_like, p)), (xs, ys))
+    u, st = aw2.update(jax.tree.map(lambda a: a / m, gsum), st, p)
+    return optax.apply_updates(p, u), st, lsum / m
+
+
+m2_p = {"w1": R(D, 32, scale=0.4), "b1": R(32, scale=0.1), "w2": R(32, D, scale=0.3)}
+m2_ps = {k: P() for k in m2_p}
+m2_st = np_tree(aw2.init(m2_p))
+C.gspmd("g.grad_accum_scan_remat_adamw.dp8", {"dp": 8}, (m2_ps, state_specs(m2_st, m2_ps), P("dp"), P("dp")),
+        (m2_ps, state_specs(m2_st, m2_ps), P()), accum_adamw, (m2_p, m2_st, R(64, D), R(64, D, scale=0.5)))
+
+
+# 25. a layer stack whose stacked dim is sharded over pp (FSDP over layers,
+#     no pipeline schedule): a lax.scan over the layers with jax.remat
+#     (nothing_saveable) in an SGD step; each layer's weights gathered as
+#     the scan reaches it.
+def stack_sgd(w, b, x, y):
+    body = jax.remat(lambda h, wb: (layer(wb[0], wb[1], h), None), policy=CKPT.nothing_saveable)
+    lv, (dw, db) = jax.value_and_grad(lambda w, b: mse(lax.scan(body, x, (w, b))[0], y), (0, 1))(w, b)
+    return w - 0.3 * dw, b - 0.3 * db, lv
+
+
+C.gspmd("g.layer_stack_sharded_scan_remat_sgd.pp4", PPM, (P("pp"), P("pp"), P("pp"), P("pp")),
+        (P("pp"), P("pp"), P()), stack_sgd, (w8, b8, R(16, D), R(16, D, scale=0.5)))
+
+
+# 26. micro-batched inference by jax.lax.map with batch_size over a
+#     dp-sharded batch (a residual MLP per row).
+C.gspmd("g.lax_map_batch_size_microbatches.dp4", {"dp": 4}, (P(), P(), P("dp")), P("dp"),
+        lambda w, b, x: lax.map(lambda r: res_stack(w, b, r), x, batch_size=4), (gw, gb, R(32, D)))
+
+
+# 27. the loss taken inside the pipeline on the last stage's row: every tick
+#     the squared error of all rows of the state against the micro-batch
+#     each stage holds, masked by (stage == S - 1) & valid; gradients of
+#     that and the loss out.
+def pipe_loss_where(w, b, x, y):
+    n, m = w.shape[0], 4
+    xs, ys = x.reshape(m, -1, x.shape[-1]), y.reshape(m, -1, y.shape[-1])
+    sid = jnp.arange(n)
+
+    def loss(w, b):
+        def tick(carry, t):
+            state, acc = carry
+            state = jnp.concatenate([xs[jnp.minimum(t, m - 1)][None], state[:-1]], 0)
+            state = wsc(PPM, jax.vmap(layer)(w, b, wsc(PPM, state, "pp")), "pp")
+            mbi = t - sid
+            err = jnp.sum(jnp.square(state - ys[jnp.clip(mbi, 0, m - 1)]), (1, 2))
+            keep = (sid == n - 1) & (mbi >= 0) & (mbi < m)
+            return (state, acc + jnp.sum(jnp.where(keep, err, 0.0))), None
+        (_, acc), _ = lax.scan(tick, (jnp.zeros((n,) + xs.shape[1:]), jnp.zeros(())), jnp.arange(m + n - 1))
+        return acc / y.size
+    lv, g = jax.value_and_grad(loss, (0, 1))(w, b)
+    return g + (lv,)
+
+
+C.gspmd("g.pipeline_loss_masked_last_stage_grad.pp4", PPM, (P("pp"), P("pp"), P(), P()),
+        (P("pp"), P("pp"), P()), pipe_loss_where, (gw, gb, R(16, D), R(16, D, scale=0.5)))
+
+
+# 28. a bf16 pipeline state: each stage computes in f32 and stores bf16.
+def bf16_stage(w, b, h):
+    return layer(w, b, h.astype(jnp.float32)).astype(jnp.bfloat16)
+
+
+C.gspmd("g.praxis_pipeline_bf16_state.pp4", PPM, (P("pp"), P("pp"), P()), P(),
+        lambda w, b, x: praxis_forward(w, b, x, 8, bf16_stage), (gw, gb, R(32, D).astype(jnp.bfloat16)))
 
 C.finish()
