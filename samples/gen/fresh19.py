@@ -1,14 +1,124 @@
-"""samples/fresh19: DOCSTRING
+"""samples/fresh19: a nineteenth batch of programs as a user writes them, on
+the theme of matrix and second-order optimizers and layer-wise update rules
+on sharded parameters in current JAX / optax, none of them an idiom of
+samples/fresh .. fresh16, probe, train or wild.
+shard_map families: Muon on a tall matrix with its rows over fsdp, the
+Newton-Schulz iteration written in the tall orientation (X <- aX + X (bB +
+cB^2), the Gram matrix B = X^T X psum'd, no gather), Nesterov momentum, the
+sqrt(max(1, rows/cols)) scale from the global shape and decoupled weight
+decay; Muon on a wide matrix with its columns over tp, Polar-Express style
+per-iteration coefficients, A = X X^T psum'd and Moonlight's 0.2
+sqrt(max(m, n)) RMS-matching scale; Muon's iteration on a matrix sharded on
+both dims (rows all_gathered over fsdp, the row block of A psum'd over tp, A
+all_gathered for A^2); a training step with distributed Muon by layer
+ownership (a scanned residual MLP of 8 square layers, batch over dp, the
+gradients pmean'd, each device orthogonalising its 2 layers, momentum
+sharded on the layer axis, the updates all_gathered); Shampoo's factors
+accumulated over three steps in a lax.scan for a column-sharded gradient (L
+by a psum, R's column block from the all_gathered G) with inverse 4th roots
+by eigh and the device's columns of R^(-1/4); blocked Shampoo with one
+16 x 16 block per device, inverse roots by the coupled Newton iteration
+(distributed-Shampoo style, lax.fori_loop) and layer-level Adagrad
+grafting (norms psum'd); a SOAP step (Adam in the eigenbasis of the
+factors, the gradient all_gathered to rotate, the rotation back as a
+psum_scatter of per-device contributions, the bases refreshed by one power
+iteration and jnp.linalg.qr); a K-FAC step of a two-layer MLP with batch
+over dp (per-example pre-activation gradients from zero perturbations,
+covariances psum'd and divided by the global batch, factor EMAs, Cholesky
+solves by jax.scipy.linalg.cho_solve); a K-FAC activation factor from
+bf16 activations (batch over dp, features over tp, f32 accumulation, the
+row block from the all_gathered features) with Martens' pi-damping (trace
+psum'd over diagonal blocks, the identity at the device's diagonal
+offset); LAMB on an MLP over fsdp x tp whose trust-ratio norms come from
+one helper that psums squares over both axes for every leaf (a replicated
+leaf's overcount cancels in the ratio; weight decay masked to matrices);
+Adafactor for a row-sharded weight (column statistics and mean(r) pmean'd,
+update clipping and the relative step size by RMS over the whole weight);
+an SGD step with global-norm clipping on dp x fsdp x tp (check_vma=True,
+FSDP gathers in the forward pass, the loss pmean'd over the data axes,
+each leaf's squared norm psum'd over exactly the axes of its spec); a SAM
+step on a Megatron MLP (check_vma=True, the ascent norm psum'd over tp for
+the sharded leaves only, a replicated bias added outside the psum); the
+L-BFGS two-loop recursion (reversed and forward lax.scan) on a flat vector
+over fsdp with psum'd inner products, and the same with every inner product
+pmean'd (correct: the direction is invariant to a common scale of the
+inner product); a Hessian-free step (Gauss-Newton-vector products by
+jax.jvp / jax.vjp psum'd over dp, 8 CG iterations in a fori_loop on
+replicated flattened parameters, their dots local); a Sophia-H step
+(Hutchinson z * Hz by jax.jvp of jax.grad, check_vma=True, clipped
+update); a ZeRO-2 LAMB step (per-leaf psum_scatter of the flattened
+gradients, moments on chunks, trust-ratio norms psum'd over chunks,
+all_gather back); a spectrally normalised update (6 power iterations on a
+column-sharded gradient); DoG (distance over gradients: global distance
+and gradient norms over a tp-sharded weight and a replicated bias); an EMA
+of replicated parameters kept sharded over the tuple (dp, fsdp) with a
+warmup decay, the chunk at idx(dp) * |fsdp| + idx(fsdp), all_gathered for
+evaluation; gradient centralisation (a pmean'd column mean) before
+optax.adam applied per shard; cautious AdamW (the sign-agreement mask
+rescaled by its pmean'd mean).
+Under GSPMD (correct programs): a Muon step with the Newton-Schulz iterate
+and the Gram matrix constrained by with_sharding_constraint on fsdp x tp,
+Shampoo with eigh inverse roots and SGD grafting on both weights of an MLP
+in a training step, the SOAP step, the K-FAC step with the hidden units
+over tp, optax.lamb with a weight-decay mask in an MLP step on fsdp x tp,
+the Hessian-free CG step with the hidden units over tp, three iterations of
+optax.lbfgs (zoom line search) on a logistic regression with the features
+over fsdp, optax.contrib.prodigy in a Megatron MLP step, the SAM step, the
+Sophia-H step, Adafactor on a weight over fsdp x tp and cautious AdamW on
+a weight over fsdp x tp.
+Left out, as idioms of earlier batches: LAMB trust ratios and a Muon step
+on a sharded matrix (fresh3), Muon with the momentum all_gathered on FSDP
+row shards and optax.contrib.muon (fresh9: here Gram matrices psum'd,
+2-D sharded iterations and layer ownership), Adafactor for a weight over
+both dims in a shard_map (fresh7: here rows over fsdp with clipping and
+relative step), LARS with masks (fresh7), global-norm clipping over sharded
+parameters and with an EMA (fresh2, fresh4, fresh5: here per-spec axes
+under check_vma), NFNet AGC (fresh7), ZeRO-1 Adam by ppermute rings
+(fresh13).
+Changed for the numerics: two first-draft bug variants computed the right
+function and were replaced -- the L-BFGS dots pmean'd instead of psum'd
+(scale-free, now a correct family of its own, 14b.) and, under
+check_vma=True, bug variants with a norm from the local shard only (global
+clipping, SAM), which the type system rejects at trace time (the update of
+a replicated leaf would vary over the mesh), replaced by pmean-for-psum
+variants (the clipping family keeps one bug). Inputs were chosen so that
+bugs show: gradients whose blocks or rows differ in scale (blocked
+Shampoo's grafting, Adafactor), momentum whose sign agrees with the
+gradient on a varying fraction of columns (cautious AdamW), a clipping
+threshold below the gradient norm. The bug variants with a Newton-Schulz
+normalisation whose error the iteration mostly absorbs (a psum of norms, a
+norm over one axis of two) differ by 2e-4 .. 2e-3, still 1e3 times the
+correct pairs' rounding; the Gram matrix psum'd over the wrong axis of two
+diverges to about 1e25 (finite).
+Each shard_map family has the bug variants a careless parallelisation makes
+(a Frobenius norm or a Gram matrix from the local shard, a pmean where the
+psum belongs, a sum of per-shard norms, an aspect-ratio scale from the
+local shape, a norm or Gram psum'd over the wrong axis of two, an owner
+slice without its stride, gradients not averaged, L without its psum, the
+columns of R^(-1/4) at offset 0, grafting norms local or pmean'd, the
+rotation back without its reduction, covariances over the local batch or
+not psum'd, a bf16 psum, a trace of the local block, damping at offset 0,
+column statistics over local rows, a local RMS clip, a replicated bias
+inside the psum, local dots for gamma or rho, a GGN product not psum'd or
+normalised by the local batch, a loss psum'd where it is pmean'd, a
+reduce-scatter not averaged, a chunk at offset 0, a local distance, chunk
+indices or gather axes in the wrong order, a mean over the wrong dim).
+Exported with scalify_jax.export_pair; every pair is also run by JAX on
+seeded inputs and its manifest entry records the largest difference from
+the single-device run ("numerics").
+Run from the repository root: bash samples/gen/run_fresh19.sh [SUBSTR...]
+(only the pairs whose name contains a SUBSTR; the others keep their entries).
 """
 import sys
 import numpy as np
 import jax, jax.numpy as jnp
 from jax import lax
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 import optax
 import jax.flatten_util
 sys.path.insert(0, "samples/gen")  # run from the repository root (run_fresh19.sh)
 from fresh_lib import Corpus, seeded, mse, np_tree, state_specs  # noqa: E402
+from scalify_jax import make_mesh  # noqa: E402
 
 SCRIPT = "samples/gen/fresh19.py"
 C = Corpus("samples/fresh19", SCRIPT, "samples/gen/run_fresh19.sh", sys.argv[1:])
@@ -812,6 +922,374 @@ C.smap("s.sophia_hutchinson_jvp_grad_clip.dp2xtp4", {"dp": 2, "tp": 4}, sophia_s
        (sp_p, sp_z, sp_m, sp_h, R(16, 16), R(16, 8)), check_vma=True,
        bugs=[("loss-psum-over-dp", ["wrong-collective-op"])])
 
-#PART3
+# ---------------------------------------------------------------------------
+# 17. a ZeRO-2 LAMB step on a replicated MLP, batch over dp: each leaf's
+#     flattened gradient reduce-scattered (psum_scatter / dp), the Adam
+#     moments and the update on the device's chunk, the trust ratio's norms
+#     psum'd over the chunks, the new chunks all_gathered back into leaves.
+def z2_net(p, x):
+    return jnp.tanh(x @ p["w1"]) @ p["w2"] + p["b2"]
+
+
+def z2_lamb_single(p, m, v, x, y):
+    g = jax.grad(lambda p: mse(z2_net(p, x), y))(p)
+    flat = lambda t: {k: a.reshape(-1) for k, a in t.items()}
+    out = {k: lamb_leaf(w, d, mm, vv, k != "b2", lambda w, u: (jnp.linalg.norm(w), jnp.linalg.norm(u)))
+           for (k, w), d, mm, vv in zip(flat(p).items(), flat(g).values(), m.values(), v.values())}
+    return ({k: o[0].reshape(p[k].shape) for k, o in out.items()}, {k: o[1] for k, o in out.items()},
+            {k: o[2] for k, o in out.items()})
+
+
+def z2_lamb(bug):
+    def f(p, m, v, x, y):
+        g = jax.grad(lambda p: mse(z2_net(p, x), y))(p)
+        n = lax.axis_size("dp")
+        new_p, new_m, new_v = {}, {}, {}
+        for k in p:
+            gc = lax.psum_scatter(g[k].reshape(-1), "dp", tiled=True)
+            if bug != "scatter-sum-not-mean":
+                gc = gc / n
+            c = gc.shape[0]
+            off = 0 if bug == "param-chunk-offset-0" else idx("dp") * c
+            wc = lax.dynamic_slice_in_dim(p[k].reshape(-1), off, c)
+            norm = (lambda w, u: (jnp.linalg.norm(w), jnp.linalg.norm(u))) if bug == "trust-norm-chunk" else \
+                (lambda w, u: (snorm(w, "dp"), snorm(u, "dp")))
+            wc, new_m[k], new_v[k] = lamb_leaf(wc, gc, m[k], v[k], k != "b2", norm)
+            new_p[k] = lax.all_gather(wc, "dp", tiled=True).reshape(p[k].shape)
+        return new_p, new_m, new_v
+    return f
+
+
+z2_p = {"w1": R(8, 16, scale=0.4), "w2": R(16, 8, scale=0.3), "b2": R(8, scale=0.2)}
+z2_m = {k: R(a.size, scale=0.05) for k, a in z2_p.items()}
+z2_v = {k: np.abs(R(a.size, scale=0.01)) for k, a in z2_p.items()}
+z2_rep = {k: P() for k in z2_p}
+z2_sh = {k: P("dp") for k in z2_p}
+C.smap("s.zero2_lamb_chunks_trust_psum_step.dp4", {"dp": 4}, z2_lamb, (z2_rep, z2_sh, z2_sh, P("dp"), P("dp")),
+       (z2_rep, z2_sh, z2_sh), z2_lamb_single, (z2_p, z2_m, z2_v, R(16, 8), R(16, 8)),
+       bugs=[("trust-norm-chunk", ["missing-all-reduce"]), ("scatter-sum-not-mean", ["wrong-collective-op"]),
+             ("param-chunk-offset-0", ["wrong-offset"])])
+
+
+# ---------------------------------------------------------------------------
+# 18. a spectrally normalised update (modular-norm / Scion style): the
+#     gradient of a weight with its columns over tp divided by its largest
+#     singular value, estimated by 6 power iterations from a given start
+#     vector (u = G v psum'd over tp, v = G^T u local, |v| psum'd), times
+#     sqrt(fan_out / fan_in).
+def spectral_update(w, g, v0):
+    v = v0 / jnp.linalg.norm(v0)
+    for _ in range(6):
+        u = g @ v
+        u = u / jnp.linalg.norm(u)
+        v = g.T @ u
+        sigma = jnp.linalg.norm(v)
+        v = v / sigma
+    return w - 0.05 * np.sqrt(g.shape[1] / g.shape[0]) * g / sigma, v
+
+
+def spectral_tp(bug):
+    def f(w, g, v0):
+        vn = lambda v: jnp.linalg.norm(v) if bug == "v-norm-local" else snorm(v, "tp")
+        v = v0 / vn(v0)
+        for _ in range(6):
+            u = g @ v if bug == "gv-no-psum" else psum(g @ v, "tp")
+            u = u / jnp.linalg.norm(u)
+            v = g.T @ u
+            sigma = vn(v)
+            v = v / sigma
+        cols = g.shape[1] * lax.axis_size("tp")
+        return w - 0.05 * np.sqrt(cols / g.shape[0]) * g / sigma, v
+    return f
+
+
+C.smap("s.spectral_norm_power_iteration_update.tp4", {"tp": 4}, spectral_tp, (P(None, "tp"), P(None, "tp"), P("tp")),
+       (P(None, "tp"), P("tp")), spectral_update, (R(16, 32, scale=0.3), R(16, 32), R(32)),
+       bugs=[("gv-no-psum", ["missing-all-reduce"]), ("v-norm-local", ["missing-all-reduce"])])
+
+
+# ---------------------------------------------------------------------------
+# 19. DoG (distance over gradients), a parameter-free step size from global
+#     quantities: r = max(r, |x - x0|), G += |g|^2, x -= r / sqrt(G) g, on
+#     parameters partly over tp (the weight's rows) and partly replicated (a
+#     bias): the squared norms psum'd for the weight only.
+def dog(p, p0, g, r, gsum):
+    dist = optax.global_norm(jax.tree.map(jnp.subtract, p, p0))
+    r = jnp.maximum(r, dist)
+    gsum = gsum + optax.tree_utils.tree_norm(g, squared=True)
+    eta = r / jnp.sqrt(gsum)
+    return jax.tree.map(lambda w, d: w - eta * d, p, g), r, gsum
+
+
+def dog_tp(bug):
+    def f(p, p0, g, r, gsum):
+        dw = jnp.sum((p["w"] - p0["w"]) ** 2)
+        db = jnp.sum((p["b"] - p0["b"]) ** 2)
+        d2 = (dw if bug == "dist-local" else psum(dw, "tp")) + db
+        gw = jnp.sum(g["w"] ** 2)
+        if bug == "gnorm-bias-in-psum":
+            g2 = psum(gw + jnp.sum(g["b"] ** 2), "tp")
+        else:
+            g2 = psum(gw, "tp") + jnp.sum(g["b"] ** 2)
+        r = jnp.maximum(r, jnp.sqrt(d2))
+        gsum = gsum + g2
+        eta = r / jnp.sqrt(gsum)
+        return jax.tree.map(lambda w, d: w - eta * d, p, g), r, gsum
+    return f
+
+
+dg_ps = {"w": P("tp"), "b": P()}
+dg_p0 = {"w": R(32, 8, scale=0.3), "b": R(8, scale=0.3)}
+dg_p = {k: a + R(*a.shape, scale=0.05) for k, a in dg_p0.items()}
+C.smap("s.dog_distance_over_gradients_mixed.tp4", {"tp": 4}, dog_tp, (dg_ps, dg_ps, dg_ps, P(), P()),
+       (dg_ps, P(), P()), dog,
+       (dg_p, dg_p0, {"w": R(32, 8), "b": R(8, scale=3.0)}, np.float32(0.1), np.float32(20.0)),
+       bugs=[("dist-local", ["missing-all-reduce"]), ("gnorm-bias-in-psum", ["wrong-collective-group"])])
+
+
+# ---------------------------------------------------------------------------
+# 20. an EMA of replicated parameters kept sharded (ZeRO-style) over the
+#     tuple (dp, fsdp): each device updates the chunk of the flattened
+#     parameters at its linear index idx(dp) * |fsdp| + idx(fsdp), with the
+#     warmup decay min(0.999, (1 + t) / (10 + t)); the EMA is all_gathered
+#     over the tuple for evaluation.
+def ema_eval(flat, ema, t):
+    decay = jnp.minimum(0.999, (1.0 + t) / (10.0 + t))
+    ema = decay * ema + (1 - decay) * flat
+    return ema, ema
+
+
+def ema_sharded(bug):
+    def f(flat, ema, t):
+        decay = jnp.minimum(0.999, (1.0 + t) / (10.0 + t))
+        if bug == "chunk-index-axes-swapped":
+            k = idx("fsdp") * lax.axis_size("dp") + idx("dp")
+        else:
+            k = idx("dp") * lax.axis_size("fsdp") + idx("fsdp")
+        mine = lax.dynamic_slice_in_dim(flat, k * ema.shape[0], ema.shape[0])
+        ema = decay * ema + (1 - decay) * mine
+        full = lax.all_gather(ema, ("fsdp", "dp") if bug == "gather-axes-swapped" else ("dp", "fsdp"), tiled=True)
+        return ema, full
+    return f
+
+
+C.smap("s.ema_zero_sharded_shadow_tuple_index.dp2xfsdp2", {"dp": 2, "fsdp": 2}, ema_sharded,
+       (P(), P(("dp", "fsdp")), P()), (P(("dp", "fsdp")), P()), ema_eval, (R(64), R(64), np.float32(7.0)),
+       bugs=[("chunk-index-axes-swapped", ["wrong-permutation"]), ("gather-axes-swapped", ["wrong-permutation"])])
+
+
+# ---------------------------------------------------------------------------
+# 21. gradient centralisation before optax.adam, for a weight whose input
+#     (row) dim is over fsdp: the gradient's mean over its input dim (a pmean
+#     of the local column means) subtracted, then optax.adam run on the
+#     shard (elementwise, so correct per shard).
+gc_opt = optax.adam(0.05)
+
+
+def gc_adam(w, g, st):
+    g = g - jnp.mean(g, axis=0, keepdims=True)
+    u, st = gc_opt.update(g, st, w)
+    return optax.apply_updates(w, u), st
+
+
+def gc_fsdp(bug):
+    def f(w, g, st):
+        if bug == "mean-local-rows":
+            mu = jnp.mean(g, axis=0, keepdims=True)
+        elif bug == "mean-over-out-dim":
+            mu = jnp.mean(g, axis=1, keepdims=True)
+        else:
+            mu = pmean(jnp.mean(g, axis=0, keepdims=True), "fsdp")
+        u, st = gc_opt.update(g - mu, st, w)
+        return optax.apply_updates(w, u), st
+    return f
+
+
+gc_w = R(64, 16, scale=0.4)
+gc_st = np_tree(gc_opt.init(gc_w))
+gc_st = (gc_st[0]._replace(count=np.int32(4), mu=R(64, 16, scale=0.1), nu=np.abs(R(64, 16, scale=0.1))),) + gc_st[1:]
+gc_sts = jax.tree.map(lambda a: P("fsdp") if np.ndim(a) == 2 else P(), gc_st)
+C.smap("s.grad_centralization_optax_adam_rows.fsdp4", {"fsdp": 4}, gc_fsdp, (P("fsdp"), P("fsdp"), gc_sts),
+       (P("fsdp"), gc_sts), gc_adam, (gc_w, R(64, 16) + R(1, 16) * 2.0, gc_st),
+       bugs=[("mean-local-rows", ["missing-all-reduce"]), ("mean-over-out-dim", ["wrong-shard-dim"])])
+
+
+# ---------------------------------------------------------------------------
+# 22. cautious AdamW (C-AdamW): the Adam direction masked where it disagrees
+#     in sign with the gradient, rescaled by the mask's mean over the whole
+#     weight (pmean over the column shards on tp, a mean over rows locally),
+#     decoupled weight decay.
+def cautious_adamw(w, g, m, v):
+    m = 0.9 * m + 0.1 * g
+    v = 0.99 * v + 0.01 * g * g
+    u = m / (jnp.sqrt(v) + 1e-8)
+    mask = (u * g > 0).astype(u.dtype)
+    u = u * mask / jnp.maximum(jnp.mean(mask), 1e-3)
+    return w - 0.01 * (u + 0.1 * w), m, v
+
+
+def cautious_tp(bug):
+    def f(w, g, m, v):
+        m = 0.9 * m + 0.1 * g
+        v = 0.99 * v + 0.01 * g * g
+        u = m / (jnp.sqrt(v) + 1e-8)
+        mask = (u * g > 0).astype(u.dtype)
+        frac = {"mask-mean-local": jnp.mean, "mask-mean-psum": lambda a: psum(jnp.mean(a), "tp")}.get(
+            bug, lambda a: pmean(jnp.mean(a), "tp"))(mask)
+        u = u * mask / jnp.maximum(frac, 1e-3)
+        return w - 0.01 * (u + 0.1 * w), m, v
+    return f
+
+
+ca_g = R(16, 64)
+ca_m = (R(16, 64) * np.linspace(-0.6, 1.0, 64, dtype=np.float32)[None, :]).astype(np.float32)
+C.smap("s.cautious_adamw_mask_mean_cols.tp4", {"tp": 4}, cautious_tp, (P(None, "tp"),) * 4, (P(None, "tp"),) * 3,
+       cautious_adamw, (R(16, 64, scale=0.4), ca_g, ca_m, np.abs(R(16, 64)) + 0.1),
+       bugs=[("mask-mean-local", ["missing-all-reduce"]), ("mask-mean-psum", ["wrong-collective-op"])])
+
+# ===========================================================================
+# GSPMD pairs: jax.jit with in / out shardings (correct programs).
+def wsc(mesh, a, *spec):
+    return lax.with_sharding_constraint(a, NamedSharding(make_mesh(mesh), P(*spec)))
+
+
+# 23. a Muon step on a weight over fsdp x tp: the Newton-Schulz iterate and
+#     the Gram matrix constrained (X over both axes, A = X X^T replicated).
+M2 = {"fsdp": 2, "tp": 4}
+
+
+def muon_wsc_step(w, g, mom):
+    a, b, c = NS_ABC
+    mom = MU_BETA * mom + g
+    x = g + MU_BETA * mom
+    x = x / (jnp.linalg.norm(x) + 1e-7)
+    for _ in range(5):
+        x = wsc(M2, x, "fsdp", "tp")
+        A = wsc(M2, x @ x.T, None, None)
+        x = a * x + (b * A + c * A @ A) @ x
+    return w - MU_LR * (x + MU_WD * w), mom
+
+
+C.gspmd("g.muon_ns_constrained_fsdp_tp.fsdp2xtp4", M2, (P("fsdp", "tp"),) * 3, (P("fsdp", "tp"),) * 2,
+        muon_wsc_step, (R(32, 64, scale=0.3), R(32, 64), R(32, 64, scale=0.5)))
+
+# 24. Shampoo on both weights of a tanh MLP in a training step (weights over
+#     tp, batch over dp): factors accumulated, inverse 4th roots by eigh,
+#     the direction grafted to the layer's SGD norm.
+sh_layers = ("w1", "w2")
+
+
+def shampoo_mlp_step(p, ls, rs, x, y):
+    g = jax.grad(lambda p: mse(jnp.tanh(x @ p["w1"]) @ p["w2"], y))(p)
+    new_p, new_l, new_r = {}, {}, {}
+    for k in sh_layers:
+        l = ls[k] + g[k] @ g[k].T
+        r = rs[k] + g[k].T @ g[k]
+        d = sym_inv_root(l, 4, SH_EPS) @ g[k] @ sym_inv_root(r, 4, SH_EPS)
+        d = d * jnp.linalg.norm(g[k]) / jnp.linalg.norm(d)
+        new_p[k], new_l[k], new_r[k] = p[k] - 0.5 * d, l, r
+    return new_p, new_l, new_r
+
+
+sm_ps = {"w1": P(None, "tp"), "w2": P("tp")}
+C.gspmd("g.shampoo_eigh_sgd_graft_mlp_step.dp2xtp4", {"dp": 2, "tp": 4},
+        (sm_ps, {"w1": P(), "w2": P()}, {"w1": P(), "w2": P()}, P("dp"), P("dp")),
+        (sm_ps, {"w1": P(), "w2": P()}, {"w1": P(), "w2": P()}), shampoo_mlp_step,
+        ({"w1": R(16, 32, scale=0.4), "w2": R(32, 8, scale=0.3)}, {"w1": spd(16), "w2": spd(32)},
+         {"w1": spd(32), "w2": spd(8)}, R(16, 16), R(16, 8)))
+
+# 25. the SOAP step of 7. under GSPMD, the weight, gradient and moments over
+#     tp by columns, the factors and bases replicated.
+C.gspmd("g.soap_step_cols.tp4", {"tp": 4}, (P(None, "tp"),) * 4 + (P(),) * 4, (P(None, "tp"),) * 3 + (P(),) * 4,
+        soap_step, so_args)
+
+# 26. the K-FAC step of 8. with the batch over dp and the hidden units over
+#     tp (W1 by columns, W2 by rows, the factors replicated).
+C.gspmd("g.kfac_mlp_step_hidden_tp.dp4xtp2", {"dp": 4, "tp": 2},
+        (P(None, "tp"), P("tp")) + (P(),) * 4 + (P("dp"), P("dp")), (P(None, "tp"), P("tp")) + (P(),) * 4,
+        kfac_step, kf_args)
+
+# 27. optax.lamb with a weight-decay mask (matrices only) in a training step
+#     of the gain-scaled MLP of 12. on fsdp x tp, batch over fsdp.
+lamb_opt = optax.lamb(0.01, weight_decay=0.01, mask=lambda p: jax.tree.map(lambda a: a.ndim == 2, p))
+
+
+def optax_lamb_step(p, st, x, y):
+    lv, g = jax.value_and_grad(lambda p: mse(clip_mlp(p, x), y))(p)
+    u, st = lamb_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+ol_ps = {"w1": P("fsdp", "tp"), "b1": P("tp"), "w2": P("tp", "fsdp"), "gain": P()}
+ol_st = np_tree(lamb_opt.init(cl_p))
+C.gspmd("g.optax_lamb_masked_mlp_step.fsdp2xtp4", M2, (ol_ps, state_specs(ol_st, ol_ps), P("fsdp"), P("fsdp")),
+        (ol_ps, state_specs(ol_st, ol_ps), P()), optax_lamb_step, (cl_p, ol_st, R(16, 16), R(16, 16)))
+
+# 28. the Hessian-free step of 15. (ravel_pytree, jvp / vjp, CG in a
+#     fori_loop) with the batch over dp and the hidden units over tp.
+C.gspmd("g.hessian_free_cg_hidden_tp.dp4xtp2", {"dp": 4, "tp": 2},
+        ({"w1": P(None, "tp"), "b1": P("tp"), "w2": P("tp")}, P("dp"), P("dp")),
+        {"w1": P(None, "tp"), "b1": P("tp"), "w2": P("tp")}, hf_step, (hf_p, R(32, 8), R(32, 4)))
+
+# 29. three iterations of optax.lbfgs (zoom line search, value and gradient
+#     reused from the state) on an l2-regularised logistic regression whose
+#     features are over fsdp.
+lbfgs_opt = optax.lbfgs(memory_size=4)
+
+
+def logreg(w, x, t):
+    z = x @ w
+    return jnp.mean(jax.nn.softplus(z) - t * z) + 0.01 * jnp.sum(w * w)
+
+
+def lbfgs_iters(w, x, t):
+    f = lambda w: logreg(w, x, t)
+    vg = optax.value_and_grad_from_state(f)
+    st = lbfgs_opt.init(w)
+    for _ in range(3):
+        v, g = vg(w, state=st)
+        u, st = lbfgs_opt.update(g, st, w, value=v, grad=g, value_fn=f)
+        w = optax.apply_updates(w, u)
+    return w, f(w)
+
+
+C.gspmd("g.optax_lbfgs_zoom_logreg_features.fsdp4", {"fsdp": 4}, (P("fsdp"), P(None, "fsdp"), P()), (P("fsdp"), P()),
+        lbfgs_iters, (R(32, scale=0.1), R(24, 32), (R(24) > 0).astype(np.float32)))
+
+# 30. optax.contrib.prodigy (its distance estimate from inner products over
+#     all parameters) in a training step of the Megatron MLP of 13.
+prod_opt = optax.contrib.prodigy(1.0)
+
+
+def prodigy_step(p, st, x, y):
+    lv, g = jax.value_and_grad(lambda p: mse(sam_mlp(p, x), y))(p)
+    u, st = prod_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+pr_p = {"w1": R(16, 32, scale=0.4), "w2": R(32, 8, scale=0.3), "b2": R(8, scale=0.5)}
+pr_st = np_tree(prod_opt.init(pr_p))
+C.gspmd("g.optax_prodigy_megatron_mlp_step.dp2xtp4", {"dp": 2, "tp": 4},
+        (sam_ps, state_specs(pr_st, sam_ps), P("dp"), P("dp")), (sam_ps, state_specs(pr_st, sam_ps), P()),
+        prodigy_step, (pr_p, pr_st, R(16, 16), R(16, 8)))
+
+# 31. the SAM step of 13. under GSPMD.
+C.gspmd("g.sam_step_megatron_mlp.dp2xtp4", {"dp": 2, "tp": 4}, (sam_ps, P("dp"), P("dp")), sam_ps, sam_step,
+        (pr_p, R(16, 16), R(16, 8)))
+
+# 32. the Sophia-H step of 16. (jvp of grad) under GSPMD.
+C.gspmd("g.sophia_jvp_grad_step.dp2xtp4", {"dp": 2, "tp": 4}, (sp_ps,) * 4 + (P("dp"), P("dp")), (sp_ps,) * 3,
+        sophia_step, (sp_p, sp_z, sp_m, sp_h, R(16, 16), R(16, 8)))
+
+# 33. Adafactor of 11. with the weight's rows over fsdp and columns over tp.
+C.gspmd("g.adafactor_factored_2d.fsdp2xtp4", M2, (P("fsdp", "tp"), P("fsdp", "tp"), P("fsdp"), P("tp")),
+        (P("fsdp", "tp"), P("fsdp"), P("tp")), adafactor,
+        (R(32, 64, scale=0.5), R(32, 64) * np.linspace(0.2, 3.0, 32, dtype=np.float32)[:, None],
+         np.abs(R(32)) + 0.1, np.abs(R(64)) + 0.1))
+
+# 34. cautious AdamW of 22. with the weight over fsdp x tp.
+C.gspmd("g.cautious_adamw_2d.fsdp2xtp4", M2, (P("fsdp", "tp"),) * 4, (P("fsdp", "tp"),) * 3, cautious_adamw,
+        (R(32, 64, scale=0.4), R(32, 64), R(32, 64) * np.linspace(-0.6, 1.0, 64, dtype=np.float32)[None, :],
+         np.abs(R(32, 64)) + 0.1))
 
 C.finish()
