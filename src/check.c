@@ -823,6 +823,14 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     } else if (r->nfindings > 0) {
         verdict = VERDICT_MISMATCH;
         r->findings[0].witness = w.ran;
+        if (o->witness && !w.ran && w.why[0]) {
+            /* decided by the rules alone: said, with why execution could not check it */
+            char *m = r->findings[0].message;
+            size_t n = strlen(m) + strlen(w.why) + 48;
+            r->findings[0].message = xmalloc(n);
+            snprintf(r->findings[0].message, n, "%s (not checked by execution: %s)", m, w.why);
+            free(m);
+        }
     } else if (proved && w.ran && w.differs) {
         /* The transfer functions related every output to the baseline's and
          * execution disagrees: the rules or the interpreter are wrong about

@@ -1358,6 +1358,16 @@ static int64_t stated_devices(const hlo_module *m) {
     return best + 1 > 0 ? best + 1 : 0;
 }
 
+bool instr_is_zero_literal(const hlo_comp *comp, const hlo_instr *x) {
+    while ((x->op == OP_BROADCAST || x->op == OP_RESHAPE || x->op == OP_CONVERT || x->op == OP_COPY) && x->noperands == 1)
+        x = &comp->instrs[x->operands[0]];
+    const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
+    if (!la || la->v.lit->elided || la->v.lit->raw) return false;
+    for (int64_t k = 0; k < la->v.lit->count; k++)
+        if (la->v.lit->f ? la->v.lit->f[k] != 0 : la->v.lit->i[k] != 0) return false;
+    return true;
+}
+
 const char *instr_op_scope(const hlo_instr *in) {
     if (!in->op_name) return NULL;
     const char *s = in->op_name;

@@ -464,6 +464,10 @@ int instr_reducer(const hlo_module *m, const hlo_instr *in);
 /* The whole op_name of its metadata without the "jit(...)/" prefix GSPMD
  * modules carry; NULL when it has none. */
 const char *instr_op_scope(const hlo_instr *in);
+/* Whether x is zeros written into the program: a literal of zeros, through
+ * broadcasts, reshapes, converts and copies in comp (not a value that
+ * happens to be zero, such as a loop carry's first value). */
+bool instr_is_zero_literal(const hlo_comp *comp, const hlo_instr *x);
 
 const hlo_comp *graph_entry(const hlo_module *m);
 /* Devices the module runs on: num_partitions × replica_count from the header

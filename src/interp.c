@@ -383,7 +383,7 @@ typedef struct ctx {
     int64_t R, P, D;
     int64_t max_iterations, iterations;
     int64_t max_steps, steps;  /* element steps: see interp.h, Budgets */
-    int64_t dropped;      /* scatter updates skipped: their window out of bounds */
+    interp_stats stats;   /* index vectors used, skipped, clamped */
     strbuf *err;
     int status;
     comp_info *info;      /* per computation */
@@ -1727,12 +1727,15 @@ static interp_val *op_gather(ctx *x, const hlo_instr *in, const interp_val *a, c
             else g[ng++] = idx[d];
         }
         int64_t o = 0;
+        bool corner = true, clamped = false; /* the slice's first element: its indices counted once */
+        for (uint32_t d = 0; d < a->rank; d++) corner &= full[d] == 0;
         for (uint32_t d = 0; d < a->rank; d++) {
             int64_t start = 0;
             for (uint32_t k = 0; k < nsim; k++)
                 if (sim[k] == (int64_t)d) {
                     int64_t s = index_at(ix, ivd, g, k), hi = a->dims[d] - ss[d];
                     start = s < 0 ? 0 : s > hi ? hi : s;
+                    clamped |= start != s;
                 }
             for (uint32_t k = 0; k < nob; k++)
                 if (ob[k] == (int64_t)d) {
@@ -1742,6 +1745,8 @@ static interp_val *op_gather(ctx *x, const hlo_instr *in, const interp_val *a, c
                 }
             o += (start + full[d]) * ast[d];
         }
+        x->stats.gathered += corner;
+        x->stats.clamped += corner && clamped;
         copy_elem(r, e, a, o);
         next_idx(idx, r->dims, r->rank);
     }
@@ -1823,7 +1828,10 @@ static interp_val *op_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int
             if (start < 0 || start > a->dims[d] - wsize[d]) ok = false;
             o += (start + full[d]) * ast[d];
         }
-        x->dropped += !ok;
+        bool corner = true; /* the window's first element: one update */
+        for (uint32_t d = 0; d < a->rank; d++) corner &= full[d] == 0;
+        x->stats.scattered += corner;
+        x->stats.dropped += corner && !ok;
         if (ok) {
             cell args[2] = {get_cell(r, o), get_cell(u, e)}, res;
             int red = x->m->comps[ci].reducer;
@@ -3428,7 +3436,7 @@ static int run_entry(const hlo_module *m, const interp_config *cfg, interp_val *
     int64_t *devs = xmalloc((size_t)x.D * sizeof *devs);
     for (int64_t d = 0; d < x.D; d++) devs[d] = d;
     int st = eval_comp(&x, (uint32_t)(entry - m->comps), (uint32_t)x.D, devs, flat, out);
-    if (cfg && cfg->dropped) *cfg->dropped = x.dropped;
+    if (cfg && cfg->stats) *cfg->stats = x.stats;
     free(devs);
     free(flat);
     ctx_free(&x);

@@ -146,9 +146,16 @@ typedef struct interp_config {
     bool unrounded;                /* floats held as binary64 whatever their type (inputs
                                     * stay as given): programs that differ only in rounding,
                                     * or in where they round, compute the same */
-    int64_t *dropped;              /* when set: receives how many scatter updates the run
-                                    * skipped (their window out of bounds) */
+    struct interp_stats *stats;    /* when set: receives the run's index counts */
 } interp_config;
+
+/* Index vectors a run used, over all devices: scatter updates (one per
+ * window) and how many were skipped, their window out of bounds; gather
+ * slices and how many of their starts were clamped into bounds (a slice
+ * read elsewhere). */
+typedef struct interp_stats {
+    int64_t scattered, dropped, gathered, clamped;
+} interp_stats;
 
 /* The checks interp_run makes before running: device count (1..4096),
  * the element budget, ranks, an entry computation. INTERP_OK or a status with

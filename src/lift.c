@@ -140,8 +140,8 @@ void lf_finding(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_in
     /* A value partial only in one reading of an ambiguous reshape (another
      * leaves it sharded) decides no finding about its use. */
     if (c->partial_unsure_now) {
-        lf_unsupported(c, comp, in, "%s (with an operand partial in one reading of an ambiguous reshape only)",
-                       msg + (msg[0] == '@'));
+        lf_unsupported(c, comp, in, "%s (with an operand partial only in one reading: of an ambiguous reshape, or of "
+                       "zeros the program does not write)", msg + (msg[0] == '@'));
         return;
     }
     if (c->guessed_now) {
@@ -2385,7 +2385,10 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
             } else if (lf_is_index(&vals[in->operands[o]])) {
                 inside = false;  /* related by the index analysis, not as a term: no divergence to show */
             } else if (ops[o].kind == LV_TERM && !ops[o].konst && !(eg_class_origin(c->g, ops[o].cls) & EG_BASELINE)) {
-                if (ops[o].rearranged && !via) via = &comp->instrs[in->operands[o]];
+                /* (a loop carry's get-tuple-element, which the text form of
+                 * a current dump leaves unnamed, is never the site: its user) */
+                if (ops[o].rearranged && !via)
+                    via = comp->instrs[in->operands[o]].op == OP_GET_TUPLE_ELEMENT ? in : &comp->instrs[in->operands[o]];
                 else if (!ops[o].rearranged && !ops[o].rescaled) inside = false;
             }
         bool moves = in->op == OP_BROADCAST || in->op == OP_TRANSPOSE || in->op == OP_RESHAPE || in->op == OP_BITCAST;

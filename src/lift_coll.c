@@ -101,6 +101,10 @@ bool lf_picked_on_some_devices(lstate *s, lval *out) {
     for (uint32_t o = 1; o < 3; o++)
         if (s->ops[o].kind == LV_TERM && lf_class_is_zero(c, s->ops[o].cls) && !s->ops[o].v.partial) xo = 3 - (int)o;
     if (!xo) return false;
+    /* zeros the program does not write (a loop carry's first value: a
+     * pipeline stage's input before anything arrived) make the reading true
+     * of these values, not the program's intent: it decides no finding */
+    bool written = instr_is_zero_literal(s->comp, &s->comp->instrs[in->operands[3 - xo]]);
     int64_t nd = c->ndev;
     uint8_t *picked = xmalloc((size_t)nd);
     bool ok = true;
@@ -111,6 +115,7 @@ bool lf_picked_on_some_devices(lstate *s, lval *out) {
     }
     ok = ok && lf_picked_partial(c, picked, &s->ops[xo], in, out);
     free(picked);
+    if (ok && !written) out->partial_unsure = true;
     return ok;
 }
 

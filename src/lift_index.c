@@ -267,16 +267,6 @@ static bool pos_reshard(lift_ctx *c, eid *pos, view *pv, const view *want) {
     return true;
 }
 
-static bool is_zero_constant(const hlo_comp *comp, const hlo_instr *x) {
-    while (x->op == OP_BROADCAST || x->op == OP_RESHAPE || x->op == OP_CONVERT || x->op == OP_COPY)
-        x = &comp->instrs[x->operands[0]];
-    const hlo_attr *la = x->op == OP_CONSTANT ? instr_attr(x, A_LITERAL) : NULL;
-    if (!la || la->v.lit->elided || la->v.lit->raw) return false;
-    for (int64_t k = 0; k < la->v.lit->count; k++)
-        if (la->v.lit->f ? la->v.lit->f[k] != 0 : la->v.lit->i[k] != 0) return false;
-    return true;
-}
-
 /* The 1-D iota under class x through reshapes, when x has one non-unit dim
  * and the iota runs along it: that dim and the iota's length. */
 static bool iota_run(lift_ctx *c, eid x, uint32_t *dim, int64_t *len) {
@@ -818,10 +808,11 @@ void lf_pick_forms(lstate *s, const lval *v) {
             pick_note(c, &p);
             return;
         }
-        return;
+        /* (else the class itself may be a one-hot product, the factor beside it) */
     }
     if (in->op == OP_MULTIPLY) {
-        /* convert(t == iota) · broadcast(x) along j: a put */
+        /* convert(t == iota) · broadcast(x) along j: a put (the class; a
+         * factor carried beside it is the sum's to place: lf_scale_plan) */
         for (uint32_t j = 0; j < in->shape.rank; j++) {
             eid pos, other, x;
             if (!onehot_product(c, v->cls, j, &pos, &other)) continue;
@@ -1207,7 +1198,7 @@ static bool masked_term(lstate *s, lval *out) {
     for (uint32_t k = 0; k < 2; k++) {
         const lval *x = &s->ops[1 + k];
         if (x->kind != LV_TERM || x->v.partial || x->assumed || x->cls == EID_NONE || lf_scale_of(x) != 1 ||
-            !is_zero_constant(s->comp, &s->comp->instrs[in->operands[2 - k]]))
+            !instr_is_zero_literal(s->comp, &s->comp->instrs[in->operands[2 - k]]))
             continue;
         lval m = {.kind = LV_MASK, .v = pr->v, .pos = pr->pos, .hit = x->cls, .src = pr->src};
         if (!lf_same_sharding(&m.v, &x->v) && !pos_reshard(c, &m.pos, &m.v, &x->v)) return false;
@@ -1780,7 +1771,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
                     tags[k] = x->pw;
                 } else if (x->kind == LV_TERM) {
                     tags[k] = pw_alloc(c);
-                    int tag = is_zero_constant(s->comp, &s->comp->instrs[in->operands[1 + k]]) ? TAG_ZERO : TAG_JUNK;
+                    int tag = instr_is_zero_literal(s->comp, &s->comp->instrs[in->operands[1 + k]]) ? TAG_ZERO : TAG_JUNK;
                     for (int64_t d = 0; d < c->ndev; d++) pw_const(&tags[k][d], tag);
                 } else {
                     return false;

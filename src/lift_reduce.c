@@ -159,7 +159,13 @@ lval lf_lift_dot(lstate *s) {
             if (!skip) v.dims[out++] = x->v.dims[d];
         }
     }
-    if (partial & view_axes_used(&(view){.rank = v.rank, .dims = {{0}}})) return unknown();
+    if (partial & view_sharded_axes(&v)) {
+        /* A sum over devices that each hold another block: no view (a
+         * pipeline stage's input on one device times the stages' weights). */
+        lf_unsupported(c, s->comp, in, "%s would be partial over an axis one of its dimensions is also sharded over: "
+                       "not related yet", in->name);
+        return unknown();
+    }
     return summed_term(s, v, partial);
 }
 

@@ -410,6 +410,7 @@ static bool spread_constant(lift_ctx *c, const lval *x, double f, double *k, eid
     if (n == EID_NONE || f < 0) return false;
     lval ops[2] = {{.kind = LV_TERM, .cls = ch[0]}, {.kind = LV_TERM, .cls = ch[2]}};
     if (!zeros(c, &ops[0]) || !uniform_value(c, &ops[1], k)) return false;
+    *k *= lf_scale_of(x); /* a factor carried beside the scatter is the constant's too */
     *scatter = n;
     return true;
 }

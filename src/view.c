@@ -96,12 +96,14 @@ bool view_equal(const view *a, const view *b) {
     return true;
 }
 
-uint32_t view_axes_used(const view *v) {
-    uint32_t used = v->partial;
+uint32_t view_sharded_axes(const view *v) {
+    uint32_t used = 0;
     for (uint32_t d = 0; d < v->rank && d < VIEW_MAX_RANK; d++)
         for (uint32_t k = 0; k < v->dims[d].naxes && k < MESH_MAX_AXES; k++) used |= 1u << v->dims[d].axes[k];
     return used;
 }
+
+uint32_t view_axes_used(const view *v) { return v->partial | view_sharded_axes(v); }
 
 int64_t view_dim_parts(const view *v, const mesh *m, uint32_t d) {
     if (d >= v->rank || d >= VIEW_MAX_RANK) return 1;

@@ -74,6 +74,8 @@ bool view_equal(const view *a, const view *b);
 void view_drop_unit_axes(view *v, const mesh *m);
 /* Mesh axes used by the view (sharding or partial) as a bitmask. */
 uint32_t view_axes_used(const view *v);
+/* Mesh axes its dims are sharded over (not the partial ones) as a bitmask. */
+uint32_t view_sharded_axes(const view *v);
 /* Number of blocks dimension d is cut into (1 when d >= rank, -1 when an axis
  * is not in m). */
 int64_t view_dim_parts(const view *v, const mesh *m, uint32_t d);

@@ -22,6 +22,76 @@ static void block_offsets(const view *v, const mesh *m, const int64_t *gdims, ui
     }
 }
 
+/* The range integer parameter k of the baseline indexes: the least extent
+ * along which a value computed from k alone (through layout ops, converts,
+ * wrap-around selects and arithmetic with constants) picks rows — a gather's
+ * or scatter's indexed dim, a dynamic-slice's starts, the iota a one-hot
+ * compares it with; 0 when it indexes nothing. The entry computation only. */
+static int64_t index_range(const hlo_module *base, uint32_t k) {
+    const hlo_comp *c = graph_entry(base);
+    if (!c || k >= c->nparams) return 0;
+    int *src = xmalloc((size_t)(c->ninstrs ? c->ninstrs : 1) * sizeof *src); /* -1: other data, 0: k, 1: constant */
+    int64_t range = 0;
+    for (uint32_t i = 0; i < c->ninstrs; i++) {
+        const hlo_instr *in = &c->instrs[i];
+        int from = -1;
+        switch (in->op) {
+        case OP_PARAMETER: from = i == c->params[k] ? 0 : -1; break;
+        case OP_CONSTANT: case OP_IOTA: from = 1; break;
+        case OP_CONVERT: case OP_RESHAPE: case OP_BROADCAST: case OP_SLICE: case OP_COPY: case OP_BITCAST:
+        case OP_TRANSPOSE: case OP_CONCATENATE: case OP_ADD: case OP_SUBTRACT: case OP_MULTIPLY: case OP_SELECT:
+        case OP_CLAMP: case OP_MINIMUM: case OP_MAXIMUM: case OP_COMPARE: case OP_REMAINDER: case OP_NEGATE:
+            from = 1;
+            for (uint32_t o = 0; o < in->noperands; o++) {
+                int f = src[in->operands[o]];
+                if (f < 0) from = -1;
+                else if (f == 0 && from == 1) from = 0;
+            }
+            break;
+        default: break;
+        }
+        src[i] = from;
+        /* uses as indices */
+        int64_t r = 0;
+        uint32_t n;
+        const hlo_instr *a = in->noperands ? &c->instrs[in->operands[0]] : NULL;
+        if ((in->op == OP_GATHER || in->op == OP_SCATTER) && in->noperands >= 2 && src[in->operands[1]] == 0) {
+            const int64_t *m = instr_ints(in, in->op == OP_GATHER ? A_START_INDEX_MAP : A_SCATTER_DIMS_TO_OPERAND_DIMS, &n);
+            for (uint32_t q = 0; q < n; q++)
+                if (m[q] >= 0 && m[q] < a->shape.rank && (r == 0 || a->shape.dims[m[q]] < r)) r = a->shape.dims[m[q]];
+        } else if (in->op == OP_DYNAMIC_SLICE && in->noperands == 1 + a->shape.rank) {
+            for (uint32_t q = 0; q < a->shape.rank; q++)
+                if (src[in->operands[1 + q]] == 0) {
+                    int64_t e = a->shape.dims[q] - in->shape.dims[q] + 1;
+                    if (r == 0 || e < r) r = e;
+                }
+        } else if (in->op == OP_COMPARE && in->noperands == 2) {
+            for (uint32_t o = 0; o < 2; o++) {
+                const hlo_instr *t = &c->instrs[in->operands[1 - o]];
+                while ((t->op == OP_BROADCAST || t->op == OP_RESHAPE || t->op == OP_CONVERT) && t->noperands == 1)
+                    t = &c->instrs[t->operands[0]];
+                if (src[in->operands[o]] == 0 && t->op == OP_IOTA) {
+                    int64_t id = instr_int(t, A_IOTA_DIMENSION, 0);
+                    if (id >= 0 && id < t->shape.rank) r = t->shape.dims[id];
+                }
+            }
+        }
+        if (r > 0 && (range == 0 || r < range)) range = r;
+    }
+    free(src);
+    return range;
+}
+
+/* Whether parameter k of module m's entry is read by some instruction. */
+static bool param_read(const hlo_module *m, uint32_t k) {
+    const hlo_comp *c = graph_entry(m);
+    if (!c || k >= c->nparams) return false;
+    for (uint32_t i = 0; i < c->ninstrs; i++)
+        for (uint32_t o = 0; o < c->instrs[i].noperands; o++)
+            if (c->instrs[i].operands[o] == c->params[k]) return true;
+    return false;
+}
+
 /* Tolerances relative to the output's scale (its largest magnitude):
  * summation order differs between the programs, so errors grow with the
  * values, not per element. Beyond the loose one the outputs differ (bugs in
@@ -77,19 +147,44 @@ static void compare(witness *w, const interp_val *want, const interp_val *got) {
 
 /* One run on inputs drawn with seed, floats times input_scale (negative:
  * their magnitudes times its magnitude) plus shift; adds to w. */
-enum { INTS_RANDOM, INTS_OFF_ZERO };
+enum { INTS_RANDOM, INTS_OFF_ZERO, INTS_OWNED };
 
-/* Integer inputs: random ones below int_below (INTS_RANDOM), or kept off 0
- * (a length, a count, a divisor: INTS_OFF_ZERO). */
+/* Integer input v (global dims) under view iv with the values of each block
+ * in that block's share of [0, range): block b of P (the blocks of every
+ * sharded dim, in mixed radix) in [b·range/P, (b+1)·range/P) — entries on
+ * the device that owns the rows they index. False (v unchanged) when a block
+ * would get no values. */
+static bool fill_owned(interp_val *v, const view *iv, const mesh *m, int64_t range) {
+    int64_t parts[INTERP_MAX_RANK], total = 1;
+    for (uint32_t k = 0; k < v->rank; k++) total *= parts[k] = view_dim_parts(iv, m, k);
+    if (total < 2 || range < total) return false;
+    int64_t at[INTERP_MAX_RANK] = {0};
+    for (int64_t e = 0; e < v->n; e++) {
+        int64_t b = 0;
+        for (uint32_t k = 0; k < v->rank; k++) b = b * parts[k] + at[k] / (v->dims[k] / parts[k]);
+        int64_t lo = b * range / total, hi = (b + 1) * range / total;
+        v->i[e] = lo + llabs(v->i[e]) % (hi - lo);
+        for (uint32_t k = v->rank; k-- > 0;) {
+            if (++at[k] < v->dims[k]) break;
+            at[k] = 0;
+        }
+    }
+    return true;
+}
+
+/* Integer inputs: random ones below int_below (INTS_RANDOM), kept off 0
+ * (a length, a count, a divisor: INTS_OFF_ZERO), or those split over the
+ * devices drawn within their owners' share of the range they index
+ * (INTS_OWNED: parameter k where ranges[k] > 0; the others random). */
 static void run_once(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed,
-                     double input_scale, double shift, int64_t int_below, int ints, witness *w) {
+                     double input_scale, double shift, int64_t int_below, int ints, const int64_t *ranges, witness *w) {
     const hlo_comp *be = graph_entry(base);
     int64_t ndev = mesh_devices(&rel->mesh);
-    int64_t bdrop = 0, ddrop = 0;
+    interp_stats bs = {0}, ds = {0};
     interp_config cb = {.replicas = 1, .partitions = 1, .max_elements = WITNESS_MAX_ELEMENTS, .max_steps = WITNESS_MAX_STEPS,
-                        .unrounded = true, .dropped = &bdrop};
+                        .unrounded = true, .stats = &bs};
     interp_config cd = {.replicas = 1, .partitions = ndev, .max_elements = WITNESS_MAX_ELEMENTS, .max_steps = WITNESS_MAX_STEPS,
-                        .unrounded = true, .dropped = &ddrop};
+                        .unrounded = true, .stats = &ds};
     strbuf err;
     sb_init(&err);
     if (interp_check(base, &cb, &err) != INTERP_OK || interp_check(dist, &cd, &err) != INTERP_OK) {
@@ -116,8 +211,10 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
         for (int64_t e = 0; global[k]->f && e < global[k]->n; e++)
             global[k]->f[e] = (input_scale < 0 ? fabs(global[k]->f[e] * input_scale) : global[k]->f[e] * input_scale) + shift;
         int64_t below = int_below > 1 ? int_below : 16;
-        for (int64_t e = 0; global[k]->i && global[k]->dtype != DT_PRED && e < global[k]->n; e++) {
-            if (ints == INTS_RANDOM && int_below > 0) global[k]->i[e] %= int_below;
+        bool owned = ints == INTS_OWNED && global[k]->i && global[k]->dtype != DT_PRED && ranges && ranges[k] > 0 &&
+                     fill_owned(global[k], &rel->inputs[k], &rel->mesh, ranges[k]);
+        for (int64_t e = 0; !owned && global[k]->i && global[k]->dtype != DT_PRED && e < global[k]->n; e++) {
+            if (ints != INTS_OFF_ZERO && int_below > 0) global[k]->i[e] %= int_below;
             else if (ints == INTS_OFF_ZERO) global[k]->i[e] = 1 + llabs(global[k]->i[e]) % (below - 1);
         }
         has_ints |= global[k]->i && global[k]->dtype != DT_PRED;
@@ -149,10 +246,13 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
     }
     if (ok) {
         w->runs++;
-        /* updates the distributed program drops beyond the baseline's,
-         * which drops some itself (indices out of its range: random
-         * integers outside what the programs are written for) */
-        w->dropped_more |= bdrop > 0 && ddrop > bdrop;
+        /* Updates and reads that fall out of bounds on every device (all
+         * devices together apply fewer updates, or read fewer slices in
+         * bounds, than the baseline; a device's share skipped by design is
+         * another device's to apply): integers without the structure the
+         * distributed program is written for */
+        w->out_of_bounds_more |= (ds.dropped > 0 && ds.scattered - ds.dropped < bs.scattered - bs.dropped) ||
+                                 (ds.clamped > 0 && ds.gathered - ds.clamped < bs.gathered - bs.clamped);
         uint32_t nouts = bout->dtype == DT_TUPLE ? bout->nelems : 1;
         for (uint32_t o = 0; o < nouts; o++) {
             const interp_val *want = bout->dtype == DT_TUPLE ? bout->elems[o] : bout;
@@ -208,28 +308,64 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
     /* Inputs in [-1, 1), then small ones (a power of two, exact): what is
      * negligible beside values of one (an epsilon, a normalisation) shows. */
     if (int_below >= 16) int_below = 0;  /* the default range, [0, 16), is within */
-    run_once(base, dist, rel, seed, 1, 0, int_below, INTS_RANDOM, w);
-    if (w->runs == 1 && !w->differs) run_once(base, dist, rel, seed + 1, 0x1p-6, 0, int_below, INTS_RANDOM, w);
-    if (w->runs == 2 && !w->differs && w->nan_seen) run_once(base, dist, rel, seed + 2, -1, 0, int_below, INTS_RANDOM, w);
+    run_once(base, dist, rel, seed, 1, 0, int_below, INTS_RANDOM, NULL, w);
+    if (w->runs == 1 && !w->differs) run_once(base, dist, rel, seed + 1, 0x1p-6, 0, int_below, INTS_RANDOM, NULL, w);
+    if (w->runs == 2 && !w->differs && w->nan_seen) run_once(base, dist, rel, seed + 2, -1, 0, int_below, INTS_RANDOM, NULL, w);
     /* Beyond rounding but under the tolerance: inputs in [0, 2), whose means
      * and sums are far from zero (a mean of logits, a sum of centred inputs,
      * that inputs around zero leave near zero and a wrong factor on it with it) */
-    if (w->runs >= 2 && !w->differs && w->over_tight) run_once(base, dist, rel, seed + 3, 1, 1, int_below, INTS_RANDOM, w);
-    if (w->differs && w->sharded_ints && w->dropped_more) {
-        /* random integers out of range for the baseline itself, and more
-         * scatter updates dropped by the distributed program: the inputs
-         * put entries on devices that do not own them */
-        w->differs = false;
-        w->int_domain = true;
-        snprintf(w->why, sizeof w->why, "the outputs differ on random integer inputs that are out of range for the "
-                 "baseline's scatters too, and for which the distributed program drops more updates: the inputs put "
-                 "entries on devices that do not own them, which the program may never receive");
+    if (w->runs >= 2 && !w->differs && w->over_tight) run_once(base, dist, rel, seed + 3, 1, 1, int_below, INTS_RANDOM, NULL, w);
+    /* Integer inputs the distributed program reads and the baseline does not
+     * (send lists, positions in a halo buffer: index maps precomputed from
+     * the other inputs, which random draws do not make consistent with them) */
+    const hlo_comp *be = graph_entry(base);
+    for (uint32_t k = 0; w->differs && k < be->nparams; k++)
+        if (dtype_is_int(be->instrs[be->params[k]].shape.dtype) && !param_read(base, k) && param_read(dist, k)) {
+            w->differs = false;
+            w->int_domain = true;
+            snprintf(w->why, sizeof w->why, "the outputs differ on random inputs, and the distributed program reads "
+                     "integer input %u, which the baseline does not: an index map precomputed from the other inputs, "
+                     "which random draws do not keep consistent with them", k);
+            break;
+        }
+    if (w->differs && w->sharded_ints && w->out_of_bounds_more) {
+        /* Once more with the integers split over the devices drawn within
+         * their owners' rows — all of them, then each alone (edges owned by
+         * their source, destinations anywhere): a difference there, without
+         * more out-of-bounds reads, decides (a missing sum); else nothing. */
+        uint32_t np = be->nparams, nowned = 0;
+        int64_t *ranges = xcalloc(np + 1, sizeof *ranges), *one = xcalloc(np + 1, sizeof *one);
+        for (uint32_t k = 0; k < np && k < rel->ninputs; k++)
+            if (!view_is_dup(&rel->inputs[k]) && dtype_is_int(be->instrs[be->params[k]].shape.dtype))
+                nowned += (ranges[k] = index_range(base, k)) > 0;
+        bool decided = false;
+        for (uint32_t k = 0; nowned && k <= np && !decided; k++) {
+            if (k < np && (ranges[k] == 0 || nowned == 1)) continue;
+            const int64_t *own = ranges;
+            if (k < np) { /* parameter k alone */
+                memset(one, 0, (np + 1) * sizeof *one);
+                one[k] = ranges[k];
+                own = one;
+            }
+            w->differs = w->out_of_bounds_more = false;
+            run_once(base, dist, rel, seed + 5 + k, 1, 0, int_below, INTS_OWNED, own, w);
+            decided = w->differs && !w->out_of_bounds_more;
+        }
+        free(ranges);
+        free(one);
+        if (!decided) {
+            w->differs = false;
+            w->int_domain = true;
+            snprintf(w->why, sizeof w->why, "the outputs differ on random integers on which the distributed program "
+                     "indexes out of bounds more than the baseline: inputs without the structure it is written for "
+                     "(entries on their owner), or a wrong offset");
+        }
     }
     /* Differences only beside inf or NaN: integers off 0 once more; a
      * difference of finite values there decides, anything else does not. */
     if (w->runs >= 1 && !w->differs && w->nonfinite && !w->int_domain) {
         w->nonfinite = false;
-        run_once(base, dist, rel, seed + 4, 1, 0, int_below, INTS_OFF_ZERO, w);
+        run_once(base, dist, rel, seed + 4, 1, 0, int_below, INTS_OFF_ZERO, NULL, w);
         /* the same beside inf or NaN off 0 too: a difference in the domain */
         if (w->nonfinite) w->differs = true;
         w->nonfinite_only = !w->differs;

@@ -36,10 +36,19 @@
  * a count of zero): a run with integers drawn from [1, 16) then takes seed
  * + 4, and a difference there (of finite values, or beside inf or NaN
  * again) decides. Nor does a difference with integer inputs split over the
- * devices decide where the baseline itself skipped out-of-bounds scatter
- * updates (random integers out of its range) and the distributed program
- * more (entries the inputs put on a device that does not own them: a CSR
- * matrix split by nonzeros whose rows cross a device's block).
+ * devices decide where the distributed program, all devices together,
+ * indexed in bounds less often than the baseline on those inputs — applied
+ * fewer scatter updates, or read fewer gather slices without clamping (a
+ * device skipping the entries another device owns, by design, loses none of
+ * them): random integers need not have the structure
+ * a distributed program is written for (edges split by their source's owner,
+ * buckets by the destination's, a CSR matrix split by nonzeros whose rows
+ * stay in a device's block), and where they lack it the program reads and
+ * writes outside its blocks. A wrong offset does the same, so one more run
+ * (seed + 5) draws each block of an integer input split over the devices
+ * within that block's share of the range the baseline indexes with it (its
+ * entries on their owner): a difference there, without more out-of-bounds
+ * reads, decides; anything else is left to the rules.
  * Agreement is evidence, never a proof. max_rel is relative to that scale.
  */
 #ifndef SCALIFY_WITNESS_H
@@ -62,10 +71,10 @@ typedef struct witness {
     bool nonfinite;           /* (while running) some difference beside inf or NaN only */
     bool int_inputs;          /* the programs take integer inputs */
     bool sharded_ints;        /* some integer input is split over devices (each holds other entries) */
-    bool dropped_more;        /* a run where the baseline skipped out-of-bounds scatter updates and the
-                               * distributed program (all devices) more */
-    bool int_domain;          /* they differed where the distributed program dropped more scatter updates
-                               * than the baseline (dropped_more): neither differs nor agrees */
+    bool out_of_bounds_more;  /* a run where the distributed program (all devices) applied fewer scatter updates,
+                               * or read fewer gather slices unclamped, than the baseline */
+    bool int_domain;          /* they differed with sharded_ints where out_of_bounds_more, also with the
+                               * integers on their owners: neither differs nor agrees */
     bool nonfinite_only;      /* outputs differed only where one program gave inf or NaN and the other a finite
                                * value (an empty softmax, a zero count: inputs outside the programs' domain),
                                * and agree on inputs whose integers avoid 0: neither differs nor agrees */

@@ -1233,4 +1233,15 @@ C.gspmd("g.gin_bf16_messages_edges_sp.sp4", {"sp": 4}, (P(), P("sp"), P(), P(), 
                    I(0, BM_N, BM_E)))
 
 # ---------------------------------------------------------------------------
+MISS_OFFSET = ("a wrong offset into a device's rows: on random integer inputs, and on inputs drawn within each device's own rows, the distributed program indexes out of bounds, as correct programs of this kind do on random inputs without their structure, so execution decides nothing; the rules do not relate the index arithmetic yet")
+C.known_miss("s.gat_edges_by_source_pmax_scatter.sp4.bug.src-no-offset", MISS_OFFSET)
+C.known_miss("s.gcn_halo_send_lists_allgather_sgd.sp4.bug.send-no-offset", MISS_OFFSET)
+C.known_miss("s.mp_dst_buckets_all_to_all.sp4.bug.dst-no-offset", MISS_OFFSET)
+MISS_STRUCT = ("the program needs integer inputs with a structure random draws lack (halo send lists, edges within distance two, a graph's own dangling nodes): on random inputs, and on inputs drawn within each device's own rows, it indexes out of bounds, so execution decides nothing; the rules do not relate the index arithmetic yet")
+C.known_miss("s.gcn_halo_send_lists_allgather_sgd.sp4.bug.loss-psum-not-pmean", MISS_STRUCT)
+C.known_miss("s.ppr_pull_allgather_fori_dangling.sp4.bug.dangling-not-reduced", MISS_STRUCT)
+C.known_miss("s.sage_ring_lattice_halo_ppermute.sp4.bug.halo-directions-swapped", MISS_STRUCT)
+C.known_miss("s.sage_ring_lattice_halo_ppermute.sp4.bug.halo-not-cyclic", MISS_STRUCT)
+MISS_BF16 = ("a difference of bf16 rounding only: execution runs every type unrounded, and the rules do not relate the scatter-add of messages")
+C.known_miss("s.gin_bf16_messages_f32_psum.sp4.bug.psum-in-bf16", MISS_BF16)
 C.finish()

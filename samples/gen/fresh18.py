@@ -1219,4 +1219,6 @@ def bf16_stage(w, b, h):
 C.gspmd("g.praxis_pipeline_bf16_state.pp4", PPM, (P("pp"), P("pp"), P()), P(),
         lambda w, b, x: praxis_forward(w, b, x, 8, bf16_stage), (gw, gb, R(32, D).astype(jnp.bfloat16)))
 
+MISS_BF16 = ("a difference of bf16 rounding only (a loss accumulated in bf16): execution runs every type unrounded, and the rules do not relate a stage's input held on one device times the stacked weights")
+C.known_miss("s.pp_bf16_boundaries_f32_loss.pp4.bug.loss-acc-bf16", MISS_BF16)
 C.finish()

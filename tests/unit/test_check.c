@@ -1176,7 +1176,11 @@ static void scatter_cases(void) {
         int verdict; /* -1: anything but verified */
     } cases[] = {
         {"embed", "embed", "embed", "embed", NULL, NULL, NULL, VERDICT_VERIFIED},
-        {"embed, offsets of half a block", "embed", "embed", "embed", "{0, 8, 0, 8}", "{0, 4, 0, 4}", NULL, VERDICT_MISMATCH},
+        /* offsets that leave some ids in no device's block: every device
+         * skips their updates, which execution on random ids cannot tell
+         * from a correct program whose ids need a structure random draws
+         * lack (edges owned by their source); the rules do not name it yet */
+        {"embed, offsets of half a block", "embed", "embed", "embed", "{0, 8, 0, 8}", "{0, 4, 0, 4}", NULL, VERDICT_UNVERIFIED},
         {"embed, offsets along dp", "embed", "embed", "embed", "{0, 8, 0, 8}", "{0, 0, 8, 8}", NULL, VERDICT_MISMATCH},
         {"embed, max combiner", "embed", "embed", "embed", "index_vector_dim=2, to_apply=%add", "index_vector_dim=2, to_apply=%max",
          max_comp, VERDICT_MISMATCH},
@@ -1208,15 +1212,16 @@ static void scatter_cases(void) {
         {"embed, 4096 rows of ids, offsets of half a block", "embed-big", "embed-big", "embed-big", "{0, 8, 0, 8}",
          "{0, 4, 0, 4}", NULL, VERDICT_MISMATCH},
         {"take_along_axis", "along", "along", "along", NULL, NULL, NULL, VERDICT_VERIFIED},
-        {"take_along_axis, one offset wrong", "along", "along", "along", "{0, 8, 0, 8}", "{0, 8, 0, 4}", NULL, VERDICT_MISMATCH},
+        {"take_along_axis, one offset wrong (undecided: as above)", "along", "along", "along", "{0, 8, 0, 8}", "{0, 8, 0, 4}",
+         NULL, VERDICT_UNVERIFIED},
         {"columns", "embed", "fsdp", "fsdp", NULL, NULL, NULL, VERDICT_VERIFIED},
         {"columns, other rows", "embed", "fsdp", "fsdp", "%i = s32[4,2,1] reshape(%ids)",
          "%i0 = s32[4,2,1] reshape(%ids)\n  %one = s32[] constant(1)\n  %ones = s32[4,2,1] broadcast(%one), dimensions={}\n"
          "  %i = s32[4,2,1] add(%i0, %ones)",
          NULL, VERDICT_MISMATCH},
         {"element pairs", "pair", "pair", "pair", NULL, NULL, NULL, VERDICT_VERIFIED},
-        {"element pairs, both components offset", "pair", "pair", "pair", "{0, 0, 8, 0, 0, 0, 8, 0}", "{0, 8, 8, 0, 0, 8, 8, 0}",
-         NULL, VERDICT_MISMATCH},
+        {"element pairs, both components offset (undecided: as above)", "pair", "pair", "pair", "{0, 0, 8, 0, 0, 0, 8, 0}",
+         "{0, 8, 8, 0, 0, 8, 8, 0}", NULL, VERDICT_UNVERIFIED},
         {"element pairs, the column offset", "pair", "pair", "pair", "{0, 0, 8, 0, 0, 0, 8, 0}", "{0, 0, 0, 8, 0, 0, 0, 8}", NULL,
          VERDICT_MISMATCH},
         {"a table updated in place", "update", "update", "update", NULL, NULL, NULL, VERDICT_VERIFIED},
@@ -2556,8 +2561,8 @@ static void hand_written_cases(void) {
         {"halo/both", "the right halo wrapped around", "source_target_pairs={{1,0},{2,1},{3,2}}",
          "source_target_pairs={{1,0},{2,1},{3,2},{0,3}}", VERDICT_MISMATCH, false},
         {"halo/both", "halos swapped", "concatenate(%hl, %x, %hr)", "concatenate(%hr, %x, %hl)", VERDICT_MISMATCH, false},
-        /* x·(n/n) beside x: the same where n ≠ 0, NaN where a random input
-         * draws 0 (an input outside the program's domain): execution
+        /* x·(n/n) beside x + 0·n: the same where n ≠ 0, NaN where a random
+         * input draws 0 (an input outside the program's domain): execution
          * decides nothing; x + n/n differs where every value is finite */
         {"domain/ratio", "as partitioned", NULL, NULL, VERDICT_UNVERIFIED, false},
         {"domain/ratio", "added instead", "multiply(%x, %r)", "add(%x, %r)", VERDICT_MISMATCH, false},
