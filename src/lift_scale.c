@@ -300,9 +300,21 @@ static double result_factor(lstate *s) {
     const hlo_instr *in = s->in;
     const lval *ops = s->ops;
     uint32_t n = in->noperands;
+    if (in->op == OP_COMPARE && n == 2 && dtype_is_float(s->comp->instrs[in->operands[0]].shape.dtype)) {
+        /* f·a against f·b (or 0, ±inf) orders as a against b for f > 0 and
+         * is equal where they are for any f: no factor left on the result */
+        double f = common_factor(c, ops, n);
+        const char *dir = instr_str(in, A_DIRECTION);
+        bool eq = dir && (strcmp(dir, "EQ") == 0 || strcmp(dir, "NE") == 0);
+        return isfinite(f) && (f > 0 || (eq && f != 0)) ? 1 : 0;
+    }
     if (n == 0 || !dtype_is_float(in->shape.dtype) || in->shape.dtype == DT_TUPLE) return 0;
     double s0 = lf_scale_of(&ops[0]);
     switch (in->op) {
+    case OP_SQRT:
+        return n == 1 && s0 > 0 ? sqrt(s0) : 0;
+    case OP_RSQRT:
+        return n == 1 && s0 > 0 ? 1 / sqrt(s0) : 0;
     case OP_TRANSPOSE: case OP_RESHAPE: case OP_BITCAST: case OP_BROADCAST: case OP_REVERSE: case OP_SLICE:
     case OP_DYNAMIC_SLICE: case OP_ALL_GATHER: case OP_ALL_TO_ALL: case OP_COLLECTIVE_PERMUTE:
         return n == 1 || in->op == OP_DYNAMIC_SLICE ? s0 : 0;

@@ -1794,6 +1794,13 @@ static void factor_differences(void) {
          * of the step. */
         {"base-recip", "dist-recip", "relations", VERDICT_VERIFIED, NULL, NULL},
         {"base-recip", "dist-recip-wrong", "relations", VERDICT_MISMATCH, "wrong-reduction", "p"},
+        /* A trust ratio ‖w‖/‖g‖ (LAMB) whose squares are psum'd where both
+         * are replicated: each norm sqrt(4)·the baseline's, the compares
+         * with 0 and the ratio the baseline's; one norm left local is half
+         * the ratio, a difference the select of 1 keeps from the rules
+         * (found by execution). */
+        {"base-trust", "dist-trust", "relations", VERDICT_VERIFIED, NULL, NULL},
+        {"base-trust", "dist-trust-wrong", "relations", -2, NULL, NULL},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++)
         for (int w = 0; w < 2; w++) {
