@@ -146,6 +146,13 @@ void lf_unscale(lift_ctx *c, lval *x) {
         return;
     }
     bool inside = (eg_class_origin(c->g, x->cls) & EG_BASELINE) != 0;
+    if (!c->baseline_mode) {
+        /* the baseline's factor for the same term where the two differ only
+         * by the rounding of the doubles they were computed in (√2/(√2·k)
+         * against 1/k): one constant, not two a last bit apart */
+        double b = base_factor(c, x->cls);
+        if (b != 1 && s != b && fabs(s - b) <= 1e-12 * fabs(b)) s = b;
+    }
     if (c->baseline_mode) {
         /* Remembered for blame: where the distributed program puts another
          * factor into the same term, the ratio says what differs. */
