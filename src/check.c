@@ -976,6 +976,9 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     judge_segments(r, (trace_verdict)verdict, contradicted, &lc, &sr, final_run, sat_ms, t4 - t3 - sat_ms);
     if (lc.assumptions.len) r->assumptions = xstrdup(lc.assumptions.s);
     r->w.seed = w.seed, r->w.max_abs = w.max_abs, r->w.max_rel = w.max_rel;
+    r->w.outcome = !w.ran ? NULL : w.differs ? "differs" : w.agrees ? "agrees" : w.nonfinite_only || w.int_domain ? "undecided"
+                                                                                 : "between";
+    if (w.ran && (w.nonfinite_only || w.int_domain)) snprintf(r->w.note, sizeof r->w.note, "%s", w.why);
     r->verdict = verdict;
 
     sb_free(&why);

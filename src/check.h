@@ -98,6 +98,9 @@ typedef struct check_segment {
 typedef struct check_witness {
     uint64_t seed;                /* of the inputs */
     double max_abs, max_rel;      /* largest output differences */
+    const char *outcome;          /* "differs", "agrees", "undecided" (execution decides nothing), "between"
+                                   * (beyond rounding, under the tolerance); NULL: not run */
+    char note[256];               /* why execution decides nothing ("" otherwise) */
 } check_witness;
 
 typedef struct check_module {

@@ -1118,12 +1118,23 @@ static void site_panel(strbuf *b, const char *label, const trace_site *s) {
     sb_puts(b, "</code></pre></div>\n");
 }
 
-static void witness_fig(strbuf *b, const char *label, double v) {
+/* A witness figure; a non-finite one is marked bad where execution decided
+ * (not where it decides nothing: a NaN on inputs outside the domain). */
+static void witness_fig(strbuf *b, const char *label, double v, bool decided) {
     strbuf x;
     sb_init(&x);
     fmt_num(&x, v);
-    card(b, isfinite(v) ? "" : "bad", label, x.s);
+    card(b, isfinite(v) || !decided ? "" : "bad", label, x.s);
     sb_free(&x);
+}
+
+/* What execution decided, in words (the trace's witness outcome). */
+static const char *outcome_words(const char *o) {
+    if (!o) return NULL;
+    if (!strcmp(o, "differs")) return "the outputs differ beyond the tolerance of their type: a mismatch.";
+    if (!strcmp(o, "agrees")) return "the outputs agree within rounding.";
+    if (!strcmp(o, "between")) return "the outputs differ beyond rounding but under the tolerance: execution decides nothing.";
+    return "execution decides nothing";
 }
 
 static const char *kind_html(rctx *c, trace_kind k) {
@@ -1363,17 +1374,28 @@ static void page_finding(rctx *c, size_t g) {
         sb_printf(&b, " (seed %lld)", (long long)f->inputs_seed);
         sb_puts(&b, "; differences between the baseline value and the distributed value, reassembled.</p>\n"
                     "<div class=\"witness\">\n");
-        witness_fig(&b, "Max abs difference", f->max_abs);
-        witness_fig(&b, "Max rel difference", f->max_rel);
+        bool decided = !f->outcome || !strcmp(f->outcome, "differs");
+        witness_fig(&b, "Max abs difference", f->max_abs, decided);
+        witness_fig(&b, "Max rel difference", f->max_rel, decided);
         if (f->at_divergence.present) {
-            witness_fig(&b, "Abs at divergence", f->at_divergence.max_abs);
-            witness_fig(&b, "Rel at divergence", f->at_divergence.max_rel);
+            witness_fig(&b, "Abs at divergence", f->at_divergence.max_abs, decided);
+            witness_fig(&b, "Rel at divergence", f->at_divergence.max_rel, decided);
         }
         if (f->at_outputs.present) {
-            witness_fig(&b, "Abs at outputs", f->at_outputs.max_abs);
-            witness_fig(&b, "Rel at outputs", f->at_outputs.max_rel);
+            witness_fig(&b, "Abs at outputs", f->at_outputs.max_abs, decided);
+            witness_fig(&b, "Rel at outputs", f->at_outputs.max_rel, decided);
         }
         sb_puts(&b, "</div>\n");
+        if (f->outcome) {
+            sb_puts(&b, "<p class=\"outcome\"><strong>Execution:</strong> ");
+            put(&b, outcome_words(f->outcome));
+            if (f->note) {
+                sb_puts(&b, ": ");
+                put(&b, f->note);
+                sb_putc(&b, '.');
+            }
+            sb_puts(&b, "</p>\n");
+        }
     }
     reproduce(&b, t);
     sb_puts(&b, "<h2 id=\"about\">About this kind of finding</h2>\n<div class=\"explain\">");

@@ -377,6 +377,11 @@ static void read_finding(rd *r, json_t *o, const char *w, trace_finding *f) {
         f->max_rel = get_num(r, wit, sw, "max_rel", true, true);
         read_diff(r, wit, sw, "at_divergence", &f->at_divergence);
         read_diff(r, wit, sw, "at_outputs", &f->at_outputs);
+        f->outcome = get_str(r, wit, sw, "outcome", false);
+        f->note = get_str(r, wit, sw, "note", false);
+        if (f->outcome && strcmp(f->outcome, "differs") && strcmp(f->outcome, "agrees") && strcmp(f->outcome, "undecided") &&
+            strcmp(f->outcome, "between"))
+            bad(r, sw, "outcome must be one of differs, agrees, undecided, between");
     }
 }
 

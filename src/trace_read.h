@@ -119,6 +119,7 @@ typedef struct {
     trace_snippet *snippets;
     size_t n_snippets;
     bool has_witness;
+    const char *outcome, *note; /* NULL when absent */
     int64_t inputs_seed;
     double max_abs, max_rel;
     trace_diff at_divergence, at_outputs;

@@ -552,6 +552,8 @@ static json_t *witness_json(const check_result *r) {
     json_object_set_new(at, "max_abs", num(w->max_abs));
     json_object_set_new(at, "max_rel", num(w->max_rel));
     json_object_set_new(o, "at_outputs", at);
+    if (w->outcome) json_object_set_new(o, "outcome", json_string(w->outcome));
+    if (w->note[0]) json_object_set_new(o, "note", json_string(w->note));
     return o;
 }
 
