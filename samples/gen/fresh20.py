@@ -1,0 +1,546 @@
+"""samples/fresh20: DOCSTRING"""
+import sys
+import numpy as np
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec as P
+import optax
+sys.path.insert(0, "samples/gen")  # run from the repository root (run_fresh20.sh)
+from fresh_lib import Corpus, seeded, mse, np_tree, state_specs  # noqa: E402
+from scalify_jax import make_mesh  # noqa: E402
+
+SCRIPT = "samples/gen/fresh20.py"
+C = Corpus("samples/fresh20", SCRIPT, "samples/gen/run_fresh20.sh", sys.argv[1:])
+rng, R, I = seeded(2020)
+psum, pmax, pmean, idx = lax.psum, lax.pmax, lax.pmean, lax.axis_index
+M, H = 16, 32  # model dim, expert hidden dim
+
+
+def experts_dense(x, w1, w2, act=jax.nn.gelu):
+    """Every expert on every token: x (T, M), w1 (E, M, H), w2 (E, H, M) -> (T, E, M)."""
+    return jnp.einsum("teh,ehm->tem", act(jnp.einsum("tm,emh->teh", x, w1)), w2)
+
+
+def experts_slots(xe, w1, w2, act=jax.nn.gelu):
+    """Each expert on its own slots: xe (..., E, C, M) -> (..., E, C, M)."""
+    return jnp.einsum("...ech,ehm->...ecm", act(jnp.einsum("...ecm,emh->...ech", xe, w1)), w2)
+
+
+def top2_gating(logits, cap, renorm=True, second_offset=True):
+    """GShard top-2 gating of one group's tokens, logits (S, E) -> combine
+    weights (S, E, cap): the first choices take buffer positions in token
+    order, the second choices after all first choices; a token past the
+    capacity of its expert is dropped for that choice; the two gates are
+    renormalised to sum to one (before the drops, as GShard does)."""
+    E = logits.shape[-1]
+    probs = jax.nn.softmax(logits, -1)
+    m1 = jax.nn.one_hot(jnp.argmax(probs, -1), E)
+    m2 = jax.nn.one_hot(jnp.argmax(jnp.where(m1 > 0, -1.0, probs), -1), E)
+    g1, g2 = jnp.sum(probs * m1, -1), jnp.sum(probs * m2, -1)
+    if renorm:
+        g1, g2 = g1 / (g1 + g2), g2 / (g1 + g2)
+    pos1 = jnp.cumsum(m1, 0) - m1
+    m1 = m1 * (pos1 < cap)
+    pos2 = jnp.cumsum(m2, 0) - m2 + (jnp.sum(m1, 0, keepdims=True) if second_offset else 0.0)
+    m2 = m2 * (pos2 < cap)
+    s1 = jax.nn.one_hot(jnp.sum(pos1 * m1, -1).astype(jnp.int32), cap)
+    s2 = jax.nn.one_hot(jnp.sum(pos2 * m2, -1).astype(jnp.int32), cap)
+    return (g1[:, None, None] * m1[:, :, None] * s1[:, None, :] +
+            g2[:, None, None] * m2[:, :, None] * s2[:, None, :])
+
+
+def top1_gating(logits, cap):
+    """Switch top-1 gating of one group, logits (S, E) -> combine (S, E, cap),
+    positions in token order, tokens past capacity dropped."""
+    E = logits.shape[-1]
+    probs = jax.nn.softmax(logits, -1)
+    oh = jax.nn.one_hot(jnp.argmax(probs, -1), E)
+    pos = jnp.cumsum(oh, 0) - oh
+    oh = oh * (pos < cap)
+    slot = jax.nn.one_hot(jnp.sum(pos * oh, -1).astype(jnp.int32), cap)
+    return jnp.max(probs, -1)[:, None, None] * oh[:, :, None] * slot[:, None, :]
+
+
+def moe_groups(xg, wg, w1, w2, gating):
+    """A grouped MoE layer (GShard / Switch): xg (G, S, M), the gating per group,
+    dispatch and combine by einsum with the one-hot combine tensor."""
+    comb = jax.vmap(lambda t: gating(t @ wg))(xg)
+    xe = jnp.einsum("gsec,gsm->gecm", (comb > 0).astype(xg.dtype), xg)
+    return jnp.einsum("gsec,gecm->gsm", comb, experts_slots(xe, w1, w2))
+
+
+# ---------------------------------------------------------------------------
+# 1. GShard top-2 with a per-group capacity: each ep device is one group of
+#    S tokens (the baseline routes the same groups, so the same tokens are
+#    dropped: capacity 4 of 16 tokens x 2 choices over 8 experts drops some),
+#    two experts per device; dispatch (E, C, M) reshaped to (ep, E_loc, C, M),
+#    all_to_all there and back (tiled, split = concat = 0), combine einsum.
+G1_S, G1_E, G1_CAP, EP = 16, 8, 4, 4
+
+
+def gshard_ref(x, wg, w1, w2):
+    xg = x.reshape(-1, G1_S, M)
+    return moe_groups(xg, wg, w1, w2, lambda l: top2_gating(l, G1_CAP)).reshape(x.shape)
+
+
+def gshard_top2(bug):
+    def f(x, wg, w1, w2):
+        el = w1.shape[0]
+        comb = top2_gating(x @ wg, G1_CAP, renorm=bug != "combine-not-renormalised",
+                           second_offset=bug != "second-choice-no-offset")
+        xe = jnp.einsum("sec,sm->ecm", (comb > 0).astype(x.dtype), x)
+        if bug == "experts-interleaved":
+            xe = jnp.swapaxes(xe.reshape(el, EP, G1_CAP, M), 0, 1)
+        else:
+            xe = xe.reshape(EP, el, G1_CAP, M)
+        xe = lax.all_to_all(xe, "ep", 0, 0, tiled=True)  # (groups, E_loc, C, M)
+        ye = lax.all_to_all(experts_slots(xe, w1, w2), "ep", 0, 0, tiled=True)
+        return jnp.einsum("sec,ecm->sm", comb, ye.reshape(G1_E, G1_CAP, M))
+    return f
+
+
+C.smap("s.gshard_top2_group_capacity_a2a.ep4", {"ep": EP}, gshard_top2, (P("ep"), P(), P("ep"), P("ep")), P("ep"),
+       gshard_ref, (R(EP * G1_S, M), R(M, G1_E), R(G1_E, M, H, scale=0.3), R(G1_E, H, M, scale=0.3)),
+       bugs=[("combine-not-renormalised", ["numerics"]), ("second-choice-no-offset", ["wrong-offset"]),
+             ("experts-interleaved", ["wrong-reshape-order"])])
+
+
+# ---------------------------------------------------------------------------
+# 2. expert-choice routing over the global batch: tokens over ep, experts
+#    over ep (two per device); the router's softmax over experts per token,
+#    the scores all_gathered (tiled), each device's experts pick their top-k
+#    tokens of the whole batch (lax.top_k: ties to the lower index), the
+#    tokens all_gathered and gathered by index, the gated outputs scattered
+#    into a (T, M) buffer and psum_scatter'ed back to the token owners.
+EC_T, EC_E, EC_K = 32, 8, 8
+
+
+def expert_choice_ref(x, wg, w1, w2):
+    s = jax.nn.softmax(x @ wg, -1)
+    g, ix = lax.top_k(s.T, EC_K)  # (E, K)
+    ye = experts_slots(x[ix], w1, w2) * g[..., None]
+    return x + jnp.zeros_like(x).at[ix.reshape(-1)].add(ye.reshape(-1, M))
+
+
+def expert_choice(bug):
+    def f(x, wg, w1, w2):
+        el, tl = w1.shape[0], x.shape[0]
+        s = lax.all_gather(jax.nn.softmax(x @ wg, -1), "ep", tiled=True)  # (T, E)
+        off = 0 if bug == "expert-cols-no-offset" else idx("ep") * el
+        g, ix = lax.top_k(lax.dynamic_slice_in_dim(s, off, el, 1).T, EC_K)
+        xa = lax.all_gather(x, "ep", tiled=True)
+        ye = experts_slots(xa[ix], w1, w2) * g[..., None]
+        full = jnp.zeros_like(xa).at[ix.reshape(-1)].add(ye.reshape(-1, M))
+        if bug == "out-slice-no-offset":
+            return x + psum(full, "ep")[:tl]
+        return x + lax.psum_scatter(full, "ep", scatter_dimension=0, tiled=True)
+    return f
+
+
+C.smap("s.expert_choice_global_topk_tokens.ep4", {"ep": EP}, expert_choice, (P("ep"), P(), P("ep"), P("ep")),
+       P("ep"), expert_choice_ref, (R(EC_T, M), R(M, EC_E), R(EC_E, M, H, scale=0.3), R(EC_E, H, M, scale=0.3)),
+       bugs=[("expert-cols-no-offset", ["wrong-offset"]), ("out-slice-no-offset", ["wrong-offset"])])
+
+
+# ---------------------------------------------------------------------------
+# 3. dropless Mixtral top-2 by sorting: the (token, choice) pairs argsorted
+#    (stable) by expert id, jnp.bincount group sizes, lax.ragged_dot for the
+#    two expert matmuls (SiLU), the outputs put back by a scatter at the sort
+#    order; softmax over the two chosen logits. Tensor parallel over tp: the
+#    expert hidden dim sharded, tokens replicated, the outputs psum'd.
+MX_T, MX_E = 24, 4
+
+
+def mixtral_dense(x, wg, w1, w2, act):
+    top, ids = lax.top_k(x @ wg, 2)
+    y = jnp.take_along_axis(experts_dense(x, w1, w2, act), ids[..., None], 1)
+    return jnp.einsum("tk,tkm->tm", jax.nn.softmax(top, -1), y)
+
+
+def mixtral_sorted_ref(x, wg, w1, w2):
+    top, ids = lax.top_k(x @ wg, 2)
+    order = jnp.argsort(ids.reshape(-1), stable=True)
+    gs = jnp.bincount(ids.reshape(-1), length=w1.shape[0])
+    ys = lax.ragged_dot(jax.nn.silu(lax.ragged_dot(x[order // 2], w1, gs)), w2, gs)
+    y = jnp.zeros_like(ys).at[order].set(ys).reshape(x.shape[0], 2, M)
+    return jnp.einsum("tk,tkm->tm", jax.nn.softmax(top, -1), y)
+
+
+def ragged_tp(bug):
+    def f(x, wg, w1, w2):
+        top, ids = lax.top_k(x @ wg, 2)
+        flat = ids.reshape(-1)
+        order = jnp.argsort(flat, stable=True)
+        gs = jnp.bincount(flat, length=w1.shape[0])
+        ys = lax.ragged_dot(jax.nn.silu(lax.ragged_dot(x[order // 2], w1, gs)), w2, gs)
+        if bug != "no-psum-over-tp":
+            ys = psum(ys, "tp")
+        if bug == "unsort-by-gather":
+            y = ys[order]
+        else:
+            y = jnp.zeros_like(ys).at[order].set(ys)
+        return jnp.einsum("tk,tkm->tm", jax.nn.softmax(top, -1), y.reshape(x.shape[0], 2, M))
+    return f
+
+
+C.smap("s.mixtral_sorted_ragged_dot_hidden_tp.tp4", {"tp": 4}, ragged_tp,
+       (P(), P(), P(None, None, "tp"), P(None, "tp")), P(), mixtral_sorted_ref,
+       (R(MX_T, M), R(M, MX_E), R(MX_E, M, H, scale=0.3), R(MX_E, H, M, scale=0.3)),
+       bugs=[("no-psum-over-tp", ["missing-all-reduce"]), ("unsort-by-gather", ["wrong-permutation"])])
+
+
+# ---------------------------------------------------------------------------
+# 4. DeepSeek-V3 style: a shared expert beside 8 routed ones; sigmoid
+#    scores, top-2 chosen on scores + a load-balancing bias, the gates the
+#    unbiased scores of the chosen renormalised and scaled by 2.5. ep x tp:
+#    tokens over ep (replicated over tp), all_gathered (the all-gather
+#    dispatcher), each device runs its two experts on every token masked by
+#    their gates, psum_scatter'ed back over ep; expert and shared hidden dims
+#    over tp, one psum over tp at the end.
+DS_T, DS_E, DS_K, DS_SCALE = 32, 8, 2, 2.5
+
+
+def ds_gates(s, bias, E):
+    _, ids = lax.top_k(s + bias, DS_K)
+    sel = jnp.take_along_axis(s, ids, -1)
+    w = sel / jnp.sum(sel, -1, keepdims=True) * DS_SCALE
+    return jnp.sum(jax.nn.one_hot(ids, E) * w[..., None], 1)
+
+
+def deepseek_ref(x, wg, bias, ws1, ws2, w1, w2):
+    gates = ds_gates(jax.nn.sigmoid(x @ wg), bias, wg.shape[1])
+    shared = jax.nn.silu(x @ ws1) @ ws2
+    return x + shared + jnp.einsum("te,tem->tm", gates, experts_dense(x, w1, w2, jax.nn.silu))
+
+
+def deepseek_ep_tp(bug):
+    def f(x, wg, bias, ws1, ws2, w1, w2):
+        el = w1.shape[0]
+        shared = jax.nn.silu(x @ ws1) @ ws2  # partial over tp
+        xa = lax.all_gather(x, "ep", tiled=True)
+        s = jax.nn.sigmoid(xa @ wg)
+        if bug == "gates-from-biased-scores":
+            gates = ds_gates(s + bias, 0.0, wg.shape[1])
+        else:
+            gates = ds_gates(s, bias, wg.shape[1])
+        off = idx("ep") if bug == "expert-offset-by-index" else idx("ep") * el
+        g = lax.dynamic_slice_in_dim(gates, off, el, 1)
+        y = jnp.einsum("te,tem->tm", g, experts_dense(xa, w1, w2, jax.nn.silu))
+        routed = psum(lax.psum_scatter(y, "ep", scatter_dimension=0, tiled=True), "tp")
+        return x + routed + (shared if bug == "shared-not-psummed" else psum(shared, "tp"))
+    return f
+
+
+C.smap("s.deepseek_shared_routed_allgather_dispatch.ep4xtp2", {"ep": EP, "tp": 2}, deepseek_ep_tp,
+       (P("ep"), P(), P(), P(None, "tp"), P("tp"), P("ep", None, "tp"), P("ep", "tp")), P("ep"), deepseek_ref,
+       (R(DS_T, M), R(M, DS_E, scale=0.5), R(DS_E, scale=0.2), R(M, H, scale=0.3), R(H, M, scale=0.3),
+        R(DS_E, M, H // 2, scale=0.3), R(DS_E, H // 2, M, scale=0.3)),
+       bugs=[("gates-from-biased-scores", ["numerics"]), ("expert-offset-by-index", ["wrong-offset"]),
+             ("shared-not-psummed", ["missing-all-reduce"])])
+
+
+# ---------------------------------------------------------------------------
+# 5. Switch top-1 with the capacity of the global batch (capacity factor 1:
+#    8 slots per expert for 32 tokens over 4 experts; tokens drop): a token's
+#    place in its expert's buffer is its rank among all tokens of the batch
+#    choosing that expert, i.e. its local exclusive cumsum plus the counts
+#    of the devices before it (all_gather of the per-device counts, masked
+#    by axis_index). Data parallel over dp, experts replicated, a dropped
+#    token keeps its residual.
+SW_T, SW_E, SW_CF, DP = 32, 4, 1.0, 4
+
+
+def switch_global_ref(x, wg, w1, w2):
+    p = jax.nn.softmax(x @ wg, -1)
+    oh = jax.nn.one_hot(jnp.argmax(p, -1), SW_E)
+    pos = jnp.sum((jnp.cumsum(oh, 0) - oh) * oh, -1)
+    keep = pos < int(SW_CF * x.shape[0] / SW_E)
+    y = jnp.einsum("te,tem->tm", oh, experts_dense(x, w1, w2))
+    return x + jnp.where(keep, jnp.max(p, -1), 0.0)[:, None] * y
+
+
+def switch_global(bug):
+    def f(x, wg, w1, w2):
+        p = jax.nn.softmax(x @ wg, -1)
+        oh = jax.nn.one_hot(jnp.argmax(p, -1), SW_E)
+        counts = lax.all_gather(jnp.sum(oh, 0), "dp")  # (dp, E)
+        dev = jnp.arange(DP)[:, None]
+        before = dev <= idx("dp") if bug == "prefix-inclusive" else dev < idx("dp")
+        prefix = 0.0 if bug == "no-device-prefix" else jnp.sum(counts * before, 0)
+        pos = jnp.sum((jnp.cumsum(oh, 0) - oh + prefix) * oh, -1)
+        tokens = x.shape[0] if bug == "capacity-from-local-batch" else x.shape[0] * DP
+        keep = pos < int(SW_CF * tokens / SW_E)
+        y = jnp.einsum("te,tem->tm", oh, experts_dense(x, w1, w2))
+        return x + jnp.where(keep, jnp.max(p, -1), 0.0)[:, None] * y
+    return f
+
+
+C.smap("s.switch_global_capacity_device_prefix.dp4", {"dp": DP}, switch_global, (P("dp"), P(), P(), P()), P("dp"),
+       switch_global_ref, (R(SW_T, M), R(M, SW_E), R(SW_E, M, H, scale=0.3), R(SW_E, H, M, scale=0.3)),
+       bugs=[("no-device-prefix", ["wrong-offset"]), ("prefix-inclusive", ["wrong-offset"]),
+             ("capacity-from-local-batch", ["numerics"])])
+
+
+# ---------------------------------------------------------------------------
+# 6. an SGD step of a Switch layer on a dp x ep mesh: 8 groups of 8 tokens
+#    over (dp, ep), per-group capacity 3 (drops), 4 experts over ep (one per
+#    device, replicated over dp), all_to_all over ep only. The loss: mse plus
+#    the load-balancing loss E * sum_i f_i P_i of the whole batch, f (token
+#    fractions, no gradient) pmean'd over both axes, P the local mean router
+#    probability (linear, so the mean of the local losses is the global
+#    one). check_vma=False: the loss is scaled by 1 / groups and every
+#    gradient psum'd over the axes its parameter is replicated on (router:
+#    dp and ep; experts: dp, the all_to_all's transpose brings the ep row's
+#    cotangents).
+SG_S, SG_E, SG_CAP, SG_G, SG_ALPHA = 8, 4, 3, 8, 0.05
+
+
+def lb_loss(p_mean, frac):
+    return SG_E * jnp.sum(frac * p_mean)
+
+
+def switch_loss_ref(p, x, y):
+    xg = x.reshape(SG_G, SG_S, M)
+    out = xg + moe_groups(xg, p["wg"], p["w1"], p["w2"], lambda l: top1_gating(l, SG_CAP))
+    probs = jax.nn.softmax(x @ p["wg"], -1)
+    frac = jnp.mean(jax.nn.one_hot(jnp.argmax(probs, -1), SG_E), 0)
+    return mse(out.reshape(x.shape), y) + SG_ALPHA * lb_loss(jnp.mean(probs, 0), frac)
+
+
+def switch_sgd_ref(p, x, y):
+    lv, g = jax.value_and_grad(switch_loss_ref)(p, x, y)
+    return jax.tree.map(lambda a, b: a - 0.5 * b, p, g), lv
+
+
+def switch_ep_dp_sgd(bug):
+    def f(p, x, y):
+        def loss(p):
+            comb = top1_gating(x @ p["wg"], SG_CAP)
+            xe = jnp.einsum("sec,sm->ecm", (comb > 0).astype(x.dtype), x)
+            xe = lax.all_to_all(xe, "ep", 0, 0, tiled=True)  # (ep groups, C, M) for my expert
+            ye = jnp.einsum("gch,hm->gcm", jax.nn.gelu(jnp.einsum("gcm,mh->gch", xe, p["w1"][0])), p["w2"][0])
+            ye = lax.all_to_all(ye, "ep", 0, 0, tiled=True)
+            out = x + jnp.einsum("sec,ecm->sm", comb, ye)
+            probs = jax.nn.softmax(x @ p["wg"], -1)
+            frac = lax.stop_gradient(jnp.mean(jax.nn.one_hot(jnp.argmax(probs, -1), SG_E), 0))
+            if bug != "aux-local-fractions":
+                frac = pmean(frac, ("dp", "ep"))
+            return (mse(out, y) + SG_ALPHA * lb_loss(jnp.mean(probs, 0), frac)) / SG_G
+        lv, g = jax.value_and_grad(loss)(p)
+        exp_axes = ("dp", "ep") if bug == "expert-grad-psum-over-ep-too" else "dp"
+        g = {"wg": psum(g["wg"], ("dp", "ep")), "w1": g["w1"], "w2": g["w2"]}
+        if bug != "expert-grad-not-reduced-over-dp":
+            g["w1"], g["w2"] = psum(g["w1"], exp_axes), psum(g["w2"], exp_axes)
+        return jax.tree.map(lambda a, b: a - 0.5 * b, p, g), psum(lv, ("dp", "ep"))
+    return f
+
+
+sg_p = {"wg": R(M, SG_E), "w1": R(SG_E, M, H, scale=0.3), "w2": R(SG_E, H, M, scale=0.3)}
+sg_ps = {"wg": P(), "w1": P("ep"), "w2": P("ep")}
+C.smap("s.switch_ep_dp_sgd_global_aux.dp2xep4", {"dp": 2, "ep": 4}, switch_ep_dp_sgd,
+       (sg_ps, P(("dp", "ep")), P(("dp", "ep"))), (sg_ps, P()), switch_sgd_ref,
+       (sg_p, R(SG_G * SG_S, M), R(SG_G * SG_S, M, scale=0.5)),
+       bugs=[("aux-local-fractions", ["missing-all-reduce"]), ("expert-grad-not-reduced-over-dp", ["missing-all-reduce"]),
+             ("expert-grad-psum-over-ep-too", ["wrong-collective-group"])])
+
+
+# ---------------------------------------------------------------------------
+# 7. EP x TP: Switch top-1 with per-group capacity (groups = ep devices, 4
+#    of 16 tokens per expert), 8 experts over ep (two per device), each
+#    expert's hidden dim over tp; tokens replicated over tp. all_to_all over
+#    ep, the expert FFN's partial output psum'd over tp, all_to_all back.
+ET_S, ET_E, ET_CAP = 16, 8, 4
+
+
+def ep_tp_ref(x, wg, w1, w2):
+    xg = x.reshape(-1, ET_S, M)
+    return x + moe_groups(xg, wg, w1, w2, lambda l: top1_gating(l, ET_CAP)).reshape(x.shape)
+
+
+def ep_tp(bug):
+    def f(x, wg, w1, w2):
+        el = w1.shape[0]
+        comb = top1_gating(x @ wg, ET_CAP)
+        xe = jnp.einsum("sec,sm->ecm", (comb > 0).astype(x.dtype), x).reshape(EP, el, ET_CAP, M)
+        xe = lax.all_to_all(xe, "tp" if bug == "a2a-over-tp" else "ep", 0, 0, tiled=True)
+        ye = experts_slots(xe, w1, w2)  # partial over tp
+        ye = psum(ye, "ep" if bug == "ffn-psum-over-ep" else "tp")
+        ye = lax.all_to_all(ye, "ep", 0, 0, tiled=True).reshape(ET_E, ET_CAP, M)
+        return x + jnp.einsum("sec,ecm->sm", comb, ye)
+    return f
+
+
+C.smap("s.ep_tp_switch_hidden_over_tp.ep4xtp2", {"ep": EP, "tp": 2}, ep_tp,
+       (P("ep"), P(), P("ep", None, "tp"), P("ep", "tp")), P("ep"), ep_tp_ref,
+       (R(EP * ET_S, M), R(M, ET_E), R(ET_E, M, H, scale=0.3), R(ET_E, H, M, scale=0.3)),
+       bugs=[("a2a-over-tp", ["wrong-all-to-all-axis"]), ("ffn-psum-over-ep", ["wrong-collective-group"])])
+
+
+# ---------------------------------------------------------------------------
+# 8. dropless Mixtral top-2 with experts over ep, by sorting: tokens over ep
+#    all_gathered, each device sorts the (token, choice) pairs so that those
+#    of its own experts come first (key: local expert id, others last),
+#    group sizes of its experts only (ragged_dot leaves the rows past their
+#    sum zero), gelu, the rows weighted by their gates (permuted by the same
+#    order), jax.ops.segment_sum by token id, psum_scatter to the owners.
+MXE_T, MXE_E = 32, 8
+
+
+def mixtral_ep_ref(x, wg, w1, w2):
+    return mixtral_dense(x, wg, w1, w2, jax.nn.gelu)
+
+
+def mixtral_ep_sorted(bug):
+    def f(x, wg, w1, w2):
+        el = w1.shape[0]
+        xa = lax.all_gather(x, "ep", tiled=True)
+        top, ids = lax.top_k(xa @ wg, 2)
+        flat = ids.reshape(-1)
+        off = idx("ep") * el
+        mine = (flat >= off) & (flat < off + el)
+        key = jnp.where(mine, flat - off, el)
+        order = jnp.argsort(key, stable=True)
+        if bug == "group-sizes-global-ids":
+            gs = jnp.bincount(flat, length=MXE_E)[:el]
+        else:
+            gs = jnp.bincount(key, length=el + 1)[:el]
+        tok = order // 2
+        ys = lax.ragged_dot(jax.nn.gelu(lax.ragged_dot(xa[tok], w1, gs)), w2, gs)
+        w = jax.nn.softmax(top, -1).reshape(-1)
+        ys = ys * (w[:, None] if bug == "gates-not-permuted" else w[order][:, None])
+        out = jax.ops.segment_sum(ys, tok, num_segments=xa.shape[0])
+        return lax.psum_scatter(out, "ep", scatter_dimension=0, tiled=True)
+    return f
+
+
+C.smap("s.mixtral_ep_sorted_ragged_segment_sum.ep4", {"ep": EP}, mixtral_ep_sorted,
+       (P("ep"), P(), P("ep"), P("ep")), P("ep"), mixtral_ep_ref,
+       (R(MXE_T, M), R(M, MXE_E), R(MXE_E, M, H, scale=0.3), R(MXE_E, H, M, scale=0.3)),
+       bugs=[("group-sizes-global-ids", ["wrong-offset"]), ("gates-not-permuted", ["wrong-permutation"])])
+
+
+# ---------------------------------------------------------------------------
+# 9. Soft MoE (Puigcerver et al.): 4 experts x 2 slots; the dispatch weights
+#    a softmax over the tokens of each sequence, the combine weights a softmax
+#    over the slots. The sequence over sp: the dispatch softmax by a pmax'd
+#    maximum and a psum'd denominator, the slot inputs psum'd; the experts
+#    (replicated) run on every device; check_vma=True.
+SM_E, SM_SL = 4, 2
+
+
+def soft_moe_ref(x, phi, w1, w2):
+    lg = jnp.einsum("btm,mn->btn", x, phi)
+    xs = jnp.einsum("btn,btm->bnm", jax.nn.softmax(lg, 1), x).reshape(x.shape[0], SM_E, SM_SL, M)
+    ys = experts_slots(xs, w1, w2).reshape(x.shape[0], SM_E * SM_SL, M)
+    return jnp.einsum("btn,bnm->btm", jax.nn.softmax(lg, 2), ys)
+
+
+def soft_moe_sp(bug):
+    def f(x, phi, w1, w2):
+        lg = jnp.einsum("btm,mn->btn", x, phi)
+        m = jnp.max(lg, 1, keepdims=True)
+        if bug == "dispatch-softmax-local":
+            e = jnp.exp(lg - m)
+            d = e / jnp.sum(e, 1, keepdims=True)
+        else:
+            e = jnp.exp(lg - pmax(m, "sp"))
+            d = e / psum(jnp.sum(e, 1, keepdims=True), "sp")
+        xs = jnp.einsum("btn,btm->bnm", d, x)
+        if bug != "slot-inputs-not-psummed":
+            xs = psum(xs, "sp")
+        ys = experts_slots(xs.reshape(x.shape[0], SM_E, SM_SL, M), w1, w2).reshape(x.shape[0], SM_E * SM_SL, M)
+        return jnp.einsum("btn,bnm->btm", jax.nn.softmax(lg, 2), ys)
+    return f
+
+
+C.smap("s.soft_moe_dispatch_softmax_over_seq.sp4", {"sp": 4}, soft_moe_sp, (P(None, "sp"), P(), P(), P()),
+       P(None, "sp"), soft_moe_ref, (R(2, 32, M), R(M, SM_E * SM_SL), R(SM_E, M, H, scale=0.3),
+                                     R(SM_E, H, M, scale=0.3)), check_vma=True,
+       bugs=[("dispatch-softmax-local", ["missing-all-reduce"]), ("slot-inputs-not-psummed", ["missing-all-reduce"])])
+
+
+# ---------------------------------------------------------------------------
+# 10. DeepSeek-V3's auxiliary-loss-free balancing: top-2 on sigmoid scores
+#     plus a bias, and the bias nudged by 0.01 * sign(mean load - load) with
+#     the load counted over the global batch (psum of the per-device
+#     counts). Tokens over dp, experts replicated; outputs the layer output
+#     and the new bias.
+AF_T, AF_E = 32, 8
+
+
+def aux_free_ref(x, wg, bias, w1, w2):
+    s = jax.nn.sigmoid(x @ wg)
+    _, ids = lax.top_k(s + bias, 2)
+    sel = jnp.take_along_axis(s, ids, -1)
+    gates = jnp.sum(jax.nn.one_hot(ids, AF_E) * (sel / jnp.sum(sel, -1, keepdims=True))[..., None], 1)
+    load = jnp.sum(jax.nn.one_hot(ids, AF_E), (0, 1))
+    return x + jnp.einsum("te,tem->tm", gates, experts_dense(x, w1, w2)), bias + 0.01 * jnp.sign(jnp.mean(load) - load)
+
+
+def aux_free(bug):
+    def f(x, wg, bias, w1, w2):
+        s = jax.nn.sigmoid(x @ wg)
+        _, ids = lax.top_k(s + bias, 2)
+        sel = jnp.take_along_axis(s, ids, -1)
+        gates = jnp.sum(jax.nn.one_hot(ids, AF_E) * (sel / jnp.sum(sel, -1, keepdims=True))[..., None], 1)
+        load = jnp.sum(jax.nn.one_hot(ids, AF_E), (0, 1))
+        if bug != "load-local-counts":
+            load = psum(load, "dp")
+        err = load - jnp.mean(load) if bug == "bias-update-sign-flipped" else jnp.mean(load) - load
+        return x + jnp.einsum("te,tem->tm", gates, experts_dense(x, w1, w2)), bias + 0.01 * jnp.sign(err)
+    return f
+
+
+C.smap("s.aux_loss_free_bias_global_load.dp4", {"dp": DP}, aux_free, (P("dp"), P(), P(), P(), P()), (P("dp"), P()),
+       aux_free_ref, (R(AF_T, M), R(M, AF_E, scale=0.5), R(AF_E, scale=0.1), R(AF_E, M, H, scale=0.3),
+                      R(AF_E, H, M, scale=0.3)),
+       bugs=[("load-local-counts", ["missing-all-reduce"]), ("bias-update-sign-flipped", ["numerics"])])
+
+
+# ---------------------------------------------------------------------------
+# 11. DeepSeek-V3 group-limited routing: 16 experts in 4 groups, one group
+#     per ep device (router columns, bias and expert weights over ep); a
+#     group's score the sum of its two best biased scores, the top-2 groups
+#     kept, top-4 experts among them. Tokens replicated: the group scores
+#     all_gathered (untiled, (ep, T), transposed), the biased and unbiased
+#     scores all_gathered tiled along the expert dim; each device runs its
+#     experts gated, psum over ep.
+GL_T, GL_E, GL_G, GL_K = 16, 16, 4, 4
+
+
+def group_limited_gates(s, sb, gscore):
+    _, gi = lax.top_k(gscore, 2)
+    gmask = jnp.repeat(jnp.sum(jax.nn.one_hot(gi, GL_G), 1), GL_E // GL_G, 1)
+    _, ids = lax.top_k(jnp.where(gmask > 0, sb, -jnp.inf), GL_K)
+    sel = jnp.take_along_axis(s, ids, -1)
+    return jnp.sum(jax.nn.one_hot(ids, GL_E) * (sel / jnp.sum(sel, -1, keepdims=True))[..., None], 1)
+
+
+def group_limited_ref(x, wg, bias, w1, w2):
+    s = jax.nn.sigmoid(x @ wg)
+    sb = s + bias
+    gscore = jnp.sum(lax.top_k(sb.reshape(x.shape[0], GL_G, GL_E // GL_G), 2)[0], -1)
+    gates = group_limited_gates(s, sb, gscore)
+    return x + jnp.einsum("te,tem->tm", gates, experts_dense(x, w1, w2))
+
+
+def group_limited(bug):
+    def f(x, wg, bias, w1, w2):
+        el = w1.shape[0]
+        s = jax.nn.sigmoid(x @ wg)
+        sb = s + bias
+        gs = lax.all_gather(jnp.sum(lax.top_k(sb, 2)[0], -1), "ep")  # (ep, T)
+        gscore = gs.reshape(x.shape[0], GL_G) if bug == "group-scores-reshaped" else gs.T
+        sa, sba = lax.all_gather(jnp.stack([s, sb]), "ep", axis=2, tiled=True)
+        gates = group_limited_gates(sa, sba, gscore)
+        off = 0 if bug == "gates-offset-missing" else idx("ep") * el
+        g = lax.dynamic_slice_in_dim(gates, off, el, 1)
+        return x + psum(jnp.einsum("te,tem->tm", g, experts_dense(x, w1, w2)), "ep")
+    return f
+
+
+C.smap("s.group_limited_routing_router_cols_ep.ep4", {"ep": EP}, group_limited,
+       (P(), P(None, "ep"), P("ep"), P("ep"), P("ep")), P(), group_limited_ref,
+       (R(GL_T, M), R(M, GL_E, scale=0.5), R(GL_E, scale=0.1), R(GL_E, M, H, scale=0.3), R(GL_E, H, M, scale=0.3)),
+       bugs=[("group-scores-reshaped", ["wrong-reshape-order"]), ("gates-offset-missing", ["wrong-offset"])])
+C.finish()
