@@ -543,4 +543,309 @@ C.smap("s.group_limited_routing_router_cols_ep.ep4", {"ep": EP}, group_limited,
        (P(), P(None, "ep"), P("ep"), P("ep"), P("ep")), P(), group_limited_ref,
        (R(GL_T, M), R(M, GL_E, scale=0.5), R(GL_E, scale=0.1), R(GL_E, M, H, scale=0.3), R(GL_E, H, M, scale=0.3)),
        bugs=[("group-scores-reshaped", ["wrong-reshape-order"]), ("gates-offset-missing", ["wrong-offset"])])
+
+
+# ---------------------------------------------------------------------------
+# 12. bf16 expert parallelism: bf16 tokens and expert weights through the
+#     all_to_alls, the router in f32 (the tokens upcast), expert matmuls on
+#     upcast operands (XLA:CPU has no bf16 x bf16 = f32 dot for the
+#     baseline's fused form) with a bf16 hidden and bf16 outputs, the combine in f32, the residual
+#     output cast to bf16. Top-1 with capacity = group size (nothing drops),
+#     8 experts over ep4.
+BF_S, BF_E = 16, 8
+bf = lambda a: a.astype(jnp.bfloat16)
+f32 = lambda a: a.astype(jnp.float32)
+
+
+def bf16_experts(xe, w1, w2):
+    h = bf(jax.nn.gelu(jnp.einsum("...ecm,emh->...ech", f32(xe), f32(w1))))
+    return bf(jnp.einsum("...ech,ehm->...ecm", f32(h), f32(w2)))
+
+
+def bf16_moe_ref(x, wg, w1, w2):
+    xg = x.reshape(-1, BF_S, M)
+    comb = jax.vmap(lambda t: top1_gating(f32(t) @ wg, BF_S))(xg)
+    ye = bf16_experts(jnp.einsum("gsec,gsm->gecm", bf(comb > 0), xg), w1, w2)
+    return bf(f32(xg) + jnp.einsum("gsec,gecm->gsm", comb, f32(ye))).reshape(x.shape)
+
+
+def bf16_ep(bug):
+    def f(x, wg, w1, w2):
+        el = w1.shape[0]
+        logits = x @ bf(wg) if bug == "router-logits-bf16" else f32(x) @ wg
+        comb = top1_gating(f32(logits), BF_S)
+        xe = jnp.einsum("sec,sm->ecm", bf(comb > 0), x).reshape(EP, el, BF_S, M)
+        ye = bf16_experts(lax.all_to_all(xe, "ep", 0, 0, tiled=True), w1, w2)
+        ye = lax.all_to_all(ye, "ep", 0, 0, tiled=True).reshape(BF_E, BF_S, M)
+        if bug == "combine-in-bf16":
+            return x + jnp.einsum("sec,ecm->sm", bf(comb), ye)
+        return bf(f32(x) + jnp.einsum("sec,ecm->sm", comb, f32(ye)))
+    return f
+
+
+C.smap("s.bf16_tokens_a2a_f32_router_combine.ep4", {"ep": EP}, bf16_ep, (P("ep"), P(), P("ep"), P("ep")), P("ep"),
+       bf16_moe_ref, (bf(R(EP * BF_S, M)), R(M, BF_E), bf(R(BF_E, M, H, scale=0.3)), bf(R(BF_E, H, M, scale=0.3))),
+       bugs=[("router-logits-bf16", ["dtype-precision"]), ("combine-in-bf16", ["dtype-precision"])])
+
+
+# ---------------------------------------------------------------------------
+# 13. an Adam step of a MoE transformer block (single-head causal attention,
+#     then top-2 over 4 experts, dense-masked, no capacity) with the
+#     load-balancing loss and the router z-loss over the global batch;
+#     data parallel over dp, everything replicated, check_vma=True: the
+#     loss terms pmean'd (f and P separately, then multiplied), the
+#     gradients come out invariant.
+BK_E, BK_T = 4, 8
+bk_opt = optax.adam(0.01)
+
+
+def moe_block(p, x):
+    h = x * lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6)
+    q, k, v = h @ p["wq"], h @ p["wk"], h @ p["wv"]
+    s = jnp.einsum("btd,bsd->bts", q, k) / np.sqrt(q.shape[-1])
+    s = jnp.where(np.tril(np.ones((x.shape[1], x.shape[1]), bool)), s, -jnp.inf)
+    x = x + jnp.einsum("bts,bsd->btd", jax.nn.softmax(s, -1), v) @ p["wo"]
+    h = x * lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6)
+    t = h.reshape(-1, M)
+    logits = t @ p["wg"]
+    top, ids = lax.top_k(logits, 2)
+    gates = jnp.sum(jax.nn.one_hot(ids, BK_E) * jax.nn.softmax(top, -1)[..., None], 1)
+    y = jnp.einsum("te,tem->tm", gates, experts_dense(t, p["w1"], p["w2"]))
+    frac = lax.stop_gradient(jnp.mean(jnp.sum(jax.nn.one_hot(ids, BK_E), 1), 0) / 2)
+    return x + y.reshape(x.shape), frac, jnp.mean(jax.nn.softmax(logits, -1), 0), \
+        jnp.mean(jnp.square(jax.nn.logsumexp(logits, -1)))
+
+
+def block_loss_ref(p, x, y):
+    out, frac, pm, z = moe_block(p, x)
+    return mse(out, y) + 0.05 * BK_E * jnp.sum(frac * pm) + 0.01 * z
+
+
+def block_adam_ref(p, st, x, y):
+    lv, g = jax.value_and_grad(block_loss_ref)(p, x, y)
+    u, st = bk_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+def block_adam_dp(bug):
+    def f(p, st, x, y):
+        def loss(p):
+            out, frac, pm, z = moe_block(p, x)
+            task = psum(mse(out, y), "dp") if bug == "loss-psum-not-pmean" else pmean(mse(out, y), "dp")
+            if bug == "aux-mean-of-local-products":
+                aux = pmean(BK_E * jnp.sum(frac * pm), "dp")
+            else:
+                aux = BK_E * jnp.sum(pmean(frac, "dp") * pmean(pm, "dp"))
+            return task + 0.05 * aux + 0.01 * pmean(z, "dp")
+        lv, g = jax.value_and_grad(loss)(p)
+        u, st = bk_opt.update(g, st, p)
+        return optax.apply_updates(p, u), st, lv
+    return f
+
+
+bk_p = {"wq": R(M, 8, scale=0.3), "wk": R(M, 8, scale=0.3), "wv": R(M, 8, scale=0.3), "wo": R(8, M, scale=0.3),
+        "wg": R(M, BK_E), "w1": R(BK_E, M, H, scale=0.3), "w2": R(BK_E, H, M, scale=0.3)}
+bk_ps = {k: P() for k in bk_p}
+bk_st = np_tree(bk_opt.init(bk_p))
+C.smap("s.moe_block_adam_global_aux_zloss_vma.dp4", {"dp": DP}, block_adam_dp,
+       (bk_ps, state_specs(bk_st, bk_ps), P("dp"), P("dp")), (bk_ps, state_specs(bk_st, bk_ps), P()), block_adam_ref,
+       (bk_p, bk_st, R(4, BK_T, M), R(4, BK_T, M, scale=0.5)), check_vma=True,
+       bugs=[("loss-psum-not-pmean", ["wrong-collective-op"]), ("aux-mean-of-local-products", ["missing-all-reduce"])])
+
+
+# ---------------------------------------------------------------------------
+# 14. V-MoE batch prioritized routing: in each group the buffer positions
+#     go to the tokens in order of descending gate (stable argsort), the
+#     positions put back in token order by the inverse permutation; top-1,
+#     capacity 4 of 16 tokens over 4 experts (drops, the same groups in the
+#     baseline). One expert per ep device, the non-tiled all_to_all
+#     (split_axis = concat_axis = 0) there and back.
+BP_S, BP_E, BP_CAP = 16, 4, 4
+
+
+def bpr_gating(logits, cap, unpermute=True):
+    probs = jax.nn.softmax(logits, -1)
+    oh = jax.nn.one_hot(jnp.argmax(probs, -1), logits.shape[-1])
+    gate = jnp.max(probs, -1)
+    order = jnp.argsort(-gate, stable=True)
+    pos_sorted = jnp.cumsum(oh[order], 0) - oh[order]
+    pos = pos_sorted[jnp.argsort(order)] if unpermute else pos_sorted[order]
+    oh = oh * (pos < cap)
+    slot = jax.nn.one_hot(jnp.sum(pos * oh, -1).astype(jnp.int32), cap)
+    return gate[:, None, None] * oh[:, :, None] * slot[:, None, :]
+
+
+def bpr_ref(x, wg, w1, w2):
+    xg = x.reshape(-1, BP_S, M)
+    return x + moe_groups(xg, wg, w1, w2, lambda l: bpr_gating(l, BP_CAP)).reshape(x.shape)
+
+
+def bpr_ep(bug):
+    def f(x, wg, w1, w2):
+        comb = bpr_gating(x @ wg, BP_CAP, unpermute=bug != "positions-not-unpermuted")
+        xe = lax.all_to_all(jnp.einsum("sec,sm->ecm", (comb > 0).astype(x.dtype), x), "ep", 0, 0)
+        ye = jnp.einsum("gch,hm->gcm", jax.nn.gelu(jnp.einsum("gcm,mh->gch", xe, w1[0])), w2[0])
+        if bug == "a2a-back-concat-axis-1":
+            ye = lax.all_to_all(ye, "ep", 0, 1).reshape(BP_E, BP_CAP, M)
+        else:
+            ye = lax.all_to_all(ye, "ep", 0, 0)
+        return x + jnp.einsum("sec,ecm->sm", comb, ye)
+    return f
+
+
+C.smap("s.batch_prioritized_routing_untiled_a2a.ep4", {"ep": EP}, bpr_ep, (P("ep"), P(), P("ep"), P("ep")),
+       P("ep"), bpr_ref, (R(EP * BP_S, M), R(M, BP_E), R(BP_E, M, H, scale=0.3), R(BP_E, H, M, scale=0.3)),
+       bugs=[("positions-not-unpermuted", ["wrong-permutation"]), ("a2a-back-concat-axis-1", ["wrong-all-to-all-axis"])])
+
+
+# ---------------------------------------------------------------------------
+# 15. DeepSeek-V3's sequence-wise balance loss: per sequence, f_i = E / (K T)
+#     * (tokens choosing i) and P_i the mean of the normalised sigmoid
+#     scores, loss sum_i f_i P_i averaged over the batch. The batch over dp
+#     and each sequence over sp: the statistics psum'd over sp only (they are
+#     per sequence), the mean over sequences pmean'd over dp.
+SQ_E, SQ_K, SQ_T = 8, 2, 16
+
+
+def seq_balance_ref(x, wg):
+    s = jax.nn.sigmoid(x @ wg)
+    _, ids = lax.top_k(s, SQ_K)
+    cnt = jnp.sum(jax.nn.one_hot(ids, SQ_E), (1, 2))  # (B, E)
+    pm = jnp.mean(s / jnp.sum(s, -1, keepdims=True), 1)
+    return jnp.mean(jnp.sum(cnt * SQ_E / (SQ_K * x.shape[1]) * pm, -1))
+
+
+def seq_balance(bug):
+    def f(x, wg):
+        s = jax.nn.sigmoid(x @ wg)
+        _, ids = lax.top_k(s, SQ_K)
+        stats = jnp.stack([jnp.sum(jax.nn.one_hot(ids, SQ_E), (1, 2)), jnp.sum(s / jnp.sum(s, -1, keepdims=True), 1)])
+        stats = psum(stats, ("dp", "sp") if bug == "stats-over-dp-and-sp" else "sp")
+        cnt, pm = stats[0], stats[1] / (x.shape[1] if bug == "mean-over-local-length" else SQ_T)
+        return pmean(jnp.mean(jnp.sum(cnt * SQ_E / (SQ_K * SQ_T) * pm, -1)), "dp")
+    return f
+
+
+C.smap("s.seqwise_balance_loss_stats_over_sp.dp2xsp4", {"dp": 2, "sp": 4}, seq_balance,
+       (P("dp", "sp"), P()), P(), seq_balance_ref, (R(4, SQ_T, M), R(M, SQ_E)),
+       bugs=[("stats-over-dp-and-sp", ["wrong-collective-group"]), ("mean-over-local-length", ["numerics"])])
+
+
+# ---------------------------------------------------------------------------
+# 16. expert parallelism with FSDP'd expert weights on a square dp2 x ep2
+#     mesh: tokens over (dp, ep) (4 groups of 16, per-group capacity 6 over
+#     4 experts: drops), experts over ep, each expert's weights further
+#     split over dp along their first dim and all_gathered over dp before use
+#     (ZeRO-3); all_to_all over ep.
+FS_S, FS_E, FS_CAP = 16, 4, 6
+
+
+def ep_fsdp_ref(x, wg, w1, w2):
+    xg = x.reshape(-1, FS_S, M)
+    return x + moe_groups(xg, wg, w1, w2, lambda l: top1_gating(l, FS_CAP)).reshape(x.shape)
+
+
+def ep_fsdp(bug):
+    def f(x, wg, w1, w2):
+        el = w1.shape[0]
+        gather_axis = "ep" if bug == "weights-gathered-over-ep" else "dp"
+        w1 = lax.all_gather(w1, gather_axis, axis=1, tiled=True)
+        w2 = lax.all_gather(w2, gather_axis, axis=1, tiled=True)
+        comb = top1_gating(x @ wg, FS_CAP)
+        xe = jnp.einsum("sec,sm->ecm", (comb > 0).astype(x.dtype), x).reshape(2, el, FS_CAP, M)
+        a2a_axis = "dp" if bug == "a2a-over-dp" else "ep"
+        ye = experts_slots(lax.all_to_all(xe, a2a_axis, 0, 0, tiled=True), w1, w2)
+        ye = lax.all_to_all(ye, a2a_axis, 0, 0, tiled=True).reshape(FS_E, FS_CAP, M)
+        return x + jnp.einsum("sec,ecm->sm", comb, ye)
+    return f
+
+
+C.smap("s.ep_fsdp_expert_weights_gathered.dp2xep2", {"dp": 2, "ep": 2}, ep_fsdp,
+       (P(("dp", "ep")), P(), P("ep", "dp"), P("ep", "dp")), P(("dp", "ep")), ep_fsdp_ref,
+       (R(4 * FS_S, M), R(M, FS_E), R(FS_E, M, H, scale=0.3), R(FS_E, H, M, scale=0.3)),
+       bugs=[("weights-gathered-over-ep", ["wrong-collective-group"]), ("a2a-over-dp", ["wrong-all-to-all-axis"])])
+
+
+# ---------------------------------------------------------------------------
+# 17. top-1 routing with a quantised router (logits rounded to multiples of
+#     0.5, so many ties; argmax takes the lowest expert index). Router
+#     columns and experts over ep (2 per device), tokens replicated: each
+#     device's best local logit and its global index; the global maximum by
+#     pmax, the winner the lowest device holding it (pmin), its index
+#     broadcast by a psum masked to the winner; the softmax gate from a
+#     psum'd denominator; each device runs its experts, psum over ep.
+QR_T, QR_E = 16, 8
+
+
+def quant_top1_ref(x, wg, w1, w2):
+    lg = jnp.round(x @ wg * 2.0) / 2.0
+    e = jnp.argmax(lg, -1)
+    gate = jnp.max(jax.nn.softmax(lg, -1), -1)
+    y = jnp.take_along_axis(experts_dense(x, w1, w2), e[:, None, None], 1)[:, 0]
+    return x + gate[:, None] * y
+
+
+def quant_top1(bug):
+    def f(x, wg, w1, w2):
+        el, me = w1.shape[0], idx("ep")
+        lg = jnp.round(x @ wg * 2.0) / 2.0  # (T, E_loc)
+        lmax = jnp.max(lg, -1)
+        lid = jnp.argmax(lg, -1) + (0 if bug == "local-index-no-offset" else me * el)
+        gmax = pmax(lmax, "ep")
+        if bug == "tied-indices-summed":
+            e = psum(jnp.where(lmax == gmax, lid, 0), "ep")
+        else:
+            win = lax.pmin(jnp.where(lmax == gmax, me, EP), "ep")
+            e = psum(jnp.where(me == win, lid, 0), "ep")
+        gate = 1.0 / psum(jnp.sum(jnp.exp(lg - gmax[:, None]), -1), "ep")
+        sel = jax.nn.one_hot(e - me * el, el)  # zero rows for experts elsewhere
+        y = jnp.einsum("te,tem->tm", sel, experts_dense(x, w1, w2))
+        return x + gate[:, None] * psum(y, "ep")
+    return f
+
+
+C.smap("s.top1_quantised_router_ties_cols_ep.ep4", {"ep": EP}, quant_top1, (P(), P(None, "ep"), P("ep"), P("ep")),
+       P(), quant_top1_ref, (R(QR_T, M), R(M, QR_E, scale=0.15), R(QR_E, M, H, scale=0.3), R(QR_E, H, M, scale=0.3)),
+       bugs=[("local-index-no-offset", ["wrong-offset"]), ("tied-indices-summed", ["numerics"])])
+
+
+# ---------------------------------------------------------------------------
+# 18. an SGD-with-momentum step through expert-choice routing (2.) with
+#     check_vma=True: tokens and experts over ep, the router replicated; the
+#     loss pmean'd over ep, the gradients left to the type system (the
+#     router's comes out invariant, the experts' varying).
+ecs_opt = optax.sgd(0.1, momentum=0.9)
+
+
+def ec_sgd_ref(p, st, x, y):
+    lv, g = jax.value_and_grad(lambda p: mse(expert_choice_ref(x, p["wg"], p["w1"], p["w2"]), y))(p)
+    u, st = ecs_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+def ec_sgd(bug):
+    def f(p, st, x, y):
+        def loss(p):
+            el = p["w1"].shape[0]
+            s = lax.all_gather(jax.nn.softmax(x @ p["wg"], -1), "ep", tiled=True)
+            off = 0 if bug == "expert-cols-no-offset" else idx("ep") * el
+            g, ix = lax.top_k(lax.dynamic_slice_in_dim(s, off, el, 1).T, EC_K)
+            xa = lax.all_gather(x, "ep", tiled=True)
+            ye = experts_slots(xa[ix], p["w1"], p["w2"]) * g[..., None]
+            full = jnp.zeros_like(xa).at[ix.reshape(-1)].add(ye.reshape(-1, M))
+            out = x + lax.psum_scatter(full, "ep", scatter_dimension=0, tiled=True)
+            return psum(mse(out, y), "ep") if bug == "loss-psum-not-pmean" else pmean(mse(out, y), "ep")
+        lv, g = jax.value_and_grad(loss)(p)
+        u, st = ecs_opt.update(g, st, p)
+        return optax.apply_updates(p, u), st, lv
+    return f
+
+
+ecs_p = {"wg": R(M, EC_E), "w1": R(EC_E, M, H, scale=0.3), "w2": R(EC_E, H, M, scale=0.3)}
+ecs_ps = {"wg": P(), "w1": P("ep"), "w2": P("ep")}
+ecs_st = np_tree(ecs_opt.init(ecs_p))
+C.smap("s.expert_choice_momentum_step_vma.ep4", {"ep": EP}, ec_sgd,
+       (ecs_ps, state_specs(ecs_st, ecs_ps), P("ep"), P("ep")), (ecs_ps, state_specs(ecs_st, ecs_ps), P()), ec_sgd_ref,
+       (ecs_p, ecs_st, R(EC_T, M), R(EC_T, M, scale=0.5)), check_vma=True,
+       bugs=[("expert-cols-no-offset", ["wrong-offset"]), ("loss-psum-not-pmean", ["wrong-collective-op"])])
 C.finish()
