@@ -1,4 +1,104 @@
-"""samples/fresh20: DOCSTRING"""
+"""samples/fresh20: a twentieth batch of programs as a user writes them, on
+the theme of mixture-of-experts layers and their training in current JAX:
+token-choice routing (top-1 / top-2, capacities and token dropping by
+cumsum positions, one-hot dispatch and combine tensors), expert-choice
+routing, sort-based dispatch with lax.ragged_dot and segment sums, shared
+experts beside routed ones, load-balancing and z losses over the global
+batch, and expert parallelism by all_to_all on ep, ep x dp and ep x tp
+meshes; none of them an idiom of samples/fresh .. fresh19, probe, train or
+wild.
+shard_map families: 1. GShard top-2 with a per-group capacity (second
+choices placed after all first choices, gates renormalised), two experts
+per device, tiled all_to_all there and back; 2. expert-choice routing over
+the global batch (scores all_gathered, each device's experts take their
+top-k tokens, a scatter-add and psum_scatter back); 3. dropless Mixtral
+top-2 by a stable argsort, jnp.bincount group sizes and lax.ragged_dot
+with the expert hidden dim over tp; 4. DeepSeek-V3 shared + routed experts
+(sigmoid scores, top-2 on biased scores, gates the renormalised unbiased
+scores x 2.5) with the all-gather dispatcher on ep x tp; 5. Switch top-1
+with the capacity of the global batch, a token's buffer position its local
+exclusive cumsum plus the counts of the devices before it (all_gather of
+counts); 6. an SGD step of a Switch layer on dp x ep (check_vma=False: the
+loss scaled by 1 / groups, gradients psum'd over the axes their parameter
+is replicated on; the load-balancing token fractions pmean'd over both
+axes under stop_gradient); 7. EP x TP with per-group capacity (all_to_all
+over ep, expert hidden over tp, psum over tp); 8. dropless Mixtral with
+experts over ep by sorting the pairs of the device's own experts first
+(ragged_dot leaves rows past the group sizes zero), gates permuted by the
+same order, jax.ops.segment_sum by token id, psum_scatter; 9. Soft MoE with
+the sequence over sp (the dispatch softmax over tokens by pmax and psum,
+slot inputs psum'd, check_vma=True); 10. DeepSeek-V3's auxiliary-loss-free
+bias update from the psum'd global load; 11. DeepSeek-V3 group-limited
+routing with the router columns over ep (group scores all_gathered untiled
+and transposed, scores all_gathered tiled along experts); 12. bf16 tokens
+and expert weights through the all_to_alls with an f32 router and combine
+(capacity = group size, nothing drops); 13. an Adam step of a MoE
+transformer block (causal attention, top-2, load-balancing and z losses
+over the global batch, check_vma=True); 14. V-MoE batch prioritized routing
+(positions by descending gate, put back by the inverse permutation) with
+the non-tiled all_to_all; 15. DeepSeek-V3's sequence-wise balance loss with
+sequences over sp (statistics psum'd over sp only) and the batch over dp;
+16. expert parallelism with FSDP'd expert weights (all_gather over dp) on a
+square dp2 x ep2 mesh; 17. top-1 with a quantised router (logits rounded to
+0.5: ties, the lowest expert wins) whose columns are over ep (pmax, pmin of
+the winning device, a masked psum of its index); 18. an SGD-with-momentum
+step through expert-choice routing (check_vma=True).
+Under GSPMD: 19. the GShard top-2 einsum program with the dispatched tensor
+constrained over ep; 20. expert choice with tokens over dp and experts
+over ep; 21. the sorted ragged_dot layer with the expert hidden over tp;
+22. an AdamW step of the DeepSeek layer; 23. the MoE block's Adam step with
+the experts over ep; 24. Soft MoE with the sequence over sp and the slot
+inputs constrained over ep; 25. Mixtral with the experts a jax.vmap over
+stacked weights, outputs constrained over (ep, dp); 26. Switch with the
+global capacity dispatched by segment_sum into an E * C + 1 buffer (a
+drop row) constrained over ep, expert hidden over tp; 27. the bf16 grouped
+layer; 28. the auxiliary-loss-free update; 29. group-limited routing on ep x
+tp; 30. the Switch SGD step with the global load-balancing loss.
+Routing is deterministic: argmax, lax.top_k and stable argsorts break ties
+by the lower index (17. makes ties on purpose and resolves them the same
+way across devices). Capacities: where a baseline drops tokens it routes
+the same groups the devices do (1., 6., 7., 14., 16., 19., 30.: groups are
+the shards of the batch, as GShard and Switch group tokens), or computes
+the positions over the global batch the distributed program reconstructs
+by device prefixes (5., 26.); on the seeded inputs these do drop (1.: 99 of
+128 assignments kept, 5.: 26 of 32, 6.: 59 of 64, 7.: 61 of 64, 14.: 53 of
+64, 16.: 63 of 64, 19.: 206 of 256, 30.: 61 of 64) and the correct programs
+drop exactly the baseline's tokens. 12. and 27. use a capacity of the
+whole group (nothing drops); expert choice (2., 18., 20.), the dropless
+sorted layers (3., 8., 21.), the dense-masked layers (4., 10., 11., 13.,
+17., 22., 23., 25., 28., 29.) and Soft MoE have no capacity.
+Each shard_map family has the bug variants a careless parallelisation makes
+(combine weights not renormalised, second choices without the first
+choices' count, experts interleaved by a wrong reshape, expert columns or
+gates sliced without the device's offset, an output sliced at offset 0
+after a psum, no psum over tp, outputs un-sorted by a gather instead of a
+scatter, gates from biased scores, a shared expert not psum'd, no device
+prefix or an inclusive one, a capacity from the local batch, token
+fractions of the local batch, expert gradients not psum'd over dp or psum'd
+over ep too, an all_to_all over tp or dp, an FFN psum over ep, group sizes
+counted from global ids, gates not permuted with the rows, a local
+dispatch softmax, slot inputs not psum'd, local load counts, a flipped
+bias update, group scores reshaped instead of transposed, the router in
+bf16, the combine in bf16, a loss psum'd where it is pmean'd, the aux loss
+as a mean of local products, positions not un-permuted, the non-tiled
+all_to_all back with concat_axis 1, sequence statistics psum'd over dp too
+or averaged over the local length, weights gathered over ep, a local
+argmax index without its offset, tied indices summed).
+Changed for its numerics: the bf16 experts (12., 27.) upcast their
+operands for the two matmuls: the first draft's bf16 x bf16 -> f32 dots
+(preferred_element_type) made XLA:CPU fail on the baseline ("Unsupported
+element type for DotThunk::Execute: BF16 x BF16 = F32"). Nothing was
+dropped: every correct pair agrees with its baseline at rounding level (see
+"numerics": f32 within a few 1e-6, the bf16 pairs exactly), every bug
+variant differs clearly (the smallest: one bf16 ulp, 0.03125, for the two
+bf16 dtype bugs; 0.01 to 0.05 in the training steps' parameters and the
+bias updates).
+Exported with scalify_jax.export_pair; every pair is also run by JAX on
+seeded inputs and its manifest entry records the largest difference from
+the single-device run ("numerics").
+Run from the repository root: bash samples/gen/run_fresh20.sh [SUBSTR...]
+(only the pairs whose name contains a SUBSTR; the others keep their entries).
+"""
 import sys
 import numpy as np
 import jax, jax.numpy as jnp
@@ -848,4 +948,156 @@ C.smap("s.expert_choice_momentum_step_vma.ep4", {"ep": EP}, ec_sgd,
        (ecs_ps, state_specs(ecs_st, ecs_ps), P("ep"), P("ep")), (ecs_ps, state_specs(ecs_st, ecs_ps), P()), ec_sgd_ref,
        (ecs_p, ecs_st, R(EC_T, M), R(EC_T, M, scale=0.5)), check_vma=True,
        bugs=[("expert-cols-no-offset", ["wrong-offset"]), ("loss-psum-not-pmean", ["wrong-collective-op"])])
+
+
+# ===========================================================================
+# GSPMD: jax.jit with in / out shardings, constraints where a user puts them.
+def wsc(mesh, a, *spec):
+    return lax.with_sharding_constraint(a, NamedSharding(make_mesh(mesh), P(*spec)))
+
+
+M_DPEP = {"dp": 2, "ep": 4}
+
+# ---------------------------------------------------------------------------
+# 19. GShard top-2 (1.) as the einsum program: groups (G, S, M) over the
+#     tuple (dp, ep), the dispatched tensor (G, E, C, M) constrained with
+#     the experts over ep (the partitioner's all-to-all), expert weights
+#     over ep.
+def gshard_wsc(xg, wg, w1, w2):
+    comb = jax.vmap(lambda t: top2_gating(t @ wg, G1_CAP))(xg)
+    xe = wsc(M_DPEP, jnp.einsum("gsec,gsm->gecm", (comb > 0).astype(xg.dtype), xg), None, "ep")
+    ye = wsc(M_DPEP, experts_slots(xe, w1, w2), None, "ep")
+    return jnp.einsum("gsec,gecm->gsm", comb, ye)
+
+
+C.gspmd("g.gshard_top2_einsum_dispatch_wsc.dp2xep4", M_DPEP, (P(("dp", "ep")), P(), P("ep"), P("ep")),
+        P(("dp", "ep")), gshard_wsc,
+        (R(8, G1_S, M), R(M, G1_E), R(G1_E, M, H, scale=0.3), R(G1_E, H, M, scale=0.3)))
+
+# ---------------------------------------------------------------------------
+# 20. expert-choice routing (2.) with tokens over dp and experts over ep.
+C.gspmd("g.expert_choice_tokens_dp_experts_ep.dp2xep4", M_DPEP, (P("dp"), P(), P("ep"), P("ep")), P("dp"),
+        expert_choice_ref, (R(EC_T, M), R(M, EC_E), R(EC_E, M, H, scale=0.3), R(EC_E, H, M, scale=0.3)))
+
+# ---------------------------------------------------------------------------
+# 21. the sorted ragged_dot Mixtral layer (3.) with the expert hidden dim
+#     over tp4, tokens replicated.
+C.gspmd("g.mixtral_sorted_ragged_dot_hidden_tp.tp4", {"tp": 4}, (P(), P(), P(None, None, "tp"), P(None, "tp")), P(),
+        mixtral_sorted_ref, (R(MX_T, M), R(M, MX_E), R(MX_E, M, H, scale=0.3), R(MX_E, H, M, scale=0.3)))
+
+# ---------------------------------------------------------------------------
+# 22. an AdamW step of the DeepSeek layer (4.: shared expert, biased top-2
+#     selection, normalised sigmoid gates), routed experts over ep, the
+#     shared expert's hidden over ep too (as tensor parallelism), tokens over
+#     dp; the bias an input, not trained.
+ds_opt = optax.adamw(0.01, weight_decay=0.01)
+
+
+def ds_adamw_step(p, st, bias, x, y):
+    lv, g = jax.value_and_grad(lambda p: mse(deepseek_ref(x, p["wg"], bias, p["ws1"], p["ws2"], p["w1"],
+                                                          p["w2"]), y))(p)
+    u, st = ds_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+ds_p = {"wg": R(M, DS_E, scale=0.5), "ws1": R(M, H, scale=0.3), "ws2": R(H, M, scale=0.3),
+        "w1": R(DS_E, M, H // 2, scale=0.3), "w2": R(DS_E, H // 2, M, scale=0.3)}
+ds_ps = {"wg": P(), "ws1": P(None, "ep"), "ws2": P("ep"), "w1": P("ep"), "w2": P("ep")}
+ds_st = np_tree(ds_opt.init(ds_p))
+C.gspmd("g.deepseek_shared_routed_adamw.dp2xep4", M_DPEP, (ds_ps, state_specs(ds_st, ds_ps), P(), P("dp"), P("dp")),
+        (ds_ps, state_specs(ds_st, ds_ps), P()), ds_adamw_step,
+        (ds_p, ds_st, R(DS_E, scale=0.2), R(DS_T, M), R(DS_T, M, scale=0.5)))
+
+# ---------------------------------------------------------------------------
+# 23. the MoE block's Adam step (13.) with the experts over ep and the batch
+#     over dp.
+bk_ps2 = dict(bk_ps, w1=P("ep"), w2=P("ep"))
+C.gspmd("g.moe_block_adam_aux_zloss.dp2xep4", M_DPEP, (bk_ps2, state_specs(bk_st, bk_ps2), P("dp"), P("dp")),
+        (bk_ps2, state_specs(bk_st, bk_ps2), P()), block_adam_ref,
+        (bk_p, bk_st, R(4, BK_T, M), R(4, BK_T, M, scale=0.5)))
+
+# ---------------------------------------------------------------------------
+# 24. Soft MoE (9.) with the sequence over sp and the experts' weights over
+#     ep, the slot inputs constrained with the experts over ep.
+M_SPEP = {"sp": 4, "ep": 2}
+
+
+def soft_moe_wsc(x, phi, w1, w2):
+    lg = jnp.einsum("btm,mn->btn", x, phi)
+    xs = jnp.einsum("btn,btm->bnm", jax.nn.softmax(lg, 1), x).reshape(x.shape[0], SM_E, SM_SL, M)
+    xs = wsc(M_SPEP, xs, None, "ep")
+    ys = experts_slots(xs, w1, w2).reshape(x.shape[0], SM_E * SM_SL, M)
+    return jnp.einsum("btn,bnm->btm", jax.nn.softmax(lg, 2), ys)
+
+
+C.gspmd("g.soft_moe_seq_sp_slots_ep.sp4xep2", M_SPEP, (P(None, "sp"), P(), P("ep"), P("ep")), P(None, "sp"),
+        soft_moe_wsc, (R(2, 32, M), R(M, SM_E * SM_SL), R(SM_E, M, H, scale=0.3), R(SM_E, H, M, scale=0.3)))
+
+# ---------------------------------------------------------------------------
+# 25. Mixtral top-2 with the experts as a jax.vmap of one FFN over stacked
+#     weights (ep), every expert on every token, the stacked outputs
+#     (E, T, M) constrained over (ep, dp), gathered by the chosen ids.
+def mixtral_vmap(x, wg, w1, w2):
+    top, ids = lax.top_k(x @ wg, 2)
+    ffn = lambda a, b: jax.nn.silu(x @ a) @ b
+    ys = wsc(M_DPEP, jax.vmap(ffn)(w1, w2), "ep", "dp")  # (E, T, M)
+    y = jnp.take_along_axis(jnp.swapaxes(ys, 0, 1), ids[..., None], 1)
+    return jnp.einsum("tk,tkm->tm", jax.nn.softmax(top, -1), y)
+
+
+C.gspmd("g.mixtral_vmap_experts_stacked.dp2xep4", M_DPEP, (P("dp"), P(), P("ep"), P("ep")), P("dp"), mixtral_vmap,
+        (R(MXE_T, M), R(M, MXE_E), R(MXE_E, M, H, scale=0.3), R(MXE_E, H, M, scale=0.3)))
+
+# ---------------------------------------------------------------------------
+# 26. Switch top-1 with the global capacity (5.) dispatched by
+#     jax.ops.segment_sum into an (E * C + 1, M) buffer (the last row takes
+#     the dropped tokens), the buffer constrained with the experts over ep,
+#     each expert's hidden over tp, the outputs gathered back by slot.
+M_DET = {"dp": 2, "ep": 2, "tp": 2}
+
+
+def switch_segment(x, wg, w1, w2):
+    cap = int(SW_CF * x.shape[0] / SW_E)
+    p = jax.nn.softmax(x @ wg, -1)
+    e = jnp.argmax(p, -1)
+    oh = jax.nn.one_hot(e, SW_E)
+    pos = jnp.sum((jnp.cumsum(oh, 0) - oh) * oh, -1).astype(jnp.int32)
+    slot = jnp.where(pos < cap, e * cap + pos, SW_E * cap)
+    buf = jax.ops.segment_sum(x, slot, num_segments=SW_E * cap + 1)[:-1].reshape(SW_E, cap, M)
+    out = experts_slots(wsc(M_DET, buf, "ep"), w1, w2).reshape(SW_E * cap, M)
+    y = jnp.concatenate([out, jnp.zeros((1, M), out.dtype)])[slot]
+    return x + jnp.max(p, -1)[:, None] * y
+
+
+C.gspmd("g.switch_global_capacity_segment_sum.dp2xep2xtp2", M_DET, (P("dp"), P(), P("ep", None, "tp"),
+        P("ep", "tp")), P("dp"), switch_segment,
+        (R(SW_T, M), R(M, SW_E), R(SW_E, M, H, scale=0.3), R(SW_E, H, M, scale=0.3)))
+
+# ---------------------------------------------------------------------------
+# 27. the bf16 grouped layer (12.) with the groups over dp and the experts
+#     over ep.
+C.gspmd("g.bf16_grouped_top1_f32_router.dp2xep4", M_DPEP, (P("dp"), P(), P("ep"), P("ep")), P("dp"), bf16_moe_ref,
+        (bf(R(4 * BF_S, M)), R(M, BF_E), bf(R(BF_E, M, H, scale=0.3)), bf(R(BF_E, H, M, scale=0.3))))
+
+# ---------------------------------------------------------------------------
+# 28. the auxiliary-loss-free layer and bias update (10.) with the tokens
+#     over dp and the experts over ep.
+C.gspmd("g.aux_loss_free_bias_update.dp4xep2", {"dp": 4, "ep": 2}, (P("dp"), P(), P(), P("ep"), P("ep")),
+        (P("dp"), P()), aux_free_ref, (R(AF_T, M), R(M, AF_E, scale=0.5), R(AF_E, scale=0.1),
+                                       R(AF_E, M, H, scale=0.3), R(AF_E, H, M, scale=0.3)))
+
+# ---------------------------------------------------------------------------
+# 29. group-limited routing (11.) with the router columns and experts over
+#     ep and each expert's hidden over tp.
+C.gspmd("g.group_limited_routing.ep4xtp2", {"ep": EP, "tp": 2}, (P(), P(None, "ep"), P("ep"), P("ep", None, "tp"),
+        P("ep", "tp")), P(), group_limited_ref,
+        (R(GL_T, M), R(M, GL_E, scale=0.5), R(GL_E, scale=0.1), R(GL_E, M, H, scale=0.3), R(GL_E, H, M, scale=0.3)))
+
+# ---------------------------------------------------------------------------
+# 30. the Switch SGD step with the global load-balancing loss (6.): groups
+#     over (dp, ep), experts over ep.
+C.gspmd("g.switch_sgd_global_aux.dp2xep4", M_DPEP, (sg_ps, P(("dp", "ep")), P(("dp", "ep"))), (sg_ps, P()),
+        switch_sgd_ref, (sg_p, R(SG_G * SG_S, M), R(SG_G * SG_S, M, scale=0.5)))
+
+# ---------------------------------------------------------------------------
 C.finish()
