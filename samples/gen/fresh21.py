@@ -1,0 +1,458 @@
+"""samples/fresh21: DOCSTRING (written at the end)."""
+import dataclasses
+import os
+import sys
+import numpy as np
+import jax, jax.numpy as jnp
+from jax import lax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P, reshard
+from jax.experimental.custom_partitioning import custom_partitioning
+import optax
+sys.path.insert(0, "samples/gen")  # run from the repository root (run_fresh21.sh)
+from fresh_lib import Corpus, seeded, mse, np_tree, state_specs, bug_lines  # noqa: E402
+from scalify_jax import before_partitioning, after_partitioning, leaf_names, relations_doc, spec_view  # noqa: E402
+from scalify_jax._export import _merge_manifest, _write, broadcast_specs, output_names, versions  # noqa: E402
+
+SCRIPT = "samples/gen/fresh21.py"
+OUT = "samples/fresh21"
+C = Corpus(OUT, SCRIPT, "samples/gen/run_fresh21.sh", sys.argv[1:])
+rng, R, I = seeded(2121)
+psum, pmean, idx = lax.psum, lax.pmean, lax.axis_index
+wsc = lax.with_sharding_constraint
+EXPL, AUTO = AxisType.Explicit, AxisType.Auto
+
+
+def bf(a):
+    return np.asarray(a, jnp.bfloat16)
+
+
+# ---------------------------------------------------------------------------
+# 0. exporting programs that export_pair does not lower itself: a mesh whose
+#    axes are Explicit (or mixed Explicit / Auto), a jax.jit with donation, a
+#    shard_map over some axes only. Both sides are lowered by hand from the
+#    same pieces export_pair is made of (before_partitioning /
+#    after_partitioning / relations_doc), under jax.set_mesh, from
+#    ShapeDtypeStructs that carry their NamedShardings (so an explicit mesh
+#    puts them in the types).
+def mesh_of(axes, types=None):
+    n = int(np.prod(list(axes.values())))
+    types = tuple(types) if types else (AUTO,) * len(axes)
+    return Mesh(np.array(jax.devices()[:n]).reshape(tuple(axes.values())), tuple(axes), axis_types=types)
+
+
+def unit_mesh(axes, types=None):
+    return mesh_of({a: 1 for a in axes}, types)
+
+
+def is_spec(s):
+    return s is None or isinstance(s, P)
+
+
+def leaf_specs(specs, args):
+    """The spec of every leaf of args from a spec prefix tree (same structure as args)."""
+    return jax.tree.map(lambda s, a: jax.tree.map(lambda _: P() if s is None else s, a), tuple(specs), tuple(args),
+                        is_leaf=is_spec)
+
+
+def sds(m, specs, args):
+    return jax.tree.map(lambda s, a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype, sharding=NamedSharding(m, s)),
+                        leaf_specs(specs, args), tuple(args), is_leaf=is_spec)
+
+
+def put(m, specs, args):
+    return jax.tree.map(lambda s, a: jax.device_put(a, NamedSharding(m, s)), leaf_specs(specs, args), tuple(args),
+                        is_leaf=is_spec)
+
+
+def named(m, specs):
+    return jax.tree.map(lambda s: NamedSharding(m, P() if s is None else s), specs, is_leaf=is_spec)
+
+
+def write_sides(name, entry, base_lo, dist_lo):
+    for side, (text, pb) in (("baseline", before_partitioning(base_lo)), ("distributed", after_partitioning(dist_lo))):
+        stem = name + (".baseline" if side == "baseline" else ".dist")
+        _write(os.path.join(OUT, stem + ".hlo"), text)
+        _write(os.path.join(OUT, stem + ".hlo.pb"), pb)
+        entry[side] = {"hlo": stem + ".hlo", "pb": stem + ".hlo.pb"}
+
+
+def record(name, ref, got, note):
+    big = [float(np.max(np.abs(np.asarray(x, np.float64)))) for x in jax.tree.leaves(ref) if np.size(x)]
+    from wild import max_abs_diff
+    C.extra[name] = {"numerics": {"max_abs_diff": max_abs_diff(ref, got), "max_abs_ref": max(big + [0.0])}}
+    if note:
+        C.extra[name]["note"] = note
+
+
+def gspmd_x(name, axes, types, in_specs, out_specs, fn, args, donate=(), note=None):
+    """A correct GSPMD pair on a mesh of the given axis types: jax.jit(fn,
+    in_shardings, out_shardings, donate_argnums) under jax.set_mesh; the
+    numerics run the same jit on a mesh of the same axes of size 1."""
+    if not C.wanted(name):
+        return
+    print("==", name, flush=True)
+    m = mesh_of(axes, types)
+    with jax.set_mesh(m):
+        j = jax.jit(fn, in_shardings=named(m, tuple(in_specs)), out_shardings=named(m, out_specs),
+                    donate_argnums=donate, keep_unused=True)
+        lo = j.lower(*sds(m, in_specs, args))
+        entry = {"name": name, "mesh": dict(axes), "kind": "gspmd"}
+        write_sides(name, entry, lo, lo)
+        got = j(*put(m, in_specs, args))
+    entry.update(relations="auto", expected="verified", generator=dict(versions(), script="scalify_jax"))
+    _merge_manifest(OUT, entry)
+    u = unit_mesh(axes, types)
+    with jax.set_mesh(u):
+        ref = jax.jit(fn, in_shardings=named(u, tuple(in_specs)), out_shardings=named(u, out_specs))(
+            *put(u, in_specs, args))
+    record(name, ref, got, note)
+
+
+def family(fam, axes, types, make, in_specs, out_specs, fn, args, bugs=(), donate=(), note=None):
+    """A hand-parallelised program and its bug variants: make(bug) is a
+    function of the global arrays (an explicit-mode program, or one holding a
+    jax.shard_map over some axes), run as jax.jit with the specs as in / out
+    shardings under jax.set_mesh; the baseline is the single-device fn. Both
+    take the same global arguments, so the relations file is written from the
+    specs as for a shard_map pair."""
+    m = mesh_of(axes, types)
+    flat_in = broadcast_specs(tuple(in_specs), tuple(args), "in_specs")
+    shapes = [np.shape(a) for a in jax.tree.leaves(tuple(args))]
+    in_views = [spec_view(s, shp, dict(axes)) for s, shp in zip(flat_in, shapes)]
+    abs_plain = jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype), tuple(args))
+    out_tree = jax.eval_shape(fn, *abs_plain)
+    out_views = [spec_view(s, o.shape, dict(axes)) for s, o in
+                 zip(broadcast_specs(out_specs, out_tree, "out_specs"), jax.tree.leaves(out_tree))]
+    rel = relations_doc(dict(axes), leaf_names(fn, args), in_views, output_names(out_tree), out_views)
+    ref = None
+    for bug, kinds in [(None, None)] + list(bugs):
+        name = fam + (".bug." + bug if bug else "")
+        if not C.wanted(name):
+            continue
+        print("==", name, flush=True)
+        base_lo = jax.jit(fn, keep_unused=True).lower(*abs_plain)
+        with jax.set_mesh(m):
+            j = jax.jit(make(bug), in_shardings=named(m, tuple(in_specs)), out_shardings=named(m, out_specs),
+                        donate_argnums=donate, keep_unused=True)
+            dist_lo = j.lower(*sds(m, in_specs, args))
+            entry = {"name": name, "mesh": dict(axes), "kind": "shard_map"}
+            _write(os.path.join(OUT, name + ".relations.json"),
+                   __import__("scalify_jax._export", fromlist=["_json_lines"])._json_lines(rel))
+            write_sides(name, entry, base_lo, dist_lo)
+            got = j(*put(m, in_specs, args))
+        entry.update(relations=name + ".relations.json", expected="mismatch" if bug else "verified",
+                     generator=dict(versions(), script="scalify_jax"))
+        _merge_manifest(OUT, entry)
+        if ref is None:
+            ref = jax.jit(fn)(*args)
+        record(name, ref, got, note)
+        if bug:
+            C.extra[name]["bug"] = {"id": bug, "kinds": kinds, "locations": bug_lines(make, bug, SCRIPT)}
+
+
+# ---------------------------------------------------------------------------
+# Model code as library users write it, without the libraries: an
+# Equinox-style module is a frozen dataclass registered as a pytree with a
+# __call__; a Flax-NNX-style module holds Param(value, logical names) and is
+# split into (graph, state) for jax.jit; logical names become mesh axes by a
+# MaxText-style rules table.
+def pytree_dataclass(cls):
+    cls = dataclasses.dataclass(frozen=True)(cls)
+    return jax.tree_util.register_dataclass(cls)
+
+
+@pytree_dataclass
+class Linear:
+    weight: jax.Array
+    bias: jax.Array
+
+    def __call__(self, x):
+        return x @ self.weight + self.bias
+
+
+@pytree_dataclass
+class MLP:
+    up: Linear
+    down: Linear
+
+    def __call__(self, x):
+        return self.down(jax.nn.gelu(self.up(x)))
+
+
+RULES = (("batch", "dp"), ("seq", None), ("embed", None), ("mlp", "tp"), ("heads", "tp"), ("kv", None),
+         ("vocab", "tp"), ("layers", None))
+
+
+def logical_to_mesh(names, rules=RULES):
+    table = dict(rules)
+    return P(*(table.get(n) if n is not None else None for n in names))
+
+
+def logical_constraint(x, *names, rules=RULES):
+    """flax.linen.with_logical_constraint / nnx.with_sharding_constraint by rules."""
+    return wsc(x, logical_to_mesh(names, rules))
+
+
+class Param:
+    """An nnx.Param with sharding metadata (the logical axis names)."""
+
+    def __init__(self, value, names):
+        self.value, self.names = value, tuple(names)
+
+
+class Module:
+    def params(self):
+        return {k: (v.params() if isinstance(v, Module) else v) for k, v in vars(self).items()
+                if isinstance(v, (Module, Param))}
+
+
+def nnx_state(mod):
+    return jax.tree.map(lambda p: p.value, mod.params(), is_leaf=lambda x: isinstance(x, Param))
+
+
+def nnx_specs(mod, rules=RULES):
+    return jax.tree.map(lambda p: logical_to_mesh(p.names, rules), mod.params(), is_leaf=lambda x: isinstance(x, Param))
+
+
+def rms(x, g, eps=1e-6):
+    return x * lax.rsqrt(jnp.mean(jnp.square(x), -1, keepdims=True) + eps) * g
+
+
+def layer_norm(x, g, axis=-1, eps=1e-5):
+    mu = jnp.mean(x, axis, keepdims=True)
+    var = jnp.mean(jnp.square(x - mu), axis, keepdims=True)
+    return (x - mu) * lax.rsqrt(var + eps) * g
+
+
+def causal(t):
+    return np.arange(t)[:, None] >= np.arange(t)[None, :]
+
+
+B, T, D, F, H, E = 4, 8, 16, 32, 4, 8
+
+
+# ---------------------------------------------------------------------------
+# 1. an explicit-sharding MLP block (AxisType.Explicit mesh, jax.set_mesh):
+#    LayerNorm, column-parallel einsum with out_sharding P('dp', None, 'tp'),
+#    the bias, gelu, the row-parallel einsum back to out_sharding P('dp')
+#    (the partitioner inserts the reduction), the residual.
+def mlp_block(x, g, w1, b1, w2):
+    return x + jax.nn.gelu(layer_norm(x, g) @ w1 + b1) @ w2
+
+
+def explicit_mlp(bug):
+    def f(x, g, w1, b1, w2):
+        h = layer_norm(x, g, axis=1 if bug == "ln-stats-over-seq" else -1)
+        u = jnp.einsum("btd,df->btf", h, w1, out_sharding=P("dp", None, "tp"))
+        a = jax.nn.gelu(u) + b1 if bug == "bias-after-gelu" else jax.nn.gelu(u + b1)
+        y = jnp.einsum("btf,fd->btd", a, w2, out_sharding=P("dp", None, None))
+        return x + y
+    return f
+
+
+family("s.explicit_mlp_einsum_out_sharding.dp2xtp4", {"dp": 2, "tp": 4}, (EXPL, EXPL), explicit_mlp,
+       (P("dp"), P(), P(None, "tp"), P("tp"), P("tp")), P("dp"), mlp_block,
+       (R(B, T, D), 1.0 + R(D, scale=0.1), R(D, F, scale=0.3), R(F, scale=0.2), R(F, D, scale=0.3)),
+       bugs=[("ln-stats-over-seq", ["wrong-shard-dim"]), ("bias-after-gelu", ["numerics"])],
+       note="explicit-mode mesh (AxisType.Explicit), einsum out_sharding")
+
+
+# ---------------------------------------------------------------------------
+# 2. explicit-mode multi-head attention: q / k / v einsums with the heads in
+#    their types (out_sharding P('dp', None, 'tp')), scores P('dp', 'tp'),
+#    then the heads resharded to replicated (jax.sharding.reshard) and merged
+#    by a reshape for a fused output projection (H*E, D).
+def mha(x, wq, wk, wv, wo):
+    q, k, v = (jnp.einsum("btd,dhe->bthe", x, w) for w in (wq, wk, wv))
+    s = jnp.einsum("bqhe,bkhe->bhqk", q, k) / np.sqrt(E)
+    s = jnp.where(causal(x.shape[1]), s, -1e9)
+    o = jnp.einsum("bhqk,bkhe->bqhe", jax.nn.softmax(s, -1), v)
+    return o.reshape(x.shape[0], x.shape[1], -1) @ wo
+
+
+def explicit_mha(bug):
+    def f(x, wq, wk, wv, wo):
+        q, k, v = (jnp.einsum("btd,dhe->bthe", x, w, out_sharding=P("dp", None, "tp")) for w in (wq, wk, wv))
+        s = jnp.einsum("bqhe,bkhe->bhqk", q, k, out_sharding=P("dp", "tp")) / np.sqrt(E)
+        s = jnp.where(causal(x.shape[1]), s, -1e9)
+        p = jax.nn.softmax(s, -2 if bug == "softmax-over-queries" else -1)
+        o = jnp.einsum("bhqk,bkhe->bqhe", p, v, out_sharding=P("dp", None, "tp"))
+        o = reshard(o, P("dp"))
+        if bug == "merge-heads-eh-order":
+            o = jnp.swapaxes(o, 2, 3)
+        return jnp.einsum("btc,cd->btd", o.reshape(x.shape[0], x.shape[1], H * E), wo, out_sharding=P("dp"))
+    return f
+
+
+family("s.explicit_mha_reshard_merge_heads.dp2xtp4", {"dp": 2, "tp": 4}, (EXPL, EXPL), explicit_mha,
+       (P("dp"), P(None, "tp"), P(None, "tp"), P(None, "tp"), P()), P("dp"), mha,
+       (R(B, T, D), R(D, H, E, scale=0.4), R(D, H, E, scale=0.4), R(D, H, E, scale=0.4), R(H * E, D, scale=0.3)),
+       bugs=[("softmax-over-queries", ["wrong-shard-dim"]), ("merge-heads-eh-order", ["wrong-reshape-order"])],
+       note="explicit-mode mesh (AxisType.Explicit), reshard before merging heads")
+
+
+# ---------------------------------------------------------------------------
+# 3. an explicit-mode classifier training step: jax.value_and_grad of a
+#    softmax cross-entropy, optax.sgd with momentum; batch over dp, hidden
+#    units over tp in the parameters' types, activations by out_sharding.
+CL_IN, CL_H, CL_K = 16, 32, 8
+cl_opt = optax.sgd(0.1, momentum=0.9)
+
+
+def clf_loss(p, x, y):
+    h = jax.nn.relu(x @ p["w1"] + p["b1"])
+    logits = h @ p["w2"] + p["b2"]
+    return -jnp.mean(jnp.sum(jax.nn.one_hot(y, CL_K) * jax.nn.log_softmax(logits, -1), -1))
+
+
+def clf_step(p, st, x, y):
+    lv, g = jax.value_and_grad(clf_loss)(p, x, y)
+    u, st = cl_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+def explicit_clf_step(bug):
+    def loss(p, x, y):
+        h = jax.nn.relu(jnp.einsum("bi,ih->bh", x, p["w1"], out_sharding=P("dp", "tp")) + p["b1"])
+        logits = jnp.einsum("bh,hk->bk", h, p["w2"], out_sharding=P("dp")) + p["b2"]
+        logp = jax.nn.log_softmax(logits, 0 if bug == "log-softmax-over-batch" else -1)
+        nll = -jnp.sum(jax.nn.one_hot(y, CL_K) * logp, -1)
+        return jnp.sum(nll) if bug == "loss-sum-not-mean" else jnp.mean(nll)
+
+    def f(p, st, x, y):
+        lv, g = jax.value_and_grad(loss)(p, x, y)
+        u, st = cl_opt.update(g, st, p)
+        return optax.apply_updates(p, u), st, lv
+    return f
+
+
+cl_p = {"w1": R(CL_IN, CL_H, scale=0.3), "b1": R(CL_H, scale=0.1), "w2": R(CL_H, CL_K, scale=0.3),
+        "b2": R(CL_K, scale=0.1)}
+cl_ps = {"w1": P(None, "tp"), "b1": P("tp"), "w2": P("tp"), "b2": P()}
+cl_st = np_tree(cl_opt.init(cl_p))
+family("s.explicit_clf_step_sgd_momentum.dp4xtp2", {"dp": 4, "tp": 2}, (EXPL, EXPL), explicit_clf_step,
+       (cl_ps, state_specs(cl_st, cl_ps), P("dp"), P("dp")), (cl_ps, state_specs(cl_st, cl_ps), P()), clf_step,
+       (cl_p, cl_st, R(16, CL_IN), I(0, CL_K, 16)),
+       bugs=[("log-softmax-over-batch", ["wrong-shard-dim"]), ("loss-sum-not-mean", ["numerics"])],
+       note="explicit-mode mesh (AxisType.Explicit), a training step (optax.sgd with momentum)")
+
+
+# ---------------------------------------------------------------------------
+# 4. an explicit-mode program with a jax.shard_map region (its mesh from
+#    jax.set_mesh, in_specs inferred from the arguments' types): the
+#    column-parallel half in explicit mode, the row-parallel half by hand with
+#    a reduce-scatter to a sequence-sharded output (psum_scatter over tp along
+#    the sequence, tiled); back in explicit mode the residual is resharded to
+#    the sequence sharding and an RMSNorm follows (check_vma=True).
+def mlp_rms(x, w1, w2, g):
+    return rms(x + jax.nn.gelu(x @ w1) @ w2, g)
+
+
+def explicit_rs_region(bug):
+    def row_parallel(h, w2):
+        part = jnp.einsum("btf,fd->btd", h, w2)
+        tl = h.shape[1] // 4
+        if bug == "psum-slice-at-zero":
+            return lax.dynamic_slice_in_dim(psum(part, "tp"), 0, tl, 1)
+        if bug == "slice-without-reduce":
+            return lax.dynamic_slice_in_dim(part, idx("tp") * tl, tl, 1)
+        return lax.psum_scatter(part, "tp", scatter_dimension=1, tiled=True)
+
+    def f(x, w1, w2, g):
+        h = jax.nn.gelu(jnp.einsum("btd,df->btf", x, w1, out_sharding=P("dp", None, "tp")))
+        y = jax.shard_map(row_parallel, out_specs=P("dp", "tp"))(h, w2)
+        return rms(reshard(x, P("dp", "tp")) + y, g)
+    return f
+
+
+family("s.explicit_smap_region_reduce_scatter_seq.dp2xtp4", {"dp": 2, "tp": 4}, (EXPL, EXPL), explicit_rs_region,
+       (P("dp"), P(None, "tp"), P("tp"), P()), P("dp", "tp"), mlp_rms,
+       (R(B, T, D), R(D, F, scale=0.3), R(F, D, scale=0.3), 1.0 + R(D, scale=0.1)),
+       bugs=[("psum-slice-at-zero", ["wrong-offset"]), ("slice-without-reduce", ["missing-all-reduce"])],
+       note="explicit-mode mesh (AxisType.Explicit), shard_map region with inferred in_specs")
+
+
+# ---------------------------------------------------------------------------
+# 5. an explicit-mode embedding and tied LM head loss: the lookup by
+#    jax.sharding.auto_axes(jnp.take) with out_sharding P('dp') (the gather
+#    has no explicit sharding rule), scaled by sqrt(d_model) (Gemma), learned
+#    positions, the tied head einsum 'btd,vd->btv' with the vocabulary over
+#    tp, log_softmax over the sharded vocabulary, one-hot targets.
+EM_V, EM_T = 32, 8
+
+
+def tied_lm_loss(emb, pos, ids, tgt):
+    x = jnp.take(emb, ids, axis=0) * np.sqrt(D) + pos[: ids.shape[1]]
+    x = rms(x, 1.0)
+    logits = jnp.einsum("btd,vd->btv", x, emb)
+    return -jnp.mean(jnp.sum(jax.nn.one_hot(tgt, EM_V) * jax.nn.log_softmax(logits, -1), -1))
+
+
+def explicit_tied_lm(bug):
+    def f(emb, pos, ids, tgt):
+        lookup = jax.sharding.auto_axes(lambda t, i: jnp.take(t, i, axis=0), out_sharding=P("dp", None, None))
+        scale = np.sqrt(EM_V) if bug == "emb-scale-sqrt-vocab" else np.sqrt(D)
+        start = 1 if bug == "pos-from-one" else 0
+        x = lookup(emb, ids) * scale + pos[start: start + ids.shape[1]]
+        x = rms(x, 1.0)
+        logits = jnp.einsum("btd,vd->btv", x, emb, out_sharding=P("dp", None, "tp"))
+        return -jnp.mean(jnp.sum(jax.nn.one_hot(tgt, EM_V) * jax.nn.log_softmax(logits, -1), -1))
+    return f
+
+
+family("s.explicit_auto_axes_take_tied_head.dp2xtp4", {"dp": 2, "tp": 4}, (EXPL, EXPL), explicit_tied_lm,
+       (P("tp"), P(), P("dp"), P("dp")), P(), tied_lm_loss,
+       (R(EM_V, D, scale=0.5), R(EM_T + 2, D, scale=0.5), I(0, EM_V, B, EM_T), I(0, EM_V, B, EM_T)),
+       bugs=[("emb-scale-sqrt-vocab", ["numerics"]), ("pos-from-one", ["wrong-offset"])],
+       note="explicit-mode mesh (AxisType.Explicit), jax.sharding.auto_axes around jnp.take")
+
+
+# ---------------------------------------------------------------------------
+# 6. a mixed mesh (dp Explicit, tp Auto): the batch sharded in the types,
+#    the hidden units left to the partitioner with with_sharding_constraint
+#    on the auto axis only; a bf16 MLP regression step (bf16 weights,
+#    f32 accumulation by preferred_element_type, f32 loss) with optax.adam
+#    on f32 master weights.
+mx_opt = optax.adam(0.01)
+
+
+def mixed_loss_ref(p, x, y):
+    w1, w2 = p["w1"].astype(jnp.bfloat16), p["w2"].astype(jnp.bfloat16)
+    h = jax.nn.gelu(jnp.einsum("bd,df->bf", x, w1, preferred_element_type=jnp.float32))
+    out = jnp.einsum("bf,fd->bd", h.astype(jnp.bfloat16), w2, preferred_element_type=jnp.float32)
+    return jnp.mean(jnp.sum(jnp.square(out - y), -1))
+
+
+def mixed_step_ref(p, st, x, y):
+    lv, g = jax.value_and_grad(mixed_loss_ref)(p, x, y)
+    u, st = mx_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+def mixed_step(bug):
+    def loss(p, x, y):
+        w1, w2 = p["w1"].astype(jnp.bfloat16), p["w2"].astype(jnp.bfloat16)
+        pre = jnp.einsum("bd,df->bf", x, w1, preferred_element_type=jnp.float32)
+        h = wsc(pre if bug == "second-layer-pre-activation" else jax.nn.gelu(pre), P(None, "tp"))
+        out = jnp.einsum("bf,fd->bd", h.astype(jnp.bfloat16), w2, preferred_element_type=jnp.float32)
+        err = jnp.square(out - y)
+        return jnp.mean(jnp.sum(err, 0)) if bug == "sum-over-batch-not-features" else jnp.mean(jnp.sum(err, -1))
+
+    def f(p, st, x, y):
+        lv, g = jax.value_and_grad(loss)(p, x, y)
+        u, st = mx_opt.update(g, st, p)
+        return optax.apply_updates(p, u), st, lv
+    return f
+
+
+mx_p = {"w1": R(D, F, scale=0.3), "w2": R(F, D, scale=0.3)}
+mx_ps = {"w1": P(), "w2": P()}
+mx_st = np_tree(mx_opt.init(mx_p))
+family("s.mixed_explicit_dp_auto_tp_bf16_adam.dp2xtp4", {"dp": 2, "tp": 4}, (EXPL, AUTO), mixed_step,
+       (mx_ps, state_specs(mx_st, mx_ps), P("dp"), P("dp")), (mx_ps, state_specs(mx_st, mx_ps), P()), mixed_step_ref,
+       (mx_p, mx_st, bf(R(8, D)), R(8, D, scale=0.5)),
+       bugs=[("second-layer-pre-activation", ["numerics"]), ("sum-over-batch-not-features", ["wrong-shard-dim"])],
+       note="mesh with dp Explicit and tp Auto; with_sharding_constraint on the auto axis")
+
+# ---------------------------------------------------------------------------
+C.finish()
