@@ -454,5 +454,277 @@ family("s.mixed_explicit_dp_auto_tp_bf16_adam.dp2xtp4", {"dp": 2, "tp": 4}, (EXP
        bugs=[("second-layer-pre-activation", ["numerics"]), ("sum-over-batch-not-features", ["wrong-shard-dim"])],
        note="mesh with dp Explicit and tp Auto; with_sharding_constraint on the auto axis")
 
+
+# ---------------------------------------------------------------------------
+# 7. a shard_map over sp only inside jit (axis_names={'sp'}), tp left to the
+#    partitioner: causal attention with the sequence over sp (keys and values
+#    all_gathered, tiled, the queries' positions at the shard's offset), the
+#    heads over the auto axis tp by the weights' in_shardings and a
+#    with_sharding_constraint inside the manual region.
+def causal_mha(x, wq, wk, wv, wo):
+    q, k, v = (jnp.einsum("btd,dhe->bthe", x, w) for w in (wq, wk, wv))
+    s = jnp.where(causal(x.shape[1]), jnp.einsum("bqhe,bkhe->bhqk", q, k) / np.sqrt(E), -1e9)
+    return jnp.einsum("bqhe,hed->bqd", jnp.einsum("bhqk,bkhe->bqhe", jax.nn.softmax(s, -1), v), wo)
+
+
+def pm_sp_attn(bug):
+    def body(x, wq, wk, wv, wo):
+        tl = x.shape[1]
+        q, k, v = (jnp.einsum("btd,dhe->bthe", x, w) for w in (wq, wk, wv))
+        q = wsc(q, P(None, None, "tp"))
+        if bug == "gather-untiled-axis2":
+            k, v = (lax.all_gather(a, "sp", axis=2).reshape(a.shape[0], -1, *a.shape[2:]) for a in (k, v))
+        else:
+            k, v = (lax.all_gather(a, "sp", axis=1, tiled=True) for a in (k, v))
+        qpos = jnp.arange(tl) + (0 if bug == "q-pos-no-offset" else idx("sp") * tl)
+        s = jnp.einsum("bqhe,bkhe->bhqk", q, k) / np.sqrt(E)
+        s = jnp.where(qpos[:, None] >= jnp.arange(k.shape[1])[None, :], s, -1e9)
+        o = jnp.einsum("bhqk,bkhe->bqhe", jax.nn.softmax(s, -1), v)
+        return jnp.einsum("bqhe,hed->bqd", o, wo)
+
+    def f(x, wq, wk, wv, wo):
+        return jax.shard_map(body, in_specs=(P(None, "sp"), P(), P(), P(), P()), out_specs=P(None, "sp"),
+                             axis_names={"sp"})(x, wq, wk, wv, wo)
+    return f
+
+
+family("s.partial_manual_sp_gather_kv_auto_tp_heads.sp4xtp2", {"sp": 4, "tp": 2}, (AUTO, AUTO), pm_sp_attn,
+       (P(None, "sp"), P(None, "tp"), P(None, "tp"), P(None, "tp"), P("tp")), P(None, "sp"), causal_mha,
+       (R(2, 16, D), R(D, H, E, scale=0.4), R(D, H, E, scale=0.4), R(D, H, E, scale=0.4), R(H, E, D, scale=0.3)),
+       bugs=[("q-pos-no-offset", ["wrong-offset"]), ("gather-untiled-axis2", ["wrong-reshape-order"])],
+       note="jax.shard_map(axis_names={'sp'}) inside jit, tp auto")
+
+
+# ---------------------------------------------------------------------------
+# 8. expert parallelism with ep manual and tp auto: top-1 routing, tokens
+#    dispatched to (expert, slot) by one-hot einsums (capacity = local tokens,
+#    nothing dropped), all_to_all over ep there and back, each device's expert
+#    FFN with its hidden units over the auto axis tp (weights' in_shardings
+#    P('ep', None, 'tp'), a with_sharding_constraint on the hidden).
+MO_N, MO_E = 32, 4
+
+
+def moe_ref(x, wr, w1, w2):
+    probs = jax.nn.softmax(x @ wr, -1)
+    e, gate = jnp.argmax(probs, -1), jnp.max(probs, -1)
+    y = jnp.einsum("nef,efd->ned", jax.nn.gelu(jnp.einsum("nd,edf->nef", x, w1)), w2)
+    return gate[:, None] * jnp.take_along_axis(y, e[:, None, None], 1)[:, 0]
+
+
+def pm_moe(bug):
+    def body(x, wr, w1, w2):
+        probs = jax.nn.softmax(x @ wr, 0 if bug == "gate-softmax-over-tokens" else -1)
+        e, gate = jnp.argmax(probs, -1), jnp.max(probs, -1)
+        oh = jax.nn.one_hot(e, MO_E)
+        slot = jax.nn.one_hot(jnp.sum((jnp.cumsum(oh, 0) - 1) * oh, -1).astype(jnp.int32), x.shape[0])
+        disp = jnp.einsum("ne,nc,nd->ecd", oh, slot, x)
+        recv = lax.all_to_all(disp, "ep", 0, 0, tiled=True)
+        h = wsc(jax.nn.gelu(jnp.einsum("scd,df->scf", recv, w1[0])), P(None, None, "tp"))
+        out = jnp.einsum("scf,fd->scd", h, w2[0])
+        back = out if bug == "no-return-all-to-all" else lax.all_to_all(out, "ep", 0, 0, tiled=True)
+        return jnp.einsum("ne,nc,ecd->nd", oh, slot, back) * gate[:, None]
+
+    def f(x, wr, w1, w2):
+        return jax.shard_map(body, in_specs=(P("ep"), P(), P("ep"), P("ep")), out_specs=P("ep"),
+                             axis_names={"ep"})(x, wr, w1, w2)
+    return f
+
+
+family("s.partial_manual_ep_moe_a2a_auto_tp.ep4xtp2", {"ep": 4, "tp": 2}, (AUTO, AUTO), pm_moe,
+       (P("ep"), P(), P("ep", None, "tp"), P("ep", "tp")), P("ep"), moe_ref,
+       (R(MO_N, D), R(D, MO_E), R(MO_E, D, F, scale=0.3), R(MO_E, F, D, scale=0.3)),
+       bugs=[("gate-softmax-over-tokens", ["wrong-shard-dim"]), ("no-return-all-to-all", ["missing-collective"])],
+       note="jax.shard_map(axis_names={'ep'}) inside jit, tp auto")
+
+
+# ---------------------------------------------------------------------------
+# 9. jax.experimental.custom_partitioning: an RMSNorm op with a Shardy
+#    sharding rule and a partition callback that asks for the feature dim
+#    replicated (the input arrives feature-sharded, P('dp', None, 'tp')),
+#    followed by a column-parallel matmul.
+def make_cp_rms(keep_feature_shard):
+    @custom_partitioning
+    def cp_rms(x, g):
+        return rms(x, g)
+
+    def spec(shape):
+        s = tuple(shape.sharding.spec)
+        return s + (None,) * (len(shape.shape) - len(s))
+
+    def infer(mesh, arg_shapes, result_shape):
+        s = spec(arg_shapes[0])
+        return NamedSharding(mesh, P(*s[:-1], s[-1] if keep_feature_shard else None))
+
+    def partition(mesh, arg_shapes, result_shape):
+        s = spec(arg_shapes[0])
+        last = s[-1] if keep_feature_shard else None
+        xs = NamedSharding(mesh, P(*s[:-1], last))
+        return mesh, rms, xs, (xs, NamedSharding(mesh, P(last)))
+
+    cp_rms.def_partition(infer_sharding_from_operands=infer, partition=partition,
+                         sharding_rule="b t d, d -> b t d")
+    return cp_rms
+
+
+CP_RMS, CP_RMS_KEEP = make_cp_rms(False), make_cp_rms(True)
+
+
+def rms_matmul(x, g, w):
+    return rms(x, g) @ w
+
+
+def cp_family(bug):
+    op = CP_RMS_KEEP if bug == "partition-keeps-feature-shard" else CP_RMS
+
+    def f(x, g, w):
+        return op(x, g) @ w
+    return f
+
+
+family("s.custom_partitioning_rmsnorm.dp2xtp4", {"dp": 2, "tp": 4}, (AUTO, AUTO), cp_family,
+       (P("dp", None, "tp"), P(), P(None, "tp")), P("dp", None, "tp"), rms_matmul,
+       (R(B, T, D), 1.0 + R(D, scale=0.1), R(D, F, scale=0.3)),
+       bugs=[("partition-keeps-feature-shard", ["missing-all-reduce"])],
+       note="jax.experimental.custom_partitioning with a Shardy sharding_rule")
+
+
+# ---------------------------------------------------------------------------
+# 10. an Equinox-style model (frozen dataclass pytrees with __call__, vmap
+#     over the batch) trained with optax.sgd + momentum in a shard_map over
+#     dp x tp (check_vma=True): the up projection column-parallel with its
+#     bias replicated and sliced at the device's offset, the down projection
+#     row-parallel, the loss pmean'd over dp (JAX's vma types sum the
+#     replicated parameters' gradients).
+eq_opt = optax.sgd(0.05, momentum=0.9)
+
+
+def eqx_loss(model, x, y):
+    return mse(jax.vmap(jax.vmap(model))(x), y)
+
+
+def eqx_step(model, st, x, y):
+    lv, g = jax.value_and_grad(eqx_loss)(model, x, y)
+    u, st = eq_opt.update(g, st, model)
+    return optax.apply_updates(model, u), st, lv
+
+
+def eqx_megatron(bug):
+    def f(model, st, x, y):
+        def loss(m):
+            fl = m.up.weight.shape[1]
+            off = 0 if bug == "up-bias-slice-at-zero" else idx("tp") * fl
+            h = jax.nn.gelu(x @ m.up.weight + lax.dynamic_slice_in_dim(m.up.bias, off, fl))
+            out = psum(h @ m.down.weight, "tp") + m.down.bias
+            l = mse(out, y)
+            return psum(l, "dp") if bug == "loss-psum-not-pmean" else pmean(l, "dp")
+        lv, g = jax.value_and_grad(loss)(model)
+        u, st = eq_opt.update(g, st, model)
+        return optax.apply_updates(model, u), st, lv
+    return f
+
+
+def specs_by_suffix(tree, model, mspecs):
+    """A spec for every leaf of tree (an optimizer state): the model leaf's
+    spec whose path ends the leaf's path, else P()."""
+    flat = {tuple(path): s for path, s in jax.tree_util.tree_flatten_with_path(mspecs, is_leaf=is_spec)[0]}
+
+    def spec(path, leaf):
+        for n in range(len(path)):
+            if tuple(path[n:]) in flat:
+                return flat[tuple(path[n:])]
+        return P()
+    return jax.tree_util.tree_map_with_path(spec, tree)
+
+
+eq_model = MLP(Linear(R(D, F, scale=0.3), R(F, scale=0.1)), Linear(R(F, D, scale=0.3), R(D, scale=0.1)))
+eq_ms = MLP(Linear(P(None, "tp"), P()), Linear(P("tp"), P()))
+eq_st = np_tree(eq_opt.init(eq_model))
+eq_ss = specs_by_suffix(eq_st, eq_model, eq_ms)
+C.smap("s.eqx_style_megatron_mlp_sgd.dp2xtp4", {"dp": 2, "tp": 4}, eqx_megatron,
+       (eq_ms, eq_ss, P("dp"), P("dp")), (eq_ms, eq_ss, P()), eqx_step, (eq_model, eq_st, R(B, T, D), R(B, T, D)),
+       bugs=[("up-bias-slice-at-zero", ["wrong-offset"]), ("loss-psum-not-pmean", ["wrong-collective-op"])],
+       check_vma=True)
+
+
+# ---------------------------------------------------------------------------
+# 11. a Flax-NNX-style attention module (Params carrying logical axis names,
+#     the state split off for the transform) whose shard_map specs come from
+#     a MaxText-style rules table: pre-RMSNorm, GQA with 8 query and 4 kv
+#     heads over tp2 (each device repeats its own two kv heads), causal
+#     softmax, the output projection reduced over the rules' 'heads' axis.
+GQ_H, GQ_K = 8, 4
+
+
+class GQAttention(Module):
+    def __init__(self):
+        self.norm = Param(1.0 + R(D, scale=0.1), ("embed",))
+        self.wq = Param(R(D, GQ_H, E, scale=0.4), ("embed", "heads", "kv"))
+        self.wk = Param(R(D, GQ_K, E, scale=0.4), ("embed", "heads", "kv"))
+        self.wv = Param(R(D, GQ_K, E, scale=0.4), ("embed", "heads", "kv"))
+        self.wo = Param(R(GQ_H, E, D, scale=0.3), ("heads", "kv", "embed"))
+
+
+def gqa_apply(state, x, reduce=None, bug=None):
+    h = rms(x, state["norm"])
+    q = jnp.einsum("btd,dhe->bthe", h, state["wq"])
+    k, v = (jnp.repeat(jnp.einsum("btd,dhe->bthe", h, state[w]), GQ_H // GQ_K, 2) for w in ("wk", "wv"))
+    s = jnp.where(causal(x.shape[1]), jnp.einsum("bqhe,bkhe->bhqk", q, k) / np.sqrt(E), -1e9)
+    o = jnp.einsum("bqhe,hed->bqd", jnp.einsum("bhqk,bkhe->bqhe", jax.nn.softmax(s, -1), v), state["wo"])
+    if reduce is not None:
+        o = reduce(o)
+    return (h if bug == "residual-from-normed-input" else x) + o
+
+
+gq_mod = GQAttention()
+gq_rules = (("batch", "dp"), ("heads", "tp"), ("embed", None), ("kv", None))
+MESH_AXIS = dict(gq_rules)
+
+
+def nnx_gqa(bug):
+    ax = MESH_AXIS["batch"] if bug == "psum-on-batch-axis" else MESH_AXIS["heads"]
+
+    def f(state, x):
+        return gqa_apply(state, x, reduce=lambda o: psum(o, ax), bug=bug)
+    return f
+
+
+C.smap("s.nnx_style_gqa_logical_rules.dp4xtp2", {"dp": 4, "tp": 2}, nnx_gqa,
+       (nnx_specs(gq_mod, gq_rules), logical_to_mesh(("batch",), gq_rules)), logical_to_mesh(("batch",), gq_rules),
+       lambda state, x: gqa_apply(state, x), (nnx_state(gq_mod), R(8, T, D)),
+       bugs=[("psum-on-batch-axis", ["wrong-collective-group"]), ("residual-from-normed-input", ["numerics"])])
+
+
+# ---------------------------------------------------------------------------
+# 12. layers stacked on a leading dim and run by lax.scan over a remat'ed
+#     layer (jax.checkpoint, nothing_saveable), the carry sharded over dp,
+#     each layer a Megatron MLP over tp with its psum inside the scan body
+#     (check_vma=False, as many scan-over-layers codebases still run).
+SC_L = 3
+
+
+def scan_mlp_stack(x, w1s, w2s, gs):
+    def layer(x, p):
+        w1, w2, g = p
+        return x + jax.nn.gelu(rms(x, g) @ w1) @ w2, None
+    return lax.scan(layer, x, (w1s, w2s, gs))[0]
+
+
+def smap_scan_stack(bug):
+    def f(x, w1s, w2s, gs):
+        def layer(x, p):
+            w1, w2, g = p
+            part = jax.nn.gelu(rms(x, g) @ w1) @ w2
+            return x + (part if bug == "psum-after-scan" else psum(part, "tp")), None
+        layer = jax.checkpoint(layer, policy=jax.checkpoint_policies.nothing_saveable)
+        y = lax.scan(layer, x, (w1s, w2s, gs), reverse=bug == "scan-reverse")[0]
+        return x + psum(y - x, "tp") if bug == "psum-after-scan" else y
+    return f
+
+
+C.smap("s.scan_remat_megatron_stack_carry_dp.dp2xtp4", {"dp": 2, "tp": 4}, smap_scan_stack,
+       (P("dp"), P(None, None, "tp"), P(None, "tp"), P()), P("dp"), scan_mlp_stack,
+       (R(B, T, D), R(SC_L, D, F, scale=0.3), R(SC_L, F, D, scale=0.3), 1.0 + R(SC_L, D, scale=0.1)),
+       bugs=[("psum-after-scan", ["missing-all-reduce"]), ("scan-reverse", ["wrong-permutation"])])
+
 # ---------------------------------------------------------------------------
 C.finish()
