@@ -726,5 +726,248 @@ C.smap("s.scan_remat_megatron_stack_carry_dp.dp2xtp4", {"dp": 2, "tp": 4}, smap_
        (R(B, T, D), R(SC_L, D, F, scale=0.3), R(SC_L, F, D, scale=0.3), 1.0 + R(SC_L, D, scale=0.1)),
        bugs=[("psum-after-scan", ["missing-all-reduce"]), ("scan-reverse", ["wrong-permutation"])])
 
+
+# ---------------------------------------------------------------------------
+# 13. Megatron sequence parallelism inside a remat'ed lax.scan over layers,
+#     in an AdamW step (check_vma=True): the carry's sequence over tp, each
+#     layer all_gathers the normalised carry along the sequence (tiled),
+#     column- then row-parallel matmuls, psum_scatter back to the sequence
+#     shards; the loss pmean'd over (dp, tp).
+sp_opt = optax.adamw(0.01, weight_decay=0.01)
+
+
+def sp_stack_loss(p, x, y):
+    def layer(x, q):
+        w1, w2, g = q
+        return x + jax.nn.gelu(rms(x, g) @ w1) @ w2, None
+    return mse(lax.scan(layer, x, (p["w1"], p["w2"], p["g"]))[0], y)
+
+
+def sp_stack_step(p, st, x, y):
+    lv, g = jax.value_and_grad(sp_stack_loss)(p, x, y)
+    u, st = sp_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+def smap_sp_stack(bug):
+    def layer(x, q):
+        w1, w2, g = q
+        a = rms(x, g)
+        if bug == "gather-untiled-axis2":
+            a = lax.all_gather(a, "tp", axis=2).reshape(a.shape[0], -1, a.shape[2])
+        else:
+            a = lax.all_gather(a, "tp", axis=1, tiled=True)
+        part = jax.nn.gelu(a @ w1) @ w2
+        return x + lax.psum_scatter(part, "dp" if bug == "scatter-over-dp" else "tp", scatter_dimension=1,
+                                    tiled=True), None
+
+    def f(p, st, x, y):
+        def loss(p):
+            body = jax.checkpoint(layer, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+            return pmean(mse(lax.scan(body, x, (p["w1"], p["w2"], p["g"]))[0], y), ("dp", "tp"))
+        lv, g = jax.value_and_grad(loss)(p)
+        u, st = sp_opt.update(g, st, p)
+        return optax.apply_updates(p, u), st, lv
+    return f
+
+
+sp_p = {"w1": R(SC_L, D, F, scale=0.3), "w2": R(SC_L, F, D, scale=0.3), "g": 1.0 + R(SC_L, D, scale=0.1)}
+sp_ps = {"w1": P(None, None, "tp"), "w2": P(None, "tp"), "g": P()}
+sp_st = np_tree(sp_opt.init(sp_p))
+C.smap("s.seqpar_scan_remat_adamw.dp2xtp2", {"dp": 2, "tp": 2}, smap_sp_stack,
+       (sp_ps, state_specs(sp_st, sp_ps), P("dp", "tp"), P("dp", "tp")), (sp_ps, state_specs(sp_st, sp_ps), P()),
+       sp_stack_step, (sp_p, sp_st, R(B, T, D), R(B, T, D, scale=0.5)),
+       bugs=[("gather-untiled-axis2", ["wrong-reshape-order"]), ("scatter-over-dp", ["wrong-collective-group"])],
+       check_vma=True)
+
+
+# ---------------------------------------------------------------------------
+# 14. a reshard written by hand: rows over sp -> columns over sp by an
+#     all_to_all (the columns split into per-device chunks, exchanged, the
+#     source-device axis moved in front of the local rows before merging),
+#     then a running mean down the full columns.
+def running_mean_rows(x):
+    return jnp.cumsum(x, 0) / jnp.arange(1, x.shape[0] + 1, dtype=x.dtype)[:, None]
+
+
+def smap_rows_to_cols(bug):
+    def f(x):
+        n = 4
+        if bug == "cumsum-before-a2a":
+            x = jnp.cumsum(x, 0)
+        chunks = x.reshape(x.shape[0], n, x.shape[1] // n)
+        got = lax.all_to_all(chunks, "sp", 1, 1)
+        if bug != "a2a-no-transpose-before-reshape":
+            got = jnp.swapaxes(got, 0, 1)
+        cols = got.reshape(-1, x.shape[1] // n)
+        if bug == "cumsum-before-a2a":
+            return cols / jnp.arange(1, cols.shape[0] + 1, dtype=cols.dtype)[:, None]
+        return running_mean_rows(cols)
+    return f
+
+
+C.smap("s.manual_reshard_rows_to_cols_a2a.sp4", {"sp": 4}, smap_rows_to_cols, (P("sp"),), P(None, "sp"),
+       running_mean_rows, (R(16, 16),),
+       bugs=[("a2a-no-transpose-before-reshape", ["wrong-reshape-order"]), ("cumsum-before-a2a", ["missing-collective"])])
+
+
+# ---------------------------------------------------------------------------
+# 15. symmetrising a matrix sharded over both axes of a 2 x 2 mesh: the
+#     transpose's block (i, j) is block (j, i) transposed, fetched by one
+#     ppermute over the axis tuple ('x', 'y') (linear index 2 i + j).
+def symmetrise(a, s):
+    return 0.5 * (a + a.T) * s
+
+
+def smap_block_transpose(bug):
+    def f(a, s):
+        if bug == "transpose-without-exchange":
+            other = a
+        elif bug == "exchange-over-x-only":
+            other = lax.ppermute(a, "x", [(0, 1), (1, 0)])
+        else:
+            other = lax.ppermute(a, ("x", "y"), [(2 * i + j, 2 * j + i) for i in range(2) for j in range(2)])
+        return 0.5 * (a + other.T) * s
+    return f
+
+
+C.smap("s.block_transpose_ppermute_axis_tuple.x2y2", {"x": 2, "y": 2}, smap_block_transpose, (P("x", "y"), P()),
+       P("x", "y"), symmetrise, (R(16, 16), np.float32(1.5)),
+       bugs=[("transpose-without-exchange", ["missing-collective"]), ("exchange-over-x-only", ["wrong-collective-group"])])
+
+
+# ---------------------------------------------------------------------------
+# 16. FSDP x TP in explicit mode with a shard_map region whose in_specs are
+#     inferred from the types: the batch over ('dp', 'fsdp'), w1 P('fsdp',
+#     'tp'), w2 P('tp', 'fsdp'); the region all_gathers each weight's fsdp
+#     shards (tiled) and psums the row-parallel output over tp.
+def fsdp_mlp_ref(x, w1, w2):
+    return x + jax.nn.gelu(x @ w1) @ w2
+
+
+def explicit_fsdp(bug):
+    def mlp(x, w1, w2):
+        w1f = lax.all_gather(w1, "tp" if bug == "gather-w1-over-tp" else "fsdp", axis=0, tiled=True)
+        w2f = lax.all_gather(w2, "tp" if bug == "gather-w2-over-tp" else "fsdp", axis=1, tiled=True)
+        return psum(jax.nn.gelu(x @ w1f) @ w2f, "tp")
+
+    def f(x, w1, w2):
+        return x + jax.shard_map(mlp, out_specs=P(("dp", "fsdp")))(x, w1, w2)
+    return f
+
+
+family("s.explicit_fsdp_tp_smap_inferred_specs.dp2xfsdp2xtp2", {"dp": 2, "fsdp": 2, "tp": 2}, (EXPL,) * 3,
+       explicit_fsdp, (P(("dp", "fsdp")), P("fsdp", "tp"), P("tp", "fsdp")), P(("dp", "fsdp")), fsdp_mlp_ref,
+       (R(8, D), R(D, F, scale=0.3), R(F, D, scale=0.3)),
+       bugs=[("gather-w1-over-tp", ["wrong-collective-group"]), ("gather-w2-over-tp", ["wrong-collective-group"])],
+       note="explicit-mode mesh (AxisType.Explicit), shard_map with in_specs inferred from types")
+
+
+# ---------------------------------------------------------------------------
+# 17. explicit mode, a lax.scan over stacked layers whose body is a remat'ed
+#     jax.shard_map (a Megatron MLP over tp, check_vma=False); the scanned
+#     weights carry P(None, None, 'tp') in their types, the carry P('dp').
+def explicit_scan_smap(bug):
+    def tp_layer(x, w1, w2, g):
+        part = jax.nn.gelu(rms(x, g) @ w1) @ w2
+        if bug == "residual-inside-psum":
+            return psum(x + part, "tp")
+        return x + (part if bug == "no-psum" else psum(part, "tp"))
+
+    def f(x, w1s, w2s, gs):
+        layer = jax.checkpoint(jax.shard_map(tp_layer, in_specs=(P("dp"), P(None, "tp"), P("tp"), P()),
+                                             out_specs=P("dp"), check_vma=False))
+        return lax.scan(lambda x, p: (layer(x, *p), None), x, (w1s, w2s, gs))[0]
+    return f
+
+
+family("s.explicit_scan_remat_smap_layer.dp2xtp4", {"dp": 2, "tp": 4}, (EXPL, EXPL), explicit_scan_smap,
+       (P("dp"), P(None, None, "tp"), P(None, "tp"), P()), P("dp"), scan_mlp_stack,
+       (R(B, T, D), R(SC_L, D, F, scale=0.3), R(SC_L, F, D, scale=0.3), 1.0 + R(SC_L, D, scale=0.1)),
+       bugs=[("no-psum", ["missing-all-reduce"]), ("residual-inside-psum", ["wrong-collective-op"])],
+       note="explicit-mode mesh (AxisType.Explicit), scan over a remat'ed shard_map layer")
+
+
+# ---------------------------------------------------------------------------
+# 18. sync BatchNorm (training mode) with dp manual and tp auto: a shard_map
+#     over dp only; the hidden features over tp by a with_sharding_constraint
+#     and the parameters' in_shardings; batch mean and E[h^2] pmean'd over
+#     dp, the biased variance from them, the running mean updated.
+def bn_mlp(x, w1, gamma, beta, w2, rm):
+    h = x @ w1
+    mu, var = jnp.mean(h, 0), jnp.var(h, 0)
+    return jax.nn.gelu((h - mu) * lax.rsqrt(var + 1e-5) * gamma + beta) @ w2, 0.9 * rm + 0.1 * mu
+
+
+def pm_sync_bn(bug):
+    def body(x, w1, gamma, beta, w2, rm):
+        h = wsc(x @ w1, P(None, "tp"))
+        mu = pmean(jnp.mean(h, 0), "dp")
+        if bug == "var-pmean-of-local-vars":
+            var = pmean(jnp.var(h, 0), "dp")
+        elif bug == "var-not-synced":
+            var = jnp.mean(jnp.square(h - mu), 0)
+        else:
+            var = pmean(jnp.mean(jnp.square(h), 0), "dp") - jnp.square(mu)
+        out = jax.nn.gelu((h - mu) * lax.rsqrt(var + 1e-5) * gamma + beta) @ w2
+        return out, 0.9 * rm + 0.1 * mu
+
+    def f(*a):
+        return jax.shard_map(body, in_specs=(P("dp"), P(), P(), P(), P(), P()), out_specs=(P("dp"), P()),
+                             axis_names={"dp"})(*a)
+    return f
+
+
+family("s.partial_manual_dp_sync_bn_auto_tp.dp2xtp4", {"dp": 2, "tp": 4}, (AUTO, AUTO), pm_sync_bn,
+       (P("dp"), P(None, "tp"), P("tp"), P("tp"), P("tp"), P("tp")), (P("dp"), P("tp")), bn_mlp,
+       (R(16, D) + 0.5, R(D, F, scale=0.3), 1.0 + R(F, scale=0.1), R(F, scale=0.1), R(F, D, scale=0.3), R(F, scale=0.1)),
+       bugs=[("var-pmean-of-local-vars", ["wrong-collective-op"]), ("var-not-synced", ["missing-all-reduce"])],
+       note="jax.shard_map(axis_names={'dp'}) inside jit, tp auto")
+
+
+# ---------------------------------------------------------------------------
+# 19. a data-parallel Adam step with an EMA of the parameters in a
+#     shard_map over dp (check_vma=False, gradients pmean'd by hand), jitted
+#     with donate_argnums for the parameters, the optimizer state and the EMA.
+em_opt = optax.adam(0.01)
+
+
+def em_loss(p, x, y):
+    return mse(jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"], y)
+
+
+def em_step(p, st, ema, x, y):
+    lv, g = jax.value_and_grad(em_loss)(p, x, y)
+    u, st = em_opt.update(g, st, p)
+    p = optax.apply_updates(p, u)
+    return p, st, jax.tree.map(lambda e, q: 0.99 * e + 0.01 * q, ema, p), lv
+
+
+def smap_em_step(bug):
+    def body(p, st, ema, x, y):
+        lv, g = jax.value_and_grad(em_loss)(p, x, y)
+        if bug != "grad-not-pmeaned":
+            g = pmean(g, "dp")
+        u, st = em_opt.update(g, st, p)
+        p = optax.apply_updates(p, u)
+        if bug == "ema-decay-swapped":
+            ema = jax.tree.map(lambda e, q: 0.01 * e + 0.99 * q, ema, p)
+        else:
+            ema = jax.tree.map(lambda e, q: 0.99 * e + 0.01 * q, ema, p)
+        return p, st, ema, pmean(lv, "dp")
+
+    def f(p, st, ema, x, y):
+        return jax.shard_map(body, in_specs=(P(), P(), P(), P("dp"), P("dp")), out_specs=P(), check_vma=False)(
+            p, st, ema, x, y)
+    return f
+
+
+em_p = {"w1": R(D, F, scale=0.3), "b1": R(F, scale=0.1), "w2": R(F, D, scale=0.3)}
+em_st = np_tree(em_opt.init(em_p))
+family("s.donated_dp_adam_ema_step.dp4", {"dp": 4}, (AUTO,), smap_em_step, (P(), P(), P(), P("dp"), P("dp")), P(),
+       em_step, (em_p, em_st, jax.tree.map(lambda a: a + R(*a.shape, scale=0.05), em_p), R(16, D), R(16, D)),
+       bugs=[("grad-not-pmeaned", ["missing-all-reduce"]), ("ema-decay-swapped", ["numerics"])], donate=(0, 1, 2),
+       note="jax.jit(donate_argnums=(0, 1, 2)) around a shard_map over dp")
+
 # ---------------------------------------------------------------------------
 C.finish()
