@@ -969,5 +969,266 @@ family("s.donated_dp_adam_ema_step.dp4", {"dp": 4}, (AUTO,), smap_em_step, (P(),
        bugs=[("grad-not-pmeaned", ["missing-all-reduce"]), ("ema-decay-swapped", ["numerics"])], donate=(0, 1, 2),
        note="jax.jit(donate_argnums=(0, 1, 2)) around a shard_map over dp")
 
+
+# ===========================================================================
+# GSPMD pairs (correct programs; jax.jit with in / out shardings under
+# jax.set_mesh; the numerics run the same jit on a mesh of size-1 axes).
+# ---------------------------------------------------------------------------
+# 20. explicit mode: an Equinox-style Block (RMSNorm + MLP with einsum
+#     out_sharding) stacked on a leading layer dim (a pytree of stacked
+#     leaves), run by lax.scan over jax.checkpoint'ed blocks, in an AdamW
+#     step jitted with donate_argnums for the model and the optimizer state.
+@pytree_dataclass
+class Block:
+    g: jax.Array
+    w1: jax.Array
+    w2: jax.Array
+
+    def __call__(self, x):
+        h = jnp.einsum("btd,df->btf", rms(x, self.g), self.w1, out_sharding=P("dp", None, "tp"))
+        return x + jnp.einsum("btf,fd->btd", jax.nn.gelu(h), self.w2, out_sharding=P("dp"))
+
+
+bk_opt = optax.adamw(0.01, weight_decay=0.05)
+
+
+def stack_loss(blocks, x, y):
+    step = jax.checkpoint(lambda x, blk: (blk(x), None))
+    return mse(lax.scan(step, x, blocks)[0], y)
+
+
+def stack_step(blocks, st, x, y):
+    lv, g = jax.value_and_grad(stack_loss)(blocks, x, y)
+    u, st = bk_opt.update(g, st, blocks)
+    return optax.apply_updates(blocks, u), st, lv
+
+
+bk_blocks = jax.tree.map(lambda *a: np.stack(a), *[Block(1.0 + R(D, scale=0.1), R(D, F, scale=0.3),
+                                                         R(F, D, scale=0.3)) for _ in range(SC_L)])
+bk_ms = Block(P(), P(None, None, "tp"), P(None, "tp"))
+bk_st = np_tree(bk_opt.init(bk_blocks))
+bk_ss = specs_by_suffix(bk_st, bk_blocks, bk_ms)
+gspmd_x("g.explicit_eqx_stacked_blocks_scan_remat_adamw.dp2xtp4", {"dp": 2, "tp": 4}, (EXPL, EXPL),
+        (bk_ms, bk_ss, P("dp"), P("dp")), (bk_ms, bk_ss, P()), stack_step,
+        (bk_blocks, bk_st, R(B, T, D), R(B, T, D, scale=0.5)), donate=(0, 1),
+        note="explicit-mode mesh (AxisType.Explicit), donate_argnums=(0, 1)")
+
+
+# ---------------------------------------------------------------------------
+# 21. auto mode, Flax-NNX style: a two-layer MLP module whose Params carry
+#     logical names, in_shardings from the rules table, activations
+#     constrained by logical names (with_logical_constraint), an Adam step
+#     jitted with donation.
+class NnxMLP(Module):
+    def __init__(self):
+        self.norm = Param(1.0 + R(D, scale=0.1), ("embed",))
+        self.wi = Param(R(D, F, scale=0.3), ("embed", "mlp"))
+        self.wo = Param(R(F, D, scale=0.3), ("mlp", "embed"))
+
+
+nm_opt = optax.adam(0.02)
+
+
+def nnx_mlp_apply(s, x):
+    x = logical_constraint(x, "batch", "seq", "embed")
+    h = logical_constraint(jax.nn.silu(rms(x, s["norm"]) @ s["wi"]), "batch", "seq", "mlp")
+    return logical_constraint(x + h @ s["wo"], "batch", "seq", "embed")
+
+
+def nnx_mlp_step(s, st, x, y):
+    lv, g = jax.value_and_grad(lambda s: mse(nnx_mlp_apply(s, x), y))(s)
+    u, st = nm_opt.update(g, st, s)
+    return optax.apply_updates(s, u), st, lv
+
+
+nm_mod = NnxMLP()
+nm_s, nm_ps = nnx_state(nm_mod), nnx_specs(nm_mod)
+nm_st = np_tree(nm_opt.init(nm_s))
+gspmd_x("g.nnx_logical_rules_constraints_adam.dp2xtp4", {"dp": 2, "tp": 4}, (AUTO, AUTO),
+        (nm_ps, state_specs(nm_st, nm_ps), logical_to_mesh(("batch",)), logical_to_mesh(("batch",))),
+        (nm_ps, state_specs(nm_st, nm_ps), P()), nnx_mlp_step, (nm_s, nm_st, R(B, T, D), R(B, T, D, scale=0.5)),
+        donate=(0, 1), note="logical axis rules -> with_sharding_constraint, donate_argnums=(0, 1)")
+
+
+# ---------------------------------------------------------------------------
+# 22. a mixed mesh (dp Explicit, tp Auto): causal attention with the batch
+#     in the types and the heads constrained over the auto tp.
+def mixed_attn(x, wq, wk, wv, wo):
+    q, k, v = (wsc(jnp.einsum("btd,dhe->bthe", x, w), P(None, None, "tp")) for w in (wq, wk, wv))
+    s = jnp.where(causal(x.shape[1]), jnp.einsum("bqhe,bkhe->bhqk", q, k) / np.sqrt(E), -1e9)
+    o = wsc(jnp.einsum("bhqk,bkhe->bqhe", jax.nn.softmax(s, -1), v), P(None, None, "tp"))
+    return jnp.einsum("bqhe,hed->bqd", o, wo)
+
+
+gspmd_x("g.mixed_explicit_dp_auto_tp_attention.dp2xtp4", {"dp": 2, "tp": 4}, (EXPL, AUTO),
+        (P("dp"), P(), P(), P(), P()), P("dp"), mixed_attn,
+        (R(B, T, D), R(D, H, E, scale=0.4), R(D, H, E, scale=0.4), R(D, H, E, scale=0.4), R(H, E, D, scale=0.3)),
+        note="mesh with dp Explicit and tp Auto")
+
+
+# ---------------------------------------------------------------------------
+# 23. explicit mode: an LM loss and its gradients, the embedding gather and
+#     the target log-probabilities (take_along_axis) under
+#     jax.sharding.auto_axes, the head's vocabulary over tp.
+def explicit_lm_grads(emb, head, ids, tgt):
+    def loss(emb, head):
+        x = jax.sharding.auto_axes(lambda t, i: jnp.take(t, i, axis=0), out_sharding=P("dp", None, None))(emb, ids)
+        logits = jnp.einsum("btd,dv->btv", rms(x, 1.0), head, out_sharding=P("dp", None, "tp"))
+        logp = jax.nn.log_softmax(logits, -1)
+        pick = jax.sharding.auto_axes(lambda l, t: jnp.take_along_axis(l, t[..., None], -1)[..., 0],
+                                      out_sharding=P("dp", None))
+        return -jnp.mean(pick(logp, tgt))
+    return jax.value_and_grad(loss, (0, 1))(emb, head)
+
+
+gspmd_x("g.explicit_auto_axes_gather_lm_grads.dp2xtp4", {"dp": 2, "tp": 4}, (EXPL, EXPL),
+        (P(None, "tp"), P(None, "tp"), P("dp"), P("dp")), (P(), (P(None, "tp"), P(None, "tp"))), explicit_lm_grads,
+        (R(EM_V, D, scale=0.5), R(D, EM_V, scale=0.4), I(0, EM_V, B, EM_T), I(0, EM_V, B, EM_T)),
+        note="explicit-mode mesh (AxisType.Explicit), auto_axes around take / take_along_axis")
+
+
+# ---------------------------------------------------------------------------
+# 24. auto mode with an explicit region: jax.sharding.explicit_axes around a
+#     gated MLP written with einsum out_sharding, constraints around it.
+def auto_with_explicit_region(x, wg, wu, wd):
+    x = wsc(x, P("dp"))
+
+    def glu(x, wg, wu, wd):
+        a = jnp.einsum("btd,df->btf", x, wg, out_sharding=P("dp", None, "tp"))
+        b = jnp.einsum("btd,df->btf", x, wu, out_sharding=P("dp", None, "tp"))
+        return jnp.einsum("btf,fd->btd", jax.nn.silu(a) * b, wd, out_sharding=P("dp"))
+    y = jax.sharding.explicit_axes(glu, in_sharding=(P("dp"), P(None, "tp"), P(None, "tp"), P("tp")))(x, wg, wu, wd)
+    return wsc(rms(x + y, 1.0), P("dp", "tp"))
+
+
+gspmd_x("g.auto_mesh_explicit_axes_glu.dp2xtp4", {"dp": 2, "tp": 4}, (AUTO, AUTO),
+        (P("dp"), P(None, "tp"), P(None, "tp"), P("tp")), P("dp", "tp"), auto_with_explicit_region,
+        (R(B, T, D), R(D, F, scale=0.3), R(D, F, scale=0.3), R(F, D, scale=0.3)),
+        note="auto mesh, jax.sharding.explicit_axes region")
+
+
+# ---------------------------------------------------------------------------
+# 25. explicit mode, Ulysses by reshard: q / k / v from a sequence-sharded
+#     input, resharded to heads over sp for full-sequence causal attention,
+#     the output resharded back to the sequence before the projection.
+def explicit_ulysses(x, wq, wk, wv, wo):
+    q, k, v = (reshard(jnp.einsum("btd,dhe->bthe", x, w, out_sharding=P("dp", "sp")), P("dp", None, "sp"))
+               for w in (wq, wk, wv))
+    s = jnp.where(causal(x.shape[1]), jnp.einsum("bqhe,bkhe->bhqk", q, k, out_sharding=P("dp", "sp")) / np.sqrt(E),
+                  -1e9)
+    o = jnp.einsum("bhqk,bkhe->bqhe", jax.nn.softmax(s, -1), v, out_sharding=P("dp", None, "sp"))
+    return jnp.einsum("bqhe,hed->bqd", reshard(o, P("dp", "sp")), wo, out_sharding=P("dp", "sp"))
+
+
+gspmd_x("g.explicit_reshard_ulysses_causal.dp2xsp4", {"dp": 2, "sp": 4}, (EXPL, EXPL),
+        (P("dp", "sp"), P(), P(), P(), P()), P("dp", "sp"), explicit_ulysses,
+        (R(B, 16, D), R(D, H, E, scale=0.4), R(D, H, E, scale=0.4), R(D, H, E, scale=0.4), R(H, E, D, scale=0.3)),
+        note="explicit-mode mesh (AxisType.Explicit), reshard sequence <-> heads")
+
+
+# ---------------------------------------------------------------------------
+# 26. auto mode FSDP x TP: stacked layers P(None, 'fsdp', 'tp') in a lax.scan
+#     over remat'ed layers (dots_with_no_batch_dims_saveable) whose carry is
+#     constrained to the batch over fsdp in the body; momentum SGD, donation.
+fs_opt = optax.sgd(0.1, momentum=0.9)
+
+
+def fsdp_scan_loss(p, x, y):
+    def layer(x, q):
+        w1, w2, g = q
+        x = wsc(x, P("fsdp"))
+        h = wsc(jax.nn.gelu(rms(x, g) @ w1), P("fsdp", None, "tp"))
+        return x + h @ w2, None
+    layer = jax.checkpoint(layer, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+    return mse(lax.scan(layer, x, (p["w1"], p["w2"], p["g"]))[0], y)
+
+
+def fsdp_scan_step(p, st, x, y):
+    lv, g = jax.value_and_grad(fsdp_scan_loss)(p, x, y)
+    u, st = fs_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+fs_ps = {"w1": P(None, "fsdp", "tp"), "w2": P(None, "tp", "fsdp"), "g": P()}
+fs_st = np_tree(fs_opt.init(sp_p))
+gspmd_x("g.fsdp_tp_scan_remat_carry_constraint_sgd.fsdp4xtp2", {"fsdp": 4, "tp": 2}, (AUTO, AUTO),
+        (fs_ps, state_specs(fs_st, fs_ps), P("fsdp"), P("fsdp")), (fs_ps, state_specs(fs_st, fs_ps), P()),
+        fsdp_scan_step, (sp_p, fs_st, R(8, T, D), R(8, T, D, scale=0.5)), donate=(0, 1),
+        note="donate_argnums=(0, 1)")
+
+
+# ---------------------------------------------------------------------------
+# 27. explicit mode, mixed precision: f32 master weights cast to bf16, bf16
+#     einsums with f32 accumulation (preferred_element_type) and
+#     out_sharding, an f32 loss, AdamW on the masters.
+mp_opt = optax.adamw(0.01)
+
+
+def bf16_master_loss(p, x, y):
+    w1, w2 = p["w1"].astype(jnp.bfloat16), p["w2"].astype(jnp.bfloat16)
+    h = jnp.einsum("bd,df->bf", x.astype(jnp.bfloat16), w1, preferred_element_type=jnp.float32,
+                   out_sharding=P("dp", "tp"))
+    out = jnp.einsum("bf,fd->bd", jax.nn.relu(h).astype(jnp.bfloat16), w2, preferred_element_type=jnp.float32,
+                     out_sharding=P("dp"))
+    return mse(out, y)
+
+
+def bf16_master_step(p, st, x, y):
+    lv, g = jax.value_and_grad(bf16_master_loss)(p, x, y)
+    u, st = mp_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+mp_p = {"w1": R(D, F, scale=0.3), "w2": R(F, D, scale=0.3)}
+mp_ps = {"w1": P(None, "tp"), "w2": P("tp")}
+mp_st = np_tree(mp_opt.init(mp_p))
+gspmd_x("g.explicit_bf16_compute_f32_master_adamw.dp4xtp2", {"dp": 4, "tp": 2}, (EXPL, EXPL),
+        (mp_ps, state_specs(mp_st, mp_ps), P("dp"), P("dp")), (mp_ps, state_specs(mp_st, mp_ps), P()),
+        bf16_master_step, (mp_p, mp_st, R(16, D), R(16, D, scale=0.5)),
+        note="explicit-mode mesh (AxisType.Explicit), bf16 compute")
+
+
+# ---------------------------------------------------------------------------
+# 28. explicit mode on a 2 x 4 mesh: a Gram matrix and a projection by
+#     jnp.dot / jnp.matmul with out_sharding, the transpose's sharding
+#     following in its type (a.T is P('y', 'x')), a reshard before the
+#     elementwise combination.
+def explicit_gram(a, b):
+    g = jnp.dot(a.T, a, out_sharding=P("y", None))
+    proj = jnp.matmul(a, b, out_sharding=P("x", "y"))
+    c = jnp.matmul(proj.T, a, out_sharding=P(None, "y"))
+    return reshard(g, P(None, "y")) / a.shape[0] + 0.1 * c
+
+
+gspmd_x("g.explicit_dot_matmul_transpose_types.x2y4", {"x": 2, "y": 4}, (EXPL, EXPL), (P("x", "y"), P("y", None)),
+        P(None, "y"), explicit_gram, (R(16, 8), R(8, 8, scale=0.5)),
+        note="explicit-mode mesh (AxisType.Explicit), jnp.dot / matmul out_sharding")
+
+
+# ---------------------------------------------------------------------------
+# 29. auto mode, ZeRO-3 style under GSPMD: every parameter and Adam moment
+#     sharded on its first dim over the tuple ('dp', 'fsdp'), the batch over
+#     the same tuple, activations constrained to it, out_shardings equal to
+#     in_shardings and the state donated.
+z_opt = optax.adam(0.01)
+z_p = {"w1": R(D, F, scale=0.3), "b1": R(F, scale=0.1), "w2": R(F, D, scale=0.3), "b2": R(D, scale=0.1)}
+z_ps = {k: P(("dp", "fsdp")) for k in z_p}
+z_ps["b2"] = P()
+
+
+def zero3_step(p, st, x, y):
+    def loss(p):
+        h = wsc(jax.nn.gelu(x @ p["w1"] + p["b1"]), P(("dp", "fsdp")))
+        return mse(h @ p["w2"] + p["b2"], y)
+    lv, g = jax.value_and_grad(loss)(p)
+    u, st = z_opt.update(g, st, p)
+    return optax.apply_updates(p, u), st, lv
+
+
+z_st = np_tree(z_opt.init(z_p))
+gspmd_x("g.zero3_tuple_axis_adam_donated.dp2xfsdp4", {"dp": 2, "fsdp": 4}, (AUTO, AUTO),
+        (z_ps, state_specs(z_st, z_ps), P(("dp", "fsdp")), P(("dp", "fsdp"))), (z_ps, state_specs(z_st, z_ps), P()),
+        zero3_step, (z_p, z_st, R(16, D), R(16, D, scale=0.5)), donate=(0, 1), note="donate_argnums=(0, 1)")
+
 # ---------------------------------------------------------------------------
 C.finish()
