@@ -1,4 +1,129 @@
-"""samples/fresh21: DOCSTRING (written at the end)."""
+"""samples/fresh21: a 21st batch of programs as a user writes them, on the
+theme of the current JAX sharding APIs beyond a plain shard_map or jit --
+explicit-sharding mode (AxisType.Explicit meshes under jax.set_mesh,
+sharding in types, einsum / dot / matmul out_sharding, jax.sharding.reshard,
+auto_axes / explicit_axes), meshes mixing Explicit and Auto axes, a
+jax.shard_map over some axes only inside jit (axis_names=), shard_map
+regions inside explicit-mode programs (in_specs inferred from the types),
+jax.experimental.custom_partitioning, jax.jit with in / out shardings and
+donate_argnums, with_sharding_constraint placed by a MaxText-style logical
+rules table, remat'ed lax.scan over stacked layers with sharded carries,
+and model code written as Equinox-style (frozen dataclass pytrees with
+__call__) and Flax-NNX-style (Params carrying logical axis names, the state
+split off) modules by hand -- no library beyond jax and optax is installed.
+None of them is an idiom of samples/fresh .. fresh19, probe, train or wild
+(fresh9 had an explicit-mode transformer step, GQA and an unreduced
+row-parallel matmul, a shard_map over tp inside an explicit program with a
+bias-inside-psum / pmean bug, and manual dp over auto tp: here other
+programs and regions).
+Families whose distributed side is a jit program rather than a bare
+shard_map body (1.-9., 16.-19.: explicit mode, partial-manual shard_map,
+custom_partitioning, donation) are exported by family() below: the
+baseline is the single-device function lowered without a mesh, the
+distributed program is jax.jit(make(bug), in_shardings, out_shardings,
+donate_argnums) lowered under jax.set_mesh from ShapeDtypeStructs carrying
+their NamedShardings, and the relations file is written from the specs, as
+for a shard_map pair (kind "shard_map"). Since resharding never changes
+values, the bug variants of the explicit-mode programs change the function
+itself (a reduction over the wrong axis, a transposed merge, a missing or
+misdirected collective inside a shard_map region, a partition callback that
+keeps a reduced dim sharded).
+shard_map-kind families: 1. an explicit-mode MLP block (LayerNorm,
+column-parallel einsum with out_sharding P('dp', None, 'tp'), row-parallel
+einsum back to P('dp')); 2. explicit-mode causal multi-head attention with
+the heads in the types, reshard to replicated heads before merging them by a
+reshape for a fused (H*E, D) output projection; 3. an explicit-mode
+classifier step (value_and_grad of a softmax cross-entropy, optax.sgd with
+momentum) on dp4 x tp2; 4. an explicit program with a jax.shard_map region
+(mesh from jax.set_mesh, in_specs inferred, check_vma=True) doing the
+row-parallel half as a psum_scatter along the sequence, then a reshard of
+the residual to the sequence sharding and an RMSNorm; 5. an explicit-mode
+embedding by auto_axes(jnp.take) scaled by sqrt(d_model), learned positions,
+a tied LM head over a vocabulary over tp and its cross-entropy; 6. a mesh
+with dp Explicit and tp Auto: a bf16 MLP regression step (f32 accumulation,
+f32 master weights, optax.adam) with a with_sharding_constraint on the auto
+axis only; 7. a shard_map over sp only inside jit (tp auto): causal
+attention with keys / values all_gathered over sp and the heads over tp by
+in_shardings and a constraint inside the manual region; 8. expert
+parallelism with ep manual and tp auto: top-1 routing, one-hot dispatch to
+(expert, slot), all_to_all there and back, the expert FFN's hidden units
+over the auto tp; 9. a custom_partitioning RMSNorm (Shardy sharding_rule,
+the partition callback asking for the feature dim replicated) on a
+feature-sharded input, then a matmul; 10. an Equinox-style Megatron MLP
+trained by SGD + momentum under check_vma=True, the up bias replicated and
+sliced at the device's offset, the loss pmean'd; 11. a Flax-NNX-style GQA
+attention module (8 query / 4 kv heads over tp2) whose shard_map specs and
+psum axis come from a logical rules table; 12. a Megatron stack in a lax.scan
+over jax.checkpoint'ed layers (nothing_saveable, check_vma=False) with the
+carry over dp; 13. Megatron sequence parallelism (all_gather / psum_scatter
+along the sequence) inside a remat'ed scan in an AdamW step (check_vma=True,
+loss pmean'd over (dp, tp)); 14. a reshard written by hand: rows over sp to
+columns over sp by an all_to_all (chunks exchanged, the source axis moved in
+front before merging) and a running mean down the columns; 15. symmetrising
+a matrix sharded over both axes of a 2 x 2 mesh by one ppermute over the
+axis tuple ('x', 'y'); 16. FSDP x TP in explicit mode, a shard_map region
+with in_specs inferred, the weights all_gathered over fsdp and the output
+psum'd over tp, on dp2 x fsdp2 x tp2; 17. explicit mode, a lax.scan whose
+body is a jax.checkpoint'ed shard_map Megatron layer (check_vma=False), the
+scanned weights sharded in their types; 18. sync BatchNorm in training mode
+with a shard_map over dp only and the features over the auto tp (mean and
+E[h^2] pmean'd, the running mean updated); 19. a data-parallel Adam step
+with an EMA of the parameters, a shard_map over dp inside a jit with
+donate_argnums=(0, 1, 2).
+GSPMD pairs (correct; numerics against the same jit on a mesh of the same
+axis names of size 1): 20. explicit mode, Equinox-style Blocks stacked into
+one pytree and run by a lax.scan over jax.checkpoint'ed blocks in an AdamW
+step with the model and optimizer state donated; 21. an NNX-style MLP whose
+in_shardings come from the rules table and whose activations are constrained
+by logical names, Adam, donation; 22. causal attention on a mesh with dp
+Explicit and tp Auto (heads constrained over tp); 23. explicit mode, an LM
+loss and its gradients with the embedding gather and the target log-probs
+under auto_axes; 24. an auto mesh with a jax.sharding.explicit_axes region
+(a gated MLP by einsum out_sharding); 25. explicit-mode Ulysses by reshard
+(sequence -> heads -> sequence); 26. FSDP x TP under GSPMD: stacked layers
+P(None, 'fsdp', 'tp') in a remat'ed scan (dots_with_no_batch_dims_saveable)
+whose carry is constrained in the body, momentum SGD, donation; 27. explicit
+mode mixed precision (bf16 einsums with f32 accumulation and out_sharding,
+AdamW on f32 masters); 28. explicit mode on a 2 x 4 mesh, jnp.dot /
+jnp.matmul with out_sharding, the sharding of a.T following in its type, a
+reshard; 29. ZeRO-3 style under GSPMD with every parameter and moment
+sharded over the tuple ('dp', 'fsdp'), out_shardings equal to in_shardings
+and the state donated.
+Not available in the installed JAX (0.12.0.1), so skipped:
+jax.sharding.use_mesh (jax.set_mesh is used throughout). Not exported as a
+GSPMD pair: custom_partitioning, whose module before partitioning holds a
+CustomSPMDPartitioning custom call with a Python object id as its
+backend_config (not a single-device program, and not reproducible); it is
+family 9 instead, with a plain single-device baseline. Also kept out of the
+GSPMD pairs: a shard_map nested in jit, whose module before partitioning is
+not a single-device program either (families 7., 8., 18. instead).
+Nothing was dropped or changed for its numerics: every correct pair agrees
+with its baseline at rounding level (largest 3.8e-6, on outputs of
+magnitude up to 40), every bug variant differs clearly (0.015 to 237).
+Each family has the bug variants a careless user writes (LayerNorm
+statistics over the sequence, a bias after the activation, a softmax over
+the queries or the batch, heads merged in (E, H) order, a summed instead of
+averaged loss, a psum then a slice at offset 0, a slice of an unreduced
+partial, an embedding scaled by sqrt(vocab), positions from 1, a loss summed
+over the batch instead of the features, the second layer fed the
+pre-activation, query positions without the shard offset, an untiled
+all_gather reshaped, a gate softmax over tokens, no return all_to_all, a
+partition callback keeping the feature dim sharded, a replicated bias sliced
+at offset 0, a loss psum'd where it is pmean'd, a psum over the rules'
+batch axis, a residual from the normed input, the psum moved after the scan,
+the layers scanned in reverse, a psum_scatter over dp, an all_to_all merged
+without moving the source axis, a cumsum before the exchange, a transpose
+without the exchange or exchanged over one axis, a weight gathered over tp
+instead of fsdp, no psum or the residual inside it, a pmean of local
+variances or an unsynchronised variance, gradients not pmean'd, the EMA
+decay swapped).
+Exported with scalify_jax's pieces (export_pair, or family() / gspmd_x()
+below); every pair is also run by JAX on seeded inputs and its manifest
+entry records the largest difference from the single-device run
+("numerics").
+Run from the repository root: bash samples/gen/run_fresh21.sh [SUBSTR...]
+(only the pairs whose name contains a SUBSTR; the others keep their entries).
+"""
 import dataclasses
 import os
 import sys
@@ -664,7 +789,7 @@ class GQAttention(Module):
         self.wo = Param(R(GQ_H, E, D, scale=0.3), ("heads", "kv", "embed"))
 
 
-def gqa_apply(state, x, reduce=None, bug=None):
+def gqa_apply(state, x, reduce=None, residual_from_norm=False):
     h = rms(x, state["norm"])
     q = jnp.einsum("btd,dhe->bthe", h, state["wq"])
     k, v = (jnp.repeat(jnp.einsum("btd,dhe->bthe", h, state[w]), GQ_H // GQ_K, 2) for w in ("wk", "wv"))
@@ -672,7 +797,7 @@ def gqa_apply(state, x, reduce=None, bug=None):
     o = jnp.einsum("bqhe,hed->bqd", jnp.einsum("bhqk,bkhe->bqhe", jax.nn.softmax(s, -1), v), state["wo"])
     if reduce is not None:
         o = reduce(o)
-    return (h if bug == "residual-from-normed-input" else x) + o
+    return (h if residual_from_norm else x) + o
 
 
 gq_mod = GQAttention()
@@ -684,7 +809,8 @@ def nnx_gqa(bug):
     ax = MESH_AXIS["batch"] if bug == "psum-on-batch-axis" else MESH_AXIS["heads"]
 
     def f(state, x):
-        return gqa_apply(state, x, reduce=lambda o: psum(o, ax), bug=bug)
+        return gqa_apply(state, x, reduce=lambda o: psum(o, ax),
+                         residual_from_norm=bug == "residual-from-normed-input")
     return f
 
 
