@@ -633,4 +633,235 @@ nf_w[:, 8:16] *= 2.5
 C.smap("s.nf4_double_quant_colpar.tp4", {"tp": 4}, nf4_tp, (P(), P(None, "tp")), P(None, "tp"), nf4_linear,
        (R(8, 32), nf_w), bugs=[("dq-mean-local", ["missing-all-reduce"]), ("dq-scale-local", ["missing-all-reduce"])])
 
+
+
+# ---------------------------------------------------------------------------
+# 13. a tied int8 embedding (row-wise absmax codes and per-row scales, the
+#     vocabulary over tp, codes and scales sharded alike): the lookup by
+#     local ids masked to the device's rows and psum'd, the logits of the
+#     embeddings (times 1 / sqrt(D)) against the dequantised local rows, a vocabulary-parallel
+#     cross-entropy (pmax-shifted log-sum-exp, the label's logit by a masked
+#     psum); tokens over dp.
+def tied_int8_xent(codes, scales, ids, labels):
+    table = codes.astype(F32) * scales[:, None]
+    logits = table[ids] @ table.T / np.sqrt(table.shape[1])
+    return jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, labels[..., None], -1)[..., 0]
+
+
+def tied_int8_tp(bug):
+    def f(codes, scales, ids, labels):
+        vl = codes.shape[0]
+        lo = idx("tp") * vl
+        loc = ids - lo
+        ok = (loc >= 0) & (loc < vl)
+        li = jnp.clip(loc, 0, vl - 1)
+        sc = scales[jnp.clip(ids, 0, vl - 1)] if bug == "scale-by-global-id" else scales[li]
+        emb = psum(jnp.where(ok[..., None], codes[li].astype(F32) * sc[..., None], 0.0), "tp")
+        logits = emb @ (codes.astype(F32) * scales[:, None]).T / np.sqrt(codes.shape[1])
+        m = pmax(jnp.max(logits, -1), "tp")
+        se = jnp.sum(jnp.exp(logits - m[..., None]), -1)
+        lse = m + jnp.log(se if bug == "lse-local" else psum(se, "tp"))
+        ll = labels - lo
+        lok = (ll >= 0) & (ll < vl)
+        tgt = jnp.take_along_axis(logits, jnp.clip(ll, 0, vl - 1)[..., None], -1)[..., 0]
+        return lse - psum(jnp.where(lok, tgt, 0.0), "tp")
+    return f
+
+
+te_w = R(64, 16, scale=0.5) * np.exp(R(64, 1, scale=0.5))
+te_s = np.max(np.abs(te_w), 1) / 127
+te_c = np.clip(np.round(te_w / te_s[:, None]), -127, 127).astype(np.int8)
+C.smap("s.tied_int8_embedding_vocab_xent.dp2xtp4", {"dp": 2, "tp": 4}, tied_int8_tp,
+       (P("tp"), P("tp"), P("dp"), P("dp")), P("dp"), tied_int8_xent,
+       (te_c, te_s, I(0, 64, 4, 8), I(0, 64, 4, 8)),
+       bugs=[("scale-by-global-id", ["wrong-offset"]), ("lse-local", ["missing-all-reduce"])])
+
+
+# ---------------------------------------------------------------------------
+# 14. an int8 convolution (NHWC, per-output-channel weight scales computed
+#     from the kernel, output channels over tp; one per-tensor activation
+#     scale from the batch, pmax'd over dp), lax.conv_general_dilated with
+#     int32 accumulation, dequantised, bias and ReLU.
+def int8_conv(x, k, b):
+    sx = amax(x) / 127
+    sk = jnp.max(jnp.abs(k), (0, 1, 2)) / 127
+    acc = lax.conv_general_dilated(q8(x, sx), q8(k, sk), (1, 1), "SAME",
+                                   dimension_numbers=("NHWC", "HWIO", "NHWC"), preferred_element_type=jnp.int32)
+    return jax.nn.relu(acc.astype(F32) * (sx * sk) + b)
+
+
+def int8_conv_tp(bug):
+    def f(x, k, b):
+        sx = amax(x)
+        if bug == "act-scale-pmax-tp":
+            sx = pmax(sx, "tp")
+        elif bug != "act-scale-local":
+            sx = pmax(sx, "dp")
+        sx = sx / 127
+        sk = jnp.max(jnp.abs(k), (0, 1, 2)) / 127
+        acc = lax.conv_general_dilated(q8(x, sx), q8(k, sk), (1, 1), "SAME",
+                                       dimension_numbers=("NHWC", "HWIO", "NHWC"), preferred_element_type=jnp.int32)
+        return jax.nn.relu(acc.astype(F32) * (sx * sk) + b)
+    return f
+
+
+ic_x = R(4, 8, 8, 4)
+ic_x[3, 2, 5, 1] = 7.0
+C.smap("s.int8_conv_per_channel_scales.dp2xtp4", {"dp": 2, "tp": 4}, int8_conv_tp,
+       (P("dp"), P(None, None, None, "tp"), P("tp")), P("dp", None, None, "tp"), int8_conv,
+       (ic_x, R(3, 3, 4, 16, scale=0.4), R(16, scale=0.1)),
+       bugs=[("act-scale-local", ["missing-all-reduce"]), ("act-scale-pmax-tp", ["wrong-collective-group"])])
+
+
+# ---------------------------------------------------------------------------
+# 15. QuaRot-style rotated int4 activations: a randomised Hadamard rotation
+#     (random signs, then H_4 (x) H_8 / sqrt(32)) of a hidden dim sharded
+#     over tp4, computed as each device's H_8 of its block weighted by the
+#     H_4 column for every destination block and reduce-scattered
+#     (psum_scatter, untiled); per-token int4 absmax over the rotated hidden
+#     dim (pmax), and the row-parallel product with the rotated weight.
+H2 = np.array([[1, 1], [1, -1]], np.float32)
+H4, H8 = np.kron(H2, H2), np.kron(np.kron(H2, H2), H2)
+
+
+def quarot(x, signs, w):
+    y = (x * signs) @ np.kron(H4, H8) / np.sqrt(32.0)
+    s = jnp.max(jnp.abs(y), -1, keepdims=True) / 7
+    return (jnp.clip(jnp.round(y / s), -8, 7) * s) @ w
+
+
+def quarot_tp(bug):
+    def f(x, signs, w):
+        dl = x.shape[-1]
+        sg = lax.dynamic_slice_in_dim(signs, 0 if bug == "signs-not-sliced" else idx("tp") * dl, dl)
+        z = (x * sg) @ H8
+        y = lax.psum_scatter(jnp.asarray(H4)[idx("tp")][:, None, None] * z[None], "tp",
+                             scatter_dimension=0, tiled=False) / np.sqrt(32.0)
+        s = jnp.max(jnp.abs(y), -1, keepdims=True)
+        s = (s if bug == "token-absmax-local" else pmax(s, "tp")) / 7
+        return psum((jnp.clip(jnp.round(y / s), -8, 7) * s) @ w, "tp")
+    return f
+
+
+C.smap("s.quarot_hadamard_int4_acts.tp4", {"tp": 4}, quarot_tp, (P(None, "tp"), P(), P("tp")), P(), quarot,
+       (R(8, 32), np.where(rng.random(32) < 0.5, -1.0, 1.0).astype(np.float32), R(32, 16, scale=0.3)),
+       bugs=[("signs-not-sliced", ["wrong-offset"]), ("token-absmax-local", ["missing-all-reduce"])])
+
+
+# ---------------------------------------------------------------------------
+# 16. float8 all-gather for FSDP (torchao's float8 FSDP style): each device
+#     casts its row shard of a weight to e4m3 with the weight's global scale
+#     (amax pmax'd over fsdp), all-gathers the fp8 bytes and runs an fp8
+#     matmul against its batch rows, whose per-tensor scale is global too;
+#     two layers.
+def fp8_fsdp_mlp(x, w1, w2):
+    def lin(a, w):
+        sa, sw = amax(a) / E4M3_MAX, amax(w) / E4M3_MAX
+        return f8dot(to_f8(a, sa), to_f8(w, sw)) * (sa * sw)
+    return lin(jax.nn.gelu(lin(x, w1)), w2)
+
+
+def fp8_fsdp(bug):
+    def f(x, w1, w2):
+        def lin(a, w):
+            sa = amax(a)
+            sa = (sa if bug == "act-scale-local" else pmax(sa, "fsdp")) / E4M3_MAX
+            sw = amax(w)
+            sw = (sw if bug == "weight-scale-per-shard" else pmax(sw, "fsdp")) / E4M3_MAX
+            wq = lax.all_gather(to_f8(w, sw), "fsdp", tiled=True)
+            return f8dot(to_f8(a, sa), wq) * (sa * sw)
+        return lin(jax.nn.gelu(lin(x, w1)), w2)
+    return f
+
+
+ff_w1 = R(16, 32, scale=0.4)
+ff_w1[13] *= 3.0
+ff_x = R(16, 16)
+ff_x[9] *= 3.0
+C.smap("s.fp8_fsdp_allgather_weights.fsdp4", {"fsdp": 4}, fp8_fsdp, (P("fsdp"), P("fsdp"), P("fsdp")), P("fsdp"),
+       fp8_fsdp_mlp, (ff_x, ff_w1, R(32, 8, scale=0.3)),
+       bugs=[("weight-scale-per-shard", ["missing-all-reduce"]), ("act-scale-local", ["missing-all-reduce"])])
+
+
+# ---------------------------------------------------------------------------
+# 17. a post-training calibration observer: EMA running min / max of a
+#     layer's input over the global batch (pmin / pmax over dp), asymmetric
+#     uint8 fake quantisation with a zero point from them, then the layer;
+#     returns the new observer state and the output.
+OB_M = 0.9
+
+
+def asym_observe(lo, hi, x, w, b):
+    lo = OB_M * lo + (1 - OB_M) * jnp.min(x)
+    hi = OB_M * hi + (1 - OB_M) * jnp.max(x)
+    s = (hi - lo) / 255
+    zp = jnp.clip(jnp.round(-lo / s), 0, 255)
+    q = jnp.clip(jnp.round(x / s) + zp, 0, 255).astype(jnp.uint8)
+    return lo, hi, ((q.astype(F32) - zp) * s) @ w + b
+
+
+def asym_observe_dp(bug):
+    def f(lo, hi, x, w, b):
+        mn = pmax(jnp.min(x), "dp") if bug == "min-by-pmax" else pmin(jnp.min(x), "dp")
+        mx = jnp.max(x) if bug == "max-local" else pmax(jnp.max(x), "dp")
+        lo = OB_M * lo + (1 - OB_M) * mn
+        hi = OB_M * hi + (1 - OB_M) * mx
+        s = (hi - lo) / 255
+        zp = jnp.clip(jnp.round(-lo / s), 0, 255)
+        q = jnp.clip(jnp.round(x / s) + zp, 0, 255).astype(jnp.uint8)
+        return lo, hi, ((q.astype(F32) - zp) * s) @ w + b
+    return f
+
+
+ob_x = np.array(jax.nn.gelu(R(16, 12) * 2))
+ob_x[14, 3] = 9.0
+ob_x[2, 5] = -0.6
+C.smap("s.asym_uint8_ema_observer.dp4", {"dp": 4}, asym_observe_dp, (P(), P(), P("dp"), P(), P()),
+       (P(), P(), P("dp")), asym_observe, (np.float32(-0.2), np.float32(4.0), ob_x, R(12, 8), R(8)),
+       bugs=[("min-by-pmax", ["wrong-collective-op"]), ("max-local", ["missing-all-reduce"])])
+
+
+# ---------------------------------------------------------------------------
+# 18. DeepSeek-V3 style fine-grained fp8 GEMM: activations quantised per
+#     token per group of 8 along K (1 x 8 tiles), weights stored as e4m3 with
+#     one scale per 8 x 8 block (a replicated scale table each device slices
+#     at its K blocks); K over tp, each K-block product accumulated in f32
+#     and scaled (promotion), the partial sums psum'd; tokens over dp.
+DS_G = 8
+
+
+def blockfp8_gemm(x, wq, ws):
+    m, k = x.shape
+    n = wq.shape[1]
+    xb = x.reshape(m, k // DS_G, DS_G)
+    sx = jnp.max(jnp.abs(xb), -1) / E4M3_MAX
+    xq = (xb / sx[..., None]).astype(F8)
+    wb = wq.reshape(k // DS_G, DS_G, n)
+    blk = jnp.einsum("mbk,bkn->mbn", xq, wb, preferred_element_type=F32)
+    return jnp.sum(blk * sx[..., None] * jnp.repeat(ws, DS_G, 1)[None], 1)
+
+
+def blockfp8_tp(bug):
+    def f(x, wq, ws):
+        m, k = x.shape
+        n = wq.shape[1]
+        if bug == "act-tiles-strided":
+            xb = jnp.swapaxes(x.reshape(m, DS_G, k // DS_G), 1, 2)
+        else:
+            xb = x.reshape(m, k // DS_G, DS_G)
+        sx = jnp.max(jnp.abs(xb), -1) / E4M3_MAX
+        xq = (xb / sx[..., None]).astype(F8)
+        wsl = lax.dynamic_slice_in_dim(ws, 0 if bug == "wscale-at-offset-0" else idx("tp") * (k // DS_G), k // DS_G)
+        blk = jnp.einsum("mbk,bkn->mbn", xq, wq.reshape(k // DS_G, DS_G, n), preferred_element_type=F32)
+        return psum(jnp.sum(blk * sx[..., None] * jnp.repeat(wsl, DS_G, 1)[None], 1), "tp")
+    return f
+
+
+bf_w = R(64, 16, scale=0.3) * np.repeat(np.repeat(np.exp(R(8, 2)), 8, 0), 8, 1)
+bf_ws = np.max(np.abs(bf_w).reshape(8, 8, 2, 8), (1, 3)) / E4M3_MAX
+bf_wq = np.asarray((bf_w / np.repeat(np.repeat(bf_ws, 8, 0), 8, 1)).astype(jnp.float8_e4m3fn))
+C.smap("s.deepseek_blockwise_fp8_gemm.dp2xtp4", {"dp": 2, "tp": 4}, blockfp8_tp, (P("dp", "tp"), P("tp"), P()),
+       P("dp"), blockfp8_gemm, (R(8, 64), bf_wq, bf_ws),
+       bugs=[("act-tiles-strided", ["wrong-reshape-order"]), ("wscale-at-offset-0", ["wrong-offset"])])
+
 C.finish()
