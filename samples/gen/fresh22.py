@@ -1,4 +1,103 @@
-"""DOCSTRING"""
+"""samples/fresh22: a twenty-second batch of programs as a user writes them,
+on the theme of quantisation and low-precision training and inference under
+sharding, none of them an idiom of samples/fresh .. fresh19, probe, train
+or wild.
+shard_map families: 1. fp8 (e4m3) current scaling through a Megatron MLP on
+dp x tp (the input's amax pmax'd over dp, the column-parallel weight's over
+tp, the hidden activation's over the tuple, the row-parallel partials in f32
+and psum'd); 2. TransformerEngine-style delayed scaling in a lax.scan over
+three training steps (scales fp8_max / max(history) / 2^margin, histories
+rolled, the input's new amax pmax'd over dp, straight-through fake
+quantisation, gradients pmean'd); 3. SmoothQuant W8A8 on a row-parallel
+layer (smoothing factors from per-channel activation maxima pmax'd over dp,
+per-token scales over the sharded hidden dim and per-output-channel weight
+scales over the sharded rows pmax'd over tp, int8 x int8 -> int32, int32
+psum); 4. MXFP8 microscaling (power-of-two E8M0 block scales by jnp.frexp,
+blocks of 8 along a contraction dim over tp, per-block f32 products); 5.
+group-wise int4 weight-only quantisation whose 32-row groups straddle two
+devices of a ('tpo', 'tpi') row sharding (the group absmax pmax'd over
+'tpi'), bf16 dequantisation, f32 accumulation; 6. LSQ learned-step-size QAT
+(gradient scale 1 / sqrt(numel Qp) with the numel of the whole weight) in a
+momentum-SGD step under check_vma=True; 7. BitNet b1.58 BitLinear layers
+(absmean ternary weights: pmean of the shard's mean over tp; per-token int8
+activations: pmax under stop_gradient) in an AdamW step under
+check_vma=True; 8. fp16 mixed precision with a dynamic loss scale and f32
+master weights in two steps, the first overflowing on one tp shard only:
+the non-finite count psum'd over the whole mesh skips the step on every
+device and halves the scale; 9. bf16 parameters with f32 master weights
+and Adam moments under ZeRO-1 (bf16 gradients upcast, psum_scatter'd,
+Adam on the f32 chunk, bf16 all_gather); 10. fp8 attention with per-tensor
+Q / K / V scales pmax'd over dp x tp and the probabilities in e4m3 at the
+fixed scale 1/448; 11. int8 gradient compression with stochastic rounding
+(a shared pmax'd scale, bits from fold_in(key, axis_index), an int32 psum)
+against a baseline that vmaps over the batch blocks and folds in the block
+index; 12. NF4 quantisation (argmin to QLoRA's codebook) of a
+column-parallel weight with double quantisation of the block absmaxes (the
+mean pmean'd, the int8 scale pmax'd over tp); 13. a tied int8 embedding
+(per-row scales sharded with the vocabulary: masked local lookup psum'd,
+logits against the dequantised rows, vocabulary-parallel cross-entropy);
+14. an int8 NHWC convolution with per-output-channel kernel scales (output
+channels over tp) and a per-tensor activation scale pmax'd over dp, int32
+accumulation; 15. QuaRot-style randomised Hadamard rotation (H_4 (x) H_8)
+of a hidden dim over tp by a local H_8 and an untiled psum_scatter of H_4
+weighted blocks, then per-token int4 activations (pmax) and a row-parallel
+product; 16. a float8 all-gather for FSDP (each row shard cast to e4m3 with
+the pmax'd global scale, the fp8 bytes all_gather'd, fp8 matmuls with
+global activation scales), two layers; 17. a calibration observer with EMA
+running min / max over the global batch (pmin / pmax over dp), asymmetric
+uint8 fake quantisation with a zero point; 18. DeepSeek-V3 style
+fine-grained fp8 GEMM (1 x 8 activation tiles, 8 x 8 weight blocks whose
+replicated scale table is sliced at the device's K blocks, per-block f32
+promotion, psum over tp).
+Under GSPMD (19.-30.): the fp8 MLP with its hidden activation pinned by
+with_sharding_constraint, the BitNet AdamW step, the LSQ step, SmoothQuant,
+MXFP8 on tp8 (one block per device), NF4 with double quantisation, the tied
+int8 embedding cross-entropy, the fp16 loss-scaled loop with a skipped
+step, QuaRot with the rotated activations pinned, the EMA observer, the
+block-scaled fp8 GEMM with its scale table sharded like its K blocks, and
+the int8 convolution.
+Rounding: every quantiser rounds the same values with the same scales on
+both sides. Scales come from maxima (pmax is exact) or from inputs; the
+quantised values are inputs, elementwise functions of them, or products
+over an unsharded contraction; where a scale is a psum'd mean (BitNet's
+absmean, NF4's mean) it may differ by an ulp, which moves no code on these
+inputs. The stochastic-rounding family's baseline draws the same bits.
+Inputs are seeded so that every scale bug matters: outliers sit away from
+device 0 and on one shard only, so a local amax differs from the global one.
+Numerics: every correct pair agrees with its baseline at rounding level
+(fp8 / int8 pairs exactly or within 2e-6, f32 steps within 1e-6, the fp16
+loop within 1e-5 on outputs up to 8192); the ZeRO-1 pair differs by 2e-4
+in Adam's first moment (0.1 g, where g is a bf16 gradient: half a bf16 ulp
+of the summed per-device bf16 partial gradients), its parameters within
+rounding. Changed for its numerics: the ZeRO-1 family first had inputs
+whose gradient entries were cancelling sums, so a bf16 partial flipped the
+sign Adam's first step follows (2 lr); its features now keep their signs
+over the batch and the targets lie above tanh's range. The tied embedding
+first had an RMSNorm after the lookup, which normalised a per-row scale
+bug away (5e-5); the logits are now of the raw embeddings. The LSQ step
+first used Adam, whose first step is invariant to the gradient scale its
+bug changes; it uses momentum SGD. One GSPMD pair (fp8 attention) was
+dropped to keep twelve. Every bug variant differs clearly and finitely.
+Each shard_map family has the bug variants a careless quantised
+parallelisation makes: an amax or scale from the local shard (no pmax), a
+pmax over the wrong axis or only one of two, a bf16 partial sum or psum
+where the baseline accumulates in f32, MX blocks or activation tiles
+grouped strided, a group absmax over the wrong inner axis, an LSQ gradient
+scale from the local numel, a loss psum'd where it is pmean'd, an absmean
+psum'd or local, a non-finite count reduced over dp only, master weights
+updated in f16 / bf16, a psum_scatter along the wrong dim, stochastic
+rounding bits not folded with the device index, a double-quantisation mean
+or scale per shard, scales looked up by the global id, a local
+log-sum-exp, an activation scale pmax'd over tp where its batch is over
+dp, rotation signs not sliced at the offset, an fp8 weight shard cast with
+its own scale before the all-gather, an observer minimum by pmax, a scale
+table sliced at offset 0.
+Exported with scalify_jax.export_pair; every pair is also run by JAX on
+seeded inputs and its manifest entry records the largest difference from
+the single-device run ("numerics").
+Run from the repository root: bash samples/gen/run_fresh22.sh [SUBSTR...]
+(only the pairs whose name contains a SUBSTR; the others keep their entries).
+"""
 import sys
 import numpy as np
 import jax, jax.numpy as jnp
@@ -863,5 +962,79 @@ bf_wq = np.asarray((bf_w / np.repeat(np.repeat(bf_ws, 8, 0), 8, 1)).astype(jnp.f
 C.smap("s.deepseek_blockwise_fp8_gemm.dp2xtp4", {"dp": 2, "tp": 4}, blockfp8_tp, (P("dp", "tp"), P("tp"), P()),
        P("dp"), blockfp8_gemm, (R(8, 64), bf_wq, bf_ws),
        bugs=[("act-tiles-strided", ["wrong-reshape-order"]), ("wscale-at-offset-0", ["wrong-offset"])])
+
+
+
+# ===========================================================================
+# GSPMD: the single-device programs under jax.jit with in / out shardings,
+# with_sharding_constraint where a user pins an intermediate.
+M_DT = {"dp": 2, "tp": 4}
+
+
+# 19. fp8 current scaling through the MLP, the hidden activation pinned to
+#     (dp, tp) before its amax.
+def fp8_mlp_wsc(x, w1, w2):
+    sx, s1 = amax(x) / E4M3_MAX, amax(w1) / E4M3_MAX
+    h = wsc(M_DT, jax.nn.relu(f8dot(to_f8(x, sx), to_f8(w1, s1)) * (sx * s1)), "dp", "tp")
+    sh, s2 = amax(h) / E4M3_MAX, amax(w2) / E4M3_MAX
+    return f8dot(to_f8(h, sh), to_f8(w2, s2)) * (sh * s2)
+
+
+C.gspmd("g.fp8_current_scaling_mlp_wsc.dp2xtp4", M_DT, (P("dp"), P(None, "tp"), P("tp")), P("dp"), fp8_mlp_wsc,
+        fm_args)
+
+# 20. the BitNet b1.58 AdamW step, weights over tp, batch over dp.
+C.gspmd("g.bitnet158_bitlinear_adamw.dp2xtp4", M_DT, (bn_ps, bn_ss, P("dp"), P("dp")), (bn_ps, bn_ss, P()),
+        bitnet_step, (bn_p, bn_st, R(8, 16), R(8, 16)))
+
+# 21. the LSQ momentum-SGD step.
+C.gspmd("g.lsq_qat_momentum_sgd.dp2xtp4", M_DT, (lq_ps, lq_ss, P("dp"), P("dp")), (lq_ps, lq_ss, P()), lsq_step,
+        (lq_p, lq_st, R(8, 16), R(8, 8)))
+
+# 22. SmoothQuant W8A8 with the hidden dim over tp and tokens over dp.
+C.gspmd("g.smoothquant_w8a8_rowpar.dp2xtp4", M_DT, (P("dp", None, "tp"), P("tp")), P("dp"), smoothquant,
+        (sq_x, R(32, 16, scale=0.3)))
+
+# 23. MXFP8 blocks with the contraction dim over tp8 (one block per device).
+C.gspmd("g.mxfp8_block_scales_k_sharded.tp8", {"tp": 8}, (P(None, "tp"), P("tp")), P(), mx_matmul,
+        (mx_x, R(64, 16, scale=0.2)))
+
+# 24. NF4 with double quantisation, the weight's columns over tp.
+C.gspmd("g.nf4_double_quant_colpar.tp4", {"tp": 4}, (P(), P(None, "tp")), P(None, "tp"), nf4_linear,
+        (R(8, 32), nf_w))
+
+# 25. the tied int8 embedding's cross-entropy, vocabulary over tp.
+C.gspmd("g.tied_int8_embedding_vocab_xent.dp2xtp4", M_DT, (P("tp"), P("tp"), P("dp"), P("dp")), P("dp"),
+        tied_int8_xent, (te_c, te_s, I(0, 64, 4, 8), I(0, 64, 4, 8)))
+
+# 26. the fp16 loss-scaled two-step loop with f32 masters and a skipped step.
+C.gspmd("g.fp16_loss_scale_f32_master_skip.dp2xtp4", M_DT,
+        (ls_ps, ls_ss, P(), P(), (P("dp"), P("dp")), (P("dp", "tp"), P("dp", "tp"))), (ls_ps, ls_ss, P(), P()),
+        ls_train, (ls_p, ls_st, np.float32(2.0 ** 14), np.int32(0), (R(8, 16), R(8, 16)), (ls_t1, R(8, 16))))
+
+
+# 27. QuaRot's rotation with the hidden dim over tp, the rotated
+#     activations pinned to the same sharding before the int4 absmax.
+def quarot_wsc(x, signs, w):
+    y = wsc({"tp": 4}, (x * signs) @ np.kron(H4, H8) / np.sqrt(32.0), None, "tp")
+    s = jnp.max(jnp.abs(y), -1, keepdims=True) / 7
+    return (jnp.clip(jnp.round(y / s), -8, 7) * s) @ w
+
+
+C.gspmd("g.quarot_hadamard_int4_acts_wsc.tp4", {"tp": 4}, (P(None, "tp"), P(), P("tp")), P(), quarot_wsc,
+        (R(8, 32), np.where(rng.random(32) < 0.5, -1.0, 1.0).astype(np.float32), R(32, 16, scale=0.3)))
+
+# 28. the EMA min / max observer with the batch over dp.
+C.gspmd("g.asym_uint8_ema_observer.dp4", {"dp": 4}, (P(), P(), P("dp"), P(), P()), (P(), P(), P("dp")),
+        asym_observe, (np.float32(-0.2), np.float32(4.0), ob_x, R(12, 8), R(8)))
+
+# 29. the DeepSeek-V3 block-scaled fp8 GEMM, K over tp, tokens over dp, the
+#     weight's scale table sharded like its K blocks.
+C.gspmd("g.deepseek_blockwise_fp8_gemm.dp2xtp4", M_DT, (P("dp", "tp"), P("tp"), P("tp")), P("dp"), blockfp8_gemm,
+        (R(8, 64), bf_wq, bf_ws))
+
+# 30. the int8 convolution, batch over dp, output channels over tp.
+C.gspmd("g.int8_conv_per_channel_scales.dp2xtp4", M_DT, (P("dp"), P(None, None, None, "tp"), P("tp")),
+        P("dp", None, None, "tp"), int8_conv, (ic_x, R(3, 3, 4, 16, scale=0.4), R(16, scale=0.1)))
 
 C.finish()
