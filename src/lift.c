@@ -794,6 +794,14 @@ static bool grouped_in_baseline(lift_ctx *c, const lval *ops, uint32_t nops) {
 
 /* Whether op distributes over a sum in operand k (so a partial(sum) operand
  * gives a partial(sum) result). */
+/* Whether module m converts any value to element type dt. */
+static bool module_converts_to(const hlo_module *m, int dt) {
+    for (uint32_t k = 0; k < m->ncomps; k++)
+        for (uint32_t i = 0; i < m->comps[k].ninstrs; i++)
+            if (m->comps[k].instrs[i].op == OP_CONVERT && m->comps[k].instrs[i].shape.dtype == dt) return true;
+    return false;
+}
+
 static bool linear_in(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *ops, uint32_t k) {
     switch (in->op) {
     case OP_SELECT: {
@@ -1450,6 +1458,24 @@ static lval lift_elementwise(lstate *s) {
             sb_free(&why);
             return unknown();
         }
+        if (!ok && in->op == OP_CONVERT && in->noperands == 1 && red == RED_SUM && dtype_is_float(in->shape.dtype) &&
+            ops[0].kind == LV_TERM) {
+            /* A partial sum rounded to a narrower float where the baseline
+             * rounds the complete sum to that type too: rounding in another
+             * place (each share, then the sum), no difference over the reals
+             * the rules hold on — the baseline's converted value, partial. */
+            view pv = v;
+            pv.partial = partial;
+            pv.red = red;
+            int64_t gd[VIEW_MAX_RANK];
+            if (in->shape.rank <= VIEW_MAX_RANK) {
+                lf_global_dims(c, &pv, &in->shape, gd);
+                eid x = eg_find(c->g, ops[0].cls);
+                eid e = eg_lookup(c->g, OP_CONVERT, lf_encode_attrs(c, c->cur, in), lf_type_of(c, in->shape.dtype, gd, in->shape.rank),
+                                  &x, 1);
+                if (e != EID_NONE && (eg_class_origin(c->g, e) & EG_BASELINE)) return term(eg_find(c->g, e), pv, ops[0].assumed);
+            }
+        }
         if (!ok) {
             strbuf why;
             sb_init(&why);
@@ -1478,6 +1504,13 @@ static lval lift_elementwise(lstate *s) {
             }
             else if (!is_convert && lf_short_reduction(s, why.s))
                 ;
+            else if (is_convert && ops[0].assumed && module_converts_to(c->base, in->shape.dtype))
+                /* whether the baseline rounds that sum to this type too (rounding
+                 * in another place, above) is unknown where the term is, and
+                 * the baseline rounds some value to it */
+                lf_unsupported(c, s->comp, in, "%s converts a partial sum to %s before it is reduced (%s), a value not "
+                               "related to the baseline's: whether the baseline rounds it alike is unknown", in->name,
+                               dtype_name(in->shape.dtype), why.s);
             else if (per_device)
                 /* a sum of values each device shifted by its own block's
                  * max (an online softmax's local sum, whose log is the

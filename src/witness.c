@@ -56,9 +56,9 @@ static int64_t index_range(const hlo_module *base, uint32_t k) {
         uint32_t n;
         const hlo_instr *a = in->noperands ? &c->instrs[in->operands[0]] : NULL;
         if ((in->op == OP_GATHER || in->op == OP_SCATTER) && in->noperands >= 2 && src[in->operands[1]] == 0) {
+            /* (one indexed dim: with several, which component k feeds is not traced) */
             const int64_t *m = instr_ints(in, in->op == OP_GATHER ? A_START_INDEX_MAP : A_SCATTER_DIMS_TO_OPERAND_DIMS, &n);
-            for (uint32_t q = 0; q < n; q++)
-                if (m[q] >= 0 && m[q] < a->shape.rank && (r == 0 || a->shape.dims[m[q]] < r)) r = a->shape.dims[m[q]];
+            if (n == 1 && m[0] >= 0 && m[0] < a->shape.rank) r = a->shape.dims[m[0]];
         } else if (in->op == OP_DYNAMIC_SLICE && in->noperands == 1 + a->shape.rank) {
             for (uint32_t q = 0; q < a->shape.rank; q++)
                 if (src[in->operands[1 + q]] == 0) {
@@ -177,7 +177,8 @@ static bool fill_owned(interp_val *v, const view *iv, const mesh *m, int64_t ran
  * devices drawn within their owners' share of the range they index
  * (INTS_OWNED: parameter k where ranges[k] > 0; the others random). */
 static void run_once(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed,
-                     double input_scale, double shift, int64_t int_below, int ints, const int64_t *ranges, witness *w) {
+                     double input_scale, double shift, int64_t int_below, int ints, const int64_t *ranges,
+                     const int64_t *own, witness *w) {
     const hlo_comp *be = graph_entry(base);
     int64_t ndev = mesh_devices(&rel->mesh);
     interp_stats bs = {0}, ds = {0};
@@ -211,10 +212,13 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
         for (int64_t e = 0; global[k]->f && e < global[k]->n; e++)
             global[k]->f[e] = (input_scale < 0 ? fabs(global[k]->f[e] * input_scale) : global[k]->f[e] * input_scale) + shift;
         int64_t below = int_below > 1 ? int_below : 16;
-        bool owned = ints == INTS_OWNED && global[k]->i && global[k]->dtype != DT_PRED && ranges && ranges[k] > 0 &&
-                     fill_owned(global[k], &rel->inputs[k], &rel->mesh, ranges[k]);
+        bool owned = ints == INTS_OWNED && global[k]->i && global[k]->dtype != DT_PRED && own && own[k] > 0 &&
+                     fill_owned(global[k], &rel->inputs[k], &rel->mesh, own[k]);
+        /* (the range the baseline indexes with it, when that is known and
+         * no index domain of the proof is narrower) */
+        int64_t range = ranges && ranges[k] > 0 && (int_below <= 0 || ranges[k] < int_below) ? ranges[k] : int_below;
         for (int64_t e = 0; !owned && global[k]->i && global[k]->dtype != DT_PRED && e < global[k]->n; e++) {
-            if (ints != INTS_OFF_ZERO && int_below > 0) global[k]->i[e] %= int_below;
+            if (ints != INTS_OFF_ZERO && range > 0) global[k]->i[e] = llabs(global[k]->i[e]) % range;
             else if (ints == INTS_OFF_ZERO) global[k]->i[e] = 1 + llabs(global[k]->i[e]) % (below - 1);
         }
         has_ints |= global[k]->i && global[k]->dtype != DT_PRED;
@@ -308,18 +312,27 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
     /* Inputs in [-1, 1), then small ones (a power of two, exact): what is
      * negligible beside values of one (an epsilon, a normalisation) shows. */
     if (int_below >= 16) int_below = 0;  /* the default range, [0, 16), is within */
-    run_once(base, dist, rel, seed, 1, 0, int_below, INTS_RANDOM, NULL, w);
-    if (w->runs == 1 && !w->differs) run_once(base, dist, rel, seed + 1, 0x1p-6, 0, int_below, INTS_RANDOM, NULL, w);
-    if (w->runs == 2 && !w->differs && w->nan_seen) run_once(base, dist, rel, seed + 2, -1, 0, int_below, INTS_RANDOM, NULL, w);
+    /* integers within the range the baseline indexes with them (a
+     * vocabulary, a table's rows), else [0, 16) */
+    const hlo_comp *be = graph_entry(base);
+    uint32_t np = be->nparams;
+    int64_t *ranges = xcalloc(np + 1, sizeof *ranges);
+    for (uint32_t k = 0; k < np; k++)
+        if (dtype_is_int(be->instrs[be->params[k]].shape.dtype)) {
+            ranges[k] = index_range(base, k);
+            if (dbg_on(DBG_WITNESS)) fprintf(stderr, "witness: integer input %u indexes a range of %lld\n", k, (long long)ranges[k]);
+        }
+    run_once(base, dist, rel, seed, 1, 0, int_below, INTS_RANDOM, ranges, NULL, w);
+    if (w->runs == 1 && !w->differs) run_once(base, dist, rel, seed + 1, 0x1p-6, 0, int_below, INTS_RANDOM, ranges, NULL, w);
+    if (w->runs == 2 && !w->differs && w->nan_seen) run_once(base, dist, rel, seed + 2, -1, 0, int_below, INTS_RANDOM, ranges, NULL, w);
     /* Beyond rounding but under the tolerance: inputs in [0, 2), whose means
      * and sums are far from zero (a mean of logits, a sum of centred inputs,
      * that inputs around zero leave near zero and a wrong factor on it with it) */
-    if (w->runs >= 2 && !w->differs && w->over_tight) run_once(base, dist, rel, seed + 3, 1, 1, int_below, INTS_RANDOM, NULL, w);
+    if (w->runs >= 2 && !w->differs && w->over_tight) run_once(base, dist, rel, seed + 3, 1, 1, int_below, INTS_RANDOM, ranges, NULL, w);
     /* Integer inputs the distributed program reads and the baseline does not
      * (send lists, positions in a halo buffer: index maps precomputed from
      * the other inputs, which random draws do not make consistent with them) */
-    const hlo_comp *be = graph_entry(base);
-    for (uint32_t k = 0; w->differs && k < be->nparams; k++)
+    for (uint32_t k = 0; w->differs && k < np; k++)
         if (dtype_is_int(be->instrs[be->params[k]].shape.dtype) && !param_read(base, k) && param_read(dist, k)) {
             w->differs = false;
             w->int_domain = true;
@@ -333,25 +346,24 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
          * their owners' rows — all of them, then each alone (edges owned by
          * their source, destinations anywhere): a difference there, without
          * more out-of-bounds reads, decides (a missing sum); else nothing. */
-        uint32_t np = be->nparams, nowned = 0;
-        int64_t *ranges = xcalloc(np + 1, sizeof *ranges), *one = xcalloc(np + 1, sizeof *one);
+        uint32_t nowned = 0;
+        int64_t *owned = xcalloc(np + 1, sizeof *owned), *one = xcalloc(np + 1, sizeof *one);
         for (uint32_t k = 0; k < np && k < rel->ninputs; k++)
-            if (!view_is_dup(&rel->inputs[k]) && dtype_is_int(be->instrs[be->params[k]].shape.dtype))
-                nowned += (ranges[k] = index_range(base, k)) > 0;
+            if (!view_is_dup(&rel->inputs[k])) nowned += (owned[k] = ranges[k]) > 0;
         bool decided = false;
         for (uint32_t k = 0; nowned && k <= np && !decided; k++) {
-            if (k < np && (ranges[k] == 0 || nowned == 1)) continue;
-            const int64_t *own = ranges;
+            if (k < np && (owned[k] == 0 || nowned == 1)) continue;
+            const int64_t *own = owned;
             if (k < np) { /* parameter k alone */
                 memset(one, 0, (np + 1) * sizeof *one);
-                one[k] = ranges[k];
+                one[k] = owned[k];
                 own = one;
             }
             w->differs = w->out_of_bounds_more = false;
-            run_once(base, dist, rel, seed + 5 + k, 1, 0, int_below, INTS_OWNED, own, w);
+            run_once(base, dist, rel, seed + 5 + k, 1, 0, int_below, INTS_OWNED, ranges, own, w);
             decided = w->differs && !w->out_of_bounds_more;
         }
-        free(ranges);
+        free(owned);
         free(one);
         if (!decided) {
             w->differs = false;
@@ -365,7 +377,7 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
      * difference of finite values there decides, anything else does not. */
     if (w->runs >= 1 && !w->differs && w->nonfinite && !w->int_domain) {
         w->nonfinite = false;
-        run_once(base, dist, rel, seed + 4, 1, 0, int_below, INTS_OFF_ZERO, NULL, w);
+        run_once(base, dist, rel, seed + 4, 1, 0, int_below, INTS_OFF_ZERO, NULL, NULL, w);
         /* the same beside inf or NaN off 0 too: a difference in the domain */
         if (w->nonfinite) w->differs = true;
         w->nonfinite_only = !w->differs;
@@ -374,6 +386,7 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
                      "finite value on the random inputs (outside the domain the programs are written for, as an empty "
                      "mask's softmax); with integers off 0 they agree");
     }
+    free(ranges);
     w->ran = w->runs > 0;
     w->agrees = w->ran && !w->differs && !w->over_tight && !w->skipped && !w->nonfinite_only && !w->int_domain;
 }

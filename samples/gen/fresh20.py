@@ -1100,4 +1100,9 @@ C.gspmd("g.switch_sgd_global_aux.dp2xep4", M_DPEP, (sg_ps, P(("dp", "ep")), P(("
         switch_sgd_ref, (sg_p, R(SG_G * SG_S, M), R(SG_G * SG_S, M, scale=0.5)))
 
 # ---------------------------------------------------------------------------
+MISS_PREC = ("a difference of bf16 rounding only: execution runs every type unrounded, and the rules do not name a value rounded to bf16 where the baseline keeps it in f32 (only partial sums so rounded)")
+C.known_miss("s.bf16_tokens_a2a_f32_router_combine.ep4.bug.combine-in-bf16", MISS_PREC)
+C.known_miss("s.bf16_tokens_a2a_f32_router_combine.ep4.bug.router-logits-bf16", MISS_PREC)
+MISS_SIGN = ("the rules name the local load (a missing all-reduce), but the bias update takes only its sign, which the local and the global loads share on random inputs, so execution contradicts the rules and nothing is decided")
+C.known_miss("s.aux_loss_free_bias_global_load.dp4.bug.load-local-counts", MISS_SIGN)
 C.finish()
