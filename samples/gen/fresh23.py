@@ -352,7 +352,388 @@ C.smap("s.linear_attn_elu_ring_state_normaliser.sp4", {"sp": 4}, linattn_ring, (
        P(None, "sp"), linattn_ref, (R(LA_B, LA_T, LA_H, LA_E), R(LA_B, LA_T, LA_H, LA_E), R(LA_B, LA_T, LA_H, LA_E)),
        bugs=[("z-not-carried", ["missing-collective"]), ("non-causal-sum", ["wrong-offset"])])
 
-# PART2
+# ---------------------------------------------------------------------------
+# 7. a bidirectional (Vim / Hydra style) time-invariant diagonal SSM: a
+#    forward scan from the left and a backward scan from the right, summed.
+#    Each device scans its shard both ways; the forward carry is the sum over
+#    earlier devices j of a^(L (i - 1 - j)) S_j, the backward carry the sum
+#    over later devices of a^(L (j - i - 1)) S'_j (one all_gather of both).
+#    Batch over dp.
+BI_B, BI_T, BI_D = 4, 32, 8
+
+
+def diag_scan(a, u, reverse=False):
+    def step(h, ut):
+        h = a * h + ut
+        return h, h
+    _, hs = lax.scan(step, jnp.zeros((u.shape[0], u.shape[2])), jnp.swapaxes(u, 0, 1), reverse=reverse)
+    return jnp.swapaxes(hs, 0, 1)
+
+
+def bissm_ref(x, a_raw, wb, wc):
+    a = jax.nn.sigmoid(a_raw)
+    u = x @ wb
+    return (diag_scan(a, u) + diag_scan(a, u, reverse=True) - u) @ wc
+
+
+def bissm_sp(bug):
+    def f(x, a_raw, wb, wc):
+        a = jax.nn.sigmoid(a_raw)
+        u = x @ wb
+        L = x.shape[1]
+        hf, hb = diag_scan(a, u), diag_scan(a, u, reverse=True)
+        gf, gb = lax.all_gather((hf[:, -1], hb[:, 0]), "sp")            # (n, b, d) each
+        n, i = nsp(), idx("sp")
+        j = jnp.arange(n)
+        fdist = jnp.where(j < i, i - 1 - j, 0)
+        bdist = jnp.where(j > i, j - i - 1, 0)
+        fw = jnp.where((j < i)[:, None], a[None] ** (L * fdist[:, None]), 0.0)
+        if bug == "backward-carry-from-left":
+            bw = fw
+        else:
+            bexp = L * (bdist + 1 if bug == "backward-exponent-off-by-one" else bdist)
+            bw = jnp.where((j > i)[:, None], a[None] ** bexp[:, None], 0.0)
+        hin_f = jnp.einsum("nd,nbd->bd", fw, gf)
+        hin_b = jnp.einsum("nd,nbd->bd", bw, gb)
+        t = jnp.arange(L)
+        hf = hf + a ** (t[:, None] + 1) * hin_f[:, None]
+        hb = hb + a ** (L - t[:, None]) * hin_b[:, None]
+        return (hf + hb - u) @ wc
+    return f
+
+
+C.smap("s.bidir_diag_ssm_fwd_bwd_carries.dp2xsp4", {"dp": 2, "sp": 4}, bissm_sp, (P("dp", "sp"), P(), P(), P()),
+       P("dp", "sp"), bissm_ref, (R(BI_B, BI_T, BI_D), R(BI_D) + 2.0, R(BI_D, BI_D, scale=0.4), R(BI_D, BI_D, scale=0.4)),
+       bugs=[("backward-carry-from-left", ["wrong-permutation"]), ("backward-exponent-off-by-one", ["wrong-offset"])])
+
+
+# ---------------------------------------------------------------------------
+# 8. a Hawk (Griffin) recurrent block with channels over tp and the sequence
+#    over sp: column-parallel input and gate projections, a causal depthwise
+#    conv1d of width 4 whose 3-token halo is the previous device's tail
+#    (ppermute), an RG-LRU with per-channel gates, the carry handed down the
+#    sp chain in a lax.fori_loop of n - 1 ppermutes, GeLU gating and a
+#    row-parallel output projection (psum over tp).
+HK_B, HK_T, HK_D, HK_E, HK_W = 2, 32, 8, 16, 4
+
+
+def causal_conv(x, w):
+    """depthwise causal conv, x (b, t, e), w (width, e)."""
+    W = w.shape[0]
+    xp = jnp.pad(x, ((0, 0), (W - 1, 0), (0, 0)))
+    return sum(xp[:, k:k + x.shape[1]] * w[k] for k in range(W))
+
+
+def hawk_gates(u, ca, ba, cx, bx, lam):
+    log_a = -8.0 * jax.nn.sigmoid(u * ca + ba) * jax.nn.softplus(lam)
+    return log_a, jnp.sqrt(1 - jnp.exp(2 * log_a)) * jax.nn.sigmoid(u * cx + bx) * u
+
+
+def hawk_ref(x, wx, wg, cw, ca, ba, cx, bx, lam, wo):
+    u = causal_conv(x @ wx, cw)
+    log_a, b = hawk_gates(u, ca, ba, cx, bx, lam)
+    _, h = lax.associative_scan(lin_comb, (log_a, b), axis=1)
+    return (h * jax.nn.gelu(x @ wg)) @ wo
+
+
+def hawk_sp(bug):
+    def f(x, wx, wg, cw, ca, ba, cx, bx, lam, wo):
+        n, W = nsp(), cw.shape[0]
+        v = x @ wx
+        if bug == "halo-from-next":
+            halo = lax.ppermute(v[:, :W - 1], "sp", chain(n, -1))
+        else:
+            halo = lax.ppermute(v[:, -(W - 1):], "sp", chain(n, 1))
+        vp = jnp.concatenate([halo, v], 1)
+        u = sum(vp[:, k:k + v.shape[1]] * cw[k] for k in range(W))
+        log_a, b = hawk_gates(u, ca, ba, cx, bx, lam)
+        cla, hl = lax.associative_scan(lin_comb, (log_a, b), axis=1)
+
+        def hand(_, h_in):
+            return lax.ppermute(jnp.exp(cla[:, -1]) * h_in + hl[:, -1], "sp", chain(n, 1))
+        hops = n - 2 if bug == "one-hop-short" else n - 1
+        h_in = lax.fori_loop(0, hops, hand, jnp.zeros_like(hl[:, -1]))
+        h = hl + jnp.exp(cla) * h_in[:, None]
+        y = (h * jax.nn.gelu(x @ wg)) @ wo
+        return y if bug == "out-proj-no-psum" else psum(y, "tp")
+    return f
+
+
+C.smap("s.hawk_block_conv_halo_fori_carry.sp4xtp2", {"sp": 4, "tp": 2}, hawk_sp,
+       (P(None, "sp"), P(None, "tp"), P(None, "tp"), P(None, "tp")) + (P("tp"),) * 5 + (P("tp"),), P(None, "sp"),
+       hawk_ref,
+       (R(HK_B, HK_T, HK_D), R(HK_D, HK_E, scale=0.4), R(HK_D, HK_E, scale=0.4), R(HK_W, HK_E, scale=0.5),
+        R(HK_E), R(HK_E), R(HK_E), R(HK_E), R(HK_E) - 1.0, R(HK_E, HK_D, scale=0.3)),
+       bugs=[("halo-from-next", ["wrong-permutation"]), ("one-hop-short", ["missing-collective"]),
+             ("out-proj-no-psum", ["missing-all-reduce"])])
+
+
+# ---------------------------------------------------------------------------
+# 9. minGRU in log space ("Were RNNs all we needed?"): h_t = (1 - z_t) h_{t-1}
+#    + z_t g(h~_t), inside the shard Heinsen's scan log h = a* +
+#    logcumsumexp(log b - a*); across devices the shard summaries (a*_end,
+#    log h_end) all_gathered, the carry log h_in = C_{i-1} + cumlogsumexp(
+#    log h_j - C_j)[i-1] (C: cumsum of the a*_end), -inf on device 0.
+MG_B, MG_T, MG_D = 2, 32, 8
+
+
+def log_g(x):
+    return jnp.where(x >= 0, jnp.log(jax.nn.relu(x) + 0.5), -jax.nn.softplus(-x))
+
+
+def mingru_ref(x, wz, wh):
+    k, ht = x @ wz, x @ wh
+    z = jax.nn.sigmoid(k)
+    g = jnp.exp(log_g(ht))
+
+    def step(h, inp):
+        zt, gt = inp
+        h = (1 - zt) * h + zt * gt
+        return h, h
+    _, hs = lax.scan(step, jnp.zeros((x.shape[0], x.shape[2])), (jnp.swapaxes(z, 0, 1), jnp.swapaxes(g, 0, 1)))
+    return jnp.swapaxes(hs, 0, 1)
+
+
+def mingru_sp(bug):
+    def f(x, wz, wh):
+        k, ht = x @ wz, x @ wh
+        a_star = jnp.cumsum(-jax.nn.softplus(k), 1)
+        log_b = -jax.nn.softplus(-k) + log_g(ht)
+        log_h = a_star + lax.cumlogsumexp(log_b - a_star, axis=1)
+        gA, gh = lax.all_gather((a_star[:, -1], log_h[:, -1]), "sp")
+        Cc = jnp.cumsum(gA, 0)
+        cl = lax.cumlogsumexp(gh - Cc, axis=0)
+        i = idx("sp")
+        if bug == "inclusive-carry":
+            lin = Cc[i] + cl[i]
+        elif bug == "own-decay-in-carry":
+            lin = jnp.where(i > 0, Cc[i] + cl[i - 1], -jnp.inf)
+        else:
+            lin = jnp.where(i > 0, Cc[i - 1] + cl[i - 1], -jnp.inf)
+        return jnp.exp(jnp.logaddexp(a_star + lin[:, None], log_h))
+    return f
+
+
+C.smap("s.mingru_heinsen_logcumsumexp_carry.sp4", {"sp": 4}, mingru_sp, (P(None, "sp"), P(), P()), P(None, "sp"),
+       mingru_ref, (R(MG_B, MG_T, MG_D), R(MG_D, MG_D, scale=0.4), R(MG_D, MG_D, scale=0.5)),
+       bugs=[("inclusive-carry", ["wrong-offset"]), ("own-decay-in-carry", ["numerics"])])
+
+
+# ---------------------------------------------------------------------------
+# 10. RetNet retention, parallel form, as a ring: queries stay, key / value
+#     blocks travel i -> i + 1 around the ring; the decay mask gamma^(n - m)
+#     (per head) from the global positions of the query block and of the
+#     source block, then RetNet's per-head GroupNorm (local per token).
+RT_B, RT_T, RT_H, RT_E = 2, 32, 4, 8
+RT_GAMMA = 1 - 2.0 ** (-3.0 - np.arange(RT_H))
+
+
+def groupnorm_heads(r):
+    mu = r.mean(-1, keepdims=True)
+    return (r - mu) * lax.rsqrt(jnp.mean(jnp.square(r - mu), -1, keepdims=True) + 1e-5)
+
+
+def decay_mask(qp, kp):
+    d = qp[:, None] - kp[None, :]
+    return jnp.where(d[None] >= 0, jnp.exp(jnp.maximum(d, 0)[None] * np.log(RT_GAMMA)[:, None, None]), 0.0)
+
+
+def retention_ref(q, k, v):
+    t = q.shape[1]
+    s = jnp.einsum("bthe,bshe->bhts", q, k) / np.sqrt(q.shape[-1]) * decay_mask(np.arange(t), np.arange(t))
+    return groupnorm_heads(jnp.einsum("bhts,bshe->bthe", s, v))
+
+
+def retention_ring(bug):
+    def f(q, k, v):
+        n, i, tl = nsp(), idx("sp"), q.shape[1]
+        qp = i * tl + jnp.arange(tl)
+        out = jnp.zeros_like(q)
+        kv = (k, v)
+        for step in range(n):
+            if step:
+                kv = lax.ppermute(kv, "sp", chain(n, -1 if bug == "ring-reversed" else 1, cyclic=True))
+            src = i if bug == "kv-own-positions" else (i - step) % n
+            s = jnp.einsum("bthe,bshe->bhts", q, kv[0]) / np.sqrt(q.shape[-1])
+            out = out + jnp.einsum("bhts,bshe->bthe", s * decay_mask(qp, src * tl + jnp.arange(tl)), kv[1])
+        return groupnorm_heads(out)
+    return f
+
+
+C.smap("s.retnet_parallel_ring_decay_groupnorm.sp4", {"sp": 4}, retention_ring, (P(None, "sp"),) * 3,
+       P(None, "sp"), retention_ref,
+       (R(RT_B, RT_T, RT_H, RT_E), R(RT_B, RT_T, RT_H, RT_E), R(RT_B, RT_T, RT_H, RT_E)),
+       bugs=[("ring-reversed", ["wrong-permutation"]), ("kv-own-positions", ["wrong-offset"])])
+
+
+# ---------------------------------------------------------------------------
+# 11. a Mamba (S6) selective-scan layer trained with Adam, batch over dp and
+#     sequence over sp, check_vma=True: dt = softplus(x w_dt + b_dt), B and
+#     C from x, a lax.associative_scan per shard, the carry from the
+#     all_gathered shard summaries weighted exp(C_{i-1} - C_j) over earlier
+#     devices; the mean-square loss psum'd over both axes, the replicated
+#     parameters' gradients summed by shard_map's transpose.
+MB_B, MB_T, MB_D, MB_N = 4, 32, 4, 4
+
+
+def s6_terms(p, x):
+    dt = jax.nn.softplus(x * p["w_dt"] + p["b_dt"])
+    Bt, Ct = x @ p["w_B"], x @ p["w_C"]
+    dA = dt[..., None] * -jnp.exp(p["A_log"])
+    dBx = dt[..., None] * Bt[:, :, None, :] * x[..., None]
+    return dA, dBx, Ct
+
+
+def s6_ref_fwd(p, x):
+    dA, dBx, Ct = s6_terms(p, x)
+    _, h = lax.associative_scan(lin_comb, (dA, dBx), axis=1)
+    return jnp.einsum("btdn,btn->btd", h, Ct) + p["D"] * x
+
+
+def s6_step_ref(p, st, x, y):
+    loss, g = jax.value_and_grad(lambda p: mse(s6_ref_fwd(p, x), y))(p)
+    upd, st = optax.adam(1e-2).update(g, st, p)
+    return optax.apply_updates(p, upd), st, loss
+
+
+def s6_step_sp(bug):
+    def f(p, st, x, y):
+        count = x.size * lax.axis_size(("dp", "sp"))
+
+        def loss_fn(p):
+            dA, dBx, Ct = s6_terms(p, x)
+            cla, hl = lax.associative_scan(lin_comb, (dA, dBx), axis=1)
+            gtot, gend = lax.all_gather((cla[:, -1], hl[:, -1]), "sp")
+            Cc = jnp.cumsum(gtot, 0)
+            n, i = nsp(), idx("sp")
+            j = jnp.arange(n)[:, None, None, None]
+            use = (j <= i) if bug == "inclusive-carry" else (j < i)
+            ci = Cc[i] if bug == "inclusive-carry" else jnp.where(i > 0, Cc[i - 1], 0.0)
+            w = jnp.where(use, jnp.exp(jnp.where(use, ci - Cc, 0.0)), 0.0)
+            if bug == "carry-not-decayed":
+                w = jnp.where(use, 1.0, 0.0)
+            h = hl + jnp.exp(cla) * jnp.sum(w * gend, 0)[:, None]
+            out = jnp.einsum("btdn,btn->btd", h, Ct) + p["D"] * x
+            return psum(jnp.sum(jnp.square(out - y)), ("dp", "sp")) / count
+        loss, g = jax.value_and_grad(loss_fn)(p)
+        upd, st = optax.adam(1e-2).update(g, st, p)
+        return optax.apply_updates(p, upd), st, loss
+    return f
+
+
+s6_p = {"A_log": R(MB_D, MB_N, scale=0.3), "w_B": R(MB_D, MB_N, scale=0.5), "w_C": R(MB_D, MB_N, scale=0.5),
+        "w_dt": R(MB_D, scale=0.5), "b_dt": R(MB_D, scale=0.5) - 1.0, "D": R(MB_D)}
+s6_st = optax.adam(1e-2).init(s6_p)
+s6_ps = jax.tree.map(lambda _: P(), s6_p)
+C.smap("s.mamba_s6_adam_gathered_carry.dp2xsp4", {"dp": 2, "sp": 4}, s6_step_sp,
+       (s6_ps, state_specs(s6_st, s6_ps), P("dp", "sp"), P("dp", "sp")), (s6_ps, state_specs(s6_st, s6_ps), P()),
+       s6_step_ref, (s6_p, np_tree(s6_st), R(MB_B, MB_T, MB_D), R(MB_B, MB_T, MB_D)), check_vma=True,
+       bugs=[("inclusive-carry", ["wrong-offset"]), ("carry-not-decayed", ["numerics"])])
+
+
+# ---------------------------------------------------------------------------
+# 12. a Mamba mixer with inner channels over tp and the sequence over sp:
+#     causal depthwise conv (width 4, halo from the previous device), SiLU,
+#     x_proj to (dt_rank + 2N) contracting the sharded channels (psum over
+#     tp), dt_proj back to the local channels, the selective scan with the
+#     carry by an associative_scan of the all_gathered shard summaries
+#     (exclusive), the SiLU(z) gate.
+MX_B, MX_T, MX_E, MX_N, MX_R, MX_W = 2, 32, 8, 4, 2, 4
+
+
+def mixer_tail(u, z, xdbc, w_dt, b_dt, A_log, Dp):
+    dt = jax.nn.softplus(xdbc[..., :MX_R] @ w_dt + b_dt)
+    Bt, Ct = xdbc[..., MX_R:MX_R + MX_N], xdbc[..., MX_R + MX_N:]
+    return dt[..., None] * -jnp.exp(A_log), dt[..., None] * Bt[:, :, None, :] * u[..., None], Ct
+
+
+def mixer_ref(xin, z, cw, w_x, w_dt, b_dt, A_log, Dp):
+    u = jax.nn.silu(causal_conv(xin, cw))
+    dA, dBu, Ct = mixer_tail(u, z, u @ w_x, w_dt, b_dt, A_log, Dp)
+    _, h = lax.associative_scan(lin_comb, (dA, dBu), axis=1)
+    return (jnp.einsum("bten,btn->bte", h, Ct) + Dp * u) * jax.nn.silu(z)
+
+
+def mixer_sp(bug):
+    def f(xin, z, cw, w_x, w_dt, b_dt, A_log, Dp):
+        n, W = nsp(), cw.shape[0]
+        if bug == "halo-from-next":
+            halo = lax.ppermute(xin[:, :W - 1], "sp", chain(n, -1))
+        else:
+            halo = lax.ppermute(xin[:, -(W - 1):], "sp", chain(n, 1))
+        xp = jnp.concatenate([halo, xin], 1)
+        u = jax.nn.silu(sum(xp[:, k:k + xin.shape[1]] * cw[k] for k in range(W)))
+        xdbc = u @ w_x if bug == "xproj-no-psum" else psum(u @ w_x, "tp")
+        dA, dBu, Ct = mixer_tail(u, z, xdbc, w_dt, b_dt, A_log, Dp)
+        cla, hl = lax.associative_scan(lin_comb, (dA, dBu), axis=1)
+        g = lax.all_gather((cla[:, -1], hl[:, -1]), "sp")
+        _, inc = lax.associative_scan(lin_comb, g)
+        h_in = jnp.concatenate([jnp.zeros_like(inc[:1]), inc[:-1]])[idx("sp")]
+        h = hl + jnp.exp(cla) * h_in[:, None]
+        return (jnp.einsum("bten,btn->bte", h, Ct) + Dp * u) * jax.nn.silu(z)
+    return f
+
+
+C.smap("s.mamba_mixer_channels_tp_xproj_psum.sp4xtp2", {"sp": 4, "tp": 2}, mixer_sp,
+       (P(None, "sp", "tp"), P(None, "sp", "tp"), P(None, "tp"), P("tp"), P(None, "tp"), P("tp"), P("tp"), P("tp")),
+       P(None, "sp", "tp"), mixer_ref,
+       (R(MX_B, MX_T, MX_E), R(MX_B, MX_T, MX_E), R(MX_W, MX_E, scale=0.5), R(MX_E, MX_R + 2 * MX_N, scale=0.4),
+        R(MX_R, MX_E, scale=0.5), R(MX_E, scale=0.3) - 1.0, R(MX_E, MX_N, scale=0.3), R(MX_E)),
+       bugs=[("xproj-no-psum", ["missing-all-reduce"]), ("halo-from-next", ["wrong-permutation"])])
+
+
+# ---------------------------------------------------------------------------
+# 13. a Mamba-2 block with heads over tp and the sequence over sp: the SSD
+#     scan of 1. (carry by an all_gather and a python loop composing the
+#     earlier devices' (decay, state) in order), the SiLU(z) gate, a gated
+#     RMSNorm over all d_inner = heads x head_dim channels (the mean square
+#     psum'd over tp) and the row-parallel output projection.
+M2_B, M2_T, M2_H, M2_P, M2_N, M2_D = 2, 32, 4, 4, 4, 8
+
+
+def m2_post(y, z, nw, wo, ms):
+    y = y * jax.nn.silu(z)
+    return y * lax.rsqrt(ms + 1e-5)[..., None, None] * nw
+
+
+def mamba2_ref(x, dt, A, Bm, Cm, z, nw, wo):
+    y = ssd_ref(x, dt, A, Bm, Cm) * jax.nn.silu(z)
+    y = y * lax.rsqrt(jnp.mean(jnp.square(y), (-2, -1)) + 1e-5)[..., None, None] * nw
+    return jnp.einsum("bthp,hpd->btd", y, wo)
+
+
+def mamba2_sp(bug):
+    def f(x, dt, A, Bm, Cm, z, nw, wo):
+        a = jnp.moveaxis(dt * A, 1, -1)
+        y = jnp.einsum("btn,bsn,bhts,bsh,bshp->bthp", Cm, Bm, jnp.exp(segsum(a)), dt, x)
+        cum = jnp.cumsum(a, -1)
+        tot = cum[..., -1]
+        st = jnp.einsum("bhs,bsh,bshp,bsn->bhpn", jnp.exp(tot[..., None] - cum), dt, x, Bm)
+        g_tot, g_st = lax.all_gather((tot, st), "sp")
+        h, ins = jnp.zeros_like(st), []
+        for j in range(nsp()):
+            ins.append(h)
+            h = jnp.exp(g_tot[j])[..., None, None] * h + g_st[j]
+        h_in = jnp.stack(ins)[idx("sp")]
+        y = (y + jnp.einsum("btn,bht,bhpn->bthp", Cm, jnp.exp(cum), h_in)) * jax.nn.silu(z)
+        ss = jnp.sum(jnp.square(y), (-2, -1))
+        if bug != "rmsnorm-local":
+            ss = psum(ss, "tp")
+        y = y * lax.rsqrt(ss / (M2_H * M2_P) + 1e-5)[..., None, None] * nw
+        out = jnp.einsum("bthp,hpd->btd", y, wo)
+        return pmean(out, "tp") if bug == "outproj-pmean" else psum(out, "tp")
+    return f
+
+
+C.smap("s.mamba2_heads_tp_gated_rmsnorm.sp4xtp2", {"sp": 4, "tp": 2}, mamba2_sp,
+       (P(None, "sp", "tp"), P(None, "sp", "tp"), P("tp"), P(None, "sp"), P(None, "sp"), P(None, "sp", "tp"),
+        P("tp"), P("tp")), P(None, "sp"), mamba2_ref,
+       (R(M2_B, M2_T, M2_H, M2_P), jax.nn.softplus(R(M2_B, M2_T, M2_H)) * 0.5, -np.exp(R(M2_H, scale=0.3)),
+        R(M2_B, M2_T, M2_N, scale=0.5), R(M2_B, M2_T, M2_N, scale=0.5), R(M2_B, M2_T, M2_H, M2_P),
+        1.0 + R(M2_H, M2_P, scale=0.1), R(M2_H, M2_P, M2_D, scale=0.3)),
+       bugs=[("rmsnorm-local", ["missing-all-reduce"]), ("outproj-pmean", ["wrong-collective-op"])])
+
+# PART3
 
 # ---------------------------------------------------------------------------
 C.finish()
