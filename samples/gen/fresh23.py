@@ -1,13 +1,93 @@
-"""samples/fresh23: DOCSTRING
+"""samples/fresh23: a twenty-third batch of programs as a user writes them, on
+the theme of state-space models, linear attention and recurrent models with
+the sequence split over devices, none of them an idiom of samples/fresh ..
+fresh22, probe, train or wild.
+shard_map families: 1. Mamba-2 SSD with one chunk per device (the quadratic
+segsum form inside the shard, the per-device (total log decay, final state)
+all_gathered and combined by a lax.associative_scan over the gathered axis,
+the exclusive prefix by a shift); 2. Griffin's RG-LRU in log space on sp8,
+the shard summaries scanned over devices Hillis-Steele style (ppermutes
+i -> i + 1, 2, 4, masked below the hop) and made exclusive by one more hop;
+3. an RWKV channel mix in bf16 whose token shift takes the previous
+device's last token by a non-cyclic ppermute (dp x sp); 4. gated linear
+attention with a data-dependent decay per key channel, heads over tp, the
+incoming state as a masked sum of the all_gathered device states weighted
+exp(C_{i-1} - C_j); 5. DeltaNet, whose carried state is an affine map
+S -> M S + B of the incoming one, the maps all_gathered and composed in
+device order by a python loop, the shard rerun from its incoming state; 6.
+causal linear attention with elu + 1 features, the key-value state and the
+normaliser z of the earlier devices collected around a cyclic ppermute ring
+(n - 1 hops, kept when the source is below); 7. a bidirectional
+time-invariant diagonal SSM (forward carry from the left, backward carry
+from the right, a^(L d) weights from device distances, dp x sp); 8. a Hawk
+recurrent block with channels over tp (causal conv1d with a 3-token halo
+from the previous device, per-channel RG-LRU gates, the carry handed down
+the sp chain in a lax.fori_loop of n - 1 ppermutes, a row-parallel output
+projection psum'd over tp); 9. minGRU in log space (Heinsen's scan with
+lax.cumlogsumexp inside the shard and a cumlogsumexp over the all_gathered
+shard summaries for the carry, -inf on device 0); 10. RetNet's parallel
+retention as a ring (key / value blocks passed i -> i + 1, the per-head
+gamma^(n - m) mask from the source block's global positions, GroupNorm per
+head); 11. a Mamba S6 selective-scan layer trained with Adam on dp x sp
+under check_vma=True (carry from the all_gathered summaries, the loss
+psum'd over both axes); 12. a Mamba mixer with inner channels over tp
+(conv halo from the previous device, x_proj contracting the sharded
+channels psum'd over tp, carry by an associative_scan of the gathered
+summaries); 13. a Mamba-2 block with heads over tp (SSD carry composed by a
+python loop over the gathered device states, gated RMSNorm over all of
+d_inner with the mean square psum'd over tp, row-parallel out projection).
+Under GSPMD: 14. SSD in chunked form with the chunk axis constrained over
+sp and the inter-chunk recurrence a lax.associative_scan along it; 15. an
+RG-LRU layer in an Adam step with the sequence over sp; 16. GLA as a
+lax.scan over chunks with heads over tp (state constrained); 17. the RWKV
+channel mix in an AdamW step (jnp.pad token shift along the sharded
+sequence); 18. minGRU's log-space scan by cumsum and lax.cumlogsumexp along
+a sequence over sp8; 19. a DeltaNet layer in an SGD step with heads over tp
+and batch over dp; 20. the Hawk block with the sequence over sp and
+channels over tp (the partitioner handles the conv's pad and the scan).
+The baselines of the shard_map families are the plain recurrences (a
+lax.scan over tokens or the unsharded parallel form); the distributed
+bodies are the chunked / parallel forms users write, so correct pairs agree
+at rounding level, not bit for bit.
+Left out, as idioms of earlier batches: a Mamba block whose state goes down
+a chain of ppermutes forwarding each device's summary applied to what it
+received, RetNet chunkwise retention with all-gathered chunk states
+(fresh11: here RetNet's parallel form as a ring), an associative-scan SSM
+with carries from an all-gather of the plain cumulative form (fresh4),
+RWKV-4 time mixing under GSPMD (fresh11: here the channel mix with the token
+shift across devices), Hillis-Steele cumsums (fresh13: here over (log
+decay, state) pairs of a linear recurrence), one-hop conv halos as such
+(fresh6, fresh14: here in front of a scan).
+Nothing was dropped: every correct pair agrees with its baseline at
+rounding level (see "numerics": f32 within 1e-5 of outputs of magnitude
+2-17, the bf16 RWKV channel mix exactly), and every bug variant differs by
+a clearly nonzero, finite amount.
+Each shard_map family has the bug variants a careless parallelisation makes
+(an inclusive prefix for an exclusive one, the device's own decay applied
+to its carry twice, a Hillis-Steele combine with its operands swapped or
+hops from the devices above, a token shift from the next device or closed
+into a ring, the own chunk in the carry or the carry from later devices, an
+affine composition transposed or the incoming state of the next device, the
+normaliser not carried or a non-causal ring sum, the backward carry taken
+from the left or its decay exponent off by one, a conv halo from the wrong
+neighbour, a fori_loop chain one hop short, a row-parallel projection or
+x_proj without its psum over tp, a carry not decayed across devices, an
+RMSNorm over the local channels only, pmean for psum).
+Exported with scalify_jax.export_pair; every pair is also run by JAX on
+seeded inputs and its manifest entry records the largest difference from
+the single-device run ("numerics").
+Run from the repository root: bash samples/gen/run_fresh23.sh [SUBSTR...]
+(only the pairs whose name contains a SUBSTR; the others keep their entries).
 """
 import sys
 import numpy as np
 import jax, jax.numpy as jnp
 from jax import lax
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 import optax
 sys.path.insert(0, "samples/gen")  # run from the repository root (run_fresh23.sh)
 from fresh_lib import Corpus, seeded, mse, np_tree, state_specs  # noqa: E402
+from scalify_jax import make_mesh  # noqa: E402
 
 SCRIPT = "samples/gen/fresh23.py"
 C = Corpus("samples/fresh23", SCRIPT, "samples/gen/run_fresh23.sh", sys.argv[1:])
@@ -733,7 +813,144 @@ C.smap("s.mamba2_heads_tp_gated_rmsnorm.sp4xtp2", {"sp": 4, "tp": 2}, mamba2_sp,
         1.0 + R(M2_H, M2_P, scale=0.1), R(M2_H, M2_P, M2_D, scale=0.3)),
        bugs=[("rmsnorm-local", ["missing-all-reduce"]), ("outproj-pmean", ["wrong-collective-op"])])
 
-# PART3
+# ===========================================================================
+# GSPMD pairs (correct programs under jax.jit with shardings).
+def wsc(a, spec, mesh):
+    return lax.with_sharding_constraint(a, NamedSharding(make_mesh(mesh), spec))
+
+
+# 14. Mamba-2 SSD in its chunked form with the chunk dim over sp: the
+#     sequence reshaped to (chunks, L) (constrained over sp), the diagonal
+#     blocks by segsum, chunk states, the inter-chunk recurrence by a
+#     lax.associative_scan along the sharded chunk axis (exclusive by a
+#     shift), the off-diagonal term.
+def ssd_chunked(x, dt, A, Bm, Cm, L=4):
+    b, t, h, p = x.shape
+    nc = t // L
+    sh, SP4 = P(None, "sp"), {"sp": 4}
+    xc = wsc(x.reshape(b, nc, L, h, p), sh, SP4)
+    dtc = wsc(dt.reshape(b, nc, L, h), sh, SP4)
+    Bc = wsc(Bm.reshape(b, nc, L, -1), sh, SP4)
+    Cc = wsc(Cm.reshape(b, nc, L, -1), sh, SP4)
+    a = jnp.moveaxis(dtc * A, 2, -1)                              # (b, c, h, l)
+    y = jnp.einsum("bcln,bcsn,bchls,bcsh,bcshp->bclhp", Cc, Bc, jnp.exp(segsum(a)), dtc, xc)
+    cum = jnp.cumsum(a, -1)
+    tot = cum[..., -1]
+    st = jnp.einsum("bchs,bcsh,bcshp,bcsn->bchpn", jnp.exp(tot[..., None] - cum), dtc, xc, Bc)
+    _, inc = lax.associative_scan(lambda l, r: (l[0] + r[0], jnp.exp(r[0])[..., None, None] * l[1] + r[1]),
+                                  (tot, st), axis=1)
+    h_in = jnp.concatenate([jnp.zeros_like(inc[:, :1]), inc[:, :-1]], 1)
+    y = y + jnp.einsum("bcln,bchl,bchpn->bclhp", Cc, jnp.exp(cum), h_in)
+    return y.reshape(b, t, h, p)
+
+
+C.gspmd("g.mamba2_ssd_chunks_over_sp_assoc_scan.sp4", {"sp": 4},
+        (P(None, "sp"), P(None, "sp"), P(), P(None, "sp"), P(None, "sp")), P(None, "sp"), ssd_chunked,
+        (R(2, 64, 2, 4), jax.nn.softplus(R(2, 64, 2)) * 0.5, -np.exp(R(2, scale=0.3)), R(2, 64, 8, scale=0.5),
+         R(2, 64, 8, scale=0.5)))
+
+
+# 15. an RG-LRU layer (2.) with an output projection in an Adam step, batch
+#     over dp and the sequence over sp (the associative scan along the
+#     sharded dim).
+def rglru_step(p, st, x, y):
+    loss, g = jax.value_and_grad(lambda p: mse(rglru_ref(x, p["wa"], p["wx"], p["lam"]) @ p["wo"], y))(p)
+    upd, st = optax.adam(3e-3).update(g, st, p)
+    return optax.apply_updates(p, upd), st, loss
+
+
+lr_p = {"wa": R(LR_D, LR_D, scale=0.5), "wx": R(LR_D, LR_D, scale=0.5), "lam": R(LR_D) - 1.0,
+        "wo": R(LR_D, LR_D, scale=0.4)}
+lr_st = np_tree(optax.adam(3e-3).init(lr_p))
+lr_ps = jax.tree.map(lambda _: P(), lr_p)
+C.gspmd("g.rglru_adam_seq_over_sp.dp2xsp4", {"dp": 2, "sp": 4},
+        (lr_ps, state_specs(lr_st, lr_ps), P("dp", "sp"), P("dp", "sp")), (lr_ps, state_specs(lr_st, lr_ps), P()),
+        rglru_step, (lr_p, lr_st, R(4, LR_T, LR_D), R(4, LR_T, LR_D)))
+
+
+# 16. GLA (4.) in chunked form as a lax.scan over chunks carrying the
+#     per-head state, heads over tp (the state constrained to them).
+def gla_chunk_scan(q, k, v, lg, L=8):
+    b, t, h, dk = q.shape
+    split = lambda a: jnp.moveaxis(a.reshape(b, t // L, L, h, a.shape[-1]), 1, 0)
+
+    def chunk(S, inp):
+        qc, kc, vc, gc = inp
+        G = jnp.cumsum(gc, 1)
+        qg, kg = qc * jnp.exp(G), kc * jnp.exp(-G)
+        A = jnp.where(np.tril(np.ones((L, L), bool)), jnp.einsum("bthk,bshk->bhts", qg, kg), 0.0)
+        o = jnp.einsum("bhts,bshv->bthv", A, vc) + jnp.einsum("bthk,bhkv->bthv", qg, S)
+        tot = G[:, -1]
+        S = jnp.exp(tot)[..., None] * S + jnp.einsum("bshk,bshv->bhkv", kc * jnp.exp(tot[:, None] - G), vc)
+        return wsc(S, P(None, "tp"), {"tp": 4}), o
+    S0 = wsc(jnp.zeros((b, h, dk, v.shape[-1])), P(None, "tp"), {"tp": 4})
+    _, o = lax.scan(chunk, S0, tuple(split(a) for a in (q, k, v, lg)))
+    return jnp.moveaxis(o, 0, 1).reshape(b, t, h, -1)
+
+
+C.gspmd("g.gla_chunk_scan_heads_over_tp.tp4", {"tp": 4}, (P(None, None, "tp"),) * 4, P(None, None, "tp"),
+        gla_chunk_scan, (R(GL_B, GL_T, GL_H, GL_K, scale=0.5), R(GL_B, GL_T, GL_H, GL_K, scale=0.5),
+                         R(GL_B, GL_T, GL_H, GL_V), np.asarray(jax.nn.log_sigmoid(R(GL_B, GL_T, GL_H, GL_K) + 2.0) / 4)))
+
+
+# 17. the RWKV channel mix (3., f32) in an AdamW step with the sequence over
+#     sp (the token shift is a jnp.pad along the sharded dim).
+def rwkv_step(p, st, x, y):
+    f = lambda p: mse(rwkv_cmix(x, p["mu_k"], p["mu_r"], p["wk"], p["wv"], p["wr"]), y)
+    loss, g = jax.value_and_grad(f)(p)
+    upd, st = optax.adamw(1e-3, weight_decay=0.01).update(g, st, p)
+    return optax.apply_updates(p, upd), st, loss
+
+
+rw_p = {"mu_k": np.asarray(jax.nn.sigmoid(R(RW_D))), "mu_r": np.asarray(jax.nn.sigmoid(R(RW_D))),
+        "wk": R(RW_D, RW_F, scale=0.3), "wv": R(RW_F, RW_D, scale=0.2), "wr": R(RW_D, RW_D, scale=0.3)}
+rw_st = np_tree(optax.adamw(1e-3, weight_decay=0.01).init(rw_p))
+rw_ps = jax.tree.map(lambda _: P(), rw_p)
+C.gspmd("g.rwkv_cmix_token_shift_adamw.dp2xsp4", {"dp": 2, "sp": 4},
+        (rw_ps, state_specs(rw_st, rw_ps), P("dp", "sp"), P("dp", "sp")), (rw_ps, state_specs(rw_st, rw_ps), P()),
+        rwkv_step, (rw_p, rw_st, R(RW_B, RW_T, RW_D), R(RW_B, RW_T, RW_D)))
+
+
+# 18. minGRU's log-space parallel scan (9.) written directly: cumsum and
+#     lax.cumlogsumexp along the sequence, which is over sp8.
+def mingru_log(x, wz, wh):
+    k, ht = x @ wz, x @ wh
+    a_star = jnp.cumsum(-jax.nn.softplus(k), 1)
+    return jnp.exp(a_star + lax.cumlogsumexp(-jax.nn.softplus(-k) + log_g(ht) - a_star, axis=1))
+
+
+C.gspmd("g.mingru_cumlogsumexp_seq_over_sp.sp8", {"sp": 8}, (P(None, "sp"), P(), P()), P(None, "sp"), mingru_log,
+        (R(MG_B, 64, MG_D), R(MG_D, MG_D, scale=0.4), R(MG_D, MG_D, scale=0.5)))
+
+
+# 19. a DeltaNet layer (5.) in an SGD step: q / k / v / beta projections with
+#     heads over tp, the token recurrence in a lax.scan, the output
+#     projection row-parallel, batch over dp.
+def deltanet_step(p, x, y):
+    def loss(p):
+        q = jnp.einsum("btd,dhk->bthk", x, p["wq"])
+        k = jnp.einsum("btd,dhk->bthk", x, p["wk"])
+        v = jnp.einsum("btd,dhk->bthk", x, p["wv"])
+        o = deltanet_ref(q, k, v, jnp.einsum("btd,dh->bth", x, p["wb"]))
+        return mse(jnp.einsum("bthk,hkd->btd", o, p["wo"]), y)
+    l, g = jax.value_and_grad(loss)(p)
+    return jax.tree.map(lambda a, b: a - 0.1 * b, p, g), l
+
+
+dn_p = {"wq": R(8, 4, DN_K, scale=0.4), "wk": R(8, 4, DN_K, scale=0.4), "wv": R(8, 4, DN_K, scale=0.4),
+        "wb": R(8, 4, scale=0.4), "wo": R(4, DN_K, 8, scale=0.3)}
+dn_ps = {"wq": P(None, "tp"), "wk": P(None, "tp"), "wv": P(None, "tp"), "wb": P(None, "tp"), "wo": P("tp")}
+C.gspmd("g.deltanet_sgd_heads_over_tp.dp2xtp4", {"dp": 2, "tp": 4}, (dn_ps, P("dp"), P("dp")), (dn_ps, P()),
+        deltanet_step, (dn_p, R(4, DN_T, 8), R(4, DN_T, 8)))
+
+
+# 20. the Hawk block (8., without the explicit halo and carry) with the
+#     sequence over sp and the channels over tp: the conv's jnp.pad and the
+#     associative scan along the sharded sequence.
+C.gspmd("g.hawk_block_seq_sp_channels_tp.sp2xtp4", {"sp": 2, "tp": 4},
+        (P(None, "sp"), P(None, "tp"), P(None, "tp"), P(None, "tp")) + (P("tp"),) * 6, P(None, "sp"), hawk_ref,
+        (R(HK_B, HK_T, HK_D), R(HK_D, HK_E, scale=0.4), R(HK_D, HK_E, scale=0.4), R(HK_W, HK_E, scale=0.5),
+         R(HK_E), R(HK_E), R(HK_E), R(HK_E), R(HK_E) - 1.0, R(HK_E, HK_D, scale=0.3)))
 
 # ---------------------------------------------------------------------------
 C.finish()
