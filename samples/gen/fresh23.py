@@ -953,4 +953,6 @@ C.gspmd("g.hawk_block_seq_sp_channels_tp.sp2xtp4", {"sp": 2, "tp": 4},
          R(HK_E), R(HK_E), R(HK_E), R(HK_E), R(HK_E) - 1.0, R(HK_E, HK_D, scale=0.3)))
 
 # ---------------------------------------------------------------------------
+MISS_DECAY = ("on random inputs the state the missing hop would carry has decayed to about 1e-7 of the outputs (random decays compound over a device's chunk), under f32's tolerance, so execution decides nothing; the rules do not relate the halo'd convolution's slice of sharded rows")
+C.known_miss("s.hawk_block_conv_halo_fori_carry.sp4xtp2.bug.one-hop-short", MISS_DECAY)
 C.finish()
