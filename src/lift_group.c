@@ -205,7 +205,7 @@ static int row_element(gctx *g, const hlo_instr *r, uint32_t j, int depth, lval 
         const shape *os = &g->comp->instrs[r->operands[o]].shape;
         assumed |= ops[o].assumed;
         if (o >= k) ch[o] = ops[o].cls;
-        else if (os->rank != src->rank || memcmp(os->dims, src->dims, src->rank * sizeof *src->dims)) return G_FAIL;
+        else if (os->rank != src->rank || (src->rank && memcmp(os->dims, src->dims, src->rank * sizeof *src->dims))) return G_FAIL;
         else if (kinds[o] == G_ROW) ch[o] = lf_mk_moved(c, ops[o].cls, ops[o].vdim, v);
         else ch[o] = broadcast_to(c, ops[o].cls, bd, src->rank, lf_type_of(c, os->dtype, xd, src->rank + 1));
     }
@@ -409,7 +409,7 @@ static bool row_apply(gctx *g, const hlo_instr *in, const lval *ops, const int *
         eid ch[8];
         for (uint32_t o = 0; o < n; o++) {
             const shape *os = &g->comp->instrs[in->operands[o]].shape;
-            if (os->rank != sh->rank || memcmp(os->dims, sh->dims, sh->rank * sizeof *sh->dims)) return false;
+            if (os->rank != sh->rank || (sh->rank && memcmp(os->dims, sh->dims, sh->rank * sizeof *sh->dims))) return false;
             if (kinds[o] == G_ROW) {
                 ch[o] = lf_mk_moved(c, ops[o].cls, ops[o].vdim, v);
                 continue;
