@@ -22,21 +22,27 @@ static void block_offsets(const view *v, const mesh *m, const int64_t *gdims, ui
     }
 }
 
-/* The range integer parameter k of the baseline indexes: the least extent
- * along which a value computed from k alone (through layout ops, converts,
- * wrap-around selects and arithmetic with constants) picks rows — a gather's
- * or scatter's indexed dim, a dynamic-slice's starts, the iota a one-hot
- * compares it with; 0 when it indexes nothing. The entry computation only. */
-static int64_t index_range(const hlo_module *base, uint32_t k) {
-    const hlo_comp *c = graph_entry(base);
-    if (!c || k >= c->nparams) return 0;
-    int *src = xmalloc((size_t)(c->ninstrs ? c->ninstrs : 1) * sizeof *src); /* -1: other data, 0: k, 1: constant */
+/* The least extent along which computation ci of m picks rows with a
+ * value computed from the parameters marked in from_k alone (through layout
+ * ops, converts, wrap-around selects, arithmetic with constants and calls):
+ * a gather's or scatter's one indexed dim, a dynamic-slice's starts, the
+ * iota a one-hot compares it with; 0 when it indexes nothing. */
+static int64_t range_in(const hlo_module *m, uint32_t ci, const bool *from_k, int depth) {
+    const hlo_comp *c = &m->comps[ci];
+    int *src = xmalloc((size_t)(c->ninstrs ? c->ninstrs : 1) * sizeof *src); /* -1: other data, 0: from k, 1: constant */
     int64_t range = 0;
     for (uint32_t i = 0; i < c->ninstrs; i++) {
         const hlo_instr *in = &c->instrs[i];
         int from = -1;
+        int64_t r = 0;
         switch (in->op) {
-        case OP_PARAMETER: from = i == c->params[k] ? 0 : -1; break;
+        case OP_PARAMETER: {
+            int64_t pn = -1;
+            for (uint32_t q = 0; q < c->nparams && pn < 0; q++)
+                if (c->params[q] == i) pn = q;
+            from = pn >= 0 && from_k[pn] ? 0 : -1;
+            break;
+        }
         case OP_CONSTANT: case OP_IOTA: from = 1; break;
         case OP_CONVERT: case OP_RESHAPE: case OP_BROADCAST: case OP_SLICE: case OP_COPY: case OP_BITCAST:
         case OP_TRANSPOSE: case OP_CONCATENATE: case OP_ADD: case OP_SUBTRACT: case OP_MULTIPLY: case OP_SELECT:
@@ -48,17 +54,27 @@ static int64_t index_range(const hlo_module *base, uint32_t k) {
                 else if (f == 0 && from == 1) from = 0;
             }
             break;
+        case OP_CALL: {
+            /* the callee, its parameters marked where the operands come from k */
+            const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
+            bool any = false, *marks = xcalloc(in->noperands + 1, sizeof *marks);
+            for (uint32_t o = 0; o < in->noperands; o++) any |= marks[o] = src[in->operands[o]] == 0;
+            if (any && ta && ta->v.ints && ta->v.ints[0] >= 0 && ta->v.ints[0] < m->ncomps && depth < 8 &&
+                m->comps[ta->v.ints[0]].nparams == in->noperands)
+                r = range_in(m, (uint32_t)ta->v.ints[0], marks, depth + 1);
+            free(marks);
+            break;
+        }
         default: break;
         }
         src[i] = from;
         /* uses as indices */
-        int64_t r = 0;
         uint32_t n;
         const hlo_instr *a = in->noperands ? &c->instrs[in->operands[0]] : NULL;
         if ((in->op == OP_GATHER || in->op == OP_SCATTER) && in->noperands >= 2 && src[in->operands[1]] == 0) {
             /* (one indexed dim: with several, which component k feeds is not traced) */
-            const int64_t *m = instr_ints(in, in->op == OP_GATHER ? A_START_INDEX_MAP : A_SCATTER_DIMS_TO_OPERAND_DIMS, &n);
-            if (n == 1 && m[0] >= 0 && m[0] < a->shape.rank) r = a->shape.dims[m[0]];
+            const int64_t *mp = instr_ints(in, in->op == OP_GATHER ? A_START_INDEX_MAP : A_SCATTER_DIMS_TO_OPERAND_DIMS, &n);
+            if (n == 1 && mp[0] >= 0 && mp[0] < a->shape.rank) r = a->shape.dims[mp[0]];
         } else if (in->op == OP_DYNAMIC_SLICE && in->noperands == 1 + a->shape.rank) {
             for (uint32_t q = 0; q < a->shape.rank; q++)
                 if (src[in->operands[1 + q]] == 0) {
@@ -80,6 +96,17 @@ static int64_t index_range(const hlo_module *base, uint32_t k) {
     }
     free(src);
     return range;
+}
+
+/* The range integer parameter k of the baseline's entry indexes (range_in). */
+static int64_t index_range(const hlo_module *base, uint32_t k) {
+    const hlo_comp *c = graph_entry(base);
+    if (!c || k >= c->nparams) return 0;
+    bool *marks = xcalloc(c->nparams + 1, sizeof *marks);
+    marks[k] = true;
+    int64_t r = range_in(base, (uint32_t)(c - base->comps), marks, 0);
+    free(marks);
+    return r;
 }
 
 /* Whether parameter k of module m's entry is read by some instruction. */
