@@ -6,7 +6,9 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 import optax
 sys.path.insert(0, "samples/gen")  # run from the repository root (run_fresh26.sh)
-from fresh_lib import Corpus, seeded  # noqa: E402
+from fresh_lib import Corpus, seeded, state_specs  # noqa: E402
+from scalify_jax import make_mesh  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
 
 SCRIPT = "samples/gen/fresh26.py"
 C = Corpus("samples/fresh26", SCRIPT, "samples/gen/run_fresh26.sh", sys.argv[1:])
@@ -307,5 +309,284 @@ C.smap("s.mqa_qknorm_heads_tp.tp4", {"tp": 4}, mqa_tp,
        (R(2, 8, D5), R(D5, HQ, E, scale=0.3), R(D5, E, scale=0.3), R(D5, E, scale=0.3), R(HQ, E, D5, scale=0.3),
         1.0 + R(HQ, E, scale=0.3), 1.0 + R(E, scale=0.3)),
        bugs=[("gain-at-offset-0", ["wrong-offset"]), ("no-output-psum", ["missing-all-reduce"])])
+
+# ---------------------------------------------------------------------------
+# 7. vocab-parallel cross-entropy with z-loss and label smoothing, vocab over
+#    tp, batch over dp, and its gradient (jax.grad inside the body,
+#    check_vma=True): the maximum pmax'd under stop_gradient, the
+#    log-sum-exp from the psum'd exponentials, the target logit by a masked
+#    psum at the rank's vocab offset, the smoothing term the psum'd logit
+#    sum over the full vocabulary; the loss pmean'd over dp.
+V7, D7, EPS, ZC = 64, 16, 0.1, 1e-2
+
+
+def ce_zloss(h, w, y):
+    def loss(w):
+        lg = jnp.einsum("btd,dv->btv", h, w)
+        lse = jax.nn.logsumexp(lg, -1)
+        tgt = jnp.take_along_axis(lg, y[..., None], -1)[..., 0]
+        tok = lse - (1 - EPS) * tgt - EPS * jnp.mean(lg, -1) + ZC * jnp.square(lse)
+        return jnp.mean(tok)
+    return jax.value_and_grad(loss)(w)
+
+
+def ce_zloss_tp(bug):
+    def f(h, w, y):
+        def loss(w):
+            vl = w.shape[1]
+            lg = jnp.einsum("btd,dv->btv", h, w)
+            m = pmax(lax.stop_gradient(lg.max(-1)), "tp")
+            lse = jnp.log(psum(jnp.exp(lg - m[..., None]).sum(-1), "tp")) + m
+            off = idx("tp") * vl
+            loc = y - off if bug != "target-without-offset" else y
+            hit = (loc >= 0) & (loc < vl)
+            tgt = psum(jnp.where(hit, jnp.take_along_axis(lg, jnp.clip(loc, 0, vl - 1)[..., None], -1)[..., 0], 0.0),
+                       "tp")
+            smooth = psum(lg.sum(-1), "tp") / (vl if bug == "smoothing-over-local-vocab" else V7)
+            zl = jax.nn.logsumexp(lg, -1) if bug == "zloss-on-local-logits" else lse
+            tok = lse - (1 - EPS) * tgt - EPS * smooth + ZC * jnp.square(zl)
+            if bug == "zloss-on-local-logits":  # tp-varying now: averaged over tp to get past check_vma
+                return pmean(jnp.mean(tok), ("dp", "tp"))
+            return pmean(jnp.mean(tok), "dp")
+        return jax.value_and_grad(loss)(w)
+    return f
+
+
+C.smap("s.vocab_ce_zloss_smoothing_grad.dp2xtp4", {"dp": 2, "tp": 4}, ce_zloss_tp, (P("dp"), P(None, "tp"), P("dp")),
+       (P(), P(None, "tp")), ce_zloss, (R(4, 6, D7), R(D7, V7, scale=0.5), I(0, V7, 4, 6)),
+       bugs=[("zloss-on-local-logits", ["missing-all-reduce"]), ("smoothing-over-local-vocab", ["wrong-offset"]),
+             ("target-without-offset", ["wrong-offset"])], check_vma=True)
+
+# ---------------------------------------------------------------------------
+# 8. gradient clipping by the global norm over mixed FSDP x TP shardings: a
+#    matrix over (dp, tp), a vector over tp, a matrix over dp (FSDP only),
+#    a replicated gain; each leaf's squared sum psum'd over the axes it is
+#    sharded on, the replicated one counted once; the clipped gradients and
+#    the norm returned (the norm is what a user logs).
+
+
+def clip_ref(g):
+    n = optax.global_norm(g)
+    return jax.tree.map(lambda x: x * jnp.minimum(1.0, 1.0 / n), g), n
+
+
+def clip_sharded(bug):
+    def f(g):
+        axes = {"w_in": ("dp", "tp"), "b": ("tp",), "w_emb": ("dp",), "gain": ()}
+        if bug == "matrix-norm-over-tp-only":
+            axes["w_in"] = ("tp",)
+        if bug == "replicated-leaf-psummed":
+            axes["gain"] = ("dp", "tp")
+        sq = sum(psum(jnp.sum(jnp.square(g[k])), a) if a else jnp.sum(jnp.square(g[k])) for k, a in axes.items())
+        n = jnp.sqrt(sq)
+        return jax.tree.map(lambda x: x * jnp.minimum(1.0, 1.0 / n), g), n
+    return f
+
+
+G8 = {"w_in": P("dp", "tp"), "b": P("tp"), "w_emb": P("dp"), "gain": P()}
+C.smap("s.clip_global_norm_fsdp_tp_mixed.dp2xtp4", {"dp": 2, "tp": 4}, clip_sharded, (G8,), (G8, P()), clip_ref,
+       ({"w_in": R(8, 16, scale=0.2), "b": R(16, scale=0.2), "w_emb": R(8, 4, scale=0.2), "gain": R(16, scale=0.2)},),
+       bugs=[("matrix-norm-over-tp-only", ["wrong-collective-group"]),
+             ("replicated-leaf-psummed", ["wrong-collective-op"])])
+
+# ---------------------------------------------------------------------------
+# 9. Megatron sequence parallelism around an RMSNorm + MLP block (tp4): the
+#    norm on the device's sequence block, all_gather over tp along the
+#    sequence, column-parallel up projection, row-parallel down projection,
+#    psum_scatter back to sequence blocks, residual added.
+
+
+def sp_mlp(x, g, w1, w2):
+    return x + jnp.einsum("btf,fd->btd", jax.nn.gelu(jnp.einsum("btd,df->btf", rms(x, g), w1)), w2)
+
+
+def sp_mlp_tp(bug):
+    def f(x, g, w1, w2):
+        hg = lax.all_gather(rms(x, g), "tp", axis=1, tiled=True)
+        y = jnp.einsum("btf,fd->btd", jax.nn.gelu(jnp.einsum("btd,df->btf", hg, w1)), w2)
+        if bug == "psum-then-first-block":
+            y = psum(y, "tp")[:, :x.shape[1]]
+        else:
+            y = lax.psum_scatter(y, "tp", scatter_dimension=1, tiled=True)
+            if bug == "scatter-averaged":
+                y = y / 4
+        return x + y
+    return f
+
+
+C.smap("s.megatron_sp_rmsnorm_mlp.tp4", {"tp": 4}, sp_mlp_tp, (P(None, "tp"), P(), P(None, "tp"), P("tp")),
+       P(None, "tp"), sp_mlp, (R(2, 16, 16), 1.0 + R(16, scale=0.2), R(16, 32, scale=0.3), R(32, 16, scale=0.3)),
+       bugs=[("psum-then-first-block", ["wrong-offset"]), ("scatter-averaged", ["wrong-collective-op"])])
+
+# ---------------------------------------------------------------------------
+# 10. a full training step of a tiny 2-layer decoder under FSDP x TP
+#     (check_vma=True): every weight matrix is sharded over tp (heads, MLP
+#     hidden) and over dp on its other dim (FSDP: all_gather'd over dp where
+#     used, so its gradient is reduce-scattered by the transpose); norm
+#     gains and the embedding replicated; causal attention with YaRN
+#     partial RoPE; the loss pmean'd over dp; jax.grad, the global gradient
+#     norm (each leaf's squared sum psum'd over its sharded axes), clipping
+#     and optax.adamw with a weight-decay mask (no decay on gains or the
+#     embedding) applied shard-wise. Returns the new parameters and the norm.
+D10, F10, H10, E10, V10, T10 = 16, 32, 4, 8, 32, 8
+SPEC10 = {"emb": P(), "out": P("dp", None),
+          "layers": {l: {"g1": P(), "wq": P("dp", "tp"), "wk": P("dp", "tp"), "wv": P("dp", "tp"),
+                      "wo": P("tp", None, "dp"), "g2": P(), "w1": P("dp", "tp"), "w2": P("tp", "dp")}
+                     for l in ("l0", "l1")}}
+
+
+def init10():
+    def layer():
+        return {"g1": 1.0 + R(D10, scale=0.1), "wq": R(D10, H10, E10, scale=0.25), "wk": R(D10, H10, E10, scale=0.25),
+                "wv": R(D10, H10, E10, scale=0.25), "wo": R(H10, E10, D10, scale=0.25), "g2": 1.0 + R(D10, scale=0.1),
+                "w1": R(D10, F10, scale=0.25), "w2": R(F10, D10, scale=0.25)}
+    return {"emb": R(V10, D10, scale=0.5), "out": R(D10, V10, scale=0.25), "layers": {"l0": layer(), "l1": layer()}}
+
+
+INV10, MSC10 = yarn_inv_freq(4, orig_len=4)
+CLIP10 = 1.0
+
+
+def decay_mask(p):
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: not any(getattr(k, "key", None) in ("g1", "g2", "emb") for k in path), p)
+
+
+OPT10 = optax.adamw(1e-2, weight_decay=0.1, mask=decay_mask)
+
+
+def fwd10(p, tok, gather=lambda w, a: w, tp_sum=lambda y: y, cons=lambda x, kind: x):
+    x = cons(p["emb"][tok], "seq")
+    pos = jnp.broadcast_to(jnp.arange(tok.shape[1]), tok.shape)
+    ok = jnp.tril(jnp.ones((tok.shape[1],) * 2, bool))
+    for L in p["layers"].values():
+        h = rms(x, L["g1"])
+        q, k, v = (jnp.einsum("btd,dhe->bthe", h, gather(L[n], 0)) for n in ("wq", "wk", "wv"))
+        o = attention(rope(q, pos, INV10, MSC10), rope(k, pos, INV10, MSC10), v, ok)
+        x = cons(x + tp_sum(jnp.einsum("bthe,hed->btd", cons(o, "heads"), gather(L["wo"], 2))), "seq")
+        h = rms(x, L["g2"])
+        x = x + tp_sum(jnp.einsum("btf,fd->btd", jax.nn.gelu(jnp.einsum("btd,df->btf", h, gather(L["w1"], 0))),
+                                  gather(L["w2"], 1)))
+        x = cons(x, "seq")
+    return jnp.einsum("btd,dv->btv", rms(x), gather(p["out"], 0))
+
+
+def step10(p, s, tok):
+    def loss(p):
+        lg = fwd10(p, tok[:, :-1])
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(lg, tok[:, 1:]))
+    g = jax.grad(loss)(p)
+    n = optax.global_norm(g)
+    g = jax.tree.map(lambda x: x * jnp.minimum(1.0, CLIP10 / n), g)
+    u, s = OPT10.update(g, s, p)
+    return optax.apply_updates(p, u), s, n
+
+
+def step10_sm(bug):
+    def f(p, s, tok):
+        def gather(w, a):
+            return lax.all_gather(w, "dp", axis=a, tiled=True)
+
+        def loss(p):
+            lg = fwd10(p, tok[:, :-1], gather, lambda y: psum(y, "tp"))
+            l = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(lg, tok[:, 1:]))
+            return l if bug == "loss-not-averaged-over-dp" else pmean(l, "dp")
+        g = jax.grad(loss)(p)
+
+        def sq(x, spec):
+            ax = tuple(a for a in spec if a is not None)
+            if bug == "replicated-leaves-psummed":
+                ax = ax or ("dp", "tp")
+            return psum(jnp.sum(jnp.square(x)), ax) if ax else jnp.sum(jnp.square(x))
+        n = jnp.sqrt(sum(jax.tree.leaves(jax.tree.map(sq, g, SPEC10, is_leaf=lambda x: isinstance(x, P)))))
+        g = jax.tree.map(lambda x: x * jnp.minimum(1.0, CLIP10 / n), g)
+        u, s = OPT10.update(g, s, p)
+        return optax.apply_updates(p, u), s, n
+    return f
+
+
+P10 = init10()
+S10 = OPT10.init(P10)
+SS10 = state_specs(S10, SPEC10)
+C.smap("s.train_step_2layer_fsdp_tp_adamw_clip.dp2xtp4", {"dp": 2, "tp": 4}, step10_sm, (SPEC10, SS10, P("dp")),
+       (SPEC10, SS10, P()), step10, (P10, S10, I(0, V10, 4, T10 + 1)),
+       bugs=[("loss-not-averaged-over-dp", ["missing-all-reduce"]), ("replicated-leaves-psummed", ["wrong-collective-op"])],
+       check_vma=True)
+
+# ---------------------------------------------------------------------------
+# GSPMD pairs (jax.jit with in/out shardings).
+# 11. packed rows with the sequence over sp: position ids restarting per
+#     document (cummax of document starts), YaRN partial RoPE at them, and
+#     causal attention under the document mask.
+
+
+def packed_block(q, k, v, seg):
+    pos = doc_positions(seg)
+    q, k = rope(q, pos, INV, MSC), rope(k, pos, INV, MSC)
+    ok = (seg[:, :, None] == seg[:, None, :]) & jnp.tril(jnp.ones((q.shape[1],) * 2, bool))
+    return attention(q, k, v, ok[:, None])
+
+
+C.gspmd("g.packed_yarn_rope_docmask_attn.sp4", {"sp": 4}, (P(None, "sp"),) * 4, P(None, "sp"), packed_block,
+        (R(B, T, H, E), R(B, T, H, E), R(B, T, H, E), SEG))
+
+# 12. the vocab-parallel loss of 7. (z-loss, label smoothing) and its
+#     gradient under jax.value_and_grad, the head's vocab over tp, batch
+#     over dp.
+C.gspmd("g.vocab_ce_zloss_smoothing_grad.dp2xtp4", {"dp": 2, "tp": 4}, (P("dp"), P(None, "tp"), P("dp")),
+        (P(), P(None, "tp")), ce_zloss, (R(4, 6, D7), R(D7, V7, scale=0.5), I(0, V7, 4, 6)))
+
+# 13. the next-token loss of 3. on packed rows (targets masked at document
+#     boundaries) and its gradient in the head, sequence over sp.
+C.gspmd("g.packed_nexttoken_loss_grad.sp4", {"sp": 4}, (P(None, "sp"), P(), P(None, "sp"), P(None, "sp")),
+        (P(), P()), lambda h, w, tok, seg: jax.value_and_grad(packed_loss, 1)(h, w, tok, seg),
+        (R(B, T, 16), R(16, V, scale=0.5), I(0, V, B, T), SEG3))
+
+# 14. the training step of 10. (AdamW with a decay mask, clipping by the
+#     global norm) with the parameters under FSDP x TP shardings and the
+#     activations constrained the Megatron way: the residual stream with
+#     its sequence over tp (sequence parallel), attention outputs with
+#     heads over tp.
+M14 = make_mesh({"dp": 2, "tp": 4})
+
+
+def cons14(x, kind):
+    spec = P("dp", "tp", None) if kind == "seq" else P("dp", None, "tp", None)
+    return lax.with_sharding_constraint(x, NamedSharding(M14, spec))
+
+
+def step14(p, s, tok):
+    def loss(p):
+        lg = fwd10(p, tok[:, :-1], cons=cons14)
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(lg, tok[:, 1:]))
+    g = jax.grad(loss)(p)
+    n = optax.global_norm(g)
+    g = jax.tree.map(lambda x: x * jnp.minimum(1.0, CLIP10 / n), g)
+    u, s = OPT10.update(g, s, p)
+    return optax.apply_updates(p, u), s, n
+
+
+C.gspmd("g.train_step_2layer_fsdp_tp_sp_adamw.dp2xtp4", {"dp": 2, "tp": 4}, (SPEC10, SS10, P("dp")),
+        (SPEC10, SS10, P()), step14, (P10, S10, I(0, V10, 4, T10 + 1)))
+
+# 15. GQA with 8 query heads over tp8 and 2 kv heads (replicated
+#     projections) jnp.repeat'ed and constrained to the query heads'
+#     sharding, per-head QK-norm with per-head gains.
+M15 = make_mesh({"tp": 8})
+
+
+def gqa_qknorm(x, wq, wk, wv, wo, gq, gk):
+    q = rms(jnp.einsum("btd,dhe->bthe", x, wq), gq)
+    k = rms(jnp.einsum("btd,dhe->bthe", x, wk), gk)
+    v = jnp.einsum("btd,dhe->bthe", x, wv)
+    k, v = (lax.with_sharding_constraint(jnp.repeat(a, HQ // HKV, 2), NamedSharding(M15, P(None, None, "tp")))
+            for a in (k, v))
+    o = attention(q, k, v, jnp.tril(jnp.ones((x.shape[1],) * 2, bool)))
+    return jnp.einsum("bthe,hed->btd", o, wo)
+
+
+C.gspmd("g.gqa_tp8_two_kv_heads_qknorm.tp8", {"tp": 8}, (P(), P(None, "tp"), P(), P(), P("tp"), P("tp"), P()), P(),
+        gqa_qknorm, (R(2, 8, D5), R(D5, HQ, E, scale=0.3), R(D5, HKV, E, scale=0.3), R(D5, HKV, E, scale=0.3),
+                     R(HQ, E, D5, scale=0.3), 1.0 + R(HQ, E, scale=0.3), 1.0 + R(HKV, E, scale=0.3)))
 
 C.finish()
