@@ -514,6 +514,84 @@ C.smap("s.train_step_2layer_fsdp_tp_adamw_clip.dp2xtp4", {"dp": 2, "tp": 4}, ste
        check_vma=True)
 
 # ---------------------------------------------------------------------------
+# 10b. sliding-window causal attention on packed rows, sequence over sp
+#     (window W <= block): each device receives the last W - 1 keys, values
+#     and segment ids of its left neighbour by ppermute (zeros and segment
+#     -1 on device 0) and masks by window and document.
+W11 = 3
+
+
+def swa_packed(q, k, v, seg):
+    t = jnp.arange(q.shape[1])
+    d = t[:, None] - t[None, :]
+    ok = (d >= 0) & (d < W11) & (seg[:, :, None] == seg[:, None, :])
+    return attention(q, k, v, ok[:, None])
+
+
+def swa_packed_sp(bug):
+    def f(q, k, v, seg):
+        n, tl, hw = 4, q.shape[1], W11 - 1
+        me = idx("sp")
+        perm = [(i, i + 1) for i in range(n - 1)]
+        hk, hv = (lax.ppermute(a[:, -hw:], "sp", perm) for a in (k, v))
+        hs = seg[:, -hw:] if bug == "halo-segments-own" else lax.ppermute(seg[:, -hw:], "sp", perm)
+        hs = jnp.where(me == 0, -1, hs)
+        kk, vv, ks = (jnp.concatenate([a, b], 1) for a, b in ((hk, k), (hv, v), (hs, seg)))
+        qp = me * tl + jnp.arange(tl)
+        kp = me * tl - hw + jnp.arange(tl + hw)
+        d = qp[:, None] - kp[None, :]
+        hi = W11 + 1 if bug == "window-off-by-one" else W11
+        ok = (d >= 0) & (d < hi) & (seg[:, :, None] == ks[:, None, :])
+        return attention(q, kk, vv, ok[:, None])
+    return f
+
+
+C.smap("s.swa_packed_docmask_halo.sp4", {"sp": 4}, swa_packed_sp, (P(None, "sp"),) * 4, P(None, "sp"), swa_packed,
+       (R(B, T, H, E), R(B, T, H, E), R(B, T, H, E), SEG),
+       bugs=[("halo-segments-own", ["missing-collective"]), ("window-off-by-one", ["wrong-offset"])])
+
+# ---------------------------------------------------------------------------
+# 10c. decoding one token against a KV cache whose sequence is over sp,
+#     keys stored unrotated and rotated on the fly with NTK-aware scaled
+#     rotary frequencies (base * factor^(rot / (rot - 2)), 6 of 8 dims) at
+#     their global cache positions; the query at position len - 1 of its
+#     row; the cache masked beyond each row's length; the softmax merged
+#     across devices by pmax and psum.
+ROT12 = 6
+INV12 = (1.0 / ((10000.0 * 4.0 ** (ROT12 / (ROT12 - 2))) ** (np.arange(0, ROT12, 2) / ROT12))).astype(np.float32)
+TC = 32
+
+
+def ntk_decode(q, k, v, lens):
+    qr = rope(q, (lens - 1)[:, None], INV12)
+    kr = rope(k, jnp.broadcast_to(jnp.arange(k.shape[1]), k.shape[:2]), INV12)
+    ok = (jnp.arange(k.shape[1])[None, :] < lens[:, None])[:, None, None]
+    return attention(qr, kr, v, ok)
+
+
+def ntk_decode_sp(bug):
+    def f(q, k, v, lens):
+        tl = k.shape[1]
+        gpos = jnp.arange(tl) if bug == "cache-positions-local" else idx("sp") * tl + jnp.arange(tl)
+        qr = rope(q, (lens - 1)[:, None], INV12)
+        kr = rope(k, jnp.broadcast_to(gpos, k.shape[:2]), INV12)
+        s = jnp.einsum("bqhe,bkhe->bhqk", qr, kr) / np.sqrt(q.shape[-1])
+        s = jnp.where((gpos[None, :] < lens[:, None])[:, None, None], s, NEG)
+        m = pmax(s.max(-1, keepdims=True), "sp")
+        e = jnp.exp(s - m)
+        den = e.sum(-1, keepdims=True)
+        if bug != "denominator-not-psummed":
+            den = psum(den, "sp")
+        o = psum(jnp.einsum("bhqk,bkhe->bhqe", e, v), "sp") / den
+        return jnp.swapaxes(o, 1, 2)
+    return f
+
+
+C.smap("s.ntk_rope_decode_kvcache_sp.sp4", {"sp": 4}, ntk_decode_sp, (P(), P(None, "sp"), P(None, "sp"), P()), P(),
+       ntk_decode, (R(3, 1, H, E), R(3, TC, H, E), R(3, TC, H, E), np.array([32, 19, 5], np.int32)),
+       bugs=[("cache-positions-local", ["wrong-offset"]), ("denominator-not-psummed", ["missing-all-reduce"])])
+
+# ---------------------------------------------------------------------------
 # GSPMD pairs (jax.jit with in/out shardings).
 # 11. packed rows with the sequence over sp: position ids restarting per
 #     document (cummax of document starts), YaRN partial RoPE at them, and
