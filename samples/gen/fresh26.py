@@ -1,4 +1,98 @@
-"""DOCSTRING"""
+"""samples/fresh26: a 26th batch of programs as a user writes them, on the
+theme of the details of modern transformer training steps under FSDP x TP x
+sequence parallelism: packed sequences, rotary variants, GQA/MQA with more
+tensor-parallel ranks than kv heads, QK-norm, vocab-parallel losses with
+z-loss and label smoothing, clipping by the global norm, and a full
+optax.adamw step of a tiny 2-layer decoder.
+shard_map families:
+ 1. packed rows with the sequence over sp, position ids restarting per
+    document computed on device: the previous token's segment id from the
+    left neighbour (ppermute), a lax.cummax of document starts, and the start
+    of a document begun on an earlier device from an all_gather of the
+    blocks' last starts; YaRN (NTK-by-parts) partial rotary embeddings at
+    those positions. Bugs: local token index (no axis_index offset), no
+    carry from earlier blocks (documents restart at every shard), the
+    previous segment taken from the right neighbour.
+ 2. document-masked causal attention on packed rows, sequence over sp, the
+    segment ids built from begin-of-document flags as a local cumsum plus
+    an exclusive prefix of all_gather'd per-device document counts; keys,
+    values and segment ids all_gather'd. Bugs: local segment ids (no
+    prefix), an inclusive prefix.
+ 3. next-token loss on packed rows, sequence over sp: a block's last target
+    is the next block's first token (cyclic ppermute to the left), masked at
+    document ends and at the row end; mean over valid targets as psum/psum.
+    Bugs: shift the wrong way, row end left unmasked (it wraps to token 0,
+    whose segment id the inputs make equal), pmean of local means.
+ 4. causal attention with YaRN partial RoPE, sequence over sp, rotated keys
+    all_gather'd. Bugs: keys gathered first and rotated at tiled local
+    positions, causal mask from local query positions.
+ 5. GQA with 8 query heads over tp4 and 2 kv heads whose projections are
+    replicated; rank r picks kv head r // (tp / n_kv) by dynamic_slice;
+    output projection psum'd; batch over dp. Bugs: kv head r % n_kv, ratio
+    taken from the query heads (r // (n_q / n_kv)).
+ 6. MQA with per-head QK-norm, heads over tp, the per-head query gains
+    passed replicated and sliced at the rank's head offset. Bugs: gains
+    sliced at offset 0, output projection not psum'd.
+ 7. vocab-parallel cross-entropy with z-loss and label smoothing and its
+    gradient by jax.value_and_grad inside the body (check_vma=True; the
+    maximum pmax'd of a stop_gradient), vocab over tp, batch over dp, loss
+    pmean'd over dp. Bugs: z-loss on the local log-sum-exp (the loss then
+    pmean'd over (dp, tp), which check_vma needs), smoothing mean over the
+    local vocabulary size, target index without the vocab offset.
+ 8. clipping by the global norm over mixed shardings (a matrix over
+    (dp, tp), a vector over tp, an FSDP-only matrix over dp, a replicated
+    gain), returning the clipped tree and the norm. Bugs: the matrix's
+    squares psum'd over tp only, the replicated leaf psum'd over all axes.
+ 9. Megatron sequence parallelism around RMSNorm + MLP (tp4): norm on the
+    sequence block, all_gather along the sequence, column/row-parallel
+    projections, psum_scatter back. Bugs: psum then the first block taken
+    (offset 0), the reduce-scatter divided by tp.
+10. a full training step of a 2-layer decoder (YaRN partial RoPE causal
+    attention, GELU MLP) under FSDP x TP with check_vma=True: weight
+    matrices over tp and over dp on their other dim (all_gather'd where
+    used; their gradients reduce-scattered by the transpose), gains and
+    embedding replicated; loss pmean'd over dp; jax.grad; the global norm
+    from per-leaf squared sums psum'd over each leaf's sharded axes;
+    clipping; optax.adamw with a weight-decay mask (no decay on gains and
+    the embedding) applied shard-wise; returns parameters, optimizer state
+    and the norm. Bugs: loss not pmean'd over dp (gradients and norm twice
+    as large), replicated leaves psum'd over all axes in the norm. (A first
+    draft's bug "norm psum'd over tp only" leaves the norm dp-varying, which
+    check_vma rejects at the P() output; replaced.)
+11. sliding-window causal attention (window 3) on packed rows, sequence over
+    sp: the last 2 keys, values and segment ids of the left neighbour by
+    ppermute. Bugs: the halo's segment ids taken from the own block, a
+    window one longer.
+12. one-token decoding against a KV cache with the sequence over sp, keys
+    rotated on the fly with NTK-aware scaled frequencies (6 of 8 dims) at
+    global cache positions, per-row cache lengths, softmax merged by pmax
+    and psum. Bugs: local cache positions, denominator not psum'd.
+GSPMD pairs (jax.jit with in/out shardings): 13. packed rows over sp with
+restarting positions, YaRN partial RoPE and the document-masked causal
+attention; 14. the z-loss / label-smoothed vocab-parallel loss of 7. with
+its gradient (dp2 x tp4); 15. the packed next-token loss of 3. with its
+gradient in the head (sp4); 16. the training step of 10. with the
+parameters under FSDP x TP shardings and with_sharding_constraint on the
+activations the Megatron way (residual stream with its sequence over tp,
+attention outputs with heads over tp); 17. GQA with 8 query heads over
+tp8 and 2 replicated kv heads jnp.repeat'ed and constrained to the query
+heads' sharding, with per-head QK-norm.
+Left out, as idioms of earlier batches: the OLMo-2 full-projection QK-norm
+and GQA on a two-axis kv x g mesh (fresh12: here one axis, kv head by
+axis_index // ratio), ring attention with segment masks (fresh8), learned
+sinks (fresh12).
+Numerics: every correct pair agrees with its baseline at rounding level
+(f32, within a few 1e-6); every bug variant differs clearly (see
+"numerics"). Masks fill with -1e30, not -inf, so no fully masked row meets
+exp(-inf - -inf). Nothing was dropped for its numerics; two first-draft
+bug variants were changed because check_vma rejected them (7.'s z-loss
+bug, now with a pmean over (dp, tp), and 10.'s second bug).
+Exported with scalify_jax.export_pair; every pair is also run by JAX on
+seeded inputs and its manifest entry records the largest difference from
+the single-device run ("numerics").
+Run from the repository root: bash samples/gen/run_fresh26.sh [SUBSTR...]
+(only the pairs whose name contains a SUBSTR; the others keep their entries).
+"""
 import sys
 import numpy as np
 import jax, jax.numpy as jnp
@@ -514,7 +608,7 @@ C.smap("s.train_step_2layer_fsdp_tp_adamw_clip.dp2xtp4", {"dp": 2, "tp": 4}, ste
        check_vma=True)
 
 # ---------------------------------------------------------------------------
-# 10b. sliding-window causal attention on packed rows, sequence over sp
+# 11. sliding-window causal attention on packed rows, sequence over sp
 #     (window W <= block): each device receives the last W - 1 keys, values
 #     and segment ids of its left neighbour by ppermute (zeros and segment
 #     -1 on device 0) and masks by window and document.
@@ -551,7 +645,7 @@ C.smap("s.swa_packed_docmask_halo.sp4", {"sp": 4}, swa_packed_sp, (P(None, "sp")
        bugs=[("halo-segments-own", ["missing-collective"]), ("window-off-by-one", ["wrong-offset"])])
 
 # ---------------------------------------------------------------------------
-# 10c. decoding one token against a KV cache whose sequence is over sp,
+# 12. decoding one token against a KV cache whose sequence is over sp,
 #     keys stored unrotated and rotated on the fly with NTK-aware scaled
 #     rotary frequencies (base * factor^(rot / (rot - 2)), 6 of 8 dims) at
 #     their global cache positions; the query at position len - 1 of its
@@ -593,7 +687,7 @@ C.smap("s.ntk_rope_decode_kvcache_sp.sp4", {"sp": 4}, ntk_decode_sp, (P(), P(Non
 
 # ---------------------------------------------------------------------------
 # GSPMD pairs (jax.jit with in/out shardings).
-# 11. packed rows with the sequence over sp: position ids restarting per
+# 13. packed rows with the sequence over sp: position ids restarting per
 #     document (cummax of document starts), YaRN partial RoPE at them, and
 #     causal attention under the document mask.
 
@@ -608,19 +702,19 @@ def packed_block(q, k, v, seg):
 C.gspmd("g.packed_yarn_rope_docmask_attn.sp4", {"sp": 4}, (P(None, "sp"),) * 4, P(None, "sp"), packed_block,
         (R(B, T, H, E), R(B, T, H, E), R(B, T, H, E), SEG))
 
-# 12. the vocab-parallel loss of 7. (z-loss, label smoothing) and its
+# 14. the vocab-parallel loss of 7. (z-loss, label smoothing) and its
 #     gradient under jax.value_and_grad, the head's vocab over tp, batch
 #     over dp.
 C.gspmd("g.vocab_ce_zloss_smoothing_grad.dp2xtp4", {"dp": 2, "tp": 4}, (P("dp"), P(None, "tp"), P("dp")),
         (P(), P(None, "tp")), ce_zloss, (R(4, 6, D7), R(D7, V7, scale=0.5), I(0, V7, 4, 6)))
 
-# 13. the next-token loss of 3. on packed rows (targets masked at document
+# 15. the next-token loss of 3. on packed rows (targets masked at document
 #     boundaries) and its gradient in the head, sequence over sp.
 C.gspmd("g.packed_nexttoken_loss_grad.sp4", {"sp": 4}, (P(None, "sp"), P(), P(None, "sp"), P(None, "sp")),
         (P(), P()), lambda h, w, tok, seg: jax.value_and_grad(packed_loss, 1)(h, w, tok, seg),
         (R(B, T, 16), R(16, V, scale=0.5), I(0, V, B, T), SEG3))
 
-# 14. the training step of 10. (AdamW with a decay mask, clipping by the
+# 16. the training step of 10. (AdamW with a decay mask, clipping by the
 #     global norm) with the parameters under FSDP x TP shardings and the
 #     activations constrained the Megatron way: the residual stream with
 #     its sequence over tp (sequence parallel), attention outputs with
@@ -647,7 +741,7 @@ def step14(p, s, tok):
 C.gspmd("g.train_step_2layer_fsdp_tp_sp_adamw.dp2xtp4", {"dp": 2, "tp": 4}, (SPEC10, SS10, P("dp")),
         (SPEC10, SS10, P()), step14, (P10, S10, I(0, V10, 4, T10 + 1)))
 
-# 15. GQA with 8 query heads over tp8 and 2 kv heads (replicated
+# 17. GQA with 8 query heads over tp8 and 2 kv heads (replicated
 #     projections) jnp.repeat'ed and constrained to the query heads'
 #     sharding, per-head QK-norm with per-head gains.
 M15 = make_mesh({"tp": 8})
