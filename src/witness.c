@@ -30,19 +30,16 @@ static void block_offsets(const view *v, const mesh *m, const int64_t *gdims, ui
 static int64_t range_in(const hlo_module *m, uint32_t ci, const bool *from_k, int depth) {
     const hlo_comp *c = &m->comps[ci];
     int *src = xmalloc((size_t)(c->ninstrs ? c->ninstrs : 1) * sizeof *src); /* -1: other data, 0: from k, 1: constant */
+    for (uint32_t i = 0; i < c->ninstrs; i++) src[i] = -1;
+    for (uint32_t q = 0; q < c->nparams; q++)
+        if (from_k[q] && c->params[q] < c->ninstrs) src[c->params[q]] = 0;
     int64_t range = 0;
     for (uint32_t i = 0; i < c->ninstrs; i++) {
         const hlo_instr *in = &c->instrs[i];
         int from = -1;
         int64_t r = 0;
         switch (in->op) {
-        case OP_PARAMETER: {
-            int64_t pn = -1;
-            for (uint32_t q = 0; q < c->nparams && pn < 0; q++)
-                if (c->params[q] == i) pn = q;
-            from = pn >= 0 && from_k[pn] ? 0 : -1;
-            break;
-        }
+        case OP_PARAMETER: from = src[i]; break;
         case OP_CONSTANT: case OP_IOTA: from = 1; break;
         case OP_CONVERT: case OP_RESHAPE: case OP_BROADCAST: case OP_SLICE: case OP_COPY: case OP_BITCAST:
         case OP_TRANSPOSE: case OP_CONCATENATE: case OP_ADD: case OP_SUBTRACT: case OP_MULTIPLY: case OP_SELECT:
@@ -226,7 +223,7 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
     interp_val *bout = NULL, **dout = xcalloc((size_t)ndev, sizeof *dout);
     interp_rng rng;
     interp_rng_seed(&rng, seed);
-    bool ok = true, has_ints = false;
+    bool ok = true;
     for (uint32_t k = 0; k < np && ok; k++) {
         const hlo_instr *p = &be->instrs[be->params[k]];
         global[k] = interp_val_new(p->shape.dtype, p->shape.rank, p->shape.dims);
@@ -248,7 +245,6 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
             if (ints != INTS_OFF_ZERO && range > 0) global[k]->i[e] = llabs(global[k]->i[e]) % range;
             else if (ints == INTS_OFF_ZERO) global[k]->i[e] = 1 + llabs(global[k]->i[e]) % (below - 1);
         }
-        has_ints |= global[k]->i && global[k]->dtype != DT_PRED;
         /* integer data split over devices (each holds other entries) */
         w->sharded_ints |= global[k]->i && global[k]->dtype != DT_PRED && !view_is_dup(&rel->inputs[k]);
     }
@@ -260,7 +256,6 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
             dargs[d][k] = interp_val_slice(global[k], off, size);
         }
     }
-    w->int_inputs |= has_ints;
     interp_val **bargs[1] = {global};
     /* A run that started but ran out of steps or loop iterations "did not finish". */
     int st;

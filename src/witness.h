@@ -69,7 +69,6 @@ typedef struct witness {
                                * shifted ones of seed + 3) */
     bool nan_seen;            /* some baseline output held NaN */
     bool nonfinite;           /* (while running) some difference beside inf or NaN only */
-    bool int_inputs;          /* the programs take integer inputs */
     bool sharded_ints;        /* some integer input is split over devices (each holds other entries) */
     bool out_of_bounds_more;  /* a run where the distributed program (all devices) applied fewer scatter updates,
                                * or read fewer gather slices unclamped, than the baseline */
