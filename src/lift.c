@@ -915,14 +915,50 @@ static void elementwise_align_units(lstate *s) {
 }
 
 /* Value i of s's computation, sharded as xv and built by elementwise ops
- * from broadcasts that add every dim where its global dims g differ from
- * xv's (dims xv leaves whole, so the value is constant along them): the same
- * ops at dims g, the broadcasts' operands unchanged. Depth-bounded; false
- * when not of that form. */
-static bool widen_constant(lstate *s, uint32_t i, const view *xv, const int64_t *g, uint32_t depth, eid *out) {
+ * and reshapes from broadcasts that add every dim where its global dims g
+ * differ from xv's (dims xv leaves whole, so the value is constant along
+ * them): the same ops at dims g, the broadcasts' operands unchanged (or
+ * widened alike where they keep such a dim). At most *budget instructions
+ * visited (WIDEN_BUDGET from the top: a chain of a dozen ops, as a rotary
+ * table's); false when not of that form. */
+enum { WIDEN_BUDGET = 48 };
+static bool widen_constant(lstate *s, uint32_t i, const view *xv, const int64_t *g, uint32_t *budget, eid *out);
+
+/* widen_constant of a reshape y that only inserts or drops unit dims (the
+ * other dims alike, in order): its operand widened under the same view of
+ * those dims, reshaped to them; a unit dim of y that xv shards (a value
+ * constant along the heads, read under the heads' sharding) is a broadcast
+ * along it. */
+static bool widen_reshape(lstate *s, const hlo_instr *y, const view *xv, const int64_t *g, uint32_t *budget, eid *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *z = &s->comp->instrs[y->operands[0]];
+    uint32_t ry = y->shape.rank, rz = z->shape.rank, jy = 0;
+    if (rz > VIEW_MAX_RANK) return false;
+    view vz = view_dup(rz);
+    int64_t gz[VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < rz; d++) {
+        gz[d] = 1;
+        if (z->shape.dims[d] == 1) continue;
+        while (jy < ry && y->shape.dims[jy] == 1) jy++;
+        if (jy == ry || y->shape.dims[jy] != z->shape.dims[d]) return false;
+        vz.dims[d] = xv->dims[jy];
+        gz[d] = g[jy++];
+    }
+    for (; jy < ry; jy++)
+        if (y->shape.dims[jy] != 1) return false;
+    eid ez;
+    if (!widen_constant(s, y->operands[0], &vz, gz, budget, &ez)) return false;
+    bool wide[VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < ry; d++) wide[d] = y->shape.dims[d] == 1 && g[d] != 1;
+    *out = lf_mk_unit_broadcast(c, ez, y->shape.dtype, g, wide, ry);
+    return *out != EID_NONE;
+}
+
+static bool widen_constant(lstate *s, uint32_t i, const view *xv, const int64_t *g, uint32_t *budget, eid *out) {
     lift_ctx *c = s->c;
     const hlo_instr *y = &s->comp->instrs[i];
-    if (depth > 8 || y->shape.rank != xv->rank) return false;
+    if (*budget == 0 || y->shape.rank != xv->rank) return false;
+    --*budget;
     uint32_t t = lf_type_of(c, y->shape.dtype, g, y->shape.rank);
     /* A broadcast reads under xv whatever view it was given, when its
      * operand's dims are sharded as xv's dims they become. */
@@ -932,16 +968,24 @@ static bool widen_constant(lstate *s, uint32_t i, const view *xv, const int64_t 
         lval src = s->vals[y->operands[0]];
         if (!lf_index_as_term(c, &src) || src.kind != LV_TERM || src.v.partial || src.v.rank != nd || lf_scale_of(&src) != 1)
             return false;
-        int64_t gy[VIEW_MAX_RANK];
+        int64_t gy[VIEW_MAX_RANK], gs[VIEW_MAX_RANK];
         lf_global_dims(c, xv, &y->shape, gy);
-        for (uint32_t k = 0; k < nd; k++)
-            if (bd[k] < 0 || (uint64_t)bd[k] >= y->shape.rank || g[bd[k]] != gy[bd[k]] ||
-                src.v.dims[k].naxes != xv->dims[bd[k]].naxes ||
+        bool kept = true; /* the operand's dims as they are (else widened too) */
+        view vs = view_dup(nd);
+        for (uint32_t k = 0; k < nd; k++) {
+            if (bd[k] < 0 || (uint64_t)bd[k] >= y->shape.rank || src.v.dims[k].naxes != xv->dims[bd[k]].naxes ||
                 memcmp(src.v.dims[k].axes, xv->dims[bd[k]].axes, src.v.dims[k].naxes))
                 return false;
-        *out = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bd, nd), t, &src.cls, 1, c->origin);
+            kept &= g[bd[k]] == gy[bd[k]];
+            vs.dims[k] = xv->dims[bd[k]];
+            gs[k] = g[bd[k]];
+        }
+        eid x0 = src.cls;
+        if (!kept && !widen_constant(s, y->operands[0], &vs, gs, budget, &x0)) return false;
+        *out = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bd, nd), t, &x0, 1, c->origin);
         return true;
     }
+    if (y->op == OP_RESHAPE && y->noperands == 1) return widen_reshape(s, y, xv, g, budget, out);
     lval x = s->vals[i];
     if (!lf_is_elementwise(y->op) || y->noperands == 0 || y->noperands > 3 || !lf_index_as_term(c, &x) ||
         x.kind != LV_TERM || x.v.partial || !lf_same_sharding(&x.v, xv) || lf_scale_of(&x) != 1)
@@ -952,13 +996,13 @@ static bool widen_constant(lstate *s, uint32_t i, const view *xv, const int64_t 
         const lval *z = &s->vals[y->operands[o]];
         if (z->kind == LV_TERM && eg_find(c->g, z->cls) == eg_find(c->g, x.cls) && lf_scale_of(z) == 1 &&
             s->comp->instrs[y->operands[o]].shape.rank == y->shape.rank)
-            return widen_constant(s, y->operands[o], xv, g, depth + 1, out);
+            return widen_constant(s, y->operands[o], xv, g, budget, out);
     }
     eid ch[3];
     for (uint32_t o = 0; o < y->noperands; o++) {
         const hlo_instr *z = &s->comp->instrs[y->operands[o]];
         if (z->shape.rank != y->shape.rank) return false;
-        if (!widen_constant(s, y->operands[o], xv, g, depth + 1, &ch[o])) return false;
+        if (!widen_constant(s, y->operands[o], xv, g, budget, &ch[o])) return false;
     }
     *out = lf_node(c, c->cur, y, ch, y->noperands, g, c->origin);
     return *out != EID_NONE;
@@ -987,7 +1031,8 @@ static bool review_constant(lstate *s, uint32_t o, const view *want) {
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(s->c, &w, &y->shape, g);
     eid r;
-    if (!widen_constant(s, s->in->operands[o], &x->v, g, 0, &r)) return false;
+    uint32_t budget = WIDEN_BUDGET;
+    if (!widen_constant(s, s->in->operands[o], &x->v, g, &budget, &r)) return false;
     s->ops[o] = term(r, w, x->assumed);
     return true;
 }

@@ -377,6 +377,18 @@ static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_
         const hlo_instr *xi = &comp->instrs[in->operands[0]];
         const int64_t *a = xi->shape.dims, *b = in->shape.dims;
         uint32_t ra = xi->shape.rank, rb = in->shape.rank, p = 0, q = 0;
+        /* a unit dim w shards: every device the same, so constant along it
+         * (a broadcast), whatever its group */
+        bool wide[VIEW_MAX_RANK], any = false;
+        view w1 = *w;
+        for (uint32_t d = 0; d < rb; d++) {
+            wide[d] = b[d] == 1 && w->dims[d].naxes;
+            if (wide[d]) any = true, w1.dims[d] = (view_dim){0};
+        }
+        if (any) {
+            eid r = konst_at(c, comp, vals, i, &w1, depth + 1);
+            return r == EID_NONE ? r : lf_mk_unit_broadcast(c, r, in->shape.dtype, dims, wide, rb);
+        }
         view u = view_dup(ra);
         while (p < ra || q < rb) {
             uint32_t p2, q2;

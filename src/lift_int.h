@@ -104,6 +104,10 @@ uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank);
 uint32_t lf_list_attr(lift_ctx *c, int key, const int64_t *v, uint32_t n);
 struct interp_val *lf_kval(lift_ctx *c, eid cls);
 eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin);
+/* x (whose elements are those of the global dims g without the dims wide
+ * marks, unit dims of the local value that a view shards: constant along
+ * them) reshaped to those dims and broadcast along the wide ones to g. */
+eid lf_mk_unit_broadcast(lift_ctx *c, eid x, int dtype, const int64_t *g, const bool *wide, uint32_t rank);
 /* transpose(x): result dim q is x's dim perm[q] (x itself for the identity) */
 eid lf_mk_transpose(lift_ctx *c, eid x, const int64_t *perm);
 /* x with its dim `from` moved to position `to`, the others in order. */

@@ -200,11 +200,13 @@ static bool reshape_split_reading(lift_ctx *c, const lval *x, const hlo_instr *i
  * axes may spread over the unit dims and it: all are true readings, and the
  * one whose term the baseline already has is taken (the unit dim by
  * default). Anything else needs a layout view. */
-/* A reshape that moves the one sharded dim, a local unit dim, across non-unit
- * dims to the output's one unit dim ([6, 1, 8] -> [1, 6, 8] where the 1 is a
- * vmapped ensemble sharded over its axis; XLA writes the transpose of a unit
- * dim as a reshape): locally a relabelling, globally a transpose of the
- * sharded dim to where the unit dim lands. */
+/* A reshape that moves the one sharded unit dim across non-unit dims to the
+ * output's one unit dim ([6, 1, 8] -> [1, 6, 8] where the 1 is a vmapped
+ * ensemble sharded over its axis; [2, 1, 8, 8] -> [2, 8, 1, 8] where the 1 is
+ * the heads over tp and the 2 the batch over dp; XLA writes the transpose of
+ * a unit dim as a reshape): locally a relabelling, globally a transpose of
+ * the sharded unit dim to where the unit dim lands. The non-unit dims keep
+ * their order, shardings and blocks. */
 static bool unit_dim_moved(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in, *src = &s->comp->instrs[in->operands[0]];
@@ -213,8 +215,8 @@ static bool unit_dim_moved(lstate *s, lval *out) {
     uint32_t ra = src->shape.rank, rb = in->shape.rank, k = ra, jo = rb, na = 0, nb = 0, nka = 0, nkb = 0;
     if (ra > VIEW_MAX_RANK || rb > VIEW_MAX_RANK) return false;
     for (uint32_t d = 0; d < ra; d++)
-        if (x->v.dims[d].naxes) {
-            if (k < ra || a[d] != 1) return false;
+        if (x->v.dims[d].naxes && a[d] == 1) {
+            if (k < ra) return false;
             k = d;
         }
     for (uint32_t d = 0; d < rb; d++)
@@ -223,21 +225,31 @@ static bool unit_dim_moved(lstate *s, lval *out) {
             jo = d;
         }
     if (k == ra || jo == rb) return false;
-    /* the non-unit dims alike, in order; where the sharded one sits among them */
+    /* the non-unit dims alike, in order (ia, ib: where they are); where the
+     * sharded unit dim sits among them */
     int64_t ka[VIEW_MAX_RANK], kb[VIEW_MAX_RANK];
+    uint32_t ia[VIEW_MAX_RANK], ib[VIEW_MAX_RANK];
     for (uint32_t d = 0; d < ra; d++) {
         if (d == k) na = nka;
-        if (a[d] != 1) ka[nka++] = a[d];
+        if (a[d] != 1) ia[nka] = d, ka[nka++] = a[d];
     }
     for (uint32_t d = 0; d < rb; d++) {
         if (d == jo) nb = nkb;
-        if (b[d] != 1) kb[nkb++] = b[d];
+        if (b[d] != 1) ib[nkb] = d, kb[nkb++] = b[d];
     }
     if (nka != nkb || memcmp(ka, kb, nka * sizeof *ka) || na == nb) return false;
     int64_t parts = view_dim_parts(&x->v, c->mesh, k), g1[VIEW_MAX_RANK], perm[VIEW_MAX_RANK];
     uint32_t n = nka + 1;
     /* the global term with the unsharded unit dims dropped, the sharded one at na */
-    for (uint32_t q = 0, t = 0; q < n; q++) g1[q] = q == na ? parts : ka[t++];
+    for (uint32_t q = 0, t = 0; q < n; q++) {
+        if (q == na) {
+            g1[q] = parts;
+            continue;
+        }
+        int64_t pt = view_dim_parts(&x->v, c->mesh, ia[t]);
+        if (pt < 1) return false;
+        g1[q] = ka[t++] * pt;
+    }
     /* output order: the non-unit dims with the sharded one at nb */
     for (uint32_t q = 0, t = 0; q < n; q++) {
         uint32_t from = q == nb ? na : (t < na ? t : t + 1);
@@ -249,6 +261,7 @@ static bool unit_dim_moved(lstate *s, lval *out) {
     y = lf_mk_transpose(c, y, perm);
     view v = view_dup(rb);
     v.dims[jo] = x->v.dims[k];
+    for (uint32_t t = 0; t < nka; t++) v.dims[ib[t]] = x->v.dims[ia[t]];
     v.partial = x->v.partial;
     v.red = x->v.red;
     int64_t dims[VIEW_MAX_RANK];

@@ -464,6 +464,18 @@ eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin) {
     return eg_add(c->g, OP_RESHAPE, 0, t, &x, 1, origin);
 }
 
+eid lf_mk_unit_broadcast(lift_ctx *c, eid x, int dt, const int64_t *g, const bool *wide, uint32_t rank) {
+    int64_t keep[VIEW_MAX_RANK] = {0}, gk[VIEW_MAX_RANK] = {0};
+    uint32_t n = 0;
+    if (rank > VIEW_MAX_RANK) return EID_NONE;
+    for (uint32_t d = 0; d < rank; d++)
+        if (!wide[d]) keep[n] = d, gk[n++] = g[d];
+    eid r = lf_mk_reshape(c, x, lf_type_of(c, dt, gk, n), c->origin);
+    if (n == rank) return r;
+    return eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, keep, n), lf_type_of(c, dt, g, rank), &r, 1,
+                  c->origin);
+}
+
 /* Whether reduce `in` over children ch (operand, init) reduces only dims of
  * size 1 from an init that is its reducer's identity (0 for sum, ±inf for
  * max/min, 1 for a product, true/false for and/or): then it is its operand
