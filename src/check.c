@@ -678,6 +678,7 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         }
         if (apart && saturate(&sr, g, UINT32_MAX)) final_run = &sr.runs[sr.nruns - 1];
     }
+    lift_debug_rediff(&lc);
     double sat_ms = final_run ? final_run->ms : 0;
 
     /* The same mistake repeats in every layer: the first CHECK_MAX_PER_KIND of a

@@ -925,31 +925,43 @@ enum { WIDEN_BUDGET = 48 };
 static bool widen_constant(lstate *s, uint32_t i, const view *xv, const int64_t *g, uint32_t *budget, eid *out);
 
 /* widen_constant of a reshape y that only inserts or drops unit dims (the
- * other dims alike, in order): its operand widened under the same view of
- * those dims, reshaped to them; a unit dim of y that xv shards (a value
- * constant along the heads, read under the heads' sharding) is a broadcast
- * along it. */
+ * other dims alike, in order): its operand z widened under its own view
+ * along the dims that correspond to y's widened ones, reshaped; a unit dim
+ * of y that is widened (a value constant along the heads, read under the
+ * heads' sharding) is a broadcast along it. Unit dims may carry a sharding
+ * on either side (readings of the reshape): only the widened dims must be
+ * whole on both. */
 static bool widen_reshape(lstate *s, const hlo_instr *y, const view *xv, const int64_t *g, uint32_t *budget, eid *out) {
     lift_ctx *c = s->c;
     const hlo_instr *z = &s->comp->instrs[y->operands[0]];
+    const lval *zv = &s->vals[y->operands[0]];
     uint32_t ry = y->shape.rank, rz = z->shape.rank, jy = 0;
-    if (rz > VIEW_MAX_RANK) return false;
-    view vz = view_dup(rz);
-    int64_t gz[VIEW_MAX_RANK];
+    if (rz > VIEW_MAX_RANK || ry > VIEW_MAX_RANK || zv->kind != LV_TERM || zv->v.partial || zv->v.rank != rz) return false;
+    int64_t gy[VIEW_MAX_RANK], gz[VIEW_MAX_RANK], pz = 1, py = 1;
+    lf_global_dims(c, xv, &y->shape, gy);
+    lf_global_dims(c, &zv->v, &z->shape, gz);
+    bool wide[VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < ry; d++) {
+        wide[d] = y->shape.dims[d] == 1 && g[d] != gy[d];
+        if (g[d] != gy[d] && xv->dims[d].naxes) return false;
+        if (!wide[d]) py *= g[d];
+    }
     for (uint32_t d = 0; d < rz; d++) {
-        gz[d] = 1;
-        if (z->shape.dims[d] == 1) continue;
-        while (jy < ry && y->shape.dims[jy] == 1) jy++;
-        if (jy == ry || y->shape.dims[jy] != z->shape.dims[d]) return false;
-        vz.dims[d] = xv->dims[jy];
-        gz[d] = g[jy++];
+        if (z->shape.dims[d] != 1) {
+            while (jy < ry && y->shape.dims[jy] == 1) jy++;
+            if (jy == ry || y->shape.dims[jy] != z->shape.dims[d]) return false;
+            if (g[jy] != gy[jy]) {
+                if (zv->v.dims[d].naxes) return false;
+                gz[d] = g[jy];
+            }
+            jy++;
+        }
+        pz *= gz[d];
     }
     for (; jy < ry; jy++)
         if (y->shape.dims[jy] != 1) return false;
     eid ez;
-    if (!widen_constant(s, y->operands[0], &vz, gz, budget, &ez)) return false;
-    bool wide[VIEW_MAX_RANK];
-    for (uint32_t d = 0; d < ry; d++) wide[d] = y->shape.dims[d] == 1 && g[d] != 1;
+    if (pz != py || !widen_constant(s, y->operands[0], &zv->v, gz, budget, &ez)) return false;
     *out = lf_mk_unit_broadcast(c, ez, y->shape.dtype, g, wide, ry);
     return *out != EID_NONE;
 }
@@ -2045,42 +2057,56 @@ static bool respread_missed(const lstate *s, const lval *v) {
     return any && !(v->kind == LV_TERM && v->cls != EID_NONE && (eg_class_origin(s->c->g, v->cls) & EG_BASELINE));
 }
 
+/* SCALIFY_DEBUG base=, term=: the two terms named (baseline, distributed),
+ * kept for lift_debug_rediff after saturation. */
+static eid dbg_base = EID_NONE, dbg_term = EID_NONE;
+
+/* Descends x and y to the first node where they part and prints both terms
+ * there (depth dbg_depth()). */
+static void debug_diff(lift_ctx *c, eid x, eid y) {
+    for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
+        eid nx = eg_class_first(c->g, x), ny = eg_class_first(c->g, y);
+        uint32_t kx, ky;
+        const eid *cx = eg_node_children(c->g, nx, &kx), *cy = eg_node_children(c->g, ny, &ky);
+        uint32_t ax, ay;
+        eg_attr_words(c->g, eg_node_attr(c->g, nx), &ax);
+        eg_attr_words(c->g, eg_node_attr(c->g, ny), &ay);
+        fprintf(stderr, "diff depth %d: op %d/%d attr %u/%u (len %u/%u) type %u/%u kids %u/%u\n", depth,
+                eg_node_op(c->g, nx), eg_node_op(c->g, ny), eg_node_attr(c->g, nx), eg_node_attr(c->g, ny), ax, ay,
+                eg_class_type(c->g, x), eg_class_type(c->g, y), kx, ky);
+        uint32_t k = 0;
+        while (k < kx && k < ky && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
+        /* where they part (ops, arity, or attributes and types over the same children): both terms */
+        if (kx != ky || eg_node_op(c->g, nx) != eg_node_op(c->g, ny) || k == kx) {
+            strbuf b;
+            sb_init(&b);
+            eg_print_term(&b, c->g, x, dbg_depth());
+            sb_puts(&b, "\n   distributed: ");
+            eg_print_term(&b, c->g, y, dbg_depth());
+            fprintf(stderr, "   baseline:    %s\n", b.s);
+            sb_free(&b);
+            break;
+        }
+        x = cx[k];
+        y = cy[k];
+    }
+}
+
+void lift_debug_rediff(lift_ctx *c) {
+    if (dbg_base == EID_NONE || dbg_term == EID_NONE) return;
+    fprintf(stderr, "after saturation:\n");
+    debug_diff(c, dbg_base, dbg_term);
+}
+
 /* SCALIFY_DEBUG base=, term=, views: the value v just lifted for in,
  * described on stderr (HACKING.md lists them). */
 static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
-    static eid dbg_base = EID_NONE;
     const char *dbgb = dbg_base_name(), *dbg = dbg_term_name();
     bool dbgv = dbg_on(DBG_VIEWS);
     if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
     if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && (v->kind == LV_TERM || v->kind == LV_ROW)) {
-        /* Descend both terms to the first node where they part. */
-        eid x = dbg_base, y = v->cls;
-        for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
-            eid nx = eg_class_first(c->g, x), ny = eg_class_first(c->g, y);
-            uint32_t kx, ky;
-            const eid *cx = eg_node_children(c->g, nx, &kx), *cy = eg_node_children(c->g, ny, &ky);
-            uint32_t ax, ay;
-            eg_attr_words(c->g, eg_node_attr(c->g, nx), &ax);
-            eg_attr_words(c->g, eg_node_attr(c->g, ny), &ay);
-            fprintf(stderr, "diff depth %d: op %d/%d attr %u/%u (len %u/%u) type %u/%u kids %u/%u\n", depth,
-                    eg_node_op(c->g, nx), eg_node_op(c->g, ny), eg_node_attr(c->g, nx), eg_node_attr(c->g, ny), ax, ay,
-                    eg_class_type(c->g, x), eg_class_type(c->g, y), kx, ky);
-            uint32_t k = 0;
-            while (k < kx && k < ky && eg_find(c->g, cx[k]) == eg_find(c->g, cy[k])) k++;
-            /* where they part (ops, arity, or attributes and types over the same children): both terms */
-            if (kx != ky || eg_node_op(c->g, nx) != eg_node_op(c->g, ny) || k == kx) {
-                strbuf b;
-                sb_init(&b);
-                eg_print_term(&b, c->g, x, dbg_depth());
-                sb_puts(&b, "\n   distributed: ");
-                eg_print_term(&b, c->g, y, dbg_depth());
-                fprintf(stderr, "   baseline:    %s\n", b.s);
-                sb_free(&b);
-                break;
-            }
-            x = cx[k];
-            y = cy[k];
-        }
+        dbg_term = v->cls;
+        debug_diff(c, dbg_base, v->cls);
     }
     if (dbgv && !c->baseline_mode) {
         /* Every distributed value's kind, view and term (lval kinds as in lift.h). */

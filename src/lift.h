@@ -464,6 +464,10 @@ lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs);
  * and rebuilding): out[i] for segment i. */
 void lift_segment_classes(lift_ctx *c, uint32_t *out);
 
+/* SCALIFY_DEBUG base=, term=: the two terms' first parting, again (after the
+ * final saturation); nothing unless both were named and lifted. */
+void lift_debug_rediff(lift_ctx *c);
+
 /* The mesh axes (bitmask) whose device groups are exactly the given replica
  * groups (order inside a group respected when ordered); -1 when none. */
 int lift_groups_axes(const lift_ctx *c, const hlo_instr *in, bool ordered);

@@ -317,11 +317,16 @@ static double result_factor(lstate *s) {
     }
     if (n == 0 || !dtype_is_float(in->shape.dtype) || in->shape.dtype == DT_TUPLE) return 0;
     double s0 = lf_scale_of(&ops[0]);
+    /* A root of f·x where the baseline put that f back into x before its
+     * root (its jnp.var divides under a where(n - ddof > 0, ..., nan) that
+     * does not carry factors): the root of the same product, to meet it. */
+    bool base_put_back = !c->baseline_mode && n == 1 && ops[0].kind == LV_TERM && ops[0].cls != EID_NONE &&
+                         fabs(base_factor(c, ops[0].cls) - s0) <= 1e-12 * fabs(s0);
     switch (in->op) {
     case OP_SQRT:
-        return n == 1 && s0 > 0 ? sqrt(s0) : 0;
+        return n == 1 && s0 > 0 && !base_put_back ? sqrt(s0) : 0;
     case OP_RSQRT:
-        return n == 1 && s0 > 0 ? 1 / sqrt(s0) : 0;
+        return n == 1 && s0 > 0 && !base_put_back ? 1 / sqrt(s0) : 0;
     case OP_TRANSPOSE: case OP_RESHAPE: case OP_BITCAST: case OP_BROADCAST: case OP_REVERSE: case OP_SLICE:
     case OP_DYNAMIC_SLICE: case OP_ALL_GATHER: case OP_ALL_TO_ALL: case OP_COLLECTIVE_PERMUTE:
         return n == 1 || in->op == OP_DYNAMIC_SLICE ? s0 : 0;
@@ -565,9 +570,14 @@ static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, tra
     const char *how = NULL;
     strbuf ax;
     sb_init(&ax);
+    /* Only axes the sum collective upstream reduces over can be a psum
+     * taken for a pmean (a factor 2 after a psum over tp of 4 is not one,
+     * whatever other axis has 2 devices). */
+    int summed = was->summed_at ? lift_groups_axes(c, was->summed_at, false) : -1;
     /* n, or n² where a squared value follows (a gradient norm's square) */
     for (int pw = 1; pw <= 2 && !how; pw++)
         for (uint32_t mask = 1; mask < 1u << m->naxes && !how; mask++) {
+            if (summed >= 0 && (mask & ~(uint32_t)summed)) continue;
             double n = 1;
             for (uint32_t a = 0; a < m->naxes; a++)
                 if (mask >> a & 1) n *= (double)m->sizes[a];
