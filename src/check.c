@@ -874,7 +874,9 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         if (div && lc.divergence_layout)
             sb_printf(&msg, "first divergence at %s: it rearranges baseline values into a layout no baseline value has, "
                       "and the program computes with them in that layout", ui->name);
-        else if (div && lc.divergence_note) sb_printf(&msg, "first divergence at %s: %s", ui->name, lc.divergence_note);
+        else if (div && lc.divergence_note)
+            sb_printf(&msg, "first divergence at %s: %s%s%s", ui->name, lc.divergence_note, lc.divergence_cause ? ": " : "",
+                      lc.divergence_cause ? lc.divergence_cause : "");
         else if (div) sb_printf(&msg, "first divergence at %s", ui->name);
         else if (lc.divergence)
             sb_printf(&msg, "the first instruction not related is %s (%s); the first divergence, %s, comes after the '%s' "
@@ -929,6 +931,8 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         } else {
             sb_printf(&msg, "unverified: %s; first divergence at %s, whose operands are related",
                       why.s ? why.s : "the outputs meet only through values not proved to be the baseline's", ui->name);
+            /* a factor here is no finding (a later op may cancel it): its words
+             * without a cause */
             if (ui == lc.divergence && lc.divergence_note) sb_printf(&msg, " (%s)", lc.divergence_note);
             if (final_run) /* sr.last is that run's result */
                 sb_printf(&msg, " (still apart after equality saturation with %u rule%s: %u iteration%s, stopped: %s)",

@@ -2519,6 +2519,7 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
                 /* the op proved different itself (lift_table.c): what it says */
                 c->divergence_kind = c->diffs[v->diff - 1].kind;
                 c->divergence_note = c->diffs[v->diff - 1].message;
+                c->divergence_cause = NULL;
             }
             c->divergence_layout = via != NULL && c->divergence_kind == LF_NO_KIND;
             c->divergence_resynced = c->resynced > 0;

@@ -318,6 +318,8 @@ typedef struct lift_ctx {
     bool divergence_layout;               /* it is a layout op handing a rearrangement over */
     trace_kind divergence_kind;           /* a kind the divergence suggests (a factor: lift_scale.c), or LF_NO_KIND */
     char *divergence_note;                /* words on it (arena), or NULL */
+    char *divergence_cause;               /* a likely cause of a factor there, as a bug (arena), or NULL:
+                                           * said only when the difference is a finding */
     strmap base_factors;                  /* baseline term class -> index in base_factor */
     double *base_factor;                  /* the factor the baseline put back into that term */
     size_t nbase_factors, capbase_factors;

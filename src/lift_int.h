@@ -320,7 +320,7 @@ typedef struct lf_loop_mark {
     uint64_t lifted, assumed;
     const hlo_instr *first_unsupported, *later_unsupported, *divergence;
     const hlo_comp *first_unsupported_comp, *later_unsupported_comp, *divergence_comp;
-    char *unsupported_why, *later_unsupported_why, *divergence_note;
+    char *unsupported_why, *later_unsupported_why, *divergence_note, *divergence_cause;
     bool unsupported_konst, later_unsupported_konst, divergence_konst, divergence_layout, divergence_resynced;
     trace_kind divergence_kind;
     const char *resync_scope;

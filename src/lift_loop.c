@@ -892,7 +892,7 @@ lf_loop_mark lf_loop_mark_take(const lift_ctx *c) {
                        sg ? sg->unsupported : 0, sg ? sg->divergent : 0, sg ? sg->outside : 0, c->next_loop,
                        c->assumptions.len, c->lifted, c->assumed, c->first_unsupported, c->later_unsupported,
                        c->divergence, c->first_unsupported_comp, c->later_unsupported_comp, c->divergence_comp,
-                       c->unsupported_why, c->later_unsupported_why, c->divergence_note, c->unsupported_konst,
+                       c->unsupported_why, c->later_unsupported_why, c->divergence_note, c->divergence_cause, c->unsupported_konst,
                        c->later_unsupported_konst, c->divergence_konst, c->divergence_layout, c->divergence_resynced,
                        c->divergence_kind, c->resync_scope};
 }
@@ -926,6 +926,7 @@ void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m) {
     c->unsupported_why = m->unsupported_why;
     c->later_unsupported_why = m->later_unsupported_why;
     c->divergence_note = m->divergence_note;
+    c->divergence_cause = m->divergence_cause;
     c->unsupported_konst = m->unsupported_konst;
     c->later_unsupported_konst = m->later_unsupported_konst;
     c->divergence_konst = m->divergence_konst;

@@ -79,7 +79,7 @@ static double base_factor(lift_ctx *c, eid x) {
 }
 
 static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, trace_kind *kind, char **note,
-                         const hlo_instr **at);
+                         char **cause, const hlo_instr **at);
 static bool factors_differ(lift_ctx *c, eid x, double r);
 
 /* The distributed computation holding instruction in (NULL: none). */
@@ -96,6 +96,17 @@ static const hlo_comp *dist_comp_of(lift_ctx *c, const hlo_instr *in) {
  * sb·T, and with sd ≠ sb they differ wherever T is non-zero. Recorded as a
  * proved difference (lval.diff, corr = sb·T); the ops after it keep it only
  * where they provably do (lf_scale_differ). */
+/* note, then ": cause" when there is one (arena): a proved difference's words. */
+static char *with_cause(lift_ctx *c, const char *note, const char *cause) {
+    if (!cause) return (char *)note;
+    size_t n = strlen(note), k = strlen(cause);
+    char *r = arena_alloc(c->a, n + k + 3);
+    memcpy(r, note, n);
+    memcpy(r + n, ": ", 2);
+    memcpy(r + n + 2, cause, k + 1);
+    return r;
+}
+
 static void mark_differ(lift_ctx *c, lval *x, double sd) {
     double sb = base_factor(c, x->cls);
     /* Known values (a constant, zeros) are no data that could differ. */
@@ -103,9 +114,10 @@ static void mark_differ(lift_ctx *c, lval *x, double sd) {
         (x->v.partial && x->v.red != RED_SUM && sb < 0))
         return;
     lift_finding d = {0};
-    char *note;
-    factor_words(c, x, sd, sb, &d.kind, &note, &d.in);
+    char *note, *cause;
+    factor_words(c, x, sd, sb, &d.kind, &note, &cause, &d.in);
     if (!d.in) return;
+    note = with_cause(c, note, cause);
     /* The computation holding the op to blame (its site is printed from it). */
     d.comp = dist_comp_of(c, d.in);
     if (!d.comp) return;
@@ -561,10 +573,11 @@ static bool factors_differ(lift_ctx *c, eid x, double r) {
     return isfinite(r) && r != 0 && fabs(r - 1) > tol;
 }
 
-/* What factor sd where the baseline has sb says (a finding kind and words)
- * and the op to blame (NULL: none known). */
+/* What factor sd where the baseline has sb says (a finding kind, the
+ * words on the difference and those on its likely cause, NULL if none) and
+ * the op to blame (NULL: none known). */
 static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, trace_kind *kind, char **note,
-                         const hlo_instr **at) {
+                         char **cause, const hlo_instr **at) {
     double r = sd / sb;
     const mesh *m = c->mesh;
     const char *how = NULL;
@@ -596,12 +609,14 @@ static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, tra
     strbuf w;
     sb_init(&w);
     sb_printf(&w, "it is the baseline's value times %.6g where the baseline has %.6g (%.6g times as large)", sd, sb, r);
-    if (how) {
-        sb_puts(&w, ": ");
-        sb_printf(&w, how, ax.s);
-    }
     *kind = how ? KIND_WRONG_REDUCTION : KIND_CONSTANT_MISMATCH;
     *note = arena_strndup(c->a, w.s, w.len);
+    *cause = NULL;
+    if (how) {
+        sb_reset(&w);
+        sb_printf(&w, how, ax.s);
+        *cause = arena_strndup(c->a, w.s, w.len);
+    }
     *at = how && was->summed_at ? was->summed_at : was->factor_at;
     sb_free(&w);
     sb_free(&ax);
@@ -613,11 +628,11 @@ bool lf_factor_divergence(lift_ctx *c, const hlo_comp *comp, const lval *x, cons
      * the term itself is a baseline value. */
     double sb = base_factor(c, was->cls), sd = lf_scale_of(was), r = sd / sb;
     if (!isfinite(r) || r == 1) return false;
-    factor_words(c, was, sd, sb, &c->divergence_kind, &c->divergence_note, at);
+    factor_words(c, was, sd, sb, &c->divergence_kind, &c->divergence_note, &c->divergence_cause, at);
     /* Blame is given within the computation of the divergence (its site is
      * printed from that computation); an op elsewhere (a called one) is not. */
     if (*at && (*at < comp->instrs || *at >= comp->instrs + comp->ninstrs)) *at = NULL;
-    if (!*at) c->divergence_kind = LF_NO_KIND, c->divergence_note = NULL;
+    if (!*at) c->divergence_kind = LF_NO_KIND, c->divergence_note = c->divergence_cause = NULL;
     return *at != NULL;
 }
 
@@ -786,11 +801,11 @@ bool lift_output_multiple(lift_ctx *c, const lval *v, const view *want, eid bout
     double k = multiple_of(c, v->cls, b);
     if (k == 0 || !factors_differ(c, b, k)) return false;
     lift_finding d = {0};
-    char *note;
-    factor_words(c, v, k, 1, &d.kind, &note, &d.in);
+    char *note, *cause;
+    factor_words(c, v, k, 1, &d.kind, &note, &cause, &d.in);
     d.comp = d.in ? dist_comp_of(c, d.in) : NULL;
     if (!d.comp) return false;
-    d.message = note;
+    d.message = with_cause(c, note, cause);
     *out = d;
     return true;
 }

@@ -117,6 +117,7 @@ bool lf_scan_divergence(lift_ctx *c, eid v) {
         snprintf(note, 200, "a cumulative sum within each device's block of dimension %u, where the baseline's runs over the "
                  "whole dimension: the sums of the blocks %s must be added", sc->dim, sc->reverse ? "after it" : "before it");
         c->divergence_note = note;
+        c->divergence_cause = NULL;
         return true;
     }
     return false;
