@@ -338,6 +338,24 @@ bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
     const hlo_instr *src = is_bcast ? &s->comp->instrs[b->operands[0]] : b;
     const lval *x = is_bcast ? &s->vals[b->operands[0]] : &s->ops[o];
     if (x->kind != LV_TERM || x->v.partial || src->shape.rank > VIEW_MAX_RANK) return false;
+    /* Rebuilt from the broadcast's operand. Where the operand was read as a
+     * partial sum of its copies (lf_copies_into_partial_sums), the factor n
+     * that reading gave it goes into the new term too: carried beside it,
+     * or put back into it (then the old term is its own times k). */
+    const lval *own = &s->vals[s->in->operands[o]];
+    bool copies = is_bcast && s->ops[o].v.partial != own->v.partial;
+    double copies_k = 1;
+    bool copies_put_back = false;
+    if (copies) {
+        if (own->v.partial || own->kind != LV_TERM || lf_scale_of(own) != 1) return false;
+        if (eg_find(c->g, s->ops[o].cls) != eg_find(c->g, own->cls)) {
+            copies_k = lf_scale_put_back(c, s->ops[o].cls, own->cls) * lf_scale_of(&s->ops[o]);
+            copies_put_back = true;
+            if (copies_k == 0) return false;
+        } else {
+            copies_k = lf_scale_of(&s->ops[o]);
+        }
+    }
     if (!is_bcast && !view_is_dup(&x->v)) return false;
     uint32_t nd;
     int64_t ident[VIEW_MAX_RANK];
@@ -392,10 +410,13 @@ bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
      * it out) goes back into the new term too; one it took out stays out. */
     const lval *was = &s->vals[s->in->operands[o]];
     double back = lf_scale_of(was) != 1 && eg_find(c->g, was->cls) != eg_find(c->g, s->ops[o].cls) ? lf_scale_of(was) : 1;
+    if (copies) back = copies_k;
+    const hlo_instr *factor_at = s->ops[o].factor_at;
     s->ops[o] = term(bc, v, x->assumed);
     s->ops[o].konst = x->konst;
     s->ops[o].scale = back == 1 ? 0 : back;
-    lf_unscale(c, &s->ops[o]);
+    if (copies) s->ops[o].factor_at = factor_at;
+    if (!copies || copies_put_back) lf_unscale(c, &s->ops[o]);
     return true;
 }
 

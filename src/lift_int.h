@@ -241,6 +241,9 @@ bool lf_scale_take(lstate *s, lval *out);
 double lf_scale_plan(lstate *s);
 void lf_scale_apply(lstate *s, lval *v, double f);
 void lf_unscale(lift_ctx *c, lval *x);
+/* k when class x is base times a broadcast scalar constant k (a factor put
+ * back into base: lf_unscale), else 0. */
+double lf_scale_put_back(lift_ctx *c, eid x, eid base);
 /* lf_pad_forms: v, just lifted from a reduce or dot over a value masked to a
  * box (GSPMD's padding of an uneven dim), also gets the form over that box
  * sliced (lift_pad.c). */

@@ -70,6 +70,19 @@ static eid times(lift_ctx *c, eid x, double s) {
     return eg_add(c->g, OP_MULTIPLY, 0, t, ch, 2, c->origin);
 }
 
+double lf_scale_put_back(lift_ctx *c, eid x, eid base) {
+    const eid *ch;
+    eid n = lf_class_node(c, x, OP_MULTIPLY, 2, &ch);
+    for (; n != EID_NONE; n = EID_NONE) {
+        if (eg_find(c->g, ch[0]) != eg_find(c->g, base)) break;
+        const eid *k;
+        if (lf_class_node(c, ch[1], OP_BROADCAST, 1, &k) == EID_NONE) break;
+        const interp_val *v = lf_kval(c, k[0]);
+        if (v && v->f && v->n == 1 && v->rank == 0) return v->f[0];
+    }
+    return 0;
+}
+
 /* The factor the baseline put back into term class x (1: none; the term is
  * then the baseline's own value where it has it). */
 static double base_factor(lift_ctx *c, eid x) {

@@ -2145,6 +2145,15 @@ static void hand_written_cases(void) {
          VERDICT_MISMATCH, true},
         {"bias-once/rowpar", "bias added on three devices", "direction=EQ", "direction=NE", VERDICT_MISMATCH, true},
         {"bias-once/rowpar", "bias added on no device", "direction=EQ", "direction=LT", VERDICT_MISMATCH, false},
+        /* the batch over dp beside the row-parallel tp: the bias (broadcast
+         * as jnp writes it, through a reshape) added after the psum, or
+         * inside it (counted once per tp device: once related as correct) */
+        {"bias-once/rowpar-dp", "bias added after the psum", NULL, NULL, VERDICT_VERIFIED, true},
+        {"bias-once/rowpar-dp", "bias added inside the psum",
+         "  pre = f32[2,6] copy(y)\n  s = f32[2,6] all-reduce(pre), channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, "
+         "use_global_device_ids=true, to_apply=add\n  ROOT out = f32[2,6] add(s, bb)",
+         "  pre = f32[2,6] add(y, bb)\n  ROOT out = f32[2,6] all-reduce(pre), channel_id=1, "
+         "replica_groups={{0,1,2,3},{4,5,6,7}}, use_global_device_ids=true, to_apply=add", VERDICT_MISMATCH, true},
         /* a broadcast reached through another instruction (a copy here; a
          * collective or reshape in GSPMD's reshards), re-read under the
          * sharded operand's view along the dim it adds */
