@@ -474,11 +474,20 @@ const lval *lf_select_known(lstate *s) {
     /* A predicate known to be true (false) at every element picks the
      * second (third) operand whole (jnp.var's where(n - ddof > 0, ...) with
      * a constant ddof). */
-    if (ops[0].kind == LV_TERM && !ops[0].v.partial && !ops[0].assumed) {
-        const interp_val *p = lf_kval(c, ops[0].cls);
+    if ((ops[0].kind == LV_TERM || ops[0].kind == LV_MASK) && !ops[0].v.partial && !ops[0].assumed) {
+        const interp_val *p = ops[0].kind == LV_TERM ? lf_kval(c, ops[0].cls) : NULL;
+        /* a mask of iotas (take_along_axis's bounds check of positions) is
+         * no folded term: its values, computed from the chain of constants
+         * and iotas (the same on every device). Not where the select makes
+         * a constant table itself: a table of local positions is read tiled
+         * (lift_table.c), its structure kept. */
+        interp_val *own = p || (ops[1].konst && ops[2].konst) ? NULL : lf_chain_values(s, in->operands[0]);
+        if (own) p = own;
         int64_t k = 0, ntrue = 0;
         for (; p && p->dtype == DT_PRED && p->i && k < p->n; k++) ntrue += p->i[k] != 0;
-        if (p && k == p->n && p->n > 0 && (ntrue == 0 || ntrue == p->n)) return &ops[ntrue ? 1 : 2];
+        bool known = p && k == p->n && p->n > 0 && (ntrue == 0 || ntrue == p->n);
+        interp_val_free(own);
+        if (known) return &ops[ntrue ? 1 : 2];
     }
     return NULL;
 }
@@ -1941,7 +1950,11 @@ lval lf_lift_instr(lstate *s) {
     case OP_ALL_GATHER: return lf_lift_all_gather(s);
     case OP_ALL_TO_ALL: return lf_lift_all_to_all(s);
     case OP_REDUCE_SCATTER: return lf_lift_reduce_scatter(s);
-    case OP_DYNAMIC_SLICE: return lf_lift_dynamic_slice(s);
+    case OP_DYNAMIC_SLICE:
+        /* a table the same on every device (a scan's constant schedule)
+         * sliced at a position that is no device value: that constant */
+        lf_uniform_dev_as_term(s, 0);
+        return lf_lift_dynamic_slice(s);
     case OP_DYNAMIC_UPDATE_SLICE: {
         lval r;
         if (lf_placed_block(s, &r)) return r;

@@ -868,6 +868,15 @@ lval lf_lift_all_gather(lstate *s) {
     lval moved;
     if (!ok && gather_unit_dim(s, d, axes, &moved)) return moved;
     if (!ok && !vd->naxes && !x->v.partial && gather_layout(s, d, axes, &moved)) return moved;
+    lval xm;
+    const shape *xs = &s->comp->instrs[in->operands[0]].shape;
+    if (!ok && (x->v.partial & (uint32_t)axes) == (uint32_t)axes && vd->naxes && d + 1 < xs->rank &&
+        lf_unit_move(c, x, xs, d, d + 1, &xm)) {
+        /* partial values stacked along a local unit dim (expand_dims) read as
+         * carrying the next dim's sharding: that reading's other form */
+        x = &xm;
+        v = xm.v;
+    }
     if (!ok && (x->v.partial & (uint32_t)axes) == (uint32_t)axes && !vd->naxes) {
         /* The stack of the group's partial values: no value of the baseline
          * until reduced over d (lf_lift_reduce), nor a mistake by itself. */

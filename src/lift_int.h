@@ -271,6 +271,11 @@ void lf_prove_difference(lift_ctx *c, lval *x, trace_kind kind, const hlo_comp *
  * baseline has the op over the table of global positions and the two differ,
  * a proved difference (an offset left out). False when not of that form. */
 bool lf_tiled_table(lstate *s, const view *want, lval *out);
+/* The values of instruction i of s's computation when it is a chain of
+ * ops over constants and iotas (elementwise ops, broadcasts, unit
+ * reshapes) small enough to fold, at its own dims; NULL otherwise (the
+ * caller frees them). */
+struct interp_val *lf_chain_values(lstate *s, uint32_t i);
 /* Values a tiled to dims g, a multiple of a's (element e: a's element at e's
  * index modulo a's dims); NULL when too large. */
 struct interp_val *lf_tiled_values(const struct interp_val *a, const int64_t *g);

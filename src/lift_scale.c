@@ -640,7 +640,9 @@ bool lf_factor_divergence(lift_ctx *c, const hlo_comp *comp, const lval *x, cons
     /* The baseline's own factor for the term: one it put back, else 1 when
      * the term itself is a baseline value. */
     double sb = base_factor(c, was->cls), sd = lf_scale_of(was), r = sd / sb;
-    if (!isfinite(r) || r == 1) return false;
+    /* factors a rounding of their constants apart are no divergence (f32
+     * 1/sqrt(8) beside a division by sqrt(8): "1 times as large") */
+    if (!factors_differ(c, was->cls, r)) return false;
     factor_words(c, was, sd, sb, &c->divergence_kind, &c->divergence_note, &c->divergence_cause, at);
     /* Blame is given within the computation of the divergence (its site is
      * printed from that computation); an op elsewhere (a called one) is not. */

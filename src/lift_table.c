@@ -89,6 +89,11 @@ static bool chain_at(lstate *s, uint32_t i, const int64_t *g, int depth, eid *cl
              chain_at(s, y->operands[0], og, depth + 1, &ch[0], &ops[0]);
     } else if (y->op == OP_IOTA) {
         ok = y->noperands == 0;
+    } else if (y->op == OP_REDUCE && y->noperands == 2 && same) {
+        /* at its own dims only (a reduce_and of comparisons: a bounds check) */
+        const hlo_instr *x = &s->comp->instrs[y->operands[0]];
+        ok = chain_at(s, y->operands[0], x->shape.dims, depth + 1, &ch[0], &ops[0]) &&
+             chain_at(s, y->operands[1], NULL, depth + 1, &ch[1], &ops[1]);
     } else if (lf_is_elementwise(y->op) && y->noperands > 0) {
         for (uint32_t k = 0; k < y->noperands && ok; k++) {
             const shape *os = &s->comp->instrs[y->operands[k]].shape;
@@ -110,6 +115,14 @@ static bool chain_at(lstate *s, uint32_t i, const int64_t *g, int depth, eid *cl
     }
     for (uint32_t k = 0; k < 3; k++) interp_val_free(ops[k]);
     return ok;
+}
+
+interp_val *lf_chain_values(lstate *s, uint32_t i) {
+    const hlo_instr *y = &s->comp->instrs[i];
+    eid cls;
+    interp_val *val = NULL;
+    if (y->shape.rank > VIEW_MAX_RANK || !chain_at(s, i, y->shape.dims, 0, &cls, &val)) return NULL;
+    return val;
 }
 
 interp_val *lf_tiled_values(const interp_val *a, const int64_t *g) {
