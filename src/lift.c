@@ -832,6 +832,26 @@ static bool module_converts_to(const hlo_module *m, int dt) {
     return false;
 }
 
+/* Whether module m adds values it rounded to element type dt, in dt (a sum
+ * of bf16 casts of f32 values, added in bf16): then a partial sum rounded
+ * to dt share by share may be what it computes, the shares being its
+ * summands. */
+static bool module_sums_rounded(const hlo_module *m, int dt) {
+    for (uint32_t k = 0; k < m->ncomps; k++) {
+        const hlo_comp *comp = &m->comps[k];
+        for (uint32_t i = 0; i < comp->ninstrs; i++) {
+            const hlo_instr *y = &comp->instrs[i];
+            if (y->op != OP_ADD || y->shape.dtype != dt || y->noperands != 2) continue;
+            for (uint32_t o = 0; o < 2; o++) {
+                const hlo_instr *x = &comp->instrs[y->operands[o]];
+                if (x->op == OP_CONVERT && x->noperands == 1 && comp->instrs[x->operands[0]].shape.dtype != dt)
+                    return true;
+            }
+        }
+    }
+    return false;
+}
+
 static bool linear_in(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *ops, uint32_t k) {
     switch (in->op) {
     case OP_SELECT: {
@@ -1591,10 +1611,13 @@ static lval lift_elementwise(lstate *s) {
             }
             else if (!is_convert && lf_short_reduction(s, why.s))
                 ;
-            else if (is_convert && ops[0].assumed && module_converts_to(c->base, in->shape.dtype))
+            else if (is_convert && ((ops[0].assumed && module_converts_to(c->base, in->shape.dtype)) ||
+                                    module_sums_rounded(c->base, in->shape.dtype)))
                 /* whether the baseline rounds that sum to this type too (rounding
                  * in another place, above) is unknown where the term is, and
-                 * the baseline rounds some value to it */
+                 * the baseline rounds some value to it; or the baseline adds
+                 * values rounded to this type in this type (its summands may
+                 * be the shares, rounded alike) */
                 lf_unsupported(c, s->comp, in, "%s converts a partial sum to %s before it is reduced (%s), a value not "
                                "related to the baseline's: whether the baseline rounds it alike is unknown", in->name,
                                dtype_name(in->shape.dtype), why.s);

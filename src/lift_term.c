@@ -703,11 +703,16 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
     if (in->op == OP_REDUCE && n == 2 && unit_reduce(c, m, in, ch)) return lf_mk_reshape(c, ch[0], t, origin);
     hlo_instr ri;
     eid rch[2];
-    if (in->op == OP_REDUCE && n == 2 &&
+    /* (canonical forms of a reduce, a few steps deep: a reshape's reduce
+     * split back and merged again would go round forever) */
+    if (in->op == OP_REDUCE && n == 2 && c->reduce_forms < 8 &&
         (nested_reduce(c, m, in, ch, &ri, &rch[0]) || reshape_reduce(c, m, in, ch, &ri, &rch[0]) ||
          merged_reduce(c, m, in, ch, &ri, &rch[0]))) {
         rch[1] = ch[1];
-        return lf_node(c, m, &ri, rch, 2, dims, origin);
+        c->reduce_forms++;
+        eid r = lf_node(c, m, &ri, rch, 2, dims, origin);
+        c->reduce_forms--;
+        return r;
     }
     if (in->op == OP_SLICE && n == 1) {
         eid y = pad_cut_off(c, in, ch[0]);

@@ -720,4 +720,14 @@ C.gspmd("g.grad_accum_fsdp_params_two_steps.dp4", {"dp": 4}, (SPEC15, SS15, P(No
 C.gspmd("g.bf16_allreduce_vmap_replicas.replica2xdp4", {"replica": 2, "dp": 4},
         (P(), P(("replica", "dp")), P(("replica", "dp"))), P(), bf16_ref, (P4, X4, Y4))
 
+# Family 4's body psums bf16 shares where bf16_ref rounds each replica's
+# gradient to bf16 and sums them in f32: the sum is rounded in a narrower
+# type than the baseline's (3.9e-4 apart on the generator's inputs), the
+# precision difference the checker reports as dtype-mismatch (a bf16 psum
+# where the baseline sums in f32, as in fresh8, fresh10, fresh12). Family 4b
+# is the same body against a baseline that sums in bf16: correct.
+NOTE4 = ("the body psums bf16 shares where the baseline rounds each replica's gradient to bf16 and sums in f32: "
+         "a sum rounded in a narrower type than the baseline's (dtype-mismatch); 4b is the correct pairing")
+if "s.bf16_hierarchical_allreduce_sgd.replica2xdp4" in C.extra:
+    C.extra["s.bf16_hierarchical_allreduce_sgd.replica2xdp4"].update({"expected": "mismatch", "note": NOTE4})
 C.finish()
