@@ -444,10 +444,43 @@ static uint32_t init_groups(const lval *init, uint32_t n, view_dim *out, uint32_
  * a global constant (lf_konst_at); related to the first element not taken yet
  * that starts from it (ties paired in order). Whether this reading is the one
  * the body keeps is decided by the induction. */
+/* The one value every element of x holds on every device (a splat: zeros,
+ * a false flag), as a double; false when x is no such known value. A
+ * baseline value (base) holds its device values for one device. */
+static bool splat_of(lift_ctx *c, const lval *x, bool base, double *v) {
+    if (x->kind == LV_DEV && x->dev && x->count > 0 && (base || lf_dev_uniform(c, x))) {
+        for (uint32_t k = 1; k < x->count; k++)
+            if (x->dev[k] != x->dev[0]) return false;
+        *v = x->dev[0];
+        return true;
+    }
+    const interp_val *kv = x->kind == LV_TERM && !x->assumed && lf_scale_of(x) == 1 && view_is_dup(&x->v) ? lf_kval(c, x->cls)
+                                                                                                       : NULL;
+    if (!kv || kv->n < 1) return false;
+    for (int64_t k = 1; k < kv->n; k++)
+        if (interp_val_get(kv, k) != interp_val_get(kv, 0)) return false;
+    *v = interp_val_get(kv, 0);
+    return true;
+}
+
 static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t ei, const lift_loop *L, const bool *taken,
                         const view_dim *groups, uint32_t ngroups, uint32_t *pj, view *pw) {
     const hlo_instr *e = &comp->instrs[ei];
     const lval *x = &vals[ei];
+    /* A splat (jnp.zeros of the local shape, an accumulator or a flag) is a
+     * block of the baseline's splat of the same value, whatever the view. */
+    double sx, sb;
+    if (splat_of(c, x, false, &sx) && !isnan(sx))
+        for (uint32_t j = 0; j < L->n; j++) {
+            const shape *bs = &L->shapes[j];
+            view w;
+            if (taken[j] || bs->dtype != e->shape.dtype || !splat_of(c, &L->init[j], true, &sb) || sb != sx ||
+                !blocks_view(c, &e->shape, bs, groups, ngroups, &w))
+                continue;
+            *pj = j;
+            *pw = w;
+            return true;
+        }
     if (x->kind != LV_TERM || !x->konst || x->assumed || !view_is_dup(&x->v) || lf_scale_of(x) != 1) return false;
     for (uint32_t j = 0; j < L->n; j++) {
         const shape *bs = &L->shapes[j];
