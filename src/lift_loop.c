@@ -454,8 +454,15 @@ static bool splat_of(lift_ctx *c, const lval *x, bool base, double *v) {
         *v = x->dev[0];
         return true;
     }
-    const interp_val *kv = x->kind == LV_TERM && !x->assumed && lf_scale_of(x) == 1 && view_is_dup(&x->v) ? lf_kval(c, x->cls)
-                                                                                                       : NULL;
+    if (x->kind != LV_TERM || x->assumed || lf_scale_of(x) != 1 || !view_is_dup(&x->v) || x->cls == EID_NONE) return false;
+    const interp_val *kv = lf_kval(c, x->cls);
+    const eid *ch;
+    if (!kv && lf_class_node(c, x->cls, OP_BROADCAST, 1, &ch) != EID_NONE) {
+        /* too large to fold: a broadcast scalar */
+        uint32_t r;
+        eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &r);
+        kv = r == 0 ? lf_kval(c, ch[0]) : NULL;
+    }
     if (!kv || kv->n < 1) return false;
     for (int64_t k = 1; k < kv->n; k++)
         if (interp_val_get(kv, k) != interp_val_get(kv, 0)) return false;
@@ -463,8 +470,31 @@ static bool splat_of(lift_ctx *c, const lval *x, bool base, double *v) {
     return true;
 }
 
+/* The view of a sibling carry (sib[0..n)) whose local shape is l and whose
+ * global shape under it is g (the value a zeros_like accumulator is shaped
+ * like); false when none or several views fit. */
+static bool sibling_view(lift_ctx *c, const lval *sib, uint32_t n, const shape *l, const shape *g, view *w) {
+    bool found = false;
+    for (uint32_t k = 0; k < n; k++) {
+        const lval *y = &sib[k];
+        if (y->kind != LV_TERM || y->assumed || y->v.rank != l->rank || l->rank > VIEW_MAX_RANK ||
+            eg_class_type(c->g, y->cls) != eg_type(c->g, g->dtype, g->dims, g->rank) || view_is_dup(&y->v))
+            continue;
+        int64_t gd[VIEW_MAX_RANK];
+        view v = y->v;
+        v.partial = 0;
+        v.red = 0;
+        lf_global_dims(c, &v, l, gd);
+        if (memcmp(gd, g->dims, l->rank * sizeof *gd)) continue;
+        if (found && !view_equal(w, &v)) return false;
+        *w = v;
+        found = true;
+    }
+    return found;
+}
+
 static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t ei, const lift_loop *L, const bool *taken,
-                        const view_dim *groups, uint32_t ngroups, uint32_t *pj, view *pw) {
+                        const view_dim *groups, uint32_t ngroups, const lval *sib, uint32_t nsib, uint32_t *pj, view *pw) {
     const hlo_instr *e = &comp->instrs[ei];
     const lval *x = &vals[ei];
     /* A splat (jnp.zeros of the local shape, an accumulator or a flag) is a
@@ -475,7 +505,7 @@ static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uin
             const shape *bs = &L->shapes[j];
             view w;
             if (taken[j] || bs->dtype != e->shape.dtype || !splat_of(c, &L->init[j], true, &sb) || sb != sx ||
-                !blocks_view(c, &e->shape, bs, groups, ngroups, &w))
+                !(blocks_view(c, &e->shape, bs, groups, ngroups, &w) || sibling_view(c, sib, nsib, &e->shape, bs, &w)))
                 continue;
             *pj = j;
             *pw = w;
@@ -793,7 +823,7 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
         }
         view w;
         if (pi[k] == SR_NONE && tup && k < ti->noperands &&
-            konst_carry(c, comp, vals, ti->operands[k], L, taken, groups, ngroups, &pi[k], &w)) {
+            konst_carry(c, comp, vals, ti->operands[k], L, taken, groups, ngroups, init->elems, n, &pi[k], &w)) {
             guessed[k] = taken[pi[k]] = true;
             xs[k] = term(L->x[pi[k]], w, false);
             continue;

@@ -2145,6 +2145,10 @@ static void hand_written_cases(void) {
          VERDICT_MISMATCH, true},
         {"bias-once/rowpar", "bias added on three devices", "direction=EQ", "direction=NE", VERDICT_MISMATCH, true},
         {"bias-once/rowpar", "bias added on no device", "direction=EQ", "direction=LT", VERDICT_MISMATCH, false},
+        /* a while loop's flag carry started as jnp.zeros of the local shape
+         * (a splat: a block of the baseline's splat), or started true */
+        {"splat-carry/flag", "as exported", NULL, NULL, VERDICT_VERIFIED, true},
+        {"splat-carry/flag", "flag started true", "pred[] constant(false)", "pred[] constant(true)", VERDICT_MISMATCH, false},
         /* the batch over dp beside the row-parallel tp: the bias (broadcast
          * as jnp writes it, through a reshape) added after the psum, or
          * inside it (counted once per tp device: once related as correct) */
