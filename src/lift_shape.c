@@ -948,6 +948,17 @@ lval lf_lift_concatenate(lstate *s) {
     uint32_t nd;
     const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
     if (nd != 1 || dd[0] < 0 || (uint64_t)dd[0] >= in->shape.rank) return unknown();
+    /* Operands stacked along a local unit dim that one reading of their
+     * expand_dims gave the next dim's sharding (jnp.stack of row-sharded
+     * values): that reading's other form, the sharding on the next dim. */
+    uint32_t cd = (uint32_t)dd[0];
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        lval *x = &s->ops[o], moved;
+        const shape *xs = &s->comp->instrs[in->operands[o]].shape;
+        if (x->kind == LV_TERM && x->v.rank == xs->rank && x->v.dims[cd].naxes && cd + 1 < xs->rank &&
+            lf_unit_move(c, x, xs, cd, cd + 1, &moved))
+            *x = moved;
+    }
     view want = view_dup(in->shape.rank);
     for (uint32_t o = 0; o < in->noperands; o++) {
         const lval *x = &s->ops[o];
