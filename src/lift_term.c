@@ -225,7 +225,10 @@ bool lf_fold_size_ok(const int64_t *dims, uint32_t rank) {
 static interp_val *fold_values(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n,
                                const int64_t *dims) {
     interp_val *ops[8];
-    if (n > ARRAY_LEN(ops) || in->op == OP_IOTA || in->shape.dtype == DT_TUPLE || !lf_fold_size_ok(dims, in->shape.rank))
+    /* (children for every operand: a caller may build the op over fewer,
+     * a concatenation of some of its pieces) */
+    if (n > ARRAY_LEN(ops) || n != in->noperands || in->op == OP_IOTA || in->shape.dtype == DT_TUPLE ||
+        !lf_fold_size_ok(dims, in->shape.rank))
         return NULL;
     for (uint32_t k = 0; k < n; k++)
         if (!(ops[k] = lf_kval(c, ch[k]))) return NULL;
