@@ -1595,6 +1595,19 @@ static void convert_instr(pb *p, hlo_comp *c, uint32_t i, const Xla__HloInstruct
             graph_intern(m, (const char *)ip->backend_config.data, ip->backend_config.len);
     /* Attributes XLA prints that the IR keeps as raw text. */
     if (ip->is_host_transfer) raw_attr(p, "is_host_transfer", "true");
+    if (ip->result_accuracy && (ip->result_accuracy->mode || ip->result_accuracy->tolerance)) {
+        /* as XLA prints it: result_accuracy={mode=highest} or a tolerance */
+        const Xla__ResultAccuracy *ra = ip->result_accuracy;
+        sb_reset(&p->sb);
+        if (ra->tolerance)
+            sb_printf(&p->sb, "{tolerance={atol=%g,rtol=%g,ulps=%lld}}", ra->tolerance->atol, ra->tolerance->rtol,
+                      (long long)ra->tolerance->ulps);
+        else if (ra->mode == 1)
+            sb_puts(&p->sb, "{mode=highest}");
+        else
+            sb_printf(&p->sb, "{mode=%d}", (int)ra->mode);
+        raw_attr(p, "result_accuracy", p->sb.s);
+    }
     if (ip->async_execution_thread && *ip->async_execution_thread && strcmp(ip->async_execution_thread, "main")) {
         sb_reset(&p->sb);
         sb_printf(&p->sb, "\"%s\"", ip->async_execution_thread);
