@@ -408,9 +408,8 @@ bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
     if (bv) lf_kval_set(c, bc, bv);
     /* A factor the scale plan put back into the broadcast (it did not take
      * it out) goes back into the new term too; one it took out stays out. */
-    const lval *was = &s->vals[s->in->operands[o]];
-    double back = lf_scale_of(was) != 1 && eg_find(c->g, was->cls) != eg_find(c->g, s->ops[o].cls) ? lf_scale_of(was) : 1;
-    if (copies) back = copies_k;
+    double back = copies ? copies_k
+                         : lf_scale_of(own) != 1 && eg_find(c->g, own->cls) != eg_find(c->g, s->ops[o].cls) ? lf_scale_of(own) : 1;
     const hlo_instr *factor_at = s->ops[o].factor_at;
     s->ops[o] = term(bc, v, x->assumed);
     s->ops[o].konst = x->konst;
@@ -822,8 +821,6 @@ static bool grouped_in_baseline(lift_ctx *c, const lval *ops, uint32_t nops) {
     return false;
 }
 
-/* Whether op distributes over a sum in operand k (so a partial(sum) operand
- * gives a partial(sum) result). */
 /* Whether module m converts any value to element type dt. */
 static bool module_converts_to(const hlo_module *m, int dt) {
     for (uint32_t k = 0; k < m->ncomps; k++)
@@ -852,6 +849,8 @@ static bool module_sums_rounded(const hlo_module *m, int dt) {
     return false;
 }
 
+/* Whether op distributes over a sum in operand k (so a partial(sum) operand
+ * gives a partial(sum) result). */
 static bool linear_in(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *ops, uint32_t k) {
     switch (in->op) {
     case OP_SELECT: {
@@ -1336,6 +1335,11 @@ bool lf_unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, ui
     out->v = w;
     out->cls = lf_mk_reshape(c, x->cls, lf_type_of(c, sh->dtype, g, sh->rank), c->origin);
     return true;
+}
+
+bool lf_unit_move_next(lift_ctx *c, const lval *x, const shape *sh, uint32_t d, lval *out) {
+    return x->kind == LV_TERM && x->v.rank == sh->rank && d + 1 < sh->rank && x->v.dims[d].naxes &&
+           lf_unit_move(c, x, sh, d, d + 1, out);
 }
 
 /* Operand `side` of s re-read with the sharding `want` (block sharding: its

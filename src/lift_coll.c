@@ -869,9 +869,8 @@ lval lf_lift_all_gather(lstate *s) {
     if (!ok && gather_unit_dim(s, d, axes, &moved)) return moved;
     if (!ok && !vd->naxes && !x->v.partial && gather_layout(s, d, axes, &moved)) return moved;
     lval xm;
-    const shape *xs = &s->comp->instrs[in->operands[0]].shape;
-    if (!ok && (x->v.partial & (uint32_t)axes) == (uint32_t)axes && vd->naxes && d + 1 < xs->rank &&
-        lf_unit_move(c, x, xs, d, d + 1, &xm)) {
+    if (!ok && (x->v.partial & (uint32_t)axes) == (uint32_t)axes &&
+        lf_unit_move_next(c, x, &s->comp->instrs[in->operands[0]].shape, d, &xm)) {
         /* partial values stacked along a local unit dim (expand_dims) read as
          * carrying the next dim's sharding: that reading's other form */
         x = &xm;

@@ -215,6 +215,10 @@ bool lf_counts_convert_exactly(int from, int to, double bound, int64_t parts);
  * class, or of the operand of a broadcast, reshape or convert it is (a splat
  * too large to fold; lift_zmask.c). */
 bool lf_class_is_splat(lift_ctx *c, eid cls, double x);
+/* The one value every element of class cls holds, from its known values or
+ * those of the operand of the broadcasts and reshapes it is (no convert: a
+ * rounding would be lost); false when there is no such value. */
+bool lf_class_splat_value(lift_ctx *c, eid cls, double *x);
 eid lf_const_term(lift_ctx *c, struct interp_val *v, uint8_t origin);
 /* E-node construction (lift_term.c) beside lf_node: */
 uint32_t lf_encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *in); /* in's semantic attributes as a blob */
@@ -535,6 +539,10 @@ void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops,
                           uint32_t n);                       /* "operand 0 is shard(1,tp), ..." */
 bool lf_unit_move(lift_ctx *c, const lval *x, const shape *sh, uint32_t from, uint32_t to,
                   lval *out);                                /* a sharded unit dim's axes read on dim `to` */
+/* x's sharding of its local unit dim d read on dim d + 1 (a stack's
+ * expand_dims, the reading that put the next dim's axes on the unit dim);
+ * false when d carries none or the move does not apply. */
+bool lf_unit_move_next(lift_ctx *c, const lval *x, const shape *sh, uint32_t d, lval *out);
 
 /* Helpers the layouts use (lift.c, lift_term.c, lift_mesh.c, lift_coll.c). */
 void lf_kval_set(lift_ctx *c, eid cls, interp_val *v);       /* records the known values of class cls */

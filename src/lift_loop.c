@@ -448,26 +448,12 @@ static uint32_t init_groups(const lval *init, uint32_t n, view_dim *out, uint32_
  * a false flag), as a double; false when x is no such known value. A
  * baseline value (base) holds its device values for one device. */
 static bool splat_of(lift_ctx *c, const lval *x, bool base, double *v) {
-    if (x->kind == LV_DEV && x->dev && x->count > 0 && (base || lf_dev_uniform(c, x))) {
-        for (uint32_t k = 1; k < x->count; k++)
-            if (x->dev[k] != x->dev[0]) return false;
+    if (x->kind == LV_DEV && x->dev && x->count > 0 && (base || lf_dev_uniform(c, x)) && lf_dev_splat(x)) {
         *v = x->dev[0];
         return true;
     }
-    if (x->kind != LV_TERM || x->assumed || lf_scale_of(x) != 1 || !view_is_dup(&x->v) || x->cls == EID_NONE) return false;
-    const interp_val *kv = lf_kval(c, x->cls);
-    const eid *ch;
-    if (!kv && lf_class_node(c, x->cls, OP_BROADCAST, 1, &ch) != EID_NONE) {
-        /* too large to fold: a broadcast scalar */
-        uint32_t r;
-        eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &r);
-        kv = r == 0 ? lf_kval(c, ch[0]) : NULL;
-    }
-    if (!kv || kv->n < 1) return false;
-    for (int64_t k = 1; k < kv->n; k++)
-        if (interp_val_get(kv, k) != interp_val_get(kv, 0)) return false;
-    *v = interp_val_get(kv, 0);
-    return true;
+    return x->kind == LV_TERM && !x->assumed && lf_scale_of(x) == 1 && view_is_dup(&x->v) && x->cls != EID_NONE &&
+           lf_class_splat_value(c, x->cls, v);
 }
 
 /* The view of a sibling carry (sib[0..n)) whose local shape is l and whose

@@ -263,12 +263,9 @@ bool lf_gathered_partials(lstate *s, uint32_t i, int *axes, uint32_t *d, const l
     if (y->kind != LV_TERM || !y->v.partial || nd != 1 || dd[0] < 0 || (uint64_t)dd[0] >= y->v.rank) return false;
     if (y->v.dims[dd[0]].naxes) {
         /* a local unit dim (expand_dims before the gather) read as carrying
-         * the next dim's sharding: that reading's other form, the sharding
-         * on the next dim (lf_unit_move) */
-        const shape *ys = &s->comp->instrs[g->operands[0]].shape;
+         * the next dim's sharding: that reading's other form */
         lval *m = arena_alloc(s->c->a, sizeof *m);
-        if ((uint64_t)dd[0] + 1 >= ys->rank || !lf_unit_move(s->c, y, ys, (uint32_t)dd[0], (uint32_t)dd[0] + 1, m))
-            return false;
+        if (!lf_unit_move_next(s->c, y, &s->comp->instrs[g->operands[0]].shape, (uint32_t)dd[0], m)) return false;
         y = m;
     }
     int a = lift_groups_axes(s->c, g, true);

@@ -953,11 +953,8 @@ lval lf_lift_concatenate(lstate *s) {
      * values): that reading's other form, the sharding on the next dim. */
     uint32_t cd = (uint32_t)dd[0];
     for (uint32_t o = 0; o < in->noperands; o++) {
-        lval *x = &s->ops[o], moved;
-        const shape *xs = &s->comp->instrs[in->operands[o]].shape;
-        if (x->kind == LV_TERM && x->v.rank == xs->rank && x->v.dims[cd].naxes && cd + 1 < xs->rank &&
-            lf_unit_move(c, x, xs, cd, cd + 1, &moved))
-            *x = moved;
+        lval moved;
+        if (lf_unit_move_next(c, &s->ops[o], &s->comp->instrs[in->operands[o]].shape, cd, &moved)) s->ops[o] = moved;
     }
     view want = view_dup(in->shape.rank);
     for (uint32_t o = 0; o < in->noperands; o++) {

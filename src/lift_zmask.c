@@ -25,18 +25,34 @@
 
 bool lf_class_is_zero(lift_ctx *c, eid cls) { return lf_class_is_splat(c, cls, 0); }
 
-/* A convert keeps 0 and, between float types, an infinity; from an integer
- * type no value is infinite, so no infinity is found below one. */
-bool lf_class_is_splat(lift_ctx *c, eid cls, double x) {
+/* The known values of class cls, or of the operand of the broadcasts and
+ * reshapes (and converts, when through_convert) it is; NULL if none. */
+static const interp_val *splat_values(lift_ctx *c, eid cls, bool through_convert) {
     const interp_val *v = lf_kval(c, cls);
     for (int guard = 0; !v && guard < 8; guard++) {
         eid n = eg_class_first(c->g, cls);
         uint16_t op = n == EID_NONE ? 0 : eg_node_op(c->g, n);
-        if (op != OP_BROADCAST && op != OP_RESHAPE && op != OP_CONVERT) return false;
+        if (op != OP_BROADCAST && op != OP_RESHAPE && (op != OP_CONVERT || !through_convert)) return NULL;
         uint32_t k;
         cls = eg_node_children(c->g, n, &k)[0];
         v = lf_kval(c, cls);
     }
+    return v;
+}
+
+bool lf_class_splat_value(lift_ctx *c, eid cls, double *x) {
+    const interp_val *v = splat_values(c, cls, false);
+    if (!v || v->n < 1) return false;
+    for (int64_t k = 1; k < v->n; k++)
+        if (interp_val_get(v, k) != interp_val_get(v, 0)) return false;
+    *x = interp_val_get(v, 0);
+    return true;
+}
+
+/* A convert keeps 0 and, between float types, an infinity; from an integer
+ * type no value is infinite, so no infinity is found below one. */
+bool lf_class_is_splat(lift_ctx *c, eid cls, double x) {
+    const interp_val *v = splat_values(c, cls, true);
     if (!v) return false;
     for (int64_t k = 0; k < v->n; k++)
         if (v->f ? v->f[k] != x : (double)v->i[k] != x) return false;
