@@ -64,7 +64,8 @@ typedef struct witness {
     bool ran;                 /* false: not run (budget, unsupported op); why says */
     bool differs;             /* some output exceeds its tolerance */
     bool agrees;              /* every output within rounding in every run (neither: undecided) */
-    bool over_tight;          /* some output beyond rounding */
+    bool over_tight;          /* some output beyond its type's rounding */
+    bool over_exact;          /* some output beyond binary64 rounding (summation order) */
     int runs;                 /* runs made (inputs of seed, small ones of seed + 1, non-negative ones of seed + 2,
                                * shifted ones of seed + 3) */
     bool nan_seen;            /* some baseline output held NaN */

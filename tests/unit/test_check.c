@@ -1433,6 +1433,43 @@ static void proof_contradicted(void) {
     }
 }
 
+/* Execution's tolerance follows the programs' type (tests/cases/const-round,
+ * by hand): x times f32(0.1) against x divided by 10 differ by the rounding
+ * of the constant to f32 (2^-26 of the values), which execution in binary64
+ * shows: within an f32 unit in the last place they agree; a constant 1e-6
+ * off (eight f32 ulps) is more than rounding explains and decides nothing;
+ * 0.11 is a mismatch. */
+static void constant_rounding(void) {
+    static const struct {
+        const char *what, *to, *outcome;
+        int verdict;
+    } cases[] = {
+        {"f32(0.1) against / 10", NULL, "agrees", VERDICT_UNVERIFIED},
+        {"f32(0.1000001) against / 10", "c = f32[] constant(0.1000001)", "between", VERDICT_UNVERIFIED},
+        {"f32(0.11) against / 10", "c = f32[] constant(0.11)", "differs", VERDICT_MISMATCH},
+    };
+    const char *b = "tests/cases/const-round/scale.base.hlo", *d = "tests/cases/const-round/scale.dist.hlo",
+               *r = "tests/cases/const-round/scale.relations.json";
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        t_case("check constant rounding: %s", cases[k].what);
+        const char *base = b;
+        if (cases[k].to) {
+            char *src = t_read(b, NULL);
+            bool ok = src && t_write_replaced(src, "c = f32[] constant(0.1)", cases[k].to, NULL, "build/check-const-round.hlo");
+            free(src);
+            CHECK_MSG(ok, "edit applies");
+            base = "build/check-const-round.hlo";
+        }
+        json_t *trace = NULL;
+        int v = run_with("const-round", base, d, r, true, false, &trace);
+        CHECK_MSG(v == cases[k].verdict, "verdict %s", verdict_name(v));
+        json_t *w = json_object_get(json_array_get(json_object_get(trace, "findings"), 0), "witness");
+        const char *o = json_string_value(json_object_get(w, "outcome"));
+        CHECK_MSG(o && !strcmp(o, cases[k].outcome), "witness outcome %s, want %s", o ? o : "(none)", cases[k].outcome);
+        json_decref(trace);
+    }
+}
+
 /* The jax 0.12 cases (tests/cases/jax012, samples/gen/jax012.py): every
  * correct pair, in both forms, is never a mismatch — among them a GSPMD scan
  * whose jit has no out_shardings (the partitioner leaves the result sharded:
@@ -2884,6 +2921,7 @@ void suite_check(void) {
     loop_both_kept();
     loop_induction();
     hand_written_cases();
+    constant_rounding();
     scalar_dynamic_slice();
     factor_blame_in_call();
     index_operand_without_term();
