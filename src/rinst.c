@@ -533,6 +533,63 @@ static bool gen_dot(gen *g, const em_pat *t, const rtype *ty) {
     return emit(g, t, OP_DOT, c, &at, ty);
 }
 
+/* A gather of one of two forms users write, each of the result's type:
+ * take_along_axis (operand of the result's rank, picked along one dim a,
+ * every other dim a batch dim in place, s32 indices of the result's dims
+ * and a trailing 1) or a row lookup (operand [N, trailing dims of the
+ * result], rows picked by indices of the leading dims). Attributes the
+ * pattern fixes must agree with the form drawn; its variables are bound to
+ * the values chosen. */
+static bool gen_gather(gen *g, const em_pat *t, const rtype *ty) {
+    static const int keys[] = {A_OFFSET_DIMS, A_COLLAPSED_SLICE_DIMS, A_START_INDEX_MAP, A_OPERAND_BATCHING_DIMS,
+                               A_START_INDICES_BATCHING_DIMS, A_INDEX_VECTOR_DIM, A_SLICE_SIZES, A_COUNT};
+    static const char *names[] = {"offset_dims", "collapsed_slice_dims", "start_index_map", "operand_batching_dims",
+                                  "start_indices_batching_dims", "index_vector_dim", "slice_sizes"};
+    uint32_t R = ty->rank;
+    if (t->nkids != 2 || !only_keys(g, t, keys) || R + 1 > MAX_RANK) return false;
+    int64_t w[7][MAX_RANK];
+    uint32_t n[7] = {0};
+    rtype c[2] = {*ty, {DT_S32, 0, {0}}};
+    if (R > 0 && chance(g, 2)) { /* take_along_axis */
+        int64_t a = rnd(g, 0, R - 1);
+        for (uint32_t d = 0; d < R; d++) {
+            if (d != a) w[3][n[3]++] = d, w[4][n[4]++] = d;
+            w[6][n[6]++] = 1;
+            c[1].d[d] = ty->d[d];
+        }
+        c[0].d[a] = rnd_dim(g);
+        w[1][n[1]++] = a, w[2][n[2]++] = a;
+        w[5][n[5]++] = R;
+        c[1].rank = R + 1, c[1].d[R] = 1;
+    } else { /* rows of a table, looked up by the leading dims */
+        uint32_t nb = (uint32_t)rnd(g, 0, R);
+        c[0].rank = 1 + R - nb;
+        c[0].d[0] = rnd_dim(g);
+        w[6][n[6]++] = 1;
+        for (uint32_t d = nb; d < R; d++) c[0].d[1 + d - nb] = ty->d[d], w[0][n[0]++] = d, w[6][n[6]++] = ty->d[d];
+        for (uint32_t d = 0; d < nb; d++) c[1].d[d] = ty->d[d];
+        c[1].rank = nb + 1, c[1].d[nb] = 1;
+        w[1][n[1]++] = 0, w[2][n[2]++] = 0;
+        w[5][n[5]++] = nb;
+    }
+    strbuf at;
+    sb_init(&at);
+    for (int k = 0; k < 7; k++) {
+        aspec a;
+        spec(g, t, keys[k], &a);
+        bool dflt = k == 5 ? w[5][0] == 0 : n[k] == 0; /* absent: 0, the empty list */
+        if ((a.fixed && !(a.present ? a.n == n[k] && !memcmp(a.w, w[k], n[k] * sizeof *a.w) : dflt)) ||
+            (a.len >= 0 && (uint32_t)a.len != n[k])) {
+            sb_free(&at);
+            return false;
+        }
+        bind(g, &a, w[k], n[k]);
+        if (k == 5 && !dflt) sb_printf(&at, " :%s %lld", names[k], (long long)w[5][0]);
+        else if (k != 5) put_list(&at, names[k], w[k], n[k]);
+    }
+    return emit(g, t, OP_GATHER, c, &at, ty);
+}
+
 /* A leaf: a new parameter, or the subterm the variable already stands for. */
 static bool gen_var(gen *g, uint32_t var, const rtype *ty) {
     if (var >= MAX_VARS) return false;
@@ -586,6 +643,7 @@ static bool gen_term(gen *g, uint32_t pat, const rtype *ty) {
     case OP_CONCATENATE: return gen_concatenate(g, t, ty);
     case OP_SLICE: return gen_slice(g, t, ty);
     case OP_DOT: return gen_dot(g, t, ty);
+    case OP_GATHER: return gen_gather(g, t, ty);
     case OP_CUSTOM_CALL: {
         static const int keys[] = {A_CUSTOM_CALL_TARGET, A_COUNT};
         const char *target = only_keys(g, t, keys) ? custom_target(g, t, buf, sizeof buf) : NULL;

@@ -11,7 +11,8 @@
  * draws an operand dtype, transpose a permutation, reshape a factorisation of
  * the element count, broadcast an increasing subset of dims, concatenate a
  * dim and a split, slice a box with stride 1 or 2 inside a larger operand,
- * dot a layout of batch / free / contracting dims on both sides. Literal
+ * dot a layout of batch / free / contracting dims on both sides, gather a
+ * take_along_axis or a row lookup of the result's type (s32 indices). Literal
  * attributes of the pattern are kept; keys the pattern leaves out stay
  * absent (as matching requires); a class variable used twice gets the same
  * leaf; a value variable used twice (?lc of two dots) reuses the choice that
