@@ -95,6 +95,46 @@ void graph_free(hlo_module *m) {
     free(m);
 }
 
+void graph_put_float(strbuf *b, int dt, double v) {
+    if (isnan(v)) { sb_puts(b, signbit(v) ? "-nan" : "nan"); return; }
+    if (isinf(v)) { sb_puts(b, v < 0 ? "-inf" : "inf"); return; }
+    char buf[64];
+    int maxp = dt == DT_F64 || dt == DT_C128 ? 17 : 9;
+    for (int prec = 1; prec <= maxp; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v || (maxp == 9 && (float)strtod(buf, NULL) == (float)v)) break;
+    }
+    sb_puts(b, buf);
+}
+
+const char *graph_complex_literal(hlo_module *m, int dt, const char *s, size_t n) {
+    strbuf b;
+    sb_init(&b);
+    for (size_t i = 0; i < n;) {
+        char ch = s[i];
+        bool num = (ch >= '0' && ch <= '9') || ch == '-' || ch == '+' || ch == '.' || ch == 'n' || ch == 'i';
+        if (!num) {
+            sb_putc(&b, ch);
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < n && s[j] != ',' && s[j] != ')' && s[j] != ' ' && s[j] != '}') j++;
+        char tok[64];
+        size_t len = j - i < sizeof tok - 1 ? j - i : sizeof tok - 1;
+        memcpy(tok, s + i, len);
+        tok[len] = 0;
+        char *end;
+        double v = strtod(tok, &end);
+        if (*end || end == tok) sb_put(&b, s + i, j - i); /* not a number: as it is */
+        else graph_put_float(&b, dt, dt == DT_C64 ? (double)(float)v : v);
+        i = j;
+    }
+    const char *r = graph_intern(m, b.s ? b.s : "", b.len);
+    sb_free(&b);
+    return r;
+}
+
 const char *graph_intern(hlo_module *m, const char *s, size_t n) {
     const char *k = strmap_key(&m->interned, s, n);
     if (k) return k;

@@ -390,6 +390,14 @@ typedef struct hlo_module {
 
 hlo_module *graph_new(void);
 void graph_free(hlo_module *m);
+/* Appends the shortest decimal that reads back to v as a value of element
+ * type dt (a complex type: of its parts' type): nan, -nan, inf, -inf as
+ * XLA prints them. */
+void graph_put_float(strbuf *b, int dt, double v);
+/* A complex literal's text (nested braces of (re, im)) with every number
+ * written as graph_put_float writes it, so that the text and protobuf forms
+ * of one module carry the same text. */
+const char *graph_complex_literal(hlo_module *m, int dt, const char *s, size_t n);
 /* Interns s[0..n) in the module: equal strings share one pointer. */
 const char *graph_intern(hlo_module *m, const char *s, size_t n);
 /* A copy of s[0..n) in the module: for the many strings nearly every

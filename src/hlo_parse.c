@@ -838,7 +838,7 @@ static hlo_literal *parse_literal(parser *ps, const shape *sh) {
         const char *s;
         size_t n;
         if (!lex_raw(lx, &s, &n)) fail(ps, at, "unreadable literal");
-        lit->raw = graph_intern(m, s, n);
+        lit->raw = dtype_is_complex(sh->dtype) ? graph_complex_literal(m, sh->dtype, s, n) : graph_intern(m, s, n);
         lit->count = shape_elements(sh);
         return lit;
     }

@@ -658,19 +658,6 @@ static int64_t sign_extend(uint64_t v, int bits) {
     return (int64_t)((v ^ m) - m);
 }
 
-/* Shortest decimal that reads back to the same value of the element type. */
-static void put_float(strbuf *b, int dt, double v) {
-    if (isnan(v)) { sb_puts(b, signbit(v) ? "-nan" : "nan"); return; }
-    if (isinf(v)) { sb_puts(b, v < 0 ? "-inf" : "inf"); return; }
-    char buf[64];
-    int maxp = dt == DT_F64 || dt == DT_C128 ? 17 : 9;
-    for (int prec = 1; prec <= maxp; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v || (maxp == 9 && (float)strtod(buf, NULL) == (float)v)) break;
-    }
-    sb_puts(b, buf);
-}
-
 /* Text of a literal the IR keeps as text (tuples, complex), as XLA prints it:
  * arrays in nested braces, complex values as (re, im), tuples in parentheses. */
 static void literal_text(pb *p, const Xla__LiteralProto *lp, const shape *s, strbuf *b);
@@ -680,9 +667,9 @@ static void complex_array(strbuf *b, const shape *s, const float *f32, const dou
     if (dim == s->rank) {
         size_t i = (*k)++;
         sb_putc(b, '(');
-        if (f32) put_float(b, DT_C64, f32[2 * i]); else put_float(b, DT_C128, f64[2 * i]);
+        if (f32) graph_put_float(b, DT_C64, f32[2 * i]); else graph_put_float(b, DT_C128, f64[2 * i]);
         sb_puts(b, ", ");
-        if (f32) put_float(b, DT_C64, f32[2 * i + 1]); else put_float(b, DT_C128, f64[2 * i + 1]);
+        if (f32) graph_put_float(b, DT_C64, f32[2 * i + 1]); else graph_put_float(b, DT_C128, f64[2 * i + 1]);
         sb_putc(b, ')');
         return;
     }
@@ -736,7 +723,7 @@ static void literal_text(pb *p, const Xla__LiteralProto *lp, const shape *s, str
         return;
     }
     for (;;) {
-        if (tmp.f) put_float(b, s->dtype, tmp.f[k]);
+        if (tmp.f) graph_put_float(b, s->dtype, tmp.f[k]);
         else if (s->dtype == DT_PRED) sb_puts(b, tmp.i[k] ? "true" : "false");
         else if (dtype_is_unsigned(s->dtype)) sb_printf(b, "%llu", (unsigned long long)tmp.i[k]);
         else sb_printf(b, "%lld", (long long)tmp.i[k]);

@@ -1786,6 +1786,13 @@ static const char *scatter_mismatch(const hlo_instr *in, const interp_val *a, co
     return NULL;
 }
 
+/* Whether computation c returns its parameter k unchanged (a scatter that
+ * puts its update in place). */
+static bool returns_param(const hlo_comp *c, int64_t k) {
+    const hlo_instr *r = c->ninstrs ? &c->instrs[c->root] : NULL;
+    return r && r->op == OP_PARAMETER && instr_int(r, A_PARAMETER_NUMBER, -1) == k;
+}
+
 static interp_val *op_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev) {
     if (in->noperands != 3) return fail(x, INTERP_EUNSUPPORTED, in, "variadic scatter");
     const interp_val *a = ops[0], *ix = ops[1], *u = ops[2];
@@ -1832,7 +1839,19 @@ static interp_val *op_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int
         for (uint32_t d = 0; d < a->rank; d++) corner &= full[d] == 0;
         x->stats.scattered += corner;
         x->stats.dropped += corner && !ok;
-        if (ok) {
+        if (ok && r->im) {
+            /* complex values: a sum, or the update put in place (.at[].set) */
+            if (x->m->comps[ci].reducer == RED_SUM) {
+                r->f[o] = rnd(r->dtype, r->f[o] + u->f[e]);
+                r->im[o] = rnd(r->dtype, r->im[o] + u->im[e]);
+            } else if (returns_param(&x->m->comps[ci], 1)) {
+                copy_elem(r, o, u, e);
+            } else {
+                interp_val_free(r);
+                return fail(x, INTERP_EUNSUPPORTED, in, "a scatter combining complex values other than by a sum or by "
+                            "putting the update in place");
+            }
+        } else if (ok) {
             cell args[2] = {get_cell(r, o), get_cell(u, e)}, res;
             int red = x->m->comps[ci].reducer;
             if (red == RED_SUM && r->f) res.f = rnd(r->dtype, args[0].f + args[1].f);
@@ -3162,7 +3181,7 @@ static bool complex_op(const hlo_instr *in) {
     case OP_DOT: case OP_REDUCE: case OP_FFT: case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: case OP_ALL_GATHER:
     case OP_ALL_TO_ALL: case OP_COLLECTIVE_PERMUTE: case OP_ALL_REDUCE_START: case OP_ALL_REDUCE_DONE:
     case OP_ALL_GATHER_START: case OP_ALL_GATHER_DONE: case OP_COLLECTIVE_PERMUTE_START:
-    case OP_COLLECTIVE_PERMUTE_DONE: case OP_COPY_START: case OP_COPY_DONE: case OP_BITCAST:
+    case OP_COLLECTIVE_PERMUTE_DONE: case OP_COPY_START: case OP_COPY_DONE: case OP_BITCAST: case OP_SCATTER:
         return true;
     case OP_CUSTOM_CALL: return instr_is_identity_custom_call(in);
     default: return false;

@@ -1555,6 +1555,19 @@ static void test_fft(void) {
          "  ROOT r = c64[2] multiply(s, c)\n"
          ,
          2, 1, {5.71875, -12.78125, 44.03125, 19.71875}},
+        /* scatter on complex values: a sum, or the update put in place (an FNO's kept modes) */
+        {"scatter-add c64[4]",
+         "  x = c64[4] constant({(1, 1), (2, 2), (3, 3), (4, 4)})\n  i = s32[2,1] constant({{1}, {3}})\n"
+         "  u = c64[2] constant({(0.5, -1), (1, 0.25)})\n"
+         "  ROOT r = c64[4] scatter(x, i, u), update_window_dims={}, inserted_window_dims={0}, "
+         "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=add\n",
+         4, 1, {1, 1, 2.5, 1, 3, 3, 5, 4.25}},
+        {"scatter-set c64[4]",
+         "  x = c64[4] constant({(1, 1), (2, 2), (3, 3), (4, 4)})\n  i = s32[2,1] constant({{1}, {3}})\n"
+         "  u = c64[2] constant({(0.5, -1), (1, 0.25)})\n"
+         "  ROOT r = c64[4] scatter(x, i, u), update_window_dims={}, inserted_window_dims={0}, "
+         "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=set\n",
+         4, 1, {1, 1, 0.5, -1, 3, 3, 1, 0.25}},
     };
     for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
         t_case("interp fft-1.%zu %s", c + 1, cases[c].name);
@@ -1562,7 +1575,8 @@ static void test_fft(void) {
         sb_init(&text);
         sb_init(&err);
         sb_printf(&text, "HloModule m\n\nadd {\n  a = c64[] parameter(0)\n  b = c64[] parameter(1)\n"
-                         "  ROOT s = c64[] add(a, b)\n}\n\nENTRY e {\n%s}\n", cases[c].body);
+                         "  ROOT s = c64[] add(a, b)\n}\n\nset {\n  a = c64[] parameter(0)\n  ROOT b = c64[] parameter(1)\n}\n\n"
+                         "ENTRY e {\n%s}\n", cases[c].body);
         interp_val *out[1] = {NULL};
         int st = run(text.s, 1, 1, NULL, out, &err);
         if (CHECK_MSG(st == 0, "status %d: %s", st, err.s ? err.s : "") &&
