@@ -887,7 +887,9 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
                       "the first overall is %s)", lc.resync_scope ? lc.resync_scope : "?", ui->name, lc.later_unsupported_why,
                       lc.first_unsupported->name);
         else if (lc.first_unsupported) sb_printf(&msg, "the first instruction not related is %s (%s)", ui->name, lc.unsupported_why);
-        else sb_printf(&msg, "no instruction diverged or was left unrelated before the output %s", ui->name);
+        else
+            sb_printf(&msg, "the rules localise no divergence: every instruction before the output %s is related to "
+                      "baseline values, yet the output meets none of the baseline's", ui->name);
         add_finding(r, &cap, kind, SEV_ERROR, msg.s, uc, ui)->witness = true;
         sb_free(&msg);
     } else if (outputs_ok && !lc.first_unsupported && lc.assumed == lc.opaque && !lc.resynced) {
@@ -943,7 +945,7 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         if (w.ran && w.agrees)
             sb_printf(&msg, "; the outputs agree on seeded random inputs (max abs difference %g, %.3g of their magnitude)",
                       w.max_abs, w.max_rel);
-        else if (w.ran && (w.nonfinite_only || w.int_domain))
+        else if (w.ran && (w.nonfinite_only || w.int_domain || w.unstable))
             sb_printf(&msg, "; execution decides nothing: %s", w.why);
         else if (w.ran && w.over_tight)
             sb_printf(&msg, "; on seeded random inputs the outputs differ by up to %g (%.3g of their magnitude): more than "
@@ -981,9 +983,9 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     judge_segments(r, (trace_verdict)verdict, contradicted, &lc, &sr, final_run, sat_ms, t4 - t3 - sat_ms);
     if (lc.assumptions.len) r->assumptions = xstrdup(lc.assumptions.s);
     r->w.seed = w.seed, r->w.max_abs = w.max_abs, r->w.max_rel = w.max_rel;
-    r->w.outcome = !w.ran ? NULL : w.differs ? "differs" : w.agrees ? "agrees" : w.nonfinite_only || w.int_domain ? "undecided"
+    r->w.outcome = !w.ran ? NULL : w.differs ? "differs" : w.agrees ? "agrees" : w.nonfinite_only || w.int_domain || w.unstable ? "undecided"
                                                                                  : "between";
-    if (w.ran && (w.nonfinite_only || w.int_domain)) snprintf(r->w.note, sizeof r->w.note, "%s", w.why);
+    if (w.ran && (w.nonfinite_only || w.int_domain || w.unstable)) snprintf(r->w.note, sizeof r->w.note, "%s", w.why);
     r->verdict = verdict;
 
     sb_free(&why);

@@ -78,6 +78,8 @@ typedef struct witness {
     bool nonfinite_only;      /* outputs differed only where one program gave inf or NaN and the other a finite
                                * value (an empty softmax, a zero count: inputs outside the programs' domain),
                                * and agree on inputs whose integers avoid 0: neither differs nor agrees */
+    bool unstable;            /* the outputs differed, and the baseline's alone moved beyond the tolerance with
+                               * its inputs moved by 1e-9 of their values: neither differs nor agrees */
     uint32_t skipped;         /* output blocks not compared (unconstrained outputs whose sharding is unknown) */
     double max_abs, max_rel;  /* over all outputs and devices */
     uint64_t seed;

@@ -1470,6 +1470,38 @@ static void constant_rounding(void) {
     }
 }
 
+/* Execution decides nothing where the baseline alone amplifies rounding
+ * (tests/cases/chaos, by hand: 60 steps of the logistic map 4x(1 - x),
+ * written 4x - 4x·x on the devices): the outputs differ by O(1), but so do
+ * the baseline's own when its inputs move by 1e-9, so the pair is
+ * unverified with that reason, never a mismatch; at rates 2 against 2.5
+ * (no amplifier: fixed points 1/2 and 3/5) the difference is a mismatch. */
+static void chaotic_witness(void) {
+    const char *b = "tests/cases/chaos/logistic.base.hlo", *d = "tests/cases/chaos/logistic.dist.hlo",
+               *r = "tests/cases/chaos/logistic.relations.json";
+    t_case("check chaos: a rounding amplifier decides nothing");
+    json_t *trace = NULL;
+    int v = run_with("chaos", b, d, r, true, false, &trace);
+    CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
+    json_t *w = json_object_get(json_array_get(json_object_get(trace, "findings"), 0), "witness");
+    const char *o = json_string_value(json_object_get(w, "outcome"));
+    CHECK_MSG(o && !strcmp(o, "undecided"), "witness outcome %s", o ? o : "(none)");
+    json_decref(trace);
+    /* r = 2 (converging to 1/2) against r = 2.5 (to 3/5): no amplifier, a
+     * difference execution confirms */
+    t_case("check chaos: a stable map with another rate is a mismatch");
+    char *bs = t_read(b, NULL), *ds = t_read(d, NULL);
+    bool ok = bs && ds && t_write_replaced(bs, "four = f32[] constant(4)", "four = f32[] constant(2)", NULL, "build/check-chaos-b.hlo") &&
+              t_write_replaced(ds, "four = f32[] constant(4)", "four = f32[] constant(2.5)", NULL, "build/check-chaos-d.hlo");
+    free(bs);
+    free(ds);
+    if (CHECK(ok)) {
+        v = run_with("chaos", "build/check-chaos-b.hlo", "build/check-chaos-d.hlo", r, true, false, &trace);
+        CHECK_MSG(v == VERDICT_MISMATCH, "verdict %s", verdict_name(v));
+        json_decref(trace);
+    }
+}
+
 /* The jax 0.12 cases (tests/cases/jax012, samples/gen/jax012.py): every
  * correct pair, in both forms, is never a mismatch — among them a GSPMD scan
  * whose jit has no out_shardings (the partitioner leaves the result sharded:
@@ -2186,6 +2218,19 @@ static void hand_written_cases(void) {
          * (a splat: a block of the baseline's splat), or started true */
         {"splat-carry/flag", "as exported", NULL, NULL, VERDICT_VERIFIED, true},
         {"splat-carry/flag", "flag started true", "pred[] constant(false)", "pred[] constant(true)", VERDICT_MISMATCH, false},
+        /* a bag of rows of a row-split table summed, each row kept where
+         * this device owns it and the position is within the bag's length
+         * (and of two masks; where, or times the mask as a number) */
+        {"bag-mask/mul", "as exported", NULL, NULL, VERDICT_VERIFIED, true},
+        {"bag-mask/where", "as exported", NULL, NULL, VERDICT_VERIFIED, true},
+        {"bag-mask/mul", "length mask one longer", "%lt.26 = pred[8,4]{1,0} compare(%lt.22, %lt.25), direction=LT",
+         "%lt.26 = pred[8,4]{1,0} compare(%lt.22, %lt.25), direction=LE", VERDICT_MISMATCH, false},
+        {"bag-mask/mul", "ownership mask without its upper bound", "%and.4 = pred[8,4]{1,0} and(%ge.2, %lt.19)",
+         "%and.4 = pred[8,4]{1,0} copy(%ge.2)", VERDICT_MISMATCH, false},
+        {"bag-mask/where", "the length mask alone", "%and.5 = pred[8,4]{1,0} and(%and.4, %lt.25)",
+         "%and.5 = pred[8,4]{1,0} copy(%lt.25)", VERDICT_MISMATCH, false},
+        {"bag-mask/where", "length mask inverted", "%and.5 = pred[8,4]{1,0} and(%and.4, %lt.25)",
+         "%nl = pred[8,4]{1,0} not(%lt.25)\n  %and.5 = pred[8,4]{1,0} and(%and.4, %nl)", VERDICT_MISMATCH, false},
         /* the batch over dp beside the row-parallel tp: the bias (broadcast
          * as jnp writes it, through a reshape) added after the psum, or
          * inside it (counted once per tp device: once related as correct) */
@@ -2922,6 +2967,7 @@ void suite_check(void) {
     loop_induction();
     hand_written_cases();
     constant_rounding();
+    chaotic_witness();
     scalar_dynamic_slice();
     factor_blame_in_call();
     index_operand_without_term();
