@@ -561,6 +561,29 @@ static bool shares_in_groups(lstate *s) {
     return false;
 }
 
+/* Class x as a predicate converted to a number (the convert possibly under
+ * broadcasts and reshapes, depth levels: m[..., None].astype(f32)
+ * broadcast): that predicate, moved as the number was; else EID_NONE. */
+static eid converted_pred(lift_ctx *c, eid x, int depth) {
+    const eid *ch;
+    eid n = lf_class_node(c, x, OP_CONVERT, 1, &ch);
+    if (n != EID_NONE) return eg_type_dtype(c->g, eg_class_type(c->g, ch[0])) == DT_PRED ? ch[0] : EID_NONE;
+    if (depth <= 0) return EID_NONE;
+    int op = OP_BROADCAST;
+    n = lf_class_node(c, x, OP_BROADCAST, 1, &ch);
+    if (n == EID_NONE) op = OP_RESHAPE, n = lf_class_node(c, x, OP_RESHAPE, 1, &ch);
+    if (n == EID_NONE) return EID_NONE;
+    uint32_t attr = eg_node_attr(c->g, n), r;
+    const int64_t *dims = eg_type_dims(c->g, eg_class_type(c->g, x), &r);
+    int64_t d[VIEW_MAX_RANK];
+    if (r > VIEW_MAX_RANK) return EID_NONE;
+    memcpy(d, dims, r * sizeof *d);
+    eid p = converted_pred(c, ch[0], depth - 1);
+    if (p == EID_NONE) return EID_NONE;
+    uint32_t t = lf_type_of(c, DT_PRED, d, r);
+    return op == OP_RESHAPE ? lf_mk_reshape(c, p, t, c->origin) : eg_add(c->g, OP_BROADCAST, attr, t, &p, 1, c->origin);
+}
+
 /* Forms of the value v just lifted that the other program may write, joined
  * to v's class (exact identities, both programs walked alike):
  *   x · convert(p) with p a predicate is select(p, x, 0)  (a mask as a
@@ -596,10 +619,8 @@ static void other_forms(lstate *s, const lval *v) {
     const eid *ch;
     if (in->op == OP_MULTIPLY && dtype_is_float(in->shape.dtype)) {
         for (uint32_t o = 0; o < 2; o++) {
-            if (lf_class_node(c, s->ops[1 - o].cls, OP_CONVERT, 1, &ch) == EID_NONE ||
-                eg_type_dtype(c->g, eg_class_type(c->g, ch[0])) != DT_PRED)
-                continue;
-            eid pred = ch[0]; /* (the e-graph's arrays move as it grows) */
+            eid pred = converted_pred(c, s->ops[1 - o].cls, 3);
+            if (pred == EID_NONE) continue;
             interp_val *z = interp_val_new(in->shape.dtype, 0, NULL);
             eid zero = lf_const_term(c, z, c->origin);
             zero = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), type, &zero, 1, c->origin);
@@ -646,12 +667,24 @@ static bool has_var(lift_ctx *c, eid x, int depth) {
     return false;
 }
 
+static void pairs_add(lift_ctx *c, lf_pairs *p, int64_t a, int64_t b) {
+    for (uint32_t q = 0; q < p->n; q++)
+        if (p->v[2 * q] == a && p->v[2 * q + 1] == b) return;
+    for (int w = 0; w < 2; w++) ARENA_GROW(c->a, p->v, 2 * p->n + w, p->cap, 8);
+    p->v[2 * p->n] = a, p->v[2 * p->n + 1] = b;
+    p->n++;
+}
+
+static bool pairs_has(const lf_pairs *p, int64_t a, int64_t b) {
+    for (uint32_t q = 0; q < p->n; q++)
+        if (p->v[2 * q] == a && p->v[2 * q + 1] == b) return true;
+    return false;
+}
+
 /* Whether the baseline reshapes some value splitting a dim of extent len
  * into [n, len / n] (groups of the devices' blocks). */
 static bool baseline_splits(lift_ctx *c, int64_t len, int64_t n) {
-    if (!c->base_splits_read) {
-        /* read once: the (extent, parts) pairs, each once */
-        uint32_t cap = 0;
+    if (!c->base_splits.read) {
         for (uint32_t ci = 0; ci < c->base->ncomps; ci++) {
             const hlo_comp *bc = &c->base->comps[ci];
             for (uint32_t i = 0; i < bc->ninstrs; i++) {
@@ -660,27 +693,34 @@ static bool baseline_splits(lift_ctx *c, int64_t len, int64_t n) {
                 const shape *in = &bc->instrs[r->operands[0]].shape;
                 for (uint32_t p = 0; p < in->rank && p + 1 < r->shape.rank; p++) {
                     int64_t l = in->dims[p], k = r->shape.dims[p];
-                    if (k && l % k == 0 && r->shape.dims[p + 1] == l / k) {
-                        bool seen = false;
-                        for (uint32_t q = 0; q < c->nbase_splits && !seen; q++)
-                            seen = c->base_splits[2 * q] == l && c->base_splits[2 * q + 1] == k;
-                        if (!seen) {
-                            for (int w = 0; w < 2; w++) { /* two words a split */
-                                ARENA_GROW(c->a, c->base_splits, 2 * c->nbase_splits + w, cap, 8);
-                                c->base_splits[2 * c->nbase_splits + w] = w ? k : l;
-                            }
-                            c->nbase_splits++;
-                        }
-                    }
+                    if (k && l % k == 0 && r->shape.dims[p + 1] == l / k) pairs_add(c, &c->base_splits, l, k);
                     if (in->dims[p] != r->shape.dims[p]) break;
                 }
             }
         }
-        c->base_splits_read = true;
+        c->base_splits.read = true;
     }
-    for (uint32_t q = 0; q < c->nbase_splits; q++)
-        if (c->base_splits[2 * q] == len && c->base_splits[2 * q + 1] == n) return true;
-    return false;
+    return pairs_has(&c->base_splits, len, n);
+}
+
+bool lf_baseline_repeats(lift_ctx *c, int64_t n, int64_t len) {
+    if (!c->base_repeats.read) {
+        for (uint32_t ci = 0; ci < c->base->ncomps; ci++) {
+            const hlo_comp *bc = &c->base->comps[ci];
+            for (uint32_t i = 0; i < bc->ninstrs; i++) {
+                const hlo_instr *r = &bc->instrs[i];
+                uint32_t nd;
+                const int64_t *bd = instr_ints(r, A_DIMENSIONS, &nd);
+                if (r->op != OP_BROADCAST || r->noperands != 1 || nd + 1 != r->shape.rank) continue;
+                /* the one added dim j, with operand dims on both sides of it */
+                uint32_t j = 0;
+                while (j < nd && bd[j] == (int64_t)j) j++;
+                if (j > 0 && j < nd && bd[j] == (int64_t)j + 1) pairs_add(c, &c->base_repeats, r->shape.dims[j], r->shape.dims[j + 1]);
+            }
+        }
+        c->base_repeats.read = true;
+    }
+    return pairs_has(&c->base_repeats, n, len);
 }
 
 /* Whether the baseline reshapes class x to dims sd[rank] (x's with one dim
@@ -800,6 +840,40 @@ static bool own_statistic(lift_ctx *c, const lval *ops, uint32_t n, uint32_t par
         else if (!(ops[o].kind == LV_TERM && ops[o].konst) && !(ops[o].kind == LV_TERM && lf_kval(c, ops[o].cls))) return false;
     }
     return np >= 2;
+}
+
+/* The elementwise op after s that s's value reaches (through layout ops
+ * and elementwise ops with constants: a guard as max(n, 1), a broadcast)
+ * and that meets there a value already lifted as a partial sum over the
+ * axes `partial` (a ratio of two of the device's own sums, sum(w·x) /
+ * max(sum(w), 1), as own_statistic, one op later); 0 when there is none. */
+static uint32_t meets_partial_later(const lstate *s, uint32_t partial) {
+    const hlo_comp *comp = s->comp;
+    uint32_t i = (uint32_t)(s->in - comp->instrs), at = 0;
+    bool *reach = xcalloc(comp->ninstrs, sizeof *reach), found = false;
+    reach[i] = true;
+    for (uint32_t u = i + 1; u < comp->ninstrs && !found; u++) {
+        const hlo_instr *y = &comp->instrs[u];
+        bool moves = y->noperands == 1 && (y->op == OP_BROADCAST || y->op == OP_RESHAPE || y->op == OP_CONVERT ||
+                                            y->op == OP_COPY || y->op == OP_BITCAST || y->op == OP_TRANSPOSE);
+        if (!moves && (!lf_is_elementwise(y->op) || y->op == OP_SELECT)) continue;
+        bool uses = false, consts = true;
+        for (uint32_t o = 0; o < y->noperands; o++) {
+            uint32_t x = y->operands[o];
+            if (reach[x]) {
+                uses = true;
+                continue;
+            }
+            const lval *v = x < i ? &s->vals[x] : NULL;
+            if (v && v->kind == LV_TERM && v->v.partial == partial && v->v.red == RED_SUM) found = true;
+            else if (!(v && v->kind == LV_TERM && v->konst)) consts = false;
+        }
+        found &= uses;
+        if (found) at = u;
+        reach[u] = uses && consts;
+    }
+    free(reach);
+    return at;
 }
 
 /* Whether the sum over devices a partial operand stands for may be one the
@@ -1596,6 +1670,7 @@ static lval lift_elementwise(lstate *s) {
              * the same axes is counted once per device: the reduction is wrong,
              * not missing. */
             bool per_device = !is_convert && partial_after_row_max(s, ops, partial);
+            uint32_t meets = 0;
             const hlo_instr *later = !per_device && (in->op == OP_ADD || in->op == OP_SUBTRACT)
                                          ? lf_summed_later(c, s->comp, in, partial)
                                          : NULL;
@@ -1625,6 +1700,16 @@ static lval lift_elementwise(lstate *s) {
                 lf_unsupported(c, s->comp, in, "%s converts a partial sum to %s before it is reduced (%s), a value not "
                                "related to the baseline's: whether the baseline rounds it alike is unknown", in->name,
                                dtype_name(in->shape.dtype), why.s);
+            else if (c->in_loop_cond)
+                /* each group stops its loop on its own statistic (its rows
+                 * all done): the baseline's function when the iterations a
+                 * group runs past its own stop change nothing (finished rows
+                 * rewrite what they hold), which the walk cannot tell */
+                lf_unsupported_suspect(c, KIND_MISSING_ALL_REDUCE, s->comp, in,
+                                       "%s in a loop condition uses a partial sum before it is reduced (%s): each group "
+                                       "of devices may stop on its own count, which is the baseline's result only when "
+                                       "the iterations past a group's stop change nothing; not related yet",
+                                       in->name, why.s);
             else if (per_device)
                 /* a sum of values each device shifted by its own block's
                  * max (an online softmax's local sum, whose log is the
@@ -1633,11 +1718,12 @@ static lval lift_elementwise(lstate *s) {
                                        "%s uses a partial sum of values each device shifted by its own blocks' maxima "
                                        "(%s): a per-device statistic, which a later merge may combine; not related yet",
                                        in->name, why.s);
-            else if (!is_convert && own_statistic(c, ops, in->noperands, partial) &&
-                     !averaged_later(s->comp, (uint32_t)(in - s->comp->instrs), 0))
+            else if (!is_convert && (own_statistic(c, ops, in->noperands, partial) || (meets = meets_partial_later(s, partial))) &&
+                     !averaged_later(s->comp, meets ? meets : (uint32_t)(in - s->comp->instrs), 0))
                 /* each device's own shares combined (a weighted mean of its
-                 * rows, sum(w·x) / sum(w), merged with the others' later by
-                 * Chan's formula): a per-device statistic, not a sum cut short */
+                 * rows, sum(w·x) / sum(w), or / max(sum(w), 1)), merged with
+                 * the others' later by Chan's formula: a per-device
+                 * statistic, not a sum cut short */
                 lf_unsupported_suspect(c, KIND_MISSING_ALL_REDUCE, s->comp, in,
                                        "%s combines partial sums with each other (%s): each device's own statistic, "
                                        "which a later merge may combine correctly; not related yet", in->name, why.s);

@@ -157,6 +157,9 @@ typedef struct lval {
     uint8_t vdim;                 /* LV_IVEC: the dim holding the components; LV_ROW: E's dim the
                                    * devices hold one slice of */
     bool in_domain : 1;           /* LV_MASK: the index values are known to lie there (iota) */
+    bool conj : 1;                /* LV_PW of pred: also ANDed with the plain predicate term `hit`
+                                   * (a bag's length mask beside a row's ownership test), of the
+                                   * value's global dims and view */
     bool rescaled : 1;            /* a baseline term times a constant factor put back into it */
     bool from_max : 1;            /* LV_ROW: the blocks' maxima (or minima) of a partial max (lf_partial_row) */
     bool group : 1;               /* LV_ROW: rows of a per-device group computation (lift_group.c),
@@ -279,6 +282,13 @@ typedef struct lift_span {
     uint32_t seg, n0, n1;
 } lift_span;
 
+/* A set of pairs of numbers read once from the baseline (lift.c). */
+typedef struct lf_pairs {
+    int64_t *v; /* 2 words a pair */
+    uint32_t n, cap;
+    bool read;
+} lf_pairs;
+
 typedef struct lift_ctx {
     egraph *g;
     arena *a;
@@ -353,10 +363,10 @@ typedef struct lift_ctx {
     const hlo_comp *row_max_comp;         /* one per device (lf_partial_row): named as a suspected */
     char *row_max_why;                    /* missing all-reduce when an output does not meet */
     uint32_t nshifts, capshifts;
-    int64_t *base_splits;                 /* (extent, parts) of every baseline reshape splitting a leading
+    lf_pairs base_splits;                 /* (extent, parts) of every baseline reshape splitting a leading
                                            * dim into [parts, extent / parts] (lift.c baseline_splits) */
-    uint32_t nbase_splits;
-    bool base_splits_read;
+    lf_pairs base_repeats;                /* (copies, extent) of every baseline broadcast adding one dim of
+                                           * that many copies before a dim of that extent (jnp.repeat) */
     const char *resync_scope;             /* the first one */
     uint64_t lifted, assumed;             /* instructions lifted; with assumed content */
     uint64_t opaque;                      /* of those, values of a known view whose content may be
@@ -388,6 +398,8 @@ typedef struct lift_ctx {
                                            * pointers stay valid as walks add more) */
     size_t nloops, caploops, next_loop;
     int loop_depth;                       /* inside a loop body or condition: no segment switches */
+    int in_loop_cond;                     /* walking a while loop's condition (nesting count): a partial
+                                           * value there decides when a group stops, not an output's value */
     uint32_t loop_seg;                    /* baseline: the segment of the loop being walked */
     bool no_memo;                         /* set before lifting to turn it off */
     bool no_account;                      /* building a memoised baseline layer after the fact */

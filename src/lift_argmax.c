@@ -1133,7 +1133,8 @@ static bool same_rows(lift_ctx *c, eid m, eid node, eid value) {
     return false;
 }
 
-/* The greatest value a position of dtype dt holds; false for others. */
+/* The greatest value a position of dtype dt holds; false for others (a
+ * position type). */
 static bool position_top(int dt, double *top) {
     switch (dt) {
     case DT_S32: *top = 2147483647.0; return true;
@@ -1163,9 +1164,19 @@ bool lf_owner_select(lstate *s, lval *out) {
         *out = unknown();
         return true;
     }
+    /* a fill past every position of the row (INT_MAX, or a sentinel as
+     * 2**30 no smaller than the reduced dim's global extent) */
     double top;
+    int64_t extent = -1;
+    uint32_t nrd;
+    const int64_t *rd = instr_ints(r, A_DIMENSIONS, &nrd);
+    if (nrd == 1 && r->noperands == 4) {
+        extent = s->comp->instrs[r->operands[0]].shape.dims[rd[0]];
+        for (uint32_t a = 0; a < c->mesh->naxes; a++)
+            if (m->v.partial >> a & 1) extent *= c->mesh->sizes[a];
+    }
     bool fill_top = f->kind == LV_DEV && lf_dev_uniform(c, f) && f->count && position_top(in->shape.dtype, &top);
-    for (uint32_t e = 0; fill_top && e < f->count; e++) fill_top = f->dev[e] == top;
+    for (uint32_t e = 0; fill_top && e < f->count; e++) fill_top = f->dev[e] == top || (extent > 0 && f->dev[e] >= extent);
     if (!fill_top) {
         /* Ties: the baseline's position is the least of the tied ones; a
          * device's own is its block's least. The least over the holders is

@@ -1183,48 +1183,56 @@ static bool position_class(lift_ctx *c, eid x) {
     return false;
 }
 
-static bool masked_term(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    const hlo_instr *in = s->in;
-    const lval *pr = &s->ops[0];
+/* Whether pr is an index predicate of ids from data (positions — an iota,
+ * a padding mask's — are no rows) that may mask a plain value. */
+static bool data_pred(lift_ctx *c, const lval *pr) {
     uint32_t along;
     int64_t len;
     const eid *none;
-    /* ids from data: positions (an iota, a padding mask's) are no rows */
-    if (in->noperands != 3 || pr->kind != LV_PW || pr->pos == EID_NONE || pr->v.partial || pr->src == EID_NONE ||
-        lf_kval(c, pr->src) || lf_class_node(c, pr->src, OP_IOTA, 0, &none) != EID_NONE || iota_run(c, pr->src, &along, &len) ||
-        position_class(c, pr->src))
-        return false;
-    for (uint32_t k = 0; k < 2; k++) {
-        const lval *x = &s->ops[1 + k];
-        if (x->kind != LV_TERM || x->v.partial || x->assumed || x->cls == EID_NONE || lf_scale_of(x) != 1 ||
-            !instr_is_zero_literal(s->comp, &s->comp->instrs[in->operands[2 - k]]))
-            continue;
-        lval m = {.kind = LV_MASK, .v = pr->v, .pos = pr->pos, .hit = x->cls, .src = pr->src};
-        if (!lf_same_sharding(&m.v, &x->v) && !pos_reshard(c, &m.pos, &m.v, &x->v)) return false;
-        if (!lf_same_sharding(&m.v, &x->v)) return false;
-        m.pw = pw_alloc(c);
-        pw_fn hit, zero;
-        pw_const(&hit, TAG_HIT);
-        pw_const(&zero, TAG_ZERO);
-        int64_t domain = 0;
-        for (int64_t d = 0; d < c->ndev; d++) {
-            if (!pw_select(&pr->pw[d], k == 0 ? &hit : &zero, k == 0 ? &zero : &hit, &m.pw[d])) return false;
-            for (uint32_t q = 0; q < m.pw[d].n; q++) {
-                const pw_piece *pc = &m.pw[d].p[q];
-                if (pc->a == 0 && pc->b == TAG_HIT && pc->hi == PW_POS_INF) return false;
-                if (pc->a == 0 && pc->b == TAG_HIT && pc->hi > domain) domain = pc->hi;
-            }
+    return pr->kind == LV_PW && pr->pos != EID_NONE && !pr->v.partial && pr->src != EID_NONE && !lf_kval(c, pr->src) &&
+           lf_class_node(c, pr->src, OP_IOTA, 0, &none) == EID_NONE && !iota_run(c, pr->src, &along, &len) &&
+           !position_class(c, pr->src);
+}
+
+/* The plain value x where index predicate pr is `when` (1: true, 0:
+ * false), zeros elsewhere, as a mask of x (HIT) and zeros. */
+static bool term_where(lift_ctx *c, const lval *pr, const lval *x, int when, lval *out) {
+    if (x->kind != LV_TERM || x->v.partial || x->assumed || x->cls == EID_NONE || lf_scale_of(x) != 1) return false;
+    lval m = {.kind = LV_MASK, .v = pr->v, .pos = pr->pos, .hit = x->cls, .src = pr->src};
+    if (!lf_same_sharding(&m.v, &x->v) && !pos_reshard(c, &m.pos, &m.v, &x->v)) return false;
+    if (!lf_same_sharding(&m.v, &x->v)) return false;
+    m.pw = pw_alloc(c);
+    pw_fn hit, zero;
+    pw_const(&hit, TAG_HIT);
+    pw_const(&zero, TAG_ZERO);
+    int64_t domain = 0;
+    for (int64_t d = 0; d < c->ndev; d++) {
+        if (!pw_select(&pr->pw[d], when ? &hit : &zero, when ? &zero : &hit, &m.pw[d])) return false;
+        for (uint32_t q = 0; q < m.pw[d].n; q++) {
+            const pw_piece *pc = &m.pw[d].p[q];
+            if (pc->a == 0 && pc->b == TAG_HIT && pc->hi == PW_POS_INF) return false;
+            if (pc->a == 0 && pc->b == TAG_HIT && pc->hi > domain) domain = pc->hi;
         }
-        if (domain <= 0 || domain > INT32_MAX) return false;
-        /* The ids the mask keeps say nothing of the ids the program sees:
-         * the domain is the extent some lookup of the same source indexes
-         * (mask_domain), never the union of the kept ranges (a mask keeping
-         * only id 0 would assume every id is 0). */
-        m.domain = -1;
-        *out = m;
-        return true;
     }
+    if (domain <= 0 || domain > INT32_MAX) return false;
+    /* The ids the mask keeps say nothing of the ids the program sees:
+     * the domain is the extent some lookup of the same source indexes
+     * (mask_domain), never the union of the kept ranges (a mask keeping
+     * only id 0 would assume every id is 0). */
+    m.domain = -1;
+    *out = m;
+    return true;
+}
+
+/* select(p, x, 0) or select(p, 0, x) of a plain value x by an index
+ * predicate of data (term_where). */
+static bool masked_term(lstate *s, lval *out) {
+    const hlo_instr *in = s->in;
+    if (in->noperands != 3 || !data_pred(s->c, &s->ops[0])) return false;
+    for (uint32_t k = 0; k < 2; k++)
+        if (instr_is_zero_literal(s->comp, &s->comp->instrs[in->operands[2 - k]]) &&
+            term_where(s->c, &s->ops[0], &s->ops[1 + k], k == 0, out))
+            return true;
     return false;
 }
 
@@ -1707,9 +1715,157 @@ static bool mask_keeps_zero(lstate *s, lval *out) {
     return true;
 }
 
+/* ---- index predicates ANDed with a plain predicate (lval.conj) ---- */
+
+/* x as a plain predicate a conjunct may take: data of the value's view. */
+static bool plain_pred(const lift_ctx *c, const lval *x, const hlo_instr *xi, const view *v) {
+    (void)c;
+    return x->kind == LV_TERM && x->cls != EID_NONE && !x->assumed && !x->v.partial && xi->shape.dtype == DT_PRED &&
+           lf_same_sharding(&x->v, v);
+}
+
+/* and(p, t) of an index predicate p (LV_PW of pred) and a plain predicate t
+ * of the same view: p with t as its conjunct (ANDed with p's own). */
+static bool conj_and(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->op != OP_AND || in->noperands != 2 || in->shape.dtype != DT_PRED) return false;
+    for (int k = 0; k < 2; k++) {
+        const lval *p = &s->ops[k], *t = &s->ops[1 - k];
+        if (p->kind != LV_PW || !plain_pred(c, t, &s->comp->instrs[in->operands[1 - k]], &p->v)) continue;
+        *out = *p;
+        out->cls = EID_NONE;
+        out->conj = true;
+        if (p->conj) {
+            eid both[2] = {p->hit, t->cls};
+            out->hit = eg_add(c->g, OP_AND, 0, eg_class_type(c->g, t->cls), both, 2, c->origin);
+        } else {
+            out->hit = t->cls;
+        }
+        return true;
+    }
+    return false;
+}
+
+/* Whether every device holds the same function (a predicate of data
+ * alone: made a number, it is data, not index arithmetic). */
+static bool pw_same_everywhere(const lift_ctx *c, const pw_fn *f) {
+    for (int64_t d = 1; d < c->ndev; d++)
+        if (f[d].n != f[0].n || memcmp(f[d].p, f[0].p, f[0].n * sizeof *f[0].p)) return false;
+    return true;
+}
+
+/* Whether every piece of every device's function is 0 or 1 (a predicate,
+ * or one converted to a number). */
+static bool pw_is_01(const lift_ctx *c, const pw_fn *f) {
+    for (int64_t d = 0; d < c->ndev; d++)
+        for (uint32_t k = 0; k < f[d].n; k++)
+            if (f[d].p[k].a != 0 || (f[d].p[k].b != 0 && f[d].p[k].b != 1)) return false;
+    return true;
+}
+
+/* The masked row m kept only where the plain predicate conj holds too: its
+ * row select(conj, row, 0) (zeros and junk stay as they are). */
+static bool conj_into(lift_ctx *c, eid conj, lval *m) {
+    uint32_t t = eg_class_type(c->g, m->hit), cr, hr;
+    const int64_t *cd = eg_type_dims(c->g, eg_class_type(c->g, conj), &cr), *hd = eg_type_dims(c->g, t, &hr);
+    if (cr != hr || memcmp(cd, hd, cr * sizeof *cd)) return false;
+    interp_val *z = interp_val_new(eg_type_dtype(c->g, t), 0, NULL);
+    eid zc = lf_const_term(c, z, c->origin);
+    zc = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), t, &zc, 1, c->origin);
+    eid sel[3] = {conj, m->hit, zc};
+    m->hit = eg_add(c->g, OP_SELECT, 0, t, sel, 3, c->origin);
+    return true;
+}
+
+/* The masked row m (operand mo) kept where the index predicate p holds
+ * (and its conjunct, if any), zeros elsewhere: select(p, m, 0), or m times p
+ * converted to a number. */
+static bool mask_where(lstate *s, const lval *p, uint32_t mo, lval *out) {
+    lift_ctx *c = s->c;
+    const lval *m = &s->ops[mo];
+    if (m->kind != LV_MASK || m->n || m->carry || m->hit == EID_NONE || p->kind != LV_PW || !pw_is_01(c, p->pw))
+        return false;
+    lval r = *m;
+    if (!lf_same_sharding(&r.v, &p->v)) pos_reshard(c, &r.pos, &r.v, &p->v);
+    if (!same_pos(&r.pos, p->pos) || !lf_same_sharding(&r.v, &p->v)) return false;
+    r.pw = pw_alloc(c);
+    pw_fn zero;
+    pw_const(&zero, TAG_ZERO);
+    for (int64_t d = 0; d < c->ndev; d++)
+        if (!pw_select(&p->pw[d], &m->pw[d], &zero, &r.pw[d])) return false;
+    r.cls = EID_NONE;
+    if (p->conj && !conj_into(c, p->hit, &r)) return false;
+    *out = r;
+    return true;
+}
+
+/* multiply(m, convert(p)) of a masked row and an index predicate made a
+ * number: mask_where. */
+static bool mask_times_pred(lstate *s, lval *out) {
+    if (s->in->op != OP_MULTIPLY || s->in->noperands != 2) return false;
+    for (uint32_t k = 0; k < 2; k++) {
+        const lval *p = &s->ops[1 - k], *x = &s->ops[k];
+        if (p->kind != LV_PW || !pw_is_01(s->c, p->pw)) continue;
+        if (x->kind == LV_MASK && mask_where(s, p, k, out)) return true;
+        /* a plain value times the predicate: the value where it holds */
+        if (x->kind == LV_TERM && data_pred(s->c, p)) {
+            lval q = *p;
+            q.conj = false;
+            if (term_where(s->c, &q, x, 1, out) && (!p->conj || conj_into(s->c, p->hit, out))) return true;
+        }
+    }
+    return false;
+}
+
+/* An op with an index predicate that has a conjunct among its operands:
+ * layout ops and converts move the conjunct alike; a select of a masked row
+ * and zeros by it, or the masked row times it, is mask_where; and takes
+ * more conjuncts. Anything else is not related (false: the operands' plain
+ * terms are used). */
+static bool conj_instr(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (conj_and(s, out) || mask_times_pred(s, out)) return true;
+    if (in->op == OP_SELECT && in->noperands == 3 && instr_is_zero_literal(s->comp, &s->comp->instrs[in->operands[2]])) {
+        if (s->ops[1].kind == LV_MASK) return mask_where(s, &s->ops[0], 1, out);
+        /* a plain value where p holds (masked_term), kept where the conjunct does */
+        lval saved = s->ops[0];
+        s->ops[0].conj = false;
+        s->ops[0].hit = EID_NONE;
+        bool ok = masked_term(s, out) && conj_into(c, saved.hit, out);
+        s->ops[0] = saved;
+        return ok;
+    }
+    bool shape_op = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST || in->op == OP_COPY ||
+                    in->op == OP_CONVERT;
+    if (!shape_op || in->noperands != 1) return false;
+    lval saved = s->ops[0];
+    s->ops[0].conj = false;
+    s->ops[0].hit = EID_NONE;
+    bool ok = lf_pw_instr(s, out) && out->kind == LV_PW;
+    s->ops[0] = saved;
+    if (!ok) return false;
+    /* the conjunct stays a predicate: moved as the value is, not converted */
+    eid conj = saved.hit;
+    if (in->op != OP_CONVERT) {
+        int64_t dims[VIEW_MAX_RANK];
+        lf_global_dims(c, &out->v, &in->shape, dims);
+        conj = eg_add(c->g, in->op, lf_encode_attrs(c, c->cur, in), lf_type_of(c, DT_PRED, dims, in->shape.rank), &conj, 1,
+                      c->origin);
+        if (in->op == OP_RESHAPE) conj = lf_mk_reshape(c, saved.hit, lf_type_of(c, DT_PRED, dims, in->shape.rank), c->origin);
+    }
+    out->hit = conj;
+    out->conj = true;
+    return true;
+}
+
 bool lf_pw_instr(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (s->ops[o].kind == LV_PW && s->ops[o].conj) return conj_instr(s, out);
+    if (conj_and(s, out)) return true;
     if (in->op == OP_CONCATENATE && ivec_concatenate(s, out)) return true;
     if (in->op == OP_REDUCE && ivec_reduce(s, out)) return true;
     if (in->op != OP_GATHER && ivec_elementwise(s, out)) return true;
@@ -1733,12 +1889,12 @@ bool lf_pw_instr(lstate *s, lval *out) {
     if (in->op == OP_SELECT && masked_term(s, out)) return true;
     if (in->op == OP_DYNAMIC_UPDATE_SLICE && dus_at_index(s, out)) return true;
     if (in->op == OP_SELECT && dus_kept(s, out)) return true;
-    if (compare_local_iota(s, out)) return true;
+    if (compare_local_iota(s, out) || mask_times_pred(s, out)) return true;
     if (!any_pw && !any_mask && !(any_dev && (any_src || any_ksrc))) return false;
     int dt = in->shape.dtype;
     lval v = {.kind = LV_PW, .v = view_dup(in->shape.rank), .pos = EID_NONE};
     if (any_mask) {
-        if (mask_keeps_zero(s, out)) return true;
+        if (mask_keeps_zero(s, out) || mask_times_pred(s, out)) return true;
         if (in->op == OP_ADD && s->ops[0].kind == LV_MASK && s->ops[1].kind == LV_MASK) {
             /* Kept as a sum of masked parts; an all-reduce resolves each. */
             lval m = {.kind = LV_MASK, .v = view_dup(in->shape.rank), .pos = EID_NONE};
@@ -1817,14 +1973,17 @@ bool lf_pw_instr(lstate *s, lval *out) {
     if (in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST || in->op == OP_CONVERT ||
         in->op == OP_COPY) {
         if (s->ops[0].kind != LV_PW) return false;
-        if (in->op == OP_CONVERT && !(dtype_is_int(dt) || dt == DT_PRED)) return false;
+        /* a predicate made a number (0 or 1: a mask multiplied in) keeps its values */
+        int from_dt = s->comp->instrs[in->operands[0]].shape.dtype;
+        bool pred_number = in->op == OP_CONVERT && from_dt == DT_PRED && dtype_is_float(dt) && !pw_same_everywhere(c, s->ops[0].pw);
+        if (in->op == OP_CONVERT && !(dtype_is_int(dt) || dt == DT_PRED) && !pred_number) return false;
         /* A convert keeps the values where the new type holds them: to pred
          * only from pred (else it is x != 0). */
         int sdt = s->comp->instrs[in->operands[0]].shape.dtype;
         if (in->op == OP_CONVERT && dt == DT_PRED && sdt != DT_PRED) return false;
         const hlo_instr *src = &s->comp->instrs[in->operands[0]];
         v.pw = s->ops[0].pw;
-        if (in->op == OP_CONVERT) {
+        if (in->op == OP_CONVERT && !pred_number) {
             v.pw = pw_alloc(c);
             memcpy(v.pw, s->ops[0].pw, (size_t)c->ndev * sizeof *v.pw);
             if (!pw_as_dtype(dt, v.pw, c->ndev)) return false;

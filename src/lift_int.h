@@ -145,6 +145,10 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
 hlo_instr lf_with_ints(lift_ctx *c, const hlo_instr *in, int key, const int64_t *ints, uint32_t n);
 eid lf_fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank);
 void lf_global_dims(const lift_ctx *c, const view *v, const shape *local, int64_t *out);
+/* Whether the baseline broadcasts some value adding one dim of n copies
+ * right before a dim of extent len, operand dims on both sides of it (the
+ * broadcast of jnp.repeat(x, n, axis)). */
+bool lf_baseline_repeats(lift_ctx *c, int64_t n, int64_t len);
 void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask);
 view_dim lf_axes_dim(const lift_ctx *c, uint32_t mask);
 int64_t lf_dim_block(const lift_ctx *c, const view_dim *vd, int64_t r); /* device r's block along vd (major first) */

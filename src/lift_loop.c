@@ -92,7 +92,9 @@ static void loop_walk(lift_ctx *c, const hlo_instr *in, lval *args, lval *body, 
     lval *a = single ? args->elems : args;
     *body = b != SR_NONE ? lf_lift_comp(c, &m->comps[b], a, NULL, 0) : unknown();
     c->call_comp = outer_call;
+    c->in_loop_cond++;
     *cond = k != SR_NONE ? lf_lift_comp(c, &m->comps[k], a, NULL, 0) : unknown();
+    c->in_loop_cond--;
     c->depth--;
     c->loop_depth--;
     c->loop_seg = outer;

@@ -51,6 +51,73 @@ static void broadcast_sharded_reading(lift_ctx *c, const hlo_instr *in, const lv
     }
 }
 
+/* Whether the broadcast's operand is a reshape dropping a unit dim right
+ * before its dim d that the unit dim's sharding went into (one kv head per
+ * device, its head dim dropped). */
+static bool dropped_sharded_unit(const lstate *s, uint32_t d) {
+    const hlo_instr *xi = &s->comp->instrs[s->in->operands[0]];
+    if ((xi->op != OP_RESHAPE && xi->op != OP_BITCAST) || xi->noperands != 1) return false;
+    uint32_t yo = xi->operands[0];
+    const shape *ys = &s->comp->instrs[yo].shape, *xs = &xi->shape;
+    const lval *y = &s->vals[yo], *x = &s->ops[0];
+    if (ys->rank != xs->rank + 1 || d >= xs->rank || ys->dims[d] != 1 || y->kind != LV_TERM || !y->v.dims[d].naxes ||
+        y->v.dims[d].naxes != x->v.dims[d].naxes || memcmp(y->v.dims[d].axes, x->v.dims[d].axes, y->v.dims[d].naxes))
+        return false;
+    for (uint32_t k = 0; k < xs->rank; k++)
+        if (xs->dims[k] != ys->dims[k < d ? k : k + 1]) return false;
+    return true;
+}
+
+/* A broadcast adding a dim of n copies right before a sharded dim d of the
+ * operand (local extent l, P blocks): device r holds n copies of its block r
+ * — block r of jnp.repeat of the operand's dim d split into [P, l], along
+ * the P blocks (jnp.broadcast_to of one kv head per device, which XLA
+ * writes as a reshape dropping the sharded unit dim, then this broadcast:
+ * taken only after such a reshape).
+ * Taken when the baseline repeats n copies before a dim of extent l: the
+ * global term reshape(broadcast(reshape(x, [.., P, l, ..]), [.., P, n, l,
+ * ..]), [.., P·n, l, ..]), the merged dim sharded as d was. */
+static bool broadcast_repeat_reading(lstate *s, const int64_t *bd, uint32_t nd, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    uint32_t R = in->shape.rank, rx = nd;
+    if (x->v.partial || R + 1 > VIEW_MAX_RANK || rx + 1 > VIEW_MAX_RANK) return false;
+    for (uint32_t d = 0; d < nd; d++) {
+        uint32_t j = (uint32_t)bd[d] - 1;
+        if (bd[d] < 1 || !x->v.dims[d].naxes || (d > 0 && bd[d - 1] == (int64_t)j)) continue;
+        int64_t n = in->shape.dims[j], l = in->shape.dims[j + 1], P = view_dim_parts(&x->v, c->mesh, d);
+        if (n < 2 || P < 2 || !dropped_sharded_unit(s, d) || !lf_baseline_repeats(c, n, l)) continue;
+        /* x's global dims with d split into [P, l] */
+        int64_t gx[VIEW_MAX_RANK], s1[VIEW_MAX_RANK], s2[VIEW_MAX_RANK], b2[VIEW_MAX_RANK];
+        const shape *xs = &s->comp->instrs[in->operands[0]].shape;
+        lf_global_dims(c, &x->v, xs, gx);
+        for (uint32_t k = 0, q = 0; k < rx; k++) {
+            if (k == d) {
+                s1[q] = P, b2[q++] = j;
+                s1[q] = l, b2[q++] = j + 2;
+            } else {
+                s1[q] = gx[k], b2[q++] = bd[k] < (int64_t)j ? bd[k] : bd[k] + 1;
+            }
+        }
+        view v = view_dup(R);
+        for (uint32_t k = 0; k < nd; k++)
+            if (k != d) v.dims[bd[k]] = x->v.dims[k];
+        v.dims[j] = x->v.dims[d];
+        int64_t g[VIEW_MAX_RANK];
+        lf_global_dims(c, &v, &in->shape, g);
+        for (uint32_t q = 0; q < R + 1; q++) s2[q] = q < j ? g[q] : q == j ? P : q == j + 1 ? n : g[q - 1];
+        if (g[j] != P * n) continue;
+        int dt = in->shape.dtype;
+        eid y = lf_mk_reshape(c, x->cls, lf_type_of(c, dt, s1, rx + 1), c->origin);
+        y = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, b2, rx + 1), lf_type_of(c, dt, s2, R + 1), &y, 1,
+                   c->origin);
+        *out = term(lf_mk_reshape(c, y, lf_type_of(c, dt, g, R), c->origin), v, x->assumed);
+        return true;
+    }
+    return false;
+}
+
 lval lf_lift_broadcast(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -72,6 +139,8 @@ lval lf_lift_broadcast(lstate *s) {
         sb_free(&why);
         return unknown();
     }
+    lval rep;
+    if (!c->baseline_mode && broadcast_repeat_reading(s, bd, nd, &rep)) return rep;
     if (!c->baseline_mode) broadcast_sharded_reading(c, in, x, bd, nd, &v);
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
