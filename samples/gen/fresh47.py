@@ -94,9 +94,9 @@ Numerics: parameters are kept as real and imaginary parts; 17. and 23.
 return complex values, and the manifest's max_abs_diff (fresh_lib casts to
 float64) covers their real parts only; their imaginary parts were checked
 by hand to agree exactly (17.'s offset-0 bug differs by 8.5).
-Known misses: 15.'s two bugs -- the witness does not run because the
-baseline's scatter (.at[].set) is on complex values, and the static
-analysis stays unverified; 24. (the same without scatters) is found. See the manifest's "numerics" for each
+Known misses: none (15.'s two bugs were missed while the interpreter had
+no rule for a scatter on complex values, the baseline's .at[].set; both
+are found since it has one; 24. is the same without scatters). See the manifest's "numerics" for each
 pair's largest difference from the single-device run.
 Run from the repository root: bash samples/gen/run_fresh47.sh [SUBSTR...]
 (only the pairs whose name contains a SUBSTR; the others keep their entries).
@@ -804,8 +804,4 @@ C.smap("s.circular_fir_cyclic_halo_vs_roll.sp8", {"sp": 8}, circ_sp, (P(None, "s
        (R(B26, T26), np.array([0.3, 0.25, -0.2, 0.15, 0.1], np.float32)),
        bugs=[("non-cyclic-halo", ["wrong-permutation"])])
 
-MISS15 = ("the witness is not run (the interpreter has no rule for scatter on complex values: the .at[].set of the "
-          "modes into the zero spectrum) and the static analysis stays unverified; family 24 (no scatter) is found")
-C.known_miss("s.fno2d_modes_both_ends_energy.dp4.bug.bottom-modes-from-start", MISS15)
-C.known_miss("s.fno2d_modes_both_ends_energy.dp4.bug.energy-not-pmeaned", MISS15)
 C.finish()
