@@ -357,8 +357,8 @@ static double result_factor(lstate *s) {
         return n == 1 || in->op == OP_DYNAMIC_SLICE ? s0 : 0;
     case OP_CONVERT:
         return dtype_is_float(s->comp->instrs[in->operands[0]].shape.dtype) ? s0 : 0;
-    case OP_NEGATE:
-        return scale_fits(&ops[0], -s0) ? -s0 : 0;
+    case OP_NEGATE: /* the term is negate(t): -(f·t) is f·(-t) */
+        return n == 1 ? s0 : 0;
     case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: {
         if (n != 1) return 0;
         int red = instr_reducer(c->cur, in);

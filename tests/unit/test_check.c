@@ -2218,6 +2218,16 @@ static void hand_written_cases(void) {
          * (a splat: a block of the baseline's splat), or started true */
         {"splat-carry/flag", "as exported", NULL, NULL, VERDICT_VERIFIED, true},
         {"splat-carry/flag", "flag started true", "pred[] constant(false)", "pred[] constant(true)", VERDICT_MISMATCH, false},
+        /* a factor through a negation: -(x / 16) against (-x) / 16, and
+         * x / 16 written as (-x) · (-1/16) against -(x / 16) (once verified
+         * by the rules: negate took the factor's sign as well as its node) */
+        {"neg-factor/mean", "as written", NULL, NULL, VERDICT_VERIFIED, true},
+        {"neg-factor/mean", "not negated", "nx = f32[2]{0} negate(x)", "nx = f32[2]{0} copy(x)", VERDICT_MISMATCH, false},
+        {"neg-factor/twice", "the sign differs", NULL, NULL, VERDICT_MISMATCH, true},
+        /* x / 16 both, one written (-x) · (-1/16): equal, not proved (no
+         * rule moves a negation into a constant factor) */
+        {"neg-factor/twice", "without the negation", "ROOT y = f32[2]{0} negate(d)", "ROOT y = f32[2]{0} copy(d)",
+         VERDICT_UNVERIFIED, false},
         /* a bag of rows of a row-split table summed, each row kept where
          * this device owns it and the position is within the bag's length
          * (and of two masks; where, or times the mask as a number) */
