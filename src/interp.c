@@ -1465,8 +1465,12 @@ static interp_val *op_dot(ctx *x, const hlo_instr *in, const interp_val *l, cons
         }
         K *= l->dims[lc[k]];
     }
-    M = K && B ? l->n / (B * K) : 0;
-    N = K && B ? rr->n / (B * K) : 0;
+    /* the free dims' products (from the dims: a contraction of extent 0,
+     * jnp.dot of two empty vectors, is zeros of the free dims' shape) */
+    for (uint32_t d = 0; d < l->rank; d++)
+        if (!(used[0] >> d & 1)) M *= l->dims[d];
+    for (uint32_t d = 0; d < rr->rank; d++)
+        if (!(used[1] >> d & 1)) N *= rr->dims[d];
     if (B * M * N != r->n || ((l->im || rr->im) && !r->im)) {
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "result shape or type does not match the operands");

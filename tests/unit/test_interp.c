@@ -134,6 +134,13 @@ static void test_dot(void) {
             w2[i * 4 + j] = s;
         }
     expect("interp dot-1.2 leading contracting dims", t2, 1, 1, fill_iota, 0, w2, 8);
+    /* A contraction of extent 0 (jnp.dot of two empty vectors, a hand-written
+     * Cholesky's first step): zeros of the free dims. */
+    const char *t3 = "HloModule m\nENTRY e {\n"
+                     "  a = f32[0] constant({})\n  b = f32[2,0] constant({ {}, {} })\n"
+                     "  ROOT d = f32[2] dot(b, a), lhs_contracting_dims={1}, rhs_contracting_dims={0}\n}\n";
+    double w3[2] = {0, 0};
+    expect("interp dot-1.3 empty contraction", t3, 1, 1, fill_iota, 0, w3, 2);
 }
 
 static void test_gather_scatter(void) {
