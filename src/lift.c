@@ -2676,15 +2676,32 @@ void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, cons
     }
 }
 
+/* The mesh axis whose blocks the window's pieces are (device d holds
+ * [k·len, (k+1)·len) along the dim, k its coordinate on the axis), or -1. */
+static int blocks_axis(const lift_ctx *c, const lift_win *w) {
+    for (uint32_t a = 0; a < c->mesh->naxes; a++) {
+        bool all = w->idx != NULL;
+        for (int64_t d = 0; all && d < c->ndev; d++)
+            for (int64_t l = 0; all && l < w->len; l++)
+                all = w->idx[d * w->len + l] == mesh_coord(c->mesh, d, a) * w->len + l;
+        if (all) return (int)a;
+    }
+    return -1;
+}
+
 void lift_win_unsettled(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *v, const char *where) {
     /* Blamed on where the pieces began: that is what no view relates. */
     const lift_win *w = v->win;
     const hlo_instr *at = w->from ? w->from : in;
-    char what[80];
+    char what[160];
+    int axis;
     if (w->summed) snprintf(what, sizeof what, "slices sharded rows whose per-device sums do not cover every row once");
     else if (at->op == OP_COLLECTIVE_PERMUTE) snprintf(what, sizeof what, "moves pieces of dimension %u between devices", w->dim);
     else if (at->op == OP_SLICE) snprintf(what, sizeof what, "slices sharded dimension %u", w->dim);
     else if (at->op == OP_REVERSE) snprintf(what, sizeof what, "reverses sharded dimension %u (its blocks reverse too)", w->dim);
+    else if (at->op == OP_DYNAMIC_SLICE && (axis = blocks_axis(c, w)) >= 0 && (view_axes_used(&v->v) >> axis & 1))
+        snprintf(what, sizeof what, "slices dimension %u at the blocks of mesh axis %s, which shards another dimension "
+                 "too (each device keeps a diagonal block)", w->dim, c->mesh->names[axis]);
     else if (at->op == OP_DYNAMIC_SLICE)
         snprintf(what, sizeof what, "slices dimension %u at per-device offsets that are no blocks of a mesh axis", w->dim);
     else snprintf(what, sizeof what, "concatenates along sharded dimension %u", w->dim);

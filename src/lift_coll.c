@@ -854,6 +854,15 @@ lval lf_lift_all_gather(lstate *s) {
     uint32_t d;
     view_dim order;  /* the groups' axes, major first (a tuple of axes may list them in any order) */
     if (!dim_collective(s, &axes, &order, &d)) return unknown();
+    lval xu;
+    uint32_t daxes = 0;
+    for (uint32_t i = 0; i < x->v.dims[d].naxes; i++) daxes |= 1u << x->v.dims[d].axes[i];
+    if (daxes && !(daxes & (uint32_t)axes) && s->comp->instrs[in->operands[0]].shape.dims[d] == 1 &&
+        lf_unit_move_next(c, x, &s->comp->instrs[in->operands[0]].shape, d, &xu))
+        /* a unit dim read as carrying other axes than the gathered ones (a
+         * reshape adding it before a sharded dim: one of two readings)
+         * gathered along: the other reading, the sharding on the next dim */
+        x = &xu;
     view v = x->v;
     view_dim *vd = &v.dims[d];
     uint32_t k = order.naxes;
