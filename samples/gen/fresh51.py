@@ -655,8 +655,4 @@ for n in ["s.tsqr_allgather_r_stack_q.dp8.bug.r-stacked-reversed", "s.tsqr_allga
           "s.block_jacobi_solve_diag_block.tp4.bug.diag-block-offset-zero",
           "s.block_jacobi_solve_diag_block.tp4.bug.diag-block-transposed"]:
     C.known_miss(n, MISS_LAPACK)
-C.known_miss("s.cholqr_handwritten_chol_tuple_axes.dp4xtp2.bug.solve-with-lower",
-             "the witness does not run: it rejects the baseline's dot of two f32[0] vectors (jnp.dot(l[i, :0], l[j, :0]) "
-             "in the hand-written Cholesky, a valid zero-length contraction giving 0), and the rules leave the "
-             "triangular solve's factor unrelated")
 C.finish()
