@@ -584,6 +584,28 @@ static eid converted_pred(lift_ctx *c, eid x, int depth) {
     return op == OP_RESHAPE ? lf_mk_reshape(c, p, t, c->origin) : eg_add(c->g, OP_BROADCAST, attr, t, &p, 1, c->origin);
 }
 
+/* s's value when it is computed from constants, iotas and the partition
+ * id alone and is the same on every device (query minus key positions, both
+ * offset by the device's block: their difference is not): that constant,
+ * replicated. */
+static bool uniform_table(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (c->baseline_mode || !lf_fold_size_ok(in->shape.dims, in->shape.rank)) return false;
+    interp_val **v = lf_device_values(c, s->comp, (uint32_t)(in - s->comp->instrs));
+    bool same = v != NULL;
+    for (int64_t d = 1; same && d < c->ndev; d++) {
+        same = v[d]->n == v[0]->n;
+        for (int64_t e = 0; same && e < v[0]->n; e++) same = interp_val_get(v[d], e) == interp_val_get(v[0], e);
+    }
+    if (same) {
+        *out = term(lf_const_term(c, interp_val_ref(v[0]), c->origin), view_dup(in->shape.rank), false);
+        out->konst = true;
+    }
+    lf_device_values_free(c, v);
+    return same;
+}
+
 /* Forms of the value v just lifted that the other program may write, joined
  * to v's class (exact identities, both programs walked alike):
  *   x · convert(p) with p a predicate is select(p, x, 0)  (a mask as a
@@ -617,6 +639,16 @@ static void other_forms(lstate *s, const lval *v) {
         return;
     uint32_t type = eg_class_type(c->g, v->cls);
     const eid *ch;
+    if (in->op == OP_ADD && dtype_is_float(in->shape.dtype) && lf_class_node(c, s->ops[1].cls, OP_ADD, 2, &ch) != EID_NONE &&
+        eg_class_type(c->g, ch[0]) == type && eg_class_type(c->g, ch[1]) == type) {
+        /* x + (a + b) is (x + a) + b: a sum the other program nests the
+         * other way (x + psum(a + m) + bias against x + a + (m + bias): a
+         * residual over a parallel block's all-reduce), whatever the size
+         * of the terms, which the rules' reassociation leaves alone */
+        eid a = ch[0], b = ch[1], l[2] = {s->ops[0].cls, a};
+        eid r[2] = {eg_add(c->g, OP_ADD, 0, type, l, 2, c->origin), b};
+        eg_union(c->g, v->cls, eg_add(c->g, OP_ADD, 0, type, r, 2, c->origin), NULL);
+    }
     if (in->op == OP_MULTIPLY && dtype_is_float(in->shape.dtype)) {
         for (uint32_t o = 0; o < 2; o++) {
             eid pred = converted_pred(c, s->ops[1 - o].cls, 3);
@@ -2020,6 +2052,8 @@ lval lf_lift_instr(lstate *s) {
             if (lf_mask_as_partial(c, &ops[o], &pv)) ops[o] = pv;
         }
         if ((ops[o].kind == LV_PW || ops[o].kind == LV_MASK || ops[o].kind == LV_IVEC) && !lf_index_as_term(c, &ops[o])) {
+            lval t;
+            if (uniform_table(s, &t)) return t;
             lf_unsupported(c, s->comp, in, "%s uses index arithmetic (a function of data and the device) in a way not related yet",
                         in->name);
             return unknown();

@@ -18,7 +18,7 @@
  *       one dim) reduced over it with the same kind of reducer and the same
  *       inits: the complete pair.
  *   lf_owner_test / lf_owner_select  eq(a partial max, its complete
- *     value) says which devices hold a row's max; select(it, the local
+ *     value) (or share >= max) says which devices hold a row's max; select(it, the local
  *     pair's positions with the block's offset, the greatest position) is
  *     partial(min): the min over the devices is the least position of the
  *     row's max, the baseline's tie rule (other fills: not related).
@@ -1067,22 +1067,28 @@ static const int64_t *node_attr(lift_ctx *c, eid k, int64_t key, uint32_t *n) {
     return NULL;
 }
 
-/* Whether compare cmp is eq(m, M): m a partial max (or min) and M the same
- * term complete (not partial, sharded alike). On each device it says
+/* Whether compare cmp is eq(m, M) — or m >= M for a max, m <= M for a min,
+ * which hold where they are equal only — m a partial max (or min) and M the
+ * same term complete (not partial, sharded alike). On each device it says
  * whether that device's share is the complete value: whether its block holds
  * the row's greatest (least) value. *part: m's value. */
 static bool owner_test(lstate *s, const hlo_instr *cmp, const lval **part) {
     lift_ctx *c = s->c;
     const char *dir = cmp->op == OP_COMPARE ? instr_str(cmp, A_DIRECTION) : NULL;
-    if (c->baseline_mode || cmp->noperands != 2 || !dir || strcmp(dir, "EQ") != 0) return false;
+    if (c->baseline_mode || cmp->noperands != 2 || !dir) return false;
     const lval *a = &s->vals[cmp->operands[0]], *b = &s->vals[cmp->operands[1]];
     if (a->kind != LV_TERM || b->kind != LV_TERM) return false;
-    if (!a->v.partial) {
+    bool swapped = !a->v.partial;
+    if (swapped) {
         const lval *t = a;
         a = b;
         b = t;
     }
     if (!a->v.partial || b->v.partial || (a->v.red != RED_MAX && a->v.red != RED_MIN)) return false;
+    /* a device's share of a max is at most the max: share >= max holds
+     * where they are equal only (and <= for a min) */
+    bool ge = strcmp(dir, swapped ? "LE" : "GE") == 0, le = strcmp(dir, swapped ? "GE" : "LE") == 0;
+    if (strcmp(dir, "EQ") != 0 && !(a->v.red == RED_MAX && ge) && !(a->v.red == RED_MIN && le)) return false;
     if (lf_scale_of(a) != 1 || lf_scale_of(b) != 1 || a->diff || b->diff || a->zm || b->zm) return false;
     if (eg_find(c->g, a->cls) != eg_find(c->g, b->cls) || !lf_same_sharding(&a->v, &b->v) ||
         (view_axes_used(&b->v) & a->v.partial))

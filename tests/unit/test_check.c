@@ -2218,6 +2218,13 @@ static void hand_written_cases(void) {
          * (a splat: a block of the baseline's splat), or started true */
         {"splat-carry/flag", "as exported", NULL, NULL, VERDICT_VERIFIED, true},
         {"splat-carry/flag", "flag started true", "pred[] constant(false)", "pred[] constant(true)", VERDICT_MISMATCH, false},
+        /* x + (a + m) + b against (x + a) + (m + b), a and m large terms the
+         * rules' reassociation leaves alone (a parallel block's residual) */
+        {"nested-sum/sum", "as written", NULL, NULL, VERDICT_VERIFIED, true},
+        {"nested-sum/sum", "the bias subtracted", "ROOT y = f32[2]{0} add(t, b)", "ROOT y = f32[2]{0} subtract(t, b)",
+         VERDICT_MISMATCH, false},
+        {"nested-sum/sum", "one term left out", "t = f32[2]{0} add(x, s)", "t = f32[2]{0} add(x, a15)",
+         VERDICT_MISMATCH, false},
         /* a factor through a negation: -(x / 16) against (-x) / 16, and
          * x / 16 written as (-x) · (-1/16) against -(x / 16) (once verified
          * by the rules: negate took the factor's sign as well as its node) */
@@ -2482,8 +2489,12 @@ static void hand_written_cases(void) {
          "s32[4]{0} broadcast(%fill), dimensions={}\n  %cand = s32[4]{0} select(%own, %li, %fillb)\n  %k = s32[4]{0} "
          "all-reduce(%cand), channel_id=2, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%maxi",
          VERDICT_UNVERIFIED, false},
+        /* a share of a max is at most the max: >= holds where they are equal
+         * only (the owner test); <= holds on every device (no test) */
         {"argmax/owner", "owner test GE", "compare(%lm, %gm), direction=EQ", "compare(%lm, %gm), direction=GE",
-         VERDICT_UNVERIFIED, false},
+         VERDICT_VERIFIED, true},
+        {"argmax/owner", "owner test LE (every device)", "compare(%lm, %gm), direction=EQ", "compare(%lm, %gm), direction=LE",
+         VERDICT_MISMATCH, false},
         {"argmax/smap", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"argmax/smap", "offset not added", "%li = s32[4]{0} add(%lil, %offb)", "%li = s32[4]{0} copy(%lil)", VERDICT_MISMATCH,
          true},
