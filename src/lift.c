@@ -609,7 +609,10 @@ static bool uniform_table(lstate *s, lval *out) {
 /* Forms of the value v just lifted that the other program may write, joined
  * to v's class (exact identities, both programs walked alike):
  *   x · convert(p) with p a predicate is select(p, x, 0)  (a mask as a
- *     multiply where jax.grad of relu selects);
+ *     multiply where jax.grad of relu selects; the convert possibly under
+ *     broadcasts and reshapes);
+ *   x + (a + b) is (x + a) + b  (a residual over a parallel block's
+ *     all-reduce; the rules reassociate small terms only);
  *   max(x, 0) > 0 is x > 0  (relu's output compared where the other
  *     program compares its input);
  *   a reduce or dot over a padded value masked to a box, and a slice of a
