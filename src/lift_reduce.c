@@ -142,8 +142,16 @@ lval lf_lift_dot(lstate *s) {
         if (ld->naxes != rd->naxes || memcmp(ld->axes, rd->axes, ld->naxes)) {
             /* Views after reshapes are one reading of the local program; a
              * contraction they disagree on is undecided, not yet a finding. */
-            lf_unsupported(c, s->comp, in, "%s contracts dimension %lld of lhs with dimension %lld of rhs, which are sharded differently",
-                        in->name, (long long)lc[k], (long long)rc[k]);
+            strbuf lw, rw;
+            sb_init(&lw);
+            sb_init(&rw);
+            view_print(&lw, &l->v, c->mesh);
+            view_print(&rw, &r->v, c->mesh);
+            lf_unsupported(c, s->comp, in, "%s contracts dimension %lld of lhs with dimension %lld of rhs, which are sharded "
+                           "differently (lhs %s, rhs %s%s)", in->name, (long long)lc[k], (long long)rc[k], lw.s, rw.s,
+                           l->ambiguous || r->ambiguous ? "; one reading of a reshape that moved a sharded unit dim" : "");
+            sb_free(&lw);
+            sb_free(&rw);
             return unknown();
         }
         for (uint32_t a = 0; a < ld->naxes; a++) partial |= (uint8_t)(1u << ld->axes[a]);
