@@ -636,7 +636,7 @@ static void factor_words(lift_ctx *c, const lval *was, double sd, double sb, tra
 }
 
 bool lf_factor_divergence(lift_ctx *c, const hlo_comp *comp, const lval *x, const lval *was, const hlo_instr **at) {
-    if (!x->rescaled) return false;
+    if (!x->rescaled || was->kind != LV_TERM || was->cls == EID_NONE) return false;
     /* The baseline's own factor for the term: one it put back, else 1 when
      * the term itself is a baseline value. */
     double sb = base_factor(c, was->cls), sd = lf_scale_of(was), r = sd / sb;
