@@ -1770,10 +1770,7 @@ static bool conj_into(lift_ctx *c, eid conj, lval *m) {
     uint32_t t = eg_class_type(c->g, m->hit), cr, hr;
     const int64_t *cd = eg_type_dims(c->g, eg_class_type(c->g, conj), &cr), *hd = eg_type_dims(c->g, t, &hr);
     if (cr != hr || memcmp(cd, hd, cr * sizeof *cd)) return false;
-    interp_val *z = interp_val_new(eg_type_dtype(c->g, t), 0, NULL);
-    eid zc = lf_const_term(c, z, c->origin);
-    zc = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), t, &zc, 1, c->origin);
-    eid sel[3] = {conj, m->hit, zc};
+    eid sel[3] = {conj, m->hit, lf_splat(c, t, 0)};
     m->hit = eg_add(c->g, OP_SELECT, 0, t, sel, 3, c->origin);
     return true;
 }

@@ -240,7 +240,6 @@ static bool base_konst(lift_ctx *c, eid x) {
 /* Whether x may carry factor s: a partial max or min only a positive one. */
 static bool scale_fits(const lval *x, double s) { return s > 0 || !x->v.partial || x->v.red == RED_SUM; }
 
-static eid splat(lift_ctx *c, uint32_t type, double k);
 
 bool lf_scale_take(lstate *s, lval *out) {
     const hlo_instr *in = s->in;
@@ -276,7 +275,7 @@ bool lf_scale_take(lstate *s, lval *out) {
         return false;
     double f = k / lf_scale_of(x);
     if (!isfinite(f) || f == 0) return false;
-    eid ch[2] = {splat(s->c, eg_class_type(s->c->g, x->cls), 1), x->cls};
+    eid ch[2] = {lf_splat(s->c, eg_class_type(s->c->g, x->cls), 1), x->cls};
     *out = *x;
     out->cls = eg_add(s->c->g, OP_DIVIDE, 0, eg_class_type(s->c->g, x->cls), ch, 2, s->c->origin);
     out->scale = f == 1 ? 0 : f;
@@ -439,7 +438,7 @@ static double guided_factor(lstate *s) {
      * has that constant (else it kept the sum's form, factor put back). */
     for (uint32_t o = 0; o < in->noperands && spread && f != 0 && f != 1; o++)
         if (!zeros(c, &s->ops[o]) && spread_constant(c, &s->ops[o], f, &k, &scatter) &&
-            !(eg_class_origin(c->g, scatter == EID_NONE ? splat(c, scalar_type(c, s->ops[o].cls), k / f)
+            !(eg_class_origin(c->g, scatter == EID_NONE ? lf_splat(c, scalar_type(c, s->ops[o].cls), k / f)
                                                         : respread_over(c, s->ops[o].cls, k, scatter, f)) & EG_BASELINE))
             return 0;
     return f == 1 ? 0 : f;
@@ -464,9 +463,7 @@ static bool spread_constant(lift_ctx *c, const lval *x, double f, double *k, eid
     return true;
 }
 
-/* The constant term of type `type` every element of which holds k (rounded
- * to the type): a scalar, or a broadcast of one. */
-static eid splat(lift_ctx *c, uint32_t type, double k) {
+eid lf_splat(lift_ctx *c, uint32_t type, double k) {
     uint32_t rank;
     interp_val *v = interp_val_new(eg_type_dtype(c->g, type), 0, NULL);
     interp_val_set(v, 0, k);
@@ -483,22 +480,22 @@ static eid splat(lift_ctx *c, uint32_t type, double k) {
 eid lf_scale_respread(lift_ctx *c, const lval *x, uint32_t type) {
     double k;
     if (x->kind != LV_TERM || x->cls == EID_NONE) return EID_NONE;
-    if (uniform_value(c, x, &k)) return splat(c, type, k);
+    if (uniform_value(c, x, &k)) return lf_splat(c, type, k);
     /* too large to tabulate: a broadcast of a known scalar */
     const eid *ch;
     const interp_val *sv = lf_class_node(c, x->cls, OP_BROADCAST, 1, &ch) != EID_NONE ? lf_kval(c, ch[0]) : NULL;
-    return sv && sv->f && sv->n == 1 && lf_scale_of(x) == 1 ? splat(c, type, sv->f[0]) : EID_NONE;
+    return sv && sv->f && sv->n == 1 && lf_scale_of(x) == 1 ? lf_splat(c, type, sv->f[0]) : EID_NONE;
 }
 
 /* x (spread_constant with k and scatter) as f times its term: the same
  * constant, or the same scatter, of k/f. */
 static eid respread_over(lift_ctx *c, eid x, double k, eid scatter, double f) {
-    if (scatter == EID_NONE) return splat(c, eg_class_type(c->g, x), k / f);
+    if (scatter == EID_NONE) return lf_splat(c, eg_class_type(c->g, x), k / f);
     uint32_t n;
     const eid *kids = eg_node_children(c->g, scatter, &n);
     eid ch[3] = {kids[0], kids[1], kids[2]}; /* copied: eg_add may move nodes */
     uint32_t attr = eg_node_attr(c->g, scatter), t = eg_class_type(c->g, x);
-    ch[2] = splat(c, eg_class_type(c->g, ch[2]), k / f);
+    ch[2] = lf_splat(c, eg_class_type(c->g, ch[2]), k / f);
     return eg_add(c->g, OP_SCATTER, attr, t, ch, 3, c->origin);
 }
 
