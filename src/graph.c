@@ -193,6 +193,18 @@ const char *instr_frontend_attr(const hlo_instr *in, const char *key) {
     return NULL;
 }
 
+int64_t instr_backend_int(const hlo_instr *in, const char *key, int64_t dflt) {
+    const char *bc = instr_str(in, A_BACKEND_CONFIG);
+    size_t kn = strlen(key);
+    for (const char *p = bc; p && (p = strstr(p, key)); p += kn) {
+        bool starts = p == bc || p[-1] == '{' || p[-1] == ' ' || p[-1] == ',';
+        const char *q = p + kn;
+        while (*q == ' ') q++;
+        if (starts && *q == '=') return strtoll(q + 1, NULL, 10);
+    }
+    return dflt;
+}
+
 bool instr_is_identity_custom_call(const hlo_instr *in) {
     static const char *names[] = {"Sharding",    "SPMDFullToShardShape", "SPMDShardToFullShape",     "MoveToHost",
                                   "MoveToDevice", "LayoutConstraint",     "annotate_device_placement"};

@@ -467,6 +467,10 @@ bool instr_is_identity_custom_call(const hlo_instr *in);
 /* The value of frontend attribute `key` (frontend_attributes={key=value}), or
  * NULL. */
 const char *instr_frontend_attr(const hlo_instr *in, const char *key);
+/* An integer field `key = N` of a typed-FFI custom call's backend_config (the
+ * MLIR dictionary jax writes: "{diag = 85 : ui8, side = 76 : ui8}", LAPACK's
+ * option letters as character codes); dflt when absent. */
+int64_t instr_backend_int(const hlo_instr *in, const char *key, int64_t dflt);
 /* Reduction of an instruction's to_apply computation (RED_NONE when none). */
 int instr_reducer(const hlo_module *m, const hlo_instr *in);
 /* The whole op_name of its metadata without the "jit(...)/" prefix GSPMD

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "linalg.h"
+
 /* ------------------------------------------------------------------ values */
 
 bool interp_dtype_ok(int dt) {
@@ -2136,6 +2138,114 @@ static bool activation_f(const char *t, double a, double *r) {
     return true;
 }
 
+/* A result of the custom call: element k of a tuple result, or the result. */
+static const shape *result_part(const hlo_instr *in, uint32_t k) {
+    if (in->shape.dtype != DT_TUPLE) return k == 0 ? &in->shape : NULL;
+    return k < in->shape.ntuple ? &in->shape.tuple[k] : NULL;
+}
+
+/* True when s is an array of type dt whose dims are those of v's leading
+ * `lead` dims followed by the `ntail` given ones. */
+static bool shape_is(const shape *s, int dt, const interp_val *v, uint32_t lead, const int64_t *tail, uint32_t ntail) {
+    if (!s || s->dtype != dt || s->rank != lead + ntail) return false;
+    for (uint32_t d = 0; d < lead; d++)
+        if (s->dims[d] != v->dims[d]) return false;
+    for (uint32_t d = 0; d < ntail; d++)
+        if (s->dims[lead + d] != tail[d]) return false;
+    return true;
+}
+
+/* Runs a LAPACK custom call (linalg.h) on operands [batch…, rows, cols] of a
+ * real floating type, matrix by matrix, with LAPACK's results: potrf (factor,
+ * info), trsm (x), geqrf (a, tau), orgqr (q), getrf (lu, 1-based pivots,
+ * info), syevd (eigenvectors, eigenvalues, info), gesdd (a, singular
+ * values, U, Vᵀ, info); infos and pivots s32. */
+static interp_val *op_lapack(ctx *x, const hlo_instr *in, interp_val **ops, int routine) {
+    const char *t = instr_str(in, A_CUSTOM_CALL_TARGET);
+    uint32_t want_ops = routine == LINALG_TRSM || routine == LINALG_ORGQR ? 2 : 1;
+    const interp_val *a = in->noperands == want_ops ? ops[0] : NULL;
+    if (!a || !a->f || a->im || a->rank < 2)
+        return fail(x, INTERP_EUNSUPPORTED, in, "custom-call %s: expects %u real floating operand(s) of rank >= 2", t, want_ops);
+    uint32_t lead = a->rank - 2;
+    int64_t m = a->dims[lead], n = a->dims[lead + 1], k = m < n ? m : n, batch = 1, none[1] = {0};
+    for (uint32_t d = 0; d < lead; d++) batch *= a->dims[d];
+    const interp_val *b = want_ops == 2 ? ops[1] : NULL;
+    int64_t mn[2] = {m, n}, kk[1] = {k}, nn[1] = {n};
+    bool ok;
+    switch (routine) {
+    case LINALG_POTRF: ok = m == n && shape_is(result_part(in, 0), a->dtype, a, lead, mn, 2) &&
+                        shape_is(result_part(in, 1), DT_S32, a, lead, none, 0) && in->shape.ntuple == 2; break;
+    case LINALG_TRSM: ok = m == n && b->f && !b->im && b->dtype == a->dtype && b->rank == a->rank &&
+                       shape_is(result_part(in, 0), b->dtype, b, b->rank, none, 0) &&
+                       b->dims[lead + (instr_backend_int(in, "side", 'L') == 'L' ? 0 : 1)] == m; break;
+    case LINALG_GEQRF: ok = shape_is(result_part(in, 0), a->dtype, a, lead, mn, 2) &&
+                        shape_is(result_part(in, 1), a->dtype, a, lead, kk, 1) && in->shape.ntuple == 2; break;
+    case LINALG_ORGQR: ok = b->f && !b->im && b->dtype == a->dtype && b->rank == lead + 1 && m >= n && b->dims[lead] <= n &&
+                        shape_is(result_part(in, 0), a->dtype, a, lead, mn, 2); break;
+    case LINALG_GETRF: ok = shape_is(result_part(in, 0), a->dtype, a, lead, mn, 2) && shape_is(result_part(in, 1), DT_S32, a, lead, kk, 1) &&
+                        shape_is(result_part(in, 2), DT_S32, a, lead, none, 0) && in->shape.ntuple == 3; break;
+    case LINALG_GESDD: {
+        const shape *us = result_part(in, 2), *vs = result_part(in, 3);
+        int64_t uc = us && us->rank == lead + 2 ? us->dims[lead + 1] : -1, vr = vs && vs->rank == lead + 2 ? vs->dims[lead] : -1;
+        int64_t ud[2] = {m, uc}, vd[2] = {vr, n};
+        ok = in->shape.ntuple == 5 && shape_is(result_part(in, 0), a->dtype, a, lead, mn, 2) &&
+             shape_is(result_part(in, 1), a->dtype, a, lead, kk, 1) && (uc == k || uc == m) && (vr == k || vr == n) &&
+             shape_is(us, a->dtype, a, lead, ud, 2) && shape_is(vs, a->dtype, a, lead, vd, 2) &&
+             shape_is(result_part(in, 4), DT_S32, a, lead, none, 0);
+        break;
+    }
+    case LINALG_SYEVD: ok = m == n && shape_is(result_part(in, 0), a->dtype, a, lead, mn, 2) &&
+                         shape_is(result_part(in, 1), a->dtype, a, lead, nn, 1) &&
+                         shape_is(result_part(in, 2), DT_S32, a, lead, none, 0) && in->shape.ntuple == 3; break;
+    default: ok = false; break;
+    }
+    for (uint32_t d = 0; ok && b && d < lead; d++) ok = b->dims[d] == a->dims[d];
+    if (!ok) return fail(x, INTERP_EUNSUPPORTED, in, "custom-call %s: operand and result shapes LAPACK does not have", t);
+    /* work: n³ per matrix (Jacobi sweeps: about 20 n³) */
+    int64_t big = m > n ? m : n, side = b ? b->dims[lead] * b->dims[lead + 1] : 1;
+    double cost = (double)batch * (double)big * (double)big * (double)big * (routine == LINALG_SYEVD || routine == LINALG_GESDD ? 20 : 1) +
+                  (double)batch * (double)big * (double)side;
+    if (cost > (double)(x->max_steps - x->steps))
+        return fail(x, INTERP_EBUDGET, in, "the factorisation would exceed the step budget of %lld element steps",
+                    (long long)x->max_steps);
+    x->steps += (int64_t)cost;
+    bool lower = instr_backend_int(in, "uplo", 'L') == 'L';
+    interp_val *out[5] = {0};
+    for (uint32_t o = 0; o < 5 && result_part(in, o); o++) out[o] = val_shape(result_part(in, o));
+    interp_val *res = out[0];
+    copy_all(res, routine == LINALG_TRSM ? b : a);
+    int64_t per = routine == LINALG_TRSM ? b->dims[lead] * b->dims[lead + 1] : m * n;
+    int64_t *piv = xcalloc((size_t)(k + 1), sizeof *piv);
+    for (int64_t q = 0; q < batch; q++) {
+        double *mat = res->f + q * per;
+        switch (routine) {
+        case LINALG_POTRF: out[1]->i[q] = linalg_potrf(mat, n, lower); break;
+        case LINALG_TRSM:
+            linalg_trsm(a->f + q * m * m, mat, b->dims[lead], b->dims[lead + 1], instr_backend_int(in, "side", 'L') == 'L', lower,
+                        instr_backend_int(in, "trans_x", 'N') != 'N', instr_backend_int(in, "diag", 'N') == 'U');
+            break;
+        case LINALG_GEQRF: linalg_geqrf(mat, m, n, out[1]->f + q * k); break;
+        case LINALG_ORGQR: linalg_orgqr(mat, m, n, b->f + q * b->dims[lead], b->dims[lead]); break;
+        case LINALG_GETRF:
+            out[2]->i[q] = linalg_getrf(mat, m, n, piv, &x->stats.ties);
+            for (int64_t j = 0; j < k; j++) out[1]->i[q * k + j] = piv[j];
+            break;
+        case LINALG_SYEVD: out[2]->i[q] = linalg_syevd(mat, n, lower, out[1]->f + q * n, &x->stats.ties); break;
+        default: {
+            int64_t uc = out[2]->dims[lead + 1], vr = out[3]->dims[lead];
+            out[4]->i[q] = linalg_gesdd(mat, m, n, out[1]->f + q * k, out[2]->f + q * m * uc, uc, out[3]->f + q * vr * n, vr,
+                                        &x->stats.ties);
+            break;
+        }
+        }
+    }
+    free(piv);
+    for (uint32_t o = 0; o < 5; o++)
+        for (int64_t e = 0; out[o] && out[o]->f && e < out[o]->n; e++) out[o]->f[e] = rnd(out[o]->dtype, out[o]->f[e]);
+    if (in->shape.dtype != DT_TUPLE) return res;
+    return interp_val_tuple(in->shape.ntuple, out);
+}
+
 /* Evaluates a non-collective, non-control-flow instruction on one device. */
 static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev) {
     switch (in->op) {
@@ -2232,6 +2342,8 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
         if (t && strcmp(t, "TopK") == 0 && in->noperands == 1 && cmp && in->shape.dtype == DT_TUPLE &&
             in->shape.ntuple == 2 && in->shape.tuple[0].rank == ops[0]->rank && ops[0]->rank > 0)
             return op_topk(x, in, ops[0], in->shape.tuple[0].dims[ops[0]->rank - 1], true, (uint32_t)cmp->v.ints[0], dev);
+        int routine = linalg_routine(t);
+        if (routine >= 0) return op_lapack(x, in, ops, routine);
         double v;
         if (activation_f(t, 0, &v) && in->noperands == 1 && ops[0]->f && interp_val_matches(ops[0], &in->shape)) {
             interp_val *r = val_like(ops[0], ops[0]->dtype);

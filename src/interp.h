@@ -152,9 +152,10 @@ typedef struct interp_config {
 /* Index vectors a run used, over all devices: scatter updates (one per
  * window) and how many were skipped, their window out of bounds; gather
  * slices and how many of their starts were clamped into bounds (a slice
- * read elsewhere). */
+ * read elsewhere). Ties: choices a factorisation made between values equal
+ * to within rounding (linalg.h: LU pivots, eigenvectors). */
 typedef struct interp_stats {
-    int64_t scattered, dropped, gathered, clamped;
+    int64_t scattered, dropped, gathered, clamped, ties;
 } interp_stats;
 
 /* The checks interp_run makes before running: device count (1..4096),

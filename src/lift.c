@@ -16,6 +16,7 @@
 
 #include "eattr.h"
 #include "interp.h"
+#include "linalg.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -853,6 +854,15 @@ static bool averaged_later(const hlo_comp *comp, uint32_t i, int depth) {
         if (keeps && others_const && averaged_later(comp, u, depth + 1)) return true;
     }
     return false;
+}
+
+/* Whether instruction u of comp multiplies two different values: one
+ * statistic of the device weighted by another (its count times its mean,
+ * n·(s / max(n, 1))), whose sum over the devices is a weighted merge —
+ * not a value squared (a norm of shares, which no merge takes back). */
+static bool weighted_product(const hlo_comp *comp, uint32_t u) {
+    const hlo_instr *y = &comp->instrs[u];
+    return y->op == OP_MULTIPLY && y->noperands == 2 && y->operands[0] != y->operands[1];
 }
 
 /* Whether a partial operand (over the axes `partial`, a sum) is computed
@@ -1754,7 +1764,8 @@ static lval lift_elementwise(lstate *s) {
                                        "(%s): a per-device statistic, which a later merge may combine; not related yet",
                                        in->name, why.s);
             else if (!is_convert && (own_statistic(c, ops, in->noperands, partial) || (meets = meets_partial_later(s, partial))) &&
-                     !averaged_later(s->comp, meets ? meets : (uint32_t)(in - s->comp->instrs), 0))
+                     (weighted_product(s->comp, (uint32_t)(in - s->comp->instrs)) || (meets && weighted_product(s->comp, meets)) ||
+                      !averaged_later(s->comp, meets ? meets : (uint32_t)(in - s->comp->instrs), 0)))
                 /* each device's own shares combined (a weighted mean of its
                  * rows, sum(w·x) / sum(w), or / max(sum(w), 1)), merged with
                  * the others' later by Chan's formula: a per-device
@@ -1956,6 +1967,33 @@ static bool lift_batched(lstate *s, lval *out) {
     return true;
 }
 
+/* A triangular solve (the LAPACK trsm custom call, linalg.h) with its matrix
+ * A complete and replicated past the batch dims: op(A)·X = B solves each
+ * column of B on its own (X·op(A) = B each row), so B sharded along those
+ * columns (rows) — its batch dims as A's, the solved dim whole — gives X
+ * sharded alike, the same op over the global operands. The solve is linear
+ * in B: B a partial sum gives X the partial sum of the solves. */
+static bool lift_solve(lstate *s, lval *out) {
+    const hlo_instr *in = s->in;
+    if (in->op != OP_CUSTOM_CALL || linalg_routine(instr_str(in, A_CUSTOM_CALL_TARGET)) != LINALG_TRSM ||
+        in->noperands != 2 || in->shape.dtype == DT_TUPLE)
+        return false;
+    const lval *a = &s->ops[0], *b = &s->ops[1];
+    const shape *bs = &s->comp->instrs[in->operands[1]].shape;
+    uint32_t r = bs->rank, nb = r - 2, solved = nb + (instr_backend_int(in, "side", 'L') == 'L' ? 0 : 1);
+    if (a->kind != LV_TERM || b->kind != LV_TERM || r < 2 || r > VIEW_MAX_RANK || a->v.rank != r || b->v.rank != r ||
+        a->v.partial || lf_scale_of(a) != 1 || lf_scale_of(b) != 1 || (b->v.partial && b->v.red != RED_SUM) ||
+        b->v.dims[solved].naxes)
+        return false;
+    for (uint32_t d = 0; d < r; d++)
+        if (d < nb ? memcmp(&a->v.dims[d], &b->v.dims[d], sizeof a->v.dims[d]) : a->v.dims[d].naxes != 0) return false;
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(s->c, &b->v, &in->shape, dims);
+    eid ch[2] = {a->cls, b->cls};
+    *out = term(lf_node(s->c, s->c->cur, in, ch, 2, dims, s->c->origin), b->v, a->assumed || b->assumed);
+    return true;
+}
+
 /* The indices block_offset_indices read as x's term stand for x - off(r)
  * only under the blocked reading: when no reading applies, the scatter's
  * indices are the per-device ones again. */
@@ -2122,6 +2160,7 @@ lval lf_lift_instr(lstate *s) {
     }
     case OP_FFT: case OP_CHOLESKY: case OP_TRIANGULAR_SOLVE: case OP_CUSTOM_CALL: {
         lval r;
+        if (lift_solve(s, &r)) return r;
         if (lift_batched(s, &r)) return r;
         break;
     }

@@ -49,6 +49,9 @@
  * within that block's share of the range the baseline indexes with it (its
  * entries on their owner): a difference there, without more out-of-bounds
  * reads, decides; anything else is left to the rules.
+ * A difference on a run where a factorisation chose between values equal to
+ * within rounding (an LU pivot, an eigenvector's sign or the basis of a
+ * repeated eigenvalue's space: interp_stats.ties) decides nothing either.
  * Agreement is evidence, never a proof. max_rel is relative to that scale.
  */
 #ifndef SCALIFY_WITNESS_H
@@ -80,6 +83,8 @@ typedef struct witness {
                                * and agree on inputs whose integers avoid 0: neither differs nor agrees */
     bool unstable;            /* the outputs differed, and the baseline's alone moved beyond the tolerance with
                                * its inputs moved by 1e-9 of their values: neither differs nor agrees */
+    bool tied;                /* the outputs differed on a run where a factorisation chose between values equal
+                               * to within rounding (interp_stats.ties): unstable too, said why */
     uint32_t skipped;         /* output blocks not compared (unconstrained outputs whose sharding is unknown) */
     double max_abs, max_rel;  /* over all outputs and devices */
     uint64_t seed;

@@ -1015,10 +1015,7 @@ C.gspmd("g.momentum_sgd_batch_two_axes.node2xlocal4", {"node": 2, "local": 4},
 # Bug variants one execution does not show yet (the corpus test asserts they stay
 # unverified and prints them as open).
 MISS_TIES = ("the bug differs only where a row's maximum is tied across devices; execution draws continuous inputs, which have no ties (the generator's inputs are rounded to integers to make them)")
-MISS_LU = ("the baseline solves the ridge system with an LU custom call (lapack getrf), which the interpreter does not run, so execution cannot compare the outputs")
 C.known_miss("s.argmax_ties_pmax_masked_pmin.dp2xtp4.bug.ties-by-pmax", MISS_TIES)
-C.known_miss("s.rabenseifner_halving_doubling_ridge.dp8.bug.halving-keeps-wrong-half", MISS_LU)
-C.known_miss("s.rabenseifner_halving_doubling_ridge.dp8.bug.doubling-concat-order", MISS_LU)
 
 # ---------------------------------------------------------------------------
 C.finish()

@@ -1292,10 +1292,6 @@ C.gspmd("g.cautious_adamw_2d.fsdp2xtp4", M2, (P("fsdp", "tp"),) * 4, (P("fsdp", 
         (R(32, 64, scale=0.4), R(32, 64), R(32, 64) * np.linspace(-0.6, 1.0, 64, dtype=np.float32)[None, :],
          np.abs(R(32, 64)) + 0.1))
 
-MISS_LAPACK = ("the baseline's eigendecomposition or QR is a LAPACK custom call the interpreter does not run, and the rules do not relate the program before it")
-C.known_miss("s.shampoo_factors_scan_eigh_root.tp4.bug.r-root-cols-at-0", MISS_LAPACK)
-C.known_miss("s.soap_eigbasis_adam_psum_scatter.tp4.bug.l-from-local-cols", MISS_LAPACK)
-C.known_miss("s.soap_eigbasis_adam_psum_scatter.tp4.bug.rotate-back-no-reduce", MISS_LAPACK)
 MISS_GRAFT = ("the rules name the local graft norm (a missing all-reduce), but on random inputs, whose blocks share one scale, the grafted update comes out the same, so execution contradicts them and nothing is decided (the generator's inputs give the blocks different scales)")
 C.known_miss("s.shampoo_blocked_newton_adagrad_graft.fsdp4.bug.graft-norm-local", MISS_GRAFT)
 C.known_miss("s.shampoo_blocked_newton_adagrad_graft.fsdp4.bug.graft-pmean-of-norms", MISS_GRAFT)

@@ -660,8 +660,4 @@ C.gspmd("g.tsne_kl_grad_momentum.sp8", {"sp": 8}, (P("sp"), P("sp"), P("sp")), (
 C.gspmd("g.gmm_em_fori.dp4", {"dp": 4}, (P("dp"), P(), P(), P()), (P(), P(), P(), P()), gmm_em, gm_args)
 
 # ---------------------------------------------------------------------------
-MISS_LAPACK = ("the baseline's Cholesky or LU factorisation is a LAPACK custom call the interpreter does not run, and the rules do not relate the program around it")
-C.known_miss("s.gp_kernel_rows_cholesky.sp4.bug.alpha-slice-offset0", MISS_LAPACK)
-C.known_miss("s.gp_kernel_rows_cholesky.sp4.bug.ls-local-n", MISS_LAPACK)
-C.known_miss("s.logreg_newton_fori.dp4.bug.grad-pmean", MISS_LAPACK)
 C.finish()

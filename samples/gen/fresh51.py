@@ -645,14 +645,4 @@ C.gspmd("g.pca_cov_jacobi_sweeps.dp4xtp2", {"dp": 4, "tp": 2}, (P("dp", None),),
 C.gspmd("g.cholqr_handwritten_rows.dp4xtp2", {"dp": 4, "tp": 2}, (P(("dp", "tp"), None),), (P(("dp", "tp"), None), P()),
         cholqr_hand_ref, (R(32, 4) + R(1, 4),))
 
-MISS_LAPACK = ("the programs call LAPACK custom calls (geqrf / potrf / getrf, triangular_solve) that the witness does not execute and the rules do not relate, so neither the correct program nor this bug is decided")
-for n in ["s.tsqr_allgather_r_stack_q.dp8.bug.r-stacked-reversed", "s.tsqr_allgather_r_stack_q.dp8.bug.q2-first-block",
-          "s.tsqr_butterfly_xor_own_first.sp4.bug.level-2-missing", "s.tsqr_butterfly_xor_own_first.sp4.bug.own-r-twice",
-          "s.cholesky_qr2_psum_gram.dp4.bug.gram-local", "s.cholesky_qr2_psum_gram.dp4.bug.gram-pmean",
-          "s.block_gram_schmidt_cholqr_panels.sp4.bug.coeff-not-psummed",
-          "s.block_gram_schmidt_cholqr_panels.sp4.bug.panel-prev-step",
-          "s.subspace_iteration_cholqr_ritz.dp8.bug.gram-local", "s.subspace_iteration_cholqr_ritz.dp8.bug.ritz-local",
-          "s.block_jacobi_solve_diag_block.tp4.bug.diag-block-offset-zero",
-          "s.block_jacobi_solve_diag_block.tp4.bug.diag-block-transposed"]:
-    C.known_miss(n, MISS_LAPACK)
 C.finish()

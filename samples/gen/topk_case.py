@@ -2,36 +2,16 @@
 XLA's CPU backend computes it, on inputs full of ties, NaNs, infinities and
 signed zeros, so the interpreter's topk is held to the real thing.
 
-    JAX_VENV=DIR bash samples/gen/topk_case.sh      (from the repository root)
+    JAX_VENV=DIR bash samples/gen/jax_case.sh topk      (from the repository root)
 
 The io file holds in.<k> (the parameters) and out.<k> (JAX's outputs, values
 then indices for each call). Inputs are fixed by a seeded NumPy generator.
 """
-import importlib.metadata
-import os
-import struct
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-OUT = "tests/cases/interp"
-
-
-# The tensor file format of samples/README.md (export.py writes it too, but
-# running export.py re-exports the corpus, so it cannot be imported).
-DTYPE_CODE = {"int32": 4, "float32": 11, "bfloat16": 16}
-
-
-def stf_bytes(tensors):
-    out = [b"STF1", struct.pack("<I", len(tensors))]
-    for name, a in tensors:
-        nb = name.encode()
-        out.append(struct.pack("<I", len(nb)) + nb + struct.pack("<II", DTYPE_CODE[str(a.dtype)], a.ndim))
-        out.append(struct.pack("<%dq" % a.ndim, *a.shape))
-        raw = np.ascontiguousarray(a).tobytes()
-        out.append(struct.pack("<Q", len(raw)) + raw)
-    return b"".join(out)
+from jax_case import write_case
 
 
 def forward(x, y, z, w):
@@ -56,22 +36,7 @@ def main():
     z = jnp.asarray(rng.uniform(1.0, 1.03, size=(4, 10)).astype(np.float32), jnp.bfloat16)
     w = rng.integers(0, 3, size=(7, 3)).astype(np.float32)
     args = (x, y, z, w)
-    lowered = jax.jit(forward).lower(*args)
-    text = lowered.as_text(dialect="hlo", debug_info=False)
-    pb = lowered.compiler_ir("hlo").as_serialized_hlo_module_proto()
-    outs = jax.jit(forward)(*args)
-    os.makedirs(OUT, exist_ok=True)
-    with open(os.path.join(OUT, "jax-topk.hlo"), "w") as f:
-        f.write(text)
-    with open(os.path.join(OUT, "jax-topk.hlo.pb"), "wb") as f:
-        f.write(pb)
-    tensors = [("in.%d" % k, np.asarray(a)) for k, a in enumerate(args)]
-    tensors += [("out.%d" % k, np.asarray(o)) for k, o in enumerate(outs)]
-    with open(os.path.join(OUT, "jax-topk.io.stf"), "wb") as f:
-        f.write(stf_bytes(tensors))
-    with open(os.path.join(OUT, "jax-topk.VERSIONS"), "w") as f:
-        f.write("jax %s\njaxlib %s\n" % (importlib.metadata.version("jax"), importlib.metadata.version("jaxlib")))
-
+    write_case("jax-topk", forward, args)
 
 if __name__ == "__main__":
     main()

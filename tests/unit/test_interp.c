@@ -24,6 +24,7 @@
 #include "harness.h"
 #include "hlo.h"
 #include "interp.h"
+#include "linalg.h"
 #include "stf.h"
 
 /* ---------------------------------------------------------------- helpers */
@@ -605,59 +606,212 @@ static void test_topk(void) {
                 (double[]){3, 1, 2, 0}, 4);
 }
 
+/* A case JAX computed (tests/cases/interp/NAME.{hlo,hlo.pb,io.stf}): runs the
+ * module, read from its text form (form 0) and from its protobuf form (1), on
+ * one device with the io file's in.<k> as parameters. Returns the tuple
+ * result (caller frees), NULL after a failed check. */
+static interp_val *run_jax_case(const char *name, int form, const stf_file *io) {
+    char file[256];
+    snprintf(file, sizeof file, "tests/cases/interp/%s.%s", name, form ? "hlo.pb" : "hlo");
+    t_case("interp %s %s", name, form ? "protobuf" : "text");
+    diag d;
+    diag_init(&d, file);
+    hlo_module *m = hlo_read_file(file, &d);
+    diag_free(&d);
+    if (!CHECK(m != NULL)) return NULL;
+    const hlo_comp *e = graph_entry(m);
+    interp_val **args = calloc(e->nparams + 1, sizeof *args);
+    bool have = true;
+    for (uint32_t k = 0; k < e->nparams; k++)
+        have &= CHECK_MSG((args[k] = interp_val_ref(stf_find_input(io, k))) != NULL, "no in.%u", k);
+    interp_val *out[1] = {0};
+    strbuf err;
+    sb_init(&err);
+    interp_config cfg = {.replicas = 1, .partitions = 1};
+    int st = have ? interp_run(m, &cfg, (interp_val **const *)&args, out, &err) : -1;
+    if (!CHECK_MSG(st == INTERP_OK, "status %d: %s", st, err.s ? err.s : "") || !CHECK(out[0]->dtype == DT_TUPLE)) {
+        interp_val_free(out[0]);
+        out[0] = NULL;
+    }
+    for (uint32_t k = 0; k < e->nparams; k++) interp_val_free(args[k]);
+    free(args);
+    sb_free(&err);
+    graph_free(m);
+    return out[0];
+}
+
+static bool read_jax_io(const char *name, stf_file *io) {
+    char file[256];
+    snprintf(file, sizeof file, "tests/cases/interp/%s.io.stf", name);
+    diag d;
+    diag_init(&d, file);
+    bool ok = stf_read(file, io, &d);
+    diag_free(&d);
+    t_case("interp %s io", name);
+    return CHECK(ok);
+}
+
 /* jax.lax.top_k as XLA's CPU backend computed it (tests/cases/interp/jax-topk.*,
  * samples/gen/topk_case.py): ties, NaNs of both signs, infinities, signed
  * zeros, s32, bf16, another axis; every output must match bit for bit (NaN
  * matching NaN of the same sign), in text and protobuf form. */
 static void test_jax_topk(void) {
     stf_file io;
-    diag d;
-    diag_init(&d, "tests/cases/interp/jax-topk.io.stf");
-    bool ok = stf_read("tests/cases/interp/jax-topk.io.stf", &io, &d);
-    diag_free(&d);
-    t_case("interp topk-jax io");
-    if (!CHECK(ok)) return;
-    static const char *files[] = {"tests/cases/interp/jax-topk.hlo", "tests/cases/interp/jax-topk.hlo.pb"};
-    for (size_t f = 0; f < ARRAY_LEN(files); f++) {
-        t_case("interp topk-jax %s", files[f]);
-        diag_init(&d, files[f]);
-        hlo_module *m = hlo_read_file(files[f], &d);
-        diag_free(&d);
-        if (!CHECK(m != NULL)) continue;
-        const hlo_comp *e = graph_entry(m);
-        interp_val **args = calloc(e->nparams + 1, sizeof *args);
-        bool have = true;
-        for (uint32_t k = 0; k < e->nparams; k++)
-            have &= CHECK_MSG((args[k] = interp_val_ref(stf_find_input(&io, k))) != NULL, "no in.%u", k);
-        interp_val *out[1] = {0};
-        strbuf err;
-        sb_init(&err);
-        interp_config cfg = {.replicas = 1, .partitions = 1};
-        int st = have ? interp_run(m, &cfg, (interp_val **const *)&args, out, &err) : -1;
-        if (CHECK_MSG(st == INTERP_OK, "status %d: %s", st, err.s ? err.s : "") && CHECK(out[0]->dtype == DT_TUPLE)) {
-            int compared = 0;
-            for (uint32_t k = 0; k < out[0]->nelems; k++) {
-                char name[32];
-                snprintf(name, sizeof name, "out.%u", k);
-                interp_val *want = stf_find(&io, name);
-                if (!CHECK_MSG(want != NULL, "no %s", name)) continue;
-                interp_val *got = out[0]->elems[k];
-                CHECK_MSG(got->dtype == want->dtype, "%s: element type differs", name);
-                if (want->f) check_elems(name, got, want->f, want->n);
-                else if (CHECK_MSG(got->n == want->n, "%s: element count differs", name))
-                    for (int64_t i = 0; i < want->n; i++)
-                        CHECK_MSG(interp_val_get(got, i) == interp_val_get(want, i), "%s element %lld", name, (long long)i);
-                compared++;
-            }
-            CHECK_EQ(compared, 12);
+    if (!read_jax_io("jax-topk", &io)) return;
+    for (int form = 0; form < 2; form++) {
+        interp_val *res = run_jax_case("jax-topk", form, &io);
+        if (!res) continue;
+        int compared = 0;
+        for (uint32_t k = 0; k < res->nelems; k++) {
+            char name[32];
+            snprintf(name, sizeof name, "out.%u", k);
+            interp_val *want = stf_find(&io, name);
+            if (!CHECK_MSG(want != NULL, "no %s", name)) continue;
+            interp_val *got = res->elems[k];
+            CHECK_MSG(got->dtype == want->dtype, "%s: element type differs", name);
+            if (want->f) check_elems(name, got, want->f, want->n);
+            else if (CHECK_MSG(got->n == want->n, "%s: element count differs", name))
+                for (int64_t i = 0; i < want->n; i++)
+                    CHECK_MSG(interp_val_get(got, i) == interp_val_get(want, i), "%s element %lld", name, (long long)i);
+            compared++;
         }
-        interp_val_free(out[0]);
-        for (uint32_t k = 0; k < e->nparams; k++) interp_val_free(args[k]);
-        free(args);
-        sb_free(&err);
-        graph_free(m);
+        CHECK_EQ(compared, 12);
+        interp_val_free(res);
     }
     stf_free(&io);
+}
+
+/* Signs LAPACK leaves free, fixed: each column c of the m×ncol matrix u
+ * (row-major) multiplied by the
+ * sign that makes its entry of largest magnitude positive, and row c of the
+ * r×n matrix vt (when not NULL) by the same sign (a singular pair). */
+static void fix_signs(double *u, int64_t m, int64_t ncol, double *vt, int64_t r, int64_t n) {
+    for (int64_t c = 0; c < ncol; c++) {
+        int64_t big = 0;
+        for (int64_t i = 1; i < m; i++)
+            if (fabs(u[i * ncol + c]) > fabs(u[big * ncol + c])) big = i;
+        if (u[big * ncol + c] >= 0) continue;
+        for (int64_t i = 0; i < m; i++) u[i * ncol + c] = -u[i * ncol + c];
+        for (int64_t j = 0; vt && c < r && j < n; j++) vt[c * n + j] = -vt[c * n + j];
+    }
+}
+
+/* JAX's linear algebra on XLA's CPU backend (its LAPACK custom calls; tests/
+ * cases/interp/jax-linalg.*, samples/gen/linalg_case.py): Cholesky (lower,
+ * upper, batched, not positive definite: NaN), the 16 triangular solves, QR
+ * reduced / complete / wide, LU with pivots and permutation (also singular),
+ * eigh, solve and inverse, SVD (square full, tall and wide reduced, values
+ * of a singular matrix) and a pseudo-inverse. Floats within 1e-5 of each output's largest
+ * magnitude (LAPACK rounds in f32 along the way, the interpreter once), NaN
+ * where JAX has NaN; integers exact; eigenvectors and singular pairs up to
+ * the sign LAPACK leaves free (fix_signs on both sides). */
+static void test_jax_linalg(void) {
+    /* eigenvectors; the (U, Vᵀ) outputs of the SVDs */
+    enum { EIGVEC = 33, NOUT = 47 };
+    static const int svd_u[] = {36, 39, 42};
+    stf_file io;
+    if (!read_jax_io("jax-linalg", &io)) return;
+    for (int form = 0; form < 2; form++) {
+        interp_val *res = run_jax_case("jax-linalg", form, &io);
+        if (!res || !CHECK_MSG(res->nelems == NOUT, "%u outputs", res->nelems)) {
+            interp_val_free(res);
+            continue;
+        }
+        /* copies with the free signs fixed alike on both sides */
+        double *want[NOUT] = {0}, *got[NOUT] = {0};
+        bool fine = true;
+        for (uint32_t k = 0; k < NOUT; k++) {
+            char name[32];
+            snprintf(name, sizeof name, "out.%u", k);
+            const interp_val *w = stf_find(&io, name), *g = res->elems[k];
+            fine &= CHECK_MSG(w && g->dtype == w->dtype && g->n == w->n && g->rank == w->rank, "%s: missing or of another type", name);
+            if (!fine) break;
+            want[k] = calloc((size_t)w->n + 1, sizeof(double));
+            got[k] = calloc((size_t)w->n + 1, sizeof(double));
+            for (int64_t i = 0; i < w->n; i++) {
+                want[k][i] = interp_val_get(w, i);
+                got[k][i] = interp_val_get(g, i);
+            }
+        }
+        for (int side = 0; fine && side < 2; side++) {
+            double **v = side ? got : want;
+            const interp_val *e = res->elems[EIGVEC];
+            fix_signs(v[EIGVEC], e->dims[0], e->dims[1], NULL, 0, 0);
+            for (size_t q = 0; q < ARRAY_LEN(svd_u); q++) {
+                const interp_val *u = res->elems[svd_u[q]], *vt = res->elems[svd_u[q] + 2];
+                fix_signs(v[svd_u[q]], u->dims[0], u->dims[1], v[svd_u[q] + 2], vt->dims[0], vt->dims[1]);
+            }
+        }
+        for (uint32_t k = 0; fine && k < NOUT; k++) {
+            const interp_val *w = res->elems[k];
+            double scale = 0, worst = 0;
+            bool nan_same = true;
+            for (int64_t i = 0; i < w->n; i++) {
+                if (isfinite(want[k][i])) scale = fmax(scale, fabs(want[k][i]));
+                nan_same &= isnan(want[k][i]) == isnan(got[k][i]);
+                if (!isnan(want[k][i]) && !isnan(got[k][i])) worst = fmax(worst, fabs(want[k][i] - got[k][i]));
+            }
+            CHECK_MSG(nan_same, "out.%u: NaN where JAX has none, or none where it has", k);
+            if (w->f) CHECK_MSG(worst <= 1e-5 * fmax(scale, 1e-30), "out.%u: differs by %g (largest magnitude %g)", k, worst, scale);
+            else CHECK_MSG(worst == 0, "out.%u: integers differ", k);
+        }
+        for (uint32_t k = 0; k < NOUT; k++) {
+            free(want[k]);
+            free(got[k]);
+        }
+        interp_val_free(res);
+    }
+    stf_free(&io);
+}
+
+/* linalg.h directly: reconstruction, info and the ties it counts. */
+static void test_linalg(void) {
+    t_case("interp linalg-1.1 eigh reconstructs, ascending, orthonormal, no tie");
+    double a[16] = {4, 1, -2, 0.5, 1, 3, 0, 1, -2, 0, 5, -1, 0.5, 1, -1, 2}, v[16], w[4];
+    memcpy(v, a, sizeof v);
+    int64_t ties = 0;
+    CHECK_EQ(linalg_syevd(v, 4, true, w, &ties), 0);
+    CHECK_EQ(ties, 0);
+    double worst = 0;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            double r = 0, o = 0;
+            for (int k = 0; k < 4; k++) {
+                r += v[i * 4 + k] * w[k] * v[j * 4 + k];
+                o += v[k * 4 + i] * v[k * 4 + j];
+            }
+            worst = fmax(worst, fmax(fabs(r - a[i * 4 + j]), fabs(o - (i == j))));
+        }
+    CHECK_MSG(worst < 1e-12, "off by %g", worst);
+    CHECK(w[0] <= w[1] && w[1] <= w[2] && w[2] <= w[3]);
+    t_case("interp linalg-1.2 a repeated eigenvalue is a tie");
+    double id[9] = {2, 0, 0, 0, 2, 0, 0, 0, 1}, w3[3];
+    ties = 0;
+    CHECK_EQ(linalg_syevd(id, 3, false, w3, &ties), 0);
+    CHECK(ties > 0);
+    CHECK(w3[0] == 1 && w3[2] == 2);
+    t_case("interp linalg-2.1 lu: a pivot between equal magnitudes is a tie");
+    double lu[4] = {1, 2, -1, 3};
+    int64_t piv[2];
+    ties = 0;
+    CHECK_EQ(linalg_getrf(lu, 2, 2, piv, &ties), 0);
+    CHECK(ties == 1 && piv[0] == 1 && piv[1] == 2);
+    t_case("interp linalg-2.2 lu: distinct pivots no tie, a zero pivot its info");
+    double lu2[9] = {1, 2, 3, 2, 4, 6, 0, 1, 1};
+    ties = 0;
+    CHECK_EQ(linalg_getrf(lu2, 3, 3, piv, &ties), 3);
+    CHECK_EQ(ties, 0);
+    t_case("interp linalg-3.1 cholesky: the first minor not positive definite");
+    double c[4] = {1, 2, 2, 1};
+    CHECK_EQ(linalg_potrf(c, 2, true), 2);
+    CHECK(c[1] == 2);  /* the upper triangle untouched */
+    t_case("interp linalg-4.1 qr: Q from fewer reflectors than columns");
+    double q[6] = {3, 1, 4, 1, 0, 2}, tau[2];
+    linalg_geqrf(q, 3, 2, tau);
+    double r00 = q[0];
+    linalg_orgqr(q, 3, 2, tau, 1);  /* H(0) alone: its first column is the input's, normalised */
+    CHECK(fabs(q[0] * r00 - 3) < 1e-12 && fabs(q[2] * r00 - 4) < 1e-12 && fabs(q[4]) < 1e-12);
+    CHECK(fabs(q[0] * q[1] + q[2] * q[3] + q[4] * q[5]) < 1e-12);
 }
 
 static void test_eval_instr(void) {
@@ -1890,6 +2044,8 @@ void suite_interp(void) {
     test_eval_instr();
     test_topk();
     test_jax_topk();
+    test_jax_linalg();
+    test_linalg();
     test_stf();
     /* Every corpus: JAX's outputs where stored, then every module runs. */
     static const char *corpora[] = {"samples", "samples/train", "samples/wild"};
