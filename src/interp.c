@@ -2126,6 +2126,32 @@ static interp_val *op_fft(ctx *x, const hlo_instr *in, const interp_val *a);
 static interp_val *op_select_and_scatter(ctx *x, const hlo_instr *in, interp_val **ops, int64_t dev);
 static interp_val *async_tuple(const shape *s, interp_val *first, interp_val *second);
 
+/* x of float type dt rounded as XLA's reduce-precision to eb exponent and mb
+ * mantissa bits: the mantissa to nearest, ties to even, when mb is below
+ * dt's; when eb is below dt's, beyond the largest finite value ±inf and below
+ * the smallest normal one ±0 (no subnormals). NaN and inf stay. */
+static double reduce_precision(int dt, double x, int eb, int mb) {
+    int se = 11, sm = 52;
+    dtype_float_bits(dt, &se, &sm);
+    if (!isfinite(x) || x == 0) return x;
+    int e;
+    if (mb < sm) {
+        /* mb bits after the leading one (x = f·2^e, 1/2 <= |f| < 1); a
+         * subnormal of dt keeps the top mb of its stored mantissa bits */
+        frexp(x, &e);
+        int emin = 2 - (1 << (se - 1));
+        double unit = ldexp(1.0, (e - 1 > emin ? e - 1 : emin) - mb);
+        x = nearbyint(x / unit) * unit;
+    }
+    if (eb < se && x != 0) {
+        int bias = (1 << (eb - 1)) - 1;
+        frexp(x, &e);
+        if (e - 1 > bias) return copysign(INFINITY, x);
+        if (e - 1 < 1 - bias) return copysign(0.0, x);
+    }
+    return x;
+}
+
 /* The elementwise activations frontends emit as custom calls (the `unary` op
  * class of rules/00-classes.rules; interp.h): silu(x) = x·logistic(x) and
  * gelu_tanh(x) = x/2·(1 + tanh(√(2/π)·(x + 0.044715·x³))), in double.
@@ -2308,10 +2334,10 @@ static interp_val *eval_local(ctx *x, const hlo_instr *in, interp_val **ops, int
     }
     case OP_REDUCE_PRECISION: {
         int64_t eb = instr_int(in, A_EXPONENT_BITS, 8), mb = instr_int(in, A_MANTISSA_BITS, 23);
-        int dt = eb == 8 && mb == 7 ? DT_BF16 : eb == 5 && mb == 10 ? DT_F16 : eb == 8 && mb == 23 ? DT_F32 : 0;
-        if (!dt || !ops[0]->f) return fail(x, INTERP_EUNSUPPORTED, in, "reduce-precision to e%lldm%lld", (long long)eb, (long long)mb);
+        if (!ops[0]->f || ops[0]->im || eb < 1 || mb < 0 || eb > 11 || mb > 52)
+            return fail(x, INTERP_EUNSUPPORTED, in, "reduce-precision to e%lldm%lld", (long long)eb, (long long)mb);
         interp_val *r = val_copy(ops[0]);
-        for (int64_t k = 0; k < r->n; k++) r->f[k] = rnd(dt, r->f[k]);
+        for (int64_t k = 0; k < r->n && !unrounded_now; k++) r->f[k] = reduce_precision(r->dtype, r->f[k], (int)eb, (int)mb);
         return r;
     }
     case OP_TUPLE: {

@@ -436,8 +436,18 @@ bool lf_is_elementwise(int op) {
     }
 }
 
+/* Whether reduce-precision `in` keeps every value of its type (its
+ * exponent and mantissa bits at least the type's: jax.checkpoint's e8m23
+ * on f32 residuals). */
+static bool reduces_nothing(const hlo_instr *in) {
+    int eb, mb;
+    return in->op == OP_REDUCE_PRECISION && dtype_float_bits(in->shape.dtype, &eb, &mb) &&
+           instr_int(in, A_EXPONENT_BITS, 0) >= eb && instr_int(in, A_MANTISSA_BITS, 0) >= mb;
+}
+
 const lval *lf_identity_operand(lstate *s) {
     const hlo_instr *in = s->in;
+    if (reduces_nothing(in) && in->noperands == 1 && s->ops[0].kind != LV_UNKNOWN) return &s->ops[0];
     if (in->op == OP_ADD && in->noperands == 2)
         for (uint32_t o = 0; o < 2; o++) {  /* x + 0 (an accumulator's first step) */
             const lval *k = &s->ops[o], *x = &s->ops[1 - o];
@@ -1675,6 +1685,18 @@ static lval lift_elementwise(lstate *s) {
             }
             ok = idem || linear_in(c, s->comp, in, ops, o);
         }
+        /* A partial sum of shares never negative tested against zero (a
+         * count's any-hit test, c != 0 or c > 0): the sum is non-zero where
+         * some share is, so the test is the partial max (an or over the
+         * devices) of the shares' tests. */
+        const char *dir = in->op == OP_COMPARE ? instr_str(in, A_DIRECTION) : NULL;
+        bool zero_test = dir && in->noperands == 2 && ops[0].v.partial && !ops[1].v.partial && ops[1].kind == LV_TERM &&
+                         lf_class_is_zero(c, ops[1].cls);
+        if (!ok && red == RED_SUM && zero_test && (!strcmp(dir, "NE") || !strcmp(dir, "GT")) &&
+            lf_nonneg(c->cur, s->comp, in->operands[0])) {
+            ok = true;
+            red = RED_MAX;
+        }
         if (!ok && red != RED_SUM) {
             /* Partial maxima combined otherwise (online softmax: a running max
              * and sums rescaled by exp of its change) are not related yet; a
@@ -1688,6 +1710,15 @@ static lval lift_elementwise(lstate *s) {
             sb_free(&why);
             return unknown();
         }
+        /* An integer narrowed, or taken at its width with the other
+         * signedness, keeps its value modulo 2^bits, and wrapping sums of
+         * such values do too: the convert of a partial integer sum is the
+         * partial sum (in the narrow type) of the converts, exactly. */
+        int from = s->comp->instrs[in->operands[0]].shape.dtype;
+        if (!ok && in->op == OP_CONVERT && in->noperands == 1 && red == RED_SUM && dtype_is_int(from) &&
+            dtype_is_int(in->shape.dtype) && from != DT_PRED && in->shape.dtype != DT_PRED &&
+            dtype_bits(in->shape.dtype) <= dtype_bits(from))
+            ok = true;
         if (!ok && in->op == OP_CONVERT && in->noperands == 1 && red == RED_SUM && dtype_is_float(in->shape.dtype) &&
             ops[0].kind == LV_TERM) {
             /* A partial sum rounded to a narrower float where the baseline
@@ -1710,12 +1741,21 @@ static lval lift_elementwise(lstate *s) {
             strbuf why;
             sb_init(&why);
             lf_describe_operands(&why, c, ops, in->noperands);
-            bool is_convert = in->op == OP_CONVERT;
+            /* a reduce-precision that rounds (one that does not is the
+             * identity: lf_identity_operand) rounds each share as a convert */
+            bool is_convert = in->op == OP_CONVERT || in->op == OP_REDUCE_PRECISION;
+            char rounded_to[32];
+            if (in->op == OP_REDUCE_PRECISION)
+                snprintf(rounded_to, sizeof rounded_to, "e%lldm%lld", (long long)instr_int(in, A_EXPONENT_BITS, 0),
+                         (long long)instr_int(in, A_MANTISSA_BITS, 0));
+            else
+                snprintf(rounded_to, sizeof rounded_to, "%s", dtype_name(in->shape.dtype));
             /* A complete value added to a partial sum that is then summed over
              * the same axes is counted once per device: the reduction is wrong,
              * not missing. */
             bool per_device = !is_convert && partial_after_row_max(s, ops, partial);
             uint32_t meets = 0;
+            bool residue = false;
             const hlo_instr *later = !per_device && (in->op == OP_ADD || in->op == OP_SUBTRACT)
                                          ? lf_summed_later(c, s->comp, in, partial)
                                          : NULL;
@@ -1744,7 +1784,7 @@ static lval lift_elementwise(lstate *s) {
                  * be the shares, rounded alike) */
                 lf_unsupported(c, s->comp, in, "%s converts a partial sum to %s before it is reduced (%s), a value not "
                                "related to the baseline's: whether the baseline rounds it alike is unknown", in->name,
-                               dtype_name(in->shape.dtype), why.s);
+                               rounded_to, why.s);
             else if (c->in_loop_cond)
                 /* each group stops its loop on its own statistic (its rows
                  * all done): the baseline's function when the iterations a
@@ -1773,19 +1813,37 @@ static lval lift_elementwise(lstate *s) {
                 lf_unsupported_suspect(c, KIND_MISSING_ALL_REDUCE, s->comp, in,
                                        "%s combines partial sums with each other (%s): each device's own statistic, "
                                        "which a later merge may combine correctly; not related yet", in->name, why.s);
+            else if ((residue = !is_convert && dtype_is_int(in->shape.dtype) && (in->op == OP_AND || in->op == OP_REMAINDER) &&
+                                in->noperands == 2 && !ops[1].v.partial))
+                /* (Σ a) mod k is (Σ (a mod k)) mod k: right when the sum is
+                 * taken modulo k again after it is reduced (a checksum's
+                 * bytes, a parity bit), which the walk cannot see here; the
+                 * residues, summed later, are shares of a guess */
+                lf_unsupported_suspect(c, KIND_MISSING_ALL_REDUCE, s->comp, in,
+                                       "%s takes a partial integer sum modulo a constant before it is reduced (%s): the "
+                                       "baseline's value when the sum is taken modulo it again after; not related yet",
+                                       in->name, why.s);
+            else if ((residue = zero_test))
+                /* the shares' signs decide whether the test of each is the
+                 * test of their sum (an any-hit count), which is not known;
+                 * the tests, maxed later, are shares of a guess */
+                lf_unsupported_suspect(c, KIND_MISSING_ALL_REDUCE, s->comp, in,
+                                       "%s tests a partial sum against zero before it is reduced (%s): each share's test "
+                                       "is the sum's when no share is negative, which is not known; not related yet",
+                                       in->name, why.s);
             else
                 lf_finding(c, is_convert ? KIND_DTYPE_MISMATCH : KIND_MISSING_ALL_REDUCE, s->comp, in,
                         is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"
                               : "%s needs complete values but %s: a missing all-reduce",
-                        in->opname, is_convert ? dtype_name(in->shape.dtype) : why.s, why.s);
+                        in->opname, is_convert ? rounded_to : why.s, why.s);
             sb_free(&why);
             /* Go on past the finding: a convert leaves the value partial (only
              * rounded wrongly), and so does a sum that is reduced later (its
              * content is wrong); other ops leave something no longer a sum. */
             view pv = v;
-            pv.partial = is_convert || later ? partial : 0;
-            pv.red = is_convert || later ? red : 0;
-            return lf_assumed_known(c, in, pv);
+            pv.partial = is_convert || later || residue ? partial : 0;
+            pv.red = is_convert || later ? red : residue ? (zero_test ? RED_MAX : RED_SUM) : 0;
+            return residue ? lf_assumed_term(c, in, pv) : lf_assumed_known(c, in, pv);
         }
         if (finite_test) {
             lf_assume(c, "a sum of finite shares is finite (it does not overflow): is-finite of a partial sum is the "

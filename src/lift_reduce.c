@@ -354,7 +354,10 @@ lval lf_lift_reduce(lstate *s) {
     if (in->noperands != 2 || s->ops[0].kind != LV_TERM || s->ops[1].kind != LV_TERM) return unknown();
     const lval *x = &s->ops[0], *init = &s->ops[1];
     if (!red) return unknown();
-    if (x->v.partial && !(x->v.red == red && (red == RED_SUM || red == RED_MAX || red == RED_MIN))) {
+    /* every reducer is associative and commutative: reducing shares of a
+     * partial reduction with its own reducer is the partial reduction of
+     * the reduced (xor of xors, product of products) */
+    if (x->v.partial && x->v.red != red) {
         lf_finding(c, KIND_MISSING_ALL_REDUCE, s->comp, in, "reduce-%s of a value that is still partial (%s) over a mesh axis",
                 reducer_name(red), reducer_name(x->v.red));
         return unknown();

@@ -93,6 +93,15 @@ static const minifloat minifloats[] = {
     {DT_F8E8M0FNU, 8, 0, 127, MF_E8M0},
 };
 
+bool dtype_float_bits(int dt, int *ebits, int *mbits) {
+    static const int eb[DT_COUNT] = {[DT_F16] = 5, [DT_BF16] = 8, [DT_F32] = 8, [DT_F64] = 11};
+    static const int mb[DT_COUNT] = {[DT_F16] = 10, [DT_BF16] = 7, [DT_F32] = 23, [DT_F64] = 52};
+    const minifloat *f = dtype_minifloat(dt);
+    if (f) *ebits = f->ebits, *mbits = f->mbits;
+    else if (dt > 0 && dt < DT_COUNT && eb[dt]) *ebits = eb[dt], *mbits = mb[dt];
+    return f || (dt > 0 && dt < DT_COUNT && eb[dt]);
+}
+
 const minifloat *dtype_minifloat(int dt) {
     for (size_t i = 0; i < sizeof minifloats / sizeof *minifloats; i++)
         if (minifloats[i].dt == dt) return &minifloats[i];

@@ -50,6 +50,9 @@ typedef struct minifloat {
     enum { MF_IEEE, MF_FN, MF_FNUZ, MF_FINITE, MF_E8M0 } kind;
 } minifloat;
 const minifloat *dtype_minifloat(int dt);
+/* Exponent and mantissa bits of a real float type (f16 5/10, bf16 8/7,
+ * f32 8/23, f64 11/52, the narrow formats'); false for any other type. */
+bool dtype_float_bits(int dt, int *ebits, int *mbits);
 /* x rounded to the nearest value of float type dt, ties to even (f32, bf16,
  * f16 and the narrow formats with a NaN: beyond the largest finite value,
  * infinity where the format has one, else NaN); x itself for f64 and

@@ -331,6 +331,17 @@ static void test_bf16(void) {
                      "  ROOT o = f32[4] concatenate(c, d), dimensions={0}\n}\n";
     double w3[4] = {1, 70144, 1.00390625, INFINITY};
     expect("interp bf16-1.3 convert f32 -> bf16/f16", t3, 1, 1, NULL, 0, w3, 4);
+    /* reduce-precision: e8m7 rounds f32's mantissa as bf16 (ties to even,
+     * its exponent range kept); e5m2 rounds to 2 bits and then overflows
+     * past 57344 to inf and flushes below 2^-14 to zero; e8m23 is f32. */
+    const char *t4 = "HloModule m\nENTRY e {\n  x = f32[4] constant({1.00390625, 1.01171875, 70000, 3e-39})\n"
+                     "  a = f32[4] reduce-precision(x), exponent_bits=8, mantissa_bits=7\n"
+                     "  b = f32[4] reduce-precision(x), exponent_bits=5, mantissa_bits=2\n"
+                     "  c = f32[4] reduce-precision(x), exponent_bits=8, mantissa_bits=23\n"
+                     "  ROOT o = f32[12] concatenate(a, b, c), dimensions={0}\n}\n";
+    double tiny = dtype_round(DT_F32, 3e-39);
+    double w4[12] = {1, 1.015625, 70144, dtype_round(DT_BF16, tiny), 1, 1, INFINITY, 0, 1.00390625, 1.01171875, 70000, tiny};
+    expect("interp bf16-1.4 reduce-precision e8m7, e5m2, e8m23", t4, 1, 1, NULL, 0, w4, 12);
 }
 
 static void test_control(void) {
