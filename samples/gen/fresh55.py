@@ -74,6 +74,15 @@ shard_map families:
 27. half token mean plus half per-document mean, int32 bincount counts
     psum'd as integers, document sums by segment_sum, sp4. Bugs: the token
     count left local, the document count taken as the number of tokens.
+28. token-weighted mean over documents of the per-document means, dp2 x
+    sp4: local per-document means merged by token counts,
+    psum(n_dk * mean_dk) / psum(n_dk). Bugs: an unweighted merge, the outer
+    weights the local counts. (The correct pair is right: n_dk * mean_dk is
+    the local sum s_dk; with --no-witness, or above the witness's element
+    bound, the rules report it as a missing all-reduce.)
+29. the per-document mean loss, the baseline written with jnp.nanmean over
+    NaN-filled absent documents, the body as psum'd sums and counts, dp2 x
+    sp4. Bug: the document count not psum'd over dp.
 GSPMD pairs (jax.jit with in/out shardings): 8. the per-document mean loss
 of 1. with its gradient in the head (sp4); 9. the zigzag document-masked
 attention baseline of 3. (sp4); 10. the training step of 2. with the batch
@@ -83,7 +92,8 @@ document-masked attention of 5. (dp2 x tp4, heads constrained to tp);
 17. the loss of 14. with its gradient (dp2 x tp4); 18. the EOS segment ids
 and attention of 13. (sp4); 19. the adamw step of 16. (dp2 x sp4); 20. the
 bidirectional attention of 15. with heads over sp4; 24. the step of 22. as
-one jitted step (dp4); 25. the per-document mean loss (sp8).
+one jitted step (dp4); 25. the per-document mean loss (sp8); 30. the
+token-weighted loss of 28. with its gradient (dp2 x sp4).
 First draft of 4.: the baseline computed restarting positions by a cummax
 of run starts while the body used segment_min of each id's first index;
 the two differ on ids that are not one contiguous run (which random
@@ -858,5 +868,81 @@ def mixed_sp(bug):
 C.smap("s.mixed_token_doc_mean_int_counts.sp4", {"sp": 4}, mixed_sp,
        (P(None, "sp"), P(), P(None, "sp"), P(None, "sp")), P(), mixed_loss, ARGS1,
        bugs=[("token-count-local", ["missing-all-reduce"]), ("doc-count-sum-of-tokens", ["wrong-scale"])])
+
+# ---------------------------------------------------------------------------
+# 28. token-weighted mean over documents of the per-document means (the
+#     baseline writes it as sum_d n_d * mean_d / sum_d n_d), rows over dp,
+#     sequence over sp: every device's local per-document means merged by
+#     their token counts, mean_d = psum(n_dk * mean_dk) / psum(n_dk).
+B28, T28, D28, V28 = 4, 16, 8, 16
+
+
+def tokw_doc_loss(h, w, y, seg):
+    ce = token_ce(h, w, y)
+    oh = jax.nn.one_hot(seg, ND) * (jnp.arange(ND) > 0)
+    cnt = oh.sum(1)
+    means = jnp.einsum("bt,btn->bn", ce, oh) / jnp.maximum(cnt, 1.0)
+    return jnp.sum(cnt * means) / jnp.sum(cnt)
+
+
+def tokw_merge(bug):
+    def f(h, w, y, seg):
+        ce = token_ce(h, w, y)
+        oh = jax.nn.one_hot(seg, ND) * (jnp.arange(ND) > 0)
+        nk = oh.sum(1)
+        mk = jnp.einsum("bt,btn->bn", ce, oh) / jnp.maximum(nk, 1.0)
+        if bug == "merge-unweighted":
+            here = (nk > 0).astype(jnp.float32)
+            md = psum(mk * here, "sp") / jnp.maximum(psum(here, "sp"), 1.0)
+        else:
+            md = psum(nk * mk, "sp") / jnp.maximum(psum(nk, "sp"), 1.0)
+        nd = psum(nk, "sp")
+        num = jnp.sum((nk if bug == "outer-weights-local" else nd) * md)
+        return psum(num, "dp") / psum(jnp.sum(nd), "dp")
+    return f
+
+
+SEG28 = pack(B28, T28, [7, 2, 5], [0, 3, 1, 2])
+ARGS28 = (R(B28, T28, D28), R(D28, V28, scale=0.7), I(0, V28, B28, T28), SEG28)
+C.smap("s.token_weighted_doc_means_merged.dp2xsp4", {"dp": 2, "sp": 4}, tokw_merge,
+       (P("dp", "sp"), P(), P("dp", "sp"), P("dp", "sp")), P(), tokw_doc_loss, ARGS28,
+       bugs=[("merge-unweighted", ["wrong-scale"]), ("outer-weights-local", ["missing-all-reduce"])])
+
+# ---------------------------------------------------------------------------
+# 29. the per-document mean loss written with jnp.nanmean over the
+#     documents (absent documents NaN) in the baseline; the body as psum'd
+#     sums and counts, sequence over sp4, batch over dp2.
+
+
+def nanmean_doc_loss(h, w, y, seg):
+    ce = token_ce(h, w, y)
+    oh = jax.nn.one_hot(seg, ND)
+    cnt = oh.sum(1)
+    means = jnp.einsum("bt,btn->bn", ce, oh) / cnt
+    return jnp.nanmean(jnp.where((cnt > 0) & (jnp.arange(ND) > 0), means, jnp.nan))
+
+
+def nanmean_body(bug):
+    def f(h, w, y, seg):
+        ce = token_ce(h, w, y)
+        oh = jax.nn.one_hot(seg, ND)
+        sums = psum(jnp.einsum("bt,btn->bn", ce, oh), "sp")
+        cnt = psum(oh.sum(1), "sp")
+        present = ((cnt > 0) & (jnp.arange(ND) > 0)).astype(jnp.float32)
+        num = jnp.sum(present * sums / jnp.maximum(cnt, 1.0))
+        if bug == "doc-count-over-dp-missing":
+            return psum(num, "dp") / jnp.sum(present)
+        return psum(num, "dp") / psum(jnp.sum(present), "dp")
+    return f
+
+
+C.smap("s.nanmean_baseline_doc_loss.dp2xsp4", {"dp": 2, "sp": 4}, nanmean_body,
+       (P("dp", "sp"), P(), P("dp", "sp"), P("dp", "sp")), P(), nanmean_doc_loss, ARGS28,
+       bugs=[("doc-count-over-dp-missing", ["missing-all-reduce"])])
+
+# 30. GSPMD: the token-weighted loss of 28. with its gradient, dp2 x sp4.
+C.gspmd("g.token_weighted_doc_loss_grad.dp2xsp4", {"dp": 2, "sp": 4},
+        (P("dp", "sp"), P(), P("dp", "sp"), P("dp", "sp")), (P(), P()),
+        lambda h, w, y, seg: jax.value_and_grad(tokw_doc_loss, 1)(h, w, y, seg), ARGS28)
 
 C.finish()
