@@ -109,23 +109,32 @@ shard_map families:
     int8 pmax, sequence over sp4. Bug: psum.
 32. a signed int32 hash accumulator cast to uint32 before the psum (same
     width, sums agree mod 2^32), tokens over dp8. Bug: pmax.
-GSPMD pairs (jax.jit with in/out shardings): 33. a hashed-embedding
+33. an int32 sum that overflows alike in both programs (hashes near 2^30,
+    batch over dp8), psum then the top 8 bits by >> 24. Bug: shift before
+    the psum.
+34. a wrapping uint32 product hash of odd factors, sequence over sp4: local
+    products, all_gather, product of the gathered. Bug: psum of products.
+35. a token histogram by psum_scatter (dp8), 4 of 32 bins per device.
+    Bugs: own bins unreduced, the first 4 bins of a psum.
+36. valid-token counts cast to uint8 before a uint8 psum (dp8, totals
+    below 256), the baseline casting its int32 total. Bug: no psum.
+GSPMD pairs (jax.jit with in/out shardings): 37. a hashed-embedding
 regression training step with optax.adam, the table's rows over tp and the
-batch over dp; 34. the int8 column-parallel matmul with requantisation of
-7.; 35. jnp.bincount of bucketed ids over dp8; 36. jnp.packbits of a bool
-mask over (dp, sp) and popcount row sums; 37. a Bloom filter by .at[].set
+batch over dp; 38. the int8 column-parallel matmul with requantisation of
+7.; 39. jnp.bincount of bucketed ids over dp8; 40. jnp.packbits of a bool
+mask over (dp, sp) and popcount row sums; 41. a Bloom filter by .at[].set
 on a bool bit array from tokens over sp8, packed into uint32 words;
-38. jax.random.bernoulli dropout of an activation over (dp, tp) and a row
-sum; 39. the byte checksums of 15. over sp4; 40. bitcast_convert_type of
-uint32 words to bytes over dp8; 41. the MLM masking of 19. with one key for the whole batch over dp8;
-42. the set hash of 16. over dp8; 43. the bitset mask of 13. over sp4;
-44. an int16 wrapping sum over dp4; 45. the MinHash Jaccard of 28. over
-dp4; 46. the bf16 absmax quantisation of 30. over tp4.
-At the time of writing scalify reports two of the correct pairs as
+42. jax.random.bernoulli dropout of an activation over (dp, tp) and a row
+sum; 43. the byte checksums of 15. over sp4; 44. bitcast_convert_type of
+uint32 words to bytes over dp8; 45. the MLM masking of 19. with one key for the whole batch over dp8;
+46. the set hash of 16. over dp8; 47. the bitset mask of 13. over sp4;
+48. an int16 wrapping sum over dp4; 49. the MinHash Jaccard of 28. over
+dp4; 50. the bf16 absmax quantisation of 30. over tp4.
+At the time of writing scalify reports three of the correct pairs as
 mismatches (dtype-mismatch, "converts a partial sum to u8 / s16 before it
-is reduced: the sum is rounded differently"): 15. and 25. An integer
-narrowing cast is reduction mod 2^k and commutes with the sum, and the
-witness agrees (max abs difference 0).
+is reduced: the sum is rounded differently"): 15., 25. and 36. An integer
+narrowing cast is reduction mod 2^k and commutes with the (wrapping) sum,
+and the witness agrees (max abs difference 0).
 Numerics: every correct pair agrees with its baseline exactly (integer
 outputs, max_abs_diff 0) or at rounding level (f32, below 1e-6); every bug
 variant differs clearly (see "numerics").
@@ -1099,6 +1108,96 @@ def signed_hash_acc_dp(bug):
 
 C.smap("s.int32_partial_sum_as_u32_before_psum.dp8", {"dp": 8}, signed_hash_acc_dp, (P("dp"),), P(),
        signed_hash_acc, (I(0, 1 << 24, 64, 4),), bugs=[("pmax", ["wrong-collective-op"])])
+
+# ---------------------------------------------------------------------------
+# 33. an int32 sum that overflows (wraps) alike in both programs: hash values
+#     near 2^30 summed over a batch over dp8, then the top 8 bits kept
+
+
+def wrap_sum_top(tok):
+    h = xorshift32(tok, nb=1 << 30) + (1 << 29)
+    return jnp.sum(h, 0) >> 24
+
+
+def wrap_sum_top_dp(bug):
+    def f(tok):
+        h = xorshift32(tok, nb=1 << 30) + (1 << 29)
+        s = jnp.sum(h, 0)
+        if bug == "shift-before-psum":
+            return psum(s >> 24, "dp")
+        return psum(s, "dp") >> 24
+    return f
+
+
+C.smap("s.int32_overflowing_sum_top_bits.dp8", {"dp": 8}, wrap_sum_top_dp, (P("dp"),), P(), wrap_sum_top,
+       (I(0, 1 << 24, 64, 4),), bugs=[("shift-before-psum", ["wrong-order"])])
+
+# ---------------------------------------------------------------------------
+# 34. a wrapping uint32 product hash (FNV-style combine of odd factors) of
+#     tokens over sp4: local products, all_gather, product of the gathered
+
+
+def prod_hash(tok):
+    f = (tok.astype(U32) << 1) | U32(1)
+    return jnp.prod(f, -1, dtype=U32)
+
+
+def prod_hash_sp(bug):
+    def f(tok):
+        loc = jnp.prod((tok.astype(U32) << 1) | U32(1), -1, dtype=U32)
+        if bug == "psum-of-products":
+            return psum(loc, "sp")
+        g = lax.all_gather(loc, "sp")  # (4, b)
+        return jnp.prod(g, 0, dtype=U32)
+    return f
+
+
+C.smap("s.wrapping_u32_product_hash_allgather.sp4", {"sp": 4}, prod_hash_sp, (P(None, "sp"),), P(), prod_hash,
+       (I(0, 1 << 20, 4, 32),), bugs=[("psum-of-products", ["wrong-reduction"])])
+
+# ---------------------------------------------------------------------------
+# 35. a token histogram by reduce-scatter (dp8): local one_hot counts over 32
+#     bins, psum_scatter so that each device owns 4 bins
+
+
+def hist32(ids):
+    return jnp.bincount(ids.ravel() & 31, length=32)
+
+
+def hist32_dp(bug):
+    def f(ids):
+        c = jnp.sum(jax.nn.one_hot(ids.ravel() & 31, 32, dtype=jnp.int32), 0)
+        if bug == "own-bins-unreduced":
+            return lax.dynamic_slice_in_dim(c, idx("dp") * 4, 4)
+        if bug == "first-bins":
+            return psum(c, "dp")[:4]
+        return lax.psum_scatter(c, "dp", scatter_dimension=0, tiled=True)
+    return f
+
+
+C.smap("s.histogram_psum_scatter_bins.dp8", {"dp": 8}, hist32_dp, (P("dp"),), P("dp"), hist32,
+       (I(0, 1 << 16, 32, 4),),
+       bugs=[("own-bins-unreduced", ["missing-all-reduce"]), ("first-bins", ["wrong-offset"])])
+
+# ---------------------------------------------------------------------------
+# 36. valid-token counts sent as uint8 to save bandwidth (dp8, totals < 256):
+#     local int32 counts cast to uint8, a uint8 psum; the baseline counts in
+#     int32 and casts the total
+
+
+def valid_counts_u8(mask):
+    return jnp.sum(mask.astype(jnp.int32), 0).astype(jnp.uint8)
+
+
+def valid_counts_u8_dp(bug):
+    def f(mask):
+        c = jnp.sum(mask.astype(jnp.int32), 0).astype(jnp.uint8)
+        return c if bug == "no-psum" else psum(c, "dp")
+    return f
+
+
+C.smap("s.counts_as_u8_before_psum.dp8", {"dp": 8}, valid_counts_u8_dp, (P("dp"),), P(), valid_counts_u8,
+       (rng.random((64, 16)) < 0.7,), bugs=[("no-psum", ["missing-all-reduce"])])
 
 C.gspmd("g.bf16_amax_int8_quant.tp4", {"tp": 4}, (P(None, "tp"),), (P(None, "tp"), P()), bf16_amax_quant,
         (R(8, 32, scale=3.0),))
