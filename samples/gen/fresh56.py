@@ -118,18 +118,27 @@ shard_map families:
     Bugs: own bins unreduced, the first 4 bins of a psum.
 36. valid-token counts cast to uint8 before a uint8 psum (dp8, totals
     below 256), the baseline casting its int32 total. Bug: no psum.
-GSPMD pairs (jax.jit with in/out shardings): 37. a hashed-embedding
+37. Bloom filter bits as a bool array OR'd over sp8 by pmax on bool, a
+    query's AND of bits, packed into uint32 words. Bug: pmin.
+38. the largest and smallest uint32 fingerprints per column (half of them
+    above 2^31), rows over dp4, pmax / pmin on uint32. Bug: compared as
+    int32 (bitcast, signed order).
+39. whether any token of a row falls in a blocked hash bucket (id & 31
+    against 2 blocked ids & 31, sequence over sp4): non-negative local hit counts cast to bool before a pmax, the
+    baseline casting the total; the counts psum'd too. Bug: flag not
+    reduced.
+GSPMD pairs (jax.jit with in/out shardings): 40. a hashed-embedding
 regression training step with optax.adam, the table's rows over tp and the
-batch over dp; 38. the int8 column-parallel matmul with requantisation of
-7.; 39. jnp.bincount of bucketed ids over dp8; 40. jnp.packbits of a bool
-mask over (dp, sp) and popcount row sums; 41. a Bloom filter by .at[].set
+batch over dp; 41. the int8 column-parallel matmul with requantisation of
+7.; 42. jnp.bincount of bucketed ids over dp8; 43. jnp.packbits of a bool
+mask over (dp, sp) and popcount row sums; 44. a Bloom filter by .at[].set
 on a bool bit array from tokens over sp8, packed into uint32 words;
-42. jax.random.bernoulli dropout of an activation over (dp, tp) and a row
-sum; 43. the byte checksums of 15. over sp4; 44. bitcast_convert_type of
-uint32 words to bytes over dp8; 45. the MLM masking of 19. with one key for the whole batch over dp8;
-46. the set hash of 16. over dp8; 47. the bitset mask of 13. over sp4;
-48. an int16 wrapping sum over dp4; 49. the MinHash Jaccard of 28. over
-dp4; 50. the bf16 absmax quantisation of 30. over tp4.
+45. jax.random.bernoulli dropout of an activation over (dp, tp) and a row
+sum; 46. the byte checksums of 15. over sp4; 47. bitcast_convert_type of
+uint32 words to bytes over dp8; 48. the MLM masking of 19. with one key for the whole batch over dp8;
+49. the set hash of 16. over dp8; 50. the bitset mask of 13. over sp4;
+51. an int16 wrapping sum over dp4; 52. the MinHash Jaccard of 28. over
+dp4; 53. the bf16 absmax quantisation of 30. over tp4.
 At the time of writing scalify reports three of the correct pairs as
 mismatches (dtype-mismatch, "converts a partial sum to u8 / s16 before it
 is reduced: the sum is rounded differently"): 15., 25. and 36. An integer
@@ -1198,6 +1207,83 @@ def valid_counts_u8_dp(bug):
 
 C.smap("s.counts_as_u8_before_psum.dp8", {"dp": 8}, valid_counts_u8_dp, (P("dp"),), P(), valid_counts_u8,
        (rng.random((64, 16)) < 0.7,), bugs=[("no-psum", ["missing-all-reduce"])])
+
+# ---------------------------------------------------------------------------
+# 37. Bloom filter bits as a bool array OR'd across sp8 by pmax on bool (and
+#     the all-bits-set AND of a query by pmin on bool), packed into uint32
+
+
+def bloom_bits_query(tok, q):
+    bits = jnp.zeros(128, bool)
+    for h in bloom_hashes(tok):
+        bits = bits.at[h].set(True)
+    hit = functools.reduce(jnp.logical_and, [bits[h] for h in bloom_hashes(q)])
+    return pack_words(bits), hit
+
+
+def bloom_bits_sp(bug):
+    def f(tok, q):
+        bits = jnp.zeros(128, bool)
+        for h in bloom_hashes(tok):
+            bits = bits | jnp.any(h[:, None] == jnp.arange(128)[None, :], 0)
+        bits = pmin(bits, "sp") if bug == "pmin-bits" else pmax(bits, "sp")
+        hit = functools.reduce(jnp.logical_and, [bits[h] for h in bloom_hashes(q)])
+        return pack_words(bits), hit
+    return f
+
+
+C.smap("s.bloom_bool_bits_pmax_or.sp8", {"sp": 8}, bloom_bits_sp, (P("sp"), P()), (P(), P()), bloom_bits_query,
+       (I(0, 5000, 48), I(0, 5000, 16)), bugs=[("pmin-bits", ["wrong-collective-op"])])
+
+# ---------------------------------------------------------------------------
+# 38. the largest and smallest uint32 fingerprint per column (values above
+#     2^31, where a signed compare would differ), rows over dp4
+
+
+def fp_range(tok):
+    h = xorshift32(tok, nb=1 << 16).astype(U32) * U32(65537) | U32(0x80000000)
+    h = jnp.where(tok % 3 == 0, h & U32(0x7FFFFFFF), h)
+    return jnp.max(h, 0), jnp.min(h, 0)
+
+
+def fp_range_dp(bug):
+    def f(tok):
+        h = xorshift32(tok, nb=1 << 16).astype(U32) * U32(65537) | U32(0x80000000)
+        h = jnp.where(tok % 3 == 0, h & U32(0x7FFFFFFF), h)
+        if bug == "signed-compare":
+            hs = lax.bitcast_convert_type(h, jnp.int32)
+            mx = lax.bitcast_convert_type(pmax(jnp.max(hs, 0), "dp"), U32)
+            mn = lax.bitcast_convert_type(pmin(jnp.min(hs, 0), "dp"), U32)
+            return mx, mn
+        return pmax(jnp.max(h, 0), "dp"), pmin(jnp.min(h, 0), "dp")
+    return f
+
+
+C.smap("s.u32_fingerprint_range_pmax_pmin.dp4", {"dp": 4}, fp_range_dp, (P("dp"),), (P(), P()), fp_range,
+       (I(0, 1 << 24, 16, 8),), bugs=[("signed-compare", ["dtype-mismatch"])])
+
+# ---------------------------------------------------------------------------
+# 39. whether any token of a row falls in a blocked bucket (sequence over sp4):
+#     local hit counts (non-negative) cast to bool before a pmax (OR); the
+#     baseline casts the total count
+
+
+def any_blocked(tok, blocked):
+    hits = jnp.sum(((tok[:, :, None] & 31) == (blocked[None, None, :] & 31)).astype(jnp.int32), (1, 2))
+    return hits.astype(bool), hits
+
+
+def any_blocked_sp(bug):
+    def f(tok, blocked):
+        hits = jnp.sum(((tok[:, :, None] & 31) == (blocked[None, None, :] & 31)).astype(jnp.int32), (1, 2))
+        anyh = hits.astype(bool)
+        anyh = anyh if bug == "flag-not-reduced" else pmax(anyh, "sp")
+        return anyh, psum(hits, "sp")
+    return f
+
+
+C.smap("s.any_hit_bool_cast_before_pmax.sp4", {"sp": 4}, any_blocked_sp, (P(None, "sp"), P()), (P(), P()),
+       any_blocked, (I(0, 200, 8, 32), I(0, 200, 2)), bugs=[("flag-not-reduced", ["missing-all-reduce"])])
 
 C.gspmd("g.bf16_amax_int8_quant.tp4", {"tp": 4}, (P(None, "tp"),), (P(None, "tp"), P()), bf16_amax_quant,
         (R(8, 32, scale=3.0),))
