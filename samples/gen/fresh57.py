@@ -95,18 +95,41 @@ shard_map families:
     tp, output psum'd) inside the body with check_vma=True, the forward and
     the transpose of a replicated cotangent (dp2 x tp4). Bug: the cotangent
     psum'd over tp first "to be safe".
-GSPMD pairs (jax.jit with in/out shardings): 18. the Hessian-vector product
-of a 2-layer MLP with the weights over tp and the batch over dp; 19. the
+18. a Megatron MLP block (w1 columns, w2 rows over tp4, batch over dp2)
+    applied twice under jax.checkpoint(save_only_these_names("rowpar")),
+    the name on the row-parallel partial product before its psum, the
+    block input fake-quantised to float8_e4m3fn and back, loss and
+    gradients by value_and_grad (check_vma=True). Bug: the fp8 round trip
+    dropped on the distributed side.
+19. the same block at a realistic width (hidden 256, ffn 1024, 64 tokens),
+    without the fp8 round trip. Bug: the row-parallel output pmean'd.
+20. hybrid fp8 training of that block: a custom_vjp rounding the
+    cotangent to e5m2 (lax.reduce_precision, exponent 5, mantissa 2) on
+    the block's (complete) output, the block under
+    jax.checkpoint(checkpoint_dots), which saves every dot, the
+    row-parallel partial product among them. Bug: the row-parallel output
+    pmean'd.
+21. the attention + MLP layer of 7. twice under checkpoint_dots with the
+    e5m2 cotangent rounding of 20. on each layer's output. Bug: the
+    row-parallel outputs pmean'd.
+GSPMD pairs (jax.jit with in/out shardings): 22. the Hessian-vector product
+of a 2-layer MLP with the weights over tp and the batch over dp; 23. the
 fused custom_vjp cross-entropy of 8. with a vocab-sharded head and its
-value_and_grad; 20. a scanned 3-layer residual MLP under
+value_and_grad; 24. a scanned 3-layer residual MLP under
 jax.checkpoint(checkpoint_dots) with an optax.adamw step, FSDP x TP
-shardings; 21. the gradient-reversal DANN step of 4. with optax.adam;
-22. the custom_jvp log-sum-exp of 1. under jax.linearize with the vocab
-over tp; 23. a Megatron MLP (two applications) under
+shardings; 25. the gradient-reversal DANN step of 4. with optax.adam;
+26. the custom_jvp log-sum-exp of 1. under jax.linearize with the vocab
+over tp; 27. a Megatron MLP (two applications) under
 jax.checkpoint(save_only_these_names) with the name on the row-parallel
-output, value_and_grad; 24. the full Hessian
+output, value_and_grad; 28. the full Hessian
 (jax.hessian) of a small MLP loss in its first-layer weights, batch over
 dp4.
+Numerics: every correct pair agrees with its baseline at rounding level
+(f32); every bug variant differs clearly. First drafts changed: 11.'s
+loss pmean'd over dp only (off by 0.05, see 11.), 7.'s stop_gradient bug
+on the input (no parameter upstream, so no change: moved to the second
+layer), 12.'s backward bug left the token-buffer gradient out (now
+returned).
 Exported with scalify_jax.export_pair; every pair is also run by JAX on
 seeded inputs and its manifest entry records the largest difference from
 the single-device run ("numerics").
@@ -932,10 +955,144 @@ C.smap("s.linear_transpose_rowpar_checkvma.dp2xtp4", DPTP, lt_body, (P("dp", "tp
        bugs=[("cotangent-psummed", ["wrong-scale"])], check_vma=True)
 
 # ---------------------------------------------------------------------------
+# 18. a Megatron MLP block (w1 columns, w2 rows over tp4, batch over dp2)
+#     under jax.checkpoint(save_only_these_names("rowpar")) with the name on
+#     the row-parallel partial product before its psum, the activations
+#     fake-quantised to float8_e4m3fn and back (an fp8-training habit), loss
+#     and gradients by value_and_grad (check_vma=True). Bug: the fp8 round
+#     trip dropped on the distributed side.
+
+
+def fq8(x):
+    return x.astype(jnp.float8_e4m3fn).astype(jnp.float32)
+
+
+def fp8_blk(p, x, red=lambda a: a, quant=fq8):
+    h = jax.nn.gelu(quant(x) @ p["w1"])
+    return x + red(checkpoint_name(h @ p["w2"], "rowpar"))
+
+
+def fp8_remat_ref(p, x, y):
+    f = jax.checkpoint(fp8_blk, policy=jax.checkpoint_policies.save_only_these_names("rowpar"))
+    return jax.value_and_grad(lambda p: jnp.mean(jnp.square(f(p, f(p, x)) - y)))(p)
+
+
+def fp8_remat_body(bug):
+    def red(a):
+        return psum(a, "tp")
+
+    def f(p, x, y):
+        blk = partial(fp8_blk, red=red, quant=(lambda a: a) if bug == "fp8-round-trip-dropped" else fq8)
+        g = jax.checkpoint(blk, policy=jax.checkpoint_policies.save_only_these_names("rowpar"))
+        return jax.value_and_grad(lambda p: pmean(jnp.mean(jnp.square(g(p, g(p, x)) - y)), "dp"))(p)
+    return f
+
+
+P18 = {"w1": R(8, 32, scale=0.3), "w2": R(32, 8, scale=0.3)}
+S18 = {"w1": P(None, "tp"), "w2": P("tp", None)}
+C.smap("s.remat_rowpar_name_fp8_fakequant_grad.dp2xtp4", DPTP, fp8_remat_body, (S18, P("dp"), P("dp")), (P(), S18),
+       fp8_remat_ref, (P18, R(8, 8), R(8, 8)),
+       bugs=[("fp8-round-trip-dropped", ["wrong-dtype"])], check_vma=True)
+
+# ---------------------------------------------------------------------------
+# 19. the same Megatron block under save_only_these_names at a realistic
+#     width (hidden 256, ffn 1024, 64 tokens), too large for a quick
+#     execution: the loss and the gradients (check_vma=True). Bug: the
+#     row-parallel output pmean'd.
+
+
+def wide_body(bug):
+    def red(a):
+        return pmean(a, "tp") if bug == "rowpar-pmean" else psum(a, "tp")
+
+    def f(p, x, y):
+        g = jax.checkpoint(partial(fp8_blk, red=red, quant=lambda a: a),
+                           policy=jax.checkpoint_policies.save_only_these_names("rowpar"))
+        return jax.value_and_grad(lambda p: pmean(jnp.mean(jnp.square(g(p, g(p, x)) - y)), "dp"))(p)
+    return f
+
+
+def wide_ref(p, x, y):
+    f = jax.checkpoint(partial(fp8_blk, quant=lambda a: a),
+                       policy=jax.checkpoint_policies.save_only_these_names("rowpar"))
+    return jax.value_and_grad(lambda p: jnp.mean(jnp.square(f(p, f(p, x)) - y)))(p)
+
+
+P19 = {"w1": R(256, 1024, scale=0.05), "w2": R(1024, 256, scale=0.03)}
+C.smap("s.remat_rowpar_name_wide.dp2xtp4", DPTP, wide_body, (S18, P("dp"), P("dp")), (P(), S18), wide_ref,
+       (P19, R(64, 256), R(64, 256)), bugs=[("rowpar-pmean", ["wrong-collective-op"])], check_vma=True)
+
+# ---------------------------------------------------------------------------
+# 20. hybrid fp8 training of the Megatron block: a custom_vjp that rounds
+#     the cotangent to e5m2 (lax.reduce_precision, exponent 5, mantissa 2)
+#     on the block's output, which is complete (after the psum), and the
+#     block under jax.checkpoint(checkpoint_dots), which saves every dot --
+#     the row-parallel partial product among them (check_vma=True). Bug:
+#     the row-parallel output pmean'd.
+
+
+@jax.custom_vjp
+def e5m2_cot(x):
+    return x
+
+
+e5m2_cot.defvjp(lambda x: (x, None), lambda _, g: (lax.reduce_precision(g, exponent_bits=5, mantissa_bits=2),))
+
+
+def e5m2_blk(p, x, red=lambda a: a):
+    h = jax.nn.gelu(x @ p["w1"])
+    return e5m2_cot(x + red(h @ p["w2"]))
+
+
+def e5m2_ref(p, x, y):
+    f = jax.checkpoint(e5m2_blk, policy=POL_DOTS)
+    return jax.value_and_grad(lambda p: jnp.mean(jnp.square(f(p, f(p, x)) - y)))(p)
+
+
+def e5m2_body(bug):
+    def red(a):
+        return pmean(a, "tp") if bug == "rowpar-pmean" else psum(a, "tp")
+
+    def f(p, x, y):
+        g = jax.checkpoint(partial(e5m2_blk, red=red), policy=POL_DOTS)
+        return jax.value_and_grad(lambda p: pmean(jnp.mean(jnp.square(g(p, g(p, x)) - y)), "dp"))(p)
+    return f
+
+
+C.smap("s.e5m2_cotangent_customvjp_remat_dots.dp2xtp4", DPTP, e5m2_body, (S18, P("dp"), P("dp")), (P(), S18),
+       e5m2_ref, (P18, R(8, 8), R(8, 8)), bugs=[("rowpar-pmean", ["wrong-collective-op"])], check_vma=True)
+
+# 21. the attention + MLP layer of 7. under checkpoint_dots with the e5m2
+#     cotangent rounding of 20. on each layer's output (two layers).
+
+
+def e5m2_attn_ref(ps, x, t):
+    def lyr(p, x):
+        return e5m2_cot(tp_layer(p, x, lambda a: a))
+    f = jax.checkpoint(lyr, policy=POL_DOTS)
+    return jax.value_and_grad(lambda ps: jnp.mean(jnp.square(f(ps[1], f(ps[0], x)) - t)))(ps)
+
+
+def e5m2_attn_body(bug):
+    red = (lambda a: pmean(a, "tp")) if bug == "rowpar-pmean" else (lambda a: psum(a, "tp"))
+
+    def f(ps, x, t):
+        def lyr(p, x):
+            return e5m2_cot(tp_layer(p, x, red))
+        g = jax.checkpoint(lyr, policy=POL_DOTS)
+        return jax.value_and_grad(lambda ps: pmean(jnp.mean(jnp.square(g(ps[1], g(ps[0], x)) - t)), "dp"))(ps)
+    return f
+
+
+C.smap("s.e5m2_cotangent_attn_mlp_remat_dots.dp2xtp4", DPTP, e5m2_attn_body, ([L7S, L7S], P("dp"), P("dp")),
+       (P(), [L7S, L7S]), e5m2_attn_ref, ([layer7(), layer7()], R(4, 6, D7), R(4, 6, D7)),
+       bugs=[("rowpar-pmean", ["wrong-collective-op"])], check_vma=True)
+
+# ---------------------------------------------------------------------------
 # GSPMD pairs.
 
 
-# 18. HVP of a 2-layer MLP, weights over tp, batch over dp.
+# 22. HVP of a 2-layer MLP, weights over tp, batch over dp.
 def mlp_loss12(p, x, y):
     return jnp.mean(jnp.square(jnp.tanh(x @ p["w1"]) @ p["w2"] - y))
 
@@ -950,12 +1107,12 @@ S12 = {"w1": P(None, "tp"), "w2": P("tp", None)}
 C.gspmd("g.hvp_fwd_over_rev_mlp.dp2xtp4", DPTP, (S12, S12, P("dp"), P("dp")), (S12, S12), hvp12,
         (P12, V12, R(8, 8), R(8, 4)))
 
-# 19. the fused custom_vjp cross-entropy of 8. with a vocab-sharded head.
+# 23. the fused custom_vjp cross-entropy of 8. with a vocab-sharded head.
 C.gspmd("g.fused_ce_customvjp_vocab_head.dp2xtp4", DPTP, (P("dp"), P(None, "tp"), P("dp"), P("dp")),
         (P(), (P("dp"), P(None, "tp"))), fce_ref,
         (R(4, 8, D8), R(D8, 32, scale=0.5), I(0, 32, 4, 8), MASK8))
 
-# 20. scanned residual MLP under checkpoint_dots with an optax.adamw step.
+# 24. scanned residual MLP under checkpoint_dots with an optax.adamw step.
 OPT14 = optax.adamw(1e-2, weight_decay=0.1)
 
 
@@ -978,7 +1135,7 @@ C.gspmd("g.scan_remat_dots_adamw_fsdp_tp.dp2xtp4", DPTP, (S14p, SS14, P("dp"), P
         (P14, jax.tree.map(np.asarray, ST14), R(8, 8), R(8, 8)))
 
 
-# 21. the DANN step of 4. with optax.adam.
+# 25. the DANN step of 4. with optax.adam.
 OPT15 = optax.adam(1e-2)
 
 
@@ -992,7 +1149,7 @@ C.gspmd("g.grad_reversal_dann_adam.dp2xtp4", DPTP, (S4, P("dp"), P("dp"), P("dp"
         (P4, R(8, D4), R(8), (rng.random(8) > 0.5).astype(np.float32)))
 
 
-# 22. the custom_jvp log-sum-exp under jax.linearize, vocab over tp.
+# 26. the custom_jvp log-sum-exp under jax.linearize, vocab over tp.
 def lin16(z, dz1, dz2):
     y, lf = jax.linearize(lse_ref, z)
     return y, lf(dz1), lf(dz2)
@@ -1002,7 +1159,7 @@ C.gspmd("g.customjvp_lse_linearize.dp2xtp4", DPTP, (P("dp", "tp"),) * 3, (P("dp"
         (R(8, 32, scale=2.0), R(8, 32), R(8, 32)))
 
 
-# 23. a Megatron MLP under jax.checkpoint(save_only_these_names) with the
+# 27. a Megatron MLP under jax.checkpoint(save_only_these_names) with the
 #     name on the row-parallel output, GSPMD placing the all-reduce; loss and
 #     gradients.
 def mlp20(p, x, y):
@@ -1019,7 +1176,7 @@ C.gspmd("g.remat_save_names_megatron_mlp_grad.dp2xtp4", DPTP, (S20, P("dp"), P("
         jax.value_and_grad(mlp20), (P20, R(8, 8), R(8, 8)))
 
 
-# 24. the full Hessian (jax.hessian: jacfwd of jacrev) of a small MLP loss in
+# 28. the full Hessian (jax.hessian: jacfwd of jacrev) of a small MLP loss in
 #     its first-layer weights, batch over dp.
 def hess22(w1, w2, x, y):
     return jax.hessian(lambda w1: jnp.mean(jnp.square(jnp.tanh(x @ w1) @ w2 - y)))(w1)
