@@ -55,14 +55,39 @@ shard_map families:
     = -grad_x E, loss on energies and forces, jax.grad through it for the
     parameters), configurations over dp4, gradients pmean'd, optax SGD with
     momentum. Bugs: gradients not pmean'd, gradients psum'd.
-GSPMD pairs (jax.jit with in/out shardings): 12. Chamfer loss of a
-deformed cloud and its gradient (dp2 x sp4); 13. EdgeConv of 3. (dp2 x
-sp4); 14. periodic soft-sphere energy and forces by jax.grad with
-positions over sp8; 15. an EGNN training step with optax.adamw, nodes over
-sp4; 16. quaternion-to-matrix rotation of a batch of clouds (dp2 x sp4)
-followed by a feature layer over tp (dp2 x tp4 mesh form).
-Numerics: see each manifest entry's "numerics" (max_abs_diff against the
-single-device run).
+12. Horn's quaternion alignment without LAPACK: the 4x4 key matrix from the
+    psum'd cross-covariance, its top eigenvector by a shifted power
+    iteration (lax.fori_loop), points rotated by the quaternion sandwich;
+    points over sp4. Bugs: target centroid local, key matrix from the local
+    covariance, mean squared deviation over N - 1.
+13. pair forces by Newton's third law: the reactions -sum_i f_ij of the
+    local particles on all (all_gather'd) particles psum_scatter'd back to
+    their owners; configurations over dp2, particles over sp4. Bugs: psum
+    then the first block taken, psum'd over dp before the scatter.
+14. Vector Neurons: VN-linear maps with the input channels over tp4
+    (psum'd), the VN-ReLU, invariant norms mean-pooled over points (sp2).
+    Bugs: the direction map k not psum'd, pooled sum divided by the local
+    count.
+15. soft nearest-neighbour distance (-tau logsumexp(-d / tau)) in bf16
+    inputs with f32 accumulation by an unrolled ring of ppermutes and an
+    online log-sum-exp, distances by |a|^2 + |b|^2 - 2 a.b; dp2 x sp4.
+    Bugs: one ring step short, running sum not rescaled.
+16. periodic pair energy by a half ring (4 ppermute steps over sp8, each
+    unordered block pair once, the opposite block at weight 1/2 from both
+    ends). Bugs: the opposite block at full weight, the energy halved again.
+GSPMD pairs (jax.jit with in/out shardings): 17. Chamfer loss of a
+deformed cloud and its gradient (dp2 x sp4); 18. EdgeConv of 3. (dp2 x
+sp4); 19. periodic soft-sphere energy and forces by jax.grad with
+positions over sp8; 20. an EGNN two-layer training step with optax.adamw,
+nodes over sp4; 21. quaternion-to-matrix rotation of a batch of clouds and
+a GELU feature layer over tp (dp2 x tp4); 22. radius-graph pair energy and
+forces = -grad E, positions over sp4; 23. three velocity-Verlet steps with
+jnp.mod wrapping, positions and velocities over sp8.
+Known misses: the three bugs of 7. (Kabsch), because the witness cannot
+execute the LAPACK SVD custom call (12. is the same alignment without it).
+Numerics: every correct pair agrees with its single-device run at rounding
+level (max_abs_diff at most 1e-5); every bug variant differs clearly (the
+smallest: 2e-4 on a mean squared deviation of 7e-3, 12.'s N - 1 bug).
 Run from the repository root: bash samples/gen/run_fresh58.sh [SUBSTR...]
 (only the pairs whose name contains a SUBSTR).
 """
@@ -738,6 +763,39 @@ C.smap("s.soft_nn_online_lse_ring_bf16.dp2xsp4", {"dp": 2, "sp": 4}, softnn_ring
        bugs=[("ring-one-short", ["missing-collective"]), ("sum-not-rescaled", ["wrong-scale"])])
 
 # ---------------------------------------------------------------------------
+# 16. pair energy by a half ring (each unordered block pair visited once):
+#     particles over sp8, blocks moved by ppermute for 4 steps; the own
+#     block at weight 1/2 (i != j), blocks 1..3 away at weight 1, the
+#     opposite block (4 away, visited from both ends) at weight 1/2; the
+#     energy psum'd. Periodic box and minimal image as in 6.
+
+
+def md_energy_only(x):
+    return md_energy(x)
+
+
+def half_ring(bug):
+    def f(x):
+        n, tl = 8, x.shape[0]
+        y, e = x, jnp.zeros((), jnp.float32)
+        for s in range(n // 2 + 1):
+            d = mic(x[:, None] - y[None])
+            v = pair_v(jnp.sum(d * d, -1))
+            if s == 0:
+                v = v * (1.0 - jnp.eye(tl))
+            w = 0.5 if s == 0 or (s == n // 2 and bug != "opposite-block-full-weight") else 1.0
+            e = e + w * jnp.sum(v)
+            if s < n // 2:
+                y = lax.ppermute(y, "sp", [(i, (i + 1) % n) for i in range(n)])
+        return psum(e, "sp") / (2.0 if bug == "halved-again" else 1.0)
+    return f
+
+
+C.smap("s.md_energy_half_ring_newton.sp8", {"sp": 8}, half_ring, (P("sp"),), P(), md_energy_only,
+       (rng.uniform(0.0, L6, (32, 3)).astype(np.float32),),
+       bugs=[("opposite-block-full-weight", ["wrong-scale"]), ("halved-again", ["wrong-scale"])])
+
+# ---------------------------------------------------------------------------
 # GSPMD pairs
 
 # 12. Chamfer loss of a deformed cloud (points + offsets) and its gradient
@@ -804,6 +862,23 @@ def rg_energy_forces(x):
 
 C.gspmd("g.radius_graph_energy_forces.sp4", {"sp": 4}, (P("sp"),), (P(), P("sp")), rg_energy_forces,
         (R(32, 3, scale=0.7),))
+
+# 18. three velocity-Verlet steps of the periodic soft-sphere system (forces
+#     by jax.grad, positions wrapped back into the box by jnp.mod),
+#     positions and velocities over sp8
+def verlet(x, v, dt=0.01):
+    def body(_, c):
+        x, v = c
+        f = -jax.grad(md_energy)(x)
+        v = v + 0.5 * dt * f
+        x = jnp.mod(x + dt * v, L6)
+        f = -jax.grad(md_energy)(x)
+        return x, v + 0.5 * dt * f
+    return lax.fori_loop(0, 3, body, (x, v))
+
+
+C.gspmd("g.md_velocity_verlet_pbc.sp8", {"sp": 8}, (P("sp"), P("sp")), (P("sp"), P("sp")), verlet,
+        (rng.uniform(0.0, L6, (32, 3)).astype(np.float32), R(32, 3, scale=0.3)))
 
 MISS_SVD = ("the Kabsch rotation comes from jnp.linalg.svd, a LAPACK custom call (lapack_sgesdd_ffi) the witness cannot execute, so nothing confirms the difference; the static rules stop at the SVD or before it")
 for b in ("local-centroids", "cov-not-psummed", "rmsd-local-count"):
