@@ -866,13 +866,44 @@ static bool averaged_later(const hlo_comp *comp, uint32_t i, int depth) {
     return false;
 }
 
-/* Whether instruction u of comp multiplies two different values: one
- * statistic of the device weighted by another (its count times its mean,
- * n·(s / max(n, 1))), whose sum over the devices is a weighted merge —
- * not a value squared (a norm of shares, which no merge takes back). */
+/* Value i of comp with layout ops, converts and guards by a constant
+ * (max(n, 1)) taken off: the value they carry. */
+static uint32_t guarded_source(const hlo_comp *comp, uint32_t i) {
+    for (int depth = 0; depth < 8; depth++) {
+        const hlo_instr *y = &comp->instrs[i];
+        if (y->noperands == 1 && (y->op == OP_CONVERT || y->op == OP_BROADCAST || y->op == OP_RESHAPE || y->op == OP_COPY ||
+                                  y->op == OP_BITCAST)) {
+            i = y->operands[0];
+            continue;
+        }
+        if ((y->op == OP_MAXIMUM || y->op == OP_MINIMUM) && y->noperands == 2) {
+            const hlo_instr *k0 = &comp->instrs[y->operands[0]], *k1 = &comp->instrs[y->operands[1]];
+            bool c0 = k0->op == OP_CONSTANT || (k0->op == OP_BROADCAST && comp->instrs[k0->operands[0]].op == OP_CONSTANT);
+            bool c1 = k1->op == OP_CONSTANT || (k1->op == OP_BROADCAST && comp->instrs[k1->operands[0]].op == OP_CONSTANT);
+            if (c0 != c1) {
+                i = y->operands[c0 ? 1 : 0];
+                continue;
+            }
+        }
+        break;
+    }
+    return i;
+}
+
+/* Whether instruction u of comp multiplies a statistic by the count it
+ * was normalised by: n·(s / max(n, 1)), the device's sum again (0 where its
+ * count is), whose sum over the devices merges means weighted by counts —
+ * not a product of two sums cut short. */
 static bool weighted_product(const hlo_comp *comp, uint32_t u) {
     const hlo_instr *y = &comp->instrs[u];
-    return y->op == OP_MULTIPLY && y->noperands == 2 && y->operands[0] != y->operands[1];
+    if (y->op != OP_MULTIPLY || y->noperands != 2) return false;
+    for (uint32_t o = 0; o < 2; o++) {
+        const hlo_instr *q = &comp->instrs[guarded_source(comp, y->operands[1 - o])];
+        if (q->op == OP_DIVIDE && q->noperands == 2 &&
+            guarded_source(comp, q->operands[1]) == guarded_source(comp, y->operands[o]))
+            return true;
+    }
+    return false;
 }
 
 /* Whether a partial operand (over the axes `partial`, a sum) is computed
@@ -1685,13 +1716,13 @@ static lval lift_elementwise(lstate *s) {
             }
             ok = idem || linear_in(c, s->comp, in, ops, o);
         }
-        /* A partial sum of shares never negative tested against zero (a
-         * count's any-hit test, c != 0 or c > 0): the sum is non-zero where
+        /* A partial integer sum of shares never negative tested against
+         * zero (a count's any-hit test, c != 0 or c > 0): the sum is non-zero where
          * some share is, so the test is the partial max (an or over the
          * devices) of the shares' tests. */
         const char *dir = in->op == OP_COMPARE ? instr_str(in, A_DIRECTION) : NULL;
         bool zero_test = dir && in->noperands == 2 && ops[0].v.partial && !ops[1].v.partial && ops[1].kind == LV_TERM &&
-                         lf_class_is_zero(c, ops[1].cls);
+                         dtype_is_int(s->comp->instrs[in->operands[0]].shape.dtype) && lf_class_is_zero(c, ops[1].cls);
         if (!ok && red == RED_SUM && zero_test && (!strcmp(dir, "NE") || !strcmp(dir, "GT")) &&
             lf_nonneg(c->cur, s->comp, in->operands[0])) {
             ok = true;
@@ -1825,7 +1856,8 @@ static lval lift_elementwise(lstate *s) {
                                        in->name, why.s);
             else if ((residue = zero_test))
                 /* the shares' signs decide whether the test of each is the
-                 * test of their sum (an any-hit count), which is not known;
+                 * test of their sum (an any-hit count), which is not known
+                 * (a float's zero test, a division's guard, stays a finding);
                  * the tests, maxed later, are shares of a guess */
                 lf_unsupported_suspect(c, KIND_MISSING_ALL_REDUCE, s->comp, in,
                                        "%s tests a partial sum against zero before it is reduced (%s): each share's test "

@@ -83,8 +83,8 @@ nodes over sp4; 21. quaternion-to-matrix rotation of a batch of clouds and
 a GELU feature layer over tp (dp2 x tp4); 22. radius-graph pair energy and
 forces = -grad E, positions over sp4; 23. three velocity-Verlet steps with
 jnp.mod wrapping, positions and velocities over sp8.
-Known misses: the three bugs of 7. (Kabsch), because the witness cannot
-execute the LAPACK SVD custom call (12. is the same alignment without it).
+(The three bugs of 7. (Kabsch) were known misses while the witness could not
+execute the LAPACK SVD custom call; it does now. 12. is the same alignment.)
 Numerics: every correct pair agrees with its single-device run at rounding
 level (max_abs_diff at most 1e-5); every bug variant differs clearly (the
 smallest: 2e-4 on a mean squared deviation of 7e-3, 12.'s N - 1 bug).
@@ -880,7 +880,4 @@ def verlet(x, v, dt=0.01):
 C.gspmd("g.md_velocity_verlet_pbc.sp8", {"sp": 8}, (P("sp"), P("sp")), (P("sp"), P("sp")), verlet,
         (rng.uniform(0.0, L6, (32, 3)).astype(np.float32), R(32, 3, scale=0.3)))
 
-MISS_SVD = ("the Kabsch rotation comes from jnp.linalg.svd, a LAPACK custom call (lapack_sgesdd_ffi) the witness cannot execute, so nothing confirms the difference; the static rules stop at the SVD or before it")
-for b in ("local-centroids", "cov-not-psummed", "rmsd-local-count"):
-    C.known_miss("s.kabsch_alignment_rmsd.sp4.bug." + b, MISS_SVD)
 C.finish()
