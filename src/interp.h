@@ -67,7 +67,16 @@
  * approximation) are elementwise on floating operands: the custom calls the
  * rules' `unary` op class names, given the meaning the rules assume. A
  * FullToShard/ShardToFull that changes the shape belongs to a pre-partitioning
- * module whose manual region cannot run per device here; it is refused.
+ * module whose manual region cannot run per device here; it is refused. The
+ * LAPACK calls of XLA's CPU backend, lapack_{s,d}{potrf,trsm,geqrf,orgqr,
+ * getrf,syevd,gesdd}_ffi, run matrix by matrix over their leading batch
+ * dims with LAPACK's results (linalg.h; options from the backend config's
+ * uplo, side, trans_x, diag), infos and pivots s32; choices between values
+ * equal to within rounding are counted in interp_stats.ties.
+ *
+ * reduce-precision rounds as XLA does, bit by bit: the mantissa to nearest
+ * even when narrowed, and when the exponent narrows, overflow to inf and no
+ * subnormals (flushed to zero); unrounded runs keep the value.
  *
  * Budgets. A module whose instructions hold more than max_elements elements in
  * total (all computations, every device; default INTERP_MAX_ELEMENTS) is
