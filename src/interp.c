@@ -643,9 +643,10 @@ static double f16_value(uint16_t b) {
     return (b & 0x8000) ? -v : v;
 }
 
-static bool bitcast_cell(int from, int to, cell a, cell *r) {
+/* The bits of element a of float or integer type `from` (bf16 and f16 as
+ * their 16 bits, integers their two's complement low bits). */
+static uint64_t cell_bits(int from, cell a) {
     int bits = dtype_bits(from);
-    if (bits != dtype_bits(to)) return false;
     uint64_t u;
     if (from == DT_F32) {
         float f = (float)a.f;
@@ -660,23 +661,30 @@ static bool bitcast_cell(int from, int to, cell a, cell *r) {
         u = w >> 16;
     } else if (from == DT_F16) u = f16_bits(a.f);
     else u = (uint64_t)a.i & (bits >= 64 ? UINT64_MAX : (((uint64_t)1 << bits) - 1));
+    return u;
+}
+
+/* The element of type `to` whose bits are u (cell_bits' inverse). */
+static cell bits_cell(int to, uint64_t u) {
+    int bits = dtype_bits(to);
+    cell r;
     if (to == DT_F32) {
         uint32_t w = (uint32_t)u;
         float f;
         memcpy(&f, &w, 4);
-        r->f = f;
-    } else if (to == DT_F64) memcpy(&r->f, &u, 8);
+        r.f = f;
+    } else if (to == DT_F64) memcpy(&r.f, &u, 8);
     else if (to == DT_BF16) {
         uint32_t w = (uint32_t)u << 16;
         float f;
         memcpy(&f, &w, 4);
-        r->f = f;
-    } else if (to == DT_F16) r->f = f16_value((uint16_t)u);
+        r.f = f;
+    } else if (to == DT_F16) r.f = f16_value((uint16_t)u);
     else {
-        int64_t s = bits >= 64 ? (int64_t)u : (int64_t)(u << (64 - bits)) >> (64 - bits);
-        r->i = wrap(to, s);
+        int64_t sv = bits >= 64 ? (int64_t)u : (int64_t)(u << (64 - bits)) >> (64 - bits);
+        r.i = wrap(to, sv);
     }
-    return true;
+    return r;
 }
 
 static bool is_unary(int op) {
@@ -1021,6 +1029,41 @@ static const char *elementwise_mismatch(const hlo_instr *in, interp_val **ops, c
     return NULL;
 }
 
+static bool bitcast_ok(int dt) {
+    return dt == DT_F32 || dt == DT_F64 || dt == DT_BF16 || dt == DT_F16 || (dtype_is_int(dt) && dt != DT_PRED);
+}
+
+/* bitcast-convert of a to r's type: of one width element by element; else
+ * each wide element is its narrow ones along r's (a's) extra last dim,
+ * least significant first (XLA on a little-endian host, numpy's view).
+ * False for other types or shapes. */
+static bool bitcast_val(const interp_val *a, interp_val *r) {
+    int wa = dtype_bits(a->dtype), wr = dtype_bits(r->dtype);
+    if (!bitcast_ok(a->dtype) || !bitcast_ok(r->dtype)) return false;
+    if (wa == wr) {
+        if (a->n != r->n) return false;
+        for (int64_t k = 0; k < r->n; k++) put_cell(r, k, bits_cell(r->dtype, cell_bits(a->dtype, get_cell(a, k))));
+        return true;
+    }
+    bool split = wa > wr;
+    int64_t q = split ? wa / wr : wr / wa;
+    const interp_val *wide = split ? a : r, *narrow = split ? r : a;
+    if (narrow->rank != wide->rank + 1 || narrow->dims[narrow->rank - 1] != q || narrow->n != wide->n * q) return false;
+    int nb = dtype_bits(narrow->dtype);
+    uint64_t mask = nb >= 64 ? UINT64_MAX : ((uint64_t)1 << nb) - 1;
+    for (int64_t k = 0; k < wide->n; k++) {
+        if (split) {
+            uint64_t u = cell_bits(a->dtype, get_cell(a, k));
+            for (int64_t j = 0; j < q; j++) put_cell(r, k * q + j, bits_cell(r->dtype, (u >> (j * nb)) & mask));
+        } else {
+            uint64_t u = 0;
+            for (int64_t j = 0; j < q; j++) u |= (cell_bits(a->dtype, get_cell(a, k * q + j)) & mask) << (j * nb);
+            put_cell(r, k, bits_cell(r->dtype, u));
+        }
+    }
+    return true;
+}
+
 /* The elementwise ops on complex values (interp.h), and real / imag /
  * complex on real ones: both parts in double, each rounded to the result's
  * part type. r is the result, allocated and checked by op_elementwise. */
@@ -1084,20 +1127,14 @@ static interp_val *op_elementwise(ctx *x, const hlo_instr *in, interp_val **ops)
     }
     if (op != OP_SELECT && (r->im || a->im || op == OP_COMPLEX || op == OP_REAL || op == OP_IMAG))
         return op_elementwise_complex(x, in, ops, r);
-    if (op == OP_CONVERT || op == OP_BITCAST_CONVERT) {
-        if (a->n != r->n) {
-            interp_val_free(r);
-            return fail(x, INTERP_EUNSUPPORTED, in, "a bitcast-convert that changes the element count");
-        }
-        for (int64_t k = 0; k < r->n; k++) {
-            cell c = get_cell(a, k), o;
-            if (op == OP_CONVERT) o = convert_cell(a->dtype, rdt, c);
-            else if (!bitcast_cell(a->dtype, rdt, c, &o)) {
-                interp_val_free(r);
-                return fail(x, INTERP_EUNSUPPORTED, in, "bitcast-convert between %s and %s", dtype_name(a->dtype), dtype_name(rdt));
-            }
-            put_cell(r, k, o);
-        }
+    if (op == OP_BITCAST_CONVERT) {
+        if (bitcast_val(a, r)) return r;
+        interp_val_free(r);
+        return fail(x, INTERP_EUNSUPPORTED, in, "bitcast-convert from %s to %s with these shapes", dtype_name(a->dtype),
+                    dtype_name(rdt));
+    }
+    if (op == OP_CONVERT) {
+        for (int64_t k = 0; k < r->n; k++) put_cell(r, k, convert_cell(a->dtype, rdt, get_cell(a, k)));
         return r;
     }
     if (op == OP_COMPARE) {

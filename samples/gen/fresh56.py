@@ -70,7 +70,7 @@ shard_map families:
     fold psum'd.
 17. bytes of uint32 words with the byte index over tp4 (rank r shifts by
     8 r and masks) against lax.bitcast_convert_type in the baseline. Bugs
-    (known misses: the witness does not execute a width-changing bitcast):
+    (known misses when written; the witness runs width-changing bitcasts now):
     big-endian shift, shift by the rank instead of 8 x rank.
 18. row parity of int32 feature words (dp2 x tp4): popcount sums, local
     & 1, psum over tp, & 1. Bugs: no psum, psum over dp.
@@ -1288,8 +1288,4 @@ C.smap("s.any_hit_bool_cast_before_pmax.sp4", {"sp": 4}, any_blocked_sp, (P(None
 C.gspmd("g.bf16_amax_int8_quant.tp4", {"tp": 4}, (P(None, "tp"),), (P(None, "tp"), P()), bf16_amax_quant,
         (R(8, 32, scale=3.0),))
 
-MISS_BC = ("the baseline's lax.bitcast_convert_type changes the element width, which the witness does not execute, "
-           "and the per-rank shift (8 x axis_index) is not related statically")
-for b in ("big-endian", "shift-by-rank"):
-    C.known_miss("s.word_bytes_shift_per_rank.tp4.bug." + b, MISS_BC)
 C.finish()

@@ -342,6 +342,14 @@ static void test_bf16(void) {
     double tiny = dtype_round(DT_F32, 3e-39);
     double w4[12] = {1, 1.015625, 70144, dtype_round(DT_BF16, tiny), 1, 1, INFINITY, 0, 1.00390625, 1.01171875, 70000, tiny};
     expect("interp bf16-1.4 reduce-precision e8m7, e5m2, e8m23", t4, 1, 1, NULL, 0, w4, 12);
+    /* bitcast-convert across widths: a u32 is its bytes least significant
+     * first (numpy's view), and back; f32 1.0 is 0x3f800000 as two u16 */
+    const char *t5 = "HloModule m\nENTRY e {\n  w = u32[2] constant({258, 4294967295})\n"
+                     "  b = u8[2,4] bitcast-convert(w)\n  bb = u8[8] reshape(b)\n  f = f32[1] constant({1})\n"
+                     "  h = u16[1,2] bitcast-convert(f)\n  hh = u16[2] reshape(h)\n  back = u32[2] bitcast-convert(b)\n"
+                     "  hb = u32[2] convert(hh)\n  ROOT o = u32[4] concatenate(back, hb), dimensions={0}\n}\n";
+    double w5[4] = {258, 4294967295.0, 0, 0x3f80};
+    expect("interp bitcast-1.1 across widths, little end first", t5, 1, 1, NULL, 0, w5, 4);
 }
 
 static void test_control(void) {
