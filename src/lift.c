@@ -840,6 +840,12 @@ static bool grouped_term(lift_ctx *c, eid x, int64_t n, int depth) {
     return false;
 }
 
+/* Whether value i of comp is a constant, or a broadcast of one. */
+static bool const_instr(const hlo_comp *comp, uint32_t i) {
+    const hlo_instr *x = &comp->instrs[i];
+    return x->op == OP_CONSTANT || (x->op == OP_BROADCAST && x->noperands == 1 && comp->instrs[x->operands[0]].op == OP_CONSTANT);
+}
+
 /* Whether value i of comp reaches an all-reduce through ops that keep it
  * a function of itself alone (elementwise ops with constants, layout
  * changes, sums along its dims): a per-device statistic averaged or summed
@@ -852,9 +858,8 @@ static bool averaged_later(const hlo_comp *comp, uint32_t i, int depth) {
         const hlo_instr *y = &comp->instrs[u];
         bool uses = false, others_const = true;
         for (uint32_t o = 0; o < y->noperands; o++) {
-            const hlo_instr *x = &comp->instrs[y->operands[o]];
             if (y->operands[o] == i) uses = true;
-            else others_const &= x->op == OP_CONSTANT || (x->op == OP_BROADCAST && comp->instrs[x->operands[0]].op == OP_CONSTANT);
+            else others_const &= const_instr(comp, y->operands[o]);
         }
         if (!uses) continue;
         if (y->op == OP_ALL_REDUCE) return true;
@@ -877,9 +882,7 @@ static uint32_t guarded_source(const hlo_comp *comp, uint32_t i) {
             continue;
         }
         if ((y->op == OP_MAXIMUM || y->op == OP_MINIMUM) && y->noperands == 2) {
-            const hlo_instr *k0 = &comp->instrs[y->operands[0]], *k1 = &comp->instrs[y->operands[1]];
-            bool c0 = k0->op == OP_CONSTANT || (k0->op == OP_BROADCAST && comp->instrs[k0->operands[0]].op == OP_CONSTANT);
-            bool c1 = k1->op == OP_CONSTANT || (k1->op == OP_BROADCAST && comp->instrs[k1->operands[0]].op == OP_CONSTANT);
+            bool c0 = const_instr(comp, y->operands[0]), c1 = const_instr(comp, y->operands[1]);
             if (c0 != c1) {
                 i = y->operands[c0 ? 1 : 0];
                 continue;

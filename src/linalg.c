@@ -25,6 +25,22 @@ int linalg_routine(const char *t) {
     return -1;
 }
 
+/* The sign LAPACK leaves free on a vector of n entries spaced `stride`
+ * apart (an eigenvector, a singular pair): the one that makes its entry of
+ * largest magnitude positive (-1 or 1). An entry of the other sign as large
+ * to within rounding makes the convention itself a tie. */
+static double free_sign(const double *x, int64_t n, int64_t stride, int64_t *ties) {
+    int64_t big = 0;
+    for (int64_t r = 1; r < n; r++)
+        if (fabs(x[r * stride]) > fabs(x[big * stride])) big = r;
+    for (int64_t r = 0; ties && r < n; r++)
+        if (r != big && near_tie(fabs(x[r * stride]), fabs(x[big * stride])) && (x[r * stride] < 0) != (x[big * stride] < 0)) {
+            ++*ties;
+            break;
+        }
+    return x[big * stride] < 0 ? -1 : 1;
+}
+
 /* ------------------------------------------------------------------ cholesky */
 
 int64_t linalg_potrf(double *a, int64_t n, bool lower) {
@@ -227,17 +243,8 @@ int64_t linalg_syevd(double *a, int64_t n, bool lower, double *w, int64_t *ties)
     for (int64_t i = 0; ties && i + 1 < n; i++)
         if (fabs(w[i + 1] - w[i]) <= TIE * scale) ++*ties;  /* a repeated eigenvalue: any basis of its space */
     for (int64_t c = 0; c < n; c++) {
-        int64_t src = ord[c], big = 0;
-        for (int64_t r = 1; r < n; r++)
-            if (fabs(v[r * n + src]) > fabs(v[big * n + src])) big = r;
-        for (int64_t r = 0; ties && r < n; r++)
-            if (r != big && near_tie(fabs(v[r * n + src]), fabs(v[big * n + src])) &&
-                (v[r * n + src] < 0) != (v[big * n + src] < 0)) {
-                ++*ties;  /* the sign convention itself is a tie */
-                break;
-            }
-        double sign = v[big * n + src] < 0 ? -1 : 1;
-        for (int64_t r = 0; r < n; r++) a[r * n + c] = sign * v[r * n + src];
+        double sign = free_sign(v + ord[c], n, n, ties);
+        for (int64_t r = 0; r < n; r++) a[r * n + c] = sign * v[r * n + ord[c]];
     }
     free(ord);
     free(v);
@@ -369,16 +376,7 @@ int64_t linalg_gesdd(const double *a, int64_t m, int64_t n, double *s, double *u
     for (int64_t c = 0; ties && c < k; c++) *ties += !have[c] && top > 0;
     complete_basis(lq, gm, have, ties);
     for (int64_t c = 0; c < k; c++) {
-        int64_t big = 0;
-        for (int64_t i = 1; i < gm; i++)
-            if (fabs(lq[i * gm + c]) > fabs(lq[big * gm + c])) big = i;
-        for (int64_t i = 0; ties && i < gm; i++)
-            if (i != big && near_tie(fabs(lq[i * gm + c]), fabs(lq[big * gm + c])) &&
-                (lq[i * gm + c] < 0) != (lq[big * gm + c] < 0)) {
-                ++*ties;
-                break;
-            }
-        if (lq[big * gm + c] < 0) {
+        if (free_sign(lq + c, gm, gm, ties) < 0) {
             for (int64_t i = 0; i < gm; i++) lq[i * gm + c] = -lq[i * gm + c];
             for (int64_t i = 0; i < gn; i++) rq[i * gn + c] = -rq[i * gn + c];
         }
