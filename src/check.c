@@ -363,8 +363,18 @@ static const hlo_instr *output_producer(const hlo_module *m, const hlo_comp *com
         if (k >= in->noperands) return *at = comp, in;
         in = &comp->instrs[in->operands[k]];
     }
+    /* element `pick` of the tuple `in` computes, once it is one (-1: in itself) */
+    int64_t pick = -1;
     for (int depth = 0; depth < 64; depth++) {
-        if ((in->op == OP_COPY || in->op == OP_BITCAST || instr_is_identity_custom_call(in)) && in->noperands == 1) {
+        if (pick >= 0 && in->op == OP_TUPLE) {
+            if (pick >= in->noperands) break;
+            in = &comp->instrs[in->operands[pick]];
+            pick = -1;
+        } else if (pick < 0 && in->op == OP_GET_TUPLE_ELEMENT && in->noperands == 1) {
+            pick = instr_int(in, A_INDEX, 0);
+            in = &comp->instrs[in->operands[0]];
+        } else if (pick < 0 && (in->op == OP_COPY || in->op == OP_BITCAST || instr_is_identity_custom_call(in)) &&
+                   in->noperands == 1) {
             in = &comp->instrs[in->operands[0]];
         } else if (in->op == OP_CALL && instr_attr(in, A_TO_APPLY)) {
             const hlo_attr *a = instr_attr(in, A_TO_APPLY);
@@ -709,10 +719,16 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         const hlo_instr *pi = output_producer(D.m, de, shape_out, &pc);
         if (!lc.nfindings) add_finding(r, &cap, shape_kind, SEV_ERROR, why.s, pc, pi);
     }
+    uint32_t bad_out = 0; /* the first output not related, once outputs_ok is false below */
     for (uint32_t k = 0; outputs_ok && k < nouts; k++) {
         const lval *v = root.kind == LV_TUPLE ? &root.elems[k] : &root;
+        bad_out = k;
         if (v->kind != LV_TERM) {
-            sb_printf(&why, "output %u could not be related to the baseline", k);
+            strbuf words;
+            sb_init(&words);
+            lift_value_words(&words, v, &rel.mesh);
+            sb_printf(&why, "output %u could not be related to the baseline (the program leaves it as %s)", k, words.s);
+            sb_free(&words);
             outputs_ok = false;
             if (v->kind == LV_WIN) { /* per-device pieces that never settled: where they began is the reason */
                 char where[64];
@@ -723,7 +739,8 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
             sb_printf(&why, "output %u rests on a value that could not be related (assumed)", k);
             outputs_ok = false;
         } else if (eg_find(g, v->cls) != eg_find(g, bouts[k])) {
-            sb_printf(&why, "output %u: the lifted term does not meet the baseline output's class", k);
+            sb_printf(&why, "output %u: the lifted term does not meet the baseline output's class%s", k,
+                      eg_class_origin(g, v->cls) & EG_BASELINE ? " (it is another of the baseline's values)" : "");
             outputs_ok = false;
         } else if (!view_equal(&v->v, &rel.outputs[k]) && rel.output_free && rel.output_free[k] && !v->v.partial) {
             /* Unconstrained: the program's own sharding of it is the relation
@@ -864,14 +881,40 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         trace_kind kind = div && lc.divergence_kind != LF_NO_KIND ? lc.divergence_kind
                           : !div && !later && lc.unsupported_kind != LF_NO_KIND ? lc.unsupported_kind
                           : ui ? kind_of_divergence(ui, konst_operand) : KIND_UNSUPPORTED_OP;
-        if (!ui) {
-            uc = de;
-            ui = &de->instrs[de->root];
-        }
+        if (!ui) /* the output not related: where its value is made */
+            ui = output_producer(D.m, de, bad_out, &uc);
         strbuf msg;
         sb_init(&msg);
         sb_printf(&msg, "the outputs differ from the baseline's by up to %g (confirmed by execution on seeded random inputs); ", w.max_abs);
-        if (div && lc.divergence_layout)
+        const locate_site *ls = &w.site;
+        if (ls->in) { /* where execution shows the values leave the baseline's */
+            /* the kind: a share used whole, a wrong factor; else the rules'
+             * where they name the same instruction; else from what it is */
+            bool same = ls->at == ui;
+            uc = ls->comp;
+            ui = ls->at;
+            kind = ls->partial ? KIND_MISSING_ALL_REDUCE
+                   : ls->scale ? (hlo_op_is_collective(ui->op) ? KIND_WRONG_REDUCTION : KIND_CONSTANT_MISMATCH)
+                   : same      ? kind
+                               : kind_of_divergence(ui, false);
+            strbuf ax;
+            sb_init(&ax);
+            for (uint32_t x = 0, n = 0; x < rel.mesh.naxes; x++)
+                if (ls->partial_axes >> x & 1) sb_printf(&ax, "%s%s", n++ ? "," : "", rel.mesh.names[x]);
+            const char *red = reducer_name(ls->partial_red);
+            if (ls->partial)
+                sb_printf(&msg, "executed, %s holds on each device a share of a baseline value (their %s over %s is the "
+                          "baseline's), and %s%s uses the share where the %s is needed: a missing all-reduce (%s) over %s",
+                          ls->partial->name, red, ax.s, ls->partial == ls->in ? "the program" : ls->in->name,
+                          ls->partial == ls->in ? " goes on and" : "", red, red, ax.s);
+            else if (ls->scale)
+                sb_printf(&msg, "executed, the first value that is none of the baseline's (in any sharding) is %s, "
+                          "%.6g times the baseline's %s", ui->name, ls->scale, ls->like->name);
+            else
+                sb_printf(&msg, "executed, the first value that is none of the baseline's (in any sharding), computed from "
+                          "values that are, is %s", ui->name);
+            sb_free(&ax);
+        } else if (div && lc.divergence_layout)
             sb_printf(&msg, "first divergence at %s: it rearranges baseline values into a layout no baseline value has, "
                       "and the program computes with them in that layout", ui->name);
         else if (div && lc.divergence_note)
@@ -899,10 +942,8 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         verdict = VERDICT_UNVERIFIED;
         const hlo_comp *uc = lc.first_unsupported ? lc.first_unsupported_comp : lc.divergence_comp;
         const hlo_instr *ui = lc.first_unsupported ? lc.first_unsupported : lc.divergence;
-        if (!ui) {
-            uc = de;
-            ui = &de->instrs[de->root];
-        }
+        if (!ui) /* the output not related: where its value is made */
+            ui = output_producer(D.m, de, bad_out, &uc);
         /* A dump that left a constant's values out ({...}: text dumps do for
          * large ones) is a reason when the divergence or an output depends on
          * one: terms built on it never meet, whatever the rules. */
@@ -930,12 +971,20 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
                       "baseline's does", lc.resync_scope ? lc.resync_scope : "?", lc.unsupported_why);
         } else if (lc.first_unsupported) {
             sb_printf(&msg, "unverified: %s", lc.unsupported_why);
+        } else if (!lc.divergence) {
+            /* No term left the baseline's values from related operands: the
+             * output is where the relation is lost, nothing before it. */
+            sb_printf(&msg, "unverified: %s; no first divergence: the values the output %s is computed from are related "
+                      "to the baseline's, what it makes of them is not related to the baseline output",
+                      why.s ? why.s : "the outputs meet only through values not proved to be the baseline's", ui->name);
         } else {
             sb_printf(&msg, "unverified: %s; first divergence at %s, whose operands are related",
                       why.s ? why.s : "the outputs meet only through values not proved to be the baseline's", ui->name);
             /* a factor here is no finding (a later op may cancel it): its words
              * without a cause */
             if (ui == lc.divergence && lc.divergence_note) sb_printf(&msg, " (%s)", lc.divergence_note);
+        }
+        if (!el && !lc.first_unsupported) {
             if (final_run) /* sr.last is that run's result */
                 sb_printf(&msg, " (still apart after equality saturation with %u rule%s: %u iteration%s, stopped: %s)",
                           sr.last.nrules, sr.last.nrules == 1 ? "" : "s", final_run->iterations,

@@ -356,6 +356,16 @@ int graph_group_mode(const hlo_instr *in) {
     return global ? GROUPS_FLATTENED_ID : GROUPS_CROSS_REPLICA_AND_PARTITION;
 }
 
+bool groups_expandable(const hlo_groups *g) {
+    arena a;
+    arena_init(&a);
+    hlo_groups x = {0};
+    groups_expand(g, &a, &x);
+    bool ok = x.ngroups > 0 || (!g->iota && !g->mesh);
+    arena_free(&a);
+    return ok;
+}
+
 bool graph_device_groups(const hlo_instr *in, int64_t R, int64_t P, int64_t **ids_out, uint32_t **start_out,
                          uint32_t *ng_out, char *why, size_t nwhy) {
     const hlo_attr *ga = instr_attr(in, A_REPLICA_GROUPS);
@@ -446,10 +456,12 @@ static int64_t product(const int64_t *v, uint32_t n) {
     return p;
 }
 
-/* Mesh form: see graph.h. Every axis has at most one selected reference. */
+/* Mesh form: see graph.h. An axis may be selected whole once, or as
+ * sub-axes that do not overlap (several of one axis: 'q':(2)2,'q':(1)2 of
+ * q=4 names its two halves, minor first). */
 static void expand_mesh(const hlo_groups *g, arena *a, hlo_groups *out) {
     int64_t total = product(g->axis_sizes, g->naxes);
-    if (total <= 0 || total > GRAPH_MAX_DEVICES || g->naxes > 64) return;
+    if (total <= 0 || total > GRAPH_MAX_DEVICES || g->naxes > 64 || g->nsel > 64) return;
     int64_t *order = arena_alloc(a, (size_t)total * sizeof *order);
     if (g->device_ids) {
         if (g->ndevice_ids != total) return;
@@ -460,42 +472,43 @@ static void expand_mesh(const hlo_groups *g, arena *a, hlo_groups *out) {
     } else {
         for (int64_t k = 0; k < total; k++) order[k] = k;
     }
-    /* Per axis: the selected factor (pre, size) or none — the middle of
-     * [pre, size, post] — and the size left over. */
-    int64_t pre[64], size[64], post[64], rest[64];
-    int sel_pos[64];
-    for (uint32_t i = 0; i < g->naxes; i++) {
-        pre[i] = 1;
-        size[i] = 1;
-        sel_pos[i] = -1;
-    }
+    /* Per selected reference: its factor of its axis's coordinate c, (c /
+     * post) % size (the middle of [pre, size, post], major first); per axis
+     * the size its selected factors leave over. */
+    int64_t size[64], post[64], rest[64];
+    for (uint32_t i = 0; i < g->naxes; i++) rest[i] = g->axis_sizes[i];
     int64_t gsize = 1;
     for (uint32_t k = 0; k < g->nsel; k++) {
         uint32_t ax = g->sel[k].axis;
-        if (ax >= g->naxes || sel_pos[ax] >= 0) return;
-        sel_pos[ax] = (int)k;
-        int64_t n = g->axis_sizes[ax];
-        pre[ax] = g->sel[k].size ? g->sel[k].pre : 1;
-        size[ax] = g->sel[k].size ? g->sel[k].size : n;
-        if (pre[ax] <= 0 || size[ax] <= 0 || n % (pre[ax] * size[ax])) return;
-        post[ax] = n / (pre[ax] * size[ax]);
-        gsize *= size[ax];
+        if (ax >= g->naxes) return;
+        int64_t n = g->axis_sizes[ax], pre = g->sel[k].size ? g->sel[k].pre : 1;
+        size[k] = g->sel[k].size ? g->sel[k].size : n;
+        if (pre <= 0 || size[k] <= 0 || n % (pre * size[k])) return;
+        post[k] = n / (pre * size[k]);
+        for (uint32_t j = 0; j < k; j++) /* factors of one axis must not overlap */
+            if (g->sel[j].axis == ax && post[k] < post[j] * size[j] && post[j] < post[k] * size[k]) return;
+        rest[ax] /= size[k];
+        gsize *= size[k];
     }
-    for (uint32_t i = 0; i < g->naxes; i++) rest[i] = g->axis_sizes[i] / size[i];
     int64_t *ids = arena_alloc(a, (size_t)total * sizeof *ids);
     int64_t coord[64];
     memset(coord, 0, sizeof coord);
     for (int64_t k = 0; k < total; k++) {
         /* Position inside the group: row-major over the selected refs in the order
-         * written; group number: row-major over what each axis has left. */
+         * written; group number: row-major over what each axis has left (its
+         * coordinate with the selected factors taken out, the largest first). */
         int64_t in_group = 0, group = 0;
-        for (uint32_t s = 0; s < g->nsel; s++) {
-            uint32_t ax = g->sel[s].axis;
-            in_group = in_group * size[ax] + (coord[ax] / post[ax]) % size[ax];
-        }
+        for (uint32_t s = 0; s < g->nsel; s++) in_group = in_group * size[s] + (coord[g->sel[s].axis] / post[s]) % size[s];
         for (uint32_t i = 0; i < g->naxes; i++) {
-            int64_t c = coord[i];
-            int64_t left = sel_pos[i] < 0 ? c : c % post[i] + post[i] * (c / (post[i] * size[i]));
+            int64_t left = coord[i];
+            for (int64_t bound = INT64_MAX;;) {
+                int best = -1;
+                for (uint32_t s = 0; s < g->nsel; s++)
+                    if (g->sel[s].axis == i && post[s] < bound && (best < 0 || post[s] > post[best])) best = (int)s;
+                if (best < 0) break;
+                left = left % post[best] + post[best] * (left / (post[best] * size[best]));
+                bound = post[best];
+            }
             group = group * rest[i] + left;
         }
         ids[group * gsize + in_group] = order[k];

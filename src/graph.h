@@ -241,6 +241,9 @@ typedef struct hlo_groups {
  * one representation; a list is returned as is. An inconsistent description
  * expands to zero groups. */
 void groups_expand(const hlo_groups *g, arena *a, hlo_groups *out);
+/* Whether g expands to at least one group: an iota or mesh description this
+ * reader cannot expand is a limitation to say, not a program's mistake. */
+bool groups_expandable(const hlo_groups *g);
 
 /* The ids 0..prod(reshape)-1 reshaped and transposed by perm (identity when
  * nperm is 0), flattened row-major into out (prod(reshape) entries). */

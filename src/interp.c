@@ -390,6 +390,7 @@ typedef struct ctx {
     int status;
     comp_info *info;      /* per computation */
     arena a;              /* expanded groups */
+    const interp_config *cfg;  /* observe */
 } ctx;
 
 static void *fail(ctx *x, int status, const hlo_instr *in, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -3454,6 +3455,7 @@ static int eval_comp(ctx *x, uint32_t ci, uint32_t na, const int64_t *devs, inte
                 break;
             }
         if (x->status) break;
+        if (x->cfg && x->cfg->observe) x->cfg->observe(x->cfg->observe_ctx, c, i, na, devs, res);
         /* Release operands whose last user this was. */
         for (uint32_t k = 0; k < in->noperands; k++) {
             uint32_t o = in->operands[k];
@@ -3594,7 +3596,7 @@ int interp_run(const hlo_module *m, const interp_config *cfg, interp_val **const
 
 static int run_entry(const hlo_module *m, const interp_config *cfg, interp_val **const *args, interp_val **out,
                      strbuf *err) {
-    ctx x = {.m = m, .err = err};
+    ctx x = {.m = m, .err = err, .cfg = cfg};
     interp_devices(m, &x.R, &x.P);
     if (cfg && cfg->replicas > 0) x.R = cfg->replicas;
     if (cfg && cfg->partitions > 0) x.P = cfg->partitions;

@@ -156,6 +156,13 @@ typedef struct interp_config {
                                     * stay as given): programs that differ only in rounding,
                                     * or in where they round, compute the same */
     struct interp_stats *stats;    /* when set: receives the run's index counts */
+    /* When set: called after every instruction of every computation is
+     * evaluated (in evaluation order, a call's body before the call), with
+     * the na devices that evaluated it (devs) and their results (borrowed:
+     * take a reference to keep one). */
+    void (*observe)(void *ctx, const hlo_comp *c, uint32_t i, uint32_t na, const int64_t *devs,
+                    interp_val *const *res);
+    void *observe_ctx;
 } interp_config;
 
 /* Index vectors a run used, over all devices: scatter updates (one per

@@ -74,11 +74,16 @@ static bool group_order(const mesh *ms, uint32_t mask, const int64_t *pos, int64
     return true;
 }
 
+/* The mesh axes (bitmask) instruction in's replica groups run over; -1 when they match
+ * none, -2 when they name no devices, -3 when they are written in a form
+ * groups_expand cannot expand. */
 static int groups_axes_on(const mesh *ms, int64_t replicas, const hlo_instr *in, bool ordered, view_dim *order, char *why,
                           size_t nwhy) {
     int64_t n = mesh_devices(ms), *ids = NULL;
     uint32_t *start = NULL, ng = 0;
     if (replicas < 1 || n % replicas) return -1;
+    const hlo_attr *ga = instr_attr(in, A_REPLICA_GROUPS);
+    if (ga && !groups_expandable(ga->v.groups)) return -3;
     if (!graph_device_groups(in, replicas, n / replicas, &ids, &start, &ng, why, nwhy)) return -2;
     /* Group number and position of every device under the instruction. */
     int64_t *grp = xmalloc((size_t)n * sizeof *grp), *pos = xmalloc((size_t)n * sizeof *pos);
@@ -303,6 +308,11 @@ int lf_collective_axes(lstate *s, bool ordered, view_dim *order) {
     }
     if (axes >= 0 && order) *order = o;
     if (axes >= 0) return axes;
+    if (axes == -3) {
+        lf_unsupported(c, s->comp, s->in, "the replica groups of %s are written in a form this reader does not expand",
+                       s->in->name);
+        return -1;
+    }
     if (axes == -2) {
         /* Groups that name no devices at all, as XLA reads them for the group mode. */
         static const char *const named[] = {"replicas (no channel_id)", "partitions", ("replicas, each across every partition "

@@ -105,6 +105,18 @@ uint32_t view_sharded_axes(const view *v) {
 
 uint32_t view_axes_used(const view *v) { return v->partial | view_sharded_axes(v); }
 
+void view_block(const view *v, const mesh *m, const int64_t *gdims, uint32_t rank, int64_t d, int64_t *off, int64_t *size) {
+    for (uint32_t k = 0; k < rank; k++) {
+        int64_t parts = k < v->rank ? view_dim_parts(v, m, k) : 1, idx = 0;
+        for (uint32_t a = 0; k < v->rank && a < v->dims[k].naxes; a++) {
+            int ax = v->dims[k].axes[a];
+            idx = idx * m->sizes[ax] + mesh_coord(m, d, ax);
+        }
+        size[k] = gdims[k] / parts;
+        off[k] = idx * size[k];
+    }
+}
+
 int64_t view_dim_parts(const view *v, const mesh *m, uint32_t d) {
     if (d >= v->rank || d >= VIEW_MAX_RANK) return 1;
     int64_t p = 1;

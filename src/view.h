@@ -79,6 +79,9 @@ uint32_t view_sharded_axes(const view *v);
 /* Number of blocks dimension d is cut into (1 when d >= rank, -1 when an axis
  * is not in m). */
 int64_t view_dim_parts(const view *v, const mesh *m, uint32_t d);
+/* Device d's block of a global array of dims gdims[rank] under v (its
+ * sharded dims; partial axes ignored): offsets and sizes per dim. */
+void view_block(const view *v, const mesh *m, const int64_t *gdims, uint32_t rank, int64_t d, int64_t *off, int64_t *size);
 /* Drops mesh axes of size 1 (they cut nothing), so that views which select
  * the same blocks compare equal with view_equal. */
 void view_normalize(view *v, const mesh *m);

@@ -8,20 +8,6 @@
 #include "debug.h"
 #include "interp.h"
 
-/* Offsets of device d's block of a global array of dims under v. */
-static void block_offsets(const view *v, const mesh *m, const int64_t *gdims, uint32_t rank, int64_t d,
-                          int64_t *off, int64_t *size) {
-    for (uint32_t k = 0; k < rank; k++) {
-        int64_t parts = view_dim_parts(v, m, k), idx = 0;
-        for (uint32_t a = 0; a < v->dims[k].naxes; a++) {
-            int ax = v->dims[k].axes[a];
-            idx = idx * m->sizes[ax] + mesh_coord(m, d, ax);
-        }
-        size[k] = gdims[k] / parts;
-        off[k] = idx * size[k];
-    }
-}
-
 /* The least extent along which computation ci of m picks rows with a
  * value computed from the parameters marked in from_k alone (through layout
  * ops, converts, wrap-around selects, arithmetic with constants and calls):
@@ -295,7 +281,7 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
         dargs[d] = xcalloc(np + 1, sizeof **dargs);
         for (uint32_t k = 0; k < np; k++) {
             int64_t off[INTERP_MAX_RANK], size[INTERP_MAX_RANK];
-            block_offsets(&rel->inputs[k], &rel->mesh, global[k]->dims, global[k]->rank, d, off, size);
+            view_block(&rel->inputs[k], &rel->mesh, global[k]->dims, global[k]->rank, d, off, size);
             dargs[d][k] = interp_val_slice(global[k], off, size);
         }
     }
@@ -334,7 +320,7 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
                     continue;
                 }
                 int64_t off[INTERP_MAX_RANK], size[INTERP_MAX_RANK];
-                block_offsets(&rel->outputs[o], &rel->mesh, want->dims, want->rank, d, off, size);
+                view_block(&rel->outputs[o], &rel->mesh, want->dims, want->rank, d, off, size);
                 bool same = true;
                 for (uint32_t k = 0; k < want->rank; k++) same &= size[k] == got->dims[k];
                 if (!same && rel->output_free && rel->output_free[o]) {
@@ -359,6 +345,7 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
         }
     }
     if (ok && w->differs && !differed && (bs.ties || ds.ties)) w->tied = true;
+    if (ok && w->differs && !differed) locate_run(base, dist, rel, &cb, &cd, global, (interp_val **const *)dargs, &w->site);
     if (ok && w->differs && !differed && !w->unstable && !w->tied)
         w->unstable = amplifies(base, &cb, global, np, bout, w->max_abs);
     interp_val_free(bout);

@@ -61,6 +61,7 @@
 #include <stdint.h>
 
 #include "graph.h"
+#include "locate.h"
 #include "view.h"
 
 typedef struct witness {
@@ -89,6 +90,8 @@ typedef struct witness {
     double max_abs, max_rel;  /* over all outputs and devices */
     uint64_t seed;
     char why[256];
+    locate_site site;         /* differs: where the distributed program first holds what the baseline never does,
+                               * on the first run that differed (locate.h) */
 } witness;
 
 /* Element budget for a witness run (both programs, all devices): the sum of

@@ -259,6 +259,23 @@ static void unverified_wording(void) {
     CHECK_MSG(msg && !strstr(msg, "whose operands are related"), "%s", msg ? msg : "");
     json_decref(trace);
 
+    /* No term left the baseline's values from related operands (the output is
+     * index values, a gather by restarting positions): no first divergence is
+     * claimed, and the site is where the output is made (through the export's
+     * copies and its call's tuple), not the copy at the root. */
+    t_case("check unverified: no first divergence, the output's producer named");
+    v = run("nodiv", "samples/fresh55/s.learned_pos_emb_restart_segment_min.sp4.baseline.hlo",
+            "samples/fresh55/s.learned_pos_emb_restart_segment_min.sp4.dist.hlo",
+            "samples/fresh55/s.learned_pos_emb_restart_segment_min.sp4.relations.json", false, &trace);
+    CHECK_MSG(v == VERDICT_UNVERIFIED, "verdict %s", verdict_name(v));
+    msg = first_message(trace);
+    CHECK_CONTAINS(msg, "output 0 could not be related to the baseline (the program leaves it as index values); no first "
+                        "divergence: the values the output add.19 is computed from are related");
+    CHECK_MSG(msg && !strstr(msg, "whose operands are related"), "%s", msg ? msg : "");
+    json_t *at = json_object_get(json_array_get(json_object_get(trace, "findings"), 0), "distributed");
+    CHECK_STR(json_string_value(json_object_get(at, "instruction")), "add.19");
+    json_decref(trace);
+
     t_case("check unverified: the sample text dump with an elided constant");
     const char *lb = "samples/llama3.1-8b/llama3.1-8b.baseline.hlo", *ld = "samples/llama3.1-8b/llama3.1-8b.megatron_tp.tp8.dist.hlo";
     const char *lr = "samples/llama3.1-8b/llama3.1-8b.megatron_tp.tp8.relations.json";

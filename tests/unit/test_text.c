@@ -409,6 +409,9 @@ void suite_text(void) {
               " y = f32[4] all-reduce(p), channel_id=2, replica_groups=mesh['a'=2,'c'=4] {'c'}, to_apply=r\n"
               " lo = f32[4] all-reduce(p), channel_id=4, replica_groups=mesh['dp'=2,'tp'=4] {'tp':(2)2}, to_apply=r\n"
               " hi = f32[4] all-reduce(p), channel_id=5, replica_groups=mesh['dp'=2,'tp'=4] {'tp':(1)2}, to_apply=r\n"
+              " sw = f32[4] all-to-all(p), channel_id=6, replica_groups=mesh['q'=4] {'q':(2)2,'q':(1)2}, dimensions={0}\n"
+              " rv = f32[4] all-to-all(p), channel_id=7, replica_groups=mesh['q'=8] {'q':(4)2,'q':(2)2,'q':(1)2}, dimensions={0}\n"
+              " ov = f32[4] all-to-all(p), channel_id=8, replica_groups=mesh['q'=8] {'q':(2)4,'q':(1)4}, dimensions={0}\n"
               " ROOT z = f32[4] all-reduce(p), channel_id=3, replica_groups=mesh['a'=8] {'a':(2)2}, to_apply=r\n}\n", &d);
     CHECK_MSG(m != NULL, "%s", d.out.s ? d.out.s : "");
     if (m) {
@@ -421,6 +424,12 @@ void suite_text(void) {
         /* Shardy's sub-axes: tp=4 is [pre, size, rest]; (2)2 its minor half, (1)2 its major one */
         expanded(m, "lo", A_REPLICA_GROUPS, "{0,1}{2,3}{4,5}{6,7}");
         expanded(m, "hi", A_REPLICA_GROUPS, "{0,2}{1,3}{4,6}{5,7}");
+        /* several sub-axes of one axis, minor first: one group in bit-reversed order */
+        expanded(m, "sw", A_REPLICA_GROUPS, "{0,2,1,3}");
+        expanded(m, "rv", A_REPLICA_GROUPS, "{0,4,2,6,1,5,3,7}");
+        /* overlapping sub-axes describe nothing: not expanded (a reader's limit, not a group) */
+        CHECK(!groups_expandable(instr_attr(find(m, "ov"), A_REPLICA_GROUPS)->v.groups));
+        CHECK(groups_expandable(instr_attr(find(m, "rv"), A_REPLICA_GROUPS)->v.groups));
         CHECK_EQ(graph_num_devices(m), 8);
     }
     graph_free(m);
