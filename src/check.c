@@ -62,10 +62,15 @@ static void findings_clear(check_result *r) {
  * diverged: its opcode (a collective or slice that places the value, a layout
  * op, a convert) or, for arithmetic, an operand computed from constants alone
  * (a scale, a table: the constant differs). */
+/* Ops whose divergence is about where values sit (kind_of_divergence). */
+static bool is_layout_op(int op) {
+    return op == OP_RESHAPE || op == OP_TRANSPOSE || op == OP_BITCAST || op == OP_CONCATENATE || op == OP_SLICE ||
+           op == OP_DOT;
+}
+
 static trace_kind kind_of_divergence(const hlo_instr *in, bool konst_operand) {
+    if (is_layout_op(in->op)) return KIND_LAYOUT_MISMATCH;
     switch (in->op) {
-    case OP_RESHAPE: case OP_TRANSPOSE: case OP_BITCAST: case OP_CONCATENATE: case OP_SLICE: case OP_DOT:
-        return KIND_LAYOUT_MISMATCH;
     case OP_CONVERT: return KIND_DTYPE_MISMATCH;
     case OP_ALL_REDUCE: case OP_REDUCE_SCATTER: return KIND_WRONG_REDUCTION;
     case OP_ALL_GATHER: case OP_ALL_TO_ALL: case OP_DYNAMIC_SLICE: return KIND_WRONG_SHARD_DIM;
@@ -878,16 +883,23 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         const hlo_comp *uc = div ? lc.divergence_comp : later ? lc.later_unsupported_comp : lc.first_unsupported_comp;
         const hlo_instr *ui = div ? lc.divergence : later ? lc.later_unsupported : lc.first_unsupported;
         bool konst_operand = div ? lc.divergence_konst : later ? lc.later_unsupported_konst : lc.unsupported_konst;
+        bool named = (div && lc.divergence_kind != LF_NO_KIND) || (!div && !later && lc.unsupported_kind != LF_NO_KIND);
         trace_kind kind = div && lc.divergence_kind != LF_NO_KIND ? lc.divergence_kind
                           : !div && !later && lc.unsupported_kind != LF_NO_KIND ? lc.unsupported_kind
                           : ui ? kind_of_divergence(ui, konst_operand) : KIND_UNSUPPORTED_OP;
+        /* The rules' site stands where they say what went wrong there (a kind
+         * of their own, a constant operand, a layout op or a collective, a
+         * region assumed equal before it); elsewhere the values place it. */
+        bool weak = !ui || kind == KIND_UNSUPPORTED_OP ||
+                    (!named && !konst_operand && !later && !(lc.divergence && !div) && kind == KIND_LAYOUT_MISMATCH &&
+                     !is_layout_op(ui->op));
         if (!ui) /* the output not related: where its value is made */
             ui = output_producer(D.m, de, bad_out, &uc);
         strbuf msg;
         sb_init(&msg);
         sb_printf(&msg, "the outputs differ from the baseline's by up to %g (confirmed by execution on seeded random inputs); ", w.max_abs);
         const locate_site *ls = &w.site;
-        if (ls->in) { /* where execution shows the values leave the baseline's */
+        if (ls->in && weak) { /* where execution shows the values leave the baseline's */
             /* the kind: a share used whole, a wrong factor; else the rules'
              * where they name the same instruction; else from what it is */
             bool same = ls->at == ui;

@@ -229,6 +229,42 @@ static const char *first_message(json_t *trace) {
 /* What an unverified pair says about itself: a constant the text dump left
  * out ({...}) is named with the way out (the protobuf dump), not passed off as
  * a divergence; whether rewrite rules ran is said as it is. */
+/* A mismatch execution alone confirms, where the rules name no site of
+ * their own, is placed by the values (locate.c): an FSDP step whose loss is
+ * the device's own (its psum left out) names the local sum, as a missing
+ * all-reduce over fsdp; a sequence-parallel centring whose statistics are
+ * summed where the baseline averages names the psum, the first value none
+ * of the baseline's. */
+static void located_by_values(void) {
+    struct {
+        const char *base, *dist, *kind, *at, *words;
+    } cases[] = {
+        {"samples/fresh5/s.fsdp_manual_nesterov.fsdp4.bug.loss-local", "samples/fresh5/s.fsdp_manual_nesterov.fsdp4.bug.loss-local",
+         "missing-all-reduce", "reduce_sum.8",
+         "executed, reduce_sum.8 holds on each device a share of a baseline value (their sum over fsdp is the baseline's), "
+         "and div.14 uses the share where the sum is needed: a missing all-reduce (sum) over fsdp"},
+        {"samples/probe/s.sp_center", "samples/probe/s.sp_center.sp4.bug.stats-psum-seq", "wrong-reduction", "psum.6",
+         "executed, the first value that is none of the baseline's (in any sharding), computed from values that are, is "
+         "psum.6"},
+    };
+    for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
+        char b[256], d[256], r[256];
+        t_case("check located by values: %s", cases[k].dist);
+        snprintf(b, sizeof b, "%s.baseline.hlo", cases[k].base);
+        snprintf(d, sizeof d, "%s.dist.hlo", cases[k].dist);
+        snprintf(r, sizeof r, "%s.relations.json", cases[k].dist);
+        json_t *trace = NULL;
+        int v = run("located", b, d, r, false, &trace);
+        CHECK_MSG(v == VERDICT_MISMATCH, "verdict %s", verdict_name(v));
+        json_t *f = json_array_get(json_object_get(trace, "findings"), 0);
+        CHECK_STR(json_string_value(json_object_get(f, "kind")), cases[k].kind);
+        CHECK_STR(json_string_value(json_object_get(json_object_get(f, "distributed"), "instruction")), cases[k].at);
+        CHECK_CONTAINS(first_message(trace), "confirmed by execution");
+        CHECK_CONTAINS(first_message(trace), cases[k].words);
+        json_decref(trace);
+    }
+}
+
 static void unverified_wording(void) {
     const char *base = "samples/tiny/tiny.baseline.hlo", *rel = "samples/tiny/tiny.megatron_tp.tp4.relations.json";
     const char *dist = "samples/tiny/tiny.megatron_tp.tp4.dist.hlo";
@@ -3232,5 +3268,6 @@ void suite_check(void) {
     group_modes();
     resynced_localisation();
     unverified_wording();
+    located_by_values();
     deep_segments();
 }
