@@ -55,6 +55,10 @@ interp_val *interp_val_new(int dt, uint32_t rank, const int64_t *dims) {
     return interp_dtype_ok(dt) ? val_new(dt, rank, dims) : NULL;
 }
 
+interp_val *interp_val_new_input(int dt, uint32_t rank, const int64_t *dims) {
+    return interp_dtype_ok(dt) || dt == DT_C64 || dt == DT_C128 ? val_new(dt, rank, dims) : NULL;
+}
+
 interp_val *interp_val_tuple(uint32_t n, interp_val **elems) {
     interp_val *v = xcalloc(1, sizeof *v);
     v->refs = 1;
@@ -245,12 +249,15 @@ void interp_val_fill_random(interp_val *v, interp_rng *r) {
         for (uint32_t k = 0; k < v->nelems; k++) interp_val_fill_random(v->elems[k], r);
         return;
     }
+    /* a complex value's parts round as its part type */
+    int pt = v->dtype == DT_C64 ? DT_F32 : v->dtype == DT_C128 ? DT_F64 : v->dtype;
     for (int64_t k = 0; k < v->n; k++) {
         uint64_t u = interp_rng_next(r);
-        if (v->f) v->f[k] = dtype_round(v->dtype, (double)(u >> 11) * 0x1p-52 - 1.0);
+        if (v->f) v->f[k] = dtype_round(pt, (double)(u >> 11) * 0x1p-52 - 1.0);
         else if (v->dtype == DT_PRED) v->i[k] = (int64_t)(u >> 63);
         else v->i[k] = (int64_t)(u >> 60);
     }
+    for (int64_t k = 0; v->im && k < v->n; k++) v->im[k] = dtype_round(pt, (double)(interp_rng_next(r) >> 11) * 0x1p-52 - 1.0);
 }
 
 /* ------------------------------------------------------------------ sharding */

@@ -35,10 +35,11 @@
  * `compare` EQ/NE, `convert` from real or complex, `complex`, `real`, `imag`,
  * `dot` (accumulated in double), a sum `reduce` / `all-reduce` /
  * `reduce-scatter`, and `fft`; any other op on a complex value is refused.
- * interp_val_new refuses complex types (so entry parameters cannot be
- * complex), interp_eval_instr (constant folding) refuses complex operands and
- * results; interp_run may return complex results. f8/f4/token element types
- * are refused.
+ * interp_val_new refuses complex types (constant folding never makes one),
+ * interp_val_new_input takes them (entry parameters may be complex),
+ * interp_eval_instr (constant folding) refuses complex operands and results;
+ * interp_run may return complex results. f8/f4/token element types are
+ * refused.
  *
  * FFT. `fft` transforms the last len(fft_length) (1 to 3) dims, which must be
  * fft_length (IRFFT: fft_length[-1]/2+1 in the last operand dim), exactly as
@@ -127,6 +128,9 @@ enum { INTERP_OK = 0, INTERP_EINPUT = 1, INTERP_EUNSUPPORTED = 2, INTERP_EBUDGET
 /* A zero-filled array value; NULL when the element type cannot be represented
  * (tuple, token, f8, complex) or the rank exceeds INTERP_MAX_RANK. */
 interp_val *interp_val_new(int dt, uint32_t rank, const int64_t *dims);
+/* interp_val_new, complex types too (c64, c128: real and imaginary parts
+ * zero): a program's inputs, which interp_run takes whatever their type. */
+interp_val *interp_val_new_input(int dt, uint32_t rank, const int64_t *dims);
 /* A tuple owning the n references in elems (they are consumed). */
 interp_val *interp_val_tuple(uint32_t n, interp_val **elems);
 interp_val *interp_val_ref(interp_val *v);   /* returns v with one more reference */
@@ -226,8 +230,9 @@ typedef struct interp_rng {
 void interp_rng_seed(interp_rng *r, uint64_t seed);
 uint64_t interp_rng_next(interp_rng *r);
 /* Fills v with the documented random distribution: floats uniform in [-1, 1)
- * rounded to the element type; signed and unsigned integers uniform in
- * [0, 16); preds 0 or 1 with equal probability. */
+ * rounded to the element type (a complex value's real parts, then its
+ * imaginary parts, each rounded to the part type); signed and unsigned
+ * integers uniform in [0, 16); preds 0 or 1 with equal probability. */
 void interp_val_fill_random(interp_val *v, interp_rng *r);
 
 /* The seeded input of parameter k (`scalify eval` without --inputs): a

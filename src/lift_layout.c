@@ -192,6 +192,40 @@ static bool exchanged_run(const view_dim *vd, uint32_t axes) {
     return first >= 0 && seen == axes;
 }
 
+/* all-to-all whose split and concat dim cd is x's dim sharded over exactly
+ * the group's axes (n devices, in group order): device j gets chunk j of
+ * every device's block, in device order. Dim cd of the global value read as
+ * [n, n, rows] (block, chunk, row) becomes [n (chunk), n (block), rows]: a
+ * transpose of the two, the view unchanged (a strided shuffle of the batch:
+ * x.reshape(n, n, -1).swapaxes(0, 1) in the baseline). */
+static bool chunks_transposed(lstate *s, const lval *x, uint32_t cd, lval *out) {
+    lift_ctx *c = s->c;
+    uint32_t rank;
+    const int64_t *gd = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &rank);
+    int64_t n = view_dim_parts(&x->v, c->mesh, cd);
+    if (rank != s->in->shape.rank || rank + 2 > VIEW_MAX_RANK || n < 2 || gd[cd] % (n * n)) return false;
+    int64_t rows = gd[cd] / (n * n), split[VIEW_MAX_RANK], perm[VIEW_MAX_RANK];
+    uint32_t k = 0;
+    for (uint32_t d = 0; d < rank; d++) {
+        if (d != cd) {
+            split[k++] = gd[d];
+            continue;
+        }
+        split[k++] = n;
+        split[k++] = n;
+        if (rows > 1) split[k++] = rows; /* (no unit dim: the baseline's reshape has none) */
+    }
+    for (uint32_t d = 0; d < k; d++) perm[d] = d;
+    perm[cd] = cd + 1;
+    perm[cd + 1] = cd;
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, x->cls));
+    eid t = lf_mk_reshape(c, x->cls, lf_type_of(c, dt, split, k), c->origin);
+    t = lf_mk_transpose(c, t, perm);
+    t = lf_mk_reshape(c, t, eg_class_type(c->g, x->cls), c->origin);
+    *out = term(t, x->v, x->assumed);
+    return true;
+}
+
 /* all-to-all(x) dimensions={c}: chunk j of dim c goes to device j. With x's dim
  * e sharded in blocks over the group's axes and dim c whole, device r ends up
  * with every block of e (as the major part of dim c) and block r of c. When e
@@ -233,14 +267,22 @@ lval lf_lift_all_to_all(lstate *s) {
         lf_unsupported(c, s->comp, in, "%s: operand sharded on axes the all-to-all does not exchange", in->name);
         return unknown();
     }
-    if (e < 0 || (uint32_t)e == cd) {
+    lval r;
+    if (e >= 0 && (uint32_t)e == cd && !within && exchanged_run(&x->v.dims[e], (uint32_t)axes) &&
+        chunks_transposed(s, x, cd, &r))
+        return r;
+    if (e < 0) {
         lf_unsupported(c, s->comp, in, "%s exchanges a dimension that is not sharded over its groups", in->name);
+        return unknown();
+    }
+    if ((uint32_t)e == cd) {
+        lf_unsupported(c, s->comp, in, "%s splits and concatenates dimension %u, which is sharded over its groups: "
+                       "related only when the devices' blocks hold a multiple of the group's size of rows", in->name, cd);
         return unknown();
     }
     int64_t n = view_dim_parts(&x->v, c->mesh, (uint32_t)e);
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
     if (src->shape.dims[cd] % n) return unknown();
-    lval r;
     return lf_blocks_moved(s, x, (uint32_t)e, cd, true, &r) ? r : unknown();
 }
 

@@ -67,7 +67,14 @@ static eid times(lift_ctx *c, eid x, double s) {
     k->f[0] = s;
     eid ch[2] = {x, lf_const_term(c, k, c->origin)};
     ch[1] = eg_add(c->g, OP_BROADCAST, 0, t, &ch[1], 1, c->origin);
-    return eg_add(c->g, OP_MULTIPLY, 0, t, ch, 2, c->origin);
+    eid r = eg_add(c->g, OP_MULTIPLY, 0, t, ch, 2, c->origin);
+    /* x·(-s) is -(x·s) exactly (IEEE negation flips the sign bit alone):
+     * the rules then see a + (-s·x) as a - s·x (arith.rules, add-negate) */
+    if (s < 0) {
+        eid pos = s == -1 ? x : times(c, x, -s);
+        eg_union(c->g, r, eg_add(c->g, OP_NEGATE, 0, t, &pos, 1, c->origin), NULL);
+    }
+    return r;
 }
 
 double lf_scale_put_back(lift_ctx *c, eid x, eid base) {

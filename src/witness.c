@@ -255,7 +255,7 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
     bool ok = true;
     for (uint32_t k = 0; k < np && ok; k++) {
         const hlo_instr *p = &be->instrs[be->params[k]];
-        global[k] = interp_val_new(p->shape.dtype, p->shape.rank, p->shape.dims);
+        global[k] = interp_val_new_input(p->shape.dtype, p->shape.rank, p->shape.dims);
         if (!global[k]) {
             snprintf(w->why, sizeof w->why, "not run: parameter %u has a type the interpreter cannot hold", k);
             ok = false;
@@ -264,6 +264,7 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
         interp_val_fill_random(global[k], &rng);
         for (int64_t e = 0; global[k]->f && e < global[k]->n; e++)
             global[k]->f[e] = (input_scale < 0 ? fabs(global[k]->f[e] * input_scale) : global[k]->f[e] * input_scale) + shift;
+        for (int64_t e = 0; global[k]->im && e < global[k]->n; e++) global[k]->im[e] *= fabs(input_scale);
         int64_t below = int_below > 1 ? int_below : 16;
         bool owned = ints == INTS_OWNED && global[k]->i && global[k]->dtype != DT_PRED && own && own[k] > 0 &&
                      fill_owned(global[k], &rel->inputs[k], &rel->mesh, own[k]);

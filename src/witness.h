@@ -2,7 +2,8 @@
  *
  * Runs the baseline on one device and the distributed program on every device
  * of the mesh (interp.h) with the same seeded random global inputs, each
- * device's parameter cut from the global one by its input view, and compares
+ * device's parameter cut from the global one by its input view (a complex
+ * input's real and imaginary parts both drawn as floats are), and compares
  * every output with the baseline's through the expected output view. Integer
  * inputs are drawn in [0, 16) (interp_val_fill_random), which keeps token ids
  * inside every sample vocabulary, or in the smaller range a proof assumed.

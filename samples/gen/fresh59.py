@@ -114,10 +114,10 @@ view) of a complex64 state over q4, and of a real f32 state over q8
 (22b); 22c. a SWAP of qubits 0 and 5 (swapaxes) and a rotation on the new
 qubit 0 of a real state over q4; 23. a QFT as a normalised inverse FFT
 of a complex64 state over q8 with its outcome probabilities.
-Known misses: the bug variants of the complex64 families 1.-4. and 7. that
-the static rules do not decide stay unverified, since the witness cannot
-run on complex64 parameters (marked known_miss with the reason); the
-real-pair families 9.-11. carry the same bugs in f32 and are found.
+The bug variants of the complex64 families 1.-4. and 7. that the static
+rules do not decide are confirmed by executing both programs (the witness
+runs complex64 parameters); the real-pair families 9.-11. carry the same
+bugs in f32.
 The partitioner writes the all-to-all of 22. / 22b. with mesh-style replica
 groups over reordered sub-axes of q (mesh['q'=4] {'q':(2)2,'q':(1)2}); both
 pairs agree with their baselines exactly (max_abs_diff 0).
@@ -1008,20 +1008,4 @@ C.gspmd("g.qft_by_fft_probs.q8", {"q": 8}, (P("q"),), (P("q"), P("q")), qft_prob
 C.gspmd("g.psum_pair_gates_2d_mesh.qa2xqb2", {"qa": 2, "qb": 2}, (P(("qa", "qb")), P()), P(("qa", "qb")),
         psum_pair_ref, (R(DIM), O12))
 
-NO_C64 = "complex64 inputs: the witness interpreter cannot hold a complex64 parameter, so execution does not run"
-MISS_BITS = NO_C64 + "; statically the device's bit of a global qubit ((axis_index >> j) & 1 selecting gate entries or signs) is an unsupported form"
-for name in ["s.gate_layer_pair_exchange.q4.bug.gate-transposed", "s.gate_layer_pair_exchange.q4.bug.local-axes-reversed",
-             "s.gate_layer_pair_exchange.q4.bug.partner-other-mask", "s.qaoa_phase_mixer_layer.q8.bug.global-z-wrong-end",
-             "s.qaoa_phase_mixer_layer.q8.bug.phase-conjugated", "s.qaoa_phase_mixer_layer.q8.bug.ring-edge-5-1",
-             "s.z_expect_marginal_normalised.q8.bug.conj-dropped",
-             "s.z_expect_marginal_normalised.q8.bug.global-bit-wrong-end"]:
-    C.known_miss(name, MISS_BITS)
-MISS_A2A = NO_C64 + "; statically an all_to_all that swaps the device index with the local minor part of the sharded dimension (global <-> local qubits) is not related"
-for name in ["s.swap_global_local_all_to_all.q4.bug.gate-on-axis-1", "s.swap_global_local_all_to_all.q4.bug.no-swap-back",
-             "s.swap_global_local_all_to_all.q4.bug.swapped-with-qubits-4-5"]:
-    C.known_miss(name, MISS_A2A)
-MISS_MPS = NO_C64 + "; statically the environment psum'd and sliced back at axis_index * block stays unrelated (the correct pair is unverified too)"
-for name in ["s.mps_overlap_left_bond_split.tp4.bug.final-psum-missing",
-             "s.mps_overlap_left_bond_split.tp4.bug.phi-not-conjugated"]:
-    C.known_miss(name, MISS_MPS)
 C.finish()

@@ -1813,6 +1813,28 @@ static void test_fft(void) {
         interp_val_free(x);
         graph_free(m);
     }
+    t_case("interp fft-2.5 complex entry parameters (program inputs)");
+    {
+        /* imag((a+bi)²) = 2ab: both random parts reach the program */
+        hlo_module *m = parse("HloModule m\nENTRY e {\n  z = c64[4] parameter(0)\n  c = c64[4] multiply(z, z)\n"
+                              "  ROOT r = f32[4] imag(c)\n}\n");
+        interp_val *z = interp_val_new_input(DT_C64, 1, (int64_t[]){4});
+        CHECK(z && z->f && z->im);
+        interp_rng r;
+        interp_rng_seed(&r, 7);
+        if (z) interp_val_fill_random(z, &r);
+        bool im_set = false;
+        for (int64_t k = 0; z && k < 4; k++) im_set |= z->im[k] != 0 && fabs(z->im[k]) < 1 && (float)z->im[k] == z->im[k];
+        CHECK_MSG(im_set, "no imaginary part drawn in [-1, 1) as f32");
+        interp_val *args[1] = {z}, *out = NULL;
+        interp_val **argv[1] = {args};
+        CHECK_EQ(interp_run(m, &(interp_config){0}, (interp_val **const *)argv, &out, NULL), INTERP_OK);
+        for (int64_t k = 0; out && z && k < 4; k++) /* imag(z²) = 2ab, rounded to f32 */
+            CHECK_MSG(fabs(out->f[k] - 2 * z->f[k] * z->im[k]) < 1e-6, "element %lld: %g", (long long)k, out->f[k]);
+        interp_val_free(out);
+        interp_val_free(z);
+        graph_free(m);
+    }
 }
 
 static void test_malformed(void) {
