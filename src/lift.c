@@ -2579,7 +2579,20 @@ static bool barrier_only(lift_ctx *c, const hlo_comp *comp, uint32_t i) {
 }
 
 /* Lifts instruction i of comp into vals[i]. */
+static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
+                     uint32_t ninputs);
+
 void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
+                 uint32_t ninputs) {
+    /* a loop body's value that only decides when the loop stops is judged
+     * as the condition's are */
+    bool test = comp == c->test_comp && c->test_only && c->test_only[i];
+    c->in_loop_cond += test;
+    lift_one(c, comp, i, vals, args, inputs, ninputs);
+    c->in_loop_cond -= test;
+}
+
+static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                      uint32_t ninputs) {
     const hlo_module *m = c->cur;
     const hlo_instr *in = &comp->instrs[i];

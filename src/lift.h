@@ -400,6 +400,8 @@ typedef struct lift_ctx {
     int loop_depth;                       /* inside a loop body or condition: no segment switches */
     int in_loop_cond;                     /* walking a while loop's condition (nesting count): a partial
                                            * value there decides when a group stops, not an output's value */
+    const hlo_comp *test_comp;            /* the body being walked, and per instruction of it whether its */
+    const uint8_t *test_only;             /* value only feeds the stopping test (lift_loop.c, loop_walk) */
     uint32_t loop_seg;                    /* baseline: the segment of the loop being walked */
     bool no_memo;                         /* set before lifting to turn it off */
     bool no_account;                      /* building a memoised baseline layer after the fact */

@@ -200,9 +200,16 @@ bool lf_short_reduction(lstate *s, const char *why) {
         strbuf ax;
         sb_init(&ax);
         lf_axes_words(&ax, s->c, x->v.partial);
-        lf_finding(s->c, KIND_WRONG_COLLECTIVE_GROUP, x->short_comp, x->short_at,
-                   "%s sums over too few devices: the value stays partial over %s, and %s needs it complete (%s)",
-                   x->short_at->name, ax.s, s->in->name, why);
+        if (s->c->in_loop_cond) /* each group may stop on its own: see lift.c, the same in a loop condition */
+            lf_unsupported_suspect(s->c, KIND_WRONG_COLLECTIVE_GROUP, x->short_comp, x->short_at,
+                                   "%s sums over too few devices for %s, which decides when the loop stops: each group "
+                                   "of devices over %s may stop on its own, which is the baseline's result only when the "
+                                   "iterations past a group's stop change nothing; not related yet", x->short_at->name,
+                                   s->in->name, ax.s);
+        else
+            lf_finding(s->c, KIND_WRONG_COLLECTIVE_GROUP, x->short_comp, x->short_at,
+                       "%s sums over too few devices: the value stays partial over %s, and %s needs it complete (%s)",
+                       x->short_at->name, ax.s, s->in->name, why);
         sb_free(&ax);
         return true;
     }
@@ -447,15 +454,29 @@ lval lf_lift_all_reduce(lstate *s) {
                 strbuf p2;
                 sb_init(&p2);
                 lf_axes_words(&p2, c, x->v.partial & ~(uint32_t)axes);
-                lf_finding(c, KIND_WRONG_COLLECTIVE_GROUP, s->comp, in,
-                        "%s reduces over %s, but the value is partial over %s: the all-reduce runs over the wrong mesh axis",
-                        in->name, w.s, p2.s);
+                if (c->in_loop_cond) /* a stopping test per group: see lf_short_reduction */
+                    lf_unsupported_suspect(c, KIND_WRONG_COLLECTIVE_GROUP, s->comp, in,
+                                           "%s reduces over %s a value partial over %s that decides when the loop stops: "
+                                           "each group of devices may stop on its own, which is the baseline's result "
+                                           "only when the iterations past a group's stop change nothing; not related yet",
+                                           in->name, w.s, p2.s);
+                else
+                    lf_finding(c, KIND_WRONG_COLLECTIVE_GROUP, s->comp, in,
+                            "%s reduces over %s, but the value is partial over %s: the all-reduce runs over the wrong mesh axis",
+                            in->name, w.s, p2.s);
                 sb_free(&p2);
             } else if (sharded) {
                 /* Each device's block summed with the others': the sum of the
                  * blocks, a value in its own right (not related yet). */
                 lf_unsupported(c, s->comp, in, "%s sums over %s a value sharded over %s: the sum of its blocks is not related yet",
                                in->name, w.s, e.s);
+            } else if (c->in_loop_cond) {
+                /* a count n times too large tested against zero stops the
+                 * loop as the count does: not decided here */
+                lf_unsupported_suspect(c, KIND_WRONG_REDUCTION, s->comp, in,
+                                       "%s sums over %s a value already complete over %s (%lld times it) that decides when "
+                                       "the loop stops: the same stop where it is only compared with zero; not related yet",
+                                       in->name, w.s, e.s, (long long)times);
             } else {
                 lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in,
                         "%s sums over %s, but the value is already complete over %s: it is counted %lld times",

@@ -74,6 +74,50 @@ static const shape *carry_shape(const hlo_instr *in, uint32_t j) {
     return carry_single(in) ? &in->shape : &in->shape.tuple[j];
 }
 
+/* Per instruction of body: whether its value only feeds the loop's stopping
+ * test — carry elements the condition reads and the body does not (a
+ * "changed" flag computed from this iteration's values). Such a value
+ * partial over some axes lets each group of devices stop on its own, which
+ * is the baseline's result only when the iterations past a group's stop
+ * change nothing; it is judged as the condition's values are. NULL when
+ * none does. */
+static uint8_t *test_only_of(lift_ctx *c, const hlo_comp *body, const hlo_comp *cond) {
+    const hlo_instr *root = &body->instrs[body->root];
+    if (root->op != OP_TUPLE || root->noperands > 256) return NULL;
+    uint8_t cread[256] = {0}, bread[256] = {0};
+    bool any = false;
+    for (int side = 0; side < 2; side++) {
+        const hlo_comp *k = side ? body : cond;
+        for (uint32_t i = 0; i < k->ninstrs; i++) {
+            const hlo_instr *x = &k->instrs[i];
+            if (x->op != OP_GET_TUPLE_ELEMENT || x->noperands != 1 || k->instrs[x->operands[0]].op != OP_PARAMETER) continue;
+            int64_t e = instr_int(x, A_INDEX, 0);
+            if (e >= 0 && e < 256) (side ? bread : cread)[e] = 1;
+        }
+    }
+    for (uint32_t e = 0; e < root->noperands; e++) any |= cread[e] && !bread[e];
+    if (!any) return NULL;
+    uint32_t n = body->ninstrs;
+    uint8_t *only = arena_alloc(c->a, n + 1);
+    uint32_t *users = xcalloc(n + 1, sizeof *users), *bad = xcalloc(n + 1, sizeof *bad);
+    memset(only, 0, n + 1);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t o = 0; o < body->instrs[i].noperands; o++) users[body->instrs[i].operands[o]]++;
+    /* in dependency order, so every user of i comes after it: decided from the last */
+    for (uint32_t e = 0; e < root->noperands; e++)
+        if (!(cread[e] && !bread[e])) bad[root->operands[e]]++;
+    for (uint32_t i = n; i-- > 0;) {
+        const hlo_instr *x = &body->instrs[i];
+        if (i == body->root) continue;
+        only[i] = users[i] > 0 && bad[i] == 0 && x->op != OP_PARAMETER;
+        if (!only[i])
+            for (uint32_t o = 0; o < x->noperands; o++) bad[x->operands[o]]++;
+    }
+    free(users);
+    free(bad);
+    return only;
+}
+
 /* Body and condition of a loop over the carry args (a tuple, of one element
  * for a single-array carry). `keep`: the body's results keep their constant
  * factors (else they are put back into the terms, as at any tuple). */
@@ -90,7 +134,15 @@ static void loop_walk(lift_ctx *c, const hlo_instr *in, lval *args, lval *body, 
     c->depth++;
     if (keep && b != SR_NONE) c->call_comp = &m->comps[b];
     lval *a = single ? args->elems : args;
+    const hlo_comp *test_comp = c->test_comp;
+    const uint8_t *test_only = c->test_only;
+    if (b != SR_NONE && k != SR_NONE && !single) {
+        c->test_comp = &m->comps[b];
+        c->test_only = test_only_of(c, &m->comps[b], &m->comps[k]);
+    }
     *body = b != SR_NONE ? lf_lift_comp(c, &m->comps[b], a, NULL, 0) : unknown();
+    c->test_comp = test_comp;
+    c->test_only = test_only;
     c->call_comp = outer_call;
     c->in_loop_cond++;
     *cond = k != SR_NONE ? lf_lift_comp(c, &m->comps[k], a, NULL, 0) : unknown();

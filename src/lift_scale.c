@@ -198,10 +198,20 @@ void lf_unscale(lift_ctx *c, lval *x) {
         c->base_factor[idx] = s;
     } else if (x->diff) {
         x->corr = times(c, x->corr, s); /* both sides of a proved difference scale alike */
-    } else if (inside) {
-        mark_differ(c, x, s);
     }
-    x->cls = times(c, x->cls, s);
+    double b = c->baseline_mode || x->diff || !inside ? 1 : base_factor(c, x->cls);
+    if (!c->baseline_mode && !x->diff && inside) mark_differ(c, x, s);
+    eid whole = times(c, x->cls, s);
+    if (b != 1 && s != b && isfinite(s / b)) {
+        /* The baseline put b into this term and went on with another
+         * constant: s is b times that (the same factors, placed apart: a
+         * variance normalised before jnp.var's where, then scaled by
+         * n/(n-1)). Both forms are the value; the one through the
+         * baseline's term can meet what the baseline made of it. */
+        eid staged = times(c, times(c, x->cls, b), s / b);
+        eg_union(c->g, whole, staged, NULL);
+    }
+    x->cls = whole;
     x->scale = 0;
     /* Baseline data up to a constant factor: where such a value first meets
      * no baseline class, the factor is what differs (the divergence). */

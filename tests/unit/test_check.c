@@ -2848,11 +2848,13 @@ static void hand_written_cases(void) {
         {"groups/attn", "the shift over every key (a pmax)", "%mx = f32[4] reduce(%s, %ninf), dimensions={1}, to_apply=%max",
          "%mx0 = f32[4] reduce(%s, %ninf), dimensions={1}, to_apply=%max\n  %mx = f32[4] all-reduce(%mx0), channel_id=1, "
          "replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%max", VERDICT_MISMATCH, false},
-        /* each device picks its own branch: undecided (the seeded selectors
-         * send every device to the last branch, so execution agrees) */
+        /* each device picks its own branch: undecided by the rules; the
+         * seeded selectors of [0, 16) send every device to the last branch,
+         * where execution agrees, those of {0, 1} (the witness's run for
+         * integers read as flags) to different ones: a mismatch */
         {"cond/switch", "a selector offset by the device",
          "i = s32[] parameter(2)", "i0 = s32[] parameter(2)\n  pid = u32[] partition-id()\n  pi = s32[] convert(pid)\n"
-         "  i = s32[] add(i0, pi)", VERDICT_UNVERIFIED, false},
+         "  i = s32[] add(i0, pi)", VERDICT_MISMATCH, false},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++) {
         char b[256], d[256], r[256];
