@@ -598,7 +598,6 @@ BF16 = "a bf16 rounding difference; the witness reports the outputs agreeing to 
 FAM1, FAM2 = "s.jmp_dynamic_loss_scale_fp16_precheck.dp4xtp2", "s.megatron_grad_scaler_hysteresis_bce.dp2xtp4"
 C.known_miss(FAM1 + ".bug.finite-check-local", NOOVF % 2)
 C.known_miss(FAM1 + ".bug.finite-check-over-tp", NOOVF % 2)
-C.known_miss(FAM1 + ".bug.unscale-by-new-scale", "only a step at which the scale grows differs (counter input == PERIOD1 - 1 with a finite step); the random counter input does not hit it")
 C.known_miss(FAM2 + ".bug.found-inf-over-dp", NOOVF % 1)
 C.known_miss(FAM2 + ".bug.momentum-updated-on-skip", NOOVF % 1)
 C.known_miss("s.bf16_compute_f32_master_f32_allreduce.dp8.bug.allreduce-in-bf16", BF16)
