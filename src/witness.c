@@ -169,7 +169,21 @@ static void compare(witness *w, const interp_val *want, const interp_val *got) {
 
 /* One run on inputs drawn with seed, floats times input_scale (negative:
  * their magnitudes times its magnitude) plus shift; adds to w. */
-enum { INTS_RANDOM, INTS_OFF_ZERO, INTS_OWNED };
+enum { INTS_RANDOM, INTS_OFF_ZERO, INTS_OWNED, INTS_DISTINCT };
+
+/* v's n entries, distinct values of [0, range) (n <= range), drawn with r. */
+static void fill_distinct(interp_val *v, int64_t range, interp_rng *r) {
+    for (int64_t e = 0; e < v->n; e++)
+        for (;;) { /* n is small beside range where it matters; a repeat is drawn again */
+            int64_t x = (int64_t)(interp_rng_next(r) % (uint64_t)range);
+            bool seen = false;
+            for (int64_t f = 0; f < e && !seen; f++) seen = v->i[f] == x;
+            if (!seen) {
+                v->i[e] = x;
+                break;
+            }
+        }
+}
 
 /* Integer input v (global dims) under view iv with the values of each block
  * in that block's share of [0, range): block b of P (the blocks of every
@@ -275,6 +289,9 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
             if (ints != INTS_OFF_ZERO && range > 0) global[k]->i[e] = llabs(global[k]->i[e]) % range;
             else if (ints == INTS_OFF_ZERO) global[k]->i[e] = 1 + llabs(global[k]->i[e]) % (below - 1);
         }
+        if (ints == INTS_DISTINCT && global[k]->i && global[k]->dtype != DT_PRED && ranges && ranges[k] > 0 &&
+            global[k]->n <= ranges[k] && global[k]->n <= 4096)
+            fill_distinct(global[k], ranges[k], &rng);
         /* integer data split over devices (each holds other entries) */
         w->sharded_ints |= global[k]->i && global[k]->dtype != DT_PRED && !view_is_dup(&rel->inputs[k]);
     }
@@ -389,18 +406,47 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
     /* Integers in {0, 1}: programs that read an integer input as flags or
      * cells (a Game-of-Life board, a 0/1 mask kept as int32) compute
      * nothing of interest on values up to 15 (every cell dead), so a
-     * difference only shows there. */
-    bool ints = false;
+     * difference only shows there. Integers the baseline indexes with keep
+     * their range: drawn from two values they would repeat, and programs
+     * are written for distinct positions (a set of global tokens). */
+    int64_t *flags = xcalloc(np + 1, sizeof *flags);
+    bool any_flags = false;
     for (uint32_t k = 0; k < np; k++) {
         int dt = be->instrs[be->params[k]].shape.dtype;
-        ints |= dtype_is_int(dt) && dt != DT_PRED;
+        if (!dtype_is_int(dt) || dt == DT_PRED) continue;
+        flags[k] = ranges[k] > 0 ? ranges[k] : 2;
+        any_flags |= ranges[k] <= 0;
     }
-    if (w->runs >= 2 && !w->differs && ints && int_below != 1 && int_below != 2) {
+    if (w->runs >= 2 && !w->differs && any_flags && int_below <= 0) {
         /* it can only find a difference: its figures count then, and are
          * dropped otherwise (an agreement stays the earlier runs') */
         witness before = *w;
-        run_once(base, dist, rel, seed + 0x100, 1, 0, 2, INTS_RANDOM, ranges, NULL, w);
+        run_once(base, dist, rel, seed + 0x100, 1, 0, 0, INTS_RANDOM, flags, NULL, w);
         if (!w->differs) *w = before;
+    }
+    free(flags);
+    /* Index inputs that may repeat a value (positions of global tokens): a
+     * program may be written for distinct ones. Once more with each such
+     * input's values distinct: agreeing there, the difference rests on the
+     * repeats, and nothing is decided. */
+    bool repeatable = false;
+    for (uint32_t k = 0; k < np; k++) {
+        const hlo_instr *p = &be->instrs[be->params[k]];
+        int64_t n = shape_elements(&p->shape);
+        repeatable |= dtype_is_int(p->shape.dtype) && ranges[k] > 0 && n > 1 && n <= ranges[k] && n <= 4096;
+    }
+    if (w->differs && repeatable) {
+        witness before = *w;
+        w->differs = false;
+        run_once(base, dist, rel, seed + 0x200, 1, 0, int_below, INTS_DISTINCT, ranges, NULL, w);
+        if (w->differs) {
+            *w = before;
+        } else {
+            w->int_domain = true;
+            snprintf(w->why, sizeof w->why, "the outputs differ on random integers that repeat values the baseline indexes "
+                     "with, and agree where each such input's values are distinct (positions a program may take to be "
+                     "distinct)");
+        }
     }
     /* Integer inputs the distributed program reads and the baseline does not
      * (send lists, positions in a halo buffer: index maps precomputed from

@@ -25,9 +25,10 @@
  * in [0, 1). When the outputs differ by more than rounding but less than the
  * tolerance, a last run takes the inputs of seed + 3 in [0, 2): values with
  * means and sums far from zero, where a wrong factor on a mean that centred
- * inputs leave near zero shows. Where integer inputs exist and no run
- * differed yet, one more (seed + 0x100) draws them in {0, 1}: programs that
- * read integers as flags or cells (a 0/1 board kept as int32) do nothing of
+ * inputs leave near zero shows. Where integer inputs the baseline does not
+ * index with exist and no run differed yet, one more (seed + 0x100) draws
+ * them in {0, 1} (index inputs keep their range): programs that read
+ * integers as flags or cells (a 0/1 board kept as int32) do nothing of
  * interest with values up to 15. A difference
  * beyond the tolerance of the element type, relative to the output's largest
  * magnitude (f32 1e-3, bf16/f16 0.1, f64 1e-9, integers exact), or NaN where
