@@ -171,18 +171,23 @@ static void compare(witness *w, const interp_val *want, const interp_val *got) {
  * their magnitudes times its magnitude) plus shift; adds to w. */
 enum { INTS_RANDOM, INTS_OFF_ZERO, INTS_OWNED, INTS_DISTINCT };
 
-/* v's n entries, distinct values of [0, range) (n <= range), drawn with r. */
-static void fill_distinct(interp_val *v, int64_t range, interp_rng *r) {
-    for (int64_t e = 0; e < v->n; e++)
-        for (;;) { /* n is small beside range where it matters; a repeat is drawn again */
-            int64_t x = (int64_t)(interp_rng_next(r) % (uint64_t)range);
-            bool seen = false;
-            for (int64_t f = 0; f < e && !seen; f++) seen = v->i[f] == x;
-            if (!seen) {
-                v->i[e] = x;
-                break;
-            }
+/* Replaces each value of v (in [0, range), n <= range) that an earlier
+ * entry already holds by the next value not held yet; whether any was. */
+static bool make_distinct(interp_val *v, int64_t range) {
+    uint8_t *held = xcalloc((size_t)range + 1, 1);
+    bool any = false;
+    for (int64_t e = 0; e < v->n; e++) {
+        int64_t x = v->i[e];
+        if (x < 0 || x >= range) continue;
+        if (held[x]) {
+            while (held[x]) x = (x + 1) % range;
+            v->i[e] = x;
+            any = true;
         }
+        held[x] = 1;
+    }
+    free(held);
+    return any;
 }
 
 /* Integer input v (global dims) under view iv with the values of each block
@@ -290,8 +295,8 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
             else if (ints == INTS_OFF_ZERO) global[k]->i[e] = 1 + llabs(global[k]->i[e]) % (below - 1);
         }
         if (ints == INTS_DISTINCT && global[k]->i && global[k]->dtype != DT_PRED && ranges && ranges[k] > 0 &&
-            global[k]->n <= ranges[k] && global[k]->n <= 4096)
-            fill_distinct(global[k], ranges[k], &rng);
+            global[k]->n <= ranges[k] && ranges[k] <= ((int64_t)1 << 24))
+            w->repeats |= make_distinct(global[k], ranges[k]);
         /* integer data split over devices (each holds other entries) */
         w->sharded_ints |= global[k]->i && global[k]->dtype != DT_PRED && !view_is_dup(&rel->inputs[k]);
     }
@@ -363,7 +368,13 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
         }
     }
     if (ok && w->differs && !differed && (bs.ties || ds.ties)) w->tied = true;
-    if (ok && w->differs && !differed) locate_run(base, dist, rel, &cb, &cd, global, (interp_val **const *)dargs, &w->site);
+    if (ok && w->differs && !differed) {
+        w->diff_scale = input_scale;
+        w->diff_shift = shift;
+        w->diff_seed = seed;
+        w->diff_plain = ints == INTS_RANDOM && !w->flag_run;
+        locate_run(base, dist, rel, &cb, &cd, global, (interp_val **const *)dargs, &w->site);
+    }
     if (ok && w->differs && !differed && !w->unstable && !w->tied)
         w->unstable = amplifies(base, &cb, global, np, bout, w->max_abs);
     interp_val_free(bout);
@@ -421,25 +432,23 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
         /* it can only find a difference: its figures count then, and are
          * dropped otherwise (an agreement stays the earlier runs') */
         witness before = *w;
+        w->flag_run = true;
         run_once(base, dist, rel, seed + 0x100, 1, 0, 0, INTS_RANDOM, flags, NULL, w);
+        w->flag_run = false;
         if (!w->differs) *w = before;
     }
     free(flags);
-    /* Index inputs that may repeat a value (positions of global tokens): a
-     * program may be written for distinct ones. Once more with each such
-     * input's values distinct: agreeing there, the difference rests on the
+    /* Index inputs that repeat a value (positions of global tokens): a
+     * program may be written for distinct ones. The run that differed once
+     * more, the same inputs but each repeat replaced by a value not held
+     * yet: agreeing there within rounding, the difference rests on the
      * repeats, and nothing is decided. */
-    bool repeatable = false;
-    for (uint32_t k = 0; k < np; k++) {
-        const hlo_instr *p = &be->instrs[be->params[k]];
-        int64_t n = shape_elements(&p->shape);
-        repeatable |= dtype_is_int(p->shape.dtype) && ranges[k] > 0 && n > 1 && n <= ranges[k] && n <= 4096;
-    }
-    if (w->differs && repeatable) {
+    if (w->differs && w->diff_plain) {
         witness before = *w;
-        w->differs = false;
-        run_once(base, dist, rel, seed + 0x200, 1, 0, int_below, INTS_DISTINCT, ranges, NULL, w);
-        if (w->differs) {
+        w->differs = w->over_tight = w->repeats = false;
+        run_once(base, dist, rel, before.diff_seed, before.diff_scale, before.diff_shift, int_below, INTS_DISTINCT, ranges,
+                 NULL, w);
+        if (!w->repeats || w->differs || w->over_tight || w->runs == before.runs) {
             *w = before;
         } else {
             w->int_domain = true;

@@ -95,6 +95,10 @@ typedef struct witness {
     double max_abs, max_rel;  /* over all outputs and devices */
     uint64_t seed;
     char why[256];
+    double diff_scale, diff_shift; /* the first run that differed: its input scale and shift, */
+    uint64_t diff_seed;       /* its seed, */
+    bool diff_plain;          /* whether its integers were drawn as the first runs draw them */
+    bool flag_run, repeats;   /* (while running) the {0, 1} run; repeats replaced in an INTS_DISTINCT run */
     locate_site site;         /* differs: where the distributed program first holds what the baseline never does,
                                * on the first run that differed (locate.h) */
 } witness;

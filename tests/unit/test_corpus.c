@@ -326,7 +326,8 @@ void suite_corpus(void) {
                    {"fresh49", true}, {"fresh50", true}, {"fresh51", true}, {"fresh52", true}, {"fresh53", true}, {"fresh54", true},
                    {"fresh55", true}, {"fresh56", true}, {"fresh57", true}, {"fresh58", true},
                    {"fresh59", true}, {"fresh60", true}, {"fresh61", true},
-                   {"fresh62", true}, {"fresh63", true}, {"fresh64", true}};
+                   {"fresh62", true}, {"fresh63", true}, {"fresh64", true}, {"fresh65", true},
+                   {"fresh66", true}, {"fresh67", true}};
     bool update = getenv("SCALIFY_UPDATE_EXPECTED") != NULL;
     char *tsv = t_read(CORPUS_EXPECTED, NULL);
     t_case("corpus %s present", CORPUS_EXPECTED);
