@@ -675,6 +675,11 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     lift_baseline(&lc, &bouts, &nbouts);
     double t2 = now_ms();
     lval root = lift_distributed(&lc, rel.inputs, rel.ninputs);
+    for (uint32_t k = 0; k < (root.kind == LV_TUPLE ? root.n : 1) && k < rel.noutputs && k < nbouts; k++) {
+        lval *out = root.kind == LV_TUPLE ? &root.elems[k] : &root;
+        if (out->kind == LV_TERM && out->cls != EID_NONE && eg_find(g, out->cls) != eg_find(g, bouts[k]))
+            lift_spread_at_output(&lc, out, &rel.outputs[k]);
+    }
     for (uint32_t k = 0; k < (root.kind == LV_TUPLE ? root.n : 1) && k < rel.noutputs; k++)
         lift_psub_at_output(&lc, root.kind == LV_TUPLE ? &root.elems[k] : &root, &rel.outputs[k],
                             k < nbouts ? bouts[k] : EID_NONE);

@@ -2905,6 +2905,57 @@ const char *lift_segment_at(const lift_ctx *c, const hlo_comp *comp, const hlo_i
     return k < c->nsegs ? c->segs[k].name : NULL;
 }
 
+/* Term x (dims of type t) at the wider dims g, where along every dim d with
+ * cut[d] each element of x is the same: a broadcast that makes those dims,
+ * or an elementwise op of such terms. EID_NONE when x is neither. */
+static eid spread_term(lift_ctx *c, eid x, const int64_t *g, const bool *cut, int depth) {
+    if (depth > 8) return EID_NONE;
+    uint32_t t = eg_class_type(c->g, x), rank;
+    eg_type_dims(c->g, t, &rank);
+    uint32_t wide = lf_type_of(c, eg_type_dtype(c->g, t), g, rank);
+    const eid *ch;
+    eid n = lf_class_node(c, x, OP_BROADCAST, 1, &ch);
+    if (n != EID_NONE) {
+        uint32_t attr = eg_node_attr(c->g, n), nd;
+        const int64_t *bd = ea_get(c->g, attr, A_DIMENSIONS, &nd);
+        bool made = true;
+        for (uint32_t k = 0; bd && k < nd; k++) made &= !cut[bd[k]];
+        if (made) return eg_add(c->g, OP_BROADCAST, attr, wide, &ch[0], 1, c->origin);
+    }
+    static const uint16_t ops[] = {OP_MULTIPLY, OP_ADD, OP_SUBTRACT, OP_DIVIDE};
+    for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
+        n = lf_class_node(c, x, ops[k], 2, &ch);
+        if (n == EID_NONE) continue;
+        eid a[2] = {spread_term(c, ch[0], g, cut, depth + 1), EID_NONE};
+        if (a[0] != EID_NONE) a[1] = spread_term(c, ch[1], g, cut, depth + 1);
+        if (a[1] != EID_NONE) return eg_add(c->g, ops[k], eg_node_attr(c->g, n), wide, a, 2, c->origin);
+    }
+    return EID_NONE;
+}
+
+void lift_spread_at_output(lift_ctx *c, lval *o, const view *want) {
+    if (o->kind != LV_TERM || o->assumed || o->v.partial || want->partial || o->cls == EID_NONE ||
+        !view_is_dup(&o->v) || view_is_dup(want))
+        return;
+    uint32_t rank;
+    const int64_t *dims = eg_type_dims(c->g, eg_class_type(c->g, o->cls), &rank);
+    if (rank != want->rank || rank > VIEW_MAX_RANK) return;
+    int64_t g[VIEW_MAX_RANK];
+    bool cut[VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < rank; d++) {
+        int64_t parts = view_dim_parts(want, c->mesh, d);
+        if (parts < 1) return;
+        g[d] = dims[d] * parts;
+        cut[d] = parts > 1;
+    }
+    /* every device's copy is every block of the wider value where it is
+     * constant along each cut dim */
+    eid w = spread_term(c, o->cls, g, cut, 0);
+    if (w == EID_NONE) return;
+    o->cls = w;
+    o->v = *want;
+}
+
 void lift_value_words(strbuf *b, const lval *v, const mesh *m) {
     switch (v->kind) {
     case LV_TERM: view_print(b, &v->v, m); break;

@@ -445,6 +445,13 @@ void lift_win_unsettled(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, 
  * counted once; else o is unrelated (lift_psub.c). Other kinds: nothing. */
 void lift_psub_at_output(lift_ctx *c, lval *o, const view *want, eid bout);
 
+/* Output o, a value every device holds whole that is a broadcast of a
+ * smaller term, where the expected view want cuts only dims the broadcast
+ * makes (jnp.full((batch,), s) under out_specs P("dp")): o is read as the
+ * same broadcast at the global dims under want (every block of it is the
+ * device's copy). Other values: nothing. */
+void lift_spread_at_output(lift_ctx *c, lval *o, const view *want);
+
 /* Output v (its expected view want, the baseline's output class bout) a
  * constant k times the baseline's in that view, k not 1 beyond rounding: a
  * finding (*out) at the op that made the factor (lift_scale.c). */

@@ -29,7 +29,10 @@
  * index with exist and no run differed yet, one more (seed + 0x100) draws
  * them in {0, 1} (index inputs keep their range): programs that read
  * integers as flags or cells (a 0/1 board kept as int32) do nothing of
- * interest with values up to 15. A difference
+ * interest with values up to 15. An index input repeating a value (global
+ * token positions a program takes to be distinct): the run that differed
+ * runs again with each repeat replaced by a value not held yet, and
+ * agreement within rounding there decides nothing (int_domain). A difference
  * beyond the tolerance of the element type, relative to the output's largest
  * magnitude (f32 1e-3, bf16/f16 0.1, f64 1e-9, integers exact), or NaN where
  * the baseline has none, confirms a mismatch (`differs`); within the tight one
