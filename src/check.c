@@ -675,14 +675,12 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     lift_baseline(&lc, &bouts, &nbouts);
     double t2 = now_ms();
     lval root = lift_distributed(&lc, rel.inputs, rel.ninputs);
-    for (uint32_t k = 0; k < (root.kind == LV_TUPLE ? root.n : 1) && k < rel.noutputs && k < nbouts; k++) {
+    for (uint32_t k = 0; k < (root.kind == LV_TUPLE ? root.n : 1) && k < rel.noutputs; k++) {
         lval *out = root.kind == LV_TUPLE ? &root.elems[k] : &root;
-        if (out->kind == LV_TERM && out->cls != EID_NONE && eg_find(g, out->cls) != eg_find(g, bouts[k]))
+        if (k < nbouts && out->kind == LV_TERM && out->cls != EID_NONE && eg_find(g, out->cls) != eg_find(g, bouts[k]))
             lift_spread_at_output(&lc, out, &rel.outputs[k]);
+        lift_psub_at_output(&lc, out, &rel.outputs[k], k < nbouts ? bouts[k] : EID_NONE);
     }
-    for (uint32_t k = 0; k < (root.kind == LV_TUPLE ? root.n : 1) && k < rel.noutputs; k++)
-        lift_psub_at_output(&lc, root.kind == LV_TUPLE ? &root.elems[k] : &root, &rel.outputs[k],
-                            k < nbouts ? bouts[k] : EID_NONE);
     double t3 = now_ms();
     eg_rebuild(g);
     invariants(g, "lifting");
@@ -820,7 +818,7 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         int64_t below = 0;
         for (uint32_t k = 0; k < lc.ndoms; k++)
             if (below == 0 || lc.dom_size[k] < below) below = lc.dom_size[k];
-        witness_run(B.m, D.m, &rel, 1, below, &w);
+        witness_run(B.m, D.m, &rel, 1, below, r->nfindings == 0, &w);
     }
     /* A precision finding (dtype-mismatch) is about rounding and range, which
      * random inputs of magnitude one need not show; every other kind changes

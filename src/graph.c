@@ -163,6 +163,14 @@ const char *graph_strndup(hlo_module *m, const char *s, size_t n) { return arena
 
 /* ---- attributes ---- */
 
+uint32_t instr_called(const hlo_module *m, const hlo_instr *in, int key) {
+    const hlo_attr *a = instr_attr(in, key);
+    /* a K_COMP keeps its one index in ints[0] with n = 0 */
+    if (!a || !a->v.ints || (a->kind == K_COMPS && a->n < 1) || a->v.ints[0] < 0 || a->v.ints[0] >= m->ncomps)
+        return UINT32_MAX;
+    return (uint32_t)a->v.ints[0];
+}
+
 const hlo_attr *instr_attr(const hlo_instr *in, int key) {
     for (uint32_t i = 0; i < in->nattrs; i++)
         if (in->attrs[i].key == key) return &in->attrs[i];

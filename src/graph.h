@@ -464,6 +464,10 @@ const hlo_attr *instr_attr(const hlo_instr *in, int key);
 int64_t instr_int(const hlo_instr *in, int key, int64_t dflt);
 const int64_t *instr_ints(const hlo_instr *in, int key, uint32_t *n);
 const char *instr_str(const hlo_instr *in, int key);
+/* The computation attribute `key` names (to_apply, calls, body, condition:
+ * the first of a list), as an index into m->comps, or UINT32_MAX when absent
+ * or out of range. */
+uint32_t instr_called(const hlo_module *m, const hlo_instr *in, int key);
 /* A custom call that only annotates its one operand (a sharding, a shard_map
  * boundary, a host placement): its value is the operand's. */
 bool instr_is_identity_custom_call(const hlo_instr *in);

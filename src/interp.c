@@ -3125,14 +3125,8 @@ static bool eval_collective(ctx *x, const hlo_instr *in, uint32_t na, const int6
 
 /* ------------------------------------------------------------------ control flow and the driver */
 
-static uint32_t called(const hlo_instr *in, int key) {
-    const hlo_attr *a = instr_attr(in, key);
-    if (!a || (a->kind == K_COMPS && a->n < 1)) return UINT32_MAX;
-    return (uint32_t)a->v.ints[0];  /* K_COMP keeps its one index in ints[0] with n = 0 */
-}
-
 static bool eval_while(ctx *x, const hlo_instr *in, uint32_t na, const int64_t *devs, interp_val **init, interp_val **out) {
-    uint32_t body = called(in, A_BODY), cond = called(in, A_CONDITION);
+    uint32_t body = instr_called(x->m, in, A_BODY), cond = instr_called(x->m, in, A_CONDITION);
     if (body >= x->m->ncomps || cond >= x->m->ncomps) return fail(x, INTERP_ERUN, in, "while without body or condition"), false;
     interp_val **state = xcalloc(na, sizeof *state);
     int64_t *act = xmalloc(na * sizeof *act);
@@ -3202,8 +3196,8 @@ static bool eval_conditional(ctx *x, const hlo_instr *in, uint32_t na, const int
         branches = ba->v.ints;
         nb = ba->n;
     } else {
-        tf[0] = called(in, A_TRUE_COMPUTATION);
-        tf[1] = called(in, A_FALSE_COMPUTATION);
+        tf[0] = instr_called(x->m, in, A_TRUE_COMPUTATION);
+        tf[1] = instr_called(x->m, in, A_FALSE_COMPUTATION);
         branches = tf;
         nb = 2;
     }
@@ -3319,7 +3313,7 @@ static void eval_collective_start(ctx *x, const hlo_instr *in, uint32_t na, cons
 /* async-start(operands) calls=c: ((operands), c(operands), context...). */
 static void eval_async_start(ctx *x, const hlo_instr *in, uint32_t na, const int64_t *devs, interp_val ***opv,
                              interp_val **res) {
-    uint32_t callee = called(in, A_CALLS), np = in->noperands;
+    uint32_t callee = instr_called(x->m, in, A_CALLS), np = in->noperands;
     if (callee >= x->m->ncomps || x->m->comps[callee].nparams != np) {
         fail(x, INTERP_ERUN, in, "async-start without a computation taking its operands");
         return;
@@ -3417,8 +3411,8 @@ static int eval_comp(ctx *x, uint32_t ci, uint32_t na, const int64_t *devs, inte
             eval_async_start(x, in, na, devs, opv, res);
             break;
         case OP_CALL: {
-            uint32_t callee = called(in, A_TO_APPLY);
-            if (callee == UINT32_MAX) callee = called(in, A_CALLS);
+            uint32_t callee = instr_called(x->m, in, A_TO_APPLY);
+            if (callee == UINT32_MAX) callee = instr_called(x->m, in, A_CALLS);
             if (callee >= x->m->ncomps) {
                 fail(x, INTERP_ERUN, in, "call without a computation");
                 break;

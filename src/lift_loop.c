@@ -55,11 +55,6 @@ typedef struct lift_loop {
     const hlo_instr *in;
 } lift_loop;
 
-static uint32_t called_comp(const hlo_module *m, const hlo_instr *in, int key) {
-    const hlo_attr *a = instr_attr(in, key);
-    return a && a->v.ints && a->v.ints[0] >= 0 && a->v.ints[0] < m->ncomps ? (uint32_t)a->v.ints[0] : SR_NONE;
-}
-
 /* The instruction giving element k of a tuple-valued operand, for shapes. */
 static const hlo_instr *tuple_elem_instr(const hlo_comp *comp, const hlo_instr *t, uint32_t k) {
     return t->op == OP_TUPLE && k < t->noperands ? &comp->instrs[t->operands[k]] : NULL;
@@ -123,7 +118,7 @@ static uint8_t *test_only_of(lift_ctx *c, const hlo_comp *body, const hlo_comp *
  * factors (else they are put back into the terms, as at any tuple). */
 static void loop_walk(lift_ctx *c, const hlo_instr *in, lval *args, lval *body, lval *cond, bool keep) {
     const hlo_module *m = c->cur;
-    uint32_t b = called_comp(m, in, A_BODY), k = called_comp(m, in, A_CONDITION);
+    uint32_t b = instr_called(m, in, A_BODY), k = instr_called(m, in, A_CONDITION);
     const char *sc;
     size_t sn;
     uint32_t outer = c->loop_seg;
@@ -219,7 +214,7 @@ lval lf_loop_baseline(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, co
     L->cond = cv.kind == LV_TERM ? eg_find(c->g, cv.cls) : EID_NONE;
     loop_invariants(c, L);
     lval *rs = arena_alloc(c->a, (n + 1) * sizeof *rs);
-    uint32_t b = called_comp(c->cur, in, A_BODY);
+    uint32_t b = instr_called(c->cur, in, A_BODY);
     bool merged = false;
     for (uint32_t j = 0; j < n; j++) {
         const shape *sh = carry_shape(in, j);
@@ -361,7 +356,7 @@ typedef struct loop_count {
 /* in's count when it is a counted loop, read from the program text only;
  * false for any other loop. */
 static bool loop_counted(const hlo_module *m, const hlo_comp *comp, const hlo_instr *in, loop_count *lc) {
-    uint32_t bi = called_comp(m, in, A_BODY), ci = called_comp(m, in, A_CONDITION);
+    uint32_t bi = instr_called(m, in, A_BODY), ci = instr_called(m, in, A_CONDITION);
     if (bi == SR_NONE || ci == SR_NONE || in->noperands != 1) return false;
     const hlo_comp *body = &m->comps[bi], *cond = &m->comps[ci];
     const hlo_instr *ti = &comp->instrs[in->operands[0]], *cr = &cond->instrs[cond->root], *br = &body->instrs[body->root];
@@ -397,7 +392,7 @@ enum { UNROLL_MAX_TRIPS = 64, UNROLL_MAX_INSTRS = 1 << 18 };
  * one-piece gradient. */
 static lval unrolled(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *init, const loop_count *n) {
     const hlo_module *m = c->cur;
-    uint32_t bi = called_comp(m, in, A_BODY);
+    uint32_t bi = instr_called(m, in, A_BODY);
     const hlo_comp *body = &m->comps[bi];
     const shape *cs = &in->shape.tuple[n->k];
     if (n->trips > UNROLL_MAX_TRIPS || n->trips * (int64_t)body->ninstrs > UNROLL_MAX_INSTRS || cs->rank != 0) {
@@ -573,7 +568,7 @@ static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uin
  * root is the parameter). Such a carry holds its initial value in every
  * iteration and after the loop. */
 static bool carry_invariant(const hlo_module *m, const hlo_instr *in, uint32_t k) {
-    uint32_t bi = called_comp(m, in, A_BODY), kb;
+    uint32_t bi = instr_called(m, in, A_BODY), kb;
     if (bi == SR_NONE) return false;
     const hlo_comp *body = &m->comps[bi];
     const hlo_instr *r = &body->instrs[body->root];
@@ -607,7 +602,7 @@ static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, con
     memset(failed, 0, n + 1);
     loop_walk(c, in, &arg, &body, &cv, true);
     if (results) *results = body;
-    uint32_t bi = called_comp(c->cur, in, A_BODY);
+    uint32_t bi = instr_called(c->cur, in, A_BODY);
     const hlo_comp *bc = bi != SR_NONE ? &c->cur->comps[bi] : comp;
     if (bi == SR_NONE || body.kind != LV_TUPLE || body.n != n || L->body.kind != LV_TUPLE) {
         lf_unsupported(c, comp, in, "%s: the loop body's result is not understood", in->name);
@@ -783,7 +778,7 @@ static bool unrolled_both(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     if (carry_single(in) || carry_single(L->in) || !loop_counted(c->cur, comp, in, &nd) ||
         !loop_counted(c->base, L->comp, L->in, &nb) || nd.trips != nb.trips || nd.trips > UNROLL_MAX_TRIPS)
         return false;
-    uint32_t bb = called_comp(c->base, L->in, A_BODY), db = called_comp(c->cur, in, A_BODY);
+    uint32_t bb = instr_called(c->base, L->in, A_BODY), db = instr_called(c->cur, in, A_BODY);
     if (nb.trips * (int64_t)c->base->comps[bb].ninstrs > UNROLL_MAX_INSTRS ||
         nd.trips * (int64_t)c->cur->comps[db].ninstrs > UNROLL_MAX_INSTRS || carry_shape(L->in, nb.k)->rank != 0 ||
         carry_shape(in, nd.k)->rank != 0)
@@ -895,7 +890,7 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
              * counter, a copy) may be ignored where nothing reads it but its
              * own update: not the other carries, the condition, or the code
              * after the loop. It is then unknown (no view is made up for it). */
-            uint32_t bi = called_comp(c->cur, in, A_BODY), ci = called_comp(c->cur, in, A_CONDITION);
+            uint32_t bi = instr_called(c->cur, in, A_BODY), ci = instr_called(c->cur, in, A_CONDITION);
             if (single || bi == SR_NONE || ci == SR_NONE || carry_feeds(&c->cur->comps[bi], k, k) ||
                 carry_feeds(&c->cur->comps[ci], k, UINT32_MAX) || result_read(comp, in, k)) {
                 lf_unsupported(c, comp, in, "%s: carry element %u enters the loop as no value the baseline's loop starts from",

@@ -43,10 +43,10 @@ static void drop_values(side *s, node *x) {
 
 /* The computation a call runs, or NULL. */
 static const hlo_comp *callee_of(const hlo_module *m, const hlo_instr *in) {
-    const hlo_attr *to = in->op == OP_CALL ? instr_attr(in, A_TO_APPLY) : NULL;
-    if (!to && in->op == OP_CALL) to = instr_attr(in, A_CALLS);
-    if (!to || (to->kind == K_COMPS && to->n < 1) || to->v.ints[0] < 0 || to->v.ints[0] >= m->ncomps) return NULL;
-    return &m->comps[to->v.ints[0]]; /* (a single computation keeps its index in ints[0]) */
+    if (in->op != OP_CALL) return NULL;
+    uint32_t k = instr_called(m, in, A_TO_APPLY);
+    if (k == UINT32_MAX) k = instr_called(m, in, A_CALLS);
+    return k == UINT32_MAX ? NULL : &m->comps[k];
 }
 
 static void observe(void *ctx, const hlo_comp *c, uint32_t i, uint32_t na, const int64_t *devs, interp_val *const *res) {

@@ -1687,7 +1687,7 @@ static void run_instance(uint32_t i, const char *dir, const char *rules_dir, boo
     memset(&rel, 0, sizeof rel);
     bool rel_ok = bm && dm && relations_read(rp, bm, &rel, &dg);
     if (rel_ok) {
-        witness_run(bm, dm, &rel, 1, 0, &w);
+        witness_run(bm, dm, &rel, 1, 0, false, &w);
         relations_free(&rel);
     } else {
         snprintf(w.why, sizeof w.why, "the pair does not read: %s", dg.out.s ? dg.out.s : "");

@@ -373,7 +373,7 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
         w->diff_shift = shift;
         w->diff_seed = seed;
         w->diff_plain = ints == INTS_RANDOM && !w->flag_run;
-        locate_run(base, dist, rel, &cb, &cd, global, (interp_val **const *)dargs, &w->site);
+        if (w->locate) locate_run(base, dist, rel, &cb, &cd, global, (interp_val **const *)dargs, &w->site);
     }
     if (ok && w->differs && !differed && !w->unstable && !w->tied)
         w->unstable = amplifies(base, &cb, global, np, bout, w->max_abs);
@@ -391,8 +391,9 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
 }
 
 void witness_run(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed, int64_t int_below,
-                 witness *w) {
+                 bool locate, witness *w) {
     memset(w, 0, sizeof *w);
+    w->locate = locate;
     w->seed = seed;
     /* Inputs in [-1, 1), then small ones (a power of two, exact): what is
      * negligible beside values of one (an epsilon, a normalisation) shows. */

@@ -102,6 +102,7 @@ typedef struct witness {
     uint64_t diff_seed;       /* its seed, */
     bool diff_plain;          /* whether its integers were drawn as the first runs draw them */
     bool flag_run, repeats;   /* (while running) the {0, 1} run; repeats replaced in an INTS_DISTINCT run */
+    bool locate;              /* (witness_run's argument) find site where the outputs differ */
     locate_site site;         /* differs: where the distributed program first holds what the baseline never does,
                                * on the first run that differed (locate.h) */
 } witness;
@@ -116,10 +117,13 @@ typedef struct witness {
  * "did not finish". */
 #define WITNESS_MAX_STEPS ((int64_t)1 << 30)
 
-/* int_below > 0: integer inputs are drawn in [0, int_below) instead (each
+/* locate: where the outputs differ, place w->site (locate.h: one more run of
+ * both programs, keeping their values); a caller whose rules decided already
+ * leaves it false.
+ * int_below > 0: integer inputs are drawn in [0, int_below) instead (each
  * value of [0, 16) reduced modulo int_below), the domain a proof assumed for
  * gathered indices; 0 or >= 16 keeps [0, 16). */
 void witness_run(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed, int64_t int_below,
-                 witness *w);
+                 bool locate, witness *w);
 
 #endif
