@@ -790,6 +790,17 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         lc.unsupported_why = lc.row_max_why;
         lc.unsupported_kind = KIND_MISSING_ALL_REDUCE;
     }
+    bool tentative = false;
+    if (!outputs_ok && (!lc.first_unsupported || lc.tentative_first) && !lc.nfindings && lc.ntentative) {
+        /* A reading taken on trust (lf_tentative) and outputs that did not
+         * meet: the reason, as the bug it may be (the first one, if an op
+         * not related came after it). */
+        lc.first_unsupported = lc.tentative.in;
+        lc.first_unsupported_comp = lc.tentative.comp;
+        lc.unsupported_why = lc.tentative.message;
+        lc.unsupported_kind = lc.tentative.kind;
+        tentative = true;
+    }
     if (!lc.first_unsupported && lc.silent && ((!outputs_ok && !lc.divergence) || (outputs_ok && lc.resynced))) {
         /* Nothing said why (the outputs differ, or meet only past a region
          * taken as the baseline's): the first instruction left unknown is
@@ -880,8 +891,9 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
          * comes from what that instruction is. */
         verdict = VERDICT_MISMATCH;
         /* A divergence after a region assumed equal may be that assumption's
-         * doing: the instruction that forced it comes first then. */
-        bool div = lc.divergence && !(lc.divergence_resynced && lc.first_unsupported);
+         * doing, or after a reading taken on trust that one's: the
+         * instruction that forced it comes first then. */
+        bool div = lc.divergence && !(lc.divergence_resynced && lc.first_unsupported) && !tentative;
         bool later = !lc.divergence && lc.later_unsupported;
         const hlo_comp *uc = div ? lc.divergence_comp : later ? lc.later_unsupported_comp : lc.first_unsupported_comp;
         const hlo_instr *ui = div ? lc.divergence : later ? lc.later_unsupported : lc.first_unsupported;

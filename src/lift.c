@@ -166,15 +166,29 @@ void lf_finding(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_in
     if (c->nsegs) c->segs[c->cur_seg].findings++;
 }
 
-void lf_pending(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
-    if (c->baseline_mode) return;
-    if (c->npending++) return;  /* the first is named */
+/* A finding's record: the message formatted into the arena. */
+static lift_finding finding_v(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt,
+                              va_list ap) {
     char msg[600];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return (lift_finding){kind, comp, in, arena_strdup(c->a, msg)};
+}
+
+void lf_pending(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+    if (c->baseline_mode || c->npending++) return;  /* the first is named */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    c->pending = finding_v(c, kind, comp, in, fmt, ap);
     va_end(ap);
-    c->pending = (lift_finding){kind, comp, in, arena_strdup(c->a, msg)};
+}
+
+void lf_tentative(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
+    if (c->baseline_mode || c->quiet || c->ntentative++) return;  /* the first is named */
+    va_list ap;
+    va_start(ap, fmt);
+    c->tentative = finding_v(c, kind, comp, in, fmt, ap);
+    va_end(ap);
+    c->tentative_first = !c->first_unsupported;
 }
 
 static void unsupported_v(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, trace_kind suspect, const char *fmt,
@@ -617,6 +631,74 @@ static bool uniform_table(lstate *s, lval *out) {
     return same;
 }
 
+/* The operands of the chain of op (an associative, commutative op) that
+ * class x is, of x's type, into l (at most max; false past it): through the
+ * op's nodes of classes the baseline does not hold (all: of every class),
+ * x itself always. */
+#define AC_MAX_LEAVES 32
+static bool ac_leaves(lift_ctx *c, eid x, uint16_t op, uint32_t type, bool all, bool root, eid *l, uint32_t *n) {
+    const eid *ch;
+    x = eg_find(c->g, x);
+    if ((root || all || !(eg_class_origin(c->g, x) & EG_BASELINE)) && eg_class_type(c->g, x) == type &&
+        lf_class_node(c, x, op, 2, &ch) != EID_NONE) {
+        eid a = ch[0], b = ch[1];
+        return ac_leaves(c, a, op, type, all, false, l, n) && ac_leaves(c, b, op, type, all, false, l, n);
+    }
+    if (*n == AC_MAX_LEAVES) return false;
+    l[(*n)++] = x;
+    return true;
+}
+
+/* A class of the baseline that folds the n operands l with op from the
+ * left, in some order (((l_i op l_j) op l_k) ...: a sum as Python's sum or
+ * a loop writes it), found through the e-graph's table; EID_NONE if none. */
+static eid ac_baseline_fold(lift_ctx *c, uint16_t op, uint32_t type, const eid *l, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < n; j++) {
+            if (i == j) continue;
+            eid pair[2] = {l[i], l[j]}, p = eg_lookup(c->g, op, 0, type, pair, 2);
+            if (p == EID_NONE || !(eg_class_origin(c->g, p) & EG_BASELINE)) continue;
+            uint64_t used = 1ull << i | 1ull << j;
+            for (uint32_t got = 2; got < n && p != EID_NONE;) {
+                eid q = EID_NONE;
+                for (uint32_t k = 0; k < n && q == EID_NONE; k++) {
+                    if (used >> k & 1) continue;
+                    for (int side = 0; side < 2 && q == EID_NONE; side++) {
+                        eid e[2] = {side ? l[k] : p, side ? p : l[k]};
+                        q = eg_lookup(c->g, op, 0, type, e, 2);
+                        if (q != EID_NONE && !(eg_class_origin(c->g, q) & EG_BASELINE)) q = EID_NONE;
+                    }
+                    if (q != EID_NONE) used |= 1ull << k, got++;
+                }
+                p = q;
+            }
+            if (p != EID_NONE) return p;
+        }
+    return EID_NONE;
+}
+
+/* v, a chain of an associative, commutative op (add, multiply, max, min,
+ * and, or) the baseline does not hold, is the baseline's chain of the same
+ * operands folded in another order (a stencil's eight neighbours summed
+ * rows first against columns first): joined to it. The operands are the
+ * largest the baseline holds, else every one. Exact for integers and the
+ * order-free ops; a float sum or product differs by rounding, as under the
+ * rules' reassociation. */
+static void ac_forms(lift_ctx *c, uint16_t op, const lval *v) {
+    if (v->kind != LV_TERM || v->cls == EID_NONE || (eg_class_origin(c->g, v->cls) & EG_BASELINE)) return;
+    uint32_t type = eg_class_type(c->g, v->cls);
+    for (int all = 0; all < 2; all++) {
+        eid l[AC_MAX_LEAVES];
+        uint32_t n = 0;
+        if (!ac_leaves(c, v->cls, op, type, all, true, l, &n) || n < 3) continue;
+        eid b = ac_baseline_fold(c, op, type, l, n);
+        if (b != EID_NONE) {
+            eg_union(c->g, v->cls, b, NULL);
+            return;
+        }
+    }
+}
+
 /* Forms of the value v just lifted that the other program may write, joined
  * to v's class (exact identities, both programs walked alike):
  *   x · convert(p) with p a predicate is select(p, x, 0)  (a mask as a
@@ -633,7 +715,9 @@ static bool uniform_table(lstate *s, lval *out) {
  *     x >= 0 holds for an x never negative by its form, and a softmax
  *     normalised before its dot is the dot normalised (lift_moment.c);
  *   an all-reduce of shares of a sum the baseline takes per group is also
- *     the sum of the groups' values (lift_group.c). */
+ *     the sum of the groups' values (lift_group.c);
+ *   a chain of add (multiply, max, min, and, or) is the baseline's chain of
+ *     the same operands in another order (ac_forms). */
 static void other_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -643,6 +727,9 @@ static void other_forms(lstate *s, const lval *v) {
     lf_softmax_forms(s, v);
     lf_sign_forms(s, v);
     lf_dot_forms(s, v);
+    if (!c->baseline_mode && (in->op == OP_ADD || in->op == OP_MULTIPLY || in->op == OP_MAXIMUM || in->op == OP_MINIMUM ||
+                              in->op == OP_AND || in->op == OP_OR))
+        ac_forms(c, in->op, v);
     /* a sum of shares the baseline takes per group first: the groups'
      * values summed (lift_group.c) */
     if (in->op == OP_ALL_REDUCE && !c->baseline_mode && in->noperands == 1 && v->kind == LV_TERM && v->cls != EID_NONE &&

@@ -309,6 +309,9 @@ typedef struct lift_ctx {
     uint32_t nfindings, capfindings;
     lift_finding pending;                 /* the first finding that holds only if the outputs */
     uint32_t npending;                    /* differ (lf_pending), and how many there were */
+    lift_finding tentative;               /* the first reading taken on trust (lf_tentative): the */
+    uint32_t ntentative;                  /* reason, if the outputs then do not meet (before the */
+    bool tentative_first;                 /* first unsupported op, if it came first) */
     const hlo_instr *first_unsupported;   /* first instruction no rule relates */
     const hlo_comp *first_unsupported_comp;
     char *unsupported_why;

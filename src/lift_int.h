@@ -137,6 +137,12 @@ void lf_unsupported_suspect(lift_ctx *c, trace_kind kind, const hlo_comp *comp, 
  * related and still does not meet the baseline's. */
 void lf_pending(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* A reading that is exact but may not be the one the baseline computes (a
+ * roll the baseline never takes): lifting goes on with it; where the outputs
+ * then meet, it was right, else check.c names the first one as the reason
+ * the pair is undecided, with the bug kind it suspects. */
+void lf_tentative(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
             uint8_t origin);
 /* A copy of in whose attribute `key`, when it holds n integers, holds

@@ -100,10 +100,10 @@ static eid split_runs_term(lift_ctx *c, eid x, uint32_t d, const int64_t *at, in
 
 static lval win_settle_padded(lift_ctx *c, lval x, bool baseline_only);
 
-/* Window x as term t (a baseline class, else false) sharded along the
- * window's dim as vd says. */
-static bool settled_as(lift_ctx *c, lval *x, eid t, view_dim vd) {
-    if (t == EID_NONE || !(eg_class_origin(c->g, t) & EG_BASELINE)) return false;
+/* Window x as term t (a baseline class unless any, else false) sharded
+ * along the window's dim as vd says. */
+static bool settled_as(lift_ctx *c, lval *x, eid t, view_dim vd, bool any) {
+    if (t == EID_NONE || (!any && !(eg_class_origin(c->g, t) & EG_BASELINE))) return false;
     lval out = term(t, x->v, x->assumed);
     out.konst = x->konst;
     out.ambiguous = x->ambiguous;
@@ -159,10 +159,12 @@ static lval win_strided(lift_ctx *c, lval x, const double *base) {
  * its end, the runs those of the blocks of some mesh axes the view does not
  * use, all shifted back by the same k: the blocks of the term rolled by k
  * (jnp.roll along a sharded dim, as GSPMD writes it: each device's block
- * from its own piece and the one a permute brings from its neighbour).
- * Taken only where the baseline computes that roll too, as jnp.roll
- * writes it: concatenate(slice [n-k, n), slice [0, n-k)). */
-static bool win_rolled(lift_ctx *c, lval *x) {
+ * from its own piece and the one a permute brings from its neighbour; a
+ * periodic halo exchange), the term written as jnp.roll writes it:
+ * concatenate(slice [n-k, n), slice [0, n-k)). baseline_only: only where
+ * the baseline computes that term too (settling early, before an op needs
+ * a plain view: the window may yet meet others of the unrolled term). */
+static bool win_rolled(lift_ctx *c, lval *x, bool baseline_only) {
     const lift_win *w = x->win;
     const mesh *m = c->mesh;
     uint32_t used = view_axes_used(&x->v), rank;
@@ -180,6 +182,8 @@ static bool win_rolled(lift_ctx *c, lval *x) {
             int64_t b = lf_dim_block(c, &vd, r), kr = ((b * w->len - w->idx[r * w->len]) % n + n) % n;
             ok = k < 0 || kr == k;
             k = kr;
+            for (int64_t l = 1; l < w->len && ok; l++)  /* one run, wrapped around */
+                ok = w->idx[r * w->len + l] == ((b * w->len - k + l) % n + n) % n;
         }
         if (!ok || k <= 0) continue;
         int64_t sl[3 * VIEW_MAX_RANK];
@@ -190,7 +194,12 @@ static bool win_rolled(lift_ctx *c, lval *x) {
         sl[3 * w->dim] = 0, sl[3 * w->dim + 1] = n - k;
         ch[1] = lf_mk_slice(c, x->cls, sl);
         eid t = lf_mk_concat(c, ch, 2, w->dim);
-        return settled_as(c, x, t, vd);
+        if (!baseline_only && t != EID_NONE && !(eg_class_origin(c->g, t) & EG_BASELINE) && w->from)
+            lf_tentative(c, KIND_WRONG_COLLECTIVE_GROUP, w->from_comp, w->from,
+                         "%s moves pieces of dimension %u between devices so that each holds its block of a roll by %lld, "
+                         "which the baseline does not compute as such (rows wrapped around where it may pad)",
+                         w->from->name, w->dim, (long long)k);
+        return settled_as(c, x, t, vd, !baseline_only);
     }
     return false;
 }
@@ -217,7 +226,7 @@ bool lf_win_rearranged(lift_ctx *c, lval *x) {
             if (s0 < 0 || (e != s0 + l && e != s0 + l - td[w->dim])) return false;
             wraps |= e != s0 + l;
         }
-    if (wraps) return win_rolled(c, x);
+    if (wraps) return win_rolled(c, x, false);
     double *base = arena_alloc(c->a, (size_t)c->ndev * sizeof *base);
     for (int64_t r = 0; r < c->ndev; r++) base[r] = (double)w->idx[r * w->len];
     lval y = win_strided(c, *x, base);
@@ -246,14 +255,16 @@ bool lf_win_rearranged(lift_ctx *c, lval *x) {
              * taken: any other stays a window, reported where it began. */
             eid t = runs_term(c, x->cls, w->dim, at, parts, w->len);
             if (t != EID_NONE && !(eg_class_origin(c->g, t) & EG_BASELINE)) t = split_runs_term(c, x->cls, w->dim, at, parts, w->len);
-            return settled_as(c, x, t, vd);
+            return settled_as(c, x, t, vd, false);
         }
     return false;
 }
 
 /* A window whose pieces are runs [lo + block(r)·len, + len) over some mesh
  * axes the view does not use (or the same run everywhere) is that slice of
- * the term, sharded over those axes; any other window stays one. */
+ * the term, sharded over those axes; runs of the blocks wrapped around the
+ * dim's end, a roll the baseline computes (win_rolled); any other window
+ * stays one. */
 static lval win_settle(lift_ctx *c, lval x) {
     const lift_win *w = x.win;
     uint32_t rank;
@@ -266,7 +277,12 @@ static lval win_settle(lift_ctx *c, lval x) {
         int64_t b = w->idx[r * w->len];
         if (b < 0) return x;
         for (int64_t l = 1; l < w->len; l++)
-            if (w->idx[r * w->len + l] != b + l) return x;
+            if (w->idx[r * w->len + l] != b + l) {
+                /* Runs that wrap around the dim's end: the blocks of a roll
+                 * the baseline computes too (a periodic halo's rows). */
+                lval y = x;
+                return win_rolled(c, &y, true) ? y : x;
+            }
         base[r] = (double)b;
         uniform &= base[r] == base[0];
     }
@@ -640,7 +656,8 @@ bool lf_win_update(lstate *s, lval *out) {
 }
 
 /* dynamic-slice of a term along its unsharded dim d at per-device offsets
- * that select no block of a view (every other dim taken whole): each device's
+ * that select no block of a view (every other dim taken whole, or at one
+ * start on every device where the term holds it whole): each device's
  * piece, exactly, as a window from here — a rotation of the blocks, say, is
  * right when what follows does not care which device holds which (a sum over
  * the devices) and wrong otherwise, which only later uses can tell. */
@@ -651,9 +668,24 @@ bool lf_win_dynamic_slice_term(lstate *s, uint32_t d, lval *out) {
     const hlo_instr *src = &s->comp->instrs[in->operands[0]];
     if (x->kind != LV_TERM || x->v.partial || d >= x->v.rank || x->v.dims[d].naxes || in->noperands != 1 + src->shape.rank)
         return false;
+    uint32_t rank;
+    const int64_t *td = term_dims(c, x->cls, &rank);
+    int64_t tsl[3 * VIEW_MAX_RANK];
+    bool cut = false;
+    if (rank != src->shape.rank || rank > VIEW_MAX_RANK) return false;
     for (uint32_t k = 0; k < src->shape.rank; k++) {
         const lval *o = &s->ops[1 + k];
-        if (k == d ? o->kind != LV_DEV || o->count != 1 : in->shape.dims[k] != src->shape.dims[k]) return false;
+        tsl[3 * k] = 0, tsl[3 * k + 1] = td[k], tsl[3 * k + 2] = 1;
+        if (k == d) {
+            if (o->kind != LV_DEV || o->count != 1) return false;
+        } else if (in->shape.dims[k] != src->shape.dims[k]) {
+            /* the same start on every device along a dim held whole: a
+             * slice of the term there */
+            if (o->kind != LV_DEV || !lf_dev_uniform(c, o) || x->v.dims[k].naxes) return false;
+            tsl[3 * k] = clamped_start(o->dev[0], src->shape.dims[k], in->shape.dims[k]);
+            tsl[3 * k + 1] = tsl[3 * k] + in->shape.dims[k];
+            cut = true;
+        }
     }
     int64_t len = in->shape.dims[d], full = src->shape.dims[d];
     if (len < 1 || len > full || len > LIFT_WIN_MAX / c->ndev) return false;
@@ -668,6 +700,7 @@ bool lf_win_dynamic_slice_term(lstate *s, uint32_t d, lval *out) {
     lval v = *x;
     v.kind = LV_WIN;
     v.win = w;
+    if (cut) v.cls = lf_mk_slice(c, x->cls, tsl);
     *out = win_settle(c, v);
     return true;
 }

@@ -2278,6 +2278,13 @@ static void hand_written_cases(void) {
          VERDICT_MISMATCH, false},
         {"nested-sum/sum", "one term left out", "t = f32[2]{0} add(x, s)", "t = f32[2]{0} add(x, a15)",
          VERDICT_MISMATCH, false},
+        /* four large terms summed (and maxed) in another order and nesting
+         * than the baseline's left fold: the same chain (ac_forms) */
+        {"ac-chain/sum", "as written", NULL, NULL, VERDICT_VERIFIED, true},
+        {"ac-chain/sum", "a term twice", "u2 = f32[2]{0} add(q3, p3)", "u2 = f32[2]{0} add(q3, q3)", VERDICT_MISMATCH,
+         false},
+        {"ac-chain/sum", "a term of the max replaced", "m2 = f32[2]{0} maximum(q3, m1)", "m2 = f32[2]{0} maximum(r3, m1)",
+         VERDICT_MISMATCH, false},
         /* a factor through a negation: -(x / 16) against (-x) / 16, and
          * x / 16 written as (-x) · (-1/16) against -(x / 16) (once verified
          * by the rules: negate took the factor's sign as well as its node) */

@@ -15,7 +15,8 @@
  * as `scalify check --witness --rules rules` would, and asserted:
  *   - never an error (both forms read and relate as far as they do);
  *   - a correct pair is never a mismatch (no false alarm, in either form);
- *   - a bug variant is a mismatch (in either form);
+ *   - a bug variant is a mismatch (in either form), and never verified,
+ *     with or without execution;
  *   - one verdict per program: both forms give the same verdict and the same
  *     first finding (kind and distributed instruction);
  *   - a mismatch the rules decided (an error finding not "confirmed by
@@ -230,6 +231,9 @@ static void corpus_pair(const char *dir, const char *corpus, json_t *p, bool wit
         *r = corpus_check(dir, p, corpus_forms[f], witness);
         CHECK_MSG(r->verdict != VERDICT_ERROR, "%s: bad input", corpus_forms[f]);
         if (is_bug) {
+            /* never a proof of a program that computes another function */
+            CHECK_MSG(r->verdict != VERDICT_VERIFIED, "%s: bug variant verified%s", corpus_forms[f],
+                      witness ? "" : " without --witness");
             if (missed)
                 CHECK_MSG(r->verdict == VERDICT_UNVERIFIED, "%s: marked a known miss (%s) but now %s: drop the mark",
                           corpus_forms[f], missed, verdict_name(r->verdict));
