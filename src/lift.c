@@ -699,6 +699,52 @@ static void ac_forms(lift_ctx *c, uint16_t op, const lval *v) {
     }
 }
 
+/* reduce(a · b) with add from zero over dims D, a and b of one type: the
+ * dot of a and b contracting D, batched over the other dims in order (a
+ * row-wise dot jnp.sum(q * k, -1) beside einsum("nd,nd->n")), both operand
+ * orders; the result dims are the kept dims in order either way. */
+static void reduce_as_dot(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const eid *ch;
+    uint32_t nd, rank;
+    const int64_t *rd = instr_ints(in, A_DIMENSIONS, &nd);
+    if (v->kind != LV_TERM || v->cls == EID_NONE || in->noperands != 2 || s->ops[0].kind != LV_TERM ||
+        s->ops[1].kind != LV_TERM || s->ops[0].cls == EID_NONE || !dtype_is_float(in->shape.dtype) || !nd ||
+        instr_reducer(c->cur, in) != RED_SUM || !lf_class_is_zero(c, s->ops[1].cls) ||
+        lf_class_node(c, s->ops[0].cls, OP_MULTIPLY, 2, &ch) == EID_NONE)
+        return;
+    uint32_t xt = eg_class_type(c->g, s->ops[0].cls);
+    eid a = eg_find(c->g, ch[0]), b = eg_find(c->g, ch[1]);
+    /* (a sum of squares, every norm's, is left alone: no program writes
+     * it as a dot, and each form grows the e-graph) */
+    if (a == b || eg_class_type(c->g, a) != xt || eg_class_type(c->g, b) != xt) return;
+    const int64_t *xd = eg_type_dims(c->g, xt, &rank);
+    if (rank > VIEW_MAX_RANK) return;
+    int64_t batch[VIEW_MAX_RANK], con[VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
+    uint32_t nb = 0, nc = 0;
+    for (uint32_t d = 0; d < rank; d++) {
+        bool r = false;
+        for (uint32_t k = 0; k < nd; k++) r |= rd[k] == d;
+        if (r) con[nc++] = d;
+        else dims[nb] = xd[d], batch[nb++] = d;
+    }
+    if (nc != nd) return; /* a dim named twice */
+    hlo_attr at[4] = {{.key = A_LHS_BATCH_DIMS, .kind = K_INTS, .n = nb, .v.ints = batch},
+                      {.key = A_RHS_BATCH_DIMS, .kind = K_INTS, .n = nb, .v.ints = batch},
+                      {.key = A_LHS_CONTRACTING_DIMS, .kind = K_INTS, .n = nc, .v.ints = con},
+                      {.key = A_RHS_CONTRACTING_DIMS, .kind = K_INTS, .n = nc, .v.ints = con}};
+    hlo_instr g = {.name = "dot", .opname = "dot", .op = OP_DOT, .nattrs = 4, .noperands = 2, .attrs = at};
+    graph_finalize_attrs(&g); /* as a parsed dot holds them: sorted, empty lists dropped */
+    g.shape.dtype = in->shape.dtype;
+    g.shape.rank = nb;
+    g.shape.dims = dims;
+    for (int side = 0; side < 2; side++) {
+        eid ab[2] = {side ? b : a, side ? a : b};
+        eg_union(c->g, v->cls, lf_node(c, c->cur, &g, ab, 2, dims, c->origin), NULL);
+    }
+}
+
 /* Forms of the value v just lifted that the other program may write, joined
  * to v's class (exact identities, both programs walked alike):
  *   x · convert(p) with p a predicate is select(p, x, 0)  (a mask as a
@@ -717,7 +763,9 @@ static void ac_forms(lift_ctx *c, uint16_t op, const lval *v) {
  *   an all-reduce of shares of a sum the baseline takes per group is also
  *     the sum of the groups' values (lift_group.c);
  *   a chain of add (multiply, max, min, and, or) is the baseline's chain of
- *     the same operands in another order (ac_forms). */
+ *     the same operands in another order (ac_forms);
+ *   a sum of products over some dims is the dot contracting them
+ *     (reduce_as_dot). */
 static void other_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -727,6 +775,7 @@ static void other_forms(lstate *s, const lval *v) {
     lf_softmax_forms(s, v);
     lf_sign_forms(s, v);
     lf_dot_forms(s, v);
+    if (in->op == OP_REDUCE) reduce_as_dot(s, v);
     if (!c->baseline_mode && (in->op == OP_ADD || in->op == OP_MULTIPLY || in->op == OP_MAXIMUM || in->op == OP_MINIMUM ||
                               in->op == OP_AND || in->op == OP_OR))
         ac_forms(c, in->op, v);

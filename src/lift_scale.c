@@ -380,8 +380,9 @@ static double result_factor(lstate *s) {
         int red = instr_reducer(c->cur, in);
         return red == RED_SUM || ((red == RED_MAX || red == RED_MIN) && s0 > 0) ? s0 : 0;
     }
-    case OP_REDUCE: {
-        /* One operand and its init: a sum from 0, a max or min from ±inf or 0. */
+    case OP_REDUCE: case OP_REDUCE_WINDOW: {
+        /* One operand and its init (a window's padding too): a sum from 0, a
+         * max or min from ±inf or 0 (a cumulative sum's backward pass). */
         double init;
         if (n != 2) return 0;
         const interp_val *iv = ops[1].kind == LV_TERM ? lf_kval(c, ops[1].cls) : NULL;
@@ -396,8 +397,12 @@ static double result_factor(lstate *s) {
         const interp_val *pv = ops[1].kind == LV_TERM ? lf_kval(c, ops[1].cls) : NULL;
         return n == 2 && pv && pv->f && pv->n == 1 && pv->f[0] == 0 ? s0 : 0;
     }
-    case OP_DOT: case OP_MULTIPLY:
+    case OP_DOT: case OP_MULTIPLY: case OP_CONVOLUTION:
         return n == 2 ? s0 * lf_scale_of(&ops[1]) : 0;
+    case OP_DYNAMIC_UPDATE_SLICE: /* f·a with f·u written in (offsets carry none) */
+        for (uint32_t o = 2; o < n; o++)
+            if (lf_scale_of(&ops[o]) != 1) return 0;
+        return n >= 2 ? common_factor(c, ops, 2) : 0;
     case OP_DIVIDE:
         return n == 2 ? s0 / lf_scale_of(&ops[1]) : 0;
     case OP_SELECT:

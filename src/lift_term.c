@@ -311,6 +311,55 @@ static eid slice_through(lift_ctx *c, eid x, const int64_t *sl, uint32_t rank, i
     return EID_NONE;
 }
 
+/* slice r = slice sl of x where x is a zero pad along one dim d (no other
+ * padding, none interior; sl whole elsewhere, unit strides): also the
+ * concatenation of the zeros it keeps and the operand's rows, as a shift
+ * is written with jnp.concatenate and zeros_like (joined to r, so that a
+ * loop body's halo meets the baseline's shift before saturation). */
+static void pad_slice_forms(lift_ctx *c, eid x, const int64_t *sl, uint32_t rank, eid r) {
+    eid pn = lf_class_node(c, x, OP_PAD, 2, NULL);
+    if (pn == EID_NONE || rank > VIEW_MAX_RANK || !unit_strides(sl, rank)) return;
+    uint32_t nc, nw, yr;
+    const eid *pk = eg_node_children(c->g, pn, &nc);
+    eid y = pk[0];
+    if (!lf_class_is_zero(c, pk[1])) return;
+    const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, y), &yr);
+    const int64_t *pw = eg_attr_words(c->g, eg_node_attr(c->g, pn), &nw);
+    if (yr != rank || nw != 2 + 3 * rank || pw[0] != A_PADDING) return;
+    int d = -1;
+    for (uint32_t k = 0; k < rank; k++) {
+        const int64_t *p = pw + 2 + 3 * k;
+        if (p[2] != 0 || p[0] < 0 || p[1] < 0) return;
+        if (p[0] || p[1]) {
+            if (d >= 0) return;
+            d = (int)k;
+        } else if (sl[3 * k] != 0 || sl[3 * k + 1] != yd[k]) {
+            return;
+        }
+    }
+    if (d < 0) return;
+    int64_t lo = pw[2 + 3 * d], n = yd[d], s = sl[3 * d], e = sl[3 * d + 1], dims[VIEW_MAX_RANK], ysl[3 * VIEW_MAX_RANK];
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, y));
+    eid ch[3];
+    uint32_t m = 0;
+    memcpy(dims, yd, rank * sizeof *dims);
+    if (s < lo) {
+        dims[d] = (e < lo ? e : lo) - s;
+        ch[m++] = lf_splat(c, lf_type_of(c, dt, dims, rank), 0);
+    }
+    int64_t a = (s > lo ? s : lo) - lo, b = (e < lo + n ? e : lo + n) - lo;
+    if (b > a) {
+        for (uint32_t k = 0; k < rank; k++) ysl[3 * k] = 0, ysl[3 * k + 1] = yd[k], ysl[3 * k + 2] = 1;
+        ysl[3 * d] = a, ysl[3 * d + 1] = b;
+        ch[m++] = lf_mk_slice(c, y, ysl);
+    }
+    if (e > lo + n) {
+        dims[d] = e - (s > lo + n ? s : lo + n);
+        ch[m++] = lf_splat(c, lf_type_of(c, dt, dims, rank), 0);
+    }
+    if (m) eg_union(c->g, r, lf_mk_concat(c, ch, m, (uint32_t)d), NULL);
+}
+
 eid lf_mk_slice(lift_ctx *c, eid x, const int64_t *sl) {
     uint32_t rank;
     const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
@@ -333,7 +382,9 @@ eid lf_mk_slice(lift_ctx *c, eid x, const int64_t *sl) {
     g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, x));
     g.shape.rank = rank;
     g.shape.dims = dims;
-    return lf_node(c, c->cur, &g, &x, 1, dims, c->origin);
+    eid r = lf_node(c, c->cur, &g, &x, 1, dims, c->origin);
+    pad_slice_forms(c, x, sl, rank, r);
+    return eg_find(c->g, r);
 }
 
 /* Whether a and b (slice triples) are unit-stride slices that meet along d

@@ -1486,6 +1486,29 @@ static void proof_contradicted(void) {
     }
 }
 
+/* A proof that rests on an assumption random inputs break (samples/fresh68,
+ * a hash-grid lookup with the table's rows over tp: the grid index computed
+ * from points the witness draws outside [0, 1)^2, where the baseline's
+ * gather clamps and the sharded lookup masks): unverified, the warning
+ * naming the assumption as what the inputs may break. */
+static void proof_assumption_broken(void) {
+    const char *pre = "samples/fresh68/s.hashgrid_table_rows_tp.dp2xtp4";
+    char b[256], d[256], r[256];
+    snprintf(b, sizeof b, "%s.baseline.hlo", pre), snprintf(d, sizeof d, "%s.dist.hlo", pre);
+    snprintf(r, sizeof r, "%s.relations.json", pre);
+    for (int w = 0; w < 2; w++) {
+        t_case("check a proof resting on index ranges (%s)", w ? "witness" : "rules only");
+        json_t *trace = NULL;
+        int v = run_opts((check_opts){.name = "hashgrid", .baseline = b, .distributed = d, .witness = w, .rules_dir = "rules"},
+                         r, &trace);
+        CHECK_MSG(v == (w ? VERDICT_UNVERIFIED : VERDICT_VERIFIED), "verdict %s", verdict_name(v));
+        const char *msg = json_string_value(json_object_get(json_array_get(json_object_get(trace, "findings"), 0), "message"));
+        if (w) CHECK_MSG(msg && strstr(msg, "assuming index values") && strstr(msg, "may break that assumption"), "%s",
+                         msg ? msg : "(none)");
+        json_decref(trace);
+    }
+}
+
 /* Execution's tolerance follows the programs' type (tests/cases/const-round,
  * by hand): x times f32(0.1) against x divided by 10 differ by the rounding
  * of the constant to f32 (2^-26 of the values), which execution in binary64
@@ -3072,6 +3095,7 @@ void suite_check(void) {
     concat_unlike_operands();
     u32_bounds();
     proof_contradicted();
+    proof_assumption_broken();
     scatter_cases();
     changed_replica_groups();
     microbatch_rows();
