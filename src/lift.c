@@ -677,21 +677,61 @@ static eid ac_baseline_fold(lift_ctx *c, uint16_t op, uint32_t type, const eid *
     return EID_NONE;
 }
 
+/* Operands of a sum l[0..n) of the form y · k for one constant k (the same
+ * broadcast class) gathered into one, (Σ y) · k, where the baseline holds
+ * that sum of the y's and its product with k: a residual scaled after its
+ * parts were summed (x + 0.5·(a + b)) against each part scaled (x + 0.5·a
+ * + 0.5·b). Returns the new count (n when nothing was gathered). */
+static uint32_t ac_factor_out(lift_ctx *c, uint32_t type, eid *l, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        const eid *ch;
+        if (lf_class_node(c, l[i], OP_MULTIPLY, 2, &ch) == EID_NONE || lf_class_node(c, ch[1], OP_BROADCAST, 1, NULL) == EID_NONE)
+            continue;
+        eid k = eg_find(c->g, ch[1]), ys[AC_MAX_LEAVES];
+        uint32_t m = 0, at[AC_MAX_LEAVES];
+        for (uint32_t j = i; j < n; j++) {
+            const eid *cj;
+            if (lf_class_node(c, l[j], OP_MULTIPLY, 2, &cj) != EID_NONE && eg_find(c->g, cj[1]) == k)
+                at[m] = j, ys[m++] = eg_find(c->g, cj[0]);
+        }
+        if (m < 2) continue;
+        eid z = ac_baseline_fold(c, OP_ADD, type, ys, m), zk[2] = {z, k};
+        eid p = z == EID_NONE ? EID_NONE : eg_lookup(c->g, OP_MULTIPLY, 0, type, zk, 2);
+        if (p == EID_NONE || !(eg_class_origin(c->g, p) & EG_BASELINE)) continue;
+        uint32_t w = 0;
+        for (uint32_t j = 0, q = 0; j < n; j++) {
+            if (q < m && at[q] == j) {
+                if (q++ == 0) l[w++] = p;
+                continue;
+            }
+            l[w++] = l[j];
+        }
+        return w;
+    }
+    return n;
+}
+
 /* v, a chain of an associative, commutative op (add, multiply, max, min,
  * and, or) the baseline does not hold, is the baseline's chain of the same
  * operands folded in another order (a stencil's eight neighbours summed
  * rows first against columns first): joined to it. The operands are the
  * largest the baseline holds, else every one. Exact for integers and the
  * order-free ops; a float sum or product differs by rounding, as under the
- * rules' reassociation. */
+ * rules' reassociation. Float sums also gather parts scaled by one
+ * constant into the baseline's scaled sum of them (ac_factor_out). */
 static void ac_forms(lift_ctx *c, uint16_t op, const lval *v) {
     if (v->kind != LV_TERM || v->cls == EID_NONE || (eg_class_origin(c->g, v->cls) & EG_BASELINE)) return;
     uint32_t type = eg_class_type(c->g, v->cls);
     for (int all = 0; all < 2; all++) {
         eid l[AC_MAX_LEAVES];
         uint32_t n = 0;
-        if (!ac_leaves(c, v->cls, op, type, all, true, l, &n) || n < 3) continue;
+        if (!ac_leaves(c, v->cls, op, type, all, true, l, &n) || n < 2) continue;
         eid b = ac_baseline_fold(c, op, type, l, n);
+        if (b == EID_NONE && op == OP_ADD && dtype_is_float(eg_type_dtype(c->g, type))) {
+            /* parts scaled alike where the baseline scales their sum */
+            uint32_t n2 = ac_factor_out(c, type, l, n);
+            b = n2 == 1 ? l[0] : n2 < n ? ac_baseline_fold(c, op, type, l, n2) : EID_NONE;
+        }
         if (b != EID_NONE) {
             eg_union(c->g, v->cls, b, NULL);
             return;
@@ -745,6 +785,40 @@ static void reduce_as_dot(lstate *s, const lval *v) {
     }
 }
 
+/* compare(convert(x), c) with x an integer and c a float constant holding
+ * an integer the float type represents exactly, as every integer up to it
+ * (|c| <= 2^significand): compare(x, c) in x's type, the same direction —
+ * rounding is monotone and c exact, so the order against c is x's (a
+ * warmup step counted in floats beside one counted in integers). */
+static void int_compare_forms(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if (in->op != OP_COMPARE || in->noperands != 2 || v->kind != LV_TERM || v->cls == EID_NONE) return;
+    for (uint32_t o = 0; o < 2; o++) {
+        const lval *x = &s->ops[o], *k = &s->ops[1 - o];
+        const eid *ch;
+        if (x->kind != LV_TERM || k->kind != LV_TERM || x->cls == EID_NONE || k->cls == EID_NONE ||
+            lf_class_node(c, x->cls, OP_CONVERT, 1, &ch) == EID_NONE)
+            continue;
+        eid xi = eg_find(c->g, ch[0]);
+        int it = eg_type_dtype(c->g, eg_class_type(c->g, xi)), ft = eg_type_dtype(c->g, eg_class_type(c->g, x->cls));
+        const interp_val *kv = lf_kval(c, k->cls);
+        int sig = ft == DT_F64 ? 53 : ft == DT_F32 ? 24 : ft == DT_F16 ? 11 : ft == DT_BF16 ? 8 : 0;
+        if (!dtype_is_int(it) || !sig || !kv || !kv->f || kv->n < 1) continue;
+        double cv = kv->f[0];
+        bool same = true;
+        for (int64_t e = 1; e < kv->n && same; e++) same = kv->f[e] == cv;
+        if (!same || cv != floor(cv) || fabs(cv) > ldexp(1, sig) || (dtype_is_unsigned(it) && cv < 0) ||
+            fabs(cv) >= ldexp(1, dtype_bits(it) - 1))
+            continue;
+        eid kk = lf_splat(c, eg_class_type(c->g, xi), cv), cmp[2];
+        cmp[o] = xi, cmp[1 - o] = kk;
+        eg_union(c->g, v->cls, eg_add(c->g, OP_COMPARE, lf_encode_attrs(c, c->cur, in), eg_class_type(c->g, v->cls), cmp, 2,
+                                      c->origin), NULL);
+        return;
+    }
+}
+
 /* Forms of the value v just lifted that the other program may write, joined
  * to v's class (exact identities, both programs walked alike):
  *   x · convert(p) with p a predicate is select(p, x, 0)  (a mask as a
@@ -765,7 +839,9 @@ static void reduce_as_dot(lstate *s, const lval *v) {
  *   a chain of add (multiply, max, min, and, or) is the baseline's chain of
  *     the same operands in another order (ac_forms);
  *   a sum of products over some dims is the dot contracting them
- *     (reduce_as_dot). */
+ *     (reduce_as_dot);
+ *   a converted integer compared with an integral float constant is the
+ *     integer compared with that integer (int_compare_forms). */
 static void other_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -776,6 +852,7 @@ static void other_forms(lstate *s, const lval *v) {
     lf_sign_forms(s, v);
     lf_dot_forms(s, v);
     if (in->op == OP_REDUCE) reduce_as_dot(s, v);
+    int_compare_forms(s, v);
     if (!c->baseline_mode && (in->op == OP_ADD || in->op == OP_MULTIPLY || in->op == OP_MAXIMUM || in->op == OP_MINIMUM ||
                               in->op == OP_AND || in->op == OP_OR))
         ac_forms(c, in->op, v);
@@ -2002,6 +2079,15 @@ static lval lift_elementwise(lstate *s) {
                                        "%s tests a partial sum against zero before it is reduced (%s): each share's test "
                                        "is the sum's when no share is negative, which is not known; not related yet",
                                        in->name, why.s);
+            else if (in->op == OP_COMPARE && in->noperands == 2 && dtype_is_int(s->comp->instrs[in->operands[0]].shape.dtype))
+                /* a count each device takes of its own rows (a bincount of
+                 * its tokens' experts), compared with positions in its own
+                 * rows (grouping them for a ragged dot): the device's
+                 * statistic used with its own data, or a sum cut short */
+                lf_unsupported_suspect(c, KIND_MISSING_ALL_REDUCE, s->comp, in,
+                                       "%s compares a partial integer sum (%s), a count, before it is reduced: each "
+                                       "device's own count used with its own rows (grouping its tokens) is what a program "
+                                       "may mean; not related yet", in->name, why.s);
             else
                 lf_finding(c, is_convert ? KIND_DTYPE_MISMATCH : KIND_MISSING_ALL_REDUCE, s->comp, in,
                         is_convert ? "%s converts a partial sum to %s before it is reduced (%s): the sum is rounded differently"

@@ -1213,4 +1213,6 @@ C.gspmd("g.rwkv4_wkv_scan_channels.dp2xtp4", {"dp": 2, "tp": 4}, (rw_ps, P("dp")
         (rw_p, R(RW_B, RW_T, RW_D)))
 
 # ---------------------------------------------------------------------------
+C.known_miss("s.gcn_node_partition_gather_scatter_vma.dp4.bug.scatter-no-sum",
+             "the distributed program tests the edge indices against its own rows (an ownership mask), so a difference on random indices decides nothing; with the indices drawn on their owners every edge stays on its device and the missing sum adds nothing")
 C.finish()

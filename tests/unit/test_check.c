@@ -2308,6 +2308,14 @@ static void hand_written_cases(void) {
          false},
         {"ac-chain/sum", "a term of the max replaced", "m2 = f32[2]{0} maximum(q3, m1)", "m2 = f32[2]{0} maximum(r3, m1)",
          VERDICT_MISMATCH, false},
+        /* an integer step compared with 4 against the step converted to
+         * f32 compared with 4.0 (int_compare_forms); 40.0 is another test */
+        {"int-cmp/cmp", "as written", NULL, NULL, VERDICT_VERIFIED, true},
+        {"int-cmp/cmp", "compared with 40", "four = f32[] constant(4)", "four = f32[] constant(40)", VERDICT_MISMATCH, false},
+        /* x + 0.5·p + 0.5·q against x + 0.5·(p + q) (ac_factor_out) */
+        {"ac-chain/scaled", "as written", NULL, NULL, VERDICT_VERIFIED, true},
+        {"ac-chain/scaled", "one part unscaled", "t = f32[2]{0} add(x, hp)", "t = f32[2]{0} add(x, p3)", VERDICT_MISMATCH,
+         false},
         /* a factor through a negation: -(x / 16) against (-x) / 16, and
          * x / 16 written as (-x) · (-1/16) against -(x / 16) (once verified
          * by the rules: negate took the factor's sign as well as its node) */
