@@ -207,8 +207,9 @@ int lf_conv_roles(const char *p, size_t n, char a, char b, int *pa, int *pb, int
  * output-feature sharding carry over to the result's batch and feature
  * dims, and input features sharded alike on both sides make it partial(sum)
  * (a weight gradient, which JAX writes with the batch dim labelled as the
- * features). Spatial dims sharded (halo exchanges) and feature or batch
- * groups are left unrelated. */
+ * features). A spatial dim sharded carries over where its windows do not
+ * overlap the blocks (patches); elsewhere (halo exchanges) it and feature
+ * or batch groups are left unrelated. */
 lval lf_lift_convolution(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -228,11 +229,23 @@ lval lf_lift_convolution(lstate *s) {
         return unknown();
     }
     if ((l->v.partial | r->v.partial) && (l->v.red | r->v.red) != RED_SUM) return unknown();
-    for (int k = 0; k < nl; k++)
-        if (l->v.dims[ls[k]].naxes || r->v.dims[rs[k]].naxes) {
-            lf_unsupported(c, s->comp, in, "%s: a spatial dimension is sharded (a halo exchange); not related yet", in->name);
+    win_attr w;
+    bool wread = lf_read_window(in, (uint32_t)nl, &w);
+    for (int k = 0; k < nl; k++) {
+        if (!l->v.dims[ls[k]].naxes && !r->v.dims[rs[k]].naxes) continue;
+        /* patches: a window as wide as its stride, without padding or
+         * dilation, each device's rows a whole number of windows: every
+         * window lies in one device's rows, whose outputs are its block of
+         * the global convolution's (a ViT patch embedding with the image's
+         * height sharded) */
+        int64_t loc = s->comp->instrs[in->operands[0]].shape.dims[ls[k]];
+        if (r->v.dims[rs[k]].naxes || !wread || w.size[k] != w.stride[k] || w.pad[2 * k] || w.pad[2 * k + 1] || w.ld[k] != 1 ||
+            w.rd[k] != 1 || loc % w.stride[k]) {
+            lf_unsupported(c, s->comp, in, "%s: a spatial dimension is sharded and its windows overlap the blocks (a halo "
+                           "exchange); not related yet", in->name);
             return unknown();
         }
+    }
     if (r->v.dims[ri].naxes || l->v.dims[lf].naxes) {
         if (!lf_same_dim(&l->v.dims[lf], &r->v.dims[ri])) {
             lf_unsupported(c, s->comp, in, "%s contracts its input features, which are sharded differently on its operands",
@@ -243,12 +256,13 @@ lval lf_lift_convolution(lstate *s) {
     view v = view_dup(in->shape.rank);
     v.dims[ob] = l->v.dims[lb];
     v.dims[of] = r->v.dims[ro];
+    uint32_t n = v.dims[ob].naxes + v.dims[of].naxes;
+    for (int k = 0; k < nl; k++) v.dims[os[k]] = l->v.dims[ls[k]], n += l->v.dims[ls[k]].naxes;
     uint8_t partial = l->v.partial | r->v.partial;
     for (uint32_t a = 0; a < l->v.dims[lf].naxes; a++) partial |= (uint8_t)(1u << l->v.dims[lf].axes[a]);
     if (partial & view_axes_used(&v)) return unknown();
     {
         /* one axis cannot cut two result dims */
-        uint32_t n = v.dims[ob].naxes + v.dims[of].naxes;
         if (n != (uint32_t)__builtin_popcount(view_axes_used(&v))) return unknown();
     }
     return summed_term(s, v, partial);
