@@ -803,8 +803,9 @@ static void int_compare_forms(lstate *s, const lval *v) {
         eid xi = eg_find(c->g, ch[0]);
         int it = eg_type_dtype(c->g, eg_class_type(c->g, xi)), ft = eg_type_dtype(c->g, eg_class_type(c->g, x->cls));
         const interp_val *kv = lf_kval(c, k->cls);
-        int sig = ft == DT_F64 ? 53 : ft == DT_F32 ? 24 : ft == DT_F16 ? 11 : ft == DT_BF16 ? 8 : 0;
-        if (!dtype_is_int(it) || !sig || !kv || !kv->f || kv->n < 1) continue;
+        int eb, mb;
+        if (!dtype_is_int(it) || !dtype_float_bits(ft, &eb, &mb) || !kv || !kv->f || kv->n < 1) continue;
+        int sig = mb + 1; /* every integer up to 2^sig is exact */
         double cv = kv->f[0];
         bool same = true;
         for (int64_t e = 1; e < kv->n && same; e++) same = kv->f[e] == cv;
