@@ -1032,7 +1032,7 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
         if (w.ran && w.agrees)
             sb_printf(&msg, "; the outputs agree on seeded random inputs (max abs difference %g, %.3g of their magnitude)",
                       w.max_abs, w.max_rel);
-        else if (w.ran && (w.nonfinite_only || w.int_domain || w.unstable))
+        else if (witness_undecided(&w))
             sb_printf(&msg, "; execution decides nothing: %s", w.why);
         else if (w.ran && w.over_tight)
             sb_printf(&msg, "; on seeded random inputs the outputs differ by up to %g (%.3g of their magnitude): more than "
@@ -1070,9 +1070,8 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     judge_segments(r, (trace_verdict)verdict, contradicted, &lc, &sr, final_run, sat_ms, t4 - t3 - sat_ms);
     if (lc.assumptions.len) r->assumptions = xstrdup(lc.assumptions.s);
     r->w.seed = w.seed, r->w.max_abs = w.max_abs, r->w.max_rel = w.max_rel;
-    r->w.outcome = !w.ran ? NULL : w.differs ? "differs" : w.agrees ? "agrees" : w.nonfinite_only || w.int_domain || w.unstable ? "undecided"
-                                                                                 : "between";
-    if (w.ran && (w.nonfinite_only || w.int_domain || w.unstable)) snprintf(r->w.note, sizeof r->w.note, "%s", w.why);
+    r->w.outcome = !w.ran ? NULL : w.differs ? "differs" : w.agrees ? "agrees" : witness_undecided(&w) ? "undecided" : "between";
+    if (witness_undecided(&w)) snprintf(r->w.note, sizeof r->w.note, "%s", w.why);
     r->verdict = verdict;
 
     sb_free(&why);

@@ -146,6 +146,7 @@ static void compare(witness *w, const interp_val *want, const interp_val *got) {
     for (int64_t k = 0; k < parts && k < got_parts; k++) {
         double a = part(want, k), b = part(got, k);
         double diff = fabs(a - b);
+        w->finite_seen |= isfinite(a);
         if (isnan(a) != isnan(b)) {
             diff = INFINITY;
             nan_mismatch = true;
@@ -578,5 +579,12 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
     }
     free(ranges);
     w->ran = w->runs > 0;
-    w->agrees = w->ran && !w->differs && !w->over_tight && !w->skipped && !w->nonfinite_only && !w->int_domain && !w->unstable;
+    /* outputs that are inf or NaN everywhere on both sides agree vacuously */
+    if (w->ran && !w->differs && !w->finite_seen && !w->skipped) {
+        w->vacuous = true;
+        snprintf(w->why, sizeof w->why, "every output of the baseline is inf or NaN on every run (random inputs "
+                 "outside the domain the programs are written for), so their agreement says nothing");
+    }
+    w->agrees = w->ran && !w->differs && !w->over_tight && !w->skipped && !w->nonfinite_only && !w->int_domain && !w->unstable &&
+                !w->vacuous;
 }

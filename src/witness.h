@@ -81,6 +81,9 @@ typedef struct witness {
     int runs;                 /* runs made (inputs of seed, small ones of seed + 1, non-negative ones of seed + 2,
                                * shifted ones of seed + 3) */
     bool nan_seen;            /* some baseline output held NaN */
+    bool finite_seen;         /* some baseline output element compared was finite */
+    bool vacuous;             /* every baseline output element was inf or NaN on every run (inputs outside the
+                               * programs' domain): neither differs nor agrees */
     bool nonfinite;           /* (while running) some difference beside inf or NaN only */
     bool sharded_ints;        /* some integer input is split over devices (each holds other entries) */
     bool out_of_bounds_more;  /* a run where the distributed program (all devices) applied fewer scatter updates,
@@ -106,6 +109,11 @@ typedef struct witness {
     locate_site site;         /* differs: where the distributed program first holds what the baseline never does,
                                * on the first run that differed (locate.h) */
 } witness;
+
+/* Whether a run says why it decides nothing (neither differs nor agrees, w->why). */
+static inline bool witness_undecided(const witness *w) {
+    return w->ran && (w->nonfinite_only || w->int_domain || w->unstable || w->vacuous);
+}
 
 /* Element budget for a witness run (both programs, all devices): the sum of
  * every instruction's elements, a bound on time as well as memory. 64 M
