@@ -1198,11 +1198,23 @@ static bool grouped_in_baseline(lift_ctx *c, const lval *ops, uint32_t nops) {
     return false;
 }
 
-/* Whether module m converts any value to element type dt. */
-static bool module_converts_to(const hlo_module *m, int dt) {
+/* The number of elements of a value of local shape sh under view v, globally. */
+static int64_t global_elems(lift_ctx *c, const view *v, const shape *sh) {
+    int64_t gd[VIEW_MAX_RANK], n = 1;
+    if (sh->rank > VIEW_MAX_RANK) return -1;
+    lf_global_dims(c, v, sh, gd);
+    for (uint32_t k = 0; k < sh->rank; k++) n *= gd[k];
+    return n;
+}
+
+/* Whether module m converts some value to element type dt (of nelems
+ * elements; any: -1). */
+static bool module_converts_to(const hlo_module *m, int dt, int64_t nelems) {
     for (uint32_t k = 0; k < m->ncomps; k++)
-        for (uint32_t i = 0; i < m->comps[k].ninstrs; i++)
-            if (m->comps[k].instrs[i].op == OP_CONVERT && m->comps[k].instrs[i].shape.dtype == dt) return true;
+        for (uint32_t i = 0; i < m->comps[k].ninstrs; i++) {
+            const hlo_instr *y = &m->comps[k].instrs[i];
+            if (y->op == OP_CONVERT && y->shape.dtype == dt && (nelems < 0 || shape_elements(&y->shape) == nelems)) return true;
+        }
     return false;
 }
 
@@ -2023,13 +2035,17 @@ static lval lift_elementwise(lstate *s) {
             }
             else if (!is_convert && lf_short_reduction(s, why.s))
                 ;
-            else if (is_convert && ((ops[0].assumed && module_converts_to(c->base, in->shape.dtype)) ||
+            else if (is_convert && ((ops[0].assumed && module_converts_to(c->base, in->shape.dtype, -1)) ||
+                                    (!(eg_class_origin(c->g, ops[0].cls) & EG_BASELINE) &&
+                                     module_converts_to(c->base, in->shape.dtype, global_elems(c, &v, &in->shape))) ||
                                     module_sums_rounded(c->base, in->shape.dtype)))
                 /* whether the baseline rounds that sum to this type too (rounding
-                 * in another place, above) is unknown where the term is, and
-                 * the baseline rounds some value to it; or the baseline adds
-                 * values rounded to this type in this type (its summands may
-                 * be the shares, rounded alike) */
+                 * in another place, above) is unknown where the term is
+                 * assumed and the baseline rounds some value to it, or where
+                 * the term is not the baseline's yet (equal to it only after
+                 * saturation) and the baseline rounds a value of the sum's
+                 * size to it; or the baseline adds values rounded to this type
+                 * in this type (its summands may be the shares, rounded alike) */
                 lf_unsupported(c, s->comp, in, "%s converts a partial sum to %s before it is reduced (%s), a value not "
                                "related to the baseline's: whether the baseline rounds it alike is unknown", in->name,
                                rounded_to, why.s);

@@ -798,7 +798,7 @@ static bool gather_pieces(lstate *s, uint32_t d, int axes, lval *out) {
     /* (flags counted: index values the same on every device, an integer
      * init computed as a device value: their terms) */
     lval yt = s->vals[r->operands[0]], it = s->vals[r->operands[1]];
-    if (yt.kind == LV_PW) lf_index_as_term(c, &yt);
+    if (yt.kind == LV_PW || (yt.kind == LV_MASK && lf_mask_resolves(c, &yt))) lf_index_as_term(c, &yt);
     if (it.kind == LV_DEV && lf_dev_uniform(c, &it))
         it = term(lf_dev_constant(c, &s->comp->instrs[r->operands[1]], &it), view_dup(0), false);
     const lval *y = &yt, *init = &it;
@@ -836,9 +836,16 @@ static bool gather_pieces(lstate *s, uint32_t d, int axes, lval *out) {
     }
     for (uint32_t q = 0; q < nd; q++) dd[q] = rd[q] < e ? rd[q] : rd[q] + 1;
     eid split = lf_mk_reshape(c, y->cls, lf_type_of(c, ys->dtype, sd, ys->rank + 1), c->origin);
-    view v = x->v;
-    v.partial = 0;
-    v.red = 0;
+    /* the kept dims sharded as the reduce's operand has them (whatever
+     * reading of the unit dim the piece took), the blocks' dim whole */
+    view v = {.rank = (uint8_t)xs->rank};
+    for (uint32_t k = 0, q = 0; k < ys->rank; k++) {
+        bool reduced = false;
+        for (uint32_t j = 0; j < nd; j++) reduced |= rd[j] == k;
+        if (reduced) continue;
+        if (q == d) q++;
+        v.dims[q++] = y->v.dims[k];
+    }
     int64_t gdims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, gdims);
     if (gdims[d] != n) return false;
@@ -923,7 +930,16 @@ lval lf_lift_all_gather(lstate *s) {
         sb_init(&w);
         view_print(&a, &x->v, c->mesh);
         lf_axes_words(&w, c, (uint32_t)axes);
-        lf_finding(c, KIND_WRONG_SHARD_DIM, s->comp, in, "@%s gathers dimension %u over %s, but the value is %s", in->name, d, w.s, a.s);
+        /* a dim of one element locally that carries other axes: the gather
+         * stacks the group's values along it, which another dim may have
+         * made differ (each device's last element of a sharded dim):
+         * no plain view, nor a mistake by itself */
+        if (s->comp->instrs[in->operands[0]].shape.dims[d] == 1)
+            lf_unsupported_suspect(c, KIND_WRONG_SHARD_DIM, s->comp, in, "%s gathers dimension %u over %s, but the value "
+                                   "is %s: the stack of the group's values along it is no plain view", in->name, d, w.s, a.s);
+        else
+            lf_finding(c, KIND_WRONG_SHARD_DIM, s->comp, in, "@%s gathers dimension %u over %s, but the value is %s", in->name,
+                       d, w.s, a.s);
         sb_free(&a);
         sb_free(&w);
         return unknown();
@@ -944,6 +960,10 @@ lval lf_lift_reduce_scatter(lstate *s) {
     if (!dim_collective(s, &axes, &order, &dim)) return unknown();
     int red = lf_reducer(c->cur, in);
     if (red == RED_NONE) return unknown_reducer(s);
+    /* a value sharded along a unit dim over the axes reduced is the
+     * reduction of its blocks (as for an all-reduce: a soup of replicas
+     * stacked over the devices, psum_scatter'd) */
+    if (red == RED_SUM || red == RED_MAX || red == RED_MIN) unit_blocks_as_partial(s, (uint32_t)axes);
     uint32_t extra = (uint32_t)axes & ~x->v.partial;
     lval copies = *x;
     bool sharded = view_axes_used(&x->v) & extra;
@@ -968,6 +988,11 @@ lval lf_lift_reduce_scatter(lstate *s) {
                        in->name, w.s, p2.s);
             sb_free(&w);
             sb_free(&p2);
+        } else if (sharded) {
+            /* each device's block reduced with the others': a value in its
+             * own right (as for an all-reduce: not related yet) */
+            lf_unsupported(c, s->comp, in, "%s reduces over its groups a value sharded over the axes they span: the "
+                           "reduction of its blocks is not related yet", in->name);
         } else {
             lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in, "%s reduces a value that is not partial (%s) over its groups", in->name,
                        reducer_name(red));

@@ -243,6 +243,7 @@ bool lf_reducer_identity(lift_ctx *c, const hlo_module *m, const hlo_instr *in,
 /* The first node of class cls with op and n children (those in *ch when ch is
  * not NULL), or EID_NONE. */
 eid lf_class_node(lift_ctx *c, eid cls, uint16_t op, uint32_t n, const eid **ch);
+int lf_node_concat_dim(const lift_ctx *c, eid node); /* a concatenate node's dim, else -1 */
 /* The term of type `type` every element of which holds the one value every
  * element of constant x holds (EID_NONE: x is no such constant); lift_scale.c. */
 eid lf_scale_respread(lift_ctx *c, const lval *x, uint32_t type);

@@ -270,7 +270,7 @@ static bool unit_strides(const int64_t *sl, uint32_t rank) {
 }
 
 /* The concatenation dim of concatenate node k, or -1. */
-static int node_concat_dim(const lift_ctx *c, eid k) {
+int lf_node_concat_dim(const lift_ctx *c, eid k) {
     uint32_t nw;
     const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, k), &nw);
     return eg_node_op(c->g, k) == OP_CONCATENATE && nw == 3 && aw[0] == A_DIMENSIONS && aw[1] == 1 ? (int)aw[2] : -1;
@@ -291,22 +291,36 @@ static eid slice_through(lift_ctx *c, eid x, const int64_t *sl, uint32_t rank, i
             for (uint32_t d = 0; d < rank; d++) in[3 * d + 1] = in[3 * d] + sl[3 * d + 1], in[3 * d] += sl[3 * d];
             return lf_mk_slice(c, kids[0], in);
         }
-        int cd = node_concat_dim(c, k);
+        int cd = lf_node_concat_dim(c, k);
         if (cd < 0 || (uint32_t)cd >= rank) continue;
+        /* the operands the range overlaps, each sliced: one is the slice of
+         * it, several the concatenation of their slices (a shift whose last
+         * rows come from another term: a bootstrap value, a fill token) */
         int64_t off = 0;
-        for (uint32_t j = 0; j < m; j++) {
+        eid parts[8];
+        uint32_t np = 0;
+        bool whole_other = m <= 8;
+        for (uint32_t j = 0; j < m && whole_other; j++) {
             uint32_t r2;
-            int64_t len = eg_type_dims(c->g, eg_class_type(c->g, kids[j]), &r2)[cd];
-            if (r2 != rank) break;
-            if (sl[3 * cd] >= off && sl[3 * cd + 1] <= off + len) {
+            const int64_t *kd = eg_type_dims(c->g, eg_class_type(c->g, kids[j]), &r2);
+            int64_t len = r2 == rank ? kd[cd] : -1;
+            if (len < 0) break;
+            int64_t lo = sl[3 * cd] > off ? sl[3 * cd] : off, hi = sl[3 * cd + 1] < off + len ? sl[3 * cd + 1] : off + len;
+            if (lo < hi) {
                 int64_t sh[3 * VIEW_MAX_RANK];
                 memcpy(sh, sl, 3 * rank * sizeof *sh);
-                sh[3 * cd] -= off, sh[3 * cd + 1] -= off;
-                eid kj = kids[j], r = slice_through(c, kj, sh, rank, depth + 1); /* (kids move as nodes are added) */
-                return r != EID_NONE ? r : lf_mk_slice(c, kj, sh);
+                sh[3 * cd] = lo - off, sh[3 * cd + 1] = hi - off;
+                if (sl[3 * cd] >= off && sl[3 * cd + 1] <= off + len) {
+                    eid kj = kids[j], r = slice_through(c, kj, sh, rank, depth + 1); /* (kids move as nodes are added) */
+                    return r != EID_NONE ? r : lf_mk_slice(c, kj, sh);
+                }
+                parts[np++] = kids[j];
+                parts[np - 1] = lf_mk_slice(c, parts[np - 1], sh);
+                kids = eg_node_children(c->g, k, &m); /* (the table may have grown) */
             }
             off += len;
         }
+        if (np > 1 && off >= sl[3 * cd + 1]) return lf_mk_concat(c, parts, np, (uint32_t)cd);
     }
     return EID_NONE;
 }

@@ -492,6 +492,7 @@ static bool win_concatenate(lstate *s, lval *out) {
     lval ws[64];
     eid ch[64];
     int64_t off[64], total = 0;
+    eid wide = EID_NONE, narrow = EID_NONE; /* a window's term T ++ F along cd (win_select_device's fill), T */
     uint32_t nch = 0, rank = 0;
     const int64_t *td0 = NULL;
     for (uint32_t o = 0; o < in->noperands; o++) {
@@ -499,6 +500,18 @@ static bool win_concatenate(lstate *s, lval *out) {
         if (s->ops[o].kind == LV_WIN) ws[o] = s->ops[o];
         else if (!win_of_term(c, &s->ops[o], cd, xi->shape.dims[cd], &ws[o])) return false;
         if (ws[o].win->dim != cd || !view_equal(&ws[o].v, &ws[0].v)) return false;
+    }
+    /* windows of T beside one of T ++ F are all of T ++ F (T's rows keep
+     * their places): a neighbour's rows completed by a boundary value */
+    for (uint32_t o = 0; o < in->noperands && wide == EID_NONE; o++) {
+        const eid *kid;
+        eid n = lf_class_node(c, ws[o].cls, OP_CONCATENATE, 2, &kid);
+        if (n == EID_NONE || lf_node_concat_dim(c, n) != (int)cd) continue;
+        for (uint32_t p = 0; p < in->noperands; p++)
+            if (eg_find(c->g, ws[p].cls) == eg_find(c->g, kid[0])) wide = eg_find(c->g, ws[o].cls), narrow = eg_find(c->g, kid[0]);
+    }
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        if (wide != EID_NONE && eg_find(c->g, ws[o].cls) == narrow) ws[o].cls = wide;
         eid k = eg_find(c->g, ws[o].cls);
         uint32_t j = 0;
         while (j < nch && ch[j] != k) j++;
@@ -1681,8 +1694,11 @@ static bool segmented_reduce_window(lstate *s, lval *out) {
         !view_is_dup(&init->v) || init->assumed || !ta || src->shape.rank != rank || rank + 1 > VIEW_MAX_RANK ||
         !lf_read_window(in, rank, &w))
         return false;
+    /* the one sharded dim the windows span (other sharded dims: windows of
+     * one element, carried along as they are) */
     for (uint32_t k = 0; k < rank; k++)
-        if (x->v.dims[k].naxes) {
+        if (x->v.dims[k].naxes && !(w.size[k] == 1 && w.stride[k] == 1 && !w.pad[2 * k] && !w.pad[2 * k + 1] &&
+                                    w.ld[k] == 1 && w.rd[k] == 1)) {
             if (d < rank) return false;
             d = k;
         }
@@ -1836,8 +1852,10 @@ static bool win_convolution(lstate *s, lval *out) {
 
 static bool win_reduce_window(lstate *s, lval *out) {
     if (s->in->noperands != 2 || s->in->shape.dtype == DT_TUPLE) return false;
-    lval t = s->ops[0];  /* index values the same on every device (a count of flags): their term */
-    if (t.kind == LV_PW && lf_index_as_term(s->c, &t)) s->ops[0] = t;
+    /* index values the same on every device (a count of flags), rows every
+     * device's gather resolves (embeddings of its tokens): their term */
+    lval t = s->ops[0];
+    if ((t.kind == LV_PW || (t.kind == LV_MASK && lf_mask_resolves(s->c, &t))) && lf_index_as_term(s->c, &t)) s->ops[0] = t;
     if (s->ops[0].kind == LV_TERM) lf_uniform_dev_as_term(s, 1);  /* an integer init */
     return term_reduce_window(s, out) || rows_reduce_window(s, out) || segmented_reduce_window(s, out);
 }
@@ -2037,6 +2055,23 @@ static bool win_pad(lstate *s, lval *out) {
     return true;
 }
 
+/* The device groups of collective s over a window (operand 0: rows not
+ * summed, complete, its other dims sharded only over axes a group does not
+ * span, so that its members hold the same blocks there); false when the
+ * window or the groups are not such. */
+static bool win_groups(lstate *s, int64_t **ids, uint32_t **start, uint32_t *ng) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    int gaxes = x->kind == LV_WIN ? lift_groups_axes(c, in, false) : -1;
+    if (in->noperands != 1 || x->kind != LV_WIN || x->win->summed || x->v.partial || gaxes < 0 ||
+        (view_axes_used(&x->v) & (uint32_t)gaxes))
+        return false;
+    char why[160];
+    return graph_device_groups(in, graph_num_replicas(c->dist), c->ndev / graph_num_replicas(c->dist), ids, start, ng, why,
+                               sizeof why);
+}
+
 /* all-gather of a window along its dim: device r holds, in its group's
  * order, the rows every member of its group held (the same rows on every
  * device of a group: the whole term where they cover it, a partitioner's
@@ -2047,19 +2082,10 @@ static bool win_all_gather(lstate *s, lval *out) {
     const lval *x = &s->ops[0];
     uint32_t nd;
     const int64_t *dd = instr_ints(in, A_DIMENSIONS, &nd);
-    /* (other dims sharded only over axes a group does not span: its
-     * members hold the same blocks there) */
-    int gaxes = x->kind == LV_WIN ? lift_groups_axes(c, in, false) : -1;
-    if (in->noperands != 1 || x->kind != LV_WIN || x->win->summed || x->v.partial || gaxes < 0 ||
-        (view_axes_used(&x->v) & (uint32_t)gaxes) || nd != 1 || dd[0] != x->win->dim)
-        return false;
-    const lift_win *w = x->win;
     int64_t *ids = NULL;
     uint32_t *start = NULL, ng = 0;
-    char why[160];
-    if (!graph_device_groups(in, graph_num_replicas(c->dist), c->ndev / graph_num_replicas(c->dist), &ids, &start, &ng, why,
-                             sizeof why))
-        return false;
+    if (x->kind != LV_WIN || nd != 1 || dd[0] != x->win->dim || !win_groups(s, &ids, &start, &ng)) return false;
+    const lift_win *w = x->win;
     int64_t size = ng ? start[1] - start[0] : 0, len = w->len * size;
     bool ok = ng > 0 && size > 0 && len <= LIFT_WIN_MAX / c->ndev && len == in->shape.dims[w->dim];
     lift_win *nw = ok ? win_new(c, w, w->dim, len) : NULL;
@@ -2086,6 +2112,49 @@ static bool win_all_gather(lstate *s, lval *out) {
     return out->kind != LV_WIN;
 }
 
+/* all-reduce (a sum) of a window where, in every group and at every
+ * position, at most one member holds rows and the others zeros (idx -1: a
+ * boundary device's slice masked in, jnp.where(me == k, x[:, -1:], 0) then
+ * psum): every member then holds the one device's rows. */
+static bool win_all_reduce(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    int64_t *ids = NULL;
+    uint32_t *start = NULL, ng = 0;
+    if (x->kind != LV_WIN || x->zm || lf_reducer(c->cur, in) != RED_SUM || !win_groups(s, &ids, &start, &ng)) return false;
+    const lift_win *w = x->win;
+    lift_win *nw = win_new(c, w, w->dim, w->len);
+    int64_t covered = 0;
+    bool ok = ng > 0;
+    for (uint32_t g = 0; ok && g < ng; g++)
+        for (int64_t l = 0; ok && l < w->len; l++) {
+            int64_t e = -1;
+            for (uint32_t k = start[g]; ok && k < start[g + 1]; k++) {
+                int64_t r = ids[k], v = r >= 0 && r < c->ndev ? w->idx[r * w->len + l] : -2;
+                ok = v >= -1 && (v < 0 || e < 0);
+                if (v >= 0) e = v;
+            }
+            for (uint32_t k = start[g]; ok && k < start[g + 1]; k++) nw->idx[ids[k] * w->len + l] = e;
+            if (!l) covered += start[g + 1] - start[g];
+        }
+    free(ids);
+    free(start);
+    if (!ok || covered != c->ndev) return false;
+    lval v = *x;
+    v.win = nw;
+    *out = win_settle(c, v);
+    return true;
+}
+
+/* Whether views a and b agree on every dim but d. */
+static bool same_view_off(const view *a, const view *b, uint32_t d) {
+    view x = *a, y = *b;
+    if (d >= x.rank || d >= y.rank) return false;
+    x.dims[d] = y.dims[d] = (view_dim){0};
+    return view_equal(&x, &y);
+}
+
 /* select(p, a, b) where p is the same everywhere on each device (a device's
  * choice: a partitioner's "take the neighbour's rows here") and a and b
  * are windows of one term along one dim: each device's rows from the
@@ -2094,15 +2163,43 @@ static bool win_select_device(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     lval ab[2];
+    int fill[2] = {0, 0}; /* 1: zeros (a zero pad's), 2: rows of another term */
     if (in->noperands != 3) return false;
     for (uint32_t o = 0; o < 2; o++) {
+        if (s->ops[1 + o].kind == LV_DEV && s->ops[2 - o].kind == LV_WIN) lf_uniform_dev_as_term(s, 1 + o);
         ab[o] = s->ops[1 + o];
-        const lval *y = &s->ops[1 + o];
-        if (y->kind == LV_TERM && !y->v.partial && s->ops[2 - o].kind == LV_WIN) {
-            uint32_t d = s->ops[2 - o].win->dim;
-            if (d >= y->v.rank || !win_of_term(c, y, d, in->shape.dims[d], &ab[o])) return false;
+        const lval *y = &s->ops[1 + o], *other = &s->ops[2 - o];
+        if (y->kind == LV_TERM && !y->v.partial && other->kind == LV_WIN) {
+            uint32_t d = other->win->dim;
+            if (d >= y->v.rank) return false;
+            if (eg_find(c->g, y->cls) == eg_find(c->g, other->cls)) {
+                if (!win_of_term(c, y, d, in->shape.dims[d], &ab[o])) return false;
+            } else {
+                /* what the boundary devices take instead of a neighbour's
+                 * rows: zeros are a zero pad's (jnp.where(me == 0, 0,
+                 * received)); another term whole along the dim (a bootstrap
+                 * value, a fill token) is rows past the term's end, read
+                 * from the two side by side */
+                fill[o] = lf_class_is_zero(c, y->cls) ? 1 : 2;
+                if (fill[o] == 2 && (y->v.dims[d].naxes || !same_view_off(&y->v, &other->v, d) ||
+                                     in->shape.dims[d] != other->win->len))
+                    return false;
+                ab[o] = *other;
+                continue;
+            }
         }
         if (ab[o].kind != LV_WIN || ab[o].win->summed || ab[o].zm) return false;
+    }
+    if (fill[0] && fill[1]) return false;
+    int64_t past = 0; /* where another term's rows start */
+    for (uint32_t o = 0; o < 2; o++) {
+        if (fill[o] != 2) continue;
+        uint32_t rank;
+        eid both[2] = {ab[o].cls, s->ops[1 + o].cls};
+        past = term_dims(c, both[0], &rank)[ab[o].win->dim];
+        eid t = lf_mk_concat(c, both, 2, ab[o].win->dim);
+        if (t == EID_NONE) return false;
+        ab[0].cls = ab[1].cls = t;
     }
     const lift_win *wa = ab[0].win, *wb = ab[1].win;
     if (wa->dim != wb->dim || wa->len != wb->len || eg_find(c->g, ab[0].cls) != eg_find(c->g, ab[1].cls) ||
@@ -2116,12 +2213,13 @@ static bool win_select_device(lstate *s, lval *out) {
         const interp_val *pv = pvs[r];
         ok = pv->dtype == DT_PRED && pv->n > 0;
         for (int64_t e = 1; ok && e < pv->n; e++) ok = (pv->i[e] != 0) == (pv->i[0] != 0);
-        if (ok)
-            memcpy(nw->idx + r * wa->len, (pv->i[0] ? wa : wb)->idx + r * wa->len, (size_t)wa->len * sizeof *wa->idx);
+        uint32_t o = pv->i[0] ? 0 : 1;
+        for (int64_t l = 0; ok && l < wa->len; l++)
+            nw->idx[r * wa->len + l] = fill[o] == 1 ? -1 : fill[o] == 2 ? past + l : ab[o].win->idx[r * wa->len + l];
     }
     lf_device_values_free(c, pvs);
     if (!ok) return false;
-    lval v = ab[0];
+    lval v = ab[fill[0] ? 1 : 0];
     v.win = nw;
     v.assumed = ab[0].assumed || ab[1].assumed;
     *out = win_settle(c, v);
@@ -2144,6 +2242,7 @@ bool lf_win_instr(lstate *s, lval *out) {
     case OP_REVERSE: return win_reverse(s, out);
     case OP_PAD: return win_pad(s, out);
     case OP_ALL_GATHER: return win_all_gather(s, out);
+    case OP_ALL_REDUCE: return win_all_reduce(s, out) || win_rows(s, out);
     case OP_CONVOLUTION: return win_convolution(s, out);
     case OP_SELECT:
         return (s->ops[1].kind == LV_WIN && lf_select_padding_zeros(s, out)) || win_select_device(s, out) || win_rows(s, out);

@@ -726,8 +726,11 @@ C.gspmd("g.bf16_allreduce_vmap_replicas.replica2xdp4", {"replica": 2, "dp": 4},
 # precision difference the checker reports as dtype-mismatch (a bf16 psum
 # where the baseline sums in f32, as in fresh8, fresh10, fresh12). Family 4b
 # is the same body against a baseline that sums in bf16: correct.
-NOTE4 = ("the body psums bf16 shares where the baseline rounds each replica's gradient to bf16 and sums in f32: "
-         "a sum rounded in a narrower type than the baseline's (dtype-mismatch); 4b is the correct pairing")
+NOTE4 = ("the body psums bf16 shares (accumulating in bf16) where the baseline rounds each replica's gradient to "
+         "bf16, sums in f32 and rounds that sum to bf16: both round the summands and the sum to bf16, and differ in "
+         "the precision of the accumulation alone (rounding, 3.9e-4 at values near 1); first written as a "
+         "dtype-mismatch, which the checker's semantics (rounding in another place is no difference where the "
+         "baseline rounds the complete sum to that type too) do not make it; 4b accumulates in bf16 on both sides")
 if "s.bf16_hierarchical_allreduce_sgd.replica2xdp4" in C.extra:
-    C.extra["s.bf16_hierarchical_allreduce_sgd.replica2xdp4"].update({"expected": "mismatch", "note": NOTE4})
+    C.extra["s.bf16_hierarchical_allreduce_sgd.replica2xdp4"].update({"note": NOTE4})
 C.finish()

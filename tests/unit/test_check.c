@@ -2616,6 +2616,12 @@ static void hand_written_cases(void) {
         {"collectives/gather-tile", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"collectives/gather-tile", "copies of x reversed", "x = f32[3,4] parameter(0)",
          "x0 = f32[3,4] parameter(0)\n  x = f32[3,4] reverse(x0), dimensions={1}", VERDICT_MISMATCH, false},
+        /* the blocks of a sharded dim summed by a reduce-scatter (a soup of
+         * replicas stacked over the devices, psum_scatter'd) */
+        {"collectives/block-rs", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"collectives/block-rs", "a max of the blocks", "ROOT s = f32[] add", "ROOT s = f32[] maximum", VERDICT_MISMATCH, false},
+        {"collectives/block-rs", "scattered in reverse device order", "replica_groups={{0,1,2,3}}", "replica_groups={{3,2,1,0}}",
+         VERDICT_MISMATCH, false},
         {"collectives/block-sum", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         /* groups over part of the declared axis are sub-axes of it (the mesh
          * is refined): a sum over half the blocks is a value of its own, which
@@ -2785,6 +2791,13 @@ static void hand_written_cases(void) {
          * not — some beyond the table even for the baseline, which drops
          * them; the distributed program drops more: undecided */
         {"domain/owned", "as partitioned", NULL, NULL, VERDICT_UNVERIFIED, false},
+        /* sqrt(-1 - |sum|): NaN on every input, on both sides; a missing
+         * all-reduce the rules find stands, as execution (NaN beside NaN
+         * everywhere) agrees only vacuously */
+        {"domain/nan", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"domain/nan", "all-reduce dropped",
+         "s = f32[] all-reduce(l), channel_id=1, replica_groups={{0,1}}, use_global_device_ids=true, to_apply=add",
+         "s = f32[] copy(l)", VERDICT_MISMATCH, true},
         /* a partitioner's shift by one row: the next device's first row
          * permuted in, zeros padded past it, rows 1..4 cut and all-gathered */
         {"halo/gather", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
@@ -2827,6 +2840,23 @@ static void hand_written_cases(void) {
          "source_target_pairs={{0,0},{1,1},{2,2},{3,3}}", VERDICT_MISMATCH, false},
         {"halo/rev", "blocks rotated", "source_target_pairs={{0,3},{1,2},{2,1},{3,0}}",
          "source_target_pairs={{0,1},{1,2},{2,3},{3,0}}", VERDICT_MISMATCH, false},
+        /* the next device's first row, the last device a bootstrap value
+         * from another input instead (jnp.where(me == n - 1, b, received)):
+         * rows past the term's end, read from the two side by side */
+        {"halo/fill", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/fill", "the bootstrap on device 0", "k = u32[] constant(3)", "k = u32[] constant(0)", VERDICT_MISMATCH, false},
+        {"halo/fill", "the halo from the wrong side", "source_target_pairs={{1,0},{2,1},{3,2}}",
+         "source_target_pairs={{0,1},{1,2},{2,3}}", VERDICT_MISMATCH, false},
+        {"halo/fill", "zeros instead of the bootstrap", "sel = f32[1]{0} select(lastb, b, p)",
+         "zz = f32[] constant(0)\n  zb = f32[1]{0} broadcast(zz), dimensions={}\n  sel = f32[1]{0} select(lastb, zb, p)",
+         VERDICT_MISMATCH, false},
+        /* the last row of a sharded dim to every device: its owner's slice
+         * beside the others' zeros, summed (a partitioner's broadcast) */
+        {"halo/last", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo/last", "device 0's last row", "k = u32[] constant(3)", "k = u32[] constant(0)", VERDICT_MISMATCH, false},
+        {"halo/last", "each device's first row", "slice={[3:4], [0:3]}", "slice={[0:1], [0:3]}", VERDICT_MISMATCH, false},
+        {"halo/last", "every device's row summed", "sel = f32[1,3]{1,0} select(mineb, l, zb)", "sel = f32[1,3]{1,0} copy(l)",
+         VERDICT_MISMATCH, false},
         {"halo/cummax", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"halo/cummax", "padded with zeros", "  %p = f32[2,31]{1,0} pad(%g, %init)",
          "  %zf = f32[] constant(0)\n  %p = f32[2,31]{1,0} pad(%g, %zf)", VERDICT_MISMATCH, false},
