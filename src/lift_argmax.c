@@ -1164,8 +1164,9 @@ bool lf_owner_select(lstate *s, lval *out) {
     int kind = r ? lf_select_kind(c->cur, r) : SEL_NONE;
     if (kind != (m->v.red == RED_MAX ? SEL_ARGMAX : SEL_ARGMIN) || !val || !same_rows(c, m->cls, node, val->cls)) {
         lf_unsupported(c, s->comp, in,
-                       "%s keeps, on the devices that hold the row's %s, values that are not the positions (with the "
-                       "block's offset) of a selection among the same rows",
+                       "%s keeps, on the devices that hold the row's %s, values other than the positions (with the "
+                       "block's offset) of a selection among the same rows (a device's id, electing one holder): "
+                       "not related yet",
                        in->name, reducer_name(m->v.red));
         *out = unknown();
         return true;

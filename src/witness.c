@@ -219,23 +219,44 @@ static bool fill_owned(interp_val *v, const view *iv, const mesh *m, int64_t ran
  * both): an ownership test, each device keeping the entries that fall in
  * its own rows (an edge list masked to its owner's destinations). */
 static bool owner_test(const hlo_module *m) {
-    for (uint32_t k = 0; k < m->ncomps; k++) {
-        const hlo_comp *c = &m->comps[k];
-        uint8_t *f = xcalloc(c->ninstrs + 1, 1); /* 1: from the partition id, 2: from an integer parameter */
-        bool hit = false;
-        for (uint32_t i = 0; i < c->ninstrs && !hit; i++) {
-            const hlo_instr *in = &c->instrs[i];
-            uint8_t any = 0;
-            for (uint32_t o = 0; o < in->noperands; o++) any |= f[in->operands[o]];
-            if (in->op == OP_PARTITION_ID) any |= 1;
-            if (in->op == OP_PARAMETER && dtype_is_int(in->shape.dtype)) any |= 2;
-            f[i] = any;
-            hit = in->op == OP_COMPARE && any == 3;
+    /* flags per value, 1: from the partition id, 2: from an integer input;
+     * followed into called computations (a loop body's gather of owned
+     * rows) and out of them, to a fixed point */
+    const hlo_comp *entry = graph_entry(m);
+    uint8_t **f = xcalloc(m->ncomps + 1, sizeof *f), *pin = xcalloc(m->ncomps + 1, 1);
+    for (uint32_t k = 0; k < m->ncomps; k++) f[k] = xcalloc(m->comps[k].ninstrs + 1, 1);
+    bool hit = false, changed = true;
+    for (int round = 0; changed && !hit && round < 64; round++) {
+        changed = false;
+        for (uint32_t k = 0; k < m->ncomps && !hit; k++) {
+            const hlo_comp *c = &m->comps[k];
+            for (uint32_t i = 0; i < c->ninstrs && !hit; i++) {
+                const hlo_instr *in = &c->instrs[i];
+                uint8_t any = 0;
+                for (uint32_t o = 0; o < in->noperands; o++) any |= f[k][in->operands[o]];
+                if (in->op == OP_PARTITION_ID) any |= 1;
+                if (in->op == OP_PARAMETER) any |= c == entry ? (dtype_is_int(in->shape.dtype) ? 2 : 0) : pin[k];
+                for (uint32_t a = 0; a < in->nattrs; a++) {
+                    const hlo_attr *at = &in->attrs[a];
+                    if (at->kind != K_COMP && at->kind != K_COMPS) continue;
+                    for (uint32_t q = 0; q < (at->kind == K_COMP ? 1 : at->n); q++) {
+                        int64_t cc = at->v.ints[q];
+                        if (cc < 0 || (uint64_t)cc >= m->ncomps) continue;
+                        uint8_t in_flags = 0;
+                        for (uint32_t o = 0; o < in->noperands; o++) in_flags |= f[k][in->operands[o]];
+                        if ((pin[cc] | in_flags) != pin[cc]) pin[cc] |= in_flags, changed = true;
+                        if (m->comps[cc].ninstrs) any |= f[cc][m->comps[cc].root];
+                    }
+                }
+                if (f[k][i] != any) f[k][i] = any, changed = true;
+                hit = in->op == OP_COMPARE && any == 3;
+            }
         }
-        free(f);
-        if (hit) return true;
     }
-    return false;
+    for (uint32_t k = 0; k < m->ncomps; k++) free(f[k]);
+    free(f);
+    free(pin);
+    return hit;
 }
 
 /* Integer inputs: random ones below int_below (INTS_RANDOM), kept off 0
