@@ -5,8 +5,9 @@
  * when every index value of the domain finds its row on exactly one device.
  * Also one-hot masks of such values against a local iota (block r of the
  * global one-hot), and picks and puts: a gather and a one-hot product summed
- * that take the same elements are one class, and so are a scatter-add into
- * zeros and a one-hot product that put them (lf_pick_forms).
+ * that take the same elements are one class, and so are an embedding
+ * lookup and a one-hot dot with the table (row picks), and a scatter-add
+ * into zeros and a one-hot product that put them (lf_pick_forms).
  */
 #include "debug.h"
 #include "lift.h"
@@ -558,6 +559,8 @@ typedef struct lift_pick {
     eid x, pos, cls, src;
     uint32_t j;
     bool indexed, put;
+    bool rows;          /* a row pick: cls[p, r] = x[t(p), r], x's dim j = 0 the rows (an embedding lookup,
+                         * or one_hot(t) · x), r x's other dims after the positions' */
     int64_t domain;
 } lift_pick;
 
@@ -575,7 +578,8 @@ static void pick_note(lift_ctx *c, const lift_pick *p) {
     }
     for (uint32_t k = 0; k < c->npicks; k++) {
         const lift_pick *q = &c->picks[k];
-        if (q->indexed == p->indexed || q->put != p->put || q->j != p->j || eg_find(c->g, q->x) != eg_find(c->g, p->x) ||
+        if (q->indexed == p->indexed || q->put != p->put || q->rows != p->rows || q->j != p->j ||
+            eg_find(c->g, q->x) != eg_find(c->g, p->x) ||
             eg_find(c->g, q->pos) != eg_find(c->g, p->pos) || eg_class_type(c->g, q->cls) != eg_class_type(c->g, p->cls))
             continue;
         const lift_pick *ip = p->indexed ? p : q;
@@ -773,10 +777,63 @@ static void scatter_put(lstate *s, const lval *v) {
     pick_note(c, &p);
 }
 
+/* Row picks: a gather of whole rows of a table x at index values t (an
+ * embedding lookup, x[t]: one collapsed dim 0, every other dim taken whole
+ * as trailing offset dims), and a dot of one_hot(t) (convert(t == iota),
+ * the rows' dim last) with x contracting x's dim 0: both x[t(p), r]. */
+static void row_pick(lstate *s, eid cls) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const eid *ch;
+    uint32_t tr, ir, n1, n2, n3, n4, n5;
+    if (in->op == OP_GATHER && in->noperands == 2 && lf_class_node(c, cls, OP_GATHER, 2, &ch) != EID_NONE) {
+        eid tab = ch[0], idx = ch[1];
+        const int64_t *td = eg_type_dims(c->g, eg_class_type(c->g, tab), &tr);
+        const int64_t *id = eg_type_dims(c->g, eg_class_type(c->g, idx), &ir);
+        const int64_t *cs = instr_ints(in, A_COLLAPSED_SLICE_DIMS, &n1), *sim = instr_ints(in, A_START_INDEX_MAP, &n2);
+        const int64_t *ss = instr_ints(in, A_SLICE_SIZES, &n3), *od = instr_ints(in, A_OFFSET_DIMS, &n4);
+        instr_ints(in, A_OPERAND_BATCHING_DIMS, &n5);
+        int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+        uint32_t np = ivd == (int64_t)ir ? ir : ivd + 1 == (int64_t)ir && id[ivd] == 1 ? ir - 1 : UINT32_MAX;
+        if (n1 != 1 || cs[0] != 0 || n2 != 1 || sim[0] != 0 || n5 || n3 != tr || tr < 1 || ss[0] != 1 || np == UINT32_MAX ||
+            n4 != tr - 1 || np + tr - 1 > VIEW_MAX_RANK)
+            return;
+        for (uint32_t k = 1; k < tr; k++)
+            if (ss[k] != td[k] || od[k - 1] != (int64_t)(np + k - 1)) return;
+        int64_t pd[VIEW_MAX_RANK];
+        memcpy(pd, id, np * sizeof *pd);
+        eid pos = np == ir ? idx : lf_mk_reshape(c, idx, lf_type_of(c, eg_type_dtype(c->g, eg_class_type(c->g, idx)), pd, np),
+                                                 c->origin);
+        pos = unwrapped(c, pos, td[0], 0);
+        lift_pick p = {.x = tab, .pos = pos, .cls = cls, .src = pos, .j = 0, .indexed = true, .rows = true, .domain = td[0]};
+        pick_note(c, &p);
+        return;
+    }
+    if (in->op != OP_DOT || in->noperands != 2 || lf_class_node(c, cls, OP_DOT, 2, &ch) == EID_NONE) return;
+    eid lhs = ch[0], tab = ch[1];
+    uint32_t lr;
+    eg_type_dims(c->g, eg_class_type(c->g, lhs), &lr);
+    eg_type_dims(c->g, eg_class_type(c->g, tab), &tr);
+    const int64_t *lc = instr_ints(in, A_LHS_CONTRACTING_DIMS, &n1), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &n2);
+    instr_ints(in, A_LHS_BATCH_DIMS, &n3);
+    instr_ints(in, A_RHS_BATCH_DIMS, &n4);
+    eid pos;
+    if (lr < 1 || n1 != 1 || lc[0] != (int64_t)lr - 1 || n2 != 1 || rc[0] != 0 || n3 || n4 || !onehot_of(c, lhs, lr - 1, &pos))
+        return;
+    lift_pick p = {.x = tab, .pos = pos, .cls = cls, .src = EID_NONE, .j = 0, .rows = true};
+    pick_note(c, &p);
+}
+
 void lf_pick_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
+    /* (a gather's rows as index values: the rows' term is the hit) */
+    if (in->op == OP_GATHER && v->kind == LV_MASK && v->hit != EID_NONE && !v->carry) row_pick(s, v->hit);
     if (v->kind != LV_TERM || v->cls == EID_NONE) return;
+    if (in->op == OP_GATHER || in->op == OP_DOT) {
+        row_pick(s, v->cls);
+        return;
+    }
     if (in->op == OP_SCATTER) {
         uint32_t nsd;
         const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);

@@ -546,6 +546,31 @@ static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uin
             *pw = w;
             return true;
         }
+    /* A replicated value broadcast along new dims (the start state of every
+     * rollout of a population, jnp.broadcast_to(x0, (n_local, s))) is a
+     * block of the baseline's broadcast of the same value along the same
+     * dims to the whole batch, whatever the view along them: every row is
+     * x0. */
+    const eid *yc, *yb;
+    eid bn = x->kind == LV_TERM && !x->assumed && view_is_dup(&x->v) && lf_scale_of(x) == 1
+                 ? lf_class_node(c, x->cls, OP_BROADCAST, 1, &yc)
+                 : EID_NONE;
+    for (uint32_t j = 0; bn != EID_NONE && j < L->n; j++) {
+        const shape *bs = &L->shapes[j];
+        view w;
+        eid bb = taken[j] || L->init[j].kind != LV_TERM || bs->dtype != e->shape.dtype || L->init[j].assumed ||
+                         lf_scale_of(&L->init[j]) != 1
+                     ? EID_NONE
+                     : lf_class_node(c, L->init[j].cls, OP_BROADCAST, 1, &yb);
+        if (bb == EID_NONE || eg_find(c->g, yb[0]) != eg_find(c->g, yc[0]) ||
+            eg_node_attr(c->g, bb) != eg_node_attr(c->g, bn) ||
+            !(blocks_view(c, &e->shape, bs, groups, ngroups, &w) || sibling_view(c, sib, nsib, &e->shape, bs, &w)) ||
+            view_is_dup(&w))
+            continue;
+        *pj = j;
+        *pw = w;
+        return true;
+    }
     if (x->kind != LV_TERM || !x->konst || x->assumed || !view_is_dup(&x->v) || lf_scale_of(x) != 1) return false;
     for (uint32_t j = 0; j < L->n; j++) {
         const shape *bs = &L->shapes[j];

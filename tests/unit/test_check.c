@@ -1848,7 +1848,9 @@ static void loop_partial_sum(void) {
  * offset of the counter and the device's id (no view over a symbolic
  * counter: both loops, counted alike, are walked iteration by iteration).
  * ties: two zero buffers of one shape, carried in the other order
- * (paired again by what the body writes into them). Each is verified by
+ * (paired again by what the body writes into them). bcast: every row of
+ * the carry starts as one replicated x0 broadcast along the sharded rows
+ * (a block of the baseline's broadcast to the whole batch). Each is verified by
  * the rules. The wrong variants are never
  * verified: a psum without the 1/2, the global 1/8 inside the body and no
  * all-reduce (found by the rules: a factor taken back to 1 where the
@@ -1857,7 +1859,7 @@ static void loop_partial_sum(void) {
  * may stop apart: unverified either way), the running maximum never
  * all-reduced (the rules), overlapping rows summed (execution), and
  * both buffers written with
- * the same rows (execution). */
+ * the same rows (execution), and rows started from zeros (execution). */
 static void loop_both_kept(void) {
     static const struct {
         const char *fam, *dist;
@@ -1878,6 +1880,8 @@ static void loop_both_kept(void) {
         {"dsl", "dsl-dist-overlap", VERDICT_UNVERIFIED, VERDICT_MISMATCH, NULL},
         {"ties", "ties-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
         {"ties", "ties-dist-same", VERDICT_UNVERIFIED, VERDICT_MISMATCH, NULL},
+        {"bcast", "bcast-dist", VERDICT_VERIFIED, VERDICT_VERIFIED, NULL},
+        {"bcast", "bcast-dist-zeros", VERDICT_UNVERIFIED, VERDICT_MISMATCH, NULL},
     };
     for (size_t k = 0; k < ARRAY_LEN(cases); k++)
         for (int witness = 0; witness < 2; witness++) {
@@ -2429,6 +2433,14 @@ static void hand_written_cases(void) {
         {"lse/logsoftmax", "operands swapped", "subtract(x, lb)", "subtract(lb, x)", VERDICT_MISMATCH, false},
         {"lse/logsoftmax", "sum not all-reduced", "l = f32[4] log(ps)", "l = f32[4] log(r)", VERDICT_MISMATCH, true},
         /* the baseline a take_along_axis (a gather), the distributed program a one-hot sum */
+        /* one_hot(t) · table with the table's rows sharded, psum'd: the
+         * embedding lookup table[t] (a row pick) */
+        {"onehot/rows", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"onehot/rows", "offsets of 2 rows", "k = s32[] constant(4)", "k = s32[] constant(2)", VERDICT_MISMATCH, false},
+        {"onehot/rows", "not summed over tp", "ROOT y = f32[8,4]{1,0} all-reduce(d), channel_id=1, replica_groups={{0,1,2,3}}, "
+         "use_global_device_ids=true, to_apply=add", "ROOT y = f32[8,4]{1,0} copy(d)", VERDICT_MISMATCH, true},
+        {"onehot/rows", "one-hot of the other dim", "ib = s32[8,4]{1,0} broadcast(i), dimensions={0}",
+         "ib = s32[8,4]{1,0} iota(), iota_dimension=0", VERDICT_MISMATCH, false},
         {"onehot/take", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"onehot/take", "labels not offset", "tl = s32[4] subtract(t, offb)", "tl = s32[4] copy(t)", VERDICT_MISMATCH, false},
         {"onehot/take", "a product summed over the other dim", "dimensions={1}, to_apply=add\n  ROOT",

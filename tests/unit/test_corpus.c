@@ -335,7 +335,8 @@ void suite_corpus(void) {
                    {"fresh69", true}, {"fresh70", true}, {"fresh71", true}, {"fresh72", true},
                    {"fresh73", true}, {"fresh74", true}, {"fresh75", true}, {"fresh76", true},
                    {"fresh77", true}, {"fresh78", true}, {"fresh79", true}, {"fresh80", true}, {"fresh81", true}, {"fresh82", true},
-                   {"fresh83", true}, {"fresh84", true}, {"fresh85", true}};
+                   {"fresh83", true}, {"fresh84", true}, {"fresh85", true}, {"fresh86", true}, {"fresh87", true}, {"fresh88", true},
+                   {"fresh89", true}, {"fresh90", true}};
     bool update = getenv("SCALIFY_UPDATE_EXPECTED") != NULL;
     char *tsv = t_read(CORPUS_EXPECTED, NULL);
     t_case("corpus %s present", CORPUS_EXPECTED);
