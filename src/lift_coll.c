@@ -798,7 +798,7 @@ static bool gather_pieces(lstate *s, uint32_t d, int axes, lval *out) {
     /* (flags counted: index values the same on every device, an integer
      * init computed as a device value: their terms) */
     lval yt = s->vals[r->operands[0]], it = s->vals[r->operands[1]];
-    if (yt.kind == LV_PW || (yt.kind == LV_MASK && lf_mask_resolves(c, &yt))) lf_index_as_term(c, &yt);
+    lf_resolved_as_term(c, &yt);
     if (it.kind == LV_DEV && lf_dev_uniform(c, &it))
         it = term(lf_dev_constant(c, &s->comp->instrs[r->operands[1]], &it), view_dup(0), false);
     const lval *y = &yt, *init = &it;

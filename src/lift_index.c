@@ -334,6 +334,10 @@ bool lf_mask_resolves(const lift_ctx *c, const lval *m) {
  * that does not take index values: a row every device holds (assuming the
  * domain), or the plain term of a device-independent value. False when it is
  * neither. */
+bool lf_resolved_as_term(lift_ctx *c, lval *x) {
+    return (x->kind == LV_PW || (x->kind == LV_MASK && lf_mask_resolves(c, x))) && lf_index_as_term(c, x);
+}
+
 bool lf_index_as_term(lift_ctx *c, lval *x) {
     bool own = x->kind == LV_MASK && !lf_mask_resolves(c, x) && mask_resolves_on_own(c, x);
     if (x->kind == LV_MASK && (own || lf_mask_resolves(c, x))) {

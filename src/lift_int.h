@@ -39,6 +39,7 @@
  *   lf_index_as_term  an index value that means the same on every device, as
  *                     its plain term (false otherwise)
  *   lf_mask_resolves  whether a gathered row is held, whole, on every device
+ *   lf_resolved_as_term index values or resolved rows as their term
  *   lf_mask_as_partial a gathered row as a partial sum over the axes it sums
  *   lf_win_instr      per-device windows (lift_win.c): slices, concatenates,
  *                     dynamic-slices and collective-permutes of them
@@ -169,6 +170,9 @@ bool lf_pw_identity_on(const lift_ctx *c, const lval *x, int64_t n);
  * decides (a take's bounds check) holds (lift_index.c). */
 void lf_proven_domain(lift_ctx *c, eid src, int64_t n);
 bool lf_index_as_term(lift_ctx *c, lval *x);
+/* x (LV_PW, or an LV_MASK every device resolves) as its plain term; false
+ * for any other x or where that fails (lift_index.c). */
+bool lf_resolved_as_term(lift_ctx *c, lval *x);
 bool lf_mask_resolves(const lift_ctx *c, const lval *m);
 bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out);
 /* Whether class m is convert(t == iota along j) times another value: at

@@ -299,8 +299,7 @@ static eid slice_through(lift_ctx *c, eid x, const int64_t *sl, uint32_t rank, i
         int64_t off = 0;
         eid parts[8];
         uint32_t np = 0;
-        bool whole_other = m <= 8;
-        for (uint32_t j = 0; j < m && whole_other; j++) {
+        for (uint32_t j = 0; j < m && m <= 8; j++) {
             uint32_t r2;
             const int64_t *kd = eg_type_dims(c->g, eg_class_type(c->g, kids[j]), &r2);
             int64_t len = r2 == rank ? kd[cd] : -1;
@@ -314,8 +313,7 @@ static eid slice_through(lift_ctx *c, eid x, const int64_t *sl, uint32_t rank, i
                     eid kj = kids[j], r = slice_through(c, kj, sh, rank, depth + 1); /* (kids move as nodes are added) */
                     return r != EID_NONE ? r : lf_mk_slice(c, kj, sh);
                 }
-                parts[np++] = kids[j];
-                parts[np - 1] = lf_mk_slice(c, parts[np - 1], sh);
+                parts[np++] = lf_mk_slice(c, kids[j], sh);
                 kids = eg_node_children(c->g, k, &m); /* (the table may have grown) */
             }
             off += len;

@@ -1646,6 +1646,12 @@ eid lf_window_node(lift_ctx *c, const hlo_instr *like, eid x, eid init, const wi
     return lf_node(c, c->cur, &g, ch, 2, dims, c->origin);
 }
 
+/* Whether window w takes one element at a time along dim k (size and
+ * stride 1, no padding, no dilation). */
+static bool unit_window(const win_attr *w, uint32_t k) {
+    return w->size[k] == 1 && w->stride[k] == 1 && !w->pad[2 * k] && !w->pad[2 * k + 1] && w->ld[k] == 1 && w->rd[k] == 1;
+}
+
 /* A blockwise reduce-window of x along d (nb blocks of the operand's
  * length there), `blocked` merged back: noted for lf_scan_prefix when it is
  * a cumulative sum (window the whole block, padded on one side, every other
@@ -1660,7 +1666,7 @@ static void scan_noted(lstate *s, eid x, uint32_t d, const win_attr *w, eid init
         w->rd[d] != 1 || !(fwd || back) || in->shape.dims[d] != n)
         return;
     for (uint32_t k = 0; k < rank; k++)
-        if (k != d && (w->size[k] != 1 || w->stride[k] != 1 || w->pad[2 * k] || w->pad[2 * k + 1] || w->ld[k] != 1 || w->rd[k] != 1))
+        if (k != d && !unit_window(w, k))
             return;
     win_attr g = *w;
     g.size[d] = nb * n;
@@ -1697,8 +1703,7 @@ static bool segmented_reduce_window(lstate *s, lval *out) {
     /* the one sharded dim the windows span (other sharded dims: windows of
      * one element, carried along as they are) */
     for (uint32_t k = 0; k < rank; k++)
-        if (x->v.dims[k].naxes && !(w.size[k] == 1 && w.stride[k] == 1 && !w.pad[2 * k] && !w.pad[2 * k + 1] &&
-                                    w.ld[k] == 1 && w.rd[k] == 1)) {
+        if (x->v.dims[k].naxes && !unit_window(&w, k)) {
             if (d < rank) return false;
             d = k;
         }
@@ -1855,7 +1860,7 @@ static bool win_reduce_window(lstate *s, lval *out) {
     /* index values the same on every device (a count of flags), rows every
      * device's gather resolves (embeddings of its tokens): their term */
     lval t = s->ops[0];
-    if ((t.kind == LV_PW || (t.kind == LV_MASK && lf_mask_resolves(s->c, &t))) && lf_index_as_term(s->c, &t)) s->ops[0] = t;
+    if (lf_resolved_as_term(s->c, &t)) s->ops[0] = t;
     if (s->ops[0].kind == LV_TERM) lf_uniform_dev_as_term(s, 1);  /* an integer init */
     return term_reduce_window(s, out) || rows_reduce_window(s, out) || segmented_reduce_window(s, out);
 }

@@ -232,8 +232,9 @@ static bool owner_test(const hlo_module *m) {
             const hlo_comp *c = &m->comps[k];
             for (uint32_t i = 0; i < c->ninstrs && !hit; i++) {
                 const hlo_instr *in = &c->instrs[i];
-                uint8_t any = 0;
-                for (uint32_t o = 0; o < in->noperands; o++) any |= f[k][in->operands[o]];
+                uint8_t from_ops = 0;
+                for (uint32_t o = 0; o < in->noperands; o++) from_ops |= f[k][in->operands[o]];
+                uint8_t any = from_ops;
                 if (in->op == OP_PARTITION_ID) any |= 1;
                 if (in->op == OP_PARAMETER) any |= c == entry ? (dtype_is_int(in->shape.dtype) ? 2 : 0) : pin[k];
                 for (uint32_t a = 0; a < in->nattrs; a++) {
@@ -242,9 +243,7 @@ static bool owner_test(const hlo_module *m) {
                     for (uint32_t q = 0; q < (at->kind == K_COMP ? 1 : at->n); q++) {
                         int64_t cc = at->v.ints[q];
                         if (cc < 0 || (uint64_t)cc >= m->ncomps) continue;
-                        uint8_t in_flags = 0;
-                        for (uint32_t o = 0; o < in->noperands; o++) in_flags |= f[k][in->operands[o]];
-                        if ((pin[cc] | in_flags) != pin[cc]) pin[cc] |= in_flags, changed = true;
+                        if ((pin[cc] | from_ops) != pin[cc]) pin[cc] |= from_ops, changed = true;
                         if (m->comps[cc].ninstrs) any |= f[cc][m->comps[cc].root];
                     }
                 }
