@@ -205,7 +205,7 @@ typedef struct saturator {
  * violation is a checker defect: nothing decided on that e-graph can be
  * trusted, so it is reported and the process aborts. */
 static void invariants(egraph *g, const char *after) {
-    static int on = -1;
+    static _Thread_local int on = -1;
     if (on < 0) {
 #ifdef SCALIFY_INVARIANTS
         on = 1;

@@ -1,4 +1,5 @@
 /* home — the data root relative to the running binary (home.h). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -21,17 +22,17 @@ static bool is(const char *dir, const char *rel, bool want_dir) {
  * merely happens to be called rules/ is not one. */
 static bool is_root(const char *dir) { return is(dir, "rules", true) && is(dir, "templates/page.html", false); }
 
-const char *home_root(void) {
-    static bool looked;
-    static char *root;
-    if (looked) return root;
-    looked = true;
+/* Looked up once per process (threads checking pairs at once share it). */
+static char *root, *rules_dir;
+static pthread_once_t looked = PTHREAD_ONCE_INIT;
+
+static void look(void) {
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return NULL;
+    if (n <= 0) return;
     exe[n] = 0;
     char *slash = strrchr(exe, '/');
-    if (!slash) return NULL;
+    if (!slash) return;
     *slash = 0; /* exe now names the binary's folder */
     strbuf share;
     sb_init(&share);
@@ -44,19 +45,22 @@ const char *home_root(void) {
         if (!slash) break;
         *slash = 0;
     }
+    if (root) {
+        strbuf p;
+        sb_init(&p);
+        sb_printf(&p, "%s/rules", root);
+        rules_dir = sb_take(&p);
+    }
+}
+
+const char *home_root(void) {
+    pthread_once(&looked, look);
     return root;
 }
 
 const char *home_rules_dir(void) {
-    static char *dir;
     const char *env = getenv("SCALIFY_RULES");
     if (env && *env) return env;
-    if (dir) return dir;
-    const char *root = home_root();
-    if (!root) return NULL;
-    strbuf p;
-    sb_init(&p);
-    sb_printf(&p, "%s/rules", root);
-    dir = sb_take(&p);
-    return dir;
+    pthread_once(&looked, look);
+    return rules_dir;
 }

@@ -1602,7 +1602,7 @@ bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
  * op over the re-read operands, block by block. Rank-0 operands of select
  * and clamp stay scalars. A few levels deep at most. */
 static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
-    static int depth;
+    static _Thread_local int depth;
     lift_ctx *c = s->c;
     const lval *x = &s->ops[o];
     const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
@@ -1646,7 +1646,7 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
  * sharded dim, broadcast back and multiplied by a weight): the dot of the
  * re-read a and b, block by block. */
 static bool review_dot(lstate *s, uint32_t o, const view *want) {
-    static int depth;
+    static _Thread_local int depth;
     lift_ctx *c = s->c;
     const lval *x = &s->ops[o];
     const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
@@ -2614,7 +2614,7 @@ static bool respread_missed(const lstate *s, const lval *v) {
 
 /* SCALIFY_DEBUG base=, term=: the two terms named (baseline, distributed),
  * kept for lift_debug_rediff after saturation. */
-static eid dbg_base = EID_NONE, dbg_term = EID_NONE;
+static _Thread_local eid dbg_base = EID_NONE, dbg_term = EID_NONE;
 
 /* Descends x and y to the first node where they part and prints both terms
  * there (depth dbg_depth()). */
@@ -2688,6 +2688,11 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
  * analysis when it means the same on every device (always on the baseline),
  * for ops that do not take index values (a collective that moves them keeps
  * theirs): v's, just lifted for s. */
+/* A replicated constant of x's rank (the same value read under any view). */
+static bool konst_dup(const lval *x, const view *want) {
+    return x->kind == LV_TERM && x->konst && view_is_dup(&x->v) && x->v.rank == want->rank;
+}
+
 static void index_plain_term(lstate *s, lval *v) {
     lift_ctx *c = s->c;
     const hlo_comp *comp = s->comp;
@@ -2699,7 +2704,9 @@ static void index_plain_term(lstate *s, lval *v) {
         else if (ops[o].kind == LV_DEV) indep &= lf_dev_uniform(c, &ops[o]);
         else indep &= ops[o].kind == LV_TERM && view_is_dup(&ops[o].v);
     }
-    v->cls = EID_NONE;
+    /* (a gather keeps the plain term pw_gather gave it, if any: every row
+     * on every device) */
+    if (in->op != OP_GATHER || v->kind != LV_MASK) v->cls = EID_NONE;
     /* Elementwise index arithmetic on sharded data (token ids wrapped into
      * range, a padding mask) is the same function on every device: its
      * plain term is the op over the operands' terms, under their view. */
@@ -2712,13 +2719,16 @@ static void index_plain_term(lstate *s, lval *v) {
         if (lf_is_index(x)) plain = x->cls != EID_NONE;
         else if (x->kind == LV_DEV) plain = lf_dev_uniform(c, x);
         else plain = x->kind == LV_TERM;
-        if (plain && x->kind != LV_DEV && !shaping) plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v));
+        if (plain && x->kind != LV_DEV && !shaping)
+            plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v) || konst_dup(x, &v->v));
     }
     if (plain) {
         lval saved[8];
         memcpy(saved, ops, in->noperands * sizeof *ops);
         for (uint32_t o = 0; o < in->noperands && plain; o++) {
             if (lf_is_index(&ops[o])) ops[o] = term(ops[o].cls, ops[o].v, false);
+            else if (!shaping && ops[o].kind == LV_TERM && ops[o].v.rank && !lf_same_sharding(&ops[o].v, &v->v))
+                plain = lf_konst_review(s, o, &v->v);
             else if (ops[o].kind == LV_DEV) {
                 /* the same on every device: a constant, read under the
                  * view when it is constant along the dims it shards */
@@ -3231,8 +3241,9 @@ lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const vie
 lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
     lval r = lf_lift_comp(c, graph_entry(c->dist), NULL, inputs, ninputs);
     lf_unscale(c, &r);
-    /* A masked row as an output: the row where every device holds it, else
-     * that row partial over the axes it sums over (the output's view then
+    /* A masked row as an output: the row where every device holds it, its
+     * plain term where it does not depend on the device, else that row
+     * partial over the axes it sums over (the output's view then
      * says an all-reduce is missing). A window: its runs in block order. A
      * layout: its plain view, when it has one. */
     const shape *rs = &graph_entry(c->dist)->instrs[graph_entry(c->dist)->root].shape;
@@ -3240,7 +3251,7 @@ lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
         lval *o = r.kind == LV_TUPLE ? &r.elems[k] : &r, pv;
         const shape *os = r.kind == LV_TUPLE && rs->dtype == DT_TUPLE && k < rs->ntuple ? &rs->tuple[k] : rs;
         if (o->kind == LV_LAYOUT && os->dtype != DT_TUPLE && lf_layout_to_term(c, o, os, true, &pv)) *o = pv;
-        if (o->kind == LV_MASK && !lf_mask_resolves(c, o) && lf_mask_as_partial(c, o, &pv)) *o = pv;
+        if (o->kind == LV_MASK && o->cls == EID_NONE && !lf_mask_resolves(c, o) && lf_mask_as_partial(c, o, &pv)) *o = pv;
         else if (o->kind == LV_MASK) lf_index_as_term(c, o);
         /* An index value as the root itself (no tuple to turn it into its
          * plain term, as OP_TUPLE does): its plain term, when it has one. */

@@ -350,8 +350,11 @@ static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_
     const lval *x = &vals[i];
     if (depth > 32 || in->shape.rank != w->rank || in->shape.rank > VIEW_MAX_RANK || w->partial) return EID_NONE;
     if (x->kind == LV_TERM && (!x->konst || !view_is_dup(&x->v))) return EID_NONE;
-    if (view_is_dup(w)) return x->kind == LV_TERM ? x->cls : x->kind == LV_DEV && lf_dev_uniform(c, x) ? lf_dev_constant(c, in, x) : EID_NONE;
-    if (x->kind != LV_TERM && x->kind != LV_DEV) return EID_NONE;
+    /* index arithmetic on constants (a causal mask compared with an integer
+     * constant) that does not depend on the device: its plain term */
+    bool plain = x->kind == LV_TERM || (x->kind == LV_PW && x->cls != EID_NONE && view_is_dup(&x->v));
+    if (view_is_dup(w)) return plain ? x->cls : x->kind == LV_DEV && lf_dev_uniform(c, x) ? lf_dev_constant(c, in, x) : EID_NONE;
+    if (!plain && x->kind != LV_DEV) return EID_NONE;
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, w, &in->shape, dims);
     eid ch[8];

@@ -1110,6 +1110,14 @@ static bool pw_gather(lstate *s, lval *out) {
         p.cls = lf_mk_reshape(c, v.hit, ht, c->origin);
         pick_note(c, &p);
     }
+    /* Every row on every device and an index that does not depend on the
+     * device (a bin's support value at a data-derived bin): the gather as
+     * written is also a plain term, for uses that take no masks. */
+    if (parts == 1 && nv == 1 && idx->kind == LV_PW && idx->cls != EID_NONE) {
+        hlo_instr gi = lf_with_ints(c, in, A_SLICE_SIZES, gss, nss);
+        eid wc[2] = {tab->cls, idx->cls};
+        v.cls = lf_node(c, c->cur, &gi, wc, 2, g, c->origin);
+    }
     *out = v;
     return true;
 }
@@ -1290,10 +1298,16 @@ static bool term_where(lift_ctx *c, const lval *pr, const lval *x, int when, lva
 static bool masked_term(lstate *s, lval *out) {
     const hlo_instr *in = s->in;
     if (in->noperands != 3 || !data_pred(s->c, &s->ops[0])) return false;
-    for (uint32_t k = 0; k < 2; k++)
-        if (instr_is_zero_literal(s->comp, &s->comp->instrs[in->operands[2 - k]]) &&
-            term_where(s->c, &s->ops[0], &s->ops[1 + k], k == 0, out))
-            return true;
+    for (uint32_t k = 0; k < 2; k++) {
+        if (!instr_is_zero_literal(s->comp, &s->comp->instrs[in->operands[2 - k]])) continue;
+        /* a constant kept where p holds (a gradient's seed at the picked
+         * ids) reads under p's sharding: it is the same on every block */
+        lval saved = s->ops[1 + k];
+        if (!lf_same_sharding(&s->ops[0].v, &saved.v)) lf_konst_review(s, 1 + k, &s->ops[0].v);
+        bool ok = term_where(s->c, &s->ops[0], &s->ops[1 + k], k == 0, out);
+        s->ops[1 + k] = saved;
+        if (ok) return true;
+    }
     return false;
 }
 
@@ -1953,8 +1967,11 @@ bool lf_pw_instr(lstate *s, lval *out) {
     lval v = {.kind = LV_PW, .v = view_dup(in->shape.rank), .pos = EID_NONE};
     if (any_mask) {
         if (mask_keeps_zero(s, out) || mask_times_pred(s, out)) return true;
-        if (in->op == OP_ADD && s->ops[0].kind == LV_MASK && s->ops[1].kind == LV_MASK) {
-            /* Kept as a sum of masked parts; an all-reduce resolves each. */
+        if (in->op == OP_ADD && s->ops[0].kind == LV_MASK && s->ops[1].kind == LV_MASK &&
+            !(lf_mask_resolves(c, &s->ops[0]) && lf_mask_resolves(c, &s->ops[1]))) {
+            /* Kept as a sum of masked parts; an all-reduce resolves each
+             * (two rows every device holds, a token's and its position's
+             * embeddings, are a sum of terms). */
             lval m = {.kind = LV_MASK, .v = view_dup(in->shape.rank), .pos = EID_NONE};
             uint32_t n = 0;
             for (int k = 0; k < 2; k++) n += s->ops[k].n ? s->ops[k].n : 1;

@@ -251,6 +251,9 @@ int lf_node_concat_dim(const lift_ctx *c, eid node); /* a concatenate node's dim
 /* The term of type `type` every element of which holds the one value every
  * element of constant x holds (EID_NONE: x is no such constant); lift_scale.c. */
 eid lf_scale_respread(lift_ctx *c, const lval *x, uint32_t type);
+/* k with class x = multiply(b, broadcast(k)) (a factor put back) or x = b
+ * (k = 1); 0 when x is neither (lift_scale.c). */
+double lf_multiple_of(lift_ctx *c, eid x, eid b);
 /* Constant factors (lift_scale.c): lf_scale_of the factor of x (1 when none);
  * lf_scale_take relates multiply/divide by a uniform constant as a factor on
  * the other operand (false: not that case); lf_scale_plan takes the operands'

@@ -1014,6 +1014,13 @@ bool lf_scatter_reading(lstate *s, lval *out) {
     if (blocked && s->ops[2].kind == LV_MASK && !masked_rows_are_blocks(s, bk, &bdim)) return false;
     for (uint32_t o = 0; o < 3; o++) {
         lf_uniform_dev_as_term(s, o);
+        /* indices that do not depend on the device (positions from an
+         * iota): their plain term */
+        if (o == 1 && s->ops[o].kind == LV_PW && s->ops[o].cls != EID_NONE && view_is_dup(&s->ops[o].v)) {
+            bool konst = s->ops[o].konst;
+            s->ops[o] = term(s->ops[o].cls, s->ops[o].v, false);
+            s->ops[o].konst = konst;
+        }
         if (s->ops[o].kind != LV_TERM) return false;
     }
     const hlo_instr *oi = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]],
@@ -1060,6 +1067,14 @@ bool lf_scatter_reading(lstate *s, lval *out) {
             return false;
         vo.dims[bk] = bdim;
     }
+    /* Constant indices (positions, the same for every row of a batch the
+     * updates shard) read under the updates' sharding of their dims. */
+    view xw = s->ops[1].v;
+    bool rewant = false;
+    for (uint32_t d = 0; d < ri; d++)
+        if ((int64_t)d != ivd && udim_of_idx[d] >= 0 && !xw.dims[d].naxes && s->ops[2].v.dims[udim_of_idx[d]].naxes)
+            xw.dims[d] = s->ops[2].v.dims[udim_of_idx[d]], rewant = true;
+    if (rewant && s->ops[1].konst) lf_konst_review(s, 1, &xw);
     const lval *o = &s->ops[0], *x = &s->ops[1], *y = &s->ops[2];
     if (o->v.partial || x->v.partial || (y->v.partial && y->v.red != RED_SUM)) return false;
     bool zero_operand = false;

@@ -269,7 +269,7 @@ static bool tiny_put(memo_tiny *t, const lval *x) {
  * kept (valid until the next call; zeros when not kept, which the memo
  * never asks for: see lf_memo_release_base). */
 static const lval *base_val(const lf_memo_side *bs, uint32_t i) {
-    static lval got;
+    static _Thread_local lval got;
     if (!bs->at) return &bs->vals[i];
     uint32_t k = bs->at[i];
     if (k & AT_FULL) return &bs->full[(k & ~AT_FULL) - 1];

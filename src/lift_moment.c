@@ -466,14 +466,21 @@ static bool nonneg(lift_ctx *c, eid x, int depth) {
     return ta && nt == 1 && (uint64_t)ta[0] == lf_reducer_digest(RED_SUM) && nonneg(c, ch[0], depth + 1);
 }
 
+/* Whether is_finite(g) guards x: g is x, or x times a finite constant (a
+ * logit scale the scale plan put back into the max but not into x). */
+static bool guarded(lift_ctx *c, eid g, eid x) {
+    double k = lf_multiple_of(c, g, x);
+    return k != 0 && isfinite(k);
+}
+
 void lf_sign_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const eid *ch;
     if (in->op == OP_SELECT && v->kind == LV_TERM && v->cls != EID_NONE && s->ops[0].kind == LV_TERM &&
         s->ops[1].kind == LV_TERM && s->ops[0].cls != EID_NONE && s->ops[1].cls != EID_NONE &&
-        lf_class_node(c, s->ops[0].cls, OP_IS_FINITE, 1, &ch) != EID_NONE &&
-        eg_find(c->g, ch[0]) == eg_find(c->g, s->ops[1].cls) && eg_class_type(c->g, v->cls) == eg_class_type(c->g, ch[0])) {
+        lf_class_node(c, s->ops[0].cls, OP_IS_FINITE, 1, &ch) != EID_NONE && guarded(c, ch[0], s->ops[1].cls) &&
+        eg_class_type(c->g, v->cls) == eg_class_type(c->g, s->ops[1].cls)) {
         lf_assume(c, "values guarded by is_finite (jax.nn.logsumexp's max) are finite");
         eg_union(c->g, v->cls, s->ops[1].cls, NULL);
         return;

@@ -520,7 +520,7 @@ bool lf_psub_instr(lstate *s, lval *out) {
         const lift_psub *p = s->ops[o].psub;
         if (s->ops[o].kind != LV_PSUB) continue;
         for (int64_t d = 0; d < c->ndev && own; d++) own = p->sub[d] == 1ull << pos_in(c->mesh, d, p->axes, false);
-        own &= lf_scale_of(&p->base) == 1 && p->cdim < 0;
+        own &= p->cdim < 0;  /* (the base carries its factor on) */
     }
     for (uint32_t o = 0; o < in->noperands && own; o++)
         if (s->ops[o].kind == LV_PSUB) {

@@ -218,7 +218,6 @@ void lf_unscale(lift_ctx *c, lval *x) {
     x->rescaled = inside;
 }
 
-static double multiple_of(lift_ctx *c, eid x, eid b);
 
 bool lf_scale_like(lift_ctx *c, const lval *was, const lval *now, lval *x) {
     double s = lf_scale_of(was);
@@ -230,7 +229,7 @@ bool lf_scale_like(lift_ctx *c, const lval *was, const lval *now, lval *x) {
         x->scale = 0; /* the op carries it on its result */
         return true;
     }
-    if (multiple_of(c, now->cls, b) != s) return false;
+    if (lf_multiple_of(c, now->cls, b) != s) return false;
     lf_unscale(c, x);
     return true;
 }
@@ -413,6 +412,13 @@ static double result_factor(lstate *s) {
     }
     case OP_ADD: case OP_SUBTRACT: case OP_CONCATENATE:
         return common_factor(c, ops, n);
+    case OP_SCATTER: {
+        /* a scatter-add is linear in its updates (and in the operand it adds
+         * them to): f·u added into zeros, or into f·a, is f times the scatter */
+        if (n != 3 || instr_reducer(c->cur, in) != RED_SUM || lf_scale_of(&ops[1]) != 1) return 0;
+        double su = lf_scale_of(&ops[2]);
+        return zeros(c, &ops[0]) || fabs(s0 - su) <= 1e-12 * fabs(su) ? su : 0;
+    }
     default:
         return 0;
     }
@@ -421,7 +427,8 @@ static double result_factor(lstate *s) {
 double lf_scale_base_factor(lift_ctx *c, eid x) { return base_factor(c, x); }
 
 /* A sum (add, subtract) of distributed operands with different factors,
- * s·A + t·B, is also f·((s/f)·A + (t/f)·B) for any f ≠ 0: f is chosen so that
+ * s·A + t·B, is also f·((s/f)·A + (t/f)·B) for any f ≠ 0, and so is a
+ * concatenation (a fused q/k/v gradient, q's scaled by 1/sqrt(d)): f is chosen so that
  * what stays in each term is the factor the baseline put into that same term
  * (1 where it put none), when one f does so for every operand (zeros aside).
  * The sum then meets the baseline's and carries f on (an accumulator that
@@ -438,7 +445,9 @@ static uint32_t scalar_type(lift_ctx *c, eid x) {
 static double guided_factor(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
-    if (c->baseline_mode || (in->op != OP_ADD && in->op != OP_SUBTRACT) || !dtype_is_float(in->shape.dtype)) return 0;
+    if (c->baseline_mode || (in->op != OP_ADD && in->op != OP_SUBTRACT && in->op != OP_CONCATENATE) ||
+        !dtype_is_float(in->shape.dtype))
+        return 0;
     double f = 0, k;
     eid scatter;
     bool spread = false;
@@ -758,10 +767,9 @@ static double uniform_class(lift_ctx *c, eid x) {
     return 0;
 }
 
-/* k with x = multiply(b, broadcast(k)) (a factor put back) or x = b (k = 1),
- * for the term b of class `b`; 0 when x is neither. */
-static double multiple_of(lift_ctx *c, eid x, eid b) {
+double lf_multiple_of(lift_ctx *c, eid x, eid b) {
     x = eg_find(c->g, x);
+    b = eg_find(c->g, b);
     if (x == b) return 1;
     for (eid n = eg_class_first(c->g, x); n != EID_NONE; n = eg_class_next(c->g, n)) {
         uint32_t nch;
@@ -783,7 +791,7 @@ static eid combine(lift_ctx *c, eid p, eid b, double k2, double sign, uint32_t t
         const eid *ch = eg_node_children(c->g, n, &nch);
         if (eg_node_op(c->g, n) != OP_ADD || nch != 2) continue;
         for (uint32_t o = 0; o < 2; o++) {
-            double k1 = multiple_of(c, ch[1 - o], b);
+            double k1 = lf_multiple_of(c, ch[1 - o], b);
             if (k1 == 0) continue;
             double k = k1 + sign * k2;
             eid a = eg_find(c->g, ch[o]);
@@ -832,7 +840,7 @@ bool lift_output_multiple(lift_ctx *c, const lval *v, const view *want, eid bout
         return false;
     eid b = eg_find(c->g, bout);
     if (eg_find(c->g, v->cls) == b) return false;
-    double k = multiple_of(c, v->cls, b);
+    double k = lf_multiple_of(c, v->cls, b);
     if (k == 0 || !factors_differ(c, b, k)) return false;
     lift_finding d = {0};
     char *note, *cause;
