@@ -1431,6 +1431,11 @@ static int64_t stated_devices(const hlo_module *m) {
     return best + 1 > 0 ? best + 1 : 0;
 }
 
+bool instr_is_constant(const hlo_comp *comp, uint32_t i) {
+    const hlo_instr *x = &comp->instrs[i];
+    return x->op == OP_CONSTANT || (x->op == OP_BROADCAST && x->noperands == 1 && comp->instrs[x->operands[0]].op == OP_CONSTANT);
+}
+
 bool instr_is_zero_literal(const hlo_comp *comp, const hlo_instr *x) {
     while ((x->op == OP_BROADCAST || x->op == OP_RESHAPE || x->op == OP_CONVERT || x->op == OP_COPY) && x->noperands == 1)
         x = &comp->instrs[x->operands[0]];

@@ -487,6 +487,8 @@ const char *instr_op_scope(const hlo_instr *in);
  * broadcasts, reshapes, converts and copies in comp (not a value that
  * happens to be zero, such as a loop carry's first value). */
 bool instr_is_zero_literal(const hlo_comp *comp, const hlo_instr *x);
+/* Whether value i of comp is a constant, or a broadcast of one. */
+bool instr_is_constant(const hlo_comp *comp, uint32_t i);
 
 const hlo_comp *graph_entry(const hlo_module *m);
 /* Devices the module runs on: num_partitions × replica_count from the header

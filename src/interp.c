@@ -1612,7 +1612,7 @@ static interp_val *op_reduce(ctx *x, const hlo_instr *in, interp_val **ops, int6
     int dt = outs[0]->dtype;
     bool ok = true, cx = false;
     for (uint32_t k = 0; k < 2 * n; k++) cx |= ops[k]->im != NULL;
-    if (cx && !(n == 1 && r == RED_SUM && outs[0]->im && a0->im)) {
+    if (cx && !(n == 1 && (r == RED_SUM || r == RED_PROD) && outs[0]->im && a0->im)) {
         for (uint32_t k = 0; k < n; k++) interp_val_free(outs[k]);
         return fail(x, INTERP_EUNSUPPORTED, in, "a complex reduce other than one sum");
     }
@@ -1628,6 +1628,16 @@ static interp_val *op_reduce(ctx *x, const hlo_instr *in, interp_val **ops, int6
             next_idx(idx, a0->dims, a0->rank);
         }
         round_all(outs[0]);
+    } else if (n == 1 && r == RED_PROD && cx) {
+        /* complex products (jnp.prod of a complex array: the FFT's norm) */
+        double *pr = outs[0]->f, *pi = outs[0]->im;
+        for (int64_t e = 0; e < a0->n; e++) {
+            int64_t o = 0;
+            for (uint32_t d = 0; d < a0->rank; d++) o += idx[d] * ostd[d];
+            double re = pr[o] * a0->f[e] - pi[o] * a0->im[e], im = pr[o] * a0->im[e] + pi[o] * a0->f[e];
+            pr[o] = rnd(part_dt(dt), re), pi[o] = rnd(part_dt(dt), im);
+            next_idx(idx, a0->dims, a0->rank);
+        }
     } else if (n == 1 && r != RED_NONE && r != RED_SUM) {
         int op = r == RED_PROD ? OP_MULTIPLY : r == RED_MAX ? OP_MAXIMUM : r == RED_MIN ? OP_MINIMUM
                : r == RED_AND ? OP_AND : r == RED_OR ? OP_OR : OP_XOR;

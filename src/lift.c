@@ -352,7 +352,11 @@ bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
     bool is_bcast = b->op == OP_BROADCAST;
     const hlo_instr *src = is_bcast ? &s->comp->instrs[b->operands[0]] : b;
     const lval *x = is_bcast ? &s->vals[b->operands[0]] : &s->ops[o];
-    if (x->kind != LV_TERM || x->v.partial || src->shape.rank > VIEW_MAX_RANK) return false;
+    /* A partial sum broadcast (a bias added on one device only) stays one
+     * along dims newly sharded over other axes. */
+    if (x->kind != LV_TERM || src->shape.rank > VIEW_MAX_RANK ||
+        (x->v.partial && (!is_bcast || x->v.partial != s->ops[o].v.partial || x->v.red != s->ops[o].v.red)))
+        return false;
     /* Rebuilt from the broadcast's operand. Where the operand was read as a
      * partial sum of its copies (lf_copies_into_partial_sums), the factor n
      * that reading gave it goes into the new term too: carried beside it,
@@ -391,6 +395,8 @@ bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
     for (uint32_t d = 0; d < b->shape.rank; d++) {
         /* Only the axes in use count (a dim whose axes were dropped may keep stale bytes). */
         if (v.dims[d].naxes == want->dims[d].naxes && memcmp(v.dims[d].axes, want->dims[d].axes, v.dims[d].naxes) == 0) continue;
+        for (uint32_t a = 0; a < want->dims[d].naxes; a++)
+            if (x->v.partial >> want->dims[d].axes[a] & 1) return false;
         int src_dim = -1;
         for (uint32_t k = 0; k < nd; k++)
             if (bd[k] == d) src_dim = (int)k;
@@ -426,7 +432,13 @@ bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
     double back = copies ? copies_k
                          : lf_scale_of(own) != 1 && eg_find(c->g, own->cls) != eg_find(c->g, s->ops[o].cls) ? lf_scale_of(own) : 1;
     const hlo_instr *factor_at = s->ops[o].factor_at;
+    /* a proved difference of the operand (a bias added on too many
+     * devices) stays one of the broadcast */
+    eid corr = x->diff && !dropped ? eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, newdims, nn), t, &x->corr, 1,
+                                            c->origin)
+                                   : EID_NONE;
     s->ops[o] = term(bc, v, x->assumed);
+    if (corr != EID_NONE) s->ops[o].diff = x->diff, s->ops[o].corr = corr;
     s->ops[o].konst = x->konst;
     s->ops[o].scale = back == 1 ? 0 : back;
     if (copies) s->ops[o].factor_at = factor_at;
@@ -1054,11 +1066,6 @@ static bool grouped_term(lift_ctx *c, eid x, int64_t n, int depth) {
     return false;
 }
 
-/* Whether value i of comp is a constant, or a broadcast of one. */
-static bool const_instr(const hlo_comp *comp, uint32_t i) {
-    const hlo_instr *x = &comp->instrs[i];
-    return x->op == OP_CONSTANT || (x->op == OP_BROADCAST && x->noperands == 1 && comp->instrs[x->operands[0]].op == OP_CONSTANT);
-}
 
 /* Whether value i of comp reaches an all-reduce through ops that keep it
  * a function of itself alone (elementwise ops with constants, layout
@@ -1073,7 +1080,7 @@ static bool averaged_later(const hlo_comp *comp, uint32_t i, int depth) {
         bool uses = false, others_const = true;
         for (uint32_t o = 0; o < y->noperands; o++) {
             if (y->operands[o] == i) uses = true;
-            else others_const &= const_instr(comp, y->operands[o]);
+            else others_const &= instr_is_constant(comp, y->operands[o]);
         }
         if (!uses) continue;
         if (y->op == OP_ALL_REDUCE) return true;
@@ -1096,7 +1103,7 @@ static uint32_t guarded_source(const hlo_comp *comp, uint32_t i) {
             continue;
         }
         if ((y->op == OP_MAXIMUM || y->op == OP_MINIMUM) && y->noperands == 2) {
-            bool c0 = const_instr(comp, y->operands[0]), c1 = const_instr(comp, y->operands[1]);
+            bool c0 = instr_is_constant(comp, y->operands[0]), c1 = instr_is_constant(comp, y->operands[1]);
             if (c0 != c1) {
                 i = y->operands[c0 ? 1 : 0];
                 continue;
@@ -1462,6 +1469,32 @@ static bool widen_constant(lstate *s, uint32_t i, const view *xv, const int64_t 
  * constant along them (widen_constant: a mask from labels beside
  * vocab-sharded logits), read under want: each device's piece is every
  * block of that wider value along those dims. */
+/* Operand o, one number k at every element (a constant, or the copies of
+ * one read as a partial sum of n·k: lf_copies_into_partial_sums), read
+ * under want: the same number at the global shape of that reading; a
+ * partial reading stays one where want shards no axis it sums over. */
+static bool review_splat(lstate *s, uint32_t o, const view *want) {
+    lift_ctx *c = s->c;
+    lval *x = &s->ops[o];
+    const hlo_instr *y = &s->comp->instrs[s->in->operands[o]];
+    const interp_val *kv = x->kind == LV_TERM && x->cls != EID_NONE && lf_scale_of(x) == 1 ? lf_kval(c, x->cls) : NULL;
+    if (!kv || !kv->f || kv->im || kv->n < 1 || want->rank != y->shape.rank || x->v.rank != y->shape.rank ||
+        y->shape.rank > VIEW_MAX_RANK || !dtype_is_float(y->shape.dtype) || (view_axes_used(want) & x->v.partial))
+        return false;
+    for (int64_t e = 1; e < kv->n; e++)
+        if (kv->f[e] != kv->f[0]) return false;
+    view w = *want;
+    w.partial = x->v.partial;
+    w.red = x->v.red;
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, &w, &y->shape, g);
+    lval r = *x;
+    r.cls = lf_splat(c, lf_type_of(c, y->shape.dtype, g, y->shape.rank), kv->f[0]);
+    r.v = w;
+    *x = r;
+    return true;
+}
+
 static bool review_constant(lstate *s, uint32_t o, const view *want) {
     const lval *x = &s->ops[o];
     const hlo_instr *y = &s->comp->instrs[s->in->operands[o]];
@@ -1590,7 +1623,7 @@ static bool review_respread(lstate *s, uint32_t o, const view *want) {
 
 bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
     return lf_same_sharding(&s->ops[o].v, want) || review_respread(s, o, want) || lf_review_broadcast(s, o, want) ||
-           lf_konst_review(s, o, want) ||
+           lf_konst_review(s, o, want) || (s->ops[o].v.partial && review_splat(s, o, want)) ||
            review_constant(s, o, want) || review_tiled(s, o, want) || review_class_broadcast(s, o, want) ||
            review_elementwise(s, o, want) || review_dot(s, o, want);
 }
@@ -2017,7 +2050,7 @@ static lval lift_elementwise(lstate *s) {
             uint32_t meets = 0;
             bool residue = false;
             const hlo_instr *later = !per_device && (in->op == OP_ADD || in->op == OP_SUBTRACT)
-                                         ? lf_summed_later(c, s->comp, in, partial)
+                                         ? lf_summed_later(c, s->comp, in, partial, false)
                                          : NULL;
             if (later)
                 lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "

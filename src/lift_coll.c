@@ -33,10 +33,34 @@ static void held_as_partial(lval *x, uint32_t axes, int64_t k, const hlo_instr *
     else x->factor_at = at;
 }
 
-static void copies_as_partial(lift_ctx *c, lval *x, uint32_t axes, const hlo_instr *at) {
+/* The one number every element of constant class x holds, into *k. */
+static bool splat_class(lift_ctx *c, eid x, double *k) {
+    const interp_val *v = lf_kval(c, x);
+    if (!v || !v->f || v->im || v->n < 1) return false;
+    for (int64_t e = 1; e < v->n; e++)
+        if (v->f[e] != v->f[0]) return false;
+    *k = v->f[0];
+    return isfinite(*k);
+}
+
+static void copies_as_partial(lift_ctx *c, lval *x, uint32_t axes, const hlo_instr *at, bool as_splat) {
     int64_t n = 1;
     for (uint32_t a = 0; a < c->mesh->naxes; a++)
         if (axes >> a & 1) n *= c->mesh->sizes[a];
+    /* A constant k on every device that sums and scalings carry to the psum
+     * (a log-likelihood's -k_local/2·log 2π, distrax's -k of the local
+     * event size): partial copies whose sum is the constant n·k, which a
+     * baseline writes as such. */
+    double k;
+    if (as_splat && x->kind == LV_TERM && lf_scale_of(x) == 1 && !x->v.partial && x->cls != EID_NONE &&
+        dtype_is_float(eg_type_dtype(c->g, eg_class_type(c->g, x->cls))) && splat_class(c, x->cls, &k)) {
+        x->cls = lf_splat(c, eg_class_type(c->g, x->cls), k * (double)n);
+        x->respread = true;
+        x->v.partial |= (uint8_t)axes;
+        x->v.red = RED_SUM;
+        x->factor_at = at;
+        return;
+    }
     held_as_partial(x, axes, n, at);
 }
 
@@ -90,12 +114,37 @@ bool lf_picked_partial(lift_ctx *c, const uint8_t *picked, const lval *x, const 
 
 /* select(p, x, 0) or select(p, 0, x) with p a device-dependent predicate
  * that is all true or all false on each device (jnp.where(axis_index(tp)
- * == 0, b, 0): a bias added once before the psum): lf_picked_partial.
- * False when the select is not of that form. */
+ * == 0, b, 0): a bias added once before the psum), or x times such an
+ * indicator: lf_picked_partial. False when the op is not of that form. */
+/* x times a device indicator (1 on some devices, 0 on the others, the
+ * same at every element: b * (axis_index(tp) == 0)), read as the select
+ * of x and 0 it equals for finite x. */
+static bool picked_by_indicator(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    for (uint32_t o = 0; o < 2; o++) {
+        const lval *p = &s->ops[o], *x = &s->ops[1 - o];
+        if (p->kind != LV_DEV || !p->dev || !p->count || x->kind != LV_TERM || x->v.partial) continue;
+        uint8_t *picked = xmalloc((size_t)c->ndev);
+        bool ok = true;
+        for (int64_t d = 0; d < c->ndev && ok; d++) {
+            double v = p->dev[d * p->count];
+            ok = v == 0 || v == 1;
+            for (uint32_t k = 1; k < p->count && ok; k++) ok = p->dev[d * p->count + k] == v;
+            picked[d] = v == 1;
+        }
+        ok = ok && lf_picked_partial(c, picked, x, s->in, out);
+        free(picked);
+        if (ok) lf_assume(c, "values multiplied by a device's 0/1 indicator are finite (0 times them is 0)");
+        return ok;
+    }
+    return false;
+}
+
 bool lf_picked_on_some_devices(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *p = &s->ops[0];
+    if (in->op == OP_MULTIPLY && in->noperands == 2 && dtype_is_float(in->shape.dtype)) return picked_by_indicator(s, out);
     if (in->op != OP_SELECT || in->noperands != 3 || p->kind != LV_DEV || !p->dev || p->count == 0) return false;
     int xo = 0;
     for (uint32_t o = 1; o < 3; o++)
@@ -120,8 +169,9 @@ bool lf_picked_on_some_devices(lstate *s, lval *out) {
 }
 
 /* The sum all-reduce over (at least) the axes `partial` that in's value
- * reaches through layout ops and copies in comp, or NULL. */
-const hlo_instr *lf_summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, uint8_t partial) {
+ * reaches through layout ops and copies in comp (with arith, also through
+ * sums and products with constants), or NULL. */
+const hlo_instr *lf_summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, uint8_t partial, bool arith) {
     uint32_t at = (uint32_t)(in - comp->instrs);
     uint8_t *tracked = xcalloc(comp->ninstrs + 1, 1);
     const hlo_instr *found = NULL;
@@ -135,6 +185,15 @@ const hlo_instr *lf_summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_in
             int axes = lift_groups_axes(c, y, false);
             if (axes > 0 && ((uint32_t)axes & partial) == partial) found = y;
         } else if (y->op == OP_RESHAPE || y->op == OP_TRANSPOSE || y->op == OP_BITCAST || y->op == OP_COPY) {
+            tracked[j] = 1;
+        } else if (arith && (y->op == OP_ADD || y->op == OP_SUBTRACT || y->op == OP_NEGATE ||
+                   (y->op == OP_CONVERT && dtype_is_float(y->shape.dtype)) ||
+                   ((y->op == OP_MULTIPLY || y->op == OP_DIVIDE) && y->noperands == 2 && tracked[y->operands[0]] &&
+                    instr_is_constant(comp, y->operands[1])) ||
+                   (y->op == OP_MULTIPLY && y->noperands == 2 && instr_is_constant(comp, y->operands[0])))) {
+            /* sums, and products with constants: ops a sum over the devices
+             * distributes over (distrax's KL adds -k per device, halves, adds,
+             * then psums) */
             tracked[j] = 1;
         }
     }
@@ -169,6 +228,7 @@ void lf_copies_into_partial_sums(lstate *s) {
     for (uint32_t o = 0; o < in->noperands; o++)
         if (s->ops[o].v.partial && (view_axes_used(&s->ops[o].v) & partial & ~(uint32_t)s->ops[o].v.partial)) return;
     const hlo_instr *later = NULL;
+    bool as_splat = false;  /* a constant summed through arithmetic: its n·k */
     lval was[2]; /* the operands as they came, for the words */
     memcpy(was, s->ops, sizeof was);
     for (uint32_t o = 0; o < in->noperands; o++) {
@@ -176,7 +236,13 @@ void lf_copies_into_partial_sums(lstate *s) {
         uint32_t extra = partial & ~(uint32_t)x->v.partial;
         if (!extra || (!x->v.partial && (view_axes_used(&x->v) & partial)) || lf_class_is_zero(s->c, x->cls)) continue;
         if (lf_scale_of(x) == 1) {
-            if (!later && !(later = lf_summed_later(s->c, s->comp, in, (uint8_t)partial))) continue;
+            /* a constant (a log-likelihood's per-device -k) may go through
+             * sums and scalings before the psum: as copies, its n·k */
+            double k;
+            if (!later) later = lf_summed_later(s->c, s->comp, in, (uint8_t)partial, false);
+            if (!later && x->cls != EID_NONE && splat_class(s->c, x->cls, &k))
+                later = lf_summed_later(s->c, s->comp, in, (uint8_t)partial, true), as_splat = later != NULL;
+            if (!later) continue;
             strbuf why;
             sb_init(&why);
             lf_describe_operands(&why, s->c, was, in->noperands);
@@ -185,7 +251,7 @@ void lf_copies_into_partial_sums(lstate *s) {
                        x->v.partial ? " over every axis" : "", why.s, later->name);
             sb_free(&why);
         }
-        copies_as_partial(s->c, x, extra, in);
+        copies_as_partial(s->c, x, extra, in, as_splat);
     }
 }
 
@@ -432,7 +498,7 @@ lval lf_lift_all_reduce(lstate *s) {
              * already holds, over one axis of several) or that reaches an
              * output, where it is blamed on this sum. */
             result = *x;
-            copies_as_partial(c, &result, extra, in);
+            copies_as_partial(c, &result, extra, in, false);
             result.v.partial &= (uint8_t)~axes;
             if (!result.v.partial) result.v.red = 0;
             lval copies = result;
@@ -971,7 +1037,7 @@ lval lf_lift_reduce_scatter(lstate *s) {
         dtype_is_float(in->shape.dtype)) {
         /* A sum of copies (a value every device of the group holds): n times
          * it, a factor a division may take back (psum_scatter(g) / n). */
-        copies_as_partial(c, &copies, extra, in);
+        copies_as_partial(c, &copies, extra, in, false);
         x = &copies;
     }
     if ((x->v.partial & axes) != (uint32_t)axes || x->v.red != red) {

@@ -279,17 +279,21 @@ eid lf_dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
          * the broadcast of that scalar, the class the splat constant of a
          * foldable size joins too (lf_const_term). */
         interp_val *one = interp_val_new(in->shape.dtype, 0, NULL);
-        interp_val_set(one, 0, v->dev[0]);
-        eid sc = lf_const_term(c, one, c->origin);
-        uint32_t t = lf_type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank);
-        return eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), t, &sc, 1, c->origin);
+        if (one) { /* (no values of complex types: the literal below) */
+            interp_val_set(one, 0, v->dev[0]);
+            eid sc = lf_const_term(c, one, c->origin);
+            uint32_t t = lf_type_of(c, in->shape.dtype, in->shape.dims, in->shape.rank);
+            return eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), t, &sc, 1, c->origin);
+        }
     }
     hlo_literal lit = {.dtype = in->shape.dtype, .count = v->count};
     double *f = NULL;
     int64_t *iv = NULL;
-    if (dtype_is_float(in->shape.dtype)) {
+    if (dtype_is_float(in->shape.dtype) || dtype_is_complex(in->shape.dtype)) {
+        /* (complex: the real parts; a device value has no imaginary part) */
         f = arena_alloc(c->a, v->count * sizeof *f);
-        for (uint32_t k = 0; k < v->count; k++) f[k] = dtype_round(in->shape.dtype, v->dev[k]);
+        for (uint32_t k = 0; k < v->count; k++)
+            f[k] = dtype_is_complex(in->shape.dtype) ? v->dev[k] : dtype_round(in->shape.dtype, v->dev[k]);
         lit.f = f;
     } else {
         iv = arena_alloc(c->a, v->count * sizeof *iv);

@@ -433,8 +433,9 @@ bool lf_picked_partial(lift_ctx *c, const uint8_t *picked, const lval *x, const 
 struct interp_val **lf_device_values(lift_ctx *c, const hlo_comp *comp, uint32_t i);
 void lf_device_values_free(lift_ctx *c, struct interp_val **v);
 bool lf_select_padding_zeros(lstate *s, lval *out);  /* select(p, x, 0), x zero padding where p is false: x */
-const hlo_instr *lf_summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
-                                 uint8_t partial);   /* the sum all-reduce over `partial` in's value reaches */
+/* the sum all-reduce over `partial` in's value reaches through layout ops
+ * (and, with arith, through sums and products with constants) */
+const hlo_instr *lf_summed_later(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, uint8_t partial, bool arith);
 void lf_copies_into_partial_sums(lstate *s);         /* complete operands of an add to partial sums, as copies */
 bool lf_short_reduction(lstate *s, const char *why); /* blames the sum that left an operand partial (reported) */
 void lf_track_short(lstate *s, lval *v);             /* notes which sum collective left v partial */

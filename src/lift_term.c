@@ -180,18 +180,29 @@ void lf_kvals_after_unions(lift_ctx *c) {
  * instruction with those values (literal digest). Consumes v. */
 eid lf_const_term(lift_ctx *c, interp_val *v, uint8_t origin) {
     hlo_literal lit = {.dtype = v->dtype, .count = v->n, .f = v->f, .i = v->i};
-    int64_t words[3] = {A_LITERAL, 1, (int64_t)lf_literal_digest(&lit)};
+    uint64_t h = lf_literal_digest(&lit);
+    /* complex values: the imaginary parts too (two constants that differ
+     * only there are different constants) */
+    for (int64_t k = 0; v->im && k < v->n; k++) {
+        uint64_t bits;
+        double x = v->im[k] == 0 ? 0.0 : v->im[k];
+        memcpy(&bits, &x, 8);
+        h = hash_mix(h, bits);
+    }
+    int64_t words[3] = {A_LITERAL, 1, (int64_t)h};
     eid cls = eg_add(c->g, OP_CONSTANT, eg_attr(c->g, words, 3), lf_type_of(c, v->dtype, v->dims, v->rank), NULL, 0, origin);
     /* One value everywhere is also the broadcast of that scalar, as a program
      * writes it (and lf_konst_at builds it): both nodes in one class, so a
      * constant tabulated for a view meets the other side's broadcast. */
     bool splat = v->rank > 0 && v->n > 1;
     for (int64_t k = 1; k < v->n && splat; k++)
-        splat = v->f ? memcmp(&v->f[k], &v->f[0], sizeof *v->f) == 0 : v->i[k] == v->i[0];
+        splat = (v->f ? memcmp(&v->f[k], &v->f[0], sizeof *v->f) == 0 : v->i[k] == v->i[0]) &&
+                (!v->im || memcmp(&v->im[k], &v->im[0], sizeof *v->im) == 0);
     interp_val *one = splat ? interp_val_new(v->dtype, 0, NULL) : NULL;
     if (one) {
         if (v->f) one->f[0] = v->f[0];
         else one->i[0] = v->i[0];
+        if (v->im && one->im) one->im[0] = v->im[0];
     }
     lf_kval_set(c, cls, v);
     if (!one) return cls;

@@ -55,7 +55,7 @@ bool lf_class_is_splat(lift_ctx *c, eid cls, double x) {
     const interp_val *v = splat_values(c, cls, true);
     if (!v) return false;
     for (int64_t k = 0; k < v->n; k++)
-        if (v->f ? v->f[k] != x : (double)v->i[k] != x) return false;
+        if ((v->f ? v->f[k] != x : (double)v->i[k] != x) || (v->im && v->im[k] != 0)) return false;
     return true;
 }
 

@@ -79,8 +79,8 @@ physics loss and gradient of 8. on a 2 x 4 mesh; 15. the spectral Poisson
 solve of 2. with x over sp8; 16. the message-passing training step of 5.
 with nodes and edges over dp4; 17. the truncated 1-D spectral convolution
 of 3. (rfft / irfft) with the grid over sp4.
-Known miss: 1.'s inverse-norm-forward (the witness cannot execute the
-complex reduce_prod that norm="forward" lowers to).
+(1.'s inverse-norm-forward was a known miss until the witness executed
+complex reduce products: now found by execution.)
 Numerics: every correct pair agrees with its baseline at rounding level;
 every bug variant differs clearly (see "numerics").
 Run from the repository root: bash samples/gen/run_fresh76.sh [SUBSTR...]
@@ -591,6 +591,4 @@ C.gspmd("g.mp_train_step_nodes_edges.dp4", {"dp": 4}, (P(), SS5, P("dp"), P("dp"
 C.gspmd("g.specconv1d_rfft_grid_sharded.sp4", {"sp": 4}, (P(None, "sp"), P(), P()), P(None, "sp"), specconv1d,
         (R(B3, N3, C3), R(M3, C3, C3, scale=0.4), R(M3, C3, C3, scale=0.4)))
 
-C.known_miss("s.fno2d_pencil_a2a_modes_sliced.sp4.bug.inverse-norm-forward",
-             "the witness does not run: jnp.fft.ifft(norm='forward') lowers to a complex reduce_prod the executor does not support ('a complex reduce other than one sum'), and the rules leave the FFT chain apart from the baseline (unverified, not mismatch)")
 C.finish()

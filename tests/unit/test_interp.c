@@ -1748,6 +1748,12 @@ static void test_fft(void) {
          "  ROOT r = c64[4] scatter(x, i, u), update_window_dims={}, inserted_window_dims={0}, "
          "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=set\n",
          4, 1, {1, 1, 0.5, -1, 3, 3, 1, 0.25}},
+        /* a complex product (jnp.prod of complex values: an FFT norm's
+         * factor); once refused, which left AFNO pairs unexecuted */
+        {"reduce product c64[3]",
+         "  x = c64[3] constant({(1, 1), (2, -1), (0.5, 2)})\n  k = c64[] constant((1, 0))\n"
+         "  ROOT r = c64[] reduce(x, k), dimensions={0}, to_apply=mul\n",
+         1, 1, {-0.5, 6.5}},
     };
     for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
         t_case("interp fft-1.%zu %s", c + 1, cases[c].name);
@@ -1756,6 +1762,7 @@ static void test_fft(void) {
         sb_init(&err);
         sb_printf(&text, "HloModule m\n\nadd {\n  a = c64[] parameter(0)\n  b = c64[] parameter(1)\n"
                          "  ROOT s = c64[] add(a, b)\n}\n\nset {\n  a = c64[] parameter(0)\n  ROOT b = c64[] parameter(1)\n}\n\n"
+                         "mul {\n  a = c64[] parameter(0)\n  b = c64[] parameter(1)\n  ROOT m = c64[] multiply(a, b)\n}\n\n"
                          "ENTRY e {\n%s}\n", cases[c].body);
         interp_val *out[1] = {NULL};
         int st = run(text.s, 1, 1, NULL, out, &err);
