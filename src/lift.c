@@ -1595,6 +1595,59 @@ static bool review_class_broadcast(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
+bool lf_review_merged_broadcast(lstate *s, uint32_t o, const view *want) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[o];
+    const hlo_instr *y = &s->comp->instrs[s->in->operands[o]];
+    if (x->kind != LV_TERM || x->v.partial || want->partial || lf_scale_of(x) != 1 || x->zm || x->diff || x->assumed ||
+        y->op != OP_RESHAPE || y->noperands != 1 || y->shape.rank > VIEW_MAX_RANK || want->rank != y->shape.rank ||
+        x->v.rank != y->shape.rank)
+        return false;
+    const hlo_instr *b = &s->comp->instrs[y->operands[0]];
+    if (b->op != OP_BROADCAST || b->noperands != 1 || b->shape.rank > VIEW_MAX_RANK) return false;
+    const lval *bx = &s->vals[y->operands[0]], *cx = &s->vals[b->operands[0]];
+    if (bx->kind != LV_TERM || bx->v.partial || bx->v.rank != b->shape.rank || cx->kind != LV_TERM || cx->v.partial ||
+        lf_scale_of(cx) != 1 || lf_scale_of(bx) != 1 || cx->zm || cx->diff || cx->cls == EID_NONE)
+        return false;
+    uint32_t nd;
+    const int64_t *bd = instr_ints(b, A_DIMENSIONS, &nd);
+    view bv = bx->v;
+    uint32_t p = 0, q = 0, changed = 0;
+    while (p < b->shape.rank || q < y->shape.rank) {
+        uint32_t p2, q2;
+        if (!lf_reshape_run(b->shape.dims, b->shape.rank, y->shape.dims, y->shape.rank, p, q, &p2, &q2) ||
+            (p2 == p && q2 == q))
+            return false;
+        for (uint32_t d = q; d < q2; d++) {
+            if (lf_same_dim(&x->v.dims[d], &want->dims[d])) continue;
+            /* [m, m+1] merged into d: m from the operand, one element per
+             * device and sharded as d is now; m+1 added by the broadcast,
+             * taking the rest of want's axes */
+            uint32_t m = p;
+            bool added = true;
+            for (uint32_t k = 0; k < nd; k++) added &= bd[k] != (int64_t)(m + 1);
+            const view_dim *vm = &bx->v.dims[m], *wd = &want->dims[d];
+            if (q2 != q + 1 || p2 != p + 2 || !added || b->shape.dims[m] != 1 || bx->v.dims[m + 1].naxes ||
+                !lf_same_dim(vm, &x->v.dims[d]) || wd->naxes <= vm->naxes || memcmp(wd->axes, vm->axes, vm->naxes))
+                return false;
+            bv.dims[m + 1].naxes = (uint8_t)(wd->naxes - vm->naxes);
+            memcpy(bv.dims[m + 1].axes, wd->axes + vm->naxes, bv.dims[m + 1].naxes);
+            changed++;
+        }
+        p = p2, q = q2;
+    }
+    if (!changed) return false;
+    int64_t gb[VIEW_MAX_RANK], gy[VIEW_MAX_RANK];
+    lf_global_dims(c, &bv, &b->shape, gb);
+    lf_global_dims(c, want, &y->shape, gy);
+    eid bc = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bd, nd), lf_type_of(c, b->shape.dtype, gb, b->shape.rank),
+                    &cx->cls, 1, c->origin);
+    bool konst = x->konst;
+    s->ops[o] = term(lf_mk_reshape(c, bc, lf_type_of(c, y->shape.dtype, gy, y->shape.rank), c->origin), *want, false);
+    s->ops[o].konst = konst;
+    return true;
+}
+
 /* Every operand not sharded as want that is a broadcast along the dims it
  * differs in, or constant-only and replicated, re-viewed as want: the same
  * per-device pieces, read as a global term under the others' view. */
@@ -1624,6 +1677,7 @@ static bool review_respread(lstate *s, uint32_t o, const view *want) {
 bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
     return lf_same_sharding(&s->ops[o].v, want) || review_respread(s, o, want) || lf_review_broadcast(s, o, want) ||
            lf_konst_review(s, o, want) || (s->ops[o].v.partial && review_splat(s, o, want)) ||
+           lf_review_merged_broadcast(s, o, want) ||
            review_constant(s, o, want) || review_tiled(s, o, want) || review_class_broadcast(s, o, want) ||
            review_elementwise(s, o, want) || review_dot(s, o, want);
 }
@@ -2547,7 +2601,8 @@ lval lf_lift_instr(lstate *s) {
      * element by element (random bits made floats in [1, 2)). */
     if (in->op == OP_BITCAST_CONVERT && in->noperands == 1 && ops[0].kind == LV_TERM &&
         s->comp->instrs[in->operands[0]].shape.rank == in->shape.rank &&
-        !memcmp(s->comp->instrs[in->operands[0]].shape.dims, in->shape.dims, in->shape.rank * sizeof *in->shape.dims))
+        (!in->shape.rank ||  /* (scalars: no dims to compare, possibly NULL) */
+         !memcmp(s->comp->instrs[in->operands[0]].shape.dims, in->shape.dims, in->shape.rank * sizeof *in->shape.dims)))
         return lift_elementwise(s);
     if (lf_is_elementwise(in->op)) {
         const lval *picked = lf_select_known(s);

@@ -313,8 +313,8 @@ eid lf_dev_constant(lift_ctx *c, const hlo_instr *in, const lval *v) {
  * the value is constant along the dims w shards — a causal mask built from
  * iota, broadcast along the batch and the heads. Rebuilt op by op through
  * broadcasts (the sharded dims added there, or carried from the operand),
- * elementwise ops, reshapes that keep a sharded dim as its own group, iotas
- * along other dims and splat constants; EID_NONE otherwise. */
+ * transposes, elementwise ops, reshapes that keep a sharded dim as its own
+ * group, iotas along other dims and splat constants; EID_NONE otherwise. */
 static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, const view *w, int depth);
 
 /* Value i's known elements (a folded constant: a scatter of constants, say)
@@ -369,6 +369,21 @@ static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_
         if (nd != xi->shape.rank) return EID_NONE;
         view u = view_dup(nd);
         for (uint32_t k = 0; k < nd; k++) u.dims[k] = w->dims[bd[k]];
+        if ((ch[0] = lf_konst_at(c, comp, vals, in->operands[0], &u, depth + 1)) == EID_NONE) return EID_NONE;
+        return lf_node(c, c->cur, in, ch, 1, dims, c->origin);
+    }
+    if (in->op == OP_TRANSPOSE && in->noperands == 1) {
+        /* out dim i is operand dim perm[i]: the operand read with the dims
+         * w shards carried back (a causal mask broadcast over batch and
+         * heads, then transposed) */
+        uint32_t np;
+        const int64_t *perm = instr_ints(in, A_DIMENSIONS, &np);
+        if (np != in->shape.rank) return EID_NONE;
+        view u = view_dup(np);
+        for (uint32_t k = 0; k < np; k++) {
+            if (perm[k] < 0 || perm[k] >= (int64_t)np) return EID_NONE;
+            u.dims[perm[k]] = w->dims[k];
+        }
         if ((ch[0] = lf_konst_at(c, comp, vals, in->operands[0], &u, depth + 1)) == EID_NONE) return EID_NONE;
         return lf_node(c, c->cur, in, ch, 1, dims, c->origin);
     }

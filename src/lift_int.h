@@ -539,6 +539,11 @@ bool lf_review_operand(lstate *s, uint32_t o, const view *want);
 void lf_review_operands(lstate *s, const view *want); /* operands constant along dims want shards, read under it */
 bool lf_review_broadcast(lstate *s, uint32_t o, const view *want); /* operand o, a broadcast, re-viewed as want */
 bool lf_konst_review(lstate *s, uint32_t o, const view *want);     /* operand o, constant-only, read under want */
+/* Operand o, reshape(broadcast(x)) merging an operand dim of one element
+ * per device with a dim the broadcast adds (jnp.repeat of GQA's kv heads
+ * under GSPMD, kv heads over tp's major sub-axis), read with the merged
+ * dim sharded over more axes: the added dim takes the rest. */
+bool lf_review_merged_broadcast(lstate *s, uint32_t o, const view *want);
 bool lf_unit_dim_reread(lstate *s, uint32_t side, uint32_t to,
                         const view_dim *want);      /* operand `side` with want's axes moved to its dim `to` */
 /* The operand an op returns unchanged: x + 0 with the zero a known constant

@@ -25,7 +25,9 @@ static bool dot_side_reread(lstate *s, uint32_t side, uint32_t d, const view_dim
     w.dims[d] = *want;
     w.partial = 0;
     w.red = 0;
-    if (!s->ops[side].v.partial && (lf_review_broadcast(s, side, &w) || lf_konst_review(s, side, &w))) return true;
+    if (!s->ops[side].v.partial && (lf_review_broadcast(s, side, &w) || lf_konst_review(s, side, &w) ||
+                                    lf_review_merged_broadcast(s, side, &w)))
+        return true;
     return lf_unit_dim_reread(s, side, d, want);
 }
 
@@ -40,8 +42,10 @@ static void dot_align(lstate *s, const int64_t *ld, const int64_t *rd, uint32_t 
     for (uint32_t k = 0; k < n; k++) {
         view_dim a = s->ops[0].v.dims[ld[k]], b = s->ops[1].v.dims[rd[k]];
         if (lf_same_dim(&a, &b)) continue;
-        if (!b.naxes && a.naxes) dot_side_reread(s, 1, (uint32_t)rd[k], &a);
-        else if (!a.naxes && b.naxes) dot_side_reread(s, 0, (uint32_t)ld[k], &b);
+        /* (also a side sharded over a prefix of the other's axes: GQA's
+         * repeated kv heads against the query heads) */
+        if (b.naxes < a.naxes && !memcmp(a.axes, b.axes, b.naxes)) dot_side_reread(s, 1, (uint32_t)rd[k], &a);
+        else if (a.naxes < b.naxes && !memcmp(a.axes, b.axes, a.naxes)) dot_side_reread(s, 0, (uint32_t)ld[k], &b);
     }
 }
 

@@ -765,9 +765,79 @@ hlo_instr lf_with_ints(lift_ctx *c, const hlo_instr *in, int key, const int64_t 
     return g;
 }
 
+/* The dims of class x other than its unit dims, into u (their count);
+ * *at: the index among them of dim d (-1: d is a unit dim). */
+static uint32_t nonunit(lift_ctx *c, eid x, uint32_t d, int64_t *u, int *at) {
+    uint32_t rank, k = 0;
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x), &rank);
+    *at = -1;
+    for (uint32_t q = 0; q < rank && q < VIEW_MAX_RANK; q++) {
+        if (q == d && xd[q] != 1) *at = (int)k;
+        if (xd[q] != 1) u[k++] = xd[q];
+    }
+    return k;
+}
+
+/* concatenate(reshape(a_k)) along d where each reshape only regroups the
+ * dims before d (those from d on the same), or only inserts or drops unit
+ * dims (not d): reshape(concatenate(a_k)) along the same dim of the a_k —
+ * one canonical form for both programs (GSPMD
+ * concatenates halves in an all-to-all's layout and reshapes back: a
+ * rotate-half's q/k). EID_NONE when the operands are not so. */
+static eid concat_through_reshapes(lift_ctx *c, const hlo_instr *in, const eid *ch, uint32_t n, uint32_t t) {
+    uint32_t nd;
+    const int64_t *cd = instr_ints(in, A_DIMENSIONS, &nd);
+    if (nd != 1 || n < 2 || n > 64 || cd[0] < 0) return EID_NONE;
+    eid inner[64];
+    uint32_t d2 = 0, irank = 0;
+    const int64_t *i0 = NULL;
+    for (uint32_t k = 0; k < n; k++) {
+        const eid *kids;
+        if (lf_class_node(c, ch[k], OP_RESHAPE, 1, &kids) == EID_NONE) return EID_NONE;
+        inner[k] = kids[0];
+        int64_t uo[VIEW_MAX_RANK], ui[VIEW_MAX_RANK];
+        int ao, ai = -1;
+        uint32_t no = nonunit(c, ch[k], (uint32_t)cd[0], uo, &ao), ri, ro;
+        const int64_t *id = eg_type_dims(c->g, eg_class_type(c->g, inner[k]), &ri);
+        const int64_t *od = eg_type_dims(c->g, eg_class_type(c->g, ch[k]), &ro);
+        if (ri > VIEW_MAX_RANK || (uint32_t)cd[0] >= ro) return EID_NONE;
+        /* the dims from d on the same on both sides (the reshape regroups
+         * only the dims before: per block of the trailing dims, the same
+         * relabelling for every operand) */
+        uint32_t tail = ro - (uint32_t)cd[0];
+        bool same_tail = tail <= ri && !memcmp(od + cd[0], id + (ri - tail), tail * sizeof *od);
+        if (same_tail) {
+            ai = (int)(ri - tail);
+        } else {
+            /* or only unit dims inserted or dropped, d not among them */
+            uint32_t ni = 0;
+            if (ao < 0) return EID_NONE;
+            for (uint32_t q = 0; q < ri; q++)
+                if (id[q] != 1) {
+                    if ((int)ni == ao) ai = (int)q;
+                    ui[ni++] = id[q];
+                }
+            if (no != ni || memcmp(uo, ui, no * sizeof *uo) || ai < 0) return EID_NONE;
+        }
+        if (!k) {
+            d2 = (uint32_t)ai, irank = ri, i0 = id;
+            continue;
+        }
+        if (ri != irank || (uint32_t)ai != d2) return EID_NONE;
+        for (uint32_t q = 0; q < ri; q++)
+            if (q != d2 && id[q] != i0[q]) return EID_NONE;
+    }
+    eid cc = lf_mk_concat(c, inner, n, d2);
+    return cc == EID_NONE ? EID_NONE : lf_mk_reshape(c, cc, t, c->origin);
+}
+
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
                 uint8_t origin) {
     uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
+    if (in->op == OP_CONCATENATE) {
+        eid y = concat_through_reshapes(c, in, ch, n, t);
+        if (y != EID_NONE) return y;
+    }
     if (in->op == OP_RESHAPE && n == 1) return lf_mk_reshape(c, ch[0], t, origin);
     if (in->op == OP_BROADCAST && n == 1 && eg_class_type(c->g, ch[0]) == t) {
         /* A broadcast to the same shape along dims 0..r-1 in order is the identity. */

@@ -2150,6 +2150,10 @@ static void concat_unlike_operands(void) {
  *     concatenation of differently scaled parts and through a scatter-add.
  *   - tests/cases/complex-zero: a select against a complex zero that was
  *     an integer constant (once a crash).
+ *   - tests/cases/concat-reshape: a concatenation of reshapes that regroup
+ *     only the dims before it is the reshape of the concatenation.
+ *   - tests/cases/konst-mask: a constant mask transposed after its
+ *     broadcast, read under the sharding of what it selects.
  *   - tests/cases/bin-gather: a replicated table read at a data-derived,
  *     clamped index (a two-hot critic's bin support) is the gather as
  *     written, whatever the index's domain.
@@ -2528,6 +2532,22 @@ static void hand_written_cases(void) {
          * constant): once a crash (no values of complex constants), now
          * undecided */
         {"complex-zero/afno", "as exported", NULL, NULL, VERDICT_UNVERIFIED, true},
+        /* halves concatenated in another grouping of the leading dims and
+         * reshaped back (GSPMD's rotate-half of k in an all-to-all's
+         * layout): the concatenation of the halves */
+        {"concat-reshape/halves", "regrouped before the concatenated dim", NULL, NULL, VERDICT_VERIFIED, true},
+        {"concat-reshape/halves", "one half twice", "rb = f32[2,16,2,4] reshape(b)", "rb = f32[2,16,2,4] reshape(a)",
+         VERDICT_MISMATCH, false},
+        {"concat-reshape/halves", "the concatenated dim regrouped too", "ra = f32[2,16,2,4] reshape(a)\n  rb = f32[2,16,2,4] "
+         "reshape(b)\n  cc = f32[2,16,2,8] concatenate(ra, rb), dimensions={3}", "ra = f32[4,8,4,2] reshape(a)\n  rb = "
+         "f32[4,8,4,2] reshape(b)\n  cc = f32[4,8,4,4] concatenate(ra, rb), dimensions={3}", VERDICT_MISMATCH, false},
+        /* a causal mask from iota broadcast over batch and heads, then
+         * transposed (haliax's named axes), selecting scores sharded over
+         * both: the mask read under their sharding */
+        {"konst-mask/causal", "transposed mask under dp x tp", NULL, NULL, VERDICT_VERIFIED, true},
+        {"konst-mask/causal", "strict mask", "direction=GE", "direction=GT", VERDICT_MISMATCH, false},
+        {"konst-mask/causal", "mask transposed otherwise", "dimensions={0,2,1,3}", "dimensions={0,3,1,2}", VERDICT_MISMATCH,
+         false},
         {"gather-idx/along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         /* the offset broadcast to 4608 positions, more than device values are tabulated for */
         {"gather-idx/along-big", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
