@@ -366,7 +366,7 @@ bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
     double copies_k = 1;
     bool copies_put_back = false;
     if (copies) {
-        if (own->v.partial || own->kind != LV_TERM || lf_scale_of(own) != 1) return false;
+        if (own->v.partial || own->kind != LV_TERM || lf_scale_of(own) != lf_scale_of(x)) return false;
         if (eg_find(c->g, s->ops[o].cls) != eg_find(c->g, own->cls)) {
             copies_k = lf_scale_put_back(c, s->ops[o].cls, own->cls) * lf_scale_of(&s->ops[o]);
             copies_put_back = true;

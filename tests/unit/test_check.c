@@ -2320,6 +2320,11 @@ static void hand_written_cases(void) {
          "k = f32[] constant(-16)", VERDICT_MISMATCH, true},
         {"bias-once/kl-const", "minus the local size not summed", "ROOT o = f32[4] all-reduce(m), channel_id=1, "
          "replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=add", "ROOT o = f32[4] copy(m)", VERDICT_MISMATCH, true},
+        /* the bias divided by the tp size on every rank (a factor), broadcast
+         * over a batch sharded on dp, added before the psum */
+        {"bias-once/share-dp", "a quarter of the bias on each of 4 ranks", NULL, NULL, VERDICT_VERIFIED, true},
+        {"bias-once/share-dp", "half the bias on each rank", "n = f32[] constant(4)", "n = f32[] constant(2)",
+         VERDICT_MISMATCH, true},
         {"bias-once/rowpar", "bias added on device 0 only, then summed", NULL, NULL, VERDICT_VERIFIED, true},
         {"bias-once/rowpar", "bias added on two devices",
          "  first = s32[] constant(0)\n  mine = pred[] compare(pids, first), direction=EQ",
