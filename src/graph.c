@@ -923,6 +923,30 @@ static bool reducer_kind_ok(const hlo_module *m, const hlo_instr *in, char *why,
 
 /* Operand count, required computations and their parameter counts (op_rules),
  * and a get-tuple-element's index; false with why. */
+/* Ops that work element by element: every operand has the result's dims
+ * (select's predicate and clamp's bounds may be scalars). */
+static bool elementwise_op(int op) {
+    switch (op) {
+    case OP_ABS: case OP_ADD: case OP_AND: case OP_ATAN2: case OP_CBRT: case OP_CEIL: case OP_CLAMP: case OP_CLZ:
+    case OP_COMPARE: case OP_COMPLEX: case OP_CONVERT: case OP_COSINE: case OP_DIVIDE: case OP_ERF: case OP_EXP:
+    case OP_EXPM1: case OP_FLOOR: case OP_IMAG: case OP_IS_FINITE: case OP_LOG: case OP_LOG1P: case OP_LOGISTIC:
+    case OP_MAXIMUM: case OP_MINIMUM: case OP_MULTIPLY: case OP_NEGATE: case OP_NOT: case OP_OR: case OP_POPCNT:
+    case OP_POWER: case OP_REAL: case OP_REDUCE_PRECISION: case OP_REMAINDER: case OP_ROUND_AFZ: case OP_ROUND_EVEN:
+    case OP_RSQRT: case OP_SELECT: case OP_SHIFT_LEFT: case OP_SHIFT_RIGHT_ARITHMETIC: case OP_SHIFT_RIGHT_LOGICAL:
+    case OP_SIGN: case OP_SINE: case OP_SQRT: case OP_SUBTRACT: case OP_TAN: case OP_TANH: case OP_XOR:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void put_dims(char *buf, size_t n, const shape *s) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (uint32_t d = 0; d < s->rank && at + 24 < n; d++) /* (long shapes end early) */
+        at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? "," : "", (long long)s->dims[d]);
+}
+
 static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_instr *in, char *why, size_t nwhy) {
     if (in->op >= OP_COUNT || !op_rules[in->op].listed) return true;
     const op_rule *r = &op_rules[in->op];
@@ -1015,6 +1039,22 @@ static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_in
     }
     default:
         break;
+    }
+    if (elementwise_op(in->op) && in->shape.dtype != DT_TUPLE) {
+        for (uint32_t k = 0; k < n; k++) {
+            const shape *sk = &comp->instrs[in->operands[k]].shape;
+            bool scalar_ok = (in->op == OP_SELECT && k == 0) || (in->op == OP_CLAMP && k != 1);
+            if (sk->dtype != DT_TUPLE && scalar_ok && sk->rank == 0) continue;
+            if (sk->dtype == DT_TUPLE || sk->rank != in->shape.rank ||
+                (sk->rank && memcmp(sk->dims, in->shape.dims, sk->rank * sizeof *sk->dims))) {
+                char a[64], b[64];
+                put_dims(a, sizeof a, sk);
+                put_dims(b, sizeof b, &in->shape);
+                return snprintf(why, nwhy, "%.40s works element by element, but operand %u has dims [%.60s] and the result [%.60s]",
+                                name, k, sk->dtype == DT_TUPLE ? "a tuple" : a, b),
+                       false;
+            }
+        }
     }
     if (in->op == OP_IOTA && in->shape.dtype != DT_TUPLE && in->shape.rank > 0) {
         int64_t k = instr_int(in, A_IOTA_DIMENSION, 0);

@@ -1673,7 +1673,9 @@ static void negate_with_call_target(void) {
 /* A mutant of a GSPMD scatter-add (tests/cases/mutants, from the mutation
  * fuzzer) whose device value, one number everywhere, is broadcast to a
  * shape of billions of elements: read as a constant, it was tabulated at
- * that shape (out of memory under make asan). It is a splat literal now. */
+ * that shape (out of memory under make asan). It is a splat literal now.
+ * (The fuzzer compared that broadcast with a value of 10 elements, input
+ * the reader now refuses; the mutant slices 10 of them first.) */
 static void dev_splat_huge_shape(void) {
     t_case("check a device splat broadcast to a huge shape is not tabulated");
     json_t *trace = NULL;

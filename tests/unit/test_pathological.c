@@ -43,6 +43,15 @@ static void expect_error(const char *name, const char *src, const char *needle) 
     free(msg);
 }
 
+static void expect_read(const char *name, const char *src) {
+    t_case("pathological %s", name);
+    bool parsed;
+    char *msg;
+    CHECK(clean(src, strlen(src), &parsed, &msg));
+    CHECK_MSG(parsed, "refused: %s", msg);
+    free(msg);
+}
+
 static void truncations(const char *path) {
     size_t n;
     char *src = t_read(path, &n);
@@ -158,6 +167,18 @@ static void structure(void) {
     free(s);
     s = repeat(two, "", 0, " ROOT a = f32[4] select(q, p)\n}\n");
     expect_error("select with two", s, "select takes 3 operands, not 2");
+    free(s);
+    /* Element-by-element ops whose operands disagree with the result's dims
+     * (once read, and lifted as if the result had the operands' shape). */
+    s = repeat(two, "", 0, " ROOT a = pred[2] compare(p, p), direction=EQ\n}\n");
+    expect_error("compare of [4] into [2]", s,
+                 "p.hlo:5:2: e: a: compare works element by element, but operand 0 has dims [4] and the result [2]");
+    free(s);
+    s = repeat(two, "", 0, " r = f32[4,1] reshape(p)\n ROOT a = f32[4] add(p, r)\n}\n");
+    expect_error("add of [4] and [4,1]", s, "add works element by element, but operand 1 has dims [4,1] and the result [4]");
+    free(s);
+    s = repeat(two, "", 0, " z = f32[] constant(0)\n ROOT a = f32[4] clamp(z, p, z)\n}\n");
+    expect_read("clamp between scalar bounds", s);
     free(s);
     char *add3 = repeat(two, "", 0, " ROOT a = f32[4] add(p, p, p)\n}\n");
     expect_error("add with three", add3, "add takes 2 operands, not 3");
