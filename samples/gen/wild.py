@@ -109,7 +109,14 @@ def max_abs_diff(a, b):
         if x.shape != y.shape:
             return None
         if x.size:
-            worst = max(worst, float(np.max(np.abs(x - y))))
+            # equal values (NaN where both are NaN, the same infinity) differ
+            # by 0; a NaN on one side only makes the difference NaN, which
+            # max(0.0, nan) would have dropped (a NaN-producing bug recorded
+            # as equal to its baseline)
+            same = (x == y) | (np.isnan(x) & np.isnan(y))
+            with np.errstate(invalid="ignore"):
+                m = float(np.max(np.where(same, 0.0, np.abs(x - y))))
+            worst = float("nan") if np.isnan(m) or np.isnan(worst) else max(worst, m)
     return worst if np.isfinite(worst) else str(worst)
 
 
