@@ -1477,19 +1477,18 @@ static bool review_splat(lstate *s, uint32_t o, const view *want) {
     lift_ctx *c = s->c;
     lval *x = &s->ops[o];
     const hlo_instr *y = &s->comp->instrs[s->in->operands[o]];
-    const interp_val *kv = x->kind == LV_TERM && x->cls != EID_NONE && lf_scale_of(x) == 1 ? lf_kval(c, x->cls) : NULL;
-    if (!kv || !kv->f || kv->im || kv->n < 1 || want->rank != y->shape.rank || x->v.rank != y->shape.rank ||
-        y->shape.rank > VIEW_MAX_RANK || !dtype_is_float(y->shape.dtype) || (view_axes_used(want) & x->v.partial))
+    double k;
+    if (x->kind != LV_TERM || x->cls == EID_NONE || lf_scale_of(x) != 1 || want->rank != y->shape.rank ||
+        x->v.rank != y->shape.rank || y->shape.rank > VIEW_MAX_RANK || !dtype_is_float(y->shape.dtype) ||
+        (view_axes_used(want) & x->v.partial) || !lf_class_splat_value(c, x->cls, &k))
         return false;
-    for (int64_t e = 1; e < kv->n; e++)
-        if (kv->f[e] != kv->f[0]) return false;
     view w = *want;
     w.partial = x->v.partial;
     w.red = x->v.red;
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &w, &y->shape, g);
     lval r = *x;
-    r.cls = lf_splat(c, lf_type_of(c, y->shape.dtype, g, y->shape.rank), kv->f[0]);
+    r.cls = lf_splat(c, lf_type_of(c, y->shape.dtype, g, y->shape.rank), k);
     r.v = w;
     *x = r;
     return true;

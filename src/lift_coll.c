@@ -33,15 +33,8 @@ static void held_as_partial(lval *x, uint32_t axes, int64_t k, const hlo_instr *
     else x->factor_at = at;
 }
 
-/* The one number every element of constant class x holds, into *k. */
-static bool splat_class(lift_ctx *c, eid x, double *k) {
-    const interp_val *v = lf_kval(c, x);
-    if (!v || !v->f || v->im || v->n < 1) return false;
-    for (int64_t e = 1; e < v->n; e++)
-        if (v->f[e] != v->f[0]) return false;
-    *k = v->f[0];
-    return isfinite(*k);
-}
+/* The one finite number every element of constant class x holds, into *k. */
+static bool splat_class(lift_ctx *c, eid x, double *k) { return lf_class_splat_value(c, x, k) && isfinite(*k); }
 
 static void copies_as_partial(lift_ctx *c, lval *x, uint32_t axes, const hlo_instr *at, bool as_splat) {
     int64_t n = 1;
@@ -112,59 +105,47 @@ bool lf_picked_partial(lift_ctx *c, const uint8_t *picked, const lval *x, const 
     return true;
 }
 
-/* select(p, x, 0) or select(p, 0, x) with p a device-dependent predicate
- * that is all true or all false on each device (jnp.where(axis_index(tp)
- * == 0, b, 0): a bias added once before the psum), or x times such an
- * indicator: lf_picked_partial. False when the op is not of that form. */
-/* x times a device indicator (1 on some devices, 0 on the others, the
- * same at every element: b * (axis_index(tp) == 0)), read as the select
- * of x and 0 it equals for finite x. */
-static bool picked_by_indicator(lstate *s, lval *out) {
-    lift_ctx *c = s->c;
-    for (uint32_t o = 0; o < 2; o++) {
-        const lval *p = &s->ops[o], *x = &s->ops[1 - o];
-        if (p->kind != LV_DEV || !p->dev || !p->count || x->kind != LV_TERM || x->v.partial) continue;
-        uint8_t *picked = xmalloc((size_t)c->ndev);
-        bool ok = true;
-        for (int64_t d = 0; d < c->ndev && ok; d++) {
-            double v = p->dev[d * p->count];
-            ok = v == 0 || v == 1;
-            for (uint32_t k = 1; k < p->count && ok; k++) ok = p->dev[d * p->count + k] == v;
-            picked[d] = v == 1;
-        }
-        ok = ok && lf_picked_partial(c, picked, x, s->in, out);
-        free(picked);
-        if (ok) lf_assume(c, "values multiplied by a device's 0/1 indicator are finite (0 times them is 0)");
-        return ok;
+/* Whether device value p holds one truth value on each device (nonzero or
+ * zero at every element; with zero_one, every element 0 or 1): the devices
+ * where it is true (or false, with negate) into picked. */
+static bool device_choice(const lift_ctx *c, const lval *p, bool zero_one, bool negate, uint8_t *picked) {
+    if (p->kind != LV_DEV || !p->dev || !p->count) return false;
+    for (int64_t d = 0; d < c->ndev; d++) {
+        const double *v = &p->dev[d * p->count];
+        for (uint32_t k = 0; k < p->count; k++)
+            if ((zero_one && v[k] != 0 && v[k] != 1) || (v[k] != 0) != (v[0] != 0)) return false;
+        picked[d] = (v[0] != 0) != negate;
     }
-    return false;
+    return true;
 }
 
+/* select(p, x, 0) or select(p, 0, x) with p a device-dependent predicate
+ * that is all true or all false on each device (jnp.where(axis_index(tp)
+ * == 0, b, 0): a bias added once before the psum), or x times such a 0/1
+ * indicator (b * (axis_index(tp) == 0), the select it equals for finite
+ * x): lf_picked_partial. False when the op is not of that form. */
 bool lf_picked_on_some_devices(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
-    const lval *p = &s->ops[0];
-    if (in->op == OP_MULTIPLY && in->noperands == 2 && dtype_is_float(in->shape.dtype)) return picked_by_indicator(s, out);
-    if (in->op != OP_SELECT || in->noperands != 3 || p->kind != LV_DEV || !p->dev || p->count == 0) return false;
-    int xo = 0;
-    for (uint32_t o = 1; o < 3; o++)
-        if (s->ops[o].kind == LV_TERM && lf_class_is_zero(c, s->ops[o].cls) && !s->ops[o].v.partial) xo = 3 - (int)o;
-    if (!xo) return false;
-    /* zeros the program does not write (a loop carry's first value: a
-     * pipeline stage's input before anything arrived) make the reading true
-     * of these values, not the program's intent: it decides no finding */
-    bool written = instr_is_zero_literal(s->comp, &s->comp->instrs[in->operands[3 - xo]]);
-    int64_t nd = c->ndev;
-    uint8_t *picked = xmalloc((size_t)nd);
-    bool ok = true;
-    for (int64_t d = 0; d < nd && ok; d++) {
-        bool t = p->dev[d * p->count] != 0;
-        for (uint32_t k = 1; k < p->count && ok; k++) ok = (p->dev[d * p->count + k] != 0) == t;
-        picked[d] = t == (xo == 1);
+    uint8_t *picked = xmalloc((size_t)c->ndev);
+    bool ok = false;
+    if (in->op == OP_MULTIPLY && in->noperands == 2 && dtype_is_float(in->shape.dtype)) {
+        for (uint32_t o = 0; o < 2 && !ok; o++)
+            ok = s->ops[1 - o].kind == LV_TERM && !s->ops[1 - o].v.partial && device_choice(c, &s->ops[o], true, false, picked) &&
+                 lf_picked_partial(c, picked, &s->ops[1 - o], in, out);
+        if (ok) lf_assume(c, "values multiplied by a device's 0/1 indicator are finite (0 times them is 0)");
+    } else if (in->op == OP_SELECT && in->noperands == 3) {
+        int xo = 0;
+        for (uint32_t o = 1; o < 3; o++)
+            if (s->ops[o].kind == LV_TERM && lf_class_is_zero(c, s->ops[o].cls) && !s->ops[o].v.partial) xo = 3 - (int)o;
+        ok = xo && device_choice(c, &s->ops[0], false, xo == 2, picked) && lf_picked_partial(c, picked, &s->ops[xo], in, out);
+        /* zeros the program does not write (a loop carry's first value: a
+         * pipeline stage's input before anything arrived) make the reading
+         * true of these values, not the program's intent: it decides no
+         * finding */
+        if (ok && !instr_is_zero_literal(s->comp, &s->comp->instrs[in->operands[3 - xo]])) out->partial_unsure = true;
     }
-    ok = ok && lf_picked_partial(c, picked, &s->ops[xo], in, out);
     free(picked);
-    if (ok && !written) out->partial_unsure = true;
     return ok;
 }
 

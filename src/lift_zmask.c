@@ -45,6 +45,8 @@ bool lf_class_splat_value(lift_ctx *c, eid cls, double *x) {
     if (!v || v->n < 1) return false;
     for (int64_t k = 1; k < v->n; k++)
         if (interp_val_get(v, k) != interp_val_get(v, 0)) return false;
+    for (int64_t k = 0; v->im && k < v->n; k++)
+        if (v->im[k] != 0) return false;
     *x = interp_val_get(v, 0);
     return true;
 }
