@@ -921,11 +921,7 @@ static bool reducer_kind_ok(const hlo_module *m, const hlo_instr *in, char *why,
     return false;
 }
 
-/* Operand count, required computations and their parameter counts (op_rules),
- * and a get-tuple-element's index; false with why. */
-/* Ops that work element by element: every operand has the result's dims
- * (select's predicate and clamp's bounds may be scalars). */
-static bool elementwise_op(int op) {
+bool graph_op_elementwise(int op) {
     switch (op) {
     case OP_ABS: case OP_ADD: case OP_AND: case OP_ATAN2: case OP_CBRT: case OP_CEIL: case OP_CLAMP: case OP_CLZ:
     case OP_COMPARE: case OP_COMPLEX: case OP_CONVERT: case OP_COSINE: case OP_DIVIDE: case OP_ERF: case OP_EXP:
@@ -947,6 +943,8 @@ static void put_dims(char *buf, size_t n, const shape *s) {
         at += (size_t)snprintf(buf + at, n - at, "%s%lld", d ? "," : "", (long long)s->dims[d]);
 }
 
+/* Operand count, required computations and their parameter counts (op_rules),
+ * and a get-tuple-element's index; false with why. */
 static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_instr *in, char *why, size_t nwhy) {
     if (in->op >= OP_COUNT || !op_rules[in->op].listed) return true;
     const op_rule *r = &op_rules[in->op];
@@ -1040,7 +1038,7 @@ static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_in
     default:
         break;
     }
-    if (elementwise_op(in->op) && in->shape.dtype != DT_TUPLE) {
+    if (graph_op_elementwise(in->op) && in->shape.dtype != DT_TUPLE) {
         for (uint32_t k = 0; k < n; k++) {
             const shape *sk = &comp->instrs[in->operands[k]].shape;
             bool scalar_ok = (in->op == OP_SELECT && k == 0) || (in->op == OP_CLAMP && k != 1);

@@ -458,6 +458,9 @@ int graph_check(const hlo_module *m, diag *d);
  * forms, such as reduce's even count, are checked too); false for an opcode
  * the table does not list. */
 bool graph_op_operands(int op, int *min, int *max);
+/* Whether op works element by element: every operand has the result's dims
+ * (select's predicate and clamp's bounds may be scalars). */
+bool graph_op_elementwise(int op);
 
 const hlo_attr *instr_attr(const hlo_instr *in, int key);
 /* Integer attribute or dflt; list attribute (NULL and *n = 0 when absent). */

@@ -2219,6 +2219,11 @@ static bool activation_f(const char *t, double a, double *r) {
     return true;
 }
 
+bool interp_activation(const char *target) {
+    double r;
+    return activation_f(target, 0, &r);
+}
+
 /* A result of the custom call: element k of a tuple result, or the result. */
 static const shape *result_part(const hlo_instr *in, uint32_t k) {
     if (in->shape.dtype != DT_TUPLE) return k == 0 ? &in->shape : NULL;

@@ -145,6 +145,7 @@ bool interp_val_matches(const interp_val *v, const shape *s);
 void interp_val_print_type(strbuf *b, const interp_val *v);
 /* True for element types this interpreter can hold. */
 bool interp_dtype_ok(int dtype);
+bool interp_activation(const char *target);  /* a custom-call target the activations above name (silu, gelu_tanh) */
 
 /* Replicas and partitions of a module: the header's replica_count and
  * num_partitions when present; else one replica and graph_num_devices()

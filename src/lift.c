@@ -446,21 +446,7 @@ bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
-bool lf_is_elementwise(int op) {
-    switch (op) {
-    case OP_ABS: case OP_ADD: case OP_AND: case OP_ATAN2: case OP_CBRT: case OP_CEIL: case OP_CLAMP:
-    case OP_COMPARE: case OP_CONVERT: case OP_COSINE: case OP_DIVIDE: case OP_ERF: case OP_EXP: case OP_EXPM1:
-    case OP_FLOOR: case OP_IS_FINITE: case OP_LOG: case OP_LOG1P: case OP_LOGISTIC: case OP_MAXIMUM:
-    case OP_MINIMUM: case OP_MULTIPLY: case OP_NEGATE: case OP_NOT: case OP_OR: case OP_POWER:
-    case OP_REMAINDER: case OP_ROUND_AFZ: case OP_ROUND_EVEN: case OP_RSQRT: case OP_SELECT:
-    case OP_SHIFT_LEFT: case OP_SHIFT_RIGHT_ARITHMETIC: case OP_SHIFT_RIGHT_LOGICAL: case OP_SIGN:
-    case OP_SINE: case OP_SQRT: case OP_SUBTRACT: case OP_TAN: case OP_TANH: case OP_XOR:
-    case OP_REDUCE_PRECISION: case OP_REAL: case OP_IMAG: case OP_COMPLEX: case OP_CLZ: case OP_POPCNT:
-        return true;
-    default:
-        return false;
-    }
-}
+bool lf_is_elementwise(int op) { return graph_op_elementwise(op); }
 
 /* Whether reduce-precision `in` keeps every value of its type (its
  * exponent and mantissa bits at least the type's: jax.checkpoint's e8m23
@@ -1934,14 +1920,16 @@ static lval lift_elementwise(lstate *s) {
     elementwise_align_units(s);
     lf_elementwise_unit_partials(s);
     /* The sharding every operand must have: the union of the operands'. A
-     * broadcast's is one reading among several (it is constant along the dims
-     * it adds): its axes count only where no other operand uses them. */
+     * broadcast's along the dims it adds is one reading among several (it is
+     * constant along them): those axes count only where no other operand
+     * uses them. */
     view want = view_dup(in->shape.rank);
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t o = 0; o < in->noperands; o++) {
             if (ops[o].kind != LV_TERM) return unknown();
-            if ((s->comp->instrs[in->operands[o]].op == OP_BROADCAST) != (pass == 1)) continue;
+            const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
             for (uint32_t d = 0; d < in->shape.rank && d < ops[o].v.rank; d++) {
+                if (lf_broadcast_adds(xi, d) != (pass == 1)) continue;
                 view_dim vd = ops[o].v.dims[d];
                 view one = {.rank = 1, .dims = {vd}};
                 if (vd.naxes && !want.dims[d].naxes && !(pass && (view_axes_used(&want) & view_axes_used(&one))))
@@ -2464,6 +2452,11 @@ lval lf_lift_instr(lstate *s) {
                                    "related yet", L->from->name, in->name);
             return unknown();
         }
+    /* A masked row every device holds is that row: a term before the
+     * transfer functions of per-device arrangements (a RoPE table gathered
+     * at positions, then split across the head dim's shards). */
+    for (uint32_t o = 0; o < in->noperands; o++)
+        if (ops[o].kind == LV_MASK) lf_resolved_as_term(c, &ops[o]);
     if (lf_psub_instr(s, &pwv)) return pwv;
     if (lf_win_instr(s, &pwv)) return pwv;
     if (lf_group_instr(s, &pwv)) return pwv;
@@ -2602,6 +2595,13 @@ lval lf_lift_instr(lstate *s) {
         s->comp->instrs[in->operands[0]].shape.rank == in->shape.rank &&
         (!in->shape.rank ||  /* (scalars: no dims to compare, possibly NULL) */
          !memcmp(s->comp->instrs[in->operands[0]].shape.dims, in->shape.dims, in->shape.rank * sizeof *in->shape.dims)))
+        return lift_elementwise(s);
+    /* An activation written as a custom call (silu, gelu_tanh) works
+     * element by element, as the op it names does. */
+    if (in->op == OP_CUSTOM_CALL && in->noperands == 1 && interp_activation(instr_str(in, A_CUSTOM_CALL_TARGET)) &&
+        ops[0].kind == LV_TERM && s->comp->instrs[in->operands[0]].shape.rank == in->shape.rank &&
+        (!in->shape.rank || !memcmp(s->comp->instrs[in->operands[0]].shape.dims, in->shape.dims,
+                                    in->shape.rank * sizeof *in->shape.dims)))
         return lift_elementwise(s);
     if (lf_is_elementwise(in->op)) {
         const lval *picked = lf_select_known(s);

@@ -627,12 +627,10 @@ static eid broadcast_along(lift_ctx *c, eid y, uint32_t j) {
 /* Class x as convert(t == iota along j): t's positions (broadcast along j). */
 static bool onehot_of(lift_ctx *c, eid x, uint32_t j, eid *pos) {
     const eid *cc, *vc;
-    uint32_t nc;
     eid cv = lf_class_node(c, x, OP_CONVERT, 1, &vc);
     eid cmp = cv == EID_NONE ? EID_NONE : lf_class_node(c, vc[0], OP_COMPARE, 2, &cc);
     if (cmp == EID_NONE) return false;
-    const int64_t *dir = ea_get(c->g, eg_node_attr(c->g, cmp), A_DIRECTION, &nc);
-    if (dir && (nc != 1 || (uint64_t)dir[0] != hash_bytes("EQ", 2))) return false;
+    if (lf_node_direction(c, cmp) != 0) return false;
     for (uint32_t k = 0; k < 2; k++) {
         eid p = broadcast_along(c, cc[k], j);
         if (p == EID_NONE || !iota_along(c, cc[1 - k], j)) continue;
@@ -713,13 +711,11 @@ static eid unwrapped(lift_ctx *c, eid x, int64_t n, int depth) {
         return eg_find(c->g, y) == eg_find(c->g, r) ? x : lf_mk_reshape(c, y, eg_class_type(c->g, x), c->origin);
     }
     eid cmp, add;
-    uint32_t nd;
     if (lf_class_node(c, x, OP_SELECT, 3, &ch) == EID_NONE || (cmp = lf_class_node(c, ch[0], OP_COMPARE, 2, &cc)) == EID_NONE ||
         (add = lf_class_node(c, ch[1], OP_ADD, 2, &ac)) == EID_NONE)
         return x;
     eid t = ch[2];
-    const int64_t *dir = ea_get(c->g, eg_node_attr(c->g, cmp), A_DIRECTION, &nd);
-    bool lt = dir && nd == 1 && (uint64_t)dir[0] == hash_bytes("LT", 2);
+    bool lt = lf_node_direction(c, cmp) == 2;
     if (!lt || eg_find(c->g, cc[0]) != eg_find(c->g, t) || !lf_class_is_zero(c, cc[1])) return x;
     for (uint32_t o = 0; o < 2; o++)
         if (eg_find(c->g, ac[o]) == eg_find(c->g, t) && all_equal_to(c, ac[1 - o], n)) return t;

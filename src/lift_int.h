@@ -368,6 +368,7 @@ lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const vie
                                                              * args NULL, parameter k under inputs[k], or dup
                                                              * when inputs is NULL) */
 uint64_t lf_comp_digest(lift_ctx *c, const hlo_module *m, uint32_t ci); /* structural digest of computation ci */
+int lf_node_direction(lift_ctx *c, eid node); /* a compare node's direction, eattr.h's 0..5 (EQ when absent); -1 unknown */
 uint64_t lf_reducer_digest(int red);  /* that digest of a computation recognised as reducer red (RED_SUM, ...) */
 void lf_lse_forms(lstate *s, const lval *v);  /* log Σ exp(x - m) + m as log Σ exp(x) (lift_moment.c) */
 void lf_sign_forms(lstate *s, const lval *v); /* x >= 0 true for x never negative by its form (lift_moment.c) */
@@ -515,6 +516,7 @@ void lf_group_forms(lstate *s, const lval *v);        /* an all-reduce of shares
 
 /* Element-moving ops (lift_shape.c): the transfer functions of their opcodes. */
 lval lf_lift_broadcast(lstate *s);
+bool lf_broadcast_adds(const hlo_instr *b, uint32_t d);  /* b a broadcast, d a dim it adds (lift_shape.c) */
 lval lf_lift_reverse(lstate *s);
 lval lf_lift_transpose(lstate *s);
 lval lf_lift_reshape(lstate *s);                     /* reshape and bitcast */

@@ -83,11 +83,7 @@ static bool class_values(lift_ctx *c, eid p, const int64_t *d, uint32_t r, int64
         if (op != OP_ADD && op != OP_SUBTRACT && op != OP_AND && op != OP_OR && op != OP_COMPARE) continue;
         int cmp = -1;
         if (op == OP_COMPARE) {
-            const int64_t *dir = ea_get(c->g, attr, A_DIRECTION, &nw);
-            static const char *names[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
-            for (int k = 0; k < 6 && dir && nw == 1; k++)
-                if ((uint64_t)dir[0] == hash_bytes(names[k], 2)) cmp = k;
-            if (!dir) cmp = 0; /* EQ, the default */
+            cmp = lf_node_direction(c, node);
             if (cmp < 0) continue;
         }
         double *b = xmalloc((size_t)(n ? n : 1) * sizeof *b);

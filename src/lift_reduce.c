@@ -19,15 +19,15 @@
  * sharded alike on both sides make the result partial(sum) over those axes. */
 /* Side `side` of a dot re-read with dim d sharded as `want`, the other side
  * being so: a value constant along d (a broadcast along it, constants and
- * iota not along it) as itself, else by moving a sharded unit dim. */
+ * iota not along it, elementwise ops over such: a loss's cotangent
+ * broadcast over the local batch and negated) as itself, else by moving a
+ * sharded unit dim. */
 static bool dot_side_reread(lstate *s, uint32_t side, uint32_t d, const view_dim *want) {
     view w = s->ops[side].v;
     w.dims[d] = *want;
     w.partial = 0;
     w.red = 0;
-    if (!s->ops[side].v.partial && (lf_review_broadcast(s, side, &w) || lf_konst_review(s, side, &w) ||
-                                    lf_review_merged_broadcast(s, side, &w)))
-        return true;
+    if (!s->ops[side].v.partial && lf_review_operand(s, side, &w) && lf_same_sharding(&s->ops[side].v, &w)) return true;
     return lf_unit_dim_reread(s, side, d, want);
 }
 
@@ -110,6 +110,34 @@ static lval summed_term(lstate *s, view v, uint8_t partial) {
     return term(lf_node(s->c, s->c->cur, s->in, ch, 2, dims, s->c->origin), v, l->assumed || r->assumed);
 }
 
+/* Whether dim d of side `side` of a dot is a reshape's merge of a sharded
+ * unit dim with longer dims ([b, t, 1, e] -> [b, t, e], the unit dim's axes
+ * now on e). */
+static bool merged_unit(const lstate *s, uint32_t side, uint32_t d) {
+    const hlo_instr *y = &s->comp->instrs[s->in->operands[side]];
+    if ((y->op != OP_RESHAPE && y->op != OP_BITCAST) || y->noperands != 1) return false;
+    const hlo_instr *src = &s->comp->instrs[y->operands[0]];
+    const lval *x = &s->vals[y->operands[0]];
+    const int64_t *a = src->shape.dims, *b = y->shape.dims;
+    uint32_t ra = src->shape.rank, rb = y->shape.rank, i = 0, j = 0;
+    if (x->kind != LV_TERM || x->v.rank != ra || d >= rb) return false;
+    while (i < ra || j < rb) {
+        uint32_t i2, j2;
+        if (!lf_reshape_run(a, ra, b, rb, i, j, &i2, &j2) || (i2 == i && j2 == j)) return false;
+        if (d >= j && d < j2) {
+            if (j2 != j + 1 || b[d] == 1) return false;
+            bool unit = false, longer = false;
+            for (uint32_t k = i; k < i2; k++) {
+                unit |= a[k] == 1 && x->v.dims[k].naxes;
+                longer |= a[k] != 1;
+            }
+            return unit && longer;
+        }
+        i = i2, j = j2;
+    }
+    return false;
+}
+
 lval lf_lift_dot(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -134,6 +162,12 @@ lval lf_lift_dot(lstate *s) {
     view v = view_dup(in->shape.rank);
     uint32_t out = 0;
     uint8_t partial = l->v.partial | r->v.partial;
+    /* Contracted sharded dims into which both sides' reshapes merged a
+     * sharded unit dim (one head per device squeezed on both sides of q·k):
+     * in another reading they are a batch of slices the devices hold, not a
+     * sum (lf_lift_reduce's unsure). One side alone (a row-parallel weight's
+     * genuinely sharded rows) decides. */
+    bool unsure = false;
     for (uint32_t k = 0; k < nlb; k++) {
         if (!lf_same_dim(&l->v.dims[lb[k]], &r->v.dims[rb[k]])) {
             lf_unsupported(c, s->comp, in, "%s: batch dimension %u is sharded differently on its operands", in->name, k);
@@ -159,6 +193,7 @@ lval lf_lift_dot(lstate *s) {
             return unknown();
         }
         for (uint32_t a = 0; a < ld->naxes; a++) partial |= (uint8_t)(1u << ld->axes[a]);
+        unsure |= ld->naxes && merged_unit(s, 0, (uint32_t)lc[k]) && merged_unit(s, 1, (uint32_t)rc[k]);
     }
     for (int side = 0; side < 2; side++) {
         const lval *x = side ? r : l;
@@ -178,7 +213,9 @@ lval lf_lift_dot(lstate *s) {
                        "not related yet", in->name);
         return unknown();
     }
-    return summed_term(s, v, partial);
+    lval t = summed_term(s, v, partial);
+    t.partial_unsure = unsure && partial != (l->v.partial | r->v.partial);
+    return t;
 }
 
 /* ---- convolution ---- */

@@ -19,11 +19,23 @@
 
 /* ---- broadcast, reverse, transpose ---- */
 
+bool lf_broadcast_adds(const hlo_instr *b, uint32_t d) {
+    if (b->op != OP_BROADCAST || d >= b->shape.rank) return false;
+    uint32_t nd;
+    const int64_t *bd = instr_ints(b, A_DIMENSIONS, &nd);
+    for (uint32_t k = 0; k < nd; k++)
+        if (bd[k] == (int64_t)d) return false;
+    return true;
+}
+
 /* A broadcast is constant along the dims it adds, so an added dim of local
  * size 1 may as well be read as sharded over mesh axes the view leaves free
  * (GSPMD's grouped-query heads at tp8: one kv head repeated, one copy per
  * device). Of those true readings, take one whose term the baseline has
- * (its repeat of the kv heads); v is left alone when none is. */
+ * (its repeat of the kv heads); v is left alone when none is. Longer added
+ * dims are left alone: a term such as broadcast(iota) the baseline has at
+ * many sizes (positions over the global batch, a causal mask) says too
+ * little about which axes the program meant. */
 
 static void broadcast_sharded_reading(lift_ctx *c, const hlo_instr *in, const lval *x, const int64_t *bd, uint32_t nd,
                                       view *v) {
@@ -276,24 +288,45 @@ static bool reshape_split_reading(lift_ctx *c, const lval *x, const hlo_instr *i
  * a unit dim as a reshape): locally a relabelling, globally a transpose of
  * the sharded unit dim to where the unit dim lands. The non-unit dims keep
  * their order, shardings and blocks. */
+static bool unit_dim_moved_to(lstate *s, uint32_t k, uint32_t jo, lval *out);
+
 static bool unit_dim_moved(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in, *src = &s->comp->instrs[in->operands[0]];
     const lval *x = &s->ops[0];
     const int64_t *a = src->shape.dims, *b = in->shape.dims;
-    uint32_t ra = src->shape.rank, rb = in->shape.rank, k = ra, jo = rb, na = 0, nb = 0, nka = 0, nkb = 0;
+    uint32_t ra = src->shape.rank, rb = in->shape.rank, k = ra, nunits = 0;
     if (ra > VIEW_MAX_RANK || rb > VIEW_MAX_RANK) return false;
     for (uint32_t d = 0; d < ra; d++)
         if (x->v.dims[d].naxes && a[d] == 1) {
             if (k < ra) return false;
             k = d;
         }
-    for (uint32_t d = 0; d < rb; d++)
-        if (b[d] == 1) {
-            if (jo < rb) return false;
-            jo = d;
+    if (k == ra) return false;
+    for (uint32_t d = 0; d < rb; d++) nunits += b[d] == 1;
+    /* Several unit output dims ([16, 16, 1] -> [1, 1, 16, 16]: a window's
+     * batch beside one head per device): the one whose term the baseline
+     * has, if any (else the reshape's other readings). */
+    for (uint32_t jo = 0; jo < rb; jo++) {
+        lval t;
+        if (b[jo] != 1 || !unit_dim_moved_to(s, k, jo, &t)) continue;
+        if (nunits == 1 || (eg_class_origin(c->g, t.cls) & EG_BASELINE)) {
+            *out = t;
+            out->ambiguous = nunits > 1;
+            return true;
         }
-    if (k == ra || jo == rb) return false;
+    }
+    return false;
+}
+
+/* unit_dim_moved with the sharded unit input dim k landing on unit output
+ * dim jo (the other unit dims unsharded, of global size 1). */
+static bool unit_dim_moved_to(lstate *s, uint32_t k, uint32_t jo, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in, *src = &s->comp->instrs[in->operands[0]];
+    const lval *x = &s->ops[0];
+    const int64_t *a = src->shape.dims, *b = in->shape.dims;
+    uint32_t ra = src->shape.rank, rb = in->shape.rank, na = 0, nb = 0, nka = 0, nkb = 0;
     /* the non-unit dims alike, in order (ia, ib: where they are); where the
      * sharded unit dim sits among them */
     int64_t ka[VIEW_MAX_RANK], kb[VIEW_MAX_RANK];
@@ -433,25 +466,25 @@ lval lf_lift_reshape(lstate *s) {
     }
     if (three && !reshape_meets_baseline(c, x->cls, in, &v) && reshape_meets_baseline(c, x->cls, in, &vc)) v = vc;
     /* A sharding on a unit output dim may as well sit on a neighbouring unit
-     * dim (only unit dims between: the row-major order is the same, a
-     * transpose of unit dims written as a reshape): the reading the baseline
-     * has, when it has one. */
+     * dim, or spread over a run of them, major axes first (only unit dims
+     * between: the row-major order is the same, a transpose of unit dims
+     * written as a reshape; GQA's [.., heads, d] -> [.., kv, group, d] with
+     * one head per device): the reading the baseline has, when it has one. */
     for (uint32_t jj = 0; jj < rb && !reshape_meets_baseline(c, x->cls, in, &v); jj++) {
         if (!v.dims[jj].naxes || b[jj] != 1) continue;
-        for (int dir = -1; dir <= 1; dir += 2)
-            for (int64_t t = (int64_t)jj + dir; t >= 0 && t < (int64_t)rb && b[t] == 1; t += dir) {
-                if (v.dims[t].naxes) break;
-                view w = v;
-                w.dims[t] = v.dims[jj];
-                memset(&w.dims[jj], 0, sizeof w.dims[jj]);
-                if (reshape_meets_baseline(c, x->cls, in, &w)) {
-                    v = w;
-                    amb = true;
-                    goto moved;
-                }
-            }
+        uint32_t lo = jj, hi = jj;
+        while (lo > 0 && b[lo - 1] == 1 && !v.dims[lo - 1].naxes) lo--;
+        while (hi + 1 < rb && b[hi + 1] == 1 && !v.dims[hi + 1].naxes) hi++;
+        if (lo == hi) continue;
+        reshape_group g = {v.dims[jj], lo, hi};
+        view base = v, w;
+        memset(&base.dims[jj], 0, sizeof base.dims[jj]);
+        if (reshape_split_reading(c, x, in, &base, &g, 1, &w)) {
+            v = w;
+            amb = true;
+            break;
+        }
     }
-moved:
     lf_global_dims(c, &v, &in->shape, dims);
     lval r = term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
     r.ambiguous = amb;

@@ -78,6 +78,26 @@ uint32_t lf_encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *in) 
             buf[n++] = (int64_t)hash_bytes(in, sizeof *in);
             break;
         }
+        if (a->key == A_DIRECTION && (a->kind == K_IDENT || a->kind == K_STRING)) {
+            /* eattr.h's convention, which rules match: 0..5, EQ omitted */
+            int d = ea_direction_from_name(a->v.str, strlen(a->v.str));
+            if (d == 0) continue;
+            if (d > 0) {
+                buf[n++] = A_DIRECTION, buf[n++] = 1, buf[n++] = d;
+                continue;
+            }
+        }
+        if (a->key == A_CUSTOM_CALL_TARGET && a->kind == K_STRING) {
+            /* spelled out as eattr.h says, so rules over a target match */
+            size_t len = strlen(a->v.str);
+            uint32_t w = ea_str_words(a->v.str, len, NULL, 0);
+            if (len && n + 2 + w <= ARRAY_LEN(buf)) {
+                buf[n++] = A_CUSTOM_CALL_TARGET, buf[n++] = w;
+                ea_str_words(a->v.str, len, buf + n, w);
+                n += w;
+                continue;
+            }
+        }
         buf[n++] = a->key == A_RAW ? (int64_t)(str_hash(a->raw_key) | 1ull << 62) : a->key;
         buf[n++] = need;
         switch (a->kind) {
@@ -97,6 +117,13 @@ uint32_t lf_encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *in) 
         }
     }
     return eg_attr(c->g, buf, n);
+}
+
+int lf_node_direction(lift_ctx *c, eid node) {
+    uint32_t n;
+    const int64_t *d = ea_get(c->g, eg_node_attr(c->g, node), A_DIRECTION, &n);
+    if (!d) return 0;
+    return n == 1 && d[0] >= 0 && d[0] < EA_DIR_COUNT ? (int)d[0] : -1;
 }
 
 uint64_t lf_reducer_digest(int red) { return hash_mix(0xc0de, (uint64_t)red); }

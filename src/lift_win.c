@@ -39,6 +39,46 @@ static lift_win *win_new(lift_ctx *c, const lift_win *like, uint32_t dim, int64_
  * many, the ops that would make one are left unrelated (said plainly). */
 #define LIFT_WIN_MAX (1 << 22)
 
+/* Window x over a term that is (a slice along the window's dim of) a zero
+ * pad along that dim alone: over the pad's operand, the elements of the
+ * padding zeros (idx -1), as a collective-permute leaves them (GSPMD's
+ * shift of a sharded dim reads as the slice of a padded term; its pieces
+ * then meet the unpadded ones in a concatenation: win_concatenate). x as it
+ * is otherwise. */
+static void win_unpad(lift_ctx *c, lval *x) {
+    lift_win *w = x->win;
+    uint32_t rank, nw, pr;
+    term_dims(c, x->cls, &rank);
+    eid t = x->cls;
+    int64_t off = 0;
+    const eid *ch;
+    eid sn = lf_class_node(c, t, OP_SLICE, 1, &ch);
+    if (sn != EID_NONE) {
+        const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, sn), &nw);
+        uint32_t yr;
+        const int64_t *yd = term_dims(c, ch[0], &yr);
+        bool ok = nw == 2 + 3 * rank && aw[0] == A_SLICE && yr == rank;
+        for (uint32_t k = 0; ok && k < rank; k++)
+            ok = aw[2 + 3 * k + 2] == 1 && (k == w->dim || (aw[2 + 3 * k] == 0 && aw[2 + 3 * k + 1] == yd[k]));
+        if (ok) t = ch[0], off = aw[2 + 3 * w->dim];
+    }
+    eid pn = lf_class_node(c, t, OP_PAD, 2, &ch);
+    if (pn == EID_NONE || !lf_class_is_zero(c, ch[1])) return;
+    const int64_t *pw = eg_attr_words(c->g, eg_node_attr(c->g, pn), &nw);
+    const int64_t *yd = term_dims(c, ch[0], &pr);
+    if (pr != rank || nw != 2 + 3 * rank || pw[0] != A_PADDING) return;
+    for (uint32_t k = 0; k < rank; k++)
+        if (pw[2 + 3 * k + 2] != 0 || (k != w->dim && (pw[2 + 3 * k] != 0 || pw[2 + 3 * k + 1] != 0))) return;
+    int64_t lo = pw[2 + 3 * w->dim], n = yd[w->dim];
+    lift_win *nw2 = win_new(c, w, w->dim, w->len);
+    for (int64_t q = 0; q < c->ndev * w->len; q++) {
+        int64_t j = w->idx[q] < 0 ? -1 : w->idx[q] + off - lo;
+        nw2->idx[q] = j >= 0 && j < n ? j : -1;
+    }
+    x->win = nw2;
+    x->cls = eg_find(c->g, ch[0]);
+}
+
 /* x, a term of local length len along dim d, as a window: device r holds
  * elements [block(r)·len, block(r)·len + len) of the term there. */
 static bool win_of_term(lift_ctx *c, const lval *x, uint32_t d, int64_t len, lval *out) {
@@ -354,25 +394,65 @@ static eid baseline_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi, 
     return EID_NONE;
 }
 
+/* Runs k[r] (INT64_MIN: a device with only zeros) of a window that are
+ * base + block(r)·len over mesh axes its view leaves free, the devices with
+ * only zeros given theirs, which must lie wholly outside the term [0, n)
+ * (the blocks of a padded term past its end); false when no axes place
+ * them. */
+static bool zeros_placed(lift_ctx *c, const lval *x, int64_t n, int64_t *k) {
+    const lift_win *w = x->win;
+    uint32_t used = view_axes_used(&x->v);
+    for (uint32_t mask = 1; mask < 1u << c->mesh->naxes; mask++) {
+        if (mask & used) continue;
+        view_dim vd = lf_axes_dim(c, mask);
+        int64_t base = INT64_MIN;
+        bool ok = true;
+        for (int64_t r = 0; r < c->ndev && ok; r++) {
+            if (k[r] == INT64_MIN) continue;
+            int64_t b = k[r] - lf_dim_block(c, &vd, r) * w->len;
+            ok = base == INT64_MIN || b == base;
+            base = b;
+        }
+        if (!ok || base == INT64_MIN) continue;
+        for (int64_t r = 0; r < c->ndev && ok; r++) {
+            int64_t at = base + lf_dim_block(c, &vd, r) * w->len;
+            ok = k[r] != INT64_MIN || at >= n || at + w->len <= 0;
+        }
+        if (!ok) continue;
+        for (int64_t r = 0; r < c->ndev; r++)
+            if (k[r] == INT64_MIN) k[r] = base + lf_dim_block(c, &vd, r) * w->len;
+        return true;
+    }
+    return false;
+}
+
 /* A window with zeros (idx -1: where a collective-permute delivered none)
  * whose every device holds a run of the term with the zeros exactly where
  * the run leaves the term (before its first row or past its last: the first
  * and last device of a halo exchange without wrap-around) is a window of the
  * term padded with zeros there, without zeros: in *out (the padding the
  * baseline computes preferred; with baseline_only, only that). A zero
- * anywhere else (inside the term) is no such window. */
-bool lf_win_padded(lift_ctx *c, const lval *x, bool baseline_only, lval *out) {
+ * anywhere else (inside the term) is no such window; a device with only
+ * zeros is one only with place_zeros (zeros_placed). */
+static bool win_padded(lift_ctx *c, const lval *x, bool baseline_only, bool place_zeros, lval *out) {
     const lift_win *w = x->win;
     uint32_t rank;
     const int64_t *td = term_dims(c, x->cls, &rank);
     int64_t n = td[w->dim], lo = 0, hi = 0, plo = 0, phi = 0;
     int64_t *k = arena_alloc(c->a, (size_t)c->ndev * sizeof *k);
+    bool zeros_only = false;
     for (int64_t r = 0; r < c->ndev; r++) {
         const int64_t *e = w->idx + r * w->len;
         int64_t l0 = 0;
         while (l0 < w->len && e[l0] < 0) l0++;
-        if (l0 == w->len) return false;  /* only zeros: no run to place them by */
-        k[r] = e[l0] - l0;
+        k[r] = l0 < w->len ? e[l0] - l0 : INT64_MIN;
+        zeros_only |= l0 == w->len;
+    }
+    /* A device with only zeros (past the term's end: GSPMD's pad of a
+     * sharded dim) is placed by its block, as the others are. */
+    if (zeros_only && (!place_zeros || !zeros_placed(c, x, n, k))) return false;
+    for (int64_t r = 0; r < c->ndev; r++) {
+        const int64_t *e = w->idx + r * w->len;
         for (int64_t l = 0; l < w->len; l++) {
             int64_t v = k[r] + l;
             if (e[l] >= 0 ? e[l] != v : v >= 0 && v < n) return false;
@@ -381,7 +461,15 @@ bool lf_win_padded(lift_ctx *c, const lval *x, bool baseline_only, lval *out) {
         }
     }
     eid p = baseline_pad(c, x->cls, w->dim, lo, hi, &plo, &phi);
-    if (p == EID_NONE && !baseline_only) p = zero_pad(c, x->cls, w->dim, plo = lo, phi = hi, true);
+    if (p == EID_NONE && !baseline_only) {
+        p = zero_pad(c, x->cls, w->dim, plo = lo, phi = hi, true);
+        /* Whole blocks of zeros the baseline never pads with: a shift
+         * where it may roll (a ring's missing pair), named if it matters. */
+        if (zeros_only && w->from)
+            lf_tentative(c, KIND_WRONG_COLLECTIVE_GROUP, w->from_comp, w->from,
+                         "%s leaves a device's whole block of dimension %u zeros (a shift by whole blocks), which the "
+                         "baseline does not compute as such", w->from->name, w->dim);
+    }
     if (p == EID_NONE) return false;
     lift_win *nw = win_new(c, w, w->dim, w->len);
     for (int64_t r = 0; r < c->ndev; r++)
@@ -392,10 +480,17 @@ bool lf_win_padded(lift_ctx *c, const lval *x, bool baseline_only, lval *out) {
     return true;
 }
 
-/* x as a plain view of the zero-padded term (win_padded), or x. */
+bool lf_win_padded(lift_ctx *c, const lval *x, bool baseline_only, lval *out) {
+    return win_padded(c, x, baseline_only, false, out);
+}
+
+/* x as a plain view of the zero-padded term (win_padded), or x. Where an op
+ * needs a plain view (not baseline_only), devices with only zeros are placed
+ * by their blocks too: before, a window with such devices may still meet a
+ * select of the devices' own values (a pipeline's first stage). */
 static lval win_settle_padded(lift_ctx *c, lval x, bool baseline_only) {
     lval y;
-    if (!lf_win_padded(c, &x, baseline_only, &y)) return x;
+    if (!win_padded(c, &x, baseline_only, !baseline_only, &y)) return x;
     y = win_settle(c, y);
     return y.kind == LV_WIN ? x : y;
 }
@@ -500,6 +595,17 @@ static bool win_concatenate(lstate *s, lval *out) {
         if (s->ops[o].kind == LV_WIN) ws[o] = s->ops[o];
         else if (!win_of_term(c, &s->ops[o], cd, xi->shape.dims[cd], &ws[o])) return false;
         if (ws[o].win->dim != cd || !view_equal(&ws[o].v, &ws[0].v)) return false;
+    }
+    /* a window of a padded term beside one of the term itself: the zeros
+     * as zeros, one term (a shifted piece beside the unshifted ones) */
+    for (uint32_t o = 0; o < in->noperands; o++) {
+        lval u = ws[o];
+        win_unpad(c, &u);
+        for (uint32_t p = 0; p < in->noperands; p++)
+            if (p != o && u.cls != ws[o].cls && eg_find(c->g, u.cls) == eg_find(c->g, ws[p].cls)) {
+                ws[o] = u;
+                break;
+            }
     }
     /* windows of T beside one of T ++ F are all of T ++ F (T's rows keep
      * their places): a neighbour's rows completed by a boundary value */

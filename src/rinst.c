@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eattr.h"
 #include "graph.h"
 #include "shape.h"
 
@@ -268,6 +269,24 @@ static bool gen_opclass(gen *g, const em_pat *t, const rtype *ty) {
     if (b) b->bound = true, b->choice = c;
     if (c < nops) return gen_same(g, t, ops[c], "", ty);
     return gen_custom(g, t, k->targets[c - nops], ty);
+}
+
+/* (compare a b :direction D): pred of the operands' dims, the operands of
+ * one random type; D as the pattern fixes it, else any. */
+static bool gen_compare(gen *g, const em_pat *t, const rtype *ty) {
+    static const int keys[] = {A_DIRECTION, A_COUNT};
+    aspec a;
+    if (t->nkids != 2 || ty->dt != DT_PRED || !only_keys(g, t, keys)) return false;
+    spec(g, t, A_DIRECTION, &a);
+    int64_t d = a.present && a.fixed ? (a.n == 1 ? a.w[0] : -1) : a.present ? rnd(g, 0, EA_DIR_COUNT - 1) : 0;
+    if (d < 0 || d >= EA_DIR_COUNT) return false;
+    bind(g, &a, &d, 1);
+    rtype ct[2] = {*ty, *ty};
+    ct[0].dt = ct[1].dt = rnd_dtype(g);
+    strbuf at;
+    sb_init(&at);
+    sb_printf(&at, " :direction %s", ea_direction_name((int)d));
+    return emit(g, t, OP_COMPARE, ct, &at, ty);
 }
 
 static bool gen_convert(gen *g, const em_pat *t, const rtype *ty) {
@@ -635,6 +654,7 @@ static bool gen_term(gen *g, uint32_t pat, const rtype *ty) {
     char buf[257];
     switch (t->op) {
     case OP_CONVERT: return gen_convert(g, t, ty);
+    case OP_COMPARE: return gen_compare(g, t, ty);
     case OP_TRANSPOSE: return gen_transpose(g, t, ty);
     case OP_REVERSE: return gen_reverse(g, t, ty);
     case OP_IOTA: return gen_iota(g, t, ty);
@@ -668,6 +688,7 @@ bool ri_generate(const em_prog *p, uint32_t pat, const ri_limits *lim, interp_rn
     rtype root;
     memset(&root, 0, sizeof root);
     root.dt = rnd_dtype(&g);
+    if (p->pats[pat].kind == EM_NODE && p->pats[pat].op == OP_COMPARE) root.dt = DT_PRED;  /* a comparison's result */
     uint32_t max_rank = lim->max_rank < MAX_RANK - 2 ? lim->max_rank : MAX_RANK - 2;
     root.rank = lim->exact_rank ? max_rank : (uint32_t)rnd(&g, 0, max_rank);
     for (uint32_t i = 0; i < root.rank; i++) root.d[i] = rnd_dim(&g);

@@ -271,7 +271,7 @@ static bool decode_attrs(hlo_module *m, egraph *g, uint32_t attr, hlo_instr *in,
     const int64_t *w = eg_attr_words(g, attr, &nw);
     uint32_t count = 0;
     for (uint32_t i = 0; i + 1 < nw; i += 2 + (uint32_t)w[i + 1]) count++;
-    in->attrs = arena_alloc(&m->arena, (count ? count : 1) * sizeof *in->attrs);
+    in->attrs = arena_alloc(&m->arena, (count + 1) * sizeof *in->attrs);
     for (uint32_t i = 0; i + 1 < nw; i += 2 + (uint32_t)w[i + 1]) {
         int key = (int)w[i];
         uint32_t n = (uint32_t)w[i + 1];
@@ -303,6 +303,9 @@ static bool decode_attrs(hlo_module *m, egraph *g, uint32_t attr, hlo_instr *in,
                   key == A_LITERAL ? " (a constant's payload is only a digest)" : "");
         return false;
     }
+    /* a comparison's direction is omitted when EQ (eattr.h); HLO names it */
+    if (in->op == OP_COMPARE && !instr_attr(in, A_DIRECTION))
+        in->attrs[in->nattrs++] = (hlo_attr){.key = A_DIRECTION, .kind = K_IDENT, .n = 1, .v.str = graph_intern(m, "EQ", 2)};
     return true;
 }
 

@@ -2156,6 +2156,18 @@ static void concat_unlike_operands(void) {
  *     only the dims before it is the reshape of the concatenation.
  *   - tests/cases/konst-mask: a constant mask transposed after its
  *     broadcast, read under the sharding of what it selects.
+ *   - tests/cases/pad-shard: GSPMD's zero pad of a sharded dim (a
+ *     device's block all padding) as the baseline's pad.
+ *   - tests/cases/unit-split: one head per device split into unit (kv,
+ *     group) dims, the mesh axes spread over both.
+ *   - tests/cases/bcast-want: of two broadcasts, the dims they add follow
+ *     the dims their operands shard.
+ *   - tests/cases/head-squeeze: a sharded unit dim squeezed into a longer
+ *     one, then contracted: partial in one reading only (no finding).
+ *   - tests/cases/dot-bcast: an elementwise op over a broadcast re-read as
+ *     the other operand of a dot is sharded.
+ *   - tests/cases/spelled: lifted attributes as rules spell them (a
+ *     compare's direction, a custom call's target), so rules match them.
  *   - tests/cases/bin-gather: a replicated table read at a data-derived,
  *     clamped index (a two-hot critic's bin support) is the gather as
  *     written, whatever the index's domain.
@@ -2437,6 +2449,11 @@ static void hand_written_cases(void) {
         {"remat/barrier", "averaged over 2 of 4", "constant(0.25)", "constant(0.5)", VERDICT_MISMATCH, true},
         /* a vmapped ensemble sharded over its axis: the local [6, 1, 8] -> [1, 6, 8] reshape is the global transpose */
         {"unit-move/ens", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        /* several unit output dims: the sharded one lands where the baseline
+         * has it (a window's relative-position bias, one head per device) */
+        {"unit-move/heads", "to the second unit dim", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-move/heads", "rows swapped first", "ROOT r = f32[1,1,16,16] reshape(x)",
+         "xt = f32[16,16,1] transpose(x), dimensions={1,0,2}\n  ROOT r = f32[1,1,16,16] reshape(xt)", VERDICT_MISMATCH, false},
         {"unit-move/ens", "the ensemble dim kept in the middle", "ROOT o = f32[1,6,8] reshape(t)",
          "ROOT o = f32[6,1,8] copy(t)", VERDICT_MISMATCH, false},
         {"unit-move/ens", "negated", "ROOT o = f32[1,6,8] reshape(t)", "r = f32[1,6,8] reshape(t)\n  ROOT o = f32[1,6,8] negate(r)",
@@ -2555,6 +2572,48 @@ static void hand_written_cases(void) {
         {"konst-mask/causal", "strict mask", "direction=GE", "direction=GT", VERDICT_MISMATCH, false},
         {"konst-mask/causal", "mask transposed otherwise", "dimensions={0,2,1,3}", "dimensions={0,3,1,2}", VERDICT_MISMATCH,
          false},
+        /* GSPMD's pad of a sharded dim (the backward of rotate-half): a
+         * permute, a concatenation, a pad and a per-device dynamic-slice,
+         * one device left with zeros only */
+        {"pad-shard/halves", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"pad-shard/halves", "permuted the other way", "source_target_pairs={{1,0}}", "source_target_pairs={{0,1}}",
+         VERDICT_MISMATCH, false},
+        {"pad-shard/halves", "offsets swapped", "constant({0, 2})", "constant({2, 0})", VERDICT_MISMATCH, false},
+        {"pad-shard/halves", "padded on the other side", "padding=0_0x0_2", "padding=0_0x2_0", VERDICT_MISMATCH, false},
+        {"pad-shard/halves", "halves concatenated the other way", "concatenate(cp2, nh)", "concatenate(nh, cp2)",
+         VERDICT_MISMATCH, false},
+        /* one head per device split into (kv, group) unit dims, the group
+         * summed and all-reduced over its ranks (GQA's kv gradient) */
+        {"unit-split/gqa", "group summed over its ranks", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-split/gqa", "summed over the other axis", "replica_groups={{0,1},{2,3}}", "replica_groups={{0,2},{1,3}}",
+         VERDICT_MISMATCH, false},
+        {"unit-split/gqa", "summed over every rank", "replica_groups={{0,1},{2,3}}", "replica_groups={{0,1,2,3}}",
+         VERDICT_MISMATCH, false},
+        /* two broadcasts multiplied: the one whose dim comes from a sharded
+         * operand sets the sharding, the other's added dim follows it */
+        {"bcast-want/freq", "added dim read as the other's", NULL, NULL, VERDICT_VERIFIED, true},
+        {"bcast-want/freq", "the wrong operand", "multiply(bq, bp)", "multiply(bp, bp)", VERDICT_MISMATCH, false},
+        /* one head per device squeezed into the head dim before a dot:
+         * the contraction reads as a partial sum in one reading only, so
+         * a max of it is no missing all-reduce (once a false alarm by the
+         * rules) */
+        {"head-squeeze/scores", "one head per device", NULL, NULL, VERDICT_UNVERIFIED, true},
+        {"head-squeeze/scores", "max over the queries", "dimensions={3}, to_apply=max", "dimensions={2}, to_apply=max",
+         VERDICT_MISMATCH, false},
+        /* a loss's cotangent broadcast over the local batch and negated,
+         * paired with a batch-sharded operand of a dot */
+        {"dot-bcast/cot", "broadcast cotangent", NULL, NULL, VERDICT_VERIFIED, true},
+        {"dot-bcast/cot", "exponentiated", "n = f32[2] negate(b)", "n = f32[2] exponential(b)", VERDICT_MISMATCH, false},
+        /* attributes spelled as the rules spell them: a one-hot written
+         * iota == label meets label == iota (compare commuted); silu as a
+         * custom call meets x·logistic(x) */
+        {"spelled/onehot", "classes over tp", NULL, NULL, VERDICT_VERIFIED, true},
+        {"spelled/onehot", "not equal", "compare(bi, by), direction=EQ", "compare(bi, by), direction=NE", VERDICT_MISMATCH,
+         false},
+        {"spelled/onehot", "offsets shifted", "constant({0, 4, 8, 12})", "constant({4, 8, 12, 0})", VERDICT_MISMATCH, false},
+        {"spelled/silu", "silu custom call under dp", NULL, NULL, VERDICT_VERIFIED, true},
+        {"spelled/silu", "another activation", "custom_call_target=\"silu\"", "custom_call_target=\"gelu_tanh\"",
+         VERDICT_MISMATCH, false},
         {"gather-idx/along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         /* the offset broadcast to 4608 positions, more than device values are tabulated for */
         {"gather-idx/along-big", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
