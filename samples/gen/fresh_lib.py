@@ -136,6 +136,13 @@ class Corpus:
         if name in self.extra:
             self.extra[name]["known_miss"] = {"with_witness": why}
 
+    def known_false_alarm(self, name, why):
+        """Marks correct pair name as one the rules alone still report a
+        mismatch on (why, an open defect of the checker): the corpus test
+        asserts it stays one without --witness and prints it as open."""
+        if name in self.extra:
+            self.extra[name]["known_false_alarm"] = {"without_witness": why}
+
     def finish(self):
         """Adds the recorded fields to the manifest export_pair wrote."""
         path = os.path.join(self.out, "manifest.json")
