@@ -1994,6 +1994,10 @@ static lval lift_elementwise(lstate *s) {
          * (or of one and a value the same on every device it is partial over)
          * is the partial max of the maxima, and so for min. */
         bool idem = (red == RED_MAX && in->op == OP_MAXIMUM) || (red == RED_MIN && in->op == OP_MINIMUM);
+        /* On predicates, and is min and or is max (finiteness votes ANDed
+         * on every device, then pmin'd). */
+        idem |= in->shape.dtype == DT_PRED &&
+                ((red == RED_MIN && in->op == OP_AND) || (red == RED_MAX && in->op == OP_OR));
         /* A convert is monotone: it commutes with a max or a min. */
         idem |= (red == RED_MAX || red == RED_MIN) && in->op == OP_CONVERT && !dtype_is_complex(in->shape.dtype) &&
                 !dtype_is_complex(s->comp->instrs[in->operands[0]].shape.dtype);

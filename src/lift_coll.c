@@ -822,6 +822,58 @@ static bool gather_unit_dim(lstate *s, uint32_t d, int axes, lval *out) {
 
 /* all-gather along d: d must be sharded with the gathered axes as its minor
  * axes (block order = group order). */
+/* Whether an all-gather of x along d over `axes` stacks every block of the
+ * global value once (x complete, sharded over exactly those axes): its
+ * elements in another order. *every: the blocks of dims other than d too, so
+ * the order moves elements across dims, not only along d. */
+static bool stack_of_blocks(const lval *x, uint32_t d, uint32_t axes, bool *every) {
+    uint32_t along = 0;
+    for (uint32_t k = 0; k < x->v.dims[d].naxes; k++) along |= 1u << x->v.dims[d].axes[k];
+    *every = view_axes_used(&x->v) != along;
+    return !x->v.partial && view_axes_used(&x->v) == axes;
+}
+
+/* Whether value i of comp is used only in ways the order of its elements
+ * does not change: element-by-element ops whose other operands are the
+ * same everywhere that order moves elements (scalars, broadcasts that add
+ * those dims) or are themselves such uses of i, ending in reductions over
+ * those dims. The order moves elements along dim d alone, or (every_dim)
+ * across all of them (a stack of blocks of several sharded dims). */
+static bool order_free(const hlo_comp *comp, uint32_t i, uint32_t d, bool every_dim) {
+    uint8_t *mark = xcalloc(comp->ninstrs + 1, 1);  /* 1: carries i's elements, in its order */
+    mark[i] = 1;
+    bool ok = true, used = false;
+    for (uint32_t j = i + 1; j < comp->ninstrs && ok; j++) {
+        const hlo_instr *y = &comp->instrs[j];
+        bool takes = false;
+        for (uint32_t o = 0; o < y->noperands; o++) takes |= mark[y->operands[o]] == 1;
+        if (!takes) continue;
+        used = true;
+        if (y->op == OP_REDUCE && y->noperands == 2 && !mark[y->operands[1]]) {
+            uint32_t nd, rank = comp->instrs[y->operands[0]].shape.rank, over = 0;
+            const int64_t *rd = instr_ints(y, A_DIMENSIONS, &nd);
+            for (uint32_t k = 0; rd && k < nd; k++) over += rd[k] == (int64_t)d || every_dim;
+            ok = every_dim ? over == rank : over > 0;  /* its result no longer holds the elements moved */
+            continue;
+        }
+        if (!graph_op_elementwise(y->op) || y->shape.rank <= d) {
+            ok = false;
+            break;
+        }
+        for (uint32_t o = 0; o < y->noperands && ok; o++) {
+            const hlo_instr *x = &comp->instrs[y->operands[o]];
+            if (mark[y->operands[o]] == 1 || x->shape.rank == 0) continue;
+            uint32_t nb = 0;
+            if (x->op == OP_BROADCAST) instr_ints(x, A_DIMENSIONS, &nb);
+            ok = x->op == OP_BROADCAST && (every_dim ? nb == 0 : lf_broadcast_adds(x, d));
+        }
+        mark[j] = 1;
+        ok &= comp->root != j;
+    }
+    free(mark);
+    return ok && used && comp->root != i;
+}
+
 /* all-gather s along d (a unit dim a reshape put after a reduce's kept dims)
  * over one mesh axis of a value partial over it: device k's piece is the
  * reduction of block k of the reduce's operand Y, sharded on exactly that
@@ -973,6 +1025,7 @@ lval lf_lift_all_gather(lstate *s) {
     }
     if (!ok) {
         strbuf a, w;
+        bool every = false;
         sb_init(&a);
         sb_init(&w);
         view_print(&a, &x->v, c->mesh);
@@ -984,6 +1037,11 @@ lval lf_lift_all_gather(lstate *s) {
         if (s->comp->instrs[in->operands[0]].shape.dims[d] == 1)
             lf_unsupported_suspect(c, KIND_WRONG_SHARD_DIM, s->comp, in, "%s gathers dimension %u over %s, but the value "
                                    "is %s: the stack of the group's values along it is no plain view", in->name, d, w.s, a.s);
+        else if (stack_of_blocks(x, d, (uint32_t)axes, &every) &&
+                 order_free(s->comp, (uint32_t)(in - s->comp->instrs), d, every))
+            lf_unsupported_suspect(c, KIND_WRONG_SHARD_DIM, s->comp, in, "%s gathers dimension %u over %s, but the value "
+                                   "is %s: its rows in another order, which only element-by-element ops and reductions "
+                                   "over that dimension use (whitening statistics): not decided", in->name, d, w.s, a.s);
         else
             lf_finding(c, KIND_WRONG_SHARD_DIM, s->comp, in, "@%s gathers dimension %u over %s, but the value is %s", in->name,
                        d, w.s, a.s);

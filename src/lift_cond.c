@@ -107,6 +107,19 @@ static uint32_t branch_of(double v, bool pred, uint32_t n) {
     return v < 0 || v >= (double)n ? n - 1 : (uint32_t)v;
 }
 
+/* Whether branch result x holds one value on every device and element (a
+ * replicated splat term, or a device value the same everywhere): *v. */
+static bool branch_splat(lift_ctx *c, const lval *x, double *v) {
+    double k;
+    if (x->kind == LV_TERM && x->cls != EID_NONE && view_is_dup(&x->v) && lf_class_splat_value(c, x->cls, &k)) {
+        if (v) *v = k;
+        return true;
+    }
+    if (x->kind != LV_DEV || !x->dev || !lf_dev_splat(x) || !lf_dev_uniform(c, x)) return false;
+    if (v) *v = x->dev[0];
+    return true;
+}
+
 /* The choice among the branches' results r[0..n) (terms of one view), or
  * why not (NULL: done). */
 static const char *choose(lift_ctx *c, eid sel, bool pred, const lval *r, uint32_t n, lval *out) {
@@ -124,8 +137,24 @@ static const char *choose(lift_ctx *c, eid sel, bool pred, const lval *r, uint32
         }
         return NULL;
     }
-    for (uint32_t k = 0; k < n; k++) {
+    /* A replicated splat (a skipped branch's zeros, its false flags) is the
+     * same splat under any view: read under another branch's, at that
+     * branch's global type (the results' local shapes are one). */
+    lval *rr = NULL;
+    uint32_t ref = n;
+    for (uint32_t k = 0; k < n && ref == n; k++)
+        if (r[k].kind == LV_TERM && r[k].cls != EID_NONE && !r[k].v.partial && !branch_splat(c, &r[k], NULL)) ref = k;
+    for (uint32_t k = 0; k < n && ref < n; k++) {
+        double x;
+        if (k == ref || (r[k].kind == LV_TERM && view_equal(&r[k].v, &r[ref].v)) || !branch_splat(c, &r[k], &x)) continue;
+        if (!rr) rr = arena_memdup(c->a, r, n * sizeof *r);
+        rr[k] = term(lf_splat(c, eg_class_type(c->g, r[ref].cls), x), r[ref].v, false);
+        rr[k].konst = true;
+    }
+    if (rr) r = rr;
+    for (uint32_t k = 0; k < n; k++)
         if (r[k].kind != LV_TERM || r[k].cls == EID_NONE) return "a branch's result is no term under a view";
+    for (uint32_t k = 0; k < n; k++) {
         if (!view_equal(&r[k].v, &r[0].v)) return "the branches leave their results under different views";
         if (eg_class_type(c->g, r[k].cls) != eg_class_type(c->g, r[0].cls)) return "the branches' terms differ in type";
     }

@@ -26,7 +26,18 @@ static json_t *site_json(const hlo_module *m, const hlo_comp *c, const hlo_instr
     strbuf b;
     sb_init(&b);
     hlo_print_instr(&b, m, c, in);
-    json_object_set_new(o, "instruction", json_string(in->name));
+    /* A tuple element as the current text names it (call#0), which is also
+     * what a protobuf's explicit get-tuple-element stands for: one name in
+     * both forms of a program. */
+    if (in->op == OP_GET_TUPLE_ELEMENT && in->noperands == 1 && in->operands[0] < c->ninstrs) {
+        strbuf nm;
+        sb_init(&nm);
+        sb_printf(&nm, "%s#%lld", c->instrs[in->operands[0]].name, (long long)instr_int(in, A_INDEX, 0));
+        json_object_set_new(o, "instruction", json_string(nm.s));
+        sb_free(&nm);
+    } else {
+        json_object_set_new(o, "instruction", json_string(in->name));
+    }
     json_object_set_new(o, "opcode", json_string(in->opname));
     json_object_set_new(o, "hlo", json_string(b.s));
     sb_free(&b);

@@ -2168,6 +2168,12 @@ static void concat_unlike_operands(void) {
  *     the other operand of a dot is sharded.
  *   - tests/cases/spelled: lifted attributes as rules spell them (a
  *     compare's direction, a custom call's target), so rules match them.
+ *   - tests/cases/pred-vote: and/or of partial min/max predicates (and
+ *     is min on pred).
+ *   - tests/cases/gather-order: an all-gather in another row order used
+ *     only by order-free ops decides nothing.
+ *   - tests/cases/cond/skip: a skipped branch's splat read under the other
+ *     branch's view.
  *   - tests/cases/bin-gather: a replicated table read at a data-derived,
  *     clamped index (a two-hot critic's bin support) is the gather as
  *     written, whatever the index's domain.
@@ -2613,6 +2619,22 @@ static void hand_written_cases(void) {
         {"spelled/onehot", "offsets shifted", "constant({0, 4, 8, 12})", "constant({4, 8, 12, 0})", VERDICT_MISMATCH, false},
         {"spelled/silu", "silu custom call under dp", NULL, NULL, VERDICT_VERIFIED, true},
         {"spelled/silu", "another activation", "custom_call_target=\"silu\"", "custom_call_target=\"gelu_tanh\"",
+         VERDICT_MISMATCH, false},
+        /* lax.cond with a skipped branch's zeros beside a layer's
+         * batch-sharded result: the zeros read under the layer's view */
+        {"cond/skip", "zeros in the skipped branch", NULL, NULL, VERDICT_VERIFIED, true},
+        {"cond/skip", "ones in the skipped branch", "constant(0)", "constant(1)", VERDICT_UNVERIFIED, true},
+        /* finiteness votes ANDed on every device, then all-reduced with
+         * and: and is min on predicates, so the partial votes combine */
+        {"pred-vote/finite", "and of partial votes", NULL, NULL, VERDICT_VERIFIED, true},
+        {"pred-vote/finite", "or of the votes", "local = pred[] and(ag, ah)", "local = pred[] or(ag, ah)",
+         VERDICT_UNVERIFIED, true},
+        /* an all-gather whose rows come in another order than the
+         * baseline's, used only by element-by-element ops and reductions
+         * over the gathered dim: no finding (once a false alarm by the
+         * rules) */
+        {"gather-order/total", "order-free uses", NULL, NULL, VERDICT_UNVERIFIED, true},
+        {"gather-order/total", "mean over half the count", "n = f32[] constant(16)", "n = f32[] constant(8)",
          VERDICT_MISMATCH, false},
         {"gather-idx/along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         /* the offset broadcast to 4608 positions, more than device values are tabulated for */
