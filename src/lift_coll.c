@@ -833,18 +833,46 @@ static bool stack_of_blocks(const lval *x, uint32_t d, uint32_t axes, bool *ever
     return !x->v.partial && view_axes_used(&x->v) == axes;
 }
 
-/* Whether value i of comp is used only in ways the order of its elements
- * does not change: element-by-element ops whose other operands are the
- * same everywhere that order moves elements (scalars, broadcasts that add
- * those dims) or are themselves such uses of i, ending in reductions over
- * those dims. The order moves elements along dim d alone, or (every_dim)
- * across all of them (a stack of blocks of several sharded dims). */
-static bool order_free(const hlo_comp *comp, uint32_t i, uint32_t d, bool every_dim) {
-    uint8_t *mark = xcalloc(comp->ninstrs + 1, 1);  /* 1: carries i's elements, in its order */
+/* Whether all-gather y (of comp) gathers as g does a value held as x is:
+ * the same dim and axes of an operand of the same local shape and view, so
+ * its elements come in g's order (a mask gathered beside the values). */
+static bool same_gather(lstate *s, const hlo_instr *g, const hlo_instr *y, const lval *x) {
+    const hlo_comp *comp = s->comp;
+    if (y->op != OP_ALL_GATHER || y->noperands != 1 || g->noperands != 1) return false;
+    uint32_t ng, ny;
+    const int64_t *dg = instr_ints(g, A_DIMENSIONS, &ng), *dy = instr_ints(y, A_DIMENSIONS, &ny);
+    const shape *sg = &comp->instrs[g->operands[0]].shape, *sy = &comp->instrs[y->operands[0]].shape;
+    const lval *xy = &s->vals[y->operands[0]];
+    if (ng != 1 || ny != 1 || dg[0] != dy[0] || sg->rank != sy->rank ||
+        (sg->rank && memcmp(sg->dims, sy->dims, sg->rank * sizeof *sg->dims)) || xy->kind != LV_TERM ||
+        xy->v.partial || !view_equal(&xy->v, &x->v))
+        return false;
+    return lift_groups_axes(s->c, y, false) == lift_groups_axes(s->c, g, false);
+}
+
+/* Whether all-gather g's result (of a value held as x), whose elements come
+ * in another order than the baseline's, is used only in ways that order does
+ * not change: element-by-element ops whose other operands are the same
+ * everywhere that order moves elements (scalars, broadcasts that add those
+ * dims) or are themselves such uses (of g, or of a gather that orders its
+ * elements alike), ending in reductions over those dims. The order moves
+ * elements along dim d alone, or (every_dim) across all of them (a stack of
+ * blocks of several sharded dims; reshapes then keep the order's effect). */
+static bool order_free(lstate *s, const hlo_instr *g, const lval *x, uint32_t d, bool every_dim) {
+    const hlo_comp *comp = s->comp;
+    uint32_t i = (uint32_t)(g - comp->instrs);
+    uint8_t *mark = xcalloc(comp->ninstrs + 1, 1);  /* 1: carries elements in g's order */
+    uint32_t first = i;
     mark[i] = 1;
-    bool ok = true, used = false;
-    for (uint32_t j = i + 1; j < comp->ninstrs && ok; j++) {
+    for (uint32_t j = 0; j < comp->ninstrs; j++)
+        if (j != i && same_gather(s, g, &comp->instrs[j], x)) mark[j] = 1, first = j < first ? j : first;
+    bool ok = comp->root != i, used = false;
+    for (uint32_t j = first + 1; j < comp->ninstrs && ok; j++) {
         const hlo_instr *y = &comp->instrs[j];
+        if (mark[j]) {
+            ok = comp->root != j;
+            continue;
+        }
         bool takes = false;
         for (uint32_t o = 0; o < y->noperands; o++) takes |= mark[y->operands[o]] == 1;
         if (!takes) continue;
@@ -856,22 +884,23 @@ static bool order_free(const hlo_comp *comp, uint32_t i, uint32_t d, bool every_
             ok = every_dim ? over == rank : over > 0;  /* its result no longer holds the elements moved */
             continue;
         }
-        if (!graph_op_elementwise(y->op) || y->shape.rank <= d) {
+        bool moves = every_dim && (y->op == OP_RESHAPE || y->op == OP_BITCAST) && y->noperands == 1;
+        if (!moves && (!graph_op_elementwise(y->op) || y->shape.rank <= d)) {
             ok = false;
             break;
         }
-        for (uint32_t o = 0; o < y->noperands && ok; o++) {
-            const hlo_instr *x = &comp->instrs[y->operands[o]];
-            if (mark[y->operands[o]] == 1 || x->shape.rank == 0) continue;
+        for (uint32_t o = 0; o < y->noperands && ok && !moves; o++) {
+            const hlo_instr *xo = &comp->instrs[y->operands[o]];
+            if (mark[y->operands[o]] == 1 || xo->shape.rank == 0) continue;
             uint32_t nb = 0;
-            if (x->op == OP_BROADCAST) instr_ints(x, A_DIMENSIONS, &nb);
-            ok = x->op == OP_BROADCAST && (every_dim ? nb == 0 : lf_broadcast_adds(x, d));
+            if (xo->op == OP_BROADCAST) instr_ints(xo, A_DIMENSIONS, &nb);
+            ok = xo->op == OP_BROADCAST && (every_dim ? nb == 0 : lf_broadcast_adds(xo, d));
         }
         mark[j] = 1;
         ok &= comp->root != j;
     }
     free(mark);
-    return ok && used && comp->root != i;
+    return ok && used;
 }
 
 /* all-gather s along d (a unit dim a reshape put after a reduce's kept dims)
@@ -1038,7 +1067,7 @@ lval lf_lift_all_gather(lstate *s) {
             lf_unsupported_suspect(c, KIND_WRONG_SHARD_DIM, s->comp, in, "%s gathers dimension %u over %s, but the value "
                                    "is %s: the stack of the group's values along it is no plain view", in->name, d, w.s, a.s);
         else if (stack_of_blocks(x, d, (uint32_t)axes, &every) &&
-                 order_free(s->comp, (uint32_t)(in - s->comp->instrs), d, every))
+                 order_free(s, in, x, d, every))
             lf_unsupported_suspect(c, KIND_WRONG_SHARD_DIM, s->comp, in, "%s gathers dimension %u over %s, but the value "
                                    "is %s: its rows in another order, which only element-by-element ops and reductions "
                                    "over that dimension use (whitening statistics): not decided", in->name, d, w.s, a.s);

@@ -957,8 +957,9 @@ C.gspmd("g.dpo_train_step_megatron_adamw.dp2xtp4", {"dp": 2, "tp": 4},
 
 C.known_false_alarm("s.whiten_by_allgather_flattened.dp2xsp4",
                     "issue 15: the rules alone call the all_gather over (dp, sp) a wrong dimension, though only "
-                    "order-free sums use its rows once flattened (a reshape and a product with a second gather in the "
-                    "same order are not followed yet); with execution unverified")
+                    "order-free sums use its flattened stack: the mask gathered alike beside it is a parameter the "
+                    "body reads after the first gather, whose view is not known yet when that gather is judged; "
+                    "with execution unverified")
 for _n in ("s.bt_bias_inside_psum_harmless.dp2xtp4", "s.bt_rm_step_bias_in_psum_harmless.dp2xtp4"):
     C.known_false_alarm(_n, "issue 15: the bias added inside the psum is counted once per device, which only the "
                             "difference of chosen and rejected rewards takes back; the rules do not prove the "

@@ -2636,6 +2636,10 @@ static void hand_written_cases(void) {
         {"gather-order/total", "order-free uses", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"gather-order/total", "mean over half the count", "n = f32[] constant(16)", "n = f32[] constant(8)",
          VERDICT_MISMATCH, false},
+        /* two stacks gathered alike, flattened, multiplied and summed */
+        {"gather-order/weighted", "stacks in one order", NULL, NULL, VERDICT_UNVERIFIED, true},
+        {"gather-order/weighted", "one stack reversed", "hf = f32[16] reshape(h)",
+         "ht = f32[8,2] reverse(h), dimensions={0}\n  hf = f32[16] reshape(ht)", VERDICT_MISMATCH, false},
         {"gather-idx/along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         /* the offset broadcast to 4608 positions, more than device values are tabulated for */
         {"gather-idx/along-big", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
