@@ -960,9 +960,4 @@ C.known_false_alarm("s.whiten_by_allgather_flattened.dp2xsp4",
                     "order-free sums use its flattened stack: the mask gathered alike beside it is a parameter the "
                     "body reads after the first gather, whose view is not known yet when that gather is judged; "
                     "with execution unverified")
-for _n in ("s.bt_bias_inside_psum_harmless.dp2xtp4", "s.bt_rm_step_bias_in_psum_harmless.dp2xtp4"):
-    C.known_false_alarm(_n, "issue 15: the bias added inside the psum is counted once per device, which only the "
-                            "difference of chosen and rejected rewards takes back; the rules do not prove the "
-                            "cancellation through the selects that pick them, so the waiting finding stands; with "
-                            "execution unverified")
 C.finish()
