@@ -3316,6 +3316,14 @@ lval lf_lift_comp(lift_ctx *c, const hlo_comp *comp, const lval *args, const vie
         c->walked[comp - c->dist->comps] = vals;
         seg = c->seg_at[comp - c->dist->comps] = arena_alloc(c->a, (comp->ninstrs + 1) * sizeof *seg);
     }
+    /* A called computation's parameters are its arguments: bound before the
+     * walk, so a transfer function that looks ahead (a second stack gathered
+     * alike: lift_coll.c) sees a parameter the text defines later. Its own
+     * step binds the same value again. */
+    for (uint32_t p = 0; args && p < comp->nparams; p++) {
+        const hlo_instr *pi = &comp->instrs[comp->params[p]];
+        vals[comp->params[p]] = args[instr_int(pi, A_PARAMETER_NUMBER, 0)];
+    }
     lf_memo_side *ms = lf_memo_enter(c, comp, vals);
     for (uint32_t i = 0; i < comp->ninstrs;) {
         uint32_t r = ms ? lf_memo_run_at(ms, i) : SR_NONE, from = i;

@@ -955,9 +955,4 @@ C.gspmd("g.dpo_train_step_megatron_adamw.dp2xtp4", {"dp": 2, "tp": 4},
         (P11, REF11, S17, I(0, V11, N11, T11 + 1), I(0, V11, N11, T11 + 1),
          resp_mask(N11, T11 + 1), resp_mask(N11, T11 + 1)))
 
-C.known_false_alarm("s.whiten_by_allgather_flattened.dp2xsp4",
-                    "issue 15: the rules alone call the all_gather over (dp, sp) a wrong dimension, though only "
-                    "order-free sums use its flattened stack: the mask gathered alike beside it is a parameter the "
-                    "body reads after the first gather, whose view is not known yet when that gather is judged; "
-                    "with execution unverified")
 C.finish()

@@ -2643,6 +2643,9 @@ static void hand_written_cases(void) {
         {"gather-order/weighted", "stacks in one order", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"gather-order/weighted", "one stack reversed", "hf = f32[16] reshape(h)",
          "ht = f32[8,2] reverse(h), dimensions={0}\n  hf = f32[16] reshape(ht)", VERDICT_MISMATCH, false},
+        /* the same in a called body whose second parameter the text
+         * defines after the first gather (bound before the walk) */
+        {"gather-order/late", "the mask a later parameter", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"gather-idx/along", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         /* the offset broadcast to 4608 positions, more than device values are tabulated for */
         {"gather-idx/along-big", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
