@@ -446,8 +446,6 @@ bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
-bool lf_is_elementwise(int op) { return graph_op_elementwise(op); }
-
 /* Whether reduce-precision `in` keeps every value of its type (its
  * exponent and mantissa bits at least the type's: jax.checkpoint's e8m23
  * on f32 residuals). */
@@ -990,7 +988,7 @@ static bool split_in_baseline(lift_ctx *c, eid x, const int64_t *sd, uint32_t ra
     uint32_t xt = eg_class_type(c->g, x);
     for (eid k = eg_class_first(c->g, eg_find(c->g, x)); k != EID_NONE; k = eg_class_next(c->g, k)) {
         uint32_t m;
-        if (!lf_is_elementwise(eg_node_op(c->g, k))) continue;
+        if (!graph_op_elementwise(eg_node_op(c->g, k))) continue;
         const eid *ch = eg_node_children(c->g, k, &m);
         eid kids[4];
         if (!m || m > 4) continue;
@@ -1072,7 +1070,7 @@ static bool averaged_later(const hlo_comp *comp, uint32_t i, int depth) {
         if (y->op == OP_ALL_REDUCE) return true;
         bool keeps = y->op == OP_RESHAPE || y->op == OP_BROADCAST || y->op == OP_TRANSPOSE || y->op == OP_COPY ||
                      y->op == OP_BITCAST || y->op == OP_CONVERT || y->op == OP_REDUCE || y->op == OP_REDUCE_WINDOW ||
-                     (lf_is_elementwise(y->op) && y->op != OP_SELECT);
+                     (graph_op_elementwise(y->op) && y->op != OP_SELECT);
         if (keeps && others_const && averaged_later(comp, u, depth + 1)) return true;
     }
     return false;
@@ -1152,7 +1150,7 @@ static uint32_t meets_partial_later(const lstate *s, uint32_t partial) {
         const hlo_instr *y = &comp->instrs[u];
         bool moves = y->noperands == 1 && (y->op == OP_BROADCAST || y->op == OP_RESHAPE || y->op == OP_CONVERT ||
                                             y->op == OP_COPY || y->op == OP_BITCAST || y->op == OP_TRANSPOSE);
-        if (!moves && (!lf_is_elementwise(y->op) || y->op == OP_SELECT)) continue;
+        if (!moves && (!graph_op_elementwise(y->op) || y->op == OP_SELECT)) continue;
         bool uses = false, consts = true;
         for (uint32_t o = 0; o < y->noperands; o++) {
             uint32_t x = y->operands[o];
@@ -1430,7 +1428,7 @@ static bool widen_constant(lstate *s, uint32_t i, const view *xv, const int64_t 
     }
     if (y->op == OP_RESHAPE && y->noperands == 1) return widen_reshape(s, y, xv, g, budget, out);
     lval x = s->vals[i];
-    if (!lf_is_elementwise(y->op) || y->noperands == 0 || y->noperands > 3 || !lf_index_as_term(c, &x) ||
+    if (!graph_op_elementwise(y->op) || y->noperands == 0 || y->noperands > 3 || !lf_index_as_term(c, &x) ||
         x.kind != LV_TERM || x.v.partial || !lf_same_sharding(&x.v, xv) || lf_scale_of(&x) != 1)
         return false;
     /* A value lifted as one of its operands (a select between equal values)
@@ -1679,7 +1677,7 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
     const lval *x = &s->ops[o];
     const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
     if (depth >= 4 || x->kind != LV_TERM || x->v.partial || want->partial || lf_scale_of(x) != 1 ||
-        !lf_is_elementwise(b->op) || b->noperands == 0 || b->noperands > 3 || want->rank != b->shape.rank ||
+        !graph_op_elementwise(b->op) || b->noperands == 0 || b->noperands > 3 || want->rank != b->shape.rank ||
         b->shape.rank > VIEW_MAX_RANK)
         return false;
     lval sub[3];
@@ -2503,7 +2501,7 @@ lval lf_lift_instr(lstate *s) {
         bool arith = in->op == OP_ADD || in->op == OP_SUBTRACT || in->op == OP_MULTIPLY || in->op == OP_DIVIDE ||
                      in->op == OP_NEGATE || in->op == OP_CONVERT;
         if (ops[o].kind == LV_MASK && !c->baseline_mode && ops[o].cls == EID_NONE && !lf_mask_resolves(c, &ops[o]) &&
-            (arith || !lf_is_elementwise(in->op))) {
+            (arith || !graph_op_elementwise(in->op))) {
             lval pv;
             if (lf_mask_as_partial(c, &ops[o], &pv)) ops[o] = pv;
         }
@@ -2607,7 +2605,7 @@ lval lf_lift_instr(lstate *s) {
         (!in->shape.rank || !memcmp(s->comp->instrs[in->operands[0]].shape.dims, in->shape.dims,
                                     in->shape.rank * sizeof *in->shape.dims)))
         return lift_elementwise(s);
-    if (lf_is_elementwise(in->op)) {
+    if (graph_op_elementwise(in->op)) {
         const lval *picked = lf_select_known(s);
         if (picked) return *picked;
         lval once;
@@ -2803,7 +2801,7 @@ static void index_plain_term(lstate *s, lval *v) {
      * plain term is the op over the operands' terms, under their view. */
     /* So is a concatenate of such values (an index vector). */
     bool shaping = in->op == OP_RESHAPE || in->op == OP_BITCAST || in->op == OP_BROADCAST || in->op == OP_REDUCE;
-    bool plain = !indep && !c->baseline_mode && (lf_is_elementwise(in->op) || shaping || in->op == OP_CONCATENATE) &&
+    bool plain = !indep && !c->baseline_mode && (graph_op_elementwise(in->op) || shaping || in->op == OP_CONCATENATE) &&
                  in->noperands <= 8;
     for (uint32_t o = 0; o < in->noperands && plain; o++) {
         const lval *x = &ops[o];

@@ -820,8 +820,6 @@ static bool gather_unit_dim(lstate *s, uint32_t d, int axes, lval *out) {
     return true;
 }
 
-/* all-gather along d: d must be sharded with the gathered axes as its minor
- * axes (block order = group order). */
 /* Whether an all-gather of x along d over `axes` stacks every block of the
  * global value once (x complete, sharded over exactly those axes): its
  * elements in another order. *every: the blocks of dims other than d too, so
@@ -1002,6 +1000,8 @@ static bool gather_pieces(lstate *s, uint32_t d, int axes, lval *out) {
     return true;
 }
 
+/* all-gather along d: d must be sharded with the gathered axes as its minor
+ * axes (block order = group order). */
 lval lf_lift_all_gather(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;

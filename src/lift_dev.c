@@ -430,7 +430,7 @@ static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_
         if ((ch[0] = lf_konst_at(c, comp, vals, in->operands[0], &u, depth + 1)) == EID_NONE) return EID_NONE;
         return lf_node(c, c->cur, in, ch, 1, dims, c->origin);
     }
-    if (lf_is_elementwise(in->op) && in->noperands <= 8) {
+    if (graph_op_elementwise(in->op) && in->noperands <= 8) {
         for (uint32_t o = 0; o < in->noperands; o++) {
             const hlo_instr *xi = &comp->instrs[in->operands[o]];
             view scalar = view_dup(0);

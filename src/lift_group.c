@@ -229,7 +229,7 @@ static int row_by_instr(gctx *g, uint32_t i, int depth, lval *out) {
     if (in->op == OP_COPY || instr_is_identity_custom_call(in)) return row_of(g, in->operands[0], depth + 1, out);
     if (in->op == OP_GET_TUPLE_ELEMENT)
         return row_element(g, &g->comp->instrs[in->operands[0]], (uint32_t)instr_int(in, A_INDEX, 0), depth + 1, out);
-    bool takes = lf_is_elementwise(in->op) || in->op == OP_TRANSPOSE || in->op == OP_RESHAPE || in->op == OP_BITCAST ||
+    bool takes = graph_op_elementwise(in->op) || in->op == OP_TRANSPOSE || in->op == OP_RESHAPE || in->op == OP_BITCAST ||
                  in->op == OP_BROADCAST || in->op == OP_DOT ||
                  ((in->op == OP_REDUCE || in->op == OP_REDUCE_WINDOW) && in->noperands == 2);
     if (!takes) return G_FAIL;
@@ -403,7 +403,7 @@ static bool row_apply(gctx *g, const hlo_instr *in, const lval *ops, const int *
     }
     if (first < 0) return false;
     const lval *x = &ops[first];
-    if (lf_is_elementwise(in->op)) {
+    if (graph_op_elementwise(in->op)) {
         uint32_t v = x->vdim, n = in->noperands;
         for (uint32_t q = 0, o = 0; q <= sh->rank; q++) dims[q] = q == v ? nb : sh->dims[o++];
         eid ch[8];

@@ -1560,7 +1560,7 @@ static bool ivec_elementwise(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *iv = NULL;
-    if (!lf_is_elementwise(in->op) || in->noperands > 3 || !(dtype_is_int(in->shape.dtype) || in->shape.dtype == DT_PRED))
+    if (!graph_op_elementwise(in->op) || in->noperands > 3 || !(dtype_is_int(in->shape.dtype) || in->shape.dtype == DT_PRED))
         return false;
     for (uint32_t o = 0; o < in->noperands && !iv; o++)
         if (s->ops[o].kind == LV_IVEC) iv = &s->ops[o];
@@ -1757,7 +1757,7 @@ static bool mask_keeps_zero(lstate *s, lval *out) {
         }
     }
     const lval *m = mo >= 0 ? &s->ops[mo] : NULL;
-    if (!m || m->n || m->carry || m->hit == EID_NONE || !lf_is_elementwise(in->op) || in->noperands > 2) return false;
+    if (!m || m->n || m->carry || m->hit == EID_NONE || !graph_op_elementwise(in->op) || in->noperands > 2) return false;
     bool keeps = false;
     if (in->noperands == 1)
         keeps = in->op == OP_NEGATE || in->op == OP_TANH || in->op == OP_ABS || in->op == OP_SINE || in->op == OP_SQRT ||
@@ -2092,7 +2092,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
         *out = v;
         return true;
     }
-    if (!(dtype_is_int(dt) || dt == DT_PRED) || !lf_is_elementwise(in->op)) return false;
+    if (!(dtype_is_int(dt) || dt == DT_PRED) || !graph_op_elementwise(in->op)) return false;
     pw_fn *f[3];
     eid pos = EID_NONE;
     if (in->noperands > 3) return false;

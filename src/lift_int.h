@@ -13,7 +13,6 @@
  *   lf_mk_element     element j of a tuple term (get-tuple-element), spelt
  *                     as the readers leave it (index 0 is no attribute)
  *   lf_reshape_run    the next run of dims with equal products of a reshape
- *   lf_is_elementwise whether op works element by element
  *   lf_finding        records a finding (kind, site, words); none on the
  *                     baseline
  *   lf_assume         records an assumption the verdict rests on (once)
@@ -122,7 +121,6 @@ eid lf_mk_slice(lift_ctx *c, eid x, const int64_t *sl);
 eid lf_mk_concat(lift_ctx *c, const eid *ch, uint32_t n, uint32_t d);
 bool lf_reshape_run(const int64_t *a, uint32_t ra, const int64_t *b, uint32_t rb, uint32_t i, uint32_t j, uint32_t *i2,
                     uint32_t *j2);
-bool lf_is_elementwise(int op);
 void lf_finding(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 void lf_assume(lift_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -247,6 +245,12 @@ bool lf_reducer_identity(lift_ctx *c, const hlo_module *m, const hlo_instr *in,
 /* The first node of class cls with op and n children (those in *ch when ch is
  * not NULL), or EID_NONE. */
 eid lf_class_node(lift_ctx *c, eid cls, uint16_t op, uint32_t n, const eid **ch);
+/* Class x as a zero pad of *y read through at most one slice: element i of
+ * x along dim k is element at[k] + i·step[k] of y there, or one of the pad's
+ * zeros where that falls outside y (exactly so where !interior[k]; a pad with
+ * interior padding along k places y's elements otherwise). False when x has
+ * no such node. */
+bool lf_zero_pad_of(lift_ctx *c, eid x, uint32_t rank, eid *y, int64_t *at, int64_t *step, bool *interior);
 int lf_node_concat_dim(const lift_ctx *c, eid node); /* a concatenate node's dim, else -1 */
 /* The term of type `type` every element of which holds the one value every
  * element of constant x holds (EID_NONE: x is no such constant); lift_scale.c. */

@@ -256,7 +256,7 @@ static eid box_cut(lift_ctx *c, eid x, const int64_t *lo, const int64_t *hi, int
     for (eid n = eg_class_first(c->g, eg_find(c->g, x)); n != EID_NONE; n = eg_class_next(c->g, n)) {
         uint32_t nk;
         const eid *kp = eg_node_children(c->g, n, &nk);
-        if (!lf_is_elementwise(eg_node_op(c->g, n)) || nk < 1 || nk > 3) continue;
+        if (!graph_op_elementwise(eg_node_op(c->g, n)) || nk < 1 || nk > 3) continue;
         eid kids[3], cut[3]; /* the children array moves as the cuts add nodes */
         memcpy(kids, kp, nk * sizeof *kids);
         bool ok = true, any = false; /* some operand cut without a slice */

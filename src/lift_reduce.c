@@ -549,7 +549,7 @@ static bool unit_partial_reread(lstate *s, uint32_t o) {
         /* An elementwise op (a scaling by a replicated constant) with one
          * partial operand, the chain's, and the others complete. */
         uint32_t k = 0;
-        if (lf_is_elementwise(y->op) && y->noperands <= 3) {
+        if (graph_op_elementwise(y->op) && y->noperands <= 3) {
             uint32_t np = 0;
             for (uint32_t q = 0; q < y->noperands; q++) {
                 const lval *z = &s->vals[y->operands[q]];

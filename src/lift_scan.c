@@ -726,7 +726,7 @@ static bool needs_row(const hlo_instr *in) {
     case OP_COMPARE: case OP_SELECT:
         return false;
     default:
-        return in->op == OP_BROADCAST || lf_is_elementwise(in->op);
+        return in->op == OP_BROADCAST || graph_op_elementwise(in->op);
     }
 }
 
@@ -765,7 +765,7 @@ bool lf_row_instr(lstate *s, lval *out) {
     if (!x) return false;
     if (in->noperands == 1 && (in->op == OP_RESHAPE || in->op == OP_BITCAST) && row_reshape(c, x, &in->shape, out)) return true;
     if (in->noperands == 1 && in->op == OP_BROADCAST && row_broadcast(s, x, out)) return true;
-    if (lf_is_elementwise(in->op)) {
+    if (graph_op_elementwise(in->op)) {
         if (in->noperands == 2 && row_rescale(s, 1 - xo, out)) return true;
         if (row_elementwise(s, out)) return true;
         /* rows beside a term sharded along a dim they were broadcast

@@ -521,25 +521,16 @@ bool lf_lift_pad(lstate *s, lval *out) {
 /* Whether global element i (rank coordinates) of class x is a zero of a
  * zero pad: x is pad(y, 0), or a slice of one, and i lands in the padding. */
 static bool in_zero_padding(lift_ctx *c, eid x, const int64_t *i, uint32_t rank) {
-    int64_t q[VIEW_MAX_RANK];
-    memcpy(q, i, rank * sizeof *q);
-    eid n = lf_class_node(c, x, OP_SLICE, 1, NULL);
-    uint32_t nw, nc;
-    if (n != EID_NONE) {
-        const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, n), &nw);
-        if (nw != 2 + 3 * rank || aw[0] != A_SLICE) return false;
-        for (uint32_t k = 0; k < rank; k++) q[k] = aw[2 + 3 * k] + q[k] * aw[2 + 3 * k + 2];
-        x = eg_node_children(c->g, n, &nc)[0];
-    }
-    n = lf_class_node(c, x, OP_PAD, 2, NULL);
-    if (n == EID_NONE) return false;
-    const eid *ch = eg_node_children(c->g, n, &nc);
-    const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, n), &nw);
+    int64_t at[VIEW_MAX_RANK], step[VIEW_MAX_RANK];
+    bool interior[VIEW_MAX_RANK];
+    eid y;
+    if (!lf_zero_pad_of(c, x, rank, &y, at, step, interior)) return false;
     uint32_t yr;
-    const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &yr);
-    if (!lf_class_is_zero(c, ch[1]) || yr != rank || nw != 2 + 3 * rank || aw[0] != A_PADDING) return false;
-    for (uint32_t k = 0; k < rank; k++)
-        if (aw[2 + 3 * k + 2] == 0 && (q[k] < aw[2 + 3 * k] || q[k] >= aw[2 + 3 * k] + yd[k])) return true;
+    const int64_t *yd = eg_type_dims(c->g, eg_class_type(c->g, y), &yr);
+    for (uint32_t k = 0; k < rank; k++) {
+        int64_t q = at[k] + i[k] * step[k];
+        if (!interior[k] && (q < 0 || q >= yd[k])) return true;
+    }
     return false;
 }
 

@@ -94,7 +94,7 @@ static bool chain_at(lstate *s, uint32_t i, const int64_t *g, int depth, eid *cl
         const hlo_instr *x = &s->comp->instrs[y->operands[0]];
         ok = chain_at(s, y->operands[0], x->shape.dims, depth + 1, &ch[0], &ops[0]) &&
              chain_at(s, y->operands[1], NULL, depth + 1, &ch[1], &ops[1]);
-    } else if (lf_is_elementwise(y->op) && y->noperands > 0) {
+    } else if (graph_op_elementwise(y->op) && y->noperands > 0) {
         for (uint32_t k = 0; k < y->noperands && ok; k++) {
             const shape *os = &s->comp->instrs[y->operands[k]].shape;
             /* select and clamp take scalars beside arrays: they stay scalars */
@@ -154,7 +154,7 @@ bool lf_tiled_table(lstate *s, const view *want, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     uint32_t n = in->noperands, rank = in->shape.rank;
-    if (c->baseline_mode || !lf_is_elementwise(in->op) || n < 2 || n > 3 || rank == 0 || rank > VIEW_MAX_RANK ||
+    if (c->baseline_mode || !graph_op_elementwise(in->op) || n < 2 || n > 3 || rank == 0 || rank > VIEW_MAX_RANK ||
         want->partial || want->rank != rank || view_is_dup(want))
         return false;
     int table = -1;

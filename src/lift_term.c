@@ -954,3 +954,26 @@ eid lf_class_node(lift_ctx *c, eid cls, uint16_t op, uint32_t n, const eid **ch)
     }
     return EID_NONE;
 }
+
+bool lf_zero_pad_of(lift_ctx *c, eid x, uint32_t rank, eid *y, int64_t *at, int64_t *step, bool *interior) {
+    int64_t start[VIEW_MAX_RANK] = {0};
+    if (rank > VIEW_MAX_RANK) return false;
+    for (uint32_t k = 0; k < rank; k++) step[k] = 1;
+    const eid *ch;
+    uint32_t nw, yr;
+    eid n = lf_class_node(c, x, OP_SLICE, 1, &ch);
+    if (n != EID_NONE) {
+        const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, n), &nw);
+        if (nw != 2 + 3 * rank || aw[0] != A_SLICE) return false;
+        for (uint32_t k = 0; k < rank; k++) start[k] = aw[2 + 3 * k], step[k] = aw[2 + 3 * k + 2];
+        x = ch[0];
+    }
+    n = lf_class_node(c, x, OP_PAD, 2, &ch);
+    if (n == EID_NONE || !lf_class_is_zero(c, ch[1])) return false;
+    const int64_t *pw = eg_attr_words(c->g, eg_node_attr(c->g, n), &nw);
+    eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &yr);
+    if (yr != rank || nw != 2 + 3 * rank || pw[0] != A_PADDING) return false;
+    for (uint32_t k = 0; k < rank; k++) at[k] = start[k] - pw[2 + 3 * k], interior[k] = pw[2 + 3 * k + 2] != 0;
+    *y = eg_find(c->g, ch[0]);
+    return true;
+}

@@ -47,36 +47,23 @@ static lift_win *win_new(lift_ctx *c, const lift_win *like, uint32_t dim, int64_
  * is otherwise. */
 static void win_unpad(lift_ctx *c, lval *x) {
     lift_win *w = x->win;
-    uint32_t rank, nw, pr;
-    term_dims(c, x->cls, &rank);
-    eid t = x->cls;
-    int64_t off = 0;
-    const eid *ch;
-    eid sn = lf_class_node(c, t, OP_SLICE, 1, &ch);
-    if (sn != EID_NONE) {
-        const int64_t *aw = eg_attr_words(c->g, eg_node_attr(c->g, sn), &nw);
-        uint32_t yr;
-        const int64_t *yd = term_dims(c, ch[0], &yr);
-        bool ok = nw == 2 + 3 * rank && aw[0] == A_SLICE && yr == rank;
-        for (uint32_t k = 0; ok && k < rank; k++)
-            ok = aw[2 + 3 * k + 2] == 1 && (k == w->dim || (aw[2 + 3 * k] == 0 && aw[2 + 3 * k + 1] == yd[k]));
-        if (ok) t = ch[0], off = aw[2 + 3 * w->dim];
-    }
-    eid pn = lf_class_node(c, t, OP_PAD, 2, &ch);
-    if (pn == EID_NONE || !lf_class_is_zero(c, ch[1])) return;
-    const int64_t *pw = eg_attr_words(c->g, eg_node_attr(c->g, pn), &nw);
-    const int64_t *yd = term_dims(c, ch[0], &pr);
-    if (pr != rank || nw != 2 + 3 * rank || pw[0] != A_PADDING) return;
-    for (uint32_t k = 0; k < rank; k++)
-        if (pw[2 + 3 * k + 2] != 0 || (k != w->dim && (pw[2 + 3 * k] != 0 || pw[2 + 3 * k + 1] != 0))) return;
-    int64_t lo = pw[2 + 3 * w->dim], n = yd[w->dim];
-    lift_win *nw2 = win_new(c, w, w->dim, w->len);
+    uint32_t rank, yr;
+    const int64_t *td = term_dims(c, x->cls, &rank);
+    int64_t at[VIEW_MAX_RANK], step[VIEW_MAX_RANK];
+    bool interior[VIEW_MAX_RANK];
+    eid y;
+    if (!lf_zero_pad_of(c, x->cls, rank, &y, at, step, interior)) return;
+    const int64_t *yd = term_dims(c, y, &yr);
+    for (uint32_t k = 0; k < rank; k++)  /* padded and sliced along the window's dim alone */
+        if (interior[k] || step[k] != 1 || (k != w->dim && (at[k] != 0 || yd[k] != td[k]))) return;
+    int64_t off = at[w->dim], n = yd[w->dim];
+    lift_win *nw = win_new(c, w, w->dim, w->len);
     for (int64_t q = 0; q < c->ndev * w->len; q++) {
-        int64_t j = w->idx[q] < 0 ? -1 : w->idx[q] + off - lo;
-        nw2->idx[q] = j >= 0 && j < n ? j : -1;
+        int64_t j = w->idx[q] < 0 ? -1 : w->idx[q] + off;
+        nw->idx[q] = j >= 0 && j < n ? j : -1;
     }
-    x->win = nw2;
-    x->cls = eg_find(c->g, ch[0]);
+    x->win = nw;
+    x->cls = y;
 }
 
 /* x, a term of local length len along dim d, as a window: device r holds
@@ -1981,7 +1968,7 @@ static bool win_rows(lstate *s, lval *out) {
     case OP_DOT: return rows_dot(s, out);
     case OP_REDUCE: return rows_reduce(s, out);
     case OP_TRANSPOSE: return rows_transpose(s, out);
-    default: return lf_is_elementwise(s->in->op) && (rows_elementwise(s, out) || strided_elementwise(s, out));
+    default: return graph_op_elementwise(s->in->op) && (rows_elementwise(s, out) || strided_elementwise(s, out));
     }
 }
 

@@ -636,7 +636,7 @@ void lf_zmask_after(lstate *s, lval *v) {
         v->zm = zmask_new(c, &r);
         return;
     }
-    if (!lf_is_elementwise(in->op) || in->op == OP_COMPARE) return;
+    if (!graph_op_elementwise(in->op) || in->op == OP_COMPARE) return;
     /* select(pred mask, x, 0): the dispatch itself. */
     if (in->op == OP_SELECT && z->pred && zo == 0) {
         if (s->vals[in->operands[1]].zm || s->vals[in->operands[2]].zm ||
