@@ -156,13 +156,13 @@ static void *load_job_run(void *p) {
     return NULL;
 }
 
-/* The rules that fired in a saturation run, most first (at most 10; the
+/* The rules that fired in a saturation run, most first (at most 16; the
  * trace's top_rules). */
 static check_rule_count *most_fired(const rs_ruleset *rs, const rs_result *sat, size_t *ntop) {
-    check_rule_count *top = xcalloc(10, sizeof *top);
+    check_rule_count *top = xcalloc(16, sizeof *top);
     bool *taken = xcalloc(sat->nrules + 1, sizeof *taken);
     *ntop = 0;
-    for (int n = 0; n < 10; n++) {
+    for (int n = 0; n < 16; n++) {
         uint32_t best = UINT32_MAX;
         for (uint32_t r = 0; r < sat->nrules; r++)
             if (!taken[r] && sat->fired[r] && (best == UINT32_MAX || sat->fired[r] > sat->fired[best])) best = r;
@@ -639,6 +639,44 @@ static void keep_provenance(check_result *r, const lift_ctx *lc, const mesh *m) 
     }
 }
 
+/* The mesh and the input and output views of from, into to (its arrays
+ * reused): a refinement saved, or put back. */
+static void copy_views(relations *to, const relations *from) {
+    to->mesh = from->mesh;
+    to->ninputs = from->ninputs;
+    to->noutputs = from->noutputs;
+    to->inputs = xrealloc(to->inputs, (from->ninputs + 1) * sizeof *to->inputs);
+    to->outputs = xrealloc(to->outputs, (from->noutputs + 1) * sizeof *to->outputs);
+    memcpy(to->inputs, from->inputs, from->ninputs * sizeof *to->inputs);
+    memcpy(to->outputs, from->outputs, from->noutputs * sizeof *to->outputs);
+}
+
+/* Whether a lift with another reading (a refined mesh, reshapes' other
+ * readings) got through cleanly: nothing unrelated, no finding of any sort,
+ * every output the baseline's class under its expected view. Anything less
+ * and the first lift's readings stand. */
+static bool alt_clean(lift_ctx *lc, const lval *root, const eid *bouts, uint32_t nbouts, const relations *rel) {
+    uint32_t n = root->kind == LV_TUPLE ? root->n : 1;
+    if (lc->first_unsupported || lc->nfindings || lc->npending || lc->ntentative || lc->assumed || lc->resynced ||
+        n != nbouts || n != rel->noutputs)
+        return false;
+    for (uint32_t k = 0; k < n; k++) {
+        const lval *v = root->kind == LV_TUPLE ? &root->elems[k] : root;
+        if (v->kind != LV_TERM || v->assumed || eg_find(lc->g, v->cls) != eg_find(lc->g, bouts[k]) ||
+            (!view_equal(&v->v, &rel->outputs[k]) && !(rel->output_free && rel->output_free[k] && !v->v.partial)))
+            return false;
+    }
+    return true;
+}
+
+/* Everything one lift of a pair holds. */
+static void lift_teardown(saturator *sr, lift_ctx *lc, arena *a, egraph *g) {
+    saturator_free(sr);
+    lift_done(lc);
+    arena_free(a);
+    eg_free(g);
+}
+
 int check_run(const check_opts *o, check_result *r, diag *d) {
     peak_rss_reset(); /* each pair of a batch reports its own peak */
     double t0 = now_ms(), c0 = cpu_ms();
@@ -652,18 +690,27 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     early_rel_free(&er);
     if (!inputs_ok) goto out;
     const hlo_comp *be = graph_entry(B.m), *de = graph_entry(D.m);
-
-    egraph *g = eg_new();
-    arena a;
-    arena_init(&a);
-    lift_ctx lc;
     /* Refine the mesh where groups use part of an axis, declared or inferred:
      * a sum over part of an axis may be one step of a complete one (DESIGN §5);
      * a value left partial is a finding where it must be complete. */
     lift_refine_mesh(&rel, D.m);
+    /* A lift that stops where another true reading might not (offsets that
+     * are blocks of part of an axis, lift_ctx.refine_axis; a reshape's
+     * default reading, lift_ctx.reshape_flip) is tried once more with it,
+     * and kept only when that lift is clean (alt_clean); else the pair is
+     * lifted a third time as at first. */
+    enum { ALT_NONE, ALT_TRYING, ALT_DONE } alt = ALT_NONE;
+    bool flip = false;
+    relations rel0 = {0}; /* the mesh and views before a refinement */
+relift:;
+    egraph *g = eg_new();
+    arena a;
+    arena_init(&a);
+    lift_ctx lc;
     for (uint32_t k = 0; k < rel.ninputs; k++) view_drop_unit_axes(&rel.inputs[k], &rel.mesh);
     for (uint32_t k = 0; k < rel.noutputs; k++) view_drop_unit_axes(&rel.outputs[k], &rel.mesh);
     lift_init(&lc, g, &a, B.m, D.m, &rel.mesh);
+    lc.reshape_flip = flip;
     lc.mesh_inferred = o->relations == NULL;
     lc.no_memo = o->no_memo;
     saturator sr = {.rules_dir = o->rules_dir, .d = d};
@@ -675,6 +722,23 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     lift_baseline(&lc, &bouts, &nbouts);
     double t2 = now_ms();
     lval root = lift_distributed(&lc, rel.inputs, rel.ninputs);
+    bool again = false;
+    if (alt == ALT_NONE && lc.first_unsupported && !lc.nfindings) {
+        if (lc.refine_factor) {
+            /* on a mesh whose axis is split so that they are blocks */
+            copy_views(&rel0, &rel);
+            again = lift_split_mesh_axis(&rel, lc.refine_axis, lc.refine_factor);
+        } else if (lc.reshape_defaulted) {
+            flip = again = true;
+        }
+        if (again) alt = ALT_TRYING;
+        if (again && dbg_on(DBG_LIFT))
+            fprintf(stderr, "check: lifting again %s\n", flip ? "with reshapes' other readings" : "on a refined mesh");
+    }
+    if (again) {
+        lift_teardown(&sr, &lc, &a, g);
+        goto relift;
+    }
     for (uint32_t k = 0; k < (root.kind == LV_TUPLE ? root.n : 1) && k < rel.noutputs; k++) {
         lval *out = root.kind == LV_TUPLE ? &root.elems[k] : &root;
         if (k < nbouts && out->kind == LV_TERM && out->cls != EID_NONE && eg_find(g, out->cls) != eg_find(g, bouts[k]))
@@ -695,6 +759,16 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
             apart |= v->kind == LV_TERM && !v->assumed && eg_find(g, v->cls) != eg_find(g, bouts[k]);
         }
         if (apart && saturate(&sr, g, UINT32_MAX)) final_run = &sr.runs[sr.nruns - 1];
+    }
+    if (alt == ALT_TRYING && !alt_clean(&lc, &root, bouts, nbouts, &rel)) {
+        /* The other reading does not get through cleanly either: the
+         * first lift stands (lifted again, as it was). */
+        alt = ALT_DONE;
+        flip = false;
+        if (dbg_on(DBG_LIFT)) fprintf(stderr, "check: the other reading is not clean: lifting as at first\n");
+        if (rel0.inputs) copy_views(&rel, &rel0);
+        lift_teardown(&sr, &lc, &a, g);
+        goto relift;
     }
     lift_debug_rediff(&lc);
     double sat_ms = final_run ? final_run->ms : 0;
@@ -1086,10 +1160,9 @@ int check_run(const check_opts *o, check_result *r, diag *d) {
     r->verdict = verdict;
 
     sb_free(&why);
-    saturator_free(&sr);
-    lift_done(&lc);
-    arena_free(&a);
-    eg_free(g);
+    lift_teardown(&sr, &lc, &a, g);
+    free(rel0.inputs);
+    free(rel0.outputs);
 out:
     /* What the trace says of each module; the modules themselves only findings
      * need (their sites, snippets, subgraphs): without any they are freed

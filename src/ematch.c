@@ -399,7 +399,7 @@ void em_index_free(em_index *ix) {
 enum {
     P_ADD, P_SUB, P_MUL, P_DIV, P_MOD, P_MIN, P_MAX, P_EQ, P_NE, P_LT, P_LE, P_GT, P_GE, P_AND, P_OR, P_NOT,
     P_LIST, P_LEN, P_NTH, P_RANGE, P_ZEROS, P_SET_NTH, P_TAKE, P_DROP, P_SUM, P_PRODUCT, P_MEMBER, P_INDEX_OF,
-    P_COMPOSE, P_INVERSE, P_IS_IDENTITY, P_IS_PERM, P_INCREASING, P_COMPLEMENT, P_SQUEEZE_PERM,
+    P_COMPOSE, P_INVERSE, P_IS_IDENTITY, P_IS_PERM, P_INCREASING, P_ARGSORT, P_COMPLEMENT, P_SQUEEZE_PERM,
     P_FULL_SLICE, P_SLICE_BOX, P_SLICE_SHIFT, P_SLICE_STARTS, P_SLICE_LIMITS, P_SLICE_STRIDES,
     P_RANK, P_DIMS, P_DIM, P_DTYPE, P_ELEMENTS, P_EXACT_CONVERT, P_IS_FLOAT, P_TYPE, P_COUNT
 };
@@ -421,7 +421,8 @@ static const struct prim {
     [P_INDEX_OF] = {"index-of", 2, 2, 0},
     [P_COMPOSE] = {"compose", 2, 2, 0}, [P_INVERSE] = {"inverse", 1, 1, 0},
     [P_IS_IDENTITY] = {"is-identity", 1, 1, 0}, [P_IS_PERM] = {"is-perm", 1, 1, 0},
-    [P_INCREASING] = {"increasing", 1, 1, 0}, [P_COMPLEMENT] = {"complement", 2, 2, 0},
+    [P_INCREASING] = {"increasing", 1, 1, 0}, [P_ARGSORT] = {"argsort", 1, 1, 0},
+    [P_COMPLEMENT] = {"complement", 2, 2, 0},
     [P_SQUEEZE_PERM] = {"squeeze-perm", 2, 2, 0}, [P_FULL_SLICE] = {"full-slice", 1, 1, 0},
     [P_SLICE_BOX] = {"slice-box", 2, 2, 0}, [P_SLICE_SHIFT] = {"slice-shift", 3, 3, 0},
     [P_SLICE_STARTS] = {"slice-starts", 1, 1, 0}, [P_SLICE_LIMITS] = {"slice-limits", 1, 1, 0},
@@ -679,6 +680,18 @@ static bool eval_call(egraph *g, const em_prog *p, const em_pat *t, const em_sub
         bool inc = true;
         for (uint32_t i = 1; i < a[0].len; i++) inc &= W(a[0], i - 1) < W(a[0], i);
         vec_push(out, inc);
+        break;
+    }
+    case P_ARGSORT: { /* the positions in ascending order of their values (stable) */
+        uint32_t n = a[0].len;
+        if (n > 4096) return false;
+        for (uint32_t i = 0; i < n; i++) vec_push(out, i);
+        for (uint32_t i = 1; i < n; i++) /* insertion sort: dimension lists are short */
+            for (uint32_t j = i; j > 0 && W(a[0], out->w[start + j]) < W(a[0], out->w[start + j - 1]); j--) {
+                int64_t sw = out->w[start + j];
+                out->w[start + j] = out->w[start + j - 1];
+                out->w[start + j - 1] = sw;
+            }
         break;
     }
     case P_COMPLEMENT: /* sorted [0, n) minus the list */

@@ -141,8 +141,9 @@ void lf_finding(lift_ctx *c, trace_kind kind, const hlo_comp *comp, const hlo_in
     /* A value partial only in one reading of an ambiguous reshape (another
      * leaves it sharded) decides no finding about its use. */
     if (c->partial_unsure_now) {
-        lf_unsupported(c, comp, in, "%s (with an operand partial only in one reading: of an ambiguous reshape, or of "
-                       "zeros the program does not write)", msg + (msg[0] == '@'));
+        lf_unsupported(c, comp, in, "%s (with an operand partial only in one reading: of an ambiguous reshape, of "
+                       "zeros the program does not write, or a reduction of each device's block that the baseline "
+                       "also takes block by block, as statistics of groups)", msg + (msg[0] == '@'));
         return;
     }
     if (c->guessed_now) {
@@ -959,6 +960,28 @@ static bool baseline_splits(lift_ctx *c, int64_t len, int64_t n) {
     return pairs_has(&c->base_splits, len, n);
 }
 
+bool lf_baseline_cuts(lift_ctx *c, int64_t len, int64_t size) {
+    if (size < 1 || len <= size || len % size) return false;
+    if (baseline_splits(c, len, len / size)) return true;
+    if (!c->base_cuts.read) {
+        for (uint32_t ci = 0; ci < c->base->ncomps; ci++) {
+            const hlo_comp *bc = &c->base->comps[ci];
+            for (uint32_t i = 0; i < bc->ninstrs; i++) {
+                const hlo_instr *r = &bc->instrs[i];
+                const hlo_attr *sa = instr_attr(r, A_SLICE);
+                if (r->op != OP_SLICE || r->noperands != 1 || !sa) continue;
+                const shape *in = &bc->instrs[r->operands[0]].shape;
+                for (uint32_t d = 0; d < in->rank && d < sa->n; d++) {
+                    int64_t lo = sa->v.ints[3 * d], hi = sa->v.ints[3 * d + 1], st = sa->v.ints[3 * d + 2], n = hi - lo;
+                    if (st == 1 && n > 0 && n < in->dims[d] && lo % n == 0) pairs_add(c, &c->base_cuts, in->dims[d], n);
+                }
+            }
+        }
+        c->base_cuts.read = true;
+    }
+    return pairs_has(&c->base_cuts, len, size);
+}
+
 bool lf_baseline_repeats(lift_ctx *c, int64_t n, int64_t len) {
     if (!c->base_repeats.read) {
         for (uint32_t ci = 0; ci < c->base->ncomps; ci++) {
@@ -1711,10 +1734,11 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
 }
 
 /* Operand o, dot(a, b), not sharded as want only along dims the dot takes
- * from a's free dims, whole there, where a re-reads under the view those
- * dims give it (a broadcast along them: the gradient of a mean over a
- * sharded dim, broadcast back and multiplied by a weight): the dot of the
- * re-read a and b, block by block. */
+ * from a's or b's free dims, whole there, where that side re-reads under the
+ * view those dims give it (a broadcast along them: the gradient of a mean
+ * over a sharded dim, broadcast back and multiplied by a weight; a zero
+ * state every device holds, multiplied by a weight): the dot of the re-read
+ * sides, block by block. */
 static bool review_dot(lstate *s, uint32_t o, const view *want) {
     static _Thread_local int depth;
     lift_ctx *c = s->c;
@@ -1724,28 +1748,39 @@ static bool review_dot(lstate *s, uint32_t o, const view *want) {
         lf_scale_of(x) != 1 || x->zm || x->diff || want->rank != b->shape.rank || x->v.rank != b->shape.rank)
         return false;
     lval sub[2] = {s->vals[b->operands[0]], s->vals[b->operands[1]]};
-    uint32_t nb, nc, lr = s->comp->instrs[b->operands[0]].shape.rank;
-    const int64_t *lb = instr_ints(b, A_LHS_BATCH_DIMS, &nb), *lc = instr_ints(b, A_LHS_CONTRACTING_DIMS, &nc);
-    if (sub[0].kind != LV_TERM || sub[0].v.partial || sub[0].v.rank != lr || lr > VIEW_MAX_RANK) return false;
+    uint32_t nb[2], nc[2];
+    const int64_t *bd[2] = {instr_ints(b, A_LHS_BATCH_DIMS, &nb[0]), instr_ints(b, A_RHS_BATCH_DIMS, &nb[1])};
+    const int64_t *cd[2] = {instr_ints(b, A_LHS_CONTRACTING_DIMS, &nc[0]), instr_ints(b, A_RHS_CONTRACTING_DIMS, &nc[1])};
     /* the output's dims are the batch dims, lhs's free dims in order, rhs's:
-     * which output dim each lhs free dim is */
-    bool lhs_free[VIEW_MAX_RANK] = {false};
-    view u = sub[0].v;
-    for (uint32_t d = 0, at = nb; d < lr; d++) {
-        bool taken = false;
-        for (uint32_t q = 0; q < nb; q++) taken |= lb[q] == d;
-        for (uint32_t q = 0; q < nc; q++) taken |= lc[q] == d;
-        if (taken) continue;
-        lhs_free[at] = true;
-        if (x->v.dims[at].naxes && memcmp(&want->dims[at], &x->v.dims[at], sizeof want->dims[at])) return false;
-        u.dims[d] = want->dims[at++];
+     * which output dim each side's free dim is */
+    bool is_free[VIEW_MAX_RANK] = {false}, changes[2] = {false, false};
+    view u[2];
+    uint32_t at = nb[0];
+    for (uint32_t side = 0; side < 2; side++) {
+        uint32_t r = s->comp->instrs[b->operands[side]].shape.rank;
+        if (sub[side].kind != LV_TERM || sub[side].v.partial || sub[side].v.rank != r || r > VIEW_MAX_RANK) return false;
+        u[side] = sub[side].v;
+        for (uint32_t d = 0; d < r; d++) {
+            bool taken = false;
+            for (uint32_t q = 0; q < nb[side]; q++) taken |= bd[side][q] == d;
+            for (uint32_t q = 0; q < nc[side]; q++) taken |= cd[side][q] == d;
+            if (taken) continue;
+            if (at >= want->rank) return false;
+            is_free[at] = true;
+            if (x->v.dims[at].naxes && memcmp(&want->dims[at], &x->v.dims[at], sizeof want->dims[at])) return false;
+            changes[side] |= !lf_same_dim(&u[side].dims[d], &want->dims[at]);
+            u[side].dims[d] = want->dims[at++];
+        }
     }
     for (uint32_t k = 0; k < want->rank; k++)
-        if (!lhs_free[k] && memcmp(&want->dims[k], &x->v.dims[k], sizeof want->dims[k])) return false;
+        if (!is_free[k] && memcmp(&want->dims[k], &x->v.dims[k], sizeof want->dims[k])) return false;
     lstate inner = {c, s->comp, b, sub, s->vals};
     depth++;
-    bool ok = lf_review_operand(&inner, 0, &u) && sub[0].kind == LV_TERM && lf_same_sharding(&sub[0].v, &u) &&
-              !sub[0].v.partial && lf_scale_of(&sub[0]) == 1;
+    bool ok = true;
+    for (uint32_t side = 0; side < 2 && ok; side++)
+        ok = !changes[side] || (lf_review_operand(&inner, side, &u[side]) && sub[side].kind == LV_TERM &&
+                                lf_same_sharding(&sub[side].v, &u[side]) && !sub[side].v.partial &&
+                                lf_scale_of(&sub[side]) == 1);
     depth--;
     if (!ok) return false;
     eid ch[2] = {sub[0].cls, sub[1].cls};

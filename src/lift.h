@@ -301,6 +301,19 @@ typedef struct lift_ctx {
     bool quiet;                           /* lifting speculatively: no finding, no reason recorded */
     int64_t ndev;
     bool mesh_inferred;                   /* from sharding annotations: group mismatches are undecided */
+    /* Set by lifting (0: none): per-device offsets that are blocks of part
+     * of mesh axis refine_axis, split as lift_split_mesh_axis(refine_axis,
+     * refine_factor) would make them one sub-axis's blocks (several tp
+     * ranks sharing a kv head). The views cannot say it on this mesh; the
+     * caller may lift again on the refined one. */
+    uint32_t refine_axis;
+    int64_t refine_factor;
+    /* A reshape that puts a sharding on a unit dim followed by others in
+     * its group, with no reading the baseline has, takes the unit dim
+     * (reshape_defaulted says one did); with reshape_flip set before
+     * lifting it takes the first non-unit dim instead (both are true
+     * readings: the caller may lift again with the other). */
+    bool reshape_defaulted, reshape_flip;
     bool ambiguous_now;                   /* an operand's view is one reading among several */
     bool partial_unsure_now;              /* an operand is partial only in one such reading */
     bool guessed_now;                     /* an operand's view is a guess (lval.guessed) */
@@ -370,6 +383,8 @@ typedef struct lift_ctx {
                                            * dim into [parts, extent / parts] (lift.c baseline_splits) */
     lf_pairs base_repeats;                /* (copies, extent) of every baseline broadcast adding one dim of
                                            * that many copies before a dim of that extent (jnp.repeat) */
+    lf_pairs base_cuts;                   /* (extent, size) of every baseline slice taking an aligned piece
+                                           * of that size from a dim of that extent (lf_baseline_cuts) */
     const char *resync_scope;             /* the first one */
     uint64_t lifted, assumed;             /* instructions lifted; with assumed content */
     uint64_t opaque;                      /* of those, values of a known view whose content may be
@@ -510,5 +525,11 @@ int lift_groups_order(const lift_ctx *c, const hlo_instr *in, view_dim *order);
  * inferred from shardings (a declared mesh is the user's word: groups that
  * miss its axes are findings). Returns whether it changed anything. */
 bool lift_refine_mesh(relations *rel, const hlo_module *dist);
+
+/* Splits axis a of rel's mesh into NAME.0 (major, size/f) and NAME.1
+ * (minor, f), rewriting every view of rel to the same blocks, as
+ * lift_refine_mesh does for replica groups (lift_ctx.refine_axis asks for
+ * it). False when the mesh has no room or f does not divide the axis. */
+bool lift_split_mesh_axis(relations *rel, uint32_t a, int64_t f);
 
 #endif

@@ -1977,6 +1977,17 @@ bool lf_pw_instr(lstate *s, lval *out) {
                 if (x->n) memcpy(m.elems + m.n, x->elems, x->n * sizeof *x->elems), m.n += x->n;
                 else m.elems[m.n++] = *x;
             }
+            /* the plain term of the sum, where both parts have one under one
+             * view (rows looked up from tables every device holds whole, at
+             * indices no device offsets: what the program writes is the
+             * baseline's own bounds-checked lookups, added) */
+            if (s->ops[0].cls != EID_NONE && s->ops[1].cls != EID_NONE && view_equal(&s->ops[0].v, &s->ops[1].v)) {
+                int64_t dims[VIEW_MAX_RANK];
+                m.v = s->ops[0].v;
+                lf_global_dims(c, &m.v, &in->shape, dims);
+                eid ch[2] = {s->ops[0].cls, s->ops[1].cls};
+                m.cls = lf_node(c, c->cur, in, ch, 2, dims, c->origin);
+            }
             *out = m;
             return true;
         }

@@ -154,6 +154,10 @@ void lf_global_dims(const lift_ctx *c, const view *v, const shape *local, int64_
  * right before a dim of extent len, operand dims on both sides of it (the
  * broadcast of jnp.repeat(x, n, axis)). */
 bool lf_baseline_repeats(lift_ctx *c, int64_t n, int64_t len);
+/* Whether the baseline slices some dim of extent len into a piece of size
+ * starting at a multiple of size (x[4k:4k + 4]: one group of a batch it
+ * computes group by group), or reshapes it into [len / size, size] groups. */
+bool lf_baseline_cuts(lift_ctx *c, int64_t len, int64_t size);
 void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask);
 view_dim lf_axes_dim(const lift_ctx *c, uint32_t mask);
 int64_t lf_dim_block(const lift_ctx *c, const view_dim *vd, int64_t r); /* device r's block along vd (major first) */

@@ -902,6 +902,32 @@ static bool offset_or_dropped(const pw_fn *f, const pw_fn *zero, int64_t rows, d
     return true;
 }
 
+/* x - off gathered by all-gather gi (along a dim other than the index
+ * vector dim ivd): off the same on every device of a group, x (a term)
+ * sharded along the gathered dim over exactly the groups' axes; x becomes
+ * the gathered term (the dim whole). */
+static bool gathered_offsets(lift_ctx *c, const hlo_instr *gi, int64_t ivd, const lval *off, lval *x) {
+    int axes = lift_groups_axes(c, gi, true);
+    uint32_t nd;
+    const int64_t *dd = instr_ints(gi, A_DIMENSIONS, &nd);
+    int64_t gd = nd == 1 ? dd[0] : -1;
+    if (axes <= 0 || gd == ivd || x->kind != LV_TERM || x->v.partial || gd < 0 || gd >= (int64_t)x->v.rank) return false;
+    view_dim want = lf_axes_dim(c, (uint32_t)axes);
+    if (!lf_same_dim(&x->v.dims[gd], &want)) return false;
+    for (int64_t r = 0; r < c->ndev; r++) {
+        /* the device of r's group with coordinate 0 along the gathered axes */
+        int64_t r0 = 0, stride = 1;
+        for (int a = (int)c->mesh->naxes - 1; a >= 0; a--) {
+            if (!(axes >> a & 1)) r0 += mesh_coord(c->mesh, r, a) * stride;
+            stride *= c->mesh->sizes[a];
+        }
+        for (uint32_t e = 0; e < off->count; e++)
+            if (off->dev[r * off->count + e] != off->dev[r0 * off->count + e]) return false;
+    }
+    x->v.dims[gd] = (view_dim){0};
+    return true;
+}
+
 /* Scatter s's indices (operand 1) are x - off(r), x the same function of
  * data on every device under a plain view (a batch split over dp travels
  * along) and off(r) = block(r)·size in one component of the index vector
@@ -916,17 +942,24 @@ static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
     const hlo_instr *in = s->in, *ii = &s->comp->instrs[in->operands[1]];
     uint32_t nsd;
     const int64_t *sd = instr_ints(in, A_SCATTER_DIMS_TO_OPERAND_DIMS, &nsd);
-    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0), n = shape_elements(&ii->shape);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
     if (!nsd || ivd < 0 || ivd > ii->shape.rank || (ivd == ii->shape.rank ? nsd != 1 : ii->shape.dims[ivd] != nsd)) return false;
-    int64_t stride = 1;
-    for (uint32_t d = (uint32_t)ivd + 1; d < ii->shape.rank; d++) stride *= ii->shape.dims[d];
     /* per[r·nsd + j]: device r's offset in component j */
     double *per = arena_alloc(c->a, (size_t)c->ndev * nsd * sizeof *per);
     lval x = {0};
-    const lval *off = ii->op == OP_SUBTRACT && ii->noperands == 2 ? &s->vals[ii->operands[1]] : NULL;
+    /* all-gather(x - off) with off the same over the gather's groups (GSPMD
+     * gathers the batch of offset ids over fsdp after the subtract): the
+     * gathered x - off */
+    const hlo_instr *si = ii, *gi = NULL;
+    if (ii->op == OP_ALL_GATHER && ii->noperands == 1 && s->comp->instrs[ii->operands[0]].op == OP_SUBTRACT)
+        gi = ii, si = &s->comp->instrs[ii->operands[0]];
+    int64_t n = shape_elements(&si->shape), stride = 1;
+    for (uint32_t d = (uint32_t)ivd + 1; d < si->shape.rank; d++) stride *= si->shape.dims[d];
+    const lval *off = si->op == OP_SUBTRACT && si->noperands == 2 ? &s->vals[si->operands[1]] : NULL;
     if (off && off->kind == LV_DEV && n > 0 && ((int64_t)off->count == n || off->count == 1) && !lf_dev_uniform(c, off)) {
-        x = s->vals[ii->operands[0]];
+        x = s->vals[si->operands[0]];
         if (lf_is_index(&x) && !lf_index_as_term(c, &x)) return false;
+        if (gi && !gathered_offsets(c, gi, ivd, off, &x)) return false;
         bool *seen = arena_alloc(c->a, nsd * sizeof *seen);
         for (int64_t r = 0; r < c->ndev; r++) {
             memset(seen, 0, nsd * sizeof *seen);

@@ -275,6 +275,19 @@ bool lift_refine_mesh(relations *rel, const hlo_module *dist) {
     return changed;
 }
 
+bool lift_split_mesh_axis(relations *rel, uint32_t a, int64_t f) {
+    if (a >= rel->mesh.naxes || f < 2 || f >= rel->mesh.sizes[a] || rel->mesh.sizes[a] % f) return false;
+    /* A full mesh makes room by dropping an axis of size 1 (never a: it is
+     * larger than f). */
+    for (uint32_t u = rel->mesh.naxes; u-- > 0 && rel->mesh.naxes == MESH_MAX_AXES;)
+        if (drop_unit_axis(&rel->mesh, rel->inputs, rel->ninputs, rel->outputs, rel->noutputs, u) && u < a) a--;
+    if (rel->mesh.naxes == MESH_MAX_AXES) return false;
+    split_mesh_axis(&rel->mesh, a, f);
+    split_view_axis(rel->inputs, rel->ninputs, a);
+    split_view_axis(rel->outputs, rel->noutputs, a);
+    return true;
+}
+
 /* ---- mesh coordinates for the transfer functions ---- */
 
 void lf_axes_words(strbuf *b, const lift_ctx *c, uint32_t mask) {
@@ -322,12 +335,17 @@ int lf_collective_axes(lstate *s, bool ordered, view_dim *order) {
                    (long long)(D / R), D / R == 1 ? "" : "s");
         return -1;
     }
+    /* (groups that match no mesh axes are wrong whatever reading the
+     * operand has: no partial reading decides this one) */
+    bool unsure = c->partial_unsure_now;
+    c->partial_unsure_now = false;
     if (c->mesh_inferred)
         lf_unsupported(c, s->comp, s->in, "the replica groups of %s match no axis of the mesh inferred from the shardings",
                     s->in->name);
     else
         lf_finding(c, KIND_WRONG_COLLECTIVE_GROUP, s->comp, s->in, "the replica groups of %s match no set of mesh axes%s",
                 s->in->name, ordered ? " (in device order)" : "");
+    c->partial_unsure_now = unsure;
     return -1;
 }
 

@@ -22,7 +22,46 @@
  * iota not along it, elementwise ops over such: a loss's cotangent
  * broadcast over the local batch and negated) as itself, else by moving a
  * sharded unit dim. */
+/* Dim d of side `side`, of local extent 1 and sharded over a prefix A of
+ * want's axes (A, X), the axes X free in its view: every device along X
+ * holds the same block, so device (a, x) holds block a·|X| + x of
+ * jnp.repeat(side, |X|, d) (tp ranks over fewer kv heads: device r's one
+ * kv head r / |X| against its query head r). Taken when the baseline
+ * repeats |X| copies before a dim of the extent of d's next one. */
+static bool dot_side_repeat(lstate *s, uint32_t side, uint32_t d, const view_dim *want) {
+    lift_ctx *c = s->c;
+    lval *x = &s->ops[side];
+    const shape *xs = &s->comp->instrs[s->in->operands[side]].shape;
+    uint32_t R = xs->rank;
+    const view_dim *have = &x->v.dims[d];
+    if (x->kind != LV_TERM || x->v.partial || d + 1 >= R || R + 1 > VIEW_MAX_RANK || xs->dims[d] != 1 ||
+        !have->naxes || have->naxes >= want->naxes || memcmp(have->axes, want->axes, have->naxes))
+        return false;
+    int64_t Q = 1;
+    uint32_t used = view_axes_used(&x->v);
+    for (uint32_t k = have->naxes; k < want->naxes; k++) {
+        if (used >> want->axes[k] & 1) return false;
+        Q *= c->mesh->sizes[want->axes[k]];
+    }
+    int64_t g[VIEW_MAX_RANK], s2[VIEW_MAX_RANK], b2[VIEW_MAX_RANK], g2[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, xs, g);
+    if (!lf_baseline_repeats(c, Q, g[d + 1])) return false;
+    for (uint32_t k = 0, q = 0; k < R; k++) {
+        b2[k] = q;
+        s2[q++] = g[k];
+        if (k == d) s2[q++] = Q;
+        g2[k] = k == d ? g[k] * Q : g[k];
+    }
+    int dt = xs->dtype;
+    eid y = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, b2, R), lf_type_of(c, dt, s2, R + 1), &x->cls, 1,
+                   c->origin);
+    x->cls = lf_mk_reshape(c, y, lf_type_of(c, dt, g2, R), c->origin);
+    x->v.dims[d] = *want;
+    return true;
+}
+
 static bool dot_side_reread(lstate *s, uint32_t side, uint32_t d, const view_dim *want) {
+    if (dot_side_repeat(s, side, d, want)) return true;
     view w = s->ops[side].v;
     w.dims[d] = *want;
     w.partial = 0;
@@ -433,6 +472,11 @@ lval lf_lift_reduce(lstate *s) {
         }
         for (uint32_t a = 0; a < x->v.dims[d].naxes; a++) partial |= (uint8_t)(1u << x->v.dims[d].axes[a]);
         unsure |= x->ambiguous && x->v.dims[d].naxes && src->shape.dims[d] == 1;
+        /* each device's block reduced where the baseline reduces the same
+         * blocks one by one (ghost batch norm: per-group statistics) may be
+         * meant per device, not as a share of the whole */
+        unsure |= !c->baseline_mode && x->v.dims[d].naxes &&
+                  lf_baseline_cuts(c, src->shape.dims[d] * view_dim_parts(&x->v, c->mesh, d), src->shape.dims[d]);
     }
     if (partial != x->v.partial && init->v.partial) return unknown();
     v.partial = partial;

@@ -88,18 +88,36 @@ static bool dropped_sharded_unit(const lstate *s, uint32_t d) {
  * taken only after such a reshape).
  * Taken when the baseline repeats n copies before a dim of extent l: the
  * global term reshape(broadcast(reshape(x, [.., P, l, ..]), [.., P, n, l,
- * ..]), [.., P·n, l, ..]), the merged dim sharded as d was. */
+ * ..]), [.., P·n, l, ..]), the merged dim sharded as d was. Where several
+ * devices share a block (tp ranks over fewer kv heads: d over tp's major
+ * sub-axis), the copies are as well the devices' blocks of n·Q copies, Q
+ * the size of mesh axes the operand leaves free (tp's minor sub-axis): the
+ * merged dim is then sharded over d's axes then those, when the baseline
+ * repeats n·Q copies (all copies alike, any block of them is the same). */
 static bool broadcast_repeat_reading(lstate *s, const int64_t *bd, uint32_t nd, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const lval *x = &s->ops[0];
     uint32_t R = in->shape.rank, rx = nd;
     if (x->v.partial || R + 1 > VIEW_MAX_RANK || rx + 1 > VIEW_MAX_RANK) return false;
+    uint32_t all = (1u << c->mesh->naxes) - 1, freeax = all & ~view_axes_used(&x->v);
     for (uint32_t d = 0; d < nd; d++) {
         uint32_t j = (uint32_t)bd[d] - 1;
         if (bd[d] < 1 || !x->v.dims[d].naxes || (d > 0 && bd[d - 1] == (int64_t)j)) continue;
-        int64_t n = in->shape.dims[j], l = in->shape.dims[j + 1], P = view_dim_parts(&x->v, c->mesh, d);
-        if (n < 2 || P < 2 || !dropped_sharded_unit(s, d) || !lf_baseline_repeats(c, n, l)) continue;
+        int64_t n0 = in->shape.dims[j], l = in->shape.dims[j + 1], P = view_dim_parts(&x->v, c->mesh, d);
+        if (n0 < 2 || P < 2 || !dropped_sharded_unit(s, d)) continue;
+        /* the free axes the copies spread over (none first) */
+        uint32_t mask = 0;
+        int64_t n = n0;
+        for (mask = 0; mask <= freeax; mask++) {
+            if (mask & ~freeax) continue;
+            n = n0;
+            for (uint32_t a = 0; a < c->mesh->naxes; a++)
+                if (mask >> a & 1) n *= c->mesh->sizes[a];
+            if (x->v.dims[d].naxes + (uint32_t)__builtin_popcount(mask) <= MESH_MAX_AXES && lf_baseline_repeats(c, n, l))
+                break;
+        }
+        if (mask > freeax) continue;
         /* x's global dims with d split into [P, l] */
         int64_t gx[VIEW_MAX_RANK], s1[VIEW_MAX_RANK], s2[VIEW_MAX_RANK], b2[VIEW_MAX_RANK];
         const shape *xs = &s->comp->instrs[in->operands[0]].shape;
@@ -116,6 +134,8 @@ static bool broadcast_repeat_reading(lstate *s, const int64_t *bd, uint32_t nd, 
         for (uint32_t k = 0; k < nd; k++)
             if (k != d) v.dims[bd[k]] = x->v.dims[k];
         v.dims[j] = x->v.dims[d];
+        for (uint32_t a = 0; a < c->mesh->naxes; a++)
+            if (mask >> a & 1) v.dims[j].axes[v.dims[j].naxes++] = (uint8_t)a;
         int64_t g[VIEW_MAX_RANK];
         lf_global_dims(c, &v, &in->shape, g);
         for (uint32_t q = 0; q < R + 1; q++) s2[q] = q < j ? g[q] : q == j ? P : q == j + 1 ? n : g[q - 1];
@@ -461,8 +481,16 @@ lval lf_lift_reshape(lstate *s) {
     int64_t dims[VIEW_MAX_RANK];
     if (two && !reshape_meets_baseline(c, x->cls, in, &v)) {
         view w;
-        if (reshape_meets_baseline(c, x->cls, in, &vb)) v = vb;
-        else if (reshape_split_reading(c, x, in, &v, ag, nag, &w)) v = w;
+        if (reshape_meets_baseline(c, x->cls, in, &vb)) {
+            v = vb;
+        } else if (reshape_split_reading(c, x, in, &v, ag, nag, &w)) {
+            v = w;
+        } else if (!c->baseline_mode) {
+            /* neither reading the baseline's: the unit dim, or the other
+             * on a second lift (lift_ctx.reshape_flip) */
+            c->reshape_defaulted = true;
+            if (c->reshape_flip) v = vb;
+        }
     }
     if (three && !reshape_meets_baseline(c, x->cls, in, &v) && reshape_meets_baseline(c, x->cls, in, &vc)) v = vc;
     /* A sharding on a unit output dim may as well sit on a neighbouring unit
@@ -651,8 +679,10 @@ lval lf_with_scalar(lstate *s, const lval *x, const lval *k) {
 
 /* Whether offset(r) = base + block(r)·size where block(r) is the major or the
  * minor part of one mesh axis's coordinate split in two (k consecutive or
- * strided ranks share a block). */
-static bool part_axis_blocks(const lift_ctx *c, const double *vals, uint32_t count, int64_t size) {
+ * strided ranks share a block); the split that makes it one sub-axis's
+ * blocks (lift_split_mesh_axis's axis and factor) into *axis, *f. */
+static bool part_axis_blocks(const lift_ctx *c, const double *vals, uint32_t count, int64_t size, uint32_t *axis,
+                             int64_t *f) {
     for (uint32_t a = 0; a < c->mesh->naxes; a++) {
         int64_t n = c->mesh->sizes[a];
         for (int64_t k = 2; k < n; k++) {
@@ -664,11 +694,28 @@ static bool part_axis_blocks(const lift_ctx *c, const double *vals, uint32_t cou
                     int64_t x = mesh_coord(c->mesh, r, (int)a), idx = minor ? x % (n / k) : x / k;
                     match = (int64_t)vals[r * count] == b + idx * size;
                 }
-                if (match) return true;
+                if (match) {
+                    *axis = a;
+                    *f = minor ? n / k : k;
+                    return true;
+                }
             }
         }
     }
     return false;
+}
+
+/* Asks the caller to lift again on a mesh whose axis is split so that
+ * these offsets are one sub-axis's blocks (the first such request wins). */
+static bool ask_refine(lift_ctx *c, const double *vals, uint32_t count, int64_t size) {
+    uint32_t a;
+    int64_t f;
+    if (!part_axis_blocks(c, vals, count, size, &a, &f)) return false;
+    if (!c->refine_factor && !c->baseline_mode) {
+        c->refine_axis = a;
+        c->refine_factor = f;
+    }
+    return true;
 }
 
 /* dynamic-update-slice(x, u, offsets) with offsets the same on every device
@@ -838,6 +885,28 @@ static bool repeated_piece(lstate *s, lval *out) {
     return false;
 }
 
+/* Offsets into a dim sharded as vd (local extent L) that take, on device r
+ * of block b, the global rows [base + b·size, base + (b+1)·size) inside its
+ * own block [b·L, (b+1)·L): block b of the global window [base, base +
+ * P·size) (GSPMD splitting a fused projection's columns, sharded over tp,
+ * into its parts). The window into *lo, *hi. */
+static bool block_of_window(const lift_ctx *c, const view_dim *vd, const lval *o, int64_t L, int64_t size, int64_t *lo,
+                            int64_t *hi) {
+    int64_t P = 1, base = 0;
+    for (uint32_t k = 0; k < vd->naxes; k++) P *= c->mesh->sizes[vd->axes[k]];
+    for (int64_t r = 0; r < c->ndev; r++) {
+        double off = o->dev[r * o->count];
+        if (off < 0 || off + (double)size > (double)L || off != floor(off)) return false;
+        int64_t b = lf_dim_block(c, vd, r), at = b * L + (int64_t)off - b * size;
+        if (r && at != base) return false;
+        base = at;
+    }
+    if (base < 0 || base + P * size > P * L) return false;
+    *lo = base;
+    *hi = base + P * size;
+    return true;
+}
+
 lval lf_lift_dynamic_slice(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -916,6 +985,10 @@ lval lf_lift_dynamic_slice(lstate *s) {
             view_dim extra;
             ok = ok && lf_axes_of_blocks(c, b, p, &extra) && v.dims[d].naxes + extra.naxes <= MESH_MAX_AXES;
             for (uint32_t k = 0; ok && k < extra.naxes; k++) ok = !((view_axes_used(&v) | x->v.partial) >> extra.axes[k] & 1);
+            if (!ok && block_of_window(c, &x->v.dims[d], o, src->shape.dims[d], size, &wlo[d], &whi[d])) {
+                windowed = true;
+                continue;
+            }
             if (!ok) {
                 lf_unsupported(c, s->comp, in, "%s slices sharded dimension %u at per-device offsets that cut its blocks "
                                "into no blocks of further mesh axes", in->name, d);
@@ -950,13 +1023,15 @@ lval lf_lift_dynamic_slice(lstate *s) {
         }
         if (!bound && c->mesh_inferred) {
             /* Followed per partition id as a window (a cumulative op's
-             * shifted pieces), which no mesh axis needs to name. */
+             * shifted pieces), which no mesh axis needs to name; blocks of
+             * part of an axis ask for a finer mesh too. */
+            ask_refine(c, o->dev, o->count, size);
             lval w;
             if (lf_win_dynamic_slice_term(s, d, &w)) return w;
             lf_unsupported(c, s->comp, in, "%s slices at offsets that select no block of the mesh inferred from the shardings", in->name);
             return unknown();
         }
-        if (!bound && part_axis_blocks(c, o->dev, o->count, size)) {
+        if (!bound && ask_refine(c, o->dev, o->count, size)) {
             /* Several devices take the same block (tensor parallelism over more
              * ranks than kv heads): a view over part of a mesh axis, which the
              * views cannot say yet. Right or wrong, it is not decided here. */
@@ -985,16 +1060,11 @@ lval lf_lift_dynamic_slice(lstate *s) {
      * reduction group takes the same block of its summand, and the block of
      * the sum is the sum of the blocks. The view keeps the partial. */
     if (windowed) {
-        int64_t words[2 + 3 * VIEW_MAX_RANK], dims[VIEW_MAX_RANK];
-        uint32_t nw = 0;
-        words[nw++] = A_SLICE;
-        words[nw++] = 3 * rank;
-        for (uint32_t d = 0; d < rank; d++) {
-            words[nw++] = wlo[d], words[nw++] = whi[d], words[nw++] = 1;
-            dims[d] = whi[d] - wlo[d];
-        }
-        uint32_t t = lf_type_of(c, in->shape.dtype, dims, rank);
-        return term(eg_add(c->g, OP_SLICE, eg_attr(c->g, words, nw), t, &x->cls, 1, c->origin), v, x->assumed);
+        /* (through lf_mk_slice: a slice of constants is folded, as the
+         * baseline's is) */
+        int64_t sl[3 * VIEW_MAX_RANK];
+        for (uint32_t d = 0; d < rank; d++) sl[3 * d] = wlo[d], sl[3 * d + 1] = whi[d], sl[3 * d + 2] = 1;
+        return term(lf_mk_slice(c, x->cls, sl), v, x->assumed);
     }
     return term(x->cls, v, x->assumed);
 }

@@ -858,6 +858,50 @@ static eid concat_through_reshapes(lift_ctx *c, const hlo_instr *in, const eid *
     return cc == EID_NONE ? EID_NONE : lf_mk_reshape(c, cc, t, c->origin);
 }
 
+/* A dot whose operands have only batch and contracting dims, paired at the
+ * same positions on both sides (einsum btd,btd->bt), batch dims in order:
+ * the sum over the contracted dims of the elementwise product, the form a
+ * program that writes it as jnp.sum(x * x, -1) has (lf_node builds that
+ * instead of the dot). EID_NONE otherwise. */
+static eid elementwise_dot(lift_ctx *c, const hlo_instr *in, const eid *ch, uint32_t t, uint8_t origin) {
+    uint32_t nlb, nrb, nlc, nrc, ra, rb;
+    const int64_t *lb = instr_ints(in, A_LHS_BATCH_DIMS, &nlb), *rbd = instr_ints(in, A_RHS_BATCH_DIMS, &nrb);
+    const int64_t *lc = instr_ints(in, A_LHS_CONTRACTING_DIMS, &nlc), *rc = instr_ints(in, A_RHS_CONTRACTING_DIMS, &nrc);
+    uint32_t ta = eg_class_type(c->g, ch[0]);
+    eg_type_dims(c->g, ta, &ra);
+    eg_type_dims(c->g, eg_class_type(c->g, ch[1]), &rb);
+    if (nlc == 0 || nlb != nrb || nlc != nrc || ra != nlb + nlc || rb != ra || ra > VIEW_MAX_RANK ||
+        eg_class_type(c->g, ch[1]) != ta || eg_type_dtype(c->g, ta) != in->shape.dtype)
+        return EID_NONE;
+    for (uint32_t k = 0; k < in->nattrs; k++) {
+        int key = in->attrs[k].key;
+        if (key != A_LHS_BATCH_DIMS && key != A_RHS_BATCH_DIMS && key != A_LHS_CONTRACTING_DIMS &&
+            key != A_RHS_CONTRACTING_DIMS && semantic_key(key))
+            return EID_NONE; /* a precision or an algorithm: not the plain sum */
+    }
+    int64_t red[VIEW_MAX_RANK];
+    uint32_t nred = 0;
+    for (uint32_t k = 0; k < nlb; k++)
+        if (lb[k] != rbd[k] || (k && lb[k] <= lb[k - 1])) return EID_NONE;
+    for (uint32_t k = 0; k < nlc; k++)
+        if (lc[k] != rc[k]) return EID_NONE;
+    for (int64_t d = 0; d < (int64_t)ra; d++)
+        for (uint32_t k = 0; k < nlc; k++)
+            if (lc[k] == d) red[nred++] = d;
+    interp_val *z = interp_val_new(in->shape.dtype, 0, NULL);
+    if (!z) return EID_NONE;
+    eid sw[2] = {ch[1], ch[0]}, prod = eg_lookup(c->g, OP_MULTIPLY, 0, ta, sw, 2); /* a·b is b·a */
+    if (prod == EID_NONE) prod = eg_add(c->g, OP_MULTIPLY, 0, ta, ch, 2, origin);
+    eid rch[2] = {prod, lf_const_term(c, z, origin)};
+    ea_builder b;
+    ea_init(&b);
+    ea_put(&b, A_DIMENSIONS, red, nred);
+    ea_put_int(&b, A_TO_APPLY, (int64_t)(lf_reducer_digest(RED_SUM) | 1));
+    uint32_t attr = ea_intern(&b, c->g);
+    ea_free(&b);
+    return eg_add(c->g, OP_REDUCE, attr, t, rch, 2, origin);
+}
+
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
                 uint8_t origin) {
     uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
@@ -927,6 +971,12 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
          * rules' commutativity skips large terms). */
         eid sw[2] = {ch[1], ch[0]}, hit = eg_lookup(c->g, in->op, attr, t, sw, 2);
         if (hit != EID_NONE) return eg_find(c->g, hit);
+    }
+    if (in->op == OP_DOT && n == 2) {
+        /* (in place of the dot: a union here, before the e-graph is rebuilt,
+         * would leave later terms over the dot apart from their copies) */
+        eid r = elementwise_dot(c, in, ch, t, origin);
+        if (r != EID_NONE) return r;
     }
     eid cls = eg_add(c->g, in->op, attr, t, ch, n, origin);
     if (fv && keyed) strmap_put(&c->folds, arena_memdup(c->a, key, (4 + n) * sizeof *key), (4 + n) * sizeof *key, cls);

@@ -1570,6 +1570,38 @@ static bool term_reduce_window(lstate *s, lval *out) {
     return true;
 }
 
+/* select-and-scatter (a max pool's gradient: each window's source value
+ * added at the position its select picks) over an operand sharded along
+ * dims whose windows stay inside the blocks, as term_reduce_window's (no
+ * padding or dilation, size ≤ stride, the local extent a multiple of the
+ * stride), the source sharded alike along the windows' dims: every device
+ * scatters its own windows, the block of the global op. */
+static bool select_and_scatter_blocks(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0], *y = &s->ops[1], *init = &s->ops[2];
+    const hlo_instr *src = &s->comp->instrs[in->operands[0]], *yi = &s->comp->instrs[in->operands[1]];
+    uint32_t rank = in->shape.rank;
+    win_attr w;
+    if (in->noperands != 3 || x->kind != LV_TERM || y->kind != LV_TERM || init->kind != LV_TERM || x->diff || y->diff ||
+        x->v.partial || y->v.partial || init->v.partial || !view_is_dup(&init->v) || lf_scale_of(x) != 1 ||
+        lf_scale_of(y) != 1 || src->shape.rank != rank || yi->shape.rank != rank || x->v.rank != rank ||
+        y->v.rank != rank || !lf_read_window(in, rank, &w))
+        return false;
+    for (uint32_t d = 0; d < rank; d++) {
+        if (!lf_same_dim(&x->v.dims[d], &y->v.dims[d])) return false;
+        if (!x->v.dims[d].naxes) continue;
+        if (w.pad[2 * d] || w.pad[2 * d + 1] || w.ld[d] != 1 || w.rd[d] != 1 || w.size[d] > w.stride[d] ||
+            src->shape.dims[d] % w.stride[d] || yi->shape.dims[d] != src->shape.dims[d] / w.stride[d])
+            return false;
+    }
+    int64_t dims[VIEW_MAX_RANK];
+    lf_global_dims(c, &x->v, &in->shape, dims);
+    eid ch[3] = {x->cls, y->cls, init->cls};
+    *out = term(lf_node(c, c->cur, in, ch, 3, dims, c->origin), x->v, x->assumed || y->assumed || init->assumed);
+    return true;
+}
+
 static bool same_window(const win_attr *a, const win_attr *b, uint32_t rank) {
     for (uint32_t d = 0; d < rank; d++)
         if (a->size[d] != b->size[d] || a->stride[d] != b->stride[d] || a->pad[2 * d] != b->pad[2 * d] ||
@@ -2337,6 +2369,7 @@ bool lf_win_instr(lstate *s, lval *out) {
     case OP_DYNAMIC_SLICE: return win_dynamic_slice(s, out) || win_dynamic_slice_uniform(s, out);
     case OP_RESHAPE: case OP_BITCAST: return win_squeeze(s, out) || win_rows(s, out);
     case OP_REDUCE_WINDOW: return win_reduce_window(s, out);
+    case OP_SELECT_AND_SCATTER: return select_and_scatter_blocks(s, out);
     case OP_REVERSE: return win_reverse(s, out);
     case OP_PAD: return win_pad(s, out);
     case OP_ALL_GATHER: return win_all_gather(s, out);
