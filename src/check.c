@@ -1,6 +1,7 @@
 #include "check.h"
 #include "provenance.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1008,7 +1009,14 @@ relift:;
             ui = output_producer(D.m, de, bad_out, &uc);
         strbuf msg;
         sb_init(&msg);
-        sb_printf(&msg, "the outputs differ from the baseline's by up to %g (confirmed by execution on seeded random inputs); ", w.max_abs);
+        if (isinf(w.max_abs) && w.max_finite > 0)
+            /* overflow on random inputs (a log-sum-exp, a square root of a
+             * negative moment) beside a finite difference: that one */
+            sb_printf(&msg, "the outputs differ from the baseline's by up to %g where both are finite, and one gives inf or "
+                      "NaN where the other does not (confirmed by execution on seeded random inputs); ", w.max_finite);
+        else
+            sb_printf(&msg, "the outputs differ from the baseline's by up to %g (confirmed by execution on seeded random "
+                      "inputs); ", w.max_abs);
         const locate_site *ls = &w.site;
         if (ls->in && weak) { /* where execution shows the values leave the baseline's */
             /* the kind: a share used whole, a wrong factor; else the rules'

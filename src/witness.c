@@ -161,6 +161,7 @@ static void compare(witness *w, const interp_val *want, const interp_val *got) {
         if (rel > w->max_rel) w->max_rel = rel;
     }
     if (worst > w->max_abs) w->max_abs = worst;
+    if (worst_finite > w->max_finite) w->max_finite = worst_finite;
     bool finite_differs = parts != got_parts || worst_finite > rel_tolerance(dt, TOL_DIFFERS) * scale + 1e-6;
     if (finite_differs || (nan_mismatch && !nonfinite)) w->differs = true;
     else if (nonfinite) w->nonfinite = true;

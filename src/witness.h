@@ -99,6 +99,7 @@ typedef struct witness {
                                * to within rounding (interp_stats.ties): unstable too, said why */
     uint32_t skipped;         /* output blocks not compared (unconstrained outputs whose sharding is unknown) */
     double max_abs, max_rel;  /* over all outputs and devices */
+    double max_finite;        /* max_abs over the elements both programs give finite */
     uint64_t seed;
     char why[256];
     double diff_scale, diff_shift; /* the first run that differed: its input scale and shift, */

@@ -1168,6 +1168,21 @@ static void shared_blocks(void) {
     json_decref(trace);
 }
 
+/* A distributed program that adds 0.5 and gives inf where x > 0.9
+ * (tests/cases/witness-msg, made by hand): the witness names the finite
+ * difference, not "up to inf" (random inputs overflowing a log-sum-exp beside
+ * a real difference once read so). */
+static void witness_finite_message(void) {
+    t_case("check witness: a finite difference beside inf is reported as such");
+    json_t *trace = NULL;
+    int v = run_with("witness-msg", "tests/cases/witness-msg/inf.base.hlo", "tests/cases/witness-msg/inf.dist.hlo",
+                     "tests/cases/witness-msg/inf.relations.json", true, false, &trace);
+    CHECK_MSG(v == VERDICT_MISMATCH, "verdict %s", verdict_name(v));
+    CHECK_CONTAINS(first_message(trace), "by up to 0.5 where both are finite, and one gives inf or NaN where the other "
+                                         "does not");
+    json_decref(trace);
+}
+
 /* A use the rules cannot decide (tests/cases/DIR/DIST.hlo against base.hlo):
  * unverified without execution, its reason naming WHY at instruction AT; with
  * execution a mismatch of KIND there (the kind the reason suggests). */
@@ -3415,6 +3430,7 @@ void suite_check(void) {
     contradicted_by_execution();
     jax012_cases();
     shared_blocks();
+    witness_finite_message();
     tables();
     floordiv_offsets();
     unreduced_uses();
