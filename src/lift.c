@@ -344,6 +344,17 @@ void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops, uint32_
  * sharding of those: re-view operand o (a broadcast) with the dims sharded as
  * in want. False when o is not a broadcast or a dimension it did not add
  * would have to change. */
+/* Index arithmetic (or a masked row) that no device offsets and every
+ * device holds whole (a mask of positions, a position embedding's rows):
+ * its plain term, in place, for the reviews below. */
+static void plain_of_index(lval *x) {
+    if ((x->kind == LV_PW || x->kind == LV_MASK) && x->cls != EID_NONE && view_is_dup(&x->v) && !x->v.partial) {
+        bool konst = x->konst;
+        *x = term(x->cls, x->v, false);
+        x->konst = konst;
+    }
+}
+
 bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
     lift_ctx *c = s->c;
     const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
@@ -353,6 +364,9 @@ bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
     bool is_bcast = b->op == OP_BROADCAST;
     const hlo_instr *src = is_bcast ? &s->comp->instrs[b->operands[0]] : b;
     const lval *x = is_bcast ? &s->vals[b->operands[0]] : &s->ops[o];
+    lval plain = *x;
+    plain_of_index(&plain);
+    x = &plain;
     /* A partial sum broadcast (a bias added on one device only) stays one
      * along dims newly sharded over other axes. */
     if (x->kind != LV_TERM || src->shape.rank > VIEW_MAX_RANK ||
@@ -1680,12 +1694,16 @@ static bool review_respread(lstate *s, uint32_t o, const view *want) {
     return true;
 }
 
+static bool review_gather(lstate *s, uint32_t o, const view *want);
+static bool review_dynamic_slice(lstate *s, uint32_t o, const view *want);
+
 bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
     return lf_same_sharding(&s->ops[o].v, want) || review_respread(s, o, want) || lf_review_broadcast(s, o, want) ||
            lf_konst_review(s, o, want) || (s->ops[o].v.partial && review_splat(s, o, want)) ||
            lf_review_merged_broadcast(s, o, want) ||
            review_constant(s, o, want) || review_tiled(s, o, want) || review_class_broadcast(s, o, want) ||
-           review_elementwise(s, o, want) || review_dot(s, o, want);
+           review_elementwise(s, o, want) || review_dot(s, o, want) || review_gather(s, o, want) ||
+           review_dynamic_slice(s, o, want);
 }
 
 /* Operand o, an elementwise op whose operands all re-read as want (each
@@ -1714,6 +1732,7 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
         const hlo_instr *bk = &s->comp->instrs[b->operands[k]];
         /* one number on every device (a splat constant): that constant */
         if (sub[k].kind == LV_DEV && lf_dev_splat(&sub[k])) sub[k] = lf_splat_term(c, bk, &sub[k], bk->shape.rank ? want : &sub[k].v);
+        plain_of_index(&sub[k]);
         if (bk->shape.rank == 0 && (b->op == OP_SELECT || b->op == OP_CLAMP)) {
             ok = sub[k].kind == LV_TERM && view_is_dup(&sub[k].v);
         } else {
@@ -1789,6 +1808,111 @@ static bool review_dot(lstate *s, uint32_t o, const view *want) {
     lf_global_dims(c, &w, &b->shape, g);
     bool konst = x->konst;
     s->ops[o] = term(lf_node(c, c->cur, b, ch, 2, g, c->origin), w, sub[0].assumed || sub[1].assumed);
+    s->ops[o].konst = konst;
+    return true;
+}
+
+/* Whether no mesh axis shards two dims of v (a re-read may ask for an axis
+ * on a new dim while the old one still holds it: no view). */
+static bool axes_once(const view *v) {
+    uint32_t n = 0;
+    for (uint32_t d = 0; d < v->rank; d++) n += v->dims[d].naxes;
+    return n == (uint32_t)__builtin_popcount(view_axes_used(v));
+}
+
+/* Operand o, gather(table, idx) of a table every device holds whole, not
+ * sharded as want only along batch dims (the dims the indices give), where
+ * the indices re-read under the view those dims give them (positions
+ * broadcast over the batch): the gather at the re-read indices, block by
+ * block (a learned position embedding beside batch-sharded tokens). */
+static bool review_gather(lstate *s, uint32_t o, const view *want) {
+    static _Thread_local int depth;
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[o];
+    const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
+    if (depth >= 4 || b->op != OP_GATHER || b->noperands != 2 || x->kind != LV_TERM || x->v.partial || want->partial ||
+        lf_scale_of(x) != 1 || x->zm || x->diff || want->rank != b->shape.rank || x->v.rank != b->shape.rank ||
+        !axes_once(want))
+        return false;
+    lval sub[2] = {s->vals[b->operands[0]], s->vals[b->operands[1]]};
+    plain_of_index(&sub[1]);
+    const shape *is = &s->comp->instrs[b->operands[1]].shape;
+    if (sub[0].kind != LV_TERM || !view_is_dup(&sub[0].v) || sub[0].v.partial || sub[1].kind != LV_TERM ||
+        sub[1].v.partial || sub[1].v.rank != is->rank || is->rank > VIEW_MAX_RANK)
+        return false;
+    uint32_t no, nob;
+    const int64_t *od = instr_ints(b, A_OFFSET_DIMS, &no);
+    int64_t ivd = instr_int(b, A_INDEX_VECTOR_DIM, is->rank);
+    instr_ints(b, A_OPERAND_BATCHING_DIMS, &nob);
+    if (nob) return false; /* batch dims that pick table rows by position too: not the whole table per row */
+    view iw = sub[1].v;
+    bool changes = false;
+    for (uint32_t d = 0, k = 0; d < b->shape.rank; d++) {
+        bool offset = false;
+        for (uint32_t q = 0; q < no; q++) offset |= od[q] == d;
+        if (offset) {
+            if (!lf_same_dim(&want->dims[d], &x->v.dims[d]) || want->dims[d].naxes) return false;
+            continue;
+        }
+        if ((int64_t)k == ivd) k++;  /* the batch dims are the indices' other dims, in order */
+        if (k >= is->rank || is->dims[k] != b->shape.dims[d]) return false;
+        changes |= !lf_same_dim(&iw.dims[k], &want->dims[d]);
+        iw.dims[k++] = want->dims[d];
+    }
+    if (!changes) return false;
+    lstate inner = {c, s->comp, b, sub, s->vals};
+    depth++;
+    bool ok = lf_review_operand(&inner, 1, &iw) && sub[1].kind == LV_TERM && lf_same_sharding(&sub[1].v, &iw) &&
+              !sub[1].v.partial && lf_scale_of(&sub[1]) == 1;
+    depth--;
+    if (!ok) return false;
+    eid ch[2] = {sub[0].cls, sub[1].cls};
+    view w = *want;
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, &w, &b->shape, g);
+    bool konst = x->konst;
+    s->ops[o] = term(lf_node(c, c->cur, b, ch, 2, g, c->origin), w, sub[0].assumed || sub[1].assumed);
+    s->ops[o].konst = konst;
+    return true;
+}
+
+/* Operand o, a dynamic-slice whose lifted term is its operand's (it only
+ * binds per-device blocks: a tp block of a table's columns), not sharded as
+ * want only along dims it takes whole, where its operand re-reads with those
+ * dims sharded: that term under want. */
+static bool review_dynamic_slice(lstate *s, uint32_t o, const view *want) {
+    static _Thread_local int depth;
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[o];
+    const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
+    if (depth >= 4 || b->op != OP_DYNAMIC_SLICE || b->noperands < 1 || x->kind != LV_TERM || x->v.partial ||
+        want->partial || lf_scale_of(x) != 1 || x->zm || x->diff || want->rank != b->shape.rank || !axes_once(want))
+        return false;
+    lval sub[1] = {s->vals[b->operands[0]]};
+    plain_of_index(&sub[0]);
+    const shape *ss = &s->comp->instrs[b->operands[0]].shape;
+    if (sub[0].kind != LV_TERM || sub[0].v.partial || lf_scale_of(&sub[0]) != 1 || ss->rank != b->shape.rank ||
+        eg_find(c->g, sub[0].cls) != eg_find(c->g, x->cls))
+        return false;
+    view uw = sub[0].v;
+    bool changes = false;
+    for (uint32_t d = 0; d < b->shape.rank; d++) {
+        if (lf_same_dim(&want->dims[d], &x->v.dims[d])) continue;
+        /* a dim taken whole, unsharded in the operand */
+        if (x->v.dims[d].naxes || sub[0].v.dims[d].naxes || ss->dims[d] != b->shape.dims[d]) return false;
+        uw.dims[d] = want->dims[d];
+        changes = true;
+    }
+    if (!changes) return false;
+    lstate inner = {c, s->comp, b, sub, s->vals};
+    depth++;
+    bool ok = lf_review_operand(&inner, 0, &uw) && sub[0].kind == LV_TERM && lf_same_sharding(&sub[0].v, &uw) &&
+              !sub[0].v.partial && lf_scale_of(&sub[0]) == 1;
+    depth--;
+    if (!ok) return false;
+    bool konst = x->konst;
+    s->ops[o] = term(sub[0].cls, *want, sub[0].assumed);
+    s->ops[o].v.partial = 0;
     s->ops[o].konst = konst;
     return true;
 }

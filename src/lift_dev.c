@@ -321,14 +321,29 @@ static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_
  * tiled under view w: every device holds the same block, so the global value
  * is that block repeated along the dims w shards. EID_NONE when unknown or
  * too large to fold. */
-static eid tiled_konst(lift_ctx *c, const hlo_instr *in, const lval *x, const view *w) {
+static eid tiled_konst(lift_ctx *c, const hlo_comp *comp, uint32_t i, const lval *x, const view *w, bool index) {
+    const hlo_instr *in = &comp->instrs[i];
     const interp_val *kv = x->kind == LV_TERM && x->cls != EID_NONE ? lf_kval(c, x->cls) : NULL;
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, w, &in->shape, dims);
-    if (!kv || kv->n != shape_elements(&in->shape) || kv->dtype != in->shape.dtype || !lf_fold_size_ok(dims, in->shape.rank))
+    if (!lf_fold_size_ok(dims, in->shape.rank)) return EID_NONE;
+    /* index arithmetic whose values were never folded into its plain term
+     * (a mask of positions): evaluated, the same on every device as its
+     * view says (other tables are lift_table.c's to read) */
+    interp_val **per = kv || !index ? NULL : lf_device_values(c, comp, i);
+    bool same = per != NULL;
+    for (int64_t r = 1; per && r < c->ndev && same; r++) {
+        same = per[r]->n == per[0]->n && per[r]->dtype == per[0]->dtype;
+        for (int64_t k = 0; same && k < per[0]->n; k++) same = interp_val_get(per[r], k) == interp_val_get(per[0], k);
+    }
+    if (same) kv = per[0];
+    interp_val *t = NULL;
+    if (kv && kv->n == shape_elements(&in->shape) && kv->dtype == in->shape.dtype)
+        t = interp_val_new(in->shape.dtype, in->shape.rank, dims);
+    if (!t) {
+        lf_device_values_free(c, per);
         return EID_NONE;
-    interp_val *t = interp_val_new(in->shape.dtype, in->shape.rank, dims);
-    if (!t) return EID_NONE;
+    }
     int64_t idx[VIEW_MAX_RANK] = {0};
     for (int64_t k = 0; k < t->n; k++) {
         int64_t src = 0;
@@ -337,16 +352,25 @@ static eid tiled_konst(lift_ctx *c, const hlo_instr *in, const lval *x, const vi
         else t->i[k] = kv->i[src];
         for (int d = (int)in->shape.rank - 1; d >= 0 && ++idx[d] == dims[d]; d--) idx[d] = 0;
     }
+    lf_device_values_free(c, per);
     return lf_const_term(c, t, c->origin);
 }
 
 eid lf_konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, const view *w, int depth) {
     eid r = konst_at(c, comp, vals, i, w, depth);
     const lval *x = &vals[i];
+    /* index arithmetic on constants no device offsets (a mask of
+     * positions): its plain term */
+    lval plain;
+    bool index = x->kind == LV_PW && x->cls != EID_NONE && view_is_dup(&x->v) && !x->v.partial;
+    if (index) {
+        plain = (lval){.kind = LV_TERM, .cls = x->cls, .v = x->v, .konst = x->konst};
+        x = &plain;
+    }
     if (r != EID_NONE || x->kind != LV_TERM || !x->konst || !view_is_dup(&x->v) || w->partial ||
         comp->instrs[i].shape.rank != w->rank || comp->instrs[i].shape.rank > VIEW_MAX_RANK)
         return r;
-    return tiled_konst(c, &comp->instrs[i], x, w);
+    return tiled_konst(c, comp, i, x, w, index);
 }
 
 static eid konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, const view *w, int depth) {

@@ -2185,6 +2185,9 @@ static void concat_unlike_operands(void) {
  *     broadcast, read under the sharding of what it selects.
  *   - tests/cases/kv-share: tp ranks sharing a kv head (offsets that are
  *     blocks of part of an axis: lifted again on a mesh that splits it).
+ *   - tests/cases/pos-rows: a gather at positions every device holds,
+ *     re-read along the batch (and a dynamic-slice of it that binds a tp
+ *     block).
  *   - tests/cases/dot-review: a dot re-read along its rhs's free dims (a
  *     splat state beside a sharded batch).
  *   - tests/cases/pool-grad: select-and-scatter (a max pool's gradient)
@@ -2667,6 +2670,16 @@ static void hand_written_cases(void) {
          false},
         {"dot-order/pairs", "pairs listed otherwise", NULL, NULL, VERDICT_VERIFIED, true},
         {"dot-order/pairs", "pairs crossed", "rhs_contracting_dims={1,0}", "rhs_contracting_dims={0,1}", VERDICT_MISMATCH, false},
+        /* a learned position embedding's rows (positions an iota broadcast
+         * over the batch, so every device holds the same rows) beside
+         * batch-sharded token rows: the gather re-read at the positions
+         * re-read along the batch; cols: also a tp block of its columns taken
+         * by a dynamic-slice (GSPMD's layout of Bart's embeddings) */
+        {"pos-rows/bart", "position rows beside batch-sharded tokens", NULL, NULL, VERDICT_VERIFIED, true},
+        {"pos-rows/bart", "positions one off", "two = s32[] constant(2)", "two = s32[] constant(1)", VERDICT_MISMATCH, false},
+        {"pos-rows/cols", "a tp block of the position rows' columns", NULL, NULL, VERDICT_VERIFIED, true},
+        {"pos-rows/cols", "positions one off", "two = s32[] constant(2)", "two = s32[] constant(1)", VERDICT_MISMATCH, false},
+        {"pos-rows/cols", "column blocks swapped", "{0, 4, 0, 4}", "{4, 0, 4, 0}", VERDICT_MISMATCH, false},
         /* a zero state every device holds (an LSTM's first h), multiplied
          * by a weight, beside the batch-sharded input: the dot re-read along
          * its rhs's free dim */
