@@ -1706,6 +1706,18 @@ bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
            review_dynamic_slice(s, o, want);
 }
 
+/* Operand o of s becomes op b over the re-read children ch under want (a
+ * review's result), keeping whether it is computed from constants. */
+static void reviewed(lstate *s, uint32_t o, const hlo_instr *b, const eid *ch, uint32_t n, const view *want,
+                     bool assumed) {
+    view w = *want;
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(s->c, &w, &b->shape, g);
+    bool konst = s->ops[o].konst;
+    s->ops[o] = term(lf_node(s->c, s->c->cur, b, ch, n, g, s->c->origin), w, assumed);
+    s->ops[o].konst = konst;
+}
+
 /* Operand o, an elementwise op whose operands all re-read as want (each
  * constant along the dims it would newly shard: broadcasts, constants,
  * and such ops over them, as jax.random's counters are made: an iota of
@@ -1744,11 +1756,7 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
     }
     depth--;
     if (!ok) return false;
-    view w = *want;
-    int64_t g[VIEW_MAX_RANK];
-    lf_global_dims(c, &w, &b->shape, g);
-    s->ops[o] = term(lf_node(c, c->cur, b, ch, b->noperands, g, c->origin), w, assumed);
-    s->ops[o].konst = x->konst;
+    reviewed(s, o, b, ch, b->noperands, want, assumed);
     return true;
 }
 
@@ -1803,12 +1811,7 @@ static bool review_dot(lstate *s, uint32_t o, const view *want) {
     depth--;
     if (!ok) return false;
     eid ch[2] = {sub[0].cls, sub[1].cls};
-    view w = *want;
-    int64_t g[VIEW_MAX_RANK];
-    lf_global_dims(c, &w, &b->shape, g);
-    bool konst = x->konst;
-    s->ops[o] = term(lf_node(c, c->cur, b, ch, 2, g, c->origin), w, sub[0].assumed || sub[1].assumed);
-    s->ops[o].konst = konst;
+    reviewed(s, o, b, ch, 2, want, sub[0].assumed || sub[1].assumed);
     return true;
 }
 
@@ -1867,12 +1870,7 @@ static bool review_gather(lstate *s, uint32_t o, const view *want) {
     depth--;
     if (!ok) return false;
     eid ch[2] = {sub[0].cls, sub[1].cls};
-    view w = *want;
-    int64_t g[VIEW_MAX_RANK];
-    lf_global_dims(c, &w, &b->shape, g);
-    bool konst = x->konst;
-    s->ops[o] = term(lf_node(c, c->cur, b, ch, 2, g, c->origin), w, sub[0].assumed || sub[1].assumed);
-    s->ops[o].konst = konst;
+    reviewed(s, o, b, ch, 2, want, sub[0].assumed || sub[1].assumed);
     return true;
 }
 
