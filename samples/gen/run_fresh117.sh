@@ -9,23 +9,5 @@
 # (SAMPLES_VENV=DIR too, when it has those packages).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
 source "$here/venv.sh"
-py="${PYTHON312:-$HOME/.pyenv/versions/3.12.1/bin/python}"
-[ -x "$py" ] || py=python3.12
-override="${FRESH117_VENV:-}"
-if [ -z "$override" ] && [ -n "${SAMPLES_VENV:-}" ] &&
-   "$SAMPLES_VENV/bin/python" -c "import transformers, flax, optax" 2>/dev/null; then
-  override=$SAMPLES_VENV
-fi
-venv="${override:-$here/.venv-fresh117}"
-ensure_venv "$venv" "$override" "$py" "$here/requirements-fresh117.txt" "jax, optax, transformers, flax" >&2
-cd "$repo"
-# Must be set before jax is imported: 8 CPU devices for the meshes.
-export XLA_FLAGS="--xla_force_host_platform_device_count=8"
-export JAX_PLATFORMS=cpu
-export PYTHONHASHSEED=0
-export TF_CPP_MIN_LOG_LEVEL=3
-export TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
-export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
-run_repo_script "$venv" samples/gen/fresh117.py "$@"
+run_pinned_corpus fresh117 "jax, optax, transformers, flax" "$@"

@@ -9,22 +9,5 @@
 # (SAMPLES_VENV=DIR too, when it has those packages).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
 source "$here/venv.sh"
-py="${PYTHON312:-$HOME/.pyenv/versions/3.12.1/bin/python}"
-[ -x "$py" ] || py=python3.12
-override="${FRESH121_VENV:-}"
-if [ -z "$override" ] && [ -n "${SAMPLES_VENV:-}" ] &&
-   "$SAMPLES_VENV/bin/python" -c "import flax, equinox, optax" 2>/dev/null; then
-  override=$SAMPLES_VENV
-fi
-venv="${override:-$here/.venv-fresh121}"
-ensure_venv "$venv" "$override" "$py" "$here/requirements-fresh121.txt" "jax, optax, flax, equinox" >&2
-cd "$repo"
-# Must be set before jax is imported: 8 CPU devices for the meshes.
-export XLA_FLAGS="--xla_force_host_platform_device_count=8"
-export JAX_PLATFORMS=cpu
-export PYTHONHASHSEED=0
-export TF_CPP_MIN_LOG_LEVEL=3
-export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
-run_repo_script "$venv" samples/gen/fresh121.py "$@"
+run_pinned_corpus fresh121 "jax, optax, flax, equinox" "$@"
