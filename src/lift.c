@@ -344,15 +344,12 @@ void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops, uint32_
  * sharding of those: re-view operand o (a broadcast) with the dims sharded as
  * in want. False when o is not a broadcast or a dimension it did not add
  * would have to change. */
-/* Index arithmetic (or a masked row) that no device offsets and every
- * device holds whole (a mask of positions, a position embedding's rows):
- * its plain term, in place, for the reviews below. */
-static void plain_of_index(lval *x) {
-    if ((x->kind == LV_PW || x->kind == LV_MASK) && x->cls != EID_NONE && view_is_dup(&x->v) && !x->v.partial) {
-        bool konst = x->konst;
-        *x = term(x->cls, x->v, false);
-        x->konst = konst;
-    }
+bool lf_plain_of_index(lval *x) {
+    if ((x->kind != LV_PW && x->kind != LV_MASK) || x->cls == EID_NONE || !view_is_dup(&x->v) || x->v.partial) return false;
+    bool konst = x->konst;
+    *x = term(x->cls, x->v, false);
+    x->konst = konst;
+    return true;
 }
 
 bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
@@ -365,7 +362,7 @@ bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
     const hlo_instr *src = is_bcast ? &s->comp->instrs[b->operands[0]] : b;
     const lval *x = is_bcast ? &s->vals[b->operands[0]] : &s->ops[o];
     lval plain = *x;
-    plain_of_index(&plain);
+    lf_plain_of_index(&plain);
     x = &plain;
     /* A partial sum broadcast (a bias added on one device only) stays one
      * along dims newly sharded over other axes. */
@@ -1744,7 +1741,7 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
         const hlo_instr *bk = &s->comp->instrs[b->operands[k]];
         /* one number on every device (a splat constant): that constant */
         if (sub[k].kind == LV_DEV && lf_dev_splat(&sub[k])) sub[k] = lf_splat_term(c, bk, &sub[k], bk->shape.rank ? want : &sub[k].v);
-        plain_of_index(&sub[k]);
+        lf_plain_of_index(&sub[k]);
         if (bk->shape.rank == 0 && (b->op == OP_SELECT || b->op == OP_CLAMP)) {
             ok = sub[k].kind == LV_TERM && view_is_dup(&sub[k].v);
         } else {
@@ -1838,7 +1835,7 @@ static bool review_gather(lstate *s, uint32_t o, const view *want) {
         !axes_once(want))
         return false;
     lval sub[2] = {s->vals[b->operands[0]], s->vals[b->operands[1]]};
-    plain_of_index(&sub[1]);
+    lf_plain_of_index(&sub[1]);
     const shape *is = &s->comp->instrs[b->operands[1]].shape;
     if (sub[0].kind != LV_TERM || !view_is_dup(&sub[0].v) || sub[0].v.partial || sub[1].kind != LV_TERM ||
         sub[1].v.partial || sub[1].v.rank != is->rank || is->rank > VIEW_MAX_RANK)
@@ -1887,7 +1884,7 @@ static bool review_dynamic_slice(lstate *s, uint32_t o, const view *want) {
         want->partial || lf_scale_of(x) != 1 || x->zm || x->diff || want->rank != b->shape.rank || !axes_once(want))
         return false;
     lval sub[1] = {s->vals[b->operands[0]]};
-    plain_of_index(&sub[0]);
+    lf_plain_of_index(&sub[0]);
     const shape *ss = &s->comp->instrs[b->operands[0]].shape;
     if (sub[0].kind != LV_TERM || sub[0].v.partial || lf_scale_of(&sub[0]) != 1 || ss->rank != b->shape.rank ||
         eg_find(c->g, sub[0].cls) != eg_find(c->g, x->cls))

@@ -358,15 +358,11 @@ static eid tiled_konst(lift_ctx *c, const hlo_comp *comp, uint32_t i, const lval
 
 eid lf_konst_at(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, const view *w, int depth) {
     eid r = konst_at(c, comp, vals, i, w, depth);
-    const lval *x = &vals[i];
     /* index arithmetic on constants no device offsets (a mask of
      * positions): its plain term */
-    lval plain;
-    bool index = x->kind == LV_PW && x->cls != EID_NONE && view_is_dup(&x->v) && !x->v.partial;
-    if (index) {
-        plain = (lval){.kind = LV_TERM, .cls = x->cls, .v = x->v, .konst = x->konst};
-        x = &plain;
-    }
+    lval plain = vals[i];
+    bool index = plain.kind == LV_PW && lf_plain_of_index(&plain);
+    const lval *x = &plain;
     if (r != EID_NONE || x->kind != LV_TERM || !x->konst || !view_is_dup(&x->v) || w->partial ||
         comp->instrs[i].shape.rank != w->rank || comp->instrs[i].shape.rank > VIEW_MAX_RANK)
         return r;

@@ -546,6 +546,10 @@ lval lf_with_scalar(lstate *s, const lval *x, const lval *k);
 /* Operand o re-read as want where its pieces allow (a broadcast, a
  * constant, a replicated value tiled); true when it is want's view now. */
 bool lf_review_operand(lstate *s, uint32_t o, const view *want);
+/* Index arithmetic (or a masked row) that no device offsets and every
+ * device holds whole (a mask of positions, a position embedding's rows) made
+ * its plain term, in place (for the reviews); whether it was one. */
+bool lf_plain_of_index(lval *x);
 void lf_review_operands(lstate *s, const view *want); /* operands constant along dims want shards, read under it */
 bool lf_review_broadcast(lstate *s, uint32_t o, const view *want); /* operand o, a broadcast, re-viewed as want */
 bool lf_konst_review(lstate *s, uint32_t o, const view *want);     /* operand o, constant-only, read under want */

@@ -1049,11 +1049,7 @@ bool lf_scatter_reading(lstate *s, lval *out) {
         lf_uniform_dev_as_term(s, o);
         /* indices that do not depend on the device (positions from an
          * iota): their plain term */
-        if (o == 1 && s->ops[o].kind == LV_PW && s->ops[o].cls != EID_NONE && view_is_dup(&s->ops[o].v)) {
-            bool konst = s->ops[o].konst;
-            s->ops[o] = term(s->ops[o].cls, s->ops[o].v, false);
-            s->ops[o].konst = konst;
-        }
+        if (o == 1 && s->ops[o].kind == LV_PW) lf_plain_of_index(&s->ops[o]);
         if (s->ops[o].kind != LV_TERM) return false;
     }
     const hlo_instr *oi = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]],
