@@ -2057,20 +2057,25 @@ static interp_val *op_batch_norm_training(ctx *x, const hlo_instr *in, interp_va
         return fail(x, INTERP_ERUN, in, "batch-norm-training needs float operands, epsilon and a feature_index in range");
     int64_t per = nf ? v->n / nf : 0;
     interp_val *mean = interp_val_new(v->dtype, 1, &nf), *var = interp_val_new(v->dtype, 1, &nf), *out = val_copy(v);
-    for (int64_t f = 0; f < nf; f++) {
-        double s = 0, q = 0;
-        for (int64_t e = 0; e < v->n; e++)
-            if (e / inner % nf == f) s += v->f[e];
-        double mu = per ? s / (double)per : 0;
-        for (int64_t e = 0; e < v->n; e++)
-            if (e / inner % nf == f) q += (v->f[e] - mu) * (v->f[e] - mu);
-        double va = per ? q / (double)per : 0;
-        mean->f[f] = rnd(v->dtype, mu);
-        var->f[f] = rnd(v->dtype, va);
-        double r = 1 / sqrt(va + eps);
-        for (int64_t e = 0; e < v->n; e++)
-            if (e / inner % nf == f) out->f[e] = rnd(v->dtype, (v->f[e] - mu) * r * sc->f[f] + of->f[f]);
+    /* One pass per phase, each feature's sums in element order. */
+    double *s = xcalloc((size_t)nf + 1, sizeof *s), *q = xcalloc((size_t)nf + 1, sizeof *q), *r = xcalloc((size_t)nf + 1, sizeof *r);
+    for (int64_t e = 0; e < v->n; e++) s[e / inner % nf] += v->f[e];
+    for (int64_t f = 0; f < nf; f++) s[f] = per ? s[f] / (double)per : 0;
+    for (int64_t e = 0; e < v->n; e++) {
+        double c = v->f[e] - s[e / inner % nf];
+        q[e / inner % nf] += c * c;
     }
+    for (int64_t f = 0; f < nf; f++) {
+        double va = per ? q[f] / (double)per : 0;
+        mean->f[f] = rnd(v->dtype, s[f]);
+        var->f[f] = rnd(v->dtype, va);
+        r[f] = 1 / sqrt(va + eps);
+    }
+    for (int64_t e = 0; e < v->n; e++) {
+        int64_t f = e / inner % nf;
+        out->f[e] = rnd(v->dtype, (v->f[e] - s[f]) * r[f] * sc->f[f] + of->f[f]);
+    }
+    free(s), free(q), free(r);
     interp_val *el[3] = {out, mean, var};
     return interp_val_tuple(3, el);
 }
@@ -2087,19 +2092,21 @@ static interp_val *op_batch_norm_grad(ctx *x, const hlo_instr *in, interp_val **
         return fail(x, INTERP_ERUN, in, "batch-norm-grad needs float operands, epsilon and a feature_index in range");
     double n = nf ? (double)(v->n / nf) : 0;
     interp_val *gx = val_copy(v), *gs = interp_val_new(v->dtype, 1, &nf), *go = interp_val_new(v->dtype, 1, &nf);
-    for (int64_t f = 0; f < nf; f++) {
-        double sdy = 0, sdyc = 0;
-        for (int64_t e = 0; e < v->n; e++)
-            if (e / inner % nf == f) sdy += dy->f[e], sdyc += dy->f[e] * (v->f[e] - mn->f[f]);
-        double ve = vr->f[f] + eps, r = 1 / sqrt(ve);
-        for (int64_t e = 0; e < v->n; e++)
-            if (e / inner % nf == f) {
-                double c = v->f[e] - mn->f[f];
-                gx->f[e] = rnd(v->dtype, sc->f[f] * r / (n ? n : 1) * (n * dy->f[e] - sdy - c * sdyc / ve));
-            }
-        gs->f[f] = rnd(v->dtype, sdyc * r);
-        go->f[f] = rnd(v->dtype, sdy);
+    double *sdy = xcalloc((size_t)nf + 1, sizeof *sdy), *sdyc = xcalloc((size_t)nf + 1, sizeof *sdyc);
+    for (int64_t e = 0; e < v->n; e++) {
+        int64_t f = e / inner % nf;
+        sdy[f] += dy->f[e], sdyc[f] += dy->f[e] * (v->f[e] - mn->f[f]);
     }
+    for (int64_t e = 0; e < v->n; e++) {
+        int64_t f = e / inner % nf;
+        double ve = vr->f[f] + eps, r = 1 / sqrt(ve), c = v->f[e] - mn->f[f];
+        gx->f[e] = rnd(v->dtype, sc->f[f] * r / (n ? n : 1) * (n * dy->f[e] - sdy[f] - c * sdyc[f] / ve));
+    }
+    for (int64_t f = 0; f < nf; f++) {
+        gs->f[f] = rnd(v->dtype, sdyc[f] * (1 / sqrt(vr->f[f] + eps)));
+        go->f[f] = rnd(v->dtype, sdy[f]);
+    }
+    free(sdy), free(sdyc);
     interp_val *el[3] = {gx, gs, go};
     return interp_val_tuple(3, el);
 }
@@ -2815,33 +2822,54 @@ static interp_val *op_convolution(ctx *x, const hlo_instr *in, const interp_val 
         interp_val_free(r);
         return fail(x, INTERP_ERUN, in, "the convolution's shapes do not fit its dimension numbers and groups");
     }
-    int64_t sa[INTERP_MAX_RANK], sk[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0};
+    /* Up to four output features at once (independent sums, each in the
+     * order one alone would take: the window, then the input features). */
+    int64_t sa[INTERP_MAX_RANK], sk[INTERP_MAX_RANK], so[INTERP_MAX_RANK], idx[INTERP_MAX_RANK] = {0},
+        outer[INTERP_MAX_RANK];
     strides_of(a->dims, a->rank, sa);
     strides_of(k->dims, k->rank, sk);
-    int64_t wn = 1;
+    strides_of(r->dims, r->rank, so);
+    memcpy(outer, r->dims, r->rank * sizeof *outer);
+    outer[c.of] = 1;
+    int64_t wn = 1, nouter = O ? r->n / O : 0, span = O / G < O / B ? O / G : O / B;
     for (uint32_t d = 0; d < S; d++) wn *= size[d];
-    for (int64_t e = 0; e < r->n; e++) {
-        int64_t b = idx[c.ob], o = idx[c.of];
-        int64_t g = o / (O / G), bb = B > 1 ? (o / (O / B)) * (N / B) + b : b;
-        double acc = 0;
-        int64_t w[INTERP_MAX_RANK] = {0};
-        for (int64_t j = 0; j < wn; j++) {
-            int64_t ao = bb * sa[c.lb], ko = o * sk[c.ro];
-            bool in_range = true;
-            for (uint32_t d = 0; d < S && in_range; d++) {
-                int64_t p = idx[c.os[d]] * stride[d] + w[d] * rd[d] - pad[2 * d];
-                if (p < 0 || p % ld[d]) in_range = false;
-                p /= ld[d];
-                if (p >= a->dims[c.ls[d]]) in_range = false;
-                if (in_range) ao += p * sa[c.ls[d]];
-                ko += w[d] * sk[c.rs[d]];
+    for (int64_t e = 0; e < nouter; e++) {
+        int64_t b = idx[c.ob], at = 0;
+        for (uint32_t d = 0; d < r->rank; d++) at += idx[d] * so[d];
+        for (int64_t o = 0; o < O;) {
+            int64_t g = o / (O / G), bb = B > 1 ? (o / (O / B)) * (N / B) + b : b;
+            int64_t nq = O - o < 4 ? O - o : 4, edge = (o / span + 1) * span - o; /* one group, one batch group */
+            if (nq > edge) nq = edge;
+            double acc[4] = {0, 0, 0, 0};
+            int64_t w[INTERP_MAX_RANK] = {0};
+            for (int64_t j = 0; j < wn; j++) {
+                int64_t ao = bb * sa[c.lb], ko = o * sk[c.ro];
+                bool in_range = true;
+                for (uint32_t d = 0; d < S && in_range; d++) {
+                    int64_t p = idx[c.os[d]] * stride[d] + w[d] * rd[d] - pad[2 * d];
+                    if (p < 0 || p % ld[d]) in_range = false;
+                    p /= ld[d];
+                    if (p >= a->dims[c.ls[d]]) in_range = false;
+                    if (in_range) ao += p * sa[c.ls[d]];
+                    ko += w[d] * sk[c.rs[d]];
+                }
+                const double *ap = a->f + ao + g * I * sa[c.lf], *kp = k->f + ko;
+                int64_t sf = sa[c.lf], si = sk[c.ri], sq = sk[c.ro];
+                if (in_range && nq == 4)
+                    for (int64_t i = 0; i < I; i++) {
+                        double av = ap[i * sf];
+                        const double *kq = kp + i * si;
+                        acc[0] += av * kq[0], acc[1] += av * kq[sq], acc[2] += av * kq[2 * sq], acc[3] += av * kq[3 * sq];
+                    }
+                else if (in_range)
+                    for (int64_t i = 0; i < I; i++)
+                        for (int64_t q = 0; q < nq; q++) acc[q] += ap[i * sf] * kp[i * si + q * sq];
+                next_idx(w, size, S);
             }
-            if (in_range)
-                for (int64_t i = 0; i < I; i++) acc += a->f[ao + (g * I + i) * sa[c.lf]] * k->f[ko + i * sk[c.ri]];
-            next_idx(w, size, S);
+            for (int64_t q = 0; q < nq; q++) r->f[at + (o + q) * so[c.of]] = rnd(r->dtype, acc[q]);
+            o += nq;
         }
-        r->f[e] = rnd(r->dtype, acc);
-        next_idx(idx, r->dims, r->rank);
+        next_idx(idx, outer, r->rank);
     }
     return r;
 }

@@ -23,6 +23,7 @@ typedef struct node {
     uint8_t red;           /* and their reduction */
     bool in_z;             /* leads to a differing output through values that are no baseline value */
     bool feeds_z;          /* match 2 and an operand of such a value */
+    double tol;            /* baseline: the tolerance comparing with v[0] (NaN: not computed yet) */
 } node;
 
 typedef struct side {
@@ -64,6 +65,7 @@ static void observe(void *ctx, const hlo_comp *c, uint32_t i, uint32_t na, const
     memset(x, 0, sizeof *x);
     x->c = c;
     x->i = i;
+    x->tol = NAN;
     s->at[ci][i] = s->n;
     bool all = na == s->ndev;
     for (uint32_t a = 0; all && a < na; a++) all = devs[a] == a;
@@ -110,7 +112,7 @@ typedef struct probe {
     double tol;                 /* absolute */
     double scale;               /* compared with scale · g */
     int64_t *work;
-    double *sum;                /* scratch: a group's sum */
+    int64_t *grp;               /* scratch: a group's devices */
 } probe;
 
 /* Element e of a local array of dims l, inside the block at off of g. */
@@ -146,20 +148,19 @@ static bool fits(probe *p, const view *w) {
         view_block(w, p->m, p->g->dims, p->g->rank, d, off, size);
         for (uint32_t k = 0; k < p->g->rank; k++)
             if (size[k] != v0->dims[k]) return false;
-        if (w->partial) { /* the group's reduction */
-            bool first = true;
-            for (int64_t o = 0; o < p->ndev; o++) {
-                if (!same_group(p->m, d, o, w->partial)) continue;
-                for (int64_t e = 0; e < n; e++) {
-                    double x = interp_val_get(p->v[o], e), *r = &p->sum[e];
-                    *r = first ? x : w->red == RED_MAX ? fmax(*r, x) : w->red == RED_MIN ? fmin(*r, x) : *r + x;
-                }
-                first = false;
-            }
-            *p->work += n * p->ndev;
-        }
+        int64_t ng = 1; /* the group's devices, in device order */
+        p->grp[0] = d;
+        for (int64_t o = d + 1; w->partial && o < p->ndev; o++)
+            if (same_group(p->m, d, o, w->partial)) p->grp[ng++] = o;
+        /* charged as a whole group's reduction (the budget's unit), though
+         * the first element that differs ends it */
+        if (w->partial) *p->work += n * p->ndev;
         for (int64_t e = 0; e < n; e++) {
-            double got = w->partial ? p->sum[e] : interp_val_get(p->v[d], e);
+            double got = interp_val_get(p->v[p->grp[0]], e);
+            for (int64_t q = 1; q < ng; q++) { /* the group's reduction */
+                double x = interp_val_get(p->v[p->grp[q]], e);
+                got = w->red == RED_MAX ? fmax(got, x) : w->red == RED_MIN ? fmin(got, x) : got + x;
+            }
             double want = p->scale * interp_val_get(p->g, global_index(p->g, off, v0->dims, e));
             (*p->work)++;
             if (!close_to(got, want, p->tol)) return false;
@@ -259,11 +260,11 @@ static bool each_view(views *s, uint32_t k, uint32_t used, int64_t left) {
     return false;
 }
 
-/* Whether x's values are baseline value b's under some view (factor: c times
+/* Whether x's values are baseline value b's (node b) under some view (factor: c times
  * them, c found in *factor); on a partial fit, its axes in *axes. */
-static bool fits_some_view(probe *p, const interp_val *g, interp_val *const *v, bool want_factor, double *factor,
-                           uint32_t *axes, uint8_t *red) {
-    const interp_val *v0 = v[0];
+static bool fits_some_view(probe *p, node *b, interp_val *const *v, bool want_factor, double *factor, uint32_t *axes,
+                           uint8_t *red) {
+    const interp_val *g = b->v[0], *v0 = v[0];
     if (g->rank != v0->rank || g->n == 0 || dtype_is_float(g->dtype) != dtype_is_float(v0->dtype)) return false;
     views s = {.p = p, .want_factor = want_factor};
     int64_t blocks = 1;
@@ -278,7 +279,8 @@ static bool fits_some_view(probe *p, const interp_val *g, interp_val *const *v, 
     p->g = g;
     p->v = v;
     p->scale = 1;
-    p->tol = tolerance(g);
+    if (isnan(b->tol)) b->tol = tolerance(g);
+    p->tol = b->tol;
     s.w = view_dup(g->rank);
     if (!each_view(&s, 0, 0, g->rank ? s.ratio[0] : 1)) return false;
     if (factor) *factor = s.factor;
@@ -360,19 +362,16 @@ void locate_run(const hlo_module *base, const hlo_module *dist, const relations 
     bool ran = interp_run(base, &bc, (interp_val **const *)bargv, &bout, NULL) == INTERP_OK &&
                interp_run(dist, &dc, dargs, dout, NULL) == INTERP_OK;
     int64_t work = 0;
-    int64_t most = 1;
-    for (uint32_t k = 0; k < D.n; k++)
-        if (D.nodes[k].v && is_array(D.nodes[k].v[0])) most = most > D.nodes[k].v[0]->n ? most : D.nodes[k].v[0]->n;
-    probe p = {.m = &rel->mesh, .ndev = ndev, .work = &work, .sum = xmalloc((size_t)most * sizeof(double))};
+    probe p = {.m = &rel->mesh, .ndev = ndev, .work = &work, .grp = xmalloc((size_t)ndev * sizeof(int64_t))};
     /* which distributed values are baseline values */
     for (uint32_t k = 0; ran && k < D.n && work <= LOCATE_MAX_WORK; k++) {
         node *x = &D.nodes[k];
         if (!x->v || !is_array(x->v[0])) continue;
         for (uint32_t j = 0; j < B.n && x->match != 1; j++) {
-            const node *b = &B.nodes[j];
+            node *b = &B.nodes[j];
             uint32_t axes = 0;
             uint8_t red = RED_NONE;
-            if (!b->v || !is_array(b->v[0]) || !fits_some_view(&p, b->v[0], x->v, false, NULL, &axes, &red)) continue;
+            if (!b->v || !is_array(b->v[0]) || !fits_some_view(&p, b, x->v, false, NULL, &axes, &red)) continue;
             x->match = axes ? 2 : 1;
             x->axes = axes;
             x->red = red;
@@ -443,9 +442,9 @@ void locate_run(const hlo_module *base, const hlo_module *dist, const relations 
             }
         }
         for (uint32_t j = 0; j < B.n && !out->partial && !out->scale; j++) {
-            const node *b = &B.nodes[j];
+            node *b = &B.nodes[j];
             double c = 0;
-            if (b->v && is_array(b->v[0]) && fits_some_view(&p, b->v[0], x->v, true, &c, NULL, NULL) && fabs(c - 1) > 1e-6) {
+            if (b->v && is_array(b->v[0]) && fits_some_view(&p, b, x->v, true, &c, NULL, NULL) && fabs(c - 1) > 1e-6) {
                 out->scale = c;
                 out->like = &b->c->instrs[b->i];
             }
@@ -477,7 +476,7 @@ void locate_run(const hlo_module *base, const hlo_module *dist, const relations 
     if (work > LOCATE_MAX_WORK) memset(out, 0, sizeof *out);
     for (uint32_t c = 0; c < dist->ncomps; c++) free(memo[c]);
     free(memo);
-    free(p.sum);
+    free(p.grp);
     interp_val_free(bout);
     for (int64_t d = 0; d < ndev; d++) interp_val_free(dout[d]);
     free(dout);
