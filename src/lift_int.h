@@ -277,6 +277,9 @@ void lf_unscale(lift_ctx *c, lval *x);
 /* k when class x is base times a broadcast scalar constant k (a factor put
  * back into base: lf_unscale), else 0. */
 double lf_scale_put_back(lift_ctx *c, eid x, eid base);
+/* x as a factor put back into a term: *base and k (x = base times k), or x
+ * itself and 1 when no factor was put back into it. */
+double lf_scale_split(lift_ctx *c, eid x, eid *base);
 /* lf_pad_forms: v, just lifted from a reduce or dot over a value masked to a
  * box (GSPMD's padding of an uneven dim), also gets the form over that box
  * sliced (lift_pad.c). */

@@ -837,6 +837,30 @@ static bool unrolled_both(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     return true;
 }
 
+/* A carry entering as a baseline carry's initial term T with another
+ * constant factor put back into it than the baseline's (a local mean's
+ * cotangent, n/B where the baseline has 1/B: lf_unscale) is that baseline
+ * carry times the ratio of the two; the induction (as_entered) checks that
+ * the body keeps the ratio, and the loop's result carries it. The baseline
+ * carry it is paired with (the same position first), or SR_NONE. */
+static uint32_t scaled_carry(lift_ctx *c, const lval *e, const lift_loop *L, uint32_t k, double *ratio) {
+    if (e->kind != LV_TERM || e->assumed || e->cls == EID_NONE || e->diff ||
+        !dtype_is_float(eg_type_dtype(c->g, eg_class_type(c->g, e->cls))))
+        return SR_NONE;
+    eid te, tb;
+    double se = lf_scale_split(c, e->cls, &te);
+    for (uint32_t t = 0; t < L->n; t++) {
+        uint32_t j = (k + t) % L->n;
+        const lval *b = &L->init[j];
+        if (b->kind != LV_TERM || b->assumed || b->cls == EID_NONE) continue;
+        double sb = lf_scale_split(c, b->cls, &tb), r = se / sb;
+        if (eg_find(c->g, te) != eg_find(c->g, tb) || !isfinite(r) || r == 0 || r == 1) continue;
+        *ratio = r;
+        return j;
+    }
+    return SR_NONE;
+}
+
 lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *vals) {
     const lval *init = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
     bool single = carry_single(in);
@@ -880,6 +904,12 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
             else if (e->kind == LV_DEV && b->kind == LV_DEV && t == 0 && lf_dev_uniform(c, e) && e->count == b->count &&
                      memcmp(e->dev, b->dev, e->count * sizeof *e->dev) == 0)
                 pi[k] = j;
+        }
+        double ratio;
+        if (pi[k] == SR_NONE && (pi[k] = scaled_carry(c, e, L, k, &ratio)) != SR_NONE) {
+            xs[k] = term(L->x[pi[k]], e->v, false);
+            xs[k].scale = ratio;
+            continue;
         }
         view w;
         if (pi[k] == SR_NONE && tup && k < ti->noperands &&

@@ -78,16 +78,20 @@ static eid times(lift_ctx *c, eid x, double s) {
 }
 
 double lf_scale_put_back(lift_ctx *c, eid x, eid base) {
-    const eid *ch;
-    eid n = lf_class_node(c, x, OP_MULTIPLY, 2, &ch);
-    for (; n != EID_NONE; n = EID_NONE) {
-        if (eg_find(c->g, ch[0]) != eg_find(c->g, base)) break;
-        const eid *k;
-        if (lf_class_node(c, ch[1], OP_BROADCAST, 1, &k) == EID_NONE) break;
-        const interp_val *v = lf_kval(c, k[0]);
-        if (v && v->f && v->n == 1 && v->rank == 0) return v->f[0];
-    }
-    return 0;
+    eid b;
+    double k = lf_scale_split(c, x, &b);
+    return b != x && eg_find(c->g, b) == eg_find(c->g, base) ? k : 0;
+}
+
+double lf_scale_split(lift_ctx *c, eid x, eid *base) {
+    const eid *ch, *k;
+    *base = x;
+    if (lf_class_node(c, x, OP_MULTIPLY, 2, &ch) == EID_NONE || lf_class_node(c, ch[1], OP_BROADCAST, 1, &k) == EID_NONE)
+        return 1;
+    const interp_val *v = lf_kval(c, k[0]);
+    if (!v || !v->f || v->n != 1 || v->rank != 0 || !isfinite(v->f[0]) || v->f[0] == 0) return 1;
+    *base = ch[0];
+    return v->f[0];
 }
 
 /* The factor the baseline put back into term class x (1: none; the term is

@@ -2192,6 +2192,8 @@ static void concat_unlike_operands(void) {
  *     splat state beside a sharded batch).
  *   - tests/cases/pool-grad: select-and-scatter (a max pool's gradient)
  *     with its windows inside the blocks.
+ *   - tests/cases/scaled-carry: a loop carry entering as the baseline's
+ *     times another constant factor (kept through the body's linear ops).
  *   - tests/cases/ghost-bn: statistics of each device's block where the
  *     baseline computes them group by group: no finding.
  *   - tests/cases/fused-split: per-device offsets into a sharded dim that
@@ -2694,6 +2696,16 @@ static void hand_written_cases(void) {
          * which the baseline computes group by group from slices — a
          * partial reading is only one reading, so no missing all-reduce
          * (once a false alarm by the rules alone), undecided */
+        /* a loop carry that enters as the baseline's times another factor
+         * (a local mean's cotangent, 1/4 where the baseline has 1/8): the
+         * body keeps the ratio, the pmean after the loop takes it back */
+        {"scaled-carry/grad", "a local mean's cotangent through a loop", NULL, NULL, VERDICT_VERIFIED, true},
+        {"scaled-carry/grad", "no pmean after the loop", "half = f32[] constant(0.5)", "half = f32[] constant(1)",
+         VERDICT_MISMATCH, false},
+        {"scaled-carry/grad", "the global factor on a local mean", "k = f32[] constant(0.25)", "k = f32[] constant(0.125)",
+         VERDICT_MISMATCH, false},
+        {"scaled-carry/grad", "a body the factor does not pass", "h = f32[4,4] multiply(g, wb)", "h = f32[4,4] add(g, wb)",
+         VERDICT_MISMATCH, false},
         {"ghost-bn/stats", "per-group statistics", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"ghost-bn/stats", "min for max", "maximum(s, zb)", "minimum(s, zb)", VERDICT_MISMATCH, false},
         /* a part of a fused projection whose columns are split over tp:
