@@ -1740,7 +1740,8 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
     for (uint32_t k = 0; k < b->noperands && ok; k++) {
         const hlo_instr *bk = &s->comp->instrs[b->operands[k]];
         /* one number on every device (a splat constant): that constant */
-        if (sub[k].kind == LV_DEV && lf_dev_splat(&sub[k])) sub[k] = lf_splat_term(c, bk, &sub[k], bk->shape.rank ? want : &sub[k].v);
+        if (sub[k].kind == LV_DEV && lf_dev_uniform(c, &sub[k]) && lf_dev_splat(&sub[k]))
+            sub[k] = lf_splat_term(c, bk, &sub[k], bk->shape.rank ? want : &sub[k].v);
         lf_plain_of_index(&sub[k]);
         if (bk->shape.rank == 0 && (b->op == OP_SELECT || b->op == OP_CLAMP)) {
             ok = sub[k].kind == LV_TERM && view_is_dup(&sub[k].v);
@@ -1754,6 +1755,15 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
     depth--;
     if (!ok) return false;
     reviewed(s, o, b, ch, b->noperands, want, assumed);
+    /* a select whose predicate is known true (false) everywhere is its
+     * second (third) operand (the baseline may have folded it away: the
+     * bounds check of a take at constant ids) */
+    const interp_val *p = b->op == OP_SELECT && b->noperands == 3 ? lf_kval(c, ch[0]) : NULL;
+    int64_t ntrue = 0;
+    for (int64_t e = 0; p && p->dtype == DT_PRED && p->i && e < p->n; e++) ntrue += p->i[e] != 0;
+    if (p && p->dtype == DT_PRED && p->i && p->n > 0 && (ntrue == 0 || ntrue == p->n) &&
+        eg_class_type(c->g, ch[ntrue ? 1 : 2]) == eg_class_type(c->g, s->ops[o].cls))
+        eg_union(c->g, s->ops[o].cls, ch[ntrue ? 1 : 2], NULL);
     return true;
 }
 
@@ -1836,8 +1846,14 @@ static bool review_gather(lstate *s, uint32_t o, const view *want) {
         return false;
     lval sub[2] = {s->vals[b->operands[0]], s->vals[b->operands[1]]};
     lf_plain_of_index(&sub[1]);
-    const shape *is = &s->comp->instrs[b->operands[1]].shape;
-    if (sub[0].kind != LV_TERM || !view_is_dup(&sub[0].v) || sub[0].v.partial || sub[1].kind != LV_TERM ||
+    const hlo_instr *bi = &s->comp->instrs[b->operands[1]];
+    const shape *is = &bi->shape;
+    /* one index everywhere (token type ids that are all zeros): that
+     * constant under any view */
+    bool splat = sub[1].kind == LV_DEV && sub[1].count && lf_dev_uniform(c, &sub[1]) && lf_dev_splat(&sub[1]) &&
+                 is->rank <= VIEW_MAX_RANK;
+    if (splat) sub[1].v = view_dup(is->rank);
+    if (sub[0].kind != LV_TERM || !view_is_dup(&sub[0].v) || sub[0].v.partial || (sub[1].kind != LV_TERM && !splat) ||
         sub[1].v.partial || sub[1].v.rank != is->rank || is->rank > VIEW_MAX_RANK)
         return false;
     uint32_t no, nob;
@@ -1860,6 +1876,7 @@ static bool review_gather(lstate *s, uint32_t o, const view *want) {
         iw.dims[k++] = want->dims[d];
     }
     if (!changes) return false;
+    if (splat) sub[1] = lf_splat_term(c, bi, &sub[1], &iw);
     lstate inner = {c, s->comp, b, sub, s->vals};
     depth++;
     bool ok = lf_review_operand(&inner, 1, &iw) && sub[1].kind == LV_TERM && lf_same_sharding(&sub[1].v, &iw) &&

@@ -2192,6 +2192,8 @@ static void concat_unlike_operands(void) {
  *     splat state beside a sharded batch).
  *   - tests/cases/pool-grad: select-and-scatter (a max pool's gradient)
  *     with its windows inside the blocks.
+ *   - tests/cases/type-rows: a gather at constant ids (all zeros) and a
+ *     select whose mask is known true, re-read along the batch.
  *   - tests/cases/scaled-carry: a loop carry entering as the baseline's
  *     times another constant factor (kept through the body's linear ops).
  *   - tests/cases/ghost-bn: statistics of each device's block where the
@@ -2706,6 +2708,14 @@ static void hand_written_cases(void) {
          VERDICT_MISMATCH, false},
         {"scaled-carry/grad", "a body the factor does not pass", "h = f32[4,4] multiply(g, wb)", "h = f32[4,4] add(g, wb)",
          VERDICT_MISMATCH, false},
+        /* token type rows at ids that are all zeros (a constant every
+         * device holds), bounds-checked by a select whose mask is known
+         * true, a tp block of their columns beside dp x tp word rows: the
+         * gather re-read along the batch */
+        {"type-rows/zeros", "constant ids re-read along the batch", NULL, NULL, VERDICT_VERIFIED, true},
+        {"type-rows/zeros", "column blocks swapped", "{0, 4, 0, 4}", "{4, 0, 4, 0}", VERDICT_MISMATCH, false},
+        {"type-rows/zeros", "the other type's rows", "z = s32[] constant(0)", "z = s32[] constant(1)", VERDICT_MISMATCH,
+         false},
         {"ghost-bn/stats", "per-group statistics", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"ghost-bn/stats", "min for max", "maximum(s, zb)", "minimum(s, zb)", VERDICT_MISMATCH, false},
         /* a part of a fused projection whose columns are split over tp:
