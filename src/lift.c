@@ -524,6 +524,28 @@ const lval *lf_select_known(lstate *s) {
     return NULL;
 }
 
+void lf_select_union(lstate *s, const lval *picked) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    if ((picked->kind != LV_TERM && !lf_is_index(picked)) || picked->assumed || picked->v.partial ||
+        (picked->kind == LV_TERM && lf_scale_of(picked) != 1) || picked->cls == EID_NONE || picked->v.rank != in->shape.rank)
+        return;
+    eid ch[3];
+    for (uint32_t o = 0; o < 3; o++) {
+        const lval *x = &s->ops[o];
+        bool index = lf_is_index(x);
+        if ((x->kind != LV_TERM && !index) || x->cls == EID_NONE || x->assumed || x->v.partial ||
+            (x->kind == LV_TERM && lf_scale_of(x) != 1) ||
+            (s->comp->instrs[in->operands[o]].shape.rank && !lf_same_sharding(&x->v, &picked->v)))
+            return;
+        ch[o] = x->cls;
+    }
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, &picked->v, &in->shape, g);
+    eid sel = lf_node(c, c->cur, in, ch, 3, g, c->origin);
+    if (eg_class_type(c->g, sel) == eg_class_type(c->g, picked->cls)) eg_union(c->g, sel, picked->cls, NULL);
+}
+
 static bool grouped_in_baseline(lift_ctx *c, const lval *ops, uint32_t nops);
 
 /* Whether instruction i is comp's result or an element of it. */
@@ -2778,7 +2800,10 @@ lval lf_lift_instr(lstate *s) {
         return lift_elementwise(s);
     if (graph_op_elementwise(in->op)) {
         const lval *picked = lf_select_known(s);
-        if (picked) return *picked;
+        if (picked) {
+            lf_select_union(s, picked);
+            return *picked;
+        }
         lval once;
         if (lf_select_padding_zeros(s, &once)) return once;
         if (lf_picked_on_some_devices(s, &once)) return once;
@@ -2980,14 +3005,21 @@ static void index_plain_term(lstate *s, lval *v) {
         else if (x->kind == LV_DEV) plain = lf_dev_uniform(c, x);
         else plain = x->kind == LV_TERM;
         if (plain && x->kind != LV_DEV && !shaping)
-            plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v) || konst_dup(x, &v->v));
+            plain = !x->v.partial && (x->v.rank == 0 || lf_same_sharding(&x->v, &v->v) || konst_dup(x, &v->v) ||
+                                      (lf_is_index(x) && x->v.rank == v->v.rank));
     }
     if (plain) {
         lval saved[8];
         memcpy(saved, ops, in->noperands * sizeof *ops);
         for (uint32_t o = 0; o < in->noperands && plain; o++) {
-            if (lf_is_index(&ops[o])) ops[o] = term(ops[o].cls, ops[o].v, false);
-            else if (!shaping && ops[o].kind == LV_TERM && ops[o].v.rank && !lf_same_sharding(&ops[o].v, &v->v))
+            if (lf_is_index(&ops[o])) {
+                /* an index operand's plain term under another view re-read
+                 * under v's (rows at positions broadcast over the batch) */
+                ops[o] = term(ops[o].cls, ops[o].v, false);
+                if (!shaping && ops[o].v.rank && !lf_same_sharding(&ops[o].v, &v->v) && !konst_dup(&ops[o], &v->v))
+                    plain = lf_review_operand(s, o, &v->v) && ops[o].kind == LV_TERM && !ops[o].assumed &&
+                            !ops[o].v.partial && lf_same_sharding(&ops[o].v, &v->v);
+            } else if (!shaping && ops[o].kind == LV_TERM && ops[o].v.rank && !lf_same_sharding(&ops[o].v, &v->v))
                 plain = lf_konst_review(s, o, &v->v);
             else if (ops[o].kind == LV_DEV) {
                 /* the same on every device: a constant, read under the

@@ -1330,6 +1330,7 @@ static bool select_in_domain(lstate *s, lval *out) {
         if (k != LV_TERM && k != LV_LAYOUT && k != LV_WIN && !fill) return false;
     }
     *out = s->ops[k0 ? 1 : 2];
+    lf_select_union(s, out);
     return true;
 }
 
@@ -1981,6 +1982,12 @@ bool lf_pw_instr(lstate *s, lval *out) {
              * view (rows looked up from tables every device holds whole, at
              * indices no device offsets: what the program writes is the
              * baseline's own bounds-checked lookups, added) */
+            /* (under the view of the part sharded over more axes: the plain
+             * term, index_plain_term's, re-reads the other part under it:
+             * positions broadcast over a batch the token ids are sharded along) */
+            m.v = __builtin_popcount(view_axes_used(&s->ops[1].v)) > __builtin_popcount(view_axes_used(&s->ops[0].v))
+                      ? s->ops[1].v
+                      : s->ops[0].v;
             if (s->ops[0].cls != EID_NONE && s->ops[1].cls != EID_NONE && view_equal(&s->ops[0].v, &s->ops[1].v)) {
                 int64_t dims[VIEW_MAX_RANK];
                 m.v = s->ops[0].v;

@@ -549,6 +549,13 @@ lval lf_with_scalar(lstate *s, const lval *x, const lval *k);
 /* Operand o re-read as want where its pieces allow (a broadcast, a
  * constant, a replicated value tiled); true when it is want's view now. */
 bool lf_review_operand(lstate *s, uint32_t o, const view *want);
+/* s, a select whose predicate is known (lf_select_known, a bounds check
+ * constant over the domain), picked operand `picked`: the select as a term
+ * over its operands' plain terms joined with picked's class, so that it
+ * meets the other program's select where that one could not fold its
+ * predicate (positions from an iota). Only where every operand is a plain
+ * term under picked's view; nothing otherwise. */
+void lf_select_union(lstate *s, const lval *picked);
 /* Index arithmetic (or a masked row) that no device offsets and every
  * device holds whole (a mask of positions, a position embedding's rows) made
  * its plain term, in place (for the reviews); whether it was one. */

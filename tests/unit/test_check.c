@@ -2192,6 +2192,10 @@ static void concat_unlike_operands(void) {
  *     splat state beside a sharded batch).
  *   - tests/cases/pool-grad: select-and-scatter (a max pool's gradient)
  *     with its windows inside the blocks.
+ *   - tests/cases/known-select: a select whose mask one program folds (known
+ *     true) and the other keeps: joined with the operand it picks.
+ *   - tests/cases/index-review: an index value's plain term re-read under
+ *     the view of the op that takes it (hashed embedding rows).
  *   - tests/cases/type-rows: a gather at constant ids (all zeros) and a
  *     select whose mask is known true, re-read along the batch.
  *   - tests/cases/scaled-carry: a loop carry entering as the baseline's
@@ -2716,6 +2720,18 @@ static void hand_written_cases(void) {
         {"type-rows/zeros", "column blocks swapped", "{0, 4, 0, 4}", "{4, 0, 4, 0}", VERDICT_MISMATCH, false},
         {"type-rows/zeros", "the other type's rows", "z = s32[] constant(0)", "z = s32[] constant(1)", VERDICT_MISMATCH,
          false},
+        /* a block-sparse mask known true where the distributed program folds
+         * it (its positions on one device) and the baseline keeps the select:
+         * the select joined with the operand it picks (samples/fresh36) */
+        {"known-select/strided", "a mask one side folds", NULL, NULL, VERDICT_VERIFIED, true},
+        {"known-select/strided", "another stride", "%constant.9.clone = s32[] constant(3)",
+         "%constant.9.clone = s32[] constant(2)", VERDICT_MISMATCH, false},
+        /* hashed embedding rows (index arithmetic every device does alike)
+         * beside rows under another view: the index value's plain term
+         * re-read under the op's view (samples/fresh56) */
+        {"index-review/hash", "hashed rows re-read", NULL, NULL, VERDICT_VERIFIED, true},
+        {"index-review/hash", "another hash shift", "%constant.25.clone = u32[] constant(26)",
+         "%constant.25.clone = u32[] constant(27)", VERDICT_MISMATCH, false},
         {"ghost-bn/stats", "per-group statistics", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"ghost-bn/stats", "min for max", "maximum(s, zb)", "minimum(s, zb)", VERDICT_MISMATCH, false},
         /* a part of a fused projection whose columns are split over tp:
