@@ -94,7 +94,10 @@ class Corpus:
     def record(self, name, fn, args, run, note):
         ref = jax.jit(fn)(*args)
         got = run()
-        big = [float(np.max(np.abs(np.asarray(x, np.float64)))) for x in jax.tree.leaves(ref) if np.size(x)]
+        # the largest finite magnitude (an output may hold -inf, e.g. a masked
+        # log_softmax; strict JSON has no Infinity)
+        fin = [np.abs(np.asarray(x, np.float64)) for x in jax.tree.leaves(ref) if np.size(x)]
+        big = [float(np.max(a[np.isfinite(a)])) for a in fin if np.isfinite(a).any()]
         self.extra[name] = {"numerics": {"max_abs_diff": max_abs_diff(ref, got), "max_abs_ref": max(big + [0.0])}}
         if note:
             self.extra[name]["note"] = note
