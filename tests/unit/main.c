@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include "harness.h"
 #include "util.h"
@@ -126,12 +127,18 @@ const char *t_scalify(void) {
 
 int main(int argc, char **argv) {
     const char *only = argc > 1 ? argv[1] : NULL;
-#define SUITE(name)                                                   \
-    if (!only || strcmp(only, #name) == 0) {                          \
-        int before = t_failed;                                        \
-        suite_##name();                                               \
-        printf("suite %-14s %s\n", #name, t_failed > before ? "FAILED" : "ok"); \
-        fflush(stdout);                                               \
+    /* each suite's wall time beside its result: make test must stay under
+     * ten minutes on two cores, and this says where the time goes */
+#define SUITE(name)                                                                                 \
+    if (!only || strcmp(only, #name) == 0) {                                                        \
+        int before = t_failed;                                                                      \
+        struct timespec t0, t1;                                                                     \
+        clock_gettime(CLOCK_MONOTONIC, &t0);                                                        \
+        suite_##name();                                                                             \
+        clock_gettime(CLOCK_MONOTONIC, &t1);                                                        \
+        printf("suite %-14s %-6s %6.1f s\n", #name, t_failed > before ? "FAILED" : "ok",             \
+               (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);           \
+        fflush(stdout);                                                                             \
     }
 #include "suites.h"
 #undef SUITE
