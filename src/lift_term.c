@@ -983,7 +983,13 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
     if (in->op == OP_CONSTANT && n == 0 && !lf_kval(c, cls) && lf_fold_size_ok(dims, in->shape.rank))
         fv = interp_eval_instr(m, in, NULL, NULL);
     /* A broadcast keeps its structure (the splat form both sides share); its
-     * values are known all the same. */
+     * values are known all the same, and it is the literal of them as well
+     * (a program that folded it holds that: a causal mask broadcast over
+     * heads, passed into a call). */
+    if (fv && in->op == OP_BROADCAST && n == 1) {
+        eid lit = lf_const_term(c, interp_val_ref(fv), origin);
+        if (eg_find(c->g, lit) != eg_find(c->g, cls)) eg_union(c->g, cls, lit, NULL);
+    }
     if (fv) lf_kval_set(c, cls, fv);
     return cls;
 }

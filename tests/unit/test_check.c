@@ -2192,6 +2192,8 @@ static void concat_unlike_operands(void) {
  *     splat state beside a sharded batch).
  *   - tests/cases/pool-grad: select-and-scatter (a max pool's gradient)
  *     with its windows inside the blocks.
+ *   - tests/cases/mask-literal: a broadcast of a known constant meets the
+ *     literal of its values.
  *   - tests/cases/known-select: a select whose mask one program folds (known
  *     true) and the other keeps: joined with the operand it picks.
  *   - tests/cases/index-review: an index value's plain term re-read under
@@ -2732,6 +2734,13 @@ static void hand_written_cases(void) {
         {"index-review/hash", "hashed rows re-read", NULL, NULL, VERDICT_VERIFIED, true},
         {"index-review/hash", "another hash shift", "%constant.25.clone = u32[] constant(26)",
          "%constant.25.clone = u32[] constant(27)", VERDICT_MISMATCH, false},
+        /* a causal mask the baseline holds as one folded literal over the
+         * heads and the distributed program broadcasts from its [q,k]
+         * constant (Equinox's MultiheadAttention under tp) */
+        {"mask-literal/causal", "a broadcast constant is its literal", NULL, NULL, VERDICT_VERIFIED, true},
+        {"mask-literal/causal", "another mask", "{ {1, 0, 0}, {1, 1, 0}, {1, 1, 1} })", "{ {1, 1, 0}, {1, 1, 0}, {1, 1, 1} })",
+         VERDICT_MISMATCH, false},
+        {"mask-literal/causal", "the mask transposed", "dimensions={1,2}", "dimensions={2,1}", VERDICT_MISMATCH, false},
         {"ghost-bn/stats", "per-group statistics", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"ghost-bn/stats", "min for max", "maximum(s, zb)", "minimum(s, zb)", VERDICT_MISMATCH, false},
         /* a part of a fused projection whose columns are split over tp:
