@@ -3057,6 +3057,7 @@ static void index_plain_term(lstate *s, lval *v) {
         v->cls = generic(s).cls;
         memcpy(ops, saved, in->noperands * sizeof *ops);
     }
+    lf_note_baseline_mask(c, v);
 }
 
 /* A collective of index values (an index vector gathered from the devices
@@ -3569,6 +3570,7 @@ lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
             c->divergence_layout = true;
         }
     }
+    lf_settle_domains(c);
     if (c->nsegs && c->acct_t > 0) lf_charge_segment(c, now_ms(), eg_node_count(c->g));
     return r;
 }

@@ -368,6 +368,8 @@ typedef struct lift_ctx {
     int64_t dom_size[8];
     bool dom_proven[8];                   /* ... or proved to be (lf_proven_domain) */
     uint32_t ndoms;
+    struct lift_bmask *bmasks;            /* the baseline's masked rows (lf_note_baseline_mask) */
+    uint32_t nbmasks, capbmasks;
     struct lift_winner *winners;          /* selections among a stack of partial maxima (lift_argmax.c) */
     uint32_t nwinners, capwinners;
     struct lift_scan *scans;              /* blockwise cumulative sums (lift_scan.c) */

@@ -44,6 +44,7 @@ static void assume_domain(lift_ctx *c, eid src, int64_t n) {
 
 void lf_proven_domain(lift_ctx *c, eid src, int64_t n) { note_domain(c, src, n, true); }
 
+
 /* Whether a domain of src no larger than n is proved, not assumed. */
 static bool domain_proven(const lift_ctx *c, eid src, int64_t n) {
     for (uint32_t i = 0; i < c->ndoms; i++)
@@ -57,6 +58,32 @@ static int64_t domain_of(const lift_ctx *c, eid src) {
     for (uint32_t i = 0; i < c->ndoms; i++)
         if (c->dom_src[i] == src && (best < 0 || c->dom_size[i] < best)) best = c->dom_size[i];
     return best;
+}
+
+struct lift_bmask {
+    eid src, cls, hit;
+    pw_fn f;         /* the one device's tags */
+};
+
+void lf_note_baseline_mask(lift_ctx *c, const lval *v) {
+    if (!c->baseline_mode || v->kind != LV_MASK || v->n || !v->pw || v->carry || v->cls == EID_NONE || v->hit == EID_NONE ||
+        v->src == EID_NONE || eg_class_type(c->g, v->cls) != eg_class_type(c->g, v->hit))
+        return;
+    ARENA_GROW(c->a, c->bmasks, c->nbmasks, c->capbmasks, 8);
+    c->bmasks[c->nbmasks++] = (struct lift_bmask){v->src, v->cls, v->hit, v->pw[0]};
+}
+
+void lf_settle_domains(lift_ctx *c) {
+    bool any = false;
+    for (uint32_t k = 0; k < c->nbmasks; k++) {
+        const struct lift_bmask *b = &c->bmasks[k];
+        int64_t n = domain_of(c, b->src), tag; /* the smallest range assumed or proved */
+        if (n <= 0 || !pw_constant_on(&b->f, 0, n, &tag) || tag != TAG_HIT || eg_find(c->g, b->cls) == eg_find(c->g, b->hit))
+            continue;
+        eg_union(c->g, b->cls, b->hit, NULL);
+        any = true;
+    }
+    if (any) eg_rebuild(c->g);
 }
 
 static pw_fn *pw_alloc(lift_ctx *c) { return arena_alloc(c->a, (size_t)c->ndev * sizeof(pw_fn)); }

@@ -171,6 +171,14 @@ bool lf_pw_identity_on(const lift_ctx *c, const lval *x, int64_t n);
 /* Source src is proved to lie in [0, n) (no assumption): what its domain
  * decides (a take's bounds check) holds (lift_index.c). */
 void lf_proven_domain(lift_ctx *c, eid src, int64_t n);
+/* The baseline's masked rows (a take's bounds-checked lookup, its plain term
+ * kept: no domain was assumed while the baseline was lifted) are noted
+ * (lf_note_baseline_mask); after the distributed walk, each whose source a
+ * domain is still assumed or proved for and that is the row for every index
+ * value of it has its plain term joined with the row (lf_settle_domains):
+ * the same precondition the distributed program's rows rest on. */
+void lf_note_baseline_mask(lift_ctx *c, const lval *v);
+void lf_settle_domains(lift_ctx *c);
 bool lf_index_as_term(lift_ctx *c, lval *x);
 /* x (LV_PW, or an LV_MASK every device resolves) as its plain term; false
  * for any other x or where that fails (lift_index.c). */

@@ -2192,6 +2192,8 @@ static void concat_unlike_operands(void) {
  *     splat state beside a sharded batch).
  *   - tests/cases/pool-grad: select-and-scatter (a max pool's gradient)
  *     with its windows inside the blocks.
+ *   - tests/cases/take-domain: the baseline's bounds-checked takes joined
+ *     with their rows under the domain the distributed walk assumed.
  *   - tests/cases/mask-literal: a broadcast of a known constant meets the
  *     literal of its values.
  *   - tests/cases/known-select: a select whose mask one program folds (known
@@ -2741,6 +2743,12 @@ static void hand_written_cases(void) {
         {"mask-literal/causal", "another mask", "{ {1, 0, 0}, {1, 1, 0}, {1, 1, 1} })", "{ {1, 1, 0}, {1, 1, 0}, {1, 1, 1} })",
          VERDICT_MISMATCH, false},
         {"mask-literal/causal", "the mask transposed", "dimensions={1,2}", "dimensions={2,1}", VERDICT_MISMATCH, false},
+        /* the baseline's bounds-checked takes kept as written (no domain
+         * assumed while it was lifted), the distributed rows resolved under
+         * the assumed domain: joined at the end of the walk (samples/fresh85) */
+        {"take-domain/molecule", "takes under the assumed domain", NULL, NULL, VERDICT_VERIFIED, true},
+        {"take-domain/molecule", "another factor", "%constant.4.clone = f32[] constant(0.5)",
+         "%constant.4.clone = f32[] constant(0.25)", VERDICT_MISMATCH, false},
         {"ghost-bn/stats", "per-group statistics", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"ghost-bn/stats", "min for max", "maximum(s, zb)", "minimum(s, zb)", VERDICT_MISMATCH, false},
         /* a part of a fused projection whose columns are split over tp:
