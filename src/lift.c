@@ -492,6 +492,15 @@ const lval *lf_identity_operand(lstate *s) {
     return NULL;
 }
 
+/* Which operand of a select a predicate of known values p picks at every
+ * element: 1 (all true), 2 (all false), 0 (neither, or no values). */
+static uint32_t known_pick(const interp_val *p) {
+    if (!p || p->dtype != DT_PRED || !p->i || p->n <= 0) return 0;
+    int64_t ntrue = 0;
+    for (int64_t k = 0; k < p->n; k++) ntrue += p->i[k] != 0;
+    return ntrue == p->n ? 1 : ntrue == 0 ? 2 : 0;
+}
+
 const lval *lf_select_known(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -514,12 +523,9 @@ const lval *lf_select_known(lstate *s) {
          * a constant table itself: a table of local positions is read tiled
          * (lift_table.c), its structure kept. */
         interp_val *own = p || (ops[1].konst && ops[2].konst) ? NULL : lf_chain_values(s, in->operands[0]);
-        if (own) p = own;
-        int64_t k = 0, ntrue = 0;
-        for (; p && p->dtype == DT_PRED && p->i && k < p->n; k++) ntrue += p->i[k] != 0;
-        bool known = p && k == p->n && p->n > 0 && (ntrue == 0 || ntrue == p->n);
+        uint32_t pick = known_pick(own ? own : p);
         interp_val_free(own);
-        if (known) return &ops[ntrue ? 1 : 2];
+        if (pick) return &ops[pick];
     }
     return NULL;
 }
@@ -1762,8 +1768,7 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
     for (uint32_t k = 0; k < b->noperands && ok; k++) {
         const hlo_instr *bk = &s->comp->instrs[b->operands[k]];
         /* one number on every device (a splat constant): that constant */
-        if (sub[k].kind == LV_DEV && lf_dev_uniform(c, &sub[k]) && lf_dev_splat(&sub[k]))
-            sub[k] = lf_splat_term(c, bk, &sub[k], bk->shape.rank ? want : &sub[k].v);
+        if (lf_dev_splat(&sub[k], c->ndev)) sub[k] = lf_splat_term(c, bk, &sub[k], bk->shape.rank ? want : &sub[k].v);
         lf_plain_of_index(&sub[k]);
         if (bk->shape.rank == 0 && (b->op == OP_SELECT || b->op == OP_CLAMP)) {
             ok = sub[k].kind == LV_TERM && view_is_dup(&sub[k].v);
@@ -1780,12 +1785,8 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
     /* a select whose predicate is known true (false) everywhere is its
      * second (third) operand (the baseline may have folded it away: the
      * bounds check of a take at constant ids) */
-    const interp_val *p = b->op == OP_SELECT && b->noperands == 3 ? lf_kval(c, ch[0]) : NULL;
-    int64_t ntrue = 0;
-    for (int64_t e = 0; p && p->dtype == DT_PRED && p->i && e < p->n; e++) ntrue += p->i[e] != 0;
-    if (p && p->dtype == DT_PRED && p->i && p->n > 0 && (ntrue == 0 || ntrue == p->n) &&
-        eg_class_type(c->g, ch[ntrue ? 1 : 2]) == eg_class_type(c->g, s->ops[o].cls))
-        eg_union(c->g, s->ops[o].cls, ch[ntrue ? 1 : 2], NULL);
+    uint32_t pick = b->op == OP_SELECT && b->noperands == 3 ? known_pick(lf_kval(c, ch[0])) : 0;
+    if (pick && eg_class_type(c->g, ch[pick]) == eg_class_type(c->g, s->ops[o].cls)) eg_union(c->g, s->ops[o].cls, ch[pick], NULL);
     return true;
 }
 
@@ -1872,8 +1873,7 @@ static bool review_gather(lstate *s, uint32_t o, const view *want) {
     const shape *is = &bi->shape;
     /* one index everywhere (token type ids that are all zeros): that
      * constant under any view */
-    bool splat = sub[1].kind == LV_DEV && sub[1].count && lf_dev_uniform(c, &sub[1]) && lf_dev_splat(&sub[1]) &&
-                 is->rank <= VIEW_MAX_RANK;
+    bool splat = lf_dev_splat(&sub[1], c->ndev) && is->rank <= VIEW_MAX_RANK;
     if (splat) sub[1].v = view_dup(is->rank);
     if (sub[0].kind != LV_TERM || !view_is_dup(&sub[0].v) || sub[0].v.partial || (sub[1].kind != LV_TERM && !splat) ||
         sub[1].v.partial || sub[1].v.rank != is->rank || is->rank > VIEW_MAX_RANK)
@@ -3027,7 +3027,7 @@ static void index_plain_term(lstate *s, lval *v) {
                 const hlo_instr *xi = &comp->instrs[in->operands[o]];
                 if (view_is_dup(&v->v) || xi->shape.rank == 0) {
                     ops[o] = term(lf_dev_constant(c, xi, &ops[o]), view_dup(xi->shape.rank), false);
-                } else if (lf_dev_splat(&ops[o])) {
+                } else if (lf_dev_splat(&ops[o], c->ndev)) {
                     ops[o] = lf_splat_term(c, xi, &ops[o], &v->v);
                 } else {
                     ops[o] = shaping ? unknown() : lf_tiled_term(c, xi, &ops[o], &v->v);

@@ -115,7 +115,7 @@ static bool branch_splat(lift_ctx *c, const lval *x, double *v) {
         if (v) *v = k;
         return true;
     }
-    if (x->kind != LV_DEV || !x->dev || !lf_dev_splat(x) || !lf_dev_uniform(c, x)) return false;
+    if (!lf_dev_splat(x, c->ndev)) return false;
     if (v) *v = x->dev[0];
     return true;
 }

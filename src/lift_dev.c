@@ -203,10 +203,9 @@ bool lf_dev_instr(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const 
                                       : dev_layout(c, comp, in, ops, out) || dev_eval(c, in, ops, out);
 }
 
-/* Whether a device value holds one number everywhere (every element, every
- * device). */
-bool lf_dev_splat(const lval *v) {
-    for (uint32_t k = 0; k < v->count; k++)
+bool lf_dev_splat(const lval *v, int64_t ndev) {
+    if (v->kind != LV_DEV || !v->dev || !v->count) return false;
+    for (int64_t k = 0; k < ndev * (int64_t)v->count; k++)
         if (v->dev[k] != v->dev[0]) return false;
     return true;
 }

@@ -44,7 +44,6 @@ static void assume_domain(lift_ctx *c, eid src, int64_t n) {
 
 void lf_proven_domain(lift_ctx *c, eid src, int64_t n) { note_domain(c, src, n, true); }
 
-
 /* Whether a domain of src no larger than n is proved, not assumed. */
 static bool domain_proven(const lift_ctx *c, eid src, int64_t n) {
     for (uint32_t i = 0; i < c->ndoms; i++)
@@ -1757,7 +1756,7 @@ static bool compare_local_iota(lstate *s, lval *out) {
 static bool splat_number(lstate *s, uint32_t o, double *k) {
     const lval *x = &s->ops[o];
     const interp_val *v = x->kind == LV_TERM && !x->v.partial && lf_scale_of(x) == 1 ? lf_kval(s->c, x->cls) : NULL;
-    if (x->kind == LV_DEV && lf_dev_splat(x) && lf_dev_uniform(s->c, x)) {
+    if (lf_dev_splat(x, s->c->ndev)) {
         *k = x->dev[0];
         return true;
     }

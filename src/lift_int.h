@@ -403,7 +403,9 @@ void lf_dot_forms(lstate *s, const lval *v);  /* dot(a / broadcast(s), b) as dot
 lval lf_dev_from_literal(lift_ctx *c, const hlo_instr *in); /* a small integer constant as a device table */
 bool lf_dev_instr(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const lval *ops,
                   lval *out);                               /* an op over device values, on every device */
-bool lf_dev_splat(const lval *v);                           /* a device value of one number everywhere */
+/* Whether device value v (its values on ndev devices: 1 for a baseline
+ * value) holds one number everywhere, every element on every device. */
+bool lf_dev_splat(const lval *v, int64_t ndev);
 lval lf_splat_term(lift_ctx *c, const hlo_instr *in, const lval *v,
                    const view *w);                          /* that number as the constant under w */
 lval lf_tiled_term(lift_ctx *c, const hlo_instr *in, const lval *v,

@@ -497,7 +497,7 @@ static uint32_t init_groups(const lval *init, uint32_t n, view_dim *out, uint32_
  * a false flag), as a double; false when x is no such known value. A
  * baseline value (base) holds its device values for one device. */
 static bool splat_of(lift_ctx *c, const lval *x, bool base, double *v) {
-    if (x->kind == LV_DEV && x->dev && x->count > 0 && (base || lf_dev_uniform(c, x)) && lf_dev_splat(x)) {
+    if (lf_dev_splat(x, base ? 1 : c->ndev)) {
         *v = x->dev[0];
         return true;
     }

@@ -1132,7 +1132,7 @@ lval lf_lift_concatenate(lstate *s) {
         lval *x = &s->ops[o];
         if (x->kind != LV_DEV || !lf_dev_uniform(c, x)) continue;
         const hlo_instr *xi = &s->comp->instrs[in->operands[o]];
-        lval t = lf_dev_splat(x) ? lf_splat_term(c, xi, x, &want) : lf_tiled_term(c, xi, x, &want);
+        lval t = lf_dev_splat(x, c->ndev) ? lf_splat_term(c, xi, x, &want) : lf_tiled_term(c, xi, x, &want);
         if (t.kind == LV_TERM) *x = t;
         else lf_uniform_dev_as_term(s, o);
     }
