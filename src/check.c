@@ -839,13 +839,10 @@ relift:;
             sb_free(&got);
             sb_free(&exp);
             outputs_ok = false;
-            /* named where the output is made (inside a shard_map's body), not
-             * at the copies and calls that carry it out */
-            const hlo_comp *pc;
-            const hlo_instr *pi = output_producer(D.m, de, k, &pc);
+            const hlo_instr *rin = &de->instrs[de->root];
             /* still partial where a complete value is expected: the sum was never taken */
             trace_kind kind = v->v.partial && !rel.outputs[k].partial ? KIND_MISSING_ALL_REDUCE : KIND_WRONG_SHARD_DIM;
-            if (!lc.nfindings) add_finding(r, &cap, kind, SEV_ERROR, why.s, pc, pi);
+            if (!lc.nfindings) add_finding(r, &cap, kind, SEV_ERROR, why.s, de, rin);
         }
     }
     /* A finding that waited on the outputs (lf_pending): every output related,
