@@ -251,6 +251,8 @@ static bool saturate(saturator *s, egraph *g, uint32_t seg) {
     rs_result_free(&s->last);
     memset(&s->last, 0, sizeof s->last);
     rs_run(s->rs, g, db, &b, NULL, &s->last);
+    if (s->last.stop == STOP_SHAPE_CONFLICT && dbg_on(DBG_LIFT))
+        fprintf(stderr, "check: saturation stopped: %s\n", s->last.message ? s->last.message : "?");
     rs_db_free(db);
     eg_rebuild(g);
     invariants(g, "saturation");

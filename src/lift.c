@@ -2952,8 +2952,11 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
         /* Every distributed value's kind, view and term (lval kinds as in lift.h). */
         strbuf b;
         sb_init(&b);
-        if (v->kind == LV_TERM || (v->kind == LV_WIN && v->cls != EID_NONE) || v->kind == LV_ROW)
+        if (v->kind == LV_TERM || (v->kind == LV_WIN && v->cls != EID_NONE) || v->kind == LV_ROW ||
+            (lf_is_index(v) && v->cls != EID_NONE))
             view_print(&b, &v->v, c->mesh), sb_puts(&b, " "), eg_print_term(&b, c->g, v->cls, 3);
+        else if (lf_is_index(v))
+            view_print(&b, &v->v, c->mesh), sb_puts(&b, " (no plain term)");
         if (v->kind == LV_ROW) sb_printf(&b, " (slices along %u)", v->vdim);
         if ((v->kind == LV_TERM || v->kind == LV_WIN) && lf_scale_of(v) != 1) sb_printf(&b, " (times %g)", lf_scale_of(v));
         for (int64_t d = 0; v->kind == LV_PSUB && d < c->ndev; d++) sb_printf(&b, "%s%llx", d ? " " : "shares ", (unsigned long long)v->psub->sub[d]);
@@ -3298,10 +3301,10 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
     for (uint32_t o = 0; o < in->noperands && v->kind == LV_TERM && v->v.partial; o++) v->partial_unsure |= ops[o].partial_unsure;
     if (!c->baseline_mode && (v->kind == LV_TERM || v->kind == LV_LAYOUT || v->kind == LV_WIN))
         view_drop_unit_axes(&v->v, c->mesh);
-    debug_value(c, in, v);
     if ((v->kind == LV_PW || v->kind == LV_MASK || v->kind == LV_IVEC) && !hlo_op_is_collective(in->op))
         index_plain_term(&s, v);
     else if (lf_is_index(v)) collective_plain_term(&s, v);
+    debug_value(c, in, v);
     /* From the operands' own values: a transfer function may have replaced
      * its copies (index values turned into terms) without that flag. Kept on
      * both sides, as the constant factors that depend on it are. */

@@ -1035,7 +1035,7 @@ static bool pw_gather(lstate *s, lval *out) {
     if (!implicit && row->v.dims[ivd].naxes) return false;
     int64_t rows = ti->shape.dims[j], parts = view_dim_parts(&tab->v, c->mesh, j), domain = rows * parts;
     if (domain > INT32_MAX) return false;  /* index values are exact below 2^31 (pw_as_dtype) */
-    lval v = {.kind = LV_MASK, .domain = domain, .v = view_dup(in->shape.rank), .src = row->src};
+    lval v = {.kind = LV_MASK, .domain = domain, .v = view_dup(in->shape.rank), .src = row->src, .cls = EID_NONE};
     v.pw = pw_alloc(c);
     for (int64_t r = 0; r < c->ndev; r++) {
         int64_t start = lf_dim_block(c, &tab->v.dims[j], r) * rows;
@@ -1176,7 +1176,7 @@ static bool dus_at_index(lstate *s, lval *out) {
     if (!t || t->src == EID_NONE || (eg_type_dims(c->g, eg_class_type(c->g, t->src), &sr), sr) != 0) return false;
     int64_t n = in->shape.dims[d], w = ui->shape.dims[d], parts = view_dim_parts(&buf->v, c->mesh, d);
     if (w < 1 || w > n) return false;
-    lval m = {.kind = LV_MASK, .v = buf->v, .pos = EID_NONE, .src = t->src, .domain = n * parts - w + 1};
+    lval m = {.kind = LV_MASK, .v = buf->v, .pos = EID_NONE, .src = t->src, .domain = n * parts - w + 1, .cls = EID_NONE};
     m.pw = pw_alloc(c);
     for (int64_t r = 0; r < c->ndev; r++) {
         int64_t off = lf_dim_block(c, &buf->v.dims[d], r) * n, lo = off, hi = off + n - w + 1;
@@ -1289,7 +1289,7 @@ static bool data_pred(lift_ctx *c, const lval *pr) {
  * false), zeros elsewhere, as a mask of x (HIT) and zeros. */
 static bool term_where(lift_ctx *c, const lval *pr, const lval *x, int when, lval *out) {
     if (x->kind != LV_TERM || x->v.partial || x->assumed || x->cls == EID_NONE || lf_scale_of(x) != 1) return false;
-    lval m = {.kind = LV_MASK, .v = pr->v, .pos = pr->pos, .hit = x->cls, .src = pr->src};
+    lval m = {.kind = LV_MASK, .v = pr->v, .pos = pr->pos, .hit = x->cls, .src = pr->src, .cls = EID_NONE};
     if (!lf_same_sharding(&m.v, &x->v) && !pos_reshard(c, &m.pos, &m.v, &x->v)) return false;
     if (!lf_same_sharding(&m.v, &x->v)) return false;
     m.pw = pw_alloc(c);
@@ -1343,16 +1343,28 @@ static bool select_in_domain(lstate *s, lval *out) {
     if (s->in->noperands != 3 || p->kind != LV_PW || !p->pw) return false;
     int64_t n = domain_of(s->c, p->src), k0 = -1;
     if (n <= 0) return false;
+    bool proven = domain_proven(s->c, p->src, n);
     for (int64_t d = 0; d < s->c->ndev; d++) {
         int64_t k;
         if (!pw_constant_on(&p->pw[d], 0, n, &k) || (k0 >= 0 && k != k0)) return false;
         k0 = k;
+        /* Under an assumed domain, only a test of the domain itself (a
+         * take's bounds check: changing value at -n, 0 or n only, the
+         * ends of the ids and of the negative ids numpy wraps): a test
+         * against a value outside it (labels != -100, an ignore index) is
+         * the program's own handling of values the assumption leaves out,
+         * kept as written (the baseline keeps it too). */
+        const pw_fn *f = &p->pw[d];
+        for (uint32_t i = 1; i < f->n && !proven; i++) {
+            const pw_piece *a = &f->p[i - 1], *b = &f->p[i];
+            if ((a->a != b->a || a->b != b->b) && b->lo != 0 && b->lo != n && b->lo != -n) return false;
+        }
     }
     /* (the side not picked may be a fill constant where the domain is
      * proved: a take at a selection's position) */
     for (uint32_t o = 1; o < 3; o++) {
         int k = s->ops[o].kind;
-        bool fill = o == (k0 ? 2u : 1u) && k == LV_DEV && domain_proven(s->c, p->src, n);
+        bool fill = o == (k0 ? 2u : 1u) && k == LV_DEV && proven;
         if (k != LV_TERM && k != LV_LAYOUT && k != LV_WIN && !fill) return false;
     }
     *out = s->ops[k0 ? 1 : 2];
@@ -1722,7 +1734,7 @@ static bool compare_local_iota(lstate *s, lval *out) {
         const hlo_instr *ii = &s->comp->instrs[in->operands[1 - k]];
         if (x->kind != LV_PW || x->pos == EID_NONE || x->v.partial || io->kind != LV_TERM || !view_is_dup(&io->v))
             continue;
-        int dim = lf_iota_chain(c, s->comp, ii, 1, NULL);
+        int dim = lf_iota_chain(c, s->comp, ii, NULL, NULL);
         if (dim < 0 || x->v.dims[dim].naxes) continue;
         double *off = arena_alloc(c->a, (size_t)c->ndev * sizeof *off);
         bool shift = true;
@@ -1743,7 +1755,7 @@ static bool compare_local_iota(lstate *s, lval *out) {
         int64_t g[VIEW_MAX_RANK];
         lf_global_dims(c, &want, &in->shape, g);
         ch[k] = pos;
-        lf_iota_chain(c, s->comp, ii, parts, &ch[1 - k]);
+        if (lf_iota_chain(c, s->comp, ii, &want, &ch[1 - k]) < 0) continue;
         *out = term(lf_node(c, c->cur, in, ch, 2, g, c->origin), want, false);
         return true;
     }
@@ -1987,7 +1999,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
     if (compare_local_iota(s, out) || mask_times_pred(s, out)) return true;
     if (!any_pw && !any_mask && !(any_dev && (any_src || any_ksrc))) return false;
     int dt = in->shape.dtype;
-    lval v = {.kind = LV_PW, .v = view_dup(in->shape.rank), .pos = EID_NONE};
+    lval v = {.kind = LV_PW, .v = view_dup(in->shape.rank), .pos = EID_NONE, .cls = EID_NONE};
     if (any_mask) {
         if (mask_keeps_zero(s, out) || mask_times_pred(s, out)) return true;
         if (in->op == OP_ADD && s->ops[0].kind == LV_MASK && s->ops[1].kind == LV_MASK &&
@@ -1995,7 +2007,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
             /* Kept as a sum of masked parts; an all-reduce resolves each
              * (two rows every device holds, a token's and its position's
              * embeddings, are a sum of terms). */
-            lval m = {.kind = LV_MASK, .v = view_dup(in->shape.rank), .pos = EID_NONE};
+            lval m = {.kind = LV_MASK, .v = view_dup(in->shape.rank), .pos = EID_NONE, .cls = EID_NONE, .src = EID_NONE, .hit = EID_NONE};
             uint32_t n = 0;
             for (int k = 0; k < 2; k++) n += s->ops[k].n ? s->ops[k].n : 1;
             m.elems = arena_alloc(c->a, n * sizeof *m.elems);
@@ -2014,7 +2026,8 @@ bool lf_pw_instr(lstate *s, lval *out) {
             m.v = __builtin_popcount(view_axes_used(&s->ops[1].v)) > __builtin_popcount(view_axes_used(&s->ops[0].v))
                       ? s->ops[1].v
                       : s->ops[0].v;
-            if (s->ops[0].cls != EID_NONE && s->ops[1].cls != EID_NONE && view_equal(&s->ops[0].v, &s->ops[1].v)) {
+            if (s->ops[0].cls != EID_NONE && s->ops[1].cls != EID_NONE && view_equal(&s->ops[0].v, &s->ops[1].v) &&
+                eg_class_type(c->g, s->ops[0].cls) == eg_class_type(c->g, s->ops[1].cls)) {
                 int64_t dims[VIEW_MAX_RANK];
                 m.v = s->ops[0].v;
                 lf_global_dims(c, &m.v, &in->shape, dims);
@@ -2027,7 +2040,7 @@ bool lf_pw_instr(lstate *s, lval *out) {
         if (in->op == OP_SELECT && s->ops[0].kind == LV_PW) {
             /* select(pred, masked or zero, masked or zero): tags per range. */
             const lval *pr = &s->ops[0];
-            lval m = {.kind = LV_MASK, .v = pr->v, .pos = pr->pos, .hit = EID_NONE, .domain = 0, .src = pr->src};
+            lval m = {.kind = LV_MASK, .v = pr->v, .pos = pr->pos, .hit = EID_NONE, .domain = 0, .src = pr->src, .cls = EID_NONE};
             m.pw = pw_alloc(c);
             pw_fn *tags[2];
             for (int k = 0; k < 2; k++) {

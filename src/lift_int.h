@@ -431,8 +431,9 @@ bool lf_iota_block(lstate *s, lval *out);            /* add(iota, block offset):
 /* v, just lifted, as a pick (a gather; a one-hot product summed) or a put (a scatter-add into zeros; a
  * one-hot product): noted, and made one class with one of the other kind doing the same (lift_index.c) */
 void lf_pick_forms(lstate *s, const lval *v);
-/* an iota through converts, copies, broadcasts, unit reshapes: its dim (-1: none); g: the chain over a longer iota */
-int lf_iota_chain(lift_ctx *c, const hlo_comp *comp, const hlo_instr *x, int64_t parts, eid *g);
+/* an iota through converts, copies, broadcasts, unit reshapes: its dim (-1: none); g: the chain at the global
+ * dims of x's view gv (a longer iota, sharded along its dim) */
+int lf_iota_chain(lift_ctx *c, const hlo_comp *comp, const hlo_instr *x, const view *gv, eid *g);
 bool lf_gather_index_values(lstate *s, lval *out);   /* collectives moving index values */
 bool lf_move_mask(lstate *s, lval *out);             /* element-moving ops over a masked row */
 bool lf_settle_mask(lift_ctx *c, const shape *local, lval *m); /* a layout-carried mask as plain views */

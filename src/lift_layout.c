@@ -355,9 +355,10 @@ static int unit_reshape_dim(const shape *from, const shape *to, uint32_t d) {
  * reshapes by unit dims (jnp.arange(n)[None, :], broadcast against a batch)
  * and integer shifts by a constant (jnp.arange(1, n + 1)):
  * the dim of x its values run along, or -1. With g non-NULL, *g becomes the
- * same chain over an iota `parts` times as long along that dim, at global
- * dims: read sharded in `parts` blocks along the dim, block r of *g is what
- * a device whose local values are offset by r·n holds. */
+ * same chain at the global dims of the view gv of x (which shards the
+ * iota's dim, and may shard dims the chain broadcasts along): read under
+ * gv, block r along the iota's dim is what a device whose local values are
+ * offset by r·n holds. */
 /* Operand k of x is a splat constant (a broadcast scalar literal). */
 static bool splat_operand(const hlo_comp *comp, const hlo_instr *x, uint32_t k) {
     const hlo_instr *b = &comp->instrs[x->operands[k]];
@@ -378,26 +379,59 @@ static int chain_operand(const hlo_comp *comp, const hlo_instr *x) {
     return -1;
 }
 
-int lf_iota_chain(lift_ctx *c, const hlo_comp *comp, const hlo_instr *x, int64_t parts, eid *g) {
+int lf_iota_chain(lift_ctx *c, const hlo_comp *comp, const hlo_instr *x, const view *gv, eid *g) {
     const hlo_instr *chain[8], *xi = x;
     uint32_t nchain = 0;
     for (int k; (k = chain_operand(comp, xi)) >= 0 && nchain < 8;) {
         chain[nchain++] = xi;
         xi = &comp->instrs[xi->operands[k]];
     }
-    if (xi->op != OP_IOTA || xi->shape.rank > VIEW_MAX_RANK) return -1;
+    if (xi->op != OP_IOTA || xi->shape.rank > VIEW_MAX_RANK || x->shape.rank > VIEW_MAX_RANK) return -1;
+    /* parts[q][d]: the blocks gv cuts dim d of chain[q] (chain[nchain]: the
+     * iota) into, followed back from x through the chain: a broadcast's
+     * operand dim i is its dim bd[i], a unit reshape pairs the other dims
+     * in order; dims made by a broadcast or of size 1 are whole. */
+    int64_t parts[9][VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < x->shape.rank; d++) parts[0][d] = gv ? view_dim_parts(gv, c->mesh, d) : 1;
+    for (uint32_t q = 0; q < nchain; q++) {
+        const hlo_instr *ci = chain[q];
+        const shape *from = q + 1 < nchain ? &chain[q + 1]->shape : &xi->shape;
+        if (from->rank > VIEW_MAX_RANK || ci->shape.rank > VIEW_MAX_RANK) return -1;
+        for (uint32_t d = 0; d < from->rank; d++) parts[q + 1][d] = 1;
+        if (ci->op == OP_BROADCAST) {
+            uint32_t nb;
+            const int64_t *bd = instr_ints(ci, A_DIMENSIONS, &nb);
+            if (nb != from->rank) return -1;
+            for (uint32_t d = 0; d < nb; d++) {
+                if (bd[d] < 0 || bd[d] >= ci->shape.rank) return -1;
+                parts[q + 1][d] = parts[q][bd[d]];
+            }
+        } else if (ci->op == OP_RESHAPE) {
+            for (uint32_t d = 0, j = 0; d < from->rank; d++) {
+                if (from->dims[d] == 1) continue;
+                while (j < ci->shape.rank && ci->shape.dims[j] == 1) j++;
+                if (j < ci->shape.rank && ci->shape.dims[j] == from->dims[d]) parts[q + 1][d] = parts[q][j++];
+                else j = ci->shape.rank;  /* no unit reshape: the dims after stay whole */
+            }
+            /* a sharded dim that found no place: no chain at global dims */
+            int64_t pin = 1, pout = 1;
+            for (uint32_t d = 0; d < from->rank; d++) pin *= parts[q + 1][d];
+            for (uint32_t d = 0; d < ci->shape.rank; d++) pout *= parts[q][d];
+            if (pin != pout) return -1;
+        } else {
+            memcpy(parts[q + 1], parts[q], from->rank * sizeof **parts);
+        }
+    }
     int dim = (int)instr_int(xi, A_IOTA_DIMENSION, 0);
     eid t = EID_NONE;
     int64_t cg[VIEW_MAX_RANK];
     if (g) {
-        memcpy(cg, xi->shape.dims, xi->shape.rank * sizeof *cg);
-        cg[dim] *= parts;
+        for (uint32_t d = 0; d < xi->shape.rank; d++) cg[d] = xi->shape.dims[d] * parts[nchain][d];
         t = lf_node(c, c->cur, xi, NULL, 0, cg, c->origin);
     }
     const shape *at = &xi->shape;
     for (uint32_t q = nchain; q-- > 0 && dim >= 0;) {
         const hlo_instr *ci = chain[q];
-        if (ci->shape.rank > VIEW_MAX_RANK) return -1;
         if (ci->op == OP_RESHAPE) {
             dim = unit_reshape_dim(at, &ci->shape, (uint32_t)dim);
         } else if (ci->op == OP_BROADCAST) {
@@ -408,8 +442,7 @@ int lf_iota_chain(lift_ctx *c, const hlo_comp *comp, const hlo_instr *x, int64_t
         }
         at = &ci->shape;
         if (!g || dim < 0 || ci->op == OP_COPY) continue;
-        memcpy(cg, ci->shape.dims, ci->shape.rank * sizeof *cg);
-        cg[dim] *= parts;
+        for (uint32_t d = 0; d < ci->shape.rank; d++) cg[d] = ci->shape.dims[d] * parts[q][d];
         if (ci->noperands == 2) {
             /* the splat at the chain's global dims */
             int k = chain_operand(comp, ci);
@@ -439,7 +472,7 @@ bool lf_iota_block(lstate *s, lval *out) {
         /* (an iota shifted by a constant may have been read as index values) */
         if (!(x->kind == LV_PW || (x->kind == LV_TERM && view_is_dup(&x->v))) || o->kind != LV_DEV || lf_dev_uniform(c, o))
             continue;
-        int dim = lf_iota_chain(c, s->comp, xi, 1, NULL);
+        int dim = lf_iota_chain(c, s->comp, xi, NULL, NULL);
         if (dim < 0) continue;
         for (int64_t d = 0; d < c->ndev; d++)
             for (uint32_t e = 1; e < o->count; e++)
@@ -451,7 +484,7 @@ bool lf_iota_block(lstate *s, lval *out) {
         view v = view_dup(in->shape.rank);
         v.dims[dim] = bax;
         eid t;
-        lf_iota_chain(c, s->comp, xi, parts, &t);
+        if (lf_iota_chain(c, s->comp, xi, &v, &t) < 0) return false;
         *out = term(t, v, false);
         return true;
     }
@@ -1035,7 +1068,8 @@ static bool masked_rows_are_blocks(lstate *s, int64_t bk, const view_dim *bdim) 
  *   sharded alike along their scatter dims (each device adds its rows, an
  *   embedding's gradient under data parallelism) or the updates partial
  *   sums, and the reducer a sum: the global scatter-add, partial (sum) over
- *   those axes.
+ *   those axes; with an idempotent reducer (max, min, and, or) the operand
+ *   may be any replicated value: partial (max, ...) over those axes.
  * Splat constants take whatever view the others need. */
 bool lf_scatter_reading(lstate *s, lval *out) {
     lift_ctx *c = s->c;
@@ -1050,6 +1084,12 @@ bool lf_scatter_reading(lstate *s, lval *out) {
         /* indices that do not depend on the device (positions from an
          * iota): their plain term */
         if (o == 1 && s->ops[o].kind == LV_PW) lf_plain_of_index(&s->ops[o]);
+        /* index values that are the same function of their source on every
+         * device (labels sharded with the batch): their plain term under
+         * their view, the positions the global scatter takes */
+        if (o == 1 && (s->ops[o].kind == LV_PW || s->ops[o].kind == LV_IVEC) && s->ops[o].cls != EID_NONE &&
+            !s->ops[o].v.partial)
+            s->ops[o] = term(s->ops[o].cls, s->ops[o].v, s->ops[o].assumed);
         if (s->ops[o].kind != LV_TERM) return false;
     }
     const hlo_instr *oi = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]],
@@ -1151,13 +1191,23 @@ bool lf_scatter_reading(lstate *s, lval *out) {
     vu.partial = y->v.partial;
     vu.red = y->v.partial ? RED_SUM : 0;
     partial |= y->v.partial;
-    if (partial && (!zero_operand || instr_reducer(c->cur, in) != RED_SUM || (partial & view_axes_used(&vo)))) return false;
+    /* The reducer of the partial result: a sum into zeros, or an idempotent
+     * reducer (max, min, and, or) into any operand every device holds alike:
+     * each device's result is the operand combined with its rows, and
+     * combining those over the devices counts the operand once or many
+     * times, the same for max (a segment max over edges sharded by source). */
+    int red = instr_reducer(c->cur, in);
+    bool idem = red == RED_MAX || red == RED_MIN || red == RED_AND || red == RED_OR;
+    if (partial && (partial & view_axes_used(&vo))) return false;
+    if (partial && !(red == RED_SUM && zero_operand) && !(idem && !y->v.partial)) return false;
     const view *want[3] = {&vo, &vi, &vu};
     for (uint32_t k = 0; k < 3; k++)
-        if (!view_equal(&s->ops[k].v, want[k]) && !splat_review(s, k, want[k])) return false;
+        if (!view_equal(&s->ops[k].v, want[k]) && !splat_review(s, k, want[k]) &&
+            !(k != 1 && !want[k]->partial && lf_review_operand(s, k, want[k]) && view_equal(&s->ops[k].v, want[k])))
+            return false;
     view v = vo;
     v.partial = partial;
-    v.red = partial ? RED_SUM : 0;
+    v.red = partial ? (uint8_t)red : 0;
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
     eid ch[3] = {s->ops[0].cls, s->ops[1].cls, s->ops[2].cls};

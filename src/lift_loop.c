@@ -69,6 +69,15 @@ static const shape *carry_shape(const hlo_instr *in, uint32_t j) {
     return carry_single(in) ? &in->shape : &in->shape.tuple[j];
 }
 
+/* Whether baseline carry j, read under view v, has the dims of a carry of
+ * local shape sh (a pairing or a reading that does not is no reading). */
+static bool carry_fits(lift_ctx *c, const lift_loop *L, uint32_t j, const view *v, const shape *sh) {
+    if (sh->rank > VIEW_MAX_RANK || v->rank != sh->rank) return false;
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, v, sh, g);
+    return lf_type_of(c, sh->dtype, g, sh->rank) == eg_class_type(c->g, L->x[j]);
+}
+
 /* Per instruction of body: whether its value only feeds the loop's stopping
  * test — carry elements the condition reads and the body does not (a
  * "changed" flag computed from this iteration's values). Such a value
@@ -714,6 +723,7 @@ static bool first_iteration_reading(lift_ctx *c, const hlo_instr *in, const lift
         double f = lf_scale_of(z) / lf_scale_base_factor(c, z->cls);
         if (!isfinite(f) || f == 0 || (view_equal(&z->v, &xs[k].v) && lf_scale_of(&xs[k]) == f)) continue;
         if (cval[k] != 0 && (f != 1 || (z->v.partial && z->v.red != RED_MAX && z->v.red != RED_MIN))) continue;
+        if (!carry_fits(c, L, pi[k], &z->v, carry_shape(in, k))) continue;
         xs[k] = term(L->x[pi[k]], z->v, false);
         xs[k].scale = f == 1 ? 0 : f;
         any = true;
@@ -755,8 +765,8 @@ static bool same_step(lift_ctx *c, eid z, eid y, eid xa, eid xb) {
  * goes to the tied element j whose update is the same step as k's (the same
  * op over the same values, k's variable where j has its own). Each element
  * is taken once; false when no pairing changed. The induction then decides. */
-static bool repair_ties(lift_ctx *c, const lift_loop *L, uint32_t n, uint32_t *pi, lval *xs, const bool *failed,
-                        const bool *guessed, const lval *body) {
+static bool repair_ties(lift_ctx *c, const hlo_instr *in, const lift_loop *L, uint32_t n, uint32_t *pi, lval *xs,
+                        const bool *failed, const bool *guessed, const lval *body) {
     bool *used = arena_alloc(c->a, L->n + 1), any = false;
     memset(used, 0, L->n + 1);
     for (uint32_t k = 0; k < n; k++)
@@ -772,7 +782,8 @@ static bool repair_ties(lift_ctx *c, const lift_loop *L, uint32_t n, uint32_t *p
             if (used[j] || y->kind != LV_TERM || bj->kind != LV_TERM || bk->kind != LV_TERM ||
                 eg_find(c->g, bj->cls) != eg_find(c->g, bk->cls))
                 continue;
-            if (same_step(c, z.cls, y->cls, L->x[pi[k]], L->x[j])) pick = j;
+            if (same_step(c, z.cls, y->cls, L->x[pi[k]], L->x[j]) && carry_fits(c, L, j, &xs[k].v, carry_shape(in, k)))
+                pick = j;
         }
         if (pick == SR_NONE) continue;
         used[pick] = true;
@@ -957,6 +968,16 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
         }
         xs[k] = term(L->x[pi[k]], e->kind == LV_TERM ? e->v : view_dup(carry_shape(in, k)->rank), false);
     }
+    /* A carry paired with a baseline carry is that carry under its view:
+     * the view must give the baseline carry's dims. */
+    for (uint32_t k = 0; k < n; k++) {
+        if (xs[k].kind != LV_TERM || inv[k] || pi[k] == SR_NONE) continue;
+        if (!carry_fits(c, L, pi[k], &xs[k].v, carry_shape(in, k))) {
+            lf_unsupported(c, comp, in, "%s: carry element %u enters the loop under a view that does not give the dims of "
+                           "the baseline's carry it starts as", in->name, k);
+            return unknown();
+        }
+    }
     for (uint32_t k = 0; k < n && tup && k < ti->noperands; k++) guessed[k] |= vals[ti->operands[k]].konst;
     /* A zero carry summed over mesh axes right after the loop (a gradient
      * accumulated from per-device partial sums, all-reduced once): zeros are a
@@ -979,7 +1000,7 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
     lval got;
     bool ok = loop_try(c, comp, in, L, pi, xs, guessed, failed, &got);
     /* tied constants paired again as the body's updates say (a few rounds) */
-    for (int round = 0; !ok && round < 3 && repair_ties(c, L, n, pi, xs, failed, guessed, &got); round++) {
+    for (int round = 0; !ok && round < 3 && repair_ties(c, in, L, n, pi, xs, failed, guessed, &got); round++) {
         lf_loop_mark_undo(c, &m0);
         ok = loop_try(c, comp, in, L, pi, xs, guessed, failed, &got);
     }
@@ -1031,7 +1052,14 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
             rs[k] = term(L->result.elems[pi[k]].cls, xs[k].v, false);
             rs[k].scale = xs[k].scale;
         } else {
-            rs[k] = term(lf_fresh_var(c, sh->dtype, sh->dims, sh->rank), xs[k].v, true);
+            /* (an unknown value of the carry's global dims under its view) */
+            int64_t g[VIEW_MAX_RANK];
+            if (sh->rank > VIEW_MAX_RANK) {
+                rs[k] = unknown();
+                continue;
+            }
+            lf_global_dims(c, &xs[k].v, sh, g);
+            rs[k] = term(lf_fresh_var(c, sh->dtype, g, sh->rank), xs[k].v, true);
         }
     }
     return single ? rs[0] : (lval){.kind = LV_TUPLE, .n = n, .elems = rs};

@@ -503,9 +503,13 @@ static bool row_elementwise(lstate *s, lval *out) {
         ch[o] = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, bd, er - 1), lf_type_of(c, ys->dtype, dims, er), &y->cls,
                        1, c->origin);
     }
+    /* (the op over E's dims: the rows' dim too) */
+    hlo_instr ri = *in;
+    ri.shape.rank = er;
+    ri.shape.dims = dims;
     *out = *x;
     out->assumed = assumed;
-    out->cls = lf_node(c, c->cur, in, ch, in->noperands, dims, c->origin);
+    out->cls = lf_node(c, c->cur, &ri, ch, in->noperands, dims, c->origin);
     return out->cls != EID_NONE;
 }
 

@@ -905,6 +905,18 @@ static eid elementwise_dot(lift_ctx *c, const hlo_instr *in, const eid *ch, uint
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
                 uint8_t origin) {
     uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
+#ifdef SCALIFY_INVARIANTS
+    /* An elementwise op's operands have its dims (clamp's bounds may be
+     * scalars): a term built otherwise is a lifter defect, which saturation
+     * would only meet later as a shape conflict. */
+    for (uint32_t k = 0; k < n && graph_op_elementwise(in->op); k++) {
+        uint32_t r;
+        const int64_t *d = eg_type_dims(c->g, eg_class_type(c->g, ch[k]), &r);
+        if ((r != in->shape.rank || (r && memcmp(d, dims, r * sizeof *d))) && !(in->op == OP_CLAMP && r == 0))
+            xfatal("lift: %s: operand %u's term has rank %u, dim 0 %lld; the op's is rank %u, dim 0 %lld", in->name, k, r,
+                   (long long)(r ? d[0] : 0), in->shape.rank, (long long)(in->shape.rank ? dims[0] : 0));
+    }
+#endif
     if (in->op == OP_CONCATENATE) {
         eid y = concat_through_reshapes(c, in, ch, n, t);
         if (y != EID_NONE) return y;

@@ -2194,6 +2194,10 @@ static void concat_unlike_operands(void) {
  *     with its windows inside the blocks.
  *   - tests/cases/take-domain: the baseline's bounds-checked takes joined
  *     with their rows under the domain the distributed walk assumed.
+ *   - tests/cases/scatter-max: a scatter with an idempotent reducer (max)
+ *     of sharded rows into a replicated buffer, a partial max.
+ *   - tests/cases/ignore-index: a cross-entropy with ignored labels (-100),
+ *     its gradient scattered at batch-sharded labels.
  *   - tests/cases/mask-literal: a broadcast of a known constant meets the
  *     literal of its values.
  *   - tests/cases/known-select: a select whose mask one program folds (known
@@ -2749,6 +2753,25 @@ static void hand_written_cases(void) {
         {"take-domain/molecule", "takes under the assumed domain", NULL, NULL, VERDICT_VERIFIED, true},
         {"take-domain/molecule", "another factor", "%constant.4.clone = f32[] constant(0.5)",
          "%constant.4.clone = f32[] constant(0.25)", VERDICT_MISMATCH, false},
+        /* a segment max over nodes whose edges are sharded by source: each
+         * device's scatter-max into the replicated -inf buffer is a partial
+         * max, the pmax completes it (samples/fresh17) */
+        {"scatter-max/readout", "a segment max over sharded edges", NULL, NULL, VERDICT_VERIFIED, true},
+        {"scatter-max/readout", "a scatter-min under the pmax", "ROOT %max.0 = f32[] maximum(%scatter-max.0, %scatter-max.1)",
+         "ROOT %max.0 = f32[] minimum(%scatter-max.0, %scatter-max.1)", VERDICT_MISMATCH, false},
+        {"scatter-max/readout", "a psum of the partial max", "ROOT %max.1 = f32[] maximum(%pmax.0, %pmax.1)",
+         "ROOT %max.1 = f32[] add(%pmax.0, %pmax.1)", VERDICT_MISMATCH, false},
+        /* a cross-entropy whose labels may be -100 (ignored: masked, and
+         * replaced by 0 before the take), the batch sharded: the gradient's
+         * scatter at the labels' plain term; the mask kept as written on
+         * both sides (the labels' assumed domain [0, 8) decides only
+         * bounds checks, not a test against a value outside it) */
+        {"ignore-index/ce", "an ignored label masked and its gradient scattered", NULL, NULL, VERDICT_VERIFIED, true},
+        {"ignore-index/ce", "another ignore index", "constant(-100)", "constant(-99)", VERDICT_UNVERIFIED, false},
+        {"ignore-index/ce", "the token count left local",
+         "%psum.12 = s32[] all-reduce(%reduce_sum.45), channel_id=1, replica_groups=mesh['dp'=4] {'dp'}, "
+         "use_global_device_ids=true, to_apply=%region_5.6",
+         "%psum.12 = s32[] copy(%reduce_sum.45)", VERDICT_MISMATCH, false},
         {"ghost-bn/stats", "per-group statistics", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"ghost-bn/stats", "min for max", "maximum(s, zb)", "minimum(s, zb)", VERDICT_MISMATCH, false},
         /* a part of a fused projection whose columns are split over tp:
