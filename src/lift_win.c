@@ -574,7 +574,9 @@ static bool win_concatenate(lstate *s, lval *out) {
     lval ws[64];
     eid ch[64];
     int64_t off[64], total = 0;
-    eid wide = EID_NONE, narrow = EID_NONE; /* a window's term T ++ F along cd (win_select_device's fill), T */
+    /* a window's term T ++ F or F ++ T along cd (win_select_device's fill), T, and where T's rows start in it */
+    eid wide = EID_NONE, narrow = EID_NONE;
+    int64_t narrow_at = 0;
     uint32_t nch = 0, rank = 0;
     const int64_t *td0 = NULL;
     for (uint32_t o = 0; o < in->noperands; o++) {
@@ -594,17 +596,32 @@ static bool win_concatenate(lstate *s, lval *out) {
                 break;
             }
     }
-    /* windows of T beside one of T ++ F are all of T ++ F (T's rows keep
-     * their places): a neighbour's rows completed by a boundary value */
+    /* windows of T beside one of T ++ F (F ++ T) are all of that term (T's
+     * rows at their places in it): a neighbour's rows completed by a
+     * boundary value after (before) them */
     for (uint32_t o = 0; o < in->noperands && wide == EID_NONE; o++) {
         const eid *kid;
         eid n = lf_class_node(c, ws[o].cls, OP_CONCATENATE, 2, &kid);
         if (n == EID_NONE || lf_node_concat_dim(c, n) != (int)cd) continue;
-        for (uint32_t p = 0; p < in->noperands; p++)
-            if (eg_find(c->g, ws[p].cls) == eg_find(c->g, kid[0])) wide = eg_find(c->g, ws[o].cls), narrow = eg_find(c->g, kid[0]);
+        eid k0 = eg_find(c->g, kid[0]), k1 = eg_find(c->g, kid[1]);
+        uint32_t r0;
+        int64_t len0 = term_dims(c, k0, &r0)[cd];
+        for (uint32_t p = 0; p < in->noperands && wide == EID_NONE; p++) {
+            eid kp = eg_find(c->g, ws[p].cls);
+            if (kp == k0) wide = eg_find(c->g, ws[o].cls), narrow = k0, narrow_at = 0;
+            else if (kp == k1) wide = eg_find(c->g, ws[o].cls), narrow = k1, narrow_at = len0;
+        }
     }
     for (uint32_t o = 0; o < in->noperands; o++) {
-        if (wide != EID_NONE && eg_find(c->g, ws[o].cls) == narrow) ws[o].cls = wide;
+        if (wide != EID_NONE && eg_find(c->g, ws[o].cls) == narrow) {
+            ws[o].cls = wide;
+            if (narrow_at) {
+                lift_win *nw = win_new(c, ws[o].win, cd, ws[o].win->len);
+                for (int64_t q = 0; q < c->ndev * nw->len; q++)
+                    nw->idx[q] = ws[o].win->idx[q] < 0 ? -1 : ws[o].win->idx[q] + narrow_at;
+                ws[o].win = nw;
+            }
+        }
         eid k = eg_find(c->g, ws[o].cls);
         uint32_t j = 0;
         while (j < nch && ch[j] != k) j++;
@@ -2285,6 +2302,49 @@ static bool same_view_off(const view *a, const view *b, uint32_t d) {
     return view_equal(&x, &y);
 }
 
+/* Whether vals[r] = a · block(r) + b, a > 0, for the blocks of some set of
+ * mesh axes (each device's value then tells its place along them). */
+static bool affine_blocks(const lift_ctx *c, const double *vals) {
+    for (uint32_t mask = 1; mask < 1u << c->mesh->naxes; mask++) {
+        view_dim vd = lf_axes_dim(c, mask);
+        double a = 0, b = 0;
+        bool have = false, ok = true;
+        for (int64_t r = 0; r < c->ndev && ok; r++) {
+            int64_t k = lf_dim_block(c, &vd, r);
+            if (k == 0) ok = !have || vals[r] == b, b = vals[r], have = true;
+        }
+        for (int64_t r = 0; r < c->ndev && ok; r++) {
+            int64_t k = lf_dim_block(c, &vd, r);
+            if (k == 0) continue;
+            double ak = (vals[r] - b) / (double)k;
+            if (a == 0) a = ak;
+            ok = ak > 0 && ak == a && ak == (double)(int64_t)ak;
+        }
+        if (ok && a > 0) return true;
+    }
+    return false;
+}
+
+/* Whether, in a select whose operand o is a fill (rows of another term)
+ * and whose other operand is window w over a term of n rows along w's dim,
+ * the devices' first rows run as a * block + b (a > 0) over some mesh
+ * axes when the fill's rows come first and the term's after them, and do
+ * not when the fill's come after the term's: the fill then goes first. pvs:
+ * the predicate's value on each device (true picks operand 0). */
+static bool fill_first(lift_ctx *c, interp_val *const *pvs, uint32_t o, const lift_win *w, int64_t n) {
+    double *first = arena_alloc(c->a, (size_t)c->ndev * sizeof *first), *last = arena_alloc(c->a, (size_t)c->ndev * sizeof *last);
+    for (int64_t r = 0; r < c->ndev; r++) {
+        const interp_val *pv = pvs[r];
+        if (pv->dtype != DT_PRED || pv->n < 1) return false;
+        bool takes_fill = (pv->i[0] != 0) == (o == 0);
+        int64_t j = w->idx[r * w->len];
+        if (!takes_fill && j < 0) return false;
+        first[r] = takes_fill ? 0 : (double)(j + w->len);
+        last[r] = takes_fill ? (double)n : (double)j;
+    }
+    return affine_blocks(c, first) && !affine_blocks(c, last);
+}
+
 /* select(p, a, b) where p is the same everywhere on each device (a device's
  * choice: a partitioner's "take the neighbour's rows here") and a and b
  * are windows of one term along one dim: each device's rows from the
@@ -2311,8 +2371,17 @@ static bool win_select_device(lstate *s, lval *out) {
                  * value, a fill token) is rows past the term's end, read
                  * from the two side by side */
                 fill[o] = lf_class_is_zero(c, y->cls) ? 1 : 2;
-                if (fill[o] == 2 && (y->v.dims[d].naxes || !same_view_off(&y->v, &other->v, d) ||
-                                     in->shape.dims[d] != other->win->len))
+                /* (a fill replicated where the window's other dims are
+                 * sharded, a learned BOS vector broadcast over the batch:
+                 * re-read under the window's view off its dim) */
+                if (fill[o] == 2 && !same_view_off(&y->v, &other->v, d) && other->v.rank == y->v.rank) {
+                    view want = other->v;
+                    want.dims[d] = (view_dim){0};
+                    want.partial = 0;
+                    if (lf_review_operand(s, 1 + o, &want)) y = &s->ops[1 + o];
+                }
+                if (fill[o] == 2 && (y->kind != LV_TERM || y->v.partial || y->v.dims[d].naxes ||
+                                     !same_view_off(&y->v, &other->v, d) || in->shape.dims[d] != other->win->len))
                     return false;
                 ab[o] = *other;
                 continue;
@@ -2321,22 +2390,38 @@ static bool win_select_device(lstate *s, lval *out) {
         if (ab[o].kind != LV_WIN || ab[o].win->summed || ab[o].zm) return false;
     }
     if (fill[0] && fill[1]) return false;
-    int64_t past = 0; /* where another term's rows start */
+    interp_val **pvs = lf_device_values(c, s->comp, in->operands[0]);
+    if (!pvs) return false;
+    int64_t past = 0, shift = 0; /* where another term's rows start; how far the term's rows move */
     for (uint32_t o = 0; o < 2; o++) {
         if (fill[o] != 2) continue;
         uint32_t rank;
         eid both[2] = {ab[o].cls, s->ops[1 + o].cls};
-        past = term_dims(c, both[0], &rank)[ab[o].win->dim];
+        int64_t n = term_dims(c, both[0], &rank)[ab[o].win->dim];
+        /* The fill's rows before the term's (a previous-token shift: the
+         * first block takes the fill where the others take the row before
+         * their own) where the devices' rows then run as blocks, and not
+         * after it; else after it (a next-token shift). */
+        if (fill_first(c, pvs, o, ab[o].win, n)) {
+            eid sw[2] = {both[1], both[0]};
+            memcpy(both, sw, sizeof both);
+            shift = in->shape.dims[ab[o].win->dim];
+        } else {
+            past = n;
+        }
         eid t = lf_mk_concat(c, both, 2, ab[o].win->dim);
-        if (t == EID_NONE) return false;
+        if (t == EID_NONE) {
+            lf_device_values_free(c, pvs);
+            return false;
+        }
         ab[0].cls = ab[1].cls = t;
     }
     const lift_win *wa = ab[0].win, *wb = ab[1].win;
     if (wa->dim != wb->dim || wa->len != wb->len || eg_find(c->g, ab[0].cls) != eg_find(c->g, ab[1].cls) ||
-        !view_equal(&ab[0].v, &ab[1].v))
+        !view_equal(&ab[0].v, &ab[1].v)) {
+        lf_device_values_free(c, pvs);
         return false;
-    interp_val **pvs = lf_device_values(c, s->comp, in->operands[0]);
-    if (!pvs) return false;
+    }
     lift_win *nw = win_new(c, wa, wa->dim, wa->len);
     bool ok = true;
     for (int64_t r = 0; r < c->ndev && ok; r++) {
@@ -2344,8 +2429,10 @@ static bool win_select_device(lstate *s, lval *out) {
         ok = pv->dtype == DT_PRED && pv->n > 0;
         for (int64_t e = 1; ok && e < pv->n; e++) ok = (pv->i[e] != 0) == (pv->i[0] != 0);
         uint32_t o = pv->i[0] ? 0 : 1;
-        for (int64_t l = 0; ok && l < wa->len; l++)
-            nw->idx[r * wa->len + l] = fill[o] == 1 ? -1 : fill[o] == 2 ? past + l : ab[o].win->idx[r * wa->len + l];
+        for (int64_t l = 0; ok && l < wa->len; l++) {
+            int64_t j = ab[o].win->idx[r * wa->len + l];
+            nw->idx[r * wa->len + l] = fill[o] == 1 ? -1 : fill[o] == 2 ? past + l : j < 0 ? -1 : j + shift;
+        }
     }
     lf_device_values_free(c, pvs);
     if (!ok) return false;

@@ -2198,6 +2198,8 @@ static void concat_unlike_operands(void) {
  *     of sharded rows into a replicated buffer, a partial max.
  *   - tests/cases/ignore-index: a cross-entropy with ignored labels (-100),
  *     its gradient scattered at batch-sharded labels.
+ *   - tests/cases/token-shift: a previous-token shift across shards with a
+ *     learned fill on the first (the fill's rows before the term's).
  *   - tests/cases/mask-literal: a broadcast of a known constant meets the
  *     literal of its values.
  *   - tests/cases/known-select: a select whose mask one program folds (known
@@ -2772,6 +2774,16 @@ static void hand_written_cases(void) {
          "%psum.12 = s32[] all-reduce(%reduce_sum.45), channel_id=1, replica_groups=mesh['dp'=4] {'dp'}, "
          "use_global_device_ids=true, to_apply=%region_5.6",
          "%psum.12 = s32[] copy(%reduce_sum.45)", VERDICT_MISMATCH, false},
+        /* the previous token's features across sequence shards: the last
+         * row of the block before by a ppermute, a learned vector on the
+         * first shard (replicated, the batch sharded), concatenated before
+         * the block's rows (samples/fresh126) */
+        {"token-shift/prev", "a previous-token shift with a learned fill", NULL, NULL, VERDICT_VERIFIED, true},
+        {"token-shift/prev", "rows from the next shard",
+         "source_target_pairs={{0,1},{1,2},{2,3},{4,5},{5,6},{6,7}}",
+         "source_target_pairs={{1,0},{2,1},{3,2},{5,4},{6,5},{7,6}}", VERDICT_MISMATCH, false},
+        {"token-shift/prev", "the fill on every shard but the first", "%constant.2.clone), direction=EQ",
+         "%constant.2.clone), direction=NE", VERDICT_MISMATCH, false},
         {"ghost-bn/stats", "per-group statistics", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"ghost-bn/stats", "min for max", "maximum(s, zb)", "minimum(s, zb)", VERDICT_MISMATCH, false},
         /* a part of a fused projection whose columns are split over tp:
