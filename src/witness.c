@@ -294,9 +294,50 @@ static bool amplifies(const hlo_module *base, const interp_config *cb, interp_va
     return t.differs && t.max_abs >= 0.1 * apart;
 }
 
+/* The parameter of the entry computation that x is, through layout ops
+ * (a slice of labels, a reshape, a convert), or -1. */
+static int64_t param_of(const hlo_comp *c, const hlo_instr *x) {
+    for (int hops = 0; hops < 16; hops++) {
+        if (x->op == OP_PARAMETER) return instr_int(x, A_PARAMETER_NUMBER, -1);
+        if ((x->op != OP_SLICE && x->op != OP_RESHAPE && x->op != OP_CONVERT && x->op != OP_COPY &&
+             x->op != OP_BITCAST && x->op != OP_TRANSPOSE) || x->noperands != 1)
+            return -1;
+        x = &c->instrs[x->operands[0]];
+    }
+    return -1;
+}
+
+/* sent[k]: an integer the baseline's entry compares integer parameter k
+ * with for (in)equality, a broadcast literal (the last such, INT64_MIN for
+ * none). False when no parameter has one. */
+static bool tested_values(const hlo_module *base, int64_t *sent) {
+    const hlo_comp *c = graph_entry(base);
+    bool any = false;
+    for (uint32_t k = 0; k < c->nparams; k++) sent[k] = INT64_MIN;
+    for (uint32_t i = 0; i < c->ninstrs; i++) {
+        const hlo_instr *in = &c->instrs[i];
+        const char *dir = in->op == OP_COMPARE && in->noperands == 2 ? instr_str(in, A_DIRECTION) : NULL;
+        if (!dir || (strcmp(dir, "EQ") && strcmp(dir, "NE"))) continue;
+        for (uint32_t o = 0; o < 2; o++) {
+            int64_t k = param_of(c, &c->instrs[in->operands[o]]);
+            const hlo_instr *b = &c->instrs[in->operands[1 - o]];
+            if (b->op == OP_BROADCAST && b->noperands == 1) b = &c->instrs[b->operands[0]];
+            if (k < 0 || k >= c->nparams || b->op != OP_CONSTANT || b->shape.rank != 0 ||
+                !dtype_is_int(b->shape.dtype) || b->shape.dtype == DT_PRED)
+                continue;
+            const hlo_instr *p = &c->instrs[c->params[k]];
+            if (!dtype_is_int(p->shape.dtype) || p->shape.dtype == DT_PRED) continue;
+            interp_val *v = interp_eval_instr(base, b, NULL, NULL);
+            if (v && v->i && v->n == 1) sent[k] = v->i[0], any = true;
+            interp_val_free(v);
+        }
+    }
+    return any;
+}
+
 static void run_once(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed,
                      double input_scale, double shift, int64_t int_below, int ints, const int64_t *ranges,
-                     const int64_t *own, witness *w) {
+                     const int64_t *own, const int64_t *sentinel, witness *w) {
     const hlo_comp *be = graph_entry(base);
     int64_t ndev = mesh_devices(&rel->mesh);
     interp_stats bs = {0}, ds = {0};
@@ -340,6 +381,10 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
             if (ints != INTS_OFF_ZERO && range > 0) global[k]->i[e] = llabs(global[k]->i[e]) % range;
             else if (ints == INTS_OFF_ZERO) global[k]->i[e] = 1 + llabs(global[k]->i[e]) % (below - 1);
         }
+        /* a quarter of the entries the value the baseline tests them
+         * against (an ignore index, -100: what random ids never hold) */
+        for (int64_t e = 0; sentinel && sentinel[k] != INT64_MIN && global[k]->i && e < global[k]->n; e++)
+            if ((interp_rng_next(&rng) & 3) == 0) global[k]->i[e] = sentinel[k];
         if (ints == INTS_DISTINCT && global[k]->i && global[k]->dtype != DT_PRED && ranges && ranges[k] > 0 &&
             global[k]->n <= ranges[k] && ranges[k] <= ((int64_t)1 << 24))
             w->repeats |= make_distinct(global[k], ranges[k]);
@@ -454,13 +499,13 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
             ranges[k] = index_range(base, k);
             if (dbg_on(DBG_WITNESS)) fprintf(stderr, "witness: integer input %u indexes a range of %lld\n", k, (long long)ranges[k]);
         }
-    run_once(base, dist, rel, seed, 1, 0, int_below, INTS_RANDOM, ranges, NULL, w);
-    if (w->runs == 1 && !w->differs) run_once(base, dist, rel, seed + 1, 0x1p-6, 0, int_below, INTS_RANDOM, ranges, NULL, w);
-    if (w->runs == 2 && !w->differs && w->nan_seen) run_once(base, dist, rel, seed + 2, -1, 0, int_below, INTS_RANDOM, ranges, NULL, w);
+    run_once(base, dist, rel, seed, 1, 0, int_below, INTS_RANDOM, ranges, NULL, NULL, w);
+    if (w->runs == 1 && !w->differs) run_once(base, dist, rel, seed + 1, 0x1p-6, 0, int_below, INTS_RANDOM, ranges, NULL, NULL, w);
+    if (w->runs == 2 && !w->differs && w->nan_seen) run_once(base, dist, rel, seed + 2, -1, 0, int_below, INTS_RANDOM, ranges, NULL, NULL, w);
     /* Beyond rounding but under the tolerance: inputs in [0, 2), whose means
      * and sums are far from zero (a mean of logits, a sum of centred inputs,
      * that inputs around zero leave near zero and a wrong factor on it with it) */
-    if (w->runs >= 2 && !w->differs && w->over_exact) run_once(base, dist, rel, seed + 3, 1, 1, int_below, INTS_RANDOM, ranges, NULL, w);
+    if (w->runs >= 2 && !w->differs && w->over_exact) run_once(base, dist, rel, seed + 3, 1, 1, int_below, INTS_RANDOM, ranges, NULL, NULL, w);
     /* Integers in {0, 1}: programs that read an integer input as flags or
      * cells (a Game-of-Life board, a 0/1 mask kept as int32) compute
      * nothing of interest on values up to 15 (every cell dead), so a
@@ -480,11 +525,23 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
          * dropped otherwise (an agreement stays the earlier runs') */
         witness before = *w;
         w->flag_run = true;
-        run_once(base, dist, rel, seed + 0x100, 1, 0, 0, INTS_RANDOM, flags, NULL, w);
+        run_once(base, dist, rel, seed + 0x100, 1, 0, 0, INTS_RANDOM, flags, NULL, NULL, w);
         w->flag_run = false;
         if (!w->differs) *w = before;
     }
     free(flags);
+    /* Integers the baseline tests against a value of its own (labels !=
+     * -100, an ignore index; a padding id): a quarter of them that value
+     * once more, what random draws never give (a count of the kept ones
+     * taken per device differs only then). Like the run on flags, it can
+     * only find a difference. */
+    int64_t *sent = xcalloc(np + 1, sizeof *sent);
+    if (w->runs >= 2 && !w->differs && tested_values(base, sent)) {
+        witness before = *w;
+        run_once(base, dist, rel, seed + 0x200, 1, 0, int_below, INTS_RANDOM, ranges, NULL, sent, w);
+        if (!w->differs) *w = before;
+    }
+    free(sent);
     /* Index inputs that repeat a value (positions of global tokens): a
      * program may be written for distinct ones. The run that differed once
      * more, the same inputs but each repeat replaced by a value not held
@@ -494,7 +551,7 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
         witness before = *w;
         w->differs = w->over_tight = w->repeats = false;
         run_once(base, dist, rel, before.diff_seed, before.diff_scale, before.diff_shift, int_below, INTS_DISTINCT, ranges,
-                 NULL, w);
+                 NULL, NULL, w);
         if (!w->repeats || w->differs || w->over_tight || w->runs == before.runs) {
             *w = before;
         } else {
@@ -542,7 +599,7 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
             w->differs = w->out_of_bounds_more = false;
             bool tight = w->over_tight;
             w->over_tight = false;
-            run_once(base, dist, rel, seed + 5 + k, 1, 0, int_below, INTS_OWNED, ranges, own, w);
+            run_once(base, dist, rel, seed + 5 + k, 1, 0, int_below, INTS_OWNED, ranges, own, NULL, w);
             /* (masked: the inputs' structure explains the difference only
              * where, given it, the outputs agree within rounding) */
             decided = (w->differs || (!oob && w->over_tight)) && !w->out_of_bounds_more;
@@ -575,7 +632,7 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
      * difference of finite values there decides, anything else does not. */
     if (w->runs >= 1 && !w->differs && w->nonfinite && !w->int_domain) {
         w->nonfinite = false;
-        run_once(base, dist, rel, seed + 4, 1, 0, int_below, INTS_OFF_ZERO, NULL, NULL, w);
+        run_once(base, dist, rel, seed + 4, 1, 0, int_below, INTS_OFF_ZERO, NULL, NULL, NULL, w);
         /* the same beside inf or NaN off 0 too: a difference in the domain */
         if (w->nonfinite) w->differs = true;
         w->nonfinite_only = !w->differs;
