@@ -12,7 +12,9 @@
  * (a third: training steps on a dp x fsdp x tp mesh, MLA and T5 attention,
  * LAMB, Muon, loss scaling, message passing, ...).
  * Every pair the manifests list, in both forms (text and protobuf), is checked
- * as `scalify check --witness --rules rules` would, and asserted:
+ * as `scalify check --witness --rules rules` would (the corpora also checked
+ * by the rules alone: there in both forms, with execution in protobuf form),
+ * and asserted:
  *   - never an error (both forms read and relate as far as they do);
  *   - a correct pair is never a mismatch (no false alarm, in either form);
  *   - a bug variant is a mismatch (in either form), and never verified,
@@ -23,8 +25,9 @@
  *     execution") is not contradicted by execution: the witness differs by
  *     more than rounding (max_rel > 1e-5), but for dtype-mismatch findings,
  *     which inputs of magnitude one need not show.
- * samples/probe and samples/fresh, fresh2 and fresh3 are checked a second time without --witness (the rules alone,
- * both forms), since its false alarms were the rules': a correct pair is never a
+ * samples/probe and samples/fresh, fresh2, ... are checked a second time without --witness (the rules alone,
+ * where both forms run and agree; with execution only the protobuf form runs for them), since their false
+ * alarms were the rules': a correct pair is never a
  * mismatch there either, but for a pair its manifest marks
  * "known_false_alarm": {"without_witness": "issue ..."}, which is asserted to
  * still be a mismatch (so the mark goes when the alarm does) and printed as an
@@ -77,14 +80,18 @@ static corpus_run corpus_check(const char *dir, json_t *p, const char *form, boo
 
 static const char *const corpus_forms[2] = {"hlo", "pb"};
 
-/* The checks of one pass over a corpus (every pair in both forms), run on a
- * few threads before they are asserted in order: a check keeps no state
- * beyond its own, so pairs run at once (the suite's time halves on two
- * cores). Run k is pair k / 2 in form k % 2. */
+/* The checks of one pass over a corpus, run on a few threads before they
+ * are asserted in order: a check keeps no state beyond its own, so pairs
+ * run at once (the suite's time halves on two cores). Run k is pair k / 2
+ * in form k % 2; with `both` false only the protobuf form runs (the text
+ * form's runs stay empty). A corpus checked by the rules alone too runs
+ * both forms there (one reading per program: the forms' agreement) and
+ * the protobuf form alone with execution (executing the same program
+ * twice shows nothing more); the others run both forms with execution. */
 typedef struct corpus_batch {
     const char *dir;
     json_t *pairs;
-    bool witness;
+    bool witness, both;
     corpus_run *runs;
     size_t next, n;
     pthread_mutex_t mu;
@@ -97,13 +104,14 @@ static void *batch_worker(void *arg) {
         size_t k = b->next++;
         pthread_mutex_unlock(&b->mu);
         if (k >= b->n) return NULL;
+        if (!b->both && k % 2 == 0) continue;
         b->runs[k] = corpus_check(b->dir, json_array_get(b->pairs, k / 2), corpus_forms[k % 2], b->witness);
     }
 }
 
-static corpus_run *corpus_batch_run(const char *dir, json_t *pairs, bool witness) {
+static corpus_run *corpus_batch_run(const char *dir, json_t *pairs, bool witness, bool both) {
     enum { MAX_THREADS = 4 };
-    corpus_batch b = {.dir = dir, .pairs = pairs, .witness = witness, .n = 2 * json_array_size(pairs)};
+    corpus_batch b = {.dir = dir, .pairs = pairs, .witness = witness, .both = both, .n = 2 * json_array_size(pairs)};
     b.runs = xcalloc(b.n, sizeof *b.runs);
     pthread_mutex_init(&b.mu, NULL);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -259,15 +267,15 @@ static void segments_hold_findings(const corpus_run *r, const char *form) {
     if (r->verdict == VERDICT_MISMATCH) CHECK_MSG(any_mismatch, "%s: a mismatch with no segment judged mismatch", form);
 }
 
-static void corpus_pair(const char *corpus, json_t *p, corpus_run *runs, bool witness, const char *tsv, bool update,
-                        strbuf *now, strbuf *reasons, corpus_counts *c) {
+static void corpus_pair(const char *corpus, json_t *p, corpus_run *runs, bool witness, bool both, const char *tsv,
+                        bool update, strbuf *now, strbuf *reasons, corpus_counts *c) {
     const char *name = str_or(p, "name", "?");
     json_t *bug = json_object_get(p, "bug");
     bool is_bug = bug || strcmp(str_or(p, "expected", ""), "mismatch") == 0;
     const char *known = witness ? NULL : str_or(json_object_get(p, "known_false_alarm"), "without_witness", NULL);
     const char *missed = witness && is_bug ? str_or(json_object_get(p, "known_miss"), "with_witness", NULL) : NULL;
     t_case("corpus %s/%s%s", corpus, name, witness ? "" : " without --witness");
-    for (int f = 0; f < 2; f++) {
+    for (int f = both ? 0 : 1; f < 2; f++) {
         corpus_run *r = &runs[f];
         CHECK_MSG(r->verdict != VERDICT_ERROR, "%s: bad input", corpus_forms[f]);
         if (is_bug) {
@@ -300,9 +308,10 @@ static void corpus_pair(const char *corpus, json_t *p, corpus_run *runs, bool wi
     const char *kt = str_or(ft, "kind", "-"), *kp = str_or(fp, "kind", "-");
     const char *it = str_or(json_object_get(ft, "distributed"), "instruction", "-");
     const char *ip = str_or(json_object_get(fp, "distributed"), "instruction", "-");
-    CHECK_MSG(runs[0].verdict == runs[1].verdict && strcmp(kt, kp) == 0 && strcmp(it, ip) == 0,
-              "text: %s %s at %s; protobuf: %s %s at %s", verdict_name(runs[0].verdict), kt, it, verdict_name(runs[1].verdict), kp,
-              ip);
+    if (both)
+        CHECK_MSG(runs[0].verdict == runs[1].verdict && strcmp(kt, kp) == 0 && strcmp(it, ip) == 0,
+                  "text: %s %s at %s; protobuf: %s %s at %s", verdict_name(runs[0].verdict), kt, it,
+                  verdict_name(runs[1].verdict), kp, ip);
     if (missed) sb_printf(reasons, "note:   %s/%s: bug variant missed, open (%s)\n", corpus, name, missed);
     if (!is_bug && runs[1].verdict != VERDICT_VERIFIED)
         sb_printf(reasons, "note:   %s/%s: %s%s%s%s\n", corpus, name, known ? "known false alarm, open (" : "", known ? known : "",
@@ -409,17 +418,24 @@ void suite_corpus(void) {
             snprintf(label, sizeof label, "%s%s", corpora[k].name, witness ? "" : " without --witness");
             corpus_counts c = {0};
             sb_init(&reasons);
-            corpus_run *runs = corpus_batch_run(dir, pairs, witness);
+            bool both = !witness || !corpora[k].rules_only_too;
+            corpus_run *runs = corpus_batch_run(dir, pairs, witness, both);
             for (size_t i = 0; i < json_array_size(pairs); i++)
-                corpus_pair(corpora[k].name, json_array_get(pairs, i), &runs[2 * i], witness, tsv, update, &now, &reasons, &c);
+                corpus_pair(corpora[k].name, json_array_get(pairs, i), &runs[2 * i], witness, both, tsv, update, &now, &reasons,
+                            &c);
             free(runs);
-            printf("note: %s: correct pairs verified %d of %d (text), %d of %d (protobuf)", label, c.verified[0], c.correct,
-                   c.verified[1], c.correct);
+            if (both)
+                printf("note: %s: correct pairs verified %d of %d (text), %d of %d (protobuf)", label, c.verified[0], c.correct,
+                       c.verified[1], c.correct);
+            else
+                printf("note: %s: correct pairs verified %d of %d (protobuf)", label, c.verified[1], c.correct);
             if (c.known_false_alarms) printf("; known false alarms (mismatch) %d", c.known_false_alarms);
             printf("\n");
-            if (c.bugs)
+            if (c.bugs && both)
                 printf("note: %s: bug variants mismatch %d of %d (text), %d of %d (protobuf); by rules %d of %d\n", label,
                        c.mismatch[0], c.bugs, c.mismatch[1], c.bugs, c.by_rules, c.bugs);
+            else if (c.bugs)
+                printf("note: %s: bug variants mismatch %d of %d (protobuf)\n", label, c.mismatch[1], c.bugs);
             if (reasons.s) printf("note: %s: correct pairs not verified (protobuf form), first finding:\n%s", label, reasons.s);
             sb_free(&reasons);
         }
