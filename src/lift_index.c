@@ -622,6 +622,38 @@ static void pick_note(lift_ctx *c, const lift_pick *p) {
     c->picks[c->npicks++] = *p;
 }
 
+/* Into parts (at most max, deduplicated, *np of them): each a where class
+ * t holds op(a, b) or op(b, a) (add, multiply; subtract and divide with b
+ * second) of a value a of t's type and a broadcast b whose dims leave out j
+ * (constant along j); and so on for the parts found, depth levels down. */
+static void parts_beside_constant(lift_ctx *c, eid t, uint32_t j, int depth, eid *parts, uint32_t *np, uint32_t max) {
+    for (eid n = eg_class_first(c->g, eg_find(c->g, t)); n != EID_NONE && depth > 0; n = eg_class_next(c->g, n)) {
+        int op = eg_node_op(c->g, n);
+        uint32_t nk;
+        const eid *k = eg_node_children(c->g, n, &nk);
+        if (nk != 2 || (op != OP_ADD && op != OP_SUBTRACT && op != OP_MULTIPLY && op != OP_DIVIDE)) continue;
+        for (uint32_t side = 1; side < 3; side++) {
+            uint32_t bside = side % 2; /* the broadcast's: second first, then first (add, multiply) */
+            if (bside == 0 && (op == OP_SUBTRACT || op == OP_DIVIDE)) continue;
+            eid a = k[1 - bside], b = k[bside];
+            const eid *bc;
+            eid bn = lf_class_node(c, b, OP_BROADCAST, 1, &bc);
+            if (bn == EID_NONE || eg_class_type(c->g, a) != eg_class_type(c->g, t)) continue;
+            uint32_t nd;
+            const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, bn), A_DIMENSIONS, &nd);
+            bool along = false;
+            for (uint32_t q = 0; q < nd; q++) along |= bd[q] == (int64_t)j;
+            if (along) continue;
+            eid pa = eg_find(c->g, a);
+            bool seen = false;
+            for (uint32_t q = 0; q < *np; q++) seen |= parts[q] == pa;
+            if (seen || *np == max) continue;
+            parts[(*np)++] = pa;
+            parts_beside_constant(c, pa, j, depth - 1, parts, np, max); /* (reads only: k stays valid) */
+        }
+    }
+}
+
 /* Whether class x holds an iota along dim j of its type (through a broadcast
  * of a 1-D iota along j). */
 static bool iota_along(lift_ctx *c, eid x, uint32_t j) {
@@ -1131,6 +1163,21 @@ static bool pw_gather(lstate *s, lval *out) {
         p.pos = lf_mk_reshape(c, p0, pt, c->origin);
         p.cls = lf_mk_reshape(c, v.hit, ht, c->origin);
         pick_note(c, &p);
+        /* A table that is an elementwise op of a value and something
+         * constant along j (log_softmax's x - lse): the same gather of that
+         * value is a pick of it too, noted, so that a one-hot pick of the
+         * value meets it (the rules then distribute the gather over the op) */
+        eid sub[4];
+        uint32_t nsub = 0;
+        if (lf_class_node(c, v.hit, OP_GATHER, 2, NULL) != EID_NONE) parts_beside_constant(c, tab->cls, j, 2, sub, &nsub, 4);
+        for (uint32_t k = 0; k < nsub; k++) {
+            hlo_instr gi = lf_with_ints(c, in, A_SLICE_SIZES, gss, nss);
+            eid pc[2] = {sub[k], ch[1]};
+            lift_pick q = p;
+            q.x = sub[k];
+            q.cls = lf_mk_reshape(c, lf_node(c, c->cur, &gi, pc, 2, g, c->origin), ht, c->origin);
+            pick_note(c, &q);
+        }
     }
     /* Every row on every device and an index that does not depend on the
      * device (a bin's support value at a data-derived bin): the gather as

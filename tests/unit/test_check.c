@@ -2200,6 +2200,8 @@ static void concat_unlike_operands(void) {
  *     its gradient scattered at batch-sharded labels.
  *   - tests/cases/token-shift: a previous-token shift across shards with a
  *     learned fill on the first (the fill's rows before the term's).
+ *   - tests/cases/pick-lse: a vocab-parallel log-probability (one-hot pick
+ *     minus log-sum-exp) against take_along_axis of log_softmax.
  *   - tests/cases/mask-literal: a broadcast of a known constant meets the
  *     literal of its values.
  *   - tests/cases/known-select: a select whose mask one program folds (known
@@ -2790,6 +2792,20 @@ static void hand_written_cases(void) {
          "source_target_pairs={{1,0},{2,1},{3,2},{5,4},{6,5},{7,6}}", VERDICT_MISMATCH, false},
         {"token-shift/prev", "the fill on every shard but the first", "%constant.2.clone), direction=EQ",
          "%constant.2.clone), direction=NE", VERDICT_MISMATCH, false},
+        /* a label's log-probability under a vocabulary sharded over tp: the
+         * one-hot pick of the logits minus the log-sum-exp (pmax, psum of
+         * the shifted exponentials) against take_along_axis of
+         * log_softmax: the baseline's take of x - lse is also noted as a
+         * take of x, which the one-hot pick meets (a JAX 0.12 export) */
+        {"pick-lse/logprob", "a vocab-parallel log-probability", NULL, NULL, VERDICT_VERIFIED, true},
+        {"pick-lse/logprob", "the picked logit left partial",
+         "%psum.12 = f32[8]{0} all-reduce(%reduce_sum.16), channel_id=1, replica_groups=mesh['tp'=4] {'tp'}, "
+         "use_global_device_ids=true, to_apply=%region_1.0",
+         "%psum.12 = f32[8]{0} copy(%reduce_sum.16)", VERDICT_MISMATCH, false},
+        {"pick-lse/logprob", "the exponentials' sum left partial",
+         "%psum.13 = f32[8]{0} all-reduce(%reduce_sum.17), channel_id=1, replica_groups=mesh['tp'=4] {'tp'}, "
+         "use_global_device_ids=true, to_apply=%region_5.6",
+         "%psum.13 = f32[8]{0} copy(%reduce_sum.17)", VERDICT_MISMATCH, false},
         {"ghost-bn/stats", "per-group statistics", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"ghost-bn/stats", "min for max", "maximum(s, zb)", "minimum(s, zb)", VERDICT_MISMATCH, false},
         /* a part of a fused projection whose columns are split over tp:
