@@ -992,6 +992,11 @@ static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
     if (off && off->kind == LV_DEV && n > 0 && ((int64_t)off->count == n || off->count == 1) && !lf_dev_uniform(c, off)) {
         x = s->vals[si->operands[0]];
         if (lf_is_index(&x) && !lf_index_as_term(c, &x)) return false;
+        /* a constant position (.at[:, -1].set on a sharded dim): that constant */
+        if (x.kind == LV_DEV && lf_dev_uniform(c, &x)) {
+            const hlo_instr *xi = &s->comp->instrs[si->operands[0]];
+            x = term(lf_dev_constant(c, xi, &x), view_dup(xi->shape.rank), false);
+        }
         if (gi && !gathered_offsets(c, gi, ivd, off, &x)) return false;
         bool *seen = arena_alloc(c->a, nsd * sizeof *seen);
         for (int64_t r = 0; r < c->ndev; r++) {

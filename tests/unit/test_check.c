@@ -2202,6 +2202,8 @@ static void concat_unlike_operands(void) {
  *     learned fill on the first (the fill's rows before the term's).
  *   - tests/cases/pick-lse: a vocab-parallel log-probability (one-hot pick
  *     minus log-sum-exp) against take_along_axis of log_softmax.
+ *   - tests/cases/set-at: a set at a constant position of a sharded dim
+ *     (GSPMD's scatter at the position minus the block start).
  *   - tests/cases/mask-literal: a broadcast of a known constant meets the
  *     literal of its values.
  *   - tests/cases/known-select: a select whose mask one program folds (known
@@ -2806,6 +2808,15 @@ static void hand_written_cases(void) {
          "%psum.13 = f32[8]{0} all-reduce(%reduce_sum.17), channel_id=1, replica_groups=mesh['tp'=4] {'tp'}, "
          "use_global_device_ids=true, to_apply=%region_5.6",
          "%psum.13 = f32[8]{0} copy(%reduce_sum.17)", VERDICT_MISMATCH, false},
+        /* labels rolled along a sequence sharded over sp and the last
+         * position set (.at[:, -1].set(-100)): GSPMD's scatter at the constant
+         * position minus each device's block start, which only the owner
+         * keeps (a JAX 0.12 export) */
+        {"set-at/roll", "a set at a constant position of a sharded dim", NULL, NULL, VERDICT_VERIFIED, true},
+        {"set-at/roll", "another position", "%constant.0.clone = s32[1]{0} constant({15})",
+         "%constant.0.clone = s32[1]{0} constant({14})", VERDICT_MISMATCH, false},
+        {"set-at/roll", "no block offsets", "%constant.9 = s32[4]{0} constant({0, 4, 8, 12})",
+         "%constant.9 = s32[4]{0} constant({0, 0, 0, 0})", VERDICT_MISMATCH, false},
         {"ghost-bn/stats", "per-group statistics", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"ghost-bn/stats", "min for max", "maximum(s, zb)", "minimum(s, zb)", VERDICT_MISMATCH, false},
         /* a part of a fused projection whose columns are split over tp:
