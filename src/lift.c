@@ -1762,7 +1762,7 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
     eid ch[3];
     bool assumed = false;
     for (uint32_t k = 0; k < b->noperands; k++) sub[k] = s->vals[b->operands[k]];
-    lstate inner = {c, s->comp, b, sub, s->vals};
+    lstate inner = {c, s->comp, b, sub, s->vals, NULL};
     depth++;
     bool ok = true;
     for (uint32_t k = 0; k < b->noperands && ok; k++) {
@@ -1831,7 +1831,7 @@ static bool review_dot(lstate *s, uint32_t o, const view *want) {
     }
     for (uint32_t k = 0; k < want->rank; k++)
         if (!is_free[k] && memcmp(&want->dims[k], &x->v.dims[k], sizeof want->dims[k])) return false;
-    lstate inner = {c, s->comp, b, sub, s->vals};
+    lstate inner = {c, s->comp, b, sub, s->vals, NULL};
     depth++;
     bool ok = true;
     for (uint32_t side = 0; side < 2 && ok; side++)
@@ -1899,7 +1899,7 @@ static bool review_gather(lstate *s, uint32_t o, const view *want) {
     }
     if (!changes) return false;
     if (splat) sub[1] = lf_splat_term(c, bi, &sub[1], &iw);
-    lstate inner = {c, s->comp, b, sub, s->vals};
+    lstate inner = {c, s->comp, b, sub, s->vals, NULL};
     depth++;
     bool ok = lf_review_operand(&inner, 1, &iw) && sub[1].kind == LV_TERM && lf_same_sharding(&sub[1].v, &iw) &&
               !sub[1].v.partial && lf_scale_of(&sub[1]) == 1;
@@ -1938,7 +1938,7 @@ static bool review_dynamic_slice(lstate *s, uint32_t o, const view *want) {
         changes = true;
     }
     if (!changes) return false;
-    lstate inner = {c, s->comp, b, sub, s->vals};
+    lstate inner = {c, s->comp, b, sub, s->vals, NULL};
     depth++;
     bool ok = lf_review_operand(&inner, 0, &uw) && sub[0].kind == LV_TERM && lf_same_sharding(&sub[0].v, &uw) &&
               !sub[0].v.partial && lf_scale_of(&sub[0]) == 1;
@@ -3173,7 +3173,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
         *v = c->baseline_mode ? lf_loop_baseline(c, comp, in, vals) : lf_loop_distributed(c, comp, in, vals);
         if (c->baseline_mode && v->kind == LV_UNKNOWN && in->noperands == 1) {
             lval op = vals[in->operands[0]];
-            lstate st = {c, comp, in, &op, vals};
+            lstate st = {c, comp, in, &op, vals, NULL};
             *v = generic(&st);
         }
         return;
@@ -3196,7 +3196,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
         if (c->baseline_mode && v->kind == LV_UNKNOWN) {
             lval *ops = arena_alloc(c->a, in->noperands * sizeof *ops);
             for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
-            lstate st = {c, comp, in, ops, vals};
+            lstate st = {c, comp, in, ops, vals, NULL};
             *v = generic(&st);
         }
         if (c->baseline_mode && v->kind == LV_TERM) lf_record_scope(c, in, v->cls);
@@ -3248,7 +3248,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
     }
     lval ops_stack[8], *ops = in->noperands <= 8 ? ops_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
     for (uint32_t o = 0; o < in->noperands; o++) ops[o] = vals[in->operands[o]];
-    lstate s = {c, comp, in, ops, vals};
+    lstate s = {c, comp, in, ops, vals, NULL};
     bool amb = false, konst_op = false;
     for (uint32_t o = 0; o < in->noperands; o++) amb |= ops[o].ambiguous, konst_op |= ops[o].konst;
     c->ambiguous_now = amb;

@@ -242,7 +242,7 @@ static bool owed_pairs(lstate *s, const hlo_instr *r, eid *node, int *d, view_di
     lift_ctx *c = s->c;
     lval ops[4];
     for (uint32_t o = 0; o < 4; o++) ops[o] = s->vals[r->operands[o]];
-    lstate s2 = {c, s->comp, r, ops, s->vals};
+    lstate s2 = {c, s->comp, r, ops, s->vals, NULL};
     for (uint32_t o = 2; o < 4; o++) lf_uniform_dev_as_term(&s2, o);
     int kind = lf_select_kind(c->cur, r);
     view v;

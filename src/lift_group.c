@@ -245,7 +245,7 @@ static int row_by_instr(gctx *g, uint32_t i, int depth, lval *out) {
     if (!any) return G_FAIL;
     /* constant factors as the walk takes them (lift_scale.c): the rows
      * meet the baseline's terms where the plain values would */
-    lstate st = {g->c, g->comp, in, ops, g->vals};
+    lstate st = {g->c, g->comp, in, ops, g->vals, NULL};
     const lval *same = lf_identity_operand(&st);
     if (!same) same = lf_select_known(&st);
     if (same) {

@@ -92,6 +92,8 @@ typedef struct lstate {
     const hlo_instr *in;
     lval *ops;
     const lval *vals;             /* values of the computation so far */
+    const shape *from;            /* reshape: the shape ops[0] has, where it is not in's operand's (a chain of
+                                   * reshapes read as one); NULL: the operand's */
 } lstate;
 
 static inline lval unknown(void) { return (lval){.kind = LV_UNKNOWN}; }

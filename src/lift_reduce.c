@@ -616,7 +616,7 @@ static bool unit_partial_reread(lstate *s, uint32_t o) {
         const hlo_instr *y = &comp->instrs[chain[--n]];
         lval ops[3];
         for (uint32_t q = 0; q < y->noperands && q < 3; q++) ops[q] = q == at[n] ? cur : s->vals[y->operands[q]];
-        lstate s2 = {c, comp, y, ops, s->vals};
+        lstate s2 = {c, comp, y, ops, s->vals, NULL};
         if (!lf_scale_take(&s2, &cur)) {
             double f = lf_scale_plan(&s2);
             cur = lf_lift_instr(&s2);

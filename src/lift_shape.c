@@ -310,12 +310,18 @@ static bool reshape_split_reading(lift_ctx *c, const lval *x, const hlo_instr *i
  * their order, shardings and blocks. */
 static bool unit_dim_moved_to(lstate *s, uint32_t k, uint32_t jo, lval *out);
 
+/* The shape a reshape's operand value has (lstate.from). */
+static const shape *reshape_from(const lstate *s) {
+    return s->from ? s->from : &s->comp->instrs[s->in->operands[0]].shape;
+}
+
 static bool unit_dim_moved(lstate *s, lval *out) {
     lift_ctx *c = s->c;
-    const hlo_instr *in = s->in, *src = &s->comp->instrs[in->operands[0]];
+    const hlo_instr *in = s->in;
+    const shape *src = reshape_from(s);
     const lval *x = &s->ops[0];
-    const int64_t *a = src->shape.dims, *b = in->shape.dims;
-    uint32_t ra = src->shape.rank, rb = in->shape.rank, k = ra, nunits = 0;
+    const int64_t *a = src->dims, *b = in->shape.dims;
+    uint32_t ra = src->rank, rb = in->shape.rank, k = ra, nunits = 0;
     if (ra > VIEW_MAX_RANK || rb > VIEW_MAX_RANK) return false;
     for (uint32_t d = 0; d < ra; d++)
         if (x->v.dims[d].naxes && a[d] == 1) {
@@ -343,10 +349,11 @@ static bool unit_dim_moved(lstate *s, lval *out) {
  * dim jo (the other unit dims unsharded, of global size 1). */
 static bool unit_dim_moved_to(lstate *s, uint32_t k, uint32_t jo, lval *out) {
     lift_ctx *c = s->c;
-    const hlo_instr *in = s->in, *src = &s->comp->instrs[in->operands[0]];
+    const hlo_instr *in = s->in;
+    const shape *src = reshape_from(s);
     const lval *x = &s->ops[0];
-    const int64_t *a = src->shape.dims, *b = in->shape.dims;
-    uint32_t ra = src->shape.rank, rb = in->shape.rank, na = 0, nb = 0, nka = 0, nkb = 0;
+    const int64_t *a = src->dims, *b = in->shape.dims;
+    uint32_t ra = src->rank, rb = in->shape.rank, na = 0, nb = 0, nka = 0, nkb = 0;
     /* the non-unit dims alike, in order (ia, ib: where they are); where the
      * sharded unit dim sits among them */
     int64_t ka[VIEW_MAX_RANK], kb[VIEW_MAX_RANK];
@@ -392,6 +399,43 @@ static bool unit_dim_moved_to(lstate *s, uint32_t k, uint32_t jo, lval *out) {
     return true;
 }
 
+/* Whether x only relabels its operand's elements in row-major order: a
+ * reshape, a bitcast, a copy, a broadcast to the operand's own dims. */
+static bool order_keeping(const hlo_comp *comp, const hlo_instr *x) {
+    if (x->noperands != 1) return false;
+    if (x->op == OP_RESHAPE || x->op == OP_BITCAST || x->op == OP_COPY) return true;
+    if (x->op != OP_BROADCAST) return false;
+    const shape *a = &comp->instrs[x->operands[0]].shape;
+    uint32_t nd;
+    const int64_t *bd = instr_ints(x, A_DIMENSIONS, &nd);
+    if (nd != a->rank || a->rank != x->shape.rank) return false;
+    for (uint32_t d = 0; d < nd; d++)
+        if (bd[d] != (int64_t)d || a->dims[d] != x->shape.dims[d]) return false;
+    return true;
+}
+
+/* s's reshape read as one reshape of the first value before it that is
+ * more than a relabelling of its elements, where that value is a plain
+ * term (the instruction stays s's: only the operand and its shape change). */
+static bool reshape_chain(lstate *s, lval *out) {
+    if (s->from) return false;
+    const hlo_instr *src = &s->comp->instrs[s->in->operands[0]];
+    if (!order_keeping(s->comp, src)) return false;
+    uint32_t at = src->operands[0];
+    for (int hops = 0; hops < 8 && order_keeping(s->comp, &s->comp->instrs[at]); hops++)
+        at = s->comp->instrs[at].operands[0];
+    const lval *z = &s->vals[at];
+    if (z->kind != LV_TERM || s->comp->instrs[at].shape.rank == 0) return false;
+    lval zv = *z;
+    lstate t = *s;
+    t.ops = &zv;
+    t.from = &s->comp->instrs[at].shape;
+    lval r = lf_lift_reshape(&t);
+    if (r.kind != LV_TERM || r.assumed || r.guessed) return false;
+    *out = r;
+    return true;
+}
+
 lval lf_lift_reshape(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -399,9 +443,9 @@ lval lf_lift_reshape(lstate *s) {
     if (x->kind != LV_TERM) return unknown();
     lval moved;
     if (unit_dim_moved(s, &moved)) return moved;
-    const hlo_instr *src = &s->comp->instrs[in->operands[0]];
-    const int64_t *a = src->shape.dims, *b = in->shape.dims;
-    uint32_t ra = src->shape.rank, rb = in->shape.rank;
+    const shape *src = reshape_from(s);
+    const int64_t *a = src->dims, *b = in->shape.dims;
+    uint32_t ra = src->rank, rb = in->shape.rank;
     view v = view_dup(rb);
     v.partial = x->v.partial;
     v.red = x->v.red;
@@ -443,6 +487,13 @@ lval lf_lift_reshape(lstate *s) {
                 continue;
             }
             if (!units_before || j == j2 || v.dims[j].naxes + x->v.dims[k].naxes > MESH_MAX_AXES) {
+                /* A chain of reshapes (and identity broadcasts) is one
+                 * reshape of the value before it: read that way where this
+                 * reading of the last fails ([1, 4] -> [4, 1] -> [4] with
+                 * the unit dim sharded: the moved unit dim merges minor,
+                 * the whole chain major) */
+                lval once;
+                if (reshape_chain(s, &once)) return once;
                 lf_unsupported(c, s->comp, in, "reshape %s moves a sharded dimension inside a merged group (needs a layout view)",
                             in->name);
                 view pv = v;

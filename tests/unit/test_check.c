@@ -2204,6 +2204,8 @@ static void concat_unlike_operands(void) {
  *     minus log-sum-exp) against take_along_axis of log_softmax.
  *   - tests/cases/set-at: a set at a constant position of a sharded dim
  *     (GSPMD's scatter at the position minus the block start).
+ *   - tests/cases/reshape-chain: reshapes through a moved sharded unit dim
+ *     read as one reshape of the value before them.
  *   - tests/cases/mask-literal: a broadcast of a known constant meets the
  *     literal of its values.
  *   - tests/cases/known-select: a select whose mask one program folds (known
@@ -2817,6 +2819,16 @@ static void hand_written_cases(void) {
          "%constant.0.clone = s32[1]{0} constant({14})", VERDICT_MISMATCH, false},
         {"set-at/roll", "no block offsets", "%constant.9 = s32[4]{0} constant({0, 4, 8, 12})",
          "%constant.9 = s32[4]{0} constant({0, 0, 0, 0})", VERDICT_MISMATCH, false},
+        /* GRPO advantages per group of 4 (a group per device): [1, 4] ->
+         * [4, 1] -> (an identity broadcast) -> [4], the chain read as one
+         * reshape of the first value (samples/fresh111) */
+        {"reshape-chain/grpo", "a reshape chain through a moved unit dim", NULL, NULL, VERDICT_VERIFIED, true},
+        {"reshape-chain/grpo", "another group size", "%constant.11.clone = f32[] constant(8)",
+         "%constant.11.clone = f32[] constant(4)", VERDICT_MISMATCH, false},
+        {"reshape-chain/grpo", "the statistics over the other axis",
+         "replica_groups=mesh['dp'=8] {'dp':(4)2}, use_global_device_ids=true, to_apply=%region_0.0.clone",
+         "replica_groups=mesh['dp'=8] {'dp':(2)4}, use_global_device_ids=true, to_apply=%region_0.0.clone", VERDICT_MISMATCH,
+         false},
         {"ghost-bn/stats", "per-group statistics", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"ghost-bn/stats", "min for max", "maximum(s, zb)", "minimum(s, zb)", VERDICT_MISMATCH, false},
         /* a part of a fused projection whose columns are split over tp:
