@@ -8,43 +8,60 @@
 #include "debug.h"
 #include "interp.h"
 
+/* Where a value comes from, in range_in's walk: other data, parameter k
+ * through arithmetic, constants only, parameter k itself through ops that
+ * only move or convert its elements. */
+enum { FROM_OTHER = -1, FROM_K = 0, FROM_CONST = 1, FROM_K_ITSELF = 2 };
+#define IS_FROM_K(f) ((f) == FROM_K || (f) == FROM_K_ITSELF)
+
 /* The least extent along which computation ci of m picks rows with a
  * value computed from the parameters marked in from_k alone (through layout
  * ops, converts, wrap-around selects, arithmetic with constants and calls):
  * a gather's or scatter's one indexed dim, a dynamic-slice's starts, the
- * iota a one-hot compares it with; 0 when it indexes nothing. */
-static int64_t range_in(const hlo_module *m, uint32_t ci, const bool *from_k, int depth) {
+ * iota a one-hot compares it with; 0 when it indexes nothing. from_k holds
+ * FROM_ codes per parameter. *tested: an integer literal the marked
+ * parameters' own elements are compared with for (in)equality (labels !=
+ * -100; the last one met), left as it is when there is none. */
+static int64_t range_in(const hlo_module *m, uint32_t ci, const int *from_k, int depth, int64_t *tested) {
     const hlo_comp *c = &m->comps[ci];
-    int *src = xmalloc((size_t)(c->ninstrs ? c->ninstrs : 1) * sizeof *src); /* -1: other data, 0: from k, 1: constant */
-    for (uint32_t i = 0; i < c->ninstrs; i++) src[i] = -1;
+    int *src = xmalloc((size_t)(c->ninstrs ? c->ninstrs : 1) * sizeof *src);
+    for (uint32_t i = 0; i < c->ninstrs; i++) src[i] = FROM_OTHER;
     for (uint32_t q = 0; q < c->nparams; q++)
-        if (from_k[q] && c->params[q] < c->ninstrs) src[c->params[q]] = 0;
+        if (IS_FROM_K(from_k[q]) && c->params[q] < c->ninstrs) src[c->params[q]] = from_k[q];
     int64_t range = 0;
     for (uint32_t i = 0; i < c->ninstrs; i++) {
         const hlo_instr *in = &c->instrs[i];
-        int from = -1;
+        int from = FROM_OTHER;
         int64_t r = 0;
         switch (in->op) {
         case OP_PARAMETER: from = src[i]; break;
-        case OP_CONSTANT: case OP_IOTA: from = 1; break;
+        case OP_CONSTANT: case OP_IOTA: from = FROM_CONST; break;
         case OP_CONVERT: case OP_RESHAPE: case OP_BROADCAST: case OP_SLICE: case OP_COPY: case OP_BITCAST:
         case OP_TRANSPOSE: case OP_CONCATENATE: case OP_ADD: case OP_SUBTRACT: case OP_MULTIPLY: case OP_SELECT:
         case OP_CLAMP: case OP_MINIMUM: case OP_MAXIMUM: case OP_COMPARE: case OP_REMAINDER: case OP_NEGATE:
-            from = 1;
+            from = FROM_CONST;
             for (uint32_t o = 0; o < in->noperands; o++) {
                 int f = src[in->operands[o]];
-                if (f < 0) from = -1;
-                else if (f == 0 && from == 1) from = 0;
+                if (f == FROM_OTHER) from = FROM_OTHER;
+                else if (IS_FROM_K(f) && from == FROM_CONST) from = FROM_K;
             }
+            /* (the elements themselves, moved or converted) */
+            if (in->noperands == 1 && src[in->operands[0]] == FROM_K_ITSELF && in->op != OP_NEGATE &&
+                in->op != OP_COMPARE)
+                from = FROM_K_ITSELF;
             break;
         case OP_CALL: {
             /* the callee, its parameters marked where the operands come from k */
             const hlo_attr *ta = instr_attr(in, A_TO_APPLY);
-            bool any = false, *marks = xcalloc(in->noperands + 1, sizeof *marks);
-            for (uint32_t o = 0; o < in->noperands; o++) any |= marks[o] = src[in->operands[o]] == 0;
+            bool any = false;
+            int *marks = xcalloc(in->noperands + 1, sizeof *marks);
+            for (uint32_t o = 0; o < in->noperands; o++) {
+                marks[o] = IS_FROM_K(src[in->operands[o]]) ? src[in->operands[o]] : FROM_OTHER;
+                any |= marks[o] != FROM_OTHER;
+            }
             if (any && ta && ta->v.ints && ta->v.ints[0] >= 0 && ta->v.ints[0] < m->ncomps && depth < 8 &&
                 m->comps[ta->v.ints[0]].nparams == in->noperands)
-                r = range_in(m, (uint32_t)ta->v.ints[0], marks, depth + 1);
+                r = range_in(m, (uint32_t)ta->v.ints[0], marks, depth + 1, tested);
             free(marks);
             break;
         }
@@ -54,24 +71,32 @@ static int64_t range_in(const hlo_module *m, uint32_t ci, const bool *from_k, in
         /* uses as indices */
         uint32_t n;
         const hlo_instr *a = in->noperands ? &c->instrs[in->operands[0]] : NULL;
-        if ((in->op == OP_GATHER || in->op == OP_SCATTER) && in->noperands >= 2 && src[in->operands[1]] == 0) {
+        if ((in->op == OP_GATHER || in->op == OP_SCATTER) && in->noperands >= 2 && IS_FROM_K(src[in->operands[1]])) {
             /* (one indexed dim: with several, which component k feeds is not traced) */
             const int64_t *mp = instr_ints(in, in->op == OP_GATHER ? A_START_INDEX_MAP : A_SCATTER_DIMS_TO_OPERAND_DIMS, &n);
             if (n == 1 && mp[0] >= 0 && mp[0] < a->shape.rank) r = a->shape.dims[mp[0]];
         } else if (in->op == OP_DYNAMIC_SLICE && in->noperands == 1 + a->shape.rank) {
             for (uint32_t q = 0; q < a->shape.rank; q++)
-                if (src[in->operands[1 + q]] == 0) {
+                if (IS_FROM_K(src[in->operands[1 + q]])) {
                     int64_t e = a->shape.dims[q] - in->shape.dims[q] + 1;
                     if (r == 0 || e < r) r = e;
                 }
         } else if (in->op == OP_COMPARE && in->noperands == 2) {
+            const char *dir = instr_str(in, A_DIRECTION);
+            bool eq = dir && (!strcmp(dir, "EQ") || !strcmp(dir, "NE"));
             for (uint32_t o = 0; o < 2; o++) {
                 const hlo_instr *t = &c->instrs[in->operands[1 - o]];
                 while ((t->op == OP_BROADCAST || t->op == OP_RESHAPE || t->op == OP_CONVERT) && t->noperands == 1)
                     t = &c->instrs[t->operands[0]];
-                if (src[in->operands[o]] == 0 && t->op == OP_IOTA) {
+                if (IS_FROM_K(src[in->operands[o]]) && t->op == OP_IOTA) {
                     int64_t id = instr_int(t, A_IOTA_DIMENSION, 0);
                     if (id >= 0 && id < t->shape.rank) r = t->shape.dims[id];
+                }
+                if (eq && src[in->operands[o]] == FROM_K_ITSELF && t->op == OP_CONSTANT && t->shape.rank == 0 &&
+                    dtype_is_int(t->shape.dtype) && t->shape.dtype != DT_PRED) {
+                    interp_val *v = interp_eval_instr(m, t, NULL, NULL);
+                    if (v && v->i && v->n == 1) *tested = v->i[0];
+                    interp_val_free(v);
                 }
             }
         }
@@ -82,12 +107,12 @@ static int64_t range_in(const hlo_module *m, uint32_t ci, const bool *from_k, in
 }
 
 /* The range integer parameter k of the baseline's entry indexes (range_in). */
-static int64_t index_range(const hlo_module *base, uint32_t k) {
+static int64_t index_range(const hlo_module *base, uint32_t k, int64_t *tested) {
     const hlo_comp *c = graph_entry(base);
     if (!c || k >= c->nparams) return 0;
-    bool *marks = xcalloc(c->nparams + 1, sizeof *marks);
-    marks[k] = true;
-    int64_t r = range_in(base, (uint32_t)(c - base->comps), marks, 0);
+    int *marks = xcalloc(c->nparams + 1, sizeof *marks);
+    for (uint32_t q = 0; q < c->nparams; q++) marks[q] = q == k ? FROM_K_ITSELF : FROM_OTHER;
+    int64_t r = range_in(base, (uint32_t)(c - base->comps), marks, 0, tested);
     free(marks);
     return r;
 }
@@ -294,47 +319,6 @@ static bool amplifies(const hlo_module *base, const interp_config *cb, interp_va
     return t.differs && t.max_abs >= 0.1 * apart;
 }
 
-/* The parameter of the entry computation that x is, through layout ops
- * (a slice of labels, a reshape, a convert), or -1. */
-static int64_t param_of(const hlo_comp *c, const hlo_instr *x) {
-    for (int hops = 0; hops < 16; hops++) {
-        if (x->op == OP_PARAMETER) return instr_int(x, A_PARAMETER_NUMBER, -1);
-        if ((x->op != OP_SLICE && x->op != OP_RESHAPE && x->op != OP_CONVERT && x->op != OP_COPY &&
-             x->op != OP_BITCAST && x->op != OP_TRANSPOSE) || x->noperands != 1)
-            return -1;
-        x = &c->instrs[x->operands[0]];
-    }
-    return -1;
-}
-
-/* sent[k]: an integer the baseline's entry compares integer parameter k
- * with for (in)equality, a broadcast literal (the last such, INT64_MIN for
- * none). False when no parameter has one. */
-static bool tested_values(const hlo_module *base, int64_t *sent) {
-    const hlo_comp *c = graph_entry(base);
-    bool any = false;
-    for (uint32_t k = 0; k < c->nparams; k++) sent[k] = INT64_MIN;
-    for (uint32_t i = 0; i < c->ninstrs; i++) {
-        const hlo_instr *in = &c->instrs[i];
-        const char *dir = in->op == OP_COMPARE && in->noperands == 2 ? instr_str(in, A_DIRECTION) : NULL;
-        if (!dir || (strcmp(dir, "EQ") && strcmp(dir, "NE"))) continue;
-        for (uint32_t o = 0; o < 2; o++) {
-            int64_t k = param_of(c, &c->instrs[in->operands[o]]);
-            const hlo_instr *b = &c->instrs[in->operands[1 - o]];
-            if (b->op == OP_BROADCAST && b->noperands == 1) b = &c->instrs[b->operands[0]];
-            if (k < 0 || k >= c->nparams || b->op != OP_CONSTANT || b->shape.rank != 0 ||
-                !dtype_is_int(b->shape.dtype) || b->shape.dtype == DT_PRED)
-                continue;
-            const hlo_instr *p = &c->instrs[c->params[k]];
-            if (!dtype_is_int(p->shape.dtype) || p->shape.dtype == DT_PRED) continue;
-            interp_val *v = interp_eval_instr(base, b, NULL, NULL);
-            if (v && v->i && v->n == 1) sent[k] = v->i[0], any = true;
-            interp_val_free(v);
-        }
-    }
-    return any;
-}
-
 static void run_once(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed,
                      double input_scale, double shift, int64_t int_below, int ints, const int64_t *ranges,
                      const int64_t *own, const int64_t *sentinel, witness *w) {
@@ -493,12 +477,18 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
      * vocabulary, a table's rows), else [0, 16) */
     const hlo_comp *be = graph_entry(base);
     uint32_t np = be->nparams;
-    int64_t *ranges = xcalloc(np + 1, sizeof *ranges);
-    for (uint32_t k = 0; k < np; k++)
-        if (dtype_is_int(be->instrs[be->params[k]].shape.dtype)) {
-            ranges[k] = index_range(base, k);
+    int64_t *ranges = xcalloc(np + 1, sizeof *ranges), *sent = xcalloc(np + 1, sizeof *sent);
+    bool any_sent = false;
+    for (uint32_t k = 0; k < np; k++) {
+        sent[k] = INT64_MIN;
+        int dt = be->instrs[be->params[k]].shape.dtype;
+        if (dtype_is_int(dt)) {
+            ranges[k] = index_range(base, k, &sent[k]);
+            if (dt == DT_PRED) sent[k] = INT64_MIN;
+            any_sent |= sent[k] != INT64_MIN;
             if (dbg_on(DBG_WITNESS)) fprintf(stderr, "witness: integer input %u indexes a range of %lld\n", k, (long long)ranges[k]);
         }
+    }
     run_once(base, dist, rel, seed, 1, 0, int_below, INTS_RANDOM, ranges, NULL, NULL, w);
     if (w->runs == 1 && !w->differs) run_once(base, dist, rel, seed + 1, 0x1p-6, 0, int_below, INTS_RANDOM, ranges, NULL, NULL, w);
     if (w->runs == 2 && !w->differs && w->nan_seen) run_once(base, dist, rel, seed + 2, -1, 0, int_below, INTS_RANDOM, ranges, NULL, NULL, w);
@@ -535,8 +525,7 @@ void witness_run(const hlo_module *base, const hlo_module *dist, const relations
      * once more, what random draws never give (a count of the kept ones
      * taken per device differs only then). Like the run on flags, it can
      * only find a difference. */
-    int64_t *sent = xcalloc(np + 1, sizeof *sent);
-    if (w->runs >= 2 && !w->differs && tested_values(base, sent)) {
+    if (w->runs >= 2 && !w->differs && any_sent) {
         witness before = *w;
         run_once(base, dist, rel, seed + 0x200, 1, 0, int_below, INTS_RANDOM, ranges, NULL, sent, w);
         if (!w->differs) *w = before;
