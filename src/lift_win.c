@@ -5,7 +5,8 @@
  * concatenate, a dynamic-slice). Zeros a permute leaves at the edges are a
  * zero pad's (halo exchanges); reverse, reduce-window and convolution of
  * windows follow the pieces too (reversed device order, cumulative ops, a
- * convolution over halos), and so do dynamic-update-slices that assemble a
+ * convolution over halos, broadcasts and unit-dim reshapes), and so do
+ * dynamic-update-slices that assemble a
  * buffer from a permute ring's blocks (lf_win_update: a collective matmul).
  * A window no op takes continues under a guessed view that decides no
  * finding (lf_win_assume).
@@ -1924,6 +1925,59 @@ static eid conv_term(lstate *s, eid x, eid k, uint32_t wd, uint32_t si, uint32_t
     return groups == instr_int(s->in, A_FEATURE_GROUP_COUNT, 1) ? lf_node(c, c->cur, s->in, ch, 2, dims, c->origin) : EID_NONE;
 }
 
+/* x's first n rows along dim d: where x is a pad whose rows past n are
+ * padding (a convolution whose last outputs no device keeps), the pad with
+ * less padding at the end, also through a reshape that only inserts unit
+ * dims; a slice otherwise. */
+static eid trim_end(lift_ctx *c, eid x, uint32_t d, int64_t n, int depth) {
+    uint32_t rank, yr, nw;
+    const int64_t *xd = term_dims(c, x, &rank);
+    if (rank > VIEW_MAX_RANK || d >= rank || n >= xd[d]) return eg_find(c->g, x);
+    int64_t dims[VIEW_MAX_RANK], sl[3 * VIEW_MAX_RANK];
+    memcpy(dims, xd, rank * sizeof *dims);
+    for (uint32_t k = 0; k < rank; k++) sl[3 * k] = 0, sl[3 * k + 1] = xd[k], sl[3 * k + 2] = 1;
+    sl[3 * d + 1] = n;
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, x));
+    const eid *ch;
+    eid pn = depth < 4 ? lf_class_node(c, x, OP_PAD, 2, &ch) : EID_NONE;
+    if (pn != EID_NONE) {
+        const int64_t *pw = eg_attr_words(c->g, eg_node_attr(c->g, pn), &nw);
+        const int64_t *yd = term_dims(c, ch[0], &yr);
+        if (yr == rank && nw == 2 + 3 * rank && pw[0] == A_PADDING && pw[2 + 3 * d + 2] == 0 &&
+            pw[2 + 3 * d] >= 0 && pw[2 + 3 * d] + yd[d] <= n) {
+            int64_t words[3 * VIEW_MAX_RANK];
+            memcpy(words, pw + 2, 3 * rank * sizeof *words);
+            words[3 * d + 1] = n - pw[2 + 3 * d] - yd[d];
+            dims[d] = n;
+            eid kids[2] = {ch[0], ch[1]};
+            hlo_attr at = {.key = A_PADDING, .kind = K_PADDING, .n = rank, .v.ints = words};
+            hlo_instr g = {.name = "pad", .opname = "pad", .op = OP_PAD, .nattrs = 1, .noperands = 2, .attrs = &at};
+            g.shape.dtype = (uint8_t)dt, g.shape.rank = rank, g.shape.dims = dims;
+            return lf_node(c, c->cur, &g, kids, 2, dims, c->origin);
+        }
+    }
+    eid rn = depth < 4 ? lf_class_node(c, x, OP_RESHAPE, 1, &ch) : EID_NONE;
+    if (rn != EID_NONE) {
+        eid y = ch[0];
+        const int64_t *yd = term_dims(c, y, &yr);
+        /* the operand's dims are x's without some unit dims */
+        uint32_t i = 0, yd_at = UINT32_MAX;
+        bool ok = yr <= VIEW_MAX_RANK;
+        for (uint32_t k = 0; k < rank && ok; k++) {
+            if (i < yr && yd[i] == xd[k] && (xd[k] != 1 || k == d)) {
+                if (k == d) yd_at = i;
+                i++;
+            } else ok = xd[k] == 1;
+        }
+        if (ok && i == yr && yd_at != UINT32_MAX) {
+            eid t = trim_end(c, y, yd_at, n, depth + 1);
+            dims[d] = n;
+            return lf_mk_reshape(c, t, lf_type_of(c, dt, dims, rank), c->origin);
+        }
+    }
+    return lf_mk_slice(c, x, sl);
+}
+
 /* convolution of a window along one of its spatial dims with a kernel:
  * where device r's rows are a run of the term (zeros a permute left at the
  * edges read as the zero-padded term: a halo exchange) and the window along
@@ -1958,13 +2012,20 @@ static bool win_convolution(lstate *s, lval *out) {
         if (ls[j] == (int)w->dim) si = j;
     win_attr wa;
     if (si < 0 || !lf_read_window(in, (uint32_t)nl, &wa) || wa.pad[2 * si] || wa.pad[2 * si + 1] || wa.stride[si] < 1 ||
-        wa.ld[si] != 1 || wa.rd[si] < 1 || k->v.dims[ri].naxes)
+        wa.ld[si] != 1 || wa.rd[si] < 1)
         return false;
     for (int j = 0; j < nl; j++)
         if (x->v.dims[ls[j]].naxes || k->v.dims[rs[j]].naxes) return false;
     int64_t groups = instr_int(in, A_FEATURE_GROUP_COUNT, 1);
+    uint8_t partial = 0;
     bool split = x->v.dims[lf].naxes != 0; /* the groups spread over devices */
-    if (split ? groups == 1 || !lf_same_dim(&x->v.dims[lf], &k->v.dims[ro]) : k->v.dims[ro].naxes != 0) return false;
+    if (groups == 1 && (split || k->v.dims[ri].naxes)) {
+        /* input features sharded alike on both: each device's share of the sum */
+        if (!lf_same_dim(&x->v.dims[lf], &k->v.dims[ri])) return false;
+        for (uint32_t a = 0; a < x->v.dims[lf].naxes; a++) partial |= (uint8_t)(1u << x->v.dims[lf].axes[a]);
+        split = false;
+    } else if (k->v.dims[ri].naxes || (split ? !lf_same_dim(&x->v.dims[lf], &k->v.dims[ro]) : groups != 1 && k->v.dims[ro].naxes))
+        return false;
     if (split) groups *= view_dim_parts(&x->v, c->mesh, (uint32_t)lf);
     uint32_t tr;
     const int64_t *td = term_dims(c, x->cls, &tr);
@@ -1974,6 +2035,9 @@ static bool win_convolution(lstate *s, lval *out) {
     view v = view_dup(in->shape.rank);
     v.dims[ob] = x->v.dims[lb];
     v.dims[of] = k->v.dims[ro];
+    if ((partial & view_axes_used(&v)) || (view_axes_used(&v) & win_axes(c, w))) return false;
+    v.partial = partial;
+    v.red = partial ? RED_SUM : 0;
     int64_t dims[VIEW_MAX_RANK];
     lf_global_dims(c, &v, &in->shape, dims);
     dims[os[si]] = (td[w->dim] - K) / st + 1;
@@ -1986,14 +2050,29 @@ static bool win_convolution(lstate *s, lval *out) {
         if (e[0] % st) return false;
         for (int64_t l = 0; l < len; l++) nw->idx[r * len + l] = e[0] / st + l;
     }
+    /* rows past what the last output any device keeps reads: none of its business */
+    int64_t maxo = 0;
+    for (int64_t r = 0; r < c->ndev; r++)
+        if (w->idx[r * w->len] / st + len > maxo) maxo = w->idx[r * w->len] / st + len;
     lval y = *x;
     y.cls = conv_term(s, x->cls, k->cls, w->dim, (uint32_t)si, (uint32_t)nl, &wa, groups, dims);
+    if (y.cls != EID_NONE && (maxo - 1) * st + K < td[w->dim] && !(eg_class_origin(c->g, y.cls) & EG_BASELINE)) {
+        /* the convolution the baseline computes may be that of the rows read */
+        eid xt = trim_end(c, x->cls, w->dim, (maxo - 1) * st + K, 0);
+        int64_t tdims[VIEW_MAX_RANK];
+        memcpy(tdims, dims, in->shape.rank * sizeof *tdims);
+        tdims[os[si]] = maxo;
+        eid t = conv_term(s, xt, k->cls, w->dim, (uint32_t)si, (uint32_t)nl, &wa, groups, tdims);
+        if (t != EID_NONE && (eg_class_origin(c->g, t) & EG_BASELINE)) y.cls = t;
+    }
     if (y.cls == EID_NONE) return false;
     y.win = nw;
     y.v = v;
     y.assumed = x->assumed || k->assumed;
     y.konst = false;
-    *out = win_settle(c, y);
+    y = win_settle(c, y);
+    if (y.kind == LV_WIN && partial) return false;  /* a window is never partial */
+    *out = y;
     return true;
 }
 
@@ -2078,6 +2157,85 @@ static bool win_squeeze(lstate *s, lval *out) {
     for (uint32_t k = 0; k < in->shape.rank; k++) v.v.dims[k] = x->v.dims[k < d ? k : k + 1];
     v.win = nw;
     *out = win_settle(c, v);
+    return true;
+}
+
+/* Window x's rows along dim d of term t under view v (the other dims),
+ * settled where they are a plain view. */
+static lval win_moved(lift_ctx *c, const lval *x, uint32_t d, eid t, const view *v) {
+    lift_win *nw = win_new(c, x->win, d, x->win->len);
+    memcpy(nw->idx, x->win->idx, (size_t)(c->ndev * nw->len) * sizeof *nw->idx);
+    lval y = *x;
+    y.cls = t;
+    y.v = *v;
+    y.win = nw;
+    return win_settle(c, y);
+}
+
+/* A reshape that only inserts or drops unit dims (expand_dims before a
+ * stack, a squeeze after a one-row slice), the window's dim not among them:
+ * the same window along that dim's new position, over the term reshaped
+ * alike. A dropped unit dim must be whole (one element globally too). */
+static bool win_unit_reshape(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in, *src = &s->comp->instrs[in->operands[0]];
+    const lval *x = &s->ops[0];
+    if (x->kind != LV_WIN || x->win->summed || in->noperands != 1 || in->shape.dtype != src->shape.dtype ||
+        in->shape.rank > VIEW_MAX_RANK || src->shape.rank != x->v.rank)
+        return false;
+    /* a window that reads as a plain view here is read so (the general path) */
+    lval xp = *x;
+    if (lf_win_rearranged(c, &xp)) return false;
+    /* zeros a permute left, read as the baseline's padding before the reshape */
+    if (!win_full(c, x->win) && lf_win_padded(c, x, true, &xp)) x = &xp;
+    const lift_win *w = x->win;
+    uint32_t rank;
+    const int64_t *td = term_dims(c, x->cls, &rank);
+    if (rank != src->shape.rank || src->shape.dims[w->dim] < 2) return false;
+    view v = view_dup(in->shape.rank);
+    int64_t dims[VIEW_MAX_RANK];
+    uint32_t i = 0, o = 0, nd = UINT32_MAX;
+    for (;;) {
+        while (i < rank && src->shape.dims[i] == 1) {
+            if (x->v.dims[i].naxes || td[i] != 1) return false;
+            i++;
+        }
+        while (o < in->shape.rank && in->shape.dims[o] == 1) dims[o++] = 1;
+        if (i == rank || o == in->shape.rank) break;
+        if (src->shape.dims[i] != in->shape.dims[o]) return false;
+        if (i == w->dim) nd = o;
+        v.dims[o] = x->v.dims[i];
+        dims[o++] = td[i++];
+    }
+    if (i != rank || o != in->shape.rank || nd == UINT32_MAX) return false;
+    *out = win_moved(c, x, nd, lf_mk_reshape(c, x->cls, lf_type_of(c, in->shape.dtype, dims, in->shape.rank), c->origin), &v);
+    return true;
+}
+
+/* broadcast of a window: the same window along the dim its dim maps to,
+ * over the broadcast of the term (the new dims whole, the others as the
+ * operand's view says). */
+static bool win_broadcast(lstate *s, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const lval *x = &s->ops[0];
+    uint32_t nd, rank;
+    const int64_t *bd = instr_ints(in, A_DIMENSIONS, &nd);
+    if (x->kind != LV_WIN || x->win->summed || in->noperands != 1 || in->shape.rank > VIEW_MAX_RANK || nd != x->v.rank)
+        return false;
+    lval xp = *x;
+    if (lf_win_rearranged(c, &xp)) return false;  /* a plain view here: the general path */
+    const int64_t *td = term_dims(c, x->cls, &rank);
+    if (rank != nd) return false;
+    view v = view_dup(in->shape.rank);
+    int64_t dims[VIEW_MAX_RANK];
+    memcpy(dims, in->shape.dims, in->shape.rank * sizeof *dims);
+    for (uint32_t k = 0; k < nd; k++) {
+        if (bd[k] < 0 || (uint64_t)bd[k] >= in->shape.rank || (k && bd[k] <= bd[k - 1])) return false;
+        v.dims[bd[k]] = x->v.dims[k];
+        dims[bd[k]] = td[k];
+    }
+    *out = win_moved(c, x, (uint32_t)bd[x->win->dim], lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), &v);
     return true;
 }
 
@@ -2454,7 +2612,7 @@ bool lf_win_instr(lstate *s, lval *out) {
     case OP_SLICE: return win_slice(s, out);
     case OP_CONCATENATE: return win_concatenate(s, out);
     case OP_DYNAMIC_SLICE: return win_dynamic_slice(s, out) || win_dynamic_slice_uniform(s, out);
-    case OP_RESHAPE: case OP_BITCAST: return win_squeeze(s, out) || win_rows(s, out);
+    case OP_RESHAPE: case OP_BITCAST: return win_squeeze(s, out) || win_unit_reshape(s, out) || win_rows(s, out);
     case OP_REDUCE_WINDOW: return win_reduce_window(s, out);
     case OP_SELECT_AND_SCATTER: return select_and_scatter_blocks(s, out);
     case OP_REVERSE: return win_reverse(s, out);
@@ -2462,6 +2620,7 @@ bool lf_win_instr(lstate *s, lval *out) {
     case OP_ALL_GATHER: return win_all_gather(s, out);
     case OP_ALL_REDUCE: return win_all_reduce(s, out) || win_rows(s, out);
     case OP_CONVOLUTION: return win_convolution(s, out);
+    case OP_BROADCAST: return win_broadcast(s, out) || win_rows(s, out);
     case OP_SELECT:
         return (s->ops[1].kind == LV_WIN && lf_select_padding_zeros(s, out)) || win_select_device(s, out) || win_rows(s, out);
     case OP_DYNAMIC_UPDATE_SLICE: return (s->ops[0].kind == LV_WIN || s->ops[1].kind == LV_WIN) && lf_win_update(s, out);

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "graph.h"
@@ -2200,6 +2201,8 @@ static void concat_unlike_operands(void) {
  *     its gradient scattered at batch-sharded labels.
  *   - tests/cases/token-shift: a previous-token shift across shards with a
  *     learned fill on the first (the fill's rows before the term's).
+ *   - tests/cases/halo-conv: convolutions over halo'd windows of a sharded
+ *     time axis (channels contracted over tp; GSPMD's trimmed halos).
  *   - tests/cases/pick-lse: a vocab-parallel log-probability (one-hot pick
  *     minus log-sum-exp) against take_along_axis of log_softmax.
  *   - tests/cases/set-at: a set at a constant position of a sharded dim
@@ -2801,6 +2804,22 @@ static void hand_written_cases(void) {
          * the shifted exponentials) against take_along_axis of
          * log_softmax: the baseline's take of x - lse is also noted as a
          * take of x, which the one-hot pick meets (a JAX 0.12 export) */
+        /* a causal dilated convolution over a time axis sharded on sp, its
+         * channels on tp: the left halo by a ppermute (zeros on the first
+         * shard), the channels contracted into a partial sum psum'd over tp
+         * (samples/fresh105) */
+        {"halo-conv/tp", "a halo convolution contracting sharded channels", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo-conv/tp", "the halo from the next shard", "source_target_pairs={{0,2},{2,4},{4,6},{1,3},{3,5},{5,7}}",
+         "source_target_pairs={{2,0},{4,2},{6,4},{3,1},{5,3},{7,5}}", VERDICT_MISMATCH, false},
+        {"halo-conv/tp", "the channels summed over sp", "replica_groups=mesh['sp'=4,'tp'=2] {'tp'}",
+         "replica_groups=mesh['sp'=4,'tp'=2] {'sp'}", VERDICT_MISMATCH, true},
+        /* GSPMD's strided convolution over an unevenly padded time axis: each
+         * device's outputs read fewer rows than its halo'd window holds, so
+         * the convolution is that of the rows read, the baseline's
+         * (samples/fresh103 wav2vec2 feature extractor) */
+        {"halo-conv/trim", "a strided convolution over GSPMD's halos", NULL, NULL, VERDICT_VERIFIED, true},
+        {"halo-conv/trim", "the right halo from the left neighbour",
+         "channel_id=3, source_target_pairs={{1,0},{2,1},{3,2}}", "channel_id=3, source_target_pairs={{0,1},{1,2},{2,3}}", VERDICT_MISMATCH, false},
         {"pick-lse/logprob", "a vocab-parallel log-probability", NULL, NULL, VERDICT_VERIFIED, true},
         {"pick-lse/logprob", "the picked logit left partial",
          "%psum.12 = f32[8]{0} all-reduce(%reduce_sum.16), channel_id=1, replica_groups=mesh['tp'=4] {'tp'}, "
@@ -3385,6 +3404,7 @@ static void hand_written_cases(void) {
         snprintf(b, sizeof b, "tests/cases/%s.base.hlo", cases[k].name);
         snprintf(d, sizeof d, "tests/cases/%s.dist.hlo", cases[k].name);
         snprintf(r, sizeof r, "tests/cases/%s.relations.json", cases[k].name);
+        if (access(r, F_OK) != 0) snprintf(r, sizeof r, "auto");  /* GSPMD: from the shardings */
         if (cases[k].from) {
             char *src = t_read(d, NULL);
             bool ok = src && t_write_replaced(src, cases[k].from, cases[k].to, NULL, "build/check-gather-idx.hlo");
