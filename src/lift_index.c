@@ -540,10 +540,10 @@ bool lf_mask_as_partial(lift_ctx *c, const lval *m, lval *out) {
 }
 
 /* The index vector of a gather whose component k0 is the term pos (the
- * source positions, dim vd of size 1), as are those flagged co, and whose
- * others are zeros:
+ * source positions, dim vd of size 1), as are those flagged co, those with
+ * an own term (not EID_NONE) that term, and whose others are zeros:
  * concatenate(0, ..., pos, ..., 0) along vd, at pos's global shape. */
-static eid index_vector_term(lift_ctx *c, eid pos, uint32_t k0, const bool *co, uint32_t nv, uint32_t vd) {
+static eid index_vector_term(lift_ctx *c, eid pos, uint32_t k0, const bool *co, const eid *own, uint32_t nv, uint32_t vd) {
     uint32_t t = eg_class_type(c->g, pos), rank;
     int dt = eg_type_dtype(c->g, t);
     const int64_t *pd = eg_type_dims(c->g, t, &rank);
@@ -556,7 +556,7 @@ static eid index_vector_term(lift_ctx *c, eid pos, uint32_t k0, const bool *co, 
     eid zero = lf_const_term(c, z0, c->origin);
     eid zeros = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, NULL, 0), t, &zero, 1, c->origin);
     eid ch[64];
-    for (uint32_t k = 0; k < nv; k++) ch[k] = k == k0 || co[k] ? pos : zeros;
+    for (uint32_t k = 0; k < nv; k++) ch[k] = own[k] != EID_NONE ? own[k] : k == k0 || co[k] ? pos : zeros;
     dims[vd] = nv;
     int64_t d = vd;
     return eg_add(c->g, OP_CONCATENATE, lf_list_attr(c, A_DIMENSIONS, &d, 1), lf_type_of(c, dt, dims, rank), ch, nv, c->origin);
@@ -962,6 +962,29 @@ void lf_pick_forms(lstate *s, const lval *v) {
     pick_note(c, &p);
 }
 
+/* Whether index component e is each position's own index along an index
+ * dim (*dl, not ivd) into table dim d (jnp.arange(B) beside the labels:
+ * logits[arange(B), t]), positions and table sharded alike there: on every
+ * device, at the positions it holds, the local row t - start. Such a
+ * component is a batching dim written as an index component. */
+static bool own_position(lift_ctx *c, const lval *tab, const hlo_instr *ti, const lval *e, uint32_t d, int64_t ivd,
+                         uint32_t *dl) {
+    int64_t n;
+    if (e->kind != LV_PW || e->pos == EID_NONE || e->v.partial || !iota_run(c, e->pos, dl, &n) || (int64_t)*dl == ivd ||
+        *dl >= e->v.rank || d >= tab->v.rank || !lf_same_dim(&e->v.dims[*dl], &tab->v.dims[d]))
+        return false;
+    int64_t rows = ti->shape.dims[d];
+    if (n != rows * view_dim_parts(&tab->v, c->mesh, d)) return false;
+    for (int64_t r = 0; r < c->ndev; r++) {
+        int64_t start = lf_dim_block(c, &tab->v.dims[d], r) * rows;
+        for (uint32_t k = 0; k < e->pw[r].n; k++) {
+            const pw_piece *p = &e->pw[r].p[k];
+            if (p->lo < start + rows && p->hi > start && (p->a != 1 || p->b != -start)) return false;
+        }
+    }
+    return true;
+}
+
 /* gather(table, index) with the index a function of the source: the rows the
  * devices fetch, per range of index values. The forms read (XLA's gather
  * semantics): one indexed table dim j (collapsed, slice size 1) — rows of an
@@ -1003,19 +1026,42 @@ static bool pw_gather(lstate *s, lval *out) {
      * one the table is sharded along), else (kept) the one whose slice is a
      * single index; every other one a dim taken whole, or another collapsed
      * dim (a diagonal's column) indexed at the same positions: co[k]. */
-    uint32_t k0 = nv, rowdim = n1 ? (uint32_t)coll[0] : tr, collm = 0;
+    uint32_t k0 = nv, rowdim = n1 ? (uint32_t)coll[0] : tr, collm = 0, ownm = 0, nown = 0, ownd[VIEW_MAX_RANK];
     bool co[VIEW_MAX_RANK] = {false};
+    eid ownt[VIEW_MAX_RANK];
     if (nv > VIEW_MAX_RANK) return false;
+    /* components that are a batching dim written as an index (own_position) */
+    for (uint32_t k = 0; k < nv; k++) {
+        ownt[k] = EID_NONE;
+        if (sim[k] < 0 || sim[k] >= (int64_t)tr) return false;
+        if (idx->kind == LV_IVEC && !kept && ss[sim[k]] == 1 &&
+            own_position(c, tab, ti, &idx->elems[k], (uint32_t)sim[k], ivd, &ownd[k]))
+            ownt[k] = idx->elems[k].pos, ownm |= 1u << sim[k], nown++;
+    }
+    /* only beside a row of data (a diagonal's columns are co-indexed) */
+    bool data_row = false;
+    for (uint32_t k = 0; k < nv && nown; k++)
+        data_row |= ownt[k] == EID_NONE && idx->elems[k].kind == LV_PW && !iota_within(c, idx->elems[k].src, INT64_MAX);
+    if (!data_row) {
+        for (uint32_t k = 0; k < nv; k++) ownt[k] = EID_NONE;
+        ownm = nown = 0;
+    }
+    for (uint32_t q = 0; q < n1 && ownm; q++)  /* the first collapsed dim no own component indexes */
+        if (coll[q] >= 0 && coll[q] < (int64_t)tr && !(ownm >> coll[q] & 1)) {
+            rowdim = (uint32_t)coll[q];
+            break;
+        }
     for (uint32_t q = 0; q < n1; q++) {
         if (coll[q] < 0 || coll[q] >= (int64_t)tr) return false;
         collm |= 1u << coll[q];
+        if (ownm >> coll[q] & 1) continue;
         if (tab->v.dims[coll[q]].naxes) {
-            if (q && tab->v.dims[rowdim].naxes) return false;
+            if ((uint32_t)coll[q] != rowdim && tab->v.dims[rowdim].naxes) return false;
             rowdim = (uint32_t)coll[q];
         }
     }
     for (uint32_t k = 0; k < nv; k++) {
-        if (sim[k] < 0 || sim[k] >= (int64_t)tr) return false;
+        if (ownt[k] != EID_NONE) continue;
         bool row_k = kept ? ss[sim[k]] != ti->shape.dims[sim[k]] : sim[k] == rowdim;
         if (!kept && !row_k && (collm >> sim[k] & 1)) {
             co[k] = true;
@@ -1031,6 +1077,8 @@ static bool pw_gather(lstate *s, lval *out) {
     if (ss[j] != 1 || row->kind != LV_PW) return false;
     for (uint32_t k = 0; k < nv; k++) {
         if (k != k0 && sim[k] == (int64_t)j) return false;
+        /* its own rows: the positions sharded as the table there */
+        if (ownt[k] != EID_NONE && !lf_same_dim(&row->v.dims[ownd[k]], &tab->v.dims[sim[k]])) return false;
         /* a co-indexed dim: whole on every device, read at the row's positions */
         if (co[k] && (ss[sim[k]] != 1 || tab->v.dims[sim[k]].naxes || idx->elems[k].kind != LV_PW ||
                       eg_find(c->g, idx->elems[k].pos) != eg_find(c->g, row->pos) ||
@@ -1134,7 +1182,7 @@ static bool pw_gather(lstate *s, lval *out) {
     pos_broadcast(c, &v.pos, &v.v, bdims, nb, in->shape.dims, in->shape.rank, &offv);
     /* The row term: the same gather on the whole table, indexed by the source
      * (beside zeros for the components of dims taken whole). */
-    eid ch[2] = {tab->cls, nv == 1 ? row->pos : index_vector_term(c, row->pos, k0, co, nv, (uint32_t)ivd)};
+    eid ch[2] = {tab->cls, nv == 1 ? row->pos : index_vector_term(c, row->pos, k0, co, ownt, nv, (uint32_t)ivd)};
     if (ch[1] == EID_NONE) return false;
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, &v.v, &in->shape, g);
@@ -1150,10 +1198,15 @@ static bool pw_gather(lstate *s, lval *out) {
     /* take_along_axis: every other table dim a batching dim, paired in order
      * with the index's dims (any other index dim of size 1): a pick of the
      * table along j at positions p0. */
-    bool in_order = nv == 1 && nob + 1 == tr && paired_in_order(ob, sb, nob);
+    int64_t pa[VIEW_MAX_RANK], pb[VIEW_MAX_RANK];  /* the batching pairs, own components' too */
+    uint32_t npair = 0;
+    for (uint32_t q = 0; q < nob && q < VIEW_MAX_RANK; q++) pa[npair] = ob[q], pb[npair++] = sb[q];
+    for (uint32_t k = 0; k < nv && npair < VIEW_MAX_RANK; k++)
+        if (ownt[k] != EID_NONE) pa[npair] = sim[k], pb[npair++] = ownd[k];
+    bool in_order = nv == nown + 1 && npair == nob + nown && npair + 1 == tr && paired_in_order(pa, pb, npair);
     for (uint32_t d = 0; d < ir && in_order; d++) {
         bool batching = d == ivd;
-        for (uint32_t q = 0; q < nob; q++) batching |= sb[q] == d;
+        for (uint32_t q = 0; q < npair; q++) batching |= pb[q] == d;
         in_order = batching || ii->shape.dims[d] == 1;
     }
     uint32_t tt = eg_class_type(c->g, tab->cls);
@@ -1502,13 +1555,33 @@ static bool make_component(lift_ctx *c, const lval *const *xs, uint32_t n, pw_fn
  * position t, at t minus the device's block start (x changed; false when not
  * of that form). */
 static bool local_iota_reread(lift_ctx *c, lval *x, const lval *g) {
-    uint32_t dl, dg;
+    uint32_t dl, dg, rank;
     int64_t nl, ng;
     if (x->kind != LV_PW || !view_is_dup(&x->v) || g->kind != LV_PW || g->v.partial || x->v.rank != g->v.rank ||
-        !iota_run(c, x->pos, &dl, &nl) || !iota_run(c, g->pos, &dg, &ng) || dl != dg || dl >= g->v.rank)
+        !iota_run(c, x->pos, &dl, &nl) || dl >= g->v.rank)
         return false;
     int64_t parts = view_dim_parts(&g->v, c->mesh, dl);
-    if (parts < 2 || nl * parts != ng) return false;
+    eid pos = g->pos, src = g->src;
+    view gv = g->v;
+    if (!iota_run(c, g->pos, &dg, &ng)) {
+        /* g's positions are data (token ids) sharded along the iota's dim in
+         * blocks of n, nothing else sharded: the global iota of that dim
+         * (jnp.arange(B) beside batch-sharded labels) */
+        const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x->pos), &rank);
+        if (rank != g->v.rank || rank > VIEW_MAX_RANK || parts < 2) return false;
+        for (uint32_t k = 0; k < rank; k++)
+            if (k != dl && g->v.dims[k].naxes) return false;
+        int64_t dims[VIEW_MAX_RANK];
+        memcpy(dims, xd, rank * sizeof *dims);
+        dims[dl] = ng = nl * parts;
+        int dt = eg_type_dtype(c->g, eg_class_type(c->g, x->pos));
+        src = eg_add(c->g, OP_IOTA, eg_attr(c->g, NULL, 0), lf_type_of(c, dt, &ng, 1), NULL, 0, c->origin);
+        pos = lf_mk_reshape(c, src, lf_type_of(c, dt, dims, rank), c->origin);
+        gv = view_dup(rank);
+        gv.dims[dl] = g->v.dims[dl];
+        dg = dl;
+    }
+    if (dl != dg || parts < 2 || nl * parts != ng) return false;
     pw_fn *f = pw_alloc(c);
     for (int64_t r = 0; r < c->ndev; r++) {
         /* f(t) = x(t - start): each piece moved right by start */
@@ -1524,9 +1597,9 @@ static bool local_iota_reread(lift_ctx *c, lval *x, const lval *g) {
         }
     }
     x->pw = f;
-    x->pos = g->pos;
-    x->src = g->src;
-    x->v = g->v;
+    x->pos = pos;
+    x->src = src;
+    x->v = gv;
     return true;
 }
 
