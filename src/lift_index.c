@@ -584,7 +584,9 @@ static bool iota_within(lift_ctx *c, eid src, int64_t n) {
  * x · (t == iota). A put (its transpose, a gradient): `cls` holds x(p) at
  * t(p) along j and zeros elsewhere, computed by a scatter-add into zeros or
  * as (t == iota) · x broadcast along j. Picks (puts) of the two kinds are
- * equal where t lies in [0, domain) and the values are finite. */
+ * equal where t lies in [0, domain) and the values are finite; two gathers
+ * of one pick (written with batching dims, or with an arange column) where
+ * t lies in [0, domain). */
 typedef struct lift_pick {
     eid x, pos, cls, src;
     uint32_t j;
@@ -595,7 +597,8 @@ typedef struct lift_pick {
 } lift_pick;
 
 /* Notes a pick or put and makes it one class with one of the other kind of
- * the same elements, assuming what makes them equal. */
+ * the same elements (or another gather of them), assuming what makes them
+ * equal. */
 static void pick_note(lift_ctx *c, const lift_pick *p) {
     if (dbg_on(DBG_LIFT)) {
         strbuf b;
@@ -608,13 +611,20 @@ static void pick_note(lift_ctx *c, const lift_pick *p) {
     }
     for (uint32_t k = 0; k < c->npicks; k++) {
         const lift_pick *q = &c->picks[k];
-        if (q->indexed == p->indexed || q->put != p->put || q->rows != p->rows || q->j != p->j ||
+        if ((q->indexed == p->indexed && !p->indexed) || q->put != p->put || q->rows != p->rows || q->j != p->j ||
             eg_find(c->g, q->x) != eg_find(c->g, p->x) ||
             eg_find(c->g, q->pos) != eg_find(c->g, p->pos) || eg_class_type(c->g, q->cls) != eg_class_type(c->g, p->cls))
             continue;
-        const lift_pick *ip = p->indexed ? p : q;
-        assume_domain(c, ip->src, ip->domain);
-        lf_assume(c, "a one-hot product equals the gather or scatter-add it stands for: the values are finite");
+        if (p->indexed && q->indexed) {
+            /* two gathers of one pick written apart (take_along_axis's batching
+             * dims, an arange column): the same rows where the index is in range */
+            assume_domain(c, p->src, p->domain);
+            assume_domain(c, q->src, q->domain);
+        } else {
+            const lift_pick *ip = p->indexed ? p : q;
+            assume_domain(c, ip->src, ip->domain);
+            lf_assume(c, "a one-hot product equals the gather or scatter-add it stands for: the values are finite");
+        }
         eg_union(c->g, q->cls, p->cls, NULL);
         return;
     }

@@ -2203,6 +2203,8 @@ static void concat_unlike_operands(void) {
  *     learned fill on the first (the fill's rows before the term's).
  *   - tests/cases/halo-conv: convolutions over halo'd windows of a sharded
  *     time axis (channels contracted over tp; GSPMD's trimmed halos).
+ *   - tests/cases/vocab-ce: Megatron's vocab-parallel cross entropy (an
+ *     arange column beside the shard-local labels).
  *   - tests/cases/pick-lse: a vocab-parallel log-probability (one-hot pick
  *     minus log-sum-exp) against take_along_axis of log_softmax.
  *   - tests/cases/set-at: a set at a constant position of a sharded dim
@@ -2820,6 +2822,23 @@ static void hand_written_cases(void) {
         {"halo-conv/trim", "a strided convolution over GSPMD's halos", NULL, NULL, VERDICT_VERIFIED, true},
         {"halo-conv/trim", "the right halo from the left neighbour",
          "channel_id=3, source_target_pairs={{1,0},{2,1},{3,2}}", "channel_id=3, source_target_pairs={{0,1},{1,2},{2,3}}", VERDICT_MISMATCH, false},
+        /* Megatron's vocab-parallel cross entropy with label smoothing, the
+         * batch on dp, the vocabulary on tp: the target logit picked as
+         * logits[arange(B), t - start] where t lies in the shard (the
+         * arange column a batching dim), zeroed elsewhere, psum'd
+         * (samples/fresh129) */
+        {"vocab-ce/megatron", "a Megatron vocab-parallel cross entropy", NULL, NULL, VERDICT_VERIFIED, true},
+        {"vocab-ce/megatron", "the target picked on every shard",
+         "%select_n.13 = f32[4]{0} select(%or.2, %broadcast_in_dim.14, %gather.2)", "%select_n.13 = f32[4]{0} copy(%gather.2)",
+         VERDICT_MISMATCH, false},
+        {"vocab-ce/megatron", "the picked logit left partial",
+         "%psum.25 = f32[4]{0} all-reduce(%select_n.13), channel_id=1, replica_groups=mesh['dp'=4,'tp'=2] {'tp'}, "
+         "use_global_device_ids=true, to_apply=%region_4.5",
+         "%psum.25 = f32[4]{0} copy(%select_n.13)", VERDICT_MISMATCH, false},
+        {"vocab-ce/megatron", "the max not reduced over the vocabulary",
+         "%pmax.6 = f32[4]{0} all-reduce(%reduce_max.8), channel_id=1, replica_groups=mesh['dp'=4,'tp'=2] {'tp'}, "
+         "use_global_device_ids=true, to_apply=%region_1.0",
+         "%pmax.6 = f32[4]{0} copy(%reduce_max.8)", VERDICT_MISMATCH, false},
         {"pick-lse/logprob", "a vocab-parallel log-probability", NULL, NULL, VERDICT_VERIFIED, true},
         {"pick-lse/logprob", "the picked logit left partial",
          "%psum.12 = f32[8]{0} all-reduce(%reduce_sum.16), channel_id=1, replica_groups=mesh['tp'=4] {'tp'}, "
