@@ -362,7 +362,10 @@ static void run_once(const hlo_module *base, const hlo_module *dist, const relat
          * no index domain of the proof is narrower) */
         int64_t range = ranges && ranges[k] > 0 && (int_below <= 0 || ranges[k] < int_below) ? ranges[k] : int_below;
         for (int64_t e = 0; !owned && global[k]->i && global[k]->dtype != DT_PRED && e < global[k]->n; e++) {
-            if (ints != INTS_OFF_ZERO && range > 0) global[k]->i[e] = llabs(global[k]->i[e]) % range;
+            /* (a range past the random draws' [0, 16) drawn anew over all of
+             * it: a vocabulary's later shards are read by some ids too) */
+            if (ints != INTS_OFF_ZERO && range > 16) global[k]->i[e] = (int64_t)(interp_rng_next(&rng) % (uint64_t)range);
+            else if (ints != INTS_OFF_ZERO && range > 0) global[k]->i[e] = llabs(global[k]->i[e]) % range;
             else if (ints == INTS_OFF_ZERO) global[k]->i[e] = 1 + llabs(global[k]->i[e]) % (below - 1);
         }
         /* a quarter of the entries the value the baseline tests them

@@ -5,8 +5,10 @@
  * device's parameter cut from the global one by its input view (a complex
  * input's real and imaginary parts both drawn as floats are), and compares
  * every output with the baseline's through the expected output view. Integer
- * inputs are drawn in [0, 16) (interp_val_fill_random), which keeps token ids
- * inside every sample vocabulary, or in the smaller range a proof assumed.
+ * inputs are drawn in [0, 16) (interp_val_fill_random), or in the smaller
+ * range a proof assumed; one the baseline indexes a larger range with (a
+ * vocabulary of 32) is drawn over all of that range, so that a vocabulary's
+ * later shards are read by some ids too.
  *
  * Both programs run unrounded (interp_config.unrounded: every float held as
  * binary64 whatever its type), so that rounding the programs do differently
@@ -131,7 +133,8 @@ static inline bool witness_undecided(const witness *w) {
  * leaves it false.
  * int_below > 0: integer inputs are drawn in [0, int_below) instead (each
  * value of [0, 16) reduced modulo int_below), the domain a proof assumed for
- * gathered indices; 0 or >= 16 keeps [0, 16). */
+ * gathered indices; 0 or >= 16 keeps [0, 16), or the larger range the
+ * baseline indexes with the input. */
 void witness_run(const hlo_module *base, const hlo_module *dist, const relations *rel, uint64_t seed, int64_t int_below,
                  bool locate, witness *w);
 

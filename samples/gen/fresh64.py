@@ -810,6 +810,5 @@ C.known_miss("s.bellman_ford_dst_blocks_segment_min.v4.bug.no-owner-offset", MIS
 C.known_miss("s.bellman_ford_dst_blocks_segment_min.v4.bug.next-block-offset", MISS_IDX)
 C.known_miss("s.pagerank_push_all_to_all.v4.bug.dst-not-exchanged", MISS_IDX)
 MISS_BFS = ("each g group's while_loop stops on its own flag (pmax over v only), so the witness cannot run the distributed program (its groups take different control paths) and the rules stop at the loop's carry")
-C.known_miss("s.bfs_multiroot_frontier.g2xv4.bug.root-local-ids", MISS_BFS)
 C.known_miss("s.bfs_multiroot_frontier.g2xv4.bug.offset-from-g", MISS_BFS)
 C.finish()
