@@ -1188,6 +1188,18 @@ lval lf_lift_concatenate(lstate *s) {
         else lf_uniform_dev_as_term(s, o);
     }
     lf_review_operands(s, &want);
+    /* Zeros beside partial sums (the padding of a flat gradient buffer
+     * before its reduce-scatter): zero on every device is a share of zero
+     * under any sum, max or min. */
+    const lval *part = NULL;
+    for (uint32_t o = 0; o < in->noperands && !part; o++)
+        if (s->ops[o].kind == LV_TERM && s->ops[o].v.partial) part = &s->ops[o];
+    for (uint32_t o = 0; part && o < in->noperands; o++) {
+        lval *x = &s->ops[o];
+        if (x->kind == LV_TERM && !x->v.partial && !x->assumed && lf_same_sharding(&x->v, &part->v) &&
+            (part->v.red == RED_SUM || part->v.red == RED_MAX || part->v.red == RED_MIN) && lf_class_is_zero(c, x->cls))
+            x->v.partial = part->v.partial, x->v.red = part->v.red;
+    }
     eid stack[64], *ch = in->noperands <= 64 ? stack : arena_alloc(c->a, in->noperands * sizeof *ch);
     bool assumed = false;
     for (uint32_t o = 0; o < in->noperands; o++) {

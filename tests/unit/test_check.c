@@ -2205,6 +2205,8 @@ static void concat_unlike_operands(void) {
  *     time axis (channels contracted over tp; GSPMD's trimmed halos).
  *   - tests/cases/vocab-ce: Megatron's vocab-parallel cross entropy (an
  *     arange column beside the shard-local labels).
+ *   - tests/cases/flat-buffer: zeros padding a flat buffer of partial
+ *     gradients are a share of zero (ZeRO-2).
  *   - tests/cases/pick-lse: a vocab-parallel log-probability (one-hot pick
  *     minus log-sum-exp) against take_along_axis of log_softmax.
  *   - tests/cases/set-at: a set at a constant position of a sharded dim
@@ -2843,6 +2845,19 @@ static void hand_written_cases(void) {
          "%pmax.6 = f32[4]{0} all-reduce(%reduce_max.8), channel_id=1, replica_groups=mesh['dp'=4,'tp'=2] {'tp'}, "
          "use_global_device_ids=true, to_apply=%region_1.0",
          "%pmax.6 = f32[4]{0} copy(%reduce_max.8)", VERDICT_MISMATCH, false},
+        /* a DeepSpeed ZeRO-2 step: partial gradients flattened and
+         * concatenated with zero padding into one buffer, reduce-scattered,
+         * the local shard updated by AdamW with a global-norm clip,
+         * all-gathered and split back (samples/fresh129) */
+        {"flat-buffer/zero2", "a ZeRO-2 step over a padded flat buffer", NULL, NULL, VERDICT_VERIFIED, true},
+        {"flat-buffer/zero2", "the buffer's parts in another order",
+         "%concatenate.5 = f32[96]{0} concatenate(%reshape.26, %reduce_sum.25, %reshape.28, %broadcast.24)",
+         "%concatenate.5 = f32[96]{0} concatenate(%reshape.28, %reduce_sum.25, %reshape.26, %broadcast.24)", VERDICT_MISMATCH,
+         false},
+        {"flat-buffer/zero2", "the clip's norm left local",
+         "%psum.6 = f32[] all-reduce(%reduce_sum.26), channel_id=1, replica_groups=mesh['dp'=8] {'dp'}, "
+         "use_global_device_ids=true, to_apply=%region_4.0",
+         "%psum.6 = f32[] copy(%reduce_sum.26)", VERDICT_MISMATCH, true},
         {"pick-lse/logprob", "a vocab-parallel log-probability", NULL, NULL, VERDICT_VERIFIED, true},
         {"pick-lse/logprob", "the picked logit left partial",
          "%psum.12 = f32[8]{0} all-reduce(%reduce_sum.16), channel_id=1, replica_groups=mesh['tp'=4] {'tp'}, "
