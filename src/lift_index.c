@@ -384,23 +384,46 @@ bool lf_index_as_term(lift_ctx *c, lval *x) {
 
 /* Summed over the devices of each group (devices that agree on every mesh axis
  * outside `axes`), the mask is the row: for each index value of the domain
- * exactly one device of the group holds the row and the others zero. */
-static bool mask_sums_to_row(const lift_ctx *c, const lval *m, uint32_t axes) {
+ * exactly one device of the group holds the row and the others zero. Where
+ * the index values are the positions themselves (an iota along a dim the
+ * mask's view shards over axes outside the sum: a diagonal's rows), a group
+ * holds only its block of them, and only those values count. */
+static bool mask_sums_to_row(lift_ctx *c, const lval *m, uint32_t axes) {
     int64_t n = mask_domain(c, m);
     if (n <= 0) return false;
+    uint32_t dl = 0, pm = 0;
+    int64_t len = 0, nl = 0;
+    if (m->pos != EID_NONE && iota_run(c, m->pos, &dl, &len) && dl < m->v.rank && m->v.dims[dl].naxes) {
+        for (uint32_t a = 0; a < m->v.dims[dl].naxes; a++) pm |= 1u << m->v.dims[dl].axes[a];
+        nl = len / view_dim_parts(&m->v, c->mesh, dl);
+        if ((pm & axes) || nl < 1) pm = 0;
+    }
     int *hits = xcalloc((size_t)c->ndev, sizeof *hits);
+    bool *active = xcalloc((size_t)c->ndev, sizeof *active);
     bool ok = true;
     int64_t lo = 0;
     while (ok && lo < n) {
         int64_t hi = n;
-        for (int64_t d = 0; d < c->ndev; d++)
+        for (int64_t d = 0; d < c->ndev; d++) {
             for (uint32_t k = 0; k < m->pw[d].n; k++)
                 if (m->pw[d].p[k].lo > lo && m->pw[d].p[k].lo < hi) hi = m->pw[d].p[k].lo;
+            if (pm) {
+                int64_t b0 = lf_dim_block(c, &m->v.dims[dl], d) * nl, b1 = b0 + nl;
+                if (b0 > lo && b0 < hi) hi = b0;
+                if (b1 > lo && b1 < hi) hi = b1;
+            }
+        }
         memset(hits, 0, (size_t)c->ndev * sizeof *hits);
+        memset(active, 0, (size_t)c->ndev * sizeof *active);
         for (int64_t d = 0; d < c->ndev && ok; d++) {
             int64_t tag, key = 0;
             for (uint32_t a = 0; a < c->mesh->naxes; a++)
                 if (!(axes >> a & 1)) key = key * c->mesh->sizes[a] + mesh_coord(c->mesh, d, (int)a);
+            if (pm) {
+                int64_t b0 = lf_dim_block(c, &m->v.dims[dl], d) * nl;
+                if (lo < b0 || lo >= b0 + nl) continue;  /* values the device's positions never hold */
+            }
+            active[key] = true;
             if (!pw_constant_on(&m->pw[d], lo, hi, &tag) || tag == TAG_JUNK) {
                 ok = false;
                 if (dbg_on(DBG_LIFT)) {
@@ -418,11 +441,12 @@ static bool mask_sums_to_row(const lift_ctx *c, const lval *m, uint32_t axes) {
             int64_t key = 0;
             for (uint32_t a = 0; a < c->mesh->naxes; a++)
                 if (!(axes >> a & 1)) key = key * c->mesh->sizes[a] + mesh_coord(c->mesh, d, (int)a);
-            ok = hits[key] == 1;
+            ok = !active[key] || hits[key] == 1;
         }
         lo = hi;
     }
     free(hits);
+    free(active);
     return ok;
 }
 
@@ -518,6 +542,48 @@ static bool mask_sum(lift_ctx *c, const lval *m, uint32_t axes, eid *sum) {
             *sum = eg_add(c->g, OP_ADD, 0, eg_class_type(c->g, part->hit), ch, 2, c->origin);
         }
     }
+    return true;
+}
+
+/* The mask summed over the devices of each group (devices that agree on
+ * every mesh axis outside `axes`) where that is no row yet: per range of
+ * index values, the row where exactly one device of the group holds it and
+ * the others zeros, zero where all hold zeros (a diagonal's blocks summed
+ * over the columns' axis, the rows' axis still to come); false where a
+ * device holds anything else there or two hold the row. */
+static bool mask_sum_partly(lift_ctx *c, const lval *m, uint32_t axes, lval *out) {
+    int64_t n = mask_domain(c, m);
+    if (m->kind != LV_MASK || m->n || n <= 0 || (view_axes_used(&m->v) & axes)) return false;
+    pw_fn *f = pw_alloc(c);
+    for (int64_t d = 0; d < c->ndev; d++) {
+        f[d].n = 0;
+        if (!pw_push(&f[d], PW_NEG_INF, 0, 0, TAG_JUNK)) return false;
+    }
+    for (int64_t lo = 0; lo < n;) {
+        int64_t hi = n;
+        for (int64_t d = 0; d < c->ndev; d++)
+            for (uint32_t k = 0; k < m->pw[d].n; k++)
+                if (m->pw[d].p[k].lo > lo && m->pw[d].p[k].lo < hi) hi = m->pw[d].p[k].lo;
+        for (int64_t d = 0; d < c->ndev; d++) {
+            /* the group of d: every device with d's coordinates outside axes */
+            int64_t hits = 0, tag;
+            for (int64_t e = 0; e < c->ndev; e++) {
+                bool same = true;
+                for (uint32_t a = 0; a < c->mesh->naxes && same; a++)
+                    same = (axes >> a & 1) || mesh_coord(c->mesh, e, (int)a) == mesh_coord(c->mesh, d, (int)a);
+                if (!same) continue;
+                if (!pw_constant_on(&m->pw[e], lo, hi, &tag) || tag == TAG_JUNK) return false;
+                hits += tag == TAG_HIT;
+            }
+            if (hits > 1 || !pw_push(&f[d], lo, hi, 0, hits ? TAG_HIT : TAG_ZERO)) return false;
+        }
+        lo = hi;
+    }
+    for (int64_t d = 0; d < c->ndev; d++)
+        if (!pw_push(&f[d], n, PW_POS_INF, 0, TAG_JUNK)) return false;
+    *out = *m;
+    out->pw = f;
+    out->cls = EID_NONE;
     return true;
 }
 
@@ -1066,7 +1132,8 @@ static bool pw_gather(lstate *s, lval *out) {
         collm |= 1u << coll[q];
         if (ownm >> coll[q] & 1) continue;
         if (tab->v.dims[coll[q]].naxes) {
-            if ((uint32_t)coll[q] != rowdim && tab->v.dims[rowdim].naxes) return false;
+            /* a second sharded one: co-indexed or nothing (below) */
+            if ((uint32_t)coll[q] != rowdim && tab->v.dims[rowdim].naxes) continue;
             rowdim = (uint32_t)coll[q];
         }
     }
@@ -1089,8 +1156,9 @@ static bool pw_gather(lstate *s, lval *out) {
         if (k != k0 && sim[k] == (int64_t)j) return false;
         /* its own rows: the positions sharded as the table there */
         if (ownt[k] != EID_NONE && !lf_same_dim(&row->v.dims[ownd[k]], &tab->v.dims[sim[k]])) return false;
-        /* a co-indexed dim: whole on every device, read at the row's positions */
-        if (co[k] && (ss[sim[k]] != 1 || tab->v.dims[sim[k]].naxes || idx->elems[k].kind != LV_PW ||
+        /* a co-indexed dim read at the row's positions (sharded: each device
+         * its block, the index offset by the block's start) */
+        if (co[k] && (ss[sim[k]] != 1 || idx->elems[k].kind != LV_PW ||
                       eg_find(c->g, idx->elems[k].pos) != eg_find(c->g, row->pos) ||
                       idx->elems[k].src != row->src || !lf_same_sharding(&idx->elems[k].v, &row->v)))
             return false;
@@ -1151,12 +1219,13 @@ static bool pw_gather(lstate *s, lval *out) {
                 !pw_push(t, hhi > p->lo ? hhi : p->lo, p->hi, 0, TAG_JUNK))
                 return false;
         }
-        /* A co-indexed dim reads column t only where its index is t and lies
-         * inside the dim (the gather clamps it): junk elsewhere. */
+        /* A co-indexed dim reads column t only where its index is t (minus
+         * the start of the device's block of it) and lies inside the dim (the
+         * gather clamps it): junk elsewhere. */
         for (uint32_t k = 0; k < nv; k++) {
             if (!co[k]) continue;
             pw_fn id, lim, eq, lo, hi, inside, ok, junk, r2;
-            pw_shift(&id, 0);
+            pw_shift(&id, -lf_dim_block(c, &tab->v.dims[sim[k]], r) * ti->shape.dims[sim[k]]);
             pw_const(&lim, ti->shape.dims[sim[k]]);
             pw_const(&junk, 0);
             if (!pw_binary(PW_EQ, &idx->elems[k].pw[r], &id, &eq) || !pw_binary(PW_GE, &id, &junk, &lo) ||
@@ -2207,6 +2276,8 @@ bool lf_pw_instr(lstate *s, lval *out) {
                 fprintf(stderr, "lift: %s sums masks over axes %d (mask %s, %u parts)\n", in->name, axes,
                         m->n ? "sum" : "single", m->n);
             eid sum;
+            if (axes > 0 && !scatter && !mask_sum(c, m, (uint32_t)axes, &sum) && mask_sum_partly(c, m, (uint32_t)axes, out))
+                return true;
             if (axes <= 0 || !mask_sum(c, m, (uint32_t)axes, &sum)) return false;
             if (dbg_on(DBG_LIFT)) {
                 strbuf b;

@@ -2207,6 +2207,8 @@ static void concat_unlike_operands(void) {
  *     arange column beside the shard-local labels).
  *   - tests/cases/flat-buffer: zeros padding a flat buffer of partial
  *     gradients are a share of zero (ZeRO-2).
+ *   - tests/cases/diag-pick: a diagonal picked from blocks sharded on two
+ *     axes (co-indexed sharded dims, masks summed over one axis at a time).
  *   - tests/cases/pick-lse: a vocab-parallel log-probability (one-hot pick
  *     minus log-sum-exp) against take_along_axis of log_softmax.
  *   - tests/cases/set-at: a set at a constant position of a sharded dim
@@ -2858,6 +2860,15 @@ static void hand_written_cases(void) {
          "%psum.6 = f32[] all-reduce(%reduce_sum.26), channel_id=1, replica_groups=mesh['dp'=8] {'dp'}, "
          "use_global_device_ids=true, to_apply=%region_4.0",
          "%psum.6 = f32[] copy(%reduce_sum.26)", VERDICT_MISMATCH, true},
+        /* CLIP's diagonal picked from logits blocks sharded on both axes
+         * (rows on dp, columns on tp): each device picks the diagonal
+         * entries its block holds, column index offset by its column block,
+         * zero elsewhere, psum'd over tp (samples/fresh130) */
+        {"diag-pick/blocks", "a diagonal picked from 2-D sharded blocks", NULL, NULL, VERDICT_VERIFIED, true},
+        {"diag-pick/blocks", "the column offset left out", "%sub.47 = s32[4]{0} subtract(%add.48, %sub.46)",
+         "%sub.47 = s32[4]{0} copy(%add.48)", VERDICT_MISMATCH, false},
+        {"diag-pick/blocks", "the row offset left out", "%add.48 = s32[4]{0} add(%add.47, %iota.10)",
+         "%add.48 = s32[4]{0} copy(%iota.10)", VERDICT_MISMATCH, false},
         {"pick-lse/logprob", "a vocab-parallel log-probability", NULL, NULL, VERDICT_VERIFIED, true},
         {"pick-lse/logprob", "the picked logit left partial",
          "%psum.12 = f32[8]{0} all-reduce(%reduce_sum.16), channel_id=1, replica_groups=mesh['tp'=4] {'tp'}, "
