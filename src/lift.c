@@ -645,6 +645,18 @@ static eid converted_pred(lift_ctx *c, eid x, int depth) {
     return op == OP_RESHAPE ? lf_mk_reshape(c, p, t, c->origin) : eg_add(c->g, OP_BROADCAST, attr, t, &p, 1, c->origin);
 }
 
+/* Whether class a is convert(p) (through broadcasts and reshapes) or a
+ * product with such a factor, depth levels down. */
+static bool pred_factor(lift_ctx *c, eid a, eid p, int depth) {
+    eid q = converted_pred(c, a, 3);
+    if (q != EID_NONE && eg_find(c->g, q) == eg_find(c->g, p)) return true;
+    const eid *ch;
+    if (depth <= 0 || lf_class_node(c, a, OP_MULTIPLY, 2, &ch) == EID_NONE) return false;
+    eid k[2] = {ch[0], ch[1]};  /* (the children array moves as classes are added) */
+    return (eg_class_type(c->g, k[0]) == eg_class_type(c->g, a) && pred_factor(c, k[0], p, depth - 1)) ||
+           (eg_class_type(c->g, k[1]) == eg_class_type(c->g, a) && pred_factor(c, k[1], p, depth - 1));
+}
+
 /* s's value when it is computed from constants, iotas and the partition
  * id alone and is the same on every device (query minus key positions, both
  * offset by the device's block: their difference is not): that constant,
@@ -914,6 +926,21 @@ static void other_forms(lstate *s, const lval *v) {
         eg_union(c->g, v->cls, eg_add(c->g, OP_ADD, 0, type, r, 2, c->origin), NULL);
     }
     if (in->op == OP_MULTIPLY && dtype_is_float(in->shape.dtype)) {
+        /* a · select(p, x, 0) where a carries the factor convert(p) (a mask
+         * times a weight): a · x, the select's zeros already zeros of a
+         * (finite values: a masked loss weighted by its own mask) */
+        for (uint32_t o = 0; o < 2; o++) {
+            const eid *sc;
+            if (lf_class_node(c, s->ops[1 - o].cls, OP_SELECT, 3, &sc) == EID_NONE || !lf_class_is_zero(c, sc[2]) ||
+                eg_class_type(c->g, sc[1]) != type)
+                continue;
+            eid p = sc[0], x = sc[1];
+            if (!pred_factor(c, s->ops[o].cls, p, 3)) continue;
+            lf_assume(c, "values masked out by a predicate a factor also zeroes are finite");
+            eid m[2] = {s->ops[o].cls, x};
+            eg_union(c->g, v->cls, eg_add(c->g, OP_MULTIPLY, 0, type, m, 2, c->origin), NULL);
+            break;
+        }
         for (uint32_t o = 0; o < 2; o++) {
             eid pred = converted_pred(c, s->ops[1 - o].cls, 3);
             if (pred == EID_NONE) continue;

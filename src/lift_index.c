@@ -1043,10 +1043,49 @@ void lf_pick_forms(lstate *s, const lval *v) {
  * logits[arange(B), t]), positions and table sharded alike there: on every
  * device, at the positions it holds, the local row t - start. Such a
  * component is a batching dim written as an index component. */
+/* Whether class x is an iota along one of its dims, broadcast along more
+ * and reshaped by unit dims as jnp writes arange(B)[:, None] beside
+ * arange(T)[None, :] (depth levels down): that dim and its extent. */
+static bool iota_dim(lift_ctx *c, eid x, uint32_t *dim, int64_t *len, int depth) {
+    if (iota_run(c, x, dim, len)) return true;
+    if (depth <= 0) return false;
+    uint32_t xr, yr, yd, nb;
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, x), &xr);
+    const eid *ch;
+    eid bn = lf_class_node(c, x, OP_BROADCAST, 1, &ch);
+    if (bn != EID_NONE) {
+        const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, bn), A_DIMENSIONS, &nb);
+        eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &yr);
+        if (nb != yr || !iota_dim(c, ch[0], &yd, len, depth - 1) || yd >= nb || bd[yd] < 0 || (uint32_t)bd[yd] >= xr ||
+            xd[bd[yd]] != *len)
+            return false;
+        *dim = (uint32_t)bd[yd];
+        return true;
+    }
+    eid rn = lf_class_node(c, x, OP_RESHAPE, 1, &ch);
+    if (rn == EID_NONE || !iota_dim(c, ch[0], &yd, len, depth - 1)) return false;
+    /* a reshape by unit dims keeps the dim of that extent, the only one
+     * of it among x's non-unit dims */
+    const int64_t *ydims = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &yr);
+    int64_t py = 1, px = 1;
+    for (uint32_t k = 0; k < yr; k++) py *= ydims[k];
+    for (uint32_t k = 0; k < xr; k++) px *= xd[k];
+    if (px != py || *len < 2) return false;
+    uint32_t found = xr;
+    for (uint32_t k = 0; k < xr; k++)
+        if (xd[k] != 1) {
+            if (found != xr || xd[k] != *len) return false;
+            found = k;
+        }
+    if (found == xr) return false;
+    *dim = found;
+    return true;
+}
+
 static bool own_position(lift_ctx *c, const lval *tab, const hlo_instr *ti, const lval *e, uint32_t d, int64_t ivd,
                          uint32_t *dl) {
     int64_t n;
-    if (e->kind != LV_PW || e->pos == EID_NONE || e->v.partial || !iota_run(c, e->pos, dl, &n) || (int64_t)*dl == ivd ||
+    if (e->kind != LV_PW || e->pos == EID_NONE || e->v.partial || !iota_dim(c, e->pos, dl, &n, 6) || (int64_t)*dl == ivd ||
         *dl >= e->v.rank || d >= tab->v.rank || !lf_same_dim(&e->v.dims[*dl], &tab->v.dims[d]))
         return false;
     int64_t rows = ti->shape.dims[d];

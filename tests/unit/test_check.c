@@ -2209,6 +2209,8 @@ static void concat_unlike_operands(void) {
  *     gradients are a share of zero (ZeRO-2).
  *   - tests/cases/diag-pick: a diagonal picked from blocks sharded on two
  *     axes (co-indexed sharded dims, masks summed over one axis at a time).
+ *   - tests/cases/arange-pick: a pick written with arange columns in the
+ *     baseline, a weighted masked loss (mask · weight · select(mask, x, 0)).
  *   - tests/cases/pick-lse: a vocab-parallel log-probability (one-hot pick
  *     minus log-sum-exp) against take_along_axis of log_softmax.
  *   - tests/cases/set-at: a set at a constant position of a sharded dim
@@ -2869,6 +2871,18 @@ static void hand_written_cases(void) {
          "%sub.47 = s32[4]{0} copy(%add.48)", VERDICT_MISMATCH, false},
         {"diag-pick/blocks", "the row offset left out", "%add.48 = s32[4]{0} add(%add.47, %iota.10)",
          "%add.48 = s32[4]{0} copy(%iota.10)", VERDICT_MISMATCH, false},
+        /* a baseline cross entropy that picks with arange columns
+         * (logits[arange(B)[:, None], arange(T)[None, :], t]) against a
+         * vocab-parallel take_along_axis, ignored tokens masked and each
+         * token weighted by the mask times a weight (samples/fresh130) */
+        {"arange-pick/weighted", "arange-column picks against take_along_axis", NULL, NULL, VERDICT_VERIFIED, true},
+        {"arange-pick/weighted", "ignored tokens kept, the others masked",
+         "%ne.2 = pred[2,8]{1,0} compare(%param.1, %broadcast.16), direction=NE",
+         "%ne.2 = pred[2,8]{1,0} compare(%param.1, %broadcast.16), direction=EQ", VERDICT_MISMATCH, false},
+        {"arange-pick/weighted", "the picked logit left partial",
+         "%psum.25 = f32[2,8]{1,0} all-reduce(%select_n.14), channel_id=1, replica_groups=mesh['dp'=2,'tp'=4] {'tp'}, "
+         "use_global_device_ids=true, to_apply=%region_5.6",
+         "%psum.25 = f32[2,8]{1,0} copy(%select_n.14)", VERDICT_MISMATCH, false},
         {"pick-lse/logprob", "a vocab-parallel log-probability", NULL, NULL, VERDICT_VERIFIED, true},
         {"pick-lse/logprob", "the picked logit left partial",
          "%psum.12 = f32[8]{0} all-reduce(%reduce_sum.16), channel_id=1, replica_groups=mesh['tp'=4] {'tp'}, "
