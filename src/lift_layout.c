@@ -513,7 +513,7 @@ void lf_uniform_dev_as_term(lstate *s, uint32_t o) {
     x->konst = konst;
 }
 
-bool lf_gather_views(lstate *s, lval *out) {
+static bool gather_views(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     if (in->noperands == 2) lf_uniform_dev_as_term(s, 1);
@@ -581,6 +581,21 @@ bool lf_gather_views(lstate *s, lval *out) {
     eid ch[2] = {t->cls, ix->cls};
     *out = term(lf_node(c, c->cur, &g, ch, 2, dims, c->origin), v, t->assumed || ix->assumed);
     return true;
+}
+
+/* lf_scatter_reading's other reading of a unit dim, for a gather's table
+ * (a take_along_axis of [1, B, V] with the batch sharded). */
+bool lf_gather_views(lstate *s, lval *out) {
+    if (gather_views(s, out)) return true;
+    const shape *ts = &s->comp->instrs[s->in->operands[0]].shape;
+    for (uint32_t d = 0; s->in->noperands == 2 && d + 1 < ts->rank; d++) {
+        lval moved, keep = s->ops[0];
+        if (ts->dims[d] != 1 || !lf_unit_move_next(s->c, &s->ops[0], ts, d, &moved)) continue;
+        s->ops[0] = moved;
+        if (gather_views(s, out)) return true;
+        s->ops[0] = keep;
+    }
+    return false;
 }
 
 /* Whether devices d and e hold the same index function. */
@@ -1076,7 +1091,7 @@ static bool masked_rows_are_blocks(lstate *s, int64_t bk, const view_dim *bdim) 
  *   those axes; with an idempotent reducer (max, min, and, or) the operand
  *   may be any replicated value: partial (max, ...) over those axes.
  * Splat constants take whatever view the others need. */
-bool lf_scatter_reading(lstate *s, lval *out) {
+static bool scatter_reading(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     if (in->noperands != 3 || in->shape.dtype == DT_TUPLE || in->shape.rank > VIEW_MAX_RANK) return false;
@@ -1218,5 +1233,21 @@ bool lf_scatter_reading(lstate *s, lval *out) {
     eid ch[3] = {s->ops[0].cls, s->ops[1].cls, s->ops[2].cls};
     *out = term(lf_node(c, c->cur, in, ch, 3, dims, c->origin), v, o->assumed || x->assumed || y->assumed);
     return true;
+}
+
+bool lf_scatter_reading(lstate *s, lval *out) {
+    if (scatter_reading(s, out)) return true;
+    /* Updates whose sharding one reading of an expand_dims put on a unit
+     * dim (a take_along_axis gradient's [1, B, 1] with the batch sharded):
+     * the other reading, the same elements with the next dim sharded. */
+    const shape *us = &s->comp->instrs[s->in->operands[2]].shape;
+    for (uint32_t d = 0; s->in->noperands == 3 && d + 1 < us->rank; d++) {
+        lval moved, keep = s->ops[2];
+        if (us->dims[d] != 1 || !lf_unit_move_next(s->c, &s->ops[2], us, d, &moved)) continue;
+        s->ops[2] = moved;
+        if (scatter_reading(s, out)) return true;
+        s->ops[2] = keep;
+    }
+    return false;
 }
 

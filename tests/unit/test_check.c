@@ -2211,6 +2211,8 @@ static void concat_unlike_operands(void) {
  *     axes (co-indexed sharded dims, masks summed over one axis at a time).
  *   - tests/cases/arange-pick: a pick written with arange columns in the
  *     baseline, a weighted masked loss (mask · weight · select(mask, x, 0)).
+ *   - tests/cases/unit-reading: a scatter's updates and a gather's table
+ *     read with a unit dim's sharding moved to the next dim.
  *   - tests/cases/pick-lse: a vocab-parallel log-probability (one-hot pick
  *     minus log-sum-exp) against take_along_axis of log_softmax.
  *   - tests/cases/set-at: a set at a constant position of a sharded dim
@@ -2883,6 +2885,20 @@ static void hand_written_cases(void) {
          "%psum.25 = f32[2,8]{1,0} all-reduce(%select_n.14), channel_id=1, replica_groups=mesh['dp'=2,'tp'=4] {'tp'}, "
          "use_global_device_ids=true, to_apply=%region_5.6",
          "%psum.25 = f32[2,8]{1,0} copy(%select_n.14)", VERDICT_MISMATCH, false},
+        /* an FSDP step over dp x fsdp whose masked take_along_axis and its
+         * gradient (a scatter-add with batching dims) read [1, B, V] with
+         * the batch sharded, which an expand_dims reading puts on the unit
+         * dim: the scatter and gather take the other reading. The pair
+         * itself stays unverified (its outputs do not meet yet); the rules
+         * find the mutations (samples/fresh128) */
+        {"unit-reading/fsdp", "a gradient reduce-scattered over fsdp, not summed over dp",
+         "%psum.37 = f32[4]{0} all-reduce(%reduce_scatter.18), channel_id=1, replica_groups=mesh['dp'=2,'fsdp'=4] {'dp'}, "
+         "use_global_device_ids=true, to_apply=%region_11.12",
+         "%psum.37 = f32[4]{0} copy(%reduce_scatter.18)", VERDICT_MISMATCH, true},
+        {"unit-reading/fsdp", "the embedding's gradient not summed over dp",
+         "%psum.39 = f32[2,16]{0,1} all-reduce(%reduce_scatter.19), channel_id=1, replica_groups=mesh['dp'=2,'fsdp'=4] {'dp'}, "
+         "use_global_device_ids=true, to_apply=%region_16.17",
+         "%psum.39 = f32[2,16]{0,1} copy(%reduce_scatter.19)", VERDICT_MISMATCH, true},
         {"pick-lse/logprob", "a vocab-parallel log-probability", NULL, NULL, VERDICT_VERIFIED, true},
         {"pick-lse/logprob", "the picked logit left partial",
          "%psum.12 = f32[8]{0} all-reduce(%reduce_sum.16), channel_id=1, replica_groups=mesh['tp'=4] {'tp'}, "
