@@ -583,19 +583,26 @@ static bool gather_views(lstate *s, lval *out) {
     return true;
 }
 
-/* lf_scatter_reading's other reading of a unit dim, for a gather's table
- * (a take_along_axis of [1, B, V] with the batch sharded). */
-bool lf_gather_views(lstate *s, lval *out) {
-    if (gather_views(s, out)) return true;
-    const shape *ts = &s->comp->instrs[s->in->operands[0]].shape;
-    for (uint32_t d = 0; s->in->noperands == 2 && d + 1 < ts->rank; d++) {
-        lval moved, keep = s->ops[0];
-        if (ts->dims[d] != 1 || !lf_unit_move_next(s->c, &s->ops[0], ts, d, &moved)) continue;
-        s->ops[0] = moved;
-        if (gather_views(s, out)) return true;
-        s->ops[0] = keep;
+/* fn over s, else once more for each local unit dim of operand o whose
+ * sharding one reading of an expand_dims put there: the other reading, the
+ * same elements with the next dim sharded (a take_along_axis over
+ * [1, B, V] with the batch sharded, and its scatter-add gradient). */
+static bool unit_readings(lstate *s, uint32_t o, bool (*fn)(lstate *, lval *), lval *out) {
+    if (fn(s, out)) return true;
+    if (o >= s->in->noperands) return false;
+    const shape *sh = &s->comp->instrs[s->in->operands[o]].shape;
+    for (uint32_t d = 0; d + 1 < sh->rank; d++) {
+        lval moved, keep = s->ops[o];
+        if (sh->dims[d] != 1 || !lf_unit_move_next(s->c, &s->ops[o], sh, d, &moved)) continue;
+        s->ops[o] = moved;
+        if (fn(s, out)) return true;
+        s->ops[o] = keep;
     }
     return false;
+}
+
+bool lf_gather_views(lstate *s, lval *out) {
+    return s->in->noperands == 2 ? unit_readings(s, 0, gather_views, out) : gather_views(s, out);
 }
 
 /* Whether devices d and e hold the same index function. */
@@ -1236,18 +1243,6 @@ static bool scatter_reading(lstate *s, lval *out) {
 }
 
 bool lf_scatter_reading(lstate *s, lval *out) {
-    if (scatter_reading(s, out)) return true;
-    /* Updates whose sharding one reading of an expand_dims put on a unit
-     * dim (a take_along_axis gradient's [1, B, 1] with the batch sharded):
-     * the other reading, the same elements with the next dim sharded. */
-    const shape *us = &s->comp->instrs[s->in->operands[2]].shape;
-    for (uint32_t d = 0; s->in->noperands == 3 && d + 1 < us->rank; d++) {
-        lval moved, keep = s->ops[2];
-        if (us->dims[d] != 1 || !lf_unit_move_next(s->c, &s->ops[2], us, d, &moved)) continue;
-        s->ops[2] = moved;
-        if (scatter_reading(s, out)) return true;
-        s->ops[2] = keep;
-    }
-    return false;
+    return s->in->noperands == 3 ? unit_readings(s, 2, scatter_reading, out) : scatter_reading(s, out);
 }
 
