@@ -382,6 +382,15 @@ bool lf_index_as_term(lift_ctx *c, lval *x) {
     return x->kind != LV_PW && x->kind != LV_MASK && x->kind != LV_IVEC;
 }
 
+/* The group of device d over `axes`: an index that devices agreeing on
+ * every mesh axis outside `axes` share, in [0, ndev). */
+static int64_t group_key(const lift_ctx *c, int64_t d, uint32_t axes) {
+    int64_t key = 0;
+    for (uint32_t a = 0; a < c->mesh->naxes; a++)
+        if (!(axes >> a & 1)) key = key * c->mesh->sizes[a] + mesh_coord(c->mesh, d, (int)a);
+    return key;
+}
+
 /* Summed over the devices of each group (devices that agree on every mesh axis
  * outside `axes`), the mask is the row: for each index value of the domain
  * exactly one device of the group holds the row and the others zero. Where
@@ -416,9 +425,7 @@ static bool mask_sums_to_row(lift_ctx *c, const lval *m, uint32_t axes) {
         memset(hits, 0, (size_t)c->ndev * sizeof *hits);
         memset(active, 0, (size_t)c->ndev * sizeof *active);
         for (int64_t d = 0; d < c->ndev && ok; d++) {
-            int64_t tag, key = 0;
-            for (uint32_t a = 0; a < c->mesh->naxes; a++)
-                if (!(axes >> a & 1)) key = key * c->mesh->sizes[a] + mesh_coord(c->mesh, d, (int)a);
+            int64_t tag, key = group_key(c, d, axes);
             if (pm) {
                 int64_t b0 = lf_dim_block(c, &m->v.dims[dl], d) * nl;
                 if (lo < b0 || lo >= b0 + nl) continue;  /* values the device's positions never hold */
@@ -438,9 +445,7 @@ static bool mask_sums_to_row(lift_ctx *c, const lval *m, uint32_t axes) {
             else hits[key] += tag == TAG_HIT;
         }
         for (int64_t d = 0; d < c->ndev && ok; d++) {
-            int64_t key = 0;
-            for (uint32_t a = 0; a < c->mesh->naxes; a++)
-                if (!(axes >> a & 1)) key = key * c->mesh->sizes[a] + mesh_coord(c->mesh, d, (int)a);
+            int64_t key = group_key(c, d, axes);
             ok = !active[key] || hits[key] == 1;
         }
         lo = hi;
@@ -555,6 +560,7 @@ static bool mask_sum_partly(lift_ctx *c, const lval *m, uint32_t axes, lval *out
     int64_t n = mask_domain(c, m);
     if (m->kind != LV_MASK || m->n || n <= 0 || (view_axes_used(&m->v) & axes)) return false;
     pw_fn *f = pw_alloc(c);
+    int64_t *hits = arena_alloc(c->a, (size_t)c->ndev * sizeof *hits);
     for (int64_t d = 0; d < c->ndev; d++) {
         f[d].n = 0;
         if (!pw_push(&f[d], PW_NEG_INF, 0, 0, TAG_JUNK)) return false;
@@ -564,18 +570,15 @@ static bool mask_sum_partly(lift_ctx *c, const lval *m, uint32_t axes, lval *out
         for (int64_t d = 0; d < c->ndev; d++)
             for (uint32_t k = 0; k < m->pw[d].n; k++)
                 if (m->pw[d].p[k].lo > lo && m->pw[d].p[k].lo < hi) hi = m->pw[d].p[k].lo;
+        memset(hits, 0, (size_t)c->ndev * sizeof *hits);
         for (int64_t d = 0; d < c->ndev; d++) {
-            /* the group of d: every device with d's coordinates outside axes */
-            int64_t hits = 0, tag;
-            for (int64_t e = 0; e < c->ndev; e++) {
-                bool same = true;
-                for (uint32_t a = 0; a < c->mesh->naxes && same; a++)
-                    same = (axes >> a & 1) || mesh_coord(c->mesh, e, (int)a) == mesh_coord(c->mesh, d, (int)a);
-                if (!same) continue;
-                if (!pw_constant_on(&m->pw[e], lo, hi, &tag) || tag == TAG_JUNK) return false;
-                hits += tag == TAG_HIT;
-            }
-            if (hits > 1 || !pw_push(&f[d], lo, hi, 0, hits ? TAG_HIT : TAG_ZERO)) return false;
+            int64_t tag;
+            if (!pw_constant_on(&m->pw[d], lo, hi, &tag) || tag == TAG_JUNK) return false;
+            hits[group_key(c, d, axes)] += tag == TAG_HIT;
+        }
+        for (int64_t d = 0; d < c->ndev; d++) {
+            int64_t h = hits[group_key(c, d, axes)];
+            if (h > 1 || !pw_push(&f[d], lo, hi, 0, h ? TAG_HIT : TAG_ZERO)) return false;
         }
         lo = hi;
     }
@@ -1038,11 +1041,6 @@ void lf_pick_forms(lstate *s, const lval *v) {
     pick_note(c, &p);
 }
 
-/* Whether index component e is each position's own index along an index
- * dim (*dl, not ivd) into table dim d (jnp.arange(B) beside the labels:
- * logits[arange(B), t]), positions and table sharded alike there: on every
- * device, at the positions it holds, the local row t - start. Such a
- * component is a batching dim written as an index component. */
 /* Whether class x is an iota along one of its dims, broadcast along more
  * and reshaped by unit dims as jnp writes arange(B)[:, None] beside
  * arange(T)[None, :] (depth levels down): that dim and its extent. */
@@ -1082,6 +1080,11 @@ static bool iota_dim(lift_ctx *c, eid x, uint32_t *dim, int64_t *len, int depth)
     return true;
 }
 
+/* Whether index component e is each position's own index along an index
+ * dim (*dl, not ivd) into table dim d (jnp.arange(B) beside the labels:
+ * logits[arange(B), t]), positions and table sharded alike there: on every
+ * device, at the positions it holds, the local row t - start. Such a
+ * component is a batching dim written as an index component. */
 static bool own_position(lift_ctx *c, const lval *tab, const hlo_instr *ti, const lval *e, uint32_t d, int64_t ivd,
                          uint32_t *dl) {
     int64_t n;
@@ -2315,9 +2318,9 @@ bool lf_pw_instr(lstate *s, lval *out) {
                 fprintf(stderr, "lift: %s sums masks over axes %d (mask %s, %u parts)\n", in->name, axes,
                         m->n ? "sum" : "single", m->n);
             eid sum;
-            if (axes > 0 && !scatter && !mask_sum(c, m, (uint32_t)axes, &sum) && mask_sum_partly(c, m, (uint32_t)axes, out))
-                return true;
-            if (axes <= 0 || !mask_sum(c, m, (uint32_t)axes, &sum)) return false;
+            if (axes <= 0) return false;
+            /* (summed over some of the axes that split the hits: still a mask) */
+            if (!mask_sum(c, m, (uint32_t)axes, &sum)) return !scatter && mask_sum_partly(c, m, (uint32_t)axes, out);
             if (dbg_on(DBG_LIFT)) {
                 strbuf b;
                 sb_init(&b);

@@ -504,13 +504,15 @@ static bool member(const int64_t *v, uint32_t n, int64_t x) {
  * embedding under FSDP: tokens gathered, the hidden dim sharded). */
 /* Operand o as a term when it is a device value the same on every device
  * (a constant index, a count): that constant, replicated. */
-void lf_uniform_dev_as_term(lstate *s, uint32_t o) {
-    lval *x = &s->ops[o];
-    if (x->kind != LV_DEV || !lf_dev_uniform(s->c, x)) return;
-    const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
+static void uniform_dev_term(lift_ctx *c, const hlo_instr *xi, lval *x) {
+    if (x->kind != LV_DEV || !lf_dev_uniform(c, x)) return;
     bool konst = x->konst;
-    *x = term(lf_dev_constant(s->c, xi, x), view_dup(xi->shape.rank), false);
+    *x = term(lf_dev_constant(c, xi, x), view_dup(xi->shape.rank), false);
     x->konst = konst;
+}
+
+void lf_uniform_dev_as_term(lstate *s, uint32_t o) {
+    uniform_dev_term(s->c, &s->comp->instrs[s->in->operands[o]], &s->ops[o]);
 }
 
 static bool gather_views(lstate *s, lval *out) {
@@ -1015,10 +1017,7 @@ static bool block_offset_indices(lstate *s, int64_t *bk, view_dim *dim) {
         x = s->vals[si->operands[0]];
         if (lf_is_index(&x) && !lf_index_as_term(c, &x)) return false;
         /* a constant position (.at[:, -1].set on a sharded dim): that constant */
-        if (x.kind == LV_DEV && lf_dev_uniform(c, &x)) {
-            const hlo_instr *xi = &s->comp->instrs[si->operands[0]];
-            x = term(lf_dev_constant(c, xi, &x), view_dup(xi->shape.rank), false);
-        }
+        uniform_dev_term(c, &s->comp->instrs[si->operands[0]], &x);
         if (gi && !gathered_offsets(c, gi, ivd, off, &x)) return false;
         bool *seen = arena_alloc(c->a, nsd * sizeof *seen);
         for (int64_t r = 0; r < c->ndev; r++) {
