@@ -744,6 +744,8 @@ relift:;
     }
     for (uint32_t k = 0; k < (root.kind == LV_TUPLE ? root.n : 1) && k < rel.noutputs; k++) {
         lval *out = root.kind == LV_TUPLE ? &root.elems[k] : &root;
+        const shape *rs = &graph_entry(D.m)->instrs[graph_entry(D.m)->root].shape;
+        lift_unroll_settle(&lc, rs->dtype == DT_TUPLE && k < rs->ntuple ? &rs->tuple[k] : rs, &rel.outputs[k], out);
         if (k < nbouts && out->kind == LV_TERM && out->cls != EID_NONE && eg_find(g, out->cls) != eg_find(g, bouts[k]))
             lift_spread_at_output(&lc, out, &rel.outputs[k]);
         lift_psub_at_output(&lc, out, &rel.outputs[k], k < nbouts ? bouts[k] : EID_NONE);

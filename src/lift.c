@@ -214,6 +214,36 @@ static void unsupported_v(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in
     c->unsupported_kind = suspect;
 }
 
+/* What the reasons recorded so far are, to withdraw those of a transfer
+ * function whose op another relates after all (per-device terms). */
+typedef struct unsupported_mark {
+    uint32_t n, seg_n, ntentative, npending;
+    const hlo_instr *first, *later;
+    size_t assumptions;
+    bool reshape_defaulted;
+    int64_t refine_factor;
+    uint32_t refine_axis;
+} unsupported_mark;
+
+static unsupported_mark mark_unsupported(const lift_ctx *c) {
+    return (unsupported_mark){c->nunsupported, c->nsegs ? c->segs[c->cur_seg].unsupported : 0, c->ntentative, c->npending,
+                              c->first_unsupported, c->later_unsupported, c->assumptions.len, c->reshape_defaulted,
+                              c->refine_factor, c->refine_axis};
+}
+
+static void back_to_mark(lift_ctx *c, const unsupported_mark *m) {
+    c->nunsupported = m->n;
+    if (c->nsegs) c->segs[c->cur_seg].unsupported = m->seg_n;
+    c->ntentative = m->ntentative;
+    c->npending = m->npending;
+    if (!m->first) c->first_unsupported = NULL, c->first_unsupported_comp = NULL, c->unsupported_why = NULL;
+    if (!m->later) c->later_unsupported = NULL, c->later_unsupported_comp = NULL, c->later_unsupported_why = NULL;
+    if (c->assumptions.s && c->assumptions.len > m->assumptions) c->assumptions.s[c->assumptions.len = m->assumptions] = 0;
+    c->reshape_defaulted = m->reshape_defaulted;
+    c->refine_factor = m->refine_factor;
+    c->refine_axis = m->refine_axis;
+}
+
 void lf_unsupported(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -330,7 +360,8 @@ void lf_describe_operands(strbuf *b, const lift_ctx *c, const lval *ops, uint32_
                                         [LV_TUPLE] = "a tuple", [LV_PW] = "an index value", [LV_MASK] = "a mask",
                                         [LV_LAYOUT] = "a rearranged value", [LV_WIN] = "a per-device window",
                                         [LV_PSUB] = "a sum of some devices' shares",
-                                        [LV_ROW] = "a per-device slice of a term"};
+                                        [LV_ROW] = "a per-device slice of a term",
+                                        [LV_DEVT] = "a different term on each device"};
     for (uint32_t o = 0; o < n; o++) {
         sb_printf(b, "%soperand %u is ", o ? ", " : "", o);
         if (ops[o].kind == LV_TERM) view_print(b, &ops[o].v, c->mesh);
@@ -2639,6 +2670,12 @@ lval lf_lift_instr(lstate *s) {
     lval pwv;
     /* select(p, x, x) is x, whatever p is (GSPMD writes such selects). */
     if (in->op == OP_SELECT && in->noperands == 3 && in->operands[1] == in->operands[2]) return ops[1];
+    /* per-device terms: the op on every device, else settled into a view */
+    bool devt = false;
+    for (uint32_t o = 0; o < in->noperands; o++) devt |= ops[o].kind == LV_DEVT;
+    if (devt && lf_unroll_instr(s, &pwv)) return pwv;
+    for (uint32_t o = 0; devt && o < in->noperands; o++)
+        if (ops[o].kind == LV_DEVT) c->guessed_now |= lift_unroll_settle(c, &s->comp->instrs[in->operands[o]].shape, NULL, &ops[o]);
     if (lf_iota_block(s, &pwv)) return pwv;
     if (lf_arg_offset(s, &pwv)) return pwv;
     if (lf_owner_select(s, &pwv)) return pwv;
@@ -3154,6 +3191,18 @@ static bool barrier_only(lift_ctx *c, const hlo_comp *comp, uint32_t i) {
 static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                      uint32_t ninputs);
 
+/* Per-device terms (x, or a tuple's elements) entering a loop or a
+ * conditional, which are not walked per device: unrelated, and why. */
+static void devt_refused(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, lval *x) {
+    if (x->kind == LV_TUPLE) {
+        for (uint32_t k = 0; k < x->n; k++) devt_refused(c, comp, in, &x->elems[k]);
+    } else if (x->kind == LV_DEVT) {
+        *x = unknown();
+        lf_unsupported(c, comp, in, "%s takes values that differ from device to device in a way no view relates (each "
+                       "device's own term), which loops and conditionals are not related with yet", in->name);
+    }
+}
+
 void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                  uint32_t ninputs) {
     /* a loop body's value that only decides when the loop stops is judged
@@ -3193,6 +3242,8 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
         }
         return;
     }
+    if (in->op == OP_WHILE || in->op == OP_CONDITIONAL)
+        for (uint32_t o = 0; o < in->noperands; o++) devt_refused(c, comp, in, &vals[in->operands[o]]);
     if (in->op == OP_WHILE) {
         for (uint32_t o = 0; o < in->noperands; o++) lf_unscale(c, &vals[in->operands[o]]);
         /* A proved difference (lift_scale.c) is not carried through a loop. */
@@ -3298,7 +3349,24 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
         if (before) memcpy(before, ops, in->noperands * sizeof *ops);
         factor = lf_scale_plan(&s);
         uint32_t nu = c->nunsupported, nf = c->nfindings;
+        unsupported_mark mark = mark_unsupported(c);
+        /* the operands as planned, for per-device terms (transfer functions
+         * may change their copies) */
+        lval planned_stack[8], *planned = NULL;
+        if (!c->baseline_mode && c->ndev <= LIFT_UNROLL_MAX_DEV) {
+            planned = in->noperands <= 8 ? planned_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
+            memcpy(planned, ops, in->noperands * sizeof *ops);
+        }
         *v = lf_lift_instr(&s);
+        /* no view relates it: each device's term, where there are few devices */
+        lval dv;
+        lstate ps = {c, comp, in, planned, vals, NULL};
+        if (planned && c->nunsupported > nu && c->nfindings == nf && !c->refine_factor && !c->reshape_defaulted &&
+            lf_unroll_wanted(&ps) && lf_unroll_instr(&ps, &dv)) {
+            back_to_mark(c, &mark);
+            *v = dv;
+            before = NULL;
+        }
         if (before && respread_missed(&s, v)) {
             /* The constant taken as f·(k/f) made no baseline value: the sum
              * as written, factors put back. */
@@ -3537,6 +3605,7 @@ void lift_value_words(strbuf *b, const lval *v, const mesh *m) {
     case LV_LAYOUT: case LV_WIN: sb_puts(b, "pieces rearranged"); break;
     case LV_PSUB: sb_puts(b, "some devices' shares summed"); break;
     case LV_ROW: sb_puts(b, "a per-device slice"); break;
+    case LV_DEVT: sb_puts(b, "a different term on each device"); break;
     default: sb_puts(b, "unrelated"); break;
     }
 }

@@ -7,7 +7,8 @@
  * lift_memo.c (the segment memo), lift_scale.c (constant factors),
  * lift_index.c (LV_PW / LV_MASK), lift_win.c (LV_WIN), lift_psub.c
  * (LV_PSUB), lift_zmask.c (zero masks), lift_group.c (per-device groups,
- * LV_ROW); lift_int.h is what they share.
+ * LV_ROW), lift_unroll.c (per-device terms, LV_DEVT); lift_int.h is what
+ * they share.
  *
  * The checker first adds the whole baseline to one e-graph (lift_baseline),
  * then walks the distributed program in order (lift_distributed). Every
@@ -53,6 +54,10 @@
  *     term spreads it over the device's block of that dim; or (.group) the
  *     slices of a computation each device does on its own blocks, batched
  *     over the blocks as jax.vmap writes it (lift_group.c).
+ *   - LV_DEVT: on a small mesh, device d's value is exactly the term
+ *     elems[d].cls (n = the device count; each elem an LV_TERM, dup): what
+ *     no view relates (a pipeline stage's own layer, a value kept on one
+ *     device), until it settles into a view (lift_unroll.c).
  *   - LV_UNKNOWN: neither view nor content known (after an unsupported op).
  * A value that is a constant times a term carries the constant beside it
  * (`scale`) through the ops linear in it, and both sides put it back into the
@@ -89,7 +94,10 @@
 
 #define LIFT_FOLD_MAX 65536
 
-enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT, LV_WIN, LV_IVEC, LV_PSUB, LV_ROW };
+enum { LV_UNKNOWN = 0, LV_TERM, LV_DEV, LV_TUPLE, LV_PW, LV_MASK, LV_LAYOUT, LV_WIN, LV_IVEC, LV_PSUB, LV_ROW, LV_DEVT };
+
+/* Meshes of at most this many devices may carry per-device terms (LV_DEVT). */
+#define LIFT_UNROLL_MAX_DEV 16
 
 /* LV_LAYOUT: a local tensor whose dims are runs of atomic factors of the global
  * dims (after an all-to-all, or an all-gather along a dim other than the
@@ -471,6 +479,14 @@ void lift_psub_at_output(lift_ctx *c, lval *o, const view *want, eid bout);
  * same broadcast at the global dims under want (every block of it is the
  * device's copy). Other values: nothing. */
 void lift_spread_at_output(lift_ctx *c, lval *o, const view *want);
+
+/* x (LV_DEVT, of local shape `local`) as a term under view want (NULL: a dim
+ * sharded over the axes the devices' terms vary along, the first unit dim
+ * else dim 0; the result is then marked guessed): the devices' terms glued
+ * block by block (lift_unroll.c). False, x unknown, when want does not
+ * shard along every axis they vary along; false, x untouched, for other
+ * kinds. */
+bool lift_unroll_settle(lift_ctx *c, const shape *local, const view *want, lval *x);
 
 /* Output v (its expected view want, the baseline's output class bout) a
  * constant k times the baseline's in that view, k not 1 beyond rounding: a

@@ -530,6 +530,17 @@ bool lf_topk_stack(lstate *s, lval *t);              /* top_k t of gathered bloc
 bool lf_topk_gather(lstate *s, lval *out);           /* the blocks' top positions, offset, gathered */         /* j: a selection's position among a stack (stack_winner) */
 void lf_elementwise_unit_partials(lstate *s);        /* partial operands in their unit-dim reading, when theirs */
 
+/* Per-device terms (lift_unroll.c): the instruction's value on every device
+ * as a term, from its operands' (LV_DEVT, or a replicated term where all
+ * are equal); false where some operand has none. */
+bool lf_unroll_instr(lstate *s, lval *out);
+/* Whether an op no view relates reads a device's own block of one of a
+ * stacked value, squeezed (a pipeline stage's layer): where per-device terms
+ * are tried (lift.c). */
+bool lf_unroll_wanted(const lstate *s);
+/* pad(x, 0) along dim d alone, lo before and hi after (lift_win.c). */
+eid lf_zero_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi);
+
 /* Per-device groups (lift_group.c): rows (LV_ROW, .group) of a computation
  * each device does on its own blocks, which the baseline does per group. */
 bool lf_group_instr(lstate *s, lval *out);            /* an op over group rows, or the diagonal blocks reduced; false

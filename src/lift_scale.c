@@ -33,7 +33,8 @@
 double lf_scale_of(const lval *x) { return x->scale == 0 ? 1 : x->scale; }
 
 static bool carries(const lval *x) {
-    return x->kind == LV_TERM || x->kind == LV_LAYOUT || x->kind == LV_WIN || (x->kind == LV_ROW && x->group);
+    return x->kind == LV_TERM || x->kind == LV_LAYOUT || x->kind == LV_WIN || (x->kind == LV_ROW && x->group) ||
+           x->kind == LV_DEVT;
 }
 
 /* The value every element of a constant-only float operand holds, when they
@@ -167,6 +168,23 @@ void lf_unscale(lift_ctx *c, lval *x) {
         return;
     }
     double s = lf_scale_of(x);
+    if (x->kind == LV_DEVT) {
+        /* every device's term times the factor (a copy: elems may be shared) */
+        x->scale = 0;
+        if (s == 1) return;
+        lval *e = arena_alloc(c->a, x->n * sizeof *e);
+        for (uint32_t d = 0; d < x->n; d++) {
+            e[d] = x->elems[d];
+            e[d].scale = s;
+            lf_unscale(c, &e[d]);
+            if (e[d].kind != LV_TERM) {
+                *x = unknown();
+                return;
+            }
+        }
+        x->elems = e;
+        return;
+    }
     if (s == 1 || !carries(x) || x->cls == EID_NONE) {
         /* A factor taken back to 1 (a sum over devices of n/B, a division)
          * where the baseline puts another into the same term differs as
@@ -275,7 +293,9 @@ bool lf_scale_take(lstate *s, lval *out) {
         if (row.kind == LV_MASK && lf_mask_resolves(s->c, &row) && uniform_value(s->c, &s->ops[1 - o], &k))
             lf_index_as_term(s->c, &row);
         const lval *x = &row;
-        if (!carries(x) || x->konst || x->cls == EID_NONE || lf_kval(s->c, x->cls) || base_konst(s->c, x->cls) ||
+        bool devt = x->kind == LV_DEVT; /* (no one term to ask about) */
+        if (!carries(x) || x->konst ||
+            (!devt && (x->cls == EID_NONE || lf_kval(s->c, x->cls) || base_konst(s->c, x->cls))) ||
             !uniform_value(s->c, &s->ops[1 - o], &k))
             continue;
         double f = lf_scale_of(x) * (in->op == OP_DIVIDE ? 1 / k : k);
@@ -580,7 +600,7 @@ void lf_scale_apply(lstate *s, lval *v, double f) {
         b->zm = NULL;
         return;
     }
-    if (!carries(v) || v->cls == EID_NONE) {
+    if (!carries(v) || (v->cls == EID_NONE && v->kind != LV_DEVT)) {
         /* Only value kinds carry a factor; what came out as something else
          * (an index analysis, a tuple) cannot say it: unrelated. */
         if (v->kind != LV_UNKNOWN) {

@@ -367,6 +367,8 @@ static eid zero_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi, bool
     return zero_pad_by(c, x, pad, add);
 }
 
+eid lf_zero_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi) { return zero_pad(c, x, d, lo, hi, true); }
+
 /* A zero pad of x along dim d alone that the baseline computes, by lo
  * before and hi after or a little more (a halo of one side of a pad on
  * both), the least such (its padding in *plo, *phi); EID_NONE if none. */

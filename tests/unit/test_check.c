@@ -2245,6 +2245,8 @@ static void concat_unlike_operands(void) {
  *     group) dims, the mesh axes spread over both.
  *   - tests/cases/bcast-want: of two broadcasts, the dims they add follow
  *     the dims their operands shard.
+ *   - tests/cases/pipeline: a pipeline training step whose stages run the
+ *     device's own layer (per-device terms, lift_unroll.c).
  *   - tests/cases/head-squeeze: a sharded unit dim squeezed into a longer
  *     one, then contracted: partial in one reading only (no finding).
  *   - tests/cases/dot-bcast: an elementwise op over a broadcast re-read as
@@ -2955,6 +2957,19 @@ static void hand_written_cases(void) {
          * the contraction reads as a partial sum in one reading only, so
          * a max of it is no missing all-reduce (once a false alarm by the
          * rules) */
+        /* a two-stage pipeline training step (shard_map, pp2): every device
+         * runs its own layer (its block of one of the stacked weights,
+         * squeezed) on what the previous stage sent, the last stage's output
+         * kept by a select on the device's position and summed; its
+         * gradient flows back by the reverse collective-permute. Related by
+         * each device's own terms (samples/train) */
+        {"pipeline/pp2", "a pipeline stage per device", NULL, NULL, VERDICT_VERIFIED, true},
+        {"pipeline/pp2", "the handoff sent backwards", "source_target_pairs={{0,1}}", "source_target_pairs={{1,0}}",
+         VERDICT_MISMATCH, false},
+        {"pipeline/pp2", "the first stage's output kept", "%constant.11.clone = s32[] constant(1)",
+         "%constant.11.clone = s32[] constant(0)", VERDICT_MISMATCH, false},
+        {"pipeline/pp2", "another learning rate on the stages", "%constant.5.clone = f32[] constant(0.5)",
+         "%constant.5.clone = f32[] constant(0.25)", VERDICT_MISMATCH, false},
         {"head-squeeze/scores", "one head per device", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"head-squeeze/scores", "max over the queries", "dimensions={3}, to_apply=max", "dimensions={2}, to_apply=max",
          VERDICT_MISMATCH, false},
