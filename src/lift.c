@@ -2675,7 +2675,11 @@ lval lf_lift_instr(lstate *s) {
     for (uint32_t o = 0; o < in->noperands; o++) devt |= ops[o].kind == LV_DEVT;
     if (devt && lf_unroll_instr(s, &pwv)) return pwv;
     for (uint32_t o = 0; devt && o < in->noperands; o++)
-        if (ops[o].kind == LV_DEVT) c->guessed_now |= lift_unroll_settle(c, &s->comp->instrs[in->operands[o]].shape, NULL, &ops[o]);
+        if (ops[o].kind == LV_DEVT) {
+            lf_unsupported(c, s->comp, in, "%s takes values that differ from device to device in a way no view relates "
+                           "(each device's own term), which it is not related with yet", in->name);
+            return unknown();
+        }
     if (lf_iota_block(s, &pwv)) return pwv;
     if (lf_arg_offset(s, &pwv)) return pwv;
     if (lf_owner_select(s, &pwv)) return pwv;

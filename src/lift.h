@@ -480,12 +480,10 @@ void lift_psub_at_output(lift_ctx *c, lval *o, const view *want, eid bout);
  * device's copy). Other values: nothing. */
 void lift_spread_at_output(lift_ctx *c, lval *o, const view *want);
 
-/* x (LV_DEVT, of local shape `local`) as a term under view want (NULL: a dim
- * sharded over the axes the devices' terms vary along, the first unit dim
- * else dim 0; the result is then marked guessed): the devices' terms glued
- * block by block (lift_unroll.c). False, x unknown, when want does not
- * shard along every axis they vary along; false, x untouched, for other
- * kinds. */
+/* x (LV_DEVT, of local shape `local`) as a term under view want (an
+ * output's): the devices' terms glued block by block (lift_unroll.c). False,
+ * x unknown, when want does not shard along every axis they vary along;
+ * false, x untouched, for other kinds. */
 bool lift_unroll_settle(lift_ctx *c, const shape *local, const view *want, lval *x);
 
 /* Output v (its expected view want, the baseline's output class bout) a

@@ -248,7 +248,7 @@ bool lf_class_splat_value(lift_ctx *c, eid cls, double *x);
 eid lf_const_term(lift_ctx *c, struct interp_val *v, uint8_t origin);
 /* The constant term of type `type` every element of which holds k (rounded
  * to the type): a scalar, or a broadcast of one (lift_scale.c). */
-eid lf_splat(lift_ctx *c, uint32_t type, double k);
+eid lf_splat(lift_ctx *c, uint32_t type, double k); /* EID_NONE for types with no values here (complex) */
 /* E-node construction (lift_term.c) beside lf_node: */
 uint32_t lf_encode_attrs(lift_ctx *c, const hlo_module *m, const hlo_instr *in); /* in's semantic attributes as a blob */
 uint64_t lf_literal_digest(const hlo_literal *l);   /* a literal's values as one word (constant e-nodes) */

@@ -521,6 +521,7 @@ static bool spread_constant(lift_ctx *c, const lval *x, double f, double *k, eid
 eid lf_splat(lift_ctx *c, uint32_t type, double k) {
     uint32_t rank;
     interp_val *v = interp_val_new(eg_type_dtype(c->g, type), 0, NULL);
+    if (!v) return EID_NONE; /* (no values of complex types) */
     interp_val_set(v, 0, k);
     eid e = lf_const_term(c, v, c->origin);
     const int64_t *dims = eg_type_dims(c->g, type, &rank);

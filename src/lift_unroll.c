@@ -19,15 +19,17 @@
  * with the reducer (zeros left out of sums), an all-gather concatenates them.
  *
  * Per-device terms enter only where the view transfer functions found no
- * relation (lift.c lift_one withdraws the reason it recorded), and leave as
- * soon as they can: equal on every device, they are a replicated term; met by
- * an op this module does not take, or at an output, they settle into a view
- * (lift_unroll_settle): the devices' terms concatenated block by block along a
- * dim sharded over the axes they vary on — written, where every device
- * applies the same elementwise op, as that op over the concatenated operands
- * (the baseline's one op over the whole array), and also as the sum of the
- * zero-padded blocks (the form a gradient of slices takes). Nothing here
- * guesses: every term is what the device computes.
+ * relation for an op that reads a device's block of one of a stacked value,
+ * squeezed (lf_unroll_wanted; lift.c lift_one withdraws the reason they
+ * recorded), and leave as soon as they can: equal on every device, they are
+ * a replicated term; at an output they settle into its view
+ * (lift_unroll_settle): the devices' terms concatenated block by block along
+ * the dims it shards — written, where every device applies the same
+ * elementwise op, as that op over the concatenated operands (the baseline's
+ * one op over the whole array), and also as the sum of the zero-padded
+ * blocks (the form a gradient of slices takes). An op this module does not
+ * take (loops, conditionals, tuples) leaves them unrelated, with the reason.
+ * Nothing here guesses: every term is what the device computes.
  */
 #include "lift.h"
 #include "lift_int.h"
@@ -584,25 +586,11 @@ bool lift_unroll_settle(lift_ctx *c, const shape *local, const view *want, lval 
         for (int64_t d = 0; d < n && !(vary >> a & 1); d++)
             if (t[d] != t[d - mesh_coord(ms, d, (int)a) * stride]) vary |= 1u << a;
     }
-    view v = view_dup(r);
-    if (want) {
-        if (want->partial || want->rank != r || (view_sharded_axes(want) & vary) != vary) {
-            *x = unknown();
-            return false;
-        }
-        v = *want;
-    } else if (vary) {
-        uint32_t k = r;
-        for (uint32_t q = 0; q < r && k == r; q++)
-            if (local->dims[q] == 1) k = q;
-        if (r == 0) {
-            *x = unknown();
-            return false;
-        }
-        if (k == r) k = 0;
-        for (uint32_t a = 0; a < ms->naxes; a++)
-            if (vary >> a & 1) v.dims[k].axes[v.dims[k].naxes++] = (uint8_t)a;
+    if (want->partial || want->rank != r || (view_sharded_axes(want) & vary) != vary) {
+        *x = unknown();
+        return false;
     }
+    view v = *want;
     int64_t b[VIEW_MAX_RANK] = {0};
     eid g = glue_view(c, t, &v, b, 0);
     if (g == EID_NONE) {
@@ -622,6 +610,5 @@ bool lift_unroll_settle(lift_ctx *c, const shape *local, const view *want, lval 
         sb_free(&w);
     }
     *x = term(g, v, false);
-    x->guessed = !want;
     return true;
 }
