@@ -3195,6 +3195,23 @@ static bool barrier_only(lift_ctx *c, const hlo_comp *comp, uint32_t i) {
 static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                      uint32_t ninputs);
 
+/* A loop walked iteration by iteration whose carry holds per-device terms or
+ * a stacked value's blocks (a pipeline's schedule): its partial carries (an
+ * owner's value, zeros elsewhere) as per-device terms too, read up the
+ * instructions that made them, so the stages' handoffs stay exact. */
+static void devt_carries(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, lval *vals) {
+    lval *t = in->noperands == 1 ? &vals[in->operands[0]] : NULL;
+    const hlo_instr *ti = t ? &comp->instrs[in->operands[0]] : NULL;
+    if (c->baseline_mode || !t || t->kind != LV_TUPLE || ti->op != OP_TUPLE || ti->noperands != t->n) return;
+    bool stages = false;
+    for (uint32_t k = 0; k < t->n && !stages; k++) stages = t->elems[k].kind == LV_DEVT || lf_unroll_stacked(c, &t->elems[k]);
+    for (uint32_t k = 0; stages && k < t->n; k++) {
+        lval dv;
+        if (t->elems[k].kind == LV_TERM && t->elems[k].v.partial && lf_unroll_value(c, comp, vals, ti->operands[k], &dv))
+            t->elems[k] = dv;
+    }
+}
+
 /* Per-device terms (x, or a tuple's elements) entering a loop or a
  * conditional, which are not walked per device: unrelated, and why. */
 static void devt_refused(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, lval *x) {
@@ -3246,8 +3263,11 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
         }
         return;
     }
-    if (in->op == OP_WHILE || in->op == OP_CONDITIONAL)
+    /* (a loop the baseline does not have is walked iteration by iteration:
+     * lift_loop.c takes per-device terms there) */
+    if (in->op == OP_CONDITIONAL || (in->op == OP_WHILE && c->next_loop < c->nloops))
         for (uint32_t o = 0; o < in->noperands; o++) devt_refused(c, comp, in, &vals[in->operands[o]]);
+    else if (in->op == OP_WHILE) devt_carries(c, comp, in, vals);
     if (in->op == OP_WHILE) {
         for (uint32_t o = 0; o < in->noperands; o++) lf_unscale(c, &vals[in->operands[o]]);
         /* A proved difference (lift_scale.c) is not carried through a loop. */

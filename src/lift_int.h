@@ -538,6 +538,11 @@ bool lf_unroll_instr(lstate *s, lval *out);
  * stacked value, squeezed (a pipeline stage's layer): where per-device terms
  * are tried (lift.c). */
 bool lf_unroll_wanted(const lstate *s);
+/* Instruction i's value (comp, vals) as per-device terms read up the graph
+ * from the instructions that made it; false where some value has none. */
+bool lf_unroll_value(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, lval *out);
+/* Whether x is a device's block of one of a stacked value, squeezed. */
+bool lf_unroll_stacked(lift_ctx *c, const lval *x);
 /* pad(x, 0) along dim d alone, lo before and hi after (lift_win.c). */
 eid lf_zero_pad(lift_ctx *c, eid x, uint32_t d, int64_t lo, int64_t hi);
 

@@ -110,6 +110,29 @@ static eid unscaled(lift_ctx *c, dterm x, uint32_t rank) {
 
 /* ---- the devices' values of one instruction ---- */
 
+/* The stacked value X of which x (a plain term T under a view that shards
+ * only dim 0, n blocks) holds a block of one per device, squeezed: T =
+ * reshape(X) merging X's dims 0 and 1, X's dim 0 of n (the reading of a
+ * squeeze of a sharded unit dim: the sharding moved to the next dim).
+ * EID_NONE if it is no such value. Device d's value is then reshape(X[b]),
+ * b its block: the slice the baseline takes of a stacked weight. */
+static eid stacked_of(lift_ctx *c, const lval *x) {
+    if (x->kind != LV_TERM || x->cls == EID_NONE || x->v.partial || !x->v.rank || !x->v.dims[0].naxes) return EID_NONE;
+    for (uint32_t k = 1; k < x->v.rank; k++)
+        if (x->v.dims[k].naxes) return EID_NONE;
+    int64_t n = view_dim_parts(&x->v, c->mesh, 0);
+    uint32_t tr, xr;
+    const int64_t *td = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &tr);
+    const eid *ch;
+    if (n < 2 || lf_class_node(c, x->cls, OP_RESHAPE, 1, &ch) == EID_NONE) return EID_NONE;
+    eid X = eg_find(c->g, ch[0]);
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, X), &xr);
+    if (xr != tr + 1 || xd[0] != n || xd[0] * xd[1] != td[0]) return EID_NONE;
+    for (uint32_t k = 1; k < tr; k++)
+        if (xd[k + 1] != td[k]) return EID_NONE;
+    return X;
+}
+
 /* From the value's lift: its view's blocks, a device value's numbers. */
 static bool from_value(uctx *u, const lval *x, const hlo_instr *in, dterm *out) {
     lift_ctx *c = u->c;
@@ -130,19 +153,43 @@ static bool from_value(uctx *u, const lval *x, const hlo_instr *in, dterm *out) 
         }
         return true;
     }
-    if (x->kind != LV_TERM || x->cls == EID_NONE || x->assumed || x->v.partial || x->zm || x->diff) return false;
+    if ((x->kind == LV_PW || x->kind == LV_IVEC || x->kind == LV_MASK) && x->cls != EID_NONE) {
+        /* index values with a plain term: that term */
+        lval t = *x;
+        return lf_index_as_term(c, &t) && t.kind == LV_TERM && from_value(u, &t, in, out);
+    }
+    if (x->kind != LV_TERM || x->cls == EID_NONE || x->assumed || x->diff) return false;
+    /* a partial view of zeros (a zero buffer read as a share of zero): the
+     * constant zeros every device holds */
+    bool zero = lf_class_is_zero(c, x->cls);
+    if (x->v.partial && !zero) return false;
     uint32_t r;
     const int64_t *gd = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &r);
     if (r != sh->rank || x->v.rank != r) return false;
     int64_t off[VIEW_MAX_RANK], size[VIEW_MAX_RANK], sl[3 * VIEW_MAX_RANK];
+    eid X = stacked_of(c, x);
+    for (int64_t d = 0; d < u->n && X != EID_NONE; d++) {
+        /* a stacked value's block of one, squeezed as the baseline does */
+        uint32_t xr;
+        const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, X), &xr);
+        view_block(&x->v, c->mesh, gd, r, d, off, size);
+        int64_t b = off[0] / size[0];
+        for (uint32_t k = 0; k < xr; k++) sl[3 * k] = k ? 0 : b, sl[3 * k + 1] = k ? xd[k] : b + 1, sl[3 * k + 2] = 1;
+        eid blk = lf_mk_slice(c, X, sl);
+        out[d].t = blk == EID_NONE ? EID_NONE : lf_mk_reshape(c, blk, type_of_shape(c, sh), c->origin);
+        out[d].s = lf_scale_of(x);
+        if (out[d].t == EID_NONE) X = EID_NONE;
+        else if (d + 1 == u->n) return true;
+    }
     for (int64_t d = 0; d < u->n; d++) {
         view_block(&x->v, c->mesh, gd, r, d, off, size);
         for (uint32_t k = 0; k < r; k++) {
             if (size[k] != sh->dims[k]) return false;
             sl[3 * k] = off[k], sl[3 * k + 1] = off[k] + size[k], sl[3 * k + 2] = 1;
         }
-        if ((out[d].t = lf_mk_slice(c, x->cls, sl)) == EID_NONE) return false;
-        out[d].s = lf_scale_of(x);
+        out[d].t = zero ? lf_splat(c, type_of_shape(c, sh), 0) : lf_mk_slice(c, x->cls, sl);
+        out[d].s = zero ? 1 : lf_scale_of(x);
+        if (out[d].t == EID_NONE) return false;
     }
     return true;
 }
@@ -270,6 +317,25 @@ static eid zero_rule(lift_ctx *c, const hlo_instr *in, const eid *ch) {
     return zero ? lf_splat(c, type_of_shape(c, &in->shape), 0) : EID_NONE;
 }
 
+/* A dynamic-slice at offsets the device knows: the slice there (offsets
+ * clamped as the op clamps them), as a baseline with static indices writes
+ * it; EID_NONE otherwise. */
+static eid known_slice(lift_ctx *c, const hlo_instr *in, const eid *ch) {
+    uint32_t r;
+    if (in->op != OP_DYNAMIC_SLICE || in->noperands < 2) return EID_NONE;
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &r);
+    if (r > VIEW_MAX_RANK || in->noperands != r + 1 || in->shape.rank != r) return EID_NONE;
+    int64_t sl[3 * VIEW_MAX_RANK];
+    for (uint32_t k = 0; k < r; k++) {
+        const interp_val *o = lf_kval(c, ch[k + 1]);
+        if (!o || o->n != 1) return EID_NONE;
+        int64_t at = (int64_t)interp_val_get(o, 0), len = in->shape.dims[k];
+        at = at < 0 ? 0 : at > xd[k] - len ? xd[k] - len : at;
+        sl[3 * k] = at, sl[3 * k + 1] = at + len, sl[3 * k + 2] = 1;
+    }
+    return lf_mk_slice(c, ch[0], sl);
+}
+
 /* in on one device, over its operands' values there: the op, its factors
  * taken as the walk takes them (lift_one: a product by a constant is a
  * factor, the scale plan of linear ops). */
@@ -293,6 +359,7 @@ static bool device_op(uctx *u, const hlo_instr *in, const dterm *x, dterm *out) 
         ch[o] = ops[o].cls;
     }
     eid e = zero_rule(c, in, ch);
+    if (e == EID_NONE) e = known_slice(c, in, ch);
     if (e == EID_NONE) e = lf_node(c, c->cur, in, ch, in->noperands, in->shape.dims, c->origin);
     if (e == EID_NONE) return false;
     *out = (dterm){e, lf_class_is_zero(c, e) ? 1 : f};
@@ -322,8 +389,9 @@ static bool by_instr(uctx *u, uint32_t i, int depth, dterm *out) {
         ops[o] = arena_alloc(c->a, (size_t)u->n * sizeof **ops);
         if (!(depth == 0 && u->top ? operand_terms(u, o, ops[o]) : terms_of(u, in->operands[o], depth + 1, ops[o]))) {
             if (dbg_on(DBG_LIFT) && depth == 0)
-                fprintf(stderr, "lift: %s: no per-device terms for operand %u (%s)\n", in->name, o,
-                        u->comp->instrs[in->operands[o]].name);
+                fprintf(stderr, "lift: %s: no per-device terms for operand %u (%s, kind %d%s)\n", in->name, o,
+                        u->comp->instrs[in->operands[o]].name, u->top->ops[o].kind,
+                        u->top->ops[o].kind == LV_TERM && u->top->ops[o].v.partial ? ", partial" : "");
             return false;
         }
     }
@@ -435,12 +503,33 @@ static bool squeezes_block(const lift_ctx *c, const hlo_comp *comp, const lval *
     return false;
 }
 
+bool lf_unroll_stacked(lift_ctx *c, const lval *x) { return stacked_of(c, x) != EID_NONE; }
+
 bool lf_unroll_wanted(const lstate *s) {
     const lift_ctx *c = s->c;
     if (c->baseline_mode || c->ndev < 2 || c->ndev > LIFT_UNROLL_MAX_DEV) return false;
     for (uint32_t o = 0; o < s->in->noperands; o++)
-        if (squeezes_block(c, s->comp, s->vals, s->in->operands[o])) return true;
+        if (squeezes_block(c, s->comp, s->vals, s->in->operands[o]) || stacked_of(s->c, &s->ops[o]) != EID_NONE)
+            return true;
     return false;
+}
+
+bool lf_unroll_value(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t i, lval *out) {
+    const hlo_instr *in = &comp->instrs[i];
+    if (c->baseline_mode || c->ndev < 2 || c->ndev > LIFT_UNROLL_MAX_DEV || mesh_devices(c->mesh) != c->ndev ||
+        in->shape.dtype == DT_TUPLE || in->shape.rank > VIEW_MAX_RANK)
+        return false;
+    uctx u = {.c = c, .comp = comp, .vals = vals, .n = c->ndev, .budget = UNROLL_BUDGET};
+    u.memo.cap = 64;
+    u.memo.key = xcalloc(u.memo.cap, sizeof *u.memo.key);
+    u.memo.val = xcalloc(u.memo.cap, sizeof *u.memo.val);
+    dterm *t = arena_alloc(c->a, (size_t)u.n * sizeof *t);
+    bool ok = by_instr(&u, i, 1, t);
+    free(u.memo.key);
+    free(u.memo.val);
+    if (!ok) return false;
+    *out = devt_value(c, t, u.n, in->shape.rank);
+    return out->kind != LV_UNKNOWN;
 }
 
 bool lf_unroll_instr(lstate *s, lval *out) {
