@@ -3016,6 +3016,13 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
         dbg_term = v->cls;
         debug_diff(c, dbg_base, v->cls);
     }
+    /* term=NAME@D: device D's term of per-device terms */
+    const char *at = dbg && !c->baseline_mode && dbg_base != EID_NONE && v->kind == LV_DEVT ? strchr(dbg, '@') : NULL;
+    if (at && (size_t)(at - dbg) == strlen(in->name) && !strncmp(dbg, in->name, (size_t)(at - dbg)) &&
+        atoi(at + 1) >= 0 && (uint32_t)atoi(at + 1) < v->n) {
+        dbg_term = v->elems[atoi(at + 1)].cls;
+        debug_diff(c, dbg_base, dbg_term);
+    }
     if (dbgv && !c->baseline_mode) {
         /* Every distributed value's kind, view and term (lval kinds as in lift.h). */
         strbuf b;

@@ -50,8 +50,9 @@ static bool uniform_value(lift_ctx *c, const lval *x, double *out) {
         *out = v0;
         return true;
     }
-    /* Known values are those of constant-only classes small enough to fold. */
-    if (x->kind != LV_TERM || x->cls == EID_NONE || lf_scale_of(x) != 1) return false;
+    /* Known values are those of constant-only classes small enough to fold;
+     * a partial one is each device's share of them, no one value. */
+    if (x->kind != LV_TERM || x->cls == EID_NONE || lf_scale_of(x) != 1 || x->v.partial) return false;
     const interp_val *v = lf_kval(c, x->cls);
     if (!v || !v->f || v->n < 1) return false;
     for (int64_t k = 1; k < v->n; k++)

@@ -158,7 +158,7 @@ static bool from_value(uctx *u, const lval *x, const hlo_instr *in, dterm *out) 
         lval t = *x;
         return lf_index_as_term(c, &t) && t.kind == LV_TERM && from_value(u, &t, in, out);
     }
-    if (x->kind != LV_TERM || x->cls == EID_NONE || x->assumed || x->diff) return false;
+    if (x->kind != LV_TERM || x->cls == EID_NONE || x->assumed || x->diff || x->zm) return false;
     /* a partial view of zeros (a zero buffer read as a share of zero): the
      * constant zeros every device holds */
     bool zero = lf_class_is_zero(c, x->cls);
@@ -228,9 +228,16 @@ static eid binary(lift_ctx *c, int op, eid a, eid b, const shape *sh) {
 /* Parts p[0..k) at one factor: theirs where they share it (sums and
  * concatenations carry it), else each put back into its term. */
 static double common_factor(lift_ctx *c, dterm *p, uint32_t k, uint32_t rank, bool linear) {
+    /* (zeros are any factor times zeros) */
+    double f = 0;
     bool same = linear;
-    for (uint32_t q = 1; q < k && same; q++) same = p[q].s == p[0].s;
-    if (same) return p[0].s;
+    for (uint32_t q = 0; q < k && same; q++)
+        if (!lf_class_is_zero(c, p[q].t)) same = f == 0 || p[q].s == f, f = f == 0 ? p[q].s : f;
+    if (same) {
+        f = f == 0 ? 1 : f;
+        for (uint32_t q = 0; q < k; q++) p[q].s = f;
+        return f;
+    }
     for (uint32_t q = 0; q < k; q++) p[q] = (dterm){unscaled(c, p[q], rank), 1};
     return 1;
 }
@@ -548,6 +555,16 @@ bool lf_unroll_instr(lstate *s, lval *out) {
     free(u.memo.val);
     if (!ok) return false;
     *out = devt_value(c, t, u.n, in->shape.rank);
+    if (dbg_on(DBG_LIFT) && getenv("SCALIFY_DEBUG_DEVT")) {
+        strbuf w;
+        sb_init(&w);
+        for (int64_t d = 0; d < u.n; d++) {
+            sb_printf(&w, "\n  device %lld (x%g): ", (long long)d, t[d].s);
+            eg_print_term(&w, c->g, t[d].t, 3);
+        }
+        fprintf(stderr, "lift: %s per device:%s\n", in->name, w.s);
+        sb_free(&w);
+    }
     return out->kind != LV_UNKNOWN;
 }
 
@@ -608,19 +625,24 @@ static eid glue(lift_ctx *c, const eid *ch, uint32_t n, uint32_t k, int depth) {
     }
     eid cat = lf_mk_concat(c, ch, n, k);
     if (cat == EID_NONE || n > 16) return cat;
-    /* the sum of the parts padded with zeros (a gradient of slices) */
-    eid sum = EID_NONE;
+    /* the sum of the parts padded with zeros (a gradient of slices), added
+     * up first to last and last to first (a backward pass reaches the last
+     * slice first); long sums of large terms are not reassociated by the
+     * rules (rules/README.md, AC guard) */
+    eid *pads = arena_alloc(c->a, n * sizeof *pads);
     int64_t at = 0;
     shape sh = {.dtype = (uint8_t)dt, .rank = r, .dims = dims};
     for (uint32_t p = 0; p < n; p++) {
         uint32_t pr;
         int64_t len = eg_type_dims(c->g, eg_class_type(c->g, ch[p]), &pr)[k];
-        eid padded = lf_zero_pad(c, ch[p], k, at, dims[k] - at - len);
+        if ((pads[p] = lf_zero_pad(c, ch[p], k, at, dims[k] - at - len)) == EID_NONE) return cat;
         at += len;
-        if (padded == EID_NONE) return cat;
-        sum = sum == EID_NONE ? padded : binary(c, OP_ADD, sum, padded, &sh);
     }
-    if (sum != EID_NONE && eg_class_type(c->g, sum) == eg_class_type(c->g, cat)) eg_union(c->g, cat, sum, NULL);
+    for (int dir = 0; dir < 2; dir++) {
+        eid sum = pads[dir ? n - 1 : 0];
+        for (uint32_t q = 1; q < n && sum != EID_NONE; q++) sum = binary(c, OP_ADD, sum, pads[dir ? n - 1 - q : q], &sh);
+        if (sum != EID_NONE && eg_class_type(c->g, sum) == eg_class_type(c->g, cat)) eg_union(c->g, cat, sum, NULL);
+    }
     return eg_find(c->g, cat);
 }
 

@@ -2970,6 +2970,16 @@ static void hand_written_cases(void) {
          "%constant.11.clone = s32[] constant(0)", VERDICT_MISMATCH, false},
         {"pipeline/pp2", "another learning rate on the stages", "%constant.5.clone = f32[] constant(0.5)",
          "%constant.5.clone = f32[] constant(0.25)", VERDICT_MISMATCH, false},
+        /* four stages unrolled, each device applying its layer at every
+         * tick (garbage on the devices not yet reached: zero cotangents,
+         * folded), the loss masked to the last stage by a device factor
+         * select(last, 1, 0) / n; the stages' gradients meet the baseline's
+         * sum of padded slices added last to first (samples/fresh131) */
+        {"pipeline/pp4", "four stages unrolled, the loss on the last", NULL, NULL, VERDICT_VERIFIED, true},
+        {"pipeline/pp4", "the handoff to the wrong neighbour", "source_target_pairs={{0,1},{1,2},{2,3}}",
+         "source_target_pairs={{1,2},{2,3},{3,0}}", VERDICT_MISMATCH, false},
+        {"pipeline/pp4", "the loss kept on stage 2", "%constant.10.clone = s32[] constant(3)",
+         "%constant.10.clone = s32[] constant(2)", VERDICT_MISMATCH, false},
         {"head-squeeze/scores", "one head per device", NULL, NULL, VERDICT_UNVERIFIED, true},
         {"head-squeeze/scores", "max over the queries", "dimensions={3}, to_apply=max", "dimensions={2}, to_apply=max",
          VERDICT_MISMATCH, false},

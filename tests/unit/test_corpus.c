@@ -393,7 +393,8 @@ void suite_corpus(void) {
                    {"fresh113", true}, {"fresh114", true}, {"fresh115", true}, {"fresh116", true},
                    {"fresh117", true}, {"fresh118", true}, {"fresh119", true}, {"fresh120", true}, {"fresh121", true},
                    {"fresh122", true}, {"fresh123", true}, {"fresh124", true},
-                   {"fresh125", true}, {"fresh126", true}, {"fresh127", true}, {"fresh128", true}, {"fresh129", true}, {"fresh130", true}};
+                   {"fresh125", true}, {"fresh126", true}, {"fresh127", true}, {"fresh128", true}, {"fresh129", true}, {"fresh130", true},
+                   {"fresh131", true}, {"fresh132", true}};
     bool update = getenv("SCALIFY_UPDATE_EXPECTED") != NULL;
     char *tsv = t_read(CORPUS_EXPECTED, NULL);
     t_case("corpus %s present", CORPUS_EXPECTED);
