@@ -363,6 +363,7 @@ typedef struct lift_ctx {
     bool divergence_resynced;             /* found after a region assumed equal to the baseline's */
     uint64_t fresh;                       /* counter for fresh variables */
     uint32_t reduce_forms;                /* lf_node's canonical forms of a reduce in progress (a bound) */
+    uint32_t slice_depth;                 /* lf_mk_slice calls in progress (a bound) */
     /* Resynchronisation: the baseline's last value of each op_name scope, so an
      * unrelated region's replicated result can be assumed equal to it. */
     strmap scope_index;

@@ -5,6 +5,9 @@
 #include "egraph.h"
 #include "graph.h"
 #include "harness.h"
+#include "hlo.h"
+#include "lift.h"
+#include "lift_int.h"
 
 static eid leaf(egraph *g, uint32_t type, int64_t k) {
     uint32_t a = eg_attr(g, &k, 1);
@@ -105,6 +108,42 @@ void suite_egraph(void) {
         uint32_t r1, n1;
         CHECK(eg_type_dims(g, t, &r1) == td && r1 == r0 && td[0] == 4 && td[1] == 8);
         CHECK(eg_attr_words(g, eg_node_attr(g, a), &n1) == aw && n1 == 1 && aw[0] == 1);
+    }
+
+    t_case("egraph-9 a slice of a class that also holds a concatenation of its own slices ends");
+    {
+        /* (per-device terms glued back: x joined to concat(x[0:2], x[2:4]);
+         * slicing x then slices its pieces, which are slices of x: once
+         * unbounded recursion) */
+        static const char text[] = "HloModule m\nENTRY e {\n  p = f32[4,2] parameter(0)\n  ROOT n = f32[4,2] negate(p)\n}\n";
+        diag dg;
+        diag_init(&dg, "test");
+        hlo_module *m = hlo_parse_text(text, strlen(text), "test", &dg);
+        CHECK(m != NULL);
+        mesh ms = {.naxes = 1, .sizes = {2}};
+        strcpy(ms.names[0], "x");
+        egraph *eh = eg_new();
+        arena ar;
+        arena_init(&ar);
+        lift_ctx lc;
+        lift_init(&lc, eh, &ar, m, m, &ms);
+        int64_t pd[2] = {4, 2}, k0 = 0;
+        eid px = eg_add(eh, EG_OP_PARAM, eg_attr(eh, &k0, 1), eg_type(eh, DT_F32, pd, 2), NULL, 0, EG_BASELINE);
+        int64_t q0[6] = {0, 2, 1, 0, 2, 1}, q1[6] = {2, 4, 1, 0, 2, 1}, q2[6] = {1, 3, 1, 0, 2, 1};
+        eid parts[2] = {lf_mk_slice(&lc, px, q0), lf_mk_slice(&lc, px, q1)};
+        int64_t cw[3] = {A_DIMENSIONS, 1, 0};
+        eid cat = eg_add(eh, OP_CONCATENATE, eg_attr(eh, cw, 3), eg_class_type(eh, px), parts, 2, EG_LIFTED);
+        eg_union(eh, px, cat, NULL);
+        eg_rebuild(eh);
+        eid mid = lf_mk_slice(&lc, px, q2);
+        uint32_t r;
+        const int64_t *md = eg_type_dims(eh, eg_class_type(eh, mid), &r);
+        CHECK(mid != EID_NONE && r == 2 && md[0] == 2 && md[1] == 2);
+        lift_done(&lc);
+        arena_free(&ar);
+        eg_free(eh);
+        graph_free(m);
+        diag_free(&dg);
     }
 
     sb_free(&why);
