@@ -5,11 +5,13 @@
  *
  *   lift        why values are left unrelated, masks, loop carries, check's summary
  *   views       each distributed instruction's lifted kind, view and term
+ *               (per-device terms: each device's)
  *   memo        why a run did not become a memo representative
  *   witness     each output block where execution found a larger difference
  *   invariants  e-graph invariants checked after lifting and every saturation
  *   base=NAME   with term=NAME: descend baseline instruction NAME's term and
  *   term=NAME   distributed instruction NAME's term to where they part
+ *               (NAME@D: device D's term of per-device terms)
  *   depth=N     how deep the two terms are printed there (default 5)
  *
  * e.g. SCALIFY_DEBUG=lift,base=dot.3,term=dot.7 scalify check ...

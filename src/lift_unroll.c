@@ -555,7 +555,7 @@ bool lf_unroll_instr(lstate *s, lval *out) {
     free(u.memo.val);
     if (!ok) return false;
     *out = devt_value(c, t, u.n, in->shape.rank);
-    if (dbg_on(DBG_LIFT) && getenv("SCALIFY_DEBUG_DEVT")) {
+    if (dbg_on(DBG_VIEWS)) {
         strbuf w;
         sb_init(&w);
         for (int64_t d = 0; d < u.n; d++) {
