@@ -1175,11 +1175,12 @@ relift:;
     lift_teardown(&sr, &lc, &a, g);
     free(rel0.inputs);
     free(rel0.outputs);
-out:
+out:;
     /* What the trace says of each module; the modules themselves only findings
      * need (their sites, snippets, subgraphs): without any they are freed
      * before the trace is written, which at 200k segments is most of the
-     * memory still held. */
+     * memory still held. (A declaration may not follow a label before C23:
+     * clang, which make fuzz uses, says so.) */
     side *both[2] = {&B, &D};
     for (int k = 0; k < 2; k++)
         if (both[k]->m) {
