@@ -1033,6 +1033,9 @@ static void parse_attr(parser *ps, hlo_instr *in, size_t *nattrs) {
         return;
     }
     int key = attr_key_from_name(k, kn);
+    /* a constant's value is written inside its parentheses, never as an
+     * attribute (the IR would hold text where a literal belongs) */
+    if (key == A_LITERAL) fail(ps, at, "'%.*s' is no attribute: a constant's value goes inside its parentheses", (int)kn, k);
     for (size_t i = 0; i < *nattrs; i++)
         if (ps->attrs[i].key == key && (key != A_RAW || (strlen(ps->attrs[i].raw_key) == kn &&
                                                           memcmp(ps->attrs[i].raw_key, k, kn) == 0)))

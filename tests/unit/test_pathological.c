@@ -196,6 +196,9 @@ static void structure(void) {
     s = repeat("ENTRY e {\n p = f32[] parameter(0)\n ROOT a = f32[] add(p", ", p", 1999999, ")\n}\n");
     expect_error("add with 2,000,000 operands", s, "add takes 2 operands, not 2000000");
     free(s);
+    /* (found by make fuzz: the printer read the text as a literal) */
+    expect_error("a literal as an attribute", "ENTRY e {\n p = s32[4] parameter(0)\n ROOT n = s32[4] negate(p), literal=le(x)\n}\n",
+                 "p.hlo:3:29: 'literal' is no attribute: a constant's value goes inside its parentheses");
     expect_error("call without to_apply", "ENTRY e {\n p = f32[4] parameter(0)\n ROOT c = f32[4] call(p)\n}\n",
                  "p.hlo:3:2: e: c: call needs to_apply");
     expect_error("call passing too few arguments",
