@@ -49,19 +49,15 @@ enum { G_FAIL = 0, G_ROW, G_DUP };
 #define GROUP_DEPTH 256
 #define GROUP_BUDGET 2048
 
-typedef struct gmemo {
-    uint32_t *key;     /* instruction index + 1 (0: empty) */
-    lval *val;
-    uint8_t *res;
-    uint32_t cap, used;   /* cap a power of two, at most half used */
-} gmemo;
-
 typedef struct gctx {
     lift_ctx *c;
     const hlo_comp *comp;
     const lval *vals;
     view_dim axes;
-    gmemo memo;
+    u32map memo;       /* instruction index -> index into seen and res */
+    lval *seen;        /* each instruction's row read (or replicated value) */
+    uint8_t *res;      /* and what it is (G_ROW, G_DUP, G_FAIL) */
+    size_t nseen, capseen, capres;
     uint32_t budget;   /* instructions the walk may still read up through */
 } gctx;
 
@@ -301,44 +297,18 @@ static int row_of_value(gctx *g, const lval *xv, uint32_t i, bool up, int depth,
     return G_ROW;
 }
 
-/* The slot of instruction i in the memo: its own, or the empty one where it
- * goes. */
-static uint32_t memo_slot(const gmemo *m, uint32_t i) {
-    uint32_t h = (i * 2654435761u) & (m->cap - 1);
-    while (m->key[h] && m->key[h] != i + 1) h = (h + 1) & (m->cap - 1);
-    return h;
-}
-
-static void memo_grow(gmemo *m) {
-    gmemo n = {.cap = 2 * m->cap, .used = m->used};
-    n.key = xcalloc(n.cap, sizeof *n.key);
-    n.val = xcalloc(n.cap, sizeof *n.val);
-    n.res = xcalloc(n.cap, sizeof *n.res);
-    for (uint32_t q = 0; q < m->cap; q++) {
-        if (!m->key[q]) continue;
-        uint32_t h = memo_slot(&n, m->key[q] - 1);
-        n.key[h] = m->key[q], n.val[h] = m->val[q], n.res[h] = m->res[q];
-    }
-    free(m->key);
-    free(m->val);
-    free(m->res);
-    *m = n;
-}
-
 static int row_of(gctx *g, uint32_t i, int depth, lval *out) {
-    gmemo *m = &g->memo;
-    uint32_t h = memo_slot(m, i);
-    if (m->key[h]) {
-        *out = m->val[h];
-        return m->res[h];
+    uint32_t at;
+    if (u32map_get(&g->memo, i, &at)) {
+        *out = g->seen[at];
+        return g->res[at];
     }
     int r = row_of_value(g, &g->vals[i], i, true, depth, out);
-    if (2 * (m->used + 1) > m->cap) memo_grow(m);
-    h = memo_slot(m, i); /* the walk up filled others meanwhile */
-    m->key[h] = i + 1;
-    m->val[h] = *out;
-    m->res[h] = (uint8_t)r;
-    m->used++;
+    XGROW(g->seen, g->capseen, g->nseen + 1);
+    XGROW(g->res, g->capres, g->nseen + 1);
+    g->seen[g->nseen] = *out;
+    g->res[g->nseen] = (uint8_t)r;
+    u32map_put(&g->memo, i, (uint32_t)g->nseen++);
     return r;
 }
 
@@ -509,18 +479,13 @@ static bool row_apply(gctx *g, const hlo_instr *in, const lval *ops, const int *
 }
 
 static gctx gctx_open(lstate *s, const view_dim *axes) {
-    gctx g = {.c = s->c, .comp = s->comp, .vals = s->vals, .axes = *axes, .budget = GROUP_BUDGET};
-    g.memo.cap = 256;
-    g.memo.key = xcalloc(g.memo.cap, sizeof *g.memo.key);
-    g.memo.val = xcalloc(g.memo.cap, sizeof *g.memo.val);
-    g.memo.res = xcalloc(g.memo.cap, sizeof *g.memo.res);
-    return g;
+    return (gctx){.c = s->c, .comp = s->comp, .vals = s->vals, .axes = *axes, .budget = GROUP_BUDGET};
 }
 
 static void gctx_close(gctx *g) {
-    free(g->memo.key);
-    free(g->memo.val);
-    free(g->memo.res);
+    u32map_free(&g->memo);
+    free(g->seen);
+    free(g->res);
 }
 
 /* The op of s over its operands read as rows over axes (the current

@@ -52,12 +52,6 @@ typedef struct dterm {
     double s;
 } dterm;
 
-typedef struct umemo {
-    uint32_t *key;  /* instruction index + 1 (0: empty) */
-    dterm **val;    /* its devices' values (NULL: none) */
-    uint32_t cap, used;
-} umemo;
-
 typedef struct uctx {
     lift_ctx *c;
     const hlo_comp *comp;
@@ -65,36 +59,17 @@ typedef struct uctx {
     int64_t n;          /* devices */
     const lstate *top;  /* the instruction lifted, its operands as the walk has them */
     uint32_t budget;
-    umemo memo;
+    u32map memo;         /* instruction index -> 1 + index into seen (0: it has none) */
+    dterm **seen;       /* the devices' values of each instruction read */
+    size_t nseen, capseen;
 } uctx;
 
 static bool terms_of(uctx *u, uint32_t i, int depth, dterm *out);
 static bool operand_terms(uctx *u, uint32_t o, dterm *out);
 
-static uint32_t memo_slot(const umemo *m, uint32_t i) {
-    uint32_t h = (i * 2654435761u) & (m->cap - 1);
-    while (m->key[h] && m->key[h] != i + 1) h = (h + 1) & (m->cap - 1);
-    return h;
-}
-
-static void memo_put(umemo *m, uint32_t i, dterm *v) {
-    if (2 * (m->used + 1) > m->cap) {
-        umemo n = {.cap = 2 * m->cap, .used = m->used};
-        n.key = xcalloc(n.cap, sizeof *n.key);
-        n.val = xcalloc(n.cap, sizeof *n.val);
-        for (uint32_t q = 0; q < m->cap; q++)
-            if (m->key[q]) {
-                uint32_t h = memo_slot(&n, m->key[q] - 1);
-                n.key[h] = m->key[q], n.val[h] = m->val[q];
-            }
-        free(m->key);
-        free(m->val);
-        *m = n;
-    }
-    uint32_t h = memo_slot(m, i);
-    m->key[h] = i + 1;
-    m->val[h] = v;
-    m->used++;
+static void uctx_close(uctx *u) {
+    u32map_free(&u->memo);
+    free(u->seen);
 }
 
 static uint32_t type_of_shape(lift_ctx *c, const shape *sh) { return lf_type_of(c, sh->dtype, sh->dims, sh->rank); }
@@ -441,10 +416,10 @@ static bool operand_terms(uctx *u, uint32_t o, dterm *out) {
 }
 
 static bool terms_of(uctx *u, uint32_t i, int depth, dterm *out) {
-    uint32_t h = memo_slot(&u->memo, i);
-    if (u->memo.key[h]) {
-        if (!u->memo.val[h]) return false;
-        memcpy(out, u->memo.val[h], (size_t)u->n * sizeof *out);
+    uint32_t at;
+    if (u32map_get(&u->memo, i, &at)) {
+        if (!at) return false;
+        memcpy(out, u->seen[at - 1], (size_t)u->n * sizeof *out);
         return true;
     }
     const hlo_instr *in = &u->comp->instrs[i];
@@ -453,13 +428,16 @@ static bool terms_of(uctx *u, uint32_t i, int depth, dterm *out) {
     bool ok = x->kind != LV_DEVT && moves && by_instr(u, i, depth, out);
     if (!ok) ok = from_value(u, x, in, out);
     if (!ok && x->kind != LV_DEVT && !moves) ok = by_instr(u, i, depth, out);
-    dterm *keep = NULL;
-    if (ok) {
-        keep = arena_alloc(u->c->a, (size_t)u->n * sizeof *keep);
-        for (int64_t d = 0; d < u->n; d++) out[d].t = eg_find(u->c->g, out[d].t), keep[d] = out[d];
+    if (!ok) {
+        u32map_put(&u->memo, i, 0);
+        return false;
     }
-    memo_put(&u->memo, i, keep);
-    return ok;
+    dterm *keep = arena_alloc(u->c->a, (size_t)u->n * sizeof *keep);
+    for (int64_t d = 0; d < u->n; d++) out[d].t = eg_find(u->c->g, out[d].t), keep[d] = out[d];
+    XGROW(u->seen, u->capseen, u->nseen + 1);
+    u->seen[u->nseen++] = keep;
+    u32map_put(&u->memo, i, (uint32_t)u->nseen);
+    return true;
 }
 
 /* ---- the value ---- */
@@ -527,13 +505,9 @@ bool lf_unroll_value(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32
         in->shape.dtype == DT_TUPLE || in->shape.rank > VIEW_MAX_RANK)
         return false;
     uctx u = {.c = c, .comp = comp, .vals = vals, .n = c->ndev, .budget = UNROLL_BUDGET};
-    u.memo.cap = 64;
-    u.memo.key = xcalloc(u.memo.cap, sizeof *u.memo.key);
-    u.memo.val = xcalloc(u.memo.cap, sizeof *u.memo.val);
     dterm *t = arena_alloc(c->a, (size_t)u.n * sizeof *t);
     bool ok = by_instr(&u, i, 1, t);
-    free(u.memo.key);
-    free(u.memo.val);
+    uctx_close(&u);
     if (!ok) return false;
     *out = devt_value(c, t, u.n, in->shape.rank);
     return out->kind != LV_UNKNOWN;
@@ -546,13 +520,9 @@ bool lf_unroll_instr(lstate *s, lval *out) {
         in->shape.dtype == DT_TUPLE || in->shape.rank > VIEW_MAX_RANK)
         return false;
     uctx u = {.c = c, .comp = s->comp, .vals = s->vals, .n = c->ndev, .top = s, .budget = UNROLL_BUDGET};
-    u.memo.cap = 64;
-    u.memo.key = xcalloc(u.memo.cap, sizeof *u.memo.key);
-    u.memo.val = xcalloc(u.memo.cap, sizeof *u.memo.val);
     dterm *t = arena_alloc(c->a, (size_t)u.n * sizeof *t);
     bool ok = by_instr(&u, (uint32_t)(in - s->comp->instrs), 0, t);
-    free(u.memo.key);
-    free(u.memo.val);
+    uctx_close(&u);
     if (!ok) return false;
     *out = devt_value(c, t, u.n, in->shape.rank);
     if (dbg_on(DBG_VIEWS)) {

@@ -399,6 +399,47 @@ uint64_t hash_bytes(const void *p, size_t n) {
     return h;
 }
 
+void u32map_free(u32map *m) {
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+/* The slot of key in m: its own, or the empty one where it goes. */
+static uint32_t u32map_slot(const u32map *m, uint32_t key) {
+    uint32_t h = (key * 2654435761u) & (m->cap - 1);
+    while (m->keys[h] && m->keys[h] != key + 1) h = (h + 1) & (m->cap - 1);
+    return h;
+}
+
+bool u32map_get(const u32map *m, uint32_t key, uint32_t *val) {
+    if (!m->cap) return false;
+    uint32_t h = u32map_slot(m, key);
+    if (!m->keys[h]) return false;
+    *val = m->vals[h];
+    return true;
+}
+
+void u32map_put(u32map *m, uint32_t key, uint32_t val) {
+    if (2 * (m->len + 1) > m->cap) {
+        u32map n = {.cap = m->cap ? 2 * m->cap : 64, .len = m->len};
+        n.keys = xcalloc(n.cap, sizeof *n.keys);
+        n.vals = xcalloc(n.cap, sizeof *n.vals);
+        for (uint32_t q = 0; q < m->cap; q++)
+            if (m->keys[q]) {
+                uint32_t h = u32map_slot(&n, m->keys[q] - 1);
+                n.keys[h] = m->keys[q], n.vals[h] = m->vals[q];
+            }
+        free(m->keys);
+        free(m->vals);
+        *m = n;
+    }
+    uint32_t h = u32map_slot(m, key);
+    m->len += !m->keys[h];
+    m->keys[h] = key + 1;
+    m->vals[h] = val;
+}
+
 void strmap_init(strmap *m) { memset(m, 0, sizeof *m); }
 
 void strmap_free(strmap *m) {

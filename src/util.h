@@ -136,6 +136,20 @@ bool strmap_put(strmap *m, const char *k, size_t n, uint32_t val);
 bool strmap_put_hashed(strmap *m, const char *k, size_t n, uint64_t h, uint32_t val);
 void strmap_prefetch(const strmap *m, uint64_t h);
 
+/* uint32 → uint32 map (keys below UINT32_MAX): open addressing, grown at
+ * half full; a zeroed u32map is empty. Iteration order is never exposed. */
+typedef struct u32map {
+    uint32_t *keys;  /* key + 1 (0: empty) */
+    uint32_t *vals;
+    uint32_t cap, len;
+} u32map;
+
+void u32map_free(u32map *m);
+/* Returns true and sets *val when found. */
+bool u32map_get(const u32map *m, uint32_t key, uint32_t *val);
+/* Inserts or overwrites. */
+void u32map_put(u32map *m, uint32_t key, uint32_t val);
+
 /* Checked 64-bit arithmetic: false on overflow. */
 static inline bool mul_ok(int64_t a, int64_t b, int64_t *out) {
     return !__builtin_mul_overflow(a, b, out);

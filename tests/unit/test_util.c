@@ -122,6 +122,21 @@ void suite_util(void) {
     CHECK(strmap_key(&m, "k5", 2) == keys[5]);
     strmap_free(&m);
 
+    t_case("util-2 u32map");
+    {
+        u32map im = {0};
+        uint32_t got = 0;
+        CHECK(!u32map_get(&im, 7, &got));
+        for (uint32_t k = 0; k < 5000; k++) u32map_put(&im, k * 7919u, k);
+        u32map_put(&im, 0, 99); /* overwrite */
+        CHECK(u32map_get(&im, 4999u * 7919u, &got) && got == 4999);
+        CHECK(u32map_get(&im, 0, &got) && got == 99);
+        CHECK(!u32map_get(&im, 3, &got));
+        CHECK_EQ(im.len, 5000);
+        u32map_free(&im);
+        CHECK(!u32map_get(&im, 0, &got));
+    }
+
     t_case("util-3 arena");
     arena a;
     arena_init(&a);
