@@ -3381,10 +3381,10 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
         factor = lf_scale_plan(&s);
         uint32_t nu = c->nunsupported, nf = c->nfindings;
         unsupported_mark mark = mark_unsupported(c);
-        /* the operands as planned, for per-device terms (transfer functions
-         * may change their copies) */
+        /* the operands as planned, kept for per-device terms where the op
+         * takes them (transfer functions may change their copies) */
         lval planned_stack[8], *planned = NULL;
-        if (!c->baseline_mode && c->ndev <= LIFT_UNROLL_MAX_DEV) {
+        if (lf_unroll_wanted(&s)) {
             planned = in->noperands <= 8 ? planned_stack : arena_alloc(c->a, in->noperands * sizeof *ops);
             memcpy(planned, ops, in->noperands * sizeof *ops);
         }
@@ -3393,7 +3393,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
         lval dv;
         lstate ps = {c, comp, in, planned, vals, NULL};
         if (planned && c->nunsupported > nu && c->nfindings == nf && !c->refine_factor && !c->reshape_defaulted &&
-            lf_unroll_wanted(&ps) && lf_unroll_instr(&ps, &dv)) {
+            lf_unroll_instr(&ps, &dv)) {
             back_to_mark(c, &mark);
             *v = dv;
             before = NULL;

@@ -108,6 +108,28 @@ static eid stacked_of(lift_ctx *c, const lval *x) {
     return X;
 }
 
+/* x's blocks where x is a stacked value's blocks of one, squeezed: each
+ * device's the slice of the stacked value X the baseline takes, reshaped
+ * as the baseline squeezes it; false when x is no such value. */
+static bool stacked_blocks(uctx *u, const lval *x, const shape *sh, dterm *out) {
+    lift_ctx *c = u->c;
+    eid X = stacked_of(c, x);
+    if (X == EID_NONE) return false;
+    uint32_t xr, r;
+    const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, X), &xr);
+    const int64_t *gd = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &r);
+    int64_t off[VIEW_MAX_RANK], size[VIEW_MAX_RANK], sl[3 * VIEW_MAX_RANK];
+    for (int64_t d = 0; d < u->n; d++) {
+        view_block(&x->v, c->mesh, gd, r, d, off, size);
+        int64_t b = off[0] / size[0];
+        for (uint32_t k = 0; k < xr; k++) sl[3 * k] = k ? 0 : b, sl[3 * k + 1] = k ? xd[k] : b + 1, sl[3 * k + 2] = 1;
+        eid blk = lf_mk_slice(c, X, sl);
+        out[d] = (dterm){blk == EID_NONE ? EID_NONE : lf_mk_reshape(c, blk, type_of_shape(c, sh), c->origin), lf_scale_of(x)};
+        if (out[d].t == EID_NONE) return false;
+    }
+    return true;
+}
+
 /* From the value's lift: its view's blocks, a device value's numbers. */
 static bool from_value(uctx *u, const lval *x, const hlo_instr *in, dterm *out) {
     lift_ctx *c = u->c;
@@ -141,21 +163,8 @@ static bool from_value(uctx *u, const lval *x, const hlo_instr *in, dterm *out) 
     uint32_t r;
     const int64_t *gd = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &r);
     if (r != sh->rank || x->v.rank != r) return false;
+    if (stacked_blocks(u, x, sh, out)) return true;
     int64_t off[VIEW_MAX_RANK], size[VIEW_MAX_RANK], sl[3 * VIEW_MAX_RANK];
-    eid X = stacked_of(c, x);
-    for (int64_t d = 0; d < u->n && X != EID_NONE; d++) {
-        /* a stacked value's block of one, squeezed as the baseline does */
-        uint32_t xr;
-        const int64_t *xd = eg_type_dims(c->g, eg_class_type(c->g, X), &xr);
-        view_block(&x->v, c->mesh, gd, r, d, off, size);
-        int64_t b = off[0] / size[0];
-        for (uint32_t k = 0; k < xr; k++) sl[3 * k] = k ? 0 : b, sl[3 * k + 1] = k ? xd[k] : b + 1, sl[3 * k + 2] = 1;
-        eid blk = lf_mk_slice(c, X, sl);
-        out[d].t = blk == EID_NONE ? EID_NONE : lf_mk_reshape(c, blk, type_of_shape(c, sh), c->origin);
-        out[d].s = lf_scale_of(x);
-        if (out[d].t == EID_NONE) X = EID_NONE;
-        else if (d + 1 == u->n) return true;
-    }
     for (int64_t d = 0; d < u->n; d++) {
         view_block(&x->v, c->mesh, gd, r, d, off, size);
         for (uint32_t k = 0; k < r; k++) {
@@ -167,28 +176,6 @@ static bool from_value(uctx *u, const lval *x, const hlo_instr *in, dterm *out) 
         if (out[d].t == EID_NONE) return false;
     }
     return true;
-}
-
-/* The devices of d's group under a collective over mesh axes `mask`, by
- * position in the group (major first over `order`): their count in *m's
- * first entries (0: the groups are not the mesh's). */
-static uint32_t group_of(const lift_ctx *c, uint32_t mask, const view_dim *order, int64_t d, int64_t *m) {
-    const mesh *ms = c->mesh;
-    uint32_t n = 0;
-    int64_t ndev = mesh_devices(ms);
-    int64_t pos_max = 1;
-    for (uint32_t k = 0; k < order->naxes; k++) pos_max *= ms->sizes[order->axes[k]];
-    for (int64_t p = 0; p < pos_max; p++) m[p] = -1;
-    for (int64_t e = 0; e < ndev; e++) {
-        bool same = true;
-        for (uint32_t a = 0; a < ms->naxes && same; a++)
-            if (!(mask >> a & 1)) same = mesh_coord(ms, e, (int)a) == mesh_coord(ms, d, (int)a);
-        if (!same) continue;
-        int64_t p = 0;
-        for (uint32_t k = 0; k < order->naxes; k++) p = p * ms->sizes[order->axes[k]] + mesh_coord(ms, e, order->axes[k]);
-        if (p < pos_max && m[p] < 0) m[p] = e, n++;
-    }
-    return n == pos_max ? n : 0;
 }
 
 /* op(a, b) at shape sh (a binary elementwise op). */
@@ -231,24 +218,32 @@ static bool collective(uctx *u, const hlo_instr *in, dterm *const *ops, dterm *o
         return zero.t != EID_NONE;
     }
     if (in->op != OP_ALL_REDUCE && in->op != OP_ALL_GATHER) return false;
-    lstate st = {c, u->comp, in, NULL, u->vals, NULL};
-    view_dim order;
-    int mask = lf_collective_axes(&st, true, &order);
-    if (mask <= 0) return false;
-    int64_t *m = arena_alloc(c->a, (size_t)u->n * sizeof *m);
+    /* the groups as the collective lists them (graph.c): their order is an
+     * all-gather's order */
+    int64_t *ids = NULL, R = graph_num_replicas(c->dist);
+    uint32_t *start = NULL, ng = 0;
+    char why[160];
+    if (R < 1 || !graph_device_groups(in, R, u->n / R, &ids, &start, &ng, why, sizeof why)) return false;
+    uint32_t *group = arena_alloc(c->a, (size_t)u->n * sizeof *group);
+    bool ok = true;
+    for (int64_t d = 0; d < u->n; d++) group[d] = UINT32_MAX;
+    for (uint32_t g = 0; g < ng; g++)
+        for (uint32_t q = start[g]; q < start[g + 1]; q++)
+            if (ids[q] >= 0 && ids[q] < u->n) group[ids[q]] = g;
+    for (int64_t d = 0; d < u->n; d++) ok &= group[d] != UINT32_MAX;
     dterm *parts = arena_alloc(c->a, (size_t)u->n * sizeof *parts);
     eid *ts = arena_alloc(c->a, (size_t)u->n * sizeof *ts);
     int op = 0, red = RED_NONE;
-    if (in->op == OP_ALL_REDUCE) {
+    if (ok && in->op == OP_ALL_REDUCE) {
         static const int ops_of[] = {[RED_SUM] = OP_ADD, [RED_PROD] = OP_MULTIPLY, [RED_MAX] = OP_MAXIMUM,
                                      [RED_MIN] = OP_MINIMUM, [RED_AND] = OP_AND, [RED_OR] = OP_OR, [RED_XOR] = OP_XOR};
         red = instr_reducer(c->cur, in);
-        if (red <= RED_NONE || red > RED_XOR || !(op = ops_of[red])) return false;
+        ok = red > RED_NONE && red <= RED_XOR && (op = ops_of[red]) != 0;
     }
     uint32_t dim = (uint32_t)instr_int(in, A_DIMENSIONS, 0);
-    for (int64_t d = 0; d < u->n; d++) {
-        uint32_t k = group_of(c, (uint32_t)mask, &order, d, m), nz = 0;
-        if (!k) return false;
+    for (int64_t d = 0; d < u->n && ok; d++) {
+        const int64_t *m = ids + start[group[d]];
+        uint32_t k = start[group[d] + 1] - start[group[d]], nz = 0;
         for (uint32_t p = 0; p < k; p++)
             if (in->op == OP_ALL_GATHER || op != OP_ADD || !lf_class_is_zero(c, ops[0][m[p]].t)) parts[nz++] = ops[0][m[p]];
         if (!nz) { /* zeros everywhere */
@@ -261,10 +256,12 @@ static bool collective(uctx *u, const hlo_instr *in, dterm *const *ops, dterm *o
         if (in->op == OP_ALL_GATHER) acc = dim < sh->rank ? lf_mk_concat(c, ts, nz, dim) : EID_NONE;
         else
             for (uint32_t p = 1; p < nz && acc != EID_NONE; p++) acc = binary(c, op, acc, ts[p], sh);
-        if (acc == EID_NONE) return false;
+        ok = acc != EID_NONE;
         out[d] = (dterm){acc, f};
     }
-    return true;
+    free(ids);
+    free(start);
+    return ok;
 }
 
 /* in over the terms ch of one device where a known predicate picks one of
