@@ -314,25 +314,27 @@ int lf_node_concat_dim(const lift_ctx *c, eid k) {
     return eg_node_op(c->g, k) == OP_CONCATENATE && nw == 3 && aw[0] == A_DIMENSIONS && aw[1] == 1 ? (int)aw[2] : -1;
 }
 
-/* A unit-stride slice of x (rank dims xd) taken from what x is built of,
- * exactly: of the operand of a slice x is (the two composed), or of the
- * one operand of a concatenation x is that holds the whole range (shifted).
- * So a stack written back row by row (a scan's residuals) folds back to
- * what the rows were sliced from as it is built. EID_NONE: neither. */
+/* Slicing through a class may slice the same class again where it also
+ * holds a concatenation of its own pieces, through the slices and
+ * concatenations the walk builds: the calls in progress are bounded (then
+ * the plain slice). */
+#define SLICE_NESTING_MAX 16
+
 static eid slice_through_at(lift_ctx *c, eid x, const int64_t *sl, uint32_t rank, int depth);
 
-/* (slicing through a class may slice the same class again where it also
- * holds a concatenation of its own pieces, through the slices and
- * concatenations the walk builds: the calls in progress are bounded, then
- * the plain slice) */
 static eid slice_through(lift_ctx *c, eid x, const int64_t *sl, uint32_t rank, int depth) {
-    if (c->slice_depth >= 16) return EID_NONE;
+    if (c->slice_depth >= SLICE_NESTING_MAX) return EID_NONE;
     c->slice_depth++;
     eid r = slice_through_at(c, x, sl, rank, depth);
     c->slice_depth--;
     return r;
 }
 
+/* A unit-stride slice of x (rank dims xd) taken from what x is built of,
+ * exactly: of the operand of a slice x is (the two composed), or of the
+ * one operand of a concatenation x is that holds the whole range (shifted).
+ * So a stack written back row by row (a scan's residuals) folds back to
+ * what the rows were sliced from as it is built. EID_NONE: neither. */
 static eid slice_through_at(lift_ctx *c, eid x, const int64_t *sl, uint32_t rank, int depth) {
     if (depth > 8 || !unit_strides(sl, rank)) return EID_NONE;
     for (eid k = eg_class_first(c->g, eg_find(c->g, x)); k != EID_NONE; k = eg_class_next(c->g, k)) {
@@ -447,7 +449,7 @@ eid lf_mk_slice(lift_ctx *c, eid x, const int64_t *sl) {
     g.shape.rank = rank;
     g.shape.dims = dims;
     eid r = lf_node(c, c->cur, &g, &x, 1, dims, c->origin);
-    if (c->slice_depth < 16) {
+    if (c->slice_depth < SLICE_NESTING_MAX) {
         c->slice_depth++;
         pad_slice_forms(c, x, sl, rank, r);
         c->slice_depth--;
