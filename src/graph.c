@@ -884,7 +884,7 @@ bool graph_op_operands(int op, int *min, int *max) {
 }
 
 /* The computation attribute key names (k-th element), or NULL when absent. */
-static const hlo_comp *callee(const hlo_module *m, const hlo_instr *in, int key, uint32_t k) {
+const hlo_comp *instr_callee(const hlo_module *m, const hlo_instr *in, int key, uint32_t k) {
     const hlo_attr *a = instr_attr(in, key);
     if (!a || (a->kind == K_COMPS && k >= a->n) || (a->kind == K_COMP && k > 0)) return NULL;
     if (a->kind != K_COMP && a->kind != K_COMPS) return NULL;
@@ -895,7 +895,7 @@ static const hlo_comp *callee(const hlo_module *m, const hlo_instr *in, int key,
 /* The callee named by key, which must take want parameters; false with why. */
 static bool need_comp(const hlo_module *m, const hlo_instr *in, int key, uint32_t k, uint32_t want, char *why,
                       size_t nwhy) {
-    const hlo_comp *c = callee(m, in, key, k);
+    const hlo_comp *c = instr_callee(m, in, key, k);
     if (!c) {
         snprintf(why, nwhy, "%s needs %s", hlo_op_name(in->op), attr_key_name(key));
         return false;
@@ -912,7 +912,7 @@ static bool need_comp(const hlo_module *m, const hlo_instr *in, int key, uint32_
  * over integers, is no reducer of its values (XLA's verifier refuses it;
  * precision alone may differ: mixed-precision reductions); false with why. */
 static bool reducer_kind_ok(const hlo_module *m, const hlo_instr *in, char *why, size_t nwhy) {
-    const hlo_comp *c = callee(m, in, A_TO_APPLY, 0);
+    const hlo_comp *c = instr_callee(m, in, A_TO_APPLY, 0);
     if (!c || in->shape.dtype == DT_TUPLE || c->root >= c->ninstrs) return true;
     int rd = c->instrs[c->root].shape.dtype;
     if (rd == DT_TUPLE || dtype_is_float(rd) == dtype_is_float(in->shape.dtype)) return true;
@@ -1009,7 +1009,7 @@ static bool structure_ok(const hlo_module *m, const hlo_comp *comp, const hlo_in
         if (!need_comp(m, in, A_CONDITION, 0, 1, why, nwhy) || !need_comp(m, in, A_BODY, 0, 1, why, nwhy)) return false;
         /* One state type throughout: the operand, the result, both
          * computations' parameter and the body's result. */
-        const hlo_comp *cond = callee(m, in, A_CONDITION, 0), *body = callee(m, in, A_BODY, 0);
+        const hlo_comp *cond = instr_callee(m, in, A_CONDITION, 0), *body = instr_callee(m, in, A_BODY, 0);
         const shape *st[] = {&in->shape, &cond->instrs[cond->params[0]].shape, &body->instrs[body->params[0]].shape,
                              &body->instrs[body->root].shape};
         static const char *const what[] = {"result", "condition's parameter", "body's parameter", "body's result"};

@@ -481,6 +481,9 @@ const char *instr_frontend_attr(const hlo_instr *in, const char *key);
  * MLIR dictionary jax writes: "{diag = 85 : ui8, side = 76 : ui8}", LAPACK's
  * option letters as character codes); dflt when absent. */
 int64_t instr_backend_int(const hlo_instr *in, const char *key, int64_t dflt);
+/* The k-th computation attribute key of `in` names (to_apply, body, a
+ * conditional's branch k), or NULL. */
+const hlo_comp *instr_callee(const hlo_module *m, const hlo_instr *in, int key, uint32_t k);
 /* Reduction of an instruction's to_apply computation (RED_NONE when none). */
 int instr_reducer(const hlo_module *m, const hlo_instr *in);
 /* The whole op_name of its metadata without the "jit(...)/" prefix GSPMD

@@ -546,7 +546,8 @@ const lval *lf_select_known(lstate *s) {
     /* A predicate known to be true (false) at every element picks the
      * second (third) operand whole (jnp.var's where(n - ddof > 0, ...) with
      * a constant ddof). */
-    if ((ops[0].kind == LV_TERM || ops[0].kind == LV_MASK) && !ops[0].v.partial && !ops[0].assumed) {
+    if ((ops[0].kind == LV_TERM || ops[0].kind == LV_MASK || ops[0].kind == LV_PW) && !ops[0].v.partial &&
+        !ops[0].assumed) {
         const interp_val *p = ops[0].kind == LV_TERM ? lf_kval(c, ops[0].cls) : NULL;
         /* a mask of iotas (take_along_axis's bounds check of positions) is
          * no folded term: its values, computed from the chain of constants
@@ -2670,6 +2671,16 @@ lval lf_lift_instr(lstate *s) {
     lval pwv;
     /* select(p, x, x) is x, whatever p is (GSPMD writes such selects). */
     if (in->op == OP_SELECT && in->noperands == 3 && in->operands[1] == in->operands[2]) return ops[1];
+    /* A predicate of positions known at every element (a bounds check of
+     * positions made from an iota) picks its operand before the index
+     * machinery reads it. */
+    if (in->op == OP_SELECT && in->noperands == 3 && ops[0].kind == LV_PW) {
+        const lval *picked = lf_select_known(s);
+        if (picked) {
+            lf_select_union(s, picked);
+            return *picked;
+        }
+    }
     /* per-device terms: the op on every device, else settled into a view */
     bool devt = false;
     for (uint32_t o = 0; o < in->noperands; o++) devt |= ops[o].kind == LV_DEVT;
@@ -3294,7 +3305,10 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
         c->depth++;
         const hlo_comp *outer = c->call_comp;
         c->call_comp = &m->comps[ta->v.ints[0]];
+        lf_call_frame f = {comp, c->call_comp, in, c->frames};
+        c->frames = &f;
         *v = lf_lift_comp(c, c->call_comp, cargs, NULL, 0);
+        c->frames = f.up;
         c->call_comp = outer;
         c->depth--;
         if (c->baseline_mode && v->kind == LV_TERM) lf_record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);

@@ -409,6 +409,8 @@ typedef struct lift_ctx {
     uint32_t last_scope_seg;              /* and its answer */
     int depth;                            /* call depth while walking (0: entry) */
     const hlo_comp *call_comp;            /* the computation a call is lifting: its root tuple keeps factors */
+    const struct lf_call_frame *frames;   /* the calls being lifted, innermost first (lift_table.c reads a
+                                           * chain of constants up through their parameters) */
     uint8_t **barrier_only[2];            /* per module, per computation, per instruction: a tuple whose
                                            * users are optimization barriers read only by get-tuple-elements
                                            * (jax.checkpoint's; lift.c) */

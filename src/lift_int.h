@@ -86,6 +86,15 @@
 #include "lift.h"
 #include "interp.h"
 
+/* A call being lifted: its callee's parameters are the operands of `call`
+ * in `comp` (lift.c pushes one per call; a chain of constants and iotas is
+ * read up through them). */
+typedef struct lf_call_frame {
+    const hlo_comp *comp, *callee;
+    const hlo_instr *call;
+    const struct lf_call_frame *up;
+} lf_call_frame;
+
 typedef struct lstate {
     lift_ctx *c;
     const hlo_comp *comp;

@@ -50,13 +50,22 @@ static bool unit_reshape_dims(const shape *os, const shape *ys, const int64_t *g
     return true;
 }
 
-/* Instruction i of s's computation, a constant-only chain, computed at dims
- * g (its own dims: the table as each device has it; wider ones: the same ops
- * over global positions): its term in *cls, its values in *val (the caller
- * frees them). False when the chain holds anything else, or is too large. */
-static bool chain_at(lstate *s, uint32_t i, const int64_t *g, int depth, eid *cls, interp_val **val) {
+/* The frame of the call whose callee is comp (lift.c pushes them), or NULL. */
+static const lf_call_frame *frame_of(const lf_call_frame *f, const hlo_comp *comp) {
+    return f && f->callee == comp ? f : NULL;
+}
+
+/* Instruction i of computation comp (f: the call being lifted into it, or
+ * NULL), a constant-only chain, computed at dims g (its own dims: the table
+ * as each device has it; wider ones: the same ops over global positions):
+ * its term in *cls, its values in *val (the caller frees them). A parameter
+ * of a called computation is the call's operand, read on in the caller (a
+ * bounds check inside jnp.take's call of positions made from an iota).
+ * False when the chain holds anything else, or is too large. */
+static bool chain_at(lstate *s, const hlo_comp *comp, const lf_call_frame *f, uint32_t i, const int64_t *g, int depth,
+                     eid *cls, interp_val **val) {
     lift_ctx *c = s->c;
-    const hlo_instr *y = &s->comp->instrs[i];
+    const hlo_instr *y = &comp->instrs[i];
     uint32_t rank = y->shape.rank;
     if (depth > CHAIN_DEPTH || y->shape.dtype == DT_TUPLE || rank > VIEW_MAX_RANK || !lf_fold_size_ok(g, rank) ||
         y->noperands > 3)
@@ -65,7 +74,18 @@ static bool chain_at(lstate *s, uint32_t i, const int64_t *g, int depth, eid *cl
     eid ch[3];
     interp_val *ops[3] = {NULL, NULL, NULL};
     bool ok = true;
-    if (y->op == OP_CONSTANT) {
+    if (y->op == OP_PARAMETER) {
+        int64_t p = instr_int(y, A_PARAMETER_NUMBER, 0);
+        return f && p >= 0 && (uint64_t)p < f->call->noperands &&
+               chain_at(s, f->comp, frame_of(f->up, f->comp), f->call->operands[p], g, depth + 1, cls, val);
+    } else if (y->op == OP_CALL) {
+        /* its callee's result, the callee's parameters its operands */
+        const hlo_comp *callee = instr_callee(c->cur, y, A_TO_APPLY, 0);
+        if (!callee) return false;
+        lf_call_frame inner = {comp, callee, y, f};
+        return callee->instrs[callee->root].shape.rank == rank &&
+               chain_at(s, callee, &inner, callee->root, g, depth + 1, cls, val);
+    } else if (y->op == OP_CONSTANT) {
         /* its own term, as the walk makes it (lift.c) */
         if (!same) return false;
         *val = interp_eval_instr(c->cur, y, NULL, NULL);
@@ -75,32 +95,32 @@ static bool chain_at(lstate *s, uint32_t i, const int64_t *g, int depth, eid *cl
         uint32_t nd;
         const int64_t *bd = instr_ints(y, A_DIMENSIONS, &nd);
         int64_t og[VIEW_MAX_RANK];
-        const shape *os = &s->comp->instrs[y->operands[0]].shape;
+        const shape *os = &comp->instrs[y->operands[0]].shape;
         if (nd != os->rank || os->rank > VIEW_MAX_RANK) return false;
         for (uint32_t k = 0; k < nd; k++) {
             if (bd[k] < 0 || (uint64_t)bd[k] >= rank) return false;
             og[k] = g[bd[k]];
         }
-        ok = chain_at(s, y->operands[0], og, depth + 1, &ch[0], &ops[0]);
+        ok = chain_at(s, comp, f, y->operands[0], og, depth + 1, &ch[0], &ops[0]);
     } else if ((y->op == OP_RESHAPE || y->op == OP_BITCAST) && y->noperands == 1) {
         int64_t og[VIEW_MAX_RANK];
-        const shape *os = &s->comp->instrs[y->operands[0]].shape;
+        const shape *os = &comp->instrs[y->operands[0]].shape;
         ok = os->rank <= VIEW_MAX_RANK && unit_reshape_dims(os, &y->shape, g, og) &&
-             chain_at(s, y->operands[0], og, depth + 1, &ch[0], &ops[0]);
+             chain_at(s, comp, f, y->operands[0], og, depth + 1, &ch[0], &ops[0]);
     } else if (y->op == OP_IOTA) {
         ok = y->noperands == 0;
     } else if (y->op == OP_REDUCE && y->noperands == 2 && same) {
         /* at its own dims only (a reduce_and of comparisons: a bounds check) */
-        const hlo_instr *x = &s->comp->instrs[y->operands[0]];
-        ok = chain_at(s, y->operands[0], x->shape.dims, depth + 1, &ch[0], &ops[0]) &&
-             chain_at(s, y->operands[1], NULL, depth + 1, &ch[1], &ops[1]);
+        const hlo_instr *x = &comp->instrs[y->operands[0]];
+        ok = chain_at(s, comp, f, y->operands[0], x->shape.dims, depth + 1, &ch[0], &ops[0]) &&
+             chain_at(s, comp, f, y->operands[1], NULL, depth + 1, &ch[1], &ops[1]);
     } else if (graph_op_elementwise(y->op) && y->noperands > 0) {
         for (uint32_t k = 0; k < y->noperands && ok; k++) {
-            const shape *os = &s->comp->instrs[y->operands[k]].shape;
+            const shape *os = &comp->instrs[y->operands[k]].shape;
             /* select and clamp take scalars beside arrays: they stay scalars */
-            ok = os->rank == rank ? chain_at(s, y->operands[k], g, depth + 1, &ch[k], &ops[k])
+            ok = os->rank == rank ? chain_at(s, comp, f, y->operands[k], g, depth + 1, &ch[k], &ops[k])
                  : os->rank == 0 && (y->op == OP_SELECT || y->op == OP_CLAMP) &&
-                       chain_at(s, y->operands[k], NULL, depth + 1, &ch[k], &ops[k]);
+                       chain_at(s, comp, f, y->operands[k], NULL, depth + 1, &ch[k], &ops[k]);
         }
     } else {
         ok = false;
@@ -121,7 +141,7 @@ interp_val *lf_chain_values(lstate *s, uint32_t i) {
     const hlo_instr *y = &s->comp->instrs[i];
     eid cls;
     interp_val *val = NULL;
-    if (y->shape.rank > VIEW_MAX_RANK || !chain_at(s, i, y->shape.dims, 0, &cls, &val)) return NULL;
+    if (y->shape.rank > VIEW_MAX_RANK || !chain_at(s, s->comp, frame_of(s->c->frames, s->comp), i, y->shape.dims, 0, &cls, &val)) return NULL;
     return val;
 }
 
@@ -179,7 +199,8 @@ bool lf_tiled_table(lstate *s, const view *want, lval *out) {
     lf_global_dims(c, want, &in->shape, gout);
     eid lcls, gcls;
     interp_val *lv = NULL, *gv = NULL, *tv = NULL;
-    bool ok = chain_at(s, ti, ts->dims, 0, &lcls, &lv) && chain_at(s, ti, g, 0, &gcls, &gv) && (tv = lf_tiled_values(lv, g)) != NULL;
+    const lf_call_frame *f = frame_of(c->frames, s->comp);
+    bool ok = chain_at(s, s->comp, f, ti, ts->dims, 0, &lcls, &lv) && chain_at(s, s->comp, f, ti, g, 0, &gcls, &gv) && (tv = lf_tiled_values(lv, g)) != NULL;
     if (!ok) {
         interp_val_free(lv), interp_val_free(gv), interp_val_free(tv);
         return false;

@@ -2309,6 +2309,11 @@ static void concat_unlike_operands(void) {
  *     0.12, shard_map, two passes): the baseline's where(n - ddof > 0, ...)
  *     with ddof 0 has a predicate true everywhere and is its second operand;
  *     with ddof 1 (another divisor) or 16 (NaN) it is not;
+ *   - tests/cases/take-call (by hand, the form of Flax's embedding of
+ *     positions in HF BART): jnp.take's bounds check inside its call, on
+ *     positions made from an iota in the caller, is true everywhere, so the
+ *     select is the gather (GSPMD inlined the call and dropped the check);
+ *     positions offset by another constant are not;
  *   - tests/cases/big-splat (by hand): a splat too large to fold or
  *     tabulate on the baseline's global shape and small enough on the
  *     distributed local one is the same value on both: max(x, -inf) is x
@@ -3263,6 +3268,9 @@ static void hand_written_cases(void) {
         {"const-pred/var", "the variance over 2 of 4 devices", "constant(4)", "constant(2)", VERDICT_MISMATCH, false},
         {"const-pred/var-ddof1", "the baseline divides by n - 1", NULL, NULL, VERDICT_MISMATCH, true},
         {"const-pred/var-ddof16", "the baseline's n - ddof is 0 (NaN)", NULL, NULL, VERDICT_MISMATCH, false},
+        {"take-call/pos", "a bounds check the positions pass", NULL, NULL, VERDICT_VERIFIED, true},
+        {"take-call/pos", "positions offset by 3", "two = s32[] constant(2)", "two = s32[] constant(3)", VERDICT_MISMATCH,
+         false},
         {"big-splat/max", "as written", NULL, NULL, VERDICT_VERIFIED, true},
         {"big-splat/max", "max with 0, not -inf", "constant(-inf)", "constant(0)", VERDICT_MISMATCH, false},
         {"big-splat/idx", "as written", NULL, NULL, VERDICT_VERIFIED, true},
