@@ -552,11 +552,19 @@ const lval *lf_select_known(lstate *s) {
         /* a mask of iotas (take_along_axis's bounds check of positions) is
          * no folded term: its values, computed from the chain of constants
          * and iotas (the same on every device). Not where the select makes
-         * a constant table itself: a table of local positions is read tiled
-         * (lift_table.c), its structure kept. */
-        interp_val *own = p || (ops[1].konst && ops[2].konst) ? NULL : lf_chain_values(s, in->operands[0]);
+         * a constant table itself on the distributed side: a table of local
+         * positions is read tiled (lift_table.c), its structure kept (the
+         * baseline keeps the select's form too: lf_select_union). */
+        bool table = ops[1].konst && ops[2].konst;
+        interp_val *own = p || (table && !c->baseline_mode) ? NULL : lf_chain_values(s, in->operands[0]);
         uint32_t pick = known_pick(own ? own : p);
         interp_val_free(own);
+        if (pick && table && !p) {
+            /* the baseline's select of a table keeps its form, and is also
+             * the operand it picks (a program that dropped the check) */
+            lf_select_union(s, &ops[pick]);
+            return NULL;
+        }
         if (pick) return &ops[pick];
     }
     return NULL;

@@ -2313,7 +2313,9 @@ static void concat_unlike_operands(void) {
  *     positions in HF BART): jnp.take's bounds check inside its call, on
  *     positions made from an iota in the caller, is true everywhere, so the
  *     select is the gather (GSPMD inlined the call and dropped the check);
- *     positions offset by another constant are not;
+ *     positions offset by another constant are not; nor are they where the
+ *     table is a constant (sinusoidal positions, XGLM): the baseline's
+ *     select keeps its form and is also the gather it picks;
  *   - tests/cases/big-splat (by hand): a splat too large to fold or
  *     tabulate on the baseline's global shape and small enough on the
  *     distributed local one is the same value on both: max(x, -inf) is x
@@ -3271,6 +3273,9 @@ static void hand_written_cases(void) {
         {"take-call/pos", "a bounds check the positions pass", NULL, NULL, VERDICT_VERIFIED, true},
         {"take-call/pos", "positions offset by 3", "two = s32[] constant(2)", "two = s32[] constant(3)", VERDICT_MISMATCH,
          false},
+        {"take-call/table", "a constant table at checked positions", NULL, NULL, VERDICT_VERIFIED, true},
+        {"take-call/table", "positions offset by 1", "two = s32[] constant(2)", "two = s32[] constant(1)",
+         VERDICT_MISMATCH, false},
         {"big-splat/max", "as written", NULL, NULL, VERDICT_VERIFIED, true},
         {"big-splat/max", "max with 0, not -inf", "constant(-inf)", "constant(0)", VERDICT_MISMATCH, false},
         {"big-splat/idx", "as written", NULL, NULL, VERDICT_VERIFIED, true},
