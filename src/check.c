@@ -918,7 +918,7 @@ relift:;
          * outside them it promises nothing. */
         int64_t below = 0;
         for (uint32_t k = 0; k < lc.ndoms; k++)
-            if (below == 0 || lc.dom_size[k] < below) below = lc.dom_size[k];
+            if (below == 0 || lc.doms[k].size < below) below = lc.doms[k].size;
         witness_run(B.m, D.m, &rel, 1, below, r->nfindings == 0, &w);
     }
     /* A precision finding (dtype-mismatch) is about rounding and range, which

@@ -373,10 +373,12 @@ typedef struct lift_ctx {
     strbuf assumptions;                   /* preconditions relied on, one per line */
     struct lift_pick *picks;              /* elements picked along a dim (lift_index.c) */
     uint32_t npicks, cappicks;
-    eid dom_src[8];                       /* sources assumed within [0, dom_size) */
-    int64_t dom_size[8];
-    bool dom_proven[8];                   /* ... or proved to be (lf_proven_domain) */
-    uint32_t ndoms;
+    struct lf_domain {                    /* sources assumed within [0, size) ... */
+        eid src;
+        int64_t size;
+        bool proven;                      /* ... or proved to be (lf_proven_domain) */
+    } *doms;
+    uint32_t ndoms, capdoms;
     struct lift_bmask *bmasks;            /* the baseline's masked rows (lf_note_baseline_mask) */
     uint32_t nbmasks, capbmasks;
     struct lift_winner *winners;          /* selections among a stack of partial maxima (lift_argmax.c) */

@@ -26,15 +26,12 @@
 static void note_domain(lift_ctx *c, eid src, int64_t n, bool proven) {
     if (src == EID_NONE) return;
     for (uint32_t i = 0; i < c->ndoms; i++)
-        if (c->dom_src[i] == src && c->dom_size[i] == n) {
-            c->dom_proven[i] |= proven;
+        if (c->doms[i].src == src && c->doms[i].size == n) {
+            c->doms[i].proven |= proven;
             return;
         }
-    if (c->ndoms < ARRAY_LEN(c->dom_src)) {
-        c->dom_src[c->ndoms] = src;
-        c->dom_proven[c->ndoms] = proven;
-        c->dom_size[c->ndoms++] = n;
-    }
+    ARENA_GROW(c->a, c->doms, c->ndoms, c->capdoms, 8);
+    c->doms[c->ndoms++] = (struct lf_domain){src, n, proven};
 }
 
 static void assume_domain(lift_ctx *c, eid src, int64_t n) {
@@ -47,7 +44,7 @@ void lf_proven_domain(lift_ctx *c, eid src, int64_t n) { note_domain(c, src, n, 
 /* Whether a domain of src no larger than n is proved, not assumed. */
 static bool domain_proven(const lift_ctx *c, eid src, int64_t n) {
     for (uint32_t i = 0; i < c->ndoms; i++)
-        if (c->dom_src[i] == src && c->dom_size[i] <= n && c->dom_proven[i]) return true;
+        if (c->doms[i].src == src && c->doms[i].size <= n && c->doms[i].proven) return true;
     return false;
 }
 
@@ -55,7 +52,7 @@ static bool domain_proven(const lift_ctx *c, eid src, int64_t n) {
 static int64_t domain_of(const lift_ctx *c, eid src) {
     int64_t best = -1;
     for (uint32_t i = 0; i < c->ndoms; i++)
-        if (c->dom_src[i] == src && (best < 0 || c->dom_size[i] < best)) best = c->dom_size[i];
+        if (c->doms[i].src == src && (best < 0 || c->doms[i].size < best)) best = c->doms[i].size;
     return best;
 }
 
@@ -1569,17 +1566,24 @@ static bool select_in_domain(lstate *s, lval *out) {
         int64_t k;
         if (!pw_constant_on(&p->pw[d], 0, n, &k) || (k0 >= 0 && k != k0)) return false;
         k0 = k;
-        /* Under an assumed domain, only a test of the domain itself (a
-         * take's bounds check: changing value at -n, 0 or n only, the
-         * ends of the ids and of the negative ids numpy wraps): a test
-         * against a value outside it (labels != -100, an ignore index) is
-         * the program's own handling of values the assumption leaves out,
-         * kept as written (the baseline keeps it too). */
+        /* Under an assumed domain, a test of the domain itself (a take's
+         * bounds check: changing value at -n, 0 or n, the ends of the ids
+         * and of the negative ids numpy wraps), possibly of ids an ignore
+         * index was mapped into the domain first (where(labels == -100, 0,
+         * labels): the baseline's bounds check settles alike,
+         * lf_settle_domains). A test against a value outside the domain
+         * alone (labels != -100) is the program's own handling of values
+         * the assumption leaves out, kept as written (the baseline keeps it
+         * too). */
         const pw_fn *f = &p->pw[d];
+        bool ends = false, others = false;
         for (uint32_t i = 1; i < f->n && !proven; i++) {
             const pw_piece *a = &f->p[i - 1], *b = &f->p[i];
-            if ((a->a != b->a || a->b != b->b) && b->lo != 0 && b->lo != n && b->lo != -n) return false;
+            if (a->a == b->a && a->b == b->b) continue;
+            if (b->lo == 0 || b->lo == n || b->lo == -n) ends = true;
+            else others = true;
         }
+        if (others && !ends) return false;
     }
     /* (the side not picked may be a fill constant where the domain is
      * proved: a take at a selection's position) */

@@ -708,7 +708,7 @@ static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, con
  * same term. A reading the constant does not hold under is not taken. The
  * induction decides whether the body keeps it. False when no carry got
  * another reading. */
-static bool first_iteration_reading(lift_ctx *c, const hlo_instr *in, const lift_loop *L, const uint32_t *pi, const lval *init,
+static bool first_iteration_reading(lift_ctx *c, const hlo_instr *in, const lift_loop *L, uint32_t *pi, const lval *init,
                                     const bool *which, const double *cval, lval *xs) {
     uint32_t n = carry_count(in);
     lval body, cv, arg = {.kind = LV_TUPLE, .n = n, .elems = arena_memdup(c->a, xs, (n + 1) * sizeof *xs)};
@@ -716,15 +716,36 @@ static bool first_iteration_reading(lift_ctx *c, const hlo_instr *in, const lift
         if (which[k]) arg.elems[k] = init->elems[k];
     lf_loop_mark m = lf_loop_mark_take(c);
     loop_walk(c, in, &arg, &body, &cv, true);
-    bool any = false;
+    /* A view the paired baseline carry's dims do not take goes to another
+     * baseline carry that starts as the same constant (a zero buffer of
+     * another shape: the pairing read the constant under a guessed view),
+     * one no other carry keeps. */
+    bool *moved = arena_alloc(c->a, n + 1), *used = arena_alloc(c->a, L->n + 1), any = false;
+    memset(used, 0, L->n + 1);
+    for (uint32_t k = 0; k < n; k++) {
+        const lval *z = body.kind == LV_TUPLE && k < body.n ? &body.elems[k] : NULL;
+        moved[k] = which[k] && pi[k] != SR_NONE && z && z->kind == LV_TERM && !z->assumed && z->cls != EID_NONE &&
+                   !carry_fits(c, L, pi[k], &z->v, carry_shape(in, k));
+        if (pi[k] != SR_NONE && !moved[k]) used[pi[k]] = true;
+    }
     for (uint32_t k = 0; body.kind == LV_TUPLE && k < n && k < body.n; k++) {
         lval *z = &body.elems[k];
         if (!which[k] || pi[k] == SR_NONE || z->kind != LV_TERM || z->assumed || z->cls == EID_NONE) continue;
         double f = lf_scale_of(z) / lf_scale_base_factor(c, z->cls);
         if (!isfinite(f) || f == 0 || (view_equal(&z->v, &xs[k].v) && lf_scale_of(&xs[k]) == f)) continue;
         if (cval[k] != 0 && (f != 1 || (z->v.partial && z->v.red != RED_MAX && z->v.red != RED_MIN))) continue;
-        if (!carry_fits(c, L, pi[k], &z->v, carry_shape(in, k))) continue;
-        xs[k] = term(L->x[pi[k]], z->v, false);
+        uint32_t j = pi[k];
+        if (moved[k]) {
+            j = SR_NONE;
+            for (uint32_t t = 0; t < L->n && j == SR_NONE; t++)
+                if (!used[t] && L->init[t].kind == LV_TERM && lf_class_is_splat(c, L->init[t].cls, cval[k]) &&
+                    carry_fits(c, L, t, &z->v, carry_shape(in, k)))
+                    j = t;
+            if (j == SR_NONE) continue;
+            used[j] = true;
+        }
+        pi[k] = j;
+        xs[k] = term(L->x[j], z->v, false);
         xs[k].scale = f == 1 ? 0 : f;
         any = true;
     }
@@ -1027,11 +1048,12 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
         }
         /* neither: the constants as the first iteration leaves them */
         lval *first = arena_memdup(c->a, xs, (n + 1) * sizeof *xs);
-        if (!ok && first_iteration_reading(c, in, L, pi, init, splat, cval, first)) {
+        uint32_t *pf = arena_memdup(c->a, pi, (n + 1) * sizeof *pi);
+        if (!ok && first_iteration_reading(c, in, L, pf, init, splat, cval, first)) {
             for (uint32_t k = 0; k < n; k++) altg[k] = guessed[k] || splat[k];
             lf_loop_mark_undo(c, &m0);
-            ok = loop_try(c, comp, in, L, pi, first, altg, failed, NULL);
-            if (ok) xs = first;
+            ok = loop_try(c, comp, in, L, pf, first, altg, failed, NULL);
+            if (ok) xs = first, memcpy(pi, pf, n * sizeof *pi);
             flip = true;
         }
         if (!ok && flip) {
