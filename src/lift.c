@@ -1673,38 +1673,83 @@ static bool review_tiled(lstate *s, uint32_t o, const view *want) {
 }
 
 /* Operand o whose term is a broadcast (a node of its class, wherever the
- * value came from: a collective that moved its blocks, a reshape) differing
- * from want only along dims the broadcast adds: constant along them, so
- * every device's piece is want's block of the same broadcast at want's
- * global dims. */
-static bool review_class_broadcast(lstate *s, uint32_t o, const view *want) {
+ * value came from: a collective that moved its blocks, a reshape),
+ * differing from want only along dims the broadcast adds: constant along
+ * them, so every device's piece is want's block of the same broadcast at
+ * want's global dims. `deep` (tried after every other reading): also a
+ * broadcast of a broadcast (a few levels, through the classes of their
+ * operands and of products with known scalars, whose factors ride beside
+ * the term: a value broadcast over a vmapped batch, summed, scaled, then
+ * broadcast again), and a term carrying a factor. */
+static bool review_class_broadcast(lstate *s, uint32_t o, const view *want, bool deep) {
     lift_ctx *c = s->c;
     const lval *x = &s->ops[o];
     const shape *sh = &s->comp->instrs[s->in->operands[o]].shape;
     if (x->kind != LV_TERM || x->v.partial || want->partial || want->rank != sh->rank || sh->rank > VIEW_MAX_RANK ||
-        lf_scale_of(x) != 1 || x->zm || x->diff)
+        x->zm || x->diff || (!deep && lf_scale_of(x) != 1))
         return false;
-    const eid *ch;
-    eid bn = lf_class_node(c, x->cls, OP_BROADCAST, 1, &ch);
-    if (bn == EID_NONE) return false;
-    eid child = ch[0];
-    uint32_t attr = eg_node_attr(c->g, bn), nd;
-    const int64_t *bd = ea_get(c->g, attr, A_DIMENSIONS, &nd);
-    if (!bd) nd = 0;
-    for (uint32_t d = 0; d < sh->rank; d++) {
-        bool same = x->v.dims[d].naxes == want->dims[d].naxes &&
-                    memcmp(x->v.dims[d].axes, want->dims[d].axes, x->v.dims[d].naxes) == 0;
-        bool added = true;
-        for (uint32_t k = 0; k < nd; k++) added &= bd[k] != (int64_t)d;
-        if (!same && !added) return false;
+    /* map: the output dim each dim of cur's term stands for; factor: the
+     * constant cur is multiplied by on the way (a factor put back) */
+    int64_t map[VIEW_MAX_RANK], next[VIEW_MAX_RANK];
+    uint32_t nmap = sh->rank;
+    double factor = 1;
+    for (uint32_t d = 0; d < sh->rank; d++) map[d] = d;
+    eid cur = x->cls;
+    for (int level = 0; level < (deep ? 8 : 1); level++) {
+        const eid *ch;
+        eid bn = lf_class_node(c, cur, OP_BROADCAST, 1, &ch);
+        if (bn == EID_NONE) {
+            /* times a splat of a known scalar (a factor put back into the
+             * term): the factor rides beside the re-read term instead */
+            eid mn = deep ? lf_class_node(c, cur, OP_MULTIPLY, 2, &ch) : EID_NONE;
+            const eid *kc;
+            uint32_t nk;
+            if (mn == EID_NONE) return false;
+            eid other = ch[0], k = lf_class_node(c, ch[1], OP_BROADCAST, 1, &kc);
+            if (k == EID_NONE) return false;
+            (void)eg_type_dims(c->g, eg_class_type(c->g, kc[0]), &nk);
+            const interp_val *kv = nk == 0 ? lf_kval(c, kc[0]) : NULL;
+            double f = kv && kv->n == 1 ? interp_val_get(kv, 0) : 0;
+            if (!isfinite(f) || f == 0) return false;
+            factor *= f;
+            cur = other;
+            continue;
+        }
+        eid child = ch[0];
+        uint32_t nd;
+        const int64_t *bd = ea_get(c->g, eg_node_attr(c->g, bn), A_DIMENSIONS, &nd);
+        if (!bd) nd = 0;
+        if (nd > VIEW_MAX_RANK) return false;
+        for (uint32_t k = 0; k < nd; k++) {
+            if (bd[k] < 0 || (uint64_t)bd[k] >= nmap) return false;
+            next[k] = map[bd[k]];
+        }
+        bool fits = true;
+        for (uint32_t d = 0; d < sh->rank && fits; d++) {
+            bool same = x->v.dims[d].naxes == want->dims[d].naxes &&
+                        memcmp(x->v.dims[d].axes, want->dims[d].axes, x->v.dims[d].naxes) == 0;
+            bool added = true;
+            for (uint32_t k = 0; k < nd; k++) added &= next[k] != (int64_t)d;
+            fits = same || added;
+        }
+        if (!fits) {
+            memcpy(map, next, nd * sizeof *map);
+            nmap = nd;
+            cur = child;
+            continue;
+        }
+        int64_t g[VIEW_MAX_RANK];
+        lf_global_dims(c, want, sh, g);
+        uint32_t t = lf_type_of(c, sh->dtype, g, sh->rank);
+        eid r = eg_add(c->g, OP_BROADCAST, lf_list_attr(c, A_DIMENSIONS, next, nd), t, &child, 1, c->origin);
+        bool assumed = x->assumed, konst = x->konst;
+        double scale = lf_scale_of(x) * factor;
+        s->ops[o] = term(r, *want, assumed);
+        s->ops[o].konst = konst;
+        s->ops[o].scale = scale == 1 ? 0 : scale;
+        return true;
     }
-    int64_t g[VIEW_MAX_RANK];
-    lf_global_dims(c, want, sh, g);
-    bool assumed = x->assumed, konst = x->konst;
-    s->ops[o] = term(eg_add(c->g, OP_BROADCAST, attr, lf_type_of(c, sh->dtype, g, sh->rank), &child, 1, c->origin), *want,
-                     assumed);
-    s->ops[o].konst = konst;
-    return true;
+    return false;
 }
 
 bool lf_review_merged_broadcast(lstate *s, uint32_t o, const view *want) {
@@ -1793,9 +1838,9 @@ bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
     return lf_same_sharding(&s->ops[o].v, want) || review_respread(s, o, want) || lf_review_broadcast(s, o, want) ||
            lf_konst_review(s, o, want) || (s->ops[o].v.partial && review_splat(s, o, want)) ||
            lf_review_merged_broadcast(s, o, want) ||
-           review_constant(s, o, want) || review_tiled(s, o, want) || review_class_broadcast(s, o, want) ||
+           review_constant(s, o, want) || review_tiled(s, o, want) || review_class_broadcast(s, o, want, false) ||
            review_elementwise(s, o, want) || review_dot(s, o, want) || review_gather(s, o, want) ||
-           review_dynamic_slice(s, o, want);
+           review_dynamic_slice(s, o, want) || review_class_broadcast(s, o, want, true);
 }
 
 /* Operand o of s becomes op b over the re-read children ch under want (a
@@ -2219,8 +2264,12 @@ static lval lift_elementwise(lstate *s) {
             /* blocks beside shares of a sum the baseline takes per group
              * (x minus its group's mean): the groups' rows */
             if (shares_in_groups(s) && lf_group_partial(s, &tiled)) return tiled;
+            strbuf how;
+            sb_init(&how);
+            lf_describe_operands(&how, c, ops, in->noperands);
             lf_unsupported(c, s->comp, in, "%s combines a sharded operand with one that is not sharded alike "
-                        "(operand %u); tiled operands are not related yet", in->name, o);
+                        "(operand %u; %s); tiled operands are not related yet", in->name, o, how.s);
+            sb_free(&how);
             /* The union is a view only when no axis shards two dims (the
              * operands may be two readings of unit dims): else nothing is
              * known of the result, not even its view. */
@@ -3012,6 +3061,15 @@ static void debug_diff(lift_ctx *c, eid x, eid y) {
             eg_print_term(&b, c->g, y, dbg_depth());
             fprintf(stderr, "   baseline:    %s\n", b.s);
             sb_free(&b);
+            /* constants: their first values */
+            const interp_val *vx = lf_kval(c, x), *vy = lf_kval(c, y);
+            for (int side = 0; side < 2; side++) {
+                const interp_val *v = side ? vy : vx;
+                if (!v) continue;
+                fprintf(stderr, "   %s values:", side ? "distributed" : "baseline");
+                for (int64_t e = 0; e < v->n && e < 4; e++) fprintf(stderr, " %.9g", interp_val_get(v, e));
+                fprintf(stderr, "%s\n", v->n > 4 ? " ..." : "");
+            }
             break;
         }
         x = cx[k];
