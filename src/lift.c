@@ -3037,9 +3037,7 @@ static bool respread_missed(const lstate *s, const lval *v) {
  * kept for lift_debug_rediff after saturation. */
 static _Thread_local eid dbg_base = EID_NONE, dbg_term = EID_NONE;
 
-/* Descends x and y to the first node where they part and prints both terms
- * there (depth dbg_depth()). */
-static void debug_diff(lift_ctx *c, eid x, eid y) {
+void lf_debug_diff(lift_ctx *c, eid x, eid y) {
     for (int depth = 0; depth < 64 && eg_find(c->g, x) != eg_find(c->g, y); depth++) {
         eid nx = eg_class_first(c->g, x), ny = eg_class_first(c->g, y);
         uint32_t kx, ky;
@@ -3080,7 +3078,7 @@ static void debug_diff(lift_ctx *c, eid x, eid y) {
 void lift_debug_rediff(lift_ctx *c) {
     if (dbg_base == EID_NONE || dbg_term == EID_NONE) return;
     fprintf(stderr, "after saturation:\n");
-    debug_diff(c, dbg_base, dbg_term);
+    lf_debug_diff(c, dbg_base, dbg_term);
 }
 
 /* SCALIFY_DEBUG base=, term=, views: the value v just lifted for in,
@@ -3091,14 +3089,14 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
     if (dbgb && c->baseline_mode && strcmp(dbgb, in->name) == 0 && v->kind == LV_TERM) dbg_base = v->cls;
     if (dbg && !c->baseline_mode && dbg_base != EID_NONE && strcmp(dbg, in->name) == 0 && (v->kind == LV_TERM || v->kind == LV_ROW)) {
         dbg_term = v->cls;
-        debug_diff(c, dbg_base, v->cls);
+        lf_debug_diff(c, dbg_base, v->cls);
     }
     /* term=NAME@D: device D's term of per-device terms */
     const char *at = dbg && !c->baseline_mode && dbg_base != EID_NONE && v->kind == LV_DEVT ? strchr(dbg, '@') : NULL;
     if (at && (size_t)(at - dbg) == strlen(in->name) && !strncmp(dbg, in->name, (size_t)(at - dbg)) &&
         atoi(at + 1) >= 0 && (uint32_t)atoi(at + 1) < v->n) {
         dbg_term = v->elems[atoi(at + 1)].cls;
-        debug_diff(c, dbg_base, dbg_term);
+        lf_debug_diff(c, dbg_base, dbg_term);
     }
     if (dbgv && !c->baseline_mode) {
         /* Every distributed value's kind, view and term (lval kinds as in lift.h). */

@@ -288,6 +288,9 @@ double lf_multiple_of(lift_ctx *c, eid x, eid b);
  * puts them back into the terms and returns 1); lf_scale_apply gives the
  * result that factor; lf_unscale puts x's factor back into its term. */
 double lf_scale_of(const lval *x);
+/* SCALIFY_DEBUG: descends baseline term x and distributed term y to the first
+ * node where they part and prints both there (depth dbg_depth()). */
+void lf_debug_diff(lift_ctx *c, eid x, eid y);
 double lf_scale_base_factor(lift_ctx *c, eid x); /* the factor the baseline put into term x (1: none) */
 bool lf_scale_take(lstate *s, lval *out);
 double lf_scale_plan(lstate *s);

@@ -664,6 +664,7 @@ static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, con
                 if (y->kind == LV_TERM) eg_print_term(&ty, c->g, y->cls, 6);
                 fprintf(stderr, "lift: loop element %u: body gives %s (kind %d), the baseline's %s\n", k, tz.s ? tz.s : "-",
                         z->kind, ty.s ? ty.s : "-");
+                if (z->kind == LV_TERM && y->kind == LV_TERM) lf_debug_diff(c, y->cls, z->cls);
                 sb_free(&tz);
                 sb_free(&ty);
             }
