@@ -228,7 +228,7 @@ static void invariants(egraph *g, const char *after) {
     sb_free(&why);
 }
 
-static bool saturate(saturator *s, egraph *g, uint32_t seg) {
+static bool saturate(saturator *s, egraph *g, uint32_t seg, bool light) {
     if (!s->rules_dir || s->failed) return false;
     if (!s->rs) {
         diag rd;
@@ -246,6 +246,11 @@ static bool saturate(saturator *s, egraph *g, uint32_t seg) {
     rs_budget b = rs_budget_default();
     b.node_limit = 4 * (uint64_t)eg_node_count(g) + 100000;
     b.time_limit_ms = 5000;
+    if (light) {
+        /* (a loop's induction: terms written another way by a few rewrites) */
+        b.node_limit = (uint64_t)eg_node_count(g) + 20000;
+        b.iter_limit = 8;
+    }
     rs_db *db = rs_db_new(s->rs);
     double ts = now_ms();
     rs_result_free(&s->last);
@@ -263,7 +268,7 @@ static bool saturate(saturator *s, egraph *g, uint32_t seg) {
     return true;
 }
 
-static bool lift_saturate(lift_ctx *c, void *arg) { return saturate(arg, c->g, c->cur_seg); }
+static bool lift_saturate(lift_ctx *c, void *arg) { return saturate(arg, c->g, c->cur_seg, c->sat_light); }
 
 static void saturator_free(saturator *s) {
     for (size_t i = 0; i < s->nruns; i++) {
@@ -763,7 +768,7 @@ relift:;
             const lval *v = root.kind == LV_TUPLE ? &root.elems[k] : &root;
             apart |= v->kind == LV_TERM && !v->assumed && eg_find(g, v->cls) != eg_find(g, bouts[k]);
         }
-        if (apart && saturate(&sr, g, UINT32_MAX)) final_run = &sr.runs[sr.nruns - 1];
+        if (apart && saturate(&sr, g, UINT32_MAX, false)) final_run = &sr.runs[sr.nruns - 1];
     }
     if (alt == ALT_TRYING && !alt_clean(&lc, &root, bouts, nbouts, &rel)) {
         /* The other reading does not get through cleanly either: the

@@ -447,6 +447,9 @@ typedef struct lift_ctx {
     bool (*saturate)(struct lift_ctx *c, void *arg);
     void *saturate_arg;
     uint32_t memo_sat_runs, memo_sat_fails; /* saturations run; of them, those that made no representative */
+    uint32_t loop_sat_runs;               /* saturations a loop's induction asked for (lift_loop.c) */
+    bool sat_light;                       /* the saturation asked for is a light one: a few iterations, few
+                                           * new nodes (a loop's induction; deterministic budget) */
     /* Constant folding: the values of e-classes whose term is computed from
      * constants only (indexed by class id; NULL: not known). Owned. */
     struct interp_val **kvals;

@@ -622,6 +622,64 @@ static bool as_entered(lift_ctx *c, const lval *z, const lval *x, lval *out) {
     return true;
 }
 
+/* Equality saturation of the e-graph as it stands, for a loop's induction
+ * (c->saturate, light: a few iterations and new nodes; at most LOOP_SAT_RUNS
+ * times per check, each over the whole e-graph): where a carry enters as, or the body returns, a term the
+ * baseline's does not hash to (the same function written another way: a
+ * reshape on the other side of an elementwise op). */
+#define LOOP_SAT_RUNS 2
+static void loop_sat(lift_ctx *c) {
+    if (!c->saturate || c->loop_sat_runs >= LOOP_SAT_RUNS) return;
+    if (c->acct_t > 0) lf_charge_segment(c, now_ms(), eg_node_count(c->g));
+    c->sat_light = true;
+    c->loop_sat_runs += c->saturate(c, c->saturate_arg);
+    c->sat_light = false;
+    lf_kvals_after_unions(c);
+    c->acct_t = now_ms();
+    c->acct_nodes = eg_node_count(c->g);
+}
+
+/* The body's results: saturated first where the induction would fail only
+ * because some, under the views they entered with, are terms of the
+ * baseline's types in other classes (a try that fails otherwise is not
+ * helped by it). */
+static void loop_saturate(lift_ctx *c, const hlo_instr *in, const lift_loop *L, const uint32_t *pi, const lval *xs,
+                          lval *body) {
+    if (!c->saturate || c->loop_sat_runs >= LOOP_SAT_RUNS) return;
+    bool apart = false;
+    for (uint32_t k = 0; k < carry_count(in); k++) {
+        if (pi[k] == SR_NONE) continue;
+        lf_index_as_term(c, &body->elems[k]);
+        lval zk;
+        const lval *y = &L->body.elems[pi[k]];
+        if (!as_entered(c, &body->elems[k], &xs[k], &zk) || y->kind != LV_TERM || !view_equal(&zk.v, &xs[k].v))
+            return;
+        if (eg_find(c->g, zk.cls) == eg_find(c->g, y->cls)) continue;
+        if (eg_class_type(c->g, zk.cls) != eg_class_type(c->g, y->cls)) return;
+        apart = true;
+    }
+    if (apart) loop_sat(c);
+}
+
+/* The initial values: saturated first where one is a term (not computed from
+ * constants) in no class of the baseline's initial values while the
+ * baseline's at its position is a term of that type. */
+static void init_saturate(lift_ctx *c, const hlo_instr *in, const lift_loop *L, const lval *init) {
+    bool apart = false;
+    for (uint32_t k = 0; k < init->n && k < L->n && !apart && c->saturate && c->loop_sat_runs < LOOP_SAT_RUNS; k++) {
+        lval ek = init->elems[k];
+        lf_index_as_term(c, &ek);
+        if (ek.kind == LV_LAYOUT && !lf_layout_to_term(c, &init->elems[k], carry_shape(in, k), true, &ek)) continue;
+        const lval *b = &L->init[k];
+        if (ek.kind != LV_TERM || ek.assumed || ek.konst || b->kind != LV_TERM || b->konst) continue;
+        bool met = false;
+        for (uint32_t j = 0; j < L->n && !met; j++)
+            met = L->init[j].kind == LV_TERM && eg_find(c->g, L->init[j].cls) == eg_find(c->g, ek.cls);
+        apart = !met && eg_class_type(c->g, ek.cls) == eg_class_type(c->g, b->cls);
+    }
+    if (apart) loop_sat(c);
+}
+
 /* Walks the body and condition with the carry xs (each related to baseline
  * carry pi[k] under its view and factor) and checks the induction step: the
  * body returns every carry as the baseline's body does, under the view and
@@ -643,6 +701,7 @@ static bool loop_try(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, con
         return false;
     }
     lf_index_as_term(c, &cv);
+    loop_saturate(c, in, L, pi, xs, &body);
     bool ok = true;
     for (uint32_t k = 0; k < n; k++) {
         if (pi[k] == SR_NONE) continue;
@@ -922,6 +981,7 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
     lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs);
     view_dim groups[32];
     uint32_t ngroups = init_groups(init->elems, n, groups, 32);
+    init_saturate(c, in, L, init);
     for (uint32_t k = 0; k < n; k++) {
         lval ek = init->elems[k];
         lf_index_as_term(c, &ek);
@@ -981,6 +1041,10 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
             uint32_t bi = instr_called(c->cur, in, A_BODY), ci = instr_called(c->cur, in, A_CONDITION);
             if (single || bi == SR_NONE || ci == SR_NONE || carry_feeds(&c->cur->comps[bi], k, k) ||
                 carry_feeds(&c->cur->comps[ci], k, UINT32_MAX) || result_read(comp, in, k)) {
+                if (dbg_on(DBG_LIFT) && k < L->n && L->init[k].kind == LV_TERM && init->elems[k].kind == LV_TERM) {
+                    fprintf(stderr, "lift: loop carry %u enters as no baseline initial value; against the one at its position:\n", k);
+                    lf_debug_diff(c, L->init[k].cls, init->elems[k].cls);
+                }
                 lf_unsupported(c, comp, in, "%s: carry element %u enters the loop as no value the baseline's loop starts from",
                                in->name, k);
                 return unknown();
