@@ -922,6 +922,14 @@ static eid elementwise_dot(lift_ctx *c, const hlo_instr *in, const eid *ch, uint
     return eg_add(c->g, OP_REDUCE, attr, t, rch, 2, origin);
 }
 
+/* 1 (0) when every value of v is true (false), else -1. */
+static int splat_truth(const interp_val *v) {
+    if (v->n <= 0 || !v->i) return -1;
+    for (int64_t k = 1; k < v->n; k++)
+        if ((v->i[k] != 0) != (v->i[0] != 0)) return -1;
+    return v->i[0] != 0;
+}
+
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
                 uint8_t origin) {
     uint32_t t = lf_type_of(c, in->shape.dtype, dims, in->shape.rank);
@@ -942,6 +950,18 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
         if (y != EID_NONE) return y;
     }
     if (in->op == OP_RESHAPE && n == 1) return lf_mk_reshape(c, ch[0], t, origin);
+    /* select(p, true, false) over booleans is p, and select(p, false, true)
+     * its negation (jnp.tril of a mask of ones: where(i >= j, ones, false)) */
+    if (in->op == OP_SELECT && n == 3 && in->shape.dtype == DT_PRED && eg_class_type(c->g, ch[0]) == t) {
+        const interp_val *a = lf_kval(c, ch[1]), *b = lf_kval(c, ch[2]);
+        int av = a ? splat_truth(a) : -1, bv = b ? splat_truth(b) : -1;
+        if (av == 1 && bv == 0) return eg_find(c->g, ch[0]);
+        if (av == 0 && bv == 1) {
+            hlo_instr g = {.name = "not", .opname = "not", .op = OP_NOT, .noperands = 1};
+            g.shape = in->shape;
+            return lf_node(c, m, &g, ch, 1, dims, origin);
+        }
+    }
     if (in->op == OP_BROADCAST && n == 1 && eg_class_type(c->g, ch[0]) == t) {
         /* A broadcast to the same shape along dims 0..r-1 in order is the identity. */
         uint32_t nd;

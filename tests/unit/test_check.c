@@ -2316,6 +2316,9 @@ static void concat_unlike_operands(void) {
  *     positions offset by another constant are not; nor are they where the
  *     table is a constant (sinusoidal positions, XGLM): the baseline's
  *     select keeps its form and is also the gather it picks;
+ *   - tests/cases/tril-mask (by hand): jnp.tril of a mask of ones,
+ *     where(i >= j, ones, false) inside a call, is the comparison i >= j
+ *     the distributed program computes (the upper triangle is not);
  *   - tests/cases/big-splat (by hand): a splat too large to fold or
  *     tabulate on the baseline's global shape and small enough on the
  *     distributed local one is the same value on both: max(x, -inf) is x
@@ -3273,6 +3276,8 @@ static void hand_written_cases(void) {
         {"take-call/pos", "a bounds check the positions pass", NULL, NULL, VERDICT_VERIFIED, true},
         {"take-call/pos", "positions offset by 3", "two = s32[] constant(2)", "two = s32[] constant(3)", VERDICT_MISMATCH,
          false},
+        {"tril-mask/causal", "tril of ones as the comparison of iotas", NULL, NULL, VERDICT_VERIFIED, true},
+        {"tril-mask/causal", "the upper triangle", "direction=GE", "direction=LE", VERDICT_MISMATCH, false},
         {"take-call/table", "a constant table at checked positions", NULL, NULL, VERDICT_VERIFIED, true},
         {"take-call/table", "positions offset by 1", "two = s32[] constant(2)", "two = s32[] constant(1)",
          VERDICT_MISMATCH, false},
