@@ -3306,6 +3306,20 @@ static void devt_refused(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
     }
 }
 
+/* A baseline value computed from constants whose class holds no values
+ * yet (built by a reshape or a slice that did not fold: a rotary table
+ * gathered at constant positions): its values, read off its term, and the
+ * literal of them joined with it, as a folded constant is. */
+static void known_values(lift_ctx *c, const lval *v) {
+    if (v->kind != LV_TERM || v->cls == EID_NONE || lf_scale_of(v) != 1 || lf_kval(c, v->cls)) return;
+    interp_val *kv = lf_class_values(c, v->cls);
+    if (!kv) return;
+    eid lit = lf_const_term(c, interp_val_ref(kv), c->origin);
+    if (eg_class_type(c->g, lit) == eg_class_type(c->g, v->cls) && eg_find(c->g, lit) != eg_find(c->g, v->cls))
+        eg_union(c->g, v->cls, lit, NULL);
+    lf_kval_set(c, v->cls, kv);
+}
+
 void lf_lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, const lval *args, const view *inputs,
                  uint32_t ninputs) {
     /* a loop body's value that only decides when the loop stops is judged
@@ -3530,6 +3544,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
         }
         lf_pick_forms(&s, v);
         v->konst = konst;
+        if (konst) known_values(c, v);
         if (v->kind == LV_TERM) lf_record_scope(c, in, lf_scale_of(v) == 1 ? v->cls : EID_NONE);
         if (konst) lf_scale_base_konst(c, v);
         return;

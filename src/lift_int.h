@@ -114,6 +114,10 @@ static inline lval term(eid cls, view v, bool assumed) {
 uint32_t lf_type_of(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank);
 uint32_t lf_list_attr(lift_ctx *c, int key, const int64_t *v, uint32_t n);
 struct interp_val *lf_kval(lift_ctx *c, eid cls);
+/* The values of cls read off its nodes (a broadcast, reshape, slice,
+ * transpose or convert of a class with values, a few levels) where none
+ * are recorded; NULL when none. The caller frees them. */
+struct interp_val *lf_class_values(lift_ctx *c, eid cls);
 eid lf_mk_reshape(lift_ctx *c, eid x, uint32_t t, uint8_t origin);
 /* x (whose elements are those of the global dims g without the dims wide
  * marks, unit dims of the local value that a view shards: constant along

@@ -170,6 +170,40 @@ static bool same_values(const interp_val *a, const interp_val *b) {
     return true;
 }
 
+/* Whether every dim of v is either whole or sharded as in want. */
+static bool within(const view *v, const view *want) {
+    if (v->rank != want->rank) return false;
+    for (uint32_t d = 0; d < v->rank; d++)
+        if (v->dims[d].naxes && !lf_same_dim(&v->dims[d], &want->dims[d])) return false;
+    return true;
+}
+
+/* lf_tiled_table where the table is no chain of constants and iotas here (a
+ * rotary table gathered at positions, or gathered back from every device's
+ * part), or is sharded as want along some dims and whole along the others:
+ * its values read off its term (global under its own view), tiled along
+ * the dims want shards and it does not. Nothing is known of it over global
+ * positions there, so it stands as the tiled literal alone. */
+static bool tiled_by_values(lstate *s, const view *want, int table, bool assumed, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    uint32_t n = in->noperands, rank = in->shape.rank;
+    const lval *x = &s->ops[table];
+    int64_t g[VIEW_MAX_RANK], gout[VIEW_MAX_RANK], own[VIEW_MAX_RANK];
+    const shape *ts = &s->comp->instrs[in->operands[table]].shape;
+    lf_global_dims(c, want, ts, g);
+    lf_global_dims(c, &x->v, ts, own);
+    lf_global_dims(c, want, &in->shape, gout);
+    interp_val *kv = lf_class_values(c, x->cls), *tv = NULL;
+    if (kv && kv->rank == rank && memcmp(kv->dims, own, rank * sizeof *own) == 0) tv = lf_tiled_values(kv, g);
+    interp_val_free(kv);
+    if (!tv) return false;
+    eid ch[3];
+    for (uint32_t o = 0; o < n; o++) ch[o] = (int)o == table ? lf_const_term(c, tv, c->origin) : s->ops[o].cls;
+    *out = term(lf_node(c, c->cur, in, ch, n, gout, c->origin), *want, assumed);
+    return true;
+}
+
 bool lf_tiled_table(lstate *s, const view *want, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -183,7 +217,7 @@ bool lf_tiled_table(lstate *s, const view *want, lval *out) {
         const lval *x = &s->ops[o];
         const shape *os = &s->comp->instrs[in->operands[o]].shape;
         if (x->kind != LV_TERM || x->v.partial || lf_scale_of(x) != 1 || os->rank != rank) return false;
-        if (x->konst && view_is_dup(&x->v)) {
+        if ((x->konst || lf_kval(c, x->cls)) && !lf_same_sharding(&x->v, want) && within(&x->v, want)) {
             if (table >= 0) return false;
             table = (int)o;
         } else if (!lf_same_sharding(&x->v, want)) {
@@ -192,6 +226,7 @@ bool lf_tiled_table(lstate *s, const view *want, lval *out) {
         assumed |= x->assumed;
     }
     if (table < 0) return false;
+    if (!view_is_dup(&s->ops[table].v)) return tiled_by_values(s, want, table, assumed, out);
     uint32_t ti = in->operands[table];
     const shape *ts = &s->comp->instrs[ti].shape;
     int64_t g[VIEW_MAX_RANK], gout[VIEW_MAX_RANK];
@@ -203,7 +238,7 @@ bool lf_tiled_table(lstate *s, const view *want, lval *out) {
     bool ok = chain_at(s, s->comp, f, ti, ts->dims, 0, &lcls, &lv) && chain_at(s, s->comp, f, ti, g, 0, &gcls, &gv) && (tv = lf_tiled_values(lv, g)) != NULL;
     if (!ok) {
         interp_val_free(lv), interp_val_free(gv), interp_val_free(tv);
-        return false;
+        return tiled_by_values(s, want, table, assumed, out);
     }
     bool equal = same_values(tv, gv);
     interp_val_free(lv), interp_val_free(gv);

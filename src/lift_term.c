@@ -176,6 +176,47 @@ interp_val *lf_kval(lift_ctx *c, eid cls) {
     return cls < c->capkvals ? c->kvals[cls] : NULL;
 }
 
+/* The values of class cls read off its nodes where none are recorded: a
+ * broadcast, reshape, slice, transpose or convert of a class with values, a
+ * few levels down (a table gathered at positions, or back from every
+ * device's part, its classes built without folding); NULL when none
+ * (budget: evaluations left). */
+static interp_val *class_values(lift_ctx *c, eid cls, int depth, int *budget) {
+    interp_val *k = lf_kval(c, cls);
+    if (k) return interp_val_ref(k);
+    uint32_t rank;
+    const int64_t *dims = eg_type_dims(c->g, eg_class_type(c->g, cls), &rank);
+    if (depth > 8 || *budget <= 0 || !lf_fold_size_ok(dims, rank)) return NULL;
+    for (eid n = eg_class_first(c->g, eg_find(c->g, cls)); n != EID_NONE && *budget > 0; n = eg_class_next(c->g, n)) {
+        int op = eg_node_op(c->g, n);
+        uint32_t m, na = 0;
+        const eid *ch = eg_node_children(c->g, n, &m);
+        if (m != 1 || (op != OP_BROADCAST && op != OP_RESHAPE && op != OP_SLICE && op != OP_TRANSPOSE && op != OP_CONVERT))
+            continue;
+        (*budget)--;
+        interp_val *cv = class_values(c, ch[0], depth + 1, budget);
+        if (!cv) continue;
+        int key = op == OP_SLICE ? A_SLICE : A_DIMENSIONS;
+        const int64_t *w = op == OP_RESHAPE || op == OP_CONVERT ? NULL : ea_get(c->g, eg_node_attr(c->g, n), key, &na);
+        hlo_attr at = {.key = (uint16_t)key, .kind = op == OP_SLICE ? K_SLICES : K_INTS,
+                       .n = op == OP_SLICE ? na / 3 : na, .v.ints = (int64_t *)w};
+        hlo_instr g = {.name = "fold", .opname = "fold", .op = (uint16_t)op, .noperands = 1, .nattrs = w ? 1 : 0,
+                       .attrs = w ? &at : NULL};
+        g.shape.dtype = (uint8_t)eg_type_dtype(c->g, eg_class_type(c->g, cls));
+        g.shape.rank = rank;
+        g.shape.dims = (int64_t *)dims;
+        interp_val *r = interp_eval_instr(c->cur, &g, &cv, NULL);
+        interp_val_free(cv);
+        if (r) return r;
+    }
+    return NULL;
+}
+
+interp_val *lf_class_values(lift_ctx *c, eid cls) {
+    int budget = 64;
+    return class_values(c, cls, 0, &budget);
+}
+
 /* Records v (consumed) as the values of class cls unless they are known. */
 void lf_kval_set(lift_ctx *c, eid cls, interp_val *v) {
     cls = eg_find(c->g, cls);
