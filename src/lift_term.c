@@ -1003,6 +1003,26 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
             return lf_node(c, m, &g, ch, 1, dims, origin);
         }
     }
+    /* A boolean converted to numbers and compared with zero is the boolean
+     * (> 0, != 0) or its negation (== 0, <= 0): masks combined as numbers
+     * and turned back into a predicate (where(mask > 0, 0, -inf)). */
+    if (in->op == OP_COMPARE && n == 2 && in->shape.dtype == DT_PRED) {
+        const interp_val *z = lf_kval(c, ch[1]);
+        const eid *cc;
+        bool zero = z && z->n > 0;
+        for (int64_t k = 0; zero && k < z->n; k++) zero = interp_val_get(z, k) == 0;
+        eid cv = zero ? lf_class_node(c, ch[0], OP_CONVERT, 1, &cc) : EID_NONE;
+        if (cv != EID_NONE && eg_class_type(c->g, cc[0]) == t) {
+            eid p = cc[0];
+            const char *dir = instr_str(in, A_DIRECTION);
+            if (dir && (!strcmp(dir, "GT") || !strcmp(dir, "NE"))) return eg_find(c->g, p);
+            if (dir && (!strcmp(dir, "EQ") || !strcmp(dir, "LE"))) {
+                hlo_instr g = {.name = "not", .opname = "not", .op = OP_NOT, .noperands = 1};
+                g.shape = in->shape;
+                return lf_node(c, m, &g, &p, 1, dims, origin);
+            }
+        }
+    }
     if (in->op == OP_BROADCAST && n == 1 && eg_class_type(c->g, ch[0]) == t) {
         /* A broadcast to the same shape along dims 0..r-1 in order is the identity. */
         uint32_t nd;

@@ -2316,6 +2316,9 @@ static void concat_unlike_operands(void) {
  *     positions offset by another constant are not; nor are they where the
  *     table is a constant (sinusoidal positions, XGLM): the baseline's
  *     select keeps its form and is also the gather it picks;
+ *   - tests/cases/bool-num (by hand): a predicate converted to numbers
+ *     and compared with zero (> 0) is the predicate (its complement
+ *     picked is not);
  *   - tests/cases/tril-mask (by hand): jnp.tril of a mask of ones,
  *     where(i >= j, ones, false) inside a call, is the comparison i >= j
  *     the distributed program computes (the upper triangle is not);
@@ -3276,6 +3279,8 @@ static void hand_written_cases(void) {
         {"take-call/pos", "a bounds check the positions pass", NULL, NULL, VERDICT_VERIFIED, true},
         {"take-call/pos", "positions offset by 3", "two = s32[] constant(2)", "two = s32[] constant(3)", VERDICT_MISMATCH,
          false},
+        {"bool-num/gt", "a mask turned into numbers and back", NULL, NULL, VERDICT_VERIFIED, true},
+        {"bool-num/gt", "the mask's complement", "select(p, x, zs)", "select(p, zs, x)", VERDICT_MISMATCH, false},
         {"tril-mask/causal", "tril of ones as the comparison of iotas", NULL, NULL, VERDICT_VERIFIED, true},
         {"tril-mask/causal", "the upper triangle", "direction=GE", "direction=LE", VERDICT_MISMATCH, false},
         {"take-call/table", "a constant table at checked positions", NULL, NULL, VERDICT_VERIFIED, true},
