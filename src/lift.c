@@ -418,7 +418,18 @@ bool lf_review_broadcast(lstate *s, uint32_t o, const view *want) {
             copies_k = lf_scale_of(&s->ops[o]);
         }
     }
-    if (!is_bcast && !view_is_dup(&x->v)) return false;
+    /* (not a broadcast: its unit dims stand for one, the others as it is
+     * sharded; a dim sharded otherwise than want is no such reading, and
+     * nor is a unit dim sharded over an axis the value is already cut by:
+     * its blocks differ along that axis) */
+    if (!is_bcast && !view_is_dup(&x->v)) {
+        uint32_t used = view_axes_used(&x->v);
+        for (uint32_t d = 0; d < x->v.rank && d < want->rank; d++) {
+            if (x->v.dims[d].naxes && !lf_same_dim(&x->v.dims[d], &want->dims[d])) return false;
+            for (uint32_t a = 0; !x->v.dims[d].naxes && a < want->dims[d].naxes; a++)
+                if (used >> want->dims[d].axes[a] & 1) return false;
+        }
+    }
     uint32_t nd;
     int64_t ident[VIEW_MAX_RANK];
     const int64_t *bd;

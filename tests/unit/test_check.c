@@ -2316,6 +2316,10 @@ static void concat_unlike_operands(void) {
  *     positions offset by another constant are not; nor are they where the
  *     table is a constant (sinusoidal positions, XGLM): the baseline's
  *     select keeps its form and is also the gather it picks;
+ *   - tests/cases/unit-bcast (by hand): a rotary table sharded over the
+ *     batch with a unit heads dim, multiplied into queries whose heads are
+ *     sharded (one local head): the unit dim stands for a broadcast along
+ *     the heads, the batch as it is sharded (another frequency is not);
  *   - tests/cases/bool-num (by hand): a predicate converted to numbers
  *     and compared with zero (> 0) is the predicate (its complement
  *     picked is not);
@@ -3278,6 +3282,9 @@ static void hand_written_cases(void) {
         {"const-pred/var-ddof16", "the baseline's n - ddof is 0 (NaN)", NULL, NULL, VERDICT_MISMATCH, false},
         {"take-call/pos", "a bounds check the positions pass", NULL, NULL, VERDICT_VERIFIED, true},
         {"take-call/pos", "positions offset by 3", "two = s32[] constant(2)", "two = s32[] constant(3)", VERDICT_MISMATCH,
+         false},
+        {"unit-bcast/rope", "a table of the local heads' one row", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-bcast/rope", "another frequency", "c = f32[] constant(0.5)", "c = f32[] constant(0.25)", VERDICT_MISMATCH,
          false},
         {"bool-num/gt", "a mask turned into numbers and back", NULL, NULL, VERDICT_VERIFIED, true},
         {"bool-num/gt", "the mask's complement", "select(p, x, zs)", "select(p, zs, x)", VERDICT_MISMATCH, false},
