@@ -121,6 +121,9 @@ void lift_done(lift_ctx *c) {
     free(c->kvals);
     free(c->base_konst);
     strmap_free(&c->folds);
+    strmap_free(&c->chains);
+    for (uint32_t k = 0; k < c->nchain_vals; k++) interp_val_free(c->chain_vals[k]);
+    free(c->chain_vals);
     strmap_free(&c->base_factors);
     free(c->base_factor);
     free(c->diffs);

@@ -459,6 +459,12 @@ typedef struct lift_ctx {
     uint8_t *base_konst;
     size_t capbase_konst;
     strmap folds;                         /* (op, attr, type, children) -> the class folded to */
+    strmap chains;                        /* (class, local type) -> 1 + index into chain_vals (0: no
+                                           * values): a predicate's values read up its chain once
+                                           * (every layer's mask is the same term; lift_table.c) */
+    struct interp_val **chain_vals;       /* owned, one reference each */
+    uint32_t nchain_vals;
+    size_t capchain_vals;
     uint32_t npids;                       /* partial sums named so far (lval.pid) */
     lval **walked;                        /* per distributed computation (by index): its values
                                            * the last time it was walked (arena), or NULL */

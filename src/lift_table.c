@@ -138,10 +138,32 @@ static bool chain_at(lstate *s, const hlo_comp *comp, const lf_call_frame *f, ui
 }
 
 interp_val *lf_chain_values(lstate *s, uint32_t i) {
+    lift_ctx *c = s->c;
     const hlo_instr *y = &s->comp->instrs[i];
     eid cls;
     interp_val *val = NULL;
-    if (y->shape.rank > VIEW_MAX_RANK || !chain_at(s, s->comp, frame_of(s->c->frames, s->comp), i, y->shape.dims, 0, &cls, &val)) return NULL;
+    if (y->shape.rank > VIEW_MAX_RANK) return NULL;
+    /* The same term at the same local dims has the same values (a mask every
+     * layer reads up through its call): read once, kept by class. */
+    const lval *v = &s->vals[i];
+    uint32_t key[2], hit;
+    bool keyed = (v->kind == LV_TERM || v->kind == LV_PW) && v->cls != EID_NONE;
+    if (keyed) {
+        key[0] = eg_find(c->g, v->cls);
+        key[1] = lf_type_of(c, y->shape.dtype, y->shape.dims, y->shape.rank);
+        if (strmap_get(&c->chains, (const char *)key, sizeof key, &hit))
+            return hit ? interp_val_ref(c->chain_vals[hit - 1]) : NULL;
+    }
+    if (!chain_at(s, s->comp, frame_of(c->frames, s->comp), i, y->shape.dims, 0, &cls, &val)) val = NULL;
+    if (keyed) {
+        hit = 0;
+        if (val) {
+            XGROW(c->chain_vals, c->capchain_vals, c->nchain_vals + 1);
+            c->chain_vals[c->nchain_vals++] = interp_val_ref(val);
+            hit = c->nchain_vals;
+        }
+        strmap_put(&c->chains, arena_memdup(c->a, key, sizeof key), sizeof key, hit);
+    }
     return val;
 }
 
