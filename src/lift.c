@@ -2735,6 +2735,16 @@ static bool scatter_views(lstate *s, lval *out) {
     return false;
 }
 
+/* A select whose predicate is known at every element: the operand it
+ * picks, joined with the select's own form (lf_select_known). */
+static bool known_select(lstate *s, lval *out) {
+    const lval *picked = lf_select_known(s);
+    if (!picked) return false;
+    lf_select_union(s, picked);
+    *out = *picked;
+    return true;
+}
+
 lval lf_lift_instr(lstate *s) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -2745,13 +2755,7 @@ lval lf_lift_instr(lstate *s) {
     /* A predicate of positions known at every element (a bounds check of
      * positions made from an iota) picks its operand before the index
      * machinery reads it. */
-    if (in->op == OP_SELECT && in->noperands == 3 && ops[0].kind == LV_PW) {
-        const lval *picked = lf_select_known(s);
-        if (picked) {
-            lf_select_union(s, picked);
-            return *picked;
-        }
-    }
+    if (in->op == OP_SELECT && in->noperands == 3 && ops[0].kind == LV_PW && known_select(s, &pwv)) return pwv;
     /* per-device terms: the op on every device, else settled into a view */
     bool devt = false;
     for (uint32_t o = 0; o < in->noperands; o++) devt |= ops[o].kind == LV_DEVT;
@@ -2949,12 +2953,8 @@ lval lf_lift_instr(lstate *s) {
                                     in->shape.rank * sizeof *in->shape.dims)))
         return lift_elementwise(s);
     if (graph_op_elementwise(in->op)) {
-        const lval *picked = lf_select_known(s);
-        if (picked) {
-            lf_select_union(s, picked);
-            return *picked;
-        }
         lval once;
+        if (known_select(s, &once)) return once;
         if (lf_select_padding_zeros(s, &once)) return once;
         if (lf_picked_on_some_devices(s, &once)) return once;
         /* Device operands that agree everywhere act as constants. */

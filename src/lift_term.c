@@ -963,12 +963,11 @@ static eid elementwise_dot(lift_ctx *c, const hlo_instr *in, const eid *ch, uint
     return eg_add(c->g, OP_REDUCE, attr, t, rch, 2, origin);
 }
 
-/* 1 (0) when every value of v is true (false), else -1. */
-static int splat_truth(const interp_val *v) {
-    if (v->n <= 0 || !v->i) return -1;
-    for (int64_t k = 1; k < v->n; k++)
-        if ((v->i[k] != 0) != (v->i[0] != 0)) return -1;
-    return v->i[0] != 0;
+/* not(p) at in's shape and dims (the negation of a predicate). */
+static eid mk_not(lift_ctx *c, const hlo_module *m, const hlo_instr *in, eid p, const int64_t *dims, uint8_t origin) {
+    hlo_instr g = {.name = "not", .opname = "not", .op = OP_NOT, .noperands = 1};
+    g.shape = in->shape;
+    return lf_node(c, m, &g, &p, 1, dims, origin);
 }
 
 eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch, uint32_t n, const int64_t *dims,
@@ -994,33 +993,20 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
     /* select(p, true, false) over booleans is p, and select(p, false, true)
      * its negation (jnp.tril of a mask of ones: where(i >= j, ones, false)) */
     if (in->op == OP_SELECT && n == 3 && in->shape.dtype == DT_PRED && eg_class_type(c->g, ch[0]) == t) {
-        const interp_val *a = lf_kval(c, ch[1]), *b = lf_kval(c, ch[2]);
-        int av = a ? splat_truth(a) : -1, bv = b ? splat_truth(b) : -1;
-        if (av == 1 && bv == 0) return eg_find(c->g, ch[0]);
-        if (av == 0 && bv == 1) {
-            hlo_instr g = {.name = "not", .opname = "not", .op = OP_NOT, .noperands = 1};
-            g.shape = in->shape;
-            return lf_node(c, m, &g, ch, 1, dims, origin);
-        }
+        if (lf_class_is_splat(c, ch[1], 1) && lf_class_is_splat(c, ch[2], 0)) return eg_find(c->g, ch[0]);
+        if (lf_class_is_splat(c, ch[1], 0) && lf_class_is_splat(c, ch[2], 1)) return mk_not(c, m, in, ch[0], dims, origin);
     }
     /* A boolean converted to numbers and compared with zero is the boolean
      * (> 0, != 0) or its negation (== 0, <= 0): masks combined as numbers
      * and turned back into a predicate (where(mask > 0, 0, -inf)). */
-    if (in->op == OP_COMPARE && n == 2 && in->shape.dtype == DT_PRED) {
-        const interp_val *z = lf_kval(c, ch[1]);
+    if (in->op == OP_COMPARE && n == 2 && in->shape.dtype == DT_PRED && lf_class_is_splat(c, ch[1], 0)) {
         const eid *cc;
-        bool zero = z && z->n > 0;
-        for (int64_t k = 0; zero && k < z->n; k++) zero = interp_val_get(z, k) == 0;
-        eid cv = zero ? lf_class_node(c, ch[0], OP_CONVERT, 1, &cc) : EID_NONE;
-        if (cv != EID_NONE && eg_class_type(c->g, cc[0]) == t) {
+        eid cv = lf_class_node(c, ch[0], OP_CONVERT, 1, &cc);
+        const char *dir = instr_str(in, A_DIRECTION);
+        if (cv != EID_NONE && eg_class_type(c->g, cc[0]) == t && dir) {
             eid p = cc[0];
-            const char *dir = instr_str(in, A_DIRECTION);
-            if (dir && (!strcmp(dir, "GT") || !strcmp(dir, "NE"))) return eg_find(c->g, p);
-            if (dir && (!strcmp(dir, "EQ") || !strcmp(dir, "LE"))) {
-                hlo_instr g = {.name = "not", .opname = "not", .op = OP_NOT, .noperands = 1};
-                g.shape = in->shape;
-                return lf_node(c, m, &g, &p, 1, dims, origin);
-            }
+            if (!strcmp(dir, "GT") || !strcmp(dir, "NE")) return eg_find(c->g, p);
+            if (!strcmp(dir, "EQ") || !strcmp(dir, "LE")) return mk_not(c, m, in, p, dims, origin);
         }
     }
     if (in->op == OP_BROADCAST && n == 1 && eg_class_type(c->g, ch[0]) == t) {
