@@ -1426,6 +1426,17 @@ bool lf_konst_review(lstate *s, uint32_t o, const view *want) {
     w.partial = 0;
     w.red = 0;
     eid g = lf_konst_at(s->c, s->comp, s->vals, s->in->operands[o], &w, 0);
+    /* a splat whose instruction is no constant here (a loop's carry walked
+     * at its initial value): the splat of the global shape */
+    double k;
+    if (g == EID_NONE && x->cls != EID_NONE && lf_scale_of(x) == 1 && lf_class_splat_value(s->c, x->cls, &k)) {
+        const hlo_instr *xi = &s->comp->instrs[s->in->operands[o]];
+        int64_t dims[VIEW_MAX_RANK];
+        if (xi->shape.rank == w.rank && w.rank <= VIEW_MAX_RANK) {
+            lf_global_dims(s->c, &w, &xi->shape, dims);
+            g = lf_splat(s->c, lf_type_of(s->c, xi->shape.dtype, dims, w.rank), k);
+        }
+    }
     if (g == EID_NONE) return false;
     *x = term(g, w, false);
     x->konst = true;

@@ -55,6 +55,17 @@ typedef struct lift_loop {
     const hlo_instr *in;
 } lift_loop;
 
+/* The readings of a constant carry (konst_candidates): baseline carry j[i]
+ * under view v[i]; at is the one taken (n when none of them), tried how
+ * many others were. */
+#define KONST_ALTS 8
+typedef struct konst_alts {
+    uint32_t j[KONST_ALTS];
+    view v[KONST_ALTS];
+    uint32_t n, at, tried;
+    bool held; /* the reading first taken is one of them */
+} konst_alts;
+
 /* The instruction giving element k of a tuple-valued operand, for shapes. */
 static const hlo_instr *tuple_elem_instr(const hlo_comp *comp, const hlo_instr *t, uint32_t k) {
     return t->op == OP_TUPLE && k < t->noperands ? &comp->instrs[t->operands[k]] : NULL;
@@ -514,12 +525,13 @@ static bool splat_of(lift_ctx *c, const lval *x, bool base, double *v) {
            lf_class_splat_value(c, x->cls, v);
 }
 
-/* The view of a sibling carry (sib[0..n)) whose local shape is l and whose
- * global shape under it is g (the value a zeros_like accumulator is shaped
- * like); false when none or several views fit. */
-static bool sibling_view(lift_ctx *c, const lval *sib, uint32_t n, const shape *l, const shape *g, view *w) {
-    bool found = false;
-    for (uint32_t k = 0; k < n; k++) {
+/* The distinct views of sibling carries (sib[0..n)) whose local shape is l
+ * and whose global shape under them is g (the value a zeros_like accumulator
+ * is shaped like), at most cap of them into w; their count. */
+static uint32_t sibling_views(lift_ctx *c, const lval *sib, uint32_t n, const shape *l, const shape *g, view *w,
+                              uint32_t cap) {
+    uint32_t found = 0;
+    for (uint32_t k = 0; k < n && found < cap; k++) {
         const lval *y = &sib[k];
         if (y->kind != LV_TERM || y->assumed || y->v.rank != l->rank || l->rank > VIEW_MAX_RANK ||
             eg_class_type(c->g, y->cls) != eg_type(c->g, g->dtype, g->dims, g->rank) || view_is_dup(&y->v))
@@ -529,12 +541,47 @@ static bool sibling_view(lift_ctx *c, const lval *sib, uint32_t n, const shape *
         v.partial = 0;
         v.red = 0;
         lf_global_dims(c, &v, l, gd);
-        if (memcmp(gd, g->dims, l->rank * sizeof *gd)) continue;
-        if (found && !view_equal(w, &v)) return false;
-        *w = v;
-        found = true;
+        bool seen = memcmp(gd, g->dims, l->rank * sizeof *gd) != 0;
+        for (uint32_t q = 0; q < found && !seen; q++) seen = view_equal(&w[q], &v);
+        if (!seen) w[found++] = v;
     }
     return found;
+}
+
+/* The one view of a sibling carry that fits (sibling_views); false when none
+ * or several. */
+static bool sibling_view(lift_ctx *c, const lval *sib, uint32_t n, const shape *l, const shape *g, view *w) {
+    view two[2];
+    if (sibling_views(c, sib, n, l, g, two, 2) != 1) return false;
+    *w = two[0];
+    return true;
+}
+
+/* Every reading of a carry entering as a splat x of local shape l as a
+ * block of a baseline carry starting as the same splat: the baseline carry
+ * of l itself (dup), or of a larger shape under the blocked view that
+ * gives it (blocks_view) or under each sibling's view that does
+ * (sibling_views); at most KONST_ALTS, in the order of the baseline's
+ * carries. Zeros are a block of zeros under each: which one the body keeps
+ * is for the induction to say (next_reading). */
+static void konst_candidates(lift_ctx *c, const lval *x, const shape *l, const lift_loop *L, const view_dim *groups,
+                             uint32_t ngroups, const lval *sib, uint32_t nsib, konst_alts *a) {
+    double sx, sb;
+    a->n = 0;
+    if (!splat_of(c, x, false, &sx) || isnan(sx) || l->rank > VIEW_MAX_RANK) return;
+    for (uint32_t j = 0; j < L->n && a->n < KONST_ALTS; j++) {
+        const shape *bs = &L->shapes[j];
+        if (bs->dtype != l->dtype || bs->rank != l->rank || !splat_of(c, &L->init[j], true, &sb) || sb != sx) continue;
+        view w[KONST_ALTS];
+        uint32_t nw = 0;
+        if (!memcmp(bs->dims, l->dims, l->rank * sizeof *l->dims)) w[nw++] = view_dup(l->rank);
+        else if (blocks_view(c, l, bs, groups, ngroups, &w[0])) nw = 1;
+        else nw = sibling_views(c, sib, nsib, l, bs, w, KONST_ALTS);
+        for (uint32_t i = 0; i < nw && a->n < KONST_ALTS; i++) {
+            a->j[a->n] = j;
+            a->v[a->n++] = w[i];
+        }
+    }
 }
 
 static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uint32_t ei, const lift_loop *L, const bool *taken,
@@ -542,17 +589,14 @@ static bool konst_carry(lift_ctx *c, const hlo_comp *comp, const lval *vals, uin
     const hlo_instr *e = &comp->instrs[ei];
     const lval *x = &vals[ei];
     /* A splat (jnp.zeros of the local shape, an accumulator or a flag) is a
-     * block of the baseline's splat of the same value, whatever the view. */
-    double sx, sb;
-    if (splat_of(c, x, false, &sx) && !isnan(sx))
-        for (uint32_t j = 0; j < L->n; j++) {
-            const shape *bs = &L->shapes[j];
-            view w;
-            if (taken[j] || bs->dtype != e->shape.dtype || !splat_of(c, &L->init[j], true, &sb) || sb != sx ||
-                !(blocks_view(c, &e->shape, bs, groups, ngroups, &w) || sibling_view(c, sib, nsib, &e->shape, bs, &w)))
-                continue;
-            *pj = j;
-            *pw = w;
+     * block of the baseline's splat of the same value, whatever the view:
+     * the first reading of a carry not taken yet. */
+    konst_alts a;
+    konst_candidates(c, x, &e->shape, L, groups, ngroups, sib, nsib, &a);
+    for (uint32_t i = 0; i < a.n; i++)
+        if (!taken[a.j[i]]) {
+            *pj = a.j[i];
+            *pw = a.v[i];
             return true;
         }
     /* A replicated value broadcast along new dims (the start state of every
@@ -882,6 +926,35 @@ static bool repair_ties(lift_ctx *c, const hlo_instr *in, const lift_loop *L, ui
     return true;
 }
 
+/* Each failed carry k entering as a splat goes to its next reading
+ * (alts[k], konst_candidates) whose baseline carry no carry that did not
+ * fail keeps, nor one moved before it in this round, and whose view gives
+ * that carry's dims; false when none moved. The induction then decides. */
+static bool next_reading(lift_ctx *c, const hlo_instr *in, const lift_loop *L, uint32_t n, uint32_t *pi, lval *xs,
+                         const bool *failed, konst_alts *alts) {
+    bool *used = arena_alloc(c->a, L->n + 1), any = false;
+    memset(used, 0, L->n + 1);
+    for (uint32_t k = 0; k < n; k++)
+        if (pi[k] != SR_NONE && !(failed[k] && alts[k].n)) used[pi[k]] = true;
+    for (uint32_t k = 0; k < n; k++) {
+        konst_alts *a = &alts[k];
+        if (!failed[k] || !a->n || xs[k].kind != LV_TERM) continue;
+        while (a->tried + (a->held ? 1 : 0) < a->n) {
+            uint32_t i = a->at = a->at + 1 >= a->n ? 0 : a->at + 1;
+            a->tried++;
+            if (used[a->j[i]] || (a->j[i] == pi[k] && view_equal(&a->v[i], &xs[k].v)) ||
+                !carry_fits(c, L, a->j[i], &a->v[i], carry_shape(in, k)))
+                continue;
+            pi[k] = a->j[i];
+            xs[k] = term(L->x[pi[k]], a->v[i], false);
+            any = true;
+            break;
+        }
+        if (pi[k] != SR_NONE) used[pi[k]] = true;
+    }
+    return any;
+}
+
 /* Both loops walked iteration by iteration, where the induction fails and
  * both are counted loops of the same small trip count (read from the
  * program texts): the baseline's (its walk resumed on its side, counted
@@ -979,6 +1052,8 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
     bool tup = ti && ti->op == OP_TUPLE;
     bool *guessed = arena_alloc(c->a, n + 1), *taken = arena_alloc(c->a, L->n + 1), *inv = arena_alloc(c->a, n + 1);
     lval *xs = arena_alloc(c->a, (n + 1) * sizeof *xs);
+    konst_alts *alts = arena_alloc(c->a, (n + 1) * sizeof *alts);
+    memset(alts, 0, (n + 1) * sizeof *alts);
     view_dim groups[32];
     uint32_t ngroups = init_groups(init->elems, n, groups, 32);
     init_saturate(c, in, L, init);
@@ -1065,6 +1140,15 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
         }
     }
     for (uint32_t k = 0; k < n && tup && k < ti->noperands; k++) guessed[k] |= vals[ti->operands[k]].konst;
+    /* the other readings of each splat carry, for where the one taken fails */
+    for (uint32_t k = 0; k < n && tup && k < ti->noperands; k++) {
+        konst_alts *a = &alts[k];
+        if (pi[k] == SR_NONE || xs[k].kind != LV_TERM || xs[k].scale != 0 || !vals[ti->operands[k]].konst) continue;
+        konst_candidates(c, &init->elems[k], carry_shape(in, k), L, groups, ngroups, init->elems, n, a);
+        for (a->at = 0; a->at < a->n && !a->held; a->at++)
+            if (a->j[a->at] == pi[k] && view_equal(&a->v[a->at], &xs[k].v)) a->held = true;
+        a->at = a->held ? a->at - 1 : a->n - 1;
+    }
     /* A zero carry summed over mesh axes right after the loop (a gradient
      * accumulated from per-device partial sums, all-reduced once): zeros are a
      * partial sum of zeros, so it enters partial over those axes; the body
@@ -1089,6 +1173,23 @@ lval lf_loop_distributed(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
     for (int round = 0; !ok && round < 3 && repair_ties(c, in, L, n, pi, xs, failed, guessed, &got); round++) {
         lf_loop_mark_undo(c, &m0);
         ok = loop_try(c, comp, in, L, pi, xs, guessed, failed, &got);
+    }
+    /* splats read as blocks of other baseline carries where they failed
+     * (on copies: failing that, the readings below start from the first) */
+    if (!ok) {
+        lval *xr = arena_memdup(c->a, xs, (n + 1) * sizeof *xs);
+        uint32_t *pr = arena_memdup(c->a, pi, (n + 1) * sizeof *pi);
+        bool moved = false;
+        for (int round = 0; !ok && round < KONST_ALTS - 1 && next_reading(c, in, L, n, pr, xr, failed, alts); round++) {
+            lf_loop_mark_undo(c, &m0);
+            ok = loop_try(c, comp, in, L, pr, xr, guessed, failed, &got);
+            moved = true;
+        }
+        if (ok) xs = xr, memcpy(pi, pr, n * sizeof *pi);
+        else if (moved) {
+            lf_loop_mark_undo(c, &m0);
+            ok = loop_try(c, comp, in, L, pi, xs, guessed, failed, &got);
+        }
     }
     if (!ok && tup) {
         lval *alt = arena_memdup(c->a, xs, (n + 1) * sizeof *xs);

@@ -1018,6 +1018,14 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
         if (ident) return eg_find(c->g, ch[0]);
     }
     if (in->op == OP_REDUCE && n == 2 && unit_reduce(c, m, in, ch)) return lf_mk_reshape(c, ch[0], t, origin);
+    /* A dynamic slice as large as its operand starts at 0 whatever its
+     * indices (they are clamped): the operand; a dynamic update as large as
+     * the operand is the update (a scan over one micro-batch, which XLA
+     * folds on one side only). */
+    if (in->op == OP_DYNAMIC_SLICE && n >= 1 && eg_class_type(c->g, ch[0]) == t) return eg_find(c->g, ch[0]);
+    if (in->op == OP_DYNAMIC_UPDATE_SLICE && n >= 2 && eg_class_type(c->g, ch[0]) == t &&
+        eg_class_type(c->g, ch[1]) == t)
+        return eg_find(c->g, ch[1]);
     hlo_instr ri;
     eid rch[2];
     /* (canonical forms of a reduce, a few steps deep: a reshape's reduce

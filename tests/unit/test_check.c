@@ -2326,6 +2326,13 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/tril-mask (by hand): jnp.tril of a mask of ones,
  *     where(i >= j, ones, false) inside a call, is the comparison i >= j
  *     the distributed program computes (the upper triangle is not);
+ *   - tests/cases/accum-views (GSPMD, JAX 0.12, samples/gen/accum_case.py):
+ *     gradients accumulated over micro-batches by lax.scan on a 2 x 2 mesh,
+ *     two weights sharded (fsdp, tp) and (tp, fsdp): each zero accumulator
+ *     is read as the block of the baseline's zeros the body keeps it as
+ *     (the accumulators swapped or one gradient added twice are not); with
+ *     one micro-batch, the baseline's slice at the scan's counter is the
+ *     whole batch XLA passes on the distributed side;
  *   - tests/cases/big-splat (by hand): a splat too large to fold or
  *     tabulate on the baseline's global shape and small enough on the
  *     distributed local one is the same value on both: max(x, -inf) is x
@@ -3290,6 +3297,14 @@ static void hand_written_cases(void) {
         {"bool-num/gt", "the mask's complement", "select(p, x, zs)", "select(p, zs, x)", VERDICT_MISMATCH, false},
         {"tril-mask/causal", "tril of ones as the comparison of iotas", NULL, NULL, VERDICT_VERIFIED, true},
         {"tril-mask/causal", "the upper triangle", "direction=GE", "direction=LE", VERDICT_MISMATCH, false},
+        {"accum-views/two-axes", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"accum-views/two-axes", "the accumulators swapped", "tuple(%while.10#1, %while.10#2)",
+         "tuple(%while.10#2, %while.10#1)", VERDICT_MISMATCH, false},
+        {"accum-views/two-axes", "one gradient accumulated twice", "add(%param#2, %transpose.5)",
+         "add(%param#2, %transpose.4)", VERDICT_MISMATCH, false},
+        {"accum-views/one-micro", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
+        {"accum-views/one-micro", "the accumulators swapped", "tuple(%while.10#1, %while.10#2)",
+         "tuple(%while.10#2, %while.10#1)", VERDICT_MISMATCH, false},
         {"take-call/table", "a constant table at checked positions", NULL, NULL, VERDICT_VERIFIED, true},
         {"take-call/table", "positions offset by 1", "two = s32[] constant(2)", "two = s32[] constant(1)",
          VERDICT_MISMATCH, false},
