@@ -885,6 +885,17 @@ relift:;
         lc.unsupported_why = lc.row_max_why;
         lc.unsupported_kind = KIND_MISSING_ALL_REDUCE;
     }
+    /* A divergence whose term met a baseline value once saturated (a form
+     * the rules relate: a - s·x beside a + (-s)·x) is no reason: where the
+     * programs part after it is not located (met_divergence names it). */
+    const hlo_instr *met_divergence = NULL;
+    if (!outputs_ok && lc.divergence && lc.divergence_cls != EID_NONE &&
+        (eg_class_origin(g, eg_find(g, lc.divergence_cls)) & EG_BASELINE)) {
+        met_divergence = lc.divergence;
+        lc.divergence = NULL;
+        lc.divergence_note = lc.divergence_cause = NULL;
+        lc.divergence_kind = LF_NO_KIND;
+    }
     bool tentative = false;
     if (!outputs_ok && (!lc.first_unsupported || lc.tentative_first) && !lc.nfindings && lc.ntentative) {
         /* A reading taken on trust (lf_tentative) and outputs that did not
@@ -1111,6 +1122,11 @@ relift:;
                       "baseline's does", lc.resync_scope ? lc.resync_scope : "?", lc.unsupported_why);
         } else if (lc.first_unsupported) {
             sb_printf(&msg, "unverified: %s", lc.unsupported_why);
+        } else if (met_divergence) {
+            sb_printf(&msg, "unverified: %s; the first divergence found while lifting, %s, meets the baseline's value once "
+                      "rewritten, and where the programs part after it is not located (the output is made at %s)",
+                      why.s ? why.s : "the outputs meet only through values not proved to be the baseline's",
+                      met_divergence->name, ui->name);
         } else if (!lc.divergence) {
             /* No term left the baseline's values from related operands: the
              * output is where the relation is lost, nothing before it. */

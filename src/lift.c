@@ -3547,6 +3547,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
     if ((v->kind == LV_PW || v->kind == LV_MASK || v->kind == LV_IVEC) && !hlo_op_is_collective(in->op))
         index_plain_term(&s, v);
     else if (lf_is_index(v)) collective_plain_term(&s, v);
+    lf_counter_forms(&s, v);
     debug_value(c, in, v);
     /* From the operands' own values: a transfer function may have replaced
      * its copies (index values turned into terms) without that flag. Kept on
@@ -3633,6 +3634,7 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
                 sb_free(&b);
             }
             c->divergence = via ? via : in;
+            c->divergence_cls = v->cls;
             if (!via && v->diff && c->diffs[v->diff - 1].in == in) {
                 /* the op proved different itself (lift_table.c): what it says */
                 c->divergence_kind = c->diffs[v->diff - 1].kind;
@@ -3814,6 +3816,7 @@ lval lift_distributed(lift_ctx *c, const view *inputs, uint32_t ninputs) {
         const lval *o = r.kind == LV_TUPLE ? &r.elems[k] : &r;
         if (o->kind == LV_TERM && o->rearranged) {
             c->divergence = r.kind == LV_TUPLE && root->op == OP_TUPLE ? &e->instrs[root->operands[k]] : root;
+            c->divergence_cls = EID_NONE;
             c->divergence_comp = e;
             c->divergence_layout = true;
         }

@@ -345,6 +345,7 @@ typedef struct lift_ctx {
     char *later_unsupported_why;
     bool later_unsupported_konst;         /* an operand of it is constant-only */
     const hlo_instr *divergence;          /* first term that joins no baseline class */
+    eid divergence_cls;                   /* its term (EID_NONE for a rearrangement) */
     const hlo_comp *divergence_comp;      /* while its operands all do (or are rearrangements
                                            * of baseline values: then the layout op that hands
                                            * one over; an output that is one) */

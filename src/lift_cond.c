@@ -269,6 +269,7 @@ lval lf_lift_conditional(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
     if (out.kind == LV_TERM) outside = !out.assumed && !(eg_class_origin(c->g, out.cls) & EG_BASELINE);
     if (!c->baseline_mode && !c->divergence && inside && outside && r[0].kind == LV_TERM) {
         c->divergence = in;
+        c->divergence_cls = out.cls;
         c->divergence_comp = comp;
         if (c->nsegs) c->segs[c->cur_seg].divergent++;
     }

@@ -394,6 +394,7 @@ typedef struct lf_loop_mark {
     bool unsupported_konst, later_unsupported_konst, divergence_konst, divergence_layout, divergence_resynced;
     trace_kind divergence_kind;
     const char *resync_scope;
+    eid divergence_cls;
 } lf_loop_mark;
 lf_loop_mark lf_loop_mark_take(const lift_ctx *c);      /* the context now, to go back to */
 void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m); /* back to the context at m */
@@ -409,6 +410,8 @@ int lf_node_direction(lift_ctx *c, eid node); /* a compare node's direction, eat
 uint64_t lf_reducer_digest(int red);  /* that digest of a computation recognised as reducer red (RED_SUM, ...) */
 void lf_lse_forms(lstate *s, const lval *v);  /* log Σ exp(x - m) + m as log Σ exp(x) (lift_moment.c) */
 void lf_sign_forms(lstate *s, const lval *v); /* x >= 0 true for x never negative by its form (lift_moment.c) */
+/* select(x < MAX, x + 1, MAX) is x + 1, assumed (lift_moment.c); after index values' plain terms */
+bool lf_counter_forms(lstate *s, const lval *v);
 void lf_softmax_forms(lstate *s, const lval *v); /* exp(x - m) / Σ exp(x - m) as exp(x) / Σ exp(x) (lift_moment.c) */
 /* Notes class stat as a value every device shares made from the partial
  * row maxima `maxima` by another reduction (a pmin or psum of local maxima:

@@ -1263,7 +1263,7 @@ lf_loop_mark lf_loop_mark_take(const lift_ctx *c) {
                        c->divergence, c->first_unsupported_comp, c->later_unsupported_comp, c->divergence_comp,
                        c->unsupported_why, c->later_unsupported_why, c->divergence_note, c->divergence_cause, c->unsupported_konst,
                        c->later_unsupported_konst, c->divergence_konst, c->divergence_layout, c->divergence_resynced,
-                       c->divergence_kind, c->resync_scope};
+                       c->divergence_kind, c->resync_scope, c->divergence_cls};
 }
 
 void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m) {
@@ -1302,5 +1302,6 @@ void lf_loop_mark_undo(lift_ctx *c, const lf_loop_mark *m) {
     c->divergence_layout = m->divergence_layout;
     c->divergence_resynced = m->divergence_resynced;
     c->divergence_kind = m->divergence_kind;
+    c->divergence_cls = m->divergence_cls;
     c->resync_scope = m->resync_scope;
 }

@@ -473,6 +473,59 @@ static bool guarded(lift_ctx *c, eid g, eid x) {
     return k != 0 && isfinite(k);
 }
 
+/* The largest value of an integer type of at most 32 bits, or 0. */
+static double int_max(int dt) {
+    switch (dt) {
+    case DT_S8: return INT8_MAX;
+    case DT_S16: return INT16_MAX;
+    case DT_S32: return INT32_MAX;
+    case DT_U8: return UINT8_MAX;
+    case DT_U16: return UINT16_MAX;
+    case DT_U32: return UINT32_MAX;
+    default: return 0;
+    }
+}
+
+/* The one value of every element of operand x on every device: a
+ * constant tabulated per device, or a class of a splat. */
+static bool operand_splat(lift_ctx *c, const lval *x, double *k) {
+    if (lf_dev_splat(x, c->baseline_mode ? 1 : c->ndev)) return *k = x->dev[0], true;
+    return (x->kind == LV_TERM || lf_is_index(x)) && x->cls != EID_NONE && !x->v.partial &&
+           lf_class_splat_value(c, x->cls, k);
+}
+
+/* select(x < MAX, x + 1, MAX), MAX the integer type's largest value, is
+ * x + 1 for every x but MAX: optax's saturating step counter (its
+ * safe_increment) where a hand-written step adds 1. Taken so under the
+ * stated assumption that counters stay below their type's maximum. */
+bool lf_counter_forms(lstate *s, const lval *v) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    double mx = int_max(in->shape.dtype), k;
+    const eid *pc, *ac;
+    /* (integers are index values on the baseline: their plain terms) */
+    if (in->op != OP_SELECT || in->noperands != 3 || mx == 0 || !(v->kind == LV_TERM || lf_is_index(v)) ||
+        v->cls == EID_NONE || !operand_splat(c, &s->ops[2], &k) || k != mx)
+        return false;
+    for (uint32_t o = 0; o < 2; o++)
+        if (!(s->ops[o].kind == LV_TERM || lf_is_index(&s->ops[o])) || s->ops[o].cls == EID_NONE || s->ops[o].v.partial)
+            return false;
+    eid p = s->ops[0].cls, y = s->ops[1].cls;
+    eid cn = lf_class_node(c, p, OP_COMPARE, 2, &pc);
+    uint32_t na;
+    const int64_t *dir = cn == EID_NONE ? NULL : ea_get(c->g, eg_node_attr(c->g, cn), A_DIRECTION, &na);
+    if (!dir || na != 1 || dir[0] != 2 /* LT */ || !lf_class_splat_value(c, pc[1], &k) || k != mx) return false;
+    eid x = pc[0];
+    if (lf_class_node(c, y, OP_ADD, 2, &ac) == EID_NONE) return false;
+    uint32_t xo = eg_find(c->g, ac[0]) == eg_find(c->g, x) ? 0 : eg_find(c->g, ac[1]) == eg_find(c->g, x) ? 1 : 2;
+    if (xo == 2 || !lf_class_splat_value(c, ac[1 - xo], &k) || k != 1 ||
+        eg_class_type(c->g, v->cls) != eg_class_type(c->g, y))
+        return false;
+    lf_assume(c, "integer step counters stay below their type's maximum (optax's saturating increment is then x + 1)");
+    eg_union(c->g, v->cls, y, NULL);
+    return true;
+}
+
 void lf_sign_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;

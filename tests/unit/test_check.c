@@ -2326,6 +2326,10 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/tril-mask (by hand): jnp.tril of a mask of ones,
  *     where(i >= j, ones, false) inside a call, is the comparison i >= j
  *     the distributed program computes (the upper triangle is not);
+ *   - tests/cases/counter (by hand): optax's saturating step counter,
+ *     where(count < INT32_MAX, count + 1, INT32_MAX) inside a call, is the
+ *     count + 1 a hand-written step computes, under the stated assumption
+ *     (count + 2 is not);
  *   - tests/cases/accum-views (GSPMD, JAX 0.12, samples/gen/accum_case.py):
  *     gradients accumulated over micro-batches by lax.scan on a 2 x 2 mesh,
  *     two weights sharded (fsdp, tp) and (tp, fsdp): each zero accumulator
@@ -3297,6 +3301,8 @@ static void hand_written_cases(void) {
         {"bool-num/gt", "the mask's complement", "select(p, x, zs)", "select(p, zs, x)", VERDICT_MISMATCH, false},
         {"tril-mask/causal", "tril of ones as the comparison of iotas", NULL, NULL, VERDICT_VERIFIED, true},
         {"tril-mask/causal", "the upper triangle", "direction=GE", "direction=LE", VERDICT_MISMATCH, false},
+        {"counter/inc", "count + 1 for optax's saturating increment", NULL, NULL, VERDICT_VERIFIED, true},
+        {"counter/inc", "count + 2", "one = s32[] constant(1)", "one = s32[] constant(2)", VERDICT_MISMATCH, false},
         {"accum-views/two-axes", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
         {"accum-views/two-axes", "the accumulators swapped", "tuple(%while.10#1, %while.10#2)",
          "tuple(%while.10#2, %while.10#1)", VERDICT_MISMATCH, false},
