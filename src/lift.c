@@ -1858,6 +1858,7 @@ static bool review_respread(lstate *s, uint32_t o, const view *want) {
 
 static bool review_gather(lstate *s, uint32_t o, const view *want);
 static bool review_dynamic_slice(lstate *s, uint32_t o, const view *want);
+static bool review_scatter(lstate *s, uint32_t o, const view *want);
 
 bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
     return lf_same_sharding(&s->ops[o].v, want) || review_respread(s, o, want) || lf_review_broadcast(s, o, want) ||
@@ -1865,7 +1866,7 @@ bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
            lf_review_merged_broadcast(s, o, want) ||
            review_constant(s, o, want) || review_tiled(s, o, want) || review_class_broadcast(s, o, want, false) ||
            review_elementwise(s, o, want) || review_dot(s, o, want) || review_gather(s, o, want) ||
-           review_dynamic_slice(s, o, want) || review_class_broadcast(s, o, want, true);
+           review_dynamic_slice(s, o, want) || review_scatter(s, o, want) || review_class_broadcast(s, o, want, true);
 }
 
 /* Operand o of s becomes op b over the re-read children ch under want (a
@@ -2085,6 +2086,74 @@ static bool review_dynamic_slice(lstate *s, uint32_t o, const view *want) {
     s->ops[o] = term(sub[0].cls, *want, sub[0].assumed);
     s->ops[o].v.partial = 0;
     s->ops[o].konst = konst;
+    return true;
+}
+
+/* Operand o, scatter(operand, indices, updates) every device holds whole,
+ * not sharded as want only along operand dims that are whole windows (the
+ * updates' dim of the same size) or batching dims (the indices' and the
+ * updates' dim too): each device's rows or windows are scattered alone, so
+ * where the three re-read under the views those dims give them (zeros, a
+ * broadcast cotangent: the gradient of a take along a batch every device
+ * holds alike), the scatter of the re-read three, block by block. A factor
+ * carried beside the updates went through the scatter (its term is the
+ * scatter of the updates' term): the term is re-read, the factor stays. */
+static bool review_scatter(lstate *s, uint32_t o, const view *want) {
+    static _Thread_local int depth;
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[o];
+    const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
+    if (depth >= 4 || b->op != OP_SCATTER || b->noperands != 3 || x->kind != LV_TERM || x->v.partial || want->partial ||
+        x->zm || x->diff || want->rank != b->shape.rank || x->v.rank != b->shape.rank || b->shape.dtype == DT_TUPLE ||
+        !axes_once(want))
+        return false;
+    int64_t udim_of_idx[VIEW_MAX_RANK], udim_of_op[VIEW_MAX_RANK];
+    if (!lf_scatter_dims(s->comp, b, udim_of_idx, udim_of_op)) return false;
+    lval sub[3] = {s->vals[b->operands[0]], s->vals[b->operands[1]], s->vals[b->operands[2]]};
+    lstate inner = {c, s->comp, b, sub, s->vals, NULL};
+    const eid *kids;
+    for (uint32_t k = 0; k < 3; k++) {
+        lf_uniform_dev_as_term(&inner, k);
+        lf_plain_of_index(&sub[k]);
+        if (sub[k].kind != LV_TERM || sub[k].v.partial || (k < 2 && lf_scale_of(&sub[k]) != 1) ||
+            sub[k].v.rank != s->comp->instrs[b->operands[k]].shape.rank)
+            return false;
+    }
+    if (lf_class_node(c, x->cls, OP_SCATTER, 3, &kids) == EID_NONE) return false;
+    for (uint32_t k = 0; k < 3; k++)
+        if (eg_find(c->g, kids[k]) != eg_find(c->g, sub[k].cls)) return false;
+    sub[2].scale = 0; /* (its factor is x's, beside the term) */
+    uint32_t nib, nsb;
+    const int64_t *ib = instr_ints(b, A_INPUT_BATCHING_DIMS, &nib), *sb = instr_ints(b, A_SCATTER_INDICES_BATCHING_DIMS, &nsb);
+    const shape *us = &s->comp->instrs[b->operands[2]].shape;
+    view u[3] = {sub[0].v, sub[1].v, sub[2].v};
+    bool changes[3] = {false, false, false};
+    for (uint32_t d = 0; d < b->shape.rank; d++) {
+        if (lf_same_dim(&want->dims[d], &x->v.dims[d])) continue;
+        if (x->v.dims[d].naxes || sub[0].v.dims[d].naxes) return false;
+        int64_t ud = udim_of_op[d], id = -1;
+        for (uint32_t q = 0; q < nib && q < nsb; q++)
+            if (ib[q] == (int64_t)d) id = sb[q], ud = udim_of_idx[sb[q]];
+        /* a window dim taken whole, or a batching dim */
+        if (ud < 0 || (id < 0 && us->dims[ud] != b->shape.dims[d])) return false;
+        u[0].dims[d] = u[2].dims[ud] = want->dims[d];
+        changes[0] = changes[2] = true;
+        if (id >= 0) u[1].dims[id] = want->dims[d], changes[1] = true;
+    }
+    if (!changes[0]) return false;
+    depth++;
+    bool ok = true;
+    for (uint32_t k = 0; k < 3 && ok; k++)
+        ok = !changes[k] || (lf_review_operand(&inner, k, &u[k]) && sub[k].kind == LV_TERM &&
+                             lf_same_sharding(&sub[k].v, &u[k]) && !sub[k].v.partial && lf_scale_of(&sub[k]) == 1);
+    depth--;
+    if (!ok) return false;
+    eid ch[3] = {sub[0].cls, sub[1].cls, sub[2].cls};
+    lval was = *x;
+    reviewed(s, o, b, ch, 3, want, sub[0].assumed || sub[1].assumed || sub[2].assumed);
+    s->ops[o].scale = was.scale;
+    s->ops[o].rescaled = was.rescaled;
+    s->ops[o].factor_at = was.factor_at;
     return true;
 }
 

@@ -448,6 +448,11 @@ lval lf_lift_conditional(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in,
 /* All-to-all layouts and gather/scatter readings (lift_layout.c); each
  * returns false (no reading) or sets *out. */
 bool lf_scatter_reading(lstate *s, lval *out);       /* scatter into own blocks, or a blocked sum */
+/* A scatter's dims (false for shapes it cannot map): udim_of_idx[d] the
+ * update dim of index dim d (-1 for the index vector dim), udim_of_op[d] the
+ * update dim of operand window dim d (-1 for inserted and batching dims);
+ * arrays of VIEW_MAX_RANK (lift_layout.c). */
+bool lf_scatter_dims(const hlo_comp *comp, const hlo_instr *in, int64_t *udim_of_idx, int64_t *udim_of_op);
 bool lf_iota_block(lstate *s, lval *out);            /* add(iota, block offset): a global iota's block */
 /* v, just lifted, as a pick (a gather; a one-hot product summed) or a put (a scatter-add into zeros; a
  * one-hot product): noted, and made one class with one of the other kind doing the same (lift_index.c) */

@@ -1097,6 +1097,33 @@ static bool masked_rows_are_blocks(lstate *s, int64_t bk, const view_dim *bdim) 
  *   those axes; with an idempotent reducer (max, min, and, or) the operand
  *   may be any replicated value: partial (max, ...) over those axes.
  * Splat constants take whatever view the others need. */
+bool lf_scatter_dims(const hlo_comp *comp, const hlo_instr *in, int64_t *udim_of_idx, int64_t *udim_of_op) {
+    if (in->noperands != 3) return false;
+    const hlo_instr *oi = &comp->instrs[in->operands[0]], *ii = &comp->instrs[in->operands[1]],
+                    *ui = &comp->instrs[in->operands[2]];
+    uint32_t nuw, niw, nib, nsb;
+    const int64_t *uw = instr_ints(in, A_UPDATE_WINDOW_DIMS, &nuw), *iw = instr_ints(in, A_INSERTED_WINDOW_DIMS, &niw);
+    const int64_t *ib = instr_ints(in, A_INPUT_BATCHING_DIMS, &nib);
+    instr_ints(in, A_SCATTER_INDICES_BATCHING_DIMS, &nsb);
+    int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
+    uint32_t ro = oi->shape.rank, ri = ii->shape.rank, ru = ui->shape.rank, u = 0, w = 0;
+    if (ro > VIEW_MAX_RANK || ri > VIEW_MAX_RANK || ru > VIEW_MAX_RANK || nib != nsb) return false;
+    for (uint32_t d = 0; d < ri; d++) {
+        udim_of_idx[d] = -1;
+        if ((int64_t)d == ivd) continue;
+        while (u < ru && member(uw, nuw, u)) u++;
+        if (u >= ru) return false;
+        udim_of_idx[d] = u++;
+    }
+    for (uint32_t d = 0; d < ro; d++) {
+        udim_of_op[d] = -1;
+        if (member(iw, niw, d) || member(ib, nib, d)) continue;
+        if (w >= nuw || uw[w] < 0 || uw[w] >= ru) return false;
+        udim_of_op[d] = uw[w++];
+    }
+    return true;
+}
+
 static bool scatter_reading(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -1118,31 +1145,15 @@ static bool scatter_reading(lstate *s, lval *out) {
             s->ops[o] = term(s->ops[o].cls, s->ops[o].v, s->ops[o].assumed);
         if (s->ops[o].kind != LV_TERM) return false;
     }
-    const hlo_instr *oi = &s->comp->instrs[in->operands[0]], *ii = &s->comp->instrs[in->operands[1]],
-                    *ui = &s->comp->instrs[in->operands[2]];
-    uint32_t nuw, niw, nib, nsb;
-    const int64_t *uw = instr_ints(in, A_UPDATE_WINDOW_DIMS, &nuw), *iw = instr_ints(in, A_INSERTED_WINDOW_DIMS, &niw);
+    const hlo_instr *ii = &s->comp->instrs[in->operands[1]], *ui = &s->comp->instrs[in->operands[2]];
+    uint32_t niw, nib, nsb;
+    const int64_t *iw = instr_ints(in, A_INSERTED_WINDOW_DIMS, &niw);
     const int64_t *ib = instr_ints(in, A_INPUT_BATCHING_DIMS, &nib), *sb = instr_ints(in, A_SCATTER_INDICES_BATCHING_DIMS, &nsb);
     int64_t ivd = instr_int(in, A_INDEX_VECTOR_DIM, 0);
-    uint32_t ro = oi->shape.rank, ri = ii->shape.rank, ru = ui->shape.rank;
-    if (ro > VIEW_MAX_RANK || ri > VIEW_MAX_RANK || ru > VIEW_MAX_RANK || nib != nsb) return false;
-    /* udim_of_idx[d]: the update dim of index dim d (not the index vector dim);
-     * udim_of_op[d]: the update dim of operand window dim d, or -1. */
+    uint32_t ro = in->shape.rank, ri = ii->shape.rank, ru = ui->shape.rank;
+    const hlo_instr *oi = &s->comp->instrs[in->operands[0]];
     int64_t udim_of_idx[VIEW_MAX_RANK], udim_of_op[VIEW_MAX_RANK];
-    uint32_t u = 0, w = 0;
-    for (uint32_t d = 0; d < ri; d++) {
-        udim_of_idx[d] = -1;
-        if ((int64_t)d == ivd) continue;
-        while (u < ru && member(uw, nuw, u)) u++;
-        if (u >= ru) return false;
-        udim_of_idx[d] = u++;
-    }
-    for (uint32_t d = 0; d < ro; d++) {
-        udim_of_op[d] = -1;
-        if (member(iw, niw, d) || member(ib, nib, d)) continue;
-        if (w >= nuw || uw[w] < 0 || uw[w] >= ru) return false;
-        udim_of_op[d] = uw[w++];
-    }
+    if (!lf_scatter_dims(s->comp, in, udim_of_idx, udim_of_op)) return false;
     /* The views the three must have, from the sharded ones. */
     view vo = view_dup(ro), vi = view_dup(ri), vu = view_dup(ru);
     /* Indices offset per device by its block of the operand along the one

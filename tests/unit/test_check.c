@@ -2326,6 +2326,12 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/tril-mask (by hand): jnp.tril of a mask of ones,
  *     where(i >= j, ones, false) inside a call, is the comparison i >= j
  *     the distributed program computes (the upper triangle is not);
+ *   - tests/cases/scatter-rows (by hand, the form of jnp.take_along_axis's
+ *     gradient in a batch-sharded training step): a scatter into zeros at
+ *     batch-sharded ids of updates that are themselves a scatter of a
+ *     broadcast cotangent (with a factor) every device holds alike, re-read
+ *     as the updates' block of rows (another factor, or the sign lost, is
+ *     not);
  *   - tests/cases/counter (by hand): optax's saturating step counter,
  *     where(count < INT32_MAX, count + 1, INT32_MAX) inside a call, is the
  *     count + 1 a hand-written step computes, under the stated assumption
@@ -3301,6 +3307,10 @@ static void hand_written_cases(void) {
         {"bool-num/gt", "the mask's complement", "select(p, x, zs)", "select(p, zs, x)", VERDICT_MISMATCH, false},
         {"tril-mask/causal", "tril of ones as the comparison of iotas", NULL, NULL, VERDICT_VERIFIED, true},
         {"tril-mask/causal", "the upper triangle", "direction=GE", "direction=LE", VERDICT_MISMATCH, false},
+        {"scatter-rows/take", "the gradient of a take along batch-sharded rows", NULL, NULL, VERDICT_VERIFIED, true},
+        {"scatter-rows/take", "another factor", "k = f32[] constant(0.125)", "k = f32[] constant(0.25)", VERDICT_MISMATCH,
+         false},
+        {"scatter-rows/take", "the sign lost", "ng = f32[] negate(gk)", "ng = f32[] copy(gk)", VERDICT_MISMATCH, false},
         {"counter/inc", "count + 1 for optax's saturating increment", NULL, NULL, VERDICT_VERIFIED, true},
         {"counter/inc", "count + 2", "one = s32[] constant(1)", "one = s32[] constant(2)", VERDICT_MISMATCH, false},
         {"accum-views/two-axes", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},
