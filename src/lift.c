@@ -105,6 +105,7 @@ void lift_values_done(lift_ctx *c) {
 
 void lift_done(lift_ctx *c) {
     lift_values_done(c);
+    free(c->base_types);
     sb_free(&c->assumptions);
     free(c->segs);
     strmap_free(&c->seg_index);
@@ -312,6 +313,20 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
         c->segs[si].build_ms += now_ms() - t0;
     }
     lf_walk_side(c, false);
+    /* the types the baseline's values have (lf_baseline_has_type) */
+    c->nbase_types = 0;
+    for (eid k = 0; k < eg_node_count(c->g); k++) {
+        if (!eg_node_live(c->g, k) || !(eg_class_origin(c->g, k) & EG_BASELINE)) continue;
+        uint32_t t = eg_class_type(c->g, k);
+        if (t >= c->nbase_types) {
+            uint32_t n = c->nbase_types ? c->nbase_types : 64;
+            while (n <= t) n *= 2;
+            c->base_types = xrealloc(c->base_types, n);
+            memset(c->base_types + c->nbase_types, 0, n - c->nbase_types);
+            c->nbase_types = n;
+        }
+        c->base_types[t] = 1;
+    }
     /* Only the memo reads the baseline's values after its walk, and it
      * keeps what it reads: the walk's become the distributed walk's. */
     c->vmap_spare = lf_memo_release_base(c);
@@ -324,6 +339,8 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
     }
     return true;
 }
+
+bool lf_baseline_has_type(const lift_ctx *c, uint32_t type) { return type < c->nbase_types && c->base_types[type]; }
 
 /* ---- values ---- */
 

@@ -412,6 +412,8 @@ void lf_lse_forms(lstate *s, const lval *v);  /* log Σ exp(x - m) + m as log Σ
 void lf_sign_forms(lstate *s, const lval *v); /* x >= 0 true for x never negative by its form (lift_moment.c) */
 /* select(x < MAX, x + 1, MAX) is x + 1, assumed (lift_moment.c); after index values' plain terms */
 bool lf_counter_forms(lstate *s, const lval *v);
+/* Whether some baseline value has type `type` (lift.c; false before lift_baseline). */
+bool lf_baseline_has_type(const lift_ctx *c, uint32_t type);
 void lf_softmax_forms(lstate *s, const lval *v); /* exp(x - m) / Σ exp(x - m) as exp(x) / Σ exp(x) (lift_moment.c) */
 /* Notes class stat as a value every device shares made from the partial
  * row maxima `maxima` by another reduction (a pmin or psum of local maxima:

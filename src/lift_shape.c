@@ -537,10 +537,22 @@ lval lf_lift_reshape(lstate *s) {
         } else if (reshape_split_reading(c, x, in, &v, ag, nag, &w)) {
             v = w;
         } else if (!c->baseline_mode) {
-            /* neither reading the baseline's: the unit dim, or the other
-             * on a second lift (lift_ctx.reshape_flip) */
-            c->reshape_defaulted = true;
-            if (c->reshape_flip) v = vb;
+            /* neither reading the baseline's: the one whose global shape
+             * only the other reading lacks among the baseline's values (a
+             * unit dim added where the baseline adds it too, then reduced
+             * away), else the unit dim, or the other on a second lift
+             * (lift_ctx.reshape_flip) */
+            int64_t gv[VIEW_MAX_RANK], gb[VIEW_MAX_RANK];
+            lf_global_dims(c, &v, &in->shape, gv);
+            lf_global_dims(c, &vb, &in->shape, gb);
+            bool hv = lf_baseline_has_type(c, lf_type_of(c, in->shape.dtype, gv, rb)),
+                 hb = lf_baseline_has_type(c, lf_type_of(c, in->shape.dtype, gb, rb));
+            if (hb && !hv) {
+                v = vb;
+            } else {
+                c->reshape_defaulted = true;
+                if (c->reshape_flip) v = vb;
+            }
         }
     }
     if (three && !reshape_meets_baseline(c, x->cls, in, &v) && reshape_meets_baseline(c, x->cls, in, &vc)) v = vc;

@@ -2326,6 +2326,11 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/tril-mask (by hand): jnp.tril of a mask of ones,
  *     where(i >= j, ones, false) inside a call, is the comparison i >= j
  *     the distributed program computes (the upper triangle is not);
+ *   - tests/cases/unit-read (by hand): a reshape adding a unit dim before
+ *     a sharded one has two readings (the unit dim sharded, or the other);
+ *     where neither term is the baseline's, the one whose global shape the
+ *     baseline has at all is taken (a unit dim the baseline adds too, then
+ *     reduced away); tanh in place of exp is not the baseline's;
  *   - tests/cases/scatter-rows (by hand, the form of jnp.take_along_axis's
  *     gradient in a batch-sharded training step): a scatter into zeros at
  *     batch-sharded ids of updates that are themselves a scatter of a
@@ -3307,6 +3312,9 @@ static void hand_written_cases(void) {
         {"bool-num/gt", "the mask's complement", "select(p, x, zs)", "select(p, zs, x)", VERDICT_MISMATCH, false},
         {"tril-mask/causal", "tril of ones as the comparison of iotas", NULL, NULL, VERDICT_VERIFIED, true},
         {"tril-mask/causal", "the upper triangle", "direction=GE", "direction=LE", VERDICT_MISMATCH, false},
+        {"unit-read/reduce", "a unit dim added and reduced away", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-read/reduce", "another function", "e = f32[1,16]{1,0} exponential(r)", "e = f32[1,16]{1,0} tanh(r)",
+         VERDICT_MISMATCH, false},
         {"scatter-rows/take", "the gradient of a take along batch-sharded rows", NULL, NULL, VERDICT_VERIFIED, true},
         {"scatter-rows/take", "another factor", "k = f32[] constant(0.125)", "k = f32[] constant(0.25)", VERDICT_MISMATCH,
          false},
