@@ -314,19 +314,9 @@ bool lift_baseline(lift_ctx *c, eid **outs, uint32_t *nouts) {
     }
     lf_walk_side(c, false);
     /* the types the baseline's values have (lf_baseline_has_type) */
-    c->nbase_types = 0;
-    for (eid k = 0; k < eg_node_count(c->g); k++) {
-        if (!eg_node_live(c->g, k) || !(eg_class_origin(c->g, k) & EG_BASELINE)) continue;
-        uint32_t t = eg_class_type(c->g, k);
-        if (t >= c->nbase_types) {
-            uint32_t n = c->nbase_types ? c->nbase_types : 64;
-            while (n <= t) n *= 2;
-            c->base_types = xrealloc(c->base_types, n);
-            memset(c->base_types + c->nbase_types, 0, n - c->nbase_types);
-            c->nbase_types = n;
-        }
-        c->base_types[t] = 1;
-    }
+    for (eid k = 0; k < eg_node_count(c->g); k++)
+        if (eg_node_live(c->g, k) && (eg_class_origin(c->g, k) & EG_BASELINE))
+            flag_set(&c->base_types, &c->nbase_types, eg_class_type(c->g, k));
     /* Only the memo reads the baseline's values after its walk, and it
      * keeps what it reads: the walk's become the distributed walk's. */
     c->vmap_spare = lf_memo_release_base(c);

@@ -347,7 +347,7 @@ typedef struct lift_ctx {
     const hlo_instr *divergence;          /* first term that joins no baseline class */
     eid divergence_cls;                   /* its term (EID_NONE for a rearrangement) */
     uint8_t *base_types;                  /* [type]: some baseline class has it (after lift_baseline) */
-    uint32_t nbase_types;
+    size_t nbase_types;
     const hlo_comp *divergence_comp;      /* while its operands all do (or are rearrangements
                                            * of baseline values: then the layout op that hands
                                            * one over; an output that is one) */

@@ -259,15 +259,7 @@ bool lf_scale_like(lift_ctx *c, const lval *was, const lval *now, lval *x) {
 
 void lf_scale_base_konst(lift_ctx *c, const lval *v) {
     if (v->kind != LV_TERM || v->cls == EID_NONE || lf_scale_of(v) != 1) return;
-    eid k = eg_find(c->g, v->cls);
-    if (k >= c->capbase_konst) {
-        size_t cap = c->capbase_konst ? c->capbase_konst : 1024;
-        while (cap <= k) cap *= 2;
-        c->base_konst = xrealloc(c->base_konst, cap);
-        memset(c->base_konst + c->capbase_konst, 0, cap - c->capbase_konst);
-        c->capbase_konst = cap;
-    }
-    c->base_konst[k] = 1;
+    flag_set(&c->base_konst, &c->capbase_konst, eg_find(c->g, v->cls));
 }
 
 /* Whether class x is (or was when recorded) a constant-only baseline value. */

@@ -88,6 +88,17 @@ void xgrow(void **p, size_t *cap, size_t need, size_t elem) {
     *cap = c;
 }
 
+void flag_set(uint8_t **flags, size_t *cap, size_t k) {
+    if (k >= *cap) {
+        size_t n = *cap ? *cap : 64;
+        while (n <= k) n *= 2;
+        *flags = xrealloc(*flags, n);
+        memset(*flags + *cap, 0, n - *cap);
+        *cap = n;
+    }
+    (*flags)[k] = 1;
+}
+
 /* The transparent huge page size on x86-64 (and the alignment that lets a
  * region use them). */
 enum { HUGE = 2 * 1024 * 1024 };

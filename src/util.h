@@ -35,6 +35,9 @@ char *xstrndup(const char *s, size_t n);
 /* Grows *p (holding *cap elements of size elem) to at least need elements. */
 void xgrow(void **p, size_t *cap, size_t need, size_t elem);
 #define XGROW(p, cap, need) xgrow((void **)&(p), &(cap), (need), sizeof(*(p)))
+/* A set of small integers as one byte each: sets *flags[k], growing the
+ * array (*cap bytes) zero-filled as needed. */
+void flag_set(uint8_t **flags, size_t *cap, size_t k);
 
 /* ---- arena ---- */
 typedef struct arena_block arena_block;
