@@ -574,7 +574,7 @@ static void konst_candidates(lift_ctx *c, const lval *x, const shape *l, const l
         if (bs->dtype != l->dtype || bs->rank != l->rank || !splat_of(c, &L->init[j], true, &sb) || sb != sx) continue;
         view w[KONST_ALTS];
         uint32_t nw = 0;
-        if (!memcmp(bs->dims, l->dims, l->rank * sizeof *l->dims)) w[nw++] = view_dup(l->rank);
+        if (!l->rank || !memcmp(bs->dims, l->dims, l->rank * sizeof *l->dims)) w[nw++] = view_dup(l->rank);
         else if (blocks_view(c, l, bs, groups, ngroups, &w[0])) nw = 1;
         else nw = sibling_views(c, sib, nsib, l, bs, w, KONST_ALTS);
         for (uint32_t i = 0; i < nw && a->n < KONST_ALTS; i++) {
