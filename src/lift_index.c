@@ -104,6 +104,8 @@ static bool as_pw(lstate *s, uint32_t o, pw_fn **out, eid *pos, const view **vw,
             double v0 = x->dev[d * x->count];
             for (uint32_t k = 1; k < x->count; k++)
                 if (x->dev[d * x->count + k] != v0) return false;
+            /* (pieces hold integers: a float constant must be one) */
+            if (!(fabs(v0) <= 0x1p53) || v0 != floor(v0)) return false;
             pw_const(&f[d], (int64_t)v0);
         }
         *out = f;
