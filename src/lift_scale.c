@@ -39,7 +39,7 @@ static bool carries(const lval *x) {
 
 /* The value every element of a constant-only float operand holds, when they
  * all hold the same finite non-zero one. */
-static bool uniform_value(lift_ctx *c, const lval *x, double *out) {
+static bool uniform_value_of(lift_ctx *c, const lval *x, bool scaled, double *out) {
     /* A device value the same on every device and element (a small constant
      * broadcast: whether it is tabulated depends on its size, so on the side). */
     if (x->kind == LV_DEV && x->dev && x->count > 0) {
@@ -50,17 +50,22 @@ static bool uniform_value(lift_ctx *c, const lval *x, double *out) {
         *out = v0;
         return true;
     }
-    /* Known values are those of constant-only classes small enough to fold;
-     * a partial one is each device's share of them, no one value. */
-    if (x->kind != LV_TERM || x->cls == EID_NONE || lf_scale_of(x) != 1 || x->v.partial) return false;
+    /* Known values are those of constant-only classes small enough to fold
+     * (with scaled, times the factor carried beside them: a psum of a
+     * constant count is the count times the devices); a partial one is each
+     * device's share of them, no one value. */
+    if (x->kind != LV_TERM || x->cls == EID_NONE || x->v.partial || (!scaled && lf_scale_of(x) != 1)) return false;
     const interp_val *v = lf_kval(c, x->cls);
     if (!v || !v->f || v->n < 1) return false;
     for (int64_t k = 1; k < v->n; k++)
         if (v->f[k] != v->f[0]) return false;
-    if (!isfinite(v->f[0]) || v->f[0] == 0) return false;
-    *out = v->f[0];
+    double u = v->f[0] * lf_scale_of(x);
+    if (!isfinite(u) || u == 0) return false;
+    *out = u;
     return true;
 }
+
+static bool uniform_value(lift_ctx *c, const lval *x, double *out) { return uniform_value_of(c, x, false, out); }
 
 /* multiply(x, broadcast(s)) of x's type: a factor put back into a term. */
 static eid times(lift_ctx *c, eid x, double s) {
@@ -289,7 +294,7 @@ bool lf_scale_take(lstate *s, lval *out) {
         bool devt = x->kind == LV_DEVT; /* (no one term to ask about) */
         if (!carries(x) || x->konst ||
             (!devt && (x->cls == EID_NONE || lf_kval(s->c, x->cls) || base_konst(s->c, x->cls))) ||
-            !uniform_value(s->c, &s->ops[1 - o], &k))
+            !uniform_value_of(s->c, &s->ops[1 - o], in->op == OP_DIVIDE, &k))
             continue;
         double f = lf_scale_of(x) * (in->op == OP_DIVIDE ? 1 / k : k);
         if (!isfinite(f) || f == 0 || !scale_fits(x, f)) return false;

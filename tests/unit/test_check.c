@@ -2326,6 +2326,10 @@ static void concat_unlike_operands(void) {
  *   - tests/cases/tril-mask (by hand): jnp.tril of a mask of ones,
  *     where(i >= j, ones, false) inside a call, is the comparison i >= j
  *     the distributed program computes (the upper triangle is not);
+ *   - tests/cases/psum-count (by hand): a sum psum'd over the devices
+ *     divided by the psum of each device's constant count (GroupNorm over
+ *     sharded rows): the count is a constant times the devices, its value
+ *     the divisor; a count of 3 per device is not;
  *   - tests/cases/unit-read (by hand): a reshape adding a unit dim before
  *     a sharded one has two readings (the unit dim sharded, or the other);
  *     where neither term is the baseline's, the one whose global shape the
@@ -3312,6 +3316,8 @@ static void hand_written_cases(void) {
         {"bool-num/gt", "the mask's complement", "select(p, x, zs)", "select(p, zs, x)", VERDICT_MISMATCH, false},
         {"tril-mask/causal", "tril of ones as the comparison of iotas", NULL, NULL, VERDICT_VERIFIED, true},
         {"tril-mask/causal", "the upper triangle", "direction=GE", "direction=LE", VERDICT_MISMATCH, false},
+        {"psum-count/mean", "a global mean over the psum of local counts", NULL, NULL, VERDICT_VERIFIED, true},
+        {"psum-count/mean", "the local count 3", "c = f32[] constant(2)", "c = f32[] constant(3)", VERDICT_MISMATCH, false},
         {"unit-read/reduce", "a unit dim added and reduced away", NULL, NULL, VERDICT_VERIFIED, true},
         {"unit-read/reduce", "another function", "e = f32[1,16]{1,0} exponential(r)", "e = f32[1,16]{1,0} tanh(r)",
          VERDICT_MISMATCH, false},
