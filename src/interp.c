@@ -109,23 +109,15 @@ static int64_t float_to_int(int dt, double x) {
     if (dt == DT_PRED) return x != 0;
     x = trunc(x);
     double lo, hi;
-    switch (dt) {
-    case DT_S8: lo = -128; hi = 127; break;
-    case DT_S16: lo = -32768; hi = 32767; break;
-    case DT_S32: lo = -2147483648.0; hi = 2147483647.0; break;
-    case DT_U8: lo = 0; hi = 255; break;
-    case DT_U16: lo = 0; hi = 65535; break;
-    case DT_U32: lo = 0; hi = 4294967295.0; break;
-    case DT_U64:
+    if (dtype_bits(dt) <= 32 && dtype_int_limits(dt, &lo, &hi)) return (int64_t)(x < lo ? lo : x > hi ? hi : x);
+    if (dt == DT_U64) {
         if (x <= 0) return 0;
         if (x >= 18446744073709551615.0) return (int64_t)UINT64_MAX;
         return (int64_t)(uint64_t)x;
-    default:
-        if (x <= -9223372036854775808.0) return INT64_MIN;
-        if (x >= 9223372036854775807.0) return INT64_MAX;
-        return (int64_t)x;
     }
-    return (int64_t)(x < lo ? lo : x > hi ? hi : x);
+    if (x <= -9223372036854775808.0) return INT64_MIN;
+    if (x >= 9223372036854775807.0) return INT64_MAX;
+    return (int64_t)x;
 }
 
 /* Set by interp_run from its config for the run on this thread: floats

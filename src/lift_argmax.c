@@ -1142,12 +1142,8 @@ static bool same_rows(lift_ctx *c, eid m, eid node, eid value) {
 /* The greatest value a position of dtype dt holds; false for others (a
  * position type). */
 static bool position_top(int dt, double *top) {
-    switch (dt) {
-    case DT_S32: *top = 2147483647.0; return true;
-    case DT_U32: *top = 4294967295.0; return true;
-    case DT_S64: *top = 9223372036854775807.0; return true;
-    default: return false;
-    }
+    double lo;
+    return (dt == DT_S32 || dt == DT_U32 || dt == DT_S64) && dtype_int_limits(dt, &lo, top);
 }
 
 bool lf_owner_select(lstate *s, lval *out) {

@@ -210,6 +210,15 @@ bool lf_dev_splat(const lval *v, int64_t ndev) {
     return true;
 }
 
+bool lf_lval_splat(lift_ctx *c, const lval *x, bool base, double *v) {
+    if (lf_dev_splat(x, base ? 1 : c->ndev)) {
+        *v = x->dev[0];
+        return true;
+    }
+    return x->kind == LV_TERM && !x->assumed && lf_scale_of(x) == 1 && view_is_dup(&x->v) && x->cls != EID_NONE &&
+           lf_class_splat_value(c, x->cls, v);
+}
+
 /* A splat device value as the constant of the global shape under view w: the
  * same number everywhere is every tile of it. */
 lval lf_splat_term(lift_ctx *c, const hlo_instr *in, const lval *v, const view *w) {

@@ -429,6 +429,11 @@ bool lf_dev_instr(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, const 
 /* Whether device value v (its values on ndev devices: 1 for a baseline
  * value) holds one number everywhere, every element on every device. */
 bool lf_dev_splat(const lval *v, int64_t ndev);
+/* The one value every element of x holds on every device (a splat: zeros,
+ * a false flag, a type's largest value), as a double: device values all
+ * alike, or a replicated term of a splat class; false otherwise. A baseline
+ * value (base) holds its device values for one device (lift_dev.c). */
+bool lf_lval_splat(lift_ctx *c, const lval *x, bool base, double *v);
 lval lf_splat_term(lift_ctx *c, const hlo_instr *in, const lval *v,
                    const view *w);                          /* that number as the constant under w */
 lval lf_tiled_term(lift_ctx *c, const hlo_instr *in, const lval *v,

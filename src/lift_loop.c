@@ -513,18 +513,6 @@ static uint32_t init_groups(const lval *init, uint32_t n, view_dim *out, uint32_
  * a global constant (lf_konst_at); related to the first element not taken yet
  * that starts from it (ties paired in order). Whether this reading is the one
  * the body keeps is decided by the induction. */
-/* The one value every element of x holds on every device (a splat: zeros,
- * a false flag), as a double; false when x is no such known value. A
- * baseline value (base) holds its device values for one device. */
-static bool splat_of(lift_ctx *c, const lval *x, bool base, double *v) {
-    if (lf_dev_splat(x, base ? 1 : c->ndev)) {
-        *v = x->dev[0];
-        return true;
-    }
-    return x->kind == LV_TERM && !x->assumed && lf_scale_of(x) == 1 && view_is_dup(&x->v) && x->cls != EID_NONE &&
-           lf_class_splat_value(c, x->cls, v);
-}
-
 /* The distinct views of sibling carries (sib[0..n)) whose local shape is l
  * and whose global shape under them is g (the value a zeros_like accumulator
  * is shaped like), at most cap of them into w; their count. */
@@ -568,10 +556,10 @@ static void konst_candidates(lift_ctx *c, const lval *x, const shape *l, const l
                              uint32_t ngroups, const lval *sib, uint32_t nsib, konst_alts *a) {
     double sx, sb;
     a->n = 0;
-    if (!splat_of(c, x, false, &sx) || isnan(sx) || l->rank > VIEW_MAX_RANK) return;
+    if (!lf_lval_splat(c, x, false, &sx) || isnan(sx) || l->rank > VIEW_MAX_RANK) return;
     for (uint32_t j = 0; j < L->n && a->n < KONST_ALTS; j++) {
         const shape *bs = &L->shapes[j];
-        if (bs->dtype != l->dtype || bs->rank != l->rank || !splat_of(c, &L->init[j], true, &sb) || sb != sx) continue;
+        if (bs->dtype != l->dtype || bs->rank != l->rank || !lf_lval_splat(c, &L->init[j], true, &sb) || sb != sx) continue;
         view w[KONST_ALTS];
         uint32_t nw = 0;
         if (!l->rank || !memcmp(bs->dims, l->dims, l->rank * sizeof *l->dims)) w[nw++] = view_dup(l->rank);

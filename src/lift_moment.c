@@ -473,27 +473,6 @@ static bool guarded(lift_ctx *c, eid g, eid x) {
     return k != 0 && isfinite(k);
 }
 
-/* The largest value of an integer type of at most 32 bits, or 0. */
-static double int_max(int dt) {
-    switch (dt) {
-    case DT_S8: return INT8_MAX;
-    case DT_S16: return INT16_MAX;
-    case DT_S32: return INT32_MAX;
-    case DT_U8: return UINT8_MAX;
-    case DT_U16: return UINT16_MAX;
-    case DT_U32: return UINT32_MAX;
-    default: return 0;
-    }
-}
-
-/* The one value of every element of operand x on every device: a
- * constant tabulated per device, or a class of a splat. */
-static bool operand_splat(lift_ctx *c, const lval *x, double *k) {
-    if (lf_dev_splat(x, c->baseline_mode ? 1 : c->ndev)) return *k = x->dev[0], true;
-    return (x->kind == LV_TERM || lf_is_index(x)) && x->cls != EID_NONE && !x->v.partial &&
-           lf_class_splat_value(c, x->cls, k);
-}
-
 /* select(x < MAX, x + 1, MAX), MAX the integer type's largest value, is
  * x + 1 for every x but MAX: optax's saturating step counter (its
  * safe_increment) where a hand-written step adds 1. Taken so under the
@@ -501,11 +480,13 @@ static bool operand_splat(lift_ctx *c, const lval *x, double *k) {
 bool lf_counter_forms(lstate *s, const lval *v) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
-    double mx = int_max(in->shape.dtype), k;
+    double lo, mx, k;
     const eid *pc, *ac;
-    /* (integers are index values on the baseline: their plain terms) */
-    if (in->op != OP_SELECT || in->noperands != 3 || mx == 0 || !(v->kind == LV_TERM || lf_is_index(v)) ||
-        v->cls == EID_NONE || !operand_splat(c, &s->ops[2], &k) || k != mx)
+    /* (integers of at most 32 bits, exact as doubles; index values on the
+     * baseline: their plain terms) */
+    if (in->op != OP_SELECT || in->noperands != 3 || dtype_bits(in->shape.dtype) > 32 ||
+        !dtype_int_limits(in->shape.dtype, &lo, &mx) || !(v->kind == LV_TERM || lf_is_index(v)) || v->cls == EID_NONE ||
+        !lf_lval_splat(c, &s->ops[2], c->baseline_mode, &k) || k != mx)
         return false;
     for (uint32_t o = 0; o < 2; o++)
         if (!(s->ops[o].kind == LV_TERM || lf_is_index(&s->ops[o])) || s->ops[o].cls == EID_NONE || s->ops[o].v.partial)

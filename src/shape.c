@@ -47,6 +47,14 @@ int dtype_from_name(const char *s, size_t n) {
 
 int dtype_bits(int dt) { return dt > 0 && dt < DT_COUNT ? dtypes[dt].bits : 0; }
 
+bool dtype_int_limits(int dt, double *lo, double *hi) {
+    if (!dtype_is_int(dt)) return false;
+    int b = dtype_bits(dt);
+    *lo = dtype_is_unsigned(dt) ? 0 : -ldexp(1, b - 1);
+    *hi = dtype_is_unsigned(dt) ? ldexp(1, b) - 1 : ldexp(1, b - 1) - 1;
+    return true;
+}
+
 bool dtype_widens(int from, int to) {
     if (from == to) return dtype_is_float(from) || dtype_is_complex(from);
     switch (to) {

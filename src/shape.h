@@ -34,6 +34,9 @@ int dtype_from_name(const char *s, size_t n);   /* DT_INVALID when unknown */
 int dtype_bits(int dt);                         /* 0 for tuple/token/opaque */
 bool dtype_is_float(int dt);                    /* includes the f8/f4 kinds */
 bool dtype_is_int(int dt);                      /* signed or unsigned */
+/* The least and greatest values of an integer type, as doubles (the 64-bit
+ * ones rounded to 2^63 and 2^64); false for other types. */
+bool dtype_int_limits(int dt, double *lo, double *hi);
 bool dtype_is_unsigned(int dt);
 bool dtype_is_complex(int dt);
 /* Whether every value of float or complex type `from` is exactly a value of
