@@ -1843,6 +1843,7 @@ bool lf_review_merged_broadcast(lstate *s, uint32_t o, const view *want) {
 static bool review_elementwise(lstate *s, uint32_t o, const view *want);
 
 static bool review_dot(lstate *s, uint32_t o, const view *want);
+static bool review_slice(lstate *s, uint32_t o, const view *want);
 
 /* A replicated constant every element of which holds one value, which the
  * scale plan changed (it took a factor out of it: lf_scale_plan), read as
@@ -1872,7 +1873,8 @@ bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
            lf_konst_review(s, o, want) || (s->ops[o].v.partial && review_splat(s, o, want)) ||
            lf_review_merged_broadcast(s, o, want) ||
            review_constant(s, o, want) || review_tiled(s, o, want) || review_class_broadcast(s, o, want, false) ||
-           review_elementwise(s, o, want) || review_dot(s, o, want) || review_gather(s, o, want) ||
+           review_elementwise(s, o, want) || review_slice(s, o, want) || review_dot(s, o, want) ||
+           review_gather(s, o, want) ||
            review_dynamic_slice(s, o, want) || review_scatter(s, o, want) || review_class_broadcast(s, o, want, true);
 }
 
@@ -1932,6 +1934,48 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
      * bounds check of a take at constant ids) */
     uint32_t pick = b->op == OP_SELECT && b->noperands == 3 ? known_pick(lf_kval(c, ch[0])) : 0;
     if (pick && eg_class_type(c->g, ch[pick]) == eg_class_type(c->g, s->ops[o].cls)) eg_union(c->g, s->ops[o].cls, ch[pick], NULL);
+    return true;
+}
+
+/* Operand o, a slice whole (from 0, stride 1, every local element) along
+ * each dim want shards otherwise than its view, whose operand re-reads as
+ * want (a broadcast along those dims: an associative scan's strided slices
+ * of a decay broadcast over the batch): the slice of the re-read operand,
+ * whole along the dims want shards. */
+static bool review_slice(lstate *s, uint32_t o, const view *want) {
+    static _Thread_local int depth;
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[o];
+    const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
+    const hlo_attr *sa = instr_attr(b, A_SLICE);
+    uint32_t r = b->shape.rank;
+    if (depth >= 4 || b->op != OP_SLICE || b->noperands != 1 || !sa || sa->n != r || x->kind != LV_TERM ||
+        x->v.partial || want->partial || lf_scale_of(x) != 1 || want->rank != r || r > VIEW_MAX_RANK)
+        return false;
+    const shape *src = &s->comp->instrs[b->operands[0]].shape;
+    for (uint32_t d = 0; d < r; d++) {
+        bool whole = sa->v.ints[3 * d] == 0 && sa->v.ints[3 * d + 1] == src->dims[d] && sa->v.ints[3 * d + 2] == 1;
+        if ((want->dims[d].naxes || x->v.dims[d].naxes) && !whole) return false;
+    }
+    lval sub = s->vals[b->operands[0]];
+    lf_plain_of_index(&sub);
+    if (sub.kind != LV_TERM) return false;
+    lstate inner = {c, s->comp, b, &sub, s->vals, NULL};
+    depth++;
+    bool ok = lf_review_operand(&inner, 0, want) && sub.kind == LV_TERM && lf_same_sharding(&sub.v, want) &&
+              !sub.v.partial && lf_scale_of(&sub) == 1;
+    depth--;
+    if (!ok) return false;
+    /* the slice over the global term: whole along the sharded dims */
+    int64_t g[VIEW_MAX_RANK], sl[3 * VIEW_MAX_RANK];
+    lf_global_dims(c, want, src, g);
+    for (uint32_t d = 0; d < r; d++) {
+        memcpy(sl + 3 * d, sa->v.ints + 3 * d, 3 * sizeof *sl);
+        if (want->dims[d].naxes) sl[3 * d + 1] = g[d];
+    }
+    bool konst = x->konst;
+    s->ops[o] = term(lf_mk_slice(c, sub.cls, sl), *want, sub.assumed);
+    s->ops[o].konst = konst;
     return true;
 }
 

@@ -258,6 +258,12 @@ bool lf_class_is_splat(lift_ctx *c, eid cls, double x);
  * those of the operand of the broadcasts and reshapes it is (no convert: a
  * rounding would be lost); false when there is no such value. */
 bool lf_class_splat_value(lift_ctx *c, eid cls, double *x);
+/* select(p, a, b) of type t (attribute blob attr) with a read where p holds
+ * and b where it does not (a select on p inside them is its operand), or b
+ * where the select names its own false operand (select(x == k, k, x),
+ * select(x <= 0, 0, x) for x >= 0 by construction); EID_NONE when neither
+ * changes anything (lift_guard.c). */
+eid lf_guarded_select(lift_ctx *c, eid p, eid a, eid b, uint32_t attr, uint32_t t, uint8_t origin);
 eid lf_const_term(lift_ctx *c, struct interp_val *v, uint8_t origin);
 /* The constant term of type `type` every element of which holds k (rounded
  * to the type): a scalar, or a broadcast of one (lift_scale.c). */

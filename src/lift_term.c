@@ -1079,6 +1079,11 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
         eid sw[2] = {ch[1], ch[0]}, hit = eg_lookup(c->g, in->op, attr, t, sw, 2);
         if (hit != EID_NONE) return eg_find(c->g, hit);
     }
+    if (in->op == OP_SELECT && n == 3) {
+        /* (in place of the select, like the dot below) */
+        eid r = lf_guarded_select(c, ch[0], ch[1], ch[2], attr, t, origin);
+        if (r != EID_NONE) return r;
+    }
     if (in->op == OP_DOT && n == 2) {
         /* (in place of the dot: a union here, before the e-graph is rebuilt,
          * would leave later terms over the dot apart from their copies) */

@@ -2341,6 +2341,19 @@ static void concat_unlike_operands(void) {
  *     broadcast cotangent (with a factor) every device holds alike, re-read
  *     as the updates' block of rows (another factor, or the sign lost, is
  *     not);
+ *   - tests/cases/slice-bcast (by hand, an associative scan's form): a
+ *     strided slice along time of a decay broadcast over the batch, every
+ *     device holding it whole, times the batch-sharded input's slice: the
+ *     slice re-read as the block of the baseline's (tanh for exp, or the
+ *     odd steps of x, are not);
+ *   - tests/cases/safe-norm (by hand): optax.safe_norm's double where,
+ *     where(n <= 0, 0, norm(where(n <= 0, 1, x))) with the predicate read
+ *     through a call, a keepdims reshape and a broadcast, is the plain norm
+ *     of the psum'd squares (and so is where(n <= 0, 0, n)); where(n <= 0,
+ *     1, n) differs only where the norm is 0, which no random input reaches
+ *     (unverified, never verified); n * n or no all-reduce is a mismatch;
+ *     the elementwise double where of a safe log is the plain log (an inner
+ *     where on another predicate is not);
  *   - tests/cases/counter (by hand): optax's saturating step counter,
  *     where(count < INT32_MAX, count + 1, INT32_MAX) inside a call, is the
  *     count + 1 a hand-written step computes, under the stated assumption
@@ -3325,6 +3338,29 @@ static void hand_written_cases(void) {
         {"scatter-rows/take", "another factor", "k = f32[] constant(0.125)", "k = f32[] constant(0.25)", VERDICT_MISMATCH,
          false},
         {"scatter-rows/take", "the sign lost", "ng = f32[] negate(gk)", "ng = f32[] copy(gk)", VERDICT_MISMATCH, false},
+        {"slice-bcast/decay", "a strided slice of a decay broadcast over the batch", NULL, NULL, VERDICT_VERIFIED, true},
+        {"slice-bcast/decay", "tanh for exp", "exponential(w)", "tanh(w)", VERDICT_MISMATCH, false},
+        {"slice-bcast/decay", "the odd steps of x", "slice(x), slice={[0:4:1], [0:15:2]", "slice(x), slice={[0:4:1], [1:16:2]",
+         VERDICT_MISMATCH, false},
+        {"safe-norm/norm", "a plain norm for optax's safe_norm", NULL, NULL, VERDICT_VERIFIED, true},
+        {"safe-norm/norm", "where(n <= 0, 0, n) for it", "n = f32[] sqrt(ss)",
+         "r = f32[] sqrt(ss)\n  z = f32[] constant(0)\n  le = pred[] compare(r, z), direction=LE\n"
+         "  n = f32[] select(le, z, r)",
+         VERDICT_VERIFIED, true},
+        {"safe-norm/norm", "where(n <= 0, 1, n): apart only at 0", "n = f32[] sqrt(ss)",
+         "r = f32[] sqrt(ss)\n  z = f32[] constant(0)\n  o = f32[] constant(1)\n  le = pred[] compare(r, z), direction=LE\n"
+         "  n = f32[] select(le, o, r)",
+         VERDICT_UNVERIFIED, false},
+        {"safe-norm/norm", "where(n <= 0, 0, n * n)", "n = f32[] sqrt(ss)",
+         "r = f32[] sqrt(ss)\n  z = f32[] constant(0)\n  le = pred[] compare(r, z), direction=LE\n"
+         "  n = f32[] select(le, z, ss)",
+         VERDICT_MISMATCH, false},
+        {"safe-norm/norm", "the sum of squares not all-reduced", "all-reduce(s)", "copy(s)", VERDICT_MISMATCH, true},
+        {"safe-norm/log", "a plain log for the double where", NULL, NULL, VERDICT_VERIFIED, true},
+        {"safe-norm/log", "the inner where on another predicate", "l = f32[4]{0} log(x)",
+         "one = f32[] constant(1)\n  ones = f32[4]{0} broadcast(one), dimensions={}\n"
+         "  g = pred[4]{0} compare(x, ones), direction=GT\n  s = f32[4]{0} select(g, x, ones)\n  l = f32[4]{0} log(s)",
+         VERDICT_MISMATCH, false},
         {"counter/inc", "count + 1 for optax's saturating increment", NULL, NULL, VERDICT_VERIFIED, true},
         {"counter/inc", "count + 2", "one = s32[] constant(1)", "one = s32[] constant(2)", VERDICT_MISMATCH, false},
         {"accum-views/two-axes", "as partitioned", NULL, NULL, VERDICT_VERIFIED, true},

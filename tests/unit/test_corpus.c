@@ -396,7 +396,8 @@ void suite_corpus(void) {
                    {"fresh125", true}, {"fresh126", true}, {"fresh127", true}, {"fresh128", true}, {"fresh129", true}, {"fresh130", true},
                    {"fresh131", true}, {"fresh132", true}, {"fresh133", true}, {"fresh134", true},
                    {"fresh135", true}, {"fresh136", true}, {"fresh137", true}, {"fresh138", true},
-                   {"fresh139", true}, {"fresh140", true}};
+                   {"fresh139", true}, {"fresh140", true}, {"fresh141", true}, {"fresh142", true},
+                   {"fresh143", true}};
     bool update = getenv("SCALIFY_UPDATE_EXPECTED") != NULL;
     char *tsv = t_read(CORPUS_EXPECTED, NULL);
     t_case("corpus %s present", CORPUS_EXPECTED);
