@@ -1784,6 +1784,100 @@ static bool review_class_broadcast(lstate *s, uint32_t o, const view *want, bool
     return false;
 }
 
+/* Class x, constant along the dims `wide` marks by its form, rebuilt at
+ * dims g (those dims wider, the others as x's): a splat, an iota along
+ * another dim, a broadcast adding them (or of an operand that is so along
+ * the dims it lands on), an elementwise op over operands that are (a
+ * padding mask compare(iota + offset, n) beside batch-sharded data). Every
+ * block of the result along the wide dims is x. EID_NONE otherwise;
+ * *budget bounds the classes visited. */
+static eid widen_constant_dims(lift_ctx *c, eid x, const bool *wide, const int64_t *g, uint32_t *budget, int depth) {
+    uint32_t r;
+    eg_type_dims(c->g, eg_class_type(c->g, x), &r);
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, x));
+    if (r > VIEW_MAX_RANK || depth == 0 || !*budget) return EID_NONE;
+    (*budget)--;
+    uint32_t t = lf_type_of(c, dt, g, r);
+    double k;
+    if (lf_class_splat_value(c, x, &k)) return lf_splat(c, t, k);
+    for (eid n = eg_class_first(c->g, eg_find(c->g, x)); n != EID_NONE; n = eg_class_next(c->g, n)) {
+        uint16_t op = eg_node_op(c->g, n);
+        uint32_t nc, attr = eg_node_attr(c->g, n);
+        const eid *ch = eg_node_children(c->g, n, &nc);
+        if (op == OP_IOTA && nc == 0) {
+            int64_t id = ea_get_int(c->g, attr, A_IOTA_DIMENSION, 0);
+            if (id >= 0 && id < r && !wide[id]) return eg_add(c->g, OP_IOTA, attr, t, NULL, 0, c->origin);
+            continue;
+        }
+        if (op == OP_BROADCAST && nc == 1) {
+            /* the operand's dims that land on wide dims widen too */
+            uint32_t nd, cr;
+            const int64_t *bd = ea_get(c->g, attr, A_DIMENSIONS, &nd);
+            eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &cr);
+            if (!bd) nd = 0;
+            if (nd != cr || nd > VIEW_MAX_RANK) continue;
+            bool cwide[VIEW_MAX_RANK], any = false, ok = true;
+            int64_t cg[VIEW_MAX_RANK];
+            for (uint32_t q = 0; q < nd && ok; q++) {
+                ok = bd[q] >= 0 && bd[q] < r;
+                if (ok) cwide[q] = wide[bd[q]], cg[q] = g[bd[q]], any |= cwide[q];
+            }
+            if (!ok) continue;
+            eid y = any ? widen_constant_dims(c, ch[0], cwide, cg, budget, depth - 1) : eg_find(c->g, ch[0]);
+            if (y != EID_NONE) return eg_add(c->g, OP_BROADCAST, attr, t, &y, 1, c->origin);
+            continue;
+        }
+        if (graph_op_elementwise(op) && op < EG_OP_PARAM && nc >= 1 && nc <= 3) {
+            eid kids[3], was[3];
+            memcpy(was, ch, nc * sizeof *was); /* (eg_add may move the nodes) */
+            bool ok = true;
+            for (uint32_t q = 0; q < nc && ok; q++) {
+                uint32_t kr;
+                eg_type_dims(c->g, eg_class_type(c->g, was[q]), &kr);
+                /* a select's predicate or a clamp's bounds may be scalars */
+                kids[q] = kr == 0 && r > 0 ? eg_find(c->g, was[q])
+                          : kr == r        ? widen_constant_dims(c, was[q], wide, g, budget, depth - 1)
+                                           : EID_NONE;
+                ok = kids[q] != EID_NONE;
+            }
+            if (ok) return eg_add(c->g, op, attr, t, kids, nc, c->origin);
+        }
+    }
+    return EID_NONE;
+}
+
+/* Operand o unsharded along dims want shards, sharded as want elsewhere,
+ * whose term is constant along those dims by its form (widen_constant_dims):
+ * every device's piece is want's block of the term rebuilt at want's
+ * global dims (GSPMD's padding mask of a vocab-sharded dim, built from the
+ * device's offset, beside rows sharded over dp). */
+static bool review_constant_along(lstate *s, uint32_t o, const view *want) {
+    lift_ctx *c = s->c;
+    const lval *x = &s->ops[o];
+    const shape *sh = &s->comp->instrs[s->in->operands[o]].shape;
+    uint32_t r = sh->rank;
+    if (x->kind != LV_TERM || x->v.partial || want->partial || want->rank != r || x->v.rank != r || r > VIEW_MAX_RANK ||
+        x->zm || x->diff)
+        return false;
+    bool wide[VIEW_MAX_RANK], any = false;
+    for (uint32_t d = 0; d < r; d++) {
+        bool same = lf_same_dim(&x->v.dims[d], &want->dims[d]);
+        if (!same && x->v.dims[d].naxes) return false;
+        wide[d] = !same, any |= !same;
+    }
+    int64_t g[VIEW_MAX_RANK];
+    lf_global_dims(c, want, sh, g);
+    uint32_t budget = 48;
+    eid y = any ? widen_constant_dims(c, x->cls, wide, g, &budget, 6) : EID_NONE;
+    if (y == EID_NONE) return false;
+    bool konst = x->konst;
+    double scale = x->scale;
+    s->ops[o] = term(y, *want, x->assumed);
+    s->ops[o].konst = konst;
+    s->ops[o].scale = scale;
+    return true;
+}
+
 bool lf_review_merged_broadcast(lstate *s, uint32_t o, const view *want) {
     lift_ctx *c = s->c;
     const lval *x = &s->ops[o];
@@ -1844,6 +1938,7 @@ static bool review_elementwise(lstate *s, uint32_t o, const view *want);
 
 static bool review_dot(lstate *s, uint32_t o, const view *want);
 static bool review_slice(lstate *s, uint32_t o, const view *want);
+static bool review_constant_along(lstate *s, uint32_t o, const view *want);
 
 /* A replicated constant every element of which holds one value, which the
  * scale plan changed (it took a factor out of it: lf_scale_plan), read as
@@ -1875,7 +1970,8 @@ bool lf_review_operand(lstate *s, uint32_t o, const view *want) {
            review_constant(s, o, want) || review_tiled(s, o, want) || review_class_broadcast(s, o, want, false) ||
            review_elementwise(s, o, want) || review_slice(s, o, want) || review_dot(s, o, want) ||
            review_gather(s, o, want) ||
-           review_dynamic_slice(s, o, want) || review_scatter(s, o, want) || review_class_broadcast(s, o, want, true);
+           review_dynamic_slice(s, o, want) || review_scatter(s, o, want) || review_class_broadcast(s, o, want, true) ||
+           review_constant_along(s, o, want);
 }
 
 /* Operand o of s becomes op b over the re-read children ch under want (a

@@ -133,14 +133,16 @@ static eid under(guard *G, eid x, bool truth, int depth) {
     if (depth == 0 || n == 0 || n > 8 || op >= EG_OP_PARAM) goto done;
     /* elsewhere than at p's element: only with p's one value everywhere */
     if (!G->one && (!graph_op_elementwise(op) || !same_dims(c, x, G->p))) goto done;
-    eid kids[8];
+    eid kids[8], was[8];
+    uint32_t attr = eg_node_attr(c->g, k);
+    memcpy(was, ch, n * sizeof *was); /* (eg_add below may move the nodes) */
     bool changed = false;
     for (uint32_t i = 0; i < n; i++) {
-        kids[i] = under(G, ch[i], truth, depth - 1);
-        changed |= kids[i] != eg_find(c->g, ch[i]);
+        kids[i] = under(G, was[i], truth, depth - 1);
+        changed |= kids[i] != eg_find(c->g, was[i]);
     }
     if (changed)
-        r = eg_add(c->g, op, eg_node_attr(c->g, k), eg_class_type(c->g, x), kids, n, G->origin);
+        r = eg_add(c->g, op, attr, eg_class_type(c->g, x), kids, n, G->origin);
 done:
     G->nopen--;
     if (G->n < GUARD_NODES) G->from[G->n] = x, G->truth[G->n] = truth, G->to[G->n++] = r;

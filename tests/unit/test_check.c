@@ -2341,6 +2341,11 @@ static void concat_unlike_operands(void) {
  *     broadcast cotangent (with a factor) every device holds alike, re-read
  *     as the updates' block of rows (another factor, or the sign lost, is
  *     not);
+ *   - tests/cases/const-rows (by hand, GSPMD's form): a padding mask
+ *     compare(iota + the device's column offset, n) every row holds alike,
+ *     selecting from data sharded over rows too: the mask re-read as the
+ *     rows' block of the baseline's (another bound, or the offsets of the
+ *     row axis, are not);
  *   - tests/cases/slice-bcast (by hand, an associative scan's form): a
  *     strided slice along time of a decay broadcast over the batch, every
  *     device holding it whole, times the batch-sharded input's slice: the
@@ -3338,6 +3343,10 @@ static void hand_written_cases(void) {
         {"scatter-rows/take", "another factor", "k = f32[] constant(0.125)", "k = f32[] constant(0.25)", VERDICT_MISMATCH,
          false},
         {"scatter-rows/take", "the sign lost", "ng = f32[] negate(gk)", "ng = f32[] copy(gk)", VERDICT_MISMATCH, false},
+        {"const-rows/pad-mask", "a padding mask from the device's offset beside rows over dp", NULL, NULL, VERDICT_VERIFIED,
+         true},
+        {"const-rows/pad-mask", "the bound 5", "constant(6)", "constant(5)", VERDICT_MISMATCH, false},
+        {"const-rows/pad-mask", "the offsets of dp", "{0, 4, 0, 4}", "{0, 0, 4, 4}", VERDICT_MISMATCH, false},
         {"slice-bcast/decay", "a strided slice of a decay broadcast over the batch", NULL, NULL, VERDICT_VERIFIED, true},
         {"slice-bcast/decay", "tanh for exp", "exponential(w)", "tanh(w)", VERDICT_MISMATCH, false},
         {"slice-bcast/decay", "the odd steps of x", "slice(x), slice={[0:4:1], [0:15:2]", "slice(x), slice={[0:4:1], [1:16:2]",
