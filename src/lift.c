@@ -1784,68 +1784,6 @@ static bool review_class_broadcast(lstate *s, uint32_t o, const view *want, bool
     return false;
 }
 
-/* Class x, constant along the dims `wide` marks by its form, rebuilt at
- * dims g (those dims wider, the others as x's): a splat, an iota along
- * another dim, a broadcast adding them (or of an operand that is so along
- * the dims it lands on), an elementwise op over operands that are (a
- * padding mask compare(iota + offset, n) beside batch-sharded data). Every
- * block of the result along the wide dims is x. EID_NONE otherwise;
- * *budget bounds the classes visited. */
-static eid widen_constant_dims(lift_ctx *c, eid x, const bool *wide, const int64_t *g, uint32_t *budget, int depth) {
-    uint32_t r;
-    eg_type_dims(c->g, eg_class_type(c->g, x), &r);
-    int dt = eg_type_dtype(c->g, eg_class_type(c->g, x));
-    if (r > VIEW_MAX_RANK || depth == 0 || !*budget) return EID_NONE;
-    (*budget)--;
-    uint32_t t = lf_type_of(c, dt, g, r);
-    double k;
-    if (lf_class_splat_value(c, x, &k)) return lf_splat(c, t, k);
-    for (eid n = eg_class_first(c->g, eg_find(c->g, x)); n != EID_NONE; n = eg_class_next(c->g, n)) {
-        uint16_t op = eg_node_op(c->g, n);
-        uint32_t nc, attr = eg_node_attr(c->g, n);
-        const eid *ch = eg_node_children(c->g, n, &nc);
-        if (op == OP_IOTA && nc == 0) {
-            int64_t id = ea_get_int(c->g, attr, A_IOTA_DIMENSION, 0);
-            if (id >= 0 && id < r && !wide[id]) return eg_add(c->g, OP_IOTA, attr, t, NULL, 0, c->origin);
-            continue;
-        }
-        if (op == OP_BROADCAST && nc == 1) {
-            /* the operand's dims that land on wide dims widen too */
-            uint32_t nd, cr;
-            const int64_t *bd = ea_get(c->g, attr, A_DIMENSIONS, &nd);
-            eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &cr);
-            if (!bd) nd = 0;
-            if (nd != cr || nd > VIEW_MAX_RANK) continue;
-            bool cwide[VIEW_MAX_RANK], any = false, ok = true;
-            int64_t cg[VIEW_MAX_RANK];
-            for (uint32_t q = 0; q < nd && ok; q++) {
-                ok = bd[q] >= 0 && bd[q] < r;
-                if (ok) cwide[q] = wide[bd[q]], cg[q] = g[bd[q]], any |= cwide[q];
-            }
-            if (!ok) continue;
-            eid y = any ? widen_constant_dims(c, ch[0], cwide, cg, budget, depth - 1) : eg_find(c->g, ch[0]);
-            if (y != EID_NONE) return eg_add(c->g, OP_BROADCAST, attr, t, &y, 1, c->origin);
-            continue;
-        }
-        if (graph_op_elementwise(op) && op < EG_OP_PARAM && nc >= 1 && nc <= 3) {
-            eid kids[3], was[3];
-            memcpy(was, ch, nc * sizeof *was); /* (eg_add may move the nodes) */
-            bool ok = true;
-            for (uint32_t q = 0; q < nc && ok; q++) {
-                uint32_t kr;
-                eg_type_dims(c->g, eg_class_type(c->g, was[q]), &kr);
-                /* a select's predicate or a clamp's bounds may be scalars */
-                kids[q] = kr == 0 && r > 0 ? eg_find(c->g, was[q])
-                          : kr == r        ? widen_constant_dims(c, was[q], wide, g, budget, depth - 1)
-                                           : EID_NONE;
-                ok = kids[q] != EID_NONE;
-            }
-            if (ok) return eg_add(c->g, op, attr, t, kids, nc, c->origin);
-        }
-    }
-    return EID_NONE;
-}
-
 /* Operand o unsharded along dims want shards, sharded as want elsewhere,
  * whose term is constant along those dims by its form (widen_constant_dims):
  * every device's piece is want's block of the term rebuilt at want's
@@ -1868,7 +1806,7 @@ static bool review_constant_along(lstate *s, uint32_t o, const view *want) {
     int64_t g[VIEW_MAX_RANK];
     lf_global_dims(c, want, sh, g);
     uint32_t budget = 48;
-    eid y = any ? widen_constant_dims(c, x->cls, wide, g, &budget, 6) : EID_NONE;
+    eid y = any ? lf_resize_constant_dims(c, x->cls, wide, g, &budget, 6) : EID_NONE;
     if (y == EID_NONE) return false;
     bool konst = x->konst;
     double scale = x->scale;
@@ -3912,52 +3850,30 @@ const char *lift_segment_at(const lift_ctx *c, const hlo_comp *comp, const hlo_i
     return k < c->nsegs ? c->segs[k].name : NULL;
 }
 
-/* Term x (dims of type t) at the wider dims g, where along every dim d with
- * cut[d] each element of x is the same: a broadcast that makes those dims,
- * or an elementwise op of such terms. EID_NONE when x is neither. */
-static eid spread_term(lift_ctx *c, eid x, const int64_t *g, const bool *cut, int depth) {
-    if (depth > 8) return EID_NONE;
-    uint32_t t = eg_class_type(c->g, x), rank;
-    eg_type_dims(c->g, t, &rank);
-    uint32_t wide = lf_type_of(c, eg_type_dtype(c->g, t), g, rank);
-    const eid *ch;
-    eid n = lf_class_node(c, x, OP_BROADCAST, 1, &ch);
-    if (n != EID_NONE) {
-        uint32_t attr = eg_node_attr(c->g, n), nd;
-        const int64_t *bd = ea_get(c->g, attr, A_DIMENSIONS, &nd);
-        bool made = true;
-        for (uint32_t k = 0; bd && k < nd; k++) made &= !cut[bd[k]];
-        if (made) return eg_add(c->g, OP_BROADCAST, attr, wide, &ch[0], 1, c->origin);
-    }
-    static const uint16_t ops[] = {OP_MULTIPLY, OP_ADD, OP_SUBTRACT, OP_DIVIDE};
-    for (size_t k = 0; k < sizeof ops / sizeof *ops; k++) {
-        n = lf_class_node(c, x, ops[k], 2, &ch);
-        if (n == EID_NONE) continue;
-        eid a[2] = {spread_term(c, ch[0], g, cut, depth + 1), EID_NONE};
-        if (a[0] != EID_NONE) a[1] = spread_term(c, ch[1], g, cut, depth + 1);
-        if (a[1] != EID_NONE) return eg_add(c->g, ops[k], eg_node_attr(c->g, n), wide, a, 2, c->origin);
-    }
-    return EID_NONE;
-}
-
 void lift_spread_at_output(lift_ctx *c, lval *o, const view *want) {
     if (o->kind != LV_TERM || o->assumed || o->v.partial || want->partial || o->cls == EID_NONE ||
-        !view_is_dup(&o->v) || view_is_dup(want))
+        view_equal(&o->v, want))
         return;
     uint32_t rank;
     const int64_t *dims = eg_type_dims(c->g, eg_class_type(c->g, o->cls), &rank);
-    if (rank != want->rank || rank > VIEW_MAX_RANK) return;
+    if (rank != want->rank || rank != o->v.rank || rank > VIEW_MAX_RANK) return;
+    /* each dim as wanted, or whole where want shards it (every device's
+     * copy is every block of the wider value), or one element per device
+     * where want leaves it whole (every device's element is the one of
+     * the narrower value): along those dims the term must be constant */
     int64_t g[VIEW_MAX_RANK];
-    bool cut[VIEW_MAX_RANK];
+    bool resized[VIEW_MAX_RANK], any = false;
     for (uint32_t d = 0; d < rank; d++) {
-        int64_t parts = view_dim_parts(want, c->mesh, d);
-        if (parts < 1) return;
-        g[d] = dims[d] * parts;
-        cut[d] = parts > 1;
+        const view_dim *a = &o->v.dims[d], *b = &want->dims[d];
+        int64_t parts = view_dim_parts(want, c->mesh, d), have = view_dim_parts(&o->v, c->mesh, d);
+        if (parts < 1 || have < 1) return;
+        g[d] = dims[d] / have * parts;
+        resized[d] = !lf_same_dim(a, b);
+        if (resized[d] && !(a->naxes == 0 || (b->naxes == 0 && dims[d] == have))) return;
+        any |= resized[d];
     }
-    /* every device's copy is every block of the wider value where it is
-     * constant along each cut dim */
-    eid w = spread_term(c, o->cls, g, cut, 0);
+    uint32_t budget = 256; /* (once per output: an optimizer's update is deep) */
+    eid w = any ? lf_resize_constant_dims(c, o->cls, resized, g, &budget, 16) : EID_NONE;
     if (w == EID_NONE) return;
     o->cls = w;
     o->v = *want;

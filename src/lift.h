@@ -490,11 +490,13 @@ void lift_win_unsettled(lift_ctx *c, const hlo_comp *comp, const hlo_instr *in, 
  * counted once; else o is unrelated (lift_psub.c). Other kinds: nothing. */
 void lift_psub_at_output(lift_ctx *c, lval *o, const view *want, eid bout);
 
-/* Output o, a value every device holds whole that is a broadcast of a
- * smaller term, where the expected view want cuts only dims the broadcast
- * makes (jnp.full((batch,), s) under out_specs P("dp")): o is read as the
- * same broadcast at the global dims under want (every block of it is the
- * device's copy). Other values: nothing. */
+/* Output o not under the expected view want only along dims its term is
+ * constant along by its form (lf_resize_constant_dims): dims o holds whole
+ * that want cuts (jnp.full((batch,), s) under out_specs P("dp"): every
+ * block of the wider value is the device's copy), or dims of one element
+ * per device that want leaves whole (a [n, 1] update read with its unit
+ * dim over dp: every device's element is the narrower value's). o is then
+ * read as the term rebuilt at want's global dims. Other values: nothing. */
 void lift_spread_at_output(lift_ctx *c, lval *o, const view *want);
 
 /* x (LV_DEVT, of local shape `local`) as a term under view want (an

@@ -263,6 +263,14 @@ bool lf_class_splat_value(lift_ctx *c, eid cls, double *x);
  * where the select names its own false operand (select(x == k, k, x),
  * select(x <= 0, 0, x) for x >= 0 by construction); EID_NONE when neither
  * changes anything (lift_guard.c). */
+/* Class x, constant along the dims `along` marks by its form, rebuilt at
+ * dims g (those dims of any size, the others as x's): a splat, an iota
+ * along another dim, a broadcast adding them (or of an operand that is so
+ * along the dims it lands on), an elementwise op over operands that are (a
+ * padding mask compare(iota + offset, n)). Every element of the result
+ * along those dims is x's. EID_NONE otherwise; *budget bounds the classes
+ * visited, depth the levels (lift_term.c). */
+eid lf_resize_constant_dims(lift_ctx *c, eid x, const bool *along, const int64_t *g, uint32_t *budget, int depth);
 eid lf_guarded_select(lift_ctx *c, eid p, eid a, eid b, uint32_t attr, uint32_t t, uint8_t origin);
 eid lf_const_term(lift_ctx *c, struct interp_val *v, uint8_t origin);
 /* The constant term of type `type` every element of which holds k (rounded

@@ -1106,6 +1106,68 @@ eid lf_node(lift_ctx *c, const hlo_module *m, const hlo_instr *in, const eid *ch
     return cls;
 }
 
+eid lf_resize_constant_dims(lift_ctx *c, eid x, const bool *along, const int64_t *g, uint32_t *budget, int depth) {
+    uint32_t r;
+    eg_type_dims(c->g, eg_class_type(c->g, x), &r);
+    int dt = eg_type_dtype(c->g, eg_class_type(c->g, x));
+    if (r > VIEW_MAX_RANK || depth == 0 || !*budget) return EID_NONE;
+    (*budget)--;
+    uint32_t t = lf_type_of(c, dt, g, r);
+    double k;
+    if (lf_class_splat_value(c, x, &k)) return lf_splat(c, t, k);
+    for (eid n = eg_class_first(c->g, eg_find(c->g, x)); n != EID_NONE; n = eg_class_next(c->g, n)) {
+        uint16_t op = eg_node_op(c->g, n);
+        uint32_t nc, attr = eg_node_attr(c->g, n);
+        const eid *ch = eg_node_children(c->g, n, &nc);
+        if (op == OP_IOTA && nc == 0) {
+            int64_t id = ea_get_int(c->g, attr, A_IOTA_DIMENSION, 0);
+            if (id >= 0 && id < r && !along[id]) return eg_add(c->g, OP_IOTA, attr, t, NULL, 0, c->origin);
+            continue;
+        }
+        if (op == OP_BROADCAST && nc == 1) {
+            /* the operand's dims that land on those dims resize too */
+            uint32_t nd, cr;
+            const int64_t *bd = ea_get(c->g, attr, A_DIMENSIONS, &nd);
+            eg_type_dims(c->g, eg_class_type(c->g, ch[0]), &cr);
+            if (!bd) nd = 0;
+            if (nd != cr || nd > VIEW_MAX_RANK) continue;
+            bool cwide[VIEW_MAX_RANK], any = false, ok = true;
+            int64_t cg[VIEW_MAX_RANK];
+            for (uint32_t q = 0; q < nd && ok; q++) {
+                ok = bd[q] >= 0 && bd[q] < r;
+                if (ok) cwide[q] = along[bd[q]], cg[q] = g[bd[q]], any |= cwide[q];
+            }
+            if (!ok) continue;
+            eid y = any ? lf_resize_constant_dims(c, ch[0], cwide, cg, budget, depth - 1) : eg_find(c->g, ch[0]);
+            if (y == EID_NONE) continue;
+            /* adding unit dims only, in order: a reshape (the form a value
+             * narrowed back to its own elements has on the other side) */
+            int64_t ne = 1, ce = 1;
+            bool order = true;
+            for (uint32_t d = 0; d < r; d++) ne *= g[d];
+            for (uint32_t q = 0; q < nd; q++) ce *= cg[q], order &= q == 0 || bd[q] > bd[q - 1];
+            if (ne == ce && order) return lf_mk_reshape(c, y, t, c->origin);
+            return eg_add(c->g, OP_BROADCAST, attr, t, &y, 1, c->origin);
+        }
+        if (graph_op_elementwise(op) && op < EG_OP_PARAM && nc >= 1 && nc <= 3) {
+            eid kids[3], was[3];
+            memcpy(was, ch, nc * sizeof *was); /* (eg_add may move the nodes) */
+            bool ok = true;
+            for (uint32_t q = 0; q < nc && ok; q++) {
+                uint32_t kr;
+                eg_type_dims(c->g, eg_class_type(c->g, was[q]), &kr);
+                /* a select's predicate or a clamp's bounds may be scalars */
+                kids[q] = kr == 0 && r > 0 ? eg_find(c->g, was[q])
+                          : kr == r        ? lf_resize_constant_dims(c, was[q], along, g, budget, depth - 1)
+                                           : EID_NONE;
+                ok = kids[q] != EID_NONE;
+            }
+            if (ok) return eg_add(c->g, op, attr, t, kids, nc, c->origin);
+        }
+    }
+    return EID_NONE;
+}
+
 eid lf_fresh_var(lift_ctx *c, int dt, const int64_t *dims, uint32_t rank) {
     int64_t k = (int64_t)(1000000 + c->fresh++);
     return eg_add(c->g, EG_OP_VAR, eg_attr(c->g, &k, 1), lf_type_of(c, dt, dims, rank), NULL, 0, EG_LIFTED);
