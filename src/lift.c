@@ -1266,6 +1266,51 @@ static bool weighted_product(const hlo_comp *comp, uint32_t u) {
 
 /* Whether a partial operand (over the axes `partial`, a sum) is computed
  * from a partial max taken as its blocks' maxima (lf_after_row_max). */
+/* Whether s's add of integer counts (operands never negative by their form)
+ * only reaches tests against zero after a sum all-reduce over the axes
+ * `partial`, through adds, integer converts and layout ops (a mixed-precision
+ * step's count of non-finite gradients over replicated and sharded leaves,
+ * psum'd, == 0): the count every device holds is then summed n times,
+ * n·a + b, which is zero where a + b is, and nothing else of it is used.
+ * (Tested before the sum, a device's own count decides: no such reading.) */
+static bool counts_only_zero_tested(const lstate *s, uint8_t partial) {
+    const hlo_comp *comp = s->comp;
+    const hlo_instr *in = s->in;
+    uint32_t at = (uint32_t)(in - comp->instrs);
+    if (in->op != OP_ADD || in->noperands != 2 || !dtype_is_int(in->shape.dtype) || comp->root == at) return false;
+    for (uint32_t o = 0; o < 2; o++)
+        if (!lf_nonneg(s->c->cur, comp, in->operands[o])) return false;
+    uint8_t *tracked = xcalloc(comp->ninstrs + 1, 1);  /* 1: derived from in's value, 2: and summed */
+    bool ok = true, tested = false;
+    tracked[at] = 1;
+    for (uint32_t j = at + 1; j < comp->ninstrs && ok; j++) {
+        const hlo_instr *y = &comp->instrs[j];
+        uint8_t state = 0;
+        bool nonneg = true;
+        for (uint32_t o = 0; o < y->noperands; o++) {
+            if (tracked[y->operands[o]] > state) state = tracked[y->operands[o]];
+            nonneg &= tracked[y->operands[o]] || lf_nonneg(s->c->cur, comp, y->operands[o]);
+        }
+        if (!state) continue;
+        const char *dir = y->op == OP_COMPARE ? instr_str(y, A_DIRECTION) : NULL;
+        int axes = y->op == OP_ALL_REDUCE && instr_reducer(s->c->cur, y) == RED_SUM ? lift_groups_axes(s->c, y, false) : 0;
+        if (dir && y->noperands == 2 && tracked[y->operands[0]] == 2 && !tracked[y->operands[1]] &&
+            instr_is_zero_literal(comp, &comp->instrs[y->operands[1]]) &&
+            (!strcmp(dir, "EQ") || !strcmp(dir, "NE") || !strcmp(dir, "GT") || !strcmp(dir, "LE")))
+            tested = true;
+        else if (comp->root != j && nonneg && axes > 0 && ((uint32_t)axes & partial) == partial)
+            tracked[j] = 2;
+        else if (comp->root != j && nonneg &&
+                 (y->op == OP_ADD || y->op == OP_RESHAPE || y->op == OP_COPY || y->op == OP_BITCAST ||
+                  (y->op == OP_CONVERT && dtype_is_int(y->shape.dtype))))
+            tracked[j] = state;
+        else
+            ok = false;
+    }
+    free(tracked);
+    return ok && tested;
+}
+
 static bool partial_after_row_max(const lstate *s, const lval *ops, uint32_t partial) {
     for (uint32_t o = 0; o < s->in->noperands; o++)
         if (ops[o].kind == LV_TERM && (ops[o].v.partial & partial) && ops[o].v.red == RED_SUM &&
@@ -2579,11 +2624,15 @@ static lval lift_elementwise(lstate *s) {
              * not missing. */
             bool per_device = !is_convert && partial_after_row_max(s, ops, partial);
             uint32_t meets = 0;
-            bool residue = false;
+            bool residue = false, counts = !is_convert && counts_only_zero_tested(s, partial);
             const hlo_instr *later = !per_device && (in->op == OP_ADD || in->op == OP_SUBTRACT)
                                          ? lf_summed_later(c, s->comp, in, partial, false)
                                          : NULL;
-            if (later)
+            if (counts)
+                lf_unsupported(c, s->comp, in, "%s adds a count every device holds to a partial count (%s) that is "
+                               "only tested against zero once summed: n·a + b is zero where a + b is (counts are never "
+                               "negative), but the sum itself is not the baseline's; not related yet", in->name, why.s);
+            else if (later)
                 lf_finding(c, KIND_WRONG_REDUCTION, s->comp, in, "%s adds a value that is not partial to a partial sum (%s) that %s then "
                         "sums over the devices: it is counted once per device", in->opname, why.s, later->name);
             else if (!is_convert && grouped_in_baseline(c, ops, in->noperands)) {
@@ -2679,9 +2728,9 @@ static lval lift_elementwise(lstate *s) {
              * rounded wrongly), and so does a sum that is reduced later (its
              * content is wrong); other ops leave something no longer a sum. */
             view pv = v;
-            pv.partial = is_convert || later || residue ? partial : 0;
-            pv.red = is_convert || later ? red : residue ? (zero_test ? RED_MAX : RED_SUM) : 0;
-            return residue ? lf_assumed_term(c, in, pv) : lf_assumed_known(c, in, pv);
+            pv.partial = is_convert || later || residue || counts ? partial : 0;
+            pv.red = is_convert || later || counts ? red : residue ? (zero_test ? RED_MAX : RED_SUM) : 0;
+            return residue || counts ? lf_assumed_term(c, in, pv) : lf_assumed_known(c, in, pv);
         }
         if (finite_test) {
             lf_assume(c, "a sum of finite shares is finite (it does not overflow): is-finite of a partial sum is the "
@@ -3288,6 +3337,9 @@ static void debug_value(lift_ctx *c, const hlo_instr *in, const lval *v) {
             view_print(&b, &v->v, c->mesh), sb_puts(&b, " (no plain term)");
         if (v->kind == LV_ROW) sb_printf(&b, " (slices along %u)", v->vdim);
         if ((v->kind == LV_TERM || v->kind == LV_WIN) && lf_scale_of(v) != 1) sb_printf(&b, " (times %g)", lf_scale_of(v));
+        if (v->ambiguous) sb_puts(&b, " (one reading of several)");
+        if (v->partial_unsure) sb_puts(&b, " (partial in one reading)");
+        if (v->merged_unit) sb_puts(&b, " (a unit dim merged in one reading)");
         for (int64_t d = 0; v->kind == LV_PSUB && d < c->ndev; d++) sb_printf(&b, "%s%llx", d ? " " : "shares ", (unsigned long long)v->psub->sub[d]);
         fprintf(stderr, "view %s kind %d: %s\n", in->name, v->kind, b.s ? b.s : "");
         sb_free(&b);
@@ -3696,6 +3748,15 @@ static void lift_one(lift_ctx *c, const hlo_comp *comp, uint32_t i, lval *vals, 
     v->guessed |= c->guessed_now && v->kind != LV_UNKNOWN;
     c->ambiguous_now = c->konst_operand_now = c->partial_unsure_now = c->guessed_now = false;
     for (uint32_t o = 0; o < in->noperands && v->kind == LV_TERM && v->v.partial; o++) v->partial_unsure |= ops[o].partial_unsure;
+    /* a reduction that made a value partial over a dim a sharded unit dim
+     * was merged into in one reading among several (of index values too,
+     * which lift_reduce does not see): in another the dim is the device's
+     * own, not a share */
+    if ((in->op == OP_REDUCE || in->op == OP_REDUCE_WINDOW) && in->noperands >= 1 && v->kind == LV_TERM &&
+        vals[in->operands[0]].merged_unit && (v->v.partial & ~vals[in->operands[0]].v.partial))
+        v->partial_unsure = true;
+    for (uint32_t o = 0; o < in->noperands && v->kind != LV_UNKNOWN && !v->v.partial; o++)
+        v->merged_unit |= vals[in->operands[o]].merged_unit;
     if (!c->baseline_mode && (v->kind == LV_TERM || v->kind == LV_LAYOUT || v->kind == LV_WIN))
         view_drop_unit_axes(&v->v, c->mesh);
     if ((v->kind == LV_PW || v->kind == LV_MASK || v->kind == LV_IVEC) && !hlo_op_is_collective(in->op))

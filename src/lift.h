@@ -162,6 +162,9 @@ typedef struct lval {
     bool partial_unsure : 1;      /* its partial axes come from reducing a unit dim that carries
                                    * them in only one reading of an ambiguous reshape (another
                                    * reading leaves the value sharded, not partial) */
+    bool merged_unit : 1;         /* a dim's sharding comes from a sharded unit dim a reshape
+                                   * merged into it, one reading of several (lift_shape.c
+                                   * unit_dim_joined): summed over, it is no share of a sum */
     uint8_t vdim;                 /* LV_IVEC: the dim holding the components; LV_ROW: E's dim the
                                    * devices hold one slice of */
     bool in_domain : 1;           /* LV_MASK: the index values are known to lie there (iota) */

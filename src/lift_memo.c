@@ -365,8 +365,8 @@ static bool same_input(lift_ctx *c, const lval *a, const lval *b, bool naming) {
     if (a->kind == LV_DEV) return a->count == b->count && memcmp(a->dev, b->dev, a->count * c->ndev * sizeof *a->dev) == 0;
     if (a->kind != LV_TERM) return false;
     if (a->konst != b->konst || a->assumed != b->assumed || a->ambiguous != b->ambiguous ||
-        a->partial_unsure != b->partial_unsure || a->guessed != b->guessed || !view_equal(&a->v, &b->v) ||
-        lf_scale_of(a) != lf_scale_of(b))
+        a->partial_unsure != b->partial_unsure || a->merged_unit != b->merged_unit || a->guessed != b->guessed ||
+        !view_equal(&a->v, &b->v) || lf_scale_of(a) != lf_scale_of(b))
         return false;
     if (a->konst) return eg_find(c->g, a->cls) == eg_find(c->g, b->cls);
     /* Naming a baseline layer needs only the same function; reusing a lifting

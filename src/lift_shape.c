@@ -315,20 +315,26 @@ static const shape *reshape_from(const lstate *s) {
     return s->from ? s->from : &s->comp->instrs[s->in->operands[0]].shape;
 }
 
+/* The one dim of local size 1 that x's view shards, or src's rank when
+ * there is none or there are several. */
+static uint32_t sharded_unit_dim(const lval *x, const shape *src) {
+    uint32_t k = src->rank;
+    for (uint32_t d = 0; d < src->rank; d++)
+        if (x->v.dims[d].naxes && src->dims[d] == 1) {
+            if (k < src->rank) return src->rank;
+            k = d;
+        }
+    return k;
+}
+
 static bool unit_dim_moved(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
     const shape *src = reshape_from(s);
     const lval *x = &s->ops[0];
-    const int64_t *a = src->dims, *b = in->shape.dims;
-    uint32_t ra = src->rank, rb = in->shape.rank, k = ra, nunits = 0;
-    if (ra > VIEW_MAX_RANK || rb > VIEW_MAX_RANK) return false;
-    for (uint32_t d = 0; d < ra; d++)
-        if (x->v.dims[d].naxes && a[d] == 1) {
-            if (k < ra) return false;
-            k = d;
-        }
-    if (k == ra) return false;
+    const int64_t *b = in->shape.dims;
+    uint32_t ra = src->rank, rb = in->shape.rank, k, nunits = 0;
+    if (ra > VIEW_MAX_RANK || rb > VIEW_MAX_RANK || (k = sharded_unit_dim(x, src)) == ra) return false;
     for (uint32_t d = 0; d < rb; d++) nunits += b[d] == 1;
     /* Several unit output dims ([16, 16, 1] -> [1, 1, 16, 16]: a window's
      * batch beside one head per device): the one whose term the baseline
@@ -397,6 +403,83 @@ static bool unit_dim_moved_to(lstate *s, uint32_t k, uint32_t jo, lval *out) {
     lf_global_dims(c, &v, &in->shape, dims);
     *out = term(lf_mk_reshape(c, y, lf_type_of(c, dt, dims, rb), c->origin), v, x->assumed);
     return true;
+}
+
+/* A reshape that drops a sharded unit dim and keeps the non-unit dims in
+ * order ([b, kv, s, g, d] -> [b, s, g, d] with one kv head per device, the
+ * gradient of a grouped-query attention under Ulysses): locally a
+ * relabelling; globally the device's index may be the major part of any
+ * kept dim (the unit dim transposed next to it and merged), and every such
+ * reading is true. The default puts it on the next dim of its group; where
+ * the baseline has no value of that global type, the first reading whose
+ * type it has (the heads [b, s, kv·g, d]) is taken. dflt: the default
+ * reading's global dims; *several: the form applies with more than one
+ * kept dim (the default is then one reading of several: a sum over its dim
+ * may be a device's own, not a share: a bag of ids per table and device). */
+static bool unit_dim_joined(lstate *s, const int64_t *dflt, bool *several, lval *out) {
+    lift_ctx *c = s->c;
+    const hlo_instr *in = s->in;
+    const shape *src = reshape_from(s);
+    const lval *x = &s->ops[0];
+    const int64_t *a = src->dims, *b = in->shape.dims;
+    uint32_t ra = src->rank, rb = in->shape.rank, k, nka = 0, nkb = 0, na = 0;
+    int dt = in->shape.dtype;
+    *several = false;
+    if (ra > VIEW_MAX_RANK || rb > VIEW_MAX_RANK || (k = sharded_unit_dim(x, src)) == ra) return false;
+    /* the non-unit dims alike in order (ia, ib: where), sharded or not */
+    int64_t ka[VIEW_MAX_RANK], kb[VIEW_MAX_RANK];
+    uint32_t ia[VIEW_MAX_RANK], ib[VIEW_MAX_RANK];
+    for (uint32_t d = 0; d < ra; d++) {
+        if (d == k) na = nka;
+        if (a[d] != 1) ia[nka] = d, ka[nka++] = a[d];
+        else if (d != k && x->v.dims[d].naxes) return false;
+    }
+    for (uint32_t d = 0; d < rb; d++)
+        if (b[d] != 1) ib[nkb] = d, kb[nkb++] = b[d];
+    if (nka != nkb || nka == 0 || memcmp(ka, kb, nka * sizeof *ka)) return false;
+    *several = nka > 1;
+    if (lf_baseline_has_type(c, lf_type_of(c, dt, dflt, rb))) return false;
+    int64_t parts = view_dim_parts(&x->v, c->mesh, k), g1[VIEW_MAX_RANK], perm[VIEW_MAX_RANK], gout[VIEW_MAX_RANK];
+    /* the global term with the unit dims dropped, the device's index at na */
+    for (uint32_t q = 0, t = 0; q <= nka; q++) {
+        if (q == na) {
+            g1[q] = parts;
+            continue;
+        }
+        g1[q] = ka[t] * view_dim_parts(&x->v, c->mesh, ia[t]);
+        t++;
+    }
+    for (uint32_t t = 0; t < nka; t++) {
+        const view_dim *own = &x->v.dims[ia[t]], *unit = &x->v.dims[k];
+        if (own->naxes + unit->naxes > MESH_MAX_AXES) continue;
+        for (uint32_t d = 0; d < rb; d++) gout[d] = 1;
+        for (uint32_t j = 0; j < nka; j++) gout[ib[j]] = ka[j] * view_dim_parts(&x->v, c->mesh, ia[j]) * (j == t ? parts : 1);
+        if (!memcmp(gout, dflt, rb * sizeof *gout) || !lf_baseline_has_type(c, lf_type_of(c, dt, gout, rb))) continue;
+        /* the kept dims in order, the device's index just before dim t */
+        for (uint32_t q = 0, j = 0; q <= nka; q++) {
+            if (q == t) {
+                perm[q] = na;
+            } else {
+                perm[q] = j < na ? j : j + 1;
+                j++;
+            }
+        }
+        eid y = lf_mk_reshape(c, x->cls, lf_type_of(c, dt, g1, nka + 1), c->origin);
+        y = lf_mk_transpose(c, y, perm);
+        view v = view_dup(rb);
+        for (uint32_t j = 0; j < nka; j++) v.dims[ib[j]] = x->v.dims[ia[j]];
+        /* the device's index is the major part of dim t: its axes first */
+        view_dim *to = &v.dims[ib[t]];
+        memmove(to->axes + unit->naxes, to->axes, to->naxes);
+        memcpy(to->axes, unit->axes, unit->naxes);
+        to->naxes = (uint8_t)(to->naxes + unit->naxes);
+        v.partial = x->v.partial;
+        v.red = x->v.red;
+        *out = term(lf_mk_reshape(c, y, lf_type_of(c, dt, gout, rb), c->origin), v, x->assumed);
+        out->ambiguous = true;
+        return true;
+    }
+    return false;
 }
 
 /* Whether x only relabels its operand's elements in row-major order: a
@@ -577,8 +660,12 @@ lval lf_lift_reshape(lstate *s) {
         }
     }
     lf_global_dims(c, &v, &in->shape, dims);
+    lval joined;
+    bool several;
+    if (unit_dim_joined(s, dims, &several, &joined)) return joined;
     lval r = term(lf_node(c, c->cur, in, &x->cls, 1, dims, c->origin), v, x->assumed);
     r.ambiguous = amb;
+    r.merged_unit = several;
     return r;
 }
 

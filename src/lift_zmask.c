@@ -72,6 +72,12 @@ static bool nonneg_instr(const hlo_module *m, const hlo_comp *comp, uint32_t i, 
     const hlo_instr *x = &comp->instrs[i];
 #define NONNEG(k) (x->noperands > (k) && nonneg_instr(m, comp, x->operands[k], seen, depth + 1))
     bool ok = false;
+    /* a predicate is 0 or 1 and an unsigned integer never negative, whatever
+     * computed them (not, and, is-finite) */
+    if (x->shape.dtype == DT_PRED || dtype_is_unsigned(x->shape.dtype)) {
+        seen[i] = 1;
+        return true;
+    }
     switch (x->op) {
     case OP_EXP: case OP_ABS: case OP_SQRT: case OP_RSQRT: case OP_LOGISTIC: case OP_COMPARE:
         ok = true; /* a comparison's pred is 0 or 1 */

@@ -2341,6 +2341,24 @@ static void concat_unlike_operands(void) {
  *     broadcast cotangent (with a factor) every device holds alike, re-read
  *     as the updates' block of rows (another factor, or the sign lost, is
  *     not);
+ *   - tests/cases/zero-count (by hand, a mixed-precision step's overflow
+ *     check): counts of non-finite gradients of a replicated and a sharded
+ *     leaf added, psum'd and tested == 0 sum the replicated count n times,
+ *     which the test cannot see (counts are never negative): no finding,
+ *     undecided (it was a false alarm: fresh146). (The device's own count
+ *     tested is a missing all-reduce the rules find, which execution on
+ *     finite random inputs cannot confirm: fresh146's bug variant, rules
+ *     only, keeps that in the corpus suite);
+ *   - tests/cases/unit-join (by hand, grouped-query attention's gradient
+ *     under Ulysses): a reshape [1, s, g] -> [s, g] dropping a unit kv
+ *     dim sharded over sp reads the device's index as the major part of
+ *     the group dim, the heads [s, kv·g] the baseline has (not the default
+ *     [sp·s, g]); the group order reversed is not; a bag of ids per
+ *     table, one table per device ([b, 1, n] -> [b, n]), counted per bag:
+ *     the count is a sum over the merged dim in one reading only (in
+ *     another the table dim is the device's own), so the max(count, 1)
+ *     after it is no missing all-reduce (it was a false alarm: a
+ *     table-wise DLRM of a blind corpus, fresh145) but undecided;
  *   - tests/cases/const-rows (by hand, GSPMD's form): a padding mask
  *     compare(iota + the device's column offset, n) every row holds alike,
  *     selecting from data sharded over rows too: the mask re-read as the
@@ -3343,6 +3361,13 @@ static void hand_written_cases(void) {
         {"scatter-rows/take", "another factor", "k = f32[] constant(0.125)", "k = f32[] constant(0.25)", VERDICT_MISMATCH,
          false},
         {"scatter-rows/take", "the sign lost", "ng = f32[] negate(gk)", "ng = f32[] copy(gk)", VERDICT_MISMATCH, false},
+        {"zero-count/nonfinite", "counts of replicated and sharded leaves psum'd, tested == 0: no finding", NULL, NULL,
+         VERDICT_UNVERIFIED, true},
+        {"unit-join/heads", "one kv head per device merged into the heads", NULL, NULL, VERDICT_VERIFIED, true},
+        {"unit-join/bags", "ids counted per bag of the device's own table: no finding", NULL, NULL, VERDICT_UNVERIFIED,
+         true},
+        {"unit-join/heads", "the group order reversed", "ROOT y = f32[3,2]{1,0} reshape(x)",
+         "r = f32[3,2]{1,0} reshape(x)\n  ROOT y = f32[3,2]{1,0} reverse(r), dimensions={1}", VERDICT_MISMATCH, false},
         {"const-rows/pad-mask", "a padding mask from the device's offset beside rows over dp", NULL, NULL, VERDICT_VERIFIED,
          true},
         {"const-rows/pad-mask", "the bound 5", "constant(6)", "constant(5)", VERDICT_MISMATCH, false},

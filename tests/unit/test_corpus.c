@@ -397,7 +397,7 @@ void suite_corpus(void) {
                    {"fresh131", true}, {"fresh132", true}, {"fresh133", true}, {"fresh134", true},
                    {"fresh135", true}, {"fresh136", true}, {"fresh137", true}, {"fresh138", true},
                    {"fresh139", true}, {"fresh140", true}, {"fresh141", true}, {"fresh142", true},
-                   {"fresh143", true}};
+                   {"fresh143", true}, {"fresh144", true}, {"fresh145", true}, {"fresh146", true}};
     bool update = getenv("SCALIFY_UPDATE_EXPECTED") != NULL;
     char *tsv = t_read(CORPUS_EXPECTED, NULL);
     t_case("corpus %s present", CORPUS_EXPECTED);
