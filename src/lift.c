@@ -1974,13 +1974,14 @@ static void reviewed(lstate *s, uint32_t o, const hlo_instr *b, const eid *ch, u
  * and such ops over them, as jax.random's counters are made: an iota of
  * the global shape times a constant plus another), re-read as want: the
  * op over the re-read operands, block by block. Rank-0 operands of select
- * and clamp stay scalars. A few levels deep at most. */
+ * and clamp stay scalars. Eight levels deep at most (an associative
+ * scan's sweeps alternate slices and products of a broadcast decay). */
 static bool review_elementwise(lstate *s, uint32_t o, const view *want) {
     static _Thread_local int depth;
     lift_ctx *c = s->c;
     const lval *x = &s->ops[o];
     const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
-    if (depth >= 4 || x->kind != LV_TERM || x->v.partial || want->partial || lf_scale_of(x) != 1 ||
+    if (depth >= 8 || x->kind != LV_TERM || x->v.partial || want->partial || lf_scale_of(x) != 1 ||
         !graph_op_elementwise(b->op) || b->noperands == 0 || b->noperands > 3 || want->rank != b->shape.rank ||
         b->shape.rank > VIEW_MAX_RANK)
         return false;
@@ -2028,7 +2029,7 @@ static bool review_slice(lstate *s, uint32_t o, const view *want) {
     const hlo_instr *b = &s->comp->instrs[s->in->operands[o]];
     const hlo_attr *sa = instr_attr(b, A_SLICE);
     uint32_t r = b->shape.rank;
-    if (depth >= 4 || b->op != OP_SLICE || b->noperands != 1 || !sa || sa->n != r || x->kind != LV_TERM ||
+    if (depth >= 8 || b->op != OP_SLICE || b->noperands != 1 || !sa || sa->n != r || x->kind != LV_TERM ||
         x->v.partial || want->partial || lf_scale_of(x) != 1 || want->rank != r || r > VIEW_MAX_RANK)
         return false;
     const shape *src = &s->comp->instrs[b->operands[0]].shape;
