@@ -7,8 +7,8 @@
  * lift_memo.c (the segment memo), lift_scale.c (constant factors),
  * lift_index.c (LV_PW / LV_MASK), lift_win.c (LV_WIN), lift_psub.c
  * (LV_PSUB), lift_zmask.c (zero masks), lift_group.c (per-device groups,
- * LV_ROW), lift_unroll.c (per-device terms, LV_DEVT); lift_int.h is what
- * they share.
+ * LV_ROW), lift_unroll.c (per-device terms, LV_DEVT), lift_guard.c (a select
+ * read under its own predicate); lift_int.h is what they share.
  *
  * The checker first adds the whole baseline to one e-graph (lift_baseline),
  * then walks the distributed program in order (lift_distributed). Every

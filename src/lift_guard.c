@@ -1,4 +1,5 @@
-/* lift_guard — a select read under its own predicate (DESIGN §5.4).
+/* lift_guard — a select read under its own predicate (DESIGN §5, "A select
+ * read under its own predicate").
  *
  * JAX code guards a function that is not total with two selects on one
  * predicate, the "double where": where(p, k, f(where(p, safe, x))) keeps NaN
