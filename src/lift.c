@@ -1286,12 +1286,12 @@ static bool counts_only_zero_tested(const lstate *s, uint8_t partial) {
     for (uint32_t j = at + 1; j < comp->ninstrs && ok; j++) {
         const hlo_instr *y = &comp->instrs[j];
         uint8_t state = 0;
-        bool nonneg = true;
-        for (uint32_t o = 0; o < y->noperands; o++) {
+        for (uint32_t o = 0; o < y->noperands; o++)
             if (tracked[y->operands[o]] > state) state = tracked[y->operands[o]];
-            nonneg &= tracked[y->operands[o]] || lf_nonneg(s->c->cur, comp, y->operands[o]);
-        }
         if (!state) continue;
+        bool nonneg = true;
+        for (uint32_t o = 0; o < y->noperands && nonneg; o++)
+            nonneg = tracked[y->operands[o]] || lf_nonneg(s->c->cur, comp, y->operands[o]);
         const char *dir = y->op == OP_COMPARE ? instr_str(y, A_DIRECTION) : NULL;
         int axes = y->op == OP_ALL_REDUCE && instr_reducer(s->c->cur, y) == RED_SUM ? lift_groups_axes(s->c, y, false) : 0;
         if (dir && y->noperands == 2 && tracked[y->operands[0]] == 2 && !tracked[y->operands[1]] &&
@@ -1830,35 +1830,12 @@ static bool review_class_broadcast(lstate *s, uint32_t o, const view *want, bool
 }
 
 /* Operand o unsharded along dims want shards, sharded as want elsewhere,
- * whose term is constant along those dims by its form (widen_constant_dims):
- * every device's piece is want's block of the term rebuilt at want's
- * global dims (GSPMD's padding mask of a vocab-sharded dim, built from the
- * device's offset, beside rows sharded over dp). */
+ * whose term is constant along those dims by its form: want's block of the
+ * term rebuilt at want's global dims (lf_resize_reading; GSPMD's padding
+ * mask of a vocab-sharded dim, built from the device's offset, beside rows
+ * sharded over dp). */
 static bool review_constant_along(lstate *s, uint32_t o, const view *want) {
-    lift_ctx *c = s->c;
-    const lval *x = &s->ops[o];
-    const shape *sh = &s->comp->instrs[s->in->operands[o]].shape;
-    uint32_t r = sh->rank;
-    if (x->kind != LV_TERM || x->v.partial || want->partial || want->rank != r || x->v.rank != r || r > VIEW_MAX_RANK ||
-        x->zm || x->diff)
-        return false;
-    bool wide[VIEW_MAX_RANK], any = false;
-    for (uint32_t d = 0; d < r; d++) {
-        bool same = lf_same_dim(&x->v.dims[d], &want->dims[d]);
-        if (!same && x->v.dims[d].naxes) return false;
-        wide[d] = !same, any |= !same;
-    }
-    int64_t g[VIEW_MAX_RANK];
-    lf_global_dims(c, want, sh, g);
-    uint32_t budget = 48;
-    eid y = any ? lf_resize_constant_dims(c, x->cls, wide, g, &budget, 6) : EID_NONE;
-    if (y == EID_NONE) return false;
-    bool konst = x->konst;
-    double scale = x->scale;
-    s->ops[o] = term(y, *want, x->assumed);
-    s->ops[o].konst = konst;
-    s->ops[o].scale = scale;
-    return true;
+    return lf_resize_reading(s->c, &s->ops[o], want, false, 48, 6);
 }
 
 bool lf_review_merged_broadcast(lstate *s, uint32_t o, const view *want) {
@@ -3912,33 +3889,34 @@ const char *lift_segment_at(const lift_ctx *c, const hlo_comp *comp, const hlo_i
     return k < c->nsegs ? c->segs[k].name : NULL;
 }
 
-void lift_spread_at_output(lift_ctx *c, lval *o, const view *want) {
-    if (o->kind != LV_TERM || o->assumed || o->v.partial || want->partial || o->cls == EID_NONE ||
-        view_equal(&o->v, want))
-        return;
+bool lf_resize_reading(lift_ctx *c, lval *x, const view *want, bool narrow, uint32_t budget, int depth) {
+    if (x->kind != LV_TERM || x->v.partial || want->partial || x->cls == EID_NONE || x->zm || x->diff ||
+        view_equal(&x->v, want))
+        return false;
     uint32_t rank;
-    const int64_t *dims = eg_type_dims(c->g, eg_class_type(c->g, o->cls), &rank);
-    if (rank != want->rank || rank != o->v.rank || rank > VIEW_MAX_RANK) return;
-    /* each dim as wanted, or whole where want shards it (every device's
-     * copy is every block of the wider value), or one element per device
-     * where want leaves it whole (every device's element is the one of
-     * the narrower value): along those dims the term must be constant */
+    const int64_t *dims = eg_type_dims(c->g, eg_class_type(c->g, x->cls), &rank);
+    if (rank != want->rank || rank != x->v.rank || rank > VIEW_MAX_RANK) return false;
     int64_t g[VIEW_MAX_RANK];
     bool resized[VIEW_MAX_RANK], any = false;
     for (uint32_t d = 0; d < rank; d++) {
-        const view_dim *a = &o->v.dims[d], *b = &want->dims[d];
-        int64_t parts = view_dim_parts(want, c->mesh, d), have = view_dim_parts(&o->v, c->mesh, d);
-        if (parts < 1 || have < 1) return;
+        const view_dim *a = &x->v.dims[d], *b = &want->dims[d];
+        int64_t parts = view_dim_parts(want, c->mesh, d), have = view_dim_parts(&x->v, c->mesh, d);
+        if (parts < 1 || have < 1) return false;
         g[d] = dims[d] / have * parts;
         resized[d] = !lf_same_dim(a, b);
-        if (resized[d] && !(a->naxes == 0 || (b->naxes == 0 && dims[d] == have))) return;
+        if (resized[d] && !(a->naxes == 0 || (narrow && b->naxes == 0 && dims[d] == have))) return false;
         any |= resized[d];
     }
-    uint32_t budget = 256; /* (once per output: an optimizer's update is deep) */
-    eid w = any ? lf_resize_constant_dims(c, o->cls, resized, g, &budget, 16) : EID_NONE;
-    if (w == EID_NONE) return;
-    o->cls = w;
-    o->v = *want;
+    eid w = any ? lf_resize_constant_dims(c, x->cls, resized, g, &budget, depth) : EID_NONE;
+    if (w == EID_NONE) return false;
+    x->cls = w;
+    x->v = *want;
+    return true;
+}
+
+void lift_spread_at_output(lift_ctx *c, lval *o, const view *want) {
+    /* (once per output: an optimizer's update is deep) */
+    if (!o->assumed) lf_resize_reading(c, o, want, true, 256, 16);
 }
 
 void lift_value_words(strbuf *b, const lval *v, const mesh *m) {

@@ -271,6 +271,14 @@ bool lf_class_splat_value(lift_ctx *c, eid cls, double *x);
  * along those dims is x's. EID_NONE otherwise; *budget bounds the classes
  * visited, depth the levels (lift_term.c). */
 eid lf_resize_constant_dims(lift_ctx *c, eid x, const bool *along, const int64_t *g, uint32_t *budget, int depth);
+/* x re-read under want where the two differ only along dims x's term is
+ * constant along by its form (lf_resize_constant_dims): dims x holds whole
+ * that want cuts (every block of the wider term is the device's copy), or,
+ * with narrow, dims of one element per device that want leaves whole
+ * (every device's element is the narrower term's). The term is rebuilt at
+ * want's global dims; the factor and flags stay. False (x unchanged)
+ * otherwise; budget and depth bound the walk (lift.c). */
+bool lf_resize_reading(lift_ctx *c, lval *x, const view *want, bool narrow, uint32_t budget, int depth);
 eid lf_guarded_select(lift_ctx *c, eid p, eid a, eid b, uint32_t attr, uint32_t t, uint8_t origin);
 eid lf_const_term(lift_ctx *c, struct interp_val *v, uint8_t origin);
 /* The constant term of type `type` every element of which holds k (rounded

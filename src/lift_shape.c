@@ -327,6 +327,35 @@ static uint32_t sharded_unit_dim(const lval *x, const shape *src) {
     return k;
 }
 
+/* The dims of `dims` other than unit dims, in order (k: their sizes, idx:
+ * where they are); *at: how many of them come before dim mark. */
+static uint32_t nonunit_dims(const int64_t *dims, uint32_t rank, uint32_t mark, uint32_t *at, int64_t *k, uint32_t *idx) {
+    uint32_t n = 0;
+    for (uint32_t d = 0; d < rank; d++) {
+        if (d == mark) *at = n;
+        if (dims[d] != 1) idx[n] = d, k[n++] = dims[d];
+    }
+    return n;
+}
+
+/* The global dims of x's term with its unit dims dropped and the sharded
+ * one (parts devices) kept at position na among the n non-unit local dims
+ * ka at ia: the shape the term is reshaped to before the device's index
+ * moves. False when a view dim has no parts. */
+static bool device_index_dims(lift_ctx *c, const lval *x, const int64_t *ka, const uint32_t *ia, uint32_t n,
+                              uint32_t na, int64_t parts, int64_t *g1) {
+    for (uint32_t q = 0, t = 0; q <= n; q++) {
+        if (q == na) {
+            g1[q] = parts;
+            continue;
+        }
+        int64_t pt = view_dim_parts(&x->v, c->mesh, ia[t]);
+        if (pt < 1) return false;
+        g1[q] = ka[t++] * pt;
+    }
+    return true;
+}
+
 static bool unit_dim_moved(lstate *s, lval *out) {
     lift_ctx *c = s->c;
     const hlo_instr *in = s->in;
@@ -359,32 +388,17 @@ static bool unit_dim_moved_to(lstate *s, uint32_t k, uint32_t jo, lval *out) {
     const shape *src = reshape_from(s);
     const lval *x = &s->ops[0];
     const int64_t *a = src->dims, *b = in->shape.dims;
-    uint32_t ra = src->rank, rb = in->shape.rank, na = 0, nb = 0, nka = 0, nkb = 0;
+    uint32_t ra = src->rank, rb = in->shape.rank, na = 0, nb = 0;
     /* the non-unit dims alike, in order (ia, ib: where they are); where the
      * sharded unit dim sits among them */
     int64_t ka[VIEW_MAX_RANK], kb[VIEW_MAX_RANK];
     uint32_t ia[VIEW_MAX_RANK], ib[VIEW_MAX_RANK];
-    for (uint32_t d = 0; d < ra; d++) {
-        if (d == k) na = nka;
-        if (a[d] != 1) ia[nka] = d, ka[nka++] = a[d];
-    }
-    for (uint32_t d = 0; d < rb; d++) {
-        if (d == jo) nb = nkb;
-        if (b[d] != 1) ib[nkb] = d, kb[nkb++] = b[d];
-    }
+    uint32_t nka = nonunit_dims(a, ra, k, &na, ka, ia), nkb = nonunit_dims(b, rb, jo, &nb, kb, ib);
     if (nka != nkb || memcmp(ka, kb, nka * sizeof *ka) || na == nb) return false;
     int64_t parts = view_dim_parts(&x->v, c->mesh, k), g1[VIEW_MAX_RANK], perm[VIEW_MAX_RANK];
     uint32_t n = nka + 1;
     /* the global term with the unsharded unit dims dropped, the sharded one at na */
-    for (uint32_t q = 0, t = 0; q < n; q++) {
-        if (q == na) {
-            g1[q] = parts;
-            continue;
-        }
-        int64_t pt = view_dim_parts(&x->v, c->mesh, ia[t]);
-        if (pt < 1) return false;
-        g1[q] = ka[t++] * pt;
-    }
+    if (!device_index_dims(c, x, ka, ia, nka, na, parts, g1)) return false;
     /* output order: the non-unit dims with the sharded one at nb */
     for (uint32_t q = 0, t = 0; q < n; q++) {
         uint32_t from = q == nb ? na : (t < na ? t : t + 1);
@@ -422,33 +436,21 @@ static bool unit_dim_joined(lstate *s, const int64_t *dflt, bool *several, lval 
     const shape *src = reshape_from(s);
     const lval *x = &s->ops[0];
     const int64_t *a = src->dims, *b = in->shape.dims;
-    uint32_t ra = src->rank, rb = in->shape.rank, k, nka = 0, nkb = 0, na = 0;
+    uint32_t ra = src->rank, rb = in->shape.rank, k, na = 0, nb = 0;
     int dt = in->shape.dtype;
     *several = false;
     if (ra > VIEW_MAX_RANK || rb > VIEW_MAX_RANK || (k = sharded_unit_dim(x, src)) == ra) return false;
-    /* the non-unit dims alike in order (ia, ib: where), sharded or not */
+    /* the non-unit dims alike in order (ia, ib: where), sharded or not (the
+     * sharded unit dim the only unit dim sharded: sharded_unit_dim) */
     int64_t ka[VIEW_MAX_RANK], kb[VIEW_MAX_RANK];
     uint32_t ia[VIEW_MAX_RANK], ib[VIEW_MAX_RANK];
-    for (uint32_t d = 0; d < ra; d++) {
-        if (d == k) na = nka;
-        if (a[d] != 1) ia[nka] = d, ka[nka++] = a[d];
-        else if (d != k && x->v.dims[d].naxes) return false;
-    }
-    for (uint32_t d = 0; d < rb; d++)
-        if (b[d] != 1) ib[nkb] = d, kb[nkb++] = b[d];
+    uint32_t nka = nonunit_dims(a, ra, k, &na, ka, ia), nkb = nonunit_dims(b, rb, rb, &nb, kb, ib);
     if (nka != nkb || nka == 0 || memcmp(ka, kb, nka * sizeof *ka)) return false;
     *several = nka > 1;
     if (lf_baseline_has_type(c, lf_type_of(c, dt, dflt, rb))) return false;
     int64_t parts = view_dim_parts(&x->v, c->mesh, k), g1[VIEW_MAX_RANK], perm[VIEW_MAX_RANK], gout[VIEW_MAX_RANK];
     /* the global term with the unit dims dropped, the device's index at na */
-    for (uint32_t q = 0, t = 0; q <= nka; q++) {
-        if (q == na) {
-            g1[q] = parts;
-            continue;
-        }
-        g1[q] = ka[t] * view_dim_parts(&x->v, c->mesh, ia[t]);
-        t++;
-    }
+    if (!device_index_dims(c, x, ka, ia, nka, na, parts, g1)) return false;
     for (uint32_t t = 0; t < nka; t++) {
         const view_dim *own = &x->v.dims[ia[t]], *unit = &x->v.dims[k];
         if (own->naxes + unit->naxes > MESH_MAX_AXES) continue;
